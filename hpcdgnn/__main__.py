@@ -1,0 +1,100 @@
+"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect``.
+
+``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``).
+It builds the one :class:`~hpcdgnn.comm.Communicator` and installs the abort
+path: an exception on any rank prints ``rank R/P: <traceback>`` and calls
+``MPI_Abort`` so no rank is left waiting in a collective (SPEC "fault
+tolerance"). User errors (bad YAML, bad data) print one line,
+``hpcdgnn: error: ...``, and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from hpcdgnn.errors import EXIT_USAGE, HpcdgnnError
+
+__all__ = ["main"]
+
+
+def _install_abort_hook(comm) -> None:
+    """Any uncaught exception on this rank ends the whole MPI job (after printing it with the rank)."""
+
+    def hook(exc_type, exc, tb):
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        sys.stderr.write(f"rank {comm.rank}/{comm.size}: {text}")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        comm.abort(1)
+
+    sys.excepthook = hook
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from hpcdgnn.comm import Communicator
+    from hpcdgnn.train import run_training
+
+    comm = Communicator()
+    if comm.size > 1:
+        _install_abort_hook(comm)
+    try:
+        run_training(args.job, args.set or [], args.output, comm)
+    except HpcdgnnError as e:
+        if getattr(e, "collective", False):
+            # every rank raised the same error: rank 0 reports it, all exit cleanly
+            if comm.rank == 0:
+                print(f"hpcdgnn: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        # raised on this rank alone: the others may be waiting in a collective
+        prefix = f"[rank {comm.rank}] " if comm.size > 1 else ""
+        print(f"{prefix}hpcdgnn: error: {e}", file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(EXIT_USAGE)
+        return EXIT_USAGE
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from hpcdgnn.data.generate import add_generate_arguments, run_generate
+    from hpcdgnn.data.inspect import add_inspect_arguments, run_inspect
+    from hpcdgnn.data.prepare import add_prepare_arguments, run_prepare
+
+    p = argparse.ArgumentParser(prog="python -m hpcdgnn", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="train a job (under mpirun for P > 1)")
+    r.add_argument("job", help="job YAML")
+    r.add_argument("--output", help="run directory (must be new or empty); default <output.dir>/<job>-<time>")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a YAML key, e.g. train.epochs=2")
+    r.set_defaults(func=_cmd_run)
+
+    pr = sub.add_parser("prepare", help="turn a timestamped edge list into HDF5 snapshot shards")
+    add_prepare_arguments(pr)
+    pr.set_defaults(func=run_prepare)
+
+    g = sub.add_parser("generate", help="write IBM §6.3 random weak-scaling graphs as shards")
+    add_generate_arguments(g)
+    g.set_defaults(func=run_generate)
+
+    i = sub.add_parser("inspect", help="print a dataset's statistics and validate its shards")
+    add_inspect_arguments(i)
+    i.set_defaults(func=run_inspect)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the subcommand; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return args.func(args)
+    try:
+        return args.func(args)
+    except HpcdgnnError as e:
+        print(f"hpcdgnn: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

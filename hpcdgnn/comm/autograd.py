@@ -1,0 +1,42 @@
+"""Autograd-aware redistribution (STYLE G4; IBM §4.2: backward runs the redistributions in reverse).
+
+``AllToAllV`` forwards rows with MPI_Alltoallv; its backward sends the
+incoming gradient back along the same routes with the counts swapped — the
+adjoint of a permutation of rows across ranks is its inverse permutation.
+Forward traffic is counted under ``<tag>.fwd`` and backward under ``<tag>.bwd``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from hpcdgnn.comm.communicator import Communicator
+
+__all__ = ["AllToAllV", "all_to_all_rows"]
+
+
+class AllToAllV(torch.autograd.Function):
+    """Row all-to-all whose backward is the reverse all-to-all."""
+
+    @staticmethod
+    def forward(ctx, x, comm, send_rows, recv_rows, tag):  # noqa: D102
+        ctx.comm, ctx.send_rows, ctx.recv_rows, ctx.tag = comm, send_rows, recv_rows, tag
+        return comm.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd")
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        g = ctx.comm.alltoallv(grad.contiguous(), ctx.recv_rows, ctx.send_rows, tag=f"{ctx.tag}.bwd")
+        return g, None, None, None, None
+
+
+def all_to_all_rows(
+    x: torch.Tensor,
+    comm: Communicator,
+    send_rows: Sequence[int],
+    recv_rows: Sequence[int],
+    tag: str = "redistribute",
+) -> torch.Tensor:
+    """Differentiable :meth:`Communicator.alltoallv` of a (rows, unit) tensor."""
+    return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag)

@@ -1,0 +1,28 @@
+"""Typed, strict job configuration (YAML sections -> frozen dataclasses)."""
+
+from hpcdgnn.config.load import apply_overrides, job_to_dict, load_job, validate_job
+from hpcdgnn.config.schema import (
+    CommConfig,
+    DataConfig,
+    JobConfig,
+    ModelConfig,
+    OutputConfig,
+    StrategyConfig,
+    TaskConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "CommConfig",
+    "DataConfig",
+    "JobConfig",
+    "ModelConfig",
+    "OutputConfig",
+    "StrategyConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "job_to_dict",
+    "load_job",
+    "validate_job",
+]

@@ -1,0 +1,170 @@
+"""YAML -> frozen dataclasses, strictly: unknown keys, wrong types and bad values are one-line errors.
+
+Messages have the form ``FILE: section.key: problem; fix`` so a user on a batch
+system can correct the job file from the log line alone. Nothing is coerced:
+``"3"`` is not an int, ``"true"`` is not a bool, ``2.5`` is not an int (an int
+is accepted where a float is expected, as YAML writes ``lr: 1`` that way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcdgnn.config.schema import JobConfig
+from hpcdgnn.errors import ConfigError
+
+__all__ = ["load_job", "apply_overrides", "job_to_dict", "validate_job"]
+
+
+def _did_you_mean(key: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"choose from {', '.join(sorted(choices))}"
+
+
+def _check_value(value: Any, tp: Any, where: str) -> Any:
+    """Return ``value`` if it matches type ``tp`` exactly, else raise ``ValueError``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or type(value) is not type(choices[0]):
+            raise ValueError(f"{value!r} is not allowed; choose from {', '.join(map(str, choices))}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ValueError(f"expected a list of {len(args)} values, got {value!r}")
+        return tuple(_check_value(v, a, where) for v, a in zip(value, args))
+    if origin in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            try:
+                return _check_value(value, a, where)
+            except ValueError:
+                pass
+        raise ValueError(f"{value!r} has the wrong type ({tp})")
+    if tp is type(None):
+        if value is not None:
+            raise ValueError(f"expected null, got {value!r}")
+        return None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {type(value).__name__} {value!r}")
+        return value
+    raise TypeError(f"{where}: unsupported config type {tp}")  # a bug in schema.py, not user error
+
+
+def _build(cls: type, raw: Any, path: str, file: str) -> Any:
+    """Instantiate dataclass ``cls`` from mapping ``raw`` (``path`` is its dotted prefix)."""
+    name = path or "top level"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: {name}: expected a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            dotted = f"{path}.{key}" if path else str(key)
+            raise ConfigError(f"{file}: {dotted}: unknown key; {_did_you_mean(str(key), list(fields))}")
+    kwargs = {}
+    for key, value in raw.items():
+        dotted = f"{path}.{key}" if path else key
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value, dotted, file)
+            continue
+        try:
+            kwargs[key] = _check_value(value, tp, dotted)
+        except ValueError as e:
+            raise ConfigError(f"{file}: {dotted}: {e}") from None
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ConfigError(f"{file}: {path}.{e}" if path else f"{file}: {e}") from None
+
+
+def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
+    """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{file}: --set {item}: expected KEY=VALUE, e.g. train.epochs=2")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{file}: --set {key}: value {text!r} is not valid YAML: {e}") from None
+        parts = key.split(".")
+        node = raw
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{file}: --set {key}: '{p}' is not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return raw
+
+
+def validate_job(job: JobConfig, file: str) -> None:
+    """Checks that need the outside world: the dataset directory and the strategy registry."""
+    from hpcdgnn.strategies import available_strategies  # late: keeps config import-light
+
+    if job.strategy.name not in available_strategies():
+        raise ConfigError(
+            f"{file}: strategy.name: unknown {job.strategy.name!r}; choose from {', '.join(available_strategies())}"
+        )
+    if not job.data.path:
+        raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
+    if not Path(job.data.path).is_dir():
+        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' does not exist")
+
+
+def load_job(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
+    """Read a job YAML, apply overrides, and return the validated :class:`JobConfig`."""
+    file = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot read job file: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{file}: not valid YAML: {' '.join(str(e).split())}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: top level: expected a mapping of sections (data, model, task, ...)")
+    raw = apply_overrides(raw, overrides or [], file)
+    job = _build(JobConfig, raw, "", file)
+    validate_job(job, file)
+    return job
+
+
+def job_to_dict(job: JobConfig) -> dict:
+    """The resolved config (defaults filled) as plain YAML-ready data."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(job))

@@ -1,0 +1,148 @@
+"""Job configuration: one frozen dataclass per YAML section (SPEC "YAML selects everything").
+
+Every field has a type, a default and a docstring line; ``load_job`` fills the
+dataclasses strictly (unknown keys and wrong types are errors, nothing is
+coerced). Cross-field rules live in ``__post_init__`` and raise ``ValueError``
+whose text ``load_job`` prefixes with ``file: section.key:``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "DataConfig",
+    "ModelConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "StrategyConfig",
+    "CommConfig",
+    "OutputConfig",
+    "JobConfig",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """``data:`` the dataset directory written by ``prepare`` or ``generate``."""
+
+    path: str = ""
+    """Dataset directory (relative paths are relative to the working directory)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """``model:`` the DGNN architecture (IBM §5)."""
+
+    name: Literal["cdgcn", "evolvegcn_o", "tmgcn"] = "cdgcn"
+    """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2) or TM-GCN (§5.3)."""
+    layers: int = 2
+    """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
+    hidden: int = 16
+    """Feature width F' of every layer's output (IBM §6.1 uses 6)."""
+    window: int = 3
+    """TM-GCN M-transform window w over layer outputs (IBM §5.3); ignored by other models."""
+
+    def __post_init__(self) -> None:
+        if self.layers < 1:
+            raise ValueError("layers: must be >= 1")
+        if self.hidden < 1:
+            raise ValueError("hidden: must be >= 1")
+        if self.window < 1:
+            raise ValueError("window: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskConfig:
+    """``task:`` what the embeddings are trained for, split by time."""
+
+    name: Literal["link_prediction", "node_classification"] = "link_prediction"
+    """Link prediction (embeddings of t score edges of t+1) or node classification."""
+    split: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    """Train / validation / test fractions of the prediction steps, in time order."""
+    negatives: int = 1
+    """Negative pairs per positive edge (link prediction), drawn from the seed."""
+    decoder_hidden: int = 16
+    """Hidden width of the edge decoder MLP on [z_u, z_v] (link prediction)."""
+
+    def __post_init__(self) -> None:
+        if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
+            raise ValueError("split: three non-negative fractions summing to 1, e.g. [0.7, 0.15, 0.15]")
+        if self.split[0] <= 0:
+            raise ValueError("split: the train fraction must be > 0")
+        if self.negatives < 1:
+            raise ValueError("negatives: must be >= 1")
+        if self.decoder_hidden < 1:
+            raise ValueError("decoder_hidden: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """``train:`` the optimisation loop."""
+
+    epochs: int = 10
+    """Full passes over the timeline (every epoch is one full-batch step, IBM §2.2)."""
+    lr: float = 0.01
+    """Adam learning rate."""
+    seed: int = 0
+    """Seed of parameter initialisation and negative sampling (same on every rank)."""
+    dtype: Literal["float32", "float64"] = "float32"
+    """Floating-point type of features, parameters and activations."""
+    threads: int = 0
+    """Torch threads per rank; 0 = cores of the node divided by the ranks on it."""
+    warmup_epochs: int = 1
+    """Epochs flagged ``warmup`` in metrics.jsonl so benchmarks can leave them out."""
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError("epochs: must be >= 1")
+        if not self.lr > 0:
+            raise ValueError("lr: must be > 0")
+        if self.threads < 0:
+            raise ValueError("threads: must be >= 0 (0 = automatic)")
+        if self.warmup_epochs < 0:
+            raise ValueError("warmup_epochs: must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    """``strategy:`` how work and data are partitioned over ranks (SPEC S1, later S6, D1, ...)."""
+
+    name: str = "snapshot"
+    """Registered strategy name; ``snapshot`` is IBM §4.2 snapshot partitioning with redistribution."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommConfig:
+    """``comm:`` the communication backend."""
+
+    backend: Literal["mpi"] = "mpi"
+    """Collective library; ``mpi`` (mpi4py). nccl and gloo arrive with the GPU data path."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputConfig:
+    """``output:`` where results go."""
+
+    dir: str = "runs"
+    """Parent of run directories; each run gets ``<dir>/<job>-<timestamp>`` unless ``--output`` names one."""
+    log_every: int = 1
+    """Print the epoch line every this many epochs (metrics.jsonl always gets every epoch)."""
+
+    def __post_init__(self) -> None:
+        if self.log_every < 1:
+            raise ValueError("log_every: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    """The whole job YAML."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    comm: CommConfig = field(default_factory=CommConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)

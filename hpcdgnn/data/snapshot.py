@@ -1,0 +1,40 @@
+"""One snapshot of a discrete-time dynamic graph as read from a shard (SPEC data model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Snapshot"]
+
+
+@dataclass
+class Snapshot:
+    """Snapshot ``t``: adjacency A_t (CSR, rows = source vertex), features X_t, activity, labels.
+
+    Shapes: ``indptr`` (N+1,), ``indices``/``weights`` (nnz,), ``x`` (N, F),
+    ``active`` (N,) bool, ``labels`` (N,) int64 with -1 for "no label" or None.
+    """
+
+    t: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    x: np.ndarray
+    active: np.ndarray
+    labels: np.ndarray | None = None
+
+    @property
+    def num_vertices(self) -> int:
+        """N, the size of the vertex universe."""
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def nnz(self) -> int:
+        """Nonzeros of A_t."""
+        return int(self.indices.shape[0])
+
+    def rows(self) -> np.ndarray:
+        """Row (source) index of every nonzero, expanded from ``indptr``."""
+        return np.repeat(np.arange(self.num_vertices, dtype=np.int64), np.diff(self.indptr))

@@ -1,0 +1,32 @@
+"""User-facing error types.
+
+Every failure a user can cause (bad YAML, a missing shard, an impossible plan)
+raises one of these. The CLI prints ``hpcdgnn: error: <message>`` on one line
+and exits with code 2; the message itself names the file, key or rank, so no
+traceback is needed. Anything else is a bug and takes the abort path in
+``hpcdgnn.__main__`` (traceback with the rank, then ``MPI_Abort``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE"]
+
+#: Exit status of every user error (config, data, plan): the shell convention
+#: for "wrong usage", distinct from 1 (a crash) so job scripts can tell them apart.
+EXIT_USAGE = 2
+
+
+class HpcdgnnError(Exception):
+    """Base class: an error caused by the user's input, reported in one line."""
+
+
+class ConfigError(HpcdgnnError):
+    """The job YAML or a ``--set`` override is invalid (``file: key: problem; fix``)."""
+
+
+class DataError(HpcdgnnError):
+    """A dataset directory, manifest or shard is missing or malformed (names the file)."""
+
+
+class PlanError(HpcdgnnError):
+    """A partition plan cannot be built for this dataset and rank count."""

@@ -1,0 +1,7 @@
+"""Logging, timers and the run directory."""
+
+from hpcdgnn.metrics.log import configure_logging, get_logger
+from hpcdgnn.metrics.results import RunDirectory, choose_run_dir
+from hpcdgnn.metrics.timers import TRAIN_TAGS, summarize_over_ranks
+
+__all__ = ["RunDirectory", "TRAIN_TAGS", "choose_run_dir", "configure_logging", "get_logger", "summarize_over_ranks"]

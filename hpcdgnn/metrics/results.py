@@ -1,0 +1,91 @@
+"""The run directory: resolved config, plan, per-epoch metrics and a summary, as data for scripts.
+
+Layout::
+
+    RUNDIR/
+      config.resolved.yaml   the job with every default filled in
+      plan.json              the partition plan (hpcdgnn.partition.plan)
+      metrics.jsonl          one JSON object per epoch (keys below)
+      summary.json           final metrics, totals, per-rank peak memory, environment
+
+metrics.jsonl keys: ``epoch``, ``warmup`` (bool), ``loss``, the task's
+``{train,val,test}_{loss,acc[,auc]}``, ``time`` = {``epoch``, ``load``,
+``compute``, ``comm``} each {``min``, ``mean``, ``max``} over ranks (seconds),
+``slowest_rank`` and its split, ``bytes_sent`` (training traffic summed over
+ranks: redistributions + gradient all-reduce), ``bytes_by_tag``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcdgnn.errors import ConfigError
+
+__all__ = ["RunDirectory", "choose_run_dir"]
+
+
+def _clean(v: Any) -> Any:
+    """JSON has no NaN: write null instead, so every JSON reader accepts the files."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
+    """The run directory: ``output`` if given (must be absent or empty), else a new timestamped one.
+
+    A previous run is never overwritten.
+    """
+    if output:
+        p = Path(output)
+        if p.exists() and (not p.is_dir() or any(p.iterdir())):
+            raise ConfigError(f"--output {output}: directory exists and is not empty; a run never overwrites another")
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(parent) / f"{job_name}-{stamp}"
+    p, i = base, 1
+    while True:
+        try:
+            p.mkdir(parents=True, exist_ok=False)
+            return p
+        except FileExistsError:
+            i += 1
+            p = base.with_name(f"{base.name}-{i}")
+
+
+class RunDirectory:
+    """Writer of the run directory files (rank 0 only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
+
+    def save_config(self, resolved: dict) -> None:
+        """Write ``config.resolved.yaml``."""
+        (self.path / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+
+    def append_epoch(self, record: dict) -> None:
+        """Append one line to ``metrics.jsonl`` (flushed at once, so a killed job keeps its epochs)."""
+        self._metrics.write(json.dumps(_clean(record)) + "\n")
+
+    def save_summary(self, summary: dict) -> None:
+        """Write ``summary.json`` atomically."""
+        tmp = self.path / "summary.json.tmp"
+        tmp.write_text(json.dumps(_clean(summary), indent=1) + "\n")
+        os.replace(tmp, self.path / "summary.json")
+
+    def close(self) -> None:
+        """Close the metrics file."""
+        self._metrics.close()

@@ -1,0 +1,30 @@
+"""Per-epoch time split into load / compute / communication and its reduction over ranks.
+
+Communication seconds come from the :class:`~hpcdgnn.comm.CommStats` of the
+training tags (time inside MPI calls, including waiting for peers); load is
+what the strategy reports for reading or moving input; compute is the rest
+of the epoch's wall time on that rank. Barrier time is its own tag and the
+trainer uses no barrier inside an epoch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["TRAIN_TAGS", "summarize_over_ranks"]
+
+#: Communicator tags that make up training traffic (bytes_sent, comm seconds).
+TRAIN_TAGS = ("redistribute", "grad_allreduce")
+
+_FIELDS = ("epoch", "load", "compute", "comm")
+
+
+def summarize_over_ranks(per_rank: np.ndarray) -> dict:
+    """From a (P, 4) array of [epoch, load, compute, comm] seconds: min/mean/max of each and the
+    slowest rank's own split (the rank with the largest epoch time)."""
+    out = {f: {"min": float(per_rank[:, i].min()), "mean": float(per_rank[:, i].mean()),
+               "max": float(per_rank[:, i].max())} for i, f in enumerate(_FIELDS)}
+    slow = int(per_rank[:, 0].argmax())
+    out["slowest_rank"] = slow
+    out["slowest"] = {f: float(per_rank[slow, i]) for i, f in enumerate(_FIELDS)}
+    return out

@@ -1,0 +1,18 @@
+"""DGNN models, one per file, registered by their YAML names."""
+
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, available_models, build_model, register_model
+from hpcdgnn.nn.models.cdgcn import CDGCNLayer
+from hpcdgnn.nn.models.evolvegcn import EvolveGCNOLayer
+from hpcdgnn.nn.models.tmgcn import TMGCNLayer, m_transform
+
+__all__ = [
+    "CDGCNLayer",
+    "DGNN",
+    "DynamicLayer",
+    "EvolveGCNOLayer",
+    "TMGCNLayer",
+    "available_models",
+    "build_model",
+    "m_transform",
+    "register_model",
+]

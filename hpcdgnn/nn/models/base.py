@@ -1,0 +1,99 @@
+"""The layer contract every DGNN model follows, and the model registry.
+
+IBM §2.2's framework: a layer is a GCN applied to each snapshot on its own
+(*spatial*, snapshot-local) followed by an RNN applied to each vertex along the
+timeline on its own (*temporal*, vertex-local). Strategies move data between
+the two layouts; models never see ranks. A layer with
+``temporal_mixing = False`` (EvolveGCN-O, whose RNN runs over weights, IBM §5.5)
+needs no redistribution at all.
+
+Recurrent state is explicit (STYLE G7): ``temporal(y, state)`` takes and
+returns it, and ``time_params`` is recomputed from parameters every call, so a
+block of time can be re-run from saved boundary data (SPEC S2) and nothing
+carries autograd history from one epoch into the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models"]
+
+
+class DynamicLayer(nn.Module):
+    """One GCN-RNN pair.
+
+    Attributes:
+        in_features: width of the layer input X_t.
+        spatial_features: width of ``spatial``'s output (the data redistributed).
+        out_features: width of the layer output Z_t.
+        temporal_mixing: whether ``temporal`` mixes time steps of a vertex, which
+            forces the snapshot -> vertex -> snapshot redistribution (IBM §4.2).
+    """
+
+    in_features: int
+    spatial_features: int
+    out_features: int
+    temporal_mixing: bool = True
+
+    def time_params(self, num_steps: int) -> list[torch.Tensor] | None:
+        """Per-time-step parameters for steps 0..num_steps-1 (EvolveGCN's W_t), else None."""
+        return None
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
+        """GCN on snapshot t given ``ax = Ã_t X_t`` (N, in) -> (N, spatial_features)."""
+        raise NotImplementedError
+
+    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """RNN along time for a set of vertices: (T, n, spatial) -> ((T, n, out), final state)."""
+        return y, state
+
+
+class DGNN(nn.Module):
+    """A stack of :class:`DynamicLayer` s; the output of layer l is the input of layer l+1."""
+
+    def __init__(self, layers: list[DynamicLayer]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.reset_parameters()
+
+    @property
+    def out_features(self) -> int:
+        """Embedding width F'."""
+        return self.layers[-1].out_features
+
+    def reset_parameters(self) -> None:
+        """Reset every layer (each layer resets all its submodules)."""
+        for layer in self.layers:
+            layer.reset_parameters()
+
+
+_MODELS: dict[str, Callable[..., DGNN]] = {}
+
+
+def register_model(name: str) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
+    """Register a builder ``fn(in_features, hidden, layers, window) -> DGNN`` under ``name``."""
+
+    def deco(fn: Callable[..., DGNN]) -> Callable[..., DGNN]:
+        if name in _MODELS:
+            raise ValueError(f"model {name!r} registered twice")
+        _MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+def available_models() -> list[str]:
+    """Registered model names."""
+    return sorted(_MODELS)
+
+
+def build_model(name: str, in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """Build a registered model (names as used in YAML ``model.name``)."""
+    if name not in _MODELS:
+        raise KeyError(f"unknown model {name!r}; choose from {', '.join(available_models())}")
+    return _MODELS[name](in_features=in_features, hidden=hidden, layers=layers, window=window)

@@ -1,0 +1,57 @@
+"""CD-GCN: skip-concatenated GCN + LSTM (IBM §5.1; Manessi et al. 2020)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+
+__all__ = ["CDGCNLayer", "build_cdgcn"]
+
+
+class CDGCNLayer(DynamicLayer):
+    """One CD-GCN layer.
+
+    .. math::
+        Y_0 = \\tilde A_t X_t,\\quad Y_1 = Y_0 W,\\quad Y_t = \\sigma(Y_0 \\circ Y_1)\\quad (IBM §5.1)
+
+        (h_t, c_t) = \\mathrm{LSTM}(Y_t, (h_{t-1}, c_{t-1})),\\quad Z_t = h_t
+
+    where ∘ is concatenation. Shapes: ``ax`` (N, F) -> ``Y_t`` (N, F + F') ->
+    ``Z_t`` (N, F'). State: ``(h, c)``, each (1, n, F').
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.spatial_features = in_features + out_features
+        self.lin = nn.Linear(in_features, out_features)
+        self.lstm = nn.LSTM(self.spatial_features, out_features)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset the GCN weight and the LSTM."""
+        self.lin.reset_parameters()
+        self.lstm.reset_parameters()
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
+        """Skip-concatenated GCN (IBM §5.1)."""
+        return torch.relu(torch.cat([ax, self.lin(ax)], dim=-1))
+
+    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """LSTM over the timeline of each vertex (w = 1, IBM §5.1)."""
+        if y.shape[1] == 0:  # a rank may own no vertex rows (P > N): LSTM rejects empty batches
+            # keep the (empty) output connected to y so this rank still runs the redistribution's backward
+            return y.new_zeros(y.shape[0], 0, self.out_features) + y.sum() * 0.0, state
+        out, state = self.lstm(y, state)
+        return out, state
+
+
+@register_model("cdgcn")
+def build_cdgcn(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """CD-GCN extended to ``layers`` GCN-LSTM pairs as IBM §5.1 does for two."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([CDGCNLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -1,0 +1,66 @@
+"""EvolveGCN-O: an LSTM evolves the GCN weights over time (IBM §5.2; Pareja et al. 2020)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+
+__all__ = ["EvolveGCNOLayer", "build_evolvegcn_o"]
+
+
+class EvolveGCNOLayer(DynamicLayer):
+    """One EvolveGCN-O layer.
+
+    .. math::
+        (W_t, C_t) = \\mathrm{LSTM}(W_{t-1}, (W_{t-1}, C_{t-1})),\\qquad
+        Y_t = \\sigma(\\tilde A_t X_t W_t)                 (IBM §5.2)
+
+    The LSTM treats the F rows of the (F, F') weight as a batch; ``W_0`` is a
+    parameter and ``C_0 = 0``. The weight sequence is recomputed from ``W_0``
+    on every call to :meth:`time_params` — never kept on the module — so no
+    autograd graph outlives its epoch (the "backward through the graph a second
+    time" failure of implementations that keep ``self.weight``). Each rank runs
+    the LSTM itself (the weights are small), so the layer needs no feature
+    traffic: ``temporal_mixing = False`` (IBM §5.5).
+    """
+
+    temporal_mixing = False
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.spatial_features = out_features
+        self.w0 = nn.Parameter(torch.empty(in_features, out_features))
+        self.cell = nn.LSTMCell(out_features, out_features)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-initialise W_0 and reset the LSTM cell."""
+        bound = math.sqrt(6.0 / (self.in_features + self.out_features))
+        with torch.no_grad():
+            self.w0.uniform_(-bound, bound)
+        self.cell.reset_parameters()
+
+    def time_params(self, num_steps: int) -> list[torch.Tensor]:
+        """W_0..W_{num_steps-1}: W_t for snapshot t (0-based) is the LSTM's t+1-th output."""
+        w, c = self.w0, torch.zeros_like(self.w0)
+        out = []
+        for _ in range(num_steps):
+            w, c = self.cell(w, (w, c))
+            out.append(w)
+        return out
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
+        """GCN with the evolved weight W_t."""
+        return torch.relu(ax @ tparams[t])
+
+
+@register_model("evolvegcn_o")
+def build_evolvegcn_o(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """EvolveGCN-O with ``layers`` evolving GCN layers."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([EvolveGCNOLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -1,0 +1,79 @@
+"""TM-GCN: GCN followed by the parameter-free M-transform along time (IBM §5.3; Malik et al. 2021)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+
+__all__ = ["TMGCNLayer", "build_tmgcn", "m_transform"]
+
+
+def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = None) -> torch.Tensor:
+    """Y ×₁ M with M_tk = 1/min(w, t+1) for max(0, t-w+1) <= k <= t (IBM §5.3, 0-based t).
+
+    Args:
+        y: (T, n, F) sequence.
+        window: w.
+        history: (h, n, F) inputs just before ``y`` (h <= w-1), so a block of time
+            continues a sequence (SPEC S2 passes the last w-1 activations).
+
+    The sum is a fixed-order loop over the w shifts, so every vertex gets the
+    same float result whatever the batch of vertices — part of why P ranks
+    reproduce one rank's losses.
+    """
+    T = y.shape[0]
+    full = y if history is None or history.shape[0] == 0 else torch.cat([history, y], dim=0)
+    off = full.shape[0] - T  # steps of history before y[0]
+    out = full[off : off + T].clone()
+    for k in range(1, window):
+        lo = max(0, k - off)  # first output step whose k-th predecessor exists
+        if lo >= T:
+            break
+        out[lo:] = out[lo:] + full[off + lo - k : off + T - k]
+    pos = torch.arange(T, dtype=y.dtype, device=y.device) + off  # global step index of each output
+    count = torch.clamp(pos + 1, max=window)
+    return out / count.view(T, *([1] * (y.dim() - 1)))
+
+
+class TMGCNLayer(DynamicLayer):
+    """One TM-GCN layer.
+
+    .. math::
+        Y_t = \\sigma(\\tilde A_t X_t W + b),\\qquad
+        Z_t = \\frac{1}{\\min(w, t+1)} \\sum_{k=\\max(0, t-w+1)}^{t} Y_k   (IBM §5.3)
+
+    Shapes: ``ax`` (N, F) -> (N, F'); temporal (T, n, F') -> (T, n, F').
+    State: the last ``w-1`` inputs of the window (carried across blocks, SPEC S2).
+    """
+
+    def __init__(self, in_features: int, out_features: int, window: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.window = in_features, out_features, window
+        self.spatial_features = out_features
+        self.lin = nn.Linear(in_features, out_features)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset the GCN weight (the M-transform has no parameters)."""
+        self.lin.reset_parameters()
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
+        """GCN (IBM Eq. 2)."""
+        return torch.relu(self.lin(ax))
+
+    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """M-transform over the window; the state is the window's tail."""
+        out = m_transform(y, self.window, state)
+        hist = y if state is None else torch.cat([state, y], dim=0)
+        return out, hist[max(0, hist.shape[0] - (self.window - 1)) :]
+
+
+@register_model("tmgcn")
+def build_tmgcn(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """TM-GCN with ``layers`` GCN + M-transform pairs."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([TMGCNLayer(dims[i], dims[i + 1], window) for i in range(layers)])

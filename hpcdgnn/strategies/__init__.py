@@ -1,0 +1,14 @@
+"""Partitioning strategies, registered by YAML name (``strategy.name``)."""
+
+from hpcdgnn.strategies.base import Strategy, StrategyContext
+from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
+from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+__all__ = [
+    "SnapshotStrategy",
+    "Strategy",
+    "StrategyContext",
+    "available_strategies",
+    "get_strategy",
+    "register_strategy",
+]

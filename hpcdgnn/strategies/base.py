@@ -1,0 +1,86 @@
+"""The strategy protocol: who owns what and how data moves (STYLE G5).
+
+The trainer calls, per run: ``plan`` (rank 0) -> broadcast -> ``setup``; per
+epoch: ``forward`` -> task loss -> ``backward`` -> ``sync_gradients`` ->
+optimizer step. It never branches on a strategy's name. A strategy owns the
+data placement and every collective of the training step, so it alone knows
+which tensors must take part in the backward pass for the collectives to
+line up on every rank (see :meth:`Strategy.backward`).
+
+Later strategies (vertex halo S6, PSS, chunks D1, ReInc blocks, DynaHB batches,
+DistTGL memory parallelism) implement the same five methods; optional
+techniques (S2 checkpoint blocks, S3 graph-difference transfer) wrap a
+strategy's data path rather than adding flags to the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.config.schema import JobConfig
+from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.nn.models.base import DGNN
+
+__all__ = ["Strategy", "StrategyContext"]
+
+
+@dataclass
+class StrategyContext:
+    """Everything a strategy consumes, built once by the trainer."""
+
+    job: JobConfig
+    manifest: Manifest
+    comm: Communicator
+    dtype: torch.dtype
+    data_root: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Strategy:
+    """Base class of partitioning strategies; subclasses register with :func:`register_strategy`."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, ctx: StrategyContext) -> None:
+        self.ctx = ctx
+        self.comm = ctx.comm
+        #: seconds spent reading or moving input data in the current epoch (the "load" column)
+        self.load_seconds = 0.0
+
+    @classmethod
+    def make_plan(cls, manifest: Manifest, num_ranks: int, job: JobConfig) -> Any:
+        """Compute the partition plan (called on rank 0 only; the result is broadcast)."""
+        raise NotImplementedError
+
+    def setup(self, plan: Any, model: DGNN, reader: Any) -> list[int]:
+        """Load this rank's data for ``plan``; return the snapshots whose embeddings this rank scores."""
+        raise NotImplementedError
+
+    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
+        """Run the model; return ``{t: Z_t}`` for the snapshots this rank scores (each t on one rank)."""
+        raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate ``loss`` so that every rank runs the same collectives in the same order."""
+        loss.backward()
+
+    def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum partial gradients over ranks (one flat all-reduce; missing grads count as zero)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.comm.allreduce_(flat, "sum", tag="grad_allreduce")
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+
+    def engine_bytes(self) -> int:
+        """Bytes of input data and precomputed tensors this strategy holds (memory account)."""
+        return 0

@@ -1,0 +1,14 @@
+"""Task heads: link prediction and node classification."""
+
+from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.link_prediction import LinkPrediction
+from hpcdgnn.tasks.node_classification import NodeClassification
+
+__all__ = ["LinkPrediction", "NodeClassification", "SPLITS", "Task", "TaskBatch", "build_task", "split_steps"]
+
+_TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassification}
+
+
+def build_task(cfg, manifest, emb_features: int, seed: int) -> Task:
+    """Build the task head named by ``task.name``."""
+    return _TASKS[cfg.name](cfg, manifest, emb_features, seed)

@@ -1,0 +1,90 @@
+"""Node classification: a linear head U (F' x C) on Z_t, cross-entropy on labelled vertices (IBM §2.2).
+
+Labels come from the shards (``labels``, -1 = unlabelled; see ``prepare --labels``).
+Snapshots 0..T-1 are the steps, split by time into train / val / test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hpcdgnn.config.schema import TaskConfig
+from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.errors import DataError
+from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
+
+__all__ = ["NodeClassification"]
+
+
+class NodeClassification(Task):
+    """Node-classification head and labels. Stats per split: [loss_sum, labelled, correct]."""
+
+    metric = "acc"
+
+    def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
+        super().__init__()
+        if manifest.num_classes < 2:
+            raise DataError(
+                "task.name: node_classification needs labels, but the dataset has none; "
+                "prepare it with --labels (e.g. next_activity)"
+            )
+        self.manifest = manifest
+        self.head = nn.Linear(emb_features, manifest.num_classes)
+        self.ranges = split_steps(manifest.num_snapshots, cfg.split)
+        self.labels: dict[int, torch.Tensor] = {}
+        self._train_count = 0.0
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset the linear head."""
+        self.head.reset_parameters()
+
+    def setup(self, reader, snapshots: list[int], comm) -> None:
+        """Read labels of the scored snapshots; all-reduce the number of labelled training vertices."""
+        local = 0.0
+        for t in snapshots:
+            y = reader.read(t).labels
+            if y.max(initial=-1) >= self.manifest.num_classes:
+                raise DataError(f"snapshot {t}: label {int(y.max())} >= num_classes {self.manifest.num_classes}")
+            self.labels[t] = torch.from_numpy(y)
+            if t in self.ranges[0]:
+                local += float((y >= 0).sum())
+        self._train_count = float(comm.allreduce_array([local], tag="setup")[0])
+
+    def global_train_count(self) -> float:
+        """Labelled vertices over all training snapshots."""
+        return self._train_count
+
+    def forward(self, emb: dict[int, torch.Tensor], epoch: int) -> TaskBatch:
+        """Cross-entropy sum over labelled train vertices held here; accuracy sums for all splits."""
+        stats = np.zeros(3 * len(SPLITS))
+        loss_sum = self.head.weight.sum() * 0.0 + self.head.bias.sum() * 0.0
+        for t, z in emb.items():
+            s = next((i for i, r in enumerate(self.ranges) if t in r), -1)
+            y = self.labels[t]
+            mask = y >= 0
+            if s < 0 or not bool(mask.any()):
+                loss_sum = loss_sum + z.sum() * 0.0
+                continue
+            logits = self.head(z[mask])
+            loss = F.cross_entropy(logits, y[mask], reduction="sum")
+            if s == 0:
+                loss_sum = loss_sum + loss
+            else:
+                loss_sum = loss_sum + z.sum() * 0.0
+            stats[3 * s] += float(loss.detach())
+            stats[3 * s + 1] += float(mask.sum())
+            stats[3 * s + 2] += float((logits.detach().argmax(-1) == y[mask]).sum())
+        return TaskBatch(loss_sum, stats)
+
+    def metrics(self, stats: np.ndarray) -> dict[str, float]:
+        """Mean loss and accuracy per split."""
+        out: dict[str, float] = {}
+        for s, name in enumerate(SPLITS):
+            n = stats[3 * s + 1]
+            out[f"{name}_loss"] = float(stats[3 * s] / n) if n else float("nan")
+            out[f"{name}_acc"] = float(stats[3 * s + 2] / n) if n else float("nan")
+        return out

@@ -1,0 +1,231 @@
+"""The training loop: small, strategy-agnostic, exact (STYLE G5, G10, G11).
+
+``run_training`` does, in order:
+
+1. rank 0 loads and validates the job YAML, reads the manifest, computes the
+   plan and creates the run directory; the result (or the user error) is
+   broadcast, so a bad input ends every rank with the same one-line message;
+2. every rank builds the model and task head from ``train.seed``, and rank 0's
+   parameters are broadcast (identical start whatever the node);
+3. the strategy reads this rank's shards and precomputes (S4);
+4. per epoch: forward (strategy) -> loss sum / global count (task) ->
+   backward (strategy) -> gradient all-reduce (strategy) -> Adam; then one
+   all-reduce of metric sums and one all-gather of the time split, and rank 0
+   prints one line and appends one JSON object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import resource
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.config import job_to_dict, load_job
+from hpcdgnn.config.schema import JobConfig
+from hpcdgnn.data.manifest import Manifest, load_manifest
+from hpcdgnn.data.shard_reader import ShardReader
+from hpcdgnn.errors import DataError
+from hpcdgnn.metrics import TRAIN_TAGS, RunDirectory, choose_run_dir, configure_logging, summarize_over_ranks
+from hpcdgnn.nn.models import build_model
+from hpcdgnn.strategies import StrategyContext, get_strategy
+from hpcdgnn.tasks import build_task
+from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
+
+__all__ = ["run_training", "TrainResult"]
+
+_MiB = 1024.0 * 1024.0
+
+
+@dataclass
+class TrainResult:
+    """What a finished run returns (rank 0 has the run directory; all ranks the losses)."""
+
+    run_dir: Path
+    losses: list[float]
+    metrics: list[dict]
+
+
+def _threads(comm: Communicator, requested: int) -> int:
+    """Torch threads per rank: the request, else the cores this rank may use divided by the ranks on its node."""
+    if requested > 0:
+        return requested
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    if affinity < cores:  # the launcher bound this rank to a core set: use exactly that
+        return max(1, affinity)
+    return max(1, cores // comm.local_rank_size()[1])
+
+
+def _checksum(params: list[torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for p in params:
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _fmt(v: float) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"
+
+
+def run_training(job_path: str, overrides: list[str], output: str | None, comm: Communicator) -> TrainResult:
+    """Run a job (see module docstring); every rank calls this."""
+    log = configure_logging(comm.rank, comm.size)
+
+    def _prepare() -> tuple[JobConfig, Manifest, object, str]:
+        job = load_job(job_path, overrides)
+        manifest = load_manifest(job.data.path)
+        plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+        run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+        rd = RunDirectory(run_dir)
+        rd.save_config(job_to_dict(job))
+        plan.save(run_dir / "plan.json")
+        rd.close()
+        return job, manifest, plan, str(run_dir)
+
+    job, manifest, plan, run_dir_s = root_then_bcast(comm, _prepare)
+    run_dir = Path(run_dir_s)
+    threads = _threads(comm, job.train.threads)
+    torch.set_num_threads(threads)
+    dtype = torch.float64 if job.train.dtype == "float64" else torch.float32
+
+    # identical start on every rank: seeded init, then rank 0's values broadcast
+    torch.manual_seed(job.train.seed)
+    m = job.model
+    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window).to(dtype)
+    task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(dtype)
+    params = [p for mod in (model, task) for p in mod.parameters()]
+    for p in params:
+        comm.bcast_(p.data, root=0)
+    checksum = _checksum(params)
+
+    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path))
+    reader = ShardReader(job.data.path, manifest)
+    t_setup = time.perf_counter()
+
+    def _setup() -> None:
+        scored = strategy.setup(plan, model, reader)
+        task.setup(reader, scored, comm)
+
+    agree(comm, _setup)
+    reader.close()
+    setup_seconds = time.perf_counter() - t_setup
+    train_count = task.global_train_count()
+    if train_count <= 0:  # every rank computed the same count, so every rank raises here
+        raise collective_error(
+            DataError(f"{job_path}: task.split leaves no training examples (too few snapshots or no labels)")
+        )
+
+    nparams = sum(p.numel() for p in params)
+    log.info(
+        f"hpcdgnn: {m.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, "
+        f"N={manifest.num_vertices} T={manifest.num_snapshots} F={manifest.num_features}, "
+        f"{nparams} parameters (checksum {checksum}), {job.train.dtype}, {threads} thread(s)/rank"
+    )
+    log.info(f"run directory: {run_dir}   setup {setup_seconds:.2f}s (read + normalise + precompute Ã·X)")
+
+    rd = RunDirectory(run_dir) if comm.rank == 0 else None
+    opt = torch.optim.Adam(params, lr=job.train.lr)
+    losses: list[float] = []
+    records: list[dict] = []
+    totals = np.zeros(4)
+    for epoch in range(1, job.train.epochs + 1):
+        before = comm.stats.snapshot()
+        strategy.load_seconds = 0.0
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        emb = strategy.forward(model)
+        batch = task(emb, epoch)
+        loss = batch.loss_sum / train_count
+        strategy.backward(loss)
+        strategy.sync_gradients(params)
+        opt.step()
+        wall = time.perf_counter() - t0
+        comm_s = sum(comm.stats.since(before, tag).seconds for tag in TRAIN_TAGS)
+        sent = sum(comm.stats.since(before, tag).bytes_sent for tag in TRAIN_TAGS)
+        by_tag = {k: v.bytes_sent - before.get(k, type(v)()).bytes_sent for k, v in comm.stats.tags.items()
+                  if k.startswith(TRAIN_TAGS)}
+        load = strategy.load_seconds
+        split = [wall, load, max(0.0, wall - load - comm_s), comm_s]
+
+        # metrics: one all-reduce of sums, one all-gather of times and bytes
+        metrics = task.metrics(comm.allreduce_array(batch.stats))
+        per_rank = comm.gather_array([*split, float(sent)])
+        tag_names = sorted(by_tag)
+        tag_bytes = comm.allreduce_array([by_tag[k] for k in tag_names]) if tag_names else []
+        times = summarize_over_ranks(per_rank[:, :4])
+        bytes_sent = int(per_rank[:, 4].sum())
+        losses.append(metrics["train_loss"])
+        record = {
+            "epoch": epoch,
+            "warmup": epoch <= job.train.warmup_epochs,
+            "loss": metrics["train_loss"],
+            **metrics,
+            "time": {k: times[k] for k in ("epoch", "load", "compute", "comm")},
+            "slowest_rank": times["slowest_rank"],
+            "slowest": times["slowest"],
+            "bytes_sent": bytes_sent,
+            "bytes_by_tag": {k: int(b) for k, b in zip(tag_names, tag_bytes)},
+        }
+        records.append(record)
+        totals += np.asarray([times["slowest"][k] for k in ("epoch", "load", "compute", "comm")])
+        if rd is not None:
+            rd.append_epoch(record)
+            if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
+                s = times["slowest"]
+                log.info(
+                    f"epoch {epoch:4d}  loss {_fmt(metrics['train_loss'])}  "
+                    f"val_{task.metric} {_fmt(metrics['val_' + task.metric])}  "
+                    f"time {s['epoch']:.3f}s (load {s['load']:.3f} comp {s['compute']:.3f} comm {s['comm']:.3f})  "
+                    f"sent {bytes_sent / _MiB:.2f} MiB"
+                )
+
+    # summary: final metrics, totals, per-rank memory, environment
+    mem = comm.gather_array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0, strategy.engine_bytes()])
+    steady = [r for r in records if not r["warmup"]] or records
+    if rd is not None:
+        import mpi4py
+
+        rd.save_summary(
+            {
+                "job": str(job_path),
+                "final": records[-1],
+                "epochs": len(records),
+                "totals": {
+                    "seconds": dict(zip(("epoch", "load", "compute", "comm"), totals.tolist())),
+                    "bytes_sent": int(sum(r["bytes_sent"] for r in records)),
+                    "setup_seconds": setup_seconds,
+                },
+                "steady_epoch_seconds": {
+                    "median": float(np.median([r["time"]["epoch"]["max"] for r in steady])),
+                    "mean": float(np.mean([r["time"]["epoch"]["max"] for r in steady])),
+                },
+                "memory": {
+                    "peak_rss_bytes": [int(v) for v in mem[:, 0]],
+                    "engine_bytes": [int(v) for v in mem[:, 1]],
+                },
+                "parameters": {"count": nparams, "initial_checksum": checksum},
+                "environment": {
+                    "num_ranks": comm.size,
+                    "threads_per_rank": threads,
+                    "device": "cpu",
+                    "dtype": job.train.dtype,
+                    "mpi_library": comm.library_version(),
+                    "mpi4py": mpi4py.__version__,
+                    "torch": torch.__version__,
+                    "python": platform.python_version(),
+                    "host": socket.gethostname(),
+                },
+            }
+        )
+        rd.close()
+        log.info(f"done: {len(records)} epochs, results in {run_dir}")
+    return TrainResult(run_dir, losses, records)
