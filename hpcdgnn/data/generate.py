@@ -1,0 +1,161 @@
+"""Random dynamic graphs for weak-scaling studies (IBM §6.3), written as a dataset directory.
+
+IBM §6.3 ("Weak Scaling"): *"Given T, N and edge density f, the generator
+constructs each snapshot independently by adding N vertices and randomly
+selecting m = N·f pairs of vertices as edges."* The paper's study uses
+T = 256, f = 3 and N = 2^14 at P = 1, doubling N with P (the paper quotes
+"1M" vertices at P = 128; SPEC "Figures from the papers").
+
+What this module does, precisely:
+
+* snapshot t draws ``m = round(N * f)`` ordered pairs ``(src, dst)`` uniformly
+  and independently from ``[0, N)²`` with ``np.random.default_rng([seed, t])``;
+* self-loops are removed (the GCN adds ``I`` itself, IBM §2, so a drawn
+  ``(v, v)`` would only double-count the diagonal) and duplicate pairs collapse
+  to one edge in :func:`hpcdgnn.data.writer.write_dataset`, so a snapshot holds
+  at most ``m`` distinct directed edges (about ``m·(1 - 1/N) - m²/(2N²)``);
+* features are the in/out degrees (IBM §6.1), edge weights are 1, and the
+  optional edge-life ``l`` / M-transform ``w`` smoothing is applied by the
+  writer (IBM §5.4; the paper applies it for EvolveGCN / TM-GCN).
+
+Because each snapshot has its own RNG stream seeded by ``(seed, t)``, the
+output depends only on ``(N, T, f, seed)``: not on the shard size, on how the
+stream is consumed, or on whether snapshots are generated in another order.
+:func:`random_snapshots` yields one snapshot at a time, so memory stays
+``O(N + m)`` times the smoothing window however large T is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.data.writer import RawSnapshot, write_dataset
+from hpcdgnn.errors import DataError
+
+__all__ = ["add_generate_arguments", "run_generate", "generate_dataset", "random_snapshots"]
+
+
+def random_snapshots(vertices: int, snapshots: int, density: float, seed: int) -> Iterator[RawSnapshot]:
+    """Yield the IBM §6.3 random snapshots one at a time, lazily.
+
+    Args:
+        vertices: N, the vertex universe of every snapshot.
+        snapshots: T, number of snapshots to yield.
+        density: f; each snapshot draws ``round(N * f)`` pairs before removing
+            self-loops (duplicates are collapsed later by the writer).
+        seed: base seed; snapshot t uses ``np.random.default_rng([seed, t])``.
+
+    Yields:
+        :class:`RawSnapshot` with int64 ``src``/``dst`` and ``time = (t, t + 1)``.
+    """
+    n = int(vertices)
+    m = int(round(n * float(density)))
+    for t in range(int(snapshots)):
+        rng = np.random.default_rng([int(seed), t])
+        pairs = rng.integers(0, n, size=(2, m), dtype=np.int64)
+        keep = pairs[0] != pairs[1]  # self-loops removed: the GCN adds I itself (IBM §2)
+        yield RawSnapshot(src=pairs[0][keep], dst=pairs[1][keep], time=(float(t), float(t + 1)))
+
+
+def generate_dataset(
+    output: str | Path,
+    vertices: int,
+    snapshots: int,
+    density: float,
+    seed: int,
+    edge_life: int = 1,
+    mtransform: int = 1,
+    shard_size: int = 8,
+    force: bool = False,
+) -> Manifest:
+    """Write an IBM §6.3 weak-scaling random dynamic graph to ``output``; return its manifest.
+
+    Args:
+        output: dataset directory to create (see :mod:`hpcdgnn.data.manifest`).
+        vertices: N >= 2.
+        snapshots: T >= 1.
+        density: f > 0, edges drawn per vertex per snapshot (the paper uses 3).
+        seed: RNG seed; same arguments and seed give byte-identical shard contents.
+        edge_life: IBM §5.4 edge-life l (1 = off).
+        mtransform: IBM §5.3/§5.4 M-transform window w (1 = off).
+        shard_size: snapshots per shard file.
+        force: replace a non-empty ``output``.
+
+    Raises:
+        DataError: on impossible sizes, naming ``output``.
+    """
+    if vertices < 2:
+        raise DataError(f"{output}: --vertices must be >= 2 (got {vertices})")
+    if snapshots < 1:
+        raise DataError(f"{output}: --snapshots must be >= 1 (got {snapshots})")
+    if not density > 0 or not np.isfinite(density):
+        raise DataError(f"{output}: --density must be a positive number (got {density})")
+    return write_dataset(
+        output,
+        random_snapshots(vertices, snapshots, density, seed),
+        num_vertices=vertices,
+        directed=True,
+        weights="ones",
+        edge_life=edge_life,
+        mtransform_window=mtransform,
+        shard_snapshots=shard_size,
+        source={
+            "generator": "ibm-6.3-uniform",
+            "vertices": int(vertices),
+            "snapshots": int(snapshots),
+            "density": float(density),
+            "seed": int(seed),
+            "self_loops": "removed",
+        },
+        force=force,
+    )
+
+
+def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``hpcdgnn generate`` options to ``parser``."""
+    parser.description = (
+        "Write a random dynamic graph for weak-scaling studies (IBM §6.3): each snapshot draws "
+        "round(N*f) uniform vertex pairs independently; self-loops are dropped and duplicates collapse."
+    )
+    parser.add_argument("--output", required=True, metavar="DIR", help="dataset directory to create")
+    parser.add_argument("--vertices", type=int, required=True, metavar="N", help="number of vertices N")
+    parser.add_argument("--snapshots", type=int, required=True, metavar="T", help="number of snapshots T")
+    parser.add_argument("--density", type=float, required=True, metavar="f", help="edges per vertex per snapshot f")
+    parser.add_argument("--seed", type=int, required=True, help="RNG seed (snapshot t uses default_rng([seed, t]))")
+    parser.add_argument(
+        "--edge-life", type=int, default=1, metavar="L", help="edge-life smoothing l (IBM §5.4; default 1 = off)"
+    )
+    parser.add_argument(
+        "--mtransform", type=int, default=1, metavar="W", help="M-transform window w (IBM §5.4; default 1 = off)"
+    )
+    parser.add_argument("--shard-size", type=int, default=8, metavar="S", help="snapshots per shard file (default 8)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty --output directory")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """Run ``hpcdgnn generate`` from parsed arguments; print a one-line summary and return 0."""
+    t0 = time.perf_counter()
+    m = generate_dataset(
+        args.output,
+        vertices=args.vertices,
+        snapshots=args.snapshots,
+        density=args.density,
+        seed=args.seed,
+        edge_life=args.edge_life,
+        mtransform=args.mtransform,
+        shard_size=args.shard_size,
+        force=args.force,
+    )
+    size = sum(s.bytes for s in m.shards)
+    print(
+        f"generated {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
+        f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} "
+        f"shards={len(m.shards)} ({size / 2**20:.1f} MiB) in {time.perf_counter() - t0:.1f}s"
+    )
+    return 0

@@ -1,0 +1,343 @@
+"""``hpcdgnn inspect DIR``: statistics and a full validation of a dataset directory.
+
+Statistics (what the planner and the papers' tables talk about):
+
+* N, T, F, feature names, directedness, classes, smoothing (IBM §5.4);
+* nonzeros of the trained adjacency A_t per snapshot (min / median / max /
+  total; IBM Table 1's "nnz" after M-product or edge-life);
+* raw edges per snapshot (the link-prediction targets) and active vertices;
+* edge overlap between consecutive snapshots, ``|E_t ∩ E_{t+1}| / |E_{t+1}|``
+  over the trained adjacency, mean / min / max over the T-1 pairs (pairs with
+  an empty E_{t+1} are skipped). This is the fraction of A_{t+1}'s pattern
+  that graph-difference transfer (IBM §3.2, SPEC S3) does not resend.
+
+Validation (every problem is collected as ``file: problem``):
+
+* ``manifest.json`` parses and is consistent (:func:`~hpcdgnn.data.manifest.load_manifest`);
+* ``vertices.h5`` has ``/original_id`` of length N;
+* every shard exists, its size and sha256 equal the manifest's, it opens,
+  its ``t_start``/``t_stop`` attributes match and it holds exactly the groups
+  of its snapshots;
+* each snapshot group has the datasets of :mod:`hpcdgnn.data.shard_reader`
+  with the right dtype and shape; ``indptr`` starts at 0, never decreases and
+  ends at ``nnz``; indices lie in ``[0, N)`` and edge keys strictly ascend
+  (sorted rows, no duplicates: S3's diffs rely on it); ``x`` and ``weights``
+  have no NaN/Inf; labels lie in ``{-1} ∪ [0, C)``; nnz, raw edges and active
+  counts equal the manifest's.
+
+Snapshots are read one at a time (two edge-key arrays are alive for the
+overlap), so inspecting a dataset needs memory for about one snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hpcdgnn.data.manifest import Manifest, load_manifest
+from hpcdgnn.data.shard_reader import snapshot_group_name
+from hpcdgnn.data.writer import file_sha256
+from hpcdgnn.errors import DataError
+
+__all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset"]
+
+
+class _Invalid(Exception):
+    """One snapshot failed a check that makes its remaining checks meaningless."""
+
+
+def _summary(values: list[int]) -> dict[str, float] | None:
+    if not values:
+        return None
+    a = np.asarray(values, dtype=np.float64)
+    return {"min": int(a.min()), "median": float(np.median(a)), "max": int(a.max()), "total": int(a.sum())}
+
+
+def _overlap(prev: np.ndarray, cur: np.ndarray) -> int:
+    """|prev ∩ cur| for two strictly ascending key arrays.
+
+    A stable sort of the two concatenated sorted runs is a linear merge
+    (timsort), and since each array is duplicate-free every equal neighbour
+    pair is one common key.
+    """
+    merged = np.sort(np.concatenate([prev, cur]), kind="stable")
+    return int(np.count_nonzero(merged[1:] == merged[:-1]))
+
+
+class _SnapshotChecker:
+    """Checks one snapshot group against the manifest; collects problems."""
+
+    def __init__(self, m: Manifest, problems: list[str]) -> None:
+        self.m = m
+        self.n = m.num_vertices
+        self.problems = problems
+
+    def fail(self, where: str, msg: str) -> None:
+        self.problems.append(f"{where}: {msg}")
+
+    def dataset(self, g: h5py.Group, where: str, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in g:
+            self.fail(where, f"dataset '{name}' missing")
+            raise _Invalid
+        ds = g[name]
+        if not isinstance(ds, h5py.Dataset):
+            self.fail(where, f"'{name}' is not a dataset")
+            raise _Invalid
+        if ds.dtype != dtype:
+            self.fail(where, f"'{name}' has dtype {ds.dtype}, expected {dtype}")
+            raise _Invalid
+        if ds.shape != shape:
+            self.fail(where, f"'{name}' has shape {ds.shape}, expected {shape}")
+            raise _Invalid
+        try:
+            return ds[()]
+        except (OSError, ValueError) as e:
+            self.fail(where, f"cannot read '{name}': {e}")
+            raise _Invalid from None
+
+    def csr_keys(self, g: h5py.Group, where: str, prefix: str) -> np.ndarray:
+        """Validate one CSR pair; return its edge keys ``row * N + col``."""
+        n = self.n
+        indptr = self.dataset(g, where, prefix + "indptr", np.dtype(np.int64), (n + 1,))
+        if indptr[0] != 0 or (np.diff(indptr) < 0).any():
+            self.fail(where, f"'{prefix}indptr' does not start at 0 and increase monotonically")
+            raise _Invalid
+        nnz = int(indptr[-1])
+        indices = self.dataset(g, where, prefix + "indices", np.dtype(self.m.index_dtype), (nnz,))
+        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n):
+            self.fail(where, f"'{prefix}indices' has a vertex outside [0, {n})")
+            raise _Invalid
+        keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * np.int64(n) + indices.astype(np.int64)
+        if nnz > 1 and not (keys[1:] > keys[:-1]).all():
+            self.fail(where, f"'{prefix}indices' not strictly ascending within rows (unsorted or duplicate edges)")
+            raise _Invalid
+        return keys
+
+    def check(self, g: h5py.Group, where: str, t: int) -> tuple[np.ndarray, int, int]:
+        """Validate snapshot ``t``; return (A_t keys, raw edges, active vertices)."""
+        m, n = self.m, self.n
+        keys = self.csr_keys(g, where, "")
+        nnz = int(keys.shape[0])
+        w = self.dataset(g, where, "weights", np.dtype(np.float32), (nnz,))
+        if not np.isfinite(w).all():
+            self.fail(where, "'weights' contains NaN or Inf")
+        x = self.dataset(g, where, "x", np.dtype(np.float32), (n, m.num_features))
+        if not np.isfinite(x).all():
+            bad = np.argwhere(~np.isfinite(x))[0]
+            self.fail(where, f"'x' contains NaN or Inf (first at vertex {bad[0]}, feature {bad[1]})")
+        active = self.dataset(g, where, "active", np.dtype(np.uint8), (n,))
+        if m.num_classes > 0:
+            labels = self.dataset(g, where, "labels", np.dtype(np.int64), (n,))
+            if ((labels < -1) | (labels >= m.num_classes)).any():
+                self.fail(where, f"'labels' outside -1..{m.num_classes - 1}")
+        raw = int(self.csr_keys(g, where, "target_").shape[0]) if m.smoothed else nnz
+        n_active = int(np.count_nonzero(active))
+        for name, got, want in (
+            ("nnz", nnz, m.snapshot_nnz[t]),
+            ("raw edges", raw, m.snapshot_edges[t]),
+            ("active vertices", n_active, m.snapshot_active[t]),
+        ):
+            if got != want:
+                self.fail(where, f"{name} {got} but manifest says {want}")
+        return keys, raw, n_active
+
+
+def _shard_snapshots(root: Path, m: Manifest, problems: list[str], checksums: bool) -> Iterator[tuple[int, Any]]:
+    """Yield ``(t, result or None)`` for every snapshot, shard by shard, one snapshot in memory."""
+    checker = _SnapshotChecker(m, problems)
+    for info in m.shards:
+        path = root / "shards" / info.file
+        ts = range(info.t_start, info.t_stop)
+        if not path.is_file():
+            problems.append(f"{path}: shard file missing (snapshots {info.t_start}..{info.t_stop - 1})")
+            yield from ((t, None) for t in ts)
+            continue
+        size = path.stat().st_size
+        if size != info.bytes:
+            problems.append(f"{path}: {size} bytes but manifest says {info.bytes} (truncated or replaced)")
+        elif checksums and file_sha256(path) != info.sha256:
+            problems.append(f"{path}: sha256 differs from the manifest (file modified or corrupt)")
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            problems.append(f"{path}: cannot open as HDF5: {e}")
+            yield from ((t, None) for t in ts)
+            continue
+        with f:
+            if f.attrs.get("t_start") != info.t_start or f.attrs.get("t_stop") != info.t_stop:
+                problems.append(
+                    f"{path}: attributes t_start/t_stop = {f.attrs.get('t_start')}/{f.attrs.get('t_stop')}, "
+                    f"manifest says {info.t_start}/{info.t_stop}"
+                )
+            expected = {snapshot_group_name(t) for t in ts}
+            extra = sorted(set(f.keys()) - expected)
+            if extra:
+                problems.append(f"{path}: unexpected group(s) {', '.join(extra[:5])}")
+            for t in ts:
+                name = snapshot_group_name(t)
+                where = f"{path}: {name}"
+                try:
+                    g = f[name] if name in f else None
+                except (OSError, KeyError) as e:
+                    problems.append(f"{where}: cannot read group: {e}")
+                    yield t, None
+                    continue
+                if g is None:
+                    problems.append(f"{path}: group '{name}' missing")
+                    yield t, None
+                    continue
+                try:
+                    yield t, checker.check(g, where, t)
+                except _Invalid:
+                    yield t, None
+                except (OSError, ValueError, KeyError) as e:
+                    problems.append(f"{where}: cannot read: {e}")
+                    yield t, None
+
+
+def _check_vertices(root: Path, m: Manifest, problems: list[str]) -> None:
+    path = root / "vertices.h5"
+    if not path.is_file():
+        problems.append(f"{path}: missing (original vertex ids)")
+        return
+    try:
+        with h5py.File(path, "r") as f:
+            if "original_id" not in f:
+                problems.append(f"{path}: dataset 'original_id' missing")
+            elif f["original_id"].shape != (m.num_vertices,):
+                problems.append(
+                    f"{path}: 'original_id' has shape {f['original_id'].shape}, expected ({m.num_vertices},)"
+                )
+    except OSError as e:
+        problems.append(f"{path}: cannot open as HDF5: {e}")
+
+
+def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, Any]:
+    """Compute statistics of a dataset directory and validate every file, one snapshot at a time.
+
+    Args:
+        root: dataset directory (see :mod:`hpcdgnn.data.manifest`).
+        checksums: verify each shard's sha256 (reads every byte twice; skip for a quick look).
+
+    Returns:
+        A JSON-ready dict: ``num_vertices``, ``num_snapshots``, ``num_features``,
+        ``feature_names``, ``directed``, ``num_classes``, ``index_dtype``,
+        ``smoothing``, ``shards``, ``bytes``, ``nnz`` / ``edges`` / ``active``
+        (each ``{min, median, max, total}`` or None), ``overlap``
+        (``{mean, min, max, pairs}`` or None), ``problems`` (list of
+        ``file: problem`` strings) and ``valid`` (no problems).
+
+    Raises:
+        DataError: the manifest itself is missing or malformed (nothing else can be checked).
+    """
+    root = Path(root)
+    m = load_manifest(root)
+    problems: list[str] = []
+    _check_vertices(root, m, problems)
+    nnz: list[int] = []
+    edges: list[int] = []
+    active: list[int] = []
+    ratios: list[float] = []
+    prev: np.ndarray | None = None
+    for _, res in _shard_snapshots(root, m, problems, checksums):
+        if res is None:
+            prev = None  # an unreadable snapshot breaks the consecutive pair on both sides
+            continue
+        keys, raw, n_active = res
+        nnz.append(int(keys.shape[0]))
+        edges.append(raw)
+        active.append(n_active)
+        if prev is not None and keys.shape[0] > 0:
+            ratios.append(_overlap(prev, keys) / keys.shape[0])
+        prev = keys
+    overlap = None
+    if ratios:
+        r = np.asarray(ratios)
+        overlap = {"mean": float(r.mean()), "min": float(r.min()), "max": float(r.max()), "pairs": len(ratios)}
+    return {
+        "root": str(root),
+        "num_vertices": m.num_vertices,
+        "num_snapshots": m.num_snapshots,
+        "num_features": m.num_features,
+        "feature_names": list(m.feature_names),
+        "directed": m.directed,
+        "num_classes": m.num_classes,
+        "index_dtype": m.index_dtype,
+        "smoothing": dict(m.smoothing),
+        "shards": len(m.shards),
+        "bytes": sum(s.bytes for s in m.shards),
+        "checksums_verified": checksums,
+        "nnz": _summary(nnz),
+        "edges": _summary(edges),
+        "active": _summary(active),
+        "overlap": overlap,
+        "problems": problems,
+        "valid": not problems,
+    }
+
+
+def _fmt_summary(s: dict[str, float] | None) -> str:
+    if s is None:
+        return "n/a"
+    return f"min {s['min']:,}  median {s['median']:,.1f}  max {s['max']:,}  total {s['total']:,}"
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """Human-readable text of an :func:`inspect_dataset` result."""
+    sm = r["smoothing"]
+    ov = r["overlap"]
+    lines = [
+        f"dataset   {r['root']}",
+        f"  vertices N = {r['num_vertices']:,}   snapshots T = {r['num_snapshots']:,}   "
+        f"features F = {r['num_features']} ({', '.join(r['feature_names'])})",
+        f"  {'directed' if r['directed'] else 'undirected'}, classes {r['num_classes'] or 'none'}, "
+        f"index {r['index_dtype']}, edge-life {sm.get('edge_life', 1)}, M-transform {sm.get('mtransform_window', 1)}",
+        f"  shards    {r['shards']} files, {r['bytes'] / 2**20:,.1f} MiB"
+        + ("" if r["checksums_verified"] else " (checksums not verified)"),
+        f"  nnz(A_t)  {_fmt_summary(r['nnz'])}",
+        f"  raw edges {_fmt_summary(r['edges'])}",
+        f"  active    {_fmt_summary(r['active'])}",
+        "  overlap   |E_t ∩ E_t+1| / |E_t+1|: "
+        + (
+            "n/a"
+            if ov is None
+            else f"mean {ov['mean']:.3f}  min {ov['min']:.3f}  max {ov['max']:.3f}  ({ov['pairs']} pairs)"
+        ),
+    ]
+    if r["valid"]:
+        lines.append("  valid     yes")
+    else:
+        lines.append(f"  valid     NO, {len(r['problems'])} problem(s):")
+        lines += [f"    {p}" for p in r["problems"][:20]]
+        if len(r["problems"]) > 20:
+            lines.append(f"    ... and {len(r['problems']) - 20} more")
+    return "\n".join(lines)
+
+
+def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``hpcdgnn inspect`` arguments to ``parser``."""
+    parser.description = "Print statistics of a dataset directory and validate its manifest and shards."
+    parser.add_argument("root", metavar="DIR", help="dataset directory written by 'hpcdgnn prepare' or 'generate'")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
+    parser.add_argument("--no-checksums", action="store_true", help="skip the sha256 check of each shard (faster)")
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Run ``hpcdgnn inspect``: print the report; return 0 when the dataset is valid.
+
+    Raises:
+        DataError: the first validation problem (``file: problem``, with the count of the
+            others); the report listing all of them is printed first.
+    """
+    r = inspect_dataset(args.root, checksums=not getattr(args, "no_checksums", False))
+    print(json.dumps(r, indent=1) if getattr(args, "json", False) else format_report(r))
+    if not r["valid"]:
+        more = len(r["problems"]) - 1
+        raise DataError(r["problems"][0] + (f" (and {more} more problem(s), listed above)" if more else ""))
+    return 0

@@ -1,0 +1,309 @@
+"""Helpers shared by the ``prepare`` readers: input decoding, id remapping, time slicing, labels.
+
+The three readers (:mod:`.snap`, :mod:`.jodie`, :mod:`.pygt_json`) each turn one
+raw format into a :class:`PreparedInput` (vertex universe + a lazy stream of
+:class:`~hpcdgnn.data.writer.RawSnapshot`); :func:`hpcdgnn.data.prepare.prepare_dataset`
+hands that to :func:`~hpcdgnn.data.writer.write_dataset`.
+
+Time slicing (SPEC "Data model": "by a time window (fixed duration or fixed
+number of events per snapshot)") is defined once, in :func:`slice_events`, and
+documented in :mod:`hpcdgnn.data.prepare.snap`.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpcdgnn.data.writer import RawSnapshot
+from hpcdgnn.errors import DataError
+
+__all__ = [
+    "PrepareOptions",
+    "PreparedInput",
+    "read_input_bytes",
+    "read_input_text",
+    "parse_numbers",
+    "remap_ids",
+    "slice_events",
+    "Slice",
+    "with_next_activity",
+    "MAX_SNAPSHOTS",
+]
+
+#: Refuse time windows that would create more snapshots than this: a too-small
+#: ``--window`` (e.g. 1 s over years of epoch time) would otherwise write
+#: millions of empty snapshots before anyone notices.
+MAX_SNAPSHOTS = 100_000
+
+#: Snapshot count used when none of --snapshots/--window/--events-per-snapshot is given.
+DEFAULT_SNAPSHOTS = 32
+
+#: Lagged signal length for PyGT signal datasets when --lags is not given (PyGT's default for most loaders).
+DEFAULT_LAGS = 4
+
+_GZIP = b"\x1f\x8b"
+_XZ = b"\xfd7zXZ\x00"
+_BZ2 = b"BZh"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareOptions:
+    """Options of ``hpcdgnn prepare`` (one field per CLI flag; see :func:`add_prepare_arguments`)."""
+
+    snapshots: int | None = None
+    """--snapshots T: T equal time slices over [tmin, tmax]."""
+    window: float | None = None
+    """--window S: slices [tmin + kS, tmin + (k+1)S)."""
+    events_per_snapshot: int | None = None
+    """--events-per-snapshot K: consecutive groups of K time-sorted events."""
+    undirected: bool = False
+    """--undirected: store every edge in both directions."""
+    weights: str = "ones"
+    """--weights ones|count|given: edge weight before smoothing (writer step 1)."""
+    edge_life: int = 1
+    """--edge-life l (IBM §5.4; 1 = off)."""
+    mtransform: int = 1
+    """--mtransform w (IBM §5.3/§5.4; 1 = off)."""
+    log_features: bool = False
+    """--log-features: log1p of the degree features (IBM §6.1 features)."""
+    labels: str = "none"
+    """--labels none|next_activity|state|target_bins."""
+    shard_size: int = 8
+    """--shard-size: snapshots per shard file."""
+    lags: int | None = None
+    """--lags: lagged-signal length for PyGT signal datasets (default 4)."""
+    force: bool = False
+    """--force: replace a non-empty output directory."""
+
+
+@dataclass
+class PreparedInput:
+    """A parsed raw input, ready for :func:`~hpcdgnn.data.writer.write_dataset`.
+
+    ``snapshots`` is consumed once, in time order; readers build it lazily so
+    only the current window's arrays are materialised.
+    """
+
+    num_vertices: int
+    snapshots: Iterable[RawSnapshot]
+    vertex_ids: np.ndarray
+    feature_names: list[str] | None = None
+    num_classes: int = 0
+    has_weights: bool = False
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def read_input_bytes(path: Path) -> bytes:
+    """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes.
+
+    The suffix is not trusted: a ``.txt`` that is really gzip (or a ``.gz``
+    someone already decompressed) is read correctly.
+
+    Raises:
+        DataError: missing/unreadable file or corrupt compressed stream, naming ``path``.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: input file does not exist") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected an input file") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        if raw.startswith(_GZIP):
+            return gzip.decompress(raw)
+        if raw.startswith(_XZ):
+            return lzma.decompress(raw)
+        if raw.startswith(_BZ2):
+            return bz2.decompress(raw)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
+        raise DataError(f"{path}: corrupt compressed input: {e}") from None
+    return raw
+
+
+def read_input_text(path: Path) -> str:
+    """Decompressed ``path`` decoded as UTF-8 (a BOM is dropped); errors name the line."""
+    data = read_input_bytes(path)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({e.reason})") from None
+
+
+def parse_numbers(tokens: Sequence[str], lines: Sequence[int], path: Path, what: str) -> np.ndarray:
+    """Parse a column of tokens: int64 when every token is an integer, else finite float64.
+
+    Integers stay exact (epoch seconds, nanoseconds) so that time slicing can
+    use integer arithmetic.
+
+    Raises:
+        DataError: ``path:line: cannot parse <what> 'tok'`` for the first bad token.
+    """
+    try:
+        return np.array(tokens, dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass
+    try:
+        arr = np.array(tokens, dtype=np.float64)
+    except ValueError:
+        for tok, line in zip(tokens, lines, strict=True):
+            try:
+                float(tok)
+            except ValueError:
+                raise DataError(f"{path}:{line}: cannot parse {what} {tok!r}") from None
+        raise  # unreachable: some token failed above
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DataError(f"{path}:{lines[i]}: {what} {tokens[i]!r} is not a finite number")
+    return arr
+
+
+def remap_ids(tokens: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Map arbitrary id tokens to 0..N-1 in sorted order of the original id.
+
+    When every token is an integer the sort is numeric (``2 < 10``) and the
+    original ids are returned as int64; otherwise ids are strings sorted
+    lexicographically (so ``"1.0"`` and ``"1"`` are different vertices).
+
+    Returns:
+        ``(index, vertex_ids)``: index (len(tokens),) int64 into ``vertex_ids`` (N,).
+    """
+    try:
+        values = np.array(tokens, dtype=np.int64)
+    except (ValueError, OverflowError):
+        values = np.array(tokens, dtype=str)
+    vertex_ids, index = np.unique(values, return_inverse=True)
+    return index.astype(np.int64).reshape(-1), vertex_ids
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Events ``[lo, hi)`` of the time-sorted event arrays form one snapshot covering ``time``."""
+
+    lo: int
+    hi: int
+    time: tuple[float, float]
+
+
+def _exact_index(offset: np.ndarray, num: int, den: int) -> np.ndarray:
+    """``floor(offset * num / den)`` exactly for non-negative int64 ``offset``."""
+    if int(offset.max(initial=0)) * num < 2**62:
+        return offset * np.int64(num) // np.int64(den)
+    # Spans like nanoseconds over years overflow int64 when multiplied by T: Python ints are exact.
+    return np.array([o * num // den for o in offset.tolist()], dtype=np.int64)
+
+
+def _check_count(path: Path, T: int) -> None:
+    if T > MAX_SNAPSHOTS:
+        raise DataError(
+            f"{path}: this slicing makes {T} snapshots (limit {MAX_SNAPSHOTS});"
+            " use fewer --snapshots or a larger --window"
+        )
+
+
+def slice_events(
+    times: np.ndarray,
+    path: Path,
+    *,
+    snapshots: int | None = None,
+    window: float | None = None,
+    events_per_snapshot: int | None = None,
+) -> list[Slice]:
+    """Cut time-sorted events into snapshots (the rules are in :mod:`hpcdgnn.data.prepare.snap`).
+
+    Args:
+        times: event times, already stably sorted (int64 or float64).
+        path: the input file, for error messages.
+        snapshots: T equal slices over [tmin, tmax].
+        window: slices of fixed duration S.
+        events_per_snapshot: consecutive groups of K events.
+
+    Exactly one of the three must be given.
+
+    Raises:
+        DataError: no events, a non-positive parameter, all events at one time
+            with T > 1, or more than :data:`MAX_SNAPSHOTS` windows.
+    """
+    given = [x is not None for x in (snapshots, window, events_per_snapshot)]
+    if sum(given) != 1:
+        raise DataError(f"{path}: give exactly one of --snapshots, --window, --events-per-snapshot")
+    n = int(times.shape[0])
+    if n == 0:
+        raise DataError(f"{path}: no events")
+    if events_per_snapshot is not None:
+        k = int(events_per_snapshot)
+        if k < 1:
+            raise DataError(f"{path}: --events-per-snapshot must be >= 1 (got {events_per_snapshot})")
+        # Closed range [first, last] of the group's event times: with ties a half-open
+        # range could not be disjoint, since equal times may straddle a group boundary.
+        return [
+            Slice(lo, min(lo + k, n), (float(times[lo]), float(times[min(lo + k, n) - 1]))) for lo in range(0, n, k)
+        ]
+    tmin, tmax = times[0], times[-1]
+    integer = times.dtype.kind == "i"
+    if snapshots is not None:
+        T = int(snapshots)
+        if T < 1:
+            raise DataError(f"{path}: --snapshots must be >= 1 (got {snapshots})")
+        _check_count(path, T)
+        if tmax == tmin and T > 1:
+            raise DataError(
+                f"{path}: all events share one timestamp ({tmin}); use --snapshots 1 or --events-per-snapshot"
+            )
+        if T == 1:
+            idx = np.zeros(n, dtype=np.int64)
+        elif integer:
+            idx = _exact_index(times - tmin, T, int(tmax - tmin))
+        else:
+            idx = np.floor((times - tmin) * float(T) / float(tmax - tmin)).astype(np.int64)
+        np.clip(idx, 0, T - 1, out=idx)  # t = tmax lands in slice T-1 (the last slice is closed)
+        span = float(tmax - tmin)
+        bounds = [(float(tmin) + k * span / T, float(tmin) + (k + 1) * span / T) for k in range(T)]
+        bounds[-1] = (bounds[-1][0], float(tmax))
+    else:
+        S = float(window)
+        if not S > 0 or not np.isfinite(S):
+            raise DataError(f"{path}: --window must be a positive number of time units (got {window})")
+        if integer and S.is_integer():
+            idx = (times - tmin) // np.int64(int(S))
+        else:
+            idx = np.floor((times - tmin) / S).astype(np.int64)
+        T = int(idx[-1]) + 1
+        _check_count(path, T)
+        bounds = [(float(tmin) + k * S, float(tmin) + (k + 1) * S) for k in range(T)]
+    # Times are sorted, so slice indices are non-decreasing: a cumulative count gives each slice's range.
+    offsets = np.zeros(T + 1, dtype=np.int64)
+    np.cumsum(np.bincount(idx, minlength=T), out=offsets[1:])
+    return [Slice(int(offsets[k]), int(offsets[k + 1]), bounds[k]) for k in range(T)]
+
+
+def with_next_activity(snapshots: Iterable[RawSnapshot], num_vertices: int) -> Iterator[RawSnapshot]:
+    """Attach ``next_activity`` labels, buffering a single snapshot.
+
+    Label of vertex v in snapshot t is 1 if v is an endpoint of a raw edge of
+    snapshot t+1, else 0; the last snapshot, which has no successor, is all -1
+    (unlabelled). Two classes.
+    """
+    it = iter(snapshots)
+    prev = next(it, None)
+    if prev is None:
+        return
+    for cur in it:
+        labels = np.zeros(num_vertices, dtype=np.int64)
+        labels[np.asarray(cur.src, dtype=np.int64)] = 1
+        labels[np.asarray(cur.dst, dtype=np.int64)] = 1
+        yield replace(prev, labels=labels)
+        prev = cur
+    yield replace(prev, labels=np.full(num_vertices, -1, dtype=np.int64))

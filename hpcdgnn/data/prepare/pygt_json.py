@@ -1,0 +1,310 @@
+"""PyTorch Geometric Temporal dataset JSONs -> snapshots (``hpcdgnn prepare --format pygt-json``).
+
+The files are those the PyGT loaders download (Rozemberczki et al., CIKM 2021;
+``shared/data/SOURCES.md``), plain or gzip/xz/bz2 (magic bytes). The layout is
+recognised from the top-level keys; the file defines the snapshots, so
+``--snapshots`` / ``--window`` / ``--events-per-snapshot`` are an error here.
+
+Dynamic graphs with given node features:
+
+* **twitter_tennis** (``time_periods``, ``node_ids``, ``"0".."T-1"`` each with
+  ``edges``, ``weights``, ``X``, ``y``): T snapshots; features are the raw
+  N×2 ``X`` (``["degree", "transitivity"]``, not PyGT's 16-dim one-hot
+  encoding); vertex ids are the account names of ``node_ids``. The target of
+  snapshot t is ``log(1 + y_{t+1})`` as in PyGT, so the last snapshot has none.
+
+Lagged node signals (``--lags L``, default 4 for every file; PyGT's
+england_covid loader defaults to 8, pass ``--lags 8`` to match it). With a
+signal S of T_total steps × N nodes, snapshot k (k = 0 .. T_total - L - 1)
+stands for step ``t = k + L``: its features are ``S[t-L], ..., S[t-1]``
+(oldest first, names ``lag_L .. lag_1``) and its target is ``S[t]``, exactly
+PyGT's ``features[k]`` / ``targets[k]``; its time is ``(t, t + 1)`` in steps.
+
+* **chickenpox** (``edges``, ``node_ids``, ``FX``): static graph (20 self-loops
+  included), S = FX as is (already standardised), no weights.
+* **pedalme_london** (``edges``, ``weights``, ``X``): static weighted graph, S = X as is.
+* **montevideo_bus** (networkx node-link: ``nodes`` with ``bus_stop`` and ``y``,
+  ``links`` with ``source``/``target``/``weight`` as bus_stop ids): static
+  directed weighted graph; vertex i is the i-th node (its bus_stop id in
+  ``vertices.h5``); S = y z-scored per node, ``(S - mean) / (std + 1e-10)``
+  over time, as the PyGT loader does. Weights are road distances.
+* **england_covid** (``time_periods``, ``edge_mapping.edge_index/edge_weight``
+  per day, ``y``): dynamic weighted graph; S = y z-scored per node as in PyGT;
+  snapshot k uses the mobility graph of day k (the first day of its lag
+  window), matching the PyGT loader's pairing of ``edge_index[k]`` with
+  ``features[k]`` so results stay comparable.
+
+Edge weights: ``--weights ones`` (default) ignores the file's weights,
+``given`` uses them (error for chickenpox, which has none; they must be
+non-negative), ``count`` counts duplicate pairs.
+
+Labels: ``--labels target_bins``: 1 where the vertex's next-step target (S[t]
+above; ``y_{t+1}`` for twitter_tennis) is strictly above that snapshot's median
+over all vertices, else 0; -1 where there is no target (twitter_tennis's last
+snapshot). ``--labels next_activity`` works as for every format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpcdgnn.data.prepare._common import DEFAULT_LAGS, PreparedInput, PrepareOptions, read_input_text
+from hpcdgnn.data.writer import RawSnapshot
+from hpcdgnn.errors import DataError
+
+__all__ = ["read_pygt_json", "detect_layout", "LAYOUTS"]
+
+#: Layout names, in the order :func:`detect_layout` tries them.
+LAYOUTS = ("montevideo_bus", "england_covid", "twitter_tennis", "chickenpox", "pedalme_london")
+
+#: Added to the per-node standard deviation before dividing, as the PyGT loaders do.
+_ZSCORE_EPS = 1e-10
+
+
+def detect_layout(data: Any) -> str | None:
+    """Name of the PyGT layout of a parsed JSON document, or None when unknown."""
+    if not isinstance(data, dict):
+        return None
+    if "nodes" in data and "links" in data:
+        return "montevideo_bus"
+    if "edge_mapping" in data and "y" in data:
+        return "england_covid"
+    if "time_periods" in data and "0" in data:
+        return "twitter_tennis"
+    if "edges" in data and "FX" in data:
+        return "chickenpox"
+    if "edges" in data and "X" in data:
+        return "pedalme_london"
+    return None
+
+
+def _array(path: Path, key: str, value: Any, dtype: type, ndim: int) -> np.ndarray:
+    """``value`` as an array of ``ndim`` dimensions, or a DataError naming the key."""
+    try:
+        arr = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: key {key!r}: not a rectangular numeric array") from None
+    if arr.ndim != ndim and not (ndim == 2 and arr.size == 0):
+        raise DataError(f"{path}: key {key!r}: expected {ndim} dimensions, got shape {arr.shape}")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise DataError(f"{path}: key {key!r}: contains NaN or infinite values")
+    return arr
+
+
+def _edges(path: Path, key: str, value: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[[src, dst], ...]`` as two int64 arrays checked against ``[0, n)``."""
+    e = _array(path, key, value, np.int64, 2)
+    if e.size == 0:
+        e = e.reshape(0, 2)  # an empty list (a snapshot without edges) has shape (0,)
+    if e.shape[1] != 2:
+        raise DataError(f"{path}: key {key!r}: expected [src, dst] pairs")
+    if e.size and (e.min() < 0 or e.max() >= n):
+        raise DataError(f"{path}: key {key!r}: vertex id outside [0, {n})")
+    return e[:, 0].copy(), e[:, 1].copy()
+
+
+def _get(path: Path, data: dict[str, Any], *keys: str) -> Any:
+    cur: Any = data
+    for i, k in enumerate(keys):
+        if not isinstance(cur, dict) or k not in cur:
+            raise DataError(f"{path}: missing key {'.'.join(keys[: i + 1])!r}")
+        cur = cur[k]
+    return cur
+
+
+def _bins(target: np.ndarray) -> np.ndarray:
+    """1 where the target is strictly above the median over vertices, else 0."""
+    return (target > np.median(target)).astype(np.int64)
+
+
+def _zscore(signal: np.ndarray) -> np.ndarray:
+    """Per-node z-score over time, as PyGT's montevideo_bus and england_covid loaders."""
+    return (signal - signal.mean(axis=0)) / (signal.std(axis=0) + _ZSCORE_EPS)
+
+
+def _signal_snapshots(
+    signal: np.ndarray,
+    lags: int,
+    edges: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+    with_bins: bool,
+) -> Iterator[RawSnapshot]:
+    """Lagged-signal snapshots; ``edges`` has one entry (static graph) or one per snapshot."""
+    for k in range(signal.shape[0] - lags):
+        t = k + lags
+        src, dst, w = edges[k] if len(edges) > 1 else edges[0]
+        x = np.ascontiguousarray(signal[t - lags : t].T, dtype=np.float32)
+        labels = _bins(signal[t]) if with_bins else None
+        yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=labels, time=(float(t), float(t + 1)))
+
+
+def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOptions) -> PreparedInput:
+    lags = DEFAULT_LAGS if opts.lags is None else int(opts.lags)
+    if lags < 1:
+        raise DataError(f"{path}: --lags must be >= 1 (got {lags})")
+    dynamic: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    if layout == "chickenpox":
+        signal = _array(path, "FX", data["FX"], np.float64, 2)
+        n = signal.shape[1]
+        src, dst = _edges(path, "edges", data["edges"], n)
+        dynamic.append((src, dst, None))
+        node_ids = _get(path, data, "node_ids") if "node_ids" in data else None
+        vertex_ids = np.arange(n)
+        if isinstance(node_ids, dict) and sorted(node_ids.values()) == list(range(n)):
+            vertex_ids = np.array(sorted(node_ids, key=node_ids.get))
+    elif layout == "pedalme_london":
+        signal = _array(path, "X", data["X"], np.float64, 2)
+        n = signal.shape[1]
+        src, dst = _edges(path, "edges", data["edges"], n)
+        w = _array(path, "weights", data["weights"], np.float64, 1) if "weights" in data else None
+        if w is not None and w.shape != src.shape:
+            raise DataError(f"{path}: key 'weights': {w.shape[0]} weights for {src.shape[0]} edges")
+        dynamic.append((src, dst, w))
+        vertex_ids = np.arange(n)
+    elif layout == "montevideo_bus":
+        nodes = _get(path, data, "nodes")
+        try:
+            stops = [int(node["bus_stop"]) for node in nodes]
+            series = [node["X"]["y"] if isinstance(node.get("X"), dict) else node["y"] for node in nodes]
+            links = [(lk["source"], lk["target"], lk["weight"]) for lk in _get(path, data, "links")]
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{path}: malformed node-link entry (missing or bad {e})") from None
+        index = {s: i for i, s in enumerate(stops)}
+        if len(index) != len(stops):
+            raise DataError(f"{path}: key 'nodes': duplicate bus_stop ids")
+        signal = _zscore(_array(path, "nodes[].X.y", series, np.float64, 2).T)
+        n = signal.shape[1]
+        try:
+            src = np.array([index[s] for s, _, _ in links], dtype=np.int64)
+            dst = np.array([index[d] for _, d, _ in links], dtype=np.int64)
+        except KeyError as e:
+            raise DataError(f"{path}: key 'links': endpoint {e} is not a bus_stop of 'nodes'") from None
+        w = _array(path, "links[].weight", [lw for _, _, lw in links], np.float64, 1)
+        dynamic.append((src, dst, w))
+        vertex_ids = np.array(stops, dtype=np.int64)
+    else:  # england_covid
+        signal = _zscore(_array(path, "y", data["y"], np.float64, 2))
+        n = signal.shape[1]
+        index = _get(path, data, "edge_mapping", "edge_index")
+        weight = _get(path, data, "edge_mapping", "edge_weight")
+        for k in range(signal.shape[0] - lags):
+            key = str(k)
+            if key not in index or key not in weight:
+                raise DataError(
+                    f"{path}: missing key 'edge_mapping.edge_index.{key}' or 'edge_mapping.edge_weight.{key}'"
+                )
+            src, dst = _edges(path, f"edge_mapping.edge_index.{key}", index[key], n)
+            w = _array(path, f"edge_mapping.edge_weight.{key}", weight[key], np.float64, 1)
+            if w.shape != src.shape:
+                raise DataError(
+                    f"{path}: key 'edge_mapping.edge_weight.{key}': {w.shape[0]} weights for {src.shape[0]} edges"
+                )
+            dynamic.append((src, dst, w))
+        vertex_ids = np.arange(n)
+    if signal.shape[0] <= lags:
+        raise DataError(f"{path}: {signal.shape[0]} time steps leave no snapshot with --lags {lags}")
+    has_weights = dynamic[0][2] is not None
+    _check_weights(path, opts, has_weights, [w for _, _, w in dynamic if w is not None])
+    return PreparedInput(
+        num_vertices=n,
+        snapshots=_signal_snapshots(signal, lags, dynamic, opts.labels == "target_bins"),
+        vertex_ids=vertex_ids,
+        feature_names=[f"lag_{lags - j}" for j in range(lags)],
+        num_classes=2 if opts.labels == "target_bins" else 0,
+        has_weights=has_weights,
+        source={
+            "layout": layout,
+            "lags": lags,
+            "time_steps": int(signal.shape[0]),
+            "zscored": layout in ("montevideo_bus", "england_covid"),
+        },
+    )
+
+
+def _twitter_snapshots(path: Path, data: dict[str, Any], T: int, n: int, with_bins: bool) -> Iterator[RawSnapshot]:
+    for t in range(T):
+        snap = _get(path, data, str(t))
+        src, dst = _edges(path, f"{t}.edges", _get(path, snap, "edges"), n)
+        w = _array(path, f"{t}.weights", _get(path, snap, "weights"), np.float64, 1)
+        x = _array(path, f"{t}.X", _get(path, snap, "X"), np.float32, 2)
+        if x.shape != (n, 2):
+            raise DataError(f"{path}: key '{t}.X': shape {x.shape}, expected ({n}, 2)")
+        labels = None
+        if with_bins:
+            if t + 1 < T:
+                y = _array(path, f"{t + 1}.y", _get(path, data, str(t + 1), "y"), np.float64, 1)
+                if y.shape != (n,):
+                    raise DataError(f"{path}: key '{t + 1}.y': shape {y.shape}, expected ({n},)")
+                labels = _bins(np.log1p(y))  # PyGT's target log(1 + y_{t+1}); monotone, so same bins as y
+            else:
+                labels = np.full(n, -1, dtype=np.int64)
+        yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=labels, time=(float(t), float(t + 1)))
+
+
+def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> PreparedInput:
+    if opts.lags is not None:
+        raise DataError(f"{path}: --lags applies to lagged-signal datasets, not twitter_tennis (features are given)")
+    T = int(_get(path, data, "time_periods"))
+    node_ids = _get(path, data, "node_ids")
+    if not isinstance(node_ids, dict) or sorted(node_ids.values()) != list(range(len(node_ids))):
+        raise DataError(f"{path}: key 'node_ids' must map each name to a distinct id 0..N-1")
+    n = len(node_ids)
+    if T < 1:
+        raise DataError(f"{path}: key 'time_periods' is {T}; no snapshots")
+    if opts.weights == "given":
+        # Weights are checked up front so a bad value fails before anything is written.
+        _check_weights(
+            path,
+            opts,
+            True,
+            [_array(path, f"{t}.weights", _get(path, data, str(t), "weights"), np.float64, 1) for t in range(T)],
+        )
+    return PreparedInput(
+        num_vertices=n,
+        snapshots=_twitter_snapshots(path, data, T, n, opts.labels == "target_bins"),
+        vertex_ids=np.array(sorted(node_ids, key=node_ids.get)),
+        feature_names=["degree", "transitivity"],
+        num_classes=2 if opts.labels == "target_bins" else 0,
+        has_weights=True,
+        source={"layout": "twitter_tennis", "time_steps": T},
+    )
+
+
+def _check_weights(path: Path, opts: PrepareOptions, has_weights: bool, weights: list[np.ndarray]) -> None:
+    if opts.weights != "given":
+        return
+    if not has_weights:
+        raise DataError(f"{path}: --weights given: this dataset has no edge weights; use ones or count")
+    low = min((float(w.min()) for w in weights if w.size), default=0.0)
+    if low < 0:
+        raise DataError(f"{path}: --weights given: negative weights (min {low:g}) cannot be GCN-normalised")
+
+
+def read_pygt_json(path: Path, opts: PrepareOptions) -> PreparedInput:
+    """Read a PyGT dataset JSON (layouts and conventions in the module docstring).
+
+    Args:
+        path: the JSON file (plain or compressed).
+        opts: prepare options; uses ``weights``, ``labels`` and ``lags``.
+
+    Raises:
+        DataError: invalid JSON, an unknown layout, a missing key, or an option that does not apply.
+    """
+    if any(v is not None for v in (opts.snapshots, opts.window, opts.events_per_snapshot)):
+        options = "--snapshots/--window/--events-per-snapshot"
+        raise DataError(f"{path}: {options} do not apply to pygt-json (the file defines the snapshots)")
+    try:
+        data = json.loads(read_input_text(path))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    layout = detect_layout(data)
+    if layout is None:
+        keys = ", ".join(sorted(data)[:8]) if isinstance(data, dict) else type(data).__name__
+        raise DataError(f"{path}: not a known PyGT dataset layout (top-level keys: {keys})")
+    if layout == "twitter_tennis":
+        return _read_twitter(path, data, opts)
+    return _read_signal(path, data, layout, opts)

@@ -1,0 +1,361 @@
+"""Stream raw snapshots into a dataset directory: dedupe, smooth (S5), features, shards.
+
+``prepare`` (real edge lists) and ``generate`` (IBM §6.3 random graphs) both
+feed :func:`write_dataset` one :class:`RawSnapshot` at a time, in time order, so
+no more than ``max(l, w)`` snapshots are ever held in memory.
+
+Pipeline per snapshot t (the order matters and is documented in the README):
+
+1. raw edges -> sorted unique keys ``src * N + dst`` (undirected: both directions,
+   a self-loop once),
+   weight 1 per pair (``weights="ones"``, IBM Eq. 1's unweighted degree), or the
+   number of events per pair (``"count"``), or the given weights summed (``"given"``);
+2. features X_t: the given ones, else [in_degree, out_degree] of the raw
+   snapshot (distinct neighbours; IBM §6.1), optionally log1p-scaled;
+3. smoothing (IBM §5.4, SPEC S5), at most one of:
+   edge-life l:     A_t = A_t + sum_{i=t-l+1}^{t-1} A_i        (X_t unchanged)
+   M-transform w:   A_t = sum_k M_tk A_k,  X_t = sum_k M_tk X_k,
+                    M_tk = 1/min(w, t+1) for max(0, t-w+1) <= k <= t (0-based t);
+4. write: adjacency, features, activity (vertex has a raw edge), labels, and the
+   raw edge set as link-prediction targets when smoothing changed A_t.
+
+The directory is built under a temporary name next to ``root`` and renamed into
+place at the end, so an interrupted run never leaves a half-written dataset
+that looks valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import h5py
+import numpy as np
+
+from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
+from hpcdgnn.data.shard_reader import snapshot_group_name
+from hpcdgnn.errors import DataError
+
+__all__ = ["RawSnapshot", "write_dataset", "edge_keys", "prepare_output_dir", "file_sha256"]
+
+DEGREE_FEATURES = ["in_degree", "out_degree"]
+
+
+@dataclass
+class RawSnapshot:
+    """Edges of one time window with vertex ids already remapped to 0..N-1.
+
+    ``weight`` (per event) is used only with ``weights="given"``; ``x`` (N, F)
+    replaces the degree features; ``labels`` (N,) int64 with -1 = unlabelled.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    weight: np.ndarray | None = None
+    x: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    time: tuple[float, float] | None = None
+
+
+def edge_keys(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """Edge keys ``src * n + dst`` as int64 (ascending keys = CSR order)."""
+    return src.astype(np.int64) * np.int64(n) + dst.astype(np.int64)
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file, read in 4 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def prepare_output_dir(root: str | Path, force: bool) -> Path:
+    """Refuse to replace a non-empty ``root`` unless ``force``; return a fresh temporary dir beside it."""
+    root = Path(root)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())) and not force:
+        raise DataError(f"{root}: output exists and is not empty; choose another --output or pass --force")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "shards").mkdir(parents=True)
+    return tmp
+
+
+def _first_of_run(sorted_keys: np.ndarray) -> np.ndarray:
+    """Boolean mask marking the first element of each run of equal values in a sorted array."""
+    first = np.empty(sorted_keys.shape[0], dtype=bool)
+    if first.size:
+        first[0] = True
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    return first
+
+
+def _sorted_sum(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys and the sum of ``values`` per key.
+
+    A stable argsort keeps equal keys in input order and ``np.bincount``
+    accumulates sequentially in that order, so every sum is bit-identical to
+    ``np.add.at(out, inverse, values)`` (which also adds in input order) while
+    avoiding both ``np.unique(return_inverse=True)`` and ``np.add.at``, the two
+    slowest steps for millions of edges (3M keys: 2.6 s -> 0.35 s, numpy 2.4).
+    """
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    first = _first_of_run(sorted_keys)
+    group = np.cumsum(first) - 1
+    uniq = sorted_keys[first]
+    out = np.bincount(group, weights=values[order], minlength=uniq.shape[0])
+    return uniq, out.astype(np.float64, copy=False)
+
+
+def _dedupe(keys: np.ndarray, values: np.ndarray | None, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys with their weight: ones, event count, or summed given weights."""
+    if mode == "given":
+        return _sorted_sum(keys, values.astype(np.float64))
+    # ones/count need no permutation, only the sorted keys: np.sort is ~2x faster than argsort.
+    sorted_keys = np.sort(keys)
+    first = _first_of_run(sorted_keys)
+    uniq = sorted_keys[first]
+    if mode == "ones":
+        return uniq, np.ones(uniq.shape[0], dtype=np.float64)
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, sorted_keys.shape[0]))
+    return uniq, counts.astype(np.float64)
+
+
+def _sum_sparse(parts: Iterable[tuple[np.ndarray, np.ndarray, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of scaled sparse vectors given as (sorted keys, values, scale)."""
+    parts = list(parts)
+    keys = np.concatenate([k for k, _, _ in parts])
+    vals = np.concatenate([v * s for _, v, s in parts])
+    # The parts are sorted runs, which the stable sort (timsort) merges in ~O(n log parts).
+    return _sorted_sum(keys, vals)
+
+
+def _split_keys(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (sources) and columns (destinations) of edge keys, computed once per snapshot."""
+    rows = keys // n
+    return rows, keys - rows * n
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, n: int, index_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(indptr, indices)`` of edges already sorted by key."""
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return indptr, cols.astype(index_dtype)
+
+
+def _degrees(rows: np.ndarray, cols: np.ndarray, n: int) -> np.ndarray:
+    """[in_degree, out_degree] per vertex: distinct neighbours, float32 (N, 2)."""
+    x = np.empty((n, 2), dtype=np.float32)
+    x[:, 0] = np.bincount(cols, minlength=n)
+    x[:, 1] = np.bincount(rows, minlength=n)
+    return x
+
+
+class _ShardSink:
+    """Writes snapshot groups into shard files of ``shard_snapshots`` snapshots each."""
+
+    def __init__(self, tmp: Path, n: int, shard_snapshots: int) -> None:
+        self.tmp, self.n, self.per = tmp, n, shard_snapshots
+        self.shards: list[ShardInfo] = []
+        self._f: h5py.File | None = None
+        self._start = 0
+        self._name = ""
+
+    def group(self, t: int) -> h5py.Group:
+        if self._f is None:
+            self._name = f"shard-{len(self.shards):05d}.h5"
+            self._f = h5py.File(self.tmp / "shards" / self._name, "w")
+            self._f.attrs["t_start"] = t
+            self._f.attrs["num_vertices"] = self.n
+            self._start = t
+        return self._f.create_group(snapshot_group_name(t))
+
+    def done(self, t: int) -> None:
+        """Snapshot ``t`` is fully written: close the shard if it is full.
+
+        Closing must wait until the group's datasets exist (closing inside
+        :meth:`group` left the last group of every shard unwritable).
+        """
+        if self._f is not None and t + 1 - self._start == self.per:
+            self.close(t + 1)
+
+    def close(self, t_stop: int) -> None:
+        if self._f is None:
+            return
+        self._f.attrs["t_stop"] = t_stop
+        self._f.close()
+        self._f = None
+        path = self.tmp / "shards" / self._name
+        self.shards.append(ShardInfo(self._name, self._start, t_stop, path.stat().st_size, file_sha256(path)))
+
+
+def write_dataset(
+    root: str | Path,
+    snapshots: Iterable[RawSnapshot],
+    *,
+    num_vertices: int,
+    directed: bool = True,
+    weights: Literal["ones", "count", "given"] = "ones",
+    edge_life: int = 1,
+    mtransform_window: int = 1,
+    log_features: bool = False,
+    feature_names: list[str] | None = None,
+    num_classes: int = 0,
+    shard_snapshots: int = 8,
+    vertex_ids: np.ndarray | None = None,
+    source: dict[str, Any] | None = None,
+    force: bool = False,
+) -> Manifest:
+    """Write a dataset directory from raw snapshots streamed in time order; return its manifest.
+
+    Args:
+        root: dataset directory to create (must not exist or be empty, unless ``force``).
+        snapshots: raw windows in time order; ids in ``[0, num_vertices)``.
+        num_vertices: N.
+        directed: if False, every edge is stored in both directions.
+        weights: edge weight of A_t before smoothing (see module docstring).
+        edge_life: IBM §5.4 edge-life ``l`` (1 = off).
+        mtransform_window: IBM §5.3/§5.4 M-transform window ``w`` (1 = off).
+        log_features: apply ``log1p`` to the degree features.
+        feature_names: names of given features (required when snapshots carry ``x``).
+        num_classes: C when snapshots carry labels, else 0.
+        shard_snapshots: snapshots per shard file.
+        vertex_ids: the user's id of each vertex, stored in ``vertices.h5``.
+        source: provenance recorded in the manifest.
+        force: replace an existing non-empty ``root``.
+    """
+    n = int(num_vertices)
+    if n < 1:
+        raise DataError(f"{root}: no vertices")
+    if edge_life < 1 or mtransform_window < 1:
+        raise DataError(f"{root}: edge-life and M-transform window must be >= 1")
+    if edge_life > 1 and mtransform_window > 1:
+        raise DataError(f"{root}: choose one smoothing, edge-life (EvolveGCN) or M-transform (TM-GCN), not both")
+    if shard_snapshots < 1:
+        raise DataError(f"{root}: shard size must be >= 1 snapshot")
+    if weights not in ("ones", "count", "given"):
+        raise DataError(f"{root}: weights must be 'ones', 'count' or 'given' (got {weights!r})")
+    root = Path(root)
+    tmp = prepare_output_dir(root, force)
+    index_dtype = np.dtype(np.int32 if n < 2**31 else np.int64)
+    window = max(edge_life, mtransform_window)
+    smoothed = window > 1
+    hist_adj: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=window)
+    hist_x: deque[np.ndarray] = deque(maxlen=window)
+    sink = _ShardSink(tmp, n, shard_snapshots)
+    nnz, edges, active_counts, times = [], [], [], []
+    names = feature_names
+    t = -1
+    try:
+        for t, raw in enumerate(snapshots):
+            src, dst = np.asarray(raw.src, dtype=np.int64), np.asarray(raw.dst, dtype=np.int64)
+            if src.shape != dst.shape or src.ndim != 1:
+                raise DataError(f"{root}: snapshot {t}: src and dst must be 1-D of equal length")
+            if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+                raise DataError(f"{root}: snapshot {t}: vertex id outside [0, {n})")
+            w_in = None if raw.weight is None else np.asarray(raw.weight, dtype=np.float64)
+            if weights == "given" and w_in is None:
+                raise DataError(f"{root}: snapshot {t}: weights='given' but the input has no weights")
+            if w_in is not None and w_in.shape != src.shape:
+                raise DataError(f"{root}: snapshot {t}: {w_in.shape[0]} weights for {src.shape[0]} edges")
+            if not directed:
+                # The reverse copy skips self-loops: an undirected (v, v) event is one event,
+                # not two (otherwise 'count' and 'given' would double the diagonal).
+                rev = src != dst
+                src, dst = np.concatenate([src, dst[rev]]), np.concatenate([dst, src[rev]])
+                w_in = None if w_in is None else np.concatenate([w_in, w_in[rev]])
+            keys, w = _dedupe(edge_keys(src, dst, n), w_in, weights)
+            rows, cols = _split_keys(keys, n)
+            if raw.x is not None:
+                x = np.asarray(raw.x, dtype=np.float32)
+                if x.shape[0] != n or names is None or x.shape[1] != len(names):
+                    expected = f"({n}, {len(names or [])})"
+                    raise DataError(f"{root}: snapshot {t}: features of shape {x.shape}, expected {expected}")
+            else:
+                x = _degrees(rows, cols, n)
+                names = names or DEGREE_FEATURES
+                if log_features:
+                    x = np.log1p(x)
+            active = np.zeros(n, dtype=np.uint8)
+            active[rows] = 1
+            active[cols] = 1
+            hist_adj.append((keys, w))
+            hist_x.append(x)
+            if edge_life > 1:
+                a_keys, a_w = _sum_sparse((k, v, 1.0) for k, v in hist_adj)
+            elif mtransform_window > 1:
+                scale = 1.0 / len(hist_adj)  # 1/min(w, t+1): the deque holds min(w, t+1) entries
+                a_keys, a_w = _sum_sparse((k, v, scale) for k, v in hist_adj)
+                x = (np.sum(np.stack(list(hist_x)), axis=0, dtype=np.float64) * scale).astype(np.float32)
+            else:
+                a_keys, a_w = keys, w
+            g = sink.group(t)
+            if a_keys is keys:
+                indptr, indices = _csr(rows, cols, n, index_dtype)
+            else:
+                indptr, indices = _csr(*_split_keys(a_keys, n), n, index_dtype)
+            g.create_dataset("indptr", data=indptr)
+            g.create_dataset("indices", data=indices)
+            g.create_dataset("weights", data=a_w.astype(np.float32))
+            g.create_dataset("x", data=x)
+            g.create_dataset("active", data=active)
+            if num_classes > 0:
+                labels = None if raw.labels is None else np.asarray(raw.labels)
+                if labels is None or labels.shape != (n,):
+                    raise DataError(f"{root}: snapshot {t}: num_classes = {num_classes} but no labels of shape ({n},)")
+                g.create_dataset("labels", data=labels.astype(np.int64))
+            if smoothed:
+                t_indptr, t_indices = _csr(rows, cols, n, index_dtype)
+                g.create_dataset("target_indptr", data=t_indptr)
+                g.create_dataset("target_indices", data=t_indices)
+            sink.done(t)
+            nnz.append(int(a_keys.shape[0]))
+            edges.append(int(keys.shape[0]))
+            active_counts.append(int(active.sum()))
+            times.append(None if raw.time is None else [float(raw.time[0]), float(raw.time[1])])
+        sink.close(t + 1)
+        if t < 0:
+            raise DataError(f"{root}: the input produced no snapshots")
+        with h5py.File(tmp / "vertices.h5", "w") as f:
+            ids = np.arange(n) if vertex_ids is None else np.asarray(vertex_ids)
+            if ids.dtype.kind in "US":
+                ids = ids.astype(h5py.string_dtype())
+            f.create_dataset("original_id", data=ids)
+        manifest = Manifest(
+            num_vertices=n,
+            num_snapshots=t + 1,
+            num_features=len(names),
+            feature_names=list(names),
+            directed=directed,
+            num_classes=num_classes,
+            index_dtype=str(index_dtype),
+            smoothing={"edge_life": edge_life, "mtransform_window": mtransform_window},
+            snapshot_nnz=nnz,
+            snapshot_edges=edges,
+            snapshot_active=active_counts,
+            snapshot_time=None if any(x is None for x in times) else times,
+            shards=sink.shards,
+            source=dict(source or {}, weights=weights, log_features=log_features),
+        )
+        save_manifest(tmp, manifest)
+        if root.is_dir():
+            shutil.rmtree(root)  # only reached with force (prepare_output_dir checked)
+        elif root.exists():
+            root.unlink()
+        tmp.rename(root)
+        return manifest
+    except BaseException:
+        sink.close(t + 1)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

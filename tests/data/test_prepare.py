@@ -1,0 +1,466 @@
+"""Tests of hpcdgnn.data.prepare: real SNAP / PyGT files, hand-made inputs, labels, errors, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import lzma
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.data.prepare import add_prepare_arguments, prepare_dataset, run_prepare
+from hpcdgnn.data.shard_reader import ShardReader
+from hpcdgnn.errors import DataError
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _shared(name: str) -> Path:
+    path = SHARED / name
+    if not path.is_file():
+        pytest.skip(f"{path} not present (the shared datasets live in shared/data beside the repository)")
+    return path
+
+
+def _edges_of(root: Path) -> list[set[tuple[int, int]]]:
+    """Raw edge set of every snapshot, read back from the shards."""
+    m = load_manifest(root)
+    with ShardReader(root, m) as r:
+        out = []
+        for t in range(m.num_snapshots):
+            src, dst = r.read_target(t)
+            out.append(set(zip(src.tolist(), dst.tolist(), strict=True)))
+    return out
+
+
+def _original_ids(root: Path) -> list:
+    with h5py.File(root / "vertices.h5") as f:
+        ids = f["original_id"][()]
+    return [i.decode() if isinstance(i, bytes) else i for i in ids.tolist()]
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# --------------------------------------------------------------------------- real SNAP files
+
+
+def test_collegemsg_20_slices_match_independent_count(tmp_path):
+    """Per-slice distinct (src, dst) pairs, counted here from the raw gz with the documented slice rule."""
+    path = _shared("CollegeMsg.txt.gz")
+    rows = [line.split() for line in gzip.open(path, "rt") if line.strip() and not line.startswith("#")]
+    times = [int(r[2]) for r in rows]
+    tmin, tmax = min(times), max(times)
+    T = 20
+    pairs = [set() for _ in range(T)]
+    for (s, d, _), t in zip(rows, times, strict=True):
+        pairs[min(T - 1, (t - tmin) * T // (tmax - tmin))].add((int(s), int(d)))
+    want = [len(p) for p in pairs]
+
+    root = tmp_path / "uci"
+    m = prepare_dataset(path, "snap", root, snapshots=T)
+    assert m.num_snapshots == T and m.num_vertices == 1899
+    assert m.snapshot_edges == want
+    assert m.snapshot_nnz == want  # no smoothing: A_t's pattern is the raw edge set
+    ids = _original_ids(root)
+    assert ids == list(range(1, 1900))  # contiguous 1..1899, numeric order
+    got = [{(ids[s], ids[d]) for s, d in e} for e in _edges_of(root)]
+    assert got == pairs
+    span = tmax - tmin
+    assert m.snapshot_time[0][0] == tmin and m.snapshot_time[-1][1] == tmax
+    assert m.snapshot_time[3] == pytest.approx([tmin + 3 * span / T, tmin + 4 * span / T])
+
+
+def test_bitcoin_csv_unsorted_noncontiguous_round_trip(tmp_path):
+    """Comma-separated, 4 columns, unsorted rows, ids 1..7604 with gaps: N = 3783, ids map back exactly."""
+    path = _shared("soc-sign-bitcoinalpha.csv.gz")
+    rows = [tuple(map(int, line.split(","))) for line in gzip.open(path, "rt") if line.strip()]
+    root = tmp_path / "btc"
+    m = prepare_dataset(path, "snap", root, snapshots=10, weights="count")
+    assert m.num_vertices == 3783
+    ids = _original_ids(root)
+    assert ids == sorted({r[0] for r in rows} | {r[1] for r in rows})
+    back = set()
+    for e in _edges_of(root):
+        back |= {(ids[s], ids[d]) for s, d in e}
+    assert back == {(r[0], r[1]) for r in rows}
+    assert sum(m.snapshot_edges) == 24186  # every directed pair occurs once in the file
+    times = sorted(r[3] for r in rows)
+    assert m.snapshot_time[0][0] == times[0] and m.snapshot_time[-1][1] == times[-1]
+    with pytest.raises(DataError, match=r"soc-sign-bitcoinalpha.csv.gz: --weights given: negative weights"):
+        prepare_dataset(path, "snap", tmp_path / "neg", weights="given")
+
+
+# --------------------------------------------------------------------------- hand-made SNAP inputs
+
+TINY = """# src dst time
+10 20 0
+20 30 1
+10 20 2
+
+30 10 5
+20 10 6
+10 20 9
+"""
+
+
+def test_slicing_modes_on_tiny_input(tmp_path):
+    """--snapshots, --window and --events-per-snapshot cut a hand-made stream as documented."""
+    p = _write(tmp_path, "tiny.txt", TINY)
+    # ids 10, 20, 30 -> 0, 1, 2
+    m = prepare_dataset(p, "snap", tmp_path / "a", snapshots=3)  # span 9: slices [0,3) [3,6) [6,9]
+    assert _edges_of(tmp_path / "a") == [{(0, 1), (1, 2)}, {(2, 0)}, {(1, 0), (0, 1)}]
+    assert m.snapshot_time == [[0, 3], [3, 6], [6, 9]]
+    m = prepare_dataset(p, "snap", tmp_path / "b", window=2)  # [0,2) [2,4) [4,6) [6,8) [8,10)
+    assert _edges_of(tmp_path / "b") == [{(0, 1), (1, 2)}, {(0, 1)}, {(2, 0)}, {(1, 0)}, {(0, 1)}]
+    assert m.snapshot_time[-1] == [8, 10]
+    m = prepare_dataset(p, "snap", tmp_path / "c", events_per_snapshot=4)
+    assert _edges_of(tmp_path / "c") == [{(0, 1), (1, 2), (2, 0)}, {(1, 0), (0, 1)}]
+    assert m.snapshot_edges == [3, 2] and m.snapshot_time == [[0, 5], [6, 9]]
+
+
+def test_unsorted_rows_are_sorted_by_time_first(tmp_path):
+    """Row order does not matter: events are stably sorted by time before slicing."""
+    shuffled = "\n".join(reversed([line for line in TINY.splitlines() if line and line[0] != "#"]))
+    a = prepare_dataset(_write(tmp_path, "s.txt", shuffled), "snap", tmp_path / "a", events_per_snapshot=2)
+    b = prepare_dataset(_write(tmp_path, "t.txt", TINY), "snap", tmp_path / "b", events_per_snapshot=2)
+    assert _edges_of(tmp_path / "a") == _edges_of(tmp_path / "b")
+    assert a.snapshot_time == b.snapshot_time
+
+
+def test_default_is_32_snapshots_and_string_ids(tmp_path):
+    """No slicing option means 32 snapshots; non-integer ids sort lexicographically."""
+    p = _write(tmp_path, "s.csv", "b,a,1\nc,a,2\na,b,40\n")
+    root = tmp_path / "d"
+    m = prepare_dataset(p, "snap", root)
+    assert m.num_snapshots == 32
+    assert _original_ids(root) == ["a", "b", "c"]  # non-integer ids: lexicographic
+    assert m.snapshot_edges[0] == 2 and m.snapshot_edges[-1] == 1 and sum(m.snapshot_edges) == 3
+
+
+def test_float_times_slice_formula(tmp_path):
+    """Fractional times use floor((t - tmin) * T / (tmax - tmin)), the last slice closed."""
+    times = [0.0, 0.1, 0.25, 0.3, 0.7, 0.95, 1.0]
+    p = _write(tmp_path, "f.txt", "".join(f"0 {i + 1} {t}\n" for i, t in enumerate(times)))
+    m = prepare_dataset(p, "snap", tmp_path / "d", snapshots=4)
+    want = [0] * 4
+    for t in times:
+        want[min(3, int(np.floor((t - 0.0) * 4 / 1.0)))] += 1
+    assert m.snapshot_edges == want == [2, 2, 1, 2]
+
+
+def test_edge_life_and_mtransform_end_to_end(tmp_path):
+    """The prepare smoothing equals the dense IBM §5.4 sums on a tiny input."""
+    p = _write(tmp_path, "tiny.txt", TINY)
+    raw = [{(0, 1), (1, 2)}, {(2, 0)}, {(1, 0), (0, 1)}]
+    dense = np.zeros((3, 3, 3))
+    for t, e in enumerate(raw):
+        for s, d in e:
+            dense[t, s, d] = 1.0
+    for kw, want in (
+        ({"edge_life": 2}, np.stack([dense[0], dense[0] + dense[1], dense[1] + dense[2]])),
+        ({"mtransform": 2}, np.stack([dense[0], (dense[0] + dense[1]) / 2, (dense[1] + dense[2]) / 2])),
+    ):
+        root = tmp_path / next(iter(kw))
+        m = prepare_dataset(p, "snap", root, snapshots=3, **kw)
+        with ShardReader(root, m) as r:
+            for t in range(3):
+                s = r.read(t)
+                got = np.zeros((3, 3))
+                got[s.rows(), s.indices] = s.weights
+                np.testing.assert_allclose(got, want[t], rtol=1e-6)
+        assert _edges_of(root) == raw  # link-prediction targets stay the raw edges
+
+
+def test_undirected_symmetry(tmp_path):
+    """--undirected makes every A_t symmetric, weights included."""
+    path = _shared("CollegeMsg.txt.gz")
+    root = tmp_path / "u"
+    m = prepare_dataset(path, "snap", root, snapshots=5, undirected=True, weights="count")
+    assert not m.directed
+    with ShardReader(root, m) as r:
+        for t in range(m.num_snapshots):
+            s = r.read(t)
+            a = {(i, j): w for i, j, w in zip(s.rows().tolist(), s.indices.tolist(), s.weights.tolist(), strict=True)}
+            assert all(a.get((j, i)) == w for (i, j), w in a.items())
+
+
+def test_next_activity_labels(tmp_path):
+    """Label 1 iff the vertex has an edge in the next snapshot; last snapshot -1."""
+    p = _write(tmp_path, "tiny.txt", TINY)
+    root = tmp_path / "d"
+    m = prepare_dataset(p, "snap", root, snapshots=3, labels="next_activity")
+    assert m.num_classes == 2
+    with ShardReader(root, m) as r:
+        labels = [r.read(t).labels.tolist() for t in range(3)]
+    # slice 1 has 30->10 (vertices 2, 0); slice 2 has 20->10, 10->20 (vertices 1, 0)
+    assert labels == [[1, 0, 1], [1, 1, 0], [-1, -1, -1]]
+
+
+def test_log_features_and_shard_size(tmp_path):
+    """--log-features gives log1p degrees; --shard-size sets snapshots per shard."""
+    p = _write(tmp_path, "tiny.txt", TINY)
+    m = prepare_dataset(p, "snap", tmp_path / "d", snapshots=3, log_features=True, shard_size=2)
+    assert [(s.t_start, s.t_stop) for s in m.shards] == [(0, 2), (2, 3)]
+    with ShardReader(tmp_path / "d", m) as r:
+        np.testing.assert_allclose(r.read(0).x, np.log1p([[0, 1], [1, 1], [1, 0]]))
+
+
+@pytest.mark.parametrize("kind", ["plain", "gzip", "xz"])
+def test_compression_detected_by_magic_bytes(tmp_path, kind):
+    """Plain, gzip and xz inputs with the same misleading suffix give the same dataset."""
+    data = TINY.encode()
+    blob = {"plain": data, "gzip": gzip.compress(data), "xz": lzma.compress(data)}[kind]
+    p = tmp_path / "edges.txt"  # same misleading suffix for all three
+    p.write_bytes(blob)
+    prepare_dataset(p, "snap", tmp_path / "d", snapshots=3)
+    assert _edges_of(tmp_path / "d") == [{(0, 1), (1, 2)}, {(2, 0)}, {(1, 0), (0, 1)}]
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("1 2 3\n1 2 x\n", r"bad\.txt:2: cannot parse time 'x'"),
+        ("# c\n1 2 3\n\n1 2 3 4 5\n", r"bad\.txt:4: expected 3 columns like line 2, got 5"),
+        ("1 2\n", r"bad\.txt:1: expected 3 or 4 columns"),
+        ("1 2 nan\n", r"bad\.txt:1: time 'nan' is not a finite number"),
+        ("1 2 w 3\n", r"bad\.txt:1: cannot parse weight 'w'"),
+        ("", r"bad\.txt: no events"),
+        ("# only a comment\n\n", r"bad\.txt: no events"),
+        ("1 2 5\n3 4 5\n", r"bad\.txt: all events share one timestamp"),
+    ],
+)
+def test_bad_input_names_file_and_line(tmp_path, text, match):
+    """Malformed inputs raise a DataError naming file and line; nothing is written."""
+    p = _write(tmp_path, "bad.txt", text)
+    with pytest.raises(DataError, match=match):
+        prepare_dataset(p, "snap", tmp_path / "out", snapshots=4)
+    assert not (tmp_path / "out").exists()
+
+
+def test_option_errors(tmp_path):
+    """Options that do not fit the input are one-line DataErrors naming the input file."""
+    p = _write(tmp_path, "tiny.txt", TINY)
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"tiny\.txt: --weights given needs a weight column"):
+        prepare_dataset(p, "snap", out, weights="given")
+    with pytest.raises(DataError, match=r"--labels state applies only to --format jodie"):
+        prepare_dataset(p, "snap", out, labels="state")
+    with pytest.raises(DataError, match=r"only one of"):
+        prepare_dataset(p, "snap", out, snapshots=3, window=2.0)
+    with pytest.raises(DataError, match=r"--window must be a positive"):
+        prepare_dataset(p, "snap", out, window=0)
+    with pytest.raises(DataError, match=r"makes 9000001 snapshots"):
+        prepare_dataset(p, "snap", out, window=1e-6)
+    with pytest.raises(DataError, match=r"missing\.txt: input file does not exist"):
+        prepare_dataset(tmp_path / "missing.txt", "snap", out)
+    with pytest.raises(DataError, match=r"corrupt compressed input"):
+        (tmp_path / "trunc.gz").write_bytes(gzip.compress(TINY.encode())[:20])
+        prepare_dataset(tmp_path / "trunc.gz", "snap", out)
+    with pytest.raises(TypeError):
+        prepare_dataset(p, "snap", out, snapshot=3)
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- JODIE
+
+JODIE = """user_id,item_id,timestamp,state_label,comma_separated_list_of_features
+7,100,0.0,0,0.1,0.2
+3,100,1.0,0,0.3,0.4
+7,101,2.0,1,0.5,0.6
+3,101,3.0,0,0.7,0.8
+7,100,4.0,0,0.9,1.0
+12,5,4.0,0,0.0,0.0
+"""
+
+
+def test_jodie_bipartite_state_labels(tmp_path):
+    """Users then items as vertices, user->item edges, state labels per window."""
+    p = _write(tmp_path, "wiki.csv", JODIE)
+    root = tmp_path / "j"
+    m = prepare_dataset(p, "jodie", root, snapshots=2, labels="state")
+    # users 3, 7, 12 -> 0, 1, 2; items 5, 100, 101 -> 3, 4, 5
+    assert _original_ids(root) == ["u:3", "u:7", "u:12", "i:5", "i:100", "i:101"]
+    assert m.num_vertices == 6 and m.num_classes == 2 and m.directed
+    # slices over [0, 4]: [0, 2) and [2, 4]
+    assert _edges_of(root) == [{(1, 4), (0, 4)}, {(1, 5), (0, 5), (1, 4), (2, 3)}]
+    with ShardReader(root, m) as r:
+        assert r.read(0).labels.tolist() == [0, 0, -1, -1, -1, -1]
+        assert r.read(1).labels.tolist() == [0, 1, 0, -1, -1, -1]  # user 7 changed state in window 1
+    assert m.source["edge_features"] == "ignored"
+
+
+def test_jodie_next_activity_and_errors(tmp_path):
+    """next_activity works for JODIE; bad state labels, headers and rows are located."""
+    p = _write(tmp_path, "wiki.csv", JODIE)
+    m = prepare_dataset(p, "jodie", tmp_path / "a", events_per_snapshot=3, labels="next_activity")
+    with ShardReader(tmp_path / "a", m) as r:
+        assert r.read(0).labels.tolist() == [1, 1, 1, 1, 1, 1]
+        assert r.read(1).labels.tolist() == [-1] * 6
+    with pytest.raises(DataError, match=r"wiki\.csv: --weights given"):
+        prepare_dataset(p, "jodie", tmp_path / "b", weights="given")
+    bad = _write(tmp_path, "bad.csv", JODIE.replace("3,101,3.0,0", "3,101,3.0,2"))
+    with pytest.raises(DataError, match=r"bad\.csv:5: state_label must be 0 or 1"):
+        prepare_dataset(bad, "jodie", tmp_path / "b")
+    nohead = _write(tmp_path, "nohead.csv", "\n".join(JODIE.splitlines()[1:]))
+    with pytest.raises(DataError, match=r"nohead\.csv:1: expected the JODIE header"):
+        prepare_dataset(nohead, "jodie", tmp_path / "b")
+    short = _write(tmp_path, "short.csv", JODIE + "1,2,3\n")
+    with pytest.raises(DataError, match=r"short\.csv:8: expected at least 4 fields"):
+        prepare_dataset(short, "jodie", tmp_path / "b")
+
+
+# --------------------------------------------------------------------------- PyGT json
+
+
+def test_pygt_chickenpox_lagged_features_and_bins(tmp_path):
+    """Chickenpox: PyGT's lagged features[k] and median-bin targets, 517 snapshots."""
+    path = _shared("chickenpox.json.gz")
+    fx = np.array(json.load(gzip.open(path))["FX"])
+    root = tmp_path / "cp"
+    m = prepare_dataset(path, "pygt-json", root, labels="target_bins")
+    assert (m.num_vertices, m.num_snapshots, m.num_features) == (20, 521 - 4, 4)
+    assert m.feature_names == ["lag_4", "lag_3", "lag_2", "lag_1"]
+    assert m.snapshot_edges == [102] * 517
+    with ShardReader(root, m) as r:
+        for k in (0, 200, 516):
+            s = r.read(k)
+            np.testing.assert_allclose(s.x, fx[k : k + 4].T, rtol=1e-6)  # PyGT features[k]
+            target = fx[k + 4]
+            assert s.labels.tolist() == (target > np.median(target)).astype(int).tolist()
+    assert _original_ids(root)[:2] == ["BACS", "BARANYA"]
+
+
+def test_pygt_england_dynamic_zscored_weighted(tmp_path):
+    """England COVID: per-node z-score, day-k graph with summed given weights, lags 8."""
+    path = _shared("england_covid.json.gz")
+    d = json.load(gzip.open(path))
+    root = tmp_path / "en"
+    m = prepare_dataset(path, "pygt-json", root, lags=8, weights="given")
+    assert (m.num_vertices, m.num_snapshots, m.num_features) == (129, 53, 8)
+    y = np.array(d["y"], dtype=np.float64)
+    z = (y - y.mean(axis=0)) / (y.std(axis=0) + 1e-10)
+    with ShardReader(root, m) as r:
+        s = r.read(5)
+        np.testing.assert_allclose(s.x, z[5:13].T, rtol=1e-5, atol=1e-6)
+        want = {}
+        for (a, b), w in zip(d["edge_mapping"]["edge_index"]["5"], d["edge_mapping"]["edge_weight"]["5"], strict=True):
+            want[(a, b)] = want.get((a, b), 0.0) + w
+        got = dict(zip(zip(s.rows().tolist(), s.indices.tolist(), strict=True), s.weights.tolist(), strict=True))
+        assert got.keys() == want.keys()
+        assert all(got[k] == pytest.approx(v, rel=1e-6) for k, v in want.items())
+
+
+def test_pygt_twitter_tennis_features_and_next_bins(tmp_path):
+    """Twitter tennis: raw 2-dim X as features, bins of the next snapshot's y."""
+    path = _shared("twitter_tennis_rg17.json.gz")
+    d = json.load(gzip.open(path))
+    root = tmp_path / "tw"
+    m = prepare_dataset(path, "pygt-json", root, labels="target_bins", weights="given")
+    assert (m.num_vertices, m.num_snapshots, m.feature_names) == (1000, 120, ["degree", "transitivity"])
+    assert sum(m.snapshot_edges) == 40839
+    with ShardReader(root, m) as r:
+        s = r.read(3)
+        np.testing.assert_allclose(s.x, np.array(d["3"]["X"], dtype=np.float32))
+        y4 = np.array(d["4"]["y"])
+        assert s.labels.tolist() == (y4 > np.median(y4)).astype(int).tolist()
+        assert r.read(119).labels.tolist() == [-1] * 1000
+    assert _original_ids(root)[0] == "rolandgarros"
+    with pytest.raises(DataError, match=r"--lags applies to lagged-signal datasets"):
+        prepare_dataset(path, "pygt-json", tmp_path / "x", lags=3)
+
+
+def test_pygt_static_signals(tmp_path):
+    """PedalMe and Montevideo (node-link with bus_stop ids) prepare with given weights."""
+    m = prepare_dataset(_shared("pedalme_london.json.gz"), "pygt-json", tmp_path / "p", weights="given")
+    assert (m.num_vertices, m.num_snapshots, m.snapshot_edges[0]) == (15, 31, 225)
+    path = _shared("montevideo_bus.json.gz")
+    root = tmp_path / "mv"
+    m = prepare_dataset(path, "pygt-json", root, weights="given", shard_size=64)
+    assert (m.num_vertices, m.num_snapshots, m.num_features) == (675, 740, 4)
+    d = json.load(gzip.open(path))
+    stops = [n["bus_stop"] for n in d["nodes"]]
+    assert _original_ids(root) == stops
+    with ShardReader(root, m) as r:
+        s = r.read(0)
+        got = {(stops[a], stops[b]) for a, b in zip(s.rows().tolist(), s.indices.tolist(), strict=True)}
+        assert got == {(lk["source"], lk["target"]) for lk in d["links"]}
+        assert np.abs(s.x.mean()) < 1.0  # z-scored per node
+    with pytest.raises(DataError, match=r"chickenpox\.json\.gz: --weights given: this dataset has no edge weights"):
+        prepare_dataset(_shared("chickenpox.json.gz"), "pygt-json", tmp_path / "c", weights="given")
+
+
+def test_pygt_errors(tmp_path):
+    """pygt-json rejects window options, bad JSON, unknown layouts and out-of-range ids."""
+    path = _shared("pedalme_london.json.gz")
+    with pytest.raises(DataError, match=r"do not apply to pygt-json"):
+        prepare_dataset(path, "pygt-json", tmp_path / "o", snapshots=4)
+    with pytest.raises(DataError, match=r"bad\.json:2: invalid JSON"):
+        prepare_dataset(_write(tmp_path, "bad.json", '{"a":\n ]'), "pygt-json", tmp_path / "o")
+    with pytest.raises(DataError, match=r"odd\.json: not a known PyGT dataset layout \(top-level keys: a, b\)"):
+        prepare_dataset(_write(tmp_path, "odd.json", '{"a": 1, "b": 2}'), "pygt-json", tmp_path / "o")
+    with pytest.raises(DataError, match=r"out\.json: key 'edges': vertex id outside \[0, 2\)"):
+        doc = {"edges": [[0, 1], [1, 5]], "FX": [[0.0, 1.0]] * 6}
+        prepare_dataset(_write(tmp_path, "out.json", json.dumps(doc)), "pygt-json", tmp_path / "o")
+    with pytest.raises(DataError, match=r"target_bins applies only to --format pygt-json"):
+        prepare_dataset(_write(tmp_path, "t.txt", TINY), "snap", tmp_path / "o", labels="target_bins")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hpcdgnn prepare")
+    add_prepare_arguments(p)
+    return p
+
+
+def test_cli_prepare_prints_summary(tmp_path, capsys):
+    """The prepare CLI prints 'prepared DIR: N T F edges nnz shards' and documents the default."""
+    p = _write(tmp_path, "tiny.txt", TINY)
+    out = tmp_path / "d"
+    args = _parser().parse_args([str(p), "--format", "snap", "--output", str(out), "--snapshots", "3", "--undirected"])
+    assert run_prepare(args) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == f"prepared {out}: N=3 T=3 F=2 edges=8 nnz=8 shards=1"
+    assert "32" in _parser().format_help()  # the default snapshot count is stated in --help
+
+
+def test_cli_slicing_options_are_exclusive(tmp_path, capsys):
+    """Two slicing options are an argparse usage error (exit 2)."""
+    with pytest.raises(SystemExit) as e:
+        _parser().parse_args(["x", "--format", "snap", "--output", "o", "--snapshots", "3", "--window", "5"])
+    assert e.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_pygt_edge_shapes(tmp_path):
+    """Edge lists must be [src, dst] pairs; an empty snapshot is allowed."""
+    doc = {"edges": [[0, 1, 2], [1, 0, 2]], "FX": [[0.0, 1.0]] * 6}
+    with pytest.raises(DataError, match=r"tri\.json: key 'edges': expected \[src, dst\] pairs"):
+        prepare_dataset(_write(tmp_path, "tri.json", json.dumps(doc)), "pygt-json", tmp_path / "o")
+    doc = {"edges": [], "FX": [[0.0, 1.0]] * 6}
+    m = prepare_dataset(_write(tmp_path, "none.json", json.dumps(doc)), "pygt-json", tmp_path / "o", lags=2)
+    assert (m.num_vertices, m.num_snapshots, m.snapshot_edges) == (2, 4, [0, 0, 0, 0])
+
+
+def test_email_eu_core_inversions_sorted_before_event_groups(tmp_path):
+    """email-Eu-core has out-of-order rows: groups of K events follow the stable time sort, ids 0..1004 with gaps."""
+    path = _shared("email-Eu-core-temporal.txt.gz")
+    raw = np.loadtxt(gzip.open(path, "rt"), dtype=np.int64)
+    raw = raw[np.argsort(raw[:, 2], kind="stable")]
+    K = 50_000
+    want = [len({(int(s), int(d)) for s, d, _ in raw[lo : lo + K]}) for lo in range(0, raw.shape[0], K)]
+    root = tmp_path / "eu"
+    m = prepare_dataset(path, "snap", root, events_per_snapshot=K, shard_size=4)
+    assert m.num_vertices == 986 and m.snapshot_edges == want
+    assert _original_ids(root) == np.unique(raw[:, :2]).tolist()
+    assert [t[0] for t in m.snapshot_time] == raw[::K, 2].astype(float).tolist()

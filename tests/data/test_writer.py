@@ -1,0 +1,215 @@
+"""Tests of hpcdgnn.data.writer: dedupe/weights, smoothing (IBM §5.4) against dense numpy, shards."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.data.shard_reader import ShardReader
+from hpcdgnn.data.writer import RawSnapshot, _dedupe, _sum_sparse, edge_keys, write_dataset
+from hpcdgnn.errors import DataError
+
+N = 5
+# Hand-made events per snapshot: (src, dst) with a repeated pair in t = 0 and t = 2.
+EVENTS = [
+    [(0, 1), (0, 1), (1, 2), (3, 0)],
+    [(0, 1), (2, 4)],
+    [],
+    [(4, 3), (1, 2), (1, 2), (1, 2), (0, 4)],
+    [(3, 0), (2, 4)],
+]
+
+
+def _raw(events=EVENTS, weights=None):
+    for t, ev in enumerate(events):
+        src = np.array([s for s, _ in ev], dtype=np.int64)
+        dst = np.array([d for _, d in ev], dtype=np.int64)
+        w = None if weights is None else np.asarray(weights[t], dtype=np.float64)
+        yield RawSnapshot(src=src, dst=dst, weight=w, time=(float(t), float(t + 1)))
+
+
+def _dense_raw(events=EVENTS, mode="ones", weights=None):
+    """A_t before smoothing as dense (T, N, N) float64, straight from the definition."""
+    a = np.zeros((len(events), N, N))
+    for t, ev in enumerate(events):
+        for i, (s, d) in enumerate(ev):
+            if mode == "ones":
+                a[t, s, d] = 1.0
+            elif mode == "count":
+                a[t, s, d] += 1.0
+            else:
+                a[t, s, d] += weights[t][i]
+    return a
+
+
+def _dense_degrees(a_raw):
+    """IBM §6.1 features [in_degree, out_degree] of each raw snapshot (distinct neighbours)."""
+    b = (a_raw != 0).astype(np.float64)
+    return np.stack([b.sum(axis=1), b.sum(axis=2)], axis=-1)  # in = column sums, out = row sums
+
+
+def _read_dense(root):
+    m = load_manifest(root)
+    adj, xs = [], []
+    with ShardReader(root, m) as r:
+        for t in range(m.num_snapshots):
+            s = r.read(t)
+            d = np.zeros((m.num_vertices, m.num_vertices))
+            d[s.rows(), s.indices] = s.weights
+            adj.append(d)
+            xs.append(s.x)
+    return m, np.stack(adj), np.stack(xs)
+
+
+@pytest.mark.parametrize("mode", ["ones", "count", "given"])
+def test_weights_modes_match_dense(tmp_path, mode):
+    """Weights ones / count / given and degree features equal a dense computation."""
+    weights = [np.arange(len(ev), dtype=np.float64) + 0.5 for ev in EVENTS]
+    m = write_dataset(tmp_path / "d", _raw(weights=weights), num_vertices=N, weights=mode, shard_snapshots=2)
+    _, adj, x = _read_dense(tmp_path / "d")
+    want = _dense_raw(mode=mode, weights=weights)
+    np.testing.assert_allclose(adj, want, rtol=1e-6)
+    np.testing.assert_array_equal(x, _dense_degrees(want))
+    assert m.snapshot_edges == [int((w != 0).sum()) for w in want]
+    assert m.snapshot_time == [[float(t), float(t + 1)] for t in range(len(EVENTS))]
+
+
+@pytest.mark.parametrize("life", [2, 3])
+def test_edge_life_matches_dense(tmp_path, life):
+    """IBM §5.4: A_t = sum_{i=t-l+1}^{t} A_i (features unchanged)."""
+    m, adj, x = _read_dense(_write(tmp_path, edge_life=life))
+    raw = _dense_raw()
+    want = np.stack([raw[max(0, t - life + 1) : t + 1].sum(axis=0) for t in range(len(EVENTS))])
+    np.testing.assert_allclose(adj, want)
+    np.testing.assert_array_equal(x, _dense_degrees(raw))
+    assert m.snapshot_nnz == [int((w != 0).sum()) for w in want]
+    assert m.smoothed
+
+
+@pytest.mark.parametrize("window", [2, 3])
+def test_mtransform_matches_dense(tmp_path, window):
+    """IBM §5.3/§5.4: A_t = sum_k M_tk A_k, X_t = sum_k M_tk X_k with M_tk = 1/min(w, t+1) on the band."""
+    T = len(EVENTS)
+    M = np.zeros((T, T))
+    for t in range(T):
+        lo = max(0, t - window + 1)
+        M[t, lo : t + 1] = 1.0 / min(window, t + 1)
+    raw = _dense_raw()
+    _, adj, x = _read_dense(_write(tmp_path, mtransform_window=window))
+    np.testing.assert_allclose(adj, np.einsum("tk,kij->tij", M, raw), rtol=1e-6)
+    np.testing.assert_allclose(x, np.einsum("tk,kvf->tvf", M, _dense_degrees(raw)), rtol=1e-6)
+
+
+def _write(tmp_path, **kw):
+    root = tmp_path / "d"
+    write_dataset(root, _raw(), num_vertices=N, shard_snapshots=2, **kw)
+    return root
+
+
+def test_smoothed_dataset_keeps_raw_targets(tmp_path):
+    """After smoothing, read_target still returns the raw edges of each window."""
+    root = _write(tmp_path, edge_life=3)
+    m = load_manifest(root)
+    raw = _dense_raw()
+    with ShardReader(root, m) as r:
+        for t in range(m.num_snapshots):
+            src, dst = r.read_target(t)
+            assert set(zip(src.tolist(), dst.tolist(), strict=True)) == set(zip(*np.nonzero(raw[t]), strict=True))
+
+
+def test_undirected_is_symmetric_and_self_loop_counted_once(tmp_path):
+    """Undirected storage is symmetric and a self-loop event is counted once."""
+    events = [[(0, 1), (2, 2), (3, 1)], [(1, 0), (4, 4), (4, 4)]]
+    root = tmp_path / "u"
+    write_dataset(root, _raw(events), num_vertices=N, directed=False, weights="count")
+    _, adj, x = _read_dense(root)
+    for a in adj:
+        np.testing.assert_array_equal(a, a.T)
+    assert adj[0, 2, 2] == 1.0  # one event on the diagonal counts once, not twice
+    assert adj[1, 4, 4] == 2.0
+    assert adj[0, 0, 1] == adj[0, 1, 0] == 1.0
+    np.testing.assert_array_equal(x[..., 0], x[..., 1])  # in = out degree when undirected
+
+
+@pytest.mark.parametrize("T,per", [(8, 8), (16, 8), (7, 3), (1, 1), (5, 10)])
+def test_shard_boundaries(tmp_path, T, per):
+    """Every snapshot is readable whatever T and the shard size (the last group of a full shard included)."""
+    rng = np.random.default_rng(T)
+    snaps = [RawSnapshot(src=rng.integers(0, 6, 9), dst=rng.integers(0, 6, 9)) for _ in range(T)]
+    m = write_dataset(tmp_path / "d", iter(snaps), num_vertices=6, shard_snapshots=per)
+    assert [(s.t_start, s.t_stop) for s in m.shards] == [(a, min(a + per, T)) for a in range(0, T, per)]
+    with ShardReader(tmp_path / "d", m) as r:
+        for t, raw in enumerate(snaps):
+            s = r.read(t)
+            assert set(zip(s.rows().tolist(), s.indices.tolist(), strict=True)) == set(
+                zip(raw.src.tolist(), raw.dst.tolist(), strict=True)
+            )
+    assert m.snapshot_time is None  # the snapshots carried no times
+
+
+def test_dedupe_bit_identical_to_unique_add_at():
+    """The sort/bincount dedupe equals the np.unique + np.add.at formulation bit for bit."""
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        keys = rng.integers(0, 40, int(rng.integers(0, 300)))
+        vals = rng.normal(size=keys.shape[0]) * 10 ** rng.uniform(-3, 3, keys.shape[0])
+        uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        ref = np.zeros(uniq.shape[0])
+        np.add.at(ref, inverse, vals)
+        for mode, want in (("ones", np.ones(uniq.shape[0])), ("count", counts.astype(np.float64)), ("given", ref)):
+            k, w = _dedupe(keys, vals, mode)
+            np.testing.assert_array_equal(k, uniq)
+            assert w.tobytes() == want.tobytes(), (trial, mode)
+        parts = [(np.unique(rng.integers(0, 30, 20)), None, s) for s in (1.0, 1 / 3, 0.25)]
+        parts = [(k, rng.normal(size=k.shape[0]), s) for k, _, s in parts]
+        cat = np.concatenate([k for k, _, _ in parts])
+        u, inv = np.unique(cat, return_inverse=True)
+        ref = np.zeros(u.shape[0])
+        np.add.at(ref, inv, np.concatenate([v * s for _, v, s in parts]))
+        k, w = _sum_sparse(parts)
+        np.testing.assert_array_equal(k, u)
+        assert w.tobytes() == ref.tobytes()
+
+
+def test_edge_keys_are_csr_order():
+    """Ascending keys src*N+dst are row-major CSR order."""
+    src, dst = np.array([2, 0, 1, 0]), np.array([0, 3, 1, 1])
+    assert np.argsort(edge_keys(src, dst, 4)).tolist() == [3, 1, 2, 0]
+
+
+def test_vertex_ids_and_string_ids(tmp_path):
+    """String vertex ids round-trip through vertices.h5."""
+    ids = np.array(["u:a", "u:b", "i:7", "i:8", "i:9"])
+    write_dataset(tmp_path / "d", _raw(), num_vertices=N, vertex_ids=ids)
+    with h5py.File(tmp_path / "d" / "vertices.h5") as f:
+        assert [s.decode() for s in f["original_id"][()]] == ids.tolist()
+
+
+def test_errors_leave_nothing_behind(tmp_path):
+    """A failing write leaves neither the output nor its temporary directory."""
+    root = tmp_path / "bad"
+    bad = [RawSnapshot(src=np.array([0]), dst=np.array([1])), RawSnapshot(src=np.array([0]), dst=np.array([N]))]
+    with pytest.raises(DataError, match=r"snapshot 1: vertex id outside \[0, 5\)"):
+        write_dataset(root, iter(bad), num_vertices=N)
+    assert list(tmp_path.iterdir()) == []  # neither the output nor the temporary directory remains
+    with pytest.raises(DataError, match="no weights"):
+        write_dataset(root, _raw(), num_vertices=N, weights="given")
+    with pytest.raises(DataError, match="weights must be"):
+        write_dataset(root, _raw(), num_vertices=N, weights="sum")
+    with pytest.raises(DataError, match="not both"):
+        write_dataset(root, _raw(), num_vertices=N, edge_life=2, mtransform_window=2)
+    with pytest.raises(DataError, match="no snapshots"):
+        write_dataset(root, iter([]), num_vertices=N)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_force_replaces_and_refuses_without(tmp_path):
+    """A non-empty output is refused without force and replaced with it."""
+    root = tmp_path / "d"
+    write_dataset(root, _raw(), num_vertices=N)
+    with pytest.raises(DataError, match="--force"):
+        write_dataset(root, _raw(), num_vertices=N)
+    m = write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
+    assert load_manifest(root).num_snapshots == m.num_snapshots == 2
