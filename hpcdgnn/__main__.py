@@ -67,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="train a job (under mpirun for P > 1)")
     r.add_argument("job", help="job YAML")
     r.add_argument("--output", help="run directory (must be new or empty); default <output.dir>/<job>-<time>")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a YAML key, e.g. train.epochs=2")
+    r.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
+                   help="override YAML keys, e.g. --set train.epochs=2 model.hidden=32")
     r.set_defaults(func=_cmd_run)
 
     pr = sub.add_parser("prepare", help="turn a timestamped edge list into HDF5 snapshot shards")

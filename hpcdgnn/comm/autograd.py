@@ -21,14 +21,15 @@ class AllToAllV(torch.autograd.Function):
     """Row all-to-all whose backward is the reverse all-to-all."""
 
     @staticmethod
-    def forward(ctx, x, comm, send_rows, recv_rows, tag):  # noqa: D102
+    def forward(ctx, x, comm, send_rows, recv_rows, tag, reuse):  # noqa: D102
         ctx.comm, ctx.send_rows, ctx.recv_rows, ctx.tag = comm, send_rows, recv_rows, tag
-        return comm.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd")
+        ctx.reuse = None if reuse is None else f"{reuse}.bwd"
+        return comm.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd")
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        g = ctx.comm.alltoallv(grad.contiguous(), ctx.recv_rows, ctx.send_rows, tag=f"{ctx.tag}.bwd")
-        return g, None, None, None, None
+        g = ctx.comm.alltoallv(grad.contiguous(), ctx.recv_rows, ctx.send_rows, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse)
+        return g, None, None, None, None, None
 
 
 def all_to_all_rows(
@@ -37,6 +38,12 @@ def all_to_all_rows(
     send_rows: Sequence[int],
     recv_rows: Sequence[int],
     tag: str = "redistribute",
+    reuse: str | None = None,
 ) -> torch.Tensor:
-    """Differentiable :meth:`Communicator.alltoallv` of a (rows, unit) tensor."""
-    return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag)
+    """Differentiable :meth:`Communicator.alltoallv` of a (rows, unit) tensor.
+
+    ``reuse`` keys the receive buffers of the forward and backward exchanges
+    (see :meth:`Communicator.alltoallv`): give each exchange of a training step
+    its own key and the step reuses last step's memory.
+    """
+    return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag, reuse)

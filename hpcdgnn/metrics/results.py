@@ -11,7 +11,8 @@ Layout::
 metrics.jsonl keys: ``epoch``, ``warmup`` (bool), ``loss``, the task's
 ``{train,val,test}_{loss,acc[,auc]}``, ``time`` = {``epoch``, ``load``,
 ``compute``, ``comm``} each {``min``, ``mean``, ``max``} over ranks (seconds),
-``slowest_rank`` and its split, ``bytes_sent`` (training traffic summed over
+``slowest_rank`` and its split, ``per_rank`` (each rank's split, for load
+balance), ``bytes_sent`` (training traffic summed over
 ranks: redistributions + gradient all-reduce), ``bytes_by_tag``.
 """
 

@@ -9,10 +9,16 @@ compute one. ``plan.json``::
      "vertex_bounds":   [0, n_1, ..., N],   # rank q owns vertex rows [v[q], v[q+1])
      "ranks": [{"snapshots": k_p, "vertices": n_p, "nnz": ..., "send_units": ...}, ...]}
 
-Both partitions are contiguous and balanced by count, as IBM §4.2 assigns
-them (``s = (p-1)k + 1``, ``e = pk`` with ``k = T/P``), generalised to P not
-dividing T or N: the first ``T mod P`` ranks get one more snapshot. With P > T
-the last ranks own no snapshot and still take part in every collective.
+Both partitions are contiguous. Vertex ranges are balanced by count, as IBM
+§4.2 assigns them; P not dividing N gives the first ``N mod P`` ranks one more
+row. Snapshot blocks are either balanced by count (``strategy.balance:
+count``, IBM's ``k = T/P``; the first ``T mod P`` ranks get one more) or by
+estimated work (``work``, the default): contiguous blocks that cut the running
+sum of a per-snapshot cost at multiples of total/P. The cost (see
+``SnapshotStrategy.make_plan``) matters because snapshots differ in edges and
+because a task does more work on training snapshots (forward and backward)
+than on validation ones (forward only). With P > T the last ranks own no
+snapshot and still take part in every collective.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import numpy as np
 
 from hpcdgnn.data.manifest import Manifest
 
-__all__ = ["PartitionPlan", "balanced_bounds", "build_snapshot_plan"]
+__all__ = ["PartitionPlan", "balanced_bounds", "build_snapshot_plan", "weighted_bounds"]
 
 
 def balanced_bounds(total: int, parts: int) -> list[int]:
@@ -33,6 +39,32 @@ def balanced_bounds(total: int, parts: int) -> list[int]:
     q, r = divmod(total, parts)
     sizes = [q + (1 if p < r else 0) for p in range(parts)]
     return [0, *np.cumsum(sizes).tolist()]
+
+
+def weighted_bounds(work: np.ndarray, parts: int) -> list[int]:
+    """Bounds of ``parts`` contiguous ranges cutting the running sum of ``work`` at multiples of total/parts.
+
+    Each cut goes to whichever of the two neighbouring positions puts the
+    prefix sum closer to its target; every range is non-empty when there are
+    more items than parts, and with at most one item per part the empty ranges
+    are the last ones.
+    """
+    work = np.asarray(work, dtype=np.float64)
+    n = work.size
+    if n <= parts or work.sum() <= 0:
+        # one snapshot per rank at most: nothing to balance; idle ranks trail, as with count balance
+        return balanced_bounds(n, parts)
+    cum = np.concatenate([[0.0], np.cumsum(work)])
+    bounds = [0]
+    for p in range(1, parts):
+        target = cum[-1] * p / parts
+        i = int(np.searchsorted(cum, target))
+        if i > 0 and abs(cum[i - 1] - target) <= abs(cum[min(i, n)] - target):
+            i -= 1
+        # every rank keeps at least one snapshot (T > P here), so no rank idles while others work
+        bounds.append(min(max(i, bounds[-1] + 1), n - (parts - p)))
+    bounds.append(n)
+    return bounds
 
 
 @dataclass(frozen=True)
@@ -68,14 +100,18 @@ class PartitionPlan:
         Path(path).write_text(json.dumps(asdict(self), indent=1) + "\n")
 
 
-def build_snapshot_plan(manifest: Manifest, num_ranks: int) -> PartitionPlan:
-    """The S1 plan: contiguous balanced snapshot blocks and vertex ranges, with per-rank balance."""
+def build_snapshot_plan(manifest: Manifest, num_ranks: int, work: np.ndarray | None = None) -> PartitionPlan:
+    """The S1 plan: contiguous snapshot blocks (by count, or by ``work`` if given) and vertex ranges."""
     T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
-    sb, vb = balanced_bounds(T, P), balanced_bounds(N, P)
+    sb = balanced_bounds(T, P) if work is None else weighted_bounds(work, P)
+    vb = balanced_bounds(N, P)
     nnz = np.asarray(manifest.snapshot_nnz, dtype=np.int64)
     ranks = []
     for p in range(P):
         k, n = sb[p + 1] - sb[p], vb[p + 1] - vb[p]
         # feature vectors this rank sends to others in one redistribution (IBM §4.2 volume)
-        ranks.append({"snapshots": k, "vertices": n, "nnz": int(nnz[sb[p] : sb[p + 1]].sum()), "send_units": k * (N - n)})
+        entry = {"snapshots": k, "vertices": n, "nnz": int(nnz[sb[p] : sb[p + 1]].sum()), "send_units": k * (N - n)}
+        if work is not None:
+            entry["work"] = float(np.sum(work[sb[p] : sb[p + 1]]))
+        ranks.append(entry)
     return PartitionPlan("snapshot", P, T, N, sb, vb, ranks)

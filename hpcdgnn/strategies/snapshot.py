@@ -21,15 +21,17 @@ rank's block to itself is a local copy and is not counted.
 
 Ranks that own no snapshot (P > T) or no vertex row (P > N) still take part
 in every all-to-all, forward and backward: their tensors are empty but stay
-connected to the autograd graph, and :meth:`SnapshotStrategy.backward` adds
-the last redistribution's output as a root with a zero gradient, so every
-rank calls each collective's backward in the same order.
+connected to the autograd graph, and on a rank that scores no snapshot
+:meth:`SnapshotStrategy.backward` adds the last (empty) redistribution output
+as a root with a zero gradient, so every rank calls each collective's
+backward in the same order.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
@@ -38,6 +40,7 @@ from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, build_snapshot_plan
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.tasks import task_class
 
 __all__ = ["SnapshotStrategy"]
 
@@ -55,8 +58,19 @@ class SnapshotStrategy(Strategy):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Contiguous balanced snapshot blocks and vertex ranges."""
-        return build_snapshot_plan(manifest, num_ranks)
+        """Contiguous snapshot blocks (equal count, or equal estimated work) and equal vertex ranges.
+
+        Work of snapshot t, in multiply-adds: per layer the sparse aggregation
+        ``(nnz_t + N) * F'`` and the dense transform ``N * F' * F'``, plus the
+        task's cost of scoring t (:meth:`Task.snapshot_work`).
+        """
+        if job.strategy.balance == "count":
+            return build_snapshot_plan(manifest, num_ranks)
+        H, L = job.model.hidden, job.model.layers
+        nnz = np.asarray(manifest.snapshot_nnz, dtype=np.float64)
+        work = L * ((nnz + manifest.num_vertices) * H + manifest.num_vertices * H * H)
+        work = work + task_class(job.task.name).snapshot_work(job.task, manifest)
+        return build_snapshot_plan(manifest, num_ranks, work)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read the owned snapshots, normalise Ã_t (IBM Eq. 1) and precompute Ã_t·X_t (S4)."""
@@ -90,24 +104,22 @@ class SnapshotStrategy(Strategy):
         return sum(a.nbytes for a in self.adj) + self.ax0.numel() * self.ax0.element_size()
 
     # -- the two redistributions of IBM §4.2 -------------------------------------------------
-    def _to_vertex(self, y: torch.Tensor) -> torch.Tensor:
+    def _to_vertex(self, y: torch.Tensor, key: str) -> torch.Tensor:
         """(T_p, N, F) owned snapshots -> (T, N_q, F) full timeline of this rank's vertices."""
         F = y.shape[-1]
-        vb = self.plan.vertex_bounds
-        send = torch.cat([y[:, vb[q] : vb[q + 1]].reshape(-1, F) for q in range(self.comm.size)])
+        # split (not slicing) so the backward is one concatenation, not P zero-filled full-size buffers
+        send = torch.cat([b.reshape(-1, F) for b in torch.split(y, self._n, dim=1)])
         if not send.requires_grad and torch.is_grad_enabled():
             send = send.detach().requires_grad_(True)  # every rank must run this collective's backward
-        recv = all_to_all_rows(send, self.comm, self._to_vertex_send, self._to_vertex_recv)
-        n_me = self._n[self.comm.rank]
-        blocks = torch.split(recv, self._to_vertex_recv)
-        return torch.cat([b.reshape(self._k[p], n_me, F) for p, b in enumerate(blocks)], dim=0)
+        recv = all_to_all_rows(send, self.comm, self._to_vertex_send, self._to_vertex_recv, reuse=key)
+        # blocks arrive in rank order = time order, each (k_p, N_q, F): together already (T, N_q, F)
+        return recv.reshape(self.plan.num_snapshots, self._n[self.comm.rank], F)
 
-    def _to_snapshot(self, z: torch.Tensor) -> torch.Tensor:
+    def _to_snapshot(self, z: torch.Tensor, key: str) -> torch.Tensor:
         """(T, N_q, F) vertex layout -> (T_p, N, F) owned snapshots (the reverse exchange)."""
         F = z.shape[-1]
-        sb = self.plan.snapshot_bounds
-        send = torch.cat([z[sb[p] : sb[p + 1]].reshape(-1, F) for p in range(self.comm.size)])
-        recv = all_to_all_rows(send, self.comm, self._to_vertex_recv, self._to_vertex_send)
+        send = z.reshape(-1, F)  # rank p's block is the time range [b_p, b_p+1): contiguous already
+        recv = all_to_all_rows(send, self.comm, self._to_vertex_recv, self._to_vertex_send, reuse=key)
         T_me = len(self.owned)
         blocks = torch.split(recv, self._to_vertex_send)
         return torch.cat([b.reshape(T_me, self._n[q], F) for q, b in enumerate(blocks)], dim=1)
@@ -116,28 +128,34 @@ class SnapshotStrategy(Strategy):
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
         """Two-phase forward of every layer (GCN per owned snapshot, RNN per owned vertex range)."""
         h: torch.Tensor | None = None
+        hs: tuple[torch.Tensor, ...] = ()
         horizon = self.owned[-1] + 1 if self.owned else 0
         for li, layer in enumerate(model.layers):
             tparams = layer.time_params(horizon)
             ys = []
             for i, t in enumerate(self.owned):
-                ax = self.ax0[i] if li == 0 else spmm(self.adj[i], h[i])
+                ax = self.ax0[i] if li == 0 else spmm(self.adj[i], hs[i])
                 ys.append(layer.spatial(ax, t, tparams))
             if ys:
                 y = torch.stack(ys)
             else:
                 y = _keep_connected(self.ax0.new_zeros(0, self.N, layer.spatial_features), h)
             if layer.temporal_mixing:
-                z, _ = layer.temporal(self._to_vertex(y))
-                y = self._to_snapshot(_keep_connected(z, None))
+                # keyed buffers: each exchange reuses last epoch's memory (the graph that held it is gone)
+                z, _ = layer.temporal(self._to_vertex(y, f"layer{li}.to_vertex"))
+                y = self._to_snapshot(z, f"layer{li}.to_snapshot")
             h = y
+            # unbind once: indexing h[i] per snapshot would make each backward zero-fill a full-size buffer
+            hs = h.unbind(0)
         self._last = h
-        return {t: h[i] for i, t in enumerate(self.owned)}
+        return dict(zip(self.owned, hs))
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward with the last layer output as an extra zero-gradient root (see module docstring)."""
         last = self._last
-        if last is not None and last.requires_grad:
+        # Tasks keep their loss connected to every embedding they get (Task.forward's contract), so
+        # only a rank that scores nothing needs the extra root; it is empty, so it costs nothing.
+        if last is not None and last.requires_grad and last.shape[0] == 0:
             torch.autograd.backward([loss, last], [torch.ones_like(loss), torch.zeros_like(last)])
         else:
             loss.backward()

@@ -4,7 +4,7 @@ from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
 from hpcdgnn.tasks.link_prediction import LinkPrediction
 from hpcdgnn.tasks.node_classification import NodeClassification
 
-__all__ = ["LinkPrediction", "NodeClassification", "SPLITS", "Task", "TaskBatch", "build_task", "split_steps"]
+__all__ = ["LinkPrediction", "NodeClassification", "SPLITS", "Task", "TaskBatch", "build_task", "split_steps", "task_class"]
 
 _TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassification}
 
@@ -12,3 +12,8 @@ _TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassifi
 def build_task(cfg, manifest, emb_features: int, seed: int) -> Task:
     """Build the task head named by ``task.name``."""
     return _TASKS[cfg.name](cfg, manifest, emb_features, seed)
+
+
+def task_class(name: str) -> type[Task]:
+    """The task class registered as ``name`` (for its static cost model)."""
+    return _TASKS[name]

@@ -51,6 +51,11 @@ class Task(nn.Module):
     metric: str = "acc"
     """Name of the headline validation metric printed in the epoch line."""
 
+    @staticmethod
+    def snapshot_work(cfg, manifest) -> np.ndarray:
+        """Relative cost of scoring each snapshot (multiply-adds; for work-balanced plans)."""
+        raise NotImplementedError
+
     def setup(self, reader, snapshots: list[int], comm) -> None:
         """Read the targets of the snapshots this rank scores."""
         raise NotImplementedError
@@ -60,7 +65,12 @@ class Task(nn.Module):
         raise NotImplementedError
 
     def forward(self, emb: dict[int, torch.Tensor], epoch: int) -> TaskBatch:
-        """Loss sum and metric sums for embeddings ``{t: Z_t (N, F')}``."""
+        """Loss sum and metric sums for embeddings ``{t: Z_t (N, F')}``.
+
+        Contract: ``loss_sum`` must depend on every tensor in ``emb`` (add
+        ``z.sum() * 0`` for the ones it does not use), so that the backward pass
+        reaches every collective that produced them on every rank.
+        """
         raise NotImplementedError
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:

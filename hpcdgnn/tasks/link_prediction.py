@@ -25,7 +25,7 @@ from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
 
-__all__ = ["LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms"]
+__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -40,6 +40,87 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((pos * (neg_below + 0.5 * neg)).sum() / (npos * nneg))
 
 
+#: Edges per chunk of the fused decoder: (chunk, hidden) temporaries stay in a core's L2 cache.
+_EDGE_CHUNK = 8192
+
+
+class _EdgeMLP(torch.autograd.Function):
+    """``w2 · relu(pu[src] + pv[dst] + b1) + b2`` per edge, in cache-sized chunks, with its adjoint.
+
+    Unfused, each of the ~10 elementwise steps of forward and backward streams an
+    (E, hidden) tensor through memory — for millions of edges per snapshot that
+    traffic dominated the epoch and was what two ranks on one node fought over.
+    Here the per-edge hidden layer lives only inside a chunk and is recomputed
+    in the backward pass; only (N, hidden) gradients and (E,) logits are stored.
+    """
+
+    @staticmethod
+    def forward(ctx, pu, pv, b1, w2, b2, src, dst):  # noqa: D102
+        E = src.shape[0]
+        out = pu.new_empty(E)
+        for s in range(0, E, _EDGE_CHUNK):
+            e = min(E, s + _EDGE_CHUNK)
+            h = pu.index_select(0, src[s:e])
+            h += pv.index_select(0, dst[s:e])
+            h += b1
+            h.relu_()
+            torch.mv(h, w2, out=out[s:e])
+        out += b2
+        ctx.save_for_backward(pu, pv, b1, w2, src, dst)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: D102
+        pu, pv, b1, w2, src, dst = ctx.saved_tensors
+        dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
+        db1, dw2 = torch.zeros_like(b1), torch.zeros_like(w2)
+        E = src.shape[0]
+        for s in range(0, E, _EDGE_CHUNK):
+            e = min(E, s + _EDGE_CHUNK)
+            h = pu.index_select(0, src[s:e])
+            h += pv.index_select(0, dst[s:e])
+            h += b1
+            h.relu_()
+            gc = g[s:e]
+            dw2 += h.t() @ gc
+            dh = torch.outer(gc, w2)
+            dh.mul_(h > 0)
+            db1 += dh.sum(0)
+            dpu.index_add_(0, src[s:e], dh)
+            dpv.index_add_(0, dst[s:e], dh)
+        return dpu, dpv, db1, dw2, g.sum().reshape(1), None, None
+
+
+class EdgeDecoder(nn.Module):
+    """MLP on the concatenated endpoint embeddings: ``w2 · relu(W1 [z_u ; z_v] + b1) + b2``.
+
+    ``W1 [z_u ; z_v] = W1[:, :F] z_u + W1[:, F:] z_v``, so the first layer is
+    applied once per vertex, giving (N, h) projections ``pu``, ``pv``; the
+    per-edge rest runs fused in chunks (:class:`_EdgeMLP`). The function equals
+    ``Linear(2F, h) -> ReLU -> Linear(h, 1)`` on the concatenation.
+    """
+
+    def __init__(self, emb_features: int, hidden: int) -> None:
+        super().__init__()
+        self.emb_features = emb_features
+        self.lin1 = nn.Linear(2 * emb_features, hidden)
+        self.lin2 = nn.Linear(hidden, 1)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset both linear layers."""
+        self.lin1.reset_parameters()
+        self.lin2.reset_parameters()
+
+    def forward(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Logits (E,) of edges ``src[i] -> dst[i]`` from embeddings ``z`` (N, F)."""
+        f = self.emb_features
+        w = self.lin1.weight
+        pu = z @ w[:, :f].t()
+        pv = z @ w[:, f:].t()
+        return _EdgeMLP.apply(pu, pv, self.lin1.bias, self.lin2.weight[0], self.lin2.bias, src, dst)
+
+
 class LinkPrediction(Task):
     """Link-prediction head and targets.
 
@@ -52,9 +133,7 @@ class LinkPrediction(Task):
     def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
         self.cfg, self.manifest, self.seed = cfg, manifest, seed
-        self.decoder = nn.Sequential(
-            nn.Linear(2 * emb_features, cfg.decoder_hidden), nn.ReLU(), nn.Linear(cfg.decoder_hidden, 1)
-        )
+        self.decoder = EdgeDecoder(emb_features, cfg.decoder_hidden)
         # step t uses Z_t to predict the edges of t+1, so there are T-1 steps
         self.ranges = split_steps(manifest.num_snapshots - 1, cfg.split)
         self.targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -62,9 +141,18 @@ class LinkPrediction(Task):
 
     def reset_parameters(self) -> None:
         """Reset the decoder MLP."""
-        for m in self.decoder:
-            if isinstance(m, nn.Linear):
-                m.reset_parameters()
+        self.decoder.reset_parameters()
+
+    @staticmethod
+    def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
+        """Decoder multiply-adds per snapshot: pairs x hidden, x3 on training steps (forward + backward)."""
+        T = manifest.num_snapshots
+        train = split_steps(T - 1, cfg.split)[0]
+        work = np.zeros(T)
+        for t in range(T - 1):
+            pairs = manifest.snapshot_edges[t + 1] * (1 + cfg.negatives)
+            work[t] = pairs * cfg.decoder_hidden * (3.0 if t in train else 1.0)
+        return work
 
     def _split_of(self, step: int) -> int:
         for i, r in enumerate(self.ranges):
@@ -94,7 +182,10 @@ class LinkPrediction(Task):
         """BCE loss sum over the train steps held here; histogram/accuracy sums for all splits."""
         width = 3 + 2 * AUC_BINS
         stats = np.zeros(3 * width)
-        loss_sum = None
+        # a zero that depends on every embedding (Task.forward's contract: all collectives get a backward)
+        # and on the decoder, so every parameter has a gradient on every rank
+        zero = sum(p.sum() for p in self.decoder.parameters()) + sum(z.sum() for z in emb.values())
+        loss_sum = zero * 0.0
         for t, z in emb.items():
             s = self._split_of(t)
             if s < 0 or t not in self.targets:
@@ -103,10 +194,11 @@ class LinkPrediction(Task):
             ns, nd = self._negatives(t, epoch, ps.shape[0] * self.cfg.negatives)
             src, dst = torch.cat([ps, ns]), torch.cat([pd, nd])
             label = torch.cat([torch.ones(ps.shape[0]), torch.zeros(ns.shape[0])]).to(z.dtype)
-            logit = self.decoder(torch.cat([z[src], z[dst]], dim=-1)).squeeze(-1)
-            loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
+            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
+                logit = self.decoder(z, src, dst)
+                loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
             if s == 0:
-                loss_sum = loss if loss_sum is None else loss_sum + loss
+                loss_sum = loss_sum + loss
             lg = logit.detach().to(torch.float64).numpy()
             lb = label.detach().numpy() > 0.5
             base = s * width
@@ -116,10 +208,6 @@ class LinkPrediction(Task):
             bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
             stats[base + 3 : base + 3 + AUC_BINS] += np.bincount(bins[lb], minlength=AUC_BINS)
             stats[base + 3 + AUC_BINS : base + width] += np.bincount(bins[~lb], minlength=AUC_BINS)
-        if loss_sum is None:  # nothing to train on here: a zero that still reaches every parameter
-            loss_sum = sum(p.sum() * 0.0 for p in self.decoder.parameters())
-            for z in emb.values():
-                loss_sum = loss_sum + z.sum() * 0.0
         return TaskBatch(loss_sum, stats)
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:

@@ -42,6 +42,14 @@ class NodeClassification(Task):
         """Reset the linear head."""
         self.head.reset_parameters()
 
+    @staticmethod
+    def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
+        """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training."""
+        T = manifest.num_snapshots
+        train = split_steps(T, cfg.split)[0]
+        per = manifest.num_vertices * max(manifest.num_classes, 2)
+        return np.array([per * (3.0 if t in train else 1.0) for t in range(T)])
+
     def setup(self, reader, snapshots: list[int], comm) -> None:
         """Read labels of the scored snapshots; all-reduce the number of labelled training vertices."""
         local = 0.0
@@ -69,8 +77,9 @@ class NodeClassification(Task):
             if s < 0 or not bool(mask.any()):
                 loss_sum = loss_sum + z.sum() * 0.0
                 continue
-            logits = self.head(z[mask])
-            loss = F.cross_entropy(logits, y[mask], reduction="sum")
+            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
+                logits = self.head(z[mask])
+                loss = F.cross_entropy(logits, y[mask], reduction="sum")
             if s == 0:
                 loss_sum = loss_sum + loss
             else:

@@ -172,6 +172,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
             "time": {k: times[k] for k in ("epoch", "load", "compute", "comm")},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],
+            "per_rank": {k: per_rank[:, i].tolist() for i, k in enumerate(("epoch", "load", "compute", "comm"))},
             "bytes_sent": bytes_sent,
             "bytes_by_tag": {k: int(b) for k, b in zip(tag_names, tag_bytes)},
         }

@@ -50,10 +50,10 @@ def main() -> None:
     full = torch.arange(T * N * F, dtype=torch.float32).reshape(T, N, F)  # value encodes (t, v, f)
     y = full[sb[me] : sb[me + 1]].clone()
     before = comm.stats.snapshot()
-    z = strat._to_vertex(y)
+    z = strat._to_vertex(y, "test.v")
     fwd_bytes = comm.stats.since(before, "redistribute.fwd").bytes_sent
     assert torch.equal(z.detach(), full[:, vb[me] : vb[me + 1]]), f"rank {me}: vertex layout wrong"
-    back = strat._to_snapshot(z)
+    back = strat._to_snapshot(z, "test.s")
     assert torch.equal(back.detach(), y), f"rank {me}: round trip wrong"
     print(json.dumps({"rank": me, "fwd_bytes": fwd_bytes}), flush=True)
 

@@ -12,6 +12,43 @@ from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
 __all__ = ["TMGCNLayer", "build_tmgcn", "m_transform"]
 
 
+class _MTransform(torch.autograd.Function):
+    """Windowed mean along dim 0 with a hand-written adjoint.
+
+    Forward: ``out[t] = (1/c_t) * sum_{k=0}^{w-1} full[off+t-k]`` over the rows
+    that exist; backward: ``d full[s] = sum_t [s = off+t-k] d out[t] / c_t``.
+    Both are w shifted adds into one buffer (no autograd temporaries of the
+    full (T, n, F) size), in a fixed order per element, so every vertex gets
+    the same bits whatever the batch of vertices.
+    """
+
+    @staticmethod
+    def forward(ctx, full, T, off, window, count):  # noqa: D102
+        ctx.shape, ctx.T, ctx.off, ctx.window = full.shape, T, off, window
+        ctx.save_for_backward(count)
+        out = full[off : off + T].clone()
+        for k in range(1, window):
+            lo = max(0, k - off)  # first output step whose k-th predecessor exists
+            if lo >= T:
+                break
+            out[lo:] += full[off + lo - k : off + T - k]
+        out /= count
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        (count,) = ctx.saved_tensors
+        T, off = ctx.T, ctx.off
+        g = grad / count
+        gin = grad.new_zeros(ctx.shape)
+        for k in range(ctx.window):
+            lo = max(0, k - off)
+            if lo >= T:
+                break
+            gin[off + lo - k : off + T - k] += g[lo:]
+        return gin, None, None, None, None
+
+
 def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = None) -> torch.Tensor:
     """Y ×₁ M with M_tk = 1/min(w, t+1) for max(0, t-w+1) <= k <= t (IBM §5.3, 0-based t).
 
@@ -20,23 +57,13 @@ def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = Non
         window: w.
         history: (h, n, F) inputs just before ``y`` (h <= w-1), so a block of time
             continues a sequence (SPEC S2 passes the last w-1 activations).
-
-    The sum is a fixed-order loop over the w shifts, so every vertex gets the
-    same float result whatever the batch of vertices — part of why P ranks
-    reproduce one rank's losses.
     """
     T = y.shape[0]
     full = y if history is None or history.shape[0] == 0 else torch.cat([history, y], dim=0)
     off = full.shape[0] - T  # steps of history before y[0]
-    out = full[off : off + T].clone()
-    for k in range(1, window):
-        lo = max(0, k - off)  # first output step whose k-th predecessor exists
-        if lo >= T:
-            break
-        out[lo:] = out[lo:] + full[off + lo - k : off + T - k]
-    pos = torch.arange(T, dtype=y.dtype, device=y.device) + off  # global step index of each output
-    count = torch.clamp(pos + 1, max=window)
-    return out / count.view(T, *([1] * (y.dim() - 1)))
+    pos = torch.arange(T, dtype=y.dtype, device=y.device) + off  # global step index (history = all earlier steps)
+    count = torch.clamp(pos + 1, max=window).view(T, *([1] * (y.dim() - 1)))
+    return _MTransform.apply(full, T, off, window, count)
 
 
 class TMGCNLayer(DynamicLayer):

@@ -1,0 +1,95 @@
+"""Epoch time of each model at P = 1 and P = 2 on one generated graph, side by side (issue: core engine).
+
+    python perf/bench_epoch.py [--vertices 65536] [--snapshots 64] [--density 3] [--epochs 4]
+                               [--ranks 1 2] [--models cdgcn evolvegcn_o tmgcn] [--threads 1]
+
+Generates an IBM §6.3 random graph (N, T, density f) once into a temporary
+directory, then for every model and rank count runs
+``mpirun -np P python -m hpcdgnn run`` with ``train.threads`` torch threads per
+rank and reads the run's metrics.jsonl. The epoch time of a run is the median
+over its non-warm-up epochs of the slowest rank's epoch time. Prints one row per
+model with the times and the speed-up of each P over the first P; rows where
+P exceeds the cores of this machine are marked "oversubscribed".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def mpirun_cmd(P: int) -> list[str]:
+    """mpirun for P ranks (Open MPI: allow root and oversubscription for this benchmark only)."""
+    local = Path(sys.executable).parent / "mpirun"
+    mpirun = str(local) if local.exists() else shutil.which("mpirun")
+    if mpirun is None:
+        sys.exit("perf/bench_epoch.py: no mpirun found; run install.sh first")
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout
+    extra = ["--oversubscribe"] if "Open MPI" in version else []
+    return [mpirun, *extra, "-np", str(P)]
+
+
+def run_one(workdir: Path, data: Path, model: str, P: int, epochs: int, threads: int) -> float:
+    """Run one job; return the median steady epoch time (slowest rank)."""
+    job = workdir / f"{model}.yaml"
+    job.write_text(yaml.safe_dump({
+        "data": {"path": str(data)},
+        "model": {"name": model, "hidden": 16, "layers": 2},
+        "task": {"name": "link_prediction"},
+        "train": {"epochs": epochs, "threads": threads, "dtype": "float32", "warmup_epochs": 1},
+    }))
+    out = workdir / f"run-{model}-p{P}"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")
+    cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{model} P={P} failed:\n{proc.stdout}\n{proc.stderr}")
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steady = [r["time"]["epoch"]["max"] for r in recs if not r["warmup"]] or [recs[-1]["time"]["epoch"]["max"]]
+    steady.sort()
+    return steady[len(steady) // 2]
+
+
+def main() -> None:
+    """Generate, run every (model, P), print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vertices", type=int, default=1 << 16)
+    ap.add_argument("--snapshots", type=int, default=64)
+    ap.add_argument("--density", type=float, default=3.0)
+    ap.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--models", nargs="+", default=["cdgcn", "evolvegcn_o", "tmgcn"])
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    args = ap.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="hpcdgnn-bench-") as tmp:
+        work = Path(tmp)
+        data = work / "graph"
+        subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(data), "--vertices",
+                        str(args.vertices), "--snapshots", str(args.snapshots), "--density", str(args.density),
+                        "--seed", "1"], check=True)
+        print(f"graph: N={args.vertices} T={args.snapshots} density={args.density}; {args.threads} thread(s) per rank; "
+              f"{cores} cores here; epoch = median steady epoch, slowest rank")
+        head = "".join(f"  P={P:<3d} s  " for P in args.ranks)
+        sp = "".join(f"  x P={P:<3d}" for P in args.ranks[1:])
+        print(f"{'model':12s}{head}{sp}")
+        for model in args.models:
+            times = [run_one(work, data, model, P, args.epochs, args.threads) for P in args.ranks]
+            cells = "".join(f"  {t:9.3f}  " for t in times)
+            ups = "".join(f"  {times[0] / t:7.2f}" for t in times[1:])
+            flag = "  (oversubscribed)" if max(args.ranks) * args.threads > cores else ""
+            print(f"{model:12s}{cells}{ups}{flag}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Link prediction (IBM §2.2, §6.1): histogram AUC, time split, edge decoder, negatives, loss sums."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.config.schema import TaskConfig
+from hpcdgnn.tasks import split_steps
+from hpcdgnn.tasks.link_prediction import AUC_BINS, AUC_RANGE, EdgeDecoder, LinkPrediction, auc_from_histograms
+from tests.tasks.conftest import N, T, raw_pairs
+
+# --------------------------------------------------------------------------------------------
+# AUC from histograms vs the exact pairwise AUC
+# --------------------------------------------------------------------------------------------
+
+
+def exact_auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """P(s_pos > s_neg) + P(s_pos == s_neg) / 2 over all positive-negative pairs."""
+    gt = (pos[:, None] > neg[None, :]).sum()
+    eq = (pos[:, None] == neg[None, :]).sum()
+    return float((gt + 0.5 * eq) / (pos.size * neg.size))
+
+
+def bin_of(scores: np.ndarray) -> np.ndarray:
+    """Bin of a logit: AUC_BINS equal bins over [-AUC_RANGE, AUC_RANGE], out-of-range values clipped."""
+    width = 2 * AUC_RANGE / AUC_BINS
+    return np.clip(np.floor((scores + AUC_RANGE) / width).astype(np.int64), 0, AUC_BINS - 1)
+
+
+def hist(scores: np.ndarray) -> np.ndarray:
+    """Histogram of logits over the AUC bins."""
+    return np.bincount(bin_of(scores), minlength=AUC_BINS).astype(np.float64)
+
+
+def tie_bound(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Documented bound: half the fraction of positive-negative pairs sharing a bin."""
+    return float(0.5 * (hist(pos) * hist(neg)).sum() / (pos.size * neg.size))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auc_exact_when_every_score_has_its_own_bin(seed):
+    """With no two scores in one bin the histogram AUC is the exact AUC."""
+    rng = np.random.default_rng(seed)
+    npos, nneg = rng.integers(1, 200, 2)
+    bins = rng.choice(AUC_BINS, size=npos + nneg, replace=False)
+    width = 2 * AUC_RANGE / AUC_BINS
+    scores = -AUC_RANGE + (bins + rng.uniform(0.05, 0.95, bins.size)) * width
+    pos, neg = scores[:npos], scores[npos:]
+    assert tie_bound(pos, neg) == 0.0  # precondition: no two scores share a bin
+    assert auc_from_histograms(hist(pos), hist(neg)) == pytest.approx(exact_auc(pos, neg), abs=1e-12)
+
+
+def test_auc_exact_on_extremes():
+    """Perfect, inverted and all-tied scores give 1, 0 and 1/2."""
+    width = 2 * AUC_RANGE / AUC_BINS
+    lo, hi = np.array([-AUC_RANGE + width / 2]), np.array([AUC_RANGE - width / 2])
+    assert auc_from_histograms(hist(hi), hist(lo)) == 1.0
+    assert auc_from_histograms(hist(lo), hist(hi)) == 0.0
+    same = np.array([0.3, 0.3])
+    assert auc_from_histograms(hist(same), hist(same)) == 0.5 == exact_auc(same, same)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("spread", [0.05, 3.0, 40.0])
+def test_auc_within_documented_bound_with_shared_bins(seed, spread):
+    """Shared bins (and clipping): |AUC_hist - AUC| <= half the fraction of same-bin pairs."""
+    rng = np.random.default_rng([seed, int(spread * 100)])
+    pos = np.round(rng.normal(0.3 * spread, spread, rng.integers(50, 400)), 3)  # rounding: exact ties too
+    neg = np.round(rng.normal(0.0, spread, rng.integers(50, 400)), 3)
+    bound = tie_bound(pos, neg)
+    assert bound > 0  # precondition: some pairs share a bin (spread 40 also clips to the end bins)
+    got = auc_from_histograms(hist(pos), hist(neg))
+    assert abs(got - exact_auc(pos, neg)) <= bound + 1e-12
+
+
+def test_auc_nan_without_positives_or_negatives():
+    """No positives or no negatives: NaN."""
+    h = hist(np.array([0.1, 0.2]))
+    assert np.isnan(auc_from_histograms(np.zeros(AUC_BINS), h))
+    assert np.isnan(auc_from_histograms(h, np.zeros(AUC_BINS)))
+
+
+# --------------------------------------------------------------------------------------------
+# Time split
+# --------------------------------------------------------------------------------------------
+
+FRACTIONS = [
+    (0.7, 0.15, 0.15),
+    (1.0, 0.0, 0.0),
+    (0.5, 0.5, 0.0),
+    (0.01, 0.01, 0.98),
+    (0.34, 0.33, 0.33),
+    (0.9, 0.05, 0.05),
+    (0.2, 0.0, 0.8),
+    (0.6, 0.3, 0.1),
+]
+
+
+@pytest.mark.parametrize("fractions", FRACTIONS)
+def test_split_steps_cover_every_step_once_in_time_order(fractions):
+    """Train / val / test cover 0..n-1 once, in order, train non-empty, sizes follow fractions."""
+    for n in range(0, 80):
+        ranges = split_steps(n, fractions)
+        assert len(ranges) == 3
+        steps = list(itertools.chain.from_iterable(ranges))
+        assert steps == list(range(n)), (n, ranges)
+        assert all(r.step == 1 for r in ranges)
+        if n >= 1:
+            assert len(ranges[0]) >= 1, (n, ranges)
+            # sizes follow the fractions to within one step
+            assert abs(len(ranges[0]) - fractions[0] * n) <= 1, (n, ranges)
+            assert abs(len(ranges[0]) + len(ranges[1]) - (fractions[0] + fractions[1]) * n) <= 1, (n, ranges)
+
+
+# --------------------------------------------------------------------------------------------
+# Edge decoder
+# --------------------------------------------------------------------------------------------
+
+
+def decoder_np(dec: EdgeDecoder, z: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """lin2(relu(lin1([z_src ; z_dst]))) in numpy from the decoder's own parameters."""
+    w1, b1 = dec.lin1.weight.detach().double().numpy(), dec.lin1.bias.detach().double().numpy()
+    w2, b2 = dec.lin2.weight.detach().double().numpy(), dec.lin2.bias.detach().double().numpy()
+    h = np.maximum(np.concatenate([z[src], z[dst]], axis=1) @ w1.T + b1, 0.0)
+    return (h @ w2.T + b2)[:, 0]
+
+
+def test_edge_decoder_is_mlp_on_concatenation():
+    """EdgeDecoder = lin2(relu(lin1([z_src ; z_dst]))) in value and in gradient."""
+    torch.manual_seed(0)
+    dec = EdgeDecoder(4, 6).double()
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(10, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    src = torch.randint(0, 10, (50,), generator=g)
+    dst = torch.randint(0, 10, (50,), generator=g)
+    out = dec(z, src, dst)
+    ref_np = decoder_np(dec, z.detach().numpy(), src.numpy(), dst.numpy())
+    np.testing.assert_allclose(out.detach().numpy(), ref_np, rtol=1e-12, atol=1e-13)
+    assert (ref_np > 0).any() and (ref_np < 0).any()
+    # same gradients as the plain Linear-on-concatenation formulation
+    ref = dec.lin2(torch.relu(dec.lin1(torch.cat([z[src], z[dst]], dim=1)))).squeeze(-1)
+    gout = torch.randn(50, dtype=torch.float64, generator=g)
+    grads = torch.autograd.grad(out, [z, *dec.parameters()], gout)
+    grads_ref = torch.autograd.grad(ref, [z, *dec.parameters()], gout)
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+# --------------------------------------------------------------------------------------------
+# LinkPrediction on a real dataset
+# --------------------------------------------------------------------------------------------
+
+CFG = TaskConfig(name="link_prediction", split=(0.5, 0.25, 0.25), negatives=2, decoder_hidden=5)
+
+
+def make_task(manifest, seed=7, cfg=CFG, emb=3, torch_seed=0) -> LinkPrediction:
+    """A float64 LinkPrediction head with a decoder drawn from a fixed torch seed."""
+    torch.manual_seed(torch_seed)
+    return LinkPrediction(cfg, manifest, emb, seed).double()
+
+
+def test_targets_are_raw_edges_of_next_snapshot(task_data, smoothed_data):
+    """Step t's positives are the raw edges of t+1, also in a smoothed dataset."""
+    for _, m, reader in (task_data, smoothed_data):
+        task = make_task(m)
+        task.setup(reader, list(range(T)), comm=None)
+        assert sorted(task.targets) == list(range(T - 1))  # the last snapshot has no t+1
+        for t, (s, d) in task.targets.items():
+            pairs = list(zip(s.tolist(), d.tolist(), strict=True))
+            assert len(pairs) == len(set(pairs)) == m.snapshot_edges[t + 1]
+            assert set(pairs) == raw_pairs(t + 1)  # raw edges, even when A_t was smoothed
+    assert smoothed_data[1].smoothed and smoothed_data[1].snapshot_nnz != smoothed_data[1].snapshot_edges
+
+
+def test_negatives_deterministic_in_seed_epoch_step(task_data):
+    """Negatives depend on (seed, epoch, t) only, and change with each of them."""
+    _, m, _ = task_data
+    a, b = make_task(m, seed=7), make_task(m, seed=7, torch_seed=5)  # another decoder init, same seed
+    m_ = 60
+    for t, epoch in [(0, 0), (3, 1), (5, 9)]:
+        sa, da = a._negatives(t, epoch, m_)
+        sb, db = b._negatives(t, epoch, m_)
+        assert torch.equal(sa, sb) and torch.equal(da, db)
+        assert sa.dtype == torch.int64 and int(sa.min()) >= 0 and int(max(sa.max(), da.max())) < N
+    base = torch.stack(a._negatives(2, 3, m_))
+    assert not torch.equal(base, torch.stack(a._negatives(2, 4, m_)))  # next epoch: new pairs
+    assert not torch.equal(base, torch.stack(a._negatives(1, 3, m_)))  # other step
+    assert not torch.equal(base, torch.stack(make_task(m, seed=8)._negatives(2, 3, m_)))  # other seed
+
+
+def _reference(task: LinkPrediction, emb: dict[int, torch.Tensor], epoch: int):
+    """Per-split BCE sums, pair counts, correct counts and logits, in numpy, from the task's parts."""
+    loss, pairs, correct = np.zeros(3), np.zeros(3), np.zeros(3)
+    logits = {s: ([], []) for s in range(3)}
+    for t, z in emb.items():
+        s = next((i for i, r in enumerate(task.ranges) if t in r), -1)
+        if s < 0:
+            continue
+        pos = np.array(sorted(raw_pairs(t + 1)), dtype=np.int64)
+        ns, nd = task._negatives(t, epoch, len(pos) * task.cfg.negatives)
+        zn = z.detach().numpy()
+        lp = decoder_np(task.decoder, zn, pos[:, 0], pos[:, 1])
+        ln = decoder_np(task.decoder, zn, ns.numpy(), nd.numpy())
+        loss[s] += np.logaddexp(0, -lp).sum() + np.logaddexp(0, ln).sum()
+        pairs[s] += lp.size + ln.size
+        correct[s] += (lp > 0).sum() + (ln <= 0).sum()
+        logits[s][0].append(lp)
+        logits[s][1].append(ln)
+    return loss, pairs, correct, {s: (np.concatenate(p), np.concatenate(n)) for s, (p, n) in logits.items() if p}
+
+
+def _emb(seed=3, dim=3):
+    g = torch.Generator().manual_seed(seed)
+    return {t: (2 * torch.randn(N, dim, dtype=torch.float64, generator=g)).requires_grad_(True) for t in range(T)}
+
+
+def test_forward_loss_and_metrics_match_independent_computation(task_data):
+    """Loss sum, counts, accuracy and AUC equal a numpy BCE over positives and negatives."""
+    _, m, reader = task_data
+    task = make_task(m)
+    task.setup(reader, list(range(T)), comm=None)
+    assert [list(r) for r in task.ranges] == [[0, 1, 2], [3], [4, 5]]  # precondition: all splits used
+    emb = _emb()
+    batch = task(emb, epoch=4)
+    loss, pairs, correct, logits = _reference(task, emb, 4)
+    assert float(batch.loss_sum) == pytest.approx(loss[0], rel=1e-12)
+    assert task.global_train_count() == pairs[0]  # the loss denominator, known without reading shards
+    met = task.metrics(batch.stats)
+    for s, name in enumerate(("train", "val", "test")):
+        assert met[f"{name}_loss"] == pytest.approx(loss[s] / pairs[s], rel=1e-12)
+        assert met[f"{name}_acc"] == correct[s] / pairs[s]
+        p, n = logits[s]
+        assert abs(met[f"{name}_auc"] - exact_auc(p, n)) <= tie_bound(p, n) + 1e-12
+    # the loss is differentiable to the train embeddings and the decoder
+    batch.loss_sum.backward()
+    assert all(float(emb[t].grad.abs().sum()) > 0 for t in task.ranges[0])
+    assert all(float(p.grad.abs().sum()) > 0 for p in task.decoder.parameters())
+
+
+def test_two_ranks_sum_to_one_rank(task_data):
+    """Stats and loss sums split over two 'ranks' add up to the one-rank values (histograms exactly)."""
+    _, m, reader = task_data
+    emb = _emb(seed=11)
+    one = make_task(m)
+    one.setup(reader, list(range(T)), comm=None)
+    full = one(emb, epoch=1)
+    parts = []
+    for snaps in ([0, 1], [2, 3, 4, 5, 6]):
+        task = make_task(m)  # same torch seed: same decoder on every rank
+        task.setup(reader, snaps, comm=None)
+        parts.append(task({t: emb[t] for t in snaps}, epoch=1))
+    width = 3 + 2 * AUC_BINS
+    for s in range(3):
+        hs = slice(s * width + 3, (s + 1) * width)
+        assert np.array_equal(parts[0].stats[hs] + parts[1].stats[hs], full.stats[hs])
+    np.testing.assert_allclose(parts[0].stats + parts[1].stats, full.stats, rtol=1e-12)
+    assert float(parts[0].loss_sum + parts[1].loss_sum) == pytest.approx(float(full.loss_sum), rel=1e-12)
+
+
+def test_rank_without_train_steps_still_reaches_every_embedding(task_data):
+    """A rank with no train step returns a zero loss connected to every Z_t and the decoder."""
+    _, m, reader = task_data
+    task = make_task(m)
+    task.setup(reader, [4, 5, 6], comm=None)  # test steps and the unscored last snapshot
+    emb = {t: z for t, z in _emb().items() if t in (4, 5, 6)}
+    batch = task(emb, epoch=0)
+    assert float(batch.loss_sum) == 0.0
+    batch.loss_sum.backward()
+    for z in emb.values():
+        assert z.grad is not None and float(z.grad.abs().sum()) == 0.0
+    assert all(p.grad is not None for p in task.decoder.parameters())
+
+
+def test_loss_depends_on_every_embedding_when_train_steps_present(task_data):
+    """Task.forward contract: loss_sum reaches every Z_t."""
+    _, m, reader = task_data
+    task = make_task(m)
+    task.setup(reader, list(range(T)), comm=None)
+    emb = _emb()
+    task(emb, epoch=0).loss_sum.backward()
+    missing = [t for t, z in emb.items() if z.grad is None]
+    assert missing == [], f"no gradient path to Z_t for t in {missing}"
+
+
+def test_snapshot_work_is_three_times_larger_on_train_steps(task_data):
+    """Work per scored pair is 3x on train steps; the last snapshot scores nothing."""
+    _, m, _ = task_data
+    cfg = TaskConfig(split=(0.5, 0.25, 0.25), negatives=3, decoder_hidden=8)
+    work = LinkPrediction.snapshot_work(cfg, m)
+    train = split_steps(T - 1, cfg.split)[0]
+    assert work.shape == (T,) and work[T - 1] == 0.0  # snapshot T-1 scores nothing
+    per_pair = np.array([work[t] / (m.snapshot_edges[t + 1] * (1 + cfg.negatives)) for t in range(T - 1)])
+    base = per_pair[[t for t in range(T - 1) if t not in train]]
+    assert np.all(base == base[0]) and base[0] > 0
+    assert np.all(per_pair[list(train)] == 3 * base[0])
