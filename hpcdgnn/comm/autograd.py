@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import torch
 
-from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.comm.communicator import Box, Communicator
 
-__all__ = ["AllToAllV", "all_to_all_rows"]
+__all__ = ["AllToAllV", "Redistribute", "all_to_all_rows", "redistribute"]
 
 
 class AllToAllV(torch.autograd.Function):
@@ -47,3 +47,35 @@ def all_to_all_rows(
     its own key and the step reuses last step's memory.
     """
     return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag, reuse)
+
+
+class Redistribute(torch.autograd.Function):
+    """Box all-to-all (:meth:`Communicator.alltoall_boxes`); backward swaps send and receive boxes."""
+
+    @staticmethod
+    def forward(ctx, x, comm, recv_shape, send_boxes, recv_boxes, tag, reuse):  # noqa: D102
+        ctx.comm, ctx.shape, ctx.send_boxes, ctx.recv_boxes, ctx.tag = comm, tuple(x.shape), send_boxes, recv_boxes, tag
+        ctx.reuse = None if reuse is None else f"{reuse}.bwd"
+        return comm.alltoall_boxes(
+            x, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd"
+        )
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        g = ctx.comm.alltoall_boxes(
+            grad.contiguous(), ctx.recv_boxes, ctx.shape, ctx.send_boxes, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse
+        )
+        return g, None, None, None, None, None, None
+
+
+def redistribute(
+    x: torch.Tensor,
+    comm: Communicator,
+    recv_shape: Sequence[int],
+    send_boxes: Sequence[Box],
+    recv_boxes: Sequence[Box],
+    tag: str = "redistribute",
+    reuse: str | None = None,
+) -> torch.Tensor:
+    """Differentiable box all-to-all: the layout change between snapshot and vertex ownership (IBM §4.2)."""
+    return Redistribute.apply(x, comm, tuple(recv_shape), list(send_boxes), list(recv_boxes), tag, reuse)

@@ -5,16 +5,18 @@ and written to ``RUNDIR/plan.json``. Strategies consume plans; they never
 compute one. ``plan.json``::
 
     {"kind": "snapshot", "num_ranks": P, "num_snapshots": T, "num_vertices": N,
-     "snapshot_bounds": [0, t_1, ..., T],   # rank p owns snapshots [b[p], b[p+1])
-     "vertex_bounds":   [0, n_1, ..., N],   # rank q owns vertex rows [v[q], v[q+1])
+     "snapshot_owner":  [p_0, ..., p_{T-1}], # rank that owns snapshot t
+     "snapshot_bounds": [0, t_1, ..., T],     # block layout: rank p owns [b[p], b[p+1]); null if cyclic
+     "vertex_bounds":   [0, n_1, ..., N],     # rank q owns vertex rows [v[q], v[q+1])
      "ranks": [{"snapshots": k_p, "vertices": n_p, "nnz": ..., "send_units": ...}, ...]}
 
-Both partitions are contiguous. Vertex ranges are balanced by count, as IBM
-§4.2 assigns them; P not dividing N gives the first ``N mod P`` ranks one more
-row. Snapshot blocks are either balanced by count (``strategy.balance:
-count``, IBM's ``k = T/P``; the first ``T mod P`` ranks get one more) or by
-estimated work (``work``, the default): contiguous blocks that cut the running
-sum of a per-snapshot cost at multiples of total/P. The cost (see
+Vertex ranges are contiguous and balanced by count, as IBM §4.2 assigns
+them; P not dividing N gives the first ``N mod P`` ranks one more row.
+Snapshots are assigned in contiguous blocks (``strategy.layout: block``, the
+default) or cyclically (``cyclic``: snapshot t on rank t mod P). Blocks are
+balanced by count (``strategy.balance: count``, IBM's ``k = T/P``; the first
+``T mod P`` ranks get one more) or by estimated work (``work``): blocks that
+cut the running sum of a per-snapshot cost at multiples of total/P. The cost (see
 ``SnapshotStrategy.make_plan``) matters because snapshots differ in edges and
 because a task does more work on training snapshots (forward and backward)
 than on validation ones (forward only). With P > T the last ranks own no
@@ -69,19 +71,24 @@ def weighted_bounds(work: np.ndarray, parts: int) -> list[int]:
 
 @dataclass(frozen=True)
 class PartitionPlan:
-    """Snapshot ownership and vertex-row ownership for P ranks (IBM §4.2, Fig. 3a)."""
+    """Snapshot ownership and vertex-row ownership for P ranks (IBM §4.2, Fig. 3).
+
+    ``snapshot_owner[t]`` is the rank that runs the GCN of snapshot t; for a
+    contiguous layout ``snapshot_bounds`` also gives the blocks (None otherwise).
+    """
 
     kind: str
     num_ranks: int
     num_snapshots: int
     num_vertices: int
-    snapshot_bounds: list[int]
+    snapshot_owner: list[int]
+    snapshot_bounds: list[int] | None
     vertex_bounds: list[int]
     ranks: list[dict]
 
-    def snapshots_of(self, rank: int) -> range:
-        """Snapshots owned by ``rank`` (GCN phase)."""
-        return range(self.snapshot_bounds[rank], self.snapshot_bounds[rank + 1])
+    def snapshots_of(self, rank: int) -> list[int]:
+        """Snapshots owned by ``rank`` (GCN phase), in time order."""
+        return [t for t, o in enumerate(self.snapshot_owner) if o == rank]
 
     def vertices_of(self, rank: int) -> range:
         """Vertex rows owned by ``rank`` (RNN phase)."""
@@ -89,7 +96,7 @@ class PartitionPlan:
 
     def owner_of_snapshot(self, t: int) -> int:
         """Rank that owns snapshot ``t``."""
-        return int(np.searchsorted(self.snapshot_bounds, t, side="right") - 1)
+        return self.snapshot_owner[t]
 
     def owner_of_vertex(self, v: int) -> int:
         """Rank that owns vertex row ``v``."""
@@ -100,18 +107,35 @@ class PartitionPlan:
         Path(path).write_text(json.dumps(asdict(self), indent=1) + "\n")
 
 
-def build_snapshot_plan(manifest: Manifest, num_ranks: int, work: np.ndarray | None = None) -> PartitionPlan:
-    """The S1 plan: contiguous snapshot blocks (by count, or by ``work`` if given) and vertex ranges."""
+def build_snapshot_plan(
+    manifest: Manifest, num_ranks: int, work: np.ndarray | None = None, layout: str = "block"
+) -> PartitionPlan:
+    """The S1 plan: snapshot ownership and equal vertex ranges.
+
+    Args:
+        manifest: the dataset.
+        num_ranks: P.
+        work: per-snapshot cost; blocks cut at equal work (``layout="block"`` only).
+        layout: ``block`` — contiguous blocks (IBM §4.2), by count or by ``work``;
+            ``cyclic`` — snapshot t on rank t mod P, which gives every rank the same
+            mix of early and late, training and evaluation snapshots, so each phase
+            between two exchanges is balanced, not only the epoch's total.
+    """
     T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
-    sb = balanced_bounds(T, P) if work is None else weighted_bounds(work, P)
+    if layout == "cyclic":
+        owner, sb = [t % P for t in range(T)], None
+    else:
+        sb = balanced_bounds(T, P) if work is None else weighted_bounds(work, P)
+        owner = [p for p in range(P) for _ in range(sb[p + 1] - sb[p])]
     vb = balanced_bounds(N, P)
     nnz = np.asarray(manifest.snapshot_nnz, dtype=np.int64)
+    own = np.asarray(owner, dtype=np.int64)
     ranks = []
     for p in range(P):
-        k, n = sb[p + 1] - sb[p], vb[p + 1] - vb[p]
-        # feature vectors this rank sends to others in one redistribution (IBM §4.2 volume)
-        entry = {"snapshots": k, "vertices": n, "nnz": int(nnz[sb[p] : sb[p + 1]].sum()), "send_units": k * (N - n)}
+        mine = own == p
+        k, n = int(mine.sum()), vb[p + 1] - vb[p]
+        entry = {"snapshots": k, "vertices": n, "nnz": int(nnz[mine].sum()), "send_units": k * (N - n)}
         if work is not None:
-            entry["work"] = float(np.sum(work[sb[p] : sb[p + 1]]))
+            entry["work"] = float(np.sum(np.asarray(work)[mine]))
         ranks.append(entry)
-    return PartitionPlan("snapshot", P, T, N, sb, vb, ranks)
+    return PartitionPlan("snapshot", P, T, N, owner, sb, vb, ranks)

@@ -34,7 +34,7 @@ import time
 import numpy as np
 import torch
 
-from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, build_snapshot_plan
@@ -52,39 +52,52 @@ def _keep_connected(t: torch.Tensor, like: torch.Tensor | None) -> torch.Tensor:
     return t + like.sum() * 0.0
 
 
+def _rows(ts: list[int]) -> tuple[int, int] | list[int]:
+    """Time rows as a range ``(a0, a1)`` when contiguous (or empty), else as the explicit list."""
+    if not ts:
+        return (0, 0)
+    if ts[-1] - ts[0] + 1 == len(ts):
+        return (ts[0], ts[-1] + 1)
+    return list(ts)
+
+
 @register_strategy("snapshot")
 class SnapshotStrategy(Strategy):
     """Snapshots are owned by ranks in contiguous blocks; the RNN runs on vertex ranges (IBM §4.2)."""
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Contiguous snapshot blocks (equal count, or equal estimated work) and equal vertex ranges.
+        """Cyclic snapshots or contiguous blocks (equal count, or equal estimated work); equal vertex ranges.
 
-        Work of snapshot t, in multiply-adds: per layer the sparse aggregation
-        ``(nnz_t + N) * F'`` and the dense transform ``N * F' * F'``, plus the
-        task's cost of scoring t (:meth:`Task.snapshot_work`).
+        Work of snapshot t, in memory-bound element operations (the dense
+        transforms are cheap BLAS calls next to them): per layer the sparse
+        aggregation ``(nnz_t + N) * F'`` and about four elementwise passes over
+        the (N, F') activations, three times that (forward and backward) up to
+        the training horizon, plus the task's cost of scoring t
+        (:meth:`Task.snapshot_work`).
         """
+        if job.strategy.layout == "cyclic":
+            return build_snapshot_plan(manifest, num_ranks, layout="cyclic")
         if job.strategy.balance == "count":
             return build_snapshot_plan(manifest, num_ranks)
         H, L = job.model.hidden, job.model.layers
+        task = task_class(job.task.name)
         nnz = np.asarray(manifest.snapshot_nnz, dtype=np.float64)
-        work = L * ((nnz + manifest.num_vertices) * H + manifest.num_vertices * H * H)
-        work = work + task_class(job.task.name).snapshot_work(job.task, manifest)
+        # forward + backward up to the training horizon, forward only after it (see forward())
+        passes = np.where(np.arange(manifest.num_snapshots) <= task.train_horizon(job.task, manifest), 3.0, 1.0)
+        work = L * (nnz + 5 * manifest.num_vertices) * H * passes
+        work = work + task.snapshot_work(job.task, manifest)
         return build_snapshot_plan(manifest, num_ranks, work)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read the owned snapshots, normalise Ã_t (IBM Eq. 1) and precompute Ã_t·X_t (S4)."""
         t0 = time.perf_counter()
-        self.plan = plan
-        me, P = self.comm.rank, self.comm.size
-        self.owned = list(plan.snapshots_of(me))
-        self.N = plan.num_vertices
-        # rows per peer in the two redistributions, fixed for the run
-        k = [plan.snapshot_bounds[p + 1] - plan.snapshot_bounds[p] for p in range(P)]
-        n = [plan.vertex_bounds[q + 1] - plan.vertex_bounds[q] for q in range(P)]
-        self._to_vertex_send = [len(self.owned) * n[q] for q in range(P)]
-        self._to_vertex_recv = [k[p] * n[me] for p in range(P)]
-        self._k, self._n = k, n
+        self._init_exchange(plan)
+        job = self.ctx.job
+        causal = all(layer.causal for layer in model.layers)
+        horizon = task_class(job.task.name).train_horizon(job.task, self.ctx.manifest)
+        #: snapshots after this one get no gradient (causal model): their GCN runs without autograd
+        self.horizon = horizon if causal else self.ctx.manifest.num_snapshots - 1
         dtype = self.ctx.dtype
         self.adj: list[NormalizedAdjacency] = []
         ax = []
@@ -99,6 +112,24 @@ class SnapshotStrategy(Strategy):
         self._last: torch.Tensor | None = None
         return self.owned
 
+    def _init_exchange(self, plan: PartitionPlan) -> None:
+        """The boxes of the two redistributions (IBM Fig. 3a), fixed for the run.
+
+        Snapshot layout on rank p: (T_p, N, F); vertex layout on rank q: (T, N_q, F).
+        Rank p sends rank q the box [all its snapshots] x [q's vertex rows]; rank q
+        stores it at [p's snapshot range] x [all its rows]. The reverse exchange
+        swaps the two lists.
+        """
+        self.plan = plan
+        me, P = self.comm.rank, self.comm.size
+        self.owned = plan.snapshots_of(me)
+        self.N, self.T = plan.num_vertices, plan.num_snapshots
+        vb = plan.vertex_bounds
+        self._n_me = vb[me + 1] - vb[me]
+        self._snapshot_boxes = [((0, len(self.owned)), (vb[q], vb[q + 1])) for q in range(P)]
+        # rank p's snapshots land at their time rows: a range for blocks, a row list when cyclic
+        self._vertex_boxes = [(_rows(plan.snapshots_of(p)), (0, self._n_me)) for p in range(P)]
+
     def engine_bytes(self) -> int:
         """Normalised adjacencies plus the precomputed first-layer aggregation."""
         return sum(a.nbytes for a in self.adj) + self.ax0.numel() * self.ax0.element_size()
@@ -106,23 +137,15 @@ class SnapshotStrategy(Strategy):
     # -- the two redistributions of IBM §4.2 -------------------------------------------------
     def _to_vertex(self, y: torch.Tensor, key: str) -> torch.Tensor:
         """(T_p, N, F) owned snapshots -> (T, N_q, F) full timeline of this rank's vertices."""
-        F = y.shape[-1]
-        # split (not slicing) so the backward is one concatenation, not P zero-filled full-size buffers
-        send = torch.cat([b.reshape(-1, F) for b in torch.split(y, self._n, dim=1)])
-        if not send.requires_grad and torch.is_grad_enabled():
-            send = send.detach().requires_grad_(True)  # every rank must run this collective's backward
-        recv = all_to_all_rows(send, self.comm, self._to_vertex_send, self._to_vertex_recv, reuse=key)
-        # blocks arrive in rank order = time order, each (k_p, N_q, F): together already (T, N_q, F)
-        return recv.reshape(self.plan.num_snapshots, self._n[self.comm.rank], F)
+        if not y.requires_grad and torch.is_grad_enabled():
+            y = y.detach().requires_grad_(True)  # every rank must run this collective's backward
+        shape = (self.T, self._n_me, y.shape[-1])
+        return redistribute(y, self.comm, shape, self._snapshot_boxes, self._vertex_boxes, reuse=key)
 
     def _to_snapshot(self, z: torch.Tensor, key: str) -> torch.Tensor:
         """(T, N_q, F) vertex layout -> (T_p, N, F) owned snapshots (the reverse exchange)."""
-        F = z.shape[-1]
-        send = z.reshape(-1, F)  # rank p's block is the time range [b_p, b_p+1): contiguous already
-        recv = all_to_all_rows(send, self.comm, self._to_vertex_recv, self._to_vertex_send, reuse=key)
-        T_me = len(self.owned)
-        blocks = torch.split(recv, self._to_vertex_send)
-        return torch.cat([b.reshape(T_me, self._n[q], F) for q, b in enumerate(blocks)], dim=1)
+        shape = (len(self.owned), self.N, z.shape[-1])
+        return redistribute(z.contiguous(), self.comm, shape, self._vertex_boxes, self._snapshot_boxes, reuse=key)
 
     # -- the training step -----------------------------------------------------------------
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
@@ -134,12 +157,15 @@ class SnapshotStrategy(Strategy):
             tparams = layer.time_params(horizon)
             ys = []
             for i, t in enumerate(self.owned):
-                ax = self.ax0[i] if li == 0 else spmm(self.adj[i], hs[i])
-                ys.append(layer.spatial(ax, t, tparams))
-            if ys:
-                y = torch.stack(ys)
-            else:
-                y = _keep_connected(self.ax0.new_zeros(0, self.N, layer.spatial_features), h)
+                # past the training horizon no gradient arrives: skip recording the autograd graph
+                with torch.set_grad_enabled(torch.is_grad_enabled() and t <= self.horizon):
+                    ax = self.ax0[i] if li == 0 else spmm(self.adj[i], hs[i])
+                    ys.append(layer.spatial(ax, t, tparams))
+            y = torch.stack(ys) if ys else self.ax0.new_zeros(0, self.N, layer.spatial_features)
+            # y must stay connected to the previous exchange's output even when it owns nothing
+            # that trains (or nothing at all), so this rank runs that exchange's backward too
+            if not y.requires_grad:
+                y = _keep_connected(y, h)
             if layer.temporal_mixing:
                 # keyed buffers: each exchange reuses last epoch's memory (the graph that held it is gone)
                 z, _ = layer.temporal(self._to_vertex(y, f"layer{li}.to_vertex"))

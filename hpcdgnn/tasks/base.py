@@ -52,6 +52,15 @@ class Task(nn.Module):
     """Name of the headline validation metric printed in the epoch line."""
 
     @staticmethod
+    def train_horizon(cfg, manifest) -> int:
+        """The last snapshot whose embedding enters the training loss (-1 if none).
+
+        With causal temporal layers no gradient reaches a later snapshot, so
+        strategies may compute those without recording autograd history.
+        """
+        raise NotImplementedError
+
+    @staticmethod
     def snapshot_work(cfg, manifest) -> np.ndarray:
         """Relative cost of scoring each snapshot (multiply-adds; for work-balanced plans)."""
         raise NotImplementedError

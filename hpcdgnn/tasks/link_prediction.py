@@ -55,16 +55,20 @@ class _EdgeMLP(torch.autograd.Function):
     """
 
     @staticmethod
+    def _hidden(pu, pv, b1, src, dst):
+        """relu(pu[src] + pv[dst] + b1) for one chunk of edges, in one (chunk, hidden) buffer."""
+        h = pu.index_select(0, src)
+        h += pv.index_select(0, dst)
+        h += b1
+        return h.relu_()
+
+    @staticmethod
     def forward(ctx, pu, pv, b1, w2, b2, src, dst):  # noqa: D102
         E = src.shape[0]
         out = pu.new_empty(E)
         for s in range(0, E, _EDGE_CHUNK):
             e = min(E, s + _EDGE_CHUNK)
-            h = pu.index_select(0, src[s:e])
-            h += pv.index_select(0, dst[s:e])
-            h += b1
-            h.relu_()
-            torch.mv(h, w2, out=out[s:e])
+            torch.mv(_EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e]), w2, out=out[s:e])
         out += b2
         ctx.save_for_backward(pu, pv, b1, w2, src, dst)
         return out
@@ -77,10 +81,7 @@ class _EdgeMLP(torch.autograd.Function):
         E = src.shape[0]
         for s in range(0, E, _EDGE_CHUNK):
             e = min(E, s + _EDGE_CHUNK)
-            h = pu.index_select(0, src[s:e])
-            h += pv.index_select(0, dst[s:e])
-            h += b1
-            h.relu_()
+            h = _EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e])  # recomputed, not stored
             gc = g[s:e]
             dw2 += h.t() @ gc
             dh = torch.outer(gc, w2)
@@ -144,14 +145,22 @@ class LinkPrediction(Task):
         self.decoder.reset_parameters()
 
     @staticmethod
+    def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
+        """Last training step: Z_t of t = split end - 1 scores the edges of t + 1."""
+        return split_steps(manifest.num_snapshots - 1, cfg.split)[0].stop - 1
+
+    @staticmethod
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
-        """Decoder multiply-adds per snapshot: pairs x hidden, x3 on training steps (forward + backward)."""
+        """Per-pair work of scoring each snapshot: hidden x (5 when training: forward, the fused decoder's
+        recomputation and backward; 1 when evaluating), plus a few per-pair passes (sampling, loss,
+        histogram) that every split pays. The factors were fitted to per-rank compute times measured
+        with perf/bench_epoch.py's graph at P = 2."""
         T = manifest.num_snapshots
         train = split_steps(T - 1, cfg.split)[0]
         work = np.zeros(T)
         for t in range(T - 1):
             pairs = manifest.snapshot_edges[t + 1] * (1 + cfg.negatives)
-            work[t] = pairs * cfg.decoder_hidden * (3.0 if t in train else 1.0)
+            work[t] = pairs * (cfg.decoder_hidden * (5.0 if t in train else 1.0) + 4.0)
         return work
 
     def _split_of(self, step: int) -> int:

@@ -43,6 +43,11 @@ class NodeClassification(Task):
         self.head.reset_parameters()
 
     @staticmethod
+    def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
+        """Last training snapshot."""
+        return split_steps(manifest.num_snapshots, cfg.split)[0].stop - 1
+
+    @staticmethod
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
         """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training."""
         T = manifest.num_snapshots

@@ -18,11 +18,15 @@ def expected_bytes(T: int, N: int, F: int, P: int, itemsize: int) -> int:
     return sum(tk[p] * nv[q] * F * itemsize for p in range(P) for q in range(P) if p != q)
 
 
-@pytest.mark.parametrize("P", [2, 3])
-def test_alltoall_values_gradient_and_volume(launcher, P):
-    T, N, F = 7, 23, 5
-    assert T % P and N % P  # remainder rows exercised
-    proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "alltoall_check.py"), str(T), str(N), str(F)], timeout=120)
+@pytest.mark.parametrize("layout", ["block", "cyclic"])
+@pytest.mark.parametrize(("P", "T", "N"), [(2, 7, 23), (3, 7, 23), (3, 2, 23), (3, 7, 2)])
+def test_alltoall_values_gradient_and_volume(launcher, P, T, N, layout):
+    """Remainder rows (P divides neither T nor N), a rank with no snapshot (T < P), one with no vertex (N < P);
+    contiguous snapshot blocks and cyclic ownership (row-list boxes)."""
+    F = 5
+    assert T % P and N % P
+    script = str(REPO / "tests" / "mpi" / "alltoall_check.py")
+    proc = launcher.run(P, [script, str(T), str(N), str(F), layout], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     counted = sum(json.loads(line)["fwd_bytes"] for line in proc.stdout.splitlines() if line.startswith("{"))
     exact = expected_bytes(T, N, F, P, 4)

@@ -1,6 +1,6 @@
 """Run under mpirun: checks AllToAllV values, its gradient, and the S1 byte count. Exit 0 = pass.
 
-Usage: mpirun -np P python tests/mpi/alltoall_check.py T N F
+Usage: mpirun -np P python tests/mpi/alltoall_check.py T N F [block|cyclic]
 Prints one JSON line per rank with the bytes this rank counted for one
 forward redistribution, for the pytest side to sum and compare.
 """
@@ -19,6 +19,7 @@ from hpcdgnn.strategies.snapshot import SnapshotStrategy
 
 def main() -> None:
     T, N, F = (int(a) for a in sys.argv[1:4])
+    layout = sys.argv[4] if len(sys.argv) > 4 else "block"
     comm = Communicator()
     P, me = comm.size, comm.rank
     torch.manual_seed(0)
@@ -38,17 +39,16 @@ def main() -> None:
 
     # 2. one S1 forward redistribution: values land where IBM §4.2 says, bytes are counted
     sb, vb = balanced_bounds(T, P), balanced_bounds(N, P)
-    plan = PartitionPlan("snapshot", P, T, N, sb, vb, [])
+    if layout == "cyclic":
+        owner, sb = [t % P for t in range(T)], None
+    else:
+        owner = [p for p in range(P) for _ in range(sb[p + 1] - sb[p])]
+    plan = PartitionPlan("snapshot", P, T, N, owner, sb, vb, [])
     strat = SnapshotStrategy.__new__(SnapshotStrategy)
-    strat.comm, strat.plan = comm, plan
-    strat.owned = list(plan.snapshots_of(me))
-    k = [sb[p + 1] - sb[p] for p in range(P)]
-    n = [vb[q + 1] - vb[q] for q in range(P)]
-    strat._k, strat._n = k, n
-    strat._to_vertex_send = [len(strat.owned) * n[q] for q in range(P)]
-    strat._to_vertex_recv = [k[p] * n[me] for p in range(P)]
+    strat.comm = comm
+    strat._init_exchange(plan)
     full = torch.arange(T * N * F, dtype=torch.float32).reshape(T, N, F)  # value encodes (t, v, f)
-    y = full[sb[me] : sb[me + 1]].clone()
+    y = full[plan.snapshots_of(me)].clone()
     before = comm.stats.snapshot()
     z = strat._to_vertex(y, "test.v")
     fwd_bytes = comm.stats.since(before, "redistribute.fwd").bytes_sent

@@ -10,15 +10,27 @@ from tests.comm.test_alltoall import expected_bytes
 from tests.conftest import SMALL_N, SMALL_T, read_metrics, write_job
 
 
+def plan_bytes(plan: dict, F: int, itemsize: int) -> int:
+    """Volume of one redistribution from plan.json: sum over p != q of T_p * N_q * F * itemsize."""
+    vb = plan["vertex_bounds"]
+    P = len(vb) - 1
+    tp = [plan["snapshot_owner"].count(p) for p in range(P)]
+    return sum(tp[p] * (vb[q + 1] - vb[q]) * F * itemsize for p in range(P) for q in range(P) if p != q)
+
+
+@pytest.mark.parametrize(("layout", "balance"), [("block", "count"), ("block", "work"), ("cyclic", "work")])
 @pytest.mark.parametrize("P", [2, 3])
-def test_reported_bytes_match_volume_formula(launcher, small_dataset, tmp_path, P):
+def test_reported_bytes_match_volume_formula(launcher, small_dataset, tmp_path, P, layout, balance):
     hidden = 5
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn", "hidden": hidden, "layers": 2},
-                    train={"epochs": 2, "dtype": "float64"})
+                    train={"epochs": 2, "dtype": "float64"}, strategy={"layout": layout, "balance": balance})
     proc = launcher.run(P, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
     assert proc.returncode == 0, proc.stderr
     rec = read_metrics(tmp_path / "run")[-1]
-    one = expected_bytes(SMALL_T, SMALL_N, hidden, P, 8)
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    one = plan_bytes(plan, hidden, 8)
+    if balance == "count" or layout == "cyclic":  # T/P snapshots each: the volume np.array_split's sizes give
+        assert one == expected_bytes(SMALL_T, SMALL_N, hidden, P, 8)
     # TM-GCN: per layer one snapshot->vertex and one vertex->snapshot exchange of width `hidden`, 2 layers;
     # backward repeats them with the counts swapped (the reverse exchange moves the same bytes)
     assert rec["bytes_by_tag"]["redistribute.fwd"] == 4 * one

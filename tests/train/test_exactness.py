@@ -57,3 +57,15 @@ def test_more_ranks_than_vertices(launcher, tmp_path):
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     got, _ = _losses(launcher, 3, job, tmp_path / "p3")
     np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["cyclic", "block-count"])
+def test_other_snapshot_layouts_are_exact(launcher, small_dataset, tmp_path, layout):
+    """Cyclic ownership (row-list exchanges) and count-balanced blocks reproduce P = 1 too."""
+    strategy = {"layout": "cyclic"} if layout == "cyclic" else {"layout": "block", "balance": "count"}
+    for model in ("cdgcn", "tmgcn"):
+        job = write_job(tmp_path / f"{model}.yaml", small_dataset, model={"name": model}, strategy=strategy)
+        ref, _ = _losses(launcher, None, job, tmp_path / f"{model}-plain")
+        for P in (2, 3):
+            got, _ = _losses(launcher, P, job, tmp_path / f"{model}-p{P}")
+            np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} {layout} P={P}")

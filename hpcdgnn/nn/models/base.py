@@ -33,12 +33,16 @@ class DynamicLayer(nn.Module):
         out_features: width of the layer output Z_t.
         temporal_mixing: whether ``temporal`` mixes time steps of a vertex, which
             forces the snapshot -> vertex -> snapshot redistribution (IBM §4.2).
+        causal: whether output t depends only on inputs 0..t (LSTM, M-transform,
+            EvolveGCN's weight recurrence): then no training gradient reaches
+            snapshots after the last training step.
     """
 
     in_features: int
     spatial_features: int
     out_features: int
     temporal_mixing: bool = True
+    causal: bool = True
 
     def time_params(self, num_steps: int) -> list[torch.Tensor] | None:
         """Per-time-step parameters for steps 0..num_steps-1 (EvolveGCN's W_t), else None."""
