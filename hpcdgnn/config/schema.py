@@ -93,6 +93,9 @@ class TrainConfig:
     """Torch threads per rank; 0 = cores of the node divided by the ranks on it."""
     warmup_epochs: int = 1
     """Epochs flagged ``warmup`` in metrics.jsonl so benchmarks can leave them out."""
+    blocks: int = 1
+    """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
+    each block's forward during the backward pass; 1 = no checkpointing."""
     reuse_memory: bool = True
     """Keep freed host memory in the process (glibc mallopt) so each epoch's large tensors reuse
     pages instead of faulting in fresh ones; the resident size stays at its peak."""
@@ -106,6 +109,8 @@ class TrainConfig:
             raise ValueError("threads: must be >= 0 (0 = automatic)")
         if self.warmup_epochs < 0:
             raise ValueError("warmup_epochs: must be >= 0")
+        if self.blocks < 1:
+            raise ValueError("blocks: must be >= 1 (1 = no gradient checkpointing)")
 
 
 @dataclass(frozen=True, kw_only=True)

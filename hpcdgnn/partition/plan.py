@@ -8,6 +8,7 @@ compute one. ``plan.json``::
      "snapshot_owner":  [p_0, ..., p_{T-1}], # rank that owns snapshot t
      "snapshot_bounds": [0, t_1, ..., T],     # block layout: rank p owns [b[p], b[p+1]); null if cyclic
      "vertex_bounds":   [0, n_1, ..., N],     # rank q owns vertex rows [v[q], v[q+1])
+     "block_bounds":    [0, ..., T] or null,  # gradient-checkpoint blocks (S2)
      "ranks": [{"snapshots": k_p, "vertices": n_p, "nnz": ..., "send_units": ...}, ...]}
 
 Vertex ranges are contiguous and balanced by count, as IBM §4.2 assigns
@@ -85,6 +86,13 @@ class PartitionPlan:
     snapshot_bounds: list[int] | None
     vertex_bounds: list[int]
     ranks: list[dict]
+    block_bounds: list[int] | None = None
+    """Gradient-checkpoint blocks (SPEC S2): block b is snapshots [b[k], b[k+1]); None = one block."""
+
+    @property
+    def blocks(self) -> list[int]:
+        """Block bounds, ``[0, T]`` when the run is not blocked."""
+        return self.block_bounds or [0, self.num_snapshots]
 
     def snapshots_of(self, rank: int) -> list[int]:
         """Snapshots owned by ``rank`` (GCN phase), in time order."""
@@ -108,7 +116,7 @@ class PartitionPlan:
 
 
 def build_snapshot_plan(
-    manifest: Manifest, num_ranks: int, work: np.ndarray | None = None, layout: str = "block"
+    manifest: Manifest, num_ranks: int, work: np.ndarray | None = None, layout: str = "block", blocks: int = 1
 ) -> PartitionPlan:
     """The S1 plan: snapshot ownership and equal vertex ranges.
 
@@ -120,9 +128,24 @@ def build_snapshot_plan(
             ``cyclic`` — snapshot t on rank t mod P, which gives every rank the same
             mix of early and late, training and evaluation snapshots, so each phase
             between two exchanges is balanced, not only the epoch's total.
+        blocks: gradient-checkpoint blocks nb (SPEC S2). With nb > 1 the snapshots
+            are cut into nb near-equal blocks of time and each block is split over
+            the ranks on its own ("block-cyclic", IBM §4.2 and Fig. 3b): contiguous
+            and balanced by count within the block, or cyclic with ``layout=cyclic``.
     """
     T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
-    if layout == "cyclic":
+    bb = None
+    if blocks > 1:
+        bb = balanced_bounds(T, blocks)
+        owner, sb = [], None
+        for b in range(blocks):
+            size = bb[b + 1] - bb[b]
+            if layout == "cyclic":
+                owner += [i % P for i in range(size)]
+            else:
+                inner = balanced_bounds(size, P)
+                owner += [p for p in range(P) for _ in range(inner[p + 1] - inner[p])]
+    elif layout == "cyclic":
         owner, sb = [t % P for t in range(T)], None
     else:
         sb = balanced_bounds(T, P) if work is None else weighted_bounds(work, P)
@@ -138,4 +161,4 @@ def build_snapshot_plan(
         if work is not None:
             entry["work"] = float(np.sum(np.asarray(work)[mine]))
         ranks.append(entry)
-    return PartitionPlan("snapshot", P, T, N, owner, sb, vb, ranks)
+    return PartitionPlan("snapshot", P, T, N, owner, sb, vb, ranks, bb)

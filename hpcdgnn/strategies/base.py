@@ -1,8 +1,8 @@
 """The strategy protocol: who owns what and how data moves (STYLE G5).
 
 The trainer calls, per run: ``plan`` (rank 0) -> broadcast -> ``setup``; per
-epoch: ``forward`` -> task loss -> ``backward`` -> ``sync_gradients`` ->
-optimizer step. It never branches on a strategy's name. A strategy owns the
+epoch: ``step`` (by default ``forward`` -> task loss -> ``backward``) ->
+``sync_gradients`` -> optimizer step. It never branches on a strategy's name. A strategy owns the
 data placement and every collective of the training step, so it alone knows
 which tensors must take part in the backward pass for the collectives to
 line up on every rank (see :meth:`Strategy.backward`).
@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from hpcdgnn.comm.communicator import Communicator
@@ -63,6 +64,14 @@ class Strategy:
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
         """Run the model; return ``{t: Z_t}`` for the snapshots this rank scores (each t on one rank)."""
         raise NotImplementedError
+
+    def step(self, model: DGNN, task: Any, epoch: int, scale: float) -> np.ndarray:
+        """Forward, task loss (times ``scale``) and backward of one full-batch step; returns the
+        task's metric sums. Strategies that interleave the three (checkpoint blocks) override it."""
+        emb = self.forward(model)
+        batch = task(emb, epoch)
+        self.backward(batch.loss_sum * scale)
+        return batch.stats
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate ``loss`` so that every rank runs the same collectives in the same order."""

@@ -33,8 +33,10 @@ import time
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_leaves, tree_map
 
 from hpcdgnn.comm.autograd import redistribute
+from hpcdgnn.errors import PlanError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, build_snapshot_plan
@@ -76,6 +78,11 @@ class SnapshotStrategy(Strategy):
         the training horizon, plus the task's cost of scoring t
         (:meth:`Task.snapshot_work`).
         """
+        nb = job.train.blocks
+        if nb > manifest.num_snapshots:
+            raise PlanError(f"train.blocks: {nb} blocks but the dataset has only T = {manifest.num_snapshots} snapshots")
+        if nb > 1:
+            return build_snapshot_plan(manifest, num_ranks, layout=job.strategy.layout, blocks=nb)
         if job.strategy.layout == "cyclic":
             return build_snapshot_plan(manifest, num_ranks, layout="cyclic")
         if job.strategy.balance == "count":
@@ -113,11 +120,12 @@ class SnapshotStrategy(Strategy):
         return self.owned
 
     def _init_exchange(self, plan: PartitionPlan) -> None:
-        """The boxes of the two redistributions (IBM Fig. 3a), fixed for the run.
+        """The boxes of the two redistributions of each block (IBM Fig. 3a/3b), fixed for the run.
 
-        Snapshot layout on rank p: (T_p, N, F); vertex layout on rank q: (T, N_q, F).
-        Rank p sends rank q the box [all its snapshots] x [q's vertex rows]; rank q
-        stores it at [p's snapshot range] x [all its rows]. The reverse exchange
+        Within block b (all of time when the run is not blocked), the snapshot layout
+        on rank p is (T_pb, N, F) and the vertex layout on rank q is (T_b, N_q, F).
+        Rank p sends rank q the box [its snapshots of b] x [q's vertex rows]; rank q
+        stores it at [p's time rows within b] x [all its rows]. The reverse exchange
         swaps the two lists.
         """
         self.plan = plan
@@ -126,40 +134,57 @@ class SnapshotStrategy(Strategy):
         self.N, self.T = plan.num_vertices, plan.num_snapshots
         vb = plan.vertex_bounds
         self._n_me = vb[me + 1] - vb[me]
-        self._snapshot_boxes = [((0, len(self.owned)), (vb[q], vb[q + 1])) for q in range(P)]
-        # rank p's snapshots land at their time rows: a range for blocks, a row list when cyclic
-        self._vertex_boxes = [(_rows(plan.snapshots_of(p)), (0, self._n_me)) for p in range(P)]
+        self.blocks = plan.blocks
+        self._local: list[list[int]] = []  # per block: indices into self.owned
+        self._snapshot_boxes, self._vertex_boxes = [], []
+        for b in range(len(self.blocks) - 1):
+            t0, t1 = self.blocks[b], self.blocks[b + 1]
+            self._local.append([i for i, t in enumerate(self.owned) if t0 <= t < t1])
+            k = len(self._local[-1])
+            self._snapshot_boxes.append([((0, k), (vb[q], vb[q + 1])) for q in range(P)])
+            # rank p's snapshots land at their time rows: a range when contiguous, else a row list
+            rows = [_rows([t - t0 for t in plan.snapshots_of(p) if t0 <= t < t1]) for p in range(P)]
+            self._vertex_boxes.append([(r, (0, self._n_me)) for r in rows])
 
     def engine_bytes(self) -> int:
         """Normalised adjacencies plus the precomputed first-layer aggregation."""
         return sum(a.nbytes for a in self.adj) + self.ax0.numel() * self.ax0.element_size()
 
     # -- the two redistributions of IBM §4.2 -------------------------------------------------
-    def _to_vertex(self, y: torch.Tensor, key: str) -> torch.Tensor:
-        """(T_p, N, F) owned snapshots -> (T, N_q, F) full timeline of this rank's vertices."""
+    def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
+        """(T_pb, N, F) owned snapshots of block b -> (T_b, N_q, F) block timeline of this rank's vertices."""
         if not y.requires_grad and torch.is_grad_enabled():
             y = y.detach().requires_grad_(True)  # every rank must run this collective's backward
-        shape = (self.T, self._n_me, y.shape[-1])
-        return redistribute(y, self.comm, shape, self._snapshot_boxes, self._vertex_boxes, reuse=key)
+        shape = (self.blocks[b + 1] - self.blocks[b], self._n_me, y.shape[-1])
+        return redistribute(y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key)
 
-    def _to_snapshot(self, z: torch.Tensor, key: str) -> torch.Tensor:
-        """(T, N_q, F) vertex layout -> (T_p, N, F) owned snapshots (the reverse exchange)."""
-        shape = (len(self.owned), self.N, z.shape[-1])
-        return redistribute(z.contiguous(), self.comm, shape, self._vertex_boxes, self._snapshot_boxes, reuse=key)
+    def _to_snapshot(self, z: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
+        """(T_b, N_q, F) vertex layout -> (T_pb, N, F) owned snapshots of block b (the reverse exchange)."""
+        shape = (len(self._local[b]), self.N, z.shape[-1])
+        return redistribute(z.contiguous(), self.comm, shape, self._vertex_boxes[b], self._snapshot_boxes[b], reuse=key)
 
     # -- the training step -----------------------------------------------------------------
-    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
-        """Two-phase forward of every layer (GCN per owned snapshot, RNN per owned vertex range)."""
+    def _forward_block(self, model: DGNN, b: int, states: list) -> tuple[dict[int, torch.Tensor], list, torch.Tensor]:
+        """All layers over block b: GCN per owned snapshot, RNN per owned vertex range.
+
+        ``states[l]`` is layer l's (time-parameter state, temporal state) at the block's
+        start (None at t = 0); returns the embeddings of the owned snapshots of b, the
+        states at the block's end, and the last layer's snapshot-layout output.
+        """
+        t0, t1 = self.blocks[b], self.blocks[b + 1]
+        local = self._local[b]
         h: torch.Tensor | None = None
         hs: tuple[torch.Tensor, ...] = ()
-        horizon = self.owned[-1] + 1 if self.owned else 0
+        out_states = []
         for li, layer in enumerate(model.layers):
-            tparams = layer.time_params(horizon)
+            tstate, rstate = states[li]
+            tparams, tstate = layer.time_params_block(t0, t1, tstate)
             ys = []
-            for i, t in enumerate(self.owned):
+            for j, i in enumerate(local):
+                t = self.owned[i]
                 # past the training horizon no gradient arrives: skip recording the autograd graph
                 with torch.set_grad_enabled(torch.is_grad_enabled() and t <= self.horizon):
-                    ax = self.ax0[i] if li == 0 else spmm(self.adj[i], hs[i])
+                    ax = self.ax0[i] if li == 0 else spmm(self.adj[i], hs[j])
                     ys.append(layer.spatial(ax, t, tparams))
             y = torch.stack(ys) if ys else self.ax0.new_zeros(0, self.N, layer.spatial_features)
             # y must stay connected to the previous exchange's output even when it owns nothing
@@ -167,22 +192,84 @@ class SnapshotStrategy(Strategy):
             if not y.requires_grad:
                 y = _keep_connected(y, h)
             if layer.temporal_mixing:
-                # keyed buffers: each exchange reuses last epoch's memory (the graph that held it is gone)
-                z, _ = layer.temporal(self._to_vertex(y, f"layer{li}.to_vertex"))
-                y = self._to_snapshot(z, f"layer{li}.to_snapshot")
+                # keyed buffers: each exchange reuses the memory of its previous use (blocks and
+                # epochs run one after another, and the graph that held the old data is gone)
+                z, rstate = layer.temporal(self._to_vertex(y, f"layer{li}.to_vertex", b), rstate)
+                y = self._to_snapshot(z, f"layer{li}.to_snapshot", b)
+            out_states.append((tstate, rstate))
             h = y
             # unbind once: indexing h[i] per snapshot would make each backward zero-fill a full-size buffer
             hs = h.unbind(0)
-        self._last = h
-        return dict(zip(self.owned, hs))
+        return {self.owned[i]: z for i, z in zip(local, hs)}, out_states, h
+
+    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
+        """The whole timeline as one block (no checkpointing)."""
+        emb, _, self._last = self._forward_block(model, 0, [(None, None)] * len(model.layers))
+        return emb
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward with the last layer output as an extra zero-gradient root (see module docstring)."""
-        last = self._last
+        self._backward([loss], [torch.ones_like(loss)], self._last)
+        self._last = None
+
+    @staticmethod
+    def _backward(roots: list[torch.Tensor], grads: list[torch.Tensor], last: torch.Tensor | None) -> None:
         # Tasks keep their loss connected to every embedding they get (Task.forward's contract), so
         # only a rank that scores nothing needs the extra root; it is empty, so it costs nothing.
         if last is not None and last.requires_grad and last.shape[0] == 0:
-            torch.autograd.backward([loss, last], [torch.ones_like(loss), torch.zeros_like(last)])
-        else:
-            loss.backward()
-        self._last = None
+            roots, grads = [*roots, last], [*grads, torch.zeros_like(last)]
+        torch.autograd.backward(roots, grads)
+
+    def step(self, model: DGNN, task, epoch: int, scale: float) -> np.ndarray:
+        """One full-batch step; with nb > 1 blocks, gradient checkpointing (IBM §3.1, Fig. 2; SPEC S2).
+
+        Pass 1 runs the blocks forward without autograd, keeping only the
+        block-boundary states π_b (LSTM (h, c), the last w-1 M-transform inputs,
+        EvolveGCN's (W, C)) and the task's metric sums. Pass 2 visits the blocks in
+        reverse, re-runs block b's forward from π_{b-1} with autograd, and
+        backpropagates its loss together with the gradient that block b+1 sent back
+        to π_b. Every rank runs the same exchanges in the same order in both passes.
+        Blocks that start after the training horizon receive no gradient (causal
+        models) and are not re-run. The gradient equals the unblocked one up to float
+        summation order at block boundaries.
+        """
+        nb = len(self.blocks) - 1
+        if nb == 1:
+            return super().step(model, task, epoch, scale)
+        L = len(model.layers)
+        states: list = [(None, None)] * L
+        saved, stats = [], None
+        with torch.no_grad():
+            for b in range(nb):
+                # clone: a state may be a view of a receive buffer that the next block's exchange reuses
+                saved.append(tree_map(_clone, states))
+                emb, states, _ = self._forward_block(model, b, saved[-1])
+                batch = task(emb, epoch)
+                stats = batch.stats if stats is None else stats + batch.stats
+        grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
+        for b in reversed(range(nb)):
+            if self.blocks[b] > self.horizon:
+                continue  # same decision on every rank: the horizon is global
+            leaves = tree_map(_leaf, saved[b])
+            emb, states_out, last = self._forward_block(model, b, leaves)
+            roots = [task(emb, epoch).loss_sum * scale]
+            grads = [torch.ones_like(roots[0])]
+            if grad_out is not None:
+                for s, g in zip(tree_leaves(states_out), grad_out, strict=True):
+                    if s is not None and g is not None and s.requires_grad:
+                        roots.append(s)
+                        grads.append(g)
+            self._backward(roots, grads, last)
+            grad_out = [None if x is None else x.grad for x in tree_leaves(leaves)]
+        return stats
+
+
+def _clone(x):
+    return x.detach().clone() if isinstance(x, torch.Tensor) else x
+
+
+def _leaf(x):
+    """A saved boundary state as a leaf that collects its gradient."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.detach().requires_grad_(True)
+    return x

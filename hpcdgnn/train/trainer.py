@@ -162,11 +162,11 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
         strategy.load_seconds = 0.0
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        emb = strategy.forward(model)
-        batch = task(emb, epoch)
-        loss = batch.loss_sum / train_count
-        strategy.backward(loss)
+        stats = strategy.step(model, task, epoch, 1.0 / train_count)
         strategy.sync_gradients(params)
+        # the summed gradient is the same on every rank: its norm checks exactness beyond the loss,
+        # which Adam's scale-free update would not reveal
+        grad_norm = float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
         opt.step()
         wall = time.perf_counter() - t0
         train_tags = {k: v for k, v in comm.stats.delta(before).items() if k.startswith(TRAIN_TAGS)}
@@ -175,7 +175,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
         split = [wall, load, max(0.0, wall - load - comm_s), comm_s]
 
         # metrics: one all-reduce of sums, one all-gather of times, one of bytes per tag
-        metrics = task.metrics(comm.allreduce_array(batch.stats))
+        metrics = task.metrics(comm.allreduce_array(stats))
         per_rank = comm.gather_array(split)
         by_tag: dict[str, int] = {}
         for rank_tags in comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
@@ -189,6 +189,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
             "warmup": epoch <= job.train.warmup_epochs,
             "loss": metrics["train_loss"],
             **metrics,
+            "grad_norm": grad_norm,
             "time": {k: times[k] for k in ("epoch", "load", "compute", "comm")},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],

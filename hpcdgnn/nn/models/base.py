@@ -46,7 +46,16 @@ class DynamicLayer(nn.Module):
 
     def time_params(self, num_steps: int) -> list[torch.Tensor] | None:
         """Per-time-step parameters for steps 0..num_steps-1 (EvolveGCN's W_t), else None."""
-        return None
+        params, _ = self.time_params_block(0, num_steps, None)
+        return None if params is None else [params[t] for t in range(num_steps)]
+
+    def time_params_block(self, start: int, stop: int, state: Any = None) -> tuple[dict[int, torch.Tensor] | None, Any]:
+        """Per-step parameters ``{t: W_t}`` for ``start <= t < stop`` and the recurrence state after ``stop - 1``.
+
+        ``state`` is the state after step ``start - 1`` (None when ``start == 0``), so
+        a run in blocks of time (SPEC S2) continues the recurrence exactly.
+        """
+        return None, None
 
     def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
         """GCN on snapshot t given ``ax = Ã_t X_t`` (N, in) -> (N, spatial_features)."""

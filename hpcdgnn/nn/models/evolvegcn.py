@@ -21,7 +21,7 @@ class EvolveGCNOLayer(DynamicLayer):
 
     The LSTM treats the F rows of the (F, F') weight as a batch; ``W_0`` is a
     parameter and ``C_0 = 0``. The weight sequence is recomputed from ``W_0``
-    on every call to :meth:`time_params` — never kept on the module — so no
+    on every call to :meth:`time_params_block` — never kept on the module — so no
     autograd graph outlives its epoch (the "backward through the graph a second
     time" failure of implementations that keep ``self.weight``). Each rank runs
     the LSTM itself (the weights are small), so the layer needs no feature
@@ -45,17 +45,22 @@ class EvolveGCNOLayer(DynamicLayer):
             self.w0.uniform_(-bound, bound)
         self.cell.reset_parameters()
 
-    def time_params(self, num_steps: int) -> list[torch.Tensor]:
-        """W_0..W_{num_steps-1}: W_t for snapshot t (0-based) is the LSTM's t+1-th output."""
-        w, c = self.w0, torch.zeros_like(self.w0)
-        out = []
-        for _ in range(num_steps):
+    def time_params_block(self, start: int, stop: int, state=None):
+        """W_t for start <= t < stop (W_t of snapshot t is the LSTM's (t+1)-th output) and the (W, C) state."""
+        if state is None:
+            if start != 0:
+                raise ValueError("EvolveGCN-O: a block starting after t = 0 needs the carried (W, C) state")
+            w, c = self.w0, torch.zeros_like(self.w0)
+        else:
+            w, c = state
+        out = {}
+        for t in range(start, stop):
             w, c = self.cell(w, (w, c))
-            out.append(w)
-        return out
+            out[t] = w
+        return out, (w, c)
 
-    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
-        """GCN with the evolved weight W_t."""
+    def spatial(self, ax: torch.Tensor, t: int, tparams) -> torch.Tensor:
+        """GCN with the evolved weight W_t (``tparams[t]``, a list from 0 or a dict by step)."""
         return torch.relu(ax @ tparams[t])
 
 
