@@ -9,7 +9,8 @@ Layout::
       summary.json           final metrics, totals, per-rank peak memory, environment
 
 metrics.jsonl keys: ``epoch``, ``warmup`` (bool), ``loss``, the task's
-``{train,val,test}_{loss,acc[,auc]}``, ``grad_norm`` (of the summed gradient), ``time`` = {``epoch``, ``load``,
+``{train,val,test}_{loss,acc[,auc]}``, ``grad_norm`` (of the summed gradient),
+``activation_peak_bytes`` (largest over ranks, :mod:`hpcdgnn.metrics.memory`), ``time`` = {``epoch``, ``load``,
 ``compute``, ``comm``} each {``min``, ``mean``, ``max``} over ranks (seconds),
 ``slowest_rank`` and its split, ``per_rank`` (each rank's split, for load
 balance), ``bytes_sent`` (training traffic summed over

@@ -36,6 +36,7 @@ from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.errors import DataError
 from hpcdgnn.metrics import TRAIN_TAGS, RunDirectory, choose_run_dir, configure_logging, summarize_over_ranks
+from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.models import build_model
 from hpcdgnn.strategies import StrategyContext, get_strategy
 from hpcdgnn.tasks import build_task
@@ -157,12 +158,17 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
     losses: list[float] = []
     records: list[dict] = []
     totals = np.zeros(4)
+    meter = SavedTensorMeter()  # activation bytes held for backward, independent of the allocator
+    activation_peak = 0
     for epoch in range(1, job.train.epochs + 1):
         before = comm.stats.snapshot()
         strategy.load_seconds = 0.0
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        stats = strategy.step(model, task, epoch, 1.0 / train_count)
+        meter.reset_peak()
+        with meter:
+            stats = strategy.step(model, task, epoch, 1.0 / train_count)
+        activation_peak = max(activation_peak, meter.peak)
         strategy.sync_gradients(params)
         # the summed gradient is the same on every rank: its norm checks exactness beyond the loss,
         # which Adam's scale-free update would not reveal
@@ -176,7 +182,8 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
 
         # metrics: one all-reduce of sums, one all-gather of times, one of bytes per tag
         metrics = task.metrics(comm.allreduce_array(stats))
-        per_rank = comm.gather_array(split)
+        per_rank_all = comm.gather_array([*split, float(meter.peak)])
+        per_rank = per_rank_all[:, :4]
         by_tag: dict[str, int] = {}
         for rank_tags in comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
             for k, b in rank_tags.items():
@@ -190,6 +197,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
             "loss": metrics["train_loss"],
             **metrics,
             "grad_norm": grad_norm,
+            "activation_peak_bytes": int(per_rank_all[:, 4].max()),
             "time": {k: times[k] for k in ("epoch", "load", "compute", "comm")},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],
@@ -211,7 +219,9 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
                 )
 
     # summary: final metrics, totals, per-rank memory, environment
-    mem = comm.gather_array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0, strategy.engine_bytes()])
+    mem = comm.gather_array(
+        [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0, strategy.engine_bytes(), activation_peak]
+    )
     steady = [r for r in records if not r["warmup"]] or records
     if rd is not None:
         import mpi4py
@@ -233,6 +243,8 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
                 "memory": {
                     "peak_rss_bytes": [int(v) for v in mem[:, 0]],
                     "engine_bytes": [int(v) for v in mem[:, 1]],
+                    "activation_peak_bytes": [int(v) for v in mem[:, 2]],
+                    "engine_peak_bytes": [int(v) for v in mem[:, 1] + mem[:, 2]],
                 },
                 "parameters": {"count": nparams, "initial_checksum": checksum},
                 "environment": {

@@ -1,0 +1,78 @@
+"""An allocator-independent account of the bytes the engine holds for the backward pass.
+
+``SavedTensorMeter`` hooks autograd's saved tensors (``torch.autograd.graph.
+saved_tensors_hooks``): every tensor saved for backward is counted once per
+storage when it is packed and released when the last saved reference to that
+storage dies, so ``peak`` is the high-water mark of activation memory of a
+training step — what gradient checkpointing (SPEC S2) is meant to cut — without
+relying on RSS (which the allocator keeps high, see ``train.reuse_memory``) or
+on ``torch.cuda.max_memory_allocated`` (GPU only). Parameters and their
+gradients are not activations and are not counted; the strategy's resident
+inputs are reported separately (``Strategy.engine_bytes``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["SavedTensorMeter"]
+
+
+class _Holder:
+    """Keeps a saved tensor; releases its storage's bytes from the meter when the graph drops it."""
+
+    __slots__ = ("tensor", "key", "meter")
+
+    def __init__(self, tensor: torch.Tensor, key: int, meter: SavedTensorMeter) -> None:
+        self.tensor, self.key, self.meter = tensor, key, meter
+
+    def __del__(self) -> None:
+        self.meter._release(self.key)
+
+
+class SavedTensorMeter:
+    """Context manager measuring current and peak bytes of tensors saved for backward."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.peak = 0
+        self._refs: dict[int, list[int]] = {}  # storage pointer -> [references, bytes]
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor):
+        if isinstance(t, torch.nn.Parameter) or t.numel() == 0 or t.layout != torch.strided:
+            return t  # parameters are not activations; sparse inputs are resident data
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        entry = self._refs.get(key)
+        if entry is None:
+            self._refs[key] = [1, storage.nbytes()]
+            self.current += storage.nbytes()
+            self.peak = max(self.peak, self.current)
+        else:
+            entry[0] += 1
+        return _Holder(t, key, self)
+
+    @staticmethod
+    def _unpack(h):
+        return h.tensor if isinstance(h, _Holder) else h
+
+    def _release(self, key: int) -> None:
+        entry = self._refs.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.current -= entry[1]
+            del self._refs[key]
+
+    def reset_peak(self) -> None:
+        """Start a new high-water mark from the current level."""
+        self.peak = self.current
+
+    def __enter__(self) -> SavedTensorMeter:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
