@@ -41,6 +41,18 @@ def mpirun_cmd(P: int) -> list[str]:
     return [mpirun, *extra, "-np", str(P)]
 
 
+def generate_graph(path: Path, vertices: int, snapshots: int, density: float) -> None:
+    """An IBM §6.3 random graph (seed 1) at ``path``, flushed to disk before anything is timed."""
+    subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(path), "--vertices", str(vertices),
+                    "--snapshots", str(snapshots), "--density", str(density), "--seed", "1"], check=True)
+    os.sync()  # written back now, not during the first timed run
+
+
+def run_env() -> dict[str, str]:
+    """Environment of benchmark runs: Open MPI may run as root here (this machine's CI user)."""
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")
+
+
 def run_one(workdir: Path, data: Path, model: str, P: int, epochs: int, threads: int, rep: int = 0) -> float:
     """Run one job; return the median steady epoch time (slowest rank)."""
     job = workdir / f"{model}.yaml"
@@ -51,9 +63,8 @@ def run_one(workdir: Path, data: Path, model: str, P: int, epochs: int, threads:
         "train": {"epochs": epochs, "threads": threads, "dtype": "float32", "warmup_epochs": 1},
     }))
     out = workdir / f"run-{model}-p{P}-r{rep}"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")
     cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
     if proc.returncode != 0:
         sys.exit(f"{model} P={P} failed:\n{proc.stdout}\n{proc.stderr}")
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -78,15 +89,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-bench-") as tmp:
         work = Path(tmp)
         data = work / "graph"
-        subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(data), "--vertices",
-                        str(args.vertices), "--snapshots", str(args.snapshots), "--density", str(args.density),
-                        "--seed", "1"], check=True)
+        generate_graph(data, args.vertices, args.snapshots, args.density)
         print(f"graph: N={args.vertices} T={args.snapshots} density={args.density}; {args.threads} thread(s) per rank; "
               f"{cores} cores here; epoch = median steady epoch, slowest rank")
         head = "".join(f"  P={P:<3d} s  " for P in args.ranks)
         sp = "".join(f"  x P={P:<3d}" for P in args.ranks[1:])
         print(f"{'model':12s}{head}{sp}")
-        os.sync()  # the generated shards are written back now, not during the first timed run
         for model in args.models:
             # alternate P within each repeat so a slow spell on this shared machine hits both alike
             runs = [[run_one(work, data, model, P, args.epochs, args.threads, rep) for P in args.ranks]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import mpirun_cmd  # noqa: E402
+from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
 
 _MiB = 1024.0 * 1024.0
 
@@ -43,9 +42,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-mem-") as tmp:
         work = Path(tmp)
         data = work / "graph"
-        subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(data), "--vertices",
-                        str(args.vertices), "--snapshots", str(args.snapshots), "--density", str(args.density),
-                        "--seed", "1"], check=True)
+        generate_graph(data, args.vertices, args.snapshots, args.density)
         print(f"{args.model}, N={args.vertices} T={args.snapshots} density={args.density}, P={args.ranks}, "
               "1 epoch; bytes of the largest rank")
         print(f"{'blocks':>6s} {'inputs MiB':>11s} {'activations MiB':>16s} {'engine peak MiB':>16s} "
@@ -58,10 +55,8 @@ def main() -> None:
                 "train": {"epochs": 1, "blocks": nb, "threads": 1},
             }))
             out = work / f"run-nb{nb}"
-            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                       PYTHONWARNINGS="ignore")
             cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
             if proc.returncode != 0:
                 sys.exit(f"blocks={nb} failed:\n{proc.stdout}\n{proc.stderr}")
             s = json.loads((out / "summary.json").read_text())
