@@ -1,4 +1,4 @@
-"""S1, snapshot partitioning with redistribution ("PSS-TS"): IBM §4.2, Fig. 3a.
+"""S1, snapshot partitioning with redistribution ("PSS-TS"): IBM §4.2, Fig. 3a; S2 blocks, S4 precompute.
 
 Per layer (IBM Fig. 1b, Fig. 3a)::
 
@@ -17,7 +17,16 @@ Communication volume of one redistribution, summed over ranks, in bytes::
     (T*N - sum_p T_p*N_p) * F * itemsize   ( = T*N*F*(P-1)/P*itemsize when P | T and P | N )
 
 where T_p, N_p are rank p's snapshot and vertex counts from the plan; a
-rank's block to itself is a local copy and is not counted.
+rank's block to itself is a local copy and is not counted. The exchanges are
+MPI_Alltoallw calls over sub-boxes of the two layouts
+(:meth:`Communicator.alltoall_boxes`), so no side packs or unpacks tensors.
+
+Which rank owns which snapshot is the plan's choice: contiguous blocks (IBM
+§4.2; by count or by estimated work), cyclic, or — with ``train.blocks: nb``
+(S2, IBM §3.1, Fig. 2 and 3b) — each of nb blocks of time split over the ranks
+on its own, processed block by block with gradient checkpointing
+(:meth:`SnapshotStrategy.step`). With causal models, snapshots after the last
+training step get no gradient, so their GCN runs without autograd.
 
 Ranks that own no snapshot (P > T) or no vertex row (P > N) still take part
 in every all-to-all, forward and backward: their tensors are empty but stay
