@@ -43,6 +43,19 @@ Box = tuple[tuple[int, int] | list[int], tuple[int, int]]
 def _box_rows(spec: tuple[int, int] | list[int]) -> list[int] | range:
     return spec if isinstance(spec, list) else range(spec[0], spec[1])
 
+
+def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
+    """Torch index of a box's rows: a (strided) slice when the rows are evenly spaced, so the
+    self-copy is a plain strided copy rather than an index_put/gather."""
+    if not isinstance(spec, list):
+        return slice(spec[0], spec[1])
+    if len(spec) == 1:
+        return slice(spec[0], spec[0] + 1)
+    step = spec[1] - spec[0]
+    if step > 0 and all(b - a == step for a, b in zip(spec, spec[1:])):
+        return slice(spec[0], spec[-1] + 1, step)
+    return spec
+
 _ENV_LOCAL_RANK = (
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "MV2_COMM_WORLD_LOCAL_RANK",
@@ -308,11 +321,12 @@ class Communicator:
         st[me] = rt[me] = (0, self._MPI.BYTE)
         (srows, (b0, b1)), (rrows, (d0, d1)) = send_boxes[me], recv_boxes[me]
         if len(_box_rows(srows)) and b1 > b0:
-            block = host[list(srows)] if isinstance(srows, list) else host[srows[0] : srows[1]]
-            if isinstance(rrows, list):
-                recv[rrows] = block[:, b0:b1]  # a list box takes dimension 1 whole
+            block = host[_row_index(srows)][:, b0:b1]
+            ri = _row_index(rrows)
+            if isinstance(ri, list):
+                recv[ri] = block  # a list box takes dimension 1 whole
             else:
-                recv[rrows[0] : rrows[1], d0:d1].copy_(block[:, b0:b1])
+                recv[ri][:, d0:d1].copy_(block)
         zeros = [0] * self.size
         self._comm.Alltoallw(
             [host.numpy(), ([c for c, _ in st], zeros), [t for _, t in st]],

@@ -13,8 +13,8 @@ compute one. ``plan.json``::
 
 Vertex ranges are contiguous and balanced by count, as IBM §4.2 assigns
 them; P not dividing N gives the first ``N mod P`` ranks one more row.
-Snapshots are assigned in contiguous blocks (``strategy.layout: block``, the
-default) or cyclically (``cyclic``: snapshot t on rank t mod P). Blocks are
+Snapshots are assigned cyclically (``strategy.layout: cyclic``, the default:
+snapshot t on rank t mod P) or in contiguous blocks (``block``). Blocks are
 balanced by count (``strategy.balance: count``, IBM's ``k = T/P``; the first
 ``T mod P`` ranks get one more) or by estimated work (``work``): blocks that
 cut the running sum of a per-snapshot cost at multiples of total/P. The cost (see

@@ -64,10 +64,11 @@ def test_more_ranks_than_vertices(launcher, tmp_path):
     np.testing.assert_allclose(got, ref, rtol=1e-6)
 
 
-@pytest.mark.parametrize("layout", ["cyclic", "block-count"])
-def test_other_snapshot_layouts_are_exact(launcher, small_dataset, tmp_path, layout):
-    """Cyclic ownership (row-list exchanges) and count-balanced blocks reproduce P = 1 too."""
-    strategy = {"layout": "cyclic"} if layout == "cyclic" else {"layout": "block", "balance": "count"}
+@pytest.mark.parametrize("balance", ["work", "count"])
+def test_block_layouts_are_exact(launcher, small_dataset, tmp_path, balance):
+    """Contiguous snapshot blocks (IBM §4.2), work- or count-balanced, reproduce P = 1 too."""
+    layout = f"block-{balance}"
+    strategy = {"layout": "block", "balance": balance}
     for model in ("cdgcn", "tmgcn"):
         job = write_job(tmp_path / f"{model}.yaml", small_dataset, model={"name": model}, strategy=strategy)
         ref, _ = _losses(launcher, None, job, tmp_path / f"{model}-plain")
