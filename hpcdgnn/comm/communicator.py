@@ -21,7 +21,6 @@ Byte accounting (what ``bytes_sent`` means in metrics.jsonl):
 
 from __future__ import annotations
 
-import os
 import pickle
 import time
 from collections import defaultdict
@@ -55,17 +54,6 @@ def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
     if step > 0 and all(b - a == step for a, b in zip(spec, spec[1:])):
         return slice(spec[0], spec[-1] + 1, step)
     return spec
-
-_ENV_LOCAL_RANK = (
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MV2_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "PMI_LOCAL_RANK",
-    "PALS_LOCAL_RANKID",
-    "SLURM_LOCALID",
-    "JSM_NAMESPACE_LOCAL_RANK",
-)
-
 
 @dataclass
 class TagStats:
@@ -152,14 +140,6 @@ class Communicator:
             self._local = (node.Get_rank(), node.Get_size())
             node.Free()
         return self._local
-
-    @staticmethod
-    def env_local_rank() -> int | None:
-        """Local rank from the launcher's environment (fallback where no MPI split is possible)."""
-        for name in _ENV_LOCAL_RANK:
-            if name in os.environ:
-                return int(os.environ[name])
-        return None
 
     def library_version(self) -> str:
         """The MPI library's version string, first line."""

@@ -67,6 +67,8 @@ from typing import Literal, Union
 import numpy as np
 import torch
 
+from hpcdgnn.data.snapshot import csr_rows
+
 __all__ = [
     "CSRSnapshot",
     "GraphDiff",
@@ -242,7 +244,7 @@ def _host_keys(csr: CSRSnapshot, what: str) -> np.ndarray:
         raise ValueError(f"{what}: indptr is not a row pointer for {nnz} nonzeros (must start at 0, not decrease)")
     if nnz and (indices.min() < 0 or indices.max() >= n):
         raise ValueError(f"{what}: column index out of range [0, {n})")
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    rows = csr_rows(indptr)
     keys = rows * np.int64(n) + indices.astype(np.int64)
     if nnz > 1 and (np.diff(keys) <= 0).any():
         raise ValueError(f"{what}: columns must be sorted and unique within each row (canonical CSR)")

@@ -40,6 +40,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.writer import file_sha256
@@ -113,7 +114,7 @@ class _SnapshotChecker:
         if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n):
             self.fail(where, f"'{prefix}indices' has a vertex outside [0, {n})")
             raise _Invalid
-        keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * np.int64(n) + indices.astype(np.int64)
+        keys = csr_rows(indptr) * np.int64(n) + indices.astype(np.int64)
         if nnz > 1 and not (keys[1:] > keys[:-1]).all():
             self.fail(where, f"'{prefix}indices' not strictly ascending within rows (unsorted or duplicate edges)")
             raise _Invalid

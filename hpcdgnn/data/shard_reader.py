@@ -26,7 +26,7 @@ import h5py
 import numpy as np
 
 from hpcdgnn.data.manifest import Manifest
-from hpcdgnn.data.snapshot import Snapshot
+from hpcdgnn.data.snapshot import Snapshot, csr_rows
 from hpcdgnn.errors import DataError
 
 __all__ = ["ShardReader", "snapshot_group_name"]
@@ -48,8 +48,6 @@ class ShardReader:
         self.root = Path(root)
         self.manifest = manifest
         self._files: dict[str, h5py.File] = {}
-        #: Bytes read from disk by this reader (sum of dataset sizes), for the load timer's report.
-        self.bytes_read = 0
 
     def _file(self, t: int) -> tuple[h5py.File, Path]:
         info = self.manifest.shard_of(t)
@@ -81,7 +79,6 @@ class ShardReader:
             raise DataError(f"{path}: cannot read '{key}': {e}") from None
         if shape0 is not None and arr.shape[:1] != (shape0,):
             raise DataError(f"{path}: '{key}' has shape {arr.shape}, expected first dimension {shape0}")
-        self.bytes_read += arr.nbytes
         return arr
 
     def read(self, t: int) -> Snapshot:
@@ -106,7 +103,7 @@ class ShardReader:
         prefix = "target_" if self.manifest.smoothed else ""
         indptr = self._read(t, prefix + "indptr", N + 1)
         dst = self._read(t, prefix + "indices", int(indptr[-1]))
-        src = np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr))
+        src = csr_rows(indptr)
         return src, dst.astype(np.int64)
 
     def close(self) -> None:

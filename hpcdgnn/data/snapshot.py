@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "csr_rows"]
+
+
+def csr_rows(indptr: np.ndarray) -> np.ndarray:
+    """Row index of every nonzero of a CSR matrix, expanded from its ``indptr`` (int64)."""
+    return np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
 
 
 @dataclass
@@ -37,4 +42,4 @@ class Snapshot:
 
     def rows(self) -> np.ndarray:
         """Row (source) index of every nonzero, expanded from ``indptr``."""
-        return np.repeat(np.arange(self.num_vertices, dtype=np.int64), np.diff(self.indptr))
+        return csr_rows(self.indptr)

@@ -126,7 +126,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
         comm.bcast_(p.data, root=0)
-    checksum = _checksum(params)
+    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
 
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path))
     reader = ShardReader(job.data.path, manifest)

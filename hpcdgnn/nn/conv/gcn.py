@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hpcdgnn.data.snapshot import csr_rows
+
 __all__ = ["NormalizedAdjacency", "gcn_norm", "spmm"]
 
 
@@ -51,7 +53,7 @@ def gcn_norm(
 ) -> NormalizedAdjacency:
     """Build Ã (IBM Eq. 1) of a CSR adjacency with self-loops added, in float64 then cast."""
     n = indptr.shape[0] - 1
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    rows = csr_rows(indptr)
     cols = indices.astype(np.int64)
     w = weights.astype(np.float64)
     keep = rows != cols  # A + I: an input self-loop would be counted twice otherwise
