@@ -1,4 +1,4 @@
-"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect``.
+"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate``.
 
 ``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``).
 It builds the one :class:`~hpcdgnn.comm.Communicator` and installs the abort
@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     from hpcdgnn.data.generate import add_generate_arguments, run_generate
     from hpcdgnn.data.inspect import add_inspect_arguments, run_inspect
     from hpcdgnn.data.prepare import add_prepare_arguments, run_prepare
+    from hpcdgnn.data.validate import add_validate_arguments, run_validate
 
     p = argparse.ArgumentParser(prog="python -m hpcdgnn", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -82,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="print a dataset's statistics and validate its shards")
     add_inspect_arguments(i)
     i.set_defaults(func=run_inspect)
+
+    v = sub.add_parser("validate", help="check a dataset directory (also done when a run starts)")
+    add_validate_arguments(v)
+    v.set_defaults(func=run_validate)
     return p
 
 

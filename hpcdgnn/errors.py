@@ -9,11 +9,16 @@ traceback is needed. Anything else is a bug and takes the abort path in
 
 from __future__ import annotations
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE"]
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED"]
 
 #: Exit status of every user error (config, data, plan): the shell convention
 #: for "wrong usage", distinct from 1 (a crash) so job scripts can tell them apart.
 EXIT_USAGE = 2
+
+#: Exit status after a pre-emption signal (SIGTERM or SIGUSR1): every rank wrote its part of a
+#: checkpoint at an epoch boundary and stopped; job scripts requeue and ``run --resume``.
+#: 75 is sysexits' EX_TEMPFAIL ("try again later").
+EXIT_PREEMPTED = 75
 
 
 class HpcdgnnError(Exception):

@@ -19,6 +19,8 @@ __all__ = [
     "StrategyConfig",
     "CommConfig",
     "OutputConfig",
+    "CheckpointConfig",
+    "DebugConfig",
     "JobConfig",
 ]
 
@@ -29,6 +31,10 @@ class DataConfig:
 
     path: str = ""
     """Dataset directory (relative paths are relative to the working directory)."""
+    validate: Literal["checksum", "structure"] = "checksum"
+    """Checks rank 0 runs on the dataset before training (``python -m hpcdgnn validate`` runs the
+    same): ``checksum`` also hashes every shard against the manifest's sha256; ``structure``
+    checks manifest, shapes, dtypes, index ranges and NaN/Inf but skips the hashes (large datasets)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +102,12 @@ class TrainConfig:
     blocks: int = 1
     """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
     each block's forward during the backward pass; 1 = no checkpointing."""
+    transfer: Literal["base", "graph_difference"] = "graph_difference"
+    """How snapshots move from host to device memory (IBM §3.2, SPEC S3): ``base`` sends each one as
+    (index, value) pairs (COO, int64 indices, IBM's baseline); ``graph_difference`` sends the first
+    snapshot of each block as CSR and each next one as its difference from the previous."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Compute device: ``auto`` = the GPU of this rank's local rank when CUDA is available, else CPU."""
     reuse_memory: bool = True
     """Keep freed host memory in the process (glibc mallopt) so each epoch's large tensors reuse
     pages instead of faulting in fresh ones; the resident size stays at its peak."""
@@ -131,8 +143,16 @@ class StrategyConfig:
 class CommConfig:
     """``comm:`` the communication backend."""
 
-    backend: Literal["mpi"] = "mpi"
-    """Collective library; ``mpi`` (mpi4py). nccl and gloo arrive with the GPU data path."""
+    backend: Literal["mpi", "nccl", "gloo"] = "mpi"
+    """Collective library: ``mpi`` (mpi4py; CUDA-aware when the MPI library says so, else staged
+    through pinned host buffers) or ``nccl`` / ``gloo`` through ``torch.distributed``, initialised
+    from MPI. Setup and metrics always go through MPI."""
+    timeout_s: float = 600.0
+    """Timeout of ``torch.distributed`` collectives (nccl, gloo): a lost peer ends the job, not hangs it."""
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s: must be > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +170,40 @@ class OutputConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """``checkpoint:`` periodic training checkpoints, for restart and pre-emption."""
+
+    every: int = 0
+    """Write a checkpoint every this many epochs (0 = only on pre-emption and at the end)."""
+    dir: str = ""
+    """Directory of checkpoint files; empty = ``RUNDIR/checkpoints``."""
+    keep: int = 2
+    """How many of the newest checkpoints to keep (older ones are deleted after a new one lands)."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ValueError("every: must be >= 0 (0 = only on pre-emption and at the end)")
+        if self.keep < 1:
+            raise ValueError("keep: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebugConfig:
+    """``debug:`` fault injection, for testing that a failure on one rank ends the whole job."""
+
+    fail_rank: int = -1
+    """Rank that raises an exception mid-epoch (after the forward pass, before backward); -1 = none."""
+    fail_epoch: int = 1
+    """Epoch in which ``fail_rank`` raises."""
+
+    def __post_init__(self) -> None:
+        if self.fail_rank < -1:
+            raise ValueError("fail_rank: must be >= -1 (-1 = no fault)")
+        if self.fail_epoch < 1:
+            raise ValueError("fail_epoch: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """The whole job YAML."""
 
@@ -160,3 +214,5 @@ class JobConfig:
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     comm: CommConfig = field(default_factory=CommConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)

@@ -34,6 +34,7 @@ from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
+from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import DataError
 from hpcdgnn.metrics import TRAIN_TAGS, RunDirectory, choose_run_dir, configure_logging, summarize_over_ranks
 from hpcdgnn.metrics.memory import SavedTensorMeter
@@ -102,6 +103,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
     def _prepare() -> tuple[JobConfig, Manifest, object, str]:
         job = load_job(job_path, overrides)
         manifest = load_manifest(job.data.path)
+        check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
         rd = RunDirectory(run_dir)
