@@ -5,7 +5,9 @@ It builds the one :class:`~hpcdgnn.comm.Communicator` and installs the abort
 path: an exception on any rank prints ``rank R/P: <traceback>`` and calls
 ``MPI_Abort`` so no rank is left waiting in a collective (SPEC "fault
 tolerance"). User errors (bad YAML, bad data) print one line,
-``hpcdgnn: error: ...``, and exit with code 2.
+``hpcdgnn: error: ...``, and exit with code 2. A run stopped by SIGTERM or
+SIGUSR1 writes a checkpoint at the next epoch boundary and exits with 75
+(``EXIT_PREEMPTED``); ``run --resume RUNDIR`` continues it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import sys
 import traceback
 
-from hpcdgnn.errors import EXIT_USAGE, HpcdgnnError
+from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE, ConfigError, HpcdgnnError
 
 __all__ = ["main"]
 
@@ -40,7 +42,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if comm.size > 1:
         _install_abort_hook(comm)
     try:
-        run_training(args.job, args.set or [], args.output, comm)
+        from hpcdgnn.train.collective import collective_error  # every rank finds the same usage error
+
+        if not args.job and not args.resume:
+            raise collective_error(ConfigError("run: give a job YAML, or --resume RUNDIR"))
+        if args.resume and args.output:
+            raise collective_error(
+                ConfigError("run: --output and --resume exclude each other (a resumed run stays in its directory)")
+            )
+        result = run_training(args.job, args.set or [], args.output, comm, resume=args.resume)
+        comm.close()
+        if result.preempted:
+            return EXIT_PREEMPTED
     except HpcdgnnError as e:
         if getattr(e, "collective", False):
             # every rank raised the same error: rank 0 reports it, all exit cleanly
@@ -66,7 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="train a job (under mpirun for P > 1)")
-    r.add_argument("job", help="job YAML")
+    r.add_argument("job", nargs="?", help="job YAML (optional with --resume: the run's saved config is used)")
+    r.add_argument("--resume", metavar="RUNDIR",
+                   help="continue the run in RUNDIR from its newest checkpoint (exit 75 = pre-empted, resume again)")
     r.add_argument("--output", help="run directory (must be new or empty); default <output.dir>/<job>-<time>")
     r.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
                    help="override YAML keys, e.g. --set train.epochs=2 model.hidden=32")

@@ -17,11 +17,24 @@ Byte accounting (what ``bytes_sent`` means in metrics.jsonl):
   not the algorithm's wire traffic, which depends on the MPI library).
 * object collectives (``bcast_obj`` and friends) are counted under their tag
   by pickled size; the trainer uses them only outside the training step.
+
+Backends (``comm.backend``, :meth:`Communicator.init_tensor_backend`): the
+training step's tensor collectives (``alltoallv``, ``alltoall_boxes``,
+``allreduce_``) run over MPI by default, or over ``torch.distributed`` with
+``gloo`` or ``nccl``, initialised from MPI (rank 0 opens a TCP store on a free
+port and broadcasts its address; a finite timeout). Setup, metrics and object
+collectives always use MPI. The byte counters count the same payload whatever
+the backend, so runs on different backends report the same ``bytes_sent``.
+With MPI and CUDA tensors, buffers go to MPI directly when the library is
+CUDA-aware and are staged through pinned host memory otherwise.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import pickle
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -105,6 +118,21 @@ class CommStats:
         return out
 
 
+def _mpi_buffer(t: torch.Tensor) -> Any:
+    """What mpi4py accepts for a contiguous tensor: a numpy view on the CPU, the tensor itself on
+    CUDA (mpi4py reads ``__cuda_array_interface__``; only reached with CUDA-aware MPI)."""
+    return t.numpy() if t.device.type == "cpu" else t
+
+
+def _mpi_cuda_aware(MPI) -> bool:
+    """Whether the MPI library reports CUDA support (MPIX_Query_cuda_support, via mpi4py >= 4)."""
+    query = getattr(MPI, "Query_cuda_support", None)
+    try:
+        return bool(query()) if query is not None else False
+    except Exception:  # an MPI without the extension
+        return False
+
+
 def _mpi():
     # Imported here, not at module import: importing mpi4py.MPI initialises MPI,
     # and nothing in hpcdgnn may touch MPI before __main__ decides to (STYLE G3).
@@ -131,6 +159,56 @@ class Communicator:
         self._local: tuple[int, int] | None = None
         self._buffers: dict[str, torch.Tensor] = {}
         self._box_types: dict[tuple, Any] = {}
+        #: ``mpi``, ``gloo`` or ``nccl``: who carries the training step's tensor collectives
+        self.backend = "mpi"
+        self._dist: Any = None  # the torch.distributed process group of gloo / nccl
+        self._cuda_aware = False
+
+    # -- backends -----------------------------------------------------------------------------
+    def init_tensor_backend(self, backend: str, device: torch.device, timeout_s: float = 600.0) -> None:
+        """Choose the library of the training step's tensor collectives (see the module docstring).
+
+        For ``gloo`` and ``nccl``, every rank must call this (it is collective).
+        """
+        self.backend = backend
+        self._cuda_aware = device.type == "cuda" and _mpi_cuda_aware(self._MPI)
+        if backend == "mpi":
+            return
+        import torch.distributed as dist
+
+        if backend == "nccl" and device.type != "cuda":
+            raise RuntimeError("comm.backend nccl needs CUDA devices")  # the trainer checks this first
+        # rank 0 opens the rendezvous store on a free port (port 0: the OS picks, no race) and
+        # tells the others where it is over MPI
+        addr = os.environ.get("HPCDGNN_MASTER_ADDR") or socket.gethostname()
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = None
+        if self.rank == 0:
+            store = dist.TCPStore("0.0.0.0", 0, self.size, is_master=True, timeout=timeout, wait_for_workers=False)
+        addr, port = self.bcast_obj((addr, store.port if store is not None else 0), tag="setup")
+        if store is None:
+            store = dist.TCPStore(addr, port, self.size, is_master=False, timeout=timeout)
+        kw = {"device_id": device} if backend == "nccl" else {}
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.size, timeout=timeout, **kw)
+        self._dist = dist.group.WORLD
+        self._dist_device = device if backend == "nccl" else torch.device("cpu")
+        self._store = store  # the master store must outlive the process group
+
+    def close(self) -> None:
+        """Tear down the torch.distributed group, if any (MPI itself finalises at exit)."""
+        if self._dist is not None:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self._dist = None
+
+    def _staged(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` as a buffer MPI can read: itself on the CPU or with CUDA-aware MPI, else a pinned host copy."""
+        if t.device.type == "cpu" or self._cuda_aware:
+            return t.detach().contiguous()
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t.detach())
+        return host
 
     # -- environment -------------------------------------------------------------------------
     def local_rank_size(self) -> tuple[int, int]:
@@ -207,6 +285,14 @@ class Communicator:
         if self.size == 1:  # one rank: the exchange is the identity; no copy, nothing counted
             self.stats.add(tag, 0, 0, time.perf_counter() - t0)
             return send.detach()
+        if self._dist is not None:
+            recv = self._dist_alltoall(send, [int(c) * unit for c in scounts], [int(c) * unit for c in rcounts])
+            recv = recv.view(int(rcounts.sum()), unit)
+            row_bytes = unit * send.element_size()
+            sent = int(scounts.sum() - scounts[self.rank]) * row_bytes
+            got = int(rcounts.sum() - rcounts[self.rank]) * row_bytes
+            self.stats.add(tag, sent, got, time.perf_counter() - t0)
+            return recv.to(send.device)
         host = send.detach().cpu().contiguous()
         recv = self._recv_buffer(int(rcounts.sum()), unit, send.dtype, reuse)
         if unit > 0:
@@ -223,6 +309,16 @@ class Communicator:
         got = int(rcounts.sum() - rcounts[me]) * row_bytes
         self.stats.add(tag, sent, got, time.perf_counter() - t0)
         return recv.to(send.device)
+
+    def _dist_alltoall(self, send: torch.Tensor, scounts: list[int], rcounts: list[int]) -> torch.Tensor:
+        """all_to_all_single of a flat buffer over torch.distributed (counts in elements)."""
+        import torch.distributed as dist
+
+        dev = self._dist_device
+        flat = send.detach().reshape(-1).to(dev)
+        out = torch.empty(sum(rcounts), dtype=send.dtype, device=dev)
+        dist.all_to_all_single(out, flat, rcounts, scounts, group=self._dist)
+        return out
 
     def _recv_buffer(self, rows: int, unit: int, dtype: torch.dtype, key: str | None) -> torch.Tensor:
         if key is None:
@@ -291,6 +387,16 @@ class Communicator:
             if list(send_boxes[0]) == [(0, shape[0]), (0, shape[1])] and recv_shape == shape:
                 self.stats.add(tag, 0, 0, time.perf_counter() - t0)
                 return send.detach()  # identity exchange: no copy
+        def volume(box: Box) -> int:
+            rows, (b0, b1) = box
+            return len(_box_rows(rows)) * max(0, b1 - b0) * inner * item
+
+        sent = sum(volume(b) for q, b in enumerate(send_boxes) if q != me)
+        got = sum(volume(b) for p, b in enumerate(recv_boxes) if p != me)
+        if self._dist is not None:
+            recv = self._boxes_over_dist(send, send_boxes, recv_shape, recv_boxes)
+            self.stats.add(tag, sent, got, time.perf_counter() - t0)
+            return recv.to(send.device)
         host = send.detach().cpu().contiguous()
         n = int(np.prod(recv_shape))
         recv = self._recv_buffer(n, 1, send.dtype, reuse).view(recv_shape)
@@ -312,25 +418,59 @@ class Communicator:
             [host.numpy(), ([c for c, _ in st], zeros), [t for _, t in st]],
             [recv.numpy(), ([c for c, _ in rt], zeros), [t for _, t in rt]],
         )
-
-        def volume(box: Box) -> int:
-            rows, (b0, b1) = box
-            return len(_box_rows(rows)) * max(0, b1 - b0) * inner * item
-
-        sent = sum(volume(b) for q, b in enumerate(send_boxes) if q != me)
-        got = sum(volume(b) for p, b in enumerate(recv_boxes) if p != me)
         self.stats.add(tag, sent, got, time.perf_counter() - t0)
         return recv.to(send.device)
+
+    def _boxes_over_dist(
+        self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...], recv_boxes: Sequence[Box]
+    ) -> torch.Tensor:
+        """alltoall_boxes over torch.distributed: pack the boxes, all_to_all_single, unpack.
+
+        NCCL and gloo have no derived datatypes, so the boxes are copied into one
+        contiguous buffer per side (the copies MPI's Alltoallw avoids).
+        """
+        dev = self._dist_device
+        src = send.detach().to(dev)
+        parts = []
+        for rows, (b0, b1) in send_boxes:
+            parts.append(src[_row_index(rows)][:, b0:b1].reshape(-1) if len(_box_rows(rows)) and b1 > b0 else
+                         src.new_empty(0))
+        rcounts = []
+        for rows, (d0, d1) in recv_boxes:
+            rcounts.append(len(_box_rows(rows)) * max(0, d1 - d0) * int(np.prod(recv_shape[2:], dtype=np.int64)))
+        flat = torch.cat(parts) if parts else src.new_empty(0)
+        out = self._dist_alltoall(flat, [p.numel() for p in parts], rcounts)
+        recv = torch.empty(recv_shape, dtype=send.dtype, device=dev)
+        offset = 0
+        for (rows, (d0, d1)), n in zip(recv_boxes, rcounts):
+            if n:
+                nrows = len(_box_rows(rows))
+                block = out[offset : offset + n].view(nrows, d1 - d0, *recv_shape[2:])
+                ri = _row_index(rows)
+                if isinstance(ri, list):
+                    recv[ri] = block
+                else:
+                    recv[ri][:, d0:d1].copy_(block)
+            offset += n
+        return recv
 
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "allreduce") -> torch.Tensor:
         """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor; returns it."""
         t0 = time.perf_counter()
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN}
-        if self.size > 1:
-            host = tensor.detach().cpu().contiguous()
-            self._comm.Allreduce(self._MPI.IN_PLACE, [host.numpy(), self._mpi_type(tensor.dtype)], ops[op])
-            if host.data_ptr() != tensor.data_ptr():
-                tensor.detach().copy_(host)
+        if self.size > 1 and self._dist is not None and not tag.startswith(("setup", "metrics")):
+            import torch.distributed as dist
+
+            buf = tensor.detach().contiguous().to(self._dist_device)
+            dist.all_reduce(buf, {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op],
+                            group=self._dist)
+            if buf.data_ptr() != tensor.data_ptr():
+                tensor.detach().copy_(buf)
+        elif self.size > 1:
+            buf = self._staged(tensor)
+            self._comm.Allreduce(self._MPI.IN_PLACE, [_mpi_buffer(buf), self._mpi_type(tensor.dtype)], ops[op])
+            if buf.data_ptr() != tensor.data_ptr():
+                tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 else 0
         self.stats.add(tag, nbytes, nbytes, time.perf_counter() - t0)
         return tensor
@@ -339,10 +479,10 @@ class Communicator:
         """In-place broadcast of a contiguous tensor from ``root``; returns it."""
         t0 = time.perf_counter()
         if self.size > 1:
-            host = tensor.detach().cpu().contiguous()
-            self._comm.Bcast([host.numpy(), self._mpi_type(tensor.dtype)], root=root)
-            if host.data_ptr() != tensor.data_ptr():
-                tensor.detach().copy_(host)
+            buf = self._staged(tensor)
+            self._comm.Bcast([_mpi_buffer(buf), self._mpi_type(tensor.dtype)], root=root)
+            if buf.data_ptr() != tensor.data_ptr():
+                tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 and self.rank == root else 0
         self.stats.add(tag, nbytes * (self.size - 1), 0, time.perf_counter() - t0)
         return tensor

@@ -52,7 +52,13 @@ is deterministic: the rebuilt ``indptr``, ``indices`` and ``values`` are
 bit-identical to ``A_{i+1}``'s, including dtypes. Encoding runs on the host
 with numpy (the sender holds every snapshot in host memory).
 
-Bytes per block of ``b`` snapshots: ``base = sum_t csr_nbytes(A_t)``;
+The baseline (``transfer: base``, IBM §6.2 "Base") sends every snapshot as
+(index, value) pairs, :class:`COOSnapshot`: ``(8 + 8 + V) nnz`` bytes, the
+PyTorch COO layout that §3.2 names. We also report full CSR for every
+snapshot (``csr``) as a reference point: it is the better naive format, and
+graph difference saves less against it (the values dominate).
+
+Bytes per block of ``b`` snapshots: ``base = sum_t (16 + V) nnz_t``, ``csr = sum_t csr_nbytes(A_t)``;
 ``graph_difference = csr_nbytes(A_s) + sum_{i} diff(A_i, A_{i+1}).nbytes``
 (IBM §6.2: only the first snapshot of each block is sent naively, so the share
 of snapshots that benefit is ``(b - 1) / b``).
@@ -71,6 +77,7 @@ from hpcdgnn.data.snapshot import csr_rows
 
 __all__ = [
     "CSRSnapshot",
+    "COOSnapshot",
     "GraphDiff",
     "Payload",
     "TRANSFER_MODES",
@@ -209,8 +216,60 @@ class GraphDiff:
         return GraphDiff(self.num_vertices, *(a.pin_memory() for a in (self.removed, self.added, self.values)))
 
 
-#: One element of an encoded block: the first snapshot in full, then diffs.
-Payload = Union[CSRSnapshot, GraphDiff]
+@dataclass(frozen=True)
+class COOSnapshot:
+    """``A_t`` as (index, value) pairs: IBM §3.2's baseline wire format ("Base", §6.2).
+
+    IBM transfers a snapshot "using standard sparse matrix representation of
+    (index, value) pairs", i.e. a PyTorch COO tensor: int64 row and column
+    indices plus the values, ``(16 + V) nnz`` bytes. ``transfer: base`` sends
+    every snapshot this way; the receiver builds the row pointer by a search
+    over the (sorted) rows. ``index_dtype`` is host metadata so the rebuilt CSR
+    is bit-identical to the sender's.
+    """
+
+    num_vertices: int
+    rows: torch.Tensor
+    cols: torch.Tensor
+    values: torch.Tensor
+    index_dtype: torch.dtype
+
+    @classmethod
+    def from_csr(cls, csr: CSRSnapshot) -> COOSnapshot:
+        """The (index, value) pairs of a canonical CSR, in its (row, column) order."""
+        n = csr.num_vertices
+        rows = torch.repeat_interleave(torch.arange(n, device=csr.device), torch.diff(csr.indptr), output_size=csr.nnz)
+        return cls(n, rows, csr.indices.to(torch.int64), csr.values, csr.indices.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes that cross the link: rows, columns and values."""
+        return sum(a.numel() * a.element_size() for a in (self.rows, self.cols, self.values))
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> COOSnapshot:
+        """Copy the arrays to ``device``."""
+        return COOSnapshot(
+            self.num_vertices,
+            *(a.to(device, non_blocking=non_blocking) for a in (self.rows, self.cols, self.values)),
+            self.index_dtype,
+        )
+
+    def pin_memory(self) -> COOSnapshot:
+        """Page-locked host copy (needs a CUDA build)."""
+        return COOSnapshot(
+            self.num_vertices, *(a.pin_memory() for a in (self.rows, self.cols, self.values)), self.index_dtype
+        )
+
+    def to_csr(self) -> CSRSnapshot:
+        """The CSR on this payload's device (rows are sorted, so the row pointer is a search)."""
+        n, dev = self.num_vertices, self.rows.device
+        indptr = torch.searchsorted(self.rows, torch.arange(n + 1, device=dev, dtype=torch.int64))
+        return CSRSnapshot(indptr, self.cols.to(self.index_dtype), self.values)
+
+
+#: One element of an encoded block: the first snapshot in full, then diffs (or, with
+#: ``transfer: base``, every snapshot as (index, value) pairs).
+Payload = Union[CSRSnapshot, GraphDiff, COOSnapshot]
 
 
 def csr_nbytes(csr: CSRSnapshot) -> int:
@@ -301,14 +360,19 @@ def encode_diff(prev: CSRSnapshot, nxt: CSRSnapshot) -> GraphDiff:
     )
 
 
-def encode_block(csrs: Sequence[CSRSnapshot]) -> list[Payload]:
+def encode_block(csrs: Sequence[CSRSnapshot], mode: str = "graph_difference") -> list[Payload]:
     """Encode a block ``[A_s, ..., A_e]`` as ``[A_s (full CSR), diff(A_s, A_s+1), ..., diff(A_e-1, A_e)]``.
 
     Each snapshot's keys are computed once and reused for both diffs it takes part in.
+    With ``mode="base"`` every snapshot is sent alone as (index, value) pairs (:class:`COOSnapshot`).
 
     Raises:
         ValueError: as :func:`encode_diff`.
     """
+    if mode not in TRANSFER_MODES:
+        raise ValueError(f"encode_block: unknown mode {mode!r}; choose from {', '.join(TRANSFER_MODES)}")
+    if mode == "base":
+        return [COOSnapshot.from_csr(c) for c in csrs]
     if not csrs:
         return []
     first = csrs[0]
@@ -419,12 +483,17 @@ def decode_block(payloads: Sequence[Payload], device: torch.device | str | None 
     prev: CSRSnapshot | None = None
     keys: torch.Tensor | None = None
     for j, p in enumerate(payloads):
-        if isinstance(p, CSRSnapshot):
+        if isinstance(p, COOSnapshot):
+            prev = (p if device is None else p.to(device, non_blocking=True)).to_csr()
+            keys = None  # the next payload is (index, value) pairs again: no diff applies to it
+        elif isinstance(p, CSRSnapshot):
             prev = p if device is None else p.to(device, non_blocking=True)
             keys = _device_keys(prev)
         elif isinstance(p, GraphDiff):
             if prev is None:
                 raise ValueError(f"decode_block: payload {j} is a diff but no full snapshot precedes it")
+            if keys is None:
+                keys = _device_keys(prev)
             prev, keys = _decode(prev, keys, p)
         else:
             raise TypeError(f"decode_block: payload {j} is {type(p).__name__}, expected CSRSnapshot or GraphDiff")
@@ -447,12 +516,16 @@ def _split(n: int, num_blocks: int) -> list[range]:
     return out
 
 
-def transfer_bytes(csrs: Sequence[CSRSnapshot], mode: Literal["base", "graph_difference"], num_blocks: int = 1) -> int:
+def transfer_bytes(
+    csrs: Sequence[CSRSnapshot], mode: Literal["base", "csr", "graph_difference"], num_blocks: int = 1
+) -> int:
     """Total host->device bytes to send ``csrs`` (IBM §6.2 "Base" vs "GD").
 
     Args:
         csrs: consecutive snapshots ``A_s, ..., A_e``.
-        mode: ``"base"``: every snapshot as a full CSR; ``"graph_difference"``:
+        mode: ``"base"``: every snapshot as (index, value) pairs (:class:`COOSnapshot`,
+            IBM's baseline); ``"csr"``: every snapshot as a full CSR (a reference point, not a
+            transfer mode); ``"graph_difference"``:
             the first snapshot of each block as a full CSR, each next one as a
             :class:`GraphDiff` against its predecessor.
         num_blocks: split ``csrs`` into this many contiguous blocks of nearly
@@ -461,12 +534,14 @@ def transfer_bytes(csrs: Sequence[CSRSnapshot], mode: Literal["base", "graph_dif
     Raises:
         ValueError: unknown ``mode`` or ``num_blocks < 1``.
     """
-    if mode not in TRANSFER_MODES:
-        raise ValueError(f"transfer_bytes: unknown mode {mode!r}; choose from {', '.join(TRANSFER_MODES)}")
+    if mode not in (*TRANSFER_MODES, "csr"):
+        raise ValueError(f"transfer_bytes: unknown mode {mode!r}; choose from {', '.join(TRANSFER_MODES)}, csr")
     if num_blocks < 1:
         raise ValueError(f"transfer_bytes: num_blocks must be >= 1, got {num_blocks}")
-    if mode == "base":
+    if mode == "csr":
         return sum(csr_nbytes(c) for c in csrs)
+    if mode == "base":
+        return sum(COOSnapshot.from_csr(c).nbytes for c in csrs)
     total = 0
     for r in _split(len(csrs), num_blocks):
         block = encode_block([csrs[t] for t in r])

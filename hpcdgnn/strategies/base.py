@@ -38,6 +38,7 @@ class StrategyContext:
     comm: Communicator
     dtype: torch.dtype
     data_root: str
+    device: torch.device = torch.device("cpu")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -91,5 +92,13 @@ class Strategy:
             offset += n
 
     def engine_bytes(self) -> int:
-        """Bytes of input data and precomputed tensors this strategy holds (memory account)."""
+        """Peak bytes of input data and precomputed tensors this strategy holds on the device."""
         return 0
+
+    def host_bytes(self) -> int:
+        """Bytes of input data this strategy keeps in host memory for later transfers."""
+        return 0
+
+    def transfer_stats(self) -> tuple[int, float]:
+        """Input bytes moved host -> device so far and the seconds it took (S3); cumulative."""
+        return 0, 0.0

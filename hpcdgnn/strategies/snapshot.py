@@ -43,6 +43,8 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from hpcdgnn.comm.autograd import redistribute
+from hpcdgnn.data.graph_diff import CSRSnapshot
+from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.errors import PlanError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
 from hpcdgnn.nn.models.base import DGNN
@@ -104,25 +106,69 @@ class SnapshotStrategy(Strategy):
         return build_snapshot_plan(manifest, num_ranks, work)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
-        """Read the owned snapshots, normalise Ã_t (IBM Eq. 1) and precompute Ã_t·X_t (S4)."""
+        """Read the owned snapshots, move them to the device (S3), normalise Ã_t (IBM Eq. 1) and
+        precompute Ã_t·X_t (S4).
+
+        The snapshots stay on the host, encoded per block in the ``train.transfer``
+        wire format (:class:`~hpcdgnn.data.transfer.SnapshotTransfer`). Without
+        checkpoint blocks every Ã_t is built once here and stays on the device;
+        with nb > 1 blocks only Ã_t·X_t stays, and each block's snapshots are
+        loaded again whenever a layer above the first needs them (IBM §3.2).
+        """
         self._init_exchange(plan)
         job = self.ctx.job
         causal = all(layer.causal for layer in model.layers)
         horizon = task_class(job.task.name).train_horizon(job.task, self.ctx.manifest)
         #: snapshots after this one get no gradient (causal model): their GCN runs without autograd
         self.horizon = horizon if causal else self.ctx.manifest.num_snapshots - 1
-        dtype = self.ctx.dtype
-        self.adj: list[NormalizedAdjacency] = []
-        ax = []
+        dtype, dev = self.ctx.dtype, self.ctx.device
+        csrs, xs = [], []
         for t in self.owned:
             snap = reader.read(t)
-            a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype)
-            self.adj.append(a)
-            ax.append(spmm(a, torch.from_numpy(snap.x).to(dtype)))
+            csrs.append(CSRSnapshot.from_snapshot(snap))
+            xs.append(snap.x)
+        # graph difference restarts at each checkpoint block (IBM §6.2)
+        self.transfer = SnapshotTransfer(csrs, self._local, job.train.transfer, dev)
+        del csrs
+        #: without blocks, Ã_t stays on the device for the whole run; with blocks it is reloaded
+        self._resident = len(self.blocks) == 2
+        self._needs_adjacency = len(model.layers) > 1  # layer 0 only ever uses the precomputed Ã·X
+        self.adj: list[NormalizedAdjacency | None] = [None] * len(self.owned)
+        self._block_adj_peak = 0
+        ax: list[torch.Tensor | None] = [None] * len(self.owned)
+        for b in range(len(self._local)):
+            for i, a in zip(self._local[b], self._normalise(b)):
+                ax[i] = spmm(a, torch.from_numpy(xs[i]).to(dev, dtype))
+                if self._resident and self._needs_adjacency:
+                    self.adj[i] = a
         F = self.ctx.manifest.num_features
-        self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype)
+        self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype, device=dev)
         self._last: torch.Tensor | None = None
         return self.owned
+
+    def _normalise(self, b: int) -> list[NormalizedAdjacency]:
+        """Load block b's snapshots onto the device and build their Ã (the load time goes to ``load``)."""
+        seconds = self.transfer.seconds
+        snaps = self.transfer.load(b)
+        self.load_seconds += self.transfer.seconds - seconds
+        out = [
+            gcn_norm(self.owned[i], c.indptr, c.indices, c.values, self.ctx.dtype)
+            for i, c in zip(self._local[b], snaps)
+        ]
+        self._block_adj_peak = max(self._block_adj_peak, sum(a.nbytes for a in out))
+        return out
+
+    def _adjacency(self, b: int) -> list[NormalizedAdjacency] | None:
+        """Ã of block b's owned snapshots for the layers above the first: resident, or loaded now."""
+        if not self._needs_adjacency:
+            return None
+        if self._resident:
+            return [self.adj[i] for i in self._local[b]]
+        return self._normalise(b)
+
+    def transfer_stats(self) -> tuple[int, float]:
+        """Snapshot bytes moved host -> device so far, and the seconds it took (S3)."""
+        return self.transfer.bytes, self.transfer.seconds
 
     def _init_exchange(self, plan: PartitionPlan) -> None:
         """The boxes of the two redistributions of each block (IBM Fig. 3a/3b), fixed for the run.
@@ -152,8 +198,15 @@ class SnapshotStrategy(Strategy):
             self._vertex_boxes.append([(r, (0, self._n_me)) for r in rows])
 
     def engine_bytes(self) -> int:
-        """Normalised adjacencies plus the precomputed first-layer aggregation."""
-        return sum(a.nbytes for a in self.adj) + self.ax0.numel() * self.ax0.element_size()
+        """Device-held inputs at their peak: resident Ã_t (or, with blocks, the largest block's),
+        plus the precomputed first-layer aggregation."""
+        resident = sum(a.nbytes for a in self.adj if a is not None)
+        streamed = 0 if self._resident else self._block_adj_peak
+        return resident + streamed + self.ax0.numel() * self.ax0.element_size()
+
+    def host_bytes(self) -> int:
+        """Host memory of the encoded snapshot payloads."""
+        return self.transfer.host_bytes
 
     # -- the two redistributions of IBM §4.2 -------------------------------------------------
     def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
@@ -178,6 +231,7 @@ class SnapshotStrategy(Strategy):
         """
         t0, t1 = self.blocks[b], self.blocks[b + 1]
         local = self._local[b]
+        adj = self._adjacency(b)
         h: torch.Tensor | None = None
         hs: tuple[torch.Tensor, ...] = ()
         out_states = []
@@ -189,7 +243,7 @@ class SnapshotStrategy(Strategy):
                 t = self.owned[i]
                 # past the training horizon no gradient arrives: skip recording the autograd graph
                 with torch.set_grad_enabled(torch.is_grad_enabled() and t <= self.horizon):
-                    ax = self.ax0[i] if li == 0 else spmm(self.adj[i], hs[j])
+                    ax = self.ax0[i] if li == 0 else spmm(adj[j], hs[j])
                     ys.append(layer.spatial(ax, t, tparams))
             y = torch.stack(ys) if ys else self.ax0.new_zeros(0, self.N, layer.spatial_features)
             # y must stay connected to the previous exchange's output even when it owns nothing

@@ -201,15 +201,16 @@ class LinkPrediction(Task):
                 continue
             ps, pd = self.targets[t]
             ns, nd = self._negatives(t, epoch, ps.shape[0] * self.cfg.negatives)
-            src, dst = torch.cat([ps, ns]), torch.cat([pd, nd])
-            label = torch.cat([torch.ones(ps.shape[0]), torch.zeros(ns.shape[0])]).to(z.dtype)
+            # pairs are drawn on the host (same stream on every rank and device), then follow z
+            src, dst = torch.cat([ps, ns]).to(z.device), torch.cat([pd, nd]).to(z.device)
+            label = torch.cat([torch.ones(ps.shape[0]), torch.zeros(ns.shape[0])]).to(z.device, z.dtype)
             with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
                 logit = self.decoder(z, src, dst)
                 loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
             if s == 0:
                 loss_sum = loss_sum + loss
-            lg = logit.detach().to(torch.float64).numpy()
-            lb = label.detach().numpy() > 0.5
+            lg = logit.detach().to("cpu", torch.float64).numpy()
+            lb = label.detach().cpu().numpy() > 0.5
             base = s * width
             stats[base] += float(loss.detach())
             stats[base + 1] += lg.shape[0]

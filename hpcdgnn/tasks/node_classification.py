@@ -77,7 +77,7 @@ class NodeClassification(Task):
         loss_sum = self.head.weight.sum() * 0.0 + self.head.bias.sum() * 0.0
         for t, z in emb.items():
             s = next((i for i, r in enumerate(self.ranges) if t in r), -1)
-            y = self.labels[t]
+            y = self.labels[t].to(z.device)
             mask = y >= 0
             if s < 0 or not bool(mask.any()):
                 loss_sum = loss_sum + z.sum() * 0.0

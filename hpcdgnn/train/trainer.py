@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import platform
 import resource
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -30,17 +32,19 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.comm.device import select_device
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
-from hpcdgnn.errors import DataError
+from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics import TRAIN_TAGS, RunDirectory, choose_run_dir, configure_logging, summarize_over_ranks
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.models import build_model
 from hpcdgnn.strategies import StrategyContext, get_strategy
 from hpcdgnn.tasks import build_task
+from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
 __all__ = ["run_training", "TrainResult"]
@@ -55,6 +59,7 @@ class TrainResult:
     run_dir: Path
     losses: list[float]
     metrics: list[dict]
+    preempted: bool = False
 
 
 def _threads(comm: Communicator, requested: int) -> int:
@@ -85,6 +90,109 @@ def _reuse_host_memory() -> bool:
         return False
 
 
+def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
+    """This rank's device (``train.device``), checked against the backend: nccl needs GPUs."""
+    device = select_device(job.train.device, comm)
+    if job.comm.backend == "nccl" and device.type != "cuda":
+        raise ConfigError(f"{job_path}: comm.backend: nccl needs a GPU per rank, rank {comm.rank} runs on {device}; "
+                          "use mpi or gloo")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+class _PreemptionFlag:
+    """Set by SIGTERM or SIGUSR1 (schedulers send one before killing a job); read at epoch boundaries.
+
+    The handler only records the signal: the ranks agree on stopping through the
+    per-epoch all-gather, write a checkpoint, and exit with ``EXIT_PREEMPTED``.
+    """
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.name = ""
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            try:
+                signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (an embedding application): leave signals alone
+                pass
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.raised = True
+        self.name = signal.Signals(signum).name
+
+
+class _FaultInjector:
+    """The task, except that on ``debug.fail_rank`` in ``debug.fail_epoch`` it raises mid-epoch:
+    after the forward pass (whose exchanges every rank joined), before the backward pass, where the
+    other ranks are about to wait in a collective. Tests use it to check the whole job aborts."""
+
+    def __init__(self, task, rank: int, debug) -> None:
+        self.task, self.rank, self.debug = task, rank, debug
+
+    def __call__(self, emb, epoch: int):
+        if self.rank == self.debug.fail_rank and epoch == self.debug.fail_epoch:
+            raise RuntimeError(f"debug.fail_rank: fault injected on rank {self.rank} in epoch {epoch}")
+        return self.task(emb, epoch)
+
+
+_RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.validate", "comm.", "output.", "checkpoint.", "debug.")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, Path, Path]:
+    """Job, run directory and newest checkpoint of ``run --resume RUNDIR``.
+
+    The job is the run's saved ``config.resolved.yaml`` with ``--set`` applied, or
+    the given job file, which may differ from the saved one only in keys that do
+    not change the computation (``train.epochs`` to train longer, threads, device,
+    backend, output, checkpoint, debug).
+    """
+    run_dir = Path(resume)
+    saved = run_dir / "config.resolved.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"--resume {resume}: no {saved.name} there; not a run directory")
+    job = load_job(job_path or saved, overrides)
+    if job_path:
+        before, after = _flatten(job_to_dict(load_job(saved))), _flatten(job_to_dict(job))
+        for key in sorted(set(before) | set(after)):
+            if before.get(key) != after.get(key) and not key.startswith(_RESUMABLE):
+                raise ConfigError(
+                    f"{job_path}: {key}: is {after.get(key)!r} but the run in {resume} used {before.get(key)!r}; "
+                    "a resumed run must compute the same thing"
+                )
+    root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
+    ckpt = latest_checkpoint(root)
+    if ckpt is None:
+        raise ConfigError(f"--resume {resume}: no complete checkpoint in {root}")
+    done = int(json.loads((ckpt / "COMPLETE").read_text())["epoch"])
+    if done >= job.train.epochs:
+        raise ConfigError(
+            f"--resume {resume}: the run already finished its {job.train.epochs} epochs "
+            f"(checkpoint {ckpt.name}); train longer with --set train.epochs=N"
+        )
+    return job, run_dir, ckpt
+
+
+def _truncate_metrics(path: Path, last_epoch: int) -> None:
+    """Keep the metrics of epochs up to the checkpoint (atomically); later ones are re-run."""
+    if not path.is_file():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= last_epoch]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)
+
+
 def _checksum(params: list[torch.Tensor]) -> str:
     h = hashlib.sha256()
     for p in params:
@@ -96,41 +204,64 @@ def _fmt(v: float) -> str:
     return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"
 
 
-def run_training(job_path: str, overrides: list[str], output: str | None, comm: Communicator) -> TrainResult:
-    """Run a job (see module docstring); every rank calls this."""
+def run_training(
+    job_path: str | None,
+    overrides: list[str],
+    output: str | None,
+    comm: Communicator,
+    resume: str | None = None,
+) -> TrainResult:
+    """Run a job (see module docstring), or continue one from ``resume``'s newest checkpoint; every rank calls this."""
     log = configure_logging(comm.rank, comm.size)
+    stop = _PreemptionFlag()
 
-    def _prepare() -> tuple[JobConfig, Manifest, object, str]:
-        job = load_job(job_path, overrides)
+    def _prepare() -> tuple[JobConfig, Manifest, object, str, str | None]:
+        if resume:
+            job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
+        else:
+            job = load_job(job_path, overrides)
+            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            ckpt = None
         manifest = load_manifest(job.data.path)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
-        run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
         rd = RunDirectory(run_dir)
         rd.save_config(job_to_dict(job))
         plan.save(run_dir / "plan.json")
         rd.close()
-        return job, manifest, plan, str(run_dir)
+        return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt)
 
-    job, manifest, plan, run_dir_s = root_then_bcast(comm, _prepare)
+    job, manifest, plan, run_dir_s, ckpt_s = root_then_bcast(comm, _prepare)
     run_dir = Path(run_dir_s)
+    job_path = job_path or str(run_dir / "config.resolved.yaml")
     if job.train.reuse_memory:
         _reuse_host_memory()
     threads = _threads(comm, job.train.threads)
     torch.set_num_threads(threads)
     dtype = torch.float64 if job.train.dtype == "float64" else torch.float32
+    device = agree(comm, lambda: _device(job, job_path, comm))
+    comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
     # identical start on every rank: seeded init, then rank 0's values broadcast
     torch.manual_seed(job.train.seed)
     m = job.model
-    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window).to(dtype)
-    task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(dtype)
+    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window).to(device, dtype)
+    task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(device, dtype)
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
         comm.bcast_(p.data, root=0)
+    opt = torch.optim.Adam(params, lr=job.train.lr)
+    start = 0
+    if ckpt_s is not None:  # every rank reads the shared state and its own RNG state
+        state, rng = agree(comm, lambda: load_state(Path(ckpt_s), comm.rank))
+        model.load_state_dict(state["model"])
+        task.load_state_dict(state["task"])
+        opt.load_state_dict(state["optimizer"])
+        restore_rng(rng)
+        start = int(state["epoch"])
     checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
 
-    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path))
+    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device))
     reader = ShardReader(job.data.path, manifest)
     t_setup = time.perf_counter()
 
@@ -141,6 +272,7 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
     agree(comm, _setup)
     reader.close()
     setup_seconds = time.perf_counter() - t_setup
+    setup_transfer = strategy.transfer_stats()[0]
     train_count = task.global_train_count()
     if train_count <= 0:  # every rank computed the same count, so every rank raises here
         raise collective_error(
@@ -151,32 +283,46 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
     log.info(
         f"hpcdgnn: {m.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, "
         f"N={manifest.num_vertices} T={manifest.num_snapshots} F={manifest.num_features}, "
-        f"{nparams} parameters (checksum {checksum}), {job.train.dtype}, {threads} thread(s)/rank"
+        f"{nparams} parameters (checksum {checksum}), {job.train.dtype}, {threads} thread(s)/rank, "
+        f"device {device}, backend {job.comm.backend}, transfer {job.train.transfer}"
     )
     log.info(f"run directory: {run_dir}   setup {setup_seconds:.2f}s (read + normalise + precompute Ã·X)")
 
+    if start:
+        log.info(f"resumed from {ckpt_s} after epoch {start}")
+    if comm.rank == 0 and start:
+        _truncate_metrics(run_dir / "metrics.jsonl", start)  # epochs after the checkpoint are re-run
     rd = RunDirectory(run_dir) if comm.rank == 0 else None
-    opt = torch.optim.Adam(params, lr=job.train.lr)
+    ckpt_root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
+    checkpoints = CheckpointManager(ckpt_root, job.checkpoint.keep, comm)
+    task_fn = _FaultInjector(task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else task
+    preempted = False
     losses: list[float] = []
     records: list[dict] = []
     totals = np.zeros(4)
     meter = SavedTensorMeter()  # activation bytes held for backward, independent of the allocator
     activation_peak = 0
-    for epoch in range(1, job.train.epochs + 1):
+    for epoch in range(start + 1, job.train.epochs + 1):
         before = comm.stats.snapshot()
+        transfer_before = strategy.transfer_stats()[0]
         strategy.load_seconds = 0.0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         meter.reset_peak()
         with meter:
-            stats = strategy.step(model, task, epoch, 1.0 / train_count)
+            stats = strategy.step(model, task_fn, epoch, 1.0 / train_count)
         activation_peak = max(activation_peak, meter.peak)
         strategy.sync_gradients(params)
         # the summed gradient is the same on every rank: its norm checks exactness beyond the loss,
         # which Adam's scale-free update would not reveal
         grad_norm = float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # epoch time includes the kernels, not just their launch
         wall = time.perf_counter() - t0
+        transfer = strategy.transfer_stats()[0] - transfer_before
         train_tags = {k: v for k, v in comm.stats.delta(before).items() if k.startswith(TRAIN_TAGS)}
         comm_s = sum(v.seconds for v in train_tags.values())
         load = strategy.load_seconds
@@ -184,7 +330,10 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
 
         # metrics: one all-reduce of sums, one all-gather of times, one of bytes per tag
         metrics = task.metrics(comm.allreduce_array(stats))
-        per_rank_all = comm.gather_array([*split, float(meter.peak)])
+        gpu_peak = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0.0
+        # the pre-emption flag rides on this all-gather: every rank sees the same column, so all
+        # stop at this same epoch boundary
+        per_rank_all = comm.gather_array([*split, float(meter.peak), float(transfer), gpu_peak, float(stop.raised)])
         per_rank = per_rank_all[:, :4]
         by_tag: dict[str, int] = {}
         for rank_tags in comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
@@ -195,7 +344,8 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
         losses.append(metrics["train_loss"])
         record = {
             "epoch": epoch,
-            "warmup": epoch <= job.train.warmup_epochs,
+            # the first epoch after a resume runs on cold caches and buffers, like epoch 1
+            "warmup": epoch <= job.train.warmup_epochs or (start > 0 and epoch == start + 1),
             "loss": metrics["train_loss"],
             **metrics,
             "grad_norm": grad_norm,
@@ -206,7 +356,11 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
             "per_rank": {k: per_rank[:, i].tolist() for i, k in enumerate(("epoch", "load", "compute", "comm"))},
             "bytes_sent": bytes_sent,
             "bytes_by_tag": dict(sorted(by_tag.items())),
+            # host -> device snapshot bytes summed over ranks (S3); 0 when the inputs stay resident
+            "transfer_bytes": int(per_rank_all[:, 5].sum()),
         }
+        if device.type == "cuda":
+            record["gpu_peak_bytes"] = int(per_rank_all[:, 6].max())
         records.append(record)
         totals += np.asarray([times["slowest"][k] for k in ("epoch", "load", "compute", "comm")])
         if rd is not None:
@@ -218,11 +372,36 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
                     f"val_{task.metric} {_fmt(metrics['val_' + task.metric])}  "
                     f"time {s['epoch']:.3f}s (load {s['load']:.3f} comp {s['compute']:.3f} comm {s['comm']:.3f})  "
                     f"sent {bytes_sent / _MiB:.2f} MiB"
+                    + (f"  transfer {record['transfer_bytes'] / _MiB:.2f} MiB" if record["transfer_bytes"] else "")
                 )
+        preempted = bool(per_rank_all[:, 7].max() > 0)
+        every = job.checkpoint.every
+        if preempted or epoch == job.train.epochs or (every and epoch % every == 0):
+            shared = {
+                "epoch": epoch,
+                "model": model.state_dict(),
+                "task": task.state_dict(),
+                "optimizer": opt.state_dict(),
+                "plan": plan,
+                "config": job_to_dict(job),
+            }
+            where = checkpoints.save(epoch, shared if comm.rank == 0 else {})
+            log.info(f"checkpoint: {where}")
+        if preempted:
+            log.info(f"pre-empted ({stop.name}): stopped after epoch {epoch}; resume with --resume {run_dir}")
+            break
 
     # summary: final metrics, totals, per-rank memory, environment
+    gpu_max = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0.0
     mem = comm.gather_array(
-        [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0, strategy.engine_bytes(), activation_peak]
+        [
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
+            strategy.engine_bytes(),
+            activation_peak,
+            strategy.host_bytes(),
+            gpu_max,
+            float(setup_transfer),
+        ]
     )
     steady = [r for r in records if not r["warmup"]] or records
     if rd is not None:
@@ -231,13 +410,21 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
         rd.save_summary(
             {
                 "job": str(job_path),
-                "final": records[-1],
+                "status": "preempted" if preempted else "completed",
+                "resumed_from_epoch": start,
+                "final": records[-1] if records else None,
                 "epochs": len(records),
                 "totals": {
                     "seconds": dict(zip(("epoch", "load", "compute", "comm"), totals.tolist())),
                     "bytes_sent": int(sum(r["bytes_sent"] for r in records)),
                     "setup_seconds": setup_seconds,
                 },
+                "transfer": {
+                    "mode": job.train.transfer,
+                    "setup_bytes": int(mem[:, 5].sum()),
+                    "epoch_bytes": int(sum(r["transfer_bytes"] for r in records)),
+                },
+                "transfer_bytes": int(mem[:, 5].sum()) + int(sum(r["transfer_bytes"] for r in records)),
                 "steady_epoch_seconds": {
                     "median": float(np.median([r["time"]["epoch"]["max"] for r in steady])),
                     "mean": float(np.mean([r["time"]["epoch"]["max"] for r in steady])),
@@ -247,12 +434,15 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
                     "engine_bytes": [int(v) for v in mem[:, 1]],
                     "activation_peak_bytes": [int(v) for v in mem[:, 2]],
                     "engine_peak_bytes": [int(v) for v in mem[:, 1] + mem[:, 2]],
+                    "host_payload_bytes": [int(v) for v in mem[:, 3]],
+                    **({"gpu_max_allocated_bytes": [int(v) for v in mem[:, 4]]} if device.type == "cuda" else {}),
                 },
                 "parameters": {"count": nparams, "initial_checksum": checksum},
                 "environment": {
                     "num_ranks": comm.size,
                     "threads_per_rank": threads,
-                    "device": "cpu",
+                    "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+                    "comm_backend": job.comm.backend,
                     "dtype": job.train.dtype,
                     "mpi_library": comm.library_version(),
                     "mpi4py": mpi4py.__version__,
@@ -263,5 +453,6 @@ def run_training(job_path: str, overrides: list[str], output: str | None, comm: 
             }
         )
         rd.close()
-        log.info(f"done: {len(records)} epochs, results in {run_dir}")
-    return TrainResult(run_dir, losses, records)
+        if not preempted:
+            log.info(f"done: {len(records)} epochs, results in {run_dir}")
+    return TrainResult(run_dir, losses, records, preempted)

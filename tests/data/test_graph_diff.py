@@ -14,6 +14,7 @@ from hpcdgnn.data.graph_diff import (
     CSRSnapshot,
     GraphDiff,
     csr_nbytes,
+    COOSnapshot,
     decode_block,
     decode_diff,
     encode_block,
@@ -117,7 +118,9 @@ def test_nbytes_matches_independent_count(pair):
     diff = encode_diff(prev, nxt)
     assert diff.nbytes == expected
     assert csr_nbytes(nxt) == 8 * (n + 1) + (idx_size + val_size) * len(kn)
-    assert transfer_bytes([prev, nxt], "base") == csr_nbytes(prev) + csr_nbytes(nxt)
+    assert transfer_bytes([prev, nxt], "csr") == csr_nbytes(prev) + csr_nbytes(nxt)
+    # base = (index, value) pairs: int64 row + int64 column + the value per edge (IBM's baseline)
+    assert transfer_bytes([prev, nxt], "base") == (16 + val_size) * (len(kp) + len(kn))
     assert transfer_bytes([prev, nxt], "graph_difference") == csr_nbytes(prev) + expected
 
 
@@ -165,15 +168,22 @@ def test_block_round_trip_and_bytes():
     # decoding is deterministic
     for got, again in zip(out, decode_block(payloads), strict=True):
         assert_same(got, again)
-    assert transfer_bytes(csrs, "base") == sum(csr_nbytes(c) for c in csrs)
+    assert transfer_bytes(csrs, "csr") == sum(csr_nbytes(c) for c in csrs)
+    assert transfer_bytes(csrs, "base") == sum(24 * len(s) for s in sets)  # float64 values
     gd1 = csr_nbytes(csrs[0]) + sum(encode_diff(csrs[t - 1], csrs[t]).nbytes for t in range(1, T))
     assert transfer_bytes(csrs, "graph_difference") == gd1
     # 3 blocks of 3: snapshots 0, 3, 6 go in full (IBM §6.2)
     gd3 = sum(csr_nbytes(csrs[t]) if t % 3 == 0 else encode_diff(csrs[t - 1], csrs[t]).nbytes for t in range(T))
     assert transfer_bytes(csrs, "graph_difference", num_blocks=3) == gd3
-    # more blocks than snapshots: every snapshot is a block of its own = base
-    assert transfer_bytes(csrs, "graph_difference", num_blocks=20) == transfer_bytes(csrs, "base")
+    # more blocks than snapshots: every snapshot is a block of its own = full CSR each
+    assert transfer_bytes(csrs, "graph_difference", num_blocks=20) == transfer_bytes(csrs, "csr")
     assert encode_block([]) == [] and decode_block([]) == []
+    # the baseline wire format round-trips too, bit for bit, including the index dtype
+    base = encode_block(csrs, "base")
+    assert all(isinstance(p, COOSnapshot) for p in base)
+    assert sum(p.nbytes for p in base) == transfer_bytes(csrs, "base")
+    for got, want in zip(decode_block(base), csrs, strict=True):
+        assert_same(got, want)
 
 
 def test_errors():

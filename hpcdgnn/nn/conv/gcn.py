@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import warnings
+
 import numpy as np
 import torch
 
-from hpcdgnn.data.snapshot import csr_rows
+# CSR tensors are central here, not an experiment: the per-process "beta" notice is noise in job logs
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+
 
 __all__ = ["NormalizedAdjacency", "gcn_norm", "spmm"]
 
@@ -38,33 +42,41 @@ class NormalizedAdjacency:
         )
 
 
-def _to_csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, dtype: torch.dtype) -> torch.Tensor:
-    order = np.lexsort((cols, rows))
-    rows, cols, vals = rows[order], cols[order], vals[order]
-    crow = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
-    return torch.sparse_csr_tensor(
-        torch.from_numpy(crow), torch.from_numpy(cols.astype(np.int64)), torch.from_numpy(vals).to(dtype), (n, n)
-    )
+def _as_tensor(a) -> torch.Tensor:
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
 
 
-def gcn_norm(
-    t: int, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, dtype: torch.dtype
-) -> NormalizedAdjacency:
-    """Build Ã (IBM Eq. 1) of a CSR adjacency with self-loops added, in float64 then cast."""
-    n = indptr.shape[0] - 1
-    rows = csr_rows(indptr)
-    cols = indices.astype(np.int64)
-    w = weights.astype(np.float64)
+def _sorted_csr(keys: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, n: int) -> torch.Tensor:
+    """CSR of entries with unique keys ``row * n + col``, ordered by key (rows, then columns)."""
+    keys, order = torch.sort(keys)
+    crow = torch.searchsorted(keys, torch.arange(n + 1, device=keys.device, dtype=torch.int64) * n)
+    # invariants hold by construction (sorted unique keys); skipping the check also skips its warning
+    return torch.sparse_csr_tensor(crow, cols[order], vals[order], (n, n), check_invariants=False)
+
+
+def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> NormalizedAdjacency:
+    """Build Ã (IBM Eq. 1) of a CSR adjacency with self-loops added, in float64 then cast.
+
+    The arrays may be numpy or torch (on any device: the result lives where
+    ``indptr`` is, so a snapshot decoded on the GPU is normalised there, S3).
+    Torch ops only; on the CPU every reduction runs in a fixed order, so the
+    same snapshot gives bit-identical Ã on every rank.
+    """
+    indptr, indices, weights = _as_tensor(indptr).to(torch.int64), _as_tensor(indices), _as_tensor(weights)
+    dev = indptr.device
+    n, nnz = indptr.shape[0] - 1, indices.shape[0]
+    rows = torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(indptr), output_size=nnz)
+    cols = indices.to(dev, torch.int64)
+    w = weights.to(dev, torch.float64)
     keep = rows != cols  # A + I: an input self-loop would be counted twice otherwise
     rows, cols, w = rows[keep], cols[keep], w[keep]
-    deg = 1.0 + np.bincount(rows, weights=w, minlength=n)
-    dinv = 1.0 / np.sqrt(deg)
-    loop = np.arange(n, dtype=np.int64)
-    r = np.concatenate([rows, loop])
-    c = np.concatenate([cols, loop])
-    v = np.concatenate([w, np.ones(n)]) * dinv[r] * dinv[c]
-    return NormalizedAdjacency(t, _to_csr(r, c, v, n, dtype), _to_csr(c, r, v, n, dtype))
+    deg = torch.ones(n, dtype=torch.float64, device=dev).index_add_(0, rows, w)
+    dinv = 1.0 / torch.sqrt(deg)
+    loop = torch.arange(n, dtype=torch.int64, device=dev)
+    r = torch.cat([rows, loop])
+    c = torch.cat([cols, loop])
+    v = (torch.cat([w, torch.ones(n, dtype=torch.float64, device=dev)]) * dinv[r] * dinv[c]).to(dtype)
+    return NormalizedAdjacency(t, _sorted_csr(r * n + c, c, v, n), _sorted_csr(c * n + r, r, v, n))
 
 
 class _SpMM(torch.autograd.Function):

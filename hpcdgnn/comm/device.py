@@ -1,0 +1,82 @@
+"""Which device a rank computes on: one GPU per rank, chosen by the rank's index on its node.
+
+``train.device``:
+
+* ``cpu`` — always the CPU;
+* ``cuda`` — a GPU, or a one-line error naming the rank when this rank sees none;
+* ``auto`` — a GPU when CUDA is available, else the CPU.
+
+The GPU is ``cuda:(local_rank mod visible GPUs)``, and ``cuda:0`` when exactly
+one GPU is visible (the scheduler bound one GPU per rank with
+``CUDA_VISIBLE_DEVICES``, as ``srun --gpus-per-task=1`` and ``jsrun -g1`` do).
+The local rank comes from an MPI shared-memory split (``MPI_COMM_TYPE_SHARED``),
+which every MPI-3 library provides whatever the launcher; when that split is
+unavailable, from the launcher's environment (:data:`LOCAL_RANK_VARIABLES`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from hpcdgnn.errors import ConfigError
+
+__all__ = ["LOCAL_RANK_VARIABLES", "local_rank_from_env", "select_device"]
+
+#: Local-rank variables of common launchers, in the order they are tried: Open MPI, MVAPICH2,
+#: Intel MPI / MPICH (Hydra), PMI, Cray PALS, SLURM srun, IBM jsrun (LSF).
+LOCAL_RANK_VARIABLES = (
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "PMI_LOCAL_RANK",
+    "PALS_LOCAL_RANKID",
+    "SLURM_LOCALID",
+    "JSM_NAMESPACE_LOCAL_RANK",
+)
+
+
+def local_rank_from_env(environ: dict[str, str] | None = None) -> int | None:
+    """The first launcher local-rank variable that is set to an integer, or None."""
+    env = os.environ if environ is None else environ
+    for name in LOCAL_RANK_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _local_rank(comm) -> int:
+    try:
+        return comm.local_rank_size()[0]
+    except Exception:  # an MPI without COMM_TYPE_SHARED: fall back to the launcher's variables
+        found = local_rank_from_env()
+        return comm.rank if found is None else found
+
+
+def select_device(requested: str, comm, cuda_available: bool | None = None, gpu_count: int | None = None) -> torch.device:
+    """The device for this rank (see the module docstring).
+
+    Args:
+        requested: ``auto``, ``cpu`` or ``cuda`` (``train.device``).
+        comm: the :class:`~hpcdgnn.comm.Communicator` (for the local rank).
+        cuda_available, gpu_count: what CUDA reports; None = ask torch (tests pass values).
+
+    Raises:
+        ConfigError: ``cuda`` requested on a rank that sees no GPU.
+    """
+    if requested == "cpu":
+        return torch.device("cpu")
+    available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if not available:
+        if requested == "cuda":
+            raise ConfigError(
+                f"train.device: cuda requested but rank {comm.rank} sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+            )
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if gpu_count is None else gpu_count
+    if count <= 1:
+        return torch.device("cuda", 0)
+    return torch.device("cuda", _local_rank(comm) % count)

@@ -1,0 +1,46 @@
+"""Device choice by local rank (train.device), with the launcher variables as fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpcdgnn.comm.device import LOCAL_RANK_VARIABLES, local_rank_from_env, select_device
+from hpcdgnn.errors import ConfigError
+
+
+class _Node:
+    """Stands in for the communicator's node split only (the selection logic is what is tested)."""
+
+    def __init__(self, rank: int, local: int | None) -> None:
+        self.rank, self._local = rank, local
+
+    def local_rank_size(self):
+        if self._local is None:
+            raise RuntimeError("no COMM_TYPE_SHARED")
+        return self._local, 4
+
+
+def test_local_rank_variables_in_order():
+    assert local_rank_from_env({}) is None
+    assert local_rank_from_env({"SLURM_LOCALID": "3"}) == 3
+    # Open MPI's own variable wins over the scheduler's; junk values are skipped
+    assert local_rank_from_env({"SLURM_LOCALID": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}) == 1
+    assert local_rank_from_env({"OMPI_COMM_WORLD_LOCAL_RANK": "x", "JSM_NAMESPACE_LOCAL_RANK": "2"}) == 2
+    assert len(LOCAL_RANK_VARIABLES) == 7
+
+
+def test_select_device(monkeypatch):
+    assert select_device("cpu", _Node(5, 1), True, 4) == torch.device("cpu")
+    assert select_device("auto", _Node(5, 1), False, 0) == torch.device("cpu")
+    # four GPUs visible: the local rank picks one; one visible (scheduler-bound): cuda:0
+    assert select_device("auto", _Node(5, 1), True, 4) == torch.device("cuda", 1)
+    assert select_device("cuda", _Node(6, 6), True, 4) == torch.device("cuda", 2)
+    assert select_device("cuda", _Node(6, 3), True, 1) == torch.device("cuda", 0)
+    # no node split: the launcher's variable decides
+    monkeypatch.setenv("PMI_LOCAL_RANK", "3")
+    for name in LOCAL_RANK_VARIABLES[:3]:
+        monkeypatch.delenv(name, raising=False)
+    assert select_device("cuda", _Node(9, None), True, 2) == torch.device("cuda", 1)
+    with pytest.raises(ConfigError, match="rank 5 sees no CUDA device"):
+        select_device("cuda", _Node(5, 1), False, 0)

@@ -1,0 +1,120 @@
+"""Operations under a real mpirun: fault injection, checkpoint/resume, pre-emption by signal (issue 4)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from hpcdgnn.errors import EXIT_PREEMPTED
+from hpcdgnn.train.checkpoint import latest_checkpoint
+from tests.conftest import mpi_env, read_metrics, write_job
+
+
+def _final_state(run_dir: Path) -> dict:
+    ckpt = latest_checkpoint(run_dir / "checkpoints")
+    assert ckpt is not None, f"no checkpoint in {run_dir}"
+    return torch.load(ckpt / "state.pt", weights_only=False)
+
+
+def _assert_same_state(a: dict, b: dict) -> None:
+    """Bitwise-equal model, task head and optimizer moments."""
+    for part in ("model", "task"):
+        assert a[part].keys() == b[part].keys()
+        for k in a[part]:
+            assert torch.equal(a[part][k], b[part][k]), f"{part}.{k} differs"
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(torch.as_tensor(sa[k]), torch.as_tensor(sb[k])), f"adam {k} differs"
+
+
+def test_fault_on_rank_1_of_3_aborts_job(launcher, tmp_path, small_dataset):
+    """debug.fail_rank raises mid-epoch (after the forward exchanges, before backward): the job ends fast."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, debug={"fail_rank": 1, "fail_epoch": 2})
+    t0 = time.monotonic()
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=60)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode != 0
+    assert elapsed < 20, f"mpirun took {elapsed:.1f}s to end the job"
+    assert "rank 1/3:" in proc.stderr and "fault injected on rank 1 in epoch 2" in proc.stderr, proc.stderr
+    assert "rank 0/3:" not in proc.stderr and "rank 2/3:" not in proc.stderr
+    assert len(read_metrics(tmp_path / "run")) == 1  # epoch 1 finished and was logged
+
+
+@pytest.mark.parametrize("model", ["tmgcn", "evolvegcn_o"])
+def test_resume_reproduces_straight_run(launcher, tmp_path, small_dataset, model):
+    """6 epochs straight == 3 epochs, then --resume for 3 more: same losses, bitwise-equal parameters."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"epochs": 6})
+    straight, part = tmp_path / "straight", tmp_path / "part"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight)])
+    assert proc.returncode == 0, proc.stderr
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(part), "--set", "train.epochs=3"])
+    assert proc.returncode == 0, proc.stderr
+    assert latest_checkpoint(part / "checkpoints").name == "epoch-000003"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=6"])
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from" in proc.stdout + proc.stderr
+    a, b = read_metrics(straight), read_metrics(part)
+    assert [r["epoch"] for r in b] == [1, 2, 3, 4, 5, 6]
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]  # exactly: same arithmetic, same order
+    assert [r["grad_norm"] for r in a] == [r["grad_norm"] for r in b]
+    _assert_same_state(_final_state(straight), _final_state(part))
+
+
+def test_resume_refuses_a_different_computation(launcher, tmp_path, small_dataset):
+    """A job file that changes what is computed cannot resume a run; nor can a run with no checkpoint."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    run = tmp_path / "run"
+    assert launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)]).returncode == 0
+    other = write_job(tmp_path / "other.yaml", small_dataset, train={"epochs": 4, "lr": 0.5})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(other), "--resume", str(run)], timeout=60)
+    assert proc.returncode == 2
+    assert "train.lr" in proc.stderr and proc.stderr.count("hpcdgnn: error:") == 1, proc.stderr
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run)], timeout=60)
+    assert proc.returncode == 2 and "already finished" in proc.stderr, proc.stderr
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path)], timeout=60)
+    assert proc.returncode == 2 and "not a run directory" in proc.stderr, proc.stderr
+
+
+def test_sigusr1_checkpoints_and_resume_matches(launcher, tmp_path, small_dataset):
+    """SIGUSR1 to mpirun: all ranks stop at one epoch boundary, checkpoint, exit 75; resuming finishes
+    with the losses of an uninterrupted run."""
+    epochs = 400
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"epochs": epochs})
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        launcher.command(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait until training is under way
+            m = run / "metrics.jsonl"
+            if m.is_file() and len(m.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, err
+    ckpt = latest_checkpoint(run / "checkpoints")
+    assert ckpt is not None
+    stopped = int(ckpt.name.split("-")[1])
+    assert 3 <= stopped < epochs
+    assert "pre-empted (SIGUSR1)" in out + err
+    assert [r["epoch"] for r in read_metrics(run)] == list(range(1, stopped + 1))
+
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", f"train.epochs={stopped + 3}"])
+    assert proc.returncode == 0, proc.stderr
+    straight = tmp_path / "straight"
+    proc = launcher.run(
+        2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight), "--set", f"train.epochs={stopped + 3}"]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [r["loss"] for r in read_metrics(run)] == [r["loss"] for r in read_metrics(straight)]
+    _assert_same_state(_final_state(run), _final_state(straight))
