@@ -49,12 +49,37 @@ def all_to_all_rows(
     return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag, reuse)
 
 
+def _limit(boxes: Sequence[Box], limit: int | None) -> list[Box]:
+    """The boxes cut to rows below ``limit`` (dimension 0), for a backward that moves fewer rows."""
+    if limit is None:
+        return list(boxes)
+    out: list[Box] = []
+    for rows, cols in boxes:
+        if isinstance(rows, list):
+            out.append(([r for r in rows if r < limit], cols))
+        else:
+            a0, a1 = rows
+            out.append(((a0, max(a0, min(a1, limit))), cols))
+    return out
+
+
 class Redistribute(torch.autograd.Function):
-    """Box all-to-all (:meth:`Communicator.alltoall_boxes`); backward swaps send and receive boxes."""
+    """Box all-to-all (:meth:`Communicator.alltoall_boxes`); backward swaps send and receive boxes.
+
+    ``grad_rows = (send_limit, recv_limit)`` says that only the leading rows of the
+    output (``recv_limit``) can carry a gradient and only the leading rows of the
+    input (``send_limit``) need one — with a causal model, the snapshots after the
+    last training step. The backward then moves only those rows and returns zeros
+    for the others.
+    """
 
     @staticmethod
-    def forward(ctx, x, comm, recv_shape, send_boxes, recv_boxes, tag, reuse):  # noqa: D102
-        ctx.comm, ctx.shape, ctx.send_boxes, ctx.recv_boxes, ctx.tag = comm, tuple(x.shape), send_boxes, recv_boxes, tag
+    def forward(ctx, x, comm, recv_shape, send_boxes, recv_boxes, tag, reuse, grad_rows):  # noqa: D102
+        ctx.comm, ctx.shape, ctx.tag = comm, tuple(x.shape), tag
+        send_limit, recv_limit = grad_rows if grad_rows is not None else (None, None)
+        ctx.send_limit = send_limit
+        # the backward's boxes: computed once here, so every epoch reuses the same MPI datatypes
+        ctx.bwd_send, ctx.bwd_recv = _limit(recv_boxes, recv_limit), _limit(send_boxes, send_limit)
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
         return comm.alltoall_boxes(
             x, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd"
@@ -63,9 +88,11 @@ class Redistribute(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         g = ctx.comm.alltoall_boxes(
-            grad.contiguous(), ctx.recv_boxes, ctx.shape, ctx.send_boxes, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse
+            grad.contiguous(), ctx.bwd_send, ctx.shape, ctx.bwd_recv, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse
         )
-        return g, None, None, None, None, None, None
+        if ctx.send_limit is not None and ctx.send_limit < g.shape[0]:
+            g[ctx.send_limit :].zero_()  # rows no box wrote (a reused buffer holds old data there)
+        return g, None, None, None, None, None, None, None
 
 
 def redistribute(
@@ -76,6 +103,10 @@ def redistribute(
     recv_boxes: Sequence[Box],
     tag: str = "redistribute",
     reuse: str | None = None,
+    grad_rows: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Differentiable box all-to-all: the layout change between snapshot and vertex ownership (IBM §4.2)."""
-    return Redistribute.apply(x, comm, tuple(recv_shape), list(send_boxes), list(recv_boxes), tag, reuse)
+    """Differentiable box all-to-all: the layout change between snapshot and vertex ownership (IBM §4.2).
+
+    ``grad_rows``: see :class:`Redistribute`.
+    """
+    return Redistribute.apply(x, comm, tuple(recv_shape), list(send_boxes), list(recv_boxes), tag, reuse, grad_rows)

@@ -202,13 +202,21 @@ class Communicator:
             dist.destroy_process_group()
             self._dist = None
 
-    def _staged(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` as a buffer MPI can read: itself on the CPU or with CUDA-aware MPI, else a pinned host copy."""
-        if t.device.type == "cpu" or self._cuda_aware:
+    @staticmethod
+    def _host(t: torch.Tensor) -> torch.Tensor:
+        """A contiguous host copy for the datatype-based exchanges (Alltoallw packs strided boxes
+        on the host): ``t`` itself on the CPU, a pinned copy of a CUDA tensor (DMA, no bounce)."""
+        if t.device.type == "cpu":
             return t.detach().contiguous()
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
         host.copy_(t.detach())
         return host
+
+    def _staged(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` as a buffer MPI can read: itself on the CPU or with CUDA-aware MPI, else a pinned host copy."""
+        if t.device.type == "cpu" or self._cuda_aware:
+            return t.detach().contiguous()
+        return self._host(t)
 
     # -- environment -------------------------------------------------------------------------
     def local_rank_size(self) -> tuple[int, int]:
@@ -293,7 +301,7 @@ class Communicator:
             got = int(rcounts.sum() - rcounts[self.rank]) * row_bytes
             self.stats.add(tag, sent, got, time.perf_counter() - t0)
             return recv.to(send.device)
-        host = send.detach().cpu().contiguous()
+        host = self._host(send)
         recv = self._recv_buffer(int(rcounts.sum()), unit, send.dtype, reuse)
         if unit > 0:
             rowt = self._row_type(send.dtype, unit)
@@ -397,7 +405,7 @@ class Communicator:
             recv = self._boxes_over_dist(send, send_boxes, recv_shape, recv_boxes)
             self.stats.add(tag, sent, got, time.perf_counter() - t0)
             return recv.to(send.device)
-        host = send.detach().cpu().contiguous()
+        host = self._host(send)
         n = int(np.prod(recv_shape))
         recv = self._recv_buffer(n, 1, send.dtype, reuse).view(recv_shape)
         st = [self._box_type(shape, b, send.dtype) for b in send_boxes]

@@ -16,14 +16,18 @@ Validation (every problem is collected as ``file: problem``):
 * ``manifest.json`` parses and is consistent (:func:`~hpcdgnn.data.manifest.load_manifest`);
 * ``vertices.h5`` has ``/original_id`` of length N;
 * every shard exists, its size and sha256 equal the manifest's, it opens,
-  its ``t_start``/``t_stop`` attributes match and it holds exactly the groups
-  of its snapshots;
+  its ``t_start``/``t_stop``/``num_vertices`` attributes match and it holds
+  exactly the groups of its snapshots;
 * each snapshot group has the datasets of :mod:`hpcdgnn.data.shard_reader`
   with the right dtype and shape; ``indptr`` starts at 0, never decreases and
   ends at ``nnz``; indices lie in ``[0, N)`` and edge keys strictly ascend
   (sorted rows, no duplicates: S3's diffs rely on it); ``x`` and ``weights``
-  have no NaN/Inf; labels lie in ``{-1} ∪ [0, C)``; nnz, raw edges and active
-  counts equal the manifest's.
+  have no NaN/Inf; ``active`` is 0/1; labels lie in ``{-1} ∪ [0, C)``; nnz,
+  raw edges and active counts equal the manifest's.
+
+Every problem is one line naming the file (and the snapshot group and array,
+with the first offending position), and h5py's errors on a damaged file are
+reported as problems, never raised.
 
 Snapshots are read one at a time (two edge-key arrays are alive for the
 overlap), so inspecting a dataset needs memory for about one snapshot.
@@ -41,7 +45,7 @@ import h5py
 import numpy as np
 
 from hpcdgnn.data.snapshot import csr_rows
-from hpcdgnn.data.manifest import Manifest, load_manifest
+from hpcdgnn.data.manifest import Manifest, ShardInfo, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.writer import file_sha256
 from hpcdgnn.errors import DataError
@@ -51,6 +55,24 @@ __all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset"]
 
 class _Invalid(Exception):
     """One snapshot failed a check that makes its remaining checks meaningless."""
+
+
+#: What h5py raises on a damaged file (HDF5 library errors surface as OSError, RuntimeError,
+#: KeyError or ValueError, and a garbled datatype as TypeError): reported as "cannot read", never a traceback.
+_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception's text on one line (HDF5 messages can span several)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _attr_int(f: h5py.File, name: str) -> int | None:
+    """An integer root attribute of a shard, or None when absent or not a scalar integer."""
+    v = f.attrs.get(name)
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    return None
 
 
 def _summary(values: list[int]) -> dict[str, float] | None:
@@ -98,8 +120,8 @@ class _SnapshotChecker:
             raise _Invalid
         try:
             return ds[()]
-        except (OSError, ValueError) as e:
-            self.fail(where, f"cannot read '{name}': {e}")
+        except _H5_ERRORS as e:
+            self.fail(where, f"cannot read '{name}': {_one_line(e)}")
             raise _Invalid from None
 
     def csr_keys(self, g: h5py.Group, where: str, prefix: str) -> np.ndarray:
@@ -109,11 +131,22 @@ class _SnapshotChecker:
         if indptr[0] != 0 or (np.diff(indptr) < 0).any():
             self.fail(where, f"'{prefix}indptr' does not start at 0 and increase monotonically")
             raise _Invalid
+        if int(indptr[-1]) > n * n:
+            self.fail(where, f"'{prefix}indptr' ends at {int(indptr[-1])} > N^2 = {n * n} edges")
+            raise _Invalid
         nnz = int(indptr[-1])
         indices = self.dataset(g, where, prefix + "indices", np.dtype(self.m.index_dtype), (nnz,))
-        if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n):
-            self.fail(where, f"'{prefix}indices' has a vertex outside [0, {n})")
-            raise _Invalid
+        if nnz:
+            bad = np.flatnonzero((indices < 0) | (indices >= n))
+            if bad.size:
+                k = int(bad[0])
+                row = int(np.searchsorted(indptr, k, side="right")) - 1
+                self.fail(
+                    where,
+                    f"'{prefix}indices' has a vertex outside [0, {n}): column index {int(indices[k])} "
+                    f"out of range at entry {k} (row {row}; {bad.size} of {nnz} entries out of range)",
+                )
+                raise _Invalid
         keys = csr_rows(indptr) * np.int64(n) + indices.astype(np.int64)
         if nnz > 1 and not (keys[1:] > keys[:-1]).all():
             self.fail(where, f"'{prefix}indices' not strictly ascending within rows (unsorted or duplicate edges)")
@@ -127,16 +160,22 @@ class _SnapshotChecker:
         nnz = int(keys.shape[0])
         w = self.dataset(g, where, "weights", np.dtype(np.float32), (nnz,))
         if not np.isfinite(w).all():
-            self.fail(where, "'weights' contains NaN or Inf")
+            k = int(np.flatnonzero(~np.isfinite(w))[0])
+            self.fail(where, f"'weights' contains NaN or Inf (first at edge {k}, row {int(keys[k]) // n}: {w[k]})")
         x = self.dataset(g, where, "x", np.dtype(np.float32), (n, m.num_features))
         if not np.isfinite(x).all():
             bad = np.argwhere(~np.isfinite(x))[0]
             self.fail(where, f"'x' contains NaN or Inf (first at vertex {bad[0]}, feature {bad[1]})")
         active = self.dataset(g, where, "active", np.dtype(np.uint8), (n,))
+        if (active > 1).any():
+            v = int(np.flatnonzero(active > 1)[0])
+            self.fail(where, f"'active' is not 0/1 (first at vertex {v}: {int(active[v])})")
         if m.num_classes > 0:
             labels = self.dataset(g, where, "labels", np.dtype(np.int64), (n,))
-            if ((labels < -1) | (labels >= m.num_classes)).any():
-                self.fail(where, f"'labels' outside -1..{m.num_classes - 1}")
+            bad = np.flatnonzero((labels < -1) | (labels >= m.num_classes))
+            if bad.size:
+                v = int(bad[0])
+                self.fail(where, f"'labels' outside -1..{m.num_classes - 1} (first at vertex {v}: {int(labels[v])})")
         raw = int(self.csr_keys(g, where, "target_").shape[0]) if m.smoothed else nnz
         n_active = int(np.count_nonzero(active))
         for name, got, want in (
@@ -166,40 +205,58 @@ def _shard_snapshots(root: Path, m: Manifest, problems: list[str], checksums: bo
             problems.append(f"{path}: sha256 differs from the manifest (file modified or corrupt)")
         try:
             f = h5py.File(path, "r")
-        except OSError as e:
-            problems.append(f"{path}: cannot open as HDF5: {e}")
+        except _H5_ERRORS as e:
+            problems.append(f"{path}: cannot open as HDF5: {_one_line(e)}")
             yield from ((t, None) for t in ts)
             continue
         with f:
-            if f.attrs.get("t_start") != info.t_start or f.attrs.get("t_stop") != info.t_stop:
-                problems.append(
-                    f"{path}: attributes t_start/t_stop = {f.attrs.get('t_start')}/{f.attrs.get('t_stop')}, "
-                    f"manifest says {info.t_start}/{info.t_stop}"
-                )
-            expected = {snapshot_group_name(t) for t in ts}
-            extra = sorted(set(f.keys()) - expected)
-            if extra:
-                problems.append(f"{path}: unexpected group(s) {', '.join(extra[:5])}")
+            try:
+                _check_shard_root(f, path, info, m, problems)
+            except _H5_ERRORS as e:
+                problems.append(f"{path}: cannot read the root group: {_one_line(e)}")
+                yield from ((t, None) for t in ts)
+                continue
             for t in ts:
                 name = snapshot_group_name(t)
                 where = f"{path}: {name}"
                 try:
-                    g = f[name] if name in f else None
-                except (OSError, KeyError) as e:
-                    problems.append(f"{where}: cannot read group: {e}")
+                    g = f.get(name)
+                except _H5_ERRORS as e:
+                    problems.append(f"{where}: cannot read group: {_one_line(e)}")
                     yield t, None
                     continue
                 if g is None:
                     problems.append(f"{path}: group '{name}' missing")
                     yield t, None
                     continue
+                if not isinstance(g, h5py.Group):
+                    problems.append(f"{where}: is not a group")
+                    yield t, None
+                    continue
                 try:
-                    yield t, checker.check(g, where, t)
+                    res = checker.check(g, where, t)
                 except _Invalid:
-                    yield t, None
-                except (OSError, ValueError, KeyError) as e:
-                    problems.append(f"{where}: cannot read: {e}")
-                    yield t, None
+                    res = None
+                except _H5_ERRORS as e:
+                    problems.append(f"{where}: cannot read: {_one_line(e)}")
+                    res = None
+                yield t, res
+
+
+def _check_shard_root(f: h5py.File, path: Path, info: ShardInfo, m: Manifest, problems: list[str]) -> None:
+    """The shard's root attributes (t_start, t_stop, N) and its set of groups agree with the manifest."""
+    t_start, t_stop = _attr_int(f, "t_start"), _attr_int(f, "t_stop")
+    if (t_start, t_stop) != (info.t_start, info.t_stop):
+        problems.append(
+            f"{path}: attributes t_start/t_stop = {t_start}/{t_stop}, manifest says {info.t_start}/{info.t_stop}"
+        )
+    n = _attr_int(f, "num_vertices")
+    if n != m.num_vertices:
+        problems.append(f"{path}: attribute num_vertices = {n}, manifest says N = {m.num_vertices}")
+    expected = {snapshot_group_name(t) for t in range(info.t_start, info.t_stop)}
+    extra = sorted(set(f.keys()) - expected)
+    if extra:
+        problems.append(f"{path}: unexpected group(s) {', '.join(extra[:5])}" + (" ..." if len(extra) > 5 else ""))
 
 
 def _check_vertices(root: Path, m: Manifest, problems: list[str]) -> None:
@@ -209,14 +266,13 @@ def _check_vertices(root: Path, m: Manifest, problems: list[str]) -> None:
         return
     try:
         with h5py.File(path, "r") as f:
-            if "original_id" not in f:
+            ids = f.get("original_id")
+            if not isinstance(ids, h5py.Dataset):
                 problems.append(f"{path}: dataset 'original_id' missing")
-            elif f["original_id"].shape != (m.num_vertices,):
-                problems.append(
-                    f"{path}: 'original_id' has shape {f['original_id'].shape}, expected ({m.num_vertices},)"
-                )
-    except OSError as e:
-        problems.append(f"{path}: cannot open as HDF5: {e}")
+            elif ids.shape != (m.num_vertices,):
+                problems.append(f"{path}: 'original_id' has shape {ids.shape}, expected ({m.num_vertices},)")
+    except _H5_ERRORS as e:
+        problems.append(f"{path}: cannot open as HDF5: {_one_line(e)}")
 
 
 def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, Any]:

@@ -29,19 +29,35 @@ A dataset directory (written by ``prepare`` or ``generate``)::
     shards            [{"file", "t_start", "t_stop", "bytes", "sha256"}]
     source            free-form provenance (input path, format, options)
 
+:func:`load_manifest` checks every key for presence and type (``shards[].file``
+must be a plain name inside ``shards/``; ``sha256`` 64 lowercase hex digits),
+the per-snapshot lists for length T and the shards for covering ``[0, T)`` in
+order; any fault is one :class:`~hpcdgnn.errors.DataError` line naming the file.
+
 The shard layout is documented in :mod:`hpcdgnn.data.shard_reader`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["Manifest", "ShardInfo", "load_manifest", "save_manifest", "MANIFEST_NAME", "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = [
+    "Manifest",
+    "ShardInfo",
+    "load_manifest",
+    "save_manifest",
+    "MANIFEST_NAME",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "INDEX_DTYPES",
+]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "hpcdgnn-snapshots"
@@ -97,11 +113,118 @@ class Manifest:
         return asdict(self)
 
 
-_REQUIRED = [f for f in Manifest.__dataclass_fields__ if f not in ("source", "format", "version")]
+_REQUIRED = [f for f in Manifest.__dataclass_fields__ if f != "source"]
+_SHARD_KEYS = list(ShardInfo.__dataclass_fields__)
+INDEX_DTYPES = ("int32", "int64")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_int(v: Any, lo: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _short(v: Any) -> str:
+    """``repr`` of a manifest value, cut to one short line for a message."""
+    r = repr(v).replace("\n", " ")
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _schema_problem(raw: dict[str, Any]) -> str | None:
+    """The first problem of a manifest's keys and value types (``None`` when sound), as ``key: problem``.
+
+    Everything :class:`Manifest` and the checks after it rely on is checked here,
+    so a hand-edited or damaged manifest is a one-line :class:`DataError`, never
+    a ``TypeError`` deep in planning.
+    """
+    if "format" not in raw:
+        return f"missing key 'format' (is this an {FORMAT_NAME} manifest?)"
+    if raw["format"] != FORMAT_NAME:
+        return f"'format' is {_short(raw['format'])}, expected {FORMAT_NAME!r}: not a dataset manifest"
+    if "version" in raw and (raw["version"] != FORMAT_VERSION or isinstance(raw["version"], bool)):
+        return f"'version' {_short(raw['version'])} unsupported (this build reads {FORMAT_VERSION})"
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        return ("missing key " if len(missing) == 1 else "missing keys ") + ", ".join(f"'{k}'" for k in missing)
+    unknown = sorted(set(raw) - set(Manifest.__dataclass_fields__))
+    if unknown:
+        return ("unknown key " if len(unknown) == 1 else "unknown keys ") + ", ".join(f"'{k}'" for k in unknown)
+    for key, lo in (("num_vertices", 1), ("num_snapshots", 1), ("num_features", 0), ("num_classes", 0)):
+        if not _is_int(raw[key], lo):
+            return f"'{key}' must be an integer >= {lo}, got {_short(raw[key])}"
+    if raw["num_classes"] == 1:
+        return "'num_classes' is 1; expected 0 (no labels) or C >= 2"
+    n, t = raw["num_vertices"], raw["num_snapshots"]
+    if not isinstance(raw["directed"], bool):
+        return f"'directed' must be true or false, got {_short(raw['directed'])}"
+    names = raw["feature_names"]
+    if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+        return f"'feature_names' must be a list of strings, got {_short(names)}"
+    if raw["index_dtype"] not in INDEX_DTYPES:
+        return f"'index_dtype' must be one of {', '.join(INDEX_DTYPES)}, got {_short(raw['index_dtype'])}"
+    if raw["index_dtype"] == "int32" and n > 2**31:
+        return f"'index_dtype' int32 cannot hold vertex ids of N = {n}"
+    sm = raw["smoothing"]
+    if not isinstance(sm, dict) or not all(_is_int(v, 1) for v in sm.values()):
+        return f"'smoothing' must map edge_life/mtransform_window to integers >= 1, got {_short(sm)}"
+    bad = sorted(set(sm) - {"edge_life", "mtransform_window"})
+    if bad:
+        return f"'smoothing' has unknown key(s) {', '.join(map(repr, bad))}"
+    for key in ("snapshot_nnz", "snapshot_edges", "snapshot_active"):
+        v = raw[key]
+        if not isinstance(v, list) or not all(_is_int(x) for x in v):
+            return f"'{key}' must be a list of integers >= 0, got {_short(v)}"
+        if len(v) != t:
+            return f"'{key}' has {len(v)} entries, expected T = {t}"
+    if any(a > n for a in raw["snapshot_active"]):
+        return f"'snapshot_active' has a count above N = {n}"
+    times = raw["snapshot_time"]
+    if times is not None:
+        if not isinstance(times, list) or not all(
+            isinstance(w, list) and len(w) == 2 and all(_is_number(x) for x in w) for w in times
+        ):
+            return f"'snapshot_time' must be null or a list of [start, stop] numbers, got {_short(times)}"
+        if len(times) != t:
+            return f"'snapshot_time' has {len(times)} entries, expected T = {t}"
+    if "source" in raw and not isinstance(raw["source"], dict):
+        return f"'source' must be an object, got {_short(raw['source'])}"
+    shards = raw["shards"]
+    if not isinstance(shards, list) or not shards:
+        return f"'shards' must be a non-empty list, got {_short(shards)}"
+    for i, s in enumerate(shards):
+        where = f"'shards'[{i}]"
+        if not isinstance(s, dict):
+            return f"{where} must be an object with keys {', '.join(_SHARD_KEYS)}, got {_short(s)}"
+        missing = [k for k in _SHARD_KEYS if k not in s]
+        extra = sorted(set(s) - set(_SHARD_KEYS))
+        if missing:
+            return f"{where}: missing key(s) " + ", ".join(f"'{k}'" for k in missing)
+        if extra:
+            return f"{where}: unknown key(s) " + ", ".join(f"'{k}'" for k in extra)
+        f = s["file"]
+        if not isinstance(f, str) or not f or f in (".", "..") or "/" in f or "\\" in f or "\0" in f:
+            return f"{where}: 'file' must be a plain file name inside shards/, got {_short(f)}"
+        for key in ("t_start", "t_stop", "bytes"):
+            if not _is_int(s[key]):
+                return f"{where} ({f}): '{key}' must be an integer >= 0, got {_short(s[key])}"
+        if not isinstance(s["sha256"], str) or not _SHA256_HEX.fullmatch(s["sha256"]):
+            return f"{where} ({f}): 'sha256' must be 64 lowercase hex digits, got {_short(s['sha256'])}"
+    files = [s["file"] for s in shards]
+    if len(set(files)) != len(files):
+        return "'shards' names a file twice"
+    return None
 
 
 def load_manifest(root: str | Path) -> Manifest:
-    """Read and check ``root/manifest.json``; raise :class:`DataError` naming the file."""
+    """Read and check ``root/manifest.json``; raise :class:`DataError` naming the file.
+
+    Every key is checked for presence and type (one-line messages such as
+    ``DIR/manifest.json: missing key 'num_vertices'``), then the counts for
+    consistency with N and T and the shards for covering ``[0, T)`` in order.
+    """
     path = Path(root) / MANIFEST_NAME
     if not Path(root).is_dir():
         raise DataError(f"{root}: dataset directory does not exist")
@@ -109,27 +232,16 @@ def load_manifest(root: str | Path) -> Manifest:
         raw = json.loads(path.read_text())
     except FileNotFoundError:
         raise DataError(f"{path}: missing; is {root} a dataset written by 'hpcdgnn prepare'?") from None
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: cannot parse: {e}") from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
-        raise DataError(f"{path}: not an {FORMAT_NAME} manifest (key 'format')")
-    if raw.get("version") != FORMAT_VERSION:
-        raise DataError(f"{path}: version {raw.get('version')!r} unsupported (this build reads {FORMAT_VERSION})")
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
-        raise DataError(f"{path}: missing key(s) {', '.join(missing)}")
-    unknown = sorted(set(raw) - set(Manifest.__dataclass_fields__))
-    if unknown:
-        raise DataError(f"{path}: unknown key(s) {', '.join(unknown)}")
-    try:
-        raw["shards"] = [ShardInfo(**s) for s in raw["shards"]]
-    except TypeError as e:
-        raise DataError(f"{path}: bad entry in 'shards': {e}") from None
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{path}: cannot parse: {' '.join(str(e).split())}") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: not an {FORMAT_NAME} manifest (expected a JSON object)")
+    problem = _schema_problem(raw)
+    if problem:
+        raise DataError(f"{path}: {problem}")
+    raw["shards"] = [ShardInfo(**s) for s in raw["shards"]]
     m = Manifest(**raw)
     T = m.num_snapshots
-    for key in ("snapshot_nnz", "snapshot_edges", "snapshot_active"):
-        if len(getattr(m, key)) != T:
-            raise DataError(f"{path}: '{key}' has {len(getattr(m, key))} entries, expected T = {T}")
     covered = 0
     for s in m.shards:
         if s.t_start != covered or s.t_stop <= s.t_start:

@@ -209,17 +209,45 @@ class SnapshotStrategy(Strategy):
         return self.transfer.host_bytes
 
     # -- the two redistributions of IBM §4.2 -------------------------------------------------
+    def _grad_rows(self, b: int) -> tuple[int, int] | None:
+        """(owned rows, timeline rows) of block b up to the training horizon, the only rows whose
+        gradient can be nonzero (causal models); None when that is all of them."""
+        t0, t1 = self.blocks[b], self.blocks[b + 1]
+        if self.horizon >= t1 - 1:
+            return None
+        timeline = max(0, self.horizon - t0 + 1)
+        owned = sum(1 for i in self._local[b] if self.owned[i] <= self.horizon)  # owned is ascending
+        return owned, timeline
+
     def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
         """(T_pb, N, F) owned snapshots of block b -> (T_b, N_q, F) block timeline of this rank's vertices."""
         if not y.requires_grad and torch.is_grad_enabled():
             y = y.detach().requires_grad_(True)  # every rank must run this collective's backward
         shape = (self.blocks[b + 1] - self.blocks[b], self._n_me, y.shape[-1])
-        return redistribute(y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key)
+        return redistribute(
+            y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key, grad_rows=self._grad_rows(b)
+        )
 
     def _to_snapshot(self, z: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
         """(T_b, N_q, F) vertex layout -> (T_pb, N, F) owned snapshots of block b (the reverse exchange)."""
         shape = (len(self._local[b]), self.N, z.shape[-1])
-        return redistribute(z.contiguous(), self.comm, shape, self._vertex_boxes[b], self._snapshot_boxes[b], reuse=key)
+        rows = self._grad_rows(b)
+        return redistribute(
+            z.contiguous(), self.comm, shape, self._vertex_boxes[b], self._snapshot_boxes[b], reuse=key,
+            grad_rows=None if rows is None else (rows[1], rows[0]),
+        )
+
+    def _temporal(self, layer, yv: torch.Tensor, rstate, b: int):
+        """The RNN over block b's timeline; past the training horizon without autograd (causal models:
+        those outputs get no gradient, so their backward would be spent on zeros)."""
+        rows = self._grad_rows(b) if torch.is_grad_enabled() else None
+        if rows is None or not 0 < rows[1] < yv.shape[0]:
+            return layer.temporal(yv, rstate)
+        h = rows[1]
+        z_head, state = layer.temporal(yv[:h], rstate)
+        with torch.no_grad():
+            z_tail, state = layer.temporal(yv[h:], state)
+        return torch.cat([z_head, z_tail]), state
 
     # -- the training step -----------------------------------------------------------------
     def _forward_block(self, model: DGNN, b: int, states: list) -> tuple[dict[int, torch.Tensor], list, torch.Tensor]:
@@ -253,7 +281,7 @@ class SnapshotStrategy(Strategy):
             if layer.temporal_mixing:
                 # keyed buffers: each exchange reuses the memory of its previous use (blocks and
                 # epochs run one after another, and the graph that held the old data is gone)
-                z, rstate = layer.temporal(self._to_vertex(y, f"layer{li}.to_vertex", b), rstate)
+                z, rstate = self._temporal(layer, self._to_vertex(y, f"layer{li}.to_vertex", b), rstate, b)
                 y = self._to_snapshot(z, f"layer{li}.to_snapshot", b)
             out_states.append((tstate, rstate))
             h = y

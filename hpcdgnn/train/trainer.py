@@ -219,12 +219,12 @@ def run_training(
         if resume:
             job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
-            job = load_job(job_path, overrides)
-            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
-            ckpt = None
+            job, run_dir, ckpt = load_job(job_path, overrides), None, None
         manifest = load_manifest(job.data.path)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+        if run_dir is None:  # created only once the inputs are known good: no empty run directories
+            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
         rd = RunDirectory(run_dir)
         rd.save_config(job_to_dict(job))
         plan.save(run_dir / "plan.json")
