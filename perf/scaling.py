@@ -1,0 +1,267 @@
+"""Strong- and weak-scaling sweeps: one run per rank count, then a CSV and plots (IBM §6.3, Fig. 4/5).
+
+    # run a sweep here (oversubscribed beyond this machine's cores) and plot it
+    python perf/scaling.py run --mode strong --ranks 1 2 4 8 --out perf/results/strong [JOB options]
+    python perf/scaling.py run --mode weak   --ranks 1 2 4 8 --out perf/results/weak --vertices-per-rank 4096
+
+    # plot run directories made elsewhere, e.g. by jobs/slurm-strong.sh's job array on a cluster
+    python perf/scaling.py plot --out perf/results/cluster RUNDIR [RUNDIR ...]
+
+``run`` launches ``mpirun -np P python -m hpcdgnn run JOB`` per rank count (or
+the command of ``--launcher``, e.g. ``"srun -n {P}"`` inside an allocation), one
+after another. Strong scaling trains one dataset (``--data``, or an IBM §6.3
+graph generated once); weak scaling generates, per P, a graph with
+N = vertices-per-rank · P at fixed T and density (IBM §6.3) — rank counts must
+then be given in ascending order so each graph is generated once.
+
+``plot`` (also run at the end of ``run``) reads each run directory's
+``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``:
+
+* ``scaling.csv`` — one row per run: P, N, T, model, strategy, the steady
+  epoch time (median over non-warm-up epochs of the slowest rank) and its split
+  into transfer (the ``load`` column: reading and host -> device snapshot
+  moves), compute and communication (means over the same epochs, slowest
+  rank), bytes sent per epoch (all ranks), transfer bytes per epoch, peak
+  engine memory, speed-up and parallel efficiency against the smallest P (weak
+  scaling: efficiency = t(P_min) / t(P));
+* ``time_split.png`` — stacked bars of transfer / compute / communication per P;
+* ``speedup.png`` — speed-up and parallel efficiency against P, with the ideal line;
+* ``volume.png`` — communication volume per epoch against P.
+
+Figures of runs with more ranks × threads than this machine has cores are
+titled "oversubscribed": they show how the program behaves, not how it scales.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
+
+_MiB = 1024.0 * 1024.0
+
+FIELDS = [
+    "P", "N", "T", "model", "strategy", "epoch_s", "transfer_s", "compute_s", "comm_s", "bytes_per_epoch",
+    "transfer_bytes_per_epoch", "engine_peak_bytes", "speedup", "efficiency", "oversubscribed", "run_dir",
+]
+
+
+def read_run(run_dir: Path) -> dict:
+    """One CSV row (without speed-up and efficiency) from a finished run directory."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steady = [r for r in recs if not r["warmup"]] or recs[-1:]
+    if not steady:
+        raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs")
+    cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
+    env = summary["environment"]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    epochs = sorted(r["slowest"]["epoch"] for r in steady)
+
+    def mean(key: str) -> float:
+        return sum(r["slowest"][key] for r in steady) / len(steady)
+
+    cores = os.cpu_count() or 1
+    return {
+        "P": env["num_ranks"],
+        "N": plan["num_vertices"],
+        "T": plan["num_snapshots"],
+        "model": cfg["model"]["name"],
+        "strategy": cfg["strategy"]["name"],
+        "epoch_s": epochs[len(epochs) // 2],
+        "transfer_s": mean("load"),
+        "compute_s": mean("compute"),
+        "comm_s": mean("comm"),
+        "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
+        "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
+        "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),
+        # a run on another host (a cluster) is judged by that host's core count only if it is this one
+        "oversubscribed": env["host"] == os.uname().nodename and env["num_ranks"] * env["threads_per_rank"] > cores,
+        "run_dir": str(run_dir),
+    }
+
+
+def add_scaling(rows: list[dict], mode: str) -> list[dict]:
+    """Speed-up and efficiency against the smallest P (strong: t1/tP and t1/(tP·P/P1); weak: t1/tP)."""
+    rows = sorted(rows, key=lambda r: r["P"])
+    base = rows[0]
+    for r in rows:
+        ratio = base["epoch_s"] / r["epoch_s"]
+        if mode == "strong":
+            r["speedup"] = ratio
+            r["efficiency"] = ratio * base["P"] / r["P"]
+        else:  # weak: the work grows with P, so the ideal is a flat epoch time
+            r["speedup"] = ratio * r["P"] / base["P"]
+            r["efficiency"] = ratio
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    """The sweep's rows as CSV."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k) for k in FIELDS})
+
+
+def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
+    """The three figures (see the module docstring); returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # batch nodes have no display
+    import matplotlib.pyplot as plt
+
+    Ps = [r["P"] for r in rows]
+    label = f"{rows[0]['model']}, {rows[0]['strategy']}, {mode} scaling"
+    if any(r["oversubscribed"] for r in rows):
+        label += " (oversubscribed)"
+    x = list(range(len(Ps)))
+    files = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = [0.0] * len(rows)
+    for key, name in (("transfer_s", "transfer"), ("compute_s", "compute"), ("comm_s", "communication")):
+        vals = [r[key] for r in rows]
+        ax.bar(x, vals, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(x, [str(p) for p in Ps])
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("seconds per epoch (slowest rank)")
+    ax.set_title(label, fontsize=9)
+    ax.legend()
+    files.append(out / "time_split.png")
+    fig.tight_layout()
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(Ps, [r["speedup"] for r in rows], "o-", label="speed-up")
+    ax.plot(Ps, [p / Ps[0] for p in Ps], "k--", lw=0.8, label="ideal")
+    ax2 = ax.twinx()
+    ax2.plot(Ps, [r["efficiency"] for r in rows], "s:", color="tab:red", label="efficiency")
+    ax2.set_ylim(0, 1.1)
+    ax2.set_ylabel("parallel efficiency")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel(f"speed-up over P={Ps[0]}")
+    ax.set_title(label, fontsize=9)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left")
+    files.append(out / "speedup.png")
+    fig.tight_layout()
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(Ps, [r["bytes_per_epoch"] / _MiB for r in rows], "o-", label="sent by all ranks")
+    if any(r["transfer_bytes_per_epoch"] for r in rows):
+        ax.plot(Ps, [r["transfer_bytes_per_epoch"] / _MiB for r in rows], "s--", label="host -> device transfer")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("MiB per epoch")
+    ax.set_title(label, fontsize=9)
+    ax.legend()
+    files.append(out / "volume.png")
+    fig.tight_layout()
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+    return files
+
+
+def report(rows: list[dict], out: Path, mode: str) -> None:
+    """Write the CSV and the plots, and print the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "scaling.csv")
+    files = plot(rows, out, mode)
+    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'MiB/ep':>9} "
+          f"{'speed-up':>9} {'effic.':>7}")
+    for r in rows:
+        print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['transfer_s']:>9.3f} {r['compute_s']:>9.3f} "
+              f"{r['comm_s']:>9.3f} {r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
+              + ("  oversubscribed" if r["oversubscribed"] else ""))
+    print(f"wrote {out / 'scaling.csv'} and {', '.join(f.name for f in files)}")
+
+
+def _launch(launcher: str | None, P: int) -> list[str]:
+    return shlex.split(launcher.format(P=P)) if launcher else mpirun_cmd(P)
+
+
+def run_sweep(args: argparse.Namespace) -> list[Path]:
+    """One run per rank count; returns the run directories."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.mode == "weak" and args.data:
+        raise SystemExit("--data is for strong scaling; weak scaling generates one graph per P")
+    runs = []
+    for P in args.ranks:
+        if args.mode == "strong":
+            data = Path(args.data) if args.data else out / "graph"
+            if not args.data and not (data / "manifest.json").exists():
+                generate_graph(data, args.vertices, args.snapshots, args.density)
+        else:
+            data = out / f"graph-p{P}"
+            if not (data / "manifest.json").exists():
+                generate_graph(data, args.vertices_per_rank * P, args.snapshots, args.density)
+        job = out / f"job-p{P}.yaml"
+        job.write_text(yaml.safe_dump({
+            "data": {"path": str(data), "validate": "structure"},
+            "model": {"name": args.model, "hidden": args.hidden},
+            "strategy": {"name": args.strategy},
+            "train": {"epochs": args.epochs, "threads": args.threads, "blocks": args.blocks},
+        }))
+        run_dir = out / f"run-p{P}"
+        if run_dir.exists():
+            raise SystemExit(f"{run_dir} exists: a sweep never overwrites a run; choose another --out")
+        cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir)]
+        print("+", " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
+        if proc.returncode != 0:
+            raise SystemExit(f"P={P} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        runs.append(run_dir)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments; run a sweep and plot it, or plot existing run directories."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a sweep here, then plot it")
+    r.add_argument("--mode", choices=["strong", "weak"], default="strong")
+    r.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8])
+    r.add_argument("--out", required=True, help="directory for graphs, runs, CSV and plots (must not hold runs)")
+    r.add_argument("--data", help="strong scaling: dataset directory (default: generate an IBM §6.3 graph)")
+    r.add_argument("--vertices", type=int, default=1 << 14, help="strong scaling: N of the generated graph")
+    r.add_argument("--vertices-per-rank", type=int, default=1 << 12, help="weak scaling: N / P")
+    r.add_argument("--snapshots", type=int, default=32)
+    r.add_argument("--density", type=float, default=3.0)
+    r.add_argument("--model", default="tmgcn")
+    r.add_argument("--strategy", default="snapshot")
+    r.add_argument("--hidden", type=int, default=16)
+    r.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
+    r.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    r.add_argument("--blocks", type=int, default=1, help="train.blocks")
+    r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P}' (default: mpirun -np P)")
+    p = sub.add_parser("plot", help="CSV and plots of existing run directories")
+    p.add_argument("--out", required=True)
+    p.add_argument("--mode", choices=["strong", "weak"], default="strong")
+    p.add_argument("run_dirs", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    run_dirs = run_sweep(args) if args.cmd == "run" else args.run_dirs
+    report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode)
+
+
+if __name__ == "__main__":
+    main()

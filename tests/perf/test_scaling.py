@@ -1,0 +1,37 @@
+"""perf/scaling.py: a weak-scaling sweep under mpirun writes a CSV whose numbers come from the runs, and plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO, mpi_env
+
+
+def test_weak_sweep_csv_and_plots(tmp_path):
+    out = tmp_path / "weak"
+    cmd = [sys.executable, str(REPO / "perf" / "scaling.py"), "run", "--mode", "weak", "--ranks", "1", "2",
+           "--out", str(out), "--vertices-per-rank", "300", "--snapshots", "5", "--epochs", "2", "--hidden", "4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = list(csv.DictReader(open(out / "scaling.csv")))
+    assert [int(r["P"]) for r in rows] == [1, 2]
+    assert [int(r["N"]) for r in rows] == [300, 600]  # N = vertices-per-rank * P (IBM §6.3)
+    for r in rows:
+        recs = [json.loads(line) for line in open(r["run_dir"].strip() + "/metrics.jsonl")]
+        steady = [x for x in recs if not x["warmup"]]
+        assert float(r["epoch_s"]) == steady[len(steady) // 2]["slowest"]["epoch"]  # one steady epoch: itself
+        assert float(r["bytes_per_epoch"]) == steady[0]["bytes_sent"]
+    t1, t2 = float(rows[0]["epoch_s"]), float(rows[1]["epoch_s"])
+    assert abs(float(rows[1]["efficiency"]) - t1 / t2) < 1e-9
+    assert float(rows[0]["bytes_per_epoch"]) == 0 < float(rows[1]["bytes_per_epoch"])
+    for name in ("time_split.png", "speedup.png", "volume.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # plotting existing run directories (as from a cluster job array) gives the same table
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, str(REPO / "perf" / "scaling.py"), "plot", "--mode", "weak", "--out",
+                           str(again), str(out / "run-p2"), str(out / "run-p1")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (again / "scaling.csv").read_text() == (out / "scaling.csv").read_text()
