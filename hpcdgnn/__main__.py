@@ -35,6 +35,9 @@ def _install_abort_hook(comm) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from hpcdgnn import preemption
+
+    preemption.install()  # before the heavy imports: a scheduler's early warning must not kill us
     from hpcdgnn.comm import Communicator
     from hpcdgnn.train import run_training
 

@@ -137,6 +137,9 @@ class StrategyConfig:
     blocks as in IBM §4.2."""
     balance: Literal["count", "work"] = "work"
     """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
+    partition: Literal["range", "hash", "metis"] = "range"
+    """``strategy: vertex``: vertices split into contiguous id ranges, by a hash of the id, or by
+    METIS on the union of all snapshots (the optional ``pymetis`` package)."""
 
 
 @dataclass(frozen=True, kw_only=True)

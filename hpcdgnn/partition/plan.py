@@ -88,6 +88,9 @@ class PartitionPlan:
     ranks: list[dict]
     block_bounds: list[int] | None = None
     """Gradient-checkpoint blocks (SPEC S2): block b is snapshots [b[k], b[k+1]); None = one block."""
+    vertex_order: list[int] | None = None
+    """Vertex partitioning (S6): the vertices in rank order, rank q owning positions
+    ``vertex_bounds[q]..vertex_bounds[q+1]-1``; None = identity (contiguous id ranges)."""
 
     @property
     def blocks(self) -> list[int]:
@@ -98,8 +101,10 @@ class PartitionPlan:
         """Snapshots owned by ``rank`` (GCN phase), in time order."""
         return [t for t, o in enumerate(self.snapshot_owner) if o == rank]
 
-    def vertices_of(self, rank: int) -> range:
-        """Vertex rows owned by ``rank`` (RNN phase)."""
+    def vertices_of(self, rank: int) -> range | list[int]:
+        """Vertex rows owned by ``rank`` (RNN phase); ids in rank order when ``vertex_order`` is set."""
+        if self.vertex_order is not None:
+            return self.vertex_order[self.vertex_bounds[rank] : self.vertex_bounds[rank + 1]]
         return range(self.vertex_bounds[rank], self.vertex_bounds[rank + 1])
 
     def owner_of_snapshot(self, t: int) -> int:

@@ -3,11 +3,13 @@
 from hpcdgnn.strategies.base import Strategy, StrategyContext
 from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
 from hpcdgnn.strategies.snapshot import SnapshotStrategy
+from hpcdgnn.strategies.vertex import VertexStrategy
 
 __all__ = [
     "SnapshotStrategy",
     "Strategy",
     "StrategyContext",
+    "VertexStrategy",
     "available_strategies",
     "get_strategy",
     "register_strategy",

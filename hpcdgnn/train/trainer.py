@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import resource
-import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import select_device
 from hpcdgnn.config import job_to_dict, load_job
@@ -99,27 +99,6 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
-
-
-class _PreemptionFlag:
-    """Set by SIGTERM or SIGUSR1 (schedulers send one before killing a job); read at epoch boundaries.
-
-    The handler only records the signal: the ranks agree on stopping through the
-    per-epoch all-gather, write a checkpoint, and exit with ``EXIT_PREEMPTED``.
-    """
-
-    def __init__(self) -> None:
-        self.raised = False
-        self.name = ""
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            try:
-                signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (an embedding application): leave signals alone
-                pass
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.raised = True
-        self.name = signal.Signals(signum).name
 
 
 class _FaultInjector:
@@ -213,7 +192,7 @@ def run_training(
 ) -> TrainResult:
     """Run a job (see module docstring), or continue one from ``resume``'s newest checkpoint; every rank calls this."""
     log = configure_logging(comm.rank, comm.size)
-    stop = _PreemptionFlag()
+    stop = preemption.install()  # already installed by __main__; here for library callers
 
     def _prepare() -> tuple[JobConfig, Manifest, object, str, str | None]:
         if resume:

@@ -21,7 +21,7 @@ import torch
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-__all__ = ["NormalizedAdjacency", "gcn_norm", "spmm"]
+__all__ = ["NormalizedAdjacency", "gcn_norm", "sorted_csr", "spmm"]
 
 
 @dataclass
@@ -46,12 +46,15 @@ def _as_tensor(a) -> torch.Tensor:
     return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
 
 
-def _sorted_csr(keys: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, n: int) -> torch.Tensor:
-    """CSR of entries with unique keys ``row * n + col``, ordered by key (rows, then columns)."""
-    keys, order = torch.sort(keys)
-    crow = torch.searchsorted(keys, torch.arange(n + 1, device=keys.device, dtype=torch.int64) * n)
+def sorted_csr(
+    rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape: tuple[int, int]
+) -> torch.Tensor:
+    """CSR of (row, col, value) entries with unique (row, col), ordered by row then column."""
+    nrows, ncols = shape
+    keys, order = torch.sort(rows * ncols + cols)
+    crow = torch.searchsorted(keys, torch.arange(nrows + 1, device=keys.device, dtype=torch.int64) * ncols)
     # invariants hold by construction (sorted unique keys); skipping the check also skips its warning
-    return torch.sparse_csr_tensor(crow, cols[order], vals[order], (n, n), check_invariants=False)
+    return torch.sparse_csr_tensor(crow, cols[order], vals[order], shape, check_invariants=False)
 
 
 def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> NormalizedAdjacency:
@@ -76,7 +79,7 @@ def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> Normalized
     r = torch.cat([rows, loop])
     c = torch.cat([cols, loop])
     v = (torch.cat([w, torch.ones(n, dtype=torch.float64, device=dev)]) * dinv[r] * dinv[c]).to(dtype)
-    return NormalizedAdjacency(t, _sorted_csr(r * n + c, c, v, n), _sorted_csr(c * n + r, r, v, n))
+    return NormalizedAdjacency(t, sorted_csr(r, c, v, (n, n)), sorted_csr(c, r, v, (n, n)))
 
 
 class _SpMM(torch.autograd.Function):

@@ -1,0 +1,220 @@
+"""S6, vertex partitioning with halo exchange: the baseline of IBM §4.1 (Table 2) and DGC's "PTS".
+
+Rank q owns a set of vertices V_q for the whole timeline, so the RNN of every
+layer runs locally on its (T, |V_q|, F) block — no redistribution — while each
+GCN needs, for each snapshot t, the rows of H_t of every neighbour of V_q.
+Those that other ranks own (the halo) come in one exchange per layer::
+
+    send  = H[rows other ranks asked for]            (indices fixed at setup)
+    halo  = all-to-all-v(send)                       (autograd: backward sends gradients back)
+    Y     = Ã[V_q, :] · [H ; halo]                   (one sparse product for all T snapshots)
+
+The indices are computed once at setup: each rank reads every snapshot,
+normalises it (IBM Eq. 1), keeps the rows of its vertices, and asks the owners
+of the columns it touches for exactly those (t, vertex) rows. The first layer's
+Ã·X is precomputed from the full features (SPEC S4), so it needs no halo. The
+halo volume grows with P and with the edge cut (IBM Table 2) — what makes
+snapshot partitioning (S1) scale better — and is counted under ``halo.fwd`` /
+``halo.bwd``.
+
+The task scores whole snapshots (link prediction pairs any two vertices), so
+after the last layer one all-to-all moves the embeddings to snapshot owners
+(snapshot t on rank t mod P): ``redistribute`` with the boxes of
+:mod:`hpcdgnn.strategies.snapshot`.
+
+Partitions (``strategy.partition``): contiguous id ranges, a multiplicative
+hash of the id, or METIS (the optional ``pymetis`` package) on the union of all
+snapshots' edges, balanced by vertex count. Internally the vertices are
+renumbered in rank order (``PartitionPlan.vertex_order``) so every rank's set
+is a contiguous range of positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hpcdgnn.comm.autograd import all_to_all_rows, redistribute
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr, spmm
+from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
+from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.strategies.snapshot import _keep_connected, _rows
+
+__all__ = ["VertexStrategy", "vertex_partition"]
+
+_HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive ids over all ranks
+
+
+def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None) -> np.ndarray:
+    """Rank of each vertex: ``range`` (contiguous ids), ``hash`` or ``metis`` (``edges``: (src, dst) arrays).
+
+    Raises:
+        ConfigError: ``metis`` without the optional ``pymetis`` package.
+    """
+    N, P = num_vertices, num_ranks
+    if method == "range" or P == 1:
+        vb = balanced_bounds(N, P)
+        return np.repeat(np.arange(P), np.diff(vb))
+    if method == "hash":
+        with np.errstate(over="ignore"):
+            h = np.arange(N, dtype=np.uint64) * _HASH
+        return ((h >> np.uint64(32)) % np.uint64(P)).astype(np.int64)
+    try:
+        import pymetis
+    except ImportError:
+        raise ConfigError(
+            "strategy.partition: metis needs the optional package pymetis (pip install pymetis); "
+            "or use range or hash"
+        ) from None
+    src, dst = edges
+    keep = src != dst
+    a = np.concatenate([src[keep], dst[keep]])
+    b = np.concatenate([dst[keep], src[keep]])
+    keys = np.unique(a.astype(np.int64) * N + b)
+    a, b = keys // N, keys % N
+    xadj = np.zeros(N + 1, dtype=np.int64)
+    np.cumsum(np.bincount(a, minlength=N), out=xadj[1:])
+    _, parts = pymetis.part_graph(P, xadj=xadj, adjncy=b)
+    return np.asarray(parts, dtype=np.int64)
+
+
+@register_strategy("vertex")
+class VertexStrategy(Strategy):
+    """Vertices partitioned over ranks for all snapshots; halo rows exchanged per GCN (IBM §4.1)."""
+
+    @classmethod
+    def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
+        """Vertex sets by ``strategy.partition``; snapshots scored cyclically (t on rank t mod P)."""
+        from hpcdgnn.data.shard_reader import ShardReader
+
+        if job.train.blocks > 1:
+            raise ConfigError("train.blocks: gradient-checkpoint blocks are implemented for strategy snapshot only")
+        T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
+        edges = None
+        if job.strategy.partition == "metis" and P > 1:
+            with ShardReader(job.data.path, manifest) as reader:
+                src, dst = [], []
+                for t in range(T):
+                    s = reader.read(t)
+                    src.append(np.repeat(np.arange(N), np.diff(s.indptr)))
+                    dst.append(s.indices.astype(np.int64))
+            edges = (np.concatenate(src), np.concatenate(dst))
+        part = vertex_partition(job.strategy.partition, N, P, edges)
+        order = np.argsort(part, kind="stable")
+        counts = np.bincount(part, minlength=P)
+        vb = [0, *np.cumsum(counts).tolist()]
+        owner = [t % P for t in range(T)]
+        nnz = np.asarray(manifest.snapshot_nnz, dtype=np.int64)
+        ranks = [
+            {"snapshots": sum(1 for o in owner if o == p), "vertices": int(counts[p]),
+             "nnz_scored": int(nnz[[t for t in range(T) if owner[t] == p]].sum())}
+            for p in range(P)
+        ]
+        return PartitionPlan("vertex", P, T, N, owner, None, vb, ranks, None, order.tolist())
+
+    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+        """Read every snapshot, keep this rank's rows of Ã_t, precompute Ã·X, and agree on the halo."""
+        comm, P, me = self.comm, self.comm.size, self.comm.rank
+        dtype, dev = self.ctx.dtype, self.ctx.device
+        T, N = plan.num_snapshots, plan.num_vertices
+        vb = plan.vertex_bounds
+        order = np.asarray(plan.vertex_order if plan.vertex_order is not None else range(N), dtype=np.int64)
+        pos = np.empty(N, dtype=np.int64)
+        pos[order] = np.arange(N)  # position of each vertex in rank order
+        owner_of_pos = np.repeat(np.arange(P), np.diff(vb))
+        lo, hi = vb[me], vb[me + 1]
+        n = hi - lo
+        mine = torch.from_numpy(order[lo:hi])
+        self.T, self.N, self.n, self.plan = T, N, n, plan
+        self.pos = torch.from_numpy(pos).to(dev)
+
+        rows_all, cols_all, vals_all, ax = [], [], [], []
+        for t in range(T):
+            snap = reader.read(t)
+            a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype).a
+            crow, col, val = a.crow_indices(), a.col_indices(), a.values()
+            start, stop = crow[mine], crow[mine + 1]
+            count = stop - start
+            local_row = torch.repeat_interleave(torch.arange(n), count)
+            idx = torch.repeat_interleave(start - torch.cumsum(count, 0) + count, count) + torch.arange(int(count.sum()))
+            c, v = col[idx], val[idx]
+            # S4: the first layer's Ã·X from the full features, so layer 0 needs no halo
+            x = torch.from_numpy(snap.x).to(dtype)
+            ax.append(torch.sparse.mm(sorted_csr(local_row, c, v, (n, N)), x) if n else x.new_zeros(0, x.shape[1]))
+            rows_all.append(local_row + t * n)
+            cols_all.append(torch.from_numpy(pos[c.numpy()]) + t * N)  # (t, position) key of each column
+            vals_all.append(v)
+        self.ax0 = torch.stack(ax).to(dev) if T else torch.zeros(0, n, self.ctx.manifest.num_features, dtype=dtype)
+
+        rows = torch.cat(rows_all) if rows_all else torch.zeros(0, dtype=torch.int64)
+        keys = torch.cat(cols_all) if cols_all else torch.zeros(0, dtype=torch.int64)
+        vals = torch.cat(vals_all) if vals_all else torch.zeros(0, dtype=dtype)
+        t_of, p_of = keys // N, keys % N
+        local = (p_of >= lo) & (p_of < hi)
+        # halo: the distinct remote (t, position) keys, ascending; they arrive grouped by owner rank
+        need = torch.unique(keys[~local])
+        need_owner = torch.from_numpy(owner_of_pos[(need % N).numpy()])
+        arrival = torch.argsort(need_owner, stable=True)  # arrival[j]: which need entry comes j-th
+        slot = torch.empty_like(arrival)
+        slot[arrival] = torch.arange(arrival.numel())
+        recv_rows = torch.bincount(need_owner, minlength=P).tolist()
+        # ask each owner for its rows, as (t, local index on the owner) pairs
+        asked_keys = need[arrival]
+        vb_t = torch.as_tensor(vb, dtype=torch.int64)
+        ask = torch.stack([asked_keys // N, asked_keys % N - vb_t[need_owner[arrival]]], 1).contiguous()
+        asked = comm.alltoallv(ask, recv_rows, tag="setup")
+        self.send_index = (asked[:, 0] * n + asked[:, 1]).to(dev)  # rows of H.view(T*n, F) others need
+        counts = comm.allgather_obj(recv_rows, tag="setup")  # counts[p][q]: rows rank p gets from rank q
+        self.send_rows = [counts[q][me] for q in range(P)]
+        self.recv_rows = recv_rows
+        # columns of the big product: own rows t*n + i, then the halo rows in arrival order
+        ext = torch.empty(keys.shape, dtype=torch.int64)
+        ext[local] = t_of[local] * n + (p_of[local] - lo)
+        ext[~local] = T * n + slot[torch.searchsorted(need, keys[~local])]
+        shape = (T * n, T * n + len(need))
+        self.adj = NormalizedAdjacency(-1, sorted_csr(rows, ext, vals, shape).to(dev),
+                                       sorted_csr(ext, rows, vals, (shape[1], shape[0])).to(dev))
+        self.halo_rows = len(need)
+
+        # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
+        self.scored = plan.snapshots_of(me)
+        self._snap_boxes = [((0, len(self.scored)), (vb[q], vb[q + 1])) for q in range(P)]
+        self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
+        return self.scored
+
+    def engine_bytes(self) -> int:
+        """Ã rows of this rank for all snapshots (and the transpose) plus the precomputed Ã·X."""
+        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
+
+    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
+        """GCN with halo exchange and local RNN per layer; then embeddings to snapshot owners."""
+        T, n = self.T, self.n
+        h: torch.Tensor | None = None
+        for li, layer in enumerate(model.layers):
+            if li == 0:
+                ax = self.ax0
+            else:
+                flat = h.reshape(T * n, h.shape[-1])
+                halo = all_to_all_rows(flat[self.send_index], self.comm, self.send_rows, self.recv_rows,
+                                       tag="halo", reuse=f"layer{li}.halo")
+                ax = spmm(self.adj, torch.cat([flat, halo])).view(T, n, -1)
+            tparams, _ = layer.time_params_block(0, T, None)
+            y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax
+            y = _keep_connected(y, h)
+            h, _ = layer.temporal(y, None)
+        z = redistribute(h.contiguous(), self.comm, (len(self.scored), self.N, h.shape[-1]),
+                         self._vert_boxes, self._snap_boxes, tag="redistribute", reuse="to_snapshot")
+        self._last = z
+        # rows are in rank order: back to vertex ids for the task
+        return {t: z[j].index_select(0, self.pos) for j, t in enumerate(self.scored)}
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward with the (possibly empty) final layout change as an extra root, as in SnapshotStrategy."""
+        roots, grads = [loss], [torch.ones_like(loss)]
+        if self._last is not None and self._last.requires_grad and self._last.shape[0] == 0:
+            roots, grads = [*roots, self._last], [*grads, torch.zeros_like(self._last)]
+        torch.autograd.backward(roots, grads)
+        self._last = None

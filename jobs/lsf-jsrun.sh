@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# LSF with jsrun (IBM CSM clusters such as Summit/Lassen): NODES nodes, one rank per GPU.
+#   bsub -P <project> < jobs/lsf-jsrun.sh        (submit from the repository root; bsub reads the #BSUB lines)
+#   more nodes: bsub -nnodes 16 ... < jobs/lsf-jsrun.sh
+# One jsrun resource set per node holds its G GPUs and G ranks, so every rank sees the node's GPUs and
+# train.device: auto gives it the GPU of its local rank.
+#
+# Environment (bsub passes the submitting shell's environment):
+#   JOB            job YAML (default jobs/gpu.yaml; its generated graph is written when absent)
+#   NODES          compute nodes (default: those in LSB_DJOB_HOSTFILE without the launch node)
+#   GPUS_PER_NODE  G, ranks per node (default 6); CPUS_PER_NODE cores given to them (default 42)
+#   RUNDIR         run directory (default runs/<job name>-<job id>: the requeued job resumes it)
+#   HPCDGNN_RUNS   parent of the default RUNDIR (default runs)
+#   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
+#   JSRUN_FLAGS    extra jsrun flags
+# Pre-emption: LSF sends SIGUSR1 2 minutes before the run limit (-wa/-wt); the ranks checkpoint at the next
+# epoch boundary and exit 75, which '-Q 75' requeues; the requeued job keeps its id and resumes RUNDIR.
+#BSUB -J hpcdgnn-jsrun
+#BSUB -nnodes 2
+#BSUB -W 2:00
+#BSUB -wa USR1
+#BSUB -wt 2
+#BSUB -Q "75"
+#BSUB -o hpcdgnn-jsrun.%J.out
+set -euo pipefail
+JOB=${JOB:-jobs/gpu.yaml}  # <- the line a user edits
+cd "${HPCDGNN_ROOT:-${LS_SUBCWD:-.}}"
+source jobs/lib.sh
+hpcdgnn_init
+
+if [ -z "${NODES:-}" ]; then
+  NODES=$(sort -u "${LSB_DJOB_HOSTFILE:?not inside an LSF job; set NODES}" | grep -vc -e '^batch' -e '^login' || true)
+fi
+G=${GPUS_PER_NODE:-6}
+CPUS=${CPUS_PER_NODE:-42}
+RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${LSB_JOBNAME:-hpcdgnn}-${LSB_JOBID:-0}}
+hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
+HPCDGNN_LAUNCH=(jsrun --nrs "$NODES" --rs_per_host 1 --tasks_per_rs "$G" --gpu_per_rs "$G"
+  --cpu_per_rs "$CPUS" --bind "packed:$((CPUS / G))" --launch_distribution packed)
+while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags JSRUN_FLAGS)
+hpcdgnn_train "$JOB" "$RUNDIR" "$@"
+hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

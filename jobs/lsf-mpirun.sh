@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# LSF with mpirun (any LSF cluster; the MPI's mpirun reads the LSF allocation): RANKS ranks over the
+# slots of the job, ptile per node.
+#   bsub < jobs/lsf-mpirun.sh                     (submit from the repository root; bsub reads the #BSUB lines)
+#   other sizes: bsub -n 32 -R "span[ptile=8]" < jobs/lsf-mpirun.sh
+# GPUs: turn the '##BSUB -gpu' line into '#BSUB' with num = ptile, and use JOB=jobs/gpu.yaml.
+#
+# Environment (bsub passes the submitting shell's environment):
+#   JOB            job YAML (default jobs/strong.yaml; its generated graph is written when absent)
+#   RANKS          ranks (default LSB_DJOB_NUMPROC, the job's slots)
+#   RUNDIR         run directory (default runs/<job name>-<job id>: the requeued job resumes it)
+#   HPCDGNN_RUNS   parent of the default RUNDIR (default runs)
+#   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
+#   HPCDGNN_MPIRUN launcher (default mpirun); MPIRUN_FLAGS extra flags (e.g. --bind-to socket)
+# Pre-emption: LSF sends SIGUSR1 2 minutes before the run limit (-wa/-wt); the ranks checkpoint at the next
+# epoch boundary and exit 75, which '-Q 75' requeues; the requeued job keeps its id and resumes RUNDIR.
+#BSUB -J hpcdgnn-mpirun
+#BSUB -n 16
+#BSUB -R "span[ptile=8]"
+#BSUB -x
+##BSUB -gpu "num=8:mode=exclusive_process"
+#BSUB -W 2:00
+#BSUB -wa USR1
+#BSUB -wt 2
+#BSUB -Q "75"
+#BSUB -o hpcdgnn-mpirun.%J.out
+set -euo pipefail
+JOB=${JOB:-jobs/strong.yaml}  # <- the line a user edits
+cd "${HPCDGNN_ROOT:-${LS_SUBCWD:-.}}"
+source jobs/lib.sh
+hpcdgnn_init
+
+RANKS=${RANKS:-${LSB_DJOB_NUMPROC:-1}}
+RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${LSB_JOBNAME:-hpcdgnn}-${LSB_JOBID:-0}}
+hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
+HPCDGNN_LAUNCH=("${HPCDGNN_MPIRUN:-mpirun}")
+while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
+HPCDGNN_LAUNCH+=(-np "$RANKS")
+hpcdgnn_train "$JOB" "$RUNDIR" "$@"
+hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

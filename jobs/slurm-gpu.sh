@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SLURM, one node with G GPUs, one rank per GPU (train.device: auto gives each rank the GPU of its local rank).
+#   sbatch jobs/slurm-gpu.sh [run arguments]          (submit from the repository root)
+#   G other than 4: sbatch --ntasks-per-node=8 --gpus-per-node=8 jobs/slurm-gpu.sh
+#
+# Environment (sbatch passes the submitting shell's environment):
+#   JOB          job YAML (default jobs/gpu.yaml; its generated graph is written when absent)
+#   RANKS        ranks (default SLURM_NTASKS = G)
+#   RUNDIR       run directory (default runs/<job name>-<job id>: a requeued job finds and resumes it)
+#   HPCDGNN_RUNS parent of the default RUNDIR (default runs)
+#   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
+#   HPCDGNN_SRUN_MPI   srun --mpi= value (e.g. pmix) where the site needs one; SRUN_FLAGS extra srun flags
+# Pre-emption: SLURM sends SIGUSR1 120 s before the time limit (--signal); the ranks checkpoint at the
+# next epoch boundary and exit 75; the job requeues itself and resumes from RUNDIR.
+# Older SLURM: --gres=gpu:4 instead of --gpus-per-node=4. Add your site's -A/--partition at submission.
+#SBATCH --job-name=hpcdgnn-gpu
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --gpus-per-node=4
+#SBATCH --cpus-per-task=8
+#SBATCH --time=02:00:00
+#SBATCH --signal=B:USR1@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=%x-%j.out
+set -euo pipefail
+JOB=${JOB:-jobs/gpu.yaml}  # <- the line a user edits
+cd "${HPCDGNN_ROOT:-${SLURM_SUBMIT_DIR:-.}}"
+source jobs/lib.sh
+hpcdgnn_init
+
+RANKS=${RANKS:-${SLURM_NTASKS:-1}}
+RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-${SLURM_JOB_ID:-0}}
+hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
+hpcdgnn_srun "$RANKS"
+hpcdgnn_train "$JOB" "$RUNDIR" "$@"
+hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

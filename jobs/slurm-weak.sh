@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# SLURM weak-scaling sweep (IBM §6.3): N = n1 * P vertices at fixed T and density, P over RANKS_LIST,
+# one run after another inside one allocation. The job YAML's data.path names the P = 1 graph as
+# <dir>/n<n1>-t<T>-f<density>[-s<seed>]; the graph of each P, <dir>/n<n1*P>-t<T>-f<density>[-s<seed>],
+# is generated when absent (n1 = 65536 = 2^16 by default, so N = 2^16 * P).
+#   sbatch jobs/slurm-weak.sh [run arguments]     (submit from the repository root)
+#
+# Environment (sbatch passes the submitting shell's environment):
+#   JOB          job YAML (default jobs/weak.yaml)
+#   RANKS_LIST   rank counts (default: 1 2 4 ... up to the allocation's tasks)
+#   RUNDIR       sweep directory (default runs/<job name>-<job id>); each P runs in RUNDIR/p<P>
+#   HPCDGNN_RUNS parent of the default RUNDIR (default runs)
+#   HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
+#   HPCDGNN_SRUN_MPI   srun --mpi= value (e.g. pmix) where the site needs one; SRUN_FLAGS extra srun flags
+# GPUs: turn the '##SBATCH --gpus-per-node' line into '#SBATCH' with G = --ntasks-per-node.
+# Pre-emption: SIGUSR1 120 s before the time limit; the running P checkpoints and exits 75, the job
+# requeues, finished P (RUNDIR/p<P>/summary.json) are skipped and the interrupted one resumes.
+#SBATCH --job-name=hpcdgnn-weak
+#SBATCH --nodes=8
+#SBATCH --ntasks-per-node=8
+##SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=4
+#SBATCH --exclusive
+#SBATCH --time=04:00:00
+#SBATCH --signal=B:USR1@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=%x-%j.out
+set -euo pipefail
+JOB=${JOB:-jobs/weak.yaml}  # <- the line a user edits
+cd "${HPCDGNN_ROOT:-${SLURM_SUBMIT_DIR:-.}}"
+source jobs/lib.sh
+hpcdgnn_init
+
+NTASKS=${SLURM_NTASKS:-1}
+RPN=${SLURM_NTASKS_PER_NODE:-$NTASKS}
+RPN=${RPN%%(*}
+if [ -z "${RANKS_LIST:-}" ]; then
+  RANKS_LIST=
+  for ((p = 1; p <= NTASKS; p *= 2)); do RANKS_LIST="$RANKS_LIST $p"; done
+fi
+RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-${SLURM_JOB_ID:-0}}
+
+base=$(hpcdgnn_data_path "$JOB")
+name=$(basename "$base")
+if ! [[ $name =~ ^n([0-9]+)-(t[0-9]+-f[0-9.]+(-s[0-9]+)?)$ ]]; then
+  echo "hpcdgnn-job: $JOB: data.path '$base' must be named n<N>-t<T>-f<density>[-s<seed>] for the weak sweep" >&2
+  exit 2
+fi
+n1=${BASH_REMATCH[1]} rest=${BASH_REMATCH[2]}
+
+rc=0
+for P in $RANKS_LIST; do
+  if [ "$P" -gt "$NTASKS" ]; then
+    echo "hpcdgnn-job: skipping P=$P: the allocation has $NTASKS tasks" >&2
+    continue
+  fi
+  if hpcdgnn_signalled; then
+    rc=$HPCDGNN_EXIT_PREEMPTED  # the warning came between two runs: requeue before starting another
+    break
+  fi
+  data="$(dirname "$base")/n$((n1 * P))-$rest"
+  hpcdgnn_ensure_data "$data" || exit 2
+  hpcdgnn_srun "$P" $(((P + RPN - 1) / RPN))
+  DATA=$data hpcdgnn_train "$JOB" "$RUNDIR/p$P" "$@"
+  rc=$HPCDGNN_RC
+  if [ "$rc" != 0 ]; then break; fi
+done
+hpcdgnn_exit "$rc" "$RUNDIR"

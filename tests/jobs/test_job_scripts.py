@@ -1,0 +1,452 @@
+"""The batch scripts in ``jobs/``: syntax, the YAML each names, pre-emption directives, and real runs.
+
+SLURM and LSF are not installed here, so their scripts run against stand-in ``srun``/``jsrun``/
+``mpirun``/``scontrol`` commands that record their arguments and play a run that finishes, or one that
+is pre-empted (waits for SIGUSR1, writes a checkpoint file, exits 75). That covers the scripts' own
+logic: ``--output`` vs ``--resume``, requeue on 75, signal forwarding, the array index and the weak
+sweep's graphs. ``jobs/local.sh`` runs for real under ``mpirun -np 2``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcdgnn.config import load_job
+from hpcdgnn.errors import EXIT_PREEMPTED
+from tests.conftest import REPO, make_dataset, mpi_env, read_metrics, write_job
+
+JOBS = REPO / "jobs"
+SCRIPTS = sorted(JOBS.glob("*.sh"))
+RUN_SCRIPTS = [s for s in SCRIPTS if s.name != "lib.sh"]  # lib.sh is sourced, not run
+SLURM = [s for s in SCRIPTS if s.name.startswith("slurm-")]
+LSF = [s for s in SCRIPTS if s.name.startswith("lsf-")]
+YAML_RE = re.compile(r"jobs/[\w.-]+\.ya?ml")
+GENERATED_RE = re.compile(r"^n\d+-t\d+-f[\d.]+(-s\d+)?$")
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+def test_the_issue_s_scripts_exist():
+    """Local, LSF (jsrun, mpirun) and four SLURM scripts, plus the shared helper."""
+    names = {s.name for s in SCRIPTS}
+    assert {"local.sh", "lib.sh", "lsf-jsrun.sh", "lsf-mpirun.sh"} <= names
+    assert len(SLURM) >= 4, "SLURM: one node with G GPUs, several nodes, strong sweep, weak sweep"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=_ids(SCRIPTS))
+def test_bash_syntax(script):
+    """``bash -n`` parses every script."""
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+@pytest.mark.parametrize("script", SCRIPTS, ids=_ids(SCRIPTS))
+def test_shellcheck(script):
+    """No shellcheck warnings (run where shellcheck is installed)."""
+    proc = subprocess.run(
+        ["shellcheck", "-x", "-S", "warning", "-s", "bash", str(script)], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("script", RUN_SCRIPTS, ids=_ids(RUN_SCRIPTS))
+def test_named_yaml_loads(script, tmp_path):
+    """Every YAML a script names exists, passes the strict loader, and names a dataset the scripts can make."""
+    names = sorted(set(YAML_RE.findall(script.read_text())))
+    assert names, f"{script.name} names no jobs/*.yaml"
+    data = make_dataset(tmp_path / "data", 5, 11, 20)
+    for name in names:
+        path = REPO / name
+        assert path.is_file(), f"{script.name} names {name}, which does not exist"
+        job = load_job(path, overrides=[f"data.path={data}"])  # the real path may not be prepared yet
+        assert job.train.epochs >= 1
+        declared = (yaml.safe_load(path.read_text()).get("data") or {}).get("path", "")
+        base = Path(declared).name
+        if script.name != "quickstart.sh":  # lib.sh's hpcdgnn_ensure_data must know how to write it
+            assert base == "collegemsg" or GENERATED_RE.match(base), f"{name}: data.path {declared!r}"
+        assert not Path(declared).is_absolute(), f"{name}: data.path should be relative"
+
+
+@pytest.mark.parametrize("script", RUN_SCRIPTS, ids=_ids(RUN_SCRIPTS))
+def test_one_line_to_edit_and_no_site_paths(script):
+    """One ``JOB=${JOB:-...}`` line to edit; no module loads or site paths in code."""
+    text = script.read_text()
+    if script.name != "quickstart.sh":
+        edit = [ln for ln in text.splitlines() if ln.startswith("JOB=${JOB:-")]
+        assert len(edit) == 1 and "the line a user edits" in edit[0], edit
+        assert "source jobs/lib.sh" in text
+    code = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    for ln in code:
+        assert "module load" not in ln, ln
+        assert not re.search(r"(^|[\s=\"'])/(home|gpfs|lustre|scratch|projects|sw|opt|usr/local)/", ln), ln
+
+
+@pytest.mark.parametrize("script", SLURM, ids=_ids(SLURM))
+def test_slurm_preemption_directives(script):
+    """SLURM scripts warn the batch shell before the limit and may be requeued."""
+    directives = [ln for ln in script.read_text().splitlines() if ln.startswith("#SBATCH")]
+    assert any(re.match(r"#SBATCH --signal=B:USR1@\d+$", d) for d in directives), directives
+    assert "#SBATCH --requeue" in directives
+    assert "#SBATCH --open-mode=append" in directives  # a requeued job appends to its log
+    assert "srun" in script.read_text() or "hpcdgnn_srun" in script.read_text()
+
+
+def test_slurm_sweeps():
+    """The strong sweep is an array indexing RANKS_LIST; the weak sweep takes RANKS_LIST too."""
+    strong = (JOBS / "slurm-strong.sh").read_text()
+    assert re.search(r"^#SBATCH --array=0-\d+$", strong, re.M)
+    assert "SLURM_ARRAY_TASK_ID" in strong and "RANKS_LIST" in strong
+    assert "RANKS_LIST" in (JOBS / "slurm-weak.sh").read_text()
+
+
+@pytest.mark.parametrize("script", LSF, ids=_ids(LSF))
+def test_lsf_directives(script):
+    """LSF scripts: #BSUB directives, a USR1 warning before the run limit, requeue on 75."""
+    text = script.read_text()
+    directives = [ln for ln in text.splitlines() if ln.startswith("#BSUB")]
+    assert directives, "no #BSUB directives"
+    assert "#BSUB -wa USR1" in directives and any(d.startswith("#BSUB -wt ") for d in directives)
+    assert '#BSUB -Q "75"' in directives  # LSF requeues exit 75 itself
+    assert not any(ln.startswith("#SBATCH") for ln in text.splitlines())
+
+
+def test_lsf_launchers():
+    """One LSF script launches with jsrun, the other with mpirun."""
+    assert "jsrun" in (JOBS / "lsf-jsrun.sh").read_text()
+    assert "mpirun" in (JOBS / "lsf-mpirun.sh").read_text()
+
+
+# --- the scripts' logic, against stand-in launchers --------------------------------------------------
+
+FAKE = r"""#!/usr/bin/env bash
+# stand-in for srun/jsrun/mpirun/scontrol: log the call, then play the run FAKE_MODE says
+echo "$(basename "$0") $*" >> "$FAKE_LOG"
+case $(basename "$0") in scontrol) exit 0 ;; esac
+rundir= prev=
+for a in "$@"; do
+  if [ "$prev" = --output ] || [ "$prev" = --resume ]; then rundir=$a; fi
+  prev=$a
+done
+mkdir -p "$rundir"
+case ${FAKE_MODE:-done} in
+  done) echo '{"status": "completed"}' > "$rundir/summary.json"; exit 0 ;;
+  preempt)
+    # what hpcdgnn writes when pre-empted (hpcdgnn/train/checkpoint.py, trainer.py)
+    trap 'mkdir -p "$rundir/checkpoints/epoch-000001" && echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
+          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit 75' USR1
+    touch "$FAKE_STARTED"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
+esac
+"""
+
+
+@pytest.fixture()
+def fake(tmp_path):
+    """Environment with stand-in launchers first on PATH; ``fake.log()`` returns their calls."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name in ("srun", "jsrun", "mpirun", "scontrol"):
+        (bin_ / name).write_text(FAKE)
+        (bin_ / name).chmod(0o755)
+
+    class Fake:
+        log_file = tmp_path / "calls.log"
+        started = tmp_path / "started"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LSB_", "LS_", "HPCDGNN_", "SRUN_"))}
+        env.update(
+            PATH=f"{bin_}{os.pathsep}{os.environ['PATH']}",
+            HPCDGNN_PYTHON=sys.executable,
+            HPCDGNN_RUNS=str(tmp_path / "runs"),
+            FAKE_LOG=str(tmp_path / "calls.log"),
+            FAKE_STARTED=str(tmp_path / "started"),
+            DATA=str(make_dataset(tmp_path / "data", 5, 11, 20)),
+        )
+        for k in ("JOB", "RANKS", "RANKS_LIST", "RUNDIR", "NP", "SWEEP", "NODES"):
+            env.pop(k, None)
+
+        def log(self) -> list[str]:
+            return self.log_file.read_text().splitlines() if self.log_file.exists() else []
+
+        def run(self, script: str, *args: str, **env):
+            e = {**self.env, **{k: str(v) for k, v in env.items()}}
+            return subprocess.run(
+                ["bash", str(JOBS / script), *args], env=e, cwd=REPO, capture_output=True, text=True, timeout=120
+            )
+
+        def start(self, script: str, **env):
+            e = {**self.env, **{k: str(v) for k, v in env.items()}}
+            return subprocess.Popen(
+                ["bash", str(JOBS / script)],
+                env=e,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+
+        def wait_started(self, proc, timeout=60.0):
+            t0 = time.time()
+            while not self.started.exists():
+                assert proc.poll() is None, proc.communicate()[0]
+                assert time.time() - t0 < timeout, "the launcher never started"
+                time.sleep(0.05)
+
+    return Fake()
+
+
+def _slurm(**extra):
+    env = dict(SLURM_JOB_ID=4242, SLURM_JOB_NAME="hpcdgnn-gpu", SLURM_NTASKS=2, SLURM_SUBMIT_DIR=REPO)
+    env.update(extra)
+    return env
+
+
+def test_slurm_preempt_requeue_resume(fake, tmp_path):
+    """SIGUSR1 to the batch shell (--signal=B:USR1) reaches the launcher; exit 75 requeues; the restart resumes."""
+    rundir = tmp_path / "runs" / "hpcdgnn-gpu-4242"
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt", **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    calls = fake.log()
+    assert calls[0].startswith("srun --ntasks=2 ") and f"--output {rundir}" in calls[0], calls
+    assert f"--set data.path={fake.env['DATA']}" in calls[0]
+    assert calls[1] == "scontrol requeue 4242", calls
+    assert (rundir / "checkpoints" / "epoch-000001" / "COMPLETE").exists()
+
+    # the requeued job: same id, so the same RUNDIR, now resumed
+    proc = fake.run("slurm-gpu.sh", FAKE_MODE="done", SLURM_RESTART_COUNT=1, **_slurm())
+    assert proc.returncode == 0, proc.stderr
+    assert f"--resume {rundir}" in fake.log()[2] and len(fake.log()) == 3
+    # requeued once more after it finished (e.g. a node failure): nothing to do
+    proc = fake.run("slurm-gpu.sh", FAKE_MODE="done", **_slurm())
+    assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
+
+
+def test_slurm_cancel_does_not_requeue(fake, tmp_path):
+    """SIGTERM without the USR1 warning (scancel): checkpoint, but no requeue."""
+    proc = fake.start("slurm-nodes.sh", FAKE_MODE="preempt", **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGTERM)  # scancel: the ranks still checkpoint, but the job is not requeued
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert not any(c.startswith("scontrol") for c in fake.log()), fake.log()
+
+
+def test_slurm_requeue_limit(fake, tmp_path):
+    """After HPCDGNN_MAX_REQUEUES restarts a pre-empted job is not requeued again."""
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt", SLURM_RESTART_COUNT=3, HPCDGNN_MAX_REQUEUES=3, **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED and "not requeueing" in out, out
+    assert not any(c.startswith("scontrol") for c in fake.log())
+
+
+def test_rundir_without_checkpoint_is_kept_aside(fake, tmp_path):
+    """A RUNDIR with no complete checkpoint is moved aside and the run starts over."""
+    rundir = tmp_path / "runs" / "hpcdgnn-gpu-4242"
+    rundir.mkdir(parents=True)
+    (rundir / "metrics.jsonl").write_text("{}\n")  # an attempt that died before its first checkpoint
+    (rundir / "checkpoints" / "epoch-000002.tmp").mkdir(parents=True)
+    proc = fake.run("slurm-gpu.sh", **_slurm())
+    assert proc.returncode == 0, proc.stderr
+    assert f"--output {rundir}" in fake.log()[0]
+    assert len(list(rundir.parent.glob("hpcdgnn-gpu-4242.attempt-*/metrics.jsonl"))) == 1
+
+
+def test_slurm_strong_array_index(fake, tmp_path):
+    """The array task id picks P from RANKS_LIST; nodes = ceil(P / ranks per node)."""
+    env = _slurm(
+        SLURM_JOB_NAME="hpcdgnn-strong",
+        SLURM_ARRAY_JOB_ID=77,
+        SLURM_ARRAY_TASK_ID=2,
+        SLURM_NTASKS=8,
+        SLURM_NTASKS_PER_NODE=2,
+        RANKS_LIST="1 2 3 8",
+    )
+    proc = fake.run("slurm-strong.sh", "--set", "train.epochs=2", **env)
+    assert proc.returncode == 0, proc.stderr
+    (call,) = fake.log()
+    assert call.startswith("srun --ntasks=3 --nodes=2 "), call
+    assert f"--output {tmp_path / 'runs' / 'hpcdgnn-strong-77' / 'p3'}" in call
+    assert "jobs/strong.yaml" in call and "--set train.epochs=2" in call
+
+
+def test_slurm_strong_submission_sizes_each_task(fake, tmp_path):
+    """``bash slurm-strong.sh`` submits one array task per P on the nodes it needs."""
+    (tmp_path / "bin" / "sbatch").write_text(
+        FAKE.replace('case $(basename "$0") in scontrol)', 'case $(basename "$0") in scontrol|sbatch)')
+    )
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    proc = fake.run("slurm-strong.sh", RANKS_LIST="1 8 16", SWEEP="s1")
+    assert proc.returncode == 0, proc.stderr
+    assert fake.log() == [
+        "sbatch --array=0 --nodes=1 jobs/slurm-strong.sh",
+        "sbatch --array=1 --nodes=1 jobs/slurm-strong.sh",
+        "sbatch --array=2 --nodes=2 jobs/slurm-strong.sh",
+    ]
+
+
+def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
+    """Weak sweep: the graph of each P has N = n1 * P vertices, generated once."""
+    base = tmp_path / "rand" / "n16-t4-f2-s3"
+    env = _slurm(SLURM_JOB_NAME="hpcdgnn-weak", SLURM_NTASKS=4, SLURM_NTASKS_PER_NODE=2, DATA=base)
+    proc = fake.run("slurm-weak.sh", **env)
+    assert proc.returncode == 0, proc.stderr
+    calls = fake.log()
+    assert [c.split()[1] for c in calls] == ["--ntasks=1", "--ntasks=2", "--ntasks=4"], calls
+    for p, call in zip((1, 2, 4), calls, strict=True):
+        data = tmp_path / "rand" / f"n{16 * p}-t4-f2-s3"
+        assert (data / "manifest.json").exists()
+        assert f"--set data.path={data}" in call
+        assert f"--output {tmp_path / 'runs' / 'hpcdgnn-weak-4242' / f'p{p}'}" in call
+    source = json.loads((tmp_path / "rand" / "n64-t4-f2-s3" / "manifest.json").read_text())["source"]
+    assert (source["vertices"], source["snapshots"], source["density"], source["seed"]) == (64, 4, 2.0, 3)
+    assert not list((tmp_path / "rand").glob("*.tmp-*"))
+    # the requeued sweep skips what finished
+    proc = fake.run("slurm-weak.sh", **env)
+    assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
+
+
+@pytest.mark.parametrize("script", ["lsf-jsrun.sh", "lsf-mpirun.sh"])
+def test_lsf_preempt_and_cancel(fake, tmp_path, script):
+    """LSF: exit 75 on the USR1 warning; after a kill (bkill) 143, which '-Q 75' does not requeue."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("batch1\n" + "n01\n" * 6 + "n02\n" * 6)
+    env = dict(LSB_JOBID=99, LSB_JOBNAME="x", LSB_DJOB_NUMPROC=12, LSB_DJOB_HOSTFILE=hosts, LS_SUBCWD=REPO)
+    rundir = tmp_path / "runs" / "x-99"
+    proc = fake.start(script, FAKE_MODE="preempt", **env)
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGUSR1)  # -wa USR1: exit 75, which '#BSUB -Q "75"' requeues
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    (call,) = fake.log()
+    if script == "lsf-jsrun.sh":
+        assert call.startswith("jsrun --nrs 2 --rs_per_host 1 --tasks_per_rs 6 --gpu_per_rs 6 "), call
+    else:
+        assert call.startswith("mpirun -np 12 "), call
+    assert f"--output {rundir}" in call
+    fake.started.unlink()
+    proc = fake.start(script, FAKE_MODE="preempt", **env)  # the requeued job resumes ...
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGTERM)  # ... and is killed (bkill): not 75, so LSF does not requeue it
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    assert f"--resume {rundir}" in fake.log()[1]
+
+
+def test_missing_dataset_is_a_user_error(fake, tmp_path):
+    """A data.path the scripts cannot make is exit 2 before anything is launched."""
+    proc = fake.run("slurm-gpu.sh", DATA=tmp_path / "nowhere", **_slurm())
+    assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
+    assert fake.log() == []
+
+
+# --- jobs/local.sh for real ----------------------------------------------------------------------------
+
+
+def _local_env(launcher, **extra) -> dict[str, str]:
+    env = mpi_env()  # Open MPI as root needs OMPI_ALLOW_RUN_AS_ROOT*: the tests set them, the script does not
+    env.update(
+        HPCDGNN_PYTHON=sys.executable,
+        HPCDGNN_MPIRUN=launcher.mpirun,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+        NP="2",
+    )
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def test_local_script_end_to_end(launcher, small_dataset, tmp_path):
+    """``NP=2 bash jobs/local.sh`` trains under mpirun; run again, it sees the run is complete."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    rundir = tmp_path / "run"
+    proc = subprocess.run(
+        ["bash", str(JOBS / "local.sh")],
+        env=_local_env(launcher, JOB=job, RUNDIR=rundir),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (rundir / "summary.json").exists()
+    assert [r["epoch"] for r in read_metrics(rundir)] == [1, 2]
+    assert "-np 2" in proc.stderr  # the launch line it logs
+    # the same command again: the run is complete, so nothing is started and nothing changes
+    before = (rundir / "metrics.jsonl").read_text()
+    proc = subprocess.run(
+        ["bash", str(JOBS / "local.sh")],
+        env=_local_env(launcher, JOB=job, RUNDIR=rundir),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0 and "nothing to do" in proc.stderr, proc.stderr
+    assert (rundir / "metrics.jsonl").read_text() == before
+
+
+def _has_resume() -> bool:
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcdgnn", "run", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    return "--resume" in out.stdout
+
+
+def test_local_script_preempt_and_resume(launcher, small_dataset, tmp_path):
+    """Signal USR1 to jobs/local.sh: checkpoint at an epoch boundary, exit 75; the same RUNDIR then resumes."""
+    if not _has_resume():
+        pytest.skip("'hpcdgnn run' has no --resume yet")
+    epochs = 400
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": epochs})
+    rundir = tmp_path / "run"
+    env = _local_env(launcher, JOB=job, RUNDIR=rundir)
+    proc = subprocess.Popen(
+        ["bash", str(JOBS / "local.sh")],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    t0 = time.time()
+    while not ((rundir / "metrics.jsonl").exists() and (rundir / "metrics.jsonl").read_text().strip()):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.time() - t0 < 120, "no epoch finished"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    done = len(read_metrics(rundir))
+    assert 1 <= done < epochs, "the run finished before the signal: raise epochs"
+    assert any((rundir / "checkpoints").iterdir())
+    # the same command resumes; a shorter train.epochs (allowed on resume) keeps the test quick
+    end = done + 2
+    proc = subprocess.run(
+        ["bash", str(JOBS / "local.sh"), "--set", f"train.epochs={end}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"--resume {rundir}" in proc.stderr
+    assert [r["epoch"] for r in read_metrics(rundir)] == list(range(1, end + 1))
