@@ -3,12 +3,13 @@
 from hpcdgnn.metrics.log import configure_logging, get_logger
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.results import RunDirectory, choose_run_dir
-from hpcdgnn.metrics.timers import TRAIN_TAGS, summarize_over_ranks
+from hpcdgnn.metrics.timers import NON_TRAIN_TAGS, is_train_tag, summarize_over_ranks
 
 __all__ = [
     "RunDirectory",
     "SavedTensorMeter",
-    "TRAIN_TAGS",
+    "NON_TRAIN_TAGS",
+    "is_train_tag",
     "choose_run_dir",
     "configure_logging",
     "get_logger",

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TRAIN_TAGS", "summarize_over_ranks"]
+__all__ = ["NON_TRAIN_TAGS", "is_train_tag", "summarize_over_ranks"]
 
-#: Communicator tags that make up training traffic (bytes_sent, comm seconds).
-TRAIN_TAGS = ("redistribute", "grad_allreduce")
+#: Communicator tags that are not training traffic: set-up, metrics, barriers and checkpoints.
+#: Every other tag (a strategy's redistributions, halos, pipeline passes; the gradient all-reduce)
+#: counts in ``bytes_sent`` and the ``comm`` seconds, so a new strategy needs no registration here.
+NON_TRAIN_TAGS = ("setup", "metrics", "barrier", "checkpoint")
+
+
+def is_train_tag(tag: str) -> bool:
+    """Whether a communicator tag is training traffic (see :data:`NON_TRAIN_TAGS`)."""
+    return not tag.startswith(NON_TRAIN_TAGS)
 
 _FIELDS = ("epoch", "load", "compute", "comm")
 

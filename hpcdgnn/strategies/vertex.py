@@ -200,7 +200,7 @@ class VertexStrategy(Strategy):
                 flat = h.reshape(T * n, h.shape[-1])
                 halo = all_to_all_rows(flat[self.send_index], self.comm, self.send_rows, self.recv_rows,
                                        tag="halo", reuse=f"layer{li}.halo")
-                ax = spmm(self.adj, torch.cat([flat, halo])).view(T, n, -1)
+                ax = spmm(self.adj, torch.cat([flat, halo])).view(T, n, flat.shape[-1])
             tparams, _ = layer.time_params_block(0, T, None)
             y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax
             y = _keep_connected(y, h)

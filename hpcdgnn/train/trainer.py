@@ -39,7 +39,7 @@ from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.metrics import TRAIN_TAGS, RunDirectory, choose_run_dir, configure_logging, summarize_over_ranks
+from hpcdgnn.metrics import RunDirectory, is_train_tag, choose_run_dir, configure_logging, summarize_over_ranks
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.models import build_model
 from hpcdgnn.strategies import StrategyContext, get_strategy
@@ -302,7 +302,7 @@ def run_training(
             torch.cuda.synchronize(device)  # epoch time includes the kernels, not just their launch
         wall = time.perf_counter() - t0
         transfer = strategy.transfer_stats()[0] - transfer_before
-        train_tags = {k: v for k, v in comm.stats.delta(before).items() if k.startswith(TRAIN_TAGS)}
+        train_tags = {k: v for k, v in comm.stats.delta(before).items() if is_train_tag(k)}
         comm_s = sum(v.seconds for v in train_tags.values())
         load = strategy.load_seconds
         split = [wall, load, max(0.0, wall - load - comm_s), comm_s]
