@@ -2,10 +2,12 @@
 
 from hpcdgnn.strategies.base import Strategy, StrategyContext
 from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
+from hpcdgnn.strategies.pss import PSSStrategy
 from hpcdgnn.strategies.snapshot import SnapshotStrategy
 from hpcdgnn.strategies.vertex import VertexStrategy
 
 __all__ = [
+    "PSSStrategy",
     "SnapshotStrategy",
     "Strategy",
     "StrategyContext",

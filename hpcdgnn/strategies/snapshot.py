@@ -237,6 +237,15 @@ class SnapshotStrategy(Strategy):
             grad_rows=None if rows is None else (rows[1], rows[0]),
         )
 
+    def _temporal_phase(self, layer, li: int, y: torch.Tensor, rstate, b: int):
+        """Layer li's RNN on block b's owned snapshots ``y``: to vertex layout, RNN, and back (IBM §4.2).
+
+        Keyed buffers: each exchange reuses the memory of its previous use (blocks and
+        epochs run one after another, and the graph that held the old data is gone).
+        """
+        z, rstate = self._temporal(layer, self._to_vertex(y, f"layer{li}.to_vertex", b), rstate, b)
+        return self._to_snapshot(z, f"layer{li}.to_snapshot", b), rstate
+
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int):
         """The RNN over block b's timeline; past the training horizon without autograd (causal models:
         those outputs get no gradient, so their backward would be spent on zeros)."""
@@ -279,10 +288,7 @@ class SnapshotStrategy(Strategy):
             if not y.requires_grad:
                 y = _keep_connected(y, h)
             if layer.temporal_mixing:
-                # keyed buffers: each exchange reuses the memory of its previous use (blocks and
-                # epochs run one after another, and the graph that held the old data is gone)
-                z, rstate = self._temporal(layer, self._to_vertex(y, f"layer{li}.to_vertex", b), rstate, b)
-                y = self._to_snapshot(z, f"layer{li}.to_snapshot", b)
+                y, rstate = self._temporal_phase(layer, li, y, rstate, b)
             out_states.append((tstate, rstate))
             h = y
             # unbind once: indexing h[i] per snapshot would make each backward zero-fill a full-size buffer

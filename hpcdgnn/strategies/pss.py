@@ -1,0 +1,153 @@
+"""S6 "PSS": whole snapshots per rank, contiguous in time, with the RNN state passed along (DGC §2.1).
+
+Rank p owns snapshots ``[s_p, s_{p+1})`` (equal counts, or equal estimated
+work with ``strategy.balance: work``). Each GCN runs where its snapshot is, as
+in :mod:`hpcdgnn.strategies.snapshot`; but instead of moving the activations
+to vertex owners, the RNN of each layer runs over the rank's own stretch of
+time for all N vertices, starting from the state at ``s_p - 1`` that rank p-1
+sends when it has finished its stretch — a pipeline along the timeline::
+
+    rank p:  state <- recv(p-1);  Z[s_p:s_{p+1}], state = RNN(Y[s_p:s_{p+1}], state);  send(state, p+1)
+
+and the backward pass sends the state's gradient back from p+1 to p. The
+state is what checkpoint blocks carry between blocks (SPEC S2): the LSTM's
+(h, c), TM-GCN's last w-1 window inputs; EvolveGCN-O's recurrence is over
+weights, which every rank computes itself, so it passes nothing. Per layer
+one state of N x F' values crosses each rank boundary, forward and backward
+(counted under ``pipeline.fwd`` / ``pipeline.bwd``): little volume, but the
+ranks wait for each other in turn — the serialisation that makes PSS scale
+worse than snapshot partitioning with redistribution (S1) as P grows.
+
+Sends are non-blocking and completed after the backward pass, so the order in
+which the autograd engine reaches the pipeline's nodes cannot deadlock two
+ranks; receives block, which is the dependency itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from hpcdgnn.errors import PlanError
+from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+__all__ = ["PSSStrategy"]
+
+
+def _tensor_bytes(leaves: list) -> int:
+    return sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
+
+
+class _RecvState(torch.autograd.Function):
+    """Forward: the state's tensors from rank p-1. Backward: their gradients sent back to p-1."""
+
+    @staticmethod
+    def forward(ctx, anchor, pipe, tag, tensors):  # noqa: D102
+        ctx.pipe, ctx.tag = pipe, tag
+        return tuple(tensors)
+
+    @staticmethod
+    def backward(ctx, *grads):  # noqa: D102
+        ctx.pipe.send(ctx.pipe.rank - 1, 2 * ctx.tag + 1, [g.detach() for g in grads], "pipeline.bwd")
+        return None, None, None, None
+
+
+class _SendState(torch.autograd.Function):
+    """The backward half of a forward send: a zero that joins the backward roots, whose backward
+    receives the gradients of the sent tensors from rank p+1."""
+
+    @staticmethod
+    def forward(ctx, pipe, tag, *tensors):  # noqa: D102
+        ctx.pipe, ctx.tag = pipe, tag
+        return tensors[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):  # noqa: D102
+        grads = ctx.pipe.comm.recv_obj(ctx.pipe.rank + 1, 2 * ctx.tag + 1, "pipeline.bwd")
+        return (None, None, *grads)
+
+
+class _Pipe:
+    """The point-to-point side of the pipeline: non-blocking sends, completed once per step."""
+
+    def __init__(self, comm) -> None:
+        self.comm, self.rank = comm, comm.rank
+        self.pending: list = []
+
+    def send(self, dest: int, tag: int, tensors: list[torch.Tensor], name: str) -> None:
+        host = [t.cpu() for t in tensors]
+        self.pending.append(self.comm.isend_obj(host, dest, tag, name, _tensor_bytes(host)))
+
+    def send_state(self, dest: int, tag: int, leaves: list, spec) -> None:
+        payload = ([t.detach().cpu() for t in leaves], spec) if leaves else None
+        self.pending.append(self.comm.isend_obj(payload, dest, tag, "pipeline.fwd", _tensor_bytes(leaves)))
+
+    def finish(self) -> None:
+        self.comm.wait_all(self.pending, "pipeline.wait")
+        self.pending = []
+
+
+@register_strategy("pss")
+class PSSStrategy(SnapshotStrategy):
+    """Contiguous snapshots per rank; RNN state pipelined rank to rank (DGC §2.1 "PSS")."""
+
+    @classmethod
+    def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
+        """Contiguous blocks of time (by count or estimated work, ``strategy.balance``)."""
+        if job.train.blocks > 1:
+            raise PlanError("train.blocks: gradient-checkpoint blocks are not implemented for strategy pss")
+        block = dataclasses.replace(job, strategy=dataclasses.replace(job.strategy, layout="block"))
+        return dataclasses.replace(SnapshotStrategy.make_plan(manifest, num_ranks, block), kind="pss")
+
+    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+        """As the snapshot strategy (read, transfer, normalise, precompute), plus the pipeline."""
+        self._pipe = _Pipe(self.comm)
+        self._roots: list[torch.Tensor] = []
+        return super().setup(plan, model, reader)
+
+    def _temporal_phase(self, layer, li: int, y: torch.Tensor, rstate, b: int):
+        """RNN over this rank's stretch of time, from the state rank p-1 reached."""
+        me, P = self.comm.rank, self.comm.size
+        if me > 0:
+            received = self.comm.recv_obj(me - 1, 2 * li, "pipeline.fwd")
+            if received:  # (tensors, structure) of the state rank p-1 reached
+                spec_leaves, spec = received
+                tensors = [t.to(y.device) for t in spec_leaves]
+                if torch.is_grad_enabled():
+                    anchor = torch.zeros((), requires_grad=True)  # makes the outputs require grad
+                    tensors = list(_RecvState.apply(anchor, self._pipe, li, tensors))
+                    # a zero root on the received state: its backward (the send back to p-1) runs even
+                    # when nothing here uses the state (an idle last rank, P > T)
+                    self._roots.append(sum(t.sum() for t in tensors) * 0.0)
+                rstate = tree_unflatten(tensors, spec)
+            else:
+                rstate = None
+        if y.shape[0]:
+            z, rstate = layer.temporal(y, rstate)
+        else:  # no snapshot here (P > T): the state passes through unchanged
+            z = y
+        if me < P - 1:
+            leaves, spec = tree_flatten(rstate)
+            leaves = [x for x in leaves if x is not None]
+            self._pipe.send_state(me + 1, 2 * li, leaves, spec)
+            if leaves and torch.is_grad_enabled():
+                # the send's backward half: receives the gradient of this state from rank p+1
+                self._roots.append(_SendState.apply(self._pipe, li, *leaves))
+        return z, rstate
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward with the pipeline sends as extra roots, then complete every pending send."""
+        roots, grads = [loss], [torch.ones_like(loss)]
+        for r in self._roots:
+            if r.requires_grad:
+                roots.append(r)
+                grads.append(torch.zeros_like(r))
+        self._roots = []
+        self._backward(roots, grads, self._last)
+        self._last = None
+        self._pipe.finish()
