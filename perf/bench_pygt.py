@@ -1,0 +1,404 @@
+"""hpcdgnn in one process vs PyTorch Geometric Temporal: same models, same data, CPU, one thread (issue 5 item 4).
+
+    python perf/bench_pygt.py [--pygt-path DIR ...] [--input ../shared/data/email-Eu-core-temporal.txt.gz]
+                              [--snapshots 64] [--slicing events|time] [--epochs 5] [--hidden 16] [--layers 2]
+                              [--models evolvegcn_o cdgcn] [--cdgcn-pygt dygrae gclstm] [--repeat 1]
+
+Prepares the SNAP file once (``hpcdgnn prepare --format snap``, default
+features: raw in/out degree) into a temporary directory -- T slices of equal
+event count by default, because email-Eu-core's timestamps have a gap and
+``--slicing time`` (``--snapshots 64``) leaves 21 of 64 snapshots empty and
+the validation split without edges -- then for every model runs
+
+* hpcdgnn: ``python -m hpcdgnn run job.yaml`` in one process (no mpirun),
+  ``train.threads: 1``, float32, ``link_prediction``; the epoch time is the
+  median of the non-warm-up epochs in ``RUNDIR/metrics.jsonl``;
+* PyGT: this script again (``--worker``) in a subprocess with
+  ``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)`` and the ``--pygt-path``
+  directories first on ``sys.path``; the epoch time is the median of the
+  epochs after the first, timed over the same span as hpcdgnn's (zero_grad,
+  forward over the whole timeline, loss, backward, Adam step).
+
+and prints s/epoch of both, the ratio PyGT / hpcdgnn, the loss of the last
+epoch of both and the loss trajectories. The goal of the issue: hpcdgnn at
+least 3x faster per epoch at a comparable loss after the same epochs.
+
+Same task on both sides
+-----------------------
+Both read the same prepared shards (the PyGT side through hpcdgnn's
+``ShardReader``, for data only), so snapshots, features and targets are
+identical. Step t scores the raw edges of snapshot t+1 from Z_t; ``negatives``
+x as many uniform pairs per step from ``numpy.random.default_rng([seed, epoch,
+t])`` (the very pairs hpcdgnn draws); steps are split in time order by
+``task.split`` (0.7/0.15/0.15); decoder ``Linear(2H, 16) -> ReLU -> Linear(16,
+1)`` on [z_u ; z_v] (PyGT side: the plain gather-and-concatenate version);
+loss = BCE-with-logits summed over the training pairs / their count; one
+full-batch Adam step per epoch (lr 0.01) over all training steps; the steps
+after the training horizon run forward without autograd on both sides (their
+loss is computed, as hpcdgnn computes val/test metrics in the same pass).
+hpcdgnn's A_t rows are source vertices and Ã = D^-1/2 (A+I) D^-1/2 with D from
+the row sums; PyG aggregates into ``edge_index[1]``, so the PyGT side gets
+the reversed edges with input self-loops removed, and PyG's ``gcn_norm``
+then yields the same Ã. Inits differ (each library's own), so losses agree
+in level, not in bits.
+
+Models
+------
+* ``evolvegcn_o``: hpcdgnn's EvolveGCN-O (``layers`` layers, F -> H -> H, an
+  LSTM evolves each W_t) vs ``layers`` x PyGT ``EvolveGCNO(H)`` with a ReLU
+  after each. PyGT's layer is square (in = out channels) and evolves W_t with
+  a GRU, not an LSTM; so a bias-free ``Linear(F, H)`` projects the features
+  first (a reparametrisation of the first layer's weight). Ã is computed
+  once per snapshot with ``gcn_norm`` outside the timing and passed with
+  ``normalize=False`` (PyGT's option; by default the layer redoes
+  ``gcn_norm`` in every call, which only makes PyGT slower: measure that
+  with ``--pygt-renormalize``).
+* ``cdgcn``: PyGT has no CD-GCN (relu([ÃX ; ÃXW]) then a per-vertex LSTM).
+  ``--cdgcn-pygt`` picks the counterpart(s), each stacked ``layers`` times
+  with width H, (H, C) carried along the timeline:
+    - ``dygrae`` (default): ``DyGrEncoder`` = ``GatedGraphConv`` then a
+      per-vertex ``nn.LSTM`` -- the same dataflow as CD-GCN (graph
+      convolution of X_t, then an LSTM along each vertex's timeline). One
+      gated-graph step, ``aggr="add"``, with Ã's weights as edge weights, so
+      its message sum is Ã (X W) as in CD-GCN; a GRU cell then mixes it with
+      X where CD-GCN concatenates.
+    - ``gclstm`` (default): ``GCLSTM`` (GC-LSTM: dense W·X_t, Chebyshev graph
+      convolution, K=2, on the hidden state in each of the 4 gates; PyG's
+      ``ChebConv`` normalises the Laplacian in every call).
+    - ``gconvlstm``: ``GConvLSTM`` (Chebyshev convolutions of X_t and H, K=2,
+      8 per step).
+  ``dygrae`` is the like-for-like row; ``gclstm`` is the GCN+LSTM cell PyGT
+  offers under that name.
+
+Getting PyGT (for this benchmark only, never a project dependency)
+------------------------------------------------------------------
+The PyPI release ``torch-geometric-temporal`` 0.56.2 requires ``torch-sparse``
+and ``torch-scatter`` (source builds against this torch) and its
+``nn/recurrent/evolvegcno.py`` does ``from torch_sparse import SparseTensor``;
+without them importing it fails with ``ModuleNotFoundError: No module named
+'torch_sparse'``. The repository's newest source imports ``SparseTensor``
+from ``torch_geometric.typing`` instead and needs neither, so put a clone on
+the path together with a pure-Python ``torch_geometric`` installed apart from
+the project (``--no-deps`` keeps pip from replacing this torch)::
+
+    python -m pip install --no-deps --target /tmp/pygt-site torch_geometric xxhash psutil tqdm
+    python -m pip install --target /tmp/pygt-site requests   # imported by torch_geometric.datasets
+    git clone https://github.com/benedekrozemberczki/pytorch_geometric_temporal /tmp/pygt-src
+    HPCDGNN_PYGT_PATH=/tmp/pygt-site:/tmp/pygt-src python perf/bench_pygt.py
+
+(measured with torch_geometric 2.8.1 and pytorch_geometric_temporal at commit
+adefe44, 2025-09-18). ``--pygt-path`` (default: ``$HPCDGNN_PYGT_PATH``, split
+on ``os.pathsep``) goes on ``PYTHONPATH`` of the PyGT subprocess only.
+
+Measured (2-core CI machine, shared with test runs, torch 2.13 CPU; ``--repeat 3
+--cdgcn-pygt dygrae gclstm gconvlstm``; N=986, T=64): PyGT / hpcdgnn s/epoch =
+1.13 EvolveGCN-O (0.104 vs 0.118 s; 1.46 with ``--pygt-renormalize``), 1.70
+CD-GCN vs DyGrEncoder, 2.95 vs GCLSTM, 4.93 vs GConvLSTM; losses after 5
+epochs 0.63-0.66 on both sides. At this size (986 vertices, ~2.3k edges per
+snapshot) both sides are bound by per-operation overhead and the LSTM's
+autograd, not by the sparse products or the decoder, so the 3x goal is not
+met against the like-for-like layers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_INPUT = REPO.parent / "shared" / "data" / "email-Eu-core-temporal.txt.gz"
+PYGT_COUNTERPART = {"dygrae": "DyGrEncoder", "gclstm": "GCLSTM(K=2)", "gconvlstm": "GConvLSTM(K=2)",
+                    "evolvegcno": "EvolveGCNO"}
+
+
+def one_thread_env(extra_path: list[str] | None = None) -> dict[str, str]:
+    """Environment of both sides: one OpenMP/MKL thread, Open MPI allowed as root, warnings off."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join([*extra_path, str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def count_events(path: Path) -> int:
+    """Data lines of a (possibly gzip-compressed) SNAP edge list."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rt") if gz else open(path)) as f:
+        return sum(1 for line in f if line.strip() and line.lstrip()[0] not in "#%")
+
+
+def prepare(data: Path, src: Path, snapshots: int, slicing: str) -> None:
+    """``hpcdgnn prepare --format snap``: T equal-time slices, or T slices of equal event count."""
+    if slicing == "time":
+        how = ["--snapshots", str(snapshots)]
+    else:
+        how = ["--events-per-snapshot", str(math.ceil(count_events(src) / snapshots))]
+    subprocess.run([sys.executable, "-m", "hpcdgnn", "prepare", str(src), "--format", "snap", *how,
+                    "--output", str(data)], check=True, stdout=subprocess.DEVNULL, env=one_thread_env())
+    os.sync()
+
+
+def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
+    """One ``python -m hpcdgnn run`` in one process; median steady epoch seconds and the losses."""
+    import yaml
+
+    job = work / f"{model}.yaml"
+    job.write_text(yaml.safe_dump({
+        "data": {"path": str(data)},
+        "model": {"name": model, "hidden": args.hidden, "layers": args.layers},
+        "task": {"name": "link_prediction", "negatives": args.negatives, "decoder_hidden": args.decoder_hidden},
+        "train": {"epochs": args.epochs, "lr": args.lr, "seed": args.seed, "threads": 1, "dtype": "float32",
+                  "warmup_epochs": 1},
+    }))
+    out = work / f"run-{model}-{tag}"
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)],
+                          capture_output=True, text=True, env=one_thread_env())
+    if proc.returncode != 0:
+        sys.exit(f"hpcdgnn {model} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steady = [r["time"]["epoch"]["max"] for r in recs if not r["warmup"]] or [recs[-1]["time"]["epoch"]["max"]]
+    params = json.loads((out / "summary.json").read_text())["parameters"]["count"]
+    return {"epoch_s": statistics.median(steady), "losses": [r["loss"] for r in recs], "params": params}
+
+
+def run_pygt(data: Path, model: str, counterpart: str, args, pygt_path: list[str]) -> dict:
+    """The PyGT side in a one-thread subprocess with ``pygt_path`` on its ``sys.path``."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", counterpart, "--data", str(data)]
+    for k in ("epochs", "hidden", "layers", "negatives", "decoder_hidden", "lr", "seed"):
+        cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    cmd += ["--pygt-renormalize"] if args.pygt_renormalize else []
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=one_thread_env(pygt_path))
+    if proc.returncode != 0:
+        sys.exit(f"PyGT {model}/{counterpart} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the PyGT side (runs only in the --worker subprocess: the main process never imports torch_geometric)
+
+
+def worker(args) -> None:
+    """Train one PyGT model on the prepared shards; print one JSON line (epoch seconds, losses, versions)."""
+    import numpy as np
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    try:
+        import torch_geometric
+        import torch_geometric_temporal
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+        from torch_geometric_temporal.nn.recurrent import GCLSTM, DyGrEncoder, EvolveGCNO, GConvLSTM
+    except ImportError as e:
+        sys.exit(f"cannot import PyTorch Geometric Temporal ({type(e).__name__}: {e}); give --pygt-path or "
+                 "HPCDGNN_PYGT_PATH (see this script's docstring)")
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.data.snapshot import csr_rows
+    from hpcdgnn.tasks.base import split_steps
+
+    m = load_manifest(args.data)
+    N, T, Fin, H = m.num_vertices, m.num_snapshots, m.num_features, args.hidden
+    snaps, targets = [], {}
+    with ShardReader(args.data, m) as reader:
+        for t in range(T):
+            s = reader.read(t)
+            rows, cols = csr_rows(s.indptr), s.indices.astype(np.int64)
+            keep = rows != cols  # Ã adds I itself (hpcdgnn drops input self-loops the same way)
+            # reversed: PyG sums messages into edge_index[1], hpcdgnn's row u sums over u's out-edges
+            ei = torch.from_numpy(np.stack([cols[keep], rows[keep]]))
+            ew = torch.from_numpy(s.weights[keep].astype(np.float32))
+            ei_n, ew_n = gcn_norm(ei, ew, N, add_self_loops=True)  # Ã once per snapshot, outside the timing
+            snaps.append((torch.from_numpy(s.x.astype(np.float32)), ei, ew, ei_n, ew_n))
+            if t + 1 < T:
+                src, dst = reader.read_target(t + 1)
+                targets[t] = (torch.from_numpy(src), torch.from_numpy(dst))
+    ranges = split_steps(T - 1, (0.7, 0.15, 0.15))
+    horizon = ranges[0].stop - 1
+    train_count = float(sum(m.snapshot_edges[t + 1] for t in ranges[0]) * (1 + args.negatives))
+
+    torch.manual_seed(args.seed)
+    kind = args.worker
+
+    class Net(nn.Module):
+        """``layers`` stacked PyGT recurrent layers; ``step`` maps snapshot t and the carried state to Z_t."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            dims = [Fin] + [H] * args.layers
+            if kind == "evolvegcno":
+                self.proj = nn.Linear(Fin, H, bias=False)  # PyGT's EvolveGCNO is square: F -> H first
+                # normalize=False: Ã comes precomputed; PyGT's default redoes gcn_norm in every call
+                self.layers = nn.ModuleList([EvolveGCNO(H, normalize=args.pygt_renormalize)
+                                             for _ in range(args.layers)])
+            elif kind == "dygrae":
+                self.layers = nn.ModuleList([DyGrEncoder(conv_out_channels=H, conv_num_layers=1, conv_aggr="add",
+                                                         lstm_out_channels=H, lstm_num_layers=1)
+                                             for _ in range(args.layers)])
+            elif kind == "gclstm":
+                self.layers = nn.ModuleList([GCLSTM(dims[i], H, K=2) for i in range(args.layers)])
+            else:
+                self.layers = nn.ModuleList([GConvLSTM(dims[i], H, K=2) for i in range(args.layers)])
+
+        def start(self) -> list:
+            if kind == "evolvegcno":
+                for layer in self.layers:
+                    layer.reinitialize_weight()  # else W_t of the previous epoch (and its graph) carries over
+            return [(None, None)] * len(self.layers)
+
+        def step(self, t: int, state: list) -> tuple[torch.Tensor, list]:
+            x, ei, ew, ei_n, ew_n = snaps[t]
+            if kind == "evolvegcno":
+                h = self.proj(x)
+                for layer in self.layers:
+                    h = torch.relu(layer(h, ei, ew) if args.pygt_renormalize else layer(h, ei_n, ew_n))
+                return h, state
+            h, new = x, []
+            for layer, (hs, cs) in zip(self.layers, state, strict=True):
+                if kind == "dygrae":
+                    h, hs, cs = layer(h, ei_n, ew_n, hs, cs)
+                else:
+                    hs, cs = layer(h, ei, ew, hs, cs)
+                    h = hs
+                new.append((hs, cs))
+            return h, new
+
+    class Decoder(nn.Module):
+        """``Linear(2H, dh) -> ReLU -> Linear(dh, 1)`` on the concatenated endpoint embeddings."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin1, self.lin2 = nn.Linear(2 * H, args.decoder_hidden), nn.Linear(args.decoder_hidden, 1)
+
+        def forward(self, z, src, dst):
+            return self.lin2(torch.relu(self.lin1(torch.cat([z[src], z[dst]], dim=1)))).squeeze(-1)
+
+    net, dec = Net(), Decoder()
+    params = [*net.parameters(), *dec.parameters()]
+    opt = torch.optim.Adam(params, lr=args.lr)
+
+    def pairs(t: int, epoch: int):
+        ps, pd = targets[t]
+        rng = np.random.default_rng([args.seed, epoch, t])  # hpcdgnn's negatives, pair for pair
+        neg = rng.integers(0, N, size=(2, ps.shape[0] * args.negatives), dtype=np.int64)
+        src, dst = torch.cat([ps, torch.from_numpy(neg[0])]), torch.cat([pd, torch.from_numpy(neg[1])])
+        label = torch.cat([torch.ones(ps.shape[0]), torch.zeros(neg.shape[1])])
+        return src, dst, label
+
+    times, losses, evals = [], [], []
+    for epoch in range(1, args.epochs + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        state = net.start()
+        loss_sum = torch.zeros(())
+        eval_sum, eval_n = 0.0, 0
+        for t in range(T):
+            with torch.set_grad_enabled(t <= horizon):
+                z, state = net.step(t, state)
+                if t in targets:
+                    src, dst, label = pairs(t, epoch)
+                    loss = F.binary_cross_entropy_with_logits(dec(z, src, dst), label, reduction="sum")
+                    if t in ranges[0]:
+                        loss_sum = loss_sum + loss
+                    else:
+                        eval_sum, eval_n = eval_sum + float(loss), eval_n + label.shape[0]
+        loss = loss_sum / train_count
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+        evals.append(eval_sum / eval_n if eval_n else None)
+    print(json.dumps({
+        "epoch_s": statistics.median(times[1:] or times), "times": times, "losses": losses, "eval_losses": evals,
+        "params": sum(p.numel() for p in params), "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__, "pygt": os.path.dirname(torch_geometric_temporal.__file__),
+    }))
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    """Prepare once, run every (model, counterpart) on both sides, print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pygt-path", nargs="*", default=None,
+                    help="directories for the PyGT subprocess's sys.path (default: $HPCDGNN_PYGT_PATH)")
+    ap.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    ap.add_argument("--snapshots", type=int, default=64)
+    ap.add_argument("--slicing", choices=["events", "time"], default="events",
+                    help="T slices of equal event count (default), or equal time (email-Eu-core then has 21 empty "
+                         "snapshots, so an empty validation split)")
+    ap.add_argument("--epochs", type=int, default=5, help="epochs per run; the first is warm-up")
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--negatives", type=int, default=1)
+    ap.add_argument("--decoder-hidden", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--models", nargs="+", choices=["evolvegcn_o", "cdgcn"], default=["evolvegcn_o", "cdgcn"])
+    ap.add_argument("--cdgcn-pygt", nargs="+", choices=["dygrae", "gclstm", "gconvlstm"], default=["dygrae", "gclstm"],
+                    help="PyGT counterpart(s) of CD-GCN, one row each")
+    ap.add_argument("--pygt-renormalize", action="store_true",
+                    help="EvolveGCNO as shipped (normalize=True: gcn_norm in every call) instead of precomputed Ã")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per side, alternating; the fastest counts")
+    ap.add_argument("--worker", choices=["evolvegcno", "dygrae", "gclstm", "gconvlstm"], help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    pygt_path = args.pygt_path
+    if pygt_path is None:
+        pygt_path = [p for p in os.environ.get("HPCDGNN_PYGT_PATH", "").split(os.pathsep) if p]
+    pygt_path = [str(Path(p).resolve()) for p in pygt_path]
+    with tempfile.TemporaryDirectory(prefix="hpcdgnn-pygt-") as tmp:
+        work = Path(tmp)
+        data = work / "data"
+        prepare(data, args.input, args.snapshots, args.slicing)
+        man = json.loads((data / "manifest.json").read_text())
+        rows = []
+        for model in args.models:
+            for cp in (["evolvegcno"] if model == "evolvegcn_o" else args.cdgcn_pygt):
+                ours, theirs = [], []
+                for rep in range(args.repeat):  # alternate the sides so a slow spell of this machine hits both
+                    ours.append(run_hpcdgnn(work, data, model, args, f"{cp}-r{rep}"))
+                    theirs.append(run_pygt(data, model, cp, args, pygt_path))
+                rows.append((model, cp, min(ours, key=lambda r: r["epoch_s"]), min(theirs, key=lambda r: r["epoch_s"])))
+        info = theirs[-1]
+        empty = sum(1 for e in man["snapshot_edges"] if e == 0)
+        print(f"data: {args.input.name}, N={man['num_vertices']} T={man['num_snapshots']} F={man['num_features']} "
+              f"({args.slicing} slicing, {empty} empty snapshots, {sum(man['snapshot_edges'])} edges); "
+              f"link prediction, hidden {args.hidden}, {args.layers} layers, decoder {args.decoder_hidden}, "
+              f"negatives {args.negatives}, Adam lr {args.lr}, float32, 1 thread, CPU")
+        norm = "normalize=True (gcn_norm every call)" if args.pygt_renormalize else "on precomputed Ã"
+        print(f"PyGT: torch_geometric {info['torch_geometric']}, torch_geometric_temporal from {info['pygt']}; "
+              f"torch {info['torch']}; EvolveGCNO {norm}; {args.epochs} epochs, s/epoch = median of epochs "
+              f"2..{args.epochs}" + (f", fastest of {args.repeat} runs" if args.repeat > 1 else ""))
+        print(f"{'hpcdgnn model':13s} {'PyGT model':15s} {'hpcdgnn s/ep':>12s} {'PyGT s/ep':>10s} "
+              f"{'PyGT/hpcdgnn':>12s} {'hpcdgnn loss':>12s} {'PyGT loss':>10s} {'params':>11s}  goal 3x")
+        for model, cp, o, p in rows:
+            ratio = p["epoch_s"] / o["epoch_s"]
+            print(f"{model:13s} {PYGT_COUNTERPART[cp]:15s} {o['epoch_s']:12.4f} {p['epoch_s']:10.4f} {ratio:12.2f} "
+                  f"{o['losses'][-1]:12.4f} {p['losses'][-1]:10.4f} {o['params']:>5d}/{p['params']:<5d}  "
+                  f"{'met' if ratio >= 3 else 'not met'}")
+        print("train loss per epoch (before that epoch's update):")
+        for model, cp, o, p in rows:
+            fmt = lambda xs: " ".join(f"{x:.4f}" for x in xs)  # noqa: E731
+            print(f"  {model:13s} hpcdgnn {fmt(o['losses'])}")
+            print(f"  {'':13s} {PYGT_COUNTERPART[cp]:15s} {fmt(p['losses'])}")
+
+
+if __name__ == "__main__":
+    main()
