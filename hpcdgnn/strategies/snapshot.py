@@ -219,19 +219,25 @@ class SnapshotStrategy(Strategy):
         owned = sum(1 for i in self._local[b] if self.owned[i] <= self.horizon)  # owned is ascending
         return owned, timeline
 
+    def _exchange_grad_rows(self, b: int) -> tuple[int, int] | None:
+        """:meth:`_grad_rows` for the exchanges; None on one rank, where an exchange is the identity
+        (no copy) and cutting its backward would only add one."""
+        return None if self.comm.size == 1 else self._grad_rows(b)
+
     def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
         """(T_pb, N, F) owned snapshots of block b -> (T_b, N_q, F) block timeline of this rank's vertices."""
         if not y.requires_grad and torch.is_grad_enabled():
             y = y.detach().requires_grad_(True)  # every rank must run this collective's backward
         shape = (self.blocks[b + 1] - self.blocks[b], self._n_me, y.shape[-1])
         return redistribute(
-            y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key, grad_rows=self._grad_rows(b)
+            y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key,
+            grad_rows=self._exchange_grad_rows(b),
         )
 
     def _to_snapshot(self, z: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
         """(T_b, N_q, F) vertex layout -> (T_pb, N, F) owned snapshots of block b (the reverse exchange)."""
         shape = (len(self._local[b]), self.N, z.shape[-1])
-        rows = self._grad_rows(b)
+        rows = self._exchange_grad_rows(b)
         return redistribute(
             z.contiguous(), self.comm, shape, self._vertex_boxes[b], self._snapshot_boxes[b], reuse=key,
             grad_rows=None if rows is None else (rows[1], rows[0]),

@@ -23,9 +23,11 @@ def test_vertex_partition_methods():
             vertex_partition("metis", 10, 2, (np.array([0]), np.array([1])))
 
 
-@pytest.mark.parametrize("partition", ["range", "hash"])
+@pytest.mark.parametrize("partition", ["range", "hash", "metis"])
 @pytest.mark.parametrize("model", MODELS)
 def test_vertex_strategy_is_exact(launcher, small_dataset, tmp_path, model, partition):
+    if partition == "metis":
+        pytest.importorskip("pymetis")  # an optional dependency (tests/run.sh installs it)
     assert SMALL_T % 3 and SMALL_N % 3
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
                     strategy={"name": "vertex", "partition": partition})
@@ -38,10 +40,16 @@ def test_vertex_strategy_is_exact(launcher, small_dataset, tmp_path, model, part
     assert 0 < halo[0] < halo[1]  # more ranks, more cut edges, more halo rows (IBM Table 2)
 
 
-def test_vertex_strategy_more_ranks_than_vertices(launcher, tmp_path):
-    data = make_dataset(tmp_path / "two", T=5, N=2, m=4)
-    job = write_job(tmp_path / "job.yaml", data, model={"name": "cdgcn"}, task={"name": "node_classification"},
-                    strategy={"name": "vertex"})
-    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
-    got, _ = _losses(launcher, 3, job, tmp_path / "p3")
-    np.testing.assert_allclose(got, ref, rtol=1e-6)
+def test_metis_cuts_fewer_edges_than_hash():
+    """On a graph of two dense communities METIS finds the cut a hash ignores."""
+    pytest.importorskip("pymetis")
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 50, 400), rng.integers(0, 50, 400)  # edges inside the community 0..49
+    src = np.concatenate([a, a + 50, [0]])  # the same pattern inside 50..99, and one bridge
+    dst = np.concatenate([b, b + 50, [50]])
+    cut = {}
+    for method in ("metis", "hash"):
+        part = vertex_partition(method, 100, 2, (src, dst))
+        assert np.bincount(part, minlength=2).min() >= 45  # balanced
+        cut[method] = int((part[src] != part[dst]).sum())
+    assert cut["metis"] <= 2 < cut["hash"]
