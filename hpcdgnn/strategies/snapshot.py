@@ -183,6 +183,8 @@ class SnapshotStrategy(Strategy):
         me, P = self.comm.rank, self.comm.size
         self.owned = plan.snapshots_of(me)
         self.N, self.T = plan.num_vertices, plan.num_snapshots
+        #: last snapshot that can get a gradient; setup() lowers it for causal models
+        self.horizon = self.T - 1
         vb = plan.vertex_bounds
         self._n_me = vb[me + 1] - vb[me]
         self.blocks = plan.blocks

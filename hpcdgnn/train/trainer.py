@@ -11,7 +11,12 @@
 4. per epoch: forward (strategy) -> loss sum / global count (task) ->
    backward (strategy) -> gradient all-reduce (strategy) -> Adam; then one
    all-reduce of metric sums and one all-gather of the time split, and rank 0
-   prints one line and appends one JSON object.
+   prints one line and appends one JSON object;
+5. at the epochs ``checkpoint.every`` names, at the end, and when a pre-emption
+   signal reached any rank (a column of that same all-gather, so every rank
+   decides alike), every rank writes its part of a checkpoint; after a
+   pre-emption the run stops with ``EXIT_PREEMPTED``. ``resume`` continues a
+   run from its newest checkpoint, bit for bit.
 """
 
 from __future__ import annotations
