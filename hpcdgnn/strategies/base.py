@@ -99,6 +99,17 @@ class Strategy:
         """Bytes of input data this strategy keeps in host memory for later transfers."""
         return 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """State that must survive a restart (saved per rank in every checkpoint). The strategies
+        so far keep none beyond the plan, which is recomputed; later ones (DistTGL memory, stale
+        caches) return theirs here."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` after ``setup`` on resume (empty when P changed)."""
+        if state:
+            raise NotImplementedError(f"strategy {self.name!r} saved state it cannot restore")
+
     def transfer_stats(self) -> tuple[int, float]:
         """Input bytes moved host -> device so far and the seconds it took (S3); cumulative."""
         return 0, 0.0

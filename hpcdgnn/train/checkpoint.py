@@ -4,7 +4,7 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
 
     epoch-000006/
       state.pt           rank 0: epoch, model, task head, optimizer, plan, resolved config
-      rng-00000.pt ...   every rank: its torch / numpy / python RNG states
+      rank-00000.pt ...  every rank: its torch / numpy / python RNG states and its strategy's state
       COMPLETE           written last: {"epoch", "num_ranks"} (JSON)
 
 Every rank writes its files into ``epoch-XXXXXX.tmp/``; after a barrier rank 0
@@ -68,6 +68,10 @@ def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
+def _rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
     """The newest complete checkpoint directory under ``root``, or None."""
     root = Path(root)
@@ -77,11 +81,12 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return max(done, key=lambda d: d.name, default=None)
 
 
-def load_state(ckpt: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(shared state, this rank's RNG state) of checkpoint directory ``ckpt``.
+def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(shared state, this rank's state) of checkpoint directory ``ckpt``; the rank's state has
+    ``rng`` (for :func:`restore_rng`) and ``strategy`` (for ``Strategy.load_state_dict``).
 
     A run resumed on a different number of ranks gives rank r the RNG state of
-    rank ``r mod P_old``.
+    rank ``r mod P_old`` and no strategy state (the plan changed with P).
 
     Raises:
         DataError: an unreadable checkpoint (names the file).
@@ -91,11 +96,13 @@ def load_state(ckpt: Path, rank: int) -> tuple[dict[str, Any], dict[str, Any]]:
         meta = json.loads(meta_path.read_text())
         state_path = ckpt / "state.pt"
         state = torch.load(state_path, map_location="cpu", weights_only=False)
-        rng_path = ckpt / f"rng-{rank % int(meta['num_ranks']):05d}.pt"
-        rng = torch.load(rng_path, map_location="cpu", weights_only=False)
+        old_p = int(meta["num_ranks"])
+        mine = torch.load(ckpt / _rank_file(rank % old_p), map_location="cpu", weights_only=False)
+        if old_p != num_ranks:
+            mine["strategy"] = {}
     except (OSError, ValueError, KeyError, pickle.UnpicklingError, RuntimeError) as e:
         raise DataError(f"{ckpt}: cannot read checkpoint: {e}") from None
-    return state, rng
+    return state, mine
 
 
 class CheckpointManager:
@@ -106,15 +113,16 @@ class CheckpointManager:
         self.keep = keep
         self.comm = comm
 
-    def save(self, epoch: int, shared: dict[str, Any]) -> Path:
-        """Write the checkpoint of ``epoch``; ``shared`` (model, optimizer, ...) is written by rank 0."""
+    def save(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None) -> Path:
+        """Write the checkpoint of ``epoch``; ``shared`` (model, optimizer, ...) is written by rank 0,
+        ``strategy_state`` by every rank."""
         final = _epoch_dir(self.root, epoch)
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while writing
             tmp.mkdir(parents=True)
         self.comm.barrier(tag="checkpoint")
-        _atomic_save(_rng_state(), tmp / f"rng-{self.comm.rank:05d}.pt")
+        _atomic_save({"rng": _rng_state(), "strategy": strategy_state or {}}, tmp / _rank_file(self.comm.rank))
         if self.comm.rank == 0:
             _atomic_save(shared, tmp / "state.pt")
         self.comm.barrier(tag="checkpoint")

@@ -237,11 +237,11 @@ def run_training(
     opt = torch.optim.Adam(params, lr=job.train.lr)
     start = 0
     if ckpt_s is not None:  # every rank reads the shared state and its own RNG state
-        state, rng = agree(comm, lambda: load_state(Path(ckpt_s), comm.rank))
+        state, mine = agree(comm, lambda: load_state(Path(ckpt_s), comm.rank, comm.size))
         model.load_state_dict(state["model"])
         task.load_state_dict(state["task"])
         opt.load_state_dict(state["optimizer"])
-        restore_rng(rng)
+        restore_rng(mine["rng"])
         start = int(state["epoch"])
     checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
 
@@ -257,6 +257,8 @@ def run_training(
     reader.close()
     setup_seconds = time.perf_counter() - t_setup
     setup_transfer = strategy.transfer_stats()[0]
+    if ckpt_s is not None:
+        strategy.load_state_dict(mine["strategy"])
     train_count = task.global_train_count()
     if train_count <= 0:  # every rank computed the same count, so every rank raises here
         raise collective_error(
@@ -369,7 +371,7 @@ def run_training(
                 "plan": plan,
                 "config": job_to_dict(job),
             }
-            where = checkpoints.save(epoch, shared if comm.rank == 0 else {})
+            where = checkpoints.save(epoch, shared if comm.rank == 0 else {}, strategy.state_dict())
             log.info(f"checkpoint: {where}")
         if preempted:
             log.info(f"pre-empted ({stop.name}): stopped after epoch {epoch}; resume with --resume {run_dir}")
