@@ -41,8 +41,8 @@ class DataConfig:
 class ModelConfig:
     """``model:`` the DGNN architecture (IBM §5)."""
 
-    name: Literal["cdgcn", "evolvegcn_o", "tmgcn"] = "cdgcn"
-    """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2) or TM-GCN (§5.3)."""
+    name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn"] = "cdgcn"
+    """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2), TM-GCN (§5.3) or T-GCN (DGC §7.1: GCN layers, then a GRU)."""
     layers: int = 2
     """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
     hidden: int = 16

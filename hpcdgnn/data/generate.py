@@ -18,6 +18,19 @@ What this module does, precisely:
   optional edge-life ``l`` / M-transform ``w`` smoothing is applied by the
   writer (IBM §5.4; the paper applies it for EvolveGCN / TM-GCN).
 
+Non-uniform graphs (DGC §7.3.1, issue: chunks), off by default so the IBM
+graphs above are unchanged:
+
+* ``spatial_spread`` δ: snapshot t draws ``max(0, round(m_t))`` pairs with
+  ``m_t ~ Normal(N·f, (δ·N·f)²)`` (a relative standard deviation, so δ = 0
+  is the uniform graph and δ = 0.5 makes some snapshots several times denser
+  than others) from ``default_rng([seed, t, 1])``;
+* ``temporal_spread`` τ in [0, 1): vertex v lives ``L_v`` consecutive
+  snapshots, ``L_v`` uniform in ``[max(1, round((1-τ)·T)), T]``, starting
+  uniformly in ``[0, T - L_v]`` (``default_rng([seed, 2**31])``); snapshot t's
+  pairs are drawn among the vertices alive at t, so temporal sequences have
+  different lengths (DGC Fig. 13b). τ = 0: every vertex lives all T snapshots.
+
 Because each snapshot has its own RNG stream seeded by ``(seed, t)``, the
 output depends only on ``(N, T, f, seed)``: not on the shard size, on how the
 stream is consumed, or on whether snapshots are generated in another order.
@@ -41,8 +54,15 @@ from hpcdgnn.errors import DataError
 __all__ = ["add_generate_arguments", "run_generate", "generate_dataset", "random_snapshots"]
 
 
-def random_snapshots(vertices: int, snapshots: int, density: float, seed: int) -> Iterator[RawSnapshot]:
-    """Yield the IBM §6.3 random snapshots one at a time, lazily.
+def random_snapshots(
+    vertices: int,
+    snapshots: int,
+    density: float,
+    seed: int,
+    spatial_spread: float = 0.0,
+    temporal_spread: float = 0.0,
+) -> Iterator[RawSnapshot]:
+    """Yield the IBM §6.3 random snapshots one at a time, lazily (DGC §7.3.1 non-uniform when asked).
 
     Args:
         vertices: N, the vertex universe of every snapshot.
@@ -50,15 +70,31 @@ def random_snapshots(vertices: int, snapshots: int, density: float, seed: int) -
         density: f; each snapshot draws ``round(N * f)`` pairs before removing
             self-loops (duplicates are collapsed later by the writer).
         seed: base seed; snapshot t uses ``np.random.default_rng([seed, t])``.
+        spatial_spread: δ, relative standard deviation of the pairs drawn per snapshot.
+        temporal_spread: τ, how much vertex lifetimes vary (see the module docstring).
 
     Yields:
         :class:`RawSnapshot` with int64 ``src``/``dst`` and ``time = (t, t + 1)``.
     """
-    n = int(vertices)
+    n, T = int(vertices), int(snapshots)
     m = int(round(n * float(density)))
-    for t in range(int(snapshots)):
+    start = stop = None
+    if temporal_spread > 0:
+        life_rng = np.random.default_rng([int(seed), 2**31])
+        shortest = max(1, int(round((1.0 - temporal_spread) * T)))
+        length = life_rng.integers(shortest, T + 1, size=n)
+        start = (life_rng.random(n) * (T - length + 1)).astype(np.int64)
+        stop = start + length
+    for t in range(T):
         rng = np.random.default_rng([int(seed), t])
-        pairs = rng.integers(0, n, size=(2, m), dtype=np.int64)
+        m_t = m
+        if spatial_spread > 0:
+            m_t = max(0, int(round(np.random.default_rng([int(seed), t, 1]).normal(m, spatial_spread * m))))
+        if start is None:
+            pairs = rng.integers(0, n, size=(2, m_t), dtype=np.int64)
+        else:
+            alive = np.flatnonzero((start <= t) & (t < stop))
+            pairs = alive[rng.integers(0, alive.shape[0], size=(2, m_t))] if alive.shape[0] else np.zeros((2, 0), np.int64)
         keep = pairs[0] != pairs[1]  # self-loops removed: the GCN adds I itself (IBM §2)
         yield RawSnapshot(src=pairs[0][keep], dst=pairs[1][keep], time=(float(t), float(t + 1)))
 
@@ -73,6 +109,8 @@ def generate_dataset(
     mtransform: int = 1,
     shard_size: int = 8,
     force: bool = False,
+    spatial_spread: float = 0.0,
+    temporal_spread: float = 0.0,
 ) -> Manifest:
     """Write an IBM §6.3 weak-scaling random dynamic graph to ``output``; return its manifest.
 
@@ -86,6 +124,8 @@ def generate_dataset(
         mtransform: IBM §5.3/§5.4 M-transform window w (1 = off).
         shard_size: snapshots per shard file.
         force: replace a non-empty ``output``.
+        spatial_spread: DGC §7.3.1 δ (0 = uniform).
+        temporal_spread: DGC §7.3.1 sequence-length spread τ in [0, 1) (0 = uniform).
 
     Raises:
         DataError: on impossible sizes, naming ``output``.
@@ -96,9 +136,14 @@ def generate_dataset(
         raise DataError(f"{output}: --snapshots must be >= 1 (got {snapshots})")
     if not density > 0 or not np.isfinite(density):
         raise DataError(f"{output}: --density must be a positive number (got {density})")
+    if not spatial_spread >= 0 or not np.isfinite(spatial_spread):
+        raise DataError(f"{output}: --spatial-spread must be >= 0 (got {spatial_spread})")
+    if not 0 <= temporal_spread < 1:
+        raise DataError(f"{output}: --temporal-spread must be in [0, 1) (got {temporal_spread})")
+    uniform = spatial_spread == 0 and temporal_spread == 0
     return write_dataset(
         output,
-        random_snapshots(vertices, snapshots, density, seed),
+        random_snapshots(vertices, snapshots, density, seed, spatial_spread, temporal_spread),
         num_vertices=vertices,
         directed=True,
         weights="ones",
@@ -106,7 +151,8 @@ def generate_dataset(
         mtransform_window=mtransform,
         shard_snapshots=shard_size,
         source={
-            "generator": "ibm-6.3-uniform",
+            "generator": "ibm-6.3-uniform" if uniform else "dgc-7.3.1-nonuniform",
+            **({} if uniform else {"spatial_spread": float(spatial_spread), "temporal_spread": float(temporal_spread)}),
             "vertices": int(vertices),
             "snapshots": int(snapshots),
             "density": float(density),
@@ -135,6 +181,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
         "--mtransform", type=int, default=1, metavar="W", help="M-transform window w (IBM §5.4; default 1 = off)"
     )
     parser.add_argument("--shard-size", type=int, default=8, metavar="S", help="snapshots per shard file (default 8)")
+    parser.add_argument("--spatial-spread", type=float, default=0.0, metavar="DELTA",
+                        help="DGC §7.3.1: relative std of the edges per snapshot (default 0 = uniform)")
+    parser.add_argument("--temporal-spread", type=float, default=0.0, metavar="TAU",
+                        help="DGC §7.3.1: vertex lifetimes vary from (1-TAU)*T to T snapshots (default 0 = all T)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty --output directory")
 
 
@@ -151,6 +201,8 @@ def run_generate(args: argparse.Namespace) -> int:
         mtransform=args.mtransform,
         shard_size=args.shard_size,
         force=args.force,
+        spatial_spread=args.spatial_spread,
+        temporal_spread=args.temporal_spread,
     )
     size = sum(s.bytes for s in m.shards)
     print(

@@ -3,6 +3,7 @@
 from hpcdgnn.nn.models.base import DGNN, DynamicLayer, available_models, build_model, register_model
 from hpcdgnn.nn.models.cdgcn import CDGCNLayer
 from hpcdgnn.nn.models.evolvegcn import EvolveGCNOLayer
+from hpcdgnn.nn.models.tgcn import TGCNLayer
 from hpcdgnn.nn.models.tmgcn import TMGCNLayer, m_transform
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "DGNN",
     "DynamicLayer",
     "EvolveGCNOLayer",
+    "TGCNLayer",
     "TMGCNLayer",
     "available_models",
     "build_model",
