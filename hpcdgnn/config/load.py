@@ -33,6 +33,9 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         choices = typing.get_args(tp)
+        # YAML 1.1 reads a bare off/on/no/yes as a boolean: give it back the word the schema offers
+        if isinstance(value, bool) and ("off" in choices or "on" in choices):
+            value = "on" if value else "off"
         if value not in choices or type(value) is not type(choices[0]):
             raise ValueError(f"{value!r} is not allowed; choose from {', '.join(map(str, choices))}")
         return value

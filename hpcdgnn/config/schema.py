@@ -21,6 +21,7 @@ __all__ = [
     "OutputConfig",
     "CheckpointConfig",
     "DebugConfig",
+    "StaleConfig",
     "JobConfig",
 ]
 
@@ -207,6 +208,28 @@ class DebugConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StaleConfig:
+    """``stale:`` adaptive stale aggregation of remote embeddings (DGC §5.2, SPEC D3): an approximation.
+
+    A rank sends a halo row again only if it moved more than θ_r (L2) from the value it last sent;
+    the receiver reuses its cached copy otherwise (no gradient flows through a reused row).
+    θ_r = ``theta`` · D_r with ``static``, and ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) with
+    ``adaptive``, where D_r is the largest such move in epoch r and norm(l) = (l_1 - l) / l_1 the
+    relative loss decrease: θ starts at 0 and grows as the loss falls, which is what DGC's text asks
+    for (its Eq. 6 as printed would shrink θ instead; see hpcdgnn/strategies/stale.py).
+    """
+
+    mode: Literal["off", "static", "adaptive"] = "off"
+    """``off``: exact halo exchange; ``static``: θ = theta·D; ``adaptive``: θ grows as the loss falls."""
+    theta: float = 0.5
+    """Fraction of D_r (the largest move in the epoch): the static threshold, or the adaptive one's ceiling."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.theta <= 1:
+            raise ValueError("theta: must be in [0, 1] (a fraction of the largest embedding move D_r)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """The whole job YAML."""
 
@@ -219,3 +242,4 @@ class JobConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    stale: StaleConfig = field(default_factory=StaleConfig)

@@ -99,6 +99,12 @@ class Strategy:
         """Bytes of input data this strategy keeps in host memory for later transfers."""
         return 0
 
+    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, Any]:
+        """Called on every rank after each epoch with the global training loss; returns what the
+        strategy reports in that epoch's metrics record (approximate techniques say how far they
+        depart here). May run collectives: every rank calls it at the same point."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """State that must survive a restart (saved per rank in every checkpoint). The strategies
         so far keep none beyond the plan, which is recomputed; later ones (DistTGL memory, stale

@@ -42,6 +42,7 @@ from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected, _rows
+from hpcdgnn.strategies.stale import StaleHalo
 
 __all__ = ["VertexStrategy", "vertex_partition"]
 
@@ -178,12 +179,20 @@ class VertexStrategy(Strategy):
         self.adj = NormalizedAdjacency(-1, sorted_csr(rows, ext, vals, shape).to(dev),
                                        sorted_csr(ext, rows, vals, (shape[1], shape[0])).to(dev))
         self.halo_rows = len(need)
+        stale = self.ctx.job.stale
+        self.stale = None if stale.mode == "off" else StaleHalo(
+            self.comm, self.send_rows, self.recv_rows, stale.mode, stale.theta
+        )
 
         # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
         self._snap_boxes = [((0, len(self.scored)), (vb[q], vb[q + 1])) for q in range(P)]
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
         return self.scored
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+        """With ``stale`` on: feed the loss to the threshold and report the rows reused and bytes saved."""
+        return {} if self.stale is None else self.stale.end_epoch(train_loss)
 
     def engine_bytes(self) -> int:
         """Ã rows of this rank for all snapshots (and the transpose) plus the precomputed Ã·X."""
@@ -198,8 +207,11 @@ class VertexStrategy(Strategy):
                 ax = self.ax0
             else:
                 flat = h.reshape(T * n, h.shape[-1])
-                halo = all_to_all_rows(flat[self.send_index], self.comm, self.send_rows, self.recv_rows,
-                                       tag="halo", reuse=f"layer{li}.halo")
+                if self.stale is not None:  # DGC §5.2: rows that barely moved are reused from a cache
+                    halo = self.stale.exchange(li, flat[self.send_index])
+                else:
+                    halo = all_to_all_rows(flat[self.send_index], self.comm, self.send_rows, self.recv_rows,
+                                           tag="halo", reuse=f"layer{li}.halo")
                 ax = spmm(self.adj, torch.cat([flat, halo])).view(T, n, flat.shape[-1])
             tparams, _ = layer.time_params_block(0, T, None)
             y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax

@@ -347,6 +347,7 @@ def run_training(
         }
         if device.type == "cuda":
             record["gpu_peak_bytes"] = int(per_rank_all[:, 6].max())
+        record.update(strategy.end_epoch(epoch, metrics["train_loss"]))
         records.append(record)
         totals += np.asarray([times["slowest"][k] for k in ("epoch", "load", "compute", "comm")])
         if rd is not None:

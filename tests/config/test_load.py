@@ -83,3 +83,14 @@ def test_config_errors_under_mpirun(launcher, tmp_path, small_dataset, section, 
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job)], timeout=60)
     assert time.monotonic() - t0 < 60
     _one_error_line(proc, needles)
+
+
+def test_yaml_off_is_the_word_off(tmp_path):
+    """YAML 1.1 reads a bare `off` as false; a choice list that offers "off" gets the word back."""
+    from hpcdgnn.config import load_job
+
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: off}}\n")
+    assert load_job(job).stale.mode == "off"
+    assert load_job(job, ["stale.mode=static"]).stale.mode == "static"
