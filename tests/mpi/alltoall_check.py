@@ -8,7 +8,6 @@ forward redistribution, for the pytest side to sum and compare.
 import json
 import sys
 
-import numpy as np
 import torch
 
 from hpcdgnn.comm import Communicator, all_to_all_rows

@@ -53,3 +53,12 @@ def test_metis_cuts_fewer_edges_than_hash():
         assert np.bincount(part, minlength=2).min() >= 45  # balanced
         cut[method] = int((part[src] != part[dst]).sum())
     assert cut["metis"] <= 2 < cut["hash"]
+
+
+def test_vertex_strategy_more_ranks_than_vertices(launcher, tmp_path):
+    data = make_dataset(tmp_path / "two", T=5, N=2, m=4)
+    job = write_job(tmp_path / "job.yaml", data, model={"name": "cdgcn"}, task={"name": "node_classification"},
+                    strategy={"name": "vertex"})
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
+    got, _ = _losses(launcher, 3, job, tmp_path / "p3")
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
