@@ -58,7 +58,8 @@ def _box_rows(spec: tuple[int, int] | list[int]) -> list[int] | range:
 
 def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
     """Torch index of a box's rows: a (strided) slice when the rows are evenly spaced, so the
-    self-copy is a plain strided copy rather than an index_put/gather."""
+    self-copy is a plain strided copy rather than an index_put/gather.
+    """
     if not isinstance(spec, list):
         return slice(spec[0], spec[1])
     if len(spec) == 1:
@@ -120,7 +121,8 @@ class CommStats:
 
 def _mpi_buffer(t: torch.Tensor) -> Any:
     """What mpi4py accepts for a contiguous tensor: a numpy view on the CPU, the tensor itself on
-    CUDA (mpi4py reads ``__cuda_array_interface__``; only reached with CUDA-aware MPI)."""
+    CUDA (mpi4py reads ``__cuda_array_interface__``; only reached with CUDA-aware MPI).
+    """
     return t.numpy() if t.device.type == "cpu" else t
 
 
@@ -205,7 +207,8 @@ class Communicator:
     @staticmethod
     def _host(t: torch.Tensor) -> torch.Tensor:
         """A contiguous host copy for the datatype-based exchanges (Alltoallw packs strided boxes
-        on the host): ``t`` itself on the CPU, a pinned copy of a CUDA tensor (DMA, no bounce)."""
+        on the host): ``t`` itself on the CPU, a pinned copy of a CUDA tensor (DMA, no bounce).
+        """
         if t.device.type == "cpu":
             return t.detach().contiguous()
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
@@ -248,7 +251,8 @@ class Communicator:
 
     def _row_type(self, dtype: torch.dtype, unit: int) -> Any:
         """A committed contiguous MPI datatype of ``unit`` elements: counts are then rows, not
-        elements, which keeps them below MPI's int32 count limit for T*N*F beyond 2^31."""
+        elements, which keeps them below MPI's int32 count limit for T*N*F beyond 2^31.
+        """
         key = (dtype, unit)
         if key not in self._row_types:
             self._row_types[key] = self._mpi_type(dtype).Create_contiguous(unit).Commit()

@@ -44,9 +44,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.manifest import Manifest, ShardInfo, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
+from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.writer import file_sha256
 from hpcdgnn.errors import DataError
 

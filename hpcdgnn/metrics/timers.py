@@ -28,7 +28,8 @@ _FIELDS = ("epoch", "load", "compute", "comm")
 
 def summarize_over_ranks(per_rank: np.ndarray) -> dict:
     """From a (P, 4) array of [epoch, load, compute, comm] seconds: min/mean/max of each and the
-    slowest rank's own split (the rank with the largest epoch time)."""
+    slowest rank's own split (the rank with the largest epoch time).
+    """
     out = {f: {"min": float(per_rank[:, i].min()), "mean": float(per_rank[:, i].mean()),
                "max": float(per_rank[:, i].max())} for i, f in enumerate(_FIELDS)}
     slow = int(per_rank[:, 0].argmax())

@@ -1,8 +1,8 @@
 """Partitioning strategies, registered by YAML name (``strategy.name``)."""
 
 from hpcdgnn.strategies.base import Strategy, StrategyContext
-from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
 from hpcdgnn.strategies.pss import PSSStrategy
+from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
 from hpcdgnn.strategies.snapshot import SnapshotStrategy
 from hpcdgnn.strategies.vertex import VertexStrategy
 

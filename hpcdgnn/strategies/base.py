@@ -68,7 +68,8 @@ class Strategy:
 
     def step(self, model: DGNN, task: Any, epoch: int, scale: float) -> np.ndarray:
         """Forward, task loss (times ``scale``) and backward of one full-batch step; returns the
-        task's metric sums. Strategies that interleave the three (checkpoint blocks) override it."""
+        task's metric sums. Strategies that interleave the three (checkpoint blocks) override it.
+        """
         emb = self.forward(model)
         batch = task(emb, epoch)
         self.backward(batch.loss_sum * scale)
@@ -102,13 +103,15 @@ class Strategy:
     def end_epoch(self, epoch: int, train_loss: float) -> dict[str, Any]:
         """Called on every rank after each epoch with the global training loss; returns what the
         strategy reports in that epoch's metrics record (approximate techniques say how far they
-        depart here). May run collectives: every rank calls it at the same point."""
+        depart here). May run collectives: every rank calls it at the same point.
+        """
         return {}
 
     def state_dict(self) -> dict[str, Any]:
         """State that must survive a restart (saved per rank in every checkpoint). The strategies
         so far keep none beyond the plan, which is recomputed; later ones (DistTGL memory, stale
-        caches) return theirs here."""
+        caches) return theirs here.
+        """
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -59,7 +59,8 @@ class _RecvState(torch.autograd.Function):
 
 class _SendState(torch.autograd.Function):
     """The backward half of a forward send: a zero that joins the backward roots, whose backward
-    receives the gradients of the sent tensors from rank p+1."""
+    receives the gradients of the sent tensors from rank p+1.
+    """
 
     @staticmethod
     def forward(ctx, pipe, tag, *tensors):  # noqa: D102

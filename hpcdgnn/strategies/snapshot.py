@@ -201,7 +201,8 @@ class SnapshotStrategy(Strategy):
 
     def engine_bytes(self) -> int:
         """Device-held inputs at their peak: resident Ã_t (or, with blocks, the largest block's),
-        plus the precomputed first-layer aggregation."""
+        plus the precomputed first-layer aggregation.
+        """
         resident = sum(a.nbytes for a in self.adj if a is not None)
         streamed = 0 if self._resident else self._block_adj_peak
         return resident + streamed + self.ax0.numel() * self.ax0.element_size()
@@ -213,7 +214,8 @@ class SnapshotStrategy(Strategy):
     # -- the two redistributions of IBM §4.2 -------------------------------------------------
     def _grad_rows(self, b: int) -> tuple[int, int] | None:
         """(owned rows, timeline rows) of block b up to the training horizon, the only rows whose
-        gradient can be nonzero (causal models); None when that is all of them."""
+        gradient can be nonzero (causal models); None when that is all of them.
+        """
         t0, t1 = self.blocks[b], self.blocks[b + 1]
         if self.horizon >= t1 - 1:
             return None
@@ -223,7 +225,8 @@ class SnapshotStrategy(Strategy):
 
     def _exchange_grad_rows(self, b: int) -> tuple[int, int] | None:
         """:meth:`_grad_rows` for the exchanges; None on one rank, where an exchange is the identity
-        (no copy) and cutting its backward would only add one."""
+        (no copy) and cutting its backward would only add one.
+        """
         return None if self.comm.size == 1 else self._grad_rows(b)
 
     def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
@@ -256,7 +259,8 @@ class SnapshotStrategy(Strategy):
 
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int):
         """The RNN over block b's timeline; past the training horizon without autograd (causal models:
-        those outputs get no gradient, so their backward would be spent on zeros)."""
+        those outputs get no gradient, so their backward would be spent on zeros).
+        """
         rows = self._grad_rows(b) if torch.is_grad_enabled() else None
         if rows is None or not 0 < rows[1] < yv.shape[0]:
             return layer.temporal(yv, rstate)

@@ -154,7 +154,8 @@ class LinkPrediction(Task):
         """Per-pair work of scoring each snapshot: hidden x (5 when training: forward, the fused decoder's
         recomputation and backward; 1 when evaluating), plus a few per-pair passes (sampling, loss,
         histogram) that every split pays. The factors were fitted to per-rank compute times measured
-        with perf/bench_epoch.py's graph at P = 2."""
+        with perf/bench_epoch.py's graph at P = 2.
+        """
         T = manifest.num_snapshots
         train = split_steps(T - 1, cfg.split)[0]
         work = np.zeros(T)

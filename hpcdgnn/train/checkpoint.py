@@ -115,7 +115,8 @@ class CheckpointManager:
 
     def save(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None) -> Path:
         """Write the checkpoint of ``epoch``; ``shared`` (model, optimizer, ...) is written by rank 0,
-        ``strategy_state`` by every rank."""
+        ``strategy_state`` by every rank.
+        """
         final = _epoch_dir(self.root, epoch)
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:

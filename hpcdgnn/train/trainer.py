@@ -44,7 +44,7 @@ from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.metrics import RunDirectory, is_train_tag, choose_run_dir, configure_logging, summarize_over_ranks
+from hpcdgnn.metrics import RunDirectory, choose_run_dir, configure_logging, is_train_tag, summarize_over_ranks
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.models import build_model
 from hpcdgnn.strategies import StrategyContext, get_strategy
@@ -109,7 +109,8 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
 class _FaultInjector:
     """The task, except that on ``debug.fail_rank`` in ``debug.fail_epoch`` it raises mid-epoch:
     after the forward pass (whose exchanges every rank joined), before the backward pass, where the
-    other ranks are about to wait in a collective. Tests use it to check the whole job aborts."""
+    other ranks are about to wait in a collective. Tests use it to check the whole job aborts.
+    """
 
     def __init__(self, task, rank: int, debug) -> None:
         self.task, self.rank, self.debug = task, rank, debug

@@ -12,7 +12,8 @@ from tests.conftest import REPO
 
 def expected_bytes(T: int, N: int, F: int, P: int, itemsize: int) -> int:
     """Bytes crossing ranks in one snapshot->vertex redistribution, computed without hpcdgnn:
-    rank p owns np.array_split's p-th block of snapshots and sends rank q != p its block of rows."""
+    rank p owns np.array_split's p-th block of snapshots and sends rank q != p its block of rows.
+    """
     tk = [len(a) for a in np.array_split(np.arange(T), P)]
     nv = [len(a) for a in np.array_split(np.arange(N), P)]
     return sum(tk[p] * nv[q] * F * itemsize for p in range(P) for q in range(P) if p != q)
@@ -22,7 +23,8 @@ def expected_bytes(T: int, N: int, F: int, P: int, itemsize: int) -> int:
 @pytest.mark.parametrize(("P", "T", "N"), [(2, 7, 23), (3, 7, 23), (3, 2, 23), (3, 7, 2)])
 def test_alltoall_values_gradient_and_volume(launcher, P, T, N, layout):
     """Remainder rows (P divides neither T nor N), a rank with no snapshot (T < P), one with no vertex (N < P);
-    contiguous snapshot blocks and cyclic ownership (row-list boxes)."""
+    contiguous snapshot blocks and cyclic ownership (row-list boxes).
+    """
     F = 5
     assert T % P and N % P
     script = str(REPO / "tests" / "mpi" / "alltoall_check.py")

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcdgnn.data.graph_diff import (
+    COOSnapshot,
     CSRSnapshot,
     GraphDiff,
     csr_nbytes,
-    COOSnapshot,
     decode_block,
     decode_diff,
     encode_block,

@@ -13,7 +13,8 @@ from tests.conftest import SMALL_N, SMALL_T, read_metrics, write_job
 
 def plan_bytes(plan: dict, F: int, itemsize: int, last: int | None = None) -> int:
     """Volume of one redistribution from plan.json: sum over p != q of T_p * N_q * F * itemsize,
-    counting only snapshots t <= ``last`` when given."""
+    counting only snapshots t <= ``last`` when given.
+    """
     vb = plan["vertex_bounds"]
     P = len(vb) - 1
     owner = plan["snapshot_owner"] if last is None else plan["snapshot_owner"][: last + 1]

@@ -19,7 +19,8 @@ RTOL = {"float64": 1e-6, "float32": 1e-4}
 
 def _losses(launcher, np_, job, out, *overrides):
     """Per-epoch [loss, gradient norm] pairs of a run (Adam hides a wrong gradient scale from the
-    loss trajectory, so the norm of the summed gradient is compared too)."""
+    loss trajectory, so the norm of the summed gradient is compared too).
+    """
     args = ["-m", "hpcdgnn", "run", str(job), "--output", str(out)]
     if overrides:
         args += ["--set", *overrides]
@@ -80,7 +81,8 @@ def test_block_layouts_are_exact(launcher, small_dataset, tmp_path, balance):
 @pytest.mark.parametrize("model", MODELS)
 def test_checkpoint_blocks_match_unblocked(launcher, small_dataset, tmp_path, model):
     """S2: nb in {2, 3, 5} blocks (none divides T = 7) give the nb = 1 losses and gradient norms,
-    at P = 1 and at P = 3 (float64, rtol 1e-6)."""
+    at P = 1 and at P = 3 (float64, rtol 1e-6).
+    """
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model})
     ref, _ = _losses(launcher, None, job, tmp_path / "nb1")
     for nb in (2, 3, 5):

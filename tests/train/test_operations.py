@@ -82,7 +82,8 @@ def test_resume_refuses_a_different_computation(launcher, tmp_path, small_datase
 
 def test_sigusr1_checkpoints_and_resume_matches(launcher, tmp_path, small_dataset):
     """SIGUSR1 to mpirun: all ranks stop at one epoch boundary, checkpoint, exit 75; resuming finishes
-    with the losses of an uninterrupted run."""
+    with the losses of an uninterrupted run.
+    """
     epochs = 400
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"epochs": epochs})
     run = tmp_path / "run"

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.config.schema import TaskConfig
+from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.tasks import task_class
 from tests.conftest import write_job
 from tests.train.test_exactness import _losses
@@ -25,7 +25,8 @@ def test_base_and_graph_difference_give_identical_losses(launcher, small_dataset
 
 def test_transfer_bytes_counted(launcher, small_dataset, tmp_path):
     """With blocks, every epoch reloads each block (twice when it is re-run for the gradient); the
-    base bytes equal (16 + itemsize) * nnz per loaded snapshot, computed here from the manifest."""
+    base bytes equal (16 + itemsize) * nnz per loaded snapshot, computed here from the manifest.
+    """
     m = load_manifest(small_dataset)
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"blocks": 3})
     _, recs = _losses(launcher, 2, job, tmp_path / "base", "train.transfer=base")
@@ -60,7 +61,7 @@ def test_gloo_backend_matches_mpi(launcher, small_dataset, tmp_path):
 
 
 def test_nccl_without_gpu_is_a_config_error(launcher, small_dataset, tmp_path):
-    """nccl on a rank with no GPU: one line naming the key, exit 2, no hang."""
+    """Nccl on a rank with no GPU: one line naming the key, exit 2, no hang."""
     job = write_job(tmp_path / "job.yaml", small_dataset, comm={"backend": "nccl"}, train={"device": "cpu"})
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job)], timeout=60)
     assert proc.returncode == 2

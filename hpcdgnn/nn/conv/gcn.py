@@ -10,9 +10,8 @@ operation ``Y = σ(Ã X W)`` (Eq. 2) is split as ``Y' = Ã X`` then ``Y' W``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
