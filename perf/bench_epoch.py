@@ -41,10 +41,13 @@ def mpirun_cmd(P: int) -> list[str]:
     return [mpirun, *extra, "-np", str(P)]
 
 
-def generate_graph(path: Path, vertices: int, snapshots: int, density: float) -> None:
-    """An IBM §6.3 random graph (seed 1) at ``path``, flushed to disk before anything is timed."""
+def generate_graph(path: Path, vertices: int, snapshots: int, density: float, spatial_spread: float = 0.0,
+                   temporal_spread: float = 0.0) -> None:
+    """An IBM §6.3 random graph (seed 1; DGC §7.3.1 non-uniform with the spreads) at ``path``, flushed to
+    disk before anything is timed."""
     subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(path), "--vertices", str(vertices),
-                    "--snapshots", str(snapshots), "--density", str(density), "--seed", "1"], check=True)
+                    "--snapshots", str(snapshots), "--density", str(density), "--seed", "1",
+                    "--spatial-spread", str(spatial_spread), "--temporal-spread", str(temporal_spread)], check=True)
     os.sync()  # written back now, not during the first timed run
 
 

@@ -32,7 +32,8 @@ from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
 _MiB = 1024.0 * 1024.0
 
 
-def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, partition: str) -> dict:
+def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, partition: str,
+        chunk_size: int = 4096) -> dict:
     """One run; returns median steady MiB/epoch (total, strategy, gradient) and epoch seconds."""
     import subprocess
 
@@ -40,7 +41,7 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
     job.write_text(yaml.safe_dump({
         "data": {"path": str(data), "validate": "structure"},
         "model": {"name": model, "hidden": 16},
-        "strategy": {"name": strategy, "partition": partition},
+        "strategy": {"name": strategy, "partition": partition, "chunk_size": chunk_size},
         "train": {"epochs": epochs, "threads": 1},
     }))
     out = work / f"run-{strategy}-p{P}"
@@ -55,6 +56,8 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
         return sorted(values)[len(values) // 2]
 
     grad = [sum(b for k, b in r["bytes_by_tag"].items() if k.startswith("grad_allreduce")) for r in steady]
+    # measured load divergence λ = T_max / T_min of the ranks' compute seconds (DGC's λ, measured)
+    lam = [max(r["per_rank"]["compute"]) / max(min(r["per_rank"]["compute"]), 1e-9) for r in steady]
     total = [r["bytes_sent"] for r in steady]
     return {
         "total": median(total) / _MiB,
@@ -62,6 +65,7 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
         "grad": median(grad) / _MiB,
         "epoch": median([r["time"]["epoch"]["max"] for r in steady]),
         "loss": recs[-1]["loss"],
+        "lambda": median(lam),
     }
 
 
@@ -76,25 +80,29 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--strategies", nargs="+", default=["snapshot", "pss", "vertex"])
     ap.add_argument("--partition", default="range", help="vertex strategy: range, hash or metis")
+    ap.add_argument("--chunk-size", type=int, default=4096, help="chunk strategy: largest chunk (appearances)")
+    ap.add_argument("--spatial-spread", type=float, default=0.0, help="generated graph: DGC §7.3.1 δ")
+    ap.add_argument("--temporal-spread", type=float, default=0.0, help="generated graph: DGC §7.3.1 τ")
     ap.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-cmp-") as tmp:
         work = Path(tmp)
         data = Path(args.data) if args.data else work / "graph"
         if not args.data:
-            generate_graph(data, args.vertices, args.snapshots, args.density)
+            generate_graph(data, args.vertices, args.snapshots, args.density,
+                           args.spatial_spread, args.temporal_spread)
         manifest = json.loads((data / "manifest.json").read_text())
         print(f"{args.model} on {data.name}: N={manifest['num_vertices']} T={manifest['num_snapshots']} "
               f"F={manifest['num_features']}; vertex partition {args.partition}; MiB per epoch, all ranks")
         print(f"{'strategy':10s} {'P':>3s} {'MiB/epoch':>10s} {'strategy':>10s} {'gradient':>9s} {'epoch s':>8s} "
-              f"{'loss':>8s}")
+              f"{'lambda':>7s} {'loss':>8s}")
         table: dict[str, dict[int, dict]] = {}
         for strategy in args.strategies:
             for P in args.ranks:
-                r = run(work, data, args.model, strategy, P, args.epochs, args.partition)
+                r = run(work, data, args.model, strategy, P, args.epochs, args.partition, args.chunk_size)
                 table.setdefault(strategy, {})[P] = r
                 print(f"{strategy:10s} {P:>3d} {r['total']:>10.2f} {r['strategy']:>10.2f} {r['grad']:>9.3f} "
-                      f"{r['epoch']:>8.3f} {r['loss']:>8.4f}", flush=True)
+                      f"{r['epoch']:>8.3f} {r['lambda']:>7.2f} {r['loss']:>8.4f}", flush=True)
         lo, hi = min(args.ranks), max(args.ranks)
         print(f"\nvolume growth from P={lo} to P={hi} (strategy traffic, gradient all-reduce excluded):")
         for strategy, rows in table.items():

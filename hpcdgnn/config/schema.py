@@ -138,6 +138,12 @@ class StrategyConfig:
     blocks as in IBM §4.2."""
     balance: Literal["count", "work"] = "work"
     """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
+    chunk_size: int = 4096
+    """``strategy: chunk``: largest chunk, in vertex appearances (DGC §4.1's size cap)."""
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError("chunk_size: must be >= 1")
     partition: Literal["range", "hash", "metis"] = "range"
     """``strategy: vertex``: vertices split into contiguous id ranges, by a hash of the id, or by
     METIS on the union of all snapshots (the optional ``pymetis`` package)."""

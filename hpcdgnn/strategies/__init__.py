@@ -1,12 +1,14 @@
 """Partitioning strategies, registered by YAML name (``strategy.name``)."""
 
 from hpcdgnn.strategies.base import Strategy, StrategyContext
+from hpcdgnn.strategies.chunk import ChunkStrategy
 from hpcdgnn.strategies.pss import PSSStrategy
 from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
 from hpcdgnn.strategies.snapshot import SnapshotStrategy
 from hpcdgnn.strategies.vertex import VertexStrategy
 
 __all__ = [
+    "ChunkStrategy",
     "PSSStrategy",
     "SnapshotStrategy",
     "Strategy",

@@ -1,0 +1,239 @@
+"""D1, partitioning by graph chunks (DGC §4): rank 0 makes chunks and assigns them; ranks train exactly.
+
+Plan (rank 0, :mod:`hpcdgnn.partition.chunks`): the spatio-temporal super-graph
+of the adjacencies trained on, with spatial edges weighted GCN layers ×
+feature width and virtual temporal edges RNN layers × hidden width; label
+propagation with a size cap (``strategy.chunk_size``); Alg. 1 / Eq. 3
+assignment with the vertex/edge-count workload. Every appearance (v, t) of an
+active vertex gets its chunk's rank. The models compute every vertex in every
+snapshot, so an inactive (v, t) goes to v's *RNN owner*: the rank that owns
+most of v's active appearances (ties to the lower rank; never-active vertices
+spread as v mod P).
+
+Runtime, per layer — the two exact patterns of the other strategies, with
+index lists where they have boxes or ranges:
+
+* spatial: rank q computes the GCN rows of its appearances. Their neighbours'
+  rows come in one halo all-to-all (indices fixed at setup, as in
+  :mod:`hpcdgnn.strategies.vertex`), then one sparse product over all of them;
+* temporal: an all-to-all moves each appearance row to v's RNN owner, the RNN
+  runs there over v's whole timeline, and the rows go back. Rows already on
+  their RNN owner move nothing, so a chunk that keeps a sequence together costs
+  no temporal traffic.
+
+After the last layer one more all-to-all gives the task whole snapshots
+(snapshot t on rank t mod P). Everything is exact: the same loss as P = 1.
+Fusion (D2), the learned workload model and stale aggregation on these halos
+are not implemented yet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr, spmm
+from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
+from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.strategies.snapshot import _keep_connected
+
+__all__ = ["ChunkStrategy", "IndexExchange"]
+
+
+class IndexExchange:
+    """A fixed all-to-all that moves local rows to (rank, row) destinations, and back (autograd-aware).
+
+    Args:
+        comm: the communicator.
+        dest: destination rank of each local row.
+        dest_row: row index on the destination (each destination row is written exactly once, by
+            exactly one rank, over all ranks).
+        out_rows: rows of the destination tensor on this rank.
+        tag: counter name.
+    """
+
+    def __init__(self, comm, dest: np.ndarray, dest_row: np.ndarray, out_rows: int, tag: str) -> None:
+        P = comm.size
+        self.comm, self.tag, self.out_rows = comm, tag, out_rows
+        order = np.lexsort((dest_row, dest))
+        self.send_order = torch.from_numpy(order)
+        self.send_rows = np.bincount(dest, minlength=P).tolist()
+        rows = torch.from_numpy(dest_row[order].astype(np.int64)).view(-1, 1)
+        self.recv_rows = comm.allgather_obj(self.send_rows, tag="setup")
+        self.recv_rows = [self.recv_rows[p][comm.rank] for p in range(P)]
+        self.recv_pos = comm.alltoallv(rows, self.send_rows, self.recv_rows, tag="setup").view(-1)
+        self.n_local = dest.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(local rows, F) -> (out_rows, F) on the destinations."""
+        recv = all_to_all_rows(x.index_select(0, self.send_order.to(x.device)), self.comm, self.send_rows,
+                               self.recv_rows, tag=self.tag)
+        out = x.new_zeros(self.out_rows, x.shape[-1])
+        return out.index_copy(0, self.recv_pos.to(x.device), recv)
+
+    def reverse(self, y: torch.Tensor) -> torch.Tensor:
+        """(out_rows, F) on the destinations -> (local rows, F) back where they came from."""
+        back = all_to_all_rows(y.index_select(0, self.recv_pos.to(y.device)), self.comm, self.recv_rows,
+                               self.send_rows, tag=self.tag)
+        out = y.new_zeros(self.n_local, y.shape[-1])
+        return out.index_copy(0, self.send_order.to(y.device), back)
+
+
+@register_strategy("chunk")
+class ChunkStrategy(Strategy):
+    """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges (see module docstring)."""
+
+    @classmethod
+    def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
+        """Chunks by label propagation, assigned by Alg. 1; the owner of every (t, v)."""
+        from hpcdgnn.data.shard_reader import ShardReader
+
+        if job.train.blocks > 1:
+            raise ConfigError("train.blocks: gradient-checkpoint blocks are implemented for strategy snapshot only")
+        T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
+        snaps = []
+        with ShardReader(job.data.path, manifest) as reader:
+            for t in range(T):
+                s = reader.read(t)
+                snaps.append((np.repeat(np.arange(N), np.diff(s.indptr)), s.indices.astype(np.int64)))
+        L, H, F = job.model.layers, job.model.hidden, manifest.num_features
+        g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
+        labels, iters = label_propagation(g, max_size=job.strategy.chunk_size)
+        stats = chunk_stats(g, labels)
+        work = (stats["nodes"] + stats["spatial_edges"]).astype(float)
+        chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
+        owner = np.full((T, N), -1, dtype=np.int64)
+        owner[g.time, g.vertex] = chunk_owner[labels] if labels.shape[0] else 0
+        counts = np.zeros((N, P), dtype=np.int64)
+        active = owner >= 0
+        np.add.at(counts, (np.nonzero(active)[1], owner[active]), 1)
+        rnn_owner = np.where(counts.sum(1) > 0, counts.argmax(1), np.arange(N) % P)
+        owner = np.where(active, owner, rnn_owner[None, :])
+        load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
+        ranks = [{"appearances": int((owner == p).sum()), "rnn_vertices": int((rnn_owner == p).sum()),
+                  "chunk_work": float(load[p])} for p in range(P)]
+        plan = PartitionPlan("chunk", P, T, N, [t % P for t in range(T)], None, [0] * (P + 1), ranks)
+        plan.ranks.append({"chunks": int(stats["num_chunks"]), "lp_iterations": int(iters),
+                           "cut_fraction": stats["cut_weight"] / max(stats["total_weight"], 1e-300)})
+        # the per-appearance owners travel with the plan object (broadcast), not in plan.json
+        object.__setattr__(plan, "extra", {"owner": owner, "rnn_owner": rnn_owner})
+        return plan
+
+    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+        """Read every snapshot; keep my appearances' Ã rows; fix the three index exchanges."""
+        comm, P, me = self.comm, self.comm.size, self.comm.rank
+        dtype, dev = self.ctx.dtype, self.ctx.device
+        T, N = plan.num_snapshots, plan.num_vertices
+        owner, rnn_owner = plan.extra["owner"], plan.extra["rnn_owner"]
+        flat_owner = owner.ravel()
+        # local row of every appearance on its owner: rank order, time-major (t, v)
+        local = np.empty(T * N, dtype=np.int64)
+        for p in range(P):
+            idx = np.flatnonzero(flat_owner == p)
+            local[idx] = np.arange(idx.shape[0])
+        mine = np.flatnonzero(flat_owner == me)  # keys t * N + v, ascending
+        n = mine.shape[0]
+        self.T, self.N, self.n = T, N, n
+        t_of, v_of = mine // N, mine % N
+        self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
+
+        rows, keys, vals, ax = [], [], [], []
+        for t in range(T):
+            lo, hi = self._t_bounds[t], self._t_bounds[t + 1]
+            snap = reader.read(t)
+            a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype).a
+            crow, col, val = a.crow_indices(), a.col_indices(), a.values()
+            vs = torch.from_numpy(v_of[lo:hi])
+            start, count = crow[vs], crow[vs + 1] - crow[vs]
+            idx = torch.repeat_interleave(start - torch.cumsum(count, 0) + count, count) + torch.arange(int(count.sum()))
+            local_row = torch.repeat_interleave(torch.arange(hi - lo), count) + int(lo)
+            c, v = col[idx], val[idx]
+            x = torch.from_numpy(snap.x).to(dtype)
+            ax.append(torch.sparse.mm(sorted_csr(local_row - int(lo), c, v, (hi - lo, N)), x) if hi > lo
+                      else x.new_zeros(0, x.shape[1]))
+            rows.append(local_row)
+            keys.append(c + t * N)
+            vals.append(v)
+        F = self.ctx.manifest.num_features
+        self.ax0 = (torch.cat(ax) if ax else torch.zeros(0, F, dtype=dtype)).to(dev)
+        rows_t = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+        keys_t = (torch.cat(keys) if keys else torch.zeros(0, dtype=torch.int64)).numpy()
+        vals_t = torch.cat(vals) if vals else torch.zeros(0, dtype=dtype)
+        # spatial halo: neighbour rows owned elsewhere, requested once each
+        own = flat_owner[keys_t] == me
+        need = np.unique(keys_t[~own])
+        need_owner = flat_owner[need]
+        arrival = np.argsort(need_owner, kind="stable")
+        slot = np.empty_like(arrival)
+        slot[arrival] = np.arange(arrival.shape[0])
+        recv_rows = np.bincount(need_owner, minlength=P).tolist()
+        ask = torch.from_numpy(local[need[arrival]]).view(-1, 1)
+        asked = comm.alltoallv(ask, recv_rows, tag="setup")
+        self.send_index = asked.view(-1).to(dev)
+        counts = comm.allgather_obj(recv_rows, tag="setup")
+        self.send_rows, self.recv_rows = [counts[q][me] for q in range(P)], recv_rows
+        ext = np.where(own, local[keys_t], 0)
+        ext[~own] = n + slot[np.searchsorted(need, keys_t[~own])]
+        ext_t = torch.from_numpy(ext)
+        shape = (n, n + need.shape[0])
+        self.adj = NormalizedAdjacency(-1, sorted_csr(rows_t, ext_t, vals_t, shape).to(dev),
+                                       sorted_csr(ext_t, rows_t, vals_t, (shape[1], shape[0])).to(dev))
+
+        # temporal: appearance rows <-> the RNN owner's (T, R, F) block
+        rnn_vertices = [np.flatnonzero(rnn_owner == p) for p in range(P)]
+        rpos = np.empty(N, dtype=np.int64)
+        for p in range(P):
+            rpos[rnn_vertices[p]] = np.arange(rnn_vertices[p].shape[0])
+        self.R = rnn_vertices[me].shape[0]
+        R_of = np.asarray([r.shape[0] for r in rnn_vertices])
+        dest = rnn_owner[v_of]
+        self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
+        # the task's layout: snapshot t on rank t mod P, all N rows in vertex order
+        self.scored = plan.snapshots_of(me)
+        slot_of_t = np.zeros(T, dtype=np.int64)
+        for p in range(P):
+            for j, t in enumerate(plan.snapshots_of(p)):
+                slot_of_t[t] = j
+        self.to_task = IndexExchange(comm, t_of % P, slot_of_t[t_of] * N + v_of, len(self.scored) * N, "redistribute")
+        self._last: torch.Tensor | None = None
+        return self.scored
+
+    def engine_bytes(self) -> int:
+        """Ã rows of this rank's appearances (and the transpose) plus the precomputed Ã·X."""
+        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
+
+    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
+        """Per layer: GCN rows with the halo, RNN at the RNN owners; then whole snapshots for the task."""
+        T, b = self.T, self._t_bounds
+        h: torch.Tensor | None = None
+        for li, layer in enumerate(model.layers):
+            if li == 0:
+                ax = self.ax0
+            else:
+                halo = all_to_all_rows(h[self.send_index], self.comm, self.send_rows, self.recv_rows, tag="halo")
+                ax = spmm(self.adj, torch.cat([h, halo]))
+            tparams, _ = layer.time_params_block(0, T, None)
+            parts = [layer.spatial(ax[b[t] : b[t + 1]], t, tparams) for t in range(T) if b[t + 1] > b[t]]
+            y = torch.cat(parts) if parts else ax.new_zeros(0, layer.spatial_features)
+            y = _keep_connected(y, h)
+            if layer.temporal_mixing:
+                yr = self.to_rnn.forward(y).view(T, self.R, y.shape[-1])
+                z, _ = layer.temporal(yr, None)
+                y = self.to_rnn.reverse(z.reshape(T * self.R, z.shape[-1]))
+            h = y
+        z = self.to_task.forward(h).view(len(self.scored), self.N, h.shape[-1])
+        self._last = z
+        return {t: z[j] for j, t in enumerate(self.scored)}
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward with the (possibly empty) task layout as an extra root, as the other strategies."""
+        roots, grads = [loss], [torch.ones_like(loss)]
+        if self._last is not None and self._last.requires_grad and self._last.shape[0] == 0:
+            roots, grads = [*roots, self._last], [*grads, torch.zeros_like(self._last)]
+        torch.autograd.backward(roots, grads)
+        self._last = None
