@@ -133,6 +133,12 @@ def validate_job(job: JobConfig, file: str) -> None:
         raise ConfigError(
             f"{file}: strategy.name: unknown {job.strategy.name!r}; choose from {', '.join(available_strategies())}"
         )
+    if job.stale.mode != "off" and job.strategy.name != "vertex":
+        # an approximation silently not applied would make a user trust the wrong numbers
+        raise ConfigError(
+            f"{file}: stale.mode: {job.stale.mode} is implemented for strategy vertex only "
+            f"(strategy.name is {job.strategy.name!r}); set stale.mode: off"
+        )
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():

@@ -94,3 +94,18 @@ def test_yaml_off_is_the_word_off(tmp_path):
     job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: off}}\n")
     assert load_job(job).stale.mode == "off"
     assert load_job(job, ["stale.mode=static"]).stale.mode == "static"
+
+
+def test_stale_needs_the_vertex_strategy(tmp_path):
+    """An approximation that a strategy would silently ignore is a config error instead."""
+    import pytest
+
+    from hpcdgnn.config import load_job
+    from hpcdgnn.errors import ConfigError
+
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: adaptive}}\n")
+    with pytest.raises(ConfigError, match="stale.mode: adaptive is implemented for strategy vertex only"):
+        load_job(job)
+    assert load_job(job, ["strategy.name=vertex"]).stale.mode == "adaptive"
