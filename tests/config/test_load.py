@@ -93,7 +93,7 @@ def test_yaml_off_is_the_word_off(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: off}}\n")
     assert load_job(job).stale.mode == "off"
-    assert load_job(job, ["stale.mode=static"]).stale.mode == "static"
+    assert load_job(job, ["stale.mode=static", "strategy.name=vertex"]).stale.mode == "static"
 
 
 def test_stale_needs_the_vertex_strategy(tmp_path):
