@@ -129,6 +129,16 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
     x = list(range(len(Ps)))
     files = []
 
+    def save(fig, ax, ylabel: str, name: str) -> None:
+        """The axes every figure shares (P on x, the sweep's title), then write and close it."""
+        ax.set_xlabel("ranks P")
+        ax.set_ylabel(ylabel)
+        ax.set_title(label, fontsize=9)
+        files.append(out / name)
+        fig.tight_layout()
+        fig.savefig(files[-1], dpi=120)
+        plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(6, 4))
     bottom = [0.0] * len(rows)
     for key, name in (("transfer_s", "transfer"), ("compute_s", "compute"), ("comm_s", "communication")):
@@ -136,14 +146,8 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
         ax.bar(x, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(x, [str(p) for p in Ps])
-    ax.set_xlabel("ranks P")
-    ax.set_ylabel("seconds per epoch (slowest rank)")
-    ax.set_title(label, fontsize=9)
     ax.legend()
-    files.append(out / "time_split.png")
-    fig.tight_layout()
-    fig.savefig(files[-1], dpi=120)
-    plt.close(fig)
+    save(fig, ax, "seconds per epoch (slowest rank)", "time_split.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(Ps, [r["speedup"] for r in rows], "o-", label="speed-up")
@@ -154,30 +158,18 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
     ax2.set_ylabel("parallel efficiency")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_xlabel("ranks P")
-    ax.set_ylabel(f"speed-up over P={Ps[0]}")
-    ax.set_title(label, fontsize=9)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left")
-    files.append(out / "speedup.png")
-    fig.tight_layout()
-    fig.savefig(files[-1], dpi=120)
-    plt.close(fig)
+    save(fig, ax, f"speed-up over P={Ps[0]}", "speedup.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(Ps, [r["bytes_per_epoch"] / _MiB for r in rows], "o-", label="sent by all ranks")
     if any(r["transfer_bytes_per_epoch"] for r in rows):
         ax.plot(Ps, [r["transfer_bytes_per_epoch"] / _MiB for r in rows], "s--", label="host -> device transfer")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("ranks P")
-    ax.set_ylabel("MiB per epoch")
-    ax.set_title(label, fontsize=9)
     ax.legend()
-    files.append(out / "volume.png")
-    fig.tight_layout()
-    fig.savefig(files[-1], dpi=120)
-    plt.close(fig)
+    save(fig, ax, "MiB per epoch", "volume.png")
     return files
 
 

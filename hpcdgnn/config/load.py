@@ -127,17 +127,27 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
 
 def validate_job(job: JobConfig, file: str) -> None:
     """Checks that need the outside world: the dataset directory and the strategy registry."""
-    from hpcdgnn.strategies import available_strategies  # late: keeps config import-light
+    from hpcdgnn.strategies import available_strategies, get_strategy  # late: keeps config import-light
 
     if job.strategy.name not in available_strategies():
         raise ConfigError(
             f"{file}: strategy.name: unknown {job.strategy.name!r}; choose from {', '.join(available_strategies())}"
         )
-    if job.stale.mode != "off" and job.strategy.name != "vertex":
-        # an approximation silently not applied would make a user trust the wrong numbers
+    strategy = get_strategy(job.strategy.name)
+
+    def supporting(flag: str) -> str:
+        return ", ".join(n for n in available_strategies() if getattr(get_strategy(n), flag))
+
+    # a technique a strategy would silently not apply would make a user trust the wrong numbers
+    if job.stale.mode != "off" and not strategy.supports_stale:
         raise ConfigError(
-            f"{file}: stale.mode: {job.stale.mode} is implemented for strategy vertex only "
+            f"{file}: stale.mode: {job.stale.mode} is implemented for strategy {supporting('supports_stale')} only "
             f"(strategy.name is {job.strategy.name!r}); set stale.mode: off"
+        )
+    if job.train.blocks > 1 and not strategy.supports_blocks:
+        raise ConfigError(
+            f"{file}: train.blocks: gradient-checkpoint blocks are implemented for strategy "
+            f"{supporting('supports_blocks')} only (strategy.name is {job.strategy.name!r}); set train.blocks: 1"
         )
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")

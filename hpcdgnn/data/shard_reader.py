@@ -97,6 +97,12 @@ class ShardReader:
         labels = self._read(t, "labels", N) if m.num_classes > 0 else None
         return Snapshot(t=t, indptr=indptr, indices=indices, weights=weights, x=x, active=active, labels=labels)
 
+    def edges(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Edges ``(src, dst)`` (int64) of the adjacency A_t trained on, in CSR order."""
+        N = self.manifest.num_vertices
+        indptr = self._read(t, "indptr", N + 1)
+        return csr_rows(indptr), self._read(t, "indices", int(indptr[-1])).astype(np.int64)
+
     def read_target(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Raw edges ``(src, dst)`` of snapshot ``t`` (link-prediction positives)."""
         N = self.manifest.num_vertices

@@ -46,6 +46,12 @@ class Strategy:
     """Base class of partitioning strategies; subclasses register with :func:`register_strategy`."""
 
     name: ClassVar[str] = ""
+    #: whether the strategy implements gradient-checkpoint blocks (``train.blocks`` > 1, SPEC S2)
+    supports_blocks: ClassVar[bool] = False
+    #: whether the strategy implements stale aggregation of halo rows (``stale``, SPEC D3)
+    supports_stale: ClassVar[bool] = False
+    #: output of the last layout change of the current step (see :meth:`backward`)
+    _last: torch.Tensor | None = None
 
     def __init__(self, ctx: StrategyContext) -> None:
         self.ctx = ctx
@@ -76,8 +82,23 @@ class Strategy:
         return batch.stats
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Backpropagate ``loss`` so that every rank runs the same collectives in the same order."""
-        loss.backward()
+        """Backpropagate ``loss`` so that every rank runs the same collectives in the same order.
+
+        ``self._last`` is the output of the strategy's last layout change (set by
+        ``forward``). Tasks keep their loss connected to every embedding they get
+        (Task.forward's contract), so only a rank that scores nothing needs it as an
+        extra root: it is empty then, so it costs nothing, but its backward still
+        takes part in the collective.
+        """
+        self._backward([loss], [torch.ones_like(loss)], self._last)
+        self._last = None
+
+    @staticmethod
+    def _backward(roots: list[torch.Tensor], grads: list[torch.Tensor], last: torch.Tensor | None) -> None:
+        """``torch.autograd.backward`` of ``roots``, plus ``last`` with a zero gradient when it is empty."""
+        if last is not None and last.requires_grad and last.shape[0] == 0:
+            roots, grads = [*roots, last], [*grads, torch.zeros_like(last)]
+        torch.autograd.backward(roots, grads)
 
     def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum partial gradients over ranks (one flat all-reduce; missing grads count as zero)."""

@@ -33,12 +33,12 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
-from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import spmm
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.strategies.halo import Halo, local_rows, read_owned_rows
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected
 
@@ -93,14 +93,9 @@ class ChunkStrategy(Strategy):
         """Chunks by label propagation, assigned by Alg. 1; the owner of every (t, v)."""
         from hpcdgnn.data.shard_reader import ShardReader
 
-        if job.train.blocks > 1:
-            raise ConfigError("train.blocks: gradient-checkpoint blocks are implemented for strategy snapshot only")
         T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
-        snaps = []
         with ShardReader(job.data.path, manifest) as reader:
-            for t in range(T):
-                s = reader.read(t)
-                snaps.append((np.repeat(np.arange(N), np.diff(s.indptr)), s.indices.astype(np.int64)))
+            snaps = [reader.edges(t) for t in range(T)]
         L, H, F = job.model.layers, job.model.hidden, manifest.num_features
         g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
         labels, iters = label_propagation(g, max_size=job.strategy.chunk_size)
@@ -131,66 +126,21 @@ class ChunkStrategy(Strategy):
         T, N = plan.num_snapshots, plan.num_vertices
         owner, rnn_owner = plan.extra["owner"], plan.extra["rnn_owner"]
         flat_owner = owner.ravel()
-        # local row of every appearance on its owner: rank order, time-major (t, v)
-        local = np.empty(T * N, dtype=np.int64)
-        for p in range(P):
-            idx = np.flatnonzero(flat_owner == p)
-            local[idx] = np.arange(idx.shape[0])
+        local = local_rows(flat_owner, P)  # row of every appearance on its owner, time-major (t, v)
         mine = np.flatnonzero(flat_owner == me)  # keys t * N + v, ascending
         n = mine.shape[0]
         self.T, self.N, self.n = T, N, n
         t_of, v_of = mine // N, mine % N
-        self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
-
-        rows, keys, vals, ax = [], [], [], []
-        for t in range(T):
-            lo, hi = self._t_bounds[t], self._t_bounds[t + 1]
-            snap = reader.read(t)
-            a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype).a
-            crow, col, val = a.crow_indices(), a.col_indices(), a.values()
-            vs = torch.from_numpy(v_of[lo:hi])
-            start, count = crow[vs], crow[vs + 1] - crow[vs]
-            idx = torch.repeat_interleave(start - torch.cumsum(count, 0) + count, count) + torch.arange(int(count.sum()))
-            local_row = torch.repeat_interleave(torch.arange(hi - lo), count) + int(lo)
-            c, v = col[idx], val[idx]
-            x = torch.from_numpy(snap.x).to(dtype)
-            ax.append(torch.sparse.mm(sorted_csr(local_row - int(lo), c, v, (hi - lo, N)), x) if hi > lo
-                      else x.new_zeros(0, x.shape[1]))
-            rows.append(local_row)
-            keys.append(c + t * N)
-            vals.append(v)
-        F = self.ctx.manifest.num_features
-        self.ax0 = (torch.cat(ax) if ax else torch.zeros(0, F, dtype=dtype)).to(dev)
-        rows_t = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
-        keys_t = (torch.cat(keys) if keys else torch.zeros(0, dtype=torch.int64)).numpy()
-        vals_t = torch.cat(vals) if vals else torch.zeros(0, dtype=dtype)
-        # spatial halo: neighbour rows owned elsewhere, requested once each
-        own = flat_owner[keys_t] == me
-        need = np.unique(keys_t[~own])
-        need_owner = flat_owner[need]
-        arrival = np.argsort(need_owner, kind="stable")
-        slot = np.empty_like(arrival)
-        slot[arrival] = np.arange(arrival.shape[0])
-        recv_rows = np.bincount(need_owner, minlength=P).tolist()
-        ask = torch.from_numpy(local[need[arrival]]).view(-1, 1)
-        asked = comm.alltoallv(ask, recv_rows, tag="setup")
-        self.send_index = asked.view(-1).to(dev)
-        counts = comm.allgather_obj(recv_rows, tag="setup")
-        self.send_rows, self.recv_rows = [counts[q][me] for q in range(P)], recv_rows
-        ext = np.where(own, local[keys_t], 0)
-        ext[~own] = n + slot[np.searchsorted(need, keys_t[~own])]
-        ext_t = torch.from_numpy(ext)
-        shape = (n, n + need.shape[0])
-        self.adj = NormalizedAdjacency(-1, sorted_csr(rows_t, ext_t, vals_t, shape).to(dev),
-                                       sorted_csr(ext_t, rows_t, vals_t, (shape[1], shape[0])).to(dev))
+        b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
+        owned = read_owned_rows(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], dtype)
+        self.ax0 = owned.ax.to(dev)
+        self.halo = Halo(comm, owned.key, lambda k: flat_owner[k], lambda k: local[k], n)
+        self.adj = self.halo.operator(owned, dev)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
-        rnn_vertices = [np.flatnonzero(rnn_owner == p) for p in range(P)]
-        rpos = np.empty(N, dtype=np.int64)
-        for p in range(P):
-            rpos[rnn_vertices[p]] = np.arange(rnn_vertices[p].shape[0])
-        self.R = rnn_vertices[me].shape[0]
-        R_of = np.asarray([r.shape[0] for r in rnn_vertices])
+        rpos = local_rows(rnn_owner, P)
+        R_of = np.bincount(rnn_owner, minlength=P)
+        self.R = int(R_of[me])
         dest = rnn_owner[v_of]
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
         # the task's layout: snapshot t on rank t mod P, all N rows in vertex order
@@ -215,7 +165,7 @@ class ChunkStrategy(Strategy):
             if li == 0:
                 ax = self.ax0
             else:
-                halo = all_to_all_rows(h[self.send_index], self.comm, self.send_rows, self.recv_rows, tag="halo")
+                halo = self.halo.exchange(h)
                 ax = spmm(self.adj, torch.cat([h, halo]))
             tparams, _ = layer.time_params_block(0, T, None)
             parts = [layer.spatial(ax[b[t] : b[t + 1]], t, tparams) for t in range(T) if b[t + 1] > b[t]]
@@ -229,11 +179,3 @@ class ChunkStrategy(Strategy):
         z = self.to_task.forward(h).view(len(self.scored), self.N, h.shape[-1])
         self._last = z
         return {t: z[j] for j, t in enumerate(self.scored)}
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward with the (possibly empty) task layout as an extra root, as the other strategies."""
-        roots, grads = [loss], [torch.ones_like(loss)]
-        if self._last is not None and self._last.requires_grad and self._last.shape[0] == 0:
-            roots, grads = [*roots, self._last], [*grads, torch.zeros_like(self._last)]
-        torch.autograd.backward(roots, grads)
-        self._last = None

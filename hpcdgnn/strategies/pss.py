@@ -30,7 +30,6 @@ import dataclasses
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from hpcdgnn.errors import PlanError
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.strategies.registry import register_strategy
@@ -97,11 +96,11 @@ class _Pipe:
 class PSSStrategy(SnapshotStrategy):
     """Contiguous snapshots per rank; RNN state pipelined rank to rank (DGC §2.1 "PSS")."""
 
+    supports_blocks = False  # the pipeline passes states across ranks, not across blocks
+
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """Contiguous blocks of time (by count or estimated work, ``strategy.balance``)."""
-        if job.train.blocks > 1:
-            raise PlanError("train.blocks: gradient-checkpoint blocks are not implemented for strategy pss")
         block = dataclasses.replace(job, strategy=dataclasses.replace(job.strategy, layout="block"))
         return dataclasses.replace(SnapshotStrategy.make_plan(manifest, num_ranks, block), kind="pss")
 

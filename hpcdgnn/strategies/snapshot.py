@@ -76,6 +76,8 @@ def _rows(ts: list[int]) -> tuple[int, int] | list[int]:
 class SnapshotStrategy(Strategy):
     """Snapshots are owned by ranks in contiguous blocks; the RNN runs on vertex ranges (IBM §4.2)."""
 
+    supports_blocks = True
+
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """Cyclic snapshots or contiguous blocks (equal count, or equal estimated work); equal vertex ranges.
@@ -311,19 +313,6 @@ class SnapshotStrategy(Strategy):
         """The whole timeline as one block (no checkpointing)."""
         emb, _, self._last = self._forward_block(model, 0, [(None, None)] * len(model.layers))
         return emb
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward with the last layer output as an extra zero-gradient root (see module docstring)."""
-        self._backward([loss], [torch.ones_like(loss)], self._last)
-        self._last = None
-
-    @staticmethod
-    def _backward(roots: list[torch.Tensor], grads: list[torch.Tensor], last: torch.Tensor | None) -> None:
-        # Tasks keep their loss connected to every embedding they get (Task.forward's contract), so
-        # only a rank that scores nothing needs the extra root; it is empty, so it costs nothing.
-        if last is not None and last.requires_grad and last.shape[0] == 0:
-            roots, grads = [*roots, last], [*grads, torch.zeros_like(last)]
-        torch.autograd.backward(roots, grads)
 
     def step(self, model: DGNN, task, epoch: int, scale: float) -> np.ndarray:
         """One full-batch step; with nb > 1 blocks, gradient checkpointing (IBM §3.1, Fig. 2; SPEC S2).

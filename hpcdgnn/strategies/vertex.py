@@ -34,12 +34,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hpcdgnn.comm.autograd import all_to_all_rows, redistribute
+from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import spmm
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.strategies.halo import Halo, read_owned_rows
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected, _rows
 from hpcdgnn.strategies.stale import StaleHalo
@@ -86,22 +87,18 @@ def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None)
 class VertexStrategy(Strategy):
     """Vertices partitioned over ranks for all snapshots; halo rows exchanged per GCN (IBM §4.1)."""
 
+    supports_stale = True
+
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """Vertex sets by ``strategy.partition``; snapshots scored cyclically (t on rank t mod P)."""
         from hpcdgnn.data.shard_reader import ShardReader
 
-        if job.train.blocks > 1:
-            raise ConfigError("train.blocks: gradient-checkpoint blocks are implemented for strategy snapshot only")
         T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
         edges = None
         if job.strategy.partition == "metis" and P > 1:
             with ShardReader(job.data.path, manifest) as reader:
-                src, dst = [], []
-                for t in range(T):
-                    s = reader.read(t)
-                    src.append(np.repeat(np.arange(N), np.diff(s.indptr)))
-                    dst.append(s.indices.astype(np.int64))
+                src, dst = zip(*(reader.edges(t) for t in range(T)))
             edges = (np.concatenate(src), np.concatenate(dst))
         part = vertex_partition(job.strategy.partition, N, P, edges)
         order = np.argsort(part, kind="stable")
@@ -121,72 +118,32 @@ class VertexStrategy(Strategy):
         comm, P, me = self.comm, self.comm.size, self.comm.rank
         dtype, dev = self.ctx.dtype, self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
-        vb = plan.vertex_bounds
+        vb = np.asarray(plan.vertex_bounds)
         order = np.asarray(plan.vertex_order if plan.vertex_order is not None else range(N), dtype=np.int64)
         pos = np.empty(N, dtype=np.int64)
         pos[order] = np.arange(N)  # position of each vertex in rank order
-        owner_of_pos = np.repeat(np.arange(P), np.diff(vb))
+        part = np.repeat(np.arange(P), np.diff(vb))[pos]  # rank of each vertex
+        row_in_rank = pos - vb[part]
         lo, hi = vb[me], vb[me + 1]
-        n = hi - lo
-        mine = torch.from_numpy(order[lo:hi])
+        n = int(hi - lo)
         self.T, self.N, self.n, self.plan = T, N, n, plan
         self.pos = torch.from_numpy(pos).to(dev)
-
-        rows_all, cols_all, vals_all, ax = [], [], [], []
-        for t in range(T):
-            snap = reader.read(t)
-            a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype).a
-            crow, col, val = a.crow_indices(), a.col_indices(), a.values()
-            start, stop = crow[mine], crow[mine + 1]
-            count = stop - start
-            local_row = torch.repeat_interleave(torch.arange(n), count)
-            idx = torch.repeat_interleave(start - torch.cumsum(count, 0) + count, count) + torch.arange(int(count.sum()))
-            c, v = col[idx], val[idx]
-            # S4: the first layer's Ã·X from the full features, so layer 0 needs no halo
-            x = torch.from_numpy(snap.x).to(dtype)
-            ax.append(torch.sparse.mm(sorted_csr(local_row, c, v, (n, N)), x) if n else x.new_zeros(0, x.shape[1]))
-            rows_all.append(local_row + t * n)
-            cols_all.append(torch.from_numpy(pos[c.numpy()]) + t * N)  # (t, position) key of each column
-            vals_all.append(v)
-        self.ax0 = torch.stack(ax).to(dev) if T else torch.zeros(0, n, self.ctx.manifest.num_features, dtype=dtype)
-
-        rows = torch.cat(rows_all) if rows_all else torch.zeros(0, dtype=torch.int64)
-        keys = torch.cat(cols_all) if cols_all else torch.zeros(0, dtype=torch.int64)
-        vals = torch.cat(vals_all) if vals_all else torch.zeros(0, dtype=dtype)
-        t_of, p_of = keys // N, keys % N
-        local = (p_of >= lo) & (p_of < hi)
-        # halo: the distinct remote (t, position) keys, ascending; they arrive grouped by owner rank
-        need = torch.unique(keys[~local])
-        need_owner = torch.from_numpy(owner_of_pos[(need % N).numpy()])
-        arrival = torch.argsort(need_owner, stable=True)  # arrival[j]: which need entry comes j-th
-        slot = torch.empty_like(arrival)
-        slot[arrival] = torch.arange(arrival.numel())
-        recv_rows = torch.bincount(need_owner, minlength=P).tolist()
-        # ask each owner for its rows, as (t, local index on the owner) pairs
-        asked_keys = need[arrival]
-        vb_t = torch.as_tensor(vb, dtype=torch.int64)
-        ask = torch.stack([asked_keys // N, asked_keys % N - vb_t[need_owner[arrival]]], 1).contiguous()
-        asked = comm.alltoallv(ask, recv_rows, tag="setup")
-        self.send_index = (asked[:, 0] * n + asked[:, 1]).to(dev)  # rows of H.view(T*n, F) others need
-        counts = comm.allgather_obj(recv_rows, tag="setup")  # counts[p][q]: rows rank p gets from rank q
-        self.send_rows = [counts[q][me] for q in range(P)]
-        self.recv_rows = recv_rows
-        # columns of the big product: own rows t*n + i, then the halo rows in arrival order
-        ext = torch.empty(keys.shape, dtype=torch.int64)
-        ext[local] = t_of[local] * n + (p_of[local] - lo)
-        ext[~local] = T * n + slot[torch.searchsorted(need, keys[~local])]
-        shape = (T * n, T * n + len(need))
-        self.adj = NormalizedAdjacency(-1, sorted_csr(rows, ext, vals, shape).to(dev),
-                                       sorted_csr(ext, rows, vals, (shape[1], shape[0])).to(dev))
-        self.halo_rows = len(need)
+        mine = order[lo:hi]
+        owned = read_owned_rows(reader, T, N, lambda t: mine, dtype)
+        self.ax0 = owned.ax.view(T, n, owned.ax.shape[-1]).to(dev)  # explicit F: n may be 0 (P > N)
+        # appearance (t, v) lives on part[v], at row t * n_part + its row in the rank's range
+        n_of = np.diff(vb)
+        self.halo = Halo(comm, owned.key, lambda k: part[k % N],
+                         lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n)
+        self.adj = self.halo.operator(owned, dev)
         stale = self.ctx.job.stale
         self.stale = None if stale.mode == "off" else StaleHalo(
-            self.comm, self.send_rows, self.recv_rows, stale.mode, stale.theta
+            self.comm, self.halo.send_rows, self.halo.recv_rows, stale.mode, stale.theta
         )
 
         # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
-        self._snap_boxes = [((0, len(self.scored)), (vb[q], vb[q + 1])) for q in range(P)]
+        self._snap_boxes = [((0, len(self.scored)), tuple(plan.vertex_bounds[q : q + 2])) for q in range(P)]
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
         return self.scored
 
@@ -208,10 +165,9 @@ class VertexStrategy(Strategy):
             else:
                 flat = h.reshape(T * n, h.shape[-1])
                 if self.stale is not None:  # DGC §5.2: rows that barely moved are reused from a cache
-                    halo = self.stale.exchange(li, flat[self.send_index])
+                    halo = self.stale.exchange(li, flat[self.halo.send_index])
                 else:
-                    halo = all_to_all_rows(flat[self.send_index], self.comm, self.send_rows, self.recv_rows,
-                                           tag="halo", reuse=f"layer{li}.halo")
+                    halo = self.halo.exchange(flat, reuse=f"layer{li}.halo")
                 ax = spmm(self.adj, torch.cat([flat, halo])).view(T, n, flat.shape[-1])
             tparams, _ = layer.time_params_block(0, T, None)
             y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax
@@ -222,11 +178,3 @@ class VertexStrategy(Strategy):
         self._last = z
         # rows are in rank order: back to vertex ids for the task
         return {t: z[j].index_select(0, self.pos) for j, t in enumerate(self.scored)}
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward with the (possibly empty) final layout change as an extra root, as in SnapshotStrategy."""
-        roots, grads = [loss], [torch.ones_like(loss)]
-        if self._last is not None and self._last.requires_grad and self._last.shape[0] == 0:
-            roots, grads = [*roots, self._last], [*grads, torch.zeros_like(self._last)]
-        torch.autograd.backward(roots, grads)
-        self._last = None

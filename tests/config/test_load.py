@@ -109,3 +109,19 @@ def test_stale_needs_the_vertex_strategy(tmp_path):
     with pytest.raises(ConfigError, match="stale.mode: adaptive is implemented for strategy vertex only"):
         load_job(job)
     assert load_job(job, ["strategy.name=vertex"]).stale.mode == "adaptive"
+
+
+def test_blocks_need_a_strategy_that_implements_them(tmp_path):
+    """train.blocks > 1 with a strategy that has no checkpoint blocks is refused at load, naming the key."""
+    import pytest
+
+    from hpcdgnn.config import load_job
+    from hpcdgnn.errors import ConfigError
+
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\ntrain: {{blocks: 2}}\n")
+    assert load_job(job).train.blocks == 2  # snapshot implements them
+    for name in ("pss", "vertex", "chunk"):
+        with pytest.raises(ConfigError, match=r"train.blocks: .* implemented for strategy snapshot only"):
+            load_job(job, [f"strategy.name={name}"])

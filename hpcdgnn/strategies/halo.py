@@ -1,0 +1,127 @@
+"""What the vertex (S6) and chunk (D1) strategies share: owned rows of Ã and the halo exchange.
+
+Both give every vertex appearance (v, t) one owner rank and number a rank's
+appearances time-major: its rows of snapshot 0, then of snapshot 1, ... — so
+a rank's activations are one (n, F) tensor and a GCN layer over all T
+snapshots is one sparse product with the rows of Ã it owns. The columns of
+that product are its own rows, then the *halo*: the rows of neighbours that
+other ranks own, each requested once at setup and exchanged once per layer
+(:class:`Halo`). The first layer's Ã·X is computed at setup from the full
+features (SPEC S4), so it needs no halo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
+
+__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows"]
+
+
+@dataclass
+class OwnedRows:
+    """This rank's rows of Ã_t for all t, as entries of one (n, N·T) matrix, and their Ã·X.
+
+    ``row``: local row (time-major); ``key``: ``t * N + u`` of the column vertex u in
+    snapshot t; ``val``: Ã_t[v, u]; ``ax``: (n, F) first-layer aggregation.
+    """
+
+    row: torch.Tensor
+    key: np.ndarray
+    val: torch.Tensor
+    ax: torch.Tensor
+
+
+def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: Callable[[int], np.ndarray],
+                    dtype: torch.dtype) -> OwnedRows:
+    """Read each snapshot, normalise it (IBM Eq. 1) and keep the rows of ``vertices_at(t)`` (local order)."""
+    N = num_vertices
+    rows, keys, vals, ax = [], [], [], []
+    offset = 0
+    F = reader.manifest.num_features
+    for t in range(num_snapshots):
+        snap = reader.read(t)
+        a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype).a
+        crow, col, val = a.crow_indices(), a.col_indices(), a.values()
+        vs = torch.from_numpy(np.asarray(vertices_at(t), dtype=np.int64))
+        k = vs.shape[0]
+        start, count = crow[vs], crow[vs + 1] - crow[vs]
+        # positions of the kept rows' entries in the CSR arrays, row after row
+        idx = torch.repeat_interleave(start - torch.cumsum(count, 0) + count, count) + torch.arange(int(count.sum()))
+        local = torch.repeat_interleave(torch.arange(k), count)
+        c, v = col[idx], val[idx]
+        x = torch.from_numpy(snap.x).to(dtype)
+        ax.append(torch.sparse.mm(sorted_csr(local, c, v, (k, N)), x) if k else x.new_zeros(0, F))
+        rows.append(local + offset)
+        keys.append(c.numpy() + t * N)
+        vals.append(v)
+        offset += k
+    empty = torch.zeros(0, dtype=torch.int64)
+    return OwnedRows(
+        row=torch.cat(rows) if rows else empty,
+        key=np.concatenate(keys) if keys else empty.numpy(),
+        val=torch.cat(vals) if vals else torch.zeros(0, dtype=dtype),
+        ax=torch.cat(ax) if ax else torch.zeros(0, F, dtype=dtype),
+    )
+
+
+def local_rows(owner: np.ndarray, num_ranks: int) -> np.ndarray:
+    """Row of each item on its owner, items numbered in ascending order per owner (a cumulative count)."""
+    order = np.argsort(owner, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=num_ranks))[:-1]])
+    local = np.empty(owner.shape[0], dtype=np.int64)
+    local[order] = np.arange(owner.shape[0]) - starts[owner[order]]
+    return local
+
+
+class Halo:
+    """The rows other ranks own that this rank's product reads: asked for once, exchanged per layer.
+
+    Args:
+        comm: the communicator.
+        keys: column keys ``t * N + u`` of this rank's entries (:attr:`OwnedRows.key`).
+        owner_of: rank owning each key (vectorised).
+        local_of: row of each key on its owner (vectorised).
+        n_local: this rank's own rows.
+    """
+
+    def __init__(self, comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
+                 local_of: Callable[[np.ndarray], np.ndarray], n_local: int) -> None:
+        P, me = comm.size, comm.rank
+        self.comm = comm
+        own = owner_of(keys) == me
+        need = np.unique(keys[~own])  # each remote row once, ascending
+        need_owner = owner_of(need)
+        arrival = np.argsort(need_owner, kind="stable")  # they arrive grouped by owner rank
+        slot = np.empty_like(arrival)
+        slot[arrival] = np.arange(arrival.shape[0])
+        self.recv_rows = np.bincount(need_owner, minlength=P).tolist()
+        asked = comm.alltoallv(torch.from_numpy(local_of(need[arrival])).view(-1, 1), self.recv_rows, tag="setup")
+        #: rows of this rank's (n, F) activations that other ranks read, in the order they asked
+        self.send_index = asked.view(-1)
+        counts = comm.allgather_obj(self.recv_rows, tag="setup")  # counts[p][q]: rows rank p gets from q
+        self.send_rows = [counts[q][me] for q in range(P)]
+        #: column of each entry in [own rows ; halo rows]
+        self.columns = np.empty(keys.shape[0], dtype=np.int64)
+        self.columns[own] = local_of(keys[own])
+        self.columns[~own] = n_local + slot[np.searchsorted(need, keys[~own])]
+        self.num_rows = need.shape[0]
+        self.n_local = n_local
+
+    def operator(self, owned: OwnedRows, device: torch.device) -> NormalizedAdjacency:
+        """This rank's rows of Ã over [own ; halo] columns, with the transpose for the backward pass."""
+        cols = torch.from_numpy(self.columns)
+        shape = (self.n_local, self.n_local + self.num_rows)
+        return NormalizedAdjacency(-1, sorted_csr(owned.row, cols, owned.val, shape).to(device),
+                                   sorted_csr(cols, owned.row, owned.val, (shape[1], shape[0])).to(device))
+
+    def exchange(self, h: torch.Tensor, reuse: str | None = None) -> torch.Tensor:
+        """The halo rows of activations ``h`` (n, F), differentiable (backward sends gradients back)."""
+        return all_to_all_rows(h[self.send_index.to(h.device)], self.comm, self.send_rows, self.recv_rows,
+                               tag="halo", reuse=reuse)
