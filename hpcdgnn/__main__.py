@@ -1,4 +1,4 @@
-"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate``.
+"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile``.
 
 ``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``).
 It builds the one :class:`~hpcdgnn.comm.Communicator` and installs the abort
@@ -72,6 +72,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    """Profile chunk encoder times on this machine and save DGC's workload MLPs (§4.2, §6)."""
+    from hpcdgnn.partition.workload import run_profile
+
+    return run_profile(args)
+
+
 def _parser() -> argparse.ArgumentParser:
     from hpcdgnn.data.generate import add_generate_arguments, run_generate
     from hpcdgnn.data.inspect import add_inspect_arguments, run_inspect
@@ -105,6 +112,33 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a dataset directory (also done when a run starts)")
     add_validate_arguments(v)
     v.set_defaults(func=run_validate)
+
+    # options here, not in hpcdgnn.partition.workload: that module imports torch, which every
+    # other subcommand would then pay for at start-up
+    pf = sub.add_parser("profile", help="time chunk encoders here and fit the workload predictor (DGC §4.2, §6)",
+                        description="Time the structure- and time-encoder work of random chunks on this machine "
+                        "and fit DGC's two workload MLPs (§4.2, §6); jobs use them with strategy.workload: mlp.")
+    pf.add_argument("--model", default="cdgcn", help="model, as YAML model.name (default cdgcn)")
+    pf.add_argument("--features", type=int, nargs="+", default=[2], metavar="F",
+                    help="input feature widths to profile: the dataset's num_features (default 2)")
+    pf.add_argument("--hidden", type=int, nargs="+", default=[16], metavar="H",
+                    help="hidden widths to profile, model.hidden (default 16); several values cover a range")
+    pf.add_argument("--window", type=int, default=3, help="TM-GCN window, model.window (default 3)")
+    pf.add_argument("--samples", type=int, default=600, help="random chunks to time (default 600; 20%% held out)")
+    pf.add_argument("--max-size", type=int, default=4096,
+                    help="largest random chunk in appearances, as strategy.chunk_size (default 4096)")
+    pf.add_argument("--data", metavar="DIR", help="draw the chunks from this dataset instead of a generated graph")
+    pf.add_argument("--vertices", type=int, default=2048, help="generated graph: N (default 2048)")
+    pf.add_argument("--snapshots", type=int, default=32, help="generated graph: T (default 32)")
+    pf.add_argument("--density", type=float, default=3.0, help="generated graph: edges per vertex per snapshot")
+    pf.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="device to time on")
+    pf.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="as train.dtype")
+    pf.add_argument("--threads", type=int, default=1, help="torch threads: one rank's share of the cores (default 1)")
+    pf.add_argument("--repeats", type=int, default=3, help="timed repeats per encoder, the best counts (default 3)")
+    pf.add_argument("--seed", type=int, default=0, help="seed of the chunks, widths and split (default 0)")
+    pf.add_argument("--fit-steps", type=int, default=1500, help="Adam steps per MLP (default 1500)")
+    pf.add_argument("--out", metavar="PATH", help="predictor file (default: the per-machine cache path)")
+    pf.set_defaults(func=_cmd_profile)
     return p
 
 

@@ -33,18 +33,21 @@ _MiB = 1024.0 * 1024.0
 
 
 def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, partition: str,
-        chunk_size: int = 4096) -> dict:
-    """One run; returns median steady MiB/epoch (total, strategy, gradient) and epoch seconds."""
+        chunk_size: int = 4096, label: str = "", **strategy_keys) -> dict:
+    """One run; returns median steady MiB/epoch (total, strategy, gradient) and epoch seconds, and the
+    last epoch's record (``strategy_keys`` go into the job's ``strategy:`` section).
+    """
     import subprocess
 
-    job = work / f"{strategy}-p{P}.yaml"
+    name = f"{strategy}{label}-p{P}"
+    job = work / f"{name}.yaml"
     job.write_text(yaml.safe_dump({
         "data": {"path": str(data), "validate": "structure"},
         "model": {"name": model, "hidden": 16},
-        "strategy": {"name": strategy, "partition": partition, "chunk_size": chunk_size},
+        "strategy": {"name": strategy, "partition": partition, "chunk_size": chunk_size, **strategy_keys},
         "train": {"epochs": epochs, "threads": 1},
     }))
-    out = work / f"run-{strategy}-p{P}"
+    out = work / f"run-{name}"
     proc = subprocess.run([*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)],
                           capture_output=True, text=True, env=run_env())
     if proc.returncode != 0:
@@ -66,6 +69,7 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
         "epoch": median([r["time"]["epoch"]["max"] for r in steady]),
         "loss": recs[-1]["loss"],
         "lambda": median(lam),
+        "record": recs[-1],
     }
 
 

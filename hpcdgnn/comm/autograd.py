@@ -45,7 +45,12 @@ def all_to_all_rows(
     ``reuse`` keys the receive buffers of the forward and backward exchanges
     (see :meth:`Communicator.alltoallv`): give each exchange of a training step
     its own key and the step reuses last step's memory.
+
+    The backward is a collective too, so every rank must run it: a rank whose rows
+    carry no gradient (one that owns none, P > N) still joins it, through a leaf.
     """
+    if torch.is_grad_enabled() and not x.requires_grad:
+        x = x.detach().requires_grad_(True)
     return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag, reuse)
 
 

@@ -149,6 +149,11 @@ def validate_job(job: JobConfig, file: str) -> None:
             f"{file}: train.blocks: gradient-checkpoint blocks are implemented for strategy "
             f"{supporting('supports_blocks')} only (strategy.name is {job.strategy.name!r}); set train.blocks: 1"
         )
+    if job.strategy.workload != "count" and not strategy.uses_workload_model:
+        raise ConfigError(
+            f"{file}: strategy.workload: {job.strategy.workload} is used by strategy "
+            f"{supporting('uses_workload_model')} only (strategy.name is {job.strategy.name!r}); set it to count"
+        )
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():

@@ -42,8 +42,9 @@ class DataConfig:
 class ModelConfig:
     """``model:`` the DGNN architecture (IBM §5)."""
 
-    name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn"] = "cdgcn"
-    """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2), TM-GCN (§5.3) or T-GCN (DGC §7.1: GCN layers, then a GRU)."""
+    name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn", "mpnn_lstm", "dysat"] = "cdgcn"
+    """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2), TM-GCN (§5.3), or DGC §7.1's T-GCN (GCN layers, then a
+    GRU), MPNN-LSTM (GCN layers concatenated, then a 2-layer LSTM) or DySAT (GAT + temporal self-attention)."""
     layers: int = 2
     """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
     hidden: int = 16
@@ -140,13 +141,29 @@ class StrategyConfig:
     """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
     chunk_size: int = 4096
     """``strategy: chunk``: largest chunk, in vertex appearances (DGC §4.1's size cap)."""
+    fusion: Literal["off", "on"] = "on"
+    """``strategy: chunk``: spatial fusion (DGC §5.1.1): a rank's chunks that read each other's rows
+    are aggregated together, in groups of at most ``fusion_memory_mb``; ``off`` aggregates chunk by
+    chunk (DGC's "one by one"). Outputs are identical either way."""
+    fusion_memory_mb: float = 512.0
+    """``strategy: chunk``: estimated memory cap of one fused group (rows in and out at the widest
+    layer, plus its entries of Ã)."""
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
             raise ValueError("chunk_size: must be >= 1")
+        if not self.fusion_memory_mb > 0:
+            raise ValueError("fusion_memory_mb: must be > 0")
     partition: Literal["range", "hash", "metis"] = "range"
     """``strategy: vertex``: vertices split into contiguous id ranges, by a hash of the id, or by
     METIS on the union of all snapshots (the optional ``pymetis`` package)."""
+    workload: Literal["count", "mlp"] = "count"
+    """``strategy: chunk``: chunk workload g_a of the assignment (DGC §4.2, Alg. 1): ``count`` =
+    appearances + spatial edges; ``mlp`` = DGC §6's two MLPs (structure + time encoder seconds)
+    profiled on this machine by ``python -m hpcdgnn profile``."""
+    predictor: str | None = None
+    """``workload: mlp``: the predictor file; null = this machine's default
+    (``$HPCDGNN_CACHE`` or ``~/.cache/hpcdgnn``, ``workload-<cpu or gpu>-<model>-<device>-<dtype>.pt``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,8 +23,16 @@ index lists where they have boxes or ranges:
 
 After the last layer one more all-to-all gives the task whole snapshots
 (snapshot t on rank t mod P). Everything is exact: the same loss as P = 1.
-Fusion (D2), the learned workload model and stale aggregation on these halos
-are not implemented yet.
+Spatial fusion (D2, DGC §5.1.1, ``strategy.fusion``): the GCN aggregation
+runs over groups of a rank's chunks, fused under ``strategy.fusion_memory_mb``
+(:mod:`hpcdgnn.partition.fusion`); each group reads its rows once. The outputs
+are those of the unfused, chunk-by-chunk run; what changes is the rows loaded,
+reported per epoch (``fusion`` in metrics.jsonl). Attention layers (DySAT)
+aggregate all of a rank's rows at once, i.e. as one fused group.
+
+Stale aggregation (D3, ``stale:``) applies to the GCN halo exactly as in the
+vertex strategy (:class:`~hpcdgnn.strategies.stale.StaleHalo`); the RNN-owner
+and task exchanges always move fresh rows.
 """
 
 from __future__ import annotations
@@ -33,14 +41,16 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
-from hpcdgnn.nn.conv.gcn import spmm
+from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
+from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.halo import Halo, local_rows, read_owned_rows
+from hpcdgnn.strategies.halo import Halo, halo_graph, local_rows, read_owned_rows
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected
+from hpcdgnn.strategies.stale import StaleHalo
 
 __all__ = ["ChunkStrategy", "IndexExchange"]
 
@@ -88,6 +98,9 @@ class IndexExchange:
 class ChunkStrategy(Strategy):
     """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges (see module docstring)."""
 
+    supports_stale = True
+    uses_workload_model = True
+
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """Chunks by label propagation, assigned by Alg. 1; the owner of every (t, v)."""
@@ -100,10 +113,14 @@ class ChunkStrategy(Strategy):
         g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
         labels, iters = label_propagation(g, max_size=job.strategy.chunk_size)
         stats = chunk_stats(g, labels)
-        work = (stats["nodes"] + stats["spatial_edges"]).astype(float)
+        from hpcdgnn.partition.workload import chunk_work  # DGC §4.2: count, or the profiled MLPs
+
+        work = chunk_work(job, F, g, labels, stats)
         chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
         owner = np.full((T, N), -1, dtype=np.int64)
         owner[g.time, g.vertex] = chunk_owner[labels] if labels.shape[0] else 0
+        chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, for fusion
+        chunk[g.time, g.vertex] = labels
         counts = np.zeros((N, P), dtype=np.int64)
         active = owner >= 0
         np.add.at(counts, (np.nonzero(active)[1], owner[active]), 1)
@@ -116,7 +133,7 @@ class ChunkStrategy(Strategy):
         plan.ranks.append({"chunks": int(stats["num_chunks"]), "lp_iterations": int(iters),
                            "cut_fraction": stats["cut_weight"] / max(stats["total_weight"], 1e-300)})
         # the per-appearance owners travel with the plan object (broadcast), not in plan.json
-        object.__setattr__(plan, "extra", {"owner": owner, "rnn_owner": rnn_owner})
+        object.__setattr__(plan, "extra", {"owner": owner, "rnn_owner": rnn_owner, "chunk": chunk})
         return plan
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
@@ -132,10 +149,13 @@ class ChunkStrategy(Strategy):
         self.T, self.N, self.n = T, N, n
         t_of, v_of = mine // N, mine % N
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
-        owned = read_owned_rows(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], dtype)
+        self._precomputed = model.layers[0].precomputable
+        owned = read_owned_rows(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], dtype, self._precomputed)
         self.ax0 = owned.ax.to(dev)
         self.halo = Halo(comm, owned.key, lambda k: flat_owner[k], lambda k: local[k], n)
         self.adj = self.halo.operator(owned, dev)
+        self.stale = StaleHalo.for_halo(comm, self.halo, self.ctx.job.stale)
+        self.groups = self._fuse(plan.extra["chunk"].ravel()[mine], owned, model)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
         rpos = local_rows(rnn_owner, P)
@@ -153,23 +173,50 @@ class ChunkStrategy(Strategy):
         self._last: torch.Tensor | None = None
         return self.scored
 
+    def _fuse(self, chunk: np.ndarray, owned, model: DGNN) -> RowGroups:
+        """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
+        §5.1.1, :func:`~hpcdgnn.partition.fusion.fuse_chunks`) or one group per chunk (``fusion: off``).
+        Inactive appearances (chunk -1, their rows hold only the self-loop) form one more chunk.
+        """
+        cfg = self.ctx.job.strategy
+        local_chunk = np.unique(chunk, return_inverse=True)[1].reshape(-1)
+        row, col = owned.row.numpy(), self.halo.columns
+        if cfg.fusion == "on" and local_chunk.shape[0]:
+            width = max(max(layer.in_features, layer.spatial_features) for layer in model.layers)
+            cost = group_cost(local_chunk, row, col, width, torch.empty((), dtype=self.ctx.dtype).element_size())
+            local_chunk = fuse_chunks(local_chunk, row, col, cost, cfg.fusion_memory_mb * 2**20)
+        groups = RowGroups(self.adj, local_chunk)
+        per_chunk = np.unique(chunk, return_inverse=True)[1].reshape(-1)
+        #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank)
+        self._fusion_stats = np.array([int(per_chunk.max(initial=-1)) + 1, len(groups), groups.loaded_rows,
+                                       RowGroups.rows_read(per_chunk, row, col)])
+        return groups
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+        """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""
+        chunks, groups, loaded, unfused = self.comm.allreduce_array(self._fusion_stats, tag="metrics")
+        out = {"fusion": {"chunks": int(chunks), "groups": int(groups), "rows_loaded": int(loaded),
+                          "rows_loaded_unfused": int(unfused)}}
+        return out if self.stale is None else {**out, **self.stale.end_epoch(train_loss)}
+
     def engine_bytes(self) -> int:
         """Ã rows of this rank's appearances (and the transpose) plus the precomputed Ã·X."""
-        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
+        return self.adj.nbytes + self.groups.nbytes + self.ax0.numel() * self.ax0.element_size()
 
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
         """Per layer: GCN rows with the halo, RNN at the RNN owners; then whole snapshots for the task."""
         T, b = self.T, self._t_bounds
         h: torch.Tensor | None = None
         for li, layer in enumerate(model.layers):
-            if li == 0:
+            if li == 0 and self._precomputed:
                 ax = self.ax0
             else:
-                halo = self.halo.exchange(h)
-                ax = spmm(self.adj, torch.cat([h, halo]))
+                graph = halo_graph(self.adj, self.halo, self.stale, li, self.groups)
+                ax = layer.aggregate(graph, self.ax0 if li == 0 else h)
             tparams, _ = layer.time_params_block(0, T, None)
             parts = [layer.spatial(ax[b[t] : b[t + 1]], t, tparams) for t in range(T) if b[t + 1] > b[t]]
-            y = torch.cat(parts) if parts else ax.new_zeros(0, layer.spatial_features)
+            # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too
+            y = torch.cat(parts) if parts else _keep_connected(ax.new_zeros(0, layer.spatial_features), ax)
             y = _keep_connected(y, h)
             if layer.temporal_mixing:
                 yr = self.to_rnn.forward(y).view(T, self.R, y.shape[-1])

@@ -7,7 +7,8 @@ snapshots is one sparse product with the rows of Ã it owns. The columns of
 that product are its own rows, then the *halo*: the rows of neighbours that
 other ranks own, each requested once at setup and exchanged once per layer
 (:class:`Halo`). The first layer's Ã·X is computed at setup from the full
-features (SPEC S4), so it needs no halo.
+features (SPEC S4), so it needs no halo — unless the model's first aggregation
+has parameters (GAT), when the rows of X are kept and exchanged like any other.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
+from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 
-__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows"]
+__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph"]
 
 
 @dataclass
@@ -29,7 +31,8 @@ class OwnedRows:
     """This rank's rows of Ã_t for all t, as entries of one (n, N·T) matrix, and their Ã·X.
 
     ``row``: local row (time-major); ``key``: ``t * N + u`` of the column vertex u in
-    snapshot t; ``val``: Ã_t[v, u]; ``ax``: (n, F) first-layer aggregation.
+    snapshot t; ``val``: Ã_t[v, u]; ``ax``: (n, F) first-layer input, the aggregation Ã·X
+    (precomputed, SPEC S4) or the rows of X themselves.
     """
 
     row: torch.Tensor
@@ -39,8 +42,10 @@ class OwnedRows:
 
 
 def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: Callable[[int], np.ndarray],
-                    dtype: torch.dtype) -> OwnedRows:
-    """Read each snapshot, normalise it (IBM Eq. 1) and keep the rows of ``vertices_at(t)`` (local order)."""
+                    dtype: torch.dtype, precompute: bool = True) -> OwnedRows:
+    """Read each snapshot, normalise it (IBM Eq. 1) and keep the rows of ``vertices_at(t)`` (local order);
+    ``precompute``: keep their Ã·X, else their X (a first layer whose aggregation has parameters).
+    """
     N = num_vertices
     rows, keys, vals, ax = [], [], [], []
     offset = 0
@@ -57,7 +62,10 @@ def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: 
         local = torch.repeat_interleave(torch.arange(k), count)
         c, v = col[idx], val[idx]
         x = torch.from_numpy(snap.x).to(dtype)
-        ax.append(torch.sparse.mm(sorted_csr(local, c, v, (k, N)), x) if k else x.new_zeros(0, F))
+        if not precompute:
+            ax.append(x[vs])
+        else:
+            ax.append(torch.sparse.mm(sorted_csr(local, c, v, (k, N)), x) if k else x.new_zeros(0, F))
         rows.append(local + offset)
         keys.append(c.numpy() + t * N)
         vals.append(v)
@@ -125,3 +133,17 @@ class Halo:
         """The halo rows of activations ``h`` (n, F), differentiable (backward sends gradients back)."""
         return all_to_all_rows(h[self.send_index.to(h.device)], self.comm, self.send_rows, self.recv_rows,
                                tag="halo", reuse=reuse)
+
+
+def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:
+    """This rank's rows of Ã with layer ``li``'s halo exchange as the gather: exact, or through the
+    :class:`~hpcdgnn.strategies.stale.StaleHalo` ``stale`` (DGC §5.2) when it is not None;
+    aggregated in ``groups`` (fused chunks) when given.
+    """
+
+    def gather(m: torch.Tensor) -> torch.Tensor:
+        if stale is not None:  # rows that barely moved are reused from the receiver's cache
+            return torch.cat([m, stale.exchange(li, m[halo.send_index.to(m.device)])])
+        return torch.cat([m, halo.exchange(m, reuse=f"layer{li}.halo")])
+
+    return LocalGraph(adj, gather, groups)

@@ -10,7 +10,8 @@ Per layer (IBM Fig. 1b, Fig. 3a)::
 and the backward pass runs the same two all-to-alls in reverse order with the
 counts swapped (``redistribute.bwd``, :mod:`hpcdgnn.comm.autograd`). Layers
 whose RNN does not mix time per vertex (EvolveGCN-O, IBM §5.5) skip both.
-The first layer's Ã_t·X_t is computed once at setup and reused (S4, §5.5).
+The first layer's Ã_t·X_t is computed once at setup and reused (S4, §5.5);
+a model whose first aggregation has parameters (GAT) keeps X_t instead.
 
 Communication volume of one redistribution, summed over ranks, in bytes::
 
@@ -47,6 +48,7 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.errors import PlanError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
+from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, build_snapshot_plan
 from hpcdgnn.strategies.base import Strategy
@@ -134,16 +136,21 @@ class SnapshotStrategy(Strategy):
         del csrs
         #: without blocks, Ã_t stays on the device for the whole run; with blocks it is reloaded
         self._resident = len(self.blocks) == 2
-        self._needs_adjacency = len(model.layers) > 1  # layer 0 only ever uses the precomputed Ã·X
+        #: layer 0 aggregates a constant (S4): keep Ã·X; else keep X and aggregate it every step
+        self._precomputed = model.layers[0].precomputable
+        # with the precomputed Ã·X, only the layers above the first use the adjacency
+        self._needs_adjacency = len(model.layers) > 1 or not self._precomputed
         self.adj: list[NormalizedAdjacency | None] = [None] * len(self.owned)
         self._block_adj_peak = 0
         ax: list[torch.Tensor | None] = [None] * len(self.owned)
         for b in range(len(self._local)):
             for i, a in zip(self._local[b], self._normalise(b)):
-                ax[i] = spmm(a, torch.from_numpy(xs[i]).to(dev, dtype))
+                x = torch.from_numpy(xs[i]).to(dev, dtype)
+                ax[i] = spmm(a, x) if self._precomputed else x
                 if self._resident and self._needs_adjacency:
                     self.adj[i] = a
         F = self.ctx.manifest.num_features
+        #: the first layer's input: Ã_t·X_t when precomputed (S4), else X_t
         self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype, device=dev)
         self._last: torch.Tensor | None = None
         return self.owned
@@ -294,7 +301,10 @@ class SnapshotStrategy(Strategy):
                 t = self.owned[i]
                 # past the training horizon no gradient arrives: skip recording the autograd graph
                 with torch.set_grad_enabled(torch.is_grad_enabled() and t <= self.horizon):
-                    ax = self.ax0[i] if li == 0 else spmm(adj[j], hs[j])
+                    if li == 0 and self._precomputed:
+                        ax = self.ax0[i]
+                    else:
+                        ax = layer.aggregate(LocalGraph(adj[j]), self.ax0[i] if li == 0 else hs[j])
                     ys.append(layer.spatial(ax, t, tparams))
             y = torch.stack(ys) if ys else self.ax0.new_zeros(0, self.N, layer.spatial_features)
             # y must stay connected to the previous exchange's output even when it owns nothing

@@ -74,6 +74,13 @@ class StaleHalo:
         self.theta_now = 0.0
         self.d_now = 0.0
 
+    @classmethod
+    def for_halo(cls, comm, halo, cfg) -> StaleHalo | None:
+        """The stale exchange over ``halo``'s rows (a :class:`~hpcdgnn.strategies.halo.Halo`) for the
+        job's ``stale:`` section ``cfg``; None when it is off (the exact exchange).
+        """
+        return None if cfg.mode == "off" else cls(comm, halo.send_rows, halo.recv_rows, cfg.mode, cfg.theta)
+
     def threshold(self, d: float) -> float:
         """θ_r for the largest move ``d``."""
         if self.mode == "static":

@@ -36,11 +36,10 @@ import torch
 
 from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import spmm
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.halo import Halo, read_owned_rows
+from hpcdgnn.strategies.halo import Halo, halo_graph, read_owned_rows
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected, _rows
 from hpcdgnn.strategies.stale import StaleHalo
@@ -129,17 +128,15 @@ class VertexStrategy(Strategy):
         self.T, self.N, self.n, self.plan = T, N, n, plan
         self.pos = torch.from_numpy(pos).to(dev)
         mine = order[lo:hi]
-        owned = read_owned_rows(reader, T, N, lambda t: mine, dtype)
+        self._precomputed = model.layers[0].precomputable
+        owned = read_owned_rows(reader, T, N, lambda t: mine, dtype, self._precomputed)
         self.ax0 = owned.ax.view(T, n, owned.ax.shape[-1]).to(dev)  # explicit F: n may be 0 (P > N)
         # appearance (t, v) lives on part[v], at row t * n_part + its row in the rank's range
         n_of = np.diff(vb)
         self.halo = Halo(comm, owned.key, lambda k: part[k % N],
                          lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n)
         self.adj = self.halo.operator(owned, dev)
-        stale = self.ctx.job.stale
-        self.stale = None if stale.mode == "off" else StaleHalo(
-            self.comm, self.halo.send_rows, self.halo.recv_rows, stale.mode, stale.theta
-        )
+        self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.stale)
 
         # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
@@ -160,15 +157,13 @@ class VertexStrategy(Strategy):
         T, n = self.T, self.n
         h: torch.Tensor | None = None
         for li, layer in enumerate(model.layers):
-            if li == 0:
+            if li == 0 and self._precomputed:
                 ax = self.ax0
             else:
-                flat = h.reshape(T * n, h.shape[-1])
-                if self.stale is not None:  # DGC §5.2: rows that barely moved are reused from a cache
-                    halo = self.stale.exchange(li, flat[self.halo.send_index])
-                else:
-                    halo = self.halo.exchange(flat, reuse=f"layer{li}.halo")
-                ax = spmm(self.adj, torch.cat([flat, halo])).view(T, n, flat.shape[-1])
+                src = self.ax0 if li == 0 else h
+                flat = src.reshape(T * n, src.shape[-1])  # explicit width: n may be 0 (P > N)
+                ax = layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li), flat)
+                ax = ax.view(T, n, ax.shape[-1])
             tparams, _ = layer.time_params_block(0, T, None)
             y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax
             y = _keep_connected(y, h)

@@ -96,7 +96,7 @@ def test_yaml_off_is_the_word_off(tmp_path):
     assert load_job(job, ["stale.mode=static", "strategy.name=vertex"]).stale.mode == "static"
 
 
-def test_stale_needs_the_vertex_strategy(tmp_path):
+def test_stale_needs_a_strategy_with_a_halo(tmp_path):
     """An approximation that a strategy would silently ignore is a config error instead."""
     import pytest
 
@@ -106,9 +106,10 @@ def test_stale_needs_the_vertex_strategy(tmp_path):
     (tmp_path / "data").mkdir()
     job = tmp_path / "job.yaml"
     job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: adaptive}}\n")
-    with pytest.raises(ConfigError, match="stale.mode: adaptive is implemented for strategy vertex only"):
+    with pytest.raises(ConfigError, match="stale.mode: adaptive is implemented for strategy chunk, vertex only"):
         load_job(job)
     assert load_job(job, ["strategy.name=vertex"]).stale.mode == "adaptive"
+    assert load_job(job, ["strategy.name=chunk"]).stale.mode == "adaptive"
 
 
 def test_blocks_need_a_strategy_that_implements_them(tmp_path):
@@ -125,3 +126,18 @@ def test_blocks_need_a_strategy_that_implements_them(tmp_path):
     for name in ("pss", "vertex", "chunk"):
         with pytest.raises(ConfigError, match=r"train.blocks: .* implemented for strategy snapshot only"):
             load_job(job, [f"strategy.name={name}"])
+
+
+def test_a_workload_model_needs_a_strategy_that_uses_it(tmp_path):
+    """strategy.workload: mlp with a strategy that assigns no chunks is refused, naming the key."""
+    import pytest
+
+    from hpcdgnn.config import load_job
+    from hpcdgnn.errors import ConfigError
+
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{workload: mlp}}\n")
+    with pytest.raises(ConfigError, match="strategy.workload: mlp is used by strategy chunk only"):
+        load_job(job)
+    assert load_job(job, ["strategy.name=chunk"]).strategy.workload == "mlp"

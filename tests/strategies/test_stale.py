@@ -1,4 +1,4 @@
-"""Adaptive stale aggregation (DGC §5.2, SPEC D3) on the vertex strategy's halo exchange."""
+"""Adaptive stale aggregation (DGC §5.2, SPEC D3) on the halo exchanges of the vertex and chunk strategies."""
 
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ def test_adaptive_theta_grows_as_loss_falls():
     assert adaptive_factor(None, 0.5) == 0.0  # before the first epoch's loss is known
 
 
-@pytest.fixture(scope="module")
-def exact(launcher, small_dataset, tmp_path_factory):
+@pytest.fixture(scope="module", params=[{"name": "vertex", "partition": "hash"}, {"name": "chunk", "chunk_size": 8}],
+                ids=["vertex", "chunk"])
+def exact(request, launcher, small_dataset, tmp_path_factory):
+    """The exact run of each strategy with a stale-capable halo (vertex S6, chunk D1)."""
     tmp = tmp_path_factory.mktemp("stale")
     job = write_job(tmp / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"epochs": 5},
-                    strategy={"name": "vertex", "partition": "hash"})
+                    strategy=request.param)
     return job, *_losses(launcher, 3, job, tmp / "off")
 
 

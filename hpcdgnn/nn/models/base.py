@@ -7,6 +7,11 @@ the two layouts; models never see ranks. A layer with
 ``temporal_mixing = False`` (EvolveGCN-O, whose RNN runs over weights, IBM §5.5)
 needs no redistribution at all.
 
+The aggregation is the layer's too (:meth:`DynamicLayer.aggregate`): Ã·H by
+default, attention for GAT (DySAT), Ã·H next to H for skip concatenations
+(MPNN-LSTM). Strategies hand it a :class:`~hpcdgnn.nn.conv.graph.LocalGraph`
+whose ``gather`` does their communication, so they never know which.
+
 Recurrent state is explicit (STYLE G7): ``temporal(y, state)`` takes and
 returns it, and ``time_params`` is recomputed from parameters every call, so a
 block of time can be re-run from saved boundary data (SPEC S2) and nothing
@@ -21,7 +26,19 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models"]
+from hpcdgnn.nn.conv.graph import LocalGraph
+
+__all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models", "run_rnn"]
+
+
+def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> tuple[torch.Tensor, Any]:
+    """``rnn(y, state)`` over (T, n, F), also for n = 0 (a rank with no vertex rows, P > N), which
+    torch's RNNs reject: the empty output then stays connected to ``y``, so this rank still runs the
+    backward of the exchange that produced ``y``.
+    """
+    if y.shape[1] == 0:
+        return y.new_zeros(y.shape[0], 0, out_features) + y.sum() * 0.0, state
+    return rnn(y, state)
 
 
 class DynamicLayer(nn.Module):
@@ -36,6 +53,10 @@ class DynamicLayer(nn.Module):
         causal: whether output t depends only on inputs 0..t (LSTM, M-transform,
             EvolveGCN's weight recurrence): then no training gradient reaches
             snapshots after the last training step.
+        precomputable: whether the first layer's aggregation of the input X_t is a
+            constant (Ã_t·X_t, computed once at setup, SPEC S4). False when the
+            aggregation has parameters (attention): strategies then keep X_t and the
+            graph for layer 0 too.
     """
 
     in_features: int
@@ -43,6 +64,14 @@ class DynamicLayer(nn.Module):
     out_features: int
     temporal_mixing: bool = True
     causal: bool = True
+    precomputable: bool = True
+
+    def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
+        """Neighbourhood aggregation of rows ``h`` (n, in) -> the ``ax`` that :meth:`spatial` takes.
+
+        Default: the GCN's Ã·[h ; halo] (IBM Eq. 2 split as in §5.5).
+        """
+        return graph.propagate(h)
 
     def time_params(self, num_steps: int) -> list[torch.Tensor] | None:
         """Per-time-step parameters for steps 0..num_steps-1 (EvolveGCN's W_t), else None."""
@@ -58,7 +87,7 @@ class DynamicLayer(nn.Module):
         return None, None
 
     def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
-        """GCN on snapshot t given ``ax = Ã_t X_t`` (N, in) -> (N, spatial_features)."""
+        """Snapshot t's rows given their aggregation ``ax`` (:meth:`aggregate`) -> (rows, spatial_features)."""
         raise NotImplementedError
 
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:

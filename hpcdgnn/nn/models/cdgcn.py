@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model, run_rnn
 
 __all__ = ["CDGCNLayer", "build_cdgcn"]
 
@@ -43,11 +43,7 @@ class CDGCNLayer(DynamicLayer):
 
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """LSTM over the timeline of each vertex (w = 1, IBM §5.1)."""
-        if y.shape[1] == 0:  # a rank may own no vertex rows (P > N): LSTM rejects empty batches
-            # keep the (empty) output connected to y so this rank still runs the redistribution's backward
-            return y.new_zeros(y.shape[0], 0, self.out_features) + y.sum() * 0.0, state
-        out, state = self.lstm(y, state)
-        return out, state
+        return run_rnn(self.lstm, y, state, self.out_features)
 
 
 @register_model("cdgcn")

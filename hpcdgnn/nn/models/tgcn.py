@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model, run_rnn
 
 __all__ = ["TGCNLayer", "build_tgcn"]
 
@@ -49,9 +49,7 @@ class TGCNLayer(DynamicLayer):
         """GRU over the timeline of each vertex (identity for the layers below the last)."""
         if self.gru is None:
             return y, state
-        if y.shape[1] == 0:  # no vertex rows here (P > N): GRU rejects empty batches; stay connected
-            return y.new_zeros(y.shape[0], 0, self.out_features) + y.sum() * 0.0, state
-        return self.gru(y, state)
+        return run_rnn(self.gru, y, state, self.out_features)
 
 
 @register_model("tgcn")

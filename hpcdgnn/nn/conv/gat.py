@@ -1,0 +1,55 @@
+"""Graph attention (Veličković et al. 2018), the structure encoder of DySAT (DGC §7.1).
+
+.. math::
+    e_{ij} = \\mathrm{LeakyReLU}(a_{dst}^\\top W h_i + a_{src}^\\top W h_j),\\quad
+    \\alpha_{ij} = \\mathrm{softmax}_{j \\in N(i) \\cup \\{i\\}}(e_{ij}),\\quad
+    h'_i = \\sum_j \\alpha_{ij} W h_j
+
+over the entries of Ã (self-loops included; Ã's values are not used). The
+messages ``[W h_j, a_src·W h_j]`` are computed where row j lives and gathered
+once (:class:`~hpcdgnn.nn.conv.graph.LocalGraph`), so a halo carries F' + 1
+values per row. The softmax subtracts each row's maximum score, taken without
+gradient (the softmax does not depend on it), so it is stable and exact.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.conv.graph import LocalGraph
+
+__all__ = ["GATConv"]
+
+
+class GATConv(nn.Module):
+    """One single-head GAT aggregation ``(n, F) -> (n, F')`` (no activation; the layer applies it)."""
+
+    def __init__(self, in_features: int, out_features: int, negative_slope: float = 0.2) -> None:
+        super().__init__()
+        self.lin = nn.Linear(in_features, out_features, bias=False)
+        self.att_src = nn.Parameter(torch.empty(out_features))
+        self.att_dst = nn.Parameter(torch.empty(out_features))
+        self.negative_slope = negative_slope
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-like init of W and the attention vectors."""
+        self.lin.reset_parameters()
+        bound = (6.0 / (1 + self.att_src.shape[0])) ** 0.5
+        nn.init.uniform_(self.att_src, -bound, bound)
+        nn.init.uniform_(self.att_dst, -bound, bound)
+
+    def forward(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
+        """Attention-weighted sum of the gathered messages of each row's neighbours."""
+        m = self.lin(h)
+        msg = graph.gather(torch.cat([m, (m * self.att_src).sum(-1, keepdim=True)], dim=-1))
+        row, col = graph.edges()
+        score = (m * self.att_dst).sum(-1)[row] + msg[col, -1]
+        score = torch.nn.functional.leaky_relu(score, self.negative_slope)
+        n = m.shape[0]
+        with torch.no_grad():
+            top = score.new_full((n,), float("-inf")).scatter_reduce(0, row, score, "amax")
+        w = torch.exp(score - top[row])
+        alpha = w / w.new_zeros(n).index_add(0, row, w)[row]
+        return m.new_zeros(n, m.shape[-1]).index_add(0, row, alpha.unsqueeze(-1) * msg[col, :-1])

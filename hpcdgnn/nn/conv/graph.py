@@ -1,0 +1,119 @@
+"""What a layer's neighbourhood aggregation sees of the graph, whatever the partitioning.
+
+Every strategy computes a layer for a set of *rows* (a whole snapshot, or a
+rank's vertex appearances over all snapshots) whose neighbours are partly
+elsewhere. :class:`LocalGraph` hides that: ``adj`` holds the rows' entries of
+Ã (IBM Eq. 1, self-loops included) with columns over ``[own rows ; halo
+rows]``, and ``gather(m)`` turns per-row values computed here into that
+column space — the identity for a whole snapshot, one halo all-to-all (exact
+or stale, SPEC S6/D3) for vertex and chunk partitions. A GCN aggregates
+Ã·gather(H); an attention layer gathers its messages and weighs the same edges
+(:mod:`hpcdgnn.nn.conv.gat`). :class:`RowGroups` runs the GCN aggregation in
+groups of rows (fused chunks). Because the gather is the only communication, a
+layer that needs more than Ã·X still runs under every strategy, exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr, spmm
+
+__all__ = ["LocalGraph", "RowGroups"]
+
+
+class RowGroups:
+    """Ã split into groups of rows, each aggregated on its own from the columns it reads (DGC §5.1.1).
+
+    Group g's product reads only its columns, gathered into a compact buffer (the
+    "load" of a fused chunk), so its peak is the group's size, not the rank's.
+    Columns keep their order inside a group, so every output row sums the same
+    entries in the same order as the ungrouped product: the forward is identical.
+
+    Args:
+        adj: the rows' Ã over [own ; halo] columns.
+        group: group id (0..G-1) of each row.
+    """
+
+    def __init__(self, adj: NormalizedAdjacency, group: np.ndarray) -> None:
+        a = adj.a.cpu()
+        crow, col, val = a.crow_indices().numpy(), a.col_indices().numpy(), a.values()
+        n, dev = a.shape[0], adj.a.device
+        row = np.repeat(np.arange(n), np.diff(crow))
+        group = np.asarray(group, dtype=np.int64)
+        G = int(group.max(initial=-1)) + 1
+        rows = np.argsort(group, kind="stable")  # rows grouped, ascending within a group
+        row_bounds = np.searchsorted(group[rows], np.arange(G + 1))
+        pos = np.empty(n, dtype=np.int64)
+        pos[rows] = np.arange(n) - row_bounds[group[rows]]  # row's index inside its group
+        ent = np.argsort(group[row], kind="stable")  # entries grouped, CSR order within a group
+        ent_bounds = np.searchsorted(group[row][ent], np.arange(G + 1))
+        self.ops, self.cols = [], []
+        self.loaded_rows = 0  # rows read by one aggregation, summed over groups
+        self.nbytes = 0
+        for g in range(G):
+            e = ent[ent_bounds[g] : ent_bounds[g + 1]]
+            cols, c_local = np.unique(col[e], return_inverse=True)
+            r_local, c_local, v = torch.from_numpy(pos[row[e]]), torch.from_numpy(c_local.reshape(-1)), val[e]
+            shape = (int(row_bounds[g + 1] - row_bounds[g]), int(cols.shape[0]))
+            op = NormalizedAdjacency(-1, sorted_csr(r_local, c_local, v, shape).to(dev),
+                                     sorted_csr(c_local, r_local, v, (shape[1], shape[0])).to(dev))
+            self.ops.append(op)
+            self.cols.append(torch.from_numpy(cols).to(dev))
+            self.loaded_rows += int(cols.shape[0])
+            self.nbytes += op.nbytes + cols.shape[0] * 8
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[rows] = np.arange(n)
+        self.inverse = torch.from_numpy(inverse).to(dev)  # output row r is row inverse[r] of the groups' outputs
+
+    @staticmethod
+    def rows_read(group: np.ndarray, row: np.ndarray, col: np.ndarray) -> int:
+        """Rows one aggregation in these groups reads (distinct (group, column) pairs), without building it."""
+        width = int(col.max(initial=0)) + 1
+        return int(np.unique(np.asarray(group)[row].astype(np.int64) * width + col).shape[0])
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def propagate(self, full: torch.Tensor) -> torch.Tensor:
+        """Ã·full group by group: (own + halo, F) -> (rows, F)."""
+        if not self.ops:  # no rows here (P > appearances): a slice keeps the gather's backward on this rank
+            return full[:0]
+        out = torch.cat([spmm(op, full.index_select(0, c)) for op, c in zip(self.ops, self.cols)])
+        return out.index_select(0, self.inverse)
+
+
+def _identity(m: torch.Tensor) -> torch.Tensor:
+    return m
+
+
+@dataclass
+class LocalGraph:
+    """Rows ``0..n-1`` of Ã over ``n + halo`` columns and the gather into those columns."""
+
+    adj: NormalizedAdjacency
+    gather: Callable[[torch.Tensor], torch.Tensor] = _identity
+    #: when set, :meth:`propagate` aggregates group by group (fused chunks, DGC §5.1.1)
+    groups: RowGroups | None = None
+
+    @property
+    def num_rows(self) -> int:
+        """Rows aggregated here (n)."""
+        return int(self.adj.a.shape[0])
+
+    def propagate(self, h: torch.Tensor) -> torch.Tensor:
+        """Ã·gather(h): the GCN aggregation of the rows (in groups when :attr:`groups` is set)."""
+        full = self.gather(h)
+        return spmm(self.adj, full) if self.groups is None else self.groups.propagate(full)
+
+    def edges(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, column) of every entry of Ã, grouped by row in column order."""
+        a = self.adj.a
+        crow, col = a.crow_indices(), a.col_indices()
+        row = torch.repeat_interleave(torch.arange(a.shape[0], device=crow.device), torch.diff(crow),
+                                      output_size=col.shape[0])
+        return row, col

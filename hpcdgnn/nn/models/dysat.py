@@ -1,0 +1,98 @@
+"""DySAT as DGC §7.1 trains it (Sankar et al. 2020): per block a GAT layer and a temporal self-attention layer.
+
+DGC §7.1: "a 1-layer graph attention network (GAT) and a 1-layer scaled
+dot-product attention model within each of its DGNN blocks". Each
+:class:`DySATLayer` is one block: structural attention over Ã's pattern
+(:class:`~hpcdgnn.nn.conv.gat.GATConv`, ELU), then causal self-attention
+along each vertex's timeline — step t attends to steps 0..t (DySAT masks the
+future), so the layer is causal and every strategy's training-horizon and
+block logic applies. Unlike a GRU, step t reads *all* earlier steps (DGC §7.2:
+"the counterparts in all snapshots should be aggregated"), so the recurrent
+state that checkpoint blocks (S2) and the PSS pipeline carry is the whole past
+input sequence. Single heads; positions use fixed sinusoidal encodings of the
+absolute step (DySAT learns a table of size T; a fixed encoding needs no T at
+build time and gives each step the same code under every partition of time);
+the feed-forward part is DySAT's ``relu(W·a) + a``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.conv.gat import GATConv
+from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+
+__all__ = ["DySATLayer", "build_dysat", "positional_encoding"]
+
+
+def positional_encoding(positions: torch.Tensor, width: int) -> torch.Tensor:
+    """Sinusoidal codes (Vaswani et al. 2017) of integer positions: (T,) -> (T, width)."""
+    i = torch.arange(0, width, 2, dtype=torch.float64, device=positions.device)
+    angle = positions.to(torch.float64).unsqueeze(-1) / torch.pow(10000.0, i / width)
+    code = torch.zeros(positions.shape[0], width, dtype=torch.float64, device=positions.device)
+    code[:, 0::2] = torch.sin(angle)
+    code[:, 1::2] = torch.cos(angle[:, : width // 2])
+    return code
+
+
+class DySATLayer(DynamicLayer):
+    """One DySAT block: ``Y_t = ELU(GAT_t(X_t))``, ``Z_t = FF(Attn(Y_t | Y_0..Y_t))``.
+
+    Shapes: input (n, F) -> spatial (n, F') -> temporal (T, n, F') -> (T, n, F').
+    State: the inputs of all earlier steps, (t0, n, F'), or None.
+    """
+
+    precomputable = False  # the aggregation has parameters: X_t, not Ã_t·X_t, is the constant
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.spatial_features = out_features
+        self.gat = GATConv(in_features, out_features)
+        self.bias = nn.Parameter(torch.zeros(out_features))
+        self.q = nn.Linear(out_features, out_features, bias=False)
+        self.k = nn.Linear(out_features, out_features, bias=False)
+        self.v = nn.Linear(out_features, out_features, bias=False)
+        self.ff = nn.Linear(out_features, out_features)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset the GAT, the attention projections and the feed-forward layer."""
+        self.gat.reset_parameters()
+        nn.init.zeros_(self.bias)
+        for m in (self.q, self.k, self.v, self.ff):
+            m.reset_parameters()
+
+    def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
+        """Structural attention over each row's neighbours (GAT)."""
+        return self.gat(graph, h)
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
+        """ELU of the attended sum plus bias (DySAT's structural layer)."""
+        return torch.nn.functional.elu(ax + self.bias)
+
+    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """Causal scaled dot-product attention over each vertex's steps so far."""
+        T = y.shape[0]
+        full = y if state is None or state.shape[0] == 0 else torch.cat([state, y], dim=0)
+        past = full.shape[0] - T
+        pos = positional_encoding(torch.arange(full.shape[0], device=y.device), y.shape[-1]).to(y.dtype)
+        inp = (full + pos.unsqueeze(1)).transpose(0, 1)  # (n, T_full, F): one sequence per vertex
+        q, k, v = self.q(inp[:, past:]), self.k(inp), self.v(inp)
+        score = q @ k.transpose(1, 2) / math.sqrt(y.shape[-1])  # (n, T, T_full)
+        future = torch.arange(full.shape[0], device=y.device) > (torch.arange(T, device=y.device) + past)[:, None]
+        att = torch.softmax(score.masked_fill(future, float("-inf")), dim=-1) @ v
+        out = torch.relu(self.ff(att)) + att
+        return out.transpose(0, 1), full
+
+
+@register_model("dysat")
+def build_dysat(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """``layers`` DySAT blocks (DGC uses 1 GAT + 1 temporal attention per block)."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([DySATLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -1,0 +1,74 @@
+"""MPNN-LSTM as DGC §7.1 trains it (Panagopoulos et al. 2021): concatenated GCN outputs into a 2-layer LSTM.
+
+DGC §7.1: "a 2-layer GCN and a 2-layer LSTM as the structure and time
+encoders ... MPNN-LSTM uses a concatenation of outputs from each GCN layer as
+the input to the time encoder". In the layer contract (one GCN-RNN pair per
+layer) GCN layer i outputs ``[H_1 … H_i]``: its aggregation propagates only
+the newest block and passes all of them along next to it
+(:meth:`MPNNLSTMLayer.aggregate`), so a halo carries one block of width F'
+per layer, as a plain GCN's would. The LSTM follows the last layer. The
+original's batch normalisation and dropout are left out: both would make the
+result depend on how rows are batched, which every exact strategy must not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model, run_rnn
+
+__all__ = ["MPNNLSTMLayer", "build_mpnn_lstm"]
+
+
+class MPNNLSTMLayer(DynamicLayer):
+    """GCN layer ``index`` (0-based) of MPNN-LSTM; the last one also runs the LSTM.
+
+    Shapes: input (n, index·F' or F for the first) -> spatial (n, (index+1)·F');
+    temporal of the last layer (T, n, layers·F') -> (T, n, F'). State: the LSTM's
+    ``(h, c)``, each (lstm_layers, n, F').
+    """
+
+    def __init__(self, in_features: int, hidden: int, index: int, last: bool, lstm_layers: int = 2) -> None:
+        super().__init__()
+        self.index, self.hidden = index, hidden
+        self.in_features = in_features if index == 0 else index * hidden
+        self.spatial_features = (index + 1) * hidden
+        self.out_features = hidden if last else self.spatial_features
+        self.temporal_mixing = last  # only the LSTM moves data to vertex owners
+        self.lin = nn.Linear(in_features if index == 0 else hidden, hidden)
+        self.lstm = nn.LSTM(self.spatial_features, hidden, num_layers=lstm_layers) if last else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset the GCN weight and the LSTM."""
+        self.lin.reset_parameters()
+        if self.lstm is not None:
+            self.lstm.reset_parameters()
+
+    def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
+        """``[Ã·H_i , H_1 … H_i]`` for input ``[H_1 … H_i]``: only the newest block needs the neighbours."""
+        if self.index == 0:
+            return super().aggregate(graph, h)
+        return torch.cat([graph.propagate(h[:, -self.hidden :]), h], dim=-1)
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
+        """``[H_1 … H_i, relu(Ã H_i W + b)]``: the concatenation of all GCN outputs so far."""
+        if self.index == 0:
+            return torch.relu(self.lin(ax))
+        return torch.cat([ax[:, self.hidden :], torch.relu(self.lin(ax[:, : self.hidden]))], dim=-1)
+
+    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """The 2-layer LSTM over each vertex's timeline (identity below the last layer)."""
+        if self.lstm is None:
+            return y, state
+        return run_rnn(self.lstm, y, state, self.out_features)
+
+
+@register_model("mpnn_lstm")
+def build_mpnn_lstm(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """``layers`` GCN layers (DGC uses 2), outputs concatenated, then a 2-layer LSTM."""
+    return DGNN([MPNNLSTMLayer(in_features, hidden, i, last=i == layers - 1) for i in range(layers)])

@@ -1,0 +1,94 @@
+"""Temporal fusion (DGC §5.1.2): concatenate short sequences instead of padding, mask the state (Eq. 4–5).
+
+Sequences of different lengths are usually batched by padding each to the
+longest, which spends compute and memory on zeros (DGC Fig. 9b). Temporal
+fusion packs them end to end into *lanes* of the longest length (Fig. 9c),
+first-fit in decreasing length, and runs the recurrence over the lanes. At the
+first step of every sequence but a lane's first, the hidden state of the
+previous sequence must not leak in; DGC's Eq. 4 multiplies it by a mask::
+
+    u_C1 = σ(W_u · h_B2 · M_{B2,C1} + W_u · x_C1 + b_u),   M = 1 within a sequence, 0 across   (Eq. 5)
+
+which, applied to every gate, is a zero state at each sequence start — so
+every sequence's outputs equal those of running it alone
+(``tests/nn/test_temporal_fusion.py``). :func:`fused_gru` does this for a
+``torch.nn.GRU`` layer's weights.
+
+Where it applies: to sequences of *active* appearances, whose lengths vary
+(DGC Fig. 9a). The models here compute every vertex in every snapshot, so the
+chunk runtime's sequences all have length T and there is nothing to pad;
+``perf/bench_fusion.py`` measures what packing saves on a dataset's active runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["Packing", "pack_sequences", "fused_gru", "unpack"]
+
+
+@dataclass
+class Packing:
+    """Where each sequence sits: lane and first step; the lanes' length and count."""
+
+    lane: np.ndarray
+    start: np.ndarray
+    lengths: np.ndarray
+    steps: int
+    lanes: int
+
+    def reset_mask(self) -> torch.Tensor:
+        """(steps, lanes) M of Eq. 5: 0 where a sequence starts (its state must not come in), else 1."""
+        m = torch.ones(self.steps, self.lanes)
+        m[torch.from_numpy(self.start), torch.from_numpy(self.lane)] = 0.0
+        return m
+
+    def index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(step, lane) of every element, sequences one after another, each in time order."""
+        seq = np.repeat(np.arange(self.lengths.shape[0]), self.lengths)
+        within = np.arange(seq.shape[0]) - np.repeat(np.cumsum(self.lengths) - self.lengths, self.lengths)
+        return torch.from_numpy(self.start[seq] + within), torch.from_numpy(self.lane[seq])
+
+
+def pack_sequences(lengths: np.ndarray) -> Packing:
+    """First-fit decreasing: each sequence goes to the first lane with room, lanes as long as the longest."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    steps = int(lengths.max(initial=0))
+    lane = np.zeros(lengths.shape[0], dtype=np.int64)
+    start = np.zeros(lengths.shape[0], dtype=np.int64)
+    used: list[int] = []
+    for i in np.argsort(-lengths, kind="stable"):
+        k = next((j for j, u in enumerate(used) if u + lengths[i] <= steps), len(used))
+        if k == len(used):
+            used.append(0)
+        lane[i], start[i] = k, used[k]
+        used[k] += int(lengths[i])
+    return Packing(lane, start, lengths, steps, len(used))
+
+
+def fused_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A one-layer GRU over packed lanes ``x`` (steps, lanes, F) with the state masked by ``mask`` (Eq. 4)."""
+    w_ih, w_hh, b_ih, b_hh = gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0
+    h = x.new_zeros(x.shape[1], gru.hidden_size)
+    gx = x @ w_ih.T + b_ih  # all input projections at once
+    out = []
+    for t in range(x.shape[0]):
+        h = h * mask[t].to(x).unsqueeze(-1)  # M_{prev,cur}: no state across a sequence boundary
+        gh = h @ w_hh.T + b_hh
+        xr, xz, xn = gx[t].chunk(3, -1)
+        hr, hz, hn = gh.chunk(3, -1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+        out.append(h)
+    return torch.stack(out)
+
+
+def unpack(packing: Packing, y: torch.Tensor) -> list[torch.Tensor]:
+    """Packed outputs (steps, lanes, F) -> one (length, F) tensor per sequence."""
+    step, lane = packing.index()
+    flat = y[step, lane]
+    return list(flat.split(packing.lengths.tolist()))

@@ -1,0 +1,215 @@
+"""Chunk workload models (DGC §4.2, §6): features, the count fallback, the MLPs, ``profile`` and the plan's use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.errors import PlanError
+from hpcdgnn.partition.chunks import build_supergraph, chunk_stats, label_propagation
+from hpcdgnn.partition.workload import (
+    STRUCTURE_INPUTS,
+    TIME_INPUTS,
+    CountWorkload,
+    MLPWorkload,
+    chunk_features,
+    chunk_work,
+    default_predictor_path,
+    fit_mlp,
+    layer_shapes,
+    mape,
+    random_chunks,
+)
+from tests.conftest import write_job
+
+
+def _hand_made():
+    """N = 4, T = 3. Appearances (Eq. 1 ids): t0: v0 v1 v2 = 0 1 2; t1: v0 v1 = 3 4; t2: v0 v2 v3 = 5 6 7."""
+    snaps = [(np.array([0, 1]), np.array([1, 2])), (np.array([0]), np.array([1])), (np.array([2, 0]), np.array([3, 3]))]
+    return build_supergraph(snaps, 4, spatial_weight=1.0, temporal_weight=1.0)
+
+
+def test_features_on_a_hand_made_supergraph():
+    """Every feature of two chunks counted by hand (DGC §4.2's chunk, feature and sequence sizes)."""
+    g = _hand_made()
+    assert g.num_nodes == 8
+    # chunk 0: v0, v1 at t0 and t1 (a block of two sequences); chunk 1: v2@t0, v0@t2, v2@t2, v3@t2
+    labels = np.array([0, 0, 1, 0, 0, 1, 1, 1])
+    f = chunk_features(g, labels)
+    assert f["nodes"].tolist() == [4, 4]
+    assert f["spatial_edges"].tolist() == [2, 2]  # (0,1), (3,4) | (5,7), (6,7); (1,2) is cut
+    # Ã rows: self-loops + spatial degrees (1+2+1+1 | 1+1+1+2), halo columns included
+    assert f["row_nnz"].tolist() == [9, 9]
+    assert f["snapshots"].tolist() == [2, 2]
+    assert f["sequences"].tolist() == [2, 3]  # {v0, v1} | {v2, v0, v3}
+    assert f["total_length"].tolist() == [4, 4]
+    assert f["max_length"].tolist() == [2, 2]  # v0 twice | v2 twice
+    assert f["padded"].tolist() == [4, 6]
+    # label -1 = in no chunk: node 7 (v3@t2) left out of chunk 1
+    f2 = chunk_features(g, np.array([0, 0, 1, 0, 0, 1, 1, -1]))
+    assert f2["nodes"].tolist() == [4, 3] and f2["spatial_edges"].tolist() == [2, 0]
+    assert f2["row_nnz"].tolist() == [9, 6] and f2["sequences"].tolist() == [2, 2]
+
+
+def test_features_match_a_loop_reference():
+    """The vectorised features equal a per-chunk loop on label-propagation chunks."""
+    rng = np.random.default_rng(3)
+    snaps = [(rng.integers(0, 30, 50), rng.integers(0, 30, 50)) for _ in range(6)]
+    g = build_supergraph(snaps, 30, 2.0, 1.0)
+    labels, _ = label_propagation(g, max_size=25)
+    f = chunk_features(g, labels)
+    sp = list(zip(g.src[g.spatial].tolist(), g.dst[g.spatial].tolist(), strict=True))
+    for c in range(int(labels.max()) + 1):
+        members = set(np.flatnonzero(labels == c).tolist())
+        verts = g.vertex[labels == c]
+        assert f["spatial_edges"][c] == sum(a in members and b in members for a, b in sp)
+        assert f["row_nnz"][c] == len(members) + sum((a in members) + (b in members) for a, b in sp)
+        assert f["snapshots"][c] == len(set(g.time[labels == c].tolist()))
+        assert f["sequences"][c] == len(set(verts.tolist()))
+        assert f["max_length"][c] == np.bincount(verts).max()
+
+
+def test_count_model_is_the_old_formula():
+    """``workload: count`` is exactly the plan's former nodes + spatial edges."""
+    rng = np.random.default_rng(1)
+    snaps = [(rng.integers(0, 40, 80), rng.integers(0, 40, 80)) for _ in range(5)]
+    g = build_supergraph(snaps, 40, 4.0, 2.0)
+    labels, _ = label_propagation(g, max_size=30)
+    stats = chunk_stats(g, labels)
+    old = (stats["nodes"] + stats["spatial_edges"]).astype(float)
+    assert np.array_equal(CountWorkload().chunk_work(g, labels, stats), old)
+    job = SimpleNamespace(strategy=SimpleNamespace(workload="count", predictor=None))
+    got = chunk_work(job, 2, g, labels, stats)
+    assert got.dtype == np.float64 and np.array_equal(got, old)
+
+
+def test_mlp_fits_a_known_function():
+    """A §6 MLP learns a kinked power law to under 5% held-out MAPE, deterministically."""
+    rng = np.random.default_rng(0)
+    x = np.column_stack([rng.uniform(0, 8, 400), rng.uniform(0, 6, 400), np.full(400, np.log(16))])
+    # a power law with a kink: what chunk times look like (overhead floor, then linear in size)
+    sec = 1e-5 * (1 + np.exp(0.9 * x[:, 0]) + 0.3 * np.exp(x[:, 1]) * np.sqrt(1 + x[:, 0]))
+    mlp = fit_mlp(x[:300], sec[:300], ("a", "b", "width"), width=32, steps=600, seed=0)
+    assert mape(mlp.predict(x[300:]), sec[300:]) < 0.05
+    a = fit_mlp(x[:100], sec[:100], ("a", "b", "width"), width=8, steps=30, seed=1)
+    b = fit_mlp(x[:100], sec[:100], ("a", "b", "width"), width=8, steps=30, seed=1)
+    assert np.array_equal(a.predict(x[300:]), b.predict(x[300:]))  # deterministic for a seed
+
+
+def _tiny_predictor(model="cdgcn", features=(2,), hidden=(6,), dtype="float64") -> MLPWorkload:
+    rng = np.random.default_rng(5)
+    xs, xt = rng.normal(size=(40, len(STRUCTURE_INPUTS))), rng.normal(size=(40, len(TIME_INPUTS)))
+    s = fit_mlp(xs, np.exp(xs[:, 0]) * 1e-4, STRUCTURE_INPUTS, width=8, steps=50)
+    t = fit_mlp(xt, np.exp(xt[:, 0]) * 1e-4, TIME_INPUTS, width=8, steps=50)
+    meta = {"model": model, "device": "cpu", "dtype": dtype, "features": list(features), "hidden": list(hidden),
+            "window": 3}
+    return MLPWorkload(s, t, meta)
+
+
+def test_save_load_round_trip_predicts_the_same(tmp_path):
+    """A saved and reloaded predictor gives bit-identical chunk work; wrong widths and junk files are refused."""
+    rng = np.random.default_rng(2)
+    snaps = [(rng.integers(0, 40, 80), rng.integers(0, 40, 80)) for _ in range(5)]
+    g = build_supergraph(snaps, 40, 4.0, 2.0)
+    labels, _ = label_propagation(g, max_size=30)
+    stats = chunk_stats(g, labels)
+    pred = _tiny_predictor()
+    path = pred.save(tmp_path / "sub" / "w.pt")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["w.pt"]  # written atomically: no temporary left
+    back = MLPWorkload.load(path)
+    shapes = layer_shapes("cdgcn", 2, 6, 2)
+    a, b = pred.chunk_work(g, labels, stats, shapes), back.chunk_work(g, labels, stats, shapes)
+    assert a.shape == (stats["num_chunks"],) and np.all(a > 0) and np.array_equal(a, b)
+    assert back.meta == pred.meta
+    # the plan's entry point: mlp with an explicit file; a model the file was not profiled for is refused
+    job = SimpleNamespace(strategy=SimpleNamespace(workload="mlp", predictor=str(path)),
+                          model=SimpleNamespace(name="cdgcn", hidden=6, layers=2, window=3),
+                          train=SimpleNamespace(device="cpu", dtype="float64"))
+    assert np.array_equal(chunk_work(job, 2, g, labels, stats), a)
+    wide = SimpleNamespace(**{**vars(job), "model": SimpleNamespace(name="cdgcn", hidden=64, layers=2, window=3)})
+    with pytest.raises(PlanError, match=r"profiled for hidden \[6\].*--hidden 64"):
+        chunk_work(wide, 2, g, labels, stats)
+    (tmp_path / "junk.pt").write_bytes(b"not a predictor")
+    with pytest.raises(PlanError, match="junk.pt' cannot be read"):
+        MLPWorkload.load(tmp_path / "junk.pt")
+
+
+def test_default_path_is_per_machine_model_device_dtype(tmp_path, monkeypatch):
+    """The default file lives in $HPCDGNN_CACHE and names model, device and dtype."""
+    monkeypatch.setenv("HPCDGNN_CACHE", str(tmp_path))
+    p = default_predictor_path("tgcn", "cpu", "float32")
+    assert p.parent == tmp_path and p.name.startswith("workload-") and p.name.endswith("-tgcn-cpu-float32.pt")
+
+
+def test_random_chunks_are_seeded_and_capped():
+    """Profiling chunks depend only on the seed and span small to large sizes."""
+    rng = np.random.default_rng(4)
+    snaps = [(rng.integers(0, 60, 150), rng.integers(0, 60, 150)) for _ in range(8)]
+    g = build_supergraph(snaps, 60, 1.0, 1.0)
+    a = random_chunks(g, 30, 100, np.random.default_rng(9))
+    b = random_chunks(g, 30, 100, np.random.default_rng(9))
+    assert len(a) == 30 and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert all(1 <= c.shape[0] <= 100 and np.all(np.diff(c) > 0) for c in a)
+    sizes = [c.shape[0] for c in a]
+    assert min(sizes) < 10 and max(sizes) > 40  # log-uniform sizes: small and large chunks alike
+
+
+@pytest.fixture(scope="module")
+def predictor_file(tmp_path_factory, launcher) -> tuple[Path, str]:
+    """A predictor made by ``python -m hpcdgnn profile`` for the jobs of ``write_job`` (cdgcn, hidden 6, float64)."""
+    out = tmp_path_factory.mktemp("predictor") / "cdgcn.pt"
+    proc = launcher.run(None, ["-m", "hpcdgnn", "profile", "--model", "cdgcn", "--features", "2", "--hidden", "6",
+                               "--dtype", "float64", "--device", "cpu", "--samples", "40", "--vertices", "200",
+                               "--snapshots", "6", "--max-size", "200", "--repeats", "1", "--fit-steps", "200",
+                               "--out", str(out)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc.stdout
+
+
+def test_profile_command_writes_a_loadable_predictor(predictor_file):
+    """``profile`` prints both encoders' held-out MAPE and saves a file that records where it was made."""
+    path, stdout = predictor_file
+    assert "structure encoder: 32 train / 8 held-out samples, held-out MAPE" in stdout
+    assert "time encoder: 32 train / 8 held-out samples, held-out MAPE" in stdout
+    assert f"saved {path}" in stdout
+    pred = MLPWorkload.load(path)
+    m = pred.meta
+    assert m["model"] == "cdgcn" and m["hidden"] == [6] and m["features"] == [2] and m["dtype"] == "float64"
+    assert m["machine"]["hostname"] and m["machine"]["cpu"] and m["torch"] == torch.__version__
+    assert m["samples"]["structure"]["held_out"] == 8 and 0 <= m["mape"]["total"] < 10
+    assert pred.time is not None
+
+
+def test_profile_rejects_bad_input_in_one_line(launcher, tmp_path):
+    """Bad options: one error line, exit 2, no file."""
+    proc = launcher.run(None, ["-m", "hpcdgnn", "profile", "--samples", "2", "--out", str(tmp_path / "x.pt")])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["hpcdgnn: error: profile: --samples must be >= 5 so some can be "
+                                                "held out (got 2)"]
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_job_with_the_mlp_workload_trains_and_a_missing_predictor_is_one_line(launcher, small_dataset, tmp_path,
+                                                                               predictor_file):
+    """A job with ``workload: mlp`` plans with predicted seconds; a missing predictor is one error line."""
+    path, _ = predictor_file
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1},
+                    strategy={"name": "chunk", "chunk_size": 20, "workload": "mlp", "predictor": str(path)})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    work = [r["chunk_work"] for r in plan["ranks"][:2]]
+    assert all(0 < w < 10 for w in work)  # predicted seconds, not vertex/edge counts
+    missing = tmp_path / "nowhere" / "w.pt"
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run2"),
+                               "--set", f"strategy.predictor={missing}"])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(missing) in lines[0] and "python -m hpcdgnn profile --model cdgcn" in lines[0]
+    assert lines[0].startswith("hpcdgnn: error: strategy.workload: mlp needs the workload predictor")
+    assert not (tmp_path / "run2").exists()
