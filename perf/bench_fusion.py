@@ -9,7 +9,12 @@ side: chunks and fused groups per run, rows read per aggregation (the
 "loading" DGC Fig. 15a measures), epoch seconds and the last loss (identical
 up to float order: fusion does not change what is computed).
 
-Temporal fusion: the dataset's *active runs* — maximal stretches of
+Temporal fusion in training: the chunk strategy with ``strategy.sequences:
+active`` (each vertex's time encoder over its active appearances), ``fusion``
+off (padded to the longest) and on (packed, Eq. 4–5 masks): time-encoder
+slots, epoch seconds, loss.
+
+Temporal fusion alone: the dataset's *active runs* — maximal stretches of
 consecutive snapshots in which a vertex has an edge, DGC Fig. 9a's sequences
 of different lengths — batched padded to the longest (Fig. 9b) and packed by
 :func:`~hpcdgnn.nn.temporal_fusion.pack_sequences` (Fig. 9c): slots, and the
@@ -119,6 +124,18 @@ def main() -> None:
                 base = base or r
                 print(f"{P:>3} {label:>12} {f['chunks']:>8} {f['groups']:>8} {f['rows_loaded']:>10} "
                       f"{f['rows_loaded'] / base['record']['fusion']['rows_loaded']:>7.3f} {r['epoch']:>8.3f} "
+                      f"{r['epoch'] / base['epoch']:>7.3f} {r['loss']:>12.8f}")
+            print(f"\ntemporal fusion in training (strategy.sequences: active), {args.model}:")
+            print(f"{'P':>3} {'fusion':>8} {'time slots':>11} {'padded':>8} {'ratio':>6} {'epoch s':>8} {'vs off':>7}"
+                  f" {'loss':>12}")
+            base = None
+            for fusion in ("off", "on"):
+                r = run(work, data, args.model, "chunk", P, args.epochs, "range", args.chunk_size,
+                        label=f"active{fusion}", sequences="active", fusion=fusion)
+                f = r["record"]["fusion"]
+                base = base or r
+                print(f"{P:>3} {fusion:>8} {f['time_slots']:>11} {f['time_slots_padded']:>8} "
+                      f"{f['time_slots_padded'] / max(f['time_slots'], 1):>6.2f} {r['epoch']:>8.3f} "
                       f"{r['epoch'] / base['epoch']:>7.3f} {r['loss']:>12.8f}")
         temporal(data, 16)
 

@@ -149,6 +149,23 @@ def validate_job(job: JobConfig, file: str) -> None:
             f"{file}: train.blocks: gradient-checkpoint blocks are implemented for strategy "
             f"{supporting('supports_blocks')} only (strategy.name is {job.strategy.name!r}); set train.blocks: 1"
         )
+    if job.strategy.sequences != "all":
+        if not strategy.supports_active_sequences:
+            raise ConfigError(
+                f"{file}: strategy.sequences: {job.strategy.sequences} is implemented for strategy "
+                f"{supporting('supports_active_sequences')} only (strategy.name is {job.strategy.name!r}); "
+                "set it to all"
+            )
+        from hpcdgnn.nn.models import build_model
+
+        m = job.model
+        layers = build_model(m.name, 1, m.hidden, m.layers, m.window).layers
+        mixing = [layer for layer in layers if layer.temporal_mixing]
+        if not mixing or any(layer.rnn() is None for layer in mixing):
+            raise ConfigError(
+                f"{file}: strategy.sequences: active needs a model whose time encoder is a GRU or LSTM "
+                f"(tgcn, cdgcn, mpnn_lstm); model.name is {m.name!r}"
+            )
     if job.strategy.workload != "count" and not strategy.uses_workload_model:
         raise ConfigError(
             f"{file}: strategy.workload: {job.strategy.workload} is used by strategy "

@@ -141,10 +141,18 @@ class StrategyConfig:
     """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
     chunk_size: int = 4096
     """``strategy: chunk``: largest chunk, in vertex appearances (DGC §4.1's size cap)."""
+    sequences: Literal["all", "active"] = "all"
+    """``strategy: chunk``: what a vertex's time encoder runs over. ``all``: every snapshot, as the
+    other strategies (exact against them); ``active``: only the snapshots where the vertex has an edge
+    (DGC's temporal sequences, §5.1.2: a chunk holds only active appearances), the state carried over
+    the gaps; inactive appearances output zeros. A different model, so compare it with itself at P = 1.
+    Needs a model whose time encoder is a GRU or LSTM (tgcn, cdgcn, mpnn_lstm)."""
     fusion: Literal["off", "on"] = "on"
-    """``strategy: chunk``: spatial fusion (DGC §5.1.1): a rank's chunks that read each other's rows
-    are aggregated together, in groups of at most ``fusion_memory_mb``; ``off`` aggregates chunk by
-    chunk (DGC's "one by one"). Outputs are identical either way."""
+    """``strategy: chunk``: chunk fusion (DGC §5.1). Spatial: a rank's chunks that read each other's
+    rows are aggregated together, in groups of at most ``fusion_memory_mb``; ``off`` aggregates chunk by
+    chunk (DGC's "one by one"). Temporal, with ``sequences: active``: sequences are packed end to end
+    with the state masked at their boundaries (Eq. 4–5); ``off`` pads each to the longest. Outputs are
+    identical either way."""
     fusion_memory_mb: float = 512.0
     """``strategy: chunk``: estimated memory cap of one fused group (rows in and out at the widest
     layer, plus its entries of Ã)."""

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Packing", "pack_sequences", "fused_gru", "unpack"]
+__all__ = ["Packing", "pack_sequences", "pad_sequences", "fused_rnn", "fused_gru", "unpack"]
 
 
 @dataclass
@@ -70,21 +70,49 @@ def pack_sequences(lengths: np.ndarray) -> Packing:
     return Packing(lane, start, lengths, steps, len(used))
 
 
-def fused_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """A one-layer GRU over packed lanes ``x`` (steps, lanes, F) with the state masked by ``mask`` (Eq. 4)."""
-    w_ih, w_hh, b_ih, b_hh = gru.weight_ih_l0, gru.weight_hh_l0, gru.bias_ih_l0, gru.bias_hh_l0
-    h = x.new_zeros(x.shape[1], gru.hidden_size)
-    gx = x @ w_ih.T + b_ih  # all input projections at once
-    out = []
-    for t in range(x.shape[0]):
-        h = h * mask[t].to(x).unsqueeze(-1)  # M_{prev,cur}: no state across a sequence boundary
-        gh = h @ w_hh.T + b_hh
-        xr, xz, xn = gx[t].chunk(3, -1)
+def pad_sequences(lengths: np.ndarray) -> Packing:
+    """The unfused batch (DGC Fig. 9b): one lane per sequence, padded to the longest."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = lengths.shape[0]
+    return Packing(np.arange(n), np.zeros(n, dtype=np.int64), lengths, int(lengths.max(initial=0)), n)
+
+
+def _cell(rnn: nn.RNNBase, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None):
+    """One step of layer k of a torch GRU or LSTM from its weights (torch's gate order)."""
+    gx = x @ getattr(rnn, f"weight_ih_l{k}").T + getattr(rnn, f"bias_ih_l{k}")
+    gh = h @ getattr(rnn, f"weight_hh_l{k}").T + getattr(rnn, f"bias_hh_l{k}")
+    if isinstance(rnn, nn.GRU):
+        xr, xz, xn = gx.chunk(3, -1)
         hr, hz, hn = gh.chunk(3, -1)
         r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-        h = (1 - z) * torch.tanh(xn + r * hn) + z * h
-        out.append(h)
-    return torch.stack(out)
+        return (1 - z) * torch.tanh(xn + r * hn) + z * h, None
+    i, f, g, o = (gx + gh).chunk(4, -1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def fused_rnn(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A torch ``GRU`` or ``LSTM`` (any number of layers, unidirectional) over packed lanes ``x``
+    (steps, lanes, F), the state of every layer multiplied by ``mask`` (steps, lanes) before each
+    step — Eq. 4 for every gate, i.e. a zero state where a sequence starts.
+    """
+    if not isinstance(rnn, (nn.GRU, nn.LSTM)) or rnn.bidirectional or not rnn.bias or not rnn.batch_first is False:
+        raise TypeError("fused_rnn: a unidirectional torch GRU or LSTM with biases and time-major input")
+    m = mask.to(x).unsqueeze(-1)
+    for k in range(rnn.num_layers):
+        h = x.new_zeros(x.shape[1], rnn.hidden_size)
+        c = h if isinstance(rnn, nn.LSTM) else None
+        out = []
+        for t in range(x.shape[0]):
+            h, c = _cell(rnn, k, x[t], h * m[t], None if c is None else c * m[t])
+            out.append(h)
+        x = torch.stack(out) if out else x.new_zeros(0, x.shape[1], rnn.hidden_size)
+    return x
+
+
+def fused_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """:func:`fused_rnn` for a GRU (DGC Fig. 10's example)."""
+    return fused_rnn(gru, x, mask)
 
 
 def unpack(packing: Packing, y: torch.Tensor) -> list[torch.Tensor]:

@@ -50,6 +50,8 @@ class Strategy:
     supports_blocks: ClassVar[bool] = False
     #: whether the strategy implements stale aggregation of halo rows (``stale``, SPEC D3)
     supports_stale: ClassVar[bool] = False
+    #: whether the time encoder can run over active appearances only (``strategy.sequences: active``)
+    supports_active_sequences: ClassVar[bool] = False
     #: whether the plan weighs its units with ``strategy.workload`` (the DGC §4.2 predictor)
     uses_workload_model: ClassVar[bool] = False
     #: output of the last layout change of the current step (see :meth:`backward`)

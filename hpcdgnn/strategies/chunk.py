@@ -30,6 +30,12 @@ are those of the unfused, chunk-by-chunk run; what changes is the rows loaded,
 reported per epoch (``fusion`` in metrics.jsonl). Attention layers (DySAT)
 aggregate all of a rank's rows at once, i.e. as one fused group.
 
+With ``strategy.sequences: active`` a vertex's time encoder runs over its
+active appearances only (DGC's temporal sequences): sequences of different
+lengths, which temporal fusion (D2, DGC §5.1.2) packs end to end with the
+state masked at each boundary (Eq. 4–5, :mod:`hpcdgnn.nn.temporal_fusion`);
+``fusion: off`` pads each to the longest. Same outputs.
+
 Stale aggregation (D3, ``stale:``) applies to the GCN halo exactly as in the
 vertex strategy (:class:`~hpcdgnn.strategies.stale.StaleHalo`); the RNN-owner
 and task exchanges always move fresh rows.
@@ -37,12 +43,15 @@ and task exchanges always move fresh rows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
@@ -94,11 +103,25 @@ class IndexExchange:
         return out.index_copy(0, self.send_order.to(y.device), back)
 
 
+@dataclass
+class _ActiveSequences:
+    """Where each active appearance (t, r) of my RNN block sits in the packed lanes (step, lane)."""
+
+    t: torch.Tensor
+    r: torch.Tensor
+    step: torch.Tensor
+    lane: torch.Tensor
+    mask: torch.Tensor
+    steps: int
+    lanes: int
+
+
 @register_strategy("chunk")
 class ChunkStrategy(Strategy):
     """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges (see module docstring)."""
 
     supports_stale = True
+    supports_active_sequences = True
     uses_workload_model = True
 
     @classmethod
@@ -163,6 +186,7 @@ class ChunkStrategy(Strategy):
         self.R = int(R_of[me])
         dest = rnn_owner[v_of]
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
+        self._seq = self._sequences(plan.extra["chunk"][:, rnn_owner == me] >= 0, dev)
         # the task's layout: snapshot t on rank t mod P, all N rows in vertex order
         self.scored = plan.snapshots_of(me)
         slot_of_t = np.zeros(T, dtype=np.int64)
@@ -172,6 +196,34 @@ class ChunkStrategy(Strategy):
         self.to_task = IndexExchange(comm, t_of % P, slot_of_t[t_of] * N + v_of, len(self.scored) * N, "redistribute")
         self._last: torch.Tensor | None = None
         return self.scored
+
+    def _sequences(self, active: np.ndarray, dev: torch.device) -> _ActiveSequences | None:
+        """With ``strategy.sequences: active``: my RNN vertices' active appearances as sequences, packed
+        (temporal fusion, DGC §5.1.2) or padded (``fusion: off``); None with ``sequences: all``.
+        """
+        cfg = self.ctx.job.strategy
+        if cfg.sequences == "all":
+            self._time_slots = np.zeros(2)
+            return None
+        r_of, t_of = np.nonzero(active.T)  # vertex-major, each vertex's steps in time order
+        lengths = active.sum(0)
+        lengths = lengths[lengths > 0]
+        packing = (pack_sequences if cfg.fusion == "on" else pad_sequences)(lengths)
+        step, lane = packing.index()
+        #: time-encoder slots per layer: used here, and as padded batches (DGC Fig. 9b)
+        self._time_slots = np.array([packing.steps * packing.lanes, packing.steps * lengths.shape[0]])
+        return _ActiveSequences(torch.from_numpy(t_of).to(dev), torch.from_numpy(r_of).to(dev), step.to(dev),
+                                lane.to(dev), packing.reset_mask().to(dev), packing.steps, packing.lanes)
+
+    def _time_encoder(self, layer, yr: torch.Tensor) -> torch.Tensor:
+        """Layer's RNN over my vertices' (T, R, F) block: every step, or only the active ones."""
+        s = self._seq
+        if s is None:
+            return layer.temporal(yr, None)[0]
+        x = yr.new_zeros(s.steps, s.lanes, yr.shape[-1]).index_put((s.step, s.lane), yr[s.t, s.r])
+        out = layer.packed_temporal(x, s.mask)
+        z = out.new_zeros(yr.shape[0], yr.shape[1], layer.out_features).index_put((s.t, s.r), out[s.step, s.lane])
+        return _keep_connected(z, yr)  # a rank with no active sequence still runs the exchange's backward
 
     def _fuse(self, chunk: np.ndarray, owned, model: DGNN) -> RowGroups:
         """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
@@ -194,9 +246,11 @@ class ChunkStrategy(Strategy):
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
         """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""
-        chunks, groups, loaded, unfused = self.comm.allreduce_array(self._fusion_stats, tag="metrics")
-        out = {"fusion": {"chunks": int(chunks), "groups": int(groups), "rows_loaded": int(loaded),
-                          "rows_loaded_unfused": int(unfused)}}
+        stats = self.comm.allreduce_array(np.concatenate([self._fusion_stats, self._time_slots]), tag="metrics")
+        chunks, groups, loaded, unfused, slots, padded = (int(x) for x in stats)
+        out = {"fusion": {"chunks": chunks, "groups": groups, "rows_loaded": loaded, "rows_loaded_unfused": unfused}}
+        if self._seq is not None:
+            out["fusion"].update(time_slots=slots, time_slots_padded=padded)
         return out if self.stale is None else {**out, **self.stale.end_epoch(train_loss)}
 
     def engine_bytes(self) -> int:
@@ -220,7 +274,7 @@ class ChunkStrategy(Strategy):
             y = _keep_connected(y, h)
             if layer.temporal_mixing:
                 yr = self.to_rnn.forward(y).view(T, self.R, y.shape[-1])
-                z, _ = layer.temporal(yr, None)
+                z = self._time_encoder(layer, yr)
                 y = self.to_rnn.reverse(z.reshape(T * self.R, z.shape[-1]))
             h = y
         z = self.to_task.forward(h).view(len(self.scored), self.N, h.shape[-1])

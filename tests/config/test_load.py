@@ -141,3 +141,20 @@ def test_a_workload_model_needs_a_strategy_that_uses_it(tmp_path):
     with pytest.raises(ConfigError, match="strategy.workload: mlp is used by strategy chunk only"):
         load_job(job)
     assert load_job(job, ["strategy.name=chunk"]).strategy.workload == "mlp"
+
+
+def test_active_sequences_need_chunks_and_an_rnn(tmp_path):
+    """strategy.sequences: active is refused, naming the key, where it cannot apply."""
+    import pytest
+
+    from hpcdgnn.config import load_job
+    from hpcdgnn.errors import ConfigError
+
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{sequences: active}}\n")
+    with pytest.raises(ConfigError, match="strategy.sequences: active is implemented for strategy chunk only"):
+        load_job(job)
+    with pytest.raises(ConfigError, match="needs a model whose time encoder is a GRU or LSTM.*'tmgcn'"):
+        load_job(job, ["strategy.name=chunk", "model.name=tmgcn"])
+    assert load_job(job, ["strategy.name=chunk", "model.name=tgcn"]).strategy.sequences == "active"

@@ -32,3 +32,18 @@ def test_fused_gru_equals_each_sequence_alone():
     # without the mask the concatenated sequences would leak state: the mask is what makes it exact
     leaky = unpack(p, fused_gru(gru, x, torch.ones(p.steps, p.lanes)))
     assert any(not torch.allclose(a, b) for a, b in zip(leaky, got))
+
+
+def test_fused_rnn_handles_stacked_lstms_and_padding_alike():
+    torch.manual_seed(1)
+    lstm = torch.nn.LSTM(3, 4, num_layers=2).double()
+    lengths = np.array([5, 1, 3, 2, 4])
+    seqs = [torch.randn(n, 3, dtype=torch.float64) for n in lengths]
+    from hpcdgnn.nn.temporal_fusion import fused_rnn, pad_sequences
+
+    for p in (pack_sequences(lengths), pad_sequences(lengths)):
+        x = torch.zeros(p.steps, p.lanes, 3, dtype=torch.float64)
+        step, lane = p.index()
+        x[step, lane] = torch.cat(seqs)
+        for s, g in zip(seqs, unpack(p, fused_rnn(lstm, x, p.reset_mask()))):
+            torch.testing.assert_close(g, lstm(s.unsqueeze(1))[0].squeeze(1))

@@ -51,3 +51,21 @@ def test_fusion_on_and_off_give_identical_outputs(launcher, small_dataset, tmp_p
         assert fusion["rows_loaded_unfused"] == unfused["rows_loaded"]
         groups[name] = fusion["groups"]
     assert groups["all"] < groups["capped"]  # the cap keeps some chunks apart
+
+
+@pytest.mark.parametrize("model", ["tgcn", "mpnn_lstm"])
+def test_active_sequences_temporal_fusion_is_exact(launcher, small_dataset, tmp_path, model):
+    """sequences: active (DGC's time encoder over active appearances): P = 3 equals P = 1, and temporal
+    fusion (packed lanes, Eq. 4–5 masks) equals padding (fusion off)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                    strategy={"name": "chunk", "chunk_size": 8, "sequences": "active"})
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
+    full, _ = _losses(launcher, None, job, tmp_path / "all", "strategy.sequences=all")
+    assert not np.allclose(ref[:, 0], full[:, 0]), "sequences: active changed nothing: the test is vacuous"
+    fused, recs = _losses(launcher, 3, job, tmp_path / "on", "strategy.fusion=on")
+    padded, recs_off = _losses(launcher, 3, job, tmp_path / "off", "strategy.fusion=off")
+    np.testing.assert_allclose(fused, ref, rtol=1e-6)
+    np.testing.assert_allclose(padded, fused, rtol=1e-12)
+    on, off = recs[0]["fusion"], recs_off[0]["fusion"]
+    # packing never takes more slots than padding (the gain itself: tests/nn/test_temporal_fusion.py)
+    assert on["time_slots"] <= on["time_slots_padded"] == off["time_slots"] == off["time_slots_padded"]

@@ -73,6 +73,21 @@ class DynamicLayer(nn.Module):
         """
         return graph.propagate(h)
 
+    def rnn(self) -> nn.RNNBase | None:
+        """The torch GRU/LSTM that is this layer's time encoder, if it is one (else None)."""
+        return None
+
+    def packed_temporal(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The time encoder over packed lanes (steps, lanes, spatial) whose state is reset where ``mask``
+        is 0 (DGC §5.1.2, Eq. 4–5; :mod:`hpcdgnn.nn.temporal_fusion`): for layers with an :meth:`rnn`.
+        """
+        from hpcdgnn.nn.temporal_fusion import fused_rnn
+
+        rnn = self.rnn()
+        if rnn is None:
+            raise NotImplementedError(f"{type(self).__name__} has no torch RNN time encoder")
+        return fused_rnn(rnn, x, mask)
+
     def time_params(self, num_steps: int) -> list[torch.Tensor] | None:
         """Per-time-step parameters for steps 0..num_steps-1 (EvolveGCN's W_t), else None."""
         params, _ = self.time_params_block(0, num_steps, None)

@@ -41,6 +41,10 @@ class CDGCNLayer(DynamicLayer):
         """Skip-concatenated GCN (IBM §5.1)."""
         return torch.relu(torch.cat([ax, self.lin(ax)], dim=-1))
 
+    def rnn(self) -> nn.RNNBase | None:
+        """The LSTM (the time encoder)."""
+        return self.lstm
+
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """LSTM over the timeline of each vertex (w = 1, IBM §5.1)."""
         return run_rnn(self.lstm, y, state, self.out_features)

@@ -61,6 +61,10 @@ class MPNNLSTMLayer(DynamicLayer):
             return torch.relu(self.lin(ax))
         return torch.cat([ax[:, self.hidden :], torch.relu(self.lin(ax[:, : self.hidden]))], dim=-1)
 
+    def rnn(self) -> nn.RNNBase | None:
+        """The LSTM (the time encoder)."""
+        return self.lstm
+
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """The 2-layer LSTM over each vertex's timeline (identity below the last layer)."""
         if self.lstm is None:

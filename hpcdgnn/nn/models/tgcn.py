@@ -45,6 +45,10 @@ class TGCNLayer(DynamicLayer):
         """GCN (Kipf & Welling; IBM Eq. 2)."""
         return torch.relu(self.lin(ax))
 
+    def rnn(self) -> nn.RNNBase | None:
+        """The GRU (the time encoder)."""
+        return self.gru
+
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """GRU over the timeline of each vertex (identity for the layers below the last)."""
         if self.gru is None:
