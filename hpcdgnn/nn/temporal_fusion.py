@@ -15,9 +15,11 @@ every sequence's outputs equal those of running it alone
 ``torch.nn.GRU`` layer's weights.
 
 Where it applies: to sequences of *active* appearances, whose lengths vary
-(DGC Fig. 9a). The models here compute every vertex in every snapshot, so the
-chunk runtime's sequences all have length T and there is nothing to pad;
-``perf/bench_fusion.py`` measures what packing saves on a dataset's active runs.
+(DGC Fig. 9a). By default the models compute every vertex in every snapshot,
+so every sequence has length T and there is nothing to pad; with
+``strategy.sequences: active`` the chunk runtime runs each vertex's time
+encoder over its active appearances only and packs them here (``fusion: on``)
+or pads them (``off``). ``perf/bench_fusion.py`` measures both.
 """
 
 from __future__ import annotations
@@ -96,8 +98,10 @@ def fused_rnn(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Ten
     (steps, lanes, F), the state of every layer multiplied by ``mask`` (steps, lanes) before each
     step — Eq. 4 for every gate, i.e. a zero state where a sequence starts.
     """
-    if not isinstance(rnn, (nn.GRU, nn.LSTM)) or rnn.bidirectional or not rnn.bias or not rnn.batch_first is False:
-        raise TypeError("fused_rnn: a unidirectional torch GRU or LSTM with biases and time-major input")
+    plain = not (rnn.bidirectional or rnn.batch_first or rnn.dropout or getattr(rnn, "proj_size", 0))
+    if not isinstance(rnn, (nn.GRU, nn.LSTM)) or not plain or not rnn.bias:
+        raise TypeError("fused_rnn: a unidirectional, time-major torch GRU or LSTM with biases, no dropout or "
+                        "projection")
     m = mask.to(x).unsqueeze(-1)
     for k in range(rnn.num_layers):
         h = x.new_zeros(x.shape[1], rnn.hidden_size)

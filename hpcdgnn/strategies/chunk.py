@@ -240,7 +240,8 @@ class ChunkStrategy(Strategy):
         groups = RowGroups(self.adj, local_chunk)
         per_chunk = np.unique(chunk, return_inverse=True)[1].reshape(-1)
         #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank)
-        self._fusion_stats = np.array([int(per_chunk.max(initial=-1)) + 1, len(groups), groups.loaded_rows,
+        # inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
+        self._fusion_stats = np.array([np.unique(chunk[chunk >= 0]).shape[0], len(groups), groups.loaded_rows,
                                        RowGroups.rows_read(per_chunk, row, col)])
         return groups
 
@@ -254,7 +255,8 @@ class ChunkStrategy(Strategy):
         return out if self.stale is None else {**out, **self.stale.end_epoch(train_loss)}
 
     def engine_bytes(self) -> int:
-        """Ã rows of this rank's appearances (and the transpose) plus the precomputed Ã·X."""
+        """Ã rows of this rank's appearances (and the transpose), their fused groups, and the first
+        layer's input (the precomputed Ã·X, or X)."""
         return self.adj.nbytes + self.groups.nbytes + self.ax0.numel() * self.ax0.element_size()
 
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:

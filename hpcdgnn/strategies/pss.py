@@ -12,8 +12,10 @@ sends when it has finished its stretch — a pipeline along the timeline::
 and the backward pass sends the state's gradient back from p+1 to p. The
 state is what checkpoint blocks carry between blocks (SPEC S2): the LSTM's
 (h, c), TM-GCN's last w-1 window inputs; EvolveGCN-O's recurrence is over
-weights, which every rank computes itself, so it passes nothing. Per layer
-one state of N x F' values crosses each rank boundary, forward and backward
+weights, which every rank computes itself, so it passes nothing; DySAT's
+attention reads every earlier step, so its state is the whole past input
+(t x N x F'). Per layer one state (N x F' values for an RNN) crosses each rank
+boundary, forward and backward
 (counted under ``pipeline.fwd`` / ``pipeline.bwd``): little volume, but the
 ranks wait for each other in turn — the serialisation that makes PSS scale
 worse than snapshot partitioning with redistribution (S1) as P grows.

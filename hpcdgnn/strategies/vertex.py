@@ -149,7 +149,8 @@ class VertexStrategy(Strategy):
         return {} if self.stale is None else self.stale.end_epoch(train_loss)
 
     def engine_bytes(self) -> int:
-        """Ã rows of this rank for all snapshots (and the transpose) plus the precomputed Ã·X."""
+        """Ã rows of this rank for all snapshots (and the transpose) plus the first layer's input
+        (the precomputed Ã·X, or X)."""
         return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
 
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:

@@ -46,7 +46,8 @@ def test_fusion_on_and_off_give_identical_outputs(launcher, small_dataset, tmp_p
         assert on[0, 0] == off[0, 0], name  # the first forward is bit-identical
         np.testing.assert_allclose(on, off, rtol=1e-12, err_msg=name)
         fusion, unfused = recs[0]["fusion"], recs_off[0]["fusion"]
-        assert fusion["chunks"] == unfused["chunks"] == unfused["groups"]
+        # unfused: one group per chunk, plus one per rank for its inactive appearances (if any)
+        assert fusion["chunks"] == unfused["chunks"] <= unfused["groups"] <= unfused["chunks"] + 3
         assert fusion["groups"] < unfused["groups"] and fusion["rows_loaded"] < unfused["rows_loaded"], name
         assert fusion["rows_loaded_unfused"] == unfused["rows_loaded"]
         groups[name] = fusion["groups"]

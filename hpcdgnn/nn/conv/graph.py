@@ -83,8 +83,32 @@ class RowGroups:
         """Ã·full group by group: (own + halo, F) -> (rows, F)."""
         if not self.ops:  # no rows here (P > appearances): a slice keeps the gather's backward on this rank
             return full[:0]
-        out = torch.cat([spmm(op, full.index_select(0, c)) for op, c in zip(self.ops, self.cols)])
-        return out.index_select(0, self.inverse)
+        return _GroupedSpMM.apply(full, self)
+
+
+class _GroupedSpMM(torch.autograd.Function):
+    """Forward: each group's Ã_g · full[cols_g], rows put back in order. Backward: each group's
+    Ã_gᵀ · dY_g added into one gradient buffer — not one full-size zero-filled gradient per group,
+    which autograd's index_select would make (O(groups × rows) with many small chunks).
+    """
+
+    @staticmethod
+    def forward(ctx, full, groups):  # noqa: D102
+        ctx.groups, ctx.shape = groups, full.shape
+        out = torch.cat([torch.sparse.mm(op.a, full.index_select(0, c)) for op, c in zip(groups.ops, groups.cols)])
+        return out.index_select(0, groups.inverse)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        g = ctx.groups
+        ordered = grad.new_zeros(grad.shape).index_copy_(0, g.inverse, grad)  # back to group order
+        gin = grad.new_zeros(ctx.shape)
+        start = 0
+        for op, c in zip(g.ops, g.cols):
+            k = op.a.shape[0]
+            gin.index_add_(0, c, torch.sparse.mm(op.a_t, ordered[start : start + k].contiguous()))
+            start += k
+        return gin, None
 
 
 def _identity(m: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,9 @@ future), so the layer is causal and every strategy's training-horizon and
 block logic applies. Unlike a GRU, step t reads *all* earlier steps (DGC §7.2:
 "the counterparts in all snapshots should be aggregated"), so the recurrent
 state that checkpoint blocks (S2) and the PSS pipeline carry is the whole past
-input sequence. Single heads; positions use fixed sinusoidal encodings of the
+input sequence — so with DySAT, blocks bound the activations but each saved
+boundary state grows with t (O(nb·T·n·F) over a step), and PSS sends the past
+across every rank boundary. Single heads; positions use fixed sinusoidal encodings of the
 absolute step (DySAT learns a table of size T; a fixed encoding needs no T at
 build time and gives each step the same code under every partition of time);
 the feed-forward part is DySAT's ``relu(W·a) + a``.
