@@ -96,22 +96,6 @@ def test_yaml_off_is_the_word_off(tmp_path):
     assert load_job(job, ["stale.mode=static", "strategy.name=vertex"]).stale.mode == "static"
 
 
-def test_stale_needs_a_strategy_with_a_halo(tmp_path):
-    """An approximation that a strategy would silently ignore is a config error instead."""
-    import pytest
-
-    from hpcdgnn.config import load_job
-    from hpcdgnn.errors import ConfigError
-
-    (tmp_path / "data").mkdir()
-    job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: adaptive}}\n")
-    with pytest.raises(ConfigError, match="stale.mode: adaptive is implemented for strategy chunk, vertex only"):
-        load_job(job)
-    assert load_job(job, ["strategy.name=vertex"]).stale.mode == "adaptive"
-    assert load_job(job, ["strategy.name=chunk"]).stale.mode == "adaptive"
-
-
 def test_blocks_need_a_strategy_that_implements_them(tmp_path):
     """train.blocks > 1 with a strategy that has no checkpoint blocks is refused at load, naming the key."""
     import pytest
@@ -128,33 +112,32 @@ def test_blocks_need_a_strategy_that_implements_them(tmp_path):
             load_job(job, [f"strategy.name={name}"])
 
 
-def test_a_workload_model_needs_a_strategy_that_uses_it(tmp_path):
-    """strategy.workload: mlp with a strategy that assigns no chunks is refused, naming the key."""
-    import pytest
+# a technique a strategy would silently not apply is a config error instead, naming the key
+STRATEGY_TECHNIQUES = [
+    ("stale: {mode: adaptive}", "stale.mode: adaptive is implemented for strategy chunk, vertex only",
+     ["vertex", "chunk"]),
+    ("strategy: {workload: mlp}", "strategy.workload: mlp is used by strategy chunk only", ["chunk"]),
+    ("strategy: {sequences: active}", "strategy.sequences: active is implemented for strategy chunk only",
+     ["chunk"]),
+]
 
-    from hpcdgnn.config import load_job
-    from hpcdgnn.errors import ConfigError
 
+@pytest.mark.parametrize(("section", "message", "accepting"), STRATEGY_TECHNIQUES)
+def test_a_technique_needs_a_strategy_that_applies_it(tmp_path, section, message, accepting):
     (tmp_path / "data").mkdir()
     job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{workload: mlp}}\n")
-    with pytest.raises(ConfigError, match="strategy.workload: mlp is used by strategy chunk only"):
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nmodel: {{name: tgcn}}\n{section}\n")
+    with pytest.raises(ConfigError, match=message):
         load_job(job)
-    assert load_job(job, ["strategy.name=chunk"]).strategy.workload == "mlp"
+    for name in accepting:
+        load_job(job, [f"strategy.name={name}"])
 
 
-def test_active_sequences_need_chunks_and_an_rnn(tmp_path):
-    """strategy.sequences: active is refused, naming the key, where it cannot apply."""
-    import pytest
-
-    from hpcdgnn.config import load_job
-    from hpcdgnn.errors import ConfigError
-
+def test_active_sequences_need_an_rnn(tmp_path):
+    """strategy.sequences: active with a time encoder that is not a GRU or LSTM is refused."""
     (tmp_path / "data").mkdir()
     job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{sequences: active}}\n")
-    with pytest.raises(ConfigError, match="strategy.sequences: active is implemented for strategy chunk only"):
-        load_job(job)
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{name: chunk, sequences: active}}\n")
     with pytest.raises(ConfigError, match="needs a model whose time encoder is a GRU or LSTM.*'tmgcn'"):
-        load_job(job, ["strategy.name=chunk", "model.name=tmgcn"])
-    assert load_job(job, ["strategy.name=chunk", "model.name=tgcn"]).strategy.sequences == "active"
+        load_job(job, ["model.name=tmgcn"])
+    assert load_job(job, ["model.name=tgcn"]).strategy.sequences == "active"
