@@ -62,12 +62,8 @@ import torch
 from torch import nn
 
 from hpcdgnn.errors import ConfigError, DataError, PlanError
+from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.partition.chunks import SuperGraph, build_supergraph
-
-try:  # the layer contract's aggregation view of a graph (absent in older trees: plain Ã·H then)
-    from hpcdgnn.nn.conv.graph import LocalGraph as _LocalGraph
-except ImportError:  # pragma: no cover
-    _LocalGraph = None
 
 __all__ = [
     "FORMAT",
@@ -194,7 +190,7 @@ def layer_shapes(model_name: str, features: int, hidden: int, layers: int, windo
 
 def _aggregates(layer, index: int) -> bool:
     """Whether the layer aggregates neighbours every epoch: all but a first layer whose Ã·X is a constant."""
-    return index > 0 or not getattr(layer, "precomputable", True)
+    return index > 0 or not layer.precomputable
 
 
 def _shape(layer, index: int) -> LayerShape:
@@ -594,8 +590,8 @@ class ChunkTimer:
         """Best seconds of one layer's structure encoder on the chunk ``nodes`` (sorted appearance ids).
 
         ``aggregate``: run the layer's neighbourhood aggregation (``layer.aggregate`` over a
-        :class:`~hpcdgnn.nn.conv.graph.LocalGraph` whose gather appends the halo rows, or Ã·H
-        for layers without it); False for a first layer whose Ã·X is precomputed (SPEC S4).
+        :class:`~hpcdgnn.nn.conv.graph.LocalGraph` whose gather appends the halo rows); False for
+        a first layer whose Ã·X is precomputed (SPEC S4).
         """
         n = nodes.shape[0]
         t_of = self.g.time[nodes]
@@ -613,13 +609,8 @@ class ChunkTimer:
             def gather(m: torch.Tensor) -> torch.Tensor:
                 return torch.cat([m, m.index_select(0, src)])
 
-            if _LocalGraph is not None and hasattr(layer, "aggregate"):
-                graph = _LocalGraph(adj, gather)
-                agg = lambda x: layer.aggregate(graph, x)  # noqa: E731
-            else:  # layer contract without aggregate(): the GCN's Ã·[H ; halo]
-                from hpcdgnn.nn.conv.gcn import spmm
-
-                agg = lambda x: spmm(adj, gather(x))  # noqa: E731
+            graph = LocalGraph(adj, gather)
+            agg = lambda x: layer.aggregate(graph, x)  # noqa: E731
             h.requires_grad_(True)  # a later layer's input is an activation: its gradient is work too
 
         def run() -> None:

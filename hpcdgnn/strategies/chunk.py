@@ -55,11 +55,9 @@ from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
-from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.halo import Halo, halo_graph, local_rows, read_owned_rows
+from hpcdgnn.strategies.halo import HaloStrategy, local_rows
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected
-from hpcdgnn.strategies.stale import StaleHalo
 
 __all__ = ["ChunkStrategy", "IndexExchange"]
 
@@ -103,6 +101,11 @@ class IndexExchange:
         return out.index_copy(0, self.send_order.to(y.device), back)
 
 
+def _appearance_owner(chunk: np.ndarray, chunk_owner: np.ndarray, rnn_owner: np.ndarray) -> np.ndarray:
+    """(T, N) rank of every appearance: its chunk's rank when active, else its vertex's RNN owner."""
+    return np.where(chunk >= 0, chunk_owner[np.maximum(chunk, 0)] if chunk_owner.shape[0] else 0, rnn_owner[None, :])
+
+
 @dataclass
 class _ActiveSequences:
     """Where each active appearance (t, r) of my RNN block sits in the packed lanes (step, lane)."""
@@ -117,10 +120,9 @@ class _ActiveSequences:
 
 
 @register_strategy("chunk")
-class ChunkStrategy(Strategy):
+class ChunkStrategy(HaloStrategy):
     """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges (see module docstring)."""
 
-    supports_stale = True
     supports_active_sequences = True
     uses_workload_model = True
 
@@ -140,44 +142,38 @@ class ChunkStrategy(Strategy):
 
         work = chunk_work(job, F, g, labels, stats)
         chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
-        owner = np.full((T, N), -1, dtype=np.int64)
-        owner[g.time, g.vertex] = chunk_owner[labels] if labels.shape[0] else 0
-        chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, for fusion
+        chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, -1 when inactive
         chunk[g.time, g.vertex] = labels
         counts = np.zeros((N, P), dtype=np.int64)
-        active = owner >= 0
-        np.add.at(counts, (np.nonzero(active)[1], owner[active]), 1)
+        np.add.at(counts, (g.vertex, chunk_owner[labels]), 1)
         rnn_owner = np.where(counts.sum(1) > 0, counts.argmax(1), np.arange(N) % P)
-        owner = np.where(active, owner, rnn_owner[None, :])
+        owner = _appearance_owner(chunk, chunk_owner, rnn_owner)
         load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
         ranks = [{"appearances": int((owner == p).sum()), "rnn_vertices": int((rnn_owner == p).sum()),
                   "chunk_work": float(load[p])} for p in range(P)]
         plan = PartitionPlan("chunk", P, T, N, [t % P for t in range(T)], None, [0] * (P + 1), ranks)
         plan.ranks.append({"chunks": int(stats["num_chunks"]), "lp_iterations": int(iters),
                            "cut_fraction": stats["cut_weight"] / max(stats["total_weight"], 1e-300)})
-        # the per-appearance owners travel with the plan object (broadcast), not in plan.json
-        object.__setattr__(plan, "extra", {"owner": owner, "rnn_owner": rnn_owner, "chunk": chunk})
+        # the chunk of every appearance travels with the plan object (broadcast), not in plan.json;
+        # ranks derive the owners from it (one T x N array, not two)
+        object.__setattr__(plan, "extra", {"chunk": chunk, "chunk_owner": chunk_owner, "rnn_owner": rnn_owner})
         return plan
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read every snapshot; keep my appearances' Ã rows; fix the three index exchanges."""
         comm, P, me = self.comm, self.comm.size, self.comm.rank
-        dtype, dev = self.ctx.dtype, self.ctx.device
+        dev = self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
-        owner, rnn_owner = plan.extra["owner"], plan.extra["rnn_owner"]
-        flat_owner = owner.ravel()
+        rnn_owner = plan.extra["rnn_owner"]
+        flat_owner = _appearance_owner(plan.extra["chunk"], plan.extra["chunk_owner"], rnn_owner).ravel()
         local = local_rows(flat_owner, P)  # row of every appearance on its owner, time-major (t, v)
         mine = np.flatnonzero(flat_owner == me)  # keys t * N + v, ascending
         n = mine.shape[0]
         self.T, self.N, self.n = T, N, n
         t_of, v_of = mine // N, mine % N
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
-        self._precomputed = model.layers[0].precomputable
-        owned = read_owned_rows(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], dtype, self._precomputed)
-        self.ax0 = owned.ax.to(dev)
-        self.halo = Halo(comm, owned.key, lambda k: flat_owner[k], lambda k: local[k], n)
-        self.adj = self.halo.operator(owned, dev)
-        self.stale = StaleHalo.for_halo(comm, self.halo, self.ctx.job.stale)
+        owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], lambda k: flat_owner[k],
+                                 lambda k: local[k], n, model)
         self.groups = self._fuse(plan.extra["chunk"].ravel()[mine], owned, model)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
@@ -231,17 +227,18 @@ class ChunkStrategy(Strategy):
         Inactive appearances (chunk -1, their rows hold only the self-loop) form one more chunk.
         """
         cfg = self.ctx.job.strategy
-        local_chunk = np.unique(chunk, return_inverse=True)[1].reshape(-1)
+        labels, per_chunk = np.unique(chunk, return_inverse=True)
+        per_chunk = per_chunk.reshape(-1)  # local chunk id of each of my rows, 0..C-1
         row, col = owned.row.numpy(), self.halo.columns
-        if cfg.fusion == "on" and local_chunk.shape[0]:
+        group = per_chunk
+        if cfg.fusion == "on" and per_chunk.shape[0]:
             width = max(max(layer.in_features, layer.spatial_features) for layer in model.layers)
-            cost = group_cost(local_chunk, row, col, width, torch.empty((), dtype=self.ctx.dtype).element_size())
-            local_chunk = fuse_chunks(local_chunk, row, col, cost, cfg.fusion_memory_mb * 2**20)
-        groups = RowGroups(self.adj, local_chunk)
-        per_chunk = np.unique(chunk, return_inverse=True)[1].reshape(-1)
-        #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank)
-        # inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
-        self._fusion_stats = np.array([np.unique(chunk[chunk >= 0]).shape[0], len(groups), groups.loaded_rows,
+            cost = group_cost(per_chunk, row, col, width, torch.empty((), dtype=self.ctx.dtype).element_size())
+            group = fuse_chunks(per_chunk, row, col, cost, cfg.fusion_memory_mb * 2**20)
+        groups = RowGroups(self.adj, group)
+        #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank);
+        #: inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
+        self._fusion_stats = np.array([int((labels >= 0).sum()), len(groups), groups.loaded_rows,
                                        RowGroups.rows_read(per_chunk, row, col)])
         return groups
 
@@ -252,23 +249,19 @@ class ChunkStrategy(Strategy):
         out = {"fusion": {"chunks": chunks, "groups": groups, "rows_loaded": loaded, "rows_loaded_unfused": unfused}}
         if self._seq is not None:
             out["fusion"].update(time_slots=slots, time_slots_padded=padded)
-        return out if self.stale is None else {**out, **self.stale.end_epoch(train_loss)}
+        return {**out, **super().end_epoch(epoch, train_loss)}
 
     def engine_bytes(self) -> int:
         """Ã rows of this rank's appearances (and the transpose), their fused groups, and the first
         layer's input (the precomputed Ã·X, or X)."""
-        return self.adj.nbytes + self.groups.nbytes + self.ax0.numel() * self.ax0.element_size()
+        return super().engine_bytes() + self.groups.nbytes
 
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
         """Per layer: GCN rows with the halo, RNN at the RNN owners; then whole snapshots for the task."""
         T, b = self.T, self._t_bounds
         h: torch.Tensor | None = None
         for li, layer in enumerate(model.layers):
-            if li == 0 and self._precomputed:
-                ax = self.ax0
-            else:
-                graph = halo_graph(self.adj, self.halo, self.stale, li, self.groups)
-                ax = layer.aggregate(graph, self.ax0 if li == 0 else h)
+            ax = self._aggregate(layer, li, h, self.groups)
             tparams, _ = layer.time_params_block(0, T, None)
             parts = [layer.spatial(ax[b[t] : b[t + 1]], t, tparams) for t in range(T) if b[t + 1] > b[t]]
             # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too

@@ -1,4 +1,5 @@
-"""What the vertex (S6) and chunk (D1) strategies share: owned rows of Ã and the halo exchange.
+"""What the vertex (S6) and chunk (D1) strategies share: owned rows of Ã and the halo exchange
+(:class:`HaloStrategy`, their common base: setup, per-layer aggregation, stale report, engine bytes).
 
 Both give every vertex appearance (v, t) one owner rank and number a rank's
 appearances time-major: its rows of snapshot 0, then of snapshot 1, ... — so
@@ -22,8 +23,10 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
+from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.strategies.stale import StaleHalo
 
-__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph"]
+__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "HaloStrategy"]
 
 
 @dataclass
@@ -147,3 +150,41 @@ def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: Row
         return torch.cat([m, halo.exchange(m, reuse=f"layer{li}.halo")])
 
     return LocalGraph(adj, gather, groups)
+
+
+class HaloStrategy(Strategy):
+    """The part of the vertex (S6) and chunk (D1) strategies that is the same: a rank's appearance rows
+    over all T, time-major, aggregated with one halo exchange per layer, exact or stale (D3).
+    """
+
+    supports_stale = True
+
+    def _setup_halo(self, reader, T: int, N: int, vertices_at: Callable[[int], np.ndarray],
+                    owner_of: Callable[[np.ndarray], np.ndarray], local_of: Callable[[np.ndarray], np.ndarray],
+                    n: int, model) -> OwnedRows:
+        """Read my rows of Ã (and Ã·X, or X when layer 0's aggregation has parameters), agree on the
+        halo, build the operator and, with ``stale`` on, its cache."""
+        dev = self.ctx.device
+        self._precomputed = model.layers[0].precomputable
+        owned = read_owned_rows(reader, T, N, vertices_at, self.ctx.dtype, self._precomputed)
+        #: the first layer's input, (n, F): Ã·X when precomputed (SPEC S4), else X
+        self.ax0 = owned.ax.to(dev)
+        self.halo = Halo(self.comm, owned.key, owner_of, local_of, n)
+        self.adj = self.halo.operator(owned, dev)
+        self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.stale)
+        return owned
+
+    def _aggregate(self, layer, li: int, h: torch.Tensor | None, groups: RowGroups | None = None) -> torch.Tensor:
+        """Layer ``li``'s aggregation of my rows ``h`` (n, F): the precomputed one for layer 0, else
+        ``layer.aggregate`` over my rows of Ã with the halo exchange as the gather."""
+        if li == 0 and self._precomputed:
+            return self.ax0
+        return layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li, groups), self.ax0 if li == 0 else h)
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+        """With ``stale`` on: feed the loss to the threshold and report the rows reused and bytes saved."""
+        return {} if self.stale is None else self.stale.end_epoch(train_loss)
+
+    def engine_bytes(self) -> int:
+        """My rows of Ã for all snapshots (and the transpose) plus the first layer's input."""
+        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()

@@ -38,11 +38,9 @@ from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
-from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.halo import Halo, halo_graph, read_owned_rows
+from hpcdgnn.strategies.halo import HaloStrategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _keep_connected, _rows
-from hpcdgnn.strategies.stale import StaleHalo
 
 __all__ = ["VertexStrategy", "vertex_partition"]
 
@@ -83,10 +81,8 @@ def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None)
 
 
 @register_strategy("vertex")
-class VertexStrategy(Strategy):
+class VertexStrategy(HaloStrategy):
     """Vertices partitioned over ranks for all snapshots; halo rows exchanged per GCN (IBM §4.1)."""
-
-    supports_stale = True
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
@@ -114,8 +110,7 @@ class VertexStrategy(Strategy):
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read every snapshot, keep this rank's rows of Ã_t, precompute Ã·X, and agree on the halo."""
-        comm, P, me = self.comm, self.comm.size, self.comm.rank
-        dtype, dev = self.ctx.dtype, self.ctx.device
+        P, me, dev = self.comm.size, self.comm.rank, self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
         vb = np.asarray(plan.vertex_bounds)
         order = np.asarray(plan.vertex_order if plan.vertex_order is not None else range(N), dtype=np.int64)
@@ -128,15 +123,10 @@ class VertexStrategy(Strategy):
         self.T, self.N, self.n, self.plan = T, N, n, plan
         self.pos = torch.from_numpy(pos).to(dev)
         mine = order[lo:hi]
-        self._precomputed = model.layers[0].precomputable
-        owned = read_owned_rows(reader, T, N, lambda t: mine, dtype, self._precomputed)
-        self.ax0 = owned.ax.view(T, n, owned.ax.shape[-1]).to(dev)  # explicit F: n may be 0 (P > N)
         # appearance (t, v) lives on part[v], at row t * n_part + its row in the rank's range
         n_of = np.diff(vb)
-        self.halo = Halo(comm, owned.key, lambda k: part[k % N],
-                         lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n)
-        self.adj = self.halo.operator(owned, dev)
-        self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.stale)
+        self._setup_halo(reader, T, N, lambda t: mine, lambda k: part[k % N],
+                         lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n, model)
 
         # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
@@ -144,27 +134,14 @@ class VertexStrategy(Strategy):
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
         return self.scored
 
-    def end_epoch(self, epoch: int, train_loss: float) -> dict:
-        """With ``stale`` on: feed the loss to the threshold and report the rows reused and bytes saved."""
-        return {} if self.stale is None else self.stale.end_epoch(train_loss)
-
-    def engine_bytes(self) -> int:
-        """Ã rows of this rank for all snapshots (and the transpose) plus the first layer's input
-        (the precomputed Ã·X, or X)."""
-        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
-
     def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
         """GCN with halo exchange and local RNN per layer; then embeddings to snapshot owners."""
         T, n = self.T, self.n
         h: torch.Tensor | None = None
         for li, layer in enumerate(model.layers):
-            if li == 0 and self._precomputed:
-                ax = self.ax0
-            else:
-                src = self.ax0 if li == 0 else h
-                flat = src.reshape(T * n, src.shape[-1])  # explicit width: n may be 0 (P > N)
-                ax = layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li), flat)
-                ax = ax.view(T, n, ax.shape[-1])
+            flat = None if h is None else h.reshape(T * n, h.shape[-1])  # explicit width: n may be 0 (P > N)
+            ax = self._aggregate(layer, li, flat)
+            ax = ax.view(T, n, ax.shape[-1])
             tparams, _ = layer.time_params_block(0, T, None)
             y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax
             y = _keep_connected(y, h)

@@ -106,8 +106,13 @@ class DynamicLayer(nn.Module):
         raise NotImplementedError
 
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        """RNN along time for a set of vertices: (T, n, spatial) -> ((T, n, out), final state)."""
-        return y, state
+        """RNN along time for a set of vertices: (T, n, spatial) -> ((T, n, out), final state).
+
+        Default: the layer's :meth:`rnn` over each vertex's timeline, or the identity when it has none;
+        layers whose time encoder is not a torch RNN (M-transform, attention) override this.
+        """
+        rnn = self.rnn()
+        return (y, state) if rnn is None else run_rnn(rnn, y, state, self.out_features)
 
 
 class DGNN(nn.Module):

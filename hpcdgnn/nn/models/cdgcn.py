@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model, run_rnn
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
 
 __all__ = ["CDGCNLayer", "build_cdgcn"]
 
@@ -44,10 +42,6 @@ class CDGCNLayer(DynamicLayer):
     def rnn(self) -> nn.RNNBase | None:
         """The LSTM (the time encoder)."""
         return self.lstm
-
-    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        """LSTM over the timeline of each vertex (w = 1, IBM §5.1)."""
-        return run_rnn(self.lstm, y, state, self.out_features)
 
 
 @register_model("cdgcn")

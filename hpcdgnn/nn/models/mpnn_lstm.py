@@ -13,13 +13,11 @@ result depend on how rows are batched, which every exact strategy must not.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model, run_rnn
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
 
 __all__ = ["MPNNLSTMLayer", "build_mpnn_lstm"]
 
@@ -62,14 +60,8 @@ class MPNNLSTMLayer(DynamicLayer):
         return torch.cat([ax[:, self.hidden :], torch.relu(self.lin(ax[:, : self.hidden]))], dim=-1)
 
     def rnn(self) -> nn.RNNBase | None:
-        """The LSTM (the time encoder)."""
+        """The 2-layer LSTM after the last layer (the time encoder); None below it (identity along time)."""
         return self.lstm
-
-    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        """The 2-layer LSTM over each vertex's timeline (identity below the last layer)."""
-        if self.lstm is None:
-            return y, state
-        return run_rnn(self.lstm, y, state, self.out_features)
 
 
 @register_model("mpnn_lstm")

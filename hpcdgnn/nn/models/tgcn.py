@@ -9,12 +9,10 @@ counts the GCN layers; the GRU follows the last one.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model, run_rnn
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
 
 __all__ = ["TGCNLayer", "build_tgcn"]
 
@@ -46,14 +44,8 @@ class TGCNLayer(DynamicLayer):
         return torch.relu(self.lin(ax))
 
     def rnn(self) -> nn.RNNBase | None:
-        """The GRU (the time encoder)."""
+        """The GRU after the last layer (the time encoder); None below it (identity along time)."""
         return self.gru
-
-    def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        """GRU over the timeline of each vertex (identity for the layers below the last)."""
-        if self.gru is None:
-            return y, state
-        return run_rnn(self.gru, y, state, self.out_features)
 
 
 @register_model("tgcn")
