@@ -188,3 +188,14 @@ class HaloStrategy(Strategy):
     def engine_bytes(self) -> int:
         """My rows of Ã for all snapshots (and the transpose) plus the first layer's input."""
         return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
+
+    def state_dict(self) -> dict:
+        """The stale-aggregation caches (D3): a resumed run must reuse exactly the rows the straight run would."""
+        return {} if self.stale is None else {"stale": self.stale.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; with ``stale`` on, an empty state (P changed) cannot be continued exactly."""
+        if self.stale is None:
+            super().load_state_dict(state)
+            return
+        self.stale.load_state_dict(state.get("stale"))
