@@ -74,7 +74,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     """Profile chunk encoder times on this machine and save DGC's workload MLPs (§4.2, §6)."""
-    from hpcdgnn.partition.workload import run_profile
+    from hpcdgnn.profile.command import run_profile
 
     return run_profile(args)
 
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     add_validate_arguments(v)
     v.set_defaults(func=run_validate)
 
-    # options here, not in hpcdgnn.partition.workload: that module imports torch, which every
+    # options here, not in hpcdgnn.profile.command: that module imports torch, which every
     # other subcommand would then pay for at start-up
     pf = sub.add_parser("profile", help="time chunk encoders here and fit the workload predictor (DGC §4.2, §6)",
                         description="Time the structure- and time-encoder work of random chunks on this machine "

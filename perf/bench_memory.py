@@ -4,7 +4,7 @@
                                 [--model tmgcn] [--ranks 1]
 
 Generates an IBM §6.3 random graph once, runs one training epoch per block
-count (``train.blocks``) and prints, side by side, the bytes the engine held:
+count (``strategy.blocks``) and prints, side by side, the bytes the engine held:
 device-held inputs (without blocks: every normalised adjacency and the
 precomputed Ã·X; with blocks: Ã·X plus the largest block's adjacencies, which
 are reloaded from host memory per block, SPEC S3) plus the high-water mark of
@@ -55,7 +55,8 @@ def main() -> None:
             job = work / f"nb{nb}.yaml"
             job.write_text(yaml.safe_dump({
                 "data": {"path": str(data)}, "model": {"name": args.model, "hidden": 16},
-                "train": {"epochs": 1, "blocks": nb, "threads": 1},
+                "strategy": {"name": "snapshot", "blocks": nb},
+                "train": {"epochs": 1, "threads": 1},
             }))
             out = work / f"run-nb{nb}"
             cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]

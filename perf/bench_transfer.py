@@ -7,7 +7,7 @@ Prepares the input (SNAP format) with edge-life smoothing l (IBM §5.4) into a
 temporary directory, reads every snapshot's adjacency from the shards, and for
 each number of blocks nb splits the T snapshots into nb contiguous blocks
 (S2's checkpoint blocks). It prints the bytes that cross the host->device link
-under ``train.transfer: base`` (every snapshot as IBM §3.2's "(index, value)
+under ``strategy.transfer: base`` (every snapshot as IBM §3.2's "(index, value)
 pairs": int64 row and column ids plus the value, torch.sparse_coo's layout) and
 ``graph_difference`` (first snapshot of each block as CSR, each next one as
 removed positions + added keys + all values), their ratio, and the split of the

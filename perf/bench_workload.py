@@ -45,17 +45,8 @@ from hpcdgnn.partition.chunks import (  # noqa: E402
     label_propagation,
     load_divergence,
 )
-from hpcdgnn.partition.workload import (  # noqa: E402
-    ChunkTimer,
-    CountWorkload,
-    MLPWorkload,
-    chunk_features,
-    detached_time_params,
-    layer_shapes,
-    mape,
-    profile,
-    profile_graph,
-)
+from hpcdgnn.partition.workload import CountWorkload, MLPWorkload, chunk_features, layer_shapes  # noqa: E402
+from hpcdgnn.profile import ChunkTimer, detached_time_params, mape, profile, profile_graph  # noqa: E402
 
 
 def _graph(args) -> tuple[list, int, int, str]:

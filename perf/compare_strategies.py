@@ -32,6 +32,11 @@ from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
 _MiB = 1024.0 * 1024.0
 
 
+def _options(strategy: str, partition: str, chunk_size: int) -> dict:
+    """The comparison's options that ``strategy`` takes (an option of another strategy is a config error)."""
+    return {"vertex": {"partition": partition}, "chunk": {"chunk_size": chunk_size}}.get(strategy, {})
+
+
 def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, partition: str,
         chunk_size: int = 4096, label: str = "", **strategy_keys) -> dict:
     """One run; returns median steady MiB/epoch (total, strategy, gradient) and epoch seconds, and the
@@ -44,7 +49,7 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
     job.write_text(yaml.safe_dump({
         "data": {"path": str(data), "validate": "structure"},
         "model": {"name": model, "hidden": 16},
-        "strategy": {"name": strategy, "partition": partition, "chunk_size": chunk_size, **strategy_keys},
+        "strategy": {"name": strategy, **_options(strategy, partition, chunk_size), **strategy_keys},
         "train": {"epochs": epochs, "threads": 1},
     }))
     out = work / f"run-{name}"

@@ -211,8 +211,8 @@ def run_sweep(args: argparse.Namespace) -> list[Path]:
         job.write_text(yaml.safe_dump({
             "data": {"path": str(data), "validate": "structure"},
             "model": {"name": args.model, "hidden": args.hidden},
-            "strategy": {"name": args.strategy},
-            "train": {"epochs": args.epochs, "threads": args.threads, "blocks": args.blocks},
+            "strategy": {"name": args.strategy, **({"blocks": args.blocks} if args.blocks > 1 else {})},
+            "train": {"epochs": args.epochs, "threads": args.threads},
         }))
         run_dir = out / f"run-p{P}"
         if run_dir.exists():
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--hidden", type=int, default=16)
     r.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     r.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    r.add_argument("--blocks", type=int, default=1, help="train.blocks")
+    r.add_argument("--blocks", type=int, default=1, help="strategy.blocks (snapshot strategy)")
     r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P}' (default: mpirun -np P)")
     p = sub.add_parser("plot", help="CSV and plots of existing run directories")
     p.add_argument("--out", required=True)

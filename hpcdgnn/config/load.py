@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from hpcdgnn.config.schema import JobConfig
+from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, StrategyConfig
 from hpcdgnn.errors import ConfigError
 
 __all__ = ["load_job", "apply_overrides", "job_to_dict", "validate_job"]
@@ -74,6 +74,23 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"{where}: unsupported config type {tp}")  # a bug in schema.py, not user error
 
 
+def _strategy_options(raw: Any, file: str) -> type[StrategyConfig]:
+    """The options class of the ``strategy:`` section's ``name`` (``snapshot`` when it has none)."""
+    name = raw.get("name", "snapshot") if isinstance(raw, dict) else "snapshot"
+    if name not in STRATEGY_OPTIONS:
+        raise ConfigError(f"{file}: strategy.name: unknown {name!r}; choose from {', '.join(sorted(STRATEGY_OPTIONS))}")
+    return STRATEGY_OPTIONS[name]
+
+
+def _not_an_option(file: str, key: str, name: str, fields: list[str]) -> str:
+    """The one line for ``strategy.KEY`` that strategy ``name`` does not have: who has it, or a close name."""
+    accept = sorted(n for n, c in STRATEGY_OPTIONS.items() if key in {f.name for f in dataclasses.fields(c)})
+    if accept:
+        return (f"{file}: strategy.{key}: not an option of strategy {name!r} (it would be ignored); "
+                f"strategy {', '.join(accept)} {'accepts' if len(accept) == 1 else 'accept'} it")
+    return f"{file}: strategy.{key}: unknown option of strategy {name!r}; {_did_you_mean(key, fields)}"
+
+
 def _build(cls: type, raw: Any, path: str, file: str) -> Any:
     """Instantiate dataclass ``cls`` from mapping ``raw`` (``path`` is its dotted prefix)."""
     name = path or "top level"
@@ -86,11 +103,17 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
     for key in raw:
         if key not in fields:
             dotted = f"{path}.{key}" if path else str(key)
+            if dotted in RENAMED_KEYS:
+                raise ConfigError(f"{file}: {dotted}: renamed to {RENAMED_KEYS[dotted]} (hpcdgnn 0.2); move it there")
+            if issubclass(cls, StrategyConfig):
+                raise ConfigError(_not_an_option(file, str(key), raw.get("name", "snapshot"), list(fields)))
             raise ConfigError(f"{file}: {dotted}: unknown key; {_did_you_mean(str(key), list(fields))}")
     kwargs = {}
     for key, value in raw.items():
         dotted = f"{path}.{key}" if path else key
         tp = hints[key]
+        if tp is StrategyConfig:  # the options class is chosen by the section's name
+            tp = _strategy_options(value, file)
         if dataclasses.is_dataclass(tp):
             kwargs[key] = _build(tp, value, dotted, file)
             continue
@@ -126,51 +149,12 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
 
 
 def validate_job(job: JobConfig, file: str) -> None:
-    """Checks that need the outside world: the dataset directory and the strategy registry."""
-    from hpcdgnn.strategies import available_strategies, get_strategy  # late: keeps config import-light
+    """Checks that need the outside world: the dataset directory exists.
 
-    if job.strategy.name not in available_strategies():
-        raise ConfigError(
-            f"{file}: strategy.name: unknown {job.strategy.name!r}; choose from {', '.join(available_strategies())}"
-        )
-    strategy = get_strategy(job.strategy.name)
-
-    def supporting(flag: str) -> str:
-        return ", ".join(n for n in available_strategies() if getattr(get_strategy(n), flag))
-
-    # a technique a strategy would silently not apply would make a user trust the wrong numbers
-    if job.stale.mode != "off" and not strategy.supports_stale:
-        raise ConfigError(
-            f"{file}: stale.mode: {job.stale.mode} is implemented for strategy {supporting('supports_stale')} only "
-            f"(strategy.name is {job.strategy.name!r}); set stale.mode: off"
-        )
-    if job.train.blocks > 1 and not strategy.supports_blocks:
-        raise ConfigError(
-            f"{file}: train.blocks: gradient-checkpoint blocks are implemented for strategy "
-            f"{supporting('supports_blocks')} only (strategy.name is {job.strategy.name!r}); set train.blocks: 1"
-        )
-    if job.strategy.sequences != "all":
-        if not strategy.supports_active_sequences:
-            raise ConfigError(
-                f"{file}: strategy.sequences: {job.strategy.sequences} is implemented for strategy "
-                f"{supporting('supports_active_sequences')} only (strategy.name is {job.strategy.name!r}); "
-                "set it to all"
-            )
-        from hpcdgnn.nn.models import build_model
-
-        m = job.model
-        layers = build_model(m.name, 1, m.hidden, m.layers, m.window).layers
-        mixing = [layer for layer in layers if layer.temporal_mixing]
-        if not mixing or any(layer.rnn() is None for layer in mixing):
-            raise ConfigError(
-                f"{file}: strategy.sequences: active needs a model whose time encoder is a GRU or LSTM "
-                f"(tgcn, cdgcn, mpnn_lstm); model.name is {m.name!r}"
-            )
-    if job.strategy.workload != "count" and not strategy.uses_workload_model:
-        raise ConfigError(
-            f"{file}: strategy.workload: {job.strategy.workload} is used by strategy "
-            f"{supporting('uses_workload_model')} only (strategy.name is {job.strategy.name!r}); set it to count"
-        )
+    Which options a strategy takes is structural (its options class); rules that need
+    the model or the data are checked by the strategy's plan on rank 0, before the run
+    directory is created.
+    """
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():

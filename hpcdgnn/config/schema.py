@@ -17,6 +17,12 @@ __all__ = [
     "TaskConfig",
     "TrainConfig",
     "StrategyConfig",
+    "SnapshotOptions",
+    "PSSOptions",
+    "VertexOptions",
+    "ChunkOptions",
+    "STRATEGY_OPTIONS",
+    "RENAMED_KEYS",
     "CommConfig",
     "OutputConfig",
     "CheckpointConfig",
@@ -90,7 +96,8 @@ class TrainConfig:
     """``train:`` the optimisation loop."""
 
     epochs: int = 10
-    """Full passes over the timeline (every epoch is one full-batch step, IBM §2.2)."""
+    """Passes over the training data: one full-batch step each for the full-batch strategies (IBM §2.2),
+    one step per mini-batch for mini-batch strategies."""
     lr: float = 0.01
     """Adam learning rate."""
     seed: int = 0
@@ -101,13 +108,6 @@ class TrainConfig:
     """Torch threads per rank; 0 = cores of the node divided by the ranks on it."""
     warmup_epochs: int = 1
     """Epochs flagged ``warmup`` in metrics.jsonl so benchmarks can leave them out."""
-    blocks: int = 1
-    """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
-    each block's forward during the backward pass; 1 = no checkpointing."""
-    transfer: Literal["base", "graph_difference"] = "graph_difference"
-    """How snapshots move from host to device memory (IBM §3.2, SPEC S3): ``base`` sends each one as
-    (index, value) pairs (COO, int64 indices, IBM's baseline); ``graph_difference`` sends the first
-    snapshot of each block as CSR and each next one as its difference from the previous."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` = the GPU of this rank's local rank when CUDA is available, else CPU."""
     reuse_memory: bool = True
@@ -123,55 +123,142 @@ class TrainConfig:
             raise ValueError("threads: must be >= 0 (0 = automatic)")
         if self.warmup_epochs < 0:
             raise ValueError("warmup_epochs: must be >= 0")
-        if self.blocks < 1:
-            raise ValueError("blocks: must be >= 1 (1 = no gradient checkpointing)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaleConfig:
+    """``strategy.stale:`` (vertex, chunk) adaptive stale aggregation of remote embeddings (DGC §5.2, SPEC D3): an approximation.
+
+    A rank sends a halo row again only if it moved more than θ_r (L2) from the value it last sent;
+    the receiver reuses its cached copy otherwise (no gradient flows through a reused row).
+    θ_r = ``theta`` · D_r with ``static``, and ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) with
+    ``adaptive``, where D_r is the largest such move in epoch r and norm(l) = (l_1 - l) / l_1 the
+    relative loss decrease: θ starts at 0 and grows as the loss falls, which is what DGC's text asks
+    for (its Eq. 6 as printed would shrink θ instead; see hpcdgnn/strategies/stale.py).
+    """
+
+    mode: Literal["off", "static", "adaptive"] = "off"
+    """``off``: exact halo exchange; ``static``: θ = theta·D; ``adaptive``: θ grows as the loss falls."""
+    theta: float = 0.5
+    """Fraction of D_r (the largest move in the epoch): the static threshold, or the adaptive one's ceiling."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.theta <= 1:
+            raise ValueError("theta: must be in [0, 1] (a fraction of the largest embedding move D_r)")
 
 
 @dataclass(frozen=True, kw_only=True)
 class StrategyConfig:
-    """``strategy:`` how work and data are partitioned over ranks (SPEC S1, later S6, D1, ...)."""
+    """``strategy:`` how work and data are partitioned over ranks; ``name`` picks the strategy and each
+    strategy has its own typed options (the subclasses below, :data:`STRATEGY_OPTIONS`). An option of
+    another strategy is a config error, never silently ignored."""
 
     name: str = "snapshot"
-    """Registered strategy name; ``snapshot`` is IBM §4.2 snapshot partitioning with redistribution."""
+    """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotOptions(StrategyConfig):
+    """``strategy: {name: snapshot}``: whole snapshots per rank, redistributed to vertex ranges for the
+    RNN (IBM §4.2, SPEC S1), with checkpoint blocks (S2) and graph-difference transfer (S3)."""
+
     layout: Literal["cyclic", "block"] = "cyclic"
     """Snapshot t on rank t mod P: every rank gets the same mix of training and evaluation snapshots,
     so each phase between two exchanges is balanced (measured faster than blocks); or contiguous
     blocks as in IBM §4.2."""
     balance: Literal["count", "work"] = "work"
     """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
+    blocks: int = 1
+    """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
+    each block's forward during the backward pass; 1 = no checkpointing."""
+    transfer: Literal["base", "graph_difference"] = "graph_difference"
+    """How snapshots move from host to device memory (IBM §3.2, SPEC S3): ``base`` sends each one as
+    (index, value) pairs (COO, int64 indices, IBM's baseline); ``graph_difference`` sends the first
+    snapshot of each block as CSR and each next one as its difference from the previous."""
+
+    def __post_init__(self) -> None:
+        if self.blocks < 1:
+            raise ValueError("blocks: must be >= 1 (1 = no gradient checkpointing)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PSSOptions(StrategyConfig):
+    """``strategy: {name: pss}``: contiguous snapshots per rank, the RNN state pipelined rank to rank (DGC §2.1)."""
+
+    name: str = "pss"
+    balance: Literal["count", "work"] = "work"
+    """Contiguous blocks of equal count or of equal estimated work."""
+    transfer: Literal["base", "graph_difference"] = "graph_difference"
+    """Host-to-device snapshot transfer (SPEC S3), as for ``snapshot``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VertexOptions(StrategyConfig):
+    """``strategy: {name: vertex}``: vertex sets for the whole timeline, halo exchange per GCN (IBM §4.1, S6)."""
+
+    name: str = "vertex"
+    partition: Literal["range", "hash", "metis"] = "range"
+    """Vertices split into contiguous id ranges, by a hash of the id, or by METIS on the union of all
+    snapshots (the optional ``pymetis`` package)."""
+    stale: StaleConfig = field(default_factory=StaleConfig)
+    """Stale aggregation of halo rows (DGC §5.2, SPEC D3)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkOptions(StrategyConfig):
+    """``strategy: {name: chunk}``: vertex appearances partitioned by DGC's chunks (§4, SPEC D1), fusion (D2)."""
+
+    name: str = "chunk"
     chunk_size: int = 4096
-    """``strategy: chunk``: largest chunk, in vertex appearances (DGC §4.1's size cap)."""
+    """Largest chunk, in vertex appearances (DGC §4.1's size cap)."""
     sequences: Literal["all", "active"] = "all"
-    """``strategy: chunk``: what a vertex's time encoder runs over. ``all``: every snapshot, as the
+    """What a vertex's time encoder runs over. ``all``: every snapshot, as the
     other strategies (exact against them); ``active``: only the snapshots where the vertex has an edge
     (DGC's temporal sequences, §5.1.2: a chunk holds only active appearances), the state carried over
     the gaps; inactive appearances output zeros. A different model, so compare it with itself at P = 1.
     Needs a model whose time encoder is a GRU or LSTM (tgcn, cdgcn, mpnn_lstm)."""
     fusion: Literal["off", "on"] = "on"
-    """``strategy: chunk``: chunk fusion (DGC §5.1). Spatial: a rank's chunks that read each other's
+    """Chunk fusion (DGC §5.1). Spatial: a rank's chunks that read each other's
     rows are aggregated together, in groups of at most ``fusion_memory_mb``; ``off`` aggregates chunk by
     chunk (DGC's "one by one"). Temporal, with ``sequences: active``: sequences are packed end to end
     with the state masked at their boundaries (Eq. 4–5); ``off`` pads each to the longest. Outputs are
     identical either way."""
     fusion_memory_mb: float = 512.0
-    """``strategy: chunk``: estimated memory cap of one fused group (rows in and out at the widest
-    layer, plus its entries of Ã)."""
+    """Estimated memory cap of one fused group (rows in and out at the widest layer, plus its entries of Ã)."""
+    workload: Literal["count", "mlp"] = "count"
+    """Chunk workload g_a of the assignment (DGC §4.2, Alg. 1): ``count`` =
+    appearances + spatial edges; ``mlp`` = DGC §6's two MLPs (structure + time encoder seconds)
+    profiled on this machine by ``python -m hpcdgnn profile``."""
+    predictor: str | None = None
+    """``workload: mlp``: the predictor file; null = this machine's default
+    (``$HPCDGNN_CACHE`` or ``~/.cache/hpcdgnn``, ``workload-<cpu or gpu>-<model>-<device>-<dtype>.pt``)."""
+    stale: StaleConfig = field(default_factory=StaleConfig)
+    """Stale aggregation of halo rows (DGC §5.2, SPEC D3), as for ``vertex``."""
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
             raise ValueError("chunk_size: must be >= 1")
         if not self.fusion_memory_mb > 0:
             raise ValueError("fusion_memory_mb: must be > 0")
-    partition: Literal["range", "hash", "metis"] = "range"
-    """``strategy: vertex``: vertices split into contiguous id ranges, by a hash of the id, or by
-    METIS on the union of all snapshots (the optional ``pymetis`` package)."""
-    workload: Literal["count", "mlp"] = "count"
-    """``strategy: chunk``: chunk workload g_a of the assignment (DGC §4.2, Alg. 1): ``count`` =
-    appearances + spatial edges; ``mlp`` = DGC §6's two MLPs (structure + time encoder seconds)
-    profiled on this machine by ``python -m hpcdgnn profile``."""
-    predictor: str | None = None
-    """``workload: mlp``: the predictor file; null = this machine's default
-    (``$HPCDGNN_CACHE`` or ``~/.cache/hpcdgnn``, ``workload-<cpu or gpu>-<model>-<device>-<dtype>.pt``)."""
+        if self.predictor is not None and self.workload != "mlp":
+            raise ValueError("predictor: is read only with workload: mlp; remove it or set workload: mlp")
+
+
+#: The options of every strategy, by ``strategy.name``. A new strategy adds its options class here
+#: (and registers its implementation with ``hpcdgnn.strategies.register_strategy`` under the same name).
+STRATEGY_OPTIONS: dict[str, type[StrategyConfig]] = {
+    "snapshot": SnapshotOptions,
+    "pss": PSSOptions,
+    "vertex": VertexOptions,
+    "chunk": ChunkOptions,
+}
+
+#: Keys moved by release 0.2 (issue 11): old dotted key -> new one.
+RENAMED_KEYS: dict[str, str] = {
+    "train.blocks": "strategy.blocks",
+    "train.transfer": "strategy.transfer",
+    "stale": "strategy.stale",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,28 +326,6 @@ class DebugConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StaleConfig:
-    """``stale:`` adaptive stale aggregation of remote embeddings (DGC §5.2, SPEC D3): an approximation.
-
-    A rank sends a halo row again only if it moved more than θ_r (L2) from the value it last sent;
-    the receiver reuses its cached copy otherwise (no gradient flows through a reused row).
-    θ_r = ``theta`` · D_r with ``static``, and ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) with
-    ``adaptive``, where D_r is the largest such move in epoch r and norm(l) = (l_1 - l) / l_1 the
-    relative loss decrease: θ starts at 0 and grows as the loss falls, which is what DGC's text asks
-    for (its Eq. 6 as printed would shrink θ instead; see hpcdgnn/strategies/stale.py).
-    """
-
-    mode: Literal["off", "static", "adaptive"] = "off"
-    """``off``: exact halo exchange; ``static``: θ = theta·D; ``adaptive``: θ grows as the loss falls."""
-    theta: float = 0.5
-    """Fraction of D_r (the largest move in the epoch): the static threshold, or the adaptive one's ceiling."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.theta <= 1:
-            raise ValueError("theta: must be in [0, 1] (a fraction of the largest embedding move D_r)")
-
-
-@dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """The whole job YAML."""
 
@@ -268,9 +333,8 @@ class JobConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    strategy: StrategyConfig = field(default_factory=SnapshotOptions)
     comm: CommConfig = field(default_factory=CommConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
-    stale: StaleConfig = field(default_factory=StaleConfig)

@@ -4,7 +4,7 @@ A rank's snapshots live in host memory; the compute device holds only the
 ones the current block needs (with checkpoint blocks, S2, the forward pass and
 the re-run of each block both load it: IBM §3.2 "this transfer happens
 twice"). :class:`SnapshotTransfer` encodes every block once at setup, on the
-host, into the wire format of ``train.transfer``:
+host, into the wire format of ``strategy.transfer``:
 
 * ``base`` — every snapshot as (index, value) pairs (IBM's baseline,
   :class:`~hpcdgnn.data.graph_diff.COOSnapshot`);
@@ -48,7 +48,7 @@ class SnapshotTransfer:
         csrs: the rank's snapshots (host CSR), in the order it processes them.
         groups: for each block, the positions in ``csrs`` of its snapshots, in order.
             Graph difference starts over at each block (IBM §6.2).
-        mode: ``"base"`` or ``"graph_difference"`` (``train.transfer``).
+        mode: ``"base"`` or ``"graph_difference"`` (``strategy.transfer``).
         device: the compute device.
     """
 

@@ -9,7 +9,15 @@ compute one. ``plan.json``::
      "snapshot_bounds": [0, t_1, ..., T],     # block layout: rank p owns [b[p], b[p+1]); null if cyclic
      "vertex_bounds":   [0, n_1, ..., N],     # rank q owns vertex rows [v[q], v[q+1])
      "block_bounds":    [0, ..., T] or null,  # gradient-checkpoint blocks (S2)
+     "vertex_order":    [...] or null,        # vertex partitions (S6): vertices in rank order
+     "train_horizon":   h,                    # last snapshot in the training loss
+     "chunks":          {"num_chunks", "lp_iterations", "cut_fraction"} or null,   # D1
      "ranks": [{"snapshots": k_p, "vertices": n_p, "nnz": ..., "send_units": ...}, ...]}
+
+The builders, one per kind of partition: :func:`build_snapshot_plan` here and
+:func:`hpcdgnn.partition.timeline.plan_snapshots` (S1, PSS: the layout and the work
+model), :func:`hpcdgnn.partition.vertex.plan_vertices` (S6: range, hash, METIS),
+:func:`hpcdgnn.partition.chunk_plan.plan_chunks` (D1: chunks and their assignment).
 
 Vertex ranges are contiguous and balanced by count, as IBM §4.2 assigns
 them; P not dividing N gives the first ``N mod P`` ranks one more row.
@@ -18,7 +26,7 @@ snapshot t on rank t mod P) or in contiguous blocks (``block``). Blocks are
 balanced by count (``strategy.balance: count``, IBM's ``k = T/P``; the first
 ``T mod P`` ranks get one more) or by estimated work (``work``): blocks that
 cut the running sum of a per-snapshot cost at multiples of total/P. The cost (see
-``SnapshotStrategy.make_plan``) matters because snapshots differ in edges and
+:func:`hpcdgnn.partition.timeline.snapshot_work`) matters because snapshots differ in edges and
 because a task does more work on training snapshots (forward and backward)
 than on validation ones (forward only). With P > T the last ranks own no
 snapshot and still take part in every collective.
@@ -27,14 +35,14 @@ snapshot and still take part in every collective.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 from hpcdgnn.data.manifest import Manifest
 
-__all__ = ["PartitionPlan", "balanced_bounds", "build_snapshot_plan", "weighted_bounds"]
+__all__ = ["ChunkAssignment", "PartitionPlan", "balanced_bounds", "build_snapshot_plan", "weighted_bounds"]
 
 
 def balanced_bounds(total: int, parts: int) -> list[int]:
@@ -70,12 +78,37 @@ def weighted_bounds(work: np.ndarray, parts: int) -> list[int]:
     return bounds
 
 
-@dataclass(frozen=True)
-class PartitionPlan:
-    """Snapshot ownership and vertex-row ownership for P ranks (IBM §4.2, Fig. 3).
+@dataclass(frozen=True, kw_only=True)
+class ChunkAssignment:
+    """D1's chunks (DGC §4): the chunk of every active appearance and the ranks of chunks and RNN vertices.
 
-    ``snapshot_owner[t]`` is the rank that runs the GCN of snapshot t; for a
-    contiguous layout ``snapshot_bounds`` also gives the blocks (None otherwise).
+    The arrays travel with the plan object (broadcast) but not into ``plan.json``,
+    which gets the summary (:meth:`summary`).
+    """
+
+    chunk: np.ndarray
+    """(T, N) chunk id of each active appearance (v, t), -1 where v is inactive at t."""
+    chunk_owner: np.ndarray
+    """(C,) rank of each chunk (Alg. 1 / Eq. 3)."""
+    rnn_owner: np.ndarray
+    """(N,) RNN owner of each vertex: the rank holding most of its active appearances."""
+    num_chunks: int
+    lp_iterations: int
+    cut_fraction: float
+    """Weight of the super-graph's edges between chunks over the total (DGC §4.1)."""
+
+    def summary(self) -> dict:
+        """What ``plan.json`` records of the chunks."""
+        return {"num_chunks": self.num_chunks, "lp_iterations": self.lp_iterations, "cut_fraction": self.cut_fraction}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionPlan:
+    """Snapshot ownership and vertex-row ownership for P ranks (IBM §4.2, Fig. 3), plus what a
+    strategy's partition adds (vertex order S6, chunks D1).
+
+    ``snapshot_owner[t]`` is the rank that runs the GCN of snapshot t (or, for vertex and
+    chunk plans, scores it); for a contiguous layout ``snapshot_bounds`` also gives the blocks.
     """
 
     kind: str
@@ -83,19 +116,31 @@ class PartitionPlan:
     num_snapshots: int
     num_vertices: int
     snapshot_owner: list[int]
-    snapshot_bounds: list[int] | None
     vertex_bounds: list[int]
     ranks: list[dict]
+    """Per rank: what it owns and its estimated work (one dict per rank, nothing else)."""
+    snapshot_bounds: list[int] | None = None
+    """Contiguous layout: rank p owns [b[p], b[p+1]); None when cyclic."""
     block_bounds: list[int] | None = None
     """Gradient-checkpoint blocks (SPEC S2): block b is snapshots [b[k], b[k+1]); None = one block."""
     vertex_order: list[int] | None = None
     """Vertex partitioning (S6): the vertices in rank order, rank q owning positions
     ``vertex_bounds[q]..vertex_bounds[q+1]-1``; None = identity (contiguous id ranges)."""
+    train_horizon: int | None = None
+    """The last snapshot whose embedding enters the training loss (the task's, computed with the
+    plan); None = unknown, treated as T - 1. Causal models need no gradient past it."""
+    chunks: ChunkAssignment | None = None
+    """Chunk plans (D1): the chunks and their ranks."""
 
     @property
     def blocks(self) -> list[int]:
         """Block bounds, ``[0, T]`` when the run is not blocked."""
         return self.block_bounds or [0, self.num_snapshots]
+
+    @property
+    def horizon(self) -> int:
+        """:attr:`train_horizon`, or T - 1 when unknown."""
+        return self.num_snapshots - 1 if self.train_horizon is None else self.train_horizon
 
     def snapshots_of(self, rank: int) -> list[int]:
         """Snapshots owned by ``rank`` (GCN phase), in time order."""
@@ -115,13 +160,20 @@ class PartitionPlan:
         """Rank that owns vertex row ``v``."""
         return int(np.searchsorted(self.vertex_bounds, v, side="right") - 1)
 
+    def to_json(self) -> dict:
+        """The plan as JSON data (chunk arrays replaced by their summary)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["chunks"] = None if self.chunks is None else self.chunks.summary()
+        return out
+
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON."""
-        Path(path).write_text(json.dumps(asdict(self), indent=1) + "\n")
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
 def build_snapshot_plan(
-    manifest: Manifest, num_ranks: int, work: np.ndarray | None = None, layout: str = "block", blocks: int = 1
+    manifest: Manifest, num_ranks: int, work: np.ndarray | None = None, layout: str = "block", blocks: int = 1,
+    horizon: int | None = None,
 ) -> PartitionPlan:
     """The S1 plan: snapshot ownership and equal vertex ranges.
 
@@ -137,6 +189,7 @@ def build_snapshot_plan(
             are cut into nb near-equal blocks of time and each block is split over
             the ranks on its own ("block-cyclic", IBM §4.2 and Fig. 3b): contiguous
             and balanced by count within the block, or cyclic with ``layout=cyclic``.
+        horizon: the task's training horizon (:attr:`PartitionPlan.train_horizon`).
     """
     T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
     bb = None
@@ -166,4 +219,5 @@ def build_snapshot_plan(
         if work is not None:
             entry["work"] = float(np.sum(np.asarray(work)[mine]))
         ranks.append(entry)
-    return PartitionPlan("snapshot", P, T, N, owner, sb, vb, ranks, bb)
+    return PartitionPlan(kind="snapshot", num_ranks=P, num_snapshots=T, num_vertices=N, snapshot_owner=owner,
+                         snapshot_bounds=sb, vertex_bounds=vb, ranks=ranks, block_bounds=bb, train_horizon=horizon)

@@ -1,21 +1,46 @@
-"""The strategy protocol: who owns what and how data moves (STYLE G5).
+"""The strategy interface the trainer calls: who owns what, how data moves, how a step is taken (STYLE G5).
 
-The trainer calls, per run: ``plan`` (rank 0) -> broadcast -> ``setup``; per
-epoch: ``step`` (by default ``forward`` -> task loss -> ``backward``) ->
-``sync_gradients`` -> optimizer step. It never branches on a strategy's name. A strategy owns the
-data placement and every collective of the training step, so it alone knows
-which tensors must take part in the backward pass for the collectives to
-line up on every rank (see :meth:`Strategy.backward`).
+The trainer (:mod:`hpcdgnn.train.trainer`) never names a strategy. It calls::
 
-Later strategies (vertex halo S6, PSS, chunks D1, ReInc blocks, DynaHB batches,
-DistTGL memory parallelism) implement the same five methods; optional
-techniques (S2 checkpoint blocks, S3 graph-difference transfer) wrap a
-strategy's data path rather than adding flags to the loop.
+    plan = Strategy.make_plan(manifest, P, job)        rank 0; built by hpcdgnn.partition, broadcast
+    scored = strategy.setup(plan, model, reader)       each rank reads what the plan gives it
+    for epoch:
+        for batch in strategy.batches(epoch):          the regime: one full batch, or mini-batches
+            stats = strategy.step(model, task, batch, 1 / examples)   forward (DGNN.forward over
+                                                       batch.layout) -> task loss -> backward
+            strategy.sync_gradients(params)            all-reduced sum (or none, for model averaging)
+            optimizer.step()
+        strategy.evaluate(model, task, epoch)          None: metrics came from the training pass
+
+and the hooks ``end_epoch`` (per-epoch report of approximate techniques),
+``state_dict`` / ``load_state_dict`` (state across epochs, in checkpoints) and
+``engine_bytes`` / ``host_bytes`` / ``transfer_stats`` (memory and S3 reports).
+
+What each strategy implements (SPEC IDs, paper sections):
+
+* ``snapshot`` — S1 snapshot partitioning with redistribution (IBM §4.2, Fig. 3a), with
+  S2 gradient-checkpoint blocks (§3.1, Fig. 2/3b) and S3 graph-difference transfer (§3.2);
+* ``pss`` — contiguous snapshots with the RNN state pipelined rank to rank (DGC §2.1);
+* ``vertex`` — S6 vertex partitioning with halo exchange (IBM §4.1), D3 stale aggregation;
+* ``chunk`` — D1 chunk partitioning (DGC §4), D2 fusion (§5.1), D3 stale aggregation (§5.2).
+
+Later regimes plug in beside them through the same five calls: a mini-batch
+strategy with per-rank model replicas (ReInc, DynaHB) yields many batches per
+epoch, each with its own layout and ``examples`` count, and either all-reduces
+gradients per batch or averages models in ``end_epoch``; an event-stream
+strategy (DistTGL) yields chronological event batches and keeps its node
+memory as strategy state (``state_dict``), with its own ``evaluate`` pass.
+
+A strategy owns the data placement and every collective of the training step,
+so it alone knows which tensors must take part in the backward pass for the
+collectives to line up on every rank (:meth:`Strategy.backward`,
+:func:`hpcdgnn.nn.layout.joined`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,9 +49,10 @@ import torch
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
 
-__all__ = ["Strategy", "StrategyContext"]
+__all__ = ["Batch", "Strategy", "StrategyContext"]
 
 
 @dataclass
@@ -39,23 +65,31 @@ class StrategyContext:
     dtype: torch.dtype
     data_root: str
     device: torch.device = torch.device("cpu")
-    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Batch:
+    """One optimizer step's worth of work, as :meth:`Strategy.batches` yields it.
+
+    Attributes:
+        epoch: the epoch (1-based).
+        index: the batch's number in the epoch, the same on every rank.
+        layout: the rows the model runs over on this rank (:mod:`hpcdgnn.nn.layout`).
+        examples: training examples of this batch over all ranks, the loss denominator;
+            None = all of the task's (a full batch).
+    """
+
+    epoch: int
+    index: int
+    layout: Layout
+    examples: float | None = None
 
 
 class Strategy:
     """Base class of partitioning strategies; subclasses register with :func:`register_strategy`."""
 
+    #: the YAML ``strategy.name``; its options are ``hpcdgnn.config.schema.STRATEGY_OPTIONS[name]``
     name: ClassVar[str] = ""
-    #: whether the strategy implements gradient-checkpoint blocks (``train.blocks`` > 1, SPEC S2)
-    supports_blocks: ClassVar[bool] = False
-    #: whether the strategy implements stale aggregation of halo rows (``stale``, SPEC D3)
-    supports_stale: ClassVar[bool] = False
-    #: whether the time encoder can run over active appearances only (``strategy.sequences: active``)
-    supports_active_sequences: ClassVar[bool] = False
-    #: whether the plan weighs its units with ``strategy.workload`` (the DGC §4.2 predictor)
-    uses_workload_model: ClassVar[bool] = False
-    #: output of the last layout change of the current step (see :meth:`backward`)
-    _last: torch.Tensor | None = None
 
     def __init__(self, ctx: StrategyContext) -> None:
         self.ctx = ctx
@@ -72,30 +106,41 @@ class Strategy:
         """Load this rank's data for ``plan``; return the snapshots whose embeddings this rank scores."""
         raise NotImplementedError
 
-    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
-        """Run the model; return ``{t: Z_t}`` for the snapshots this rank scores (each t on one rank)."""
+    def layout(self) -> Layout:
+        """The whole timeline as one batch (what full-batch strategies train on every epoch)."""
         raise NotImplementedError
 
-    def step(self, model: DGNN, task: Any, epoch: int, scale: float) -> np.ndarray:
-        """Forward, task loss (times ``scale``) and backward of one full-batch step; returns the
-        task's metric sums. Strategies that interleave the three (checkpoint blocks) override it.
-        """
-        emb = self.forward(model)
-        batch = task(emb, epoch)
-        self.backward(batch.loss_sum * scale)
-        return batch.stats
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        """The batches of one epoch, in order; full-batch strategies yield one (IBM §2.2: one step per epoch)."""
+        yield Batch(epoch, 0, self.layout())
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def step(self, model: DGNN, task: Any, batch: Batch, scale: float) -> np.ndarray:
+        """Forward (:meth:`DGNN.forward` over ``batch.layout``), task loss times ``scale`` and backward;
+        returns the task's metric sums. Strategies that interleave the three (checkpoint blocks) override it.
+        """
+        emb = model(batch.layout)
+        out = task(emb, batch.epoch)
+        self.backward(out.loss_sum * scale, batch.layout)
+        return out.stats
+
+    def evaluate(self, model: DGNN, task: Any, epoch: int) -> np.ndarray | None:
+        """Validation / test metric sums from a pass of its own; None when the training pass measured them
+        (full batch: the metrics of epoch e come from the forward that produced its loss).
+        """
+        return None
+
+    def backward(self, loss: torch.Tensor, layout: Layout) -> None:
         """Backpropagate ``loss`` so that every rank runs the same collectives in the same order.
 
-        ``self._last`` is the output of the strategy's last layout change (set by
-        ``forward``). Tasks keep their loss connected to every embedding they get
-        (Task.forward's contract), so only a rank that scores nothing needs it as an
-        extra root: it is empty then, so it costs nothing, but its backward still
-        takes part in the collective.
+        Tasks keep their loss connected to every embedding they get (Task.forward's
+        contract), so only a rank that scores nothing needs ``layout.last`` (the output
+        of the last layout change) as an extra root: it is empty then, so it costs
+        nothing, but its backward still takes part in the collective. ``layout.roots``
+        (pipeline sends) join with a zero gradient.
         """
-        self._backward([loss], [torch.ones_like(loss)], self._last)
-        self._last = None
+        roots = [loss, *(r for r in layout.roots if r.requires_grad)]
+        self._backward(roots, [torch.ones_like(loss), *(torch.zeros_like(r) for r in roots[1:])], layout.last)
+        layout.finish()
 
     @staticmethod
     def _backward(roots: list[torch.Tensor], grads: list[torch.Tensor], last: torch.Tensor | None) -> None:

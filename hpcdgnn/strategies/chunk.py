@@ -36,7 +36,7 @@ lengths, which temporal fusion (D2, DGC §5.1.2) packs end to end with the
 state masked at each boundary (Eq. 4–5, :mod:`hpcdgnn.nn.temporal_fusion`);
 ``fusion: off`` pads each to the longest. Same outputs.
 
-Stale aggregation (D3, ``stale:``) applies to the GCN halo exactly as in the
+Stale aggregation (D3, ``strategy.stale``) applies to the GCN halo exactly as in the
 vertex strategy (:class:`~hpcdgnn.strategies.stale.StaleHalo`); the RNN-owner
 and task exchanges always move fresh rows.
 """
@@ -50,14 +50,16 @@ import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.nn.conv.graph import RowGroups
+from hpcdgnn.nn.layout import RowLayout, joined
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
-from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.models.base import build_model
+from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.strategies.halo import HaloStrategy, local_rows
 from hpcdgnn.strategies.registry import register_strategy
-from hpcdgnn.strategies.snapshot import _keep_connected
 
 __all__ = ["ChunkStrategy", "IndexExchange"]
 
@@ -101,11 +103,6 @@ class IndexExchange:
         return out.index_copy(0, self.send_order.to(y.device), back)
 
 
-def _appearance_owner(chunk: np.ndarray, chunk_owner: np.ndarray, rnn_owner: np.ndarray) -> np.ndarray:
-    """(T, N) rank of every appearance: its chunk's rank when active, else its vertex's RNN owner."""
-    return np.where(chunk >= 0, chunk_owner[np.maximum(chunk, 0)] if chunk_owner.shape[0] else 0, rnn_owner[None, :])
-
-
 @dataclass
 class _ActiveSequences:
     """Where each active appearance (t, r) of my RNN block sits in the packed lanes (step, lane)."""
@@ -123,49 +120,28 @@ class _ActiveSequences:
 class ChunkStrategy(HaloStrategy):
     """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges (see module docstring)."""
 
-    supports_active_sequences = True
-    uses_workload_model = True
-
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Chunks by label propagation, assigned by Alg. 1; the owner of every (t, v)."""
-        from hpcdgnn.data.shard_reader import ShardReader
-
-        T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
-        with ShardReader(job.data.path, manifest) as reader:
-            snaps = [reader.edges(t) for t in range(T)]
-        L, H, F = job.model.layers, job.model.hidden, manifest.num_features
-        g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
-        labels, iters = label_propagation(g, max_size=job.strategy.chunk_size)
-        stats = chunk_stats(g, labels)
-        from hpcdgnn.partition.workload import chunk_work  # DGC §4.2: count, or the profiled MLPs
-
-        work = chunk_work(job, F, g, labels, stats)
-        chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
-        chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, -1 when inactive
-        chunk[g.time, g.vertex] = labels
-        counts = np.zeros((N, P), dtype=np.int64)
-        np.add.at(counts, (g.vertex, chunk_owner[labels]), 1)
-        rnn_owner = np.where(counts.sum(1) > 0, counts.argmax(1), np.arange(N) % P)
-        owner = _appearance_owner(chunk, chunk_owner, rnn_owner)
-        load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
-        ranks = [{"appearances": int((owner == p).sum()), "rnn_vertices": int((rnn_owner == p).sum()),
-                  "chunk_work": float(load[p])} for p in range(P)]
-        plan = PartitionPlan("chunk", P, T, N, [t % P for t in range(T)], None, [0] * (P + 1), ranks)
-        plan.ranks.append({"chunks": int(stats["num_chunks"]), "lp_iterations": int(iters),
-                           "cut_fraction": stats["cut_weight"] / max(stats["total_weight"], 1e-300)})
-        # the chunk of every appearance travels with the plan object (broadcast), not in plan.json;
-        # ranks derive the owners from it (one T x N array, not two)
-        object.__setattr__(plan, "extra", {"chunk": chunk, "chunk_owner": chunk_owner, "rnn_owner": rnn_owner})
-        return plan
+        """Chunks by label propagation, assigned by Alg. 1 (:func:`plan_chunks`); the model is checked
+        against ``strategy.sequences`` first (rank 0, before any run directory exists)."""
+        if job.strategy.sequences == "active":
+            m = job.model
+            mixing = [ly for ly in build_model(m.name, 1, m.hidden, m.layers, m.window).layers if ly.temporal_mixing]
+            if not mixing or any(layer.rnn() is None for layer in mixing):
+                raise ConfigError(
+                    "strategy.sequences: active needs a model whose time encoder is a GRU or LSTM "
+                    f"(tgcn, cdgcn, mpnn_lstm); model.name is {m.name!r}"
+                )
+        return plan_chunks(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read every snapshot; keep my appearances' Ã rows; fix the three index exchanges."""
         comm, P, me = self.comm, self.comm.size, self.comm.rank
         dev = self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
-        rnn_owner = plan.extra["rnn_owner"]
-        flat_owner = _appearance_owner(plan.extra["chunk"], plan.extra["chunk_owner"], rnn_owner).ravel()
+        c = plan.chunks
+        rnn_owner = c.rnn_owner
+        flat_owner = appearance_owner(c.chunk, c.chunk_owner, rnn_owner).ravel()
         local = local_rows(flat_owner, P)  # row of every appearance on its owner, time-major (t, v)
         mine = np.flatnonzero(flat_owner == me)  # keys t * N + v, ascending
         n = mine.shape[0]
@@ -174,7 +150,7 @@ class ChunkStrategy(HaloStrategy):
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
         owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], lambda k: flat_owner[k],
                                  lambda k: local[k], n, model)
-        self.groups = self._fuse(plan.extra["chunk"].ravel()[mine], owned, model)
+        self.groups = self._fuse(c.chunk.ravel()[mine], owned, model)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
         rpos = local_rows(rnn_owner, P)
@@ -182,7 +158,7 @@ class ChunkStrategy(HaloStrategy):
         self.R = int(R_of[me])
         dest = rnn_owner[v_of]
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
-        self._seq = self._sequences(plan.extra["chunk"][:, rnn_owner == me] >= 0, dev)
+        self._seq = self._sequences(c.chunk[:, rnn_owner == me] >= 0, dev)
         # the task's layout: snapshot t on rank t mod P, all N rows in vertex order
         self.scored = plan.snapshots_of(me)
         slot_of_t = np.zeros(T, dtype=np.int64)
@@ -190,7 +166,7 @@ class ChunkStrategy(HaloStrategy):
             for j, t in enumerate(plan.snapshots_of(p)):
                 slot_of_t[t] = j
         self.to_task = IndexExchange(comm, t_of % P, slot_of_t[t_of] * N + v_of, len(self.scored) * N, "redistribute")
-        self._last: torch.Tensor | None = None
+        self.num_layers = len(model.layers)
         return self.scored
 
     def _sequences(self, active: np.ndarray, dev: torch.device) -> _ActiveSequences | None:
@@ -219,7 +195,7 @@ class ChunkStrategy(HaloStrategy):
         x = yr.new_zeros(s.steps, s.lanes, yr.shape[-1]).index_put((s.step, s.lane), yr[s.t, s.r])
         out = layer.packed_temporal(x, s.mask)
         z = out.new_zeros(yr.shape[0], yr.shape[1], layer.out_features).index_put((s.t, s.r), out[s.step, s.lane])
-        return _keep_connected(z, yr)  # a rank with no active sequence still runs the exchange's backward
+        return joined(z, yr)  # a rank with no active sequence still runs the exchange's backward
 
     def _fuse(self, chunk: np.ndarray, owned, model: DGNN) -> RowGroups:
         """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
@@ -256,22 +232,35 @@ class ChunkStrategy(HaloStrategy):
         layer's input (the precomputed Ã·X, or X)."""
         return super().engine_bytes() + self.groups.nbytes
 
-    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
-        """Per layer: GCN rows with the halo, RNN at the RNN owners; then whole snapshots for the task."""
-        T, b = self.T, self._t_bounds
-        h: torch.Tensor | None = None
-        for li, layer in enumerate(model.layers):
-            ax = self._aggregate(layer, li, h, self.groups)
-            tparams, _ = layer.time_params_block(0, T, None)
-            parts = [layer.spatial(ax[b[t] : b[t + 1]], t, tparams) for t in range(T) if b[t + 1] > b[t]]
-            # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too
-            y = torch.cat(parts) if parts else _keep_connected(ax.new_zeros(0, layer.spatial_features), ax)
-            y = _keep_connected(y, h)
-            if layer.temporal_mixing:
-                yr = self.to_rnn.forward(y).view(T, self.R, y.shape[-1])
-                z = self._time_encoder(layer, yr)
-                y = self.to_rnn.reverse(z.reshape(T * self.R, z.shape[-1]))
-            h = y
-        z = self.to_task.forward(h).view(len(self.scored), self.N, h.shape[-1])
-        self._last = z
-        return {t: z[j] for j, t in enumerate(self.scored)}
+    def layout(self) -> ChunkLayout:
+        """The whole timeline: my appearances' rows."""
+        return ChunkLayout(self)
+
+
+class ChunkLayout(RowLayout):
+    """D1: my appearances' rows, time-major; GCN with the halo (fused groups), RNN at the RNN owners."""
+
+    def __init__(self, s: ChunkStrategy) -> None:
+        b = s._t_bounds
+        super().__init__(0, s.T, s.num_layers, [(t, int(b[t + 1] - b[t])) for t in range(s.T)],
+                         lambda layer, li, h: s._aggregate(layer, li, h, s.groups))
+        self.s = s
+
+    def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
+        """Appearance rows -> (T, R, F) timelines of my RNN vertices (index all-to-all)."""
+        return self.s.to_rnn.forward(y).view(self.s.T, self.s.R, y.shape[-1])
+
+    def encode(self, layer, li: int, y: torch.Tensor, state):
+        """Every step, or only the active ones (``sequences: active``, packed or padded)."""
+        return self.s._time_encoder(layer, y), None
+
+    def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
+        """Back to the appearance owners."""
+        return self.s.to_rnn.reverse(z.reshape(self.s.T * self.s.R, z.shape[-1]))
+
+    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Whole snapshots for the task (t on rank t mod P)."""
+        s = self.s
+        z = s.to_task.forward(h).view(len(s.scored), s.N, h.shape[-1])
+        self.last = z
+        return {t: z[j] for j, t in enumerate(s.scored)}

@@ -34,8 +34,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.partition.timeline import plan_snapshots
 from hpcdgnn.strategies.registry import register_strategy
-from hpcdgnn.strategies.snapshot import SnapshotStrategy
+from hpcdgnn.strategies.snapshot import SnapshotLayout, SnapshotStrategy
 
 __all__ = ["PSSStrategy"]
 
@@ -98,34 +99,48 @@ class _Pipe:
 class PSSStrategy(SnapshotStrategy):
     """Contiguous snapshots per rank; RNN state pipelined rank to rank (DGC §2.1 "PSS")."""
 
-    supports_blocks = False  # the pipeline passes states across ranks, not across blocks
-
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Contiguous blocks of time (by count or estimated work, ``strategy.balance``)."""
-        block = dataclasses.replace(job, strategy=dataclasses.replace(job.strategy, layout="block"))
-        return dataclasses.replace(SnapshotStrategy.make_plan(manifest, num_ranks, block), kind="pss")
+        """Contiguous blocks of time (by count or estimated work, ``strategy.balance``); no checkpoint
+        blocks: the pipeline passes states across ranks, not across blocks."""
+        return dataclasses.replace(plan_snapshots(manifest, num_ranks, job, layout="block"), kind="pss")
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """As the snapshot strategy (read, transfer, normalise, precompute), plus the pipeline."""
         self._pipe = _Pipe(self.comm)
-        self._roots: list[torch.Tensor] = []
         return super().setup(plan, model, reader)
 
-    def _temporal_phase(self, layer, li: int, y: torch.Tensor, rstate, b: int):
-        """RNN over this rank's stretch of time, from the state rank p-1 reached."""
-        me, P = self.comm.rank, self.comm.size
+    def layout(self, b: int = 0, states: list | None = None) -> PSSLayout:
+        """The whole timeline: owned snapshots, RNN over them with the state pipelined."""
+        return PSSLayout(self, b, states)
+
+
+class PSSLayout(SnapshotLayout):
+    """As :class:`SnapshotLayout` for the GCN; the RNN runs where the snapshots are, fed by rank p-1."""
+
+    def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
+        """No redistribution: the RNN runs over this rank's own stretch of time for all N vertices."""
+        return y
+
+    def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
+        """Already in place."""
+        return z
+
+    def encode(self, layer, li: int, y: torch.Tensor, rstate):
+        """RNN over this rank's stretch of time, from the state rank p-1 reached; the end state to p+1."""
+        pipe = self.s._pipe
+        me, P = pipe.rank, pipe.comm.size
         if me > 0:
-            received = self.comm.recv_obj(me - 1, 2 * li, "pipeline.fwd")
+            received = pipe.comm.recv_obj(me - 1, 2 * li, "pipeline.fwd")
             if received:  # (tensors, structure) of the state rank p-1 reached
                 spec_leaves, spec = received
                 tensors = [t.to(y.device) for t in spec_leaves]
                 if torch.is_grad_enabled():
                     anchor = torch.zeros((), requires_grad=True)  # makes the outputs require grad
-                    tensors = list(_RecvState.apply(anchor, self._pipe, li, tensors))
+                    tensors = list(_RecvState.apply(anchor, pipe, li, tensors))
                     # a zero root on the received state: its backward (the send back to p-1) runs even
                     # when nothing here uses the state (an idle last rank, P > T)
-                    self._roots.append(sum(t.sum() for t in tensors) * 0.0)
+                    self.roots.append(sum(t.sum() for t in tensors) * 0.0)
                 rstate = tree_unflatten(tensors, spec)
             else:
                 rstate = None
@@ -136,20 +151,12 @@ class PSSStrategy(SnapshotStrategy):
         if me < P - 1:
             leaves, spec = tree_flatten(rstate)
             leaves = [x for x in leaves if x is not None]
-            self._pipe.send_state(me + 1, 2 * li, leaves, spec)
+            pipe.send_state(me + 1, 2 * li, leaves, spec)
             if leaves and torch.is_grad_enabled():
                 # the send's backward half: receives the gradient of this state from rank p+1
-                self._roots.append(_SendState.apply(self._pipe, li, *leaves))
+                self.roots.append(_SendState.apply(pipe, li, *leaves))
         return z, rstate
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward with the pipeline sends as extra roots, then complete every pending send."""
-        roots, grads = [loss], [torch.ones_like(loss)]
-        for r in self._roots:
-            if r.requires_grad:
-                roots.append(r)
-                grads.append(torch.zeros_like(r))
-        self._roots = []
-        self._backward(roots, grads, self._last)
-        self._last = None
-        self._pipe.finish()
+    def finish(self) -> None:
+        """Complete every pending pipeline send (after the backward pass)."""
+        self.s._pipe.finish()

@@ -23,7 +23,7 @@ MPI_Alltoallw calls over sub-boxes of the two layouts
 (:meth:`Communicator.alltoall_boxes`), so no side packs or unpacks tensors.
 
 Which rank owns which snapshot is the plan's choice: contiguous blocks (IBM
-§4.2; by count or by estimated work), cyclic, or — with ``train.blocks: nb``
+§4.2; by count or by estimated work), cyclic, or — with ``strategy.blocks: nb``
 (S2, IBM §3.1, Fig. 2 and 3b) — each of nb blocks of time split over the ranks
 on its own, processed block by block with gradient checkpointing
 (:meth:`SnapshotStrategy.step`). With causal models, snapshots after the last
@@ -46,23 +46,16 @@ from torch.utils._pytree import tree_leaves, tree_map
 from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
-from hpcdgnn.errors import PlanError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
 from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
-from hpcdgnn.partition.plan import PartitionPlan, build_snapshot_plan
-from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.partition.timeline import plan_snapshots
+from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
-from hpcdgnn.tasks import task_class
 
 __all__ = ["SnapshotStrategy"]
-
-
-def _keep_connected(t: torch.Tensor, like: torch.Tensor | None) -> torch.Tensor:
-    """``t`` plus a zero that depends on ``like``, so an empty ``t`` still carries ``like``'s gradient path."""
-    if like is None or not like.requires_grad:
-        return t
-    return t + like.sum() * 0.0
 
 
 def _rows(ts: list[int]) -> tuple[int, int] | list[int]:
@@ -78,43 +71,18 @@ def _rows(ts: list[int]) -> tuple[int, int] | list[int]:
 class SnapshotStrategy(Strategy):
     """Snapshots are owned by ranks in contiguous blocks; the RNN runs on vertex ranges (IBM §4.2)."""
 
-    supports_blocks = True
-
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Cyclic snapshots or contiguous blocks (equal count, or equal estimated work); equal vertex ranges.
-
-        Work of snapshot t, in memory-bound element operations (the dense
-        transforms are cheap BLAS calls next to them): per layer the sparse
-        aggregation ``(nnz_t + N) * F'`` and about four elementwise passes over
-        the (N, F') activations, three times that (forward and backward) up to
-        the training horizon, plus the task's cost of scoring t
-        (:meth:`Task.snapshot_work`).
-        """
-        nb = job.train.blocks
-        if nb > manifest.num_snapshots:
-            raise PlanError(f"train.blocks: {nb} blocks but the dataset has only T = {manifest.num_snapshots} snapshots")
-        if nb > 1:
-            return build_snapshot_plan(manifest, num_ranks, layout=job.strategy.layout, blocks=nb)
-        if job.strategy.layout == "cyclic":
-            return build_snapshot_plan(manifest, num_ranks, layout="cyclic")
-        if job.strategy.balance == "count":
-            return build_snapshot_plan(manifest, num_ranks)
-        H, L = job.model.hidden, job.model.layers
-        task = task_class(job.task.name)
-        nnz = np.asarray(manifest.snapshot_nnz, dtype=np.float64)
-        # forward + backward up to the training horizon, forward only after it (see forward())
-        passes = np.where(np.arange(manifest.num_snapshots) <= task.train_horizon(job.task, manifest), 3.0, 1.0)
-        work = L * (nnz + 5 * manifest.num_vertices) * H * passes
-        work = work + task.snapshot_work(job.task, manifest)
-        return build_snapshot_plan(manifest, num_ranks, work)
+        """Cyclic snapshots or contiguous blocks (by count or work), equal vertex ranges, S2 blocks
+        (:func:`hpcdgnn.partition.timeline.plan_snapshots`)."""
+        return plan_snapshots(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read the owned snapshots, move them to the device (S3), normalise Ã_t (IBM Eq. 1) and
         precompute Ã_t·X_t (S4).
 
-        The snapshots stay on the host, encoded per block in the ``train.transfer``
-        wire format (:class:`~hpcdgnn.data.transfer.SnapshotTransfer`). Without
+        The snapshots stay on the host, encoded per block in the ``strategy.transfer``
+        wire format (``strategy.transfer``, :class:`~hpcdgnn.data.transfer.SnapshotTransfer`). Without
         checkpoint blocks every Ã_t is built once here and stays on the device;
         with nb > 1 blocks only Ã_t·X_t stays, and each block's snapshots are
         loaded again whenever a layer above the first needs them (IBM §3.2).
@@ -122,9 +90,8 @@ class SnapshotStrategy(Strategy):
         self._init_exchange(plan)
         job = self.ctx.job
         causal = all(layer.causal for layer in model.layers)
-        horizon = task_class(job.task.name).train_horizon(job.task, self.ctx.manifest)
         #: snapshots after this one get no gradient (causal model): their GCN runs without autograd
-        self.horizon = horizon if causal else self.ctx.manifest.num_snapshots - 1
+        self.horizon = plan.horizon if causal else self.ctx.manifest.num_snapshots - 1
         dtype, dev = self.ctx.dtype, self.ctx.device
         csrs, xs = [], []
         for t in self.owned:
@@ -132,7 +99,7 @@ class SnapshotStrategy(Strategy):
             csrs.append(CSRSnapshot.from_snapshot(snap))
             xs.append(snap.x)
         # graph difference restarts at each checkpoint block (IBM §6.2)
-        self.transfer = SnapshotTransfer(csrs, self._local, job.train.transfer, dev)
+        self.transfer = SnapshotTransfer(csrs, self._local, job.strategy.transfer, dev)
         del csrs
         #: without blocks, Ã_t stays on the device for the whole run; with blocks it is reloaded
         self._resident = len(self.blocks) == 2
@@ -152,7 +119,7 @@ class SnapshotStrategy(Strategy):
         F = self.ctx.manifest.num_features
         #: the first layer's input: Ã_t·X_t when precomputed (S4), else X_t
         self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype, device=dev)
-        self._last: torch.Tensor | None = None
+        self.num_layers = len(model.layers)
         return self.owned
 
     def _normalise(self, b: int) -> list[NormalizedAdjacency]:
@@ -257,15 +224,6 @@ class SnapshotStrategy(Strategy):
             grad_rows=None if rows is None else (rows[1], rows[0]),
         )
 
-    def _temporal_phase(self, layer, li: int, y: torch.Tensor, rstate, b: int):
-        """Layer li's RNN on block b's owned snapshots ``y``: to vertex layout, RNN, and back (IBM §4.2).
-
-        Keyed buffers: each exchange reuses the memory of its previous use (blocks and
-        epochs run one after another, and the graph that held the old data is gone).
-        """
-        z, rstate = self._temporal(layer, self._to_vertex(y, f"layer{li}.to_vertex", b), rstate, b)
-        return self._to_snapshot(z, f"layer{li}.to_snapshot", b), rstate
-
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int):
         """The RNN over block b's timeline; past the training horizon without autograd (causal models:
         those outputs get no gradient, so their backward would be spent on zeros).
@@ -280,51 +238,11 @@ class SnapshotStrategy(Strategy):
         return torch.cat([z_head, z_tail]), state
 
     # -- the training step -----------------------------------------------------------------
-    def _forward_block(self, model: DGNN, b: int, states: list) -> tuple[dict[int, torch.Tensor], list, torch.Tensor]:
-        """All layers over block b: GCN per owned snapshot, RNN per owned vertex range.
+    def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:
+        """Block b (the whole timeline without checkpoint blocks), from boundary ``states`` (None: t = 0)."""
+        return SnapshotLayout(self, b, states)
 
-        ``states[l]`` is layer l's (time-parameter state, temporal state) at the block's
-        start (None at t = 0); returns the embeddings of the owned snapshots of b, the
-        states at the block's end, and the last layer's snapshot-layout output.
-        """
-        t0, t1 = self.blocks[b], self.blocks[b + 1]
-        local = self._local[b]
-        adj = self._adjacency(b)
-        h: torch.Tensor | None = None
-        hs: tuple[torch.Tensor, ...] = ()
-        out_states = []
-        for li, layer in enumerate(model.layers):
-            tstate, rstate = states[li]
-            tparams, tstate = layer.time_params_block(t0, t1, tstate)
-            ys = []
-            for j, i in enumerate(local):
-                t = self.owned[i]
-                # past the training horizon no gradient arrives: skip recording the autograd graph
-                with torch.set_grad_enabled(torch.is_grad_enabled() and t <= self.horizon):
-                    if li == 0 and self._precomputed:
-                        ax = self.ax0[i]
-                    else:
-                        ax = layer.aggregate(LocalGraph(adj[j]), self.ax0[i] if li == 0 else hs[j])
-                    ys.append(layer.spatial(ax, t, tparams))
-            y = torch.stack(ys) if ys else self.ax0.new_zeros(0, self.N, layer.spatial_features)
-            # y must stay connected to the previous exchange's output even when it owns nothing
-            # that trains (or nothing at all), so this rank runs that exchange's backward too
-            if not y.requires_grad:
-                y = _keep_connected(y, h)
-            if layer.temporal_mixing:
-                y, rstate = self._temporal_phase(layer, li, y, rstate, b)
-            out_states.append((tstate, rstate))
-            h = y
-            # unbind once: indexing h[i] per snapshot would make each backward zero-fill a full-size buffer
-            hs = h.unbind(0)
-        return {self.owned[i]: z for i, z in zip(local, hs)}, out_states, h
-
-    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
-        """The whole timeline as one block (no checkpointing)."""
-        emb, _, self._last = self._forward_block(model, 0, [(None, None)] * len(model.layers))
-        return emb
-
-    def step(self, model: DGNN, task, epoch: int, scale: float) -> np.ndarray:
+    def step(self, model: DGNN, task, batch: Batch, scale: float) -> np.ndarray:
         """One full-batch step; with nb > 1 blocks, gradient checkpointing (IBM §3.1, Fig. 2; SPEC S2).
 
         Pass 1 runs the blocks forward without autograd, keeping only the
@@ -339,23 +257,26 @@ class SnapshotStrategy(Strategy):
         """
         nb = len(self.blocks) - 1
         if nb == 1:
-            return super().step(model, task, epoch, scale)
-        L = len(model.layers)
-        states: list = [(None, None)] * L
+            return super().step(model, task, batch, scale)
+        epoch = batch.epoch
+        states: list = [(None, None)] * len(model.layers)
         saved, stats = [], None
         with torch.no_grad():
             for b in range(nb):
                 # clone: a state may be a view of a receive buffer that the next block's exchange reuses
                 saved.append(tree_map(_clone, states))
-                emb, states, _ = self._forward_block(model, b, saved[-1])
-                batch = task(emb, epoch)
-                stats = batch.stats if stats is None else stats + batch.stats
+                layout = self.layout(b, saved[-1])
+                out = task(model(layout), epoch)
+                states = layout.states
+                stats = out.stats if stats is None else stats + out.stats
         grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
         for b in reversed(range(nb)):
             if self.blocks[b] > self.horizon:
                 continue  # same decision on every rank: the horizon is global
             leaves = tree_map(_leaf, saved[b])
-            emb, states_out, last = self._forward_block(model, b, leaves)
+            layout = self.layout(b, leaves)
+            emb = model(layout)
+            states_out, last = layout.states, layout.last
             roots = [task(emb, epoch).loss_sum * scale]
             grads = [torch.ones_like(roots[0])]
             if grad_out is not None:
@@ -377,3 +298,62 @@ def _leaf(x):
     if isinstance(x, torch.Tensor) and x.is_floating_point():
         return x.detach().requires_grad_(True)
     return x
+
+
+class SnapshotLayout(Layout):
+    """Block b of the timeline under S1: GCN on whole owned snapshots, RNN on vertex ranges (IBM Fig. 3a).
+
+    Rows are (T_pb, N, F): the owned snapshots of the block, each aggregated with its
+    own Ã_t (resident, or loaded now with checkpoint blocks, S3). Past the training
+    horizon a snapshot's GCN runs without autograd. The two redistributions and the
+    horizon-split RNN are the strategy's (:meth:`SnapshotStrategy._to_vertex`, ...).
+    """
+
+    def __init__(self, s: SnapshotStrategy, b: int, states: list | None) -> None:
+        super().__init__(s.blocks[b], s.blocks[b + 1], s.num_layers, states)
+        self.s, self.b = s, b
+        self.local = s._local[b]
+        self._adj: list | None = None
+        self._loaded = False
+
+    @property
+    def adj(self) -> list | None:
+        """Ã of the block's owned snapshots, loaded when the forward first needs it (S3 time goes to ``load``)."""
+        if not self._loaded:
+            self._adj, self._loaded = self.s._adjacency(self.b), True
+        return self._adj
+
+    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        """Per owned snapshot: the precomputed Ã·X (layer 0, S4) or ``layer.aggregate`` over its Ã, then spatial."""
+        s = self.s
+        # unbind once: indexing h[i] per snapshot would make each backward zero-fill a full-size buffer
+        hs = () if h is None else h.unbind(0)
+        adj = self.adj
+        ys = []
+        for j, i in enumerate(self.local):
+            t = s.owned[i]
+            # past the training horizon no gradient arrives: skip recording the autograd graph
+            with torch.set_grad_enabled(torch.is_grad_enabled() and t <= s.horizon):
+                if li == 0 and s._precomputed:
+                    ax = s.ax0[i]
+                else:
+                    ax = layer.aggregate(LocalGraph(adj[j]), s.ax0[i] if li == 0 else hs[j])
+                ys.append(layer.spatial(ax, t, tparams))
+        return torch.stack(ys) if ys else s.ax0.new_zeros(0, s.N, layer.spatial_features)
+
+    def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
+        """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all)."""
+        return self.s._to_vertex(y, f"layer{li}.to_vertex", self.b)
+
+    def encode(self, layer, li: int, y: torch.Tensor, state):
+        """The RNN, without autograd past the training horizon."""
+        return self.s._temporal(layer, y, state, self.b)
+
+    def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
+        """Vertex layout -> owned snapshots (the reverse all-to-all)."""
+        return self.s._to_snapshot(z, f"layer{li}.to_snapshot", self.b)
+
+    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
+        """The owned snapshots' embeddings."""
+        self.last = h
+        return {self.s.owned[i]: z for i, z in zip(self.local, h.unbind(0))}

@@ -4,7 +4,7 @@ Every epoch, the owner of a halo row (a vertex embedding another rank aggregates
 compares it with the value it last sent to that rank. It sends it again only if
 the L2 distance exceeds θ_r; the receiver keeps a cache of the rows it got and
 uses the cached copy for the others. Reused rows are constants of the step (no
-gradient flows back through them), so this is an approximation; ``stale.mode:
+gradient flows back through them), so this is an approximation; ``strategy.stale.mode:
 off`` is the exact exchange, and so is θ = 0: a row goes when its move is
 ≥ θ, so every row goes (tested). The adaptive threshold is 0 in the first
 epochs, so training starts exact.
@@ -27,6 +27,12 @@ decrease (``test_adaptive_theta_grows_as_loss_falls``). A rising loss
 
 What is reported per epoch (metrics.jsonl ``stale``): θ_r, D_r, rows sent and
 rows reused (all ranks), and the traffic saved in bytes.
+
+**Checkpoints.** The caches, the losses behind θ and the last θ_r, D_r are the
+rank's strategy state (:meth:`StaleHalo.state_dict`), so ``run --resume``
+reuses exactly the rows the uninterrupted run would. They hold this rank's
+halo rows in the order of this partition, so they cannot follow the run to a
+different number of ranks: resuming there is refused (a one-line ConfigError).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.errors import ConfigError
 
 __all__ = ["adaptive_factor", "StaleHalo"]
 
@@ -56,7 +63,7 @@ class StaleHalo:
         comm: the communicator.
         send_rows: rows this rank sends to each rank (the exact exchange's counts).
         recv_rows: rows it receives from each rank.
-        mode, theta: ``stale.mode`` and ``stale.theta``.
+        mode, theta: ``strategy.stale.mode`` and ``strategy.stale.theta``.
     """
 
     def __init__(self, comm, send_rows: list[int], recv_rows: list[int], mode: str, theta: float) -> None:
@@ -77,7 +84,7 @@ class StaleHalo:
     @classmethod
     def for_halo(cls, comm, halo, cfg) -> StaleHalo | None:
         """The stale exchange over ``halo``'s rows (a :class:`~hpcdgnn.strategies.halo.Halo`) for the
-        job's ``stale:`` section ``cfg``; None when it is off (the exact exchange).
+        job's ``strategy.stale`` section ``cfg``; None when it is off (the exact exchange).
         """
         return None if cfg.mode == "off" else cls(comm, halo.send_rows, halo.recv_rows, cfg.mode, cfg.theta)
 
@@ -137,3 +144,58 @@ class StaleHalo:
         self._epoch_stats = np.zeros(3)
         return {"stale": {"mode": self.mode, "theta": self.theta_now, "max_move": self.d_now,
                           "rows_sent": int(sent), "rows_reused": int(reused), "bytes_saved": int(saved)}}
+
+    def state_dict(self) -> dict:
+        """Everything later epochs depend on, as CPU tensors and floats (saved per rank in every checkpoint).
+
+        The caches decide which rows are reused, the two losses set the adaptive θ, and θ_r, D_r and
+        the epoch's counters are what the next ``stale`` record reports if no exchange overwrites
+        them; leaving any out makes a resumed run depart from the uninterrupted one. ``num_ranks``
+        and the row counts describe the partition the caches belong to.
+        """
+        return {
+            "num_ranks": self.comm.size,
+            "send_rows": list(self.send_rows),
+            "recv_rows": list(self.recv_rows),
+            "sent": {layer: t.clone() for layer, t in self._sent.items()},
+            "got": {layer: t.clone() for layer, t in self._got.items()},
+            "first_loss": self.first_loss,
+            "last_loss": self.last_loss,
+            "theta_now": float(self.theta_now),
+            "d_now": float(self.d_now),
+            "epoch_stats": torch.from_numpy(self._epoch_stats.copy()),
+        }
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore :meth:`state_dict` (called after setup on ``run --resume``).
+
+        Raises:
+            ConfigError: no state (the checkpoint was written on a different number of ranks, whose
+                partition the caches belong to, or by a run without stale aggregation), or state for
+                another partition; the same on every rank, so the run stops with one line.
+        """
+        P = self.comm.size
+        if not state:
+            raise ConfigError(
+                f"--resume: strategy.stale.mode: {self.mode}: the checkpoint holds no stale-aggregation caches "
+                f"for this run on {P} ranks (it was written on a different number of ranks, or without stale), "
+                "and the caches cannot be re-partitioned; resume with the number of ranks the run was started with "
+                "(num_ranks in the checkpoint's COMPLETE file), or start a new run without --resume"
+            )
+        if state["num_ranks"] != P:
+            raise ConfigError(
+                f"--resume: strategy.stale.mode: {self.mode}: the checkpoint's stale-aggregation caches were "
+                f"written on {state['num_ranks']} ranks and cannot be re-partitioned to {P}; resume with "
+                f"{state['num_ranks']} ranks, or start a new run without --resume"
+            )
+        if list(state["send_rows"]) != self.send_rows or list(state["recv_rows"]) != self.recv_rows:
+            raise ConfigError(
+                f"--resume: strategy.stale.mode: {self.mode}: the checkpoint's stale-aggregation caches are for "
+                "other halo rows than this run's (was the dataset at data.path changed?); resume on the original data, "
+                "or start a new run without --resume"
+            )
+        self._sent = {int(layer): t.detach().cpu().clone() for layer, t in state["sent"].items()}
+        self._got = {int(layer): t.detach().cpu().clone() for layer, t in state["got"].items()}
+        self.first_loss, self.last_loss = state["first_loss"], state["last_loss"]
+        self.theta_now, self.d_now = float(state["theta_now"]), float(state["d_now"])
+        self._epoch_stats = state["epoch_stats"].numpy().astype(np.float64).copy()

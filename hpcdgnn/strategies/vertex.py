@@ -22,11 +22,11 @@ after the last layer one all-to-all moves the embeddings to snapshot owners
 (snapshot t on rank t mod P): ``redistribute`` with the boxes of
 :mod:`hpcdgnn.strategies.snapshot`.
 
-Partitions (``strategy.partition``): contiguous id ranges, a multiplicative
-hash of the id, or METIS (the optional ``pymetis`` package) on the union of all
-snapshots' edges, balanced by vertex count. Internally the vertices are
-renumbered in rank order (``PartitionPlan.vertex_order``) so every rank's set
-is a contiguous range of positions.
+Partitions (``strategy.partition``, :mod:`hpcdgnn.partition.vertex`): contiguous
+id ranges, a multiplicative hash of the id, or METIS (the optional ``pymetis``
+package) on the union of all snapshots' edges, balanced by vertex count. The
+vertices are renumbered in rank order (``PartitionPlan.vertex_order``) so every
+rank's set is a contiguous range of positions.
 """
 
 from __future__ import annotations
@@ -35,50 +35,15 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import redistribute
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.nn.models.base import DGNN
-from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
+from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.partition.vertex import plan_vertices, vertex_partition
 from hpcdgnn.strategies.halo import HaloStrategy
 from hpcdgnn.strategies.registry import register_strategy
-from hpcdgnn.strategies.snapshot import _keep_connected, _rows
+from hpcdgnn.strategies.snapshot import _rows
 
-__all__ = ["VertexStrategy", "vertex_partition"]
-
-_HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive ids over all ranks
-
-
-def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None) -> np.ndarray:
-    """Rank of each vertex: ``range`` (contiguous ids), ``hash`` or ``metis`` (``edges``: (src, dst) arrays).
-
-    Raises:
-        ConfigError: ``metis`` without the optional ``pymetis`` package.
-    """
-    N, P = num_vertices, num_ranks
-    if method == "range" or P == 1:
-        vb = balanced_bounds(N, P)
-        return np.repeat(np.arange(P), np.diff(vb))
-    if method == "hash":
-        with np.errstate(over="ignore"):
-            h = np.arange(N, dtype=np.uint64) * _HASH
-        return ((h >> np.uint64(32)) % np.uint64(P)).astype(np.int64)
-    try:
-        import pymetis
-    except ImportError:
-        raise ConfigError(
-            "strategy.partition: metis needs the optional package pymetis (pip install pymetis); "
-            "or use range or hash"
-        ) from None
-    src, dst = edges
-    keep = src != dst
-    a = np.concatenate([src[keep], dst[keep]])
-    b = np.concatenate([dst[keep], src[keep]])
-    keys = np.unique(a.astype(np.int64) * N + b)
-    a, b = keys // N, keys % N
-    xadj = np.zeros(N + 1, dtype=np.int64)
-    np.cumsum(np.bincount(a, minlength=N), out=xadj[1:])
-    _, parts = pymetis.part_graph(P, xadj=xadj, adjncy=b)
-    return np.asarray(parts, dtype=np.int64)
-
+__all__ = ["VertexLayout", "VertexStrategy", "vertex_partition"]
 
 @register_strategy("vertex")
 class VertexStrategy(HaloStrategy):
@@ -86,27 +51,8 @@ class VertexStrategy(HaloStrategy):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Vertex sets by ``strategy.partition``; snapshots scored cyclically (t on rank t mod P)."""
-        from hpcdgnn.data.shard_reader import ShardReader
-
-        T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
-        edges = None
-        if job.strategy.partition == "metis" and P > 1:
-            with ShardReader(job.data.path, manifest) as reader:
-                src, dst = zip(*(reader.edges(t) for t in range(T)))
-            edges = (np.concatenate(src), np.concatenate(dst))
-        part = vertex_partition(job.strategy.partition, N, P, edges)
-        order = np.argsort(part, kind="stable")
-        counts = np.bincount(part, minlength=P)
-        vb = [0, *np.cumsum(counts).tolist()]
-        owner = [t % P for t in range(T)]
-        nnz = np.asarray(manifest.snapshot_nnz, dtype=np.int64)
-        ranks = [
-            {"snapshots": sum(1 for o in owner if o == p), "vertices": int(counts[p]),
-             "nnz_scored": int(nnz[[t for t in range(T) if owner[t] == p]].sum())}
-            for p in range(P)
-        ]
-        return PartitionPlan("vertex", P, T, N, owner, None, vb, ranks, None, order.tolist())
+        """Vertex sets by ``strategy.partition``; snapshots scored cyclically (:func:`plan_vertices`)."""
+        return plan_vertices(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read every snapshot, keep this rank's rows of Ã_t, precompute Ã·X, and agree on the halo."""
@@ -132,22 +78,34 @@ class VertexStrategy(HaloStrategy):
         self.scored = plan.snapshots_of(me)
         self._snap_boxes = [((0, len(self.scored)), tuple(plan.vertex_bounds[q : q + 2])) for q in range(P)]
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
+        self.num_layers = len(model.layers)
         return self.scored
 
-    def forward(self, model: DGNN) -> dict[int, torch.Tensor]:
-        """GCN with halo exchange and local RNN per layer; then embeddings to snapshot owners."""
-        T, n = self.T, self.n
-        h: torch.Tensor | None = None
-        for li, layer in enumerate(model.layers):
-            flat = None if h is None else h.reshape(T * n, h.shape[-1])  # explicit width: n may be 0 (P > N)
-            ax = self._aggregate(layer, li, flat)
-            ax = ax.view(T, n, ax.shape[-1])
-            tparams, _ = layer.time_params_block(0, T, None)
-            y = torch.stack([layer.spatial(ax[t], t, tparams) for t in range(T)]) if T else ax
-            y = _keep_connected(y, h)
-            h, _ = layer.temporal(y, None)
-        z = redistribute(h.contiguous(), self.comm, (len(self.scored), self.N, h.shape[-1]),
-                         self._vert_boxes, self._snap_boxes, tag="redistribute", reuse="to_snapshot")
-        self._last = z
-        # rows are in rank order: back to vertex ids for the task
-        return {t: z[j].index_select(0, self.pos) for j, t in enumerate(self.scored)}
+    def layout(self) -> VertexLayout:
+        """The whole timeline: my vertices' rows of every snapshot."""
+        return VertexLayout(self)
+
+
+class VertexLayout(RowLayout):
+    """S6: my vertices' rows of all T snapshots, time-major; GCN with the halo, RNN local (IBM §4.1)."""
+
+    def __init__(self, s: VertexStrategy) -> None:
+        super().__init__(0, s.T, s.num_layers, [(t, s.n) for t in range(s.T)], s._aggregate)
+        self.s = s
+
+    def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
+        """My rows already hold whole timelines: (T·n, F) viewed as (T, n, F)."""
+        return y.view(self.s.T, self.s.n, y.shape[-1])
+
+    def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
+        """(T, n, F) back to (T·n, F) rows."""
+        return z.reshape(self.s.T * self.s.n, z.shape[-1])
+
+    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Embeddings to snapshot owners (t on rank t mod P), back in vertex-id order for the task."""
+        s = self.s
+        h = h.reshape(s.T, s.n, h.shape[-1])
+        z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
+                         s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")
+        self.last = z
+        return {t: z[j].index_select(0, s.pos) for j, t in enumerate(s.scored)}

@@ -87,57 +87,84 @@ def test_config_errors_under_mpirun(launcher, tmp_path, small_dataset, section, 
 
 def test_yaml_off_is_the_word_off(tmp_path):
     """YAML 1.1 reads a bare `off` as false; a choice list that offers "off" gets the word back."""
-    from hpcdgnn.config import load_job
-
     (tmp_path / "data").mkdir()
     job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstale: {{mode: off}}\n")
-    assert load_job(job).stale.mode == "off"
-    assert load_job(job, ["stale.mode=static", "strategy.name=vertex"]).stale.mode == "static"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{name: vertex, stale: {{mode: off}}}}\n")
+    assert load_job(job).strategy.stale.mode == "off"
+    assert load_job(job, ["strategy.stale.mode=static"]).strategy.stale.mode == "static"
 
 
-def test_blocks_need_a_strategy_that_implements_them(tmp_path):
-    """train.blocks > 1 with a strategy that has no checkpoint blocks is refused at load, naming the key."""
-    import pytest
-
-    from hpcdgnn.config import load_job
-    from hpcdgnn.errors import ConfigError
-
-    (tmp_path / "data").mkdir()
-    job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\ntrain: {{blocks: 2}}\n")
-    assert load_job(job).train.blocks == 2  # snapshot implements them
-    for name in ("pss", "vertex", "chunk"):
-        with pytest.raises(ConfigError, match=r"train.blocks: .* implemented for strategy snapshot only"):
-            load_job(job, [f"strategy.name={name}"])
-
-
-# a technique a strategy would silently not apply is a config error instead, naming the key
-STRATEGY_TECHNIQUES = [
-    ("stale: {mode: adaptive}", "stale.mode: adaptive is implemented for strategy chunk, vertex only",
-     ["vertex", "chunk"]),
-    ("strategy: {workload: mlp}", "strategy.workload: mlp is used by strategy chunk only", ["chunk"]),
-    ("strategy: {sequences: active}", "strategy.sequences: active is implemented for strategy chunk only",
-     ["chunk"]),
+# every strategy option, and the strategies that accept it: given to any other strategy it is a config
+# error (one line naming the key, the strategy and the strategies that accept it), never silently ignored
+STRATEGY_OPTIONS = [
+    ("blocks: 2", "blocks", ["snapshot"]),
+    ("layout: block", "layout", ["snapshot"]),
+    ("balance: count", "balance", ["pss", "snapshot"]),
+    ("transfer: base", "transfer", ["pss", "snapshot"]),
+    ("partition: hash", "partition", ["vertex"]),
+    ("stale: {mode: adaptive}", "stale", ["chunk", "vertex"]),
+    ("chunk_size: 8", "chunk_size", ["chunk"]),
+    ("sequences: active", "sequences", ["chunk"]),
+    ("fusion: off", "fusion", ["chunk"]),
+    ("fusion_memory_mb: 4", "fusion_memory_mb", ["chunk"]),
+    ("workload: mlp", "workload", ["chunk"]),
 ]
 
 
-@pytest.mark.parametrize(("section", "message", "accepting"), STRATEGY_TECHNIQUES)
-def test_a_technique_needs_a_strategy_that_applies_it(tmp_path, section, message, accepting):
+@pytest.mark.parametrize(("option", "key", "accepting"), STRATEGY_OPTIONS)
+def test_an_option_belongs_to_the_strategies_that_apply_it(tmp_path, option, key, accepting):
     (tmp_path / "data").mkdir()
     job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nmodel: {{name: tgcn}}\n{section}\n")
-    with pytest.raises(ConfigError, match=message):
+    for name in ("snapshot", "pss", "vertex", "chunk"):
+        job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nmodel: {{name: tgcn}}\nstrategy: {{name: {name}, {option}}}\n")
+        if name in accepting:
+            assert load_job(job).strategy.name == name
+            continue
+        with pytest.raises(ConfigError) as e:
+            load_job(job)
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith(str(job))
+        verb = "accepts" if len(accepting) == 1 else "accept"
+        assert f"strategy.{key}: not an option of strategy '{name}'" in msg, msg
+        assert f"strategy {', '.join(accepting)} {verb} it" in msg, msg
+
+
+@pytest.mark.parametrize(("text", "old", "new"), [
+    ("train: {blocks: 2}", "train.blocks", "strategy.blocks"),
+    ("train: {transfer: base}", "train.transfer", "strategy.transfer"),
+    ("stale: {mode: static}", "stale", "strategy.stale"),
+])
+def test_renamed_keys_say_where_they_went(tmp_path, text, old, new):
+    """The keys that release 0.2 moved under ``strategy:`` name their new place (README release note)."""
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\n{text}\n")
+    with pytest.raises(ConfigError, match=f"{old}: renamed to {new}"):
         load_job(job)
-    for name in accepting:
-        load_job(job, [f"strategy.name={name}"])
 
 
-def test_active_sequences_need_an_rnn(tmp_path):
-    """strategy.sequences: active with a time encoder that is not a GRU or LSTM is refused."""
-    (tmp_path / "data").mkdir()
-    job = tmp_path / "job.yaml"
-    job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nstrategy: {{name: chunk, sequences: active}}\n")
-    with pytest.raises(ConfigError, match="needs a model whose time encoder is a GRU or LSTM.*'tmgcn'"):
-        load_job(job, ["model.name=tmgcn"])
-    assert load_job(job, ["model.name=tgcn"]).strategy.sequences == "active"
+def test_unknown_option_of_every_strategy_suggests_its_own_keys(tmp_path, small_dataset):
+    p = _job(tmp_path, small_dataset, "strategy: {name: chunk, chunk_sise: 8}\n")
+    with pytest.raises(ConfigError, match="strategy.chunk_sise: unknown option of strategy 'chunk'; did you mean 'chunk_size'"):
+        load_job(p)
+
+
+def test_the_config_package_imports_no_strategy_and_builds_no_model():
+    """config/ stands below strategies/ and nn/: loading a job needs neither (issue 11, item 5)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hpcdgnn.config; "
+            "print(sorted(m for m in sys.modules if m.startswith(('hpcdgnn.strategies', 'hpcdgnn.nn'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_active_sequences_need_an_rnn(launcher, tmp_path, small_dataset):
+    """strategy.sequences: active with a time encoder that is not a GRU or LSTM is refused by the chunk
+    plan on rank 0: one line, exit 2, no run directory."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                    strategy={"name": "chunk", "chunk_size": 8, "sequences": "active"})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=60)
+    _one_error_line(proc, ["strategy.sequences: active needs a model whose time encoder is a GRU or LSTM", "'tmgcn'"])
+    assert not (tmp_path / "run").exists()

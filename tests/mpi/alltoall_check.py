@@ -42,7 +42,8 @@ def main() -> None:
         owner, sb = [t % P for t in range(T)], None
     else:
         owner = [p for p in range(P) for _ in range(sb[p + 1] - sb[p])]
-    plan = PartitionPlan("snapshot", P, T, N, owner, sb, vb, [])
+    plan = PartitionPlan(kind="snapshot", num_ranks=P, num_snapshots=T, num_vertices=N, snapshot_owner=owner,
+                         snapshot_bounds=sb, vertex_bounds=vb, ranks=[])
     strat = SnapshotStrategy.__new__(SnapshotStrategy)
     strat.comm = comm
     strat._init_exchange(plan)

@@ -214,3 +214,35 @@ def test_plan_save_round_trips(tmp_path, T, N, P):
         back = PartitionPlan(**raw)
         assert back == plan
         assert [back.owner_of_snapshot(t) for t in range(T)] == [plan.owner_of_snapshot(t) for t in range(T)]
+
+
+def test_plans_are_built_in_partition_by_keyword_with_typed_fields(small_dataset):
+    """Vertex and chunk plans come from hpcdgnn.partition: one row per rank in ``ranks``, the vertex order
+    and the chunks as typed fields, and plan.json holds the chunk summary, not its arrays (issue 11, item 4)."""
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
+    from hpcdgnn.partition.plan import ChunkAssignment
+    from hpcdgnn.partition.vertex import plan_vertices
+
+    m = load_manifest(small_dataset)
+    T, N, P = m.num_snapshots, m.num_vertices, 3
+    with pytest.raises(TypeError):
+        PartitionPlan("snapshot", P, T, N, [0] * T, [0] * (P + 1), [])  # positional construction is refused
+    job = load_job_for(small_dataset, "vertex", {"partition": "hash"})
+    vplan = plan_vertices(m, P, job)
+    assert len(vplan.ranks) == P and sorted(vplan.vertex_order) == list(range(N))
+    assert [len(vplan.vertices_of(q)) for q in range(P)] == [r["vertices"] for r in vplan.ranks]
+    cplan = plan_chunks(m, P, load_job_for(small_dataset, "chunk", {"chunk_size": 8}))
+    assert len(cplan.ranks) == P and isinstance(cplan.chunks, ChunkAssignment)
+    owner = appearance_owner(cplan.chunks.chunk, cplan.chunks.chunk_owner, cplan.chunks.rnn_owner)
+    assert owner.shape == (T, N) and [int((owner == p).sum()) for p in range(P)] == [r["appearances"] for r in cplan.ranks]
+    raw = cplan.to_json()
+    assert raw["chunks"] == cplan.chunks.summary() and raw["chunks"]["num_chunks"] > 1
+    json.dumps(raw)  # no arrays left
+
+
+def load_job_for(dataset, name: str, options: dict):
+    """A job on ``dataset`` with ``strategy: {name, **options}`` (no file needed)."""
+    from hpcdgnn.config.schema import STRATEGY_OPTIONS, DataConfig, JobConfig
+
+    return JobConfig(data=DataConfig(path=str(dataset)), strategy=STRATEGY_OPTIONS[name](name=name, **options))

@@ -1,14 +1,14 @@
-"""Chunk workload models (DGC §4.2, §6): features, the count fallback, the MLPs, ``profile`` and the plan's use."""
+"""Chunk workload models the plan consumes (DGC §4.2, §6): features, the count fallback, the MLP predictor file.
+
+Making a predictor (random chunks, timing, fitting, ``python -m hpcdgnn profile``) is tested in tests/profile.
+"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 from hpcdgnn.errors import PlanError
 from hpcdgnn.partition.chunks import build_supergraph, chunk_stats, label_propagation
@@ -20,12 +20,9 @@ from hpcdgnn.partition.workload import (
     chunk_features,
     chunk_work,
     default_predictor_path,
-    fit_mlp,
     layer_shapes,
-    mape,
-    random_chunks,
 )
-from tests.conftest import write_job
+from hpcdgnn.profile.fit import fit_mlp
 
 
 def _hand_made():
@@ -88,19 +85,6 @@ def test_count_model_is_the_old_formula():
     assert got.dtype == np.float64 and np.array_equal(got, old)
 
 
-def test_mlp_fits_a_known_function():
-    """A §6 MLP learns a kinked power law to under 5% held-out MAPE, deterministically."""
-    rng = np.random.default_rng(0)
-    x = np.column_stack([rng.uniform(0, 8, 400), rng.uniform(0, 6, 400), np.full(400, np.log(16))])
-    # a power law with a kink: what chunk times look like (overhead floor, then linear in size)
-    sec = 1e-5 * (1 + np.exp(0.9 * x[:, 0]) + 0.3 * np.exp(x[:, 1]) * np.sqrt(1 + x[:, 0]))
-    mlp = fit_mlp(x[:300], sec[:300], ("a", "b", "width"), width=32, steps=600, seed=0)
-    assert mape(mlp.predict(x[300:]), sec[300:]) < 0.05
-    a = fit_mlp(x[:100], sec[:100], ("a", "b", "width"), width=8, steps=30, seed=1)
-    b = fit_mlp(x[:100], sec[:100], ("a", "b", "width"), width=8, steps=30, seed=1)
-    assert np.array_equal(a.predict(x[300:]), b.predict(x[300:]))  # deterministic for a seed
-
-
 def _tiny_predictor(model="cdgcn", features=(2,), hidden=(6,), dtype="float64") -> MLPWorkload:
     rng = np.random.default_rng(5)
     xs, xt = rng.normal(size=(40, len(STRUCTURE_INPUTS))), rng.normal(size=(40, len(TIME_INPUTS)))
@@ -144,72 +128,3 @@ def test_default_path_is_per_machine_model_device_dtype(tmp_path, monkeypatch):
     monkeypatch.setenv("HPCDGNN_CACHE", str(tmp_path))
     p = default_predictor_path("tgcn", "cpu", "float32")
     assert p.parent == tmp_path and p.name.startswith("workload-") and p.name.endswith("-tgcn-cpu-float32.pt")
-
-
-def test_random_chunks_are_seeded_and_capped():
-    """Profiling chunks depend only on the seed and span small to large sizes."""
-    rng = np.random.default_rng(4)
-    snaps = [(rng.integers(0, 60, 150), rng.integers(0, 60, 150)) for _ in range(8)]
-    g = build_supergraph(snaps, 60, 1.0, 1.0)
-    a = random_chunks(g, 30, 100, np.random.default_rng(9))
-    b = random_chunks(g, 30, 100, np.random.default_rng(9))
-    assert len(a) == 30 and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    assert all(1 <= c.shape[0] <= 100 and np.all(np.diff(c) > 0) for c in a)
-    sizes = [c.shape[0] for c in a]
-    assert min(sizes) < 10 and max(sizes) > 40  # log-uniform sizes: small and large chunks alike
-
-
-@pytest.fixture(scope="module")
-def predictor_file(tmp_path_factory, launcher) -> tuple[Path, str]:
-    """A predictor made by ``python -m hpcdgnn profile`` for the jobs of ``write_job`` (cdgcn, hidden 6, float64)."""
-    out = tmp_path_factory.mktemp("predictor") / "cdgcn.pt"
-    proc = launcher.run(None, ["-m", "hpcdgnn", "profile", "--model", "cdgcn", "--features", "2", "--hidden", "6",
-                               "--dtype", "float64", "--device", "cpu", "--samples", "40", "--vertices", "200",
-                               "--snapshots", "6", "--max-size", "200", "--repeats", "1", "--fit-steps", "200",
-                               "--out", str(out)], timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc.stdout
-
-
-def test_profile_command_writes_a_loadable_predictor(predictor_file):
-    """``profile`` prints both encoders' held-out MAPE and saves a file that records where it was made."""
-    path, stdout = predictor_file
-    assert "structure encoder: 32 train / 8 held-out samples, held-out MAPE" in stdout
-    assert "time encoder: 32 train / 8 held-out samples, held-out MAPE" in stdout
-    assert f"saved {path}" in stdout
-    pred = MLPWorkload.load(path)
-    m = pred.meta
-    assert m["model"] == "cdgcn" and m["hidden"] == [6] and m["features"] == [2] and m["dtype"] == "float64"
-    assert m["machine"]["hostname"] and m["machine"]["cpu"] and m["torch"] == torch.__version__
-    assert m["samples"]["structure"]["held_out"] == 8 and 0 <= m["mape"]["total"] < 10
-    assert pred.time is not None
-
-
-def test_profile_rejects_bad_input_in_one_line(launcher, tmp_path):
-    """Bad options: one error line, exit 2, no file."""
-    proc = launcher.run(None, ["-m", "hpcdgnn", "profile", "--samples", "2", "--out", str(tmp_path / "x.pt")])
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["hpcdgnn: error: profile: --samples must be >= 5 so some can be "
-                                                "held out (got 2)"]
-    assert not (tmp_path / "x.pt").exists()
-
-
-def test_job_with_the_mlp_workload_trains_and_a_missing_predictor_is_one_line(launcher, small_dataset, tmp_path,
-                                                                               predictor_file):
-    """A job with ``workload: mlp`` plans with predicted seconds; a missing predictor is one error line."""
-    path, _ = predictor_file
-    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1},
-                    strategy={"name": "chunk", "chunk_size": 20, "workload": "mlp", "predictor": str(path)})
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
-    work = [r["chunk_work"] for r in plan["ranks"][:2]]
-    assert all(0 < w < 10 for w in work)  # predicted seconds, not vertex/edge counts
-    missing = tmp_path / "nowhere" / "w.pt"
-    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run2"),
-                               "--set", f"strategy.predictor={missing}"])
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(missing) in lines[0] and "python -m hpcdgnn profile --model cdgcn" in lines[0]
-    assert lines[0].startswith("hpcdgnn: error: strategy.workload: mlp needs the workload predictor")
-    assert not (tmp_path / "run2").exists()

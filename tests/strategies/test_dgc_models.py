@@ -16,7 +16,7 @@ from tests.train.test_exactness import _losses
 
 RUNS = {
     "snapshot": ["strategy.name=snapshot"],
-    "blocks": ["strategy.name=snapshot", "train.blocks=3"],
+    "blocks": ["strategy.name=snapshot", "strategy.blocks=3"],
     "pss": ["strategy.name=pss"],
     "vertex": ["strategy.name=vertex", "strategy.partition=hash"],
     "chunk": ["strategy.name=chunk", "strategy.chunk_size=8"],

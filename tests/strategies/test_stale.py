@@ -35,14 +35,14 @@ def exact(request, launcher, small_dataset, tmp_path_factory):
 
 def test_theta_zero_is_exact(launcher, exact, tmp_path):
     job, ref, _ = exact
-    got, recs = _losses(launcher, 3, job, tmp_path / "static0", "stale.mode=static", "stale.theta=0")
+    got, recs = _losses(launcher, 3, job, tmp_path / "static0", "strategy.stale.mode=static", "strategy.stale.theta=0")
     np.testing.assert_allclose(got, ref, rtol=1e-12)
     assert all(r["stale"]["rows_reused"] == 0 for r in recs)
 
 
 def test_static_threshold_saves_traffic_and_reports_it(launcher, exact, tmp_path):
     job, ref, off = exact
-    got, recs = _losses(launcher, 3, job, tmp_path / "static", "stale.mode=static", "stale.theta=0.5")
+    got, recs = _losses(launcher, 3, job, tmp_path / "static", "strategy.stale.mode=static", "strategy.stale.theta=0.5")
     assert recs[0]["stale"]["rows_reused"] == 0  # first epoch: nothing cached yet
     later = recs[1:]
     assert all(r["stale"]["rows_reused"] > 0 and r["stale"]["bytes_saved"] > 0 for r in later)

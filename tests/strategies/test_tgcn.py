@@ -14,7 +14,7 @@ def test_tgcn_exact_under_every_strategy(launcher, small_dataset, tmp_path):
     assert not np.isclose(ref[0, 0], ref[-1, 0], rtol=1e-6)
     runs = {
         "snapshot": ["strategy.name=snapshot"],
-        "blocks": ["strategy.name=snapshot", "train.blocks=3"],
+        "blocks": ["strategy.name=snapshot", "strategy.blocks=3"],
         "pss": ["strategy.name=pss"],
         "vertex": ["strategy.name=vertex", "strategy.partition=hash"],
     }

@@ -88,5 +88,5 @@ def test_checkpoint_blocks_match_unblocked(launcher, small_dataset, tmp_path, mo
     for nb in (2, 3, 5):
         assert SMALL_T % nb
         for P in (None, 3):
-            got, _ = _losses(launcher, P, job, tmp_path / f"nb{nb}-p{P}", f"train.blocks={nb}")
+            got, _ = _losses(launcher, P, job, tmp_path / f"nb{nb}-p{P}", f"strategy.blocks={nb}")
             np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} nb={nb} P={P}")

@@ -17,9 +17,9 @@ from tests.train.test_exactness import _losses
 @pytest.mark.parametrize("np_", [None, 3])
 def test_base_and_graph_difference_give_identical_losses(launcher, small_dataset, tmp_path, np_):
     """Both wire formats rebuild the same snapshots bit for bit, so the runs are bit-identical."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"blocks": 3})
-    base, _ = _losses(launcher, np_, job, tmp_path / "base", "train.transfer=base")
-    gd, _ = _losses(launcher, np_, job, tmp_path / "gd", "train.transfer=graph_difference")
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, strategy={"blocks": 3})
+    base, _ = _losses(launcher, np_, job, tmp_path / "base", "strategy.transfer=base")
+    gd, _ = _losses(launcher, np_, job, tmp_path / "gd", "strategy.transfer=graph_difference")
     assert np.array_equal(base, gd), (base, gd)
 
 
@@ -28,8 +28,8 @@ def test_transfer_bytes_counted(launcher, small_dataset, tmp_path):
     base bytes equal (16 + itemsize) * nnz per loaded snapshot, computed here from the manifest.
     """
     m = load_manifest(small_dataset)
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"blocks": 3})
-    _, recs = _losses(launcher, 2, job, tmp_path / "base", "train.transfer=base")
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy={"blocks": 3})
+    _, recs = _losses(launcher, 2, job, tmp_path / "base", "strategy.transfer=base")
     bounds = json.loads((tmp_path / "base" / "plan.json").read_text())["block_bounds"]
     assert len(bounds) == 4
     # blocks that start after the last training step are not re-run (causal models, see SnapshotStrategy)
@@ -40,13 +40,13 @@ def test_transfer_bytes_counted(launcher, small_dataset, tmp_path):
         loads = 1 + (bounds[b] <= horizon)
         per_epoch += loads * sum((16 + value_size) * m.snapshot_nnz[t] for t in range(bounds[b], bounds[b + 1]))
     assert all(r["transfer_bytes"] == per_epoch for r in recs), ([r["transfer_bytes"] for r in recs], per_epoch)
-    _, gd = _losses(launcher, 2, job, tmp_path / "gd", "train.transfer=graph_difference")
+    _, gd = _losses(launcher, 2, job, tmp_path / "gd", "strategy.transfer=graph_difference")
     assert 0 < gd[0]["transfer_bytes"] < per_epoch
     summary = json.loads((tmp_path / "gd" / "summary.json").read_text())
     assert summary["transfer"]["epoch_bytes"] == sum(r["transfer_bytes"] for r in gd)
     assert summary["transfer"]["setup_bytes"] > 0
     # without blocks the snapshots stay on the device: only the setup moves them
-    _, flat = _losses(launcher, 2, job, tmp_path / "flat", "train.blocks=1")
+    _, flat = _losses(launcher, 2, job, tmp_path / "flat", "strategy.blocks=1")
     assert all(r["transfer_bytes"] == 0 for r in flat)
 
 

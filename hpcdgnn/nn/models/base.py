@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.layout import Layout, joined
 
 __all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models", "run_rnn"]
 
@@ -116,7 +117,11 @@ class DynamicLayer(nn.Module):
 
 
 class DGNN(nn.Module):
-    """A stack of :class:`DynamicLayer` s; the output of layer l is the input of layer l+1."""
+    """A stack of :class:`DynamicLayer` s; the output of layer l is the input of layer l+1.
+
+    :meth:`forward` runs them over a :class:`~hpcdgnn.nn.layout.Layout`; a single layer can
+    also be called on its own (``aggregate`` -> ``spatial`` -> ``temporal``) on one process.
+    """
 
     def __init__(self, layers: list[DynamicLayer]) -> None:
         super().__init__()
@@ -132,6 +137,30 @@ class DGNN(nn.Module):
         """Reset every layer (each layer resets all its submodules)."""
         for layer in self.layers:
             layer.reset_parameters()
+
+    def forward(self, layout: Layout) -> dict[int, torch.Tensor]:
+        """The layer loop (IBM §2.2, Fig. 1b) over the rows a strategy placed: ``{t: Z_t}`` for the task.
+
+        Per layer: per-step parameters of the layout's time range (EvolveGCN's W_t),
+        aggregation and the snapshot-local transform (:meth:`Layout.spatial`), then —
+        for layers that mix time — the move to time-encoder ownership, the time
+        encoder and the move back. The layout decides where rows are and how they
+        travel (:mod:`hpcdgnn.nn.layout`); boundary states go in and out through
+        ``layout.states`` (gradient-checkpoint blocks, SPEC S2).
+        """
+        h: torch.Tensor | None = None
+        for li, layer in enumerate(self.layers):
+            tstate, rstate = layout.states[li]
+            tparams, tstate = layer.time_params_block(layout.start, layout.stop, tstate)
+            y = layout.spatial(layer, li, h, tparams)
+            if not y.requires_grad:  # nothing here trains (no rows, or past the horizon): join h's backward
+                y = joined(y, h)
+            if layer.temporal_mixing:
+                z, rstate = layout.encode(layer, li, layout.to_temporal(y, li), rstate)
+                y = layout.to_spatial(z, li)
+            layout.states[li] = (tstate, rstate)
+            h = y
+        return layout.output(h)
 
 
 _MODELS: dict[str, Callable[..., DGNN]] = {}

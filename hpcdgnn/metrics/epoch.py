@@ -1,0 +1,121 @@
+"""One epoch's record: the time split, bytes by tag, memory peaks — measured on every rank, reported once.
+
+Per epoch, after the last batch, every rank joins one all-reduce of the task's
+metric sums, one all-gather of its time split and peaks (the pre-emption flag
+rides as a column of it, so every rank decides alike whether to stop) and one
+all-gather of its training bytes by communicator tag. Rank 0 appends the record
+to ``metrics.jsonl`` and prints one line (loss, headline metric, time split into
+load / compute / communication, bytes sent).
+
+Times: ``epoch`` is the wall time of all batches (kernels included on a GPU);
+``comm`` the seconds inside training collectives (every tag but setup, metrics,
+barrier, checkpoint); ``load`` the seconds the strategy spent reading or moving
+input data; ``compute`` the rest. Each is reported as the slowest rank's and
+min / mean / max over ranks.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from hpcdgnn.metrics.timers import is_train_tag, summarize_over_ranks
+
+__all__ = ["EpochRecorder"]
+
+_MiB = 1024.0 * 1024.0
+_SPLIT = ("epoch", "load", "compute", "comm")
+
+
+def _fmt(v: float) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"
+
+
+class EpochRecorder:
+    """Measures epochs of one run and turns them into records (see the module docstring).
+
+    Args:
+        comm: the communicator.
+        strategy: the run's strategy (load seconds, transfer bytes, ``end_epoch`` report).
+        task: the task head (turns metric sums into metrics).
+        device: this rank's device (GPU peak memory when CUDA).
+        warmup_epochs: epochs flagged ``warmup``.
+        resumed_at: the checkpoint epoch a resumed run starts after (0 = a fresh run); the first
+            epoch after it runs on cold caches and buffers, like epoch 1, and is flagged too.
+    """
+
+    def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int) -> None:
+        self.comm, self.strategy, self.task, self.device = comm, strategy, task, device
+        self.warmup_epochs, self.resumed_at = warmup_epochs, resumed_at
+        self.totals = np.zeros(len(_SPLIT))
+
+    def begin(self) -> None:
+        """Start an epoch: counters, the strategy's load clock, the GPU peak, the wall clock."""
+        self._bytes_before = self.comm.stats.snapshot()
+        self._transfer_before = self.strategy.transfer_stats()[0]
+        self.strategy.load_seconds = 0.0
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._t0 = time.perf_counter()
+
+    def end(self, epoch: int, stats: np.ndarray, grad_norm: float, activation_peak: float,
+            stop_raised: bool) -> tuple[dict, bool]:
+        """Finish the epoch (collective): the record, and whether any rank was asked to stop."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
+        wall = time.perf_counter() - self._t0
+        transfer = self.strategy.transfer_stats()[0] - self._transfer_before
+        train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
+        comm_s = sum(v.seconds for v in train_tags.values())
+        load = self.strategy.load_seconds
+        split = [wall, load, max(0.0, wall - load - comm_s), comm_s]
+
+        metrics = self.task.metrics(self.comm.allreduce_array(stats))
+        gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
+        per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
+                                               float(stop_raised)])
+        by_tag: dict[str, int] = {}
+        for rank_tags in self.comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
+            for k, b in rank_tags.items():
+                by_tag[k] = by_tag.get(k, 0) + b
+        record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag)
+        record.update(self.strategy.end_epoch(epoch, metrics["train_loss"]))
+        return record, bool(per_rank_all[:, 7].max() > 0)
+
+    def _record(self, epoch: int, metrics: dict, grad_norm: float, per_rank_all: np.ndarray,
+                by_tag: dict[str, int]) -> dict:
+        per_rank = per_rank_all[:, :4]
+        times = summarize_over_ranks(per_rank)
+        self.totals += np.asarray([times["slowest"][k] for k in _SPLIT])
+        record = {
+            "epoch": epoch,
+            "warmup": epoch <= self.warmup_epochs or (self.resumed_at > 0 and epoch == self.resumed_at + 1),
+            "loss": metrics["train_loss"],
+            **metrics,
+            "grad_norm": grad_norm,
+            "activation_peak_bytes": int(per_rank_all[:, 4].max()),
+            "time": {k: times[k] for k in _SPLIT},
+            "slowest_rank": times["slowest_rank"],
+            "slowest": times["slowest"],
+            "per_rank": {k: per_rank[:, i].tolist() for i, k in enumerate(_SPLIT)},
+            "bytes_sent": sum(by_tag.values()),
+            "bytes_by_tag": dict(sorted(by_tag.items())),
+            # host -> device snapshot bytes summed over ranks (S3); 0 when the inputs stay resident
+            "transfer_bytes": int(per_rank_all[:, 5].sum()),
+        }
+        if self.device.type == "cuda":
+            record["gpu_peak_bytes"] = int(per_rank_all[:, 6].max())
+        return record
+
+    def line(self, record: dict) -> str:
+        """The epoch's log line (rank 0 prints it)."""
+        s, metric = record["slowest"], self.task.metric
+        return (
+            f"epoch {record['epoch']:4d}  loss {_fmt(record['train_loss'])}  "
+            f"val_{metric} {_fmt(record['val_' + metric])}  "
+            f"time {s['epoch']:.3f}s (load {s['load']:.3f} comp {s['compute']:.3f} comm {s['comm']:.3f})  "
+            f"sent {record['bytes_sent'] / _MiB:.2f} MiB"
+            + (f"  transfer {record['transfer_bytes'] / _MiB:.2f} MiB" if record["transfer_bytes"] else "")
+        )

@@ -1,0 +1,118 @@
+"""Where one batch's rows live and how they move: what a strategy hands :meth:`DGNN.forward`.
+
+The layer loop of a DGNN (IBM §2.2, Fig. 1b) is the same under every
+partitioning; only *where* the rows are and *how* they travel differ. The
+model runs the loop once (:meth:`hpcdgnn.nn.models.base.DGNN.forward`)::
+
+    for each layer l:
+        y      = layout.spatial(layer, l, h, W_t)     aggregation (its gather is the strategy's halo exchange),
+                                                      then layer.spatial per snapshot the rank holds rows of
+        if the layer mixes time:
+            y' = layout.to_temporal(y, l)             rows to their time-encoder owner (all-to-all, index exchange)
+            z  = layout.encode(layer, l, y', state)   the time encoder (plain, pipelined, horizon-split, packed)
+            y  = layout.to_spatial(z, l)              and back
+        h = y
+    return layout.output(h)                           {t: Z_t} for the task
+
+A layout is built by a strategy for one batch (today: the whole timeline, or
+one gradient-checkpoint block of it, SPEC S2) and may hold per-layer boundary
+states (:attr:`Layout.states`) that the forward reads at the batch's start and
+overwrites with the states at its end.
+
+**Every rank joins every collective's backward** (the rule all strategies rely
+on, written once here as :func:`joined`): a rank that holds no rows of a phase
+still produces an empty tensor that stays connected to the autograd graph of
+the exchange before it, so its backward reaches that exchange's backward
+collective in the same order as on every other rank. :attr:`Layout.last` (an
+empty output) and :attr:`Layout.roots` (pipeline sends) are the extra backward
+roots of a rank that scores nothing (:meth:`hpcdgnn.strategies.base.Strategy.backward`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["Layout", "RowLayout", "joined"]
+
+
+def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
+    """``t`` plus a zero that depends on each of ``others`` that requires grad.
+
+    The values are unchanged (``+ 0.0``) and so is every gradient (a zero is
+    added), but the backward of ``t`` now reaches the collectives that produced
+    ``others`` — what a rank with no rows needs to take part in them.
+    """
+    for o in others:
+        if o is not None and o.requires_grad:
+            t = t + o.sum() * 0.0
+    return t
+
+
+class Layout:
+    """One batch's placement of rows, as the model's forward sees it.
+
+    Attributes:
+        start, stop: the batch's time range [start, stop) (per-step parameters W_t and
+            boundary states refer to it).
+        states: per layer, ``(time-parameter state, temporal state)`` at ``start``
+            (None, None at t = 0); :meth:`DGNN.forward` replaces them with the states at ``stop``.
+        last: the tensor :meth:`output` returned its embeddings from (an extra backward
+            root when it is empty).
+        roots: further tensors whose backward must run on this rank (zero gradient).
+    """
+
+    def __init__(self, start: int, stop: int, num_layers: int, states: Sequence[Any] | None = None) -> None:
+        self.start, self.stop = start, stop
+        self.states: list[Any] = list(states) if states is not None else [(None, None)] * num_layers
+        self.last: torch.Tensor | None = None
+        self.roots: list[torch.Tensor] = []
+
+    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        """Layer ``li``'s aggregation and snapshot-local transform of this rank's rows (``h`` None: layer 0)."""
+        raise NotImplementedError
+
+    def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
+        """Spatial rows -> the (steps, vertices, F) block this rank's time encoder runs over."""
+        return y
+
+    def encode(self, layer, li: int, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """The layer's time encoder over the temporal block, from ``state``."""
+        return layer.temporal(y, state)
+
+    def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
+        """The time encoder's output back to the spatial rows (the inverse of :meth:`to_temporal`)."""
+        return z
+
+    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
+        """The last layer's rows as ``{t: Z_t (N, F')}`` for the snapshots this rank scores; sets :attr:`last`."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Called after the backward pass (complete pending point-to-point sends, ...)."""
+
+
+class RowLayout(Layout):
+    """A rank's rows of many snapshots as one (n, F) tensor, time-major (vertex S6 and chunk D1 partitions).
+
+    Args:
+        segments: ``(t, rows)`` of each snapshot in row order; snapshots with no rows here are left out.
+        aggregate: ``aggregate(layer, li, h) -> ax`` over all rows at once (the strategy's halo
+            graph: one sparse product and one exchange per layer).
+    """
+
+    def __init__(self, start: int, stop: int, num_layers: int, segments: Sequence[tuple[int, int]],
+                 aggregate: Callable[[Any, int, torch.Tensor | None], torch.Tensor]) -> None:
+        super().__init__(start, stop, num_layers)
+        self.segments = [(t, k) for t, k in segments if k > 0]
+        self._aggregate = aggregate
+
+    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        """One aggregation of all rows, then ``layer.spatial`` on each snapshot's slice of them."""
+        ax = self._aggregate(layer, li, h)
+        pieces = ax.split([k for _, k in self.segments]) if self.segments else ()
+        parts = [layer.spatial(a, t, tparams) for (t, _), a in zip(self.segments, pieces)]
+        # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too
+        return torch.cat(parts) if parts else joined(ax.new_zeros(0, layer.spatial_features), ax)

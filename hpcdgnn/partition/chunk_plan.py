@@ -1,0 +1,60 @@
+"""The chunk plan (D1, DGC §4): chunks by label propagation, assigned to ranks by Alg. 1 / Eq. 3.
+
+Rank 0 reads every snapshot's edges and builds the spatio-temporal super-graph
+of the adjacencies trained on (:mod:`hpcdgnn.partition.chunks`): spatial edges
+weighted GCN layers × feature width, virtual temporal edges RNN layers × hidden
+width; label propagation with a size cap (``strategy.chunk_size``); the chunk
+workload of ``strategy.workload`` (:mod:`hpcdgnn.partition.workload`: counts or
+DGC §6's profiled MLPs); Alg. 1 / Eq. 3 assignment. An inactive appearance
+(v, t) goes to v's *RNN owner*: the rank that owns most of v's active
+appearances (ties to the lower rank; never-active vertices spread as v mod P).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcdgnn.config.schema import JobConfig
+from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
+from hpcdgnn.partition.plan import ChunkAssignment, PartitionPlan
+from hpcdgnn.partition.timeline import train_horizon
+
+__all__ = ["appearance_owner", "plan_chunks"]
+
+
+def appearance_owner(chunk: np.ndarray, chunk_owner: np.ndarray, rnn_owner: np.ndarray) -> np.ndarray:
+    """(T, N) rank of every appearance: its chunk's rank when active, else its vertex's RNN owner."""
+    return np.where(chunk >= 0, chunk_owner[np.maximum(chunk, 0)] if chunk_owner.shape[0] else 0, rnn_owner[None, :])
+
+
+def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | None = None) -> PartitionPlan:
+    """Chunks of the dataset under ``root`` (default ``data.path``), their ranks, the owner of every (t, v)."""
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.partition.workload import chunk_work
+
+    T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks
+    with ShardReader(root or job.data.path, manifest) as reader:
+        snaps = [reader.edges(t) for t in range(T)]
+    L, H, F = job.model.layers, job.model.hidden, manifest.num_features
+    g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
+    labels, iters = label_propagation(g, max_size=job.strategy.chunk_size)
+    stats = chunk_stats(g, labels)
+    work = chunk_work(job, F, g, labels, stats)  # DGC §4.2: count, or the profiled MLPs
+    chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
+    chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, -1 when inactive
+    chunk[g.time, g.vertex] = labels
+    counts = np.zeros((N, P), dtype=np.int64)
+    np.add.at(counts, (g.vertex, chunk_owner[labels]), 1)
+    rnn_owner = np.where(counts.sum(1) > 0, counts.argmax(1), np.arange(N) % P)
+    owner = appearance_owner(chunk, chunk_owner, rnn_owner)
+    load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
+    ranks = [{"appearances": int((owner == p).sum()), "rnn_vertices": int((rnn_owner == p).sum()),
+              "chunk_work": float(load[p])} for p in range(P)]
+    chunks = ChunkAssignment(chunk=chunk, chunk_owner=chunk_owner, rnn_owner=rnn_owner,
+                             num_chunks=int(stats["num_chunks"]), lp_iterations=int(iters),
+                             cut_fraction=stats["cut_weight"] / max(stats["total_weight"], 1e-300))
+    # no vertex ranges here (appearances are owned one by one); the task scores t on rank t mod P
+    return PartitionPlan(kind="chunk", num_ranks=P, num_snapshots=T, num_vertices=N,
+                         snapshot_owner=[t % P for t in range(T)], vertex_bounds=[0] * (P + 1),
+                         ranks=ranks, train_horizon=train_horizon(manifest, job), chunks=chunks)

@@ -1,0 +1,256 @@
+"""Everything before the first epoch: the job, the plan, the run directory, the host, the model and the strategy.
+
+:func:`build_run` does, in order (every rank calls it):
+
+1. rank 0 loads and validates the job YAML (or the run being resumed), reads the
+   manifest, checks the dataset, computes the plan (:mod:`hpcdgnn.partition`, through
+   the strategy's ``make_plan``) and only then creates the run directory; the result —
+   or the user error — is broadcast, so a bad input ends every rank with the same line;
+2. host tuning: torch threads per rank, glibc's heap thresholds, this rank's device and
+   the tensor backend;
+3. the model and task head from ``train.seed`` on every rank, rank 0's parameters
+   broadcast (an identical start whatever the node), Adam, and on resume the
+   checkpoint's parameters, optimizer and RNG state;
+4. the strategy reads this rank's data (S4 precompute, S3 transfer) and the task its
+   targets; on resume the strategy's state is restored (refused in one line when it
+   cannot be, e.g. with a different rank count).
+
+The result is a :class:`Run`, which the training loop consumes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.comm.device import select_device
+from hpcdgnn.config import job_to_dict, load_job
+from hpcdgnn.config.schema import JobConfig
+from hpcdgnn.data.manifest import Manifest, load_manifest
+from hpcdgnn.data.shard_reader import ShardReader
+from hpcdgnn.data.validate import check_dataset
+from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.metrics import RunDirectory, choose_run_dir
+from hpcdgnn.nn.models import DGNN, build_model
+from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
+from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
+from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
+
+__all__ = ["Run", "build_run", "truncate_metrics"]
+
+
+@dataclass
+class Run:
+    """A job ready to train: what the loop, the epoch record and the summary read."""
+
+    job: JobConfig
+    job_path: str
+    manifest: Manifest
+    plan: Any
+    run_dir: Path
+    checkpoint: Path | None
+    threads: int
+    device: torch.device
+    model: DGNN
+    task: Any
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    strategy: Strategy
+    start_epoch: int
+    setup_seconds: float
+    setup_transfer: int
+    checksum: str
+    train_count: float
+
+
+def threads_per_rank(comm: Communicator, requested: int) -> int:
+    """Torch threads per rank: the request, else the cores this rank may use divided by the ranks on its node."""
+    if requested > 0:
+        return requested
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    if affinity < cores:  # the launcher bound this rank to a core set: use exactly that
+        return max(1, affinity)
+    return max(1, cores // comm.local_rank_size()[1])
+
+
+def reuse_host_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds so freed tensors stay in the heap for reuse.
+
+    By default glibc serves every allocation above 32 MiB with a fresh mmap and
+    returns it on free, so each epoch's (T, N, F) activations fault in new
+    zeroed pages: measured on this project's 2-core CI machine, allocating and
+    zeroing 138 MB took 50 ms that way and 6 ms with reuse. Returns whether it
+    took effect (only on glibc).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 40))
+    except (OSError, AttributeError):
+        return False
+
+
+def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
+    """This rank's device (``train.device``), checked against the backend: nccl needs GPUs."""
+    device = select_device(job.train.device, comm)
+    if job.comm.backend == "nccl" and device.type != "cuda":
+        raise ConfigError(f"{job_path}: comm.backend: nccl needs a GPU per rank, rank {comm.rank} runs on {device}; "
+                          "use mpi or gloo")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+_RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.validate", "comm.", "output.", "checkpoint.", "debug.")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, Path, Path]:
+    """Job, run directory and newest checkpoint of ``run --resume RUNDIR``.
+
+    The job is the run's saved ``config.resolved.yaml`` with ``--set`` applied, or
+    the given job file, which may differ from the saved one only in keys that do
+    not change the computation (``train.epochs`` to train longer, threads, device,
+    backend, output, checkpoint, debug).
+    """
+    run_dir = Path(resume)
+    saved = run_dir / "config.resolved.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"--resume {resume}: no {saved.name} there; not a run directory")
+    job = load_job(job_path or saved, overrides)
+    if job_path:
+        before, after = _flatten(job_to_dict(load_job(saved))), _flatten(job_to_dict(job))
+        for key in sorted(set(before) | set(after)):
+            if before.get(key) != after.get(key) and not key.startswith(_RESUMABLE):
+                raise ConfigError(
+                    f"{job_path}: {key}: is {after.get(key)!r} but the run in {resume} used {before.get(key)!r}; "
+                    "a resumed run must compute the same thing"
+                )
+    root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
+    ckpt = latest_checkpoint(root)
+    if ckpt is None:
+        raise ConfigError(f"--resume {resume}: no complete checkpoint in {root}")
+    done = int(json.loads((ckpt / "COMPLETE").read_text())["epoch"])
+    if done >= job.train.epochs:
+        raise ConfigError(
+            f"--resume {resume}: the run already finished its {job.train.epochs} epochs "
+            f"(checkpoint {ckpt.name}); train longer with --set train.epochs=N"
+        )
+    return job, run_dir, ckpt
+
+
+def truncate_metrics(path: Path, last_epoch: int) -> None:
+    """Keep the metrics of epochs up to the checkpoint (atomically); later ones are re-run."""
+    if not path.is_file():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= last_epoch]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)
+
+
+def _checksum(params: list[torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for p in params:
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
+    """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all."""
+
+    def on_root() -> tuple[JobConfig, Manifest, object, str, str | None]:
+        if resume:
+            job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
+        else:
+            job, run_dir, ckpt = load_job(job_path, overrides), None, None
+        manifest = load_manifest(job.data.path)
+        check_dataset(job.data.path, checksums=job.data.validate == "checksum")
+        plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+        if run_dir is None:  # created only once the inputs are known good: no empty run directories
+            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+        rd = RunDirectory(run_dir)
+        rd.save_config(job_to_dict(job))
+        plan.save(run_dir / "plan.json")
+        rd.close()
+        return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt)
+
+    return root_then_bcast(comm, on_root)
+
+
+def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
+    """Model, task head and Adam on every rank, seeded, with rank 0's parameters broadcast."""
+    from hpcdgnn.tasks import build_task
+
+    torch.manual_seed(job.train.seed)
+    m = job.model
+    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window).to(device, dtype)
+    task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(device, dtype)
+    params = [p for mod in (model, task) for p in mod.parameters()]
+    for p in params:
+        comm.bcast_(p.data, root=0)
+    return model, task, params, torch.optim.Adam(params, lr=job.train.lr)
+
+
+def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
+              resume: str | None = None) -> Run:
+    """Prepare a job (or a resumed one) up to its first epoch; see the module docstring."""
+    job, manifest, plan, run_dir_s, ckpt_s = _prepare(job_path, overrides, output, resume, comm)
+    run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
+    job_path = job_path or str(run_dir / "config.resolved.yaml")
+    if job.train.reuse_memory:
+        reuse_host_memory()
+    threads = threads_per_rank(comm, job.train.threads)
+    torch.set_num_threads(threads)
+    dtype = torch.float64 if job.train.dtype == "float64" else torch.float32
+    device = agree(comm, lambda: _device(job, job_path, comm))
+    comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
+
+    model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
+    start, mine = 0, None
+    if ckpt is not None:  # every rank reads the shared state and its own RNG state
+        state, mine = agree(comm, lambda: load_state(ckpt, comm.rank, comm.size))
+        model.load_state_dict(state["model"])
+        task.load_state_dict(state["task"])
+        opt.load_state_dict(state["optimizer"])
+        restore_rng(mine["rng"])
+        start = int(state["epoch"])
+    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
+
+    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device))
+    t_setup = time.perf_counter()
+
+    def setup() -> None:
+        with ShardReader(job.data.path, manifest) as reader:
+            task.setup(reader, strategy.setup(plan, model, reader), comm)
+
+    agree(comm, setup)
+    setup_seconds = time.perf_counter() - t_setup
+    if mine is not None:
+        agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
+    train_count = task.global_train_count()
+    if train_count <= 0:  # every rank computed the same count, so every rank raises here
+        raise collective_error(
+            DataError(f"{job_path}: task.split leaves no training examples (too few snapshots or no labels)")
+        )
+    return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
+               start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count)

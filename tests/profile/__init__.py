@@ -1,0 +1,1 @@
+"""Tests of :mod:`hpcdgnn.profile`, DGC §6's offline workload profiler."""

@@ -1,0 +1,107 @@
+"""Stale-aggregation caches survive checkpoints (issue 11): ``run --resume`` reproduces the straight run bit for bit.
+
+The caches of :class:`~hpcdgnn.strategies.stale.StaleHalo` decide which halo rows are
+reused, so a resumed run that restarted them cold would send every row in its first
+epoch and depart from the uninterrupted run from then on. Each combination below runs
+E epochs straight and k epochs followed by ``--resume`` to E, under a real mpirun at
+P = 2, and compares every epoch's loss, gradient norm and whole ``stale`` record
+exactly. The data are learnable (labels are the sign of a constant feature), so the
+loss falls and the adaptive θ, which starts at 0 and grows with the loss decrease,
+becomes large enough to reuse rows after the resume point: the tests check that reuse
+happens there, or they could not fail.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcdgnn.data.writer import RawSnapshot, write_dataset
+from hpcdgnn.train.checkpoint import latest_checkpoint
+from tests.conftest import SMALL_N, SMALL_T, read_metrics, write_job
+
+EPOCHS, RESUME_AT = 10, 6  # E and k
+STRATEGIES = {"vertex": {"name": "vertex"}, "chunk": {"name": "chunk", "chunk_size": 8}}
+COMBOS = [(s, m) for s in STRATEGIES for m in ("static", "adaptive")]
+
+
+def _learnable_snapshots(T: int, N: int, m: int, seed: int):
+    """Sparse random edges (so Ã·X stays close to X), constant features, labels = sign of feature 0."""
+    base = np.random.default_rng(seed)
+    x = base.normal(size=(N, 2))
+    labels = (x[:, 0] > 0).astype(np.int64)
+    for t in range(T):
+        rng = np.random.default_rng([seed, t])
+        s, d = rng.integers(0, N, m), rng.integers(0, N, m)
+        keep = s != d
+        yield RawSnapshot(s[keep], d[keep], x=x, labels=labels)
+
+
+@pytest.fixture(scope="module")
+def stale_runs(launcher, tmp_path_factory):
+    """``get(strategy, mode)`` runs a combination once for the module (the runs dominate the time).
+
+    It returns the straight run's records, the resumed run's records, the resume's output and a copy
+    of the k-epoch run made before the resume (for tests that resume it differently).
+    """
+    tmp = tmp_path_factory.mktemp("resume_state")
+    data = tmp / "data"
+    write_dataset(data, _learnable_snapshots(SMALL_T, SMALL_N, 12, 7), num_vertices=SMALL_N, num_classes=2,
+                  shard_snapshots=3, feature_names=["a", "b"])
+    done: dict[tuple[str, str], tuple] = {}
+
+    def get(strategy: str, mode: str):
+        if (strategy, mode) in done:
+            return done[strategy, mode]
+        where = tmp / f"{strategy}-{mode}"
+        where.mkdir()
+        # adaptive θ = theta · D · tanh(norm / 2) stays small: its ceiling is needed for any reuse by epoch E
+        stale = {"mode": mode, "theta": 1.0 if mode == "adaptive" else 0.5}
+        job = write_job(where / "job.yaml", data, task={"name": "node_classification"},
+                        train={"epochs": EPOCHS, "lr": 0.1}, strategy={**STRATEGIES[strategy], "stale": stale})
+        straight, part = where / "straight", where / "part"
+        proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight)])
+        assert proc.returncode == 0, proc.stderr
+        proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(part),
+                                "--set", f"train.epochs={RESUME_AT}"])
+        assert proc.returncode == 0, proc.stderr
+        assert latest_checkpoint(part / "checkpoints").name == f"epoch-{RESUME_AT:06d}"
+        at_k = shutil.copytree(part, where / "part-at-k")  # untouched by the resume, for other tests
+        proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", f"train.epochs={EPOCHS}"])
+        assert proc.returncode == 0, proc.stderr
+        done[strategy, mode] = (read_metrics(straight), read_metrics(part), proc.stdout + proc.stderr, Path(at_k))
+        return done[strategy, mode]
+
+    return get
+
+
+@pytest.mark.parametrize(("strategy", "mode"), COMBOS, ids=[f"{s}-{m}" for s, m in COMBOS])
+def test_resumed_stale_run_equals_straight_run(stale_runs, strategy, mode):
+    """E epochs straight == k epochs, then --resume to E: loss, grad_norm and ``stale`` equal (==) every epoch."""
+    straight, resumed, out, _ = stale_runs(strategy, mode)
+    assert "resumed from" in out
+    assert [r["epoch"] for r in straight] == [r["epoch"] for r in resumed] == list(range(1, EPOCHS + 1))
+    # the straight run reuses rows after the resume point, so cold caches there would show
+    assert any(r["stale"]["rows_reused"] > 0 for r in straight[RESUME_AT:]), [r["stale"] for r in straight]
+    assert all(r["stale"]["mode"] == mode for r in straight)
+    for a, b in zip(straight, resumed, strict=True):
+        assert (a["epoch"], a["loss"], a["grad_norm"]) == (b["epoch"], b["loss"], b["grad_norm"])
+        assert a["stale"] == b["stale"], f"epoch {a['epoch']}"
+
+
+def test_resume_on_other_rank_count_is_refused(launcher, stale_runs, tmp_path):
+    """The caches belong to the P = 2 partition: resuming on P = 3 stops with one line and exit 2."""
+    _, _, _, at_k = stale_runs("vertex", "static")
+    run = Path(shutil.copytree(at_k, tmp_path / "run"))
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", f"train.epochs={EPOCHS}"],
+                        timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "hpcdgnn: error:" in line]
+    assert len(errors) == 1, proc.stderr
+    assert "re-partitioned" in errors[0] and "3 ranks" in errors[0], errors[0]
+    assert "start a new run" in errors[0], errors[0]
+    assert [r["epoch"] for r in read_metrics(run)] == list(range(1, RESUME_AT + 1))  # nothing was trained
