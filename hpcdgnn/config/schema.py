@@ -127,7 +127,9 @@ class TrainConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StaleConfig:
-    """``strategy.stale:`` (vertex, chunk) adaptive stale aggregation of remote embeddings (DGC §5.2, SPEC D3): an approximation.
+    """``strategy.stale:`` (vertex, chunk) adaptive stale aggregation of remote embeddings (DGC §5.2, SPEC D3).
+
+    An approximation.
 
     A rank sends a halo row again only if it moved more than θ_r (L2) from the value it last sent;
     the receiver reuses its cached copy otherwise (no gradient flows through a reused row).

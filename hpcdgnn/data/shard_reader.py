@@ -16,10 +16,18 @@ Shard layout (``DIR/shards/shard-NNNNN.h5``, snapshots ``[t_start, t_stop)``)::
 
 Rows are sorted and edge keys ``src * N + dst`` ascend within a snapshot, so
 consecutive snapshots can be diffed with one merge (``inspect``, SPEC S3).
+
+A rank that needs only some rows of a snapshot (the vertex and chunk strategies)
+reads them with :meth:`ShardReader.read_rows`: the part of ``indptr`` around
+them, their entries and their rows of ``x``, as contiguous slices (runs of
+consecutive rows, and gaps of at most :attr:`ShardReader.max_gap_bytes`
+between them, are read in one slice). The reader counts what it opened and
+read (``shards_opened``, ``bytes_read``, ``rows_read``, ``entries_read``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -29,7 +37,7 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.snapshot import Snapshot, csr_rows
 from hpcdgnn.errors import DataError
 
-__all__ = ["ShardReader", "snapshot_group_name"]
+__all__ = ["RowBlock", "ShardReader", "snapshot_group_name"]
 
 
 def snapshot_group_name(t: int) -> str:
@@ -37,17 +45,77 @@ def snapshot_group_name(t: int) -> str:
     return f"t{t:06d}"
 
 
+@dataclass
+class RowBlock:
+    """Some rows of snapshot ``t`` (:meth:`ShardReader.read_rows`).
+
+    ``rows`` (k,) the vertices, ascending; ``indptr`` (k+1,) int64 offsets of their entries in
+    ``indices``/``weights`` (starting at 0), each row's entries in file (CSR) order; ``x`` (k, F)
+    their features, or None when not asked for.
+    """
+
+    t: int
+    rows: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    x: np.ndarray | None
+
+
+def _runs(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Maximal runs of consecutive values in sorted unique ``idx``: (starts, stops)."""
+    if idx.shape[0] == 0:
+        return idx[:0], idx[:0]
+    brk = np.flatnonzero(np.diff(idx) != 1) + 1
+    return idx[np.concatenate([[0], brk])], idx[np.concatenate([brk - 1, [idx.shape[0] - 1]])] + 1
+
+
+def _merge(starts: np.ndarray, stops: np.ndarray, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint ranges [starts, stops) merged where the gap between two is at most ``max_gap``.
+
+    Empty ranges are dropped.
+    """
+    keep = stops > starts
+    starts, stops = starts[keep], stops[keep]
+    if starts.shape[0] == 0:
+        return starts, stops
+    brk = np.flatnonzero(starts[1:] - stops[:-1] > max_gap) + 1
+    return starts[np.concatenate([[0], brk])], stops[np.concatenate([brk - 1, [starts.shape[0] - 1]])]
+
+
+def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + l)`` for each range (int64)."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = np.cumsum(lengths) - lengths
+    return np.repeat(starts - first, lengths) + np.arange(total, dtype=np.int64)
+
+
 class ShardReader:
     """Random access to snapshots by global index, opening each shard once, lazily.
 
     Every I/O failure (missing file, truncated file, missing dataset, wrong shape)
     becomes a :class:`DataError` that names the shard file.
+
+    Counters (cumulative over the reader's life, for tests and I/O reports):
+    ``shards_opened`` shard files opened, ``bytes_read`` bytes of datasets read (gaps
+    read to save a slice included), ``rows_read`` / ``entries_read`` rows and their
+    entries asked for through :meth:`read_rows`.
     """
+
+    #: :meth:`read_rows` reads two wanted pieces of a dataset in one slice when at most this many
+    #: bytes lie between them (one page: a separate read would not touch less of the file)
+    max_gap_bytes = 4096
 
     def __init__(self, root: str | Path, manifest: Manifest) -> None:
         self.root = Path(root)
         self.manifest = manifest
         self._files: dict[str, h5py.File] = {}
+        self.shards_opened = 0
+        self.bytes_read = 0
+        self.rows_read = 0
+        self.entries_read = 0
 
     def _file(self, t: int) -> tuple[h5py.File, Path]:
         info = self.manifest.shard_of(t)
@@ -64,6 +132,7 @@ class ShardReader:
             except OSError as e:
                 raise DataError(f"{path}: cannot open shard: {e}") from None
             self._files[info.file] = f
+            self.shards_opened += 1
         return f, path
 
     def _read(self, t: int, name: str, shape0: int | None = None, required: bool = True) -> np.ndarray | None:
@@ -77,9 +146,103 @@ class ShardReader:
             arr = f[key][()]
         except (OSError, KeyError, ValueError) as e:
             raise DataError(f"{path}: cannot read '{key}': {e}") from None
+        self.bytes_read += arr.nbytes
         if shape0 is not None and arr.shape[:1] != (shape0,):
             raise DataError(f"{path}: '{key}' has shape {arr.shape}, expected first dimension {shape0}")
         return arr
+
+    def _dataset(self, t: int, name: str, shape: tuple[int, ...]) -> tuple[h5py.Dataset, Path, str]:
+        """Dataset ``name`` of snapshot ``t``, its shape checked against ``shape`` (nothing read)."""
+        f, path = self._file(t)
+        key = f"{snapshot_group_name(t)}/{name}"
+        try:
+            if key not in f:
+                raise DataError(f"{path}: dataset '{key}' missing")
+            ds = f[key]
+            got = ds.shape
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise DataError(f"{path}: cannot read '{key}': {e}") from None
+        if got[:1] != shape[:1]:
+            raise DataError(f"{path}: '{key}' has shape {got}, expected first dimension {shape[0]}")
+        if len(shape) > 1 and got != shape:
+            raise DataError(f"{path}: '{key}' has shape {got}, expected {shape}")
+        return ds, path, key
+
+    def _read_ranges(self, t: int, name: str, shape: tuple[int, ...], starts: np.ndarray,
+                     stops: np.ndarray) -> np.ndarray:
+        """The elements (rows, for 2-D) ``[starts[i], stops[i])`` of a dataset, concatenated in order.
+
+        The ranges must be sorted and disjoint. Ranges closer than :attr:`max_gap_bytes` are read
+        in one slice (the gap is read and dropped); everything read is counted in ``bytes_read``.
+        """
+        ds, path, key = self._dataset(t, name, shape)
+        starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
+        row_bytes = ds.dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        bs, be = _merge(starts, stops, self.max_gap_bytes // max(row_bytes, 1))
+        try:
+            parts = [ds[int(a) : int(b)] for a, b in zip(bs.tolist(), be.tolist(), strict=True)]
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise DataError(f"{path}: cannot read '{key}': {e}") from None
+        if not parts:
+            return np.zeros((0, *shape[1:]), dtype=ds.dtype)
+        buf = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.bytes_read += buf.nbytes
+        lengths = stops - starts
+        if buf.shape[0] == int(lengths.sum()):  # nothing extra was read
+            return buf
+        # where each wanted range starts in buf: its block's place in buf plus its offset in the block
+        block = np.searchsorted(be, starts, side="right")
+        block = np.minimum(block, bs.shape[0] - 1)  # empty ranges past the last block
+        offset = np.cumsum(be - bs) - (be - bs)
+        return buf[_expand(offset[block] + starts - bs[block], lengths)]
+
+    def read_rows(self, t: int, rows, x: bool = True) -> RowBlock:
+        """Rows ``rows`` (sorted, unique vertex ids) of snapshot ``t``: their entries and, with ``x``, features.
+
+        Reads only those (plus gaps under :attr:`max_gap_bytes`) and opens the shard only when ``rows``
+        is not empty.
+
+        Raises:
+            ValueError: ``rows`` not sorted, unique and in [0, N).
+            DataError: missing dataset, wrong shape, or a row pointer out of order or range.
+        """
+        m = self.manifest
+        N, F = m.num_vertices, m.num_features
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        k = rows.shape[0]
+        if k and (rows[0] < 0 or rows[-1] >= N or (k > 1 and np.any(np.diff(rows) <= 0))):
+            raise ValueError(f"read_rows: rows must be sorted, unique and in [0, {N})")
+        if k == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return RowBlock(t, rows, np.zeros(1, dtype=np.int64), z, np.zeros(0, dtype=np.float32),
+                            np.zeros((0, F), dtype=np.float32) if x else None)
+        rs, re = _runs(rows)
+        # indptr[r] and indptr[r + 1] of every wanted row, and indptr[N] (the nnz, to check the entries)
+        tail = int(re[-1]) < N  # indptr[N] is not read with the last run already
+        last = np.full(int(tail), N, dtype=np.int64)
+        ptr = self._read_ranges(t, "indptr", (N + 1,), np.concatenate([rs, last]), np.concatenate([re + 1, last + 1]))
+        ptr = ptr.astype(np.int64, copy=False)
+        nnz = int(ptr[-1])
+        # per run: rows rs..re-1 have pointers ptr[j : j + (re - rs) + 1]
+        run_len = re - rs
+        run_at = np.cumsum(run_len + 1) - (run_len + 1)
+        lo = ptr[_expand(run_at, run_len)]
+        hi = ptr[_expand(run_at + 1, run_len)]
+        # entries of a run of rows are contiguous: one range per run
+        first = run_at - np.arange(run_len.shape[0])  # each run's first row among the k
+        es, ee = lo[first], hi[first + run_len - 1]
+        if np.any(hi < lo) or np.any(lo < 0) or np.any(hi > nnz) or np.any(es[1:] < ee[:-1]):
+            _, path = self._file(t)
+            raise DataError(f"{path}: '{snapshot_group_name(t)}/indptr' is not a row pointer of {nnz} entries "
+                            f"(decreasing or out of range)")
+        indptr = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(hi - lo, out=indptr[1:])
+        indices = self._read_ranges(t, "indices", (nnz,), es, ee)
+        weights = self._read_ranges(t, "weights", (nnz,), es, ee)
+        feats = self._read_ranges(t, "x", (N, F), rs, re) if x else None
+        self.rows_read += k
+        self.entries_read += int(indptr[-1])
+        return RowBlock(t, rows, indptr, indices, weights, feats)
 
     def read(self, t: int) -> Snapshot:
         """Read snapshot ``t`` (adjacency, features, activity, labels)."""

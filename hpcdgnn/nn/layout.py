@@ -95,24 +95,37 @@ class Layout:
 
 
 class RowLayout(Layout):
-    """A rank's rows of many snapshots as one (n, F) tensor, time-major (vertex S6 and chunk D1 partitions).
+    """A rank's rows of many snapshots, time-major, aggregated at once (vertex S6 and chunk D1 partitions).
 
     Args:
         segments: ``(t, rows)`` of each snapshot in row order; snapshots with no rows here are left out.
-        aggregate: ``aggregate(layer, li, h) -> ax`` over all rows at once (the strategy's halo
-            graph: one sparse product and one exchange per layer).
+        aggregate: ``aggregate(layer, li, h) -> ax`` of the (rows, F) input ``h`` over all rows at once
+            (the strategy's halo graph: one sparse product and one exchange per layer).
+        stacked: keep the rows as one (snapshots, n, F) block — every snapshot has the same n rows (a
+            vertex partition) — so the time encoder reads it in place; else one (rows, F) tensor.
     """
 
     def __init__(self, start: int, stop: int, num_layers: int, segments: Sequence[tuple[int, int]],
-                 aggregate: Callable[[Any, int, torch.Tensor | None], torch.Tensor]) -> None:
+                 aggregate: Callable[[Any, int, torch.Tensor | None], torch.Tensor], stacked: bool = False) -> None:
         super().__init__(start, stop, num_layers)
+        self._steps, self._rows = len(segments), (segments[0][1] if segments else 0)  # the block of ``stacked``
         self.segments = [(t, k) for t, k in segments if k > 0]
         self._aggregate = aggregate
+        self.stacked = stacked
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
         """One aggregation of all rows, then ``layer.spatial`` on each snapshot's slice of them."""
-        ax = self._aggregate(layer, li, h)
-        pieces = ax.split([k for _, k in self.segments]) if self.segments else ()
-        parts = [layer.spatial(a, t, tparams) for (t, _), a in zip(self.segments, pieces)]
-        # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too
-        return torch.cat(parts) if parts else joined(ax.new_zeros(0, layer.spatial_features), ax)
+        ax = self._aggregate(layer, li, None if h is None else h.reshape(-1, h.shape[-1]))
+        width = layer.spatial_features
+        if self.stacked:
+            ax = ax.view(self._steps, self._rows, ax.shape[-1])
+            parts = [layer.spatial(ax[i], t, tparams) for i, (t, _) in enumerate(self.segments)]
+            y = torch.stack(parts) if parts else joined(ax.new_zeros(self._steps, 0, width), ax)
+        else:
+            pieces = ax.split([k for _, k in self.segments]) if self.segments else ()
+            parts = [layer.spatial(a, t, tparams) for (t, _), a in zip(self.segments, pieces, strict=True)]
+            # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too
+            y = torch.cat(parts) if parts else joined(ax.new_zeros(0, width), ax)
+        # joined to h even when y already depends on it: the zero branch fixes the order in which autograd
+        # sums h's gradients, which keeps these strategies' gradients bit for bit what they were before 0.2
+        return joined(y, h)

@@ -49,12 +49,11 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import RowLayout, joined
-from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.nn.models.base import DGNN, build_model
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
-from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.models.base import build_model
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
@@ -135,7 +134,7 @@ class ChunkStrategy(HaloStrategy):
         return plan_chunks(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
-        """Read every snapshot; keep my appearances' Ã rows; fix the three index exchanges."""
+        """Read my appearances' rows of Ã (only those); fix the three index exchanges."""
         comm, P, me = self.comm, self.comm.size, self.comm.rank
         dev = self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices

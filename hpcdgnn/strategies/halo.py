@@ -7,9 +7,13 @@ a rank's activations are one (n, F) tensor and a GCN layer over all T
 snapshots is one sparse product with the rows of Ã it owns. The columns of
 that product are its own rows, then the *halo*: the rows of neighbours that
 other ranks own, each requested once at setup and exchanged once per layer
-(:class:`Halo`). The first layer's Ã·X is computed at setup from the full
-features (SPEC S4), so it needs no halo — unless the model's first aggregation
-has parameters (GAT), when the rows of X are kept and exchanged like any other.
+(:class:`Halo`). The first layer's Ã·X is computed at setup (SPEC S4), so it
+needs no halo per epoch — unless the model's first aggregation has parameters
+(GAT), when the rows of X are kept and exchanged like any other.
+
+A rank reads only its own rows of each snapshot (:func:`read_owned_rows`); the
+degrees and feature rows of its halo columns, which Ã and Ã·X need, come from
+their owners through the halo once at setup (tag ``setup.halo``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.stale import StaleHalo
@@ -45,41 +49,86 @@ class OwnedRows:
 
 
 def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: Callable[[int], np.ndarray],
-                    dtype: torch.dtype, precompute: bool = True) -> OwnedRows:
-    """Read each snapshot, normalise it (IBM Eq. 1) and keep the rows of ``vertices_at(t)`` (local order);
-    ``precompute``: keep their Ã·X, else their X (a first layer whose aggregation has parameters).
+                    dtype: torch.dtype, comm, owner_of: Callable[[np.ndarray], np.ndarray],
+                    local_of: Callable[[np.ndarray], np.ndarray], precompute: bool = True) -> tuple[OwnedRows, Halo]:
+    """My rows of Ã_t for every t, read and normalised without reading anyone else's; and their :class:`Halo`.
+
+    My rows of snapshot t are those of ``vertices_at(t)``, numbered in that order after those of t - 1.
+
+    Each rank reads only its rows of each snapshot (:meth:`ShardReader.read_rows`: their entries and
+    features; a snapshot with none is not read, a shard with none not opened) and sums their degrees
+    D_vv = 1 + Σ_u A_vu (IBM Eq. 1, input self-loops dropped). The degrees of the halo columns — and,
+    with ``precompute``, their rows of X — come from their owners in one exchange each over the halo
+    (tag ``setup.halo``: 8 bytes per halo row, plus F values with ``precompute``). Then each entry is
+    w · d_v^-1/2 · d_u^-1/2 in float64, cast to ``dtype`` (self-loops w = 1), and ``precompute`` keeps
+    Ã·X of my rows (SPEC S4), else their X (a first layer whose aggregation has parameters).
+
+    Bit-identical to normalising whole snapshots with :func:`gcn_norm` and keeping my rows: every
+    degree sums the same weights in the same (CSR) order, and each row of Ã·X is one sparse product
+    per snapshot whose columns ascend by vertex id, as over the whole snapshot.
     """
     N = num_vertices
-    rows, keys, vals, ax = [], [], [], []
-    offset = 0
     F = reader.manifest.num_features
+    f64 = torch.float64
+    rows, keys, ws, degs, xs, t_rows = [], [], [], [], [], []
+    offset = 0
     for t in range(num_snapshots):
-        snap = reader.read(t)
-        a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, dtype).a
-        crow, col, val = a.crow_indices(), a.col_indices(), a.values()
-        vs = torch.from_numpy(np.asarray(vertices_at(t), dtype=np.int64))
+        vs = np.asarray(vertices_at(t), dtype=np.int64).reshape(-1)
         k = vs.shape[0]
-        start, count = crow[vs], crow[vs + 1] - crow[vs]
-        # positions of the kept rows' entries in the CSR arrays, row after row
-        idx = torch.repeat_interleave(start - torch.cumsum(count, 0) + count, count) + torch.arange(int(count.sum()))
-        local = torch.repeat_interleave(torch.arange(k), count)
-        c, v = col[idx], val[idx]
-        x = torch.from_numpy(snap.x).to(dtype)
-        if not precompute:
-            ax.append(x[vs])
-        else:
-            ax.append(torch.sparse.mm(sorted_csr(local, c, v, (k, N)), x) if k else x.new_zeros(0, F))
-        rows.append(local + offset)
-        keys.append(c.numpy() + t * N)
-        vals.append(v)
+        t_rows.append(k)
+        if k == 0:
+            continue
+        order = np.argsort(vs, kind="stable")  # the file is read in vertex order
+        blk = reader.read_rows(t, vs[order])
+        count = np.diff(blk.indptr)
+        r = np.repeat(order, count)  # local row of each entry, rows' entries in file (CSR) order
+        c = blk.indices.astype(np.int64)
+        w = torch.from_numpy(blk.weights).to(f64)
+        keep = vs[r] != c  # A + I: an input self-loop would be counted twice otherwise
+        r, c, w = r[keep], c[keep], w[torch.from_numpy(keep)]
+        degs.append(torch.ones(k, dtype=f64).index_add_(0, torch.from_numpy(r), w))
+        x = np.empty_like(blk.x)
+        x[order] = blk.x
+        xs.append(torch.from_numpy(x).to(dtype))
+        # the self-loops, then every row's entries by ascending column (the order of gcn_norm's CSR)
+        r = np.concatenate([r, np.arange(k)])
+        c = np.concatenate([c, vs])
+        w = torch.cat([w, torch.ones(k, dtype=f64)])
+        pos = np.argsort(r * N + c, kind="stable")
+        rows.append(r[pos] + offset)
+        keys.append(c[pos] + t * N)
+        ws.append(w[torch.from_numpy(pos)])
         offset += k
-    empty = torch.zeros(0, dtype=torch.int64)
-    return OwnedRows(
-        row=torch.cat(rows) if rows else empty,
-        key=np.concatenate(keys) if keys else empty.numpy(),
-        val=torch.cat(vals) if vals else torch.zeros(0, dtype=dtype),
-        ax=torch.cat(ax) if ax else torch.zeros(0, F, dtype=dtype),
-    )
+    n = offset
+    row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    w = torch.cat(ws) if ws else torch.zeros(0, dtype=f64)
+    own_deg = torch.cat(degs) if degs else torch.zeros(0, dtype=f64)
+    own_x = torch.cat(xs) if xs else torch.zeros(0, F, dtype=dtype)
+
+    halo = Halo(comm, key, owner_of, local_of, n)
+    # [my rows ; halo rows], indexed by Halo.columns
+    deg = torch.cat([own_deg, halo.fetch(own_deg.view(-1, 1)).view(-1)])
+    dinv = 1.0 / torch.sqrt(deg)
+    cols = torch.from_numpy(halo.columns)
+    row_t = torch.from_numpy(row)
+    val = (w * dinv[row_t] * dinv[cols]).to(dtype)
+    if not precompute:
+        ax = own_x
+    else:
+        x_ext = torch.cat([own_x, halo.fetch(own_x)])
+        ax, start, at = [], 0, 0  # one product per snapshot, columns compacted in ascending vertex order
+        for k in t_rows:
+            if k == 0:
+                continue
+            stop = int(np.searchsorted(row, at + k))
+            uniq, first, inv = np.unique(key[start:stop], return_index=True, return_inverse=True)
+            a = sorted_csr(row_t[start:stop] - at, torch.from_numpy(inv.reshape(-1)), val[start:stop],
+                           (k, uniq.shape[0]))
+            ax.append(torch.sparse.mm(a, x_ext[cols[start:stop][torch.from_numpy(first)]]))
+            start, at = stop, at + k
+        ax = torch.cat(ax) if ax else torch.zeros(0, F, dtype=dtype)
+    return OwnedRows(row=row_t, key=key, val=val, ax=ax), halo
 
 
 def local_rows(owner: np.ndarray, num_ranks: int) -> np.ndarray:
@@ -132,6 +181,13 @@ class Halo:
         return NormalizedAdjacency(-1, sorted_csr(owned.row, cols, owned.val, shape).to(device),
                                    sorted_csr(cols, owned.row, owned.val, (shape[1], shape[0])).to(device))
 
+    def fetch(self, h: torch.Tensor, tag: str = "setup.halo") -> torch.Tensor:
+        """The halo rows of ``h`` (n, F) (row i = column ``n_local + i``), once, not differentiable.
+
+        For set-up (degrees, features); counted under ``tag`` (a ``setup`` tag: not training traffic).
+        """
+        return self.comm.alltoallv(h[self.send_index.to(h.device)], self.send_rows, self.recv_rows, tag=tag)
+
     def exchange(self, h: torch.Tensor, reuse: str | None = None) -> torch.Tensor:
         """The halo rows of activations ``h`` (n, F), differentiable (backward sends gradients back)."""
         return all_to_all_rows(h[self.send_index.to(h.device)], self.comm, self.send_rows, self.recv_rows,
@@ -157,21 +213,24 @@ class HaloStrategy(Strategy):
     over all T, time-major, aggregated with one halo exchange per layer, exact or stale (D3).
     """
 
-    supports_stale = True
-
     def _setup_halo(self, reader, T: int, N: int, vertices_at: Callable[[int], np.ndarray],
                     owner_of: Callable[[np.ndarray], np.ndarray], local_of: Callable[[np.ndarray], np.ndarray],
                     n: int, model) -> OwnedRows:
-        """Read my rows of Ã (and Ã·X, or X when layer 0's aggregation has parameters), agree on the
-        halo, build the operator and, with ``stale`` on, its cache."""
+        """Read my rows of Ã and agree on the halo (:func:`read_owned_rows`); build the operator.
+
+        Also keeps the first layer's input (Ã·X, or X when layer 0's aggregation has parameters) and,
+        with ``stale`` on, builds the halo's cache.
+        """
         dev = self.ctx.device
         self._precomputed = model.layers[0].precomputable
-        owned = read_owned_rows(reader, T, N, vertices_at, self.ctx.dtype, self._precomputed)
+        owned, self.halo = read_owned_rows(reader, T, N, vertices_at, self.ctx.dtype, self.comm, owner_of, local_of,
+                                           self._precomputed)
+        if self.halo.n_local != n:
+            raise ValueError(f"_setup_halo: vertices_at gives {self.halo.n_local} rows, expected {n}")
         #: the first layer's input, (n, F): Ã·X when precomputed (SPEC S4), else X
         self.ax0 = owned.ax.to(dev)
-        self.halo = Halo(self.comm, owned.key, owner_of, local_of, n)
         self.adj = self.halo.operator(owned, dev)
-        self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.stale)
+        self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.strategy.stale)
         return owned
 
     def _aggregate(self, layer, li: int, h: torch.Tensor | None, groups: RowGroups | None = None) -> torch.Tensor:

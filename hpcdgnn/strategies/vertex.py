@@ -9,10 +9,11 @@ Those that other ranks own (the halo) come in one exchange per layer::
     halo  = all-to-all-v(send)                       (autograd: backward sends gradients back)
     Y     = Ã[V_q, :] · [H ; halo]                   (one sparse product for all T snapshots)
 
-The indices are computed once at setup: each rank reads every snapshot,
-normalises it (IBM Eq. 1), keeps the rows of its vertices, and asks the owners
-of the columns it touches for exactly those (t, vertex) rows. The first layer's
-Ã·X is precomputed from the full features (SPEC S4), so it needs no halo. The
+The indices are computed once at setup: each rank reads only its vertices'
+rows of every snapshot, asks the owners of the columns it touches for exactly
+those (t, vertex) rows, and gets their degrees and features once through that
+halo to normalise its rows (IBM Eq. 1) and precompute the first layer's Ã·X
+(SPEC S4), which then needs no halo per epoch. The
 halo volume grows with P and with the edge cut (IBM Table 2) — what makes
 snapshot partitioning (S1) scale better — and is counted under ``halo.fwd`` /
 ``halo.bwd``.
@@ -55,7 +56,7 @@ class VertexStrategy(HaloStrategy):
         return plan_vertices(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
-        """Read every snapshot, keep this rank's rows of Ã_t, precompute Ã·X, and agree on the halo."""
+        """Read this rank's rows of every Ã_t, agree on the halo, normalise, precompute Ã·X (setup exchange)."""
         P, me, dev = self.comm.size, self.comm.rank, self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
         vb = np.asarray(plan.vertex_bounds)
@@ -87,24 +88,15 @@ class VertexStrategy(HaloStrategy):
 
 
 class VertexLayout(RowLayout):
-    """S6: my vertices' rows of all T snapshots, time-major; GCN with the halo, RNN local (IBM §4.1)."""
+    """S6: my vertices' rows of all T snapshots as one (T, n, F) block; GCN with the halo, RNN local (IBM §4.1)."""
 
     def __init__(self, s: VertexStrategy) -> None:
-        super().__init__(0, s.T, s.num_layers, [(t, s.n) for t in range(s.T)], s._aggregate)
+        super().__init__(0, s.T, s.num_layers, [(t, s.n) for t in range(s.T)], s._aggregate, stacked=True)
         self.s = s
-
-    def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
-        """My rows already hold whole timelines: (T·n, F) viewed as (T, n, F)."""
-        return y.view(self.s.T, self.s.n, y.shape[-1])
-
-    def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
-        """(T, n, F) back to (T·n, F) rows."""
-        return z.reshape(self.s.T * self.s.n, z.shape[-1])
 
     def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
         """Embeddings to snapshot owners (t on rank t mod P), back in vertex-id order for the task."""
         s = self.s
-        h = h.reshape(s.T, s.n, h.shape[-1])
         z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
                          s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")
         self.last = z

@@ -111,7 +111,8 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
     return device
 
 
-_RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.validate", "comm.", "output.", "checkpoint.", "debug.")
+_RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.validate", "comm.", "output.", "checkpoint.",
+              "debug.")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:

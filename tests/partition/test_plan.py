@@ -235,7 +235,8 @@ def test_plans_are_built_in_partition_by_keyword_with_typed_fields(small_dataset
     cplan = plan_chunks(m, P, load_job_for(small_dataset, "chunk", {"chunk_size": 8}))
     assert len(cplan.ranks) == P and isinstance(cplan.chunks, ChunkAssignment)
     owner = appearance_owner(cplan.chunks.chunk, cplan.chunks.chunk_owner, cplan.chunks.rnn_owner)
-    assert owner.shape == (T, N) and [int((owner == p).sum()) for p in range(P)] == [r["appearances"] for r in cplan.ranks]
+    assert owner.shape == (T, N)
+    assert [int((owner == p).sum()) for p in range(P)] == [r["appearances"] for r in cplan.ranks]
     raw = cplan.to_json()
     assert raw["chunks"] == cplan.chunks.summary() and raw["chunks"]["num_chunks"] > 1
     json.dumps(raw)  # no arrays left

@@ -1,0 +1,147 @@
+"""DGNN.forward over a layout, on one process and without any strategy (issue 11, item 3).
+
+The layer loop lives once, in :meth:`DGNN.forward`; a layout says where rows are.
+These tests build two layouts by hand — whole snapshots, and all snapshots'
+rows in one time-major block with one block-diagonal Ã (what the vertex and
+chunk strategies hold at P = 1) — and check both against the layers called one
+by one, and that running time in blocks with the boundary states in
+``layout.states`` (SPEC S2) gives the same embeddings as one pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
+from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.layout import Layout, RowLayout
+from hpcdgnn.nn.models import available_models, build_model
+
+T, N, F, H = 5, 9, 3, 4
+DT = torch.float64
+
+
+def _graph(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    adj, xs = [], []
+    for t in range(T):
+        keys = np.unique(rng.integers(0, N, 14) * N + rng.integers(0, N, 14))
+        src, dst = keys // N, keys % N
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))])
+        adj.append(gcn_norm(t, indptr, dst, np.ones(dst.shape[0]), DT))
+        xs.append(torch.from_numpy(rng.standard_normal((N, F))))
+    return adj, xs
+
+
+class WholeSnapshots(Layout):
+    """Snapshots [start, stop) whole, on one process: rows (k, N, F), the RNN over all N vertices."""
+
+    def __init__(self, adj, xs, start: int, stop: int, layers: int, states=None) -> None:
+        super().__init__(start, stop, layers, states)
+        self.adj, self.xs = adj[start:stop], xs[start:stop]
+
+    def spatial(self, layer, li, h, tparams):
+        hs = self.xs if h is None else h.unbind(0)
+        ys = [layer.spatial(layer.aggregate(LocalGraph(a), x), self.start + j, tparams)
+              for j, (a, x) in enumerate(zip(self.adj, hs))]
+        return torch.stack(ys)
+
+    def output(self, h):
+        self.last = h
+        return {self.start + j: z for j, z in enumerate(h.unbind(0))}
+
+
+def _block_diagonal(adj) -> NormalizedAdjacency:
+    """All snapshots' Ã as one (T·N, T·N) matrix: row t·N + v is v's row of Ã_t."""
+    rows, cols, vals = [], [], []
+    for t, a in enumerate(adj):
+        crow, col = a.a.crow_indices(), a.a.col_indices()
+        rows.append(torch.repeat_interleave(torch.arange(N), torch.diff(crow)) + t * N)
+        cols.append(col + t * N)
+        vals.append(a.a.values())
+    r, c, v = torch.cat(rows), torch.cat(cols), torch.cat(vals)
+    return NormalizedAdjacency(-1, sorted_csr(r, c, v, (T * N, T * N)), sorted_csr(c, r, v, (T * N, T * N)))
+
+
+class TimeMajorRows(RowLayout):
+    """All T·N appearances time-major in one block, as a vertex or chunk rank holds them at P = 1."""
+
+    def __init__(self, adj, xs, layers: int) -> None:
+        graph = LocalGraph(_block_diagonal(adj))
+        x = torch.cat(xs)
+        super().__init__(0, T, layers, [(t, N) for t in range(T)],
+                         lambda layer, li, h: layer.aggregate(graph, x if h is None else h))
+
+    def to_temporal(self, y, li):
+        return y.view(T, N, y.shape[-1])
+
+    def to_spatial(self, z, li):
+        return z.reshape(T * N, z.shape[-1])
+
+    def output(self, h):
+        self.last = h
+        return dict(enumerate(h.view(T, N, -1).unbind(0)))
+
+
+def _by_hand(model, adj, xs):
+    """The layers called one by one: aggregate + spatial per snapshot, temporal over the timeline."""
+    hs = xs
+    for layer in model.layers:
+        tparams, _ = layer.time_params_block(0, T, None)
+        y = torch.stack([layer.spatial(layer.aggregate(LocalGraph(adj[t]), hs[t]), t, tparams) for t in range(T)])
+        if layer.temporal_mixing:
+            y, _ = layer.temporal(y, None)
+        hs = list(y.unbind(0))
+    return hs
+
+
+@pytest.mark.parametrize("name", available_models())
+def test_forward_is_the_layers_called_one_by_one(name):
+    adj, xs = _graph()
+    torch.manual_seed(0)
+    model = build_model(name, F, H, 2, 3).to(DT)
+    want = _by_hand(model, adj, xs)
+    got = model(WholeSnapshots(adj, xs, 0, T, len(model.layers)))
+    rows = model(TimeMajorRows(adj, xs, len(model.layers)))
+    for t in range(T):
+        torch.testing.assert_close(got[t], want[t], rtol=0, atol=0)
+        torch.testing.assert_close(rows[t], want[t], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", available_models())
+def test_blocks_of_time_continue_from_the_layout_states(name):
+    """Forward over [0, 2) then [2, T) from the states the first block left equals one pass (S2)."""
+    adj, xs = _graph(1)
+    torch.manual_seed(1)
+    model = build_model(name, F, H, 2, 3).to(DT)
+    L = len(model.layers)
+    whole = model(WholeSnapshots(adj, xs, 0, T, L))
+    first = WholeSnapshots(adj, xs, 0, 2, L)
+    emb = model(first)
+    emb.update(model(WholeSnapshots(adj, xs, 2, T, L, first.states)))
+    for t in range(T):
+        torch.testing.assert_close(emb[t], whole[t], rtol=1e-12, atol=1e-12)
+
+
+def test_a_rank_with_no_rows_stays_in_the_backward_graph():
+    """No rows here (P > N): the empty output still depends on the parameters' graph through the aggregation,
+    so a rank that holds nothing joins the backward of every exchange before it."""
+    torch.manual_seed(0)
+    model = build_model("cdgcn", F, H, 2, 3).to(DT)
+    empty = NormalizedAdjacency(-1, sorted_csr(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
+                                               torch.zeros(0, dtype=DT), (0, 0)),
+                                sorted_csr(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
+                                           torch.zeros(0, dtype=DT), (0, 0)))
+    h_in = torch.zeros(0, F, dtype=DT, requires_grad=True)  # stands for an exchange's (empty) output
+    graph = LocalGraph(empty)
+    layout = RowLayout(0, T, 2, [(t, 0) for t in range(T)],
+                       lambda layer, li, h: layer.aggregate(graph, h_in if h is None else h))
+    layout.to_temporal = lambda y, li: y.view(T, 0, y.shape[-1])
+    layout.to_spatial = lambda z, li: z.reshape(0, z.shape[-1])
+    layout.output = lambda h: (setattr(layout, "last", h), {})[1]
+    assert model(layout) == {}
+    assert layout.last.shape[0] == 0 and layout.last.requires_grad
+    layout.last.sum().backward()
+    assert h_in.grad is not None  # the backward reached the input, i.e. the exchange that produced it
