@@ -21,12 +21,11 @@ import time
 import numpy as np
 import torch
 
-from hpcdgnn.metrics.timers import is_train_tag, summarize_over_ranks
+from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks
 
 __all__ = ["EpochRecorder"]
 
 _MiB = 1024.0 * 1024.0
-_SPLIT = ("epoch", "load", "compute", "comm")
 
 
 def _fmt(v: float) -> str:
@@ -49,7 +48,7 @@ class EpochRecorder:
     def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int) -> None:
         self.comm, self.strategy, self.task, self.device = comm, strategy, task, device
         self.warmup_epochs, self.resumed_at = warmup_epochs, resumed_at
-        self.totals = np.zeros(len(_SPLIT))
+        self.totals = np.zeros(len(TIME_SPLIT))
 
     def begin(self) -> None:
         """Start an epoch: counters, the strategy's load clock, the GPU peak, the wall clock."""
@@ -88,7 +87,7 @@ class EpochRecorder:
                 by_tag: dict[str, int]) -> dict:
         per_rank = per_rank_all[:, :4]
         times = summarize_over_ranks(per_rank)
-        self.totals += np.asarray([times["slowest"][k] for k in _SPLIT])
+        self.totals += np.asarray([times["slowest"][k] for k in TIME_SPLIT])
         record = {
             "epoch": epoch,
             "warmup": epoch <= self.warmup_epochs or (self.resumed_at > 0 and epoch == self.resumed_at + 1),
@@ -96,10 +95,10 @@ class EpochRecorder:
             **metrics,
             "grad_norm": grad_norm,
             "activation_peak_bytes": int(per_rank_all[:, 4].max()),
-            "time": {k: times[k] for k in _SPLIT},
+            "time": {k: times[k] for k in TIME_SPLIT},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],
-            "per_rank": {k: per_rank[:, i].tolist() for i, k in enumerate(_SPLIT)},
+            "per_rank": {k: per_rank[:, i].tolist() for i, k in enumerate(TIME_SPLIT)},
             "bytes_sent": sum(by_tag.values()),
             "bytes_by_tag": dict(sorted(by_tag.items())),
             # host -> device snapshot bytes summed over ranks (S3); 0 when the inputs stay resident

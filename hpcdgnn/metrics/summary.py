@@ -16,6 +16,8 @@ import socket
 import numpy as np
 import torch
 
+from hpcdgnn.metrics.timers import TIME_SPLIT
+
 __all__ = ["write_summary"]
 
 
@@ -69,7 +71,7 @@ def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activa
             "final": records[-1] if records else None,
             "epochs": len(records),
             "totals": {
-                "seconds": dict(zip(("epoch", "load", "compute", "comm"), totals.tolist())),
+                "seconds": dict(zip(TIME_SPLIT, totals.tolist(), strict=True)),
                 "bytes_sent": int(sum(r["bytes_sent"] for r in records)),
                 "setup_seconds": run.setup_seconds,
             },

@@ -23,7 +23,8 @@ def is_train_tag(tag: str) -> bool:
     """Whether a communicator tag is training traffic (see :data:`NON_TRAIN_TAGS`)."""
     return not tag.startswith(NON_TRAIN_TAGS)
 
-_FIELDS = ("epoch", "load", "compute", "comm")
+#: The columns of the per-epoch time split, in the order ranks gather them.
+TIME_SPLIT = ("epoch", "load", "compute", "comm")
 
 
 def summarize_over_ranks(per_rank: np.ndarray) -> dict:
@@ -31,8 +32,8 @@ def summarize_over_ranks(per_rank: np.ndarray) -> dict:
     slowest rank's own split (the rank with the largest epoch time).
     """
     out = {f: {"min": float(per_rank[:, i].min()), "mean": float(per_rank[:, i].mean()),
-               "max": float(per_rank[:, i].max())} for i, f in enumerate(_FIELDS)}
+               "max": float(per_rank[:, i].max())} for i, f in enumerate(TIME_SPLIT)}
     slow = int(per_rank[:, 0].argmax())
     out["slowest_rank"] = slow
-    out["slowest"] = {f: float(per_rank[slow, i]) for i, f in enumerate(_FIELDS)}
+    out["slowest"] = {f: float(per_rank[slow, i]) for i, f in enumerate(TIME_SPLIT)}
     return out

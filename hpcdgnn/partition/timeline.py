@@ -25,7 +25,7 @@ def train_horizon(manifest: Manifest, job: JobConfig) -> int:
     return int(task_class(job.task.name).train_horizon(job.task, manifest))
 
 
-def snapshot_work(manifest: Manifest, job: JobConfig) -> np.ndarray:
+def snapshot_work(manifest: Manifest, job: JobConfig, horizon: int) -> np.ndarray:
     """Estimated work of each snapshot, in memory-bound element operations.
 
     The dense transforms are cheap BLAS calls next to them: per layer the sparse
@@ -37,7 +37,7 @@ def snapshot_work(manifest: Manifest, job: JobConfig) -> np.ndarray:
     task = task_class(job.task.name)
     nnz = np.asarray(manifest.snapshot_nnz, dtype=np.float64)
     # forward + backward up to the training horizon, forward only after it
-    passes = np.where(np.arange(manifest.num_snapshots) <= train_horizon(manifest, job), 3.0, 1.0)
+    passes = np.where(np.arange(manifest.num_snapshots) <= horizon, 3.0, 1.0)
     work = L * (nnz + 5 * manifest.num_vertices) * H * passes
     return work + task.snapshot_work(job.task, manifest)
 
@@ -63,4 +63,4 @@ def plan_snapshots(manifest: Manifest, num_ranks: int, job: JobConfig, layout: s
         return build_snapshot_plan(manifest, num_ranks, layout="cyclic", horizon=horizon)
     if opts.balance == "count":
         return build_snapshot_plan(manifest, num_ranks, horizon=horizon)
-    return build_snapshot_plan(manifest, num_ranks, snapshot_work(manifest, job), horizon=horizon)
+    return build_snapshot_plan(manifest, num_ranks, snapshot_work(manifest, job, horizon), horizon=horizon)

@@ -39,12 +39,12 @@ from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
-from hpcdgnn.partition.vertex import plan_vertices, vertex_partition
+from hpcdgnn.partition.vertex import plan_vertices
 from hpcdgnn.strategies.halo import HaloStrategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _rows
 
-__all__ = ["VertexLayout", "VertexStrategy", "vertex_partition"]
+__all__ = ["VertexLayout", "VertexStrategy"]
 
 @register_strategy("vertex")
 class VertexStrategy(HaloStrategy):

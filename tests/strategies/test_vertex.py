@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.strategies.vertex import vertex_partition
+from hpcdgnn.partition.vertex import vertex_partition
 from tests.conftest import SMALL_N, SMALL_T, make_dataset, write_job
 from tests.train.test_exactness import MODELS, _losses
 
