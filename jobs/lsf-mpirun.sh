@@ -8,7 +8,8 @@
 # Environment (bsub passes the submitting shell's environment):
 #   JOB            job YAML (default jobs/strong.yaml; its generated graph is written when absent)
 #   RANKS          ranks (default LSB_DJOB_NUMPROC, the job's slots)
-#   RUNDIR         run directory (default runs/<job name>-<job id>: the requeued job resumes it)
+#   RUNDIR         run directory (default runs/<job name>-<job id>-<submit time>: the requeued job, which keeps
+#                  its id and submit time, resumes it; a later job that gets the same id does not)
 #   HPCDGNN_RUNS   parent of the default RUNDIR (default runs)
 #   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
 #   HPCDGNN_MPIRUN launcher (default mpirun); MPIRUN_FLAGS extra flags (e.g. --bind-to socket)
@@ -31,7 +32,7 @@ source jobs/lib.sh
 hpcdgnn_init
 
 RANKS=${RANKS:-${LSB_DJOB_NUMPROC:-1}}
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${LSB_JOBNAME:-hpcdgnn}-${LSB_JOBID:-0}}
+RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}")}
 hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
 HPCDGNN_LAUNCH=("${HPCDGNN_MPIRUN:-mpirun}")
 while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)

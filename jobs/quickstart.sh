@@ -10,10 +10,6 @@ if [ ! -f inputs/collegemsg/manifest.json ]; then
   python -m hpcdgnn prepare inputs/CollegeMsg.txt.gz --format snap --snapshots 30 --log-features \
     --output inputs/collegemsg
 fi
-# Open MPI refuses root and more ranks than cores unless told; harmless elsewhere.
-MPI_FLAGS=()
-if mpirun --version 2>&1 | grep -q "Open MPI"; then
-  MPI_FLAGS+=(--oversubscribe)
-  if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-fi
-exec mpirun "${MPI_FLAGS[@]}" -np 2 python -m hpcdgnn run jobs/quickstart.yaml "$@"
+# hpcdgnn-mpirun (hpcdgnn/launch.py): mpirun plus what Open MPI needs here (as root: OMPI_ALLOW_RUN_AS_ROOT*;
+# more ranks than cores: --oversubscribe); nothing added for other MPIs
+exec hpcdgnn-mpirun -np 2 python -m hpcdgnn run jobs/quickstart.yaml "$@"

@@ -2,17 +2,23 @@
 # SLURM, one node with G GPUs, one rank per GPU (train.device: auto gives each rank the GPU of its local rank).
 #   sbatch jobs/slurm-gpu.sh [run arguments]          (submit from the repository root)
 #   G other than 4: sbatch --ntasks-per-node=8 --gpus-per-node=8 jobs/slurm-gpu.sh
+# This is the GPU script: it asks for GPUs, which a cluster without GPUs (no 'gpu' GRES) refuses with
+# "Invalid generic resource (gres) specification". CPU nodes: jobs/slurm-nodes.sh (CPU by default).
+# Older SLURM: --gres=gpu:4 instead of --gpus-per-node=4. Add your site's -A/--partition at submission.
+# Every #SBATCH size below can be overridden on the sbatch command line (options there win).
 #
 # Environment (sbatch passes the submitting shell's environment):
 #   JOB          job YAML (default jobs/gpu.yaml; its generated graph is written when absent)
 #   RANKS        ranks (default SLURM_NTASKS = G)
-#   RUNDIR       run directory (default runs/<job name>-<job id>: a requeued job finds and resumes it)
+#   RUNDIR       run directory (default runs/<job name>-<job id>-<submit time>: a requeued job finds and
+#                resumes it; a later job that gets the same id does not; see jobs/lib.sh "Run directory")
 #   HPCDGNN_RUNS parent of the default RUNDIR (default runs)
 #   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
-#   HPCDGNN_SRUN_MPI   srun --mpi= value (e.g. pmix) where the site needs one; SRUN_FLAGS extra srun flags
-# Pre-emption: SLURM sends SIGUSR1 120 s before the time limit (--signal); the ranks checkpoint at the
-# next epoch boundary and exit 75; the job requeues itself and resumes from RUNDIR.
-# Older SLURM: --gres=gpu:4 instead of --gpus-per-node=4. Add your site's -A/--partition at submission.
+#   HPCDGNN_LAUNCHER   auto (default: srun --mpi=pmix for Open MPI when Slurm offers it, else mpirun), srun or
+#                      mpirun; HPCDGNN_SRUN_MPI forces srun --mpi=<value>; SRUN_FLAGS, MPIRUN_FLAGS extra flags
+# Pre-emption: SLURM sends SIGUSR1 120 s before the time limit (--signal; it may come up to 60 s earlier);
+# the ranks checkpoint at the next epoch boundary and exit 75; the job requeues itself, waits about 2 minutes
+# (Slurm holds a requeued job for its credential lifetime, 120 s by default) and resumes from RUNDIR.
 #SBATCH --job-name=hpcdgnn-gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
@@ -30,8 +36,8 @@ source jobs/lib.sh
 hpcdgnn_init
 
 RANKS=${RANKS:-${SLURM_NTASKS:-1}}
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-${SLURM_JOB_ID:-0}}
+RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")}
 hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
-hpcdgnn_srun "$RANKS"
+hpcdgnn_slurm_launch "$RANKS"
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
 # SLURM strong-scaling sweep: one fixed graph, a job array whose task id indexes the rank counts RANKS_LIST.
-#   sbatch jobs/slurm-strong.sh [run arguments]   every array task gets the largest allocation below
-#   bash jobs/slurm-strong.sh [run arguments]     submits one array task per rank count, each sized
-#                                                 ceil(P / ranks per node) whole nodes (no idle nodes)
+#   bash jobs/slurm-strong.sh [run arguments]     submits one array task per rank count P, each on the
+#                                                 ceil(P / RANKS_PER_NODE) whole nodes it needs, sized from the
+#                                                 environment below (defaults: the #SBATCH lines), and warns
+#                                                 when sinfo lists no such nodes (the task would pend forever)
+#   sbatch jobs/slurm-strong.sh [run arguments]   every array task gets the largest allocation below; override
+#                                                 sizes on the command line, e.g. sbatch --nodes=2 --array=0-2 ...
 # Keep --array=0-(n-1) for the n entries of RANKS_LIST, and --nodes x --ntasks-per-node >= the largest.
+# A small cluster (here: 1 node of 2 CPUs, sinfo -N -o '%N %c %G' shows the sizes):
+#   RANKS_LIST="1 2" RANKS_PER_NODE=2 CPUS_PER_TASK=1 EXCLUSIVE=0 TIME=00:20:00 bash jobs/slurm-strong.sh
 #
 # Environment (sbatch passes the submitting shell's environment):
 #   JOB          job YAML (default jobs/strong.yaml; its generated graph is written when absent)
 #   RANKS_LIST   rank counts, indexed by SLURM_ARRAY_TASK_ID (default "1 2 4 8 16 32 64")
-#   RUNDIR       run directory (default runs/<job name>-<sweep>/p<P>, sweep = the array job id)
+#   submission with 'bash' (each defaults to its #SBATCH line):
+#     RANKS_PER_NODE  --ntasks-per-node (P < RANKS_PER_NODE asks for P)   CPUS_PER_TASK  --cpus-per-task
+#     GPUS_PER_NODE   --gpus-per-node (default none: CPU)                 TIME           --time
+#     EXCLUSIVE       1: whole nodes (--exclusive, default); 0: share them (--oversubscribe)
+#     SBATCH_FLAGS    more sbatch options, split at spaces (e.g. "--partition=short -A proj"); SBATCH_* input
+#                     variables such as SBATCH_PARTITION work as well
+#   RUNDIR       run directory (default runs/<job name>-<sweep>/p<P>; sweep = SWEEP, else the array job id and
+#                submit time, which a requeued task finds again: jobs/lib.sh "Run directory")
 #   SWEEP        sweep name in the default RUNDIR (set by the 'bash' submission to a timestamp)
 #   HPCDGNN_RUNS parent of the default RUNDIR (default runs)
 #   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
-#   HPCDGNN_SRUN_MPI   srun --mpi= value (e.g. pmix) where the site needs one; SRUN_FLAGS extra srun flags
-# GPUs: turn the '##SBATCH --gpus-per-node' line into '#SBATCH' with G = --ntasks-per-node.
-# Pre-emption: SIGUSR1 120 s before the time limit; ranks checkpoint and exit 75; the task requeues and resumes.
+#   HPCDGNN_LAUNCHER   auto (default: srun --mpi=pmix for Open MPI when Slurm offers it, else mpirun), srun or
+#                      mpirun; HPCDGNN_SRUN_MPI forces srun --mpi=<value>; SRUN_FLAGS, MPIRUN_FLAGS extra flags
+# GPUs: GPUS_PER_NODE=G RANKS_PER_NODE=G with 'bash', or turn the '##SBATCH --gpus-per-node' line into '#SBATCH'.
+# Pre-emption: SIGUSR1 120 s before the time limit (up to 60 s earlier); ranks checkpoint and exit 75; the task
+# requeues, waits about 2 minutes (Slurm's hold on a requeued job) and resumes.
 #SBATCH --job-name=hpcdgnn-strong
 #SBATCH --array=0-6
 #SBATCH --nodes=8
@@ -35,12 +49,38 @@ read -r -a _ranks <<<"$RANKS_LIST"
 if [ -z "${SLURM_JOB_ID:-}" ]; then
   # submission: one array task per rank count, each on the whole nodes it needs
   cd "$(dirname "${BASH_SOURCE[0]}")/.."
-  rpn=$(sed -n 's/^#SBATCH --ntasks-per-node=\([0-9]*\).*/\1/p' jobs/slurm-strong.sh)
+  source jobs/lib.sh
+  _header() { sed -n "s/^#SBATCH --$1=\([^ ]*\).*/\1/p" jobs/slurm-strong.sh | head -n 1; }
+  rpn=${RANKS_PER_NODE:-$(_header ntasks-per-node)}
+  cpt=${CPUS_PER_TASK:-$(_header cpus-per-task)}
+  gpn=${GPUS_PER_NODE:-$(_header gpus-per-node)}
+  gpn=${gpn:-0}
+  limit=${TIME:-$(_header time)}
+  for v in rpn cpt gpn; do
+    if ! [[ ${!v} =~ ^[0-9]+$ ]] || { [ "$v" != gpn ] && [ "${!v}" = 0 ]; }; then
+      echo "hpcdgnn-job: RANKS_PER_NODE, CPUS_PER_TASK, GPUS_PER_NODE must be whole numbers (got '${!v}')" >&2
+      exit 2
+    fi
+  done
+  flags=(--cpus-per-task="$cpt" --time="$limit")
+  if [ "$gpn" -gt 0 ]; then flags+=(--gpus-per-node="$gpn"); fi
+  if [ "${EXCLUSIVE:-1}" = 0 ]; then flags+=(--oversubscribe); else flags+=(--exclusive); fi
+  while IFS= read -r f; do flags+=("$f"); done < <(hpcdgnn_extra_flags SBATCH_FLAGS)
   export SWEEP=${SWEEP:-$(date +%Y%m%d-%H%M%S)} JOB RANKS_LIST
+  refused=()
   for i in "${!_ranks[@]}"; do
     p=${_ranks[$i]}
-    sbatch --array="$i" --nodes=$(((p + rpn - 1) / rpn)) jobs/slurm-strong.sh "$@"
+    tpn=$((p < rpn ? p : rpn))
+    nodes=$(((p + rpn - 1) / rpn))
+    hpcdgnn_check_request "$nodes" "$tpn" "$cpt" "$gpn" "P=$p" || true
+    if ! sbatch --array="$i" --nodes="$nodes" --ntasks-per-node="$tpn" "${flags[@]}" jobs/slurm-strong.sh "$@"; then
+      refused+=("$p")
+    fi
   done
+  if [ "${#refused[@]}" -gt 0 ]; then
+    echo "hpcdgnn-job: sbatch refused P = ${refused[*]}" >&2
+    exit 1
+  fi
   exit 0
 fi
 
@@ -56,8 +96,14 @@ fi
 P=${_ranks[$i]}
 RPN=${SLURM_NTASKS_PER_NODE:-$P}
 RPN=${RPN%%(*}  # "8(x2)" -> 8
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-${SWEEP:-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}}/p$P}
+if [ -z "${RUNDIR:-}" ]; then
+  if [ -n "${SWEEP:-}" ]; then
+    RUNDIR=${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-$SWEEP/p$P
+  else
+    RUNDIR=$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")/p$P
+  fi
+fi
 hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
-hpcdgnn_srun "$P" $(((P + RPN - 1) / RPN))
+hpcdgnn_slurm_launch "$P" $(((P + RPN - 1) / RPN))
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

@@ -8,13 +8,19 @@
 # Environment (sbatch passes the submitting shell's environment):
 #   JOB          job YAML (default jobs/weak.yaml)
 #   RANKS_LIST   rank counts (default: 1 2 4 ... up to the allocation's tasks)
-#   RUNDIR       sweep directory (default runs/<job name>-<job id>); each P runs in RUNDIR/p<P>
+#   RUNDIR       sweep directory (default runs/<job name>-<job id>-<submit time>, which a requeued job finds
+#                again: jobs/lib.sh "Run directory"); each P runs in RUNDIR/p<P>
 #   HPCDGNN_RUNS parent of the default RUNDIR (default runs)
 #   HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
-#   HPCDGNN_SRUN_MPI   srun --mpi= value (e.g. pmix) where the site needs one; SRUN_FLAGS extra srun flags
-# GPUs: turn the '##SBATCH --gpus-per-node' line into '#SBATCH' with G = --ntasks-per-node.
-# Pre-emption: SIGUSR1 120 s before the time limit; the running P checkpoints and exits 75, the job
-# requeues, finished P (RUNDIR/p<P>/summary.json) are skipped and the interrupted one resumes.
+#   HPCDGNN_LAUNCHER   auto (default: srun --mpi=pmix for Open MPI when Slurm offers it, else mpirun), srun or
+#                      mpirun; HPCDGNN_SRUN_MPI forces srun --mpi=<value>; SRUN_FLAGS, MPIRUN_FLAGS extra flags
+# Sizes: the #SBATCH lines below; override them on the sbatch command line (options there win), e.g.
+#   sbatch --nodes=2 --ntasks-per-node=2 --cpus-per-task=16 jobs/slurm-weak.sh
+# GPUs: turn the '##SBATCH --gpus-per-node' line into '#SBATCH' with G = --ntasks-per-node, or pass
+# --gpus-per-node=G to sbatch.
+# Pre-emption: SIGUSR1 120 s before the time limit (it may come up to 60 s earlier); the running P checkpoints
+# and exits 75, the job requeues and waits about 2 minutes (Slurm's hold on a requeued job), finished P
+# (RUNDIR/p<P>/summary.json) are skipped and the interrupted one resumes.
 #SBATCH --job-name=hpcdgnn-weak
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=8
@@ -39,7 +45,7 @@ if [ -z "${RANKS_LIST:-}" ]; then
   RANKS_LIST=
   for ((p = 1; p <= NTASKS; p *= 2)); do RANKS_LIST="$RANKS_LIST $p"; done
 fi
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-${SLURM_JOB_ID:-0}}
+RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")}
 
 base=$(hpcdgnn_data_path "$JOB")
 name=$(basename "$base")
@@ -61,7 +67,7 @@ for P in $RANKS_LIST; do
   fi
   data="$(dirname "$base")/n$((n1 * P))-$rest"
   hpcdgnn_ensure_data "$data" || exit 2
-  hpcdgnn_srun "$P" $(((P + RPN - 1) / RPN))
+  hpcdgnn_slurm_launch "$P" $(((P + RPN - 1) / RPN))
   DATA=$data hpcdgnn_train "$JOB" "$RUNDIR/p$P" "$@"
   rc=$HPCDGNN_RC
   if [ "$rc" != 0 ]; then break; fi

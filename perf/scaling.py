@@ -18,24 +18,42 @@ then be given in ascending order so each graph is generated once.
 ``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``:
 
 * ``scaling.csv`` — one row per run: P, N, T, model, strategy, the steady
-  epoch time (median over non-warm-up epochs of the slowest rank) and its split
-  into transfer (the ``load`` column: reading and host -> device snapshot
-  moves), compute and communication (means over the same epochs, slowest
-  rank), bytes sent per epoch (all ranks), transfer bytes per epoch, peak
-  engine memory, speed-up and parallel efficiency against the smallest P (weak
-  scaling: efficiency = t(P_min) / t(P));
-* ``time_split.png`` — stacked bars of transfer / compute / communication per P;
+  epoch time (median over non-warm-up epochs of the slowest rank's epoch time,
+  as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
+  transfer (the ``load`` column: reading and host -> device snapshot moves),
+  compute and communication, bytes sent per epoch (all ranks), transfer bytes
+  per epoch, peak engine memory, speed-up and parallel efficiency against the
+  smallest P (weak scaling: efficiency = t(P_min) / t(P));
+* ``time_split.png`` — stacked bars of transfer / compute / communication per P,
+  each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P, with the ideal line;
 * ``volume.png`` — communication volume per epoch against P.
 
 Figures of runs with more ranks × threads than this machine has cores are
 titled "oversubscribed": they show how the program behaves, not how it scales.
+
+The split is that of the median epoch itself (the mean of the two middle ones
+for an even count), not a mean over all steady epochs: a bar of mean parts
+stood at the *mean* epoch time while the table printed the median, so bar and
+number disagreed whenever epochs varied (issue: "bar height did not match its
+``epoch s``"). Each epoch record's slowest-rank split sums to its epoch time
+(compute is the rest of the wall time), so the parts of the median epoch(s)
+stack to ``epoch_s``; where a rank's load and communication overlapped and
+compute was clamped at 0 the parts overshoot, and ``plot`` says so and marks the
+true height.
+
+Speed-up compares epoch times, which is meaningful only between runs of the same
+work: ``plot`` refuses runs that differ in model or task settings or strategy,
+and, for strong scaling, in dataset (the sha256 of ``data.path``'s
+``manifest.json`` where it can be read here, else ``data.path``, plus N and T);
+for weak scaling, in T or in vertices per rank N/P. The error names both runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import shlex
@@ -56,8 +74,29 @@ FIELDS = [
 ]
 
 
+def _manifest_sha256(data_path: str) -> str | None:
+    """sha256 of the dataset's manifest.json (it lists every shard's sha256), or None where it is not here."""
+    try:
+        return hashlib.sha256((Path(data_path) / "manifest.json").read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def median_epochs(steady: list[dict]) -> list[dict]:
+    """The record(s) whose slowest-rank epoch time is the median: the middle one, or the two middle ones."""
+    ranked = sorted(steady, key=lambda r: r["slowest"]["epoch"])
+    mid = len(ranked) // 2
+    return ranked[mid : mid + 1] if len(ranked) % 2 else ranked[mid - 1 : mid + 1]
+
+
 def read_run(run_dir: Path) -> dict:
-    """One CSV row (without speed-up and efficiency) from a finished run directory."""
+    """One CSV row (without speed-up and efficiency) from a finished run directory.
+
+    ``epoch_s`` is the median of the slowest rank's epoch times over steady epochs and the
+    transfer / compute / comm columns are the split of that same median epoch (mean of the two
+    middle epochs for an even count), so the stacked bar of ``time_split.png`` is ``epoch_s``.
+    The ``_``-prefixed keys identify the work (dataset, model, task) for :func:`check_comparable`.
+    """
     summary = json.loads((run_dir / "summary.json").read_text())
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steady = [r for r in recs if not r["warmup"]] or recs[-1:]
@@ -66,10 +105,10 @@ def read_run(run_dir: Path) -> dict:
     cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     env = summary["environment"]
     plan = json.loads((run_dir / "plan.json").read_text())
-    epochs = sorted(r["slowest"]["epoch"] for r in steady)
+    middle = median_epochs(steady)
 
     def mean(key: str) -> float:
-        return sum(r["slowest"][key] for r in steady) / len(steady)
+        return sum(r["slowest"][key] for r in middle) / len(middle)
 
     cores = os.cpu_count() or 1
     return {
@@ -78,7 +117,7 @@ def read_run(run_dir: Path) -> dict:
         "T": plan["num_snapshots"],
         "model": cfg["model"]["name"],
         "strategy": cfg["strategy"]["name"],
-        "epoch_s": epochs[len(epochs) // 2],
+        "epoch_s": mean("epoch"),
         "transfer_s": mean("load"),
         "compute_s": mean("compute"),
         "comm_s": mean("comm"),
@@ -88,11 +127,56 @@ def read_run(run_dir: Path) -> dict:
         # a run on another host (a cluster) is judged by that host's core count only if it is this one
         "oversubscribed": env["host"] == os.uname().nodename and env["num_ranks"] * env["threads_per_rank"] > cores,
         "run_dir": str(run_dir),
+        "_data_path": str(cfg["data"]["path"]),
+        "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),
+        "_model_cfg": cfg.get("model"),
+        "_task_cfg": cfg.get("task"),
     }
 
 
+def check_comparable(rows: list[dict], mode: str) -> None:
+    """Refuse to compute a speed-up between runs of different work; the message names both runs.
+
+    Strong scaling: same dataset (manifest sha256 when both manifests are readable here, else the
+    same ``data.path``), N and T. Weak scaling: the dataset grows with P by design, so the same T
+    and vertices per rank N/P. Both: the same model and task sections and strategy.
+
+    Raises:
+        SystemExit: the first pair (smallest-P run, other run) that differs.
+    """
+    base = min(rows, key=lambda r: r["P"])
+    for r in rows:
+        checks = [
+            ("model", base["_model_cfg"], r["_model_cfg"]),
+            ("task", base["_task_cfg"], r["_task_cfg"]),
+            ("strategy", base["strategy"], r["strategy"]),
+            ("T (snapshots)", base["T"], r["T"]),
+        ]
+        if mode == "strong":
+            checks.append(("N (vertices)", base["N"], r["N"]))
+            a, b = base["_manifest_sha256"], r["_manifest_sha256"]
+            if a is not None and b is not None:
+                checks.append(("dataset (manifest.json sha256)", a, b))
+            else:
+                checks.append(("dataset (data.path)", base["_data_path"], r["_data_path"]))
+        else:
+            checks.append(("vertices per rank N/P", base["N"] / base["P"], r["N"] / r["P"]))
+        for what, va, vb in checks:
+            if va != vb:
+                raise SystemExit(
+                    f"scaling.py plot: cannot compare {base['run_dir']} (P={base['P']}) with {r['run_dir']}"
+                    f" (P={r['P']}): {what} differs ({va!r} vs {vb!r}); a {mode}-scaling speed-up needs the same"
+                    " work in every run, so plot these in separate sweeps"
+                )
+
+
 def add_scaling(rows: list[dict], mode: str) -> list[dict]:
-    """Speed-up and efficiency against the smallest P (strong: t1/tP and t1/(tP·P/P1); weak: t1/tP)."""
+    """Speed-up and efficiency against the smallest P (strong: t1/tP and t1/(tP·P/P1); weak: t1/tP).
+
+    Raises:
+        SystemExit: runs of different work (:func:`check_comparable`).
+    """
+    check_comparable(rows, mode)
     rows = sorted(rows, key=lambda r: r["P"])
     base = rows[0]
     for r in rows:
@@ -144,7 +228,15 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
     for key, name in (("transfer_s", "transfer"), ("compute_s", "compute"), ("comm_s", "communication")):
         vals = [r[key] for r in rows]
         ax.bar(x, vals, bottom=bottom, label=name)
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    for i, (r, top) in enumerate(zip(rows, bottom, strict=True)):
+        if abs(top - r["epoch_s"]) > 1e-9 * max(1.0, r["epoch_s"]):
+            # compute was clamped at 0 on an epoch whose load and comm overlapped: show the true height
+            print(f"warning: {r['run_dir']}: transfer + compute + comm = {top:.3f} s exceeds epoch_s"
+                  f" {r['epoch_s']:.3f} s (load and communication overlapped); the black line marks epoch_s",
+                  file=sys.stderr)
+            ax.hlines(r["epoch_s"], i - 0.4, i + 0.4, colors="k")
+        ax.annotate(f"{r['epoch_s']:.3f}", (i, max(top, r["epoch_s"])), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, [str(p) for p in Ps])
     ax.legend()
     save(fig, ax, "seconds per epoch (slowest rank)", "time_split.png")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,80 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # T and N of the main test graph: neither divisible by 2 or 3 (asserted where used)
 SMALL_T, SMALL_N = 7, 23
+
+
+# --- the quick subset: `pytest --quick` / `bash tests/run.sh --quick` -----------------------------------------
+
+QUICK_LIST = Path(__file__).resolve().parent / "quick.txt"
+
+
+def pytest_addoption(parser):
+    """``--quick``: only the tests tests/quick.txt lists."""
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        default=False,
+        help="run only the quick subset listed in tests/quick.txt (a few minutes on 2 cores)",
+    )
+
+
+def quick_patterns(path: Path | None = None) -> list[str]:
+    """The lines of tests/quick.txt: node ids or their prefixes, '#' comments and blank lines dropped."""
+    lines = (ln.split("#", 1)[0].strip() for ln in (path or QUICK_LIST).read_text().splitlines())
+    return [ln for ln in lines if ln]
+
+
+def quick_match(nodeid: str, pattern: str) -> bool:
+    """``pattern`` (``*`` = any characters) names ``nodeid``: equal, or a directory, file or test prefix of it."""
+    rx = re.escape(pattern).replace(r"\*", ".*")
+    tail = r".*" if pattern.endswith("/") else r"(?:(?:::|\[).*)?"
+    return re.fullmatch(rx + tail, nodeid) is not None
+
+
+def _stale_quick_patterns(patterns, used, items, root: Path) -> list[str]:
+    """Patterns that match no test although their file was collected or no longer exists (renamed tests)."""
+    collected = {item.nodeid.split("::", 1)[0] for item in items}
+    stale = []
+    for p in patterns:
+        if p in used:
+            continue
+        where = p.split("::", 1)[0].rstrip("/")
+        exists = any(root.glob(where)) if "*" in where else (root / where).exists()
+        if not exists or any(quick_match(f, where) or f.startswith(where + "/") for f in collected):
+            stale.append(p)
+    return stale
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselection, so `-m quick` sees the marks
+def pytest_collection_modifyitems(session, config, items):
+    """Mark the tests tests/quick.txt lists ``quick``; with ``--quick`` deselect the others."""
+    patterns = quick_patterns()
+    used: set[str] = set()
+    keep, drop = [], []
+    for item in items:
+        hits = [p for p in patterns if quick_match(item.nodeid, p)]
+        if hits:
+            item.add_marker(pytest.mark.quick)
+            used.update(hits)
+        (keep if hits else drop).append(item)
+    if not config.getoption("quick"):
+        return
+    stale = _stale_quick_patterns(patterns, used, items, Path(str(config.rootpath)))
+    if stale:
+        raise pytest.UsageError(f"{QUICK_LIST}: these lines match no test (renamed or removed?): {', '.join(stale)}")
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    """Say in the header that a --quick run is a subset."""
+    if config.getoption("quick"):
+        return f"quick subset: the tests listed in {QUICK_LIST.relative_to(REPO)}"
+    return None
+
+
+# --- mpirun ---------------------------------------------------------------------------------------------------
 
 
 def _mpirun() -> str:

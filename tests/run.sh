@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The test command: install (if needed) and run the whole suite, including the mpirun -np 2 / -np 3 tests.
-#   bash tests/run.sh [pytest args...]
+# The test command: install (if needed), then run the tests, including the mpirun -np 2 / -np 3 runs.
+#   bash tests/run.sh [pytest args...]           the whole suite (~20 min on 2 cores; what CI runs)
+#   bash tests/run.sh --quick [pytest args...]   the subset listed in tests/quick.txt (~3 min on 2 cores)
+# Other arguments go to pytest as they are, e.g. `bash tests/run.sh --quick -x -k exactness`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash install.sh
 VENV=${HPCDGNN_VENV:-.venv}
-exec "$VENV/bin/python" -m pytest tests -q "$@"
+# no path given: pyproject.toml's testpaths (tests/); a path among the arguments runs just that
+exec "$VENV/bin/python" -m pytest -q "$@"

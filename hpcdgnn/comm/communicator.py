@@ -84,9 +84,24 @@ class CommStats:
     """Per-tag communication counters of this rank; ``snapshot``/``since`` give per-epoch deltas."""
 
     tags: dict[str, TagStats] = field(default_factory=lambda: defaultdict(TagStats))
+    #: what the stall watchdog (:mod:`hpcdgnn.comm.watchdog`) reads from its thread: calls
+    #: completed, the tag of the call under way (``""``: none) and when each last changed
+    completed: int = 0
+    current: str = ""
+    entered: float = field(default_factory=time.monotonic)
+    progressed: float = field(default_factory=time.monotonic)
+
+    def enter(self, tag: str) -> float:
+        """Mark the start of a call under ``tag``; returns ``perf_counter()`` for its timer."""
+        self.entered = time.monotonic()
+        self.current = tag
+        return time.perf_counter()
 
     def add(self, tag: str, sent: int, recv: int, seconds: float) -> None:
-        """Record one call."""
+        """Record one call (it has completed)."""
+        self.current = ""
+        self.completed += 1
+        self.progressed = time.monotonic()
         s = self.tags[tag]
         s.calls += 1
         s.bytes_sent += sent
@@ -282,7 +297,7 @@ class Communicator:
         Returns:
             (sum(recv_rows), unit) tensor, blocks from ranks 0..P-1 in order.
         """
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         if send.dim() != 2:
             raise ValueError("alltoallv: send must be 2-D (rows, unit)")
         unit = int(send.shape[1])
@@ -389,7 +404,7 @@ class Communicator:
             tag: counter name (bytes of boxes for other ranks are counted).
             reuse: receive-buffer key (see :meth:`alltoallv`).
         """
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         recv_shape = tuple(int(d) for d in recv_shape)
         shape = tuple(send.shape)
         item = send.element_size()
@@ -468,7 +483,7 @@ class Communicator:
 
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "allreduce") -> torch.Tensor:
         """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor; returns it."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN}
         if self.size > 1 and self._dist is not None and not tag.startswith(("setup", "metrics")):
             import torch.distributed as dist
@@ -489,7 +504,7 @@ class Communicator:
 
     def bcast_(self, tensor: torch.Tensor, root: int = 0, tag: str = "setup") -> torch.Tensor:
         """In-place broadcast of a contiguous tensor from ``root``; returns it."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         if self.size > 1:
             buf = self._staged(tensor)
             self._comm.Bcast([_mpi_buffer(buf), self._mpi_type(tensor.dtype)], root=root)
@@ -506,7 +521,7 @@ class Communicator:
 
     def gather_array(self, values: Sequence[float] | np.ndarray, tag: str = "metrics") -> np.ndarray:
         """All-gather a float64 vector of the same length from every rank: shape (P, len)."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         send = np.ascontiguousarray(values, dtype=np.float64)
         out = np.empty((self.size, send.shape[0]), dtype=np.float64)
         self._comm.Allgather(send, out)
@@ -521,28 +536,28 @@ class Communicator:
         ``nbytes`` is the payload counted under ``name`` (the tensors' bytes; pickling adds
         a small header). Complete the request with :meth:`wait_all`.
         """
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(name)
         req = self._comm.isend(obj, dest=dest, tag=tag)
         self.stats.add(name, nbytes, 0, time.perf_counter() - t0)
         return req
 
     def recv_obj(self, source: int, tag: int, name: str) -> Any:
         """Blocking receive of an object sent with :meth:`isend_obj` (time counted under ``name``)."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(name)
         obj = self._comm.recv(source=source, tag=tag)
         self.stats.add(name, 0, 0, time.perf_counter() - t0)
         return obj
 
     def wait_all(self, requests: list[Any], name: str) -> None:
         """Complete non-blocking sends."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(name)
         self._MPI.Request.waitall(requests)
         self.stats.add(name, 0, 0, time.perf_counter() - t0)
 
     # -- object collectives --------------------------------------------------------------------
     def bcast_obj(self, obj: Any, root: int = 0, tag: str = "setup") -> Any:
         """Broadcast a picklable object from ``root``."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         out = self._comm.bcast(obj, root=root)
         n = len(pickle.dumps(out)) if self.size > 1 and self.rank == root else 0
         self.stats.add(tag, n * (self.size - 1), 0, time.perf_counter() - t0)
@@ -550,7 +565,7 @@ class Communicator:
 
     def allgather_obj(self, obj: Any, tag: str = "setup") -> list[Any]:
         """All-gather a picklable object from every rank."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         out = self._comm.allgather(obj)
         n = len(pickle.dumps(obj)) if self.size > 1 else 0
         self.stats.add(tag, n, 0, time.perf_counter() - t0)
@@ -558,7 +573,7 @@ class Communicator:
 
     def barrier(self, tag: str = "barrier") -> None:
         """Synchronise all ranks (time recorded under its own tag, never inside 'comm')."""
-        t0 = time.perf_counter()
+        t0 = self.stats.enter(tag)
         self._comm.Barrier()
         self.stats.add(tag, 0, 0, time.perf_counter() - t0)
 

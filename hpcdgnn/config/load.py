@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -21,6 +22,9 @@ from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, Str
 from hpcdgnn.errors import ConfigError
 
 __all__ = ["load_job", "apply_overrides", "job_to_dict", "validate_job"]
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _did_you_mean(key: str, choices: list[str]) -> str:
@@ -64,6 +68,8 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
             raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 1e8 and 1e-3 (no dot) as strings; users write them
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
         return float(value)
@@ -132,17 +138,17 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"{file}: --set {item}: expected KEY=VALUE, e.g. train.epochs=2")
+            raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. train.epochs=2")
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{file}: --set {key}: value {text!r} is not valid YAML: {e}") from None
+            raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
         parts = key.split(".")
         node = raw
         for p in parts[:-1]:
             nxt = node.setdefault(p, {})
             if not isinstance(nxt, dict):
-                raise ConfigError(f"{file}: --set {key}: '{p}' is not a section")
+                raise ConfigError(f"--set {key}: '{p}' is not a section (in {file})")
             node = nxt
         node[parts[-1]] = value
     return raw
@@ -177,9 +183,25 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: top level: expected a mapping of sections (data, model, task, ...)")
     raw = apply_overrides(raw, overrides or [], file)
-    job = _build(JobConfig, raw, "", file)
+    try:
+        job = _build(JobConfig, raw, "", file)
+    except ConfigError as e:
+        raise ConfigError(_blame_override(str(e), file, overrides or [])) from None
     validate_job(job, file)
     return job
+
+
+def _blame_override(message: str, file: str, overrides: list[str]) -> str:
+    """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key (not the file)."""
+    head = f"{file}: "
+    if not message.startswith(head):
+        return message
+    key = message[len(head):].split(":", 1)[0]
+    for item in overrides:
+        name = item.partition("=")[0]
+        if key == name or key.startswith(name + "."):
+            return f"--set {message[len(head):]}"
+    return message
 
 
 def job_to_dict(job: JobConfig) -> dict:

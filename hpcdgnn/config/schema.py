@@ -273,10 +273,16 @@ class CommConfig:
     from MPI. Setup and metrics always go through MPI."""
     timeout_s: float = 600.0
     """Timeout of ``torch.distributed`` collectives (nccl, gloo): a lost peer ends the job, not hangs it."""
+    stall_timeout_s: float = 600.0
+    """Stall watchdog (:mod:`hpcdgnn.comm.watchdog`): a rank that completes no communicator call for
+    this long (stopped, hung, or computing longer than that between two collectives) ends the job
+    with exit 3, naming the rank and the collective; 0 = off. Active from the first epoch."""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError("timeout_s: must be > 0")
+        if self.stall_timeout_s < 0:
+            raise ValueError("stall_timeout_s: must be >= 0 (0 = no watchdog)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,7 +304,10 @@ class CheckpointConfig:
     """``checkpoint:`` periodic training checkpoints, for restart and pre-emption."""
 
     every: int = 0
-    """Write a checkpoint every this many epochs (0 = only on pre-emption and at the end)."""
+    """Write a checkpoint every this many epochs (0 = by wall time only, see ``every_minutes``)."""
+    every_minutes: float = 30.0
+    """Also write one when this many minutes of wall time have passed since the last (or since the
+    start), at the next epoch boundary; 0 = off. With both 0: only on pre-emption and at the end."""
     dir: str = ""
     """Directory of checkpoint files; empty = ``RUNDIR/checkpoints``."""
     keep: int = 2
@@ -306,7 +315,9 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         if self.every < 0:
-            raise ValueError("every: must be >= 0 (0 = only on pre-emption and at the end)")
+            raise ValueError("every: must be >= 0 (0 = by wall time only)")
+        if self.every_minutes < 0:
+            raise ValueError("every_minutes: must be >= 0 (0 = no wall-time checkpoints)")
         if self.keep < 1:
             raise ValueError("keep: must be >= 1")
 

@@ -60,8 +60,11 @@ class EpochRecorder:
         self._t0 = time.perf_counter()
 
     def end(self, epoch: int, stats: np.ndarray, grad_norm: float, activation_peak: float,
-            stop_raised: bool) -> tuple[dict, bool]:
-        """Finish the epoch (collective): the record, and whether any rank was asked to stop."""
+            stop_raised: bool, checkpoint_due: bool = False) -> tuple[dict, bool, bool]:
+        """Finish the epoch (collective): the record, whether any rank was asked to stop, and whether
+        any rank finds a wall-time checkpoint due (the flags ride on the gather every epoch makes anyway,
+        so all ranks take the same decision).
+        """
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
         wall = time.perf_counter() - self._t0
@@ -74,14 +77,14 @@ class EpochRecorder:
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
-                                               float(stop_raised)])
+                                               float(stop_raised), float(checkpoint_due)])
         by_tag: dict[str, int] = {}
         for rank_tags in self.comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
             for k, b in rank_tags.items():
                 by_tag[k] = by_tag.get(k, 0) + b
         record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag)
         record.update(self.strategy.end_epoch(epoch, metrics["train_loss"]))
-        return record, bool(per_rank_all[:, 7].max() > 0)
+        return record, bool(per_rank_all[:, 7].max() > 0), bool(per_rank_all[:, 8].max() > 0)
 
     def _record(self, epoch: int, metrics: dict, grad_norm: float, per_rank_all: np.ndarray,
                 by_tag: dict[str, int]) -> dict:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten, treespec_dumps, treespec_loads
 
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
@@ -87,7 +87,8 @@ class _Pipe:
         self.pending.append(self.comm.isend_obj(host, dest, tag, name, _tensor_bytes(host)))
 
     def send_state(self, dest: int, tag: int, leaves: list, spec) -> None:
-        payload = ([t.detach().cpu() for t in leaves], spec) if leaves else None
+        # the structure travels as pytree's JSON: unpickling a TreeSpec warns (torch >= 2.9 deprecates LeafSpec)
+        payload = ([t.detach().cpu() for t in leaves], treespec_dumps(spec)) if leaves else None
         self.pending.append(self.comm.isend_obj(payload, dest, tag, "pipeline.fwd", _tensor_bytes(leaves)))
 
     def finish(self) -> None:
@@ -141,7 +142,7 @@ class PSSLayout(SnapshotLayout):
                     # a zero root on the received state: its backward (the send back to p-1) runs even
                     # when nothing here uses the state (an idle last rank, P > T)
                     self.roots.append(sum(t.sum() for t in tensors) * 0.0)
-                rstate = tree_unflatten(tensors, spec)
+                rstate = tree_unflatten(tensors, treespec_loads(spec))
             else:
                 rstate = None
         if y.shape[0]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import select_device
@@ -39,13 +40,13 @@ from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.metrics import RunDirectory, choose_run_dir
+from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.nn.models import DGNN, build_model
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
-__all__ = ["Run", "build_run", "truncate_metrics"]
+__all__ = ["Run", "build_run", "check_resume_job", "truncate_metrics"]
 
 
 @dataclass
@@ -113,6 +114,7 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
 
 _RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.validate", "comm.", "output.", "checkpoint.",
               "debug.")
+"""Keys a resumed run may change (prefixes): none of them changes what an epoch computes."""
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -125,27 +127,48 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def _changed_by(key: str, overrides: list[str], job_path: str | None) -> str:
+    """Who asked for the change of ``key``: the ``--set`` naming it (or its section), else the job file."""
+    for item in overrides:
+        name = item.partition("=")[0]
+        if key == name or key.startswith(name + "."):
+            return f"--set {name}"
+    return f"{job_path}: {key}" if job_path else key
+
+
+def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: list[str],
+                     job_path: str | None) -> None:
+    """Refuse (one line: key, old and new value) any change outside :data:`_RESUMABLE`.
+
+    Runs whether the job comes from a file or from the saved config plus ``--set``:
+    a resumed run that computes something else would mix two experiments in one
+    ``metrics.jsonl`` (or, for a model shape, crash in ``load_state_dict``).
+    """
+    before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key) and not key.startswith(_RESUMABLE):
+            raise ConfigError(
+                f"{_changed_by(key, overrides, job_path)}: is {after.get(key)!r} but the run in {resume} used "
+                f"{before.get(key)!r}; a resumed run may change only train.epochs, train.threads, train.device, "
+                "data.validate, comm, output, checkpoint and debug (start a new run for anything else)"
+            )
+
+
 def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, Path, Path]:
     """Job, run directory and newest checkpoint of ``run --resume RUNDIR``.
 
     The job is the run's saved ``config.resolved.yaml`` with ``--set`` applied, or
     the given job file, which may differ from the saved one only in keys that do
-    not change the computation (``train.epochs`` to train longer, threads, device,
-    backend, output, checkpoint, debug).
+    not change the computation (:func:`check_resume_job`). Nothing in the run
+    directory is written here.
     """
     run_dir = Path(resume)
-    saved = run_dir / "config.resolved.yaml"
-    if not saved.is_file():
-        raise ConfigError(f"--resume {resume}: no {saved.name} there; not a run directory")
-    job = load_job(job_path or saved, overrides)
-    if job_path:
-        before, after = _flatten(job_to_dict(load_job(saved))), _flatten(job_to_dict(job))
-        for key in sorted(set(before) | set(after)):
-            if before.get(key) != after.get(key) and not key.startswith(_RESUMABLE):
-                raise ConfigError(
-                    f"{job_path}: {key}: is {after.get(key)!r} but the run in {resume} used {before.get(key)!r}; "
-                    "a resumed run must compute the same thing"
-                )
+    saved_path = run_dir / "config.resolved.yaml"
+    if not saved_path.is_file():
+        raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
+    saved = load_job(saved_path)
+    job = load_job(job_path or saved_path, overrides)
+    check_resume_job(saved, job, resume, overrides, job_path)
     root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
     ckpt = latest_checkpoint(root)
     if ckpt is None:
@@ -157,6 +180,24 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
             f"(checkpoint {ckpt.name}); train longer with --set train.epochs=N"
         )
     return job, run_dir, ckpt
+
+
+def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
+    """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` (atomically).
+
+    On resume (``epoch`` > 0) this runs only once the checkpoint has been
+    restored, so a refused resume leaves the directory as it was; a plan that
+    changed (another rank count) keeps the old one as ``plan.before-epoch-E.json``.
+    """
+    tmp = run_dir / "config.resolved.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
+    os.replace(tmp, run_dir / "config.resolved.yaml")
+    path = run_dir / "plan.json"
+    new = run_dir / "plan.json.tmp"
+    plan.save(new)
+    if epoch and path.is_file() and path.read_bytes() != new.read_bytes():
+        os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
+    os.replace(new, path)
 
 
 def truncate_metrics(path: Path, last_epoch: int) -> None:
@@ -189,13 +230,24 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
             run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
-        rd = RunDirectory(run_dir)
-        rd.save_config(job_to_dict(job))
-        plan.save(run_dir / "plan.json")
-        rd.close()
+            _save_run_files(run_dir, job, plan, 0)
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt)
 
     return root_then_bcast(comm, on_root)
+
+
+def _restore(ckpt: Path, comm: Communicator, model, task, opt) -> tuple[dict, dict]:
+    """Load checkpoint ``ckpt`` into the model, task head and optimizer; a mismatch is one line, not 77."""
+    state, mine = load_state(ckpt, comm.rank, comm.size)
+    try:
+        model.load_state_dict(state["model"])
+        task.load_state_dict(state["task"])
+        opt.load_state_dict(state["optimizer"])
+    except (RuntimeError, KeyError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{ckpt}: checkpoint does not fit this job's model ({first})") from None
+    restore_rng(mine["rng"])
+    return state, mine
 
 
 def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
@@ -229,11 +281,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
     start, mine = 0, None
     if ckpt is not None:  # every rank reads the shared state and its own RNG state
-        state, mine = agree(comm, lambda: load_state(ckpt, comm.rank, comm.size))
-        model.load_state_dict(state["model"])
-        task.load_state_dict(state["task"])
-        opt.load_state_dict(state["optimizer"])
-        restore_rng(mine["rng"])
+        state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt))
         start = int(state["epoch"])
     checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
 
@@ -248,6 +296,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     setup_seconds = time.perf_counter() - t_setup
     if mine is not None:
         agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
+        if comm.rank == 0:  # the resume is accepted: only now does the run directory change
+            _save_run_files(run_dir, job, plan, start)
     train_count = task.global_train_count()
     if train_count <= 0:  # every rank computed the same count, so every rank raises here
         raise collective_error(

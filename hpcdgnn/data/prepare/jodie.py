@@ -1,12 +1,29 @@
 """JODIE interaction CSVs -> bipartite snapshots (``hpcdgnn prepare --format jodie``).
 
 Input (SPEC "Raw inputs"; Kumar et al., JODIE, KDD 2019, the wikipedia /
-reddit / mooc / lastfm files): a header line
-``user_id,item_id,timestamp,state_label,comma_separated_list_of_features``
-followed by one interaction per line. Only the first four fields are read;
-**the edge features are ignored** (discrete-time snapshots carry vertex
-features only: the degree features of IBM §6.1). Plain, gzip, xz or bz2
-(detected by magic bytes). ``state_label`` must be 0 or 1.
+reddit / mooc / lastfm files): a header line, then one interaction per line,
+comma-separated. Plain, gzip, xz or bz2 (detected by magic bytes). The header
+says which column is which; recognised without options:
+
+* the original release: ``user_id,item_id,timestamp,state_label,<features...>``
+  (any header whose first two names contain ``user`` and ``item``: the first
+  four columns are taken in this order, exactly as before header variants were
+  accepted);
+* TGL / TGN copies: ``u,i,ts,label,<features...>``, and their ``ml_*.csv``
+  with a pandas index column, ``,u,i,ts,label,idx``;
+* generally, one column per role named by :data:`~._common.COLUMN_ALIASES`
+  (``user_id|user|u|src|source|from``, ``item_id|item|i|dst|destination|target|to``,
+  ``timestamp|ts|time|t``, optional ``state_label|label|state``), anywhere in
+  the header: an unnamed or ``idx`` column in front or behind is skipped.
+
+Any other header (or a role matched by two columns) is an error that lists
+the header found and shows ``--columns src=NAME,dst=NAME,time=NAME[,label=NAME]``,
+which maps the columns explicitly (names, or 0-based indices; with indices only,
+a file without a header is accepted too: its first line is data when its time
+field is a number). Only the mapped columns are read; **the edge features are
+ignored** (discrete-time snapshots carry vertex features only: the degree
+features of IBM §6.1). The state label, when there is one, must be 0 or 1;
+without a label column ``--labels state`` is an error.
 
 Vertices: users and items are distinct vertices even when their ids
 coincide: users first (sorted by id, numerically when all are integers), then
@@ -30,6 +47,7 @@ There is no weight column, so ``--weights given`` is an error.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,57 +57,115 @@ from hpcdgnn.data.prepare._common import (
     PreparedInput,
     PrepareOptions,
     Slice,
+    describe_header,
+    guess_columns,
+    looks_like_header,
+    parse_columns,
     parse_numbers,
     read_input_text,
     remap_ids,
+    resolve_columns,
     slice_events,
+    split_fields,
 )
-from hpcdgnn.data.prepare.snap import slicing_kwargs
+from hpcdgnn.data.prepare.snap import slicing_kwargs, snapshot_counts
 from hpcdgnn.data.writer import RawSnapshot
 from hpcdgnn.errors import DataError
 
-__all__ = ["read_jodie"]
+__all__ = ["read_jodie", "JODIE_COLUMN_KEYS"]
 
 
-def _parse(path: Path) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
-    """Columns user, item (tokens), time and state label of a JODIE csv."""
+#: ``--columns`` keys for ``--format jodie`` (no weight: JODIE interactions are unweighted).
+JODIE_COLUMN_KEYS = ("src", "dst", "time", "label")
+
+#: The original JODIE header, as the first four columns are named in messages.
+_LEGACY = ("user", "item", "timestamp", "state_label")
+
+
+def _unrecognised(path: Path, lineno: int, header: list[str], why: str = "") -> DataError:
+    want = "'user_id,item_id,timestamp,state_label,...' (JODIE) or 'u,i,ts,label,...' (TGL)"
+    return DataError(
+        f"{path}:{lineno}: expected the JODIE header {want}, got {describe_header(header)}{why};"
+        " map the columns with --columns src=NAME,dst=NAME,time=NAME[,label=NAME]"
+    )
+
+
+def _header_columns(
+    path: Path, lineno: int, first: str, second: str | None, columns: dict[str, str] | None
+) -> tuple[dict[str, int], dict[str, str], bool]:
+    """Column index of each role, the names used (for messages and provenance), and whether line 1 is a header."""
+    header = split_fields(first, True)
+    if columns is not None:
+        by_name = any(not v.isdigit() for v in columns.values())
+        has_header = True
+        if not by_name and second is not None:
+            t, data = int(columns["time"]), split_fields(second, True)
+            # indices only: line 1 is data when its time field is a number like line 2's
+            has_header = not (t < len(header) and t < len(data)) or looks_like_header([header[t]], [data[t]])
+        index = resolve_columns(columns, header if has_header else None, path, lineno)
+        return index, dict(columns), has_header
+    head = [h.strip().lower() for h in header]
+    if len(head) >= 4 and "user" in head[0] and "item" in head[1]:
+        index = dict(zip(("src", "dst", "time", "label"), range(4), strict=True))
+        return index, dict(zip(index, _LEGACY, strict=True)), True
+    guess = guess_columns(header, JODIE_COLUMN_KEYS)
+    missing = [k for k in ("src", "dst", "time") if k not in guess]
+    if missing:
+        raise _unrecognised(path, lineno, header, f" (no unique column for {', '.join(missing)})")
+    return guess, {k: header[i].strip() for k, i in guess.items()}, True
+
+
+def _what(key: str, names: dict[str, str]) -> str:
+    """How messages call a column: its header name, or ``time (column 2)`` when mapped by index."""
+    name = names.get(key, "state_label")
+    if name in _LEGACY:
+        return name  # the original header's wording, as before header variants were accepted
+    return f"{key} (column {name})" if name.isdigit() else f"{key} column {name!r}"
+
+
+def _parse(
+    path: Path, columns: dict[str, str] | None
+) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
+    """Columns user, item (tokens), time and state label (None without a label column) of a JODIE csv."""
     text = read_input_text(path)
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
     states: list[str] = []
     lines: list[int] = []
-    header_seen = False
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s:
-            continue
-        if not header_seen:
-            header_seen = True
-            head = [h.strip().lower() for h in s.split(",", 4)[:4]]
-            if len(head) < 4 or "user" not in head[0] or "item" not in head[1]:
-                want = "user_id,item_id,timestamp,state_label,..."
-                raise DataError(f"{path}:{lineno}: expected the JODIE header '{want}', got {s[:60]!r}")
-            continue
-        parts = s.split(",", 4)  # features (field 5 on) are never split: they are ignored
-        if len(parts) < 4:
-            raise DataError(
-                f"{path}:{lineno}: expected at least 4 fields (user,item,timestamp,state_label), got {len(parts)}"
-            )
-        users.append(parts[0].strip())
-        items.append(parts[1].strip())
-        times.append(parts[2].strip())
-        states.append(parts[3].strip())
+    # lazily: wikipedia/reddit rows carry 172 features each, so no second copy of the text is kept
+    numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
+    head = list(itertools.islice(numbered, 2))
+    if not head:
+        raise DataError(f"{path}: no interactions (empty file or header only)")
+    lineno, first = head[0]
+    index, names, has_header = _header_columns(path, lineno, first, head[1][1] if len(head) > 1 else None, columns)
+    iu, ii, it = index["src"], index["dst"], index["time"]
+    il = index.get("label")
+    need = max(index.values()) + 1
+    label_name = _what("label", names)
+    for lineno, s in itertools.chain(head[1:] if has_header else head, numbered):
+        parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
+        if len(parts) < need:
+            fields = ",".join(names[k] for k in index)
+            raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {len(parts)}")
+        users.append(parts[iu].strip())
+        items.append(parts[ii].strip())
+        times.append(parts[it].strip())
+        if il is not None:
+            states.append(parts[il].strip())
         lines.append(lineno)
     if not lines:
         raise DataError(f"{path}: no interactions (empty file or header only)")
-    time = parse_numbers(times, lines, path, "timestamp")
-    state = parse_numbers(states, lines, path, "state_label")
+    time = parse_numbers(times, lines, path, _what("time", names))
+    if il is None:
+        return users, items, time, None, names
+    state = parse_numbers(states, lines, path, label_name)
     bad = (state != 0) & (state != 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise DataError(f"{path}:{lines[i]}: state_label must be 0 or 1, got {states[i]!r}")
-    return users, items, time, state.astype(np.int64)
+        raise DataError(f"{path}:{lines[i]}: {label_name} must be 0 or 1, got {states[i]!r}")
+    return users, items, time, state.astype(np.int64), names
 
 
 def _snapshots(
@@ -116,14 +192,25 @@ def read_jodie(path: Path, opts: PrepareOptions) -> PreparedInput:
     """
     if opts.weights == "given":
         raise DataError(f"{path}: --weights given: JODIE files have no weight column; use ones or count")
-    users, items, time, state = _parse(path)
+    columns = None if opts.columns is None else parse_columns(opts.columns, path, JODIE_COLUMN_KEYS, "jodie")
+    users, items, time, state, names = _parse(path, columns)
+    if opts.labels == "state" and state is None:
+        raise DataError(
+            f"{path}: --labels state needs a state label column; this file has none"
+            + (
+                " mapped (add label=COLUMN to --columns)"
+                if columns is not None
+                else " (map one with --columns label=NAME)"
+            )
+        )
     uidx, uids = remap_ids(users)
     iidx, iids = remap_ids(items)
     n_users = int(uids.shape[0])
     n = n_users + int(iids.shape[0])
     order = np.argsort(time, kind="stable")
     src, dst = uidx[order], (iidx + n_users)[order]
-    time, state = time[order], state[order]
+    time = time[order]
+    state = None if state is None else state[order]
     slices = slice_events(time, path, **slicing_kwargs(opts))
     vertex_ids = np.array([f"u:{u}" for u in uids.tolist()] + [f"i:{i}" for i in iids.tolist()])
     with_state = opts.labels == "state"
@@ -139,5 +226,7 @@ def read_jodie(path: Path, opts: PrepareOptions) -> PreparedInput:
             "time_min": float(time[0]),
             "time_max": float(time[-1]),
             "edge_features": "ignored",
+            "columns": names,
         },
+        **snapshot_counts(src, dst, n, slices, opts),
     )

@@ -53,7 +53,14 @@ from typing import Any
 
 import numpy as np
 
-from hpcdgnn.data.prepare._common import DEFAULT_LAGS, PreparedInput, PrepareOptions, read_input_text
+from hpcdgnn.data.prepare._common import (
+    DEFAULT_LAGS,
+    PreparedInput,
+    PrepareOptions,
+    concat_snapshots,
+    read_input_text,
+    stored_edges_per_slice,
+)
 from hpcdgnn.data.writer import RawSnapshot
 from hpcdgnn.errors import DataError
 
@@ -209,6 +216,8 @@ def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOpt
         raise DataError(f"{path}: {signal.shape[0]} time steps leave no snapshot with --lags {lags}")
     has_weights = dynamic[0][2] is not None
     _check_weights(path, opts, has_weights, [w for _, _, w in dynamic if w is not None])
+    T = signal.shape[0] - lags
+    counts = _counts([dynamic[k][:2] if len(dynamic) > 1 else dynamic[0][:2] for k in range(T)], n, opts)
     return PreparedInput(
         num_vertices=n,
         snapshots=_signal_snapshots(signal, lags, dynamic, opts.labels == "target_bins"),
@@ -222,6 +231,7 @@ def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOpt
             "time_steps": int(signal.shape[0]),
             "zscored": layout in ("montevideo_bus", "england_covid"),
         },
+        **counts,
     )
 
 
@@ -263,6 +273,7 @@ def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> Pre
             True,
             [_array(path, f"{t}.weights", _get(path, data, str(t), "weights"), np.float64, 1) for t in range(T)],
         )
+    counts = _counts([_edges(path, f"{t}.edges", _get(path, data, str(t), "edges"), n) for t in range(T)], n, opts)
     return PreparedInput(
         num_vertices=n,
         snapshots=_twitter_snapshots(path, data, T, n, opts.labels == "target_bins"),
@@ -271,7 +282,15 @@ def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> Pre
         num_classes=2 if opts.labels == "target_bins" else 0,
         has_weights=True,
         source={"layout": "twitter_tennis", "time_steps": T},
+        **counts,
     )
+
+
+def _counts(parts: list[tuple[np.ndarray, np.ndarray]], n: int, opts: PrepareOptions) -> dict[str, list[int]]:
+    """``snapshot_edges`` / ``snapshot_nnz`` of the snapshots' edge lists, for the size estimate."""
+    src, dst, slices = concat_snapshots(parts)
+    edges, nnz = stored_edges_per_slice(src, dst, n, slices, opts.undirected, max(opts.edge_life, opts.mtransform))
+    return {"snapshot_edges": edges, "snapshot_nnz": nnz}
 
 
 def _check_weights(path: Path, opts: PrepareOptions, has_weights: bool, weights: list[np.ndarray]) -> None:

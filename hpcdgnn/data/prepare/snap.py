@@ -10,6 +10,20 @@ column count of the first one (3 or 4). An unparseable token, a wrong column
 count or a file without events raises :class:`~hpcdgnn.errors.DataError`
 naming ``file:line``.
 
+Headers and ``--columns``: a SNAP file has no header, so a first line whose last
+field is a name where the next line has a number (``u,i,ts,label`` above
+``0,1,2.0,0``) is reported as a header, with the ``--columns`` mapping that
+would read it, instead of being misread as data. ``--columns
+src=A,dst=B,time=C[,weight=D]`` reads any delimited file: comma-separated when
+its first line has a comma (empty fields kept, so an unnamed pandas index column
+counts), else whitespace-separated; extra columns are ignored. Values are header
+names (the first line is then the header) or 0-based indices (the first line is
+a header only when its time field is not a number while the next line's is).
+Without ``weight=`` the file has no weight column (``--weights given`` is then an
+error). A bad mapping (unknown key, a key given twice, src/dst/time missing, a
+name not in the header, an index past it, two keys on one column) is a one-line
+``DataError`` naming the file and the key.
+
 Vertices: ids are arbitrary tokens. They are remapped to ``0..N-1`` in sorted
 order of the original id, numerically when every id is an integer (SNAP's
 usual case; bitcoin-alpha's ids 1..7604 with gaps become 0..3782) and
@@ -58,6 +72,7 @@ snapshots are then yielded one at a time.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,18 +80,29 @@ import numpy as np
 
 from hpcdgnn.data.prepare._common import (
     DEFAULT_SNAPSHOTS,
+    REQUIRED_COLUMNS,
     PreparedInput,
     PrepareOptions,
     Slice,
+    describe_header,
+    guess_columns,
+    looks_like_header,
+    parse_columns,
     parse_numbers,
     read_input_text,
     remap_ids,
+    resolve_columns,
     slice_events,
+    split_fields,
+    stored_edges_per_slice,
 )
 from hpcdgnn.data.writer import RawSnapshot
 from hpcdgnn.errors import DataError
 
-__all__ = ["read_snap", "parse_edge_list", "EdgeList"]
+__all__ = ["read_snap", "parse_edge_list", "EdgeList", "SNAP_COLUMN_KEYS", "snapshot_counts", "slicing_kwargs"]
+
+#: ``--columns`` keys for ``--format snap`` (a state label means nothing without JODIE's users).
+SNAP_COLUMN_KEYS = ("src", "dst", "time", "weight")
 
 
 class EdgeList:
@@ -103,26 +129,65 @@ class EdgeList:
         return int(self.vertex_ids.shape[0])
 
 
-def parse_edge_list(path: Path) -> EdgeList:
+def _numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """``(line number, stripped line)`` of every data line: blank and ``#``/``%`` comment lines skipped."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s and s[0] not in "#%":
+            yield lineno, s
+
+
+def _fields(line: str) -> list[str]:
+    return split_fields(line, "," in line)
+
+
+def _header_error(path: Path, lineno: int, header: list[str]) -> DataError:
+    """A header line in a SNAP file: name it, and say how to map it with ``--columns``."""
+    guess = guess_columns(header, ("src", "dst", "time", "weight"))
+    if all(k in guess for k in REQUIRED_COLUMNS):
+        mapping = ",".join(f"{k}={header[i].strip()}" for k, i in guess.items())
+    else:
+        mapping = "src=NAME,dst=NAME,time=NAME[,weight=NAME]"
+    jodie = ""
+    if "label" in guess_columns(header, ("label",)):
+        jodie = " (or --format jodie, which reads JODIE/TGL interaction headers)"
+    return DataError(
+        f"{path}:{lineno}: found a header line ({describe_header(header)}), but --format snap reads headerless"
+        f" 'src dst [weight] time' rows; map the columns with --columns {mapping}{jodie}"
+    )
+
+
+def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeList:
     """Parse a SNAP edge list (see the module docstring for the accepted syntax).
 
     Args:
         path: plain, gzip, xz or bz2 file.
+        columns: a parsed ``--columns`` mapping (keys src, dst, time, optionally weight),
+            or None for the positional ``src dst [weight] time`` layout.
 
     Raises:
-        DataError: ``path:line: problem`` for the first bad line, or ``path: no events``.
+        DataError: ``path:line: problem`` for the first bad line, ``path: no events``, a
+            header line without ``--columns``, or a ``--columns`` value that names no column.
     """
-    text = read_input_text(path)
+    rows = _numbered_lines(read_input_text(path))
+    head = list(itertools.islice(rows, 2))
+    if not head:
+        raise DataError(f"{path}: no events (empty file or only comments)")
+    first, second = _fields(head[0][1]), (_fields(head[1][1]) if len(head) > 1 else None)
+    if columns is not None:
+        return _parse_mapped(path, columns, head, rows)
+    # A header's last field is a name where the data has a time: say so instead of "cannot parse time".
+    if second is not None and looks_like_header(first[-1:], second[-1:]):
+        raise _header_error(path, head[0][0], first)
     cols: list[list[str]] | None = None
     lines: list[int] = []
     first_line = 0
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#%":
-            continue
+    for lineno, s in itertools.chain(head, rows):
         parts = s.replace(",", " ").split()
         if cols is None:
             if len(parts) not in (3, 4):
+                if second is not None and looks_like_header(first, second):
+                    raise _header_error(path, lineno, first)
                 raise DataError(f"{path}:{lineno}: expected 3 or 4 columns (src dst [weight] time), got {len(parts)}")
             cols = [[] for _ in parts]
             first_line = lineno
@@ -131,13 +196,58 @@ def parse_edge_list(path: Path) -> EdgeList:
         for c, p in zip(cols, parts, strict=True):
             c.append(p)
         lines.append(lineno)
-    if cols is None:
-        raise DataError(f"{path}: no events (empty file or only comments)")
     time = parse_numbers(cols[-1], lines, path, "time")
     weight = parse_numbers(cols[2], lines, path, "weight").astype(np.float64) if len(cols) == 4 else None
     index, vertex_ids = remap_ids(cols[0] + cols[1])
     e = len(lines)
     return EdgeList(index[:e], index[e:], time, weight, vertex_ids)
+
+
+def _parse_mapped(
+    path: Path, columns: dict[str, str], head: list[tuple[int, str]], rows: Iterator[tuple[int, str]]
+) -> EdgeList:
+    """``--columns``: any delimited file, with a header (names) or without (0-based indices).
+
+    The delimiter is a comma when the first line has one, else whitespace. The first line
+    is a header when a mapped value is not an index, or when its time field is not a number
+    while the next line's is.
+    """
+    comma = "," in head[0][1]
+    first = split_fields(head[0][1], comma)
+    second = split_fields(head[1][1], comma) if len(head) > 1 else None
+    by_name = any(not v.isdigit() for v in columns.values())
+    header = None
+    if by_name:
+        header = first
+    elif columns["time"].isdigit() and second is not None:
+        t = int(columns["time"])
+        if t < len(first) and t < len(second) and looks_like_header([first[t]], [second[t]]):
+            header = first
+    index = resolve_columns(columns, header, path, head[0][0])
+    keys = [k for k in ("src", "dst", "time", "weight") if k in index]
+    need = max(index.values()) + 1
+    want = ",".join(f"{k}={columns[k]}" for k in keys)
+    data: dict[str, list[str]] = {k: [] for k in keys}
+    lines: list[int] = []
+    it = itertools.chain(head, rows)
+    if header is not None:
+        next(it)
+    for lineno, s in it:
+        parts = split_fields(s, comma)
+        if len(parts) < need:
+            raise DataError(f"{path}:{lineno}: expected at least {need} columns for --columns {want}, got {len(parts)}")
+        for k in keys:
+            data[k].append(parts[index[k]])
+        lines.append(lineno)
+    if not lines:
+        raise DataError(f"{path}: no events (header only)")
+    time = parse_numbers(data["time"], lines, path, f"time (column {columns['time']})")
+    weight = None
+    if "weight" in data:
+        weight = parse_numbers(data["weight"], lines, path, f"weight (column {columns['weight']})").astype(np.float64)
+    idx, vertex_ids = remap_ids(data["src"] + data["dst"])
+    e = len(lines)
+    return EdgeList(idx[:e], idx[e:], time, weight, vertex_ids)
 
 
 def _snapshots(edges: EdgeList, slices: list[Slice]) -> Iterator[RawSnapshot]:
@@ -159,9 +269,12 @@ def read_snap(path: Path, opts: PrepareOptions) -> PreparedInput:
     Raises:
         DataError: bad input, or ``--weights given`` without a usable weight column.
     """
-    edges = parse_edge_list(path)
+    columns = None if opts.columns is None else parse_columns(opts.columns, path, SNAP_COLUMN_KEYS, "snap")
+    edges = parse_edge_list(path, columns)
     if opts.weights == "given":
         if edges.weight is None:
+            if columns is not None:
+                raise DataError(f"{path}: --weights given needs weight=COLUMN in --columns")
             raise DataError(f"{path}: --weights given needs a weight column (src dst weight time); this file has 3")
         if (edges.weight < 0).any():
             raise DataError(
@@ -169,13 +282,26 @@ def read_snap(path: Path, opts: PrepareOptions) -> PreparedInput:
                 " use --weights ones or count"
             )
     slices = slice_events(edges.time, path, **slicing_kwargs(opts))
+    source = {"events": int(edges.src.shape[0]), "time_min": float(edges.time[0]), "time_max": float(edges.time[-1])}
+    if columns is not None:
+        source["columns"] = columns
     return PreparedInput(
         num_vertices=edges.num_vertices,
         snapshots=_snapshots(edges, slices),
         vertex_ids=edges.vertex_ids,
         has_weights=edges.weight is not None,
-        source={"events": int(edges.src.shape[0]), "time_min": float(edges.time[0]), "time_max": float(edges.time[-1])},
+        source=source,
+        **snapshot_counts(edges.src, edges.dst, edges.num_vertices, slices, opts),
     )
+
+
+def snapshot_counts(
+    src: np.ndarray, dst: np.ndarray, n: int, slices: list[Slice], opts: PrepareOptions
+) -> dict[str, list[int]]:
+    """``snapshot_edges`` / ``snapshot_nnz`` of :class:`PreparedInput` (exact, for the size estimate)."""
+    window = max(opts.edge_life, opts.mtransform)
+    edges, nnz = stored_edges_per_slice(src, dst, n, slices, opts.undirected, window)
+    return {"snapshot_edges": edges, "snapshot_nnz": nnz}
 
 
 def slicing_kwargs(opts: PrepareOptions) -> dict[str, float | int | None]:

@@ -1,0 +1,172 @@
+"""Stall watchdog: a rank that makes no progress for ``comm.stall_timeout_s`` ends the job.
+
+A rank that stops (SIGSTOP, a hung file system, a deadlock in a library) leaves
+every other rank waiting in its next collective forever: MPI has no timeout.
+This module runs one daemon thread per rank over its own duplicate of the
+communicator, so its messages never match the training collectives:
+
+* every rank but 0 sends rank 0 a heartbeat every ``interval`` seconds — how many
+  communicator calls it has completed, the tag of the call it is in (``""`` when
+  computing) and for how long it has made no progress — and waits for the reply;
+* rank 0 answers each heartbeat with its own state and checks everyone's:
+  a rank that has not been heard from for ``timeout`` seconds, or whose call count
+  has not moved for ``timeout`` seconds, stalls the job;
+* a rank that gets no reply from rank 0 for ``timeout`` seconds reports rank 0.
+
+The one that notices prints one line naming the stalled rank(s) and the
+collective they were last in (``hpcdgnn: error: stalled: ...``) and calls
+``MPI_Abort`` with :data:`~hpcdgnn.errors.EXIT_STALLED`, which ends every rank —
+a SIGSTOPped one too. Progress is measured by completed communicator calls
+(:class:`~hpcdgnn.comm.communicator.CommStats`), so the timeout must exceed
+the longest computation between two collectives; ranks that merely wait inside
+a collective for a slow peer are victims, and only named when every rank waits
+(a mismatched collective). Durations, never clock readings, cross the wire:
+nodes' clocks need not agree.
+
+Needs ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it by default); without it the
+watchdog is off and says so. The trainer runs it from the first epoch to the
+summary (setup phases such as METIS on rank 0 may legitimately run long alone).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+from hpcdgnn.errors import EXIT_STALLED
+
+__all__ = ["Watchdog"]
+
+_BEAT, _BYE = 1, 2  # message tags on the watchdog's own communicator
+
+
+def _state(stats) -> dict[str, Any]:
+    """This rank's progress as durations (seconds), safe to compare across nodes."""
+    now = time.monotonic()
+    return {"completed": stats.completed, "current": stats.current,
+            "in_call": now - stats.entered if stats.current else 0.0, "idle": now - stats.progressed}
+
+
+def _describe(rank: int, st: dict[str, Any], silent: float | None) -> str:
+    where = f"in collective '{st['current']}'" if st["current"] else "computing, after its last collective"
+    heard = f", not heard from for {silent:.1f} s" if silent is not None else ""
+    return f"rank {rank} ({where}, no progress for {st['idle']:.1f} s{heard}, {st['completed']} calls done)"
+
+
+class Watchdog:
+    """One rank's watchdog thread; :meth:`start` and :meth:`stop` are collective."""
+
+    def __init__(self, comm, timeout: float, log=None) -> None:
+        self.comm, self.timeout = comm, float(timeout)
+        self.interval = max(0.2, min(self.timeout / 4, 30.0))
+        self.poll = min(0.1, self.interval / 4)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wcomm: Any = None
+        self._log = log
+
+    @classmethod
+    def start(cls, comm, timeout: float, log=None) -> Watchdog | None:
+        """Start the watchdog on every rank (collective); ``None`` when off (P = 1, timeout 0, no threads)."""
+        if comm.size == 1 or timeout <= 0:
+            return None
+        MPI = comm._MPI
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            if comm.rank == 0 and log is not None:
+                log.info("stall watchdog off: the MPI library gives no MPI_THREAD_MULTIPLE")
+            return None
+        dog = cls(comm, timeout, log)
+        dog._wcomm = comm._comm.Dup()
+        dog._thread = threading.Thread(target=dog._run, name="hpcdgnn-watchdog", daemon=True)
+        dog._thread.start()
+        return dog
+
+    def stop(self) -> None:
+        """End the thread on every rank (collective): the workers say goodbye, rank 0 waits for all."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._wcomm.Free()
+
+    # -- the thread -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._serve() if self.comm.rank == 0 else self._beat()
+        except Exception as e:  # a watchdog bug must not pass silently, nor hang the job
+            sys.stderr.write(f"rank {self.comm.rank}/{self.comm.size}: watchdog failed: {e!r}\n")
+            sys.stderr.flush()
+            self.comm.abort(1)
+
+    def _abort(self, message: str) -> None:
+        sys.stdout.flush()
+        sys.stderr.write(f"[rank {self.comm.rank}] hpcdgnn: error: stalled: {message}; ending the job "
+                         f"(comm.stall_timeout_s = {self.timeout:g}; raise it if a rank is only slow)\n")
+        sys.stderr.flush()
+        self.comm.abort(EXIT_STALLED)
+
+    def _beat(self) -> None:
+        """Ranks > 0: a heartbeat every interval, each answered by rank 0 before the next."""
+        w, last_reply = self._wcomm, time.monotonic()
+        while True:
+            w.send(_state(self.comm.stats), dest=0, tag=_BEAT)
+            req = w.irecv(source=0, tag=_BEAT)
+            tick = time.monotonic()
+            while True:
+                done, reply = req.test()
+                if done:
+                    break
+                now = time.monotonic()
+                if now - tick > max(1.0, self.timeout / 2):  # this process was frozen (SIGSTOP, swapped
+                    last_reply = now  # out): the silence is its own, rank 0 judges it, not we rank 0
+                tick = now
+                silent = now - last_reply
+                if silent > self.timeout:
+                    self._abort(_describe(0, {"completed": "?", "current": "", "idle": silent}, silent)
+                                .replace("computing, after its last collective", "not answering"))
+                time.sleep(self.poll)
+            last_reply = time.monotonic()
+            if self._stop.wait(self.interval):
+                w.send(None, dest=0, tag=_BYE)
+                return
+
+    def _serve(self) -> None:
+        """Rank 0: answer heartbeats, watch everyone's progress, leave once every rank said goodbye."""
+        w, size = self._wcomm, self.comm.size
+        start = time.monotonic()
+        heard = {r: (start, {"completed": 0, "current": "", "in_call": 0.0, "idle": 0.0}) for r in range(1, size)}
+        gone: set[int] = set()
+        status = self.comm._MPI.Status()
+        while not (self._stop.is_set() and len(gone) == size - 1):
+            while w.iprobe(source=self.comm._MPI.ANY_SOURCE, tag=self.comm._MPI.ANY_TAG, status=status):
+                src, tag = status.Get_source(), status.Get_tag()
+                msg = w.recv(source=src, tag=tag)
+                if tag == _BYE:
+                    gone.add(src)
+                else:
+                    heard[src] = (time.monotonic(), msg)
+                    w.send(_state(self.comm.stats), dest=src, tag=_BEAT)
+            if not self._stop.is_set():
+                self._check(heard, gone)
+            time.sleep(self.poll)
+
+    def _check(self, heard: dict[int, tuple[float, dict]], gone: set[int]) -> None:
+        """Abort when some rank made no progress for the timeout (rank 0 judges, from the latest beats)."""
+        now = time.monotonic()
+        states = {0: (0.0, _state(self.comm.stats))}
+        for r, (t, st) in heard.items():
+            if r not in gone:
+                age = now - t
+                states[r] = (age, dict(st, idle=st["idle"] + age, in_call=st["in_call"] + age if st["current"] else 0))
+        stalled = {r: v for r, v in states.items() if v[1]["idle"] > self.timeout or v[0] > self.timeout}
+        if not stalled:
+            return
+        silent = [r for r, (age, _) in stalled.items() if age > self.timeout]
+        computing = [r for r, (_, st) in stalled.items() if not st["current"]]
+        culprits = silent or computing or sorted(stalled)  # everyone waiting: a mismatched collective
+        text = "; ".join(_describe(r, states[r][1], states[r][0] if r in silent else None) for r in culprits)
+        waiting = sorted({st["current"] for r, (_, st) in states.items() if r not in culprits and st["current"]})
+        if waiting:
+            text += f"; the other ranks wait in {', '.join(repr(c) for c in waiting)}"
+        self._abort(text)

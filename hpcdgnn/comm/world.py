@@ -1,0 +1,139 @@
+"""Is this MPI world the one the launcher started?
+
+A launcher whose process-management interface the MPI library does not speak starts P processes that
+each initialise a 1-rank MPI world (a "singleton"): ``srun`` with its default PMI, or ``--mpi=pmi2``,
+running an Open MPI 5 that only speaks PMIx; or the ``mpirun`` of one MPI running a Python whose mpi4py
+was built against another. Each process then trains alone and they race for one run directory.
+:func:`check_world_size` compares ``MPI_COMM_WORLD``'s size with what the launcher asked for and says
+which launch to use instead.
+
+What the launcher asked for comes from the variables it sets for each process it starts, most specific
+first (the first one present decides):
+
+``OMPI_COMM_WORLD_SIZE``
+    Open MPI's ``mpirun``/``prterun`` (and IBM's ``jsrun`` for Spectrum MPI). Present before
+    ``MPI_Init``; a singleton does not set it.
+``MV2_COMM_WORLD_SIZE``
+    MVAPICH2's ``mpirun_rsh``.
+``PMI_SIZE``
+    A PMI-1/PMI-2 server: MPICH's or Intel MPI's ``mpiexec`` (Hydra), or ``srun --mpi=pmi2``.
+``JSM_NAMESPACE_SIZE``
+    LSF's ``jsrun``.
+``SLURM_STEP_NUM_TASKS`` (else ``SLURM_NTASKS``/``SLURM_NPROCS``)
+    only inside an ``srun`` job step (``SLURM_STEP_ID``/``SLURM_STEPID`` set, not the batch or extern
+    step). In the batch script or an ``salloc`` shell, ``SLURM_NTASKS`` is the allocation's task count, not
+    this world's.
+
+The order matters. ``mpirun`` inside a Slurm allocation starts its daemons with ``srun`` (one task per
+node), so ranks it starts on other nodes inherit that step's ``SLURM_STEP_NUM_TASKS``, the node count;
+the launcher's own ``OMPI_COMM_WORLD_SIZE``/``PMI_SIZE`` comes first. ``PMIX_*`` variables name the
+PMIx namespace and rank but not its size, and Hydra's ``MPI_LOCALNRANKS`` counts one node's ranks
+only, so neither is used. ``os.environ`` is Python's copy of the environment at start-up: what the
+MPI library itself may set while initialising is not in it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+__all__ = ["check_world_size", "expected_world_size"]
+
+# Slurm's step ids that are not srun steps: the batch script, the extern step, an interactive allocation
+_NOT_SRUN_STEPS = {"batch", "extern", "interactive", "4294967294", "4294967295", "4294967293", "4294967292"}
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        n = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def _in_srun_step(environ: Mapping[str, str]) -> bool:
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID"))
+    return step is not None and step.strip() != "" and step.strip() not in _NOT_SRUN_STEPS
+
+
+def expected_world_size(environ: Mapping[str, str] = os.environ) -> tuple[int, str] | None:
+    """``(size, launcher)`` the launcher of this process asked for, or None when it does not say.
+
+    ``launcher`` is ``"mpirun"`` (Open MPI, MVAPICH2), ``"mpiexec"`` (a PMI server such as Hydra),
+    ``"srun"`` or ``"jsrun"``.
+    """
+    srun = _in_srun_step(environ)
+    for var, launcher in (("OMPI_COMM_WORLD_SIZE", "mpirun"), ("MV2_COMM_WORLD_SIZE", "mpirun")):
+        n = _int(environ.get(var))
+        if n is not None:
+            return n, launcher
+    n = _int(environ.get("PMI_SIZE"))
+    if n is not None:
+        # srun --mpi=pmi2 sets PMI_SIZE itself; Hydra's proxies started by srun do not set SLURM_MPI_TYPE=pmi*
+        from_srun = srun and environ.get("SLURM_MPI_TYPE", "").startswith("pmi")
+        return n, "srun" if from_srun else "mpiexec"
+    n = _int(environ.get("JSM_NAMESPACE_SIZE"))
+    if n is not None:
+        return n, "jsrun"
+    if srun:
+        for var in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"):
+            n = _int(environ.get(var))
+            if n is not None:
+                return n, "srun"
+    return None
+
+
+def _mpi_library() -> str:
+    """The MPI library mpi4py uses (first line of MPI_Get_library_version), '' when mpi4py is not loaded."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None:
+        return ""
+    try:
+        return str(mpi.Get_library_version()).replace("\0", "").strip().splitlines()[0].strip()
+    except Exception:  # noqa: BLE001 - only a hint for the message
+        return ""
+
+
+def _srun_advice(library: str) -> str:
+    lib = library.lower()
+    if "open mpi" in lib or "spectrum mpi" in lib:
+        return "use HPCDGNN_SRUN_MPI=pmix (srun --mpi=pmix) or HPCDGNN_LAUNCHER=mpirun"
+    if any(s in lib for s in ("mpich", "intel", "mvapich")):
+        return "use HPCDGNN_SRUN_MPI=pmi2 (or pmix where this MPI was built with PMIx) or HPCDGNN_LAUNCHER=mpirun"
+    return "use HPCDGNN_SRUN_MPI=pmix (Open MPI) or pmi2 (MPICH, Intel MPI), or HPCDGNN_LAUNCHER=mpirun"
+
+
+def check_world_size(size: int, environ: Mapping[str, str] = os.environ, *, library: str | None = None) -> str | None:
+    """A one-line error when this MPI world has ``size`` ranks but the launcher started another number.
+
+    ``library`` is the MPI library's version string (default: what mpi4py reports, when it is loaded); it
+    only picks the advice. Returns None when the sizes agree or the environment names no launcher size
+    (a plain ``python -m hpcdgnn run``, or a launcher this module does not know).
+    """
+    expected = expected_world_size(environ)
+    if expected is None or expected[0] == size:
+        return None
+    n, launcher = expected
+    if library is None:
+        library = _mpi_library()
+    lib = f" ({library})" if library else ""
+    if launcher == "srun":
+        mpi_type = environ.get("SLURM_MPI_TYPE", "")
+        pmi = f"srun --mpi={mpi_type}" if mpi_type else "srun's default PMI"
+        if size == 1:
+            return (
+                f"srun started {n} tasks but each is a 1-rank MPI world: the MPI library{lib} does not speak "
+                f"{pmi}; {_srun_advice(library)}"
+            )
+        return (
+            f"srun started {n} tasks but this MPI world has {size} ranks: the MPI library{lib} does not match "
+            f"{pmi}; {_srun_advice(library)}"
+        )
+    what = {"mpirun": "processes", "mpiexec": "processes", "jsrun": "tasks"}[launcher]
+    each = "each is a 1-rank MPI world" if size == 1 else f"this MPI world has {size} ranks"
+    return (
+        f"{launcher} started {n} {what} but {each}: the launcher and the MPI library of mpi4py{lib} come from "
+        f"different MPI installations; launch with the {launcher} of the MPI mpi4py was built with "
+        f"(HPCDGNN_MPIRUN=/path/to/mpirun), or rebuild mpi4py against this launcher's MPI"
+    )

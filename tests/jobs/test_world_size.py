@@ -1,0 +1,148 @@
+"""hpcdgnn.comm.world.check_world_size against the environments real launchers give their processes.
+
+The environments below are what Slurm 22.05 (srun with no --mpi, --mpi=pmi2, --mpi=pmix) and Open MPI
+5's mpirun gave the processes of a 2-task job on the single-node test cluster (tests/jobs/slurm_setup.sh),
+cut to the variables that matter; Hydra's and mpirun-across-nodes' are from their documentation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdgnn.comm.world import check_world_size, expected_world_size
+
+OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
+MPICH = "MPICH Version:      4.1.2"
+
+ALLOCATION = {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_JOB_NUM_NODES": "1"}
+STEP = {
+    **ALLOCATION,
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEPID": "0",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_PROCID": "1",
+}
+SRUN_DEFAULT = STEP  # MpiDefault=none: no SLURM_MPI_TYPE, no PMI variables
+SRUN_PMI2 = {**STEP, "SLURM_MPI_TYPE": "pmi2", "PMI_SIZE": "2", "PMI_RANK": "1", "PMI_FD": "13"}
+SRUN_PMIX = {**STEP, "SLURM_MPI_TYPE": "pmix", "PMIX_NAMESPACE": "slurm.pmix.1.2", "PMIX_RANK": "1"}
+# Open MPI's mpirun inside the allocation: SLURM_NTASKS is the allocation's; on other nodes the ranks
+# inherit the srun step of mpirun's daemons (one task per node)
+MPIRUN = {**ALLOCATION, "OMPI_COMM_WORLD_SIZE": "2", "PRTE_LAUNCHED": "1", "PMIX_RANK": "0"}
+MPIRUN_REMOTE = {**MPIRUN, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"}
+HYDRA = {"PMI_SIZE": "4", "PMI_RANK": "3", "MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "1"}
+HYDRA_IN_SLURM = {**HYDRA, **ALLOCATION, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2"}
+
+
+@pytest.mark.parametrize(
+    "env, size",
+    [
+        (SRUN_PMIX, 2),
+        (MPIRUN, 2),
+        (MPIRUN_REMOTE, 2),
+        (HYDRA, 4),
+        (HYDRA_IN_SLURM, 4),
+        ({**SRUN_PMI2}, 2),  # an MPI that speaks PMI-2 (MPICH)
+        ({}, 1),  # plain python: nothing to compare with
+        ({}, 3),
+    ],
+    ids=["srun-pmix", "mpirun", "mpirun-remote-node", "hydra", "hydra-in-slurm", "srun-pmi2-mpich", "bare", "bare-3"],
+)
+def test_the_world_the_launcher_started_is_fine(env, size):
+    """Sizes that agree, and environments that name no launcher size, are no error."""
+    assert check_world_size(size, env, library=OPEN_MPI) is None
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        ALLOCATION,  # the batch script or an salloc shell: SLURM_NTASKS is the allocation's
+        {**ALLOCATION, "SLURM_STEP_ID": "batch"},
+        {**ALLOCATION, "SLURM_STEP_ID": "4294967294"},  # the batch step by number
+        {**ALLOCATION, "SLURM_STEP_ID": "extern"},
+    ],
+    ids=["allocation", "batch-step", "batch-step-number", "extern-step"],
+)
+def test_an_allocation_s_task_count_is_not_this_world_s(env):
+    """One python run in a 2-task allocation (no srun) is a legitimate 1-rank run."""
+    assert expected_world_size(env) is None
+    assert check_world_size(1, env) is None
+
+
+def test_srun_default_pmi_with_open_mpi():
+    """The issue: srun without --mpi starts 2 singletons; the message names the fix."""
+    msg = check_world_size(1, SRUN_DEFAULT, library=OPEN_MPI)
+    assert msg is not None and "\n" not in msg
+    assert msg.startswith("srun started 2 tasks but each is a 1-rank MPI world")
+    assert "srun's default PMI" in msg and "Open MPI v5.0.11" in msg
+    assert "HPCDGNN_SRUN_MPI=pmix" in msg and "HPCDGNN_LAUNCHER=mpirun" in msg
+
+
+def test_srun_pmi2_with_open_mpi():
+    """With srun --mpi=pmi2 and an MPI that does not speak PMI-2: PMI_SIZE comes from srun, named as such."""
+    msg = check_world_size(1, SRUN_PMI2, library=OPEN_MPI)
+    assert msg is not None
+    assert msg.startswith("srun started 2 tasks but each is a 1-rank MPI world") and "srun --mpi=pmi2" in msg
+    assert "HPCDGNN_SRUN_MPI=pmix" in msg
+
+
+def test_srun_pmix_with_an_mpi_without_pmix():
+    """With srun --mpi=pmix and MPICH built without PMIx: the advice is PMI-2."""
+    msg = check_world_size(1, SRUN_PMIX, library=MPICH)
+    assert msg is not None and "srun --mpi=pmix" in msg and "HPCDGNN_SRUN_MPI=pmi2" in msg
+
+
+def test_unknown_library_gets_both_advices():
+    """Without a library name the message lists both PMI choices and mpirun."""
+    msg = check_world_size(1, SRUN_DEFAULT, library="")
+    assert msg is not None and "pmix (Open MPI)" in msg and "pmi2 (MPICH" in msg and "HPCDGNN_LAUNCHER=mpirun" in msg
+
+
+def test_srun_partial_world():
+    """A world that is neither 1 nor the task count is still reported."""
+    msg = check_world_size(2, {**SRUN_PMIX, "SLURM_STEP_NUM_TASKS": "4"}, library=OPEN_MPI)
+    assert msg is not None and msg.startswith("srun started 4 tasks but this MPI world has 2 ranks")
+
+
+def test_step_num_tasks_wins_over_ntasks():
+    """In a step, SLURM_STEP_NUM_TASKS is the step's count; SLURM_NTASKS may be the allocation's (older Slurm)."""
+    env = {**SRUN_PMIX, "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "2"}
+    assert expected_world_size(env) == (2, "srun")
+    assert check_world_size(2, env) is None
+    old = {k: v for k, v in SRUN_PMIX.items() if k not in ("SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID")}
+    assert expected_world_size(old) == (2, "srun")  # SLURM_STEPID alone (old name) and SLURM_NTASKS
+
+
+def test_mpirun_of_another_mpi():
+    """Hydra's mpiexec running an Open MPI mpi4py: each process is a singleton; the message names the mismatch."""
+    msg = check_world_size(1, HYDRA, library=OPEN_MPI)
+    assert msg is not None and "\n" not in msg
+    assert msg.startswith("mpiexec started 4 processes but each is a 1-rank MPI world")
+    assert "different MPI installations" in msg and "HPCDGNN_MPIRUN" in msg
+    msg = check_world_size(1, MPIRUN, library=MPICH)
+    assert msg is not None and msg.startswith("mpirun started 2 processes")
+
+
+def test_launcher_variables_win_over_the_slurm_step():
+    """For mpirun across nodes: the daemons' srun step says 1 task, OMPI_COMM_WORLD_SIZE says 2."""
+    assert expected_world_size(MPIRUN_REMOTE) == (2, "mpirun")
+    assert expected_world_size(HYDRA_IN_SLURM) == (4, "mpiexec")
+    assert expected_world_size(SRUN_PMI2) == (2, "srun")
+    assert expected_world_size({"JSM_NAMESPACE_SIZE": "12"}) == (12, "jsrun")
+
+
+def test_garbage_values_are_ignored():
+    """Unparsable or non-positive sizes are not a launcher's word."""
+    assert expected_world_size({"OMPI_COMM_WORLD_SIZE": "x", "PMI_SIZE": "0"}) is None
+    assert check_world_size(1, {**STEP, "SLURM_STEP_NUM_TASKS": "", "SLURM_NTASKS": "", "SLURM_NPROCS": ""}) is None
+
+
+def test_library_from_mpi4py(monkeypatch):
+    """Without library=, the name comes from mpi4py when it is loaded."""
+    import sys
+    import types
+
+    fake = types.SimpleNamespace(Get_library_version=lambda: OPEN_MPI + "\x00\nmore")  # C strings end in NUL
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
+    msg = check_world_size(1, SRUN_DEFAULT)
+    assert msg is not None and "(Open MPI v5.0.11" in msg and "HPCDGNN_SRUN_MPI=pmix or" not in msg.split(";")[0]

@@ -1,0 +1,156 @@
+"""perf/scaling.py ``plot`` on hand-written run directories: bar height = printed ``epoch s``, mixed work refused.
+
+The run directories are written with the same files and keys a real run writes
+(``config.resolved.yaml``, ``plan.json``, ``metrics.jsonl`` records built with
+:func:`hpcdgnn.metrics.timers.summarize_over_ranks` as the epoch recorder does,
+``summary.json`` with ``metrics/summary.py``'s keys), but with chosen epoch
+times, so no MPI launch is needed and nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+
+import numpy as np
+import pytest
+import yaml
+
+from hpcdgnn.metrics.timers import TIME_SPLIT, summarize_over_ranks
+from tests.conftest import REPO
+
+
+def _scaling():
+    spec = importlib.util.spec_from_file_location("perf_scaling", REPO / "perf" / "scaling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+MODEL = {"name": "tmgcn", "layers": 2, "hidden": 4, "window": 3}
+TASK = {"name": "link_prediction", "split": [0.7, 0.15, 0.15], "negatives": 1, "decoder_hidden": 16}
+
+
+def _run_dir(root, name, P, N, T, epochs, data, model=MODEL, task=TASK, strategy="snapshot"):
+    """A finished run: ``epochs`` is one (P, 4) list of per-rank [epoch, load, compute, comm] per epoch."""
+    d = root / name
+    d.mkdir()
+    cfg = {"data": {"path": str(data), "validate": "structure"}, "model": model, "task": task,
+           "strategy": {"name": strategy}, "train": {"epochs": len(epochs), "warmup_epochs": 1, "threads": 1}}
+    (d / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
+    (d / "plan.json").write_text(json.dumps({"kind": "snapshot", "num_ranks": P, "num_snapshots": T,
+                                             "num_vertices": N}))
+    records = []
+    for e, per_rank in enumerate(epochs, 1):
+        times = summarize_over_ranks(np.asarray(per_rank, dtype=float))
+        records.append({"epoch": e, "warmup": e <= 1, "loss": 0.5, "time": {k: times[k] for k in TIME_SPLIT},
+                        "slowest_rank": times["slowest_rank"], "slowest": times["slowest"],
+                        "per_rank": {k: [row[i] for row in per_rank] for i, k in enumerate(TIME_SPLIT)},
+                        "bytes_sent": 1000 * (P - 1), "bytes_by_tag": {}, "transfer_bytes": 0})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    steady = [r for r in records if not r["warmup"]]
+    summary = {
+        "status": "completed", "epochs": len(records), "final": records[-1],
+        "steady_epoch_seconds": {"median": float(np.median([r["time"]["epoch"]["max"] for r in steady])),
+                                 "mean": float(np.mean([r["time"]["epoch"]["max"] for r in steady]))},
+        "memory": {"peak_rss_bytes": [1] * P, "engine_bytes": [1] * P, "activation_peak_bytes": [1] * P,
+                   "engine_peak_bytes": [2] * P, "host_payload_bytes": [0] * P},
+        "environment": {"num_ranks": P, "threads_per_rank": 1, "device": "cpu", "host": "elsewhere"},
+    }
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def _epochs(P, slowest):
+    """Per-epoch per-rank splits; rank 0 is the slowest with [epoch, load, compute, comm] parts summing to it."""
+    out = []
+    for t in slowest:
+        load, comm = 0.1 * t, 0.2 * t
+        fast = [0.5 * t, 0.05 * t, 0.35 * t, 0.1 * t]
+        out.append([[t, load, t - load - comm, comm]] + [fast] * (P - 1))
+    return out
+
+
+def _dataset(tmp_path, name, content):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "manifest.json").write_text(content)
+    return d
+
+
+def test_bar_height_is_the_printed_epoch_time(tmp_path, monkeypatch, capsys):
+    """Steady epochs 1.0, 3.0, 1.2, 1.1 (mean 1.575, median 1.15): the bar and the table both say 1.150."""
+    import matplotlib.axes
+
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    r1 = _run_dir(tmp_path, "run-p1", 1, 50, 8, _epochs(1, [9.0, 1.0, 3.0, 1.2, 1.1]), data)
+    r2 = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [5.0, 0.7, 0.6, 0.9]), data)
+    bars = []
+    real_bar = matplotlib.axes.Axes.bar
+
+    def spy(self, x, height, *args, bottom=None, **kw):
+        bars.append((list(x), list(height), list(bottom)))
+        return real_bar(self, x, height, *args, bottom=bottom, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", spy)
+    out = tmp_path / "plot"
+    scaling.main(["plot", "--out", str(out), str(r2), str(r1)])
+    printed = capsys.readouterr().out.splitlines()
+    rows = {int(line.split()[0]): float(line.split()[2]) for line in printed if line.split()[:1] in (["1"], ["2"])}
+    assert rows == {1: 1.15, 2: 0.7}  # medians: (1.1 + 1.2) / 2 and the middle of 0.6, 0.7, 0.9
+    tops = [bottom + height for bottom, height in zip(bars[-1][2], bars[-1][1], strict=True)]
+    for top, run, P in zip(tops, (r1, r2), (1, 2), strict=True):
+        median = json.loads((run / "summary.json").read_text())["steady_epoch_seconds"]["median"]
+        assert top == pytest.approx(median, rel=1e-12) == pytest.approx(rows[P], abs=5e-4)
+    assert (out / "time_split.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_strong_scaling_refuses_different_datasets(tmp_path):
+    """Different manifests (or N) are refused, naming both runs; an identical copy elsewhere is accepted."""
+    scaling = _scaling()
+    a = _dataset(tmp_path, "a", '{"N": 50}')
+    b = _dataset(tmp_path, "b", '{"N": 60}')
+    r1 = _run_dir(tmp_path, "run-p1", 1, 50, 8, _epochs(1, [2.0, 1.0]), a)
+    r2 = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [2.0, 0.6]), b)
+    with pytest.raises(SystemExit) as e:
+        scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+    msg = str(e.value)
+    assert str(r1) in msg and str(r2) in msg and "dataset (manifest.json sha256) differs" in msg
+    assert not (tmp_path / "o" / "scaling.csv").exists()
+    # the same manifest copied elsewhere (as on a cluster scratch dir) is the same dataset
+    shutil.copy(a / "manifest.json", b / "manifest.json")
+    scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+    # different N with the dataset not readable here: refused on N
+    r3 = _run_dir(tmp_path, "run-p4", 4, 64, 8, _epochs(4, [2.0, 0.4]), tmp_path / "gone")
+    with pytest.raises(SystemExit, match=r"run-p4 \(P=4\): N \(vertices\) differs \(50 vs 64\)"):
+        scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r3)])
+
+
+@pytest.mark.parametrize(
+    "change,what",
+    [({"model": {**MODEL, "name": "cdgcn"}}, "model"), ({"task": {**TASK, "name": "node_classification"}}, "task"),
+     ({"strategy": "vertex"}, "strategy")],
+)
+def test_refuses_different_model_task_or_strategy(tmp_path, change, what):
+    """Same dataset, but another model, task or strategy: no speed-up between them."""
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    r1 = _run_dir(tmp_path, "run-p1", 1, 50, 8, _epochs(1, [2.0, 1.0]), data)
+    r2 = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [2.0, 0.6]), data, **change)
+    with pytest.raises(SystemExit, match=rf"cannot compare .*run-p1 \(P=1\) with .*run-p2 \(P=2\): {what} differs"):
+        scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+
+
+def test_weak_scaling_needs_same_vertices_per_rank(tmp_path):
+    """Weak scaling compares different graphs by design, but only at the same N/P and T."""
+    scaling = _scaling()
+    r1 = _run_dir(tmp_path, "run-p1", 1, 300, 5, _epochs(1, [2.0, 1.0]), _dataset(tmp_path, "g1", '{"N": 300}'))
+    r2 = _run_dir(tmp_path, "run-p2", 2, 600, 5, _epochs(2, [2.0, 1.25]), _dataset(tmp_path, "g2", '{"N": 600}'))
+    scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+    rows = (tmp_path / "o" / "scaling.csv").read_text().splitlines()
+    assert rows[2].split(",")[13] == "0.8"  # efficiency t1 / t2 = 1.0 / 1.25
+    r3 = _run_dir(tmp_path, "run-p4", 4, 1000, 5, _epochs(4, [2.0, 1.5]), _dataset(tmp_path, "g4", '{"N": 1000}'))
+    with pytest.raises(SystemExit, match=r"vertices per rank N/P differs \(300\.0 vs 250\.0\)"):
+        scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o"), str(r1), str(r3)])

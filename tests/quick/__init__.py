@@ -1,0 +1,1 @@
+"""The quick subset's definition (tests/quick.txt)."""

@@ -1,0 +1,177 @@
+"""``hpcdgnn-mpirun`` (hpcdgnn/launch.py): the launcher the README and jobs/local.sh, quickstart.sh use.
+
+Open MPI gets the root variables only as root and ``--oversubscribe`` only with more ranks than cores;
+MPICH and others get nothing; every argument passes through unchanged; SIGTERM/SIGINT reach mpirun as SIGUSR1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcdgnn import launch
+from hpcdgnn.launch import ROOT_VARS, plan, requested_ranks
+from tests.conftest import REPO
+
+ARGS = ["--bind-to", "core", "-x", "OMP_NUM_THREADS", "-np", "4", "python", "-m", "hpcdgnn", "run", "j.yaml", "-n", "9"]
+
+
+def _env(**extra) -> dict[str, str]:
+    return {k: v for k, v in {**os.environ, **extra}.items() if not k.startswith(("OMPI_", "SLURM_", "LSB_", "PBS_"))}
+
+
+def test_open_mpi_as_root_on_fewer_cores():
+    """Root and 4 ranks on 2 cores: both root variables and --oversubscribe, the arguments after it."""
+    got = plan(ARGS, "/x/mpirun", "openmpi", euid=0, cores=2, environ={})
+    assert got.env == {var: "1" for var in ROOT_VARS}
+    assert got.argv == ["/x/mpirun", "--oversubscribe", *ARGS]
+    assert got.words()[:3] == ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"]
+
+
+def test_open_mpi_adds_only_what_is_needed():
+    """Not root: no variables; enough cores: no --oversubscribe; variables already set are kept."""
+    got = plan(ARGS, "mpirun", "openmpi", euid=1000, cores=2, environ={})
+    assert got.words() == ["mpirun", "--oversubscribe", *ARGS]
+    assert plan(ARGS, "mpirun", "openmpi", euid=1000, cores=4, environ={}).words() == ["mpirun", *ARGS]
+    preset = {var: "1" for var in ROOT_VARS}
+    assert plan(ARGS, "mpirun", "openmpi", euid=0, cores=8, environ=preset).env == {}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--hostfile", "hosts"], ["-H", "a,b"], ["--map-by", "ppr:2:node"], ["--oversubscribe"], ["--nooversubscribe"]],
+)
+def test_user_placement_is_left_alone(extra):
+    """The user's own placement options decide the slots."""
+    args = [*extra, "-np", "8", "prog"]
+    assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={}).argv == ["mpirun", *args]
+
+
+def test_batch_allocations_are_left_alone():
+    """Inside an allocation Open MPI takes the slots from the scheduler."""
+    args = ["-np", "8", "prog"]
+    for var in ("SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID"):
+        assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={var: "7"}).argv == ["mpirun", *args]
+
+
+@pytest.mark.parametrize("kind", ["mpich", "intel", "other"])
+def test_other_mpis_get_nothing(kind):
+    """MPICH, Intel MPI, others: the command as given, nothing in the environment."""
+    got = plan(ARGS, "mpiexec", kind, euid=0, cores=1, environ={})
+    assert got.argv == ["mpiexec", *ARGS] and got.env == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "ranks"),
+    [
+        (["-np", "3", "p"], 3),
+        (["-n", "5", "p", "-np", "9"], 5),  # the program's own -np is not mpirun's
+        (["--np", "6", "p"], 6),
+        (["-c", "2", "p"], 2),
+        (["--mca", "btl", "self,tcp", "-x", "A", "--bind-to", "none", "-np", "7", "p"], 7),
+        (["p", "-np", "3"], None),
+        (["-np"], None),
+    ],
+)
+def test_ranks_are_read_from_mpirun_s_options_only(args, ranks):
+    """-np/-n/--np/-c before the program, skipping option values; the program's own options are not read."""
+    assert requested_ranks(args)[0] == ranks
+
+
+def test_mpi_kind_from_version_text(tmp_path):
+    """The MPI is told from `mpirun --version`."""
+    for text, kind in [("mpirun (Open MPI) 5.0.3", "openmpi"), ("HYDRA build details:", "mpich"),
+                       ("Intel(R) MPI Library for Linux* OS, Version 2021.9", "intel"), ("something else", "other")]:
+        fake = tmp_path / "mpirun"
+        fake.write_text(f"#!/bin/sh\necho '{text}'\n")
+        fake.chmod(0o755)
+        assert launch.mpi_kind(str(fake)) == kind, text
+    assert launch.mpi_kind(str(tmp_path / "absent")) == "other"
+
+
+def test_cores_are_at_most_the_cpus_this_process_may_use():
+    """Physical cores within the affinity mask: between 1 and the logical CPUs."""
+    assert 1 <= launch.count_cores() <= len(os.sched_getaffinity(0))
+
+
+def _console() -> list[str]:
+    script = Path(sys.executable).parent / "hpcdgnn-mpirun"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hpcdgnn.launch"]
+
+
+def test_console_script_is_installed():
+    """install.sh's `pip install -e .` puts hpcdgnn-mpirun next to the venv's python (pyproject.toml)."""
+    assert (Path(sys.executable).parent / "hpcdgnn-mpirun").exists(), "run 'bash install.sh' again"
+
+
+def test_print_shows_the_command():
+    """--print: the words of the command on this machine, one a line (jobs/local.sh reads them)."""
+    np_ = launch.count_cores() + 1
+    out = subprocess.run([*_console(), "--print", "-np", str(np_)], capture_output=True, text=True, env=_env(),
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split("\n")[:-1]
+    mpirun = launch.find_mpirun(_env())
+    if launch.mpi_kind(mpirun) == "openmpi":
+        assert ("OMPI_ALLOW_RUN_AS_ROOT=1" in words) == (os.geteuid() == 0)
+        assert words[words.index(mpirun) + 1:] == ["--oversubscribe", "-np", str(np_)]
+    else:
+        assert words == [mpirun, "-np", str(np_)]
+
+
+def test_arguments_pass_through_and_sigterm_becomes_sigusr1(tmp_path):
+    """mpirun runs as a child with the arguments unchanged; SIGTERM to the launcher reaches it as SIGUSR1
+    (Open MPI's mpirun would exit 1 on SIGTERM), a second SIGTERM as SIGTERM; the exit status is mpirun's.
+    """
+    import signal
+    import time
+
+    fake = tmp_path / "mpirun"
+    fake.write_text('#!/bin/bash\nfor a in "$@"; do echo "$a"; done\n'
+                    'trap \'echo got-USR1; exit 75\' USR1\necho ready\nwhile true; do sleep 0.05; done\n')
+    fake.chmod(0o755)
+    proc = subprocess.Popen([*_console(), "-np", "2", "prog", "a b", "--x"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(HPCDGNN_MPIRUN=str(fake)))
+    lines = []
+    for line in proc.stdout:  # wait until the stand-in has set its trap
+        lines.append(line.rstrip("\n"))
+        if lines[-1] == "ready":
+            break
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, (proc.returncode, err)
+    assert lines[:-1] == ["-np", "2", "prog", "a b", "--x"]  # the stand-in is no Open MPI: nothing added
+    assert "got-USR1" in out and "SIGTERM" in err
+
+
+def test_real_mpirun_three_ranks_without_any_variable_set():
+    """As root on 2 cores, 3 ranks start with nothing in the environment: the launcher adds what is needed."""
+    code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size)"
+    out = subprocess.run([*_console(), "-np", "3", sys.executable, "-c", code], capture_output=True, text=True,
+                         env=_env(), timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(out.stdout.split("\n")[:-1]) == ["0 3", "1 3", "2 3"]
+
+
+def test_no_mpirun_is_one_line():
+    """No mpirun anywhere: one line saying what to do, exit 127."""
+    env = _env(PATH="/nonexistent")
+    env.pop("HPCDGNN_MPIRUN", None)
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.executable = '/nonexistent/python'; "
+                          "from hpcdgnn.launch import main; sys.exit(main(['-np', '2', 'x']))"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 127 and out.stderr.count("\n") == 1 and "no mpirun found" in out.stderr, out.stderr
+
+
+def test_job_scripts_use_it():
+    """jobs/local.sh and jobs/quickstart.sh launch through it and set no Open MPI variable themselves."""
+    for name in ("local.sh", "quickstart.sh"):
+        text = (REPO / "jobs" / name).read_text()
+        code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+        assert "hpcdgnn.launch" in code or "hpcdgnn-mpirun" in code, name
+        assert "OMPI_ALLOW_RUN_AS_ROOT" not in code and "--oversubscribe" not in code, name

@@ -1,0 +1,47 @@
+"""SIGTERM / SIGINT to the launcher of a 3-rank job (hpcdgnn-mpirun over the real mpirun): exit 75, a complete
+checkpoint, the last epoch lines and the resume hint on stdout.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcdgnn.errors import EXIT_PREEMPTED
+from hpcdgnn.train.checkpoint import latest_checkpoint
+from tests.conftest import mpi_env, read_metrics, write_job
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_launcher_checkpoints_and_exits_75(tmp_path, small_dataset, sig):
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"epochs": 100000})
+    run = tmp_path / "run"
+    env = mpi_env()
+    for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        env.pop(var)  # the launcher adds what this machine needs
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn.launch", "-np", "3", sys.executable, "-m", "hpcdgnn",
+                             "run", str(job), "--output", str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            m = run / "metrics.jsonl"
+            if m.is_file() and len(m.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, (proc.returncode, err[-3000:])
+    ckpt = latest_checkpoint(run / "checkpoints")
+    assert ckpt is not None and (ckpt / "COMPLETE").is_file()
+    stopped = int(ckpt.name.split("-")[1])
+    assert [r["epoch"] for r in read_metrics(run)] == list(range(1, stopped + 1))
+    assert f"pre-empted ({sig.name.replace('SIGTERM', 'SIGUSR1').replace('SIGINT', 'SIGUSR1')})" in out
+    assert f"resume with --resume {run}" in out
+    assert f"epoch {stopped:4d}" in out  # the last epoch's line was not lost

@@ -1,0 +1,75 @@
+"""The stall watchdog (comm.stall_timeout_s) under a real mpirun: SIGSTOP on one rank of three ends the job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from hpcdgnn.errors import EXIT_STALLED
+from tests.conftest import mpi_env, write_job
+
+
+def _rank_pids(marker: str) -> dict[int, int]:
+    """{MPI rank: pid} of the processes whose command line contains ``marker``."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in cmd and "hpcdgnn" in cmd:
+            for item in env:
+                if item.startswith((b"OMPI_COMM_WORLD_RANK=", b"PMI_RANK=")):
+                    found[int(item.split(b"=", 1)[1])] = int(d.name)
+    return found
+
+
+def test_sigstop_on_one_rank_ends_the_job_naming_it(launcher, tmp_path, small_dataset):
+    timeout = 4.0
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"epochs": 100000},
+                    comm={"stall_timeout_s": timeout})
+    run = tmp_path / "run-stall"
+    proc = subprocess.Popen(launcher.command(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    stopped = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # training under way
+            m = run / "metrics.jsonl"
+            if m.is_file() and len(m.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        pids = _rank_pids(str(run))
+        assert set(pids) == {0, 1, 2}, pids
+        stopped = pids[2]
+        os.kill(stopped, signal.SIGSTOP)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=timeout + 30)
+        elapsed = time.monotonic() - t0
+    finally:
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+                os.kill(stopped, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+    assert proc.returncode == EXIT_STALLED, (proc.returncode, err[-2000:])
+    assert elapsed < timeout + 10, f"the job took {elapsed:.1f}s to end after the stall"
+    lines = [line for line in err.splitlines() if "hpcdgnn: error: stalled:" in line]
+    assert lines and "rank 2 (" in lines[0] and "collective" in lines[0], err[-2000:]
+    assert "not heard from" in lines[0]
+
+
+def test_watchdog_quiet_on_a_healthy_run(launcher, tmp_path, small_dataset):
+    """A short timeout does not fire on a run that progresses, and the run ends normally (threads joined)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 30}, comm={"stall_timeout_s": 3.0})
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "stalled" not in proc.stderr
