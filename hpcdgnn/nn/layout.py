@@ -119,7 +119,10 @@ class RowLayout(Layout):
         width = layer.spatial_features
         if self.stacked:
             ax = ax.view(self._steps, self._rows, ax.shape[-1])
-            parts = [layer.spatial(ax[i], t, tparams) for i, (t, _) in enumerate(self.segments)]
+            # unbind once: indexing ax[i] per snapshot would make each backward zero-fill a full (T, n, F)
+            # buffer and add it into ax's gradient (T of them per layer); the values are the same
+            pieces = ax.unbind(0) if self.segments else ()
+            parts = [layer.spatial(a, t, tparams) for (t, _), a in zip(self.segments, pieces, strict=True)]
             y = torch.stack(parts) if parts else joined(ax.new_zeros(self._steps, 0, width), ax)
         else:
             pieces = ax.split([k for _, k in self.segments]) if self.segments else ()

@@ -46,7 +46,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, block_diagonal, gcn_norm, spmm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
@@ -107,15 +107,19 @@ class SnapshotStrategy(Strategy):
         self._precomputed = model.layers[0].precomputable
         # with the precomputed Ã·X, only the layers above the first use the adjacency
         self._needs_adjacency = len(model.layers) > 1 or not self._precomputed
-        self.adj: list[NormalizedAdjacency | None] = [None] * len(self.owned)
+        #: resident Ã as diag(Ã_t) per (block, phase): one operator per phase (snapshot-parallel)
+        self._diag: dict[tuple[int, int, int], NormalizedAdjacency] = {}
         self._block_adj_peak = 0
         ax: list[torch.Tensor | None] = [None] * len(self.owned)
         for b in range(len(self._local)):
-            for i, a in zip(self._local[b], self._normalise(b)):
+            adjs = self._normalise(b)
+            for i, a in zip(self._local[b], adjs):
                 x = torch.from_numpy(xs[i]).to(dev, dtype)
                 ax[i] = spmm(a, x) if self._precomputed else x
-                if self._resident and self._needs_adjacency:
-                    self.adj[i] = a
+            if self._resident and self._needs_adjacency:
+                for _, lo, hi in self.phases(b):
+                    self._diag[(b, lo, hi)] = block_diagonal(adjs[lo:hi])
+            del adjs
         F = self.ctx.manifest.num_features
         #: the first layer's input: Ã_t·X_t when precomputed (S4), else X_t
         self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype, device=dev)
@@ -134,13 +138,22 @@ class SnapshotStrategy(Strategy):
         self._block_adj_peak = max(self._block_adj_peak, sum(a.nbytes for a in out))
         return out
 
-    def _adjacency(self, b: int) -> list[NormalizedAdjacency] | None:
-        """Ã of block b's owned snapshots for the layers above the first: resident, or loaded now."""
+    def phases(self, b: int) -> list[tuple[bool, int, int]]:
+        """(autograd on, first, last + 1) positions in block b's owned snapshots of the run up to the
+        training horizon and of the run after it (time-ordered, so the horizon cuts the list once)."""
+        ts = [self.owned[i] for i in self._local[b]]
+        cut = sum(1 for t in ts if t <= self.horizon)
+        return [(grad, lo, hi) for grad, lo, hi in ((True, 0, cut), (False, cut, len(ts))) if hi > lo]
+
+    def stacked_adjacency(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
+        """diag(Ã_t) per phase ``(lo, hi)`` of block b (:meth:`phases`) for the layers above the first:
+        resident, or the block loaded now, once (with checkpoint blocks, S3)."""
         if not self._needs_adjacency:
-            return None
+            return {}
         if self._resident:
-            return [self.adj[i] for i in self._local[b]]
-        return self._normalise(b)
+            return {(lo, hi): self._diag[(b, lo, hi)] for _, lo, hi in self.phases(b)}
+        adjs = self._normalise(b)
+        return {(lo, hi): block_diagonal(adjs[lo:hi]) for _, lo, hi in self.phases(b)}
 
     def transfer_stats(self) -> tuple[int, float]:
         """Snapshot bytes moved host -> device so far, and the seconds it took (S3)."""
@@ -179,7 +192,7 @@ class SnapshotStrategy(Strategy):
         """Device-held inputs at their peak: resident Ã_t (or, with blocks, the largest block's),
         plus the precomputed first-layer aggregation.
         """
-        resident = sum(a.nbytes for a in self.adj if a is not None)
+        resident = sum(a.nbytes for a in self._diag.values())
         streamed = 0 if self._resident else self._block_adj_peak
         return resident + streamed + self.ax0.numel() * self.ax0.element_size()
 
@@ -313,33 +326,36 @@ class SnapshotLayout(Layout):
         super().__init__(s.blocks[b], s.blocks[b + 1], s.num_layers, states)
         self.s, self.b = s, b
         self.local = s._local[b]
-        self._adj: list | None = None
-        self._loaded = False
+        self._diag: dict[tuple[int, int], NormalizedAdjacency] | None = None
 
-    @property
-    def adj(self) -> list | None:
-        """Ã of the block's owned snapshots, loaded when the forward first needs it (S3 time goes to ``load``)."""
-        if not self._loaded:
-            self._adj, self._loaded = self.s._adjacency(self.b), True
-        return self._adj
+    def _stacked_adj(self, lo: int, hi: int) -> NormalizedAdjacency:
+        """diag(Ã) of the phase lo..hi-1, loaded when the forward first needs it (S3 time goes to ``load``)."""
+        if self._diag is None:
+            self._diag = self.s.stacked_adjacency(self.b)
+        return self._diag[(lo, hi)]
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
-        """Per owned snapshot: the precomputed Ã·X (layer 0, S4) or ``layer.aggregate`` over its Ã, then spatial."""
+        """The owned snapshots of the block at once (snapshot-parallel): the precomputed Ã·X (layer 0,
+        S4) or ``layer.aggregate`` over diag(Ã_t) of the stacked rows, then ``layer.spatial_steps``.
+
+        One sparse product and one dense product per phase instead of one per snapshot; past
+        the training horizon the phase runs without autograd.
+        """
         s = self.s
-        # unbind once: indexing h[i] per snapshot would make each backward zero-fill a full-size buffer
-        hs = () if h is None else h.unbind(0)
-        adj = self.adj
-        ys = []
-        for j, i in enumerate(self.local):
-            t = s.owned[i]
-            # past the training horizon no gradient arrives: skip recording the autograd graph
-            with torch.set_grad_enabled(torch.is_grad_enabled() and t <= s.horizon):
-                if li == 0 and s._precomputed:
-                    ax = s.ax0[i]
-                else:
-                    ax = layer.aggregate(LocalGraph(adj[j]), s.ax0[i] if li == 0 else hs[j])
-                ys.append(layer.spatial(ax, t, tparams))
-        return torch.stack(ys) if ys else s.ax0.new_zeros(0, s.N, layer.spatial_features)
+        parts = []
+        for grad, a, b in s.phases(self.b):
+            idx = self.local[a:b]
+            with torch.set_grad_enabled(torch.is_grad_enabled() and grad):
+                # layer 0 reads Ã·X (or X) of the owned snapshots: a view when they are consecutive
+                x = (s.ax0[idx[0] : idx[-1] + 1] if idx == list(range(idx[0], idx[-1] + 1)) else s.ax0[idx]) \
+                    if li == 0 else h[a:b]
+                if li > 0 or not s._precomputed:
+                    rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
+                    x = rows.view(b - a, s.N, rows.shape[-1])
+                parts.append(layer.spatial_steps(x, [s.owned[i] for i in idx], tparams))
+        if not parts:
+            return s.ax0.new_zeros(0, s.N, layer.spatial_features)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
         """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all)."""

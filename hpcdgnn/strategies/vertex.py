@@ -94,10 +94,25 @@ class VertexLayout(RowLayout):
         super().__init__(0, s.T, s.num_layers, [(t, s.n) for t in range(s.T)], s._aggregate, stacked=True)
         self.s = s
 
+    def encode(self, layer, li: int, y: torch.Tensor, state):
+        """The time encoder over my (T, n, F) block, keeping no end state.
+
+        This layout is the whole timeline, so no later batch continues from its end state, and that
+        state may be a view of ``y`` (TM-GCN's window tail): kept in :attr:`states`, it would hold every
+        layer's (T, n, F) block until the epoch ends instead of freeing it after the forward needs it.
+        """
+        z, _ = layer.temporal(y, state)
+        return z, None
+
     def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
         """Embeddings to snapshot owners (t on rank t mod P), back in vertex-id order for the task."""
         s = self.s
         z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
                          s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")
         self.last = z
-        return {t: z[j].index_select(0, s.pos) for j, t in enumerate(s.scored)}
+        # unbind once: z[j] per snapshot would make each backward zero-fill a full (scored, N, F) buffer
+        return {t: zj.index_select(0, s.pos) for t, zj in zip(s.scored, z.unbind(0), strict=True)}
+
+    def finish(self) -> None:
+        """After the backward: release the embeddings block (only a backward root while it ran)."""
+        self.last = None

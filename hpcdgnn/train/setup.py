@@ -96,7 +96,8 @@ def reuse_host_memory() -> bool:
     try:
         libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 40))
+        # mallopt takes a C int: 1 << 40 used to truncate to 0, i.e. trim the heap on every large free
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, (1 << 31) - 1))
     except (OSError, AttributeError):
         return False
 

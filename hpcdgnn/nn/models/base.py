@@ -106,6 +106,19 @@ class DynamicLayer(nn.Module):
         """Snapshot t's rows given their aggregation ``ax`` (:meth:`aggregate`) -> (rows, spatial_features)."""
         raise NotImplementedError
 
+    def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
+        """:meth:`spatial` of several snapshots at once: (S, n, F) aggregations of ``steps`` -> (S, n, spatial).
+
+        A layer's ``spatial`` is row-wise and depends on t only through ``tparams``, so
+        without per-step parameters one call over all S·n rows does it (one GEMM, not S:
+        snapshot-parallel execution); layers with per-step parameters override this
+        (EvolveGCN-O: one batched product with the stacked W_t) or fall back to a loop.
+        """
+        S, n = ax.shape[0], ax.shape[1]
+        if tparams is None:
+            return self.spatial(ax.reshape(S * n, ax.shape[-1]), -1, None).reshape(S, n, -1)
+        return torch.stack([self.spatial(ax[i], t, tparams) for i, t in enumerate(steps)])
+
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """RNN along time for a set of vertices: (T, n, spatial) -> ((T, n, out), final state).
 

@@ -63,6 +63,10 @@ class EvolveGCNOLayer(DynamicLayer):
         """GCN with the evolved weight W_t (``tparams[t]``, a list from 0 or a dict by step)."""
         return torch.relu(ax @ tparams[t])
 
+    def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
+        """All steps' GCNs as one batched product with the stacked W_t: (S, n, F) x (S, F, F')."""
+        return torch.relu(torch.bmm(ax, torch.stack([tparams[t] for t in steps])))
+
 
 @register_model("evolvegcn_o")
 def build_evolvegcn_o(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
