@@ -21,7 +21,7 @@ import yaml
 from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, StrategyConfig
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["load_job", "apply_overrides", "job_to_dict", "validate_job"]
+__all__ = ["load_job", "apply_overrides", "job_to_dict", "override_of", "validate_job"]
 
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -191,17 +191,22 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
     return job
 
 
+def override_of(key: str, overrides: list[str]) -> str | None:
+    """The ``--set`` name that set ``key`` (itself or its section), or None when the file did."""
+    for item in overrides:
+        name = item.partition("=")[0]
+        if key == name or key.startswith(name + "."):
+            return name
+    return None
+
+
 def _blame_override(message: str, file: str, overrides: list[str]) -> str:
     """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key (not the file)."""
     head = f"{file}: "
     if not message.startswith(head):
         return message
-    key = message[len(head):].split(":", 1)[0]
-    for item in overrides:
-        name = item.partition("=")[0]
-        if key == name or key.startswith(name + "."):
-            return f"--set {message[len(head):]}"
-    return message
+    rest = message[len(head):]
+    return f"--set {rest}" if override_of(rest.split(":", 1)[0], overrides) else message
 
 
 def job_to_dict(job: JobConfig) -> dict:

@@ -35,6 +35,7 @@ import yaml
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import select_device
 from hpcdgnn.config import job_to_dict, load_job
+from hpcdgnn.config.load import override_of
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
@@ -130,10 +131,9 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
 
 def _changed_by(key: str, overrides: list[str], job_path: str | None) -> str:
     """Who asked for the change of ``key``: the ``--set`` naming it (or its section), else the job file."""
-    for item in overrides:
-        name = item.partition("=")[0]
-        if key == name or key.startswith(name + "."):
-            return f"--set {name}"
+    name = override_of(key, overrides)
+    if name:
+        return f"--set {name}"
     return f"{job_path}: {key}" if job_path else key
 
 
