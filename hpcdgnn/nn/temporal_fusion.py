@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpcdgnn.nn.recurrent import run_torch_rnn, supports
+
 __all__ = ["Packing", "pack_sequences", "pad_sequences", "fused_rnn", "fused_gru", "unpack"]
 
 
@@ -79,39 +81,18 @@ def pad_sequences(lengths: np.ndarray) -> Packing:
     return Packing(np.arange(n), np.zeros(n, dtype=np.int64), lengths, int(lengths.max(initial=0)), n)
 
 
-def _cell(rnn: nn.RNNBase, k: int, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None):
-    """One step of layer k of a torch GRU or LSTM from its weights (torch's gate order)."""
-    gx = x @ getattr(rnn, f"weight_ih_l{k}").T + getattr(rnn, f"bias_ih_l{k}")
-    gh = h @ getattr(rnn, f"weight_hh_l{k}").T + getattr(rnn, f"bias_hh_l{k}")
-    if isinstance(rnn, nn.GRU):
-        xr, xz, xn = gx.chunk(3, -1)
-        hr, hz, hn = gh.chunk(3, -1)
-        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-        return (1 - z) * torch.tanh(xn + r * hn) + z * h, None
-    i, f, g, o = (gx + gh).chunk(4, -1)
-    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(c), c
-
-
 def fused_rnn(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """A torch ``GRU`` or ``LSTM`` (any number of layers, unidirectional) over packed lanes ``x``
     (steps, lanes, F), the state of every layer multiplied by ``mask`` (steps, lanes) before each
-    step — Eq. 4 for every gate, i.e. a zero state where a sequence starts.
+    step — Eq. 4 for every gate, i.e. a zero state where a sequence starts. Runs as one scan per
+    layer from the module's weights (:func:`hpcdgnn.nn.recurrent.run_torch_rnn`).
     """
-    plain = not (rnn.bidirectional or rnn.batch_first or rnn.dropout or getattr(rnn, "proj_size", 0))
-    if not isinstance(rnn, (nn.GRU, nn.LSTM)) or not plain or not rnn.bias:
+    if not supports(rnn):
         raise TypeError("fused_rnn: a unidirectional, time-major torch GRU or LSTM with biases, no dropout or "
                         "projection")
-    m = mask.to(x).unsqueeze(-1)
-    for k in range(rnn.num_layers):
-        h = x.new_zeros(x.shape[1], rnn.hidden_size)
-        c = h if isinstance(rnn, nn.LSTM) else None
-        out = []
-        for t in range(x.shape[0]):
-            h, c = _cell(rnn, k, x[t], h * m[t], None if c is None else c * m[t])
-            out.append(h)
-        x = torch.stack(out) if out else x.new_zeros(0, x.shape[1], rnn.hidden_size)
-    return x
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        return x.new_zeros(x.shape[0], x.shape[1], rnn.hidden_size) + x.sum() * 0.0
+    return run_torch_rnn(rnn, x, None, mask)[0]
 
 
 def fused_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Task", "TaskBatch", "split_steps", "SPLITS"]
+__all__ = ["Embeddings", "Task", "TaskBatch", "split_steps", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -33,6 +33,26 @@ def split_steps(num_steps: int, fractions: tuple[float, float, float]) -> list[r
     a = max(1, min(a, num_steps)) if num_steps > 0 else 0
     b = max(a, min(b, num_steps))
     return [range(0, a), range(a, b), range(b, num_steps)]
+
+
+class Embeddings(dict):
+    """``{t: Z_t}`` that a layout hands the task, and — when the Z_t are the rows of one (S, n, F)
+    block, as under the snapshot strategy — that ``block`` and each step's position in it.
+
+    A task may then score all steps from the block itself (one projection GEMM over every row,
+    pairs indexed by ``position[t] * n + vertex``) instead of stacking the Z_t again: the stack
+    copied the block forward and its backward zero-filled and re-stacked a block-sized gradient.
+    """
+
+    block: torch.Tensor | None = None
+    position: dict[int, int] | None = None
+
+    @classmethod
+    def of_block(cls, block: torch.Tensor, steps: list[int]) -> Embeddings:
+        """The rows ``block[k]`` as ``Z_{steps[k]}``."""
+        emb = cls(zip(steps, block.unbind(0)))
+        emb.block, emb.position = block, {t: k for k, t in enumerate(steps)}
+        return emb
 
 
 @dataclass

@@ -113,13 +113,19 @@ class EdgeDecoder(nn.Module):
         self.lin1.reset_parameters()
         self.lin2.reset_parameters()
 
-    def forward(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        """Logits (E,) of edges ``src[i] -> dst[i]`` from embeddings ``z`` (N, F)."""
+    def project(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv), each (N, h)."""
         f = self.emb_features
         w = self.lin1.weight
-        pu = z @ w[:, :f].t()
-        pv = z @ w[:, f:].t()
+        return z @ w[:, :f].t(), z @ w[:, f:].t()
+
+    def score(self, pu: torch.Tensor, pv: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Logits (E,) of edges ``src[i] -> dst[i]`` from the projections of :meth:`project`."""
         return _EdgeMLP.apply(pu, pv, self.lin1.bias, self.lin2.weight[0], self.lin2.bias, src, dst)
+
+    def forward(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Logits (E,) of edges ``src[i] -> dst[i]`` from embeddings ``z`` (N, F)."""
+        return self.score(*self.project(z), src, dst)
 
 
 class LinkPrediction(Task):
@@ -138,6 +144,8 @@ class LinkPrediction(Task):
         # step t uses Z_t to predict the edges of t+1, so there are T-1 steps
         self.ranges = split_steps(manifest.num_snapshots - 1, cfg.split)
         self.targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: per (steps, positions, rows): the positive pairs and the labels, constant over epochs
+        self._fixed: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -182,64 +190,92 @@ class LinkPrediction(Task):
         edges = self.manifest.snapshot_edges
         return float(sum(edges[t + 1] for t in self.ranges[0]) * (1 + self.cfg.negatives))
 
+    def _draw(self, t: int, epoch: int, m: int) -> np.ndarray:
+        """The (2, m) negative pairs of step t in ``epoch``: uniform over V x V from ``(seed, epoch, t)``."""
+        return np.random.default_rng([self.seed, epoch, t]).integers(0, self.manifest.num_vertices, size=(2, m),
+                                                                     dtype=np.int64)
+
     def _negatives(self, t: int, epoch: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, epoch, t])
-        n = self.manifest.num_vertices
-        pairs = rng.integers(0, n, size=(2, m), dtype=np.int64)
-        return torch.from_numpy(pairs[0]), torch.from_numpy(pairs[1])
+        """:meth:`_draw` as (src, dst) tensors."""
+        pairs = torch.from_numpy(self._draw(t, epoch, m))
+        return pairs[0], pairs[1]
 
-    def _pairs(self, steps: list[int], epoch: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(src, dst, label) of every scored pair of ``steps``, step k's vertices offset by k * n.
+    def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
+        """(src, dst, label, positives) of every scored pair of ``steps``: the positives of all steps,
+        then their negatives; step t's vertices are rows ``where[t] * n + v`` of the stacked embeddings.
 
-        Positives then negatives per step, steps in order: the pairs of a stack of
-        embeddings (steps, n, F) flattened to (steps * n, F).
+        Positives (and the labels) are the same every epoch and kept; the negatives of step t are
+        drawn from ``default_rng([seed, epoch, t])`` — the same pairs whichever rank scores t.
         """
-        srcs, dsts, labels = [], [], []
-        for k, t in enumerate(steps):
-            ps, pd = self.targets[t]
-            ns, nd = self._negatives(t, epoch, ps.shape[0] * self.cfg.negatives)
-            srcs += [ps + k * n, ns + k * n]
-            dsts += [pd + k * n, nd + k * n]
-            labels += [torch.ones(ps.shape[0]), torch.zeros(ns.shape[0])]
-        return torch.cat(srcs), torch.cat(dsts), torch.cat(labels)
+        key = (tuple(steps), tuple(where[t] for t in steps), n)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            ps = torch.cat([self.targets[t][0] + where[t] * n for t in steps])
+            pd = torch.cat([self.targets[t][1] + where[t] * n for t in steps])
+            label = torch.zeros(ps.shape[0] * (1 + self.cfg.negatives))
+            label[: ps.shape[0]] = 1.0
+            if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
+                self._fixed.clear()
+            fixed = self._fixed[key] = (ps, pd, label)
+        ps, pd, label = fixed
+        counts = [self.targets[t][0].shape[0] * self.cfg.negatives for t in steps]
+        neg = np.empty((2, sum(counts)), dtype=np.int64)
+        o = 0
+        for t, m in zip(steps, counts):
+            np.add(self._draw(t, epoch, m), where[t] * n, out=neg[:, o : o + m])
+            o += m
+        neg_t = torch.from_numpy(neg)
+        return torch.cat([ps, neg_t[0]]), torch.cat([pd, neg_t[1]]), label, ps.shape[0]
 
     def forward(self, emb: dict[int, torch.Tensor], epoch: int) -> TaskBatch:
         """BCE loss sum over the train steps held here; histogram/accuracy sums for all splits.
 
-        All steps of a split are scored at once (snapshot-parallel, as PiPAD batches
-        snapshots): their embeddings stacked, one projection GEMM and one fused decoder
-        pass over every pair, one loss — not one small kernel chain per step.
+        Snapshot-parallel (as PiPAD batches snapshots): the decoder's first layer is one GEMM
+        over the rows of every scored step — the layout's block itself when it hands one
+        (:class:`~hpcdgnn.tasks.base.Embeddings`), else the stacked Z_t — then one fused
+        decoder pass per split over all its pairs, and one loss.
         """
         width = 3 + 2 * AUC_BINS
         stats = np.zeros(3 * width)
-        # a zero that depends on every embedding (Task.forward's contract: all collectives get a backward)
-        # and on the decoder, so every parameter has a gradient on every rank
-        zero = sum(p.sum() for p in self.decoder.parameters()) + sum(z.sum() for z in emb.values())
-        loss_sum = zero * 0.0
         by_split: dict[int, list[int]] = {}
-        for t in emb:
+        for t in sorted(emb):
             s = self._split_of(t)
             if s >= 0 and t in self.targets:
                 by_split.setdefault(s, []).append(t)
+        block = getattr(emb, "block", None)
+        if block is not None:
+            where, n = emb.position, block.shape[1]
+            rows = block.reshape(-1, block.shape[-1])
+            reach = block.sum()
+        else:
+            scored = [t for _, steps in sorted(by_split.items()) for t in steps]
+            where = {t: k for k, t in enumerate(scored)}
+            n = emb[scored[0]].shape[0] if scored else 0
+            rows = torch.cat([emb[t] for t in scored]) if scored else None
+            reach = sum(z.sum() for z in emb.values())
+        # a zero that depends on every embedding (Task.forward's contract: all collectives get a backward)
+        # and on the decoder, so every parameter has a gradient on every rank
+        loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
+        if not by_split:
+            return TaskBatch(loss_sum, stats)
+        pu, pv = self.decoder.project(rows)
         for s, steps in sorted(by_split.items()):
-            z = torch.stack([emb[t] for t in steps]) if len(steps) > 1 else emb[steps[0]].unsqueeze(0)
-            src, dst, label = self._pairs(steps, epoch, z.shape[1])
-            # pairs are drawn on the host (same stream on every rank and device), then follow z
-            src, dst, label = src.to(z.device), dst.to(z.device), label.to(z.device, z.dtype)
+            src, dst, label, npos = self._pairs(steps, where, n, epoch)
+            # pairs are drawn on the host (same stream on every rank and device), then follow the rows
+            src, dst, label = src.to(rows.device), dst.to(rows.device), label.to(rows.device, rows.dtype)
             with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
-                logit = self.decoder(z.reshape(-1, z.shape[-1]), src, dst)
+                logit = self.decoder.score(pu, pv, src, dst)
                 loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
             if s == 0:
                 loss_sum = loss_sum + loss
             lg = logit.detach().to("cpu", torch.float64).numpy()
-            lb = label.detach().cpu().numpy() > 0.5
             base = s * width
             stats[base] += float(loss.detach())
             stats[base + 1] += lg.shape[0]
-            stats[base + 2] += float(((lg > 0) == lb).sum())
+            stats[base + 2] += float((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
             bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
-            stats[base + 3 : base + 3 + AUC_BINS] += np.bincount(bins[lb], minlength=AUC_BINS)
-            stats[base + 3 + AUC_BINS : base + width] += np.bincount(bins[~lb], minlength=AUC_BINS)
+            stats[base + 3 : base + 3 + AUC_BINS] += np.bincount(bins[:npos], minlength=AUC_BINS)
+            stats[base + 3 + AUC_BINS : base + width] += np.bincount(bins[npos:], minlength=AUC_BINS)
         return TaskBatch(loss_sum, stats)
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:

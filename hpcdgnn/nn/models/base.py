@@ -28,6 +28,7 @@ from torch import nn
 
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
+from hpcdgnn.nn.recurrent import run_torch_rnn, supports
 
 __all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models", "run_rnn"]
 
@@ -39,6 +40,10 @@ def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> 
     """
     if y.shape[1] == 0:
         return y.new_zeros(y.shape[0], 0, out_features) + y.sum() * 0.0, state
+    if isinstance(rnn, nn.LSTM) and supports(rnn):
+        # the feature-major scan (nn/recurrent.py): 1.34x torch's oneDNN LSTM forward + backward at
+        # B = 32768, T = 64, H = 16 on one core, level at B = 986; torch's GRU stays the faster GRU
+        return run_torch_rnn(rnn, y, state)
     return rnn(y, state)
 
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+from hpcdgnn.nn.recurrent import self_fed_lstm
 
 __all__ = ["EvolveGCNOLayer", "build_evolvegcn_o"]
 
@@ -53,11 +54,11 @@ class EvolveGCNOLayer(DynamicLayer):
             w, c = self.w0, torch.zeros_like(self.w0)
         else:
             w, c = state
-        out = {}
-        for t in range(start, stop):
-            w, c = self.cell(w, (w, c))
-            out[t] = w
-        return out, (w, c)
+        if stop <= start:
+            return {}, (w, c)
+        # the whole recurrence as one scan (nn/recurrent.py): W_t = LSTM(W_{t-1}, (W_{t-1}, C_{t-1}))
+        ws, (w, c) = self_fed_lstm(self.cell, w, c, stop - start)
+        return dict(zip(range(start, stop), ws.unbind(0))), (w, c)
 
     def spatial(self, ax: torch.Tensor, t: int, tparams) -> torch.Tensor:
         """GCN with the evolved weight W_t (``tparams[t]``, a list from 0 or a dict by step)."""
