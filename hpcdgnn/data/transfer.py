@@ -15,8 +15,13 @@ and :meth:`SnapshotTransfer.load` copies a block's payloads to the device and
 rebuilds the CSR snapshots there with torch ops (exact, bit-identical). Only
 the payloads stay on the host (the diffs are smaller than the snapshots, so
 graph difference also saves host memory). On CUDA the payloads are pinned and
-the copies asynchronous; on the CPU the same encode/decode path runs, so CI
-exercises it, and the "copy" is a real memory copy into fresh tensors.
+the copies asynchronous. On the CPU the same wire format is decoded by
+:func:`decode_block_host`, numpy's version of the device decoder: the same
+arrays bit for bit, into fresh memory (the "copy"), but with the merges done
+as merges (the device decoder's binary searches, written for the GPU, cost a
+CPU core several times more: with checkpoint blocks every block is decoded
+once or twice per epoch). ``tests/data/test_transfer_host.py`` checks the two
+decoders against each other.
 
 Every load adds its payload bytes to :attr:`SnapshotTransfer.bytes` and its
 wall time (synchronised on CUDA) to :attr:`SnapshotTransfer.seconds`; the
@@ -29,16 +34,68 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
-from hpcdgnn.data.graph_diff import CSRSnapshot, Payload, decode_block, encode_block
+from hpcdgnn.data.graph_diff import COOSnapshot, CSRSnapshot, GraphDiff, Payload, decode_block, encode_block
 
-__all__ = ["SnapshotTransfer"]
+__all__ = ["SnapshotTransfer", "decode_block_host"]
 
 
-def _clone_payload(p: Payload) -> Payload:
-    """A copy whose tensors own their memory (the CPU "transfer": decode must not alias host data)."""
-    return type(p)(*(a.clone() if isinstance(a, torch.Tensor) else a for a in p.__dict__.values()))
+_NP_INDEX = {torch.int32: np.int32, torch.int64: np.int64}
+
+
+def _host_keys(indptr: np.ndarray, indices: np.ndarray, n: int) -> np.ndarray:
+    """Edge keys ``row * N + col`` (int64) of a canonical CSR, ascending."""
+    return np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)) * np.int64(n) + indices.astype(np.int64)
+
+
+def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
+    """:func:`~hpcdgnn.data.graph_diff.decode_block` on the CPU, with numpy: the same snapshots bit for bit
+    (``indptr`` int64, the sender's index dtype, the payload's values), every array freshly allocated.
+
+    A diff keeps the previous snapshot's keys that were not removed and merges the added ones in: the two
+    lists are ascending and disjoint, so a stable sort of their concatenation is one linear merge
+    (timsort finds the two runs). The row pointer counts the keys per row.
+    """
+    out: list[CSRSnapshot] = []
+    keys: np.ndarray | None = None
+    prev: CSRSnapshot | None = None
+    for j, p in enumerate(payloads):
+        if isinstance(p, COOSnapshot):
+            n, rows = p.num_vertices, p.rows.numpy()
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+            prev = CSRSnapshot(torch.from_numpy(indptr), p.cols.to(p.index_dtype, copy=True), p.values.clone())
+            keys = None
+        elif isinstance(p, CSRSnapshot):
+            prev = CSRSnapshot(p.indptr.clone(), p.indices.clone(), p.values.clone())
+            keys = None
+        elif isinstance(p, GraphDiff):
+            if prev is None:
+                raise ValueError(f"decode_block: payload {j} is a diff but no full snapshot precedes it")
+            n = prev.num_vertices
+            if keys is None:
+                keys = _host_keys(prev.indptr.numpy(), prev.indices.numpy(), n)
+            nnz_prev, nnz = keys.shape[0], p.nnz
+            if p.num_vertices != n:
+                raise ValueError(f"decode_diff: diff is for N = {p.num_vertices}, previous snapshot has N = {n}")
+            if nnz != nnz_prev - p.removed.shape[0] + p.added.shape[0]:
+                raise ValueError(f"decode_diff: {nnz_prev} - {p.removed.shape[0]} removed + {p.added.shape[0]} "
+                                 f"added = {nnz_prev - p.removed.shape[0] + p.added.shape[0]} nonzeros, "
+                                 f"but the diff carries {nnz} values")
+            keep = np.ones(nnz_prev, dtype=bool)
+            keep[p.removed.numpy()] = False
+            keys = np.sort(np.concatenate([keys[keep], p.added.numpy().astype(np.int64)]), kind="stable")
+            rows = keys // np.int64(max(n, 1))
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+            indices = (keys - rows * np.int64(n)).astype(_NP_INDEX[prev.indices.dtype])
+            prev = CSRSnapshot(torch.from_numpy(indptr), torch.from_numpy(indices), p.values.clone())
+        else:
+            raise TypeError(f"decode_block: payload {j} is {type(p).__name__}, expected CSRSnapshot or GraphDiff")
+        out.append(prev)
+    return out
 
 
 class SnapshotTransfer:
@@ -81,10 +138,10 @@ class SnapshotTransfer:
     def load(self, b: int) -> list[CSRSnapshot]:
         """Copy block ``b``'s payloads to the device and rebuild its snapshots there, exactly."""
         t0 = time.perf_counter()
-        payloads = self._payloads[b]
         if self.device.type == "cpu":
-            payloads = [_clone_payload(p) for p in payloads]
-        out = decode_block(payloads, self.device)
+            out = decode_block_host(self._payloads[b])
+        else:
+            out = decode_block(self._payloads[b], self.device)
         if self._cuda:
             torch.cuda.synchronize(self.device)  # the time of the copies, not of their launch
         self.seconds += time.perf_counter() - t0

@@ -46,7 +46,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from hpcdgnn.comm.autograd import redistribute
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, block_diagonal, gcn_norm, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
@@ -54,6 +54,7 @@ from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.tasks.base import Embeddings
 
 __all__ = ["SnapshotStrategy"]
 
@@ -112,30 +113,36 @@ class SnapshotStrategy(Strategy):
         self._block_adj_peak = 0
         ax: list[torch.Tensor | None] = [None] * len(self.owned)
         for b in range(len(self._local)):
-            adjs = self._normalise(b)
-            for i, a in zip(self._local[b], adjs):
-                x = torch.from_numpy(xs[i]).to(dev, dtype)
-                ax[i] = spmm(a, x) if self._precomputed else x
-            if self._resident and self._needs_adjacency:
-                for _, lo, hi in self.phases(b):
-                    self._diag[(b, lo, hi)] = block_diagonal(adjs[lo:hi])
-            del adjs
+            stacks = self._normalise(b)
+            for (lo, hi), a in stacks.items():
+                idx = self._local[b][lo:hi]
+                x = torch.stack([torch.from_numpy(xs[i]) for i in idx]).to(dev, dtype)
+                if self._precomputed:  # one product over the phase's stacked rows: each row as Ã_t·X_t alone
+                    x = spmm(a, x.reshape(-1, x.shape[-1])).view(len(idx), self.N, -1)
+                for i, row in zip(idx, x.unbind(0)):
+                    ax[i] = row
+                if self._resident and self._needs_adjacency:
+                    self._diag[(b, lo, hi)] = a
+            del stacks
         F = self.ctx.manifest.num_features
         #: the first layer's input: Ã_t·X_t when precomputed (S4), else X_t
         self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype, device=dev)
         self.num_layers = len(model.layers)
         return self.owned
 
-    def _normalise(self, b: int) -> list[NormalizedAdjacency]:
-        """Load block b's snapshots onto the device and build their Ã (the load time goes to ``load``)."""
+    def _normalise(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
+        """Load block b's snapshots onto the device (the load time goes to ``load``) and build diag(Ã_t)
+        of each phase ``(lo, hi)`` (:meth:`phases`) straight from them (:func:`stacked_gcn_norm`).
+        """
         seconds = self.transfer.seconds
         snaps = self.transfer.load(b)
         self.load_seconds += self.transfer.seconds - seconds
-        out = [
-            gcn_norm(self.owned[i], c.indptr, c.indices, c.values, self.ctx.dtype)
-            for i, c in zip(self._local[b], snaps)
-        ]
-        self._block_adj_peak = max(self._block_adj_peak, sum(a.nbytes for a in out))
+        local = self._local[b]
+        out = {
+            (lo, hi): stacked_gcn_norm(snaps[lo:hi], [self.owned[i] for i in local[lo:hi]], self.ctx.dtype)
+            for _, lo, hi in self.phases(b)
+        }
+        self._block_adj_peak = max(self._block_adj_peak, sum(a.nbytes for a in out.values()))
         return out
 
     def phases(self, b: int) -> list[tuple[bool, int, int]]:
@@ -152,8 +159,7 @@ class SnapshotStrategy(Strategy):
             return {}
         if self._resident:
             return {(lo, hi): self._diag[(b, lo, hi)] for _, lo, hi in self.phases(b)}
-        adjs = self._normalise(b)
-        return {(lo, hi): block_diagonal(adjs[lo:hi]) for _, lo, hi in self.phases(b)}
+        return self._normalise(b)
 
     def transfer_stats(self) -> tuple[int, float]:
         """Snapshot bytes moved host -> device so far, and the seconds it took (S3)."""
@@ -260,46 +266,61 @@ class SnapshotStrategy(Strategy):
 
         Pass 1 runs the blocks forward without autograd, keeping only the
         block-boundary states π_b (LSTM (h, c), the last w-1 M-transform inputs,
-        EvolveGCN's (W, C)) and the task's metric sums. Pass 2 visits the blocks in
-        reverse, re-runs block b's forward from π_{b-1} with autograd, and
-        backpropagates its loss together with the gradient that block b+1 sent back
-        to π_b. Every rank runs the same exchanges in the same order in both passes.
-        Blocks that start after the training horizon receive no gradient (causal
-        models) and are not re-run. The gradient equals the unblocked one up to float
-        summation order at block boundaries.
+        EvolveGCN's (W, C)); the task scores only the blocks that are not re-run.
+        Pass 2 visits the blocks in reverse, re-runs block b's forward from π_{b-1}
+        with autograd, scores it (its loss and its metric sums: the task runs once
+        per block and epoch) and backpropagates its loss together with the
+        gradient that block b+1 sent back to π_b. Every rank runs the same
+        exchanges in the same order in both passes. Blocks that start after the
+        training horizon receive no gradient (causal models) and are not re-run.
+        The gradient equals the unblocked one up to float summation order at block
+        boundaries; the metric sums are added in block order.
         """
         nb = len(self.blocks) - 1
         if nb == 1:
             return super().step(model, task, batch, scale)
         epoch = batch.epoch
+        # same decision on every rank: the horizon is global
+        rerun = [self.blocks[b] <= self.horizon for b in range(nb)]
         states: list = [(None, None)] * len(model.layers)
-        saved, stats = [], None
+        saved: list = []
+        stats: list = [None] * nb  # per block, summed in block order at the end
         with torch.no_grad():
             for b in range(nb):
                 # clone: a state may be a view of a receive buffer that the next block's exchange reuses
                 saved.append(tree_map(_clone, states))
                 layout = self.layout(b, saved[-1])
-                out = task(model(layout), epoch)
+                emb = model(layout)
+                if not rerun[b]:  # a re-run block's task runs once, in pass 2, for its loss and its metrics
+                    stats[b] = task(emb, epoch).stats
                 states = layout.states
-                stats = out.stats if stats is None else stats + out.stats
+                del emb, layout
         grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
         for b in reversed(range(nb)):
-            if self.blocks[b] > self.horizon:
-                continue  # same decision on every rank: the horizon is global
+            if not rerun[b]:
+                continue
             leaves = tree_map(_leaf, saved[b])
             layout = self.layout(b, leaves)
             emb = model(layout)
             states_out, last = layout.states, layout.last
-            roots = [task(emb, epoch).loss_sum * scale]
+            out = task(emb, epoch)
+            stats[b] = out.stats
+            roots = [out.loss_sum * scale]
             grads = [torch.ones_like(roots[0])]
             if grad_out is not None:
                 for s, g in zip(tree_leaves(states_out), grad_out, strict=True):
                     if s is not None and g is not None and s.requires_grad:
                         roots.append(s)
                         grads.append(g)
+            del emb, out, layout
             self._backward(roots, grads, last)
+            del roots, grads, states_out, last
             grad_out = [None if x is None else x.grad for x in tree_leaves(leaves)]
-        return stats
+            saved[b] = None
+        total = stats[0]
+        for s in stats[1:]:
+            total = total + s
+        return total
 
 
 def _clone(x):
@@ -369,7 +390,7 @@ class SnapshotLayout(Layout):
         """Vertex layout -> owned snapshots (the reverse all-to-all)."""
         return self.s._to_snapshot(z, f"layer{li}.to_snapshot", self.b)
 
-    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
-        """The owned snapshots' embeddings."""
+    def output(self, h: torch.Tensor) -> Embeddings:
+        """The owned snapshots' embeddings, with the (T_pb, N, F) block they are rows of."""
         self.last = h
-        return {self.s.owned[i]: z for i, z in zip(self.local, h.unbind(0))}
+        return Embeddings.of_block(h, [self.s.owned[i] for i in self.local])

@@ -25,7 +25,7 @@ from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
 
-__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms"]
+__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -38,6 +38,24 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
         return float("nan")
     neg_below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
     return float((pos * (neg_below + 0.5 * neg)).sum() / (npos * nneg))
+
+
+def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> np.ndarray:
+    """m pairs drawn uniformly and independently from V x V by ``default_rng([seed, epoch, t])``, as
+    a (2, m) array ordered by source vertex.
+
+    The sources are counted per vertex and laid out in order (a counting sort, O(m + N)); the
+    destinations are drawn independently of them. The pairs are i.i.d., so their order carries no
+    information and the multiset is distributed exactly as m uniform draws — but sorted sources
+    make the decoder's gathers of source rows sequential and its backward scatter-add into source
+    rows about 2.5x faster (issue 13) than with sources in random order.
+    """
+    rng = np.random.default_rng([seed, epoch, t])
+    counts = np.bincount(rng.integers(0, num_vertices, size=m, dtype=np.int64), minlength=num_vertices)
+    out = np.empty((2, m), dtype=np.int64)
+    out[0] = np.repeat(np.arange(num_vertices, dtype=np.int64), counts)
+    out[1] = rng.integers(0, num_vertices, size=m, dtype=np.int64)
+    return out
 
 
 #: Edges per chunk of the fused decoder: (chunk, hidden) temporaries stay in a core's L2 cache.
@@ -191,9 +209,8 @@ class LinkPrediction(Task):
         return float(sum(edges[t + 1] for t in self.ranges[0]) * (1 + self.cfg.negatives))
 
     def _draw(self, t: int, epoch: int, m: int) -> np.ndarray:
-        """The (2, m) negative pairs of step t in ``epoch``: uniform over V x V from ``(seed, epoch, t)``."""
-        return np.random.default_rng([self.seed, epoch, t]).integers(0, self.manifest.num_vertices, size=(2, m),
-                                                                     dtype=np.int64)
+        """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
+        return draw_negatives(self.seed, epoch, t, self.manifest.num_vertices, m)
 
     def _negatives(self, t: int, epoch: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`_draw` as (src, dst) tensors."""

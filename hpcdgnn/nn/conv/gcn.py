@@ -20,7 +20,7 @@ import torch
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-__all__ = ["NormalizedAdjacency", "block_diagonal", "gcn_norm", "sorted_csr", "spmm"]
+__all__ = ["NormalizedAdjacency", "block_diagonal", "gcn_norm", "sorted_csr", "spmm", "stacked_gcn_norm"]
 
 
 @dataclass
@@ -124,3 +124,82 @@ def block_diagonal(adjs: list[NormalizedAdjacency]) -> NormalizedAdjacency:
     if len(adjs) == 1:
         return adjs[0]
     return NormalizedAdjacency(-1, _block_diagonal_csr([a.a for a in adjs]), _block_diagonal_csr([a.a_t for a in adjs]))
+
+
+def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
+    """The row of each of ``total`` entries stored row by row, ``counts[r]`` in row r: ``repeat_interleave``
+    of the row ids, as a scatter of ones at the row ends and a prefix sum (a few times faster on the CPU)."""
+    ends = torch.cumsum(counts, 0)
+    marks = torch.zeros(total + 1, dtype=torch.int64, device=counts.device)
+    marks.index_add_(0, ends, torch.ones_like(ends))
+    return torch.cumsum(marks[:total], 0)
+
+
+def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype) -> NormalizedAdjacency:
+    """diag(Ã_1, …, Ã_S) of canonical CSR snapshots (IBM Eq. 1), built in place: bit for bit
+    ``block_diagonal([gcn_norm(t, …) for each snapshot])``, without its two key sorts per matrix, its
+    searches for the row pointers and the copies into the block-diagonal operator.
+
+    The input is canonical (rows ascending, columns sorted and unique within a row), so Ã = D^-1/2 (A + I)
+    D^-1/2 in (row, column) order is A's entries with the diagonal slotted into each row: an entry moves
+    by its row number, plus one when it lies right of the diagonal. The values are gcn_norm's, computed
+    by the same float64 expressions in the same order. Ãᵀ in (column, row) order is Ã's entries stably
+    sorted by column (one sort of int32 keys). Each snapshot writes straight into its slice of the stacked
+    arrays, shifted by its row offset.
+    """
+    dev = snaps[0].indptr.device
+    parts = []
+    for c in snaps:
+        n, nnz = c.indptr.shape[0] - 1, c.indices.shape[0]
+        counts = torch.diff(c.indptr)
+        rows = _row_ids(counts, nnz)
+        cols = c.indices.to(torch.int64)
+        w = c.values.to(torch.float64)
+        keep = rows != cols  # A + I: an input self-loop would be counted twice otherwise (as gcn_norm)
+        if not bool(keep.all()):
+            rows, cols, w = rows[keep], cols[keep], w[keep]
+            counts = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, rows, torch.ones_like(rows))
+        parts.append((n, rows, cols, w, counts))
+    total = sum(n + rows.shape[0] for n, rows, *_ in parts)
+    width = sum(p[0] for p in parts)
+    crow = torch.zeros(width + 1, dtype=torch.int64, device=dev)
+    crow_t = torch.zeros(width + 1, dtype=torch.int64, device=dev)
+    col_a = torch.empty(total, dtype=torch.int64, device=dev)
+    col_t = torch.empty(total, dtype=torch.int64, device=dev)
+    val_a = torch.empty(total, dtype=dtype, device=dev)
+    val_t = torch.empty(total, dtype=dtype, device=dev)
+    off = r0 = 0  # entries and rows of the snapshots before this one
+    for n, rows, cols, w, counts in parts:
+        m = rows.shape[0]
+        ar = torch.arange(n, device=dev)
+        deg = torch.ones(n, dtype=torch.float64, device=dev).index_add_(0, rows, w)
+        dinv = 1.0 / torch.sqrt(deg)
+        ends = torch.cumsum(counts + 1, 0)  # end of each row of Ã
+        crow[r0 + 1 : r0 + n + 1] = ends + off
+        left = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, rows, (cols < rows).to(torch.int64))
+        diag = ends - (counts + 1) + left  # the diagonal follows the row's entries left of it
+        pos = torch.arange(m, device=dev).add_(rows).add_(cols > rows)
+        ca = col_a[off : off + m + n]
+        ca.scatter_(0, pos, cols).scatter_(0, diag, ar)
+        v = torch.empty(m + n, dtype=torch.float64, device=dev)
+        v.scatter_(0, pos, w * dinv.index_select(0, rows) * dinv.index_select(0, cols))
+        v.scatter_(0, diag, torch.ones(n, dtype=torch.float64, device=dev) * dinv * dinv)
+        va = val_a[off : off + m + n]
+        va.copy_(v)
+        # Ãᵀ: Ã's entries, in (row, column) order, stably sorted by column -> (column, row) order
+        perm = torch.sort(ca.to(torch.int32) if n < 2**31 else ca, stable=True).indices
+        torch.index_select(_row_ids(counts + 1, m + n), 0, perm, out=col_t[off : off + m + n])
+        torch.index_select(va, 0, perm, out=val_t[off : off + m + n])
+        per_col = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, ca, torch.ones_like(ca))
+        torch.cumsum(per_col, 0, out=crow_t[r0 + 1 : r0 + n + 1])
+        crow_t[r0 + 1 : r0 + n + 1] += off
+        if r0:  # block-diagonal: this snapshot's columns start at its first row
+            ca += r0
+            col_t[off : off + m + n] += r0
+        off, r0 = off + m + n, r0 + n
+    shape = (width, width)
+    return NormalizedAdjacency(
+        ts[0] if len(ts) == 1 else -1,
+        torch.sparse_csr_tensor(crow, col_a, val_a, shape, check_invariants=False),
+        torch.sparse_csr_tensor(crow_t, col_t, val_t, shape, check_invariants=False),
+    )
