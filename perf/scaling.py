@@ -4,6 +4,9 @@
     python perf/scaling.py run --mode strong --ranks 1 2 4 8 --out perf/results/strong [JOB options]
     python perf/scaling.py run --mode weak   --ranks 1 2 4 8 --out perf/results/weak --vertices-per-rank 4096
 
+    # several strategies in one sweep (each at every P), speed-ups against the fastest P = 1 run of any
+    python perf/scaling.py run --mode strong --ranks 1 2 --strategy snapshot vertex chunk --out perf/results/cmp
+
     # plot run directories made elsewhere, e.g. by jobs/slurm-strong.sh's job array on a cluster
     python perf/scaling.py plot --out perf/results/cluster RUNDIR [RUNDIR ...]
 
@@ -12,7 +15,11 @@ the command of ``--launcher``, e.g. ``"srun -n {P}"`` inside an allocation), one
 after another. Strong scaling trains one dataset (``--data``, or an IBM §6.3
 graph generated once); weak scaling generates, per P, a graph with
 N = vertices-per-rank · P at fixed T and density (IBM §6.3) — rank counts must
-then be given in ascending order so each graph is generated once.
+then be given in ascending order so each graph is generated once. ``--strategy``
+takes one strategy or several (each runs at every P); the ``--baseline``
+strategies (default: ``snapshot``, the single-process engine) also run at the
+smallest P when not swept, so that a sweep of one strategy is measured against
+the fastest way to do the same work on one rank, not against itself.
 
 ``plot`` (also run at the end of ``run``) reads each run directory's
 ``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``:
@@ -22,12 +29,20 @@ then be given in ascending order so each graph is generated once.
   as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
   transfer (the ``load`` column: reading and host -> device snapshot moves),
   compute and communication, bytes sent per epoch (all ranks), transfer bytes
-  per epoch, peak engine memory, speed-up and parallel efficiency against the
-  smallest P (weak scaling: efficiency = t(P_min) / t(P));
-* ``time_split.png`` — stacked bars of transfer / compute / communication per P,
+  per epoch, peak engine memory, speed-up and parallel efficiency, and the baseline
+  they are taken against (``baseline``, ``baseline_s``);
+* ``time_split.png`` — stacked bars of transfer / compute / communication per run,
   each bar exactly as high as the run's ``epoch s`` (printed above it);
-* ``speedup.png`` — speed-up and parallel efficiency against P, with the ideal line;
-* ``volume.png`` — communication volume per epoch against P.
+* ``speedup.png`` — speed-up and parallel efficiency against P (one line per
+  strategy), with the ideal line;
+* ``volume.png`` — communication volume per epoch against P (one line per strategy).
+
+**The baseline.** Speed-up and efficiency are taken against the *fastest run at the
+smallest P of any strategy* in the set (strong: t_base / t(P) and t_base · P_min /
+(t(P) · P); weak: efficiency t_base / t(P)), not against each strategy's own run at
+that P. A strategy that pays for its machinery on one rank (halo exchanges with
+nothing to exchange, index copies) would otherwise show a super-linear speed-up over
+its own slow P = 1 time while being slower than the single-process engine (issue 13).
 
 Figures of runs with more ranks × threads than this machine has cores are
 titled "oversubscribed": they show how the program behaves, not how it scales.
@@ -43,8 +58,8 @@ compute was clamped at 0 the parts overshoot, and ``plot`` says so and marks the
 true height.
 
 Speed-up compares epoch times, which is meaningful only between runs of the same
-work: ``plot`` refuses runs that differ in model or task settings or strategy,
-and, for strong scaling, in dataset (the sha256 of ``data.path``'s
+work: ``plot`` refuses runs that differ in model or task settings, and, for
+strong scaling, in dataset (the sha256 of ``data.path``'s
 ``manifest.json`` where it can be read here, else ``data.path``, plus N and T);
 for weak scaling, in T or in vertices per rank N/P. The error names both runs.
 """
@@ -71,6 +86,7 @@ _MiB = 1024.0 * 1024.0
 FIELDS = [
     "P", "N", "T", "model", "strategy", "epoch_s", "transfer_s", "compute_s", "comm_s", "bytes_per_epoch",
     "transfer_bytes_per_epoch", "engine_peak_bytes", "speedup", "efficiency", "oversubscribed", "run_dir",
+    "baseline", "baseline_s",
 ]
 
 
@@ -139,7 +155,8 @@ def check_comparable(rows: list[dict], mode: str) -> None:
 
     Strong scaling: same dataset (manifest sha256 when both manifests are readable here, else the
     same ``data.path``), N and T. Weak scaling: the dataset grows with P by design, so the same T
-    and vertices per rank N/P. Both: the same model and task sections and strategy.
+    and vertices per rank N/P. Both: the same model and task sections. Strategies may differ: they
+    are ways to do the same work, and the speed-up is taken against the fastest of them (:func:`add_scaling`).
 
     Raises:
         SystemExit: the first pair (smallest-P run, other run) that differs.
@@ -149,7 +166,6 @@ def check_comparable(rows: list[dict], mode: str) -> None:
         checks = [
             ("model", base["_model_cfg"], r["_model_cfg"]),
             ("task", base["_task_cfg"], r["_task_cfg"]),
-            ("strategy", base["strategy"], r["strategy"]),
             ("T (snapshots)", base["T"], r["T"]),
         ]
         if mode == "strong":
@@ -170,16 +186,26 @@ def check_comparable(rows: list[dict], mode: str) -> None:
                 )
 
 
+def baseline(rows: list[dict]) -> dict:
+    """The run speed-ups are taken against: the fastest (smallest ``epoch_s``) at the smallest P, of any strategy."""
+    p0 = min(r["P"] for r in rows)
+    return min((r for r in rows if r["P"] == p0), key=lambda r: r["epoch_s"])
+
+
 def add_scaling(rows: list[dict], mode: str) -> list[dict]:
-    """Speed-up and efficiency against the smallest P (strong: t1/tP and t1/(tP·P/P1); weak: t1/tP).
+    """Speed-up and efficiency against :func:`baseline` (strong: t0/tP and t0·P0/(tP·P); weak: t0/tP).
+
+    Rows come back ordered by strategy (in order of first appearance) then P.
 
     Raises:
         SystemExit: runs of different work (:func:`check_comparable`).
     """
     check_comparable(rows, mode)
-    rows = sorted(rows, key=lambda r: r["P"])
-    base = rows[0]
+    order = {s: i for i, s in reversed(list(enumerate(r["strategy"] for r in rows)))}
+    rows = sorted(rows, key=lambda r: (order[r["strategy"]], r["P"]))
+    base = baseline(rows)
     for r in rows:
+        r["baseline"], r["baseline_s"] = f"{base['strategy']} P={base['P']}", base["epoch_s"]
         ratio = base["epoch_s"] / r["epoch_s"]
         if mode == "strong":
             r["speedup"] = ratio
@@ -206,24 +232,26 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
     matplotlib.use("Agg")  # batch nodes have no display
     import matplotlib.pyplot as plt
 
-    Ps = [r["P"] for r in rows]
-    label = f"{rows[0]['model']}, {rows[0]['strategy']}, {mode} scaling"
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    by_strategy = {s: [r for r in rows if r["strategy"] == s] for s in strategies}
+    base = baseline(rows)
+    label = f"{rows[0]['model']}, {', '.join(strategies)}, {mode} scaling"
     if any(r["oversubscribed"] for r in rows):
         label += " (oversubscribed)"
-    x = list(range(len(Ps)))
+    x = list(range(len(rows)))
     files = []
 
-    def save(fig, ax, ylabel: str, name: str) -> None:
+    def save(fig, ax, ylabel: str, name: str, note: str = "") -> None:
         """The axes every figure shares (P on x, the sweep's title), then write and close it."""
         ax.set_xlabel("ranks P")
         ax.set_ylabel(ylabel)
-        ax.set_title(label, fontsize=9)
+        ax.set_title(label + note, fontsize=9)
         files.append(out / name)
         fig.tight_layout()
         fig.savefig(files[-1], dpi=120)
         plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows)), 4))
     bottom = [0.0] * len(rows)
     for key, name in (("transfer_s", "transfer"), ("compute_s", "compute"), ("comm_s", "communication")):
         vals = [r[key] for r in rows]
@@ -237,28 +265,40 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
                   file=sys.stderr)
             ax.hlines(r["epoch_s"], i - 0.4, i + 0.4, colors="k")
         ax.annotate(f"{r['epoch_s']:.3f}", (i, max(top, r["epoch_s"])), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, [str(p) for p in Ps])
+    ticks = [str(r["P"]) if len(strategies) == 1 else f"{r['strategy']}\n{r['P']}" for r in rows]
+    ax.set_xticks(x, ticks, fontsize=8 if len(strategies) > 1 else None)
     ax.legend()
     save(fig, ax, "seconds per epoch (slowest rank)", "time_split.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(Ps, [r["speedup"] for r in rows], "o-", label="speed-up")
-    ax.plot(Ps, [p / Ps[0] for p in Ps], "k--", lw=0.8, label="ideal")
     ax2 = ax.twinx()
-    ax2.plot(Ps, [r["efficiency"] for r in rows], "s:", color="tab:red", label="efficiency")
+    Ps = sorted({r["P"] for r in rows})
+    for s in strategies:
+        sr = by_strategy[s]
+        tag = "" if len(strategies) == 1 else f" {s}"
+        line = ax.plot([r["P"] for r in sr], [r["speedup"] for r in sr], "o-", label=f"speed-up{tag}")[0]
+        ax2.plot([r["P"] for r in sr], [r["efficiency"] for r in sr], "s:", color="tab:red" if len(strategies) == 1
+                 else line.get_color(), label=f"efficiency{tag}")
+    ideal = [p / base["P"] for p in Ps]  # strong: t0 / (t0 / (P / P0)); weak: the same by definition
+    ax.plot(Ps, ideal, "k--", lw=0.8, label="ideal")
     ax2.set_ylim(0, 1.1)
     ax2.set_ylabel("parallel efficiency")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left")
-    save(fig, ax, f"speed-up over P={Ps[0]}", "speedup.png")
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    save(fig, ax, f"speed-up over the fastest P={base['P']} run", "speedup.png",
+         f"\nbaseline: the fastest P={base['P']} run of any strategy ({base['strategy']}, {base['epoch_s']:.3f} s)")
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(Ps, [r["bytes_per_epoch"] / _MiB for r in rows], "o-", label="sent by all ranks")
-    if any(r["transfer_bytes_per_epoch"] for r in rows):
-        ax.plot(Ps, [r["transfer_bytes_per_epoch"] / _MiB for r in rows], "s--", label="host -> device transfer")
+    for s in strategies:
+        sr = by_strategy[s]
+        tag = "" if len(strategies) == 1 else f" ({s})"
+        ax.plot([r["P"] for r in sr], [r["bytes_per_epoch"] / _MiB for r in sr], "o-", label=f"sent by all ranks{tag}")
+        if any(r["transfer_bytes_per_epoch"] for r in sr):
+            ax.plot([r["P"] for r in sr], [r["transfer_bytes_per_epoch"] / _MiB for r in sr], "s--",
+                    label=f"host -> device transfer{tag}")
     ax.set_xscale("log", base=2)
     ax.legend()
     save(fig, ax, "MiB per epoch", "volume.png")
@@ -266,16 +306,19 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
 
 
 def report(rows: list[dict], out: Path, mode: str) -> None:
-    """Write the CSV and the plots, and print the table."""
+    """Write the CSV and the plots, and print the table (speed-up and efficiency against :func:`baseline`)."""
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "scaling.csv")
     files = plot(rows, out, mode)
+    base = baseline(rows)
+    print(f"speed-up and efficiency against the fastest P={base['P']} run of any strategy: {base['strategy']}, "
+          f"{base['epoch_s']:.3f} s ({base['run_dir']})")
     print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'MiB/ep':>9} "
-          f"{'speed-up':>9} {'effic.':>7}")
+          f"{'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:
         print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['transfer_s']:>9.3f} {r['compute_s']:>9.3f} "
               f"{r['comm_s']:>9.3f} {r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
-              + ("  oversubscribed" if r["oversubscribed"] else ""))
+              f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else ""))
     print(f"wrote {out / 'scaling.csv'} and {', '.join(f.name for f in files)}")
 
 
@@ -283,14 +326,24 @@ def _launch(launcher: str | None, P: int) -> list[str]:
     return shlex.split(launcher.format(P=P)) if launcher else mpirun_cmd(P)
 
 
+def _sweep_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(strategy, P) of every run of the sweep: each ``--strategy`` at every P, then each ``--baseline``
+    strategy not swept at the smallest P only (the speed-up reference, see :func:`baseline`)."""
+    runs = [(s, P) for s in args.strategy for P in args.ranks]
+    runs += [(s, min(args.ranks)) for s in args.baseline if s not in args.strategy]
+    return runs
+
+
 def run_sweep(args: argparse.Namespace) -> list[Path]:
-    """One run per rank count; returns the run directories."""
+    """One run per strategy and rank count (see :func:`_sweep_runs`); returns the run directories."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.mode == "weak" and args.data:
         raise SystemExit("--data is for strong scaling; weak scaling generates one graph per P")
+    plan = _sweep_runs(args)
+    named = len({s for s, _ in plan}) > 1  # run directories carry the strategy when there are several
     runs = []
-    for P in args.ranks:
+    for strategy, P in plan:
         if args.mode == "strong":
             data = Path(args.data) if args.data else out / "graph"
             if not args.data and not (data / "manifest.json").exists():
@@ -299,21 +352,24 @@ def run_sweep(args: argparse.Namespace) -> list[Path]:
             data = out / f"graph-p{P}"
             if not (data / "manifest.json").exists():
                 generate_graph(data, args.vertices_per_rank * P, args.snapshots, args.density)
-        job = out / f"job-p{P}.yaml"
+        name = f"{strategy}-p{P}" if named else f"p{P}"
+        job = out / f"job-{name}.yaml"
         job.write_text(yaml.safe_dump({
             "data": {"path": str(data), "validate": "structure"},
             "model": {"name": args.model, "hidden": args.hidden},
-            "strategy": {"name": args.strategy, **({"blocks": args.blocks} if args.blocks > 1 else {})},
+            "strategy": {"name": strategy,
+                         **({"blocks": args.blocks} if args.blocks > 1 and strategy == "snapshot" else {})},
             "train": {"epochs": args.epochs, "threads": args.threads},
         }))
-        run_dir = out / f"run-p{P}"
+        run_dir = out / f"run-{name}"
         if run_dir.exists():
             raise SystemExit(f"{run_dir} exists: a sweep never overwrites a run; choose another --out")
         cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir)]
         print("+", " ".join(cmd), flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
-            raise SystemExit(f"P={P} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            raise SystemExit(f"{strategy} P={P} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                             f"{proc.stderr[-2000:]}")
         runs.append(run_dir)
     return runs
 
@@ -332,7 +388,10 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--snapshots", type=int, default=32)
     r.add_argument("--density", type=float, default=3.0)
     r.add_argument("--model", default="tmgcn")
-    r.add_argument("--strategy", default="snapshot")
+    r.add_argument("--strategy", nargs="+", default=["snapshot"], help="strategies swept, each at every P")
+    r.add_argument("--baseline", nargs="*", default=["snapshot"],
+                   help="strategies also run at the smallest P when not swept: the speed-up is taken against the "
+                        "fastest run at that P of any strategy (default: snapshot; none: --baseline with no name)")
     r.add_argument("--hidden", type=int, default=16)
     r.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     r.add_argument("--threads", type=int, default=1, help="torch threads per rank")

@@ -112,6 +112,10 @@ def redistribute(
 ) -> torch.Tensor:
     """Differentiable box all-to-all: the layout change between snapshot and vertex ownership (IBM §4.2).
 
-    ``grad_rows``: see :class:`Redistribute`.
+    ``grad_rows``: see :class:`Redistribute`. Its backward is a collective too: a rank whose rows
+    carry no gradient (no rows of its own, or a layer input that is a constant, e.g. with an idle
+    halo) still joins it, through a leaf.
     """
+    if torch.is_grad_enabled() and not x.requires_grad:
+        x = x.detach().requires_grad_(True)
     return Redistribute.apply(x, comm, tuple(recv_shape), list(send_boxes), list(recv_boxes), tag, reuse, grad_rows)

@@ -51,13 +51,13 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import RowGroups
-from hpcdgnn.nn.layout import RowLayout, joined
+from hpcdgnn.nn.layout import joined
 from hpcdgnn.nn.models.base import DGNN, build_model
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
-from hpcdgnn.strategies.halo import HaloStrategy, local_rows
+from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, horizon_temporal, local_rows
 from hpcdgnn.strategies.registry import register_strategy
 
 __all__ = ["ChunkStrategy", "IndexExchange"]
@@ -78,6 +78,19 @@ class IndexExchange:
     def __init__(self, comm, dest: np.ndarray, dest_row: np.ndarray, out_rows: int, tag: str) -> None:
         P = comm.size
         self.comm, self.tag, self.out_rows = comm, tag, out_rows
+        #: on one rank the exchange is a permutation of the rows (every destination row written once):
+        #: done as one gather each way, none at all when it is the identity (the rows are already
+        #: where they go: time-major appearances are the RNN owner's (T, R) block and the task's
+        #: snapshots); no all-to-all, no zero-filled output, no scatter
+        self._local: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
+        if P == 1 and dest.shape[0] == out_rows:
+            rows = np.asarray(dest_row, dtype=np.int64)
+            if np.array_equal(rows, np.arange(out_rows)):
+                self._local = (None, None)
+            elif np.array_equal(np.sort(rows), np.arange(out_rows)):
+                inv = np.empty(out_rows, dtype=np.int64)
+                inv[rows] = np.arange(out_rows)
+                self._local = (torch.from_numpy(inv), torch.from_numpy(rows))
         order = np.lexsort((dest_row, dest))
         self.send_order = torch.from_numpy(order)
         self.send_rows = np.bincount(dest, minlength=P).tolist()
@@ -89,6 +102,9 @@ class IndexExchange:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(local rows, F) -> (out_rows, F) on the destinations."""
+        if self._local is not None:
+            index = self._local[0]
+            return x if index is None else x.index_select(0, index.to(x.device))
         recv = all_to_all_rows(x.index_select(0, self.send_order.to(x.device)), self.comm, self.send_rows,
                                self.recv_rows, tag=self.tag)
         out = x.new_zeros(self.out_rows, x.shape[-1])
@@ -96,6 +112,9 @@ class IndexExchange:
 
     def reverse(self, y: torch.Tensor) -> torch.Tensor:
         """(out_rows, F) on the destinations -> (local rows, F) back where they came from."""
+        if self._local is not None:
+            index = self._local[1]
+            return y if index is None else y.index_select(0, index.to(y.device))
         back = all_to_all_rows(y.index_select(0, self.recv_pos.to(y.device)), self.comm, self.recv_rows,
                                self.send_rows, tag=self.tag)
         out = y.new_zeros(self.n_local, y.shape[-1])
@@ -148,7 +167,7 @@ class ChunkStrategy(HaloStrategy):
         t_of, v_of = mine // N, mine % N
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
         owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], lambda k: flat_owner[k],
-                                 lambda k: local[k], n, model)
+                                 lambda k: local[k], n, model, plan.horizon)
         self.groups = self._fuse(c.chunk.ravel()[mine], owned, model)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
@@ -189,17 +208,22 @@ class ChunkStrategy(HaloStrategy):
     def _time_encoder(self, layer, yr: torch.Tensor) -> torch.Tensor:
         """Layer's RNN over my vertices' (T, R, F) block: every step, or only the active ones."""
         s = self._seq
-        if s is None:
-            return layer.temporal(yr, None)[0]
+        if s is None:  # without autograd past the training horizon (causal models)
+            return horizon_temporal(layer, yr, None, self.grad_steps)[0]
         x = yr.new_zeros(s.steps, s.lanes, yr.shape[-1]).index_put((s.step, s.lane), yr[s.t, s.r])
         out = layer.packed_temporal(x, s.mask)
         z = out.new_zeros(yr.shape[0], yr.shape[1], layer.out_features).index_put((s.t, s.r), out[s.step, s.lane])
         return joined(z, yr)  # a rank with no active sequence still runs the exchange's backward
 
-    def _fuse(self, chunk: np.ndarray, owned, model: DGNN) -> RowGroups:
+    def _fuse(self, chunk: np.ndarray, owned, model: DGNN) -> RowGroups | None:
         """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
         §5.1.1, :func:`~hpcdgnn.partition.fusion.fuse_chunks`) or one group per chunk (``fusion: off``).
         Inactive appearances (chunk -1, their rows hold only the self-loop) form one more chunk.
+
+        Returns None when everything fused into one group: it holds all my rows in order and reads
+        every column (each own row has its self-loop, each halo row was asked for because an entry
+        reads it), so its product is the plain one over my rows of Ã, entry for entry; the aggregation
+        then runs as that one product, without the group's copy of Ã and its gathers and scatters.
         """
         cfg = self.ctx.job.strategy
         labels, per_chunk = np.unique(chunk, return_inverse=True)
@@ -215,6 +239,8 @@ class ChunkStrategy(HaloStrategy):
         #: inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
         self._fusion_stats = np.array([int((labels >= 0).sum()), len(groups), groups.loaded_rows,
                                        RowGroups.rows_read(per_chunk, row, col)])
+        if len(groups) == 1 and groups.loaded_rows == self.adj.a.shape[1]:
+            return None
         return groups
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
@@ -229,14 +255,14 @@ class ChunkStrategy(HaloStrategy):
     def engine_bytes(self) -> int:
         """Ã rows of this rank's appearances (and the transpose), their fused groups, and the first
         layer's input (the precomputed Ã·X, or X)."""
-        return super().engine_bytes() + self.groups.nbytes
+        return super().engine_bytes() + (0 if self.groups is None else self.groups.nbytes)
 
     def layout(self) -> ChunkLayout:
         """The whole timeline: my appearances' rows."""
         return ChunkLayout(self)
 
 
-class ChunkLayout(RowLayout):
+class ChunkLayout(HaloLayout):
     """D1: my appearances' rows, time-major; GCN with the halo (fused groups), RNN at the RNN owners."""
 
     def __init__(self, s: ChunkStrategy) -> None:
@@ -260,6 +286,7 @@ class ChunkLayout(RowLayout):
     def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
         """Whole snapshots for the task (t on rank t mod P)."""
         s = self.s
-        z = s.to_task.forward(h).view(len(s.scored), s.N, h.shape[-1])
+        z = s.to_task.forward(h.reshape(-1, h.shape[-1])).view(len(s.scored), s.N, h.shape[-1])
         self.last = z
-        return {t: z[j] for j, t in enumerate(s.scored)}
+        # unbind once: z[j] per snapshot would make each backward zero-fill a full (scored, N, F) buffer
+        return dict(zip(s.scored, z.unbind(0), strict=True))

@@ -14,6 +14,14 @@ needs no halo per epoch — unless the model's first aggregation has parameters
 A rank reads only its own rows of each snapshot (:func:`read_owned_rows`); the
 degrees and feature rows of its halo columns, which Ã and Ã·X need, come from
 their owners through the halo once at setup (tag ``setup.halo``).
+
+No machinery is paid for where it has nothing to do (issue 13): when no rank reads
+another's rows (one rank) the gather is the identity, not a copy of ``[H ; empty
+halo]`` per layer (:attr:`Halo.idle`); the snapshot-local transform runs over all
+of a rank's snapshots at once (:class:`HaloLayout`); and with causal models the time
+encoder runs without autograd past the training horizon (:func:`horizon_temporal`),
+as under the snapshot strategy. At P = 1 the vertex and chunk strategies then do the
+snapshot strategy's arithmetic at its cost.
 """
 
 from __future__ import annotations
@@ -27,10 +35,12 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
+from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.stale import StaleHalo
 
-__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "HaloStrategy"]
+__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "HaloStrategy", "HaloLayout",
+           "horizon_temporal"]
 
 
 @dataclass
@@ -167,6 +177,10 @@ class Halo:
         self.send_index = asked.view(-1)
         counts = comm.allgather_obj(self.recv_rows, tag="setup")  # counts[p][q]: rows rank p gets from q
         self.send_rows = [counts[q][me] for q in range(P)]
+        #: no rank reads a row of another (one rank, or a partition without cut edges): every rank knows
+        #: it from the same counts, so all skip the per-layer exchange together and no collective is left
+        #: unmatched; the gather is then the identity (no (n, F) copy of [h ; empty halo] per layer)
+        self.idle = not any(c for row in counts for c in row)
         #: column of each entry in [own rows ; halo rows]
         self.columns = np.empty(keys.shape[0], dtype=np.int64)
         self.columns[own] = local_of(keys[own])
@@ -200,6 +214,9 @@ def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: Row
     aggregated in ``groups`` (fused chunks) when given.
     """
 
+    if halo.idle:  # nothing to exchange anywhere: Ã's columns are the rows themselves
+        return LocalGraph(adj, groups=groups)
+
     def gather(m: torch.Tensor) -> torch.Tensor:
         if stale is not None:  # rows that barely moved are reused from the receiver's cache
             return torch.cat([m, stale.exchange(li, m[halo.send_index.to(m.device)])])
@@ -215,13 +232,17 @@ class HaloStrategy(Strategy):
 
     def _setup_halo(self, reader, T: int, N: int, vertices_at: Callable[[int], np.ndarray],
                     owner_of: Callable[[np.ndarray], np.ndarray], local_of: Callable[[np.ndarray], np.ndarray],
-                    n: int, model) -> OwnedRows:
+                    n: int, model, horizon: int | None = None) -> OwnedRows:
         """Read my rows of Ã and agree on the halo (:func:`read_owned_rows`); build the operator.
 
         Also keeps the first layer's input (Ã·X, or X when layer 0's aggregation has parameters) and,
-        with ``stale`` on, builds the halo's cache.
+        with ``stale`` on, builds the halo's cache; and the steps whose time encoder needs autograd
+        (:attr:`grad_steps`: up to the plan's training ``horizon`` when every layer is causal).
         """
         dev = self.ctx.device
+        causal = horizon is not None and all(layer.causal for layer in model.layers)
+        #: time steps 0..grad_steps-1 can get a gradient; the time encoder runs without autograd after them
+        self.grad_steps = min(T, horizon + 1) if causal else T
         self._precomputed = model.layers[0].precomputable
         owned, self.halo = read_owned_rows(reader, T, N, vertices_at, self.ctx.dtype, self.comm, owner_of, local_of,
                                            self._precomputed)
@@ -258,3 +279,51 @@ class HaloStrategy(Strategy):
             super().load_state_dict(state)
             return
         self.stale.load_state_dict(state.get("stale"))
+
+
+def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int) -> tuple[torch.Tensor, object]:
+    """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd.
+
+    With causal layers no training gradient reaches the outputs after the training horizon, so
+    their backward would only propagate zeros (the snapshot strategy's rule, in its ``_temporal``):
+    the head runs with autograd, the tail continues from the head's end state without it. Same values.
+    """
+    if not torch.is_grad_enabled() or not 0 < grad_steps < y.shape[0]:
+        return layer.temporal(y, state)
+    z_head, state = layer.temporal(y[:grad_steps], state)
+    with torch.no_grad():
+        z_tail, state = layer.temporal(y[grad_steps:], state)
+    return torch.cat([z_head, z_tail]), state
+
+
+class HaloLayout(RowLayout):
+    """A rank's time-major rows (:class:`RowLayout`) whose snapshot-local transform runs snapshot-parallel.
+
+    :meth:`RowLayout.spatial` calls ``layer.spatial`` once per snapshot: T small GEMMs (T batched
+    products' worth of EvolveGCN's W_t) and, in the backward, T slices of the aggregation. Here,
+    as the snapshot strategy does for its phases, the snapshots run as one call:
+
+    * every snapshot of the batch has the same k > 0 rows here (a vertex partition; any partition
+      at P = 1): ``layer.spatial_steps`` over the (S, k, F) view — one GEMM, or one ``bmm`` with the
+      stacked W_t;
+    * else, without per-step parameters: ``layer.spatial`` over all rows at once (it is row-wise and
+      depends on t only through the per-step parameters);
+    * else (per-step parameters, uneven rows): :meth:`RowLayout.spatial`, snapshot by snapshot.
+
+    The output depends on ``h`` through the aggregation, so it is not joined to ``h`` again (the zero
+    branch of :func:`~hpcdgnn.nn.layout.joined` cost a reduction, a copy and a full-size add in the
+    backward per layer); :meth:`DGNN.forward` joins an output that does not require grad.
+    """
+
+    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        sizes = {k for _, k in self.segments}
+        even = len(sizes) == 1 and len(self.segments) == self._steps  # every snapshot, k rows each
+        if not self.segments or not (even or tparams is None):
+            return super().spatial(layer, li, h, tparams)
+        ax = self._aggregate(layer, li, None if h is None else h.reshape(-1, h.shape[-1]))
+        if even:
+            k = sizes.pop()
+            y = layer.spatial_steps(ax.view(self._steps, k, ax.shape[-1]), [t for t, _ in self.segments], tparams)
+            return y if self.stacked else y.reshape(-1, y.shape[-1])
+        y = layer.spatial(ax, -1, None)  # row-wise: all snapshots' rows in one call
+        return y.view(self._steps, -1, y.shape[-1]) if self.stacked else y

@@ -36,11 +36,10 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import redistribute
-from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.vertex import plan_vertices
-from hpcdgnn.strategies.halo import HaloStrategy
+from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, horizon_temporal
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _rows
 
@@ -68,12 +67,13 @@ class VertexStrategy(HaloStrategy):
         lo, hi = vb[me], vb[me + 1]
         n = int(hi - lo)
         self.T, self.N, self.n, self.plan = T, N, n, plan
-        self.pos = torch.from_numpy(pos).to(dev)
+        #: row of each vertex id in the rank-ordered layout; None when that is the id itself (range partition)
+        self.pos = None if np.array_equal(order, np.arange(N)) else torch.from_numpy(pos).to(dev)
         mine = order[lo:hi]
         # appearance (t, v) lives on part[v], at row t * n_part + its row in the rank's range
         n_of = np.diff(vb)
         self._setup_halo(reader, T, N, lambda t: mine, lambda k: part[k % N],
-                         lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n, model)
+                         lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n, model, plan.horizon)
 
         # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
@@ -87,7 +87,7 @@ class VertexStrategy(HaloStrategy):
         return VertexLayout(self)
 
 
-class VertexLayout(RowLayout):
+class VertexLayout(HaloLayout):
     """S6: my vertices' rows of all T snapshots as one (T, n, F) block; GCN with the halo, RNN local (IBM §4.1)."""
 
     def __init__(self, s: VertexStrategy) -> None:
@@ -95,13 +95,14 @@ class VertexLayout(RowLayout):
         self.s = s
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """The time encoder over my (T, n, F) block, keeping no end state.
+        """The time encoder over my (T, n, F) block — without autograd past the training horizon
+        (:func:`~hpcdgnn.strategies.halo.horizon_temporal`) — keeping no end state.
 
         This layout is the whole timeline, so no later batch continues from its end state, and that
         state may be a view of ``y`` (TM-GCN's window tail): kept in :attr:`states`, it would hold every
         layer's (T, n, F) block until the epoch ends instead of freeing it after the forward needs it.
         """
-        z, _ = layer.temporal(y, state)
+        z, _ = horizon_temporal(layer, y, state, self.s.grad_steps)
         return z, None
 
     def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
@@ -110,8 +111,10 @@ class VertexLayout(RowLayout):
         z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
                          s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")
         self.last = z
+        if s.pos is not None:  # rows to vertex-id order: one gather for all scored snapshots
+            z = z.index_select(1, s.pos)
         # unbind once: z[j] per snapshot would make each backward zero-fill a full (scored, N, F) buffer
-        return {t: zj.index_select(0, s.pos) for t, zj in zip(s.scored, z.unbind(0), strict=True)}
+        return dict(zip(s.scored, z.unbind(0), strict=True))
 
     def finish(self) -> None:
         """After the backward: release the embeddings block (only a backward root while it ran)."""

@@ -130,11 +130,10 @@ def test_strong_scaling_refuses_different_datasets(tmp_path):
 
 @pytest.mark.parametrize(
     "change,what",
-    [({"model": {**MODEL, "name": "cdgcn"}}, "model"), ({"task": {**TASK, "name": "node_classification"}}, "task"),
-     ({"strategy": "vertex"}, "strategy")],
+    [({"model": {**MODEL, "name": "cdgcn"}}, "model"), ({"task": {**TASK, "name": "node_classification"}}, "task")],
 )
-def test_refuses_different_model_task_or_strategy(tmp_path, change, what):
-    """Same dataset, but another model, task or strategy: no speed-up between them."""
+def test_refuses_different_model_or_task(tmp_path, change, what):
+    """Same dataset, but another model or task: no speed-up between them (strategies may differ, see below)."""
     scaling = _scaling()
     data = _dataset(tmp_path, "ds", "{}")
     r1 = _run_dir(tmp_path, "run-p1", 1, 50, 8, _epochs(1, [2.0, 1.0]), data)
@@ -154,3 +153,68 @@ def test_weak_scaling_needs_same_vertices_per_rank(tmp_path):
     r3 = _run_dir(tmp_path, "run-p4", 4, 1000, 5, _epochs(4, [2.0, 1.5]), _dataset(tmp_path, "g4", '{"N": 1000}'))
     with pytest.raises(SystemExit, match=r"vertices per rank N/P differs \(300\.0 vs 250\.0\)"):
         scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o"), str(r1), str(r3)])
+
+
+def _csv(path):
+    import csv
+
+    return {(r["strategy"], int(r["P"])): r for r in csv.DictReader(open(path))}
+
+
+def test_speedup_is_against_the_fastest_p1_run_of_any_strategy(tmp_path, capsys):
+    """Issue 13: vertex at P = 1 takes 2.0 s, snapshot 1.0 s; vertex at P = 2 takes 1.0 s. Against its own
+    P = 1 run vertex would show 2.0x (super-linear), against the fastest P = 1 run it is 1.0x, efficiency 0.5."""
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, "snap-p1", 1, 50, 8, _epochs(1, [3.0, 1.0]), data),
+            _run_dir(tmp_path, "vert-p1", 1, 50, 8, _epochs(1, [3.0, 2.0]), data, strategy="vertex"),
+            _run_dir(tmp_path, "vert-p2", 2, 50, 8, _epochs(2, [3.0, 1.0]), data, strategy="vertex"),
+            _run_dir(tmp_path, "snap-p2", 2, 50, 8, _epochs(2, [3.0, 0.625]), data)]
+    out = tmp_path / "o"
+    scaling.main(["plot", "--out", str(out), *map(str, runs)])
+    rows = _csv(out / "scaling.csv")
+    assert float(rows[("vertex", 2)]["speedup"]) == pytest.approx(1.0)
+    assert float(rows[("vertex", 2)]["efficiency"]) == pytest.approx(0.5)
+    assert float(rows[("vertex", 1)]["speedup"]) == pytest.approx(0.5)  # slower than snapshot on one rank
+    assert float(rows[("snapshot", 2)]["speedup"]) == pytest.approx(1.6)
+    assert float(rows[("snapshot", 1)]["speedup"]) == pytest.approx(1.0)
+    assert {r["baseline"] for r in rows.values()} == {"snapshot P=1"}
+    assert {float(r["baseline_s"]) for r in rows.values()} == {1.0}
+    printed = capsys.readouterr().out
+    assert "against the fastest P=1 run of any strategy: snapshot, 1.000 s" in printed
+    for name in ("time_split.png", "speedup.png", "volume.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    # the fastest P = 1 run is the baseline whichever strategy it is
+    fast = _run_dir(tmp_path, "chunk-p1", 1, 50, 8, _epochs(1, [3.0, 0.8]), data, strategy="chunk")
+    scaling.main(["plot", "--out", str(tmp_path / "o2"), *map(str, runs), str(fast)])
+    rows = _csv(tmp_path / "o2" / "scaling.csv")
+    assert float(rows[("snapshot", 1)]["speedup"]) == pytest.approx(0.8)
+    assert float(rows[("vertex", 2)]["efficiency"]) == pytest.approx(0.4)
+    assert {r["baseline"] for r in rows.values()} == {"chunk P=1"}
+
+
+def test_baseline_without_a_p1_run_is_the_fastest_at_the_smallest_p(tmp_path):
+    """No P = 1 run: speed-up and efficiency against the fastest run at the smallest P (here P = 2)."""
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, "vert-p2", 2, 50, 8, _epochs(2, [3.0, 1.5]), data, strategy="vertex"),
+            _run_dir(tmp_path, "snap-p2", 2, 50, 8, _epochs(2, [3.0, 1.0]), data),
+            _run_dir(tmp_path, "vert-p4", 4, 50, 8, _epochs(4, [3.0, 1.0]), data, strategy="vertex")]
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    rows = _csv(tmp_path / "o" / "scaling.csv")
+    assert float(rows[("vertex", 4)]["speedup"]) == pytest.approx(1.0)
+    assert float(rows[("vertex", 4)]["efficiency"]) == pytest.approx(0.5)  # 1.0 * 2 / 4
+    assert {r["baseline"] for r in rows.values()} == {"snapshot P=2"}
+
+
+def test_sweep_adds_the_baseline_strategy_at_the_smallest_p():
+    """``run --strategy vertex`` also runs snapshot at the smallest P (the speed-up reference); not twice."""
+    import argparse
+
+    scaling = _scaling()
+    ns = argparse.Namespace(strategy=["vertex"], ranks=[1, 2, 4], baseline=["snapshot"])
+    assert scaling._sweep_runs(ns) == [("vertex", 1), ("vertex", 2), ("vertex", 4), ("snapshot", 1)]
+    ns = argparse.Namespace(strategy=["snapshot", "vertex"], ranks=[2, 4], baseline=["snapshot"])
+    assert scaling._sweep_runs(ns) == [("snapshot", 2), ("snapshot", 4), ("vertex", 2), ("vertex", 4)]
+    ns = argparse.Namespace(strategy=["vertex"], ranks=[1, 2], baseline=[])
+    assert scaling._sweep_runs(ns) == [("vertex", 1), ("vertex", 2)]

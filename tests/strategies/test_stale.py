@@ -45,8 +45,13 @@ def test_static_threshold_saves_traffic_and_reports_it(launcher, exact, tmp_path
     got, recs = _losses(launcher, 3, job, tmp_path / "static", "strategy.stale.mode=static", "strategy.stale.theta=0.5")
     assert recs[0]["stale"]["rows_reused"] == 0  # first epoch: nothing cached yet
     later = recs[1:]
-    assert all(r["stale"]["rows_reused"] > 0 and r["stale"]["bytes_saved"] > 0 for r in later)
-    assert all(r["bytes_by_tag"]["halo.fwd"] < o["bytes_by_tag"]["halo.fwd"] for r, o in zip(later, off[1:]))
+    # whether an epoch reuses rows depends on how far training moved them (an epoch may refresh all):
+    # reuse happens, is reported with the bytes it saved, and never costs traffic
+    assert sum(r["stale"]["rows_reused"] for r in later) > 0
+    assert all((r["stale"]["rows_reused"] > 0) == (r["stale"]["bytes_saved"] > 0) for r in later)
+    halo = [r["bytes_by_tag"]["halo.fwd"] for r in later]
+    halo_off = [o["bytes_by_tag"]["halo.fwd"] for o in off[1:]]
+    assert all(a <= b for a, b in zip(halo, halo_off)) and sum(halo) < sum(halo_off)
     # an approximation: the losses depart, a little, and are reported as they are
     assert not np.array_equal(got[1:, 0], ref[1:, 0])
     np.testing.assert_allclose(got[:, 0], ref[:, 0], rtol=2e-2)

@@ -1,0 +1,38 @@
+"""perf/compare_strategies.py: the ``vs snap P=1`` column and the P = 1 verdict (issue 13), without runs."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _cmp():
+    spec = importlib.util.spec_from_file_location("perf_compare_strategies", REPO / "perf" / "compare_strategies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ratio_column_is_against_snapshot_at_one_rank():
+    cmp = _cmp()
+    table = {"snapshot": {1: {"epoch": 2.0}, 2: {"epoch": 1.1}},
+             "vertex": {1: {"epoch": 2.1}, 2: {"epoch": 1.0}},
+             "chunk": {1: {"epoch": 2.5}, 2: {"epoch": 1.4}}}
+    r = cmp.vs_snapshot_p1(table)
+    assert r["snapshot"] == {1: 1.0, 2: pytest.approx(0.55)}
+    assert r["vertex"] == {1: pytest.approx(1.05), 2: pytest.approx(0.5)}
+    line = cmp.p1_verdict(r)
+    assert "vertex 1.05" in line and "chunk 1.25" in line and line.endswith("slower than 1.10x: chunk")
+    del table["chunk"]
+    assert cmp.p1_verdict(cmp.vs_snapshot_p1(table)).endswith("(all within 10%)")
+    assert cmp.vs_snapshot_p1({"vertex": {2: {"epoch": 1.0}}}) == {}  # no snapshot P = 1 run: no column
+
+
+def test_default_strategies_are_all_registered_snapshot_first():
+    from hpcdgnn.strategies.registry import available_strategies
+
+    names = _cmp()._default_strategies()
+    assert names[0] == "snapshot" and sorted(names) == available_strategies()

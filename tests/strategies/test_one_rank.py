@@ -1,0 +1,54 @@
+"""At P = 1 every strategy does the snapshot strategy's arithmetic (issue 13): the same loss and gradient-norm
+trajectory, so none may pay for machinery with nothing to do (halo exchanges, index all-to-alls, per-snapshot
+loops) or train what the snapshot strategy leaves out (the time encoder past the training horizon).
+
+All runs share one process (one MPI start, one torch import): ``run_training`` per strategy and model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, mpi_env, write_job
+
+MODELS = ["cdgcn", "tmgcn", "evolvegcn_o", "dysat"]
+
+_SCRIPT = """
+import json, sys
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.train.trainer import run_training
+comm = Communicator()
+out = {}
+for job, run_dir in json.loads(sys.argv[1]):
+    res = run_training(job, [], run_dir, comm)
+    out[job] = [[r["loss"], r["grad_norm"]] for r in res.metrics]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_every_strategy_matches_snapshot_at_one_rank(small_dataset, tmp_path):
+    from hpcdgnn.strategies.registry import available_strategies
+
+    strategies = available_strategies()
+    assert {"snapshot", "vertex", "chunk", "pss"} <= set(strategies)
+    jobs = {}
+    for model in MODELS:
+        for s in strategies:
+            extra = {"chunk_size": 20} if s == "chunk" else {}
+            job = write_job(tmp_path / f"{model}-{s}.yaml", small_dataset, model={"name": model},
+                            strategy={"name": s, **extra}, train={"epochs": 3})
+            jobs[(model, s)] = (str(job), str(tmp_path / f"run-{model}-{s}"))
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(list(jobs.values()))], capture_output=True,
+                          text=True, env=mpi_env(), cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    for model in MODELS:
+        ref = np.array(got[jobs[(model, "snapshot")][0]])
+        assert ref.shape == (3, 2) and not np.allclose(ref[0, 0], ref[-1, 0], rtol=1e-9), model
+        for s in strategies:
+            np.testing.assert_allclose(np.array(got[jobs[(model, s)][0]]), ref, rtol=1e-9, err_msg=f"{model} {s}")
