@@ -188,13 +188,14 @@ def run_pygt(data: Path, model: str, counterpart: str, args, pygt_path: list[str
 def recurrent_floor(data: Path, model: str, args) -> dict:
     """Forward + backward of the model's time encoders alone over the same rows and steps (issue 13 item 2),
     in this process with one thread: torch's own module (``nn.LSTM`` / ``nn.LSTMCell`` loop) and the
-    scan hpcdgnn runs (:mod:`hpcdgnn.nn.recurrent`); median of ``args.floor_repeat`` runs, seconds.
+    scan of :mod:`hpcdgnn.nn.recurrent` (hpcdgnn runs torch's ``nn.LSTM`` for CD-GCN, the scan for
+    EvolveGCN-O's weight recurrence); median of ``args.floor_repeat`` runs, seconds.
     """
     import torch
 
     from hpcdgnn.data.manifest import load_manifest
-    from hpcdgnn.nn.models.base import build_model, run_rnn
-    from hpcdgnn.nn.recurrent import self_fed_lstm
+    from hpcdgnn.nn.models.base import build_model
+    from hpcdgnn.nn.recurrent import run_torch_rnn, self_fed_lstm
 
     torch.set_num_threads(1)
     m = load_manifest(data)
@@ -217,7 +218,7 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
         if rnn is not None:
             y = torch.randn(T, N, layer.spatial_features, requires_grad=True)
             torch_s += timed(lambda: rnn(y)[0].sum().backward())
-            ours_s += timed(lambda: run_rnn(rnn, y, None, layer.out_features)[0].sum().backward())
+            ours_s += timed(lambda: run_torch_rnn(rnn, y)[0].sum().backward())
         elif hasattr(layer, "cell"):  # EvolveGCN-O: T steps of the LSTM over the weight rows
             cell, w0 = layer.cell, layer.w0
 
@@ -466,7 +467,7 @@ def main() -> None:
               "goal: epoch <= 1.5x floor):")
         for model in args.models:
             fl, epoch_s = floors[model], min(o["epoch_s"] for m_, _, o, _ in rows if m_ == model)
-            print(f"  {model:13s} torch module {fl['torch_s']:.4f} s, hpcdgnn scan {fl['ours_s']:.4f} s; "
+            print(f"  {model:13s} torch module {fl['torch_s']:.4f} s, nn/recurrent scan {fl['ours_s']:.4f} s; "
                   f"epoch {epoch_s:.4f} s = {epoch_s / fl['torch_s']:.2f}x the torch floor, "
                   f"{epoch_s / fl['ours_s']:.2f}x the scan's")
         print("train loss per epoch (before that epoch's update):")

@@ -28,7 +28,6 @@ from torch import nn
 
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
-from hpcdgnn.nn.recurrent import run_torch_rnn, supports
 
 __all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models", "run_rnn"]
 
@@ -40,10 +39,9 @@ def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> 
     """
     if y.shape[1] == 0:
         return y.new_zeros(y.shape[0], 0, out_features) + y.sum() * 0.0, state
-    if isinstance(rnn, nn.LSTM) and supports(rnn):
-        # the feature-major scan (nn/recurrent.py): 1.34x torch's oneDNN LSTM forward + backward at
-        # B = 32768, T = 64, H = 16 on one core, level at B = 986; torch's GRU stays the faster GRU
-        return run_torch_rnn(rnn, y, state)
+    # torch's own module: on the CPU its LSTM/GRU is one oneDNN node per layer, measured as fast as
+    # the scan of nn/recurrent.py at B = 32768 and 10 % faster at B = 986 (perf/bench_pygt.py's
+    # recurrent floor); the scan serves where torch has no such kernel (EvolveGCN-O, packed lanes)
     return rnn(y, state)
 
 
