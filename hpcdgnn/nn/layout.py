@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Layout", "RowLayout", "joined"]
+__all__ = ["Layout", "RowLayout", "horizon_temporal", "joined"]
 
 
 def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
@@ -49,6 +49,21 @@ def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
         if o is not None and o.requires_grad:
             t = t + o.sum() * 0.0
     return t
+
+
+def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int) -> tuple[torch.Tensor, object]:
+    """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd.
+
+    With causal layers no training gradient reaches the outputs after the training horizon, so
+    their backward would only propagate zeros (every strategy's rule):
+    the head runs with autograd, the tail continues from the head's end state without it. Same values.
+    """
+    if not torch.is_grad_enabled() or not 0 < grad_steps < y.shape[0]:
+        return layer.temporal(y, state)
+    z_head, state = layer.temporal(y[:grad_steps], state)
+    with torch.no_grad():
+        z_tail, state = layer.temporal(y[grad_steps:], state)
+    return torch.cat([z_head, z_tail]), state
 
 
 class Layout:

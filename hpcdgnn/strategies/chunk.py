@@ -51,13 +51,13 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import RowGroups
-from hpcdgnn.nn.layout import joined
+from hpcdgnn.nn.layout import horizon_temporal, joined
 from hpcdgnn.nn.models.base import DGNN, build_model
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
-from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, horizon_temporal, local_rows
+from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, local_rows
 from hpcdgnn.strategies.registry import register_strategy
 
 __all__ = ["ChunkStrategy", "IndexExchange"]

@@ -19,7 +19,7 @@ No machinery is paid for where it has nothing to do (issue 13): when no rank rea
 another's rows (one rank) the gather is the identity, not a copy of ``[H ; empty
 halo]`` per layer (:attr:`Halo.idle`); the snapshot-local transform runs over all
 of a rank's snapshots at once (:class:`HaloLayout`); and with causal models the time
-encoder runs without autograd past the training horizon (:func:`horizon_temporal`),
+encoder runs without autograd past the training horizon (:func:`~hpcdgnn.nn.layout.horizon_temporal`),
 as under the snapshot strategy. At P = 1 the vertex and chunk strategies then do the
 snapshot strategy's arithmetic at its cost.
 """
@@ -39,8 +39,7 @@ from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.stale import StaleHalo
 
-__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "HaloStrategy", "HaloLayout",
-           "horizon_temporal"]
+__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "HaloStrategy", "HaloLayout"]
 
 
 @dataclass
@@ -279,21 +278,6 @@ class HaloStrategy(Strategy):
             super().load_state_dict(state)
             return
         self.stale.load_state_dict(state.get("stale"))
-
-
-def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int) -> tuple[torch.Tensor, object]:
-    """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd.
-
-    With causal layers no training gradient reaches the outputs after the training horizon, so
-    their backward would only propagate zeros (the snapshot strategy's rule, in its ``_temporal``):
-    the head runs with autograd, the tail continues from the head's end state without it. Same values.
-    """
-    if not torch.is_grad_enabled() or not 0 < grad_steps < y.shape[0]:
-        return layer.temporal(y, state)
-    z_head, state = layer.temporal(y[:grad_steps], state)
-    with torch.no_grad():
-        z_tail, state = layer.temporal(y[grad_steps:], state)
-    return torch.cat([z_head, z_tail]), state
 
 
 class HaloLayout(RowLayout):

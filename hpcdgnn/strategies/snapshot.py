@@ -48,7 +48,7 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout
+from hpcdgnn.nn.layout import Layout, horizon_temporal
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
@@ -226,8 +226,6 @@ class SnapshotStrategy(Strategy):
 
     def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
         """(T_pb, N, F) owned snapshots of block b -> (T_b, N_q, F) block timeline of this rank's vertices."""
-        if not y.requires_grad and torch.is_grad_enabled():
-            y = y.detach().requires_grad_(True)  # every rank must run this collective's backward
         shape = (self.blocks[b + 1] - self.blocks[b], self._n_me, y.shape[-1])
         return redistribute(
             y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key,
@@ -247,14 +245,8 @@ class SnapshotStrategy(Strategy):
         """The RNN over block b's timeline; past the training horizon without autograd (causal models:
         those outputs get no gradient, so their backward would be spent on zeros).
         """
-        rows = self._grad_rows(b) if torch.is_grad_enabled() else None
-        if rows is None or not 0 < rows[1] < yv.shape[0]:
-            return layer.temporal(yv, rstate)
-        h = rows[1]
-        z_head, state = layer.temporal(yv[:h], rstate)
-        with torch.no_grad():
-            z_tail, state = layer.temporal(yv[h:], state)
-        return torch.cat([z_head, z_tail]), state
+        rows = self._grad_rows(b)
+        return horizon_temporal(layer, yv, rstate, yv.shape[0] if rows is None else rows[1])
 
     # -- the training step -----------------------------------------------------------------
     def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:

@@ -36,10 +36,11 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import redistribute
+from hpcdgnn.nn.layout import horizon_temporal
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.vertex import plan_vertices
-from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, horizon_temporal
+from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _rows
 
@@ -96,7 +97,7 @@ class VertexLayout(HaloLayout):
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
         """The time encoder over my (T, n, F) block — without autograd past the training horizon
-        (:func:`~hpcdgnn.strategies.halo.horizon_temporal`) — keeping no end state.
+        (:func:`~hpcdgnn.nn.layout.horizon_temporal`) — keeping no end state.
 
         This layout is the whole timeline, so no later batch continues from its end state, and that
         state may be a view of ``y`` (TM-GCN's window tail): kept in :attr:`states`, it would hold every
