@@ -6,6 +6,9 @@ Statistics (what the planner and the papers' tables talk about):
 * nonzeros of the trained adjacency A_t per snapshot (min / median / max /
   total; IBM Table 1's "nnz" after M-product or edge-life);
 * raw edges per snapshot (the link-prediction targets) and active vertices;
+* the float node targets (regression), when the manifest names them: their
+  name, how many (vertex, snapshot) entries have one (not NaN), and their
+  min / mean / max;
 * edge overlap between consecutive snapshots, ``|E_t ∩ E_{t+1}| / |E_{t+1}|``
   over the trained adjacency, mean / min / max over the T-1 pairs (pairs with
   an empty E_{t+1} are skipped). This is the fraction of A_{t+1}'s pattern
@@ -22,8 +25,10 @@ Validation (every problem is collected as ``file: problem``):
   with the right dtype and shape; ``indptr`` starts at 0, never decreases and
   ends at ``nnz``; indices lie in ``[0, N)`` and edge keys strictly ascend
   (sorted rows, no duplicates: S3's diffs rely on it); ``x`` and ``weights``
-  have no NaN/Inf; ``active`` is 0/1; labels lie in ``{-1} ∪ [0, C)``; nnz,
-  raw edges and active counts equal the manifest's.
+  have no NaN/Inf; ``active`` is 0/1; labels lie in ``{-1} ∪ [0, C)``;
+  ``targets`` (when the manifest names them) is float32 or float64 of shape
+  (N,) with no Inf (NaN = no target); nnz, raw edges and active counts equal
+  the manifest's.
 
 Every problem is one line naming the file (and the snapshot group and array,
 with the first offending position), and h5py's errors on a damaged file are
@@ -100,6 +105,9 @@ class _SnapshotChecker:
         self.m = m
         self.n = m.num_vertices
         self.problems = problems
+        #: over the readable targets arrays: entries with a target, their sum, min and max
+        self.target_count, self.target_sum = 0, 0.0
+        self.target_min, self.target_max = np.inf, -np.inf
 
     def fail(self, where: str, msg: str) -> None:
         self.problems.append(f"{where}: {msg}")
@@ -153,6 +161,34 @@ class _SnapshotChecker:
             raise _Invalid
         return keys
 
+    def targets(self, g: h5py.Group, where: str) -> None:
+        """The float node targets: float32/float64, shape (N,), finite or NaN; their statistics."""
+        ds = g.get("targets")
+        if not isinstance(ds, h5py.Dataset):
+            self.fail(where, "dataset 'targets' missing" if ds is None else "'targets' is not a dataset")
+            return
+        if ds.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            self.fail(where, f"'targets' has dtype {ds.dtype}, expected float64 (or float32)")
+            return
+        if ds.shape != (self.n,):
+            self.fail(where, f"'targets' has shape {ds.shape}, expected ({self.n},)")
+            return
+        try:
+            y = ds[()].astype(np.float64)
+        except _H5_ERRORS as e:
+            self.fail(where, f"cannot read 'targets': {_one_line(e)}")
+            return
+        if np.isinf(y).any():
+            v = int(np.flatnonzero(np.isinf(y))[0])
+            self.fail(where, f"'targets' contains Inf (first at vertex {v}: {y[v]}); NaN is the only 'no target' mark")
+            return
+        have = y[~np.isnan(y)]
+        if have.size:
+            self.target_count += int(have.size)
+            self.target_sum += float(have.sum())
+            self.target_min = min(self.target_min, float(have.min()))
+            self.target_max = max(self.target_max, float(have.max()))
+
     def check(self, g: h5py.Group, where: str, t: int) -> tuple[np.ndarray, int, int]:
         """Validate snapshot ``t``; return (A_t keys, raw edges, active vertices)."""
         m, n = self.m, self.n
@@ -176,6 +212,8 @@ class _SnapshotChecker:
             if bad.size:
                 v = int(bad[0])
                 self.fail(where, f"'labels' outside -1..{m.num_classes - 1} (first at vertex {v}: {int(labels[v])})")
+        if m.has_targets:
+            self.targets(g, where)
         raw = int(self.csr_keys(g, where, "target_").shape[0]) if m.smoothed else nnz
         n_active = int(np.count_nonzero(active))
         for name, got, want in (
@@ -188,9 +226,11 @@ class _SnapshotChecker:
         return keys, raw, n_active
 
 
-def _shard_snapshots(root: Path, m: Manifest, problems: list[str], checksums: bool) -> Iterator[tuple[int, Any]]:
+def _shard_snapshots(
+    root: Path, m: Manifest, problems: list[str], checksums: bool, checker: _SnapshotChecker | None = None
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(t, result or None)`` for every snapshot, shard by shard, one snapshot in memory."""
-    checker = _SnapshotChecker(m, problems)
+    checker = checker or _SnapshotChecker(m, problems)
     for info in m.shards:
         path = root / "shards" / info.file
         ts = range(info.t_start, info.t_stop)
@@ -286,7 +326,9 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         A JSON-ready dict: ``num_vertices``, ``num_snapshots``, ``num_features``,
         ``feature_names``, ``directed``, ``num_classes``, ``index_dtype``,
         ``smoothing``, ``shards``, ``bytes``, ``nnz`` / ``edges`` / ``active``
-        (each ``{min, median, max, total}`` or None), ``overlap``
+        (each ``{min, median, max, total}`` or None), ``targets`` (the manifest's
+        target name or None), ``target_values`` (``{count, min, mean, max}`` over
+        the entries that have a target, or None), ``overlap``
         (``{mean, min, max, pairs}`` or None), ``problems`` (list of
         ``file: problem`` strings) and ``valid`` (no problems).
 
@@ -302,7 +344,8 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
     active: list[int] = []
     ratios: list[float] = []
     prev: np.ndarray | None = None
-    for _, res in _shard_snapshots(root, m, problems, checksums):
+    checker = _SnapshotChecker(m, problems)
+    for _, res in _shard_snapshots(root, m, problems, checksums, checker):
         if res is None:
             prev = None  # an unreadable snapshot breaks the consecutive pair on both sides
             continue
@@ -317,6 +360,11 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
     if ratios:
         r = np.asarray(ratios)
         overlap = {"mean": float(r.mean()), "min": float(r.min()), "max": float(r.max()), "pairs": len(ratios)}
+    target_values = None
+    if checker.target_count:
+        c = checker.target_count
+        target_values = {"count": c, "min": checker.target_min, "mean": checker.target_sum / c,
+                         "max": checker.target_max}
     return {
         "root": str(root),
         "num_vertices": m.num_vertices,
@@ -325,6 +373,8 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         "feature_names": list(m.feature_names),
         "directed": m.directed,
         "num_classes": m.num_classes,
+        "targets": m.targets,
+        "target_values": target_values,
         "index_dtype": m.index_dtype,
         "smoothing": dict(m.smoothing),
         "shards": len(m.shards),
@@ -345,6 +395,18 @@ def _fmt_summary(s: dict[str, float] | None) -> str:
     return f"min {s['min']:,}  median {s['median']:,.1f}  max {s['max']:,}  total {s['total']:,}"
 
 
+def _fmt_targets(r: dict[str, Any]) -> str:
+    """The node-target line: name, entries with a target, their range."""
+    name, v = r.get("targets"), r.get("target_values")
+    if name is None:
+        return "none (no regression targets; see prepare --targets)"
+    if v is None:
+        return f"{name}: no entry has a target"
+    cells = r["num_vertices"] * r["num_snapshots"]
+    return (f"{name}: {v['count']:,} of {cells:,} (vertex, snapshot) entries, "
+            f"min {v['min']:.4g}  mean {v['mean']:.4g}  max {v['max']:.4g}")
+
+
 def format_report(r: dict[str, Any]) -> str:
     """Human-readable text of an :func:`inspect_dataset` result."""
     sm = r["smoothing"]
@@ -360,6 +422,7 @@ def format_report(r: dict[str, Any]) -> str:
         f"  nnz(A_t)  {_fmt_summary(r['nnz'])}",
         f"  raw edges {_fmt_summary(r['edges'])}",
         f"  active    {_fmt_summary(r['active'])}",
+        f"  targets   {_fmt_targets(r)}",
         "  overlap   |E_t ∩ E_t+1| / |E_t+1|: "
         + (
             "n/a"

@@ -28,6 +28,17 @@ A dataset directory (written by ``prepare`` or ``generate``)::
     snapshot_time     [T] [start, stop) of each window in the source's time unit, or null
     shards            [{"file", "t_start", "t_stop", "bytes", "sha256"}]
     source            free-form provenance (input path, format, options)
+    targets           optional: name of the float node target every shard stores per
+                      snapshot (``targets`` array; regression task), e.g. "signal" or
+                      "next_degree"; null or absent = no targets (manifests written
+                      before targets existed load unchanged)
+
+Target names written by ``prepare`` (what the value stored at snapshot t is):
+``signal`` the PyGT signal's next step S[t] (pygt-json lagged-signal layouts);
+``log1p_next_y`` log(1 + y_{t+1}) (twitter_tennis, NaN at the last snapshot);
+``next_degree`` / ``next_log_degree`` the distinct neighbours of each vertex in
+snapshot t+1 (raw edges), or log1p of it, NaN at the last snapshot
+(``prepare --targets``; :mod:`hpcdgnn.data.prepare`).
 
 :func:`load_manifest` checks every key for presence and type (``shards[].file``
 must be a plain name inside ``shards/``; ``sha256`` 64 lowercase hex digits),
@@ -93,6 +104,7 @@ class Manifest:
     snapshot_time: list[list[float]] | None
     shards: list[ShardInfo]
     source: dict[str, Any] = field(default_factory=dict)
+    targets: str | None = None
     format: str = FORMAT_NAME
     version: int = FORMAT_VERSION
 
@@ -108,12 +120,17 @@ class Manifest:
         """Whether the trained adjacency differs from the raw edges (S5 applied)."""
         return self.smoothing.get("edge_life", 1) > 1 or self.smoothing.get("mtransform_window", 1) > 1
 
+    @property
+    def has_targets(self) -> bool:
+        """Whether every snapshot stores a float node target array (``targets``)."""
+        return self.targets is not None
+
     def to_json(self) -> dict[str, Any]:
         """Return the manifest as a JSON-ready dict."""
         return asdict(self)
 
 
-_REQUIRED = [f for f in Manifest.__dataclass_fields__ if f != "source"]
+_REQUIRED = [f for f in Manifest.__dataclass_fields__ if f not in ("source", "targets")]
 _SHARD_KEYS = list(ShardInfo.__dataclass_fields__)
 INDEX_DTYPES = ("int32", "int64")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -189,6 +206,9 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
             return f"'snapshot_time' must be null or a list of [start, stop] numbers, got {_short(times)}"
         if len(times) != t:
             return f"'snapshot_time' has {len(times)} entries, expected T = {t}"
+    tg = raw.get("targets")
+    if tg is not None and (not isinstance(tg, str) or not tg):
+        return f"'targets' must be null or the name of the stored node targets, got {_short(tg)}"
     if "source" in raw and not isinstance(raw["source"], dict):
         return f"'source' must be an object, got {_short(raw['source'])}"
     shards = raw["shards"]

@@ -10,6 +10,8 @@ Shard layout (``DIR/shards/shard-NNNNN.h5``, snapshots ``[t_start, t_stop)``)::
         x        float32 (N, F)   vertex features X_t
         active   uint8   (N,)     1 where the vertex has a raw edge in this window
         labels   int64   (N,)     node labels, -1 = unlabelled (only if num_classes > 0)
+        targets  float64 (N,)     float node targets, NaN = no target (only if the manifest
+                                  names ``targets``; float32 is read too). Regression uses these.
         target_indptr, target_indices   raw edges of the window, only when
                                   smoothing changed A_t; otherwise A_t's pattern is
                                   the raw edge set. Link prediction uses these.
@@ -245,7 +247,7 @@ class ShardReader:
         return RowBlock(t, rows, indptr, indices, weights, feats)
 
     def read(self, t: int) -> Snapshot:
-        """Read snapshot ``t`` (adjacency, features, activity, labels)."""
+        """Read snapshot ``t`` (adjacency, features, activity, labels, targets)."""
         m = self.manifest
         N = m.num_vertices
         indptr = self._read(t, "indptr", N + 1)
@@ -258,7 +260,26 @@ class ShardReader:
             raise DataError(f"{path}: '{snapshot_group_name(t)}/x' has shape {x.shape}, expected ({N}, {m.num_features})")
         active = self._read(t, "active", N).astype(bool)
         labels = self._read(t, "labels", N) if m.num_classes > 0 else None
-        return Snapshot(t=t, indptr=indptr, indices=indices, weights=weights, x=x, active=active, labels=labels)
+        targets = self.read_targets(t) if m.has_targets else None
+        return Snapshot(t=t, indptr=indptr, indices=indices, weights=weights, x=x, active=active, labels=labels,
+                        targets=targets)
+
+    def read_targets(self, t: int) -> np.ndarray:
+        """The float node targets (N,) of snapshot ``t`` as float64, NaN where a vertex has none (nothing else read).
+
+        Raises:
+            DataError: the dataset stores no targets (manifest ``targets`` null), or the array is
+                missing, of the wrong shape or not floating point.
+        """
+        m = self.manifest
+        if not m.has_targets:
+            raise DataError(f"{self.root}: the dataset stores no node targets (manifest 'targets' is null)")
+        y = self._read(t, "targets", m.num_vertices)
+        if y.shape != (m.num_vertices,) or y.dtype.kind != "f":
+            _, path = self._file(t)
+            raise DataError(f"{path}: '{snapshot_group_name(t)}/targets' is {y.dtype} {y.shape}, "
+                            f"expected float ({m.num_vertices},)")
+        return y.astype(np.float64, copy=False)
 
     def edges(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Edges ``(src, dst)`` (int64) of the adjacency A_t trained on, in CSR order."""

@@ -16,10 +16,12 @@ def csr_rows(indptr: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Snapshot:
-    """Snapshot ``t``: adjacency A_t (CSR, rows = source vertex), features X_t, activity, labels.
+    """Snapshot ``t``: adjacency A_t (CSR, rows = source vertex), features X_t, activity, labels, targets.
 
     Shapes: ``indptr`` (N+1,), ``indices``/``weights`` (nnz,), ``x`` (N, F),
-    ``active`` (N,) bool, ``labels`` (N,) int64 with -1 for "no label" or None.
+    ``active`` (N,) bool, ``labels`` (N,) int64 with -1 for "no label" or None,
+    ``targets`` (N,) float64 node regression targets with NaN for "no target", or
+    None when the dataset has none (manifest ``targets``).
     """
 
     t: int
@@ -29,6 +31,7 @@ class Snapshot:
     x: np.ndarray
     active: np.ndarray
     labels: np.ndarray | None = None
+    targets: np.ndarray | None = None
 
     @property
     def num_vertices(self) -> int:

@@ -16,8 +16,10 @@ Pipeline per snapshot t (the order matters and is documented in the README):
    edge-life l:     A_t = A_t + sum_{i=t-l+1}^{t-1} A_i        (X_t unchanged)
    M-transform w:   A_t = sum_k M_tk A_k,  X_t = sum_k M_tk X_k,
                     M_tk = 1/min(w, t+1) for max(0, t-w+1) <= k <= t (0-based t);
-4. write: adjacency, features, activity (vertex has a raw edge), labels, and the
-   raw edge set as link-prediction targets when smoothing changed A_t.
+4. write: adjacency, features, activity (vertex has a raw edge), labels, float
+   node targets (regression; never smoothed: the target of snapshot t is what the
+   reader attached to t), and the raw edge set as link-prediction targets when
+   smoothing changed A_t.
 
 The directory is built under a temporary name next to ``root`` and renamed into
 place at the end, so an interrupted run never leaves a half-written dataset
@@ -52,7 +54,9 @@ class RawSnapshot:
     """Edges of one time window with vertex ids already remapped to 0..N-1.
 
     ``weight`` (per event) is used only with ``weights="given"``; ``x`` (N, F)
-    replaces the degree features; ``labels`` (N,) int64 with -1 = unlabelled.
+    replaces the degree features; ``labels`` (N,) int64 with -1 = unlabelled;
+    ``targets`` (N,) float node regression targets with NaN = no target (written
+    only when :func:`write_dataset` is given a ``targets`` name).
     """
 
     src: np.ndarray
@@ -61,6 +65,7 @@ class RawSnapshot:
     x: np.ndarray | None = None
     labels: np.ndarray | None = None
     time: tuple[float, float] | None = None
+    targets: np.ndarray | None = None
 
 
 def edge_keys(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
@@ -162,6 +167,21 @@ def _degrees(rows: np.ndarray, cols: np.ndarray, n: int) -> np.ndarray:
     return x
 
 
+def _checked_targets(root: Path, t: int, y: np.ndarray | None, n: int, name: str) -> np.ndarray:
+    """Snapshot t's float targets as float64 (N,); a DataError when absent, misshapen or infinite."""
+    if y is None:
+        raise DataError(f"{root}: snapshot {t}: targets {name!r} requested but the snapshot has none")
+    try:
+        y = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"{root}: snapshot {t}: targets are not numeric") from None
+    if y.shape != (n,):
+        raise DataError(f"{root}: snapshot {t}: targets of shape {y.shape}, expected ({n},)")
+    if np.isinf(y).any():
+        raise DataError(f"{root}: snapshot {t}: targets contain Inf (NaN marks 'no target'; Inf is not allowed)")
+    return y
+
+
 class _ShardSink:
     """Writes snapshot groups into shard files of ``shard_snapshots`` snapshots each."""
 
@@ -212,6 +232,7 @@ def write_dataset(
     log_features: bool = False,
     feature_names: list[str] | None = None,
     num_classes: int = 0,
+    targets: str | None = None,
     shard_snapshots: int = 8,
     vertex_ids: np.ndarray | None = None,
     source: dict[str, Any] | None = None,
@@ -230,6 +251,9 @@ def write_dataset(
         log_features: apply ``log1p`` to the degree features.
         feature_names: names of given features (required when snapshots carry ``x``).
         num_classes: C when snapshots carry labels, else 0.
+        targets: name of the float node targets the snapshots carry (recorded in the manifest,
+            see :mod:`hpcdgnn.data.manifest`), or None for none. Every snapshot must then have
+            ``targets`` of shape (N,), finite or NaN; they are stored as float64.
         shard_snapshots: snapshots per shard file.
         vertex_ids: the user's id of each vertex, stored in ``vertices.h5``.
         source: provenance recorded in the manifest.
@@ -315,6 +339,8 @@ def write_dataset(
                 if labels is None or labels.shape != (n,):
                     raise DataError(f"{root}: snapshot {t}: num_classes = {num_classes} but no labels of shape ({n},)")
                 g.create_dataset("labels", data=labels.astype(np.int64))
+            if targets is not None:
+                g.create_dataset("targets", data=_checked_targets(root, t, raw.targets, n, targets))
             if smoothed:
                 t_indptr, t_indices = _csr(rows, cols, n, index_dtype)
                 g.create_dataset("target_indptr", data=t_indptr)
@@ -339,6 +365,7 @@ def write_dataset(
             feature_names=list(names),
             directed=directed,
             num_classes=num_classes,
+            targets=targets,
             index_dtype=str(index_dtype),
             smoothing={"edge_life": edge_life, "mtransform_window": mtransform_window},
             snapshot_nnz=nnz,

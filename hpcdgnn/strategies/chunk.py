@@ -21,8 +21,10 @@ index lists where they have boxes or ranges:
   their RNN owner move nothing, so a chunk that keeps a sequence together costs
   no temporal traffic.
 
-After the last layer one more all-to-all gives the task whole snapshots
-(snapshot t on rank t mod P). Everything is exact: the same loss as P = 1.
+After the last layer the task scores the rows where they are, fetching only
+those it lacks, as under :mod:`hpcdgnn.strategies.vertex` (a task that cannot
+gets whole snapshots, t on rank t mod P, in one more all-to-all). Everything is
+exact: the same loss as P = 1.
 Spatial fusion (D2, DGC §5.1.1, ``strategy.fusion``): the GCN aggregation
 runs over groups of a rank's chunks, fused under ``strategy.fusion_memory_mb``
 (:mod:`hpcdgnn.partition.fusion`); each group reads its rows once. The outputs
@@ -59,6 +61,7 @@ from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, local_rows
 from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.tasks.base import ShardedEmbeddings
 
 __all__ = ["ChunkStrategy", "IndexExchange"]
 
@@ -177,14 +180,16 @@ class ChunkStrategy(HaloStrategy):
         dest = rnn_owner[v_of]
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
         self._seq = self._sequences(c.chunk[:, rnn_owner == me] >= 0, dev)
-        # the task's layout: snapshot t on rank t mod P, all N rows in vertex order
+        self.num_layers = len(model.layers)
+        if self._task_rows(mine, N, lambda k: flat_owner[k], lambda k: local[k]) is not None:
+            return self.shard  # the task scores my appearances here and fetches the few rows it lacks
+        # else its layout: snapshot t on rank t mod P, all N rows in vertex order
         self.scored = plan.snapshots_of(me)
         slot_of_t = np.zeros(T, dtype=np.int64)
         for p in range(P):
             for j, t in enumerate(plan.snapshots_of(p)):
                 slot_of_t[t] = j
         self.to_task = IndexExchange(comm, t_of % P, slot_of_t[t_of] * N + v_of, len(self.scored) * N, "redistribute")
-        self.num_layers = len(model.layers)
         return self.scored
 
     def _sequences(self, active: np.ndarray, dev: torch.device) -> _ActiveSequences | None:
@@ -283,9 +288,13 @@ class ChunkLayout(HaloLayout):
         """Back to the appearance owners."""
         return self.s.to_rnn.reverse(z.reshape(self.s.T * self.s.R, z.shape[-1]))
 
-    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
-        """Whole snapshots for the task (t on rank t mod P)."""
+    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor] | ShardedEmbeddings:
+        """My appearances' rows where they are, for a task that scores in place; else whole snapshots
+        for the task (t on rank t mod P)."""
         s = self.s
+        if s.shard is not None:
+            self.last = h
+            return s._in_place(h)
         z = s.to_task.forward(h.reshape(-1, h.shape[-1])).view(len(s.scored), s.N, h.shape[-1])
         self.last = z
         # unbind once: z[j] per snapshot would make each backward zero-fill a full (scored, N, F) buffer

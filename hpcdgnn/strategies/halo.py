@@ -38,8 +38,11 @@ from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.stale import StaleHalo
+from hpcdgnn.tasks import task_class
+from hpcdgnn.tasks.base import RowShard, ShardedEmbeddings
 
-__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "HaloStrategy", "HaloLayout"]
+__all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "fetch_rows", "HaloStrategy",
+           "HaloLayout"]
 
 
 @dataclass
@@ -207,6 +210,32 @@ class Halo:
                                tag="halo", reuse=reuse)
 
 
+def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
+               local_of: Callable[[np.ndarray], np.ndarray], max_rows: int, tag: str = "task") -> torch.Tensor:
+    """Rows ``keys`` of the distributed rows ``h`` (n, F), from their owners; differentiable. A collective.
+    ``max_rows`` bounds every rank's row count (T · N).
+
+    The halo exchange with its indices made per call, for row sets that change every epoch (the
+    task's destination rows, issue 13 item 5): the counts and the owners' row indices go first
+    (tag ``<tag>.index``, 4 bytes a row), then the rows (``<tag>.fwd``; gradients back under
+    ``<tag>.bwd``). Returns (len(keys), F) in the order of ``keys``.
+    """
+    P = comm.size
+    if P == 1:
+        return h[:0]
+    owner = owner_of(keys)
+    order = np.argsort(owner, kind="stable")
+    counts = np.bincount(owner, minlength=P)
+    got = comm.alltoallv(torch.from_numpy(counts).view(P, 1), [1] * P, [1] * P, tag=f"{tag}.index").view(-1).tolist()
+    # row indices as int32 when no rank can have 2^31 rows (the same test on every rank): half the bytes
+    local = local_of(keys[order]).astype(np.int32 if max_rows < 2**31 else np.int64)
+    asked = comm.alltoallv(torch.from_numpy(local).view(-1, 1), counts.tolist(), got, tag=f"{tag}.index").view(-1)
+    rows = all_to_all_rows(h.index_select(0, asked.to(h.device, torch.int64)), comm, got, counts.tolist(), tag=tag)
+    back = np.empty_like(order)
+    back[order] = np.arange(order.shape[0])
+    return rows.index_select(0, torch.from_numpy(back).to(rows.device))
+
+
 def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:
     """This rank's rows of Ã with layer ``li``'s halo exchange as the gather: exact, or through the
     :class:`~hpcdgnn.strategies.stale.StaleHalo` ``stale`` (DGC §5.2) when it is not None;
@@ -252,6 +281,26 @@ class HaloStrategy(Strategy):
         self.adj = self.halo.operator(owned, dev)
         self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.strategy.stale)
         return owned
+
+    def _task_rows(self, keys: np.ndarray, N: int, owner_of: Callable[[np.ndarray], np.ndarray],
+                   local_of: Callable[[np.ndarray], np.ndarray]) -> RowShard | None:
+        """My rows as the task's :class:`RowShard` when the task scores in place (issue 13 item 5),
+        else None (whole snapshots move to their scoring rank after the last layer).
+
+        ``keys`` are ``t * N + v`` of my rows in row order; ``owner_of`` / ``local_of`` those of the halo.
+        """
+        #: the task's rows, when it scores where they live; read by :meth:`_in_place`
+        self.shard = None
+        if task_class(self.ctx.job.task.name).in_place:
+            steps = np.unique(keys // N).tolist() if keys.size else []
+            self.shard = RowShard(keys, N, self.comm.rank, owner_of, local_of, steps, self.comm.size)
+        return self.shard
+
+    def _in_place(self, h: torch.Tensor) -> ShardedEmbeddings:
+        """The last layer's rows (my rows, in row order) for a task that scores them where they live."""
+        sh = self.shard
+        return ShardedEmbeddings(sh, h, lambda keys: fetch_rows(self.comm, h, keys, sh.owner_of, sh.local_of,
+                                                                    self.T * self.N))
 
     def _aggregate(self, layer, li: int, h: torch.Tensor | None, groups: RowGroups | None = None) -> torch.Tensor:
         """Layer ``li``'s aggregation of my rows ``h`` (n, F): the precomputed one for layer 0, else

@@ -18,10 +18,14 @@ halo volume grows with P and with the edge cut (IBM Table 2) — what makes
 snapshot partitioning (S1) scale better — and is counted under ``halo.fwd`` /
 ``halo.bwd``.
 
-The task scores whole snapshots (link prediction pairs any two vertices), so
-after the last layer one all-to-all moves the embeddings to snapshot owners
-(snapshot t on rank t mod P): ``redistribute`` with the boxes of
-:mod:`hpcdgnn.strategies.snapshot`.
+The task scores where the rows live (issue 13 item 5): node tasks score each
+rank's own rows with nothing moved; link prediction scores each pair on the rank
+of its source row or of its step, whichever fetches fewer rows
+(:meth:`~hpcdgnn.tasks.link_prediction.LinkPrediction._setup_in_place`), and
+fetches only the rows it lacks (:func:`~hpcdgnn.strategies.halo.fetch_rows`,
+tags ``task.*``). A task without that ability gets whole snapshots after the
+last layer: one all-to-all to their owners (snapshot t on rank t mod P,
+``redistribute`` with the boxes of :mod:`hpcdgnn.strategies.snapshot`).
 
 Partitions (``strategy.partition``, :mod:`hpcdgnn.partition.vertex`): contiguous
 id ranges, a multiplicative hash of the id, or METIS (the optional ``pymetis``
@@ -43,6 +47,7 @@ from hpcdgnn.partition.vertex import plan_vertices
 from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _rows
+from hpcdgnn.tasks.base import ShardedEmbeddings
 
 __all__ = ["VertexLayout", "VertexStrategy"]
 
@@ -76,11 +81,15 @@ class VertexStrategy(HaloStrategy):
         self._setup_halo(reader, T, N, lambda t: mine, lambda k: part[k % N],
                          lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N], T * n, model, plan.horizon)
 
-        # the task's layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
+        self.num_layers = len(model.layers)
+        keys = (np.arange(T, dtype=np.int64)[:, None] * N + mine[None, :]).reshape(-1)
+        shard = self._task_rows(keys, N, lambda k: part[k % N], lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N])
+        if shard is not None:  # the task scores my rows here and fetches the few it lacks
+            return shard
+        # else its layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
         self._snap_boxes = [((0, len(self.scored)), tuple(plan.vertex_bounds[q : q + 2])) for q in range(P)]
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
-        self.num_layers = len(model.layers)
         return self.scored
 
     def layout(self) -> VertexLayout:
@@ -106,9 +115,13 @@ class VertexLayout(HaloLayout):
         z, _ = horizon_temporal(layer, y, state, self.s.grad_steps)
         return z, None
 
-    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor]:
-        """Embeddings to snapshot owners (t on rank t mod P), back in vertex-id order for the task."""
+    def output(self, h: torch.Tensor) -> dict[int, torch.Tensor] | ShardedEmbeddings:
+        """My rows where they are, for a task that scores in place; else the embeddings to snapshot
+        owners (t on rank t mod P), back in vertex-id order for the task."""
         s = self.s
+        if s.shard is not None:
+            self.last = rows = h.reshape(-1, h.shape[-1])
+            return s._in_place(rows)
         z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
                          s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")
         self.last = z

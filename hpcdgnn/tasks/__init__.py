@@ -1,12 +1,23 @@
-"""Task heads: link prediction and node classification."""
+"""Task heads: link prediction, node classification and regression."""
 
 from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
 from hpcdgnn.tasks.link_prediction import LinkPrediction
 from hpcdgnn.tasks.node_classification import NodeClassification
+from hpcdgnn.tasks.regression import Regression
 
-__all__ = ["LinkPrediction", "NodeClassification", "SPLITS", "Task", "TaskBatch", "build_task", "split_steps", "task_class"]
+__all__ = [
+    "LinkPrediction",
+    "NodeClassification",
+    "Regression",
+    "SPLITS",
+    "Task",
+    "TaskBatch",
+    "build_task",
+    "split_steps",
+    "task_class",
+]
 
-_TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassification}
+_TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassification, "regression": Regression}
 
 
 def build_task(cfg, manifest, emb_features: int, seed: int) -> Task:

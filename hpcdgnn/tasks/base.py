@@ -15,13 +15,14 @@ are measured on the same forward pass that produced its training loss
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Embeddings", "Task", "TaskBatch", "split_steps", "SPLITS"]
+__all__ = ["Embeddings", "RowShard", "ShardedEmbeddings", "Task", "TaskBatch", "split_steps", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -56,6 +57,78 @@ class Embeddings(dict):
 
 
 @dataclass
+class RowShard:
+    """Where the embedding rows live when a task scores them in place (issue 13 item 5).
+
+    The vertex (S6) and chunk (D1) strategies give every appearance (v, t) one owner rank. A task
+    with :attr:`Task.in_place` gets this from ``Strategy.setup`` instead of a list of whole
+    snapshots: it scores each example on the rank that owns its row (link prediction: the source
+    row of the pair) and fetches only the other rows it reads (the destination rows it lacks),
+    instead of the whole (T, N, F) block moving to snapshot owners after the last layer.
+
+    Attributes:
+        keys: key ``t * N + v`` of each of this rank's rows, in row order (time-major: the rows of
+            a step are one contiguous range).
+        num_vertices: N.
+        rank: this rank.
+        owner_of: rank owning each key (vectorised).
+        local_of: row of each key on its owner (vectorised; meaningful for keys the caller owns).
+        steps: the steps this rank has rows of, ascending.
+        num_ranks: P.
+    """
+
+    keys: np.ndarray
+    num_vertices: int
+    rank: int
+    owner_of: Callable[[np.ndarray], np.ndarray]
+    local_of: Callable[[np.ndarray], np.ndarray]
+    steps: list[int]
+    num_ranks: int = 1
+
+    @property
+    def alone(self) -> bool:
+        """One rank holds every row (P = 1): nothing to filter or fetch."""
+        return self.num_ranks == 1
+
+    def step_rows(self) -> dict[int, tuple[int, int]]:
+        """Row range ``[start, stop)`` of each step this rank has rows of."""
+        t = self.keys // self.num_vertices
+        bounds = np.searchsorted(t, np.arange(int(t.max(initial=-1)) + 2))
+        return {s: (int(bounds[s]), int(bounds[s + 1])) for s in self.steps}
+
+    def vertices(self, t: int, rows: tuple[int, int]) -> np.ndarray:
+        """Vertex ids of my rows ``rows`` (a :meth:`step_rows` range) of step ``t``."""
+        return self.keys[rows[0] : rows[1]] - t * self.num_vertices
+
+    def mine(self, keys: np.ndarray) -> np.ndarray:
+        """Whether each key's row is on this rank."""
+        return np.ones(keys.shape[0], dtype=bool) if self.alone else self.owner_of(keys) == self.rank
+
+
+class ShardedEmbeddings:
+    """This rank's embedding rows where they live (:class:`RowShard`), and the fetch of any others.
+
+    ``rows`` (R, F) are the rows of ``shard.keys``; :meth:`fetch` is a collective — every rank
+    calls it exactly once per forward pass, with the keys it lacks (possibly none) — that returns
+    the rows of other ranks, differentiable (the backward sends their gradients to the owners).
+    """
+
+    def __init__(self, shard: RowShard, rows: torch.Tensor, fetch: Callable[[np.ndarray], torch.Tensor]) -> None:
+        self.shard, self.rows, self._fetch = shard, rows, fetch
+
+    def fetch(self, keys: np.ndarray) -> torch.Tensor:
+        """Rows (len(keys), F) of ``keys`` (ascending, unique, none of them this rank's); collective."""
+        return self._fetch(keys)
+
+    def by_step(self, step_rows: dict[int, tuple[int, int]]) -> dict[int, torch.Tensor]:
+        """``{t: my rows of step t}`` for the ranges of :meth:`RowShard.step_rows` (which cover my rows in
+        order): one split — slicing each would zero-fill a full-size gradient per step in the backward."""
+        if not step_rows:
+            return {}
+        return dict(zip(step_rows, self.rows.split([b - a for a, b in step_rows.values()]), strict=True))
+
+
+@dataclass
 class TaskBatch:
     """What a task returns for one forward pass on one rank."""
 
@@ -71,6 +144,10 @@ class Task(nn.Module):
     metric: str = "acc"
     """Name of the headline validation metric printed in the epoch line."""
 
+    in_place: bool = False
+    """Whether the task scores rows where they live (:class:`RowShard`, :class:`ShardedEmbeddings`)
+    under strategies that partition vertices; else those strategies move whole snapshots to it."""
+
     @staticmethod
     def train_horizon(cfg, manifest) -> int:
         """The last snapshot whose embedding enters the training loss (-1 if none).
@@ -85,19 +162,21 @@ class Task(nn.Module):
         """Relative cost of scoring each snapshot (multiply-adds; for work-balanced plans)."""
         raise NotImplementedError
 
-    def setup(self, reader, snapshots: list[int], comm) -> None:
-        """Read the targets of the snapshots this rank scores."""
+    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
+        """Read the targets of the snapshots this rank scores (whole), or of its rows (a :class:`RowShard`,
+        for tasks with :attr:`in_place`)."""
         raise NotImplementedError
 
     def global_train_count(self) -> float:
         """Number of training examples over all ranks (the loss denominator)."""
         raise NotImplementedError
 
-    def forward(self, emb: dict[int, torch.Tensor], epoch: int) -> TaskBatch:
-        """Loss sum and metric sums for embeddings ``{t: Z_t (N, F')}``.
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+        """Loss sum and metric sums for embeddings ``{t: Z_t (N, F')}`` (or rows in place).
 
         Contract: ``loss_sum`` must depend on every tensor in ``emb`` (add
-        ``z.sum() * 0`` for the ones it does not use), so that the backward pass
+        ``z.sum() * 0`` for the ones it does not use) — in place, on ``emb.rows`` and
+        on what :meth:`ShardedEmbeddings.fetch` returned — so that the backward pass
         reaches every collective that produced them on every rank.
         """
         raise NotImplementedError

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
-from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, RowShard, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives"]
 
@@ -154,6 +154,7 @@ class LinkPrediction(Task):
     """
 
     metric = "auc"
+    in_place = True
 
     def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
@@ -164,6 +165,11 @@ class LinkPrediction(Task):
         self.targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: per (steps, positions, rows): the positive pairs and the labels, constant over epochs
         self._fixed: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        #: in place (:class:`RowShard`): where the rows are; whether pairs are scored on their source row's
+        #: rank (else on their step's, t mod P); the steps I score pairs of
+        self.shard: RowShard | None = None
+        self.by_source = True
+        self._steps: list[int] = []
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -196,8 +202,12 @@ class LinkPrediction(Task):
                 return i
         return -1
 
-    def setup(self, reader, snapshots: list[int], comm) -> None:
-        """Read the raw edges of t+1 for every scored snapshot t < T-1 (may lie in the next shard)."""
+    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
+        """Read the raw edges of t+1 for every scored snapshot t < T-1 (may lie in the next shard);
+        in place (a :class:`RowShard`), see :meth:`_setup_in_place`."""
+        if isinstance(snapshots, RowShard):
+            self._setup_in_place(reader, snapshots, comm)
+            return
         for t in snapshots:
             if t + 1 < self.manifest.num_snapshots:
                 src, dst = reader.read_target(t + 1)
@@ -244,7 +254,135 @@ class LinkPrediction(Task):
         neg_t = torch.from_numpy(neg)
         return torch.cat([ps, neg_t[0]]), torch.cat([pd, neg_t[1]]), label, ps.shape[0]
 
-    def forward(self, emb: dict[int, torch.Tensor], epoch: int) -> TaskBatch:
+    def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
+        """Rows where they live (issue 13 item 5): choose where each pair is scored, keep its positives.
+
+        Two placements, both exact:
+
+        * **by source**: on the rank that owns the pair's source row, fetching the destination rows
+          it lacks — little traffic when a step's pairs touch few of its rows;
+        * **by step**: all pairs of step t on rank t mod P, fetching the rows of either end it lacks —
+          at most the move of whole snapshots to their scoring rank that it replaces (only rows some
+          pair reads), and less than *by source* when pairs are dense (then every rank would fetch
+          nearly all other rows of every step, P - 1 copies where the snapshot move makes one).
+
+        The rows each would fetch are counted exactly for epoch 1's pairs on every rank, summed over
+        ranks once here (an epoch-independent choice: a resumed run makes the same one), and the
+        smaller wins; rank 0 logs both counts.
+        """
+        self.shard, N, T = shard, shard.num_vertices, self.manifest.num_snapshots
+        for t in range(T - 1):  # the edges of every step: a pair's scoring rank is decided here
+            if self._split_of(t) >= 0:
+                src, dst = reader.read_target(t + 1)
+                self.targets[t] = (torch.from_numpy(src), torch.from_numpy(dst))
+        if shard.alone:
+            self._steps = sorted(self.targets)
+            return
+        counts = []
+        for self.by_source in (True, False):
+            self._steps = [t for t in sorted(self.targets) if self.by_source or t % shard.num_ranks == shard.rank]
+            self._fixed.clear()
+            counts.append(self._fetched(self._pairs_in_place(1)).shape[0])
+        by_source, by_step = comm.allreduce_array(counts, tag="setup")
+        self.by_source = bool(by_source < by_step)
+        self._steps = [t for t in sorted(self.targets) if self.by_source or t % shard.num_ranks == shard.rank]
+        self._fixed.clear()
+        if shard.rank == 0:
+            from hpcdgnn.metrics.log import get_logger
+
+            get_logger().info(f"link prediction in place: pairs scored by {'source row' if self.by_source else 'step'} "
+                              f"(rows fetched per epoch: {int(by_source)} by source row, {int(by_step)} by step)")
+
+    def _pairs_in_place(self, epoch: int) -> dict[int, tuple[np.ndarray, np.ndarray, torch.Tensor, int]]:
+        """``{split: (src keys, dst keys, labels, positives)}`` of the pairs I score (keys ``t * N + v``):
+        the positives, then the negatives of each step drawn as on one rank (:meth:`_draw`, the same
+        stream), all of my steps' or — by source — those whose source row is mine.
+        """
+        shard, N = self.shard, self.manifest.num_vertices
+        mine_src = self.by_source and not shard.alone
+        out = {}
+        for s in range(len(SPLITS)):
+            steps = [t for t in self._steps if self._split_of(t) == s]
+            if not steps:
+                continue
+            fixed = self._fixed.get(("in place", s))
+            if fixed is None:
+                ps = np.concatenate([self.targets[t][0].numpy().astype(np.int64) + t * N for t in steps])
+                pd = np.concatenate([self.targets[t][1].numpy().astype(np.int64) + t * N for t in steps])
+                if mine_src:
+                    keep = shard.mine(ps)
+                    ps, pd = ps[keep], pd[keep]
+                fixed = self._fixed[("in place", s)] = (ps, pd)
+            ps, pd = fixed
+            neg_s, neg_d = [], []
+            for t in steps:
+                src, dst = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+                src += t * N
+                dst += t * N
+                if mine_src:
+                    keep = shard.mine(src)
+                    src, dst = src[keep], dst[keep]
+                neg_s.append(src)
+                neg_d.append(dst)
+            src, dst = np.concatenate([ps, *neg_s]), np.concatenate([pd, *neg_d])
+            label = torch.zeros(src.shape[0])
+            label[: ps.shape[0]] = 1.0
+            out[s] = (src, dst, label, ps.shape[0])
+        return out
+
+    def _fetched(self, pairs: dict) -> np.ndarray:
+        """The keys of the rows ``pairs`` read that are not mine, ascending, once each."""
+        ends = [p[1] for p in pairs.values()] + ([] if self.by_source else [p[0] for p in pairs.values()])
+        keys = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
+        return np.unique(keys[~self.shard.mine(keys)])
+
+    def _forward_in_place(self, emb: ShardedEmbeddings, epoch: int) -> TaskBatch:
+        """My pairs (:meth:`_setup_in_place`) scored on my rows plus the rows I lack, fetched once for all
+        splits (:meth:`ShardedEmbeddings.fetch`), then as :meth:`forward`."""
+        shard, rows = self.shard, emb.rows
+        pairs = self._pairs_in_place(epoch)
+        need = self._fetched(pairs)
+        fetched = emb.fetch(need)  # collective: every rank, once, even with nothing to fetch
+        loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + rows.sum() + fetched.sum()) * 0.0
+        if not pairs:
+            return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
+        pu, pv = self.decoder.project(torch.cat([rows, fetched]) if need.size else rows)
+        R = rows.shape[0]
+
+        def index(keys: np.ndarray) -> torch.Tensor:  # row of each key in [my rows ; fetched]
+            at = shard.local_of(keys)
+            if need.size:
+                lacking = ~shard.mine(keys)
+                at[lacking] = R + np.searchsorted(need, keys[lacking])
+            return torch.from_numpy(at)
+
+        scored = {s: (index(src), index(dst), label, npos) for s, (src, dst, label, npos) in pairs.items()}
+        return self._score(pu, pv, scored, loss_sum, rows.device, rows.dtype)
+
+    def _score(self, pu, pv, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
+        """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
+        label, positives)}`` (rows of the projections ``pu``, ``pv``)."""
+        width = 3 + 2 * AUC_BINS
+        stats = np.zeros(3 * width)
+        for s, (src, dst, label, npos) in sorted(pairs.items()):
+            # pairs are drawn on the host (same stream on every rank and device), then follow the rows
+            src, dst, label = src.to(device), dst.to(device), label.to(device, dtype)
+            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
+                logit = self.decoder.score(pu, pv, src, dst)
+                loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
+            if s == 0:
+                loss_sum = loss_sum + loss
+            lg = logit.detach().to("cpu", torch.float64).numpy()
+            base = s * width
+            stats[base] += float(loss.detach())
+            stats[base + 1] += lg.shape[0]
+            stats[base + 2] += float((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
+            bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
+            stats[base + 3 : base + 3 + AUC_BINS] += np.bincount(bins[:npos], minlength=AUC_BINS)
+            stats[base + 3 + AUC_BINS : base + width] += np.bincount(bins[npos:], minlength=AUC_BINS)
+        return TaskBatch(loss_sum, stats)
+
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
         """BCE loss sum over the train steps held here; histogram/accuracy sums for all splits.
 
         Snapshot-parallel (as PiPAD batches snapshots): the decoder's first layer is one GEMM
@@ -252,8 +390,8 @@ class LinkPrediction(Task):
         (:class:`~hpcdgnn.tasks.base.Embeddings`), else the stacked Z_t — then one fused
         decoder pass per split over all its pairs, and one loss.
         """
-        width = 3 + 2 * AUC_BINS
-        stats = np.zeros(3 * width)
+        if isinstance(emb, ShardedEmbeddings):
+            return self._forward_in_place(emb, epoch)
         by_split: dict[int, list[int]] = {}
         for t in sorted(emb):
             s = self._split_of(t)
@@ -274,26 +412,10 @@ class LinkPrediction(Task):
         # and on the decoder, so every parameter has a gradient on every rank
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
         if not by_split:
-            return TaskBatch(loss_sum, stats)
+            return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
         pu, pv = self.decoder.project(rows)
-        for s, steps in sorted(by_split.items()):
-            src, dst, label, npos = self._pairs(steps, where, n, epoch)
-            # pairs are drawn on the host (same stream on every rank and device), then follow the rows
-            src, dst, label = src.to(rows.device), dst.to(rows.device), label.to(rows.device, rows.dtype)
-            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
-                logit = self.decoder.score(pu, pv, src, dst)
-                loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
-            if s == 0:
-                loss_sum = loss_sum + loss
-            lg = logit.detach().to("cpu", torch.float64).numpy()
-            base = s * width
-            stats[base] += float(loss.detach())
-            stats[base + 1] += lg.shape[0]
-            stats[base + 2] += float((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
-            bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
-            stats[base + 3 : base + 3 + AUC_BINS] += np.bincount(bins[:npos], minlength=AUC_BINS)
-            stats[base + 3 + AUC_BINS : base + width] += np.bincount(bins[npos:], minlength=AUC_BINS)
-        return TaskBatch(loss_sum, stats)
+        pairs = {s: self._pairs(steps, where, n, epoch) for s, steps in sorted(by_split.items())}
+        return self._score(pu, pv, pairs, loss_sum, rows.device, rows.dtype)
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
         """Mean loss, accuracy and AUC per split."""

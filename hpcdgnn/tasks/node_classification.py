@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import DataError
-from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, RowShard, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["NodeClassification"]
 
@@ -23,6 +23,7 @@ class NodeClassification(Task):
     """Node-classification head and labels. Stats per split: [loss_sum, labelled, correct]."""
 
     metric = "acc"
+    in_place = True
 
     def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
@@ -36,6 +37,8 @@ class NodeClassification(Task):
         self.ranges = split_steps(manifest.num_snapshots, cfg.split)
         self.labels: dict[int, torch.Tensor] = {}
         self._train_count = 0.0
+        #: in place (:class:`RowShard`): the row range of each step's rows here (their labels in ``labels``)
+        self._rows: dict[int, tuple[int, int]] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -55,13 +58,19 @@ class NodeClassification(Task):
         per = manifest.num_vertices * max(manifest.num_classes, 2)
         return np.array([per * (3.0 if t in train else 1.0) for t in range(T)])
 
-    def setup(self, reader, snapshots: list[int], comm) -> None:
-        """Read labels of the scored snapshots; all-reduce the number of labelled training vertices."""
+    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
+        """Read labels of the scored snapshots — in place (a :class:`RowShard`), of my rows of every step I
+        have rows of; all-reduce the number of labelled training vertices."""
         local = 0.0
-        for t in snapshots:
+        shard = snapshots if isinstance(snapshots, RowShard) else None
+        if shard is not None:
+            self._rows = shard.step_rows()
+        for t in (shard.steps if shard is not None else snapshots):
             y = reader.read(t).labels
             if y.max(initial=-1) >= self.manifest.num_classes:
                 raise DataError(f"snapshot {t}: label {int(y.max())} >= num_classes {self.manifest.num_classes}")
+            if shard is not None:  # my rows' labels only, in row order
+                y = y[shard.vertices(t, self._rows[t])]
             self.labels[t] = torch.from_numpy(y)
             if t in self.ranges[0]:
                 local += float((y >= 0).sum())
@@ -71,10 +80,14 @@ class NodeClassification(Task):
         """Labelled vertices over all training snapshots."""
         return self._train_count
 
-    def forward(self, emb: dict[int, torch.Tensor], epoch: int) -> TaskBatch:
-        """Cross-entropy sum over labelled train vertices held here; accuracy sums for all splits."""
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+        """Cross-entropy sum over labelled train vertices held here; accuracy sums for all splits.
+        In place (:class:`ShardedEmbeddings`): my rows of each step, with my rows' labels; nothing moves."""
         stats = np.zeros(3 * len(SPLITS))
         loss_sum = self.head.weight.sum() * 0.0 + self.head.bias.sum() * 0.0
+        if isinstance(emb, ShardedEmbeddings):
+            loss_sum = loss_sum + emb.rows.sum() * 0.0
+            emb = emb.by_step(self._rows)
         for t, z in emb.items():
             s = next((i for i, r in enumerate(self.ranges) if t in r), -1)
             y = self.labels[t].to(z.device)

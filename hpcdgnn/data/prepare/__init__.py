@@ -23,6 +23,19 @@ one above 2 GiB or 10,000 files unless ``--allow-large`` is given (a too-fine
 ``--columns`` (snap, jodie) maps the input's columns by header name or 0-based
 index; the rules are in :mod:`.snap` and :mod:`.jodie`.
 
+Float node targets (the regression task, :mod:`hpcdgnn.tasks.regression`; stored
+per snapshot as ``targets``, named in the manifest): ``pygt-json`` always keeps
+its signal as the target (:mod:`.pygt_json`); for the edge-list formats (snap,
+which also reads Network Repository ``.edges`` files, and jodie) ``--targets``
+derives one from the edges:
+
+* ``next_degree``: the target of vertex v at snapshot t is its number of
+  distinct neighbours (in or out, raw edges, before smoothing) in snapshot t+1;
+* ``next_log_degree``: log1p of that (the scale of ``--log-features``).
+
+The last snapshot has no successor: its targets are NaN (no target). With
+``--labels next_activity`` the two agree: label 1 exactly where the target is > 0.
+
 Example::
 
     python -m hpcdgnn prepare CollegeMsg.txt.gz --format snap --output inputs/uci --snapshots 20
@@ -45,6 +58,7 @@ from hpcdgnn.data.prepare._common import (
     PrepareOptions,
     parse_columns,
     with_next_activity,
+    with_next_degree,
 )
 from hpcdgnn.data.prepare._estimate import (
     MAX_OUTPUT_BYTES,
@@ -66,6 +80,7 @@ __all__ = [
     "PrepareOptions",
     "FORMATS",
     "LABELS",
+    "TARGETS",
     "COLUMN_KEYS_BY_FORMAT",
     "MAX_OUTPUT_BYTES",
     "MAX_OUTPUT_FILES",
@@ -86,6 +101,14 @@ LABELS = {
 }
 
 
+#: ``--targets`` choices and the formats that support each (pygt-json always stores its signal).
+TARGETS = {
+    "none": tuple(FORMATS),
+    "next_degree": ("snap", "jodie"),
+    "next_log_degree": ("snap", "jodie"),
+}
+
+
 def _check_options(path: Path, fmt: str, opts: PrepareOptions) -> None:
     """Cross-option rules that argparse cannot express; one-line DataError naming the input."""
     if fmt not in FORMATS:
@@ -94,6 +117,12 @@ def _check_options(path: Path, fmt: str, opts: PrepareOptions) -> None:
         raise DataError(f"{path}: unknown --labels {opts.labels!r}; choose from {', '.join(LABELS)}")
     if fmt not in LABELS[opts.labels]:
         raise DataError(f"{path}: --labels {opts.labels} applies only to --format {' or '.join(LABELS[opts.labels])}")
+    if opts.targets not in TARGETS:
+        raise DataError(f"{path}: unknown --targets {opts.targets!r}; choose from {', '.join(TARGETS)}")
+    if fmt not in TARGETS[opts.targets]:
+        formats = " or ".join(TARGETS[opts.targets])
+        why = " (pygt-json always stores its signal as the targets)" if fmt == "pygt-json" else ""
+        raise DataError(f"{path}: --targets {opts.targets} applies only to --format {formats}{why}")
     if opts.weights not in ("ones", "count", "given"):
         raise DataError(f"{path}: unknown --weights {opts.weights!r}; choose from ones, count, given")
     slicing = [o for o in ("snapshots", "window", "events_per_snapshot") if getattr(opts, o) is not None]
@@ -160,7 +189,7 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
         output: dataset directory to create.
         **options: the fields of :class:`PrepareOptions` (``snapshots``,
             ``window``, ``events_per_snapshot``, ``undirected``, ``weights``,
-            ``edge_life``, ``mtransform``, ``log_features``, ``labels``,
+            ``edge_life``, ``mtransform``, ``log_features``, ``labels``, ``targets``,
             ``shard_size``, ``lags``, ``force``, ``columns``, ``allow_large``), as on
             the command line.
 
@@ -182,10 +211,15 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
     if opts.labels == "next_activity":
         snapshots = with_next_activity(snapshots, prepared.num_vertices)
         num_classes = 2
+    targets = prepared.targets
+    if opts.targets in ("next_degree", "next_log_degree"):
+        snapshots = with_next_degree(snapshots, prepared.num_vertices, log=opts.targets == "next_log_degree")
+        targets = opts.targets
     estimate = estimate_output(
         prepared,
         num_features=len(prepared.feature_names or ["in_degree", "out_degree"]),
         num_classes=num_classes,
+        targets=targets is not None,
         smoothing_window=max(opts.edge_life, opts.mtransform),
         shard_size=opts.shard_size,
     )
@@ -211,6 +245,7 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
         log_features=opts.log_features,
         feature_names=prepared.feature_names,
         num_classes=num_classes,
+        targets=targets,
         shard_snapshots=opts.shard_size,
         vertex_ids=prepared.vertex_ids,
         source=source,
@@ -266,6 +301,14 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="node labels: next_activity (all formats), state (jodie), target_bins (pygt-json); default none",
     )
     parser.add_argument(
+        "--targets",
+        choices=list(TARGETS),
+        default="none",
+        help="float node targets for task regression (snap, jodie): next_degree = distinct neighbours of each "
+        "vertex in the next snapshot (raw edges), next_log_degree = log1p of it; the last snapshot has none (NaN). "
+        "pygt-json always stores its signal as the targets; default none",
+    )
+    parser.add_argument(
         "--lags",
         type=int,
         metavar="L",
@@ -307,6 +350,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         mtransform=args.mtransform,
         log_features=args.log_features,
         labels=args.labels,
+        targets=args.targets,
         shard_size=args.shard_size,
         lags=args.lags,
         force=args.force,

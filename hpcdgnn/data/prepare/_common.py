@@ -36,6 +36,8 @@ __all__ = [
     "slice_events",
     "Slice",
     "with_next_activity",
+    "with_next_degree",
+    "next_degree",
     "MAX_SNAPSHOTS",
     "COLUMN_KEYS",
     "COLUMN_ALIASES",
@@ -87,6 +89,8 @@ class PrepareOptions:
     """--log-features: log1p of the degree features (IBM §6.1 features)."""
     labels: str = "none"
     """--labels none|next_activity|state|target_bins."""
+    targets: str = "none"
+    """--targets none|next_degree|next_log_degree: float node targets derived from the edges (snap, jodie)."""
     shard_size: int = 8
     """--shard-size: snapshots per shard file."""
     lags: int | None = None
@@ -112,6 +116,8 @@ class PreparedInput:
     vertex_ids: np.ndarray
     feature_names: list[str] | None = None
     num_classes: int = 0
+    targets: str | None = None
+    """Name of the float node targets the reader attaches to every snapshot (pygt-json), or None."""
     has_weights: bool = False
     source: dict[str, Any] = field(default_factory=dict)
     snapshot_edges: list[int] | None = None
@@ -327,6 +333,37 @@ def with_next_activity(snapshots: Iterable[RawSnapshot], num_vertices: int) -> I
         yield replace(prev, labels=labels)
         prev = cur
     yield replace(prev, labels=np.full(num_vertices, -1, dtype=np.int64))
+
+
+def next_degree(src: np.ndarray, dst: np.ndarray, num_vertices: int) -> np.ndarray:
+    """Distinct neighbours of every vertex in one snapshot's raw edges, as float64 (N,).
+
+    u is a neighbour of v when (v, u) or (u, v) is an edge, whatever the direction, so
+    the count is the same for a directed file and its ``--undirected`` copy; a
+    self-loop makes v its own neighbour once. Vertices without an edge have 0.
+    """
+    n = np.int64(num_vertices)
+    s, d = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    keys = np.unique(np.concatenate([s * n + d, d * n + s]))
+    return np.bincount(keys // n, minlength=num_vertices).astype(np.float64)
+
+
+def with_next_degree(snapshots: Iterable[RawSnapshot], num_vertices: int, log: bool) -> Iterator[RawSnapshot]:
+    """Attach ``next_degree`` (``log``: ``next_log_degree``) float targets, buffering a single snapshot.
+
+    The target of vertex v at snapshot t is :func:`next_degree` of v in the raw edges
+    of snapshot t+1 (before smoothing; log1p of it with ``log``); the last snapshot,
+    which has no successor, is all NaN (no target).
+    """
+    it = iter(snapshots)
+    prev = next(it, None)
+    if prev is None:
+        return
+    for cur in it:
+        y = next_degree(cur.src, cur.dst, num_vertices)
+        yield replace(prev, targets=np.log1p(y) if log else y)
+        prev = cur
+    yield replace(prev, targets=np.full(num_vertices, np.nan))
 
 
 # --------------------------------------------------------------------------- --columns

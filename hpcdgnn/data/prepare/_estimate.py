@@ -19,6 +19,7 @@ s = 4 bytes per index when N < 2^31, else 8):
 ``x``                  4 · N · F (float32)
 ``active``             N (uint8)
 ``labels``             8 N, only when the dataset has labels
+``targets``            8 N (float64), only when the dataset has node targets
 ``target_*``           8 (N + 1) + s · e_t, only with smoothing
 HDF5 metadata          :data:`H5_GROUP_BYTES` + :data:`H5_DATASET_BYTES` per dataset
 =====================  ===================================================
@@ -121,6 +122,7 @@ def estimate_output(
     num_features: int,
     num_classes: int,
     smoothing_window: int,
+    targets: bool = False,
     shard_size: int,
 ) -> OutputEstimate | None:
     """Bytes and files :func:`~hpcdgnn.data.writer.write_dataset` will write for ``prepared``.
@@ -130,6 +132,7 @@ def estimate_output(
             required, its ``snapshot_nnz`` (entries of each smoothed A_t) used when given.
         num_features: F (2 for the degree features).
         num_classes: > 0 when the snapshots carry labels.
+        targets: whether the snapshots carry float node targets.
         smoothing_window: max(edge-life, M-transform window); 1 = no smoothing.
         shard_size: snapshots per shard file.
 
@@ -150,8 +153,8 @@ def estimate_output(
         nnz = np.minimum(window_sum, min(n * n, 2**62))
     else:
         nnz = e
-    datasets = 5 + (num_classes > 0) + 2 * smoothed
-    fixed = 8 * (n + 1) + 4 * n * num_features + n + (8 * n if num_classes > 0 else 0)
+    datasets = 5 + (num_classes > 0) + bool(targets) + 2 * smoothed
+    fixed = 8 * (n + 1) + 4 * n * num_features + n + (8 * n if num_classes > 0 else 0) + (8 * n if targets else 0)
     fixed += 8 * (n + 1) if smoothed else 0
     fixed += H5_GROUP_BYTES + H5_DATASET_BYTES * datasets
     edge_bytes = int((s + 4) * nnz.sum() + (s * e.sum() if smoothed else 0))

@@ -38,6 +38,16 @@ Edge weights: ``--weights ones`` (default) ignores the file's weights,
 ``given`` uses them (error for chickenpox, which has none; they must be
 non-negative), ``count`` counts duplicate pairs.
 
+Regression targets (always stored, manifest ``targets``; the regression task,
+:mod:`hpcdgnn.tasks.regression`): the float target of snapshot k is exactly
+PyGT's ``targets[k]`` above — ``S[t]`` (name ``signal``) for the lagged-signal
+layouts, ``log(1 + y_{t+1})`` (name ``log1p_next_y``) for twitter_tennis —
+stored as float64 per vertex. One departure: PyGT's twitter_tennis loader
+clamps ``t + 1`` to ``T - 1``, so its last target repeats the last snapshot's
+own ``y``; here the last snapshot has no next one and its targets are NaN (no
+target), as its ``target_bins`` labels are -1. ReInc §5 forecasts node signals
+of this kind (METR-LA / PEMS-BAY, also PyGT datasets).
+
 Labels: ``--labels target_bins``: 1 where the vertex's next-step target (S[t]
 above; ``y_{t+1}`` for twitter_tennis) is strictly above that snapshot's median
 over all vertices, else 0; -1 where there is no target (twitter_tennis's last
@@ -146,7 +156,8 @@ def _signal_snapshots(
         src, dst, w = edges[k] if len(edges) > 1 else edges[0]
         x = np.ascontiguousarray(signal[t - lags : t].T, dtype=np.float32)
         labels = _bins(signal[t]) if with_bins else None
-        yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=labels, time=(float(t), float(t + 1)))
+        yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=labels, time=(float(t), float(t + 1)),
+                          targets=np.array(signal[t], dtype=np.float64))
 
 
 def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOptions) -> PreparedInput:
@@ -224,6 +235,7 @@ def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOpt
         vertex_ids=vertex_ids,
         feature_names=[f"lag_{lags - j}" for j in range(lags)],
         num_classes=2 if opts.labels == "target_bins" else 0,
+        targets="signal",
         has_weights=has_weights,
         source={
             "layout": layout,
@@ -244,15 +256,21 @@ def _twitter_snapshots(path: Path, data: dict[str, Any], T: int, n: int, with_bi
         if x.shape != (n, 2):
             raise DataError(f"{path}: key '{t}.X': shape {x.shape}, expected ({n}, 2)")
         labels = None
-        if with_bins:
-            if t + 1 < T:
-                y = _array(path, f"{t + 1}.y", _get(path, data, str(t + 1), "y"), np.float64, 1)
-                if y.shape != (n,):
-                    raise DataError(f"{path}: key '{t + 1}.y': shape {y.shape}, expected ({n},)")
-                labels = _bins(np.log1p(y))  # PyGT's target log(1 + y_{t+1}); monotone, so same bins as y
-            else:
+        if t + 1 < T:
+            y = _array(path, f"{t + 1}.y", _get(path, data, str(t + 1), "y"), np.float64, 1)
+            if y.shape != (n,):
+                raise DataError(f"{path}: key '{t + 1}.y': shape {y.shape}, expected ({n},)")
+            if (y <= -1).any():
+                raise DataError(f"{path}: key '{t + 1}.y': a value <= -1 has no log(1 + y)")
+            target = np.log(1.0 + y)  # PyGT's targets[t], computed as PyGT does: np.log(1.0 + y_{t+1})
+            if with_bins:
+                labels = _bins(target)  # log1p is monotone: the same bins as y
+        else:
+            target = np.full(n, np.nan)  # no next snapshot (PyGT clamps to y_{T-1}; see the module docstring)
+            if with_bins:
                 labels = np.full(n, -1, dtype=np.int64)
-        yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=labels, time=(float(t), float(t + 1)))
+        yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=labels, time=(float(t), float(t + 1)),
+                          targets=target)
 
 
 def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> PreparedInput:
@@ -280,6 +298,7 @@ def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> Pre
         vertex_ids=np.array(sorted(node_ids, key=node_ids.get)),
         feature_names=["degree", "transitivity"],
         num_classes=2 if opts.labels == "target_bins" else 0,
+        targets="log1p_next_y",
         has_weights=True,
         source={"layout": "twitter_tennis", "time_steps": T},
         **counts,

@@ -66,6 +66,16 @@ Labels: ``--labels next_activity`` (vertex v at t is 1 iff v has a raw edge in
 snapshot t+1; the last snapshot is unlabelled, -1) is added by the caller,
 :func:`hpcdgnn.data.prepare.prepare_dataset`.
 
+Network Repository ``.edges`` files (``u v [weight] [time]``, whitespace, ``%``
+comment lines at the top) are read by this format as they are: a temporal one
+has a time column, so ``u v time`` or ``u v weight time`` (a file without a time
+column cannot be sliced into snapshots).
+
+Regression targets: ``--targets next_degree`` / ``next_log_degree`` (the number
+of distinct neighbours of each vertex in snapshot t+1, raw edges, or log1p of
+it; NaN for the last snapshot) are likewise added by the caller
+(:func:`hpcdgnn.data.prepare._common.with_next_degree`).
+
 The whole edge list is parsed into memory (3-4 arrays of E numbers); the
 snapshots are then yielded one at a time.
 """

@@ -1,0 +1,195 @@
+"""Regression: a linear head on Z_t forecasts the float node targets of the next H snapshots (SPEC Family A).
+
+The targets come from the shards (``targets``, NaN = no target; see
+``prepare``): the signals of the PyTorch Geometric Temporal loaders (Rozemberczki
+et al., CIKM 2021) with ``--format pygt-json``, or ``--targets next_degree`` for
+edge lists. ReInc §5 forecasts node signals of this kind (METR-LA / PEMS-BAY
+traffic, which PyGT also loads) and reports the test MAE; DynaHB §6 trains
+regression with an MSE loss on Network Repository dynamic graphs with in/out
+degree features, the setting ``--targets next_degree`` gives.
+
+Semantics. The target stored at snapshot t is already the *next* value relative
+to snapshot t's features — PyGT pairs ``features[k]`` with ``targets[k]``, the
+signal one step ahead; ``next_degree`` stores the degree in t+1. With
+``task.horizon`` H, step t uses its embedding Z_t (N, F') and a head
+``Linear(F', H)``::
+
+    Ŷ_t = Z_t W^T + b          (N, H),   Ŷ_t[v, h] forecasts y_{t+h}[v],  h = 0..H-1
+
+so H = 1 is PyGT's one-step setting. Steps are t = 0..T-H (every target a step
+needs exists), split by time into train / val / test with
+:func:`~hpcdgnn.tasks.base.split_steps`; snapshots T-H+1..T-1 are features and
+targets only. Entries whose target is NaN are left out of everything.
+
+Loss and metrics (exact across ranks, STYLE G11). The loss is the sum of squared
+errors over every present (vertex, horizon) entry of the training steps held
+here; the trainer divides by the number of those entries over all ranks (one
+all-reduce at setup), so ``train_loss`` is the MSE. Per split the stats are
+float64 sums ``[sq_err, abs_err, entries, ape, ape_entries]``, all-reduced, then
+
+* ``{split}_loss`` = MSE = Σ e² / n,  ``{split}_rmse`` = √MSE,  ``{split}_mae`` = Σ|e| / n;
+* ``{split}_mape`` = mean of |e| / |y| over the entries with ``|y| > MAPE_EPS``
+  (a fraction: 0.1 = 10 %; entries with a target near 0 — zero degrees, a
+  standardised signal crossing 0 — would make it meaningless, so they are not
+  counted; NaN when no entry qualifies).
+
+The headline metric (``metric``, printed as ``val_mae`` in the epoch line) is the
+MAE, which ReInc reports; the loss column of the epoch line is already the MSE.
+All of them are lower-is-better; nothing in the trainer ranks epochs by them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from hpcdgnn.config.schema import TaskConfig
+from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.tasks.base import SPLITS, RowShard, ShardedEmbeddings, Task, TaskBatch, split_steps
+
+__all__ = ["Regression", "MAPE_EPS", "num_steps"]
+
+#: Targets with ``|y|`` at most this are left out of the MAPE (|e| / |y| is unbounded near 0).
+MAPE_EPS = 1e-6
+
+#: Float64 sums per split: squared error, absolute error, entries, absolute percentage error, MAPE entries.
+_WIDTH = 5
+
+
+def num_steps(cfg: TaskConfig, manifest: Manifest) -> int:
+    """Prediction steps t = 0..T-H (0 when the horizon exceeds T)."""
+    return max(manifest.num_snapshots - cfg.horizon + 1, 0)
+
+
+class Regression(Task):
+    """Regression head and float targets (see the module docstring).
+
+    Shapes: head ``Linear(F', H)``; per held step t, the present entries of the (N, H) target
+    block as flat indices ``v * H + h`` and their values.
+    """
+
+    metric = "mae"
+    in_place = True
+
+    def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
+        super().__init__()
+        if not manifest.has_targets:
+            raise DataError(
+                "task.name: regression needs float node targets, but the dataset has none; prepare it with "
+                "--format pygt-json (keeps the signal) or --targets next_degree (snap, jodie)"
+            )
+        T, H = manifest.num_snapshots, cfg.horizon
+        if H > T:
+            raise ConfigError(f"task.horizon: {H} exceeds the dataset's T = {T} snapshots; choose at most {T}")
+        self.manifest, self.horizon = manifest, H
+        self.head = nn.Linear(emb_features, H)
+        self.ranges = split_steps(num_steps(cfg, manifest), cfg.split)
+        #: step t -> (flat indices v * H + h of the present entries, their targets (float64))
+        self.entries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: in place (:class:`RowShard`): the row range of each step's rows here
+        self._rows: dict[int, tuple[int, int]] = {}
+        self._train_count = 0.0
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Reset the linear head."""
+        self.head.reset_parameters()
+
+    @staticmethod
+    def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
+        """Last training step (its Z_t is the last embedding in the loss)."""
+        return split_steps(num_steps(cfg, manifest), cfg.split)[0].stop - 1
+
+    @staticmethod
+    def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
+        """Head outputs per step (an upper bound: every entry present), x3 when training; 0 past the last step."""
+        steps = num_steps(cfg, manifest)
+        train = split_steps(steps, cfg.split)[0]
+        per = manifest.num_vertices * cfg.horizon
+        work = np.zeros(manifest.num_snapshots)
+        for t in range(steps):
+            work[t] = per * (3.0 if t in train else 1.0)
+        return work
+
+    def _split_of(self, t: int) -> int:
+        return next((i for i, r in enumerate(self.ranges) if t in r), -1)
+
+    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
+        """Read the targets of t..t+H-1 for every held step t — in place (a :class:`RowShard`), of my rows
+        of it; all-reduce the present training entries."""
+        H = self.horizon
+        cache: dict[int, np.ndarray] = {}
+        local = 0.0
+        shard = snapshots if isinstance(snapshots, RowShard) else None
+        if shard is not None:
+            self._rows = shard.step_rows()
+        for t in (shard.steps if shard is not None else snapshots):
+            if self._split_of(t) < 0:
+                continue
+            y = np.empty((self.manifest.num_vertices, H))
+            for h in range(H):
+                if t + h not in cache:
+                    cache[t + h] = reader.read_targets(t + h)
+                y[:, h] = cache[t + h]
+            if shard is not None:  # my rows' targets only, in row order
+                y = y[shard.vertices(t, self._rows[t])]
+            flat = y.reshape(-1)
+            idx = np.flatnonzero(~np.isnan(flat))
+            self.entries[t] = (torch.from_numpy(idx), torch.from_numpy(flat[idx]))
+            if t in self.ranges[0]:
+                local += float(idx.shape[0])
+        self._train_count = float(comm.allreduce_array([local], tag="setup")[0])
+
+    def global_train_count(self) -> float:
+        """Present (vertex, horizon) target entries over all training steps."""
+        return self._train_count
+
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+        """Squared-error sum over the train entries held here; error sums for all splits.
+        In place (:class:`ShardedEmbeddings`): my rows of each step, with my rows' targets; nothing moves."""
+        stats = np.zeros(_WIDTH * len(SPLITS))
+        loss_sum = self.head.weight.sum() * 0.0 + self.head.bias.sum() * 0.0
+        if isinstance(emb, ShardedEmbeddings):
+            loss_sum = loss_sum + emb.rows.sum() * 0.0
+            emb = emb.by_step(self._rows)
+        for t, z in emb.items():
+            s = self._split_of(t)
+            if s < 0 or t not in self.entries or self.entries[t][0].shape[0] == 0:
+                loss_sum = loss_sum + z.sum() * 0.0
+                continue
+            idx, y = self.entries[t]
+            if idx.device != z.device or y.dtype != z.dtype:  # once: kept in the training device and dtype
+                idx, y = idx.to(z.device), y.to(z.device, z.dtype)
+                self.entries[t] = (idx, y)
+            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
+                err = self.head(z).reshape(-1).index_select(0, idx) - y
+                loss = (err * err).sum()
+            loss_sum = loss_sum + (loss if s == 0 else z.sum() * 0.0)
+            e = err.detach().to("cpu", torch.float64).numpy()
+            yv = y.detach().to("cpu", torch.float64).numpy()
+            big = np.abs(yv) > MAPE_EPS
+            b = _WIDTH * s
+            stats[b] += float(loss.detach())
+            stats[b + 1] += float(np.abs(e).sum())
+            stats[b + 2] += float(e.shape[0])
+            stats[b + 3] += float((np.abs(e[big]) / np.abs(yv[big])).sum())
+            stats[b + 4] += float(big.sum())
+        return TaskBatch(loss_sum, stats)
+
+    def metrics(self, stats: np.ndarray) -> dict[str, float]:
+        """MSE (as ``loss``), RMSE, MAE and MAPE per split (NaN for an empty split)."""
+        out: dict[str, float] = {}
+        nan = float("nan")
+        for s, name in enumerate(SPLITS):
+            b = _WIDTH * s
+            n, m = stats[b + 2], stats[b + 4]
+            mse = float(stats[b] / n) if n else nan
+            out[f"{name}_loss"] = mse
+            out[f"{name}_mae"] = float(stats[b + 1] / n) if n else nan
+            out[f"{name}_rmse"] = math.sqrt(mse) if n else nan
+            out[f"{name}_mape"] = float(stats[b + 3] / m) if m else nan
+        return out
