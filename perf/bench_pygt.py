@@ -2,7 +2,8 @@
 
     python perf/bench_pygt.py [--pygt-path DIR ...] [--input ../shared/data/email-Eu-core-temporal.txt.gz]
                               [--snapshots 64] [--slicing events|time] [--epochs 5] [--hidden 16] [--layers 2]
-                              [--models evolvegcn_o cdgcn] [--cdgcn-pygt dygrae gclstm] [--repeat 1]
+                              [--models evolvegcn_o cdgcn gconv_lstm tgcn_cell] [--cdgcn-pygt dygrae gclstm]
+                              [--repeat 1]
 
 Prepares the SNAP file once (``hpcdgnn prepare --format snap``, default
 features: raw in/out degree) into a temporary directory -- T slices of equal
@@ -69,6 +70,14 @@ Models
       8 per step).
   ``dygrae`` is the like-for-like row; ``gclstm`` is the GCN+LSTM cell PyGT
   offers under that name.
+* ``gconv_lstm`` (issue 14): hpcdgnn's GConvLSTM (K = ``model.order`` = 2;
+  the Chebyshev basis of X_t for all steps at once, of H_{t-1} once per step,
+  one GEMM for the four gates) vs ``layers`` x PyGT ``GConvLSTM(K=2)`` (8
+  ChebConvs per step, each renormalising the Laplacian), (H, C) carried.
+* ``tgcn_cell`` (issue 14): hpcdgnn's T-GCN cell (Zhao et al.: Ã_t X_t in the
+  GRU gates; Ã_t·X_t precomputed for the first layer, one GEMM for the three
+  gates) vs ``layers`` x PyGT ``TGCN`` (3 GCNConvs per step, each redoing
+  ``gcn_norm``), H carried.
 
 Getting PyGT (for this benchmark only, never a project dependency)
 ------------------------------------------------------------------
@@ -98,6 +107,11 @@ epochs 0.63-0.66 on both sides. At this size (986 vertices, ~2.3k edges per
 snapshot) both sides are bound by per-operation overhead and the LSTM's
 autograd, not by the sparse products or the decoder, so the 3x goal is not
 met against the like-for-like layers.
+
+Issue 14's cells (same machine, shared, ``--dataset`` email-Eu-core in 64
+equal-event slices, ``--models gconv_lstm tgcn_cell --repeat 1``): PyGT /
+hpcdgnn s/epoch = 5.36 GConvLSTM(K=2) (0.209 vs 1.119 s), 3.32 TGCN (0.141 vs
+0.467 s); losses after 5 epochs 0.64 / 0.63 and 0.60 / 0.62.
 """
 
 from __future__ import annotations
@@ -117,9 +131,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = REPO.parent / "shared" / "data" / "email-Eu-core-temporal.txt.gz"
 #: issue 13's targets, PyGT / hpcdgnn s/epoch
-GOAL = {"evolvegcno": 5.0, "dygrae": 2.0, "gconvlstm": 3.0, "gclstm": 3.0}
+GOAL = {"evolvegcno": 5.0, "dygrae": 2.0, "gconvlstm": 3.0, "gclstm": 3.0, "tgcn": 3.0}
 PYGT_COUNTERPART = {"dygrae": "DyGrEncoder", "gclstm": "GCLSTM(K=2)", "gconvlstm": "GConvLSTM(K=2)",
-                    "evolvegcno": "EvolveGCNO"}
+                    "evolvegcno": "EvolveGCNO", "tgcn": "TGCN"}
+#: the PyGT counterpart(s) of each hpcdgnn model (cdgcn's come from --cdgcn-pygt)
+COUNTERPARTS = {"evolvegcn_o": ["evolvegcno"], "gconv_lstm": ["gconvlstm"], "tgcn_cell": ["tgcn"]}
 
 
 def one_thread_env(extra_path: list[str] | None = None) -> dict[str, str]:
@@ -251,7 +267,7 @@ def worker(args) -> None:
         import torch_geometric
         import torch_geometric_temporal
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
-        from torch_geometric_temporal.nn.recurrent import GCLSTM, DyGrEncoder, EvolveGCNO, GConvLSTM
+        from torch_geometric_temporal.nn.recurrent import GCLSTM, TGCN, DyGrEncoder, EvolveGCNO, GConvLSTM
     except ImportError as e:
         sys.exit(f"cannot import PyTorch Geometric Temporal ({type(e).__name__}: {e}); give --pygt-path or "
                  "HPCDGNN_PYGT_PATH (see this script's docstring)")
@@ -301,6 +317,8 @@ def worker(args) -> None:
                                              for _ in range(args.layers)])
             elif kind == "gclstm":
                 self.layers = nn.ModuleList([GCLSTM(dims[i], H, K=2) for i in range(args.layers)])
+            elif kind == "tgcn":  # PyGT's defaults: improved=False, cached=False, add_self_loops=True
+                self.layers = nn.ModuleList([TGCN(dims[i], H) for i in range(args.layers)])
             else:
                 self.layers = nn.ModuleList([GConvLSTM(dims[i], H, K=2) for i in range(args.layers)])
 
@@ -321,6 +339,8 @@ def worker(args) -> None:
             for layer, (hs, cs) in zip(self.layers, state, strict=True):
                 if kind == "dygrae":
                     h, hs, cs = layer(h, ei_n, ew_n, hs, cs)
+                elif kind == "tgcn":
+                    hs = h = layer(h, ei, ew, hs)
                 else:
                     hs, cs = layer(h, ei, ew, hs, cs)
                     h = hs
@@ -404,14 +424,15 @@ def main() -> None:
     ap.add_argument("--decoder-hidden", type=int, default=16)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--models", nargs="+", choices=["evolvegcn_o", "cdgcn"], default=["evolvegcn_o", "cdgcn"])
+    ap.add_argument("--models", nargs="+", choices=["evolvegcn_o", "cdgcn", "gconv_lstm", "tgcn_cell"],
+                    default=["evolvegcn_o", "cdgcn"])
     ap.add_argument("--cdgcn-pygt", nargs="+", choices=["dygrae", "gclstm", "gconvlstm"],
                     default=["dygrae", "gconvlstm"],
                     help="PyGT counterpart(s) of CD-GCN, one row each")
     ap.add_argument("--pygt-renormalize", action="store_true",
                     help="EvolveGCNO as shipped (normalize=True: gcn_norm in every call) instead of precomputed Ã")
     ap.add_argument("--repeat", type=int, default=1, help="runs per side, alternating; the fastest counts")
-    ap.add_argument("--worker", choices=["evolvegcno", "dygrae", "gclstm", "gconvlstm"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["evolvegcno", "dygrae", "gclstm", "gconvlstm", "tgcn"], help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -436,10 +457,12 @@ def main() -> None:
             prepare(data, args.input, args.snapshots, args.slicing)
             source = f"{args.input.name} ({args.slicing} slicing)"
         man = json.loads((data / "manifest.json").read_text())
-        floors = {model: recurrent_floor(data, model, args) for model in args.models}
+        # the floor times torch RNN time encoders; the graph-RNN cells have none (their gates convolve)
+        floors = {model: recurrent_floor(data, model, args) for model in args.models
+                  if model in ("evolvegcn_o", "cdgcn")}
         rows = []
         for model in args.models:
-            for cp in (["evolvegcno"] if model == "evolvegcn_o" else args.cdgcn_pygt):
+            for cp in COUNTERPARTS.get(model, args.cdgcn_pygt):
                 ours, theirs = [], []
                 for rep in range(args.repeat):  # alternate the sides so a slow spell of this machine hits both
                     ours.append(run_hpcdgnn(work, data, model, args, f"{cp}-r{rep}"))
@@ -463,9 +486,10 @@ def main() -> None:
             print(f"{model:13s} {PYGT_COUNTERPART[cp]:15s} {o['epoch_s']:12.4f} {p['epoch_s']:10.4f} {ratio:12.2f} "
                   f"{goal:4.0f}x {o['losses'][-1]:12.4f} {p['losses'][-1]:10.4f} {o['params']:>5d}/{p['params']:<5d}"
                   f"  {'met' if ratio >= goal else 'not met'}")
-        print("recurrent floor (time encoders alone, forward + backward over the same rows and steps, 1 thread; "
-              "goal: epoch <= 1.5x floor):")
-        for model in args.models:
+        if floors:
+            print("recurrent floor (time encoders alone, forward + backward over the same rows and steps, 1 thread; "
+                  "goal: epoch <= 1.5x floor):")
+        for model in floors:
             fl, epoch_s = floors[model], min(o["epoch_s"] for m_, _, o, _ in rows if m_ == model)
             print(f"  {model:13s} torch module {fl['torch_s']:.4f} s, nn/recurrent scan {fl['ours_s']:.4f} s; "
                   f"epoch {epoch_s:.4f} s = {epoch_s / fl['torch_s']:.2f}x the torch floor, "

@@ -48,15 +48,23 @@ class DataConfig:
 class ModelConfig:
     """``model:`` the DGNN architecture (IBM §5)."""
 
-    name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn", "mpnn_lstm", "dysat"] = "cdgcn"
+    name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn", "mpnn_lstm", "dysat", "gconv_lstm", "gconv_gru",
+                  "tgcn_cell", "dcrnn", "gcrn_m1"] = "cdgcn"
     """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2), TM-GCN (§5.3), or DGC §7.1's T-GCN (GCN layers, then a
-    GRU), MPNN-LSTM (GCN layers concatenated, then a 2-layer LSTM) or DySAT (GAT + temporal self-attention)."""
+    GRU), MPNN-LSTM (GCN layers concatenated, then a 2-layer LSTM) or DySAT (GAT + temporal self-attention);
+    or an integrated graph-RNN cell (ReInc §2.1), stacked ``layers`` times: GConvLSTM, GConvGRU (Chebyshev
+    convolutions in the gates), T-GCN's cell (Zhao et al.: a GCN in the GRU gates), DCRNN (diffusion
+    convolutions in the gates), GCRN-M1 (Chebyshev convolution, then an LSTM). gconv_lstm, gconv_gru, dcrnn
+    and gcrn_m1 need whole snapshots in the time encoder: strategy pss, or snapshot on one rank."""
     layers: int = 2
     """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
     hidden: int = 16
     """Feature width F' of every layer's output (IBM §6.1 uses 6)."""
     window: int = 3
     """TM-GCN M-transform window w over layer outputs (IBM §5.3); ignored by other models."""
+    order: int = 2
+    """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru and gcrn_m1; terms per direction (powers
+    0 … K-1, i.e. K - 1 diffusion steps) of dcrnn; PyG Temporal's K. Ignored by other models."""
 
     def __post_init__(self) -> None:
         if self.layers < 1:
@@ -65,20 +73,25 @@ class ModelConfig:
             raise ValueError("hidden: must be >= 1")
         if self.window < 1:
             raise ValueError("window: must be >= 1")
+        if self.order < 1:
+            raise ValueError("order: must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskConfig:
     """``task:`` what the embeddings are trained for, split by time."""
 
-    name: Literal["link_prediction", "node_classification"] = "link_prediction"
-    """Link prediction (embeddings of t score edges of t+1) or node classification."""
+    name: Literal["link_prediction", "node_classification", "regression"] = "link_prediction"
+    """Link prediction (embeddings of t score edges of t+1), node classification, or regression
+    (Z_t forecasts the float node targets of snapshots t..t+horizon-1; MSE loss)."""
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
     negatives: int = 1
     """Negative pairs per positive edge (link prediction), drawn from the seed."""
     decoder_hidden: int = 16
     """Hidden width of the edge decoder MLP on [z_u, z_v] (link prediction)."""
+    horizon: int = 1
+    """H, snapshots forecast per step (regression): Z_t predicts the targets stored at t..t+H-1."""
 
     def __post_init__(self) -> None:
         if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
@@ -89,6 +102,8 @@ class TaskConfig:
             raise ValueError("negatives: must be >= 1")
         if self.decoder_hidden < 1:
             raise ValueError("decoder_hidden: must be >= 1")
+        if self.horizon < 1:
+            raise ValueError("horizon: must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,11 +31,35 @@ roots of a rank that scores nothing (:meth:`hpcdgnn.strategies.base.Strategy.bac
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-__all__ = ["Layout", "RowLayout", "horizon_temporal", "joined"]
+__all__ = ["Layout", "RowLayout", "StepGraph", "horizon_temporal", "joined"]
+
+
+@dataclass(eq=False)
+class StepGraph:
+    """Snapshot t's adjacency A_t (canonical CSR, rows = source vertices) over the rows of a temporal block.
+
+    What a layout hands a ``graph_recurrent`` layer (:meth:`Layout.step_graphs`), one per step of the block:
+    its time encoder convolves the recurrent state over the graph of each step (GConvLSTM, DCRNN, ...).
+    The layer builds its own operator from it (L̂ for Chebyshev, random-walk transitions for diffusion)
+    and memoises it in :attr:`ops`, so a strategy that keeps its step graphs builds each operator once.
+    """
+
+    t: int
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+    ops: dict = field(default_factory=dict)
+
+    def operator(self, key, build: Callable[[StepGraph], Any]):
+        """``build(self)``, computed once per ``key`` (e.g. the operator's kind and dtype)."""
+        if key not in self.ops:
+            self.ops[key] = build(self)
+        return self.ops[key]
 
 
 def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
@@ -51,18 +75,26 @@ def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
     return t
 
 
-def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int) -> tuple[torch.Tensor, object]:
+def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
+                     graphs: Sequence[StepGraph] | None = None) -> tuple[torch.Tensor, object]:
     """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd.
 
     With causal layers no training gradient reaches the outputs after the training horizon, so
     their backward would only propagate zeros (every strategy's rule):
     the head runs with autograd, the tail continues from the head's end state without it. Same values.
+    ``graphs``: the block's step graphs, for ``graph_recurrent`` layers (split with the block).
     """
+    def run(a: int, b: int | None, state):
+        part = y if (a, b) == (0, None) else y[a:b]
+        if graphs is None:
+            return layer.temporal(part, state)
+        return layer.temporal(part, state, graphs=list(graphs)[a:b])
+
     if not torch.is_grad_enabled() or not 0 < grad_steps < y.shape[0]:
-        return layer.temporal(y, state)
-    z_head, state = layer.temporal(y[:grad_steps], state)
+        return run(0, None, state)
+    z_head, state = run(0, grad_steps, state)
     with torch.no_grad():
-        z_tail, state = layer.temporal(y[grad_steps:], state)
+        z_tail, state = run(grad_steps, None, state)
     return torch.cat([z_head, z_tail]), state
 
 
@@ -95,7 +127,24 @@ class Layout:
 
     def encode(self, layer, li: int, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """The layer's time encoder over the temporal block, from ``state``."""
-        return layer.temporal(y, state)
+        return layer.temporal(y, state, **self.temporal_kwargs(layer, li))
+
+    def step_graphs(self, li: int) -> list[StepGraph] | None:
+        """The graph of every step of layer ``li``'s temporal block, in the block's time order, over its rows —
+        or None when the temporal rows are not whole snapshots (a vertex range, a chunk's appearances): then a
+        ``graph_recurrent`` layer cannot run here (setup refuses it, :func:`hpcdgnn.train.setup.build_run`).
+        """
+        return None
+
+    def temporal_kwargs(self, layer, li: int) -> dict[str, Any]:
+        """Extra arguments of ``layer.temporal``: ``graphs=`` :meth:`step_graphs` for ``graph_recurrent`` layers."""
+        if not getattr(layer, "graph_recurrent", False):
+            return {}
+        graphs = self.step_graphs(li)
+        if graphs is None:
+            raise RuntimeError(f"{type(layer).__name__} convolves its state over each step's graph, which "
+                               f"{type(self).__name__} cannot provide (setup should have refused this job)")
+        return {"graphs": graphs}
 
     def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
         """The time encoder's output back to the spatial rows (the inverse of :meth:`to_temporal`)."""

@@ -111,6 +111,11 @@ class PSSStrategy(SnapshotStrategy):
         self._pipe = _Pipe(self.comm)
         return super().setup(plan, model, reader)
 
+    @classmethod
+    def step_graphs_at(cls, num_ranks: int) -> bool:
+        """The RNN runs over this rank's own whole snapshots at any P: graph_recurrent layers can run."""
+        return True
+
     def layout(self, b: int = 0, states: list | None = None) -> PSSLayout:
         """The whole timeline: owned snapshots, RNN over them with the state pipelined."""
         return PSSLayout(self, b, states)
@@ -146,7 +151,7 @@ class PSSLayout(SnapshotLayout):
             else:
                 rstate = None
         if y.shape[0]:
-            z, rstate = layer.temporal(y, rstate)
+            z, rstate = layer.temporal(y, rstate, **self.temporal_kwargs(layer, li))
         else:  # no snapshot here (P > T): the state passes through unchanged
             z = y
         if me < P - 1:

@@ -48,7 +48,7 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, horizon_temporal
+from hpcdgnn.nn.layout import Layout, StepGraph, horizon_temporal
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
@@ -78,6 +78,12 @@ class SnapshotStrategy(Strategy):
         (:func:`hpcdgnn.partition.timeline.plan_snapshots`)."""
         return plan_snapshots(manifest, num_ranks, job)
 
+    @classmethod
+    def step_graphs_at(cls, num_ranks: int) -> bool:
+        """Whether the time encoder sees whole snapshots (``graph_recurrent`` layers can run): on one rank,
+        where a block's vertex layout is all N rows of every step; at P > 1 a rank's RNN rows are a range."""
+        return num_ranks == 1
+
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read the owned snapshots, move them to the device (S3), normalise Ã_t (IBM Eq. 1) and
         precompute Ã_t·X_t (S4).
@@ -106,8 +112,13 @@ class SnapshotStrategy(Strategy):
         self._resident = len(self.blocks) == 2
         #: layer 0 aggregates a constant (S4): keep Ã·X; else keep X and aggregate it every step
         self._precomputed = model.layers[0].precomputable
-        # with the precomputed Ã·X, only the layers above the first use the adjacency
-        self._needs_adjacency = len(model.layers) > 1 or not self._precomputed
+        # with the precomputed Ã·X, only the layers above the first use the adjacency; graph_recurrent
+        # layers aggregate nothing in the spatial phase (they convolve over step graphs in the time encoder)
+        self._needs_adjacency = any(not layer.graph_recurrent and (li > 0 or not self._precomputed)
+                                    for li, layer in enumerate(model.layers))
+        #: per block, the owned snapshots as step graphs for graph_recurrent layers (kept without blocks)
+        self._graph_steps = any(layer.graph_recurrent for layer in model.layers)
+        self._steps: dict[int, list[StepGraph]] = {}
         #: resident Ã as diag(Ã_t) per (block, phase): one operator per phase (snapshot-parallel)
         self._diag: dict[tuple[int, int, int], NormalizedAdjacency] = {}
         self._block_adj_peak = 0
@@ -138,6 +149,8 @@ class SnapshotStrategy(Strategy):
         snaps = self.transfer.load(b)
         self.load_seconds += self.transfer.seconds - seconds
         local = self._local[b]
+        if self._graph_steps and self._resident:
+            self._steps[b] = self._as_steps(b, snaps)
         out = {
             (lo, hi): stacked_gcn_norm(snaps[lo:hi], [self.owned[i] for i in local[lo:hi]], self.ctx.dtype)
             for _, lo, hi in self.phases(b)
@@ -151,6 +164,19 @@ class SnapshotStrategy(Strategy):
         ts = [self.owned[i] for i in self._local[b]]
         cut = sum(1 for t in ts if t <= self.horizon)
         return [(grad, lo, hi) for grad, lo, hi in ((True, 0, cut), (False, cut, len(ts))) if hi > lo]
+
+    def _as_steps(self, b: int, snaps) -> list[StepGraph]:
+        return [StepGraph(self.owned[i], c.indptr, c.indices, c.values) for i, c in zip(self._local[b], snaps)]
+
+    def step_graphs(self, b: int) -> list[StepGraph]:
+        """Block b's owned snapshots as :class:`~hpcdgnn.nn.layout.StepGraph` s, in time order: kept from
+        setup without checkpoint blocks (with their operators, built once), else loaded now (S3)."""
+        if b in self._steps:
+            return self._steps[b]
+        seconds = self.transfer.seconds
+        snaps = self.transfer.load(b)
+        self.load_seconds += self.transfer.seconds - seconds
+        return self._as_steps(b, snaps)
 
     def stacked_adjacency(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
         """diag(Ã_t) per phase ``(lo, hi)`` of block b (:meth:`phases`) for the layers above the first:
@@ -241,12 +267,13 @@ class SnapshotStrategy(Strategy):
             grad_rows=None if rows is None else (rows[1], rows[0]),
         )
 
-    def _temporal(self, layer, yv: torch.Tensor, rstate, b: int):
+    def _temporal(self, layer, yv: torch.Tensor, rstate, b: int, graphs: list[StepGraph] | None = None):
         """The RNN over block b's timeline; past the training horizon without autograd (causal models:
-        those outputs get no gradient, so their backward would be spent on zeros).
+        those outputs get no gradient, so their backward would be spent on zeros). ``graphs``: the
+        block's step graphs, for graph_recurrent layers.
         """
         rows = self._grad_rows(b)
-        return horizon_temporal(layer, yv, rstate, yv.shape[0] if rows is None else rows[1])
+        return horizon_temporal(layer, yv, rstate, yv.shape[0] if rows is None else rows[1], graphs)
 
     # -- the training step -----------------------------------------------------------------
     def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:
@@ -340,6 +367,7 @@ class SnapshotLayout(Layout):
         self.s, self.b = s, b
         self.local = s._local[b]
         self._diag: dict[tuple[int, int], NormalizedAdjacency] | None = None
+        self._graphs: list[StepGraph] | None = None
 
     def _stacked_adj(self, lo: int, hi: int) -> NormalizedAdjacency:
         """diag(Ã) of the phase lo..hi-1, loaded when the forward first needs it (S3 time goes to ``load``)."""
@@ -362,7 +390,7 @@ class SnapshotLayout(Layout):
                 # layer 0 reads Ã·X (or X) of the owned snapshots: a view when they are consecutive
                 x = (s.ax0[idx[0] : idx[-1] + 1] if idx == list(range(idx[0], idx[-1] + 1)) else s.ax0[idx]) \
                     if li == 0 else h[a:b]
-                if li > 0 or not s._precomputed:
+                if (li > 0 or not s._precomputed) and not layer.graph_recurrent:
                     rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
                     x = rows.view(b - a, s.N, rows.shape[-1])
                 parts.append(layer.spatial_steps(x, [s.owned[i] for i in idx], tparams))
@@ -376,7 +404,16 @@ class SnapshotLayout(Layout):
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
         """The RNN, without autograd past the training horizon."""
-        return self.s._temporal(layer, y, state, self.b)
+        return self.s._temporal(layer, y, state, self.b, self.temporal_kwargs(layer, li).get("graphs"))
+
+    def step_graphs(self, li: int) -> list[StepGraph] | None:
+        """The block's graphs when this rank's temporal rows are whole snapshots (one rank: the vertex layout
+        of the block is all of it), loaded once per layout; else None."""
+        if not self.s.step_graphs_at(self.s.comm.size):
+            return None
+        if self._graphs is None:
+            self._graphs = self.s.step_graphs(self.b)
+        return self._graphs
 
     def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
         """Vertex layout -> owned snapshots (the reverse all-to-all)."""

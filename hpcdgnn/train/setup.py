@@ -42,12 +42,12 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.nn.models import DGNN, build_model
+from hpcdgnn.nn.models import DGNN, build_model, needs_step_graphs
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
-__all__ = ["Run", "build_run", "check_resume_job", "truncate_metrics"]
+__all__ = ["Run", "build_run", "check_model_strategy", "check_resume_job", "truncate_metrics"]
 
 
 @dataclass
@@ -226,6 +226,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
             job, run_dir, ckpt = load_job(job_path, overrides), None, None
+        check_model_strategy(job, job_path or resume, comm.size)
         manifest = load_manifest(job.data.path)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
@@ -235,6 +236,21 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt)
 
     return root_then_bcast(comm, on_root)
+
+
+def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> None:
+    """Refuse (one line) a model whose time encoder convolves over each step's graph under a strategy whose
+    time encoder, at this rank count, does not see whole snapshots (``Strategy.step_graphs_at``)."""
+    m, s = job.model.name, job.strategy.name
+    if not needs_step_graphs(m):
+        return
+    can = getattr(get_strategy(s), "step_graphs_at", None)
+    if can is None or not can(num_ranks):
+        raise ConfigError(
+            f"{where}: model.name: {m} convolves its recurrent state over each snapshot's graph, which "
+            f"strategy.name: {s} cannot give its time encoder at {num_ranks} rank{'s' if num_ranks != 1 else ''}; "
+            "use strategy.name: pss (any number of ranks) or snapshot on 1 rank"
+        )
 
 
 def _restore(ckpt: Path, comm: Communicator, model, task, opt) -> tuple[dict, dict]:
@@ -257,7 +273,7 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
     torch.manual_seed(job.train.seed)
     m = job.model
-    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window).to(device, dtype)
+    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order).to(device, dtype)
     task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(device, dtype)
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:

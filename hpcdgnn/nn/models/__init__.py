@@ -1,24 +1,44 @@
 """DGNN models, one per file, registered by their YAML names."""
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, available_models, build_model, register_model
+from hpcdgnn.nn.models.base import (
+    DGNN,
+    DynamicLayer,
+    GraphRecurrentLayer,
+    available_models,
+    build_model,
+    needs_step_graphs,
+    register_model,
+)
 from hpcdgnn.nn.models.cdgcn import CDGCNLayer
+from hpcdgnn.nn.models.dcrnn import DCRNNLayer
 from hpcdgnn.nn.models.dysat import DySATLayer
 from hpcdgnn.nn.models.evolvegcn import EvolveGCNOLayer
+from hpcdgnn.nn.models.gconv_gru import GConvGRULayer
+from hpcdgnn.nn.models.gconv_lstm import GConvLSTMLayer
+from hpcdgnn.nn.models.gcrn_m1 import GCRNM1Layer
 from hpcdgnn.nn.models.mpnn_lstm import MPNNLSTMLayer
 from hpcdgnn.nn.models.tgcn import TGCNLayer
+from hpcdgnn.nn.models.tgcn_cell import TGCNCellLayer
 from hpcdgnn.nn.models.tmgcn import TMGCNLayer, m_transform
 
 __all__ = [
     "CDGCNLayer",
+    "DCRNNLayer",
     "DGNN",
     "DySATLayer",
     "DynamicLayer",
     "EvolveGCNOLayer",
+    "GCRNM1Layer",
+    "GConvGRULayer",
+    "GConvLSTMLayer",
+    "GraphRecurrentLayer",
     "MPNNLSTMLayer",
+    "TGCNCellLayer",
     "TGCNLayer",
     "TMGCNLayer",
     "available_models",
     "build_model",
     "m_transform",
+    "needs_step_graphs",
     "register_model",
 ]

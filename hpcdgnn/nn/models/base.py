@@ -16,10 +16,22 @@ Recurrent state is explicit (STYLE G7): ``temporal(y, state)`` takes and
 returns it, and ``time_params`` is recomputed from parameters every call, so a
 block of time can be re-run from saved boundary data (SPEC S2) and nothing
 carries autograd history from one epoch into the next.
+
+Integrated graph-RNN cells (GConvLSTM, GConvGRU, DCRNN; ReInc §2.1) convolve the
+hidden state h_{t-1} over the graph of step t inside the gates, so their time
+encoder needs every step's graph: such a layer says ``graph_recurrent = True``
+and its ``temporal(y, state, graphs=...)`` gets the block's
+:class:`~hpcdgnn.nn.layout.StepGraph` s from :meth:`Layout.step_graphs
+<hpcdgnn.nn.layout.Layout.step_graphs>`. Only layouts whose temporal rows are
+whole snapshots offer them (``snapshot`` on one rank, ``pss`` on any number);
+setup refuses the others in one line (models registered with
+``step_graphs=True``, :func:`needs_step_graphs`). :class:`GraphRecurrentLayer`
+is their common frame.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +41,8 @@ from torch import nn
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
 
-__all__ = ["DynamicLayer", "DGNN", "register_model", "build_model", "available_models", "run_rnn"]
+__all__ = ["DynamicLayer", "DGNN", "GraphRecurrentLayer", "register_model", "build_model", "available_models",
+           "needs_step_graphs", "run_rnn"]
 
 
 def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> tuple[torch.Tensor, Any]:
@@ -61,6 +74,10 @@ class DynamicLayer(nn.Module):
             constant (Ã_t·X_t, computed once at setup, SPEC S4). False when the
             aggregation has parameters (attention): strategies then keep X_t and the
             graph for layer 0 too.
+        graph_recurrent: whether the time encoder convolves over each step's graph
+            (:class:`GraphRecurrentLayer`): ``temporal`` then takes ``graphs=``, the
+            layout's :meth:`~hpcdgnn.nn.layout.Layout.step_graphs`, and the layer does
+            no aggregation of its own in the spatial phase.
     """
 
     in_features: int
@@ -69,6 +86,7 @@ class DynamicLayer(nn.Module):
     temporal_mixing: bool = True
     causal: bool = True
     precomputable: bool = True
+    graph_recurrent: bool = False
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
         """Neighbourhood aggregation of rows ``h`` (n, in) -> the ``ax`` that :meth:`spatial` takes.
@@ -127,6 +145,7 @@ class DynamicLayer(nn.Module):
 
         Default: the layer's :meth:`rnn` over each vertex's timeline, or the identity when it has none;
         layers whose time encoder is not a torch RNN (M-transform, attention) override this.
+        ``graph_recurrent`` layers take a third argument, ``graphs=``: the step graphs of the block.
         """
         rnn = self.rnn()
         return (y, state) if rnn is None else run_rnn(rnn, y, state, self.out_features)
@@ -179,19 +198,127 @@ class DGNN(nn.Module):
         return layout.output(h)
 
 
+class GraphRecurrentLayer(DynamicLayer):
+    """An integrated graph-RNN cell: graph convolutions of X_t and of the state inside the gates (ReInc §2.1).
+
+    The frame shared by ``gconv_lstm``, ``gconv_gru``, ``dcrnn`` and ``gcrn_m1`` (each file has its cell's
+    equations). The spatial phase is the identity (``spatial_features = in_features``, no aggregation:
+    the convolutions need the layer's own operator, L̂ or the diffusion transitions, not Ã); the time
+    encoder (:meth:`temporal`) gets the block's step graphs and
+
+    1. builds each step's operator once (memoised on the :class:`~hpcdgnn.nn.layout.StepGraph`);
+    2. computes the input's part of every gate for all S steps at once, snapshot-parallel: the basis
+       of X over diag(op_1, …, op_S) (one sparse product per basis term), then one GEMM with the
+       (basis·F, gates·F') weight and the folded bias;
+    3. runs :meth:`step` along time: per step one basis of the state shared by the gates that read it
+       and one GEMM for them.
+
+    Subclasses set ``gates`` and implement :meth:`build_operator`, :meth:`basis` and :meth:`step`
+    (or override :meth:`scan`). :meth:`cell` is the single-step API, ``cell(x_t, graph_t, state) ->
+    (h_t, state)``; :meth:`temporal` runs a sequence.
+    """
+
+    graph_recurrent = True
+    precomputable = False
+    #: gate pre-activations computed from the input (the width of the input GEMM is gates · out_features)
+    gates: int = 1
+
+    def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
+        """No aggregation in the spatial phase: the convolutions run in :meth:`temporal`."""
+        return h
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams) -> torch.Tensor:
+        """The identity (the input goes to the time encoder as it is)."""
+        return ax
+
+    def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
+        """The identity."""
+        return ax
+
+    # -- what a cell defines -------------------------------------------------------------------------------
+    def build_operator(self, graph, dtype: torch.dtype) -> tuple:
+        """The step's operator(s) as a tuple of :class:`~hpcdgnn.nn.conv.gcn.NormalizedAdjacency`."""
+        raise NotImplementedError
+
+    def basis(self, op: tuple, x: torch.Tensor) -> torch.Tensor:
+        """The (n, basis·F) aggregation of x (n, F) over ``op`` that every gate's filter reads."""
+        raise NotImplementedError
+
+    def step(self, gx: torch.Tensor, op: tuple, state: Any) -> tuple[torch.Tensor, Any]:
+        """One step of the recurrence from the input's gate pre-activations ``gx`` (n, gates·F')."""
+        raise NotImplementedError
+
+    # -- shared machinery ----------------------------------------------------------------------------------
+    def operator(self, graph, dtype: torch.dtype) -> tuple:
+        """:meth:`build_operator`, built once per step graph, kind and dtype."""
+        return graph.operator((type(self).__name__, dtype), lambda g: self.build_operator(g, dtype))
+
+    def stacked_operator(self, graphs: list, dtype: torch.dtype) -> tuple:
+        """diag(op_1, …, op_S) of the steps' operators (memoised on the first step graph)."""
+        from hpcdgnn.nn.conv.gcn import block_diagonal
+
+        ops = [self.operator(g, dtype) for g in graphs]
+        if len(ops) == 1:
+            return ops[0]
+        key = (type(self).__name__, dtype, "diag", tuple(id(g) for g in graphs))
+        return graphs[0].operator(key, lambda _: tuple(block_diagonal([o[i] for o in ops])
+                                                       for i in range(len(ops[0]))))
+
+    def input_gates(self, x: torch.Tensor, graphs: list) -> torch.Tensor:
+        """The input's part of every gate of every step, (S, n, F) -> (S, n, gates·F'): one basis over the
+        stacked steps (snapshot-parallel) and one GEMM with the bias folded in."""
+        S, n, f = x.shape
+        op = self.stacked_operator(graphs, x.dtype)
+        b = self.basis(op, x.reshape(S * n, f))
+        return torch.addmm(self.bias, b, self.w_x).view(S, n, -1)
+
+    def scan(self, gx: torch.Tensor, graphs: list, state: Any) -> tuple[torch.Tensor, Any]:
+        """:meth:`step` along the block: (S, n, gates·F') -> (S, n, F')."""
+        outs = []
+        for g, gxt in zip(graphs, gx.unbind(0), strict=True):
+            h, state = self.step(gxt, self.operator(g, gx.dtype), state)
+            outs.append(h)
+        return torch.stack(outs), state
+
+    def temporal(self, y: torch.Tensor, state: Any = None, graphs: list | None = None) -> tuple[torch.Tensor, Any]:
+        """The cell along the block: (S, n, F) with the S steps' graphs -> ((S, n, F'), final state)."""
+        if graphs is None:
+            raise RuntimeError(f"{type(self).__name__} convolves its state over each step's graph: temporal() "
+                               "needs graphs= (Layout.step_graphs)")
+        if len(graphs) != y.shape[0]:
+            raise ValueError(f"{len(graphs)} step graphs for {y.shape[0]} steps")
+        if y.shape[0] == 0:
+            return y.new_zeros(0, y.shape[1], self.out_features) + y.sum() * 0.0, state
+        return self.scan(self.input_gates(y, list(graphs)), list(graphs), state)
+
+    def cell(self, x: torch.Tensor, graph, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """One step: x_t (n, F), the graph of t and the state after t-1 -> (h_t (n, F'), state after t)."""
+        z, state = self.temporal(x.unsqueeze(0), state, graphs=[graph])
+        return z[0], state
+
+
 _MODELS: dict[str, Callable[..., DGNN]] = {}
+_STEP_GRAPHS: set[str] = set()
 
 
-def register_model(name: str) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
-    """Register a builder ``fn(in_features, hidden, layers, window) -> DGNN`` under ``name``."""
+def register_model(name: str, *, step_graphs: bool = False) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
+    """Register a builder ``fn(in_features, hidden, layers, window[, order]) -> DGNN`` under ``name``;
+    ``step_graphs``: its layers are ``graph_recurrent`` (setup checks the strategy can run them)."""
 
     def deco(fn: Callable[..., DGNN]) -> Callable[..., DGNN]:
         if name in _MODELS:
             raise ValueError(f"model {name!r} registered twice")
         _MODELS[name] = fn
+        if step_graphs:
+            _STEP_GRAPHS.add(name)
         return fn
 
     return deco
+
+
+def needs_step_graphs(name: str) -> bool:
+    """Whether model ``name``'s time encoder convolves over each step's graph (``graph_recurrent`` layers)."""
+    return name in _STEP_GRAPHS
 
 
 def available_models() -> list[str]:
@@ -199,8 +326,11 @@ def available_models() -> list[str]:
     return sorted(_MODELS)
 
 
-def build_model(name: str, in_features: int, hidden: int, layers: int, window: int) -> DGNN:
-    """Build a registered model (names as used in YAML ``model.name``)."""
+def build_model(name: str, in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+    """Build a registered model (names as used in YAML ``model.name``); ``order`` (``model.order``: Chebyshev
+    order, diffusion steps) goes to the builders that take it."""
     if name not in _MODELS:
         raise KeyError(f"unknown model {name!r}; choose from {', '.join(available_models())}")
-    return _MODELS[name](in_features=in_features, hidden=hidden, layers=layers, window=window)
+    fn = _MODELS[name]
+    kw = {"order": order} if "order" in inspect.signature(fn).parameters else {}
+    return fn(in_features=in_features, hidden=hidden, layers=layers, window=window, **kw)

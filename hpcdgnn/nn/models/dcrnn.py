@@ -1,0 +1,49 @@
+"""DCRNN's cell (Li et al. 2018, Eq. 2-3): the GRU whose gates are bidirectional diffusion convolutions.
+
+K = ``model.order`` terms per direction (powers 0 … K-1 of the transitions; K - 1 diffusion steps):
+
+.. math::
+    R_t &= \\sigma(\\Theta_r \\star_{\\mathcal G_t} [X_t, H_{t-1}] + b_r) \\\\
+    U_t &= \\sigma(\\Theta_u \\star_{\\mathcal G_t} [X_t, H_{t-1}] + b_u) \\\\
+    C_t &= \\tanh(\\Theta_c \\star_{\\mathcal G_t} [X_t, R_t \\odot H_{t-1}] + b_c) \\\\
+    H_t &= U_t \\odot H_{t-1} + (1 - U_t) \\odot C_t
+
+with Θ ⋆_G x = Σ_{k<K} (P_f^k x Θ_{f,k} + P_b^k x Θ_{b,k}), P_f = D_O^{-1} A_t, P_b = D_I^{-1} A_tᵀ
+(:mod:`hpcdgnn.nn.conv.diffusion`). The convolution is linear in its input, so Θ ⋆ [X, H] = Θ^x ⋆ X +
+Θ^h ⋆ H: the X part of all three gates is one basis and one GEMM for all steps, the state part of U and R
+one basis of H_{t-1} and one GEMM per step, the candidate's one more of R_t ⊙ H_{t-1}
+(:class:`~hpcdgnn.nn.models.gconv_gru.GConvGRULayer`'s recurrence; PyGT's ``DCRNN`` names U as Z).
+Sparse throughout: PyGT's ``DConv`` builds a dense N×N adjacency in every call. State: H (N, F').
+"""
+
+from __future__ import annotations
+
+from hpcdgnn.nn.conv.diffusion import diffusion_basis, transitions
+from hpcdgnn.nn.models.base import DGNN, register_model
+from hpcdgnn.nn.models.gconv_gru import GConvGRULayer
+
+__all__ = ["DCRNNLayer", "build_dcrnn"]
+
+
+class DCRNNLayer(GConvGRULayer):
+    """One DCRNN cell F -> F' with K terms per diffusion direction (basis of 2K - 1 blocks)."""
+
+    @property
+    def basis_size(self) -> int:
+        """Blocks of the basis: x, then K - 1 powers of each transition."""
+        return 2 * self.order - 1
+
+    def build_operator(self, graph, dtype):
+        """(P_f, P_b) of the step."""
+        return transitions(graph.t, graph.indptr, graph.indices, graph.values, dtype)
+
+    def basis(self, op, x):
+        """[x | P_f x | … | P_f^{K-1} x | P_b x | … | P_b^{K-1} x]."""
+        return diffusion_basis(op, x, self.order)
+
+
+@register_model("dcrnn", step_graphs=True)
+def build_dcrnn(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+    """``layers`` stacked DCRNN cells (F -> H -> … -> H): DCRNN's encoder."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([DCRNNLayer(dims[i], dims[i + 1], order) for i in range(layers)])

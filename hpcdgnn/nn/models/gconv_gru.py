@@ -1,0 +1,92 @@
+"""GConvGRU: the GRU whose gates are Chebyshev graph convolutions (Seo et al. 2018's GCRN with a GRU).
+
+As PyG Temporal's ``GConvGRU`` computes it, K = ``model.order``:
+
+.. math::
+    Z_t &= \\sigma(W_{xz} \\star_{\\mathcal G_t} X_t + W_{hz} \\star_{\\mathcal G_t} H_{t-1} + b_z) \\\\
+    R_t &= \\sigma(W_{xr} \\star_{\\mathcal G_t} X_t + W_{hr} \\star_{\\mathcal G_t} H_{t-1} + b_r) \\\\
+    \\tilde H_t &= \\tanh(W_{xh} \\star_{\\mathcal G_t} X_t + W_{hh} \\star_{\\mathcal G_t} (H_{t-1} \\odot R_t) + b_h) \\\\
+    H_t &= Z_t \\odot H_{t-1} + (1 - Z_t) \\odot \\tilde H_t,\\qquad Z_t^{out} = H_t
+
+with W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k (PyG's ``ChebConv``, :mod:`hpcdgnn.nn.conv.cheb`). The basis of
+X_t feeds all three gates (one GEMM, computed for all steps at once); the basis of H_{t-1} feeds Z and R
+(one GEMM); the candidate needs the basis of H_{t-1} ⊙ R_t, which depends on R_t: two aggregations of the
+state per step, as the equations require (PyGT: six ChebConvs). PyGT's two biases per gate are one here.
+State: H (N, F'), None = zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
+from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model
+from hpcdgnn.nn.models.gconv_lstm import glorot_blocks
+
+__all__ = ["GConvGRULayer", "build_gconv_gru"]
+
+
+class GConvGRULayer(GraphRecurrentLayer):
+    """One GConvGRU cell F -> F' (see the module docstring); :class:`~hpcdgnn.nn.models.dcrnn.DCRNNLayer`
+    is the same recurrence over the diffusion basis.
+
+    Parameters: ``w_x`` (B·F, 3F'), gate order (z, r, h); ``w_hzr`` (B·F', 2F'); ``w_hh`` (B·F', F');
+    ``bias`` (3F'); B = :attr:`basis_size` terms of the basis (K for Chebyshev).
+    """
+
+    gates = 3
+
+    def __init__(self, in_features: int, out_features: int, order: int) -> None:
+        super().__init__()
+        if order < 1:
+            raise ValueError("order: K must be >= 1")
+        self.in_features, self.out_features, self.order = in_features, out_features, order
+        self.spatial_features = in_features
+        H, B = out_features, self.basis_size
+        self.w_x = nn.Parameter(torch.empty(B * in_features, 3 * H))
+        self.w_hzr = nn.Parameter(torch.empty(B * H, 2 * H))
+        self.w_hh = nn.Parameter(torch.empty(B * H, H))
+        self.bias = nn.Parameter(torch.empty(3 * H))
+        self.reset_parameters()
+
+    @property
+    def basis_size(self) -> int:
+        """Blocks of the basis: K (T_0 … T_{K-1})."""
+        return self.order
+
+    def reset_parameters(self) -> None:
+        """Glorot filters (PyG's init of each convolution weight), zero bias."""
+        H = self.out_features
+        glorot_blocks(self.w_x, self.in_features, H)
+        glorot_blocks(self.w_hzr, H, H)
+        glorot_blocks(self.w_hh, H, H)
+        nn.init.zeros_(self.bias)
+
+    def build_operator(self, graph, dtype):
+        """(L̂_t,): the scaled Laplacian of the step."""
+        return (scaled_laplacian(graph.t, graph.indptr, graph.indices, graph.values, dtype),)
+
+    def basis(self, op, x):
+        """[T_0 x | … | T_{K-1} x]."""
+        return cheb_basis(op[0], x, self.order)
+
+    def step(self, gx, op, state):
+        """One GRU step: Z and R from one basis of H_{t-1}, the candidate from the basis of H_{t-1} ⊙ R_t."""
+        H = self.out_features
+        gzr, gh = gx[:, : 2 * H], gx[:, 2 * H :]
+        if state is None:  # H_{t-1} = 0: both state terms vanish
+            h = (1 - torch.sigmoid(gzr[:, :H])) * torch.tanh(gh)
+            return h, h
+        h = state
+        z, r = torch.sigmoid(torch.addmm(gzr, self.basis(op, h), self.w_hzr)).split(H, dim=-1)
+        cand = torch.tanh(torch.addmm(gh, self.basis(op, h * r), self.w_hh))
+        h = z * h + (1 - z) * cand
+        return h, h
+
+
+@register_model("gconv_gru", step_graphs=True)
+def build_gconv_gru(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+    """``layers`` stacked GConvGRU cells (F -> H -> … -> H)."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([GConvGRULayer(dims[i], dims[i + 1], order) for i in range(layers)])

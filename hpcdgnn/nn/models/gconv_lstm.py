@@ -1,0 +1,103 @@
+"""GConvLSTM: GCRN model 2 (Seo et al. 2018), the LSTM whose gates are Chebyshev graph convolutions.
+
+As PyG Temporal's ``GConvLSTM`` computes it, K = ``model.order``:
+
+.. math::
+    i_t &= \\sigma(W_{xi} \\star_{\\mathcal G_t} X_t + W_{hi} \\star_{\\mathcal G_t} H_{t-1}
+            + w_{ci} \\odot C_{t-1} + b_i) \\\\
+    f_t &= \\sigma(W_{xf} \\star_{\\mathcal G_t} X_t + W_{hf} \\star_{\\mathcal G_t} H_{t-1}
+            + w_{cf} \\odot C_{t-1} + b_f) \\\\
+    C_t &= f_t \\odot C_{t-1} + i_t \\odot \\tanh(W_{xc} \\star_{\\mathcal G_t} X_t
+            + W_{hc} \\star_{\\mathcal G_t} H_{t-1} + b_c) \\\\
+    o_t &= \\sigma(W_{xo} \\star_{\\mathcal G_t} X_t + W_{ho} \\star_{\\mathcal G_t} H_{t-1}
+            + w_{co} \\odot C_t + b_o) \\\\
+    H_t &= o_t \\odot \\tanh(C_t),\\qquad Z_t = H_t
+
+where W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k is PyG's ``ChebConv`` (:mod:`hpcdgnn.nn.conv.cheb`) and ⊙ is
+elementwise (the peepholes w_c are (1, F') rows). PyGT runs 8 ChebConvs per step (4 gates × {X, H}),
+each renormalising the Laplacian; here the Chebyshev basis of X_t is computed once for all steps and the
+basis of H_{t-1} once per step, and each feeds all four gates through one GEMM: Θ of the gates are the
+columns of one (K·F, 4F') and one (K·F', 4F') weight. PyGT's three biases per gate (two ChebConvs' and
+b_i) are one here (their sum). State: (H, C), each (N, F'), None = zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
+from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model
+
+__all__ = ["GConvLSTMLayer", "build_gconv_lstm"]
+
+
+def glorot_blocks(w: torch.Tensor, fan_in: int, fan_out: int) -> None:
+    """Glorot-uniform with the fans of one filter block (F -> F'), as PyG initialises each ChebConv weight."""
+    a = math.sqrt(6.0 / (fan_in + fan_out))
+    with torch.no_grad():
+        w.uniform_(-a, a)
+
+
+class GConvLSTMLayer(GraphRecurrentLayer):
+    """One GConvLSTM cell F -> F' with Chebyshev order K (see the module docstring).
+
+    Parameters: ``w_x`` (K·F, 4F') and ``w_h`` (K·F', 4F'), gate order (i, f, c, o); ``bias`` (4F');
+    ``w_c`` (3, F'): the peepholes of i, f and o.
+    """
+
+    gates = 4
+
+    def __init__(self, in_features: int, out_features: int, order: int) -> None:
+        super().__init__()
+        if order < 1:
+            raise ValueError("order: the Chebyshev order K must be >= 1")
+        self.in_features, self.out_features, self.order = in_features, out_features, order
+        self.spatial_features = in_features
+        H = out_features
+        self.w_x = nn.Parameter(torch.empty(order * in_features, 4 * H))
+        self.w_h = nn.Parameter(torch.empty(order * H, 4 * H))
+        self.bias = nn.Parameter(torch.empty(4 * H))
+        self.w_c = nn.Parameter(torch.empty(3, H))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot filters and peepholes (PyGT's init), zero bias."""
+        H = self.out_features
+        glorot_blocks(self.w_x, self.in_features, H)
+        glorot_blocks(self.w_h, H, H)
+        glorot_blocks(self.w_c, 1, H)
+        nn.init.zeros_(self.bias)
+
+    def build_operator(self, graph, dtype):
+        """(L̂_t,): the scaled Laplacian of the step."""
+        return (scaled_laplacian(graph.t, graph.indptr, graph.indices, graph.values, dtype),)
+
+    def basis(self, op, x):
+        """[T_0 x | … | T_{K-1} x]."""
+        return cheb_basis(op[0], x, self.order)
+
+    def step(self, gx, op, state):
+        """One LSTM step with peepholes; the basis of H_{t-1} is computed once for the four gates."""
+        H = self.out_features
+        if state is None:  # H = C = 0: no hidden-state term (adding exact zeros changes nothing)
+            g, c = gx, gx.new_zeros(gx.shape[0], H)
+        else:
+            h, c = state
+            g = torch.addmm(gx, self.basis(op, h), self.w_h)
+        gi, gf, gc, go = g.split(H, dim=-1)
+        i = torch.sigmoid(gi + self.w_c[0] * c)
+        f = torch.sigmoid(gf + self.w_c[1] * c)
+        c = f * c + i * torch.tanh(gc)
+        o = torch.sigmoid(go + self.w_c[2] * c)
+        h = o * torch.tanh(c)
+        return h, (h, c)
+
+
+@register_model("gconv_lstm", step_graphs=True)
+def build_gconv_lstm(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+    """``layers`` stacked GConvLSTM cells (F -> H -> … -> H), each fed the previous cell's H_t."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([GConvLSTMLayer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -1,0 +1,66 @@
+"""GCRN model 1 (Seo et al. 2018, Eq. 7): a Chebyshev graph convolution of X_t stacked under an LSTM.
+
+.. math::
+    X^{G}_t = \\sum_{k<K} T_k(\\hat L_t) X_t \\Theta_k + b,\\qquad
+    (H_t, C_t) = \\mathrm{LSTM}(X^{G}_t, (H_{t-1}, C_{t-1})),\\qquad Z_t = H_t
+
+K = ``model.order`` (PyG's ``ChebConv``, :mod:`hpcdgnn.nn.conv.cheb`); the LSTM is torch's (no
+peepholes), per vertex. The graph enters only through the input, so the recurrence itself is
+vertex-local; but the convolution needs L̂_t, which the spatial phase's aggregation (Ã, IBM Eq. 1) is
+not, so the layer takes the step graphs like the integrated cells: the basis of X is computed for all
+steps of the block at once (snapshot-parallel, one GEMM), then the LSTM runs over the block.
+State: torch's (h, c), each (1, N, F').
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
+from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model, run_rnn
+from hpcdgnn.nn.models.gconv_lstm import glorot_blocks
+
+__all__ = ["GCRNM1Layer", "build_gcrn_m1"]
+
+
+class GCRNM1Layer(GraphRecurrentLayer):
+    """ChebConv F -> F' (``w_x`` (K·F, F'), ``bias`` (F')) then ``nn.LSTM(F', F')``."""
+
+    gates = 1
+
+    def __init__(self, in_features: int, out_features: int, order: int) -> None:
+        super().__init__()
+        if order < 1:
+            raise ValueError("order: the Chebyshev order K must be >= 1")
+        self.in_features, self.out_features, self.order = in_features, out_features, order
+        self.spatial_features = in_features
+        self.w_x = nn.Parameter(torch.empty(order * in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(out_features))
+        self.lstm = nn.LSTM(out_features, out_features)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot filter, zero bias (PyG's ChebConv init), torch's LSTM init."""
+        glorot_blocks(self.w_x, self.in_features, self.out_features)
+        nn.init.zeros_(self.bias)
+        self.lstm.reset_parameters()
+
+    def build_operator(self, graph, dtype):
+        """(L̂_t,): the scaled Laplacian of the step."""
+        return (scaled_laplacian(graph.t, graph.indptr, graph.indices, graph.values, dtype),)
+
+    def basis(self, op, x):
+        """[T_0 x | … | T_{K-1} x]."""
+        return cheb_basis(op[0], x, self.order)
+
+    def scan(self, gx, graphs, state):
+        """The LSTM over the convolved inputs of the block (one torch module call)."""
+        return run_rnn(self.lstm, gx, state, self.out_features)
+
+
+@register_model("gcrn_m1", step_graphs=True)
+def build_gcrn_m1(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+    """``layers`` stacked (ChebConv, LSTM) pairs (F -> H -> … -> H)."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([GCRNM1Layer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -1,0 +1,95 @@
+"""T-GCN as Zhao et al. (2019, Eq. 3-6) define it and PyG Temporal's ``TGCN`` computes it: a GCN inside the
+GRU's gates.
+
+.. math::
+    U_t &= \\sigma(\\tilde A_t X_t W_{xu} + H_{t-1} W_{hu} + b_u) \\\\
+    R_t &= \\sigma(\\tilde A_t X_t W_{xr} + H_{t-1} W_{hr} + b_r) \\\\
+    C_t &= \\tanh(\\tilde A_t X_t W_{xc} + (R_t \\odot H_{t-1}) W_{hc} + b_c) \\\\
+    H_t &= U_t \\odot H_{t-1} + (1 - U_t) \\odot C_t,\\qquad Z_t = H_t
+
+with Ã_t = D^{-1/2}(A_t + I)D^{-1/2} (IBM Eq. 1 = PyG's ``gcn_norm`` with self-loops, PyGT's defaults
+``improved=False, add_self_loops=True``). Zhao et al. write each gate as W[f(A, X_t), H_{t-1}] + b and
+PyGT computes it as ``Linear(2F', F')`` of [GCNConv(X_t), H_{t-1}]: a GCN weight then the linear's
+left half, whose product (and the GCN's bias through it) is one F -> F' matrix W_x here — the same
+function class, one matrix less per gate. Only X_t is convolved, so the recurrence is vertex-local and
+the layer fits the engine's spatial/temporal contract as it is: the spatial phase is Ã_t X_t (precomputed
+for the first layer, SPEC S4) times the three gates' W_x in one GEMM; the time encoder is the GRU
+recurrence above, per vertex. It runs under every strategy, exactly.
+
+Not DGC §7.1's ``tgcn`` (:mod:`hpcdgnn.nn.models.tgcn`: GCN layers, then a separate GRU).
+State: H (n, F'), None = zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+
+__all__ = ["TGCNCellLayer", "build_tgcn_cell"]
+
+
+class TGCNCellLayer(DynamicLayer):
+    """One T-GCN cell F -> F'.
+
+    Parameters: ``w_x`` (F, 3F') and ``bias`` (3F'), gate order (u, r, c); ``w_h`` (F', 3F').
+    Shapes: ``ax`` (n, F) -> (n, 3F') gate inputs; temporal (T, n, 3F') -> (T, n, F').
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.spatial_features = 3 * out_features
+        H = out_features
+        self.w_x = nn.Parameter(torch.empty(in_features, 3 * H))
+        self.bias = nn.Parameter(torch.empty(3 * H))
+        self.w_h = nn.Parameter(torch.empty(H, 3 * H))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot for the GCN part (PyG's GCNConv init), torch Linear's bounds for the state part and bias."""
+        H = self.out_features
+        a = math.sqrt(6.0 / (self.in_features + H))
+        b = 1.0 / math.sqrt(2 * H)
+        with torch.no_grad():
+            self.w_x.uniform_(-a, a)
+            self.w_h.uniform_(-b, b)
+            self.bias.uniform_(-b, b)
+
+    def spatial(self, ax: torch.Tensor, t: int, tparams) -> torch.Tensor:
+        """The input's part of the three gates: Ã_t X_t W_x + b (one GEMM)."""
+        return torch.addmm(self.bias, ax, self.w_x)
+
+    def step(self, gx: torch.Tensor, h: torch.Tensor | None) -> torch.Tensor:
+        """One step from the input's gate pre-activations ``gx`` (n, 3F') and H_{t-1} (None = zeros)."""
+        H = self.out_features
+        if h is None:
+            return (1 - torch.sigmoid(gx[:, :H])) * torch.tanh(gx[:, 2 * H :])
+        u, r = torch.sigmoid(torch.addmm(gx[:, : 2 * H], h, self.w_h[:, : 2 * H])).split(H, dim=-1)
+        c = torch.tanh(torch.addmm(gx[:, 2 * H :], h * r, self.w_h[:, 2 * H :]))
+        return u * h + (1 - u) * c
+
+    def temporal(self, y: torch.Tensor, state=None):
+        """The recurrence along each vertex's timeline: (T, n, 3F') -> ((T, n, F'), H_T)."""
+        if y.shape[0] == 0 or y.shape[1] == 0:
+            return y.new_zeros(y.shape[0], y.shape[1], self.out_features) + y.sum() * 0.0, state
+        outs = []
+        for gx in y.unbind(0):
+            state = self.step(gx, state)
+            outs.append(state)
+        return torch.stack(outs), state
+
+    def cell(self, ax: torch.Tensor, state=None):
+        """Single-step API: Ã_t X_t (n, F) and H_{t-1} -> (H_t, H_t)."""
+        h = self.step(self.spatial(ax, -1, None), state)
+        return h, h
+
+
+@register_model("tgcn_cell")
+def build_tgcn_cell(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+    """``layers`` stacked T-GCN cells (F -> H -> … -> H), each fed the previous cell's H_t."""
+    dims = [in_features] + [hidden] * layers
+    return DGNN([TGCNCellLayer(dims[i], dims[i + 1]) for i in range(layers)])
