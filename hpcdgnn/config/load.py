@@ -45,6 +45,10 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
         return value
     if origin is tuple:
         args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of any length
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"expected a list, got {type(value).__name__} {value!r}")
+            return tuple(_check_value(v, args[0], where) for v in value)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"expected a list of {len(args)} values, got {value!r}")
         return tuple(_check_value(v, a, where) for v, a in zip(value, args))

@@ -21,6 +21,7 @@ __all__ = [
     "PSSOptions",
     "VertexOptions",
     "ChunkOptions",
+    "SequencesOptions",
     "STRATEGY_OPTIONS",
     "RENAMED_KEYS",
     "CommConfig",
@@ -171,7 +172,8 @@ class StrategyConfig:
     another strategy is a config error, never silently ignored."""
 
     name: str = "snapshot"
-    """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1)."""
+    """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
+    ``sequences`` (ReInc §3.4, R1/R4)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,6 +263,49 @@ class ChunkOptions(StrategyConfig):
             raise ValueError("predictor: is read only with workload: mlp; remove it or set workload: mlp")
 
 
+@dataclass(frozen=True, kw_only=True)
+class SequencesOptions(StrategyConfig):
+    """``strategy: {name: sequences}``: sample-based data-parallel training (ReInc §3.4, SPEC R1, R4): sliding
+    windows of ``window`` snapshots × mini-batches of ``batch_vertices`` vertices with their sampled k-hop
+    computational graphs; each rank owns consecutive windows and a model replica; gradients summed."""
+
+    name: str = "sequences"
+    window: int = 4
+    """L, the snapshots of one sequence (sliding window); its last step is the one the task scores."""
+    stride: int = 1
+    """Snapshots between the starts of consecutive sequences."""
+    batch_vertices: int = 0
+    """Vertices per node batch (link prediction: the pairs' sources), drawn without replacement from a
+    permutation seeded by (train.seed, epoch); 0 = all N in one batch."""
+    fanouts: tuple[int, ...] = ()
+    """Neighbours sampled per vertex and step, one number per model layer, nearest the batch first (PyG's
+    ``num_neighbors`` order: ``[25, 10]`` samples 25 per batch vertex, then 10 per 1-hop vertex); 0 in a slot
+    = all of them; ``[]`` = full neighbourhoods (exact k-hop computational graphs)."""
+    placement: Literal["overlap", "fetch"] = "overlap"
+    """R1 (§3.4.1): each rank reads its consecutive block of snapshots plus the window - 1 after it
+    (``overlap``: no input traffic), or only its block, pulling the others from their owners once per
+    epoch (``fetch``, counted under ``placement.fetch``)."""
+    order: Literal["seq_first", "node_first"] = "seq_first"
+    """R4 (§3.4.3): all sequences for a node batch before the next batch (``seq_first``, ReInc's), or all
+    node batches of a sequence before the next sequence (``node_first``, as static GNNs iterate)."""
+    batch_samples: int = 0
+    """Samples (sequence × node batch) per optimizer step, over all ranks, taken in ``order``; 0 = the
+    number of training sequences (with ``seq_first``: one node batch over every training sequence, each
+    rank running its own — ReInc's lockstep). Depends on neither P nor the placement."""
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError("window: must be >= 1")
+        if self.stride < 1:
+            raise ValueError("stride: must be >= 1")
+        if self.batch_vertices < 0:
+            raise ValueError("batch_vertices: must be >= 0 (0 = all vertices)")
+        if any(f < 0 for f in self.fanouts):
+            raise ValueError("fanouts: must be >= 0 (0 = every neighbour)")
+        if self.batch_samples < 0:
+            raise ValueError("batch_samples: must be >= 0 (0 = the number of training sequences)")
+
+
 #: The options of every strategy, by ``strategy.name``. A new strategy adds its options class here
 #: (and registers its implementation with ``hpcdgnn.strategies.register_strategy`` under the same name).
 STRATEGY_OPTIONS: dict[str, type[StrategyConfig]] = {
@@ -268,6 +313,7 @@ STRATEGY_OPTIONS: dict[str, type[StrategyConfig]] = {
     "pss": PSSOptions,
     "vertex": VertexOptions,
     "chunk": ChunkOptions,
+    "sequences": SequencesOptions,
 }
 
 #: Keys moved by release 0.2 (issue 11): old dotted key -> new one.

@@ -4,12 +4,14 @@ from hpcdgnn.strategies.base import Strategy, StrategyContext
 from hpcdgnn.strategies.chunk import ChunkStrategy
 from hpcdgnn.strategies.pss import PSSStrategy
 from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
+from hpcdgnn.strategies.sequences import SequencesStrategy
 from hpcdgnn.strategies.snapshot import SnapshotStrategy
 from hpcdgnn.strategies.vertex import VertexStrategy
 
 __all__ = [
     "ChunkStrategy",
     "PSSStrategy",
+    "SequencesStrategy",
     "SnapshotStrategy",
     "Strategy",
     "StrategyContext",

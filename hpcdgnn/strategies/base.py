@@ -77,12 +77,15 @@ class Batch:
         layout: the rows the model runs over on this rank (:mod:`hpcdgnn.nn.layout`).
         examples: training examples of this batch over all ranks, the loss denominator;
             None = all of the task's (a full batch).
+        samples: what a mini-batch strategy runs on this rank for this batch (its own description;
+            ``layout`` is then None: each sample builds its own).
     """
 
     epoch: int
     index: int
-    layout: Layout
+    layout: Layout | None
     examples: float | None = None
+    samples: list | None = None
 
 
 class Strategy:
@@ -105,6 +108,10 @@ class Strategy:
     def setup(self, plan: Any, model: DGNN, reader: Any) -> list[int]:
         """Load this rank's data for ``plan``; return the snapshots whose embeddings this rank scores."""
         raise NotImplementedError
+
+    def attach_task(self, task: Any) -> None:
+        """Called once after setup with the task head; mini-batch strategies count each batch's training
+        examples with it (:meth:`Task.sample_examples`). Full-batch strategies need nothing."""
 
     def layout(self) -> Layout:
         """The whole timeline as one batch (what full-batch strategies train on every epoch)."""

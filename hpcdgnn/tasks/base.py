@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Embeddings", "RowShard", "ShardedEmbeddings", "Task", "TaskBatch", "split_steps", "SPLITS"]
+__all__ = ["Embeddings", "RowShard", "SampleEmbeddings", "ShardedEmbeddings", "Task", "TaskBatch", "split_steps",
+           "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -129,6 +130,24 @@ class ShardedEmbeddings:
 
 
 @dataclass
+class SampleEmbeddings:
+    """Z_t of one mini-batch sample (the ``sequences`` strategy, ReInc §3.4.2): the rows of ``vertices``
+    (ascending) at step ``t``, the last of the sample's window; the task scores the examples of
+    ``batch`` (ascending, ⊆ ``vertices``) at t — link prediction the pairs whose source is in it,
+    node tasks its vertices — and reads the other rows it asked for (:meth:`Task.sample_vertices`).
+    """
+
+    t: int
+    rows: torch.Tensor
+    vertices: np.ndarray
+    batch: np.ndarray
+
+    def index(self, v: np.ndarray) -> torch.Tensor:
+        """Row of each vertex ``v`` (all in :attr:`vertices`)."""
+        return torch.from_numpy(np.searchsorted(self.vertices, v))
+
+
+@dataclass
 class TaskBatch:
     """What a task returns for one forward pass on one rank."""
 
@@ -171,7 +190,21 @@ class Task(nn.Module):
         """Number of training examples over all ranks (the loss denominator)."""
         raise NotImplementedError
 
-    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+    @staticmethod
+    def steps(cfg, manifest) -> list[range]:
+        """The prediction steps t (Z_t scores examples), split into train / val / test ranges."""
+        raise NotImplementedError
+
+    def sample_vertices(self, t: int, batch: np.ndarray, epoch: int) -> np.ndarray:
+        """Vertices whose Z_t a sample scoring ``batch`` at step t reads (ascending; ⊇ ``batch``).
+        Node tasks: the batch itself; link prediction adds the destinations of its pairs."""
+        return batch
+
+    def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
+        """Training examples of a sample scoring ``batch`` at step t (0 when t is not a training step)."""
+        raise NotImplementedError
+
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
         """Loss sum and metric sums for embeddings ``{t: Z_t (N, F')}`` (or rows in place).
 
         Contract: ``loss_sum`` must depend on every tensor in ``emb`` (add

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
-from hpcdgnn.tasks.base import SPLITS, RowShard, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives"]
 
@@ -170,6 +170,8 @@ class LinkPrediction(Task):
         self.shard: RowShard | None = None
         self.by_source = True
         self._steps: list[int] = []
+        #: mini-batch samples: the epoch whose negatives are cached, and each step's (src, dst) of it
+        self._epoch_negatives: tuple[int, dict[int, np.ndarray]] = (-1, {})
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -180,6 +182,11 @@ class LinkPrediction(Task):
     def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
         """Last training step: Z_t of t = split end - 1 scores the edges of t + 1."""
         return split_steps(manifest.num_snapshots - 1, cfg.split)[0].stop - 1
+
+    @staticmethod
+    def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
+        """Steps t = 0..T-2 (Z_t scores the edges of t + 1), split in time order."""
+        return split_steps(manifest.num_snapshots - 1, cfg.split)
 
     @staticmethod
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
@@ -359,6 +366,54 @@ class LinkPrediction(Task):
         scored = {s: (index(src), index(dst), label, npos) for s, (src, dst, label, npos) in pairs.items()}
         return self._score(pu, pv, scored, loss_sum, rows.device, rows.dtype)
 
+    # -- mini-batch samples (the sequences strategy) --------------------------------------------
+    def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int]:
+        """(src, dst, labels, positives) of step t's pairs whose source is in ``batch``: its positives, then
+        its negatives of ``epoch`` (:meth:`_draw`: the whole step's stream, as on one rank, kept for the
+        epoch's other samples) — so the samples of all node batches score each pair of t exactly once.
+        """
+        cached_epoch, negatives = self._epoch_negatives
+        if cached_epoch != epoch:
+            negatives = {}
+            self._epoch_negatives = (epoch, negatives)
+        if t not in negatives:
+            negatives[t] = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+        in_batch = np.zeros(self.manifest.num_vertices, dtype=bool)
+        in_batch[batch] = True
+        ps, pd = (x.numpy() for x in self.targets[t])
+        keep = in_batch[ps]
+        ns, nd = negatives[t]
+        nkeep = in_batch[ns]
+        src = np.concatenate([ps[keep], ns[nkeep]]).astype(np.int64)
+        dst = np.concatenate([pd[keep], nd[nkeep]]).astype(np.int64)
+        npos = int(keep.sum())
+        label = torch.zeros(src.shape[0])
+        label[:npos] = 1.0
+        return src, dst, label, npos
+
+    def sample_vertices(self, t: int, batch: np.ndarray, epoch: int) -> np.ndarray:
+        """The batch (sources) and the destinations of their pairs at t."""
+        if t not in self.targets:
+            return batch
+        return np.union1d(batch, self._sample_pairs(t, batch, epoch)[1])
+
+    def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
+        """Pairs (positive and negative) with a source in ``batch`` at a training step t."""
+        if self._split_of(t) != 0 or t not in self.targets:
+            return 0.0
+        return float(self._sample_pairs(t, batch, epoch)[0].shape[0])
+
+    def _forward_sample(self, emb: SampleEmbeddings, epoch: int) -> TaskBatch:
+        """A sample's pairs (:meth:`_sample_pairs`) scored from its rows, as :meth:`forward`."""
+        loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + emb.rows.sum()) * 0.0
+        s = self._split_of(emb.t)
+        if s < 0 or emb.t not in self.targets:
+            return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
+        src, dst, label, npos = self._sample_pairs(emb.t, emb.batch, epoch)
+        pu, pv = self.decoder.project(emb.rows)
+        return self._score(pu, pv, {s: (emb.index(src), emb.index(dst), label, npos)}, loss_sum, emb.rows.device,
+                           emb.rows.dtype)
+
     def _score(self, pu, pv, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
         """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
         label, positives)}`` (rows of the projections ``pu``, ``pv``)."""
@@ -382,7 +437,7 @@ class LinkPrediction(Task):
             stats[base + 3 + AUC_BINS : base + width] += np.bincount(bins[npos:], minlength=AUC_BINS)
         return TaskBatch(loss_sum, stats)
 
-    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
         """BCE loss sum over the train steps held here; histogram/accuracy sums for all splits.
 
         Snapshot-parallel (as PiPAD batches snapshots): the decoder's first layer is one GEMM
@@ -392,6 +447,8 @@ class LinkPrediction(Task):
         """
         if isinstance(emb, ShardedEmbeddings):
             return self._forward_in_place(emb, epoch)
+        if isinstance(emb, SampleEmbeddings):
+            return self._forward_sample(emb, epoch)
         by_split: dict[int, list[int]] = {}
         for t in sorted(emb):
             s = self._split_of(t)

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import DataError
-from hpcdgnn.tasks.base import SPLITS, RowShard, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["NodeClassification"]
 
@@ -51,6 +51,17 @@ class NodeClassification(Task):
         return split_steps(manifest.num_snapshots, cfg.split)[0].stop - 1
 
     @staticmethod
+    def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
+        """Snapshots 0..T-1, split in time order."""
+        return split_steps(manifest.num_snapshots, cfg.split)
+
+    def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
+        """Labelled vertices of ``batch`` at a training snapshot t."""
+        if t not in self.ranges[0] or t not in self.labels:
+            return 0.0
+        return float((self.labels[t].numpy()[batch] >= 0).sum())
+
+    @staticmethod
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
         """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training."""
         T = manifest.num_snapshots
@@ -80,7 +91,7 @@ class NodeClassification(Task):
         """Labelled vertices over all training snapshots."""
         return self._train_count
 
-    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
         """Cross-entropy sum over labelled train vertices held here; accuracy sums for all splits.
         In place (:class:`ShardedEmbeddings`): my rows of each step, with my rows' labels; nothing moves."""
         stats = np.zeros(3 * len(SPLITS))
@@ -88,9 +99,16 @@ class NodeClassification(Task):
         if isinstance(emb, ShardedEmbeddings):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
             emb = emb.by_step(self._rows)
+        labels = self.labels
+        if isinstance(emb, SampleEmbeddings):  # a mini-batch sample: its batch's rows and labels at its step
+            loss_sum = loss_sum + emb.rows.sum() * 0.0
+            if emb.t not in self.labels:  # nothing to score here
+                return TaskBatch(loss_sum, stats)
+            labels = {emb.t: self.labels[emb.t][torch.from_numpy(emb.batch)]}
+            emb = {emb.t: emb.rows.index_select(0, emb.index(emb.batch).to(emb.rows.device))}
         for t, z in emb.items():
             s = next((i for i, r in enumerate(self.ranges) if t in r), -1)
-            y = self.labels[t].to(z.device)
+            y = labels[t].to(z.device)
             mask = y >= 0
             if s < 0 or not bool(mask.any()):
                 loss_sum = loss_sum + z.sum() * 0.0

@@ -49,7 +49,7 @@ from torch import nn
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.tasks.base import SPLITS, RowShard, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["Regression", "MAPE_EPS", "num_steps"]
 
@@ -115,6 +115,29 @@ class Regression(Task):
             work[t] = per * (3.0 if t in train else 1.0)
         return work
 
+    @staticmethod
+    def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
+        """Steps t = 0..T-H, split in time order."""
+        return split_steps(num_steps(cfg, manifest), cfg.split)
+
+    def _sample_entries(self, t: int, batch: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step t's present target entries of the vertices of ``batch``: flat indices into the batch's
+        (len(batch), H) block, and their values."""
+        idx, y = self.entries[t]
+        if batch.size == 0:
+            return idx[:0].cpu(), y[:0]
+        v, h = np.divmod(idx.cpu().numpy(), self.horizon)
+        pos = np.searchsorted(batch, v)
+        keep = (pos < batch.shape[0]) & (batch[np.minimum(pos, batch.shape[0] - 1)] == v)
+        sel = torch.from_numpy(np.flatnonzero(keep))
+        return torch.from_numpy(pos[keep] * self.horizon + h[keep]), y.index_select(0, sel.to(y.device))
+
+    def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
+        """Present target entries of ``batch`` at a training step t."""
+        if self._split_of(t) != 0 or t not in self.entries:
+            return 0.0
+        return float(self._sample_entries(t, batch)[0].shape[0])
+
     def _split_of(self, t: int) -> int:
         return next((i for i, r in enumerate(self.ranges) if t in r), -1)
 
@@ -148,7 +171,7 @@ class Regression(Task):
         """Present (vertex, horizon) target entries over all training steps."""
         return self._train_count
 
-    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings, epoch: int) -> TaskBatch:
+    def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
         """Squared-error sum over the train entries held here; error sums for all splits.
         In place (:class:`ShardedEmbeddings`): my rows of each step, with my rows' targets; nothing moves."""
         stats = np.zeros(_WIDTH * len(SPLITS))
@@ -156,15 +179,21 @@ class Regression(Task):
         if isinstance(emb, ShardedEmbeddings):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
             emb = emb.by_step(self._rows)
+        entries = self.entries
+        if isinstance(emb, SampleEmbeddings):  # a mini-batch sample: its batch's rows and targets at its step
+            loss_sum = loss_sum + emb.rows.sum() * 0.0
+            if emb.t in self.entries:
+                entries = {emb.t: self._sample_entries(emb.t, emb.batch)}
+            emb = {emb.t: emb.rows.index_select(0, emb.index(emb.batch).to(emb.rows.device))}
         for t, z in emb.items():
             s = self._split_of(t)
-            if s < 0 or t not in self.entries or self.entries[t][0].shape[0] == 0:
+            if s < 0 or t not in entries or entries[t][0].shape[0] == 0:
                 loss_sum = loss_sum + z.sum() * 0.0
                 continue
-            idx, y = self.entries[t]
+            idx, y = entries[t]
             if idx.device != z.device or y.dtype != z.dtype:  # once: kept in the training device and dtype
                 idx, y = idx.to(z.device), y.to(z.device, z.dtype)
-                self.entries[t] = (idx, y)
+                entries[t] = (idx, y)
             with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
                 err = self.head(z).reshape(-1).index_select(0, idx) - y
                 loss = (err * err).sum()

@@ -308,6 +308,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     def setup() -> None:
         with ShardReader(job.data.path, manifest) as reader:
             task.setup(reader, strategy.setup(plan, model, reader), comm)
+        strategy.attach_task(task)
 
     agree(comm, setup)
     setup_seconds = time.perf_counter() - t_setup

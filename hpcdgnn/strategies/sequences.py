@@ -1,0 +1,361 @@
+"""R1 + R4: sample-based data-parallel training over sliding-window sequences (ReInc §3.4, SPEC Family B).
+
+**Samples** (ReInc §3.4.2). A *sequence* is a window of L = ``strategy.window``
+consecutive snapshots, starting every ``stride`` snapshots; the task scores its
+last step t (link prediction: the edges of t + 1; node tasks: the targets of t),
+so a sequence belongs to the split of t. A *sample* is one sequence × one node
+batch: the computational graph of the batch's vertices in each of the L
+snapshots, layer by layer from the top — the rows a layer must output, and the
+neighbours they read in each snapshot (all of them, or ``fanouts`` sampled
+without replacement per vertex and step, nearest the batch first, weighted
+|N(v)| / k so the aggregation stays unbiased; the self-loop always). A vertex
+in a layer's rows is computed in every step of the window, so the time encoder
+of every layer runs over whole sequences of its rows, locally: no activation
+ever moves (ReInc's point against redistribution, §2.2).
+
+**Mini-batches** (R4, §3.4.3). Node batches are ``batch_vertices`` vertices of
+a permutation seeded by (seed, epoch) — link prediction scores the pairs whose
+source is in the batch. The epoch's samples are ordered *seq-first* (every
+training sequence for a node batch, then the next batch; ReInc's order, which
+keeps a batch's aggregations hot) or *node-first*, and ``batch_samples`` of them
+in that order form one optimizer step. Which samples form the g-th global
+mini-batch and which neighbours they sample depend only on the seed, the epoch
+and g, never on P; each rank runs the samples of its own sequences, the loss is
+the sum over the global batch divided by its example count (one all-reduce of
+a number per step), and the gradients are all-reduced as sums — so P ranks
+reproduce one rank's losses (tested at P = 3).
+
+**Placement** (R1, §3.4.1). Rank r owns a contiguous block of sequences
+(balanced by count) and so a consecutive block of snapshots. With ``overlap``
+it reads the window - 1 snapshots after its block too, so every sequence is
+local and only gradients move; with ``fetch`` it reads only its block and
+pulls the missing snapshots (their normalised Ã and X) from their owners once
+per epoch, counted under ``placement.fetch``.
+
+Evaluation (validation and test sequences, every node batch, no gradient)
+is a pass of its own after the epoch's steps (:meth:`evaluate`).
+Graph-recurrent models (``gconv_lstm`` ...) convolve their state over each
+step's graph, which needs the k-hop rows in the recurrence too: not offered
+here yet (setup refuses them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
+from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.layout import Layout
+from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
+from hpcdgnn.strategies.base import Batch, Strategy
+from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.tasks import task_class
+from hpcdgnn.tasks.base import SampleEmbeddings
+
+__all__ = ["SequencesStrategy", "SampleLayout", "sequences_of"]
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Window ``[start, start + L)``; the task scores its last step ``t``, which lies in ``split``."""
+
+    index: int
+    start: int
+    stop: int
+    split: int
+
+    @property
+    def t(self) -> int:
+        """The scored step."""
+        return self.stop - 1
+
+
+def sequences_of(manifest, job) -> list[Sequence]:
+    """Every window whose last step is a prediction step of the task (in time order)."""
+    o = job.strategy
+    ranges = task_class(job.task.name).steps(job.task, manifest)
+    out: list[Sequence] = []
+    for start in range(0, manifest.num_snapshots - o.window + 1, o.stride):
+        t = start + o.window - 1
+        split = next((i for i, r in enumerate(ranges) if t in r), -1)
+        if split >= 0:
+            out.append(Sequence(len(out), start, t + 1, split))
+    return out
+
+
+@dataclass
+class _HostSnapshot:
+    """Ã_t (IBM Eq. 1, self-loops added) as CSR in float64 and X_t, on the host."""
+
+    crow: np.ndarray
+    col: np.ndarray
+    val: np.ndarray
+    x: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self.crow.nbytes + self.col.nbytes + self.val.nbytes + self.x.numel() * self.x.element_size()
+
+
+def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Positions ``starts[i] .. starts[i] + counts[i] - 1`` for every i, concatenated."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
+@register_strategy("sequences")
+class SequencesStrategy(Strategy):
+    """Sliding-window sequences × node batches, one model replica per rank (see the module docstring)."""
+
+    @classmethod
+    def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
+        """Consecutive blocks of sequences per rank (R1), and the snapshots each holds; checks the options."""
+        o, T, N, P = job.strategy, manifest.num_snapshots, manifest.num_vertices, num_ranks
+        if o.window > T:
+            raise ConfigError(f"strategy.window: {o.window} snapshots, but the dataset has only T = {T}; "
+                              f"choose a window of at most {T}")
+        if o.fanouts and len(o.fanouts) != job.model.layers:
+            raise ConfigError(f"strategy.fanouts: {len(o.fanouts)} values for model.layers: {job.model.layers}; "
+                              "give one per layer (nearest the batch first), or [] for full neighbourhoods")
+        seqs = sequences_of(manifest, job)
+        if not any(s.split == 0 for s in seqs):
+            raise ConfigError(f"strategy.window: {o.window} with stride {o.stride} leaves no sequence whose last "
+                              "step is a training step; shorten the window or widen task.split")
+        sb = balanced_bounds(len(seqs), P)
+        lo = [seqs[sb[p]].start if sb[p] < len(seqs) else T for p in range(P)]
+        lo[0] = 0
+        own = [*lo, T]
+        owner = [p for p in range(P) for _ in range(own[p + 1] - own[p])]
+        ranks = []
+        for p in range(P):
+            mine = seqs[sb[p] : sb[p + 1]]
+            reads = (mine[0].start, mine[-1].stop) if mine else (own[p], own[p])
+            ranks.append({"sequences": [sb[p], sb[p + 1]], "snapshots": own[p + 1] - own[p],
+                          "window_snapshots": list(reads), "train_sequences": sum(s.split == 0 for s in mine)})
+        return PartitionPlan(kind="sequences", num_ranks=P, num_snapshots=T, num_vertices=N, snapshot_owner=owner,
+                             snapshot_bounds=own, vertex_bounds=balanced_bounds(N, P), ranks=ranks)
+
+    # -- setup --------------------------------------------------------------------------------------
+    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+        """Read the snapshots of my sequences (``overlap``) or of my block (``fetch``); normalise them."""
+        o, job, me = self.ctx.job.strategy, self.ctx.job, self.comm.rank
+        if any(getattr(layer, "graph_recurrent", False) for layer in model.layers):
+            raise ConfigError(f"model.name: {job.model.name} convolves its recurrent state over each step's graph, "
+                              "which strategy.name: sequences does not offer yet; use pss, or snapshot on 1 rank")
+        self.plan, self.N, self.opts = plan, plan.num_vertices, o
+        self.num_layers = len(model.layers)
+        self.seqs = sequences_of(self.ctx.manifest, job)
+        a, b = plan.ranks[me]["sequences"]
+        self.mine = self.seqs[a:b]
+        self._mine_ids = set(range(a, b))
+        self._own = plan.snapshot_bounds
+        lo, hi = plan.ranks[me]["window_snapshots"]
+        # every rank's needed range, for fetch: (lo, hi) per rank
+        self._reads = [tuple(r["window_snapshots"]) for r in plan.ranks]
+        self.host: dict[int, _HostSnapshot] = {}
+        # overlap: my windows' snapshots; fetch: my block (others' windows may need it), not those after it
+        read_lo, read_hi = (lo, hi) if o.placement == "overlap" else (self._own[me], self._own[me + 1])
+        for t in range(read_lo, read_hi):
+            self.host[t] = self._read(reader, t)
+        self._fetched: dict[int, _HostSnapshot] = {}
+        self._stat_width: int | None = None
+        #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
+        k = list(o.fanouts) or [0] * self.num_layers
+        self.fanout = k[::-1]
+        return sorted({s.t for s in self.mine})
+
+    def _read(self, reader, t: int) -> _HostSnapshot:
+        snap = reader.read(t)
+        a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, torch.float64).a
+        return _HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
+                             torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype))
+
+    def attach_task(self, task) -> None:
+        """The task head, to count each global batch's training examples (:meth:`batches`)."""
+        self.task = task
+
+    def snapshot(self, t: int) -> _HostSnapshot:
+        """Snapshot t: read at setup, or fetched this epoch."""
+        return self.host[t] if t in self.host else self._fetched[t]
+
+    # -- placement: fetch ---------------------------------------------------------------------------
+    def _fetch(self) -> None:
+        """``placement: fetch``: every rank sends the snapshots of its block that other ranks' windows need
+        (normalised Ã and X, once per epoch) and receives those it needs from their owners."""
+        P, me, own = self.comm.size, self.comm.rank, self._own
+        sends = []
+        for r in range(P):
+            if r == me:
+                continue
+            lo, hi = self._reads[r]
+            ts = [t for t in range(max(lo, own[me]), min(hi, own[me + 1])) if not own[r] <= t < own[r + 1]]
+            if ts:
+                payload = [(t, self.host[t].crow, self.host[t].col, self.host[t].val, self.host[t].x) for t in ts]
+                nbytes = sum(self.host[t].nbytes for t in ts)
+                sends.append(self.comm.isend_obj(payload, r, 7301, "placement.fetch", nbytes))
+        self._fetched = {}
+        lo, hi = self._reads[me]
+        for q in range(P):
+            if q != me and any(not own[me] <= t < own[me + 1] for t in range(max(lo, own[q]), min(hi, own[q + 1]))):
+                for t, crow, col, val, x in self.comm.recv_obj(q, 7301, "placement.fetch"):
+                    self._fetched[t] = _HostSnapshot(crow, col, val, x)
+        self.comm.wait_all(sends, "placement.fetch")
+
+    # -- batches ------------------------------------------------------------------------------------
+    def node_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's node batches: a permutation seeded by (seed, epoch) cut into ``batch_vertices``."""
+        N, B = self.N, self.opts.batch_vertices or self.N
+        perm = np.random.default_rng([self.ctx.job.train.seed, epoch, 0x5E05]).permutation(N)
+        return [np.sort(perm[i : i + B]) for i in range(0, N, B)]
+
+    def _samples(self, epoch: int, split: int) -> list[tuple[Sequence, int]]:
+        """The epoch's (sequence, node batch) samples of ``split`` over all ranks, in ``order``."""
+        seqs = [s for s in self.seqs if s.split == split]
+        nb = len(self.node_batches(epoch)) if seqs else 0
+        if self.opts.order == "seq_first":
+            return [(s, b) for b in range(nb) for s in seqs]
+        return [(s, b) for s in seqs for b in range(nb)]
+
+    def batches(self, epoch: int) -> Iterator[Batch]:
+        """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'."""
+        if self.opts.placement == "fetch":  # input data moved: the epoch's "load" column
+            t0 = time.perf_counter()
+            self._fetch()
+            self.load_seconds += time.perf_counter() - t0
+        nodes = self.node_batches(epoch)
+        samples = self._samples(epoch, 0)
+        Q = self.opts.batch_samples or sum(s.split == 0 for s in self.seqs)
+        for g in range(0, len(samples), Q):
+            local = [(s, b) for s, b in samples[g : g + Q] if s.index in self._mine_ids]
+            count = sum(self.task.sample_examples(s.t, nodes[b], epoch) for s, b in local)
+            examples = float(self.comm.allreduce_array([count], tag="batch")[0])
+            yield Batch(epoch, g // Q, None, examples if examples > 0 else 1.0, [(s, nodes[b], b) for s, b in local])
+
+    # -- the step -----------------------------------------------------------------------------------
+    def _rng(self, epoch: int, seq: Sequence, b: int, train: bool) -> np.random.Generator:
+        """The neighbour sampler of one sample: seeded by (seed, epoch, sequence, node batch), never by P."""
+        return np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0 if train else 1, 0x5A])
+
+    def _run(self, model: DGNN, task, epoch: int, seq: Sequence, batch: np.ndarray, b: int, train: bool):
+        layout = SampleLayout(self, seq, batch, task.sample_vertices(seq.t, batch, epoch), self._rng(epoch, seq, b, train))
+        return task(model(layout), epoch)
+
+    def _zero_stats(self, model: DGNN, task, epoch: int) -> np.ndarray:
+        """The task's metric sums of nothing (a rank without samples in a batch): the task run on no rows."""
+        if self._stat_width is None:
+            rows = torch.zeros(0, model.out_features, dtype=self.ctx.dtype, device=self.ctx.device)
+            none = np.zeros(0, np.int64)
+            with torch.no_grad():
+                self._stat_width = int(task(SampleEmbeddings(self.seqs[0].t, rows, none, none), epoch).stats.shape[0])
+        return np.zeros(self._stat_width)
+
+    def step(self, model: DGNN, task, batch: Batch, scale: float) -> np.ndarray:
+        """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""
+        stats = None
+        for seq, nodes, b in batch.samples:
+            out = self._run(model, task, batch.epoch, seq, nodes, b, train=True)
+            (out.loss_sum * scale).backward()
+            stats = out.stats if stats is None else stats + out.stats
+        return stats if stats is not None else self._zero_stats(model, task, batch.epoch)
+
+    def evaluate(self, model: DGNN, task, epoch: int) -> np.ndarray:
+        """Validation and test sums: my sequences of those splits × every node batch, without gradient."""
+        nodes = self.node_batches(epoch)
+        stats = None
+        with torch.no_grad():
+            for split in (1, 2):
+                for seq, b in self._samples(epoch, split):
+                    if seq.index in self._mine_ids:
+                        out = self._run(model, task, epoch, seq, nodes[b], b, train=False).stats
+                        stats = out if stats is None else stats + out
+        return stats if stats is not None else self._zero_stats(model, task, epoch)
+
+    def host_bytes(self) -> int:
+        """Snapshots held on the host (read and fetched)."""
+        return sum(h.nbytes for h in self.host.values()) + sum(h.nbytes for h in self._fetched.values())
+
+    # -- computational graphs ---------------------------------------------------------------------
+    def sampled_block(self, start: int, stop: int, rows: np.ndarray, k: int, rng: np.random.Generator):
+        """One layer's aggregation over steps ``start..stop-1`` for output vertices ``rows`` (ascending):
+        block-diagonal over steps, each block Ã_t's rows of ``rows`` (all entries, or the self-loop plus
+        ``k`` neighbours sampled without replacement, weighted deg / k); and the vertices it reads.
+
+        Returns (NormalizedAdjacency of shape (S·len(rows), S·len(cols)), cols ascending ⊇ rows).
+        """
+        S, n = stop - start, rows.shape[0]
+        rs, cs, vs = [], [], []
+        for i, t in enumerate(range(start, stop)):
+            h = self.snapshot(t)
+            starts, counts = h.crow[rows], h.crow[rows + 1] - h.crow[rows]
+            e = _expand(starts, counts)
+            r = np.repeat(np.arange(n, dtype=np.int64), counts)
+            c, v = h.col[e], h.val[e].copy()
+            if k > 0 and e.size:
+                self_loop = c == rows[r]
+                key = rng.random(e.size)
+                key[self_loop] = -1.0  # the self-loop is always kept, first in its row
+                order = np.lexsort((key, r))
+                first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+                rank = np.empty(e.size, dtype=np.int64)
+                rank[order] = np.arange(e.size) - np.repeat(first, counts)
+                keep = rank <= k
+                degree = counts - 1  # neighbours besides the self-loop (gcn_norm adds one to every row)
+                scale = degree / np.minimum(degree, k).clip(min=1)
+                v = np.where(self_loop, v, v * scale[r])
+                r, c, v = r[keep], c[keep], v[keep]
+            rs.append(r + i * n)
+            cs.append(c)
+            vs.append(v)
+        r, c, v = np.concatenate(rs), np.concatenate(cs), np.concatenate(vs)
+        cols = np.union1d(rows, c)
+        step = np.repeat(np.arange(S, dtype=np.int64), [x.shape[0] for x in rs])
+        c_local = step * cols.shape[0] + np.searchsorted(cols, c)
+        rt, ct = torch.from_numpy(r), torch.from_numpy(c_local)
+        vt = torch.from_numpy(v).to(self.ctx.dtype)
+        shape = (S * n, S * cols.shape[0])
+        dev = self.ctx.device
+        adj = NormalizedAdjacency(-1, sorted_csr(rt, ct, vt, shape).to(dev),
+                                  sorted_csr(ct, rt, vt, (shape[1], shape[0])).to(dev))
+        return adj, cols
+
+
+class SampleLayout(Layout):
+    """One sample's computational graph (ReInc §3.4.2): per layer, the rows it outputs in each step of the
+    window and its sampled aggregation; the whole window's rows as one (S, n, F) block."""
+
+    def __init__(self, s: SequencesStrategy, seq: Sequence, batch: np.ndarray, vertices: np.ndarray,
+                 rng: np.random.Generator) -> None:
+        super().__init__(seq.start, seq.stop, s.num_layers)
+        self.s, self.seq, self.batch = s, seq, batch
+        self.vertices = np.asarray(vertices, dtype=np.int64)
+        L = s.num_layers
+        self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
+        self.adj: list[NormalizedAdjacency | None] = [None] * L
+        for li in reversed(range(L)):  # from the batch down to the input: each layer's rows and their reads
+            self.adj[li], self.rows[li] = s.sampled_block(seq.start, seq.stop, self.rows[li + 1], s.fanout[li], rng)
+
+    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        """The layer's aggregation over its sampled block (all steps in one product), then its transform."""
+        S = self.stop - self.start
+        if h is None:  # layer 0: X of its input rows in every step
+            idx = torch.from_numpy(self.rows[0])
+            h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in range(self.start, self.stop)])
+            h = h.to(self.s.ctx.device)
+        ax = layer.aggregate(LocalGraph(self.adj[li]), h.reshape(-1, h.shape[-1]))
+        n = self.rows[li + 1].shape[0]
+        return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), list(range(self.start, self.stop)), tparams)
+
+    def output(self, h: torch.Tensor) -> SampleEmbeddings:
+        """The last step's rows of the sample's vertices."""
+        self.last = h
+        return SampleEmbeddings(self.seq.t, h[-1], self.vertices, self.batch)

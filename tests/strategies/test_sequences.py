@@ -1,0 +1,113 @@
+"""strategy: sequences (ReInc R1 + R4): P-invariant mini-batches of sampled sequences, both placements,
+every task, the sampled aggregation, and the bad-input errors."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.nn.conv.gcn import gcn_norm
+from tests.conftest import make_dataset, write_job
+from tests.tasks.test_regression import chickenpox  # noqa: F401 (a fixture: a cut of chickenpox with targets)
+from tests.train.test_exactness import _losses
+
+SEQ = {"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2]}
+
+
+def test_link_prediction_p2_p3_reproduce_one_rank(launcher, small_dataset, tmp_path):
+    """T = 7, N = 23 (neither divisible by 2 or 3), node batches of 8 (the last one short), sampled
+    neighbours: one rank and 2 and 3 ranks give the same losses and gradient norms (float64); and
+    with ``overlap`` placement nothing but the gradient and the batch counts moves."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy=SEQ)
+    ref, recs1 = _losses(launcher, None, job, tmp_path / "p1")
+    assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
+    assert recs1[-1]["val_auc"] == recs1[-1]["val_auc"]  # the evaluation pass ran (not NaN)
+    for P in (2, 3):
+        got, recs = _losses(launcher, P, job, tmp_path / f"p{P}")
+        np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=f"P={P}")
+        assert recs[-1]["val_auc"] == pytest.approx(recs1[-1]["val_auc"], rel=1e-9)
+        assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "batch"}, recs[-1]["bytes_by_tag"]
+
+
+def test_fetch_placement_moves_snapshots_and_changes_nothing(launcher, small_dataset, tmp_path):
+    """``fetch`` reads only a rank's block and pulls the window's other snapshots each epoch (bytes
+    counted); the losses are those of ``overlap``. node_first orders samples differently, still P-invariant."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"}, strategy=SEQ)
+    ref, _ = _losses(launcher, 3, job, tmp_path / "overlap")
+    got, recs = _losses(launcher, 3, job, tmp_path / "fetch", "strategy.placement=fetch")
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    assert all(r["bytes_by_tag"].get("placement.fetch", 0) > 0 for r in recs)
+    one, _ = _losses(launcher, None, job, tmp_path / "nf1", "strategy.order=node_first", "strategy.batch_samples=3")
+    three, _ = _losses(launcher, 3, job, tmp_path / "nf3", "strategy.order=node_first", "strategy.batch_samples=3")
+    np.testing.assert_allclose(three, one, rtol=1e-9)
+    assert not np.allclose(one, ref, rtol=1e-6)  # a different order of optimizer steps
+
+
+@pytest.mark.parametrize("task", ["node_classification", "regression"])
+def test_node_tasks_p3_reproduce_one_rank(launcher, small_dataset, chickenpox, tmp_path, task):  # noqa: F811
+    data = small_dataset if task == "node_classification" else chickenpox
+    job = write_job(tmp_path / "job.yaml", data, model={"name": "tmgcn"}, task={"name": task},
+                    strategy={**SEQ, "fanouts": [], "stride": 2})
+    ref, _ = _losses(launcher, None, job, tmp_path / "p1")
+    assert ref[0, 0] != ref[-1, 0]
+    got, _ = _losses(launcher, 3, job, tmp_path / "p3")
+    np.testing.assert_allclose(got, ref, rtol=1e-9)
+
+
+def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
+    """The sampled aggregation with every neighbour is Ã_t's rows, step by step; with k neighbours each
+    row keeps its self-loop and min(k, degree) others, weighted degree / k."""
+    from hpcdgnn.config.load import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.strategies.sequences import SequencesStrategy
+
+    data = make_dataset(tmp_path / "d", T=4, N=30, m=60)
+    job = load_job(write_job(tmp_path / "job.yaml", data, strategy=SEQ), [])
+    s = SequencesStrategy.__new__(SequencesStrategy)
+    s.ctx = type("C", (), {"dtype": torch.float64, "device": torch.device("cpu")})()
+    man = load_manifest(data)
+    with ShardReader(data, man) as reader:
+        s.host = {t: s_ for t, s_ in ((t, SequencesStrategy._read(s, reader, t)) for t in range(4))}
+        dense = [gcn_norm(t, *(lambda x: (x.indptr, x.indices, x.weights))(reader.read(t)), torch.float64).a.to_dense()
+                 for t in range(4)]
+    s._fetched = {}
+    rows = np.array([0, 3, 4, 17, 29])
+    adj, cols = s.sampled_block(1, 4, rows, 0, np.random.default_rng(0))
+    a = adj.a.to_dense()
+    for i, t in enumerate(range(1, 4)):
+        blk = a[i * 5 : (i + 1) * 5, i * len(cols) : (i + 1) * len(cols)]
+        torch.testing.assert_close(blk, dense[t][rows][:, cols], rtol=0, atol=0)
+        assert np.all(np.isin(np.flatnonzero(dense[t][rows].sum(0).numpy()), cols))
+    adj, cols = s.sampled_block(1, 4, rows, 2, np.random.default_rng(0))
+    a = adj.a.to_dense()
+    for i, t in enumerate(range(1, 4)):
+        full = dense[t][rows]
+        blk = a[i * 5 : (i + 1) * 5, i * len(cols) : (i + 1) * len(cols)]
+        for j, v in enumerate(rows):
+            deg = int((full[j] != 0).sum()) - 1
+            kept = blk[j].nonzero().view(-1)
+            assert len(kept) == min(2, deg) + 1
+            assert blk[j, np.searchsorted(cols, v)] == full[j, v]  # the self-loop, unscaled
+            others = [c for c in kept.tolist() if cols[c] != v]
+            for c in others:
+                assert blk[j, c] == pytest.approx(float(full[j, cols[c]]) * deg / min(2, deg))
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("strategy.window=9", "strategy.window: 9 snapshots, but the dataset has only T = 7"),
+    ("strategy.fanouts=[3]", "strategy.fanouts: 1 values for model.layers: 2"),
+])
+def test_bad_options_exit_2_at_p3(launcher, small_dataset, tmp_path, override, needle):
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ)
+    try:
+        proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--set", override], timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{override}: the P = 3 run hung")
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
