@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
@@ -111,6 +111,12 @@ def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     return np.arange(total, dtype=np.int64) + offsets
+
+
+def _csr(r: np.ndarray, c: np.ndarray, v: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """CSR of entries already ordered by row, then column."""
+    crow = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=shape[0]))])
+    return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(c), v, shape, check_invariants=False)
 
 
 @register_strategy("sequences")
@@ -304,7 +310,7 @@ class SequencesStrategy(Strategy):
                 self_loop = c == rows[r]
                 key = rng.random(e.size)
                 key[self_loop] = -1.0  # the self-loop is always kept, first in its row
-                order = np.lexsort((key, r))
+                order = np.argsort(r + 0.5 * (key + 1.0), kind="stable")  # by row, then key (self-loop first)
                 first = np.concatenate([[0], np.cumsum(counts)[:-1]])
                 rank = np.empty(e.size, dtype=np.int64)
                 rank[order] = np.arange(e.size) - np.repeat(first, counts)
@@ -320,12 +326,15 @@ class SequencesStrategy(Strategy):
         cols = np.union1d(rows, c)
         step = np.repeat(np.arange(S, dtype=np.int64), [x.shape[0] for x in rs])
         c_local = step * cols.shape[0] + np.searchsorted(cols, c)
-        rt, ct = torch.from_numpy(r), torch.from_numpy(c_local)
-        vt = torch.from_numpy(v).to(self.ctx.dtype)
         shape = (S * n, S * cols.shape[0])
+        # the entries are in CSR order already (rows ascending; a row's columns ascend, as in Ã_t and
+        # through the monotone map to positions in ``cols``): only the transpose needs a (stable) sort
+        vt = torch.from_numpy(v).to(self.ctx.dtype)
+        by_col = np.argsort(c_local, kind="stable")
         dev = self.ctx.device
-        adj = NormalizedAdjacency(-1, sorted_csr(rt, ct, vt, shape).to(dev),
-                                  sorted_csr(ct, rt, vt, (shape[1], shape[0])).to(dev))
+        adj = NormalizedAdjacency(-1, _csr(r, c_local, vt, shape).to(dev),
+                                  _csr(c_local[by_col], r[by_col], vt[torch.from_numpy(by_col)],
+                                       (shape[1], shape[0])).to(dev))
         return adj, cols
 
 

@@ -17,15 +17,15 @@ from tests.train.test_exactness import _losses
 SEQ = {"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2]}
 
 
-def test_link_prediction_p2_p3_reproduce_one_rank(launcher, small_dataset, tmp_path):
-    """T = 7, N = 23 (neither divisible by 2 or 3), node batches of 8 (the last one short), sampled
-    neighbours: one rank and 2 and 3 ranks give the same losses and gradient norms (float64); and
+def test_link_prediction_p3_reproduces_one_rank(launcher, small_dataset, tmp_path):
+    """T = 7, N = 23 (neither divisible by 3), node batches of 8 (the last one short), sampled
+    neighbours: one rank and 3 ranks give the same losses and gradient norms (float64); and
     with ``overlap`` placement nothing but the gradient and the batch counts moves."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy=SEQ)
     ref, recs1 = _losses(launcher, None, job, tmp_path / "p1")
     assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
     assert recs1[-1]["val_auc"] == recs1[-1]["val_auc"]  # the evaluation pass ran (not NaN)
-    for P in (2, 3):
+    for P in (3,):  # an odd count (2 is covered by the P = 2 runs of the other strategies' machinery)
         got, recs = _losses(launcher, P, job, tmp_path / f"p{P}")
         np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=f"P={P}")
         assert recs[-1]["val_auc"] == pytest.approx(recs1[-1]["val_auc"], rel=1e-9)
