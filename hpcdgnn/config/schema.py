@@ -292,6 +292,15 @@ class SequencesOptions(StrategyConfig):
     """Samples (sequence × node batch) per optimizer step, over all ranks, taken in ``order``; 0 = the
     number of training sequences (with ``seq_first``: one node batch over every training sequence, each
     rank running its own — ReInc's lockstep). Depends on neither P nor the placement."""
+    incremental: Literal["on", "off"] = "on"
+    """R2 (§3.2, Eq. 2): when the first layer aggregates a constant (Ã_t·X_t, SPEC S4) over full
+    neighbourhoods (its fanout 0, or ``fanouts: []``), each rank computes it once for the snapshots it
+    holds — ``on``: each from the previous one, Agg_t = Agg_{t-1} − F·G⁻_t + F·G⁺_t, recomputing only the
+    rows whose entries changed (:mod:`hpcdgnn.nn.conv.incremental`); ``off``: every snapshot from scratch.
+    Same values either way; samples then read their rows instead of aggregating X."""
+    incremental_threshold: float = 0.5
+    """With ``incremental: on``: a snapshot whose changed entries exceed this fraction of its entries is
+    aggregated from scratch instead (the fraction of rows recomputed is in metrics.jsonl)."""
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -304,6 +313,8 @@ class SequencesOptions(StrategyConfig):
             raise ValueError("fanouts: must be >= 0 (0 = every neighbour)")
         if self.batch_samples < 0:
             raise ValueError("batch_samples: must be >= 0 (0 = the number of training sequences)")
+        if not self.incremental_threshold >= 0:
+            raise ValueError("incremental_threshold: must be >= 0 (a fraction of a snapshot's entries)")
 
 
 #: The options of every strategy, by ``strategy.name``. A new strategy adds its options class here

@@ -51,6 +51,7 @@ import torch
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.conv.incremental import IncrementalAggregator
 from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
@@ -171,20 +172,67 @@ class SequencesStrategy(Strategy):
         self.host: dict[int, _HostSnapshot] = {}
         # overlap: my windows' snapshots; fetch: my block (others' windows may need it), not those after it
         read_lo, read_hi = (lo, hi) if o.placement == "overlap" else (self._own[me], self._own[me + 1])
+        raw = []
         for t in range(read_lo, read_hi):
-            self.host[t] = self._read(reader, t)
+            self.host[t], snap = self._read(reader, t)
+            raw.append(snap)
         self._fetched: dict[int, _HostSnapshot] = {}
-        self._stat_width: int | None = None
+        self._fetched_ax: dict[int, torch.Tensor] = {}
         #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
-        k = list(o.fanouts) or [0] * self.num_layers
-        self.fanout = k[::-1]
+        self.fanout = (list(o.fanouts) or [0] * self.num_layers)[::-1]
+        #: S4 + R2: Ã_t·X_t of every held snapshot, when layer 0 aggregates X over full neighbourhoods
+        self.ax0: dict[int, torch.Tensor] | None = None
+        self._incremental: dict | None = None
+        if model.layers[0].precomputable and self.fanout[0] == 0:
+            self.ax0 = self._precompute(list(range(read_lo, read_hi)), raw)
+        self._stat_width: int | None = None
         return sorted({s.t for s in self.mine})
 
-    def _read(self, reader, t: int) -> _HostSnapshot:
+    def _read(self, reader, t: int):
+        """Snapshot t as read (raw CSR) and on the host for sampling (:class:`_HostSnapshot`)."""
         snap = reader.read(t)
         a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, torch.float64).a
         return _HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
-                             torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype))
+                             torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype)), snap
+
+    def _precompute(self, ts: list[int], raw: list) -> dict[int, torch.Tensor]:
+        """Ã_t·X_t (N, F) of the consecutive snapshots ``ts`` (SPEC S4): incrementally (R2, ReInc Eq. 2)
+        or each from scratch (``strategy.incremental``); the same values, in float64, then cast."""
+        if not ts:
+            return {}
+        xs = [torch.from_numpy(np.ascontiguousarray(s.x)).to(torch.float64) for s in raw]
+        if self.opts.incremental == "on":
+            agg = IncrementalAggregator([(s.indptr, s.indices, s.weights) for s in raw], kind="gcn",
+                                        threshold=self.opts.incremental_threshold, dtype=torch.float64)
+            out, stats = agg.aggregate(xs)
+            self._incremental = stats.as_dict()
+        else:
+            out = [torch.sparse.mm(gcn_norm(t, s.indptr, s.indices, s.weights, torch.float64).a, x)
+                   for t, s, x in zip(ts, raw, xs)]
+        return {t: y.to(self.ctx.dtype) for t, y in zip(ts, out)}
+
+    def ax(self, t: int) -> torch.Tensor:
+        """Ã_t·X_t of a held snapshot, or of one fetched this epoch (computed from its Ã when it arrived)."""
+        if t in self.ax0:
+            return self.ax0[t]
+        h = self._fetched[t]
+        a = torch.sparse_csr_tensor(torch.from_numpy(h.crow), torch.from_numpy(h.col), torch.from_numpy(h.val),
+                                    (h.crow.shape[0] - 1,) * 2)
+        if t not in self._fetched_ax:
+            self._fetched_ax[t] = torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
+        return self._fetched_ax[t]
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+        """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally."""
+        if self.ax0 is None:
+            return {}
+        mine = self._incremental or {}
+        keys = ["rows_recomputed", "rows_updated", "rows_untouched", "fallbacks"]
+        tot = self.comm.allreduce_array([float(mine.get(k, 0)) for k in keys], tag="metrics")
+        out = dict(zip(keys, (int(x) for x in tot)))
+        rows = out["rows_recomputed"] + out["rows_updated"] + out["rows_untouched"]
+        out["recomputed_fraction"] = out["rows_recomputed"] / rows if rows else 0.0
+        return {"incremental": {"mode": self.opts.incremental, **out}}
 
     def attach_task(self, task) -> None:
         """The task head, to count each global batch's training examples (:meth:`batches`)."""
@@ -209,7 +257,7 @@ class SequencesStrategy(Strategy):
                 payload = [(t, self.host[t].crow, self.host[t].col, self.host[t].val, self.host[t].x) for t in ts]
                 nbytes = sum(self.host[t].nbytes for t in ts)
                 sends.append(self.comm.isend_obj(payload, r, 7301, "placement.fetch", nbytes))
-        self._fetched = {}
+        self._fetched, self._fetched_ax = {}, {}
         lo, hi = self._reads[me]
         for q in range(P):
             if q != me and any(not own[me] <= t < own[me + 1] for t in range(max(lo, own[q]), min(hi, own[q + 1]))):
@@ -351,18 +399,25 @@ class SampleLayout(Layout):
         self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
         self.adj: list[NormalizedAdjacency | None] = [None] * L
         for li in reversed(range(L)):  # from the batch down to the input: each layer's rows and their reads
+            if li == 0 and s.ax0 is not None:  # layer 0 reads its rows of the precomputed Ã_t·X_t
+                break
             self.adj[li], self.rows[li] = s.sampled_block(seq.start, seq.stop, self.rows[li + 1], s.fanout[li], rng)
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
         """The layer's aggregation over its sampled block (all steps in one product), then its transform."""
         S = self.stop - self.start
+        n = self.rows[li + 1].shape[0]
+        steps = list(range(self.start, self.stop))
+        if h is None and self.s.ax0 is not None:  # layer 0 over full neighbourhoods: Ã_t·X_t, precomputed
+            idx = torch.from_numpy(self.rows[1])
+            ax = torch.stack([self.s.ax(t).index_select(0, idx) for t in steps]).to(self.s.ctx.device)
+            return layer.spatial_steps(ax, steps, tparams)
         if h is None:  # layer 0: X of its input rows in every step
             idx = torch.from_numpy(self.rows[0])
             h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in range(self.start, self.stop)])
             h = h.to(self.s.ctx.device)
         ax = layer.aggregate(LocalGraph(self.adj[li]), h.reshape(-1, h.shape[-1]))
-        n = self.rows[li + 1].shape[0]
-        return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), list(range(self.start, self.stop)), tparams)
+        return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)
 
     def output(self, h: torch.Tensor) -> SampleEmbeddings:
         """The last step's rows of the sample's vertices."""
