@@ -4,17 +4,25 @@
 incoming gradient back along the same routes with the counts swapped — the
 adjoint of a permutation of rows across ranks is its inverse permutation.
 Forward traffic is counted under ``<tag>.fwd`` and backward under ``<tag>.bwd``.
+
+:func:`pipelined_exchange` hides the two redistributions of a temporal layer behind its
+time encoder (communication/computation overlap, IBM §6.5): the vertex range is cut into
+K chunks whose non-blocking exchanges are posted up front; chunk k is encoded as soon
+as it has arrived and its output posted back at once, while chunks k+1.. are still
+moving; the backward pass runs the same pipeline on the gradients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from hpcdgnn.comm.communicator import Box, Communicator
 
-__all__ = ["AllToAllV", "Redistribute", "all_to_all_rows", "redistribute"]
+__all__ = ["AllToAllV", "ChunkBoxes", "Redistribute", "all_to_all_rows", "pipelined_exchange", "redistribute"]
 
 
 class AllToAllV(torch.autograd.Function):
@@ -119,3 +127,202 @@ def redistribute(
     if torch.is_grad_enabled() and not x.requires_grad:
         x = x.detach().requires_grad_(True)
     return Redistribute.apply(x, comm, tuple(recv_shape), list(send_boxes), list(recv_boxes), tag, reuse, grad_rows)
+
+
+# -- communication hidden behind the time encoder ---------------------------------------------------
+@dataclass(frozen=True)
+class ChunkBoxes:
+    """The exchanges of one vertex chunk k between the snapshot layout (S, N, F) and the chunk's vertex
+    layout (T, n_k, F): ``snapshot[q]`` is the box of the snapshot layout holding rank q's chunk-k rows,
+    ``vertex[p]`` where rank p's time rows land in this rank's chunk, ``rows`` this rank's chunk as a
+    range of its vertex rows. The forward exchange sends ``snapshot`` boxes into ``vertex`` boxes, the
+    return exchange the other way round.
+    """
+
+    snapshot: list[Box]
+    vertex: list[Box]
+    rows: tuple[int, int]
+
+
+#: ``encode(x_k, states_k) -> (z_k, states_out_k)``: the time encoder of one chunk, states as flat leaves
+Encoder = Callable[[torch.Tensor, list[Any]], tuple[torch.Tensor, list[Any]]]
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous() if t.device.type == "cpu" else t.detach().cpu().contiguous()
+
+
+def _rows_of(leaves: Sequence[Any], rows: tuple[int, int], grad: bool) -> list[Any]:
+    """Each tensor leaf's slice of vertex rows (dimension -2, the rows of (…, n, F) states), as a leaf
+    that collects its gradient when ``grad``; other leaves (None) as they are."""
+    r0, r1 = rows
+    out = []
+    for s in leaves:
+        if isinstance(s, torch.Tensor):
+            s = s.detach().narrow(-2, r0, r1 - r0)
+            if grad and s.is_floating_point():
+                s.requires_grad_(True)
+        out.append(s)
+    return out
+
+
+def _cat_rows(parts: list[list[Any]]) -> list[Any]:
+    """Per leaf, the chunks' tensors joined along the rows (dimension -2); other leaves from chunk 0."""
+    return [torch.cat([p[i] for p in parts], dim=-2) if isinstance(leaf, torch.Tensor) else leaf
+            for i, leaf in enumerate(parts[0])]
+
+
+class _Pipeline:
+    """The chunked exchange → encode → exchange of one temporal layer, forward and backward."""
+
+    def __init__(self, comm: Communicator, chunks: Sequence[ChunkBoxes], steps: int, encode: Encoder, tag: str,
+                 reuse: str, grad_rows: tuple[int, int] | None, progress: bool) -> None:
+        self.comm, self.chunks, self.steps, self.encode = comm, list(chunks), steps, encode
+        self.tag, self.reuse, self.grad_rows, self.progress = tag, reuse, grad_rows, progress
+
+    def _shape(self, c: ChunkBoxes, features: int) -> tuple[int, int, int]:
+        """A chunk's vertex layout: (T, n_k, features)."""
+        return (self.steps, c.rows[1] - c.rows[0], features)
+
+    def _test(self, pending: list) -> None:
+        if self.progress:
+            self.comm.test(pending)
+
+    def forward(self, x: torch.Tensor, states: list[Any], grad: bool) -> tuple[torch.Tensor, list[Any]]:
+        comm, dev = self.comm, x.device
+        xh = _host(x)
+        F = x.shape[-1]
+        posts = [comm.ialltoall_boxes(xh, c.snapshot, comm.buffer(f"{self.reuse}.fwd{k}", self._shape(c, F), x.dtype),
+                                      c.vertex, tag=f"{self.tag}.fwd") for k, c in enumerate(self.chunks)]
+        out: torch.Tensor | None = None
+        back, state_parts = [], []
+        self.saved = []
+        for k, c in enumerate(self.chunks):
+            xk = comm.wait(posts[k]).to(dev).detach()
+            if grad:
+                xk.requires_grad_(True)
+            sk = _rows_of(states, c.rows, grad)
+            with torch.set_grad_enabled(grad):
+                zk, sk_out = self.encode(xk, sk)
+            if out is None:
+                out = comm.buffer(f"{self.reuse}.out", (x.shape[0], x.shape[1], zk.shape[-1]), zk.dtype)
+            back.append(comm.ialltoall_boxes(_host(zk), c.vertex, out, c.snapshot, tag=f"{self.tag}.fwd"))
+            self._test(posts[k + 1 :] + back)
+            state_parts.append(sk_out)
+            if grad:
+                self.saved.append((xk, sk, zk, sk_out))
+        for p in back:
+            comm.wait(p)
+        return out.to(dev), _cat_rows(state_parts)
+
+    def backward(self, grad_out: torch.Tensor, grad_states: Sequence[torch.Tensor | None], x_shape, x_dtype):
+        comm, dev = self.comm, grad_out.device
+        owned, timeline = self.grad_rows if self.grad_rows is not None else (None, None)
+        snap = [_limit(c.snapshot, owned) for c in self.chunks]
+        vert = [_limit(c.vertex, timeline) for c in self.chunks]
+        gh = _host(grad_out)
+        Fo = grad_out.shape[-1]
+        posts = [comm.ialltoall_boxes(gh, snap[k], comm.buffer(f"{self.reuse}.gz{k}", self._shape(c, Fo), gh.dtype),
+                                      vert[k], tag=f"{self.tag}.bwd") for k, c in enumerate(self.chunks)]
+        gx = comm.buffer(f"{self.reuse}.bwd", x_shape, x_dtype)
+        back, state_grads = [], []
+        for k, c in enumerate(self.chunks):
+            gz = comm.wait(posts[k])
+            if timeline is not None and timeline < gz.shape[0]:
+                gz[timeline:].zero_()  # rows no box wrote (a reused buffer holds old data there)
+            xk, sk, zk, sk_out = self.saved[k]
+            roots, grads = [], []
+            if zk.requires_grad:
+                roots.append(zk)
+                grads.append(gz.to(dev))
+            for s, g in zip(sk_out, grad_states, strict=True):
+                if isinstance(s, torch.Tensor) and s.requires_grad and g is not None:
+                    roots.append(s)
+                    grads.append(g.narrow(-2, c.rows[0], c.rows[1] - c.rows[0]))
+            if roots:
+                torch.autograd.backward(roots, grads)
+            gxk = xk.grad if xk.grad is not None else torch.zeros_like(xk)
+            back.append(comm.ialltoall_boxes(_host(gxk), vert[k], gx, snap[k], tag=f"{self.tag}.bwd"))
+            self._test(posts[k + 1 :] + back)
+            state_grads.append([s.grad if isinstance(s, torch.Tensor) and s.requires_grad else None for s in sk])
+            self.saved[k] = None
+        for p in back:
+            comm.wait(p)
+        if owned is not None and owned < gx.shape[0]:
+            gx[owned:].zero_()
+        grads_in = []
+        for i in range(len(state_grads[0])):
+            parts = [g[i] for g in state_grads]
+            grads_in.append(None if all(p is None for p in parts) else
+                            torch.cat([p if p is not None else torch.zeros_like(self._state_in[i]).narrow(
+                                -2, c.rows[0], c.rows[1] - c.rows[0]) for p, c in zip(parts, self.chunks)], dim=-2))
+        return gx.to(dev), grads_in
+
+
+class PipelinedExchange(torch.autograd.Function):
+    """:class:`_Pipeline` as one autograd node: outputs (snapshot-layout output, *final state leaves).
+
+    The chunks' time encoders run under a nested autograd graph that the node's backward
+    walks chunk by chunk (as reentrant checkpointing does): parameter gradients accumulate
+    into ``.grad`` there, the input's and the initial state's gradients are returned.
+    """
+
+    @staticmethod
+    def forward(ctx, pipe, x, *states):  # noqa: D102
+        ctx.pipe, ctx.x_shape, ctx.x_dtype = pipe, tuple(x.shape), x.dtype
+        pipe._state_in = [s.detach() if isinstance(s, torch.Tensor) else s for s in pipe._leaves]
+        out, st = pipe.forward(x, pipe._leaves, grad=True)
+        pipe._out_tensor = [isinstance(s, torch.Tensor) for s in st]
+        return (out, *(s.detach() for s in st if isinstance(s, torch.Tensor)))
+
+    @staticmethod
+    def backward(ctx, grad_out, *grad_states):  # noqa: D102
+        pipe = ctx.pipe
+        it = iter(grad_states)
+        g_leaves = [next(it) if t else None for t in pipe._out_tensor]
+        gx, g_in = pipe.backward(grad_out, g_leaves, ctx.x_shape, ctx.x_dtype)
+        ctx.pipe = None
+        g_tensors = [g for s, g in zip(pipe._leaves, g_in) if isinstance(s, torch.Tensor)]
+        return (None, gx, *g_tensors)
+
+
+def pipelined_exchange(
+    x: torch.Tensor,
+    states: list[Any],
+    comm: Communicator,
+    chunks: Sequence[ChunkBoxes],
+    steps: int,
+    encode: Encoder,
+    tag: str = "redistribute",
+    reuse: str = "pipeline",
+    grad_rows: tuple[int, int] | None = None,
+    progress: bool = True,
+) -> tuple[torch.Tensor, list[Any]]:
+    """Snapshot layout -> per-chunk time encoder -> snapshot layout, the exchanges overlapped with it.
+
+    Args:
+        x: (S, N, F) the rank's snapshots of the block (contiguous).
+        states: the encoder's initial state as flat leaves (tensors with this rank's vertex rows in
+            dimension -2, or None); each chunk gets its rows.
+        chunks: per chunk, its boxes (:class:`ChunkBoxes`); the same count on every rank.
+        steps: T, the length of the block's timeline.
+        encode: the time encoder of one chunk (rows of distinct vertices never mix in it).
+        tag: counter name; traffic is counted under ``<tag>.fwd`` / ``<tag>.bwd`` with the same bytes
+            as two :func:`redistribute` calls.
+        reuse: prefix of the receive-buffer keys (one per layer).
+        grad_rows: ``(owned rows, timeline rows)`` that can carry a gradient (:class:`Redistribute`).
+        progress: test the exchanges in flight between chunks (Open MPI progresses them only in MPI calls).
+
+    Returns:
+        ((S, N, F') output, final state leaves with all of this rank's rows).
+    """
+    pipe = _Pipeline(comm, chunks, steps, encode, tag, reuse, grad_rows, progress)
+    if not torch.is_grad_enabled():
+        return pipe.forward(x, states, grad=False)
+    if not x.requires_grad:  # the backward is a collective: keep this rank in it (see redistribute)
+        x = x.detach().requires_grad_(True)
+    pipe._leaves = list(states)
+    tensors = [s for s in states if isinstance(s, torch.Tensor)]
+    out, *st = PipelinedExchange.apply(pipe, x, *tensors)
+    it = iter(st)
+    return out, [next(it) if t else None for t in pipe._out_tensor]

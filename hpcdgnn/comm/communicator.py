@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Box", "Communicator", "CommStats", "TagStats"]
+__all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats"]
 
 #: A box ``(rows, (b0, b1))`` of a tensor: along dimension 0 either the range ``(a0, a1)`` or an
 #: explicit ``list`` of row indices (then dimension 1 must be taken whole), along dimension 1 the
@@ -71,12 +71,21 @@ def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
 
 @dataclass
 class TagStats:
-    """Counters of one tag (e.g. ``redistribute.fwd``)."""
+    """Counters of one tag (e.g. ``redistribute.fwd``).
+
+    ``seconds``: the time this tag's communication was under way — a blocking call's duration, a
+    non-blocking exchange's time from its post to the moment its completion was seen (in
+    :meth:`Communicator.test` or :meth:`Communicator.wait`); concurrent exchanges of one tag count
+    once (the union of their intervals). ``exposed``: the part of it this rank spent blocked inside
+    MPI calls (a blocking call whole; posting, testing and waiting for a non-blocking one), i.e. not
+    hidden behind computation. Blocking calls only: ``exposed == seconds``.
+    """
 
     calls: int = 0
     bytes_sent: int = 0
     bytes_recv: int = 0
     seconds: float = 0.0
+    exposed: float = 0.0
 
 
 @dataclass
@@ -90,6 +99,9 @@ class CommStats:
     current: str = ""
     entered: float = field(default_factory=time.monotonic)
     progressed: float = field(default_factory=time.monotonic)
+    #: per tag, non-blocking exchanges in flight and since when (``perf_counter``) at least one was
+    _open: dict[str, int] = field(default_factory=dict)
+    _opened: dict[str, float] = field(default_factory=dict)
 
     def enter(self, tag: str) -> float:
         """Mark the start of a call under ``tag``; returns ``perf_counter()`` for its timer."""
@@ -97,16 +109,44 @@ class CommStats:
         self.current = tag
         return time.perf_counter()
 
-    def add(self, tag: str, sent: int, recv: int, seconds: float) -> None:
-        """Record one call (it has completed)."""
+    def _done(self) -> None:
         self.current = ""
         self.completed += 1
         self.progressed = time.monotonic()
+
+    def add(self, tag: str, sent: int, recv: int, seconds: float) -> None:
+        """Record one blocking call (it has completed): communication and exposed time alike."""
+        self._done()
         s = self.tags[tag]
         s.calls += 1
         s.bytes_sent += sent
         s.bytes_recv += recv
-        s.seconds += seconds
+        if not self._open.get(tag):  # else the call lies inside an interval already being timed
+            s.seconds += seconds
+        s.exposed += seconds
+
+    def posted(self, tag: str, sent: int, recv: int, t0: float) -> None:
+        """Record the post of a non-blocking exchange that began at ``t0`` (``perf_counter``)."""
+        self._done()
+        s = self.tags[tag]
+        s.calls += 1
+        s.bytes_sent += sent
+        s.bytes_recv += recv
+        s.exposed += time.perf_counter() - t0
+        if not self._open.get(tag):
+            self._opened[tag] = t0
+        self._open[tag] = self._open.get(tag, 0) + 1
+
+    def blocked(self, tag: str, seconds: float) -> None:
+        """Seconds spent inside a test or wait of non-blocking exchanges of ``tag`` (exposed time)."""
+        self._done()
+        self.tags[tag].exposed += seconds
+
+    def finished(self, tag: str, t: float) -> None:
+        """A non-blocking exchange of ``tag`` was seen complete at ``t`` (``perf_counter``)."""
+        self._open[tag] -= 1
+        if not self._open[tag]:
+            self.tags[tag].seconds += t - self._opened[tag]
 
     def snapshot(self) -> dict[str, TagStats]:
         """A copy of the counters, to subtract later with :meth:`since`."""
@@ -117,9 +157,9 @@ class CommStats:
         out = {}
         for k, v in self.tags.items():
             b = before.get(k, TagStats())
-            if v.calls != b.calls:
+            if v.calls != b.calls or v.seconds != b.seconds:
                 out[k] = TagStats(v.calls - b.calls, v.bytes_sent - b.bytes_sent, v.bytes_recv - b.bytes_recv,
-                                  v.seconds - b.seconds)
+                                  v.seconds - b.seconds, v.exposed - b.exposed)
         return out
 
     def since(self, before: dict[str, TagStats], prefix: str = "") -> TagStats:
@@ -131,7 +171,20 @@ class CommStats:
                 out.bytes_sent += v.bytes_sent
                 out.bytes_recv += v.bytes_recv
                 out.seconds += v.seconds
+                out.exposed += v.exposed
         return out
+
+
+class Pending:
+    """A non-blocking exchange in flight (:meth:`Communicator.ialltoall_boxes`); complete it with
+    :meth:`Communicator.wait`. Holds its buffers until then (MPI reads and writes them meanwhile).
+    """
+
+    __slots__ = ("request", "tag", "recv", "keep", "done")
+
+    def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
+        self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
+        self.done = request is None  # completed at post (one rank, or a blocking backend)
 
 
 def _mpi_buffer(t: torch.Tensor) -> Any:
@@ -356,6 +409,11 @@ class Communicator:
             self._buffers[key] = buf
         return buf[: rows * unit].view(rows, unit)  # a new view object each call, same memory
 
+    def buffer(self, key: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A host tensor of ``shape`` kept under ``key`` from call to call (see ``reuse`` in :meth:`alltoallv`)."""
+        shape = tuple(int(d) for d in shape)
+        return self._recv_buffer(int(np.prod(shape)), 1, dtype, key).view(shape)
+
     def _box_type(self, shape: tuple[int, ...], box: Box, dtype: torch.dtype) -> tuple[int, Any]:
         """(count, datatype) selecting ``box`` of a C-ordered tensor of ``shape``; (0, BYTE) if empty."""
         rows, (b0, b1) = box
@@ -407,28 +465,40 @@ class Communicator:
         t0 = self.stats.enter(tag)
         recv_shape = tuple(int(d) for d in recv_shape)
         shape = tuple(send.shape)
-        item = send.element_size()
-        inner = int(np.prod(shape[2:])) if len(shape) > 2 else 1
-        me = self.rank
         if self.size == 1:
             if list(send_boxes[0]) == [(0, shape[0]), (0, shape[1])] and recv_shape == shape:
                 self.stats.add(tag, 0, 0, time.perf_counter() - t0)
                 return send.detach()  # identity exchange: no copy
-        def volume(box: Box) -> int:
-            rows, (b0, b1) = box
-            return len(_box_rows(rows)) * max(0, b1 - b0) * inner * item
-
-        sent = sum(volume(b) for q, b in enumerate(send_boxes) if q != me)
-        got = sum(volume(b) for p, b in enumerate(recv_boxes) if p != me)
+        sent, got = self._box_volumes(send, send_boxes, recv_shape, recv_boxes)
         if self._dist is not None:
             recv = self._boxes_over_dist(send, send_boxes, recv_shape, recv_boxes)
             self.stats.add(tag, sent, got, time.perf_counter() - t0)
             return recv.to(send.device)
         host = self._host(send)
-        n = int(np.prod(recv_shape))
-        recv = self._recv_buffer(n, 1, send.dtype, reuse).view(recv_shape)
-        st = [self._box_type(shape, b, send.dtype) for b in send_boxes]
-        rt = [self._box_type(recv_shape, b, send.dtype) for b in recv_boxes]
+        recv = self._recv_buffer(int(np.prod(recv_shape)), 1, send.dtype, reuse).view(recv_shape)
+        self._comm.Alltoallw(*self._boxes_args(host, send_boxes, recv, recv_boxes))
+        self.stats.add(tag, sent, got, time.perf_counter() - t0)
+        return recv.to(send.device)
+
+    def _box_volumes(self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...],
+                     recv_boxes: Sequence[Box]) -> tuple[int, int]:
+        """Bytes of the boxes for other ranks and of those from other ranks (the counters' figures)."""
+        inner = int(np.prod(send.shape[2:])) if send.dim() > 2 else 1
+        item, me = send.element_size(), self.rank
+
+        def volume(box: Box) -> int:
+            rows, (b0, b1) = box
+            return len(_box_rows(rows)) * max(0, b1 - b0) * inner * item
+
+        return (sum(volume(b) for q, b in enumerate(send_boxes) if q != me),
+                sum(volume(b) for p, b in enumerate(recv_boxes) if p != me))
+
+    def _boxes_args(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
+                    recv_boxes: Sequence[Box]) -> tuple[list, list]:
+        """Copy this rank's own box (a strided torch copy) and return the Alltoallw buffer specs of the rest."""
+        me = self.rank
+        st = [self._box_type(tuple(host.shape), b, host.dtype) for b in send_boxes]
+        rt = [self._box_type(tuple(recv.shape), b, host.dtype) for b in recv_boxes]
         # this rank's own block is a strided torch copy: MPI's datatype engine packs and
         # unpacks a self-send through a temporary (measured 2x slower on a node)
         st[me] = rt[me] = (0, self._MPI.BYTE)
@@ -441,12 +511,69 @@ class Communicator:
             else:
                 recv[ri][:, d0:d1].copy_(block)
         zeros = [0] * self.size
-        self._comm.Alltoallw(
-            [host.numpy(), ([c for c, _ in st], zeros), [t for _, t in st]],
-            [recv.numpy(), ([c for c, _ in rt], zeros), [t for _, t in rt]],
-        )
-        self.stats.add(tag, sent, got, time.perf_counter() - t0)
-        return recv.to(send.device)
+        return ([host.numpy(), ([c for c, _ in st], zeros), [t for _, t in st]],
+                [recv.numpy(), ([c for c, _ in rt], zeros), [t for _, t in rt]])
+
+    # -- non-blocking exchanges (communication hidden behind compute) ---------------------------
+    def ialltoall_boxes(
+        self,
+        send: torch.Tensor,
+        send_boxes: Sequence[Box],
+        recv: torch.Tensor,
+        recv_boxes: Sequence[Box],
+        tag: str = "alltoall",
+    ) -> Pending:
+        """Post :meth:`alltoall_boxes` as MPI_Ialltoallw into the given host tensor ``recv``; returns at once.
+
+        ``send`` must stay unchanged and ``recv``'s boxes untouched until :meth:`wait` (several
+        exchanges may fill disjoint boxes of one ``recv``). Every rank must post the same exchanges
+        in the same order. Bytes are counted at the post; the time from post to the completion
+        seen by :meth:`test` / :meth:`wait` is the tag's ``seconds``, the time spent inside the
+        post, tests and wait its ``exposed`` seconds (:class:`TagStats`). Over ``gloo``/``nccl``
+        the exchange is blocking and complete on return.
+        """
+        t0 = self.stats.enter(tag)
+        if recv.device.type != "cpu" or not recv.is_contiguous():
+            raise ValueError("ialltoall_boxes: recv must be a contiguous host tensor")
+        sent, got = self._box_volumes(send, send_boxes, tuple(recv.shape), recv_boxes)
+        if self._dist is not None or self.size == 1:
+            if self._dist is not None:
+                recv.copy_(self._boxes_over_dist(send, send_boxes, tuple(recv.shape), recv_boxes).cpu())
+            else:
+                self._boxes_args(self._host(send), send_boxes, recv, recv_boxes)  # the self copy is all of it
+            self.stats.add(tag, sent, got, time.perf_counter() - t0)
+            return Pending(None, tag, recv, ())
+        host = self._host(send)
+        sbuf, rbuf = self._boxes_args(host, send_boxes, recv, recv_boxes)
+        req = self._comm.Ialltoallw(sbuf, rbuf)
+        self.stats.posted(tag, sent, got, t0)
+        return Pending(req, tag, recv, (host, sbuf, rbuf))
+
+    def test(self, pending: Sequence[Pending]) -> None:
+        """Let MPI progress the exchanges in flight (Open MPI moves non-blocking collectives only inside
+        MPI calls) and note those that completed; never blocks."""
+        live = [p for p in pending if not p.done]
+        if not live:
+            return
+        t0 = self.stats.enter(live[0].tag)
+        for p in live:
+            if p.request.Test():
+                p.done = True
+                self.stats.finished(p.tag, time.perf_counter())
+                p.request, p.keep = None, ()
+        self.stats.blocked(live[0].tag, time.perf_counter() - t0)
+
+    def wait(self, p: Pending) -> torch.Tensor:
+        """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
+        if not p.done:
+            t0 = self.stats.enter(p.tag)
+            p.request.Wait()
+            t1 = time.perf_counter()
+            p.done = True
+            self.stats.finished(p.tag, t1)
+            self.stats.blocked(p.tag, t1 - t0)
+            p.request, p.keep = None, ()
+        return p.recv
 
     def _boxes_over_dist(
         self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...], recv_boxes: Sequence[Box]

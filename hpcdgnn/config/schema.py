@@ -194,10 +194,17 @@ class SnapshotOptions(StrategyConfig):
     """How snapshots move from host to device memory (IBM §3.2, SPEC S3): ``base`` sends each one as
     (index, value) pairs (COO, int64 indices, IBM's baseline); ``graph_difference`` sends the first
     snapshot of each block as CSR and each next one as its difference from the previous."""
+    overlap_chunks: int = 1
+    """Hide the redistributions behind the time encoder (IBM §6.5): cut each rank's vertex range into
+    this many chunks, post their non-blocking exchanges at once and encode chunk k while chunks k+1..
+    travel, its output sent back at once (backward likewise); 1 = one blocking exchange each way.
+    Same results (rows of distinct vertices never mix in the RNN); off at P = 1."""
 
     def __post_init__(self) -> None:
         if self.blocks < 1:
             raise ValueError("blocks: must be >= 1 (1 = no gradient checkpointing)")
+        if self.overlap_chunks < 1:
+            raise ValueError("overlap_chunks: must be >= 1 (1 = no overlap)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,10 +8,15 @@ to ``metrics.jsonl`` and prints one line (loss, headline metric, time split into
 load / compute / communication, bytes sent).
 
 Times: ``epoch`` is the wall time of all batches (kernels included on a GPU);
-``comm`` the seconds inside training collectives (every tag but setup, metrics,
-barrier, checkpoint); ``load`` the seconds the strategy spent reading or moving
-input data; ``compute`` the rest. Each is reported as the slowest rank's and
-min / mean / max over ranks.
+``comm`` the seconds training communication was under way (every tag but setup,
+metrics, barrier, checkpoint): the time inside blocking collectives, and for
+non-blocking ones (``strategy.overlap_chunks``) the time from their post to their
+completion; ``comm_exposed`` the part of ``comm`` this rank spent blocked inside
+MPI calls — waiting, not hidden behind computation (equal to ``comm`` without
+overlap); ``load`` the seconds the strategy spent reading or moving input data;
+``compute`` the rest, ``epoch - load - comm_exposed`` (communication hidden behind
+computation counts in both ``compute`` and ``comm``). Each is reported as the
+slowest rank's and min / mean / max over ranks.
 """
 
 from __future__ import annotations
@@ -71,13 +76,14 @@ class EpochRecorder:
         transfer = self.strategy.transfer_stats()[0] - self._transfer_before
         train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
         comm_s = sum(v.seconds for v in train_tags.values())
+        exposed = sum(v.exposed for v in train_tags.values())
         load = self.strategy.load_seconds
-        split = [wall, load, max(0.0, wall - load - comm_s), comm_s]
+        split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
-                                               float(stop_raised), float(checkpoint_due)])
+                                               float(stop_raised), float(checkpoint_due), exposed])
         by_tag: dict[str, int] = {}
         for rank_tags in self.comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
             for k, b in rank_tags.items():
@@ -90,6 +96,10 @@ class EpochRecorder:
                 by_tag: dict[str, int]) -> dict:
         per_rank = per_rank_all[:, :4]
         times = summarize_over_ranks(per_rank)
+        exposed = per_rank_all[:, 9]
+        times["comm_exposed"] = {"min": float(exposed.min()), "mean": float(exposed.mean()),
+                                 "max": float(exposed.max())}
+        times["slowest"]["comm_exposed"] = float(exposed[times["slowest_rank"]])
         self.totals += np.asarray([times["slowest"][k] for k in TIME_SPLIT])
         record = {
             "epoch": epoch,
@@ -98,10 +108,11 @@ class EpochRecorder:
             **metrics,
             "grad_norm": grad_norm,
             "activation_peak_bytes": int(per_rank_all[:, 4].max()),
-            "time": {k: times[k] for k in TIME_SPLIT},
+            "time": {k: times[k] for k in (*TIME_SPLIT, "comm_exposed")},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],
-            "per_rank": {k: per_rank[:, i].tolist() for i, k in enumerate(TIME_SPLIT)},
+            "per_rank": {**{k: per_rank[:, i].tolist() for i, k in enumerate(TIME_SPLIT)},
+                         "comm_exposed": exposed.tolist()},
             "bytes_sent": sum(by_tag.values()),
             "bytes_by_tag": dict(sorted(by_tag.items())),
             # host -> device snapshot bytes summed over ranks (S3); 0 when the inputs stay resident
@@ -117,7 +128,8 @@ class EpochRecorder:
         return (
             f"epoch {record['epoch']:4d}  loss {_fmt(record['train_loss'])}  "
             f"val_{metric} {_fmt(record['val_' + metric])}  "
-            f"time {s['epoch']:.3f}s (load {s['load']:.3f} comp {s['compute']:.3f} comm {s['comm']:.3f})  "
+            f"time {s['epoch']:.3f}s (load {s['load']:.3f} comp {s['compute']:.3f} comm {s['comm']:.3f}"
+            + (f" exposed {s['comm_exposed']:.3f}" if abs(s["comm_exposed"] - s["comm"]) > 5e-4 else "") + ")  "
             f"sent {record['bytes_sent'] / _MiB:.2f} MiB"
             + (f"  transfer {record['transfer_bytes'] / _MiB:.2f} MiB" if record["transfer_bytes"] else "")
         )

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
-from hpcdgnn.comm.autograd import redistribute
+from hpcdgnn.comm.autograd import ChunkBoxes, pipelined_exchange, redistribute
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
@@ -219,6 +219,34 @@ class SnapshotStrategy(Strategy):
             # rank p's snapshots land at their time rows: a range when contiguous, else a row list
             rows = [_rows([t - t0 for t in plan.snapshots_of(p) if t0 <= t < t1]) for p in range(P)]
             self._vertex_boxes.append([(r, (0, self._n_me)) for r in rows])
+        self._init_chunks(plan)
+
+    def _init_chunks(self, plan: PartitionPlan) -> None:
+        """The vertex chunks of ``strategy.overlap_chunks`` (:meth:`_encode_overlapped`), per block.
+
+        Each rank's vertex range is cut into K near-equal chunks; chunk k's exchange moves
+        the block's snapshots x [each rank's chunk-k rows]. K is the same on every rank (every
+        rank must post the same exchanges): at most the smallest range, and no overlap (None)
+        at P = 1 or K = 1.
+        """
+        me, P, vb = self.comm.rank, self.comm.size, plan.vertex_bounds
+        sizes = [vb[q + 1] - vb[q] for q in range(P)]
+        ctx = getattr(self, "ctx", None)  # a strategy built bare around a plan (tests) has no job
+        K = min(getattr(ctx.job.strategy, "overlap_chunks", 1) if ctx is not None else 1, min(sizes))
+        #: per block, the chunks' boxes (None: the two blocking redistributions)
+        self._chunk_boxes: list[list[ChunkBoxes]] | None = None
+        if P == 1 or K <= 1:
+            return
+        cuts = [[vb[q] + sizes[q] * k // K for k in range(K + 1)] for q in range(P)]
+        self._chunk_boxes = []
+        for b, local in enumerate(self._local):
+            chunks = []
+            for k in range(K):
+                r0, r1 = cuts[me][k] - vb[me], cuts[me][k + 1] - vb[me]
+                snapshot = [((0, len(local)), (cuts[q][k], cuts[q][k + 1])) for q in range(P)]
+                vertex = [(rows, (0, r1 - r0)) for rows, _ in self._vertex_boxes[b]]
+                chunks.append(ChunkBoxes(snapshot, vertex, (r0, r1)))
+            self._chunk_boxes.append(chunks)
 
     def engine_bytes(self) -> int:
         """Device-held inputs at their peak: resident Ã_t (or, with blocks, the largest block's),
@@ -274,6 +302,29 @@ class SnapshotStrategy(Strategy):
         """
         rows = self._grad_rows(b)
         return horizon_temporal(layer, yv, rstate, yv.shape[0] if rows is None else rows[1], graphs)
+
+    def _encode_overlapped(self, layer, li: int, y: torch.Tensor, rstate, b: int):
+        """Redistribution, RNN and reverse redistribution of block b in vertex chunks, the exchanges
+        overlapped with the RNN (``strategy.overlap_chunks``, :func:`~hpcdgnn.comm.autograd.pipelined_exchange`);
+        the same outputs as :meth:`_to_vertex` → :meth:`_temporal` → :meth:`_to_snapshot`. The RNN state's
+        vertex rows are its dimension -2 (LSTM/GRU (layers, n, H), M-transform inputs (w-1, n, F), (n, F))."""
+        steps = self.blocks[b + 1] - self.blocks[b]
+        rows = self._grad_rows(b)
+        grad_steps = steps if rows is None else rows[1]
+        leaves, spec = tree_flatten(rstate)
+        out_spec: list = []
+
+        def encode(x, states):
+            z, state = horizon_temporal(layer, x, tree_unflatten(states, spec), grad_steps)
+            flat, ospec = tree_flatten(state)
+            out_spec[:] = [ospec]
+            return z, flat
+
+        out, states = pipelined_exchange(
+            y.contiguous(), leaves, self.comm, self._chunk_boxes[b], steps, encode, reuse=f"layer{li}.overlap",
+            grad_rows=self._exchange_grad_rows(b),
+        )
+        return out, tree_unflatten(states, out_spec[0])
 
     # -- the training step -----------------------------------------------------------------
     def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:
@@ -368,6 +419,8 @@ class SnapshotLayout(Layout):
         self.local = s._local[b]
         self._diag: dict[tuple[int, int], NormalizedAdjacency] | None = None
         self._graphs: list[StepGraph] | None = None
+        #: layers whose exchanges run inside ``encode``, overlapped with the RNN (``strategy.overlap_chunks``)
+        self._overlapped: set[int] = set()
 
     def _stacked_adj(self, lo: int, hi: int) -> NormalizedAdjacency:
         """diag(Ã) of the phase lo..hi-1, loaded when the forward first needs it (S3 time goes to ``load``)."""
@@ -399,11 +452,17 @@ class SnapshotLayout(Layout):
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
-        """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all)."""
+        """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all); with
+        ``strategy.overlap_chunks`` > 1 the rows stay put and :meth:`encode` moves them chunk by chunk."""
+        if self.s._chunk_boxes is not None:
+            self._overlapped.add(li)
+            return y
         return self.s._to_vertex(y, f"layer{li}.to_vertex", self.b)
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
         """The RNN, without autograd past the training horizon."""
+        if li in self._overlapped:
+            return self.s._encode_overlapped(layer, li, y, state, self.b)
         return self.s._temporal(layer, y, state, self.b, self.temporal_kwargs(layer, li).get("graphs"))
 
     def step_graphs(self, li: int) -> list[StepGraph] | None:
@@ -416,7 +475,10 @@ class SnapshotLayout(Layout):
         return self._graphs
 
     def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
-        """Vertex layout -> owned snapshots (the reverse all-to-all)."""
+        """Vertex layout -> owned snapshots (the reverse all-to-all; already done when overlapped)."""
+        if li in self._overlapped:
+            self._overlapped.discard(li)
+            return z
         return self.s._to_snapshot(z, f"layer{li}.to_snapshot", self.b)
 
     def output(self, h: torch.Tensor) -> Embeddings:

@@ -1,0 +1,173 @@
+"""Communication hidden behind compute under the snapshot strategy (issue 13 item 6).
+
+    python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--model cdgcn]
+                                 [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1]
+
+Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
+``strategy.overlap_chunks`` = each of ``--chunks`` on the same data, the
+configurations alternating run by run (``--reps`` rounds), and prints per
+configuration, over the steady epochs of all its runs (the first epoch of a run
+is warm-up):
+
+* epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
+* comm: median communication time (``time.comm``, mean over ranks): blocking calls'
+  durations plus non-blocking exchanges' post-to-completion time;
+* exposed: median exposed communication time (``time.comm_exposed``, mean over ranks):
+  the part of comm spent blocked in MPI calls (equal to comm without overlap);
+* @slowest: the exposed time of the epoch's slowest rank (``slowest.comm_exposed``), the
+  part on the critical path: what a faster rank spends waiting for a slower one is slack
+  that no overlap can hide (every exchange is all-to-all);
+* the ratio exposed(K) / exposed(first of ``--chunks``) — the issue's goal is <= 0.5 at P = 2;
+* the loss of the last epoch (the same for every K: overlap changes no result).
+
+    python perf/bench_overlap.py --kernel [--ranks 2] [--vertices 32768] [--snapshots 64] [--hidden 16]
+
+The kernel alone, on synchronised ranks: one temporal layer (snapshot -> vertex
+redistribution, an LSTM over the vertex range, the reverse redistribution, forward and
+backward) at the sizes given, ranks meeting at a barrier before each repetition, so that
+what is exposed is the transfer itself and not a slower rank (a loaded machine's noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_epoch import mpirun_cmd, run_env  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(work: Path, args, K: int, rep: int) -> list[dict]:
+    """One job with ``overlap_chunks: K``; its steady epochs' records."""
+    job = work / f"k{K}.yaml"
+    job.write_text(yaml.safe_dump({
+        "data": {"path": str(args.data), "validate": "structure"},
+        "model": {"name": args.model, "hidden": args.hidden, "layers": 2},
+        "task": {"name": "link_prediction"},
+        "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0},
+        "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
+    }))
+    out = work / f"run-k{K}-r{rep}"
+    cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"))
+    if proc.returncode != 0:
+        sys.exit(f"K={K} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in recs if not r["warmup"]] or recs[-1:]
+
+
+def kernel_worker(args) -> None:
+    """Under mpirun: time one temporal layer per K (see the module docstring); rank 0 prints."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from hpcdgnn.comm.communicator import Communicator
+    from hpcdgnn.partition.plan import PartitionPlan
+    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+    torch.set_num_threads(1)
+    comm = Communicator()
+    me, P, T, N, F = comm.rank, comm.size, args.snapshots, args.vertices, args.hidden
+    vb = [N * q // P for q in range(P + 1)]
+    plan = PartitionPlan(kind="snapshot", num_ranks=P, num_snapshots=T, num_vertices=N,
+                         snapshot_owner=[t % P for t in range(T)], snapshot_bounds=None, vertex_bounds=vb, ranks=[])
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(F, F)
+    layer = SimpleNamespace(temporal=lambda y, state: lstm(y, state))
+    y0 = torch.randn(len(plan.snapshots_of(me)), N, F)
+    rows = []
+    for K in args.chunks:
+        s = SnapshotStrategy.__new__(SnapshotStrategy)
+        s.comm, s.ctx = comm, SimpleNamespace(job=SimpleNamespace(strategy=SimpleNamespace(overlap_chunks=K)))
+        s._init_exchange(plan)
+        times, exposed, total = [], [], []
+        for _ in range(args.reps + 1):
+            y = y0.clone().requires_grad_(True)
+            comm.barrier()
+            before = comm.stats.snapshot()
+            t0 = time.perf_counter()
+            if s._chunk_boxes is None:
+                z, _ = layer.temporal(s._to_vertex(y, "k.v"), None)
+                out = s._to_snapshot(z, "k.s")
+            else:
+                out, _ = s._encode_overlapped(layer, 0, y, None, 0)
+            out.backward(torch.ones_like(out))
+            times.append(time.perf_counter() - t0)
+            d = comm.stats.since(before, "redistribute")
+            exposed.append(d.exposed)
+            total.append(d.seconds)
+        rows.append((K, *(float(np.median(v[1:])) for v in (times, total, exposed))))
+    if me == 0:
+        print(f"kernel: P = {P}, T = {T}, N = {N}, F = {F}, LSTM forward + backward, ranks synchronised; "
+              f"medians of {args.reps}")
+        print(f"{'K':>3} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/K1':>11}")
+        for K, t, c, e in rows:
+            print(f"{K:>3} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / rows[0][3]:>11.2f}")
+
+
+def main() -> None:
+    """Alternate the configurations, then print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--model", default="cdgcn")
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--blocks", type=int, default=1)
+    ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
+    ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--vertices", type=int, default=32768)
+    ap.add_argument("--snapshots", type=int, default=64)
+    args = ap.parse_args()
+    if args.kernel_worker:
+        return kernel_worker(args)
+    if args.kernel:
+        cmd = [*mpirun_cmd(args.ranks), sys.executable, __file__, "--kernel-worker",
+               "--chunks", *map(str, args.chunks),
+               "--vertices", str(args.vertices), "--snapshots", str(args.snapshots), "--hidden", str(args.hidden),
+               "--reps", str(args.reps)]
+        sys.exit(subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
+    if args.data is None:
+        ap.error("--data is required (or --kernel)")
+    steady: dict[int, list[dict]] = {K: [] for K in args.chunks}
+    with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
+        for rep in range(args.reps):
+            for K in (args.chunks if rep % 2 == 0 else args.chunks[::-1]):
+                recs = run(Path(tmp), args, K, rep)
+                steady[K] += recs
+                print(f"  rep {rep} K={K}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
+                      + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs), flush=True)
+    print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
+          f"{args.reps} runs x {args.epochs - 1} steady epochs per K; medians")
+    print(f"{'K':>3} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} {'hidden %':>9} "
+          f"{'exposed/K1':>11} {'MiB/epoch':>10} {'loss':>10}")
+    base = None
+    for K in args.chunks:
+        rs = steady[K]
+        epoch = float(np.median([r["time"]["epoch"]["max"] for r in rs]))
+        comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
+        exposed = float(np.median([r["time"]["comm_exposed"]["mean"] for r in rs]))
+        base = exposed if base is None else base
+        slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
+        mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
+        hidden = 100 * (1 - exposed / comm) if comm > 0 else 0.0
+        print(f"{K:>3} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} {slow:>9.3f} {hidden:>8.1f}% "
+              f"{exposed / base:>11.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""``strategy.overlap_chunks``: the snapshot strategy's redistributions hidden behind the RNN (issue 13 item 6).
+
+The vertex range is cut into K chunks whose non-blocking exchanges overlap the
+time encoder of the chunks before them (:func:`hpcdgnn.comm.autograd.pipelined_exchange`).
+Rows of distinct vertices never mix in the RNN, so the losses and gradient norms
+must be those of one process (the exactness suite's standard, rtol 1e-6 in
+float64), the bytes those of K = 1, and metrics.jsonl reports the exposed part
+of the communication time beside the whole.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from hpcdgnn.comm.communicator import CommStats
+from hpcdgnn.config.schema import SnapshotOptions
+from tests.conftest import SMALL_N, SMALL_T, write_job
+from tests.train.test_exactness import _losses
+
+
+@pytest.mark.parametrize("model", ["cdgcn"])  # tmgcn: test_overlap_with_checkpoint_blocks
+def test_overlap_is_exact(launcher, small_dataset, tmp_path, model):
+    """P = 1, 2, 3 (T = 7 and N = 23 divisible by neither), K = 4 and K = 50 > the rows of a rank
+    (then one row per chunk), against one process; same bytes as K = 1."""
+    assert SMALL_T % 2 and SMALL_T % 3 and SMALL_N % 2 and SMALL_N % 3
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": "float64"})
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain", "strategy.overlap_chunks=4")
+    _, recs1 = _losses(launcher, 2, job, tmp_path / "p2-k1")
+    for P, K in ((2, 4), (3, 50)):
+        got, recs = _losses(launcher, P, job, tmp_path / f"p{P}-k{K}", f"strategy.overlap_chunks={K}")
+        np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} P={P} K={K}")
+        if P == 2:
+            assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs1]
+            assert recs[0]["loss"] == recs1[0]["loss"]  # the first forward: the same float operations
+        t = recs[-1]["time"]
+        assert 0 <= t["comm_exposed"]["min"] <= t["comm_exposed"]["max"]
+        assert all(e <= c + 1e-6 for e, c in zip(recs[-1]["per_rank"]["comm_exposed"], recs[-1]["per_rank"]["comm"]))
+    # without overlap, every call blocks: exposed is all of it
+    t = recs1[-1]["time"]
+    assert t["comm_exposed"] == t["comm"]
+
+
+def test_overlap_with_checkpoint_blocks(launcher, small_dataset, tmp_path):
+    """strategy.blocks: 2 (boundary states cross the chunked encoder, forward and backward), TM-GCN, P = 3."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"dtype": "float64"},
+                    strategy={"blocks": 2})
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
+    got, _ = _losses(launcher, 3, job, tmp_path / "p3", "strategy.overlap_chunks=3")
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_overlap_chunks_must_be_positive():
+    with pytest.raises(ValueError, match="overlap_chunks"):
+        SnapshotOptions(overlap_chunks=0)
+
+
+def test_nonblocking_time_accounting():
+    """A tag's seconds: the union of its exchanges' post-to-completion intervals; exposed: time blocked."""
+    st = CommStats()
+    t0 = time.perf_counter()
+    st.posted("x", 8, 8, t0)
+    st.posted("x", 8, 8, t0)  # a second exchange in flight: the interval is counted once
+    st.blocked("x", 0.25)
+    st.finished("x", t0 + 1.0)
+    assert st.tags["x"].seconds == 0.0  # one still in flight
+    st.finished("x", t0 + 2.0)
+    s = st.tags["x"]
+    assert s.calls == 2 and s.bytes_sent == 16 and s.seconds == pytest.approx(2.0)
+    assert 0.25 <= s.exposed < 0.3
+    before = st.snapshot()
+    st.add("x", 4, 4, 0.5)  # a blocking call: all of it exposed
+    d = st.since(before)
+    assert (d.calls, d.seconds, d.exposed) == (1, 0.5, 0.5)
