@@ -32,6 +32,11 @@ def run_profile(args: argparse.Namespace) -> int:
 
     if args.model not in available_models():
         raise ConfigError(f"profile: --model {args.model!r} is unknown; choose from {', '.join(available_models())}")
+    from hpcdgnn.nn.models import needs_step_graphs
+
+    if needs_step_graphs(args.model):  # the chunk workload model is for strategy: chunk, which cannot run these
+        raise ConfigError(f"profile: --model {args.model} convolves its state over each snapshot's graph, so it "
+                          "cannot run under strategy: chunk, whose workload this profiles; profile another model")
     for name in ("samples", "max_size", "vertices", "snapshots", "threads", "repeats", "fit_steps", "window"):
         if getattr(args, name) < 1:
             raise ConfigError(f"profile: --{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")

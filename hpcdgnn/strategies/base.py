@@ -93,6 +93,8 @@ class Strategy:
 
     #: the YAML ``strategy.name``; its options are ``hpcdgnn.config.schema.STRATEGY_OPTIONS[name]``
     name: ClassVar[str] = ""
+    #: trains the whole graph in one batch per epoch (so it reproduces every other such strategy's losses)
+    full_batch: ClassVar[bool] = True
 
     def __init__(self, ctx: StrategyContext) -> None:
         self.ctx = ctx

@@ -44,6 +44,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -123,6 +124,9 @@ def _csr(r: np.ndarray, c: np.ndarray, v: torch.Tensor, shape: tuple[int, int]) 
 @register_strategy("sequences")
 class SequencesStrategy(Strategy):
     """Sliding-window sequences × node batches, one model replica per rank (see the module docstring)."""
+
+    #: mini-batches of sampled windows: a different training regime from one full-graph batch per epoch
+    full_batch: ClassVar[bool] = False
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
@@ -302,6 +306,8 @@ class SequencesStrategy(Strategy):
 
     def _run(self, model: DGNN, task, epoch: int, seq: Sequence, batch: np.ndarray, b: int, train: bool):
         layout = SampleLayout(self, seq, batch, task.sample_vertices(seq.t, batch, epoch), self._rng(epoch, seq, b, train))
+        # each window starts afresh: per-step parameters from their initial state (EvolveGCN-O's W_0)
+        layout.states = [(layer.initial_time_state(), None) for layer in model.layers]
         return task(model(layout), epoch)
 
     def _zero_stats(self, model: DGNN, task, epoch: int) -> np.ndarray:

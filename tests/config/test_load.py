@@ -108,6 +108,11 @@ STRATEGY_OPTIONS = [
     ("fusion: off", "fusion", ["chunk"]),
     ("fusion_memory_mb: 4", "fusion_memory_mb", ["chunk"]),
     ("workload: mlp", "workload", ["chunk"]),
+    ("overlap_chunks: 4", "overlap_chunks", ["snapshot"]),
+    ("window: 3", "window", ["sequences"]),
+    ("fanouts: [5, 2]", "fanouts", ["sequences"]),
+    ("placement: fetch", "placement", ["sequences"]),
+    ("incremental: off", "incremental", ["sequences"]),
 ]
 
 
@@ -115,7 +120,7 @@ STRATEGY_OPTIONS = [
 def test_an_option_belongs_to_the_strategies_that_apply_it(tmp_path, option, key, accepting):
     (tmp_path / "data").mkdir()
     job = tmp_path / "job.yaml"
-    for name in ("snapshot", "pss", "vertex", "chunk"):
+    for name in ("snapshot", "pss", "vertex", "chunk", "sequences"):
         job.write_text(f"data: {{path: {tmp_path / 'data'}}}\nmodel: {{name: tgcn}}\n"
                        f"strategy: {{name: {name}, {option}}}\n")
         if name in accepting:

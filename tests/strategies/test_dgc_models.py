@@ -36,7 +36,7 @@ def test_exact_under_every_strategy(launcher, small_dataset, tmp_path, model):
             assert recs[0]["bytes_by_tag"].get("halo.fwd", 0) > 0, name
 
 
-@pytest.mark.parametrize("model", ["mpnn_lstm", "dysat"])
+@pytest.mark.parametrize("model", ["dysat"])  # attention needs the halo even in layer 0; mpnn_lstm: above
 def test_exact_with_more_ranks_than_snapshots_and_vertices(launcher, tmp_path, model):
     """P = 3 > T = 2 and > N = 2: idle ranks still take part in every exchange (and its backward)."""
     data = make_dataset(tmp_path / "two", T=2, N=2, m=3)

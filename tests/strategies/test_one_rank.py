@@ -32,9 +32,10 @@ print("RESULT " + json.dumps(out))
 
 
 def test_every_strategy_matches_snapshot_at_one_rank(small_dataset, tmp_path):
-    from hpcdgnn.strategies.registry import available_strategies
+    from hpcdgnn.strategies.registry import available_strategies, get_strategy
 
-    strategies = available_strategies()
+    # the full-batch strategies: mini-batch ones (sequences) train a different sequence of steps
+    strategies = [s for s in available_strategies() if get_strategy(s).full_batch]
     assert {"snapshot", "vertex", "chunk", "pss"} <= set(strategies)
     jobs = {}
     for model in MODELS:

@@ -123,6 +123,12 @@ class DynamicLayer(nn.Module):
         """
         return None, None
 
+    def initial_time_state(self) -> Any:
+        """The per-step parameters' recurrence state before a sequence's first step (EvolveGCN-O: (W_0, 0)),
+        for layouts whose sequences start afresh anywhere in time (the ``sequences`` strategy's windows);
+        None when the layer has no such recurrence."""
+        return None
+
     def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
         """Snapshot t's rows given their aggregation ``ax`` (:meth:`aggregate`) -> (rows, spatial_features)."""
         raise NotImplementedError

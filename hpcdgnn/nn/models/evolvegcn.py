@@ -46,6 +46,10 @@ class EvolveGCNOLayer(DynamicLayer):
             self.w0.uniform_(-bound, bound)
         self.cell.reset_parameters()
 
+    def initial_time_state(self):
+        """(W_0, C_0 = 0): the weight recurrence of a sequence that starts afresh (a ``sequences`` window)."""
+        return self.w0, torch.zeros_like(self.w0)
+
     def time_params_block(self, start: int, stop: int, state=None):
         """W_t for start <= t < stop (W_t of snapshot t is the LSTM's (t+1)-th output) and the (W, C) state."""
         if state is None:
