@@ -170,8 +170,9 @@ class LinkPrediction(Task):
         self.shard: RowShard | None = None
         self.by_source = True
         self._steps: list[int] = []
-        #: mini-batch samples: the epoch whose negatives are cached, and each step's (src, dst) of it
-        self._epoch_negatives: tuple[int, dict[int, np.ndarray]] = (-1, {})
+        #: mini-batch samples: the epoch whose draws are kept, each step's negatives of it (by t) and each
+        #: sample's selected pairs (by (t, batch))
+        self._epoch_negatives: tuple[int, dict] = (-1, {})
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -376,6 +377,10 @@ class LinkPrediction(Task):
         if cached_epoch != epoch:
             negatives = {}
             self._epoch_negatives = (epoch, negatives)
+        # a sample asks three times (its vertices, its example count, its loss): select once per epoch
+        key = (t, batch.shape[0], hash(batch.tobytes()))
+        if key in negatives:
+            return negatives[key]
         if t not in negatives:
             negatives[t] = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
         in_batch = np.zeros(self.manifest.num_vertices, dtype=bool)
@@ -389,7 +394,8 @@ class LinkPrediction(Task):
         npos = int(keep.sum())
         label = torch.zeros(src.shape[0])
         label[:npos] = 1.0
-        return src, dst, label, npos
+        negatives[key] = (src, dst, label, npos)
+        return negatives[key]
 
     def sample_vertices(self, t: int, batch: np.ndarray, epoch: int) -> np.ndarray:
         """The batch (sources) and the destinations of their pairs at t."""

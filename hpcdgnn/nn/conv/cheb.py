@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, _as_tensor, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_entries, sorted_csr, spmm
 
 __all__ = ["cheb_basis", "scaled_laplacian"]
 
@@ -31,12 +31,8 @@ __all__ = ["cheb_basis", "scaled_laplacian"]
 def scaled_laplacian(t: int, indptr, indices, weights, dtype: torch.dtype) -> NormalizedAdjacency:
     """L̂ = -D^{-1/2} A D^{-1/2} of a CSR adjacency (self-loops dropped), computed in float64 then cast;
     with its transpose for the backward pass (an explicit-adjoint product, as Ã's)."""
-    indptr, indices, weights = _as_tensor(indptr).to(torch.int64), _as_tensor(indices), _as_tensor(weights)
-    dev = indptr.device
-    n, nnz = indptr.shape[0] - 1, indices.shape[0]
-    rows = torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(indptr), output_size=nnz)
-    cols = indices.to(dev, torch.int64)
-    w = weights.to(dev, torch.float64)
+    rows, cols, w, n = csr_entries(indptr, indices, weights)
+    dev = rows.device
     keep = rows != cols
     rows, cols, w = rows[keep], cols[keep], w[keep]
     deg = torch.zeros(n, dtype=torch.float64, device=dev).index_add_(0, rows, w)

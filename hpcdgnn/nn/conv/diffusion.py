@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, _as_tensor, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_entries, sorted_csr, spmm
 
 __all__ = ["diffusion_basis", "transitions"]
 
@@ -34,12 +34,7 @@ def _normalised(rows, cols, w, n, dtype) -> NormalizedAdjacency:
 def transitions(t: int, indptr, indices, weights, dtype: torch.dtype) -> tuple[NormalizedAdjacency,
                                                                                 NormalizedAdjacency]:
     """(P_f, P_b) = (D_O^{-1} A, D_I^{-1} Aᵀ) of a CSR adjacency, computed in float64 then cast."""
-    indptr, indices, weights = _as_tensor(indptr).to(torch.int64), _as_tensor(indices), _as_tensor(weights)
-    dev = indptr.device
-    n, nnz = indptr.shape[0] - 1, indices.shape[0]
-    rows = torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(indptr), output_size=nnz)
-    cols = indices.to(dev, torch.int64)
-    w = weights.to(dev, torch.float64)
+    rows, cols, w, n = csr_entries(indptr, indices, weights)
     fwd, bwd = _normalised(rows, cols, w, n, dtype), _normalised(cols, rows, w, n, dtype)
     fwd.t = bwd.t = t
     return fwd, bwd

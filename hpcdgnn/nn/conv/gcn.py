@@ -56,6 +56,19 @@ def sorted_csr(
     return torch.sparse_csr_tensor(crow, cols[order], vals[order], shape, check_invariants=False)
 
 
+def csr_entries(indptr, indices, weights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(rows, cols, float64 weights, N) of a CSR adjacency's entries, in CSR order, where ``indptr`` lives.
+
+    The arrays may be numpy or torch; every operator built from a snapshot (Ã, L̂, the diffusion
+    transitions) starts here.
+    """
+    indptr, indices, weights = _as_tensor(indptr).to(torch.int64), _as_tensor(indices), _as_tensor(weights)
+    dev = indptr.device
+    n, nnz = indptr.shape[0] - 1, indices.shape[0]
+    rows = torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(indptr), output_size=nnz)
+    return rows, indices.to(dev, torch.int64), weights.to(dev, torch.float64), n
+
+
 def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> NormalizedAdjacency:
     """Build Ã (IBM Eq. 1) of a CSR adjacency with self-loops added, in float64 then cast.
 
@@ -64,12 +77,8 @@ def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> Normalized
     Torch ops only; on the CPU every reduction runs in a fixed order, so the
     same snapshot gives bit-identical Ã on every rank.
     """
-    indptr, indices, weights = _as_tensor(indptr).to(torch.int64), _as_tensor(indices), _as_tensor(weights)
-    dev = indptr.device
-    n, nnz = indptr.shape[0] - 1, indices.shape[0]
-    rows = torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(indptr), output_size=nnz)
-    cols = indices.to(dev, torch.int64)
-    w = weights.to(dev, torch.float64)
+    rows, cols, w, n = csr_entries(indptr, indices, weights)
+    dev = rows.device
     keep = rows != cols  # A + I: an input self-loop would be counted twice otherwise
     rows, cols, w = rows[keep], cols[keep], w[keep]
     deg = torch.ones(n, dtype=torch.float64, device=dev).index_add_(0, rows, w)
