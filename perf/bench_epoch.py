@@ -56,21 +56,28 @@ def run_env() -> dict[str, str]:
     return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")
 
 
+def run_job(job: dict, P: int, work: Path, tag: str, tree: Path | None = None) -> list[dict]:
+    """Write ``job`` as ``work/<tag>.yaml``, run it on P ranks (from ``tree``'s code when given, through
+    PYTHONPATH) into ``work/run-<tag>``, and return its metrics.jsonl records; a failure ends the benchmark."""
+    path = work / f"{tag}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = work / f"run-{tag}"
+    cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(path), "--output", str(out)]
+    env = run_env() if tree is None else dict(run_env(), PYTHONPATH=str(tree))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{tag} failed ({tree or 'this tree'}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
 def run_one(workdir: Path, data: Path, model: str, P: int, epochs: int, threads: int, rep: int = 0) -> float:
     """Run one job; return the median steady epoch time (slowest rank)."""
-    job = workdir / f"{model}.yaml"
-    job.write_text(yaml.safe_dump({
+    recs = run_job({
         "data": {"path": str(data)},
         "model": {"name": model, "hidden": 16, "layers": 2},
         "task": {"name": "link_prediction"},
         "train": {"epochs": epochs, "threads": threads, "dtype": "float32", "warmup_epochs": 1},
-    }))
-    out = workdir / f"run-{model}-p{P}-r{rep}"
-    cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
-    if proc.returncode != 0:
-        sys.exit(f"{model} P={P} failed:\n{proc.stdout}\n{proc.stderr}")
-    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    }, P, workdir, f"{model}-p{P}-r{rep}")
     steady = [r["time"]["epoch"]["max"] for r in recs if not r["warmup"]] or [recs[-1]["time"]["epoch"]["max"]]
     steady.sort()
     return steady[len(steady) // 2]

@@ -22,7 +22,6 @@ Jobs are written in the key layout each tree understands: release 0.2 moved
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -30,10 +29,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import generate_graph, run_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,20 +70,13 @@ def run_one(tree: Path, work: Path, data: Path, model: str, strategy: dict, move
         section.update(moved)
     else:
         train.update(moved)
-    job = work / f"{tag}.yaml"
-    job.write_text(yaml.safe_dump({
+    recs = run_job({
         "data": {"path": str(data), "validate": "structure"},
         "model": {"name": model, "hidden": 16, "layers": 2},
         "task": {"name": "link_prediction"},
         "train": train,
         "strategy": section,
-    }))
-    out = work / f"run-{tag}"
-    cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=dict(run_env(), PYTHONPATH=str(tree)))
-    if proc.returncode != 0:
-        sys.exit(f"{tag} failed ({tree}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    }, args.ranks, work, tag, tree)
     steady = sorted(r["time"]["epoch"]["max"] for r in recs if not r["warmup"]) or [recs[-1]["time"]["epoch"]["max"]]
     return steady[len(steady) // 2], recs[-1]["loss"]
 

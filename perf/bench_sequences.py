@@ -19,36 +19,26 @@ Prints one row per run; a benchmark measures, it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import run_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run(work: Path, data: Path, P: int, strategy: dict, args, tag: str) -> dict:
     """One job; its steady epochs' mean bytes by tag, median epoch time, activation peak and final val metric."""
-    job = work / f"{tag}.yaml"
-    job.write_text(yaml.safe_dump({
+    recs = run_job({
         "data": {"path": str(data), "validate": "structure"},
         "model": {"name": args.model, "hidden": 16, "layers": 2},
         "task": {"name": "link_prediction"},
         "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0},
         "strategy": strategy,
-    }))
-    out = work / f"run-{tag}"
-    cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=run_env())
-    if proc.returncode != 0:
-        sys.exit(f"{tag} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    }, P, work, tag, REPO)
     steady = recs[1:] or recs
     tags: dict[str, float] = {}
     for r in steady:

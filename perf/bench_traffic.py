@@ -26,16 +26,13 @@ target: ≥ 60 % saved at θ = 0.5 with test AUC within 1 %).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import run_job  # noqa: E402
 from bench_regression import export_tree  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,20 +53,13 @@ def run(tree: Path, work: Path, data: Path, strategy: str, stale: dict, args, ta
     section = {"name": strategy, "stale": stale}
     if strategy == "chunk":
         section["chunk_size"] = args.chunk_size
-    job = work / f"{tag}.yaml"
-    job.write_text(yaml.safe_dump({
+    recs = run_job({
         "data": {"path": str(data), "validate": "structure"},
         "model": {"name": args.model, "hidden": 16, "layers": 2},
         "task": {"name": "link_prediction"},
         "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0},
         "strategy": section,
-    }))
-    out = work / f"run-{tag}"
-    cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=dict(run_env(), PYTHONPATH=str(tree)))
-    if proc.returncode != 0:
-        sys.exit(f"{tag} failed ({tree}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    }, args.ranks, work, tag, tree)
     steady = recs[1:] or recs
     groups = [group_bytes(r["bytes_by_tag"], strategy) for r in steady]
     mean = {g: sum(x[g] for x in groups) / len(groups) for g in GROUPS}
