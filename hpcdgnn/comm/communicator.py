@@ -298,6 +298,44 @@ class Communicator:
             node.Free()
         return self._local
 
+    def split(self, color: int, key: int | None = None) -> Communicator:
+        """The ranks of the same ``color`` as a communicator of their own (collective over this one).
+
+        Its traffic is counted in this communicator's :class:`CommStats` (one table per rank, whatever
+        communicator a byte crossed), so the epoch record stays complete.
+        """
+        sub = object.__new__(Communicator)
+        sub.__dict__.update(self.__dict__)
+        raw = self._comm.Split(color, self.rank if key is None else key)
+        sub._comm, sub.rank, sub.size = raw, raw.Get_rank(), raw.Get_size()
+        sub._row_types, sub._box_types, sub._buffers, sub._local = {}, {}, {}, None
+        sub._dist = None  # tensor collectives of a sub-group go over MPI
+        sub.backend = "mpi"
+        return sub
+
+    def shared_array(self, shape: Sequence[int], dtype: np.dtype, what: str) -> tuple[np.ndarray, Any]:
+        """One array shared by every rank of this communicator: an MPI-3 shared-memory window
+        (``MPI.Win.Allocate_shared``) owned by rank 0, which all ranks map. Needs all ranks on one node;
+        raises ``RuntimeError`` (one line naming ``what``) otherwise or when the window cannot be had.
+        Returns the array and the window (free it with ``win.Free()`` when done)."""
+        MPI = self._MPI
+        node = self._comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        together = node.Get_size() == self.size
+        node.Free()
+        if not all(self._comm.allgather(together)):
+            raise RuntimeError(f"{what}: its {self.size} ranks are not all on one node; a shared node memory needs "
+                               "them together (place each memory group's ranks on one node, e.g. block mapping)")
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        try:
+            win = MPI.Win.Allocate_shared(nbytes if self.rank == 0 else 0, dtype.itemsize, comm=self._comm)
+        except MPI.Exception as e:
+            raise RuntimeError(f"{what}: cannot allocate a {nbytes / 2**20:.1f} MiB shared-memory window "
+                               f"({e.Get_error_string().strip()})") from None
+        buf, _ = win.Shared_query(0)
+        arr = np.ndarray(tuple(shape), dtype=dtype, buffer=buf)
+        return arr, win
+
     def library_version(self) -> str:
         """The MPI library's version string, first line."""
         return self._MPI.Get_library_version().strip().splitlines()[0]

@@ -22,6 +22,7 @@ __all__ = [
     "VertexOptions",
     "ChunkOptions",
     "SequencesOptions",
+    "MemoryOptions",
     "STRATEGY_OPTIONS",
     "RENAMED_KEYS",
     "CommConfig",
@@ -50,13 +51,15 @@ class ModelConfig:
     """``model:`` the DGNN architecture (IBM §5)."""
 
     name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn", "mpnn_lstm", "dysat", "gconv_lstm", "gconv_gru",
-                  "tgcn_cell", "dcrnn", "gcrn_m1"] = "cdgcn"
+                  "tgcn_cell", "dcrnn", "gcrn_m1", "tgn"] = "cdgcn"
     """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2), TM-GCN (§5.3), or DGC §7.1's T-GCN (GCN layers, then a
     GRU), MPNN-LSTM (GCN layers concatenated, then a 2-layer LSTM) or DySAT (GAT + temporal self-attention);
     or an integrated graph-RNN cell (ReInc §2.1), stacked ``layers`` times: GConvLSTM, GConvGRU (Chebyshev
     convolutions in the gates), T-GCN's cell (Zhao et al.: a GCN in the GRU gates), DCRNN (diffusion
     convolutions in the gates), GCRN-M1 (Chebyshev convolution, then an LSTM). gconv_lstm, gconv_gru, dcrnn
-    and gcrn_m1 need whole snapshots in the time encoder: strategy pss, or snapshot on one rank."""
+    and gcrn_m1 need whole snapshots in the time encoder: strategy pss, or snapshot on one rank. ``tgn``:
+    TGN-attn with a GRU node memory (DistTGL §2.1, §3.1) over an event-stream dataset (``prepare --kind
+    events``), with ``strategy: memory`` and ``task: temporal_link_prediction``."""
     layers: int = 2
     """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
     hidden: int = 16
@@ -67,6 +70,21 @@ class ModelConfig:
     """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru and gcrn_m1; terms per direction (powers
     0 … K-1, i.e. K - 1 diffusion steps) of dcrnn; PyG Temporal's K. Ignored by other models."""
 
+    memory_dim: int = 100
+    """tgn: width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
+    time_dim: int = 100
+    """tgn: width of the TGAT time encoding Φ(Δt) = cos(Δt·w + b)."""
+    neighbors: int = 10
+    """tgn: most recent temporal neighbours the attention layer reads per node (DistTGL: 10)."""
+    heads: int = 2
+    """tgn: attention heads (TGL's TGN-attn: 2); ``hidden`` must be a multiple of it."""
+    static_memory: Literal["on", "off"] = "off"
+    """tgn: DistTGL §3.1 static node memory: a learnable (N, memory_dim) table added to the dynamic memory
+    of every node the attention reads, pre-trained on the same task for ``static_pretrain_epochs``."""
+    static_pretrain_epochs: int = 1
+    """tgn with ``static_memory: on``: epochs of pre-training the static table (with the same architecture
+    but no dynamic memory) before training; 0 = co-trained from a random start (DistTGL also allows that)."""
+
     def __post_init__(self) -> None:
         if self.layers < 1:
             raise ValueError("layers: must be >= 1")
@@ -76,15 +94,24 @@ class ModelConfig:
             raise ValueError("window: must be >= 1")
         if self.order < 1:
             raise ValueError("order: must be >= 1")
+        if min(self.memory_dim, self.time_dim, self.neighbors, self.heads) < 1:
+            raise ValueError("memory_dim, time_dim, neighbors, heads: must be >= 1")
+        if self.name == "tgn" and self.hidden % self.heads:
+            raise ValueError(f"hidden: {self.hidden} is not a multiple of heads: {self.heads}")
+        if self.static_pretrain_epochs < 0:
+            raise ValueError("static_pretrain_epochs: must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskConfig:
     """``task:`` what the embeddings are trained for, split by time."""
 
-    name: Literal["link_prediction", "node_classification", "regression"] = "link_prediction"
+    name: Literal["link_prediction", "node_classification", "regression", "temporal_link_prediction"] = \
+        "link_prediction"
     """Link prediction (embeddings of t score edges of t+1), node classification, or regression
-    (Z_t forecasts the float node targets of snapshots t..t+horizon-1; MSE loss)."""
+    (Z_t forecasts the float node targets of snapshots t..t+horizon-1; MSE loss), or temporal link prediction
+    on an event stream (model tgn: each event's destination against ``negatives`` random ones in training,
+    MRR against ``eval_negatives`` and AP on validation and test, as TGL reports them)."""
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
     negatives: int = 1
@@ -93,6 +120,11 @@ class TaskConfig:
     """Hidden width of the edge decoder MLP on [z_u, z_v] (link prediction)."""
     horizon: int = 1
     """H, snapshots forecast per step (regression): Z_t predicts the targets stored at t..t+H-1."""
+    batch_events: int = 600
+    """temporal_link_prediction: events per global mini-batch, in time order (TGL's and DistTGL's 600)."""
+    eval_negatives: int = 49
+    """temporal_link_prediction: negative destinations ranked against each positive for the MRR (from the
+    destination side of a bipartite graph), fixed by ``train.seed`` so every epoch ranks the same ones."""
 
     def __post_init__(self) -> None:
         if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
@@ -105,6 +137,10 @@ class TaskConfig:
             raise ValueError("decoder_hidden: must be >= 1")
         if self.horizon < 1:
             raise ValueError("horizon: must be >= 1")
+        if self.batch_events < 1:
+            raise ValueError("batch_events: must be >= 1")
+        if self.eval_negatives < 1:
+            raise ValueError("eval_negatives: must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +209,7 @@ class StrategyConfig:
 
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
-    ``sequences`` (ReInc §3.4, R1/R4)."""
+    ``sequences`` (ReInc §3.4, R1/R4), ``memory`` (DistTGL §3.2, M2; event streams)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,9 +345,26 @@ class SequencesOptions(StrategyConfig):
     """With ``incremental: on``: a snapshot whose changed entries exceed this fraction of its entries is
     aggregated from scratch instead (the fraction of rows recomputed is in metrics.jsonl)."""
 
+    reuse: Literal["on", "off"] = "on"
+    """R3 (ReInc §3.1, §3.3): samples read the first layer's Ã_t·X_t — over full neighbourhoods a value of
+    snapshot t alone — from a reuse cache (:mod:`hpcdgnn.nn.reuse_cache`) shared by overlapping windows,
+    node batches, splits and epochs, filled at setup by R2 and bounded by ``cache_mb``; ``off``: every
+    sample aggregates its own first layer. The same losses either way (up to rounding); metrics.jsonl
+    ``reuse`` reports the cache per epoch. Sampled first layers and hidden layers have nothing to share
+    between samples (:mod:`hpcdgnn.strategies.sequences` says why)."""
+    cache_mb: float = 256.0
+    """With ``reuse: on``: the cache's bound, MiB per rank (both levels together); a value it does not
+    hold is recomputed from scratch when read (0 = hold nothing)."""
+    cache_policy: Literal["priority", "lru"] = "priority"
+    """With ``reuse: on``: evict by ReInc's Eq. 3 priority F/S − I (F: this rank's reads of the value left in
+    this epoch and the next, I: reads of other values before its next one, S: its size in snapshot
+    aggregations; it expires when F = 0), or least recently used (``lru``, for comparison)."""
+
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ValueError("window: must be >= 1")
+        if not self.cache_mb >= 0:
+            raise ValueError("cache_mb: must be >= 0 (MiB per rank; 0 = no cache)")
         if self.stride < 1:
             raise ValueError("stride: must be >= 1")
         if self.batch_vertices < 0:
@@ -324,6 +377,30 @@ class SequencesOptions(StrategyConfig):
             raise ValueError("incremental_threshold: must be >= 0 (a fraction of a snapshot's entries)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class MemoryOptions(StrategyConfig):
+    """``strategy: {name: memory}``: DistTGL's mini-batch × epoch × memory parallelism i×j×k = P over an event
+    stream with a node memory (§3.2–3.3, SPEC M2). Ranks r = a + i·(b + j·c): mini-batch slice a, epoch
+    trainer b, memory copy c; the i·j ranks of a memory copy share one node memory (an MPI-3 shared window
+    on their node) and must run on one node."""
+
+    name: str = "memory"
+    minibatch: int = 1
+    """i: ranks splitting each global batch chronologically (exact: reproduces one rank with the same batch)."""
+    epoch: int = 1
+    """j: trainers working on the same positive batch with j different negative sets on j consecutive
+    iterations, only the first writing the memory (§3.2.2; an approximation)."""
+    memory: int = 1
+    """k: independent node-memory copies, each walking the time segments of the training events in order
+    from a different segment (§3.2.3; an approximation); only weights are synchronised."""
+    prefetch: Literal["on", "off"] = "on"
+    """Sample the next mini-batch's neighbours and negatives on a background thread while this one trains."""
+
+    def __post_init__(self) -> None:
+        if min(self.minibatch, self.epoch, self.memory) < 1:
+            raise ValueError("minibatch, epoch, memory: must be >= 1 (i·j·k must equal the number of ranks)")
+
+
 #: The options of every strategy, by ``strategy.name``. A new strategy adds its options class here
 #: (and registers its implementation with ``hpcdgnn.strategies.register_strategy`` under the same name).
 STRATEGY_OPTIONS: dict[str, type[StrategyConfig]] = {
@@ -332,6 +409,7 @@ STRATEGY_OPTIONS: dict[str, type[StrategyConfig]] = {
     "vertex": VertexOptions,
     "chunk": ChunkOptions,
     "sequences": SequencesOptions,
+    "memory": MemoryOptions,
 }
 
 #: Keys moved by release 0.2 (issue 11): old dotted key -> new one.

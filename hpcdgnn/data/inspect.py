@@ -36,6 +36,19 @@ reported as problems, never raised.
 
 Snapshots are read one at a time (two edge-key arrays are alive for the
 overlap), so inspecting a dataset needs memory for about one snapshot.
+
+Event-stream datasets (``format`` ``"hpcdgnn-events"``, ``prepare --kind events``,
+:mod:`hpcdgnn.data.events`) are recognised by their manifest and get their own
+report (:func:`inspect_events`): N, E, D and the feature names, bipartite (and the
+number of sources), the time range, the split sizes (and the time at each cut),
+events per shard, distinct (src, dst) pairs and the fraction of events that repeat
+an earlier pair. Their validation: the manifest (:func:`~hpcdgnn.data.events.load_event_manifest`),
+``vertices.h5``, and every shard's size, sha256 (unless ``--no-checksums``),
+datasets, dtypes and shapes, ids in range (bipartite: ``src < num_sources <= dst``),
+time non-decreasing across shard boundaries, no NaN/Inf; then the manifest's
+``time_range`` against the first and last event and each split cut against a tie
+(equal times on both sides). One shard is in memory at a time, plus the distinct
+pairs of each shard (for the pair count).
 """
 
 from __future__ import annotations
@@ -49,13 +62,14 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hpcdgnn.data.events import EVENTS_FORMAT, SPLIT_NAMES, load_event_manifest, manifest_format, scan_event_shards
 from hpcdgnn.data.manifest import Manifest, ShardInfo, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.writer import file_sha256
 from hpcdgnn.errors import DataError
 
-__all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset"]
+__all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset", "inspect_events"]
 
 
 class _Invalid(Exception):
@@ -299,7 +313,7 @@ def _check_shard_root(f: h5py.File, path: Path, info: ShardInfo, m: Manifest, pr
         problems.append(f"{path}: unexpected group(s) {', '.join(extra[:5])}" + (" ..." if len(extra) > 5 else ""))
 
 
-def _check_vertices(root: Path, m: Manifest, problems: list[str]) -> None:
+def _check_vertices(root: Path, m: Any, problems: list[str]) -> None:
     path = root / "vertices.h5"
     if not path.is_file():
         problems.append(f"{path}: missing (original vertex ids)")
@@ -332,10 +346,15 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         (``{mean, min, max, pairs}`` or None), ``problems`` (list of
         ``file: problem`` strings) and ``valid`` (no problems).
 
+    An event-stream dataset is handed to :func:`inspect_events` (its own keys; ``kind`` is
+    ``"events"`` there).
+
     Raises:
         DataError: the manifest itself is missing or malformed (nothing else can be checked).
     """
     root = Path(root)
+    if manifest_format(root) == EVENTS_FORMAT:
+        return inspect_events(root, checksums=checksums)
     m = load_manifest(root)
     problems: list[str] = []
     _check_vertices(root, m, problems)
@@ -389,6 +408,137 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
     }
 
 
+def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any]:
+    """Statistics and a full validation of an event-stream dataset (checks in the module docstring).
+
+    Returns:
+        A JSON-ready dict: ``kind`` ("events"), ``root``, ``num_vertices``, ``num_events``,
+        ``edge_feature_dim``, ``edge_feature_names``, ``bipartite``, ``num_sources``,
+        ``time_range``, ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
+        t_last}}``, times None when unread or empty), ``shards``, ``bytes``,
+        ``checksums_verified``, ``events_per_shard`` (``{min, median, max, total}``),
+        ``distinct_pairs`` and ``repeated_pair_fraction`` (1 - distinct pairs / E; None when
+        a shard could not be read), ``problems`` and ``valid``.
+
+    Raises:
+        DataError: the manifest itself is missing or malformed.
+    """
+    root = Path(root)
+    m = load_event_manifest(root)
+    problems: list[str] = []
+    _check_vertices(root, m, problems)
+    n = np.int64(m.num_vertices)
+    wide = m.num_vertices > 3_037_000_499  # N^2 would overflow int64 keys
+    pair_blocks: list[np.ndarray] = []
+    complete = True
+    first_t = last_t = None
+    # the time at both sides of each split cut: equal ones mean the cut splits simultaneous events
+    cuts = {i for name in SPLIT_NAMES for i in m.split[name]}
+    probes = {c - 1 for c in cuts if c > 0} | {c for c in cuts if c < m.num_events}
+    at: dict[int, float] = {}
+    for scan in scan_event_shards(root, m, problems, checksums=checksums):
+        if scan.t is None:
+            complete = False
+            continue
+        info = scan.info
+        if info.e_start == 0:
+            first_t = float(scan.t[0])
+        if info.e_stop == m.num_events:
+            last_t = float(scan.t[-1])
+        for i in probes:
+            if info.e_start <= i < info.e_stop:
+                at[i] = float(scan.t[i - info.e_start])
+        s64, d64 = scan.src.astype(np.int64), scan.dst.astype(np.int64)
+        if wide:
+            pair_blocks.append(np.unique(np.stack([s64, d64], axis=1), axis=0))
+        else:
+            pair_blocks.append(np.unique(s64 * n + d64))
+    mpath = root / "manifest.json"
+    lo, hi = m.time_range
+    if first_t is not None and first_t != lo:
+        problems.append(f"{mpath}: 'time_range' starts at {lo!r}, but the first event is at {first_t!r}")
+    if last_t is not None and last_t != hi:
+        problems.append(f"{mpath}: 'time_range' ends at {hi!r}, but the last event is at {last_t!r}")
+    for name in SPLIT_NAMES[1:]:
+        c = m.split[name][0]
+        if 0 < c < m.num_events and c - 1 in at and c in at and at[c - 1] == at[c]:
+            problems.append(
+                f"{mpath}: 'split' cut at event {c} ({name} starts) falls between two events at time {at[c]!r}"
+            )
+    distinct = None
+    if complete and pair_blocks:
+        if wide:
+            distinct = int(np.unique(np.concatenate(pair_blocks), axis=0).shape[0])
+        else:
+            distinct = int(np.unique(np.concatenate(pair_blocks)).shape[0])
+    split = {}
+    for name in SPLIT_NAMES:
+        a, b = m.split[name]
+        split[name] = {"start": a, "stop": b, "events": b - a, "t_first": at.get(a) if b > a else None,
+                       "t_last": at.get(b - 1) if b > a else None}
+    return {
+        "kind": "events",
+        "root": str(root),
+        "num_vertices": m.num_vertices,
+        "num_events": m.num_events,
+        "edge_feature_dim": m.edge_feature_dim,
+        "edge_feature_names": list(m.edge_feature_names),
+        "bipartite": m.bipartite,
+        "num_sources": m.num_sources,
+        "time_range": [lo, hi],
+        "sorted_input": m.sorted_input,
+        "split": split,
+        "shards": len(m.shards),
+        "bytes": sum(s.bytes for s in m.shards),
+        "checksums_verified": checksums,
+        "events_per_shard": _summary([s.num_events for s in m.shards]),
+        "distinct_pairs": distinct,
+        "repeated_pair_fraction": None if distinct is None else 1.0 - distinct / m.num_events,
+        "problems": problems,
+        "valid": not problems,
+    }
+
+
+def _fmt_time(v: float | None) -> str:
+    return "?" if v is None else f"{v:.10g}"
+
+
+def format_events_report(r: dict[str, Any]) -> str:
+    """Human-readable text of an :func:`inspect_events` result."""
+    e = r["num_events"]
+    names = r["edge_feature_names"]
+    feat = ", ".join(names[:8]) + (f", ... ({len(names)} names)" if len(names) > 8 else "")
+    graph = (f"bipartite: {r['num_sources']:,} sources, {r['num_vertices'] - r['num_sources']:,} destinations"
+             if r["bipartite"] else "not bipartite")
+    split = "  ".join(
+        f"{k} {v['events']:,} ({100 * v['events'] / e:.1f}%, t {_fmt_time(v['t_first'])}..{_fmt_time(v['t_last'])})"
+        for k, v in r["split"].items()
+    )
+    pairs = "n/a (a shard could not be read)"
+    if r["distinct_pairs"] is not None:
+        pairs = f"{r['distinct_pairs']:,} distinct (src, dst), repeated-pair fraction {r['repeated_pair_fraction']:.3f}"
+    lines = [
+        f"dataset   {r['root']}  (event stream, hpcdgnn-events)",
+        f"  vertices N = {r['num_vertices']:,}   events E = {e:,}   edge features D = {r['edge_feature_dim']}"
+        + (f" ({feat})" if names else ""),
+        f"  {graph}; input {'in time order' if r['sorted_input'] else 'sorted by time (was out of order)'}",
+        f"  time      {_fmt_time(r['time_range'][0])} .. {_fmt_time(r['time_range'][1])}",
+        f"  split     {split}",
+        f"  shards    {r['shards']} files, {r['bytes'] / 2**20:,.1f} MiB"
+        + ("" if r["checksums_verified"] else " (checksums not verified)")
+        + f"; events per shard {_fmt_summary(r['events_per_shard'])}",
+        f"  pairs     {pairs}",
+    ]
+    if r["valid"]:
+        lines.append("  valid     yes")
+    else:
+        lines.append(f"  valid     NO, {len(r['problems'])} problem(s):")
+        lines += [f"    {p}" for p in r["problems"][:20]]
+        if len(r["problems"]) > 20:
+            lines.append(f"    ... and {len(r['problems']) - 20} more")
+    return "\n".join(lines)
+
+
 def _fmt_summary(s: dict[str, float] | None) -> str:
     if s is None:
         return "n/a"
@@ -409,6 +559,8 @@ def _fmt_targets(r: dict[str, Any]) -> str:
 
 def format_report(r: dict[str, Any]) -> str:
     """Human-readable text of an :func:`inspect_dataset` result."""
+    if r.get("kind") == "events":
+        return format_events_report(r)
     sm = r["smoothing"]
     ov = r["overlap"]
     lines = [

@@ -44,6 +44,8 @@ snapshot t+1 (raw edges), or log1p of it, NaN at the last snapshot
 must be a plain name inside ``shards/``; ``sha256`` 64 lowercase hex digits),
 the per-snapshot lists for length T and the shards for covering ``[0, T)`` in
 order; any fault is one :class:`~hpcdgnn.errors.DataError` line naming the file.
+An event-stream directory (``format`` ``"hpcdgnn-events"``, ``prepare --kind events``,
+:mod:`hpcdgnn.data.events`) is refused in one line saying what it is.
 
 The shard layout is documented in :mod:`hpcdgnn.data.shard_reader`.
 """
@@ -73,6 +75,9 @@ __all__ = [
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "hpcdgnn-snapshots"
 FORMAT_VERSION = 1
+
+#: The other on-disk kind (:mod:`hpcdgnn.data.events`), named here only to refuse it in one line.
+EVENTS_FORMAT_NAME = "hpcdgnn-events"
 
 
 @dataclass(frozen=True)
@@ -256,6 +261,11 @@ def load_manifest(root: str | Path) -> Manifest:
         raise DataError(f"{path}: cannot parse: {' '.join(str(e).split())}") from None
     if not isinstance(raw, dict):
         raise DataError(f"{path}: not an {FORMAT_NAME} manifest (expected a JSON object)")
+    if raw.get("format") == EVENTS_FORMAT_NAME:
+        raise DataError(
+            f"{root} is an event-stream dataset (format {EVENTS_FORMAT_NAME}, prepare --kind events):"
+            " only model.name: tgn reads it"
+        )
     problem = _schema_problem(raw)
     if problem:
         raise DataError(f"{path}: {problem}")

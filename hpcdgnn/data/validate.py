@@ -7,6 +7,12 @@ labels; N, T and per-snapshot counts consistent with the manifest), without
 the statistics. ``run`` calls :func:`validate_dataset` on rank 0 before
 planning and broadcasts the verdict, so a corrupt input ends every rank with
 the same one-line message (``file: fault``) and exit code 2, never a hang.
+
+Event-stream datasets (``prepare --kind events``, :mod:`hpcdgnn.data.events`) are
+recognised by their manifest and checked by :func:`hpcdgnn.data.inspect.inspect_events`:
+manifest, ``vertices.h5``, and every shard's size, sha256, dtypes, shapes, id ranges
+(bipartite: ``src < num_sources <= dst``), time order across shard boundaries and
+NaN/Inf, one line per problem.
 """
 
 from __future__ import annotations

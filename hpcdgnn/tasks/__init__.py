@@ -4,6 +4,7 @@ from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch, split_steps
 from hpcdgnn.tasks.link_prediction import LinkPrediction
 from hpcdgnn.tasks.node_classification import NodeClassification
 from hpcdgnn.tasks.regression import Regression
+from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction
 
 __all__ = [
     "LinkPrediction",
@@ -12,12 +13,14 @@ __all__ = [
     "SPLITS",
     "Task",
     "TaskBatch",
+    "TemporalLinkPrediction",
     "build_task",
     "split_steps",
     "task_class",
 ]
 
-_TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassification, "regression": Regression}
+_TASKS = {"link_prediction": LinkPrediction, "node_classification": NodeClassification, "regression": Regression,
+          "temporal_link_prediction": TemporalLinkPrediction}
 
 
 def build_task(cfg, manifest, emb_features: int, seed: int) -> Task:

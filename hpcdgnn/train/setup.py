@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.nn.models import DGNN, build_model, needs_step_graphs
+from hpcdgnn.nn.models.tgn import TGN
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
@@ -227,7 +229,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         else:
             job, run_dir, ckpt = load_job(job_path, overrides), None, None
         check_model_strategy(job, job_path or resume, comm.size)
-        manifest = load_manifest(job.data.path)
+        manifest = load_dataset_manifest(job, job_path or resume)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
@@ -238,10 +240,38 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
     return root_then_bcast(comm, on_root)
 
 
+def load_dataset_manifest(job: JobConfig, where: str | None):
+    """The dataset's manifest — snapshots (:class:`Manifest`) or an event stream (``EventManifest``) — and a
+    one-line refusal when the model reads the other kind."""
+    from hpcdgnn.data.events import dataset_kind, load_event_manifest
+
+    kind = dataset_kind(job.data.path)
+    if (kind == "events") != (job.model.name == "tgn"):
+        wants = "an event-stream dataset (prepare --kind events)" if job.model.name == "tgn" else \
+            "a snapshot dataset (prepare, generate)"
+        raise ConfigError(f"{where}: data.path: {job.data.path} is {'an event-stream' if kind == 'events' else 'a snapshot'} "
+                          f"dataset, but model.name: {job.model.name} reads {wants}")
+    return load_event_manifest(job.data.path) if kind == "events" else load_manifest(job.data.path)
+
+
+_EVENT_REGIME = {"model.name": "tgn", "strategy.name": "memory", "task.name": "temporal_link_prediction"}
+"""The continuous-time regime (DistTGL): these three go together."""
+
+
 def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> None:
     """Refuse (one line) a model whose time encoder convolves over each step's graph under a strategy whose
-    time encoder, at this rank count, does not see whole snapshots (``Strategy.step_graphs_at``)."""
+    time encoder, at this rank count, does not see whole snapshots (``Strategy.step_graphs_at``); and any
+    mix of the event-stream regime (tgn, memory, temporal_link_prediction) with the snapshot one."""
     m, s = job.model.name, job.strategy.name
+    chosen = {"model.name": m, "strategy.name": s, "task.name": job.task.name}
+    inside = [k for k, v in _EVENT_REGIME.items() if chosen[k] == v]
+    if inside and len(inside) < len(_EVENT_REGIME):
+        missing = [f"{k}: {v}" for k, v in _EVENT_REGIME.items() if k not in inside]
+        raise ConfigError(f"{where}: {', '.join(f'{k}: {chosen[k]}' for k in inside)} needs {' and '.join(missing)} "
+                          "(the event-stream regime, DistTGL)")
+    if m == "tgn" and job.task.split != (0.7, 0.15, 0.15):
+        raise ConfigError(f"{where}: task.split: an event stream's split is the dataset's (prepare --kind events "
+                          "--split); remove task.split")
     if not needs_step_graphs(m):
         return
     can = getattr(get_strategy(s), "step_graphs_at", None)
@@ -273,7 +303,11 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
     torch.manual_seed(job.train.seed)
     m = job.model
-    model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order).to(device, dtype)
+    if m.name == "tgn":
+        model = TGN(manifest.num_vertices, manifest.edge_feature_dim, m.memory_dim, m.time_dim, m.hidden, m.heads,
+                    m.static_memory == "on").to(device, dtype)
+    else:
+        model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order).to(device, dtype)
     task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(device, dtype)
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
@@ -306,7 +340,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     t_setup = time.perf_counter()
 
     def setup() -> None:
-        with ShardReader(job.data.path, manifest) as reader:
+        with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
             task.setup(reader, strategy.setup(plan, model, reader), comm)
         strategy.attach_task(task)
 

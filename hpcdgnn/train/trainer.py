@@ -110,9 +110,10 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
 
 def _banner(log, run: Run, comm: Communicator) -> None:
     job, m = run.job, run.manifest
+    shape = (f"N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim}" if hasattr(m, "num_events") else
+             f"N={m.num_vertices} T={m.num_snapshots} F={m.num_features}")
     log.info(
-        f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, "
-        f"N={m.num_vertices} T={m.num_snapshots} F={m.num_features}, "
+        f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, {shape}, "
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")

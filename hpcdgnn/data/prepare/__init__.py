@@ -36,9 +36,16 @@ derives one from the edges:
 The last snapshot has no successor: its targets are NaN (no target). With
 ``--labels next_activity`` the two agree: label 1 exactly where the target is > 0.
 
+Event streams (``--kind events``, the second on-disk kind, :mod:`hpcdgnn.data.events`):
+the same snap and jodie inputs, parsed by the same readers, are written as time-sorted
+events with their edge features instead of snapshots, for continuous-time TGNNs (TGN,
+DistTGL); the rules are in :mod:`.event_stream`. ``--kind snapshots`` (the default) is
+everything above, unchanged.
+
 Example::
 
     python -m hpcdgnn prepare CollegeMsg.txt.gz --format snap --output inputs/uci --snapshots 20
+    python -m hpcdgnn prepare CollegeMsg.txt.gz --format snap --kind events --output inputs/uci-events
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, DEFAULT_SPLIT, EventManifest
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.prepare._common import (
     DEFAULT_LAGS,
@@ -67,6 +75,11 @@ from hpcdgnn.data.prepare._estimate import (
     estimate_output,
     human_bytes,
 )
+from hpcdgnn.data.prepare.event_stream import (
+    EVENT_ONLY_OPTIONS,
+    option_flag,
+    prepare_events,
+)
 from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, read_jodie
 from hpcdgnn.data.prepare.pygt_json import read_pygt_json
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, read_snap
@@ -77,6 +90,8 @@ __all__ = [
     "add_prepare_arguments",
     "run_prepare",
     "prepare_dataset",
+    "prepare_events",
+    "KINDS",
     "PrepareOptions",
     "FORMATS",
     "LABELS",
@@ -88,6 +103,9 @@ __all__ = [
 
 #: ``--format`` choices and their readers.
 FORMATS = {"snap": read_snap, "jodie": read_jodie, "pygt-json": read_pygt_json}
+
+#: ``--kind`` choices: the two on-disk dataset kinds.
+KINDS = ("snapshots", "events")
 
 #: ``--columns`` keys each format accepts (pygt-json files are JSON documents: no columns to map).
 COLUMN_KEYS_BY_FORMAT = {"snap": SNAP_COLUMN_KEYS, "jodie": JODIE_COLUMN_KEYS}
@@ -180,18 +198,24 @@ def _check_size(path: Path, fmt: str, opts: PrepareOptions, est: OutputEstimate 
     )
 
 
-def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **options: Any) -> Manifest:
+def prepare_dataset(
+    input_path: str | Path, fmt: str, output: str | Path, *, kind: str = "snapshots", **options: Any
+) -> Manifest | EventManifest:
     """Convert a raw input file into a dataset directory and return its manifest.
 
     Args:
         input_path: the raw file (plain, gzip, xz or bz2; detected by magic bytes).
         fmt: ``"snap"``, ``"jodie"`` or ``"pygt-json"``.
         output: dataset directory to create.
+        kind: ``"snapshots"`` (default) or ``"events"`` (:func:`.event_stream.prepare_events`:
+            ``split``, ``shard_events``, ``bipartite``, ``columns``, ``force``; the snapshot
+            options only at their defaults).
         **options: the fields of :class:`PrepareOptions` (``snapshots``,
             ``window``, ``events_per_snapshot``, ``undirected``, ``weights``,
             ``edge_life``, ``mtransform``, ``log_features``, ``labels``, ``targets``,
             ``shard_size``, ``lags``, ``force``, ``columns``, ``allow_large``), as on
-            the command line.
+            the command line; ``split``/``shard_events``/``bipartite`` only at their
+            defaults (None, None, False).
 
     Returns:
         The manifest written to ``output/manifest.json``.
@@ -203,6 +227,13 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
         TypeError: an unknown keyword in ``options``.
     """
     path = Path(input_path)
+    if kind not in KINDS:
+        raise DataError(f"{path}: unknown --kind {kind!r}; choose from {', '.join(KINDS)}")
+    if kind == "events":
+        return prepare_events(path, fmt, output, **options)
+    for name, default in EVENT_ONLY_OPTIONS.items():
+        if options.pop(name, default) != default:
+            raise DataError(f"{path}: {option_flag(name)} applies only to --kind events")
     opts = PrepareOptions(**options)
     _check_options(path, fmt, opts)
     prepared: PreparedInput = FORMATS[fmt](path, opts)
@@ -256,11 +287,19 @@ def prepare_dataset(input_path: str | Path, fmt: str, output: str | Path, **opti
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``hpcdgnn prepare`` arguments to ``parser`` (a subcommand parser)."""
     parser.description = (
-        "Convert a raw dynamic graph (SNAP edge list, JODIE csv, PyG-Temporal json) into HDF5 snapshot shards."
+        "Convert a raw dynamic graph (SNAP edge list, JODIE csv, PyG-Temporal json) into HDF5 snapshot shards,"
+        " or (--kind events) into a time-sorted event stream for TGN."
     )
     parser.add_argument("input", metavar="INPUT", help="raw input file; plain, .gz, .xz or .bz2 (detected by content)")
     parser.add_argument("--format", required=True, choices=list(FORMATS), help="input format")
     parser.add_argument("--output", required=True, metavar="DIR", help="dataset directory to create")
+    parser.add_argument(
+        "--kind",
+        choices=list(KINDS),
+        default="snapshots",
+        help="snapshots (default): HDF5 snapshot shards; events: time-sorted events with edge features in "
+        "HDF5 shards (continuous-time TGNNs: model.name tgn; snap and jodie only)",
+    )
     slicing = parser.add_mutually_exclusive_group()
     slicing.add_argument(
         "--snapshots",
@@ -321,6 +360,26 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="which input columns hold what, by header name or 0-based index: keys src, dst, time (required), "
         "label (jodie), weight (snap); for csvs with other headers or column orders",
     )
+    parser.add_argument(
+        "--split",
+        type=float,
+        nargs=3,
+        metavar=("TRAIN", "VAL", "TEST"),
+        help="--kind events: chronological fractions of the events for train/val/test, cut so that equal "
+        f"timestamps never straddle a cut (default {' '.join(f'{x:.2f}' for x in DEFAULT_SPLIT)})",
+    )
+    parser.add_argument(
+        "--shard-events",
+        type=int,
+        metavar="K",
+        help=f"--kind events: events per shard file (default {DEFAULT_SHARD_EVENTS:,})",
+    )
+    parser.add_argument(
+        "--bipartite",
+        action="store_true",
+        help="--kind events, --format snap: sources and destinations are separate vertex sets "
+        "(jodie is always bipartite: users then items)",
+    )
     parser.add_argument("--force", action="store_true", help="replace a non-empty --output directory")
     parser.add_argument(
         "--allow-large",
@@ -341,6 +400,10 @@ def run_prepare(args: argparse.Namespace) -> int:
         args.input,
         args.format,
         args.output,
+        kind=args.kind,
+        split=args.split,
+        shard_events=args.shard_events,
+        bipartite=args.bipartite,
         snapshots=args.snapshots,
         window=args.window,
         events_per_snapshot=args.events_per_snapshot,
@@ -357,6 +420,13 @@ def run_prepare(args: argparse.Namespace) -> int:
         columns=args.columns,
         allow_large=args.allow_large,
     )
+    if isinstance(m, EventManifest):
+        sizes = " ".join(f"{k}={b - a}" for k, (a, b) in m.split.items())
+        print(
+            f"prepared {args.output}: N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim} "
+            f"bipartite={str(m.bipartite).lower()} {sizes} shards={len(m.shards)}"
+        )
+        return 0
     print(
         f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
         f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"

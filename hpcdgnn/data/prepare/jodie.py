@@ -43,17 +43,29 @@ Labels:
 * ``--labels next_activity`` works as for every format.
 
 There is no weight column, so ``--weights given`` is an error.
+
+``--kind events`` (:mod:`hpcdgnn.data.events`, :func:`parse_jodie_events`) reads the same
+header and columns but **keeps the edge features**: every column that is not mapped to
+src, dst, time or label, is not unnamed or ``idx`` (TGL's pandas columns) and is not named
+like a label (``state_label|label|state``) is one float edge feature, in file order.
+Their names are the header's when the header has one name per data field, else
+``feat_0 .. feat_{D-1}`` (JODIE's header ends with the single name
+``comma_separated_list_of_features``). Every row must have the first data row's field
+count; a feature that is not a finite number is an error naming ``file:line``. The state
+label is not stored in an event dataset.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from hpcdgnn.data.prepare._common import (
+    COLUMN_ALIASES,
     PreparedInput,
     PrepareOptions,
     Slice,
@@ -72,7 +84,7 @@ from hpcdgnn.data.prepare.snap import slicing_kwargs, snapshot_counts
 from hpcdgnn.data.writer import RawSnapshot
 from hpcdgnn.errors import DataError
 
-__all__ = ["read_jodie", "JODIE_COLUMN_KEYS"]
+__all__ = ["read_jodie", "parse_jodie_events", "JODIE_COLUMN_KEYS"]
 
 
 #: ``--columns`` keys for ``--format jodie`` (no weight: JODIE interactions are unweighted).
@@ -230,3 +242,98 @@ def read_jodie(path: Path, opts: PrepareOptions) -> PreparedInput:
         },
         **snapshot_counts(src, dst, n, slices, opts),
     )
+
+
+#: Rows whose features are converted to floats at once (bounds the memory of the token lists).
+_FEATURE_BLOCK = 1 << 15
+
+
+def _feature_block(path: Path, rows: list[list[str]], lines: list[int], names: list[str]) -> np.ndarray:
+    """A block of feature tokens as float64 (rows, D); a DataError naming the first bad token's line."""
+    try:
+        block = np.array(rows, dtype=np.float64).reshape(len(rows), len(names))
+    except ValueError:
+        block = None
+    if block is None or not np.isfinite(block).all():
+        for row, line in zip(rows, lines, strict=True):
+            for tok, name in zip(row, names, strict=True):
+                try:
+                    ok = math.isfinite(float(tok))
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise DataError(f"{path}:{line}: edge feature {name!r} {tok.strip()!r} is not a finite number")
+    return block
+
+
+def parse_jodie_events(
+    path: Path, columns: dict[str, str] | None
+) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, list[str], dict[str, str]]:
+    """User and item tokens, times, edge features and their names of a JODIE csv, in file order.
+
+    The header and ``--columns`` rules are those of :func:`read_jodie`; the feature
+    columns are chosen as the module docstring says (``--kind events``).
+
+    Returns:
+        ``(users, items, time, features, feature_names, column_names)``: ``features`` is
+        float32 (E, D), or None when D = 0.
+
+    Raises:
+        DataError: ``path:line: problem`` for the first bad row or token.
+    """
+    text = read_input_text(path)
+    numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
+    head = list(itertools.islice(numbered, 2))
+    if not head:
+        raise DataError(f"{path}: no interactions (empty file or header only)")
+    lineno, first = head[0]
+    index, names, has_header = _header_columns(path, lineno, first, head[1][1] if len(head) > 1 else None, columns)
+    header = [h.strip().strip('"').strip() for h in split_fields(first, True)] if has_header else None
+    iu, ii, it = index["src"], index["dst"], index["time"]
+    need = max(index.values()) + 1
+    mapped = set(index.values())
+    not_features = {"", "idx", *COLUMN_ALIASES["label"]}
+    users: list[str] = []
+    items: list[str] = []
+    times: list[str] = []
+    lines: list[int] = []
+    fcols: list[int] | None = None
+    fnames: list[str] = []
+    width = first_line = 0
+    blocks: list[np.ndarray] = []
+    rows: list[list[str]] = []
+    row_lines: list[int] = []
+    for lineno, s in itertools.chain(head[1:] if has_header else head, numbered):
+        parts = s.split(",")
+        if fcols is None:
+            width, first_line = len(parts), lineno
+            if width < need:
+                fields = ",".join(names[k] for k in index)
+                raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {width}")
+            named = header if header is not None else []
+            fcols = [
+                j for j in range(width) if j not in mapped and not (j < len(named) and named[j].lower() in not_features)
+            ]
+            if header is not None and len(header) == width:
+                fnames = [header[j] for j in fcols]
+            else:
+                fnames = [f"feat_{k}" for k in range(len(fcols))]
+        elif len(parts) != width:
+            raise DataError(f"{path}:{lineno}: expected {width} fields like line {first_line}, got {len(parts)}")
+        users.append(parts[iu].strip())
+        items.append(parts[ii].strip())
+        times.append(parts[it].strip())
+        lines.append(lineno)
+        if fcols:
+            rows.append([parts[j] for j in fcols])
+            row_lines.append(lineno)
+            if len(rows) == _FEATURE_BLOCK:
+                blocks.append(_feature_block(path, rows, row_lines, fnames).astype(np.float32))
+                rows, row_lines = [], []
+    if not lines:
+        raise DataError(f"{path}: no interactions (empty file or header only)")
+    if rows:
+        blocks.append(_feature_block(path, rows, row_lines, fnames).astype(np.float32))
+    time = parse_numbers(times, lines, path, _what("time", names))
+    features = np.concatenate(blocks) if blocks else None
+    return users, items, time, features, fnames, names

@@ -123,11 +123,14 @@ class EdgeList:
         time: (E,) int64 when every timestamp is an integer, else float64.
         weight: (E,) float64 of the weight column, or None for 3 columns.
         vertex_ids: (N,) original ids (int64 or str), ``vertex_ids[i]`` is vertex i.
+        inversions: adjacent pairs of the file's rows whose time decreases (0: the file was
+            in time order); ``prepare --kind events`` reports it.
     """
 
     def __init__(
         self, src: np.ndarray, dst: np.ndarray, time: np.ndarray, weight: np.ndarray | None, vertex_ids: np.ndarray
     ) -> None:
+        self.inversions = int(np.count_nonzero(time[1:] < time[:-1]))
         order = np.argsort(time, kind="stable")
         self.src, self.dst, self.time = src[order], dst[order], time[order]
         self.weight = None if weight is None else weight[order]

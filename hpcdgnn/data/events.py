@@ -1,0 +1,823 @@
+"""Event-stream datasets (``prepare --kind events``): time-sorted interactions in HDF5 shards.
+
+The second on-disk kind, beside the snapshot datasets of :mod:`hpcdgnn.data.manifest`.
+Continuous-time memory-based temporal GNNs (TGN, Rossi et al. 2020; DistTGL, Zhou et
+al. 2023) consume the raw interaction stream — source, destination, time, edge
+features — in time order, so nothing is cut into snapshots and nothing is deduplicated:
+every event of the input is one event here, and JODIE's edge features are kept.
+
+A dataset directory::
+
+    DIR/
+      manifest.json            # the keys below
+      vertices.h5              # /original_id: the input's id of vertex 0..N-1 (as for snapshots)
+      shards/
+        events-00000.h5        # events [e_start, e_stop) of the stream
+        events-00001.h5
+        ...
+
+``manifest.json`` keys (``EVENTS_VERSION`` 1)::
+
+    format              "hpcdgnn-events"
+    version             1
+    num_vertices        N    ids 0..N-1 after remapping; bipartite: sources 0..num_sources-1,
+                             destinations num_sources..N-1
+    num_events          E >= 1
+    bipartite           bool (JODIE: true, users then items; SNAP / .edges: false unless --bipartite)
+    num_sources         bipartite: the number of source-side ids (1 <= S < N); else N
+    edge_feature_dim    D (0 when the input has none)
+    edge_feature_names  [D names]
+    time_range          [t_min, t_max]  the first and last event's time (float, the input's unit)
+    split               {"train": [0, a], "val": [a, b], "test": [b, E]}  event index ranges [start, stop)
+    shards              [{"file", "e_start", "e_stop", "bytes", "sha256"}] covering [0, E) in order
+    sorted_input        bool: the raw file was already in time order
+    source              free-form provenance (input path, format, options); optional
+
+Each shard holds ``shard_events`` consecutive events (the last one fewer)::
+
+    src    int32 (int64 when N >= 2^31)   (n,)   source vertex
+    dst    same dtype as src              (n,)   destination vertex
+    t      float64                        (n,)   time, non-decreasing over the whole stream
+    efeat  float32                        (n, D) edge features; absent when D = 0
+
+Order. The stream is sorted by time. Raw files need not be: ``prepare`` sorts the
+events *stably* by time (events with equal times keep their file order) and prints
+one warning line naming the number of adjacent inversions it found (email-Eu-core
+has 2; soc-sign-bitcoinalpha is unsorted); ``sorted_input`` records which case it
+was. A stable sort is the one reordering that leaves an already-sorted file, and
+the file order of simultaneous events, untouched.
+
+Split. ``split`` cuts the stream chronologically at event-count quantiles: with
+fractions (f_train, f_val, f_test) (``--split``, default 0.70 0.15 0.15), ``a =
+round(f_train·E)`` and ``b = round((f_train + f_val)·E)`` (as
+:func:`hpcdgnn.tasks.base.split_steps` cuts snapshots; a >= 1), then each cut is
+moved forward past every event whose time equals the time just before the cut, so
+that events with equal timestamps never straddle two splits (a TGN batch must not
+see, in training, an event simultaneous with one it is evaluated on).
+
+:func:`load_event_manifest` checks every key for presence and type, the shards for
+covering ``[0, E)`` in order and the split for ``0 <= a <= b <= E``; any fault is one
+:class:`~hpcdgnn.errors.DataError` line naming the file and key. :func:`read_events`
+reads only the shards overlapping the requested range and checks what it reads
+(dtypes, shapes, id ranges — bipartite: ``src < num_sources <= dst`` —, time
+non-decreasing across shard boundaries, no NaN/Inf), naming the shard file on a fault.
+``hpcdgnn validate`` / ``inspect`` run the same checks over every shard plus its size
+and sha256 (:func:`scan_event_shards`). :func:`write_events` writes a directory
+atomically (a temporary directory beside it, renamed at the end) and refuses to
+replace a non-empty one unless ``force``.
+
+A snapshot reader given an event directory fails with one line saying so
+(:func:`hpcdgnn.data.manifest.load_manifest`); :func:`dataset_kind` tells the two apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, MANIFEST_NAME
+from hpcdgnn.data.writer import file_sha256, prepare_output_dir
+from hpcdgnn.errors import DataError
+
+__all__ = [
+    "EVENTS_FORMAT",
+    "EVENTS_VERSION",
+    "DEFAULT_SHARD_EVENTS",
+    "DEFAULT_SPLIT",
+    "SPLIT_NAMES",
+    "EventShardInfo",
+    "EventManifest",
+    "EventStream",
+    "dataset_kind",
+    "manifest_format",
+    "load_event_manifest",
+    "save_event_manifest",
+    "read_events",
+    "write_events",
+    "split_ranges",
+    "check_split_fractions",
+    "scan_event_shards",
+    "event_shard_name",
+]
+
+EVENTS_FORMAT = EVENTS_FORMAT_NAME  # "hpcdgnn-events"
+EVENTS_VERSION = 1
+
+#: Events per shard file when ``--shard-events`` is not given.
+DEFAULT_SHARD_EVENTS = 1_000_000
+
+#: ``--split`` when not given: train, val, test fractions of the events.
+DEFAULT_SPLIT = (0.70, 0.15, 0.15)
+
+SPLIT_NAMES = ("train", "val", "test")
+
+#: What h5py raises on a damaged file (reported as a problem, never a traceback).
+_H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
+
+
+def event_shard_name(k: int) -> str:
+    """File name of shard ``k`` under ``shards/``."""
+    return f"events-{k:05d}.h5"
+
+
+@dataclass(frozen=True)
+class EventShardInfo:
+    """One shard file: the events ``[e_start, e_stop)`` of the stream."""
+
+    file: str
+    e_start: int
+    e_stop: int
+    bytes: int
+    sha256: str
+
+    @property
+    def num_events(self) -> int:
+        """Events in this shard."""
+        return self.e_stop - self.e_start
+
+
+@dataclass(frozen=True)
+class EventManifest:
+    """Typed view of an event dataset's ``manifest.json`` (keys in the module docstring)."""
+
+    num_vertices: int
+    num_events: int
+    bipartite: bool
+    num_sources: int
+    edge_feature_dim: int
+    edge_feature_names: list[str]
+    time_range: tuple[float, float]
+    split: dict[str, tuple[int, int]]
+    shards: list[EventShardInfo]
+    sorted_input: bool
+    source: dict[str, Any] = field(default_factory=dict)
+    format: str = EVENTS_FORMAT
+    version: int = EVENTS_VERSION
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        """The dtype of the shards' ``src``/``dst``: int32 when N < 2^31, else int64."""
+        return np.dtype(np.int32 if self.num_vertices < 2**31 else np.int64)
+
+    def shards_overlapping(self, start: int, stop: int) -> list[EventShardInfo]:
+        """The shards holding at least one event of ``[start, stop)``, in order."""
+        if stop <= start:
+            return []
+        return [s for s in self.shards if s.e_start < stop and s.e_stop > start]
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as a JSON-ready dict, keys in the documented order."""
+        return {
+            "format": self.format,
+            "version": self.version,
+            "num_vertices": self.num_vertices,
+            "num_events": self.num_events,
+            "bipartite": self.bipartite,
+            "num_sources": self.num_sources,
+            "edge_feature_dim": self.edge_feature_dim,
+            "edge_feature_names": list(self.edge_feature_names),
+            "time_range": [float(self.time_range[0]), float(self.time_range[1])],
+            "split": {k: [int(self.split[k][0]), int(self.split[k][1])] for k in SPLIT_NAMES},
+            "shards": [
+                {"file": s.file, "e_start": s.e_start, "e_stop": s.e_stop, "bytes": s.bytes, "sha256": s.sha256}
+                for s in self.shards
+            ],
+            "sorted_input": self.sorted_input,
+            "source": dict(self.source),
+        }
+
+
+@dataclass
+class EventStream:
+    """Events ``[start, start + len)`` of a dataset, as :func:`read_events` returns them.
+
+    ``src``/``dst`` int64 (E',), ``t`` float64 (E',) non-decreasing, ``efeat`` float32 (E', D)
+    (shape (E', 0) when the dataset has no edge features).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    efeat: np.ndarray
+    start: int
+
+    def __len__(self) -> int:
+        return int(self.t.shape[0])
+
+    @property
+    def stop(self) -> int:
+        """One past the last event's index in the whole stream."""
+        return self.start + len(self)
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def _short(v: Any) -> str:
+    r = repr(v).replace("\n", " ")
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _is_int(v: Any, lo: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_SHA256_HEX = set("0123456789abcdef")
+_SHARD_KEYS = ("file", "e_start", "e_stop", "bytes", "sha256")
+_REQUIRED = (
+    "format",
+    "version",
+    "num_vertices",
+    "num_events",
+    "bipartite",
+    "num_sources",
+    "edge_feature_dim",
+    "edge_feature_names",
+    "time_range",
+    "split",
+    "shards",
+    "sorted_input",
+)
+_KNOWN = (*_REQUIRED, "source")
+
+
+def _read_raw(root: str | Path) -> tuple[Path, Any]:
+    """``(path of manifest.json, its parsed JSON)``; the same one-line errors as ``load_manifest``."""
+    root = Path(root)
+    path = root / MANIFEST_NAME
+    if not root.is_dir():
+        raise DataError(f"{root}: dataset directory does not exist")
+    try:
+        return path, json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing; is {root} a dataset written by 'hpcdgnn prepare'?") from None
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{path}: cannot parse: {' '.join(str(e).split())}") from None
+
+
+def manifest_format(root: str | Path) -> str | None:
+    """The ``format`` of ``root/manifest.json``, or None when it cannot be read (never raises)."""
+    try:
+        _, raw = _read_raw(root)
+    except DataError:
+        return None
+    fmt = raw.get("format") if isinstance(raw, dict) else None
+    return fmt if isinstance(fmt, str) else None
+
+
+def dataset_kind(root: str | Path) -> str:
+    """``"snapshots"`` or ``"events"``: which kind of dataset ``root`` holds (its manifest's ``format``).
+
+    Raises:
+        DataError: one line naming the directory or ``manifest.json`` when it is missing,
+            unparseable, or of neither format.
+    """
+    path, raw = _read_raw(root)
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: not a dataset manifest (expected a JSON object)")
+    if "format" not in raw:
+        raise DataError(f"{path}: missing key 'format' (expected {FORMAT_NAME!r} or {EVENTS_FORMAT!r})")
+    fmt = raw["format"]
+    if fmt == FORMAT_NAME:
+        return "snapshots"
+    if fmt == EVENTS_FORMAT:
+        return "events"
+    raise DataError(
+        f"{path}: 'format' is {_short(fmt)}, expected {FORMAT_NAME!r} (snapshots) or {EVENTS_FORMAT!r} (events)"
+    )
+
+
+def _schema_problem(raw: dict[str, Any]) -> str | None:
+    """The first problem of an event manifest's keys and types, as ``key: problem`` (None when sound)."""
+    if "format" not in raw:
+        return f"missing key 'format' (is this an {EVENTS_FORMAT} manifest?)"
+    if raw["format"] == FORMAT_NAME:
+        return f"'format' is {FORMAT_NAME!r}: a snapshot dataset, not an event stream (prepare --kind events)"
+    if raw["format"] != EVENTS_FORMAT:
+        return f"'format' is {_short(raw['format'])}, expected {EVENTS_FORMAT!r}: not an event dataset manifest"
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        return ("missing key " if len(missing) == 1 else "missing keys ") + ", ".join(f"'{k}'" for k in missing)
+    unknown = sorted(set(raw) - set(_KNOWN))
+    if unknown:
+        return ("unknown key " if len(unknown) == 1 else "unknown keys ") + ", ".join(f"'{k}'" for k in unknown)
+    if raw["version"] != EVENTS_VERSION or isinstance(raw["version"], bool):
+        return f"'version' {_short(raw['version'])} unsupported (this build reads {EVENTS_VERSION})"
+    for key, lo in (("num_vertices", 1), ("num_events", 1), ("edge_feature_dim", 0), ("num_sources", 1)):
+        if not _is_int(raw[key], lo):
+            return f"'{key}' must be an integer >= {lo}, got {_short(raw[key])}"
+    n, e = raw["num_vertices"], raw["num_events"]
+    for key in ("bipartite", "sorted_input"):
+        if not isinstance(raw[key], bool):
+            return f"'{key}' must be true or false, got {_short(raw[key])}"
+    s = raw["num_sources"]
+    if raw["bipartite"] and not s < n:
+        return f"'num_sources' is {s}, but a bipartite graph needs 1 <= num_sources < N = {n}"
+    if not raw["bipartite"] and s != n:
+        return f"'num_sources' is {s}, expected N = {n} (bipartite is false)"
+    names = raw["edge_feature_names"]
+    if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+        return f"'edge_feature_names' must be a list of strings, got {_short(names)}"
+    if len(names) != raw["edge_feature_dim"]:
+        return f"'edge_feature_names' has {len(names)} names, expected edge_feature_dim = {raw['edge_feature_dim']}"
+    tr = raw["time_range"]
+    if not (isinstance(tr, list) and len(tr) == 2 and all(_is_number(x) for x in tr)) or tr[0] > tr[1]:
+        return f"'time_range' must be [t_min, t_max], two finite numbers with t_min <= t_max, got {_short(tr)}"
+    sp = raw["split"]
+    if not isinstance(sp, dict) or sorted(sp) != sorted(SPLIT_NAMES):
+        return f"'split' must be an object with keys train, val, test, got {_short(sp)}"
+    for k in SPLIT_NAMES:
+        r = sp[k]
+        if not (isinstance(r, list) and len(r) == 2 and all(_is_int(x) for x in r)):
+            return f"'split'.{k} must be [start, stop], two integers >= 0, got {_short(r)}"
+    (a0, a), (b0, b), (c0, c) = (sp[k] for k in SPLIT_NAMES)
+    if not (a0 == 0 and a == b0 and b == c0 and c == e and a <= b <= e):
+        return (
+            f"'split' must be train [0, a], val [a, b], test [b, E] with 0 <= a <= b <= E = {e},"
+            f" got {_short(sp)}"
+        )
+    if "source" in raw and not isinstance(raw["source"], dict):
+        return f"'source' must be an object, got {_short(raw['source'])}"
+    shards = raw["shards"]
+    if not isinstance(shards, list) or not shards:
+        return f"'shards' must be a non-empty list, got {_short(shards)}"
+    covered = 0
+    for i, sh in enumerate(shards):
+        where = f"'shards'[{i}]"
+        if not isinstance(sh, dict):
+            return f"{where} must be an object with keys {', '.join(_SHARD_KEYS)}, got {_short(sh)}"
+        missing = [k for k in _SHARD_KEYS if k not in sh]
+        extra = sorted(set(sh) - set(_SHARD_KEYS))
+        if missing:
+            return f"{where}: missing key(s) " + ", ".join(f"'{k}'" for k in missing)
+        if extra:
+            return f"{where}: unknown key(s) " + ", ".join(f"'{k}'" for k in extra)
+        f = sh["file"]
+        if not isinstance(f, str) or not f or f in (".", "..") or "/" in f or "\\" in f or "\0" in f:
+            return f"{where}: 'file' must be a plain file name inside shards/, got {_short(f)}"
+        for key in ("e_start", "e_stop", "bytes"):
+            if not _is_int(sh[key]):
+                return f"{where} ({f}): '{key}' must be an integer >= 0, got {_short(sh[key])}"
+        sha = sh["sha256"]
+        if not isinstance(sha, str) or len(sha) != 64 or not set(sha) <= _SHA256_HEX:
+            return f"{where} ({f}): 'sha256' must be 64 lowercase hex digits, got {_short(sha)}"
+        if sh["e_start"] != covered or sh["e_stop"] <= sh["e_start"]:
+            return f"{where} ({f}) covers events [{sh['e_start']}, {sh['e_stop']}), expected to start at {covered}"
+        covered = sh["e_stop"]
+    if covered != e:
+        return f"'shards' cover {covered} events, expected num_events = {e}"
+    files = [sh["file"] for sh in shards]
+    if len(set(files)) != len(files):
+        return "'shards' names a file twice"
+    return None
+
+
+def load_event_manifest(root: str | Path) -> EventManifest:
+    """Read and check ``root/manifest.json`` of an event dataset; raise :class:`DataError` naming the file.
+
+    Every key is checked for presence and type, the shards for covering ``[0, E)`` in
+    order and the split for ``train [0, a], val [a, b], test [b, E]`` (module docstring).
+    """
+    path, raw = _read_raw(root)
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: not an {EVENTS_FORMAT} manifest (expected a JSON object)")
+    problem = _schema_problem(raw)
+    if problem:
+        raise DataError(f"{path}: {problem}")
+    return EventManifest(
+        num_vertices=raw["num_vertices"],
+        num_events=raw["num_events"],
+        bipartite=raw["bipartite"],
+        num_sources=raw["num_sources"],
+        edge_feature_dim=raw["edge_feature_dim"],
+        edge_feature_names=list(raw["edge_feature_names"]),
+        time_range=(float(raw["time_range"][0]), float(raw["time_range"][1])),
+        split={k: (int(raw["split"][k][0]), int(raw["split"][k][1])) for k in SPLIT_NAMES},
+        shards=[EventShardInfo(**sh) for sh in raw["shards"]],
+        sorted_input=raw["sorted_input"],
+        source=dict(raw.get("source", {})),
+        format=raw["format"],
+        version=raw["version"],
+    )
+
+
+def save_event_manifest(root: str | Path, manifest: EventManifest) -> Path:
+    """Write ``root/manifest.json`` atomically (temporary file, then rename)."""
+    path = Path(root) / MANIFEST_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+# --------------------------------------------------------------------------- split
+
+
+def check_split_fractions(fractions: Sequence[float], where: str) -> tuple[float, float, float]:
+    """``fractions`` as three floats: non-negative, finite, summing to 1 (within 1e-6), train > 0.
+
+    Raises:
+        DataError: ``where: --split ...`` naming what is wrong.
+    """
+    try:
+        f = tuple(float(x) for x in fractions)
+    except (TypeError, ValueError):
+        f = ()
+    if len(f) != 3 or not all(math.isfinite(x) and x >= 0 for x in f) or abs(sum(f) - 1.0) > 1e-6 or f[0] <= 0:
+        raise DataError(
+            f"{where}: --split needs three non-negative fractions train val test summing to 1 with train > 0,"
+            f" e.g. 0.70 0.15 0.15; got {_short(list(fractions) if isinstance(fractions, Sequence) else fractions)}"
+        )
+    return f  # type: ignore[return-value]
+
+
+def _forward(t: np.ndarray, c: int) -> int:
+    """Move cut ``c`` forward past the events simultaneous with event ``c - 1``."""
+    if 0 < c < t.shape[0] and t[c] == t[c - 1]:
+        return int(np.searchsorted(t, t[c - 1], side="right"))
+    return c
+
+
+def split_ranges(t: np.ndarray, fractions: Sequence[float] = DEFAULT_SPLIT) -> dict[str, tuple[int, int]]:
+    """Chronological train / val / test event ranges of the time-sorted ``t`` (rules in the module docstring)."""
+    f = check_split_fractions(fractions, "split")
+    e = int(t.shape[0])
+    a = int(round(f[0] * e))
+    b = int(round((f[0] + f[1]) * e))
+    a = max(1, min(a, e)) if e > 0 else 0
+    b = max(a, min(b, e))
+    a = _forward(t, a)
+    b = max(_forward(t, b), a)
+    return {"train": (0, a), "val": (a, b), "test": (b, e)}
+
+
+# --------------------------------------------------------------------------- shard checks
+
+
+def _array_problems(
+    m: EventManifest, offset: int, src: np.ndarray, dst: np.ndarray, t: np.ndarray, efeat: np.ndarray | None,
+    prev_t: float | None,
+) -> list[str]:
+    """Problems of the events ``offset, offset + 1, ...`` given as arrays: ids, time order, NaN/Inf."""
+    problems = []
+    n, s = m.num_vertices, m.num_sources
+    for name, ids, lo, hi in (
+        ("src", src, 0, s if m.bipartite else n),
+        ("dst", dst, s if m.bipartite else 0, n),
+    ):
+        if ids.size:
+            bad = np.flatnonzero((ids < lo) | (ids >= hi))
+            if bad.size:
+                k = int(bad[0])
+                why = f" (bipartite, num_sources = {s})" if m.bipartite else ""
+                problems.append(
+                    f"'{name}' has a vertex id outside [{lo}, {hi}){why}: {int(ids[k])} at event {offset + k}"
+                    f" ({bad.size} of {ids.size} out of range)"
+                )
+    if t.size:
+        finite = np.isfinite(t)
+        if not finite.all():
+            k = int(np.flatnonzero(~finite)[0])
+            problems.append(f"'t' contains NaN or Inf (first at event {offset + k}: {t[k]})")
+        else:
+            down = np.flatnonzero(t[1:] < t[:-1])
+            if down.size:
+                k = int(down[0])
+                problems.append(
+                    f"'t' decreases at event {offset + k + 1} ({float(t[k])!r} -> {float(t[k + 1])!r};"
+                    f" {down.size} decrease(s)); events must be sorted by time"
+                )
+            elif prev_t is not None and t[0] < prev_t:
+                problems.append(
+                    f"'t' starts at {float(t[0])!r} (event {offset}),"
+                    f" before the previous shard's last event at {prev_t!r}"
+                )
+    if efeat is not None and efeat.size:
+        finite = np.isfinite(efeat)
+        if not finite.all():
+            k, j = (int(x) for x in np.argwhere(~finite)[0])
+            problems.append(f"'efeat' contains NaN or Inf (first at event {offset + k}, feature {j}: {efeat[k, j]})")
+    return problems
+
+
+class _Invalid(Exception):
+    """A shard's structure is wrong: its contents cannot be checked."""
+
+
+def _dataset(f: h5py.File, name: str, dtype: np.dtype, shape: tuple[int, ...], problems: list[str]) -> h5py.Dataset:
+    ds = f.get(name)
+    if ds is None:
+        problems.append(f"dataset '{name}' missing")
+        raise _Invalid
+    if not isinstance(ds, h5py.Dataset):
+        problems.append(f"'{name}' is not a dataset")
+        raise _Invalid
+    if ds.dtype != dtype:
+        problems.append(f"'{name}' has dtype {ds.dtype}, expected {dtype}")
+        raise _Invalid
+    if ds.shape != shape:
+        problems.append(f"'{name}' has shape {ds.shape}, expected {shape}")
+        raise _Invalid
+    return ds
+
+
+def _shard_datasets(f: h5py.File, m: EventManifest, info: EventShardInfo, problems: list[str]) -> dict[str, Any]:
+    """The shard's datasets after the structure checks (names, dtypes, shapes); raises _Invalid."""
+    n = info.num_events
+    d = m.edge_feature_dim
+    out = {
+        "src": _dataset(f, "src", m.index_dtype, (n,), problems),
+        "dst": _dataset(f, "dst", m.index_dtype, (n,), problems),
+        "t": _dataset(f, "t", np.dtype(np.float64), (n,), problems),
+        "efeat": _dataset(f, "efeat", np.dtype(np.float32), (n, d), problems) if d > 0 else None,
+    }
+    expected = {"src", "dst", "t"} | ({"efeat"} if d > 0 else set())
+    extra = sorted(set(f.keys()) - expected)
+    if extra:
+        why = " (edge_feature_dim is 0)" if "efeat" in extra else ""
+        problems.append(f"unexpected dataset(s) {', '.join(extra[:5])}{why}")
+        raise _Invalid
+    return out
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _read_slice(
+    path: Path, m: EventManifest, info: EventShardInfo, lo: int, hi: int, prev_t: float | None
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None, list[str]]:
+    """Events ``[lo, hi)`` (shard-local) of one shard and the problems found reading them."""
+    problems: list[str] = []
+    try:
+        f = h5py.File(path, "r")
+    except FileNotFoundError:
+        return None, [f"shard file missing (events {info.e_start}..{info.e_stop - 1})"]
+    except _H5_ERRORS as e:
+        return None, [f"cannot open as HDF5: {_one_line(e)}"]
+    try:
+        with f:
+            ds = _shard_datasets(f, m, info, problems)
+            src, dst, t = ds["src"][lo:hi], ds["dst"][lo:hi], ds["t"][lo:hi]
+            efeat = None if ds["efeat"] is None else ds["efeat"][lo:hi]
+    except _Invalid:
+        return None, problems
+    except _H5_ERRORS as e:
+        return None, [f"cannot read: {_one_line(e)}"]
+    problems += _array_problems(m, info.e_start + lo, src, dst, t, efeat, prev_t)
+    return (src, dst, t, efeat), problems
+
+
+def read_events(
+    root: str | Path, manifest: EventManifest | None = None, start: int = 0, stop: int | None = None
+) -> EventStream:
+    """Read events ``[start, stop)`` (default: all) of an event dataset, opening only the shards that hold them.
+
+    Args:
+        root: the dataset directory.
+        manifest: its :func:`load_event_manifest` (loaded here when None).
+        start: first event to read.
+        stop: one past the last event to read (None: E); ``0 <= start <= stop <= E``.
+
+    Returns:
+        An :class:`EventStream` (int64 ids, float64 times, float32 (E', D) features).
+
+    Raises:
+        DataError: a range outside ``[0, E]``, or a missing or corrupt shard (size differing
+            from the manifest, unreadable, wrong dataset, dtype or shape, ids out of range,
+            time decreasing — also across shard boundaries —, NaN/Inf), one line naming the
+            shard file.
+    """
+    root = Path(root)
+    m = load_event_manifest(root) if manifest is None else manifest
+    e = m.num_events
+    stop = e if stop is None else int(stop)
+    start = int(start)
+    if not 0 <= start <= stop <= e:
+        raise DataError(f"{root}: read_events: range [{start}, {stop}) is not within [0, {e}] events")
+    parts = []
+    prev_t: float | None = None
+    for info in m.shards_overlapping(start, stop):
+        path = root / "shards" / info.file
+        if path.is_file() and path.stat().st_size != info.bytes:
+            raise DataError(
+                f"{path}: {path.stat().st_size} bytes but manifest says {info.bytes} (truncated or replaced)"
+            )
+        lo, hi = max(start, info.e_start) - info.e_start, min(stop, info.e_stop) - info.e_start
+        arrays, problems = _read_slice(path, m, info, lo, hi, prev_t)
+        if problems:
+            raise DataError(f"{path}: {problems[0]}")
+        parts.append(arrays)
+        prev_t = float(arrays[2][-1])
+    d = m.edge_feature_dim
+    if not parts:
+        return EventStream(
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros((0, d), np.float32), start
+        )
+    src = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+    dst = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    t = np.concatenate([p[2] for p in parts])
+    if d > 0:
+        efeat = np.concatenate([p[3] for p in parts])
+    else:
+        efeat = np.zeros((t.shape[0], 0), np.float32)
+    return EventStream(src=src, dst=dst, t=t, efeat=efeat, start=start)
+
+
+@dataclass
+class ShardScan:
+    """One shard as :func:`scan_event_shards` saw it: its arrays (None when unreadable)."""
+
+    info: EventShardInfo
+    path: Path
+    src: np.ndarray | None = None
+    dst: np.ndarray | None = None
+    t: np.ndarray | None = None
+
+
+def scan_event_shards(
+    root: str | Path, m: EventManifest, problems: list[str], *, checksums: bool = True
+) -> Iterator[ShardScan]:
+    """Check every shard (size, sha256 unless ``checksums`` is False, structure, contents), one in memory.
+
+    Each problem is appended to ``problems`` as one line ``SHARD: problem``. The time order is
+    checked across shard boundaries; an unreadable shard resets it. Yields one :class:`ShardScan`
+    per shard, in order, for statistics.
+    """
+    root = Path(root)
+    prev_t: float | None = None
+    for info in m.shards:
+        path = root / "shards" / info.file
+        scan = ShardScan(info, path)
+        if not path.is_file():
+            problems.append(f"{path}: shard file missing (events {info.e_start}..{info.e_stop - 1})")
+            prev_t = None
+            yield scan
+            continue
+        size = path.stat().st_size
+        if size != info.bytes:
+            problems.append(f"{path}: {size} bytes but manifest says {info.bytes} (truncated or replaced)")
+        elif checksums and file_sha256(path) != info.sha256:
+            problems.append(f"{path}: sha256 differs from the manifest (file modified or corrupt)")
+        arrays, found = _read_slice(path, m, info, 0, info.num_events, prev_t)
+        problems.extend(f"{path}: {p}" for p in found)
+        if arrays is None:
+            prev_t = None
+        else:
+            scan.src, scan.dst, scan.t = arrays[0], arrays[1], arrays[2]
+            prev_t = float(scan.t[-1]) if scan.t.size else prev_t
+        yield scan
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def write_events(
+    output: str | Path,
+    src: np.ndarray,
+    dst: np.ndarray,
+    t: np.ndarray,
+    efeat: np.ndarray | None,
+    *,
+    num_vertices: int,
+    bipartite: bool,
+    num_sources: int | None,
+    feature_names: Sequence[str] | None,
+    original_ids: np.ndarray | None,
+    split: Mapping[str, Sequence[int]] | Sequence[float] = DEFAULT_SPLIT,
+    shard_events: int = DEFAULT_SHARD_EVENTS,
+    source: dict[str, Any] | None = None,
+    force: bool = False,
+    sorted_input: bool = True,
+) -> EventManifest:
+    """Write an event dataset directory from time-sorted events; return its manifest.
+
+    The caller sorts (``prepare`` sorts stably by time and sets ``sorted_input``); this
+    function only checks.
+
+    Args:
+        output: the dataset directory to create (must not exist or be empty, unless ``force``).
+        src: (E,) source vertex ids in ``[0, num_vertices)``; bipartite: ``< num_sources``.
+        dst: (E,) destination vertex ids, likewise; bipartite: ``>= num_sources``.
+        t: (E,) times, finite and non-decreasing; stored as float64.
+        efeat: (E, D) edge features (stored as float32), or None when ``feature_names`` is empty.
+        num_vertices: N.
+        bipartite: whether sources and destinations are disjoint id ranges.
+        num_sources: bipartite: the number of source ids S (1 <= S < N); otherwise N (None = N).
+        feature_names: the D edge feature names.
+        original_ids: the input's id of each vertex, stored in ``vertices.h5`` (None: 0..N-1).
+        split: the event ranges ``{"train": (0, a), "val": (a, b), "test": (b, E)}``, or three
+            fractions cut by :func:`split_ranges`.
+        shard_events: events per shard file.
+        source: provenance recorded in the manifest.
+        force: replace a non-empty ``output``.
+        sorted_input: recorded in the manifest: whether the raw input was in time order.
+
+    Raises:
+        DataError: one line naming ``output`` for inconsistent arrays or options, or an
+            existing non-empty ``output`` without ``force``.
+    """
+    root = Path(output)
+    n = int(num_vertices)
+    src = np.asarray(src)
+    dst = np.asarray(dst)
+    t = np.asarray(t, dtype=np.float64)
+    e = int(t.shape[0])
+    names = [str(x) for x in (feature_names or [])]
+    d = len(names)
+    if n < 1:
+        raise DataError(f"{root}: num_vertices must be >= 1 (got {n})")
+    if e < 1:
+        raise DataError(f"{root}: no events")
+    if t.ndim != 1 or src.shape != (e,) or dst.shape != (e,):
+        raise DataError(f"{root}: src, dst and t must be 1-D of equal length (got {src.shape}, {dst.shape}, {t.shape})")
+    if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":
+        raise DataError(f"{root}: src and dst must be integer vertex ids (got {src.dtype}, {dst.dtype})")
+    if efeat is None:
+        if d:
+            raise DataError(f"{root}: {d} feature names but no edge features")
+        feats = None
+    else:
+        feats = np.asarray(efeat, dtype=np.float32)
+        if feats.ndim == 1 and d == 1:
+            feats = feats.reshape(-1, 1)
+        if feats.shape != (e, d):
+            raise DataError(f"{root}: edge features of shape {feats.shape}, expected ({e}, {d}) for {d} names")
+        if d == 0:
+            feats = None
+    s = n if num_sources is None else int(num_sources)
+    if bipartite and not 1 <= s < n:
+        raise DataError(f"{root}: bipartite needs 1 <= num_sources < N = {n} (got {s})")
+    if not bipartite and s != n:
+        raise DataError(f"{root}: num_sources is {s}, but a non-bipartite dataset has num_sources = N = {n}")
+    if not _is_int(shard_events, 1):
+        raise DataError(f"{root}: --shard-events must be >= 1 (got {shard_events})")
+    if original_ids is not None and np.asarray(original_ids).shape != (n,):
+        raise DataError(f"{root}: {np.asarray(original_ids).shape} original ids, expected ({n},)")
+    draft = EventManifest(n, e, bool(bipartite), s, d, names, (0.0, 0.0), {}, [], bool(sorted_input))
+    problems = _array_problems(draft, 0, src, dst, t, feats, None)
+    if problems:
+        raise DataError(f"{root}: {problems[0]}")
+    if isinstance(split, Mapping):
+        ranges = {k: (int(split[k][0]), int(split[k][1])) for k in SPLIT_NAMES if k in split}
+        (a0, a), (b0, b), (c0, c) = (ranges.get(k, (-1, -1)) for k in SPLIT_NAMES)
+        if len(ranges) != 3 or not (a0 == 0 and a == b0 and b == c0 and c == e and 0 <= a <= b <= e):
+            raise DataError(f"{root}: split must be train [0, a], val [a, b], test [b, {e}], got {dict(split)}")
+    else:
+        ranges = split_ranges(t, check_split_fractions(split, str(root)))
+    index_dtype = draft.index_dtype
+    shard_events = int(shard_events)
+    tmp = prepare_output_dir(root, force)
+    try:
+        shards = []
+        for k, lo in enumerate(range(0, e, shard_events)):
+            hi = min(lo + shard_events, e)
+            name = event_shard_name(k)
+            path = tmp / "shards" / name
+            with h5py.File(path, "w") as f:
+                f.create_dataset("src", data=src[lo:hi].astype(index_dtype))
+                f.create_dataset("dst", data=dst[lo:hi].astype(index_dtype))
+                f.create_dataset("t", data=t[lo:hi])
+                if feats is not None:
+                    f.create_dataset("efeat", data=feats[lo:hi])
+            shards.append(EventShardInfo(name, lo, hi, path.stat().st_size, file_sha256(path)))
+        with h5py.File(tmp / "vertices.h5", "w") as f:
+            ids = np.arange(n) if original_ids is None else np.asarray(original_ids)
+            if ids.dtype.kind in "US":
+                ids = ids.astype(h5py.string_dtype())
+            f.create_dataset("original_id", data=ids)
+        manifest = EventManifest(
+            num_vertices=n,
+            num_events=e,
+            bipartite=bool(bipartite),
+            num_sources=s,
+            edge_feature_dim=d,
+            edge_feature_names=names,
+            time_range=(float(t[0]), float(t[-1])),
+            split=ranges,
+            shards=shards,
+            sorted_input=bool(sorted_input),
+            source=dict(source or {}),
+        )
+        save_event_manifest(tmp, manifest)
+        if root.is_dir():
+            shutil.rmtree(root)  # only reached with force (prepare_output_dir checked)
+        elif root.exists():
+            root.unlink()
+        tmp.rename(root)
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

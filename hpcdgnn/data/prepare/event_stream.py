@@ -1,0 +1,276 @@
+"""``hpcdgnn prepare --kind events``: raw interaction files -> an event-stream dataset.
+
+Writes the layout of :mod:`hpcdgnn.data.events` (time-sorted events in HDF5 shards,
+for continuous-time memory-based TGNNs such as TGN and DistTGL) from the same inputs
+and with the same parsing as the snapshot kind:
+
+* ``--format snap`` (SNAP edge lists and Network Repository ``.edges`` files; syntax,
+  ``--columns`` and id remapping exactly as in :mod:`.snap`): ``src dst time`` events;
+  a weight column — the third of four positional columns (``src dst weight time``,
+  e.g. bitcoin ratings or an ``.edges`` file's ``u v weight time``), or ``weight=`` in
+  ``--columns`` — is kept as the 1-wide edge feature ``"weight"`` (any sign: it is a
+  feature here, not a GCN edge weight). Not bipartite unless ``--bipartite``: then the
+  source ids and the destination ids are two separate vertex sets (as JODIE's users and
+  items): sources ``0..S-1`` in sorted order of their original id, destinations
+  ``S..N-1``; ``vertices.h5`` stores ``"s:<id>"`` and ``"d:<id>"``.
+* ``--format jodie``: bipartite, users ``0..U-1`` then items ``U..U+I-1`` (as
+  :mod:`.jodie` numbers them), every feature column kept as a float32 edge feature
+  (which columns are features: :mod:`.jodie`).
+* ``--format pygt-json`` holds snapshots, not events: one-line error.
+
+Events out of time order in the raw file are sorted stably by time (simultaneous
+events keep their file order) and one warning line on stderr says how many adjacent
+inversions there were; the manifest's ``sorted_input`` records whether any were found.
+The split (``--split``, default 0.70 0.15 0.15) and the shard size (``--shard-events``,
+default 1,000,000) are described in :mod:`hpcdgnn.data.events`.
+
+The options that shape snapshots (``--snapshots``, ``--window``, ``--events-per-snapshot``,
+``--undirected``, ``--weights``, ``--edge-life``, ``--mtransform``, ``--log-features``,
+``--labels``, ``--targets``, ``--lags``, ``--shard-size``, ``--allow-large``) are refused
+with ``--kind events`` in one line naming the option, and ``--split``, ``--shard-events``
+and ``--bipartite`` with ``--kind snapshots``. An event dataset's size is linear in the
+input (about 16 + 4·D bytes per event), so there is no size guard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpcdgnn.data.events import (
+    DEFAULT_SHARD_EVENTS,
+    DEFAULT_SPLIT,
+    EventManifest,
+    check_split_fractions,
+    write_events,
+)
+from hpcdgnn.data.prepare._common import PrepareOptions, parse_columns, remap_ids
+from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, parse_jodie_events
+from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, parse_edge_list
+from hpcdgnn.data.writer import file_sha256
+from hpcdgnn.errors import DataError
+
+__all__ = [
+    "EventOptions",
+    "ParsedEvents",
+    "prepare_events",
+    "EVENT_FORMATS",
+    "EVENT_ONLY_OPTIONS",
+    "SNAPSHOT_ONLY_OPTIONS",
+    "option_flag",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventOptions:
+    """Options of ``prepare --kind events`` (one field per CLI flag)."""
+
+    split: tuple[float, float, float] | None = None
+    """--split TRAIN VAL TEST: chronological fractions of the events (None: 0.70 0.15 0.15)."""
+    shard_events: int | None = None
+    """--shard-events K: events per shard file (None: 1,000,000)."""
+    bipartite: bool = False
+    """--bipartite (snap): sources and destinations are separate vertex sets."""
+    columns: str | None = None
+    """--columns: as for snapshots (snap, jodie)."""
+    force: bool = False
+    """--force: replace a non-empty output directory."""
+
+
+#: ``--kind events`` options (and their defaults) that ``--kind snapshots`` refuses.
+EVENT_ONLY_OPTIONS = {"split": None, "shard_events": None, "bipartite": False}
+
+#: Snapshot options (and their defaults) that ``--kind events`` refuses: every field of
+#: :class:`PrepareOptions` except the shared ``columns`` and ``force``.
+SNAPSHOT_ONLY_OPTIONS = {
+    f.name: f.default for f in dataclasses.fields(PrepareOptions) if f.name not in ("columns", "force")
+}
+
+
+def option_flag(name: str) -> str:
+    """The command-line spelling of an option field: ``events_per_snapshot`` -> ``--events-per-snapshot``."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass
+class ParsedEvents:
+    """A parsed input, sorted stably by time, ids remapped (see the module docstring)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    time: np.ndarray
+    efeat: np.ndarray | None
+    feature_names: list[str]
+    vertex_ids: np.ndarray
+    bipartite: bool
+    num_sources: int
+    inversions: int
+    source: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_vertices(self) -> int:
+        """N, the number of vertex ids (both sides when bipartite)."""
+        return int(self.vertex_ids.shape[0])
+
+
+def _read_snap(path: Path, opts: EventOptions) -> ParsedEvents:
+    columns = None if opts.columns is None else parse_columns(opts.columns, path, SNAP_COLUMN_KEYS, "snap")
+    edges = parse_edge_list(path, columns)  # stably sorted by time, ids remapped jointly
+    src, dst, ids = edges.src, edges.dst, edges.vertex_ids
+    num_sources = int(ids.shape[0])
+    source: dict[str, Any] = {}
+    if opts.bipartite:
+        # The joint ids are in sorted order of the original id, so np.unique of each side keeps that order.
+        s_used, s_new = np.unique(src, return_inverse=True)
+        d_used, d_new = np.unique(dst, return_inverse=True)
+        num_sources = int(s_used.shape[0])
+        src, dst = s_new.reshape(-1).astype(np.int64), d_new.reshape(-1).astype(np.int64) + num_sources
+        ids = np.array([f"s:{v}" for v in ids[s_used].tolist()] + [f"d:{v}" for v in ids[d_used].tolist()])
+        source.update(sources=num_sources, destinations=int(d_used.shape[0]))
+    if columns is not None:
+        source["columns"] = columns
+    efeat = None if edges.weight is None else edges.weight.astype(np.float32).reshape(-1, 1)
+    return ParsedEvents(
+        src=src,
+        dst=dst,
+        time=edges.time,
+        efeat=efeat,
+        feature_names=[] if efeat is None else ["weight"],
+        vertex_ids=ids,
+        bipartite=opts.bipartite,
+        num_sources=num_sources,
+        inversions=edges.inversions,
+        source=source,
+    )
+
+
+def _read_jodie(path: Path, opts: EventOptions) -> ParsedEvents:
+    columns = None if opts.columns is None else parse_columns(opts.columns, path, JODIE_COLUMN_KEYS, "jodie")
+    users, items, time, feats, fnames, names = parse_jodie_events(path, columns)
+    uidx, uids = remap_ids(users)
+    iidx, iids = remap_ids(items)
+    n_users = int(uids.shape[0])
+    inversions = int(np.count_nonzero(time[1:] < time[:-1]))
+    order = np.argsort(time, kind="stable")
+    vertex_ids = np.array([f"u:{u}" for u in uids.tolist()] + [f"i:{i}" for i in iids.tolist()])
+    return ParsedEvents(
+        src=uidx[order],
+        dst=(iidx + n_users)[order],
+        time=time[order],
+        efeat=None if feats is None else feats[order],
+        feature_names=fnames,
+        vertex_ids=vertex_ids,
+        bipartite=True,
+        num_sources=n_users,
+        inversions=inversions,
+        source={"users": n_users, "items": int(iids.shape[0]), "columns": names},
+    )
+
+
+#: ``--format`` choices of ``--kind events`` and their readers.
+EVENT_FORMATS = {"snap": _read_snap, "jodie": _read_jodie}
+
+
+def _check(path: Path, fmt: str, options: dict[str, Any]) -> EventOptions:
+    """Refuse snapshot-only options and bad values before the input is read; one-line DataError."""
+    if fmt == "pygt-json":
+        raise DataError(
+            f"{path}: --kind events needs timestamped interactions (--format snap or jodie);"
+            " pygt-json files hold snapshots already (use --kind snapshots)"
+        )
+    if fmt not in EVENT_FORMATS:
+        raise DataError(f"{path}: unknown format {fmt!r} for --kind events; choose from {', '.join(EVENT_FORMATS)}")
+    for name, default in SNAPSHOT_ONLY_OPTIONS.items():
+        if name in options and options[name] != default:
+            raise DataError(
+                f"{path}: {option_flag(name)} applies only to --kind snapshots; an event dataset keeps every event"
+                " as it is (drop the option, or use --kind snapshots)"
+            )
+    rest = {k: v for k, v in options.items() if k not in SNAPSHOT_ONLY_OPTIONS}
+    opts = EventOptions(**rest)  # TypeError for an unknown keyword, as PrepareOptions
+    if opts.split is not None:
+        check_split_fractions(opts.split, str(path))
+    if opts.shard_events is not None and (
+        not isinstance(opts.shard_events, int) or isinstance(opts.shard_events, bool) or opts.shard_events < 1
+    ):
+        raise DataError(f"{path}: --shard-events must be an integer >= 1 (got {opts.shard_events!r})")
+    # --bipartite with jodie changes nothing: JODIE's users and items are bipartite anyway
+    if opts.columns is not None:
+        keys = SNAP_COLUMN_KEYS if fmt == "snap" else JODIE_COLUMN_KEYS
+        parse_columns(opts.columns, path, keys, fmt)  # syntax errors before reading the input
+    return opts
+
+
+def prepare_events(input_path: str | Path, fmt: str, output: str | Path, **options: Any) -> EventManifest:
+    """Convert a raw input file into an event dataset directory and return its manifest.
+
+    Args:
+        input_path: the raw file (plain, gzip, xz or bz2; detected by magic bytes).
+        fmt: ``"snap"`` or ``"jodie"`` (``"pygt-json"`` is refused).
+        output: dataset directory to create.
+        **options: the fields of :class:`EventOptions` (``split``, ``shard_events``,
+            ``bipartite``, ``columns``, ``force``); a snapshot option of
+            :class:`~hpcdgnn.data.prepare._common.PrepareOptions` is accepted only at its
+            default (so ``prepare_dataset``'s callers may pass all of them).
+
+    Raises:
+        DataError: bad input or options (one line naming the input file, and the option).
+        TypeError: an unknown keyword in ``options``.
+    """
+    path = Path(input_path)
+    opts = _check(path, fmt, options)
+    parsed = EVENT_FORMATS[fmt](path, opts)
+    if parsed.inversions:
+        print(
+            f"hpcdgnn prepare: warning: {path}: {parsed.inversions} adjacent time inversion(s) in the input;"
+            " events sorted stably by time (manifest: sorted_input false)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if parsed.efeat is not None and not np.isfinite(parsed.efeat).all():
+        k, j = (int(x) for x in np.argwhere(~np.isfinite(parsed.efeat))[0])
+        raise DataError(
+            f"{path}: edge feature {parsed.feature_names[j]!r} of event {k} (in time order) does not fit in float32"
+        )
+    split = DEFAULT_SPLIT if opts.split is None else tuple(opts.split)
+    shard_events = DEFAULT_SHARD_EVENTS if opts.shard_events is None else opts.shard_events
+    e = int(parsed.time.shape[0])
+    source = {
+        "input": str(path.resolve()),
+        "input_bytes": path.stat().st_size,
+        "input_sha256": file_sha256(path),
+        "format": fmt,
+        "kind": "events",
+        "options": {
+            "split": list(split),
+            "shard_events": shard_events,
+            "bipartite": parsed.bipartite,
+            "columns": opts.columns,
+        },
+        "events": e,
+        "time_dtype": str(parsed.time.dtype),
+        "inversions": parsed.inversions,
+        **parsed.source,
+    }
+    return write_events(
+        output,
+        parsed.src,
+        parsed.dst,
+        parsed.time.astype(np.float64),
+        parsed.efeat,
+        num_vertices=parsed.num_vertices,
+        bipartite=parsed.bipartite,
+        num_sources=parsed.num_sources if parsed.bipartite else parsed.num_vertices,
+        feature_names=parsed.feature_names,
+        original_ids=parsed.vertex_ids,
+        split=split,
+        shard_events=shard_events,
+        source=source,
+        force=opts.force,
+        sorted_input=parsed.inversions == 0,
+    )

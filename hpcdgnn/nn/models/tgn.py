@@ -1,0 +1,154 @@
+"""TGN-attn with a GRU node memory and DistTGL's static node memory (DistTGL §2.1, §3.1; SPEC M1).
+
+For a batch of root occurrences (node v_r queried at time t_r — the two ends of each event and its
+negative destinations) and the ``k`` most recent neighbours u_rj of each (events strictly before t_r,
+:mod:`hpcdgnn.data.temporal_neighbors`)::
+
+    every occurrence (w, t) of a root or a neighbour reads w's memory s_w, its last update time τ_w and
+    its cached mail m_w (most-recent COMB: one mail per node) and updates them first — leak-free order:
+        s'_w(t) = GRUCell([m_w ‖ Φ(t − τ_w)], s_w)                           (memory updater, no BPTT)
+        h_w(t)  = s'_w(t) [+ S_w]                                            (S: static node memory)
+    one temporal-attention layer (TGAT / TGL's TransfomerAttentionLayer, ``heads`` heads):
+        q_r  = W_q [h_{v_r} ‖ Φ(0)]
+        k_rj = W_k [h_{u_rj} ‖ e_rj ‖ Φ(t_r − t_rj)],  v_rj = W_v [same]
+        α_r  = softmax_j(LeakyReLU_0.2(q_r · k_rj))   per head, over real neighbours only
+        z_r  = LayerNorm(ReLU(W_o [Σ_j α_rj v_rj ‖ h_{v_r}]))
+    Φ(Δt) = cos(Δt·w + b), w initialised to 10^{-linspace(0, 9, time_dim)}, b = 0 (TGAT; trainable as in TGL).
+
+The strategy then writes, for the positive events only, the updated memories s'_v(t) of both ends at
+their event times and their new mails [s'_u ‖ s'_v ‖ e_uv] (:mod:`hpcdgnn.strategies.memory`); the
+memory is a detached buffer, so no gradient crosses batches (TGN's "no BPTT").
+
+Static node memory (DistTGL §3.1): a learnable (N, memory_dim) table S added to every h_w, pre-trained
+by the strategy on the same task with the dynamic memory switched off (``dynamic=False``: h_w = S_w).
+Differences from TGL's defaults, on purpose: no dropout (deterministic, so runs on any number of ranks
+can be compared exactly) and no node features (the event datasets here have none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from hpcdgnn.data.temporal_neighbors import NeighborBlock
+
+__all__ = ["MemoryRows", "TGN", "TGNInput", "TimeEncoding"]
+
+
+class TimeEncoding(nn.Module):
+    """TGAT's Φ(Δt) = cos(Δt·w + b) (TGL's ``TimeEncode``)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float64)).float())
+        self.b = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        return torch.cos(dt.unsqueeze(-1) * self.w + self.b)
+
+
+@dataclass
+class MemoryRows:
+    """The memory of ``TGNInput.unique`` as read at the batch start: s (U, d), τ (U,) float64, mail (U, m)."""
+
+    mem: torch.Tensor
+    mem_ts: np.ndarray
+    mail: torch.Tensor
+
+
+@dataclass
+class TGNInput:
+    """One batch of root occurrences with their neighbourhoods (built by the strategy).
+
+    Attributes:
+        roots: (R,) node of each root occurrence.
+        root_t: (R,) float64 query time of each.
+        neighbors: their ``k`` most recent neighbours.
+        neighbor_t: (R, k) float64 time of each neighbour's event.
+        neighbor_feat: (R, k, D) edge features of those events.
+        unique: (U,) ascending node ids whose memory ``memory`` holds (every root and real neighbour).
+        memory: their memory rows; None with the dynamic memory off (static pre-training).
+    """
+
+    roots: np.ndarray
+    root_t: np.ndarray
+    neighbors: NeighborBlock
+    neighbor_t: np.ndarray
+    neighbor_feat: torch.Tensor
+    unique: np.ndarray
+    memory: MemoryRows | None
+
+
+class TGN(nn.Module):
+    """TGN-attn (see the module docstring). ``out_features`` = ``hidden``.
+
+    Args:
+        num_vertices: N (rows of the static table).
+        edge_dim: D, edge feature width.
+        memory_dim, time_dim, hidden, heads: widths (``model.memory_dim`` …).
+        static_memory: add the static table S.
+    """
+
+    def __init__(self, num_vertices: int, edge_dim: int, memory_dim: int, time_dim: int, hidden: int, heads: int,
+                 static_memory: bool) -> None:
+        super().__init__()
+        self.memory_dim, self.edge_dim, self.hidden, self.heads = memory_dim, edge_dim, hidden, heads
+        self.mail_dim = 2 * memory_dim + edge_dim
+        self.out_features = hidden
+        self.time = TimeEncoding(time_dim)
+        self.updater = nn.GRUCell(self.mail_dim + time_dim, memory_dim)
+        self.static = nn.Parameter(torch.randn(num_vertices, memory_dim) * 0.1) if static_memory else None
+        self.w_q = nn.Linear(memory_dim + time_dim, hidden)
+        self.w_k = nn.Linear(memory_dim + edge_dim + time_dim, hidden)
+        self.w_v = nn.Linear(memory_dim + edge_dim + time_dim, hidden)
+        self.w_out = nn.Linear(hidden + memory_dim, hidden)
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Embeddings z (R, hidden) of the roots, and their updated memories s'_v(t_r) (R, d) — what the
+        strategy writes for positive events (None with the dynamic memory off)."""
+        nb = inp.neighbors
+        R, k = nb.mask.shape
+        real = np.flatnonzero(nb.mask.reshape(-1))
+        occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[real]])
+        occ_t = np.concatenate([inp.root_t, np.repeat(inp.root_t, k)[real]])
+        h, s_new = self._node_states(occ_nodes, occ_t, inp)
+        h_root, h_nbr_real = h[:R], h[R:]
+        dtype = h.dtype
+        # neighbours, padded back to (R, k): keys/values of masked slots are never attended to
+        key_in = torch.cat([
+            h_nbr_real,
+            inp.neighbor_feat.reshape(R * k, -1)[torch.from_numpy(real)],
+            self.time(torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dtype)),
+        ], dim=1)
+        heads, width = self.heads, self.hidden // self.heads
+        q = self.w_q(torch.cat([h_root, self.time(torch.zeros(R, dtype=dtype))], dim=1)).view(R, heads, width)
+        K = h.new_zeros(R * k, self.hidden).index_copy(0, torch.from_numpy(real), self.w_k(key_in))
+        V = h.new_zeros(R * k, self.hidden).index_copy(0, torch.from_numpy(real), self.w_v(key_in))
+        K, V = K.view(R, k, heads, width), V.view(R, k, heads, width)
+        logits = nn.functional.leaky_relu((q.unsqueeze(1) * K).sum(-1), 0.2)  # (R, k, heads)
+        mask = torch.from_numpy(nb.mask).unsqueeze(-1)
+        # masked slots get -inf; a root without any neighbour gets zeros (no NaN in the backward), then α = 0
+        empty = torch.from_numpy(~nb.mask.any(1)).view(R, 1, 1)
+        logits = logits.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+        alpha = torch.softmax(logits, dim=1) * mask
+        agg = (alpha.unsqueeze(-1) * V).sum(1).reshape(R, self.hidden)
+        z = self.norm(torch.relu(self.w_out(torch.cat([agg, h_root], dim=1))))
+        return z, None if s_new is None else s_new[:R]
+
+    def _node_states(self, nodes: np.ndarray, t: np.ndarray, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """h of each occurrence (node, t): updated memory (plus static), or the static memory alone."""
+        static = None if self.static is None else self.static[torch.from_numpy(nodes)]
+        if inp.memory is None:
+            if static is None:
+                raise RuntimeError("TGN without dynamic memory needs static_memory")
+            return static, None
+        rows = np.searchsorted(inp.unique, nodes)
+        m = inp.memory
+        r = torch.from_numpy(rows)
+        dt = torch.from_numpy(t - m.mem_ts[rows]).to(m.mem.dtype)
+        s_new = self.updater(torch.cat([m.mail[r], self.time(dt)], dim=1), m.mem[r])
+        return (s_new if static is None else s_new + static), s_new

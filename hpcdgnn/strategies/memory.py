@@ -1,0 +1,383 @@
+"""``strategy: memory`` — DistTGL's mini-batch × epoch × memory parallelism over an event stream (SPEC M2).
+
+DistTGL §3.2–3.3. The P = i·j·k ranks are numbered r = a + i·(b + j·c):
+
+* **mini-batch parallelism** (a = 0..i−1, §3.2.1): the events of each global batch (``task.batch_events``,
+  in time order) are cut into i consecutive slices, one per rank. Every rank reads the node memory of
+  its slice, then — only once every read of the iteration is done — writes back the memories and mails
+  of its positive events; a node that a later slice of the same batch also writes is left to that slice,
+  so the memory ends exactly as one rank processing the whole batch leaves it (most-recent COMB). Loss
+  sums are divided by the global batch's events and gradients summed: **exact** — i ranks reproduce one
+  rank with the same batch (a test shows it at i = 2, 3).
+* **epoch parallelism** (b = 0..j−1, §3.2.2): trainer b trains on positive batch g at iteration g + b,
+  with its own negative set b, from the memory read at iteration g (DistTGL's "prepare one set of inputs
+  of the positive nodes and j sets of negatives"; the memory differs only by the weight updates of the last
+  j − 1 iterations, which it ignores). Only trainer 0 writes the memory (no read-after-write hazard). An
+  approximation: the same positives are learned on j consecutive iterations.
+* **memory parallelism** (c = 0..k−1, §3.2.3): k independent memory copies. The training batches are cut
+  into k time segments; in epoch e group c trains segment (c + e − 1) mod k, so each group walks the
+  segments in time order with its own memory (the reordering of Fig. 7c, right), which is reset when the
+  group starts segment 0. Only weights are synchronised (one gradient all-reduce over all P ranks per
+  iteration). An approximation: groups start mid-stream with an empty memory.
+
+The memory of a group lives once per node (:class:`~hpcdgnn.strategies.node_memory.NodeMemory`, an MPI-3
+shared window); the accesses follow §3.3's order (R₀R₁)(W₀W₁)(R₂R₃)…: a group barrier separates each
+iteration's reads from its writes, and the gradient all-reduce that ends the iteration separates its writes
+from the next reads. With ``prefetch: on`` a background thread samples the next iteration's negatives and
+neighbours (the static part of the mini-batch, DistTGL §3.3's prefetching) while this one trains; the
+memory itself is read in order.
+
+Evaluation (after every epoch, DistTGL §4: "using the node memory of the first memory process"): the group
+whose memory has just walked the last training segment runs the validation and then the test events in
+batches of ``batch_events`` split over its i·j ranks like mini-batch parallelism, updating a copy of its
+memory with the evaluated events (TGL's protocol), then restores it; other groups wait.
+
+Static node memory (DistTGL §3.1): with ``model.static_memory: on`` and ``static_pretrain_epochs`` n > 0,
+setup first pre-trains the table on the same task with the dynamic memory off, n epochs over the training
+batches in a seeded random order, all P ranks splitting each batch (exact for any P), then training starts
+from the pre-trained table (the other pre-trained weights are discarded).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.models.tgn import TGNInput
+from hpcdgnn.strategies.base import Batch, Strategy
+from hpcdgnn.strategies.node_memory import NodeMemory
+from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.tasks.temporal_link_prediction import EventEmbeddings, average_precision
+
+__all__ = ["MemoryPlan", "MemoryStrategy"]
+
+_SPLIT_CODE = {"train": 0, "val": 1, "test": 2, "pretrain": 3}
+
+
+@dataclass
+class MemoryPlan:
+    """The i×j×k layout and the batch schedule (rank 0 computes it; plan.json)."""
+
+    kind: str
+    num_ranks: int
+    minibatch: int
+    epoch: int
+    memory: int
+    batch_events: int
+    split: dict[str, list[int]]
+    segments: list[list[int]] = field(default_factory=list)
+    """Training batches [first, stop) of each of the k time segments."""
+
+    def batches(self, split: str) -> int:
+        lo, hi = self.split[split]
+        return -(-(hi - lo) // self.batch_events)
+
+    def batch_events_range(self, split: str, q: int) -> tuple[int, int]:
+        lo, hi = self.split[split]
+        return lo + q * self.batch_events, min(hi, lo + (q + 1) * self.batch_events)
+
+    def iterations(self) -> int:
+        """Iterations of an epoch: the longest segment, plus j − 1 to drain epoch parallelism's pipeline."""
+        return max(b - a for a, b in self.segments) + self.epoch - 1
+
+    def segment_of(self, group: int, epoch: int) -> int:
+        return (group + epoch - 1) % self.memory
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+@dataclass
+class _Work:
+    """One rank's slice of one batch: its events and the model input (memory filled in when read)."""
+
+    split: str
+    batch: int
+    events: np.ndarray
+    later: np.ndarray
+    """Nodes the positive events of later slices of the same batch write (this slice leaves them)."""
+    negatives: int
+    inp: TGNInput
+
+
+def _slice(lo: int, hi: int, part: int, parts: int) -> tuple[int, int]:
+    n = hi - lo
+    return lo + part * n // parts, lo + (part + 1) * n // parts
+
+
+@register_strategy("memory")
+class MemoryStrategy(Strategy):
+    """DistTGL's i×j×k parallelism (see the module docstring)."""
+
+    full_batch = False
+
+    @classmethod
+    def make_plan(cls, manifest, num_ranks: int, job) -> MemoryPlan:
+        """Check i·j·k = P, the batch size against the stream and k against the segments; cut the segments."""
+        o, B = job.strategy, job.task.batch_events
+        i, j, k = o.minibatch, o.epoch, o.memory
+        if i * j * k != num_ranks:
+            raise ConfigError(f"strategy: minibatch·epoch·memory = {i}·{j}·{k} = {i * j * k}, but the job runs on "
+                              f"{num_ranks} rank{'s' if num_ranks != 1 else ''}; choose i·j·k = {num_ranks}")
+        split = {s: list(manifest.split[s]) for s in ("train", "val", "test")}
+        train = split["train"][1] - split["train"][0]
+        if B > train:
+            raise ConfigError(f"task.batch_events: {B} is more than the {train} training events of {job.data.path}; "
+                              f"choose at most {train}")
+        plan = MemoryPlan("memory", num_ranks, i, j, k, B, split)
+        nb = plan.batches("train")
+        if k > nb:
+            raise ConfigError(f"strategy.memory: {k} memory copies need at least {k} time segments, but the "
+                              f"{train} training events make only {nb} batches of task.batch_events: {B}")
+        plan.segments = [[s * nb // k, (s + 1) * nb // k] for s in range(k)]
+        return plan
+
+    # -- setup ------------------------------------------------------------------------------------
+    def setup(self, plan: MemoryPlan, model, reader) -> dict[str, int]:
+        """Read the whole stream (every rank samples neighbours anywhere in time), build the temporal CSR,
+        this rank's place (a, b, c) and its group's memory; returns the events per split for the task."""
+        from hpcdgnn.data.events import read_events
+        from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
+
+        t0 = time.perf_counter()
+        job, m = self.ctx.job, self.ctx.manifest
+        self.plan, self.model = plan, model
+        ev = read_events(self.ctx.data_root, m)
+        self.src, self.dst, self.t = ev.src.astype(np.int64), ev.dst.astype(np.int64), ev.t
+        self.efeat = torch.from_numpy(np.ascontiguousarray(ev.efeat)).to(self.ctx.dtype)
+        self.neighbors = TemporalNeighbors(self.src, self.dst, m.num_vertices)
+        self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
+        self.dst_range = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
+        i, j = plan.minibatch, plan.epoch
+        r = self.comm.rank
+        self.a, self.b, self.c = r % i, (r // i) % j, r // (i * j)
+        self.group = self.comm.split(self.c) if self.comm.size > 1 else None
+        np_dtype = np.float64 if self.ctx.dtype == torch.float64 else np.float32
+        self.memory = NodeMemory(self.group, m.num_vertices, model.memory_dim, model.mail_dim, np_dtype)
+        self.pool = ThreadPoolExecutor(1) if job.strategy.prefetch == "on" else None
+        self._fifo: deque[_Work] = deque()
+        self._next: tuple[tuple, Future] | None = None
+        self.load_seconds += time.perf_counter() - t0
+        self._train_events = 0
+        self._eval_seconds = 0.0
+        return {s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")}
+
+    def attach_task(self, task) -> None:
+        self.task = task
+        job = self.ctx.job
+        if getattr(self.model, "static", None) is not None and job.model.static_pretrain_epochs > 0:
+            self._pretrain(task, job.model.static_pretrain_epochs)
+
+    def engine_bytes(self) -> int:
+        return int(self.memory.nbytes + self.efeat.numel() * self.efeat.element_size())
+
+    def host_bytes(self) -> int:
+        return int(self.src.nbytes + self.dst.nbytes + self.t.nbytes + self.neighbors.nbytes())
+
+    # -- the static part of a mini-batch ----------------------------------------------------------
+    def _work(self, split: str, q: int, epoch: int, negset: int, part: int, parts: int, negatives: int) -> _Work:
+        """Events of slice ``part``/``parts`` of batch q of ``split``, their negatives (seeded by the batch,
+        never by the slice or P) and the most recent neighbours of every root."""
+        lo, hi = self.plan.batch_events_range(split, q)
+        s0, s1 = _slice(lo, hi, part, parts)
+        rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
+        neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
+        ev = np.arange(s0, s1)
+        roots = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
+        root_t = np.concatenate([self.t[ev], self.t[ev], np.repeat(self.t[ev], negatives)])
+        nb = self.neighbors.recent(roots, np.searchsorted(self.t, root_t, side="left"), self.k_neighbors)
+        unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
+        later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
+        inp = TGNInput(roots, root_t, nb, self.t[nb.events], self.efeat[torch.from_numpy(nb.events)], unique, None)
+        return _Work(split, q, ev, later, negatives, inp)
+
+    def _static(self, key: tuple) -> _Work:
+        """``_work(*key)``, from the prefetch thread when it was asked for ahead."""
+        if self._next is not None and self._next[0] == key:
+            work = self._next[1].result()
+            self._next = None
+            return work
+        return self._work(*key)
+
+    def _prefetch(self, key: tuple | None) -> None:
+        if self.pool is not None and key is not None:
+            self._next = (key, self.pool.submit(self._work, *key))
+
+    # -- memory writes ------------------------------------------------------------------------------
+    def _write(self, work: _Work, s_new: torch.Tensor) -> None:
+        """Memories s'(t) and mails [s'_u ‖ s'_v ‖ e] of both ends of the slice's positive events, each node
+        taking its last occurrence (most-recent COMB; events interleaved u0 v0 u1 v1 …, as TGL orders them),
+        except nodes a later slice of the batch writes."""
+        ev, n = work.events, work.events.shape[0]
+        if n == 0:
+            return
+        s = s_new.detach()
+        su, sv = s[:n], s[n : 2 * n]
+        e = self.efeat[torch.from_numpy(ev)]
+        nodes = np.stack([self.src[ev], self.dst[ev]], 1).reshape(-1)
+        mem = torch.stack([su, sv], 1).reshape(2 * n, -1)
+        mail = torch.stack([torch.cat([su, sv, e], 1), torch.cat([sv, su, e], 1)], 1).reshape(2 * n, -1)
+        times = np.repeat(self.t[ev], 2)
+        rev_unique, rev_first = np.unique(nodes[::-1], return_index=True)
+        last = 2 * n - 1 - rev_first
+        keep = ~np.isin(rev_unique, work.later, assume_unique=True)
+        last = last[keep]
+        self.memory.write(rev_unique[keep], mem[last].numpy(), times[last], mail[last].numpy())
+
+    def _order(self) -> None:
+        """The group barrier between an iteration's reads and its writes (§3.3)."""
+        if self.group is not None and self.group.size > 1:
+            self.group.barrier(tag="memory.order")
+
+    # -- training -----------------------------------------------------------------------------------
+    def _examples(self, epoch: int, g: int) -> float:
+        """Positive events trained on at iteration g over all ranks (the loss denominator)."""
+        p, total = self.plan, 0
+        for c in range(p.memory):
+            lo, hi = p.segments[p.segment_of(c, epoch)]
+            for b in range(p.epoch):
+                q = g - b
+                if 0 <= q < hi - lo:
+                    a0, a1 = p.batch_events_range("train", lo + q)
+                    total += a1 - a0
+        return float(total)
+
+    def batches(self, epoch: int):
+        p = self.plan
+        seg = p.segment_of(self.c, epoch)
+        if seg == 0:  # the group starts the stream again (k = 1: every epoch)
+            self.memory.reset()
+            self._order()
+        self._fifo.clear()
+        lo, hi = p.segments[seg]
+        self._prefetch(("train", lo, epoch, self.b, self.a, p.minibatch, self.ctx.job.task.negatives))
+        for g in range(p.iterations()):
+            yield Batch(epoch, g, None, examples=self._examples(epoch, g), samples=[(seg, g)])
+
+    def step(self, model, task, batch: Batch, scale: float) -> np.ndarray:
+        p, (seg, g) = self.plan, batch.samples[0]
+        lo, hi = p.segments[seg]
+        m = self.ctx.job.task.negatives
+        t0 = time.perf_counter()
+        if g < hi - lo:  # read for batch g now; trainer b trains on it at iteration g + b
+            work = self._static(("train", lo + g, batch.epoch, self.b, self.a, p.minibatch, m))
+            work.inp.memory = self.memory.read(work.inp.unique)
+            self._fifo.append(work)
+        nxt = lo + g + 1
+        self._prefetch(("train", nxt, batch.epoch, self.b, self.a, p.minibatch, m) if nxt < hi else None)
+        self.load_seconds += time.perf_counter() - t0
+        self._order()
+        stats = np.zeros(task.stats_width())
+        if 0 <= g - self.b < hi - lo:
+            work = self._fifo.popleft()
+            z, s_new = model(work.inp)
+            out = task(EventEmbeddings(z, work.events.shape[0], m), batch.epoch)
+            (out.loss_sum * scale).backward()
+            stats = out.stats
+            self._train_events += work.events.shape[0]
+            if self.b == 0:
+                t1 = time.perf_counter()
+                self._write(work, s_new)
+                self.load_seconds += time.perf_counter() - t1
+        return stats
+
+    # -- evaluation -------------------------------------------------------------------------------
+    def evaluate(self, model, task, epoch: int) -> np.ndarray:
+        """Validation then test MRR / AP sums from the group whose memory just finished the last segment."""
+        t0 = time.perf_counter()
+        p, stats = self.plan, np.zeros(task.stats_width())
+        if self.c != (p.memory - epoch % p.memory) % p.memory:
+            self._eval_seconds = time.perf_counter() - t0
+            return stats
+        part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
+        backup = self.memory.state() if self.memory.leader else None
+        m = self.ctx.job.task.eval_negatives
+        with torch.no_grad():
+            for split in ("val", "test"):
+                for q in range(p.batches(split)):
+                    work = self._work(split, q, 0, 0, part, parts, m)
+                    work.inp.memory = self.memory.read(work.inp.unique)
+                    self._order()
+                    z, s_new = model(work.inp)
+                    pos, neg = task.scores(EventEmbeddings(z, work.events.shape[0], m))
+                    self._write(work, s_new)
+                    pos, neg = pos.double().numpy(), neg.double().numpy()
+                    parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
+                        (pos, neg), tag="memory.eval")  # also orders these writes before the next reads
+                    ap = None
+                    if self.group is None or self.group.rank == 0:
+                        allp = np.concatenate([s[0] for s in parts_scores])
+                        alln = np.concatenate([s[1].reshape(-1) for s in parts_scores])
+                        labels = np.r_[np.ones(allp.shape[0]), np.zeros(alln.shape[0])]
+                        ap = average_precision(np.r_[allp, alln], labels)
+                    stats += task.eval_stats(split, pos, neg, ap)
+        if self.memory.leader:
+            self.memory.load(backup)
+        self._order()
+        self._eval_seconds = time.perf_counter() - t0
+        return stats
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, Any]:
+        """Events trained on and the evaluation seconds (throughput = train_events / (epoch − eval))."""
+        events, eval_s = self.comm.allreduce_array([self._train_events, 0.0]), self.comm.gather_array(
+            [self._eval_seconds])
+        self._train_events = 0
+        p = self.plan
+        return {"memory": {"config": f"{p.minibatch}x{p.epoch}x{p.memory}", "train_events": int(events[0]),
+                           "eval_seconds": float(eval_s.max())}}
+
+    # -- static node memory pre-training ---------------------------------------------------------------
+    def _pretrain(self, task, epochs: int) -> None:
+        """DistTGL §3.1: the same model with the dynamic memory off (h = S), trained on the task; every
+        rank takes a slice of each batch (exact for any P), batches in a seeded random order."""
+        from hpcdgnn.metrics.log import get_logger
+
+        t0 = time.perf_counter()
+        model, head = copy.deepcopy(self.model), copy.deepcopy(task)
+        params = [q for mod in (model, head) for q in mod.parameters()]
+        opt = torch.optim.Adam(params, lr=self.ctx.job.train.lr)
+        P, m = self.comm.size, self.ctx.job.task.negatives
+        losses = []
+        for ep in range(epochs):
+            total = 0.0
+            for q in np.random.default_rng([self.seed, _SPLIT_CODE["pretrain"], ep]).permutation(
+                    self.plan.batches("train")):
+                work = self._work("train", int(q), -1 - ep, 0, self.comm.rank, P, m)
+                lo, hi = self.plan.batch_events_range("train", int(q))
+                opt.zero_grad(set_to_none=True)
+                z, _ = model(work.inp)
+                out = head(EventEmbeddings(z, work.events.shape[0], m), 0)
+                (out.loss_sum / (hi - lo)).backward()
+                self.sync_gradients(params)
+                opt.step()
+                total += float(out.stats[0])
+            losses.append(self.comm.allreduce_array([total])[0] / (self.plan.split["train"][1]
+                                                                    - self.plan.split["train"][0]))
+        with torch.no_grad():
+            self.model.static.copy_(model.static)
+        if self.comm.rank == 0:
+            get_logger().info(f"static node memory pre-trained: {epochs} epoch(s), loss {losses[0]:.4f} -> "
+                              f"{losses[-1]:.4f}, {time.perf_counter() - t0:.2f}s")
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The group's memory (its leader's copy; the other ranks of the group map the same rows)."""
+        return {"memory": self.memory.state()} if self.memory.leader else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.memory.load(state["memory"])
+        self._order()

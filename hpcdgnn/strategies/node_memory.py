@@ -1,0 +1,93 @@
+"""One copy of the node memory of a memory group: states, last-update times, mailboxes (DistTGL §3.3, SPEC M2).
+
+A row per node: the memory s_v (``memory_dim``) and its mailbox — one mail [s_u ‖ s_v ‖ e] (most-recent
+COMB) — in the training dtype, and the time τ_v of its last memory update in float64 (event times in
+seconds since 1970 do not fit float32's 24-bit mantissa). Zero at the start.
+
+Where it lives: with one rank per group, in that rank's memory; with several, once per node — an MPI-3
+shared-memory window (``MPI.Win.Allocate_shared``) of the group's communicator, which every rank of the
+group maps, so a read or a write is a local memory copy and nothing crosses the network. The strategy
+orders the accesses of §3.3 — every read of an iteration before any write, writes in chronological
+order — with the group's barriers; this class only moves rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.models.tgn import MemoryRows
+
+__all__ = ["NodeMemory"]
+
+
+class NodeMemory:
+    """The memory copy of one group (see the module docstring).
+
+    Args:
+        group: the group's communicator (None or size 1: private arrays).
+        num_vertices, memory_dim, mail_dim: N, d and the mail width 2d + D.
+        dtype: the training dtype (numpy).
+    """
+
+    def __init__(self, group: Communicator | None, num_vertices: int, memory_dim: int, mail_dim: int,
+                 dtype: np.dtype) -> None:
+        self.group, self.d = group, memory_dim
+        shape = (num_vertices, memory_dim + mail_dim)
+        self._windows: list[Any] = []
+        if group is None or group.size == 1:
+            self.values, self.times = np.zeros(shape, dtype=dtype), np.zeros(num_vertices)
+            self.leader = True
+        else:
+            try:
+                self.values, wv = group.shared_array(shape, dtype, "strategy memory group")
+                self.times, wt = group.shared_array((num_vertices,), np.float64, "strategy memory group")
+            except RuntimeError as e:
+                raise ConfigError(f"rank {group.rank} of a memory group: {e}") from None
+            self._windows = [wv, wt]
+            self.leader = group.rank == 0
+            if self.leader:
+                self.values[:] = 0
+                self.times[:] = 0
+            group.barrier(tag="setup")
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.times.nbytes)
+
+    def reset(self) -> None:
+        """Zero every row (the group leader; the caller's next barrier publishes it)."""
+        if self.leader:
+            self.values[:] = 0
+            self.times[:] = 0
+
+    def read(self, nodes: np.ndarray) -> MemoryRows:
+        """Copies of the rows of ``nodes`` (ascending, unique)."""
+        rows = self.values[nodes]
+        t = torch.from_numpy(rows)
+        return MemoryRows(mem=t[:, : self.d], mem_ts=self.times[nodes].copy(), mail=t[:, self.d :])
+
+    def write(self, nodes: np.ndarray, mem: np.ndarray, times: np.ndarray, mail: np.ndarray) -> None:
+        """Set the rows of ``nodes`` (unique) to memory ``mem``, update time ``times`` and mail ``mail``."""
+        if nodes.shape[0]:
+            self.values[nodes, : self.d] = mem
+            self.values[nodes, self.d :] = mail
+            self.times[nodes] = times
+
+    def state(self) -> dict[str, np.ndarray]:
+        """A copy of every row (what checkpoints keep; the group leader's copy is the group's)."""
+        return {"values": self.values.copy(), "times": self.times.copy()}
+
+    def load(self, state: dict[str, np.ndarray]) -> None:
+        if self.leader:
+            self.values[:] = state["values"]
+            self.times[:] = state["times"]
+
+    def close(self) -> None:
+        for w in self._windows:
+            w.Free()
+        self._windows = []
