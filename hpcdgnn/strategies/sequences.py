@@ -32,6 +32,34 @@ local and only gradients move; with ``fetch`` it reads only its block and
 pulls the missing snapshots (their normalised Ã and X) from their owners once
 per epoch, counted under ``placement.fetch``.
 
+**Reuse** (R3, ReInc §3.1, §3.3; :mod:`hpcdgnn.nn.reuse_cache`), with ``reuse: on``. What is shared and
+why it is exact:
+
+* *Across overlapping sequences* (and node batches, splits and epochs): when layer 0 aggregates X over
+  full neighbourhoods (its fanout 0; a layer whose aggregation has no parameters) the value Ã_t·X_t
+  depends on snapshot t alone — no parameter, window, batch or epoch — so one entry per snapshot, key
+  ``("global", 0, t, "all")``, serves every sample that reads t (each reads its rows). R2 fills the
+  cache at setup (Eq. 2, or from scratch); it holds at most ``cache_mb`` per rank, evicting by Eq. 3
+  (F and I from this rank's reads this epoch and the next, which the strategy knows: every sample
+  reads each step of its window, in the order of :meth:`batches` then :meth:`evaluate`) or by LRU; a
+  miss computes Ã_t·X_t from scratch (Eq. 1) — of every vertex when the policy admits it, else only
+  the rows the sample needs. The values carry no gradient (X has none), so reading them changes no
+  autograd graph. With ``reuse: off`` every sample aggregates X over its own block (the fanout-0
+  block is Ã_t's rows) as a framework without reuse does: the same products, so the same losses up to
+  the rounding of Eq. 2 (tested at rtol 1e-12). ``metrics.jsonl`` reports the cache per epoch under
+  ``reuse`` (summed over ranks).
+* *Not shared*: a sampled first layer (fanout > 0) draws its neighbours per window (the sampler is
+  seeded by epoch, sequence and node batch), so no two windows aggregate the same thing; attention
+  (DySAT) has parameters. Hidden layers' aggregations depend on the parameters and on the window's
+  start (every window restarts the time encoder), and each sample runs its backward before the next:
+  none is reused across samples or optimizer steps (the cache's ``local`` level stays empty); within
+  a sample every layer aggregates each step once (one block-diagonal product over the window).
+* *Across gates*: the integrated cells (:class:`~hpcdgnn.nn.models.base.GraphRecurrentLayer`) already
+  compute one basis of X_t for all gates and one basis of H_{t-1} per step for all gates that read it
+  (GConvGRU and DCRNN need a second, of R_t ⊙ H_{t-1}, as their equations do); this strategy does not
+  run them yet (below). *Encoder → decoder* (teacher forcing): no model here has a decoder reading
+  future snapshots, so there is nothing to share.
+
 Evaluation (validation and test sequences, every node batch, no gradient)
 is a pass of its own after the epoch's steps (:meth:`evaluate`).
 Graph-recurrent models (``gconv_lstm`` ...) convolve their state over each
@@ -55,6 +83,7 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
 from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
@@ -181,14 +210,22 @@ class SequencesStrategy(Strategy):
             self.host[t], snap = self._read(reader, t)
             raw.append(snap)
         self._fetched: dict[int, _HostSnapshot] = {}
-        self._fetched_ax: dict[int, torch.Tensor] = {}
         #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
         self.fanout = (list(o.fanouts) or [0] * self.num_layers)[::-1]
-        #: S4 + R2: Ã_t·X_t of every held snapshot, when layer 0 aggregates X over full neighbourhoods
-        self.ax0: dict[int, torch.Tensor] | None = None
+        #: R3: layer 0 aggregates X over full neighbourhoods, a constant Ã_t·X_t (SPEC S4) that every sample
+        #: reading snapshot t shares; with ``reuse: on`` samples read its rows from the reuse cache
+        self.reads_ax = bool(model.layers[0].precomputable and self.fanout[0] == 0 and o.reuse == "on")
+        self.cache: ReuseCache | None = None
         self._incremental: dict | None = None
-        if model.layers[0].precomputable and self.fanout[0] == 0:
-            self.ax0 = self._precompute(list(range(read_lo, read_hi)), raw)
+        if self.reads_ax:
+            F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
+            self._ax_bytes = self.N * F * torch.empty(0, dtype=self.ctx.dtype).element_size()
+            self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._ax_bytes, 1))
+            self._stream = self._access_stream(1)
+            self._plan(1)
+            # R2 fills it: Ã_t·X_t of every held snapshot (Eq. 2 or from scratch), kept as the policy admits
+            for t, ax in self._precompute(list(range(read_lo, read_hi)), raw).items():
+                self.cache.offer(self._input_key(t), ax)
         self._stat_width: int | None = None
         return sorted({s.t for s in self.mine})
 
@@ -215,28 +252,79 @@ class SequencesStrategy(Strategy):
                    for t, s, x in zip(ts, raw, xs)]
         return {t: y.to(self.ctx.dtype) for t, y in zip(ts, out)}
 
-    def ax(self, t: int) -> torch.Tensor:
-        """Ã_t·X_t of a held snapshot, or of one fetched this epoch (computed from its Ã when it arrived)."""
-        if t in self.ax0:
-            return self.ax0[t]
-        h = self._fetched[t]
-        a = torch.sparse_csr_tensor(torch.from_numpy(h.crow), torch.from_numpy(h.col), torch.from_numpy(h.val),
-                                    (h.crow.shape[0] - 1,) * 2)
-        if t not in self._fetched_ax:
-            self._fetched_ax[t] = torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
-        return self._fetched_ax[t]
+    # -- R3: the reuse cache ------------------------------------------------------------------------
+    @staticmethod
+    def _input_key(t: int) -> tuple:
+        """The cache key of Ã_t·X_t: global level (no parameters), layer 0, snapshot t, every vertex's
+        full neighbourhood — the same value for every window, node batch, split and epoch."""
+        return ("global", 0, t, "all")
+
+    def _access_stream(self, epoch: int) -> list[tuple]:
+        """This rank's reads of input aggregations in one epoch, in order: each training sample of
+        :meth:`batches` (then each of :meth:`evaluate`) reads Ã_t·X_t of every step t of its window."""
+        keys = []
+        for split in (0, 1, 2):
+            for seq, _ in self._samples(epoch, split):
+                if seq.index in self._mine_ids:
+                    keys += [self._input_key(t) for t in range(seq.start, seq.stop)]
+        return keys
+
+    def _plan(self, epoch: int) -> None:
+        """Tell the cache this epoch's reads, then the next epoch's (the same keys: nothing in them
+        depends on the epoch), unless this is the last epoch — F and I of Eq. 3."""
+        more = epoch < self.ctx.job.train.epochs
+        self.cache.plan(self._stream, self._stream if more else ())
+
+    def _aggregate_input(self, t: int, rows: np.ndarray | None = None) -> torch.Tensor:
+        """Ã_t·X_t from scratch (ReInc Eq. 1, float64, then cast) — of every vertex, or of ``rows`` only."""
+        h = self.snapshot(t)
+        n = h.crow.shape[0] - 1
+        crow, col, val = h.crow, h.col, h.val
+        if rows is not None:
+            counts = h.crow[rows + 1] - h.crow[rows]
+            e = _expand(h.crow[rows], counts)
+            crow, col, val = np.concatenate([[0], np.cumsum(counts)]), h.col[e], h.val[e]
+        a = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val),
+                                    (crow.shape[0] - 1, n))
+        return torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
+
+    def input_rows(self, t: int, rows: np.ndarray) -> torch.Tensor:
+        """Rows ``rows`` of Ã_t·X_t: read from the reuse cache; on a miss Ã_t·X_t of every vertex is
+        computed and offered to it, or — when the policy would not admit it — only these rows."""
+        ax = self.cache.fetch(self._input_key(t), lambda: self._aggregate_input(t), self._ax_bytes)
+        return self._aggregate_input(t, rows) if ax is None else ax.index_select(0, torch.from_numpy(rows))
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
-        """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally."""
-        if self.ax0 is None:
-            return {}
+        """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally; R3's
+        cache this epoch (all ranks): hits, misses, evictions, hit rate, bytes (:meth:`_reuse_report`)."""
+        out = {"reuse": self._reuse_report()}
+        if not self.reads_ax:
+            return out
         mine = self._incremental or {}
         keys = ["rows_recomputed", "rows_updated", "rows_untouched", "fallbacks"]
         tot = self.comm.allreduce_array([float(mine.get(k, 0)) for k in keys], tag="metrics")
-        out = dict(zip(keys, (int(x) for x in tot)))
-        rows = out["rows_recomputed"] + out["rows_updated"] + out["rows_untouched"]
-        out["recomputed_fraction"] = out["rows_recomputed"] / rows if rows else 0.0
-        return {"incremental": {"mode": self.opts.incremental, **out}}
+        inc = dict(zip(keys, (int(x) for x in tot)))
+        rows = inc["rows_recomputed"] + inc["rows_updated"] + inc["rows_untouched"]
+        inc["recomputed_fraction"] = inc["rows_recomputed"] / rows if rows else 0.0
+        out["incremental"] = {"mode": self.opts.incremental, **inc}
+        return out
+
+    def _reuse_report(self) -> dict:
+        """The ``reuse`` entry of the epoch record: the cache's counters summed over ranks (``bytes``:
+        held at the epoch's end; ``peak_bytes``: the ranks' peaks added; ``working_set_bytes``: the distinct
+        aggregations the epoch reads, each counted once per rank that reads it)."""
+        o = self.opts
+        out = {"mode": o.reuse, "policy": o.cache_policy, "cache_mb": o.cache_mb}
+        if o.reuse == "off":
+            return out
+        names = [k for k in ReuseCache.COUNTERS if not k.startswith("local")] + ["working_set_bytes"]
+        if not self.reads_ax:  # nothing parameter-free is shared between samples (module docstring, R3)
+            return {**out, "cached": "nothing", **dict.fromkeys(names, 0), "hit_rate": 0.0}
+        mine = {**self.cache.counters(), "working_set_bytes": len(set(self._stream)) * self._ax_bytes}
+        tot = self.comm.allreduce_array([float(mine[k]) for k in names], tag="metrics")
+        out.update({"cached": "input aggregations", **{k: int(v) for k, v in zip(names, tot)}})
+        out["hit_rate"] = hit_rate(out["hits"], out["misses"])
+        return out
 
     def attach_task(self, task) -> None:
         """The task head, to count each global batch's training examples (:meth:`batches`)."""
@@ -261,7 +349,7 @@ class SequencesStrategy(Strategy):
                 payload = [(t, self.host[t].crow, self.host[t].col, self.host[t].val, self.host[t].x) for t in ts]
                 nbytes = sum(self.host[t].nbytes for t in ts)
                 sends.append(self.comm.isend_obj(payload, r, 7301, "placement.fetch", nbytes))
-        self._fetched, self._fetched_ax = {}, {}
+        self._fetched = {}
         lo, hi = self._reads[me]
         for q in range(P):
             if q != me and any(not own[me] <= t < own[me + 1] for t in range(max(lo, own[q]), min(hi, own[q + 1]))):
@@ -290,6 +378,9 @@ class SequencesStrategy(Strategy):
             t0 = time.perf_counter()
             self._fetch()
             self.load_seconds += time.perf_counter() - t0
+        if self.cache is not None:  # R3: the epoch's reads, for Eq. 3; the epoch's counters
+            self.cache.reset_counters()
+            self._plan(epoch)
         nodes = self.node_batches(epoch)
         samples = self._samples(epoch, 0)
         Q = self.opts.batch_samples or sum(s.split == 0 for s in self.seqs)
@@ -405,7 +496,7 @@ class SampleLayout(Layout):
         self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
         self.adj: list[NormalizedAdjacency | None] = [None] * L
         for li in reversed(range(L)):  # from the batch down to the input: each layer's rows and their reads
-            if li == 0 and s.ax0 is not None:  # layer 0 reads its rows of the precomputed Ã_t·X_t
+            if li == 0 and s.reads_ax:  # layer 0 reads its rows of Ã_t·X_t from the reuse cache
                 break
             self.adj[li], self.rows[li] = s.sampled_block(seq.start, seq.stop, self.rows[li + 1], s.fanout[li], rng)
 
@@ -414,9 +505,8 @@ class SampleLayout(Layout):
         S = self.stop - self.start
         n = self.rows[li + 1].shape[0]
         steps = list(range(self.start, self.stop))
-        if h is None and self.s.ax0 is not None:  # layer 0 over full neighbourhoods: Ã_t·X_t, precomputed
-            idx = torch.from_numpy(self.rows[1])
-            ax = torch.stack([self.s.ax(t).index_select(0, idx) for t in steps]).to(self.s.ctx.device)
+        if h is None and self.s.reads_ax:  # layer 0 over full neighbourhoods: Ã_t·X_t, reused (R3)
+            ax = torch.stack([self.s.input_rows(t, self.rows[1]) for t in steps]).to(self.s.ctx.device)
             return layer.spatial_steps(ax, steps, tparams)
         if h is None:  # layer 0: X of its input rows in every step
             idx = torch.from_numpy(self.rows[0])

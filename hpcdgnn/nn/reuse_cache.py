@@ -1,0 +1,283 @@
+"""R3, the reuse cache: ReInc's two-level cache store with its Eq. 3 eviction policy (ReInc §3.3, SPEC R3).
+
+A cache of aggregations keyed by ``(level, layer, t, sample)``:
+
+* ``level`` — ``"global"``: aggregations that can be used by any layer, sample and epoch because they
+  depend on no parameter (ReInc §3.3.1: the input aggregations Agg^input_t and the Agg_{t−1} that
+  incremental aggregation starts from); ``"local"``: one layer's aggregations of hidden vectors
+  (§3.3.2), which depend on the current parameters, so the owner drops them with
+  :meth:`ReuseCache.invalidate` before the parameters change (every optimizer step);
+* ``layer`` — the model layer whose aggregation it is (0 = the input layer);
+* ``t`` — the snapshot;
+* ``sample`` — what else the value depends on: which rows and which neighbours were aggregated
+  (e.g. ``"all"`` for every vertex over its full neighbourhood). Two accesses hit the same entry
+  exactly when their values are equal, so a key must name everything the value depends on.
+
+Both levels share one capacity (``strategy.cache_mb``). Values are tensors; their size is
+``numel · element_size``. A value handed out must not be modified in place by its reader.
+
+**Access protocol.** An owner declares the accesses it will make, in order (:meth:`ReuseCache.plan`:
+DGNN access is fully predictable, §3.3.3), then for each access calls :meth:`ReuseCache.lookup`
+(a hit returns the value; a miss returns None) and, after a miss, computes the value and calls
+:meth:`ReuseCache.offer` (admit it, maybe evicting others, or not). :meth:`ReuseCache.admits` says
+beforehand whether an offer would be admitted, so a caller can compute less when it would not;
+:meth:`ReuseCache.fetch` does the three in one call. An owner may also offer values before their
+first access (a warm start, as R2 filling the cache at setup).
+
+**Priority policy** (``priority``, ReInc Eq. 3, after GDSF): an entry's score is
+
+.. math::
+    \\mathrm{Priority}(Agg) = \\frac{F(Agg)}{S(Agg)} - I(Agg)
+
+with every term read off the plan at the current clock c (the number of planned accesses made so
+far since :meth:`~ReuseCache.plan`):
+
+* F — *future access count*: the planned accesses to the key at positions ≥ c (the rest of the
+  plan, which may run into the next epoch: the ``then`` part of :meth:`~ReuseCache.plan`);
+* I — *imminence*: the accesses to other keys made before the key's next planned access,
+  ``next − c`` (0 = it is the very next access). ReInc counts "the number of timesteps that will be
+  passed (computed) without using the aggregation"; here one access is one snapshot-step's
+  aggregation read, so the unit is the same;
+* S — *size*, in units of ``unit_bytes`` (the owner passes the size of one typical entry, e.g. one
+  snapshot's input aggregation, so S = 1 for those and F/S and I are both counts of accesses —
+  ReInc's "equal weights").
+
+ReInc's closed forms (F = max(1, 2·idx − 2S + 1)·K − g for an encoder's first layer, I = L − S, …)
+are this count for its encoder–decoder LSTM schedule; with the schedule given explicitly the
+count is exact for any window, stride, sample order and model. On a miss the new entry is admitted
+if it fits, else the entries of lowest priority *strictly below the new entry's* are evicted until
+it fits; if that cannot free enough, the new entry is not admitted (``bypassed``) — a cache full of
+aggregations needed sooner keeps them (ties keep the cached entry). **Expiry**: when an access
+brings an entry's F to 0 it is dropped at once (``expired``), and :meth:`~ReuseCache.plan` drops
+the entries the new plan never reads; an entry with F = 0 is never admitted.
+
+**LRU policy** (``lru``, for comparison): admit every entry that fits in the capacity at all,
+evicting the least recently used first; no expiry (LRU knows no future). On a sliding window of L
+snapshots read in order, an LRU cache holding fewer than L − 1 of them evicts every entry just
+before its next use: hit rate 0. (ReInc Fig. 11 finds the same 0 % for LRU against 52 % for Eq. 3 at a
+cache of 10 % of the data, there from the gates' alternating reads of input and state aggregations.)
+
+Counters (:meth:`ReuseCache.counters`, reset by :meth:`~ReuseCache.reset_counters`): hits, misses,
+``hit_rate`` = hits / (hits + misses), evictions (capacity), expired, bypassed (not admitted),
+invalidated, ``unplanned`` (accesses that were not the planned next one: they do not advance the
+clock; a non-zero count means the owner's plan is wrong, which costs hits but never changes values),
+``bytes`` (held now) and ``peak_bytes``; hits and misses also by level.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ReuseCache", "POLICIES", "LEVELS", "hit_rate"]
+
+POLICIES = ("priority", "lru")
+LEVELS = ("global", "local")
+
+
+@dataclass
+class _Entry:
+    value: torch.Tensor
+    nbytes: int
+
+
+def _level(key: Hashable) -> str:
+    if not isinstance(key, tuple) or not key or key[0] not in LEVELS:
+        raise ValueError(f"ReuseCache: a key is (level, layer, t, sample) with level in {LEVELS} (got {key!r})")
+    return key[0]
+
+
+def _nbytes(value: torch.Tensor) -> int:
+    return value.numel() * value.element_size()
+
+
+class ReuseCache:
+    """The two-level cache (module docstring).
+
+    Args:
+        capacity_bytes: the bound on the bytes held by both levels together (>= 0; 0 holds nothing).
+        policy: ``"priority"`` (ReInc Eq. 3 with expiry) or ``"lru"``.
+        unit_bytes: the size that counts as S = 1 in Eq. 3 (> 0).
+
+    Raises:
+        ValueError: an unknown policy, a negative capacity or a non-positive unit.
+    """
+
+    def __init__(self, capacity_bytes: int, policy: str = "priority", unit_bytes: int = 1 << 20) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"ReuseCache: policy must be one of {POLICIES} (got {policy!r})")
+        if capacity_bytes < 0:
+            raise ValueError(f"ReuseCache: capacity_bytes must be >= 0 (got {capacity_bytes})")
+        if not unit_bytes > 0:
+            raise ValueError(f"ReuseCache: unit_bytes must be > 0 (got {unit_bytes})")
+        self.capacity, self.policy, self.unit = int(capacity_bytes), policy, float(unit_bytes)
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()  # least recently used first
+        self._stream: list[Hashable] = []
+        self._pos: dict[Hashable, list[int]] = {}
+        self.clock = 0
+        self.bytes = 0
+        self.reset_counters()
+
+    # -- the plan ------------------------------------------------------------------------------------
+    def plan(self, stream: Sequence[Hashable], then: Sequence[Hashable] = ()) -> None:
+        """Declare the accesses from now on: ``stream`` in order (the clock restarts at its first), then
+        ``then`` (what follows it, e.g. the next epoch's accesses: it counts in F and I only).
+        With ``priority``, entries that the new plan never reads expire now."""
+        self._stream = list(stream)
+        self._pos = {}
+        for i, key in enumerate([*self._stream, *then]):
+            self._pos.setdefault(key, []).append(i)
+        self.clock = 0
+        if self.policy == "priority":
+            for key in [k for k in self._entries if k not in self._pos]:
+                self._drop(key)
+                self.expired += 1
+
+    def future(self, key: Hashable) -> tuple[int, int | None]:
+        """(F, I) of ``key`` at the current clock: planned accesses left, and accesses to other keys before
+        the next one (None when F = 0)."""
+        pos = self._pos.get(key)
+        if not pos:
+            return 0, None
+        i = bisect.bisect_left(pos, self.clock)
+        f = len(pos) - i
+        return f, (pos[i] - self.clock if f else None)
+
+    def priority(self, key: Hashable, nbytes: int) -> float:
+        """Eq. 3, F/S − I, of ``key`` with a value of ``nbytes``; −inf when F = 0 (expired)."""
+        f, imminence = self.future(key)
+        if f == 0:
+            return float("-inf")
+        return f / (nbytes / self.unit) - imminence if nbytes else float("inf")
+
+    # -- accesses ------------------------------------------------------------------------------------
+    def lookup(self, key: Hashable) -> torch.Tensor | None:
+        """One access: the cached value (a hit) or None (a miss: compute it, then :meth:`offer` it)."""
+        level = _level(key)
+        if self.clock < len(self._stream) and self._stream[self.clock] == key:
+            self.clock += 1
+        else:
+            self.unplanned += 1
+        e = self._entries.get(key)
+        if e is None:
+            self.misses += 1
+            self._by_level[level][1] += 1
+            return None
+        self.hits += 1
+        self._by_level[level][0] += 1
+        self._entries.move_to_end(key)
+        if self.policy == "priority" and self.future(key)[0] == 0:
+            self._drop(key)
+            self.expired += 1
+        return e.value
+
+    def _victims(self, key: Hashable, nbytes: int) -> list[Hashable] | None:
+        """The entries to evict so that ``key`` (``nbytes``) fits, or None when it is not admitted."""
+        if nbytes > self.capacity:
+            return None
+        need = self.bytes + nbytes - self.capacity
+        if self.policy == "lru":
+            out, freed = [], 0
+            for k, e in self._entries.items():  # least recently used first
+                if freed >= need:
+                    break
+                out.append(k)
+                freed += e.nbytes
+            return out
+        mine = self.priority(key, nbytes)
+        if mine == float("-inf"):
+            return None
+        if need <= 0:
+            return []
+        ranked = sorted(self._entries, key=lambda k: self.priority(k, self._entries[k].nbytes))
+        out, freed = [], 0
+        for k in ranked:
+            if freed >= need:
+                break
+            if not self.priority(k, self._entries[k].nbytes) < mine:
+                return None
+            out.append(k)
+            freed += self._entries[k].nbytes
+        return out if freed >= need else None
+
+    def admits(self, key: Hashable, nbytes: int) -> bool:
+        """Whether :meth:`offer` of a value of ``nbytes`` for ``key`` would admit it now (no side effect)."""
+        return key in self._entries or self._victims(key, nbytes) is not None
+
+    def offer(self, key: Hashable, value: torch.Tensor) -> bool:
+        """Admit ``value`` for ``key`` after a miss (evicting as the policy says), or not; True if held."""
+        _level(key)
+        if key in self._entries:
+            return True
+        n = _nbytes(value)
+        victims = self._victims(key, n)
+        if victims is None:
+            self.bypassed += 1
+            return False
+        for k in victims:
+            self._drop(k)
+            self.evictions += 1
+        self._entries[key] = _Entry(value, n)
+        self.bytes += n
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+        return True
+
+    def fetch(self, key: Hashable, compute: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor | None:
+        """One access with the miss handled: the cached value; else, when a value of ``nbytes`` would be
+        admitted, ``compute()`` admitted and returned; else None (counted ``bypassed``), for a caller that
+        then computes only the part it needs."""
+        value = self.lookup(key)
+        if value is not None:
+            return value
+        if not self.admits(key, nbytes):
+            self.bypassed += 1
+            return None
+        value = compute()
+        self.offer(key, value)
+        return value
+
+    def invalidate(self, level: str = "local", layer: int | None = None) -> int:
+        """Drop every entry of ``level`` (of one ``layer`` if given): their values are stale (a local entry
+        after the parameters changed). Returns the number dropped."""
+        keys = [k for k in self._entries if k[0] == level and (layer is None or k[1] == layer)]
+        for k in keys:
+            self._drop(k)
+        self.invalidated += len(keys)
+        return len(keys)
+
+    def _drop(self, key: Hashable) -> None:
+        self.bytes -= self._entries.pop(key).nbytes
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- counters ------------------------------------------------------------------------------------
+    def reset_counters(self) -> None:
+        """Zero the counters (the owner's epoch boundary); the peak restarts from the bytes held now."""
+        self.hits = self.misses = self.evictions = self.expired = self.bypassed = 0
+        self.invalidated = self.unplanned = 0
+        self.peak_bytes = self.bytes
+        self._by_level = {level: [0, 0] for level in LEVELS}
+
+    COUNTERS = ("hits", "misses", "evictions", "expired", "bypassed", "invalidated", "unplanned", "bytes",
+                "peak_bytes", "global_hits", "global_misses", "local_hits", "local_misses")
+
+    def counters(self) -> dict:
+        """The counters since :meth:`reset_counters` (names in :attr:`COUNTERS`), with ``hit_rate``."""
+        out = {k: getattr(self, k) for k in self.COUNTERS[:9]}
+        for level, (h, m) in self._by_level.items():
+            out[f"{level}_hits"], out[f"{level}_misses"] = h, m
+        out["hit_rate"] = hit_rate(out["hits"], out["misses"])
+        return out
+
+
+def hit_rate(hits: float, misses: float) -> float:
+    """hits / (hits + misses); 0 without accesses."""
+    return hits / (hits + misses) if hits + misses else 0.0

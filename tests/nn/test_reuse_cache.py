@@ -1,0 +1,134 @@
+"""R3's cache (ReInc §3.3): the Eq. 3 priority with expiry and LRU on tiny access sequences computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpcdgnn.nn.reuse_cache import ReuseCache
+
+
+def key(t, level="global", layer=0):
+    return (level, layer, t, "all")
+
+
+def v(units=1):
+    """A value of ``units`` · 8 bytes (unit_bytes = 8 below: S = units)."""
+    return torch.zeros(units, dtype=torch.float64)
+
+
+def run(cache, stream, then=(), sizes=None):
+    """Plan ``stream`` and make its accesses: lookup, and offer on a miss; the hits' positions."""
+    cache.plan([key(t) for t in stream], [key(t) for t in then])
+    hits = []
+    for i, t in enumerate(stream):
+        if cache.lookup(key(t)) is not None:
+            hits.append(i)
+        else:
+            cache.offer(key(t), v((sizes or {}).get(t, 1)))
+    return hits
+
+
+def test_sliding_window_lru_misses_everything_priority_keeps_the_next_one():
+    """Windows [0, 1, 2] and [1, 2, 3] (L = 3, stride 1), room for one aggregation.
+
+    LRU: every access misses (each entry is evicted just before its next use), 5 evictions.
+    Priority, by hand (clock c = accesses made; F, I after the access):
+      0: miss, F = 0                          -> not admitted (expired on arrival)
+      1: miss, F = 1 (pos 3), I = 3 - 2 = 1   -> p = 1/1 - 1 = 0, admitted
+      2: miss, F = 1 (pos 4), I = 4 - 3 = 1   -> p = 0; entry 1: I = 3 - 3 = 0, p = 1, not below 0: bypassed
+      1: hit; F = 0                           -> expired
+      2: miss, F = 0 -> bypassed;  3: miss, F = 0 -> bypassed
+    """
+    lru = ReuseCache(8, "lru", unit_bytes=8)
+    assert run(lru, [0, 1, 2, 1, 2, 3]) == []
+    c = lru.counters()
+    assert (c["hits"], c["misses"], c["evictions"], c["hit_rate"]) == (0, 6, 5, 0.0)
+    assert c["bytes"] == 8 and c["peak_bytes"] == 8
+
+    pr = ReuseCache(8, "priority", unit_bytes=8)
+    assert run(pr, [0, 1, 2, 1, 2, 3]) == [3]
+    c = pr.counters()
+    assert (c["hits"], c["misses"], c["evictions"], c["expired"], c["bypassed"]) == (1, 5, 0, 1, 4)
+    assert c["hit_rate"] == pytest.approx(1 / 6) and c["bytes"] == 0 and c["unplanned"] == 0
+
+
+def test_priority_evicts_the_lowest_score_and_size_counts():
+    """Stream a b c a b c with room for two units: a, b admitted (p = 1/1 - 2 = -1 each); at c (p = -1)
+    a has I = 0 (p = 1), b has I = 1 (p = 0): nothing below -1, so c is bypassed; a and b hit and expire.
+    With b of two units (S = 2): at b, c = 2, p_b = 1/2 - (4 - 2) = -3/2 and a (I = 1, p = 0) is not below
+    it, so b is bypassed; c then fits beside a; a and c hit, b (F = 0 by then) is bypassed again."""
+    c = ReuseCache(16, "priority", unit_bytes=8)
+    assert run(c, "abcabc") == [3, 4]
+    n = c.counters()
+    assert (n["hits"], n["misses"], n["evictions"], n["expired"], n["bypassed"]) == (2, 4, 0, 2, 2)
+
+    c = ReuseCache(16, "priority", unit_bytes=8)
+    assert run(c, "abcabc", sizes={"b": 2}) == [3, 5]
+    n = c.counters()
+    assert (n["bypassed"], n["expired"], n["evictions"]) == (2, 2, 0)
+
+    # an entry of higher priority evicts one of lower: stream x y y x with room for one;
+    # x: F = 1, I = 2 -> p = -1, admitted; y at c = 2: F = 1, I = 0 -> p = 1 > x's (I = 3 - 2 = 1: p = 0): evict x
+    c = ReuseCache(8, "priority", unit_bytes=8)
+    assert run(c, "xyyx") == [2]
+    n = c.counters()
+    assert (n["evictions"], n["expired"], n["misses"]) == (1, 1, 3)
+
+
+def test_then_keeps_entries_for_the_next_epoch_and_plan_expires_the_unplanned():
+    c = ReuseCache(64, "priority", unit_bytes=8)
+    assert run(c, [0, 1], then=[0, 1]) == []
+    assert len(c) == 2  # F = 1 each (the next epoch): kept
+    assert run(c, [0, 1]) == [0, 1]  # the next epoch: all hits, then expired (no epoch after it)
+    assert len(c) == 0 and c.counters()["expired"] == 2
+    c.offer(key(5), v())  # F = 0: never admitted
+    assert len(c) == 0
+    c.plan([key(7)], [])
+    c.lookup(key(7))
+    c.offer(key(7), v())  # F = 0 after its only access
+    assert key(7) not in c
+    lru = ReuseCache(64, "lru", unit_bytes=8)
+    run(lru, [0, 1])
+    lru.plan([key(2)])  # LRU knows no future: nothing expires
+    assert len(lru) == 2
+
+
+def test_levels_invalidate_fetch_and_counters():
+    c = ReuseCache(64, "priority", unit_bytes=8)
+    stream = [key(0), key(0, "local", 1), key(0, "local", 1), key(0)]
+    c.plan(stream)
+    calls = []
+    assert c.fetch(stream[0], lambda: calls.append(0) or v(), 8) is not None  # miss: computed, admitted
+    assert c.fetch(stream[1], lambda: calls.append(1) or v(), 8) is not None
+    assert c.fetch(stream[2], lambda: calls.append(2) or v(), 8) is not None  # hit: not computed
+    assert calls == [0, 1]
+    assert c.invalidate("local") == 0  # the local entry expired at its last use already
+    c.offer(key(9, "local", 2), v())  # unplanned: F = 0, not admitted
+    assert c.lookup(key(0)) is not None
+    n = c.counters()
+    assert (n["global_hits"], n["global_misses"], n["local_hits"], n["local_misses"]) == (1, 1, 1, 1)
+    assert n["unplanned"] == 0 and n["hit_rate"] == 0.5
+    c.lookup(key(3))  # not the planned next access
+    assert c.counters()["unplanned"] == 1
+
+    lru = ReuseCache(64, "lru", unit_bytes=8)
+    lru.offer(key(0, "local", 1), v())
+    lru.offer(key(0, "local", 2), v())
+    lru.offer(key(0), v())
+    assert lru.invalidate("local", layer=1) == 1 and len(lru) == 2
+    assert lru.invalidate("local") == 1 and len(lru) == 1 and lru.bytes == 8
+    # too big for the capacity: never admitted, fetch computes nothing and says so
+    assert lru.fetch(key(1), lambda: pytest.fail("computed"), 65) is None
+    assert lru.counters()["bypassed"] == 1
+    lru.reset_counters()
+    assert lru.counters()["misses"] == 0 and lru.counters()["peak_bytes"] == 8
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="policy"):
+        ReuseCache(1, "lfu")
+    with pytest.raises(ValueError, match="capacity"):
+        ReuseCache(-1)
+    with pytest.raises(ValueError, match="level"):
+        ReuseCache(8).offer(("gpu", 0, 0, "all"), v())
