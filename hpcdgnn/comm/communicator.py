@@ -203,6 +203,14 @@ def _mpi_cuda_aware(MPI) -> bool:
         return False
 
 
+def _available_memory() -> float:
+    """Bytes of physical memory free on this node (inf where the system does not say)."""
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
 def _mpi():
     # Imported here, not at module import: importing mpi4py.MPI initialises MPI,
     # and nothing in hpcdgnn may touch MPI before __main__ decides to (STYLE G3).
@@ -316,7 +324,9 @@ class Communicator:
     def shared_array(self, shape: Sequence[int], dtype: np.dtype, what: str) -> tuple[np.ndarray, Any]:
         """One array shared by every rank of this communicator: an MPI-3 shared-memory window
         (``MPI.Win.Allocate_shared``) owned by rank 0, which all ranks map. Needs all ranks on one node;
-        raises ``RuntimeError`` (one line naming ``what``) otherwise or when the window cannot be had.
+        raises ``RuntimeError`` (one line naming ``what``) otherwise or when the window cannot be had —
+        including when it is larger than the node's available memory (or ``$HPCDGNN_SHM_LIMIT_MB``, a cap
+        an administrator may set), checked first: an over-committed window would fault later, not fail.
         Returns the array and the window (free it with ``win.Free()`` when done)."""
         MPI = self._MPI
         node = self._comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
@@ -327,6 +337,11 @@ class Communicator:
                                "them together (place each memory group's ranks on one node, e.g. block mapping)")
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape)) * dtype.itemsize
+        limit = float(os.environ.get("HPCDGNN_SHM_LIMIT_MB", "0")) * 2**20 or _available_memory()
+        if not self._comm.bcast(nbytes <= limit, root=0):
+            raise RuntimeError(f"{what}: a {nbytes / 2**20:.1f} MiB shared-memory window does not fit the "
+                               f"{limit / 2**20:.1f} MiB available on the node"
+                               + (" ($HPCDGNN_SHM_LIMIT_MB)" if os.environ.get("HPCDGNN_SHM_LIMIT_MB") else ""))
         try:
             win = MPI.Win.Allocate_shared(nbytes if self.rank == 0 else 0, dtype.itemsize, comm=self._comm)
         except MPI.Exception as e:

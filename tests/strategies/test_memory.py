@@ -79,8 +79,13 @@ def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
 @pytest.mark.parametrize("over, words", [
     (["strategy.minibatch=2"], "minibatch·epoch·memory = 2·1·1 = 2, but the job runs on 3 ranks"),
     (["strategy.minibatch=3", "task.batch_events=5000"], "task.batch_events: 5000 is more than the 910 training"),
+    (["strategy.minibatch=3"], "shared-memory window does not fit the 0.0 MiB available on the node"),
 ])
-def test_bad_layout_p3_exits_2_with_one_line(launcher, college, tmp_path, over, words):
+def test_bad_layout_p3_exits_2_with_one_line(launcher, college, tmp_path, monkeypatch, over, words):
+    """i·j·k ≠ P, a batch larger than the training stream, a node memory whose shared window cannot be had
+    (here: over an administrator's cap): one line, exit 2, on 3 ranks, no hang."""
+    if "window" in words:
+        monkeypatch.setenv("HPCDGNN_SHM_LIMIT_MB", "0.001")
     job = _job(tmp_path, college)
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", *over],
                         timeout=120)

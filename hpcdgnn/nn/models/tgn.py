@@ -115,7 +115,17 @@ class TGN(nn.Module):
         real = np.flatnonzero(nb.mask.reshape(-1))
         occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[real]])
         occ_t = np.concatenate([inp.root_t, np.repeat(inp.root_t, k)[real]])
-        h, s_new = self._node_states(occ_nodes, occ_t, inp)
+        # one memory update per distinct (node, time): the roots of one event share t, and a busy node is a
+        # neighbour of many of them (TGL deduplicates the same way)
+        order = np.lexsort((occ_t, occ_nodes))
+        n_s, t_s = occ_nodes[order], occ_t[order]
+        new = np.r_[True, (n_s[1:] != n_s[:-1]) | (t_s[1:] != t_s[:-1])] if order.shape[0] else np.zeros(0, bool)
+        inv = np.empty(order.shape[0], dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        h_u, s_u = self._node_states(n_s[new], t_s[new], inp)
+        idx = torch.from_numpy(inv)
+        h = h_u[idx]
+        s_new = None if s_u is None else s_u[idx[:R]]
         h_root, h_nbr_real = h[:R], h[R:]
         dtype = h.dtype
         # neighbours, padded back to (R, k): keys/values of masked slots are never attended to
@@ -137,7 +147,7 @@ class TGN(nn.Module):
         alpha = torch.softmax(logits, dim=1) * mask
         agg = (alpha.unsqueeze(-1) * V).sum(1).reshape(R, self.hidden)
         z = self.norm(torch.relu(self.w_out(torch.cat([agg, h_root], dim=1))))
-        return z, None if s_new is None else s_new[:R]
+        return z, s_new
 
     def _node_states(self, nodes: np.ndarray, t: np.ndarray, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
         """h of each occurrence (node, t): updated memory (plus static), or the static memory alone."""
