@@ -37,7 +37,7 @@ from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.stale import StaleHalo
+from hpcdgnn.strategies.stale import StaleFetch, StaleHalo
 from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import RowShard, ShardedEmbeddings
 
@@ -299,6 +299,13 @@ class HaloStrategy(Strategy):
     def _in_place(self, h: torch.Tensor) -> ShardedEmbeddings:
         """The last layer's rows (my rows, in row order) for a task that scores them where they live."""
         sh = self.shard
+        if self.stale is not None:  # the fetched rows too are reused while they barely move (DGC §5.2)
+            if self.stale.fetch is None:
+                counts = self.comm.allgather_obj(int(h.shape[0]), tag="setup")
+                self.stale.fetch = StaleFetch(self.stale, counts)
+            fetch = self.stale.fetch
+            return ShardedEmbeddings(sh, h, lambda keys: fetch.fetch(h, keys, sh.owner_of, sh.local_of,
+                                                                     self.T * self.N))
         return ShardedEmbeddings(sh, h, lambda keys: fetch_rows(self.comm, h, keys, sh.owner_of, sh.local_of,
                                                                     self.T * self.N))
 

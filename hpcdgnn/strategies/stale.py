@@ -45,7 +45,7 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["adaptive_factor", "StaleHalo"]
+__all__ = ["adaptive_factor", "StaleFetch", "StaleHalo"]
 
 
 def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
@@ -80,6 +80,8 @@ class StaleHalo:
         self._epoch_stats = np.zeros(3)  # rows sent, rows reused, bytes saved (this rank)
         self.theta_now = 0.0
         self.d_now = 0.0
+        #: the stale fetch of the task's rows (:class:`StaleFetch`), when the task scores in place
+        self.fetch: StaleFetch | None = None
 
     @classmethod
     def for_halo(cls, comm, halo, cfg) -> StaleHalo | None:
@@ -164,6 +166,7 @@ class StaleHalo:
             "theta_now": float(self.theta_now),
             "d_now": float(self.d_now),
             "epoch_stats": torch.from_numpy(self._epoch_stats.copy()),
+            **({"fetch": self.fetch.state_dict()} if self.fetch is not None else {}),
         }
 
     def load_state_dict(self, state: dict | None) -> None:
@@ -199,3 +202,113 @@ class StaleHalo:
         self.first_loss, self.last_loss = state["first_loss"], state["last_loss"]
         self.theta_now, self.d_now = float(state["theta_now"]), float(state["d_now"])
         self._epoch_stats = state["epoch_stats"].numpy().astype(np.float64).copy()
+        if self.fetch is not None:
+            self.fetch.load_state_dict(state.get("fetch"))
+
+
+class StaleFetch:
+    """Stale reuse of the rows a task fetches from their owners (issue 13 item 5; DGC §5.2's rule).
+
+    The halo's rows are the same every epoch; the rows a task fetches (the destinations of this epoch's
+    pairs, :func:`~hpcdgnn.strategies.halo.fetch_rows`) change, so the caches are keyed by row: the
+    owner keeps, per asking rank q, the value of each of its rows it last sent q; q keeps the value it
+    got, per owner and row. A fetch still sends the asked row indices (4 bytes a row), then the owner
+    sends a row again only if it moved ≥ θ_r from what q holds — θ_r from the halo's rule
+    (:meth:`StaleHalo.threshold`, same mode, θ and losses), D_r the largest move among the asked rows
+    q holds (a global max) — and a one-byte mask per asked row saying which came; q reuses its copy of
+    the others (constants: no gradient flows back through them). A row q never got always goes.
+
+    Memory: up to (rows an owner has) × width per asking rank on the owner side and per owner on the
+    receiving side — about 2·T·N·F values per rank when every rank eventually asks for every row.
+    """
+
+    def __init__(self, halo: StaleHalo, row_counts: list[int]) -> None:
+        self.halo, self.comm, self.row_counts = halo, halo.comm, list(row_counts)
+        self._sent: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # asking rank -> (values, sent flag)
+        self._got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # owner -> (values, held flag)
+
+    def _table(self, store: dict, rank: int, rows: int, width: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if rank not in store:
+            store[rank] = (torch.zeros(rows, width, dtype=dtype), torch.zeros(rows, dtype=torch.bool))
+        return store[rank]
+
+    def fetch(self, h: torch.Tensor, keys: np.ndarray, owner_of, local_of, max_rows: int,
+              tag: str = "task") -> torch.Tensor:
+        """:func:`~hpcdgnn.strategies.halo.fetch_rows` with stale reuse: rows (len(keys), F) of ``keys``."""
+        comm, P = self.comm, self.comm.size
+        if P == 1:
+            return h[:0]
+        width, dtype = h.shape[1], h.dtype
+        owner = owner_of(keys)
+        order = np.argsort(owner, kind="stable")
+        counts = np.bincount(owner, minlength=P)
+        got = comm.alltoallv(torch.from_numpy(counts).view(P, 1), [1] * P, [1] * P, tag=f"{tag}.index").view(-1)
+        got = got.tolist()
+        local = local_of(keys[order]).astype(np.int32 if max_rows < 2**31 else np.int64)
+        asked = comm.alltoallv(torch.from_numpy(local).view(-1, 1), counts.tolist(), got,
+                               tag=f"{tag}.index").view(-1).to(torch.int64)
+        # owner: which asked rows moved enough since the asker last got them
+        bounds = np.r_[0, np.cumsum(got)]
+        current = h.detach().index_select(0, asked.to(h.device)).cpu()
+        held = torch.zeros(asked.shape[0], dtype=torch.bool)
+        move = torch.zeros(asked.shape[0], dtype=current.dtype)
+        for q in range(P):
+            a, b = int(bounds[q]), int(bounds[q + 1])
+            if a == b or q == comm.rank:
+                continue
+            values, flag = self._table(self._sent, q, h.shape[0], width, current.dtype)
+            rows = asked[a:b]
+            held[a:b] = flag[rows]
+            move[a:b] = (current[a:b] - values[rows]).norm(dim=1)
+        local_max = float(move[held].max()) if bool(held.any()) else 0.0
+        d = float(comm.allreduce_array([local_max], "max", tag="stale")[0])
+        theta = self.halo.threshold(d)
+        fresh = ~held | (move >= theta)
+        for q in range(P):  # what the asker will hold after this fetch
+            a, b = int(bounds[q]), int(bounds[q + 1])
+            if a == b or q == comm.rank:
+                continue
+            values, flag = self._sent[q]
+            sel = fresh[a:b]
+            rows = asked[a:b][sel]
+            values[rows] = current[a:b][sel]
+            flag[rows] = True
+        mask = comm.alltoallv(fresh.to(torch.uint8).view(-1, 1), got, counts.tolist(), tag=f"{tag}.index").view(-1)
+        mask = mask.to(torch.bool)
+        send_counts = [int(fresh[int(bounds[q]) : int(bounds[q + 1])].sum()) for q in range(P)]
+        recv_bounds = np.r_[0, np.cumsum(counts)]
+        recv_counts = [int(mask[int(recv_bounds[q]) : int(recv_bounds[q + 1])].sum()) for q in range(P)]
+        values = all_to_all_rows(h.index_select(0, asked[fresh].to(h.device)), comm, send_counts, recv_counts,
+                                 tag=tag)
+        # receiver: fresh rows from the message, the others from my copies; keep the fresh ones
+        mine_local = torch.from_numpy(local.astype(np.int64))
+        cached = torch.zeros(keys.shape[0], width, dtype=dtype)
+        for q in range(P):
+            a, b = int(recv_bounds[q]), int(recv_bounds[q + 1])
+            if a == b:
+                continue
+            table, flag = self._table(self._got, q, self.row_counts[q], width, dtype)
+            m = mask[a:b]
+            rows = mine_local[a:b]
+            cached[a:b][~m] = table[rows[~m]]
+            fresh_rows = values.detach().cpu()[int(mask[:a].sum()) : int(mask[:b].sum())]
+            table[rows[m]] = fresh_rows
+            flag[rows[m]] = True
+        sorted_rows = cached.to(h.device).index_put((torch.nonzero(mask).view(-1).to(h.device),), values)
+        reused = int((~fresh).sum())
+        self.halo._epoch_stats += [int(fresh.sum()), reused, reused * width * h.element_size()]
+        self.halo.theta_now, self.halo.d_now = theta, max(self.halo.d_now, d)
+        back = np.empty_like(order)
+        back[order] = np.arange(order.shape[0])
+        return sorted_rows.index_select(0, torch.from_numpy(back).to(h.device))
+
+    def state_dict(self) -> dict:
+        return {"sent": {q: (v.clone(), f.clone()) for q, (v, f) in self._sent.items()},
+                "got": {q: (v.clone(), f.clone()) for q, (v, f) in self._got.items()},
+                "row_counts": list(self.row_counts)}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if not state:
+            return
+        self._sent = {int(q): (v.clone(), f.clone()) for q, (v, f) in state["sent"].items()}
+        self._got = {int(q): (v.clone(), f.clone()) for q, (v, f) in state["got"].items()}

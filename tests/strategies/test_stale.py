@@ -52,6 +52,10 @@ def test_static_threshold_saves_traffic_and_reports_it(launcher, exact, tmp_path
     halo = [r["bytes_by_tag"]["halo.fwd"] for r in later]
     halo_off = [o["bytes_by_tag"]["halo.fwd"] for o in off[1:]]
     assert all(a <= b for a, b in zip(halo, halo_off)) and sum(halo) < sum(halo_off)
+    # the rows the task fetches where they live (link prediction, issue 13 item 5) are reused too
+    task = [r["bytes_by_tag"].get("task.fwd", 0) for r in later]
+    task_off = [o["bytes_by_tag"].get("task.fwd", 0) for o in off[1:]]
+    assert sum(task_off) > 0 and sum(task) < sum(task_off)
     # an approximation: the losses depart, a little, and are reported as they are
     assert not np.array_equal(got[1:, 0], ref[1:, 0])
     np.testing.assert_allclose(got[:, 0], ref[:, 0], rtol=2e-2)
