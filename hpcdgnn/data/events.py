@@ -72,7 +72,6 @@ A snapshot reader given an event directory fails with one line saying so
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -83,8 +82,18 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcdgnn.data.manifest import EVENTS_FORMAT_NAME, FORMAT_NAME, MANIFEST_NAME
-from hpcdgnn.data.writer import file_sha256, prepare_output_dir
+from hpcdgnn.data.manifest import (
+    EVENTS_FORMAT_NAME,
+    FORMAT_NAME,
+    _is_int,
+    _is_number,
+    _short,
+    key_set_problem,
+    read_manifest_json,
+    shard_entry_problem,
+    write_manifest_json,
+)
+from hpcdgnn.data.writer import file_sha256, prepare_output_dir, replace_dir, shard_file_problem, write_vertex_ids
 from hpcdgnn.errors import DataError
 
 __all__ = [
@@ -221,21 +230,7 @@ class EventStream:
 # --------------------------------------------------------------------------- manifest
 
 
-def _short(v: Any) -> str:
-    r = repr(v).replace("\n", " ")
-    return r if len(r) <= 60 else r[:57] + "..."
-
-
-def _is_int(v: Any, lo: int = 0) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-_SHA256_HEX = set("0123456789abcdef")
-_SHARD_KEYS = ("file", "e_start", "e_stop", "bytes", "sha256")
+_SHARD_INT_KEYS = ("e_start", "e_stop", "bytes")
 _REQUIRED = (
     "format",
     "version",
@@ -255,16 +250,7 @@ _KNOWN = (*_REQUIRED, "source")
 
 def _read_raw(root: str | Path) -> tuple[Path, Any]:
     """``(path of manifest.json, its parsed JSON)``; the same one-line errors as ``load_manifest``."""
-    root = Path(root)
-    path = root / MANIFEST_NAME
-    if not root.is_dir():
-        raise DataError(f"{root}: dataset directory does not exist")
-    try:
-        return path, json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing; is {root} a dataset written by 'hpcdgnn prepare'?") from None
-    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise DataError(f"{path}: cannot parse: {' '.join(str(e).split())}") from None
+    return read_manifest_json(Path(root))
 
 
 def manifest_format(root: str | Path) -> str | None:
@@ -307,12 +293,9 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
         return f"'format' is {FORMAT_NAME!r}: a snapshot dataset, not an event stream (prepare --kind events)"
     if raw["format"] != EVENTS_FORMAT:
         return f"'format' is {_short(raw['format'])}, expected {EVENTS_FORMAT!r}: not an event dataset manifest"
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
-        return ("missing key " if len(missing) == 1 else "missing keys ") + ", ".join(f"'{k}'" for k in missing)
-    unknown = sorted(set(raw) - set(_KNOWN))
-    if unknown:
-        return ("unknown key " if len(unknown) == 1 else "unknown keys ") + ", ".join(f"'{k}'" for k in unknown)
+    problem = key_set_problem(raw, _REQUIRED, _KNOWN)
+    if problem:
+        return problem
     if raw["version"] != EVENTS_VERSION or isinstance(raw["version"], bool):
         return f"'version' {_short(raw['version'])} unsupported (this build reads {EVENTS_VERSION})"
     for key, lo in (("num_vertices", 1), ("num_events", 1), ("edge_feature_dim", 0), ("num_sources", 1)):
@@ -355,24 +338,10 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
         return f"'shards' must be a non-empty list, got {_short(shards)}"
     covered = 0
     for i, sh in enumerate(shards):
-        where = f"'shards'[{i}]"
-        if not isinstance(sh, dict):
-            return f"{where} must be an object with keys {', '.join(_SHARD_KEYS)}, got {_short(sh)}"
-        missing = [k for k in _SHARD_KEYS if k not in sh]
-        extra = sorted(set(sh) - set(_SHARD_KEYS))
-        if missing:
-            return f"{where}: missing key(s) " + ", ".join(f"'{k}'" for k in missing)
-        if extra:
-            return f"{where}: unknown key(s) " + ", ".join(f"'{k}'" for k in extra)
-        f = sh["file"]
-        if not isinstance(f, str) or not f or f in (".", "..") or "/" in f or "\\" in f or "\0" in f:
-            return f"{where}: 'file' must be a plain file name inside shards/, got {_short(f)}"
-        for key in ("e_start", "e_stop", "bytes"):
-            if not _is_int(sh[key]):
-                return f"{where} ({f}): '{key}' must be an integer >= 0, got {_short(sh[key])}"
-        sha = sh["sha256"]
-        if not isinstance(sha, str) or len(sha) != 64 or not set(sha) <= _SHA256_HEX:
-            return f"{where} ({f}): 'sha256' must be 64 lowercase hex digits, got {_short(sha)}"
+        problem = shard_entry_problem(sh, i, _SHARD_INT_KEYS)
+        if problem:
+            return problem
+        where, f = f"'shards'[{i}]", sh["file"]
         if sh["e_start"] != covered or sh["e_stop"] <= sh["e_start"]:
             return f"{where} ({f}) covers events [{sh['e_start']}, {sh['e_stop']}), expected to start at {covered}"
         covered = sh["e_stop"]
@@ -415,11 +384,7 @@ def load_event_manifest(root: str | Path) -> EventManifest:
 
 def save_event_manifest(root: str | Path, manifest: EventManifest) -> Path:
     """Write ``root/manifest.json`` atomically (temporary file, then rename)."""
-    path = Path(root) / MANIFEST_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    return write_manifest_json(root, manifest.to_json())
 
 
 # --------------------------------------------------------------------------- split
@@ -611,10 +576,9 @@ def read_events(
     prev_t: float | None = None
     for info in m.shards_overlapping(start, stop):
         path = root / "shards" / info.file
-        if path.is_file() and path.stat().st_size != info.bytes:
-            raise DataError(
-                f"{path}: {path.stat().st_size} bytes but manifest says {info.bytes} (truncated or replaced)"
-            )
+        problem = shard_file_problem(path, info, checksums=False) if path.is_file() else None
+        if problem:
+            raise DataError(problem)
         lo, hi = max(start, info.e_start) - info.e_start, min(stop, info.e_stop) - info.e_start
         arrays, problems = _read_slice(path, m, info, lo, hi, prev_t)
         if problems:
@@ -666,11 +630,9 @@ def scan_event_shards(
             prev_t = None
             yield scan
             continue
-        size = path.stat().st_size
-        if size != info.bytes:
-            problems.append(f"{path}: {size} bytes but manifest says {info.bytes} (truncated or replaced)")
-        elif checksums and file_sha256(path) != info.sha256:
-            problems.append(f"{path}: sha256 differs from the manifest (file modified or corrupt)")
+        problem = shard_file_problem(path, info, checksums)
+        if problem:
+            problems.append(problem)
         arrays, found = _read_slice(path, m, info, 0, info.num_events, prev_t)
         problems.extend(f"{path}: {p}" for p in found)
         if arrays is None:
@@ -793,11 +755,7 @@ def write_events(
                 if feats is not None:
                     f.create_dataset("efeat", data=feats[lo:hi])
             shards.append(EventShardInfo(name, lo, hi, path.stat().st_size, file_sha256(path)))
-        with h5py.File(tmp / "vertices.h5", "w") as f:
-            ids = np.arange(n) if original_ids is None else np.asarray(original_ids)
-            if ids.dtype.kind in "US":
-                ids = ids.astype(h5py.string_dtype())
-            f.create_dataset("original_id", data=ids)
+        write_vertex_ids(tmp, original_ids, n)
         manifest = EventManifest(
             num_vertices=n,
             num_events=e,
@@ -812,11 +770,7 @@ def write_events(
             source=dict(source or {}),
         )
         save_event_manifest(tmp, manifest)
-        if root.is_dir():
-            shutil.rmtree(root)  # only reached with force (prepare_output_dir checked)
-        elif root.exists():
-            root.unlink()
-        tmp.rename(root)
+        replace_dir(tmp, root)
         return manifest
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

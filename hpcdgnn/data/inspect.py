@@ -66,7 +66,7 @@ from hpcdgnn.data.events import EVENTS_FORMAT, SPLIT_NAMES, load_event_manifest,
 from hpcdgnn.data.manifest import Manifest, ShardInfo, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
-from hpcdgnn.data.writer import file_sha256
+from hpcdgnn.data.writer import shard_file_problem
 from hpcdgnn.errors import DataError
 
 __all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset", "inspect_events"]
@@ -252,11 +252,9 @@ def _shard_snapshots(
             problems.append(f"{path}: shard file missing (snapshots {info.t_start}..{info.t_stop - 1})")
             yield from ((t, None) for t in ts)
             continue
-        size = path.stat().st_size
-        if size != info.bytes:
-            problems.append(f"{path}: {size} bytes but manifest says {info.bytes} (truncated or replaced)")
-        elif checksums and file_sha256(path) != info.sha256:
-            problems.append(f"{path}: sha256 differs from the manifest (file modified or corrupt)")
+        problem = shard_file_problem(path, info, checksums)
+        if problem:
+            problems.append(problem)
         try:
             f = h5py.File(path, "r")
         except _H5_ERRORS as e:
@@ -499,6 +497,17 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
     }
 
 
+def _validity_lines(r: dict[str, Any]) -> list[str]:
+    """The report's closing ``valid`` line, then the first 20 problems (and how many more)."""
+    if r["valid"]:
+        return ["  valid     yes"]
+    lines = [f"  valid     NO, {len(r['problems'])} problem(s):"]
+    lines += [f"    {p}" for p in r["problems"][:20]]
+    if len(r["problems"]) > 20:
+        lines.append(f"    ... and {len(r['problems']) - 20} more")
+    return lines
+
+
 def _fmt_time(v: float | None) -> str:
     return "?" if v is None else f"{v:.10g}"
 
@@ -529,14 +538,7 @@ def format_events_report(r: dict[str, Any]) -> str:
         + f"; events per shard {_fmt_summary(r['events_per_shard'])}",
         f"  pairs     {pairs}",
     ]
-    if r["valid"]:
-        lines.append("  valid     yes")
-    else:
-        lines.append(f"  valid     NO, {len(r['problems'])} problem(s):")
-        lines += [f"    {p}" for p in r["problems"][:20]]
-        if len(r["problems"]) > 20:
-            lines.append(f"    ... and {len(r['problems']) - 20} more")
-    return "\n".join(lines)
+    return "\n".join(lines + _validity_lines(r))
 
 
 def _fmt_summary(s: dict[str, float] | None) -> str:
@@ -582,14 +584,7 @@ def format_report(r: dict[str, Any]) -> str:
             else f"mean {ov['mean']:.3f}  min {ov['min']:.3f}  max {ov['max']:.3f}  ({ov['pairs']} pairs)"
         ),
     ]
-    if r["valid"]:
-        lines.append("  valid     yes")
-    else:
-        lines.append(f"  valid     NO, {len(r['problems'])} problem(s):")
-        lines += [f"    {p}" for p in r["problems"][:20]]
-        if len(r["problems"]) > 20:
-            lines.append(f"    ... and {len(r['problems']) - 20} more")
-    return "\n".join(lines)
+    return "\n".join(lines + _validity_lines(r))
 
 
 def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:

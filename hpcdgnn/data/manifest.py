@@ -56,6 +56,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ class Manifest:
 
 
 _REQUIRED = [f for f in Manifest.__dataclass_fields__ if f not in ("source", "targets")]
-_SHARD_KEYS = list(ShardInfo.__dataclass_fields__)
+_SHARD_INT_KEYS = [k for k in ShardInfo.__dataclass_fields__ if k not in ("file", "sha256")]
 INDEX_DTYPES = ("int32", "int64")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -155,6 +156,65 @@ def _short(v: Any) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
+def read_manifest_json(root: str | Path) -> tuple[Path, Any]:
+    """``(path of root/manifest.json, its parsed JSON)``, for either on-disk kind.
+
+    Raises:
+        DataError: one line naming the directory (missing) or ``manifest.json``
+            (missing, unreadable or not JSON).
+    """
+    path = Path(root) / MANIFEST_NAME
+    if not Path(root).is_dir():
+        raise DataError(f"{root}: dataset directory does not exist")
+    try:
+        return path, json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing; is {root} a dataset written by 'hpcdgnn prepare'?") from None
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{path}: cannot parse: {' '.join(str(e).split())}") from None
+
+
+def key_set_problem(raw: dict[str, Any], required: Iterable[str], known: Iterable[str]) -> str | None:
+    """``missing key(s) ...`` or ``unknown key(s) ...`` of a manifest object (None when its keys are sound)."""
+    missing = [k for k in required if k not in raw]
+    if missing:
+        return ("missing key " if len(missing) == 1 else "missing keys ") + ", ".join(f"'{k}'" for k in missing)
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        return ("unknown key " if len(unknown) == 1 else "unknown keys ") + ", ".join(f"'{k}'" for k in unknown)
+    return None
+
+
+def shard_entry_problem(entry: Any, index: int, int_keys: Sequence[str]) -> str | None:
+    """The first problem of ``shards[index]`` (None when sound), as ``'shards'[i]...: problem``.
+
+    Both on-disk kinds list their shards as ``{"file", *int_keys, "sha256"}``: snapshots
+    ``t_start``/``t_stop``/``bytes``, event streams ``e_start``/``e_stop``/``bytes``. ``file``
+    must be a plain name inside ``shards/`` (a manifest never points outside its directory),
+    the ``int_keys`` integers >= 0 and ``sha256`` 64 lowercase hex digits. What the ranges
+    cover is the caller's to check.
+    """
+    keys = ("file", *int_keys, "sha256")
+    where = f"'shards'[{index}]"
+    if not isinstance(entry, dict):
+        return f"{where} must be an object with keys {', '.join(keys)}, got {_short(entry)}"
+    missing = [k for k in keys if k not in entry]
+    extra = sorted(set(entry) - set(keys))
+    if missing:
+        return f"{where}: missing key(s) " + ", ".join(f"'{k}'" for k in missing)
+    if extra:
+        return f"{where}: unknown key(s) " + ", ".join(f"'{k}'" for k in extra)
+    f = entry["file"]
+    if not isinstance(f, str) or not f or f in (".", "..") or "/" in f or "\\" in f or "\0" in f:
+        return f"{where}: 'file' must be a plain file name inside shards/, got {_short(f)}"
+    for key in int_keys:
+        if not _is_int(entry[key]):
+            return f"{where} ({f}): '{key}' must be an integer >= 0, got {_short(entry[key])}"
+    if not isinstance(entry["sha256"], str) or not _SHA256_HEX.fullmatch(entry["sha256"]):
+        return f"{where} ({f}): 'sha256' must be 64 lowercase hex digits, got {_short(entry['sha256'])}"
+    return None
+
+
 def _schema_problem(raw: dict[str, Any]) -> str | None:
     """The first problem of a manifest's keys and value types (``None`` when sound), as ``key: problem``.
 
@@ -168,12 +228,9 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
         return f"'format' is {_short(raw['format'])}, expected {FORMAT_NAME!r}: not a dataset manifest"
     if "version" in raw and (raw["version"] != FORMAT_VERSION or isinstance(raw["version"], bool)):
         return f"'version' {_short(raw['version'])} unsupported (this build reads {FORMAT_VERSION})"
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
-        return ("missing key " if len(missing) == 1 else "missing keys ") + ", ".join(f"'{k}'" for k in missing)
-    unknown = sorted(set(raw) - set(Manifest.__dataclass_fields__))
-    if unknown:
-        return ("unknown key " if len(unknown) == 1 else "unknown keys ") + ", ".join(f"'{k}'" for k in unknown)
+    problem = key_set_problem(raw, _REQUIRED, Manifest.__dataclass_fields__)
+    if problem:
+        return problem
     for key, lo in (("num_vertices", 1), ("num_snapshots", 1), ("num_features", 0), ("num_classes", 0)):
         if not _is_int(raw[key], lo):
             return f"'{key}' must be an integer >= {lo}, got {_short(raw[key])}"
@@ -220,23 +277,9 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
     if not isinstance(shards, list) or not shards:
         return f"'shards' must be a non-empty list, got {_short(shards)}"
     for i, s in enumerate(shards):
-        where = f"'shards'[{i}]"
-        if not isinstance(s, dict):
-            return f"{where} must be an object with keys {', '.join(_SHARD_KEYS)}, got {_short(s)}"
-        missing = [k for k in _SHARD_KEYS if k not in s]
-        extra = sorted(set(s) - set(_SHARD_KEYS))
-        if missing:
-            return f"{where}: missing key(s) " + ", ".join(f"'{k}'" for k in missing)
-        if extra:
-            return f"{where}: unknown key(s) " + ", ".join(f"'{k}'" for k in extra)
-        f = s["file"]
-        if not isinstance(f, str) or not f or f in (".", "..") or "/" in f or "\\" in f or "\0" in f:
-            return f"{where}: 'file' must be a plain file name inside shards/, got {_short(f)}"
-        for key in ("t_start", "t_stop", "bytes"):
-            if not _is_int(s[key]):
-                return f"{where} ({f}): '{key}' must be an integer >= 0, got {_short(s[key])}"
-        if not isinstance(s["sha256"], str) or not _SHA256_HEX.fullmatch(s["sha256"]):
-            return f"{where} ({f}): 'sha256' must be 64 lowercase hex digits, got {_short(s['sha256'])}"
+        problem = shard_entry_problem(s, i, _SHARD_INT_KEYS)
+        if problem:
+            return problem
     files = [s["file"] for s in shards]
     if len(set(files)) != len(files):
         return "'shards' names a file twice"
@@ -250,15 +293,7 @@ def load_manifest(root: str | Path) -> Manifest:
     ``DIR/manifest.json: missing key 'num_vertices'``), then the counts for
     consistency with N and T and the shards for covering ``[0, T)`` in order.
     """
-    path = Path(root) / MANIFEST_NAME
-    if not Path(root).is_dir():
-        raise DataError(f"{root}: dataset directory does not exist")
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing; is {root} a dataset written by 'hpcdgnn prepare'?") from None
-    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise DataError(f"{path}: cannot parse: {' '.join(str(e).split())}") from None
+    path, raw = read_manifest_json(root)
     if not isinstance(raw, dict):
         raise DataError(f"{path}: not an {FORMAT_NAME} manifest (expected a JSON object)")
     if raw.get("format") == EVENTS_FORMAT_NAME:
@@ -286,8 +321,13 @@ def load_manifest(root: str | Path) -> Manifest:
 
 def save_manifest(root: str | Path, manifest: Manifest) -> Path:
     """Write ``root/manifest.json`` atomically (temporary file, then rename)."""
+    return write_manifest_json(root, manifest.to_json())
+
+
+def write_manifest_json(root: str | Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as ``root/manifest.json`` atomically (temporary file, then rename), for either kind."""
     path = Path(root) / MANIFEST_NAME
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)
     return path

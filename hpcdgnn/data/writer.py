@@ -44,7 +44,16 @@ from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError
 
-__all__ = ["RawSnapshot", "write_dataset", "edge_keys", "prepare_output_dir", "file_sha256"]
+__all__ = [
+    "RawSnapshot",
+    "write_dataset",
+    "edge_keys",
+    "prepare_output_dir",
+    "write_vertex_ids",
+    "replace_dir",
+    "file_sha256",
+    "shard_file_problem",
+]
 
 DEGREE_FEATURES = ["in_degree", "out_degree"]
 
@@ -82,6 +91,21 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def shard_file_problem(path: Path, info: Any, checksums: bool) -> str | None:
+    """``PATH: problem`` when an existing shard file disagrees with its manifest entry, else None.
+
+    ``info`` is the entry (a snapshot or event shard: ``bytes``, ``sha256``). The size is
+    compared first, so a truncated file is named as such without hashing it; the sha256
+    only when ``checksums``.
+    """
+    size = path.stat().st_size
+    if size != info.bytes:
+        return f"{path}: {size} bytes but manifest says {info.bytes} (truncated or replaced)"
+    if checksums and file_sha256(path) != info.sha256:
+        return f"{path}: sha256 differs from the manifest (file modified or corrupt)"
+    return None
+
+
 def prepare_output_dir(root: str | Path, force: bool) -> Path:
     """Refuse to replace a non-empty ``root`` unless ``force``; return a fresh temporary dir beside it."""
     root = Path(root)
@@ -93,6 +117,28 @@ def prepare_output_dir(root: str | Path, force: bool) -> Path:
         shutil.rmtree(tmp)
     (tmp / "shards").mkdir(parents=True)
     return tmp
+
+
+def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None:
+    """Write ``tmp/vertices.h5``: ``/original_id``, the input's id of each vertex 0..N-1 (None: 0..N-1)."""
+    with h5py.File(tmp / "vertices.h5", "w") as f:
+        ids = np.arange(n) if original_ids is None else np.asarray(original_ids)
+        if ids.dtype.kind in "US":
+            ids = ids.astype(h5py.string_dtype())
+        f.create_dataset("original_id", data=ids)
+
+
+def replace_dir(tmp: Path, root: Path) -> None:
+    """Move the finished ``tmp`` (from :func:`prepare_output_dir`) into place as ``root``.
+
+    Whatever is at ``root`` is removed first; that is only reached with ``force``, since
+    :func:`prepare_output_dir` refused a non-empty ``root`` without it.
+    """
+    if root.is_dir():
+        shutil.rmtree(root)  # only reached with force (prepare_output_dir checked)
+    elif root.exists():
+        root.unlink()
+    tmp.rename(root)
 
 
 def _first_of_run(sorted_keys: np.ndarray) -> np.ndarray:
@@ -353,11 +399,7 @@ def write_dataset(
         sink.close(t + 1)
         if t < 0:
             raise DataError(f"{root}: the input produced no snapshots")
-        with h5py.File(tmp / "vertices.h5", "w") as f:
-            ids = np.arange(n) if vertex_ids is None else np.asarray(vertex_ids)
-            if ids.dtype.kind in "US":
-                ids = ids.astype(h5py.string_dtype())
-            f.create_dataset("original_id", data=ids)
+        write_vertex_ids(tmp, vertex_ids, n)
         manifest = Manifest(
             num_vertices=n,
             num_snapshots=t + 1,
@@ -376,11 +418,7 @@ def write_dataset(
             source=dict(source or {}, weights=weights, log_features=log_features),
         )
         save_manifest(tmp, manifest)
-        if root.is_dir():
-            shutil.rmtree(root)  # only reached with force (prepare_output_dir checked)
-        elif root.exists():
-            root.unlink()
-        tmp.rename(root)
+        replace_dir(tmp, root)
         return manifest
     except BaseException:
         sink.close(t + 1)

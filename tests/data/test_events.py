@@ -7,7 +7,6 @@ small hand-written files whose expected ids, times and features are worked out h
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import math
@@ -34,9 +33,9 @@ from hpcdgnn.data.inspect import inspect_dataset
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.prepare import prepare_dataset
 from hpcdgnn.data.validate import check_dataset, validate_dataset
-from hpcdgnn.data.writer import file_sha256
 from hpcdgnn.errors import DataError
 from tests.conftest import SHARED_DATA, make_dataset
+from tests.data._corrupt import reseal
 
 COLLEGE = SHARED_DATA / "CollegeMsg.txt.gz"
 
@@ -303,13 +302,7 @@ def clean_events(tmp_path_factory) -> Path:
 
 
 def _reseal(root: Path) -> None:
-    m = load_event_manifest(root)
-    path = root / "shards" / SHARD
-    shards = [
-        dataclasses.replace(s, bytes=path.stat().st_size, sha256=file_sha256(path)) if s.file == SHARD else s
-        for s in m.shards
-    ]
-    save_event_manifest(root, dataclasses.replace(m, shards=shards))
+    reseal(root, SHARD, load_event_manifest, save_event_manifest)
 
 
 def _edit(root: Path, name: str, index, value) -> None:

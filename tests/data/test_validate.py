@@ -10,7 +10,6 @@ line, and the run must not hang.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
@@ -25,9 +24,9 @@ import pytest
 
 from hpcdgnn.data.manifest import load_manifest, save_manifest
 from hpcdgnn.data.validate import check_dataset, validate_dataset
-from hpcdgnn.data.writer import file_sha256
 from hpcdgnn.errors import DataError
 from tests.conftest import REPO, SMALL_N, SMALL_T, make_dataset, mpi_env, write_job
+from tests.data._corrupt import reseal
 
 SHARD = "shard-00001.h5"  # snapshots 3..5 (3 per shard): owned by rank 1 at P = 3
 GROUP = "t000004"
@@ -41,13 +40,7 @@ def clean(tmp_path_factory) -> Path:
 
 def _reseal(root: Path, file: str = SHARD) -> None:
     """Rewrite the manifest's bytes/sha256 of ``file`` to match its edited contents."""
-    m = load_manifest(root)
-    path = root / "shards" / file
-    shards = [
-        dataclasses.replace(s, bytes=path.stat().st_size, sha256=file_sha256(path)) if s.file == file else s
-        for s in m.shards
-    ]
-    save_manifest(root, dataclasses.replace(m, shards=shards))
+    reseal(root, file, load_manifest, save_manifest)
 
 
 def _data_offset(path: Path, name: str) -> tuple[int, int]:

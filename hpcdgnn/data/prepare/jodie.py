@@ -135,16 +135,20 @@ def _what(key: str, names: dict[str, str]) -> str:
     return f"{key} (column {name})" if name.isdigit() else f"{key} column {name!r}"
 
 
-def _parse(
+def _data_rows(
     path: Path, columns: dict[str, str] | None
-) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
-    """Columns user, item (tokens), time and state label (None without a label column) of a JODIE csv."""
+) -> tuple[Iterator[tuple[int, str]], dict[str, int], dict[str, str], str | None]:
+    """The data lines of a JODIE csv and how to read them.
+
+    Returns:
+        ``(rows, index, names, header)``: ``rows`` yields ``(line number, stripped line)`` for
+        every non-blank data line, lazily; ``index`` and ``names`` are :func:`_header_columns`'s;
+        ``header`` is line 1 when it is a header, else None (line 1 is then the first row).
+
+    Raises:
+        DataError: an empty file, or a header (or ``--columns``) that maps no columns.
+    """
     text = read_input_text(path)
-    users: list[str] = []
-    items: list[str] = []
-    times: list[str] = []
-    states: list[str] = []
-    lines: list[int] = []
     # lazily: wikipedia/reddit rows carry 172 features each, so no second copy of the text is kept
     numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
     head = list(itertools.islice(numbered, 2))
@@ -152,11 +156,25 @@ def _parse(
         raise DataError(f"{path}: no interactions (empty file or header only)")
     lineno, first = head[0]
     index, names, has_header = _header_columns(path, lineno, first, head[1][1] if len(head) > 1 else None, columns)
+    rows = itertools.chain(head[1:] if has_header else head, numbered)
+    return rows, index, names, first if has_header else None
+
+
+def _parse(
+    path: Path, columns: dict[str, str] | None
+) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
+    """Columns user, item (tokens), time and state label (None without a label column) of a JODIE csv."""
+    rows, index, names, _ = _data_rows(path, columns)
+    users: list[str] = []
+    items: list[str] = []
+    times: list[str] = []
+    states: list[str] = []
+    lines: list[int] = []
     iu, ii, it = index["src"], index["dst"], index["time"]
     il = index.get("label")
     need = max(index.values()) + 1
     label_name = _what("label", names)
-    for lineno, s in itertools.chain(head[1:] if has_header else head, numbered):
+    for lineno, s in rows:
         parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
         if len(parts) < need:
             fields = ",".join(names[k] for k in index)
@@ -281,14 +299,8 @@ def parse_jodie_events(
     Raises:
         DataError: ``path:line: problem`` for the first bad row or token.
     """
-    text = read_input_text(path)
-    numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
-    head = list(itertools.islice(numbered, 2))
-    if not head:
-        raise DataError(f"{path}: no interactions (empty file or header only)")
-    lineno, first = head[0]
-    index, names, has_header = _header_columns(path, lineno, first, head[1][1] if len(head) > 1 else None, columns)
-    header = [h.strip().strip('"').strip() for h in split_fields(first, True)] if has_header else None
+    data, index, names, first = _data_rows(path, columns)
+    header = [h.strip().strip('"').strip() for h in split_fields(first, True)] if first is not None else None
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
     mapped = set(index.values())
@@ -303,7 +315,7 @@ def parse_jodie_events(
     blocks: list[np.ndarray] = []
     rows: list[list[str]] = []
     row_lines: list[int] = []
-    for lineno, s in itertools.chain(head[1:] if has_header else head, numbered):
+    for lineno, s in data:
         parts = s.split(",")
         if fcols is None:
             width, first_line = len(parts), lineno
