@@ -158,7 +158,23 @@ class TGN(nn.Module):
             return static, None
         rows = np.searchsorted(inp.unique, nodes)
         m = inp.memory
-        r = torch.from_numpy(rows)
         dt = torch.from_numpy(t - m.mem_ts[rows]).to(m.mem.dtype)
-        s_new = self.updater(torch.cat([m.mail[r], self.time(dt)], dim=1), m.mem[r])
+        s_new = self._gru(m.mail, m.mem, torch.from_numpy(rows), self.time(dt))
         return (s_new if static is None else s_new + static), s_new
+
+    def _gru(self, mail: torch.Tensor, mem: torch.Tensor, rows: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        """``self.updater`` (torch's GRUCell: r, z, n gates) on [mail[rows] ‖ phi] and mem[rows], with the
+        products of the mail and of the memory done once per node, not per occurrence: only Φ(t − τ)
+        differs between the occurrences of a node (a root's neighbours are queried at many times), and
+        the mail and memory are 3/4 of the input. Same function as ``updater``, fewer multiply-adds."""
+        g = self.updater
+        m = mail.shape[1]
+        gi_node = nn.functional.linear(mail, g.weight_ih[:, :m], g.bias_ih)
+        gh = nn.functional.linear(mem, g.weight_hh, g.bias_hh)[rows]
+        gi = gi_node[rows] + nn.functional.linear(phi, g.weight_ih[:, m:])
+        i_r, i_z, i_n = gi.chunk(3, 1)
+        h_r, h_z, h_n = gh.chunk(3, 1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        return (1 - z) * n + z * mem[rows]
