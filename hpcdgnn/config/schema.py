@@ -57,7 +57,8 @@ class ModelConfig:
     or an integrated graph-RNN cell (ReInc §2.1), stacked ``layers`` times: GConvLSTM, GConvGRU (Chebyshev
     convolutions in the gates), T-GCN's cell (Zhao et al.: a GCN in the GRU gates), DCRNN (diffusion
     convolutions in the gates), GCRN-M1 (Chebyshev convolution, then an LSTM). gconv_lstm, gconv_gru, dcrnn
-    and gcrn_m1 need whole snapshots in the time encoder: strategy pss, or snapshot on one rank. ``tgn``:
+    and gcrn_m1 need whole snapshots (or a sample's closed row set) in the time encoder: strategy pss or
+    sequences at any P, or snapshot on one rank. ``tgn``:
     TGN-attn with a GRU node memory (DistTGL §2.1, §3.1) over an event-stream dataset (``prepare --kind
     events``), with ``strategy: memory`` and ``task: temporal_link_prediction``."""
     layers: int = 2
@@ -69,6 +70,14 @@ class ModelConfig:
     order: int = 2
     """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru and gcrn_m1; terms per direction (powers
     0 … K-1, i.e. K - 1 diffusion steps) of dcrnn; PyG Temporal's K. Ignored by other models."""
+    encoder_decoder: bool = False
+    """Sequence-to-sequence form of an integrated cell (gconv_lstm, gconv_gru, dcrnn, gcrn_m1; ReInc §2.1, DCRNN):
+    ``layers`` encoder cells over the window, ``layers`` decoder cells started from their final states that
+    forecast the ``task.horizon`` regression targets one step at a time (``task: regression``,
+    ``strategy: sequences``)."""
+    teacher_forcing: float = 0.5
+    """encoder_decoder: probability that a training decoder step reads the ground truth of the previous step
+    instead of its own prediction (drawn per seed, epoch, sequence, node batch and step; never at evaluation)."""
 
     memory_dim: int = 100
     """tgn: width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
@@ -100,6 +109,12 @@ class ModelConfig:
             raise ValueError(f"hidden: {self.hidden} is not a multiple of heads: {self.heads}")
         if self.static_pretrain_epochs < 0:
             raise ValueError("static_pretrain_epochs: must be >= 0")
+        if not 0.0 <= self.teacher_forcing <= 1.0:
+            raise ValueError(f"teacher_forcing: {self.teacher_forcing} is not a probability; choose in [0, 1]")
+        cells = ("gconv_lstm", "gconv_gru", "dcrnn", "gcrn_m1")
+        if self.encoder_decoder and self.name not in cells:
+            raise ValueError(f"encoder_decoder: true needs an integrated graph-RNN cell ({', '.join(cells)}), "
+                             f"not name: {self.name}")
 
 
 @dataclass(frozen=True, kw_only=True)

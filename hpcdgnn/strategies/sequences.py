@@ -54,17 +54,45 @@ why it is exact:
   start (every window restarts the time encoder), and each sample runs its backward before the next:
   none is reused across samples or optimizer steps (the cache's ``local`` level stays empty); within
   a sample every layer aggregates each step once (one block-diagonal product over the window).
-* *Across gates*: the integrated cells (:class:`~hpcdgnn.nn.models.base.GraphRecurrentLayer`) already
-  compute one basis of X_t for all gates and one basis of H_{t-1} per step for all gates that read it
-  (GConvGRU and DCRNN need a second, of R_t ⊙ H_{t-1}, as their equations do); this strategy does not
-  run them yet (below). *Encoder → decoder* (teacher forcing): no model here has a decoder reading
-  future snapshots, so there is nothing to share.
+* *Across gates*: the integrated cells (:class:`~hpcdgnn.nn.models.base.GraphRecurrentLayer`) compute
+  one basis of X_t for all gates and one basis of H_{t-1} per step for all gates that read it
+  (GConvGRU and DCRNN need a second, of R_t ⊙ H_{t-1}, as their equations do), here as under every
+  strategy. *Encoder → decoder* (teacher forcing): ReInc's decoder reads future snapshots' features;
+  ours (:mod:`~hpcdgnn.nn.models.encoder_decoder`) reads the regression targets on the last input
+  step's graph, whose aggregation is a parameter-free product only when the step is teacher-forced
+  and is not cached (the cells' layer 0 is not ``precomputable``, so nothing is shared).
+
+**Graph-recurrent cells** (``gconv_lstm``, ``gconv_gru``, ``dcrnn``, ``gcrn_m1``; ReInc §2.1). Their time
+encoder convolves the state over each step's graph, so the rows a sample needs grow with the window:
+output row v of layer l at step t reads, through one step's operator (L̂_t, or P_f and P_b; its hops are
+the union of their patterns), the input (layer l - 1's output, or X_t) at ``a`` hops and layer l's state
+after t - 1 at ``b`` hops — (a, b) = :meth:`~hpcdgnn.nn.models.base.GraphRecurrentLayer.receptive_hops`:
+(K-1, K-1) for GConvLSTM, (2(K-1), 2(K-1)) for GConvGRU and DCRNN (the candidate convolves R_t ⊙ H_{t-1}
+and R_t is itself a convolution), (K-1, 0) for GCRN-M1. :meth:`SequencesStrategy.cell_rows` works these
+sets out backwards from the scored rows — R^l_t for every layer l and step t of the window, starting
+from the batch's ``sample_vertices`` at the last step of the top layer (or, with the encoder–decoder,
+at every decoder step of the top layer, the decoder's own state, the rows whose prediction the next
+decoder step reads as input, and the encoder states the decoder starts from), with R^{l-1}_t ⊇ a-hops
+of R^l_t and R^l_{t-1} ⊇ b-hops of R^l_t over G_t — and takes their union U (with X's reads at layer 0).
+Every layer then runs over U at every step, with each step's operator built once on the *whole*
+snapshot and restricted to U × U (:class:`RowsStepGraph`: the degrees stay the whole graph's). A row
+of R^l_t reads only rows of R^{l-1}_t and R^l_{t-1}, whose whole rows of the operator lie in U, so with
+full neighbourhoods (``fanouts: []``) the batch's outputs equal full-graph computation of the window
+exactly (tested to 1e-10); rows of U outside the R sets are computed too, inexactly, and never read by
+those that matter. The closure spans up to L·b + a hops per layer over an L-step window, so with
+large windows on large graphs U approaches N — the price of the recurrence's receptive field.
+
+*Sampled fanouts for cells*: ``fanouts[l]`` (nearest the batch first, as for the GCN layers) caps, per
+vertex, step and hop of the expansions layer l causes (its state's and its input's), how many of the
+vertex's neighbours in that step's operator join the rows: the ``k`` with the smallest keys of a hash
+of (sample, step, vertex, neighbour) — so a vertex expanded twice in a step keeps the same neighbours,
+and the draw depends on the seed, epoch, sequence and node batch only (P-invariant). The cells then
+run over the subgraph U induces, with the whole graph's operator entries among U (a neighbour outside
+U is dropped, nothing is reweighted: the induced-subgraph reading of ClusterGCN / GraphSAINT, not
+GraphSAGE's scaled mean, which a Chebyshev or diffusion basis has no unbiased form of).
 
 Evaluation (validation and test sequences, every node batch, no gradient)
 is a pass of its own after the epoch's steps (:meth:`evaluate`).
-Graph-recurrent models (``gconv_lstm`` ...) convolve their state over each
-step's graph, which needs the k-hop rows in the recurrence too: not offered
-here yet (setup refuses them).
 """
 
 from __future__ import annotations
@@ -81,8 +109,9 @@ from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
-from hpcdgnn.nn.layout import Layout
+from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder
 from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.strategies.base import Batch, Strategy
@@ -90,7 +119,7 @@ from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import SampleEmbeddings
 
-__all__ = ["SequencesStrategy", "SampleLayout", "sequences_of"]
+__all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
 
 
 @dataclass(frozen=True)
@@ -123,16 +152,20 @@ def sequences_of(manifest, job) -> list[Sequence]:
 
 @dataclass
 class _HostSnapshot:
-    """Ã_t (IBM Eq. 1, self-loops added) as CSR in float64 and X_t, on the host."""
+    """Ã_t (IBM Eq. 1, self-loops added) as CSR in float64 and X_t, on the host; for graph-recurrent cells
+    also A_t as read (``raw``: indptr, indices, weights) and, once built, its whole-snapshot step graph."""
 
     crow: np.ndarray
     col: np.ndarray
     val: np.ndarray
     x: torch.Tensor
+    raw: tuple | None = None
+    graph: StepGraph | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.crow.nbytes + self.col.nbytes + self.val.nbytes + self.x.numel() * self.x.element_size()
+        raw = sum(a.nbytes for a in self.raw) if self.raw is not None else 0
+        return self.crow.nbytes + self.col.nbytes + self.val.nbytes + self.x.numel() * self.x.element_size() + raw
 
 
 def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -150,12 +183,69 @@ def _csr(r: np.ndarray, c: np.ndarray, v: torch.Tensor, shape: tuple[int, int]) 
     return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(c), v, shape, check_invariants=False)
 
 
+def _submatrix(crow: np.ndarray, col: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The entries of a CSR matrix among ``rows`` × ``rows`` (ascending): local row and column of each, in CSR
+    order (columns stay ascending through the monotone map), and its position among the matrix's entries."""
+    counts = crow[rows + 1] - crow[rows]
+    e = _expand(crow[rows], counts)
+    c = col[e]
+    pos = np.searchsorted(rows, c)
+    keep = rows[np.minimum(pos, max(rows.shape[0] - 1, 0))] == c if rows.shape[0] else np.zeros(0, bool)
+    r = np.repeat(np.arange(rows.shape[0], dtype=np.int64), counts)
+    return r[keep], pos[keep].astype(np.int64), e[keep]
+
+
+def _restrict(op: NormalizedAdjacency, rows: np.ndarray, device: torch.device) -> NormalizedAdjacency:
+    """``op`` (a whole snapshot's operator) restricted to ``rows`` × ``rows``, with its transpose, on ``device``."""
+    a = op.a
+    r, c, e = _submatrix(a.crow_indices().numpy(), a.col_indices().numpy(), rows)
+    v = a.values()[torch.from_numpy(e)]
+    n = rows.shape[0]
+    by_col = np.argsort(c, kind="stable")
+    return NormalizedAdjacency(op.t, _csr(r, c, v, (n, n)).to(device),
+                               _csr(c[by_col], r[by_col], v[torch.from_numpy(by_col)], (n, n)).to(device))
+
+
+def _mix(salt: int, r: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """A 64-bit hash (splitmix64's finaliser) of (salt, r, c): the sampling key of neighbour c of vertex r."""
+    z = (r.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (c.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
+    z ^= np.uint64(salt)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@dataclass(eq=False)
+class RowsStepGraph(StepGraph):
+    """Snapshot t's graph among one sample's rows ``rows`` (ascending): ``indptr``/``indices``/``values`` are
+    A_t's entries among them; a graph-recurrent cell's operator here is the ``whole`` snapshot's (built once
+    there, whole-graph degrees) restricted to ``rows`` × ``rows`` (:meth:`restrict`,
+    :meth:`GraphRecurrentLayer.operator <hpcdgnn.nn.models.base.GraphRecurrentLayer.operator>`), so a row
+    whose neighbourhood lies in ``rows`` gets exactly its row of the full operator."""
+
+    whole: StepGraph | None = None
+    rows: np.ndarray | None = None
+    device: torch.device | None = None
+
+    def restrict(self, ops: tuple) -> tuple:
+        """The whole snapshot's operators ``ops`` restricted to :attr:`rows`, on :attr:`device`."""
+        return tuple(_restrict(op, self.rows, self.device) for op in ops)
+
+
 @register_strategy("sequences")
 class SequencesStrategy(Strategy):
     """Sliding-window sequences × node batches, one model replica per rank (see the module docstring)."""
 
     #: mini-batches of sampled windows: a different training regime from one full-graph batch per epoch
     full_batch: ClassVar[bool] = False
+
+    @classmethod
+    def step_graphs_at(cls, num_ranks: int) -> bool:
+        """Graph-recurrent cells run at any P: each sample's time encoder gets every step's graph among the
+        rows its receptive field needs (module docstring, *Graph-recurrent cells*)."""
+        return True
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
@@ -189,9 +279,16 @@ class SequencesStrategy(Strategy):
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """Read the snapshots of my sequences (``overlap``) or of my block (``fetch``); normalise them."""
         o, job, me = self.ctx.job.strategy, self.ctx.job, self.comm.rank
-        if any(getattr(layer, "graph_recurrent", False) for layer in model.layers):
-            raise ConfigError(f"model.name: {job.model.name} convolves its recurrent state over each step's graph, "
-                              "which strategy.name: sequences does not offer yet; use pss, or snapshot on 1 rank")
+        recurrent = [bool(getattr(layer, "graph_recurrent", False)) for layer in model.layers]
+        if any(recurrent) and not all(recurrent):
+            raise ConfigError(f"model.name: {job.model.name} mixes graph-recurrent cells with other layers, "
+                              "which strategy.name: sequences cannot sample; use pss")
+        #: graph-recurrent cells: each sample runs every layer over its receptive field's rows (:meth:`cell_rows`)
+        self.cells = all(recurrent)
+        self.encoder = list(model.layers)
+        self.decoder = list(model.decoder) if isinstance(model, EncoderDecoder) else None
+        self.horizon = model.horizon if isinstance(model, EncoderDecoder) else 0
+        self._targets: dict[int, torch.Tensor] = {}
         self.plan, self.N, self.opts = plan, plan.num_vertices, o
         self.num_layers = len(model.layers)
         self.seqs = sequences_of(self.ctx.manifest, job)
@@ -208,6 +305,8 @@ class SequencesStrategy(Strategy):
         raw = []
         for t in range(read_lo, read_hi):
             self.host[t], snap = self._read(reader, t)
+            if self.cells:  # their operators (L̂_t, P_f, P_b) are built from A_t, not from Ã_t
+                self.host[t].raw = (snap.indptr, snap.indices, snap.weights)
             raw.append(snap)
         self._fetched: dict[int, _HostSnapshot] = {}
         #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
@@ -346,15 +445,15 @@ class SequencesStrategy(Strategy):
             lo, hi = self._reads[r]
             ts = [t for t in range(max(lo, own[me]), min(hi, own[me + 1])) if not own[r] <= t < own[r + 1]]
             if ts:
-                payload = [(t, self.host[t].crow, self.host[t].col, self.host[t].val, self.host[t].x) for t in ts]
+                payload = [(t, h.crow, h.col, h.val, h.x, h.raw) for t, h in ((t, self.host[t]) for t in ts)]
                 nbytes = sum(self.host[t].nbytes for t in ts)
                 sends.append(self.comm.isend_obj(payload, r, 7301, "placement.fetch", nbytes))
         self._fetched = {}
         lo, hi = self._reads[me]
         for q in range(P):
             if q != me and any(not own[me] <= t < own[me + 1] for t in range(max(lo, own[q]), min(hi, own[q + 1]))):
-                for t, crow, col, val, x in self.comm.recv_obj(q, 7301, "placement.fetch"):
-                    self._fetched[t] = _HostSnapshot(crow, col, val, x)
+                for t, crow, col, val, x, raw in self.comm.recv_obj(q, 7301, "placement.fetch"):
+                    self._fetched[t] = _HostSnapshot(crow, col, val, x, raw)
         self.comm.wait_all(sends, "placement.fetch")
 
     # -- batches ------------------------------------------------------------------------------------
@@ -396,7 +495,8 @@ class SequencesStrategy(Strategy):
         return np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0 if train else 1, 0x5A])
 
     def _run(self, model: DGNN, task, epoch: int, seq: Sequence, batch: np.ndarray, b: int, train: bool):
-        layout = SampleLayout(self, seq, batch, task.sample_vertices(seq.t, batch, epoch), self._rng(epoch, seq, b, train))
+        vertices = task.sample_vertices(seq.t, batch, epoch)
+        layout = SampleLayout(self, seq, batch, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b, train=train)
         # each window starts afresh: per-step parameters from their initial state (EvolveGCN-O's W_0)
         layout.states = [(layer.initial_time_state(), None) for layer in model.layers]
         return task(model(layout), epoch)
@@ -434,6 +534,118 @@ class SequencesStrategy(Strategy):
     def host_bytes(self) -> int:
         """Snapshots held on the host (read and fetched)."""
         return sum(h.nbytes for h in self.host.values()) + sum(h.nbytes for h in self._fetched.values())
+
+    # -- computational graphs of graph-recurrent cells ---------------------------------------------
+    def whole_graph(self, t: int) -> StepGraph:
+        """Snapshot t's whole graph A_t as a step graph (on the host), built once per held or fetched snapshot:
+        the operators of the cells are built on it once and restricted to each sample's rows."""
+        h = self.snapshot(t)
+        if h.graph is None:
+            indptr, indices, weights = (torch.from_numpy(np.ascontiguousarray(a)) for a in h.raw)
+            h.graph = StepGraph(t, indptr, indices, weights)
+        return h.graph
+
+    def _pattern(self, layer, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(crow, col) of the union of the patterns of ``layer``'s whole-snapshot operators at step t: the
+        hops of the cell's convolutions (memoised on the whole graph)."""
+        g = self.whole_graph(t)
+
+        def build(_):
+            keys = []
+            for op in layer.operator(g, self.ctx.dtype):
+                crow, col = op.a.crow_indices().numpy(), op.a.col_indices().numpy()
+                n = crow.shape[0] - 1
+                keys.append(np.repeat(np.arange(n, dtype=np.int64), np.diff(crow)) * n + col)
+            keys = np.unique(np.concatenate(keys))
+            r, c = np.divmod(keys, self.N)
+            return np.concatenate([[0], np.cumsum(np.bincount(r, minlength=self.N))]), c
+
+        return g.operator(("pattern", type(layer).__name__), build)
+
+    def _hop(self, layer, t: int, rows: np.ndarray, k: int, fanout: int, salt: int) -> np.ndarray:
+        """``rows`` and their neighbours up to ``k`` hops over ``layer``'s operator at step t (ascending); with
+        ``fanout`` > 0 each vertex adds at most that many neighbours: those with the smallest :func:`_mix` keys."""
+        if k == 0 or rows.shape[0] == 0:
+            return rows
+        crow, col = self._pattern(layer, t)
+        out = frontier = rows
+        for _ in range(k):
+            counts = crow[frontier + 1] - crow[frontier]
+            c = col[_expand(crow[frontier], counts)]
+            if fanout > 0 and c.shape[0]:
+                r = np.repeat(frontier, counts)
+                other = c != r  # the vertex itself is in already
+                r, c = r[other], c[other]
+                order = np.lexsort((_mix(salt + t * 0x9E37, r, c), r))  # by vertex (ascending), then key
+                _, first, per = np.unique(r, return_index=True, return_counts=True)
+                rank = np.empty(r.shape[0], dtype=np.int64)
+                rank[order] = np.arange(r.shape[0]) - np.repeat(first, per)
+                c = c[rank < fanout]
+            frontier = np.setdiff1d(c, out)
+            if frontier.shape[0] == 0:
+                break
+            out = np.union1d(out, frontier)
+        return out
+
+    def cell_rows(self, seq: Sequence, vertices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The rows U every graph-recurrent layer of a sample runs over (module docstring, *Graph-recurrent
+        cells*): the union over layers and steps — the window's, then with the encoder–decoder the decoder's
+        H steps on G_t — of the rows whose outputs the scored ``vertices`` depend on, and of layer 0's reads."""
+        salt = int(rng.integers(0, 2**62))
+        L, top = len(self.encoder), len(self.encoder) - 1
+        steps = list(range(seq.start, seq.stop))
+        empty = np.zeros(0, np.int64)
+        fan = self.fanout
+
+        def hop(layers, l, which, t, rows):  # the rows layer l reads of its input (0) or its state (1)
+            return self._hop(layers[l], t, rows, layers[l].receptive_hops()[which], fan[l], salt)
+
+        need: list[np.ndarray] = [vertices]
+        seed = [empty] * L  # rows each encoder layer must get right at the window's last step
+        if self.decoder is None:
+            seed[top] = vertices
+        else:
+            dec, t, later = self.decoder, seq.t, None  # ``later``: the rows of decoder step d + 1, per layer
+            for _ in range(self.horizon):  # d = H-1 … 0
+                rows = [empty] * L
+                for l in reversed(range(L)):
+                    r = vertices if l == top else hop(dec, l + 1, 0, t, rows[l + 1])
+                    if later is not None:
+                        r = np.union1d(r, hop(dec, l, 1, t, later[l]))  # the state step d + 1 reads
+                        if l == top:  # step d + 1's input is this step's prediction, where layer 0 reads it
+                            r = np.union1d(r, hop(dec, 0, 0, t, later[0]))
+                    rows[l] = r
+                need += [*rows, hop(dec, 0, 0, t, rows[0])]
+                later = rows
+            seed = [hop(dec, l, 1, t, later[l]) for l in range(L)]  # the encoder states decoder step 0 reads
+        later = None
+        for e in reversed(range(len(steps))):
+            rows = [empty] * L
+            for l in reversed(range(L)):
+                r = seed[l] if e == len(steps) - 1 else empty
+                if l < top:
+                    r = np.union1d(r, hop(self.encoder, l + 1, 0, steps[e], rows[l + 1]))
+                if later is not None:
+                    r = np.union1d(r, hop(self.encoder, l, 1, steps[e + 1], later[l]))
+                rows[l] = r
+            need += [*rows, hop(self.encoder, 0, 0, steps[e], rows[0])]  # X_t's rows layer 0 reads
+            later = rows
+        return np.unique(np.concatenate(need))
+
+    def rows_graph(self, t: int, rows: np.ndarray) -> RowsStepGraph:
+        """Snapshot t among ``rows`` (:class:`RowsStepGraph`)."""
+        whole = self.whole_graph(t)
+        r, c, e = _submatrix(whole.indptr.numpy(), whole.indices.numpy(), rows)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=rows.shape[0]))])
+        return RowsStepGraph(t, torch.from_numpy(indptr), torch.from_numpy(c),
+                             whole.values[torch.from_numpy(e)], whole=whole, rows=rows, device=self.ctx.device)
+
+    def target_block(self, t: int) -> torch.Tensor:
+        """The regression targets Ŷ_t forecasts, (N, H) float64 on the host (NaN where missing): the decoder's
+        teacher inputs (:meth:`~hpcdgnn.tasks.regression.Regression.target_block`), kept per step."""
+        if t not in self._targets:
+            self._targets[t] = self.task.target_block(t)
+        return self._targets[t]
 
     # -- computational graphs ---------------------------------------------------------------------
     def sampled_block(self, start: int, stop: int, rows: np.ndarray, k: int, rng: np.random.Generator):
@@ -485,14 +697,22 @@ class SequencesStrategy(Strategy):
 
 class SampleLayout(Layout):
     """One sample's computational graph (ReInc §3.4.2): per layer, the rows it outputs in each step of the
-    window and its sampled aggregation; the whole window's rows as one (S, n, F) block."""
+    window and its sampled aggregation; the whole window's rows as one (S, n, F) block. For graph-recurrent
+    cells: the rows :attr:`cells` every layer runs over at every step and each step's graph among them."""
 
     def __init__(self, s: SequencesStrategy, seq: Sequence, batch: np.ndarray, vertices: np.ndarray,
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator, *, epoch: int = 0, b: int = 0, train: bool = False) -> None:
         super().__init__(seq.start, seq.stop, s.num_layers)
         self.s, self.seq, self.batch = s, seq, batch
+        self.epoch, self.b, self.train = epoch, b, train
         self.vertices = np.asarray(vertices, dtype=np.int64)
         L = s.num_layers
+        #: graph-recurrent cells: the rows U of every layer and step (:meth:`SequencesStrategy.cell_rows`)
+        self.cells: np.ndarray | None = None
+        if s.cells:
+            self.cells = s.cell_rows(seq, self.vertices, rng)
+            self.graphs = [s.rows_graph(t, self.cells) for t in range(seq.start, seq.stop)]
+            return
         self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
         self.adj: list[NormalizedAdjacency | None] = [None] * L
         for li in reversed(range(L)):  # from the batch down to the input: each layer's rows and their reads
@@ -503,8 +723,13 @@ class SampleLayout(Layout):
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
         """The layer's aggregation over its sampled block (all steps in one product), then its transform."""
         S = self.stop - self.start
-        n = self.rows[li + 1].shape[0]
         steps = list(range(self.start, self.stop))
+        if self.cells is not None:  # a cell's input as it is: X (layer 0) or the layer below, over U
+            if h is None:
+                idx = torch.from_numpy(self.cells)
+                h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in steps]).to(self.s.ctx.device)
+            return layer.spatial_steps(h, steps, tparams)
+        n = self.rows[li + 1].shape[0]
         if h is None and self.s.reads_ax:  # layer 0 over full neighbourhoods: Ã_t·X_t, reused (R3)
             ax = torch.stack([self.s.input_rows(t, self.rows[1]) for t in steps]).to(self.s.ctx.device)
             return layer.spatial_steps(ax, steps, tparams)
@@ -515,7 +740,30 @@ class SampleLayout(Layout):
         ax = layer.aggregate(LocalGraph(self.adj[li]), h.reshape(-1, h.shape[-1]))
         return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)
 
+    def step_graphs(self, li: int) -> list[StepGraph] | None:
+        """The window's graphs among the rows U of the cells (every layer runs over the same rows)."""
+        return self.graphs if self.cells is not None else None
+
+    def decoder_inputs(self) -> DecoderInputs:
+        """The encoder–decoder's inputs (:mod:`~hpcdgnn.nn.models.encoder_decoder`): G_t among U, and when
+        training, for each decoder step d ≥ 1 that draws teacher forcing (probability ``model.teacher_forcing``,
+        from (seed, epoch, sequence, node batch): never P), the targets y_{t+d-1} of U (NaN where missing)."""
+        s, H = self.s, self.s.horizon
+        teacher: list[torch.Tensor | None] = [None] * H
+        p = s.ctx.job.model.teacher_forcing
+        if self.train and p > 0:
+            key = [s.ctx.job.train.seed, self.epoch, self.seq.index, self.b, 0x7EAC]
+            draw = np.random.default_rng(key).random(H)
+            block = s.target_block(self.seq.t).index_select(0, torch.from_numpy(self.cells))
+            for d in range(1, H):
+                if draw[d] < p:
+                    teacher[d] = block[:, d - 1 : d].to(s.ctx.device, s.ctx.dtype)
+        return DecoderInputs(self.graphs[-1], teacher)
+
     def output(self, h: torch.Tensor) -> SampleEmbeddings:
         """The last step's rows of the sample's vertices."""
         self.last = h
-        return SampleEmbeddings(self.seq.t, h[-1], self.vertices, self.batch)
+        rows = h[-1]
+        if self.cells is not None:  # the vertices' rows among U
+            rows = rows.index_select(0, torch.from_numpy(np.searchsorted(self.cells, self.vertices)).to(rows.device))
+        return SampleEmbeddings(self.seq.t, rows, self.vertices, self.batch)

@@ -16,7 +16,9 @@ signal one step ahead; ``next_degree`` stores the degree in t+1. With
 
     Ŷ_t = Z_t W^T + b          (N, H),   Ŷ_t[v, h] forecasts y_{t+h}[v],  h = 0..H-1
 
-so H = 1 is PyGT's one-step setting. Steps are t = 0..T-H (every target a step
+so H = 1 is PyGT's one-step setting. With ``model.encoder_decoder`` the model forecasts the H
+values itself (its decoder's projection, :mod:`hpcdgnn.nn.models.encoder_decoder`): Ŷ_t = Z_t,
+no head here (:meth:`Regression.predict_in_model`). Steps are t = 0..T-H (every target a step
 needs exists), split by time into train / val / test with
 :func:`~hpcdgnn.tasks.base.split_steps`; snapshots T-H+1..T-1 are features and
 targets only. Entries whose target is NaN are left out of everything.
@@ -68,8 +70,8 @@ def num_steps(cfg: TaskConfig, manifest: Manifest) -> int:
 class Regression(Task):
     """Regression head and float targets (see the module docstring).
 
-    Shapes: head ``Linear(F', H)``; per held step t, the present entries of the (N, H) target
-    block as flat indices ``v * H + h`` and their values.
+    Shapes: head ``Linear(F', H)`` (none with the encoder–decoder); per held step t, the present entries
+    of the (N, H) target block as flat indices ``v * H + h`` and their values.
     """
 
     metric = "mae"
@@ -93,11 +95,27 @@ class Regression(Task):
         #: in place (:class:`RowShard`): the row range of each step's rows here
         self._rows: dict[int, tuple[int, int]] = {}
         self._train_count = 0.0
+        #: a zero of the task's dtype and device, for a loss sum without head parameters
+        self.register_buffer("_zero", torch.zeros(()), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Reset the linear head."""
-        self.head.reset_parameters()
+        if isinstance(self.head, nn.Linear):
+            self.head.reset_parameters()
+
+    def predict_in_model(self) -> None:
+        """Drop the head: the model's output is already Ŷ_t, (n, H) (``model.encoder_decoder``: the decoder
+        forecasts and feeds its forecasts back, so its projection is part of the model)."""
+        self.head = nn.Identity()
+
+    def target_block(self, t: int) -> torch.Tensor:
+        """The targets Ŷ_t forecasts at a held step t, (N, H) float64 on the host: [v, h] = y_{t+h}[v], NaN
+        where missing (the encoder–decoder's teacher inputs)."""
+        idx, y = self.entries[t]
+        out = torch.full((self.manifest.num_vertices * self.horizon,), float("nan"), dtype=torch.float64)
+        out[idx.cpu()] = y.detach().cpu().to(torch.float64)
+        return out.view(-1, self.horizon)
 
     @staticmethod
     def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
@@ -175,7 +193,7 @@ class Regression(Task):
         """Squared-error sum over the train entries held here; error sums for all splits.
         In place (:class:`ShardedEmbeddings`): my rows of each step, with my rows' targets; nothing moves."""
         stats = np.zeros(_WIDTH * len(SPLITS))
-        loss_sum = self.head.weight.sum() * 0.0 + self.head.bias.sum() * 0.0
+        loss_sum = sum((p.sum() * 0.0 for p in self.head.parameters()), self._zero)
         if isinstance(emb, ShardedEmbeddings):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
             emb = emb.by_step(self._rows)

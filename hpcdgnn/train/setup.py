@@ -43,7 +43,7 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.nn.models import DGNN, build_model, needs_step_graphs
+from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_step_graphs
 from hpcdgnn.nn.models.tgn import TGN
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
@@ -260,8 +260,10 @@ _EVENT_REGIME = {"model.name": "tgn", "strategy.name": "memory", "task.name": "t
 
 def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> None:
     """Refuse (one line) a model whose time encoder convolves over each step's graph under a strategy whose
-    time encoder, at this rank count, does not see whole snapshots (``Strategy.step_graphs_at``); and any
-    mix of the event-stream regime (tgn, memory, temporal_link_prediction) with the snapshot one."""
+    time encoder, at this rank count, cannot get each step's graph (``Strategy.step_graphs_at``: whole
+    snapshots, or a sample's rows of them under ``sequences``); the encoder–decoder outside ``regression``
+    under ``sequences``; and any mix of the event-stream regime (tgn, memory, temporal_link_prediction)
+    with the snapshot one."""
     m, s = job.model.name, job.strategy.name
     chosen = {"model.name": m, "strategy.name": s, "task.name": job.task.name}
     inside = [k for k, v in _EVENT_REGIME.items() if chosen[k] == v]
@@ -272,6 +274,10 @@ def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> N
     if m == "tgn" and job.task.split != (0.7, 0.15, 0.15):
         raise ConfigError(f"{where}: task.split: an event stream's split is the dataset's (prepare --kind events "
                           "--split); remove task.split")
+    if job.model.encoder_decoder and (job.task.name != "regression" or s != "sequences"):
+        raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
+                          f"strategy.name: sequences, not {job.task.name} under {s}; set those, or "
+                          "encoder_decoder: false")
     if not needs_step_graphs(m):
         return
     can = getattr(get_strategy(s), "step_graphs_at", None)
@@ -279,7 +285,7 @@ def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> N
         raise ConfigError(
             f"{where}: model.name: {m} convolves its recurrent state over each snapshot's graph, which "
             f"strategy.name: {s} cannot give its time encoder at {num_ranks} rank{'s' if num_ranks != 1 else ''}; "
-            "use strategy.name: pss (any number of ranks) or snapshot on 1 rank"
+            "use strategy.name: pss or sequences (any number of ranks), or snapshot on 1 rank"
         )
 
 
@@ -306,9 +312,14 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
     if m.name == "tgn":
         model = TGN(manifest.num_vertices, manifest.edge_feature_dim, m.memory_dim, m.time_dim, m.hidden, m.heads,
                     m.static_memory == "on").to(device, dtype)
+    elif m.encoder_decoder:  # the decoder forecasts task.horizon values: the task adds no head
+        model = build_encoder_decoder(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order,
+                                      job.task.horizon).to(device, dtype)
     else:
         model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order).to(device, dtype)
     task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(device, dtype)
+    if m.encoder_decoder:
+        task.predict_in_model()
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
         comm.bcast_(p.data, root=0)

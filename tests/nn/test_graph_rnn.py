@@ -50,7 +50,7 @@ def _dense_graphs(seed: int = 0, symmetric: bool = False, self_loops: bool = Tru
 
 def _step(t: int, a: np.ndarray) -> StepGraph:
     rows, cols = np.nonzero(a)
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=N))])
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=a.shape[0]))])
     return StepGraph(t, torch.from_numpy(indptr), torch.from_numpy(cols.astype(np.int32)),
                      torch.from_numpy(a[rows, cols].astype(np.float32)))
 

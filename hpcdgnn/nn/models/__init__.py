@@ -12,6 +12,7 @@ from hpcdgnn.nn.models.base import (
 from hpcdgnn.nn.models.cdgcn import CDGCNLayer
 from hpcdgnn.nn.models.dcrnn import DCRNNLayer
 from hpcdgnn.nn.models.dysat import DySATLayer
+from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder, build_encoder_decoder
 from hpcdgnn.nn.models.evolvegcn import EvolveGCNOLayer
 from hpcdgnn.nn.models.gconv_gru import GConvGRULayer
 from hpcdgnn.nn.models.gconv_lstm import GConvLSTMLayer
@@ -25,8 +26,10 @@ __all__ = [
     "CDGCNLayer",
     "DCRNNLayer",
     "DGNN",
+    "DecoderInputs",
     "DySATLayer",
     "DynamicLayer",
+    "EncoderDecoder",
     "EvolveGCNOLayer",
     "GCRNM1Layer",
     "GConvGRULayer",
@@ -37,6 +40,7 @@ __all__ = [
     "TGCNLayer",
     "TMGCNLayer",
     "available_models",
+    "build_encoder_decoder",
     "build_model",
     "m_transform",
     "needs_step_graphs",

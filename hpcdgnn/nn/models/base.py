@@ -22,11 +22,13 @@ hidden state h_{t-1} over the graph of step t inside the gates, so their time
 encoder needs every step's graph: such a layer says ``graph_recurrent = True``
 and its ``temporal(y, state, graphs=...)`` gets the block's
 :class:`~hpcdgnn.nn.layout.StepGraph` s from :meth:`Layout.step_graphs
-<hpcdgnn.nn.layout.Layout.step_graphs>`. Only layouts whose temporal rows are
-whole snapshots offer them (``snapshot`` on one rank, ``pss`` on any number);
-setup refuses the others in one line (models registered with
-``step_graphs=True``, :func:`needs_step_graphs`). :class:`GraphRecurrentLayer`
-is their common frame.
+<hpcdgnn.nn.layout.Layout.step_graphs>`. Layouts whose temporal rows are
+whole snapshots offer them (``snapshot`` on one rank, ``pss`` on any number),
+and so does ``sequences``, whose samples run the cells over the rows their
+receptive field needs (:meth:`GraphRecurrentLayer.receptive_hops`), each step's
+operator the whole snapshot's restricted to those rows; setup refuses the
+others in one line (models registered with ``step_graphs=True``,
+:func:`needs_step_graphs`). :class:`GraphRecurrentLayer` is their common frame.
 """
 
 from __future__ import annotations
@@ -189,6 +191,11 @@ class DGNN(nn.Module):
         travel (:mod:`hpcdgnn.nn.layout`); boundary states go in and out through
         ``layout.states`` (gradient-checkpoint blocks, SPEC S2).
         """
+        return layout.output(self.run_layers(layout))
+
+    def run_layers(self, layout: Layout) -> torch.Tensor:
+        """The layer loop of :meth:`forward` without the final :meth:`Layout.output`: the last layer's rows
+        (an encoder–decoder reads the final states from ``layout.states`` and goes on with its decoder)."""
         h: torch.Tensor | None = None
         for li, layer in enumerate(self.layers):
             tstate, rstate = layout.states[li]
@@ -201,7 +208,7 @@ class DGNN(nn.Module):
                 y = layout.to_spatial(z, li)
             layout.states[li] = (tstate, rstate)
             h = y
-        return layout.output(h)
+        return h
 
 
 class GraphRecurrentLayer(DynamicLayer):
@@ -219,9 +226,9 @@ class GraphRecurrentLayer(DynamicLayer):
     3. runs :meth:`step` along time: per step one basis of the state shared by the gates that read it
        and one GEMM for them.
 
-    Subclasses set ``gates`` and implement :meth:`build_operator`, :meth:`basis` and :meth:`step`
-    (or override :meth:`scan`). :meth:`cell` is the single-step API, ``cell(x_t, graph_t, state) ->
-    (h_t, state)``; :meth:`temporal` runs a sequence.
+    Subclasses set ``gates`` and implement :meth:`build_operator`, :meth:`basis`, :meth:`step` (or
+    override :meth:`scan`) and :meth:`receptive_hops`. :meth:`cell` is the single-step API,
+    ``cell(x_t, graph_t, state) -> (h_t, state)``; :meth:`temporal` runs a sequence.
     """
 
     graph_recurrent = True
@@ -254,10 +261,25 @@ class GraphRecurrentLayer(DynamicLayer):
         """One step of the recurrence from the input's gate pre-activations ``gx`` (n, gates·F')."""
         raise NotImplementedError
 
+    def receptive_hops(self) -> tuple[int, int]:
+        """(input, state): how many hops of a step's operator (the union of its matrices' patterns) output row
+        v at step t reads of the input X_t and of the state after t-1. A layout that runs the cell over a
+        subset of rows (``sequences``) keeps these neighbourhoods in it so that v's output is exact."""
+        raise NotImplementedError
+
     # -- shared machinery ----------------------------------------------------------------------------------
     def operator(self, graph, dtype: torch.dtype) -> tuple:
-        """:meth:`build_operator`, built once per step graph, kind and dtype."""
-        return graph.operator((type(self).__name__, dtype), lambda g: self.build_operator(g, dtype))
+        """:meth:`build_operator`, built once per step graph, kind and dtype.
+
+        A step graph over a subset of a snapshot's rows carries the whole snapshot's graph as ``whole`` and a
+        ``restrict(ops)`` (:class:`~hpcdgnn.strategies.sequences.RowsStepGraph`): its operator is then the whole
+        snapshot's (degrees and all, built once there) restricted to those rows, not one built from the subset.
+        """
+        key = (type(self).__name__, dtype)
+        whole = getattr(graph, "whole", None)
+        if whole is not None:
+            return graph.operator(key, lambda g: g.restrict(self.operator(whole, dtype)))
+        return graph.operator(key, lambda g: self.build_operator(g, dtype))
 
     def stacked_operator(self, graphs: list, dtype: torch.dtype) -> tuple:
         """diag(op_1, …, op_S) of the steps' operators (memoised on the first step graph)."""

@@ -71,6 +71,12 @@ class GConvGRULayer(GraphRecurrentLayer):
         """[T_0 x | … | T_{K-1} x]."""
         return cheb_basis(op[0], x, self.order)
 
+    def receptive_hops(self):
+        """(2(K - 1), 2(K - 1)) for a basis reaching K - 1 hops: the candidate convolves H_{t-1} ⊙ R_t, and R_t
+        at each of those rows convolves X_t and H_{t-1} again."""
+        k = self.order - 1
+        return 2 * k, 2 * k
+
     def step(self, gx, op, state):
         """One GRU step: Z and R from one basis of H_{t-1}, the candidate from the basis of H_{t-1} ⊙ R_t."""
         H = self.out_features

@@ -79,6 +79,10 @@ class GConvLSTMLayer(GraphRecurrentLayer):
         """[T_0 x | … | T_{K-1} x]."""
         return cheb_basis(op[0], x, self.order)
 
+    def receptive_hops(self):
+        """(K - 1, K - 1): T_{K-1}(L̂_t) reaches K - 1 hops of X_t and of H_{t-1}; C_{t-1} is read in place."""
+        return self.order - 1, self.order - 1
+
     def step(self, gx, op, state):
         """One LSTM step with peepholes; the basis of H_{t-1} is computed once for the four gates."""
         H = self.out_features

@@ -54,6 +54,10 @@ class GCRNM1Layer(GraphRecurrentLayer):
         """[T_0 x | … | T_{K-1} x]."""
         return cheb_basis(op[0], x, self.order)
 
+    def receptive_hops(self):
+        """(K - 1, 0): only X_t is convolved; the LSTM reads each vertex's own state."""
+        return self.order - 1, 0
+
     def scan(self, gx, graphs, state):
         """The LSTM over the convolved inputs of the block (one torch module call)."""
         return run_rnn(self.lstm, gx, state, self.out_features)
