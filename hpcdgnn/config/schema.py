@@ -369,7 +369,8 @@ class SequencesOptions(StrategyConfig):
     between samples (:mod:`hpcdgnn.strategies.sequences` says why)."""
     cache_mb: float = 256.0
     """With ``reuse: on``: the cache's bound, MiB per rank (both levels together); a value it does not
-    hold is recomputed from scratch when read (0 = hold nothing)."""
+    hold is recomputed from scratch when read. It must hold at least one snapshot's Ã_t·X_t (N × F
+    values) when samples read it; less is a one-line error."""
     cache_policy: Literal["priority", "lru"] = "priority"
     """With ``reuse: on``: evict by ReInc's Eq. 3 priority F/S − I (F: this rank's reads of the value left in
     this epoch and the next, I: reads of other values before its next one, S: its size in snapshot
@@ -379,7 +380,7 @@ class SequencesOptions(StrategyConfig):
         if self.window < 1:
             raise ValueError("window: must be >= 1")
         if not self.cache_mb >= 0:
-            raise ValueError("cache_mb: must be >= 0 (MiB per rank; 0 = no cache)")
+            raise ValueError("cache_mb: must be >= 0 (MiB per rank)")
         if self.stride < 1:
             raise ValueError("stride: must be >= 1")
         if self.batch_vertices < 0:

@@ -319,6 +319,10 @@ class SequencesStrategy(Strategy):
         if self.reads_ax:
             F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
             self._ax_bytes = self.N * F * torch.empty(0, dtype=self.ctx.dtype).element_size()
+            if int(o.cache_mb * 2**20) < self._ax_bytes:  # the same on every rank: all of them stop
+                raise ConfigError(f"strategy.cache_mb: {o.cache_mb:g} MiB cannot hold one snapshot's input "
+                                  f"aggregation Ã_t·X_t ({self._ax_bytes / 2**20:.4g} MiB, N × F), what every sample "
+                                  "reads; raise it to at least that, or set strategy.reuse: off")
             self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._ax_bytes, 1))
             self._stream = self._access_stream(1)
             self._plan(1)

@@ -117,11 +117,12 @@ def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
 @pytest.mark.parametrize(("override", "needle"), [
     ("strategy.window=9", "strategy.window: 9 snapshots, but the dataset has only T = 7"),
     ("strategy.fanouts=[3]", "strategy.fanouts: 1 values for model.layers: 2"),
+    ("strategy.fanouts=[3,0] strategy.cache_mb=0.0001", "strategy.cache_mb: 0.0001 MiB cannot hold one snapshot's"),
 ])
 def test_bad_options_exit_2_at_p3(launcher, small_dataset, tmp_path, override, needle):
     job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ)
     try:
-        proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--set", override], timeout=60)
+        proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--set", *override.split()], timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{override}: the P = 3 run hung")
     assert proc.returncode == 2, proc.stderr
