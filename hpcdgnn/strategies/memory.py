@@ -166,7 +166,8 @@ class MemoryStrategy(Strategy):
         self.a, self.b, self.c = r % i, (r // i) % j, r // (i * j)
         self.group = self.comm.split(self.c) if self.comm.size > 1 else None
         np_dtype = np.float64 if self.ctx.dtype == torch.float64 else np.float32
-        self.memory = NodeMemory(self.group, m.num_vertices, model.memory_dim, model.mail_dim, np_dtype)
+        self.memory = NodeMemory(self.group, m.num_vertices, model.memory_dim, model.mail_dim, np_dtype,
+                                 t0=float(self.t[0]) if self.t.shape[0] else 0.0)
         self.pool = ThreadPoolExecutor(1) if job.strategy.prefetch == "on" else None
         self._fifo: deque[_Work] = deque()
         self._next: tuple[tuple, Future] | None = None

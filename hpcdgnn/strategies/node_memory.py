@@ -2,7 +2,10 @@
 
 A row per node: the memory s_v (``memory_dim``) and its mailbox — one mail [s_u ‖ s_v ‖ e] (most-recent
 COMB) — in the training dtype, and the time τ_v of its last memory update in float64 (event times in
-seconds since 1970 do not fit float32's 24-bit mantissa). Zero at the start.
+seconds since 1970 do not fit float32's 24-bit mantissa). At the start (and at every reset) memories and
+mails are zero and τ_v is the stream's first time ``t0``: a node's first update then encodes the time
+since the stream began, not since 1970 (TGL starts τ at 0 because its datasets start at t = 0; inputs
+here keep their own clock, e.g. Unix seconds, where Δt ≈ 1e9 would dominate the time encoding).
 
 Where it lives: with one rank per group, in that rank's memory; with several, once per node — an MPI-3
 shared-memory window (``MPI.Win.Allocate_shared``) of the group's communicator, which every rank of the
@@ -35,12 +38,12 @@ class NodeMemory:
     """
 
     def __init__(self, group: Communicator | None, num_vertices: int, memory_dim: int, mail_dim: int,
-                 dtype: np.dtype) -> None:
-        self.group, self.d = group, memory_dim
+                 dtype: np.dtype, t0: float = 0.0) -> None:
+        self.group, self.d, self.t0 = group, memory_dim, float(t0)
         shape = (num_vertices, memory_dim + mail_dim)
         self._windows: list[Any] = []
         if group is None or group.size == 1:
-            self.values, self.times = np.zeros(shape, dtype=dtype), np.zeros(num_vertices)
+            self.values, self.times = np.zeros(shape, dtype=dtype), np.full(num_vertices, self.t0)
             self.leader = True
         else:
             try:
@@ -50,9 +53,7 @@ class NodeMemory:
                 raise ConfigError(f"rank {group.rank} of a memory group: {e}") from None
             self._windows = [wv, wt]
             self.leader = group.rank == 0
-            if self.leader:
-                self.values[:] = 0
-                self.times[:] = 0
+            self.reset()
             group.barrier(tag="setup")
 
     @property
@@ -60,10 +61,10 @@ class NodeMemory:
         return int(self.values.nbytes + self.times.nbytes)
 
     def reset(self) -> None:
-        """Zero every row (the group leader; the caller's next barrier publishes it)."""
+        """Zero every row, τ = t0 (the group leader; the caller's next barrier publishes it)."""
         if self.leader:
             self.values[:] = 0
-            self.times[:] = 0
+            self.times[:] = self.t0
 
     def read(self, nodes: np.ndarray) -> MemoryRows:
         """Copies of the rows of ``nodes`` (ascending, unique)."""

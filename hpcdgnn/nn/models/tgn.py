@@ -112,6 +112,9 @@ class TGN(nn.Module):
         strategy writes for positive events (None with the dynamic memory off)."""
         nb = inp.neighbors
         R, k = nb.mask.shape
+        if R == 0:  # an empty slice (a batch shorter than its ranks): nothing to embed, nothing to write
+            z = self.w_out.weight.new_zeros(0, self.hidden)
+            return z, None if inp.memory is None else z.new_zeros(0, self.memory_dim)
         real = np.flatnonzero(nb.mask.reshape(-1))
         occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[real]])
         occ_t = np.concatenate([inp.root_t, np.repeat(inp.root_t, k)[real]])

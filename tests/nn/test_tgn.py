@@ -1,0 +1,425 @@
+"""TGN-attn pieces without MPI (issue 15): the most-recent-k sampler against a loop, leak-freedom of the model,
+masked neighbours, AP and MRR by hand, the node memory and the strategy's write rule."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.data.temporal_neighbors import NeighborBlock, TemporalNeighbors
+from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput
+from hpcdgnn.strategies.memory import MemoryPlan, MemoryStrategy, _Work
+from hpcdgnn.strategies.node_memory import NodeMemory
+from hpcdgnn.tasks.base import SPLITS
+from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction, average_precision
+
+N, D, MEM, TDIM, HID, HEADS, K = 14, 3, 6, 4, 8, 2, 4
+
+
+def same(a: torch.Tensor, b: torch.Tensor, what=None) -> None:
+    """Equal up to float64 rounding: the model's per-node products depend on which nodes share a batch
+    (GEMM blocking), so a changed batch composition may move the last bits; a leak moves far more."""
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13, msg=None if what is None else str(what))
+
+
+def stream(seed: int, E: int = 160, active: int = 11):
+    """E events over nodes 0..active-1 (nodes active..N-1 never occur), integer times with many repeats,
+    some self-loops; times sorted."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, active, E)
+    dst = rng.integers(0, active, E)
+    loops = rng.random(E) < 0.1
+    dst[loops] = src[loops]
+    t = np.sort(rng.integers(0, E // 4, E)).astype(np.float64)
+    efeat = rng.standard_normal((E, D))
+    return src.astype(np.int64), dst.astype(np.int64), t, efeat
+
+
+def brute_recent(src, dst, v, cut, k):
+    """The k most recent (event, other end) of v among events 0..cut-1, oldest first; a self-loop twice."""
+    hist = []
+    for e in range(cut):
+        if src[e] == v:
+            hist.append((e, int(dst[e])))
+        if dst[e] == v:
+            hist.append((e, int(src[e])))
+    return hist[-k:] if k else []
+
+
+# -- 1. the sampler ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 3, 10, 60])
+def test_recent_matches_a_loop(k):
+    src, dst, t, _ = stream(0)
+    nb_index = TemporalNeighbors(src, dst, N)
+    rng = np.random.default_rng(1)
+    nodes = np.r_[rng.integers(0, N, 200), np.arange(N)]  # includes nodes without any history
+    # query times: event times (ties: the events at that time are excluded), between them, before and after all
+    qt = np.r_[rng.choice(t, 100), rng.uniform(t[0] - 2, t[-1] + 2, 100 + N)]
+    cut = np.searchsorted(t, qt, side="left")
+    block = nb_index.recent(nodes, cut, k)
+    assert block.nodes.shape == block.events.shape == block.mask.shape == (nodes.shape[0], k)
+    for q in range(nodes.shape[0]):
+        want = brute_recent(src, dst, nodes[q], cut[q], k)
+        n = len(want)
+        assert block.mask[q].tolist() == [True] * n + [False] * (k - n), q
+        assert block.events[q, :n].tolist() == [e for e, _ in want], q
+        assert block.nodes[q, :n].tolist() == [o for _, o in want], q
+        assert np.all(block.nodes[q, n:] == 0) and np.all(block.events[q, n:] == 0)
+        # strictly before the query time, and nothing more recent was left out
+        assert np.all(t[block.events[q, :n]] < qt[q])
+        full = brute_recent(src, dst, nodes[q], cut[q], 10**9)
+        assert n == min(k, len(full))
+
+
+def test_recent_empty_stream_and_history():
+    empty = TemporalNeighbors(np.zeros(0, np.int64), np.zeros(0, np.int64), 3)
+    b = empty.recent(np.array([0, 2]), np.array([0, 0]), 2)
+    assert not b.mask.any() and b.nodes.shape == (2, 2)
+    src, dst, t, _ = stream(2)
+    b = TemporalNeighbors(src, dst, N).recent(np.array([N - 1, 0]), np.array([len(t), 0]), 5)
+    assert not b.mask.any()  # a node that never occurs; any node before the first event
+
+
+# -- 2./3. the model -------------------------------------------------------------------------------------------
+
+
+def model(static=False, seed=0):
+    torch.manual_seed(seed)
+    return TGN(N, D, MEM, TDIM, HID, HEADS, static).double()
+
+
+def memory_rows(unique, seed=5, t_max=0.0):
+    """A random memory (state, mail) and update times before every event (as read at a batch start)."""
+    rng = np.random.default_rng(seed)
+    vals = rng.standard_normal((N, MEM + 2 * MEM + D))
+    times = t_max - rng.uniform(0, 5, N)
+    v = torch.from_numpy(vals[unique])
+    return MemoryRows(mem=v[:, :MEM], mem_ts=times[unique].copy(), mail=v[:, MEM:])
+
+
+def build_input(src, dst, t, efeat, roots, root_t, k=K, memory=True):
+    """What ``MemoryStrategy._work`` builds for given root occurrences (its lines after ``roots``/``root_t``),
+    with a fixed random memory read at the batch start."""
+    nbi = TemporalNeighbors(src, dst, N)
+    nb = nbi.recent(roots, np.searchsorted(t, root_t, side="left"), k)
+    unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
+    ef = torch.from_numpy(efeat)
+    inp = TGNInput(roots, root_t, nb, t[nb.events], ef[torch.from_numpy(nb.events)], unique, None)
+    if memory:
+        inp.memory = memory_rows(unique)
+    return inp
+
+
+def strategy_like(src, dst, t, efeat, batch_events=20, seed=7):
+    """A MemoryStrategy with just what ``_work`` and ``_write`` read (no MPI, no setup)."""
+    s = object.__new__(MemoryStrategy)
+    E = t.shape[0]
+    s.plan = MemoryPlan("memory", 1, 1, 1, 1, batch_events, {"train": [0, E], "val": [E, E], "test": [E, E]})
+    s.seed, s.k_neighbors, s.dst_range = seed, K, (0, N)
+    s.src, s.dst, s.t = src, dst, t
+    s.efeat = torch.from_numpy(efeat)
+    s.neighbors = TemporalNeighbors(src, dst, N)
+    return s
+
+
+def test_helper_mirrors_strategy_work():
+    """The test's input builder gives what the strategy's ``_work`` builds for the same roots."""
+    src, dst, t, efeat = stream(3)
+    s = strategy_like(src, dst, t, efeat)
+    w = s._work("train", 4, 1, 0, 0, 2, 3)  # batch 4 = events [80, 100), first half: [80, 90)
+    mine = build_input(src, dst, t, efeat, w.inp.roots, w.inp.root_t, memory=False)
+    for name in ("roots", "root_t", "neighbor_t", "unique"):
+        np.testing.assert_array_equal(getattr(mine, name), getattr(w.inp, name), err_msg=name)
+    for name in ("nodes", "events", "mask"):
+        np.testing.assert_array_equal(getattr(mine.neighbors, name), getattr(w.inp.neighbors, name), err_msg=name)
+    assert torch.equal(mine.neighbor_feat, w.inp.neighbor_feat)
+    np.testing.assert_array_equal(w.events, np.arange(80, 90))
+    assert w.inp.roots.shape[0] == 10 * (2 + 3)
+    np.testing.assert_array_equal(w.later, np.unique(np.r_[src[90:100], dst[90:100]]))
+
+
+def batch_roots(src, dst, t, lo, hi, negatives=2, seed=11):
+    """Root occurrences of events [lo, hi) as ``_work`` orders them: sources, destinations, negatives."""
+    ev = np.arange(lo, hi)
+    neg = np.random.default_rng(seed).integers(0, N, (hi - lo, negatives))
+    roots = np.concatenate([src[ev], dst[ev], neg.reshape(-1)])
+    root_t = np.concatenate([t[ev], t[ev], np.repeat(t[ev], negatives)])
+    return roots, root_t
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_no_event_at_or_after_the_query_time_reaches_an_embedding(static):
+    """For a threshold time T, rewrite every event at or after T (features, endpoints, later times): every root
+    queried at time <= T keeps its embedding and its updated memory (to rounding); and rows queried after T
+    did see something (the test would catch nothing otherwise)."""
+    src, dst, t, efeat = stream(4)
+    net = model(static)
+    lo, hi = 100, 130
+    roots, root_t = batch_roots(src, dst, t, lo, hi)
+    with torch.no_grad():
+        z0, s0 = net(build_input(src, dst, t, efeat, roots, root_t))
+    rng = np.random.default_rng(9)
+    checked = 0
+    for T in np.unique(root_t)[:-1]:
+        late = t >= T
+        s2, d2, t2, f2 = src.copy(), dst.copy(), t.copy(), efeat.copy()
+        f2[late] = rng.standard_normal((late.sum(), D)) * 100
+        s2[late] = rng.integers(0, N, late.sum())
+        d2[late] = rng.integers(0, N, late.sum())
+        t2[late] += rng.uniform(0, 0.5) * (t2[late] > T)  # later events even later; still sorted, still >= T
+        with torch.no_grad():
+            z1, s1 = net(build_input(s2, d2, t2, f2, roots, root_t))
+        old = root_t <= T
+        same(z1[old], z0[old], T)
+        if s0 is not None:
+            same(s1[old], s0[old], T)
+        assert not torch.allclose(z1[~old], z0[~old])
+        checked += int(old.sum())
+    assert checked > 0
+
+
+def test_an_earlier_neighbour_event_changes_the_embedding():
+    """Changing the features (or an endpoint) of an event the root reads changes its embedding; changing an
+    event outside its k most recent (but earlier) does not."""
+    src, dst, t, efeat = stream(5)
+    net = model()
+    roots, root_t = batch_roots(src, dst, t, 120, 140)
+    inp = build_input(src, dst, t, efeat, roots, root_t)
+    with torch.no_grad():
+        z0, _ = net(inp)
+    row = int(np.flatnonzero(inp.neighbors.mask.all(1))[0])  # a root with k neighbours
+    e = int(inp.neighbors.events[row, -1])  # its most recent one
+    f2 = efeat.copy()
+    f2[e] += 1.0
+    with torch.no_grad():
+        z1, _ = net(build_input(src, dst, t, f2, roots, root_t))
+    assert not torch.allclose(z1[row], z0[row])
+    # an earlier event of the same node that fell out of the k most recent
+    v, cut = roots[row], np.searchsorted(t, root_t[row], side="left")
+    hist = [ev for ev, _ in brute_recent(src, dst, v, cut, 10**9)]
+    older = [ev for ev in hist[: -K] if ev not in set(inp.neighbors.events[row].tolist())]
+    assert older
+    f3 = efeat.copy()
+    f3[older[-1]] += 1.0
+    with torch.no_grad():
+        z2, _ = net(build_input(src, dst, t, f3, roots, root_t))
+    same(z2[row], z0[row])
+    # the endpoint: the neighbour is now another node (with another memory)
+    s2, d2 = src.copy(), dst.copy()
+    other = int(inp.neighbors.nodes[row, -1])
+    if s2[e] == v and d2[e] == other:
+        d2[e] = (other + 1) % N if (other + 1) % N != v else (other + 2) % N
+    else:
+        s2[e] = (other + 1) % N if (other + 1) % N != v else (other + 2) % N
+    with torch.no_grad():
+        z3, _ = net(build_input(s2, d2, t, efeat, roots, root_t))
+    assert not torch.allclose(z3[row], z0[row])
+
+
+def test_masked_slots_are_ignored():
+    """Garbage (NaN, huge, out-of-range ids) in every padding slot leaves z and s' unchanged."""
+    src, dst, t, efeat = stream(6)
+    net = model(static=True)
+    roots, root_t = batch_roots(src, dst, t, 10, 40)
+    inp = build_input(src, dst, t, efeat, roots, root_t, k=8)
+    pad = ~inp.neighbors.mask
+    assert pad.any() and inp.neighbors.mask.any()
+    with torch.no_grad():
+        z0, s0 = net(inp)
+    nodes = inp.neighbors.nodes.copy()
+    nodes[pad] = 10**6
+    events = inp.neighbors.events.copy()
+    events[pad] = -5
+    feat = inp.neighbor_feat.clone()
+    feat[torch.from_numpy(pad)] = float("nan")
+    feat[torch.from_numpy(pad)][..., 0] = 1e30
+    nt = inp.neighbor_t.copy()
+    nt[pad] = np.nan
+    bad = TGNInput(inp.roots, inp.root_t, NeighborBlock(nodes, events, inp.neighbors.mask), nt, feat, inp.unique,
+                   inp.memory)
+    with torch.no_grad():
+        z1, s1 = net(bad)
+    same(z1, z0)
+    same(s1, s0)
+
+
+@pytest.mark.parametrize("only_empty", [False, True])
+def test_root_without_neighbours_is_finite_with_finite_gradients(only_empty):
+    """A root with no history (alone in a batch, or beside roots with neighbours) gives a finite embedding,
+    and a backward pass through it leaves no NaN / Inf in any parameter gradient."""
+    src, dst, t, efeat = stream(7)
+    net = model(static=True)
+    lonely = np.array([N - 1, N - 2, 0])  # never occur; node 0 at a time before every event
+    lonely_t = np.array([t[-1] + 1, t[50], t[0]])
+    if only_empty:
+        roots, root_t = lonely, lonely_t
+    else:
+        r, rt = batch_roots(src, dst, t, 100, 110)
+        roots, root_t = np.r_[r, lonely], np.r_[rt, lonely_t]
+    inp = build_input(src, dst, t, efeat, roots, root_t)
+    empty = ~inp.neighbors.mask.any(1)
+    assert empty[-3:].all() and (only_empty or not empty.all())
+    z, s = net(inp)
+    assert torch.isfinite(z).all() and torch.isfinite(s).all()
+    (z.pow(2).sum() + z[-3:].sum() * 3.0).backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all(), name
+    # the static rows of the lonely roots do receive a gradient (their embedding depends on them)
+    assert net.static.grad[N - 1].abs().sum() > 0
+
+
+def test_static_only_mode():
+    """With the dynamic memory off (pre-training), h = S: finite output, no memory returned."""
+    src, dst, t, efeat = stream(8)
+    roots, root_t = batch_roots(src, dst, t, 50, 60)
+    inp = build_input(src, dst, t, efeat, roots, root_t, memory=False)
+    z, s = model(static=True)(inp)
+    assert s is None and torch.isfinite(z).all()
+    with pytest.raises(RuntimeError, match="static_memory"):
+        model(static=False)(inp)
+
+
+# -- 4. AP and MRR -------------------------------------------------------------------------------------------
+
+
+def ap_reference(scores, labels):
+    """scikit-learn's average_precision_score written out: thresholds at each distinct score, highest first;
+    at threshold s every score >= s is predicted positive; AP = Σ (R_n − R_{n−1}) P_n."""
+    total_pos = labels.sum()
+    ap, prev_r = 0.0, 0.0
+    for thr in sorted(set(scores.tolist()), reverse=True):
+        pred = scores >= thr
+        tp = labels[pred].sum()
+        p, r = tp / pred.sum(), tp / total_pos
+        ap += (r - prev_r) * p
+        prev_r = r
+    return ap
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_average_precision_matches_the_definition(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 200))
+    scores = rng.integers(0, 12, n) / 4.0  # many ties
+    if seed % 2:
+        scores = scores + rng.standard_normal(n) * 1e-13  # ties closer than 1e-9 still tie
+    labels = (rng.random(n) < 0.3).astype(np.int64)
+    labels[0] = 1
+    want = ap_reference(np.round(scores, 9), labels)
+    assert average_precision(scores, labels) == pytest.approx(want, rel=1e-12, abs=1e-15)
+    try:
+        from sklearn.metrics import average_precision_score
+    except ImportError:
+        return
+    assert average_precision(scores, labels) == pytest.approx(average_precision_score(labels, np.round(scores, 9)))
+
+
+def test_average_precision_by_hand():
+    # scores 0.9 (+), 0.8 (−), 0.8 (+), 0.1 (−): thresholds 0.9: P 1, R 1/2; 0.8: P 2/3, R 1; AP = 1/2 + 1/3
+    assert average_precision(np.array([0.9, 0.8, 0.8, 0.1]), np.array([1, 0, 1, 0])) == pytest.approx(0.5 + 1 / 3)
+    assert average_precision(np.array([0.3, 0.3]), np.array([1, 0])) == pytest.approx(0.5)
+    assert average_precision(np.array([0.1, 0.9]), np.array([1, 0])) == pytest.approx(0.5)
+
+
+def test_mrr_slot_ties_do_not_count_against_the_positive():
+    task = TemporalLinkPrediction(SimpleNamespace(negatives=1, eval_negatives=3), None, 4, 0)
+    pos = np.array([0.5, 0.2, 0.9, 0.0])
+    neg = np.array([[0.1, 0.5, 0.7],          # one above (the tie does not count): 1/2
+                    [0.3, 0.3, 0.2],          # two above, one tie: 1/3
+                    [0.2, 0.1, 0.9 + 1e-12],  # a tie below 1e-9: 1
+                    [0.1, 0.2, 0.3]])         # all above: 1/4
+    want = 0.5 + 1 / 3 + 1 + 0.25
+    for split in ("val", "test"):
+        st = task.eval_stats(split, pos, neg, None)
+        b = 2 + 4 * (SPLITS.index(split) - 1)
+        assert st[b] == pytest.approx(want) and st[b + 1] == 4 and st[b + 2] == 0 and st[b + 3] == 0
+        assert np.count_nonzero(st) == 2
+        st = task.eval_stats(split, pos, neg, 0.75)
+        assert st[b + 2] == 0.75 and st[b + 3] == 1
+        m = task.metrics(st)
+        assert m[f"{split}_mrr"] == pytest.approx(want / 4) and m[f"{split}_ap"] == 0.75
+
+
+# -- 5. the node memory and the write rule ---------------------------------------------------------------------
+
+
+def test_node_memory_round_trip():
+    nm = NodeMemory(None, N, MEM, 2 * MEM + D, np.float64)
+    assert nm.leader and nm.nbytes == N * (3 * MEM + D) * 8 + N * 8
+    r = nm.read(np.array([0, 3]))
+    assert torch.count_nonzero(r.mem) == 0 and np.all(r.mem_ts == 0) and r.mail.shape == (2, 2 * MEM + D)
+    rng = np.random.default_rng(0)
+    nodes = np.array([1, 4, 9])
+    mem, mail, times = rng.standard_normal((3, MEM)), rng.standard_normal((3, 2 * MEM + D)), np.array([1.5, 2., 3.])
+    nm.write(nodes, mem, times, mail)
+    r = nm.read(np.array([0, 1, 4, 9]))
+    np.testing.assert_array_equal(r.mem.numpy()[1:], mem)
+    np.testing.assert_array_equal(r.mail.numpy()[1:], mail)
+    np.testing.assert_array_equal(r.mem_ts, [0, 1.5, 2, 3])
+    assert torch.count_nonzero(r.mem[0]) == 0
+    # a read is a copy: a later write does not change it
+    before = r.mem.clone()
+    nm.write(np.array([1]), np.ones((1, MEM)), np.array([7.0]), np.ones((1, 2 * MEM + D)))
+    assert torch.equal(r.mem, before)
+    state = nm.state()
+    nm.write(nodes, mem * 0 + 5, times + 10, mail * 0 + 5)
+    nm.load(state)
+    r2 = nm.read(np.arange(N))
+    np.testing.assert_array_equal(r2.mem.numpy()[4], mem[1])
+    np.testing.assert_array_equal(r2.mem.numpy()[1], np.ones(MEM))
+    assert r2.mem_ts[1] == 7.0 and r2.mem_ts[9] == 3.0
+    held = nm.values.copy()
+    state["values"][:] = -1  # the state is a copy too
+    state["times"][:] = -1
+    np.testing.assert_array_equal(nm.values, held)
+    assert nm.read(np.array([4])).mem_ts[0] == 2.0
+    nm.reset()
+    assert not nm.values.any() and not nm.times.any()
+    nm.write(np.zeros(0, np.int64), np.zeros((0, MEM)), np.zeros(0), np.zeros((0, 2 * MEM + D)))
+    nm.close()
+
+
+def test_write_keeps_each_nodes_last_occurrence_and_leaves_later_nodes():
+    """``_write`` over a slice with repeated nodes and a self-loop: each node's row is its last occurrence in the
+    order u0 v0 u1 v1 … (memory, mail [s_self ‖ s_other ‖ e], time); nodes in ``later`` and nodes outside the
+    slice keep their rows."""
+    src = np.array([0, 1, 2, 3, 3, 5, 1, 6, 2], dtype=np.int64)
+    dst = np.array([1, 2, 0, 3, 4, 2, 0, 7, 5], dtype=np.int64)  # event 3 is a self-loop
+    t = np.arange(9, dtype=np.float64) * 10
+    efeat = np.arange(9 * D, dtype=np.float64).reshape(9, D) / 100
+    s = strategy_like(src, dst, t, efeat)
+    s.memory = NodeMemory(None, N, MEM, 2 * MEM + D, np.float64)
+    sentinel = np.full((N, 3 * MEM + D), -7.0)
+    s.memory.values[:] = sentinel
+    s.memory.times[:] = -1
+    ev = np.arange(1, 7)  # events 1..6 are this slice; 7, 8 belong to a later slice
+    later = np.unique(np.r_[src[7:], dst[7:]])  # {2, 5, 6, 7}
+    n, negs = ev.shape[0], 2
+    s_new = torch.arange(n * (2 + negs), dtype=torch.float64).repeat_interleave(MEM).view(-1, MEM)  # row r = r
+    work = _Work("train", 0, ev, later, negs, None)
+    s._write(work, s_new)
+    # expected, by a loop over u0 v0 u1 v1 … (each node: its last occurrence)
+    want = {}
+    for i, e in enumerate(ev):
+        for end, row, other in ((src[e], i, n + i), (dst[e], n + i, i)):
+            want[int(end)] = (row, other, e)
+    for v in range(N):
+        vals, tv = s.memory.values[v], s.memory.times[v]
+        if v in want and v not in later:
+            row, other, e = want[v]
+            np.testing.assert_array_equal(vals[:MEM], np.full(MEM, row), err_msg=str(v))
+            np.testing.assert_array_equal(vals[MEM:], np.r_[np.full(MEM, row), np.full(MEM, other), efeat[e]])
+            assert tv == t[e], v
+        else:
+            np.testing.assert_array_equal(vals, sentinel[v], err_msg=str(v))
+            assert tv == -1, v
+    # node 3 (self-loop at event 3, then source of event 4) takes event 4; node 0 (dst of event 6) event 6
+    assert s.memory.times[3] == 40 and s.memory.times[0] == 60 and s.memory.times[1] == 60
+    # nothing written for an empty slice
+    s._write(_Work("train", 0, np.zeros(0, np.int64), later, negs, None), s_new[:0])
