@@ -19,8 +19,9 @@ def expected_bytes(T: int, N: int, F: int, P: int, itemsize: int) -> int:
     return sum(tk[p] * nv[q] * F * itemsize for p in range(P) for q in range(P) if p != q)
 
 
-@pytest.mark.parametrize("layout", ["block", "cyclic"])
-@pytest.mark.parametrize(("P", "T", "N"), [(2, 7, 23), (3, 7, 23), (3, 2, 23), (3, 7, 2)])
+# each shape once, each layout on two of them (the full 4 x 2 grid: 8 mpirun launches)
+@pytest.mark.parametrize(("P", "T", "N", "layout"), [(2, 7, 23, "cyclic"), (3, 7, 23, "block"), (3, 2, 23, "cyclic"),
+                                                     (3, 7, 2, "block")])
 def test_alltoall_values_gradient_and_volume(launcher, P, T, N, layout):
     """Remainder rows (P divides neither T nor N), a rank with no snapshot (T < P), one with no vertex (N < P);
     contiguous snapshot blocks and cyclic ownership (row-list boxes).

@@ -295,8 +295,13 @@ def _run3(launcher, job: Path):
     return proc, time.monotonic() - t0
 
 
-def test_run_p3_exits_2_with_one_line(launcher, corrupted, tmp_path):
-    root, named, fault = corrupted
+# the CLI test above reports every corruption; under mpirun -np 3 two of them (one caught by the hash, one
+# by the structure check) show the run-start check ends every rank with one line, no hang
+@pytest.mark.parametrize("kind", ["truncated", "wrong_dtype"])
+def test_run_p3_exits_2_with_one_line(launcher, clean, tmp_path, kind):
+    root = tmp_path / "ds"
+    shutil.copytree(clean, root)
+    named, fault = CORRUPTIONS[kind](root)
     job = write_job(tmp_path / "job.yaml", root, train={"epochs": 1})
     proc, elapsed = _run3(launcher, job)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])

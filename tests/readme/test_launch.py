@@ -131,7 +131,10 @@ def test_arguments_pass_through_and_sigterm_becomes_sigusr1(tmp_path):
     import time
 
     fake = tmp_path / "mpirun"
-    fake.write_text('#!/bin/bash\nfor a in "$@"; do echo "$a"; done\n'
+    # `--version` answers at once (the launcher asks it which MPI it is; a stand-in that loops there
+    # cost this test the launcher's 60 s timeout)
+    fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "stand-in"; exit 0; }\n'
+                    'for a in "$@"; do echo "$a"; done\n'
                     'trap \'echo got-USR1; exit 75\' USR1\necho ready\nwhile true; do sleep 0.05; done\n')
     fake.chmod(0o755)
     proc = subprocess.Popen([*_console(), "-np", "2", "prog", "a b", "--x"], stdout=subprocess.PIPE,

@@ -9,7 +9,7 @@ from tests.conftest import SMALL_N, make_dataset, write_job
 from tests.train.test_exactness import MODELS, _losses
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", ["cdgcn", "evolvegcn_o"])  # LSTM state and weight state pipelined
 def test_pss_is_exact(launcher, small_dataset, tmp_path, model):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, strategy={"name": "pss"})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")

@@ -30,8 +30,8 @@ def _losses(launcher, np_, job, out, *overrides):
     return np.array([[r["loss"], r["grad_norm"]] for r in recs]), recs
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("model", MODELS)
+# every model in float64; float32 (a looser tolerance, the same code path) on one of them
+@pytest.mark.parametrize(("model", "dtype"), [(m, "float64") for m in MODELS] + [("cdgcn", "float32")])
 def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, dtype):
     # the precondition that makes this test meaningful (heat's assertNotEqual(size % P, 0))
     assert SMALL_T % 2 and SMALL_T % 3 and SMALL_N % 2 and SMALL_N % 3
@@ -65,7 +65,7 @@ def test_more_ranks_than_vertices(launcher, tmp_path):
     np.testing.assert_allclose(got, ref, rtol=1e-6)
 
 
-@pytest.mark.parametrize("balance", ["work", "count"])
+@pytest.mark.parametrize("balance", ["work"])  # count-balanced cuts differ only in the plan: tests/partition/
 def test_block_layouts_are_exact(launcher, small_dataset, tmp_path, balance):
     """Contiguous snapshot blocks (IBM §4.2), work- or count-balanced, reproduce P = 1 too."""
     layout = f"block-{balance}"
@@ -85,8 +85,7 @@ def test_checkpoint_blocks_match_unblocked(launcher, small_dataset, tmp_path, mo
     """
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model})
     ref, _ = _losses(launcher, None, job, tmp_path / "nb1")
-    for nb in (2, 3, 5):
+    for nb, P in ((2, None), (3, 3), (5, 3)):  # every nb once, P = 1 and P = 3 (the full grid: 7 launches a model)
         assert SMALL_T % nb
-        for P in (None, 3):
-            got, _ = _losses(launcher, P, job, tmp_path / f"nb{nb}-p{P}", f"strategy.blocks={nb}")
-            np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} nb={nb} P={P}")
+        got, _ = _losses(launcher, P, job, tmp_path / f"nb{nb}-p{P}", f"strategy.blocks={nb}")
+        np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} nb={nb} P={P}")
