@@ -157,7 +157,9 @@ class MemoryStrategy(Strategy):
         self.plan, self.model = plan, model
         ev = read_events(self.ctx.data_root, m)
         self.src, self.dst, self.t = ev.src.astype(np.int64), ev.dst.astype(np.int64), ev.t
+        #: edge features on the host (mails are written there) and on the model's device (attention keys)
         self.efeat = torch.from_numpy(np.ascontiguousarray(ev.efeat)).to(self.ctx.dtype)
+        self.efeat_dev = self.efeat.to(self.ctx.device)
         self.neighbors = TemporalNeighbors(self.src, self.dst, m.num_vertices)
         self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
         self.dst_range = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
@@ -202,7 +204,8 @@ class MemoryStrategy(Strategy):
         nb = self.neighbors.recent(roots, np.searchsorted(self.t, root_t, side="left"), self.k_neighbors)
         unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
         later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
-        inp = TGNInput(roots, root_t, nb, self.t[nb.events], self.efeat[torch.from_numpy(nb.events)], unique, None)
+        feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
+        inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
         return _Work(split, q, ev, later, negatives, inp)
 
     def _static(self, key: tuple) -> _Work:
@@ -225,7 +228,7 @@ class MemoryStrategy(Strategy):
         ev, n = work.events, work.events.shape[0]
         if n == 0:
             return
-        s = s_new.detach()
+        s = s_new.detach().cpu()
         su, sv = s[:n], s[n : 2 * n]
         e = self.efeat[torch.from_numpy(ev)]
         nodes = np.stack([self.src[ev], self.dst[ev]], 1).reshape(-1)
@@ -275,7 +278,7 @@ class MemoryStrategy(Strategy):
         t0 = time.perf_counter()
         if g < hi - lo:  # read for batch g now; trainer b trains on it at iteration g + b
             work = self._static(("train", lo + g, batch.epoch, self.b, self.a, p.minibatch, m))
-            work.inp.memory = self.memory.read(work.inp.unique)
+            work.inp.memory = self.memory.read(work.inp.unique, self.ctx.device)
             self._fifo.append(work)
         nxt = lo + g + 1
         self._prefetch(("train", nxt, batch.epoch, self.b, self.a, p.minibatch, m) if nxt < hi else None)
@@ -310,12 +313,12 @@ class MemoryStrategy(Strategy):
             for split in ("val", "test"):
                 for q in range(p.batches(split)):
                     work = self._work(split, q, 0, 0, part, parts, m)
-                    work.inp.memory = self.memory.read(work.inp.unique)
+                    work.inp.memory = self.memory.read(work.inp.unique, self.ctx.device)
                     self._order()
                     z, s_new = model(work.inp)
                     pos, neg = task.scores(EventEmbeddings(z, work.events.shape[0], m))
                     self._write(work, s_new)
-                    pos, neg = pos.double().numpy(), neg.double().numpy()
+                    pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
                         (pos, neg), tag="memory.eval")  # also orders these writes before the next reads
                     ap = None

@@ -66,10 +66,10 @@ class NodeMemory:
             self.values[:] = 0
             self.times[:] = self.t0
 
-    def read(self, nodes: np.ndarray) -> MemoryRows:
-        """Copies of the rows of ``nodes`` (ascending, unique)."""
+    def read(self, nodes: np.ndarray, device: torch.device = torch.device("cpu")) -> MemoryRows:
+        """Copies of the rows of ``nodes`` (ascending, unique), on ``device`` (times stay on the host)."""
         rows = self.values[nodes]
-        t = torch.from_numpy(rows)
+        t = torch.from_numpy(rows).to(device)
         return MemoryRows(mem=t[:, : self.d], mem_ts=self.times[nodes].copy(), mail=t[:, self.d :])
 
     def write(self, nodes: np.ndarray, mem: np.ndarray, times: np.ndarray, mail: np.ndarray) -> None:

@@ -122,7 +122,8 @@ def strategy_like(src, dst, t, efeat, batch_events=20, seed=7):
     s.plan = MemoryPlan("memory", 1, 1, 1, 1, batch_events, {"train": [0, E], "val": [E, E], "test": [E, E]})
     s.seed, s.k_neighbors, s.dst_range = seed, K, (0, N)
     s.src, s.dst, s.t = src, dst, t
-    s.efeat = torch.from_numpy(efeat)
+    s.efeat = s.efeat_dev = torch.from_numpy(efeat)
+    s.ctx = SimpleNamespace(device=torch.device("cpu"))
     s.neighbors = TemporalNeighbors(src, dst, N)
     return s
 

@@ -126,26 +126,28 @@ class TGN(nn.Module):
         inv = np.empty(order.shape[0], dtype=np.int64)
         inv[order] = np.cumsum(new) - 1
         h_u, s_u = self._node_states(n_s[new], t_s[new], inp)
-        idx = torch.from_numpy(inv)
+        dev = self.w_q.weight.device  # indices and times are built on the host; the model may run on a GPU
+        idx = torch.from_numpy(inv).to(dev)
         h = h_u[idx]
         s_new = None if s_u is None else s_u[idx[:R]]
         h_root, h_nbr_real = h[:R], h[R:]
         dtype = h.dtype
         # neighbours, padded back to (R, k): keys/values of masked slots are never attended to
+        real_t = torch.from_numpy(real).to(dev)
         key_in = torch.cat([
             h_nbr_real,
-            inp.neighbor_feat.reshape(R * k, -1)[torch.from_numpy(real)],
-            self.time(torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dtype)),
+            inp.neighbor_feat.reshape(R * k, -1)[real_t],
+            self.time(torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dev, dtype)),
         ], dim=1)
         heads, width = self.heads, self.hidden // self.heads
-        q = self.w_q(torch.cat([h_root, self.time(torch.zeros(R, dtype=dtype))], dim=1)).view(R, heads, width)
-        K = h.new_zeros(R * k, self.hidden).index_copy(0, torch.from_numpy(real), self.w_k(key_in))
-        V = h.new_zeros(R * k, self.hidden).index_copy(0, torch.from_numpy(real), self.w_v(key_in))
+        q = self.w_q(torch.cat([h_root, self.time(h.new_zeros(R))], dim=1)).view(R, heads, width)
+        K = h.new_zeros(R * k, self.hidden).index_copy(0, real_t, self.w_k(key_in))
+        V = h.new_zeros(R * k, self.hidden).index_copy(0, real_t, self.w_v(key_in))
         K, V = K.view(R, k, heads, width), V.view(R, k, heads, width)
         logits = nn.functional.leaky_relu((q.unsqueeze(1) * K).sum(-1), 0.2)  # (R, k, heads)
-        mask = torch.from_numpy(nb.mask).unsqueeze(-1)
+        mask = torch.from_numpy(nb.mask).to(dev).unsqueeze(-1)
         # masked slots get -inf; a root without any neighbour gets zeros (no NaN in the backward), then α = 0
-        empty = torch.from_numpy(~nb.mask.any(1)).view(R, 1, 1)
+        empty = torch.from_numpy(~nb.mask.any(1)).to(dev).view(R, 1, 1)
         logits = logits.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
         alpha = torch.softmax(logits, dim=1) * mask
         agg = (alpha.unsqueeze(-1) * V).sum(1).reshape(R, self.hidden)
@@ -154,15 +156,16 @@ class TGN(nn.Module):
 
     def _node_states(self, nodes: np.ndarray, t: np.ndarray, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
         """h of each occurrence (node, t): updated memory (plus static), or the static memory alone."""
-        static = None if self.static is None else self.static[torch.from_numpy(nodes)]
+        dev = self.w_q.weight.device
+        static = None if self.static is None else self.static[torch.from_numpy(nodes).to(dev)]
         if inp.memory is None:
             if static is None:
                 raise RuntimeError("TGN without dynamic memory needs static_memory")
             return static, None
         rows = np.searchsorted(inp.unique, nodes)
         m = inp.memory
-        dt = torch.from_numpy(t - m.mem_ts[rows]).to(m.mem.dtype)
-        s_new = self._gru(m.mail, m.mem, torch.from_numpy(rows), self.time(dt))
+        dt = torch.from_numpy(t - m.mem_ts[rows]).to(dev, m.mem.dtype)
+        s_new = self._gru(m.mail, m.mem, torch.from_numpy(rows).to(dev), self.time(dt))
         return (s_new if static is None else s_new + static), s_new
 
     def _gru(self, mail: torch.Tensor, mem: torch.Tensor, rows: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
