@@ -64,6 +64,9 @@ class _FaultInjector:
     def __init__(self, task, rank: int, debug) -> None:
         self.task, self.rank, self.debug = task, rank, debug
 
+    def __getattr__(self, name: str):  # the rest of the task (scores, stats_width, metric, ...) as it is
+        return getattr(self.task, name)
+
     def __call__(self, emb, epoch: int):
         if self.rank == self.debug.fail_rank and epoch == self.debug.fail_epoch:
             raise RuntimeError(f"debug.fail_rank: fault injected on rank {self.rank} in epoch {epoch}")

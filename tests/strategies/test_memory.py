@@ -94,3 +94,13 @@ def test_bad_layout_p3_exits_2_with_one_line(launcher, college, tmp_path, monkey
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcdgnn: error:")]
     assert len(errors) == 1 and words in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_fault_on_one_rank_of_a_memory_group_ends_the_job(launcher, college, tmp_path):
+    """A crash on rank 1 mid-iteration, while rank 0 of its memory group waits at the shared-memory order
+    barrier: the whole job ends with rank 1's traceback, no hang."""
+    job = _job(tmp_path, college)
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set",
+                            "strategy.minibatch=2", "debug.fail_rank=1"], timeout=120)
+    assert proc.returncode not in (0, 2), proc.stderr
+    assert "rank 1/2:" in proc.stderr and "fault injected on rank 1" in proc.stderr
