@@ -22,14 +22,16 @@ What each strategy implements (SPEC IDs, paper sections):
   S2 gradient-checkpoint blocks (§3.1, Fig. 2/3b) and S3 graph-difference transfer (§3.2);
 * ``pss`` — contiguous snapshots with the RNN state pipelined rank to rank (DGC §2.1);
 * ``vertex`` — S6 vertex partitioning with halo exchange (IBM §4.1), D3 stale aggregation;
-* ``chunk`` — D1 chunk partitioning (DGC §4), D2 fusion (§5.1), D3 stale aggregation (§5.2).
+* ``chunk`` — D1 chunk partitioning (DGC §4), D2 fusion (§5.1), D3 stale aggregation (§5.2);
+* ``sequences`` — R1 consecutive-block placement and R4 sequence mini-batches with per-rank model
+  replicas (ReInc §3.4), R2 incremental aggregation (§3.2), R3 reuse caches (§3.1, §3.3): many
+  batches per epoch, each with its own ``examples`` count, gradients all-reduced per batch;
+* ``memory`` — M2 mini-batch × epoch × memory parallelism over an event stream (DistTGL §3.2–3.3):
+  chronological event batches, the node memory as strategy state (``state_dict``) in a shared
+  window per group, its own ``evaluate`` pass.
 
-Later regimes plug in beside them through the same five calls: a mini-batch
-strategy with per-rank model replicas (ReInc, DynaHB) yields many batches per
-epoch, each with its own layout and ``examples`` count, and either all-reduces
-gradients per batch or averages models in ``end_epoch``; an event-stream
-strategy (DistTGL) yields chronological event batches and keeps its node
-memory as strategy state (``state_dict``), with its own ``evaluate`` pass.
+A later regime (DynaHB's hybrid batches, model averaging in ``end_epoch`` instead of a gradient
+all-reduce) plugs in beside them through the same five calls.
 
 A strategy owns the data placement and every collective of the training step,
 so it alone knows which tensors must take part in the backward pass for the
