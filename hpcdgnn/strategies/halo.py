@@ -220,20 +220,49 @@ def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.n
     (tag ``<tag>.index``, 4 bytes a row), then the rows (``<tag>.fwd``; gradients back under
     ``<tag>.bwd``). Returns (len(keys), F) in the order of ``keys``.
     """
-    P = comm.size
-    if P == 1:
+    if comm.size == 1:
         return h[:0]
+    req = ask_owners(comm, keys, owner_of, local_of, max_rows, tag)
+    rows = all_to_all_rows(h.index_select(0, req.asked.to(h.device)), comm, req.got, req.counts, tag=tag)
+    return req.in_key_order(rows)
+
+
+@dataclass
+class RowRequest:
+    """One rank's side of a keyed fetch after the index exchange (:func:`ask_owners`).
+
+    Attributes:
+        order: my keys sorted by owner (stable): the order rows arrive in.
+        local: the owner's row of each key, in that order.
+        counts: keys I ask of each rank; got: keys each rank asks of me.
+        asked: my rows each rank asks for, in rank order (int64).
+    """
+
+    order: np.ndarray
+    local: np.ndarray
+    counts: list[int]
+    got: list[int]
+    asked: torch.Tensor
+
+    def in_key_order(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows received in owner order, back in the order of the keys."""
+        back = np.empty_like(self.order)
+        back[self.order] = np.arange(self.order.shape[0])
+        return rows.index_select(0, torch.from_numpy(back).to(rows.device))
+
+
+def ask_owners(comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
+               local_of: Callable[[np.ndarray], np.ndarray], max_rows: int, tag: str) -> RowRequest:
+    """The index exchange of a keyed fetch (collective, tag ``<tag>.index``): counts, then each owner's
+    row indices — int32 when no rank can have 2^31 rows (the same test on every rank): half the bytes."""
+    P = comm.size
     owner = owner_of(keys)
     order = np.argsort(owner, kind="stable")
     counts = np.bincount(owner, minlength=P)
     got = comm.alltoallv(torch.from_numpy(counts).view(P, 1), [1] * P, [1] * P, tag=f"{tag}.index").view(-1).tolist()
-    # row indices as int32 when no rank can have 2^31 rows (the same test on every rank): half the bytes
     local = local_of(keys[order]).astype(np.int32 if max_rows < 2**31 else np.int64)
     asked = comm.alltoallv(torch.from_numpy(local).view(-1, 1), counts.tolist(), got, tag=f"{tag}.index").view(-1)
-    rows = all_to_all_rows(h.index_select(0, asked.to(h.device, torch.int64)), comm, got, counts.tolist(), tag=tag)
-    back = np.empty_like(order)
-    back[order] = np.arange(order.shape[0])
-    return rows.index_select(0, torch.from_numpy(back).to(rows.device))
+    return RowRequest(order, local, counts.tolist(), got, asked.to(torch.int64))
 
 
 def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:

@@ -235,18 +235,14 @@ class StaleFetch:
     def fetch(self, h: torch.Tensor, keys: np.ndarray, owner_of, local_of, max_rows: int,
               tag: str = "task") -> torch.Tensor:
         """:func:`~hpcdgnn.strategies.halo.fetch_rows` with stale reuse: rows (len(keys), F) of ``keys``."""
+        from hpcdgnn.strategies.halo import ask_owners  # halo builds this class: imported here, not at the top
+
         comm, P = self.comm, self.comm.size
         if P == 1:
             return h[:0]
         width, dtype = h.shape[1], h.dtype
-        owner = owner_of(keys)
-        order = np.argsort(owner, kind="stable")
-        counts = np.bincount(owner, minlength=P)
-        got = comm.alltoallv(torch.from_numpy(counts).view(P, 1), [1] * P, [1] * P, tag=f"{tag}.index").view(-1)
-        got = got.tolist()
-        local = local_of(keys[order]).astype(np.int32 if max_rows < 2**31 else np.int64)
-        asked = comm.alltoallv(torch.from_numpy(local).view(-1, 1), counts.tolist(), got,
-                               tag=f"{tag}.index").view(-1).to(torch.int64)
+        req = ask_owners(comm, keys, owner_of, local_of, max_rows, tag)
+        counts, got, asked = req.counts, req.got, req.asked
         # owner: which asked rows moved enough since the asker last got them
         bounds = np.r_[0, np.cumsum(got)]
         current = h.detach().index_select(0, asked.to(h.device)).cpu()
@@ -273,7 +269,7 @@ class StaleFetch:
             rows = asked[a:b][sel]
             values[rows] = current[a:b][sel]
             flag[rows] = True
-        mask = comm.alltoallv(fresh.to(torch.uint8).view(-1, 1), got, counts.tolist(), tag=f"{tag}.index").view(-1)
+        mask = comm.alltoallv(fresh.to(torch.uint8).view(-1, 1), got, counts, tag=f"{tag}.index").view(-1)
         mask = mask.to(torch.bool)
         send_counts = [int(fresh[int(bounds[q]) : int(bounds[q + 1])].sum()) for q in range(P)]
         recv_bounds = np.r_[0, np.cumsum(counts)]
@@ -281,7 +277,7 @@ class StaleFetch:
         values = all_to_all_rows(h.index_select(0, asked[fresh].to(h.device)), comm, send_counts, recv_counts,
                                  tag=tag)
         # receiver: fresh rows from the message, the others from my copies; keep the fresh ones
-        mine_local = torch.from_numpy(local.astype(np.int64))
+        mine_local = torch.from_numpy(req.local.astype(np.int64))
         cached = torch.zeros(keys.shape[0], width, dtype=dtype)
         for q in range(P):
             a, b = int(recv_bounds[q]), int(recv_bounds[q + 1])
@@ -298,9 +294,7 @@ class StaleFetch:
         reused = int((~fresh).sum())
         self.halo._epoch_stats += [int(fresh.sum()), reused, reused * width * h.element_size()]
         self.halo.theta_now, self.halo.d_now = theta, max(self.halo.d_now, d)
-        back = np.empty_like(order)
-        back[order] = np.arange(order.shape[0])
-        return sorted_rows.index_select(0, torch.from_numpy(back).to(h.device))
+        return req.in_key_order(sorted_rows)
 
     def state_dict(self) -> dict:
         return {"sent": {q: (v.clone(), f.clone()) for q, (v, f) in self._sent.items()},
