@@ -4,6 +4,7 @@ hit rate of the Eq. 3 priority policy against LRU at a cache of 10 % of the work
     python perf/bench_reuse.py [--vertices 2048] [--snapshots 24] [--density 3] [--edge-life 10]
                                [--window 8] [--stride 1] [--batch-vertices 512] [--fanout 10]
                                [--model cdgcn] [--epochs 2] [--ranks 1] [--cache-fraction 0.1]
+                               [--decoder-horizon 4] [--decoder-vertices 512] [--teacher-forcing 1.0]
 
 Generates an IBM §6.3 random graph with edge-life smoothing l (``python -m hpcdgnn generate
 --edge-life``: about 2/l of the edges change from one snapshot to the next, 20 % at l = 10) and
@@ -23,6 +24,16 @@ ratio, the largest relative difference of their per-epoch losses (reuse never ch
 the steady epochs' hit rate, hits, misses, evictions and bypassed admissions of 3 and 4. Setup
 (reading, normalising, R2's fill of the cache) is not in the epoch time. A benchmark measures; it
 asserts nothing.
+
+Then, unless ``--decoder-horizon 0``, ReInc's own setting for its hit-rate figure (§5, Fig. 11: an
+integrated GraphRNN in the encoder–decoder form with teacher forcing): GConvLSTM (K = 2) 2 + 2 cells with
+``model.decoder_input: snapshots`` (teacher-forced decoder steps read the future snapshots, whose input
+bases later windows' encoders read), regression of the next snapshot's out-degree over ``--decoder-horizon``
+steps, full neighbourhoods (what makes the cells' input bases shareable), on an edge-life graph of
+``--decoder-vertices`` vertices written with that target, windows of ``--window``; cache_mb = the same
+fraction of that run's working set, priority then LRU. Prints the global level's hit rate, the hits of the
+encoder on entries the decoder made and the other way round, and the local level (the gates' reuse of
+each state aggregation, a counter: module docstring of :mod:`hpcdgnn.nn.reuse_cache`).
 """
 
 from __future__ import annotations
@@ -35,9 +46,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np  # noqa: E402
 from bench_epoch import run_job  # noqa: E402
 
 from hpcdgnn.data.generate import generate_dataset  # noqa: E402
+from hpcdgnn.data.writer import RawSnapshot, write_dataset  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,13 +70,59 @@ def run(work: Path, data: Path, P: int, args, tag: str, **strategy) -> tuple[flo
     return times[len(times) // 2], recs
 
 
-def cache_line(name: str, recs: list[dict]) -> str:
-    """Steady epochs' cache counters, summed."""
+def cache_line(name: str, recs: list[dict], extra: tuple[str, ...] = ()) -> str:
+    """Steady epochs' cache counters, summed (``extra``: more counters of the ``reuse`` record)."""
     steady = [r["reuse"] for r in recs if not r["warmup"]] or [recs[-1]["reuse"]]
-    tot = {k: sum(r[k] for r in steady) for k in ("hits", "misses", "evictions", "bypassed", "expired")}
+    keys = ("hits", "misses", "evictions", "bypassed", "expired", *extra)
+    tot = {k: sum(r[k] for r in steady) for k in keys}
     rate = tot["hits"] / max(tot["hits"] + tot["misses"], 1)
-    return (f"{name:9s} hit rate {100 * rate:5.1f} %   hits {tot['hits']:6d}  misses {tot['misses']:6d}  "
-            f"evictions {tot['evictions']:6d}  bypassed {tot['bypassed']:6d}  expired {tot['expired']:6d}")
+    return f"{name:9s} hit rate {100 * rate:5.1f} %   " + "  ".join(f"{k} {tot[k]:6d}" for k in keys)
+
+
+def degree_target_graph(root: Path, N: int, T: int, density: float, edge_life: int, seed: int) -> None:
+    """An IBM §6.3-style random graph (``density`` · N edges drawn per snapshot, edge-life smoothing) with a
+    regression target per vertex and snapshot: its out-degree among the edges drawn for the next snapshot."""
+    rng = np.random.default_rng(seed)
+    m = int(density * N)
+    drawn = [(rng.integers(0, N, m), rng.integers(0, N, m)) for _ in range(T + 1)]
+
+    def snapshots():
+        for t in range(T):
+            s, d = drawn[t]
+            keep = s != d
+            yield RawSnapshot(s[keep], d[keep], targets=np.bincount(drawn[t + 1][0], minlength=N).astype(float))
+
+    write_dataset(root, snapshots(), num_vertices=N, edge_life=edge_life, targets="next_out_degree")
+
+
+def decoder_runs(work: Path, P: int, args) -> None:
+    """ReInc's hit-rate setting (module docstring): the encoder–decoder with snapshot inputs, priority vs LRU."""
+    data = work / "decoder-graph"
+    degree_target_graph(data, args.decoder_vertices, args.snapshots, args.density, args.edge_life, 2)
+    job = {
+        "data": {"path": str(data), "validate": "structure"},
+        "model": {"name": "gconv_lstm", "hidden": 16, "layers": 2, "order": 2, "encoder_decoder": True,
+                  "decoder_input": "snapshots", "teacher_forcing": args.teacher_forcing},
+        "task": {"name": "regression", "horizon": args.decoder_horizon},
+        "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0},
+        "strategy": {"name": "sequences", "window": args.window, "stride": args.stride,
+                     "batch_vertices": args.batch_vertices, "fanouts": []},
+    }
+    print(f"decoder form: gconv_lstm 2 + 2 cells, decoder_input snapshots, teacher forcing {args.teacher_forcing}, "
+          f"horizon {args.decoder_horizon}; N={args.decoder_vertices} T={args.snapshots} edge_life={args.edge_life}, "
+          f"window {args.window}, batches of {args.batch_vertices}, full neighbourhoods", flush=True)
+    t0 = time.perf_counter()
+    full = run_job(job, P, work, "decoder-full")
+    ws = full[-1]["reuse"]["working_set_bytes"]
+    mb = args.cache_fraction * ws / P / 2**20
+    print(f"working set {ws / 2**20:.3f} MiB (input bases); cache_mb = {mb:.4f} per rank "
+          f"({100 * args.cache_fraction:g} %); everything cached: "
+          f"{cache_line('full', full, ('decoder_to_encoder_hits', 'encoder_to_decoder_hits'))} "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    extra = ("decoder_to_encoder_hits", "encoder_to_decoder_hits", "local_hits", "local_misses")
+    for policy in ("priority", "lru"):
+        job["strategy"].update(cache_mb=mb, cache_policy=policy)
+        print(cache_line(policy, run_job(job, P, work, f"decoder-{policy}"), extra), flush=True)
 
 
 def main() -> None:
@@ -81,6 +140,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2, help="epochs per run; the first is warm-up")
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--cache-fraction", type=float, default=0.1, help="cache size / working set for runs 3 and 4")
+    ap.add_argument("--decoder-horizon", type=int, default=4, help="encoder-decoder runs' decoder steps (0 = skip)")
+    ap.add_argument("--decoder-vertices", type=int, default=512, help="N of the encoder-decoder runs' graph")
+    ap.add_argument("--teacher-forcing", type=float, default=1.0, help="teacher forcing of the encoder-decoder runs")
     args = ap.parse_args()
     P = args.ranks
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-bench-reuse-") as tmp:
@@ -109,6 +171,8 @@ def main() -> None:
         for policy in ("priority", "lru"):
             _, recs = run(work, data, P, args, f"cache-{policy}", reuse="on", cache_mb=mb, cache_policy=policy)
             print(cache_line(policy, recs), flush=True)
+        if args.decoder_horizon > 0:
+            decoder_runs(work, P, args)
 
 
 if __name__ == "__main__":

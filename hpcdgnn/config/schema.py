@@ -78,6 +78,13 @@ class ModelConfig:
     teacher_forcing: float = 0.5
     """encoder_decoder: probability that a training decoder step reads the ground truth of the previous step
     instead of its own prediction (drawn per seed, epoch, sequence, node batch and step; never at evaluation)."""
+    decoder_input: Literal["targets", "snapshots"] = "targets"
+    """encoder_decoder: what a decoder step reads as ground truth. ``targets``: the previous step's regression
+    target, on the window's last graph G_t. ``snapshots`` (ReInc §2.1, §3.1): the snapshot the previous step
+    forecast, X_{t+d} on its own graph G_{t+d}, read through the encoder's first input filter — so its input
+    aggregation is the one later windows' encoders read, shared through ``strategy.reuse``'s cache; step 0 reads
+    the window's last snapshot X_t (also at evaluation). Steps without teacher forcing read their own prediction
+    on G_t in both forms."""
 
     memory_dim: int = 100
     """tgn: width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
@@ -112,6 +119,9 @@ class ModelConfig:
         if not 0.0 <= self.teacher_forcing <= 1.0:
             raise ValueError(f"teacher_forcing: {self.teacher_forcing} is not a probability; choose in [0, 1]")
         cells = ("gconv_lstm", "gconv_gru", "dcrnn", "gcrn_m1")
+        if self.decoder_input != "targets" and not self.encoder_decoder:
+            raise ValueError(f"decoder_input: {self.decoder_input} is an option of the decoder; set "
+                             "encoder_decoder: true, or leave decoder_input at targets")
         if self.encoder_decoder and self.name not in cells:
             raise ValueError(f"encoder_decoder: true needs an integrated graph-RNN cell ({', '.join(cells)}), "
                              f"not name: {self.name}")

@@ -13,7 +13,8 @@ A cache of aggregations keyed by ``(level, layer, t, sample)``:
   (e.g. ``"all"`` for every vertex over its full neighbourhood). Two accesses hit the same entry
   exactly when their values are equal, so a key must name everything the value depends on.
 
-Both levels share one capacity (``strategy.cache_mb``). Values are tensors; their size is
+Both levels share one capacity (``strategy.cache_mb``) for the entries they hold (:meth:`~ReuseCache.shared`
+holds none). Values are tensors; their size is
 ``numel · element_size``. A value handed out must not be modified in place by its reader.
 
 **Access protocol.** An owner declares the accesses it will make, in order (:meth:`ReuseCache.plan`:
@@ -44,18 +45,39 @@ far since :meth:`~ReuseCache.plan`):
 
 ReInc's closed forms (F = max(1, 2·idx − 2S + 1)·K − g for an encoder's first layer, I = L − S, …)
 are this count for its encoder–decoder LSTM schedule; with the schedule given explicitly the
-count is exact for any window, stride, sample order and model. On a miss the new entry is admitted
-if it fits, else the entries of lowest priority *strictly below the new entry's* are evicted until
-it fits; if that cannot free enough, the new entry is not admitted (``bypassed``) — a cache full of
-aggregations needed sooner keeps them (ties keep the cached entry). **Expiry**: when an access
-brings an entry's F to 0 it is dropped at once (``expired``), and :meth:`~ReuseCache.plan` drops
-the entries the new plan never reads; an entry with F = 0 is never admitted.
+count is exact for any window, stride, sample order and model — the decoder's reads of future
+snapshots included, which the owner lists in the plan where a sample makes them
+(:mod:`hpcdgnn.strategies.sequences`). The local level's F = K − g and I = 0 need no plan (below).
+On a miss the new entry is admitted if it fits, else the entries of lowest priority *strictly below
+the new entry's* are evicted until it fits; if that cannot free enough, the new entry is not admitted
+(``bypassed``) — a cache full of aggregations needed sooner keeps them (ties keep the cached entry).
+**Expiry**: when an access brings an entry's F to 0 it is dropped at once (``expired``), and
+:meth:`~ReuseCache.plan` drops the entries the new plan never reads; an entry with F = 0 is never
+admitted.
 
 **LRU policy** (``lru``, for comparison): admit every entry that fits in the capacity at all,
 evicting the least recently used first; no expiry (LRU knows no future). On a sliding window of L
 snapshots read in order, an LRU cache holding fewer than L − 1 of them evicts every entry just
 before its next use: hit rate 0. (ReInc Fig. 11 finds the same 0 % for LRU against 52 % for Eq. 3 at a
 cache of 10 % of the data, there from the gates' alternating reads of input and state aggregations.)
+
+**Reads outside the plan.** :meth:`~ReuseCache.peek` returns a held value without an access (no clock,
+no counter, no recency): R2 reading Agg_{t−1} to fill a miss of Agg_t incrementally (ReInc §3.3.1,
+"During the incremental computation of Agg_t, ReInc gets cached aggregation Agg_{t−1} from the global
+cache"), a read no plan can foresee because it happens only on a miss.
+
+**Who made an entry.** :meth:`~ReuseCache.offer` and :meth:`~ReuseCache.fetch` take an optional ``part``
+(e.g. ``"encoder"``, ``"decoder"``) and :meth:`~ReuseCache.lookup` the reader's: a hit on an entry that
+another part made counts in :meth:`~ReuseCache.cross_hits` — ReInc §3.1's encoder ↔ decoder reuse under
+teacher forcing, measured rather than assumed.
+
+**The local level as ReInc's gates use it** (§3.3.2; F = K − g, I = 0 in §3.3.3): an aggregation of a
+hidden vector made at gate g = 1 of a cell is read by the K − 1 gates after it at once and then expires.
+Under Eq. 3 such an entry is never worth keeping past the step (F reaches 0 within it) and the value is
+the step's own tensor, which autograd keeps for the backward anyway. :meth:`~ReuseCache.shared` counts
+that pattern — one miss and K − 1 local hits — without storing anything (no capacity used, no eviction
+of global entries): a counter on the cells' structural reuse (their gates read the basis in one fused
+GEMM), which :func:`local_level` / :func:`count_shared` let a cell report from inside its step.
 
 Counters (:meth:`ReuseCache.counters`, reset by :meth:`~ReuseCache.reset_counters`): hits, misses,
 ``hit_rate`` = hits / (hits + misses), evictions (capacity), expired, bypassed (not admitted),
@@ -67,13 +89,14 @@ clock; a non-zero count means the owner's plan is wrong, which costs hits but ne
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ReuseCache", "POLICIES", "LEVELS", "hit_rate"]
+__all__ = ["ReuseCache", "POLICIES", "LEVELS", "count_shared", "hit_rate", "local_level"]
 
 POLICIES = ("priority", "lru")
 LEVELS = ("global", "local")
@@ -83,6 +106,7 @@ LEVELS = ("global", "local")
 class _Entry:
     value: torch.Tensor
     nbytes: int
+    part: str | None = None  # who made it (encoder, decoder, setup): what cross_hits counts
 
 
 def _level(key: Hashable) -> str:
@@ -155,8 +179,9 @@ class ReuseCache:
         return f / (nbytes / self.unit) - imminence if nbytes else float("inf")
 
     # -- accesses ------------------------------------------------------------------------------------
-    def lookup(self, key: Hashable) -> torch.Tensor | None:
-        """One access: the cached value (a hit) or None (a miss: compute it, then :meth:`offer` it)."""
+    def lookup(self, key: Hashable, part: str | None = None) -> torch.Tensor | None:
+        """One access: the cached value (a hit) or None (a miss: compute it, then :meth:`offer` it).
+        ``part``: who reads (a hit on an entry another part made counts in :meth:`cross_hits`)."""
         level = _level(key)
         if self.clock < len(self._stream) and self._stream[self.clock] == key:
             self.clock += 1
@@ -169,6 +194,8 @@ class ReuseCache:
             return None
         self.hits += 1
         self._by_level[level][0] += 1
+        if part is not None and e.part is not None and e.part != part:
+            self._cross[e.part, part] += 1
         self._entries.move_to_end(key)
         if self.policy == "priority" and self.future(key)[0] == 0:
             self._drop(key)
@@ -208,8 +235,15 @@ class ReuseCache:
         """Whether :meth:`offer` of a value of ``nbytes`` for ``key`` would admit it now (no side effect)."""
         return key in self._entries or self._victims(key, nbytes) is not None
 
-    def offer(self, key: Hashable, value: torch.Tensor) -> bool:
-        """Admit ``value`` for ``key`` after a miss (evicting as the policy says), or not; True if held."""
+    def peek(self, key: Hashable) -> torch.Tensor | None:
+        """The held value of ``key`` or None, outside the plan: no access, no counter, no recency (module
+        docstring, *Reads outside the plan*)."""
+        e = self._entries.get(key)
+        return None if e is None else e.value
+
+    def offer(self, key: Hashable, value: torch.Tensor, part: str | None = None) -> bool:
+        """Admit ``value`` for ``key`` after a miss (evicting as the policy says), or not; True if held.
+        ``part``: who made it (see :meth:`lookup`)."""
         _level(key)
         if key in self._entries:
             return True
@@ -221,24 +255,39 @@ class ReuseCache:
         for k in victims:
             self._drop(k)
             self.evictions += 1
-        self._entries[key] = _Entry(value, n)
+        self._entries[key] = _Entry(value, n, part)
         self.bytes += n
         self.peak_bytes = max(self.peak_bytes, self.bytes)
         return True
 
-    def fetch(self, key: Hashable, compute: Callable[[], torch.Tensor], nbytes: int) -> torch.Tensor | None:
+    def fetch(self, key: Hashable, compute: Callable[[], torch.Tensor], nbytes: int,
+              part: str | None = None) -> torch.Tensor | None:
         """One access with the miss handled: the cached value; else, when a value of ``nbytes`` would be
         admitted, ``compute()`` admitted and returned; else None (counted ``bypassed``), for a caller that
-        then computes only the part it needs."""
-        value = self.lookup(key)
+        then computes only the part it needs. ``part``: who reads and, on a miss, makes the entry."""
+        value = self.lookup(key, part)
         if value is not None:
             return value
         if not self.admits(key, nbytes):
             self.bypassed += 1
             return None
         value = compute()
-        self.offer(key, value)
+        self.offer(key, value, part)
         return value
+
+    def shared(self, key: Hashable, readers: int) -> None:
+        """An aggregation computed once and read by ``readers`` consumers at once (the gates of a cell that
+        read it; module docstring, *The local level*): one miss and ``readers`` − 1 hits at ``key``'s
+        level. Nothing is stored; the plan and its clock are not involved."""
+        level = _level(key)
+        self.misses += 1
+        self.hits += readers - 1
+        self._by_level[level][0] += readers - 1
+        self._by_level[level][1] += 1
+
+    def cross_hits(self, maker: str, reader: str) -> int:
+        """Hits since :meth:`reset_counters` by ``reader`` on entries that ``maker`` made."""
+        return self._cross[maker, reader]
 
     def invalidate(self, level: str = "local", layer: int | None = None) -> int:
         """Drop every entry of ``level`` (of one ``layer`` if given): their values are stale (a local entry
@@ -265,6 +314,7 @@ class ReuseCache:
         self.invalidated = self.unplanned = 0
         self.peak_bytes = self.bytes
         self._by_level = {level: [0, 0] for level in LEVELS}
+        self._cross: Counter = Counter()
 
     COUNTERS = ("hits", "misses", "evictions", "expired", "bypassed", "invalidated", "unplanned", "bytes",
                 "peak_bytes", "global_hits", "global_misses", "local_hits", "local_misses")
@@ -281,3 +331,27 @@ class ReuseCache:
 def hit_rate(hits: float, misses: float) -> float:
     """hits / (hits + misses); 0 without accesses."""
     return hits / (hits + misses) if hits + misses else 0.0
+
+
+#: the active local level: (cache, the model's layers by identity -> their index); a stack
+_ACTIVE: list[tuple[ReuseCache, dict[int, int]]] = []
+
+
+@contextmanager
+def local_level(cache: ReuseCache, layers: Iterable) -> Iterator[None]:
+    """While active, :func:`count_shared` reports to ``cache``'s local level, keyed by each layer's position
+    in ``layers`` (an encoder's cells, then a decoder's). A strategy wraps one forward pass in it."""
+    _ACTIVE.append((cache, {id(m): i for i, m in enumerate(layers)}))
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
+
+
+def count_shared(layer, op: tuple, readers: int, what: str = "state") -> None:
+    """Called by a graph-RNN cell where it computes a hidden-vector aggregation once for ``readers`` gates
+    (ReInc §3.3.2: the basis of H_{t−1} over the step's operator ``op``): :meth:`ReuseCache.shared` on the
+    active :func:`local_level`, key ``("local", layer index, t, what)``; nothing when none is active."""
+    if _ACTIVE:
+        cache, index = _ACTIVE[-1]
+        cache.shared(("local", index.get(id(layer), -1), op[0].t, what), readers)

@@ -43,24 +43,52 @@ why it is exact:
   (F and I from this rank's reads this epoch and the next, which the strategy knows: every sample
   reads each step of its window, in the order of :meth:`batches` then :meth:`evaluate`) or by LRU; a
   miss computes Ã_t·X_t from scratch (Eq. 1) — of every vertex when the policy admits it, else only
-  the rows the sample needs. The values carry no gradient (X has none), so reading them changes no
+  the rows the sample needs — and, when the cache still holds Agg_{t−1} and R2 was built over t − 1 and
+  t (``incremental: on``), by Eq. 2 from that cached value (ReInc §3.3.1: "During the incremental
+  computation of Agg_t, ReInc gets cached aggregation Agg_{t−1} from the global cache"; a read outside
+  the plan, :meth:`~hpcdgnn.nn.reuse_cache.ReuseCache.peek`), falling back to from scratch above
+  ``incremental_threshold``. The values carry no gradient (X has none), so reading them changes no
   autograd graph. With ``reuse: off`` every sample aggregates X over its own block (the fanout-0
   block is Ã_t's rows) as a framework without reuse does: the same products, so the same losses up to
   the rounding of Eq. 2 (tested at rtol 1e-12). ``metrics.jsonl`` reports the cache per epoch under
   ``reuse`` (summed over ranks).
+* *Graph-recurrent cells' input basis* (global level): with full neighbourhoods (every fanout 0) the
+  first cell's input part is the basis of X_t over snapshot t's operator (Chebyshev T_k(L̂_t)·X_t, or
+  the diffusion powers), again a value of snapshot t alone: key ``("global", 0, t, ("basis", cell, K))``,
+  computed for every vertex over the whole snapshot on its first read (no R2: the basis is not one of
+  Eq. 2's sum / mean / GCN aggregations) and read by every sample at its rows U. A row whose outputs the
+  sample needs has its whole neighbourhood in U (*Graph-recurrent cells* below), so its row of the
+  whole-snapshot basis is the one the sample computes without reuse; the other rows of U are read by
+  none of those. With sampled fanouts the cells run on the subgraph U induces, whose basis differs
+  from the whole snapshot's at the rows the sampled rows read: nothing is shared then.
+* *Encoder ↔ decoder* (ReInc §3.1, ``model.decoder_input: snapshots``): a teacher-forced decoder step d
+  reads snapshot t + d — X_{t+d} on G_{t+d}, through the encoder's first filter
+  (:mod:`~hpcdgnn.nn.models.encoder_decoder`) — so its input basis is the entry a later window's encoder
+  reads for t + d, and decoder step 0 reads X_t, the entry this window's encoder has just read. Both
+  parts read and make entries through the same cache; who made an entry and who hit it is counted
+  (``decoder_to_encoder_hits``, ``encoder_to_decoder_hits``). The plan holds the decoder's reads too
+  (teacher forcing is drawn from the seed, epoch, sequence and node batch, so the strategy knows every
+  draw in advance), after the window's, in the order a sample makes them; F and I of Eq. 3 are read
+  off it — exact for any window, stride, horizon, order and draw, which ReInc's closed forms
+  (F = max(1, 2·idx − 2S + 1)·K − g, …, for one schedule) are not meant to be. Teacher forcing reads
+  snapshots up to t + H − 1 ≤ T − 1 (regression steps end at T − H), which ``overlap`` placement reads
+  and ``fetch`` pulls with the window's.
 * *Not shared*: a sampled first layer (fanout > 0) draws its neighbours per window (the sampler is
   seeded by epoch, sequence and node batch), so no two windows aggregate the same thing; attention
   (DySAT) has parameters. Hidden layers' aggregations depend on the parameters and on the window's
   start (every window restarts the time encoder), and each sample runs its backward before the next:
-  none is reused across samples or optimizer steps (the cache's ``local`` level stays empty); within
-  a sample every layer aggregates each step once (one block-diagonal product over the window).
-* *Across gates*: the integrated cells (:class:`~hpcdgnn.nn.models.base.GraphRecurrentLayer`) compute
-  one basis of X_t for all gates and one basis of H_{t-1} per step for all gates that read it
-  (GConvGRU and DCRNN need a second, of R_t ⊙ H_{t-1}, as their equations do), here as under every
-  strategy. *Encoder → decoder* (teacher forcing): ReInc's decoder reads future snapshots' features;
-  ours (:mod:`~hpcdgnn.nn.models.encoder_decoder`) reads the regression targets on the last input
-  step's graph, whose aggregation is a parameter-free product only when the step is teacher-forced
-  and is not cached (the cells' layer 0 is not ``precomputable``, so nothing is shared).
+  none is reused across samples or optimizer steps; within a sample every layer aggregates each step
+  once (one block-diagonal product over the window). R2 does not apply to them either: a hidden
+  layer's features change with every step (and every parameter update), so Eq. 2's delta is the whole
+  matrix — ReInc §3.1 applies cross-sequence reuse to inputs only.
+* *Across gates* (local level, ReInc §3.3.2): the integrated cells
+  (:class:`~hpcdgnn.nn.models.base.GraphRecurrentLayer`) compute one basis of X_t for all gates and one
+  basis of H_{t-1} per step for all gates that read it (GConvGRU and DCRNN need a second, of
+  R_t ⊙ H_{t-1}, as their equations do), here as under every strategy. Under ``reuse: on`` each state
+  aggregation is reported to the cache's local level as one miss and K − 1 hits (K: the gates that
+  read it; F = K − g, I = 0 in ReInc §3.3.3) — a counter on this structural reuse
+  (:func:`~hpcdgnn.nn.reuse_cache.count_shared`): the gates read the basis in one fused GEMM, so
+  nothing is stored and the local level takes no capacity from the global one.
 
 **Graph-recurrent cells** (``gconv_lstm``, ``gconv_gru``, ``dcrnn``, ``gcrn_m1``; ReInc §2.1). Their time
 encoder convolves the state over each step's graph, so the rows a sample needs grow with the window:
@@ -72,7 +100,8 @@ and R_t is itself a convolution), (K-1, 0) for GCRN-M1. :meth:`SequencesStrategy
 sets out backwards from the scored rows — R^l_t for every layer l and step t of the window, starting
 from the batch's ``sample_vertices`` at the last step of the top layer (or, with the encoder–decoder,
 at every decoder step of the top layer, the decoder's own state, the rows whose prediction the next
-decoder step reads as input, and the encoder states the decoder starts from), with R^{l-1}_t ⊇ a-hops
+decoder step reads as input, and the encoder states the decoder starts from — each decoder step's hops
+over the graph it runs on: G_t, or G_{t+d} where it reads snapshot t + d), with R^{l-1}_t ⊇ a-hops
 of R^l_t and R^l_{t-1} ⊇ b-hops of R^l_t over G_t — and takes their union U (with X's reads at layer 0).
 Every layer then runs over U at every step, with each step's operator built once on the *whole*
 snapshot and restricted to U × U (:class:`RowsStepGraph`: the degrees stay the whole graph's). A row
@@ -97,8 +126,10 @@ is a pass of its own after the epoch's steps (:meth:`evaluate`).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -111,8 +142,8 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
 from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.nn.models.base import DGNN
-from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder
-from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate
+from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder, input_gates_from_basis
+from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate, local_level
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
@@ -217,6 +248,25 @@ def _mix(salt: int, r: np.ndarray, c: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+class _KnownProduct:
+    """An R2 row adjacency M_{t-1} whose product with X_{t-1} is already known (a cached Agg_{t-1} without
+    its row scale): :meth:`IncrementalAggregator.aggregate
+    <hpcdgnn.nn.conv.incremental.IncrementalAggregator.aggregate>` computes its first step as ``spmm``, so
+    over the pair (M_{t-1} as this, M_t) it runs its own Eq. 2 step t from the cached value (ReInc §3.3.1),
+    with the same feature deltas, per-row choice, threshold fallback and statistics — nothing of Eq. 2 is
+    written twice. Every other attribute is M_{t-1}'s."""
+
+    def __init__(self, adj, product: torch.Tensor) -> None:
+        self._adj, self._product = adj, product
+
+    def spmm(self, x: torch.Tensor) -> torch.Tensor:
+        """The known product (``x`` is X_{t-1}, whose product it is)."""
+        return self._product
+
+    def __getattr__(self, name: str):
+        return getattr(self._adj, name)
+
+
 @dataclass(eq=False)
 class RowsStepGraph(StepGraph):
     """Snapshot t's graph among one sample's rows ``rows`` (ascending): ``indptr``/``indices``/``values`` are
@@ -261,6 +311,7 @@ class SequencesStrategy(Strategy):
         if not any(s.split == 0 for s in seqs):
             raise ConfigError(f"strategy.window: {o.window} with stride {o.stride} leaves no sequence whose last "
                               "step is a training step; shorten the window or widen task.split")
+        reach = cls.decoder_reach(job)
         sb = balanced_bounds(len(seqs), P)
         lo = [seqs[sb[p]].start if sb[p] < len(seqs) else T for p in range(P)]
         lo[0] = 0
@@ -269,11 +320,19 @@ class SequencesStrategy(Strategy):
         ranks = []
         for p in range(P):
             mine = seqs[sb[p] : sb[p + 1]]
-            reads = (mine[0].start, mine[-1].stop) if mine else (own[p], own[p])
+            # the snapshot form's decoder reads up to t + H - 1 <= T - 1 (regression steps end at T - H)
+            reads = (mine[0].start, mine[-1].stop + reach) if mine else (own[p], own[p])
             ranks.append({"sequences": [sb[p], sb[p + 1]], "snapshots": own[p + 1] - own[p],
                           "window_snapshots": list(reads), "train_sequences": sum(s.split == 0 for s in mine)})
         return PartitionPlan(kind="sequences", num_ranks=P, num_snapshots=T, num_vertices=N, snapshot_owner=owner,
                              snapshot_bounds=own, vertex_bounds=balanced_bounds(N, P), ranks=ranks)
+
+    @staticmethod
+    def decoder_reach(job) -> int:
+        """Snapshots after a window's last one that its sample reads: H - 1 for the decoder's snapshot form
+        (``model.decoder_input: snapshots``: teacher-forced step d reads snapshot t + d), else 0."""
+        m = job.model
+        return job.task.horizon - 1 if m.encoder_decoder and m.decoder_input == "snapshots" else 0
 
     # -- setup --------------------------------------------------------------------------------------
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
@@ -314,21 +373,34 @@ class SequencesStrategy(Strategy):
         #: R3: layer 0 aggregates X over full neighbourhoods, a constant Ã_t·X_t (SPEC S4) that every sample
         #: reading snapshot t shares; with ``reuse: on`` samples read its rows from the reuse cache
         self.reads_ax = bool(model.layers[0].precomputable and self.fanout[0] == 0 and o.reuse == "on")
+        #: R3 for graph-recurrent cells: with full neighbourhoods the first cell's input basis of X_t over
+        #: snapshot t's operator is a value of t alone, which windows and the decoder's snapshot steps share
+        self.reads_basis = bool(self.cells and not any(self.fanout) and o.reuse == "on")
+        #: the decoder's snapshot form (ReInc §3.1): teacher-forced steps read X_{t+d} on G_{t+d}
+        self.reads_snapshots = self.decoder is not None and job.model.decoder_input == "snapshots"
         self.cache: ReuseCache | None = None
         self._incremental: dict | None = None
-        if self.reads_ax:
+        self._r2: tuple[int, IncrementalAggregator] | None = None  # (first snapshot, R2 over the held ones)
+        self._fills = {"incremental": 0, "scratch": 0}  # whole-snapshot values computed after a miss, by how
+        self._stream: list[tuple] = []
+        self._entry_bytes = 0
+        if self.reads_ax or self.reads_basis:
             F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
-            self._ax_bytes = self.N * F * torch.empty(0, dtype=self.ctx.dtype).element_size()
-            if int(o.cache_mb * 2**20) < self._ax_bytes:  # the same on every rank: all of them stop
-                raise ConfigError(f"strategy.cache_mb: {o.cache_mb:g} MiB cannot hold one snapshot's input "
-                                  f"aggregation Ã_t·X_t ({self._ax_bytes / 2**20:.4g} MiB, N × F), what every sample "
-                                  "reads; raise it to at least that, or set strategy.reuse: off")
-            self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._ax_bytes, 1))
-            self._stream = self._access_stream(1)
+            width = model.layers[0].w_x.shape[0] if self.reads_basis else F  # the basis: B·F columns
+            self._entry_bytes = self.N * width * torch.empty(0, dtype=self.ctx.dtype).element_size()
+            what = ("input basis (the first cell's convolution of X_t", "N × B·F") if self.reads_basis else \
+                ("input aggregation Ã_t·X_t (", "N × F")
+            if int(o.cache_mb * 2**20) < self._entry_bytes:  # the same on every rank: all of them stop
+                raise ConfigError(f"strategy.cache_mb: {o.cache_mb:g} MiB cannot hold one snapshot's {what[0]}"
+                                  f"{', ' if self.reads_basis else ''}{self._entry_bytes / 2**20:.4g} MiB, "
+                                  f"{what[1]}), what every sample reads; raise it to at least that, or set "
+                                  "strategy.reuse: off")
+        if o.reuse == "on" and (self.reads_ax or self.cells):  # the cells' local level counts without either
+            self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._entry_bytes, 1))
             self._plan(1)
-            # R2 fills it: Ã_t·X_t of every held snapshot (Eq. 2 or from scratch), kept as the policy admits
+        if self.reads_ax:  # R2 fills it: Ã_t·X_t of every held snapshot (Eq. 2 or from scratch), as admitted
             for t, ax in self._precompute(list(range(read_lo, read_hi)), raw).items():
-                self.cache.offer(self._input_key(t), ax)
+                self.cache.offer(self._input_key(t), ax, "setup")
         self._stat_width: int | None = None
         return sorted({s.t for s in self.mine})
 
@@ -350,33 +422,67 @@ class SequencesStrategy(Strategy):
                                         threshold=self.opts.incremental_threshold, dtype=torch.float64)
             out, stats = agg.aggregate(xs)
             self._incremental = stats.as_dict()
+            self._r2 = (ts[0], agg)  # kept: a later miss of Agg_t may start from a cached Agg_{t-1} (_fill_input)
         else:
             out = [torch.sparse.mm(gcn_norm(t, s.indptr, s.indices, s.weights, torch.float64).a, x)
                    for t, s, x in zip(ts, raw, xs)]
         return {t: y.to(self.ctx.dtype) for t, y in zip(ts, out)}
 
     # -- R3: the reuse cache ------------------------------------------------------------------------
-    @staticmethod
-    def _input_key(t: int) -> tuple:
-        """The cache key of Ã_t·X_t: global level (no parameters), layer 0, snapshot t, every vertex's
-        full neighbourhood — the same value for every window, node batch, split and epoch."""
-        return ("global", 0, t, "all")
+    def _input_key(self, t: int) -> tuple:
+        """The cache key of layer 0's input aggregation at snapshot t: global level (no parameters), layer 0,
+        snapshot t, and what was aggregated — ``"all"`` for Ã_t·X_t of every vertex's full neighbourhood, or
+        the first cell's basis (its kind and order: the encoder's and the decoder's first cells share it).
+        The same value for every window, node batch, split, epoch and model part."""
+        if not self.reads_basis:
+            return ("global", 0, t, "all")
+        cell = self.encoder[0]
+        return ("global", 0, t, ("basis", type(cell).__name__, cell.order))
+
+    def teacher_draws(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[bool]:
+        """Which decoder steps read the ground truth (teacher forcing, probability ``model.teacher_forcing``),
+        drawn from (seed, epoch, sequence, node batch) — never from P; none at step 0 or in evaluation."""
+        p = self.ctx.job.model.teacher_forcing
+        if not train or p <= 0:
+            return [False] * self.horizon
+        draw = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0x7EAC]).random(self.horizon)
+        return [d > 0 and bool(draw[d] < p) for d in range(self.horizon)]
+
+    def decoder_steps(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int | None]:
+        """The snapshot each decoder step of a sample reads in the snapshot form (ReInc §3.1): t at step 0,
+        t + d at a teacher-forced step d; None where the step reads its own prediction on G_t (every step of
+        the ``targets`` form)."""
+        if not self.reads_snapshots:
+            return [None] * self.horizon
+        teach = self.teacher_draws(epoch, seq, b, train)
+        return [seq.t + d if d == 0 or teach[d] else None for d in range(self.horizon)]
+
+    def _input_reads(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int]:
+        """The snapshots whose input aggregation one sample reads, in the order it reads them: its window's
+        (layer 0 of the encoder), then, in the snapshot form with cached bases, its decoder steps'."""
+        reads = list(range(seq.start, seq.stop))
+        if self.reads_basis and self.reads_snapshots:
+            reads += [t for t in self.decoder_steps(epoch, seq, b, train) if t is not None]
+        return reads
 
     def _access_stream(self, epoch: int) -> list[tuple]:
         """This rank's reads of input aggregations in one epoch, in order: each training sample of
-        :meth:`batches` (then each of :meth:`evaluate`) reads Ã_t·X_t of every step t of its window."""
+        :meth:`batches` (then each of :meth:`evaluate`) reads those of :meth:`_input_reads`."""
         keys = []
         for split in (0, 1, 2):
-            for seq, _ in self._samples(epoch, split):
+            for seq, b in self._samples(epoch, split):
                 if seq.index in self._mine_ids:
-                    keys += [self._input_key(t) for t in range(seq.start, seq.stop)]
+                    keys += [self._input_key(t) for t in self._input_reads(epoch, seq, b, split == 0)]
         return keys
 
     def _plan(self, epoch: int) -> None:
-        """Tell the cache this epoch's reads, then the next epoch's (the same keys: nothing in them
-        depends on the epoch), unless this is the last epoch — F and I of Eq. 3."""
+        """Tell the cache this epoch's reads, then the next epoch's (unless this is the last epoch) — F and I
+        of Eq. 3. They differ between epochs only through the decoder's teacher-forcing draws."""
+        if not (self.reads_ax or self.reads_basis):
+            return
+        self._stream = self._access_stream(epoch)
         more = epoch < self.ctx.job.train.epochs
-        self.cache.plan(self._stream, self._stream if more else ())
+        self.cache.plan(self._stream, self._access_stream(epoch + 1) if more else ())
 
     def _aggregate_input(self, t: int, rows: np.ndarray | None = None) -> torch.Tensor:
         """Ã_t·X_t from scratch (ReInc Eq. 1, float64, then cast) — of every vertex, or of ``rows`` only."""
@@ -393,9 +499,54 @@ class SequencesStrategy(Strategy):
 
     def input_rows(self, t: int, rows: np.ndarray) -> torch.Tensor:
         """Rows ``rows`` of Ã_t·X_t: read from the reuse cache; on a miss Ã_t·X_t of every vertex is
-        computed and offered to it, or — when the policy would not admit it — only these rows."""
-        ax = self.cache.fetch(self._input_key(t), lambda: self._aggregate_input(t), self._ax_bytes)
+        computed (:meth:`_fill_input`) and offered to it, or — when the policy would not admit it — only
+        these rows, from scratch."""
+        ax = self.cache.fetch(self._input_key(t), lambda: self._fill_input(t), self._entry_bytes)
         return self._aggregate_input(t, rows) if ax is None else ax.index_select(0, torch.from_numpy(rows))
+
+    def _fill_input(self, t: int) -> torch.Tensor:
+        """Ã_t·X_t of every vertex after a miss (module docstring, R3): by R2's Eq. 2 from the cached
+        Agg_{t-1} when there is one and R2 was built over t - 1 and t (ReInc §3.3.1) — R2 itself falls back
+        to from scratch above ``incremental_threshold`` — else from scratch. Counted per epoch."""
+        prev = None
+        if self._r2 is not None and self._r2[0] < t < self._r2[0] + len(self._r2[1]):
+            prev = self.cache.peek(self._input_key(t - 1))
+        if prev is None:
+            self._fills["scratch"] += 1
+            return self._aggregate_input(t)
+        first, agg = self._r2
+        i = t - first
+        before = agg.adj[i - 1]
+        known = prev.to(torch.float64)  # r_{t-1} ⊙ S_{t-1}: R2 carries S_{t-1} = M_{t-1}·X_{t-1}
+        if before.scale is not None:
+            known = known / before.scale.unsqueeze(1)
+        pair = copy.copy(agg)  # R2's own step t over the pair (t-1, t), its step 0 the cached value
+        pair.adj, pair.deltas = [_KnownProduct(before, known), agg.adj[i]], [agg.deltas[i - 1]]
+        out, stats = pair.aggregate([self.snapshot(u).x.to(torch.float64) for u in (t - 1, t)])
+        self._fills[stats.steps[1].mode] += 1  # "incremental", or "scratch" above the threshold
+        return out[1].to(self.ctx.dtype)
+
+    def input_basis(self, graph: RowsStepGraph, part: str) -> torch.Tensor:
+        """The first cell's input basis of X_t at ``graph``'s rows (snapshot t among a sample's rows U), read
+        by ``part`` (encoder or decoder) from the reuse cache: the rows of the whole snapshot's basis,
+        computed for every vertex on a miss and offered; when the policy would not admit it, the basis over
+        ``graph`` itself — what the sample computes without reuse, equal at every row its outputs read
+        (module docstring, R3)."""
+        cell, t, dtype = self.encoder[0], graph.t, self.ctx.dtype
+
+        def basis(g: StepGraph, x: torch.Tensor) -> torch.Tensor:
+            return cell.basis(cell.operator(g, dtype), x)
+
+        def fill() -> torch.Tensor:  # a miss the cache will hold: the whole snapshot, from scratch
+            self._fills["scratch"] += 1
+            return basis(self.whole_graph(t), x)
+
+        x = self.snapshot(t).x
+        full = self.cache.fetch(self._input_key(t), fill, self._entry_bytes, part)
+        idx = torch.from_numpy(graph.rows)
+        if full is None:
+            return basis(graph, x.index_select(0, idx).to(self.ctx.device))
+        return full.index_select(0, idx).to(self.ctx.device)
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
         """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally; R3's
@@ -412,20 +563,36 @@ class SequencesStrategy(Strategy):
         out["incremental"] = {"mode": self.opts.incremental, **inc}
         return out
 
+    #: the ``reuse`` record's counters, summed over ranks (:meth:`_reuse_report`)
+    REPORT = ("hits", "misses", "evictions", "expired", "bypassed", "invalidated", "unplanned", "bytes", "peak_bytes",
+              "working_set_bytes", "local_hits", "local_misses", "encoder_to_decoder_hits", "decoder_to_encoder_hits",
+              "filled_incrementally", "filled_from_scratch")
+
     def _reuse_report(self) -> dict:
-        """The ``reuse`` entry of the epoch record: the cache's counters summed over ranks (``bytes``:
-        held at the epoch's end; ``peak_bytes``: the ranks' peaks added; ``working_set_bytes``: the distinct
-        aggregations the epoch reads, each counted once per rank that reads it)."""
+        """The ``reuse`` entry of the epoch record, summed over ranks: the global level's hits, misses,
+        evictions, … and hit rate (the cross-sample cache the policy decides); ``bytes`` held at the epoch's
+        end; ``peak_bytes`` the ranks' peaks added; ``working_set_bytes`` the distinct aggregations the epoch
+        reads, each counted once per rank that reads it; ``local_hits`` / ``local_misses`` the cells'
+        structural reuse across gates (a counter, module docstring); hits by the other part on entries the
+        encoder or the decoder made; and how the misses filled with a whole snapshot's value were computed
+        (``filled_incrementally``: R2 from a cached Agg_{t-1}; ``filled_from_scratch``)."""
         o = self.opts
         out = {"mode": o.reuse, "policy": o.cache_policy, "cache_mb": o.cache_mb}
         if o.reuse == "off":
             return out
-        names = [k for k in ReuseCache.COUNTERS if not k.startswith("local")] + ["working_set_bytes"]
-        if not self.reads_ax:  # nothing parameter-free is shared between samples (module docstring, R3)
-            return {**out, "cached": "nothing", **dict.fromkeys(names, 0), "hit_rate": 0.0}
-        mine = {**self.cache.counters(), "working_set_bytes": len(set(self._stream)) * self._ax_bytes}
-        tot = self.comm.allreduce_array([float(mine[k]) for k in names], tag="metrics")
-        out.update({"cached": "input aggregations", **{k: int(v) for k, v in zip(names, tot)}})
+        cached = "input aggregations" if self.reads_ax else "input bases" if self.reads_basis else "nothing"
+        mine = dict.fromkeys(self.REPORT, 0)
+        if self.cache is not None:
+            c = self.cache.counters()
+            mine.update({k: c[k] for k in ("evictions", "expired", "bypassed", "invalidated", "unplanned", "bytes",
+                                           "peak_bytes", "local_hits", "local_misses")})
+            mine.update(hits=c["global_hits"], misses=c["global_misses"],
+                        working_set_bytes=len(set(self._stream)) * self._entry_bytes,
+                        encoder_to_decoder_hits=self.cache.cross_hits("encoder", "decoder"),
+                        decoder_to_encoder_hits=self.cache.cross_hits("decoder", "encoder"),
+                        filled_incrementally=self._fills["incremental"], filled_from_scratch=self._fills["scratch"])
+        tot = self.comm.allreduce_array([float(mine[k]) for k in self.REPORT], tag="metrics")
+        out.update({"cached": cached, **{k: int(v) for k, v in zip(self.REPORT, tot)}})
         out["hit_rate"] = hit_rate(out["hits"], out["misses"])
         return out
 
@@ -483,6 +650,7 @@ class SequencesStrategy(Strategy):
             self.load_seconds += time.perf_counter() - t0
         if self.cache is not None:  # R3: the epoch's reads, for Eq. 3; the epoch's counters
             self.cache.reset_counters()
+            self._fills = dict.fromkeys(self._fills, 0)
             self._plan(epoch)
         nodes = self.node_batches(epoch)
         samples = self._samples(epoch, 0)
@@ -503,7 +671,11 @@ class SequencesStrategy(Strategy):
         layout = SampleLayout(self, seq, batch, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b, train=train)
         # each window starts afresh: per-step parameters from their initial state (EvolveGCN-O's W_0)
         layout.states = [(layer.initial_time_state(), None) for layer in model.layers]
-        return task(model(layout), epoch)
+        # the cells report their state aggregations shared by the gates to the local level (ReInc §3.3.2)
+        cells = [*self.encoder, *(self.decoder or [])]
+        with local_level(self.cache, cells) if self.cache is not None and self.cells else nullcontext():
+            out = model(layout)
+        return task(out, epoch)
 
     def _zero_stats(self, model: DGNN, task, epoch: int) -> np.ndarray:
         """The task's metric sums of nothing (a rank without samples in a batch): the task run on no rows."""
@@ -591,10 +763,13 @@ class SequencesStrategy(Strategy):
             out = np.union1d(out, frontier)
         return out
 
-    def cell_rows(self, seq: Sequence, vertices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def cell_rows(self, seq: Sequence, vertices: np.ndarray, rng: np.random.Generator,
+                  decoder: list[int | None] | None = None) -> np.ndarray:
         """The rows U every graph-recurrent layer of a sample runs over (module docstring, *Graph-recurrent
         cells*): the union over layers and steps — the window's, then with the encoder–decoder the decoder's
-        H steps on G_t — of the rows whose outputs the scored ``vertices`` depend on, and of layer 0's reads."""
+        H steps — of the rows whose outputs the scored ``vertices`` depend on, and of layer 0's reads.
+        ``decoder``: the snapshot each decoder step reads (:meth:`decoder_steps`; None: its own prediction),
+        whose graph the step convolves over (G_t where it reads none); default: none read."""
         salt = int(rng.integers(0, 2**62))
         L, top = len(self.encoder), len(self.encoder) - 1
         steps = list(range(seq.start, seq.stop))
@@ -609,19 +784,21 @@ class SequencesStrategy(Strategy):
         if self.decoder is None:
             seed[top] = vertices
         else:
-            dec, t, later = self.decoder, seq.t, None  # ``later``: the rows of decoder step d + 1, per layer
-            for _ in range(self.horizon):  # d = H-1 … 0
+            reads = decoder or [None] * self.horizon
+            graph = [seq.t if u is None else u for u in reads]  # the snapshot whose graph step d runs on
+            dec, later = self.decoder, None  # ``later``: the rows of decoder step d + 1, per layer
+            for d in reversed(range(self.horizon)):
                 rows = [empty] * L
                 for l in reversed(range(L)):
-                    r = vertices if l == top else hop(dec, l + 1, 0, t, rows[l + 1])
+                    r = vertices if l == top else hop(dec, l + 1, 0, graph[d], rows[l + 1])
                     if later is not None:
-                        r = np.union1d(r, hop(dec, l, 1, t, later[l]))  # the state step d + 1 reads
-                        if l == top:  # step d + 1's input is this step's prediction, where layer 0 reads it
-                            r = np.union1d(r, hop(dec, 0, 0, t, later[0]))
+                        r = np.union1d(r, hop(dec, l, 1, graph[d + 1], later[l]))  # the state step d + 1 reads
+                        if l == top and reads[d + 1] is None:  # step d + 1 reads this step's prediction
+                            r = np.union1d(r, hop(dec, 0, 0, graph[d + 1], later[0]))
                     rows[l] = r
-                need += [*rows, hop(dec, 0, 0, t, rows[0])]
+                need += [*rows, hop(dec, 0, 0, graph[d], rows[0])]  # layer 0's reads of step d's input
                 later = rows
-            seed = [hop(dec, l, 1, t, later[l]) for l in range(L)]  # the encoder states decoder step 0 reads
+            seed = [hop(dec, l, 1, graph[0], later[l]) for l in range(L)]  # the encoder states step 0 reads
         later = None
         for e in reversed(range(len(steps))):
             rows = [empty] * L
@@ -714,7 +891,9 @@ class SampleLayout(Layout):
         #: graph-recurrent cells: the rows U of every layer and step (:meth:`SequencesStrategy.cell_rows`)
         self.cells: np.ndarray | None = None
         if s.cells:
-            self.cells = s.cell_rows(seq, self.vertices, rng)
+            #: the snapshot each decoder step reads (:meth:`SequencesStrategy.decoder_steps`)
+            self.decoder = s.decoder_steps(epoch, seq, b, train) if s.decoder is not None else None
+            self.cells = s.cell_rows(seq, self.vertices, rng, self.decoder)
             self.graphs = [s.rows_graph(t, self.cells) for t in range(seq.start, seq.stop)]
             return
         self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
@@ -728,10 +907,9 @@ class SampleLayout(Layout):
         """The layer's aggregation over its sampled block (all steps in one product), then its transform."""
         S = self.stop - self.start
         steps = list(range(self.start, self.stop))
-        if self.cells is not None:  # a cell's input as it is: X (layer 0) or the layer below, over U
+        if self.cells is not None:  # a cell's input as it is: X (layer 0; or its basis, reused) or the layer below
             if h is None:
-                idx = torch.from_numpy(self.cells)
-                h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in steps]).to(self.s.ctx.device)
+                h = torch.stack([self._cell_input(g, "encoder") for g in self.graphs])
             return layer.spatial_steps(h, steps, tparams)
         n = self.rows[li + 1].shape[0]
         if h is None and self.s.reads_ax:  # layer 0 over full neighbourhoods: Ã_t·X_t, reused (R3)
@@ -744,25 +922,43 @@ class SampleLayout(Layout):
         ax = layer.aggregate(LocalGraph(self.adj[li]), h.reshape(-1, h.shape[-1]))
         return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)
 
+    def _cell_input(self, graph: RowsStepGraph, part: str) -> torch.Tensor:
+        """The first cell's input at ``graph``'s snapshot over the rows U, read by ``part``: X_t's rows, or with
+        ``reuse: on`` and full neighbourhoods the rows of its basis from the reuse cache (ReInc §3.1, §3.3.1)."""
+        if self.s.reads_basis:
+            return self.s.input_basis(graph, part)
+        return self.s.snapshot(graph.t).x.index_select(0, torch.from_numpy(self.cells)).to(self.s.ctx.device)
+
+    def encode(self, layer, li: int, y: torch.Tensor, state):
+        """The layer's time encoder; the first cell's from its input's basis when that came from the cache."""
+        if li == 0 and self.cells is not None and self.s.reads_basis:
+            return layer.scan(input_gates_from_basis(layer, y), self.graphs, state)
+        return super().encode(layer, li, y, state)
+
     def step_graphs(self, li: int) -> list[StepGraph] | None:
         """The window's graphs among the rows U of the cells (every layer runs over the same rows)."""
         return self.graphs if self.cells is not None else None
 
     def decoder_inputs(self) -> DecoderInputs:
-        """The encoder–decoder's inputs (:mod:`~hpcdgnn.nn.models.encoder_decoder`): G_t among U, and when
-        training, for each decoder step d ≥ 1 that draws teacher forcing (probability ``model.teacher_forcing``,
-        from (seed, epoch, sequence, node batch): never P), the targets y_{t+d-1} of U (NaN where missing)."""
-        s, H = self.s, self.s.horizon
+        """The encoder–decoder's inputs (:mod:`~hpcdgnn.nn.models.encoder_decoder`): G_t among U; when training,
+        for each decoder step d ≥ 1 that draws teacher forcing (:meth:`SequencesStrategy.teacher_draws`: never
+        P), the targets y_{t+d-1} of U (NaN where missing) — or in the snapshot form the input of each snapshot
+        a step reads (:meth:`SequencesStrategy.decoder_steps`) and its graph among U, read in step order (the
+        order of the cache's plan)."""
+        s, H, last = self.s, self.s.horizon, self.graphs[-1]
         teacher: list[torch.Tensor | None] = [None] * H
-        p = s.ctx.job.model.teacher_forcing
-        if self.train and p > 0:
-            key = [s.ctx.job.train.seed, self.epoch, self.seq.index, self.b, 0x7EAC]
-            draw = np.random.default_rng(key).random(H)
+        if s.reads_snapshots:
+            graphs = [None if u is None else last if u == self.seq.t else s.rows_graph(u, self.cells)
+                      for u in self.decoder]
+            snaps = [None if g is None else self._cell_input(g, "decoder") for g in graphs]
+            return DecoderInputs(last, teacher, snaps, graphs, aggregated=s.reads_basis)
+        draws = s.teacher_draws(self.epoch, self.seq, self.b, self.train)
+        if any(draws):
             block = s.target_block(self.seq.t).index_select(0, torch.from_numpy(self.cells))
             for d in range(1, H):
-                if draw[d] < p:
+                if draws[d]:
                     teacher[d] = block[:, d - 1 : d].to(s.ctx.device, s.ctx.dtype)
-        return DecoderInputs(self.graphs[-1], teacher)
+        return DecoderInputs(last, teacher)
 
     def output(self, h: torch.Tensor) -> SampleEmbeddings:
         """The last step's rows of the sample's vertices."""

@@ -1,11 +1,13 @@
-"""R3's cache (ReInc §3.3): the Eq. 3 priority with expiry and LRU on tiny access sequences computed by hand."""
+"""R3's cache (ReInc §3.3): the Eq. 3 priority with expiry and LRU on tiny access sequences computed by hand;
+reads outside the plan (peek), hits across model parts, and the local level's counter of the gates' reuse."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hpcdgnn.nn.reuse_cache import ReuseCache
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency
+from hpcdgnn.nn.reuse_cache import ReuseCache, count_shared, local_level
 
 
 def key(t, level="global", layer=0):
@@ -123,6 +125,51 @@ def test_levels_invalidate_fetch_and_counters():
     assert lru.counters()["bypassed"] == 1
     lru.reset_counters()
     assert lru.counters()["misses"] == 0 and lru.counters()["peak_bytes"] == 8
+
+
+def test_decoder_reads_in_the_plan_peek_and_parts():
+    """Windows [0, 1, 2] and [1, 2, 3], each followed by its decoder's reads of snapshots 2 and 3 (ReInc's
+    snapshot form, teacher-forced): the plan holds them, so after the decoder makes 3 (clock 5) its
+    F = 2 (the next window's encoder at 7, its decoder at 8) and I = 7 − 5 = 2 (ReInc's I = L − 1 for a
+    decoder-made entry). Hits are told apart by who made the entry and who reads it; peek is no access."""
+    c = ReuseCache(64, "priority", unit_bytes=8)
+    parts = ["encoder"] * 3 + ["decoder"] * 2
+    stream = [(t, p) for t, p in zip([0, 1, 2, 2, 3, 1, 2, 3, 3, 4], parts * 2)]
+    c.plan([key(t) for t, _ in stream])
+    for i, (t, part) in enumerate(stream):
+        if c.lookup(key(t), part) is None:
+            c.offer(key(t), v(), part)
+        if i == 4:
+            assert c.future(key(3)) == (2, 2)
+            assert c.peek(key(3)) is not None and c.clock == 5 and c.peek(key(9)) is None
+    n = c.counters()
+    assert (n["hits"], n["misses"], n["unplanned"]) == (5, 5, 0)
+    # 2 made by the encoder, hit by the decoder (3) and the next encoder (6); 3 made by the decoder, hit by the
+    # next encoder (7) and decoder (8); 1 made by the encoder, hit by the next encoder (5)
+    assert c.cross_hits("encoder", "decoder") == 1 and c.cross_hits("decoder", "encoder") == 1
+    assert c.cross_hits("decoder", "decoder") == 0  # a part's own entries are no cross hit
+
+
+def test_local_level_counts_the_gates_reuse_and_holds_nothing():
+    """ReInc §3.3.2–3.3.3: an aggregation of a hidden vector read by K gates is one miss and K − 1 hits at the
+    local level (F = K − g, I = 0), stored nowhere; a cell reports it through count_shared only while a
+    strategy has a local level active, keyed by the layer's position."""
+    c = ReuseCache(8, "priority", unit_bytes=8)
+    c.offer(key(0), v())  # unplanned: never admitted, and the local level must not evict global entries anyway
+    c.shared(("local", 1, 4, "state"), 4)
+    n = c.counters()
+    assert (n["local_hits"], n["local_misses"], n["global_hits"], n["global_misses"]) == (3, 1, 0, 0)
+    assert len(c) == 0 and c.bytes == 0 and n["unplanned"] == 0
+    cells, op = [object(), object()], (NormalizedAdjacency(7, None, None),)
+    count_shared(cells[1], op, 4)  # no level active: nothing
+    assert c.counters()["local_misses"] == 1
+    with local_level(c, cells):
+        count_shared(cells[1], op, 4)
+        count_shared(cells[0], op, 1, "gated")
+    n = c.counters()
+    assert (n["local_hits"], n["local_misses"]) == (6, 3)
+    count_shared(cells[1], op, 4)
+    assert c.counters()["local_misses"] == 3
 
 
 def test_bad_arguments():

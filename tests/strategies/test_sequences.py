@@ -120,7 +120,12 @@ def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
     ("strategy.fanouts=[3,0] strategy.cache_mb=0.0001", "strategy.cache_mb: 0.0001 MiB cannot hold one snapshot's"),
 ])
 def test_bad_options_exit_2_at_p3(launcher, small_dataset, tmp_path, override, needle):
-    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ)
+    exits_2_with_one_line(launcher, write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ), override, needle)
+
+
+def exits_2_with_one_line(launcher, job, override: str, needle: str) -> None:
+    """``job`` with ``override`` (space-separated ``--set`` items) at P = 3: exit 2, one error line with
+    ``needle``, no traceback, no hang."""
     try:
         proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--set", *override.split()], timeout=60)
     except subprocess.TimeoutExpired:

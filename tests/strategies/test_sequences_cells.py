@@ -72,11 +72,11 @@ def small(tmp_path_factory):
 
 
 def _setup(data, tmp_path, model: str, order: int, fanouts: list[int], encoder_decoder: bool = False,
-           teacher: float = 0.5, window: int = 3, horizon: int = 3):
+           teacher: float = 0.5, window: int = 3, horizon: int = 3, decoder_input: str = "targets"):
     """A one-process ``sequences`` strategy, its model (float64) and the regression task, set up."""
     path = write_job(tmp_path / f"{model}.yaml", data,
                      model={"name": model, "hidden": 4, "order": order, "encoder_decoder": encoder_decoder,
-                            "teacher_forcing": teacher},
+                            "teacher_forcing": teacher, "decoder_input": decoder_input},
                      task={"name": "regression", "horizon": horizon},
                      strategy={"name": "sequences", "window": window, "batch_vertices": 7, "fanouts": fanouts})
     job = load_job(path, [])
@@ -134,10 +134,14 @@ def test_full_neighbourhood_sample_equals_full_graph(sparse, tmp_path, monkeypat
     batch = s.node_batches(1)[1]
     layout = SampleLayout(s, seq, batch, batch, s._rng(1, seq, 1, True), epoch=1, b=1, train=True)
     assert batch.shape[0] < layout.cells.shape[0] < N  # the restriction matters, and the closure is not all rows
+    assert s.reads_basis  # full neighbourhoods, reuse on: layer 0 reads the whole snapshots' input bases
     got = net(layout).rows
     xs, graphs = _full(sparse, range(seq.start, seq.stop))
     ref = net(_FullLayout(xs, graphs, None, 2))[torch.from_numpy(batch)]
     torch.testing.assert_close(got, ref, rtol=0, atol=1e-10)
+    s.reads_basis = False  # reuse off: the sample convolves X over its own rows; the closure alone is exact
+    own = SampleLayout(s, seq, batch, batch, s._rng(1, seq, 1, True), epoch=1, b=1, train=True)
+    torch.testing.assert_close(net(own).rows, ref, rtol=0, atol=1e-10)
     # not vacuous: one hop fewer in every expansion misses rows the batch depends on
     real = type(net.layers[0]).receptive_hops
     monkeypatch.setattr(type(net.layers[0]), "receptive_hops", lambda self: tuple(max(k - 1, 0) for k in real(self)))

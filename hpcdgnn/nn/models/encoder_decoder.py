@@ -20,8 +20,23 @@ step d ≥ 1 reads the ground truth with probability ``model.teacher_forcing`` (
 step from the seed, epoch, sequence and node batch — never from P), else its own previous prediction;
 a vertex whose ground truth is missing (NaN) reads its own prediction; evaluation always reads its own.
 
+**Snapshot inputs** (``model.decoder_input: snapshots``, ReInc §2.1, §3.1): ReInc's decoder forecasts
+future snapshots, so under teacher forcing its inputs are the ground-truth *snapshots* G_{t+d}, the very
+snapshots later windows' encoders read — which is what makes ReInc's encoder ↔ decoder aggregation reuse
+possible. In this form the layout hands the decoder, for step d, the snapshot it reads (:class:`DecoderInputs`
+``snapshots``): X_t at d = 0 (the last observation, where DCRNN puts GO: known when the forecast is made, so
+also at evaluation), and X_{t+d} at a teacher-forced step d ≥ 1; the step then convolves over that snapshot's
+graph G_{t+d} (input and state), and its input filter is the *encoder's* first one (tied weights: a snapshot is
+read as the encoder reads it), so the input's aggregation — the basis of X_{t+d} over G_{t+d}'s operator,
+parameter-free — is the encoder's Agg^input_{t+d}, one value a reuse cache can share between the two
+(:func:`input_gates_from_basis`; the layout may hand that basis instead of X: ``aggregated``). A step that is
+not teacher-forced (and every step d ≥ 1 at evaluation) reads its own previous prediction on G_t, as in the
+``targets`` form, through the decoder's own first filter (1 -> F'): no future snapshot, no future graph.
+The decoder's parameters are the same in both forms.
+
 Rows: the decoder runs over the layout's rows of the encoder's last step (the encoder's states are
-rows of them); under ``sequences`` those rows include the decoder's receptive field too.
+rows of them); under ``sequences`` those rows include the decoder's receptive field too — over each step's
+graph.
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ from torch import nn
 from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, build_model
 
-__all__ = ["DecoderInputs", "EncoderDecoder", "build_encoder_decoder"]
+__all__ = ["DecoderInputs", "EncoderDecoder", "build_encoder_decoder", "input_gates_from_basis"]
 
 
 @dataclass
@@ -42,14 +57,32 @@ class DecoderInputs:
     """What a layout gives the decoder of one forward pass.
 
     Attributes:
-        graph: the step graph every decoder step convolves over (the encoder's last step's).
+        graph: the step graph a decoder step convolves over (the encoder's last step's), unless it reads a
+            snapshot.
         teacher: per decoder step d (length H): the (n, 1) ground truth y_{t+d-1} the step reads instead
             of the previous prediction (NaN where missing: that vertex reads its prediction), or None
-            (d = 0, evaluation, or no teacher forcing drawn for d).
+            (d = 0, evaluation, no teacher forcing drawn for d, or the snapshot form).
+        snapshots: the snapshot form (module docstring), per step d: the input rows of the snapshot the step
+            reads — X (n, F), or with ``aggregated`` their basis over ``graphs[d]``'s operator (n, B·F) — or
+            None (the step reads its own previous prediction on ``graph``); None in the ``targets`` form.
+        graphs: with ``snapshots``: per step d, the graph of the snapshot it reads (None where it reads none).
+        aggregated: ``snapshots`` hold the input's basis (read from a reuse cache), not X.
     """
 
     graph: StepGraph
     teacher: list[torch.Tensor | None]
+    snapshots: list[torch.Tensor | None] | None = None
+    graphs: list[StepGraph | None] | None = None
+    aggregated: bool = False
+
+
+def input_gates_from_basis(cell: GraphRecurrentLayer, basis: torch.Tensor, w_x: torch.Tensor | None = None):
+    """The input's part of every gate, (…, B·F) -> (…, gates·F'), from the input's basis over the step's
+    operator — what :meth:`GraphRecurrentLayer.input_gates` computes after its basis (the same GEMM with the
+    bias folded in), for a caller that has the basis already (a reuse cache, ReInc §3.3.1). ``w_x``: the
+    filter to read it with (default the cell's own)."""
+    w = cell.w_x if w_x is None else w_x
+    return torch.addmm(cell.bias, basis.reshape(-1, basis.shape[-1]), w).view(*basis.shape[:-1], -1)
 
 
 class EncoderDecoder(DGNN):
@@ -91,11 +124,19 @@ class EncoderDecoder(DGNN):
         x = h.new_zeros(h.shape[1], 1)  # the GO symbol
         preds: list[torch.Tensor] = []
         for d in range(self.horizon):
+            snap = None if inputs.snapshots is None else inputs.snapshots[d]
+            graph = inputs.graph if snap is None else inputs.graphs[d]
             if d > 0:
                 teach = inputs.teacher[d]
                 x = preds[-1] if teach is None else torch.where(torch.isnan(teach), preds[-1], teach)
             for li, cell in enumerate(self.decoder):
-                x, states[li] = cell.cell(x, inputs.graph, states[li])
+                if li == 0 and snap is not None:  # a ground-truth snapshot, read with the encoder's filter
+                    basis = snap if inputs.aggregated else cell.basis(cell.operator(graph, snap.dtype), snap)
+                    gates = input_gates_from_basis(cell, basis, self.layers[0].w_x)
+                    z, states[0] = cell.scan(gates.unsqueeze(0), [graph], states[0])
+                    x = z[0]
+                else:
+                    x, states[li] = cell.cell(x, graph, states[li])
             preds.append(self.proj(x))
         return layout.output(torch.cat(preds, dim=1).unsqueeze(0))
 

@@ -23,6 +23,7 @@ from torch import nn
 from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
 from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model
 from hpcdgnn.nn.models.gconv_lstm import glorot_blocks
+from hpcdgnn.nn.reuse_cache import count_shared
 
 __all__ = ["GConvGRULayer", "build_gconv_gru"]
 
@@ -87,6 +88,9 @@ class GConvGRULayer(GraphRecurrentLayer):
         h = state
         z, r = torch.sigmoid(torch.addmm(gzr, self.basis(op, h), self.w_hzr)).split(H, dim=-1)
         cand = torch.tanh(torch.addmm(gh, self.basis(op, h * r), self.w_hh))
+        # ReInc §3.3.2: the aggregation of H_{t-1} is read by Z and R, that of R_t ⊙ H_{t-1} by the candidate
+        count_shared(self, op, 2)
+        count_shared(self, op, 1, "gated")
         h = z * h + (1 - z) * cand
         return h, h
 

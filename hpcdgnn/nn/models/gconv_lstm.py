@@ -30,6 +30,7 @@ from torch import nn
 
 from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
 from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model
+from hpcdgnn.nn.reuse_cache import count_shared
 
 __all__ = ["GConvLSTMLayer", "build_gconv_lstm"]
 
@@ -91,6 +92,7 @@ class GConvLSTMLayer(GraphRecurrentLayer):
         else:
             h, c = state
             g = torch.addmm(gx, self.basis(op, h), self.w_h)
+            count_shared(self, op, self.gates)  # ReInc §3.3.2: one aggregation of H_{t-1}, read by the 4 gates
         gi, gf, gc, go = g.split(H, dim=-1)
         i = torch.sigmoid(gi + self.w_c[0] * c)
         f = torch.sigmoid(gf + self.w_c[1] * c)
