@@ -83,7 +83,8 @@ class Redistribute(torch.autograd.Function):
     output (``recv_limit``) can carry a gradient and only the leading rows of the
     input (``send_limit``) need one — with a causal model, the snapshots after the
     last training step. The backward then moves only those rows and returns zeros
-    for the others.
+    for the others. Boxes that do not cover the input (a time halo sends a few rows of it) leave the
+    gradient of the other elements zero; rows sent to several ranks get the sum (:func:`_coverage`).
     """
 
     @staticmethod
@@ -93,6 +94,7 @@ class Redistribute(torch.autograd.Function):
         ctx.send_limit = send_limit
         # the backward's boxes: computed once here, so every epoch reuses the same MPI datatypes
         ctx.bwd_send, ctx.bwd_recv = _limit(recv_boxes, recv_limit), _limit(send_boxes, send_limit)
+        ctx.uncovered, ctx.stacked = _coverage(ctx.bwd_recv, ctx.shape)
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
         return comm.alltoall_boxes(
             x, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd"
@@ -100,12 +102,52 @@ class Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
+        if ctx.stacked is not None:  # rows sent to several ranks: their gradients add up
+            stack_rows, stack_boxes, targets = ctx.stacked
+            buf = ctx.comm.alltoall_boxes(grad.contiguous(), ctx.bwd_send, (stack_rows, *ctx.shape[1:]), stack_boxes,
+                                          tag=f"{ctx.tag}.bwd", reuse=ctx.reuse)
+            g = grad.new_zeros(ctx.shape)
+            for (a, b), rows in targets:  # in source-rank order: the same sum on every run
+                g.index_add_(0, rows.to(g.device), buf[a:b])
+            return g, None, None, None, None, None, None, None
         g = ctx.comm.alltoall_boxes(
             grad.contiguous(), ctx.bwd_send, ctx.shape, ctx.bwd_recv, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse
         )
         if ctx.send_limit is not None and ctx.send_limit < g.shape[0]:
             g[ctx.send_limit :].zero_()  # rows no box wrote (a reused buffer holds old data there)
+        if ctx.uncovered is not None:
+            g.masked_fill_(ctx.uncovered.to(g.device).view(*ctx.uncovered.shape, *[1] * (g.dim() - 2)), 0)
         return g, None, None, None, None, None, None, None
+
+
+def _coverage(boxes: Sequence[Box], shape: tuple[int, ...]) -> tuple[torch.Tensor | None, tuple | None]:
+    """How the backward's receive boxes cover the input's first two dimensions: (the mask of elements no
+    box covers, or None; the stacked receive when boxes overlap, or None).
+
+    The redistributions' boxes tile the input (each element goes to exactly one rank): (None, None).
+    A time halo sends some rows (whole width) to one or several ranks: the others get no gradient,
+    and a row sent twice must receive both gradients and add them — the stacked receive is
+    ``(rows, boxes, [((a, b), row indices)])``: source q's box lands at rows a..b of a stack, then is
+    added into the rows it came from.
+    """
+    if len(shape) < 2:
+        return None, None
+    count = torch.zeros(shape[0], shape[1], dtype=torch.int32)
+    for rows, (c0, c1) in boxes:
+        count[rows if isinstance(rows, list) else slice(*rows), c0:c1] += 1
+    uncovered = count == 0
+    uncovered = uncovered if bool(uncovered.any()) else None
+    if not bool((count > 1).any()):
+        return uncovered, None
+    stack_boxes, targets, o = [], [], 0
+    for rows, (c0, c1) in boxes:
+        if (c0, c1) != (0, shape[1]):
+            raise ValueError("Redistribute: boxes that overlap must span whole rows")
+        idx = torch.as_tensor(rows if isinstance(rows, list) else list(range(*rows)), dtype=torch.long)
+        stack_boxes.append(((o, o + idx.numel()), (0, shape[1])))
+        targets.append(((o, o + idx.numel()), idx))
+        o += idx.numel()
+    return None, (o, stack_boxes, targets)
 
 
 def redistribute(

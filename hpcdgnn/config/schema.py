@@ -242,10 +242,11 @@ class SnapshotOptions(StrategyConfig):
     """``strategy: {name: snapshot}``: whole snapshots per rank, redistributed to vertex ranges for the
     RNN (IBM §4.2, SPEC S1), with checkpoint blocks (S2) and graph-difference transfer (S3)."""
 
-    layout: Literal["cyclic", "block"] = "cyclic"
+    layout: Literal["auto", "cyclic", "block"] = "auto"
     """Snapshot t on rank t mod P: every rank gets the same mix of training and evaluation snapshots,
     so each phase between two exchanges is balanced (measured faster than blocks); or contiguous
-    blocks as in IBM §4.2."""
+    blocks as in IBM §4.2. ``auto``: blocks when every time-mixing layer is banded and ``time_halo``
+    can replace its redistributions (TM-GCN without checkpoint blocks), else cyclic."""
     balance: Literal["count", "work"] = "work"
     """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
     blocks: int = 1
@@ -260,6 +261,11 @@ class SnapshotOptions(StrategyConfig):
     this many chunks, post their non-blocking exchanges at once and encode chunk k while chunks k+1..
     travel, its output sent back at once (backward likewise); 1 = one blocking exchange each way.
     Same results (rows of distinct vertices never mix in the RNN); off at P = 1."""
+    time_halo: Literal["on", "off"] = "on"
+    """Banded time encoders (TM-GCN's M-transform over w steps) stay on the owned snapshots: each rank
+    receives only the w - 1 snapshots before each of its runs of consecutive snapshots that it does not
+    own, instead of the two redistributions (exact; with ``layout: block`` about (w-1)/T of their bytes).
+    Off: IBM §4.2's redistribution, as for every other encoder. Not with ``blocks`` > 1."""
 
     def __post_init__(self) -> None:
         if self.blocks < 1:

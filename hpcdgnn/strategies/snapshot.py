@@ -29,6 +29,15 @@ on its own, processed block by block with gradient checkpointing
 (:meth:`SnapshotStrategy.step`). With causal models, snapshots after the last
 training step get no gradient, so their GCN runs without autograd.
 
+Layers whose time encoder is banded (``temporal_reach`` r: TM-GCN's M-transform reads the
+w - 1 steps before t) skip both redistributions (``strategy.time_halo``, default on): each
+rank receives, once per layer, the whole snapshots among the r before each of its runs of
+consecutive owned snapshots that it does not own, and runs the encoder on its own
+snapshots — with contiguous blocks (``layout: block``) r snapshots from one neighbour
+instead of (P-1)/P of everything, twice. Same outputs, bit for bit (the encoder sums the
+same rows in the same order). Not with checkpoint blocks (the history of a block's first
+run would be the previous block's state): those redistribute.
+
 Ranks that own no snapshot (P > T) or no vertex row (P > N) still take part
 in every all-to-all, forward and backward: their tensors are empty but stay
 connected to the autograd graph, and on a rank that scores no snapshot
@@ -48,8 +57,8 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, StepGraph, horizon_temporal
-from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.nn.layout import Layout, StepGraph, horizon_temporal, joined
+from hpcdgnn.nn.models.base import DGNN, build_model
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
 from hpcdgnn.strategies.base import Batch, Strategy
@@ -75,8 +84,23 @@ class SnapshotStrategy(Strategy):
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """Cyclic snapshots or contiguous blocks (by count or work), equal vertex ranges, S2 blocks
-        (:func:`hpcdgnn.partition.timeline.plan_snapshots`)."""
-        return plan_snapshots(manifest, num_ranks, job)
+        (:func:`hpcdgnn.partition.timeline.plan_snapshots`); ``layout: auto`` as :meth:`resolved_layout`."""
+        return plan_snapshots(manifest, num_ranks, job, cls.resolved_layout(job))
+
+    @staticmethod
+    def resolved_layout(job) -> str:
+        """``strategy.layout``, with ``auto`` decided from the model: contiguous blocks when every
+        time-mixing layer is banded (``temporal_reach``) and the time halo replaces its
+        redistributions (``time_halo: on``, no checkpoint blocks) — a rank then needs only the
+        snapshots just before its block; else cyclic, whose phases between redistributions are
+        balanced."""
+        opts = job.strategy
+        if opts.layout != "auto":
+            return opts.layout
+        m = job.model
+        mixing = [ly for ly in build_model(m.name, 1, m.hidden, m.layers, m.window).layers if ly.temporal_mixing]
+        banded = bool(mixing) and all(ly.temporal_reach is not None for ly in mixing)
+        return "block" if banded and opts.time_halo == "on" and opts.blocks == 1 else "cyclic"
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
@@ -219,6 +243,8 @@ class SnapshotStrategy(Strategy):
             # rank p's snapshots land at their time rows: a range when contiguous, else a row list
             rows = [_rows([t - t0 for t in plan.snapshots_of(p) if t0 <= t < t1]) for p in range(P)]
             self._vertex_boxes.append([(r, (0, self._n_me)) for r in rows])
+        #: per reach r: the time halo of banded encoders (:meth:`_time_halo`), None where it does not apply
+        self._halos: dict[int, tuple | None] = {}
         self._init_chunks(plan)
 
     def _init_chunks(self, plan: PartitionPlan) -> None:
@@ -326,6 +352,67 @@ class SnapshotStrategy(Strategy):
         )
         return out, tree_unflatten(states, out_spec[0])
 
+    def _time_halo(self, reach: int) -> tuple | None:
+        """The exchange that gives every rank the snapshots a banded encoder (``temporal_reach`` =
+        ``reach``) reads before its run of consecutive owned snapshots, computed once per reach
+        from the plan (the same on every rank): ``(runs, need, send boxes, recv boxes)`` where
+        ``runs`` lists per run (first, stop) as indices into my owned snapshots and its history
+        as (from_halo, index) per step, and ``need`` the steps I receive, ascending. None (the
+        redistributions) with checkpoint blocks, ``strategy.time_halo: off`` or a rank whose
+        snapshots are not consecutive.
+        """
+        if reach in self._halos:
+            return self._halos[reach]
+        ctx = getattr(self, "ctx", None)
+        if len(self.blocks) != 2 or (ctx is not None and getattr(ctx.job.strategy, "time_halo", "on") != "on"):
+            self._halos[reach] = None
+            return None
+        P, me, N = self.comm.size, self.comm.rank, self.N
+        owned = [self.plan.snapshots_of(p) for p in range(P)]  # ascending
+        if any(o and o[-1] - o[0] + 1 != len(o) for o in owned):
+            # scattered snapshots (cyclic): every rank would read nearly all others' snapshots, one
+            # encoder call per run; the redistribution moves as much in two large exchanges
+            self._halos[reach] = None
+            return None
+
+        def needs(steps: list[int]) -> list[int]:
+            have, out = set(steps), set()
+            for t in steps:
+                if t - 1 not in have:  # a run starts at t: its history is the reach steps before it
+                    out.update(s for s in range(max(0, t - reach), t) if s not in have)
+            return sorted(out)
+
+        need = [needs(o) for o in owned]
+        where = {t: i for i, t in enumerate(owned[me])}
+        at = {t: i for i, t in enumerate(need[me])}
+        runs = []
+        for i, t in enumerate(owned[me]):
+            if i == 0 or owned[me][i - 1] != t - 1:
+                hist = [(s not in where, at[s] if s not in where else where[s]) for s in range(max(0, t - reach), t)]
+                runs.append([i, i + 1, hist])
+            else:
+                runs[-1][1] = i + 1
+        send = [(_rows([where[s] for s in need[q] if s in where]), (0, N)) for q in range(P)]
+        recv = [(_rows([at[s] for s in need[me] if s in set(owned[p])]), (0, N)) for p in range(P)]
+        self._halos[reach] = (runs, need[me], send, recv)
+        return self._halos[reach]
+
+    def _encode_banded(self, layer, li: int, y: torch.Tensor):
+        """A banded encoder on the owned snapshots in place (:meth:`_time_halo`): the halo once, then
+        ``layer.temporal`` per run of consecutive snapshots continuing from its history."""
+        runs, need, send, recv = self._halos[layer.temporal_reach]
+        halo = None
+        if self.comm.size > 1:
+            halo = redistribute(y.contiguous(), self.comm, (len(need), self.N, y.shape[-1]), send, recv,
+                                tag="time_halo", reuse=f"layer{li}.time_halo")
+        outs, state = [], None
+        for i0, i1, hist in runs:
+            rows = [(halo if from_halo else y)[k : k + 1] for from_halo, k in hist]
+            outs.append(layer.temporal(y[i0:i1], torch.cat(rows) if rows else None)[0])
+        z = y[:0] if not outs else outs[0] if len(outs) == 1 else torch.cat(outs)
+        # every rank joins the halo's backward, even one whose runs read nothing from it
+        return joined(z, halo), state
+
     # -- the training step -----------------------------------------------------------------
     def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:
         """Block b (the whole timeline without checkpoint blocks), from boundary ``states`` (None: t = 0)."""
@@ -421,6 +508,8 @@ class SnapshotLayout(Layout):
         self._graphs: list[StepGraph] | None = None
         #: layers whose exchanges run inside ``encode``, overlapped with the RNN (``strategy.overlap_chunks``)
         self._overlapped: set[int] = set()
+        #: layers whose banded encoder runs on the owned snapshots with a time halo (``strategy.time_halo``)
+        self._banded: set[int] = set()
 
     def _stacked_adj(self, lo: int, hi: int) -> NormalizedAdjacency:
         """diag(Ã) of the phase lo..hi-1, loaded when the forward first needs it (S3 time goes to ``load``)."""
@@ -436,6 +525,8 @@ class SnapshotLayout(Layout):
         the training horizon the phase runs without autograd.
         """
         s = self.s
+        if layer.temporal_mixing and layer.temporal_reach is not None and s._time_halo(layer.temporal_reach):
+            self._banded.add(li)  # to_temporal / encode / to_spatial keep the rows in place
         parts = []
         for grad, a, b in s.phases(self.b):
             idx = self.local[a:b]
@@ -453,7 +544,10 @@ class SnapshotLayout(Layout):
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
         """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all); with
-        ``strategy.overlap_chunks`` > 1 the rows stay put and :meth:`encode` moves them chunk by chunk."""
+        ``strategy.overlap_chunks`` > 1 the rows stay put and :meth:`encode` moves them chunk by chunk; a
+        banded encoder (``temporal_reach``) leaves them in place too and reads a time halo."""
+        if li in self._banded:
+            return y
         if self.s._chunk_boxes is not None:
             self._overlapped.add(li)
             return y
@@ -461,6 +555,8 @@ class SnapshotLayout(Layout):
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
         """The RNN, without autograd past the training horizon."""
+        if li in self._banded:
+            return self.s._encode_banded(layer, li, y)
         if li in self._overlapped:
             return self.s._encode_overlapped(layer, li, y, state, self.b)
         return self.s._temporal(layer, y, state, self.b, self.temporal_kwargs(layer, li).get("graphs"))
@@ -475,7 +571,9 @@ class SnapshotLayout(Layout):
         return self._graphs
 
     def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
-        """Vertex layout -> owned snapshots (the reverse all-to-all; already done when overlapped)."""
+        """Vertex layout -> owned snapshots (the reverse all-to-all; already done when overlapped or banded)."""
+        if li in self._banded:
+            return z
         if li in self._overlapped:
             self._overlapped.discard(li)
             return z

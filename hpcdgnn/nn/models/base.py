@@ -80,6 +80,11 @@ class DynamicLayer(nn.Module):
             (:class:`GraphRecurrentLayer`): ``temporal`` then takes ``graphs=``, the
             layout's :meth:`~hpcdgnn.nn.layout.Layout.step_graphs`, and the layer does
             no aggregation of its own in the spatial phase.
+        temporal_reach: None, or r when ``temporal`` is banded in time: output t reads only the
+            inputs of steps t - r .. t of the same vertex, and ``temporal(y, history)`` continues a
+            sequence from the r (or, near t = 0, all) inputs before ``y``. A strategy that owns
+            consecutive snapshots then needs only r snapshots from its neighbour, not the
+            redistribution (TM-GCN's M-transform, r = w - 1).
     """
 
     in_features: int
@@ -89,6 +94,7 @@ class DynamicLayer(nn.Module):
     causal: bool = True
     precomputable: bool = True
     graph_recurrent: bool = False
+    temporal_reach: int | None = None
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
         """Neighbourhood aggregation of rows ``h`` (n, in) -> the ``ax`` that :meth:`spatial` takes.

@@ -75,12 +75,15 @@ class TMGCNLayer(DynamicLayer):
 
     Shapes: ``ax`` (N, F) -> (N, F'); temporal (T, n, F') -> (T, n, F').
     State: the last ``w-1`` inputs of the window (carried across blocks, SPEC S2).
+    The M-transform is banded (``temporal_reach = w - 1``): under snapshot ownership a rank
+    needs only the w - 1 snapshots before its first, not the redistribution.
     """
 
     def __init__(self, in_features: int, out_features: int, window: int) -> None:
         super().__init__()
         self.in_features, self.out_features, self.window = in_features, out_features, window
         self.spatial_features = out_features
+        self.temporal_reach = window - 1
         self.lin = nn.Linear(in_features, out_features)
         self.reset_parameters()
 

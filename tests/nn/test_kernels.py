@@ -1,0 +1,75 @@
+"""The compiled decoder loop (hpcdgnn/nn/kernels.py) against the chunked torch path it replaces on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpcdgnn.nn import kernels
+from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, _EdgeMLP
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture
+def use(monkeypatch):
+    """use("numba" | "torch"): choose the path _EdgeMLP takes from now on."""
+
+    def choose(mode: str) -> None:
+        monkeypatch.setenv("HPCDGNN_KERNELS", mode)
+        monkeypatch.setattr(kernels, "_kernels", None)
+
+    yield choose
+    monkeypatch.setattr(kernels, "_kernels", None)
+
+
+def _run(dtype, rows: int, hidden: int, pairs: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.randn(rows, hidden, generator=g, dtype=dtype), torch.randn(rows, hidden, generator=g, dtype=dtype),
+              torch.randn(hidden, generator=g, dtype=dtype), torch.randn(hidden, generator=g, dtype=dtype),
+              torch.randn(1, generator=g, dtype=dtype)]
+    params = [p.requires_grad_() for p in params]
+    # repeated rows on both ends, and more pairs than a torch chunk, so scatter-adds collide across chunks
+    src = torch.randint(0, rows, (pairs,), generator=g)
+    dst = torch.randint(0, rows, (pairs,), generator=g)
+    grad = torch.randn(pairs, generator=g, dtype=dtype)
+    out = _EdgeMLP.apply(*params, src, dst)
+    out.backward(grad)
+    return [out.detach()] + [p.grad for p in params]
+
+
+@pytest.mark.parametrize("pairs", [0, 1, 3 * _EDGE_CHUNK + 17])
+def test_numba_equals_torch_float64(use, pairs):
+    use("numba")
+    assert kernels.available(torch.zeros(1, dtype=torch.float64))
+    fast = _run(torch.float64, 37, 16, pairs)
+    use("torch")
+    assert not kernels.available(torch.zeros(1, dtype=torch.float64))
+    ref = _run(torch.float64, 37, 16, pairs)
+    for name, a, b in zip(["logits", "dpu", "dpv", "db1", "dw2", "db2"], fast, ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def test_numba_equals_torch_float32_odd_width(use):
+    use("numba")
+    fast = _run(torch.float32, 50, 7, 2000, seed=3)
+    use("torch")
+    ref = _run(torch.float32, 50, 7, 2000, seed=3)
+    for a, b in zip(fast, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_not_available_for_other_dtypes_or_mixed(use):
+    use("numba")
+    assert not kernels.available(torch.zeros(2, dtype=torch.float16))
+    assert not kernels.available(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    assert not kernels.available()
+
+
+def test_nan_propagates(use):
+    """fastmath stops short of nnan: a NaN embedding must give a NaN logit, as in torch."""
+    use("numba")
+    pu, pv = torch.zeros(3, 4), torch.zeros(3, 4)
+    pu[1, 2] = float("nan")
+    out = _EdgeMLP.apply(pu, pv, torch.ones(4), torch.ones(4), torch.zeros(1), torch.tensor([0, 1]), torch.tensor([2, 2]))
+    assert not torch.isnan(out[0]) and torch.isnan(out[1])
