@@ -23,7 +23,7 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "edge_mlp_forward", "edge_mlp_backward"]
+__all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -38,6 +38,14 @@ def _compile():
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
     return _kernels
+
+
+def expected() -> bool:
+    """Whether CPU runs will take the compiled loops (numba installed and not disabled), without
+    importing numba: what a cost model on rank 0 assumes (:meth:`LinkPrediction.snapshot_work`)."""
+    import importlib.util
+
+    return os.environ.get("HPCDGNN_KERNELS", "numba").lower() != "torch" and importlib.util.find_spec("numba") is not None
 
 
 def available(*tensors: torch.Tensor) -> bool:

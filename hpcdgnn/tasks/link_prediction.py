@@ -202,14 +202,19 @@ class LinkPrediction(Task):
         """Per-pair work of scoring each snapshot: hidden x (5 when training: forward, the fused decoder's
         recomputation and backward; 1 when evaluating), plus a few per-pair passes (sampling, loss,
         histogram) that every split pays. The factors were fitted to per-rank compute times measured
-        with perf/bench_epoch.py's graph at P = 2.
+        with perf/bench_epoch.py's graph at P = 2 — for the chunked torch passes. The compiled loop
+        (:mod:`hpcdgnn.nn.kernels`) trains a pair for 2.7 evaluations, not 5 (measured on one core:
+        forward 10 ns, backward with recomputation 30 ns per pair at hidden 16, next to ~12 ns of
+        per-pair host work that every split pays): with the old factor the block plan gave the rank
+        of the training snapshots too few and the other rank waited (issue 13 item 3).
         """
         T = manifest.num_snapshots
         train = split_steps(T - 1, cfg.split)[0]
+        factor = 2.7 if kernels.expected() else 5.0
         work = np.zeros(T)
         for t in range(T - 1):
             pairs = manifest.snapshot_edges[t + 1] * (1 + cfg.negatives)
-            work[t] = pairs * (cfg.decoder_hidden * (5.0 if t in train else 1.0) + 4.0)
+            work[t] = pairs * (cfg.decoder_hidden * (factor if t in train else 1.0) + 4.0)
         return work
 
     def _split_of(self, step: int) -> int:

@@ -287,7 +287,8 @@ def test_loss_depends_on_every_embedding_when_train_steps_present(task_data):
 
 
 def test_snapshot_work_is_larger_on_train_steps(task_data):
-    """Per scored pair: hidden x 5 + 4 on train steps, hidden + 4 elsewhere; the last snapshot scores nothing."""
+    """Per scored pair: hidden x 2.7 + 4 on train steps with the compiled decoder loop (x 5 with torch's
+    passes), hidden + 4 elsewhere; the last snapshot scores nothing."""
     _, m, _ = task_data
     cfg = TaskConfig(split=(0.5, 0.25, 0.25), negatives=3, decoder_hidden=8)
     work = LinkPrediction.snapshot_work(cfg, m)
@@ -296,4 +297,6 @@ def test_snapshot_work_is_larger_on_train_steps(task_data):
     per_pair = np.array([work[t] / (m.snapshot_edges[t + 1] * (1 + cfg.negatives)) for t in range(T - 1)])
     base = per_pair[[t for t in range(T - 1) if t not in train]]
     assert np.all(base == 8 + 4.0)
-    assert np.all(per_pair[list(train)] == 5 * 8 + 4.0)
+    from hpcdgnn.nn import kernels
+
+    assert np.allclose(per_pair[list(train)], (2.7 if kernels.expected() else 5.0) * 8 + 4.0)
