@@ -108,6 +108,15 @@ snapshot) both sides are bound by per-operation overhead and the LSTM's
 autograd, not by the sparse products or the decoder, so the 3x goal is not
 met against the like-for-like layers.
 
+With the compiled decoder loop (2026-11-24, ``hpcdgnn/nn/kernels.py``; same machine, partly loaded):
+``--dataset`` email-Eu-core in 64 equal-event slices, ``--models evolvegcn_o --repeat 2``: EvolveGCN-O
+0.0524 vs 0.1475 s (2.82x; 2.38x, 0.0686 s, with torch's decoder passes in the same hour); the
+generator graph N = 2^15, T = 64 (``--dataset gen32k --models evolvegcn_o cdgcn --cdgcn-pygt dygrae
+gconvlstm --epochs 3``): EvolveGCN-O 1.85 vs 4.80 s (2.60x; 1.62x before), CD-GCN 6.81 vs DyGrEncoder
+15.26 s (2.24x) and vs GConvLSTM(K=2) 23.46 s (3.33x). EvolveGCN-O's epoch on gen32k is still half
+decoder: 8.8 M training pairs at ~75 ns each in the backward, bound by the latency of random rows of
+(2^21, 16) tables, which no kernel here hides; the 5x goal is not met.
+
 Issue 14's cells (same machine, shared, ``--dataset`` email-Eu-core in 64
 equal-event slices, ``--models gconv_lstm tgcn_cell --repeat 1``): PyGT /
 hpcdgnn s/epoch = 5.36 GConvLSTM(K=2) (0.209 vs 1.119 s), 3.32 TGCN (0.141 vs
