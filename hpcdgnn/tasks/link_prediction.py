@@ -87,7 +87,7 @@ class _EdgeMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, pu, pv, b1, w2, b2, src, dst):  # noqa: D102
         ctx.save_for_backward(pu, pv, b1, w2, src, dst)
-        if kernels.available(pu, pv, b1, w2, b2):
+        if kernels.available(pu, pv, b1, w2, b2, pairs=src.shape[0]):
             return kernels.edge_mlp_forward(pu, pv, b1, w2, b2, src, dst)
         E = src.shape[0]
         out = pu.new_empty(E)
@@ -100,7 +100,7 @@ class _EdgeMLP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # noqa: D102
         pu, pv, b1, w2, src, dst = ctx.saved_tensors
-        if kernels.available(pu, pv, b1, w2, g):
+        if kernels.available(pu, pv, b1, w2, g, pairs=src.shape[0]):
             return (*kernels.edge_mlp_backward(pu, pv, b1, w2, src, dst, g), g.sum().reshape(1), None, None)
         dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
         db1, dw2 = torch.zeros_like(b1), torch.zeros_like(w2)

@@ -18,6 +18,7 @@ def use(monkeypatch):
     def choose(mode: str) -> None:
         monkeypatch.setenv("HPCDGNN_KERNELS", mode)
         monkeypatch.setattr(kernels, "_kernels", None)
+        monkeypatch.setattr(kernels, "MIN_PAIRS", 0)  # these pair counts are small
 
     yield choose
     monkeypatch.setattr(kernels, "_kernels", None)
@@ -73,3 +74,15 @@ def test_nan_propagates(use):
     pu[1, 2] = float("nan")
     out = _EdgeMLP.apply(pu, pv, torch.ones(4), torch.ones(4), torch.zeros(1), torch.tensor([0, 1]), torch.tensor([2, 2]))
     assert not torch.isnan(out[0]) and torch.isnan(out[1])
+
+
+def test_small_calls_do_not_load_the_kernels(monkeypatch):
+    """Below MIN_PAIRS a process that has not loaded numba keeps the torch path (no ~1 s load for
+    a tiny graph); once loaded, every size uses it."""
+    monkeypatch.setenv("HPCDGNN_KERNELS", "numba")
+    monkeypatch.setattr(kernels, "_kernels", None)
+    x = torch.zeros(2)
+    assert not kernels.available(x, pairs=kernels.MIN_PAIRS - 1) and kernels._kernels is None
+    assert kernels.available(x, pairs=kernels.MIN_PAIRS)
+    assert kernels.available(x, pairs=1)
+    monkeypatch.setattr(kernels, "_kernels", None)
