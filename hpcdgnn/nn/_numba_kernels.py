@@ -37,3 +37,30 @@ def edge_mlp_backward(pu, pv, b1, w2, src, dst, g, dpu, dpv, dw2):  # pragma: no
             dpv[d, k] += dh
             acc[k] += m * h
     dw2 += acc
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the bins must be numpy's, bit for bit
+def score_stats(logits, npos, bins, half_range, pos_hist, neg_hist):  # pragma: no cover - compiled
+    """Counts the correct logits (the first npos positive: > 0; the rest: <= 0) and adds each logit's AUC
+    bin, ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 as numpy computes it, to pos_hist
+    or neg_hist. Returns the correct count."""
+    correct = 0
+    width = 2.0 * half_range
+    for e in range(logits.shape[0]):
+        x = np.float64(logits[e])
+        if e < npos:
+            correct += x > 0
+        else:
+            correct += x <= 0
+        v = (x + half_range) / width * bins
+        if v != v or v >= 9.223372036854775808e18:  # NaN, inf, >= 2^63: numpy's astype(int64) gives INT64_MIN, clipped to bin 0
+            b = 0
+        elif v < 1.0:  # truncation toward zero, then the clip at 0
+            b = 0
+        else:
+            b = min(np.int64(v), bins - 1)
+        if e < npos:
+            pos_hist[b] += 1
+        else:
+            neg_hist[b] += 1
+    return correct

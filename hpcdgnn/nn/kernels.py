@@ -24,7 +24,7 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected"]
+__all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -89,3 +89,12 @@ def edge_mlp_backward(pu, pv, b1, w2, src, dst, g) -> tuple[torch.Tensor, torch.
     dw2 = torch.zeros_like(w2)
     _compile().edge_mlp_backward(_np(pu), _np(pv), _np(b1), _np(w2), _np(src), _np(dst), _np(g), dpu.numpy(), dpv.numpy(), dw2.numpy())
     return dpu, dpv, dpu.sum(0), dw2
+
+
+def score_stats(logits: torch.Tensor, npos: int, bins: int, half_range: float) -> tuple[int, np.ndarray, np.ndarray]:
+    """(correct, positive histogram, negative histogram) of link-prediction logits (E,), the first ``npos``
+    positive, in one pass: what :meth:`LinkPrediction._score` computes with five numpy passes over a
+    float64 copy (0.3–0.6 s per epoch at 12.6 M pairs), bin for bin the same."""
+    pos, neg = np.zeros(bins, dtype=np.float64), np.zeros(bins, dtype=np.float64)
+    correct = _compile().score_stats(_np(logits), npos, bins, float(half_range), pos, neg)
+    return int(correct), pos, neg

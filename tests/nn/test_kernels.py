@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,3 +87,25 @@ def test_small_calls_do_not_load_the_kernels(monkeypatch):
     assert kernels.available(x, pairs=kernels.MIN_PAIRS)
     assert kernels.available(x, pairs=1)
     monkeypatch.setattr(kernels, "_kernels", None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_score_stats_equal_numpy_bins(use, dtype):
+    """The compiled pass gives the numpy path's correct count and AUC histograms exactly, at bin edges,
+    outside the range, at 0 and for NaN."""
+    from hpcdgnn.tasks.link_prediction import AUC_BINS, AUC_RANGE
+
+    g = torch.Generator().manual_seed(5)
+    edges = torch.arange(-AUC_BINS // 2, AUC_BINS // 2 + 1, 97, dtype=torch.float64) * (2 * AUC_RANGE / AUC_BINS)
+    special = torch.tensor([0.0, -0.0, AUC_RANGE, -AUC_RANGE, 1e30, -1e30, float("nan"), float("inf"), -float("inf")],
+                           dtype=torch.float64)
+    logits = torch.cat([torch.randn(5000, generator=g, dtype=torch.float64) * 8, edges, special]).to(dtype)
+    npos = 2600
+    use("numba")
+    correct, pos, neg = kernels.score_stats(logits, npos, AUC_BINS, AUC_RANGE)
+    lg = logits.to(torch.float64).numpy()
+    with np.errstate(invalid="ignore"):
+        bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
+    assert correct == int((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
+    np.testing.assert_array_equal(pos, np.bincount(bins[:npos], minlength=AUC_BINS))
+    np.testing.assert_array_equal(neg, np.bincount(bins[npos:], minlength=AUC_BINS))
