@@ -6,8 +6,8 @@ that is ~10 passes over (pairs, hidden) temporaries and index kernels that cost 
 it was half of EvolveGCN-O's epoch (issue 13 item 2). One loop over the pairs keeps the hidden
 layer in registers: measured 3x (forward) and 6x (backward) faster on one thread.
 
-The kernels are used on CPU tensors of float32/float64 when numba imports, from the first call with
-at least :data:`MIN_PAIRS` pairs on (loading them costs ~1 s per process); otherwise — or with
+The kernels are used on CPU tensors of float32/float64 when numba imports, for calls with at least
+:data:`MIN_PAIRS` pairs (loading them costs ~1 s per process); otherwise — or with
 ``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their torch path. The
 numba cache (``cache=True``) keeps the compiled code beside this file, so only the first process
 after an install compiles (about a second per dtype).
@@ -49,21 +49,21 @@ def expected() -> bool:
     return os.environ.get("HPCDGNN_KERNELS", "numba").lower() != "torch" and importlib.util.find_spec("numba") is not None
 
 
-#: calls with fewer pairs take the torch path until the kernels are loaded: loading them (numba's import
-#: and its cache) costs ~1 s once per process, more than small graphs' whole decoder time — a test
-#: suite of hundreds of tiny MPI runs would pay it in every rank
+#: calls with fewer pairs take the torch path: loading the kernels (numba's import and its cache) costs
+#: ~1 s once per process, more than small graphs' whole decoder time — a test suite of hundreds of tiny
+#: MPI runs would pay it in every rank. The rule depends on the call alone, never on what the process
+#: did before, so a resumed run takes the same path as the uninterrupted one, bit for bit.
 MIN_PAIRS = 1 << 16
 
 
 def available(*tensors: torch.Tensor, pairs: int | None = None) -> bool:
     """Whether the numba kernels apply to these tensors: numba present and enabled, all on the CPU,
-    of one floating dtype (float32 or float64), and — before this process has loaded them — at least
-    :data:`MIN_PAIRS` pairs to score."""
+    of one floating dtype (float32 or float64), and at least :data:`MIN_PAIRS` pairs to score."""
     if not tensors or tensors[0].dtype not in (torch.float32, torch.float64):
         return False
     if any(t.device.type != "cpu" for t in tensors) or any(t.dtype != tensors[0].dtype for t in tensors):
         return False
-    if _kernels is None and pairs is not None and pairs < MIN_PAIRS:
+    if pairs is not None and pairs < MIN_PAIRS:
         return False
     return bool(_compile())
 
