@@ -132,11 +132,16 @@ def _coverage(boxes: Sequence[Box], shape: tuple[int, ...]) -> tuple[torch.Tenso
     """
     if len(shape) < 2:
         return None, None
-    count = torch.zeros(shape[0], shape[1], dtype=torch.int32)
+    area = sum((len(r) if isinstance(r, list) else r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes)
+    if area == shape[0] * shape[1]:
+        return None, None  # they tile it (exchanges never send an element twice and leave another out)
+    # count per row when every box spans whole rows (the time halo): never a (rows, N) grid at scale
+    whole = all((c0, c1) == (0, shape[1]) for _, (c0, c1) in boxes)
+    count = torch.zeros(shape[0], 1 if whole else shape[1], dtype=torch.int32)
     for rows, (c0, c1) in boxes:
-        count[rows if isinstance(rows, list) else slice(*rows), c0:c1] += 1
+        count[rows if isinstance(rows, list) else slice(*rows), slice(None) if whole else slice(c0, c1)] += 1
     uncovered = count == 0
-    uncovered = uncovered if bool(uncovered.any()) else None
+    uncovered = uncovered.expand(shape[0], shape[1]) if bool(uncovered.any()) else None
     if not bool((count > 1).any()):
         return uncovered, None
     stack_boxes, targets, o = [], [], 0
