@@ -504,8 +504,10 @@ class Communicator:
         and stores what rank p sends into ``recv[recv_boxes[p]]``; boxes span the
         trailing dimensions whole. MPI subarray datatypes describe the strided
         blocks, so neither side concatenates or splits tensors (each such copy of
-        a (T, N, F) tensor costs as much as the transfer on a node). Boxes of one
-        exchange must tile the receive tensor.
+        a (T, N, F) tensor costs as much as the transfer on a node). Boxes should tile
+        the receive tensor: elements no box covers keep whatever the (reused) buffer
+        held, and a caller that leaves some out clears them itself (as the backward of
+        :class:`~hpcdgnn.comm.autograd.Redistribute` does for a time halo).
 
         Args:
             send: contiguous tensor of at least 2 dimensions.
