@@ -54,7 +54,7 @@ from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import horizon_temporal, joined
-from hpcdgnn.nn.models.base import DGNN, build_model
+from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
@@ -147,7 +147,7 @@ class ChunkStrategy(HaloStrategy):
         against ``strategy.sequences`` first (rank 0, before any run directory exists)."""
         if job.strategy.sequences == "active":
             m = job.model
-            mixing = [ly for ly in build_model(m.name, 1, m.hidden, m.layers, m.window).layers if ly.temporal_mixing]
+            mixing = time_mixing_layers(m)
             if not mixing or any(layer.rnn() is None for layer in mixing):
                 raise ConfigError(
                     "strategy.sequences: active needs a model whose time encoder is a GRU or LSTM "

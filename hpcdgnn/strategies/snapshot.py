@@ -58,7 +58,7 @@ from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph, horizon_temporal, joined
-from hpcdgnn.nn.models.base import DGNN, build_model
+from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
 from hpcdgnn.strategies.base import Batch, Strategy
@@ -97,8 +97,7 @@ class SnapshotStrategy(Strategy):
         opts = job.strategy
         if opts.layout != "auto":
             return opts.layout
-        m = job.model
-        mixing = [ly for ly in build_model(m.name, 1, m.hidden, m.layers, m.window).layers if ly.temporal_mixing]
+        mixing = time_mixing_layers(job.model)
         banded = bool(mixing) and all(ly.temporal_reach is not None for ly in mixing)
         return "block" if banded and opts.time_halo == "on" and opts.blocks == 1 else "cyclic"
 
@@ -405,13 +404,14 @@ class SnapshotStrategy(Strategy):
         if self.comm.size > 1:
             halo = redistribute(y.contiguous(), self.comm, (len(need), self.N, y.shape[-1]), send, recv,
                                 tag="time_halo", reuse=f"layer{li}.time_halo")
-        outs, state = [], None
+        outs = []
         for i0, i1, hist in runs:
             rows = [(halo if from_halo else y)[k : k + 1] for from_halo, k in hist]
             outs.append(layer.temporal(y[i0:i1], torch.cat(rows) if rows else None)[0])
         z = y[:0] if not outs else outs[0] if len(outs) == 1 else torch.cat(outs)
-        # every rank joins the halo's backward, even one whose runs read nothing from it
-        return joined(z, halo), state
+        # every rank joins the halo's backward, even one whose runs read nothing from it; no end state:
+        # the halo applies without checkpoint blocks only, where nothing reads it
+        return joined(z, halo), None
 
     # -- the training step -----------------------------------------------------------------
     def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:

@@ -350,6 +350,12 @@ def register_model(name: str, *, step_graphs: bool = False) -> Callable[[Callabl
     return deco
 
 
+def time_mixing_layers(m) -> list[DynamicLayer]:
+    """The layers of model config ``m`` whose time encoder mixes steps (``temporal_mixing``), built on a
+    1-feature input: what a planner on rank 0 asks of the model before any data is read."""
+    return [ly for ly in build_model(m.name, 1, m.hidden, m.layers, m.window).layers if ly.temporal_mixing]
+
+
 def needs_step_graphs(name: str) -> bool:
     """Whether model ``name``'s time encoder convolves over each step's graph (``graph_recurrent`` layers)."""
     return name in _STEP_GRAPHS
