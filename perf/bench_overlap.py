@@ -1,7 +1,7 @@
 """Communication hidden behind compute under the snapshot strategy (issue 13 item 6).
 
     python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--model cdgcn]
-                                 [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1]
+                                 [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1] [--grad-buckets 1]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
 ``strategy.overlap_chunks`` = each of ``--chunks`` on the same data, the
@@ -18,7 +18,9 @@ is warm-up):
   part on the critical path: what a faster rank spends waiting for a slower one is slack
   that no overlap can hide (every exchange is all-to-all);
 * the ratio exposed(K) / exposed(first of ``--chunks``) — the issue's goal is <= 0.5 at P = 2;
-* the loss of the last epoch (the same for every K: overlap changes no result).
+* the loss of the last epoch (the same for every K: overlap changes no result);
+* below the table, per configuration, the median exposed seconds of each communicator tag
+  (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to.
 
     python perf/bench_overlap.py --kernel [--ranks 2] [--vertices 32768] [--snapshots 64] [--hidden 16]
 
@@ -55,6 +57,7 @@ def run(work: Path, args, K: int, rep: int) -> list[dict]:
         "task": {"name": "link_prediction"},
         "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
+        "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets},
     }))
     out = work / f"run-k{K}-r{rep}"
     cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
@@ -128,6 +131,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=1)
+    ap.add_argument("--grad-buckets", type=int, default=1, help="comm.grad_buckets of every K but the first")
     ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
     ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vertices", type=int, default=32768)
@@ -167,6 +171,13 @@ def main() -> None:
         hidden = 100 * (1 - exposed / comm) if comm > 0 else 0.0
         print(f"{K:>3} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} {slow:>9.3f} {hidden:>8.1f}% "
               f"{exposed / base:>11.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+    print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks)")
+    for K in args.chunks:
+        tags = sorted({t for r in steady[K] for t in r["comm_by_tag"]})
+        print(f"{K:>3} " + "  ".join(
+            f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in steady[K]]):.3f}"
+            f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in steady[K]]):.3f})"
+            for t in tags))
 
 
 if __name__ == "__main__":

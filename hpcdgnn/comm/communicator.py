@@ -684,6 +684,24 @@ class Communicator:
         self.stats.add(tag, nbytes, nbytes, time.perf_counter() - t0)
         return tensor
 
+    def iallreduce_(self, tensor: torch.Tensor, tag: str = "allreduce") -> Pending:
+        """Post an in-place sum all-reduce of a contiguous host tensor (MPI_Iallreduce); returns at once.
+
+        Complete it with :meth:`wait` (its ``recv`` is ``tensor``); counted like :meth:`allreduce_`,
+        timed like :meth:`ialltoall_boxes`. Over ``gloo``/``nccl``, or on one rank, it is blocking and
+        complete on return.
+        """
+        t0 = self.stats.enter(tag)
+        if tensor.device.type != "cpu" or not tensor.is_contiguous():
+            raise ValueError("iallreduce_: tensor must be a contiguous host tensor")
+        nbytes = tensor.numel() * tensor.element_size() if self.size > 1 else 0
+        if self.size == 1 or self._dist is not None:
+            self.allreduce_(tensor, "sum", tag)
+            return Pending(None, tag, tensor, ())
+        req = self._comm.Iallreduce(self._MPI.IN_PLACE, [tensor.numpy(), self._mpi_type(tensor.dtype)], self._MPI.SUM)
+        self.stats.posted(tag, nbytes, nbytes, t0)
+        return Pending(req, tag, tensor, (tensor,))
+
     def bcast_(self, tensor: torch.Tensor, root: int = 0, tag: str = "setup") -> torch.Tensor:
         """In-place broadcast of a contiguous tensor from ``root``; returns it."""
         t0 = self.stats.enter(tag)

@@ -462,6 +462,11 @@ class CommConfig:
     from MPI. Setup and metrics always go through MPI."""
     timeout_s: float = 600.0
     """Timeout of ``torch.distributed`` collectives (nccl, gloo): a lost peer ends the job, not hangs it."""
+    grad_buckets: int = 1
+    """The gradient all-reduce cut into this many buckets (about equal bytes, last layers first), each
+    started with a non-blocking all-reduce during the backward pass as soon as its gradients are
+    complete (:mod:`hpcdgnn.comm.buckets`; IBM §6.5). 1 = one all-reduce after the backward pass. Over
+    ``gloo``/``nccl`` or with CUDA parameters the single all-reduce runs whatever this says."""
     stall_timeout_s: float = 600.0
     """Stall watchdog (:mod:`hpcdgnn.comm.watchdog`): a rank that completes no communicator call for
     this long (stopped, hung, or computing longer than that between two collectives) ends the job
@@ -472,6 +477,8 @@ class CommConfig:
             raise ValueError("timeout_s: must be > 0")
         if self.stall_timeout_s < 0:
             raise ValueError("stall_timeout_s: must be >= 0 (0 = no watchdog)")
+        if self.grad_buckets < 1:
+            raise ValueError("grad_buckets: must be >= 1 (1 = one all-reduce after the backward pass)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -85,10 +85,18 @@ class EpochRecorder:
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
                                                float(stop_raised), float(checkpoint_due), exposed])
         by_tag: dict[str, int] = {}
-        for rank_tags in self.comm.allgather_obj({k: v.bytes_sent for k, v in train_tags.items()}, tag="metrics"):
-            for k, b in rank_tags.items():
+        time_by_tag: dict[str, np.ndarray] = {}  # per tag: per-rank [seconds, exposed]
+        gathered = self.comm.allgather_obj({k: (v.bytes_sent, v.seconds, v.exposed) for k, v in train_tags.items()},
+                                           tag="metrics")
+        for rank, rank_tags in enumerate(gathered):
+            for k, (b, sec, exp) in rank_tags.items():
                 by_tag[k] = by_tag.get(k, 0) + b
+                time_by_tag.setdefault(k, np.zeros((len(gathered), 2)))[rank] = (sec, exp)
         record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag)
+        # where the communication time goes, tag by tag: under way (seconds) and blocked (exposed),
+        # mean over ranks, and the most any rank was blocked (waiting on a slower rank shows there)
+        record["comm_by_tag"] = {k: {"seconds": float(v[:, 0].mean()), "exposed": float(v[:, 1].mean()),
+                                     "exposed_max": float(v[:, 1].max())} for k, v in sorted(time_by_tag.items())}
         record.update(self.strategy.end_epoch(epoch, metrics["train_loss"]))
         return record, bool(per_rank_all[:, 7].max() > 0), bool(per_rank_all[:, 8].max() > 0)
 

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from hpcdgnn.comm.buckets import GradientBuckets
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
@@ -161,7 +162,15 @@ class Strategy:
         torch.autograd.backward(roots, grads)
 
     def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum partial gradients over ranks (one flat all-reduce; missing grads count as zero)."""
+        """Sum partial gradients over ranks (missing grads count as zero): one flat all-reduce, or with
+        ``comm.grad_buckets`` > 1 (MPI, host parameters) buckets started during the backward pass
+        (:class:`~hpcdgnn.comm.buckets.GradientBuckets`; it installs its hooks at the first call)."""
+        buckets = getattr(self, "_grad_buckets", None)
+        if buckets is None and self._bucketed(params):
+            buckets = self._grad_buckets = GradientBuckets(self.comm, params, self.ctx.job.comm.grad_buckets)
+        if buckets is not None:
+            buckets.synchronize()
+            return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         if not grads:
             return
@@ -172,6 +181,11 @@ class Strategy:
             n = p.numel()
             p.grad = flat[offset : offset + n].view_as(p).clone()
             offset += n
+
+    def _bucketed(self, params: list[torch.nn.Parameter]) -> bool:
+        """Whether the gradient all-reduce runs in buckets (see :meth:`sync_gradients`); the same on every rank."""
+        return (self.ctx.job.comm.grad_buckets > 1 and self.comm.size > 1 and self.comm.backend == "mpi"
+                and len(params) > 1 and all(p.device.type == "cpu" for p in params))
 
     def engine_bytes(self) -> int:
         """Peak bytes of input data and precomputed tensors this strategy holds on the device."""
