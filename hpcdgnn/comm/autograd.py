@@ -94,7 +94,10 @@ class Redistribute(torch.autograd.Function):
         ctx.send_limit = send_limit
         # the backward's boxes: computed once here, so every epoch reuses the same MPI datatypes
         ctx.bwd_send, ctx.bwd_recv = _limit(recv_boxes, recv_limit), _limit(send_boxes, send_limit)
-        ctx.uncovered, ctx.stacked = _coverage(ctx.bwd_recv, ctx.shape)
+        # rows from send_limit on are zeroed as a block in the backward: the coverage check looks at the
+        # others only (else a causal limit alone would make a (rows, N) mask to fill every epoch)
+        covered_rows = ctx.shape[0] if send_limit is None else min(send_limit, ctx.shape[0])
+        ctx.uncovered, ctx.stacked = _coverage(ctx.bwd_recv, (covered_rows, *ctx.shape[1:]))
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
         return comm.alltoall_boxes(
             x, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd"
@@ -116,7 +119,8 @@ class Redistribute(torch.autograd.Function):
         if ctx.send_limit is not None and ctx.send_limit < g.shape[0]:
             g[ctx.send_limit :].zero_()  # rows no box wrote (a reused buffer holds old data there)
         if ctx.uncovered is not None:
-            g.masked_fill_(ctx.uncovered.to(g.device).view(*ctx.uncovered.shape, *[1] * (g.dim() - 2)), 0)
+            u = ctx.uncovered
+            g[: u.shape[0]].masked_fill_(u.to(g.device).view(*u.shape, *[1] * (g.dim() - 2)), 0)
         return g, None, None, None, None, None, None, None
 
 
