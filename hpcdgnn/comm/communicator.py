@@ -228,11 +228,16 @@ class Communicator:
 
     def __init__(self, comm: Any = None) -> None:
         MPI = _mpi()
+        self._attach(MPI, (comm or MPI.COMM_WORLD).Dup(), CommStats())
+
+    def _attach(self, MPI: Any, raw: Any, stats: CommStats) -> None:
+        """Wrap the mpi4py communicator ``raw`` (kept as it is), counting into ``stats``; tensor collectives
+        over MPI until :meth:`init_tensor_backend`."""
         self._MPI = MPI
-        self._comm = (comm or MPI.COMM_WORLD).Dup()
+        self._comm = raw
         self.rank: int = self._comm.Get_rank()
         self.size: int = self._comm.Get_size()
-        self.stats = CommStats()
+        self.stats = stats
         self._row_types: dict[tuple[Any, int], Any] = {}
         self._local: tuple[int, int] | None = None
         self._buffers: dict[str, torch.Tensor] = {}
@@ -313,12 +318,9 @@ class Communicator:
         communicator a byte crossed), so the epoch record stays complete.
         """
         sub = object.__new__(Communicator)
-        sub.__dict__.update(self.__dict__)
-        raw = self._comm.Split(color, self.rank if key is None else key)
-        sub._comm, sub.rank, sub.size = raw, raw.Get_rank(), raw.Get_size()
-        sub._row_types, sub._box_types, sub._buffers, sub._local = {}, {}, {}, None
-        sub._dist = None  # tensor collectives of a sub-group go over MPI
-        sub.backend = "mpi"
+        # tensor collectives of a sub-group go over MPI (staged through the host as this one's are)
+        sub._attach(self._MPI, self._comm.Split(color, self.rank if key is None else key), self.stats)
+        sub._cuda_aware = self._cuda_aware
         return sub
 
     def shared_array(self, shape: Sequence[int], dtype: np.dtype, what: str) -> tuple[np.ndarray, Any]:

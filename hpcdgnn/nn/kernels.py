@@ -29,11 +29,16 @@ __all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "sc
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
 
+def _enabled() -> bool:
+    """``HPCDGNN_KERNELS`` is not ``torch`` (the one place that reads it)."""
+    return os.environ.get("HPCDGNN_KERNELS", "numba").lower() != "torch"
+
+
 def _compile():
     global _kernels
     if _kernels is None:
         _kernels = False
-        if os.environ.get("HPCDGNN_KERNELS", "numba").lower() != "torch":
+        if _enabled():
             try:
                 from hpcdgnn.nn import _numba_kernels as _kernels
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
@@ -46,7 +51,7 @@ def expected() -> bool:
     importing numba: what a cost model on rank 0 assumes (:meth:`LinkPrediction.snapshot_work`)."""
     import importlib.util
 
-    return os.environ.get("HPCDGNN_KERNELS", "numba").lower() != "torch" and importlib.util.find_spec("numba") is not None
+    return _enabled() and importlib.util.find_spec("numba") is not None
 
 
 #: calls with fewer pairs take the torch path: loading the kernels (numba's import and its cache) costs

@@ -353,12 +353,10 @@ class SnapshotStrategy(Strategy):
 
     def _time_halo(self, reach: int) -> tuple | None:
         """The exchange that gives every rank the snapshots a banded encoder (``temporal_reach`` =
-        ``reach``) reads before its run of consecutive owned snapshots, computed once per reach
-        from the plan (the same on every rank): ``(runs, need, send boxes, recv boxes)`` where
-        ``runs`` lists per run (first, stop) as indices into my owned snapshots and its history
-        as (from_halo, index) per step, and ``need`` the steps I receive, ascending. None (the
-        redistributions) with checkpoint blocks, ``strategy.time_halo: off`` or a rank whose
-        snapshots are not consecutive.
+        ``reach``) reads before its consecutive owned snapshots [a, b): steps max(0, a - reach) .. a - 1,
+        all owned by ranks before it. Computed once per reach from the plan (the same on every rank):
+        ``(steps I receive, send boxes, recv boxes)``. None (the redistributions) with checkpoint blocks,
+        ``strategy.time_halo: off`` or scattered (cyclic) ownership.
         """
         if reach in self._halos:
             return self._halos[reach]
@@ -373,43 +371,24 @@ class SnapshotStrategy(Strategy):
             # encoder call per run; the redistribution moves as much in two large exchanges
             self._halos[reach] = None
             return None
-
-        def needs(steps: list[int]) -> list[int]:
-            have, out = set(steps), set()
-            for t in steps:
-                if t - 1 not in have:  # a run starts at t: its history is the reach steps before it
-                    out.update(s for s in range(max(0, t - reach), t) if s not in have)
-            return sorted(out)
-
-        need = [needs(o) for o in owned]
-        where = {t: i for i, t in enumerate(owned[me])}
-        at = {t: i for i, t in enumerate(need[me])}
-        runs = []
-        for i, t in enumerate(owned[me]):
-            if i == 0 or owned[me][i - 1] != t - 1:
-                hist = [(s not in where, at[s] if s not in where else where[s]) for s in range(max(0, t - reach), t)]
-                runs.append([i, i + 1, hist])
-            else:
-                runs[-1][1] = i + 1
-        send = [(_rows([where[s] for s in need[q] if s in where]), (0, N)) for q in range(P)]
-        recv = [(_rows([at[s] for s in need[me] if s in set(owned[p])]), (0, N)) for p in range(P)]
-        self._halos[reach] = (runs, need[me], send, recv)
+        need = [list(range(max(0, o[0] - reach), o[0])) if o else [] for o in owned]
+        mine = set(owned[me])
+        first = owned[me][0] if owned[me] else 0
+        send = [(_rows([t - first for t in need[q] if t in mine]), (0, N)) for q in range(P)]
+        recv = [(_rows([i for i, t in enumerate(need[me]) if t in set(owned[p])]), (0, N)) for p in range(P)]
+        self._halos[reach] = (need[me], send, recv)
         return self._halos[reach]
 
     def _encode_banded(self, layer, li: int, y: torch.Tensor):
         """A banded encoder on the owned snapshots in place (:meth:`_time_halo`): the halo once, then
-        ``layer.temporal`` per run of consecutive snapshots continuing from its history."""
-        runs, need, send, recv = self._halos[layer.temporal_reach]
+        ``layer.temporal`` over them continuing from that history."""
+        need, send, recv = self._halos[layer.temporal_reach]
         halo = None
         if self.comm.size > 1:
             halo = redistribute(y.contiguous(), self.comm, (len(need), self.N, y.shape[-1]), send, recv,
                                 tag="time_halo", reuse=f"layer{li}.time_halo")
-        outs = []
-        for i0, i1, hist in runs:
-            rows = [(halo if from_halo else y)[k : k + 1] for from_halo, k in hist]
-            outs.append(layer.temporal(y[i0:i1], torch.cat(rows) if rows else None)[0])
-        z = y[:0] if not outs else outs[0] if len(outs) == 1 else torch.cat(outs)
-        # every rank joins the halo's backward, even one whose runs read nothing from it; no end state:
+        z = y[:0] if y.shape[0] == 0 else layer.temporal(y, halo if need else None)[0]
+        # every rank joins the halo's backward, even one that reads nothing from it; no end state:
         # the halo applies without checkpoint blocks only, where nothing reads it
         return joined(z, halo), None
 
