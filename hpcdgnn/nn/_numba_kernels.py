@@ -64,3 +64,75 @@ def score_stats(logits, npos, bins, half_range, pos_hist, neg_hist):  # pragma: 
         else:
             neg_hist[b] += 1
     return correct
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask):  # pragma: no cover - compiled
+    """The LSTM recurrence over feature-major gates (T, 4H, B) holding the input's pre-activations: adds
+    ``w_hh @ hin[t]``, activates in place (i, f, o: sigmoid; g: tanh), writes the states hs / cs (T+1, H, B)
+    from hs[0] / cs[0], the states entering each step hin / cin (T, H, B: hs[t], cs[t] times the reset
+    mask (T, 1, B) when it has T rows) and tanh(c_t) to tc (T, H, B)."""
+    T, G, B = gates.shape
+    H = G // 4
+    one = w_hh[0, 0] * 0 + 1
+    masked = mask.shape[0] == T
+    for t in range(T):
+        for j in range(H):
+            for b in range(B):
+                m = mask[t, 0, b] if masked else one
+                hin[t, j, b] = hs[t, j, b] * m
+                cin[t, j, b] = cs[t, j, b] * m
+        for g in range(G):
+            for j in range(H):
+                w = w_hh[g, j]
+                for b in range(B):
+                    gates[t, g, b] += w * hin[t, j, b]
+        for j in range(H):
+            for b in range(B):
+                i = one / (one + np.exp(-gates[t, j, b]))
+                f = one / (one + np.exp(-gates[t, H + j, b]))
+                gg = np.tanh(gates[t, 2 * H + j, b])
+                o = one / (one + np.exp(-gates[t, 3 * H + j, b]))
+                gates[t, j, b], gates[t, H + j, b], gates[t, 2 * H + j, b], gates[t, 3 * H + j, b] = i, f, gg, o
+                c = f * cin[t, j, b] + i * gg
+                cs[t + 1, j, b] = c
+                tcv = np.tanh(c)
+                tc[t, j, b] = tcv
+                hs[t + 1, j, b] = o * tcv
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+def lstm_backward(gates, cin, tc, w_hh, mask, dy, dh, dc, dgates):  # pragma: no cover - compiled
+    """Backpropagation through :func:`lstm_forward`'s steps (activated ``gates``): from dh = dL/dh_T, dc =
+    dL/dc_T (H, B) and the outputs' gradient dy (T, H, B), writes the pre-activation gradients dgates
+    (T, 4H, B) and leaves in dh, dc the gradients of the initial state (h0, c0)."""
+    T, G, B = gates.shape
+    H = G // 4
+    one = w_hh[0, 0] * 0 + 1
+    masked = mask.shape[0] == T
+    for t in range(T - 1, -1, -1):
+        for j in range(H):
+            for b in range(B):
+                i, f = gates[t, j, b], gates[t, H + j, b]
+                gg, o = gates[t, 2 * H + j, b], gates[t, 3 * H + j, b]
+                tcv = tc[t, j, b]
+                dhv = dh[j, b] + dy[t, j, b]
+                dcv = dc[j, b] + dhv * o * (one - tcv * tcv)
+                dgates[t, j, b] = dcv * gg * i * (one - i)
+                dgates[t, H + j, b] = dcv * cin[t, j, b] * f * (one - f)
+                dgates[t, 2 * H + j, b] = dcv * i * (one - gg * gg)
+                dgates[t, 3 * H + j, b] = dhv * tcv * o * (one - o)
+                dc[j, b] = dcv * f
+        for j in range(H):
+            for b in range(B):
+                dh[j, b] = 0
+        for g in range(G):
+            for j in range(H):
+                w = w_hh[g, j]
+                for b in range(B):
+                    dh[j, b] += w * dgates[t, g, b]
+        if masked:
+            for j in range(H):
+                for b in range(B):
+                    dh[j, b] *= mask[t, 0, b]
+                    dc[j, b] *= mask[t, 0, b]

@@ -24,7 +24,8 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "score_stats"]
+__all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "lstm_available", "lstm_backward",
+           "lstm_forward", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -103,3 +104,45 @@ def score_stats(logits: torch.Tensor, npos: int, bins: int, half_range: float) -
     pos, neg = np.zeros(bins, dtype=np.float64), np.zeros(bins, dtype=np.float64)
     correct = _compile().score_stats(_np(logits), npos, bins, float(half_range), pos, neg)
     return int(correct), pos, neg
+
+
+#: the compiled LSTM recurrence runs for batches of at most this many rows (EvolveGCN-O's weight LSTM:
+#: B = the layer's input width) — there torch's per-step kernels are mostly call overhead (about 7 small
+#: kernels a step) — and for sequences of at least :data:`LSTM_MIN_STEPS` steps, so the tiny graphs of a
+#: test suite never load numba for it (a stateless rule, as :data:`MIN_PAIRS`)
+LSTM_MAX_BATCH = 64
+LSTM_MIN_STEPS = 32
+
+
+def lstm_available(gates: torch.Tensor) -> bool:
+    """Whether :func:`lstm_forward` / :func:`lstm_backward` take feature-major ``gates`` (T, 4H, B)."""
+    T, _, B = gates.shape
+    return B <= LSTM_MAX_BATCH and T >= LSTM_MIN_STEPS and available(gates)
+
+
+def _mask_arg(mask: torch.Tensor | None, like: torch.Tensor) -> np.ndarray:
+    return np.empty((0, 1, 1), dtype=_np(like).dtype) if mask is None else _np(mask.to(like.dtype))
+
+
+def lstm_forward(gates, w_hh, h0, c0, mask):
+    """The recurrence of :class:`~hpcdgnn.nn.recurrent._LSTMLayer` in one compiled pass: ``gates`` (T, 4H, B)
+    holds the input's pre-activations and is activated in place. Returns (hs, cs) (T+1, H, B) with the
+    initial state at 0, the states entering each step (hin, cin) (T, H, B) and tanh(c_t) (T, H, B)."""
+    T, G, B = gates.shape
+    H = G // 4
+    hs, cs = gates.new_empty(T + 1, H, B), gates.new_empty(T + 1, H, B)
+    hs[0].copy_(h0)
+    cs[0].copy_(c0)
+    hin, cin, tc = gates.new_empty(T, H, B), gates.new_empty(T, H, B), gates.new_empty(T, H, B)
+    _compile().lstm_forward(gates.numpy(), _np(w_hh), hs.numpy(), cs.numpy(), hin.numpy(), cin.numpy(),
+                            tc.numpy(), _mask_arg(mask, gates))
+    return hs, cs, hin, cin, tc
+
+
+def lstm_backward(gates, cin, tc, w_hh, mask, dy, dhT, dcT):
+    """Pre-activation gradients (T, 4H, B) of :func:`lstm_forward` and the initial state's (dh0, dc0)."""
+    dh, dc = dhT.detach().clone().contiguous(), dcT.detach().clone().contiguous()
+    dgates = torch.empty_like(gates)
+    _compile().lstm_backward(_np(gates), _np(cin), _np(tc), _np(w_hh), _mask_arg(mask, gates), _np(dy),
+                             dh.numpy(), dc.numpy(), dgates.numpy())
+    return dgates, dh, dc

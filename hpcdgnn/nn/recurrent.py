@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hpcdgnn.nn import kernels
+
 __all__ = ["lstm_scan", "gru_scan", "run_torch_rnn", "self_fed_lstm", "supports"]
 
 
@@ -72,6 +74,12 @@ class _LSTMLayer(torch.autograd.Function):
         else:
             gates = _project_into(x, w_ih, b)  # pre-activations, activated in place step by step
         T = gates.shape[0]
+        if kernels.lstm_available(gates):  # small B, long T: one compiled pass instead of ~7 kernels a step
+            hs, cs, hin, cin, tc = kernels.lstm_forward(gates, w_hh, h0, c0, mask)
+            ctx.compiled = True
+            ctx.save_for_backward(x, w_ih, gates, hin, cin, tc, w_hh, mask)
+            return hs[1:], hs[T].clone(), cs[T].clone()
+        ctx.compiled = False
         # output t at hs[t+1], cs[t+1]; the state entering step t at hs[t], cs[t] -- or, with a reset
         # mask (T, 1, B), that state times the mask at hin[t], cin[t]
         hs, cs = gates.new_empty(T + 1, H, B), gates.new_empty(T + 1, H, B)
@@ -98,6 +106,9 @@ class _LSTMLayer(torch.autograd.Function):
         T, G, B = gates.shape
         H = G // 4
         dy = dy.contiguous()
+        if ctx.compiled:
+            dgates, dh, dc = kernels.lstm_backward(gates, cin, tc, w_hh, mask, dy, dhT, dcT)
+            return _LSTMLayer._weight_grads(ctx, dgates, hin, x, w_ih, dh, dc)
         i, f, g, o = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H : 3 * H], gates[:, 3 * H :]
         # everything that does not depend on the incoming gradient, for all steps at once (a few large
         # kernels instead of T small ones): dc_t/dh_t and, per gate, the factor its pre-activation's
@@ -123,6 +134,12 @@ class _LSTMLayer(torch.autograd.Function):
             dh = torch.mm(w_hh.t(), d)
             if mask is not None:
                 dh, dc = dh.mul_(mask[t]), dc.mul_(mask[t])
+        return _LSTMLayer._weight_grads(ctx, dgates, hin, x, w_ih, dh, dc)
+
+    @staticmethod
+    def _weight_grads(ctx, dgates, hin, x, w_ih, dh, dc):
+        """backward's return from the pre-activation gradients (T, 4H, B): the weights' gradients for all
+        steps at once, and the initial state's (dh, dc)."""
         dw_hh = torch.bmm(dgates, hin.transpose(1, 2)).sum(0)
         if x is None:
             dx, dw_ih, db = None, None, dgates.sum((0, 2))

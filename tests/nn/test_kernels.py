@@ -109,3 +109,52 @@ def test_score_stats_equal_numpy_bins(use, dtype):
     assert correct == int((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
     np.testing.assert_array_equal(pos, np.bincount(bins[:npos], minlength=AUC_BINS))
     np.testing.assert_array_equal(neg, np.bincount(bins[npos:], minlength=AUC_BINS))
+
+
+def _lstm(dtype, T: int, B: int, H: int, inputs: int | None, masked: bool, seed: int = 1):
+    """Outputs and every gradient of one _LSTMLayer call (inputs None: EvolveGCN-O's self-fed form)."""
+    from hpcdgnn.nn.recurrent import _LSTMLayer
+
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape):
+        return (torch.randn(*shape, generator=g, dtype=dtype) * 0.5).requires_grad_()
+
+    x, w_ih = (rnd(T, B, inputs), rnd(4 * H, inputs)) if inputs else (None, None)
+    b, h0, c0, w_hh = rnd(4 * H), rnd(H, B), rnd(H, B), rnd(4 * H, H)
+    mask = (torch.rand(T, 1, B, generator=g) > 0.2).to(dtype) if masked else None
+    y, hT, cT = _LSTMLayer.apply(x, w_ih, b, h0, c0, w_hh, mask, T)
+    dy, dh, dc = torch.randn(T, H, B, generator=g, dtype=dtype), torch.randn(H, B, generator=g, dtype=dtype), \
+        torch.randn(H, B, generator=g, dtype=dtype)
+    torch.autograd.backward([y, hT, cT], [dy, dh, dc])
+    leaves = [t for t in (x, w_ih, b, h0, c0, w_hh) if t is not None]
+    return [y.detach(), hT.detach(), cT.detach()] + [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize(("inputs", "masked"), [(None, False), (3, False), (3, True)])
+def test_compiled_lstm_equals_torch_steps_float64(use, monkeypatch, inputs, masked):
+    """The compiled recurrence (small B, long T) against the torch step loop: values and all gradients."""
+    use("numba")
+    T, B, H = kernels.LSTM_MIN_STEPS + 3, 5, 4
+    got = _lstm(torch.float64, T, B, H, inputs, masked)
+    monkeypatch.setattr(kernels, "lstm_available", lambda gates: False)
+    ref = _lstm(torch.float64, T, B, H, inputs, masked)
+    for a, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a.numpy(), r.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_compiled_lstm_float32_and_the_size_rule(use, monkeypatch):
+    use("numba")
+    T = kernels.LSTM_MIN_STEPS
+    got = _lstm(torch.float32, T, 16, 16, None, False)
+    monkeypatch.setattr(kernels, "lstm_available", lambda gates: False)
+    ref = _lstm(torch.float32, T, 16, 16, None, False)
+    for a, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(a.numpy(), r.numpy(), rtol=2e-4, atol=2e-5)
+    monkeypatch.undo()
+    use("numba")
+    H = 4
+    assert kernels.lstm_available(torch.zeros(T, 4 * H, kernels.LSTM_MAX_BATCH))
+    assert not kernels.lstm_available(torch.zeros(T, 4 * H, kernels.LSTM_MAX_BATCH + 1))  # BLAS wins there
+    assert not kernels.lstm_available(torch.zeros(T - 1, 4 * H, 2))  # short sequences: no numba load
+    assert not kernels.lstm_available(torch.zeros(T, 4 * H, 2, dtype=torch.float16))
