@@ -34,7 +34,7 @@ others in one line (models registered with ``step_graphs=True``,
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ from torch import nn
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
 
-__all__ = ["DynamicLayer", "DGNN", "GraphRecurrentLayer", "register_model", "build_model", "available_models",
+__all__ = ["DynamicLayer", "DGNN", "GraphRecurrentLayer", "StepParams", "register_model", "build_model", "available_models",
            "needs_step_graphs", "run_rnn"]
 
 
@@ -58,6 +58,33 @@ def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> 
     # the scan of nn/recurrent.py at B = 32768 and 10 % faster at B = 986 (perf/bench_pygt.py's
     # recurrent floor); the scan serves where torch has no such kernel (EvolveGCN-O, packed lanes)
     return rnn(y, state)
+
+
+class StepParams(Mapping):
+    """Per-step parameters ``{t: W_t}`` of steps start .. start + S - 1 kept as the one (S, ...) tensor a
+    scan produced (EvolveGCN-O's weight LSTM): :meth:`stack` hands a run of steps to a batched product as
+    a view, where unbinding into S tensors and stacking them again would copy and add two autograd nodes."""
+
+    def __init__(self, start: int, stacked: torch.Tensor) -> None:
+        self.start, self.stacked = start, stacked
+
+    def __getitem__(self, t: int) -> torch.Tensor:
+        if not self.start <= t < self.start + self.stacked.shape[0]:
+            raise KeyError(t)
+        return self.stacked[t - self.start]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.start + self.stacked.shape[0]))
+
+    def __len__(self) -> int:
+        return self.stacked.shape[0]
+
+    def stack(self, steps: list[int]) -> torch.Tensor:
+        """(len(steps), ...) parameters of ``steps``: a slice when they are consecutive."""
+        i = [t - self.start for t in steps]
+        if i and i == list(range(i[0], i[0] + len(i))) and i[0] >= 0 and i[-1] < len(self):
+            return self.stacked[i[0] : i[-1] + 1]
+        return torch.stack([self[t] for t in steps]) if steps else self.stacked[:0]
 
 
 class DynamicLayer(nn.Module):

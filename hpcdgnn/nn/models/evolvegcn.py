@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, StepParams, register_model
 from hpcdgnn.nn.recurrent import self_fed_lstm
 
 __all__ = ["EvolveGCNOLayer", "build_evolvegcn_o"]
@@ -59,10 +59,10 @@ class EvolveGCNOLayer(DynamicLayer):
         else:
             w, c = state
         if stop <= start:
-            return {}, (w, c)
+            return StepParams(start, w.new_empty(0, *w.shape)), (w, c)
         # the whole recurrence as one scan (nn/recurrent.py): W_t = LSTM(W_{t-1}, (W_{t-1}, C_{t-1}))
         ws, (w, c) = self_fed_lstm(self.cell, w, c, stop - start)
-        return dict(zip(range(start, stop), ws.unbind(0))), (w, c)
+        return StepParams(start, ws), (w, c)
 
     def spatial(self, ax: torch.Tensor, t: int, tparams) -> torch.Tensor:
         """GCN with the evolved weight W_t (``tparams[t]``, a list from 0 or a dict by step)."""
@@ -70,7 +70,8 @@ class EvolveGCNOLayer(DynamicLayer):
 
     def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
         """All steps' GCNs as one batched product with the stacked W_t: (S, n, F) x (S, F, F')."""
-        return torch.relu(torch.bmm(ax, torch.stack([tparams[t] for t in steps])))
+        ws = tparams.stack(steps) if isinstance(tparams, StepParams) else torch.stack([tparams[t] for t in steps])
+        return torch.relu(torch.bmm(ax, ws))
 
 
 @register_model("evolvegcn_o")
