@@ -117,6 +117,11 @@ gconvlstm --epochs 3``): EvolveGCN-O 1.85 vs 4.80 s (2.60x; 1.62x before), CD-GC
 decoder: 8.8 M training pairs at ~75 ns each in the backward, bound by the latency of random rows of
 (2^21, 16) tables, which no kernel here hides; the 5x goal is not met.
 
+With the compiled LSTM recurrence for EvolveGCN-O's weights (2026-11-24, second session; quiet machine):
+``--dataset email64 --models evolvegcn_o --repeat 2``: 0.0471 vs 0.1600 s (3.39x; 0.0550 s, 2.86x, that
+morning). Half of what is left is the decoder (forward ~14-34 ns, backward ~40-100 ns per pair on one
+core, varying run to run).
+
 Issue 14's cells (same machine, shared, ``--dataset`` email-Eu-core in 64
 equal-event slices, ``--models gconv_lstm tgcn_cell --repeat 1``): PyGT /
 hpcdgnn s/epoch = 5.36 GConvLSTM(K=2) (0.209 vs 1.119 s), 3.32 TGCN (0.141 vs

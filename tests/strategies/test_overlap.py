@@ -37,6 +37,12 @@ def test_overlap_is_exact(launcher, small_dataset, tmp_path, model):
             assert recs[0]["loss"] == recs1[0]["loss"]  # the first forward: the same float operations
         t = recs[-1]["time"]
         assert 0 <= t["comm_exposed"]["min"] <= t["comm_exposed"]["max"]
+        # the per-tag split adds up to the totals (means over ranks of sums over tags)
+        by_tag = recs[-1]["comm_by_tag"]
+        assert set(by_tag) == set(recs[-1]["bytes_by_tag"])
+        assert sum(v["seconds"] for v in by_tag.values()) == pytest.approx(t["comm"]["mean"], rel=1e-9)
+        assert sum(v["exposed"] for v in by_tag.values()) == pytest.approx(t["comm_exposed"]["mean"], rel=1e-9)
+        assert all(v["exposed"] <= v["exposed_max"] + 1e-12 for v in by_tag.values())
         assert all(e <= c + 1e-6 for e, c in zip(recs[-1]["per_rank"]["comm_exposed"], recs[-1]["per_rank"]["comm"]))
     # without overlap, every call blocks: exposed is all of it
     t = recs1[-1]["time"]
