@@ -317,9 +317,18 @@ class Communicator:
         Its traffic is counted in this communicator's :class:`CommStats` (one table per rank, whatever
         communicator a byte crossed), so the epoch record stays complete.
         """
+        return self._child(self._comm.Split(color, self.rank if key is None else key))
+
+    def node(self) -> Communicator:
+        """The ranks of this communicator on this rank's node (an MPI shared-memory split; collective), counted
+        in this communicator's :class:`CommStats` like :meth:`split`."""
+        return self._child(self._comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank))
+
+    def _child(self, raw: Any) -> Communicator:
+        """A communicator over ``raw`` (a split of this one) that counts into this one's stats; its tensor
+        collectives go over MPI (staged through the host as this one's are)."""
         sub = object.__new__(Communicator)
-        # tensor collectives of a sub-group go over MPI (staged through the host as this one's are)
-        sub._attach(self._MPI, self._comm.Split(color, self.rank if key is None else key), self.stats)
+        sub._attach(self._MPI, raw, self.stats)
         sub._cuda_aware = self._cuda_aware
         return sub
 

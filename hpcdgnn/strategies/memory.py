@@ -149,14 +149,15 @@ class MemoryStrategy(Strategy):
     def setup(self, plan: MemoryPlan, model, reader) -> dict[str, int]:
         """Read the whole stream (every rank samples neighbours anywhere in time), build the temporal CSR,
         this rank's place (a, b, c) and its group's memory; returns the events per split for the task."""
-        from hpcdgnn.data.events import read_events
+        from hpcdgnn.data.events import read_events_per_node
         from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
 
         t0 = time.perf_counter()
         job, m = self.ctx.job, self.ctx.manifest
         self.plan, self.model = plan, model
-        ev = read_events(self.ctx.data_root, m)
-        self.src, self.dst, self.t = ev.src.astype(np.int64), ev.dst.astype(np.int64), ev.t
+        # one copy of the stream per node, mapped by its ranks (the temporal CSR below is still per rank)
+        ev, self._event_windows = read_events_per_node(self.comm, self.ctx.data_root, m)
+        self.src, self.dst, self.t = ev.src.astype(np.int64, copy=False), ev.dst.astype(np.int64, copy=False), ev.t
         #: edge features on the host (mails are written there) and on the model's device (attention keys)
         self.efeat = torch.from_numpy(np.ascontiguousarray(ev.efeat)).to(self.ctx.dtype)
         self.efeat_dev = self.efeat.to(self.ctx.device)

@@ -104,3 +104,40 @@ def test_fault_on_one_rank_of_a_memory_group_ends_the_job(launcher, college, tmp
                             "strategy.minibatch=2", "debug.fail_rank=1"], timeout=120)
     assert proc.returncode not in (0, 2), proc.stderr
     assert "rank 1/2:" in proc.stderr and "fault injected on rank 1" in proc.stderr
+
+
+def test_event_stream_is_read_once_per_node(launcher, college):
+    """tests/mpi/events_node_check.py at P = 3: every rank has the stream read_events gives, one rank of the
+    node read the shards, the others map its shared copy."""
+    import json
+
+    proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "events_node_check.py"), str(college)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in out) == [0, 1, 2]
+    assert sum(r["reads"] for r in out) == 1  # one node here: one reader
+    assert all(r["shared"] and r["windows"] == 4 for r in out)
+
+
+def test_corrupt_event_shard_p3_exits_2_naming_it(launcher, college, tmp_path):
+    """The node's reading rank finds a time that decreases in a shard: every rank of the node raises its
+    error (none waits for shared arrays), one line naming the file, exit 2."""
+    import shutil
+
+    import h5py
+
+    from hpcdgnn.data.events import load_event_manifest, save_event_manifest
+    from tests.data._corrupt import reseal
+
+    data = tmp_path / "college"
+    shutil.copytree(college, data)
+    shard = sorted(p.name for p in (data / "shards").iterdir())[1]
+    with h5py.File(data / "shards" / shard, "r+") as f:
+        f["t"][5] = f["t"][4] - 1.0
+    reseal(data, shard, load_event_manifest, save_event_manifest)
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(_job(tmp_path, data)), "--output", str(tmp_path / "run"),
+                            "--set", "strategy.minibatch=3"], timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcdgnn: error:")]
+    assert len(errors) == 1 and shard in errors[0] and "decreases" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
