@@ -37,7 +37,7 @@ import pickle
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,6 +361,51 @@ class Communicator:
         buf, _ = win.Shared_query(0)
         arr = np.ndarray(tuple(shape), dtype=dtype, buffer=buf)
         return arr, win
+
+    def share_per_node(self, produce: Callable[[], dict[str, np.ndarray]], what: str
+                       ) -> tuple[dict[str, np.ndarray], list]:
+        """Arrays every rank of a node needs alike, held once per node: the node's first rank runs ``produce``
+        (name -> array), the node's ranks map them from MPI-3 shared windows (:meth:`shared_array`).
+
+        Collective over this communicator. A user error (:class:`~hpcdgnn.errors.HpcdgnnError`) raised by
+        ``produce`` is raised on every rank of the node, so none waits for arrays that will not come. Where
+        no window can be had (an administrator's cap; every rank of the node learns it alike) each rank runs
+        ``produce`` itself. Returns the arrays (views of the node's copy: read them, never write) and the
+        windows, to keep as long as the arrays.
+        """
+        from hpcdgnn.errors import HpcdgnnError
+
+        node = self.node()
+        if node.size == 1:
+            return produce(), []
+        arrays, status = None, None
+        if node.rank == 0:
+            try:
+                arrays = produce()
+                status = ("ok", [(k, a.shape, a.dtype.str) for k, a in arrays.items()])
+            except HpcdgnnError as e:
+                status = ("err", type(e), str(e))
+        status = node.bcast_obj(status, tag="setup")
+        if status[0] == "err":
+            raise status[1](status[2])
+        out: dict[str, np.ndarray] = {}
+        windows: list = []
+        try:
+            for name, shape, dt in status[1]:
+                if int(np.prod(shape)) == 0:  # a window of 0 bytes is not portable: nothing to share anyway
+                    out[name] = np.empty(shape, dtype=np.dtype(dt))
+                    continue
+                arr, win = node.shared_array(shape, np.dtype(dt), f"{what} ({name})")
+                if node.rank == 0:
+                    arr[...] = arrays[name]
+                windows.append(win)
+                out[name] = arr
+        except RuntimeError:
+            for win in windows:
+                win.Free()
+            return (arrays if arrays is not None else produce()), []
+        node.barrier(tag="setup")  # the first rank's copies are in place before anyone reads them
+        return out, windows
 
     def library_version(self) -> str:
         """The MPI library's version string, first line."""

@@ -648,52 +648,21 @@ def scan_event_shards(
 
 
 def read_events_per_node(comm: Any, root: str | Path, manifest: EventManifest | None = None) -> tuple[EventStream, list]:
-    """:func:`read_events` of the whole stream once per node: the node's first rank reads it, every rank of
-    the node maps its arrays (MPI-3 shared-memory windows, ``comm.node()``), so a node with many ranks holds
-    one copy, not one per rank (DistTGL's trainers all sample from the whole stream).
-
-    Collective over ``comm``. A :class:`DataError` of the reading rank is raised on every rank of its node
-    (the others never wait for arrays that will not come). Returns the stream (its arrays read-only views
-    of the node's copy; writing them is a bug) and the windows, to keep alive as long as the arrays.
+    """:func:`read_events` of the whole stream once per node (``comm.share_per_node``): the node's first
+    rank reads it, every rank of the node maps its arrays, so a node with many ranks holds one copy, not
+    one per rank (DistTGL's trainers all sample from the whole stream). Collective over ``comm``; a
+    :class:`DataError` of the reading rank is raised on every rank of its node. Returns the stream (ids and
+    times read-only, features read-only by contract) and the windows, to keep as long as the arrays.
     """
-    node = comm.node()
-    if node.size == 1:
-        return read_events(root, manifest), []
-    ev, status = None, None
-    if node.rank == 0:
-        try:
-            ev = read_events(root, manifest)
-            status = ("ok", ev.start, [(k, getattr(ev, k).shape, getattr(ev, k).dtype.str) for k in _STREAM_ARRAYS])
-        except DataError as e:
-            status = ("err", str(e))
-    status = node.bcast_obj(status, tag="setup")
-    if status[0] == "err":
-        raise DataError(status[1])
-    arrays, windows = {}, []
-    try:
-        for name, shape, dt in status[2]:
-            if int(np.prod(shape)) == 0:  # nothing to share (no edge features): a 0-byte window is not portable
-                arrays[name] = np.empty(shape, dtype=np.dtype(dt))
-                continue
-            arr, win = node.shared_array(shape, np.dtype(dt), f"event stream ({name})")
-            if node.rank == 0:
-                arr[...] = getattr(ev, name)
-            windows.append(win)
-            arrays[name] = arr
-    except RuntimeError:
-        # no window to be had (an administrator's cap, HPCDGNN_SHM_LIMIT_MB): shared_array decided that on
-        # every rank of the node alike, so all of them read their own copy, as without sharing
-        for win in windows:
-            win.Free()
-        return (ev if ev is not None else read_events(root, manifest)), []
-    node.barrier(tag="setup")  # the leader's copies are in place before anyone reads them
+
+    def produce() -> dict[str, np.ndarray]:
+        ev = read_events(root, manifest)
+        return {k: getattr(ev, k) for k in ("src", "dst", "t", "efeat")}
+
+    arrays, windows = comm.share_per_node(produce, "event stream")
     for name in ("src", "dst", "t"):  # a write would change every rank's stream: make it an error
         arrays[name].flags.writeable = False  # (efeat stays writeable: torch.from_numpy warns on read-only)
-    return EventStream(**arrays, start=status[1]), windows
-
-
-#: the arrays of an :class:`EventStream`, as :func:`read_events_per_node` shares them
-_STREAM_ARRAYS = ("src", "dst", "t", "efeat")
+    return EventStream(**arrays, start=0), windows
 
 
 def write_events(

@@ -57,8 +57,24 @@ class TemporalNeighbors:
         self.event = event[order]
         self.start = np.searchsorted(self.key, np.arange(self.num_vertices, dtype=np.int64) * (E + 1))
 
+    #: the arrays that are the index (what :meth:`arrays` returns and :meth:`from_arrays` takes)
+    ARRAYS = ("key", "neighbor", "event", "start")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The index as named arrays (to share them, e.g. once per node)."""
+        return {k: getattr(self, k) for k in self.ARRAYS}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], num_events: int, num_vertices: int) -> TemporalNeighbors:
+        """The index over arrays :meth:`arrays` gave (possibly another process's, mapped)."""
+        out = cls.__new__(cls)
+        out.num_events, out.num_vertices = int(num_events), int(num_vertices)
+        for k in cls.ARRAYS:
+            setattr(out, k, arrays[k])
+        return out
+
     def nbytes(self) -> int:
-        return int(self.key.nbytes + self.neighbor.nbytes + self.event.nbytes + self.start.nbytes)
+        return int(sum(a.nbytes for a in self.arrays().values()))
 
     def recent(self, nodes: np.ndarray, cut: np.ndarray, k: int) -> NeighborBlock:
         """The ``k`` most recent events of each ``nodes[q]`` among events ``0 .. cut[q] - 1``.

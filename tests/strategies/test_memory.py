@@ -108,7 +108,8 @@ def test_fault_on_one_rank_of_a_memory_group_ends_the_job(launcher, college, tmp
 
 def test_event_stream_is_read_once_per_node(launcher, college):
     """tests/mpi/events_node_check.py at P = 3: every rank has the stream read_events gives, one rank of the
-    node read the shards, the others map its shared copy."""
+    node read the shards, the others map its shared copy; the temporal CSR shared alike answers queries
+    as a private one."""
     import json
 
     proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "events_node_check.py"), str(college)], timeout=120)
@@ -116,7 +117,7 @@ def test_event_stream_is_read_once_per_node(launcher, college):
     out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert sorted(r["rank"] for r in out) == [0, 1, 2]
     assert sum(r["reads"] for r in out) == 1  # one node here: one reader
-    assert all(r["shared"] and r["windows"] == 4 for r in out)
+    assert all(r["shared"] and r["windows"] == 4 and r["csr_windows"] == 4 for r in out)
 
 
 def test_corrupt_event_shard_p3_exits_2_naming_it(launcher, college, tmp_path):
