@@ -139,6 +139,10 @@ class GradientBuckets:
         self.expected = self.count
         self._reset()
 
+    def serves(self, params: list[torch.nn.Parameter]) -> bool:
+        """Whether these are the parameters the buckets were built for (the same objects, in order)."""
+        return len(params) == len(self.params) and all(p is q for p, q in zip(params, self.params))
+
     def close(self) -> None:
         """Remove the hooks (the parameters outlive this object in tests)."""
         for h in self._hooks:

@@ -390,20 +390,23 @@ class Communicator:
             raise status[1](status[2])
         out: dict[str, np.ndarray] = {}
         windows: list = []
-        try:
-            for name, shape, dt in status[1]:
-                if int(np.prod(shape)) == 0:  # a window of 0 bytes is not portable: nothing to share anyway
-                    out[name] = np.empty(shape, dtype=np.dtype(dt))
-                    continue
+        for name, shape, dt in status[1]:
+            if int(np.prod(shape)) == 0:  # a window of 0 bytes is not portable: nothing to share anyway
+                out[name] = np.empty(shape, dtype=np.dtype(dt))
+                continue
+            try:
                 arr, win = node.shared_array(shape, np.dtype(dt), f"{what} ({name})")
-                if node.rank == 0:
-                    arr[...] = arrays[name]
-                windows.append(win)
-                out[name] = arr
-        except RuntimeError:
-            for win in windows:
-                win.Free()
-            return (arrays if arrays is not None else produce()), []
+            except RuntimeError:
+                arr = win = None
+            # the ranks agree before anyone frees or falls back (a failure may be one rank's alone)
+            if node.allreduce_array([float(win is None)], "max", tag="setup")[0] > 0:
+                for w in windows + ([win] if win is not None else []):
+                    w.Free()
+                return (arrays if arrays is not None else produce()), []
+            if node.rank == 0:
+                arr[...] = arrays[name]
+            windows.append(win)
+            out[name] = arr
         node.barrier(tag="setup")  # the first rank's copies are in place before anyone reads them
         return out, windows
 

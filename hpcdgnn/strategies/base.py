@@ -166,6 +166,9 @@ class Strategy:
         ``comm.grad_buckets`` > 1 (MPI, host parameters) buckets started during the backward pass
         (:class:`~hpcdgnn.comm.buckets.GradientBuckets`; it installs its hooks at the first call)."""
         buckets = getattr(self, "_grad_buckets", None)
+        if buckets is not None and not buckets.serves(params):  # another model (a pre-training copy) before
+            buckets.close()
+            buckets = self._grad_buckets = None
         if buckets is None and self._bucketed(params):
             buckets = self._grad_buckets = GradientBuckets(self.comm, params, self.ctx.job.comm.grad_buckets)
         if buckets is not None:

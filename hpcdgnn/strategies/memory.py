@@ -156,15 +156,18 @@ class MemoryStrategy(Strategy):
         job, m = self.ctx.job, self.ctx.manifest
         self.plan, self.model = plan, model
         # one copy of the stream and of its temporal CSR per node, mapped by the node's ranks
-        ev, self._event_windows = read_events_per_node(self.comm, self.ctx.data_root, m)
+        ev, stream_windows = read_events_per_node(self.comm, self.ctx.data_root, m)
         self.src, self.dst, self.t = ev.src.astype(np.int64, copy=False), ev.dst.astype(np.int64, copy=False), ev.t
         #: edge features on the host (mails are written there) and on the model's device (attention keys)
         self.efeat = torch.from_numpy(np.ascontiguousarray(ev.efeat)).to(self.ctx.dtype)
         self.efeat_dev = self.efeat.to(self.ctx.device)
         csr, windows = self.comm.share_per_node(
             lambda: TemporalNeighbors(self.src, self.dst, m.num_vertices).arrays(), "temporal neighbour index")
-        self._event_windows += windows
+        self._event_windows = stream_windows + windows
         self.neighbors = TemporalNeighbors.from_arrays(csr, self.src.shape[0], m.num_vertices)
+        # who reports the shared arrays' bytes: asked here, on every rank (the query is a collective)
+        first_on_node = self.comm.local_rank_size()[0] == 0
+        self._host_counted = (first_on_node or not stream_windows, first_on_node or not windows)
         self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
         self.dst_range = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
         i, j = plan.minibatch, plan.epoch
@@ -194,9 +197,8 @@ class MemoryStrategy(Strategy):
     def host_bytes(self) -> int:
         """The stream's ids and times and the temporal CSR: counted on one rank per node when the node
         shares them (:meth:`Communicator.share_per_node`), so per-rank figures add up to the machine's."""
-        if self._event_windows and self.comm.local_rank_size()[0] != 0:
-            return 0
-        return int(self.src.nbytes + self.dst.nbytes + self.t.nbytes + self.neighbors.nbytes())
+        stream, csr = self._host_counted
+        return int((self.src.nbytes + self.dst.nbytes + self.t.nbytes) * stream + self.neighbors.nbytes() * csr)
 
     # -- the static part of a mini-batch ----------------------------------------------------------
     def _work(self, split: str, q: int, epoch: int, negset: int, part: int, parts: int, negatives: int) -> _Work:

@@ -142,3 +142,14 @@ def test_corrupt_event_shard_p3_exits_2_naming_it(launcher, college, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcdgnn: error:")]
     assert len(errors) == 1 and shard in errors[0] and "decreases" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_grad_buckets_after_static_pretraining(launcher, college, tmp_path):
+    """comm.grad_buckets with the static-memory pre-training, which synchronises the gradients of copies of
+    the model before training the model itself: the buckets follow the parameters they are given (else the
+    model's gradients would never be reduced and the replicas would drift): P = 2 equals the flat all-reduce."""
+    job = _job(tmp_path, college)
+    over = ("model.static_memory=on", "model.static_pretrain_epochs=1", "strategy.minibatch=2")
+    flat, _ = _losses(launcher, 2, job, tmp_path / "flat", *over)
+    got, _ = _losses(launcher, 2, job, tmp_path / "b", *over, "comm.grad_buckets=3")
+    np.testing.assert_array_equal(got, flat)
