@@ -239,7 +239,7 @@ class Communicator:
         self.size: int = self._comm.Get_size()
         self.stats = stats
         self._row_types: dict[tuple[Any, int], Any] = {}
-        self._local: tuple[int, int] | None = None
+        self._node: Communicator | None = None  # this rank's node, split once (:meth:`node`)
         self._buffers: dict[str, torch.Tensor] = {}
         self._box_types: dict[tuple, Any] = {}
         #: ``mpi``, ``gloo`` or ``nccl``: who carries the training step's tensor collectives
@@ -305,11 +305,8 @@ class Communicator:
     # -- environment -------------------------------------------------------------------------
     def local_rank_size(self) -> tuple[int, int]:
         """(rank on this node, ranks on this node), from an MPI shared-memory split."""
-        if self._local is None:
-            node = self._comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank)
-            self._local = (node.Get_rank(), node.Get_size())
-            node.Free()
-        return self._local
+        node = self.node()
+        return node.rank, node.size
 
     def split(self, color: int, key: int | None = None) -> Communicator:
         """The ranks of the same ``color`` as a communicator of their own (collective over this one).
@@ -320,9 +317,11 @@ class Communicator:
         return self._child(self._comm.Split(color, self.rank if key is None else key))
 
     def node(self) -> Communicator:
-        """The ranks of this communicator on this rank's node (an MPI shared-memory split; collective), counted
-        in this communicator's :class:`CommStats` like :meth:`split`."""
-        return self._child(self._comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank))
+        """The ranks of this communicator on this rank's node (an MPI shared-memory split, collective on the
+        first call only, then kept), counted in this communicator's :class:`CommStats` like :meth:`split`."""
+        if self._node is None:
+            self._node = self._child(self._comm.Split_type(self._MPI.COMM_TYPE_SHARED, key=self.rank))
+        return self._node
 
     def _child(self, raw: Any) -> Communicator:
         """A communicator over ``raw`` (a split of this one) that counts into this one's stats; its tensor

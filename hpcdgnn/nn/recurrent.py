@@ -74,12 +74,19 @@ class _LSTMLayer(torch.autograd.Function):
         else:
             gates = _project_into(x, w_ih, b)  # pre-activations, activated in place step by step
         T = gates.shape[0]
-        if kernels.lstm_available(gates):  # small B, long T: one compiled pass instead of ~7 kernels a step
-            hs, cs, hin, cin, tc = kernels.lstm_forward(gates, w_hh, h0, c0, mask)
-            ctx.compiled = True
-            ctx.save_for_backward(x, w_ih, gates, hin, cin, tc, w_hh, mask)
-            return hs[1:], hs[T].clone(), cs[T].clone()
-        ctx.compiled = False
+        # small B, long T: one compiled pass instead of ~7 kernels a step
+        ctx.compiled = kernels.lstm_available(gates)
+        steps_of = kernels.lstm_forward if ctx.compiled else _LSTMLayer._steps
+        hs, cs, hin, cin, tc = steps_of(gates, w_hh, h0, c0, mask)
+        ctx.save_for_backward(x, w_ih, gates, hin, cin, tc, w_hh, mask)
+        return hs[1:], hs[T].clone(), cs[T].clone()
+
+    @staticmethod
+    def _steps(gates, w_hh, h0, c0, mask):
+        """The recurrence step by step in torch (what :func:`~hpcdgnn.nn.kernels.lstm_forward` computes in one
+        pass): activates ``gates`` in place; returns hs, cs (T+1, H, B), hin, cin, tc (T, H, B)."""
+        T, G, B = gates.shape
+        H = G // 4
         # output t at hs[t+1], cs[t+1]; the state entering step t at hs[t], cs[t] -- or, with a reset
         # mask (T, 1, B), that state times the mask at hin[t], cin[t]
         hs, cs = gates.new_empty(T + 1, H, B), gates.new_empty(T + 1, H, B)
@@ -97,8 +104,7 @@ class _LSTMLayer(torch.autograd.Function):
             g[3 * H :].sigmoid_()
             c = torch.addcmul(g[H : 2 * H] * cin[t], g[:H], g[2 * H : 3 * H], out=cs[t + 1])
             torch.mul(g[3 * H :], torch.tanh(c, out=tc[t]), out=hs[t + 1])
-        ctx.save_for_backward(x, w_ih, gates, hin[:T], cin[:T], tc, w_hh, mask)
-        return hs[1:], hs[T].clone(), cs[T].clone()
+        return hs, cs, hin[:T], cin[:T], tc
 
     @staticmethod
     def backward(ctx, dy, dhT, dcT):  # noqa: D102
