@@ -247,8 +247,11 @@ class SnapshotOptions(StrategyConfig):
     so each phase between two exchanges is balanced (measured faster than blocks); or contiguous
     blocks as in IBM §4.2. ``auto``: blocks when every time-mixing layer is banded and ``time_halo``
     can replace its redistributions (TM-GCN without checkpoint blocks), else cyclic."""
-    balance: Literal["count", "work"] = "work"
-    """With ``layout: block``: blocks of equal count (IBM's T/P) or of equal estimated work."""
+    balance: Literal["count", "work", "measured"] = "work"
+    """With ``layout: block``: blocks of equal count (IBM's T/P), of equal estimated work, or ``measured``:
+    equal estimated work, then re-cut once after the last warm-up epoch (``train.warmup_epochs``, at least
+    the first) with the evaluation snapshots' cost fitted to the ranks' measured compute times (the new
+    plan in ``plan.json``, the first kept as ``plan.before-epoch-E.json``; results as exact as any plan)."""
     blocks: int = 1
     """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
     each block's forward during the backward pass; 1 = no checkpointing."""
@@ -279,8 +282,9 @@ class PSSOptions(StrategyConfig):
     """``strategy: {name: pss}``: contiguous snapshots per rank, the RNN state pipelined rank to rank (DGC §2.1)."""
 
     name: str = "pss"
-    balance: Literal["count", "work"] = "work"
-    """Contiguous blocks of equal count or of equal estimated work."""
+    balance: Literal["count", "work", "measured"] = "work"
+    """Contiguous blocks of equal count, of equal estimated work, or re-cut once after the warm-up epochs
+    from measured compute times (``measured``, as for ``snapshot``)."""
     transfer: Literal["base", "graph_difference"] = "graph_difference"
     """Host-to-device snapshot transfer (SPEC S3), as for ``snapshot``."""
 
@@ -526,6 +530,9 @@ class DebugConfig:
     """Rank that raises an exception mid-epoch (after the forward pass, before backward); -1 = none."""
     fail_epoch: int = 1
     """Epoch in which ``fail_rank`` raises."""
+    measured_compute: tuple[float, ...] = ()
+    """Per-rank compute seconds that ``strategy.balance: measured`` takes instead of the measured ones
+    (one per rank), so a test can force a re-cut; empty = measure."""
 
     def __post_init__(self) -> None:
         if self.fail_rank < -1:

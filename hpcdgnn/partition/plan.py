@@ -131,6 +131,9 @@ class PartitionPlan:
     plan); None = unknown, treated as T - 1. Causal models need no gradient past it."""
     chunks: ChunkAssignment | None = None
     """Chunk plans (D1): the chunks and their ranks."""
+    eval_scale: float = 1.0
+    """Work-balanced blocks: the factor on the estimated work of the snapshots past the training horizon
+    (1 = the static model; ``strategy.balance: measured`` fits it to measured compute times)."""
 
     @property
     def blocks(self) -> list[int]:

@@ -9,6 +9,8 @@ its RNN state travels from rank p to p+1 along time. With ``strategy.blocks: nb`
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from hpcdgnn.config.schema import JobConfig
@@ -17,7 +19,10 @@ from hpcdgnn.errors import PlanError
 from hpcdgnn.partition.plan import PartitionPlan, build_snapshot_plan
 from hpcdgnn.tasks import task_class
 
-__all__ = ["plan_snapshots", "snapshot_work", "train_horizon"]
+__all__ = ["fit_eval_scale", "plan_snapshots", "rebalanced_plan", "snapshot_work", "train_horizon"]
+
+#: the measured correction of the evaluation snapshots' cost stays within this factor of the static model's
+EVAL_SCALE_LIMIT = 8.0
 
 
 def train_horizon(manifest: Manifest, job: JobConfig) -> int:
@@ -25,24 +30,28 @@ def train_horizon(manifest: Manifest, job: JobConfig) -> int:
     return int(task_class(job.task.name).train_horizon(job.task, manifest))
 
 
-def snapshot_work(manifest: Manifest, job: JobConfig, horizon: int) -> np.ndarray:
+def snapshot_work(manifest: Manifest, job: JobConfig, horizon: int, eval_scale: float = 1.0) -> np.ndarray:
     """Estimated work of each snapshot, in memory-bound element operations.
 
     The dense transforms are cheap BLAS calls next to them: per layer the sparse
     aggregation ``(nnz_t + N) * F'`` and about four elementwise passes over the
     (N, F') activations, three times that (forward and backward) up to the training
-    horizon, plus the task's cost of scoring t (:meth:`Task.snapshot_work`).
+    horizon, plus the task's cost of scoring t (:meth:`Task.snapshot_work`). The
+    snapshots past the horizon (evaluation only) count ``eval_scale`` times their
+    estimate: 1 for the static model, fitted to measured times by :func:`fit_eval_scale`.
     """
     H, L = job.model.hidden, job.model.layers
     task = task_class(job.task.name)
     nnz = np.asarray(manifest.snapshot_nnz, dtype=np.float64)
     # forward + backward up to the training horizon, forward only after it
     passes = np.where(np.arange(manifest.num_snapshots) <= horizon, 3.0, 1.0)
-    work = L * (nnz + 5 * manifest.num_vertices) * H * passes
-    return work + task.snapshot_work(job.task, manifest)
+    work = L * (nnz + 5 * manifest.num_vertices) * H * passes + task.snapshot_work(job.task, manifest)
+    work[horizon + 1 :] *= eval_scale
+    return work
 
 
-def plan_snapshots(manifest: Manifest, num_ranks: int, job: JobConfig, layout: str | None = None) -> PartitionPlan:
+def plan_snapshots(manifest: Manifest, num_ranks: int, job: JobConfig, layout: str | None = None,
+                   eval_scale: float = 1.0) -> PartitionPlan:
     """The plan of ``strategy: snapshot`` (or, with ``layout="block"`` and ``kind``, of ``pss``).
 
     Args:
@@ -50,6 +59,7 @@ def plan_snapshots(manifest: Manifest, num_ranks: int, job: JobConfig, layout: s
         num_ranks: P.
         job: the job (``strategy.layout``, ``balance``, ``blocks`` where the strategy has them).
         layout: overrides ``strategy.layout`` (PSS: always ``block``).
+        eval_scale: the evaluation snapshots' work factor (:func:`snapshot_work`), recorded in the plan.
     """
     opts = job.strategy
     layout = layout or opts.layout
@@ -63,4 +73,57 @@ def plan_snapshots(manifest: Manifest, num_ranks: int, job: JobConfig, layout: s
         return build_snapshot_plan(manifest, num_ranks, layout="cyclic", horizon=horizon)
     if opts.balance == "count":
         return build_snapshot_plan(manifest, num_ranks, horizon=horizon)
-    return build_snapshot_plan(manifest, num_ranks, snapshot_work(manifest, job, horizon), horizon=horizon)
+    work = snapshot_work(manifest, job, horizon, eval_scale)
+    return dataclasses.replace(build_snapshot_plan(manifest, num_ranks, work, horizon=horizon), eval_scale=eval_scale)
+
+
+def fit_eval_scale(train_work: np.ndarray, eval_work: np.ndarray, compute: np.ndarray) -> float | None:
+    """The cost of a unit of evaluation work relative to a unit of training work, from measured times.
+
+    Least squares of ``compute[r] ~ a * train_work[r] + b * eval_work[r]`` over the ranks (the work each
+    rank's snapshots have under the current model, before and after the training horizon); returns
+    ``b / a``, or None when the ranks' mixes cannot tell the two apart (every rank the same mix, no
+    evaluation work anywhere) or the fit is not positive. The caller clamps it (:data:`EVAL_SCALE_LIMIT`).
+    """
+    A = np.stack([np.asarray(train_work, np.float64), np.asarray(eval_work, np.float64)], axis=1)
+    c = np.asarray(compute, dtype=np.float64)
+    scale = np.abs(A).max(axis=0)
+    if A.shape[0] < 2 or np.any(scale <= 0) or not np.all(np.isfinite(c)):
+        return None
+    An = A / scale  # columns of equal size: the rank test below is scale-free
+    s = np.linalg.svd(An, compute_uv=False)
+    if s[-1] <= 1e-3 * s[0]:  # (near) proportional columns: one mix on every rank
+        return None
+    (a, b), *_ = np.linalg.lstsq(An, c, rcond=None)
+    a, b = a / scale[0], b / scale[1]
+    if a <= 0 or b <= 0:
+        return None
+    return float(b / a)
+
+
+def rebalanced_plan(plan: PartitionPlan, manifest: Manifest, job: JobConfig, compute: list[float],
+                    layout: str) -> PartitionPlan | None:
+    """``strategy.balance: measured``: the block plan re-cut with the evaluation work's cost fitted to the
+    ranks' measured compute seconds of an epoch (:func:`fit_eval_scale`), or None when nothing changes
+    (another layout, blocks, no fit, the same cut).
+
+    Why this term: the static model counts a snapshot past the training horizon as one forward pass
+    against three, and the task's scoring likewise; measured, forward-only work costs relatively more
+    (fewer, larger temporaries per pass; per-pair host work), so the rank holding the evaluation snapshots
+    waited on (issue 13 item 3). One factor, fitted where ranks hold different mixes, corrects that
+    whatever the model, task and machine.
+    """
+    if layout != "block" or plan.block_bounds is not None or plan.snapshot_bounds is None:
+        return None
+    horizon = plan.horizon
+    work = snapshot_work(manifest, job, horizon, plan.eval_scale)
+    owner = np.asarray(plan.snapshot_owner)
+    late = np.arange(manifest.num_snapshots) > horizon
+    train = np.array([work[(owner == r) & ~late].sum() for r in range(plan.num_ranks)])
+    evalw = np.array([work[(owner == r) & late].sum() for r in range(plan.num_ranks)])
+    rho = fit_eval_scale(train, evalw, np.asarray(compute))
+    if rho is None:
+        return None
+    scale = float(np.clip(plan.eval_scale * rho, 1 / EVAL_SCALE_LIMIT, EVAL_SCALE_LIMIT))
+    new = dataclasses.replace(plan_snapshots(manifest, plan.num_ranks, job, layout, scale), kind=plan.kind)
+    return None if new.snapshot_owner == plan.snapshot_owner else new

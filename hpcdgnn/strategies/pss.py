@@ -106,6 +106,11 @@ class PSSStrategy(SnapshotStrategy):
         blocks: the pipeline passes states across ranks, not across blocks."""
         return dataclasses.replace(plan_snapshots(manifest, num_ranks, job, layout="block"), kind="pss")
 
+    @classmethod
+    def plan_layout(cls, job) -> str:
+        """Always contiguous blocks: the RNN state travels from rank p to p + 1."""
+        return "block"
+
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
         """As the snapshot strategy (read, transfer, normalise, precompute), plus the pipeline."""
         self._pipe = _Pipe(self.comm)

@@ -60,7 +60,7 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph, horizon_temporal, joined
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.partition.plan import PartitionPlan
-from hpcdgnn.partition.timeline import plan_snapshots
+from hpcdgnn.partition.timeline import plan_snapshots, rebalanced_plan
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.tasks.base import Embeddings
@@ -85,7 +85,20 @@ class SnapshotStrategy(Strategy):
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """Cyclic snapshots or contiguous blocks (by count or work), equal vertex ranges, S2 blocks
         (:func:`hpcdgnn.partition.timeline.plan_snapshots`); ``layout: auto`` as :meth:`resolved_layout`."""
-        return plan_snapshots(manifest, num_ranks, job, cls.resolved_layout(job))
+        return plan_snapshots(manifest, num_ranks, job, cls.plan_layout(job))
+
+    def rebalanced_plan(self, plan: PartitionPlan, compute: list[float]) -> PartitionPlan | None:
+        """``balance: measured``: the blocks re-cut with the evaluation work's cost fitted to ``compute``
+        (:func:`hpcdgnn.partition.timeline.rebalanced_plan`); None for other balances and layouts."""
+        job = self.ctx.job
+        if getattr(job.strategy, "balance", None) != "measured":
+            return None
+        return rebalanced_plan(plan, self.ctx.manifest, job, compute, self.plan_layout(job))
+
+    @classmethod
+    def plan_layout(cls, job) -> str:
+        """The layout this strategy's plans have (:meth:`resolved_layout`; PSS: always blocks)."""
+        return cls.resolved_layout(job)
 
     @staticmethod
     def resolved_layout(job) -> str:

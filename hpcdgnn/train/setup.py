@@ -49,7 +49,8 @@ from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
-__all__ = ["Run", "build_run", "check_model_strategy", "check_resume_job", "truncate_metrics"]
+__all__ = ["Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job", "replan",
+           "truncate_metrics"]
 
 
 @dataclass
@@ -232,6 +233,10 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         manifest = load_dataset_manifest(job, job_path or resume)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+        if ckpt is not None and calibration_epoch(job):  # a measured re-cut is kept: the checkpoint's plan
+            saved = load_state(ckpt, 0, comm.size)[0].get("plan")
+            if saved is not None and saved.num_ranks == comm.size:
+                plan = saved
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
             run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
             _save_run_files(run_dir, job, plan, 0)
@@ -326,6 +331,80 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
     return model, task, params, torch.optim.Adam(params, lr=job.train.lr)
 
 
+def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task) -> Strategy:
+    """The strategy of ``plan``: this rank's data read (strategy and task), the task attached."""
+    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device))
+
+    def setup() -> None:
+        with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
+            task.setup(reader, strategy.setup(plan, model, reader), comm)
+        strategy.attach_task(task)
+
+    agree(comm, setup)
+    return strategy
+
+
+def calibration_epoch(job: JobConfig) -> int:
+    """The epoch after which ``strategy.balance: measured`` re-cuts the plan: the last warm-up epoch (the
+    first when there is none); 0 for other balances."""
+    if getattr(job.strategy, "balance", None) != "measured":
+        return 0
+    return max(1, job.train.warmup_epochs)
+
+
+def replan(run: Run, compute: list[float], epoch: int, comm: Communicator, log) -> bool:
+    """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
+    strategy for a plan re-cut from the ranks' measured compute seconds (``debug.measured_compute`` instead,
+    in tests); if it differs, every rank drops its strategy and builds one on the new plan — reading its
+    new snapshots — with the same model, optimizer and task parameters, so training goes on as if it had
+    started with that plan (exact, like any plan). Rank 0 writes the new ``plan.json`` (the old one kept as
+    ``plan.before-epoch-E.json``). Returns whether the plan changed.
+    """
+    forced = run.job.debug.measured_compute
+    if forced:
+        if len(forced) != comm.size:
+            raise collective_error(ConfigError(
+                f"{run.job_path}: debug.measured_compute: {len(forced)} values for {comm.size} ranks"))
+        compute = list(forced)
+    new = root_then_bcast(comm, lambda: run.strategy.rebalanced_plan(run.plan, compute))
+    if new is None:
+        log.info(f"balance: measured — compute per rank {_seconds(compute)} s; the plan stays")
+        return False
+    t0 = time.perf_counter()
+    run.strategy.close()
+    run.strategy = None  # type: ignore[assignment]  # its arrays go before the new strategy reads its own
+    task = _fresh_task(run)
+    run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, new, run.model, task)
+    old, run.plan, run.task = run.plan, new, task
+    run.setup_seconds += time.perf_counter() - t0  # summary.json's setup time includes the second setup
+    if comm.rank == 0:
+        _save_run_files(run.run_dir, run.job, new, epoch)
+    log.info(f"balance: measured — compute per rank {_seconds(compute)} s; evaluation work x{new.eval_scale:.3g} "
+             f"of the static estimate; snapshot blocks {old.snapshot_bounds} -> {new.snapshot_bounds} from epoch "
+             f"{epoch + 1} (plan.before-epoch-{epoch}.json kept)")
+    return True
+
+
+def _dtype(job: JobConfig) -> torch.dtype:
+    return torch.float64 if job.train.dtype == "float64" else torch.float32
+
+
+def _seconds(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.3f}" for v in values) + "]"
+
+
+def _fresh_task(run: Run):
+    """A task like ``run.task`` with none of its per-rank data and the very same parameters: Adam holds those
+    objects and their trained values. Built under a forked RNG, so the run's random streams do not move."""
+    from hpcdgnn.tasks import build_task
+
+    with torch.random.fork_rng(devices=[]):
+        fresh = build_task(run.job.task, run.manifest, run.model.out_features, run.job.train.seed)
+    old = run.task
+    fresh._parameters, fresh._buffers, fresh._modules = old._parameters, old._buffers, old._modules
+    return fresh
+
+
 def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
               resume: str | None = None) -> Run:
     """Prepare a job (or a resumed one) up to its first epoch; see the module docstring."""
@@ -336,7 +415,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         reuse_host_memory()
     threads = threads_per_rank(comm, job.train.threads)
     torch.set_num_threads(threads)
-    dtype = torch.float64 if job.train.dtype == "float64" else torch.float32
+    dtype = _dtype(job)
     device = agree(comm, lambda: _device(job, job_path, comm))
     comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
@@ -347,15 +426,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         start = int(state["epoch"])
     checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
 
-    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device))
     t_setup = time.perf_counter()
-
-    def setup() -> None:
-        with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
-            task.setup(reader, strategy.setup(plan, model, reader), comm)
-        strategy.attach_task(task)
-
-    agree(comm, setup)
+    strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task)
     setup_seconds = time.perf_counter() - t_setup
     if mine is not None:
         agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))

@@ -9,6 +9,7 @@ It reads like the figure of the method::
                   gradient synchronisation (strategy.sync_gradients) -> Adam
         evaluation pass when the strategy has one (strategy.evaluate)
         record: one all-reduce of metric sums, one all-gather of the time split (metrics/epoch.py)
+        after the warm-up epochs, with strategy.balance: measured, a plan re-cut from the measured split (replan)
         checkpoint at checkpoint.every epochs / every_minutes, at the end, and on pre-emption
         (a stall watchdog thread ends the job if a rank stops progressing: hpcdgnn/comm/watchdog.py)
     summary.json (metrics/summary.py)
@@ -40,7 +41,7 @@ from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager
-from hpcdgnn.train.setup import Run, build_run, truncate_metrics
+from hpcdgnn.train.setup import Run, build_run, calibration_epoch, replan, truncate_metrics
 
 __all__ = ["run_training", "TrainResult", "train_epoch"]
 
@@ -212,6 +213,11 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
+        if epoch == calibration_epoch(job) and epoch < job.train.epochs and comm.size > 1 and replan(
+                run, record["per_rank"]["compute"], epoch, comm, log):
+            # before the checkpoint of this epoch, which must hold the new plan; the task object is new
+            task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
+            recorder.strategy, recorder.task = run.strategy, run.task
         if policy.wanted(epoch, epoch == job.train.epochs, preempted, time_due):
             t0 = time.perf_counter()
             path = _checkpoint(run, checkpoints, epoch)

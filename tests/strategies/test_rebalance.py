@@ -1,0 +1,109 @@
+"""``strategy.balance: measured``: the block plan re-cut once from measured per-rank compute (issue 13 item 3).
+
+The fit (:func:`fit_eval_scale`) on known numbers; the re-cut plan on a real dataset; and under
+``mpirun -np 2`` / ``-np 3`` a run whose re-cut is forced (``debug.measured_compute``) reproduces the
+single-process losses, keeps the first plan beside the new one, and resumes bit for bit on the new plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hpcdgnn.config import load_job
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.partition.timeline import EVAL_SCALE_LIMIT, fit_eval_scale, plan_snapshots, rebalanced_plan
+from tests.conftest import read_metrics, write_job
+from tests.train.test_exactness import _losses
+
+
+def test_fit_recovers_the_eval_cost_ratio():
+    train, evalw = np.array([10.0, 4.0, 0.0]), np.array([0.0, 3.0, 9.0])
+    compute = 2.0 * train + 1.3 * evalw
+    assert fit_eval_scale(train, evalw, compute) == pytest.approx(1.3 / 2.0)
+    # P = 2, one rank training only: exactly determined
+    assert fit_eval_scale(train[:2], evalw[:2], compute[:2]) == pytest.approx(0.65)
+
+
+@pytest.mark.parametrize(("train", "evalw", "compute"), [
+    ([10.0, 5.0], [2.0, 1.0], [1.0, 2.0]),   # the same mix on every rank: a and b cannot be told apart
+    ([10.0, 5.0], [0.0, 0.0], [1.0, 2.0]),   # no evaluation work anywhere
+    ([10.0], [3.0], [1.0]),                  # one rank
+    ([10.0, 0.0], [0.0, 5.0], [1.0, -1.0]),  # a non-positive fit (a clock gone wrong)
+    ([10.0, 0.0], [0.0, 5.0], [1.0, float("nan")]),
+])
+def test_fit_refuses_what_it_cannot_tell(train, evalw, compute):
+    assert fit_eval_scale(np.array(train), np.array(evalw), np.array(compute)) is None
+
+
+def _job(tmp_path, dataset, **strategy):
+    return load_job(write_job(tmp_path / "job.yaml", dataset, model={"name": "tmgcn"},
+                              strategy={"name": "snapshot", "layout": "block", "balance": "measured", **strategy}))
+
+
+def test_rebalanced_plan_moves_the_cut_towards_the_measured_load(tmp_path, small_dataset):
+    job = _job(tmp_path, small_dataset)
+    manifest = load_manifest(small_dataset)
+    plan = plan_snapshots(manifest, 2, job)
+    assert plan.eval_scale == 1.0 and plan.snapshot_bounds is not None
+    assert plan.snapshot_bounds[1] <= plan.horizon, "rank 1 must hold evaluation and training work here"
+    # what the static model predicts: nothing to change
+    from hpcdgnn.partition.timeline import snapshot_work
+    work, owner = snapshot_work(manifest, job, plan.horizon), np.asarray(plan.snapshot_owner)
+    assert rebalanced_plan(plan, manifest, job, [work[owner == r].sum() for r in range(2)], "block") is None
+    # rank 1 (the evaluation snapshots) measured far slower: it gives snapshots to rank 0
+    new = rebalanced_plan(plan, manifest, job, [1.0, 6.0], "block")
+    assert new is not None and new.snapshot_bounds[1] > plan.snapshot_bounds[1]
+    assert 1.0 < new.eval_scale <= EVAL_SCALE_LIMIT and new.kind == plan.kind
+    # rank 1 measured faster: the other way
+    back = rebalanced_plan(new, manifest, job, [6.0, 1.0], "block")
+    assert back is not None and back.eval_scale < new.eval_scale and back.snapshot_bounds[1] < new.snapshot_bounds[1]
+    # cyclic layouts and checkpoint blocks have no cut to move
+    assert rebalanced_plan(plan, manifest, job, [1.0, 6.0], "cyclic") is None
+
+
+@pytest.mark.parametrize(("P", "strategy", "model", "forced"), [
+    (2, "snapshot", "tmgcn", "[1.0,6.0]"),
+    (3, "snapshot", "tmgcn", "[1.0,1.0,6.0]"),
+    (2, "pss", "cdgcn", "[1.0,6.0]"),
+])
+def test_forced_recut_is_exact_and_kept(launcher, small_dataset, tmp_path, P, strategy, model, forced):
+    extra = {"layout": "block"} if strategy == "snapshot" else {}
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                    strategy={"name": strategy, "balance": "measured", **extra},
+                    train={"epochs": 4, "warmup_epochs": 1})
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
+    got, _ = _losses(launcher, P, job, tmp_path / "p", f"debug.measured_compute={forced}")
+    np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{strategy} {model} P={P}")
+    first = json.loads((tmp_path / "p" / "plan.before-epoch-1.json").read_text())
+    now = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert now["snapshot_bounds"] != first["snapshot_bounds"] and now["eval_scale"] > first["eval_scale"] == 1.0
+    assert now["kind"] == first["kind"] == ("pss" if strategy == "pss" else "snapshot")
+
+
+def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
+    """A run stopped after the re-cut resumes on the checkpoint's plan, not on a fresh static one."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                    strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
+                    train={"epochs": 4, "warmup_epochs": 1}, checkpoint={"every": 1})
+    force = "debug.measured_compute=[1.0,6.0]"
+    full, _ = _losses(launcher, 2, job, tmp_path / "full", force)
+    _losses(launcher, 2, job, tmp_path / "part", force, "train.epochs=2")
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set", "train.epochs=4"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    resumed = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "part")])
+    np.testing.assert_array_equal(resumed, full)
+    assert (json.loads((tmp_path / "part" / "plan.json").read_text())["snapshot_bounds"]
+            == json.loads((tmp_path / "full" / "plan.json").read_text())["snapshot_bounds"])
+
+
+def test_wrong_number_of_forced_values_is_one_line(launcher, small_dataset, tmp_path):
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                    strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
+                    train={"epochs": 3, "warmup_epochs": 1})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r"),
+                            "--set", "debug.measured_compute=[1.0]"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "debug.measured_compute: 1 values for 2 ranks" in proc.stderr and "Traceback" not in proc.stderr
