@@ -250,7 +250,8 @@ class SnapshotOptions(StrategyConfig):
     balance: Literal["count", "work", "measured"] = "work"
     """With ``layout: block``: blocks of equal count (IBM's T/P), of equal estimated work, or ``measured``:
     equal estimated work, then re-cut once after the last warm-up epoch (``train.warmup_epochs``, at least
-    the first) with the evaluation snapshots' cost fitted to the ranks' measured compute times (the new
+    the first) with the evaluation snapshots' cost fitted to the ranks' measured compute times (each rank's
+    median over the warm-up epochs after the first: ``warmup_epochs: 3`` or more damps the noise; the new
     plan in ``plan.json``, the first kept as ``plan.before-epoch-E.json``; results as exact as any plan)."""
     blocks: int = 1
     """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run

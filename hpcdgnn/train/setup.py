@@ -354,7 +354,8 @@ def calibration_epoch(job: JobConfig) -> int:
 
 def replan(run: Run, compute: list[float], epoch: int, comm: Communicator, log) -> bool:
     """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
-    strategy for a plan re-cut from the ranks' measured compute seconds (``debug.measured_compute`` instead,
+    strategy for a plan re-cut from the ranks' measured compute seconds (the trainer passes each rank's
+    median over the warm-up epochs after the first, or the first alone; ``debug.measured_compute`` instead,
     in tests); if it differs, every rank drops its strategy and builds one on the new plan — reading its
     new snapshots — with the same model, optimizer and task parameters, so training goes on as if it had
     started with that plan (exact, like any plan). Rank 0 writes the new ``plan.json`` (the old one kept as

@@ -200,6 +200,9 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
     preempted = False
+    # strategy.balance: measured — per-rank compute of the warm-up epochs, for the re-cut after the last
+    calibrating = calibration_epoch(job) if calibration_epoch(job) > run.start_epoch else 0
+    measured: list[list[float]] = []
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     for epoch in range(run.start_epoch + 1, job.train.epochs + 1):
         recorder.begin()
@@ -213,8 +216,10 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
-        if epoch == calibration_epoch(job) and epoch < job.train.epochs and comm.size > 1 and replan(
-                run, record["per_rank"]["compute"], epoch, comm, log):
+        if calibrating and epoch >= min(2, calibrating):  # the first epoch (compilation, first touch) only alone
+            measured.append(record["per_rank"]["compute"])
+        if epoch == calibrating and epoch < job.train.epochs and comm.size > 1 and replan(
+                run, np.median(measured, axis=0).tolist(), epoch, comm, log):
             # before the checkpoint of this epoch, which must hold the new plan; the task object is new
             task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
             recorder.strategy, recorder.task = run.strategy, run.task
