@@ -108,10 +108,11 @@ def rebalanced_plan(plan: PartitionPlan, manifest: Manifest, job: JobConfig, com
     (another layout, blocks, no fit, the same cut).
 
     Why this term: the static model counts a snapshot past the training horizon as one forward pass
-    against three, and the task's scoring likewise; measured, forward-only work costs relatively more
-    (fewer, larger temporaries per pass; per-pair host work), so the rank holding the evaluation snapshots
-    waited on (issue 13 item 3). One factor, fitted where ranks hold different mixes, corrects that
-    whatever the model, task and machine.
+    against three, and the task's scoring likewise. Measured (TM-GCN, generator graph N = 2^15, T = 64,
+    one thread per rank), evaluation work cost 1.4-2x that estimate relative to training work — from
+    per-rank times at P = 2 and from P = 1 runs with other splits — so the rank holding the evaluation
+    snapshots was the slower one (issue 13 item 3). One factor, fitted where ranks hold different mixes,
+    corrects this for whatever model, task and machine the run has.
     """
     if layout != "block" or plan.block_bounds is not None or plan.snapshot_bounds is None:
         return None

@@ -222,14 +222,14 @@ class Strategy:
         return 0, 0.0
 
     def rebalanced_plan(self, plan: Any, compute: list[float]) -> Any | None:
-        """Rank 0, after the warm-up epochs: a plan re-cut from each rank's measured compute seconds of the
-        last one, or None to keep ``plan`` (the default; strategies with ``balance: measured`` re-cut). The
-        training loop then builds a new strategy on it (:func:`hpcdgnn.train.setup.replan`)."""
+        """Rank 0, after the warm-up epochs: a plan re-cut from each rank's measured compute seconds (``compute``,
+        one per rank), or None to keep ``plan`` (the default; strategies with ``balance: measured`` re-cut).
+        The training loop then builds a new strategy on it (:func:`hpcdgnn.train.setup.replan`)."""
         return None
 
     def close(self) -> None:
-        """Release what outlives this object once a new strategy replaces it: the gradient buckets' hooks
-        on the model's parameters and their communicator. Collective (every rank at the same point)."""
+        """Release what would outlive this object once a new strategy replaces it: the gradient buckets'
+        hooks on the model's parameters (every rank calls it at the same point)."""
         buckets = getattr(self, "_grad_buckets", None)
         if buckets is not None:
             buckets.close()

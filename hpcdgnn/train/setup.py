@@ -21,6 +21,7 @@ The result is a :class:`Run`, which the training loop consumes.
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import json
 import os
@@ -49,8 +50,8 @@ from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
-__all__ = ["Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job", "replan",
-           "truncate_metrics"]
+__all__ = ["Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job", "measured_plan",
+           "replan", "truncate_metrics"]
 
 
 @dataclass
@@ -352,14 +353,11 @@ def calibration_epoch(job: JobConfig) -> int:
     return max(1, job.train.warmup_epochs)
 
 
-def replan(run: Run, compute: list[float], epoch: int, comm: Communicator, log) -> bool:
+def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
     """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
     strategy for a plan re-cut from the ranks' measured compute seconds (the trainer passes each rank's
     median over the warm-up epochs after the first, or the first alone; ``debug.measured_compute`` instead,
-    in tests); if it differs, every rank drops its strategy and builds one on the new plan — reading its
-    new snapshots — with the same model, optimizer and task parameters, so training goes on as if it had
-    started with that plan (exact, like any plan). Rank 0 writes the new ``plan.json`` (the old one kept as
-    ``plan.before-epoch-E.json``). Returns whether the plan changed.
+    in tests). Returns the new plan on every rank, or None when the plan stays (then logged here).
     """
     forced = run.job.debug.measured_compute
     if forced:
@@ -370,20 +368,32 @@ def replan(run: Run, compute: list[float], epoch: int, comm: Communicator, log) 
     new = root_then_bcast(comm, lambda: run.strategy.rebalanced_plan(run.plan, compute))
     if new is None:
         log.info(f"balance: measured — compute per rank {_seconds(compute)} s; the plan stays")
-        return False
+    else:
+        log.info(f"balance: measured — compute per rank {_seconds(compute)} s; evaluation work "
+                 f"x{new.eval_scale:.3g} of the static estimate; snapshot blocks {run.plan.snapshot_bounds} -> "
+                 f"{new.snapshot_bounds}")
+    return new
+
+
+def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
+    """Every rank drops its strategy and builds one on ``plan`` (from :func:`measured_plan`) — reading its
+    new snapshots — with the same model, optimizer and task parameters, so training goes on as if it had
+    started with that plan (exact, like any plan). Rank 0 writes the new ``plan.json`` (the old one kept as
+    ``plan.before-epoch-E.json``). The caller drops its own references to the old strategy and task first:
+    their arrays are freed before the new ones are read.
+    """
     t0 = time.perf_counter()
     run.strategy.close()
-    run.strategy = None  # type: ignore[assignment]  # its arrays go before the new strategy reads its own
     task = _fresh_task(run)
-    run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, new, run.model, task)
-    old, run.plan, run.task = run.plan, new, task
+    run.strategy = run.task = None  # type: ignore[assignment]
+    gc.collect()  # strategies hold reference cycles (layouts, hooks): free the old arrays now, not later
+    run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan, run.model, task)
+    run.plan, run.task = plan, task
     run.setup_seconds += time.perf_counter() - t0  # summary.json's setup time includes the second setup
     if comm.rank == 0:
-        _save_run_files(run.run_dir, run.job, new, epoch)
-    log.info(f"balance: measured — compute per rank {_seconds(compute)} s; evaluation work x{new.eval_scale:.3g} "
-             f"of the static estimate; snapshot blocks {old.snapshot_bounds} -> {new.snapshot_bounds} from epoch "
-             f"{epoch + 1} (plan.before-epoch-{epoch}.json kept)")
-    return True
+        _save_run_files(run.run_dir, run.job, plan, epoch)
+    log.info(f"balance: measured — the new plan from epoch {epoch + 1} (set up in {time.perf_counter() - t0:.2f} s; "
+             f"plan.before-epoch-{epoch}.json kept)")
 
 
 def _dtype(job: JobConfig) -> torch.dtype:

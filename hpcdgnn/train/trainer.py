@@ -41,7 +41,7 @@ from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager
-from hpcdgnn.train.setup import Run, build_run, calibration_epoch, replan, truncate_metrics
+from hpcdgnn.train.setup import Run, build_run, calibration_epoch, measured_plan, replan, truncate_metrics
 
 __all__ = ["run_training", "TrainResult", "train_epoch"]
 
@@ -218,11 +218,14 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             health.check(record)
         if calibrating and epoch >= min(2, calibrating):  # the first epoch (compilation, first touch) only alone
             measured.append(record["per_rank"]["compute"])
-        if epoch == calibrating and epoch < job.train.epochs and comm.size > 1 and replan(
-                run, np.median(measured, axis=0).tolist(), epoch, comm, log):
-            # before the checkpoint of this epoch, which must hold the new plan; the task object is new
-            task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
-            recorder.strategy, recorder.task = run.strategy, run.task
+        if epoch == calibrating and epoch < job.train.epochs and comm.size > 1:
+            # before the checkpoint of this epoch, which must hold the new plan
+            plan = measured_plan(run, np.median(measured, axis=0).tolist(), comm, log)
+            if plan is not None:
+                task = recorder.strategy = recorder.task = None  # the old strategy's arrays go first
+                replan(run, plan, epoch, comm, log)
+                task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
+                recorder.strategy, recorder.task = run.strategy, run.task
         if policy.wanted(epoch, epoch == job.train.epochs, preempted, time_due):
             t0 = time.perf_counter()
             path = _checkpoint(run, checkpoints, epoch)
