@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
-from hpcdgnn.comm.autograd import ChunkBoxes, pipelined_exchange, redistribute
+from hpcdgnn.comm.autograd import ChunkBoxes, pipelined_exchange, redistribute, time_halo
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
@@ -398,7 +398,7 @@ class SnapshotStrategy(Strategy):
         need, send, recv = self._halos[layer.temporal_reach]
         halo = None
         if self.comm.size > 1:
-            halo = redistribute(y.contiguous(), self.comm, (len(need), self.N, y.shape[-1]), send, recv,
+            y, halo = time_halo(y.contiguous(), self.comm, (len(need), self.N, y.shape[-1]), send, recv,
                                 tag="time_halo", reuse=f"layer{li}.time_halo")
         z = y[:0] if y.shape[0] == 0 else layer.temporal(y, halo if need else None)[0]
         # every rank joins the halo's backward, even one that reads nothing from it; no end state:

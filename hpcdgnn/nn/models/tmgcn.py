@@ -40,8 +40,12 @@ class _MTransform(torch.autograd.Function):
         (count,) = ctx.saved_tensors
         T, off = ctx.T, ctx.off
         g = grad / count
-        gin = grad.new_zeros(ctx.shape)
-        for k in range(ctx.window):
+        # the k = 0 term covers rows off.. whole: copy it instead of adding it to zeros (one pass of the
+        # (T, n, F) gradient fewer; 0 + x is x, so the bits are the same)
+        gin = grad.new_empty(ctx.shape)
+        gin[:off].zero_()
+        gin[off : off + T] = g
+        for k in range(1, ctx.window):
             lo = max(0, k - off)
             if lo >= T:
                 break
