@@ -184,8 +184,8 @@ class TimeHalo(torch.autograd.Function):
         ctx.bwd_send = list(recv_boxes)
         ctx.stack = _stacked(send_boxes, y.shape[1])
         ctx.y_meta = (tuple(y.shape), y.dtype, y.device)
-        halo = comm.alltoall_boxes(y, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd",
-                                   reuse=None if reuse is None else f"{reuse}.fwd")
+        halo = _exchange(comm, y, send_boxes, recv_shape, recv_boxes, f"{tag}.fwd",
+                         None if reuse is None else f"{reuse}.fwd")
         return y, halo
 
     @staticmethod
@@ -194,8 +194,8 @@ class TimeHalo(torch.autograd.Function):
         shape, dtype, device = ctx.y_meta
         if g_halo is None:  # this rank read nothing from its halo: zeros go back
             g_halo = torch.zeros(ctx.recv_shape, dtype=dtype, device=device)
-        buf = ctx.comm.alltoall_boxes(g_halo.contiguous(), ctx.bwd_send, (rows, *shape[1:]), stack_boxes,
-                                      tag=f"{ctx.tag}.bwd", reuse=ctx.reuse)
+        buf = _exchange(ctx.comm, g_halo.contiguous(), ctx.bwd_send, (rows, *shape[1:]), stack_boxes,
+                        f"{ctx.tag}.bwd", ctx.reuse)
         if g is None:  # the passed-through rows fed nothing that needs a gradient
             g = torch.zeros(shape, dtype=dtype, device=device) if rows else None
         if rows:
@@ -207,6 +207,24 @@ class TimeHalo(torch.autograd.Function):
                 if b > a:
                     g.index_add_(0, idx.to(g.device), buf[a:b])
         return g, None, None, None, None, None, None
+
+
+def _exchange(comm: Communicator, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: Sequence[int],
+              recv_boxes: Sequence[Box], tag: str, reuse: str | None) -> torch.Tensor:
+    """:meth:`Communicator.alltoall_boxes`, except that a rank receiving nothing (the first rank's halo, the
+    last rank's halo gradient) posts it and defers its completion (:meth:`Communicator.defer`): with block
+    ownership the ranks reach a halo exchange at different times (one holds the training snapshots, the
+    other the evaluation ones), and a rank that only sends need not wait there for the other."""
+    if comm.size == 1 or send.device.type != "cpu":
+        return comm.alltoall_boxes(send, send_boxes, recv_shape, recv_boxes, tag=tag, reuse=reuse)
+    # every rank posts the non-blocking form (a blocking collective never matches a non-blocking one)
+    shape = tuple(int(d) for d in recv_shape)
+    recv = comm.buffer(reuse, shape, send.dtype) if reuse else torch.empty(shape, dtype=send.dtype)
+    pending = comm.ialltoall_boxes(send, send_boxes, recv, recv_boxes, tag=tag)
+    if shape[0] == 0:
+        comm.defer(pending)
+        return recv
+    return comm.wait(pending)
 
 
 def time_halo(y: torch.Tensor, comm: Communicator, recv_shape: Sequence[int], send_boxes: Sequence[Box],

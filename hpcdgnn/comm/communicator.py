@@ -246,6 +246,8 @@ class Communicator:
         self.backend = "mpi"
         self._dist: Any = None  # the torch.distributed process group of gloo / nccl
         self._cuda_aware = False
+        #: posted exchanges this rank only sends in, completed at :meth:`complete_deferred`
+        self._deferred: list[Pending] = []
 
     # -- backends -----------------------------------------------------------------------------
     def init_tensor_backend(self, backend: str, device: torch.device, timeout_s: float = 600.0) -> None:
@@ -687,6 +689,20 @@ class Communicator:
             self.stats.blocked(p.tag, t1 - t0)
             p.request, p.keep = None, ()
         return p.recv
+
+    def defer(self, p: Pending) -> None:
+        """Complete ``p`` later, at :meth:`complete_deferred`: for an exchange in which this rank only sends
+        (it receives nothing, so nothing it computes next waits for it). The rank goes on computing instead
+        of waiting for slower peers to reach the exchange; the buffers stay held until then."""
+        if not p.done:
+            self._deferred.append(p)
+
+    def complete_deferred(self) -> None:
+        """Wait for every deferred exchange (the time blocked is exposed under its tag). The gradient
+        synchronisation and the end of each epoch call it, so none outlives a step."""
+        pending, self._deferred = self._deferred, []
+        for p in pending:
+            self.wait(p)
 
     def _boxes_over_dist(
         self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...], recv_boxes: Sequence[Box]

@@ -72,6 +72,7 @@ class EpochRecorder:
         """
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
+        self.comm.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
         wall = time.perf_counter() - self._t0
         transfer = self.strategy.transfer_stats()[0] - self._transfer_before
         train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}

@@ -165,6 +165,7 @@ class Strategy:
         """Sum partial gradients over ranks (missing grads count as zero): one flat all-reduce, or with
         ``comm.grad_buckets`` > 1 (MPI, host parameters) buckets started during the backward pass
         (:class:`~hpcdgnn.comm.buckets.GradientBuckets`; it installs its hooks at the first call)."""
+        self.comm.complete_deferred()  # exchanges this rank only sent in, posted during the step
         buckets = getattr(self, "_grad_buckets", None)
         if buckets is not None and not buckets.serves(params):  # another model (a pre-training copy) before
             buckets.close()
