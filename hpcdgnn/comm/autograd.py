@@ -215,16 +215,18 @@ def _exchange(comm: Communicator, send: torch.Tensor, send_boxes: Sequence[Box],
     last rank's halo gradient) posts it and defers its completion (:meth:`Communicator.defer`): with block
     ownership the ranks reach a halo exchange at different times (one holds the training snapshots, the
     other the evaluation ones), and a rank that only sends need not wait there for the other."""
-    if comm.size == 1 or send.device.type != "cpu":
+    if comm.size == 1 or comm.backend != "mpi":
         return comm.alltoall_boxes(send, send_boxes, recv_shape, recv_boxes, tag=tag, reuse=reuse)
-    # every rank posts the non-blocking form (a blocking collective never matches a non-blocking one)
+    # every rank posts the non-blocking form (a blocking collective never matches a non-blocking one): the
+    # choice depends on the backend only, the same on every rank whatever its device
+    comm.test(comm.deferred)  # let earlier deferred sends progress and finish (their seconds end here)
     shape = tuple(int(d) for d in recv_shape)
     recv = comm.buffer(reuse, shape, send.dtype) if reuse else torch.empty(shape, dtype=send.dtype)
     pending = comm.ialltoall_boxes(send, send_boxes, recv, recv_boxes, tag=tag)
     if shape[0] == 0:
         comm.defer(pending)
-        return recv
-    return comm.wait(pending)
+        return recv.to(send.device)
+    return comm.wait(pending).to(send.device)
 
 
 def time_halo(y: torch.Tensor, comm: Communicator, recv_shape: Sequence[int], send_boxes: Sequence[Box],

@@ -697,6 +697,12 @@ class Communicator:
         if not p.done:
             self._deferred.append(p)
 
+    @property
+    def deferred(self) -> list[Pending]:
+        """The deferred exchanges not yet completed (:meth:`defer`)."""
+        self._deferred = [p for p in self._deferred if not p.done]
+        return self._deferred
+
     def complete_deferred(self) -> None:
         """Wait for every deferred exchange (the time blocked is exposed under its tag). The gradient
         synchronisation and the end of each epoch call it, so none outlives a step."""

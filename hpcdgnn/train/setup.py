@@ -361,9 +361,6 @@ def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
     """
     forced = run.job.debug.measured_compute
     if forced:
-        if len(forced) != comm.size:
-            raise collective_error(ConfigError(
-                f"{run.job_path}: debug.measured_compute: {len(forced)} values for {comm.size} ranks"))
         compute = list(forced)
     new = root_then_bcast(comm, lambda: run.strategy.rebalanced_plan(run.plan, compute))
     if new is None:
@@ -430,6 +427,9 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     device = agree(comm, lambda: _device(job, job_path, comm))
     comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
+    if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
+        raise collective_error(ConfigError(f"{job_path}: debug.measured_compute: {len(job.debug.measured_compute)} "
+                                           f"values for {comm.size} ranks"))
     model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
     start, mine = 0, None
     if ckpt is not None:  # every rank reads the shared state and its own RNG state

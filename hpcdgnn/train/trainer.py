@@ -216,9 +216,9 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
-        if calibrating and epoch >= min(2, calibrating):  # the first epoch (compilation, first touch) only alone
+        if min(2, calibrating) <= epoch <= calibrating:  # the first epoch (compilation, first touch) only alone
             measured.append(record["per_rank"]["compute"])
-        if epoch == calibrating and epoch < job.train.epochs and comm.size > 1:
+        if epoch == calibrating and epoch < job.train.epochs and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan
             plan = measured_plan(run, np.median(measured, axis=0).tolist(), comm, log)
             if plan is not None:

@@ -19,3 +19,6 @@ def test_time_halo_defers_send_only_exchanges(launcher, P):
     assert sorted(out) == list(range(P))
     assert [out[p]["deferred_fwd"] for p in range(P)] == [1] + [0] * (P - 1)
     assert [out[p]["deferred_bwd"] for p in range(P)] == [0] * (P - 1) + [1]
+    # two ranks back: only rank 0 receives nothing forward, only the last rank sends nothing (so
+    # receives nothing backward)
+    assert [out[p]["two"] for p in range(P)] == [[1, 0]] + [[0, 0]] * (P - 2) + [[0, 1]]

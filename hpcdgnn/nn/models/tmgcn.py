@@ -41,7 +41,7 @@ class _MTransform(torch.autograd.Function):
         T, off = ctx.T, ctx.off
         g = grad / count
         # the k = 0 term covers rows off.. whole: copy it instead of adding it to zeros (one pass of the
-        # (T, n, F) gradient fewer; 0 + x is x, so the bits are the same)
+        # (T, n, F) gradient fewer; 0 + x is x — the same bits but for the sign of a zero, -0.0 kept)
         gin = grad.new_empty(ctx.shape)
         gin[:off].zero_()
         gin[off : off + T] = g
