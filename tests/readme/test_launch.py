@@ -15,7 +15,7 @@ import pytest
 
 from hpcdgnn import launch
 from hpcdgnn.launch import ROOT_VARS, plan, requested_ranks
-from tests.conftest import REPO
+from tests.conftest import REPO, run_launched
 
 ARGS = ["--bind-to", "core", "-x", "OMP_NUM_THREADS", "-np", "4", "python", "-m", "hpcdgnn", "run", "j.yaml", "-n", "9"]
 
@@ -155,8 +155,7 @@ def test_arguments_pass_through_and_sigterm_becomes_sigusr1(tmp_path):
 def test_real_mpirun_three_ranks_without_any_variable_set():
     """As root on 2 cores, 3 ranks start with nothing in the environment: the launcher adds what is needed."""
     code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size)"
-    out = subprocess.run([*_console(), "-np", "3", sys.executable, "-c", code], capture_output=True, text=True,
-                         env=_env(), timeout=120, cwd=REPO)
+    out = run_launched([*_console(), "-np", "3", sys.executable, "-c", code], env=_env(), timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(out.stdout.split("\n")[:-1]) == ["0 3", "1 3", "2 3"]
 
