@@ -84,8 +84,9 @@ class Redistribute(torch.autograd.Function):
     output (``recv_limit``) can carry a gradient and only the leading rows of the
     input (``send_limit``) need one — with a causal model, the snapshots after the
     last training step. The backward then moves only those rows and returns zeros
-    for the others. Boxes that do not cover the input (a time halo sends a few rows of it) leave the
-    gradient of the other elements zero; rows sent to several ranks get the sum (:func:`_coverage`).
+    for the others. Boxes that do not cover the input (the vertex strategy sends only the scored
+    snapshots) leave the gradient of the other elements zero (:func:`_coverage`). A row goes to one rank
+    at most: a time halo, which sends rows to several, is :class:`TimeHalo`.
     """
 
     @staticmethod
@@ -98,7 +99,7 @@ class Redistribute(torch.autograd.Function):
         # rows from send_limit on are zeroed as a block in the backward: the coverage check looks at the
         # others only (else a causal limit alone would make a (rows, N) mask to fill every epoch)
         covered_rows = ctx.shape[0] if send_limit is None else min(send_limit, ctx.shape[0])
-        ctx.uncovered, ctx.stacked = _coverage(ctx.bwd_recv, (covered_rows, *ctx.shape[1:]))
+        ctx.uncovered = _coverage(ctx.bwd_recv, (covered_rows, *ctx.shape[1:]))
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
         return comm.alltoall_boxes(
             x, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd"
@@ -106,14 +107,6 @@ class Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        if ctx.stacked is not None:  # rows sent to several ranks: their gradients add up
-            stack_rows, stack_boxes, targets = ctx.stacked
-            buf = ctx.comm.alltoall_boxes(grad.contiguous(), ctx.bwd_send, (stack_rows, *ctx.shape[1:]), stack_boxes,
-                                          tag=f"{ctx.tag}.bwd", reuse=ctx.reuse)
-            g = grad.new_zeros(ctx.shape)
-            for (a, b), rows in targets:  # in source-rank order: the same sum on every run
-                g.index_add_(0, rows.to(g.device), buf[a:b])
-            return g, None, None, None, None, None, None, None
         g = ctx.comm.alltoall_boxes(
             grad.contiguous(), ctx.bwd_send, ctx.shape, ctx.bwd_recv, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse
         )
@@ -125,31 +118,27 @@ class Redistribute(torch.autograd.Function):
         return g, None, None, None, None, None, None, None
 
 
-def _coverage(boxes: Sequence[Box], shape: tuple[int, ...]) -> tuple[torch.Tensor | None, tuple | None]:
-    """How the backward's receive boxes cover the input's first two dimensions: (the mask of elements no
-    box covers, or None; the stacked receive when boxes overlap, or None).
+def _coverage(boxes: Sequence[Box], shape: tuple[int, ...]) -> torch.Tensor | None:
+    """The mask of the input's elements (first two dimensions) that no backward receive box covers, or None.
 
-    The redistributions' boxes tile the input (each element goes to exactly one rank): (None, None).
-    A time halo sends some rows (whole width) to one or several ranks: the others get no gradient,
-    and a row sent twice must receive both gradients and add them — the stacked receive is
-    ``(rows, boxes, [((a, b), row indices)])``: source q's box lands at rows a..b of a stack, then is
-    added into the rows it came from.
+    The redistributions' boxes tile the input (each element goes to exactly one rank): None. The vertex
+    strategy's move to snapshot owners sends the scored snapshots only: the others get no gradient.
+    A row sent to several ranks is refused (:class:`TimeHalo` adds such gradients up).
     """
     if len(shape) < 2:
-        return None, None
+        return None
     area = sum((len(r) if isinstance(r, list) else r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes)
     if area == shape[0] * shape[1]:
-        return None, None  # they tile it (exchanges never send an element twice and leave another out)
-    # count per row when every box spans whole rows (the time halo): never a (rows, N) grid at scale
+        return None  # they tile it (exchanges never send an element twice and leave another out)
+    # count per row when every box spans whole rows: never a (rows, N) grid at scale
     whole = all((c0, c1) == (0, shape[1]) for _, (c0, c1) in boxes)
     count = torch.zeros(shape[0], 1 if whole else shape[1], dtype=torch.int32)
     for rows, (c0, c1) in boxes:
         count[rows if isinstance(rows, list) else slice(*rows), slice(None) if whole else slice(c0, c1)] += 1
+    if bool((count > 1).any()):
+        raise ValueError("Redistribute: boxes overlap (a row sent to several ranks); use TimeHalo")
     uncovered = count == 0
-    uncovered = uncovered.expand(shape[0], shape[1]) if bool(uncovered.any()) else None
-    if not bool((count > 1).any()):
-        return uncovered, None
-    return None, _stacked(boxes, shape[1])
+    return uncovered.expand(shape[0], shape[1]) if bool(uncovered.any()) else None
 
 
 def _stacked(boxes: Sequence[Box], width: int) -> tuple[int, list[Box], list]:
@@ -158,7 +147,7 @@ def _stacked(boxes: Sequence[Box], width: int) -> tuple[int, list[Box], list]:
     stack_boxes, targets, o = [], [], 0
     for rows, (c0, c1) in boxes:
         if (c0, c1) != (0, width):
-            raise ValueError("Redistribute: boxes that overlap must span whole rows")
+            raise ValueError("TimeHalo: boxes must span whole rows")
         idx = torch.as_tensor(rows if isinstance(rows, list) else list(range(*rows)), dtype=torch.long)
         stack_boxes.append(((o, o + idx.numel()), (0, width)))
         targets.append(((o, o + idx.numel()), idx))

@@ -567,7 +567,7 @@ class Communicator:
         a (T, N, F) tensor costs as much as the transfer on a node). Boxes should tile
         the receive tensor: elements no box covers keep whatever the (reused) buffer
         held, and a caller that leaves some out clears them itself (as the backward of
-        :class:`~hpcdgnn.comm.autograd.Redistribute` does for a time halo).
+        :class:`~hpcdgnn.comm.autograd.Redistribute` does for the snapshots it does not send).
 
         Args:
             send: contiguous tensor of at least 2 dimensions.

@@ -88,12 +88,10 @@ class SnapshotStrategy(Strategy):
         return plan_snapshots(manifest, num_ranks, job, cls.plan_layout(job))
 
     def rebalanced_plan(self, plan: PartitionPlan, compute: list[float]) -> PartitionPlan | None:
-        """``balance: measured``: the blocks re-cut with the evaluation work's cost fitted to ``compute``
-        (:func:`hpcdgnn.partition.timeline.rebalanced_plan`); None for other balances and layouts."""
-        job = self.ctx.job
-        if getattr(job.strategy, "balance", None) != "measured":
-            return None
-        return rebalanced_plan(plan, self.ctx.manifest, job, compute, self.plan_layout(job))
+        """``balance: measured`` (the trainer asks only then): the blocks re-cut with the evaluation work's
+        cost fitted to ``compute`` (:func:`hpcdgnn.partition.timeline.rebalanced_plan`); None for layouts
+        without a cut to move."""
+        return rebalanced_plan(plan, self.ctx.manifest, self.ctx.job, compute, self.plan_layout(self.ctx.job))
 
     @classmethod
     def plan_layout(cls, job) -> str:

@@ -65,6 +65,11 @@ class _FaultInjector:
     def __init__(self, task, rank: int, debug) -> None:
         self.task, self.rank, self.debug = task, rank, debug
 
+    @classmethod
+    def wrap(cls, task, rank: int, debug):
+        """The task itself, or wrapped when ``debug.fail_rank`` asks for a fault."""
+        return cls(task, rank, debug) if debug.fail_rank >= 0 else task
+
     def __getattr__(self, name: str):  # the rest of the task (scores, stats_width, metric, ...) as it is
         return getattr(self.task, name)
 
@@ -194,14 +199,15 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm)
-    task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
+    task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, job.train.warmup_epochs, run.start_epoch)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
     preempted = False
     # strategy.balance: measured — per-rank compute of the warm-up epochs, for the re-cut after the last
-    calibrating = calibration_epoch(job) if calibration_epoch(job) > run.start_epoch else 0
+    calibrating = calibration_epoch(job)
+    calibrating = calibrating if calibrating > run.start_epoch else 0
     measured: list[list[float]] = []
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     for epoch in range(run.start_epoch + 1, job.train.epochs + 1):
@@ -224,7 +230,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if plan is not None:
                 task = recorder.strategy = recorder.task = None  # the old strategy's arrays go first
                 replan(run, plan, epoch, comm, log)
-                task = _FaultInjector(run.task, comm.rank, job.debug) if job.debug.fail_rank >= 0 else run.task
+                task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
                 recorder.strategy, recorder.task = run.strategy, run.task
         if policy.wanted(epoch, epoch == job.train.epochs, preempted, time_due):
             t0 = time.perf_counter()
