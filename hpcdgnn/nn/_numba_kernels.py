@@ -24,18 +24,28 @@ def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst, out):  # pragma: no cover - c
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
 def edge_mlp_backward(pu, pv, b1, w2, src, dst, g, dpu, dpv, dw2):  # pragma: no cover - compiled
-    """Adds the pairs' gradients into dpu, dpv (scatter by src, dst) and dw2, recomputing the hidden layer."""
+    """Adds the pairs' gradients into dpu, dpv (scatter by src, dst) and dw2, recomputing the hidden layer.
+
+    Why two inner loops and a (hidden,) buffer: LLVM cannot prove that dpu / dpv do not alias pu / pv,
+    so with the scatter-adds inside the loop that reads the rows every element waited for the stores
+    before it and nothing was vectorised (75–200 ns per pair at hidden 16; 25–60 ns now, issue 13 item 2).
+    The sums into each row are the same, in the same pair order.
+    """
+    H = pu.shape[1]
     zero = b1[0] * 0
-    acc = np.zeros(pu.shape[1], dtype=pu.dtype)
+    acc = np.zeros(H, dtype=pu.dtype)
+    dh = np.empty(H, dtype=pu.dtype)
     for e in range(src.shape[0]):
         s, d, ge = src[e], dst[e], g[e]
-        for k in range(pu.shape[1]):
-            h = pu[s, k] + pv[d, k] + b1[k]
+        a, b, da, db = pu[s], pv[d], dpu[s], dpv[d]
+        for k in range(H):
+            h = a[k] + b[k] + b1[k]
             m = ge if h > zero else zero  # dL/dh: the ReLU passes g where the unit was active
-            dh = m * w2[k]
-            dpu[s, k] += dh
-            dpv[d, k] += dh
+            dh[k] = m * w2[k]
             acc[k] += m * h
+        for k in range(H):
+            da[k] += dh[k]
+            db[k] += dh[k]
     dw2 += acc
 
 
