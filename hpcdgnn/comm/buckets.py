@@ -144,7 +144,11 @@ class GradientBuckets:
         return len(params) == len(self.params) and all(p is q for p, q in zip(params, self.params))
 
     def close(self) -> None:
-        """Remove the hooks (the parameters outlive this object in tests)."""
+        """Remove the hooks (the parameters outlive this object) and free the buckets' communicator
+        (every rank closes at the same point, after :meth:`synchronize`: nothing is pending on it)."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self.comm is not None:
+            self.comm.free()
+            self.comm = None

@@ -318,6 +318,17 @@ class Communicator:
         """
         return self._child(self._comm.Split(color, self.rank if key is None else key))
 
+    def free(self) -> None:
+        """Free a communicator made by :meth:`split` (collective over its ranks, all at the same point; nothing
+        may be pending on it): a run that rebuilds its strategy (``balance: measured``) or its model would
+        otherwise keep one MPI communicator per rebuild, and MPI implementations cap how many exist."""
+        if self._node is not None:
+            self._node.free()
+            self._node = None
+        if self._comm is not None and self._comm not in (self._MPI.COMM_WORLD, self._MPI.COMM_SELF):
+            self._comm.Free()
+        self._comm = None
+
     def node(self) -> Communicator:
         """The ranks of this communicator on this rank's node (an MPI shared-memory split, collective on the
         first call only, then kept), counted in this communicator's :class:`CommStats` like :meth:`split`."""

@@ -54,7 +54,11 @@ def main() -> None:
         reposted.append(sum(stale_before))
         for p in params:
             p.grad = None
-    buckets.close()
+    raw = buckets.comm._comm
+    buckets.close()  # frees the buckets' own communicator (a rebuilt strategy makes a new one)
+    from mpi4py import MPI
+
+    assert buckets.comm is None and raw == MPI.COMM_NULL, f"rank {me}: the buckets' communicator was not freed"
     print(json.dumps({"rank": me, "stale": reposted, "buckets": len(buckets.members),
                       "calls": comm.stats.tags["grad_allreduce"].calls, "early": buckets.early}))
 
