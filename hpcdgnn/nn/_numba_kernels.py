@@ -50,15 +50,15 @@ def edge_mlp_backward(pu, pv, b1, w2, src, dst, g, dpu, dpv, dw2):  # pragma: no
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the bins must be numpy's, bit for bit
-def score_stats(logits, npos, bins, half_range, pos_hist, neg_hist):  # pragma: no cover - compiled
-    """Counts the correct logits (the first npos positive: > 0; the rest: <= 0) and adds each logit's AUC
-    bin, ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 as numpy computes it, to pos_hist
-    or neg_hist. Returns the correct count."""
+def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # pragma: no cover - compiled
+    """Counts the correct logits (positive pairs: > 0; the rest: <= 0) and adds each logit's AUC bin,
+    ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 as numpy computes it, to pos_hist or
+    neg_hist. Returns the correct count."""
     correct = 0
     width = 2.0 * half_range
     for e in range(logits.shape[0]):
         x = np.float64(logits[e])
-        if e < npos:
+        if positive[e]:
             correct += x > 0
         else:
             correct += x <= 0
@@ -69,7 +69,7 @@ def score_stats(logits, npos, bins, half_range, pos_hist, neg_hist):  # pragma: 
             b = 0
         else:
             b = min(np.int64(v), bins - 1)
-        if e < npos:
+        if positive[e]:
             pos_hist[b] += 1
         else:
             neg_hist[b] += 1

@@ -59,6 +59,26 @@ def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> 
     return out
 
 
+def pairs_by_step(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """(src, dst, label) of the pairs of several steps, given per step as (positive src, positive dst, negative
+    src, negative dst): step by step, each step's positives then its negatives (label 1 / 0, float32).
+
+    Why this order: a step's pairs read only that step's rows, so step by step the decoder's loops find a
+    step's rows in cache for its negatives after its positives, where all positives, then all negatives,
+    streamed every row through the cache twice: 25-35 % less time per pair, forward and backward (measured
+    on email-Eu-core and on the generator graph N = 2^15, issue 13). Each row's gradient sums its pairs in
+    the same order either way.
+    """
+    sides = [a for p in parts for a in (p[0], p[2])]
+    sizes = [a.shape[0] for a in sides]
+    if not sides:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), torch.zeros(0)
+    src = np.concatenate(sides)
+    dst = np.concatenate([a for p in parts for a in (p[1], p[3])])
+    label = np.repeat(np.tile(np.array([1.0, 0.0], dtype=np.float32), len(parts)), sizes)
+    return src, dst, torch.from_numpy(label)
+
+
 #: Edges per chunk of the fused decoder: (chunk, hidden) temporaries stay in a core's L2 cache.
 _EDGE_CHUNK = 8192
 
@@ -171,7 +191,7 @@ class LinkPrediction(Task):
         # step t uses Z_t to predict the edges of t+1, so there are T-1 steps
         self.ranges = split_steps(manifest.num_snapshots - 1, cfg.split)
         self.targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        #: per (steps, positions, rows): the positive pairs and the labels, constant over epochs
+        #: per (steps, positions, rows): each step's positive pairs, constant over epochs
         self._fixed: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         #: in place (:class:`RowShard`): where the rows are; whether pairs are scored on their source row's
         #: rank (else on their step's, t mod P); the steps I score pairs of
@@ -249,31 +269,26 @@ class LinkPrediction(Task):
         return pairs[0], pairs[1]
 
     def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
-        """(src, dst, label, positives) of every scored pair of ``steps``: the positives of all steps,
-        then their negatives; step t's vertices are rows ``where[t] * n + v`` of the stacked embeddings.
+        """(src, dst, label) of every scored pair of ``steps``, step by step (:func:`pairs_by_step`): step t's
+        positives, then its negatives; step t's vertices are rows ``where[t] * n + v`` of the stacked embeddings.
 
-        Positives (and the labels) are the same every epoch and kept; the negatives of step t are
-        drawn from ``default_rng([seed, epoch, t])`` — the same pairs whichever rank scores t.
+        Positives are the same every epoch and kept; the negatives of step t are drawn from
+        ``default_rng([seed, epoch, t])`` — the same pairs whichever rank scores t.
         """
         key = (tuple(steps), tuple(where[t] for t in steps), n)
         fixed = self._fixed.get(key)
         if fixed is None:
-            ps = torch.cat([self.targets[t][0] + where[t] * n for t in steps])
-            pd = torch.cat([self.targets[t][1] + where[t] * n for t in steps])
-            label = torch.zeros(ps.shape[0] * (1 + self.cfg.negatives))
-            label[: ps.shape[0]] = 1.0
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
-            fixed = self._fixed[key] = (ps, pd, label)
-        ps, pd, label = fixed
-        counts = [self.targets[t][0].shape[0] * self.cfg.negatives for t in steps]
-        neg = np.empty((2, sum(counts)), dtype=np.int64)
-        o = 0
-        for t, m in zip(steps, counts):
-            np.add(self._draw(t, epoch, m), where[t] * n, out=neg[:, o : o + m])
-            o += m
-        neg_t = torch.from_numpy(neg)
-        return torch.cat([ps, neg_t[0]]), torch.cat([pd, neg_t[1]]), label, ps.shape[0]
+            fixed = self._fixed[key] = [tuple(x.numpy().astype(np.int64) + where[t] * n for x in self.targets[t])
+                                        for t in steps]
+        parts = []
+        for t, (ps, pd) in zip(steps, fixed):
+            neg = self._draw(t, epoch, ps.shape[0] * self.cfg.negatives)
+            neg += where[t] * n
+            parts.append((ps, pd, neg[0], neg[1]))
+        src, dst, label = pairs_by_step(parts)
+        return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
         """Rows where they live (issue 13 item 5): choose where each pair is scored, keep its positives.
@@ -314,13 +329,20 @@ class LinkPrediction(Task):
             get_logger().info(f"link prediction in place: pairs scored by {'source row' if self.by_source else 'step'} "
                               f"(rows fetched per epoch: {int(by_source)} by source row, {int(by_step)} by step)")
 
-    def _pairs_in_place(self, epoch: int) -> dict[int, tuple[np.ndarray, np.ndarray, torch.Tensor, int]]:
-        """``{split: (src keys, dst keys, labels, positives)}`` of the pairs I score (keys ``t * N + v``):
-        the positives, then the negatives of each step drawn as on one rank (:meth:`_draw`, the same
-        stream), all of my steps' or — by source — those whose source row is mine.
+    def _pairs_in_place(self, epoch: int) -> dict[int, tuple[np.ndarray, np.ndarray, torch.Tensor]]:
+        """``{split: (src keys, dst keys, labels)}`` of the pairs I score (keys ``t * N + v``), step by step
+        (:func:`pairs_by_step`): the positives, then the negatives of each step drawn as on one rank
+        (:meth:`_draw`, the same stream), all of my steps' or — by source — those whose source row is mine.
         """
         shard, N = self.shard, self.manifest.num_vertices
         mine_src = self.by_source and not shard.alone
+
+        def kept(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            if not mine_src:
+                return src, dst
+            keep = shard.mine(src)
+            return src[keep], dst[keep]
+
         out = {}
         for s in range(len(SPLITS)):
             steps = [t for t in self._steps if self._split_of(t) == s]
@@ -328,27 +350,14 @@ class LinkPrediction(Task):
                 continue
             fixed = self._fixed.get(("in place", s))
             if fixed is None:
-                ps = np.concatenate([self.targets[t][0].numpy().astype(np.int64) + t * N for t in steps])
-                pd = np.concatenate([self.targets[t][1].numpy().astype(np.int64) + t * N for t in steps])
-                if mine_src:
-                    keep = shard.mine(ps)
-                    ps, pd = ps[keep], pd[keep]
-                fixed = self._fixed[("in place", s)] = (ps, pd)
-            ps, pd = fixed
-            neg_s, neg_d = [], []
-            for t in steps:
-                src, dst = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
-                src += t * N
-                dst += t * N
-                if mine_src:
-                    keep = shard.mine(src)
-                    src, dst = src[keep], dst[keep]
-                neg_s.append(src)
-                neg_d.append(dst)
-            src, dst = np.concatenate([ps, *neg_s]), np.concatenate([pd, *neg_d])
-            label = torch.zeros(src.shape[0])
-            label[: ps.shape[0]] = 1.0
-            out[s] = (src, dst, label, ps.shape[0])
+                fixed = self._fixed[("in place", s)] = [
+                    kept(*(x.numpy().astype(np.int64) + t * N for x in self.targets[t])) for t in steps]
+            parts = []
+            for t, (ps, pd) in zip(steps, fixed):
+                neg = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+                neg += t * N
+                parts.append((ps, pd, *kept(neg[0], neg[1])))
+            out[s] = pairs_by_step(parts)
         return out
 
     def _fetched(self, pairs: dict) -> np.ndarray:
@@ -377,12 +386,12 @@ class LinkPrediction(Task):
                 at[lacking] = R + np.searchsorted(need, keys[lacking])
             return torch.from_numpy(at)
 
-        scored = {s: (index(src), index(dst), label, npos) for s, (src, dst, label, npos) in pairs.items()}
+        scored = {s: (index(src), index(dst), label) for s, (src, dst, label) in pairs.items()}
         return self._score(pu, pv, scored, loss_sum, rows.device, rows.dtype)
 
     # -- mini-batch samples (the sequences strategy) --------------------------------------------
     def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int]:
-        """(src, dst, labels, positives) of step t's pairs whose source is in ``batch``: its positives, then
+        """(src, dst, labels) of step t's pairs whose source is in ``batch``: its positives, then
         its negatives of ``epoch`` (:meth:`_draw`: the whole step's stream, as on one rank, kept for the
         epoch's other samples) — so the samples of all node batches score each pair of t exactly once.
         """
@@ -404,10 +413,9 @@ class LinkPrediction(Task):
         nkeep = in_batch[ns]
         src = np.concatenate([ps[keep], ns[nkeep]]).astype(np.int64)
         dst = np.concatenate([pd[keep], nd[nkeep]]).astype(np.int64)
-        npos = int(keep.sum())
         label = torch.zeros(src.shape[0])
-        label[:npos] = 1.0
-        negatives[key] = (src, dst, label, npos)
+        label[: int(keep.sum())] = 1.0
+        negatives[key] = (src, dst, label)
         return negatives[key]
 
     def sample_vertices(self, t: int, batch: np.ndarray, epoch: int) -> np.ndarray:
@@ -428,17 +436,18 @@ class LinkPrediction(Task):
         s = self._split_of(emb.t)
         if s < 0 or emb.t not in self.targets:
             return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
-        src, dst, label, npos = self._sample_pairs(emb.t, emb.batch, epoch)
+        src, dst, label = self._sample_pairs(emb.t, emb.batch, epoch)
         pu, pv = self.decoder.project(emb.rows)
-        return self._score(pu, pv, {s: (emb.index(src), emb.index(dst), label, npos)}, loss_sum, emb.rows.device,
+        return self._score(pu, pv, {s: (emb.index(src), emb.index(dst), label)}, loss_sum, emb.rows.device,
                            emb.rows.dtype)
 
     def _score(self, pu, pv, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
         """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
-        label, positives)}`` (rows of the projections ``pu``, ``pv``)."""
+        label)}`` (rows of the projections ``pu``, ``pv``; label 1 marks the positive pairs, wherever they are)."""
         width = 3 + 2 * AUC_BINS
         stats = np.zeros(3 * width)
-        for s, (src, dst, label, npos) in sorted(pairs.items()):
+        for s, (src, dst, label) in sorted(pairs.items()):
+            positive = label.numpy() > 0  # on the host, where the pairs were drawn
             # pairs are drawn on the host (same stream on every rank and device), then follow the rows
             src, dst, label = src.to(device), dst.to(device), label.to(device, dtype)
             with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
@@ -450,13 +459,13 @@ class LinkPrediction(Task):
             stats[base] += float(loss.detach())
             stats[base + 1] += logit.shape[0]
             if kernels.available(logit, pairs=logit.shape[0]):  # one compiled pass, the same bins
-                correct, pos, neg = kernels.score_stats(logit.detach(), npos, AUC_BINS, AUC_RANGE)
+                correct, pos, neg = kernels.score_stats(logit.detach(), positive, AUC_BINS, AUC_RANGE)
             else:
                 lg = logit.detach().to("cpu", torch.float64).numpy()
-                correct = float((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
+                correct = float((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
                 bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
-                pos = np.bincount(bins[:npos], minlength=AUC_BINS)
-                neg = np.bincount(bins[npos:], minlength=AUC_BINS)
+                pos = np.bincount(bins[positive], minlength=AUC_BINS)
+                neg = np.bincount(bins[~positive], minlength=AUC_BINS)
             stats[base + 2] += correct
             stats[base + 3 : base + 3 + AUC_BINS] += pos
             stats[base + 3 + AUC_BINS : base + width] += neg

@@ -100,15 +100,17 @@ def test_score_stats_equal_numpy_bins(use, dtype):
     special = torch.tensor([0.0, -0.0, AUC_RANGE, -AUC_RANGE, 1e30, -1e30, float("nan"), float("inf"), -float("inf")],
                            dtype=torch.float64)
     logits = torch.cat([torch.randn(5000, generator=g, dtype=torch.float64) * 8, edges, special]).to(dtype)
-    npos = 2600
+    # positives anywhere (the pairs come step by step: each step's positives, then its negatives)
+    positive = np.random.default_rng(5).random(logits.shape[0]) < 0.4
+    positive[-len(special):] = [True, False] * 4 + [True]
     use("numba")
-    correct, pos, neg = kernels.score_stats(logits, npos, AUC_BINS, AUC_RANGE)
+    correct, pos, neg = kernels.score_stats(logits, positive, AUC_BINS, AUC_RANGE)
     lg = logits.to(torch.float64).numpy()
     with np.errstate(invalid="ignore"):
         bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
-    assert correct == int((lg[:npos] > 0).sum() + (lg[npos:] <= 0).sum())
-    np.testing.assert_array_equal(pos, np.bincount(bins[:npos], minlength=AUC_BINS))
-    np.testing.assert_array_equal(neg, np.bincount(bins[npos:], minlength=AUC_BINS))
+    assert correct == int((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
+    np.testing.assert_array_equal(pos, np.bincount(bins[positive], minlength=AUC_BINS))
+    np.testing.assert_array_equal(neg, np.bincount(bins[~positive], minlength=AUC_BINS))
 
 
 def _lstm(dtype, T: int, B: int, H: int, inputs: int | None, masked: bool, seed: int = 1):
