@@ -192,7 +192,7 @@ class LinkPrediction(Task):
         self.ranges = split_steps(manifest.num_snapshots - 1, cfg.split)
         self.targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: per (steps, positions, rows): each step's positive pairs, constant over epochs
-        self._fixed: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._fixed: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
         #: in place (:class:`RowShard`): where the rows are; whether pairs are scored on their source row's
         #: rank (else on their step's, t mod P); the steps I score pairs of
         self.shard: RowShard | None = None
@@ -390,7 +390,7 @@ class LinkPrediction(Task):
         return self._score(pu, pv, scored, loss_sum, rows.device, rows.dtype)
 
     # -- mini-batch samples (the sequences strategy) --------------------------------------------
-    def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor, int]:
+    def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
         """(src, dst, labels) of step t's pairs whose source is in ``batch``: its positives, then
         its negatives of ``epoch`` (:meth:`_draw`: the whole step's stream, as on one rank, kept for the
         epoch's other samples) — so the samples of all node batches score each pair of t exactly once.
