@@ -386,7 +386,10 @@ def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
     gc.collect()  # strategies hold reference cycles (layouts, hooks): free the old arrays now, not later
     run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan, run.model, task)
     run.plan, run.task = plan, task
-    run.setup_seconds += time.perf_counter() - t0  # summary.json's setup time includes the second setup
+    # summary.json's setup time and setup transfer bytes include the second setup (its snapshots moved
+    # host -> device between two epochs: no epoch record counts them)
+    run.setup_seconds += time.perf_counter() - t0
+    run.setup_transfer += run.strategy.transfer_stats()[0]
     if comm.rank == 0:
         _save_run_files(run.run_dir, run.job, plan, epoch)
     log.info(f"balance: measured — the new plan from epoch {epoch + 1} (set up in {time.perf_counter() - t0:.2f} s; "

@@ -83,6 +83,20 @@ def test_forced_recut_is_exact_and_kept(launcher, small_dataset, tmp_path, P, st
     assert now["kind"] == first["kind"] == ("pss" if strategy == "pss" else "snapshot")
 
 
+def test_recut_setup_bytes_are_counted(launcher, small_dataset, tmp_path):
+    """summary.json's setup transfer includes the re-cut's second setup: with ``transfer: base`` every snapshot
+    moves once per setup whatever the plan, so a re-cut run reports exactly twice an uncut run's bytes."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                    strategy={"name": "snapshot", "layout": "block", "balance": "measured", "transfer": "base"},
+                    train={"epochs": 2, "warmup_epochs": 1})
+    _losses(launcher, 2, job, tmp_path / "cut", "debug.measured_compute=[1.0,6.0]")
+    _losses(launcher, 2, job, tmp_path / "uncut", "strategy.balance=work")
+    assert (tmp_path / "cut" / "plan.before-epoch-1.json").exists()
+    cut, uncut = (json.loads((tmp_path / d / "summary.json").read_text())["transfer"]["setup_bytes"]
+                  for d in ("cut", "uncut"))
+    assert uncut > 0 and cut == 2 * uncut
+
+
 def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
     """A run stopped after the re-cut resumes on the checkpoint's plan, not on a fresh static one."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
