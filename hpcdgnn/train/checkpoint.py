@@ -39,7 +39,7 @@ import torch
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["CheckpointManager", "latest_checkpoint", "load_state", "restore_rng"]
+__all__ = ["CheckpointManager", "latest_checkpoint", "load_shared", "load_state", "restore_rng"]
 
 _COMPLETE = "COMPLETE"
 
@@ -81,6 +81,19 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return max(done, key=lambda d: d.name, default=None)
 
 
+def load_shared(ckpt: Path) -> dict[str, Any]:
+    """The shared state (``state.pt``: epoch, model, optimizer, plan, ...) of checkpoint ``ckpt`` alone, without
+    a rank's state — which can be large (stale aggregation's caches: hundreds of MiB).
+
+    Raises:
+        DataError: an unreadable checkpoint (names the file).
+    """
+    try:
+        return torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+    except (OSError, ValueError, pickle.UnpicklingError, RuntimeError) as e:
+        raise DataError(f"{ckpt}: cannot read checkpoint: {e}") from None
+
+
 def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(shared state, this rank's state) of checkpoint directory ``ckpt``; the rank's state has
     ``rng`` (for :func:`restore_rng`) and ``strategy`` (for ``Strategy.load_state_dict``).
@@ -91,11 +104,9 @@ def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], d
     Raises:
         DataError: an unreadable checkpoint (names the file).
     """
-    meta_path = ckpt / _COMPLETE
+    state = load_shared(ckpt)
     try:
-        meta = json.loads(meta_path.read_text())
-        state_path = ckpt / "state.pt"
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        meta = json.loads((ckpt / _COMPLETE).read_text())
         old_p = int(meta["num_ranks"])
         mine = torch.load(ckpt / _rank_file(rank % old_p), map_location="cpu", weights_only=False)
         if old_p != num_ranks:

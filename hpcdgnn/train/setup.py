@@ -47,7 +47,7 @@ from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_step_graphs
 from hpcdgnn.nn.models.tgn import TGN
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
-from hpcdgnn.train.checkpoint import latest_checkpoint, load_state, restore_rng
+from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
 __all__ = ["Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job", "measured_plan",
@@ -235,7 +235,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         if ckpt is not None and calibration_epoch(job):  # a measured re-cut is kept: the checkpoint's plan
-            saved = load_state(ckpt, 0, comm.size)[0].get("plan")
+            saved = load_shared(ckpt).get("plan")  # the shared part only: rank 0's own state is read later
             if saved is not None and saved.num_ranks == comm.size:
                 plan = saved
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
