@@ -263,6 +263,17 @@ class LinkPrediction(Task):
         """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
         return draw_negatives(self.seed, epoch, t, self.manifest.num_vertices, m)
 
+    def _step_negatives(self, t: int, epoch: int, offset: int = 0) -> np.ndarray:
+        """Step t's negatives of ``epoch`` (``task.negatives`` per positive, :meth:`_draw`) as a (2, m) array
+        of rows ``offset + v``."""
+        neg = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+        neg += offset
+        return neg
+
+    def _positives(self, t: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
+        """Step t's positive pairs (src, dst) as int64 rows ``offset + v``."""
+        return tuple(x.numpy().astype(np.int64) + offset for x in self.targets[t])
+
     def _negatives(self, t: int, epoch: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`_draw` as (src, dst) tensors."""
         pairs = torch.from_numpy(self._draw(t, epoch, m))
@@ -280,13 +291,8 @@ class LinkPrediction(Task):
         if fixed is None:
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
-            fixed = self._fixed[key] = [tuple(x.numpy().astype(np.int64) + where[t] * n for x in self.targets[t])
-                                        for t in steps]
-        parts = []
-        for t, (ps, pd) in zip(steps, fixed):
-            neg = self._draw(t, epoch, ps.shape[0] * self.cfg.negatives)
-            neg += where[t] * n
-            parts.append((ps, pd, neg[0], neg[1]))
+            fixed = self._fixed[key] = [self._positives(t, where[t] * n) for t in steps]
+        parts = [(ps, pd, *self._step_negatives(t, epoch, where[t] * n)) for t, (ps, pd) in zip(steps, fixed)]
         src, dst, label = pairs_by_step(parts)
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
@@ -350,13 +356,8 @@ class LinkPrediction(Task):
                 continue
             fixed = self._fixed.get(("in place", s))
             if fixed is None:
-                fixed = self._fixed[("in place", s)] = [
-                    kept(*(x.numpy().astype(np.int64) + t * N for x in self.targets[t])) for t in steps]
-            parts = []
-            for t, (ps, pd) in zip(steps, fixed):
-                neg = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
-                neg += t * N
-                parts.append((ps, pd, *kept(neg[0], neg[1])))
+                fixed = self._fixed[("in place", s)] = [kept(*self._positives(t, t * N)) for t in steps]
+            parts = [(ps, pd, *kept(*self._step_negatives(t, epoch, t * N))) for t, (ps, pd) in zip(steps, fixed)]
             out[s] = pairs_by_step(parts)
         return out
 
@@ -404,7 +405,7 @@ class LinkPrediction(Task):
         if key in negatives:
             return negatives[key]
         if t not in negatives:
-            negatives[t] = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+            negatives[t] = self._step_negatives(t, epoch)
         in_batch = np.zeros(self.manifest.num_vertices, dtype=bool)
         in_batch[batch] = True
         ps, pd = (x.numpy() for x in self.targets[t])
