@@ -3,7 +3,7 @@
     python perf/bench_pygt.py [--pygt-path DIR ...] [--input ../shared/data/email-Eu-core-temporal.txt.gz]
                               [--snapshots 64] [--slicing events|time] [--epochs 5] [--hidden 16] [--layers 2]
                               [--models evolvegcn_o cdgcn gconv_lstm tgcn_cell] [--cdgcn-pygt dygrae gclstm]
-                              [--repeat 1]
+                              [--repeat 1] [--csv perf/results/pygt/pygt.csv [--plot perf/results/pygt/pygt.png]]
 
 Prepares the SNAP file once (``hpcdgnn prepare --format snap``, default
 features: raw in/out degree) into a temporary directory -- T slices of equal
@@ -21,7 +21,11 @@ the validation split without edges -- then for every model runs
   forward over the whole timeline, loss, backward, Adam step).
 
 and prints s/epoch of both, the ratio PyGT / hpcdgnn, the loss of the last
-epoch of both and the loss trajectories. The goal of the issue: hpcdgnn at
+epoch of both and the loss trajectories. ``--csv FILE`` appends one row per
+pair of models (date, commit, data, both sides' s/epoch with every run's, the
+ratio, the goal, the losses) to FILE — created with a header if absent, never
+rewritten — and ``--plot PNG`` then draws the newest row of each (data, model,
+counterpart) in FILE as bars of PyGT / hpcdgnn against their goals. The goal of the issue: hpcdgnn at
 least 3x faster per epoch at a comparable loss after the same epochs.
 
 Same task on both sides
@@ -446,9 +450,13 @@ def main() -> None:
     ap.add_argument("--pygt-renormalize", action="store_true",
                     help="EvolveGCNO as shipped (normalize=True: gcn_norm in every call) instead of precomputed Ã")
     ap.add_argument("--repeat", type=int, default=1, help="runs per side, alternating; the fastest counts")
+    ap.add_argument("--csv", type=Path, default=None, help="append the results to this CSV (header if new)")
+    ap.add_argument("--plot", type=Path, default=None, help="with --csv: bar chart of the CSV's newest rows (PNG)")
     ap.add_argument("--worker", choices=["evolvegcno", "dygrae", "gclstm", "gconvlstm", "tgcn"], help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.plot is not None and args.csv is None:
+        ap.error("--plot draws the rows of --csv FILE; give --csv too")
     if args.worker:
         worker(args)
         return
@@ -481,7 +489,9 @@ def main() -> None:
                 for rep in range(args.repeat):  # alternate the sides so a slow spell of this machine hits both
                     ours.append(run_hpcdgnn(work, data, model, args, f"{cp}-r{rep}"))
                     theirs.append(run_pygt(data, model, cp, args, pygt_path))
-                rows.append((model, cp, min(ours, key=lambda r: r["epoch_s"]), min(theirs, key=lambda r: r["epoch_s"])))
+                best = min(ours, key=lambda r: r["epoch_s"]), min(theirs, key=lambda r: r["epoch_s"])
+                best[0]["runs"], best[1]["runs"] = [r["epoch_s"] for r in ours], [r["epoch_s"] for r in theirs]
+                rows.append((model, cp, *best))
         info = theirs[-1]
         empty = sum(1 for e in man["snapshot_edges"] if e == 0)
         print(f"data: {source}, N={man['num_vertices']} T={man['num_snapshots']} F={man['num_features']} "
@@ -513,6 +523,84 @@ def main() -> None:
             fmt = lambda xs: " ".join(f"{x:.4f}" for x in xs)  # noqa: E731
             print(f"  {model:13s} hpcdgnn {fmt(o['losses'])}")
             print(f"  {'':13s} {PYGT_COUNTERPART[cp]:15s} {fmt(p['losses'])}")
+        if args.csv is not None:
+            append_csv(args.csv, rows, source, man, args)
+            print(f"appended {len(rows)} rows to {args.csv}")
+            if args.plot is not None:
+                plot_csv(args.csv, args.plot)
+                print(f"plot: {args.plot}")
+
+
+CSV_FIELDS = ["date", "commit", "data", "N", "T", "model", "pygt_model", "hpcdgnn_s", "pygt_s", "ratio", "goal",
+              "met", "hpcdgnn_runs_s", "pygt_runs_s", "hpcdgnn_loss", "pygt_loss", "epochs", "repeat"]
+
+
+def append_csv(path: Path, rows: list, source: str, man: dict, args) -> None:
+    """Append one row per (model, counterpart) to ``path``, with a header when the file is new."""
+    import csv
+    import datetime
+
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        if new:
+            w.writeheader()
+        for model, cp, o, p in rows:
+            ratio = p["epoch_s"] / o["epoch_s"]
+            w.writerow({
+                "date": date, "commit": commit + ("+dirty" if dirty else ""), "data": source,
+                "N": man["num_vertices"], "T": man["num_snapshots"], "model": model, "pygt_model": PYGT_COUNTERPART[cp],
+                "hpcdgnn_s": f"{o['epoch_s']:.4f}", "pygt_s": f"{p['epoch_s']:.4f}", "ratio": f"{ratio:.2f}",
+                "goal": GOAL[cp], "met": ratio >= GOAL[cp],
+                "hpcdgnn_runs_s": " ".join(f"{x:.4f}" for x in o["runs"]),
+                "pygt_runs_s": " ".join(f"{x:.4f}" for x in p["runs"]),
+                "hpcdgnn_loss": f"{o['losses'][-1]:.4f}", "pygt_loss": f"{p['losses'][-1]:.4f}",
+                "epochs": args.epochs, "repeat": args.repeat,
+            })
+
+
+def newest_rows(path: Path) -> dict[tuple[str, str, str], dict]:
+    """The last row of each (data, model, counterpart) in the CSV ``path``: rows are appended in time order."""
+    import csv
+
+    newest: dict[tuple[str, str, str], dict] = {}
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            newest[(r["data"], r["model"], r["pygt_model"])] = r  # later rows replace earlier ones
+    return newest
+
+
+def plot_csv(path: Path, png: Path) -> None:
+    """Bars of PyGT / hpcdgnn, the newest row of each (data, model, counterpart) in ``path``, goals as ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # batch nodes have no display
+    import matplotlib.pyplot as plt
+
+    newest = newest_rows(path)
+    keys = sorted(newest)
+    ratios = [float(newest[k]["ratio"]) for k in keys]
+    goals = [float(newest[k]["goal"]) for k in keys]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(keys)), 4.0))
+    x = range(len(keys))
+    ax.bar(x, ratios, color=["tab:green" if r >= g else "tab:orange" for r, g in zip(ratios, goals)])
+    ax.scatter(x, goals, marker="_", s=900, color="black", label="goal", zorder=3)
+    for i, r in enumerate(ratios):
+        ax.text(i, r, f"{r:.2f}x", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(x), [f"{m}\nvs {c}\n{d}" for d, m, c in keys], fontsize=7)
+    ax.set_ylabel("PyGT s/epoch / hpcdgnn s/epoch")
+    ax.set_title("hpcdgnn vs PyTorch Geometric Temporal, CPU, 1 thread", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

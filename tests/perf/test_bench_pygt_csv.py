@@ -1,0 +1,48 @@
+"""perf/bench_pygt.py's record: ``--csv`` appends (header once, earlier rows kept), ``--plot`` draws the newest
+row of each (data, model, counterpart). Rows are built as the script builds them, with chosen times, so neither
+PyGT nor a run is needed and nothing depends on timing."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+
+from tests.conftest import REPO
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("perf_bench_pygt", REPO / "perf" / "bench_pygt.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _side(epoch_s: float, runs: list[float], loss: float) -> dict:
+    return {"epoch_s": epoch_s, "runs": runs, "losses": [0.7, loss], "params": 10}
+
+
+def test_csv_appends_and_plot_takes_newest(tmp_path):
+    bench = _bench()
+    man = {"num_vertices": 986, "num_snapshots": 64}
+    args = argparse.Namespace(epochs=5, repeat=2)
+    path = tmp_path / "results" / "pygt.csv"
+    first = [("evolvegcn_o", "evolvegcno", _side(0.04, [0.05, 0.04], 0.65), _side(0.12, [0.12, 0.13], 0.61)),
+             ("cdgcn", "dygrae", _side(0.10, [0.10, 0.11], 0.62), _side(0.30, [0.30, 0.31], 0.65))]
+    bench.append_csv(path, first, "email64", man, args)
+    bench.append_csv(path, [("evolvegcn_o", "evolvegcno", _side(0.02, [0.02, 0.03], 0.64),
+                             _side(0.11, [0.11, 0.12], 0.60))], "email64", man, args)
+    lines = path.read_text().splitlines()
+    assert lines[0].split(",") == bench.CSV_FIELDS and sum(line.startswith("date,") for line in lines) == 1
+    rows = list(csv.DictReader(path.open()))
+    assert [(r["model"], r["ratio"], r["met"]) for r in rows] == [
+        ("evolvegcn_o", "3.00", "False"), ("cdgcn", "3.00", "True"), ("evolvegcn_o", "5.50", "True")]
+    assert rows[0]["hpcdgnn_runs_s"] == "0.0500 0.0400" and rows[0]["pygt_model"] == "EvolveGCNO"
+    assert rows[2]["goal"] == "5.0" and rows[2]["N"] == "986"
+
+    newest = bench.newest_rows(path)
+    assert {k: r["ratio"] for k, r in newest.items()} == {("email64", "evolvegcn_o", "EvolveGCNO"): "5.50",
+                                                          ("email64", "cdgcn", "DyGrEncoder"): "3.00"}
+    png = tmp_path / "pygt.png"
+    bench.plot_csv(path, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
