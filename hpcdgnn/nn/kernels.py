@@ -8,7 +8,8 @@ layer in registers: measured 3x (forward) and 6x (backward) faster on one thread
 
 The kernels are used on CPU tensors of float32/float64 when numba imports, for calls with at least
 :data:`MIN_PAIRS` pairs (loading them costs ~1 s per process); otherwise — or with
-``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their torch path. The
+``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their torch path.
+``HPCDGNN_KERNELS=always`` drops the size thresholds (tests run the compiled paths on small graphs). The
 numba cache (``cache=True``) keeps the compiled code beside this file, so only the first process
 after an install compiles (about a second per dtype).
 
@@ -30,9 +31,23 @@ __all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "ls
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
 
+def _mode() -> str:
+    """``HPCDGNN_KERNELS``: ``numba`` (default), ``torch`` or ``always`` (the one place that reads it)."""
+    mode = os.environ.get("HPCDGNN_KERNELS", "numba").lower()
+    if mode not in ("numba", "torch", "always"):
+        from hpcdgnn.errors import ConfigError
+
+        raise ConfigError(f"environment HPCDGNN_KERNELS={mode!r}: use numba, torch or always")
+    return mode
+
+
 def _enabled() -> bool:
-    """``HPCDGNN_KERNELS`` is not ``torch`` (the one place that reads it)."""
-    return os.environ.get("HPCDGNN_KERNELS", "numba").lower() != "torch"
+    return _mode() != "torch"
+
+
+def _sized(n: int, least: int) -> bool:
+    """A call of size n takes the compiled path: n >= least, or any n with ``HPCDGNN_KERNELS=always``."""
+    return n >= least or _mode() == "always"
 
 
 def _compile():
@@ -72,7 +87,7 @@ def available(*tensors: torch.Tensor, pairs: int | None = None) -> bool:
         return False
     if any(t.device.type != "cpu" for t in tensors) or any(t.dtype != tensors[0].dtype for t in tensors):
         return False
-    if pairs is not None and pairs < MIN_PAIRS:
+    if pairs is not None and not _sized(pairs, MIN_PAIRS):
         return False
     return bool(_compile())
 
@@ -121,7 +136,7 @@ LSTM_MIN_STEPS = 32
 def lstm_available(gates: torch.Tensor) -> bool:
     """Whether :func:`lstm_forward` / :func:`lstm_backward` take feature-major ``gates`` (T, 4H, B)."""
     T, _, B = gates.shape
-    return B <= LSTM_MAX_BATCH and T >= LSTM_MIN_STEPS and available(gates)
+    return B <= LSTM_MAX_BATCH and _sized(T, LSTM_MIN_STEPS) and available(gates)
 
 
 def _mask_arg(mask: torch.Tensor | None, like: torch.Tensor) -> np.ndarray:

@@ -61,6 +61,23 @@ def test_numba_equals_torch_float32_odd_width(use):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
+def test_always_drops_the_size_thresholds_and_a_bad_value_is_refused(monkeypatch):
+    """HPCDGNN_KERNELS=always: the compiled loops for calls of any size (tests run them under MPI on small
+    graphs); a value that is none of numba / torch / always is a one-line configuration error naming it."""
+    from hpcdgnn.errors import ConfigError
+
+    monkeypatch.setattr(kernels, "_kernels", None)
+    monkeypatch.setenv("HPCDGNN_KERNELS", "always")
+    assert kernels.available(torch.zeros(2), pairs=1)
+    assert kernels.lstm_available(torch.zeros(2, 8, 3))  # 2 steps, far below LSTM_MIN_STEPS
+    monkeypatch.setenv("HPCDGNN_KERNELS", "numba")
+    assert not kernels.available(torch.zeros(2), pairs=1) and not kernels.lstm_available(torch.zeros(2, 8, 3))
+    monkeypatch.setenv("HPCDGNN_KERNELS", "fast")
+    with pytest.raises(ConfigError, match="HPCDGNN_KERNELS='fast'"):
+        kernels.available(torch.zeros(2), pairs=1)
+    monkeypatch.setattr(kernels, "_kernels", None)
+
+
 def test_not_available_for_other_dtypes_or_mixed(use):
     use("numba")
     assert not kernels.available(torch.zeros(2, dtype=torch.float16))

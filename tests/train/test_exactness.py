@@ -47,6 +47,24 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
             assert recs[0]["bytes_by_tag"]["time_halo.fwd" if model == "tmgcn" else "redistribute.fwd"] > 0
 
 
+@pytest.mark.parametrize("model", ["evolvegcn_o", "cdgcn"])
+def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model):
+    """The compiled CPU loops (HPCDGNN_KERNELS=always: every call, where real graphs pass the size thresholds) —
+    the decoder's forward and backward, the AUC pass, EvolveGCN-O's weight LSTM — give the same trajectory at
+    P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
+    pytest.importorskip("numba")
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": "float64"})
+    monkeypatch.setenv("HPCDGNN_KERNELS", "torch")
+    torch_ref, _ = _losses(launcher, None, job, tmp_path / "torch")
+    monkeypatch.setenv("HPCDGNN_KERNELS", "always")
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
+    np.testing.assert_allclose(ref, torch_ref, rtol=1e-9, err_msg=f"{model}: compiled vs torch, one process")
+    assert not np.array_equal(ref, torch_ref), "bit for bit torch's: the compiled loops did not run"
+    for P in (2, 3):
+        got, _ = _losses(launcher, P, job, tmp_path / f"p{P}")
+        np.testing.assert_allclose(got, ref, rtol=RTOL["float64"], err_msg=f"{model} compiled P={P}")
+
+
 def test_more_ranks_than_snapshots_and_node_classification(launcher, tmp_path):
     """P = 3 > T = 2: idle ranks take part in every collective, forward and backward."""
     data = make_dataset(tmp_path / "tiny", T=2, N=11, m=20)
