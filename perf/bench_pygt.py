@@ -21,12 +21,15 @@ the validation split without edges -- then for every model runs
   forward over the whole timeline, loss, backward, Adam step).
 
 and prints s/epoch of both, the ratio PyGT / hpcdgnn, the loss of the last
-epoch of both and the loss trajectories. ``--csv FILE`` appends one row per
-pair of models (date, commit, data, both sides' s/epoch with every run's, the
-ratio, the goal, the losses) to FILE — created with a header if absent, never
-rewritten — and ``--plot PNG`` then draws the newest row of each (data, model,
-counterpart) in FILE as bars of PyGT / hpcdgnn against their goals. The goal of the issue: hpcdgnn at
-least 3x faster per epoch at a comparable loss after the same epochs.
+epoch of both and the loss trajectories. The goal of issue 5: hpcdgnn at
+least 3x faster per epoch at a comparable loss after the same epochs (issue
+13's goals per counterpart: ``GOAL``).
+
+``--csv FILE`` appends one row per pair of models (date, commit, data, both
+sides' s/epoch with every run's, the ratio, the goal, the losses) to FILE --
+created with a header if absent, never rewritten -- and ``--plot PNG`` then
+draws the newest row of each (data, model, counterpart) in FILE as bars of
+PyGT / hpcdgnn against their goals (``perf/results/pygt/``).
 
 Same task on both sides
 -----------------------

@@ -76,7 +76,7 @@ def expected() -> bool:
 #: did before, so a resumed run takes the same path as the uninterrupted one, bit for bit. 2^14: a rank
 #: scores its own snapshots' pairs, so a split's pairs are divided by P — email-Eu-core's validation and
 #: test splits (T = 64: ~46k pairs each) still take the compiled loop at P = 2 (~23k per rank), where the
-#: torch passes cost 2-3x more per pair; the test suite's graphs stay below it (at most ~9k pairs a call).
+#: torch passes cost 2-3x more per pair; the test suite's graphs (at most a few hundred vertices) stay below it.
 MIN_PAIRS = 1 << 14
 
 
