@@ -169,6 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
+        if argv is None:  # the program itself, not a caller's main([...]), whose process must not be replaced
+            from hpcdgnn import allocator
+
+            try:
+                allocator.reexec()  # before MPI starts: restart with jemalloc preloaded where there is one
+            except HpcdgnnError as e:  # a bad HPCDGNN_MALLOC, the same on every rank; no MPI yet, no collective
+                print(f"hpcdgnn: error: {e}", file=sys.stderr)
+                return EXIT_USAGE
         return args.func(args)
     try:
         return args.func(args)

@@ -127,7 +127,10 @@ def _banner(log, run: Run, comm: Communicator) -> None:
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
     )
-    log.info(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s (read + normalise + precompute Ã·X)")
+    from hpcdgnn.allocator import describe
+
+    log.info(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s (read + normalise + precompute Ã·X)"
+             f"   host allocator: {describe()}")
     if run.start_epoch:
         log.info(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
 
