@@ -189,7 +189,9 @@ class TrainConfig:
     """Compute device: ``auto`` = the GPU of this rank's local rank when CUDA is available, else CPU."""
     reuse_memory: bool = True
     """Keep freed host memory in the process (glibc mallopt) so each epoch's large tensors reuse
-    pages instead of faulting in fresh ones; the resident size stays at its peak."""
+    pages instead of faulting in fresh ones; the resident size stays at its peak. Under jemalloc
+    (``HPCDGNN_MALLOC``, :mod:`hpcdgnn.allocator`: the default where installed) its ``MALLOC_CONF``
+    does this, and for blocks above 1 GiB, which mallopt's C int cannot cover."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1:

@@ -40,6 +40,8 @@ def _memory(comm, run, activation_peak: float) -> np.ndarray:
 def _environment(comm, run) -> dict:
     import mpi4py
 
+    from hpcdgnn.allocator import describe as describe_allocator
+
     job, device = run.job, run.device
     return {
         "num_ranks": comm.size,
@@ -52,6 +54,7 @@ def _environment(comm, run) -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "host": socket.gethostname(),
+        "host_allocator": describe_allocator(),  # rank 0's; every rank starts with the same environment
     }
 
 

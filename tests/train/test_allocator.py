@@ -4,6 +4,7 @@ every rank, exit 2, no hang."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -61,6 +62,8 @@ def test_run_under_mpi_with_jemalloc_and_a_bad_value(launcher, small_dataset, tm
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
     assert proc.returncode == 0, proc.stderr
     assert "host allocator: libjemalloc.so.2 (HPCDGNN_MALLOC=auto)" in proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["environment"]["host_allocator"] == "libjemalloc.so.2 (HPCDGNN_MALLOC=auto)"
     monkeypatch.setenv("HPCDGNN_MALLOC", str(tmp_path / "nowhere.so"))
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "bad")], timeout=60)
     assert proc.returncode == 2
