@@ -1,6 +1,6 @@
 """The host memory allocator of ``python -m hpcdgnn run``: jemalloc where the machine has it (issue 13).
 
-Why: glibc's malloc gives blocks larger than its mmap threshold (32 MiB at most) back to the kernel on
+Why: glibc's malloc gives blocks larger than its mmap threshold (32 MiB by default) back to the kernel on
 ``free``, so a tensor of that size allocated every epoch is faulted in, page by page, every epoch. CD-GCN
 on the generator graph N = 2^15, T = 64 (one process): torch's oneDNN LSTM keeps a 1.9 GiB workspace per
 layer from forward to backward — 542k minor page faults (2.1 GiB) per epoch, steady epochs 2.84–3.05 s;
@@ -27,7 +27,6 @@ use) and no background thread (one thread per rank).
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import sys
 from pathlib import Path
@@ -53,11 +52,6 @@ def find_jemalloc() -> str | None:
         p = Path(d) / "libjemalloc.so.2"
         if p.is_file():
             return str(p)
-    name = ctypes.util.find_library("jemalloc")  # ldconfig's cache: a site's own prefix
-    if name:
-        for d in dirs:
-            if (Path(d) / name).is_file():
-                return str(Path(d) / name)
     return None
 
 
@@ -84,12 +78,11 @@ def reexec() -> None:
     if lib is None:
         return
     preload = [p for p in os.environ.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p]
-    env = dict(os.environ)
-    env[_ACTIVE] = lib
     if lib in preload:  # the user (or a job script) preloaded it already
         os.environ[_ACTIVE] = lib
         return
-    env["LD_PRELOAD"] = ":".join([lib, *preload])
+    env = dict(os.environ, LD_PRELOAD=":".join([lib, *preload]))
+    env[_ACTIVE] = lib
     env.setdefault("MALLOC_CONF", _CONF)
     sys.stdout.flush()
     sys.stderr.flush()
