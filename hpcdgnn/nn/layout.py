@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Layout", "RowLayout", "StepGraph", "horizon_temporal", "joined"]
+__all__ = ["Layout", "RowLayout", "StepGraph", "TransformThenEncode", "horizon_temporal", "joined"]
 
 
 @dataclass(eq=False)
@@ -96,6 +96,24 @@ def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
     with torch.no_grad():
         z_tail, state = run(grad_steps, None, state)
     return torch.cat([z_head, z_tail]), state
+
+
+class TransformThenEncode:
+    """``layer`` whose :meth:`temporal` first applies the layer's snapshot-local transform to the (T, n, F)
+    aggregation it gets: what a layout hands the time encoder when it moved the aggregation, not the
+    transform's wider output (:meth:`hpcdgnn.strategies.snapshot.SnapshotLayout.moves_aggregation`).
+    Only for layers without per-step parameters (the transform is then the same for every step).
+    Everything else is the layer's."""
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+
+    def __getattr__(self, name: str):
+        return getattr(self.layer, name)
+
+    def temporal(self, y: torch.Tensor, state: Any = None, **kwargs) -> tuple[torch.Tensor, Any]:
+        """``layer.temporal`` of ``layer.spatial_steps(y)``."""
+        return self.layer.temporal(self.layer.spatial_steps(y, [], None), state, **kwargs)
 
 
 class Layout:

@@ -129,6 +129,8 @@ class PSSStrategy(SnapshotStrategy):
 class PSSLayout(SnapshotLayout):
     """As :class:`SnapshotLayout` for the GCN; the RNN runs where the snapshots are, fed by rank p-1."""
 
+    redistributes = False
+
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
         """No redistribution: the RNN runs over this rank's own stretch of time for all N vertices."""
         return y

@@ -18,7 +18,17 @@ Communication volume of one redistribution, summed over ranks, in bytes::
     (T*N - sum_p T_p*N_p) * F * itemsize   ( = T*N*F*(P-1)/P*itemsize when P | T and P | N )
 
 where T_p, N_p are rank p's snapshot and vertex counts from the plan; a
-rank's block to itself is a local copy and is not counted. The exchanges are
+rank's block to itself is a local copy and is not counted.
+
+F is the narrower side of the layer's snapshot-local transform. That transform
+(``layer.spatial``: CD-GCN's relu([ÃX ; ÃXW]), T-GCN's relu(ÃXW), ...) is
+row-wise, so it gives the same rows on the vertex owner as on the snapshot
+owner: where it widens its input (CD-GCN: F -> F + F'), the aggregation ÃX is
+moved and the transform runs in front of the time encoder
+(:meth:`SnapshotLayout.moves_aggregation`), and the backward moves the
+narrower gradient too. The first layer's aggregation Ã_t·X_t is a constant
+(S4): it is moved once, in the first epoch, and kept on the vertex owner, so
+that layer moves nothing forward and nothing backward after it. The exchanges are
 MPI_Alltoallw calls over sub-boxes of the two layouts
 (:meth:`Communicator.alltoall_boxes`), so no side packs or unpacks tensors.
 
@@ -57,7 +67,7 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, StepGraph, horizon_temporal, joined
+from hpcdgnn.nn.layout import Layout, StepGraph, TransformThenEncode, horizon_temporal, joined
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots, rebalanced_plan
@@ -255,6 +265,8 @@ class SnapshotStrategy(Strategy):
             self._vertex_boxes.append([(r, (0, self._n_me)) for r in rows])
         #: per reach r: the time halo of banded encoders (:meth:`_time_halo`), None where it does not apply
         self._halos: dict[int, tuple | None] = {}
+        #: per block, the first layer's constant Ã·X on this rank's vertex rows (:meth:`_ax0_on_vertex`)
+        self._ax0_vertex: dict[int, torch.Tensor] = {}
         self._init_chunks(plan)
 
     def _init_chunks(self, plan: PartitionPlan) -> None:
@@ -290,7 +302,8 @@ class SnapshotStrategy(Strategy):
         """
         resident = sum(a.nbytes for a in self._diag.values())
         streamed = 0 if self._resident else self._block_adj_peak
-        return resident + streamed + self.ax0.numel() * self.ax0.element_size()
+        moved = sum(x.numel() * x.element_size() for x in self._ax0_vertex.values())
+        return resident + streamed + self.ax0.numel() * self.ax0.element_size() + moved
 
     def host_bytes(self) -> int:
         """Host memory of the encoded snapshot payloads."""
@@ -314,7 +327,7 @@ class SnapshotStrategy(Strategy):
         """
         return None if self.comm.size == 1 else self._grad_rows(b)
 
-    def _to_vertex(self, y: torch.Tensor, key: str, b: int = 0) -> torch.Tensor:
+    def _to_vertex(self, y: torch.Tensor, key: str | None, b: int = 0) -> torch.Tensor:
         """(T_pb, N, F) owned snapshots of block b -> (T_b, N_q, F) block timeline of this rank's vertices."""
         shape = (self.blocks[b + 1] - self.blocks[b], self._n_me, y.shape[-1])
         return redistribute(
@@ -330,6 +343,15 @@ class SnapshotStrategy(Strategy):
             z.contiguous(), self.comm, shape, self._vertex_boxes[b], self._snapshot_boxes[b], reuse=key,
             grad_rows=None if rows is None else (rows[1], rows[0]),
         )
+
+    def _ax0_on_vertex(self, y: torch.Tensor, b: int) -> torch.Tensor:
+        """The first layer's constant aggregation Ã_t·X_t of block b (``y``, the owned snapshots' rows) on
+        the vertex owners: redistributed once (the first epoch; a collective, at the same point on every rank)
+        and kept for every later epoch, forward and gradient-checkpoint re-run alike."""
+        if b not in self._ax0_vertex:
+            with torch.no_grad():  # a constant: no backward exchange; no reuse buffer outlives the copy
+                self._ax0_vertex[b] = self._to_vertex(y, None, b).clone()
+        return self._ax0_vertex[b]
 
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int, graphs: list[StepGraph] | None = None):
         """The RNN over block b's timeline; past the training horizon without autograd (causal models:
@@ -490,6 +512,9 @@ class SnapshotLayout(Layout):
     horizon-split RNN are the strategy's (:meth:`SnapshotStrategy._to_vertex`, ...).
     """
 
+    #: whether the time encoder's rows move to vertex owners (PSS keeps them where they are)
+    redistributes = True
+
     def __init__(self, s: SnapshotStrategy, b: int, states: list | None) -> None:
         super().__init__(s.blocks[b], s.blocks[b + 1], s.num_layers, states)
         self.s, self.b = s, b
@@ -500,6 +525,8 @@ class SnapshotLayout(Layout):
         self._overlapped: set[int] = set()
         #: layers whose banded encoder runs on the owned snapshots with a time halo (``strategy.time_halo``)
         self._banded: set[int] = set()
+        #: layers whose aggregation moves, their snapshot-local transform run by the vertex owner
+        self._moved: set[int] = set()
 
     def _stacked_adj(self, lo: int, hi: int) -> NormalizedAdjacency:
         """diag(Ã) of the phase lo..hi-1, loaded when the forward first needs it (S3 time goes to ``load``)."""
@@ -517,6 +544,9 @@ class SnapshotLayout(Layout):
         s = self.s
         if layer.temporal_mixing and layer.temporal_reach is not None and s._time_halo(layer.temporal_reach):
             self._banded.add(li)  # to_temporal / encode / to_spatial keep the rows in place
+        moved = self.moves_aggregation(layer, li, tparams)
+        if moved:
+            self._moved.add(li)
         parts = []
         for grad, a, b in s.phases(self.b):
             idx = self.local[a:b]
@@ -527,10 +557,28 @@ class SnapshotLayout(Layout):
                 if (li > 0 or not s._precomputed) and not layer.graph_recurrent:
                     rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
                     x = rows.view(b - a, s.N, rows.shape[-1])
-                parts.append(layer.spatial_steps(x, [s.owned[i] for i in idx], tparams))
+                parts.append(x if moved else layer.spatial_steps(x, [s.owned[i] for i in idx], tparams))
         if not parts:
-            return s.ax0.new_zeros(0, s.N, layer.spatial_features)
+            return s.ax0.new_zeros(0, s.N, layer.in_features if moved else layer.spatial_features)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def moves_aggregation(self, layer, li: int, tparams) -> bool:
+        """Whether layer ``li`` moves its aggregation to the vertex owners and runs its snapshot-local transform
+        there, in front of the time encoder, instead of moving the transform's output (module docstring).
+
+        The transform is row-wise (:meth:`~hpcdgnn.nn.models.base.DynamicLayer.spatial_steps`), so the rows are
+        the same either way; it pays where the layer's transform widens what it reads — or for the first
+        layer, whose aggregation is the constant Ã_t·X_t (S4) that moves once per run
+        (:meth:`SnapshotStrategy._ax0_on_vertex`). Only for the default aggregation (its width is the
+        layer's ``in_features``), no per-step parameters (the vertex owner's block spans time) and a time
+        encoder behind the redistribution. The same answer on every rank: all of it is the model's and the
+        plan's.
+        """
+        if not (self.redistributes and layer.temporal_mixing and layer.moves_spatial()) or li in self._banded:
+            return False
+        if tparams is not None:
+            return False
+        return (li == 0 and self.s._precomputed) or layer.in_features < layer.spatial_features
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
         """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all); with
@@ -538,15 +586,20 @@ class SnapshotLayout(Layout):
         banded encoder (``temporal_reach``) leaves them in place too and reads a time halo."""
         if li in self._banded:
             return y
+        if li == 0 and li in self._moved and self.s._precomputed:
+            return self.s._ax0_on_vertex(y, self.b)
         if self.s._chunk_boxes is not None:
             self._overlapped.add(li)
             return y
         return self.s._to_vertex(y, f"layer{li}.to_vertex", self.b)
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """The RNN, without autograd past the training horizon."""
+        """The RNN, without autograd past the training horizon (after the layer's transform where the
+        aggregation moved, :meth:`moves_aggregation`)."""
         if li in self._banded:
             return self.s._encode_banded(layer, li, y)
+        if li in self._moved:
+            layer = TransformThenEncode(layer)
         if li in self._overlapped:
             return self.s._encode_overlapped(layer, li, y, state, self.b)
         return self.s._temporal(layer, y, state, self.b, self.temporal_kwargs(layer, li).get("graphs"))

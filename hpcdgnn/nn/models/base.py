@@ -130,6 +130,13 @@ class DynamicLayer(nn.Module):
         """
         return graph.propagate(h)
 
+    def moves_spatial(self) -> bool:
+        """Whether :meth:`spatial` may run on the time encoder's side of a redistribution, on the moved
+        aggregation (``in_features`` wide), instead of before it. True for the default aggregation, whose
+        width is ``in_features``; a layer with its own (attention, MPNN) says what its rows are by
+        overriding this. Graph-recurrent layers have no transform to move."""
+        return type(self).aggregate is DynamicLayer.aggregate and not self.graph_recurrent
+
     def rnn(self) -> nn.RNNBase | None:
         """The torch GRU/LSTM that is this layer's time encoder, if it is one (else None)."""
         return None
@@ -178,7 +185,8 @@ class DynamicLayer(nn.Module):
         """
         S, n = ax.shape[0], ax.shape[1]
         if tparams is None:
-            return self.spatial(ax.reshape(S * n, ax.shape[-1]), -1, None).reshape(S, n, -1)
+            y = self.spatial(ax.reshape(S * n, ax.shape[-1]), -1, None)
+            return y.reshape(S, n, y.shape[-1])  # the width named: n may be 0 (a rank without vertex rows)
         return torch.stack([self.spatial(ax[i], t, tparams) for i, t in enumerate(steps)])
 
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
