@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["Layout", "RowLayout", "StepGraph", "TransformThenEncode", "horizon_temporal", "joined"]
+__all__ = ["Layout", "RowLayout", "StepGraph", "TransformThenEncode", "horizon_temporal", "joined",
+           "moves_aggregation"]
 
 
 @dataclass(eq=False)
@@ -98,10 +99,26 @@ def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
     return torch.cat([z_head, z_tail]), state
 
 
+def moves_aggregation(layer, li: int, tparams, constant_first: bool) -> bool:
+    """Whether layer ``li`` should move its aggregation to the time encoder's rows and run its
+    snapshot-local transform there, in front of the encoder, rather than move the transform's output.
+
+    The transform is row-wise (:meth:`~hpcdgnn.nn.models.base.DynamicLayer.spatial_steps`), so the rows
+    are the same either way; moving the aggregation pays where the transform widens what it reads
+    (CD-GCN: F -> F + F'), and for the first layer when its aggregation is the constant Ã_t·X_t
+    (``constant_first``, S4): a layout moves that once per run and keeps it. Only for layers that mix
+    time, with the default aggregation (its width is ``in_features``) and no per-step parameters (the
+    encoder's rows span time). The answer depends on the model alone: the same on every rank.
+    """
+    if not (layer.temporal_mixing and layer.moves_spatial()) or tparams is not None:
+        return False
+    return (li == 0 and constant_first) or layer.in_features < layer.spatial_features
+
+
 class TransformThenEncode:
     """``layer`` whose :meth:`temporal` first applies the layer's snapshot-local transform to the (T, n, F)
     aggregation it gets: what a layout hands the time encoder when it moved the aggregation, not the
-    transform's wider output (:meth:`hpcdgnn.strategies.snapshot.SnapshotLayout.moves_aggregation`).
+    transform's wider output (:func:`moves_aggregation`).
     Only for layers without per-step parameters (the transform is then the same for every step).
     Everything else is the layer's."""
 

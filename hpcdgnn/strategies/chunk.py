@@ -53,7 +53,7 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import RowGroups
-from hpcdgnn.nn.layout import horizon_temporal, joined
+from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
@@ -179,6 +179,8 @@ class ChunkStrategy(HaloStrategy):
         self.R = int(R_of[me])
         dest = rnn_owner[v_of]
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
+        #: the first layer's constant Ã·X on the RNN owner, once moved (:meth:`ax0_on_rnn`)
+        self._ax0_rnn: torch.Tensor | None = None
         self._seq = self._sequences(c.chunk[:, rnn_owner == me] >= 0, dev)
         self.num_layers = len(model.layers)
         if self._task_rows(mine, N, lambda k: flat_owner[k], lambda k: local[k]) is not None:
@@ -209,6 +211,14 @@ class ChunkStrategy(HaloStrategy):
         self._time_slots = np.array([packing.steps * packing.lanes, packing.steps * lengths.shape[0]])
         return _ActiveSequences(torch.from_numpy(t_of).to(dev), torch.from_numpy(r_of).to(dev), step.to(dev),
                                 lane.to(dev), packing.reset_mask().to(dev), packing.steps, packing.lanes)
+
+    def ax0_on_rnn(self) -> torch.Tensor:
+        """The first layer's constant aggregation Ã·X as my RNN vertices' (T, R, F) block: moved once (the
+        first epoch, every rank at the same point) and kept; it needs no backward exchange."""
+        if self._ax0_rnn is None:
+            with torch.no_grad():
+                self._ax0_rnn = self.to_rnn.forward(self.ax0).view(self.T, self.R, self.ax0.shape[-1]).clone()
+        return self._ax0_rnn
 
     def _time_encoder(self, layer, yr: torch.Tensor) -> torch.Tensor:
         """Layer's RNN over my vertices' (T, R, F) block: every step, or only the active ones."""
@@ -275,13 +285,29 @@ class ChunkLayout(HaloLayout):
         super().__init__(0, s.T, s.num_layers, [(t, int(b[t + 1] - b[t])) for t in range(s.T)],
                          lambda layer, li, h: s._aggregate(layer, li, h, s.groups))
         self.s = s
+        #: layers whose aggregation moves to the RNN owners, their transform run there
+        self._moved: set[int] = set()
+
+    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        """As :class:`HaloLayout`, or only the aggregation where the RNN owner runs the transform
+        (:func:`~hpcdgnn.nn.layout.moves_aggregation`: the narrower rows travel)."""
+        if not moves_aggregation(layer, li, tparams, self.s._precomputed):
+            return super().spatial(layer, li, h, tparams)
+        self._moved.add(li)
+        return self._aggregate(layer, li, None if h is None else h.reshape(-1, h.shape[-1]))
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
-        """Appearance rows -> (T, R, F) timelines of my RNN vertices (index all-to-all)."""
+        """Appearance rows -> (T, R, F) timelines of my RNN vertices (index all-to-all; the first layer's
+        constant Ã·X moved once, :meth:`ChunkStrategy.ax0_on_rnn`)."""
+        if li == 0 and li in self._moved and self.s._precomputed:
+            return self.s.ax0_on_rnn()
         return self.s.to_rnn.forward(y).view(self.s.T, self.s.R, y.shape[-1])
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """Every step, or only the active ones (``sequences: active``, packed or padded)."""
+        """Every step, or only the active ones (``sequences: active``, packed or padded); first the layer's
+        transform where the aggregation moved (over all steps: the active ones are picked after it)."""
+        if li in self._moved:
+            y = layer.spatial_steps(y, [], None)
         return self.s._time_encoder(layer, y), None
 
     def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:

@@ -25,7 +25,7 @@ F is the narrower side of the layer's snapshot-local transform. That transform
 row-wise, so it gives the same rows on the vertex owner as on the snapshot
 owner: where it widens its input (CD-GCN: F -> F + F'), the aggregation ÃX is
 moved and the transform runs in front of the time encoder
-(:meth:`SnapshotLayout.moves_aggregation`), and the backward moves the
+(:func:`~hpcdgnn.nn.layout.moves_aggregation`), and the backward moves the
 narrower gradient too. The first layer's aggregation Ã_t·X_t is a constant
 (S4): it is moved once, in the first epoch, and kept on the vertex owner, so
 that layer moves nothing forward and nothing backward after it. The exchanges are
@@ -67,7 +67,7 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, StepGraph, TransformThenEncode, horizon_temporal, joined
+from hpcdgnn.nn.layout import Layout, StepGraph, TransformThenEncode, horizon_temporal, joined, moves_aggregation
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots, rebalanced_plan
@@ -563,22 +563,11 @@ class SnapshotLayout(Layout):
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def moves_aggregation(self, layer, li: int, tparams) -> bool:
-        """Whether layer ``li`` moves its aggregation to the vertex owners and runs its snapshot-local transform
-        there, in front of the time encoder, instead of moving the transform's output (module docstring).
-
-        The transform is row-wise (:meth:`~hpcdgnn.nn.models.base.DynamicLayer.spatial_steps`), so the rows are
-        the same either way; it pays where the layer's transform widens what it reads — or for the first
-        layer, whose aggregation is the constant Ã_t·X_t (S4) that moves once per run
-        (:meth:`SnapshotStrategy._ax0_on_vertex`). Only for the default aggregation (its width is the
-        layer's ``in_features``), no per-step parameters (the vertex owner's block spans time) and a time
-        encoder behind the redistribution. The same answer on every rank: all of it is the model's and the
-        plan's.
-        """
-        if not (self.redistributes and layer.temporal_mixing and layer.moves_spatial()) or li in self._banded:
-            return False
-        if tparams is not None:
-            return False
-        return (li == 0 and self.s._precomputed) or layer.in_features < layer.spatial_features
+        """Whether layer ``li`` moves its aggregation to the vertex owners, its transform run there
+        (:func:`~hpcdgnn.nn.layout.moves_aggregation`; the first layer's constant Ã·X moves once,
+        :meth:`SnapshotStrategy._ax0_on_vertex`) — not for banded encoders, which move nothing."""
+        return self.redistributes and li not in self._banded and moves_aggregation(layer, li, tparams,
+                                                                                    self.s._precomputed)
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
         """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all); with
