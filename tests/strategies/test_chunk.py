@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.conftest import make_dataset, write_job
 from tests.train.test_exactness import MODELS, _losses
@@ -25,8 +26,9 @@ def test_chunk_strategy_is_exact(launcher, small_dataset, tmp_path, model):
         if model == "tmgcn":  # the first layer's Ã·X (F wide) moves to the RNN owners in epoch 1 only, then
             # three moves of `hidden` rows an epoch (layer 0 back, layer 1 there and back); the same rows each
             F = json.loads((small_dataset / "manifest.json").read_text())["num_features"]
+            H = yaml.safe_load(job.read_text())["model"]["hidden"]
             first, last = recs[0]["bytes_by_tag"], recs[-1]["bytes_by_tag"]
-            assert first["rnn.fwd"] * 3 * 6 == last["rnn.fwd"] * (F + 3 * 6) and first["rnn.bwd"] == last["rnn.bwd"]
+            assert first["rnn.fwd"] * 3 * H == last["rnn.fwd"] * (F + 3 * H) and first["rnn.bwd"] == last["rnn.bwd"]
     plan = json.loads((tmp_path / "p3" / "plan.json").read_text())
     assert plan["kind"] == "chunk" and plan["chunks"]["num_chunks"] > 3 and len(plan["ranks"]) == 3
     assert sum(r["appearances"] for r in plan["ranks"][:3]) == 7 * 23  # every (v, t) has one owner
