@@ -56,6 +56,38 @@ def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
     return max(0.0, math.tanh(norm / 2.0))
 
 
+def fresh_bytes(count: int, rows: int) -> int:
+    """Bytes that tell a receiver which ``count`` of the ``rows`` halo rows one sender has for it came
+    fresh: their positions as int32, or a bitmask over all ``rows`` where that is smaller (more than one
+    row in 32 fresh). Both sides know both numbers, so the encoding needs no flag."""
+    return min(4 * count, (rows + 7) // 8)
+
+
+def encode_fresh(fresh: np.ndarray, rows: list[int], counts: list[int]) -> tuple[np.ndarray, list[int]]:
+    """Per destination (``rows[q]`` consecutive entries of the bool ``fresh``, ``counts[q]`` of them
+    true), :func:`fresh_bytes`' encoding: (the concatenated bytes, bytes per destination)."""
+    parts, sizes, off = [], [], 0
+    for r, c in zip(rows, counts, strict=True):
+        seg, off = fresh[off : off + r], off + r
+        n = fresh_bytes(c, r)
+        parts.append(np.flatnonzero(seg).astype(np.int32).view(np.uint8) if n == 4 * c else np.packbits(seg))
+        sizes.append(n)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)), sizes
+
+
+def decode_fresh(raw: np.ndarray, counts: list[int], rows: list[int]) -> np.ndarray:
+    """The inverse of :func:`encode_fresh` on the receiver: positions of the fresh rows among all received
+    halo rows (senders' blocks one after another), ascending within each block, as int64."""
+    out, off, base = [], 0, 0
+    for c, r in zip(counts, rows, strict=True):
+        n = fresh_bytes(c, r)
+        seg, off = raw[off : off + n], off + n
+        idx = seg.copy().view(np.int32) if n == 4 * c else np.flatnonzero(np.unpackbits(seg, count=r))
+        out.append(idx.astype(np.int64) + base)
+        base += r
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
 class StaleHalo:
     """The stale-aware halo exchange of one layer family (one cache per layer index).
 
@@ -71,8 +103,6 @@ class StaleHalo:
         self.send_rows, self.recv_rows = list(send_rows), list(recv_rows)
         P = comm.size
         self._dest = torch.repeat_interleave(torch.arange(P), torch.as_tensor(self.send_rows, dtype=torch.int64))
-        self._send_off = torch.as_tensor([0, *np.cumsum(self.send_rows)[:-1].tolist()], dtype=torch.int64)
-        self._recv_off = torch.as_tensor([0, *np.cumsum(self.recv_rows)[:-1].tolist()], dtype=torch.int64)
         self._sent: dict[int, torch.Tensor] = {}  # layer -> last values sent (rows in send order)
         self._got: dict[int, torch.Tensor] = {}  # layer -> last values received (rows in recv order)
         self.first_loss: float | None = None
@@ -114,12 +144,12 @@ class StaleHalo:
                 fresh = move >= theta
                 self.theta_now, self.d_now = theta, d
             counts = torch.bincount(self._dest[fresh], minlength=P) if P else torch.zeros(0, dtype=torch.int64)
-            index = (torch.nonzero(fresh).view(-1) - self._send_off[self._dest[fresh]]).view(-1, 1)
             got_counts = comm.alltoallv(counts.view(P, 1).contiguous(), [1] * P, [1] * P, tag="stale.index")
             got_counts = got_counts.view(-1).tolist()
-            got_index = comm.alltoallv(index.contiguous(), counts.tolist(), got_counts, tag="stale.index").view(-1)
-            src = torch.repeat_interleave(torch.arange(P), torch.as_tensor(got_counts, dtype=torch.int64))
-            pos = self._recv_off[src] + got_index
+            which, sizes = encode_fresh(fresh.numpy(), self.send_rows, counts.tolist())
+            got_sizes = [fresh_bytes(c, r) for c, r in zip(got_counts, self.recv_rows, strict=True)]
+            raw = comm.alltoallv(torch.from_numpy(which).view(-1, 1), sizes, got_sizes, tag="stale.index")
+            pos = torch.from_numpy(decode_fresh(raw.view(-1).numpy(), got_counts, self.recv_rows))
             if cache is None:
                 self._sent[layer] = send.detach().cpu().clone()
             else:
@@ -215,7 +245,7 @@ class StaleFetch:
     got, per owner and row. A fetch still sends the asked row indices (4 bytes a row), then the owner
     sends a row again only if it moved ≥ θ_r from what q holds — θ_r from the halo's rule
     (:meth:`StaleHalo.threshold`, same mode, θ and losses), D_r the largest move among the asked rows
-    q holds (a global max) — and a one-byte mask per asked row saying which came; q reuses its copy of
+    q holds (a global max) — and a bit per asked row saying which came; q reuses its copy of
     the others (constants: no gradient flows back through them). A row q never got always goes.
 
     Memory: up to (rows an owner has) × width per asking rank on the owner side and per owner on the
@@ -269,8 +299,13 @@ class StaleFetch:
             rows = asked[a:b][sel]
             values[rows] = current[a:b][sel]
             flag[rows] = True
-        mask = comm.alltoallv(fresh.to(torch.uint8).view(-1, 1), got, counts, tag=f"{tag}.index").view(-1)
-        mask = mask.to(torch.bool)
+        # which asked rows come: one bit each, packed per asker
+        packed = [np.packbits(fresh[int(bounds[q]) : int(bounds[q + 1])].numpy()) for q in range(P)]
+        raw = comm.alltoallv(torch.from_numpy(np.concatenate(packed)).view(-1, 1), [(g + 7) // 8 for g in got],
+                             [(c + 7) // 8 for c in counts], tag=f"{tag}.index").view(-1).numpy()
+        offs = np.r_[0, np.cumsum([(c + 7) // 8 for c in counts])]
+        mask = torch.from_numpy(np.concatenate(
+            [np.unpackbits(raw[offs[q] : offs[q + 1]], count=counts[q]) for q in range(P)]).astype(np.bool_))
         send_counts = [int(fresh[int(bounds[q]) : int(bounds[q + 1])].sum()) for q in range(P)]
         recv_bounds = np.r_[0, np.cumsum(counts)]
         recv_counts = [int(mask[int(recv_bounds[q]) : int(recv_bounds[q + 1])].sum()) for q in range(P)]
