@@ -27,7 +27,8 @@ def test_fresh_rows_encoding_round_trips_at_its_size():
     """Which halo rows came fresh, per sender: int32 positions or a bitmask, whichever is shorter; the receiver
     decodes it from the counts alone. Empty, all, none, one, ties and every density in between."""
     rng = np.random.default_rng(0)
-    cases = [([0], [False] * 0), ([64], [True] * 64), ([64], [False] * 64), ([7, 0, 9], [False] * 6 + [True] + [False] * 9)]
+    cases = [([0], []), ([64], [True] * 64), ([64], [False] * 64),
+             ([7, 0, 9], [False] * 6 + [True] + [False] * 9)]
     for _ in range(200):
         rows = [int(r) for r in rng.integers(0, 200, rng.integers(1, 5))]
         cases.append((rows, list(rng.random(sum(rows)) < rng.random() ** 3)))
