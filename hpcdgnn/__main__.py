@@ -169,14 +169,19 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "run":
-        if argv is None:  # the program itself, not a caller's main([...]), whose process must not be replaced
-            from hpcdgnn import allocator
+        from hpcdgnn import allocator
 
-            try:
-                allocator.reexec()  # before MPI starts: restart with jemalloc preloaded where there is one
-            except HpcdgnnError as e:  # a bad HPCDGNN_MALLOC, the same on every rank; no MPI yet, no collective
-                print(f"hpcdgnn: error: {e}", file=sys.stderr)
-                return EXIT_USAGE
+        # the environment's choices, the same on every rank, checked before MPI starts: a bad value is one
+        # line from each rank and exit 2, not an abort from whichever rank first used it mid-epoch
+        try:
+            if argv is None:  # the program itself, not a caller's main([...]), whose process must not be replaced
+                allocator.reexec()  # restart with jemalloc preloaded where there is one (before torch loads)
+            from hpcdgnn.nn import kernels
+
+            kernels.mode()
+        except HpcdgnnError as e:
+            print(f"hpcdgnn: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
         return args.func(args)
     try:
         return args.func(args)

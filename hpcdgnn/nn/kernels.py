@@ -26,28 +26,29 @@ import numpy as np
 import torch
 
 __all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "lstm_available", "lstm_backward",
-           "lstm_forward", "score_stats"]
+           "lstm_forward", "mode", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
 
-def _mode() -> str:
-    """``HPCDGNN_KERNELS``: ``numba`` (default), ``torch`` or ``always`` (the one place that reads it)."""
-    mode = os.environ.get("HPCDGNN_KERNELS", "numba").lower()
-    if mode not in ("numba", "torch", "always"):
+def mode() -> str:
+    """``HPCDGNN_KERNELS``: ``numba`` (default), ``torch`` or ``always`` (the one place that reads it; ``run``
+    calls it first, so a bad value stops every rank before MPI starts)."""
+    value = os.environ.get("HPCDGNN_KERNELS", "numba").lower()
+    if value not in ("numba", "torch", "always"):
         from hpcdgnn.errors import ConfigError
 
-        raise ConfigError(f"environment HPCDGNN_KERNELS={mode!r}: use numba, torch or always")
-    return mode
+        raise ConfigError(f"environment HPCDGNN_KERNELS={value!r}: use numba, torch or always")
+    return value
 
 
 def _enabled() -> bool:
-    return _mode() != "torch"
+    return mode() != "torch"
 
 
 def _sized(n: int, least: int) -> bool:
     """A call of size n takes the compiled path: n >= least, or any n with ``HPCDGNN_KERNELS=always``."""
-    return n >= least or _mode() == "always"
+    return n >= least or mode() == "always"
 
 
 def _compile():

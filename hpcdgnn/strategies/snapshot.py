@@ -492,6 +492,11 @@ class SnapshotStrategy(Strategy):
         return total
 
 
+def _owned_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """Rows ``idx`` (non-empty, ascending) of the owned snapshots' ``x``: a view when they are consecutive."""
+    return x[idx[0] : idx[-1] + 1] if idx == list(range(idx[0], idx[-1] + 1)) else x[idx]
+
+
 def _clone(x):
     return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
@@ -547,13 +552,14 @@ class SnapshotLayout(Layout):
         moved = self.moves_aggregation(layer, li, tparams)
         if moved:
             self._moved.add(li)
+            if li == 0 and s._precomputed and self.local:  # the block's constant Ã·X, whole and uncopied: to_temporal
+                return _owned_rows(s.ax0, self.local)     # moves it once (the first epoch) and keeps it
         parts = []
         for grad, a, b in s.phases(self.b):
             idx = self.local[a:b]
             with torch.set_grad_enabled(torch.is_grad_enabled() and grad):
-                # layer 0 reads Ã·X (or X) of the owned snapshots: a view when they are consecutive
-                x = (s.ax0[idx[0] : idx[-1] + 1] if idx == list(range(idx[0], idx[-1] + 1)) else s.ax0[idx]) \
-                    if li == 0 else h[a:b]
+                # layer 0 reads Ã·X (or X) of the owned snapshots
+                x = _owned_rows(s.ax0, idx) if li == 0 else h[a:b]
                 if (li > 0 or not s._precomputed) and not layer.graph_recurrent:
                     rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
                     x = rows.view(b - a, s.N, rows.shape[-1])

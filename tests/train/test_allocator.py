@@ -70,3 +70,15 @@ def test_run_under_mpi_with_jemalloc_and_a_bad_value(launcher, small_dataset, tm
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcdgnn: error:")]
     assert len(lines) == 2 and all("HPCDGNN_MALLOC=" in ln and "no such file" in ln for ln in lines)
     assert not (tmp_path / "bad").exists()
+
+
+def test_bad_kernels_value_stops_every_rank_before_mpi(launcher, small_dataset, tmp_path, monkeypatch):
+    """HPCDGNN_KERNELS is checked with HPCDGNN_MALLOC, before MPI starts: one line per rank, exit 2, no run
+    directory (not an abort from the first rank to score pairs)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    monkeypatch.setenv("HPCDGNN_KERNELS", "fast")
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "bad")], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcdgnn: error:")]
+    assert len(lines) == 2 and all("HPCDGNN_KERNELS='fast'" in ln for ln in lines), proc.stderr
+    assert not (tmp_path / "bad").exists()
