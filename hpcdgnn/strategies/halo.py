@@ -37,7 +37,7 @@ from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.stale import StaleFetch, StaleHalo
+from hpcdgnn.strategies.stale import StaleFetch, StaleHalo, decode_positions, encode_positions, fresh_bytes
 from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import RowShard, ShardedEmbeddings
 
@@ -211,18 +211,19 @@ class Halo:
 
 
 def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
-               local_of: Callable[[np.ndarray], np.ndarray], max_rows: int, tag: str = "task") -> torch.Tensor:
-    """Rows ``keys`` of the distributed rows ``h`` (n, F), from their owners; differentiable. A collective.
-    ``max_rows`` bounds every rank's row count (T · N).
+               local_of: Callable[[np.ndarray], np.ndarray], row_counts: list[int], tag: str = "task") -> torch.Tensor:
+    """Rows ``keys`` (unique) of the distributed rows ``h`` (n, F), from their owners; differentiable. A
+    collective. ``row_counts[q]``: the rows rank q holds.
 
     The halo exchange with its indices made per call, for row sets that change every epoch (the
     task's destination rows, issue 13 item 5): the counts and the owners' row indices go first
-    (tag ``<tag>.index``, 4 bytes a row), then the rows (``<tag>.fwd``; gradients back under
-    ``<tag>.bwd``). Returns (len(keys), F) in the order of ``keys``.
+    (tag ``<tag>.index``: per owner, int32 positions or a bitmask over its rows, whichever is
+    shorter), then the rows (``<tag>.fwd``; gradients back under ``<tag>.bwd``). Returns
+    (len(keys), F) in the order of ``keys``.
     """
     if comm.size == 1:
         return h[:0]
-    req = ask_owners(comm, keys, owner_of, local_of, max_rows, tag)
+    req = ask_owners(comm, keys, owner_of, local_of, row_counts, tag)
     rows = all_to_all_rows(h.index_select(0, req.asked.to(h.device)), comm, req.got, req.counts, tag=tag)
     return req.in_key_order(rows)
 
@@ -232,8 +233,8 @@ class RowRequest:
     """One rank's side of a keyed fetch after the index exchange (:func:`ask_owners`).
 
     Attributes:
-        order: my keys sorted by owner (stable): the order rows arrive in.
-        local: the owner's row of each key, in that order.
+        order: my keys sorted by (owner, owner's row): the order rows arrive in.
+        local: the owner's row of each key, in that order (ascending per owner).
         counts: keys I ask of each rank; got: keys each rank asks of me.
         asked: my rows each rank asks for, in rank order (int64).
     """
@@ -252,17 +253,24 @@ class RowRequest:
 
 
 def ask_owners(comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
-               local_of: Callable[[np.ndarray], np.ndarray], max_rows: int, tag: str) -> RowRequest:
-    """The index exchange of a keyed fetch (collective, tag ``<tag>.index``): counts, then each owner's
-    row indices — int32 when no rank can have 2^31 rows (the same test on every rank): half the bytes."""
-    P = comm.size
+               local_of: Callable[[np.ndarray], np.ndarray], row_counts: list[int], tag: str) -> RowRequest:
+    """The index exchange of a keyed fetch (collective, tag ``<tag>.index``) for the unique ``keys``:
+    counts, then per owner the rows asked of it, ascending, as int32 positions or a bitmask over its
+    ``row_counts[owner]`` rows, whichever is shorter (:func:`~hpcdgnn.strategies.stale.encode_positions`;
+    a fetch that asks for most of an owner's rows, as random negatives do, costs a bit a row, not 32)."""
+    P, me = comm.size, comm.rank
     owner = owner_of(keys)
-    order = np.argsort(owner, kind="stable")
+    local_all = local_of(keys)
+    order = np.lexsort((local_all, owner))
+    local = local_all[order]
     counts = np.bincount(owner, minlength=P)
     got = comm.alltoallv(torch.from_numpy(counts).view(P, 1), [1] * P, [1] * P, tag=f"{tag}.index").view(-1).tolist()
-    local = local_of(keys[order]).astype(np.int32 if max_rows < 2**31 else np.int64)
-    asked = comm.alltoallv(torch.from_numpy(local).view(-1, 1), counts.tolist(), got, tag=f"{tag}.index").view(-1)
-    return RowRequest(order, local, counts.tolist(), got, asked.to(torch.int64))
+    bounds = np.r_[0, np.cumsum(counts)]
+    raw, sizes = encode_positions([local[bounds[q] : bounds[q + 1]] for q in range(P)], list(row_counts))
+    got_sizes = [fresh_bytes(g, row_counts[me]) for g in got]
+    raw = comm.alltoallv(torch.from_numpy(raw).view(-1, 1), sizes, got_sizes, tag=f"{tag}.index").view(-1).numpy()
+    asked = np.concatenate(decode_positions(raw, got, [row_counts[me]] * P))
+    return RowRequest(order, local, counts.tolist(), got, torch.from_numpy(asked))
 
 
 def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:
@@ -323,6 +331,8 @@ class HaloStrategy(Strategy):
         if task_class(self.ctx.job.task.name).in_place:
             steps = np.unique(keys // N).tolist() if keys.size else []
             self.shard = RowShard(keys, N, self.comm.rank, owner_of, local_of, steps, self.comm.size)
+            #: the rows each rank holds: the fetch names the rows it asks an owner for by a bitmask over them
+            self._row_counts = [int(c) for c in self.comm.allgather_obj(int(keys.shape[0]), tag="setup")]
         return self.shard
 
     def _in_place(self, h: torch.Tensor) -> ShardedEmbeddings:
@@ -330,13 +340,11 @@ class HaloStrategy(Strategy):
         sh = self.shard
         if self.stale is not None:  # the fetched rows too are reused while they barely move (DGC §5.2)
             if self.stale.fetch is None:
-                counts = self.comm.allgather_obj(int(h.shape[0]), tag="setup")
-                self.stale.fetch = StaleFetch(self.stale, counts)
+                self.stale.fetch = StaleFetch(self.stale, self._row_counts)
             fetch = self.stale.fetch
-            return ShardedEmbeddings(sh, h, lambda keys: fetch.fetch(h, keys, sh.owner_of, sh.local_of,
-                                                                     self.T * self.N))
+            return ShardedEmbeddings(sh, h, lambda keys: fetch.fetch(h, keys, sh.owner_of, sh.local_of))
         return ShardedEmbeddings(sh, h, lambda keys: fetch_rows(self.comm, h, keys, sh.owner_of, sh.local_of,
-                                                                    self.T * self.N))
+                                                                    self._row_counts))
 
     def _aggregate(self, layer, li: int, h: torch.Tensor | None, groups: RowGroups | None = None) -> torch.Tensor:
         """Layer ``li``'s aggregation of my rows ``h`` (n, F): the precomputed one for layer 0, else

@@ -45,7 +45,7 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["adaptive_factor", "StaleFetch", "StaleHalo"]
+__all__ = ["adaptive_factor", "decode_positions", "encode_positions", "StaleFetch", "StaleHalo"]
 
 
 def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
@@ -57,34 +57,58 @@ def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
 
 
 def fresh_bytes(count: int, rows: int) -> int:
-    """Bytes that tell a receiver which ``count`` of the ``rows`` halo rows one sender has for it came
-    fresh: their positions as int32, or a bitmask over all ``rows`` where that is smaller (more than one
-    row in 32 fresh). Both sides know both numbers, so the encoding needs no flag."""
-    return min(4 * count, (rows + 7) // 8)
+    """Bytes that name ``count`` of a sender's ``rows`` rows (the halo rows that came fresh, the rows a
+    fetch asks for): their positions as int32, or a bitmask over all ``rows`` where that is smaller (more
+    than one row in 32), and always where int32 cannot hold a position. Both sides know both numbers, so
+    the encoding needs no flag."""
+    mask = (rows + 7) // 8
+    return mask if rows > 2**31 else min(4 * count, mask)
+
+
+def encode_positions(positions: list[np.ndarray], rows: list[int]) -> tuple[np.ndarray, list[int]]:
+    """Per destination q, the ascending unique ``positions[q]`` among ``rows[q]`` rows in
+    :func:`fresh_bytes`' encoding: (the concatenated bytes, bytes per destination). The bitmask is
+    built only where it is the shorter form, so the work is bounded by 32 × the positions sent."""
+    parts, sizes = [], []
+    for pos, r in zip(positions, rows, strict=True):
+        n = fresh_bytes(pos.shape[0], r)
+        if n == 4 * pos.shape[0]:
+            parts.append(pos.astype(np.int32).view(np.uint8))
+        else:
+            mask = np.zeros(r, dtype=np.bool_)
+            mask[pos] = True
+            parts.append(np.packbits(mask))
+        sizes.append(n)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)), sizes
+
+
+def decode_positions(raw: np.ndarray, counts: list[int], rows: list[int]) -> list[np.ndarray]:
+    """The inverse of :func:`encode_positions` on the receiver: per sender, its ``counts[q]`` positions
+    among ``rows[q]`` rows, ascending, as int64."""
+    out, off = [], 0
+    for c, r in zip(counts, rows, strict=True):
+        n = fresh_bytes(c, r)
+        seg, off = raw[off : off + n], off + n
+        idx = seg.copy().view(np.int32) if n == 4 * c else np.flatnonzero(np.unpackbits(seg, count=r))
+        out.append(idx.astype(np.int64))
+    return out
 
 
 def encode_fresh(fresh: np.ndarray, rows: list[int], counts: list[int]) -> tuple[np.ndarray, list[int]]:
     """Per destination (``rows[q]`` consecutive entries of the bool ``fresh``, ``counts[q]`` of them
-    true), :func:`fresh_bytes`' encoding: (the concatenated bytes, bytes per destination)."""
-    parts, sizes, off = [], [], 0
-    for r, c in zip(rows, counts, strict=True):
-        seg, off = fresh[off : off + r], off + r
-        n = fresh_bytes(c, r)
-        parts.append(np.flatnonzero(seg).astype(np.int32).view(np.uint8) if n == 4 * c else np.packbits(seg))
-        sizes.append(n)
-    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)), sizes
+    true), :func:`encode_positions` of the true entries."""
+    bounds = np.r_[0, np.cumsum(rows, dtype=np.int64)]
+    positions = [np.flatnonzero(fresh[bounds[q] : bounds[q + 1]]) for q in range(len(rows))]
+    if [p.shape[0] for p in positions] != list(counts):
+        raise ValueError(f"encode_fresh: counts {list(counts)} differ from the fresh flags")
+    return encode_positions(positions, rows)
 
 
 def decode_fresh(raw: np.ndarray, counts: list[int], rows: list[int]) -> np.ndarray:
     """The inverse of :func:`encode_fresh` on the receiver: positions of the fresh rows among all received
     halo rows (senders' blocks one after another), ascending within each block, as int64."""
-    out, off, base = [], 0, 0
-    for c, r in zip(counts, rows, strict=True):
-        n = fresh_bytes(c, r)
-        seg, off = raw[off : off + n], off + n
-        idx = seg.copy().view(np.int32) if n == 4 * c else np.flatnonzero(np.unpackbits(seg, count=r))
-        out.append(idx.astype(np.int64) + base)
-        base += r
+    bases = np.r_[0, np.cumsum(rows, dtype=np.int64)]
+    out = [pos + bases[q] for q, pos in enumerate(decode_positions(raw, counts, rows))]
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
@@ -262,8 +286,7 @@ class StaleFetch:
             store[rank] = (torch.zeros(rows, width, dtype=dtype), torch.zeros(rows, dtype=torch.bool))
         return store[rank]
 
-    def fetch(self, h: torch.Tensor, keys: np.ndarray, owner_of, local_of, max_rows: int,
-              tag: str = "task") -> torch.Tensor:
+    def fetch(self, h: torch.Tensor, keys: np.ndarray, owner_of, local_of, tag: str = "task") -> torch.Tensor:
         """:func:`~hpcdgnn.strategies.halo.fetch_rows` with stale reuse: rows (len(keys), F) of ``keys``."""
         from hpcdgnn.strategies.halo import ask_owners  # halo builds this class: imported here, not at the top
 
@@ -271,7 +294,7 @@ class StaleFetch:
         if P == 1:
             return h[:0]
         width, dtype = h.shape[1], h.dtype
-        req = ask_owners(comm, keys, owner_of, local_of, max_rows, tag)
+        req = ask_owners(comm, keys, owner_of, local_of, self.row_counts, tag)
         counts, got, asked = req.counts, req.got, req.asked
         # owner: which asked rows moved enough since the asker last got them
         bounds = np.r_[0, np.cumsum(got)]

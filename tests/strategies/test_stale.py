@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcdgnn.strategies.stale import adaptive_factor, decode_fresh, encode_fresh, fresh_bytes
+from hpcdgnn.strategies.stale import (adaptive_factor, decode_fresh, decode_positions, encode_fresh, encode_positions,
+                                      fresh_bytes)
 from tests.conftest import write_job
 from tests.train.test_exactness import _losses
 
@@ -40,6 +41,15 @@ def test_fresh_rows_encoding_round_trips_at_its_size():
         assert raw.dtype == np.uint8 and sizes == [fresh_bytes(c, r) for c, r in zip(counts, rows)] == \
             [min(4 * c, (r + 7) // 8) for c, r in zip(counts, rows)] and raw.shape[0] == sum(sizes)
         np.testing.assert_array_equal(decode_fresh(raw, counts, rows), np.flatnonzero(fresh))
+        # the same bytes from the positions themselves (the fetch's requests), decoded per sender
+        positions = [np.flatnonzero(fresh[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        raw2, sizes2 = encode_positions(positions, rows)
+        assert sizes2 == sizes
+        np.testing.assert_array_equal(raw2, raw)
+        for got, want in zip(decode_positions(raw2, counts, rows), positions, strict=True):
+            np.testing.assert_array_equal(got, want)
+    # past 2^31 rows an int32 cannot hold a position: the bitmask, however few the rows named
+    assert fresh_bytes(1, 2**31 + 1) == (2**31 + 8) // 8 and fresh_bytes(1, 2**31) == 4
 
 
 @pytest.fixture(scope="module", params=[{"name": "vertex", "partition": "hash"}, {"name": "chunk", "chunk_size": 8}],

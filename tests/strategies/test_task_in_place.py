@@ -56,6 +56,12 @@ def test_dense_steps_score_by_step_and_never_move_more(launcher, tmp_path):
     assert "pairs scored by step" in out
     tags = recs[-1]["bytes_by_tag"]
     assert 0 < tags["task.fwd"] <= _whole_snapshot_bytes(T, N, 3)
+    # the rows asked of an owner are named by a bitmask over its rows where that is shorter than int32
+    # positions: here every rank asks for most rows, so the index messages are the counts (8 bytes per
+    # rank pair) and one bitmask per pair, not 4 bytes per fetched row
+    P, fetched = 3, tags["task.fwd"] // (HIDDEN * 8)
+    bitmasks = P * (P - 1) * (8 + -(-T * -(-N // P) // 8))
+    assert tags["task.index"] <= bitmasks < P * (P - 1) * 8 + 4 * fetched, (tags, fetched)
 
 
 def test_node_classification_in_place_moves_nothing(launcher, small_dataset, tmp_path):
