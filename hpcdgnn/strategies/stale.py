@@ -266,11 +266,12 @@ class StaleFetch:
     The halo's rows are the same every epoch; the rows a task fetches (the destinations of this epoch's
     pairs, :func:`~hpcdgnn.strategies.halo.fetch_rows`) change, so the caches are keyed by row: the
     owner keeps, per asking rank q, the value of each of its rows it last sent q; q keeps the value it
-    got, per owner and row. A fetch still sends the asked row indices (4 bytes a row), then the owner
-    sends a row again only if it moved ≥ θ_r from what q holds — θ_r from the halo's rule
-    (:meth:`StaleHalo.threshold`, same mode, θ and losses), D_r the largest move among the asked rows
-    q holds (a global max) — and a bit per asked row saying which came; q reuses its copy of
-    the others (constants: no gradient flows back through them). A row q never got always goes.
+    got, per owner and row. A fetch still names the rows it asks for
+    (:func:`~hpcdgnn.strategies.halo.ask_owners`), then the owner sends a row again only if it moved
+    ≥ θ_r from what q holds — θ_r from the halo's rule (:meth:`StaleHalo.threshold`, same mode, θ and
+    losses), D_r the largest move among the asked rows q holds (a global max) — and a bit per asked
+    row saying which came; q reuses its copy of the others (constants: no gradient flows back through
+    them). A row q never got always goes.
 
     Memory: up to (rows an owner has) × width per asking rank on the owner side and per owner on the
     receiving side — about 2·T·N·F values per rank when every rank eventually asks for every row.
