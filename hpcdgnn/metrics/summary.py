@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.metrics.timers import TIME_SPLIT
+from hpcdgnn.nn import kernels
 
 __all__ = ["write_summary"]
 
@@ -97,6 +98,7 @@ def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activa
                 **({"gpu_max_allocated_bytes": [int(v) for v in mem[:, 4]]} if run.device.type == "cuda" else {}),
             },
             "parameters": {"count": sum(p.numel() for p in run.params), "initial_checksum": run.checksum},
+            "compiled_kernels": kernels.calls(),  # rank 0's calls of each numba loop (none: the torch paths)
             "environment": _environment(comm, run),
         }
     )

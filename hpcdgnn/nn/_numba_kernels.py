@@ -49,6 +49,47 @@ def edge_mlp_backward(pu, pv, b1, w2, src, dst, g, dpu, dpv, dw2):  # pragma: no
     dw2 += acc
 
 
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def _vertex(key, i, n):  # pragma: no cover - compiled
+    """Draw i (from 0) of the stream ``key`` over n vertices: splitmix64's output at counter i + 1 times
+    n / 2^64, the 64 x 32-bit high product in two halves (exact for n < 2^32)."""
+    z = key + np.uint64(i + 1) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    high = (z >> np.uint64(32)) * n + (((z & np.uint64(0xFFFFFFFF)) * n) >> np.uint64(32))
+    return np.int64(high >> np.uint64(32))
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def draw_negatives(keys, counts, num_vertices, src, dst, tally):  # pragma: no cover - compiled
+    """Per step j (``counts[j]`` pairs, written one step after another): sources = the first m draws of
+    stream ``keys[j]``, sorted; destinations = the next m, in draw order. ``tally`` (num_vertices,) is
+    the counting sort's scratch."""
+    n = np.uint64(num_vertices)
+    base = 0
+    for j in range(keys.shape[0]):
+        key, m = keys[j], counts[j]
+        if 8 * m < num_vertices:  # few pairs: sort them, not an O(N) count (the same sorted sources)
+            part = np.empty(m, dtype=np.int64)
+            for i in range(m):
+                part[i] = _vertex(key, i, n)
+            part.sort()
+            src[base : base + m] = part
+        else:
+            tally[:] = 0
+            for i in range(m):
+                tally[_vertex(key, i, n)] += 1
+            pos = base
+            for v in range(num_vertices):
+                for _ in range(tally[v]):
+                    src[pos] = v
+                    pos += 1
+        for i in range(m):
+            dst[base + i] = _vertex(key, m + i, n)
+        base += m
+
+
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the bins must be numpy's, bit for bit
 def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # pragma: no cover - compiled
     """Counts the correct logits (positive pairs: > 0; the rest: <= 0) and adds each logit's AUC bin,

@@ -25,8 +25,8 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "edge_mlp_backward", "edge_mlp_forward", "expected", "lstm_available", "lstm_backward",
-           "lstm_forward", "mode", "score_stats"]
+__all__ = ["available", "calls", "draw_negatives", "edge_mlp_backward", "edge_mlp_forward", "expected", "lstm_available",
+           "lstm_backward", "lstm_forward", "mode", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -49,6 +49,22 @@ def _enabled() -> bool:
 def _sized(n: int, least: int) -> bool:
     """A call of size n takes the compiled path: n >= least, or any n with ``HPCDGNN_KERNELS=always``."""
     return n >= least or mode() == "always"
+
+
+#: calls of each compiled kernel in this process (:func:`calls`)
+_calls: dict[str, int] = {}
+
+
+def calls() -> dict[str, int]:
+    """How often this process ran each compiled kernel (``summary.json`` ``compiled_kernels``, rank 0's):
+    which loops a run really took, where the size thresholds and the environment decide."""
+    return dict(sorted(_calls.items()))
+
+
+def _kernel(name: str):
+    """The compiled kernel ``name`` (the module must have loaded), its call counted."""
+    _calls[name] = _calls.get(name, 0) + 1
+    return getattr(_kernels, name)
 
 
 def _compile():
@@ -93,6 +109,20 @@ def available(*tensors: torch.Tensor, pairs: int | None = None) -> bool:
     return bool(_compile())
 
 
+def draw_negatives(keys: list[int], counts: list[int], num_vertices: int) -> list[np.ndarray] | None:
+    """The negative pairs of several steps in one compiled call, or None where the compiled path does not
+    apply (fewer than :data:`MIN_PAIRS` pairs in all, no numba): per step a (2, counts[j]) int64 view of
+    one buffer, bit for bit :func:`~hpcdgnn.tasks.link_prediction.draw_negatives` of stream ``keys[j]``."""
+    m = np.asarray(counts, dtype=np.int64)
+    if not _sized(int(m.sum()), MIN_PAIRS) or not _compile():
+        return None
+    buf = np.empty((2, int(m.sum())), dtype=np.int64)
+    _kernel("draw_negatives")(np.asarray(keys, dtype=np.uint64), m, int(num_vertices), buf[0], buf[1],
+                              np.empty(int(num_vertices), dtype=np.int64))
+    bounds = np.r_[0, np.cumsum(m)]
+    return [buf[:, bounds[j] : bounds[j + 1]] for j in range(m.shape[0])]
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
@@ -100,7 +130,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst) -> torch.Tensor:
     """Logits ``w2 · relu(pu[src] + pv[dst] + b1) + b2`` per pair (E,), in one pass."""
     out = torch.empty(src.shape[0], dtype=pu.dtype)
-    _compile().edge_mlp_forward(_np(pu), _np(pv), _np(b1), _np(w2), _np(b2)[0], _np(src), _np(dst), out.numpy())
+    _kernel("edge_mlp_forward")(_np(pu), _np(pv), _np(b1), _np(w2), _np(b2)[0], _np(src), _np(dst), out.numpy())
     return out
 
 
@@ -112,7 +142,7 @@ def edge_mlp_backward(pu, pv, b1, w2, src, dst, g) -> tuple[torch.Tensor, torch.
     """
     dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
     dw2 = torch.zeros_like(w2)
-    _compile().edge_mlp_backward(_np(pu), _np(pv), _np(b1), _np(w2), _np(src), _np(dst), _np(g), dpu.numpy(), dpv.numpy(), dw2.numpy())
+    _kernel("edge_mlp_backward")(_np(pu), _np(pv), _np(b1), _np(w2), _np(src), _np(dst), _np(g), dpu.numpy(), dpv.numpy(), dw2.numpy())
     return dpu, dpv, dpu.sum(0), dw2
 
 
@@ -121,7 +151,7 @@ def score_stats(logits: torch.Tensor, positive: np.ndarray, bins: int, half_rang
     marking the positive pairs, in one pass: what :meth:`LinkPrediction._score` computes with five numpy
     passes over a float64 copy (0.3–0.6 s per epoch at 12.6 M pairs), bin for bin the same."""
     pos, neg = np.zeros(bins, dtype=np.float64), np.zeros(bins, dtype=np.float64)
-    correct = _compile().score_stats(_np(logits), np.ascontiguousarray(positive, dtype=np.bool_), bins,
+    correct = _kernel("score_stats")(_np(logits), np.ascontiguousarray(positive, dtype=np.bool_), bins,
                                      float(half_range), pos, neg)
     return int(correct), pos, neg
 
@@ -154,7 +184,7 @@ def lstm_forward(gates, w_hh, h0, c0, mask):
     hs[0].copy_(h0)
     cs[0].copy_(c0)
     hin, cin, tc = gates.new_empty(T, H, B), gates.new_empty(T, H, B), gates.new_empty(T, H, B)
-    _compile().lstm_forward(gates.numpy(), _np(w_hh), hs.numpy(), cs.numpy(), hin.numpy(), cin.numpy(),
+    _kernel("lstm_forward")(gates.numpy(), _np(w_hh), hs.numpy(), cs.numpy(), hin.numpy(), cin.numpy(),
                             tc.numpy(), _mask_arg(mask, gates))
     return hs, cs, hin, cin, tc
 
@@ -163,6 +193,6 @@ def lstm_backward(gates, cin, tc, w_hh, mask, dy, dhT, dcT):
     """Pre-activation gradients (T, 4H, B) of :func:`lstm_forward` and the initial state's (dh0, dc0)."""
     dh, dc = dhT.detach().clone().contiguous(), dcT.detach().clone().contiguous()
     dgates = torch.empty_like(gates)
-    _compile().lstm_backward(_np(gates), _np(cin), _np(tc), _np(w_hh), _mask_arg(mask, gates), _np(dy),
+    _kernel("lstm_backward")(_np(gates), _np(cin), _np(tc), _np(w_hh), _mask_arg(mask, gates), _np(dy),
                              dh.numpy(), dc.numpy(), dgates.numpy())
     return dgates, dh, dc

@@ -3,8 +3,9 @@
 An edge (u, v) is scored from the concatenation [Z_t[u], Z_t[v]] by a small
 MLP decoder (one logit; binary cross-entropy). Positives are the raw edges of
 snapshot t+1 (before smoothing, SPEC S5); ``negatives`` × as many negative
-pairs are drawn uniformly from V×V by a generator seeded with
-``(seed, epoch, t)`` — the same pairs whichever rank scores snapshot t.
+pairs are drawn uniformly from V×V by a counter-based generator keyed by
+``(seed, epoch, t)`` — the same pairs whichever rank scores snapshot t
+(:func:`draw_negatives_steps`).
 
 AUC is computed from per-split histograms of the logits (``AUC_BINS`` bins
 over ``[-AUC_RANGE, AUC_RANGE]``, clipped): integer counts all-reduce exactly,
@@ -26,7 +27,8 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.nn import kernels
 from hpcdgnn.tasks.base import SPLITS, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch, split_steps
 
-__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives"]
+__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives",
+           "draw_negatives_steps", "negatives_key"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -41,22 +43,81 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((pos * (neg_below + 0.5 * neg)).sum() / (npos * nneg))
 
 
-def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> np.ndarray:
-    """m pairs drawn uniformly and independently from V x V by ``default_rng([seed, epoch, t])``, as
-    a (2, m) array ordered by source vertex.
+#: splitmix64 (Steele, Lea & Flood 2014): the stream's increment and its finaliser's multipliers
+_GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_U64 = (1 << 64) - 1
 
-    The sources are counted per vertex and laid out in order (a counting sort, O(m + N)); the
-    destinations are drawn independently of them. The pairs are i.i.d., so their order carries no
-    information and the multiset is distributed exactly as m uniform draws — but sorted sources
-    make the decoder's gathers of source rows sequential and its backward scatter-add into source
-    rows about 2.5x faster (issue 13) than with sources in random order.
+
+def _mix64(z: int) -> int:
+    """splitmix64's finaliser on a Python int (the key of a step's stream)."""
+    z = ((z ^ (z >> 30)) * _MIX1) & _U64
+    z = ((z ^ (z >> 27)) * _MIX2) & _U64
+    return z ^ (z >> 31)
+
+
+def negatives_key(seed: int, epoch: int, t: int) -> int:
+    """The 64-bit key of step t's negatives in ``epoch``: a function of (seed, epoch, t) alone."""
+    k = _mix64((seed + _GAMMA) & _U64)
+    k = _mix64((k + epoch + _GAMMA) & _U64)
+    return _mix64((k + t + _GAMMA) & _U64)
+
+
+def _draws(key: int, start: int, count: int, num_vertices: int) -> np.ndarray:
+    """Vertices ``start .. start + count - 1`` of the stream ``key`` (int64): the i-th is
+    ``⌊mix(key + (i+1)·γ) · N / 2^64⌋``, the 64 x 32-bit high product taken in two halves (exact for
+    N < 2^32); uint64 arithmetic wraps, as the generator intends."""
+    z = np.uint64(key) + np.arange(start + 1, start + count + 1, dtype=np.uint64) * np.uint64(_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+    z ^= z >> np.uint64(31)
+    n = np.uint64(num_vertices)
+    high = (z >> np.uint64(32)) * n + (((z & np.uint64(0xFFFFFFFF)) * n) >> np.uint64(32))
+    return (high >> np.uint64(32)).astype(np.int64)
+
+
+def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: int,
+                         counts: list[int]) -> list[np.ndarray]:
+    """Step ``steps[j]``'s ``counts[j]`` negative pairs of ``epoch``, for every j: pairs drawn uniformly
+    and independently from V x V, each step's as a (2, m) int64 array ordered by source vertex.
+
+    Each step has its own counter-based stream (splitmix64, keyed by :func:`negatives_key` of
+    (seed, epoch, t)): the first m draws are the sources, the next m the destinations, each vertex
+    ``⌊r · N / 2^64⌋`` of a 64-bit draw r — uniform over V to within N / 2^64 of each probability (no
+    rejection). So any rank draws any step's pairs alone, and the same ones, however the steps are
+    grouped into calls. The sources are then sorted (a counting sort, O(m + N), or a sort when m is
+    small next to N); the destinations keep their draw order. The pairs are i.i.d., so their order
+    carries no information and the multiset is distributed exactly as m uniform draws — but sorted
+    sources make the decoder's gathers of source rows sequential and its backward scatter-add into
+    source rows about 2.5x faster (issue 13) than with sources in random order.
+
+    Why not a seeded ``numpy.random.default_rng`` per step, as before: its set-up and separate draw,
+    count and repeat passes cost 35–45 µs a step even for a few thousand pairs — 2.2–2.7 ms of a 22 ms
+    email-Eu-core epoch (T = 64). One compiled call for all steps of an epoch
+    (:func:`hpcdgnn.nn.kernels.draw_negatives`, from :data:`~hpcdgnn.nn.kernels.MIN_PAIRS` pairs in
+    all) takes 0.8 ms there; numpy computes the same bits where it does not apply (tested).
     """
-    rng = np.random.default_rng([seed, epoch, t])
-    counts = np.bincount(rng.integers(0, num_vertices, size=m, dtype=np.int64), minlength=num_vertices)
-    out = np.empty((2, m), dtype=np.int64)
-    out[0] = np.repeat(np.arange(num_vertices, dtype=np.int64), counts)
-    out[1] = rng.integers(0, num_vertices, size=m, dtype=np.int64)
+    if not 1 <= num_vertices < 1 << 32:
+        raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
+    keys = [negatives_key(seed, epoch, t) for t in steps]
+    compiled = kernels.draw_negatives(keys, counts, num_vertices)
+    if compiled is not None:
+        return compiled
+    out = []
+    for key, m in zip(keys, counts, strict=True):
+        v = _draws(key, 0, 2 * m, num_vertices)
+        pairs = np.empty((2, m), dtype=np.int64)
+        if 8 * m < num_vertices:  # few pairs: a sort, not an O(N) count (the same sorted sources)
+            pairs[0] = np.sort(v[:m])
+        else:
+            pairs[0] = np.repeat(np.arange(num_vertices, dtype=np.int64), np.bincount(v[:m], minlength=num_vertices))
+        pairs[1] = v[m:]
+        out.append(pairs)
     return out
+
+
+def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> np.ndarray:
+    """Step t's m negative pairs of ``epoch``, (2, m) ordered by source (:func:`draw_negatives_steps`)."""
+    return draw_negatives_steps(seed, epoch, [t], num_vertices, [m])[0]
 
 
 def pairs_by_step(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
@@ -266,9 +327,15 @@ class LinkPrediction(Task):
     def _step_negatives(self, t: int, epoch: int, offset: int = 0) -> np.ndarray:
         """Step t's negatives of ``epoch`` (``task.negatives`` per positive, :meth:`_draw`) as a (2, m) array
         of rows ``offset + v``."""
-        neg = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
-        neg += offset
-        return neg
+        return self._steps_negatives([t], epoch, [offset])[0]
+
+    def _steps_negatives(self, steps: list[int], epoch: int, offsets: list[int]) -> list[np.ndarray]:
+        """:meth:`_step_negatives` of several steps, drawn in one call (:func:`draw_negatives_steps`)."""
+        counts = [self.targets[t][0].shape[0] * self.cfg.negatives for t in steps]
+        out = draw_negatives_steps(self.seed, epoch, steps, self.manifest.num_vertices, counts)
+        for neg, offset in zip(out, offsets, strict=True):
+            neg += offset
+        return out
 
     def _positives(self, t: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
         """Step t's positive pairs (src, dst) as int64 rows ``offset + v``."""
@@ -284,7 +351,7 @@ class LinkPrediction(Task):
         positives, then its negatives; step t's vertices are rows ``where[t] * n + v`` of the stacked embeddings.
 
         Positives are the same every epoch and kept; the negatives of step t are drawn from
-        ``default_rng([seed, epoch, t])`` — the same pairs whichever rank scores t.
+        the stream of (seed, epoch, t) (:func:`draw_negatives_steps`) — the same pairs whichever rank scores t.
         """
         key = (tuple(steps), tuple(where[t] for t in steps), n)
         fixed = self._fixed.get(key)
@@ -292,7 +359,8 @@ class LinkPrediction(Task):
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
             fixed = self._fixed[key] = [self._positives(t, where[t] * n) for t in steps]
-        parts = [(ps, pd, *self._step_negatives(t, epoch, where[t] * n)) for t, (ps, pd) in zip(steps, fixed)]
+        negatives = self._steps_negatives(steps, epoch, [where[t] * n for t in steps])
+        parts = [(ps, pd, *neg) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
         src, dst, label = pairs_by_step(parts)
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
@@ -357,7 +425,8 @@ class LinkPrediction(Task):
             fixed = self._fixed.get(("in place", s))
             if fixed is None:
                 fixed = self._fixed[("in place", s)] = [kept(*self._positives(t, t * N)) for t in steps]
-            parts = [(ps, pd, *kept(*self._step_negatives(t, epoch, t * N))) for t, (ps, pd) in zip(steps, fixed)]
+            negatives = self._steps_negatives(steps, epoch, [t * N for t in steps])
+            parts = [(ps, pd, *kept(*neg)) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
             out[s] = pairs_by_step(parts)
         return out
 

@@ -300,3 +300,50 @@ def test_snapshot_work_is_larger_on_train_steps(task_data):
     from hpcdgnn.nn import kernels
 
     assert np.allclose(per_pair[list(train)], (2.7 if kernels.expected() else 5.0) * 8 + 4.0)
+
+
+def test_negatives_are_splitmix64_draws_sorted_by_source():
+    """draw_negatives bit for bit against a plain-Python splitmix64 with exact big-integer products: the
+    first m draws, sorted, are the sources, the next m the destinations — through either sort (few pairs
+    next to N, or many) — and the draws are uniform over V."""
+    from hpcdgnn.tasks.link_prediction import draw_negatives, negatives_key
+
+    mask = (1 << 64) - 1
+
+    def stream(key, count, n):
+        out = []
+        for i in range(1, count + 1):
+            z = (key + i * 0x9E3779B97F4A7C15) & mask
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+            out.append(((z ^ (z >> 31)) * n) >> 64)
+        return np.array(out, dtype=np.int64)
+
+    for seed, epoch, t, n, m in [(0, 1, 0, 7, 40), (3, 2, 5, 1000, 37), (9, 0, 2, 2**32 - 1, 5), (1, 1, 1, 5, 0)]:
+        pairs = draw_negatives(seed, epoch, t, n, m)
+        ref = stream(negatives_key(seed, epoch, t), 2 * m, n)
+        assert pairs.shape == (2, m) and pairs.dtype == np.int64
+        np.testing.assert_array_equal(pairs[0], np.sort(ref[:m]))
+        np.testing.assert_array_equal(pairs[1], ref[m:])
+    assert len({negatives_key(s, e, t) for s in range(4) for e in range(4) for t in range(4)}) == 64
+    big = draw_negatives(5, 1, 3, 10, 200_000)
+    for side in big:  # 20,000 expected per vertex: a binomial sd of ~134, so 6 sd is 800
+        assert np.abs(np.bincount(side, minlength=10) - 20_000).max() < 800
+    with pytest.raises(ValueError, match="N = 0"):
+        draw_negatives(0, 0, 0, 0, 3)
+
+
+@pytest.mark.parametrize("n", [300, 100_000])  # counting sort (m >= N / 8), sort (few pairs per step)
+def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n):
+    """An epoch's steps drawn in one call (the compiled loop, at least MIN_PAIRS pairs in all) give each
+    step exactly the pairs it gets drawn alone (numpy, below MIN_PAIRS): grouping never changes a pair."""
+    pytest.importorskip("numba")
+    from hpcdgnn.nn import kernels
+    from hpcdgnn.tasks.link_prediction import draw_negatives, draw_negatives_steps
+
+    steps, counts = list(range(3, 43)), [900 + 37 * j for j in range(40)]
+    assert sum(counts) >= kernels.MIN_PAIRS > max(counts)
+    together = draw_negatives_steps(11, 4, steps, n, counts)
+    assert kernels.draw_negatives([1], [kernels.MIN_PAIRS], n) is not None  # the compiled path is the one taken
+    for t, m, pairs in zip(steps, counts, together, strict=True):
+        np.testing.assert_array_equal(pairs, draw_negatives(11, 4, t, n, m))

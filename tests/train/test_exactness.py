@@ -8,6 +8,8 @@ Every exact strategy × model must give the same per-epoch losses under
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,8 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
 @pytest.mark.parametrize("model", ["evolvegcn_o", "cdgcn"])
 def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model):
     """The compiled CPU loops (HPCDGNN_KERNELS=always: every call, where real graphs pass the size thresholds) —
-    the decoder's forward and backward, the AUC pass, EvolveGCN-O's weight LSTM — give the same trajectory at
+    the negatives, the decoder's forward and backward, the AUC pass, EvolveGCN-O's weight LSTM — run (as
+    summary.json's ``compiled_kernels`` says) and give the same trajectory at
     P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
     pytest.importorskip("numba")
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": "float64"})
@@ -59,7 +62,10 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
     monkeypatch.setenv("HPCDGNN_KERNELS", "always")
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     np.testing.assert_allclose(ref, torch_ref, rtol=1e-9, err_msg=f"{model}: compiled vs torch, one process")
-    assert not np.array_equal(ref, torch_ref), "bit for bit torch's: the compiled loops did not run"
+    ran = {m: json.loads((tmp_path / m / "summary.json").read_text())["compiled_kernels"] for m in ("torch", "plain")}
+    assert ran["torch"] == {}, ran  # summary.json names the loops a run took: none with HPCDGNN_KERNELS=torch
+    lstm = {"lstm_forward", "lstm_backward"} if model == "evolvegcn_o" else set()  # the weight LSTM
+    assert {"draw_negatives", "edge_mlp_forward", "edge_mlp_backward", "score_stats", *lstm} <= set(ran["plain"]), ran
     for P in (2, 3):
         got, _ = _losses(launcher, P, job, tmp_path / f"p{P}")
         np.testing.assert_allclose(got, ref, rtol=RTOL["float64"], err_msg=f"{model} compiled P={P}")
