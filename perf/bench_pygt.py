@@ -39,7 +39,8 @@ Both read the same prepared shards (the PyGT side through hpcdgnn's
 ``ShardReader``, for data only), so snapshots, features and targets are
 identical. Step t scores the raw edges of snapshot t+1 from Z_t; ``negatives``
 x as many uniform pairs per step from ``hpcdgnn.tasks.link_prediction.
-draw_negatives`` (the very pairs hpcdgnn draws); steps are split in time order by
+draw_negatives_steps`` (the very pairs hpcdgnn draws, drawn as it draws them:
+an epoch's steps in one call, inside the timed epoch on both sides); steps are split in time order by
 ``task.split`` (0.7/0.15/0.15); decoder ``Linear(2H, 16) -> ReLU -> Linear(16,
 1)`` on [z_u ; z_v] (PyGT side: the plain gather-and-concatenate version);
 loss = BCE-with-logits summed over the training pairs / their count; one
@@ -298,7 +299,7 @@ def worker(args) -> None:
     from hpcdgnn.data.shard_reader import ShardReader
     from hpcdgnn.data.snapshot import csr_rows
     from hpcdgnn.tasks.base import split_steps
-    from hpcdgnn.tasks.link_prediction import draw_negatives
+    from hpcdgnn.tasks.link_prediction import draw_negatives_steps
 
     m = load_manifest(args.data)
     N, T, Fin, H = m.num_vertices, m.num_snapshots, m.num_features, args.hidden
@@ -384,9 +385,14 @@ def worker(args) -> None:
     params = [*net.parameters(), *dec.parameters()]
     opt = torch.optim.Adam(params, lr=args.lr)
 
-    def pairs(t: int, epoch: int):
+    def negatives(epoch: int) -> dict:
+        """hpcdgnn's negatives, pair for pair, drawn as it draws them: all steps of the epoch in one call."""
+        steps = sorted(targets)
+        return dict(zip(steps, draw_negatives_steps(args.seed, epoch, steps, N,
+                                                    [targets[t][0].shape[0] * args.negatives for t in steps])))
+
+    def pairs(t: int, neg: np.ndarray):
         ps, pd = targets[t]
-        neg = draw_negatives(args.seed, epoch, t, N, ps.shape[0] * args.negatives)  # hpcdgnn's, pair for pair
         src, dst = torch.cat([ps, torch.from_numpy(neg[0])]), torch.cat([pd, torch.from_numpy(neg[1])])
         label = torch.cat([torch.ones(ps.shape[0]), torch.zeros(neg.shape[1])])
         return src, dst, label
@@ -398,11 +404,12 @@ def worker(args) -> None:
         state = net.start()
         loss_sum = torch.zeros(())
         eval_sum, eval_n = 0.0, 0
+        negs = negatives(epoch)
         for t in range(T):
             with torch.set_grad_enabled(t <= horizon):
                 z, state = net.step(t, state)
                 if t in targets:
-                    src, dst, label = pairs(t, epoch)
+                    src, dst, label = pairs(t, negs[t])
                     loss = F.binary_cross_entropy_with_logits(dec(z, src, dst), label, reduction="sum")
                     if t in ranges[0]:
                         loss_sum = loss_sum + loss
