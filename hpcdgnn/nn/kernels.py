@@ -25,8 +25,8 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "calls", "draw_negatives", "edge_mlp_backward", "edge_mlp_forward", "expected", "lstm_available",
-           "lstm_backward", "lstm_forward", "mode", "score_stats"]
+__all__ = ["available", "calls", "draw_negatives", "edge_mlp_backward", "edge_mlp_forward", "expected",
+           "lstm_available", "lstm_backward", "lstm_forward", "mode", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 

@@ -68,7 +68,8 @@ def fresh_bytes(count: int, rows: int) -> int:
 def encode_positions(positions: list[np.ndarray], rows: list[int]) -> tuple[np.ndarray, list[int]]:
     """Per destination q, the ascending unique ``positions[q]`` among ``rows[q]`` rows in
     :func:`fresh_bytes`' encoding: (the concatenated bytes, bytes per destination). The bitmask is
-    built only where it is the shorter form, so the work is bounded by 32 × the positions sent."""
+    built only where it is the shorter form, so below 2^31 rows the work is bounded by 32 × the
+    positions sent."""
     parts, sizes = [], []
     for pos, r in zip(positions, rows, strict=True):
         n = fresh_bytes(pos.shape[0], r)

@@ -62,11 +62,11 @@ def negatives_key(seed: int, epoch: int, t: int) -> int:
     return _mix64((k + t + _GAMMA) & _U64)
 
 
-def _draws(key: int, start: int, count: int, num_vertices: int) -> np.ndarray:
-    """Vertices ``start .. start + count - 1`` of the stream ``key`` (int64): the i-th is
+def _draws(key: int, count: int, num_vertices: int) -> np.ndarray:
+    """The first ``count`` vertices of the stream ``key`` (int64): the i-th (from 0) is
     ``⌊mix(key + (i+1)·γ) · N / 2^64⌋``, the 64 x 32-bit high product taken in two halves (exact for
     N < 2^32); uint64 arithmetic wraps, as the generator intends."""
-    z = np.uint64(key) + np.arange(start + 1, start + count + 1, dtype=np.uint64) * np.uint64(_GAMMA)
+    z = np.uint64(key) + np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GAMMA)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
     z ^= z >> np.uint64(31)
@@ -104,7 +104,7 @@ def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: 
         return compiled
     out = []
     for key, m in zip(keys, counts, strict=True):
-        v = _draws(key, 0, 2 * m, num_vertices)
+        v = _draws(key, 2 * m, num_vertices)
         pairs = np.empty((2, m), dtype=np.int64)
         if 8 * m < num_vertices:  # few pairs: a sort, not an O(N) count (the same sorted sources)
             pairs[0] = np.sort(v[:m])
