@@ -62,9 +62,9 @@ def calls() -> dict[str, int]:
 
 
 def _kernel(name: str):
-    """The compiled kernel ``name`` (the module must have loaded), its call counted."""
+    """The compiled kernel ``name`` (loading the module on first use), its call counted."""
     _calls[name] = _calls.get(name, 0) + 1
-    return getattr(_kernels, name)
+    return getattr(_compile(), name)
 
 
 def _compile():
