@@ -37,7 +37,7 @@ from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout
 from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.stale import StaleFetch, StaleHalo, decode_positions, encode_positions, fresh_bytes
+from hpcdgnn.strategies.stale import StaleFetch, StaleHalo, exchange_positions
 from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import RowShard, ShardedEmbeddings
 
@@ -256,21 +256,18 @@ def ask_owners(comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarr
                local_of: Callable[[np.ndarray], np.ndarray], row_counts: list[int], tag: str) -> RowRequest:
     """The index exchange of a keyed fetch (collective, tag ``<tag>.index``) for the unique ``keys``:
     counts, then per owner the rows asked of it, ascending, as int32 positions or a bitmask over its
-    ``row_counts[owner]`` rows, whichever is shorter (:func:`~hpcdgnn.strategies.stale.encode_positions`;
+    ``row_counts[owner]`` rows, whichever is shorter (:func:`~hpcdgnn.strategies.stale.exchange_positions`;
     a fetch that asks for most of an owner's rows, as random negatives do, costs a bit a row, not 32)."""
-    P, me = comm.size, comm.rank
+    P = comm.size
     owner = owner_of(keys)
     local_all = local_of(keys)
     order = np.lexsort((local_all, owner))
     local = local_all[order]
     counts = np.bincount(owner, minlength=P)
-    got = comm.alltoallv(torch.from_numpy(counts).view(P, 1), [1] * P, [1] * P, tag=f"{tag}.index").view(-1).tolist()
     bounds = np.r_[0, np.cumsum(counts)]
-    raw, sizes = encode_positions([local[bounds[q] : bounds[q + 1]] for q in range(P)], list(row_counts))
-    got_sizes = [fresh_bytes(g, row_counts[me]) for g in got]
-    raw = comm.alltoallv(torch.from_numpy(raw).view(-1, 1), sizes, got_sizes, tag=f"{tag}.index").view(-1).numpy()
-    asked = np.concatenate(decode_positions(raw, got, [row_counts[me]] * P))
-    return RowRequest(order, local, counts.tolist(), got, torch.from_numpy(asked))
+    got, asked = exchange_positions(comm, [local[bounds[q] : bounds[q + 1]] for q in range(P)], list(row_counts),
+                                    [row_counts[comm.rank]] * P, f"{tag}.index")
+    return RowRequest(order, local, counts.tolist(), got, torch.from_numpy(np.concatenate(asked)))
 
 
 def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:

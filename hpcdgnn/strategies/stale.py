@@ -45,7 +45,8 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["adaptive_factor", "decode_positions", "encode_positions", "StaleFetch", "StaleHalo"]
+__all__ = ["adaptive_factor", "decode_positions", "encode_positions", "exchange_positions", "StaleFetch",
+           "StaleHalo"]
 
 
 def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
@@ -95,22 +96,22 @@ def decode_positions(raw: np.ndarray, counts: list[int], rows: list[int]) -> lis
     return out
 
 
-def encode_fresh(fresh: np.ndarray, rows: list[int], counts: list[int]) -> tuple[np.ndarray, list[int]]:
-    """Per destination (``rows[q]`` consecutive entries of the bool ``fresh``, ``counts[q]`` of them
-    true), :func:`encode_positions` of the true entries."""
-    bounds = np.r_[0, np.cumsum(rows, dtype=np.int64)]
-    positions = [np.flatnonzero(fresh[bounds[q] : bounds[q + 1]]) for q in range(len(rows))]
-    if [p.shape[0] for p in positions] != list(counts):
-        raise ValueError(f"encode_fresh: counts {list(counts)} differ from the fresh flags")
-    return encode_positions(positions, rows)
+def exchange_positions(comm, positions: list[np.ndarray], send_rows: list[int], recv_rows: list[int],
+                       tag: str) -> tuple[list[int], list[np.ndarray]]:
+    """Name rows to every rank, collectively: ``positions[q]`` (ascending, unique) among the
+    ``send_rows[q]`` rows my message to rank q is about; rank q's to me are among ``recv_rows[q]``.
+    The counts go first (8 bytes per rank pair), then each set in :func:`fresh_bytes`' shorter
+    encoding, both under ``tag``. Returns (how many rows each rank named to me, their positions).
 
-
-def decode_fresh(raw: np.ndarray, counts: list[int], rows: list[int]) -> np.ndarray:
-    """The inverse of :func:`encode_fresh` on the receiver: positions of the fresh rows among all received
-    halo rows (senders' blocks one after another), ascending within each block, as int64."""
-    bases = np.r_[0, np.cumsum(rows, dtype=np.int64)]
-    out = [pos + bases[q] for q, pos in enumerate(decode_positions(raw, counts, rows))]
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    The one mechanism behind the stale halo's fresh rows and a keyed fetch's requests
+    (:func:`~hpcdgnn.strategies.halo.ask_owners`)."""
+    P = comm.size
+    counts = torch.tensor([p.shape[0] for p in positions], dtype=torch.int64)
+    got = comm.alltoallv(counts.view(P, 1), [1] * P, [1] * P, tag=tag).view(-1).tolist()
+    raw, sizes = encode_positions(positions, send_rows)
+    got_sizes = [fresh_bytes(g, r) for g, r in zip(got, recv_rows, strict=True)]
+    raw = comm.alltoallv(torch.from_numpy(raw).view(-1, 1), sizes, got_sizes, tag=tag).view(-1).numpy()
+    return got, decode_positions(raw, got, recv_rows)
 
 
 class StaleHalo:
@@ -126,8 +127,9 @@ class StaleHalo:
     def __init__(self, comm, send_rows: list[int], recv_rows: list[int], mode: str, theta: float) -> None:
         self.comm, self.mode, self.theta = comm, mode, theta
         self.send_rows, self.recv_rows = list(send_rows), list(recv_rows)
-        P = comm.size
-        self._dest = torch.repeat_interleave(torch.arange(P), torch.as_tensor(self.send_rows, dtype=torch.int64))
+        #: where each sender's block starts among what I send / receive
+        self._send_bounds = np.r_[0, np.cumsum(self.send_rows, dtype=np.int64)]
+        self._recv_bounds = np.r_[0, np.cumsum(self.recv_rows, dtype=np.int64)]
         self._sent: dict[int, torch.Tensor] = {}  # layer -> last values sent (rows in send order)
         self._got: dict[int, torch.Tensor] = {}  # layer -> last values received (rows in recv order)
         self.first_loss: float | None = None
@@ -168,18 +170,16 @@ class StaleHalo:
                 # >=: with θ = 0 every row goes (exact); a reused row would also drop its gradient
                 fresh = move >= theta
                 self.theta_now, self.d_now = theta, d
-            counts = torch.bincount(self._dest[fresh], minlength=P) if P else torch.zeros(0, dtype=torch.int64)
-            got_counts = comm.alltoallv(counts.view(P, 1).contiguous(), [1] * P, [1] * P, tag="stale.index")
-            got_counts = got_counts.view(-1).tolist()
-            which, sizes = encode_fresh(fresh.numpy(), self.send_rows, counts.tolist())
-            got_sizes = [fresh_bytes(c, r) for c, r in zip(got_counts, self.recv_rows, strict=True)]
-            raw = comm.alltoallv(torch.from_numpy(which).view(-1, 1), sizes, got_sizes, tag="stale.index")
-            pos = torch.from_numpy(decode_fresh(raw.view(-1).numpy(), got_counts, self.recv_rows))
+            flags, sb, rb = fresh.numpy(), self._send_bounds, self._recv_bounds
+            positions = [np.flatnonzero(flags[sb[q] : sb[q + 1]]) for q in range(P)]
+            got_counts, named = exchange_positions(comm, positions, self.send_rows, self.recv_rows, "stale.index")
+            counts = [p.shape[0] for p in positions]
+            pos = torch.from_numpy(np.concatenate([g + rb[q] for q, g in enumerate(named)]))
             if cache is None:
                 self._sent[layer] = send.detach().cpu().clone()
             else:
                 cache[fresh] = send.detach().cpu()[fresh]
-        values = all_to_all_rows(send[fresh.to(send.device)], comm, counts.tolist(), got_counts, tag="halo",
+        values = all_to_all_rows(send[fresh.to(send.device)], comm, counts, got_counts, tag="halo",
                                  reuse=f"stale{layer}.halo")
         got = self._got.get(layer)
         if got is None:
