@@ -457,7 +457,7 @@ class LinkPrediction(Task):
             return torch.from_numpy(at)
 
         scored = {s: (index(src), index(dst), label) for s, (src, dst, label) in pairs.items()}
-        return self._score(pu, pv, scored, loss_sum, rows.device, rows.dtype)
+        return self._score(dict.fromkeys(scored, (pu, pv)), scored, loss_sum, rows.device, rows.dtype)
 
     # -- mini-batch samples (the sequences strategy) --------------------------------------------
     def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
@@ -508,15 +508,17 @@ class LinkPrediction(Task):
             return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
         src, dst, label = self._sample_pairs(emb.t, emb.batch, epoch)
         pu, pv = self.decoder.project(emb.rows)
-        return self._score(pu, pv, {s: (emb.index(src), emb.index(dst), label)}, loss_sum, emb.rows.device,
-                           emb.rows.dtype)
+        return self._score({s: (pu, pv)}, {s: (emb.index(src), emb.index(dst), label)}, loss_sum,
+                           emb.rows.device, emb.rows.dtype)
 
-    def _score(self, pu, pv, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
+    def _score(self, projections: dict, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
         """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
-        label)}`` (rows of the projections ``pu``, ``pv``; label 1 marks the positive pairs, wherever they are)."""
+        label)}`` (rows of that split's projections ``projections[split] = (pu, pv)``; label 1 marks the
+        positive pairs, wherever they are)."""
         width = 3 + 2 * AUC_BINS
         stats = np.zeros(3 * width)
         for s, (src, dst, label) in sorted(pairs.items()):
+            pu, pv = projections[s]
             positive = label.numpy() > 0  # on the host, where the pairs were drawn
             # pairs are drawn on the host (same stream on every rank and device), then follow the rows
             src, dst, label = src.to(device), dst.to(device), label.to(device, dtype)
@@ -574,9 +576,32 @@ class LinkPrediction(Task):
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
         if not by_split:
             return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
-        pu, pv = self.decoder.project(rows)
-        pairs = {s: self._pairs(steps, where, n, epoch) for s, steps in sorted(by_split.items())}
-        return self._score(pu, pv, pairs, loss_sum, rows.device, rows.dtype)
+        projections, first = self._project(rows, n, where, by_split)
+        pairs = {s: self._pairs(steps, {t: where[t] - first[s] for t in steps}, n, epoch)
+                 for s, steps in sorted(by_split.items())}
+        return self._score(projections, pairs, loss_sum, rows.device, rows.dtype)
+
+    def _project(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]]):
+        """The decoder's projections each split reads, and the position of their first row per split.
+
+        Why not one projection of every row: the rows of the steps after the last training step get no
+        gradient, yet a projection with autograd ran its backward over them too — two block-sized GEMMs,
+        and the fused decoder's zero-filled (rows, hidden) gradients — on the rank that holds the
+        evaluation snapshots; that was the work the block plan's estimate missed (issue 13 item 3). So
+        when the training steps' rows come first (positions in time order: every layout here), the
+        evaluation steps read a projection of the rows after them made without autograd. Same values.
+        """
+        train = [where[t] for t in by_split.get(0, ())]
+        cut = max(train) + 1 if train else 0
+        later = all(where[t] >= cut for s, steps in by_split.items() if s for t in steps)
+        if not (later and rows.requires_grad and torch.is_grad_enabled()) or cut * n == rows.shape[0]:
+            both = self.decoder.project(rows)
+            return dict.fromkeys(by_split, both), dict.fromkeys(by_split, 0)
+        projections = {0: self.decoder.project(rows[: cut * n])} if train else {}
+        with torch.no_grad():
+            rest = self.decoder.project(rows[cut * n :])
+        projections.update((s, rest) for s in by_split if s)
+        return projections, {s: cut if s else 0 for s in by_split}
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
         """Mean loss, accuracy and AUC per split."""

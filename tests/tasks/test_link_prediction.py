@@ -10,6 +10,7 @@ import torch
 
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.tasks import split_steps
+from hpcdgnn.tasks.base import Embeddings
 from hpcdgnn.tasks.link_prediction import AUC_BINS, AUC_RANGE, EdgeDecoder, LinkPrediction, auc_from_histograms
 from tests.tasks.conftest import N, T, raw_pairs
 
@@ -347,3 +348,42 @@ def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n):
     assert kernels.draw_negatives([1], [kernels.MIN_PAIRS], n) is not None  # the compiled path is the one taken
     for t, m, pairs in zip(steps, counts, together, strict=True):
         np.testing.assert_array_equal(pairs, draw_negatives(11, 4, t, n, m))
+
+
+def test_evaluation_rows_of_a_block_are_projected_without_autograd(task_data):
+    """Scored from a time-ordered block (as the snapshot strategy hands it), the evaluation steps' rows are
+    projected without autograd — their backward would be work for nothing — and the loss, the metric sums
+    and the gradients equal the independent computation."""
+    _, m, reader = task_data
+    task = make_task(m)
+    task.setup(reader, list(range(T)), comm=None)
+    g = torch.Generator().manual_seed(5)
+    block = (2 * torch.randn(T, N, 3, dtype=torch.float64, generator=g)).requires_grad_(True)
+    emb = Embeddings.of_block(block, list(range(T)))
+    projected = []
+    project = task.decoder.project
+
+    def recording(z):
+        projected.append((z.shape[0], torch.is_grad_enabled() and z.requires_grad))
+        return project(z)
+
+    task.decoder.project = recording
+    batch = task(emb, epoch=2)
+    # train steps 0-2 are positions 0-2: their rows with autograd; steps 3-6 (val, test, unscored) without
+    assert projected == [(3 * N, True), (4 * N, False)]
+    loss, pairs, correct, _ = _reference(task, {t: block[t] for t in range(T)}, 2)
+    assert float(batch.loss_sum) == pytest.approx(loss[0], rel=1e-12)
+    met = task.metrics(batch.stats)
+    for s, name in enumerate(("train", "val", "test")):
+        assert met[f"{name}_loss"] == pytest.approx(loss[s] / pairs[s], rel=1e-12)
+        assert met[f"{name}_acc"] == correct[s] / pairs[s]
+    batch.loss_sum.backward()
+    assert all(float(block.grad[t].abs().sum()) > 0 for t in task.ranges[0])
+    assert float(block.grad[3:].abs().sum()) == 0.0
+    assert all(float(p.grad.abs().sum()) > 0 for p in task.decoder.parameters())
+    # without autograd (an evaluation pass) one projection serves every split
+    projected.clear()
+    with torch.no_grad():
+        again = task(emb, epoch=2)
+    assert projected == [(T * N, False)]
+    np.testing.assert_allclose(again.stats, batch.stats, rtol=1e-12)
