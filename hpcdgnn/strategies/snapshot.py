@@ -68,9 +68,9 @@ from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph, TransformThenEncode, horizon_temporal, joined, moves_aggregation
-from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
+from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
-from hpcdgnn.partition.timeline import plan_snapshots, rebalanced_plan
+from hpcdgnn.partition.timeline import banded_in_place, plan_snapshots, rebalanced_plan
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.tasks.base import Embeddings
@@ -115,12 +115,9 @@ class SnapshotStrategy(Strategy):
         redistributions (``time_halo: on``, no checkpoint blocks) — a rank then needs only the
         snapshots just before its block; else cyclic, whose phases between redistributions are
         balanced."""
-        opts = job.strategy
-        if opts.layout != "auto":
-            return opts.layout
-        mixing = time_mixing_layers(job.model)
-        banded = bool(mixing) and all(ly.temporal_reach is not None for ly in mixing)
-        return "block" if banded and opts.time_halo == "on" and opts.blocks == 1 else "cyclic"
+        if job.strategy.layout != "auto":
+            return job.strategy.layout
+        return "block" if banded_in_place(job, "block") else "cyclic"
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:

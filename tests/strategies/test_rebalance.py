@@ -121,3 +121,31 @@ def test_wrong_number_of_forced_values_is_one_line(launcher, small_dataset, tmp_
                             "--set", "debug.measured_compute=[1.0]"])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "debug.measured_compute: 1 values for 2 ranks" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("model", "strategy", "in_place"), [
+    ("tmgcn", {"layout": "auto"}, True),             # banded: blocks, time halo, the M-transform in place
+    ("tmgcn", {"layout": "block"}, True),
+    ("tmgcn", {"layout": "block", "time_halo": "off"}, False),  # redistributed: the RNN's horizon split
+    ("tmgcn", {"layout": "cyclic"}, False),
+    ("cdgcn", {"layout": "block"}, False),           # an RNN: past the horizon without autograd
+])
+def test_static_work_counts_the_in_place_encoders_backward_over_evaluation_rows(tmp_path, small_dataset, model,
+                                                                                strategy, in_place):
+    """Under a banded encoder in place the evaluation snapshots' elementwise passes run forward and backward
+    (two passes, not one): the static plan then gives the rank of the evaluation snapshots less."""
+    from hpcdgnn.partition.timeline import banded_in_place, snapshot_work
+    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                             strategy={"name": "snapshot", **strategy}))
+    manifest = load_manifest(small_dataset)
+    plan = plan_snapshots(manifest, 2, job)
+    layout = SnapshotStrategy.resolved_layout(job)
+    assert banded_in_place(job, layout) is in_place
+    assert (layout == "block") is (strategy["layout"] == "block" or in_place)  # auto: blocks exactly when banded
+    work = snapshot_work(manifest, job, plan.horizon, layout=layout)
+    late = np.arange(manifest.num_snapshots) > plan.horizon
+    H, L, N = job.model.hidden, job.model.layers, manifest.num_vertices
+    extra = work - snapshot_work(manifest, job, plan.horizon, layout="cyclic")
+    np.testing.assert_allclose(extra[late], (L * 5 * N * H) if in_place else 0.0)
+    assert not extra[~late].any()  # training snapshots: three passes either way
