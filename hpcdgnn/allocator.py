@@ -95,4 +95,8 @@ def describe() -> str:
     if lib:
         return f"{Path(lib).name} ({ENV}={os.environ.get(ENV, 'auto')})"
     how = os.environ.get(ENV, "auto")
-    return f"system malloc ({ENV}={how}{'' if how == 'system' else ', no jemalloc found'})"
+    if how == "system":
+        return f"system malloc ({ENV}=system)"
+    # an embedding script (not ``python -m hpcdgnn``) never restarted: say so, not that there is none
+    found = find_jemalloc() if how == "auto" else how
+    return f"system malloc ({ENV}={how}, {'no jemalloc found' if found is None else f'{found} not preloaded'})"

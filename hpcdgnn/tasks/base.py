@@ -147,14 +147,33 @@ class SampleEmbeddings:
         return torch.from_numpy(np.searchsorted(self.vertices, v))
 
 
-@dataclass
 class TaskBatch:
-    """What a task returns for one forward pass on one rank."""
+    """What a task returns for one forward pass on one rank: ``loss_sum``, the sum of training-example
+    losses over this rank's snapshots (differentiable), and ``stats``, float64 sums all-reduced by the
+    trainer and turned into metrics by ``Task.metrics``.
 
-    loss_sum: torch.Tensor
-    """Sum of training-example losses over this rank's snapshots (differentiable)."""
-    stats: np.ndarray
-    """Float64 sums, all-reduced by the trainer and turned into metrics by ``Task.metrics``."""
+    ``later``: the part of the sums that only evaluation needs (the validation and test scoring), added
+    into the array when ``stats`` is first read. Why: a strategy reads ``stats`` after its backward pass,
+    so a rank's evaluation work comes after the gradients other ranks wait for (a time halo's, a
+    redistribution's) instead of before them — with blocks of time, the rank holding the evaluation
+    snapshots was the one the others waited for (issue 13 item 3). The values are the same as if scored
+    at once: ``later`` reads this forward's tensors and the parameters, which every strategy's step reads
+    ``stats`` before the optimizer changes.
+    """
+
+    def __init__(self, loss_sum: torch.Tensor, stats: np.ndarray,
+                 later: Callable[[np.ndarray], object] | None = None) -> None:
+        self.loss_sum = loss_sum
+        self._stats, self._later = stats, later
+
+    @property
+    def stats(self) -> np.ndarray:
+        """The metric sums, with the deferred part (``later``) added on first read."""
+        if self._later is not None:
+            later, self._later = self._later, None
+            with torch.no_grad():
+                later(self._stats)
+        return self._stats
 
 
 class Task(nn.Module):

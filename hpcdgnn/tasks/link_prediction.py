@@ -17,6 +17,8 @@ logit at 0.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
@@ -513,12 +515,26 @@ class LinkPrediction(Task):
 
     def _score(self, projections: dict, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
         """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
-        label)}`` (rows of that split's projections ``projections[split] = (pu, pv)``; label 1 marks the
-        positive pairs, wherever they are)."""
+        label)}`` or ``{split: a function returning them}`` (rows of that split's projections
+        ``projections[split] = (pu, pv)``; label 1 marks the positive pairs, wherever they are). The
+        training split is scored now; the others when the metric sums are read (:class:`TaskBatch`'s
+        ``later``: after the backward pass)."""
+        now = {s: p for s, p in pairs.items() if s == 0}
+        rest = {s: p for s, p in pairs.items() if s != 0}
+        stats = np.zeros(3 * (3 + 2 * AUC_BINS))
+        loss_sum = self._sums(projections, now, loss_sum, device, dtype, stats)
+        later = (lambda into: self._sums(projections, rest, None, device, dtype, into)) if rest else None
+        return TaskBatch(loss_sum, stats, later)
+
+    def _sums(self, projections: dict, pairs: dict, loss_sum: torch.Tensor | None, device, dtype,
+              stats: np.ndarray) -> torch.Tensor | None:
+        """:meth:`_score` for the splits of ``pairs``: their metric sums added into ``stats`` (in place: the
+        histograms are 3 x 2^15 float64, and fresh ones per call cost more than the small splits' scoring),
+        and the loss sum with the training split's added."""
         width = 3 + 2 * AUC_BINS
-        stats = np.zeros(3 * width)
-        for s, (src, dst, label) in sorted(pairs.items()):
-            pu, pv = projections[s]
+        for s, split_pairs in sorted(pairs.items()):
+            src, dst, label = split_pairs() if callable(split_pairs) else split_pairs
+            pu, pv = projections[s]() if callable(projections[s]) else projections[s]
             positive = label.numpy() > 0  # on the host, where the pairs were drawn
             # pairs are drawn on the host (same stream on every rank and device), then follow the rows
             src, dst, label = src.to(device), dst.to(device), label.to(device, dtype)
@@ -530,18 +546,17 @@ class LinkPrediction(Task):
             base = s * width
             stats[base] += float(loss.detach())
             stats[base + 1] += logit.shape[0]
-            if kernels.available(logit, pairs=logit.shape[0]):  # one compiled pass, the same bins
-                correct, pos, neg = kernels.score_stats(logit.detach(), positive, AUC_BINS, AUC_RANGE)
+            pos, neg = stats[base + 3 : base + 3 + AUC_BINS], stats[base + 3 + AUC_BINS : base + width]
+            if kernels.available(logit, pairs=logit.shape[0]):  # one compiled pass, the same bins, added in place
+                correct = kernels.score_stats(logit.detach(), positive, AUC_BINS, AUC_RANGE, into=(pos, neg))[0]
             else:
                 lg = logit.detach().to("cpu", torch.float64).numpy()
                 correct = float((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
                 bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
-                pos = np.bincount(bins[positive], minlength=AUC_BINS)
-                neg = np.bincount(bins[~positive], minlength=AUC_BINS)
+                pos += np.bincount(bins[positive], minlength=AUC_BINS)
+                neg += np.bincount(bins[~positive], minlength=AUC_BINS)
             stats[base + 2] += correct
-            stats[base + 3 : base + 3 + AUC_BINS] += pos
-            stats[base + 3 + AUC_BINS : base + width] += neg
-        return TaskBatch(loss_sum, stats)
+        return loss_sum
 
     def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
         """BCE loss sum over the train steps held here; histogram/accuracy sums for all splits.
@@ -577,9 +592,12 @@ class LinkPrediction(Task):
         if not by_split:
             return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
         projections, first = self._project(rows, n, where, by_split)
-        pairs = {s: self._pairs(steps, {t: where[t] - first[s] for t in steps}, n, epoch)
-                 for s, steps in sorted(by_split.items())}
-        return self._score(projections, pairs, loss_sum, rows.device, rows.dtype)
+
+        def pairs(s: int):  # the evaluation splits' pairs are drawn when they are scored
+            return self._pairs(by_split[s], {t: where[t] - first[s] for t in by_split[s]}, n, epoch)
+
+        return self._score(projections, {s: functools.partial(pairs, s) for s in by_split}, loss_sum,
+                           rows.device, rows.dtype)
 
     def _project(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]]):
         """The decoder's projections each split reads, and the position of their first row per split.
@@ -598,8 +616,9 @@ class LinkPrediction(Task):
             both = self.decoder.project(rows)
             return dict.fromkeys(by_split, both), dict.fromkeys(by_split, 0)
         projections = {0: self.decoder.project(rows[: cut * n])} if train else {}
-        with torch.no_grad():
-            rest = self.decoder.project(rows[cut * n :])
+        tail = rows[cut * n :].detach()
+        # made when the evaluation splits are scored (after the backward): its rows are then in cache
+        rest = functools.cache(lambda: self.decoder.project(tail))
         projections.update((s, rest) for s in by_split if s)
         return projections, {s: cut if s else 0 for s in by_split}
 

@@ -128,6 +128,12 @@ def test_score_stats_equal_numpy_bins(use, dtype):
     assert correct == int((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
     np.testing.assert_array_equal(pos, np.bincount(bins[positive], minlength=AUC_BINS))
     np.testing.assert_array_equal(neg, np.bincount(bins[~positive], minlength=AUC_BINS))
+    # into two views of a larger array (a task's metric sums): the counts are added to what is there
+    sums = np.ones(3 + 2 * AUC_BINS)
+    views = (sums[3 : 3 + AUC_BINS], sums[3 + AUC_BINS :])
+    again = kernels.score_stats(logits, positive, AUC_BINS, AUC_RANGE, into=views)
+    assert again[0] == correct and again[1] is views[0] and again[2] is views[1]
+    np.testing.assert_array_equal(sums, np.r_[1, 1, 1, pos + 1, neg + 1])
 
 
 def _lstm(dtype, T: int, B: int, H: int, inputs: int | None, masked: bool, seed: int = 1):

@@ -350,10 +350,10 @@ def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n):
         np.testing.assert_array_equal(pairs, draw_negatives(11, 4, t, n, m))
 
 
-def test_evaluation_rows_of_a_block_are_projected_without_autograd(task_data):
+def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_later(task_data):
     """Scored from a time-ordered block (as the snapshot strategy hands it), the evaluation steps' rows are
-    projected without autograd — their backward would be work for nothing — and the loss, the metric sums
-    and the gradients equal the independent computation."""
+    projected without autograd — their backward would be work for nothing — and only when the metric sums
+    are read; the loss, the metric sums and the gradients equal the independent computation."""
     _, m, reader = task_data
     task = make_task(m)
     task.setup(reader, list(range(T)), comm=None)
@@ -369,11 +369,14 @@ def test_evaluation_rows_of_a_block_are_projected_without_autograd(task_data):
 
     task.decoder.project = recording
     batch = task(emb, epoch=2)
-    # train steps 0-2 are positions 0-2: their rows with autograd; steps 3-6 (val, test, unscored) without
-    assert projected == [(3 * N, True), (4 * N, False)]
+    # train steps 0-2 are positions 0-2: their rows with autograd, now; steps 3-6 (val, test, unscored)
+    # without, when the metric sums are first read (after the backward, in a strategy's step)
+    assert projected == [(3 * N, True)]
     loss, pairs, correct, _ = _reference(task, {t: block[t] for t in range(T)}, 2)
     assert float(batch.loss_sum) == pytest.approx(loss[0], rel=1e-12)
     met = task.metrics(batch.stats)
+    assert projected == [(3 * N, True), (4 * N, False)]
+    assert task.metrics(batch.stats) == met and len(projected) == 2  # scored once
     for s, name in enumerate(("train", "val", "test")):
         assert met[f"{name}_loss"] == pytest.approx(loss[s] / pairs[s], rel=1e-12)
         assert met[f"{name}_acc"] == correct[s] / pairs[s]

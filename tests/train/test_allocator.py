@@ -37,6 +37,12 @@ def test_choice(monkeypatch, tmp_path):
     monkeypatch.setenv("HPCDGNN_MALLOC_ACTIVE", str(lib))  # the restarted process: never restarts again
     allocator.reexec()
     assert allocator.describe() == "libmy.so (HPCDGNN_MALLOC=auto)"
+    # never restarted (a script that embeds hpcdgnn): the banner says so, and where jemalloc is, if anywhere
+    monkeypatch.delenv("HPCDGNN_MALLOC_ACTIVE")
+    assert allocator.describe() == (f"system malloc (HPCDGNN_MALLOC=auto, {JEMALLOC} not preloaded)" if JEMALLOC
+                                    else "system malloc (HPCDGNN_MALLOC=auto, no jemalloc found)")
+    monkeypatch.setenv("HPCDGNN_MALLOC", "system")
+    assert allocator.describe() == "system malloc (HPCDGNN_MALLOC=system)"
 
 
 @needs_jemalloc
