@@ -7,8 +7,10 @@ it was half of EvolveGCN-O's epoch (issue 13 item 2). One loop over the pairs ke
 layer in registers: measured 3x (forward) and 6x (backward) faster on one thread.
 
 The kernels are used on CPU tensors of float32/float64 when numba imports, for calls with at least
-:data:`MIN_PAIRS` pairs (loading them costs ~1 s per process); otherwise — or with
-``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their torch path.
+:data:`MIN_PAIRS` pairs (loading them costs ~1 s per process) — or, for the loops whose other path gives
+the same bits (the negatives, the metric histograms), any call once this process has loaded them;
+otherwise — or with ``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their
+torch path.
 ``HPCDGNN_KERNELS=always`` drops the size thresholds (tests run the compiled paths on small graphs). The
 numba cache (``cache=True``) keeps the compiled code beside this file, so only the first process
 after an install compiles (about a second per dtype).
@@ -97,14 +99,25 @@ def expected() -> bool:
 MIN_PAIRS = 1 << 14
 
 
-def available(*tensors: torch.Tensor, pairs: int | None = None) -> bool:
+def _loaded() -> bool:
+    """Whether this process has loaded the compiled module already (it never unloads)."""
+    return bool(_kernels)
+
+
+def available(*tensors: torch.Tensor, pairs: int | None = None, same_bits: bool = False) -> bool:
     """Whether the numba kernels apply to these tensors: numba present and enabled, all on the CPU,
-    of one floating dtype (float32 or float64), and at least :data:`MIN_PAIRS` pairs to score."""
+    of one floating dtype (float32 or float64), and at least :data:`MIN_PAIRS` pairs to score.
+
+    ``same_bits``: the caller's other path gives the same bits (:func:`score_stats`), so below
+    :data:`MIN_PAIRS` the compiled loop runs too once this process has loaded it — nothing a resumed
+    run computes depends on the choice, and the small splits' numpy passes cost 5-10x more per pair
+    (CollegeMsg, T = 32: ~9k pairs per evaluation split, 3.2 ms an epoch of ~18 ms, issue 13 item 3).
+    """
     if not tensors or tensors[0].dtype not in (torch.float32, torch.float64):
         return False
     if any(t.device.type != "cpu" for t in tensors) or any(t.dtype != tensors[0].dtype for t in tensors):
         return False
-    if pairs is not None and not _sized(pairs, MIN_PAIRS):
+    if pairs is not None and not _sized(pairs, MIN_PAIRS) and not (same_bits and _loaded()):
         return False
     return bool(_compile())
 
@@ -114,7 +127,8 @@ def draw_negatives(keys: list[int], counts: list[int], num_vertices: int) -> lis
     apply (fewer than :data:`MIN_PAIRS` pairs in all, no numba): per step a (2, counts[j]) int64 view of
     one buffer, bit for bit :func:`~hpcdgnn.tasks.link_prediction.draw_negatives` of stream ``keys[j]``."""
     m = np.asarray(counts, dtype=np.int64)
-    if not _sized(int(m.sum()), MIN_PAIRS) or not _compile():
+    # numpy draws the same bits: below MIN_PAIRS too once loaded (see ``available``'s ``same_bits``)
+    if not (_sized(int(m.sum()), MIN_PAIRS) or _loaded()) or not _compile():
         return None
     buf = np.empty((2, int(m.sum())), dtype=np.int64)
     _kernel("draw_negatives")(np.asarray(keys, dtype=np.uint64), m, int(num_vertices), buf[0], buf[1],

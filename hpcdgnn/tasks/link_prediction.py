@@ -547,7 +547,7 @@ class LinkPrediction(Task):
             stats[base] += float(loss.detach())
             stats[base + 1] += logit.shape[0]
             pos, neg = stats[base + 3 : base + 3 + AUC_BINS], stats[base + 3 + AUC_BINS : base + width]
-            if kernels.available(logit, pairs=logit.shape[0]):  # one compiled pass, the same bins, added in place
+            if kernels.available(logit, pairs=logit.shape[0], same_bits=True):  # one compiled pass, the same bins
                 correct = kernels.score_stats(logit.detach(), positive, AUC_BINS, AUC_RANGE, into=(pos, neg))[0]
             else:
                 lg = logit.detach().to("cpu", torch.float64).numpy()

@@ -96,13 +96,17 @@ def test_nan_propagates(use):
 
 def test_small_calls_take_the_torch_path(monkeypatch):
     """Below MIN_PAIRS the torch path runs and numba is not loaded (no ~1 s load for a tiny graph) — also
-    after a large call loaded it: the path depends on the call alone, so a resumed run repeats it."""
+    after a large call loaded it: the path depends on the call alone, so a resumed run repeats it. Loops
+    whose other path gives the same bits (``same_bits``, the negatives) take the loaded module at any size."""
     monkeypatch.setenv("HPCDGNN_KERNELS", "numba")
     monkeypatch.setattr(kernels, "_kernels", None)
     x = torch.zeros(2)
-    assert not kernels.available(x, pairs=kernels.MIN_PAIRS - 1) and kernels._kernels is None
+    assert not kernels.available(x, pairs=kernels.MIN_PAIRS - 1, same_bits=True) and kernels._kernels is None
+    assert kernels.draw_negatives([1], [5], 10) is None and kernels._kernels is None
     assert kernels.available(x, pairs=kernels.MIN_PAIRS)
     assert not kernels.available(x, pairs=1)
+    assert kernels.available(x, pairs=1, same_bits=True)
+    assert kernels.draw_negatives([1], [5], 10) is not None
     monkeypatch.setattr(kernels, "_kernels", None)
 
 

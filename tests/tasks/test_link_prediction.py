@@ -335,9 +335,10 @@ def test_negatives_are_splitmix64_draws_sorted_by_source():
 
 
 @pytest.mark.parametrize("n", [300, 100_000])  # counting sort (m >= N / 8), sort (few pairs per step)
-def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n):
+def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n, monkeypatch):
     """An epoch's steps drawn in one call (the compiled loop, at least MIN_PAIRS pairs in all) give each
-    step exactly the pairs it gets drawn alone (numpy, below MIN_PAIRS): grouping never changes a pair."""
+    step exactly the pairs it gets drawn alone (numpy, below MIN_PAIRS while the module is not loaded):
+    grouping never changes a pair, and neither does the path."""
     pytest.importorskip("numba")
     from hpcdgnn.nn import kernels
     from hpcdgnn.tasks.link_prediction import draw_negatives, draw_negatives_steps
@@ -346,6 +347,8 @@ def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n):
     assert sum(counts) >= kernels.MIN_PAIRS > max(counts)
     together = draw_negatives_steps(11, 4, steps, n, counts)
     assert kernels.draw_negatives([1], [kernels.MIN_PAIRS], n) is not None  # the compiled path is the one taken
+    monkeypatch.setattr(kernels, "_loaded", lambda: False)  # each step alone: numpy's draws
+    assert kernels.draw_negatives([1], [max(counts)], n) is None
     for t, m, pairs in zip(steps, counts, together, strict=True):
         np.testing.assert_array_equal(pairs, draw_negatives(11, 4, t, n, m))
 
