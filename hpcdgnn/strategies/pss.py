@@ -32,6 +32,7 @@ import dataclasses
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten, treespec_dumps, treespec_loads
 
+from hpcdgnn.nn.layout import horizon_temporal
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
@@ -157,7 +158,16 @@ class PSSLayout(SnapshotLayout):
                 rstate = tree_unflatten(tensors, treespec_loads(spec))
             else:
                 rstate = None
-        if y.shape[0]:
+        if y.shape[0] and me == P - 1 and layer.temporal_reach is None:
+            # the last rank sends nothing on: past the training horizon its RNN runs without autograd, as
+            # the snapshot strategy's (the backward over the evaluation steps propagated zeros: CD-GCN at
+            # P = 1 on email-Eu-core took 1.15x the snapshot strategy's epoch, issue 13 item 4). Not where
+            # the end state goes on (each send's backward is paired with a receive), nor for banded
+            # encoders, where the split cost more than it saved (SnapshotStrategy._encode_banded)
+            grad_steps = sum(hi - lo for grad, lo, hi in self.s.phases(self.b) if grad)
+            graphs = self.temporal_kwargs(layer, li).get("graphs")
+            z, rstate = horizon_temporal(layer, y, rstate, grad_steps, graphs)
+        elif y.shape[0]:
             z, rstate = layer.temporal(y, rstate, **self.temporal_kwargs(layer, li))
         else:  # no snapshot here (P > T): the state passes through unchanged
             z = y

@@ -393,3 +393,46 @@ def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_la
         again = task(emb, epoch=2)
     assert projected == [(T * N, False)]
     np.testing.assert_allclose(again.stats, batch.stats, rtol=1e-12)
+
+
+def test_one_rank_in_place_rows_are_scored_as_the_block(task_data):
+    """At P = 1 a task set up in place (vertex, chunk) scores its rows as the snapshot strategy's block — in
+    key order t * N + v, gathered once where the strategy keeps another order — with the same sums as the
+    in-place path; where rows are missing (or P > 1) the in-place path stays."""
+    from hpcdgnn.tasks.base import RowShard, ShardedEmbeddings
+
+    _, m, reader = task_data
+    g = torch.Generator().manual_seed(9)
+    block = (2 * torch.randn(T, N, 3, dtype=torch.float64, generator=g))
+    perm = np.random.default_rng(3).permutation(T * N)  # the strategy's row order (chunk: chunk by chunk)
+    keys = perm.astype(np.int64)
+
+    def shard(keys, P=1):
+        return RowShard(keys, N, 0, lambda k: np.zeros(k.shape[0], np.int64), lambda k: k, list(range(T)), P)
+
+    rows = block.reshape(T * N, 3)[torch.from_numpy(keys)].clone().requires_grad_(True)
+    task = make_task(m)
+    task.setup(reader, shard(keys), comm=None)
+    emb = ShardedEmbeddings(task.shard, rows, lambda k: pytest.fail("nothing to fetch at P = 1"))
+    as_block = task._alone_block(emb)
+    assert as_block is not None and torch.equal(as_block.block, block) and as_block.position == {t: t for t in range(T)}
+    batch = task(emb, epoch=3)
+    met = task.metrics(batch.stats)
+    loss, pairs, correct, _ = _reference(task, {t: block[t] for t in range(T)}, 3)
+    assert float(batch.loss_sum.detach()) == pytest.approx(loss[0], rel=1e-12)
+    for s, name in enumerate(("train", "val", "test")):
+        assert met[f"{name}_loss"] == pytest.approx(loss[s] / pairs[s], rel=1e-12)
+    batch.loss_sum.backward()  # the gradient reaches the rows in the strategy's order
+    expected = torch.zeros(T * N, dtype=torch.bool)
+    for t in task.ranges[0]:
+        expected[t * N : (t + 1) * N] = True
+    grad_rows = rows.grad.abs().sum(1) > 0
+    assert bool(grad_rows[torch.from_numpy(np.argsort(keys))][~expected].sum() == 0)
+    assert int(grad_rows.sum()) > 0
+    # rows missing, or several ranks: the in-place path
+    partial = make_task(m)
+    partial.setup(reader, shard(keys[: -N // 2]), comm=None)
+    assert partial._alone_block(ShardedEmbeddings(partial.shard, rows[: -N // 2], None)) is None
+    two = make_task(m)
+    two.shard = shard(keys, P=2)
+    assert two._alone_block(ShardedEmbeddings(two.shard, rows, None)) is None
