@@ -444,8 +444,8 @@ class LinkPrediction(Task):
         Why: scored in place, P = 1 paid for machinery it does not need — a key lookup per pair end,
         pairs in source-row order, every row projected with autograd, the evaluation pairs drawn before
         the backward: vertex 1.18-1.46x and chunk up to 1.27x the snapshot strategy's epoch on
-        email-Eu-core (issue 13 item 4: within 1.10x). The block path scores the same pairs (their
-        order within a split differs, so sums agree to rounding), step by step, as for ``snapshot``.
+        email-Eu-core (issue 13 item 4: within 1.10x). The block path scores the same pairs, step by
+        step, as for ``snapshot``.
         """
         sh, N = emb.shard, self.manifest.num_vertices
         if not sh.alone:
