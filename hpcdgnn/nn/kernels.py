@@ -104,6 +104,12 @@ def _loaded() -> bool:
     return bool(_kernels)
 
 
+def _takes(n: int, same_bits: bool) -> bool:
+    """Whether a call of ``n`` pairs takes the compiled loop by size: :func:`_sized`, or any size for a loop
+    whose other path gives the same bits once the module is loaded (:func:`available`'s ``same_bits``)."""
+    return _sized(n, MIN_PAIRS) or (same_bits and _loaded())
+
+
 def available(*tensors: torch.Tensor, pairs: int | None = None, same_bits: bool = False) -> bool:
     """Whether the numba kernels apply to these tensors: numba present and enabled, all on the CPU,
     of one floating dtype (float32 or float64), and at least :data:`MIN_PAIRS` pairs to score.
@@ -117,7 +123,7 @@ def available(*tensors: torch.Tensor, pairs: int | None = None, same_bits: bool 
         return False
     if any(t.device.type != "cpu" for t in tensors) or any(t.dtype != tensors[0].dtype for t in tensors):
         return False
-    if pairs is not None and not _sized(pairs, MIN_PAIRS) and not (same_bits and _loaded()):
+    if pairs is not None and not _takes(pairs, same_bits):
         return False
     return bool(_compile())
 
@@ -127,8 +133,7 @@ def draw_negatives(keys: list[int], counts: list[int], num_vertices: int) -> lis
     apply (fewer than :data:`MIN_PAIRS` pairs in all, no numba): per step a (2, counts[j]) int64 view of
     one buffer, bit for bit :func:`~hpcdgnn.tasks.link_prediction.draw_negatives` of stream ``keys[j]``."""
     m = np.asarray(counts, dtype=np.int64)
-    # numpy draws the same bits: below MIN_PAIRS too once loaded (see ``available``'s ``same_bits``)
-    if not (_sized(int(m.sum()), MIN_PAIRS) or _loaded()) or not _compile():
+    if not _takes(int(m.sum()), same_bits=True) or not _compile():  # numpy draws the same bits
         return None
     buf = np.empty((2, int(m.sum())), dtype=np.int64)
     _kernel("draw_negatives")(np.asarray(keys, dtype=np.uint64), m, int(num_vertices), buf[0], buf[1],

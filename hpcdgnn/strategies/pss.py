@@ -164,7 +164,8 @@ class PSSLayout(SnapshotLayout):
             # P = 1 on email-Eu-core took 1.15x the snapshot strategy's epoch, issue 13 item 4). Not where
             # the end state goes on (each send's backward is paired with a receive), nor for banded
             # encoders, where the split cost more than it saved (SnapshotStrategy._encode_banded)
-            grad_steps = sum(hi - lo for grad, lo, hi in self.s.phases(self.b) if grad)
+            rows = self.s._grad_rows(self.b)  # (owned snapshots up to the horizon, ...), None: all of them
+            grad_steps = y.shape[0] if rows is None else rows[0]
             graphs = self.temporal_kwargs(layer, li).get("graphs")
             z, rstate = horizon_temporal(layer, y, rstate, grad_steps, graphs)
         elif y.shape[0]:

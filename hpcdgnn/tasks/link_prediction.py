@@ -143,6 +143,9 @@ def pairs_by_step(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     return src, dst, torch.from_numpy(label)
 
 
+#: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
+_WIDTH = 3 + 2 * AUC_BINS
+
 #: Edges per chunk of the fused decoder: (chunk, hidden) temporaries stay in a core's L2 cache.
 _EDGE_CHUNK = 8192
 
@@ -262,9 +265,9 @@ class LinkPrediction(Task):
         self.shard: RowShard | None = None
         self.by_source = True
         self._steps: list[int] = []
-        #: :meth:`_alone_block`'s (shard, whether my rows are every row of their steps, their order into
-        #: keys t * N + v — None where they are in it already)
-        self._block_order: tuple[RowShard, bool, torch.Tensor | None] | None = None
+        #: one rank holding every row of its steps (:meth:`_alone_block`): the rows' order into keys t * N + v
+        #: (an empty tensor where they are in it already); None otherwise
+        self._alone_order: torch.Tensor | None = None
         #: mini-batch samples: the epoch whose draws are kept, each step's negatives of it (by t) and each
         #: sample's selected pairs (by (t, batch))
         self._epoch_negatives: tuple[int, dict] = (-1, {})
@@ -393,6 +396,12 @@ class LinkPrediction(Task):
                 self.targets[t] = (torch.from_numpy(src), torch.from_numpy(dst))
         if shard.alone:
             self._steps = sorted(self.targets)
+            keys = shard.keys
+            if keys.size and keys.size % N == 0:
+                order = np.argsort(keys, kind="stable")
+                if np.array_equal(keys[order], np.arange(keys.size)):
+                    in_order = np.array_equal(order, np.arange(keys.size))
+                    self._alone_order = torch.from_numpy(order[:0] if in_order else order)
             return
         counts = []
         for self.by_source in (True, False):
@@ -447,20 +456,10 @@ class LinkPrediction(Task):
         email-Eu-core (issue 13 item 4: within 1.10x). The block path scores the same pairs, step by
         step, as for ``snapshot``.
         """
-        sh, N = emb.shard, self.manifest.num_vertices
-        if not sh.alone:
+        order, N = self._alone_order, self.manifest.num_vertices
+        if order is None:  # several ranks, or rows missing
             return None
-        if self._block_order is None or self._block_order[0] is not sh:
-            keys, order = sh.keys, None
-            whole = keys.size > 0 and keys.size % N == 0
-            if whole and not np.array_equal(keys, np.arange(keys.size)):
-                perm = np.argsort(keys, kind="stable")
-                whole, order = bool(np.array_equal(keys[perm], np.arange(keys.size))), torch.from_numpy(perm)
-            self._block_order = (sh, whole, order)
-        _, whole, order = self._block_order
-        if not whole:
-            return None
-        rows = emb.rows if order is None else emb.rows.index_select(0, order.to(emb.rows.device))
+        rows = emb.rows if not order.numel() else emb.rows.index_select(0, order.to(emb.rows.device))
         S = rows.shape[0] // N
         return Embeddings.of_block(rows.view(S, N, rows.shape[-1]), list(range(S)))
 
@@ -479,7 +478,7 @@ class LinkPrediction(Task):
         fetched = emb.fetch(need)  # collective: every rank, once, even with nothing to fetch
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + rows.sum() + fetched.sum()) * 0.0
         if not pairs:
-            return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
+            return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
         pu, pv = self.decoder.project(torch.cat([rows, fetched]) if need.size else rows)
         R = rows.shape[0]
 
@@ -539,7 +538,7 @@ class LinkPrediction(Task):
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + emb.rows.sum()) * 0.0
         s = self._split_of(emb.t)
         if s < 0 or emb.t not in self.targets:
-            return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
+            return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
         src, dst, label = self._sample_pairs(emb.t, emb.batch, epoch)
         pu, pv = self.decoder.project(emb.rows)
         return self._score({s: (pu, pv)}, {s: (emb.index(src), emb.index(dst), label)}, loss_sum,
@@ -553,7 +552,7 @@ class LinkPrediction(Task):
         ``later``: after the backward pass)."""
         now = {s: p for s, p in pairs.items() if s == 0}
         rest = {s: p for s, p in pairs.items() if s != 0}
-        stats = np.zeros(3 * (3 + 2 * AUC_BINS))
+        stats = np.zeros(3 * _WIDTH)
         loss_sum = self._sums(projections, now, loss_sum, device, dtype, stats)
         later = (lambda into: self._sums(projections, rest, None, device, dtype, into)) if rest else None
         return TaskBatch(loss_sum, stats, later)
@@ -563,7 +562,7 @@ class LinkPrediction(Task):
         """:meth:`_score` for the splits of ``pairs``: their metric sums added into ``stats`` (in place: the
         histograms are 3 x 2^15 float64, and fresh ones per call cost more than the small splits' scoring),
         and the loss sum with the training split's added."""
-        width = 3 + 2 * AUC_BINS
+        width = _WIDTH
         for s, split_pairs in sorted(pairs.items()):
             src, dst, label = split_pairs() if callable(split_pairs) else split_pairs
             pu, pv = projections[s]() if callable(projections[s]) else projections[s]
@@ -625,7 +624,7 @@ class LinkPrediction(Task):
         # and on the decoder, so every parameter has a gradient on every rank
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
         if not by_split:
-            return TaskBatch(loss_sum, np.zeros(3 * (3 + 2 * AUC_BINS)))
+            return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
         projections, first = self._project(rows, n, where, by_split)
 
         def pairs(s: int):  # the evaluation splits' pairs are drawn when they are scored
@@ -662,7 +661,7 @@ class LinkPrediction(Task):
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
         """Mean loss, accuracy and AUC per split."""
-        width = 3 + 2 * AUC_BINS
+        width = _WIDTH
         out: dict[str, float] = {}
         for s, name in enumerate(SPLITS):
             b = s * width
