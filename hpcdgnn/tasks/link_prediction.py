@@ -158,9 +158,9 @@ class _EdgeMLP(torch.autograd.Function):
     traffic dominated the epoch and was what two ranks on one node fought over.
     Here the per-edge hidden layer lives only inside a chunk and is recomputed
     in the backward pass; only (N, hidden) gradients and (E,) logits are stored.
-    On the CPU, one compiled loop over the pairs does it all
-    (:mod:`hpcdgnn.nn.kernels`, 3–6x faster); the chunked torch passes remain for
-    GPUs and where numba is missing.
+    On the CPU the forward is one compiled loop over the pairs (:mod:`hpcdgnn.nn.kernels`,
+    3x faster), and training there takes :class:`_EdgeBCE`, which fuses the backward into it;
+    the chunked torch passes remain for GPUs, small calls and where numba is missing.
     """
 
     @staticmethod
@@ -187,8 +187,6 @@ class _EdgeMLP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # noqa: D102
         pu, pv, b1, w2, src, dst = ctx.saved_tensors
-        if kernels.available(pu, pv, b1, w2, g, pairs=src.shape[0]):
-            return (*kernels.edge_mlp_backward(pu, pv, b1, w2, src, dst, g), g.sum().reshape(1), None, None)
         dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
         db1, dw2 = torch.zeros_like(b1), torch.zeros_like(w2)
         E = src.shape[0]
@@ -205,12 +203,48 @@ class _EdgeMLP(torch.autograd.Function):
         return dpu, dpv, db1, dw2, g.sum().reshape(1), None, None
 
 
+class _EdgeBCE(torch.autograd.Function):
+    """The training loss of the decoder on the CPU: ``Σ_e BCE(logit_e, label_e)`` from the embeddings ``z``,
+    forward and backward in one compiled pass over the pairs (:func:`hpcdgnn.nn.kernels.edge_bce_train`).
+
+    The loss is a scalar, so its gradient is that of the sum times the one upstream number: the pass
+    computes the sum's gradients during the forward, and the backward folds the upstream factor into
+    the (h, F) weights of the projection's backward GEMMs, not into (n, h) rows. Returns the loss, the
+    logits and the projections (pu, pv) (none of the last three differentiable: the metrics read the
+    logits, and evaluation pairs scored on the same rows reuse the projections). The same function as
+    :class:`_EdgeMLP` plus ``binary_cross_entropy_with_logits``, to rounding.
+    """
+
+    @staticmethod
+    def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
+        f = z.shape[1]
+        wu, wv = w1[:, :f], w1[:, f:]
+        pu, pv = z @ wu.t(), z @ wv.t()
+        logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
+        loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
+        ctx.save_for_backward(z, w1, dpu, dpv)
+        ctx.small = (db1, dw2, db2)
+        ctx.mark_non_differentiable(logits, pu, pv)
+        return loss, logits, pu, pv
+
+    @staticmethod
+    def backward(ctx, g, *_):  # noqa: D102
+        z, w1, dpu, dpv = ctx.saved_tensors
+        db1, dw2, db2 = ctx.small
+        f = z.shape[1]
+        wu, wv = w1[:, :f] * g, w1[:, f:] * g
+        dz = torch.addmm(dpu @ wu, dpv, wv) if ctx.needs_input_grad[0] else None
+        dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
+        return dz, dw1, db1 * g, (dw2 * g).reshape(1, -1), db2 * g, None, None, None
+
+
 class EdgeDecoder(nn.Module):
     """MLP on the concatenated endpoint embeddings: ``w2 · relu(W1 [z_u ; z_v] + b1) + b2``.
 
     ``W1 [z_u ; z_v] = W1[:, :F] z_u + W1[:, F:] z_v``, so the first layer is
     applied once per vertex, giving (N, h) projections ``pu``, ``pv``; the
-    per-edge rest runs fused in chunks (:class:`_EdgeMLP`). The function equals
+    per-edge rest runs fused in chunks (:class:`_EdgeMLP`), and on the CPU the
+    training loss in one compiled pass (:meth:`train_loss`). The function equals
     ``Linear(2F, h) -> ReLU -> Linear(h, 1)`` on the concatenation.
     """
 
@@ -239,6 +273,20 @@ class EdgeDecoder(nn.Module):
     def forward(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Logits (E,) of edges ``src[i] -> dst[i]`` from embeddings ``z`` (N, F)."""
         return self.score(*self.project(z), src, dst)
+
+    def train_loss(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+                   label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """(loss, logits, (pu, pv)): the summed BCE of the edges' logits against ``label`` (with autograd), the
+        logits and the projections of :meth:`project` (both detached) — one compiled pass where the kernels
+        apply (:class:`_EdgeBCE`), else :meth:`forward`'s path and torch's loss."""
+        params = (self.lin1.weight, self.lin1.bias, self.lin2.weight, self.lin2.bias)
+        if kernels.available(z, *params, label, pairs=src.shape[0]):
+            loss, logits, pu, pv = _EdgeBCE.apply(z, *params, src, dst, label)
+            return loss, logits, (pu, pv)
+        pu, pv = self.project(z)
+        logits = self.score(pu, pv, src, dst)
+        loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
+        return loss, logits.detach(), (pu.detach(), pv.detach())
 
 
 class LinkPrediction(Task):
@@ -479,7 +527,7 @@ class LinkPrediction(Task):
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + rows.sum() + fetched.sum()) * 0.0
         if not pairs:
             return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
-        pu, pv = self.decoder.project(torch.cat([rows, fetched]) if need.size else rows)
+        z = torch.cat([rows, fetched]) if need.size else rows
         R = rows.shape[0]
 
         def index(keys: np.ndarray) -> torch.Tensor:  # row of each key in [my rows ; fetched]
@@ -490,7 +538,7 @@ class LinkPrediction(Task):
             return torch.from_numpy(at)
 
         scored = {s: (index(src), index(dst), label) for s, (src, dst, label) in pairs.items()}
-        return self._score(dict.fromkeys(scored, (pu, pv)), scored, loss_sum, rows.device, rows.dtype)
+        return self._score(dict.fromkeys(scored, z), scored, loss_sum, rows.device, rows.dtype)
 
     # -- mini-batch samples (the sequences strategy) --------------------------------------------
     def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
@@ -540,40 +588,49 @@ class LinkPrediction(Task):
         if s < 0 or emb.t not in self.targets:
             return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
         src, dst, label = self._sample_pairs(emb.t, emb.batch, epoch)
-        pu, pv = self.decoder.project(emb.rows)
-        return self._score({s: (pu, pv)}, {s: (emb.index(src), emb.index(dst), label)}, loss_sum,
+        return self._score({s: emb.rows}, {s: (emb.index(src), emb.index(dst), label)}, loss_sum,
                            emb.rows.device, emb.rows.dtype)
 
-    def _score(self, projections: dict, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
+    def _score(self, inputs: dict, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
         """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
-        label)}`` or ``{split: a function returning them}`` (rows of that split's projections
-        ``projections[split] = (pu, pv)``; label 1 marks the positive pairs, wherever they are). The
-        training split is scored now; the others when the metric sums are read (:class:`TaskBatch`'s
-        ``later``: after the backward pass)."""
+        label)}`` or ``{split: a function returning them}`` (rows of that split's embeddings ``inputs[split]``;
+        label 1 marks the positive pairs, wherever they are). The training split is scored now; the others
+        when the metric sums are read (:class:`TaskBatch`'s ``later``: after the backward pass), on a
+        projection of their rows without autograd — the training pass's own where they read the same rows."""
         now = {s: p for s, p in pairs.items() if s == 0}
         rest = {s: p for s, p in pairs.items() if s != 0}
         stats = np.zeros(3 * _WIDTH)
-        loss_sum = self._sums(projections, now, loss_sum, device, dtype, stats)
-        later = (lambda into: self._sums(projections, rest, None, device, dtype, into)) if rest else None
+        projected: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        loss_sum = self._sums(inputs, now, loss_sum, device, dtype, stats, projected)
+        later = (lambda into: self._sums(inputs, rest, None, device, dtype, into, projected)) if rest else None
         return TaskBatch(loss_sum, stats, later)
 
-    def _sums(self, projections: dict, pairs: dict, loss_sum: torch.Tensor | None, device, dtype,
-              stats: np.ndarray) -> torch.Tensor | None:
+    def _sums(self, inputs: dict, pairs: dict, loss_sum: torch.Tensor | None, device, dtype, stats: np.ndarray,
+              projected: dict) -> torch.Tensor | None:
         """:meth:`_score` for the splits of ``pairs``: their metric sums added into ``stats`` (in place: the
         histograms are 3 x 2^15 float64, and fresh ones per call cost more than the small splits' scoring),
-        and the loss sum with the training split's added."""
+        and the loss sum with the training split's added. ``projected``: the decoder projections made so far,
+        by the identity of the rows they project (kept beside them)."""
         width = _WIDTH
         for s, split_pairs in sorted(pairs.items()):
             src, dst, label = split_pairs() if callable(split_pairs) else split_pairs
-            pu, pv = projections[s]() if callable(projections[s]) else projections[s]
+            z = inputs[s]
             positive = label.numpy() > 0  # on the host, where the pairs were drawn
             # pairs are drawn on the host (same stream on every rank and device), then follow the rows
             src, dst, label = src.to(device), dst.to(device), label.to(device, dtype)
-            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
-                logit = self.decoder.score(pu, pv, src, dst)
-                loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
-            if s == 0:
+            if s == 0 and torch.is_grad_enabled():
+                loss, logit, both = self.decoder.train_loss(z, src, dst, label)
                 loss_sum = loss_sum + loss
+                if any(inputs[t] is z for t in inputs if t != s):  # evaluation pairs read these rows too
+                    projected[id(z)] = (z, both)
+            else:  # val/test (or no training): metrics only
+                with torch.no_grad():
+                    z, both = projected.setdefault(id(z), (z, None))
+                    if both is None:
+                        both = self.decoder.project(z)
+                        projected[id(z)] = (z, both)
+                    logit = self.decoder.score(*both, src, dst)
+                    loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
             base = s * width
             stats[base] += float(loss.detach())
             stats[base + 1] += logit.shape[0]
@@ -625,39 +682,35 @@ class LinkPrediction(Task):
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
         if not by_split:
             return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
-        projections, first = self._project(rows, n, where, by_split)
+        inputs, first = self._split_rows(rows, n, where, by_split)
 
         def pairs(s: int):  # the evaluation splits' pairs are drawn when they are scored
             return self._pairs(by_split[s], {t: where[t] - first[s] for t in by_split[s]}, n, epoch)
 
-        return self._score(projections, {s: functools.partial(pairs, s) for s in by_split}, loss_sum,
+        return self._score(inputs, {s: functools.partial(pairs, s) for s in by_split}, loss_sum,
                            rows.device, rows.dtype)
 
-    def _project(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]]):
-        """The decoder's projections each split reads, and the position of their first row per split.
+    def _split_rows(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]]):
+        """The rows each split's pairs read, and the position of their first row per split.
 
         Why not one projection of every row: the rows of the steps after the last training step get no
         gradient, yet a projection with autograd ran its backward over them too — two block-sized GEMMs,
         and the fused decoder's zero-filled (rows, hidden) gradients — on the rank that holds the
         evaluation snapshots; that was work the block plan's estimate missed (issue 13 item 3). So when
         the training steps' rows come first (positions in time order: every layout here), the evaluation
-        steps read a projection of the rows after them, made without autograd and only when they are
-        scored (after the backward, :class:`TaskBatch`). Same values; measured in one process, epochs
-        alternating old and new: 0.93-0.95x the epoch time (TM-GCN and EvolveGCN-O on email-Eu-core,
-        P = 1 and both ranks at P = 2).
+        steps read the rows after them, detached, projected only when they are scored (after the
+        backward, :class:`TaskBatch`). Measured in one process, epochs alternating old and new:
+        0.93-0.95x the epoch time (TM-GCN and EvolveGCN-O on email-Eu-core, P = 1 and both ranks at P = 2).
         """
         train = [where[t] for t in by_split.get(0, ())]
         cut = max(train) + 1 if train else 0
         after = all(where[t] >= cut for s, steps in by_split.items() if s for t in steps)
         if not (after and rows.requires_grad and torch.is_grad_enabled()) or cut * n == rows.shape[0]:
-            both = self.decoder.project(rows)
-            return dict.fromkeys(by_split, both), dict.fromkeys(by_split, 0)
-        projections = {0: self.decoder.project(rows[: cut * n])} if train else {}
+            return dict.fromkeys(by_split, rows), dict.fromkeys(by_split, 0)
+        inputs = {0: rows[: cut * n]} if train else {}
         tail = rows[cut * n :].detach()
-        # made when the evaluation splits are scored (after the backward): its rows are then in cache
-        rest = functools.cache(lambda: self.decoder.project(tail))
-        projections.update((s, rest) for s in by_split if s)
-        return projections, {s: cut if s else 0 for s in by_split}
+        inputs.update((s, tail) for s in by_split if s)
+        return inputs, {s: cut if s else 0 for s in by_split}
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
         """Mean loss, accuracy and AUC per split."""

@@ -1,4 +1,4 @@
-"""The compiled decoder loop (hpcdgnn/nn/kernels.py) against the chunked torch path it replaces on the CPU."""
+"""The compiled decoder loops (hpcdgnn/nn/kernels.py) against the chunked torch paths they replace on the CPU."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hpcdgnn.nn import kernels
-from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, _EdgeMLP
+from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, EdgeDecoder, _EdgeMLP
 
 pytest.importorskip("numba")
 
@@ -59,6 +59,60 @@ def test_numba_equals_torch_float32_odd_width(use):
     ref = _run(torch.float32, 50, 7, 2000, seed=3)
     for a, b in zip(fast, ref):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def _train(dtype, rows: int, features: int, hidden: int, pairs: int, seed: int = 0, spread: float = 1.0):
+    """Loss, logits, projections and every gradient (z and the decoder's parameters) of EdgeDecoder.train_loss,
+    the loss scaled by an upstream factor as a strategy scales it."""
+    torch.manual_seed(seed)
+    dec = EdgeDecoder(features, hidden).to(dtype)
+    g = torch.Generator().manual_seed(seed)
+    z = (torch.randn(rows, features, generator=g, dtype=dtype) * spread).requires_grad_()
+    src = torch.randint(0, rows, (pairs,), generator=g)
+    dst = torch.randint(0, rows, (pairs,), generator=g)
+    label = (torch.rand(pairs, generator=g) < 0.5).to(dtype)
+    loss, logits, (pu, pv) = dec.train_loss(z, src, dst, label)
+    assert not logits.requires_grad and not pu.requires_grad and not pv.requires_grad
+    (loss * 0.37).backward()
+    return [loss.detach(), logits, pu, pv, z.grad] + [p.grad for p in dec.parameters()]
+
+
+@pytest.mark.parametrize("pairs", [1, 3 * _EDGE_CHUNK + 17])
+def test_fused_training_loss_equals_torch_float64(use, pairs):
+    """The one-pass loss (forward and backward in one compiled loop, the upstream factor folded into the
+    projection's backward) gives the torch path's loss, logits, projections and gradients."""
+    use("numba")
+    fast = _train(torch.float64, 37, 5, 16, pairs)
+    assert kernels.calls().get("edge_bce_train", 0) > 0
+    use("torch")
+    ref = _train(torch.float64, 37, 5, 16, pairs)
+    names = ["loss", "logits", "pu", "pv", "dz", "dw1", "db1", "dw2", "db2"]
+    for name, a, b in zip(names, fast, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def test_fused_training_loss_float32_vector_exp(use):
+    """float32 takes the vectorised exp: large logits of both signs (|x| past 87, the clamp at
+    exp(-87)) and an odd width agree with torch's sigmoid-based gradients to float32 rounding."""
+    use("numba")
+    fast = _train(torch.float32, 60, 3, 7, 5000, seed=4, spread=100.0)
+    assert fast[1].abs().max() > 87  # the clamp is exercised
+    use("torch")
+    ref = _train(torch.float32, 60, 3, 7, 5000, seed=4, spread=100.0)
+    for a, b in zip(fast, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-4)
+
+
+def test_fused_training_loss_propagates_nan(use):
+    """fastmath stops short of nnan: a NaN embedding gives a NaN logit, loss and output-layer gradient."""
+    use("numba")
+    dec = EdgeDecoder(2, 4)
+    z = torch.zeros(3, 2, requires_grad=True)
+    bad = torch.tensor([[0.0, 0.0], [float("nan"), 0.0], [0.0, 0.0]])
+    loss, logits, _ = dec.train_loss(z + bad, torch.tensor([0, 1]), torch.tensor([2, 2]), torch.tensor([1.0, 0.0]))
+    assert not torch.isnan(logits[0]) and torch.isnan(logits[1]) and torch.isnan(loss)
+    loss.backward()
+    assert torch.isnan(dec.lin2.weight.grad).any() and torch.isnan(dec.lin2.bias.grad).all()
 
 
 def test_always_drops_the_size_thresholds_and_a_bad_value_is_refused(monkeypatch):

@@ -52,7 +52,7 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
 @pytest.mark.parametrize("model", ["evolvegcn_o", "cdgcn"])
 def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model):
     """The compiled CPU loops (HPCDGNN_KERNELS=always: every call, where real graphs pass the size thresholds) —
-    the negatives, the decoder's forward and backward, the AUC pass, EvolveGCN-O's weight LSTM — run (as
+    the negatives, the decoder's forward and its one-pass training loss, the AUC pass, EvolveGCN-O's weight LSTM — run (as
     summary.json's ``compiled_kernels`` says) and give the same trajectory at
     P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
     pytest.importorskip("numba")
@@ -65,7 +65,7 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
     ran = {m: json.loads((tmp_path / m / "summary.json").read_text())["compiled_kernels"] for m in ("torch", "plain")}
     assert ran["torch"] == {}, ran  # summary.json names the loops a run took: none with HPCDGNN_KERNELS=torch
     lstm = {"lstm_forward", "lstm_backward"} if model == "evolvegcn_o" else set()  # the weight LSTM
-    assert {"draw_negatives", "edge_mlp_forward", "edge_mlp_backward", "score_stats", *lstm} <= set(ran["plain"]), ran
+    assert {"draw_negatives", "edge_mlp_forward", "edge_bce_train", "score_stats", *lstm} <= set(ran["plain"]), ran
     for P in (2, 3):
         got, _ = _losses(launcher, P, job, tmp_path / f"p{P}")
         np.testing.assert_allclose(got, ref, rtol=RTOL["float64"], err_msg=f"{model} compiled P={P}")
