@@ -7,6 +7,9 @@
     # several strategies in one sweep (each at every P), speed-ups against the fastest P = 1 run of any
     python perf/scaling.py run --mode strong --ranks 1 2 --strategy snapshot vertex chunk --out perf/results/cmp
 
+    # and the node's ceiling: P one-rank runs at once (ceiling.csv; see "The node's ceiling")
+    python perf/scaling.py run --mode strong --ranks 1 2 --data DIR --ceiling --out perf/results/strong-ceiling
+
     # plot run directories made elsewhere, e.g. by jobs/slurm-strong.sh's job array on a cluster
     python perf/scaling.py plot --out perf/results/cluster RUNDIR [RUNDIR ...]
 
@@ -46,6 +49,14 @@ its own slow P = 1 time while being slower than the single-process engine (issue
 
 Figures of runs with more ranks × threads than this machine has cores are
 titled "oversubscribed": they show how the program behaves, not how it scales.
+
+**The node's ceiling** (``run --ceiling``, strong scaling from P = 1 on this node): for each
+P > 1, P copies of the P = 1 baseline job run at once, independently (no MPI between them), and
+``ceiling.csv`` records ceiling(P) = P · t(1) / t(P copies at once) (the slowest copy) — the speed-up
+P ranks would reach here with no communication and no imbalance at all, where the ranks share the
+caches and memory of one node. The table prints each run's share of it, and ``speedup.png`` marks it.
+On the 2-core development VM two independent one-rank TM-GCN runs at once each ran 19-32 % slower
+than one alone (compute-only loops: not at all), so no program reaches 2x there (issue 13 item 3).
 
 The split is that of the median epoch itself (the mean of the two middle ones
 for an even count), not a mean over all steady epochs: a bar of mean parts
@@ -225,8 +236,9 @@ def write_csv(rows: list[dict], path: Path) -> None:
             w.writerow({k: r.get(k) for k in FIELDS})
 
 
-def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
-    """The three figures (see the module docstring); returns their paths."""
+def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | None = None) -> list[Path]:
+    """The three figures (see the module docstring); returns their paths. ``ceilings``: the node's ceiling
+    speed-up per P (:func:`run_ceiling`), marked on the speed-up figure."""
     import matplotlib
 
     matplotlib.use("Agg")  # batch nodes have no display
@@ -281,6 +293,11 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
                  else line.get_color(), label=f"efficiency{tag}")
     ideal = [p / base["P"] for p in Ps]  # strong: t0 / (t0 / (P / P0)); weak: the same by definition
     ax.plot(Ps, ideal, "k--", lw=0.8, label="ideal")
+    if ceilings:
+        cp = sorted(ceilings)
+        ax.plot(cp, [ceilings[p] for p in cp], "k_", ms=18, mew=2, label="node ceiling (P one-rank runs at once)")
+        ax.set_zorder(ax2.get_zorder() + 1)  # the speed-up axes on top: the efficiency markers may sit there
+        ax.patch.set_visible(False)
     ax2.set_ylim(0, 1.1)
     ax2.set_ylabel("parallel efficiency")
     ax.set_xscale("log", base=2)
@@ -305,11 +322,12 @@ def plot(rows: list[dict], out: Path, mode: str) -> list[Path]:
     return files
 
 
-def report(rows: list[dict], out: Path, mode: str) -> None:
-    """Write the CSV and the plots, and print the table (speed-up and efficiency against :func:`baseline`)."""
+def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | None = None) -> None:
+    """Write the CSV and the plots, and print the table (speed-up and efficiency against :func:`baseline`;
+    with ``ceilings``, each run's speed-up as a share of the node's ceiling at its P)."""
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "scaling.csv")
-    files = plot(rows, out, mode)
+    files = plot(rows, out, mode, ceilings)
     base = baseline(rows)
     print(f"speed-up and efficiency against the fastest P={base['P']} run of any strategy: {base['strategy']}, "
           f"{base['epoch_s']:.3f} s ({base['run_dir']})")
@@ -318,7 +336,9 @@ def report(rows: list[dict], out: Path, mode: str) -> None:
     for r in rows:
         print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['transfer_s']:>9.3f} {r['compute_s']:>9.3f} "
               f"{r['comm_s']:>9.3f} {r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
-              f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else ""))
+              f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else "")
+              + (f"  {r['speedup'] / ceilings[r['P']]:.0%} of the node's ceiling {ceilings[r['P']]:.2f}"
+                 if ceilings and r["P"] in ceilings else ""))
     print(f"wrote {out / 'scaling.csv'} and {', '.join(f.name for f in files)}")
 
 
@@ -374,6 +394,35 @@ def run_sweep(args: argparse.Namespace) -> list[Path]:
     return runs
 
 
+def run_ceiling(args: argparse.Namespace, runs: list[Path]) -> dict[int, float]:
+    """The node's ceiling speed-up per P > 1 (module docstring): P copies of the P = 1 baseline run's job at
+    once, each launched as that run was; writes ``ceiling.csv`` and returns ``{P: ceiling}``."""
+    out = Path(args.out)
+    alone = min((read_run(d) for d in runs if read_run(d)["P"] == 1), key=lambda r: r["epoch_s"])
+    job = Path(alone["run_dir"]).parent / f"job-{Path(alone['run_dir']).name.removeprefix('run-')}.yaml"
+    ceilings, lines = {}, []
+    for P in sorted(p for p in set(args.ranks) if p > 1):
+        dirs = [out / f"ceiling-p{P}-copy{i}" for i in range(P)]
+        procs = [subprocess.Popen([*_launch(None, 1), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output",
+                                   str(d)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=run_env())
+                 for d in dirs]
+        for d, proc in zip(dirs, procs, strict=True):
+            log = proc.communicate()[0]
+            if proc.returncode != 0:
+                raise SystemExit(f"ceiling: copy {d.name} failed ({proc.returncode}):\n{log[-2000:]}")
+        times = [read_run(d)["epoch_s"] for d in dirs]
+        ceilings[P] = P * alone["epoch_s"] / max(times)
+        lines.append({"P": P, "alone_s": alone["epoch_s"], "copies_s": " ".join(f"{t:.6f}" for t in times),
+                      "ceiling_speedup": ceilings[P], "job": str(job)})
+        print(f"node ceiling P={P}: {P} one-rank runs at once {', '.join(f'{t:.3f}' for t in times)} s/epoch, "
+              f"one alone {alone['epoch_s']:.3f} s -> at most {ceilings[P]:.2f}x", flush=True)
+    with open(out / "ceiling.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["P", "alone_s", "copies_s", "ceiling_speedup", "job"])
+        w.writeheader()
+        w.writerows(lines)
+    return ceilings
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments; run a sweep and plot it, or plot existing run directories."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -397,13 +446,20 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     r.add_argument("--blocks", type=int, default=1, help="strategy.blocks (snapshot strategy)")
     r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P}' (default: mpirun -np P)")
+    r.add_argument("--ceiling", action="store_true",
+                   help="strong scaling from P = 1 on this node: also run P copies of the P = 1 job at once per P > 1 "
+                        "(the node's ceiling speed-up, ceiling.csv)")
     p = sub.add_parser("plot", help="CSV and plots of existing run directories")
     p.add_argument("--out", required=True)
     p.add_argument("--mode", choices=["strong", "weak"], default="strong")
     p.add_argument("run_dirs", nargs="+", type=Path)
     args = ap.parse_args(argv)
+    ceiling = args.cmd == "run" and args.ceiling
+    if ceiling and (args.mode != "strong" or min(args.ranks) != 1 or args.launcher):
+        ap.error("--ceiling: strong scaling from --ranks 1 on this node (no --launcher)")
     run_dirs = run_sweep(args) if args.cmd == "run" else args.run_dirs
-    report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode)
+    ceilings = run_ceiling(args, run_dirs) if ceiling else None
+    report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode, ceilings)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""perf/scaling.py: a weak-scaling sweep under mpirun writes a CSV whose numbers come from the runs, and plots."""
+"""perf/scaling.py: sweeps under mpirun write a CSV whose numbers come from the runs, plots, and the node's ceiling."""
 
 from __future__ import annotations
 
@@ -35,3 +35,22 @@ def test_weak_sweep_csv_and_plots(tmp_path):
                            str(again), str(out / "run-p2"), str(out / "run-p1")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (again / "scaling.csv").read_text() == (out / "scaling.csv").read_text()
+
+
+def test_strong_sweep_with_the_node_ceiling(tmp_path):
+    """--ceiling: per P > 1, P copies of the P = 1 job run at once; ceiling.csv holds P · t(1) / t(slowest copy)
+    from those runs' own summaries, and the table gives each run's share of it. Refused off strong-from-1."""
+    out = tmp_path / "strong"
+    cmd = [sys.executable, str(REPO / "perf" / "scaling.py"), "run", "--mode", "strong", "--ranks", "1", "2",
+           "--out", str(out), "--vertices", "300", "--snapshots", "5", "--epochs", "3", "--hidden", "4", "--ceiling"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = list(csv.DictReader(open(out / "ceiling.csv")))
+    assert int(row["P"]) == 2 and row["job"].endswith("job-p1.yaml")
+    copies = [json.loads((out / f"ceiling-p2-copy{i}" / "summary.json").read_text()) for i in range(2)]
+    slowest = max(c["steady_epoch_seconds"]["median"] for c in copies)
+    alone = json.loads((out / "run-p1" / "summary.json").read_text())["steady_epoch_seconds"]["median"]
+    assert abs(float(row["ceiling_speedup"]) - 2 * alone / slowest) < 1e-9
+    assert "of the node's ceiling" in proc.stdout
+    bad = subprocess.run(cmd[:6] + ["2", "3"] + cmd[8:], capture_output=True, text=True, env=mpi_env(), cwd=REPO)
+    assert bad.returncode == 2 and "--ceiling: strong scaling from --ranks 1" in bad.stderr
