@@ -631,6 +631,8 @@ class LinkPrediction(Task):
                         projected[id(z)] = (z, both)
                     logit = self.decoder.score(*both, src, dst)
                     loss = F.binary_cross_entropy_with_logits(logit, label, reduction="sum")
+                if s == 0:
+                    loss_sum = loss_sum + loss
             base = s * width
             stats[base] += float(loss.detach())
             stats[base + 1] += logit.shape[0]
