@@ -398,7 +398,7 @@ def run_ceiling(args: argparse.Namespace, runs: list[Path]) -> dict[int, float]:
     """The node's ceiling speed-up per P > 1 (module docstring): P copies of the P = 1 baseline run's job at
     once, each launched as that run was; writes ``ceiling.csv`` and returns ``{P: ceiling}``."""
     out = Path(args.out)
-    alone = min((read_run(d) for d in runs if read_run(d)["P"] == 1), key=lambda r: r["epoch_s"])
+    alone = min((r for r in map(read_run, runs) if r["P"] == 1), key=lambda r: r["epoch_s"])
     job = Path(alone["run_dir"]).parent / f"job-{Path(alone['run_dir']).name.removeprefix('run-')}.yaml"
     ceilings, lines = {}, []
     for P in sorted(p for p in set(args.ranks) if p > 1):
