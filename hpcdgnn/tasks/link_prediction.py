@@ -150,6 +150,12 @@ _WIDTH = 3 + 2 * AUC_BINS
 _EDGE_CHUNK = 8192
 
 
+def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T)."""
+    f = z.shape[1]
+    return z @ w1[:, :f].t(), z @ w1[:, f:].t()
+
+
 class _EdgeMLP(torch.autograd.Function):
     """``w2 · relu(pu[src] + pv[dst] + b1) + b2`` per edge, in cache-sized chunks, with its adjoint.
 
@@ -217,9 +223,7 @@ class _EdgeBCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
-        f = z.shape[1]
-        wu, wv = w1[:, :f], w1[:, f:]
-        pu, pv = z @ wu.t(), z @ wv.t()
+        pu, pv = _project(z, w1)
         logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
         loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
         ctx.save_for_backward(z, w1, dpu, dpv)
@@ -262,9 +266,7 @@ class EdgeDecoder(nn.Module):
 
     def project(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv), each (N, h)."""
-        f = self.emb_features
-        w = self.lin1.weight
-        return z @ w[:, :f].t(), z @ w[:, f:].t()
+        return _project(z, self.lin1.weight)
 
     def score(self, pu: torch.Tensor, pv: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Logits (E,) of edges ``src[i] -> dst[i]`` from the projections of :meth:`project`."""
@@ -625,7 +627,7 @@ class LinkPrediction(Task):
                     projected[id(z)] = (z, both)
             else:  # val/test (or no training): metrics only
                 with torch.no_grad():
-                    z, both = projected.setdefault(id(z), (z, None))
+                    both = projected.get(id(z), (z, None))[1]
                     if both is None:
                         both = self.decoder.project(z)
                         projected[id(z)] = (z, both)
