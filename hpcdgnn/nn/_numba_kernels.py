@@ -13,7 +13,7 @@ _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
 def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst, out):  # pragma: no cover - compiled
     """out[e] = w2 · relu(pu[src[e]] + pv[dst[e]] + b1) + b2."""
-    zero = b1[0] * 0
+    zero = pu.dtype.type(0)
     for e in range(src.shape[0]):
         s, d = src[e], dst[e]
         acc = zero
@@ -26,27 +26,36 @@ def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst, out):  # pragma: no cover - c
 _BCE_CHUNK = 256
 
 
+@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+def _exp_reduced(a):  # pragma: no cover - compiled
+    """exp(a) for float32 a in [−87, 0] as (e^r − 1, k), exp(a) = 2^k e^r: Cody–Waite reduction a = k ln2 + r,
+    |r| <= ln2 / 2, and a degree-7 polynomial — arithmetic LLVM vectorises, where a libm call per element
+    does not vectorise (no SVML here). e^r − 1 is returned without the 1, so that expm1(a) = 2^k (e^r − 1)
+    + (2^k − 1) keeps its relative precision near a = 0 (:func:`_tanh_vec`)."""
+    k = np.floor(a * np.float32(1.4426950408889634) + np.float32(0.5))
+    r = a - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)  # ln2 in two parts
+    q = np.float32(1.0 / 5040)
+    q = q * r + np.float32(1.0 / 720)
+    q = q * r + np.float32(1.0 / 120)
+    q = q * r + np.float32(1.0 / 24)
+    q = q * r + np.float32(1.0 / 6)
+    q = q * r + np.float32(0.5)
+    q = q * r + np.float32(1.0)
+    return q * r, k
+
+
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
 def _sigmoid_minus(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
     """g[i] = σ(x[i]) − y[i], with t = exp(−|x|) ≤ 1 (no overflow). ``vector_exp`` (float32): exp by
-    Cody–Waite reduction, a degree-7 polynomial and 2^k from exponent bits (``bits``: int32 scratch) — loops
-    LLVM vectorises, 1 ns per element against 7 for a libm call per element (no SVML here); within 1.2e-7
-    of torch's sigmoid, as the libm path is. Below exp(−87) (float32's smallest normals) t is clamped there."""
+    :func:`_exp_reduced` and 2^k from exponent bits (``bits``: int32 scratch) — loops LLVM vectorises,
+    1 ns per element against 7 for a libm call per element; within 1.2e-7 of torch's sigmoid, as the libm
+    path is. Below exp(−87) (float32's smallest normals) t is clamped there."""
     one = g.dtype.type(1)
     if vector_exp:
         scale = bits.view(np.float32)
         for i in range(x.shape[0]):
-            a = max(-abs(x[i]), np.float32(-87.0))
-            k = np.floor(a * np.float32(1.4426950408889634) + np.float32(0.5))  # a = k ln2 + r, |r| <= ln2 / 2
-            r = a - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)  # ln2 in two parts
-            q = np.float32(1.0 / 5040)
-            q = q * r + np.float32(1.0 / 720)
-            q = q * r + np.float32(1.0 / 120)
-            q = q * r + np.float32(1.0 / 24)
-            q = q * r + np.float32(1.0 / 6)
-            q = q * r + np.float32(0.5)
-            q = q * r + one
-            g[i] = q * r + one
+            em, k = _exp_reduced(max(-abs(x[i]), np.float32(-87.0)))
+            g[i] = em + one
             bits[i] = (np.int32(k) + np.int32(127)) << 23  # 2^k, k in [-126, 0]
         for i in range(x.shape[0]):
             t = g[i] * scale[i]
@@ -57,6 +66,39 @@ def _sigmoid_minus(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
             t = np.exp(-abs(x[i]))
             s = one / (one + t)
             g[i] = (s if x[i] >= 0 else t * s) - y[i]
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+def _sigmoid_vec(x, p, bits):  # pragma: no cover - compiled
+    """x[i] = σ(x[i]) in place (float32, 1-D), through :func:`_exp_reduced` of −|x| (``p``, ``bits``: scratch
+    at least as long as x), as :func:`_sigmoid_minus`'s vector path."""
+    one = x.dtype.type(1)
+    scale = bits.view(np.float32)
+    for i in range(x.shape[0]):
+        em, k = _exp_reduced(max(-abs(x[i]), np.float32(-87.0)))
+        p[i] = em
+        bits[i] = (np.int32(k) + np.int32(127)) << 23
+    for i in range(x.shape[0]):
+        t = (p[i] + one) * scale[i]
+        s = one / (one + t)
+        x[i] = s if x[i] >= 0 else t * s
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+def _tanh_vec(x, out, p, bits):  # pragma: no cover - compiled
+    """out[i] = tanh(x[i]) (float32, 1-D; out may be x): with m = expm1(−2|x|) from :func:`_exp_reduced`,
+    tanh|x| = −m / (2 + m) — no cancellation near 0, where (1 − e^−2|x|) / (1 + e^−2|x|) would lose it."""
+    one = x.dtype.type(1)
+    two = x.dtype.type(2)
+    scale = bits.view(np.float32)
+    for i in range(x.shape[0]):
+        em, k = _exp_reduced(max(-two * abs(x[i]), np.float32(-87.0)))
+        p[i] = em
+        bits[i] = (np.int32(k) + np.int32(127)) << 23
+    for i in range(x.shape[0]):
+        m = scale[i] * p[i] + (scale[i] - one)
+        v = -m / (two + m)
+        out[i] = v if x[i] >= 0 else -v
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
@@ -77,7 +119,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
     scatter-adds in the loop that reads the rows nothing was vectorised.
     """
     H = pu.shape[1]
-    zero = b1[0] * 0
+    zero = pu.dtype.type(0)
     acc = np.zeros(H, dtype=np.float64)
     dh = np.empty(H, dtype=pu.dtype)
     g = np.empty(_BCE_CHUNK, dtype=pu.dtype)
@@ -179,15 +221,22 @@ def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # prag
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
-def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask):  # pragma: no cover - compiled
+def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask, vector_exp):  # pragma: no cover - compiled
     """The LSTM recurrence over feature-major gates (T, 4H, B) holding the input's pre-activations: adds
     ``w_hh @ hin[t]``, activates in place (i, f, o: sigmoid; g: tanh), writes the states hs / cs (T+1, H, B)
     from hs[0] / cs[0], the states entering each step hin / cin (T, H, B: hs[t], cs[t] times the reset
-    mask (T, 1, B) when it has T rows) and tanh(c_t) to tc (T, H, B)."""
+    mask (T, 1, B) when it has T rows) and tanh(c_t) to tc (T, H, B).
+
+    ``vector_exp`` (float32): the activations as passes over a step's contiguous gate blocks through
+    :func:`_sigmoid_vec` / :func:`_tanh_vec`, which LLVM vectorises, instead of five libm calls per
+    (unit, lane) — those were most of the step: EvolveGCN-O's weight LSTM (T = 64, H = B = 16) took
+    1.2 ms a call."""
     T, G, B = gates.shape
     H = G // 4
-    one = w_hh[0, 0] * 0 + 1
+    one = w_hh.dtype.type(1)
     masked = mask.shape[0] == T
+    p = np.empty(G * B, dtype=gates.dtype)
+    bits = np.empty(G * B, dtype=np.int32)
     for t in range(T):
         for j in range(H):
             for b in range(B):
@@ -199,6 +248,19 @@ def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask):  # pragma: no cover -
                 w = w_hh[g, j]
                 for b in range(B):
                     gates[t, g, b] += w * hin[t, j, b]
+        if vector_exp:
+            flat = gates[t].reshape(G * B)
+            _sigmoid_vec(flat[: 2 * H * B], p, bits)
+            _tanh_vec(flat[2 * H * B : 3 * H * B], flat[2 * H * B : 3 * H * B], p, bits)
+            _sigmoid_vec(flat[3 * H * B :], p, bits)
+            for j in range(H):
+                for b in range(B):
+                    cs[t + 1, j, b] = gates[t, H + j, b] * cin[t, j, b] + gates[t, j, b] * gates[t, 2 * H + j, b]
+            _tanh_vec(cs[t + 1].reshape(H * B), tc[t].reshape(H * B), p, bits)
+            for j in range(H):
+                for b in range(B):
+                    hs[t + 1, j, b] = gates[t, 3 * H + j, b] * tc[t, j, b]
+            continue
         for j in range(H):
             for b in range(B):
                 i = one / (one + np.exp(-gates[t, j, b]))
@@ -220,7 +282,7 @@ def lstm_backward(gates, cin, tc, w_hh, mask, dy, dh, dc, dgates):  # pragma: no
     (T, 4H, B) and leaves in dh, dc the gradients of the initial state (h0, c0)."""
     T, G, B = gates.shape
     H = G // 4
-    one = w_hh[0, 0] * 0 + 1
+    one = w_hh.dtype.type(1)
     masked = mask.shape[0] == T
     for t in range(T - 1, -1, -1):
         for j in range(H):

@@ -207,7 +207,7 @@ def lstm_forward(gates, w_hh, h0, c0, mask):
     cs[0].copy_(c0)
     hin, cin, tc = gates.new_empty(T, H, B), gates.new_empty(T, H, B), gates.new_empty(T, H, B)
     _kernel("lstm_forward")(gates.numpy(), _np(w_hh), hs.numpy(), cs.numpy(), hin.numpy(), cin.numpy(),
-                            tc.numpy(), _mask_arg(mask, gates))
+                            tc.numpy(), _mask_arg(mask, gates), gates.dtype == torch.float32)
     return hs, cs, hin, cin, tc
 
 
