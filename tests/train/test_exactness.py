@@ -49,26 +49,30 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
             assert recs[0]["bytes_by_tag"]["time_halo.fwd" if model == "tmgcn" else "redistribute.fwd"] > 0
 
 
-@pytest.mark.parametrize("model", ["evolvegcn_o", "cdgcn"])
-def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model):
+@pytest.mark.parametrize(("model", "dtype"), [pytest.param("evolvegcn_o", "float64", id="evolvegcn_o"),
+                                              pytest.param("cdgcn", "float64", id="cdgcn"),
+                                              # float32: the weight LSTM's vectorised sigmoid / tanh passes
+                                              pytest.param("evolvegcn_o", "float32", id="evolvegcn_o-float32")])
+def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model, dtype):
     """The compiled CPU loops (HPCDGNN_KERNELS=always: every call, where real graphs pass the size thresholds) —
     the negatives, the decoder's forward and its one-pass training loss, the AUC pass, EvolveGCN-O's weight LSTM — run (as
     summary.json's ``compiled_kernels`` says) and give the same trajectory at
     P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
     pytest.importorskip("numba")
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": "float64"})
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": dtype})
     monkeypatch.setenv("HPCDGNN_KERNELS", "torch")
     torch_ref, _ = _losses(launcher, None, job, tmp_path / "torch")
     monkeypatch.setenv("HPCDGNN_KERNELS", "always")
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
-    np.testing.assert_allclose(ref, torch_ref, rtol=1e-9, err_msg=f"{model}: compiled vs torch, one process")
+    np.testing.assert_allclose(ref, torch_ref, rtol=1e-9 if dtype == "float64" else RTOL[dtype],
+                               err_msg=f"{model} {dtype}: compiled vs torch, one process")
     ran = {m: json.loads((tmp_path / m / "summary.json").read_text())["compiled_kernels"] for m in ("torch", "plain")}
     assert ran["torch"] == {}, ran  # summary.json names the loops a run took: none with HPCDGNN_KERNELS=torch
     lstm = {"lstm_forward", "lstm_backward"} if model == "evolvegcn_o" else set()  # the weight LSTM
     assert {"draw_negatives", "edge_mlp_forward", "edge_bce_train", "score_stats", *lstm} <= set(ran["plain"]), ran
     for P in (2, 3):
         got, _ = _losses(launcher, P, job, tmp_path / f"p{P}")
-        np.testing.assert_allclose(got, ref, rtol=RTOL["float64"], err_msg=f"{model} compiled P={P}")
+        np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], err_msg=f"{model} {dtype} compiled P={P}")
 
 
 def test_more_ranks_than_snapshots_and_node_classification(launcher, tmp_path):
