@@ -214,6 +214,24 @@ def write_job(path: Path, dataset: Path, **sections) -> Path:
     return path
 
 
+def runs_on_gpu() -> bool:
+    """Whether the runs tests launch train on a GPU: jobs say ``train.device: auto``, so where one is visible."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def assert_same_run(actual, desired) -> None:
+    """Two runs of the same arithmetic (resumed vs straight, bucketed vs flat all-reduce): bit for bit on the
+    CPU; to rounding on a GPU, where CUDA's atomic adds (``index_add_``, sparse products) order a sum
+    differently from one run to the next, so even two straight runs differ in the last bits."""
+    actual, desired = np.asarray(actual, dtype=np.float64), np.asarray(desired, dtype=np.float64)
+    if runs_on_gpu():
+        np.testing.assert_allclose(actual, desired, rtol=1e-10, atol=0)
+    else:
+        np.testing.assert_array_equal(actual, desired)
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The per-epoch records of a run."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

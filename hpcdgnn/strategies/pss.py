@@ -68,12 +68,14 @@ class _SendState(torch.autograd.Function):
     @staticmethod
     def forward(ctx, pipe, tag, *tensors):  # noqa: D102
         ctx.pipe, ctx.tag = pipe, tag
+        ctx.devices = [t.device for t in tensors]
         return tensors[0].new_zeros(())
 
     @staticmethod
     def backward(ctx, _):  # noqa: D102
         grads = ctx.pipe.comm.recv_obj(ctx.pipe.rank + 1, 2 * ctx.tag + 1, "pipeline.bwd")
-        return (None, None, *grads)
+        # they travel through host memory (``_Pipe.send``): back to the device of the tensors sent
+        return (None, None, *(g.to(d) for g, d in zip(grads, ctx.devices, strict=True)))
 
 
 class _Pipe:

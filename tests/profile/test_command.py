@@ -51,7 +51,8 @@ def test_job_with_the_mlp_workload_trains_and_a_missing_predictor_is_one_line(la
                                                                                predictor_file):
     """A job with ``workload: mlp`` plans with predicted seconds; a missing predictor is one error line."""
     path, _ = predictor_file
-    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1},
+    # the predictor was profiled on the CPU (predictor_file): a job on a GPU would refuse it, rightly
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1, "device": "cpu"},
                     strategy={"name": "chunk", "chunk_size": 20, "workload": "mlp", "predictor": str(path)})
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -15,7 +15,7 @@ import pytest
 from hpcdgnn.config import load_job
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.partition.timeline import EVAL_SCALE_LIMIT, fit_eval_scale, plan_snapshots, rebalanced_plan
-from tests.conftest import read_metrics, write_job
+from tests.conftest import assert_same_run, read_metrics, write_job
 from tests.train.test_exactness import _losses
 
 
@@ -108,7 +108,7 @@ def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set", "train.epochs=4"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     resumed = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "part")])
-    np.testing.assert_array_equal(resumed, full)
+    assert_same_run(resumed, full)
     assert (json.loads((tmp_path / "part" / "plan.json").read_text())["snapshot_bounds"]
             == json.loads((tmp_path / "full" / "plan.json").read_text())["snapshot_bounds"])
 

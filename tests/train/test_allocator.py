@@ -61,8 +61,8 @@ def test_restart_preloads_jemalloc():
 
 @needs_jemalloc
 def test_run_under_mpi_with_jemalloc_and_a_bad_value(launcher, small_dataset, tmp_path, monkeypatch):
-    """P = 3 ranks each restart with jemalloc and train; the banner says so. A missing library: every rank
-    says so in one line, exit 2 (before MPI starts, so no rank waits for another)."""
+    """P = 3 ranks each restart with jemalloc and train; the banner says so. A missing library: a rank says so
+    in one line, exit 2 (before MPI starts, so no rank waits for another)."""
     job = write_job(tmp_path / "job.yaml", small_dataset)
     monkeypatch.setenv("HPCDGNN_MALLOC", "auto")
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
@@ -74,17 +74,20 @@ def test_run_under_mpi_with_jemalloc_and_a_bad_value(launcher, small_dataset, tm
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "bad")], timeout=60)
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcdgnn: error:")]
-    assert len(lines) == 2 and all("HPCDGNN_MALLOC=" in ln and "no such file" in ln for ln in lines)
+    # a line from each rank that got that far (mpirun ends the others once one exits 2; seen here under load)
+    assert 1 <= len(lines) <= 2 and all("HPCDGNN_MALLOC=" in ln and "no such file" in ln for ln in lines)
     assert not (tmp_path / "bad").exists()
 
 
 def test_bad_kernels_value_stops_every_rank_before_mpi(launcher, small_dataset, tmp_path, monkeypatch):
-    """HPCDGNN_KERNELS is checked with HPCDGNN_MALLOC, before MPI starts: one line per rank, exit 2, no run
-    directory (not an abort from the first rank to score pairs)."""
+    """HPCDGNN_KERNELS is checked with HPCDGNN_MALLOC, before MPI starts: one line (per rank that gets there
+    before mpirun ends it), exit 2, no run directory (not an abort from the first rank to score pairs)."""
     job = write_job(tmp_path / "job.yaml", small_dataset)
     monkeypatch.setenv("HPCDGNN_KERNELS", "fast")
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "bad")], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcdgnn: error:")]
-    assert len(lines) == 2 and all("HPCDGNN_KERNELS='fast'" in ln for ln in lines), proc.stderr
+    # one line per rank that got that far: once one rank exits 2, mpirun ends the others, and a rank still
+    # importing torch (slow where it loads CUDA) is ended before it prints
+    assert 1 <= len(lines) <= 2 and all("HPCDGNN_KERNELS='fast'" in ln for ln in lines), proc.stderr
     assert not (tmp_path / "bad").exists()

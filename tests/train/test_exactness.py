@@ -59,7 +59,8 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
     summary.json's ``compiled_kernels`` says) and give the same trajectory at
     P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
     pytest.importorskip("numba")
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": dtype})
+    # the compiled loops serve CPU tensors: on a GPU machine too, this test trains on the CPU
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": dtype, "device": "cpu"})
     monkeypatch.setenv("HPCDGNN_KERNELS", "torch")
     torch_ref, _ = _losses(launcher, None, job, tmp_path / "torch")
     monkeypatch.setenv("HPCDGNN_KERNELS", "always")
