@@ -261,11 +261,31 @@ def run_torch_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, state: Any = None,
     return x, torch.stack(hs)
 
 
+#: Largest step of a self-fed scan (multiply-adds of its (F, H) x (H, 4H) product) that runs on the host
+#: when its tensors live on a GPU. Such a scan is ``steps`` dependent steps of a few tiny kernels each,
+#: so on a GPU it costs launches, not arithmetic: forward + backward over T = 64 steps took 12–16 ms on
+#: an H100 at every size, on one host core 2.8 ms at F = H = 16 and 4.7 at 32 (131k multiply-adds a
+#: step), 20 ms at 48 (442k) (``perf/bench_host_scan.py``); EvolveGCN-O's email-Eu-core epoch on the GPU
+#: fell from 0.063 to 0.036 s (``perf/results/gpu-h100/``).
+HOST_SCAN_MAX_MACS = 1 << 18
+
+
 def self_fed_lstm(cell: nn.LSTMCell, w: torch.Tensor, c: torch.Tensor, steps: int):
     """``steps`` steps of ``(w, c) = cell(w, (w, c))`` (EvolveGCN-O, IBM §5.2) as one scan: the input
     is the previous output, so the gates are ``w (W_ih + W_hh)ᵀ + b``. Returns the (steps, F, H)
     outputs and the final (w, c).
+
+    On a GPU a small scan (:data:`HOST_SCAN_MAX_MACS`) runs on the host: its inputs are copied down,
+    the outputs up, through autograd (``Tensor.to``), so gradients reach the GPU parameters as before;
+    every rank computes the same host scan, so ranks agree as they do on the GPU.
     """
-    y, h, c = _LSTMLayer.apply(None, None, cell.bias_ih + cell.bias_hh, w.t(), c.t(),
-                               cell.weight_ih + cell.weight_hh, None, steps)
-    return y.transpose(1, 2), (h.t(), c.t())
+    b, wt = cell.bias_ih + cell.bias_hh, cell.weight_ih + cell.weight_hh
+    dev = w.device
+    host = dev.type != "cpu" and w.shape[0] * wt.shape[0] * wt.shape[1] <= HOST_SCAN_MAX_MACS
+    if host:
+        b, w, c, wt = (x.cpu() for x in (b, w, c, wt))
+    y, h, c = _LSTMLayer.apply(None, None, b, w.t(), c.t(), wt, None, steps)
+    y, h, c = y.transpose(1, 2), h.t(), c.t()
+    if host:
+        y, h, c = (x.to(dev) for x in (y, h, c))
+    return y, (h, c)

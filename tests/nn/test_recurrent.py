@@ -92,6 +92,37 @@ def test_self_fed_lstm_is_the_cell_loop():
         torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-12)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the host scan serves GPU tensors)")
+@pytest.mark.parametrize("hidden", [7, 160])  # below and above HOST_SCAN_MAX_MACS: host scan, GPU scan
+def test_self_fed_lstm_on_gpu_is_the_cell_loop(hidden):
+    """On a GPU the small scan runs on the host (copied down and up through autograd): outputs on the GPU,
+    values and every gradient equal to the cell loop on the GPU, for a scan on either side of the limit."""
+    from hpcdgnn.nn import recurrent
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.manual_seed(2)
+    cell = nn.LSTMCell(hidden, hidden).double().to(dev)
+    w0 = torch.randn(3, hidden, dtype=torch.float64, device=dev, requires_grad=True)
+    c0 = torch.zeros(3, hidden, dtype=torch.float64, device=dev)
+    assert (3 * hidden * 4 * hidden <= recurrent.HOST_SCAN_MAX_MACS) == (hidden == 7)
+    w, c, outs = w0, c0, []
+    for _ in range(6):
+        w, c = cell(w, (w, c))
+        outs.append(w)
+    y_ref = torch.stack(outs)
+    y, (w_end, c_end) = self_fed_lstm(cell, w0, c0, 6)
+    assert y.device == w_end.device == c_end.device == w0.device
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(c_end, c, rtol=0, atol=1e-12)
+    wt = torch.randn_like(y)
+    leaves = [w0, *cell.parameters()]
+    grads = torch.autograd.grad((y * wt).sum() + (c_end * c_end).sum(), leaves)
+    refs = torch.autograd.grad((y_ref * wt).sum() + (c * c).sum(), leaves)
+    for g, g_ref in zip(grads, refs, strict=True):
+        assert g.device == dev
+        torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-11)
+
+
 def test_supports_only_plain_modules():
     """Bidirectional, batch-first, projected or bias-free RNNs go to torch itself."""
     assert supports(nn.LSTM(3, 4)) and supports(nn.GRU(3, 4, num_layers=2))
