@@ -1,9 +1,10 @@
-"""hpcdgnn in one process vs PyTorch Geometric Temporal: same models, same data, CPU, one thread (issue 5 item 4).
+"""hpcdgnn in one process vs PyTorch Geometric Temporal: same models, same data, one thread (issue 5 item 4).
 
     python perf/bench_pygt.py [--pygt-path DIR ...] [--input ../shared/data/email-Eu-core-temporal.txt.gz]
                               [--snapshots 64] [--slicing events|time] [--epochs 5] [--hidden 16] [--layers 2]
                               [--models evolvegcn_o cdgcn gconv_lstm tgcn_cell] [--cdgcn-pygt dygrae gclstm]
-                              [--repeat 1] [--csv perf/results/pygt/pygt.csv [--plot perf/results/pygt/pygt.png]]
+                              [--device cpu|cuda] [--repeat 1]
+                              [--csv perf/results/pygt/pygt.csv [--plot perf/results/pygt/pygt.png]]
 
 Prepares the SNAP file once (``hpcdgnn prepare --format snap``, default
 features: raw in/out degree) into a temporary directory -- T slices of equal
@@ -27,7 +28,12 @@ epoch of both and the loss trajectories. The goal of issue 5: hpcdgnn at
 least 3x faster per epoch at a comparable loss after the same epochs (issue
 13's goals per counterpart: ``GOAL``).
 
-``--csv FILE`` appends one row per pair of models (date, commit, data, both
+``--device cuda`` trains both sides on the GPU (hpcdgnn's ``train.device``, the PyGT model, its
+snapshots and pairs ``.to(device)``; the negatives are drawn on the host on both sides, as hpcdgnn
+draws them), with the clock read after a ``torch.cuda.synchronize`` on both sides; the host keeps
+one thread. The CSV's ``device`` column then holds the GPU's name.
+
+``--csv FILE`` appends one row per pair of models (date, commit, device, data, both
 sides' s/epoch with every run's, the ratio, the goal, the losses) to FILE --
 created with a header if absent, never rewritten -- and ``--plot PNG`` then
 draws the newest row of each (data, model, counterpart) in FILE as bars of
@@ -200,7 +206,7 @@ def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
         "model": {"name": model, "hidden": args.hidden, "layers": args.layers},
         "task": {"name": "link_prediction", "negatives": args.negatives, "decoder_hidden": args.decoder_hidden},
         "train": {"epochs": args.epochs, "lr": args.lr, "seed": args.seed, "threads": 1, "dtype": "float32",
-                  "warmup_epochs": 1},
+                  "warmup_epochs": 1, "device": args.device},
     }))
     out = work / f"run-{model}-{tag}"
     proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)],
@@ -216,13 +222,21 @@ def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
 def run_pygt(data: Path, model: str, counterpart: str, args, pygt_path: list[str]) -> dict:
     """The PyGT side in a one-thread subprocess with ``pygt_path`` on its ``sys.path``."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", counterpart, "--data", str(data)]
-    for k in ("epochs", "hidden", "layers", "negatives", "decoder_hidden", "lr", "seed"):
+    for k in ("epochs", "hidden", "layers", "negatives", "decoder_hidden", "lr", "seed", "device"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     cmd += ["--pygt-renormalize"] if args.pygt_renormalize else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=one_thread_env(pygt_path))
     if proc.returncode != 0:
         sys.exit(f"PyGT {model}/{counterpart} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def sync(device) -> None:
+    """Wait for the device's queued kernels (a no-op on the CPU), so a host clock times them."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def recurrent_floor(data: Path, model: str, args) -> dict:
@@ -239,7 +253,8 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
 
     torch.set_num_threads(1)
     m = load_manifest(data)
-    net = build_model(model, m.num_features, args.hidden, args.layers, 1)
+    dev = torch.device(args.device)
+    net = build_model(model, m.num_features, args.hidden, args.layers, 1).to(dev)
     T, N = m.num_snapshots, m.num_vertices
     torch.manual_seed(0)
 
@@ -247,8 +262,10 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
         fn()  # warm-up
         ts = []
         for _ in range(args.floor_repeat):
+            sync(dev)
             t0 = time.perf_counter()
             fn()
+            sync(dev)  # the kernels' time, not their launch
             ts.append(time.perf_counter() - t0)
         return statistics.median(ts)
 
@@ -256,7 +273,7 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
     for layer in net.layers:
         rnn = layer.rnn()
         if rnn is not None:
-            y = torch.randn(T, N, layer.spatial_features, requires_grad=True)
+            y = torch.randn(T, N, layer.spatial_features, device=dev, requires_grad=True)
             torch_s += timed(lambda: rnn(y)[0].sum().backward())
             ours_s += timed(lambda: run_torch_rnn(rnn, y)[0].sum().backward())
         elif hasattr(layer, "cell"):  # EvolveGCN-O: T steps of the LSTM over the weight rows
@@ -276,6 +293,13 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
 
 # --------------------------------------------------------------------------------------------------------------
 # the PyGT side (runs only in the --worker subprocess: the main process never imports torch_geometric)
+
+
+def device_name(device) -> str:
+    """``cpu``, or the GPU's name (what the CSV's ``device`` column records)."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def worker(args) -> None:
@@ -303,6 +327,7 @@ def worker(args) -> None:
 
     m = load_manifest(args.data)
     N, T, Fin, H = m.num_vertices, m.num_snapshots, m.num_features, args.hidden
+    dev = torch.device(args.device)
     snaps, targets = [], {}
     with ShardReader(args.data, m) as reader:
         for t in range(T):
@@ -310,13 +335,13 @@ def worker(args) -> None:
             rows, cols = csr_rows(s.indptr), s.indices.astype(np.int64)
             keep = rows != cols  # Ã adds I itself (hpcdgnn drops input self-loops the same way)
             # reversed: PyG sums messages into edge_index[1], hpcdgnn's row u sums over u's out-edges
-            ei = torch.from_numpy(np.stack([cols[keep], rows[keep]]))
-            ew = torch.from_numpy(s.weights[keep].astype(np.float32))
+            ei = torch.from_numpy(np.stack([cols[keep], rows[keep]])).to(dev)
+            ew = torch.from_numpy(s.weights[keep].astype(np.float32)).to(dev)
             ei_n, ew_n = gcn_norm(ei, ew, N, add_self_loops=True)  # Ã once per snapshot, outside the timing
-            snaps.append((torch.from_numpy(s.x.astype(np.float32)), ei, ew, ei_n, ew_n))
+            snaps.append((torch.from_numpy(s.x.astype(np.float32)).to(dev), ei, ew, ei_n, ew_n))
             if t + 1 < T:
                 src, dst = reader.read_target(t + 1)
-                targets[t] = (torch.from_numpy(src), torch.from_numpy(dst))
+                targets[t] = (torch.from_numpy(src).to(dev), torch.from_numpy(dst).to(dev))
     ranges = split_steps(T - 1, (0.7, 0.15, 0.15))
     horizon = ranges[0].stop - 1
     train_count = float(sum(m.snapshot_edges[t + 1] for t in ranges[0]) * (1 + args.negatives))
@@ -381,7 +406,7 @@ def worker(args) -> None:
         def forward(self, z, src, dst):
             return self.lin2(torch.relu(self.lin1(torch.cat([z[src], z[dst]], dim=1)))).squeeze(-1)
 
-    net, dec = Net(), Decoder()
+    net, dec = Net().to(dev), Decoder().to(dev)
     params = [*net.parameters(), *dec.parameters()]
     opt = torch.optim.Adam(params, lr=args.lr)
 
@@ -393,16 +418,18 @@ def worker(args) -> None:
 
     def pairs(t: int, neg: np.ndarray):
         ps, pd = targets[t]
-        src, dst = torch.cat([ps, torch.from_numpy(neg[0])]), torch.cat([pd, torch.from_numpy(neg[1])])
-        label = torch.cat([torch.ones(ps.shape[0]), torch.zeros(neg.shape[1])])
+        nd = torch.from_numpy(neg).to(dev)  # drawn on the host, as hpcdgnn draws them
+        src, dst = torch.cat([ps, nd[0]]), torch.cat([pd, nd[1]])
+        label = torch.cat([torch.ones(ps.shape[0], device=dev), torch.zeros(neg.shape[1], device=dev)])
         return src, dst, label
 
     times, losses, evals = [], [], []
     for epoch in range(1, args.epochs + 1):
+        sync(dev)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         state = net.start()
-        loss_sum = torch.zeros(())
+        loss_sum = torch.zeros((), device=dev)
         eval_sum, eval_n = 0.0, 0
         negs = negatives(epoch)
         for t in range(T):
@@ -418,13 +445,14 @@ def worker(args) -> None:
         loss = loss_sum / train_count
         loss.backward()
         opt.step()
+        sync(dev)  # as hpcdgnn's epoch timer: the kernels' time, not their launch
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
         evals.append(eval_sum / eval_n if eval_n else None)
     print(json.dumps({
         "epoch_s": statistics.median(times[1:] or times), "times": times, "losses": losses, "eval_losses": evals,
         "params": sum(p.numel() for p in params), "torch": torch.__version__,
-        "torch_geometric": torch_geometric.__version__, "pygt": os.path.dirname(torch_geometric_temporal.__file__),
+        "torch_geometric": torch_geometric.__version__, "device": device_name(dev), "pygt": os.path.dirname(torch_geometric_temporal.__file__),
     }))
 
 
@@ -461,6 +489,8 @@ def main() -> None:
                     help="PyGT counterpart(s) of CD-GCN, one row each")
     ap.add_argument("--pygt-renormalize", action="store_true",
                     help="EvolveGCNO as shipped (normalize=True: gcn_norm in every call) instead of precomputed Ã")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where both sides train (train.device / .to(device)); host threads stay at 1")
     ap.add_argument("--repeat", type=int, default=1, help="runs per side, alternating; the fastest counts")
     ap.add_argument("--csv", type=Path, default=None, help="append the results to this CSV (header if new)")
     ap.add_argument("--plot", type=Path, default=None, help="with --csv: bar chart of the CSV's newest rows (PNG)")
@@ -509,7 +539,7 @@ def main() -> None:
         print(f"data: {source}, N={man['num_vertices']} T={man['num_snapshots']} F={man['num_features']} "
               f"({empty} empty snapshots, {sum(man['snapshot_edges'])} edges); "
               f"link prediction, hidden {args.hidden}, {args.layers} layers, decoder {args.decoder_hidden}, "
-              f"negatives {args.negatives}, Adam lr {args.lr}, float32, 1 thread, CPU")
+              f"negatives {args.negatives}, Adam lr {args.lr}, float32, 1 host thread, {info['device']}")
         norm = "normalize=True (gcn_norm every call)" if args.pygt_renormalize else "on precomputed Ã"
         print(f"PyGT: torch_geometric {info['torch_geometric']}, torch_geometric_temporal from {info['pygt']}; "
               f"torch {info['torch']}; EvolveGCNO {norm}; {args.epochs} epochs, s/epoch = median of epochs "
@@ -543,7 +573,7 @@ def main() -> None:
                 print(f"plot: {args.plot}")
 
 
-CSV_FIELDS = ["date", "commit", "data", "N", "T", "model", "pygt_model", "hpcdgnn_s", "pygt_s", "ratio", "goal",
+CSV_FIELDS = ["date", "commit", "device", "data", "N", "T", "model", "pygt_model", "hpcdgnn_s", "pygt_s", "ratio", "goal",
               "met", "hpcdgnn_runs_s", "pygt_runs_s", "hpcdgnn_loss", "pygt_loss", "epochs", "repeat"]
 
 
@@ -559,6 +589,11 @@ def append_csv(path: Path, rows: list, source: str, man: dict, args) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        with path.open() as fh:
+            header = fh.readline().strip().split(",")
+        if header != CSV_FIELDS:  # appending under other columns would shift every value
+            sys.exit(f"{path}: its columns are {header}, this script writes {CSV_FIELDS}; give another --csv")
     with path.open("a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         if new:
@@ -566,7 +601,8 @@ def append_csv(path: Path, rows: list, source: str, man: dict, args) -> None:
         for model, cp, o, p in rows:
             ratio = p["epoch_s"] / o["epoch_s"]
             w.writerow({
-                "date": date, "commit": commit + ("+dirty" if dirty else ""), "data": source,
+                "date": date, "commit": commit + ("+dirty" if dirty else ""), "device": p.get("device", "cpu"),
+                "data": source,
                 "N": man["num_vertices"], "T": man["num_snapshots"], "model": model, "pygt_model": PYGT_COUNTERPART[cp],
                 "hpcdgnn_s": f"{o['epoch_s']:.4f}", "pygt_s": f"{p['epoch_s']:.4f}", "ratio": f"{ratio:.2f}",
                 "goal": GOAL[cp], "met": ratio >= GOAL[cp],
@@ -577,14 +613,15 @@ def append_csv(path: Path, rows: list, source: str, man: dict, args) -> None:
             })
 
 
-def newest_rows(path: Path) -> dict[tuple[str, str, str], dict]:
-    """The last row of each (data, model, counterpart) in the CSV ``path``: rows are appended in time order."""
+def newest_rows(path: Path) -> dict[tuple[str, str, str, str], dict]:
+    """The last row of each (device, data, model, counterpart) in the CSV ``path``: rows are appended in time
+    order."""
     import csv
 
-    newest: dict[tuple[str, str, str], dict] = {}
+    newest: dict[tuple[str, str, str, str], dict] = {}
     with path.open(newline="") as fh:
         for r in csv.DictReader(fh):
-            newest[(r["data"], r["model"], r["pygt_model"])] = r  # later rows replace earlier ones
+            newest[(r["device"], r["data"], r["model"], r["pygt_model"])] = r  # later rows replace earlier ones
     return newest
 
 
@@ -605,9 +642,9 @@ def plot_csv(path: Path, png: Path) -> None:
     ax.scatter(x, goals, marker="_", s=900, color="black", label="goal", zorder=3)
     for i, r in enumerate(ratios):
         ax.text(i, r, f"{r:.2f}x", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(list(x), [f"{m}\nvs {c}\n{d}" for d, m, c in keys], fontsize=7)
+    ax.set_xticks(list(x), [f"{m}\nvs {c}\n{d}\n{dev}" for dev, d, m, c in keys], fontsize=7)
     ax.set_ylabel("PyGT s/epoch / hpcdgnn s/epoch")
-    ax.set_title("hpcdgnn vs PyTorch Geometric Temporal, CPU, 1 thread", fontsize=9)
+    ax.set_title("hpcdgnn vs PyTorch Geometric Temporal, 1 host thread", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,8 @@ import argparse
 import csv
 import importlib.util
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -41,8 +43,28 @@ def test_csv_appends_and_plot_takes_newest(tmp_path):
     assert rows[2]["goal"] == "5.0" and rows[2]["N"] == "986"
 
     newest = bench.newest_rows(path)
-    assert {k: r["ratio"] for k, r in newest.items()} == {("email64", "evolvegcn_o", "EvolveGCNO"): "5.50",
-                                                          ("email64", "cdgcn", "DyGrEncoder"): "3.00"}
+    assert {k: r["ratio"] for k, r in newest.items()} == {("cpu", "email64", "evolvegcn_o", "EvolveGCNO"): "5.50",
+                                                          ("cpu", "email64", "cdgcn", "DyGrEncoder"): "3.00"}
+    # a GPU run's rows are their own: the newest row per device
+    gpu = dict(_side(0.01, [0.01], 0.64), device="NVIDIA H100 80GB HBM3")
+    bench.append_csv(path, [("evolvegcn_o", "evolvegcno", _side(0.005, [0.005], 0.64), gpu)], "email64", man, args)
+    newest = bench.newest_rows(path)
+    assert newest[("cpu", "email64", "evolvegcn_o", "EvolveGCNO")]["ratio"] == "5.50"
+    assert newest[("NVIDIA H100 80GB HBM3", "email64", "evolvegcn_o", "EvolveGCNO")]["ratio"] == "2.00"
+
     png = tmp_path / "pygt.png"
     bench.plot_csv(path, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_csv_refuses_other_columns(tmp_path):
+    """An older CSV (other columns) is left as it is: the append stops with a message naming the file."""
+    bench = _bench()
+    path = tmp_path / "old.csv"
+    path.write_text("date,commit,data\n2026-11-24T17:44Z,e9e358b,email64\n")
+    before = path.read_text()
+    rows = [("evolvegcn_o", "evolvegcno", _side(0.04, [0.04], 0.65), _side(0.12, [0.12], 0.61))]
+    with pytest.raises(SystemExit, match="old.csv: its columns are"):
+        bench.append_csv(path, rows, "email64", {"num_vertices": 986, "num_snapshots": 64},
+                         argparse.Namespace(epochs=5, repeat=1))
+    assert path.read_text() == before
