@@ -192,6 +192,15 @@ def test_score_stats_equal_numpy_bins(use, dtype):
     again = kernels.score_stats(logits, positive, AUC_BINS, AUC_RANGE, into=views)
     assert again[0] == correct and again[1] is views[0] and again[2] is views[1]
     np.testing.assert_array_equal(sums, np.r_[1, 1, 1, pos + 1, neg + 1])
+    # the torch pass (GPUs, or no numba) gives the same counts, on the CPU and, where there is one, on the GPU
+    from hpcdgnn.tasks.link_prediction import score_stats_torch
+
+    for dev in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        tp, tn = np.zeros(AUC_BINS), np.zeros(AUC_BINS)
+        got = score_stats_torch(logits.to(dev), torch.from_numpy(positive).to(dev), AUC_BINS, AUC_RANGE, tp, tn)
+        assert got == correct, dev
+        np.testing.assert_array_equal(tp, pos, err_msg=dev)
+        np.testing.assert_array_equal(tn, neg, err_msg=dev)
 
 
 def _lstm(dtype, T: int, B: int, H: int, inputs: int | None, masked: bool, seed: int = 1):
