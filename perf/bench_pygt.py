@@ -159,6 +159,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# the tree this script lives in is the one measured: first on this process's path (the recurrent floor, the
+# worker's readers), and the working directory of every ``python -m hpcdgnn`` it starts (``-m`` puts the
+# working directory before PYTHONPATH, so a run from another checkout would otherwise measure that one)
+sys.path.insert(0, str(REPO))
 DEFAULT_INPUT = REPO.parent / "shared" / "data" / "email-Eu-core-temporal.txt.gz"
 #: issue 13's targets, PyGT / hpcdgnn s/epoch
 GOAL = {"evolvegcno": 5.0, "dygrae": 2.0, "gconvlstm": 3.0, "gclstm": 3.0, "tgcn": 3.0}
@@ -192,7 +196,7 @@ def prepare(data: Path, src: Path, snapshots: int, slicing: str) -> None:
     else:
         how = ["--events-per-snapshot", str(math.ceil(count_events(src) / snapshots))]
     subprocess.run([sys.executable, "-m", "hpcdgnn", "prepare", str(src), "--format", "snap", *how,
-                    "--output", str(data)], check=True, stdout=subprocess.DEVNULL, env=one_thread_env())
+                    "--output", str(data)], check=True, stdout=subprocess.DEVNULL, env=one_thread_env(), cwd=REPO)
     os.sync()
 
 
@@ -210,7 +214,7 @@ def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
     }))
     out = work / f"run-{model}-{tag}"
     proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)],
-                          capture_output=True, text=True, env=one_thread_env())
+                          capture_output=True, text=True, env=one_thread_env(), cwd=REPO)
     if proc.returncode != 0:
         sys.exit(f"hpcdgnn {model} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -506,6 +510,7 @@ def main() -> None:
     if pygt_path is None:
         pygt_path = [p for p in os.environ.get("HPCDGNN_PYGT_PATH", "").split(os.pathsep) if p]
     pygt_path = [str(Path(p).resolve()) for p in pygt_path]
+    args.input = args.input.resolve()  # the runs start in the repository (REPO)
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-pygt-") as tmp:
         work = Path(tmp)
         data = work / "data"
@@ -515,7 +520,7 @@ def main() -> None:
             n, t, f = args.generate
             subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(data), "--vertices", n,
                             "--snapshots", t, "--density", f, "--seed", "1"], check=True, stdout=subprocess.DEVNULL,
-                           env=one_thread_env())
+                           env=one_thread_env(), cwd=REPO)
             source = f"generator N={n} T={t} density={f}"
         else:
             prepare(data, args.input, args.snapshots, args.slicing)
