@@ -31,7 +31,7 @@ from hpcdgnn.tasks.base import (SPLITS, Embeddings, RowShard, SampleEmbeddings, 
                                 split_steps)
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives",
-           "draw_negatives_steps", "negatives_key"]
+           "draw_negatives_steps", "negatives_key", "score_stats_torch"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
