@@ -219,8 +219,9 @@ def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
         sys.exit(f"hpcdgnn {model} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steady = [r["time"]["epoch"]["max"] for r in recs if not r["warmup"]] or [recs[-1]["time"]["epoch"]["max"]]
-    params = json.loads((out / "summary.json").read_text())["parameters"]["count"]
-    return {"epoch_s": statistics.median(steady), "losses": [r["loss"] for r in recs], "params": params}
+    summary = json.loads((out / "summary.json").read_text())
+    return {"epoch_s": statistics.median(steady), "losses": [r["loss"] for r in recs],
+            "params": summary["parameters"]["count"], "device": summary["environment"]["device"]}
 
 
 def run_pygt(data: Path, model: str, counterpart: str, args, pygt_path: list[str]) -> dict:
@@ -537,6 +538,8 @@ def main() -> None:
                     ours.append(run_hpcdgnn(work, data, model, args, f"{cp}-r{rep}"))
                     theirs.append(run_pygt(data, model, cp, args, pygt_path))
                 best = min(ours, key=lambda r: r["epoch_s"]), min(theirs, key=lambda r: r["epoch_s"])
+                if best[0]["device"] != best[1]["device"]:  # the CSV's device column must hold for both sides
+                    sys.exit(f"{model}/{cp}: hpcdgnn trained on {best[0]['device']}, PyGT on {best[1]['device']}")
                 best[0]["runs"], best[1]["runs"] = [r["epoch_s"] for r in ours], [r["epoch_s"] for r in theirs]
                 rows.append((model, cp, *best))
         info = theirs[-1]
@@ -626,12 +629,13 @@ def newest_rows(path: Path) -> dict[tuple[str, str, str, str], dict]:
     newest: dict[tuple[str, str, str, str], dict] = {}
     with path.open(newline="") as fh:
         for r in csv.DictReader(fh):
-            newest[(r["device"], r["data"], r["model"], r["pygt_model"])] = r  # later rows replace earlier ones
+            newest[(r.get("device", "cpu"), r["data"], r["model"], r["pygt_model"])] = r  # later rows replace earlier
     return newest
 
 
 def plot_csv(path: Path, png: Path) -> None:
-    """Bars of PyGT / hpcdgnn, the newest row of each (data, model, counterpart) in ``path``, goals as ticks."""
+    """Bars of PyGT / hpcdgnn, the newest row of each (device, data, model, counterpart) in ``path``, goals as
+    ticks."""
     import matplotlib
 
     matplotlib.use("Agg")  # batch nodes have no display

@@ -232,6 +232,34 @@ def assert_same_run(actual, desired) -> None:
         np.testing.assert_array_equal(actual, desired)
 
 
+def auc_test_logits(dtype, bins: int, half_range: float, seed: int = 5):
+    """Logits for the AUC passes' tests: random, every 97th bin edge, and 0, -0, ±R, ±1e30, NaN, ±inf; with
+    positives anywhere (the pairs come step by step: each step's positives, then its negatives)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    edges = torch.arange(-bins // 2, bins // 2 + 1, 97, dtype=torch.float64) * (2 * half_range / bins)
+    special = torch.tensor([0.0, -0.0, half_range, -half_range, 1e30, -1e30, float("nan"), float("inf"),
+                            -float("inf")], dtype=torch.float64)
+    logits = torch.cat([torch.randn(5000, generator=g, dtype=torch.float64) * 8, edges, special]).to(dtype)
+    positive = np.random.default_rng(seed).random(logits.shape[0]) < 0.4
+    positive[-len(special):] = [True, False] * 4 + [True]
+    return logits, positive
+
+
+def numpy_score_stats(logits, positive: np.ndarray, bins: int, half_range: float) -> tuple[int, list, list]:
+    """(correct, positive histogram, negative histogram) as numpy's passes over a float64 copy give them: the
+    reference of the compiled and the torch AUC passes."""
+    import torch
+
+    lg = logits.to(torch.float64).numpy()
+    with np.errstate(invalid="ignore"):
+        b = np.clip(((lg + half_range) / (2 * half_range) * bins).astype(np.int64), 0, bins - 1)
+    correct = int((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
+    return (correct, list(np.bincount(b[positive], minlength=bins).astype(np.float64)),
+            list(np.bincount(b[~positive], minlength=bins).astype(np.float64)))
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The per-epoch records of a run."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -55,19 +55,23 @@ def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, h
                       pos: np.ndarray, neg: np.ndarray) -> int:
     """:func:`hpcdgnn.nn.kernels.score_stats` in torch, where the logits live (a GPU): the correct count,
     and each logit's AUC bin ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 added to
-    ``pos`` / ``neg`` (host float64 arrays), bin for bin as the compiled pass and numpy give them (NaN, inf
-    and values past 2^63 in bin 0, numpy's cast). One ``bincount`` of positives and negatives together and
-    one copy of 2·bins counts back to the host, where numpy's passes over a host copy of every logit took
-    a few hundred milliseconds per epoch at 12.6 M pairs.
+    ``pos`` / ``neg`` (host float64 arrays), bin for bin as the compiled pass and numpy on x86-64 give them
+    (NaN, inf and values past 2^63 in bin 0, that cast's result). One ``bincount`` of positives and
+    negatives together and one copy of 2·bins + 1 counts back to the host, where numpy's passes over a host
+    copy of every logit took a few hundred milliseconds per epoch at 12.6 M pairs.
     """
     x = logits.detach().to(torch.float64)
-    v = (x + half_range) / (2.0 * half_range) * bins
-    zero = (v != v) | (v >= 9.223372036854775808e18) | (v < 1.0)  # numpy's int64 cast and the clip at 0
+    # a divisor on the device: CUDA divides by a host scalar as a product with its reciprocal, which moves
+    # values at bin edges unless 2R is a power of two
+    width = torch.tensor(2.0 * half_range, dtype=torch.float64, device=x.device)
+    v = (x + half_range) / width * bins
+    zero = (v != v) | (v >= 9.223372036854775808e18) | (v < 1.0)  # the int64 cast and the clip at 0
     b = torch.where(zero, 0.0, v.clamp(max=bins - 1)).to(torch.int64) + bins * (~positive).to(torch.int64)
-    counts = torch.bincount(b, minlength=2 * bins).to("cpu", torch.float64).numpy()
+    correct = torch.where(positive, x > 0, x <= 0).sum().reshape(1)
+    counts = torch.cat([torch.bincount(b, minlength=2 * bins), correct]).to("cpu", torch.float64).numpy()
     pos += counts[:bins]
-    neg += counts[bins:]
-    return int(torch.where(positive, x > 0, x <= 0).sum())
+    neg += counts[bins : 2 * bins]
+    return int(counts[-1])
 
 
 def _mix64(z: int) -> int:

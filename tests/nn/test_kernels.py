@@ -8,6 +8,7 @@ import torch
 
 from hpcdgnn.nn import kernels
 from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, EdgeDecoder, _EdgeMLP
+from tests.conftest import auc_test_logits, numpy_score_stats
 
 pytest.importorskip("numba")
 
@@ -170,37 +171,16 @@ def test_score_stats_equal_numpy_bins(use, dtype):
     outside the range, at 0 and for NaN."""
     from hpcdgnn.tasks.link_prediction import AUC_BINS, AUC_RANGE
 
-    g = torch.Generator().manual_seed(5)
-    edges = torch.arange(-AUC_BINS // 2, AUC_BINS // 2 + 1, 97, dtype=torch.float64) * (2 * AUC_RANGE / AUC_BINS)
-    special = torch.tensor([0.0, -0.0, AUC_RANGE, -AUC_RANGE, 1e30, -1e30, float("nan"), float("inf"), -float("inf")],
-                           dtype=torch.float64)
-    logits = torch.cat([torch.randn(5000, generator=g, dtype=torch.float64) * 8, edges, special]).to(dtype)
-    # positives anywhere (the pairs come step by step: each step's positives, then its negatives)
-    positive = np.random.default_rng(5).random(logits.shape[0]) < 0.4
-    positive[-len(special):] = [True, False] * 4 + [True]
+    logits, positive = auc_test_logits(dtype, AUC_BINS, AUC_RANGE)
     use("numba")
     correct, pos, neg = kernels.score_stats(logits, positive, AUC_BINS, AUC_RANGE)
-    lg = logits.to(torch.float64).numpy()
-    with np.errstate(invalid="ignore"):
-        bins = np.clip(((lg + AUC_RANGE) / (2 * AUC_RANGE) * AUC_BINS).astype(np.int64), 0, AUC_BINS - 1)
-    assert correct == int((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
-    np.testing.assert_array_equal(pos, np.bincount(bins[positive], minlength=AUC_BINS))
-    np.testing.assert_array_equal(neg, np.bincount(bins[~positive], minlength=AUC_BINS))
+    assert (correct, *map(list, (pos, neg))) == numpy_score_stats(logits, positive, AUC_BINS, AUC_RANGE)
     # into two views of a larger array (a task's metric sums): the counts are added to what is there
     sums = np.ones(3 + 2 * AUC_BINS)
     views = (sums[3 : 3 + AUC_BINS], sums[3 + AUC_BINS :])
     again = kernels.score_stats(logits, positive, AUC_BINS, AUC_RANGE, into=views)
     assert again[0] == correct and again[1] is views[0] and again[2] is views[1]
     np.testing.assert_array_equal(sums, np.r_[1, 1, 1, pos + 1, neg + 1])
-    # the torch pass (GPUs, or no numba) gives the same counts, on the CPU and, where there is one, on the GPU
-    from hpcdgnn.tasks.link_prediction import score_stats_torch
-
-    for dev in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
-        tp, tn = np.zeros(AUC_BINS), np.zeros(AUC_BINS)
-        got = score_stats_torch(logits.to(dev), torch.from_numpy(positive).to(dev), AUC_BINS, AUC_RANGE, tp, tn)
-        assert got == correct, dev
-        np.testing.assert_array_equal(tp, pos, err_msg=dev)
-        np.testing.assert_array_equal(tn, neg, err_msg=dev)
 
 
 def _lstm(dtype, T: int, B: int, H: int, inputs: int | None, masked: bool, seed: int = 1):

@@ -70,9 +70,9 @@ def test_masked_scan_restarts_each_sequence(cls):
     assert g[others].abs().max() == 0 and g[~others].abs().max() > 0
 
 
-def _self_fed_equals_cell_loop(hidden: int, steps: int, device: torch.device, atol: float) -> None:
+def _self_fed_equals_cell_loop(hidden: int, steps: int, device: torch.device, atol: float) -> torch.Tensor:
     """The scan's outputs, final (w, c) and every gradient equal ``steps`` calls of the LSTMCell, all on
-    ``device``."""
+    ``device``; returns the outputs (their ``grad_fn`` tells where the scan ran)."""
     cell = nn.LSTMCell(hidden, hidden).double().to(device)
     w0 = torch.randn(3, hidden, dtype=torch.float64, device=device, requires_grad=True)
     c0 = torch.zeros(3, hidden, dtype=torch.float64, device=device)
@@ -92,6 +92,7 @@ def _self_fed_equals_cell_loop(hidden: int, steps: int, device: torch.device, at
     for g, g_ref in zip(grads, refs, strict=True):
         assert g.device == w0.device
         torch.testing.assert_close(g, g_ref, rtol=0, atol=10 * atol)
+    return y
 
 
 def test_self_fed_lstm_is_the_cell_loop():
@@ -109,7 +110,9 @@ def test_self_fed_lstm_on_gpu_is_the_cell_loop(hidden):
 
     assert (3 * hidden * 4 * hidden <= recurrent.HOST_SCAN_MAX_MACS) == (hidden == 7)
     torch.manual_seed(2)
-    _self_fed_equals_cell_loop(hidden, 6, torch.device("cuda", torch.cuda.current_device()), atol=1e-12)
+    y = _self_fed_equals_cell_loop(hidden, 6, torch.device("cuda", torch.cuda.current_device()), atol=1e-12)
+    # the host scan's outputs come up to the GPU by a copy; the GPU scan's end in a transpose
+    assert (type(y.grad_fn).__name__ == "ToCopyBackward0") == (hidden == 7), y.grad_fn
 
 
 def test_supports_only_plain_modules():

@@ -11,7 +11,9 @@ import torch
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.tasks import split_steps
 from hpcdgnn.tasks.base import Embeddings
-from hpcdgnn.tasks.link_prediction import AUC_BINS, AUC_RANGE, EdgeDecoder, LinkPrediction, auc_from_histograms
+from hpcdgnn.tasks.link_prediction import (AUC_BINS, AUC_RANGE, EdgeDecoder, LinkPrediction, auc_from_histograms,
+                                           score_stats_torch)
+from tests.conftest import auc_test_logits, numpy_score_stats
 from tests.tasks.conftest import N, T, raw_pairs
 
 # --------------------------------------------------------------------------------------------
@@ -436,3 +438,17 @@ def test_one_rank_in_place_rows_are_scored_as_the_block(task_data):
     two = make_task(m)
     two.shard = shard(keys, P=2)
     assert two._alone_block(ShardedEmbeddings(two.shard, rows, None)) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("bins", "half_range"), [(AUC_BINS, AUC_RANGE), (1000, 3.0), (1000, 0.1)])
+def test_torch_score_stats_equal_numpy_bins(dtype, bins, half_range):
+    """The torch AUC pass (GPUs, and the CPU without numba) gives numpy's correct count and histograms exactly,
+    at bin edges, outside the range, at 0 and for NaN; also where 2R is no power of two (a divisor that CUDA
+    would turn into a product with its reciprocal moves edge values), on the CPU and on a GPU where there is one."""
+    logits, positive = auc_test_logits(dtype, bins, half_range)
+    want = numpy_score_stats(logits, positive, bins, half_range)
+    for dev in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        pos, neg = np.ones(bins), np.ones(bins)  # counts are added to what is there
+        correct = score_stats_torch(logits.to(dev), torch.from_numpy(positive).to(dev), bins, half_range, pos, neg)
+        assert (correct, list(pos - 1), list(neg - 1)) == want, dev
