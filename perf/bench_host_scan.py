@@ -16,14 +16,16 @@ multiply-adds a step, the GPU from 442k (``perf/results/gpu-h100/host_scan.log``
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from hpcdgnn.nn import recurrent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pygt import timed  # noqa: E402  (this script's tree first on sys.path, as bench_pygt puts it)
+
+from hpcdgnn.nn import recurrent  # noqa: E402
 
 
 def main() -> None:
@@ -38,18 +40,6 @@ def main() -> None:
     dev = torch.device("cuda")
     torch.set_num_threads(1)
 
-    def timed(fn) -> float:
-        fn()
-        fn()
-        ts = []
-        for _ in range(args.repeat):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
-
     limit = recurrent.HOST_SCAN_MAX_MACS
     print(f"{'F=H':>4s} {'MACs/step':>10s} {'gpu ms':>8s} {'host ms':>8s} {'gpu/host':>8s}")
     try:
@@ -62,9 +52,9 @@ def main() -> None:
                 y.sum().backward()
 
             recurrent.HOST_SCAN_MAX_MACS = -1
-            gpu = timed(scan)
+            gpu = timed(scan, args.repeat, dev, warmup=2)
             recurrent.HOST_SCAN_MAX_MACS = 1 << 62
-            host = timed(scan)
+            host = timed(scan, args.repeat, dev, warmup=2)
             print(f"{h:4d} {h * 4 * h * h:10d} {gpu * 1e3:8.2f} {host * 1e3:8.2f} {gpu / host:8.2f}", flush=True)
     finally:
         recurrent.HOST_SCAN_MAX_MACS = limit

@@ -244,6 +244,21 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed(fn, repeat: int, device, warmup: int = 1) -> float:
+    """Median seconds of ``repeat`` calls of ``fn`` after ``warmup`` untimed ones, each between two
+    :func:`sync` of ``device`` (the kernels' time, not their launch)."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def recurrent_floor(data: Path, model: str, args) -> dict:
     """Forward + backward of the model's time encoders alone over the same rows and steps (issue 13 item 2),
     in this process with one thread: torch's own module (``nn.LSTM`` / ``nn.LSTMCell`` loop) and the
@@ -263,24 +278,16 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
     T, N = m.num_snapshots, m.num_vertices
     torch.manual_seed(0)
 
-    def timed(fn) -> float:
-        fn()  # warm-up
-        ts = []
-        for _ in range(args.floor_repeat):
-            sync(dev)
-            t0 = time.perf_counter()
-            fn()
-            sync(dev)  # the kernels' time, not their launch
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
+    def floor(fn) -> float:
+        return timed(fn, args.floor_repeat, dev)
 
     torch_s = ours_s = 0.0
     for layer in net.layers:
         rnn = layer.rnn()
         if rnn is not None:
             y = torch.randn(T, N, layer.spatial_features, device=dev, requires_grad=True)
-            torch_s += timed(lambda: rnn(y)[0].sum().backward())
-            ours_s += timed(lambda: run_torch_rnn(rnn, y)[0].sum().backward())
+            torch_s += floor(lambda: rnn(y)[0].sum().backward())
+            ours_s += floor(lambda: run_torch_rnn(rnn, y)[0].sum().backward())
         elif hasattr(layer, "cell"):  # EvolveGCN-O: T steps of the LSTM over the weight rows
             cell, w0 = layer.cell, layer.w0
 
@@ -291,20 +298,13 @@ def recurrent_floor(data: Path, model: str, args) -> dict:
                     out.append(w)
                 torch.stack(out).sum().backward()
 
-            torch_s += timed(loop)
-            ours_s += timed(lambda: self_fed_lstm(cell, w0, torch.zeros_like(w0), T)[0].sum().backward())
+            torch_s += floor(loop)
+            ours_s += floor(lambda: self_fed_lstm(cell, w0, torch.zeros_like(w0), T)[0].sum().backward())
     return {"torch_s": torch_s, "ours_s": ours_s}
 
 
 # --------------------------------------------------------------------------------------------------------------
 # the PyGT side (runs only in the --worker subprocess: the main process never imports torch_geometric)
-
-
-def device_name(device) -> str:
-    """``cpu``, or the GPU's name (what the CSV's ``device`` column records)."""
-    import torch
-
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def worker(args) -> None:
@@ -326,6 +326,7 @@ def worker(args) -> None:
                  "HPCDGNN_PYGT_PATH (see this script's docstring)")
     from hpcdgnn.data.manifest import load_manifest
     from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.metrics.summary import device_name
     from hpcdgnn.data.snapshot import csr_rows
     from hpcdgnn.tasks.base import split_steps
     from hpcdgnn.tasks.link_prediction import draw_negatives_steps
@@ -457,7 +458,8 @@ def worker(args) -> None:
     print(json.dumps({
         "epoch_s": statistics.median(times[1:] or times), "times": times, "losses": losses, "eval_losses": evals,
         "params": sum(p.numel() for p in params), "torch": torch.__version__,
-        "torch_geometric": torch_geometric.__version__, "device": device_name(dev), "pygt": os.path.dirname(torch_geometric_temporal.__file__),
+        "torch_geometric": torch_geometric.__version__, "pygt": os.path.dirname(torch_geometric_temporal.__file__),
+        "device": device_name(dev),  # as hpcdgnn's summary.json names it
     }))
 
 

@@ -19,7 +19,12 @@ import torch
 from hpcdgnn.metrics.timers import TIME_SPLIT
 from hpcdgnn.nn import kernels
 
-__all__ = ["write_summary"]
+__all__ = ["device_name", "write_summary"]
+
+
+def device_name(device: torch.device) -> str:
+    """``cpu``, or the GPU's name: summary.json's ``environment.device`` (benchmarks compare sides by it)."""
+    return str(device) if device.type == "cpu" else torch.cuda.get_device_name(device)
 
 
 def _memory(comm, run, activation_peak: float) -> np.ndarray:
@@ -47,7 +52,7 @@ def _environment(comm, run) -> dict:
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "device": device_name(device),
         "comm_backend": job.comm.backend,
         "dtype": job.train.dtype,
         "mpi_library": comm.library_version(),

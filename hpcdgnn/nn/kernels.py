@@ -116,7 +116,8 @@ def available(*tensors: torch.Tensor, pairs: int | None = None, same_bits: bool 
 
     ``same_bits``: the caller's other path gives the same bits (:func:`score_stats`), so below
     :data:`MIN_PAIRS` the compiled loop runs too once this process has loaded it — nothing a resumed
-    run computes depends on the choice, and the small splits' torch passes cost 5-10x more per pair
+    run computes depends on the choice, and the small splits' numpy passes (measured then; torch's now)
+    cost 5-10x more per pair
     (CollegeMsg, T = 32: ~9k pairs per evaluation split, 3.2 ms an epoch of ~18 ms, issue 13 item 3).
     """
     if not tensors or tensors[0].dtype not in (torch.float32, torch.float64):
