@@ -252,6 +252,10 @@ class _EdgeBCE(torch.autograd.Function):
         ctx.save_for_backward(z, w1, dpu, dpv)
         ctx.small = (db1, dw2, db2)
         ctx.mark_non_differentiable(logits, pu, pv)
+        # the logits and projections get no gradient: without this autograd would hand the backward zero
+        # tensors for them, two (rows, h) fills and one (pairs,) per call (on the generator graph N = 2^15,
+        # 44 steps, 2 x 92 MB and 35 MB, ~25 ms of a 1.3 s epoch)
+        ctx.set_materialize_grads(False)
         return loss, logits, pu, pv
 
     @staticmethod
@@ -260,7 +264,7 @@ class _EdgeBCE(torch.autograd.Function):
         db1, dw2, db2 = ctx.small
         f = z.shape[1]
         wu, wv = w1[:, :f] * g, w1[:, f:] * g
-        dz = torch.addmm(dpu @ wu, dpv, wv) if ctx.needs_input_grad[0] else None
+        dz = (dpu @ wu).addmm_(dpv, wv) if ctx.needs_input_grad[0] else None  # in place: addmm would copy
         dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
         return dz, dw1, db1 * g, (dw2 * g).reshape(1, -1), db2 * g, None, None, None
 

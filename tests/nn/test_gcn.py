@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, gcn_norm, spmm
 
 
 def random_dense(n: int, density: float, seed: int, self_loops: bool) -> np.ndarray:
@@ -153,6 +153,34 @@ def test_spmm_gradcheck_float64():
     adj = gcn_norm(0, *to_csr(a), torch.float64)
     x = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x: spmm(adj, x), (x,), eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_csr_mm_equals_torch_sparse_mm_bit_for_bit(dtype):
+    """csr_mm (an addmm into an uninitialised output, beta = 0) gives torch.sparse.mm's bits: empty rows
+    come out zero whatever the fresh output held, for a strided x too, with no rows or no columns."""
+    a = random_dense(23, 0.2, 5, self_loops=True)
+    a[[3, 11]] = 0.0  # rows without entries: their output rows must be written, not left as allocated
+    m = gcn_norm(0, *to_csr(a), dtype).a
+    gen = torch.Generator().manual_seed(2)
+    for x in (torch.randn(23, 6, dtype=dtype, generator=gen), torch.randn(6, 23, dtype=dtype, generator=gen).T,
+              torch.randn(23, 0, dtype=dtype)):
+        for _ in range(3):  # fresh outputs come from memory the previous products freed
+            torch.full((23, 6), float("nan"), dtype=dtype)  # leave NaN in the allocator's free memory
+            assert torch.equal(csr_mm(m, x), torch.sparse.mm(m, x))
+    empty = torch.sparse_csr_tensor(torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
+                                    torch.zeros(0, dtype=dtype), (0, 23))
+    assert csr_mm(empty, torch.ones(23, 4, dtype=dtype)).shape == (0, 4)
+
+
+def test_csr_mm_keeps_autograd_where_it_must():
+    """A product autograd must record (x requiring grad, grad mode on) takes torch.sparse.mm's autograd
+    (addmm's out= has none)."""
+    a = random_dense(9, 0.3, 3, self_loops=False)
+    m = gcn_norm(0, *to_csr(a), torch.float64).a
+    x = torch.randn(9, 2, dtype=torch.float64, requires_grad=True)
+    csr_mm(m, x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.from_numpy(dense_norm(a)).sum(0, keepdim=True).T.expand(9, 2))
 
 
 def test_nbytes_counts_both_matrices():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, sorted_csr, spmm
 
 __all__ = ["LocalGraph", "RowGroups"]
 
@@ -95,7 +95,7 @@ class _GroupedSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, full, groups):  # noqa: D102
         ctx.groups, ctx.shape = groups, full.shape
-        out = torch.cat([torch.sparse.mm(op.a, full.index_select(0, c)) for op, c in zip(groups.ops, groups.cols)])
+        out = torch.cat([csr_mm(op.a, full.index_select(0, c)) for op, c in zip(groups.ops, groups.cols)])
         return out.index_select(0, groups.inverse)
 
     @staticmethod
@@ -106,7 +106,7 @@ class _GroupedSpMM(torch.autograd.Function):
         start = 0
         for op, c in zip(g.ops, g.cols):
             k = op.a.shape[0]
-            gin.index_add_(0, c, torch.sparse.mm(op.a_t, ordered[start : start + k].contiguous()))
+            gin.index_add_(0, c, csr_mm(op.a_t, ordered[start : start + k]))
             start += k
         return gin, None
 
