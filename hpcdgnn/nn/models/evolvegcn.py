@@ -71,7 +71,7 @@ class EvolveGCNOLayer(DynamicLayer):
     def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
         """All steps' GCNs as one batched product with the stacked W_t: (S, n, F) x (S, F, F')."""
         ws = tparams.stack(steps) if isinstance(tparams, StepParams) else torch.stack([tparams[t] for t in steps])
-        return torch.relu(torch.bmm(ax, ws))
+        return torch.bmm(ax, ws).relu_()  # in place: bmm's backward needs its inputs, not its output
 
 
 @register_model("evolvegcn_o")
