@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 __all__ = ["Layout", "RowLayout", "StepGraph", "TransformThenEncode", "horizon_temporal", "joined",
-           "moves_aggregation"]
+           "moves_aggregation", "phase_head", "phase_join"]
 
 
 @dataclass(eq=False)
@@ -76,6 +76,35 @@ def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
     return t
 
 
+def phase_join(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
+    """``torch.cat([head, tail])`` of a block's two phases — the steps up to the training horizon (with
+    autograd) and those after it (without) — that remembers ``head``, so that a consumer reading exactly
+    the head's rows (:func:`phase_head`: the next layer's first phase, the task's training rows) takes
+    ``head`` itself instead of a slice of the join.
+
+    Why: a slice's backward builds a gradient of the join's whole shape — zero-filled, the slice's part
+    copied in — only for the join's backward to cut that part out again: two block-sized passes for
+    nothing per layer and for the task (EvolveGCN-O on the generator graph N = 2^15, T = 64: 44 of 64
+    steps train). The head is kept with both tensors' version counters; an in-place change to either
+    afterwards makes :func:`phase_head` slice as before.
+    """
+    out = torch.cat([head, tail])
+    if head.requires_grad and not tail.requires_grad:
+        out._phase_head = (head, head._version, out._version)  # noqa: SLF001 - read by phase_head only
+    return out
+
+
+def phase_head(h: torch.Tensor, k: int) -> torch.Tensor:
+    """``h[:k]``: the head :func:`phase_join` remembered when it is exactly those rows and neither tensor has
+    changed since, else the slice (the same values either way)."""
+    memo = getattr(h, "_phase_head", None)
+    if memo is not None:
+        head, head_version, version = memo
+        if head.shape[0] == k and head._version == head_version and h._version == version:
+            return head
+    return h[:k]
+
+
 def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
                      graphs: Sequence[StepGraph] | None = None) -> tuple[torch.Tensor, object]:
     """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd.
@@ -96,7 +125,7 @@ def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
     z_head, state = run(0, grad_steps, state)
     with torch.no_grad():
         z_tail, state = run(grad_steps, None, state)
-    return torch.cat([z_head, z_tail]), state
+    return phase_join(z_head, z_tail), state
 
 
 def moves_aggregation(layer, li: int, tparams, constant_first: bool) -> bool:

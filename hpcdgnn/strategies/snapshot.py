@@ -67,7 +67,8 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, StepGraph, TransformThenEncode, horizon_temporal, joined, moves_aggregation
+from hpcdgnn.nn.layout import (Layout, StepGraph, TransformThenEncode, horizon_temporal, joined, moves_aggregation,
+                               phase_head, phase_join)
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import banded_in_place, plan_snapshots, rebalanced_plan
@@ -556,14 +557,14 @@ class SnapshotLayout(Layout):
             idx = self.local[a:b]
             with torch.set_grad_enabled(torch.is_grad_enabled() and grad):
                 # layer 0 reads Ã·X (or X) of the owned snapshots
-                x = _owned_rows(s.ax0, idx) if li == 0 else h[a:b]
+                x = _owned_rows(s.ax0, idx) if li == 0 else (phase_head(h, b) if a == 0 else h[a:b])
                 if (li > 0 or not s._precomputed) and not layer.graph_recurrent:
                     rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
                     x = rows.view(b - a, s.N, rows.shape[-1])
                 parts.append(x if moved else layer.spatial_steps(x, [s.owned[i] for i in idx], tparams))
         if not parts:
             return s.ax0.new_zeros(0, s.N, layer.in_features if moved else layer.spatial_features)
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        return parts[0] if len(parts) == 1 else phase_join(*parts)  # phases(): at most two, head then tail
 
     def moves_aggregation(self, layer, li: int, tparams) -> bool:
         """Whether layer ``li`` moves its aggregation to the vertex owners, its transform run there

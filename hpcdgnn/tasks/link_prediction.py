@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.nn import kernels
+from hpcdgnn.nn.layout import phase_head
 from hpcdgnn.tasks.base import (SPLITS, Embeddings, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch,
                                 split_steps)
 
@@ -712,7 +713,7 @@ class LinkPrediction(Task):
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
         if not by_split:
             return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
-        inputs, first = self._split_rows(rows, n, where, by_split)
+        inputs, first = self._split_rows(rows, n, where, by_split, block)
 
         def pairs(s: int):  # the evaluation splits' pairs are drawn when they are scored
             return self._pairs(by_split[s], {t: where[t] - first[s] for t in by_split[s]}, n, epoch)
@@ -720,7 +721,8 @@ class LinkPrediction(Task):
         return self._score(inputs, {s: functools.partial(pairs, s) for s in by_split}, loss_sum,
                            rows.device, rows.dtype)
 
-    def _split_rows(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]]):
+    def _split_rows(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]],
+                    block: torch.Tensor | None = None):
         """The rows each split's pairs read, and the position of their first row per split.
 
         Why not one projection of every row: the rows of the steps after the last training step get no
@@ -737,7 +739,12 @@ class LinkPrediction(Task):
         after = all(where[t] >= cut for s, steps in by_split.items() if s for t in steps)
         if not (after and rows.requires_grad and torch.is_grad_enabled()) or cut * n == rows.shape[0]:
             return dict.fromkeys(by_split, rows), dict.fromkeys(by_split, 0)
-        inputs = {0: rows[: cut * n]} if train else {}
+        if not train:
+            inputs = {}
+        elif block is not None:  # the block's training head itself where the layout joined it (phase_join)
+            inputs = {0: phase_head(block, cut).reshape(-1, rows.shape[1])}
+        else:
+            inputs = {0: rows[: cut * n]}
         tail = rows[cut * n :].detach()
         inputs.update((s, tail) for s in by_split if s)
         return inputs, {s: cut if s else 0 for s in by_split}

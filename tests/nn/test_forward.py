@@ -16,7 +16,7 @@ import torch
 
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, RowLayout
+from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join
 from hpcdgnn.nn.models import available_models, build_model, needs_step_graphs
 
 T, N, F, H = 5, 9, 3, 4
@@ -147,3 +147,33 @@ def test_a_rank_with_no_rows_stays_in_the_backward_graph():
     assert layout.last.shape[0] == 0 and layout.last.requires_grad
     layout.last.sum().backward()
     assert h_in.grad is not None  # the backward reached the input, i.e. the exchange that produced it
+
+
+def test_phase_head_is_the_joined_head_and_its_gradient_goes_there_alone():
+    """phase_join / phase_head: reading the head rows of a join gives the head itself (no slice of the join,
+    whose backward would build a zero-filled gradient of the join's shape), the same values and gradients
+    as the slice; any other rows, or either tensor changed in place since the join, give the slice."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 2, requires_grad=True)
+    head = x[:3] * 2.0
+    with torch.no_grad():
+        tail = x[3:] * 2.0
+    out = phase_join(head, tail)
+    assert torch.equal(out, torch.cat([head, tail]))
+    got = phase_head(out, 3)
+    assert got is head
+    got.pow(2).sum().backward()
+    ref = torch.zeros_like(x)
+    ref[:3] = 8.0 * x.detach()[:3]
+    torch.testing.assert_close(x.grad, ref)
+    assert phase_head(out, 2).grad_fn is not None and torch.equal(phase_head(out, 2), out[:2])  # other rows: slice
+    with torch.no_grad():
+        out[0] += 1.0  # the join changed: its head rows are no longer `head`
+    assert phase_head(out, 3) is not head and torch.equal(phase_head(out, 3), out[:3])
+    out2 = phase_join(head, tail)
+    with torch.no_grad():
+        head.mul_(3.0)  # the head changed after the join: the join's rows hold the old values
+    assert torch.equal(phase_head(out2, 3), out2[:3]) and phase_head(out2, 3) is not head
+    with torch.no_grad():  # a join without an autograd head remembers nothing
+        plain = phase_join(x[:3].detach(), tail)
+    assert phase_head(plain, 3) is not None and not hasattr(plain, "_phase_head")
