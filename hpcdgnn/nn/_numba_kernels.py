@@ -195,6 +195,71 @@ def draw_negatives(keys, counts, num_vertices, src, dst, tally):  # pragma: no c
         base += m
 
 
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def gcn_norm_kept(indptr, indices):  # pragma: no cover - compiled
+    """The entries of a canonical CSR adjacency off its diagonal (gcn_norm drops input self-loops)."""
+    m = 0
+    for r in range(indptr.shape[0] - 1):
+        for e in range(indptr[r], indptr[r + 1]):
+            if indices[e] != r:
+                m += 1
+    return m
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the values must be gcn_norm's, bit for bit
+def gcn_norm_fill(indptr, indices, weights, r0, off, crow, col_a, val_a, crow_t, col_t, val_t,
+                  deg, start):  # pragma: no cover - compiled
+    """One snapshot of :func:`hpcdgnn.nn.conv.gcn.stacked_gcn_norm` in two passes over its entries: Ã =
+    D^-1/2 (A + I) D^-1/2 (IBM Eq. 1) written at entry ``off`` and row ``r0`` of the stacked CSR arrays of
+    Ã (``crow``, ``col_a``, ``val_a``) and of Ãᵀ (a counting sort of Ã's entries by column), columns shifted
+    by ``r0``. The float64 expressions and their order are gcn_norm's: deg = 1 + Σ w in entry order,
+    1 / sqrt(deg), (w · dinv_r) · dinv_c, the diagonal dinv_r · dinv_r, then one rounding to the dtype.
+    ``deg``, ``start``: (n,) float64 / int64 scratch."""
+    n = indptr.shape[0] - 1
+    for r in range(n):
+        d = 1.0
+        for e in range(indptr[r], indptr[r + 1]):
+            if indices[e] != r:
+                d += np.float64(weights[e])
+        deg[r] = 1.0 / np.sqrt(d)  # from here on deg holds dinv
+        start[r] = 1  # Ã's column counts: the diagonal
+    p = off
+    for r in range(n):  # Ã: the row's entries left of the diagonal, the diagonal, the rest
+        dr = deg[r]
+        placed = False
+        for e in range(indptr[r], indptr[r + 1]):
+            c = indices[e]
+            if c == r:
+                continue
+            if not placed and c > r:
+                col_a[p] = r + r0
+                val_a[p] = dr * dr
+                p += 1
+                placed = True
+            col_a[p] = c + r0
+            val_a[p] = np.float64(weights[e]) * dr * deg[c]
+            start[c] += 1
+            p += 1
+        if not placed:
+            col_a[p] = r + r0
+            val_a[p] = dr * dr
+            p += 1
+        crow[r0 + r + 1] = p
+    q = off  # Ãᵀ's row pointers, then each column's entries in Ã's row order
+    for c in range(n):
+        k = start[c]
+        start[c] = q
+        q += k
+        crow_t[r0 + c + 1] = q
+    for r in range(n):
+        for p in range(crow[r0 + r], crow[r0 + r + 1]):
+            c = col_a[p] - r0
+            q = start[c]
+            col_t[q] = r + r0
+            val_t[q] = val_a[p]
+            start[c] = q + 1
+
+
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the bins must be numpy's, bit for bit
 def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # pragma: no cover - compiled
     """Counts the correct logits (positive pairs: > 0; the rest: <= 0) and adds each logit's AUC bin,

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 __all__ = ["available", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
-           "lstm_available", "lstm_backward", "lstm_forward", "mode", "score_stats"]
+           "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -141,6 +141,35 @@ def draw_negatives(keys: list[int], counts: list[int], num_vertices: int) -> lis
                               np.empty(int(num_vertices), dtype=np.int64))
     bounds = np.r_[0, np.cumsum(m)]
     return [buf[:, bounds[j] : bounds[j + 1]] for j in range(m.shape[0])]
+
+
+def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...] | None:
+    """The CSR arrays (crow, col, val) of diag(Ã_1, …, Ã_S) and of its transpose for canonical CPU snapshots
+    (:func:`hpcdgnn.nn.conv.gcn.stacked_gcn_norm`, bit for bit), two compiled passes per snapshot; None where
+    the compiled path does not apply (fewer than :data:`MIN_PAIRS` entries before the module is loaded,
+    another device, no numba). Checkpoint blocks normalise every block twice an epoch (its forward and its
+    re-run): torch's ~20 passes cost ~54 ns an entry there (the generator graph N = 2^15, 4 snapshots a block)."""
+    if not snaps or dtype not in (torch.float32, torch.float64) or any(c.indptr.device.type != "cpu" for c in snaps):
+        return None
+    if not _takes(sum(int(c.indices.shape[0]) for c in snaps), same_bits=True) or not _compile():
+        return None
+    arrays = [(_np(c.indptr), _np(c.indices), _np(c.values)) for c in snaps]
+    kept = [int(_kernel("gcn_norm_kept")(ip, ix)) for ip, ix, _ in arrays]
+    width = sum(ip.shape[0] - 1 for ip, _, _ in arrays)
+    total = width + sum(kept)
+    crow, crow_t = torch.zeros(width + 1, dtype=torch.int64), torch.zeros(width + 1, dtype=torch.int64)
+    col_a, col_t = torch.empty(total, dtype=torch.int64), torch.empty(total, dtype=torch.int64)
+    val_a, val_t = torch.empty(total, dtype=dtype), torch.empty(total, dtype=dtype)
+    most = max(ip.shape[0] - 1 for ip, _, _ in arrays)
+    deg, start = np.empty(most), np.empty(most, dtype=np.int64)
+    off = r0 = 0
+    fill = _kernel("gcn_norm_fill")
+    for (ip, ix, w), m in zip(arrays, kept):
+        n = ip.shape[0] - 1
+        fill(ip, ix, w, r0, off, crow.numpy(), col_a.numpy(), val_a.numpy(), crow_t.numpy(), col_t.numpy(),
+             val_t.numpy(), deg, start)
+        off, r0 = off + n + m, r0 + n
+    return crow, col_a, val_a, crow_t, col_t, val_t
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

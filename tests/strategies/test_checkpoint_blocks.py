@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hpcdgnn.data.graph_diff import CSRSnapshot
+from hpcdgnn.nn import kernels
 from hpcdgnn.nn.conv.gcn import block_diagonal, gcn_norm, stacked_gcn_norm
 from tests.conftest import make_dataset, read_metrics, write_job
 
@@ -26,9 +27,15 @@ def _snapshot(rng, n: int, m: int, index_dtype, self_loops: bool) -> CSRSnapshot
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_stacked_normalisation_is_gcn_norm_bit_for_bit(dtype, index_dtype):
+@pytest.mark.parametrize("mode", ["torch", "always"])
+def test_stacked_normalisation_is_gcn_norm_bit_for_bit(dtype, index_dtype, mode, monkeypatch):
     """diag(Ã_t) built in place equals block_diagonal(gcn_norm(...)) exactly: input self-loops, empty rows,
-    an empty snapshot, one snapshot alone."""
+    an empty snapshot, one snapshot alone; by torch's passes or the compiled ones (``mode``: HPCDGNN_KERNELS)."""
+    if mode == "always":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("HPCDGNN_KERNELS", mode)
+    monkeypatch.setattr(kernels, "_kernels", None)
+    calls = kernels.calls().get("gcn_norm_fill", 0)
     rng = np.random.default_rng(0)
     n = 29
     snaps = [_snapshot(rng, n, m, index_dtype, self_loops=k % 2 == 0) for k, m in enumerate((120, 0, 40, 300, 7))]
@@ -41,6 +48,8 @@ def test_stacked_normalisation_is_gcn_norm_bit_for_bit(dtype, index_dtype):
                          (r.values(), g.values())):
                 assert x.dtype == y.dtype and torch.equal(x, y)
         assert got.nbytes <= ref.nbytes
+    assert (kernels.calls().get("gcn_norm_fill", 0) > calls) == (mode == "always")
+    monkeypatch.setattr(kernels, "_kernels", None)
 
 
 @pytest.fixture(scope="module")
