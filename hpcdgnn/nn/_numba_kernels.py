@@ -195,37 +195,36 @@ def draw_negatives(keys, counts, num_vertices, src, dst, tally):  # pragma: no c
         base += m
 
 
-@numba.njit(cache=True, boundscheck=False, nogil=True)
-def gcn_norm_kept(indptr, indices):  # pragma: no cover - compiled
-    """The entries of a canonical CSR adjacency off its diagonal (gcn_norm drops input self-loops)."""
+@numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: gcn_norm's sums, bit for bit
+def gcn_norm_degrees(indptr, indices, weights, deg):  # pragma: no cover - compiled
+    """deg[r] = 1 + Σ w over row r's entries off the diagonal, in entry order (float64, as gcn_norm's
+    index_add_); returns how many entries lie off the diagonal (gcn_norm drops input self-loops)."""
     m = 0
     for r in range(indptr.shape[0] - 1):
-        for e in range(indptr[r], indptr[r + 1]):
-            if indices[e] != r:
-                m += 1
-    return m
-
-
-@numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the values must be gcn_norm's, bit for bit
-def gcn_norm_fill(indptr, indices, weights, r0, off, crow, col_a, val_a, crow_t, col_t, val_t,
-                  deg, start):  # pragma: no cover - compiled
-    """One snapshot of :func:`hpcdgnn.nn.conv.gcn.stacked_gcn_norm` in two passes over its entries: Ã =
-    D^-1/2 (A + I) D^-1/2 (IBM Eq. 1) written at entry ``off`` and row ``r0`` of the stacked CSR arrays of
-    Ã (``crow``, ``col_a``, ``val_a``) and of Ãᵀ (a counting sort of Ã's entries by column), columns shifted
-    by ``r0``. The float64 expressions and their order are gcn_norm's: deg = 1 + Σ w in entry order,
-    1 / sqrt(deg), (w · dinv_r) · dinv_c, the diagonal dinv_r · dinv_r, then one rounding to the dtype.
-    ``deg``, ``start``: (n,) float64 / int64 scratch."""
-    n = indptr.shape[0] - 1
-    for r in range(n):
         d = 1.0
         for e in range(indptr[r], indptr[r + 1]):
             if indices[e] != r:
                 d += np.float64(weights[e])
-        deg[r] = 1.0 / np.sqrt(d)  # from here on deg holds dinv
+                m += 1
+        deg[r] = d
+    return m
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the values must be gcn_norm's, bit for bit
+def gcn_norm_fill(indptr, indices, weights, dinv, r0, off, crow, col_a, val_a, crow_t, col_t, val_t,
+                  start):  # pragma: no cover - compiled
+    """One snapshot of :func:`hpcdgnn.nn.conv.gcn.stacked_gcn_norm` from its D^-1/2 (``dinv``, computed by
+    torch as gcn_norm computes it: torch's sqrt is not numpy's in the last bit on every CPU): Ã =
+    D^-1/2 (A + I) D^-1/2 (IBM Eq. 1) written at entry ``off`` and row ``r0`` of the stacked CSR arrays of
+    Ã (``crow``, ``col_a``, ``val_a``) and of Ãᵀ (a counting sort of Ã's entries by column), columns shifted
+    by ``r0``. The values are gcn_norm's products in its order, (w · dinv_r) · dinv_c and the diagonal
+    dinv_r · dinv_r, rounded once to the dtype. ``start``: (n,) int64 scratch."""
+    n = indptr.shape[0] - 1
+    for r in range(n):
         start[r] = 1  # Ã's column counts: the diagonal
     p = off
     for r in range(n):  # Ã: the row's entries left of the diagonal, the diagonal, the rest
-        dr = deg[r]
+        dr = dinv[r]
         placed = False
         for e in range(indptr[r], indptr[r + 1]):
             c = indices[e]
@@ -237,7 +236,7 @@ def gcn_norm_fill(indptr, indices, weights, r0, off, crow, col_a, val_a, crow_t,
                 p += 1
                 placed = True
             col_a[p] = c + r0
-            val_a[p] = np.float64(weights[e]) * dr * deg[c]
+            val_a[p] = np.float64(weights[e]) * dr * dinv[c]
             start[c] += 1
             p += 1
         if not placed:

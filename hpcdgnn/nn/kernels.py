@@ -154,20 +154,24 @@ def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...
     if not _takes(sum(int(c.indices.shape[0]) for c in snaps), same_bits=True) or not _compile():
         return None
     arrays = [(_np(c.indptr), _np(c.indices), _np(c.values)) for c in snaps]
-    kept = [int(_kernel("gcn_norm_kept")(ip, ix)) for ip, ix, _ in arrays]
+    degrees = _kernel("gcn_norm_degrees")
+    dinv, kept = [], []
+    for ip, ix, w in arrays:
+        deg = np.empty(ip.shape[0] - 1)
+        kept.append(int(degrees(ip, ix, w, deg)))
+        dinv.append((1.0 / torch.sqrt(torch.from_numpy(deg))).numpy())  # gcn_norm's expression, its bits
     width = sum(ip.shape[0] - 1 for ip, _, _ in arrays)
     total = width + sum(kept)
     crow, crow_t = torch.zeros(width + 1, dtype=torch.int64), torch.zeros(width + 1, dtype=torch.int64)
     col_a, col_t = torch.empty(total, dtype=torch.int64), torch.empty(total, dtype=torch.int64)
     val_a, val_t = torch.empty(total, dtype=dtype), torch.empty(total, dtype=dtype)
-    most = max(ip.shape[0] - 1 for ip, _, _ in arrays)
-    deg, start = np.empty(most), np.empty(most, dtype=np.int64)
+    start = np.empty(max(ip.shape[0] - 1 for ip, _, _ in arrays), dtype=np.int64)
     off = r0 = 0
     fill = _kernel("gcn_norm_fill")
-    for (ip, ix, w), m in zip(arrays, kept):
+    for (ip, ix, w), d, m in zip(arrays, dinv, kept):
         n = ip.shape[0] - 1
-        fill(ip, ix, w, r0, off, crow.numpy(), col_a.numpy(), val_a.numpy(), crow_t.numpy(), col_t.numpy(),
-             val_t.numpy(), deg, start)
+        fill(ip, ix, w, d, r0, off, crow.numpy(), col_a.numpy(), val_a.numpy(), crow_t.numpy(), col_t.numpy(),
+             val_t.numpy(), start)
         off, r0 = off + n + m, r0 + n
     return crow, col_a, val_a, crow_t, col_t, val_t
 
