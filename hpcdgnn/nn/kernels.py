@@ -6,9 +6,13 @@ that is ~10 passes over (pairs, hidden) temporaries and index kernels that cost 
 it was half of EvolveGCN-O's epoch (issue 13 item 2). One loop over the pairs keeps the hidden
 layer in registers: measured 3x (forward) and 6x (backward) faster on one thread.
 
+The same module holds the checkpoint blocks' operator build (:func:`gcn_norm_stacked`: Ã and Ãᵀ of a
+block's snapshots in two passes each, where torch needed ~20 and a sort).
+
 The kernels are used on CPU tensors of float32/float64 when numba imports, for calls with at least
 :data:`MIN_PAIRS` pairs (loading them costs ~1 s per process) — or, for the loops whose other path gives
-the same bits (the negatives, the metric histograms), any call once this process has loaded them;
+the same bits (the negatives, the metric histograms, the operator build), any call once this process has
+loaded them;
 otherwise — or with ``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their
 torch path.
 ``HPCDGNN_KERNELS=always`` drops the size thresholds (tests run the compiled paths on small graphs). The
