@@ -698,9 +698,10 @@ class LinkPrediction(Task):
         if block is not None:
             where, n = emb.position, block.shape[1]
             rows = block.reshape(-1, block.shape[-1])
-            # scoring the training split reaches the block (its rows are a view of it): a sum over every
-            # row, whose backward was a block-sized add into the gradient (generator graph N = 2^15: ~30 ms
-            # of a 1.2 s epoch), only where no training step is scored here
+            # scoring the training split reaches what produced the block (its rows are a view of it, or the
+            # head the layout joined it from, phase_join: the join itself is local): a sum over every row,
+            # whose backward was a block-sized add into the gradient (generator graph N = 2^15: ~30 ms of a
+            # 1.2 s epoch), only where no training step is scored here
             reach = block.sum() if 0 not in by_split else 0.0
         else:
             scored = [t for _, steps in sorted(by_split.items()) for t in steps]

@@ -180,15 +180,18 @@ def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype) -> Normaliz
     (:func:`hpcdgnn.nn.kernels.gcn_norm_stacked`; Ãᵀ by a counting sort): checkpoint blocks normalise each
     block twice an epoch, and torch's ~20 passes here cost 21 ms a block of 4 snapshots, 393 k entries.
     """
-    compiled = kernels.gcn_norm_stacked(snaps, dtype)  # on the CPU: two compiled passes per snapshot
-    if compiled is not None:
-        crow, col_a, val_a, crow_t, col_t, val_t = compiled
-        shape = (crow.shape[0] - 1, crow.shape[0] - 1)
-        return NormalizedAdjacency(
-            ts[0] if len(ts) == 1 else -1,
-            torch.sparse_csr_tensor(crow, col_a, val_a, shape, check_invariants=False),
-            torch.sparse_csr_tensor(crow_t, col_t, val_t, shape, check_invariants=False),
-        )
+    # on the CPU two compiled passes per snapshot; elsewhere (or below the kernels' size rule) torch's passes
+    crow, col_a, val_a, crow_t, col_t, val_t = kernels.gcn_norm_stacked(snaps, dtype) or _stacked_arrays(snaps, dtype)
+    shape = (crow.shape[0] - 1, crow.shape[0] - 1)
+    return NormalizedAdjacency(
+        ts[0] if len(ts) == 1 else -1,
+        torch.sparse_csr_tensor(crow, col_a, val_a, shape, check_invariants=False),
+        torch.sparse_csr_tensor(crow_t, col_t, val_t, shape, check_invariants=False),
+    )
+
+
+def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """(crow, col, val) of diag(Ã_1, …, Ã_S) and of its transpose by torch's passes (:func:`stacked_gcn_norm`)."""
     dev = snaps[0].indptr.device
     parts = []
     for c in snaps:
@@ -239,9 +242,4 @@ def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype) -> Normaliz
             ca += r0
             col_t[off : off + m + n] += r0
         off, r0 = off + m + n, r0 + n
-    shape = (width, width)
-    return NormalizedAdjacency(
-        ts[0] if len(ts) == 1 else -1,
-        torch.sparse_csr_tensor(crow, col_a, val_a, shape, check_invariants=False),
-        torch.sparse_csr_tensor(crow_t, col_t, val_t, shape, check_invariants=False),
-    )
+    return crow, col_a, val_a, crow_t, col_t, val_t
