@@ -253,6 +253,25 @@ def test_tmgcn_m_transform_gradcheck():
     assert torch.autograd.gradcheck(lambda y, h: m_transform(y, 3, h), (y, h))
 
 
+@pytest.mark.parametrize(("T", "h", "w"), [(6, 2, 3), (1, 2, 3), (2, 1, 4), (5, 0, 3), (3, 4, 5), (7, 2, 1)])
+def test_tmgcn_history_read_in_place_is_the_joined_transform_bit_for_bit(T, h, w):
+    """m_transform(y, w, history) reads the history where it is: the same bits, forward and backward, as the
+    transform of history and y joined (the rows of y), and the window's tail is the joined one's."""
+    y = randn(T, 5, 3, seed=13).float().requires_grad_(True)
+    hist = randn(h, 5, 3, seed=14).float().requires_grad_(True)
+    g = randn(T, 5, 3, seed=15).float()
+    out = m_transform(y, w, hist)
+    out.backward(g)
+    y2, hist2 = y.detach().clone().requires_grad_(True), hist.detach().clone().requires_grad_(True)
+    joined = torch.cat([hist2, y2])
+    ref = m_transform(joined, w)[h:]
+    ref.backward(g)
+    assert torch.equal(out, ref)
+    assert torch.equal(y.grad, y2.grad) and torch.equal(hist.grad, hist2.grad)
+    _, tail = make_layer("tmgcn", 4, 3, window=w).temporal(y.detach(), hist.detach())
+    assert torch.equal(tail, joined.detach()[max(0, T + h - (w - 1)) :])
+
+
 def _blocked(layer, y, cuts):
     """Run ``temporal`` over time blocks split at ``cuts`` with the state carried."""
     outs, state = [], None

@@ -13,44 +13,57 @@ __all__ = ["TMGCNLayer", "build_tmgcn", "m_transform"]
 
 
 class _MTransform(torch.autograd.Function):
-    """Windowed mean along dim 0 with a hand-written adjoint.
+    """Windowed mean along dim 0 with a hand-written adjoint, over ``history`` then ``y`` without joining them.
 
     Forward: ``out[t] = (1/c_t) * sum_{k=0}^{w-1} full[off+t-k]`` over the rows
-    that exist; backward: ``d full[s] = sum_t [s = off+t-k] d out[t] / c_t``.
+    that exist, where ``full`` is history followed by y (``off`` rows of history);
+    backward: ``d full[s] = sum_t [s = off+t-k] d out[t] / c_t``.
     Both are w shifted adds into one buffer (no autograd temporaries of the
     full (T, n, F) size), in a fixed order per element, so every vertex gets
-    the same bits whatever the batch of vertices.
+    the same bits whatever the batch of vertices. The history is read where it
+    is: a block of time (SPEC S2) or a time halo would otherwise copy it and the
+    whole block into a joined tensor, in the forward and again in each re-run.
+    The shift k of output rows t < k reads the history, of the others y: two
+    adds over disjoint rows, so each element still gets one add per k, in k order.
     """
 
     @staticmethod
-    def forward(ctx, full, T, off, window, count):  # noqa: D102
-        ctx.shape, ctx.T, ctx.off, ctx.window = full.shape, T, off, window
+    def forward(ctx, y, history, window, count):  # noqa: D102
+        T, off = y.shape[0], history.shape[0]
+        ctx.off, ctx.window, ctx.history_shape = off, window, history.shape
         ctx.save_for_backward(count)
-        out = full[off : off + T].clone()
+        out = y.clone()
         for k in range(1, window):
             lo = max(0, k - off)  # first output step whose k-th predecessor exists
             if lo >= T:
                 break
-            out[lo:] += full[off + lo - k : off + T - k]
+            mid = min(k, T)  # steps lo..mid-1 read the history (lo <= k), mid.. read y
+            if mid > lo:
+                out[lo:mid] += history[off + lo - k : off + mid - k]
+            if T > mid:
+                out[mid:] += y[: T - k]
         out /= count
         return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         (count,) = ctx.saved_tensors
-        T, off = ctx.T, ctx.off
+        T, off = grad.shape[0], ctx.off
         g = grad / count
-        # the k = 0 term covers rows off.. whole: copy it instead of adding it to zeros (one pass of the
-        # (T, n, F) gradient fewer; 0 + x is x — the same bits but for the sign of a zero, -0.0 kept)
-        gin = grad.new_empty(ctx.shape)
-        gin[:off].zero_()
-        gin[off : off + T] = g
+        # the k = 0 term covers y whole: start y's gradient as a copy of it (the shifted adds below read g,
+        # so it cannot be the buffer they write)
+        gy = g.clone()
+        gh = g.new_zeros(ctx.history_shape) if ctx.needs_input_grad[1] else None
         for k in range(1, ctx.window):
             lo = max(0, k - off)
             if lo >= T:
                 break
-            gin[off + lo - k : off + T - k] += g[lo:]
-        return gin, None, None, None, None
+            mid = min(k, T)
+            if mid > lo and gh is not None:
+                gh[off + lo - k : off + mid - k] += g[lo:mid]
+            if T > mid:
+                gy[: T - k] += g[mid:]
+        return gy, gh, None, None
 
 
 def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = None) -> torch.Tensor:
@@ -63,11 +76,21 @@ def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = Non
             continues a sequence (SPEC S2 passes the last w-1 activations).
     """
     T = y.shape[0]
-    full = y if history is None or history.shape[0] == 0 else torch.cat([history, y], dim=0)
-    off = full.shape[0] - T  # steps of history before y[0]
+    if history is None:
+        history = y[:0]
+    off = history.shape[0]  # steps of history before y[0]
     pos = torch.arange(T, dtype=y.dtype, device=y.device) + off  # global step index (history = all earlier steps)
     count = torch.clamp(pos + 1, max=window).view(T, *([1] * (y.dim() - 1)))
-    return _MTransform.apply(full, T, off, window, count)
+    return _MTransform.apply(y, history, window, count)
+
+
+def window_tail(y: torch.Tensor, history: torch.Tensor | None, keep: int) -> torch.Tensor:
+    """The last ``keep`` steps of ``history`` followed by ``y`` (fewer where there are fewer): a view of
+    ``y`` when it has that many, else the two joined (only a short ``y`` copies)."""
+    T = y.shape[0]
+    if history is None or T >= keep:
+        return y[max(0, T - keep) :]
+    return torch.cat([history[max(0, history.shape[0] - (keep - T)) :], y], dim=0)
 
 
 class TMGCNLayer(DynamicLayer):
@@ -101,9 +124,7 @@ class TMGCNLayer(DynamicLayer):
 
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """M-transform over the window; the state is the window's tail."""
-        out = m_transform(y, self.window, state)
-        hist = y if state is None else torch.cat([state, y], dim=0)
-        return out, hist[max(0, hist.shape[0] - (self.window - 1)) :]
+        return m_transform(y, self.window, state), window_tail(y, state, self.window - 1)
 
 
 @register_model("tmgcn")
