@@ -434,7 +434,11 @@ class SnapshotStrategy(Strategy):
         Pass 1 runs the blocks forward without autograd, keeping only the
         block-boundary states π_b (LSTM (h, c), the last w-1 M-transform inputs,
         EvolveGCN's (W, C)); the task scores only the blocks that are not re-run.
-        Pass 2 visits the blocks in reverse, re-runs block b's forward from π_{b-1}
+        The last block that gets a gradient runs with autograd already in pass 1 and
+        backpropagates at once: no later block sends it a gradient, so a no-grad
+        forward of it would be paid for nothing (with the horizon in the last block,
+        pass 1 saves one block's forward; the blocks after it take their states from
+        that forward). Pass 2 visits the other blocks in reverse, re-runs block b's forward from π_{b-1}
         with autograd, scores it (its loss and its metric sums: the task runs once
         per block and epoch) and backpropagates its loss together with the
         gradient that block b+1 sent back to π_b. Every rank runs the same
@@ -449,45 +453,62 @@ class SnapshotStrategy(Strategy):
         epoch = batch.epoch
         # same decision on every rank: the horizon is global
         rerun = [self.blocks[b] <= self.horizon for b in range(nb)]
+        # the last block that gets a gradient: with autograd in pass 1 (rerun is True up to it, then False)
+        last_grad = max((b for b in range(nb) if rerun[b]), default=-1)
         states: list = [(None, None)] * len(model.layers)
         saved: list = []
         stats: list = [None] * nb  # per block, summed in block order at the end
+        grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
         with torch.no_grad():
             for b in range(nb):
-                # clone: a state may be a view of a receive buffer that the next block's exchange reuses
+                # clone: a state may be a view of a receive buffer that the next block's exchange reuses,
+                # or of a whole block's activations (TM-GCN's window tail), which the clone lets go
                 saved.append(tree_map(_clone, states))
+                states = None
+                if b == last_grad:
+                    with torch.enable_grad():
+                        states, grad_out = self._rerun(model, task, epoch, scale, saved, b, None, stats,
+                                                       keep_states=b < nb - 1)
+                    continue
                 layout = self.layout(b, saved[-1])
                 emb = model(layout)
                 if not rerun[b]:  # a re-run block's task runs once, in pass 2, for its loss and its metrics
                     stats[b] = task(emb, epoch).stats
                 states = layout.states
                 del emb, layout
-        grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
-        for b in reversed(range(nb)):
-            if not rerun[b]:
-                continue
-            leaves = tree_map(_leaf, saved[b])
-            layout = self.layout(b, leaves)
-            emb = model(layout)
-            states_out, last = layout.states, layout.last
-            out = task(emb, epoch)
-            stats[b] = out.stats
-            roots = [out.loss_sum * scale]
-            grads = [torch.ones_like(roots[0])]
-            if grad_out is not None:
-                for s, g in zip(tree_leaves(states_out), grad_out, strict=True):
-                    if s is not None and g is not None and s.requires_grad:
-                        roots.append(s)
-                        grads.append(g)
-            del emb, out, layout
-            self._backward(roots, grads, last)
-            del roots, grads, states_out, last
-            grad_out = [None if x is None else x.grad for x in tree_leaves(leaves)]
-            saved[b] = None
+        for b in reversed(range(last_grad)):
+            _, grad_out = self._rerun(model, task, epoch, scale, saved, b, grad_out, stats)
         total = stats[0]
         for s in stats[1:]:
             total = total + s
         return total
+
+    def _rerun(self, model: DGNN, task, epoch: int, scale: float, saved: list, b: int, grad_out, stats: list,
+               keep_states: bool = False):
+        """Block b's forward with autograd from its saved boundary states, its loss, and the backward of
+        that loss with ``grad_out`` (the gradient block b+1 sent back to b's output states; None: none).
+        Sets ``stats[b]``, frees ``saved[b]``; returns b's output states if ``keep_states`` (detached
+        copies, taken before the backward's exchanges reuse a receive buffer they may view; else None)
+        and the gradient for block b-1."""
+        leaves = tree_map(_leaf, saved[b])
+        layout = self.layout(b, leaves)
+        emb = model(layout)
+        states_out, last = layout.states, layout.last
+        out = task(emb, epoch)
+        stats[b] = out.stats
+        roots = [out.loss_sum * scale]
+        grads = [torch.ones_like(roots[0])]
+        if grad_out is not None:
+            for s, g in zip(tree_leaves(states_out), grad_out, strict=True):
+                if s is not None and g is not None and s.requires_grad:
+                    roots.append(s)
+                    grads.append(g)
+        states_next = tree_map(_clone, states_out) if keep_states else None
+        del emb, out, layout
+        self._backward(roots, grads, last)
+        del roots, grads, states_out, last
+        saved[b] = None
+        return states_next, [None if x is None else x.grad for x in tree_leaves(leaves)]
 
 
 def _owned_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
