@@ -195,6 +195,30 @@ def draw_negatives(keys, counts, num_vertices, src, dst, tally):  # pragma: no c
         base += m
 
 
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def bucket_pairs(src, dst, bounds, firsts, rows, out_src, out_dst, tally):  # pragma: no cover - compiled
+    """Per segment j (pairs ``bounds[j]:bounds[j+1]``, vertices ``dst - firsts[j]``): the pairs into out_src /
+    out_dst ordered by ``(dst - firsts[j]) // rows``, stably (a counting sort; ``tally`` has a slot for
+    every bucket; a vertex out of range counts in the nearest)."""
+    top = tally.shape[0] - 1
+    for j in range(bounds.shape[0] - 1):
+        a, b, first = bounds[j], bounds[j + 1], firsts[j]
+        tally[:] = 0
+        for e in range(a, b):
+            tally[min(max((dst[e] - first) // rows, 0), top)] += 1
+        pos = a
+        for k in range(top + 1):
+            c = tally[k]
+            tally[k] = pos
+            pos += c
+        for e in range(a, b):
+            k = min(max((dst[e] - first) // rows, 0), top)
+            p = tally[k]
+            tally[k] = p + 1
+            out_src[p] = src[e]
+            out_dst[p] = dst[e]
+
+
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: gcn_norm's sums, bit for bit
 def gcn_norm_degrees(indptr, indices, weights, deg):  # pragma: no cover - compiled
     """deg[r] = 1 + Σ w over row r's entries off the diagonal, in entry order (float64, as gcn_norm's

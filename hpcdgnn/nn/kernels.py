@@ -31,7 +31,7 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
+__all__ = ["available", "bucket_pairs", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
            "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
@@ -145,6 +145,20 @@ def draw_negatives(keys: list[int], counts: list[int], num_vertices: int) -> lis
                               np.empty(int(num_vertices), dtype=np.int64))
     bounds = np.r_[0, np.cumsum(m)]
     return [buf[:, bounds[j] : bounds[j + 1]] for j in range(m.shape[0])]
+
+
+def bucket_pairs(src: np.ndarray, dst: np.ndarray, bounds: np.ndarray, firsts: np.ndarray, rows: int,
+                 vertices: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`~hpcdgnn.tasks.link_prediction.bucket_by_destination` of several segments (int64 pairs, vertices
+    ``dst - firsts[j]`` below ``vertices``) in one compiled call, in the same order (a stable counting sort),
+    into fresh arrays; None where the compiled path does not apply (fewer than :data:`MIN_PAIRS` pairs before
+    the module is loaded, no numba)."""
+    if not _takes(int(src.shape[0]), same_bits=True) or not _compile():
+        return None
+    out_src, out_dst = np.empty_like(src), np.empty_like(dst)
+    _kernel("bucket_pairs")(src, dst, bounds, firsts, int(rows), out_src, out_dst,
+                            np.empty((vertices - 1) // rows + 1, dtype=np.int64))
+    return out_src, out_dst
 
 
 def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...] | None:

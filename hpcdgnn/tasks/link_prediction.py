@@ -18,6 +18,7 @@ logit at 0.
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import torch
@@ -147,6 +148,59 @@ def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> 
     return draw_negatives_steps(seed, epoch, [t], num_vertices, [m])[0]
 
 
+#: bytes of the decoder's destination rows (their projection pv and its gradient) that one bucket of
+#: :func:`bucket_by_destination` covers by default: 512 KiB, a quarter of a 2 MiB L2 — on the generator
+#: graph (N = 2^15, hidden 16, float32: 4096 rows a bucket) 37-38 ns a pair, against 39 at 2048 rows and
+#: 41-54 at 8192 (one bucketing of each step's pairs; synthetic pairs of its sizes). A constant, not the
+#: machine's cache: the pairs' order sets the rounding of each row's gradient sum, which should not
+#: depend on the node a run lands on. ``HPCDGNN_BUCKET_BYTES`` overrides it (0: no buckets).
+BUCKET_BYTES = 1 << 19
+
+
+def bucket_bytes() -> int:
+    """``HPCDGNN_BUCKET_BYTES`` (a byte count >= 0; 0 keeps the pairs in their drawn order), else
+    :data:`BUCKET_BYTES`."""
+    value = os.environ.get("HPCDGNN_BUCKET_BYTES")
+    if value is None:
+        return BUCKET_BYTES
+    if not value.strip().isdigit():
+        from hpcdgnn.errors import ConfigError
+
+        raise ConfigError(f"environment HPCDGNN_BUCKET_BYTES={value!r}: a byte count >= 0 (0: no buckets)")
+    return int(value)
+
+
+def bucket_by_destination(parts: list[tuple[np.ndarray, np.ndarray]], firsts: list[int], rows: int,
+                          vertices: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each part's pairs (src, dst int64, vertices ``dst - firsts[j]`` below ``vertices``; others count
+    in the nearest bucket) reordered by destination bucket ``(dst - first) // rows``, stably: within a
+    bucket the pairs keep their order (the sources stay ascending where they were). The order depends on the pairs alone, so every rank scoring a
+    step orders its pairs alike; a subset of a part keeps its relative order.
+
+    Why: the decoder's pass (:func:`hpcdgnn.nn.kernels.edge_bce_train`) reads a random destination row
+    and adds into its gradient for every pair; over a whole step those rows span 2 x N x hidden values
+    (4 MiB on the generator graph N = 2^15, hidden 16) and most accesses miss the cache. A bucket's rows
+    (:data:`BUCKET_BYTES`) stay in it while the sources stream by: 49 -> 41 ns a pair there, each
+    half (positives, negatives) of 44 steps bucketed apart (joined: 38 ns), for a pass of ~6 ns a pair.
+    One compiled call for all parts (:func:`hpcdgnn.nn.kernels.bucket_pairs`), else numpy's stable sort
+    (the same order).
+    """
+    if rows >= vertices or not parts:
+        return parts
+    sizes = [p[0].shape[0] for p in parts]
+    bounds = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    src = np.concatenate([p[0] for p in parts])
+    dst = np.concatenate([p[1] for p in parts])
+    firsts_ = np.asarray(firsts, dtype=np.int64)
+    compiled = kernels.bucket_pairs(src, dst, bounds, firsts_, rows, vertices)
+    if compiled is None:
+        top = (vertices - 1) // rows
+        order = np.concatenate([a + np.argsort(np.clip((dst[a:b] - f) // rows, 0, top), kind="stable")
+                                for a, b, f in zip(bounds[:-1], bounds[1:], firsts_)])
+        compiled = src[order], dst[order]
+    return [(compiled[0][a:b], compiled[1][a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def pairs_by_step(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """(src, dst, label) of the pairs of several steps, given per step as (positive src, positive dst, negative
     src, negative dst): step by step, each step's positives then its negatives (label 1 / 0, float32).
@@ -155,7 +209,8 @@ def pairs_by_step(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     step's rows in cache for its negatives after its positives, where all positives, then all negatives,
     streamed every row through the cache twice: 25-35 % less time per pair, forward and backward (measured
     on email-Eu-core and on the generator graph N = 2^15, issue 13). Each row's gradient sums its pairs in
-    the same order either way.
+    the same order either way. Within each half the task orders the pairs by destination bucket
+    (:func:`bucket_by_destination`).
     """
     sides = [a for p in parts for a in (p[0], p[2])]
     sizes = [a.shape[0] for a in sides]
@@ -349,6 +404,8 @@ class LinkPrediction(Task):
         #: mini-batch samples: the epoch whose draws are kept, each step's negatives of it (by t) and each
         #: sample's selected pairs (by (t, batch))
         self._epoch_negatives: tuple[int, dict] = (-1, {})
+        #: the training pairs' destination buckets (:meth:`_bucketed`), read once: every epoch orders alike
+        self._bucket_bytes = bucket_bytes()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -407,6 +464,13 @@ class LinkPrediction(Task):
         edges = self.manifest.snapshot_edges
         return float(sum(edges[t + 1] for t in self.ranges[0]) * (1 + self.cfg.negatives))
 
+    def _bucketed(self, parts: list[tuple[np.ndarray, np.ndarray]], firsts: list[int], vertices: int):
+        """:func:`bucket_by_destination` with buckets of :func:`bucket_bytes` of decoder rows (none for 0)."""
+        if self._bucket_bytes == 0:
+            return parts
+        row = 2 * self.cfg.decoder_hidden * self.decoder.lin1.weight.element_size()  # pv and its gradient
+        return bucket_by_destination(parts, firsts, max(1, self._bucket_bytes // row), vertices)
+
     def _draw(self, t: int, epoch: int, m: int) -> np.ndarray:
         """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
         return draw_negatives(self.seed, epoch, t, self.manifest.num_vertices, m)
@@ -435,18 +499,21 @@ class LinkPrediction(Task):
 
     def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
         """(src, dst, label) of every scored pair of ``steps``, step by step (:func:`pairs_by_step`): step t's
-        positives, then its negatives; step t's vertices are rows ``where[t] * n + v`` of the stacked embeddings.
+        positives, then its negatives, each ordered by destination bucket (:meth:`_bucketed`); step t's
+        vertices are rows ``where[t] * n + v`` of the stacked embeddings.
 
         Positives are the same every epoch and kept; the negatives of step t are drawn from
         the stream of (seed, epoch, t) (:func:`draw_negatives_steps`) — the same pairs whichever rank scores t.
         """
         key = (tuple(steps), tuple(where[t] for t in steps), n)
         fixed = self._fixed.get(key)
+        firsts = [where[t] * n for t in steps]
         if fixed is None:
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
-            fixed = self._fixed[key] = [self._positives(t, where[t] * n) for t in steps]
-        negatives = self._steps_negatives(steps, epoch, [where[t] * n for t in steps])
+            fixed = self._fixed[key] = self._bucketed([self._positives(t, f) for t, f in zip(steps, firsts)],
+                                                      firsts, n)
+        negatives = self._bucketed([tuple(neg) for neg in self._steps_negatives(steps, epoch, firsts)], firsts, n)
         parts = [(ps, pd, *neg) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
         src, dst, label = pairs_by_step(parts)
         return torch.from_numpy(src), torch.from_numpy(dst), label
@@ -515,11 +582,13 @@ class LinkPrediction(Task):
             steps = [t for t in self._steps if self._split_of(t) == s]
             if not steps:
                 continue
+            firsts = [t * N for t in steps]
             fixed = self._fixed.get(("in place", s))
             if fixed is None:
-                fixed = self._fixed[("in place", s)] = [kept(*self._positives(t, t * N)) for t in steps]
-            negatives = self._steps_negatives(steps, epoch, [t * N for t in steps])
-            parts = [(ps, pd, *kept(*neg)) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
+                fixed = self._fixed[("in place", s)] = self._bucketed(
+                    [kept(*self._positives(t, f)) for t, f in zip(steps, firsts)], firsts, N)
+            negatives = self._bucketed([kept(*neg) for neg in self._steps_negatives(steps, epoch, firsts)], firsts, N)
+            parts = [(ps, pd, *neg) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
             out[s] = pairs_by_step(parts)
         return out
 

@@ -452,3 +452,61 @@ def test_torch_score_stats_equal_numpy_bins(dtype, bins, half_range):
         pos, neg = np.ones(bins), np.ones(bins)  # counts are added to what is there
         correct = score_stats_torch(logits.to(dev), torch.from_numpy(positive).to(dev), bins, half_range, pos, neg)
         assert (correct, list(pos - 1), list(neg - 1)) == want, dev
+
+
+@pytest.mark.parametrize("mode", ["torch", "always"])
+def test_pairs_bucketed_by_destination_stably_and_alike_on_any_subset(mode, monkeypatch):
+    """bucket_by_destination: each part a permutation of its pairs, grouped by (dst - first) // rows with
+    the original order kept inside a bucket; the compiled counting sort and numpy's stable sort agree
+    (HPCDGNN_KERNELS), and bucketing a subset of a part (a rank's pairs by source) keeps the subset's
+    order in the whole part's bucketing."""
+    from hpcdgnn.tasks.link_prediction import bucket_by_destination
+
+    monkeypatch.setenv("HPCDGNN_KERNELS", mode)
+    rng = np.random.default_rng(5)
+    n, rows = 50, 8
+    firsts = [0, 50, 150]
+    parts = [(np.sort(rng.integers(0, n, m)) + f, rng.integers(0, n, m) + f) for m, f in zip((40, 0, 77), firsts)]
+    out = bucket_by_destination(parts, firsts, rows, n)
+    for (src, dst), (bs, bd), f in zip(parts, out, firsts, strict=True):
+        order = np.argsort((dst - f) // rows, kind="stable")
+        np.testing.assert_array_equal(bs, src[order])
+        np.testing.assert_array_equal(bd, dst[order])
+        assert np.all(np.diff((bd - f) // rows) >= 0)
+    keep = [(src % 3 == 0) for src, _ in parts]
+    sub = bucket_by_destination([(s[k], d[k]) for (s, d), k in zip(parts, keep)], firsts, rows, n)
+    whole = [(bs[bs % 3 == 0], bd[bs % 3 == 0]) for bs, bd in out]
+    for (a, b), (c, d) in zip(sub, whole, strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    assert bucket_by_destination(parts, firsts, n, n) is parts  # one bucket: nothing moves
+
+
+def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeypatch):
+    """HPCDGNN_BUCKET_BYTES small enough for several buckets on this graph against 0 (no buckets): the same
+    metric histograms and counts, the loss and gradients to rounding; a bad value is a one-line error."""
+    from hpcdgnn.errors import ConfigError
+
+    _, m, reader = task_data
+    runs = {}
+    for value in ("0", "512"):  # 512 bytes: 2 rows of (pv, dpv) at hidden 16, float64
+        monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", value)
+        task = make_task(m)
+        task.setup(reader, list(range(T)), comm=None)
+        emb = _emb(seed=5)
+        batch = task(emb, epoch=2)
+        batch.loss_sum.backward()
+        runs[value] = (batch, [emb[t].grad for t in task.ranges[0]], task._pairs(list(task.ranges[0]),
+                                                                                  {t: t for t in range(T)}, N, 2))
+    (a, ga, pa), (b, gb, pb) = runs["0"], runs["512"]
+    assert not np.array_equal(pa[1].numpy(), pb[1].numpy())  # the order did change
+    np.testing.assert_array_equal(np.sort(pa[1].numpy()), np.sort(pb[1].numpy()))
+    width = 3 + 2 * AUC_BINS
+    for s in range(3):
+        assert np.array_equal(a.stats[s * width + 1 : (s + 1) * width], b.stats[s * width + 1 : (s + 1) * width])
+    assert float(a.loss_sum.detach()) == pytest.approx(float(b.loss_sum.detach()), rel=1e-12)
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+    monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", "half")
+    with pytest.raises(ConfigError, match="HPCDGNN_BUCKET_BYTES='half'"):
+        make_task(m)

@@ -76,6 +76,26 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
         np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], err_msg=f"{model} {dtype} compiled P={P}")
 
 
+@pytest.mark.parametrize("model", ["tmgcn"])
+def test_destination_buckets_keep_the_trajectory(launcher, small_dataset, tmp_path, monkeypatch, model):
+    """The decoder's pairs in destination buckets (HPCDGNN_BUCKET_BYTES small enough for several on this
+    graph; the compiled bucketing, HPCDGNN_KERNELS=always): the trajectory of the drawn order to rounding in
+    one process, and the bucketed one at P = 2 (snapshot) and P = 3 (vertex: pairs scored by source, a subset
+    of each step's pairs on each rank)."""
+    pytest.importorskip("numba")
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"device": "cpu"})
+    monkeypatch.setenv("HPCDGNN_KERNELS", "always")
+    monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", "0")
+    plain, _ = _losses(launcher, None, job, tmp_path / "plain")
+    monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", "1024")  # 4 rows of (pv, dpv) at hidden 16, float64: 6 buckets
+    ref, _ = _losses(launcher, None, job, tmp_path / "buckets")
+    np.testing.assert_allclose(ref, plain, rtol=1e-9)
+    assert "bucket_pairs" in json.loads((tmp_path / "buckets" / "summary.json").read_text())["compiled_kernels"]
+    for P, strategy in ((2, "snapshot"), (3, "vertex")):
+        got, _ = _losses(launcher, P, job, tmp_path / f"p{P}", f"strategy.name={strategy}")
+        np.testing.assert_allclose(got, ref, rtol=RTOL["float64"], err_msg=f"{strategy} P={P}")
+
+
 def test_more_ranks_than_snapshots_and_node_classification(launcher, tmp_path):
     """P = 3 > T = 2: idle ranks take part in every collective, forward and backward."""
     data = make_dataset(tmp_path / "tiny", T=2, N=11, m=20)
