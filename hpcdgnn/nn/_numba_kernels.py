@@ -167,18 +167,18 @@ def _vertex(key, i, n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)
-def draw_negatives(keys, counts, num_vertices, src, dst, tally):  # pragma: no cover - compiled
+def draw_negatives(keys, counts, offsets, num_vertices, src, dst, tally):  # pragma: no cover - compiled
     """Per step j (``counts[j]`` pairs, written one step after another): sources = the first m draws of
-    stream ``keys[j]``, sorted; destinations = the next m, in draw order. ``tally`` (num_vertices,) is
-    the counting sort's scratch."""
+    stream ``keys[j]``, sorted; destinations = the next m, in draw order; both plus ``offsets[j]`` (the
+    step's first row). ``tally`` (num_vertices,) is the counting sort's scratch."""
     n = np.uint64(num_vertices)
     base = 0
     for j in range(keys.shape[0]):
-        key, m = keys[j], counts[j]
+        key, m, off = keys[j], counts[j], offsets[j]
         if 8 * m < num_vertices:  # few pairs: sort them, not an O(N) count (the same sorted sources)
             part = np.empty(m, dtype=np.int64)
             for i in range(m):
-                part[i] = _vertex(key, i, n)
+                part[i] = _vertex(key, i, n) + off
             part.sort()
             src[base : base + m] = part
         else:
@@ -188,35 +188,49 @@ def draw_negatives(keys, counts, num_vertices, src, dst, tally):  # pragma: no c
             pos = base
             for v in range(num_vertices):
                 for _ in range(tally[v]):
-                    src[pos] = v
+                    src[pos] = v + off
                     pos += 1
         for i in range(m):
-            dst[base + i] = _vertex(key, m + i, n)
+            dst[base + i] = _vertex(key, m + i, n) + off
         base += m
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)
-def bucket_pairs(src, dst, bounds, firsts, rows, out_src, out_dst, tally):  # pragma: no cover - compiled
-    """Per segment j (pairs ``bounds[j]:bounds[j+1]``, vertices ``dst - firsts[j]``): the pairs into out_src /
-    out_dst ordered by ``(dst - firsts[j]) // rows``, stably (a counting sort; ``tally`` has a slot for
-    every bucket; a vertex out of range counts in the nearest)."""
-    top = tally.shape[0] - 1
-    for j in range(bounds.shape[0] - 1):
-        a, b, first = bounds[j], bounds[j + 1], firsts[j]
-        tally[:] = 0
-        for e in range(a, b):
-            tally[min(max((dst[e] - first) // rows, 0), top)] += 1
-        pos = a
+def pairs_by_bucket(pos_src, pos_dst, pos_bounds, neg_src, neg_dst, neg_bounds, firsts, shift,
+                    out_src, out_dst, out_label, tally_pos, tally_neg):  # pragma: no cover - compiled
+    """Step j's positives ``pos_bounds[j]:pos_bounds[j+1]`` (already in bucket order) and its negatives,
+    written at ``pos_bounds[j] + neg_bounds[j]`` of the outputs in destination buckets
+    ``(dst - firsts[j]) >> shift`` (a shift: a division by a run-time divisor cost more than the rest,
+    82 against 61 ms on the generator graph N = 2^15): each bucket's positives (label 1, copied as the run
+    they are), then its negatives (label 0, a stable counting sort). The tallies have a slot per bucket; a vertex out of range
+    counts in the nearest bucket. With one bucket: the positives, then the negatives."""
+    top = tally_pos.shape[0] - 1
+    for j in range(pos_bounds.shape[0] - 1):
+        pa, pb, na, nb, first = pos_bounds[j], pos_bounds[j + 1], neg_bounds[j], neg_bounds[j + 1], firsts[j]
+        tally_pos[:] = 0
+        tally_neg[:] = 0
+        for e in range(pa, pb):
+            tally_pos[min(max((pos_dst[e] - first) >> shift, 0), top)] += 1
+        for e in range(na, nb):
+            tally_neg[min(max((neg_dst[e] - first) >> shift, 0), top)] += 1
+        o, q = pa + na, pa
         for k in range(top + 1):
-            c = tally[k]
-            tally[k] = pos
-            pos += c
-        for e in range(a, b):
-            k = min(max((dst[e] - first) // rows, 0), top)
-            p = tally[k]
-            tally[k] = p + 1
-            out_src[p] = src[e]
-            out_dst[p] = dst[e]
+            for i in range(tally_pos[k]):
+                out_src[o + i] = pos_src[q + i]
+                out_dst[o + i] = pos_dst[q + i]
+                out_label[o + i] = 1.0
+            o += tally_pos[k]
+            q += tally_pos[k]
+            c = tally_neg[k]
+            out_label[o : o + c] = 0.0
+            tally_neg[k] = o
+            o += c
+        for e in range(na, nb):
+            k = min(max((neg_dst[e] - first) >> shift, 0), top)
+            q = tally_neg[k]
+            tally_neg[k] = q + 1
+            out_src[q] = neg_src[e]
+            out_dst[q] = neg_dst[e]
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: gcn_norm's sums, bit for bit

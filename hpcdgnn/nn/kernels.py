@@ -31,8 +31,8 @@ import os
 import numpy as np
 import torch
 
-__all__ = ["available", "bucket_pairs", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
-           "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "score_stats"]
+__all__ = ["available", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
+           "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -133,32 +133,37 @@ def available(*tensors: torch.Tensor, pairs: int | None = None, same_bits: bool 
     return bool(_compile())
 
 
-def draw_negatives(keys: list[int], counts: list[int], num_vertices: int) -> list[np.ndarray] | None:
+def draw_negatives(keys: list[int], counts: list[int], num_vertices: int,
+                   offsets: list[int] | None = None) -> np.ndarray | None:
     """The negative pairs of several steps in one compiled call, or None where the compiled path does not
-    apply (fewer than :data:`MIN_PAIRS` pairs in all, no numba): per step a (2, counts[j]) int64 view of
-    one buffer, bit for bit :func:`~hpcdgnn.tasks.link_prediction.draw_negatives` of stream ``keys[j]``."""
+    apply (fewer than :data:`MIN_PAIRS` pairs in all, no numba): one (2, Σ counts) int64 array, step j's
+    pairs after step j-1's, bit for bit :func:`~hpcdgnn.tasks.link_prediction.draw_negatives` of stream
+    ``keys[j]`` plus ``offsets[j]`` (default 0)."""
     m = np.asarray(counts, dtype=np.int64)
     if not _takes(int(m.sum()), same_bits=True) or not _compile():  # numpy draws the same bits
         return None
+    off = np.zeros(m.shape[0], dtype=np.int64) if offsets is None else np.asarray(offsets, dtype=np.int64)
     buf = np.empty((2, int(m.sum())), dtype=np.int64)
-    _kernel("draw_negatives")(np.asarray(keys, dtype=np.uint64), m, int(num_vertices), buf[0], buf[1],
+    _kernel("draw_negatives")(np.asarray(keys, dtype=np.uint64), m, off, int(num_vertices), buf[0], buf[1],
                               np.empty(int(num_vertices), dtype=np.int64))
-    bounds = np.r_[0, np.cumsum(m)]
-    return [buf[:, bounds[j] : bounds[j + 1]] for j in range(m.shape[0])]
+    return buf
 
 
-def bucket_pairs(src: np.ndarray, dst: np.ndarray, bounds: np.ndarray, firsts: np.ndarray, rows: int,
-                 vertices: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`~hpcdgnn.tasks.link_prediction.bucket_by_destination` of several segments (int64 pairs, vertices
-    ``dst - firsts[j]`` below ``vertices``) in one compiled call, in the same order (a stable counting sort),
-    into fresh arrays; None where the compiled path does not apply (fewer than :data:`MIN_PAIRS` pairs before
-    the module is loaded, no numba)."""
-    if not _takes(int(src.shape[0]), same_bits=True) or not _compile():
+def pairs_by_bucket(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.ndarray, np.ndarray, np.ndarray],
+                    firsts: np.ndarray, shift: int, vertices: int) -> tuple[np.ndarray, ...] | None:
+    """:func:`~hpcdgnn.tasks.link_prediction.pairs_by_step` in one compiled pass (the same order: the
+    positives' bucket runs copied, the negatives' stable counting sort): (src, dst, label float32) from the
+    steps' positives (in bucket order) and negatives, each given as (src, dst, bounds) int64, buckets of
+    2^shift vertices; None where the compiled path does not apply (fewer than :data:`MIN_PAIRS`
+    pairs before the module is loaded, no numba)."""
+    total = int(pos[0].shape[0] + neg[0].shape[0])
+    if not _takes(total, same_bits=True) or not _compile():
         return None
-    out_src, out_dst = np.empty_like(src), np.empty_like(dst)
-    _kernel("bucket_pairs")(src, dst, bounds, firsts, int(rows), out_src, out_dst,
-                            np.empty((vertices - 1) // rows + 1, dtype=np.int64))
-    return out_src, out_dst
+    out = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64), np.empty(total, dtype=np.float32)
+    buckets = ((max(vertices, 1) - 1) >> shift) + 1
+    _kernel("pairs_by_bucket")(pos[0], pos[1], pos[2], neg[0], neg[1], neg[2], firsts, int(shift), *out,
+                               np.empty(buckets, dtype=np.int64), np.empty(buckets, dtype=np.int64))
+    return out
 
 
 def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...] | None:

@@ -33,7 +33,7 @@ from hpcdgnn.tasks.base import (SPLITS, Embeddings, RowShard, SampleEmbeddings, 
                                 split_steps)
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives",
-           "draw_negatives_steps", "negatives_key", "score_stats_torch"]
+           "draw_negatives_joined", "draw_negatives_steps", "negatives_key", "score_stats_torch"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -105,8 +105,17 @@ def _draws(key: int, count: int, num_vertices: int) -> np.ndarray:
 
 def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: int,
                          counts: list[int]) -> list[np.ndarray]:
+    """:func:`draw_negatives_joined`, step by step: step ``steps[j]``'s pairs as a (2, counts[j]) view."""
+    pairs, bounds = draw_negatives_joined(seed, epoch, steps, num_vertices, counts)
+    return [pairs[:, a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices: int, counts: list[int],
+                          offsets: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Step ``steps[j]``'s ``counts[j]`` negative pairs of ``epoch``, for every j: pairs drawn uniformly
-    and independently from V x V, each step's as a (2, m) int64 array ordered by source vertex.
+    and independently from V x V, each step's ordered by source vertex; returned as one (2, Σ counts) int64
+    array with step j's pairs at ``bounds[j]:bounds[j+1]`` (its vertices plus ``offsets[j]``, default 0:
+    rows of stacked embeddings), and ``bounds``.
 
     Each step has its own counter-based stream (splitmix64, keyed by :func:`negatives_key` of
     (seed, epoch, t)): the first m draws are the sources, the next m the destinations, each vertex
@@ -127,20 +136,23 @@ def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: 
     if not 1 <= num_vertices < 1 << 32:
         raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
     keys = [negatives_key(seed, epoch, t) for t in steps]
-    compiled = kernels.draw_negatives(keys, counts, num_vertices)
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    offsets = [0] * len(counts) if offsets is None else offsets
+    compiled = kernels.draw_negatives(keys, counts, num_vertices, offsets)
     if compiled is not None:
-        return compiled
-    out = []
-    for key, m in zip(keys, counts, strict=True):
+        return compiled, bounds
+    out = np.empty((2, int(bounds[-1])), dtype=np.int64)
+    for key, m, a, off in zip(keys, counts, bounds, offsets, strict=False):
         v = _draws(key, 2 * m, num_vertices)
-        pairs = np.empty((2, m), dtype=np.int64)
+        pairs = out[:, a : a + m]
         if 8 * m < num_vertices:  # few pairs: a sort, not an O(N) count (the same sorted sources)
             pairs[0] = np.sort(v[:m])
         else:
             pairs[0] = np.repeat(np.arange(num_vertices, dtype=np.int64), np.bincount(v[:m], minlength=num_vertices))
         pairs[1] = v[m:]
-        out.append(pairs)
-    return out
+        pairs += off
+    return out, bounds
 
 
 def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> np.ndarray:
@@ -149,7 +161,7 @@ def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> 
 
 
 #: bytes of the decoder's destination rows (their projection pv and its gradient) that one bucket of
-#: :func:`bucket_by_destination` covers by default: 512 KiB, a quarter of a 2 MiB L2 — on the generator
+#: :func:`pairs_by_step` covers by default: 512 KiB, a quarter of a 2 MiB L2 — on the generator
 #: graph (N = 2^15, hidden 16, float32: 4096 rows a bucket) 37-38 ns a pair, against 39 at 2048 rows and
 #: 41-54 at 8192 (one bucketing of each step's pairs; synthetic pairs of its sizes). A constant, not the
 #: machine's cache: the pairs' order sets the rounding of each row's gradient sum, which should not
@@ -170,56 +182,90 @@ def bucket_bytes() -> int:
     return int(value)
 
 
-def bucket_by_destination(parts: list[tuple[np.ndarray, np.ndarray]], firsts: list[int], rows: int,
-                          vertices: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each part's pairs (src, dst int64, vertices ``dst - firsts[j]`` below ``vertices``; others count
-    in the nearest bucket) reordered by destination bucket ``(dst - first) // rows``, stably: within a
-    bucket the pairs keep their order (the sources stay ascending where they were). The order depends on the pairs alone, so every rank scoring a
-    step orders its pairs alike; a subset of a part keeps its relative order.
-
-    Why: the decoder's pass (:func:`hpcdgnn.nn.kernels.edge_bce_train`) reads a random destination row
-    and adds into its gradient for every pair; over a whole step those rows span 2 x N x hidden values
-    (4 MiB on the generator graph N = 2^15, hidden 16) and most accesses miss the cache. A bucket's rows
-    (:data:`BUCKET_BYTES`) stay in it while the sources stream by: 49 -> 41 ns a pair there, each
-    half (positives, negatives) of 44 steps bucketed apart (joined: 38 ns), for a pass of ~6 ns a pair.
-    One compiled call for all parts (:func:`hpcdgnn.nn.kernels.bucket_pairs`), else numpy's stable sort
-    (the same order).
-    """
-    if rows >= vertices or not parts:
-        return parts
-    sizes = [p[0].shape[0] for p in parts]
-    bounds = np.r_[0, np.cumsum(sizes)].astype(np.int64)
-    src = np.concatenate([p[0] for p in parts])
-    dst = np.concatenate([p[1] for p in parts])
-    firsts_ = np.asarray(firsts, dtype=np.int64)
-    compiled = kernels.bucket_pairs(src, dst, bounds, firsts_, rows, vertices)
-    if compiled is None:
-        top = (vertices - 1) // rows
-        order = np.concatenate([a + np.argsort(np.clip((dst[a:b] - f) // rows, 0, top), kind="stable")
-                                for a, b, f in zip(bounds[:-1], bounds[1:], firsts_)])
-        compiled = src[order], dst[order]
-    return [(compiled[0][a:b], compiled[1][a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+def joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-step (src, dst) int64 pairs as one (src, dst, bounds) triple: step j's pairs at
+    ``bounds[j]:bounds[j+1]``."""
+    bounds = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([p[0].shape[0] for p in parts], out=bounds[1:])
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), bounds
+    return (np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False),
+            np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False), bounds)
 
 
-def pairs_by_step(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
-    """(src, dst, label) of the pairs of several steps, given per step as (positive src, positive dst, negative
-    src, negative dst): step by step, each step's positives then its negatives (label 1 / 0, float32).
+def _bucket_keys(dst: np.ndarray, first: int, shift: int, vertices: int) -> np.ndarray:
+    """Destination bucket ``(dst - first) >> shift`` of each pair, a vertex out of range in the nearest."""
+    return np.clip((dst - first) >> shift, 0, (max(vertices, 1) - 1) >> shift)
 
-    Why this order: a step's pairs read only that step's rows, so step by step the decoder's loops find a
-    step's rows in cache for its negatives after its positives, where all positives, then all negatives,
+
+def bucket_shift(rows: int, vertices: int) -> int:
+    """log2 of the bucket size: ``rows`` rounded down to a power of two (the kernel shifts, not divides);
+    one bucket (a size of at least ``vertices``) where ``rows >= vertices``."""
+    if rows >= vertices:
+        return max(1, vertices - 1).bit_length()
+    return max(1, rows).bit_length() - 1
+
+
+def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[int] | np.ndarray, rows: int,
+               vertices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps' pairs (src, dst, bounds) with each step's pairs stably sorted by destination bucket
+    (:func:`pairs_by_step`'s order; the positives it takes are in it: sorted once, when kept)."""
+    src, dst, bounds = pairs
+    shift = bucket_shift(rows, vertices)
+    if (max(vertices, 1) - 1) >> shift == 0 or src.shape[0] == 0:
+        return pairs
+    order = np.concatenate([a + np.argsort(_bucket_keys(dst[a:b], f, shift, vertices), kind="stable")
+                            for a, b, f in zip(bounds[:-1], bounds[1:], firsts)])
+    return src[order], dst[order], bounds
+
+
+def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.ndarray, np.ndarray, np.ndarray],
+                  firsts: list[int] | np.ndarray, rows: int, vertices: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """(src, dst, label) of the pairs of several steps, given as the steps' positives (in bucket order,
+    :func:`in_buckets`) and negatives, each (src, dst, bounds) (:func:`joined`; step j's vertices are
+    ``dst - firsts[j]``, below ``vertices``): step by step, and within a step by destination bucket
+    (:func:`bucket_shift`: ``rows`` rounded down to a power of two), each bucket's positives (label 1),
+    then its negatives (label 0), each in their given order (a stable sort; a vertex out of range counts
+    in the nearest bucket). ``rows >= vertices``: one bucket, the step's positives then its negatives.
+
+    Why step by step: a step's pairs read only that step's rows, so the decoder's loops find a step's
+    rows in cache for its negatives after its positives, where all positives, then all negatives,
     streamed every row through the cache twice: 25-35 % less time per pair, forward and backward (measured
-    on email-Eu-core and on the generator graph N = 2^15, issue 13). Each row's gradient sums its pairs in
-    the same order either way. Within each half the task orders the pairs by destination bucket
-    (:func:`bucket_by_destination`).
+    on email-Eu-core and on the generator graph N = 2^15, issue 13).
+
+    Why buckets: the decoder's training pass (:func:`hpcdgnn.nn.kernels.edge_bce_train`) reads a random
+    destination row and adds into its gradient for every pair; over a whole step those rows span
+    2 x N x hidden values (4 MiB on the generator graph N = 2^15, hidden 16), and most accesses missed the
+    cache. A bucket's rows (:data:`BUCKET_BYTES`) stay in it while the sources stream by (they stay
+    ascending within a bucket where they were: the positives' CSR order, the negatives' sorted sources).
+    Measured there (44 steps, synthetic pairs of its sizes): 49 ns a pair in drawn order, 41 with the
+    positives and the negatives bucketed apart, 37-38 as here. The order is a function of each step's
+    pairs alone, so every rank scoring a step orders its pairs alike, and a subset of them (pairs scored
+    by source) in their relative order. One compiled pass (:func:`hpcdgnn.nn.kernels.pairs_by_bucket`)
+    writes the result, as the concatenation it replaces did, copying the positives' runs and scattering
+    the negatives (scattering both, with labels, cost 3x as much); else numpy's stable sort, the same order.
     """
-    sides = [a for p in parts for a in (p[0], p[2])]
-    sizes = [a.shape[0] for a in sides]
-    if not sides:
+    firsts = np.asarray(firsts, dtype=np.int64)
+    shift = bucket_shift(rows, vertices)
+    compiled = kernels.pairs_by_bucket(pos, neg, firsts, shift, vertices)
+    if compiled is not None:
+        src, dst, label = compiled
+        return src, dst, torch.from_numpy(label)
+    srcs, dsts, labels = [], [], []
+    for j, first in enumerate(firsts):
+        (pa, pb), (na, nb) = pos[2][j : j + 2], neg[2][j : j + 2]
+        s = np.concatenate([pos[0][pa:pb], neg[0][na:nb]])
+        d = np.concatenate([pos[1][pa:pb], neg[1][na:nb]])
+        lab = np.repeat(np.array([1.0, 0.0], dtype=np.float32), [pb - pa, nb - na])
+        if (max(vertices, 1) - 1) >> shift:
+            order = np.argsort(_bucket_keys(d, first, shift, vertices), kind="stable")
+            s, d, lab = s[order], d[order], lab[order]
+        srcs.append(s)
+        dsts.append(d)
+        labels.append(lab)
+    if not srcs:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), torch.zeros(0)
-    src = np.concatenate(sides)
-    dst = np.concatenate([a for p in parts for a in (p[1], p[3])])
-    label = np.repeat(np.tile(np.array([1.0, 0.0], dtype=np.float32), len(parts)), sizes)
-    return src, dst, torch.from_numpy(label)
+    return np.concatenate(srcs), np.concatenate(dsts), torch.from_numpy(np.concatenate(labels))
 
 
 #: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
@@ -404,7 +450,7 @@ class LinkPrediction(Task):
         #: mini-batch samples: the epoch whose draws are kept, each step's negatives of it (by t) and each
         #: sample's selected pairs (by (t, batch))
         self._epoch_negatives: tuple[int, dict] = (-1, {})
-        #: the training pairs' destination buckets (:meth:`_bucketed`), read once: every epoch orders alike
+        #: the pairs' destination buckets (:meth:`_bucket_rows`), read once: every epoch orders alike
         self._bucket_bytes = bucket_bytes()
         self.reset_parameters()
 
@@ -464,12 +510,12 @@ class LinkPrediction(Task):
         edges = self.manifest.snapshot_edges
         return float(sum(edges[t + 1] for t in self.ranges[0]) * (1 + self.cfg.negatives))
 
-    def _bucketed(self, parts: list[tuple[np.ndarray, np.ndarray]], firsts: list[int], vertices: int):
-        """:func:`bucket_by_destination` with buckets of :func:`bucket_bytes` of decoder rows (none for 0)."""
+    def _bucket_rows(self) -> int:
+        """Destination rows a bucket of :func:`pairs_by_step` covers: :func:`bucket_bytes` of the decoder's
+        rows (pv and its gradient); 0 bytes: one bucket (a huge count)."""
         if self._bucket_bytes == 0:
-            return parts
-        row = 2 * self.cfg.decoder_hidden * self.decoder.lin1.weight.element_size()  # pv and its gradient
-        return bucket_by_destination(parts, firsts, max(1, self._bucket_bytes // row), vertices)
+            return 1 << 62
+        return max(1, self._bucket_bytes // (2 * self.cfg.decoder_hidden * self.decoder.lin1.weight.element_size()))
 
     def _draw(self, t: int, epoch: int, m: int) -> np.ndarray:
         """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
@@ -478,15 +524,16 @@ class LinkPrediction(Task):
     def _step_negatives(self, t: int, epoch: int, offset: int = 0) -> np.ndarray:
         """Step t's negatives of ``epoch`` (``task.negatives`` per positive, :meth:`_draw`) as a (2, m) array
         of rows ``offset + v``."""
-        return self._steps_negatives([t], epoch, [offset])[0]
+        pairs = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+        pairs += offset
+        return pairs
 
-    def _steps_negatives(self, steps: list[int], epoch: int, offsets: list[int]) -> list[np.ndarray]:
-        """:meth:`_step_negatives` of several steps, drawn in one call (:func:`draw_negatives_steps`)."""
+    def _negatives_joined(self, steps: list[int], epoch: int, offsets: list[int]):
+        """The negatives of several steps (:meth:`_step_negatives`) as one (src, dst, bounds) triple
+        (:func:`joined`), drawn in one call (:func:`draw_negatives_joined`): step j's rows ``offsets[j] + v``."""
         counts = [self.targets[t][0].shape[0] * self.cfg.negatives for t in steps]
-        out = draw_negatives_steps(self.seed, epoch, steps, self.manifest.num_vertices, counts)
-        for neg, offset in zip(out, offsets, strict=True):
-            neg += offset
-        return out
+        pairs, bounds = draw_negatives_joined(self.seed, epoch, steps, self.manifest.num_vertices, counts, offsets)
+        return pairs[0], pairs[1], bounds
 
     def _positives(self, t: int, offset: int) -> tuple[np.ndarray, np.ndarray]:
         """Step t's positive pairs (src, dst) as int64 rows ``offset + v``."""
@@ -499,8 +546,8 @@ class LinkPrediction(Task):
 
     def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
         """(src, dst, label) of every scored pair of ``steps``, step by step (:func:`pairs_by_step`): step t's
-        positives, then its negatives, each ordered by destination bucket (:meth:`_bucketed`); step t's
-        vertices are rows ``where[t] * n + v`` of the stacked embeddings.
+        positives, then its negatives, in destination buckets (:meth:`_bucket_rows`); step t's vertices are
+        rows ``where[t] * n + v`` of the stacked embeddings.
 
         Positives are the same every epoch and kept; the negatives of step t are drawn from
         the stream of (seed, epoch, t) (:func:`draw_negatives_steps`) — the same pairs whichever rank scores t.
@@ -511,11 +558,10 @@ class LinkPrediction(Task):
         if fixed is None:
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
-            fixed = self._fixed[key] = self._bucketed([self._positives(t, f) for t, f in zip(steps, firsts)],
-                                                      firsts, n)
-        negatives = self._bucketed([tuple(neg) for neg in self._steps_negatives(steps, epoch, firsts)], firsts, n)
-        parts = [(ps, pd, *neg) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
-        src, dst, label = pairs_by_step(parts)
+            fixed = self._fixed[key] = in_buckets(joined([self._positives(t, f) for t, f in zip(steps, firsts)]),
+                                                  firsts, self._bucket_rows(), n)
+        negatives = self._negatives_joined(steps, epoch, firsts)
+        src, dst, label = pairs_by_step(fixed, negatives, firsts, self._bucket_rows(), n)
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
@@ -585,11 +631,11 @@ class LinkPrediction(Task):
             firsts = [t * N for t in steps]
             fixed = self._fixed.get(("in place", s))
             if fixed is None:
-                fixed = self._fixed[("in place", s)] = self._bucketed(
-                    [kept(*self._positives(t, f)) for t, f in zip(steps, firsts)], firsts, N)
-            negatives = self._bucketed([kept(*neg) for neg in self._steps_negatives(steps, epoch, firsts)], firsts, N)
-            parts = [(ps, pd, *neg) for (ps, pd), neg in zip(fixed, negatives, strict=True)]
-            out[s] = pairs_by_step(parts)
+                fixed = self._fixed[("in place", s)] = in_buckets(
+                    joined([kept(*self._positives(t, f)) for t, f in zip(steps, firsts)]), firsts, self._bucket_rows(), N)
+            src, dst, bounds = self._negatives_joined(steps, epoch, firsts)
+            negatives = joined([kept(src[a:b], dst[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
+            out[s] = pairs_by_step(fixed, negatives, firsts, self._bucket_rows(), N)
         return out
 
     def _alone_block(self, emb: ShardedEmbeddings) -> Embeddings | None:

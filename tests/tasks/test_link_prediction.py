@@ -343,16 +343,21 @@ def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n, monk
     grouping never changes a pair, and neither does the path."""
     pytest.importorskip("numba")
     from hpcdgnn.nn import kernels
-    from hpcdgnn.tasks.link_prediction import draw_negatives, draw_negatives_steps
+    from hpcdgnn.tasks.link_prediction import draw_negatives, draw_negatives_joined, draw_negatives_steps
 
     steps, counts = list(range(3, 43)), [900 + 37 * j for j in range(40)]
     assert sum(counts) >= kernels.MIN_PAIRS > max(counts)
     together = draw_negatives_steps(11, 4, steps, n, counts)
     assert kernels.draw_negatives([1], [kernels.MIN_PAIRS], n) is not None  # the compiled path is the one taken
+    offsets = [1000 * j for j in range(len(steps))]  # rows of stacked steps: added in the same pass
+    shifted, bounds = draw_negatives_joined(11, 4, steps, n, counts, offsets)
     monkeypatch.setattr(kernels, "_loaded", lambda: False)  # each step alone: numpy's draws
     assert kernels.draw_negatives([1], [max(counts)], n) is None
     for t, m, pairs in zip(steps, counts, together, strict=True):
         np.testing.assert_array_equal(pairs, draw_negatives(11, 4, t, n, m))
+    np.testing.assert_array_equal(shifted, np.concatenate(together, axis=1) + np.repeat(offsets, counts))
+    np.testing.assert_array_equal(draw_negatives_joined(11, 4, steps[:2], n, counts[:2], offsets[:2])[0],
+                                  shifted[:, : bounds[2]])  # numpy's path (fewer than MIN_PAIRS), offsets too
 
 
 def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_later(task_data):
@@ -455,31 +460,54 @@ def test_torch_score_stats_equal_numpy_bins(dtype, bins, half_range):
 
 
 @pytest.mark.parametrize("mode", ["torch", "always"])
-def test_pairs_bucketed_by_destination_stably_and_alike_on_any_subset(mode, monkeypatch):
-    """bucket_by_destination: each part a permutation of its pairs, grouped by (dst - first) // rows with
-    the original order kept inside a bucket; the compiled counting sort and numpy's stable sort agree
-    (HPCDGNN_KERNELS), and bucketing a subset of a part (a rank's pairs by source) keeps the subset's
-    order in the whole part's bucketing."""
-    from hpcdgnn.tasks.link_prediction import bucket_by_destination
+def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mode, monkeypatch):
+    """pairs_by_step: step by step, a stable sort of the step's positives then negatives by destination
+    bucket (dst - first) // rows, the labels following; the compiled counting sort and numpy's stable sort
+    agree (HPCDGNN_KERNELS); the pairs of a subset (a rank's pairs by source) come out in the whole
+    set's relative order; one bucket is the positives, then the negatives, of each step."""
+    from hpcdgnn.nn import kernels
+    from hpcdgnn.tasks.link_prediction import in_buckets, joined, pairs_by_step
 
     monkeypatch.setenv("HPCDGNN_KERNELS", mode)
+    if mode == "torch":  # numpy's path, also where an earlier test loaded the module
+        monkeypatch.setattr(kernels, "_loaded", lambda: False)
+    else:
+        pytest.importorskip("numba")
+    before = kernels.calls().get("pairs_by_bucket", 0)
     rng = np.random.default_rng(5)
     n, rows = 50, 8
     firsts = [0, 50, 150]
-    parts = [(np.sort(rng.integers(0, n, m)) + f, rng.integers(0, n, m) + f) for m, f in zip((40, 0, 77), firsts)]
-    out = bucket_by_destination(parts, firsts, rows, n)
-    for (src, dst), (bs, bd), f in zip(parts, out, firsts, strict=True):
-        order = np.argsort((dst - f) // rows, kind="stable")
-        np.testing.assert_array_equal(bs, src[order])
-        np.testing.assert_array_equal(bd, dst[order])
-        assert np.all(np.diff((bd - f) // rows) >= 0)
-    keep = [(src % 3 == 0) for src, _ in parts]
-    sub = bucket_by_destination([(s[k], d[k]) for (s, d), k in zip(parts, keep)], firsts, rows, n)
-    whole = [(bs[bs % 3 == 0], bd[bs % 3 == 0]) for bs, bd in out]
-    for (a, b), (c, d) in zip(sub, whole, strict=True):
-        np.testing.assert_array_equal(a, c)
-        np.testing.assert_array_equal(b, d)
-    assert bucket_by_destination(parts, firsts, n, n) is parts  # one bucket: nothing moves
+
+    def step_pairs(m, f):
+        return np.sort(rng.integers(0, n, m)) + f, rng.integers(0, n, m) + f
+
+    pos = [step_pairs(m, f) for m, f in zip((40, 0, 77), firsts)]
+    neg = [step_pairs(m, f) for m, f in zip((30, 9, 0), firsts)]
+    src, dst, label = pairs_by_step(in_buckets(joined(pos), firsts, rows, n), joined(neg), firsts, rows, n)
+    a = 0
+    for (ps, pd), (ns, nd), f in zip(pos, neg, firsts, strict=True):
+        s, d = np.concatenate([ps, ns]), np.concatenate([pd, nd])
+        lab = np.r_[np.ones(ps.shape[0]), np.zeros(ns.shape[0])]
+        order = np.argsort((d - f) // rows, kind="stable")
+        b = a + s.shape[0]
+        np.testing.assert_array_equal(src[a:b], s[order])
+        np.testing.assert_array_equal(dst[a:b], d[order])
+        np.testing.assert_array_equal(label.numpy()[a:b], lab[order])
+        a = b
+    assert a == src.shape[0] and label.dtype == torch.float32
+    assert kernels.calls().get("pairs_by_bucket", 0) == before + (mode == "always")  # the path named
+
+    def keep(pairs):
+        return [(s[s % 3 == 0], d[s % 3 == 0]) for s, d in pairs]
+
+    sub = pairs_by_step(in_buckets(joined(keep(pos)), firsts, rows, n), joined(keep(neg)), firsts, rows, n)
+    mine = src % 3 == 0
+    for x, y in zip(sub, (src[mine], dst[mine], label[mine]), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    one = pairs_by_step(joined(pos), joined(neg), firsts, n, n)
+    plain = [np.concatenate([a for p, q in zip(pos, neg) for a in (p[i], q[i])]) for i in (0, 1)]
+    np.testing.assert_array_equal(one[0], plain[0])
+    np.testing.assert_array_equal(one[1], plain[1])
 
 
 def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeypatch):

@@ -90,7 +90,7 @@ def test_destination_buckets_keep_the_trajectory(launcher, small_dataset, tmp_pa
     monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", "1024")  # 4 rows of (pv, dpv) at hidden 16, float64: 6 buckets
     ref, _ = _losses(launcher, None, job, tmp_path / "buckets")
     np.testing.assert_allclose(ref, plain, rtol=1e-9)
-    assert "bucket_pairs" in json.loads((tmp_path / "buckets" / "summary.json").read_text())["compiled_kernels"]
+    assert "pairs_by_bucket" in json.loads((tmp_path / "buckets" / "summary.json").read_text())["compiled_kernels"]
     for P, strategy in ((2, "snapshot"), (3, "vertex")):
         got, _ = _losses(launcher, P, job, tmp_path / f"p{P}", f"strategy.name={strategy}")
         np.testing.assert_allclose(got, ref, rtol=RTOL["float64"], err_msg=f"{strategy} P={P}")
