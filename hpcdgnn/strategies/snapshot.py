@@ -461,8 +461,8 @@ class SnapshotStrategy(Strategy):
         grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
         with torch.no_grad():
             for b in range(nb):
-                # clone: a state may be a view of a receive buffer that the next block's exchange reuses,
-                # or of a whole block's activations (TM-GCN's window tail), which the clone lets go
+                # clone: a state may be a view of a receive buffer that the next block's exchange reuses
+                # (or of the block's activations): the clone is kept, the original let go before the block runs
                 saved.append(tree_map(_clone, states))
                 states = None
                 if b == last_grad:
