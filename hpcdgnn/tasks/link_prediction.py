@@ -182,7 +182,7 @@ def bucket_bytes() -> int:
     return int(value)
 
 
-def joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def concat_steps(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-step (src, dst) int64 pairs as one (src, dst, bounds) triple: step j's pairs at
     ``bounds[j]:bounds[j+1]``."""
     bounds = np.zeros(len(parts) + 1, dtype=np.int64)
@@ -193,11 +193,6 @@ def joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.n
             np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False), bounds)
 
 
-def _bucket_keys(dst: np.ndarray, first: int, shift: int, vertices: int) -> np.ndarray:
-    """Destination bucket ``(dst - first) >> shift`` of each pair, a vertex out of range in the nearest."""
-    return np.clip((dst - first) >> shift, 0, (max(vertices, 1) - 1) >> shift)
-
-
 def bucket_shift(rows: int, vertices: int) -> int:
     """log2 of the bucket size: ``rows`` rounded down to a power of two (the kernel shifts, not divides);
     one bucket (a size of at least ``vertices``) where ``rows >= vertices``."""
@@ -206,27 +201,38 @@ def bucket_shift(rows: int, vertices: int) -> int:
     return max(1, rows).bit_length() - 1
 
 
-def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[int] | np.ndarray, rows: int,
+def _last_bucket(shift: int, vertices: int) -> int:
+    """The highest destination bucket of ``vertices`` vertices in buckets of 2^shift (0: one bucket)."""
+    return (max(vertices, 1) - 1) >> shift
+
+
+def _bucket_order(dst: np.ndarray, bounds: np.ndarray, firsts, shift: int, vertices: int) -> np.ndarray:
+    """The permutation that stably sorts each step's pairs (``bounds``) by destination bucket
+    ``(dst - first) >> shift``, a vertex out of range in the nearest bucket."""
+    top = _last_bucket(shift, vertices)
+    return np.concatenate([a + np.argsort(np.clip((dst[a:b] - f) >> shift, 0, top), kind="stable")
+                           for a, b, f in zip(bounds[:-1], bounds[1:], firsts)])
+
+
+def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[int] | np.ndarray, shift: int,
                vertices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps' pairs (src, dst, bounds) with each step's pairs stably sorted by destination bucket
     (:func:`pairs_by_step`'s order; the positives it takes are in it: sorted once, when kept)."""
     src, dst, bounds = pairs
-    shift = bucket_shift(rows, vertices)
-    if (max(vertices, 1) - 1) >> shift == 0 or src.shape[0] == 0:
+    if _last_bucket(shift, vertices) == 0 or src.shape[0] == 0:
         return pairs
-    order = np.concatenate([a + np.argsort(_bucket_keys(dst[a:b], f, shift, vertices), kind="stable")
-                            for a, b, f in zip(bounds[:-1], bounds[1:], firsts)])
+    order = _bucket_order(dst, bounds, firsts, shift, vertices)
     return src[order], dst[order], bounds
 
 
 def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.ndarray, np.ndarray, np.ndarray],
-                  firsts: list[int] | np.ndarray, rows: int, vertices: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+                  firsts: list[int] | np.ndarray, shift: int, vertices: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """(src, dst, label) of the pairs of several steps, given as the steps' positives (in bucket order,
-    :func:`in_buckets`) and negatives, each (src, dst, bounds) (:func:`joined`; step j's vertices are
-    ``dst - firsts[j]``, below ``vertices``): step by step, and within a step by destination bucket
-    (:func:`bucket_shift`: ``rows`` rounded down to a power of two), each bucket's positives (label 1),
-    then its negatives (label 0), each in their given order (a stable sort; a vertex out of range counts
-    in the nearest bucket). ``rows >= vertices``: one bucket, the step's positives then its negatives.
+    :func:`in_buckets`) and negatives, each (src, dst, bounds) (:func:`concat_steps`; step j's vertices are
+    ``dst - firsts[j]``, below ``vertices``): step by step, and within a step by destination bucket of
+    2^shift vertices (:func:`bucket_shift`), each bucket's positives (label 1), then its negatives
+    (label 0), each in their given order (a stable sort; a vertex out of range counts in the nearest
+    bucket). One bucket: the step's positives then its negatives.
 
     Why step by step: a step's pairs read only that step's rows, so the decoder's loops find a step's
     rows in cache for its negatives after its positives, where all positives, then all negatives,
@@ -243,36 +249,27 @@ def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.
     pairs alone, so every rank scoring a step orders its pairs alike, and a subset of them (pairs scored
     by source) in their relative order. One compiled pass (:func:`hpcdgnn.nn.kernels.pairs_by_bucket`)
     writes the result, as the concatenation it replaces did, copying the positives' runs and scattering
-    the negatives (scattering both, with labels, cost 3x as much); else numpy's stable sort, the same order.
+    the negatives (scattering both, with labels, cost 3x as much); else numpy's stable sort, the same
+    order. One bucket (email-Eu-core) keeps numpy's concatenation: twice the compiled pass's speed there.
     """
     firsts = np.asarray(firsts, dtype=np.int64)
-    shift = bucket_shift(rows, vertices)
-    if (max(vertices, 1) - 1) >> shift == 0:  # one bucket: numpy's concatenation (2x the compiled pass's speed)
-        cuts = [(a[2][j], a[2][j + 1], a) for j in range(firsts.shape[0]) for a in (pos, neg)]
-        sizes = [b - a for a, b, _ in cuts]
-        label = np.repeat(np.tile(np.array([1.0, 0.0], dtype=np.float32), firsts.shape[0]), sizes)
-        if not cuts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), torch.zeros(0)
-        return (np.concatenate([x[0][a:b] for a, b, x in cuts]), np.concatenate([x[1][a:b] for a, b, x in cuts]),
-                torch.from_numpy(label))
-    compiled = kernels.pairs_by_bucket(pos, neg, firsts, shift, vertices)
-    if compiled is not None:
-        src, dst, label = compiled
-        return src, dst, torch.from_numpy(label)
-    srcs, dsts, labels = [], [], []
-    for j, first in enumerate(firsts):
-        (pa, pb), (na, nb) = pos[2][j : j + 2], neg[2][j : j + 2]
-        s = np.concatenate([pos[0][pa:pb], neg[0][na:nb]])
-        d = np.concatenate([pos[1][pa:pb], neg[1][na:nb]])
-        lab = np.repeat(np.array([1.0, 0.0], dtype=np.float32), [pb - pa, nb - na])
-        order = np.argsort(_bucket_keys(d, first, shift, vertices), kind="stable")
-        s, d, lab = s[order], d[order], lab[order]
-        srcs.append(s)
-        dsts.append(d)
-        labels.append(lab)
-    if not srcs:
+    top = _last_bucket(shift, vertices)
+    if top > 0:
+        compiled = kernels.pairs_by_bucket(pos, neg, firsts, shift, top + 1)
+        if compiled is not None:
+            src, dst, label = compiled
+            return src, dst, torch.from_numpy(label)
+    # step by step, each step's positives then its negatives; with buckets, then stably sorted per step
+    cuts = [(x[2][j], x[2][j + 1], x) for j in range(firsts.shape[0]) for x in (pos, neg)]
+    if not cuts:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), torch.zeros(0)
-    return np.concatenate(srcs), np.concatenate(dsts), torch.from_numpy(np.concatenate(labels))
+    label = np.repeat(np.tile(np.array([1.0, 0.0], dtype=np.float32), firsts.shape[0]), [b - a for a, b, _ in cuts])
+    src = np.concatenate([x[0][a:b] for a, b, x in cuts])
+    dst = np.concatenate([x[1][a:b] for a, b, x in cuts])
+    if top > 0:
+        order = _bucket_order(dst, pos[2] + neg[2], firsts, shift, vertices)
+        src, dst, label = src[order], dst[order], label[order]
+    return src, dst, torch.from_numpy(label)
 
 
 #: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
@@ -457,7 +454,7 @@ class LinkPrediction(Task):
         #: mini-batch samples: the epoch whose draws are kept, each step's negatives of it (by t) and each
         #: sample's selected pairs (by (t, batch))
         self._epoch_negatives: tuple[int, dict] = (-1, {})
-        #: the pairs' destination buckets (:meth:`_bucket_rows`), read once: every epoch orders alike
+        #: the pairs' destination buckets (:meth:`_bucket_shift`), read once: every epoch orders alike
         self._bucket_bytes = bucket_bytes()
         self.reset_parameters()
 
@@ -517,12 +514,11 @@ class LinkPrediction(Task):
         edges = self.manifest.snapshot_edges
         return float(sum(edges[t + 1] for t in self.ranges[0]) * (1 + self.cfg.negatives))
 
-    def _bucket_rows(self) -> int:
-        """Destination rows a bucket of :func:`pairs_by_step` covers: :func:`bucket_bytes` of the decoder's
-        rows (pv and its gradient); 0 bytes: one bucket (a huge count)."""
-        if self._bucket_bytes == 0:
-            return 1 << 62
-        return max(1, self._bucket_bytes // (2 * self.cfg.decoder_hidden * self.decoder.lin1.weight.element_size()))
+    def _bucket_shift(self, vertices: int) -> int:
+        """log2 of the destination rows a bucket of :func:`pairs_by_step` covers over ``vertices``:
+        :func:`bucket_bytes` of the decoder's rows (pv and its gradient); 0 bytes: one bucket."""
+        row = 2 * self.cfg.decoder_hidden * self.decoder.lin1.weight.element_size()
+        return bucket_shift(self._bucket_bytes // row if self._bucket_bytes else vertices, vertices)
 
     def _draw(self, t: int, epoch: int, m: int) -> np.ndarray:
         """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
@@ -537,7 +533,7 @@ class LinkPrediction(Task):
 
     def _negatives_joined(self, steps: list[int], epoch: int, offsets: list[int]):
         """The negatives of several steps (:meth:`_step_negatives`) as one (src, dst, bounds) triple
-        (:func:`joined`), drawn in one call (:func:`draw_negatives_joined`): step j's rows ``offsets[j] + v``."""
+        (:func:`concat_steps`), drawn in one call (:func:`draw_negatives_joined`): step j's rows ``offsets[j] + v``."""
         counts = [self.targets[t][0].shape[0] * self.cfg.negatives for t in steps]
         pairs, bounds = draw_negatives_joined(self.seed, epoch, steps, self.manifest.num_vertices, counts, offsets)
         return pairs[0], pairs[1], bounds
@@ -553,7 +549,7 @@ class LinkPrediction(Task):
 
     def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
         """(src, dst, label) of every scored pair of ``steps``, step by step (:func:`pairs_by_step`): step t's
-        positives, then its negatives, in destination buckets (:meth:`_bucket_rows`); step t's vertices are
+        positives, then its negatives, in destination buckets (:meth:`_bucket_shift`); step t's vertices are
         rows ``where[t] * n + v`` of the stacked embeddings.
 
         Positives are the same every epoch and kept; the negatives of step t are drawn from
@@ -561,14 +557,14 @@ class LinkPrediction(Task):
         """
         key = (tuple(steps), tuple(where[t] for t in steps), n)
         fixed = self._fixed.get(key)
-        firsts = [where[t] * n for t in steps]
+        firsts, shift = [where[t] * n for t in steps], self._bucket_shift(n)
         if fixed is None:
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
-            fixed = self._fixed[key] = in_buckets(joined([self._positives(t, f) for t, f in zip(steps, firsts)]),
-                                                  firsts, self._bucket_rows(), n)
+            fixed = self._fixed[key] = in_buckets(concat_steps([self._positives(t, f) for t, f in zip(steps, firsts)]),
+                                                  firsts, shift, n)
         negatives = self._negatives_joined(steps, epoch, firsts)
-        src, dst, label = pairs_by_step(fixed, negatives, firsts, self._bucket_rows(), n)
+        src, dst, label = pairs_by_step(fixed, negatives, firsts, shift, n)
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
@@ -623,12 +619,17 @@ class LinkPrediction(Task):
         """
         shard, N = self.shard, self.manifest.num_vertices
         mine_src = self.by_source and not shard.alone
+        shift = self._bucket_shift(N)
 
-        def kept(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def kept(pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """Steps' pairs (src, dst, bounds) with those whose source row is mine, where that decides."""
             if not mine_src:
-                return src, dst
+                return pairs
+            src, dst, bounds = pairs
             keep = shard.mine(src)
-            return src[keep], dst[keep]
+            before = np.zeros(keep.shape[0] + 1, dtype=np.int64)  # kept pairs before each position
+            np.cumsum(keep, out=before[1:])
+            return src[keep], dst[keep], before[bounds]
 
         out = {}
         for s in range(len(SPLITS)):
@@ -639,10 +640,8 @@ class LinkPrediction(Task):
             fixed = self._fixed.get(("in place", s))
             if fixed is None:
                 fixed = self._fixed[("in place", s)] = in_buckets(
-                    joined([kept(*self._positives(t, f)) for t, f in zip(steps, firsts)]), firsts, self._bucket_rows(), N)
-            src, dst, bounds = self._negatives_joined(steps, epoch, firsts)
-            negatives = joined([kept(src[a:b], dst[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
-            out[s] = pairs_by_step(fixed, negatives, firsts, self._bucket_rows(), N)
+                    kept(concat_steps([self._positives(t, f) for t, f in zip(steps, firsts)])), firsts, shift, N)
+            out[s] = pairs_by_step(fixed, kept(self._negatives_joined(steps, epoch, firsts)), firsts, shift, N)
         return out
 
     def _alone_block(self, emb: ShardedEmbeddings) -> Embeddings | None:

@@ -466,7 +466,7 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
     agree (HPCDGNN_KERNELS); the pairs of a subset (a rank's pairs by source) come out in the whole
     set's relative order; one bucket is the positives, then the negatives, of each step."""
     from hpcdgnn.nn import kernels
-    from hpcdgnn.tasks.link_prediction import in_buckets, joined, pairs_by_step
+    from hpcdgnn.tasks.link_prediction import bucket_shift, concat_steps, in_buckets, pairs_by_step
 
     monkeypatch.setenv("HPCDGNN_KERNELS", mode)
     if mode == "torch":  # numpy's path, also where an earlier test loaded the module
@@ -483,7 +483,8 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
 
     pos = [step_pairs(m, f) for m, f in zip((40, 0, 77), firsts)]
     neg = [step_pairs(m, f) for m, f in zip((30, 9, 0), firsts)]
-    src, dst, label = pairs_by_step(in_buckets(joined(pos), firsts, rows, n), joined(neg), firsts, rows, n)
+    shift = bucket_shift(rows, n)
+    src, dst, label = pairs_by_step(in_buckets(concat_steps(pos), firsts, shift, n), concat_steps(neg), firsts, shift, n)
     a = 0
     for (ps, pd), (ns, nd), f in zip(pos, neg, firsts, strict=True):
         s, d = np.concatenate([ps, ns]), np.concatenate([pd, nd])
@@ -500,11 +501,11 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
     def keep(pairs):
         return [(s[s % 3 == 0], d[s % 3 == 0]) for s, d in pairs]
 
-    sub = pairs_by_step(in_buckets(joined(keep(pos)), firsts, rows, n), joined(keep(neg)), firsts, rows, n)
+    sub = pairs_by_step(in_buckets(concat_steps(keep(pos)), firsts, shift, n), concat_steps(keep(neg)), firsts, shift, n)
     mine = src % 3 == 0
     for x, y in zip(sub, (src[mine], dst[mine], label[mine]), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    one = pairs_by_step(joined(pos), joined(neg), firsts, n, n)
+    one = pairs_by_step(concat_steps(pos), concat_steps(neg), firsts, bucket_shift(n, n), n)
     plain = [np.concatenate([a for p, q in zip(pos, neg) for a in (p[i], q[i])]) for i in (0, 1)]
     np.testing.assert_array_equal(one[0], plain[0])
     np.testing.assert_array_equal(one[1], plain[1])
