@@ -177,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             if argv is None:  # the program itself, not a caller's main([...]), whose process must not be replaced
                 allocator.reexec()  # restart with jemalloc preloaded where there is one (before torch loads)
             from hpcdgnn.nn import kernels
+            from hpcdgnn.tasks.link_prediction import bucket_bytes
 
             kernels.mode()
+            bucket_bytes()
         except HpcdgnnError as e:
             print(f"hpcdgnn: error: {e}", file=sys.stderr)
             return EXIT_USAGE

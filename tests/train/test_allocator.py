@@ -79,15 +79,17 @@ def test_run_under_mpi_with_jemalloc_and_a_bad_value(launcher, small_dataset, tm
     assert not (tmp_path / "bad").exists()
 
 
-def test_bad_kernels_value_stops_every_rank_before_mpi(launcher, small_dataset, tmp_path, monkeypatch):
-    """HPCDGNN_KERNELS is checked with HPCDGNN_MALLOC, before MPI starts: one line (per rank that gets there
-    before mpirun ends it), exit 2, no run directory (not an abort from the first rank to score pairs)."""
+@pytest.mark.parametrize(("var", "value"), [("HPCDGNN_KERNELS", "fast"), ("HPCDGNN_BUCKET_BYTES", "half")])
+def test_bad_kernels_value_stops_every_rank_before_mpi(launcher, small_dataset, tmp_path, monkeypatch, var, value):
+    """HPCDGNN_KERNELS (and HPCDGNN_BUCKET_BYTES) are checked with HPCDGNN_MALLOC, before MPI starts: one line
+    (per rank that gets there before mpirun ends it), exit 2, no run directory (not an abort from the first
+    rank to score pairs)."""
     job = write_job(tmp_path / "job.yaml", small_dataset)
-    monkeypatch.setenv("HPCDGNN_KERNELS", "fast")
+    monkeypatch.setenv(var, value)
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "bad")], timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcdgnn: error:")]
     # one line per rank that got that far: once one rank exits 2, mpirun ends the others, and a rank still
     # importing torch (slow where it loads CUDA) is ended before it prints
-    assert 1 <= len(lines) <= 2 and all("HPCDGNN_KERNELS='fast'" in ln for ln in lines), proc.stderr
+    assert 1 <= len(lines) <= 2 and all(f"{var}='{value}'" in ln for ln in lines), proc.stderr
     assert not (tmp_path / "bad").exists()
