@@ -8,6 +8,11 @@ import numpy as np
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+#: numpy's error model where a loop divides: under Python's, numba tests every float divisor for zero (to raise
+#: ZeroDivisionError), and that branch stopped LLVM vectorising the loop — the decoder's sigmoid and loss, and
+#: the LSTM's activations, ran one lane at a time (edge_bce_train with the loss: 32 -> 24 ns a pair, N = 986).
+#: The divisors there are 1 + t, 2 + t (t >= 0) and 2 + m (m > -1): never zero.
+_DIVIDE = "numpy"
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
@@ -56,7 +61,7 @@ def _exp_parts(x, c, p, bits):  # pragma: no cover - compiled
         bits[i] = (np.int32(k) + np.int32(127)) << 23  # 2^k, k in [-126, 0]
 
 
-@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def _sigmoid_vec(x, out, p, bits):  # pragma: no cover - compiled
     """out[i] = σ(x[i]) (float32, 1-D; out may be x or p), with t = exp(−|x|) ≤ 1 from :func:`_exp_parts`
     (no overflow): within 1.2e-7 of torch's sigmoid, as the libm path is."""
@@ -69,23 +74,66 @@ def _sigmoid_vec(x, out, p, bits):  # pragma: no cover - compiled
         out[i] = s if x[i] >= 0 else t * s
 
 
-@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
-def _sigmoid_minus(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
-    """g[i] = σ(x[i]) − y[i]: ``vector_exp`` (float32) by :func:`_sigmoid_vec` (``bits``: int32 scratch), else
-    by libm's exp of −|x| (t = exp(−|x|) ≤ 1: no overflow)."""
+@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+def _log1p_unit(t):  # pragma: no cover - compiled
+    """log(1 + t) for float32 t in [0, 1] as 2 atanh(s), s = t / (2 + t) <= 1/3: the odd series to s^15 (the
+    rest < 2e-8 relative), arithmetic LLVM vectorises where a libm call per element does not. s keeps t's
+    relative precision near 0, where log(1 + t) would lose it."""
+    s = t / (np.float32(2.0) + t)
+    z = s * s
+    q = np.float32(1.0 / 15)
+    q = q * z + np.float32(1.0 / 13)
+    q = q * z + np.float32(1.0 / 11)
+    q = q * z + np.float32(1.0 / 9)
+    q = q * z + np.float32(1.0 / 7)
+    q = q * z + np.float32(1.0 / 5)
+    q = q * z + np.float32(1.0 / 3)
+    q = q * z + np.float32(1.0)
+    return np.float32(2.0) * s * q
+
+
+@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+def _bce_margin(x, y, zero, one):  # pragma: no cover - compiled
+    """max(x, 0) − x y, chosen for labels 0 and 1 (max(x, 0), max(−x, 0): exact), so that a loss term's
+    log(1 + t) is not lost when it is added (torch's (1 − y) x − log σ(x) loses it so, to 0). Selects, not
+    (1 − y) max(x, 0) + y max(−x, 0): fastmath folds that back into max(x, 0) − x y, with the log term
+    reassociated into the cancellation — in numba a function compiled apart without fastmath did not stop it."""
+    u = max(x, zero)
+    if y == one:
+        return u - x
+    if y == zero:
+        return u
+    return u - x * y
+
+
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
+def _bce_parts(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
+    """g[i] = σ(x[i]) − y[i] and returns Σ_i BCE(x[i], y[i]) in float64, BCE = max(x, 0) − x y + log(1 + t),
+    t = exp(−|x|) ≤ 1 (no overflow; torch's ``binary_cross_entropy_with_logits``, to rounding): ``vector_exp``
+    (float32) by :func:`_exp_parts` and :func:`_log1p_unit` (``bits``: int32 scratch), else by libm."""
     one = g.dtype.type(1)
+    zero = g.dtype.type(0)
+    total = 0.0
     if vector_exp:
-        _sigmoid_vec(x, g, g, bits)
+        scale = bits.view(np.float32)
+        _exp_parts(x, one, g, bits)  # g holds e^r − 1 until overwritten below
         for i in range(x.shape[0]):
-            g[i] -= y[i]
+            t = (g[i] + one) * scale[i]
+            s = one / (one + t)
+            xi = x[i]
+            g[i] = (s if xi >= zero else t * s) - y[i]
+            total += np.float64(_bce_margin(xi, y[i], zero, one) + _log1p_unit(t))
     else:
         for i in range(x.shape[0]):
-            t = np.exp(-abs(x[i]))
+            xi = x[i]
+            t = np.exp(-abs(xi))
             s = one / (one + t)
-            g[i] = (s if x[i] >= 0 else t * s) - y[i]
+            g[i] = (s if xi >= zero else t * s) - y[i]
+            total += _bce_margin(xi, y[i], zero, one) + np.log1p(t)
+    return total
 
 
-@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def _tanh_vec(x, out, p, bits):  # pragma: no cover - compiled
     """out[i] = tanh(x[i]) (float32, 1-D; out may be x): with m = expm1(−2|x|) = 2^k p + (2^k − 1) from
     :func:`_exp_parts`, tanh|x| = −m / (2 + m) — no cancellation near 0, where (1 − e^−2|x|) / (1 + e^−2|x|)
@@ -100,12 +148,14 @@ def _tanh_vec(x, out, p, bits):  # pragma: no cover - compiled
         out[i] = v if x[i] >= 0 else -v
 
 
-@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vector_exp):  # pragma: no cover - compiled
     """Forward and backward of L = Σ_e BCE(x_e, label_e), x_e = :func:`edge_mlp_forward`'s logit, in one pass:
-    the logits into out; dL/dpu, dL/dpv and dL/dw2 added into dpu, dpv and dw2 (float64); returns
-    dL/db2 = Σ_e g_e, g_e = σ(x_e) − label_e (:func:`_sigmoid_minus`). dL/db1 is the column sum of dpu (each
-    pair's dL/dh reaches b1 and one source row), not carried here: 10 % more per pair.
+    the logits into out; dL/dpu, dL/dpv and dL/dw2 added into dpu, dpv and dw2 (float64, from float32 sums
+    per chunk); returns (L, dL/db2 = Σ_e g_e), g_e = σ(x_e) − label_e, both summed in float64 (:func:`_bce_parts`:
+    the loss here, not in a torch pass over the logits after it, 8.6 M pairs an epoch on the generator graph
+    N = 2^15). dL/db1 is the column sum of dpu (each pair's dL/dh reaches b1 and one source row), not carried
+    here: 10 % more per pair.
 
     Why chunks of three loops: the logits of a chunk, then their g, then the chunk's backward while its
     rows are still in cache, where the unfused forward and backward passes streamed every row through
@@ -120,10 +170,12 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
     H = pu.shape[1]
     zero = pu.dtype.type(0)
     acc = np.zeros(H, dtype=np.float64)
+    part = np.zeros(H, dtype=pu.dtype)  # a chunk's share of dw2, added to acc per chunk
     dh = np.empty(H, dtype=pu.dtype)
     g = np.empty(_BCE_CHUNK, dtype=pu.dtype)
     bits = np.empty(_BCE_CHUNK, dtype=np.int32)
     gsum = 0.0
+    loss = 0.0
     E = src.shape[0]
     for c0 in range(0, E, _BCE_CHUNK):
         c1 = min(E, c0 + _BCE_CHUNK)
@@ -133,7 +185,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
             for k in range(H):
                 x += w2[k] * max(a[k] + b[k] + b1[k], zero)
             out[e] = x + b2
-        _sigmoid_minus(out[c0:c1], label[c0:c1], g[: c1 - c0], bits, vector_exp)
+        loss += _bce_parts(out[c0:c1], label[c0:c1], g[: c1 - c0], bits, vector_exp)
         for e in range(c0, c1):
             s, d, ge = src[e], dst[e], g[e - c0]
             a, b, da, db = pu[s], pv[d], dpu[s], dpv[d]
@@ -142,16 +194,19 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
                 h = a[k] + b[k] + b1[k]
                 m = ge if h > zero else zero  # dL/dh: the ReLU passes g where the unit was active
                 dh[k] = m * w2[k]
-                acc[k] += m * h
+                part[k] += m * h
             # two loops, not one: with one store each LLVM vectorises them behind a runtime alias check;
             # with both stores in one loop it did not (58 -> 48 ns a pair over 44 steps x 2^15 rows, F = 16)
             for k in range(H):
                 da[k] += dh[k]
             for k in range(H):
                 db[k] += dh[k]
+        for k in range(H):  # float64 across chunks; within one, float32 (a conversion per pair cost 2-3 ns)
+            acc[k] += part[k]
+            part[k] = zero
     for k in range(H):
         dw2[k] += acc[k]
-    return gsum
+    return loss, gsum
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)
@@ -324,7 +379,7 @@ def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # prag
     return correct
 
 
-@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
+@numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask, vector_exp):  # pragma: no cover - compiled
     """The LSTM recurrence over feature-major gates (T, 4H, B) holding the input's pre-activations: adds
     ``w_hh @ hin[t]``, activates in place (i, f, o: sigmoid; g: tanh), writes the states hs / cs (T+1, H, B)

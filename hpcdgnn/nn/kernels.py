@@ -210,16 +210,18 @@ def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst) -> torch.Tensor:
 
 
 def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label) -> tuple[torch.Tensor, ...]:
-    """(logits, dpu, dpv, db1, dw2, db2) of the summed binary cross-entropy of :func:`edge_mlp_forward`'s
-    logits against ``label`` (E,), forward and backward in one pass: the gradients of the sum (an upstream
-    gradient of 1). dw2 is summed in float64 (in float32 over millions of pairs the unfused loop's sum was
-    off by up to 2e-4 relative); db1 is the column sum of dpu."""
+    """(loss, logits, dpu, dpv, db1, dw2, db2): the summed binary cross-entropy of :func:`edge_mlp_forward`'s
+    logits against ``label`` (E,), its forward and backward in one pass: the gradients of the sum (an
+    upstream gradient of 1). The loss and dw2 are summed in float64 (in float32 over millions of pairs the
+    unfused loop's sum was off by up to 2e-4 relative); db1 is the column sum of dpu."""
     out = torch.empty(src.shape[0], dtype=pu.dtype)
     dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
     dw2 = np.zeros(w2.shape[0])
-    db2 = _kernel("edge_bce_train")(_np(pu), _np(pv), _np(b1), _np(w2), _np(b2)[0], _np(src), _np(dst), _np(label),
-                                    out.numpy(), dpu.numpy(), dpv.numpy(), dw2, pu.dtype == torch.float32)
-    return out, dpu, dpv, dpu.sum(0), torch.from_numpy(dw2).to(pu.dtype), torch.tensor([db2], dtype=pu.dtype)
+    loss, db2 = _kernel("edge_bce_train")(_np(pu), _np(pv), _np(b1), _np(w2), _np(b2)[0], _np(src), _np(dst),
+                                          _np(label), out.numpy(), dpu.numpy(), dpv.numpy(), dw2,
+                                          pu.dtype == torch.float32)
+    return (torch.tensor(loss, dtype=pu.dtype), out, dpu, dpv, dpu.sum(0), torch.from_numpy(dw2).to(pu.dtype),
+            torch.tensor([db2], dtype=pu.dtype))
 
 
 def score_stats(logits: torch.Tensor, positive: np.ndarray, bins: int, half_range: float,

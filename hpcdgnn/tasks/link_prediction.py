@@ -347,14 +347,13 @@ class _EdgeBCE(torch.autograd.Function):
     the (h, F) weights of the projection's backward GEMMs, not into (n, h) rows. Returns the loss, the
     logits and the projections (pu, pv) (none of the last three differentiable: the metrics read the
     logits, and evaluation pairs scored on the same rows reuse the projections). The same function as
-    :class:`_EdgeMLP` plus ``binary_cross_entropy_with_logits``, to rounding.
+    :class:`_EdgeMLP` plus ``binary_cross_entropy_with_logits``, to rounding (the pass sums the loss too).
     """
 
     @staticmethod
     def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
         pu, pv = _project(z, w1)
-        logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
-        loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
+        loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
         ctx.save_for_backward(z, w1, dpu, dpv)
         ctx.small = (db1, dw2, db2)
         ctx.mark_non_differentiable(logits, pu, pv)
