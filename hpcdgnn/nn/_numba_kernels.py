@@ -61,6 +61,13 @@ def _exp_parts(x, c, p, bits):  # pragma: no cover - compiled
         bits[i] = (np.int32(k) + np.int32(127)) << 23  # 2^k, k in [-126, 0]
 
 
+@numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+def _sigmoid_of(x, t, one):  # pragma: no cover - compiled
+    """σ(x) from t = exp(−|x|) ≤ 1 (no overflow): 1 / (1 + t) for x ≥ 0, t / (1 + t) below."""
+    s = one / (one + t)
+    return s if x >= 0 else t * s
+
+
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def _sigmoid_vec(x, out, p, bits):  # pragma: no cover - compiled
     """out[i] = σ(x[i]) (float32, 1-D; out may be x or p), with t = exp(−|x|) ≤ 1 from :func:`_exp_parts`
@@ -69,9 +76,7 @@ def _sigmoid_vec(x, out, p, bits):  # pragma: no cover - compiled
     scale = bits.view(np.float32)
     _exp_parts(x, one, p, bits)
     for i in range(x.shape[0]):
-        t = (p[i] + one) * scale[i]
-        s = one / (one + t)
-        out[i] = s if x[i] >= 0 else t * s
+        out[i] = _sigmoid_of(x[i], (p[i] + one) * scale[i], one)
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
@@ -119,16 +124,14 @@ def _bce_parts(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
         _exp_parts(x, one, g, bits)  # g holds e^r − 1 until overwritten below
         for i in range(x.shape[0]):
             t = (g[i] + one) * scale[i]
-            s = one / (one + t)
             xi = x[i]
-            g[i] = (s if xi >= zero else t * s) - y[i]
+            g[i] = _sigmoid_of(xi, t, one) - y[i]
             total += np.float64(_bce_margin(xi, y[i], zero, one) + _log1p_unit(t))
     else:
         for i in range(x.shape[0]):
             xi = x[i]
             t = np.exp(-abs(xi))
-            s = one / (one + t)
-            g[i] = (s if xi >= zero else t * s) - y[i]
+            g[i] = _sigmoid_of(xi, t, one) - y[i]
             total += _bce_margin(xi, y[i], zero, one) + np.log1p(t)
     return total
 

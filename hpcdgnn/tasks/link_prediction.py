@@ -143,7 +143,7 @@ def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices:
     if compiled is not None:
         return compiled, bounds
     out = np.empty((2, int(bounds[-1])), dtype=np.int64)
-    for key, m, a, off in zip(keys, counts, bounds, offsets, strict=False):
+    for key, m, a, off in zip(keys, counts, bounds[:-1], offsets, strict=True):
         v = _draws(key, 2 * m, num_vertices)
         pairs = out[:, a : a + m]
         if 8 * m < num_vertices:  # few pairs: a sort, not an O(N) count (the same sorted sources)
@@ -523,17 +523,21 @@ class LinkPrediction(Task):
         """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
         return draw_negatives(self.seed, epoch, t, self.manifest.num_vertices, m)
 
+    def _negative_count(self, t: int) -> int:
+        """Step t's negatives an epoch: ``task.negatives`` per positive."""
+        return self.targets[t][0].shape[0] * self.cfg.negatives
+
     def _step_negatives(self, t: int, epoch: int, offset: int = 0) -> np.ndarray:
-        """Step t's negatives of ``epoch`` (``task.negatives`` per positive, :meth:`_draw`) as a (2, m) array
-        of rows ``offset + v``."""
-        pairs = self._draw(t, epoch, self.targets[t][0].shape[0] * self.cfg.negatives)
+        """Step t's negatives of ``epoch`` (:meth:`_negative_count`, :meth:`_draw`) as a (2, m) array of rows
+        ``offset + v``."""
+        pairs = self._draw(t, epoch, self._negative_count(t))
         pairs += offset
         return pairs
 
     def _negatives_joined(self, steps: list[int], epoch: int, offsets: list[int]):
         """The negatives of several steps (:meth:`_step_negatives`) as one (src, dst, bounds) triple
         (:func:`concat_steps`), drawn in one call (:func:`draw_negatives_joined`): step j's rows ``offsets[j] + v``."""
-        counts = [self.targets[t][0].shape[0] * self.cfg.negatives for t in steps]
+        counts = [self._negative_count(t) for t in steps]
         pairs, bounds = draw_negatives_joined(self.seed, epoch, steps, self.manifest.num_vertices, counts, offsets)
         return pairs[0], pairs[1], bounds
 
