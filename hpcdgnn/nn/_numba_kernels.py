@@ -355,30 +355,48 @@ def gcn_norm_fill(indptr, indices, weights, dinv, r0, off, crow, col_a, val_a, c
             start[c] = q + 1
 
 
+#: logits per chunk of :func:`score_stats`: their bins are computed in one loop, then counted
+_STATS_CHUNK = 1024
+#: interleaved count slots per bin of :func:`score_stats` (a power of two), for calls of at least
+#: :data:`_STATS_LANED` logits; fewer take one slot (zeroing and summing the slots costs ~0.1 ms a call)
+_STATS_LANES = 4
+_STATS_LANED = 1 << 16
+
+
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the bins must be numpy's, bit for bit
 def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # pragma: no cover - compiled
-    """Counts the correct logits (positive pairs: > 0; the rest: <= 0) and adds each logit's AUC bin,
-    ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 as numpy computes it, to pos_hist or
-    neg_hist. Returns the correct count."""
+    """Counts the correct logits (positive pairs, ``positive[e] > 0`` — a bool mask or the float labels:
+    > 0; the rest: <= 0) and adds each logit's AUC bin, ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)``
+    in float64 as numpy computes it, to pos_hist or neg_hist. Returns the correct count.
+
+    Why two loops a chunk and interleaved int64 counts: a model near chance puts most logits in a few
+    bins, and one float64 ``hist[b] += 1`` after another into the same bin waited for each other (an
+    add's latency plus a store-to-load forward, ~7 cycles a logit). The bins are computed in a loop LLVM
+    vectorises (the clip done in float64 first: the same bin), and consecutive logits count in different
+    slots, summed at the end (counts, so the sums are exact): 58 -> 21 ms for 8.6 M logits, a generator
+    graph epoch's training pairs, bins bit for bit as before."""
     correct = 0
     width = 2.0 * half_range
-    for e in range(logits.shape[0]):
-        x = np.float64(logits[e])
-        if positive[e]:
-            correct += x > 0
-        else:
-            correct += x <= 0
-        v = (x + half_range) / width * bins
-        if v != v or v >= 9.223372036854775808e18:  # NaN, inf, >= 2^63: numpy's astype(int64) gives INT64_MIN, clipped to bin 0
-            b = 0
-        elif v < 1.0:  # truncation toward zero, then the clip at 0
-            b = 0
-        else:
-            b = min(np.int64(v), bins - 1)
-        if positive[e]:
-            pos_hist[b] += 1
-        else:
-            neg_hist[b] += 1
+    top = np.float64(bins - 1)
+    E = logits.shape[0]
+    lanes = _STATS_LANES if E >= _STATS_LANED else 1
+    counts = np.zeros((2 * bins, lanes), dtype=np.int64)  # row b: positives in bin b; bins + b: negatives
+    slot = np.empty(_STATS_CHUNK, dtype=np.int64)
+    for c0 in range(0, E, _STATS_CHUNK):
+        c1 = min(E, c0 + _STATS_CHUNK)
+        for e in range(c0, c1):
+            x = np.float64(logits[e])
+            p = positive[e] > 0
+            correct += (x > 0) if p else (x <= 0)
+            v = (x + half_range) / width * bins
+            # numpy's astype(int64) then clip: NaN, inf and >= 2^63 give INT64_MIN, so bin 0; below 1, 0
+            w = min(v, top) if 1.0 <= v < 9.223372036854775808e18 else 0.0
+            slot[e - c0] = np.int64(w) + (0 if p else bins)
+        for i in range(c1 - c0):
+            counts[slot[i], i & (lanes - 1)] += 1
+    for b in range(bins):
+        pos_hist[b] += counts[b].sum()
+        neg_hist[b] += counts[bins + b].sum()
     return correct
 
 

@@ -791,7 +791,7 @@ class LinkPrediction(Task):
             stats[base + 1] += logit.shape[0]
             pos, neg = stats[base + 3 : base + 3 + AUC_BINS], stats[base + 3 + AUC_BINS : base + width]
             if kernels.available(logit, pairs=logit.shape[0], same_bits=True):  # one compiled pass, the same bins
-                correct = kernels.score_stats(logit.detach(), host_label.numpy() > 0, AUC_BINS, AUC_RANGE,
+                correct = kernels.score_stats(logit.detach(), host_label.numpy(), AUC_BINS, AUC_RANGE,
                                               into=(pos, neg))[0]
             else:  # where the logits are (a GPU; or no numba): the same bins
                 correct = score_stats_torch(logit, label > 0, AUC_BINS, AUC_RANGE, pos, neg)

@@ -165,15 +165,22 @@ def test_small_calls_take_the_torch_path(monkeypatch):
     monkeypatch.setattr(kernels, "_kernels", None)
 
 
+@pytest.mark.parametrize("copies", [1, 16])
+@pytest.mark.parametrize("marks", ["mask", "labels"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_score_stats_equal_numpy_bins(use, dtype):
+def test_score_stats_equal_numpy_bins(use, dtype, marks, copies):
     """The compiled pass gives the numpy path's correct count and AUC histograms exactly, at bin edges,
-    outside the range, at 0 and for NaN."""
+    outside the range, at 0 and for NaN; the positives marked by a bool mask or by the float labels; in
+    one count slot per bin and, from 2^16 logits (16 copies), in interleaved slots."""
+    from hpcdgnn.nn import _numba_kernels
     from hpcdgnn.tasks.link_prediction import AUC_BINS, AUC_RANGE
 
     logits, positive = auc_test_logits(dtype, AUC_BINS, AUC_RANGE)
+    logits, positive = logits.repeat(copies), np.tile(positive, copies)
+    assert (logits.shape[0] >= _numba_kernels._STATS_LANED) == (copies > 1)
     use("numba")
-    correct, pos, neg = kernels.score_stats(logits, positive, AUC_BINS, AUC_RANGE)
+    marked = positive if marks == "mask" else positive.astype(np.float32)
+    correct, pos, neg = kernels.score_stats(logits, marked, AUC_BINS, AUC_RANGE)
     assert (correct, *map(list, (pos, neg))) == numpy_score_stats(logits, positive, AUC_BINS, AUC_RANGE)
     # into two views of a larger array (a task's metric sums): the counts are added to what is there
     sums = np.ones(3 + 2 * AUC_BINS)
