@@ -150,16 +150,17 @@ def draw_negatives(keys: list[int], counts: list[int], num_vertices: int,
 
 
 def pairs_by_bucket(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.ndarray, np.ndarray, np.ndarray],
-                    firsts: np.ndarray, shift: int, buckets: int) -> tuple[np.ndarray, ...] | None:
+                    firsts: np.ndarray, shift: int, buckets: int,
+                    index_dtype: np.dtype = np.int64) -> tuple[np.ndarray, ...] | None:
     """:func:`~hpcdgnn.tasks.link_prediction.pairs_by_step` in one compiled pass (the same order: the
     positives' bucket runs copied, the negatives' stable counting sort): (src, dst, label float32) from the
     steps' positives (in bucket order) and negatives, each given as (src, dst, bounds) int64, in ``buckets``
-    buckets of 2^shift vertices; None where the compiled path does not apply (fewer than :data:`MIN_PAIRS`
-    pairs before the module is loaded, no numba)."""
+    buckets of 2^shift vertices, src and dst written as ``index_dtype``; None where the compiled path does not
+    apply (fewer than :data:`MIN_PAIRS` pairs before the module is loaded, no numba)."""
     total = int(pos[0].shape[0] + neg[0].shape[0])
     if not _takes(total, same_bits=True) or not _compile():
         return None
-    out = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64), np.empty(total, dtype=np.float32)
+    out = np.empty(total, dtype=index_dtype), np.empty(total, dtype=index_dtype), np.empty(total, dtype=np.float32)
     _kernel("pairs_by_bucket")(pos[0], pos[1], pos[2], neg[0], neg[1], neg[2], firsts, int(shift), *out,
                                np.empty(buckets, dtype=np.int64), np.empty(buckets, dtype=np.int64))
     return out

@@ -464,9 +464,10 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
     """pairs_by_step: step by step, a stable sort of the step's positives then negatives by destination
     bucket (dst - first) // rows, the labels following; the compiled counting sort and numpy's stable sort
     agree (HPCDGNN_KERNELS); the pairs of a subset (a rank's pairs by source) come out in the whole
-    set's relative order; one bucket is the positives, then the negatives, of each step."""
+    set's relative order; one bucket is the positives, then the negatives, of each step; int32 indices
+    (pair_index_dtype below 2^31 rows) are the same pairs, whichever path writes them."""
     from hpcdgnn.nn import kernels
-    from hpcdgnn.tasks.link_prediction import bucket_shift, concat_steps, in_buckets, pairs_by_step
+    from hpcdgnn.tasks.link_prediction import bucket_shift, concat_steps, in_buckets, pair_index_dtype, pairs_by_step
 
     monkeypatch.setenv("HPCDGNN_KERNELS", mode)
     if mode == "torch":  # numpy's path, also where an earlier test loaded the module
@@ -509,6 +510,14 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
     plain = [np.concatenate([a for p, q in zip(pos, neg) for a in (p[i], q[i])]) for i in (0, 1)]
     np.testing.assert_array_equal(one[0], plain[0])
     np.testing.assert_array_equal(one[1], plain[1])
+    assert src.dtype == one[0].dtype == np.int64  # the default
+    assert pair_index_dtype(2**31) == np.int32 and pair_index_dtype(2**31 + 1) == np.int64
+    for shift_k, want in ((shift, (src, dst, label)), (bucket_shift(n, n), one)):
+        narrow = pairs_by_step(in_buckets(concat_steps(pos), firsts, shift_k, n), concat_steps(neg), firsts, shift_k, n,
+                               np.dtype(np.int32))
+        assert narrow[0].dtype == narrow[1].dtype == np.int32
+        for x, y in zip(narrow, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeypatch):
