@@ -229,8 +229,8 @@ def pair_index_dtype(rows: int) -> np.dtype:
     """The index type of pairs over ``rows`` rows (:func:`pairs_by_step`'s ``index_dtype``): int32 where every
     row fits, else int64. Half the index bytes, so the pairs of an epoch take 12 bytes each with their label,
     not 20: on the generator graph N = 2^15 (EvolveGCN-O) the training split's 8.65 M pairs hold 69 MB less
-    while they live (100 MB over the epoch's 12.6 M); the time is
-    about the same (the bucket pass 63 -> 60 ms, the decoder's training pass 322 -> 319 ms an epoch)."""
+    while they live (100 MB over the epoch's 12.6 M); the time is about the same (the bucket pass 63 -> 60
+    ms, the decoder's training pass 322 -> 319 ms an epoch)."""
     return np.dtype(np.int32) if rows <= 2**31 else np.dtype(np.int64)
 
 
