@@ -82,6 +82,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from hpcdgnn import indices
 from hpcdgnn.data.manifest import (
     EVENTS_FORMAT_NAME,
     FORMAT_NAME,
@@ -175,7 +176,7 @@ class EventManifest:
     @property
     def index_dtype(self) -> np.dtype:
         """The dtype of the shards' ``src``/``dst``: int32 when N < 2^31, else int64."""
-        return np.dtype(np.int32 if self.num_vertices < 2**31 else np.int64)
+        return indices.index_dtype(self.num_vertices)
 
     def shards_overlapping(self, start: int, stop: int) -> list[EventShardInfo]:
         """The shards holding at least one event of ``[start, stop)``, in order."""

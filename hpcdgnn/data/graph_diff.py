@@ -74,6 +74,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.data.snapshot import csr_rows
+from hpcdgnn.indices import index_dtype
 
 __all__ = [
     "CSRSnapshot",
@@ -91,8 +92,6 @@ __all__ = [
 
 #: ``mode`` choices of :func:`transfer_bytes`: IBM §6.2's "Base" and "GD".
 TRANSFER_MODES = ("base", "graph_difference")
-
-_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -325,8 +324,8 @@ def _encode_keys(prev_keys: np.ndarray, nxt_keys: np.ndarray, n: int, values: to
     # A_{i+1}^ext: keys of A_{i+1} not in A_i, ascending because nxt_keys is
     added = nxt_keys[~_member(prev_keys, nxt_keys)]
     # narrowest safe dtypes: these two arrays are the only index bytes GD sends
-    rm_dtype = np.int32 if prev_keys.shape[0] <= _INT32_MAX else np.int64
-    key_dtype = np.int32 if n * n - 1 <= _INT32_MAX else np.int64
+    rm_dtype = index_dtype(prev_keys.shape[0])
+    key_dtype = index_dtype(n * n - 1)
     return GraphDiff(
         num_vertices=n,
         removed=torch.from_numpy(removed.astype(rm_dtype)),

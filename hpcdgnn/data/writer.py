@@ -43,6 +43,7 @@ import numpy as np
 from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError
+from hpcdgnn.indices import index_dtype as index_dtype_for
 
 __all__ = [
     "RawSnapshot",
@@ -318,7 +319,7 @@ def write_dataset(
         raise DataError(f"{root}: weights must be 'ones', 'count' or 'given' (got {weights!r})")
     root = Path(root)
     tmp = prepare_output_dir(root, force)
-    index_dtype = np.dtype(np.int32 if n < 2**31 else np.int64)
+    index_dtype = index_dtype_for(n)  # n itself fits (n < 2^31), as before
     window = max(edge_life, mtransform_window)
     smoothed = window > 1
     hist_adj: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=window)

@@ -44,6 +44,7 @@ import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.indices import index_dtype
 
 __all__ = ["adaptive_factor", "decode_positions", "encode_positions", "exchange_positions", "StaleFetch",
            "StaleHalo"]
@@ -63,7 +64,7 @@ def fresh_bytes(count: int, rows: int) -> int:
     than one row in 32), and always where int32 cannot hold a position. Both sides know both numbers, so
     the encoding needs no flag."""
     mask = (rows + 7) // 8
-    return mask if rows > 2**31 else min(4 * count, mask)
+    return mask if index_dtype(rows - 1) != np.int32 else min(4 * count, mask)
 
 
 def encode_positions(positions: list[np.ndarray], rows: list[int]) -> tuple[np.ndarray, list[int]]:

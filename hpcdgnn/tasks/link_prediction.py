@@ -27,6 +27,7 @@ from torch.nn import functional as F
 
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.indices import index_dtype
 from hpcdgnn.nn import kernels
 from hpcdgnn.nn.layout import phase_head
 from hpcdgnn.tasks.base import (SPLITS, Embeddings, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch,
@@ -231,7 +232,7 @@ def pair_index_dtype(rows: int) -> np.dtype:
     not 20: on the generator graph N = 2^15 (EvolveGCN-O) the training split's 8.65 M pairs hold 69 MB less
     while they live (100 MB over the epoch's 12.6 M); the time is about the same (the bucket pass 63 -> 60
     ms, the decoder's training pass 322 -> 319 ms an epoch)."""
-    return np.dtype(np.int32) if rows <= 2**31 else np.dtype(np.int64)
+    return index_dtype(rows - 1)
 
 
 def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.ndarray, np.ndarray, np.ndarray],

@@ -537,6 +537,7 @@ def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeyp
         runs[value] = (batch, [emb[t].grad for t in task.ranges[0]], task._pairs(list(task.ranges[0]),
                                                                                   {t: t for t in range(T)}, N, 2))
     (a, ga, pa), (b, gb, pb) = runs["0"], runs["512"]
+    assert pa[0].dtype == pa[1].dtype == torch.int32  # pair_index_dtype: the stacked rows fit int32
     assert not np.array_equal(pa[1].numpy(), pb[1].numpy())  # the order did change
     np.testing.assert_array_equal(np.sort(pa[1].numpy()), np.sort(pb[1].numpy()))
     width = 3 + 2 * AUC_BINS

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcdgnn.data.prepare._common import PreparedInput
+from hpcdgnn.indices import index_dtype
 
 __all__ = ["OutputEstimate", "estimate_output", "human_bytes", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_FILES"]
 
@@ -144,7 +145,7 @@ def estimate_output(
     n = int(prepared.num_vertices)
     e = np.asarray(prepared.snapshot_edges, dtype=np.int64)
     T = int(e.shape[0])
-    s = 4 if n < 2**31 else 8
+    s = index_dtype(n).itemsize
     smoothed = smoothing_window > 1
     if prepared.snapshot_nnz is not None:
         nnz = np.asarray(prepared.snapshot_nnz, dtype=np.int64)

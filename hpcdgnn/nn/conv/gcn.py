@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hpcdgnn.indices import index_dtype
 from hpcdgnn.nn import kernels
 
 # CSR tensors are central here, not an experiment: the per-process "beta" notice is noise in job logs
@@ -232,7 +233,7 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
         va = val_a[off : off + m + n]
         va.copy_(v)
         # Ãᵀ: Ã's entries, in (row, column) order, stably sorted by column -> (column, row) order
-        perm = torch.sort(ca.to(torch.int32) if n < 2**31 else ca, stable=True).indices
+        perm = torch.sort(ca.to(getattr(torch, index_dtype(n).name)), stable=True).indices
         torch.index_select(_row_ids(counts + 1, m + n), 0, perm, out=col_t[off : off + m + n])
         torch.index_select(va, 0, perm, out=val_t[off : off + m + n])
         per_col = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, ca, torch.ones_like(ca))
