@@ -68,7 +68,7 @@ from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import (Layout, StepGraph, TransformThenEncode, horizon_temporal, joined, moves_aggregation,
-                               phase_head, phase_join)
+                               phase_head, phase_join, phase_join_into)
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import banded_in_place, plan_snapshots, rebalanced_plan
@@ -573,8 +573,12 @@ class SnapshotLayout(Layout):
             self._moved.add(li)
             if li == 0 and s._precomputed and self.local:  # the block's constant Ã·X, whole and uncopied: to_temporal
                 return _owned_rows(s.ax0, self.local)     # moves it once (the first epoch) and keeps it
-        parts = []
-        for grad, a, b in s.phases(self.b):
+        parts, phases = [], s.phases(self.b)
+        # a layer that writes its output where it is told fills one buffer, the tail first: autograd
+        # refuses a custom function's view (the head) whose buffer is written after it
+        writes = len(phases) == 2 and not moved and layer.writes_out and torch.is_grad_enabled()
+        into = None
+        for grad, a, b in reversed(phases) if writes else phases:
             idx = self.local[a:b]
             with torch.set_grad_enabled(torch.is_grad_enabled() and grad):
                 # layer 0 reads Ã·X (or X) of the owned snapshots
@@ -582,9 +586,15 @@ class SnapshotLayout(Layout):
                 if (li > 0 or not s._precomputed) and not layer.graph_recurrent:
                     rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
                     x = rows.view(b - a, s.N, rows.shape[-1])
-                parts.append(x if moved else layer.spatial_steps(x, [s.owned[i] for i in idx], tparams))
+                steps = [s.owned[i] for i in idx]
+                if writes and into is None:
+                    into = x.new_empty(len(self.local), s.N, layer.spatial_features)
+                parts.append(x if moved else layer.spatial_steps(x, steps, tparams) if into is None
+                             else layer.spatial_steps(x, steps, tparams, out=into[a:b]))
         if not parts:
             return s.ax0.new_zeros(0, s.N, layer.in_features if moved else layer.spatial_features)
+        if into is not None:
+            return phase_join_into(parts[1], into)
         return parts[0] if len(parts) == 1 else phase_join(*parts)  # phases(): at most two, head then tail
 
     def moves_aggregation(self, layer, li: int, tparams) -> bool:

@@ -16,7 +16,7 @@ import torch
 
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join
+from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join, phase_join_into, relu_into
 from hpcdgnn.nn.models import available_models, build_model, needs_step_graphs
 
 T, N, F, H = 5, 9, 3, 4
@@ -177,3 +177,43 @@ def test_phase_head_is_the_joined_head_and_its_gradient_goes_there_alone():
     with torch.no_grad():  # a join without an autograd head remembers nothing
         plain = phase_join(x[:3].detach(), tail)
     assert phase_head(plain, 3) is not None and not hasattr(plain, "_phase_head")
+
+
+@pytest.mark.parametrize("read", ["head", "slice", "whole"])
+def test_phases_written_into_one_buffer_equal_the_copying_join_bit_for_bit(read):
+    """EvolveGCN-O's ``spatial_steps(..., out=)`` (writes_out) with relu_into / phase_join_into: the phases
+    written straight into one buffer give the bits of relu + phase_join forward and backward, whether the
+    consumer takes the remembered head (phase_head), a slice of the join or the whole join; the head is
+    the buffer's own rows (no copy), and a head that is not the buffer's first rows is refused."""
+    from hpcdgnn.nn.models.evolvegcn import EvolveGCNOLayer
+
+    torch.manual_seed(3)
+    layer = EvolveGCNOLayer(5, 4)
+    assert layer.writes_out
+    T, k, n = 7, 4, 6
+    ax = torch.randn(T, n, 5, requires_grad=True)
+    weights = torch.randn(T, n, 4)
+    grads = []
+    for written in (False, True):
+        ax.grad = None
+        layer.zero_grad()
+        ws, _ = layer.time_params_block(0, T)
+        buf = torch.empty(T, n, 4) if written else None
+        with torch.no_grad():  # the tail first, as the snapshot strategy writes them
+            tail = layer.spatial_steps(ax[k:], list(range(k, T)), ws, out=None if buf is None else buf[k:])
+        head = layer.spatial_steps(ax[:k], list(range(k)), ws, out=None if buf is None else buf[:k])
+        out = phase_join_into(head, buf) if written else phase_join(head, tail)
+        if written:
+            assert out.data_ptr() == buf.data_ptr() and head.data_ptr() == buf.data_ptr()
+        got = {"head": lambda: phase_head(out, k), "slice": lambda: out[:k + 1], "whole": lambda: out}[read]()
+        (got * weights[:got.shape[0]]).sum().backward()
+        grads.append((out.detach().clone(), ax.grad.clone(), layer.w0.grad.clone(),
+                      [p.grad.clone() for p in layer.cell.parameters()]))
+    (o0, a0, w0, c0), (o1, a1, w1, c1) = grads
+    assert torch.equal(o0, o1) and torch.equal(a0, a1) and torch.equal(w0, w1)
+    assert all(torch.equal(p, q) for p, q in zip(c0, c1, strict=True))
+    if read == "head":
+        assert phase_head(out, k).data_ptr() == out.data_ptr()
+    with pytest.raises(ValueError, match="first rows"):
+        phase_join_into(relu_into(torch.randn(2, n, 4, requires_grad=True), torch.empty(T, n, 4)[1:3]),
+                        torch.empty(T, n, 4))

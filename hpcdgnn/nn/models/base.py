@@ -112,6 +112,10 @@ class DynamicLayer(nn.Module):
             sequence from the r (or, near t = 0, all) inputs before ``y``. A strategy that owns
             consecutive snapshots then needs only r snapshots from its neighbour, not the
             redistribution (TM-GCN's M-transform, r = w - 1).
+        writes_out: whether :meth:`spatial_steps` takes ``out=``, an (S, n, spatial) tensor to write
+            its result into and return (with autograd where its inputs have it): a strategy then joins
+            the phases before and after the training horizon in one buffer instead of copying them
+            (:func:`~hpcdgnn.nn.layout.phase_join_into`).
     """
 
     in_features: int
@@ -122,6 +126,7 @@ class DynamicLayer(nn.Module):
     precomputable: bool = True
     graph_recurrent: bool = False
     temporal_reach: int | None = None
+    writes_out: bool = False
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
         """Neighbourhood aggregation of rows ``h`` (n, in) -> the ``ax`` that :meth:`spatial` takes.

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from hpcdgnn.nn.layout import relu_into
 from hpcdgnn.nn.models.base import DGNN, DynamicLayer, StepParams, register_model
 from hpcdgnn.nn.recurrent import self_fed_lstm
 
@@ -30,6 +31,7 @@ class EvolveGCNOLayer(DynamicLayer):
     """
 
     temporal_mixing = False
+    writes_out = True
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -68,10 +70,16 @@ class EvolveGCNOLayer(DynamicLayer):
         """GCN with the evolved weight W_t (``tparams[t]``, a list from 0 or a dict by step)."""
         return torch.relu(ax @ tparams[t])
 
-    def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
-        """All steps' GCNs as one batched product with the stacked W_t: (S, n, F) x (S, F, F')."""
+    def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+        """All steps' GCNs as one batched product with the stacked W_t: (S, n, F) x (S, F, F'), written
+        into ``out`` when given (:attr:`writes_out`)."""
         ws = tparams.stack(steps) if isinstance(tparams, StepParams) else torch.stack([tparams[t] for t in steps])
-        return torch.bmm(ax, ws).relu_()  # in place: bmm's backward needs its inputs, not its output
+        if out is None:
+            return torch.bmm(ax, ws).relu_()  # in place: bmm's backward needs its inputs, not its output
+        if torch.is_grad_enabled() and (ax.requires_grad or ws.requires_grad):
+            return relu_into(torch.bmm(ax, ws), out)  # bmm's output freed once relu has read it
+        return torch.bmm(ax, ws, out=out).relu_()
 
 
 @register_model("evolvegcn_o")
