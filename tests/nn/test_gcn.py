@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, gcn_norm, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, gcn_norm, sorted_csr, spmm
 
 
 def random_dense(n: int, density: float, seed: int, self_loops: bool) -> np.ndarray:
@@ -188,5 +188,8 @@ def test_nbytes_counts_both_matrices():
     a = random_dense(9, 0.3, 1, self_loops=False)
     nnz = int(np.count_nonzero(a)) + 9  # plus the added identity
     adj = gcn_norm(0, *to_csr(a), torch.float32)
-    # two CSR matrices: crow (N+1) int64, col (nnz) int64, values (nnz) float32
-    assert adj.nbytes == 2 * ((9 + 1) * 8 + nnz * 8 + nnz * 4)
+    # two CSR matrices: crow (N+1) int32, col (nnz) int32 (sorted_csr: they fit), values (nnz) float32
+    assert adj.a.col_indices().dtype == adj.a_t.crow_indices().dtype == torch.int32
+    assert adj.nbytes == 2 * ((9 + 1) * 4 + nnz * 4 + nnz * 4)
+    wide = sorted_csr(torch.tensor([0, 1]), torch.tensor([3, 2**31 + 1]), torch.ones(2), (2, 2**31 + 2))
+    assert wide.col_indices().dtype == torch.int64 and wide.col_indices().tolist() == [3, 2**31 + 1]

@@ -298,3 +298,20 @@ def test_compiled_lstm_float32_and_the_size_rule(use, monkeypatch):
     assert not kernels.lstm_available(torch.zeros(T, 4 * H, kernels.LSTM_MAX_BATCH + 1))  # BLAS wins there
     assert not kernels.lstm_available(torch.zeros(T - 1, 4 * H, 2))  # short sequences: no numba load
     assert not kernels.lstm_available(torch.zeros(T, 4 * H, 2, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_add_rows_is_index_add_bit_for_bit(use, dtype):
+    """kernels.add_rows (the chunk strategy's fused-group backward) gives index_add_'s bits, repeated rows
+    included (added in row order), and its compiled loop really ran; the torch path gives them too."""
+    g = torch.Generator().manual_seed(5)
+    dst = torch.randn(50, 16, generator=g, dtype=dtype)
+    index = torch.randint(0, 50, (200,), generator=g)
+    src = torch.randn(200, 16, generator=g, dtype=dtype) * 1e3
+    ref = dst.clone().index_add_(0, index, src)
+    for mode in ("numba", "torch"):
+        use(mode)
+        before = kernels.calls().get("add_rows", 0)
+        got = kernels.add_rows(dst.clone(), index, src)
+        assert torch.equal(got, ref)
+        assert kernels.calls().get("add_rows", 0) == before + (mode == "numba")

@@ -51,12 +51,16 @@ def _as_tensor(a) -> torch.Tensor:
 def sorted_csr(
     rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape: tuple[int, int]
 ) -> torch.Tensor:
-    """CSR of (row, col, value) entries with unique (row, col), ordered by row then column."""
+    """CSR of (row, col, value) entries with unique (row, col), ordered by row then column; int32 indices
+    where the entries and columns fit (:func:`~hpcdgnn.indices.index_dtype`): MKL's product takes int32,
+    and torch converted int64 ones on every call (the vertex strategy's halo operator on the generator
+    graph N = 2^15, T = 64: 18 ms an epoch)."""
     nrows, ncols = shape
-    keys, order = torch.sort(rows * ncols + cols)
+    keys, order = torch.sort(rows.to(torch.int64) * ncols + cols)
     crow = torch.searchsorted(keys, torch.arange(nrows + 1, device=keys.device, dtype=torch.int64) * ncols)
+    idx = getattr(torch, index_dtype(max(keys.shape[0], ncols)).name)
     # invariants hold by construction (sorted unique keys); skipping the check also skips its warning
-    return torch.sparse_csr_tensor(crow, cols[order], vals[order], shape, check_invariants=False)
+    return torch.sparse_csr_tensor(crow.to(idx), cols[order].to(idx), vals[order], shape, check_invariants=False)
 
 
 def csr_entries(indptr, indices, weights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:

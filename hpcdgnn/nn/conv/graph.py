@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hpcdgnn.nn import kernels
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, sorted_csr, spmm
 
 __all__ = ["LocalGraph", "RowGroups"]
@@ -52,7 +53,7 @@ class RowGroups:
         pos[rows] = np.arange(n) - row_bounds[group[rows]]  # row's index inside its group
         ent = np.argsort(group[row], kind="stable")  # entries grouped, CSR order within a group
         ent_bounds = np.searchsorted(group[row][ent], np.arange(G + 1))
-        self.ops, self.cols = [], []
+        self.ops, self.cols, self.rows = [], [], []
         self.loaded_rows = 0  # rows read by one aggregation, summed over groups
         self.nbytes = 0
         for g in range(G):
@@ -64,8 +65,9 @@ class RowGroups:
                                      sorted_csr(c_local, r_local, v, (shape[1], shape[0])).to(dev))
             self.ops.append(op)
             self.cols.append(torch.from_numpy(cols).to(dev))
+            self.rows.append(torch.from_numpy(rows[row_bounds[g] : row_bounds[g + 1]]).to(dev))
             self.loaded_rows += int(cols.shape[0])
-            self.nbytes += op.nbytes + cols.shape[0] * 8
+            self.nbytes += op.nbytes + (cols.shape[0] + self.rows[-1].shape[0]) * 8
         inverse = np.empty(n, dtype=np.int64)
         inverse[rows] = np.arange(n)
         self.inverse = torch.from_numpy(inverse).to(dev)  # output row r is row inverse[r] of the groups' outputs
@@ -101,13 +103,11 @@ class _GroupedSpMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         g = ctx.groups
-        ordered = grad.new_zeros(grad.shape).index_copy_(0, g.inverse, grad)  # back to group order
+        grad = grad.contiguous()
         gin = grad.new_zeros(ctx.shape)
-        start = 0
-        for op, c in zip(g.ops, g.cols):
-            k = op.a.shape[0]
-            gin.index_add_(0, c, csr_mm(op.a_t, ordered[start : start + k]))
-            start += k
+        for op, c, rows in zip(g.ops, g.cols, g.rows, strict=True):
+            # each group's rows gathered from the gradient as they come (no group-ordered copy of all of it)
+            kernels.add_rows(gin, c, csr_mm(op.a_t, grad.index_select(0, rows)))
         return gin, None
 
 
