@@ -363,6 +363,16 @@ _STATS_LANES = 4
 _STATS_LANED = 1 << 16
 
 
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def put_rows(dst, index, src):  # pragma: no cover - compiled
+    """dst[index[i]] = src[i] for each row i (``index_copy_``)."""
+    F = dst.shape[1]
+    for i in range(index.shape[0]):
+        r = index[i]
+        for j in range(F):
+            dst[r, j] = src[i, j]
+
+
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: one add per element, as torch's
 def add_rows(dst, index, src):  # pragma: no cover - compiled
     """dst[index[i]] += src[i] for each row i in order (``index_add_``)."""

@@ -34,7 +34,8 @@ import torch
 from hpcdgnn.indices import index_dtype
 
 __all__ = ["add_rows", "available", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
-           "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket", "score_stats"]
+           "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket", "put_rows",
+           "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -231,17 +232,30 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label) -> tuple[torch.Tensor, .
             torch.tensor([db2], dtype=pu.dtype))
 
 
+def _rows_compiled(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> bool:
+    return (dst.dim() == 2 and dst.is_contiguous() and src.is_contiguous() and src.dtype == dst.dtype
+            and index.device.type == "cpu" and available(dst, src, pairs=index.shape[0], same_bits=True))
+
+
 def add_rows(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """``dst.index_add_(0, index, src)`` for contiguous 2-D CPU tensors, bit for bit (each element gets its
     rows' adds in row order): compiled where :func:`available` says so (the same bits, so any size once
     loaded), else torch's. Why: torch's CPU ``index_add_`` runs as a scatter-add at ~45 ns a 16-wide row
     — the chunk strategy's fused groups' backward, 2.1 M rows a layer on the generator graph N = 2^15,
     T = 64: 100 ms an epoch."""
-    if (dst.dim() == 2 and dst.is_contiguous() and src.is_contiguous() and src.dtype == dst.dtype
-            and available(dst, src, pairs=index.shape[0], same_bits=True)):
+    if _rows_compiled(dst, index, src):
         _kernel("add_rows")(_np(dst), index.numpy(), _np(src))
         return dst
     return dst.index_add_(0, index, src)
+
+
+def put_rows(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``dst.index_copy_(0, index, src)``, compiled as :func:`add_rows` (the fused groups' forward writes
+    each group's rows where they go: no concatenation of the groups and no permutation after it)."""
+    if _rows_compiled(dst, index, src):
+        _kernel("put_rows")(_np(dst), index.numpy(), _np(src))
+        return dst
+    return dst.index_copy_(0, index, src)
 
 
 def score_stats(logits: torch.Tensor, positive: np.ndarray, bins: int, half_range: float,

@@ -301,17 +301,21 @@ def test_compiled_lstm_float32_and_the_size_rule(use, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_add_rows_is_index_add_bit_for_bit(use, dtype):
-    """kernels.add_rows (the chunk strategy's fused-group backward) gives index_add_'s bits, repeated rows
-    included (added in row order), and its compiled loop really ran; the torch path gives them too."""
+def test_add_rows_and_put_rows_are_index_add_and_index_copy_bit_for_bit(use, dtype):
+    """kernels.add_rows / put_rows (the chunk strategy's fused groups, backward / forward) give index_add_'s
+    and index_copy_'s bits, repeated rows included for the adds (in row order), and their compiled loops
+    really ran; the torch path gives them too."""
     g = torch.Generator().manual_seed(5)
     dst = torch.randn(50, 16, generator=g, dtype=dtype)
     index = torch.randint(0, 50, (200,), generator=g)
     src = torch.randn(200, 16, generator=g, dtype=dtype) * 1e3
     ref = dst.clone().index_add_(0, index, src)
+    unique = torch.randperm(50, generator=g)[:30]
+    put_ref = dst.clone().index_copy_(0, unique, src[:30])
     for mode in ("numba", "torch"):
         use(mode)
-        before = kernels.calls().get("add_rows", 0)
-        got = kernels.add_rows(dst.clone(), index, src)
-        assert torch.equal(got, ref)
-        assert kernels.calls().get("add_rows", 0) == before + (mode == "numba")
+        before = kernels.calls()
+        assert torch.equal(kernels.add_rows(dst.clone(), index, src), ref)
+        assert torch.equal(kernels.put_rows(dst.clone(), unique, src[:30]), put_ref)
+        for name in ("add_rows", "put_rows"):
+            assert kernels.calls().get(name, 0) == before.get(name, 0) + (mode == "numba")

@@ -54,6 +54,7 @@ class RowGroups:
         ent = np.argsort(group[row], kind="stable")  # entries grouped, CSR order within a group
         ent_bounds = np.searchsorted(group[row][ent], np.arange(G + 1))
         self.ops, self.cols, self.rows = [], [], []
+        self.num_rows = n
         self.loaded_rows = 0  # rows read by one aggregation, summed over groups
         self.nbytes = 0
         for g in range(G):
@@ -68,9 +69,6 @@ class RowGroups:
             self.rows.append(torch.from_numpy(rows[row_bounds[g] : row_bounds[g + 1]]).to(dev))
             self.loaded_rows += int(cols.shape[0])
             self.nbytes += op.nbytes + (cols.shape[0] + self.rows[-1].shape[0]) * 8
-        inverse = np.empty(n, dtype=np.int64)
-        inverse[rows] = np.arange(n)
-        self.inverse = torch.from_numpy(inverse).to(dev)  # output row r is row inverse[r] of the groups' outputs
 
     @staticmethod
     def rows_read(group: np.ndarray, row: np.ndarray, col: np.ndarray) -> int:
@@ -97,8 +95,10 @@ class _GroupedSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, full, groups):  # noqa: D102
         ctx.groups, ctx.shape = groups, full.shape
-        out = torch.cat([csr_mm(op.a, full.index_select(0, c)) for op, c in zip(groups.ops, groups.cols)])
-        return out.index_select(0, groups.inverse)
+        out = full.new_empty(groups.num_rows, full.shape[1])  # every row is one group's
+        for op, c, rows in zip(groups.ops, groups.cols, groups.rows, strict=True):
+            kernels.put_rows(out, rows, csr_mm(op.a, full.index_select(0, c)))
+        return out
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
