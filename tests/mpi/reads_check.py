@@ -51,7 +51,7 @@ def reference_owned_rows(reader, num_snapshots, num_vertices, vertices_at, dtype
         else:
             ax.append(torch.sparse.mm(sorted_csr(local, c, v, (k, N)), x) if k else x.new_zeros(0, F))
         rows.append(local + offset)
-        keys.append(c.numpy() + t * N)
+        keys.append(c.numpy().astype(np.int64) + t * N)  # keys t * N + v are int64 (gcn_norm keeps int32 columns)
         vals.append(v)
         offset += k
     empty = torch.zeros(0, dtype=torch.int64)

@@ -146,7 +146,8 @@ def _block_diagonal_csr(ms: list[torch.Tensor]) -> torch.Tensor:
         nnz += int(crow[-1])
         rows, width = rows + m.shape[0], width + m.shape[1]
     crows.append(crows[0].new_tensor([nnz]))
-    return torch.sparse_csr_tensor(torch.cat(crows), torch.cat(cols), torch.cat(vals), (rows, width),
+    idx = getattr(torch, index_dtype(max(nnz, width)).name)  # as sorted_csr stores them
+    return torch.sparse_csr_tensor(torch.cat(crows).to(idx), torch.cat(cols).to(idx), torch.cat(vals), (rows, width),
                                    check_invariants=False)
 
 
@@ -247,4 +248,5 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
             ca += r0
             col_t[off : off + m + n] += r0
         off, r0 = off + m + n, r0 + n
-    return crow, col_a, val_a, crow_t, col_t, val_t
+    idx = getattr(torch, index_dtype(max(total, width)).name)  # as sorted_csr and the compiled pass store them
+    return crow.to(idx), col_a.to(idx), val_a, crow_t.to(idx), col_t.to(idx), val_t
