@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["INT32_MAX", "index_dtype"]
+__all__ = ["INT32_MAX", "index_dtype", "torch_index_dtype"]
 
 INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -15,6 +15,13 @@ def index_dtype(largest: int) -> np.dtype:
 
     Why narrow where it fits: half the bytes of every index array (on disk, in memory, in a graph
     difference on the wire), and MKL's sparse products take int32 — torch converted int64 indices on
-    every call. ``getattr(torch, index_dtype(x).name)`` is the torch type.
+    every call. :func:`torch_index_dtype` is the torch type.
     """
     return np.dtype(np.int32) if largest <= INT32_MAX else np.dtype(np.int64)
+
+
+def torch_index_dtype(largest: int):
+    """:func:`index_dtype` as a torch dtype."""
+    import torch  # here, not at the top: the data layer imports this module without torch
+
+    return getattr(torch, index_dtype(largest).name)

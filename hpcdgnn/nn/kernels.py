@@ -31,7 +31,7 @@ import os
 import numpy as np
 import torch
 
-from hpcdgnn.indices import index_dtype
+from hpcdgnn.indices import torch_index_dtype
 
 __all__ = ["add_rows", "available", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
            "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket", "put_rows",
@@ -191,7 +191,7 @@ def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...
     # int32 indices where they fit: MKL's sparse product takes int32, and torch converted int64 ones on every
     # call (crow and col: 16 ms an epoch of 3 products on the generator graph N = 2^15, 64 steps); a third
     # less memory too
-    index = getattr(torch, index_dtype(total).name)
+    index = torch_index_dtype(total)
     crow, crow_t = torch.zeros(width + 1, dtype=index), torch.zeros(width + 1, dtype=index)
     col_a, col_t = torch.empty(total, dtype=index), torch.empty(total, dtype=index)
     val_a, val_t = torch.empty(total, dtype=dtype), torch.empty(total, dtype=dtype)

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hpcdgnn.indices import index_dtype
+from hpcdgnn.indices import torch_index_dtype
 from hpcdgnn.nn import kernels
 
 # CSR tensors are central here, not an experiment: the per-process "beta" notice is noise in job logs
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "gcn_norm", "sorted_csr", "spmm", "stacked_gcn_norm"]
+__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_tensor", "gcn_norm", "sorted_csr", "spmm", "stacked_gcn_norm"]
 
 
 @dataclass
@@ -48,19 +48,24 @@ def _as_tensor(a) -> torch.Tensor:
     return a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
 
 
+def csr_tensor(crow: torch.Tensor, col: torch.Tensor, val: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The CSR tensor of valid arrays, its indices int32 where the entries and columns fit
+    (:func:`~hpcdgnn.indices.index_dtype`) — every operator builder here ends in it. Why: MKL's product
+    takes int32, and torch converted int64 indices on every call (the vertex strategy's halo operator on the
+    generator graph N = 2^15, T = 64: 18 ms an epoch; the stacked operators: 16 ms)."""
+    idx = torch_index_dtype(max(col.shape[0], shape[1]))
+    # the callers build valid arrays; skipping the check also skips its warning
+    return torch.sparse_csr_tensor(crow.to(idx), col.to(idx), val, shape, check_invariants=False)
+
+
 def sorted_csr(
     rows: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape: tuple[int, int]
 ) -> torch.Tensor:
-    """CSR of (row, col, value) entries with unique (row, col), ordered by row then column; int32 indices
-    where the entries and columns fit (:func:`~hpcdgnn.indices.index_dtype`): MKL's product takes int32,
-    and torch converted int64 ones on every call (the vertex strategy's halo operator on the generator
-    graph N = 2^15, T = 64: 18 ms an epoch)."""
+    """CSR of (row, col, value) entries with unique (row, col), ordered by row then column (:func:`csr_tensor`)."""
     nrows, ncols = shape
     keys, order = torch.sort(rows.to(torch.int64) * ncols + cols)
     crow = torch.searchsorted(keys, torch.arange(nrows + 1, device=keys.device, dtype=torch.int64) * ncols)
-    idx = getattr(torch, index_dtype(max(keys.shape[0], ncols)).name)
-    # invariants hold by construction (sorted unique keys); skipping the check also skips its warning
-    return torch.sparse_csr_tensor(crow.to(idx), cols[order].to(idx), vals[order], shape, check_invariants=False)
+    return csr_tensor(crow, cols[order], vals[order], shape)
 
 
 def csr_entries(indptr, indices, weights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -146,9 +151,7 @@ def _block_diagonal_csr(ms: list[torch.Tensor]) -> torch.Tensor:
         nnz += int(crow[-1])
         rows, width = rows + m.shape[0], width + m.shape[1]
     crows.append(crows[0].new_tensor([nnz]))
-    idx = getattr(torch, index_dtype(max(nnz, width)).name)  # as sorted_csr stores them
-    return torch.sparse_csr_tensor(torch.cat(crows).to(idx), torch.cat(cols).to(idx), torch.cat(vals), (rows, width),
-                                   check_invariants=False)
+    return csr_tensor(torch.cat(crows), torch.cat(cols), torch.cat(vals), (rows, width))
 
 
 def block_diagonal(adjs: list[NormalizedAdjacency]) -> NormalizedAdjacency:
@@ -191,8 +194,8 @@ def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype) -> Normaliz
     shape = (crow.shape[0] - 1, crow.shape[0] - 1)
     return NormalizedAdjacency(
         ts[0] if len(ts) == 1 else -1,
-        torch.sparse_csr_tensor(crow, col_a, val_a, shape, check_invariants=False),
-        torch.sparse_csr_tensor(crow_t, col_t, val_t, shape, check_invariants=False),
+        csr_tensor(crow, col_a, val_a, shape),
+        csr_tensor(crow_t, col_t, val_t, shape),
     )
 
 
@@ -238,7 +241,7 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
         va = val_a[off : off + m + n]
         va.copy_(v)
         # Ãᵀ: Ã's entries, in (row, column) order, stably sorted by column -> (column, row) order
-        perm = torch.sort(ca.to(getattr(torch, index_dtype(n).name)), stable=True).indices
+        perm = torch.sort(ca.to(torch_index_dtype(n)), stable=True).indices
         torch.index_select(_row_ids(counts + 1, m + n), 0, perm, out=col_t[off : off + m + n])
         torch.index_select(va, 0, perm, out=val_t[off : off + m + n])
         per_col = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, ca, torch.ones_like(ca))
@@ -248,5 +251,4 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
             ca += r0
             col_t[off : off + m + n] += r0
         off, r0 = off + m + n, r0 + n
-    idx = getattr(torch, index_dtype(max(total, width)).name)  # as sorted_csr and the compiled pass store them
-    return crow.to(idx), col_a.to(idx), val_a, crow_t.to(idx), col_t.to(idx), val_t
+    return crow, col_a, val_a, crow_t, col_t, val_t
