@@ -22,7 +22,7 @@ import torch
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["LOCAL_RANK_VARIABLES", "local_rank_from_env", "select_device"]
+__all__ = ["LOCAL_RANK_VARIABLES", "local_rank_from_env", "select_device", "memory_share"]
 
 #: Local-rank variables of common launchers, in the order they are tried: Open MPI, MVAPICH2,
 #: Intel MPI / MPICH (Hydra), PMI, Cray PALS, SLURM srun, IBM jsrun (LSF).
@@ -80,3 +80,47 @@ def select_device(requested: str, comm, cuda_available: bool | None = None, gpu_
     if count <= 1:
         return torch.device("cuda", 0)
     return torch.device("cuda", _local_rank(comm) % count)
+
+
+def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
+    """The tightest memory limit of this process's cgroup and its parents (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), or None when none is set or readable. SLURM and LSF confine a job's
+    memory this way, below the node's RAM."""
+    limits = []
+    try:
+        lines = open(proc).read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: one unified hierarchy
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):  # the process's own group, then each parent
+            try:
+                value = open(os.path.join(base, *parts[:depth], name)).read().strip()
+            except OSError:
+                continue
+            if value.isdigit():
+                limits.append(int(value))
+    return min(limits) if limits else None
+
+
+def memory_share(comm, device: torch.device) -> int:
+    """Bytes of ``device`` memory this rank may count on: a GPU's memory divided among the ranks of
+    its node that use the same GPU; on the CPU, the node's RAM (or the job's cgroup limit, when
+    lower) divided among the ranks of the node. A collective over the node's ranks.
+    """
+    node = comm.node()
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        mine = str(getattr(props, "uuid", device.index))
+        sharing = sum(u == mine for u in node.allgather_obj(mine, tag="setup"))
+        return props.total_memory // max(1, sharing)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = _cgroup_limit()
+    return min(ram, limit if limit is not None else ram) // max(1, node.size)

@@ -323,8 +323,11 @@ class ChunkOptions(StrategyConfig):
     chunk (DGC's "one by one"). Temporal, with ``sequences: active``: sequences are packed end to end
     with the state masked at their boundaries (Eq. 4–5); ``off`` pads each to the longest. Outputs are
     identical either way."""
-    fusion_memory_mb: float = 512.0
-    """Estimated memory cap of one fused group (rows in and out at the widest layer, plus its entries of Ã)."""
+    fusion_memory_mb: float | Literal["auto"] = "auto"
+    """Estimated memory cap of one fused group (rows in and out at the widest layer, plus its entries of Ã).
+    ``auto``: DGC's cap, the memory of the rank's device (§5.1.1: fuse until "close to GPU memory limit"),
+    i.e. its GPU's memory shared among the ranks that use that GPU, or on the CPU the node's RAM (the
+    job's cgroup limit when lower) shared among the node's ranks."""
     workload: Literal["count", "mlp"] = "count"
     """Chunk workload g_a of the assignment (DGC §4.2, Alg. 1): ``count`` =
     appearances + spatial edges; ``mlp`` = DGC §6's two MLPs (structure + time encoder seconds)
@@ -338,7 +341,7 @@ class ChunkOptions(StrategyConfig):
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
             raise ValueError("chunk_size: must be >= 1")
-        if not self.fusion_memory_mb > 0:
+        if self.fusion_memory_mb != "auto" and not self.fusion_memory_mb > 0:
             raise ValueError("fusion_memory_mb: must be > 0")
         if self.predictor is not None and self.workload != "mlp":
             raise ValueError("predictor: is read only with workload: mlp; remove it or set workload: mlp")

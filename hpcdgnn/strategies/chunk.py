@@ -29,7 +29,10 @@ Spatial fusion (D2, DGC §5.1.1, ``strategy.fusion``): the GCN aggregation
 runs over groups of a rank's chunks, fused under ``strategy.fusion_memory_mb``
 (:mod:`hpcdgnn.partition.fusion`); each group reads its rows once. The outputs
 are those of the unfused, chunk-by-chunk run; what changes is the rows loaded,
-reported per epoch (``fusion`` in metrics.jsonl). Attention layers (DySAT)
+reported per epoch (``fusion`` in metrics.jsonl). DGC's cap is the GPU's memory
+(``auto``, the default: the device memory this rank may use); a rank whose
+chunks all fit then aggregates them as one product over its rows of Ã, and a
+smaller cap buys fewer rows per product at the cost of the groups' gathers. Attention layers (DySAT)
 aggregate all of a rank's rows at once, i.e. as one fused group.
 
 With ``strategy.sequences: active`` a vertex's time encoder runs over its
@@ -51,6 +54,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.comm.device import memory_share
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation
@@ -245,10 +249,16 @@ class ChunkStrategy(HaloStrategy):
         per_chunk = per_chunk.reshape(-1)  # local chunk id of each of my rows, 0..C-1
         row, col = owned.row.numpy(), self.halo.columns
         group = per_chunk
+        #: the cap of a fused group, bytes: the configured one, or DGC's, the device's memory (``auto``;
+        #: a collective over the node, so every rank asks, rows or none)
+        self.fusion_cap = float(memory_share(self.comm, self.ctx.device) if cfg.fusion_memory_mb == "auto"
+                                else cfg.fusion_memory_mb * 2**20)
+        #: the smallest cap of any rank, MiB, for the metrics
+        self._cap_mb = float(self.comm.allreduce_array([self.fusion_cap / 2**20], op="min", tag="setup")[0])
         if cfg.fusion == "on" and per_chunk.shape[0]:
             width = max(max(layer.in_features, layer.spatial_features) for layer in model.layers)
             cost = group_cost(per_chunk, row, col, width, torch.empty((), dtype=self.ctx.dtype).element_size())
-            group = fuse_chunks(per_chunk, row, col, cost, cfg.fusion_memory_mb * 2**20)
+            group = fuse_chunks(per_chunk, row, col, cost, self.fusion_cap)
         groups = RowGroups(self.adj, group)
         #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank);
         #: inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
@@ -262,7 +272,8 @@ class ChunkStrategy(HaloStrategy):
         """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""
         stats = self.comm.allreduce_array(np.concatenate([self._fusion_stats, self._time_slots]), tag="metrics")
         chunks, groups, loaded, unfused, slots, padded = (int(x) for x in stats)
-        out = {"fusion": {"chunks": chunks, "groups": groups, "rows_loaded": loaded, "rows_loaded_unfused": unfused}}
+        out = {"fusion": {"chunks": chunks, "groups": groups, "rows_loaded": loaded, "rows_loaded_unfused": unfused,
+                          "cap_mb": round(self._cap_mb, 3)}}
         if self._seq is not None:
             out["fusion"].update(time_slots=slots, time_slots_padded=padded)
         return {**out, **super().end_epoch(epoch, train_loss)}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from hpcdgnn.comm.device import LOCAL_RANK_VARIABLES, local_rank_from_env, select_device
+from hpcdgnn.comm import Communicator
+from hpcdgnn.comm.device import LOCAL_RANK_VARIABLES, _cgroup_limit, local_rank_from_env, memory_share, select_device
 from hpcdgnn.errors import ConfigError
 
 
@@ -44,3 +47,29 @@ def test_select_device(monkeypatch):
     assert select_device("cuda", _Node(9, None), True, 2) == torch.device("cuda", 1)
     with pytest.raises(ConfigError, match="rank 5 sees no CUDA device"):
         select_device("cuda", _Node(5, 1), False, 0)
+
+
+def test_cgroup_limit_is_the_tightest_of_the_group_and_its_parents(tmp_path):
+    root, proc = tmp_path / "cgroup", tmp_path / "self-cgroup"
+    # v2 (one unified hierarchy): the job's group caps at 8 GiB, its step's group sets none
+    (root / "job_7" / "step_0").mkdir(parents=True)
+    (root / "job_7" / "memory.max").write_text(f"{8 << 30}\n")
+    (root / "job_7" / "step_0" / "memory.max").write_text("max\n")
+    proc.write_text("0::/job_7/step_0\n")
+    assert _cgroup_limit(str(root), str(proc)) == 8 << 30
+    # v1: the memory controller's own tree; the tighter of the group and its parent wins
+    (root / "memory" / "slurm" / "uid_0").mkdir(parents=True)
+    (root / "memory" / "slurm" / "memory.limit_in_bytes").write_text(f"{2 << 30}\n")
+    (root / "memory" / "slurm" / "uid_0" / "memory.limit_in_bytes").write_text(f"{3 << 30}\n")
+    proc.write_text("7:cpu,cpuacct:/slurm/uid_0\n4:memory:/slurm/uid_0\n")
+    assert _cgroup_limit(str(root), str(proc)) == 2 << 30
+    proc.write_text("4:memory:/elsewhere\n")  # nothing readable: no limit
+    assert _cgroup_limit(str(root), str(proc)) is None
+    assert _cgroup_limit(str(root), str(tmp_path / "missing")) is None
+
+
+def test_memory_share_on_the_cpu_is_the_node_memory_over_its_ranks():
+    comm = Communicator()
+    share = memory_share(comm, torch.device("cpu"))
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < share <= ram // comm.local_rank_size()[1]

@@ -201,3 +201,15 @@ def test_set_errors_blame_the_override_not_the_file(tmp_path, small_dataset):
     with pytest.raises(ConfigError) as e:  # the same typo in the file is the file's
         load_job(tmp_path / "bad.yaml", ["train.epochs=2"])
     assert str(e.value).startswith(f"{tmp_path / 'bad.yaml'}: train.lrr: unknown key")
+
+
+def test_fusion_memory_cap_is_auto_or_a_positive_number(tmp_path, small_dataset):
+    """strategy.fusion_memory_mb: ``auto`` (the default, the device's memory) or a number of MiB > 0."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={"name": "chunk"})
+    assert load_job(job).strategy.fusion_memory_mb == "auto"
+    assert load_job(job, ["strategy.fusion_memory_mb=1e3"]).strategy.fusion_memory_mb == 1000.0
+    assert load_job(job, ["strategy.fusion_memory_mb=auto"]).strategy.fusion_memory_mb == "auto"
+    with pytest.raises(ConfigError, match="fusion_memory_mb: must be > 0"):
+        load_job(job, ["strategy.fusion_memory_mb=0"])
+    with pytest.raises(ConfigError, match="fusion_memory_mb"):
+        load_job(job, ["strategy.fusion_memory_mb=lots"])

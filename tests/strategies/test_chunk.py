@@ -49,7 +49,7 @@ def test_fusion_on_and_off_give_identical_outputs(launcher, small_dataset, tmp_p
                     strategy={"name": "chunk", "chunk_size": 4})
     off, recs_off = _losses(launcher, 3, job, tmp_path / "off", "strategy.fusion=off")
     runs = {"all": ["strategy.fusion=on"], "capped": ["strategy.fusion=on", "strategy.fusion_memory_mb=0.004"]}
-    groups = {}
+    groups, caps = {}, {}
     for name, overrides in runs.items():
         on, recs = _losses(launcher, 3, job, tmp_path / name, *overrides)
         assert on[0, 0] == off[0, 0], name  # the first forward is bit-identical
@@ -60,7 +60,10 @@ def test_fusion_on_and_off_give_identical_outputs(launcher, small_dataset, tmp_p
         assert fusion["groups"] < unfused["groups"] and fusion["rows_loaded"] < unfused["rows_loaded"], name
         assert fusion["rows_loaded_unfused"] == unfused["rows_loaded"]
         groups[name] = fusion["groups"]
+        caps[name] = fusion["cap_mb"]
     assert groups["all"] < groups["capped"]  # the cap keeps some chunks apart
+    # the default (auto) cap is the device memory a rank may use: far above any test graph's groups
+    assert caps["capped"] == 0.004 and caps["all"] > 64
 
 
 @pytest.mark.parametrize("model", ["tgcn"])  # mpnn_lstm (a 2-layer LSTM) takes the same packed path
