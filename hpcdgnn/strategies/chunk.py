@@ -299,6 +299,9 @@ class ChunkLayout(HaloLayout):
         #: layers whose aggregation moves to the RNN owners, their transform run there
         self._moved: set[int] = set()
 
+    def _groups(self) -> RowGroups | None:
+        return self.s.groups
+
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
         """As :class:`HaloLayout`, or only the aggregation where the RNN owner runs the transform
         (:func:`~hpcdgnn.nn.layout.moves_aggregation`: the narrower rows travel)."""

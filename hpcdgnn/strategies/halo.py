@@ -18,10 +18,12 @@ their owners through the halo once at setup (tag ``setup.halo``).
 No machinery is paid for where it has nothing to do (issue 13): when no rank reads
 another's rows (one rank) the gather is the identity, not a copy of ``[H ; empty
 halo]`` per layer (:attr:`Halo.idle`); the snapshot-local transform runs over all
-of a rank's snapshots at once (:class:`HaloLayout`); and with causal models the time
-encoder runs without autograd past the training horizon (:func:`~hpcdgnn.nn.layout.horizon_temporal`),
-as under the snapshot strategy. At P = 1 the vertex and chunk strategies then do the
-snapshot strategy's arithmetic at its cost.
+of a rank's snapshots at once (:class:`HaloLayout`); and with causal models everything past
+the training horizon runs without autograd, as under the snapshot strategy: the time encoder
+(:func:`~hpcdgnn.nn.layout.horizon_temporal`) and the aggregation and transform — a rank's rows
+are time-major, so its rows before the horizon are a prefix, and Ã is split there
+(:func:`~hpcdgnn.nn.conv.gcn.row_phases`, :meth:`HaloLayout._phases`). At P = 1 the vertex and chunk
+strategies then do the snapshot strategy's arithmetic at its cost.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, row_phases, sorted_csr, spmm
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
-from hpcdgnn.nn.layout import RowLayout
+from hpcdgnn.nn.layout import RowLayout, phase_head, phase_join, phase_join_into
+from hpcdgnn.nn.models.base import DynamicLayer
 from hpcdgnn.strategies.base import Strategy
 from hpcdgnn.strategies.stale import StaleFetch, StaleHalo, exchange_positions
 from hpcdgnn.tasks import task_class
@@ -314,6 +317,13 @@ class HaloStrategy(Strategy):
         self.ax0 = owned.ax.to(dev)
         self.adj = self.halo.operator(owned, dev)
         self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.strategy.stale)
+        #: my rows of the steps before the horizon: rows are time-major, so they are the first ones
+        self.head_rows = sum(len(vertices_at(t)) for t in range(self.grad_steps))
+        #: Ã split at that row (:func:`~hpcdgnn.nn.conv.gcn.row_phases`), when both parts have rows; the
+        #: head square (reading only the head's rows) only without a halo, whose exchange (a collective)
+        #: must stay in every rank's backward
+        self._phase_ops = (row_phases(self.adj, self.head_rows, square=self.halo.idle)
+                           if 0 < self.head_rows < n else None)
         return owned
 
     def _task_rows(self, keys: np.ndarray, N: int, owner_of: Callable[[np.ndarray], np.ndarray],
@@ -350,13 +360,51 @@ class HaloStrategy(Strategy):
             return self.ax0
         return layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li, groups), self.ax0 if li == 0 else h)
 
+    def splits_aggregation(self, layer, li: int, groups: RowGroups | None = None) -> bool:
+        """Whether layer ``li``'s aggregation runs as two phases, :meth:`_aggregate_phases`: the rows are
+        split at the horizon, grad mode is on, and the aggregation is the precomputed Ã·X or the default
+        GCN one (one gather, one product) run as one product, not in fused groups."""
+        if self._phase_ops is None or not torch.is_grad_enabled():
+            return False
+        return (li == 0 and self._precomputed) or (groups is None and type(layer).aggregate is DynamicLayer.aggregate)
+
+    def _aggregate_phases(self, li: int, h: torch.Tensor | None,
+                          head: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_aggregate` of my rows before the horizon (with autograd) and after it (without), apart
+        (:meth:`splits_aggregation` says when): the same rows, but no backward of the tail's product — the
+        snapshot strategy's phases (:meth:`~hpcdgnn.strategies.snapshot.SnapshotStrategy.phases`).
+
+        ``h``: my rows (n, F); ``head``: its first :attr:`head_rows` rows as autograd knows them
+        (:func:`~hpcdgnn.nn.layout.phase_head`), which the head's product reads directly when it reads
+        no other column (no halo). The gather (the halo exchange) runs once for both.
+        """
+        k = self.head_rows
+        if li == 0 and self._precomputed:
+            return self.ax0[:k], self.ax0[k:]
+        if li == 0:  # X itself, the first layer's input
+            h, head = self.ax0, self.ax0[:k]
+        head_op, tail_op, square = self._phase_ops
+        full = halo_graph(self.adj, self.halo, self.stale, li).gather(h)  # the identity without a halo
+        ax_head = spmm(head_op, head if square else full)
+        with torch.no_grad():
+            ax_tail = csr_mm(tail_op, full)
+        return ax_head, ax_tail
+
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
         """With ``stale`` on: feed the loss to the threshold and report the rows reused and bytes saved."""
         return {} if self.stale is None else self.stale.end_epoch(train_loss)
 
     def engine_bytes(self) -> int:
-        """My rows of Ã for all snapshots (and the transpose) plus the first layer's input."""
-        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size()
+        """My rows of Ã for all snapshots (and the transpose) plus the first layer's input, and what the
+        split at the horizon adds: the tail's row pointers and, unless a view, the head's transpose."""
+        extra = 0
+        if self._phase_ops is not None:
+            head, tail, square = self._phase_ops
+            extra = tail.crow_indices().numel() * tail.crow_indices().element_size()
+            if not square:
+                extra += sum(x.numel() * x.element_size()
+                             for x in (head.a_t.crow_indices(), head.a_t.col_indices(), head.a_t.values()))
+        return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size() + extra
 
     def state_dict(self) -> dict:
         """The stale-aggregation caches (D3): a resumed run must reuse exactly the rows the straight run would."""
@@ -389,11 +437,16 @@ class HaloLayout(RowLayout):
     backward per layer); :meth:`DGNN.forward` joins an output that does not require grad.
     """
 
+    #: the strategy (set by the subclass): the aggregation, and its split at the training horizon
+    s: HaloStrategy
+
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
         sizes = {k for _, k in self.segments}
         even = len(sizes) == 1 and len(self.segments) == self._steps  # every snapshot, k rows each
         if not self.segments or not (even or tparams is None):
             return super().spatial(layer, li, h, tparams)
+        if self.s.splits_aggregation(layer, li, self._groups()) and (even or not self.stacked):
+            return self._phases(layer, li, h, tparams, sizes.pop() if even else None)
         ax = self._aggregate(layer, li, None if h is None else h.reshape(-1, h.shape[-1]))
         if even:
             k = sizes.pop()
@@ -401,3 +454,43 @@ class HaloLayout(RowLayout):
             return y if self.stacked else y.reshape(-1, y.shape[-1])
         y = layer.spatial(ax, -1, None)  # row-wise: all snapshots' rows in one call
         return y.view(self._steps, -1, y.shape[-1]) if self.stacked else y
+
+    def _groups(self) -> RowGroups | None:
+        """The fused groups the aggregation runs in (chunk), else None."""
+        return None
+
+    def _phases(self, layer, li: int, h: torch.Tensor | None, tparams, k: int | None) -> torch.Tensor:
+        """:meth:`spatial` as the snapshot strategy runs it: the steps up to the training horizon with
+        autograd, the rest without (their outputs get no training gradient from a causal model), each
+        phase's aggregation (:meth:`HaloStrategy._aggregate_phases`) and transform apart, joined as
+        :func:`~hpcdgnn.nn.layout.phase_join` does — in one buffer, the tail first, for a layer that
+        writes where it is told. Same values; the backward skips the tail's products. ``k``: rows per
+        snapshot when every snapshot has the same (then ``spatial_steps`` over (S, k, F)), else None.
+        """
+        s, rows = self.s, self.s.head_rows
+        steps = [t for t, _ in self.segments]
+        head_steps = sum(t < s.grad_steps for t in steps)
+        head_in = None
+        if h is not None:  # my rows before the horizon as autograd knows them (a join's head, uncopied)
+            head_in = phase_head(h, head_steps if self.stacked else rows)
+            h, head_in = h.reshape(-1, h.shape[-1]), head_in.reshape(-1, h.shape[-1])
+        ax_head, ax_tail = s._aggregate_phases(li, h, head_in)
+        width = layer.spatial_features
+
+        def transform(ax: torch.Tensor, part: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
+            if k is None:  # row-wise, no per-step parameters: the phase's rows in one call
+                return layer.spatial(ax, -1, None)
+            x = ax.view(len(part), k, ax.shape[-1])
+            y = layer.spatial_steps(x, part, tparams) if out is None else layer.spatial_steps(x, part, tparams, out=out)
+            return y if self.stacked else y.view(-1, width)
+
+        if k is not None and layer.writes_out:
+            buf = ax_head.new_empty(len(steps), k, width)
+            with torch.no_grad():
+                transform(ax_tail, steps[head_steps:], buf[head_steps:])
+            head = transform(ax_head, steps[:head_steps], buf[:head_steps])
+            return phase_join_into(head, buf if self.stacked else buf.view(-1, width))
+        head = transform(ax_head, steps[:head_steps])
+        with torch.no_grad():
+            tail = transform(ax_tail, steps[head_steps:])
+        return phase_join(head, tail)

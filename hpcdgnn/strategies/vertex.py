@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import redistribute
-from hpcdgnn.nn.layout import horizon_temporal
+from hpcdgnn.nn.layout import horizon_temporal, phase_view
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.vertex import plan_vertices
@@ -120,7 +120,7 @@ class VertexLayout(HaloLayout):
         owners (t on rank t mod P), back in vertex-id order for the task."""
         s = self.s
         if s.shard is not None:
-            self.last = rows = h.reshape(-1, h.shape[-1])
+            self.last = rows = phase_view(h.contiguous(), (-1, h.shape[-1]))
             return s._in_place(rows)
         z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
                          s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")

@@ -29,7 +29,7 @@ from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.indices import index_dtype
 from hpcdgnn.nn import kernels
-from hpcdgnn.nn.layout import phase_head
+from hpcdgnn.nn.layout import phase_head, phase_view
 from hpcdgnn.tasks.base import (SPLITS, Embeddings, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch,
                                 split_steps)
 
@@ -675,7 +675,7 @@ class LinkPrediction(Task):
             return None
         rows = emb.rows if not order.numel() else emb.rows.index_select(0, order.to(emb.rows.device))
         S = rows.shape[0] // N
-        return Embeddings.of_block(rows.view(S, N, rows.shape[-1]), list(range(S)))
+        return Embeddings.of_block(phase_view(rows, (S, N, rows.shape[-1])), list(range(S)))
 
     def _fetched(self, pairs: dict) -> np.ndarray:
         """The keys of the rows ``pairs`` read that are not mine, ascending, once each."""

@@ -16,7 +16,7 @@ import torch
 
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join, phase_join_into, relu_into
+from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join, phase_join_into, phase_view, relu_into
 from hpcdgnn.nn.models import available_models, build_model, needs_step_graphs
 
 T, N, F, H = 5, 9, 3, 4
@@ -217,3 +217,30 @@ def test_phases_written_into_one_buffer_equal_the_copying_join_bit_for_bit(read)
     with pytest.raises(ValueError, match="first rows"):
         phase_join_into(relu_into(torch.randn(2, n, 4, requires_grad=True), torch.empty(T, n, 4)[1:3]),
                         torch.empty(T, n, 4))
+
+
+def test_phase_view_keeps_the_remembered_head():
+    """A join's rows seen as (T, n, F) or back (phase_view): phase_head of the view is the head's own
+    rows viewed alike (no slice, so no block-sized zero-filled gradient), with the same gradient as a
+    slice; a head that no longer fills whole rows, or a join changed in place, falls back to the slice."""
+    T, k, n, F = 5, 3, 4, 2
+    x = torch.randn(T * n, F, requires_grad=True)
+    head = x[: k * n] * 2
+    with torch.no_grad():
+        tail = x[k * n :] * 2
+    joined = phase_join(head, tail)
+    block = phase_view(joined, (T, n, F))
+    assert torch.equal(block, joined.view(T, n, F))
+    got = phase_head(block, k)
+    assert got.data_ptr() == head.data_ptr() and got.shape == (k, n, F) and got._base is head
+    (got * torch.arange(k * n * F, dtype=x.dtype).view(k, n, F)).sum().backward(retain_graph=True)
+    want = x.grad.clone()
+    x.grad = None
+    (block[:k] * torch.arange(k * n * F, dtype=x.dtype).view(k, n, F)).sum().backward()
+    assert torch.equal(x.grad, want)
+    flat = phase_view(block, (-1, F))  # and back: the head's rows again
+    assert phase_head(flat, k * n).data_ptr() == head.data_ptr() and phase_head(flat, k * n)._base is head
+    odd = phase_view(phase_join(x[:3] * 1, x[3:].detach()), (T, n, F))  # 3 rows: not whole (n, F) rows
+    assert not hasattr(odd, "_phase_head")
+    joined.add_(0)  # changed in place: the memo is stale, the view slices
+    assert not hasattr(phase_view(joined, (T, n, F)), "_phase_head")

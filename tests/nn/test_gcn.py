@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, gcn_norm, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, block_diagonal, csr_mm, gcn_norm, row_phases, sorted_csr, spmm
 
 
 def random_dense(n: int, density: float, seed: int, self_loops: bool) -> np.ndarray:
@@ -193,3 +193,40 @@ def test_nbytes_counts_both_matrices():
     assert adj.nbytes == 2 * ((9 + 1) * 4 + nnz * 4 + nnz * 4)
     wide = sorted_csr(torch.tensor([0, 1]), torch.tensor([3, 2**31 + 1]), torch.ones(2), (2, 2**31 + 2))
     assert wide.col_indices().dtype == torch.int64 and wide.col_indices().tolist() == [3, 2**31 + 1]
+
+
+@pytest.mark.parametrize(("halo", "square"), [(0, True), (0, False), (5, True)])
+def test_row_phases_split_the_operator_at_a_row(halo, square):
+    """Ã of time-major rows split at the horizon row: the head's product and its backward, and the tail's
+    product, are the whole operator's rows bit for bit. Without halo columns (block-diagonal in time) the
+    head is square when asked and both its matrices are views of Ã's arrays; else it keeps every column."""
+    rng = np.random.default_rng(4)
+    sizes = [6, 4, 7]
+    blocks = [gcn_norm(t, *to_csr(random_dense(n, 0.4, t, False)), torch.float64) for t, n in enumerate(sizes)]
+    diag = block_diagonal(blocks)
+    n = sum(sizes)
+    if halo:  # columns past the rows: a few entries of every row read rows other ranks own
+        r = torch.from_numpy(np.repeat(np.arange(n), 2))
+        c = torch.from_numpy(n + rng.integers(0, halo, 2 * n))
+        a = diag.a.to_dense()
+        dense = torch.cat([a, torch.zeros(n, halo, dtype=a.dtype)], 1).index_put_((r, c), torch.rand(2 * n, dtype=a.dtype), accumulate=True)
+        rows, cols = dense.nonzero(as_tuple=True)
+        vals = dense[rows, cols]
+        diag = NormalizedAdjacency(-1, sorted_csr(rows, cols, vals, (n, n + halo)), sorted_csr(cols, rows, vals, (n + halo, n)))
+    k = sizes[0] + sizes[1]
+    head, tail, narrow = row_phases(diag, k, square)
+    assert narrow == (square and halo == 0)
+    assert head.a.shape == (k, k if narrow else n + halo) and tail.shape == (n - k, n + halo)
+    if narrow:  # views, not copies
+        assert head.a.values().data_ptr() == diag.a.values().data_ptr()
+        assert head.a_t.values().data_ptr() == diag.a_t.values().data_ptr()
+    x = torch.randn(n + halo, 3, dtype=torch.float64, requires_grad=True)
+    full = spmm(diag, x)
+    g = torch.randn(n, 3, dtype=torch.float64)
+    g[k:] = 0  # no training gradient reaches the rows after the horizon
+    (full * g).sum().backward()
+    want, x.grad = x.grad.clone(), None
+    got = spmm(head, x[:k] if narrow else x)
+    (got * g[:k]).sum().backward()
+    assert torch.equal(got, full[:k]) and torch.equal(csr_mm(tail, x.detach()), full[k:])
+    assert torch.equal(x.grad, want)  # the head's backward alone is the whole one's

@@ -140,6 +140,36 @@ def spmm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
     return _SpMM.apply(x, adj)
 
 
+def row_phases(adj: NormalizedAdjacency, k: int, square: bool = True) -> tuple[NormalizedAdjacency, torch.Tensor, bool]:
+    """Rows [0, k) of Ã with their transpose, and rows [k, n) without one: an operator split at a row.
+
+    For rows numbered time-major and split at the training horizon: the head's product needs a
+    backward, the tail's never does (no training gradient reaches steps after the horizon), so the
+    tail keeps no transpose. Both read Ã's arrays in place (row slices of CSR are views; only the
+    tail's row pointers are rebased). Returns ``(head, tail, narrow)``: ``narrow`` when ``square`` is
+    asked for, the head reads only columns [0, k) and no later row reads those columns (Ã
+    block-diagonal in time, no halo) — the head is then (k, k) and its transpose is rows [0, k) of Ãᵀ,
+    also a view; else the head keeps all columns (its product reads what the whole one reads: a
+    head over the halo must keep the exchange in its backward) and its transpose is built from its
+    entries.
+    """
+    a, at = adj.a, adj.a_t
+    n, width = a.shape
+    crow, col, val = a.crow_indices(), a.col_indices(), a.values()
+    e = int(crow[k])
+    tcrow = at.crow_indices()
+    narrow = square and (e == 0 or int(col[:e].max()) < k) and int(tcrow[k]) == e
+    if narrow:
+        head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, k)),
+                                   csr_tensor(tcrow[: k + 1], at.col_indices()[:e], at.values()[:e], (k, k)))
+    else:
+        rows = _row_ids(torch.diff(crow[: k + 1].to(torch.int64)), e)
+        head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, width)),
+                                   sorted_csr(col[:e].to(torch.int64), rows, val[:e], (width, k)))
+    tail = csr_tensor(crow[k:] - e, col[e:], val[e:], (n - k, width))
+    return head, tail, narrow
+
+
 def _block_diagonal_csr(ms: list[torch.Tensor]) -> torch.Tensor:
     crows, cols, vals = [], [], []
     nnz = rows = width = 0
