@@ -137,7 +137,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor, gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
 from hpcdgnn.nn.layout import Layout, StepGraph
@@ -209,9 +209,10 @@ def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _csr(r: np.ndarray, c: np.ndarray, v: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    """CSR of entries already ordered by row, then column."""
+    """CSR of entries already ordered by row, then column (:func:`~hpcdgnn.nn.conv.gcn.csr_tensor`: int32
+    indices where they fit, as every other operator of Ã)."""
     crow = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=shape[0]))])
-    return torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(c), v, shape, check_invariants=False)
+    return csr_tensor(torch.from_numpy(crow), torch.from_numpy(np.ascontiguousarray(c)), v, shape)
 
 
 def _submatrix(crow: np.ndarray, col: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
