@@ -32,8 +32,9 @@ are those of the unfused, chunk-by-chunk run; what changes is the rows loaded,
 reported per epoch (``fusion`` in metrics.jsonl). DGC's cap is the GPU's memory
 (``auto``, the default: the device memory this rank may use); a rank whose
 chunks all fit then aggregates them as one product over its rows of Ã, and a
-smaller cap buys fewer rows per product at the cost of the groups' gathers. Attention layers (DySAT)
-aggregate all of a rank's rows at once, i.e. as one fused group.
+smaller cap buys fewer rows per product at the cost of the groups' gathers.
+Attention layers (DySAT) aggregate all of a rank's rows at once, i.e. as one
+fused group.
 
 With ``strategy.sequences: active`` a vertex's time encoder runs over its
 active appearances only (DGC's temporal sequences): sequences of different

@@ -209,10 +209,12 @@ def test_row_phases_split_the_operator_at_a_row(halo, square):
         r = torch.from_numpy(np.repeat(np.arange(n), 2))
         c = torch.from_numpy(n + rng.integers(0, halo, 2 * n))
         a = diag.a.to_dense()
-        dense = torch.cat([a, torch.zeros(n, halo, dtype=a.dtype)], 1).index_put_((r, c), torch.rand(2 * n, dtype=a.dtype), accumulate=True)
+        dense = torch.cat([a, torch.zeros(n, halo, dtype=a.dtype)], 1)
+        dense.index_put_((r, c), torch.rand(2 * n, dtype=a.dtype), accumulate=True)
         rows, cols = dense.nonzero(as_tuple=True)
         vals = dense[rows, cols]
-        diag = NormalizedAdjacency(-1, sorted_csr(rows, cols, vals, (n, n + halo)), sorted_csr(cols, rows, vals, (n + halo, n)))
+        diag = NormalizedAdjacency(-1, sorted_csr(rows, cols, vals, (n, n + halo)),
+                                   sorted_csr(cols, rows, vals, (n + halo, n)))
     k = sizes[0] + sizes[1]
     head, tail, narrow = row_phases(diag, k, square)
     assert narrow == (square and halo == 0)
