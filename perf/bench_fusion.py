@@ -1,7 +1,7 @@
 """Chunk fusion (DGC §5.1): rows loaded and time saved by spatial fusion, padding saved by temporal fusion.
 
     python perf/bench_fusion.py [--vertices 8192 --snapshots 16 | --data DIR] [--ranks 2] [--chunk-size 64]
-                                [--memory-mb 0.5 4 512] [--epochs 4]
+                                [--memory-mb 0.5 4 512 auto] [--epochs 4]
 
 Spatial fusion: the chunk strategy at P ranks with ``strategy.fusion: off``
 (chunk by chunk, DGC's default) and ``on`` at several memory caps, side by
@@ -88,6 +88,11 @@ def temporal(data: Path, width: int) -> None:
           f"   padded/packed {t_pad / t_pack:.2f}")
 
 
+def _cap(text: str) -> float | str:
+    """A ``--memory-mb`` value: a number of MiB, or ``auto``."""
+    return text if text == "auto" else float(text)
+
+
 def main() -> None:
     """Spatial fusion runs side by side, then temporal fusion's padding."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,7 +105,8 @@ def main() -> None:
     ap.add_argument("--model", default="tgcn")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2])
     ap.add_argument("--chunk-size", type=int, default=64)
-    ap.add_argument("--memory-mb", type=float, nargs="+", default=[0.5, 4.0, 512.0])
+    ap.add_argument("--memory-mb", type=_cap, nargs="+", default=[0.5, 4.0, 512.0, "auto"],
+                    help="caps of the fused runs, MiB or auto (the default cap: the device memory a rank may use)")
     ap.add_argument("--epochs", type=int, default=4)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,7 +120,8 @@ def main() -> None:
               f"{'epoch s':>8} {'vs off':>7} {'loss':>12}")
         for P in args.ranks:
             runs = [("off", {"fusion": "off"})] + [
-                (f"on {mb:g} MiB", {"fusion": "on", "fusion_memory_mb": mb}) for mb in args.memory_mb
+                ("on auto" if mb == "auto" else f"on {mb:g} MiB", {"fusion": "on", "fusion_memory_mb": mb})
+                for mb in args.memory_mb
             ]
             base = None
             for label, keys in runs:
