@@ -250,23 +250,25 @@ class ChunkStrategy(HaloStrategy):
         per_chunk = per_chunk.reshape(-1)  # local chunk id of each of my rows, 0..C-1
         row, col = owned.row.numpy(), self.halo.columns
         group = per_chunk
-        #: the cap of a fused group, bytes: the configured one, or DGC's, the device's memory (``auto``;
-        #: a collective over the node, so every rank asks, rows or none)
-        self.fusion_cap = float(memory_share(self.comm, self.ctx.device) if cfg.fusion_memory_mb == "auto"
-                                else cfg.fusion_memory_mb * 2**20)
+        # the cap of a fused group, bytes: the configured one, or DGC's, the device's memory (``auto``;
+        # a collective over the node, so every rank asks, rows or none)
+        cap = float(memory_share(self.comm, self.ctx.device) if cfg.fusion_memory_mb == "auto"
+                    else cfg.fusion_memory_mb * 2**20)
         #: the smallest cap of any rank, MiB, for the metrics
-        self._cap_mb = float(self.comm.allreduce_array([self.fusion_cap / 2**20], op="min", tag="setup")[0])
+        self._cap_mb = float(self.comm.allreduce_array([cap / 2**20], op="min", tag="setup")[0])
         if cfg.fusion == "on" and per_chunk.shape[0]:
             width = max(max(layer.in_features, layer.spatial_features) for layer in model.layers)
             cost = group_cost(per_chunk, row, col, width, torch.empty((), dtype=self.ctx.dtype).element_size())
-            group = fuse_chunks(per_chunk, row, col, cost, self.fusion_cap)
-        groups = RowGroups(self.adj, group)
+            group = fuse_chunks(per_chunk, row, col, cost, cap)
+        unfused = RowGroups.rows_read(per_chunk, row, col)
+        one = group.shape[0] > 0 and bool((group == group[0]).all())
+        # one group reading every column is the plain product: counted, not built (its copy of Ã would be dropped)
+        loaded = RowGroups.rows_read(group, row, col) if one else -1
+        groups = None if one and loaded == self.adj.a.shape[1] else RowGroups(self.adj, group)
         #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank);
         #: inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
-        self._fusion_stats = np.array([int((labels >= 0).sum()), len(groups), groups.loaded_rows,
-                                       RowGroups.rows_read(per_chunk, row, col)])
-        if len(groups) == 1 and groups.loaded_rows == self.adj.a.shape[1]:
-            return None
+        self._fusion_stats = np.array([int((labels >= 0).sum()), 1 if groups is None else len(groups),
+                                       loaded if groups is None else groups.loaded_rows, unfused])
         return groups
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
@@ -294,14 +296,10 @@ class ChunkLayout(HaloLayout):
 
     def __init__(self, s: ChunkStrategy) -> None:
         b = s._t_bounds
-        super().__init__(0, s.T, s.num_layers, [(t, int(b[t + 1] - b[t])) for t in range(s.T)],
-                         lambda layer, li, h: s._aggregate(layer, li, h, s.groups))
+        super().__init__(0, s.T, s.num_layers, [(t, int(b[t + 1] - b[t])) for t in range(s.T)], s._aggregate)
         self.s = s
         #: layers whose aggregation moves to the RNN owners, their transform run there
         self._moved: set[int] = set()
-
-    def _groups(self) -> RowGroups | None:
-        return self.s.groups
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
         """As :class:`HaloLayout`, or only the aggregation where the RNN owner runs the transform

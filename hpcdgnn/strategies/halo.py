@@ -295,6 +295,9 @@ class HaloStrategy(Strategy):
     over all T, time-major, aggregated with one halo exchange per layer, exact or stale (D3).
     """
 
+    #: the fused groups the aggregation runs in (chunk fusion, DGC §5.1.1); None: one product
+    groups: RowGroups | None = None
+
     def _setup_halo(self, reader, T: int, N: int, vertices_at: Callable[[int], np.ndarray],
                     owner_of: Callable[[np.ndarray], np.ndarray], local_of: Callable[[np.ndarray], np.ndarray],
                     n: int, model, horizon: int | None = None) -> OwnedRows:
@@ -353,20 +356,23 @@ class HaloStrategy(Strategy):
         return ShardedEmbeddings(sh, h, lambda keys: fetch_rows(self.comm, h, keys, sh.owner_of, sh.local_of,
                                                                     self._row_counts))
 
-    def _aggregate(self, layer, li: int, h: torch.Tensor | None, groups: RowGroups | None = None) -> torch.Tensor:
+    def _aggregate(self, layer, li: int, h: torch.Tensor | None) -> torch.Tensor:
         """Layer ``li``'s aggregation of my rows ``h`` (n, F): the precomputed one for layer 0, else
-        ``layer.aggregate`` over my rows of Ã with the halo exchange as the gather."""
+        ``layer.aggregate`` over my rows of Ã with the halo exchange as the gather (in :attr:`groups`)."""
         if li == 0 and self._precomputed:
             return self.ax0
-        return layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li, groups), self.ax0 if li == 0 else h)
+        return layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li, self.groups),
+                               self.ax0 if li == 0 else h)
 
-    def splits_aggregation(self, layer, li: int, groups: RowGroups | None = None) -> bool:
+    def splits_aggregation(self, layer, li: int) -> bool:
         """Whether layer ``li``'s aggregation runs as two phases, :meth:`_aggregate_phases`: the rows are
-        split at the horizon, grad mode is on, and the aggregation is the precomputed Ã·X or the default
-        GCN one (one gather, one product) run as one product, not in fused groups."""
+        split at the horizon, grad mode is on, and the aggregation is the precomputed Ã·X (layer 0) or
+        the default GCN one of a later layer (one gather, one product), not run in fused groups."""
         if self._phase_ops is None or not torch.is_grad_enabled():
             return False
-        return (li == 0 and self._precomputed) or (groups is None and type(layer).aggregate is DynamicLayer.aggregate)
+        if li == 0:
+            return self._precomputed
+        return self.groups is None and type(layer).aggregate is DynamicLayer.aggregate
 
     def _aggregate_phases(self, li: int, h: torch.Tensor | None,
                           head: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -379,10 +385,8 @@ class HaloStrategy(Strategy):
         no other column (no halo). The gather (the halo exchange) runs once for both.
         """
         k = self.head_rows
-        if li == 0 and self._precomputed:
+        if li == 0:  # the precomputed Ã·X (SPEC S4)
             return self.ax0[:k], self.ax0[k:]
-        if li == 0:  # X itself, the first layer's input
-            h, head = self.ax0, self.ax0[:k]
         head_op, tail_op, square = self._phase_ops
         full = halo_graph(self.adj, self.halo, self.stale, li).gather(h)  # the identity without a halo
         ax_head = spmm(head_op, head if square else full)
@@ -445,7 +449,7 @@ class HaloLayout(RowLayout):
         even = len(sizes) == 1 and len(self.segments) == self._steps  # every snapshot, k rows each
         if not self.segments or not (even or tparams is None):
             return super().spatial(layer, li, h, tparams)
-        if self.s.splits_aggregation(layer, li, self._groups()) and (even or not self.stacked):
+        if self.s.splits_aggregation(layer, li) and (even or not self.stacked):
             return self._phases(layer, li, h, tparams, sizes.pop() if even else None)
         ax = self._aggregate(layer, li, None if h is None else h.reshape(-1, h.shape[-1]))
         if even:
@@ -454,10 +458,6 @@ class HaloLayout(RowLayout):
             return y if self.stacked else y.reshape(-1, y.shape[-1])
         y = layer.spatial(ax, -1, None)  # row-wise: all snapshots' rows in one call
         return y.view(self._steps, -1, y.shape[-1]) if self.stacked else y
-
-    def _groups(self) -> RowGroups | None:
-        """The fused groups the aggregation runs in (chunk), else None."""
-        return None
 
     def _phases(self, layer, li: int, h: torch.Tensor | None, tparams, k: int | None) -> torch.Tensor:
         """:meth:`spatial` as the snapshot strategy runs it: the steps up to the training horizon with

@@ -23,7 +23,8 @@ from hpcdgnn.nn import kernels
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_tensor", "gcn_norm", "sorted_csr", "spmm", "stacked_gcn_norm"]
+__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_tensor", "gcn_norm", "row_phases", "sorted_csr",
+           "spmm", "stacked_gcn_norm"]
 
 
 @dataclass
@@ -140,14 +141,15 @@ def spmm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
     return _SpMM.apply(x, adj)
 
 
-def row_phases(adj: NormalizedAdjacency, k: int, square: bool = True) -> tuple[NormalizedAdjacency, torch.Tensor, bool]:
+def row_phases(adj: NormalizedAdjacency, k: int,
+               square: bool = True) -> tuple[NormalizedAdjacency, torch.Tensor, bool]:
     """Rows [0, k) of Ã with their transpose, and rows [k, n) without one: an operator split at a row.
 
     For rows numbered time-major and split at the training horizon: the head's product needs a
     backward, the tail's never does (no training gradient reaches steps after the horizon), so the
     tail keeps no transpose. Both read Ã's arrays in place (row slices of CSR are views; only the
-    tail's row pointers are rebased). Returns ``(head, tail, narrow)``: ``narrow`` when ``square`` is
-    asked for, the head reads only columns [0, k) and no later row reads those columns (Ã
+    tail's row pointers are rebased). Returns ``(head, tail, square)``: ``square`` when it is asked
+    for, the head reads only columns [0, k) and no later row reads those columns (Ã
     block-diagonal in time, no halo) — the head is then (k, k) and its transpose is rows [0, k) of Ãᵀ,
     also a view; else the head keeps all columns (its product reads what the whole one reads: a
     head over the halo must keep the exchange in its backward) and its transpose is built from its
@@ -158,8 +160,8 @@ def row_phases(adj: NormalizedAdjacency, k: int, square: bool = True) -> tuple[N
     crow, col, val = a.crow_indices(), a.col_indices(), a.values()
     e = int(crow[k])
     tcrow = at.crow_indices()
-    narrow = square and (e == 0 or int(col[:e].max()) < k) and int(tcrow[k]) == e
-    if narrow:
+    square = square and (e == 0 or int(col[:e].max()) < k) and int(tcrow[k]) == e
+    if square:
         head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, k)),
                                    csr_tensor(tcrow[: k + 1], at.col_indices()[:e], at.values()[:e], (k, k)))
     else:
@@ -167,7 +169,7 @@ def row_phases(adj: NormalizedAdjacency, k: int, square: bool = True) -> tuple[N
         head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, width)),
                                    sorted_csr(col[:e].to(torch.int64), rows, val[:e], (width, k)))
     tail = csr_tensor(crow[k:] - e, col[e:], val[e:], (n - k, width))
-    return head, tail, narrow
+    return head, tail, square
 
 
 def _block_diagonal_csr(ms: list[torch.Tensor]) -> torch.Tensor:
