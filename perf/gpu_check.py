@@ -1,6 +1,6 @@
 """Every model and strategy for a few epochs on a GPU, beside the CPU (issue 13 item 8).
 
-    python perf/gpu_check.py --data DIR [--out DIR] [--epochs 3] [--workers 6]
+    python perf/gpu_check.py --data DIR [--out DIR] [--epochs 3] [--workers 6] [--only NAME ...]
 
 For each (model, strategy) of ``CASES``: one run on the CPU at P = 1 (the reference), then
 ``train.device: cuda`` at P = 1 and 2 over MPI — and for EvolveGCN-O and TM-GCN also P = 3 and
@@ -8,7 +8,9 @@ For each (model, strategy) of ``CASES``: one run on the CPU at P = 1 (the refere
 one-GPU machine can run). Each run is ``python -m hpcdgnn run`` (through ``hpcdgnn.launch`` for
 P > 1) on the prepared dataset ``--data``, link prediction, float32, hidden 8, 2 layers. Prints the
 loss trajectories and the largest relative difference of each GPU run from the CPU one, or the
-run's error line. ``--workers`` runs that many cases at once (a 16-core GPU node takes 6).
+run's error line; for chunk, also the fusion cap its ranks chose (``fusion_memory_mb: auto``: the GPU's memory shared
+among the ranks on it). ``--workers`` runs that many cases at once (a 16-core GPU node takes 6); ``--only`` keeps
+the cases whose model or strategy is named.
 
 Measured 2026-11-25 on an H100 (torch 2.11+cu130), email-Eu-core in 64 equal-event slices:
 every case within 2.1e-6 of the CPU (``perf/results/gpu-h100/gpu_check.log``; ``gconv_lstm`` under
@@ -32,8 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 CASES = [(m, "snapshot") for m in ("evolvegcn_o", "cdgcn", "tmgcn", "tgcn_cell", "tgcn", "gconv_lstm", "gconv_gru",
                                    "gcrn_m1", "dcrnn", "mpnn_lstm", "dysat")]
-CASES += [("tmgcn", "vertex"), ("cdgcn", "vertex"), ("tmgcn", "chunk"), ("evolvegcn_o", "pss"), ("gconv_lstm", "pss"),
-          ("tgcn", "sequences")]  # not the event-stream ``memory`` strategy (TGN): it takes another dataset kind
+# not the event-stream ``memory`` strategy (TGN): it takes another dataset kind
+CASES += [("tmgcn", "vertex"), ("cdgcn", "vertex"), ("evolvegcn_o", "vertex"), ("tmgcn", "chunk"),
+          ("evolvegcn_o", "chunk"), ("evolvegcn_o", "pss"), ("gconv_lstm", "pss"), ("tgcn", "sequences")]
 #: (P, comm.backend) of the GPU runs beyond P = 1 and 2 over MPI, for these models under ``snapshot``
 MORE = {"evolvegcn_o": [(3, "mpi"), (1, "nccl")], "tmgcn": [(3, "mpi"), (1, "nccl")]}
 
@@ -58,22 +61,25 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
         lines = (proc.stdout + proc.stderr).strip().splitlines()
         return None, f"exit {proc.returncode}: " + " | ".join([ln for ln in lines if "rror" in ln][-3:] or lines[-4:])
     recs = [json.loads(line) for line in (args.out / name / "metrics.jsonl").read_text().splitlines()]
-    return [r["loss"] for r in recs], f"epoch {recs[-1]['time']['epoch']['max']:.4f} s"
+    cap = recs[-1].get("fusion", {}).get("cap_mb")
+    return [r["loss"] for r in recs], f"epoch {recs[-1]['time']['epoch']['max']:.4f} s" + (
+        f", fusion cap {cap:.0f} MiB" if cap is not None else "")
 
 
-def check(args, case: tuple[str, str]) -> str:
-    """The CPU reference and the GPU runs of one case, as printed lines."""
+def check(args, case: tuple[str, str], emit) -> None:
+    """The CPU reference and the GPU runs of one case, each line given to ``emit`` as its run ends (so a
+    check cut short by a time limit still shows what it ran)."""
     model, strategy = case
+    head = f"{model:12s} {strategy:9s}"
     ref, msg = run(args, model, strategy, "cpu", 1)
-    lines = [f"{model:12s} {strategy:9s} cpu P1: " + (msg if ref is None else " ".join(f"{x:.6f}" for x in ref))]
+    emit(f"{head} cpu P1: " + (msg if ref is None else " ".join(f"{x:.6f}" for x in ref)))
     for P, backend in [(1, "mpi"), (2, "mpi"), *(MORE.get(model, []) if strategy == "snapshot" else [])]:
         got, msg = run(args, model, strategy, "cuda", P, backend)
         if got is None:
-            lines.append(f"   cuda P{P} {backend}: FAIL {msg}")
+            emit(f"{head} cuda P{P} {backend}: FAIL {msg}")
             continue
         diff = max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True)) if ref else float("nan")
-        lines.append(f"   cuda P{P} {backend}: {' '.join(f'{x:.6f}' for x in got)}  rel.diff vs cpu {diff:.2e}  ({msg})")
-    return "\n".join(lines)
+        emit(f"{head} cuda P{P} {backend}: {' '.join(f'{x:.6f}' for x in got)}  rel.diff vs cpu {diff:.2e}  ({msg})")
 
 
 def main() -> None:
@@ -83,7 +89,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/hpcdgnn-gpu-check"))
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                    help="models or strategies to keep (default: all)")
     args = ap.parse_args()
+    cases = [c for c in CASES if args.only is None or set(c) & set(args.only)]
+    if not cases:
+        sys.exit(f"gpu_check: --only {' '.join(args.only)} names no case; models and strategies: "
+                 f"{' '.join(sorted({x for c in CASES for x in c}))}")
     args.data = args.data.resolve()  # the runs start in the repository
     import torch
 
@@ -92,13 +104,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 
-    def one(case):
-        text = check(args, case)
+    def emit(line: str) -> None:
         with lock:
-            print(text, flush=True)
+            print(line, flush=True)
 
     with ThreadPoolExecutor(args.workers) as ex:
-        list(ex.map(one, CASES))
+        list(ex.map(lambda case: check(args, case, emit), cases))
 
 
 if __name__ == "__main__":

@@ -162,20 +162,23 @@ def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> 
 
 
 #: bytes of the decoder's destination rows (their projection pv and its gradient) that one bucket of
-#: :func:`pairs_by_step` covers by default: 512 KiB, a quarter of a 2 MiB L2 — on the generator
+#: :func:`pairs_by_step` covers by default on the CPU: 512 KiB, a quarter of a 2 MiB L2 — on the generator
 #: graph (N = 2^15, hidden 16, float32: 4096 rows a bucket) 37-38 ns a pair, against 39 at 2048 rows and
 #: 41-54 at 8192 (one bucketing of each step's pairs; synthetic pairs of its sizes). A constant, not the
 #: machine's cache: the pairs' order sets the rounding of each row's gradient sum, which should not
 #: depend on the node a run lands on. ``HPCDGNN_BUCKET_BYTES`` overrides it (0: no buckets).
+#: A decoder on a GPU takes no buckets by default: the order serves a CPU core's cache, and building it
+#: was host time the GPU waited for (generator graph N = 2^15, EvolveGCN-O on an H200: 0.21-0.25 s an
+#: epoch with buckets, 0.16-0.19 without).
 BUCKET_BYTES = 1 << 19
 
 
-def bucket_bytes() -> int:
-    """``HPCDGNN_BUCKET_BYTES`` (a byte count >= 0; 0 keeps the pairs in their drawn order), else
-    :data:`BUCKET_BYTES`."""
+def bucket_bytes() -> int | None:
+    """``HPCDGNN_BUCKET_BYTES`` (a byte count >= 0; 0 keeps the pairs in their drawn order), else None: the
+    default of the decoder's device (:data:`BUCKET_BYTES` on the CPU, 0 elsewhere)."""
     value = os.environ.get("HPCDGNN_BUCKET_BYTES")
     if value is None:
-        return BUCKET_BYTES
+        return None
     if not value.strip().isdigit():
         from hpcdgnn.errors import ConfigError
 
@@ -287,8 +290,21 @@ def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.
 #: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
 _WIDTH = 3 + 2 * AUC_BINS
 
-#: Edges per chunk of the fused decoder: (chunk, hidden) temporaries stay in a core's L2 cache.
+#: Edges per chunk of the fused decoder on the CPU: (chunk, hidden) temporaries stay in a core's L2 cache.
 _EDGE_CHUNK = 8192
+#: Bytes of one (chunk, hidden) temporary of the fused decoder on a GPU. There a chunk costs some 20 kernel
+#: launches whatever its size, so the GPU's chunks are as large as this memory bound allows. At the CPU's
+#: 8192 pairs, the generator graph's 12.6 M pairs (N = 2^15, EvolveGCN-O) took 111,000 torch operator calls an
+#: epoch, against 10,400 in chunks of 2^20 pairs; on an H200 the epoch went 0.55-0.68 s -> 0.21-0.25 s.
+_EDGE_CHUNK_DEVICE_BYTES = 64 << 20
+
+
+def _edge_chunk(pu: torch.Tensor) -> int:
+    """Pairs per chunk of :class:`_EdgeMLP` for projections ``pu`` (rows, hidden): L2-sized on the CPU,
+    :data:`_EDGE_CHUNK_DEVICE_BYTES` per temporary elsewhere."""
+    if pu.device.type == "cpu":
+        return _EDGE_CHUNK
+    return max(_EDGE_CHUNK, _EDGE_CHUNK_DEVICE_BYTES // max(1, pu.shape[1] * pu.element_size()))
 
 
 def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -323,10 +339,10 @@ class _EdgeMLP(torch.autograd.Function):
         ctx.save_for_backward(pu, pv, b1, w2, src, dst)
         if kernels.available(pu, pv, b1, w2, b2, pairs=src.shape[0]):
             return kernels.edge_mlp_forward(pu, pv, b1, w2, b2, src, dst)
-        E = src.shape[0]
+        E, chunk = src.shape[0], _edge_chunk(pu)
         out = pu.new_empty(E)
-        for s in range(0, E, _EDGE_CHUNK):
-            e = min(E, s + _EDGE_CHUNK)
+        for s in range(0, E, chunk):
+            e = min(E, s + chunk)
             torch.mv(_EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e]), w2, out=out[s:e])
         out += b2
         return out
@@ -336,9 +352,9 @@ class _EdgeMLP(torch.autograd.Function):
         pu, pv, b1, w2, src, dst = ctx.saved_tensors
         dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
         db1, dw2 = torch.zeros_like(b1), torch.zeros_like(w2)
-        E = src.shape[0]
-        for s in range(0, E, _EDGE_CHUNK):
-            e = min(E, s + _EDGE_CHUNK)
+        E, chunk = src.shape[0], _edge_chunk(pu)
+        for s in range(0, E, chunk):
+            e = min(E, s + chunk)
             h = _EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e])  # recomputed, not stored
             gc = g[s:e]
             dw2 += h.t() @ gc
@@ -527,9 +543,14 @@ class LinkPrediction(Task):
 
     def _bucket_shift(self, vertices: int) -> int:
         """log2 of the destination rows a bucket of :func:`pairs_by_step` covers over ``vertices``:
-        :func:`bucket_bytes` of the decoder's rows (pv and its gradient); 0 bytes: one bucket."""
-        row = 2 * self.cfg.decoder_hidden * self.decoder.lin1.weight.element_size()
-        return bucket_shift(self._bucket_bytes // row if self._bucket_bytes else vertices, vertices)
+        :func:`bucket_bytes` of the decoder's rows (pv and its gradient), by default :data:`BUCKET_BYTES` where
+        the decoder runs on the CPU and none elsewhere; 0 bytes: one bucket."""
+        weight = self.decoder.lin1.weight
+        size = self._bucket_bytes
+        if size is None:
+            size = BUCKET_BYTES if weight.device.type == "cpu" else 0
+        row = 2 * self.cfg.decoder_hidden * weight.element_size()
+        return bucket_shift(size // row if size else vertices, vertices)
 
     def _draw(self, t: int, epoch: int, m: int) -> np.ndarray:
         """The (2, m) negative pairs of step t in ``epoch`` (:func:`draw_negatives`)."""
@@ -570,9 +591,9 @@ class LinkPrediction(Task):
         Positives are the same every epoch and kept; the negatives of step t are drawn from
         the stream of (seed, epoch, t) (:func:`draw_negatives_steps`) — the same pairs whichever rank scores t.
         """
-        key = (tuple(steps), tuple(where[t] for t in steps), n)
-        fixed = self._fixed.get(key)
         firsts, shift = [where[t] * n for t in steps], self._bucket_shift(n)
+        key = (tuple(steps), tuple(where[t] for t in steps), n, shift)  # the shift follows the decoder's device
+        fixed = self._fixed.get(key)
         if fixed is None:
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
@@ -652,9 +673,9 @@ class LinkPrediction(Task):
             if not steps:
                 continue
             firsts = [t * N for t in steps]
-            fixed = self._fixed.get(("in place", s))
+            fixed = self._fixed.get(("in place", s, shift))
             if fixed is None:
-                fixed = self._fixed[("in place", s)] = in_buckets(
+                fixed = self._fixed[("in place", s, shift)] = in_buckets(
                     kept(concat_steps([self._positives(t, f) for t, f in zip(steps, firsts)])), firsts, shift, N)
             out[s] = pairs_by_step(fixed, kept(self._negatives_joined(steps, epoch, firsts)), firsts, shift, N)
         return out

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hpcdgnn.nn import kernels
-from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, EdgeDecoder, _EdgeMLP
+from hpcdgnn.tasks import link_prediction
+from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, EdgeDecoder, _edge_chunk, _EdgeMLP
 from tests.conftest import auc_test_logits, numpy_score_stats
 
 pytest.importorskip("numba")
@@ -26,19 +27,47 @@ def use(monkeypatch):
     monkeypatch.setattr(kernels, "_kernels", None)
 
 
-def _run(dtype, rows: int, hidden: int, pairs: int, seed: int = 0):
+def _run(dtype, rows: int, hidden: int, pairs: int, seed: int = 0, device: str = "cpu"):
     g = torch.Generator().manual_seed(seed)
     params = [torch.randn(rows, hidden, generator=g, dtype=dtype), torch.randn(rows, hidden, generator=g, dtype=dtype),
               torch.randn(hidden, generator=g, dtype=dtype), torch.randn(hidden, generator=g, dtype=dtype),
               torch.randn(1, generator=g, dtype=dtype)]
-    params = [p.requires_grad_() for p in params]
+    params = [p.to(device).requires_grad_() for p in params]
     # repeated rows on both ends, and more pairs than a torch chunk, so scatter-adds collide across chunks
-    src = torch.randint(0, rows, (pairs,), generator=g)
-    dst = torch.randint(0, rows, (pairs,), generator=g)
-    grad = torch.randn(pairs, generator=g, dtype=dtype)
+    src = torch.randint(0, rows, (pairs,), generator=g).to(device)
+    dst = torch.randint(0, rows, (pairs,), generator=g).to(device)
+    grad = torch.randn(pairs, generator=g, dtype=dtype).to(device)
     out = _EdgeMLP.apply(*params, src, dst)
     out.backward(grad)
-    return [out.detach()] + [p.grad for p in params]
+    return [out.detach().cpu()] + [p.grad.cpu() for p in params]
+
+
+def test_decoder_chunks_are_l2_sized_on_the_cpu_and_memory_sized_elsewhere():
+    """The torch decoder's chunk (:func:`_edge_chunk`): on the CPU its (chunk, hidden) temporaries fit a core's
+    L2; on another device (a ``meta`` tensor stands for a GPU's) a chunk costs the same launches whatever its
+    size, so its temporaries fill ``_EDGE_CHUNK_DEVICE_BYTES`` — never fewer pairs than the CPU's chunk."""
+    cap = link_prediction._EDGE_CHUNK_DEVICE_BYTES
+    assert _edge_chunk(torch.zeros(5, 16)) == _EDGE_CHUNK
+    assert _edge_chunk(torch.empty(5, 16, device="meta")) == cap // (16 * 4) > _EDGE_CHUNK
+    assert _edge_chunk(torch.empty(5, 16, dtype=torch.float64, device="meta")) == cap // (16 * 8)
+    assert _edge_chunk(torch.empty(5, cap, device="meta")) == _EDGE_CHUNK  # a wide hidden layer: the floor
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("device_bytes", [None, 1])
+def test_gpu_decoder_equals_the_cpu_in_one_chunk_or_several(use, monkeypatch, device_bytes):
+    """On a GPU the decoder's pairs run as one chunk (the default memory bound), or as several of the CPU's
+    size (a bound of 1 byte): logits and every gradient equal the CPU's torch path to float64 rounding
+    (CUDA's atomic adds sum in another order)."""
+    use("torch")
+    pairs = 3 * _EDGE_CHUNK + 17
+    ref = _run(torch.float64, 37, 16, pairs)
+    if device_bytes is not None:
+        monkeypatch.setattr(link_prediction, "_EDGE_CHUNK_DEVICE_BYTES", device_bytes)
+    assert (_edge_chunk(torch.empty(1, 16, dtype=torch.float64, device="cuda")) < pairs) == (device_bytes is not None)
+    got = _run(torch.float64, 37, 16, pairs, device="cuda")
+    for name, a, b in zip(["logits", "dpu", "dpv", "db1", "dw2", "db2"], got, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=name)
 
 
 @pytest.mark.parametrize("pairs", [0, 1, 3 * _EDGE_CHUNK + 17])

@@ -520,6 +520,27 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def test_buckets_by_default_only_where_the_decoder_runs_on_the_cpu(task_data, monkeypatch):
+    """Unset, HPCDGNN_BUCKET_BYTES is BUCKET_BYTES for a decoder on the CPU and no buckets (one bucket of every
+    row) for a decoder elsewhere (a ``meta`` decoder stands for a GPU's): the order serves a CPU core's cache,
+    and on a GPU building it was host time. Set, the variable wins on either device."""
+    from hpcdgnn.tasks.link_prediction import BUCKET_BYTES, bucket_shift
+
+    _, m, _ = task_data
+    monkeypatch.delenv("HPCDGNN_BUCKET_BYTES", raising=False)
+    task = make_task(m)
+    row = 2 * task.cfg.decoder_hidden * task.decoder.lin1.weight.element_size()
+    rows = 1 << 20  # more vertices than one default bucket covers
+    assert task._bucket_shift(rows) == bucket_shift(BUCKET_BYTES // row, rows) < bucket_shift(rows, rows)
+    task.decoder.to("meta")
+    assert task._bucket_shift(rows) == bucket_shift(rows, rows)
+    monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", "1024")
+    for device in ("meta", "cpu"):
+        task = make_task(m)
+        task.decoder.to_empty(device=device)
+        assert task._bucket_shift(rows) == bucket_shift(1024 // row, rows)
+
+
 def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeypatch):
     """HPCDGNN_BUCKET_BYTES small enough for several buckets on this graph against 0 (no buckets): the same
     metric histograms and counts, the loss and gradients to rounding; a bad value is a one-line error."""
