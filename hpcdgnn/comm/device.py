@@ -17,6 +17,7 @@ unavailable, from the launcher's environment (:data:`LOCAL_RANK_VARIABLES`).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 
@@ -88,7 +89,7 @@ def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup")
     memory this way, below the node's RAM."""
     limits = []
     try:
-        lines = open(proc).read().splitlines()
+        lines = Path(proc).read_text().splitlines()
     except OSError:
         return None
     for line in lines:
@@ -102,7 +103,7 @@ def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup")
         parts = [p for p in path.split("/") if p]
         for depth in range(len(parts), -1, -1):  # the process's own group, then each parent
             try:
-                value = open(os.path.join(base, *parts[:depth], name)).read().strip()
+                value = Path(base, *parts[:depth], name).read_text().strip()
             except OSError:
                 continue
             if value.isdigit():

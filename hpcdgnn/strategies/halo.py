@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, row_phases, sorted_csr, spmm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, csr_nbytes, row_phases, sorted_csr, spmm
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout, phase_head, phase_join, phase_join_into
 from hpcdgnn.nn.models.base import DynamicLayer
@@ -406,8 +406,7 @@ class HaloStrategy(Strategy):
             head, tail, square = self._phase_ops
             extra = tail.crow_indices().numel() * tail.crow_indices().element_size()
             if not square:
-                extra += sum(x.numel() * x.element_size()
-                             for x in (head.a_t.crow_indices(), head.a_t.col_indices(), head.a_t.values()))
+                extra += csr_nbytes(head.a_t)
         return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size() + extra
 
     def state_dict(self) -> dict:

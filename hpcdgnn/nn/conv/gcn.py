@@ -23,8 +23,8 @@ from hpcdgnn.nn import kernels
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_tensor", "gcn_norm", "row_phases", "sorted_csr",
-           "spmm", "stacked_gcn_norm"]
+__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_nbytes", "csr_tensor", "gcn_norm", "row_phases",
+           "sorted_csr", "spmm", "stacked_gcn_norm"]
 
 
 @dataclass
@@ -38,11 +38,12 @@ class NormalizedAdjacency:
     @property
     def nbytes(self) -> int:
         """Bytes held by both CSR matrices."""
-        return sum(
-            x.numel() * x.element_size()
-            for m in (self.a, self.a_t)
-            for x in (m.crow_indices(), m.col_indices(), m.values())
-        )
+        return csr_nbytes(self.a) + csr_nbytes(self.a_t)
+
+
+def csr_nbytes(m: torch.Tensor) -> int:
+    """Bytes of a CSR tensor's three arrays."""
+    return sum(x.numel() * x.element_size() for x in (m.crow_indices(), m.col_indices(), m.values()))
 
 
 def _as_tensor(a) -> torch.Tensor:
