@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,21 +42,26 @@ CASES += [("tmgcn", "vertex"), ("cdgcn", "vertex"), ("evolvegcn_o", "vertex"), (
 MORE = {"evolvegcn_o": [(3, "mpi"), (1, "nccl")], "tmgcn": [(3, "mpi"), (1, "nccl")]}
 
 
-def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mpi") -> tuple[list | None, str]:
-    """One training run; (losses, 'epoch s') or (None, its error lines)."""
-    name = f"{model}-{strategy}-{device}-p{P}-{backend}"
+def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mpi", dtype: str = "float32",
+        task: str = "link_prediction") -> tuple[list | None, str]:
+    """One training run into ``args.out`` (on ``args.data``, ``args.epochs`` epochs).
+
+    Returns (losses, 'epoch s') or (None, its error lines). ``check_exactness.py`` runs its cases with it too.
+    """
+    name = f"{model}-{strategy}-{device}-p{P}-{backend}-{dtype}-{task}"
     job = args.out / f"{name}.yaml"
+    section = {"name": task, "negatives": 1} if task == "link_prediction" else {"name": task}
     job.write_text(yaml.safe_dump({
         "data": {"path": str(args.data)}, "model": {"name": model, "hidden": 8, "layers": 2},
-        "task": {"name": "link_prediction", "negatives": 1}, "strategy": {"name": strategy},
-        "train": {"epochs": args.epochs, "lr": 0.01, "seed": 0, "threads": 1, "dtype": "float32",
+        "task": section, "strategy": {"name": strategy},
+        "train": {"epochs": args.epochs, "lr": 0.01, "seed": 0, "threads": 1, "dtype": dtype,
                   "warmup_epochs": 1, "device": device},
         "comm": {"backend": backend}, "output": {"dir": str(args.out)},
     }))
     launch = [sys.executable, "-m", "hpcdgnn.launch", "-np", str(P)] if P > 1 else []
     # cwd: ``-m`` looks in the working directory first, and this script checks the tree it lives in
     proc = subprocess.run([*launch, sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(args.out / name)],
-                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600,
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900,
                           cwd=REPO)
     if proc.returncode != 0:
         lines = (proc.stdout + proc.stderr).strip().splitlines()
@@ -64,6 +70,16 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
     cap = recs[-1].get("fusion", {}).get("cap_mb")
     return [r["loss"] for r in recs], f"epoch {recs[-1]['time']['epoch']['max']:.4f} s" + (
         f", fusion cap {cap:.0f} MiB" if cap is not None else "")
+
+
+def fresh_out(base: Path | None, prefix: str) -> Path:
+    """A new, empty directory for one check's runs, under ``base`` (created if missing) or the temporary directory.
+
+    A run never writes over another, so a second check into the same place needs a directory of its own.
+    """
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def check(args, case: tuple[str, str], emit) -> None:
@@ -86,7 +102,8 @@ def main() -> None:
     """Run every case, ``--workers`` at a time, and print each as it ends."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True, help="a prepared hpcdgnn dataset directory")
-    ap.add_argument("--out", type=Path, default=Path("/tmp/hpcdgnn-gpu-check"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where a new directory of this check's runs goes (default: the temporary directory)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=6)
     ap.add_argument("--only", nargs="+", default=None, metavar="NAME",
@@ -101,7 +118,8 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         sys.exit("gpu_check: needs a GPU (torch sees none)")
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = fresh_out(args.out, "hpcdgnn-gpu-check-")
+    print(f"runs in {args.out}", flush=True)
     lock = threading.Lock()
 
     def emit(line: str) -> None:

@@ -1,0 +1,122 @@
+"""Does P ranks reproduce one process on this dataset? Every case's loss trajectory at each P, beside P = 1.
+
+    python perf/check_exactness.py --data DIR [--ranks 2 3] [--cases MODEL:STRATEGY ...]
+                                   [--task link_prediction] [--epochs 3] [--tol 1e-9] [--workers 1] [--out DIR]
+
+The test suite shows exactness on small generated graphs at P = 2 and 3; this runs the same claim on
+your prepared dataset (``prepare`` / ``generate``) and your rank counts, on the CPU, in float64 (where
+a sum's order changes only the last bits). For each case, ``python -m hpcdgnn run`` (through
+``hpcdgnn.launch`` for P > 1) trains ``--epochs`` epochs (hidden 8, 2 layers, seed 0, one thread per
+rank), and the largest relative difference of its losses from the reference is printed:
+
+* a full-batch strategy (``Strategy.full_batch``: snapshot, pss, vertex, chunk) against the model
+  under ``snapshot`` at P = 1, the single-process engine;
+* the others (``sequences``' mini-batches, ``memory``'s event batches) against the same strategy at
+  P = 1: which samples form a step depends on the seed, the epoch and the step, never on P.
+
+A run that fails prints its error line. Exit status 1 if any run failed or differs by more than
+``--tol``, else 0. Stale aggregation (``strategy.stale``) is off: it is approximate by design.
+Checked 2026-11-27 on this repository's 2-core VM (P up to 16 oversubscribed, five real datasets:
+all within 4e-15; ``perf/results/README.md``, nineteenth session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check import fresh_out, run  # noqa: E402
+
+DEFAULT_CASES = [f"{m}:{s}" for s in ("snapshot", "pss", "vertex", "chunk") for m in ("tmgcn", "cdgcn", "evolvegcn_o")]
+
+
+def parse_case(text: str) -> tuple[str, str]:
+    """``MODEL:STRATEGY`` -> (model, strategy); a registered strategy, or a one-line exit."""
+    from hpcdgnn.strategies.registry import available_strategies
+
+    model, sep, strategy = text.partition(":")
+    if not sep or not model or strategy not in available_strategies():
+        sys.exit(f"check_exactness: --cases {text!r}: expected MODEL:STRATEGY with STRATEGY one of "
+                 f"{', '.join(available_strategies())}")
+    return model, strategy
+
+
+def reference_of(model: str, strategy: str) -> tuple[str, str]:
+    """The (model, strategy) whose P = 1 run a case must reproduce (the module docstring)."""
+    from hpcdgnn.strategies.registry import get_strategy
+
+    return (model, "snapshot") if get_strategy(strategy).full_batch else (model, strategy)
+
+
+def relative_difference(got: list[float], ref: list[float]) -> float:
+    """The largest |got - ref| / |ref| over epochs (inf where the trajectories differ in length)."""
+    if len(got) != len(ref):
+        return float("inf")
+    return max((abs(a - b) / max(abs(b), 1e-300) for a, b in zip(got, ref, strict=True)), default=0.0)
+
+
+def main() -> int:
+    """Run the references, then every (case, P); print one line each and a verdict."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True, help="a prepared hpcdgnn dataset directory")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 3])
+    ap.add_argument("--cases", nargs="+", default=DEFAULT_CASES, metavar="MODEL:STRATEGY")
+    ap.add_argument("--task", default="link_prediction")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--tol", type=float, default=1e-9)
+    ap.add_argument("--workers", type=int, default=1, help="runs at once (each P-rank run takes P cores)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where a new directory of this check's runs goes (default: the temporary directory)")
+    args = ap.parse_args()
+    if not args.data.is_dir():
+        sys.exit(f"check_exactness: --data {args.data}: not a directory")
+    if any(p < 1 for p in args.ranks):
+        sys.exit(f"check_exactness: --ranks {args.ranks}: rank counts are >= 1")
+    cases = [parse_case(c) for c in args.cases]
+    args.data = args.data.resolve()  # the runs start in the repository
+    args.out = fresh_out(args.out, "hpcdgnn-exactness-")
+    print(f"{args.data}: {args.task}, {args.epochs} epochs, float64; runs in {args.out}", flush=True)
+
+    def one(key: tuple[str, str, int]) -> tuple[list | None, str]:
+        model, strategy, P = key
+        return run(args, model, strategy, "cpu", P, dtype="float64", task=args.task)
+
+    refs = sorted({reference_of(*c) for c in cases})
+    keys = [(m, s, P) for m, s in cases for P in args.ranks]
+    bad = 0
+
+    def report(key: tuple[str, str, int]) -> None:  # printed as each run ends: a long check shows progress
+        nonlocal bad
+        model, strategy, P = key
+        (got, msg), ref = done[key], done[(*reference_of(model, strategy), 1)][0]
+        head = f"{model:12s} {strategy:9s} P{P}"
+        if got is None or ref is None:
+            bad += 1
+            print(f"{head}: FAIL {msg if got is None else 'no reference run'}", flush=True)
+            return
+        d = relative_difference(got, ref)
+        bad += d > args.tol
+        print(f"{head}: rel.diff {d:.2e} vs {reference_of(model, strategy)[1]} P1  "
+              f"{'ok' if d <= args.tol else 'DIFFERS'}  ({msg})", flush=True)
+
+    with ThreadPoolExecutor(args.workers) as ex:
+        done = dict(zip([(m, s, 1) for m, s in refs], ex.map(one, [(m, s, 1) for m, s in refs]), strict=True))
+        for (m, s, _), (got, msg) in done.items():
+            if got is None:
+                print(f"{m:12s} {s:9s} P1 (reference): FAIL {msg}", flush=True)
+        for key in keys:  # a case at P = 1 may be a reference itself: run once
+            if key in done:
+                report(key)
+        todo = [k for k in keys if k not in done]
+        for key, result in zip(todo, ex.map(one, todo), strict=True):
+            done[key] = result
+            report(key)
+    print(f"{len(keys) - bad} of {len(keys)} runs reproduce P = 1 within {args.tol:g}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""perf/check_exactness.py: which run each case must reproduce, and its verdict on real runs (P = 3)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, mpi_env
+
+
+def _mod():
+    sys.path.insert(0, str(REPO / "perf"))  # it imports gpu_check beside it
+    spec = importlib.util.spec_from_file_location("perf_check_exactness", REPO / "perf" / "check_exactness.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_full_batch_cases_against_snapshot_the_others_against_themselves():
+    m = _mod()
+    assert m.reference_of("tmgcn", "vertex") == ("tmgcn", "snapshot")
+    assert m.reference_of("cdgcn", "chunk") == ("cdgcn", "snapshot")
+    assert m.reference_of("tgcn", "sequences") == ("tgcn", "sequences")
+    assert m.reference_of("tgn", "memory") == ("tgn", "memory")
+    assert m.relative_difference([1.0, 2.0], [1.0, 2.0]) == 0.0
+    assert m.relative_difference([1.0, 2.2], [1.0, 2.0]) == pytest.approx(0.1)
+    assert m.relative_difference([1.0], [1.0, 2.0]) == float("inf")  # a run that stopped early differs
+    assert m.parse_case("tmgcn:pss") == ("tmgcn", "pss")
+    with pytest.raises(SystemExit, match="MODEL:STRATEGY"):
+        m.parse_case("tmgcn")
+    with pytest.raises(SystemExit, match="bogus"):
+        m.parse_case("tmgcn:bogus")
+
+
+def test_reproducing_runs_pass_and_a_failing_run_makes_exit_1(small_dataset, tmp_path):
+    def check(*cases: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, str(REPO / "perf" / "check_exactness.py"), "--data", str(small_dataset), "--ranks", "3",
+               "--epochs", "2", "--out", str(tmp_path), "--cases", *cases]
+        return subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=300, cwd=tmp_path)
+
+    out = check("tmgcn:vertex", "nosuchmodel:snapshot")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "tmgcn        vertex    P3: rel.diff" in out.stdout and " ok " in out.stdout
+    assert "nosuchmodel  snapshot  P1 (reference): FAIL exit 2" in out.stdout
+    assert "nosuchmodel  snapshot  P3: FAIL" in out.stdout
+    assert "1 of 2 runs reproduce P = 1" in out.stdout
+    # a second check into the same --out gets its own directory (a run never writes over another)
+    again = check("tmgcn:snapshot")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 of 1 runs reproduce P = 1" in again.stdout
+    assert len(list(tmp_path.iterdir())) == 2
