@@ -251,10 +251,11 @@ class SnapshotOptions(StrategyConfig):
     can replace its redistributions (TM-GCN without checkpoint blocks), else cyclic."""
     balance: Literal["count", "work", "measured"] = "work"
     """With ``layout: block``: blocks of equal count (IBM's T/P), of equal estimated work, or ``measured``:
-    equal estimated work, then re-cut once after the last warm-up epoch (``train.warmup_epochs``, at least
-    the first) with the evaluation snapshots' cost fitted to the ranks' measured compute times (each rank's
-    median over the warm-up epochs after the first: ``warmup_epochs: 3`` or more damps the noise; the new
-    plan in ``plan.json``, the first kept as ``plan.before-epoch-E.json``; results as exact as any plan)."""
+    equal estimated work, then re-cut once after epoch C = max(``train.warmup_epochs``, 4) with the
+    evaluation snapshots' cost fitted to the ranks' measured compute times (each rank's median over epochs
+    2..C; epochs up to C count as warm-up, so the steady ones all run the final plan; no re-cut in a run
+    of C epochs or fewer; the new plan in ``plan.json``, the first kept as ``plan.before-epoch-C.json``;
+    results as exact as any plan)."""
     blocks: int = 1
     """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
     each block's forward during the backward pass; 1 = no checkpointing."""

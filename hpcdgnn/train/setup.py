@@ -50,8 +50,8 @@ from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
-__all__ = ["Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job", "measured_plan",
-           "replan", "truncate_metrics"]
+__all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job",
+           "measured_plan", "replan", "truncate_metrics", "warmup_epochs"]
 
 
 @dataclass
@@ -345,19 +345,36 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
     return strategy
 
 
+#: ``strategy.balance: measured`` re-cuts after this epoch at the earliest, so that each rank's median is over
+#: three epochs or more after the first and one slow epoch cannot decide the cut. Measured (TM-GCN, P = 2, one
+#: thread per rank): on soc-sign-bitcoinalpha (T = 33) rank 0's second epoch took 33 ms against 20 ms in every
+#: later one, so a median of epochs 2-3 read the ranks as even (the plan stayed) while they ran 20 / 26 ms;
+#: on CollegeMsg (T = 37) the first epoch alone (``warmup_epochs: 1`` before this) read rank 0 as the slower
+#: one, the other way round from every later epoch, and the re-cut made the epoch 6 % longer (20.4 -> 21.7 ms)
+#: where epochs 2-3 made it 20 % shorter (20.4 -> 16.2 ms).
+MIN_CALIBRATION_EPOCH = 4
+
+
 def calibration_epoch(job: JobConfig) -> int:
-    """The epoch after which ``strategy.balance: measured`` re-cuts the plan: the last warm-up epoch (the
-    first when there is none); 0 for other balances."""
+    """The epoch after which ``strategy.balance: measured`` re-cuts the plan: the last warm-up epoch, and no
+    earlier than :data:`MIN_CALIBRATION_EPOCH`; 0 for other balances and for runs that end by then (nothing
+    left to train on the new plan)."""
     if getattr(job.strategy, "balance", None) != "measured":
         return 0
-    return max(1, job.train.warmup_epochs)
+    epoch = max(MIN_CALIBRATION_EPOCH, job.train.warmup_epochs)
+    return epoch if job.train.epochs > epoch else 0
+
+
+def warmup_epochs(job: JobConfig) -> int:
+    """The epochs flagged ``warmup`` in metrics.jsonl: ``train.warmup_epochs``, and with a measured re-cut every
+    epoch up to it (:func:`calibration_epoch`), so that the steady epochs all ran the plan the run ends with."""
+    return max(job.train.warmup_epochs, calibration_epoch(job))
 
 
 def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
     """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
     strategy for a plan re-cut from the ranks' measured compute seconds (the trainer passes each rank's
-    median over the warm-up epochs after the first, or the first alone; ``debug.measured_compute`` instead,
-    in tests). Returns the new plan on every rank, or None when the plan stays (then logged here).
+    median over epochs 2 to :func:`calibration_epoch`; ``debug.measured_compute`` instead, in tests). Returns the new plan on every rank, or None when the plan stays (then logged here).
     """
     forced = run.job.debug.measured_compute
     if forced:

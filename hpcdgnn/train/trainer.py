@@ -41,7 +41,8 @@ from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager
-from hpcdgnn.train.setup import Run, build_run, calibration_epoch, measured_plan, replan, truncate_metrics
+from hpcdgnn.train.setup import (Run, build_run, calibration_epoch, measured_plan, replan, truncate_metrics,
+                                 warmup_epochs)
 
 __all__ = ["run_training", "TrainResult", "train_epoch"]
 
@@ -203,7 +204,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
-    recorder = EpochRecorder(comm, run.strategy, run.task, run.device, job.train.warmup_epochs, run.start_epoch)
+    recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job), run.start_epoch)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
@@ -225,7 +226,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
-        if min(2, calibrating) <= epoch <= calibrating:  # the first epoch (compilation, first touch) only alone
+        if 2 <= epoch <= calibrating:  # not the first epoch: compilation, memory touched for the first time
             measured.append(record["per_rank"]["compute"])
         if epoch == calibrating and epoch < job.train.epochs and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan

@@ -64,6 +64,23 @@ def test_rebalanced_plan_moves_the_cut_towards_the_measured_load(tmp_path, small
     assert rebalanced_plan(plan, manifest, job, [1.0, 6.0], "cyclic") is None
 
 
+@pytest.mark.parametrize(("balance", "warmup", "epochs", "cut", "flagged"), [
+    ("measured", 1, 5, 4, 4),  # the median of epochs 2-4 at least, however short the warm-up asked
+    ("measured", 0, 5, 4, 4),
+    ("measured", 6, 9, 6, 6),  # a longer warm-up: after its last epoch, as asked
+    ("measured", 1, 4, 0, 1),  # nothing left to run on a new plan: no re-cut, the warm-up as asked
+    ("work", 1, 9, 0, 1),
+])
+def test_measured_cuts_after_three_epochs_past_the_first_and_counts_them_as_warmup(tmp_path, small_dataset, balance,
+                                                                                   warmup, epochs, cut, flagged):
+    from hpcdgnn.train.setup import calibration_epoch, warmup_epochs
+
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                             strategy={"name": "snapshot", "layout": "block", "balance": balance},
+                             train={"epochs": epochs, "warmup_epochs": warmup}))
+    assert calibration_epoch(job) == cut and warmup_epochs(job) == flagged
+
+
 @pytest.mark.parametrize(("P", "strategy", "model", "forced"), [
     (2, "snapshot", "tmgcn", "[1.0,6.0]"),
     (3, "snapshot", "tmgcn", "[1.0,1.0,6.0]"),
@@ -73,13 +90,15 @@ def test_forced_recut_is_exact_and_kept(launcher, small_dataset, tmp_path, P, st
     extra = {"layout": "block"} if strategy == "snapshot" else {}
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
                     strategy={"name": strategy, "balance": "measured", **extra},
-                    train={"epochs": 4, "warmup_epochs": 1})
+                    train={"epochs": 5, "warmup_epochs": 1})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     got, _ = _losses(launcher, P, job, tmp_path / "p", f"debug.measured_compute={forced}")
     np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{strategy} {model} P={P}")
-    first = json.loads((tmp_path / "p" / "plan.before-epoch-1.json").read_text())
+    first = json.loads((tmp_path / "p" / "plan.before-epoch-4.json").read_text())
     now = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert now["snapshot_bounds"] != first["snapshot_bounds"] and now["eval_scale"] > first["eval_scale"] == 1.0
+    # the epochs the cut was measured in are warm-up: every steady epoch ran the new plan
+    assert [r["warmup"] for r in read_metrics(tmp_path / "p")] == [True] * 4 + [False]
     assert now["kind"] == first["kind"] == ("pss" if strategy == "pss" else "snapshot")
 
 
@@ -88,10 +107,10 @@ def test_recut_setup_bytes_are_counted(launcher, small_dataset, tmp_path):
     moves once per setup whatever the plan, so a re-cut run reports exactly twice an uncut run's bytes."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
                     strategy={"name": "snapshot", "layout": "block", "balance": "measured", "transfer": "base"},
-                    train={"epochs": 2, "warmup_epochs": 1})
+                    train={"epochs": 5, "warmup_epochs": 1})
     _losses(launcher, 2, job, tmp_path / "cut", "debug.measured_compute=[1.0,6.0]")
     _losses(launcher, 2, job, tmp_path / "uncut", "strategy.balance=work")
-    assert (tmp_path / "cut" / "plan.before-epoch-1.json").exists()
+    assert (tmp_path / "cut" / "plan.before-epoch-4.json").exists()
     cut, uncut = (json.loads((tmp_path / d / "summary.json").read_text())["transfer"]["setup_bytes"]
                   for d in ("cut", "uncut"))
     assert uncut > 0 and cut == 2 * uncut
@@ -101,11 +120,11 @@ def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
     """A run stopped after the re-cut resumes on the checkpoint's plan, not on a fresh static one."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
                     strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
-                    train={"epochs": 4, "warmup_epochs": 1}, checkpoint={"every": 1})
+                    train={"epochs": 6, "warmup_epochs": 1}, checkpoint={"every": 1})
     force = "debug.measured_compute=[1.0,6.0]"
     full, _ = _losses(launcher, 2, job, tmp_path / "full", force)
-    _losses(launcher, 2, job, tmp_path / "part", force, "train.epochs=2")
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set", "train.epochs=4"])
+    _losses(launcher, 2, job, tmp_path / "part", force, "train.epochs=5")
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set", "train.epochs=6"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     resumed = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "part")])
     assert_same_run(resumed, full)
@@ -116,7 +135,7 @@ def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
 def test_wrong_number_of_forced_values_is_one_line(launcher, small_dataset, tmp_path):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
                     strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
-                    train={"epochs": 3, "warmup_epochs": 1})
+                    train={"epochs": 5, "warmup_epochs": 1})
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r"),
                             "--set", "debug.measured_compute=[1.0]"])
     assert proc.returncode == 2, proc.stdout + proc.stderr
