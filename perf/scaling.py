@@ -10,6 +10,10 @@
     # and the node's ceiling: P one-rank runs at once (ceiling.csv; see "The node's ceiling")
     python perf/scaling.py run --mode strong --ranks 1 2 --data DIR --ceiling --out perf/results/strong-ceiling
 
+    # any job setting for every run (hpcdgnn run --set), e.g. the measured re-cut of the block plan
+    python perf/scaling.py run --mode strong --ranks 1 2 --data DIR --epochs 30 --set strategy.balance=measured \
+        --out perf/results/strong-measured
+
     # plot run directories made elsewhere, e.g. by jobs/slurm-strong.sh's job array on a cluster
     python perf/scaling.py plot --out perf/results/cluster RUNDIR [RUNDIR ...]
 
@@ -354,6 +358,11 @@ def _sweep_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     return runs
 
 
+def _settings(args: argparse.Namespace) -> list[str]:
+    """``--set`` of every run of the sweep (and of the ceiling's copies): ``hpcdgnn run --set KEY=VALUE ...``."""
+    return ["--set", *args.set] if args.set else []
+
+
 def run_sweep(args: argparse.Namespace) -> list[Path]:
     """One run per strategy and rank count (see :func:`_sweep_runs`); returns the run directories."""
     out = Path(args.out)
@@ -384,7 +393,8 @@ def run_sweep(args: argparse.Namespace) -> list[Path]:
         run_dir = out / f"run-{name}"
         if run_dir.exists():
             raise SystemExit(f"{run_dir} exists: a sweep never overwrites a run; choose another --out")
-        cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir)]
+        cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir),
+               *_settings(args)]
         print("+", " ".join(cmd), flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
@@ -404,7 +414,8 @@ def run_ceiling(args: argparse.Namespace, runs: list[Path]) -> dict[int, float]:
     for P in sorted(p for p in set(args.ranks) if p > 1):
         dirs = [out / f"ceiling-p{P}-copy{i}" for i in range(P)]
         procs = [subprocess.Popen([*_launch(None, 1), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output",
-                                   str(d)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=run_env())
+                                   str(d), *_settings(args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=run_env())
                  for d in dirs]
         for d, proc in zip(dirs, procs, strict=True):
             log = proc.communicate()[0]
@@ -446,6 +457,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     r.add_argument("--blocks", type=int, default=1, help="strategy.blocks (snapshot strategy)")
     r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P}' (default: mpirun -np P)")
+    r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="job settings of every run (hpcdgnn run --set), e.g. strategy.balance=measured train.epochs=12")
     r.add_argument("--ceiling", action="store_true",
                    help="strong scaling from P = 1 on this node: also run P copies of the P = 1 job at once per P > 1 "
                         "(the node's ceiling speed-up, ceiling.csv)")

@@ -39,12 +39,17 @@ def test_weak_sweep_csv_and_plots(tmp_path):
 
 def test_strong_sweep_with_the_node_ceiling(tmp_path):
     """--ceiling: per P > 1, P copies of the P = 1 job run at once; ceiling.csv holds P · t(1) / t(slowest copy)
-    from those runs' own summaries, and the table gives each run's share of it. Refused off strong-from-1."""
+    from those runs' own summaries, and the table gives each run's share of it. Refused off strong-from-1.
+    ``--set`` applies to every run."""
     out = tmp_path / "strong"
     cmd = [sys.executable, str(REPO / "perf" / "scaling.py"), "run", "--mode", "strong", "--ranks", "1", "2",
-           "--out", str(out), "--vertices", "300", "--snapshots", "5", "--epochs", "3", "--hidden", "4", "--ceiling"]
+           "--out", str(out), "--vertices", "300", "--snapshots", "5", "--epochs", "3", "--hidden", "4", "--ceiling",
+           "--set", "train.warmup_epochs=2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # --set reaches every run, the ceiling's copies too
+    for run in ("run-p1", "run-p2", "ceiling-p2-copy0", "ceiling-p2-copy1"):
+        assert [json.loads(line)["warmup"] for line in open(out / run / "metrics.jsonl")] == [True, True, False]
     (row,) = list(csv.DictReader(open(out / "ceiling.csv")))
     assert int(row["P"]) == 2 and row["job"].endswith("job-p1.yaml")
     copies = [json.loads((out / f"ceiling-p2-copy{i}" / "summary.json").read_text()) for i in range(2)]
