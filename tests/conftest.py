@@ -8,6 +8,7 @@ harness, never in the user's way.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -258,6 +259,15 @@ def numpy_score_stats(logits, positive: np.ndarray, bins: int, half_range: float
     correct = int((lg[positive] > 0).sum() + (lg[~positive] <= 0).sum())
     return (correct, list(np.bincount(b[positive], minlength=bins).astype(np.float64)),
             list(np.bincount(b[~positive], minlength=bins).astype(np.float64)))
+
+
+def perf_script(name: str):
+    """``perf/<name>.py`` loaded as a module: the benchmarks are scripts, not a package, so their tests load them
+    by path (each call a fresh module)."""
+    spec = importlib.util.spec_from_file_location(f"perf_{name}", REPO / "perf" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

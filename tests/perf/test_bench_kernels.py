@@ -3,21 +3,16 @@ kernel that revision defines with fewer trailing arguments called without them. 
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, perf_script
 
 pytest.importorskip("numba")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("perf_bench_kernels", REPO / "perf" / "bench_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return perf_script("bench_kernels")
 
 
 def test_before_module_is_the_revisions_and_takes_fewer_arguments(tmp_path):

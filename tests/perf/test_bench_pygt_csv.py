@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import perf_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("perf_bench_pygt", REPO / "perf" / "bench_pygt.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return perf_script("bench_pygt")
 
 
 def _side(epoch_s: float, runs: list[float], loss: float) -> dict:

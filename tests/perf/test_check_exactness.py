@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO, mpi_env
+from tests.conftest import REPO, mpi_env, perf_script
 
 
 def _mod():
-    sys.path.insert(0, str(REPO / "perf"))  # it imports gpu_check beside it
-    spec = importlib.util.spec_from_file_location("perf_check_exactness", REPO / "perf" / "check_exactness.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return perf_script("check_exactness")
 
 
 def test_full_batch_cases_against_snapshot_the_others_against_themselves():

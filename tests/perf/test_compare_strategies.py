@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import perf_script
 
 
 def _cmp():
-    spec = importlib.util.spec_from_file_location("perf_compare_strategies", REPO / "perf" / "compare_strategies.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return perf_script("compare_strategies")
 
 
 def test_ratio_column_is_against_snapshot_at_one_rank():

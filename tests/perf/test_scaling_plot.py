@@ -9,7 +9,6 @@ times, so no MPI launch is needed and nothing depends on timing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 
@@ -18,14 +17,11 @@ import pytest
 import yaml
 
 from hpcdgnn.metrics.timers import TIME_SPLIT, summarize_over_ranks
-from tests.conftest import REPO
+from tests.conftest import perf_script
 
 
 def _scaling():
-    spec = importlib.util.spec_from_file_location("perf_scaling", REPO / "perf" / "scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return perf_script("scaling")
 
 
 MODEL = {"name": "tmgcn", "layers": 2, "hidden": 4, "window": 3}
