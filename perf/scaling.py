@@ -458,7 +458,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--blocks", type=int, default=1, help="strategy.blocks (snapshot strategy)")
     r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P}' (default: mpirun -np P)")
     r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="job settings of every run (hpcdgnn run --set), e.g. strategy.balance=measured train.epochs=12")
+                   help="job settings of every run (hpcdgnn run --set), e.g. strategy.balance=measured "
+                        "train.warmup_epochs=3")
     r.add_argument("--ceiling", action="store_true",
                    help="strong scaling from P = 1 on this node: also run P copies of the P = 1 job at once per P > 1 "
                         "(the node's ceiling speed-up, ceiling.csv)")

@@ -347,7 +347,7 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
 
 #: ``strategy.balance: measured`` re-cuts after this epoch at the earliest, so that each rank's median is over
 #: three epochs or more after the first and one slow epoch cannot decide the cut. Measured (TM-GCN, P = 2, one
-#: thread per rank): on soc-sign-bitcoinalpha (T = 33) rank 0's second epoch took 33 ms against 20 ms in every
+#: thread per rank): on soc-sign-bitcoinalpha (T = 29) rank 0's second epoch took 33 ms against 20 ms in every
 #: later one, so a median of epochs 2-3 read the ranks as even (the plan stayed) while they ran 20 / 26 ms;
 #: on CollegeMsg (T = 37) the first epoch alone (``warmup_epochs: 1`` before this) read rank 0 as the slower
 #: one, the other way round from every later epoch, and the re-cut made the epoch 6 % longer (20.4 -> 21.7 ms)
@@ -374,7 +374,8 @@ def warmup_epochs(job: JobConfig) -> int:
 def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
     """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
     strategy for a plan re-cut from the ranks' measured compute seconds (the trainer passes each rank's
-    median over epochs 2 to :func:`calibration_epoch`; ``debug.measured_compute`` instead, in tests). Returns the new plan on every rank, or None when the plan stays (then logged here).
+    median over epochs 2 to :func:`calibration_epoch`; ``debug.measured_compute`` instead, in tests). Returns
+    the new plan on every rank, or None when the plan stays (then logged here).
     """
     forced = run.job.debug.measured_compute
     if forced:
