@@ -254,8 +254,9 @@ class SnapshotOptions(StrategyConfig):
     equal estimated work, then re-cut once after epoch C = max(``train.warmup_epochs``, 4) with the
     evaluation snapshots' cost fitted to the ranks' measured compute times (each rank's median over epochs
     2..C; epochs up to C count as warm-up, so the steady ones all run the final plan; no re-cut in a run
-    of C epochs or fewer; the new plan in ``plan.json``, the first kept as ``plan.before-epoch-C.json``;
-    results as exact as any plan)."""
+    of C epochs or fewer; a run resumed at epoch R < C re-cuts after max(C, R + 4), from epochs R + 2 on;
+    the new plan in ``plan.json``, the first kept as ``plan.before-epoch-C.json``; results as exact as
+    any plan)."""
     blocks: int = 1
     """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
     each block's forward during the backward pass; 1 = no checkpointing."""

@@ -41,8 +41,8 @@ from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager
-from hpcdgnn.train.setup import (Run, build_run, calibration_epoch, measured_plan, replan, truncate_metrics,
-                                 warmup_epochs)
+from hpcdgnn.train.setup import (MIN_CALIBRATION_EPOCH, Run, build_run, calibration_epoch, measured_plan, replan,
+                                 truncate_metrics, warmup_epochs)
 
 __all__ = ["run_training", "TrainResult", "train_epoch"]
 
@@ -209,9 +209,10 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
     preempted = False
-    # strategy.balance: measured — per-rank compute of the warm-up epochs, for the re-cut after the last
+    # strategy.balance: measured — per-rank compute of the epochs before the re-cut, this process's first left
+    # out (compilation, first touch); a run resumed before the re-cut measures as many epochs after its first
     calibrating = calibration_epoch(job)
-    calibrating = calibrating if calibrating > run.start_epoch else 0
+    calibrating = max(calibrating, run.start_epoch + MIN_CALIBRATION_EPOCH) if calibrating > run.start_epoch else 0
     measured: list[list[float]] = []
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     for epoch in range(run.start_epoch + 1, job.train.epochs + 1):
@@ -226,7 +227,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
-        if 2 <= epoch <= calibrating:  # not the first epoch: compilation, memory touched for the first time
+        if run.start_epoch + 2 <= epoch <= calibrating:
             measured.append(record["per_rank"]["compute"])
         if epoch == calibrating and epoch < job.train.epochs and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan

@@ -132,6 +132,25 @@ def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
             == json.loads((tmp_path / "full" / "plan.json").read_text())["snapshot_bounds"])
 
 
+def test_a_run_resumed_before_the_recut_measures_three_epochs_after_its_first(launcher, small_dataset, tmp_path):
+    """Stopped after epoch 2 (before the re-cut after epoch 4), the resumed process leaves out its own first
+    epoch and measures three: it re-cuts after epoch 2 + 4 = 6, on the same losses as an uncut run."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                    strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
+                    train={"epochs": 8, "warmup_epochs": 1}, checkpoint={"every": 1})
+    force = "debug.measured_compute=[1.0,6.0]"
+    plain, _ = _losses(launcher, None, job, tmp_path / "plain")
+    _losses(launcher, 2, job, tmp_path / "part", force, "train.epochs=2")
+    assert not (tmp_path / "part" / "plan.before-epoch-4.json").exists()
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set", "train.epochs=8",
+                            force])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "part" / "plan.before-epoch-6.json").exists()
+    assert not (tmp_path / "part" / "plan.before-epoch-4.json").exists()
+    resumed = [r["loss"] for r in read_metrics(tmp_path / "part")]
+    np.testing.assert_allclose(resumed, plain[:, 0], rtol=1e-6)
+
+
 def test_wrong_number_of_forced_values_is_one_line(launcher, small_dataset, tmp_path):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
                     strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
