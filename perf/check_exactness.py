@@ -16,8 +16,9 @@ rank), and the largest relative difference of its losses from the reference is p
 
 A run that fails prints its error line. Exit status 1 if any run failed or differs by more than
 ``--tol``, else 0. Stale aggregation (``strategy.stale``) is off: it is approximate by design.
-Checked 2026-11-27 on this repository's 2-core VM (P up to 16 oversubscribed, five real datasets:
-all within 4e-15; ``perf/results/README.md``, nineteenth session).
+Measured 2026-11-27 on this repository's 2-core VM: ``--data`` CollegeMsg in 37 snapshots ``--ranks 4 5``,
+the 24 runs of the default cases within 9.9e-16; the same comparison on four more real datasets at P up
+to 16 (> N) within 4e-15 (``perf/results/README.md``, nineteenth session).
 """
 
 from __future__ import annotations
