@@ -50,8 +50,8 @@ from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
-__all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "check_model_strategy", "check_resume_job",
-           "measured_plan", "replan", "truncate_metrics", "warmup_epochs"]
+__all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "calibration_epochs",
+           "check_model_strategy", "check_resume_job", "measured_plan", "replan", "truncate_metrics", "warmup_epochs"]
 
 
 @dataclass
@@ -234,7 +234,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         manifest = load_dataset_manifest(job, job_path or resume)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
-        if ckpt is not None and calibration_epoch(job):  # a measured re-cut is kept: the checkpoint's plan
+        if ckpt is not None and getattr(job.strategy, "balance", None) == "measured":  # a re-cut is kept
             saved = load_shared(ckpt).get("plan")  # the shared part only: rank 0's own state is read later
             if saved is not None and saved.num_ranks == comm.size:
                 plan = saved
@@ -355,26 +355,40 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
 MIN_CALIBRATION_EPOCH = 4
 
 
-def calibration_epoch(job: JobConfig) -> int:
-    """The epoch after which ``strategy.balance: measured`` re-cuts the plan: the last warm-up epoch, and no
-    earlier than :data:`MIN_CALIBRATION_EPOCH`; 0 for other balances and for runs that end by then (nothing
-    left to train on the new plan)."""
+def calibration_epochs(job: JobConfig, start_epoch: int = 0) -> range:
+    """The epochs whose per-rank compute ``strategy.balance: measured`` re-cuts the plan from, right after the
+    last of them, in a process that starts after ``start_epoch`` (0, or the epoch a resumed run stopped at).
+
+    Its own first epoch is left out (compilation, memory touched for the first time), and the re-cut comes
+    after the last warm-up epoch and no earlier than ``start_epoch`` + :data:`MIN_CALIBRATION_EPOCH`. Empty for
+    other balances, for a run resumed after the re-cut (its checkpoint holds that plan), and where the run
+    ends by then (nothing left to train on a new plan).
+    """
     if getattr(job.strategy, "balance", None) != "measured":
-        return 0
-    epoch = max(MIN_CALIBRATION_EPOCH, job.train.warmup_epochs)
-    return epoch if job.train.epochs > epoch else 0
+        return range(0)
+    fresh = max(MIN_CALIBRATION_EPOCH, job.train.warmup_epochs)
+    last = max(fresh, start_epoch + MIN_CALIBRATION_EPOCH)
+    if start_epoch >= fresh or job.train.epochs <= last:
+        return range(0)
+    return range(start_epoch + 2, last + 1)
 
 
-def warmup_epochs(job: JobConfig) -> int:
+def calibration_epoch(job: JobConfig, start_epoch: int = 0) -> int:
+    """The epoch after which ``strategy.balance: measured`` re-cuts the plan (:func:`calibration_epochs`), or 0."""
+    window = calibration_epochs(job, start_epoch)
+    return window[-1] if window else 0
+
+
+def warmup_epochs(job: JobConfig, start_epoch: int = 0) -> int:
     """The epochs flagged ``warmup`` in metrics.jsonl: ``train.warmup_epochs``, and with a measured re-cut every
     epoch up to it (:func:`calibration_epoch`), so that the steady epochs all ran the plan the run ends with."""
-    return max(job.train.warmup_epochs, calibration_epoch(job))
+    return max(job.train.warmup_epochs, calibration_epoch(job, start_epoch))
 
 
 def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
     """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
     strategy for a plan re-cut from the ranks' measured compute seconds (the trainer passes each rank's
-    median over epochs 2 to :func:`calibration_epoch`; ``debug.measured_compute`` instead, in tests). Returns
+    median over :func:`calibration_epochs`; ``debug.measured_compute`` instead, in tests). Returns
     the new plan on every rank, or None when the plan stays (then logged here).
     """
     forced = run.job.debug.measured_compute

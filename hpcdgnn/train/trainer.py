@@ -41,8 +41,8 @@ from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager
-from hpcdgnn.train.setup import (MIN_CALIBRATION_EPOCH, Run, build_run, calibration_epoch, measured_plan, replan,
-                                 truncate_metrics, warmup_epochs)
+from hpcdgnn.train.setup import (Run, build_run, calibration_epochs, measured_plan, replan, truncate_metrics,
+                                 warmup_epochs)
 
 __all__ = ["run_training", "TrainResult", "train_epoch"]
 
@@ -204,15 +204,14 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
-    recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job), run.start_epoch)
+    recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
+                             run.start_epoch)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
     preempted = False
-    # strategy.balance: measured — per-rank compute of the epochs before the re-cut, this process's first left
-    # out (compilation, first touch); a run resumed before the re-cut measures as many epochs after its first
-    calibrating = calibration_epoch(job)
-    calibrating = max(calibrating, run.start_epoch + MIN_CALIBRATION_EPOCH) if calibrating > run.start_epoch else 0
+    # strategy.balance: measured — per-rank compute of these epochs, for the re-cut after the last
+    calibrating = calibration_epochs(job, run.start_epoch)
     measured: list[list[float]] = []
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     for epoch in range(run.start_epoch + 1, job.train.epochs + 1):
@@ -227,9 +226,9 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
-        if run.start_epoch + 2 <= epoch <= calibrating:
+        if epoch in calibrating:
             measured.append(record["per_rank"]["compute"])
-        if epoch == calibrating and epoch < job.train.epochs and comm.size > 1 and not preempted:
+        if calibrating and epoch == calibrating[-1] and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan
             plan = measured_plan(run, np.median(measured, axis=0).tolist(), comm, log)
             if plan is not None:

@@ -81,6 +81,18 @@ def test_measured_cuts_after_three_epochs_past_the_first_and_counts_them_as_warm
     assert calibration_epoch(job) == cut and warmup_epochs(job) == flagged
 
 
+def test_calibration_window_of_a_resumed_process(tmp_path, small_dataset):
+    from hpcdgnn.train.setup import calibration_epochs, warmup_epochs
+
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                             strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
+                             train={"epochs": 8, "warmup_epochs": 1}))
+    assert calibration_epochs(job) == range(2, 5)
+    assert calibration_epochs(job, 2) == range(4, 7) and warmup_epochs(job, 2) == 6  # its own first left out
+    assert calibration_epochs(job, 4) == range(0)  # resumed after the re-cut: the checkpoint's plan
+    assert calibration_epochs(job, 3) == range(5, 8)  # the re-cut after epoch 7, before the last
+
+
 @pytest.mark.parametrize(("P", "strategy", "model", "forced"), [
     (2, "snapshot", "tmgcn", "[1.0,6.0]"),
     (3, "snapshot", "tmgcn", "[1.0,1.0,6.0]"),
