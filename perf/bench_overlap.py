@@ -1,13 +1,16 @@
 """Communication hidden behind compute under the snapshot strategy (issue 13 item 6).
 
-    python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--model cdgcn]
-                                 [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1] [--grad-buckets 1]
+    python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--progress calls thread]
+                                 [--model cdgcn] [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1]
+                                 [--grad-buckets 1] [--device cpu]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
-``strategy.overlap_chunks`` = each of ``--chunks`` on the same data, the
-configurations alternating run by run (``--reps`` rounds), and prints per
-configuration, over the steady epochs of all its runs (the first epoch of a run
-is warm-up):
+``strategy.overlap_chunks`` = each of ``--chunks`` and ``comm.progress`` = each of
+``--progress`` (who moves the non-blocking exchanges: the training thread inside its MPI
+calls, or a progress thread per rank — which pays only where each rank has a spare core)
+on the same data, the configurations alternating run by run (``--reps`` rounds), and
+prints per configuration, over the steady epochs of all its runs (the first epoch of a
+run is warm-up):
 
 * epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
 * comm: median communication time (``time.comm``, mean over ranks): blocking calls'
@@ -17,17 +20,25 @@ is warm-up):
 * @slowest: the exposed time of the epoch's slowest rank (``slowest.comm_exposed``), the
   part on the critical path: what a faster rank spends waiting for a slower one is slack
   that no overlap can hide (every exchange is all-to-all);
-* the ratio exposed(K) / exposed(first of ``--chunks``) — the issue's goal is <= 0.5 at P = 2;
-* the loss of the last epoch (the same for every K: overlap changes no result);
+* the ratio exposed / exposed of the first configuration (the first of ``--chunks`` and of
+  ``--progress``) — the issue's goal is <= 0.5 at P = 2;
+* the loss of the last epoch (the same for every configuration: overlap changes no result);
 * below the table, per configuration, the median exposed seconds of each communicator tag
   (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to.
 
     python perf/bench_overlap.py --kernel [--ranks 2] [--vertices 32768] [--snapshots 64] [--hidden 16]
+                                 [--chunks 1 4 8] [--progress calls thread]
 
 The kernel alone, on synchronised ranks: one temporal layer (snapshot -> vertex
 redistribution, an LSTM over the vertex range, the reverse redistribution, forward and
 backward) at the sizes given, ranks meeting at a barrier before each repetition, so that
 what is exposed is the transfer itself and not a slower rank (a loaded machine's noise).
+Below the table, per rank, the seconds spent inside posts, waits and tests of the
+non-blocking exchanges: where the exposed time of chunked exchanges goes.
+
+``--progress thread`` pays only where each rank has a core to spare: with Open MPI the
+ranks this benchmark starts are not bound (``--oversubscribe``), so on a node with at
+least 2 × (1 + 1) cores each rank's thread finds one.
 """
 
 from __future__ import annotations
@@ -48,24 +59,27 @@ from bench_epoch import mpirun_cmd, run_env  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(work: Path, args, K: int, rep: int) -> list[dict]:
-    """One job with ``overlap_chunks: K``; its steady epochs' records."""
-    job = work / f"k{K}.yaml"
+def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int]:
+    """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, and on
+    how many ranks a progress thread ran."""
+    job = work / f"k{K}-{mode}.yaml"
     job.write_text(yaml.safe_dump({
         "data": {"path": str(args.data), "validate": "structure"},
         "model": {"name": args.model, "hidden": args.hidden, "layers": 2},
         "task": {"name": "link_prediction"},
-        "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0},
+        "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0,
+                  "device": args.device},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
-        "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets},
+        "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets, "progress": mode},
     }))
-    out = work / f"run-k{K}-r{rep}"
+    out = work / f"run-k{K}-{mode}-r{rep}"
     cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
-        sys.exit(f"K={K} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        sys.exit(f"K={K} {mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in recs if not r["warmup"]] or recs[-1:]
+    threads_on = json.loads((out / "summary.json").read_text())["environment"]["progress_thread_ranks"]
+    return [r for r in recs if not r["warmup"]] or recs[-1:], threads_on
 
 
 def kernel_worker(args) -> None:
@@ -82,6 +96,16 @@ def kernel_worker(args) -> None:
 
     torch.set_num_threads(1)
     comm = Communicator()
+    # where the exposed time goes: seconds inside posts, waits and tests (this rank, per repetition)
+    spent = {"post": 0.0, "wait": 0.0, "test": 0.0}
+    for name, method in (("post", "ialltoall_boxes"), ("wait", "wait"), ("test", "test")):
+        def timed(*a, _f=getattr(comm, method), _n=name, **k):
+            t = time.perf_counter()
+            try:
+                return _f(*a, **k)
+            finally:
+                spent[_n] += time.perf_counter() - t
+        setattr(comm, method, timed)
     me, P, T, N, F = comm.rank, comm.size, args.snapshots, args.vertices, args.hidden
     vb = [N * q // P for q in range(P + 1)]
     plan = PartitionPlan(kind="snapshot", num_ranks=P, num_snapshots=T, num_vertices=N,
@@ -91,15 +115,18 @@ def kernel_worker(args) -> None:
     layer = SimpleNamespace(temporal=lambda y, state: lstm(y, state))
     y0 = torch.randn(len(plan.snapshots_of(me)), N, F)
     rows = []
-    for K in args.chunks:
+    for mode, K in configs(args):
+        comm.stop_progress()
+        comm.start_progress(mode, 1)
         s = SnapshotStrategy.__new__(SnapshotStrategy)
         s.comm, s.ctx = comm, SimpleNamespace(job=SimpleNamespace(strategy=SimpleNamespace(overlap_chunks=K)))
         s._init_exchange(plan)
-        times, exposed, total = [], [], []
+        reps = []  # per repetition: layer, comm, exposed, posts, waits, tests (seconds)
         for _ in range(args.reps + 1):
             y = y0.clone().requires_grad_(True)
             comm.barrier()
             before = comm.stats.snapshot()
+            spent.update(post=0.0, wait=0.0, test=0.0)
             t0 = time.perf_counter()
             if s._chunk_boxes is None:
                 z, _ = layer.temporal(s._to_vertex(y, "k.v"), None)
@@ -107,17 +134,34 @@ def kernel_worker(args) -> None:
             else:
                 out, _ = s._encode_overlapped(layer, 0, y, None, 0)
             out.backward(torch.ones_like(out))
-            times.append(time.perf_counter() - t0)
             d = comm.stats.since(before, "redistribute")
-            exposed.append(d.exposed)
-            total.append(d.seconds)
-        rows.append((K, *(float(np.median(v[1:])) for v in (times, total, exposed))))
+            reps.append([time.perf_counter() - t0, d.seconds, d.exposed, spent["post"], spent["wait"], spent["test"]])
+        mine = np.median(np.array(reps[1:]), axis=0)
+        rows.append((K, mode, comm.progress_ranks, comm.gather_array(mine, tag="bench").reshape(P, -1)))
+    comm.stop_progress()
     if me == 0:
         print(f"kernel: P = {P}, T = {T}, N = {N}, F = {F}, LSTM forward + backward, ranks synchronised; "
-              f"medians of {args.reps}")
-        print(f"{'K':>3} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/K1':>11}")
-        for K, t, c, e in rows:
-            print(f"{K:>3} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / rows[0][3]:>11.2f}")
+              f"medians of {args.reps}, means over ranks")
+        print(f"{'K':>3} {'progress':>11} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/first':>14}")
+        first = rows[0][3][:, 2].mean()
+        for K, mode, on, r in rows:
+            t, c, e = r[:, :3].mean(axis=0)
+            print(f"{K:>3} {_label(mode, on):>11} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / first:>14.2f}")
+        print("\nexposed seconds per rank: inside posts (with a progress thread they no longer make the own box's "
+              "copy), waits, tests")
+        for K, mode, on, r in rows:
+            print(f"{K:>3} {_label(mode, on):>11} " + "  ".join(
+                f"rank {q}: {x[3]:.3f} / {x[4]:.3f} / {x[5]:.3f}" for q, x in enumerate(r)))
+
+
+def configs(args) -> list[tuple[str, int]]:
+    """(comm.progress, overlap_chunks) of every configuration, in order."""
+    return [(mode, K) for mode in args.progress for K in args.chunks]
+
+
+def _label(mode: str, threads_on: int) -> str:
+    """A configuration's progress column: the mode, and for ``auto`` whether it started threads."""
+    return mode if mode != "auto" else f"auto:{'thread' if threads_on else 'calls'}"
 
 
 def main() -> None:
@@ -132,6 +176,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--grad-buckets", type=int, default=1, help="comm.grad_buckets of every K but the first")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="train.device of the runs")
+    ap.add_argument("--progress", nargs="+", choices=["calls", "thread", "auto"], default=["calls"],
+                    help="comm.progress values to compare")
     ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
     ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vertices", type=int, default=32768)
@@ -141,27 +188,29 @@ def main() -> None:
         return kernel_worker(args)
     if args.kernel:
         cmd = [*mpirun_cmd(args.ranks), sys.executable, __file__, "--kernel-worker",
-               "--chunks", *map(str, args.chunks),
+               "--chunks", *map(str, args.chunks), "--progress", *args.progress,
                "--vertices", str(args.vertices), "--snapshots", str(args.snapshots), "--hidden", str(args.hidden),
                "--reps", str(args.reps)]
         sys.exit(subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
     if args.data is None:
         ap.error("--data is required (or --kernel)")
-    steady: dict[int, list[dict]] = {K: [] for K in args.chunks}
+    order = configs(args)
+    steady: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
+    threads_on: dict[tuple[str, int], int] = {}
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
-            for K in (args.chunks if rep % 2 == 0 else args.chunks[::-1]):
-                recs = run(Path(tmp), args, K, rep)
-                steady[K] += recs
-                print(f"  rep {rep} K={K}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
+            for mode, K in (order if rep % 2 == 0 else order[::-1]):
+                recs, threads_on[mode, K] = run(Path(tmp), args, K, mode, rep)
+                steady[mode, K] += recs
+                print(f"  rep {rep} K={K} {mode}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
                       + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs), flush=True)
     print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
-          f"{args.reps} runs x {args.epochs - 1} steady epochs per K; medians")
-    print(f"{'K':>3} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} {'hidden %':>9} "
-          f"{'exposed/K1':>11} {'MiB/epoch':>10} {'loss':>10}")
+          f"{args.reps} runs x {args.epochs - 1} steady epochs per configuration; medians")
+    print(f"{'K':>3} {'progress':>11} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} {'hidden %':>9} "
+          f"{'exposed/first':>14} {'MiB/epoch':>10} {'loss':>10}")
     base = None
-    for K in args.chunks:
-        rs = steady[K]
+    for mode, K in order:
+        rs = steady[mode, K]
         epoch = float(np.median([r["time"]["epoch"]["max"] for r in rs]))
         comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
         exposed = float(np.median([r["time"]["comm_exposed"]["mean"] for r in rs]))
@@ -169,16 +218,16 @@ def main() -> None:
         slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
         mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
         hidden = 100 * (1 - exposed / comm) if comm > 0 else 0.0
-        print(f"{K:>3} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} {slow:>9.3f} {hidden:>8.1f}% "
-              f"{exposed / base:>11.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
+              f"{slow:>9.3f} {hidden:>8.1f}% {exposed / base:>14.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
     print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks)")
-    for K in args.chunks:
-        tags = sorted({t for r in steady[K] for t in r["comm_by_tag"]})
-        print(f"{K:>3} " + "  ".join(
-            f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in steady[K]]):.3f}"
-            f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in steady[K]]):.3f})"
+    for mode, K in order:
+        rs = steady[mode, K]
+        tags = sorted({t for r in rs for t in r["comm_by_tag"]})
+        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} " + "  ".join(
+            f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in rs]):.3f}"
+            f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f})"
             for t in tags))
-
 
 if __name__ == "__main__":
     main()

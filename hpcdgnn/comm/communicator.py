@@ -27,6 +27,9 @@ collectives always use MPI. The byte counters count the same payload whatever
 the backend, so runs on different backends report the same ``bytes_sent``.
 With MPI and CUDA tensors, buffers go to MPI directly when the library is
 CUDA-aware and are staged through pinned host memory otherwise.
+
+Non-blocking exchanges (``ialltoall_boxes``, ``iallreduce_``) progress inside this rank's
+own MPI calls, or in a progress thread (``comm.progress``, :mod:`hpcdgnn.comm.progress`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hpcdgnn.comm.progress import ProgressThread, spare_core
 
 __all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats"]
 
@@ -102,6 +107,7 @@ class CommStats:
     #: per tag, non-blocking exchanges in flight and since when (``perf_counter``) at least one was
     _open: dict[str, int] = field(default_factory=dict)
     _opened: dict[str, float] = field(default_factory=dict)
+    _last: dict[str, float] = field(default_factory=dict)  # per open tag, its latest completion so far
 
     def enter(self, tag: str) -> float:
         """Mark the start of a call under ``tag``; returns ``perf_counter()`` for its timer."""
@@ -143,10 +149,13 @@ class CommStats:
         self.tags[tag].exposed += seconds
 
     def finished(self, tag: str, t: float) -> None:
-        """A non-blocking exchange of ``tag`` was seen complete at ``t`` (``perf_counter``)."""
+        """A non-blocking exchange of ``tag`` was seen complete at ``t`` (``perf_counter``). Completions may be
+        reported out of order (a progress thread's times, read in the order the exchanges are waited for):
+        the interval ends at the latest of them."""
+        self._last[tag] = max(self._last.get(tag, t), t)
         self._open[tag] -= 1
         if not self._open[tag]:
-            self.tags[tag].seconds += t - self._opened[tag]
+            self.tags[tag].seconds += self._last.pop(tag) - self._opened[tag]
 
     def snapshot(self) -> dict[str, TagStats]:
         """A copy of the counters, to subtract later with :meth:`since`."""
@@ -180,11 +189,19 @@ class Pending:
     :meth:`Communicator.wait`. Holds its buffers until then (MPI reads and writes them meanwhile).
     """
 
-    __slots__ = ("request", "tag", "recv", "keep", "done")
+    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at")
 
     def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
         self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
-        self.done = request is None  # completed at post (one rank, or a blocking backend)
+        self.done = request is None  # completed at post (one rank, or a blocking backend), and counted
+        #: set by the progress thread (:mod:`hpcdgnn.comm.progress`) when it holds this exchange
+        self.completed: Any = None
+        self.completed_at = 0.0
+
+
+def _run(copy: Callable[[], None] | None) -> None:
+    if copy is not None:
+        copy()
 
 
 def _mpi_buffer(t: torch.Tensor) -> Any:
@@ -248,6 +265,12 @@ class Communicator:
         self._cuda_aware = False
         #: posted exchanges this rank only sends in, completed at :meth:`complete_deferred`
         self._deferred: list[Pending] = []
+        #: the thread that moves posted exchanges (:meth:`start_progress`); None: the calls here do. Kept by
+        #: the root communicator, shared by its splits (the gradient buckets' exchanges are posted on one)
+        self._root: Communicator = self
+        self._progress: ProgressThread | None = None
+        #: ranks whose exchanges a progress thread moves (set by :meth:`start_progress`)
+        self.progress_ranks = 0
 
     # -- backends -----------------------------------------------------------------------------
     def init_tensor_backend(self, backend: str, device: torch.device, timeout_s: float = 600.0) -> None:
@@ -279,8 +302,34 @@ class Communicator:
         self._dist_device = device if backend == "nccl" else torch.device("cpu")
         self._store = store  # the master store must outlive the process group
 
+    def start_progress(self, mode: str, threads: int) -> int:
+        """``comm.progress``: hand this rank's non-blocking exchanges to a progress thread
+        (:mod:`hpcdgnn.comm.progress`) — ``thread`` always, ``auto`` where the node has a spare core per
+        rank beside ``threads``, ``calls`` never; none on one rank or without ``MPI_THREAD_MULTIPLE``.
+        Collective; returns (and keeps as ``progress_ranks``) how many ranks run one."""
+        if self.size == 1:
+            return 0
+        root = self._root
+        if mode == "thread" or (mode == "auto" and spare_core(self, threads)):
+            root._progress = root._progress or ProgressThread.start(self._MPI)
+        self.progress_ranks = int(self.allreduce_array([float(root._progress is not None)], tag="setup")[0])
+        return self.progress_ranks
+
+    def stop_progress(self) -> None:
+        """End the progress thread, if any (its exchanges completed first); later exchanges progress in calls."""
+        root = self._root
+        if root._progress is not None:
+            root._progress.stop()
+            root._progress = None
+
+    @property
+    def progress_thread(self) -> ProgressThread | None:
+        """The progress thread moving this communicator's non-blocking exchanges (its root's), or None."""
+        return self._root._progress
+
     def close(self) -> None:
         """Tear down the torch.distributed group, if any (MPI itself finalises at exit)."""
+        self.stop_progress()
         if self._dist is not None:
             import torch.distributed as dist
 
@@ -342,6 +391,7 @@ class Communicator:
         sub = object.__new__(Communicator)
         sub._attach(self._MPI, raw, self.stats)
         sub._cuda_aware = self._cuda_aware
+        sub._root = self._root
         return sub
 
     def shared_array(self, shape: Sequence[int], dtype: np.dtype, what: str) -> tuple[np.ndarray, Any]:
@@ -602,6 +652,7 @@ class Communicator:
             return recv.to(send.device)
         host = self._host(send)
         recv = self._recv_buffer(int(np.prod(recv_shape)), 1, send.dtype, reuse).view(recv_shape)
+        _run(self._own_box_copy(host, send_boxes, recv, recv_boxes))
         self._comm.Alltoallw(*self._boxes_args(host, send_boxes, recv, recv_boxes))
         self.stats.add(tag, sent, got, time.perf_counter() - t0)
         return recv.to(send.device)
@@ -619,23 +670,32 @@ class Communicator:
         return (sum(volume(b) for q, b in enumerate(send_boxes) if q != me),
                 sum(volume(b) for p, b in enumerate(recv_boxes) if p != me))
 
-    def _boxes_args(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
-                    recv_boxes: Sequence[Box]) -> tuple[list, list]:
-        """Copy this rank's own box (a strided torch copy) and return the Alltoallw buffer specs of the rest."""
-        me = self.rank
-        st = [self._box_type(tuple(host.shape), b, host.dtype) for b in send_boxes]
-        rt = [self._box_type(tuple(recv.shape), b, host.dtype) for b in recv_boxes]
-        # this rank's own block is a strided torch copy: MPI's datatype engine packs and
-        # unpacks a self-send through a temporary (measured 2x slower on a node)
-        st[me] = rt[me] = (0, self._MPI.BYTE)
-        (srows, (b0, b1)), (rrows, (d0, d1)) = send_boxes[me], recv_boxes[me]
-        if len(_box_rows(srows)) and b1 > b0:
+    def _own_box_copy(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
+                      recv_boxes: Sequence[Box]) -> Callable[[], None] | None:
+        """This rank's own box, as a strided torch copy to run (None if empty): MPI's datatype engine
+        would pack and unpack a self-send through a temporary (measured 2x slower on a node). At P = 2
+        it is as many bytes as the transfer, so a progress thread runs it for a non-blocking exchange."""
+        (srows, (b0, b1)), (rrows, (d0, d1)) = send_boxes[self.rank], recv_boxes[self.rank]
+        if not (len(_box_rows(srows)) and b1 > b0):
+            return None
+        ri = _row_index(rrows)
+
+        def copy() -> None:
             block = host[_row_index(srows)][:, b0:b1]
-            ri = _row_index(rrows)
             if isinstance(ri, list):
                 recv[ri] = block  # a list box takes dimension 1 whole
             else:
                 recv[ri][:, d0:d1].copy_(block)
+
+        return copy
+
+    def _boxes_args(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
+                    recv_boxes: Sequence[Box]) -> tuple[list, list]:
+        """The Alltoallw buffer specs of the boxes of other ranks (this rank's own: :meth:`_own_box_copy`)."""
+        me = self.rank
+        st = [self._box_type(tuple(host.shape), b, host.dtype) for b in send_boxes]
+        rt = [self._box_type(tuple(recv.shape), b, host.dtype) for b in recv_boxes]
+        st[me] = rt[me] = (0, self._MPI.BYTE)
         zeros = [0] * self.size
         return ([host.numpy(), ([c for c, _ in st], zeros), [t for _, t in st]],
                 [recv.numpy(), ([c for c, _ in rt], zeros), [t for _, t in rt]])
@@ -666,39 +726,64 @@ class Communicator:
             if self._dist is not None:
                 recv.copy_(self._boxes_over_dist(send, send_boxes, tuple(recv.shape), recv_boxes).cpu())
             else:
-                self._boxes_args(self._host(send), send_boxes, recv, recv_boxes)  # the self copy is all of it
+                _run(self._own_box_copy(self._host(send), send_boxes, recv, recv_boxes))  # the self copy is all
             self.stats.add(tag, sent, got, time.perf_counter() - t0)
             return Pending(None, tag, recv, ())
         host = self._host(send)
         sbuf, rbuf = self._boxes_args(host, send_boxes, recv, recv_boxes)
+        own = self._own_box_copy(host, send_boxes, recv, recv_boxes)
         req = self._comm.Ialltoallw(sbuf, rbuf)
+        if self.progress_thread is None:
+            _run(own)  # after the post, so that peers' data is already on its way meanwhile
+        p = Pending(req, tag, recv, (host, sbuf, rbuf))
         self.stats.posted(tag, sent, got, t0)
-        return Pending(req, tag, recv, (host, sbuf, rbuf))
+        return self._adopted(p, own)
+
+    def _adopted(self, p: Pending, own: Callable[[], None] | None = None) -> Pending:
+        """``p``, handed to the progress thread when one runs, with its own-box copy for the thread to run."""
+        if self.progress_thread is not None:
+            self.progress_thread.adopt(p, own)
+        return p
+
+    def _finish(self, p: Pending, t: float) -> None:
+        """Count ``p`` complete at ``t`` and let go of its buffers."""
+        p.done = True
+        self.stats.finished(p.tag, t)
+        p.request, p.keep = None, ()
 
     def test(self, pending: Sequence[Pending]) -> None:
         """Let MPI progress the exchanges in flight (Open MPI moves non-blocking collectives only inside
         MPI calls) and note those that completed; never blocks."""
         live = [p for p in pending if not p.done]
+        for p in [p for p in live if p.completed is not None]:  # the progress thread's: only read its flag
+            if p.completed.is_set():
+                self._finish(p, p.completed_at)
+        live = [p for p in live if p.completed is None]
         if not live:
             return
         t0 = self.stats.enter(live[0].tag)
         for p in live:
             if p.request.Test():
-                p.done = True
-                self.stats.finished(p.tag, time.perf_counter())
-                p.request, p.keep = None, ()
+                self._finish(p, time.perf_counter())
         self.stats.blocked(live[0].tag, time.perf_counter() - t0)
 
     def wait(self, p: Pending) -> torch.Tensor:
         """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
         if not p.done:
             t0 = self.stats.enter(p.tag)
-            p.request.Wait()
-            t1 = time.perf_counter()
-            p.done = True
-            self.stats.finished(p.tag, t1)
+            if p.completed is not None:
+                p.completed.wait()
+                if self.progress_thread is not None:
+                    self.progress_thread.check()
+                t1 = time.perf_counter()
+                # completed while this thread waited: it counts as under way until the wait ended (the wake-up
+                # is blocked time too, and exposed time must lie within the time under way)
+                done_at = t1 if p.completed_at >= t0 else p.completed_at
+            else:
+                p.request.Wait()
+                t1 = done_at = time.perf_counter()
+            self._finish(p, done_at)
             self.stats.blocked(p.tag, t1 - t0)
-            p.request, p.keep = None, ()
         return p.recv
 
     def defer(self, p: Pending) -> None:
@@ -791,7 +876,7 @@ class Communicator:
             return Pending(None, tag, tensor, ())
         req = self._comm.Iallreduce(self._MPI.IN_PLACE, [tensor.numpy(), self._mpi_type(tensor.dtype)], self._MPI.SUM)
         self.stats.posted(tag, nbytes, nbytes, t0)
-        return Pending(req, tag, tensor, (tensor,))
+        return self._adopted(Pending(req, tag, tensor, (tensor,)))
 
     def bcast_(self, tensor: torch.Tensor, root: int = 0, tag: str = "setup") -> torch.Tensor:
         """In-place broadcast of a contiguous tensor from ``root``; returns it."""

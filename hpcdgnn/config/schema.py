@@ -479,6 +479,13 @@ class CommConfig:
     started with a non-blocking all-reduce during the backward pass as soon as its gradients are
     complete (:mod:`hpcdgnn.comm.buckets`; IBM §6.5). 1 = one all-reduce after the backward pass. Over
     ``gloo``/``nccl`` or with CUDA parameters the single all-reduce runs whatever this says."""
+    progress: Literal["calls", "thread", "auto"] = "calls"
+    """Who moves the non-blocking exchanges (``strategy.overlap_chunks`` > 1, ``grad_buckets`` > 1, the halo's
+    sends) while the rank computes (:mod:`hpcdgnn.comm.progress`): ``calls`` — the training thread, inside its
+    MPI calls (Open MPI's only progress: the copy then runs on the computing core); ``thread`` — a progress
+    thread per rank, so the copy runs on another core; ``auto`` — ``thread`` where each rank of the node has a
+    core to spare beside its ``train.threads`` (else ``calls``). Results are the same either way. ``calls`` is
+    the default until whole epochs, not only the layer kernel, are measured faster with the thread."""
     stall_timeout_s: float = 600.0
     """Stall watchdog (:mod:`hpcdgnn.comm.watchdog`): a rank that completes no communicator call for
     this long (stopped, hung, or computing longer than that between two collectives) ends the job

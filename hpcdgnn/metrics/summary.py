@@ -52,6 +52,7 @@ def _environment(comm, run) -> dict:
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
+        "progress_thread_ranks": comm.progress_ranks,  # comm.progress: ranks whose exchanges a thread moved
         "device": device_name(device),
         "comm_backend": job.comm.backend,
         "dtype": job.train.dtype,

@@ -127,6 +127,8 @@ def _banner(log, run: Run, comm: Communicator) -> None:
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
+        + (f", progress thread on {comm.progress_ranks}/{comm.size} ranks"
+           if comm.progress_ranks or job.comm.progress == "thread" else "")
     )
     from hpcdgnn.allocator import describe
 
@@ -197,6 +199,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     stop = preemption.install()  # already installed by __main__; here for library callers
     run = build_run(job_path, overrides, output, comm, resume)
     job = run.job
+    comm.start_progress(job.comm.progress, run.threads)
     _banner(log, run, comm)
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
@@ -246,6 +249,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted)
     if watchdog is not None:
         watchdog.stop()
+    comm.stop_progress()
     if rd is not None:
         rd.close()
         if not preempted:

@@ -1,0 +1,174 @@
+"""``comm.progress``: a thread per rank moves the non-blocking exchanges (issue 13 item 6).
+
+Who progresses an exchange must change nothing but the timing: the same losses, gradient norms and
+bytes bit for bit as the training thread's own calls, at P = 2 and 3, for the chunked redistributions
+with bucketed gradients (snapshot) and for the halo's sends and the task's fetches (vertex). ``auto``
+starts the thread only where each rank has a core to spare; the thread's MPI errors reach the training
+thread instead of being lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from hpcdgnn.comm.communicator import CommStats, Pending
+from hpcdgnn.comm.progress import ProgressThread, spare_core
+from hpcdgnn.config.load import load_job
+from hpcdgnn.errors import ConfigError
+from tests.conftest import REPO, assert_same_run, write_job
+from tests.train.test_exactness import _losses
+
+
+def _threads_on(run_dir) -> int:
+    return json.loads((run_dir / "summary.json").read_text())["environment"]["progress_thread_ranks"]
+
+
+@pytest.mark.parametrize(("model", "strategy"), [
+    ("cdgcn", {"name": "snapshot", "overlap_chunks": 3}),
+    ("tmgcn", {"name": "vertex", "stale": {"mode": "static", "theta": 0.5}}),
+])
+def test_progress_thread_changes_nothing_but_who_moves_the_bytes(launcher, small_dataset, tmp_path, model, strategy):
+    """``thread`` against ``calls`` at P = 2 and 3: the same losses, norms and bytes, every rank with a thread."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                    train={"dtype": "float64", "epochs": 3}, strategy=strategy, comm={"grad_buckets": 3})
+    for P in (2, 3):
+        ref, recs_ref = _losses(launcher, P, job, tmp_path / f"calls{P}", "comm.progress=calls")
+        got, recs = _losses(launcher, P, job, tmp_path / f"thread{P}", "comm.progress=thread")
+        assert_same_run(got, ref)
+        assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs_ref]
+        assert _threads_on(tmp_path / f"thread{P}") == P and _threads_on(tmp_path / f"calls{P}") == 0
+        # the thread's exchanges are timed like the calls' ones: exposed within the time under way
+        for r in recs:
+            assert all(v["exposed"] <= v["seconds"] + 1e-6 for v in r["comm_by_tag"].values()), r["comm_by_tag"]
+
+
+def test_auto_starts_threads_only_with_a_spare_core_per_rank(launcher, small_dataset, tmp_path):
+    """The test launcher binds no rank, so each rank may run on this process's CPUs: two ranks of one
+    thread each get a progress thread where those are at least 2 × (1 + 1)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1, "threads": 1},
+                    strategy={"name": "snapshot", "overlap_chunks": 2}, comm={"progress": "auto"})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "auto")])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cpus = len(os.sched_getaffinity(0))
+    assert _threads_on(tmp_path / "auto") == (2 if cpus >= 4 else 0)
+    assert ("progress thread on 2/2 ranks" in proc.stdout + proc.stderr) == (cpus >= 4)
+
+
+def _stub_comm(affinities: list[list[int]]):
+    node = SimpleNamespace(size=len(affinities), allgather_obj=lambda mine, tag: affinities)
+    return SimpleNamespace(node=lambda: node)
+
+
+def test_spare_core_counts_the_node_and_the_rank(monkeypatch):
+    """Enough CPUs on the node for every rank's threads plus one, and more than its threads for this rank."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert spare_core(_stub_comm([[0, 1, 2, 3], [0, 1, 2, 3]]), threads=1)  # 4 CPUs for 2 × (1 + 1)
+    assert not spare_core(_stub_comm([[0, 1, 2, 3], [0, 1, 2, 3]]), threads=2)  # 2 × 3 > 4
+    assert not spare_core(_stub_comm([[0, 1, 2, 3]] * 3), threads=1)  # 3 ranks × 2 > 4
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    # bound to one core each (mpirun's default for two ranks): the thread would share the computing core
+    assert not spare_core(_stub_comm([[0], [8]] + [[c] for c in range(1, 7)]), threads=1)
+
+
+class _Request:
+    """Completes after ``polls`` tests, or raises on the first (``fail``)."""
+
+    def __init__(self, polls: int, fail: bool = False) -> None:
+        self.polls, self.fail = polls, fail
+
+
+class _MPI:
+    THREAD_MULTIPLE = 3
+
+    @staticmethod
+    def Query_thread():
+        return 3
+
+    class Request:
+        @staticmethod
+        def Testsome(requests):
+            if any(r.fail for r in requests):
+                raise RuntimeError("MPI_ERR_TRUNCATE: message truncated")
+            for r in requests:
+                r.polls -= 1
+            return [i for i, r in enumerate(requests) if r.polls <= 0]
+
+
+def test_thread_completes_what_it_adopts_and_ends():
+    """Exchanges complete in any order after their own-part copies ran; the thread ends when told."""
+    t = ProgressThread.start(_MPI)
+    ps = [Pending(_Request(polls), "x", None, ()) for polls in (1, 30, 5)]
+    copied: list[int] = []
+    t0 = time.perf_counter()
+    for i, p in enumerate(ps):
+        t.adopt(p, (lambda i=i: copied.append(i)) if i != 1 else None)
+    for p in ps:
+        assert p.completed.wait(5.0)
+        assert t0 <= p.completed_at <= time.perf_counter()
+    assert copied == [0, 2]
+    assert ps[0].completed_at <= ps[2].completed_at <= ps[1].completed_at  # 1, 5 and 30 tests
+    t.stop()
+    assert not t._thread.is_alive()
+
+
+def test_an_error_in_the_thread_reaches_the_training_thread():
+    """An MPI error in the thread releases every waiter and is raised by the training thread."""
+    t = ProgressThread.start(_MPI)
+    waiting = Pending(_Request(10**9), "x", None, ())
+    t.adopt(waiting)
+    t.adopt(Pending(_Request(1, fail=True), "y", None, ()))
+    assert waiting.completed.wait(5.0)  # released, not left waiting for an exchange that cannot finish
+    with pytest.raises(RuntimeError, match="progress thread failed.*MPI_ERR_TRUNCATE"):
+        t.check()
+    with pytest.raises(RuntimeError, match="progress thread failed"):
+        t.adopt(Pending(_Request(1), "z", None, ()))
+    t.stop()
+    assert not t._thread.is_alive()
+    # a failing own-part copy likewise, with the exchange it belongs to released
+    t = ProgressThread.start(_MPI)
+    p = Pending(_Request(10**9), "x", None, ())
+    t.adopt(p, lambda: (_ for _ in ()).throw(ValueError("box out of range")))
+    assert p.completed.wait(5.0)
+    with pytest.raises(RuntimeError, match="box out of range"):
+        t.check()
+    t.stop()
+
+
+def test_progress_mode_is_checked(small_dataset, tmp_path):
+    """An unknown ``comm.progress`` is a config error naming the key."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, comm={"progress": "background"})
+    with pytest.raises(ConfigError, match="comm.progress"):
+        load_job(job)
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_the_thread_moves_exchanges_of_splits_made_before_it(launcher, P):
+    """tests/mpi/progress_check.py: the gradient buckets post on a split made at setup, before the trainer
+    starts the thread; their all-reduces must go to the thread too, and the own box arrive with the rest."""
+    proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "progress_check.py")], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    assert sorted(out) == list(range(P))
+    for r in out.values():
+        assert r["threads"] == P and r["adopted"] == [True, True] and r["boxes_ok"]
+        assert r["sum"] == [P * (P + 1) / 2] * 4
+
+
+def test_out_of_order_completions_time_the_whole_interval():
+    """The thread's completion times reach the stats in wait order, not completion order: the tag's time
+    under way must still end at the latest completion (it used to end at the last one reported)."""
+    st = CommStats()
+    t0 = time.perf_counter()
+    st.posted("x", 8, 8, t0)
+    st.posted("x", 8, 8, t0)
+    st.finished("x", t0 + 3.0)  # the first waited for completed last
+    st.finished("x", t0 + 2.0)
+    assert st.tags["x"].seconds == pytest.approx(3.0)
+    st.posted("x", 8, 8, t0 + 10.0)  # a new interval starts afresh
+    st.finished("x", t0 + 10.5)
+    assert st.tags["x"].seconds == pytest.approx(3.5)

@@ -1,0 +1,45 @@
+"""Run under mpirun: exchanges moved by the progress thread (``comm.progress: thread``). Exit 0 = pass.
+
+Usage: mpirun -np P python tests/mpi/progress_check.py
+
+The thread is started on the run's communicator *after* a split was made from it (as the gradient
+buckets' is, at model setup): exchanges posted on the parent and on the split must both go to the
+thread. Rank r sends to rank q the box of rows [q, q + 1) of a (P, 5, 3) tensor filled with 100 r + q,
+so every received box, its own included (which the thread copies), names its sender. The training thread
+computes (an unrelated product) while they move, then waits; an all-reduce on the split sums ranks.
+Prints one JSON line per rank: whether both exchanges were the thread's, and what arrived.
+"""
+
+import json
+
+import torch
+
+from hpcdgnn.comm import Communicator
+
+
+def main() -> None:
+    comm = Communicator()
+    P, me = comm.size, comm.rank
+    child = comm.split(0)
+    started = comm.start_progress("thread", 1)
+    x = torch.stack([torch.full((5, 3), 100.0 * me + q) for q in range(P)])
+    recv = torch.full((P, 5, 3), -1.0)
+    p = comm.ialltoall_boxes(x, [((q, q + 1), (0, 5)) for q in range(P)], recv,
+                             [((s, s + 1), (0, 5)) for s in range(P)], tag="check")
+    total = torch.full((4,), float(me + 1), dtype=torch.float64)
+    r = child.iallreduce_(total, tag="check.sum")
+    a = torch.randn(300, 300)
+    for _ in range(20):  # the training thread computes meanwhile
+        a = torch.tanh(a @ a * 1e-3)
+    comm.test([p])
+    got = comm.wait(p)
+    child.wait(r)
+    ok = all(bool((got[s] == 100.0 * s + me).all()) for s in range(P))
+    print(json.dumps({"rank": me, "threads": started, "adopted": [p.completed is not None, r.completed is not None],
+                      "boxes_ok": ok, "sum": total.tolist()}), flush=True)
+    comm.stop_progress()
+    child.free()
+
+
+if __name__ == "__main__":
+    main()
