@@ -98,14 +98,18 @@ def kernel_worker(args) -> None:
     comm = Communicator()
     # where the exposed time goes: seconds inside posts, waits and tests (this rank, per repetition)
     spent = {"post": 0.0, "wait": 0.0, "test": 0.0}
-    for name, method in (("post", "ialltoall_boxes"), ("wait", "wait"), ("test", "test")):
-        def timed(*a, _f=getattr(comm, method), _n=name, **k):
+
+    def timed(name: str, f):
+        def call(*a, **k):
             t = time.perf_counter()
             try:
-                return _f(*a, **k)
+                return f(*a, **k)
             finally:
-                spent[_n] += time.perf_counter() - t
-        setattr(comm, method, timed)
+                spent[name] += time.perf_counter() - t
+        return call
+
+    for name, method in (("post", "ialltoall_boxes"), ("wait", "wait"), ("test", "test")):
+        setattr(comm, method, timed(name, getattr(comm, method)))
     me, P, T, N, F = comm.rank, comm.size, args.snapshots, args.vertices, args.hidden
     vb = [N * q // P for q in range(P + 1)]
     plan = PartitionPlan(kind="snapshot", num_ranks=P, num_snapshots=T, num_vertices=N,

@@ -18,6 +18,7 @@ from hpcdgnn.comm import Communicator
 
 
 def main() -> None:
+    """Post, compute, wait; print this rank's findings."""
     comm = Communicator()
     P, me = comm.size, comm.rank
     child = comm.split(0)
