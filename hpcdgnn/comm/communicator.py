@@ -755,9 +755,12 @@ class Communicator:
         """Let MPI progress the exchanges in flight (Open MPI moves non-blocking collectives only inside
         MPI calls) and note those that completed; never blocks."""
         live = [p for p in pending if not p.done]
-        for p in [p for p in live if p.completed is not None]:  # the progress thread's: only read its flag
-            if p.completed.is_set():
-                self._finish(p, p.completed_at)
+        held = [p for p in live if p.completed is not None]  # the progress thread's: only read its flags
+        if held and self.progress_thread is not None:
+            self.progress_thread.check()  # flags are set after an error too: that must not pass for a completion
+            for p in held:
+                if p.completed.is_set():
+                    self._finish(p, p.completed_at)
         live = [p for p in live if p.completed is None]
         if not live:
             return

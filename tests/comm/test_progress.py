@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpcdgnn.comm.communicator import CommStats, Pending
+from hpcdgnn.comm.communicator import CommStats, Communicator, Pending
 from hpcdgnn.comm.progress import ProgressThread, spare_core
 from hpcdgnn.config.load import load_job
 from hpcdgnn.errors import ConfigError
@@ -172,3 +172,18 @@ def test_out_of_order_completions_time_the_whole_interval():
     st.posted("x", 8, 8, t0 + 10.0)  # a new interval starts afresh
     st.finished("x", t0 + 10.5)
     assert st.tags["x"].seconds == pytest.approx(3.5)
+
+
+def test_the_training_thread_sees_the_error_in_a_test_or_a_wait():
+    """An exchange the thread gave up on (its flag set by the error) is neither counted complete by
+    ``test`` nor returned by ``wait``: both raise the thread's error."""
+    comm = Communicator()  # one process: the thread is attached by hand
+    comm._progress = ProgressThread.start(_MPI)
+    p = comm._adopted(Pending(_Request(1, fail=True), "x", None, ()))
+    assert p.completed.wait(5.0)
+    with pytest.raises(RuntimeError, match="MPI_ERR_TRUNCATE"):
+        comm.test([p])
+    assert not p.done
+    with pytest.raises(RuntimeError, match="MPI_ERR_TRUNCATE"):
+        comm.wait(p)
+    comm.stop_progress()
