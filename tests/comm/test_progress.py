@@ -2,7 +2,8 @@
 
 Who progresses an exchange must change nothing but the timing: the same losses, gradient norms and
 bytes bit for bit as the training thread's own calls, at P = 2 and 3, for the chunked redistributions
-with bucketed gradients (snapshot) and for the halo's sends and the task's fetches (vertex). ``auto``
+with bucketed gradients (snapshot), for the halo's sends and the task's fetches (vertex), and for the time
+halo, whose sending-only rank defers its completion (TM-GCN, snapshot). ``auto``
 starts the thread only where each rank has a core to spare; the thread's MPI errors reach the training
 thread instead of being lost.
 """
@@ -31,6 +32,7 @@ def _threads_on(run_dir) -> int:
 @pytest.mark.parametrize(("model", "strategy"), [
     ("cdgcn", {"name": "snapshot", "overlap_chunks": 3}),
     ("tmgcn", {"name": "vertex", "stale": {"mode": "static", "theta": 0.5}}),
+    ("tmgcn", {"name": "snapshot"}),  # the time halo: a rank that only sends defers its completion
 ])
 def test_progress_thread_changes_nothing_but_who_moves_the_bytes(launcher, small_dataset, tmp_path, model, strategy):
     """``thread`` against ``calls`` at P = 2 and 3: the same losses, norms and bytes, every rank with a thread."""
