@@ -66,6 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # every rank raised the same error: rank 0 reports it, all exit cleanly
             if comm.rank == 0:
                 print(f"hpcdgnn: error: {e}", file=sys.stderr)
+            comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
             return EXIT_USAGE
         # raised on this rank alone: the others may be waiting in a collective
         prefix = f"[rank {comm.rank}] " if comm.size > 1 else ""

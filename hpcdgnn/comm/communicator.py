@@ -127,8 +127,11 @@ class CommStats:
         s.calls += 1
         s.bytes_sent += sent
         s.bytes_recv += recv
-        if not self._open.get(tag):  # else the call lies inside an interval already being timed
-            s.seconds += seconds
+        if not self._open.get(tag):  # else the call lies inside an interval already being timed: it lasts
+            s.seconds += seconds  # at least until now (its non-blocking exchanges may have completed earlier)
+        else:
+            now = time.perf_counter()
+            self._last[tag] = max(self._last.get(tag, now), now)
         s.exposed += seconds
 
     def posted(self, tag: str, sent: int, recv: int, t0: float) -> None:
@@ -189,14 +192,15 @@ class Pending:
     :meth:`Communicator.wait`. Holds its buffers until then (MPI reads and writes them meanwhile).
     """
 
-    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at")
+    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder")
 
     def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
         self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
         self.done = request is None  # completed at post (one rank, or a blocking backend), and counted
-        #: set by the progress thread (:mod:`hpcdgnn.comm.progress`) when it holds this exchange
+        #: set by the progress thread (:mod:`hpcdgnn.comm.progress`) when it holds this exchange (``holder``)
         self.completed: Any = None
         self.completed_at = 0.0
+        self.holder: ProgressThread | None = None
 
 
 def _run(copy: Callable[[], None] | None) -> None:
@@ -755,12 +759,11 @@ class Communicator:
         """Let MPI progress the exchanges in flight (Open MPI moves non-blocking collectives only inside
         MPI calls) and note those that completed; never blocks."""
         live = [p for p in pending if not p.done]
-        held = [p for p in live if p.completed is not None]  # the progress thread's: only read its flags
-        if held and self.progress_thread is not None:
-            self.progress_thread.check()  # flags are set after an error too: that must not pass for a completion
-            for p in held:
-                if p.completed.is_set():
-                    self._finish(p, p.completed_at)
+        # the progress thread's: only read their flags, then its error (set before it raises flags on failing)
+        done = [p for p in live if p.completed is not None and p.completed.is_set()]
+        for p in done:
+            p.holder.check()  # a flag raised by a failure must not pass for a completion
+            self._finish(p, p.completed_at)
         live = [p for p in live if p.completed is None]
         if not live:
             return
@@ -774,14 +777,17 @@ class Communicator:
         """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
         if not p.done:
             t0 = self.stats.enter(p.tag)
+            if p.completed is not None and p.completed.is_set():  # moved meanwhile: nothing blocked
+                p.holder.check()
+                self._finish(p, p.completed_at)
+                self.stats.blocked(p.tag, 0.0)
+                return p.recv
             if p.completed is not None:
                 p.completed.wait()
-                if self.progress_thread is not None:
-                    self.progress_thread.check()
-                t1 = time.perf_counter()
-                # completed while this thread waited: it counts as under way until the wait ended (the wake-up
-                # is blocked time too, and exposed time must lie within the time under way)
-                done_at = t1 if p.completed_at >= t0 else p.completed_at
+                p.holder.check()
+                # under way until this wait ended (the wake-up is blocked time too, and exposed time must lie
+                # within the time under way)
+                t1 = done_at = time.perf_counter()
             else:
                 p.request.Wait()
                 t1 = done_at = time.perf_counter()

@@ -57,7 +57,8 @@ class ProgressThread:
 
     The training thread never touches an adopted exchange's MPI request again: this thread tests
     it, records ``completed_at`` (``perf_counter``) and sets ``completed``; an MPI error raised here
-    is kept and re-raised by the training thread at its next wait (:meth:`check`).
+    is kept and re-raised by the training thread at its next test, wait or post (:meth:`check`, through
+    the exchange's ``holder``, which stays valid after the thread is stopped).
     """
 
     def __init__(self, MPI: Any) -> None:
@@ -79,9 +80,9 @@ class ProgressThread:
     def adopt(self, pending: Any, local: Callable[[], None] | None = None) -> None:
         """Hand a just-posted exchange (``Pending`` with a live request) to the thread, with the copy of
         this rank's own part (``local``, run by the thread before it tests the request), if any."""
-        self.check()  # after an error the thread has ended: nothing would complete this one
-        pending.completed = threading.Event()
-        with self._cv:
+        pending.completed, pending.holder = threading.Event(), self
+        with self._cv:  # the error is set under this lock before the thread releases what it holds
+            self.check()  # after an error the thread has ended: nothing would complete this one
             self._new.append((pending, local))
             self._cv.notify()
 
@@ -117,7 +118,8 @@ class ProgressThread:
                 if done is None:  # MPI_UNDEFINED: no active request left among them
                     done = range(len(waiting))
             except BaseException as e:  # noqa: BLE001 — handed to the training thread, which raises it
-                self.error = e
+                with self._cv:  # before any later adopt can pass its check (see adopt)
+                    self.error = e
                 done = range(len(waiting))
             if not done:
                 if not new:

@@ -189,3 +189,17 @@ def test_the_training_thread_sees_the_error_in_a_test_or_a_wait():
     with pytest.raises(RuntimeError, match="MPI_ERR_TRUNCATE"):
         comm.wait(p)
     comm.stop_progress()
+
+
+def test_a_blocking_call_inside_an_open_interval_extends_it():
+    """A blocking call under a tag with an exchange open lies inside that tag's interval, which therefore lasts
+    at least until the call ended, even when the exchange is reported complete at an earlier time."""
+    st = CommStats()
+    t0 = time.perf_counter()
+    st.posted("x", 8, 8, t0)
+    time.sleep(0.02)
+    blocking = time.perf_counter() - t0
+    st.add("x", 4, 4, blocking)
+    st.finished("x", t0 + 0.001)  # the exchange had completed long before the blocking call ended
+    s = st.tags["x"]
+    assert s.seconds >= blocking and s.exposed <= s.seconds + 1e-3
