@@ -311,7 +311,8 @@ class Communicator:
         (:mod:`hpcdgnn.comm.progress`) — ``thread`` always, ``auto`` where the node has a spare core per
         rank beside ``threads``, ``calls`` never; none on one rank or without ``MPI_THREAD_MULTIPLE``.
         Collective; returns (and keeps as ``progress_ranks``) how many ranks run one."""
-        if self.size == 1:
+        if self.size == 1 or mode == "calls":  # the same on every rank (the job's): nothing to agree on
+            self.progress_ranks = 0
             return 0
         root = self._root
         if mode == "thread" or (mode == "auto" and spare_core(self, threads)):
@@ -777,20 +778,18 @@ class Communicator:
         """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
         if not p.done:
             t0 = self.stats.enter(p.tag)
-            if p.completed is not None and p.completed.is_set():  # moved meanwhile: nothing blocked
-                p.holder.check()
-                self._finish(p, p.completed_at)
-                self.stats.blocked(p.tag, 0.0)
-                return p.recv
-            if p.completed is not None:
-                p.completed.wait()
-                p.holder.check()
-                # under way until this wait ended (the wake-up is blocked time too, and exposed time must lie
-                # within the time under way)
-                t1 = done_at = time.perf_counter()
-            else:
+            if p.completed is None:
                 p.request.Wait()
                 t1 = done_at = time.perf_counter()
+            else:  # the progress thread's
+                ready = p.completed.is_set()
+                p.completed.wait()
+                p.holder.check()
+                # done before this wait: nothing blocked; else under way until the wait ended (the wake-up is
+                # blocked time too, and exposed time must lie within the time under way)
+                t1 = done_at = time.perf_counter()
+                if ready:
+                    t1, done_at = t0, p.completed_at
             self._finish(p, done_at)
             self.stats.blocked(p.tag, t1 - t0)
         return p.recv

@@ -23,7 +23,7 @@ import torch
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["LOCAL_RANK_VARIABLES", "local_rank_from_env", "select_device", "memory_share"]
+__all__ = ["LOCAL_RANK_VARIABLES", "cpu_affinity", "local_rank_from_env", "select_device", "memory_share"]
 
 #: Local-rank variables of common launchers, in the order they are tried: Open MPI, MVAPICH2,
 #: Intel MPI / MPICH (Hydra), PMI, Cray PALS, SLURM srun, IBM jsrun (LSF).
@@ -109,6 +109,13 @@ def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup")
             if value.isdigit():
                 limits.append(int(value))
     return min(limits) if limits else None
+
+
+def cpu_affinity() -> list[int]:
+    """The CPUs this process may run on (all of the machine's where the system does not say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 def memory_share(comm, device: torch.device) -> int:

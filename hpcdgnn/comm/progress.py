@@ -26,11 +26,12 @@ exchanged, only which thread moves it: results are bit for bit those without it.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from hpcdgnn.comm.device import cpu_affinity
 
 __all__ = ["ProgressThread", "spare_core"]
 
@@ -46,7 +47,7 @@ def spare_core(comm: Any, threads: int) -> bool:
     compute threads: the union of the node's ranks' CPU affinities holds ``ranks × (threads + 1)``
     CPUs and this rank may run on more than ``threads``. A collective over the node's ranks.
     """
-    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    mine = cpu_affinity()
     node = comm.node()
     union = set().union(*map(set, node.allgather_obj(mine, tag="setup")))
     return len(mine) > threads and len(union) >= node.size * (threads + 1)

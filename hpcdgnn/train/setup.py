@@ -35,7 +35,7 @@ import torch
 import yaml
 
 from hpcdgnn.comm.communicator import Communicator
-from hpcdgnn.comm.device import select_device
+from hpcdgnn.comm.device import cpu_affinity, select_device
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.load import override_of
 from hpcdgnn.config.schema import JobConfig
@@ -82,7 +82,7 @@ def threads_per_rank(comm: Communicator, requested: int) -> int:
     """Torch threads per rank: the request, else the cores this rank may use divided by the ranks on its node."""
     if requested > 0:
         return requested
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    affinity = len(cpu_affinity())
     cores = os.cpu_count() or 1
     if affinity < cores:  # the launcher bound this rank to a core set: use exactly that
         return max(1, affinity)
