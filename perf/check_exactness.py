@@ -2,6 +2,7 @@
 
     python perf/check_exactness.py --data DIR [--ranks 2 3] [--cases MODEL:STRATEGY ...]
                                    [--task link_prediction] [--epochs 3] [--tol 1e-9] [--workers 1] [--out DIR]
+                                   [--set KEY=VALUE ...]
 
 The test suite shows exactness on small generated graphs at P = 2 and 3; this runs the same claim on
 your prepared dataset (``prepare`` / ``generate``) and your rank counts, on the CPU, in float64 (where
@@ -13,6 +14,12 @@ rank), and the largest relative difference of its losses from the reference is p
   under ``snapshot`` at P = 1, the single-process engine;
 * the others (``sequences``' mini-batches, ``memory``'s event batches) against the same strategy at
   P = 1: which samples form a step depends on the seed, the epoch and the step, never on P.
+
+``--set`` passes job settings to every run, the references included (``hpcdgnn run --set``): settings
+that must change no result are checked this way at your rank counts — who moves the bytes, and in how
+many pieces: ``--set comm.progress=thread comm.grad_buckets=3`` for any case, and with ``--cases
+tmgcn:snapshot cdgcn:snapshot`` also ``strategy.overlap_chunks=3`` (a ``strategy`` key belongs to the
+strategies that have it: the job's config refuses it for the others, so such a run fails with that line).
 
 A run that fails prints its error line. Exit status 1 if any run failed or differs by more than
 ``--tol``, else 0. Stale aggregation (``strategy.stale``) is off: it is approximate by design.
@@ -71,6 +78,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="runs at once (each P-rank run takes P cores)")
     ap.add_argument("--out", type=Path, default=None,
                     help="where a new directory of this check's runs goes (default: the temporary directory)")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="job settings for every run, the references too (hpcdgnn run --set)")
     args = ap.parse_args()
     if not args.data.is_dir():
         sys.exit(f"check_exactness: --data {args.data}: not a directory")
@@ -79,11 +88,12 @@ def main() -> int:
     cases = [parse_case(c) for c in args.cases]
     args.data = args.data.resolve()  # the runs start in the repository
     args.out = fresh_out(args.out, "hpcdgnn-exactness-")
-    print(f"{args.data}: {args.task}, {args.epochs} epochs, float64; runs in {args.out}", flush=True)
+    sets = f", --set {' '.join(args.sets)}" if args.sets else ""
+    print(f"{args.data}: {args.task}, {args.epochs} epochs, float64{sets}; runs in {args.out}", flush=True)
 
     def one(key: tuple[str, str, int]) -> tuple[list | None, str]:
         model, strategy, P = key
-        return run(args, model, strategy, "cpu", P, dtype="float64", task=args.task)
+        return run(args, model, strategy, "cpu", P, dtype="float64", task=args.task, sets=args.sets)
 
     refs = sorted({reference_of(*c) for c in cases})
     keys = [(m, s, P) for m, s in cases for P in args.ranks]

@@ -43,8 +43,9 @@ MORE = {"evolvegcn_o": [(3, "mpi"), (1, "nccl")], "tmgcn": [(3, "mpi"), (1, "ncc
 
 
 def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mpi", dtype: str = "float32",
-        task: str = "link_prediction") -> tuple[list | None, str]:
-    """One training run into ``args.out`` (on ``args.data``, ``args.epochs`` epochs).
+        task: str = "link_prediction", sets: list[str] | tuple[str, ...] = ()) -> tuple[list | None, str]:
+    """One training run into ``args.out`` (on ``args.data``, ``args.epochs`` epochs), with ``hpcdgnn run --set``
+    overrides ``sets`` (``KEY=VALUE`` each).
 
     Returns (losses, 'epoch s') or (None, its error lines). ``check_exactness.py`` runs its cases with it too.
     """
@@ -60,7 +61,8 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
     }))
     launch = [sys.executable, "-m", "hpcdgnn.launch", "-np", str(P)] if P > 1 else []
     # cwd: ``-m`` looks in the working directory first, and this script checks the tree it lives in
-    proc = subprocess.run([*launch, sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(args.out / name)],
+    proc = subprocess.run([*launch, sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(args.out / name),
+                           *(["--set", *sets] if sets else [])],
                           capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900,
                           cwd=REPO)
     if proc.returncode != 0:

@@ -39,7 +39,10 @@ POLL_S = 50e-6
 """Sleep between ``Testsome`` rounds that completed nothing: the GIL and the core are free meanwhile.
 Measured on 2 cores with one rank idle (its core the other's spare): four chunk exchanges of a
 (32, 32768, 16) float32 redistribution posted before 0.2 s of LSTM work were complete when it ended
-(0.1 ms left to wait, against 26–66 ms with ``calls``)."""
+(0.1 ms left to wait, against 26–66 ms with ``calls``). Nor does the poll slow the training thread
+while an exchange stays open (a deferred halo send can, for much of an epoch): on the same 2 cores, a
+64-step ``LSTMCell`` forward and backward on (256, 16) rows, dispatch-bound, took 17.8 against 18.3 ms
+with and without an open exchange polled every 50 µs, and 16.6 against 17.0 ms polled every 1 ms."""
 
 
 def spare_core(comm: Any, threads: int) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, mpi_env, perf_script
 
@@ -31,9 +33,9 @@ def test_full_batch_cases_against_snapshot_the_others_against_themselves():
 
 
 def test_reproducing_runs_pass_and_a_failing_run_makes_exit_1(small_dataset, tmp_path):
-    def check(*cases: str) -> subprocess.CompletedProcess:
+    def check(*cases: str, sets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         cmd = [sys.executable, str(REPO / "perf" / "check_exactness.py"), "--data", str(small_dataset), "--ranks", "3",
-               "--epochs", "2", "--out", str(tmp_path), "--cases", *cases]
+               "--epochs", "2", "--out", str(tmp_path), *(["--set", *sets] if sets else []), "--cases", *cases]
         return subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=300, cwd=tmp_path)
 
     out = check("tmgcn:vertex", "nosuchmodel:snapshot")
@@ -42,8 +44,14 @@ def test_reproducing_runs_pass_and_a_failing_run_makes_exit_1(small_dataset, tmp
     assert "nosuchmodel  snapshot  P1 (reference): FAIL exit 2" in out.stdout
     assert "nosuchmodel  snapshot  P3: FAIL" in out.stdout
     assert "1 of 2 runs reproduce P = 1" in out.stdout
-    # a second check into the same --out gets its own directory (a run never writes over another)
-    again = check("tmgcn:snapshot")
+    # a second check into the same --out gets its own directory (a run never writes over another); --set
+    # reaches every run: here a progress thread on each rank and chunked exchanges, which change no loss
+    again = check("cdgcn:snapshot", sets=("comm.progress=thread", "strategy.overlap_chunks=2"))
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "--set comm.progress=thread strategy.overlap_chunks=2" in again.stdout
     assert "1 of 1 runs reproduce P = 1" in again.stdout
     assert len(list(tmp_path.iterdir())) == 2
+    (p3,) = tmp_path.glob("*/cdgcn-snapshot-cpu-p3-*/summary.json")
+    assert json.loads(p3.read_text())["environment"]["progress_thread_ranks"] == 3
+    job = yaml.safe_load(next(tmp_path.glob("*/cdgcn-snapshot-cpu-p3-*/config.resolved.yaml")).read_text())
+    assert job["strategy"]["overlap_chunks"] == 2
