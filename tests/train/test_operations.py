@@ -32,9 +32,12 @@ def _assert_same_state(a: dict, b: dict) -> None:
             assert_same_run(torch.as_tensor(sa[k]).cpu(), torch.as_tensor(sb[k]).cpu())
 
 
-def test_fault_on_rank_1_of_3_aborts_job(launcher, tmp_path, small_dataset):
-    """debug.fail_rank raises mid-epoch (after the forward exchanges, before backward): the job ends fast."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, debug={"fail_rank": 1, "fail_epoch": 2})
+@pytest.mark.parametrize("comm", [{}, {"progress": "thread", "grad_buckets": 3}])
+def test_fault_on_rank_1_of_3_aborts_job(launcher, tmp_path, small_dataset, comm):
+    """debug.fail_rank raises mid-epoch (after the forward exchanges, before backward): the job ends fast —
+    also with a progress thread on every rank holding the others' open exchanges (``comm.progress``)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, comm=comm,
+                    debug={"fail_rank": 1, "fail_epoch": 2})
     t0 = time.monotonic()
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=60)
     elapsed = time.monotonic() - t0
@@ -43,6 +46,7 @@ def test_fault_on_rank_1_of_3_aborts_job(launcher, tmp_path, small_dataset):
     assert "rank 1/3:" in proc.stderr and "fault injected on rank 1 in epoch 2" in proc.stderr, proc.stderr
     assert "rank 0/3:" not in proc.stderr and "rank 2/3:" not in proc.stderr
     assert len(read_metrics(tmp_path / "run")) == 1  # epoch 1 finished and was logged
+    assert ("progress thread on 3/3 ranks" in proc.stdout + proc.stderr) == bool(comm)
 
 
 @pytest.mark.parametrize("model", ["tmgcn", "evolvegcn_o"])
