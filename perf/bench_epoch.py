@@ -56,14 +56,16 @@ def run_env() -> dict[str, str]:
     return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")
 
 
-def run_job(job: dict, P: int, work: Path, tag: str, tree: Path | None = None) -> list[dict]:
+def run_job(job: dict, P: int, work: Path, tag: str, tree: Path | None = None,
+            env: dict[str, str] | None = None) -> list[dict]:
     """Write ``job`` as ``work/<tag>.yaml``, run it on P ranks (from ``tree``'s code when given, through
-    PYTHONPATH) into ``work/run-<tag>``, and return its metrics.jsonl records; a failure ends the benchmark."""
+    PYTHONPATH; with the variables ``env`` added to :func:`run_env`'s) into ``work/run-<tag>``, and return
+    its metrics.jsonl records; a failure ends the benchmark."""
     path = work / f"{tag}.yaml"
     path.write_text(yaml.safe_dump(job))
     out = work / f"run-{tag}"
     cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(path), "--output", str(out)]
-    env = run_env() if tree is None else dict(run_env(), PYTHONPATH=str(tree))
+    env = dict(run_env(), **(env or {}), **({} if tree is None else {"PYTHONPATH": str(tree)}))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env)
     if proc.returncode != 0:
         sys.exit(f"{tag} failed ({tree or 'this tree'}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -51,10 +51,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import mpirun_cmd, run_env, run_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,8 +61,8 @@ REPO = Path(__file__).resolve().parents[1]
 def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int]:
     """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, and on
     how many ranks a progress thread ran."""
-    job = work / f"k{K}-{mode}.yaml"
-    job.write_text(yaml.safe_dump({
+    tag = f"k{K}-{mode}-r{rep}"
+    recs = run_job({
         "data": {"path": str(args.data), "validate": "structure"},
         "model": {"name": args.model, "hidden": args.hidden, "layers": 2},
         "task": {"name": "link_prediction"},
@@ -71,14 +70,8 @@ def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int]
                   "device": args.device},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
         "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets, "progress": mode},
-    }))
-    out = work / f"run-k{K}-{mode}-r{rep}"
-    cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"))
-    if proc.returncode != 0:
-        sys.exit(f"K={K} {mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    threads_on = json.loads((out / "summary.json").read_text())["environment"]["progress_thread_ranks"]
+    }, args.ranks, work, tag, REPO, env={"OMP_NUM_THREADS": "1"})
+    threads_on = json.loads((work / f"run-{tag}" / "summary.json").read_text())["environment"]["progress_thread_ranks"]
     return [r for r in recs if not r["warmup"]] or recs[-1:], threads_on
 
 
@@ -232,6 +225,7 @@ def main() -> None:
             f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in rs]):.3f}"
             f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f})"
             for t in tags))
+
 
 if __name__ == "__main__":
     main()
