@@ -22,6 +22,10 @@ run is warm-up):
   that no overlap can hide (every exchange is all-to-all);
 * the ratio exposed / exposed of the first configuration (the first of ``--chunks`` and of
   ``--progress``) — the issue's goal is <= 0.5 at P = 2;
+* late: median of the part of exposed spent before the last rank reached the exchange
+  (``time.comm_late``, mean over ranks; :mod:`hpcdgnn.metrics.waits`): waiting for a slower rank,
+  which no overlap can hide; and the rest, exposed - late, the transfer left exposed — what
+  overlap can hide — with its ratio to the first configuration's;
 * the loss of the last epoch (the same for every configuration: overlap changes no result);
 * below the table, per configuration, the median exposed seconds of each communicator tag
   (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to.
@@ -200,30 +204,41 @@ def main() -> None:
                 recs, threads_on[mode, K] = run(Path(tmp), args, K, mode, rep)
                 steady[mode, K] += recs
                 print(f"  rep {rep} K={K} {mode}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
-                      + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs), flush=True)
+                      + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs)
+                      + "  late " + " ".join(f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}"
+                                             for r in recs), flush=True)
     print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
           f"{args.reps} runs x {args.epochs - 1} steady epochs per configuration; medians")
     print(f"{'K':>3} {'progress':>11} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} {'hidden %':>9} "
-          f"{'exposed/first':>14} {'MiB/epoch':>10} {'loss':>10}")
-    base = None
+          f"{'exposed/first':>14} {'late s':>7} {'exp-late s':>11} {'/first':>7} {'MiB/epoch':>10} {'loss':>10}")
+    base = base_transfer = None
     for mode, K in order:
         rs = steady[mode, K]
         epoch = float(np.median([r["time"]["epoch"]["max"] for r in rs]))
         comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
         exposed = float(np.median([r["time"]["comm_exposed"]["mean"] for r in rs]))
+        # an epoch whose exchanges the ranks recorded differently has no late figure (metrics/waits.py)
+        late = [r["time"]["comm_late"]["mean"] for r in rs if "comm_late" in r["time"]]
+        transfer = [r["time"]["comm_exposed"]["mean"] - r["time"]["comm_late"]["mean"]
+                    for r in rs if "comm_late" in r["time"]]
+        late_s, transfer_s = (float(np.median(v)) if v else float("nan") for v in (late, transfer))
         base = exposed if base is None else base
+        base_transfer = transfer_s if base_transfer is None else base_transfer
         slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
         mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
         hidden = 100 * (1 - exposed / comm) if comm > 0 else 0.0
         print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
-              f"{slow:>9.3f} {hidden:>8.1f}% {exposed / base:>14.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
-    print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks)")
+              f"{slow:>9.3f} {hidden:>8.1f}% {exposed / base:>14.2f} {late_s:>7.3f} {transfer_s:>11.3f} "
+              f"{transfer_s / base_transfer:>7.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+    print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks; "
+          "late: of the mean, before the last rank arrived)")
     for mode, K in order:
         rs = steady[mode, K]
         tags = sorted({t for r in rs for t in r["comm_by_tag"]})
         print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} " + "  ".join(
             f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in rs]):.3f}"
-            f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f})"
+            f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f};"
+            f" late {np.median([r['comm_by_tag'].get(t, {}).get('late', float('nan')) for r in rs]):.3f})"
             for t in tags))
 
 

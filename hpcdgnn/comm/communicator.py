@@ -108,6 +108,12 @@ class CommStats:
     _open: dict[str, int] = field(default_factory=dict)
     _opened: dict[str, float] = field(default_factory=dict)
     _last: dict[str, float] = field(default_factory=dict)  # per open tag, its latest completion so far
+    #: the collectives of every rank (which all ranks make in the same order) since :meth:`take_exchanges`,
+    #: each ``(tag, arrival, [(blocked from, to), ...])`` in ``perf_counter`` seconds: when this rank entered
+    #: the call or posted the exchange, and the intervals it then spent blocked in it where a peer may hold
+    #: it up (the blocking call whole; a non-blocking one's wait, not its post).
+    #: :func:`hpcdgnn.metrics.waits.late_waits` compares them.
+    exchanges: list[tuple] = field(default_factory=list)
 
     def enter(self, tag: str) -> float:
         """Mark the start of a call under ``tag``; returns ``perf_counter()`` for its timer."""
@@ -120,9 +126,13 @@ class CommStats:
         self.completed += 1
         self.progressed = time.monotonic()
 
-    def add(self, tag: str, sent: int, recv: int, seconds: float) -> None:
-        """Record one blocking call (it has completed): communication and exposed time alike."""
+    def add(self, tag: str, sent: int, recv: int, seconds: float, every_rank: bool = False) -> None:
+        """Record one blocking call (it has completed): communication and exposed time alike; with
+        ``every_rank`` (a collective of all ranks) also as an exchange of :attr:`exchanges`."""
         self._done()
+        if every_rank:
+            now = time.perf_counter()
+            self.exchanges.append((tag, now - seconds, [(now - seconds, now)]))
         s = self.tags[tag]
         s.calls += 1
         s.bytes_sent += sent
@@ -134,22 +144,38 @@ class CommStats:
             self._last[tag] = max(self._last.get(tag, now), now)
         s.exposed += seconds
 
-    def posted(self, tag: str, sent: int, recv: int, t0: float) -> None:
-        """Record the post of a non-blocking exchange that began at ``t0`` (``perf_counter``)."""
+    def posted(self, tag: str, sent: int, recv: int, t0: float, every_rank: bool = False) -> tuple | None:
+        """Record the post of a non-blocking exchange that began at ``t0`` (``perf_counter``); with
+        ``every_rank``, returns its entry in :attr:`exchanges` (for :meth:`blocked`), else None."""
         self._done()
         s = self.tags[tag]
         s.calls += 1
         s.bytes_sent += sent
         s.bytes_recv += recv
-        s.exposed += time.perf_counter() - t0
+        now = time.perf_counter()
+        s.exposed += now - t0
         if not self._open.get(tag):
             self._opened[tag] = t0
         self._open[tag] = self._open.get(tag, 0) + 1
+        if not every_rank:
+            return None
+        entry = (tag, t0, [])  # posting blocks on no peer: only the waits can be spent waiting for one
+        self.exchanges.append(entry)
+        return entry
 
-    def blocked(self, tag: str, seconds: float) -> None:
-        """Seconds spent inside a test or wait of non-blocking exchanges of ``tag`` (exposed time)."""
+    def blocked(self, tag: str, seconds: float, entry: tuple | None = None) -> None:
+        """Seconds spent inside a test or wait of non-blocking exchanges of ``tag`` (exposed time); a wait
+        for one exchange adds the interval to its ``entry`` (:meth:`posted`)."""
         self._done()
         self.tags[tag].exposed += seconds
+        if entry is not None and seconds > 0:
+            now = time.perf_counter()
+            entry[2].append((now - seconds, now))
+
+    def take_exchanges(self) -> list[tuple]:
+        """The exchanges recorded since the last call (:attr:`exchanges`), which starts anew."""
+        out, self.exchanges = self.exchanges, []
+        return out
 
     def finished(self, tag: str, t: float) -> None:
         """A non-blocking exchange of ``tag`` was seen complete at ``t`` (``perf_counter``). Completions may be
@@ -192,7 +218,7 @@ class Pending:
     :meth:`Communicator.wait`. Holds its buffers until then (MPI reads and writes them meanwhile).
     """
 
-    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder")
+    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder", "entry")
 
     def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
         self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
@@ -201,6 +227,8 @@ class Pending:
         self.completed: Any = None
         self.completed_at = 0.0
         self.holder: ProgressThread | None = None
+        #: its record in :attr:`CommStats.exchanges`, where its wait adds the time blocked (None: not kept)
+        self.entry: tuple | None = None
 
 
 def _run(copy: Callable[[], None] | None) -> None:
@@ -326,6 +354,16 @@ class Communicator:
         if root._progress is not None:
             root._progress.stop()
             root._progress = None
+
+    @property
+    def _every_rank(self) -> bool:
+        """Whether this communicator spans every rank of its root (a duplicate for gradient buckets, not a
+        node's split): its collectives are ones all ranks make in the same order (:attr:`CommStats.exchanges`)."""
+        return self.size == self._root.size
+
+    def _counted(self, tag: str, sent: int, got: int, t0: float) -> None:
+        """Count a collective of this communicator that began at ``t0`` and has completed."""
+        self.stats.add(tag, sent, got, time.perf_counter() - t0, self._every_rank)
 
     @property
     def progress_thread(self) -> ProgressThread | None:
@@ -542,7 +580,7 @@ class Communicator:
         if scounts.sum() != send.shape[0]:
             raise ValueError(f"alltoallv: send has {send.shape[0]} rows, counts sum to {scounts.sum()}")
         if self.size == 1:  # one rank: the exchange is the identity; no copy, nothing counted
-            self.stats.add(tag, 0, 0, time.perf_counter() - t0)
+            self._counted(tag, 0, 0, t0)
             return send.detach()
         if self._dist is not None:
             recv = self._dist_alltoall(send, [int(c) * unit for c in scounts], [int(c) * unit for c in rcounts])
@@ -550,7 +588,7 @@ class Communicator:
             row_bytes = unit * send.element_size()
             sent = int(scounts.sum() - scounts[self.rank]) * row_bytes
             got = int(rcounts.sum() - rcounts[self.rank]) * row_bytes
-            self.stats.add(tag, sent, got, time.perf_counter() - t0)
+            self._counted(tag, sent, got, t0)
             return recv.to(send.device)
         host = self._host(send)
         recv = self._recv_buffer(int(rcounts.sum()), unit, send.dtype, reuse)
@@ -566,7 +604,7 @@ class Communicator:
         me = self.rank
         sent = int(scounts.sum() - scounts[me]) * row_bytes
         got = int(rcounts.sum() - rcounts[me]) * row_bytes
-        self.stats.add(tag, sent, got, time.perf_counter() - t0)
+        self._counted(tag, sent, got, t0)
         return recv.to(send.device)
 
     def _dist_alltoall(self, send: torch.Tensor, scounts: list[int], rcounts: list[int]) -> torch.Tensor:
@@ -648,18 +686,18 @@ class Communicator:
         shape = tuple(send.shape)
         if self.size == 1:
             if list(send_boxes[0]) == [(0, shape[0]), (0, shape[1])] and recv_shape == shape:
-                self.stats.add(tag, 0, 0, time.perf_counter() - t0)
+                self._counted(tag, 0, 0, t0)
                 return send.detach()  # identity exchange: no copy
         sent, got = self._box_volumes(send, send_boxes, recv_shape, recv_boxes)
         if self._dist is not None:
             recv = self._boxes_over_dist(send, send_boxes, recv_shape, recv_boxes)
-            self.stats.add(tag, sent, got, time.perf_counter() - t0)
+            self._counted(tag, sent, got, t0)
             return recv.to(send.device)
         host = self._host(send)
         recv = self._recv_buffer(int(np.prod(recv_shape)), 1, send.dtype, reuse).view(recv_shape)
         _run(self._own_box_copy(host, send_boxes, recv, recv_boxes))
         self._comm.Alltoallw(*self._boxes_args(host, send_boxes, recv, recv_boxes))
-        self.stats.add(tag, sent, got, time.perf_counter() - t0)
+        self._counted(tag, sent, got, t0)
         return recv.to(send.device)
 
     def _box_volumes(self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...],
@@ -732,7 +770,7 @@ class Communicator:
                 recv.copy_(self._boxes_over_dist(send, send_boxes, tuple(recv.shape), recv_boxes).cpu())
             else:
                 _run(self._own_box_copy(self._host(send), send_boxes, recv, recv_boxes))  # the self copy is all
-            self.stats.add(tag, sent, got, time.perf_counter() - t0)
+            self._counted(tag, sent, got, t0)
             return Pending(None, tag, recv, ())
         host = self._host(send)
         sbuf, rbuf = self._boxes_args(host, send_boxes, recv, recv_boxes)
@@ -741,7 +779,7 @@ class Communicator:
         if self.progress_thread is None:
             _run(own)  # after the post, so that peers' data is already on its way meanwhile
         p = Pending(req, tag, recv, (host, sbuf, rbuf))
-        self.stats.posted(tag, sent, got, t0)
+        p.entry = self.stats.posted(tag, sent, got, t0, self._every_rank)
         return self._adopted(p, own)
 
     def _adopted(self, p: Pending, own: Callable[[], None] | None = None) -> Pending:
@@ -791,7 +829,7 @@ class Communicator:
                 if ready:
                     t1, done_at = t0, p.completed_at
             self._finish(p, done_at)
-            self.stats.blocked(p.tag, t1 - t0)
+            self.stats.blocked(p.tag, t1 - t0, p.entry)
         return p.recv
 
     def defer(self, p: Pending) -> None:
@@ -865,7 +903,7 @@ class Communicator:
             if buf.data_ptr() != tensor.data_ptr():
                 tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 else 0
-        self.stats.add(tag, nbytes, nbytes, time.perf_counter() - t0)
+        self._counted(tag, nbytes, nbytes, t0)
         return tensor
 
     def iallreduce_(self, tensor: torch.Tensor, tag: str = "allreduce") -> Pending:
@@ -883,8 +921,9 @@ class Communicator:
             self.allreduce_(tensor, "sum", tag)
             return Pending(None, tag, tensor, ())
         req = self._comm.Iallreduce(self._MPI.IN_PLACE, [tensor.numpy(), self._mpi_type(tensor.dtype)], self._MPI.SUM)
-        self.stats.posted(tag, nbytes, nbytes, t0)
-        return self._adopted(Pending(req, tag, tensor, (tensor,)))
+        p = Pending(req, tag, tensor, (tensor,))
+        p.entry = self.stats.posted(tag, nbytes, nbytes, t0, self._every_rank)
+        return self._adopted(p)
 
     def bcast_(self, tensor: torch.Tensor, root: int = 0, tag: str = "setup") -> torch.Tensor:
         """In-place broadcast of a contiguous tensor from ``root``; returns it."""
@@ -895,7 +934,7 @@ class Communicator:
             if buf.data_ptr() != tensor.data_ptr():
                 tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 and self.rank == root else 0
-        self.stats.add(tag, nbytes * (self.size - 1), 0, time.perf_counter() - t0)
+        self._counted(tag, nbytes * (self.size - 1), 0, t0)
         return tensor
 
     def allreduce_array(self, values: Sequence[float] | np.ndarray, op: str = "sum", tag: str = "metrics") -> np.ndarray:
@@ -910,7 +949,7 @@ class Communicator:
         out = np.empty((self.size, send.shape[0]), dtype=np.float64)
         self._comm.Allgather(send, out)
         nbytes = send.nbytes if self.size > 1 else 0
-        self.stats.add(tag, nbytes, nbytes * (self.size - 1), time.perf_counter() - t0)
+        self._counted(tag, nbytes, nbytes * (self.size - 1), t0)
         return out
 
     # -- point to point (pipelines) --------------------------------------------------------------
@@ -944,7 +983,7 @@ class Communicator:
         t0 = self.stats.enter(tag)
         out = self._comm.bcast(obj, root=root)
         n = len(pickle.dumps(out)) if self.size > 1 and self.rank == root else 0
-        self.stats.add(tag, n * (self.size - 1), 0, time.perf_counter() - t0)
+        self._counted(tag, n * (self.size - 1), 0, t0)
         return out
 
     def allgather_obj(self, obj: Any, tag: str = "setup") -> list[Any]:
@@ -952,14 +991,14 @@ class Communicator:
         t0 = self.stats.enter(tag)
         out = self._comm.allgather(obj)
         n = len(pickle.dumps(obj)) if self.size > 1 else 0
-        self.stats.add(tag, n, 0, time.perf_counter() - t0)
+        self._counted(tag, n, 0, t0)
         return out
 
     def barrier(self, tag: str = "barrier") -> None:
         """Synchronise all ranks (time recorded under its own tag, never inside 'comm')."""
         t0 = self.stats.enter(tag)
         self._comm.Barrier()
-        self.stats.add(tag, 0, 0, time.perf_counter() - t0)
+        self._counted(tag, 0, 0, t0)
 
     def abort(self, code: int = 1) -> None:
         """End the whole MPI job (every rank) with ``code``."""

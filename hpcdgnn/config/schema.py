@@ -548,12 +548,21 @@ class DebugConfig:
     measured_compute: tuple[float, ...] = ()
     """Per-rank compute seconds that ``strategy.balance: measured`` takes instead of the measured ones
     (one per rank), so a test can force a re-cut; empty = measure."""
+    delay_rank: int = -1
+    """Rank that sleeps ``delay_seconds`` at each call of the task (after the forward pass, before the loss
+    and backward): a straggler, so a test can check whom the wait accounting blames (``comm_late``); -1 = none."""
+    delay_seconds: float = 0.0
+    """The straggler's sleep per task call, seconds."""
 
     def __post_init__(self) -> None:
         if self.fail_rank < -1:
             raise ValueError("fail_rank: must be >= -1 (-1 = no fault)")
         if self.fail_epoch < 1:
             raise ValueError("fail_epoch: must be >= 1")
+        if self.delay_rank < -1:
+            raise ValueError("delay_rank: must be >= -1 (-1 = no straggler)")
+        if not self.delay_seconds >= 0:
+            raise ValueError("delay_seconds: must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,10 @@ metrics, barrier, checkpoint): the time inside blocking collectives, and for
 non-blocking ones (``strategy.overlap_chunks``) the time from their post to their
 completion; ``comm_exposed`` the part of ``comm`` this rank spent blocked inside
 MPI calls — waiting, not hidden behind computation (equal to ``comm`` without
-overlap); ``load`` the seconds the strategy spent reading or moving input data;
+overlap); ``comm_late`` the part of ``comm_exposed`` spent before the last rank
+had reached the exchange — waiting for a slower rank, which no overlap can hide
+(:mod:`hpcdgnn.metrics.waits`; absent from an epoch whose exchanges the ranks did
+not record alike); ``load`` the seconds the strategy spent reading or moving input data;
 ``compute`` the rest, ``epoch - load - comm_exposed`` (communication hidden behind
 computation counts in both ``compute`` and ``comm``). Each is reported as the
 slowest rank's and min / mean / max over ranks.
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks
+from hpcdgnn.metrics.waits import late_waits
 
 __all__ = ["EpochRecorder"]
 
@@ -60,6 +64,7 @@ class EpochRecorder:
         self._bytes_before = self.comm.stats.snapshot()
         self._transfer_before = self.strategy.transfer_stats()[0]
         self.strategy.load_seconds = 0.0
+        self.comm.stats.take_exchanges()  # this epoch's exchanges only
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self._t0 = time.perf_counter()
@@ -74,6 +79,7 @@ class EpochRecorder:
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
         self.comm.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
         wall = time.perf_counter() - self._t0
+        exchanges = self.comm.stats.take_exchanges()  # before the collectives below
         transfer = self.strategy.transfer_stats()[0] - self._transfer_before
         train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
         comm_s = sum(v.seconds for v in train_tags.values())
@@ -82,33 +88,40 @@ class EpochRecorder:
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
+        late = late_waits(self.comm, exchanges)  # None on every rank alike
+        late = None if late is None else {k: v for k, v in late.items() if is_train_tag(k)}
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
-                                               float(stop_raised), float(checkpoint_due), exposed])
+                                               float(stop_raised), float(checkpoint_due), exposed,
+                                               sum((late or {}).values())])
         by_tag: dict[str, int] = {}
-        time_by_tag: dict[str, np.ndarray] = {}  # per tag: per-rank [seconds, exposed]
-        gathered = self.comm.allgather_obj({k: (v.bytes_sent, v.seconds, v.exposed) for k, v in train_tags.items()},
-                                           tag="metrics")
+        time_by_tag: dict[str, np.ndarray] = {}  # per tag: per-rank [seconds, exposed, late]
+        gathered = self.comm.allgather_obj({k: (v.bytes_sent, v.seconds, v.exposed, (late or {}).get(k, 0.0))
+                                            for k, v in train_tags.items()}, tag="metrics")
         for rank, rank_tags in enumerate(gathered):
-            for k, (b, sec, exp) in rank_tags.items():
+            for k, (b, sec, exp, lat) in rank_tags.items():
                 by_tag[k] = by_tag.get(k, 0) + b
-                time_by_tag.setdefault(k, np.zeros((len(gathered), 2)))[rank] = (sec, exp)
-        record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag)
+                time_by_tag.setdefault(k, np.zeros((len(gathered), 3)))[rank] = (sec, exp, lat)
+        record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag, late is not None)
         # where the communication time goes, tag by tag: under way (seconds) and blocked (exposed),
-        # mean over ranks, and the most any rank was blocked (waiting on a slower rank shows there)
+        # mean over ranks, and the most any rank was blocked; of that, the part before the last rank
+        # arrived (late: waiting on a slower rank)
         record["comm_by_tag"] = {k: {"seconds": float(v[:, 0].mean()), "exposed": float(v[:, 1].mean()),
-                                     "exposed_max": float(v[:, 1].max())} for k, v in sorted(time_by_tag.items())}
+                                     "exposed_max": float(v[:, 1].max()),
+                                     **({"late": float(v[:, 2].mean()), "late_max": float(v[:, 2].max())}
+                                        if late is not None else {})}
+                                 for k, v in sorted(time_by_tag.items())}
         record.update(self.strategy.end_epoch(epoch, metrics["train_loss"]))
         return record, bool(per_rank_all[:, 7].max() > 0), bool(per_rank_all[:, 8].max() > 0)
 
     def _record(self, epoch: int, metrics: dict, grad_norm: float, per_rank_all: np.ndarray,
-                by_tag: dict[str, int]) -> dict:
+                by_tag: dict[str, int], with_late: bool) -> dict:
         per_rank = per_rank_all[:, :4]
         times = summarize_over_ranks(per_rank)
-        exposed = per_rank_all[:, 9]
-        times["comm_exposed"] = {"min": float(exposed.min()), "mean": float(exposed.mean()),
-                                 "max": float(exposed.max())}
-        times["slowest"]["comm_exposed"] = float(exposed[times["slowest_rank"]])
+        waits = {"comm_exposed": per_rank_all[:, 9], **({"comm_late": per_rank_all[:, 10]} if with_late else {})}
+        for key, v in waits.items():
+            times[key] = {"min": float(v.min()), "mean": float(v.mean()), "max": float(v.max())}
+            times["slowest"][key] = float(v[times["slowest_rank"]])
         self.totals += np.asarray([times["slowest"][k] for k in TIME_SPLIT])
         record = {
             "epoch": epoch,
@@ -117,11 +130,11 @@ class EpochRecorder:
             **metrics,
             "grad_norm": grad_norm,
             "activation_peak_bytes": int(per_rank_all[:, 4].max()),
-            "time": {k: times[k] for k in (*TIME_SPLIT, "comm_exposed")},
+            "time": {k: times[k] for k in (*TIME_SPLIT, *waits)},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],
             "per_rank": {**{k: per_rank[:, i].tolist() for i, k in enumerate(TIME_SPLIT)},
-                         "comm_exposed": exposed.tolist()},
+                         **{k: v.tolist() for k, v in waits.items()}},
             "bytes_sent": sum(by_tag.values()),
             "bytes_by_tag": dict(sorted(by_tag.items())),
             # host -> device snapshot bytes summed over ranks (S3); 0 when the inputs stay resident

@@ -60,7 +60,8 @@ class TrainResult:
 class _FaultInjector:
     """The task, except that on ``debug.fail_rank`` in ``debug.fail_epoch`` it raises mid-epoch:
     after the forward pass (whose exchanges every rank joined), before the backward pass, where the
-    other ranks are about to wait in a collective. Tests use it to check the whole job aborts.
+    other ranks are about to wait in a collective. Tests use it to check the whole job aborts. At the
+    same point ``debug.delay_rank`` sleeps ``debug.delay_seconds`` (a straggler the others wait for).
     """
 
     def __init__(self, task, rank: int, debug) -> None:
@@ -68,8 +69,9 @@ class _FaultInjector:
 
     @classmethod
     def wrap(cls, task, rank: int, debug):
-        """The task itself, or wrapped when ``debug.fail_rank`` asks for a fault."""
-        return cls(task, rank, debug) if debug.fail_rank >= 0 else task
+        """The task itself, or wrapped when ``debug.fail_rank`` asks for a fault or ``debug.delay_rank`` for
+        a straggler."""
+        return cls(task, rank, debug) if debug.fail_rank >= 0 or debug.delay_rank >= 0 else task
 
     def __getattr__(self, name: str):  # the rest of the task (scores, stats_width, metric, ...) as it is
         return getattr(self.task, name)
@@ -77,6 +79,8 @@ class _FaultInjector:
     def __call__(self, emb, epoch: int):
         if self.rank == self.debug.fail_rank and epoch == self.debug.fail_epoch:
             raise RuntimeError(f"debug.fail_rank: fault injected on rank {self.rank} in epoch {epoch}")
+        if self.rank == self.debug.delay_rank:
+            time.sleep(self.debug.delay_seconds)
         return self.task(emb, epoch)
 
 

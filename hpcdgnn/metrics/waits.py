@@ -1,0 +1,62 @@
+"""Waiting for the last rank: the part of the exposed communication time that no overlap can hide.
+
+Every exchange of the training step is a collective of all ranks (an all-to-all, an all-reduce): no rank
+can complete it before the last one has entered it. So a rank's exposed time in an exchange (blocked
+inside MPI) has two parts:
+
+* **late** — blocked before the last rank arrived (entered the blocking call, or posted the non-blocking
+  exchange): waiting for a slower rank, whose cause is load imbalance or jitter, not the network. Hiding
+  communication behind computation (``strategy.overlap_chunks``, ``comm.grad_buckets``,
+  ``comm.progress``) cannot shorten it; balancing the ranks' work can.
+* the rest, ``exposed - late`` — blocked after every rank had arrived: the transfer and the protocol,
+  which is what overlap can hide.
+
+This is the "late sender" wait state of MPI performance tools (Scalasca, Score-P). Each rank records its
+arrival at each exchange and the intervals it was blocked in it (:attr:`hpcdgnn.comm.communicator.
+CommStats.exchanges`); at the end of the epoch, :func:`late_waits` finds each exchange's last arrival with
+one all-reduce (max) of the arrival times and counts, per tag, the blocked time before it.
+
+Clocks: each rank's times are taken relative to the moment it leaves an all-reduce just before
+(every rank leaves it within about one message latency of the others: microseconds on a node), so
+ranks on different nodes need no synchronised clocks. A rank descheduled at that moment (more ranks
+than cores) shifts its own figures by the delay.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import defaultdict
+
+import numpy as np
+
+__all__ = ["late_waits"]
+
+
+def late_waits(comm, exchanges: list[tuple]) -> dict[str, float] | None:
+    """Per tag, the seconds this rank was blocked in ``exchanges`` before the last rank arrived there.
+
+    Collective over ``comm`` (two all-reduces of ``metrics``). ``exchanges``: this rank's records since
+    the epoch began (:meth:`~hpcdgnn.comm.communicator.CommStats.take_exchanges`), the same collectives
+    in the same order on every rank. Returns None on every rank where any rank recorded a different
+    number of exchanges or another tag at the same position: then the exchanges cannot be matched, and
+    no figure is better than a wrong one.
+    """
+    n = len(exchanges)
+    if comm.size == 1:  # nobody to wait for
+        return {tag: 0.0 for tag, _, _ in exchanges}
+    most, fewest = comm.allreduce_array([n, -n], op="max", tag="metrics")
+    zero = time.perf_counter()  # the clocks' common zero (module docstring)
+    if most != -fewest:
+        return None
+    if n == 0:
+        return {}
+    ids = np.array([zlib.crc32(tag.encode()) for tag, _, _ in exchanges], dtype=np.float64)  # exact in float64
+    arrivals = np.array([a for _, a, _ in exchanges]) - zero
+    top = comm.allreduce_array(np.concatenate([arrivals, ids, -ids]), op="max", tag="metrics")
+    if not np.array_equal(top[n:2 * n], -top[2 * n:]):
+        return None
+    late: dict[str, float] = defaultdict(float)
+    for (tag, _, blocked), last in zip(exchanges, top[:n] + zero, strict=True):
+        late[tag] += sum(max(0.0, min(t1, last) - t0) for t0, t1 in blocked)
+    return dict(late)
