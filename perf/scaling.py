@@ -35,11 +35,16 @@ the fastest way to do the same work on one rank, not against itself.
   epoch time (median over non-warm-up epochs of the slowest rank's epoch time,
   as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
   transfer (the ``load`` column: reading and host -> device snapshot moves),
-  compute and communication, bytes sent per epoch (all ranks), transfer bytes
-  per epoch, peak engine memory, speed-up and parallel efficiency, and the baseline
-  they are taken against (``baseline``, ``baseline_s``);
-* ``time_split.png`` — stacked bars of transfer / compute / communication per run,
-  each bar exactly as high as the run's ``epoch s`` (printed above it);
+  compute and communication (``comm_s``: the time it was under way), bytes sent per
+  epoch (all ranks), transfer bytes per epoch, peak engine memory, speed-up and
+  parallel efficiency, the baseline they are taken against (``baseline``,
+  ``baseline_s``), and last ``comm_exposed_s`` (the part of the communication the
+  rank spent blocked in MPI: what the split adds up with) and ``comm_late_s`` (of
+  that, the wait for the last rank to reach each exchange — imbalance, not the
+  network; empty for runs that predate it);
+* ``time_split.png`` — stacked bars of transfer / compute / exposed communication per run
+  (the last split into the wait for other ranks and the transfer, where the runs
+  report the wait), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
   strategy), with the ideal line;
 * ``volume.png`` — communication volume per epoch against P (one line per strategy).
@@ -102,6 +107,8 @@ FIELDS = [
     "P", "N", "T", "model", "strategy", "epoch_s", "transfer_s", "compute_s", "comm_s", "bytes_per_epoch",
     "transfer_bytes_per_epoch", "engine_peak_bytes", "speedup", "efficiency", "oversubscribed", "run_dir",
     "baseline", "baseline_s",
+    # added later, at the end so that the columns before keep their places
+    "comm_exposed_s", "comm_late_s",
 ]
 
 
@@ -138,7 +145,10 @@ def read_run(run_dir: Path) -> dict:
     plan = json.loads((run_dir / "plan.json").read_text())
     middle = median_epochs(steady)
 
-    def mean(key: str) -> float:
+    def mean(key: str, fallback: str | None = None) -> float | None:
+        """The middle epochs' slowest-rank ``key`` (older records may lack it: then ``fallback``'s, or None)."""
+        if not all(key in r["slowest"] for r in middle):
+            return None if fallback is None else mean(fallback)
         return sum(r["slowest"][key] for r in middle) / len(middle)
 
     cores = os.cpu_count() or 1
@@ -152,6 +162,8 @@ def read_run(run_dir: Path) -> dict:
         "transfer_s": mean("load"),
         "compute_s": mean("compute"),
         "comm_s": mean("comm"),
+        "comm_exposed_s": mean("comm_exposed", "comm"),  # without overlap the same as comm
+        "comm_late_s": mean("comm_late"),
         "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
         "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),
@@ -269,14 +281,23 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
 
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows)), 4))
     bottom = [0.0] * len(rows)
-    for key, name in (("transfer_s", "transfer"), ("compute_s", "compute"), ("comm_s", "communication")):
-        vals = [r[key] for r in rows]
+    # the split that adds up to the epoch: compute is the wall time less load and *exposed* communication
+    # (communication hidden behind computation counts in compute); of the exposed part, the wait for the
+    # last rank to reach each exchange (imbalance) and the rest (the transfer)
+    parts = [("transfer", [r["transfer_s"] for r in rows]), ("compute", [r["compute_s"] for r in rows])]
+    if any(r["comm_late_s"] is not None for r in rows):
+        late = [r["comm_late_s"] or 0.0 for r in rows]
+        parts += [("communication: transfer", [r["comm_exposed_s"] - w for r, w in zip(rows, late, strict=True)]),
+                  ("communication: waiting for other ranks", late)]
+    else:
+        parts.append(("communication", [r["comm_exposed_s"] for r in rows]))
+    for name, vals in parts:
         ax.bar(x, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for i, (r, top) in enumerate(zip(rows, bottom, strict=True)):
         if abs(top - r["epoch_s"]) > 1e-9 * max(1.0, r["epoch_s"]):
             # compute was clamped at 0 on an epoch whose load and comm overlapped: show the true height
-            print(f"warning: {r['run_dir']}: transfer + compute + comm = {top:.3f} s exceeds epoch_s"
+            print(f"warning: {r['run_dir']}: transfer + compute + exposed comm = {top:.3f} s exceeds epoch_s"
                   f" {r['epoch_s']:.3f} s (load and communication overlapped); the black line marks epoch_s",
                   file=sys.stderr)
             ax.hlines(r["epoch_s"], i - 0.4, i + 0.4, colors="k")
@@ -335,11 +356,13 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
     base = baseline(rows)
     print(f"speed-up and efficiency against the fastest P={base['P']} run of any strategy: {base['strategy']}, "
           f"{base['epoch_s']:.3f} s ({base['run_dir']})")
-    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'MiB/ep':>9} "
-          f"{'speed-up':>9} {'effic.':>7}  strategy")
+    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'exposed':>9} {'late':>9} "
+          f"{'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:
+        late = "-" if r["comm_late_s"] is None else f"{r['comm_late_s']:.3f}"
         print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['transfer_s']:>9.3f} {r['compute_s']:>9.3f} "
-              f"{r['comm_s']:>9.3f} {r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
+              f"{r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
+              f"{r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
               f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else "")
               + (f"  {r['speedup'] / ceilings[r['P']]:.0%} of the node's ceiling {ceilings[r['P']]:.2f}"
                  if ceilings and r["P"] in ceilings else ""))
