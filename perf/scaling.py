@@ -39,12 +39,12 @@ the fastest way to do the same work on one rank, not against itself.
   epoch (all ranks), transfer bytes per epoch, peak engine memory, speed-up and
   parallel efficiency, the baseline they are taken against (``baseline``,
   ``baseline_s``), and last ``comm_exposed_s`` (the part of the communication the
-  rank spent blocked in MPI: what the split adds up with) and ``comm_late_s`` (of
-  that, the wait for the last rank to reach each exchange — imbalance, not the
-  network; empty for runs that predate it);
+  slowest rank spent blocked in MPI: what the split adds up with) and ``comm_late_s``
+  (the wait for the last rank to reach each exchange — imbalance, not the network —
+  as the mean over ranks: the slowest rank waits least, and which rank is slowest
+  changes from epoch to epoch; empty for runs that predate it);
 * ``time_split.png`` — stacked bars of transfer / compute / exposed communication per run
-  (the last split into the wait for other ranks and the transfer, where the runs
-  report the wait), each bar exactly as high as the run's ``epoch s`` (printed above it);
+  (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
   strategy), with the ideal line;
 * ``volume.png`` — communication volume per epoch against P (one line per strategy).
@@ -145,11 +145,13 @@ def read_run(run_dir: Path) -> dict:
     plan = json.loads((run_dir / "plan.json").read_text())
     middle = median_epochs(steady)
 
-    def mean(key: str, fallback: str | None = None) -> float | None:
-        """The middle epochs' slowest-rank ``key`` (older records may lack it: then ``fallback``'s, or None)."""
-        if not all(key in r["slowest"] for r in middle):
-            return None if fallback is None else mean(fallback)
-        return sum(r["slowest"][key] for r in middle) / len(middle)
+    def mean(key: str, fallback: str | None = None, over: str = "slowest") -> float | None:
+        """The middle epochs' ``key``: the slowest rank's, or with ``over="time"`` the mean over ranks (older
+        records may lack it: then ``fallback``'s, or None)."""
+        get = (lambda r: r["slowest"].get(key)) if over == "slowest" else (lambda r: r["time"].get(key, {}).get("mean"))
+        if any(get(r) is None for r in middle):
+            return None if fallback is None else mean(fallback, over=over)
+        return sum(get(r) for r in middle) / len(middle)
 
     cores = os.cpu_count() or 1
     return {
@@ -163,7 +165,7 @@ def read_run(run_dir: Path) -> dict:
         "compute_s": mean("compute"),
         "comm_s": mean("comm"),
         "comm_exposed_s": mean("comm_exposed", "comm"),  # without overlap the same as comm
-        "comm_late_s": mean("comm_late"),
+        "comm_late_s": mean("comm_late", over="time"),
         "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
         "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),
@@ -282,16 +284,9 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows)), 4))
     bottom = [0.0] * len(rows)
     # the split that adds up to the epoch: compute is the wall time less load and *exposed* communication
-    # (communication hidden behind computation counts in compute); of the exposed part, the wait for the
-    # last rank to reach each exchange (imbalance) and the rest (the transfer)
-    parts = [("transfer", [r["transfer_s"] for r in rows]), ("compute", [r["compute_s"] for r in rows])]
-    if any(r["comm_late_s"] is not None for r in rows):
-        late = [r["comm_late_s"] or 0.0 for r in rows]
-        parts += [("communication: transfer", [r["comm_exposed_s"] - w for r, w in zip(rows, late, strict=True)]),
-                  ("communication: waiting for other ranks", late)]
-    else:
-        parts.append(("communication", [r["comm_exposed_s"] for r in rows]))
-    for name, vals in parts:
+    # (communication hidden behind computation counts in compute, not twice)
+    for name, vals in (("transfer", [r["transfer_s"] for r in rows]), ("compute", [r["compute_s"] for r in rows]),
+                       ("communication (exposed)", [r["comm_exposed_s"] for r in rows])):
         ax.bar(x, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for i, (r, top) in enumerate(zip(rows, bottom, strict=True)):
@@ -356,7 +351,7 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
     base = baseline(rows)
     print(f"speed-up and efficiency against the fastest P={base['P']} run of any strategy: {base['strategy']}, "
           f"{base['epoch_s']:.3f} s ({base['run_dir']})")
-    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'exposed':>9} {'late':>9} "
+    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'exposed':>9} {'late(m)':>9} "
           f"{'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:
         late = "-" if r["comm_late_s"] is None else f"{r['comm_late_s']:.3f}"

@@ -114,6 +114,9 @@ class CommStats:
     #: it up (the blocking call whole; a non-blocking one's wait, not its post).
     #: :func:`hpcdgnn.metrics.waits.late_waits` compares them.
     exchanges: list[tuple] = field(default_factory=list)
+    #: tags of the other calls since :meth:`take_exchanges` (point to point, a group's collective): whom their
+    #: blocked time waited for is not known, so such a tag gets no late figure
+    unmatched: set[str] = field(default_factory=set)
 
     def enter(self, tag: str) -> float:
         """Mark the start of a call under ``tag``; returns ``perf_counter()`` for its timer."""
@@ -126,13 +129,19 @@ class CommStats:
         self.completed += 1
         self.progressed = time.monotonic()
 
-    def add(self, tag: str, sent: int, recv: int, seconds: float, every_rank: bool = False) -> None:
+    def add(self, tag: str, sent: int, recv: int, seconds: float, every_rank: bool = False,
+            entered: float | None = None) -> None:
         """Record one blocking call (it has completed): communication and exposed time alike; with
-        ``every_rank`` (a collective of all ranks) also as an exchange of :attr:`exchanges`."""
+        ``every_rank`` (a collective of all ranks) also as an exchange of :attr:`exchanges`, arrived at
+        ``entered`` (``perf_counter``: when the rank entered MPI, after its own copies; default: the call's
+        start)."""
         self._done()
         if every_rank:
             now = time.perf_counter()
-            self.exchanges.append((tag, now - seconds, [(now - seconds, now)]))
+            a = now - seconds if entered is None else entered
+            self.exchanges.append((tag, a, [(a, now)]))
+        else:
+            self.unmatched.add(tag)
         s = self.tags[tag]
         s.calls += 1
         s.bytes_sent += sent
@@ -144,9 +153,11 @@ class CommStats:
             self._last[tag] = max(self._last.get(tag, now), now)
         s.exposed += seconds
 
-    def posted(self, tag: str, sent: int, recv: int, t0: float, every_rank: bool = False) -> tuple | None:
+    def posted(self, tag: str, sent: int, recv: int, t0: float, every_rank: bool = False,
+               entered: float | None = None) -> tuple | None:
         """Record the post of a non-blocking exchange that began at ``t0`` (``perf_counter``); with
-        ``every_rank``, returns its entry in :attr:`exchanges` (for :meth:`blocked`), else None."""
+        ``every_rank``, returns its entry in :attr:`exchanges` (for :meth:`blocked`; arrived at ``entered``,
+        the moment of the MPI post, default ``t0``), else None."""
         self._done()
         s = self.tags[tag]
         s.calls += 1
@@ -158,8 +169,10 @@ class CommStats:
             self._opened[tag] = t0
         self._open[tag] = self._open.get(tag, 0) + 1
         if not every_rank:
+            self.unmatched.add(tag)
             return None
-        entry = (tag, t0, [])  # posting blocks on no peer: only the waits can be spent waiting for one
+        # posting blocks on no peer: only the waits can be spent waiting for one
+        entry = (tag, t0 if entered is None else entered, [])
         self.exchanges.append(entry)
         return entry
 
@@ -172,9 +185,10 @@ class CommStats:
             now = time.perf_counter()
             entry[2].append((now - seconds, now))
 
-    def take_exchanges(self) -> list[tuple]:
-        """The exchanges recorded since the last call (:attr:`exchanges`), which starts anew."""
-        out, self.exchanges = self.exchanges, []
+    def take_exchanges(self) -> tuple[list[tuple], set[str]]:
+        """The exchanges and the unmatched tags recorded since the last call (:attr:`exchanges`,
+        :attr:`unmatched`), which start anew."""
+        out, self.exchanges, self.unmatched = (self.exchanges, self.unmatched), [], set()
         return out
 
     def finished(self, tag: str, t: float) -> None:
@@ -361,9 +375,10 @@ class Communicator:
         node's split): its collectives are ones all ranks make in the same order (:attr:`CommStats.exchanges`)."""
         return self.size == self._root.size
 
-    def _counted(self, tag: str, sent: int, got: int, t0: float) -> None:
-        """Count a collective of this communicator that began at ``t0`` and has completed."""
-        self.stats.add(tag, sent, got, time.perf_counter() - t0, self._every_rank)
+    def _counted(self, tag: str, sent: int, got: int, t0: float, entered: float | None = None) -> None:
+        """Count a collective of this communicator that began at ``t0``, entered MPI at ``entered`` (after
+        the rank's own staging and copies; default ``t0``) and has completed."""
+        self.stats.add(tag, sent, got, time.perf_counter() - t0, self._every_rank, entered)
 
     @property
     def progress_thread(self) -> ProgressThread | None:
@@ -592,6 +607,7 @@ class Communicator:
             return recv.to(send.device)
         host = self._host(send)
         recv = self._recv_buffer(int(rcounts.sum()), unit, send.dtype, reuse)
+        entered = time.perf_counter()
         if unit > 0:
             rowt = self._row_type(send.dtype, unit)
             sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]])
@@ -604,7 +620,7 @@ class Communicator:
         me = self.rank
         sent = int(scounts.sum() - scounts[me]) * row_bytes
         got = int(rcounts.sum() - rcounts[me]) * row_bytes
-        self._counted(tag, sent, got, t0)
+        self._counted(tag, sent, got, t0, entered)
         return recv.to(send.device)
 
     def _dist_alltoall(self, send: torch.Tensor, scounts: list[int], rcounts: list[int]) -> torch.Tensor:
@@ -696,8 +712,10 @@ class Communicator:
         host = self._host(send)
         recv = self._recv_buffer(int(np.prod(recv_shape)), 1, send.dtype, reuse).view(recv_shape)
         _run(self._own_box_copy(host, send_boxes, recv, recv_boxes))
-        self._comm.Alltoallw(*self._boxes_args(host, send_boxes, recv, recv_boxes))
-        self._counted(tag, sent, got, t0)
+        args = self._boxes_args(host, send_boxes, recv, recv_boxes)
+        entered = time.perf_counter()
+        self._comm.Alltoallw(*args)
+        self._counted(tag, sent, got, t0, entered)
         return recv.to(send.device)
 
     def _box_volumes(self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...],
@@ -775,11 +793,12 @@ class Communicator:
         host = self._host(send)
         sbuf, rbuf = self._boxes_args(host, send_boxes, recv, recv_boxes)
         own = self._own_box_copy(host, send_boxes, recv, recv_boxes)
+        entered = time.perf_counter()
         req = self._comm.Ialltoallw(sbuf, rbuf)
         if self.progress_thread is None:
             _run(own)  # after the post, so that peers' data is already on its way meanwhile
         p = Pending(req, tag, recv, (host, sbuf, rbuf))
-        p.entry = self.stats.posted(tag, sent, got, t0, self._every_rank)
+        p.entry = self.stats.posted(tag, sent, got, t0, self._every_rank, entered)
         return self._adopted(p, own)
 
     def _adopted(self, p: Pending, own: Callable[[], None] | None = None) -> Pending:
@@ -888,6 +907,7 @@ class Communicator:
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "allreduce") -> torch.Tensor:
         """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor; returns it."""
         t0 = self.stats.enter(tag)
+        entered = None  # when this rank entered MPI's all-reduce, after staging (the call's start otherwise)
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN}
         if self.size > 1 and self._dist is not None and not tag.startswith(("setup", "metrics")):
             import torch.distributed as dist
@@ -899,11 +919,12 @@ class Communicator:
                 tensor.detach().copy_(buf)
         elif self.size > 1:
             buf = self._staged(tensor)
+            entered = time.perf_counter()
             self._comm.Allreduce(self._MPI.IN_PLACE, [_mpi_buffer(buf), self._mpi_type(tensor.dtype)], ops[op])
             if buf.data_ptr() != tensor.data_ptr():
                 tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 else 0
-        self._counted(tag, nbytes, nbytes, t0)
+        self._counted(tag, nbytes, nbytes, t0, entered)
         return tensor
 
     def iallreduce_(self, tensor: torch.Tensor, tag: str = "allreduce") -> Pending:

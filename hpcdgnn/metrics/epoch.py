@@ -15,8 +15,11 @@ completion; ``comm_exposed`` the part of ``comm`` this rank spent blocked inside
 MPI calls — waiting, not hidden behind computation (equal to ``comm`` without
 overlap); ``comm_late`` the part of ``comm_exposed`` spent before the last rank
 had reached the exchange — waiting for a slower rank, which no overlap can hide
-(:mod:`hpcdgnn.metrics.waits`; absent from an epoch whose exchanges the ranks did
-not record alike); ``load`` the seconds the strategy spent reading or moving input data;
+(:mod:`hpcdgnn.metrics.waits`): summed over the tags whose exchanges are all
+collectives of every rank (``comm_by_tag`` gives those a ``late``; a tag with
+point-to-point or group exchanges — pss's pipeline, DistTGL's groups, the sequences
+strategy's fetches — has none), absent from an epoch whose exchanges the ranks did
+not record alike; ``load`` the seconds the strategy spent reading or moving input data;
 ``compute`` the rest, ``epoch - load - comm_exposed`` (communication hidden behind
 computation counts in both ``compute`` and ``comm``). Each is reported as the
 slowest rank's and min / mean / max over ranks.
@@ -79,7 +82,7 @@ class EpochRecorder:
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
         self.comm.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
         wall = time.perf_counter() - self._t0
-        exchanges = self.comm.stats.take_exchanges()  # before the collectives below
+        exchanges, unmatched = self.comm.stats.take_exchanges()  # before the collectives below
         transfer = self.strategy.transfer_stats()[0] - self._transfer_before
         train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
         comm_s = sum(v.seconds for v in train_tags.values())
@@ -89,36 +92,41 @@ class EpochRecorder:
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
         late = late_waits(self.comm, exchanges)  # None on every rank alike
-        late = None if late is None else {k: v for k, v in late.items() if is_train_tag(k)}
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
-                                               float(stop_raised), float(checkpoint_due), exposed,
-                                               sum((late or {}).values())])
+                                               float(stop_raised), float(checkpoint_due), exposed])
         by_tag: dict[str, int] = {}
-        time_by_tag: dict[str, np.ndarray] = {}  # per tag: per-rank [seconds, exposed, late]
-        gathered = self.comm.allgather_obj({k: (v.bytes_sent, v.seconds, v.exposed, (late or {}).get(k, 0.0))
-                                            for k, v in train_tags.items()}, tag="metrics")
+        time_by_tag: dict[str, np.ndarray] = {}  # per tag: per-rank [seconds, exposed, late (NaN: unknown)]
+        # a tag's late time is known where this rank's calls of it were all exchanges of every rank
+        gathered = self.comm.allgather_obj(
+            {k: (v.bytes_sent, v.seconds, v.exposed, late.get(k, 0.0) if late is not None and k not in unmatched
+                 else None) for k, v in train_tags.items()}, tag="metrics")
         for rank, rank_tags in enumerate(gathered):
             for k, (b, sec, exp, lat) in rank_tags.items():
                 by_tag[k] = by_tag.get(k, 0) + b
-                time_by_tag.setdefault(k, np.zeros((len(gathered), 3)))[rank] = (sec, exp, lat)
-        record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag, late is not None)
+                time_by_tag.setdefault(k, np.zeros((len(gathered), 3)))[rank] = (sec, exp, np.nan if lat is None
+                                                                                   else lat)
+        # known on every rank (a rank without the tag waited 0 in it), else no figure for the tag
+        known = {k for k, v in time_by_tag.items() if not np.isnan(v[:, 2]).any()}
+        late_per_rank = (None if late is None else
+                         np.sum([time_by_tag[k][:, 2] for k in known], axis=0) if known else np.zeros(len(gathered)))
+        record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag, late_per_rank)
         # where the communication time goes, tag by tag: under way (seconds) and blocked (exposed),
         # mean over ranks, and the most any rank was blocked; of that, the part before the last rank
-        # arrived (late: waiting on a slower rank)
+        # arrived (late: waiting on a slower rank), where it is known
         record["comm_by_tag"] = {k: {"seconds": float(v[:, 0].mean()), "exposed": float(v[:, 1].mean()),
                                      "exposed_max": float(v[:, 1].max()),
                                      **({"late": float(v[:, 2].mean()), "late_max": float(v[:, 2].max())}
-                                        if late is not None else {})}
+                                        if late is not None and k in known else {})}
                                  for k, v in sorted(time_by_tag.items())}
         record.update(self.strategy.end_epoch(epoch, metrics["train_loss"]))
         return record, bool(per_rank_all[:, 7].max() > 0), bool(per_rank_all[:, 8].max() > 0)
 
     def _record(self, epoch: int, metrics: dict, grad_norm: float, per_rank_all: np.ndarray,
-                by_tag: dict[str, int], with_late: bool) -> dict:
+                by_tag: dict[str, int], late_per_rank: np.ndarray | None) -> dict:
         per_rank = per_rank_all[:, :4]
         times = summarize_over_ranks(per_rank)
-        waits = {"comm_exposed": per_rank_all[:, 9], **({"comm_late": per_rank_all[:, 10]} if with_late else {})}
+        waits = {"comm_exposed": per_rank_all[:, 9], **({} if late_per_rank is None else {"comm_late": late_per_rank})}
         for key, v in waits.items():
             times[key] = {"min": float(v.min()), "mean": float(v.mean()), "max": float(v.max())}
             times["slowest"][key] = float(v[times["slowest_rank"]])

@@ -1,8 +1,8 @@
 """Waiting for the last rank: the part of the exposed communication time that no overlap can hide.
 
-Every exchange of the training step is a collective of all ranks (an all-to-all, an all-reduce): no rank
-can complete it before the last one has entered it. So a rank's exposed time in an exchange (blocked
-inside MPI) has two parts:
+Most exchanges of a training step are collectives of all ranks (an all-to-all, an all-reduce): no rank
+can complete one before the last rank has entered it. So a rank's exposed time in such an exchange
+(blocked inside MPI) has two parts:
 
 * **late** — blocked before the last rank arrived (entered the blocking call, or posted the non-blocking
   exchange): waiting for a slower rank, whose cause is load imbalance or jitter, not the network. Hiding
@@ -12,9 +12,14 @@ inside MPI) has two parts:
   which is what overlap can hide.
 
 This is the "late sender" wait state of MPI performance tools (Scalasca, Score-P). Each rank records its
-arrival at each exchange and the intervals it was blocked in it (:attr:`hpcdgnn.comm.communicator.
+arrival at each exchange — when it entered MPI, after its own staging and copies, which count as exposed
+but never as late — and the intervals it was blocked in it (:attr:`hpcdgnn.comm.communicator.
 CommStats.exchanges`); at the end of the epoch, :func:`late_waits` finds each exchange's last arrival with
-one all-reduce (max) of the arrival times and counts, per tag, the blocked time before it.
+one all-reduce (max) of the arrival times and counts, per tag, the blocked time before it. Point-to-point
+and group exchanges (pss's pipeline, DistTGL's groups, the sequences strategy's fetches) are not recorded:
+whom they wait for is not one "last rank", so their tags get no late figure (``metrics/epoch.py``).
+On a GPU the arrival is the host's: a rank whose kernels are still running enters MPI only after its
+staging copy has waited for them, so GPU-side imbalance shows as late for the others, as it should.
 
 Clocks: each rank's times are taken relative to the moment it leaves an all-reduce just before
 (every rank leaves it within about one message latency of the others: microseconds on a node), so

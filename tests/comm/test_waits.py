@@ -4,7 +4,7 @@ The part of a rank's exposed communication time spent before the last rank reach
 land on the ranks that waited, not on the straggler: for a blocking all-to-all, for a non-blocking one
 waited for at once, and not for one whose wait began after everybody had posted — with the training
 thread's calls and with a progress thread, at P = 2 and 3. Records the ranks cannot match (another tag,
-a missing exchange) give no figure rather than a wrong one. In a job, a straggler injected with
+a missing exchange) give no figure rather than a wrong one, and so do point-to-point tags. In a job, a straggler injected with
 ``debug.delay_rank`` shows up as the others' ``comm_late``.
 """
 
@@ -98,6 +98,22 @@ def test_a_straggler_is_the_others_late_wait(launcher, small_dataset, tmp_path, 
         by_tag = r["comm_by_tag"]
         assert sum(v["late"] for v in by_tag.values()) == pytest.approx(r["time"]["comm_late"]["mean"], rel=1e-9)
         assert all(v["late"] <= v["late_max"] + 1e-12 and v["late"] <= v["exposed"] + 1e-6 for v in by_tag.values())
+
+
+def test_point_to_point_tags_get_no_late_figure(launcher, small_dataset, tmp_path):
+    """pss at P = 3: its pipeline's point-to-point waits have no single "last rank", so their tag gets no
+    late figure (rather than a 0 that would pass them off as transfer); the gradient all-reduce keeps its
+    own, and ``time.comm_late`` sums the tags that have one."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "evolvegcn_o"}, train={"epochs": 2},
+                    strategy={"name": "pss"})
+    _, recs = _losses(launcher, 3, job, tmp_path / "run")
+    for r in recs:
+        by_tag = r["comm_by_tag"]
+        pipeline = [k for k in by_tag if k.startswith("pipeline")]
+        assert pipeline and all("late" not in by_tag[k] for k in pipeline), by_tag
+        assert "late" in by_tag["grad_allreduce"]
+        known = sum(v["late"] for v in by_tag.values() if "late" in v)
+        assert known == pytest.approx(r["time"]["comm_late"]["mean"], rel=1e-9, abs=1e-12)
 
 
 def test_one_rank_waits_for_nobody(launcher, small_dataset, tmp_path):

@@ -51,7 +51,7 @@ def main() -> None:
         time.sleep(2 * delay)
     comm.wait(p)
 
-    exchanges = comm.stats.take_exchanges()
+    exchanges, _ = comm.stats.take_exchanges()
     exposed = {k: v.exposed for k, v in comm.stats.delta(before).items()}
     late = late_waits(comm, exchanges)
     renamed = [(("other" if i == 1 and me == 0 else tag), a, b) for i, (tag, a, b) in enumerate(exchanges)]

@@ -103,10 +103,10 @@ def test_bar_height_is_the_printed_epoch_time(tmp_path, monkeypatch, capsys):
     assert (out / "time_split.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_exposed_communication_and_the_wait_for_other_ranks_stack_to_the_epoch(tmp_path, monkeypatch):
+def test_the_split_stacks_exposed_communication_and_the_csv_keeps_the_wait(tmp_path, monkeypatch):
     """With overlap, communication under way (comm) exceeds its exposed part, and compute is the epoch less
-    load and exposed: the bar stacks transfer, compute, the exposed transfer and the wait for other ranks
-    (``comm_late``) to the epoch, not comm; the CSV keeps all three communication figures."""
+    load and exposed: the bar stacks transfer, compute and the exposed communication to the epoch, not comm;
+    the CSV keeps comm, exposed and the wait for other ranks as the mean over ranks (``time.comm_late``)."""
     import csv
 
     import matplotlib.axes
@@ -118,7 +118,8 @@ def test_exposed_communication_and_the_wait_for_other_ranks_stack_to_the_epoch(t
         d = _run_dir(tmp_path, f"run-p{P}", P, 50, 8, [[[2.0, 0.1, 2.0 - 0.1 - exposed, comm]] * P] * 3, data)
         recs = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
         for r in recs:
-            r["slowest"].update(comm_exposed=exposed, comm_late=late)
+            r["slowest"].update(comm_exposed=exposed, comm_late=0.0)  # the slowest rank waits least
+            r["time"]["comm_late"] = {"min": 0.0, "mean": late, "max": 2 * late}
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
         runs.append(d)
     bars = []
@@ -131,10 +132,8 @@ def test_exposed_communication_and_the_wait_for_other_ranks_stack_to_the_epoch(t
     monkeypatch.setattr(matplotlib.axes.Axes, "bar", spy)
     out = tmp_path / "plot"
     scaling.main(["plot", "--out", str(out), *map(str, runs)])
-    split = {label: h for label, h, _ in bars[-4:]}
-    assert split["communication: transfer"] == pytest.approx([0.0, 0.05])
-    assert split["communication: waiting for other ranks"] == pytest.approx([0.0, 0.15])
-    _, height, bottom = bars[-1]
+    label, height, bottom = bars[-1]
+    assert label == "communication (exposed)" and height == pytest.approx([0.0, 0.2])
     assert [b + h for b, h in zip(bottom, height, strict=True)] == pytest.approx([2.0, 2.0])
     rows = {int(r["P"]): r for r in csv.DictReader(open(out / "scaling.csv"))}
     assert (float(rows[2]["comm_s"]), float(rows[2]["comm_exposed_s"]), float(rows[2]["comm_late_s"])) == (
