@@ -218,10 +218,9 @@ def main() -> None:
         comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
         exposed = float(np.median([r["time"]["comm_exposed"]["mean"] for r in rs]))
         # an epoch whose exchanges the ranks recorded differently has no late figure (metrics/waits.py)
-        late = [r["time"]["comm_late"]["mean"] for r in rs if "comm_late" in r["time"]]
-        transfer = [r["time"]["comm_exposed"]["mean"] - r["time"]["comm_late"]["mean"]
-                    for r in rs if "comm_late" in r["time"]]
-        late_s, transfer_s = (float(np.median(v)) if v else float("nan") for v in (late, transfer))
+        split = [(t["comm_late"]["mean"], t["comm_exposed"]["mean"] - t["comm_late"]["mean"])
+                 for t in (r["time"] for r in rs) if "comm_late" in t]  # (late, the transfer left exposed)
+        late_s, transfer_s = np.median(split, axis=0) if split else (float("nan"), float("nan"))
         base = exposed if base is None else base
         base_transfer = transfer_s if base_transfer is None else base_transfer
         slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))

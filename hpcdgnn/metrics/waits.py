@@ -35,7 +35,12 @@ from collections import defaultdict
 
 import numpy as np
 
-__all__ = ["late_waits"]
+__all__ = ["late_waits", "tag_id"]
+
+
+def tag_id(tag: str) -> float:
+    """A tag as a number the ranks can compare in an all-reduce (crc32: exact in float64)."""
+    return float(zlib.crc32(tag.encode()))
 
 
 def late_waits(comm, exchanges: list[tuple]) -> dict[str, float] | None:
@@ -56,7 +61,7 @@ def late_waits(comm, exchanges: list[tuple]) -> dict[str, float] | None:
         return None
     if n == 0:
         return {}
-    ids = np.array([zlib.crc32(tag.encode()) for tag, _, _ in exchanges], dtype=np.float64)  # exact in float64
+    ids = np.array([tag_id(tag) for tag, _, _ in exchanges])
     arrivals = np.array([a for _, a, _ in exchanges]) - zero
     top = comm.allreduce_array(np.concatenate([arrivals, ids, -ids]), op="max", tag="metrics")
     if not np.array_equal(top[n:2 * n], -top[2 * n:]):

@@ -4,21 +4,20 @@ The part of a rank's exposed communication time spent before the last rank reach
 land on the ranks that waited, not on the straggler: for a blocking all-to-all, for a non-blocking one
 waited for at once, and not for one whose wait began after everybody had posted — with the training
 thread's calls and with a progress thread, at P = 2 and 3. Records the ranks cannot match (another tag,
-a missing exchange) give no figure rather than a wrong one, and so do point-to-point tags. In a job, a straggler injected with
-``debug.delay_rank`` shows up as the others' ``comm_late``.
+a missing exchange) give no figure rather than a wrong one, and so do point-to-point tags. In a job, a
+straggler injected with ``debug.delay_rank`` shows up as the others' ``comm_late``.
 """
 
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
 import pytest
 
 from hpcdgnn.config.load import load_job
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.metrics.waits import late_waits
+from hpcdgnn.metrics.waits import late_waits, tag_id
 from tests.conftest import REPO, write_job
 from tests.train.test_exactness import _losses
 
@@ -40,7 +39,7 @@ class _TwoRanks:
         if len(v) == 2:
             return np.maximum(v, [n, -n])
         zero = self.mine[0][1] - v[0]  # the clock's zero the function took
-        ids = np.array([zlib.crc32(t.encode()) for t, _, _ in self.peer], dtype=np.float64)
+        ids = np.array([tag_id(t) for t, _, _ in self.peer])
         return np.maximum(v, np.concatenate([[a - zero for _, a, _ in self.peer], ids, -ids]))
 
 
