@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.comm.progress import ProgressThread, spare_core
 
 __all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats"]
@@ -108,12 +109,13 @@ class CommStats:
     _open: dict[str, int] = field(default_factory=dict)
     _opened: dict[str, float] = field(default_factory=dict)
     _last: dict[str, float] = field(default_factory=dict)  # per open tag, its latest completion so far
-    #: the collectives of every rank (which all ranks make in the same order) since :meth:`take_exchanges`,
-    #: each ``(tag, arrival, [(blocked from, to), ...])`` in ``perf_counter`` seconds: when this rank entered
-    #: the call or posted the exchange, and the intervals it then spent blocked in it where a peer may hold
-    #: it up (the blocking call whole; a non-blocking one's wait, not its post).
-    #: :func:`hpcdgnn.metrics.waits.late_waits` compares them.
-    exchanges: list[tuple] = field(default_factory=list)
+    #: the collectives of every rank (which all ranks make in the same order) since :meth:`take_exchanges`:
+    #: when this rank entered each call or posted each exchange, and the intervals it then spent blocked in
+    #: it where a peer may hold it up (the blocking call whole; a non-blocking one's wait, not its post).
+    #: :func:`hpcdgnn.metrics.waits.late_waits` compares them. Kept only while ``keep_exchanges`` is set
+    #: (:class:`~hpcdgnn.metrics.epoch.EpochRecorder` sets it): nobody else reads it.
+    exchanges: ExchangeLog = field(default_factory=ExchangeLog)
+    keep_exchanges: bool = False
     #: tags of the other calls since :meth:`take_exchanges` (point to point, a group's collective): whom their
     #: blocked time waited for is not known, so such a tag gets no late figure
     unmatched: set[str] = field(default_factory=set)
@@ -136,11 +138,11 @@ class CommStats:
         ``entered`` (``perf_counter``: when the rank entered MPI, after its own copies; default: the call's
         start)."""
         self._done()
-        if every_rank:
+        if self.keep_exchanges and every_rank:
             now = time.perf_counter()
             a = now - seconds if entered is None else entered
-            self.exchanges.append((tag, a, [(a, now)]))
-        else:
+            self.exchanges.block(self.exchanges.add(tag, a), a, now)
+        elif self.keep_exchanges:
             self.unmatched.add(tag)
         s = self.tags[tag]
         s.calls += 1
@@ -156,8 +158,8 @@ class CommStats:
     def posted(self, tag: str, sent: int, recv: int, t0: float, every_rank: bool = False,
                entered: float | None = None) -> tuple | None:
         """Record the post of a non-blocking exchange that began at ``t0`` (``perf_counter``); with
-        ``every_rank``, returns its entry in :attr:`exchanges` (for :meth:`blocked`; arrived at ``entered``,
-        the moment of the MPI post, default ``t0``), else None."""
+        ``every_rank`` (and ``keep_exchanges``), returns its entry ``(log, index)`` in :attr:`exchanges` (for
+        :meth:`blocked`; arrived at ``entered``, the moment of the MPI post, default ``t0``), else None."""
         self._done()
         s = self.tags[tag]
         s.calls += 1
@@ -168,13 +170,13 @@ class CommStats:
         if not self._open.get(tag):
             self._opened[tag] = t0
         self._open[tag] = self._open.get(tag, 0) + 1
+        if not self.keep_exchanges:
+            return None
         if not every_rank:
             self.unmatched.add(tag)
             return None
         # posting blocks on no peer: only the waits can be spent waiting for one
-        entry = (tag, t0 if entered is None else entered, [])
-        self.exchanges.append(entry)
-        return entry
+        return self.exchanges, self.exchanges.add(tag, t0 if entered is None else entered)
 
     def blocked(self, tag: str, seconds: float, entry: tuple | None = None) -> None:
         """Seconds spent inside a test or wait of non-blocking exchanges of ``tag`` (exposed time); a wait
@@ -183,12 +185,13 @@ class CommStats:
         self.tags[tag].exposed += seconds
         if entry is not None and seconds > 0:
             now = time.perf_counter()
-            entry[2].append((now - seconds, now))
+            log, i = entry  # the log it was posted in (a later epoch's is another)
+            log.block(i, now - seconds, now)
 
-    def take_exchanges(self) -> tuple[list[tuple], set[str]]:
+    def take_exchanges(self) -> tuple[ExchangeLog, set[str]]:
         """The exchanges and the unmatched tags recorded since the last call (:attr:`exchanges`,
         :attr:`unmatched`), which start anew."""
-        out, self.exchanges, self.unmatched = (self.exchanges, self.unmatched), [], set()
+        out, self.exchanges, self.unmatched = (self.exchanges, self.unmatched), ExchangeLog(), set()
         return out
 
     def finished(self, tag: str, t: float) -> None:

@@ -13,8 +13,8 @@ can complete one before the last rank has entered it. So a rank's exposed time i
 
 This is the "late sender" wait state of MPI performance tools (Scalasca, Score-P). Each rank records its
 arrival at each exchange — when it entered MPI, after its own staging and copies, which count as exposed
-but never as late — and the intervals it was blocked in it (:attr:`hpcdgnn.comm.communicator.
-CommStats.exchanges`); at the end of the epoch, :func:`late_waits` finds each exchange's last arrival with
+but never as late — and the intervals it was blocked in it (:class:`hpcdgnn.comm.exchange_log.
+ExchangeLog`); at the end of the epoch, :func:`late_waits` finds each exchange's last arrival with
 one all-reduce (max) of the arrival times and counts, per tag, the blocked time before it. Point-to-point
 and group exchanges (pss's pipeline, DistTGL's groups, the sequences strategy's fetches) are not recorded:
 whom they wait for is not one "last rank", so their tags get no late figure (``metrics/epoch.py``).
@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections import defaultdict
 
 import numpy as np
+
+from hpcdgnn.comm.exchange_log import ExchangeLog
 
 __all__ = ["late_waits", "tag_id"]
 
@@ -43,7 +44,7 @@ def tag_id(tag: str) -> float:
     return float(zlib.crc32(tag.encode()))
 
 
-def late_waits(comm, exchanges: list[tuple]) -> dict[str, float] | None:
+def late_waits(comm, exchanges: ExchangeLog) -> dict[str, float] | None:
     """Per tag, the seconds this rank was blocked in ``exchanges`` before the last rank arrived there.
 
     Collective over ``comm`` (two all-reduces of ``metrics``). ``exchanges``: this rank's records since
@@ -54,19 +55,15 @@ def late_waits(comm, exchanges: list[tuple]) -> dict[str, float] | None:
     """
     n = len(exchanges)
     if comm.size == 1:  # nobody to wait for
-        return {tag: 0.0 for tag, _, _ in exchanges}
+        return dict.fromkeys(exchanges.tags, 0.0)
     most, fewest = comm.allreduce_array([n, -n], op="max", tag="metrics")
     zero = time.perf_counter()  # the clocks' common zero (module docstring)
     if most != -fewest:
         return None
     if n == 0:
         return {}
-    ids = np.array([tag_id(tag) for tag, _, _ in exchanges])
-    arrivals = np.array([a for _, a, _ in exchanges]) - zero
-    top = comm.allreduce_array(np.concatenate([arrivals, ids, -ids]), op="max", tag="metrics")
+    ids = np.array([tag_id(tag) for tag in exchanges.names])[exchanges.codes]
+    top = comm.allreduce_array(np.concatenate([exchanges.arrivals - zero, ids, -ids]), op="max", tag="metrics")
     if not np.array_equal(top[n:2 * n], -top[2 * n:]):
         return None
-    late: dict[str, float] = defaultdict(float)
-    for (tag, _, blocked), last in zip(exchanges, top[:n] + zero, strict=True):
-        late[tag] += sum(max(0.0, min(t1, last) - t0) for t0, t1 in blocked)
-    return dict(late)
+    return exchanges.late(top[:n] + zero)

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 
+from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.config.load import load_job
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.waits import late_waits, tag_id
@@ -49,10 +50,12 @@ def test_late_is_the_blocked_time_before_the_last_arrival():
     0.2 s; arriving last: nothing."""
     mine = [("a", 10.0, [(10.0, 11.0)]), ("b", 10.05, [(10.1, 10.2), (10.3, 10.6)]), ("c", 12.0, [(12.0, 12.5)])]
     peer = [("a", 10.4, [(10.4, 11.0)]), ("b", 10.5, []), ("c", 11.0, [(11.0, 12.5)])]
-    late = late_waits(_TwoRanks(mine, peer), mine)
+    log = ExchangeLog.of(mine)
+    assert list(log.records()) == mine
+    late = late_waits(_TwoRanks(mine, peer), log)
     assert late == pytest.approx({"a": 0.4, "b": 0.3, "c": 0.0}, abs=1e-9)
-    assert late_waits(_TwoRanks(mine, peer[:2]), mine) is None  # the ranks recorded different exchanges
-    assert late_waits(_TwoRanks(mine, [("x", *peer[0][1:]), *peer[1:]]), mine) is None
+    assert late_waits(_TwoRanks(mine, peer[:2]), log) is None  # the ranks recorded different exchanges
+    assert late_waits(_TwoRanks(mine, [("x", *peer[0][1:]), *peer[1:]]), log) is None
 
 
 @pytest.mark.parametrize(("mode", "P"), [("calls", 2), ("calls", 3), ("thread", 3)])
@@ -131,3 +134,26 @@ def test_straggler_settings_are_checked(small_dataset, tmp_path, key, value, say
     job = write_job(tmp_path / "job.yaml", small_dataset, debug={key: value})
     with pytest.raises(ConfigError, match=says):
         load_job(job)
+
+
+def test_exchanges_are_kept_only_when_asked_and_compactly():
+    """A communicator used without an epoch recorder (library callers, tools) keeps no records, so they
+    cannot grow without end; kept records cost tens of bytes each, not a tuple and a list (about 264 B),
+    and a later epoch's log takes no wait that belongs to an exchange posted in an earlier one."""
+    from hpcdgnn.comm.communicator import CommStats
+
+    stats = CommStats()
+    stats.add("a", 8, 8, 0.1, every_rank=True)
+    assert stats.posted("b", 8, 8, 0.0, every_rank=True) is None
+    assert len(stats.exchanges) == 0 and not stats.unmatched
+    stats.keep_exchanges = True
+    for _ in range(1000):
+        stats.add("a", 8, 8, 0.1, every_rank=True)
+    entry = stats.posted("b", 8, 8, 0.0, every_rank=True)
+    stats.add("p2p", 8, 8, 0.1)
+    log, unmatched = stats.take_exchanges()
+    assert len(log) == 1001 and unmatched == {"p2p"}
+    assert log.nbytes() <= 32 * 1001
+    stats.blocked("b", 0.5, entry)  # its wait, after the log was taken: lands in that log
+    assert len(stats.exchanges) == 0
+    assert [len(b) for _, _, b in log.records()][-2:] == [1, 1]

@@ -20,6 +20,7 @@ import time
 import torch
 
 from hpcdgnn.comm import Communicator
+from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.metrics.waits import late_waits
 
 
@@ -33,6 +34,7 @@ def main() -> None:
     send = [((q, q + 1), (0, 5)) for q in range(P)]
     recv_boxes = [((s, s + 1), (0, 5)) for s in range(P)]
     before = comm.stats.snapshot()
+    comm.stats.keep_exchanges = True
     comm.stats.take_exchanges()  # the setup's
 
     if me == P - 1:
@@ -54,9 +56,10 @@ def main() -> None:
     exchanges, _ = comm.stats.take_exchanges()
     exposed = {k: v.exposed for k, v in comm.stats.delta(before).items()}
     late = late_waits(comm, exchanges)
-    renamed = [(("other" if i == 1 and me == 0 else tag), a, b) for i, (tag, a, b) in enumerate(exchanges)]
-    no_tag = late_waits(comm, renamed)
-    no_count = late_waits(comm, exchanges[1:] if me == 0 else exchanges)
+    records = list(exchanges.records())
+    no_tag = late_waits(comm, ExchangeLog.of((("other" if i == 1 and me == 0 else tag), a, b)
+                                             for i, (tag, a, b) in enumerate(records)))
+    no_count = late_waits(comm, ExchangeLog.of(records[1:] if me == 0 else records))
     print(json.dumps({"rank": me, "threads": comm.progress_ranks, "late": late, "exposed": exposed,
                       "renamed": no_tag, "missing": no_count}), flush=True)
     comm.stop_progress()

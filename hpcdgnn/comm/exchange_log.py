@@ -1,0 +1,109 @@
+"""This rank's arrivals at the collectives of every rank and the time it was blocked in them, compactly.
+
+:func:`hpcdgnn.metrics.waits.late_waits` compares the ranks' records at the end of each epoch to find
+the part of the exposed time spent waiting for the last rank (``comm_late``). A record per collective
+as a Python tuple with a list of intervals cost about 264 B; an epoch of a mini-batch or event-stream
+strategy can make a million collectives (a gradient all-reduce per batch), which would hold about
+260 MB per rank until the epoch ends. Here an exchange costs 12 B (a tag index and its arrival) and a
+blocked interval 20 B (its exchange and two times), in ``array`` columns.
+
+Nothing is recorded unless a reader asked for it (:attr:`CommStats.keep_exchanges
+<hpcdgnn.comm.communicator.CommStats>`, set by the epoch recorder): library callers and tools that use
+the communicator without reading the log would otherwise grow it without end.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["ExchangeLog"]
+
+
+class ExchangeLog:
+    """Exchanges (tag, arrival) in the order this rank made them, and the intervals it spent blocked in
+    them, all in ``perf_counter`` seconds."""
+
+    __slots__ = ("_names", "_index", "_tag", "_arrival", "_owner", "_start", "_end")
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._tag = array("i")
+        self._arrival = array("d")
+        self._owner = array("i")  # per blocked interval: its exchange
+        self._start = array("d")
+        self._end = array("d")
+
+    @classmethod
+    def of(cls, records: Iterable[tuple]) -> ExchangeLog:
+        """A log of ``(tag, arrival, [(blocked from, to), ...])`` records (tests, tools)."""
+        log = cls()
+        for tag, arrival, blocked in records:
+            i = log.add(tag, arrival)
+            for t0, t1 in blocked:
+                log.block(i, t0, t1)
+        return log
+
+    def __len__(self) -> int:
+        return len(self._tag)
+
+    def add(self, tag: str, arrival: float) -> int:
+        """Record this rank's arrival at an exchange of ``tag``; returns its index (for :meth:`block`)."""
+        k = self._index.get(tag)
+        if k is None:
+            k = self._index[tag] = len(self._names)
+            self._names.append(tag)
+        self._tag.append(k)
+        self._arrival.append(arrival)
+        return len(self._tag) - 1
+
+    def block(self, i: int, t0: float, t1: float) -> None:
+        """This rank was blocked in exchange ``i`` from ``t0`` to ``t1``."""
+        self._owner.append(i)
+        self._start.append(t0)
+        self._end.append(t1)
+
+    @property
+    def tags(self) -> list[str]:
+        """Each exchange's tag, in order."""
+        return [self._names[k] for k in self._tag]
+
+    @property
+    def names(self) -> list[str]:
+        """The distinct tags, indexed by :attr:`codes`."""
+        return list(self._names)
+
+    @property
+    def codes(self) -> np.ndarray:
+        """Each exchange's tag as an index into :attr:`names`, in order."""
+        return np.frombuffer(self._tag, dtype=np.int32).copy()
+
+    @property
+    def arrivals(self) -> np.ndarray:
+        """Each exchange's arrival, in order."""
+        return np.frombuffer(self._arrival, dtype=np.float64).copy()
+
+    def late(self, last: np.ndarray) -> dict[str, float]:
+        """Per tag, the time blocked before ``last[i]``, exchange i's last arrival over the ranks."""
+        owner = np.frombuffer(self._owner, dtype=np.int32)
+        before = np.minimum(np.frombuffer(self._end, dtype=np.float64), np.asarray(last)[owner])
+        spent = np.maximum(0.0, before - np.frombuffer(self._start, dtype=np.float64))
+        tags = np.frombuffer(self._tag, dtype=np.int32)
+        per_tag = np.bincount(tags[owner], weights=spent, minlength=len(self._names))
+        used = np.bincount(tags, minlength=len(self._names)) > 0  # tags seen since the log began
+        return {name: float(per_tag[k]) for k, name in enumerate(self._names) if used[k]}
+
+    def records(self) -> Iterator[tuple[str, float, list[tuple[float, float]]]]:
+        """The exchanges as ``(tag, arrival, [(blocked from, to), ...])`` (tests, tools)."""
+        blocked: list[list[tuple[float, float]]] = [[] for _ in self._tag]
+        for i, t0, t1 in zip(self._owner, self._start, self._end, strict=True):
+            blocked[i].append((t0, t1))
+        for k, a, b in zip(self._tag, self._arrival, blocked, strict=True):
+            yield self._names[k], a, b
+
+    def nbytes(self) -> int:
+        """The columns' size in bytes (the tag names aside)."""
+        return sum(c.itemsize * len(c) for c in (self._tag, self._arrival, self._owner, self._start, self._end))
