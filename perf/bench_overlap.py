@@ -2,7 +2,7 @@
 
     python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--progress calls thread]
                                  [--model cdgcn] [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1]
-                                 [--grad-buckets 1] [--device cpu]
+                                 [--grad-buckets 1] [--device cpu] [--trace]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
 ``strategy.overlap_chunks`` = each of ``--chunks`` and ``comm.progress`` = each of
@@ -28,7 +28,13 @@ run is warm-up):
   overlap can hide — with its ratio to the first configuration's;
 * the loss of the last epoch (the same for every configuration: overlap changes no result);
 * below the table, per configuration, the median exposed seconds of each communicator tag
-  (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to.
+  (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to;
+* with ``--trace`` (``debug.trace_exchanges``), below that, per configuration and tag, every
+  exchange in the order posted: the milliseconds blocked in it and, of them, late (mean over
+  steady epochs and ranks). With K chunks a layer's forward posts its K chunks to the vertex
+  layout, then K back as the RNN finishes each; what overlap cannot hide is the first chunk
+  in and the last chunk out, and the late part — a chunk in between blocked long means the
+  bytes did not move while the rank computed.
 
     python perf/bench_overlap.py --kernel [--ranks 2] [--vertices 32768] [--snapshots 64] [--hidden 16]
                                  [--chunks 1 4 8] [--progress calls thread]
@@ -62,9 +68,9 @@ from bench_epoch import mpirun_cmd, run_env, run_job  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int]:
-    """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, and on
-    how many ranks a progress thread ran."""
+def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int, list[dict]]:
+    """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, on how
+    many ranks a progress thread ran, and (``--trace``) the steady epochs' trace lines of every rank."""
     tag = f"k{K}-{mode}-r{rep}"
     recs = run_job({
         "data": {"path": str(args.data), "validate": "structure"},
@@ -74,9 +80,33 @@ def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int]
                   "device": args.device},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
         "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets, "progress": mode},
+        "debug": {"trace_exchanges": args.trace},
     }, args.ranks, work, tag, REPO, env={"OMP_NUM_THREADS": "1"})
-    threads_on = json.loads((work / f"run-{tag}" / "summary.json").read_text())["environment"]["progress_thread_ranks"]
-    return [r for r in recs if not r["warmup"]] or recs[-1:], threads_on
+    run_dir = work / f"run-{tag}"
+    threads_on = json.loads((run_dir / "summary.json").read_text())["environment"]["progress_thread_ranks"]
+    steady = [r for r in recs if not r["warmup"]] or recs[-1:]
+    epochs = {r["epoch"] for r in steady}
+    trace = [x for f in sorted((run_dir / "trace").glob("exchanges.rank*.jsonl")) for x in map(json.loads, f.open())
+             if x["epoch"] in epochs] if args.trace else []
+    return steady, threads_on, trace
+
+
+def trace_rows(lines: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per tag, the mean over ``lines`` (steady epochs x ranks) of each of its exchanges' blocked and late
+    seconds, by its place among the epoch's exchanges of that tag; a tag whose count varies is left out."""
+    per: dict[str, list[list[tuple[float, float]]]] = {}
+    for x in lines:
+        seq: dict[str, list[tuple[float, float]]] = {}
+        for k, _, blocked, late in x["exchanges"]:
+            seq.setdefault(x["tags"][k], []).append((blocked, np.nan if late is None else late))
+        for t, v in seq.items():
+            per.setdefault(t, []).append(v)
+    out = {}
+    for t, seqs in sorted(per.items()):
+        if len({len(v) for v in seqs}) == 1 and len(seqs) == len(lines):
+            a = np.array(seqs)  # (lines, exchanges, 2)
+            out[t] = (a[:, :, 0].mean(axis=0), a[:, :, 1].mean(axis=0))
+    return out
 
 
 def kernel_worker(args) -> None:
@@ -180,6 +210,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="train.device of the runs")
     ap.add_argument("--progress", nargs="+", choices=["calls", "thread", "auto"], default=["calls"],
                     help="comm.progress values to compare")
+    ap.add_argument("--trace", action="store_true",
+                    help="debug.trace_exchanges: print each exchange's blocked and late time, in order")
     ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
     ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vertices", type=int, default=32768)
@@ -197,12 +229,14 @@ def main() -> None:
         ap.error("--data is required (or --kernel)")
     order = configs(args)
     steady: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
+    traces: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
     threads_on: dict[tuple[str, int], int] = {}
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
             for mode, K in (order if rep % 2 == 0 else order[::-1]):
-                recs, threads_on[mode, K] = run(Path(tmp), args, K, mode, rep)
+                recs, threads_on[mode, K], trace = run(Path(tmp), args, K, mode, rep)
                 steady[mode, K] += recs
+                traces[mode, K] += trace
                 print(f"  rep {rep} K={K} {mode}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
                       + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs)
                       + "  late " + " ".join(f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}"
@@ -239,6 +273,13 @@ def main() -> None:
             f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f};"
             f" late {np.median([r['comm_by_tag'].get(t, {}).get('late', float('nan')) for r in rs]):.3f})"
             for t in tags))
+    if args.trace:
+        print("\nexchange by exchange (debug.trace_exchanges; mean over steady epochs and ranks, in the order the"
+              " exchanges of the tag were posted): ms blocked / of them late")
+        for mode, K in order:
+            for t, (blocked, late) in trace_rows(traces[mode, K]).items():
+                print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} {t}: " + " ".join(
+                    f"{1e3 * b:.1f}/{1e3 * w:.1f}" for b, w in zip(blocked, late, strict=True)))
 
 
 if __name__ == "__main__":

@@ -363,7 +363,16 @@ class Communicator:
         if mode == "thread" or (mode == "auto" and spare_core(self, threads)):
             root._progress = root._progress or ProgressThread.start(self._MPI)
         self.progress_ranks = int(self.allreduce_array([float(root._progress is not None)], tag="setup")[0])
+        root.progress_ranks = self.progress_ranks
         return self.progress_ranks
+
+    @property
+    def progress_everywhere(self) -> bool:
+        """Whether every rank's exchanges are moved by a progress thread (agreed in :meth:`start_progress`):
+        the same answer on every rank, so code may post differently on it (each rank must post the same
+        collectives in the same order)."""
+        root = self._root
+        return root.size > 1 and root.progress_ranks == root.size
 
     def stop_progress(self) -> None:
         """End the progress thread, if any (its exchanges completed first); later exchanges progress in calls."""

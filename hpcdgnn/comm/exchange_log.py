@@ -86,13 +86,21 @@ class ExchangeLog:
         """Each exchange's arrival, in order."""
         return np.frombuffer(self._arrival, dtype=np.float64).copy()
 
+    def each(self, last: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per exchange: the seconds blocked in it, and of them those before ``last[i]`` (exchange i's last
+        arrival over the ranks; None: not known, and no late seconds)."""
+        owner = np.frombuffer(self._owner, dtype=np.int32)
+        start, end = np.frombuffer(self._start, dtype=np.float64), np.frombuffer(self._end, dtype=np.float64)
+        blocked = np.bincount(owner, weights=end - start, minlength=len(self))
+        if last is None:
+            return blocked, None
+        spent = np.maximum(0.0, np.minimum(end, np.asarray(last)[owner]) - start)
+        return blocked, np.bincount(owner, weights=spent, minlength=len(self))
+
     def late(self, last: np.ndarray) -> dict[str, float]:
         """Per tag, the time blocked before ``last[i]``, exchange i's last arrival over the ranks."""
-        owner = np.frombuffer(self._owner, dtype=np.int32)
-        before = np.minimum(np.frombuffer(self._end, dtype=np.float64), np.asarray(last)[owner])
-        spent = np.maximum(0.0, before - np.frombuffer(self._start, dtype=np.float64))
         tags = np.frombuffer(self._tag, dtype=np.int32)
-        per_tag = np.bincount(tags[owner], weights=spent, minlength=len(self._names))
+        per_tag = np.bincount(tags, weights=self.each(last)[1], minlength=len(self._names))
         used = np.bincount(tags, minlength=len(self._names)) > 0  # tags seen since the log began
         return {name: float(per_tag[k]) for k, name in enumerate(self._names) if used[k]}
 

@@ -553,6 +553,9 @@ class DebugConfig:
     and backward): a straggler, so a test can check whom the wait accounting blames (``comm_late``); -1 = none."""
     delay_seconds: float = 0.0
     """The straggler's sleep per task call, seconds."""
+    trace_exchanges: bool = False
+    """Each rank appends, per epoch, its collectives of all ranks (tag, arrival, seconds blocked, of them
+    late) to ``trace/exchanges.rank<r>.jsonl`` in the run directory (:mod:`hpcdgnn.metrics.epoch`)."""
 
     def __post_init__(self) -> None:
         if self.fail_rank < -1:

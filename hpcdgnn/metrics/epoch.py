@@ -23,17 +23,26 @@ not record alike; ``load`` the seconds the strategy spent reading or moving inpu
 ``compute`` the rest, ``epoch - load - comm_exposed`` (communication hidden behind
 computation counts in both ``compute`` and ``comm``). Each is reported as the
 slowest rank's and min / mean / max over ranks.
+
+With ``debug.trace_exchanges`` each rank also appends, per epoch, one line to
+``trace/exchanges.rank<r>.jsonl`` in the run directory: every collective of all
+ranks it made, in order, with its tag, its arrival (seconds after the epoch began),
+the seconds it was blocked in it and, of them, the late ones (null where the ranks'
+records did not match): where an epoch's exposed time went, exchange by exchange.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks
-from hpcdgnn.metrics.waits import late_waits
+from hpcdgnn.comm.exchange_log import ExchangeLog
+from hpcdgnn.metrics.waits import last_arrivals
 
 __all__ = ["EpochRecorder"]
 
@@ -55,12 +64,29 @@ class EpochRecorder:
         warmup_epochs: epochs flagged ``warmup``.
         resumed_at: the checkpoint epoch a resumed run starts after (0 = a fresh run); the first
             epoch after it runs on cold caches and buffers, like epoch 1, and is flagged too.
+        trace: this rank's exchange trace file (``debug.trace_exchanges``; see the module docstring), or None.
     """
 
-    def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int) -> None:
+    def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int,
+                 trace: Path | None = None) -> None:
         self.comm, self.strategy, self.task, self.device = comm, strategy, task, device
         self.warmup_epochs, self.resumed_at = warmup_epochs, resumed_at
         self.totals = np.zeros(len(TIME_SPLIT))
+        self.trace = trace
+        if trace is not None:
+            trace.parent.mkdir(parents=True, exist_ok=True)
+
+    def _trace(self, epoch: int, exchanges: ExchangeLog, last: np.ndarray | None) -> None:
+        """Append this epoch's exchanges to the trace: per exchange [tag index, arrival after the epoch's
+        start, seconds blocked, of them late (null: unknown)], microseconds."""
+        blocked, late = exchanges.each(last)
+        arrival = exchanges.arrivals - self._t0
+        rows = [[int(k), round(float(a), 6), round(float(b), 6), None if late is None else round(float(w), 6)]
+                for k, a, b, w in zip(exchanges.codes, arrival, blocked,
+                                      late if late is not None else blocked, strict=True)]
+        line = {"epoch": epoch, "rank": self.comm.rank, "tags": exchanges.names, "exchanges": rows}
+        with self.trace.open("a") as f:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
 
     def begin(self) -> None:
         """Start an epoch: counters, the strategy's load clock, the GPU peak, the wall clock."""
@@ -92,7 +118,10 @@ class EpochRecorder:
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
-        late = late_waits(self.comm, exchanges)  # None on every rank alike
+        last = last_arrivals(self.comm, exchanges)  # None on every rank alike
+        late = None if last is None else exchanges.late(last)
+        if self.trace is not None:
+            self._trace(epoch, exchanges, last)
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
                                                float(stop_raised), float(checkpoint_due), exposed])

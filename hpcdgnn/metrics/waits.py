@@ -36,7 +36,7 @@ import numpy as np
 
 from hpcdgnn.comm.exchange_log import ExchangeLog
 
-__all__ = ["late_waits", "tag_id"]
+__all__ = ["last_arrivals", "late_waits", "tag_id"]
 
 
 def tag_id(tag: str) -> float:
@@ -44,8 +44,8 @@ def tag_id(tag: str) -> float:
     return float(zlib.crc32(tag.encode()))
 
 
-def late_waits(comm, exchanges: ExchangeLog) -> dict[str, float] | None:
-    """Per tag, the seconds this rank was blocked in ``exchanges`` before the last rank arrived there.
+def last_arrivals(comm, exchanges: ExchangeLog) -> np.ndarray | None:
+    """Each exchange's last arrival over the ranks, on this rank's clock (``perf_counter``).
 
     Collective over ``comm`` (two all-reduces of ``metrics``). ``exchanges``: this rank's records since
     the epoch began (:meth:`~hpcdgnn.comm.communicator.CommStats.take_exchanges`), the same collectives
@@ -54,16 +54,23 @@ def late_waits(comm, exchanges: ExchangeLog) -> dict[str, float] | None:
     no figure is better than a wrong one.
     """
     n = len(exchanges)
-    if comm.size == 1:  # nobody to wait for
-        return dict.fromkeys(exchanges.tags, 0.0)
+    if comm.size == 1:  # nobody to wait for: everybody arrived on arrival
+        return exchanges.arrivals
     most, fewest = comm.allreduce_array([n, -n], op="max", tag="metrics")
     zero = time.perf_counter()  # the clocks' common zero (module docstring)
     if most != -fewest:
         return None
     if n == 0:
-        return {}
+        return np.zeros(0)
     ids = np.array([tag_id(tag) for tag in exchanges.names])[exchanges.codes]
     top = comm.allreduce_array(np.concatenate([exchanges.arrivals - zero, ids, -ids]), op="max", tag="metrics")
     if not np.array_equal(top[n:2 * n], -top[2 * n:]):
         return None
-    return exchanges.late(top[:n] + zero)
+    return top[:n] + zero
+
+
+def late_waits(comm, exchanges: ExchangeLog) -> dict[str, float] | None:
+    """Per tag, the seconds this rank was blocked in ``exchanges`` before the last rank arrived there
+    (:func:`last_arrivals`, collective); None where the ranks' records do not match."""
+    last = last_arrivals(comm, exchanges)
+    return None if last is None else exchanges.late(last)

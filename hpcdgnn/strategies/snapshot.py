@@ -359,11 +359,14 @@ class SnapshotStrategy(Strategy):
         rows = self._grad_rows(b)
         return horizon_temporal(layer, yv, rstate, yv.shape[0] if rows is None else rows[1], graphs)
 
-    def _encode_overlapped(self, layer, li: int, y: torch.Tensor, rstate, b: int):
+    def _encode_overlapped(self, layer, li: int, y: torch.Tensor, rstate, b: int, vertex_input: bool = False):
         """Redistribution, RNN and reverse redistribution of block b in vertex chunks, the exchanges
         overlapped with the RNN (``strategy.overlap_chunks``, :func:`~hpcdgnn.comm.autograd.pipelined_exchange`);
         the same outputs as :meth:`_to_vertex` → :meth:`_temporal` → :meth:`_to_snapshot`. The RNN state's
-        vertex rows are its dimension -2 (LSTM/GRU (layers, n, H), M-transform inputs (w-1, n, F), (n, F))."""
+        vertex rows are its dimension -2 (LSTM/GRU (layers, n, H), M-transform inputs (w-1, n, F), (n, F)).
+        ``vertex_input``: ``y`` is already this rank's vertex rows (the first layer's moved aggregation,
+        :meth:`_ax0_on_vertex`), and only the reverse redistribution runs, chunk by chunk: without it, that
+        layer's output would move in one blocking exchange (a third of a CD-GCN epoch's bytes at 2 layers)."""
         steps = self.blocks[b + 1] - self.blocks[b]
         rows = self._grad_rows(b)
         grad_steps = steps if rows is None else rows[1]
@@ -378,7 +381,7 @@ class SnapshotStrategy(Strategy):
 
         out, states = pipelined_exchange(
             y.contiguous(), leaves, self.comm, self._chunk_boxes[b], steps, encode, reuse=f"layer{li}.overlap",
-            grad_rows=self._exchange_grad_rows(b),
+            grad_rows=self._exchange_grad_rows(b), snapshots=(len(self._local[b]), self.N) if vertex_input else None,
         )
         return out, tree_unflatten(states, out_spec[0])
 
@@ -547,6 +550,8 @@ class SnapshotLayout(Layout):
         self._graphs: list[StepGraph] | None = None
         #: layers whose exchanges run inside ``encode``, overlapped with the RNN (``strategy.overlap_chunks``)
         self._overlapped: set[int] = set()
+        #: of those, the layers whose input is already in the vertex layout (only the output moves back)
+        self._vertex_input: set[int] = set()
         #: layers whose banded encoder runs on the owned snapshots with a time halo (``strategy.time_halo``)
         self._banded: set[int] = set()
         #: layers whose aggregation moves, their snapshot-local transform run by the vertex owner
@@ -611,6 +616,9 @@ class SnapshotLayout(Layout):
         if li in self._banded:
             return y
         if li == 0 and li in self._moved and self.s._precomputed:
+            if self.s._chunk_boxes is not None:  # its output's move back, chunked in encode
+                self._overlapped.add(li)
+                self._vertex_input.add(li)
             return self.s._ax0_on_vertex(y, self.b)
         if self.s._chunk_boxes is not None:
             self._overlapped.add(li)
@@ -625,7 +633,7 @@ class SnapshotLayout(Layout):
         if li in self._moved:
             layer = TransformThenEncode(layer)
         if li in self._overlapped:
-            return self.s._encode_overlapped(layer, li, y, state, self.b)
+            return self.s._encode_overlapped(layer, li, y, state, self.b, li in self._vertex_input)
         return self.s._temporal(layer, y, state, self.b, self.temporal_kwargs(layer, li).get("graphs"))
 
     def step_graphs(self, li: int) -> list[StepGraph] | None:
@@ -643,6 +651,7 @@ class SnapshotLayout(Layout):
             return z
         if li in self._overlapped:
             self._overlapped.discard(li)
+            self._vertex_input.discard(li)
             return z
         return self.s._to_snapshot(z, f"layer{li}.to_snapshot", self.b)
 

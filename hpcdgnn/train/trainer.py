@@ -211,8 +211,11 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
+    trace = run.run_dir / "trace" / f"exchanges.rank{comm.rank:05d}.jsonl" if job.debug.trace_exchanges else None
+    if trace is not None and run.start_epoch:
+        truncate_metrics(trace, run.start_epoch)  # this rank's own file: epochs after the checkpoint are re-run
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
-                             run.start_epoch)
+                             run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []

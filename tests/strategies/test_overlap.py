@@ -10,6 +10,7 @@ of the communication time beside the whole.
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -47,6 +48,28 @@ def test_overlap_is_exact(launcher, small_dataset, tmp_path, model):
     # without overlap, every call blocks: exposed is all of it
     t = recs1[-1]["time"]
     assert t["comm_exposed"] == t["comm"]
+
+
+def test_every_layer_moves_in_chunks_and_the_trace_says_where_the_wait_went(launcher, small_dataset, tmp_path):
+    """CD-GCN at P = 3, K = 3 with ``debug.trace_exchanges``: every layer's exchanges are chunked — the
+    first layer's too, whose input (Ã·X, moved once) is already in the vertex layout, so only its output
+    moves back: 3K exchanges a direction per epoch, none blocking (before, that one moved in a blocking
+    exchange: a third of the bytes never hidden). Each rank's trace has a line per epoch whose blocked and
+    late seconds add up to the epoch record's per-rank ``comm_late``."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"dtype": "float64"})
+    K, P = 3, 3
+    _, recs = _losses(launcher, P, job, tmp_path / "p3", f"strategy.overlap_chunks={K}",
+                      "debug.trace_exchanges=true")
+    for rank in range(P):
+        lines = [json.loads(x) for x in (tmp_path / "p3" / "trace" / f"exchanges.rank{rank:05d}.jsonl").open()]
+        assert [x["epoch"] for x in lines] == [r["epoch"] for r in recs] and {x["rank"] for x in lines} == {rank}
+        for x, rec in zip(lines[1:], recs[1:], strict=True):  # steady epochs (the first moves Ã·X once)
+            tags = [x["tags"][e[0]] for e in x["exchanges"]]
+            assert tags.count("redistribute.fwd") == tags.count("redistribute.bwd") == 2 * K + K, tags
+            arrivals = [e[1] for e in x["exchanges"]]
+            assert arrivals == sorted(arrivals) and arrivals[0] >= 0
+            assert all(0 <= e[3] <= e[2] + 1e-6 for e in x["exchanges"])
+            assert sum(e[3] for e in x["exchanges"]) == pytest.approx(rec["per_rank"]["comm_late"][rank], abs=1e-4)
 
 
 def test_overlap_with_checkpoint_blocks(launcher, small_dataset, tmp_path):
