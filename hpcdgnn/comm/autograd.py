@@ -300,7 +300,7 @@ def _cat_rows(parts: list[list[Any]]) -> list[Any]:
 #: Posted all at once, the K exchanges share the thread's bandwidth and the first — which nothing hides —
 #: completes nearly as late as the last (measured, CD-GCN gen32k P = 2, K = 8: the first chunk's wait 19 ms
 #: of a 21 ms blocking exchange); one ahead, each moves alone while the chunk before it is encoded (10 ms,
-#: and the epoch's exposed time 0.079 -> 0.060 s). Without the thread (``comm.progress: calls``) bytes move
+#: and the epoch's transfer left exposed, exposed - late, 0.079 -> 0.060 s). Without the thread (``comm.progress: calls``) bytes move
 #: only inside MPI calls, so all are posted at once and the first wait moves them together: posted one
 #: ahead, each chunk's whole transfer would be a wait of its own (K = 16: 0.20 s against 0.12 s unchunked).
 AHEAD = 1

@@ -266,9 +266,11 @@ class SnapshotOptions(StrategyConfig):
     snapshot of each block as CSR and each next one as its difference from the previous."""
     overlap_chunks: int = 1
     """Hide the redistributions behind the time encoder (IBM §6.5): cut each rank's vertex range into
-    this many chunks, post their non-blocking exchanges at once and encode chunk k while chunks k+1..
-    travel, its output sent back at once (backward likewise); 1 = one blocking exchange each way.
-    Same results (rows of distinct vertices never mix in the RNN); off at P = 1."""
+    this many chunks, post their non-blocking exchanges (all at once; with a progress thread on every rank,
+    ``comm.progress``, each one chunk ahead of the wait) and encode chunk k while chunks k+1.. travel, its
+    output sent back at once (backward likewise; a first layer whose constant Ã·X already lives on the
+    vertex owners only sends back); 1 = one blocking exchange each way. Same results (rows of distinct
+    vertices never mix in the RNN); off at P = 1."""
     time_halo: Literal["on", "off"] = "on"
     """Banded time encoders (TM-GCN's M-transform over w steps) stay on the owned snapshots: each rank
     receives only the w - 1 snapshots before each of its runs of consecutive snapshots that it does not
