@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import subprocess
 import time
@@ -67,6 +69,25 @@ def test_resume_reproduces_straight_run(launcher, tmp_path, small_dataset, model
     # exactly (on a GPU, to rounding): same arithmetic, same order
     assert_same_run([[r["loss"], r["grad_norm"]] for r in a], [[r["loss"], r["grad_norm"]] for r in b])
     _assert_same_state(_final_state(straight), _final_state(part))
+
+
+def test_resume_re_runs_the_epochs_after_its_checkpoint_once_in_every_record(launcher, tmp_path, small_dataset):
+    """A run whose metrics and exchange traces (``debug.trace_exchanges``) went past its newest checkpoint
+    (killed between the two): resuming re-runs those epochs, and metrics.jsonl and every rank's trace hold
+    each epoch once, the re-run's."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"epochs": 3},
+                    debug={"trace_exchanges": True}, checkpoint={"every": 2})
+    run = tmp_path / "run"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    shutil.rmtree(latest_checkpoint(run / "checkpoints"))  # epoch 3's: as if killed before it was written
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
+    for rank in range(2):
+        lines = [json.loads(x) for x in (run / "trace" / f"exchanges.rank{rank:05d}.jsonl").open()]
+        assert [x["epoch"] for x in lines] == [1, 2, 3] and all(x["exchanges"] for x in lines)
 
 
 def test_resume_refuses_a_different_computation(launcher, tmp_path, small_dataset):
