@@ -7,9 +7,11 @@ Forward traffic is counted under ``<tag>.fwd`` and backward under ``<tag>.bwd``.
 
 :func:`pipelined_exchange` hides the two redistributions of a temporal layer behind its
 time encoder (communication/computation overlap, IBM §6.5): the vertex range is cut into
-K chunks whose non-blocking exchanges are posted up front; chunk k is encoded as soon
-as it has arrived and its output posted back at once, while chunks k+1.. are still
-moving; the backward pass runs the same pipeline on the gradients.
+K chunks whose non-blocking exchanges are posted up front (one ahead of the wait where a
+progress thread moves them, :data:`AHEAD`); chunk k is encoded as soon as it has arrived
+and its output posted back at once, while chunks k+1.. are still moving; the backward pass
+runs the same pipeline on the gradients. An input already in the vertex layout runs only
+the return exchange.
 """
 
 from __future__ import annotations
@@ -300,9 +302,10 @@ def _cat_rows(parts: list[list[Any]]) -> list[Any]:
 #: Posted all at once, the K exchanges share the thread's bandwidth and the first — which nothing hides —
 #: completes nearly as late as the last (measured, CD-GCN gen32k P = 2, K = 8: the first chunk's wait 19 ms
 #: of a 21 ms blocking exchange); one ahead, each moves alone while the chunk before it is encoded (10 ms,
-#: and the epoch's transfer left exposed, exposed - late, 0.079 -> 0.060 s). Without the thread (``comm.progress: calls``) bytes move
-#: only inside MPI calls, so all are posted at once and the first wait moves them together: posted one
-#: ahead, each chunk's whole transfer would be a wait of its own (K = 16: 0.20 s against 0.12 s unchunked).
+#: and the epoch's transfer left exposed, exposed - late, 0.079 -> 0.060 s). Without the thread
+#: (``comm.progress: calls``) bytes move only inside MPI calls, so all are posted at once and the first
+#: wait moves them together: posted one ahead, each chunk's whole transfer would be a wait of its own
+#: (K = 16: 0.20 s against 0.12 s unchunked).
 AHEAD = 1
 
 

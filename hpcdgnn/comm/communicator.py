@@ -320,6 +320,7 @@ class Communicator:
         self._progress: ProgressThread | None = None
         #: ranks whose exchanges a progress thread moves (set by :meth:`start_progress`)
         self.progress_ranks = 0
+        self._everywhere = False  # every rank's, from start_progress to stop_progress (progress_everywhere)
 
     # -- backends -----------------------------------------------------------------------------
     def init_tensor_backend(self, backend: str, device: torch.device, timeout_s: float = 600.0) -> None:
@@ -356,14 +357,15 @@ class Communicator:
         (:mod:`hpcdgnn.comm.progress`) — ``thread`` always, ``auto`` where the node has a spare core per
         rank beside ``threads``, ``calls`` never; none on one rank or without ``MPI_THREAD_MULTIPLE``.
         Collective; returns (and keeps as ``progress_ranks``) how many ranks run one."""
-        if self.size == 1 or mode == "calls":  # the same on every rank (the job's): nothing to agree on
-            self.progress_ranks = 0
-            return 0
         root = self._root
+        if self.size == 1 or mode == "calls":  # the same on every rank (the job's): nothing to agree on
+            self.progress_ranks = root.progress_ranks = 0
+            return 0
         if mode == "thread" or (mode == "auto" and spare_core(self, threads)):
             root._progress = root._progress or ProgressThread.start(self._MPI)
         self.progress_ranks = int(self.allreduce_array([float(root._progress is not None)], tag="setup")[0])
         root.progress_ranks = self.progress_ranks
+        root._everywhere = self.progress_ranks == self.size
         return self.progress_ranks
 
     @property
@@ -371,12 +373,13 @@ class Communicator:
         """Whether every rank's exchanges are moved by a progress thread (agreed in :meth:`start_progress`):
         the same answer on every rank, so code may post differently on it (each rank must post the same
         collectives in the same order)."""
-        root = self._root
-        return root.size > 1 and root.progress_ranks == root.size
+        return self._root._everywhere
 
     def stop_progress(self) -> None:
-        """End the progress thread, if any (its exchanges completed first); later exchanges progress in calls."""
+        """End the progress thread, if any (its exchanges completed first); later exchanges progress in calls.
+        Every rank calls it (the end of a run, :meth:`close`)."""
         root = self._root
+        root._everywhere = False
         if root._progress is not None:
             root._progress.stop()
             root._progress = None

@@ -29,6 +29,8 @@ With ``debug.trace_exchanges`` each rank also appends, per epoch, one line to
 ranks it made, in order, with its tag, its arrival (seconds after the epoch began),
 the seconds it was blocked in it and, of them, the late ones (null where the ranks'
 records did not match): where an epoch's exposed time went, exchange by exchange.
+Every such collective is there, of training tags or not; ``comm_late`` sums the
+training tags whose calls were all collectives of every rank.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks
 from hpcdgnn.comm.exchange_log import ExchangeLog
+from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks
 from hpcdgnn.metrics.waits import last_arrivals
 
 __all__ = ["EpochRecorder"]
@@ -78,7 +80,7 @@ class EpochRecorder:
 
     def _trace(self, epoch: int, exchanges: ExchangeLog, last: np.ndarray | None) -> None:
         """Append this epoch's exchanges to the trace: per exchange [tag index, arrival after the epoch's
-        start, seconds blocked, of them late (null: unknown)], microseconds."""
+        start, seconds blocked, of them late (null: unknown)], in seconds rounded to the microsecond."""
         blocked, late = exchanges.each(last)
         arrival = exchanges.arrivals - self._t0
         rows = [[int(k), round(float(a), 6), round(float(b), 6), None if late is None else round(float(w), 6)]

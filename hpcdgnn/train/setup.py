@@ -206,10 +206,18 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
 
 
 def truncate_metrics(path: Path, last_epoch: int) -> None:
-    """Keep the metrics of epochs up to the checkpoint (atomically); later ones are re-run."""
+    """Keep the records of epochs up to the checkpoint (atomically); later ones are re-run. A line the
+    killed job left half written (its last) is dropped too."""
     if not path.is_file():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["epoch"] <= last_epoch]
+
+    def kept(line: str) -> bool:
+        try:
+            return json.loads(line)["epoch"] <= last_epoch
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return False
+
+    keep = [line for line in path.read_text().splitlines() if line.strip() and kept(line)]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     os.replace(tmp, path)

@@ -73,21 +73,24 @@ def test_resume_reproduces_straight_run(launcher, tmp_path, small_dataset, model
 
 def test_resume_re_runs_the_epochs_after_its_checkpoint_once_in_every_record(launcher, tmp_path, small_dataset):
     """A run whose metrics and exchange traces (``debug.trace_exchanges``) went past its newest checkpoint
-    (killed between the two): resuming re-runs those epochs, and metrics.jsonl and every rank's trace hold
-    each epoch once, the re-run's."""
+    (killed between the two, in the middle of a trace line): resuming re-runs those epochs, and
+    metrics.jsonl and every rank's trace hold each epoch once, the re-run's — also resumed on fewer ranks
+    (P = 3, then 2: the third rank's trace keeps only the epochs before the checkpoint)."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"epochs": 3},
                     debug={"trace_exchanges": True}, checkpoint={"every": 2})
     run = tmp_path / "run"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
     assert proc.returncode == 0, proc.stderr
     shutil.rmtree(latest_checkpoint(run / "checkpoints"))  # epoch 3's: as if killed before it was written
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+    with (run / "trace" / "exchanges.rank00001.jsonl").open("a") as f:
+        f.write('{"epoch":4,"rank":1,"tags":["redis')  # the kill's half-written line
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run)])
     assert proc.returncode == 0, proc.stderr
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
-    for rank in range(2):
+    for rank, epochs in ((0, [1, 2, 3]), (1, [1, 2, 3]), (2, [1, 2])):
         lines = [json.loads(x) for x in (run / "trace" / f"exchanges.rank{rank:05d}.jsonl").open()]
-        assert [x["epoch"] for x in lines] == [1, 2, 3] and all(x["exchanges"] for x in lines)
+        assert [x["epoch"] for x in lines] == epochs and all(x["exchanges"] for x in lines), rank
 
 
 def test_resume_refuses_a_different_computation(launcher, tmp_path, small_dataset):
