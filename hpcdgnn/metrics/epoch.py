@@ -95,7 +95,7 @@ class EpochRecorder:
         self._bytes_before = self.comm.stats.snapshot()
         self._transfer_before = self.strategy.transfer_stats()[0]
         self.strategy.load_seconds = 0.0
-        self.comm.stats.keep_exchanges = True  # for late_waits at the end
+        self.comm.stats.keep_exchanges = True  # for comm_late (and the trace) at the end
         self.comm.stats.take_exchanges()  # this epoch's exchanges only
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
