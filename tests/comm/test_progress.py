@@ -159,6 +159,7 @@ def test_the_thread_moves_exchanges_of_splits_made_before_it(launcher, P):
     for r in out.values():
         assert r["threads"] == P and r["adopted"] == [True, True] and r["boxes_ok"]
         assert r["sum"] == [P * (P + 1) / 2] * 4
+        assert r["everywhere"] == [True, True, False]  # a thread on every rank, until it stopped
 
 
 def test_out_of_order_completions_time_the_whole_interval():
@@ -203,3 +204,31 @@ def test_a_blocking_call_inside_an_open_interval_extends_it():
     st.finished("x", t0 + 0.001)  # the exchange had completed long before the blocking call ended
     s = st.tags["x"]
     assert s.seconds >= blocking and s.exposed <= s.seconds + 1e-3
+
+
+@pytest.mark.parametrize("everywhere", [True, False])
+def test_inbound_chunks_go_one_ahead_only_where_every_rank_has_a_thread(everywhere):
+    """The posting schedule of a pipeline's inbound chunks (``hpcdgnn.comm.autograd._Inbound``): with a
+    progress thread on every rank, chunk k + 1 is posted right after the wait for chunk k (so the first chunk
+    does not share the bandwidth with the rest); else all at once (bytes move only in MPI calls). Either way
+    the order of posts is a function of the schedule alone, the same on every rank."""
+    from hpcdgnn.comm.autograd import AHEAD, _Inbound
+
+    events: list[str] = []
+
+    class _Comm:
+        progress_everywhere = everywhere
+
+        def wait(self, p):
+            events.append(f"wait {p}")
+            return p
+
+    inbound = _Inbound(_Comm(), lambda k: events.append(f"post {k}") or k, 4)
+    for k in range(4):
+        assert inbound.take(k) == k
+        assert inbound.after(k) == [q for q in range(k + 1, 4) if f"post {q}" in events]
+    if everywhere:
+        assert AHEAD == 1
+        assert events == ["post 0", "wait 0", "post 1", "wait 1", "post 2", "wait 2", "post 3", "wait 3"]
+    else:
+        assert events == ["post 0", "post 1", "post 2", "post 3", "wait 0", "wait 1", "wait 2", "wait 3"]

@@ -7,7 +7,8 @@ buckets' is, at model setup): exchanges posted on the parent and on the split mu
 thread. Rank r sends to rank q the box of rows [q, q + 1) of a (P, 5, 3) tensor filled with 100 r + q,
 so every received box, its own included (which the thread copies), names its sender. The training thread
 computes (an unrelated product) while they move, then waits; an all-reduce on the split sums ranks.
-Prints one JSON line per rank: whether both exchanges were the thread's, and what arrived.
+Prints one JSON line per rank: whether both exchanges were the thread's, what arrived, and
+``progress_everywhere`` on the communicator and the split, then after ``stop_progress``.
 """
 
 import json
@@ -36,9 +37,11 @@ def main() -> None:
     got = comm.wait(p)
     child.wait(r)
     ok = all(bool((got[s] == 100.0 * s + me).all()) for s in range(P))
-    print(json.dumps({"rank": me, "threads": started, "adopted": [p.completed is not None, r.completed is not None],
-                      "boxes_ok": ok, "sum": total.tolist()}), flush=True)
+    everywhere = [comm.progress_everywhere, child.progress_everywhere]  # the split reads its root's
     comm.stop_progress()
+    everywhere.append(comm.progress_everywhere)
+    print(json.dumps({"rank": me, "threads": started, "adopted": [p.completed is not None, r.completed is not None],
+                      "boxes_ok": ok, "sum": total.tolist(), "everywhere": everywhere}), flush=True)
     child.free()
 
 
