@@ -318,9 +318,7 @@ class Communicator:
         #: the root communicator, shared by its splits (the gradient buckets' exchanges are posted on one)
         self._root: Communicator = self
         self._progress: ProgressThread | None = None
-        #: ranks whose exchanges a progress thread moves (set by :meth:`start_progress`)
-        self.progress_ranks = 0
-        self._everywhere = False  # every rank's, from start_progress to stop_progress (progress_everywhere)
+        self._progress_ranks = 0  # the root's: see progress_ranks
 
     # -- backends -----------------------------------------------------------------------------
     def init_tensor_backend(self, backend: str, device: torch.device, timeout_s: float = 600.0) -> None:
@@ -359,27 +357,31 @@ class Communicator:
         Collective; returns (and keeps as ``progress_ranks``) how many ranks run one."""
         root = self._root
         if self.size == 1 or mode == "calls":  # the same on every rank (the job's): nothing to agree on
-            self.progress_ranks = root.progress_ranks = 0
+            root._progress_ranks = 0
             return 0
         if mode == "thread" or (mode == "auto" and spare_core(self, threads)):
             root._progress = root._progress or ProgressThread.start(self._MPI)
-        self.progress_ranks = int(self.allreduce_array([float(root._progress is not None)], tag="setup")[0])
-        root.progress_ranks = self.progress_ranks
-        root._everywhere = self.progress_ranks == self.size
-        return self.progress_ranks
+        root._progress_ranks = int(self.allreduce_array([float(root._progress is not None)], tag="setup")[0])
+        return root._progress_ranks
+
+    @property
+    def progress_ranks(self) -> int:
+        """How many ranks run a progress thread (agreed in :meth:`start_progress`; kept by the root, which
+        its splits share)."""
+        return self._root._progress_ranks
 
     @property
     def progress_everywhere(self) -> bool:
-        """Whether every rank's exchanges are moved by a progress thread (agreed in :meth:`start_progress`):
-        the same answer on every rank, so code may post differently on it (each rank must post the same
-        collectives in the same order)."""
-        return self._root._everywhere
+        """Whether every rank's exchanges are moved by a progress thread, from :meth:`start_progress` until
+        :meth:`stop_progress` (which every rank calls): the same answer on every rank, so code may post
+        differently on it (each rank must post the same collectives in the same order)."""
+        root = self._root
+        return root._progress is not None and root._progress_ranks == root.size
 
     def stop_progress(self) -> None:
         """End the progress thread, if any (its exchanges completed first); later exchanges progress in calls.
         Every rank calls it (the end of a run, :meth:`close`)."""
         root = self._root
-        root._everywhere = False
         if root._progress is not None:
             root._progress.stop()
             root._progress = None

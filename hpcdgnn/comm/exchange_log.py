@@ -67,11 +67,6 @@ class ExchangeLog:
         self._end.append(t1)
 
     @property
-    def tags(self) -> list[str]:
-        """Each exchange's tag, in order."""
-        return [self._names[k] for k in self._tag]
-
-    @property
     def names(self) -> list[str]:
         """The distinct tags, indexed by :attr:`codes`."""
         return list(self._names)
@@ -97,12 +92,16 @@ class ExchangeLog:
         spent = np.maximum(0.0, np.minimum(end, np.asarray(last)[owner]) - start)
         return blocked, np.bincount(owner, weights=spent, minlength=len(self))
 
+    def per_tag(self, values: np.ndarray) -> dict[str, float]:
+        """Per tag of this log, the sum of ``values`` (one per exchange, e.g. :meth:`each`'s late seconds)."""
+        tags = np.frombuffer(self._tag, dtype=np.int32)
+        sums = np.bincount(tags, weights=values, minlength=len(self._names))
+        used = np.bincount(tags, minlength=len(self._names)) > 0  # tags seen since the log began
+        return {name: float(sums[k]) for k, name in enumerate(self._names) if used[k]}
+
     def late(self, last: np.ndarray) -> dict[str, float]:
         """Per tag, the time blocked before ``last[i]``, exchange i's last arrival over the ranks."""
-        tags = np.frombuffer(self._tag, dtype=np.int32)
-        per_tag = np.bincount(tags, weights=self.each(last)[1], minlength=len(self._names))
-        used = np.bincount(tags, minlength=len(self._names)) > 0  # tags seen since the log began
-        return {name: float(per_tag[k]) for k, name in enumerate(self._names) if used[k]}
+        return self.per_tag(self.each(last)[1])
 
     def records(self) -> Iterator[tuple[str, float, list[tuple[float, float]]]]:
         """The exchanges as ``(tag, arrival, [(blocked from, to), ...])`` (tests, tools)."""

@@ -78,14 +78,18 @@ class EpochRecorder:
         if trace is not None:
             trace.parent.mkdir(parents=True, exist_ok=True)
 
-    def _trace(self, epoch: int, exchanges: ExchangeLog, last: np.ndarray | None) -> None:
+    @staticmethod
+    def trace_file(run_dir: Path, rank: int) -> Path:
+        """Rank ``rank``'s exchange trace in ``run_dir`` (``debug.trace_exchanges``)."""
+        return run_dir / "trace" / f"exchanges.rank{rank:05d}.jsonl"
+
+    def _trace(self, epoch: int, exchanges: ExchangeLog, blocked: np.ndarray, late: np.ndarray | None) -> None:
         """Append this epoch's exchanges to the trace: per exchange [tag index, arrival after the epoch's
         start, seconds blocked, of them late (null: unknown)], in seconds rounded to the microsecond."""
-        blocked, late = exchanges.each(last)
         arrival = exchanges.arrivals - self._t0
-        rows = [[int(k), round(float(a), 6), round(float(b), 6), None if late is None else round(float(w), 6)]
-                for k, a, b, w in zip(exchanges.codes, arrival, blocked,
-                                      late if late is not None else blocked, strict=True)]
+        late_or_none = [None] * len(blocked) if late is None else [round(float(w), 6) for w in late]
+        rows = [[int(k), round(float(a), 6), round(float(b), 6), w]
+                for k, a, b, w in zip(exchanges.codes, arrival, blocked, late_or_none, strict=True)]
         line = {"epoch": epoch, "rank": self.comm.rank, "tags": exchanges.names, "exchanges": rows}
         with self.trace.open("a") as f:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
@@ -120,10 +124,10 @@ class EpochRecorder:
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
-        last = last_arrivals(self.comm, exchanges)  # None on every rank alike
-        late = None if last is None else exchanges.late(last)
+        blocked, each_late = exchanges.each(last_arrivals(self.comm, exchanges))  # late None on every rank alike
+        late = None if each_late is None else exchanges.per_tag(each_late)
         if self.trace is not None:
-            self._trace(epoch, exchanges, last)
+            self._trace(epoch, exchanges, blocked, each_late)
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
                                                float(stop_raised), float(checkpoint_due), exposed])

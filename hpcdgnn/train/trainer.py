@@ -211,15 +211,15 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
-    traces = run.run_dir / "trace"
-    trace = traces / f"exchanges.rank{comm.rank:05d}.jsonl" if job.debug.trace_exchanges else None
+    mine = EpochRecorder.trace_file(run.run_dir, comm.rank)
     if run.start_epoch:  # epochs after the checkpoint are re-run: each rank drops their trace lines from its
         # file, rank 0 also from the files of ranks this run lacks (a resume on fewer ranks), before the first
         # collective: nobody appends before it
-        stale = [] if comm.rank else [f for f in traces.glob("exchanges.rank*.jsonl")
+        stale = [] if comm.rank else [f for f in mine.parent.glob("exchanges.rank*.jsonl")
                                       if int(f.stem.rpartition("rank")[2]) >= comm.size]
-        for f in [traces / f"exchanges.rank{comm.rank:05d}.jsonl", *stale]:
+        for f in [mine, *stale]:
             truncate_metrics(f, run.start_epoch)
+    trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
                              run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
