@@ -125,7 +125,6 @@ class _LSTMLayer(torch.autograd.Function):
         torch.addcmul(f, f, f, value=-1, out=k[:, H : 2 * H]).mul_(cin)
         torch.addcmul(i, i, g * g, value=-1, out=k[:, 2 * H : 3 * H])
         torch.addcmul(o, o, o, value=-1, out=k[:, 3 * H :]).mul_(tc)
-        k3 = k[:, : 3 * H].view(T, 3, H, B)
         dgates = k  # overwritten step by step, after that step's factors are read
         dh = dy[T - 1] + dhT
         dc = dcT.clone()

@@ -375,11 +375,11 @@ def test_tgcn_cell_equals_pygt_tgcn():
             ours.w_x[:, g * H : (g + 1) * H] = conv_.lin.weight.T @ left
             ours.bias[g * H : (g + 1) * H] = conv_.bias @ left + lin.bias
             ours.w_h[:, g * H : (g + 1) * H] = right
-    h = torch.zeros(N, H, dtype=DT)
+    h, h_ours = torch.zeros(N, H, dtype=DT), None
     for t, a in enumerate(adj):
         g = _step(t, a)
         ax = spmm(gcn_norm(t, g.indptr, g.indices, g.values, DT), xs[t])
-        mine, h_ours = ours.cell(ax, None if t == 0 else h_ours)
+        mine, h_ours = ours.cell(ax, h_ours)
         ei, ew = _pyg_edges(a)
         h = theirs(xs[t], ei, ew.to(DT), h)
         torch.testing.assert_close(mine, h, rtol=0, atol=1e-12)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import make_dataset, write_job
-from tests.train.test_exactness import MODELS, _losses
+from tests.train.test_exactness import _losses
 
 
 # CD-GCN under chunk at P = 3 against P = 1: the exact run of tests/strategies/test_stale.py and

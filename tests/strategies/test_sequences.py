@@ -77,13 +77,11 @@ def test_node_tasks_p3_reproduce_one_rank(launcher, small_dataset, chickenpox, t
 def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
     """The sampled aggregation with every neighbour is Ã_t's rows, step by step; with k neighbours each
     row keeps its self-loop and min(k, degree) others, weighted degree / k."""
-    from hpcdgnn.config.load import load_job
     from hpcdgnn.data.manifest import load_manifest
     from hpcdgnn.data.shard_reader import ShardReader
     from hpcdgnn.strategies.sequences import SequencesStrategy
 
     data = make_dataset(tmp_path / "d", T=4, N=30, m=60)
-    job = load_job(write_job(tmp_path / "job.yaml", data, strategy=SEQ), [])
     s = SequencesStrategy.__new__(SequencesStrategy)
     s.ctx = type("C", (), {"dtype": torch.float64, "device": torch.device("cpu")})()
     man = load_manifest(data)
