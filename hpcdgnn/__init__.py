@@ -1,0 +1,1 @@
+"""hpcdgnn: distributed training of dynamic graph neural networks on HPC clusters (SPMD, MPI)."""

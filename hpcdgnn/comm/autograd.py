@@ -24,8 +24,8 @@ import torch
 
 from hpcdgnn.comm.communicator import Box, Communicator, Pending
 
-__all__ = ["AllToAllV", "ChunkBoxes", "Redistribute", "TimeHalo", "all_to_all_rows", "pipelined_exchange", "redistribute",
-           "time_halo"]
+__all__ = ["AllToAllV", "ChunkBoxes", "Redistribute", "TimeHalo", "all_to_all_rows", "pipelined_exchange",
+           "redistribute", "time_halo"]
 
 
 class AllToAllV(torch.autograd.Function):
@@ -35,7 +35,8 @@ class AllToAllV(torch.autograd.Function):
     def forward(ctx, x, comm, send_rows, recv_rows, tag, reuse):  # noqa: D102
         ctx.comm, ctx.send_rows, ctx.recv_rows, ctx.tag = comm, send_rows, recv_rows, tag
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
-        return comm.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd")
+        return comm.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd",
+                              reuse=None if reuse is None else f"{reuse}.fwd")
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
@@ -438,7 +439,8 @@ class _Pipeline:
             parts = [g[i] for g in state_grads]
             grads_in.append(None if all(p is None for p in parts) else
                             torch.cat([p if p is not None else torch.zeros_like(self._state_in[i]).narrow(
-                                -2, c.rows[0], c.rows[1] - c.rows[0]) for p, c in zip(parts, self.chunks)], dim=-2))
+                                -2, c.rows[0], c.rows[1] - c.rows[0])
+                                for p, c in zip(parts, self.chunks, strict=True)], dim=-2))
         return None if gx is None else gx.to(dev), grads_in
 
 
@@ -465,7 +467,7 @@ class PipelinedExchange(torch.autograd.Function):
         g_leaves = [next(it) if t else None for t in pipe._out_tensor]
         gx, g_in = pipe.backward(grad_out, g_leaves, ctx.x_shape, ctx.x_dtype)
         ctx.pipe = None
-        g_tensors = [g for s, g in zip(pipe._leaves, g_in) if isinstance(s, torch.Tensor)]
+        g_tensors = [g for s, g in zip(pipe._leaves, g_in, strict=True) if isinstance(s, torch.Tensor)]
         return (None, gx, *g_tensors)
 
 
@@ -490,6 +492,7 @@ def pipelined_exchange(
             once): then only the return exchange runs, chunk k's posted as soon as its rows are encoded.
         states: the encoder's initial state as flat leaves (tensors with this rank's vertex rows in
             dimension -2, or None); each chunk gets its rows.
+        comm: the communicator the exchanges run over.
         chunks: per chunk, its boxes (:class:`ChunkBoxes`); the same count on every rank.
         steps: T, the length of the block's timeline.
         encode: the time encoder of one chunk (rows of distinct vertices never mix in it).

@@ -141,7 +141,7 @@ class GradientBuckets:
 
     def serves(self, params: list[torch.nn.Parameter]) -> bool:
         """Whether these are the parameters the buckets were built for (the same objects, in order)."""
-        return len(params) == len(self.params) and all(p is q for p, q in zip(params, self.params))
+        return len(params) == len(self.params) and all(p is q for p, q in zip(params, self.params, strict=True))
 
     def close(self) -> None:
         """Remove the hooks (the parameters outlive this object) and free the buckets' communicator

@@ -71,7 +71,7 @@ def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
     if len(spec) == 1:
         return slice(spec[0], spec[0] + 1)
     step = spec[1] - spec[0]
-    if step > 0 and all(b - a == step for a, b in zip(spec, spec[1:])):
+    if step > 0 and all(b - a == step for a, b in zip(spec, spec[1:], strict=False)):
         return slice(spec[0], spec[-1] + 1, step)
     return spec
 
@@ -909,7 +909,7 @@ class Communicator:
         out = self._dist_alltoall(flat, [p.numel() for p in parts], rcounts)
         recv = torch.empty(recv_shape, dtype=send.dtype, device=dev)
         offset = 0
-        for (rows, (d0, d1)), n in zip(recv_boxes, rcounts):
+        for (rows, (d0, d1)), n in zip(recv_boxes, rcounts, strict=True):
             if n:
                 nrows = len(_box_rows(rows))
                 block = out[offset : offset + n].view(nrows, d1 - d0, *recv_shape[2:])
@@ -975,7 +975,8 @@ class Communicator:
         self._counted(tag, nbytes * (self.size - 1), 0, t0)
         return tensor
 
-    def allreduce_array(self, values: Sequence[float] | np.ndarray, op: str = "sum", tag: str = "metrics") -> np.ndarray:
+    def allreduce_array(self, values: Sequence[float] | np.ndarray, op: str = "sum",
+                        tag: str = "metrics") -> np.ndarray:
         """All-reduce a small float64 vector (metrics, counts); returns a new array."""
         t = torch.as_tensor(np.asarray(values, dtype=np.float64)).clone()
         return self.allreduce_(t, op, tag).numpy()

@@ -56,13 +56,15 @@ def _local_rank(comm) -> int:
         return comm.rank if found is None else found
 
 
-def select_device(requested: str, comm, cuda_available: bool | None = None, gpu_count: int | None = None) -> torch.device:
+def select_device(requested: str, comm, cuda_available: bool | None = None,
+                  gpu_count: int | None = None) -> torch.device:
     """The device for this rank (see the module docstring).
 
     Args:
         requested: ``auto``, ``cpu`` or ``cuda`` (``train.device``).
         comm: the :class:`~hpcdgnn.comm.Communicator` (for the local rank).
-        cuda_available, gpu_count: what CUDA reports; None = ask torch (tests pass values).
+        cuda_available: whether CUDA is available; None = ask torch (tests pass values).
+        gpu_count: the number of GPUs CUDA reports; None = ask torch (tests pass values).
 
     Raises:
         ConfigError: ``cuda`` requested on a rank that sees no GPU.

@@ -51,7 +51,7 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
             return tuple(_check_value(v, args[0], where) for v in value)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"expected a list of {len(args)} values, got {value!r}")
-        return tuple(_check_value(v, a, where) for v, a in zip(value, args))
+        return tuple(_check_value(v, a, where) for v, a in zip(value, args, strict=True))
     if origin in (typing.Union, types.UnionType):
         for a in typing.get_args(tp):
             try:

@@ -648,7 +648,8 @@ def scan_event_shards(
 # --------------------------------------------------------------------------- writer
 
 
-def read_events_per_node(comm: Any, root: str | Path, manifest: EventManifest | None = None) -> tuple[EventStream, list]:
+def read_events_per_node(comm: Any, root: str | Path,
+                         manifest: EventManifest | None = None) -> tuple[EventStream, list]:
     """:func:`read_events` of the whole stream once per node (``comm.share_per_node``): the node's first
     rank reads it, every rank of the node maps its arrays, so a node with many ranks holds one copy, not
     one per rank (DistTGL's trainers all sample from the whole stream). Collective over ``comm``; a

@@ -94,7 +94,8 @@ def random_snapshots(
             pairs = rng.integers(0, n, size=(2, m_t), dtype=np.int64)
         else:
             alive = np.flatnonzero((start <= t) & (t < stop))
-            pairs = alive[rng.integers(0, alive.shape[0], size=(2, m_t))] if alive.shape[0] else np.zeros((2, 0), np.int64)
+            pairs = (alive[rng.integers(0, alive.shape[0], size=(2, m_t))] if alive.shape[0]
+                     else np.zeros((2, 0), np.int64))
         keep = pairs[0] != pairs[1]  # self-loops removed: the GCN adds I itself (IBM §2)
         yield RawSnapshot(src=pairs[0][keep], dst=pairs[1][keep], time=(float(t), float(t + 1)))
 

@@ -257,7 +257,8 @@ class ShardReader:
         x = self._read(t, "x", N)
         if x.ndim != 2 or x.shape[1] != m.num_features:
             _, path = self._file(t)
-            raise DataError(f"{path}: '{snapshot_group_name(t)}/x' has shape {x.shape}, expected ({N}, {m.num_features})")
+            raise DataError(f"{path}: '{snapshot_group_name(t)}/x' has shape {x.shape}, "
+                            f"expected ({N}, {m.num_features})")
         active = self._read(t, "active", N).astype(bool)
         labels = self._read(t, "labels", N) if m.num_classes > 0 else None
         targets = self.read_targets(t) if m.has_targets else None

@@ -74,6 +74,7 @@ class TemporalNeighbors:
         return out
 
     def nbytes(self) -> int:
+        """Bytes of the index's arrays."""
         return int(sum(a.nbytes for a in self.arrays().values()))
 
     def recent(self, nodes: np.ndarray, cut: np.ndarray, k: int) -> NeighborBlock:

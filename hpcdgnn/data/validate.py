@@ -41,12 +41,14 @@ def check_dataset(root: str | Path, *, checksums: bool = True) -> None:
     problems = validate_dataset(root, checksums=checksums)
     if problems:
         more = len(problems) - 1
-        raise DataError(problems[0] + (f" (and {more} more problem(s); run 'python -m hpcdgnn validate {root}')" if more else ""))
+        raise DataError(problems[0] + (f" (and {more} more problem(s); run 'python -m hpcdgnn validate {root}')"
+                                       if more else ""))
 
 
 def add_validate_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``hpcdgnn validate`` arguments to ``parser``."""
-    parser.description = "Validate a dataset directory: manifest, shard checksums, dtypes, shapes, index ranges, NaN/Inf."
+    parser.description = ("Validate a dataset directory: manifest, shard checksums, dtypes, shapes, index ranges, "
+                          "NaN/Inf.")
     parser.add_argument("root", metavar="DIR", help="dataset directory written by 'hpcdgnn prepare' or 'generate'")
     parser.add_argument("--no-checksums", action="store_true", help="skip the sha256 check of each shard (faster)")
 

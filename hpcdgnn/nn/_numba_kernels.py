@@ -260,8 +260,8 @@ def pairs_by_bucket(pos_src, pos_dst, pos_bounds, neg_src, neg_dst, neg_bounds, 
     written at ``pos_bounds[j] + neg_bounds[j]`` of the outputs in destination buckets
     ``(dst - firsts[j]) >> shift`` (a shift: a division by a run-time divisor cost more than the rest,
     82 against 61 ms on the generator graph N = 2^15): each bucket's positives (label 1, copied as the run
-    they are), then its negatives (label 0, a stable counting sort). The tallies have a slot per bucket; a vertex out of range
-    counts in the nearest bucket. With one bucket: the positives, then the negatives."""
+    they are), then its negatives (label 0, a stable counting sort). The tallies have a slot per bucket; a
+    vertex out of range counts in the nearest bucket. With one bucket: the positives, then the negatives."""
     top = tally_pos.shape[0] - 1
     for j in range(pos_bounds.shape[0] - 1):
         pa, pb, na, nb, first = pos_bounds[j], pos_bounds[j + 1], neg_bounds[j], neg_bounds[j + 1], firsts[j]

@@ -198,7 +198,7 @@ def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...
     start = np.empty(max(ip.shape[0] - 1 for ip, _, _ in arrays), dtype=np.int64)
     off = r0 = 0
     fill = _kernel("gcn_norm_fill")
-    for (ip, ix, w), d, m in zip(arrays, dinv, kept):
+    for (ip, ix, w), d, m in zip(arrays, dinv, kept, strict=True):
         n = ip.shape[0] - 1
         fill(ip, ix, w, d, r0, off, crow.numpy(), col_a.numpy(), val_a.numpy(), crow_t.numpy(), col_t.numpy(),
              val_t.numpy(), start)

@@ -143,8 +143,8 @@ class _LSTMLayer(torch.autograd.Function):
 
     @staticmethod
     def _weight_grads(ctx, dgates, hin, x, w_ih, dh, dc):
-        """backward's return from the pre-activation gradients (T, 4H, B): the weights' gradients for all
-        steps at once, and the initial state's (dh, dc)."""
+        """What ``backward`` returns, from the pre-activation gradients (T, 4H, B): the weights' gradients for
+        all steps at once, and the initial state's (dh, dc)."""
         dw_hh = torch.bmm(dgates, hin.transpose(1, 2)).sum(0)
         if x is None:
             dx, dw_ih, db = None, None, dgates.sum((0, 2))

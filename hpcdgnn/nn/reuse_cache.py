@@ -1,4 +1,4 @@
-"""R3, the reuse cache: ReInc's two-level cache store with its Eq. 3 eviction policy (ReInc §3.3, SPEC R3).
+r"""R3, the reuse cache: ReInc's two-level cache store with its Eq. 3 eviction policy (ReInc §3.3, SPEC R3).
 
 A cache of aggregations keyed by ``(level, layer, t, sample)``:
 
@@ -28,7 +28,7 @@ first access (a warm start, as R2 filling the cache at setup).
 **Priority policy** (``priority``, ReInc Eq. 3, after GDSF): an entry's score is
 
 .. math::
-    \\mathrm{Priority}(Agg) = \\frac{F(Agg)}{S(Agg)} - I(Agg)
+    \mathrm{Priority}(Agg) = \frac{F(Agg)}{S(Agg)} - I(Agg)
 
 with every term read off the plan at the current clock c (the number of planned accesses made so
 far since :meth:`~ReuseCache.plan`):
@@ -329,7 +329,7 @@ class ReuseCache:
 
 
 def hit_rate(hits: float, misses: float) -> float:
-    """hits / (hits + misses); 0 without accesses."""
+    """The hit rate ``hits / (hits + misses)``; 0 without accesses."""
     return hits / (hits + misses) if hits + misses else 0.0
 
 

@@ -13,9 +13,10 @@ order, so the initial labels are unique. Its edges are
 
 :func:`label_propagation` then lets every node adopt the label of greatest
 total edge weight among its neighbours (Eq. 2), until no label changes or an
-iteration cap (or fewer than ``tol`` of the nodes changing); a label that already covers ``max_size`` nodes accepts no new
-ones (DGC: "constraining the propagation of some labels if they are attached
-to too many vertices"). Nodes update in two halves, drawn afresh each
+iteration cap (or fewer than ``tol`` of the nodes changing); a label that
+already covers ``max_size`` nodes accepts no new ones (DGC: "constraining
+the propagation of some labels if they are attached to too many
+vertices"). Nodes update in two halves, drawn afresh each
 iteration by a hash of id and iteration — the usual cure for the oscillation
 of fully synchronous propagation; ties keep the current label, else go to a
 pseudo-random one seeded by the iteration, so the result is deterministic.
@@ -95,7 +96,8 @@ def build_supergraph(snapshots, num_vertices: int, spatial_weight: float, tempor
         time=np.concatenate(times) if times else empty,
         src=np.concatenate([s_sp, s_tm]),
         dst=np.concatenate([np.concatenate(dsts) if dsts else empty, np.concatenate(t_dst) if t_dst else empty]),
-        weight=np.concatenate([np.full(s_sp.shape[0], float(spatial_weight)), np.full(s_tm.shape[0], float(temporal_weight))]),
+        weight=np.concatenate([np.full(s_sp.shape[0], float(spatial_weight)),
+                               np.full(s_tm.shape[0], float(temporal_weight))]),
         spatial=np.concatenate([np.ones(s_sp.shape[0], bool), np.zeros(s_tm.shape[0], bool)]),
     )
 

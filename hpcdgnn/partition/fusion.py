@@ -34,8 +34,10 @@ def group_cost(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray, 
 
     Args:
         chunk: chunk id (0..C-1) of each local row.
-        entry_row, entry_col: the entries of the local operator (columns past the local rows are halo).
-        width, itemsize: the widest layer's feature width and the element size.
+        entry_row: the row of each entry of the local operator.
+        entry_col: the column of each entry (columns past the local rows are halo).
+        width: the widest layer's feature width.
+        itemsize: the element size.
     """
     C = int(chunk.max()) + 1 if chunk.shape[0] else 0
     rows = np.bincount(chunk, minlength=C)
@@ -51,7 +53,8 @@ def fuse_chunks(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray,
 
     Args:
         chunk: chunk id (0..C-1) of each local row.
-        entry_row, entry_col: entries of the local operator; columns ``< len(chunk)`` are local rows.
+        entry_row: the row of each entry of the local operator.
+        entry_col: the column of each entry; columns ``< len(chunk)`` are local rows.
         cost: estimated bytes of each chunk (:func:`group_cost`).
         cap: the largest estimated bytes of a fused group (a chunk over it stays alone).
     """

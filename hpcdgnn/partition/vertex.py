@@ -65,7 +65,7 @@ def plan_vertices(manifest: Manifest, num_ranks: int, job: JobConfig, root: str 
     edges = None
     if method == "metis" and P > 1:
         with ShardReader(root or job.data.path, manifest) as reader:
-            src, dst = zip(*(reader.edges(t) for t in range(T)))
+            src, dst = zip(*(reader.edges(t) for t in range(T)), strict=True)
         edges = (np.concatenate(src), np.concatenate(dst))
     part = vertex_partition(method, N, P, edges)
     order = np.argsort(part, kind="stable")

@@ -113,7 +113,8 @@ class ChunkTimer:
             h.requires_grad_(True)  # a later layer's input is an activation: its gradient is work too
 
         # the chunk strategy's own spatial stage (RowLayout, as DGNN.forward calls it) over this chunk's rows
-        layout = RowLayout(0, int(t_of.max()) + 1, 1, [(t, b - a) for a, b, t in zip(bounds[:-1], bounds[1:], times)],
+        layout = RowLayout(0, int(t_of.max()) + 1, 1,
+                           [(t, b - a) for a, b, t in zip(bounds[:-1], bounds[1:], times, strict=True)],
                            lambda _layer, _li, x: agg(x) if agg is not None else x)
 
         def run() -> None:

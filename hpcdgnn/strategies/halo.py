@@ -278,7 +278,6 @@ def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: Row
     :class:`~hpcdgnn.strategies.stale.StaleHalo` ``stale`` (DGC §5.2) when it is not None;
     aggregated in ``groups`` (fused chunks) when given.
     """
-
     if halo.idle:  # nothing to exchange anywhere: Ã's columns are the rows themselves
         return LocalGraph(adj, groups=groups)
 
@@ -444,6 +443,8 @@ class HaloLayout(RowLayout):
     s: HaloStrategy
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
+        """Layer ``li``'s aggregation and transform of this rank's rows, the snapshots in one call where it can
+        (see the class docstring)."""
         sizes = {k for _, k in self.segments}
         even = len(sizes) == 1 and len(self.segments) == self._steps  # every snapshot, k rows each
         if not self.segments or not (even or tparams is None):

@@ -79,10 +79,12 @@ class MemoryPlan:
     """Training batches [first, stop) of each of the k time segments."""
 
     def batches(self, split: str) -> int:
+        """Batches of ``batch_events`` events in ``split`` (the last one may be shorter)."""
         lo, hi = self.split[split]
         return -(-(hi - lo) // self.batch_events)
 
     def batch_events_range(self, split: str, q: int) -> tuple[int, int]:
+        """Events [first, stop) of batch ``q`` of ``split``."""
         lo, hi = self.split[split]
         return lo + q * self.batch_events, min(hi, lo + (q + 1) * self.batch_events)
 
@@ -91,12 +93,15 @@ class MemoryPlan:
         return max(b - a for a, b in self.segments) + self.epoch - 1
 
     def segment_of(self, group: int, epoch: int) -> int:
+        """The time segment group ``group`` trains on in ``epoch``: (group + epoch − 1) mod k."""
         return (group + epoch - 1) % self.memory
 
     def to_json(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict."""
         return asdict(self)
 
     def save(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path`` as JSON."""
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
@@ -186,12 +191,14 @@ class MemoryStrategy(Strategy):
         return {s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")}
 
     def attach_task(self, task) -> None:
+        """Keep the task head; first pre-train the static node memory when configured (module docstring)."""
         self.task = task
         job = self.ctx.job
         if getattr(self.model, "static", None) is not None and job.model.static_pretrain_epochs > 0:
             self._pretrain(task, job.model.static_pretrain_epochs)
 
     def engine_bytes(self) -> int:
+        """The node memory's rows and times plus the edge features."""
         return int(self.memory.nbytes + self.efeat.numel() * self.efeat.element_size())
 
     def host_bytes(self) -> int:
@@ -270,6 +277,8 @@ class MemoryStrategy(Strategy):
         return float(total)
 
     def batches(self, epoch: int):
+        """One batch per iteration of the epoch (:meth:`MemoryPlan.iterations`); the group's memory is reset
+        first when its segment is the stream's first."""
         p = self.plan
         seg = p.segment_of(self.c, epoch)
         if seg == 0:  # the group starts the stream again (k = 1: every epoch)
@@ -282,6 +291,9 @@ class MemoryStrategy(Strategy):
             yield Batch(epoch, g, None, examples=self._examples(epoch, g), samples=[(seg, g)])
 
     def step(self, model, task, batch: Batch, scale: float) -> np.ndarray:
+        """Iteration g of the segment: read the memory for batch g, the group barrier, then train on the batch
+        read ``self.b`` iterations earlier (epoch parallelism) and, where ``self.b`` is 0, write its memory;
+        returns the task's metric sums."""
         p, (seg, g) = self.plan, batch.samples[0]
         lo, hi = p.segments[seg]
         m = self.ctx.job.task.negatives
@@ -392,6 +404,7 @@ class MemoryStrategy(Strategy):
         return {"memory": self.memory.state()} if self.memory.leader else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the group's memory from :meth:`state_dict` (empty on non-leaders), then the group barrier."""
         if state:
             self.memory.load(state["memory"])
         self._order()

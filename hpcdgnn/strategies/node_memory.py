@@ -27,6 +27,8 @@ from hpcdgnn.nn.models.tgn import MemoryRows
 
 __all__ = ["NodeMemory"]
 
+_CPU = torch.device("cpu")  # read()'s default device
+
 
 class NodeMemory:
     """The memory copy of one group (see the module docstring).
@@ -58,6 +60,7 @@ class NodeMemory:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the rows and their update times."""
         return int(self.values.nbytes + self.times.nbytes)
 
     def reset(self) -> None:
@@ -66,7 +69,7 @@ class NodeMemory:
             self.values[:] = 0
             self.times[:] = self.t0
 
-    def read(self, nodes: np.ndarray, device: torch.device = torch.device("cpu")) -> MemoryRows:
+    def read(self, nodes: np.ndarray, device: torch.device = _CPU) -> MemoryRows:
         """Copies of the rows of ``nodes`` (ascending, unique), on ``device`` (times stay on the host)."""
         rows = self.values[nodes]
         t = torch.from_numpy(rows).to(device)
@@ -84,11 +87,13 @@ class NodeMemory:
         return {"values": self.values.copy(), "times": self.times.copy()}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
+        """Set every row from :meth:`state`'s dict (the group leader writes; as :meth:`reset`)."""
         if self.leader:
             self.values[:] = state["values"]
             self.times[:] = state["times"]
 
     def close(self) -> None:
+        """Free the shared-memory windows (none with private arrays)."""
         for w in self._windows:
             w.Free()
         self._windows = []

@@ -426,8 +426,8 @@ class SequencesStrategy(Strategy):
             self._r2 = (ts[0], agg)  # kept: a later miss of Agg_t may start from a cached Agg_{t-1} (_fill_input)
         else:
             out = [torch.sparse.mm(gcn_norm(t, s.indptr, s.indices, s.weights, torch.float64).a, x)
-                   for t, s, x in zip(ts, raw, xs)]
-        return {t: y.to(self.ctx.dtype) for t, y in zip(ts, out)}
+                   for t, s, x in zip(ts, raw, xs, strict=True)]
+        return {t: y.to(self.ctx.dtype) for t, y in zip(ts, out, strict=True)}
 
     # -- R3: the reuse cache ------------------------------------------------------------------------
     def _input_key(self, t: int) -> tuple:
@@ -558,7 +558,7 @@ class SequencesStrategy(Strategy):
         mine = self._incremental or {}
         keys = ["rows_recomputed", "rows_updated", "rows_untouched", "fallbacks"]
         tot = self.comm.allreduce_array([float(mine.get(k, 0)) for k in keys], tag="metrics")
-        inc = dict(zip(keys, (int(x) for x in tot)))
+        inc = dict(zip(keys, (int(x) for x in tot), strict=True))
         rows = inc["rows_recomputed"] + inc["rows_updated"] + inc["rows_untouched"]
         inc["recomputed_fraction"] = inc["rows_recomputed"] / rows if rows else 0.0
         out["incremental"] = {"mode": self.opts.incremental, **inc}
@@ -593,7 +593,7 @@ class SequencesStrategy(Strategy):
                         decoder_to_encoder_hits=self.cache.cross_hits("decoder", "encoder"),
                         filled_incrementally=self._fills["incremental"], filled_from_scratch=self._fills["scratch"])
         tot = self.comm.allreduce_array([float(mine[k]) for k in self.REPORT], tag="metrics")
-        out.update({"cached": cached, **{k: int(v) for k, v in zip(self.REPORT, tot)}})
+        out.update({"cached": cached, **{k: int(v) for k, v in zip(self.REPORT, tot, strict=True)}})
         out["hit_rate"] = hit_rate(out["hits"], out["misses"])
         return out
 
@@ -669,7 +669,8 @@ class SequencesStrategy(Strategy):
 
     def _run(self, model: DGNN, task, epoch: int, seq: Sequence, batch: np.ndarray, b: int, train: bool):
         vertices = task.sample_vertices(seq.t, batch, epoch)
-        layout = SampleLayout(self, seq, batch, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b, train=train)
+        layout = SampleLayout(self, seq, batch, vertices, self._rng(epoch, seq, b, train),
+                              epoch=epoch, b=b, train=train)
         # each window starts afresh: per-step parameters from their initial state (EvolveGCN-O's W_0)
         layout.states = [(layer.initial_time_state(), None) for layer in model.layers]
         # the cells report their state aggregations shared by the gates to the local level (ReInc §3.3.2)
@@ -777,8 +778,8 @@ class SequencesStrategy(Strategy):
         empty = np.zeros(0, np.int64)
         fan = self.fanout
 
-        def hop(layers, l, which, t, rows):  # the rows layer l reads of its input (0) or its state (1)
-            return self._hop(layers[l], t, rows, layers[l].receptive_hops()[which], fan[l], salt)
+        def hop(layers, layer, which, t, rows):  # the rows layers[layer] reads of its input (0) or its state (1)
+            return self._hop(layers[layer], t, rows, layers[layer].receptive_hops()[which], fan[layer], salt)
 
         need: list[np.ndarray] = [vertices]
         seed = [empty] * L  # rows each encoder layer must get right at the window's last step
@@ -790,26 +791,26 @@ class SequencesStrategy(Strategy):
             dec, later = self.decoder, None  # ``later``: the rows of decoder step d + 1, per layer
             for d in reversed(range(self.horizon)):
                 rows = [empty] * L
-                for l in reversed(range(L)):
-                    r = vertices if l == top else hop(dec, l + 1, 0, graph[d], rows[l + 1])
+                for layer in reversed(range(L)):
+                    r = vertices if layer == top else hop(dec, layer + 1, 0, graph[d], rows[layer + 1])
                     if later is not None:
-                        r = np.union1d(r, hop(dec, l, 1, graph[d + 1], later[l]))  # the state step d + 1 reads
-                        if l == top and reads[d + 1] is None:  # step d + 1 reads this step's prediction
+                        r = np.union1d(r, hop(dec, layer, 1, graph[d + 1], later[layer]))  # the state step d + 1 reads
+                        if layer == top and reads[d + 1] is None:  # step d + 1 reads this step's prediction
                             r = np.union1d(r, hop(dec, 0, 0, graph[d + 1], later[0]))
-                    rows[l] = r
+                    rows[layer] = r
                 need += [*rows, hop(dec, 0, 0, graph[d], rows[0])]  # layer 0's reads of step d's input
                 later = rows
-            seed = [hop(dec, l, 1, graph[0], later[l]) for l in range(L)]  # the encoder states step 0 reads
+            seed = [hop(dec, layer, 1, graph[0], later[layer]) for layer in range(L)]  # the encoder states step 0 reads
         later = None
         for e in reversed(range(len(steps))):
             rows = [empty] * L
-            for l in reversed(range(L)):
-                r = seed[l] if e == len(steps) - 1 else empty
-                if l < top:
-                    r = np.union1d(r, hop(self.encoder, l + 1, 0, steps[e], rows[l + 1]))
+            for layer in reversed(range(L)):
+                r = seed[layer] if e == len(steps) - 1 else empty
+                if layer < top:
+                    r = np.union1d(r, hop(self.encoder, layer + 1, 0, steps[e], rows[layer + 1]))
                 if later is not None:
-                    r = np.union1d(r, hop(self.encoder, l, 1, steps[e + 1], later[l]))
-                rows[l] = r
+                    r = np.union1d(r, hop(self.encoder, layer, 1, steps[e + 1], later[layer]))
+                rows[layer] = r
             need += [*rows, hop(self.encoder, 0, 0, steps[e], rows[0])]  # X_t's rows layer 0 reads
             later = rows
         return np.unique(np.concatenate(need))

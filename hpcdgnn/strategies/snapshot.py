@@ -67,8 +67,17 @@ from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import (Layout, StepGraph, TransformThenEncode, horizon_temporal, joined, moves_aggregation,
-                               phase_head, phase_join, phase_join_into)
+from hpcdgnn.nn.layout import (
+    Layout,
+    StepGraph,
+    TransformThenEncode,
+    horizon_temporal,
+    joined,
+    moves_aggregation,
+    phase_head,
+    phase_join,
+    phase_join_into,
+)
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import banded_in_place, plan_snapshots, rebalanced_plan
@@ -172,7 +181,7 @@ class SnapshotStrategy(Strategy):
                 x = torch.stack([torch.from_numpy(xs[i]) for i in idx]).to(dev, dtype)
                 if self._precomputed:  # one product over the phase's stacked rows: each row as Ã_t·X_t alone
                     x = spmm(a, x.reshape(-1, x.shape[-1])).view(len(idx), self.N, -1)
-                for i, row in zip(idx, x.unbind(0)):
+                for i, row in zip(idx, x.unbind(0), strict=True):
                     ax[i] = row
                 if self._resident and self._needs_adjacency:
                     self._diag[(b, lo, hi)] = a
@@ -208,7 +217,8 @@ class SnapshotStrategy(Strategy):
         return [(grad, lo, hi) for grad, lo, hi in ((True, 0, cut), (False, cut, len(ts))) if hi > lo]
 
     def _as_steps(self, b: int, snaps) -> list[StepGraph]:
-        return [StepGraph(self.owned[i], c.indptr, c.indices, c.values) for i, c in zip(self._local[b], snaps)]
+        return [StepGraph(self.owned[i], c.indptr, c.indices, c.values)
+                for i, c in zip(self._local[b], snaps, strict=True)]
 
     def step_graphs(self, b: int) -> list[StepGraph]:
         """Block b's owned snapshots as :class:`~hpcdgnn.nn.layout.StepGraph` s, in time order: kept from

@@ -358,11 +358,13 @@ class StaleFetch:
         return req.in_key_order(sorted_rows)
 
     def state_dict(self) -> dict:
+        """Copies of the caches of both sides, and the row counts they were built for."""
         return {"sent": {q: (v.clone(), f.clone()) for q, (v, f) in self._sent.items()},
                 "got": {q: (v.clone(), f.clone()) for q, (v, f) in self._got.items()},
                 "row_counts": list(self.row_counts)}
 
     def load_state_dict(self, state: dict | None) -> None:
+        """Restore the caches from :meth:`state_dict` (nothing when ``state`` is empty)."""
         if not state:
             return
         self._sent = {int(q): (v.clone(), f.clone()) for q, (v, f) in state["sent"].items()}

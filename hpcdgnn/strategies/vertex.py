@@ -83,7 +83,8 @@ class VertexStrategy(HaloStrategy):
 
         self.num_layers = len(model.layers)
         keys = (np.arange(T, dtype=np.int64)[:, None] * N + mine[None, :]).reshape(-1)
-        shard = self._task_rows(keys, N, lambda k: part[k % N], lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N])
+        shard = self._task_rows(keys, N, lambda k: part[k % N],
+                                lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N])
         if shard is not None:  # the task scores my rows here and fetches the few it lacks
             return shard
         # else its layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)

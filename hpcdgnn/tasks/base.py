@@ -52,7 +52,7 @@ class Embeddings(dict):
     @classmethod
     def of_block(cls, block: torch.Tensor, steps: list[int]) -> Embeddings:
         """The rows ``block[k]`` as ``Z_{steps[k]}``."""
-        emb = cls(zip(steps, block.unbind(0)))
+        emb = cls(zip(steps, block.unbind(0), strict=True))
         emb.block, emb.position = block, {t: k for k, t in enumerate(steps)}
         return emb
 

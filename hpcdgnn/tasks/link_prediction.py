@@ -30,8 +30,16 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.indices import index_dtype
 from hpcdgnn.nn import kernels
 from hpcdgnn.nn.layout import phase_head, phase_view
-from hpcdgnn.tasks.base import (SPLITS, Embeddings, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch,
-                                split_steps)
+from hpcdgnn.tasks.base import (
+    SPLITS,
+    Embeddings,
+    RowShard,
+    SampleEmbeddings,
+    ShardedEmbeddings,
+    Task,
+    TaskBatch,
+    split_steps,
+)
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives",
            "draw_negatives_joined", "draw_negatives_steps", "negatives_key", "score_stats_torch"]
@@ -108,7 +116,7 @@ def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: 
                          counts: list[int]) -> list[np.ndarray]:
     """:func:`draw_negatives_joined`, step by step: step ``steps[j]``'s pairs as a (2, counts[j]) view."""
     pairs, bounds = draw_negatives_joined(seed, epoch, steps, num_vertices, counts)
-    return [pairs[:, a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return [pairs[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices: int, counts: list[int],
@@ -215,7 +223,7 @@ def _bucket_order(dst: np.ndarray, bounds: np.ndarray, firsts, shift: int, verti
     ``(dst - first) >> shift``, a vertex out of range in the nearest bucket."""
     top = _last_bucket(shift, vertices)
     return np.concatenate([a + np.argsort(np.clip((dst[a:b] - f) >> shift, 0, top), kind="stable")
-                           for a, b, f in zip(bounds[:-1], bounds[1:], firsts)])
+                           for a, b, f in zip(bounds[:-1], bounds[1:], firsts, strict=True)])
 
 
 def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[int] | np.ndarray, shift: int,
@@ -597,10 +605,11 @@ class LinkPrediction(Task):
         if fixed is None:
             if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
                 self._fixed.clear()
-            fixed = self._fixed[key] = in_buckets(concat_steps([self._positives(t, f) for t, f in zip(steps, firsts)]),
-                                                  firsts, shift, n)
+            fixed = self._fixed[key] = in_buckets(
+                concat_steps([self._positives(t, f) for t, f in zip(steps, firsts, strict=True)]), firsts, shift, n)
         negatives = self._negatives_joined(steps, epoch, firsts)
-        src, dst, label = pairs_by_step(fixed, negatives, firsts, shift, n, pair_index_dtype(max(firsts, default=0) + n))
+        src, dst, label = pairs_by_step(fixed, negatives, firsts, shift, n,
+                                        pair_index_dtype(max(firsts, default=0) + n))
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
@@ -676,7 +685,8 @@ class LinkPrediction(Task):
             fixed = self._fixed.get(("in place", s, shift))
             if fixed is None:
                 fixed = self._fixed[("in place", s, shift)] = in_buckets(
-                    kept(concat_steps([self._positives(t, f) for t, f in zip(steps, firsts)])), firsts, shift, N)
+                    kept(concat_steps([self._positives(t, f) for t, f in zip(steps, firsts, strict=True)])),
+                    firsts, shift, N)
             out[s] = pairs_by_step(fixed, kept(self._negatives_joined(steps, epoch, firsts)), firsts, shift, N)
         return out
 
@@ -916,5 +926,6 @@ class LinkPrediction(Task):
             pairs = stats[b + 1]
             out[f"{name}_loss"] = float(stats[b] / pairs) if pairs else float("nan")
             out[f"{name}_acc"] = float(stats[b + 2] / pairs) if pairs else float("nan")
-            out[f"{name}_auc"] = auc_from_histograms(stats[b + 3 : b + 3 + AUC_BINS], stats[b + 3 + AUC_BINS : b + width])
+            out[f"{name}_auc"] = auc_from_histograms(stats[b + 3 : b + 3 + AUC_BINS],
+                                                     stats[b + 3 + AUC_BINS : b + width])
         return out

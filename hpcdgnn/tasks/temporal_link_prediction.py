@@ -78,10 +78,12 @@ class TemporalLinkPrediction(Task):
 
     @staticmethod
     def train_horizon(cfg, manifest) -> int:
+        """No snapshot enters the training loss (the task scores events): -1."""
         return -1
 
     @staticmethod
     def snapshot_work(cfg, manifest) -> np.ndarray:
+        """An empty array: there are no snapshots to score."""
         return np.zeros(0)
 
     def setup(self, reader, scored, comm) -> None:
@@ -89,6 +91,7 @@ class TemporalLinkPrediction(Task):
         self.train_events = int(scored["train"])
 
     def global_train_count(self) -> float:
+        """Training events over all ranks (``scored["train"]`` in :meth:`setup`)."""
         return float(self.train_events)
 
     def scores(self, emb: EventEmbeddings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,6 +111,8 @@ class TemporalLinkPrediction(Task):
         return TaskBatch(loss, stats)
 
     def stats_width(self) -> int:
+        """Length of the metric sums: the training loss and its count, then per evaluation split the
+        reciprocal-rank sum, its count, the AP sum and its count."""
         return _TRAIN + _EVAL * (len(SPLITS) - 1)
 
     def eval_stats(self, split: str, pos: np.ndarray, neg: np.ndarray, batch_ap: float | None) -> np.ndarray:
@@ -122,6 +127,8 @@ class TemporalLinkPrediction(Task):
         return stats
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
+        """Finish metrics from all-reduced ``stats``: the training loss per event, and per evaluation split the
+        MRR and the mean AP over batches."""
         out = {"train_loss": float(stats[0] / stats[1]) if stats[1] else float("nan")}
         for split in SPLITS[1:]:
             b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)

@@ -263,7 +263,8 @@ def load_dataset_manifest(job: JobConfig, where: str | None):
     if (kind == "events") != (job.model.name == "tgn"):
         wants = "an event-stream dataset (prepare --kind events)" if job.model.name == "tgn" else \
             "a snapshot dataset (prepare, generate)"
-        raise ConfigError(f"{where}: data.path: {job.data.path} is {'an event-stream' if kind == 'events' else 'a snapshot'} "
+        raise ConfigError(f"{where}: data.path: {job.data.path} is "
+                          f"{'an event-stream' if kind == 'events' else 'a snapshot'} "
                           f"dataset, but model.name: {job.model.name} reads {wants}")
     return load_event_manifest(job.data.path) if kind == "events" else load_manifest(job.data.path)
 

@@ -41,8 +41,15 @@ from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager
-from hpcdgnn.train.setup import (Run, build_run, calibration_epochs, measured_plan, replan, truncate_metrics,
-                                 warmup_epochs)
+from hpcdgnn.train.setup import (
+    Run,
+    build_run,
+    calibration_epochs,
+    measured_plan,
+    replan,
+    truncate_metrics,
+    warmup_epochs,
+)
 
 __all__ = ["run_training", "TrainResult", "train_epoch"]
 

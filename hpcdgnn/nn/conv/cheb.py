@@ -1,11 +1,11 @@
-"""Chebyshev graph convolution (Defferrard et al. 2016) as PyG's ``ChebConv`` defines it, computed sparsely.
+r"""Chebyshev graph convolution (Defferrard et al. 2016) as PyG's ``ChebConv`` defines it, computed sparsely.
 
 .. math::
-    L = I - D^{-1/2} A D^{-1/2},\\qquad
-    \\hat L = \\frac{2L}{\\lambda_{max}} - I = -D^{-1/2} A D^{-1/2}\\quad(\\lambda_{max} = 2),
+    L = I - D^{-1/2} A D^{-1/2},\qquad
+    \hat L = \frac{2L}{\lambda_{max}} - I = -D^{-1/2} A D^{-1/2}\quad(\lambda_{max} = 2),
 
-    T_0 x = x,\\quad T_1 x = \\hat L x,\\quad T_k x = 2 \\hat L\\, T_{k-1} x - T_{k-2} x,\\qquad
-    \\mathrm{ChebConv}_K(x) = \\sum_{k<K} T_k x\\, \\Theta_k + b
+    T_0 x = x,\quad T_1 x = \hat L x,\quad T_k x = 2 \hat L\, T_{k-1} x - T_{k-2} x,\qquad
+    \mathrm{ChebConv}_K(x) = \sum_{k<K} T_k x\, \Theta_k + b
 
 PyG's ``ChebConv`` with ``normalization="sym"`` and no ``lambda_max`` sets λ_max = 2·max of the Laplacian's
 weights = 2 (its diagonal is 1 and the rest ≤ 0), so L̂ has a zero diagonal: that is the operator here.

@@ -1,8 +1,8 @@
-"""Bidirectional random-walk diffusion convolution (DCRNN, Li et al. 2018, Eq. 2), computed sparsely.
+r"""Bidirectional random-walk diffusion convolution (DCRNN, Li et al. 2018, Eq. 2), computed sparsely.
 
 .. math::
-    P_f = D_O^{-1} A,\\qquad P_b = D_I^{-1} A^\\top,\\qquad
-    x \\star_{\\mathcal G} \\Theta = \\sum_{k<K} \\big(P_f^k x\\, \\Theta_{f,k} + P_b^k x\\, \\Theta_{b,k}\\big) + b
+    P_f = D_O^{-1} A,\qquad P_b = D_I^{-1} A^\top,\qquad
+    x \star_{\mathcal G} \Theta = \sum_{k<K} \big(P_f^k x\, \Theta_{f,k} + P_b^k x\, \Theta_{b,k}\big) + b
 
 with D_O = diag(A·1) (row sums: out-degrees) and D_I = diag(Aᵀ·1) (column sums: in-degrees); a vertex
 without out- (in-) edges has a zero row in P_f (P_b). A is the snapshot's weighted adjacency as stored

@@ -1,9 +1,9 @@
-"""Graph attention (Veličković et al. 2018), the structure encoder of DySAT (DGC §7.1).
+r"""Graph attention (Veličković et al. 2018), the structure encoder of DySAT (DGC §7.1).
 
 .. math::
-    e_{ij} = \\mathrm{LeakyReLU}(a_{dst}^\\top W h_i + a_{src}^\\top W h_j),\\quad
-    \\alpha_{ij} = \\mathrm{softmax}_{j \\in N(i) \\cup \\{i\\}}(e_{ij}),\\quad
-    h'_i = \\sum_j \\alpha_{ij} W h_j
+    e_{ij} = \mathrm{LeakyReLU}(a_{dst}^\top W h_i + a_{src}^\top W h_j),\quad
+    \alpha_{ij} = \mathrm{softmax}_{j \in N(i) \cup \{i\}}(e_{ij}),\quad
+    h'_i = \sum_j \alpha_{ij} W h_j
 
 over the entries of Ã (self-loops included; Ã's values are not used). The
 messages ``[W h_j, a_src·W h_j]`` are computed where row j lives and gathered

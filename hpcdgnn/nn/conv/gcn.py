@@ -1,9 +1,9 @@
-"""GCN propagation with IBM Eq. 1 normalisation and an explicit-adjoint sparse product.
+r"""GCN propagation with IBM Eq. 1 normalisation and an explicit-adjoint sparse product.
 
 .. math::
-    \\tilde A = D^{-1/2} (A + I) D^{-1/2},\\qquad D_{uu} = 1 + \\sum_v A_{uv}      (IBM Eq. 1)
+    \tilde A = D^{-1/2} (A + I) D^{-1/2},\qquad D_{uu} = 1 + \sum_v A_{uv}      (IBM Eq. 1)
 
-For 0/1 weights, :math:`D_{uu} = 1 + \\deg_u` exactly as in IBM §2.2. The GCN
+For 0/1 weights, :math:`D_{uu} = 1 + \deg_u` exactly as in IBM §2.2. The GCN
 operation ``Y = σ(Ã X W)`` (Eq. 2) is split as ``Y' = Ã X`` then ``Y' W``
 (IBM §5.5) so the first layer's ``Ã X`` can be computed once (SPEC S4).
 """

@@ -1,4 +1,4 @@
-"""R2, incremental aggregation over consecutive snapshots: ReInc §3.2, Eq. 2 (SPEC Family B, R2).
+r"""R2, incremental aggregation over consecutive snapshots: ReInc §3.2, Eq. 2 (SPEC Family B, R2).
 
 Instead of aggregating every snapshot of a window from scratch (ReInc Eq. 1,
 ``Agg_t = F_t *_aggr G_t``), ReInc updates the previous snapshot's result with
@@ -16,10 +16,10 @@ Aggregations (rows = target vertices, as in :mod:`hpcdgnn.nn.conv.gcn`:
 ``Agg[v] = Σ_u A[v, u] F[u]``), all written as one form
 
 .. math::
-    Agg_t = r_t \\odot (M_t F_t),\\qquad  M_t[v, u] = \\hat A_t[v, u]\\, c_t[u]
+    Agg_t = r_t \odot (M_t F_t),\qquad  M_t[v, u] = \hat A_t[v, u]\, c_t[u]
 
 ============  ==========================================  ==============  =====================
-``kind``      :math:`\\hat A_t`                             column scale c  row scale r
+``kind``      :math:`\hat A_t`                             column scale c  row scale r
 ============  ==========================================  ==============  =====================
 ``sum``       A_t as given (input self-loops count)        1               1
 ``mean``      A_t as given                                 1               1 / Σ_u A_t[v, u]
@@ -64,7 +64,7 @@ state is bit-identical to the previous step's).
 Change-ratio threshold (``incremental_threshold``). For step t ≥ 1,
 
 .. math::
-    \\rho_t = \\frac{|G^-_t| + |G^+_t|}{\\max(1, nnz(M_t[R, :]))}
+    \rho_t = \frac{|G^-_t| + |G^+_t|}{\max(1, nnz(M_t[R, :]))}
 
 with all three counts over the requested rows R (for ``gcn``, nnz includes
 the N_R diagonal entries). It is the number of matrix entries the incremental
@@ -258,7 +258,7 @@ class RowAdjacency:
 
     @property
     def num_rows(self) -> int:
-        """k = |R|."""
+        """The number of rows, k = |R|."""
         return int(self.ptr.shape[0]) - 1
 
     def spmm(self, x: torch.Tensor) -> torch.Tensor:
@@ -579,7 +579,7 @@ class IncrementalAggregator:
 
     @property
     def num_rows(self) -> int:
-        """k = |R|."""
+        """The number of rows, k = |R|."""
         return self.adj[0].num_rows
 
     def __len__(self) -> int:

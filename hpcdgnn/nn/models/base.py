@@ -43,8 +43,8 @@ from torch import nn
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
 
-__all__ = ["DynamicLayer", "DGNN", "GraphRecurrentLayer", "StepParams", "register_model", "build_model", "available_models",
-           "needs_step_graphs", "run_rnn"]
+__all__ = ["DynamicLayer", "DGNN", "GraphRecurrentLayer", "StepParams", "register_model", "build_model",
+           "available_models", "needs_step_graphs", "run_rnn"]
 
 
 def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> tuple[torch.Tensor, Any]:

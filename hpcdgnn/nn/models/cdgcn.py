@@ -11,12 +11,12 @@ __all__ = ["CDGCNLayer", "build_cdgcn"]
 
 
 class CDGCNLayer(DynamicLayer):
-    """One CD-GCN layer.
+    r"""One CD-GCN layer.
 
     .. math::
-        Y_0 = \\tilde A_t X_t,\\quad Y_1 = Y_0 W,\\quad Y_t = \\sigma(Y_0 \\circ Y_1)\\quad (IBM §5.1)
+        Y_0 = \tilde A_t X_t,\quad Y_1 = Y_0 W,\quad Y_t = \sigma(Y_0 \circ Y_1)\quad (IBM §5.1)
 
-        (h_t, c_t) = \\mathrm{LSTM}(Y_t, (h_{t-1}, c_{t-1})),\\quad Z_t = h_t
+        (h_t, c_t) = \mathrm{LSTM}(Y_t, (h_{t-1}, c_{t-1})),\quad Z_t = h_t
 
     where ∘ is concatenation. Shapes: ``ax`` (N, F) -> ``Y_t`` (N, F + F') ->
     ``Z_t`` (N, F'). State: ``(h, c)``, each (1, n, F').

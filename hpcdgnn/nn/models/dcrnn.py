@@ -1,12 +1,12 @@
-"""DCRNN's cell (Li et al. 2018, Eq. 2-3): the GRU whose gates are bidirectional diffusion convolutions.
+r"""DCRNN's cell (Li et al. 2018, Eq. 2-3): the GRU whose gates are bidirectional diffusion convolutions.
 
 K = ``model.order`` terms per direction (powers 0 … K-1 of the transitions; K - 1 diffusion steps):
 
 .. math::
-    R_t &= \\sigma(\\Theta_r \\star_{\\mathcal G_t} [X_t, H_{t-1}] + b_r) \\\\
-    U_t &= \\sigma(\\Theta_u \\star_{\\mathcal G_t} [X_t, H_{t-1}] + b_u) \\\\
-    C_t &= \\tanh(\\Theta_c \\star_{\\mathcal G_t} [X_t, R_t \\odot H_{t-1}] + b_c) \\\\
-    H_t &= U_t \\odot H_{t-1} + (1 - U_t) \\odot C_t
+    R_t &= \sigma(\Theta_r \star_{\mathcal G_t} [X_t, H_{t-1}] + b_r) \\
+    U_t &= \sigma(\Theta_u \star_{\mathcal G_t} [X_t, H_{t-1}] + b_u) \\
+    C_t &= \tanh(\Theta_c \star_{\mathcal G_t} [X_t, R_t \odot H_{t-1}] + b_c) \\
+    H_t &= U_t \odot H_{t-1} + (1 - U_t) \odot C_t
 
 with Θ ⋆_G x = Σ_{k<K} (P_f^k x Θ_{f,k} + P_b^k x Θ_{b,k}), P_f = D_O^{-1} A_t, P_b = D_I^{-1} A_tᵀ
 (:mod:`hpcdgnn.nn.conv.diffusion`). The convolution is linear in its input, so Θ ⋆ [X, H] = Θ^x ⋆ X +

@@ -15,11 +15,11 @@ __all__ = ["EvolveGCNOLayer", "build_evolvegcn_o"]
 
 
 class EvolveGCNOLayer(DynamicLayer):
-    """One EvolveGCN-O layer.
+    r"""One EvolveGCN-O layer.
 
     .. math::
-        (W_t, C_t) = \\mathrm{LSTM}(W_{t-1}, (W_{t-1}, C_{t-1})),\\qquad
-        Y_t = \\sigma(\\tilde A_t X_t W_t)                 (IBM §5.2)
+        (W_t, C_t) = \mathrm{LSTM}(W_{t-1}, (W_{t-1}, C_{t-1})),\qquad
+        Y_t = \sigma(\tilde A_t X_t W_t)                 (IBM §5.2)
 
     The LSTM treats the F rows of the (F, F') weight as a batch; ``W_0`` is a
     parameter and ``C_0 = 0``. The weight sequence is recomputed from ``W_0``

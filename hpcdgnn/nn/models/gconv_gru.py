@@ -1,12 +1,12 @@
-"""GConvGRU: the GRU whose gates are Chebyshev graph convolutions (Seo et al. 2018's GCRN with a GRU).
+r"""GConvGRU: the GRU whose gates are Chebyshev graph convolutions (Seo et al. 2018's GCRN with a GRU).
 
 As PyG Temporal's ``GConvGRU`` computes it, K = ``model.order``:
 
 .. math::
-    Z_t &= \\sigma(W_{xz} \\star_{\\mathcal G_t} X_t + W_{hz} \\star_{\\mathcal G_t} H_{t-1} + b_z) \\\\
-    R_t &= \\sigma(W_{xr} \\star_{\\mathcal G_t} X_t + W_{hr} \\star_{\\mathcal G_t} H_{t-1} + b_r) \\\\
-    \\tilde H_t &= \\tanh(W_{xh} \\star_{\\mathcal G_t} X_t + W_{hh} \\star_{\\mathcal G_t} (H_{t-1} \\odot R_t) + b_h) \\\\
-    H_t &= Z_t \\odot H_{t-1} + (1 - Z_t) \\odot \\tilde H_t,\\qquad Z_t^{out} = H_t
+    Z_t &= \sigma(W_{xz} \star_{\mathcal G_t} X_t + W_{hz} \star_{\mathcal G_t} H_{t-1} + b_z) \\
+    R_t &= \sigma(W_{xr} \star_{\mathcal G_t} X_t + W_{hr} \star_{\mathcal G_t} H_{t-1} + b_r) \\
+    \tilde H_t &= \tanh(W_{xh} \star_{\mathcal G_t} X_t + W_{hh} \star_{\mathcal G_t} (H_{t-1} \odot R_t) + b_h) \\
+    H_t &= Z_t \odot H_{t-1} + (1 - Z_t) \odot \tilde H_t,\qquad Z_t^{out} = H_t
 
 with W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k (PyG's ``ChebConv``, :mod:`hpcdgnn.nn.conv.cheb`). The basis of
 X_t feeds all three gates (one GEMM, computed for all steps at once); the basis of H_{t-1} feeds Z and R

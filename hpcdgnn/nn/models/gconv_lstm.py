@@ -1,17 +1,17 @@
-"""GConvLSTM: GCRN model 2 (Seo et al. 2018), the LSTM whose gates are Chebyshev graph convolutions.
+r"""GConvLSTM: GCRN model 2 (Seo et al. 2018), the LSTM whose gates are Chebyshev graph convolutions.
 
 As PyG Temporal's ``GConvLSTM`` computes it, K = ``model.order``:
 
 .. math::
-    i_t &= \\sigma(W_{xi} \\star_{\\mathcal G_t} X_t + W_{hi} \\star_{\\mathcal G_t} H_{t-1}
-            + w_{ci} \\odot C_{t-1} + b_i) \\\\
-    f_t &= \\sigma(W_{xf} \\star_{\\mathcal G_t} X_t + W_{hf} \\star_{\\mathcal G_t} H_{t-1}
-            + w_{cf} \\odot C_{t-1} + b_f) \\\\
-    C_t &= f_t \\odot C_{t-1} + i_t \\odot \\tanh(W_{xc} \\star_{\\mathcal G_t} X_t
-            + W_{hc} \\star_{\\mathcal G_t} H_{t-1} + b_c) \\\\
-    o_t &= \\sigma(W_{xo} \\star_{\\mathcal G_t} X_t + W_{ho} \\star_{\\mathcal G_t} H_{t-1}
-            + w_{co} \\odot C_t + b_o) \\\\
-    H_t &= o_t \\odot \\tanh(C_t),\\qquad Z_t = H_t
+    i_t &= \sigma(W_{xi} \star_{\mathcal G_t} X_t + W_{hi} \star_{\mathcal G_t} H_{t-1}
+            + w_{ci} \odot C_{t-1} + b_i) \\
+    f_t &= \sigma(W_{xf} \star_{\mathcal G_t} X_t + W_{hf} \star_{\mathcal G_t} H_{t-1}
+            + w_{cf} \odot C_{t-1} + b_f) \\
+    C_t &= f_t \odot C_{t-1} + i_t \odot \tanh(W_{xc} \star_{\mathcal G_t} X_t
+            + W_{hc} \star_{\mathcal G_t} H_{t-1} + b_c) \\
+    o_t &= \sigma(W_{xo} \star_{\mathcal G_t} X_t + W_{ho} \star_{\mathcal G_t} H_{t-1}
+            + w_{co} \odot C_t + b_o) \\
+    H_t &= o_t \odot \tanh(C_t),\qquad Z_t = H_t
 
 where W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k is PyG's ``ChebConv`` (:mod:`hpcdgnn.nn.conv.cheb`) and ⊙ is
 elementwise (the peepholes w_c are (1, F') rows). PyGT runs 8 ChebConvs per step (4 gates × {X, H}),

@@ -1,8 +1,8 @@
-"""GCRN model 1 (Seo et al. 2018, Eq. 7): a Chebyshev graph convolution of X_t stacked under an LSTM.
+r"""GCRN model 1 (Seo et al. 2018, Eq. 7): a Chebyshev graph convolution of X_t stacked under an LSTM.
 
 .. math::
-    X^{G}_t = \\sum_{k<K} T_k(\\hat L_t) X_t \\Theta_k + b,\\qquad
-    (H_t, C_t) = \\mathrm{LSTM}(X^{G}_t, (H_{t-1}, C_{t-1})),\\qquad Z_t = H_t
+    X^{G}_t = \sum_{k<K} T_k(\hat L_t) X_t \Theta_k + b,\qquad
+    (H_t, C_t) = \mathrm{LSTM}(X^{G}_t, (H_{t-1}, C_{t-1})),\qquad Z_t = H_t
 
 K = ``model.order`` (PyG's ``ChebConv``, :mod:`hpcdgnn.nn.conv.cheb`); the LSTM is torch's (no
 peepholes), per vertex. The graph enters only through the input, so the recurrence itself is

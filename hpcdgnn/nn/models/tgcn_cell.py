@@ -1,11 +1,11 @@
-"""T-GCN as Zhao et al. (2019, Eq. 3-6) define it and PyG Temporal's ``TGCN`` computes it: a GCN inside the
+r"""T-GCN as Zhao et al. (2019, Eq. 3-6) define it and PyG Temporal's ``TGCN`` computes it: a GCN inside the
 GRU's gates.
 
 .. math::
-    U_t &= \\sigma(\\tilde A_t X_t W_{xu} + H_{t-1} W_{hu} + b_u) \\\\
-    R_t &= \\sigma(\\tilde A_t X_t W_{xr} + H_{t-1} W_{hr} + b_r) \\\\
-    C_t &= \\tanh(\\tilde A_t X_t W_{xc} + (R_t \\odot H_{t-1}) W_{hc} + b_c) \\\\
-    H_t &= U_t \\odot H_{t-1} + (1 - U_t) \\odot C_t,\\qquad Z_t = H_t
+    U_t &= \sigma(\tilde A_t X_t W_{xu} + H_{t-1} W_{hu} + b_u) \\
+    R_t &= \sigma(\tilde A_t X_t W_{xr} + H_{t-1} W_{hr} + b_r) \\
+    C_t &= \tanh(\tilde A_t X_t W_{xc} + (R_t \odot H_{t-1}) W_{hc} + b_c) \\
+    H_t &= U_t \odot H_{t-1} + (1 - U_t) \odot C_t,\qquad Z_t = H_t
 
 with Ã_t = D^{-1/2}(A_t + I)D^{-1/2} (IBM Eq. 1 = PyG's ``gcn_norm`` with self-loops, PyGT's defaults
 ``improved=False, add_self_loops=True``). Zhao et al. write each gate as W[f(A, X_t), H_{t-1}] + b and

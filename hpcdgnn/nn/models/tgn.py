@@ -47,6 +47,7 @@ class TimeEncoding(nn.Module):
         self.b = nn.Parameter(torch.zeros(dim))
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        """The encoding cos(Δt·w + b) of each Δt in ``dt``, shape ``dt.shape + (dim,)``."""
         return torch.cos(dt.unsqueeze(-1) * self.w + self.b)
 
 
@@ -155,7 +156,7 @@ class TGN(nn.Module):
         return z, s_new
 
     def _node_states(self, nodes: np.ndarray, t: np.ndarray, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """h of each occurrence (node, t): updated memory (plus static), or the static memory alone."""
+        """Compute h of each occurrence (node, t): updated memory (plus static), or the static memory alone."""
         dev = self.w_q.weight.device
         static = None if self.static is None else self.static[torch.from_numpy(nodes).to(dev)]
         if inp.memory is None:

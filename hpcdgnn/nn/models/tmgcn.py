@@ -96,11 +96,11 @@ def window_tail(y: torch.Tensor, history: torch.Tensor | None, keep: int) -> tor
 
 
 class TMGCNLayer(DynamicLayer):
-    """One TM-GCN layer.
+    r"""One TM-GCN layer.
 
     .. math::
-        Y_t = \\sigma(\\tilde A_t X_t W + b),\\qquad
-        Z_t = \\frac{1}{\\min(w, t+1)} \\sum_{k=\\max(0, t-w+1)}^{t} Y_k   (IBM §5.3)
+        Y_t = \sigma(\tilde A_t X_t W + b),\qquad
+        Z_t = \frac{1}{\min(w, t+1)} \sum_{k=\max(0, t-w+1)}^{t} Y_k   (IBM §5.3)
 
     Shapes: ``ax`` (N, F) -> (N, F'); temporal (T, n, F') -> (T, n, F').
     State: the last ``w-1`` inputs of the window (carried across blocks, SPEC S2).
