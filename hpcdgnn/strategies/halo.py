@@ -342,14 +342,17 @@ class HaloStrategy(Strategy):
             self.shard = RowShard(keys, N, self.comm.rank, owner_of, local_of, steps, self.comm.size)
             #: the rows each rank holds: the fetch names the rows it asks an owner for by a bitmask over them
             self._row_counts = [int(c) for c in self.comm.allgather_obj(int(keys.shape[0]), tag="setup")]
+            if self.stale is not None:
+                # the fetched rows too are reused while they barely move (DGC §5.2). Made here, at setup, not
+                # at the first fetch: ``run --resume`` restores its caches before the first epoch (made later,
+                # they were dropped and the resumed run departed from the straight one)
+                self.stale.fetch = StaleFetch(self.stale, self._row_counts)
         return self.shard
 
     def _in_place(self, h: torch.Tensor) -> ShardedEmbeddings:
         """The last layer's rows (my rows, in row order) for a task that scores them where they live."""
         sh = self.shard
-        if self.stale is not None:  # the fetched rows too are reused while they barely move (DGC §5.2)
-            if self.stale.fetch is None:
-                self.stale.fetch = StaleFetch(self.stale, self._row_counts)
+        if self.stale is not None:  # with stale reuse (made in :meth:`_task_rows`)
             fetch = self.stale.fetch
             return ShardedEmbeddings(sh, h, lambda keys: fetch.fetch(h, keys, sh.owner_of, sh.local_of))
         return ShardedEmbeddings(sh, h, lambda keys: fetch_rows(self.comm, h, keys, sh.owner_of, sh.local_of,

@@ -364,8 +364,20 @@ class StaleFetch:
                 "row_counts": list(self.row_counts)}
 
     def load_state_dict(self, state: dict | None) -> None:
-        """Restore the caches from :meth:`state_dict` (nothing when ``state`` is empty)."""
+        """Restore the caches from :meth:`state_dict` (nothing when ``state`` is empty).
+
+        Raises:
+            ConfigError: the caches were built for other row counts per rank (another vertex partition:
+                its rows are indexed by position); the counts are global, so every rank raises alike.
+        """
         if not state:
             return
+        if list(state["row_counts"]) != self.row_counts:
+            raise ConfigError(
+                f"--resume: strategy.stale.mode: {self.halo.mode}: the checkpoint's caches of fetched rows are "
+                f"for vertex rows per rank {list(state['row_counts'])}, this run has {self.row_counts} (was the "
+                "dataset at data.path or the partition changed?); resume on the original data and settings, or "
+                "start a new run without --resume"
+            )
         self._sent = {int(q): (v.clone(), f.clone()) for q, (v, f) in state["sent"].items()}
         self._got = {int(q): (v.clone(), f.clone()) for q, (v, f) in state["got"].items()}

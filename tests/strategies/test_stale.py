@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcdgnn.strategies.stale import adaptive_factor, decode_positions, encode_positions, fresh_bytes
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.strategies.stale import (
+    StaleFetch,
+    StaleHalo,
+    adaptive_factor,
+    decode_positions,
+    encode_positions,
+    fresh_bytes,
+)
 from tests.conftest import write_job
 from tests.train.test_exactness import _losses
 
@@ -47,6 +55,25 @@ def test_fresh_rows_encoding_round_trips_at_its_size():
             np.testing.assert_array_equal(g, want)
     # past 2^31 rows an int32 cannot hold a position: the bitmask, however few the rows named
     assert fresh_bytes(1, 2**31 + 1) == (2**31 + 8) // 8 and fresh_bytes(1, 2**31) == 4
+
+
+def test_fetch_caches_resume_only_on_the_partition_they_were_built_for():
+    """The task's fetch caches index rows by position on their owner: a checkpoint's caches load where the
+    rows per rank are the same, and another partition stops the resume with one ConfigError line."""
+    import torch
+
+    halo = StaleHalo(None, [0, 3], [3, 0], "static", 0.5)  # no exchange runs: the comm is never used
+    built = StaleFetch(halo, [5, 4])
+    built._got[1] = (torch.arange(8.0).view(4, 2), torch.tensor([True, False, True, False]))
+    state = built.state_dict()
+    same = StaleFetch(halo, [5, 4])
+    same.load_state_dict(state)
+    assert torch.equal(same._got[1][0], built._got[1][0]) and same._got[1][0] is not built._got[1][0]
+    other = StaleFetch(halo, [4, 5])
+    with pytest.raises(ConfigError, match=r"vertex rows per rank \[5, 4\], this run has \[4, 5\]") as err:
+        other.load_state_dict(state)
+    assert "\n" not in str(err.value) and "start a new run" in str(err.value)
+    assert other._got == {}  # nothing half-loaded
 
 
 @pytest.fixture(scope="module", params=[{"name": "vertex", "partition": "hash"}, {"name": "chunk", "chunk_size": 8}],
