@@ -68,6 +68,10 @@ class StrategyContext:
     dtype: torch.dtype
     data_root: str
     device: torch.device = torch.device("cpu")
+    #: epochs the model has already been trained for: a resumed run's checkpoint epoch, or the epoch of a
+    #: re-cut (:func:`~hpcdgnn.train.setup.replan`). State that training made lives in the restored model, so
+    #: set-up steps that would make it afresh (TGN's static-memory pre-training) are skipped when > 0
+    start_epoch: int = 0
 
 
 @dataclass

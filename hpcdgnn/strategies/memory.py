@@ -191,11 +191,21 @@ class MemoryStrategy(Strategy):
         return {s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")}
 
     def attach_task(self, task) -> None:
-        """Keep the task head; first pre-train the static node memory when configured (module docstring)."""
+        """Keep the task head; first pre-train the static node memory when configured (module docstring) —
+        in a fresh run only: a resumed run's model holds the table as trained up to its checkpoint (pre-trained
+        again, it was overwritten there and the run departed from the uninterrupted one)."""
         self.task = task
         job = self.ctx.job
-        if getattr(self.model, "static", None) is not None and job.model.static_pretrain_epochs > 0:
-            self._pretrain(task, job.model.static_pretrain_epochs)
+        if getattr(self.model, "static", None) is None or job.model.static_pretrain_epochs == 0:
+            return
+        if self.ctx.start_epoch > 0:
+            if self.comm.rank == 0:
+                from hpcdgnn.metrics.log import get_logger
+
+                get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch} "
+                                  "(restored; pre-training skipped)")
+            return
+        self._pretrain(task, job.model.static_pretrain_epochs)
 
     def engine_bytes(self) -> int:
         """The node memory's rows and times plus the edge features."""

@@ -341,9 +341,12 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
     return model, task, params, torch.optim.Adam(params, lr=job.train.lr)
 
 
-def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task) -> Strategy:
-    """The strategy of ``plan``: this rank's data read (strategy and task), the task attached."""
-    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device))
+def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,
+                    start_epoch: int = 0) -> Strategy:
+    """The strategy of ``plan``: this rank's data read (strategy and task), the task attached; ``start_epoch``:
+    the epochs ``model`` has been trained for (:attr:`StrategyContext.start_epoch`)."""
+    strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
+                                                               start_epoch))
 
     def setup() -> None:
         with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
@@ -425,7 +428,8 @@ def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
     task = _fresh_task(run)
     run.strategy = run.task = None  # type: ignore[assignment]
     gc.collect()  # strategies hold reference cycles (layouts, hooks): free the old arrays now, not later
-    run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan, run.model, task)
+    run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan, run.model, task,
+                                   epoch)
     run.plan, run.task = plan, task
     # summary.json's setup time and setup transfer bytes include the second setup (its snapshots moved
     # host -> device between two epochs: no epoch record counts them)
@@ -482,7 +486,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
 
     t_setup = time.perf_counter()
-    strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task)
+    strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
     setup_seconds = time.perf_counter() - t_setup
     if mine is not None:
         agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))

@@ -60,18 +60,21 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, tmp_path):
 
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
     """1×2×1 trains every positive batch twice (two negative sets); 1×1×2 walks two time segments with two
-    memories; a 1×1×2 run resumed from its epoch-2 checkpoint (each group's memory in it) ends as the
-    straight run does, bit for bit."""
+    memories; a 1×1×2 run with a pre-trained static memory resumed from its epoch-2 checkpoint (each group's
+    memory in it, the static table in the model) ends as the straight run does, bit for bit: the resumed
+    process does not pre-train the table again over the restored one."""
     job = _job(tmp_path, college)
     _, recs = _losses(launcher, 2, job, tmp_path / "ep", "strategy.epoch=2")
     assert [r["memory"]["train_events"] for r in recs] == [1820, 1820] and recs[-1]["memory"]["config"] == "1x2x1"
     assert np.isfinite(recs[-1]["val_mrr"])
-    straight, recs = _losses(launcher, 2, job, tmp_path / "mem", "strategy.memory=2", "train.epochs=3")
+    static = ("model.static_memory=on", "model.static_pretrain_epochs=1")
+    straight, recs = _losses(launcher, 2, job, tmp_path / "mem", "strategy.memory=2", "train.epochs=3", *static)
     assert [r["memory"]["train_events"] for r in recs] == [910] * 3 and np.isfinite(recs[-1]["test_mrr"])
     part = tmp_path / "part"
-    _losses(launcher, 2, job, part, "strategy.memory=2", "train.epochs=2", "checkpoint.every=1")
+    _losses(launcher, 2, job, part, "strategy.memory=2", "train.epochs=2", "checkpoint.every=1", *static)
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=3"])
     assert proc.returncode == 0, proc.stderr
+    assert "pre-training skipped" in proc.stdout + proc.stderr
     resumed = read_metrics(part)
     assert [r["loss"] for r in resumed] == list(straight[:, 0])
     assert resumed[-1]["val_mrr"] == recs[-1]["val_mrr"] and resumed[-1]["test_ap"] == recs[-1]["test_ap"]
