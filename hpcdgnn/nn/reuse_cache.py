@@ -304,6 +304,29 @@ class ReuseCache:
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
 
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The entries held, least recently used first (key, value, who made it), for a checkpoint: which
+        aggregations a later access hits, and by which path (R2 from a cached Agg_{t-1}, from scratch) a miss
+        refills, depend on them, so a resumed run that started with another cache would count other hits and
+        could round some values differently. The plan and clock are not saved: the owner declares each
+        epoch's plan at its start. At most the capacity in values."""
+        return {"policy": self.policy, "capacity": self.capacity,
+                "entries": [(k, e.value, e.part) for k, e in self._entries.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Hold exactly the entries of :meth:`state_dict`, in their order (call before the next plan).
+
+        Raises:
+            ValueError: the state is of a cache with another policy or capacity.
+        """
+        if (state["policy"], state["capacity"]) != (self.policy, self.capacity):
+            raise ValueError(f"ReuseCache: the saved cache is {state['policy']} with {state['capacity']} bytes, "
+                             f"this one {self.policy} with {self.capacity}")
+        self._entries = OrderedDict((k, _Entry(v, _nbytes(v), part)) for k, v, part in state["entries"])
+        self.bytes = sum(e.nbytes for e in self._entries.values())
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -179,3 +179,30 @@ def test_bad_arguments():
         ReuseCache(-1)
     with pytest.raises(ValueError, match="level"):
         ReuseCache(8).offer(("gpu", 0, 0, "all"), v())
+
+
+@pytest.mark.parametrize("policy", ["priority", "lru"])
+def test_a_restored_cache_continues_as_the_saved_one(policy):
+    """A checkpoint's cache (entries, values, makers and LRU order) restored into a fresh cache of the same
+    policy and capacity, which set-up filled differently: the next epoch's hits, evictions and held keys are
+    the saved cache's; another policy or capacity is refused."""
+    saved = ReuseCache(3 * 8, policy, unit_bytes=8)
+    run(saved, [0, 1, 2, 3, 1, 0, 4], then=[2, 3, 4, 0])
+    saved.lookup(key(3))  # its LRU order differs from the insertion order now
+    state = saved.state_dict()
+    fresh = ReuseCache(3 * 8, policy, unit_bytes=8)
+    for t in (5, 6):  # what set-up offered in the resumed process
+        fresh.offer(key(t), v(), "setup")
+    fresh.load_state_dict(state)
+    assert list(fresh._entries) == list(saved._entries) and fresh.bytes == saved.bytes
+    assert all(fresh._entries[k].part == e.part and fresh._entries[k].value is e.value
+               for k, e in saved._entries.items())
+    stream = [2, 3, 4, 0, 1, 2]
+    for c in (saved, fresh):
+        c.reset_counters()
+    assert run(fresh, stream) == run(saved, stream)
+    assert fresh.counters() == saved.counters() and list(fresh._entries) == list(saved._entries)
+    for other in (ReuseCache(3 * 8, "lru" if policy == "priority" else "priority", unit_bytes=8),
+                  ReuseCache(4 * 8, policy, unit_bytes=8)):
+        with pytest.raises(ValueError, match="the saved cache is"):
+            other.load_state_dict(state)

@@ -3,9 +3,11 @@ under either policy, on one rank and on three — and reports its work per epoch
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 
-from tests.conftest import write_job
+from tests.conftest import read_metrics, write_job
 from tests.train.test_exactness import _losses
 
 #: overlapping windows (L = 3, stride 1), full neighbourhoods in the first layer: Ã_t·X_t is shared
@@ -50,3 +52,25 @@ def test_reuse_changes_nothing_at_three_ranks(launcher, small_dataset, tmp_path)
     r = recs[-1]["reuse"]
     assert r["hits"] > 0 and r["misses"] > 0 and r["unplanned"] == 0
     assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "batch"}  # the cache moves nothing
+
+
+def test_resume_continues_with_the_checkpoints_cache(launcher, small_dataset, tmp_path):
+    """A P = 2 run with a three-entry cache resumed from its epoch-2 checkpoint (each rank's cache entries in
+    it) repeats the straight run's epochs 3-4: losses, gradient norms and every reuse counter. With the cache
+    set-up fills instead (before the checkpoint held it), the resumed epoch 3 counted 32 hits, 3 bypassed and
+    1 eviction against the straight run's 31, 3 and 2."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy=SEQ,
+                    train={"epochs": 4}, checkpoint={"every": 2, "keep": 3})
+    straight = tmp_path / "straight"
+    three = f"strategy.cache_mb={3 * 368 / 2**20 + 1e-9:.9f}"  # 3 of the 6 snapshots' Ã_t·X_t: it evicts
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight), "--set", three])
+    assert proc.returncode == 0, proc.stderr
+    part = shutil.copytree(straight, tmp_path / "part")
+    shutil.rmtree(part / "checkpoints" / "epoch-000004")
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part)])
+    assert proc.returncode == 0, proc.stderr
+    a, b = read_metrics(straight), read_metrics(part)
+    assert [r["epoch"] for r in a] == [r["epoch"] for r in b] == [1, 2, 3, 4]
+    assert all(r["reuse"]["evictions"] > 0 for r in a), [r["reuse"] for r in a]
+    for x, y in zip(a, b, strict=True):
+        assert (x["loss"], x["grad_norm"], x["reuse"]) == (y["loss"], y["grad_norm"], y["reuse"]), x["epoch"]
