@@ -211,9 +211,9 @@ class Strategy:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
-        """State that must survive a restart (saved per rank in every checkpoint). The strategies
-        so far keep none beyond the plan, which is recomputed; later ones (DistTGL memory, stale
-        caches) return theirs here.
+        """State that must survive a restart (saved per rank in every checkpoint): what later epochs
+        depend on beyond the plan (recomputed) and the model — e.g. the stale-aggregation caches, the
+        node memory of ``memory``, the reuse cache of ``sequences``. None by default.
         """
         return {}
 

@@ -398,7 +398,7 @@ class SequencesStrategy(Strategy):
                                   "strategy.reuse: off")
         if o.reuse == "on" and (self.reads_ax or self.cells):  # the cells' local level counts without either
             self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._entry_bytes, 1))
-            self._plan(1)
+            self._plan(self.ctx.start_epoch + 1)  # set-up's fills are admitted for the epoch that runs next
         if self.reads_ax:  # R2 fills it: Ã_t·X_t of every held snapshot (Eq. 2 or from scratch), as admitted
             for t, ax in self._precompute(list(range(read_lo, read_hi)), raw).items():
                 self.cache.offer(self._input_key(t), ax, "setup")
@@ -477,13 +477,15 @@ class SequencesStrategy(Strategy):
         return keys
 
     def _plan(self, epoch: int) -> None:
-        """Tell the cache this epoch's reads, then the next epoch's (unless this is the last epoch) — F and I
-        of Eq. 3. They differ between epochs only through the decoder's teacher-forcing draws."""
+        """Tell the cache this epoch's reads, then the next epoch's — F and I of Eq. 3. They differ between
+        epochs only through the decoder's teacher-forcing draws. The next epoch's reads count in the last
+        epoch too: were an epoch's plan to depend on ``train.epochs``, the last epoch would empty the cache
+        (every entry expires at its last read), and a run extended with ``--resume --set train.epochs=…``
+        would continue from that empty cache where the longer straight run holds a full one."""
         if not (self.reads_ax or self.reads_basis):
             return
         self._stream = self._access_stream(epoch)
-        more = epoch < self.ctx.job.train.epochs
-        self.cache.plan(self._stream, self._access_stream(epoch + 1) if more else ())
+        self.cache.plan(self._stream, self._access_stream(epoch + 1))
 
     def _aggregate_input(self, t: int, rows: np.ndarray | None = None) -> torch.Tensor:
         """Ã_t·X_t from scratch (ReInc Eq. 1, float64, then cast) — of every vertex, or of ``rows`` only."""
@@ -556,12 +558,27 @@ class SequencesStrategy(Strategy):
         return {} if self.cache is None else {"reuse_cache": self.cache.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` after set-up; empty (a resume on another rank count, whose ranks hold
-        other sequences): the cache stays as set-up filled it."""
-        if state and self.cache is not None:
-            self.cache.load_state_dict(state["reuse_cache"])
-        elif state:
-            super().load_state_dict(state)
+        """Restore :meth:`state_dict` after set-up. Without a saved cache (a resume on another rank count,
+        whose ranks hold other sequences, or a checkpoint written before caches were saved) the cache stays
+        as set-up filled it for the next epoch, and rank 0 says so: that resume is not bit for bit."""
+        if self.cache is None:
+            if state:
+                raise ConfigError("--resume: the checkpoint holds a reuse cache, but this run has strategy.reuse "
+                                  "off; resume with the run's own settings")
+            return
+        saved = state.get("reuse_cache") if state else None
+        if saved is None:
+            if self.comm.rank == 0:
+                from hpcdgnn.metrics.log import get_logger
+
+                get_logger().info("reuse cache: the checkpoint holds none for this run (another rank count, or "
+                                  "an older checkpoint); set-up's fills are used, so hits and refills may differ "
+                                  "from the uninterrupted run's")
+            return
+        try:
+            self.cache.load_state_dict(saved)
+        except ValueError as e:
+            raise ConfigError(f"--resume: strategy.cache_mb / cache_policy: {e}") from None
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
         """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally; R3's

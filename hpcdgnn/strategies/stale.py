@@ -253,13 +253,13 @@ class StaleHalo:
                 "other halo rows than this run's (was the dataset at data.path changed?); resume on the original data, "
                 "or start a new run without --resume"
             )
+        if self.fetch is not None:  # first: its check may refuse the checkpoint before anything is loaded
+            self.fetch.load_state_dict(state.get("fetch"))
         self._sent = {int(layer): t.detach().cpu().clone() for layer, t in state["sent"].items()}
         self._got = {int(layer): t.detach().cpu().clone() for layer, t in state["got"].items()}
         self.first_loss, self.last_loss = state["first_loss"], state["last_loss"]
         self.theta_now, self.d_now = float(state["theta_now"]), float(state["d_now"])
         self._epoch_stats = state["epoch_stats"].numpy().astype(np.float64).copy()
-        if self.fetch is not None:
-            self.fetch.load_state_dict(state.get("fetch"))
 
 
 class StaleFetch:

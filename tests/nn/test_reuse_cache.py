@@ -195,7 +195,7 @@ def test_a_restored_cache_continues_as_the_saved_one(policy):
         fresh.offer(key(t), v(), "setup")
     fresh.load_state_dict(state)
     assert list(fresh._entries) == list(saved._entries) and fresh.bytes == saved.bytes
-    assert all(fresh._entries[k].part == e.part and fresh._entries[k].value is e.value
+    assert all(fresh._entries[k].part == e.part and torch.equal(fresh._entries[k].value, e.value)
                for k, e in saved._entries.items())
     stream = [2, 3, 4, 0, 1, 2]
     for c in (saved, fresh):

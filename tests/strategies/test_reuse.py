@@ -3,8 +3,6 @@ under either policy, on one rank and on three — and reports its work per epoch
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 
 from tests.conftest import read_metrics, write_job
@@ -55,20 +53,22 @@ def test_reuse_changes_nothing_at_three_ranks(launcher, small_dataset, tmp_path)
 
 
 def test_resume_continues_with_the_checkpoints_cache(launcher, small_dataset, tmp_path):
-    """A P = 2 run with a three-entry cache resumed from its epoch-2 checkpoint (each rank's cache entries in
-    it) repeats the straight run's epochs 3-4: losses, gradient norms and every reuse counter. With the cache
-    set-up fills instead (before the checkpoint held it), the resumed epoch 3 counted 32 hits, 3 bypassed and
-    1 eviction against the straight run's 31, 3 and 2."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy=SEQ,
-                    train={"epochs": 4}, checkpoint={"every": 2, "keep": 3})
-    straight = tmp_path / "straight"
+    """A P = 2 run of 2 epochs with a three-entry cache, extended by ``--resume --set train.epochs=4``, repeats
+    a straight 4-epoch run: losses, gradient norms and every reuse counter of all 4 epochs. Two things made it
+    depart: the cache was not in the checkpoint (the resumed process started from set-up's fills: epoch 3
+    counted 32 hits, 3 bypassed, 1 eviction against 31, 3, 2), and the last epoch's plan left out the next
+    epoch's reads, so a 2-epoch run ended with an empty cache where a 4-epoch run holds a full one."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy=SEQ, train={"epochs": 4})
     three = f"strategy.cache_mb={3 * 368 / 2**20 + 1e-9:.9f}"  # 3 of the 6 snapshots' Ã_t·X_t: it evicts
+    straight, part = tmp_path / "straight", tmp_path / "part"
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight), "--set", three])
     assert proc.returncode == 0, proc.stderr
-    part = shutil.copytree(straight, tmp_path / "part")
-    shutil.rmtree(part / "checkpoints" / "epoch-000004")
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part)])
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(part), "--set", three,
+                            "train.epochs=2"])
     assert proc.returncode == 0, proc.stderr
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=4"])
+    assert proc.returncode == 0, proc.stderr
+    assert "reuse cache: the checkpoint holds none" not in proc.stdout + proc.stderr
     a, b = read_metrics(straight), read_metrics(part)
     assert [r["epoch"] for r in a] == [r["epoch"] for r in b] == [1, 2, 3, 4]
     assert all(r["reuse"]["evictions"] > 0 for r in a), [r["reuse"] for r in a]
