@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import TGNInput
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
@@ -200,8 +201,6 @@ class MemoryStrategy(Strategy):
             return
         if self.ctx.start_epoch > 0:
             if self.comm.rank == 0:
-                from hpcdgnn.metrics.log import get_logger
-
                 get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch} "
                                   "(restored; pre-training skipped)")
             return
@@ -379,8 +378,6 @@ class MemoryStrategy(Strategy):
     def _pretrain(self, task, epochs: int) -> None:
         """DistTGL §3.1: the same model with the dynamic memory off (h = S), trained on the task; every
         rank takes a slice of each batch (exact for any P), batches in a seeded random order."""
-        from hpcdgnn.metrics.log import get_logger
-
         t0 = time.perf_counter()
         model, head = copy.deepcopy(self.model), copy.deepcopy(task)
         params = [q for mod in (model, head) for q in mod.parameters()]

@@ -137,6 +137,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor, gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
@@ -569,8 +570,6 @@ class SequencesStrategy(Strategy):
         saved = state.get("reuse_cache") if state else None
         if saved is None:
             if self.comm.rank == 0:
-                from hpcdgnn.metrics.log import get_logger
-
                 get_logger().info("reuse cache: the checkpoint holds none for this run (another rank count, or "
                                   "an older checkpoint); set-up's fills are used, so hits and refills may differ "
                                   "from the uninterrupted run's")
