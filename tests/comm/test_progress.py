@@ -15,13 +15,14 @@ import os
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from hpcdgnn.comm.communicator import CommStats, Communicator, Pending
 from hpcdgnn.comm.progress import ProgressThread, spare_core
 from hpcdgnn.config.load import load_job
 from hpcdgnn.errors import ConfigError
-from tests.conftest import REPO, assert_same_run, write_job
+from tests.conftest import REPO, assert_same_run, read_metrics, write_job
 from tests.train.test_exactness import _losses
 
 
@@ -59,6 +60,30 @@ def test_auto_starts_threads_only_with_a_spare_core_per_rank(launcher, small_dat
     cpus = len(os.sched_getaffinity(0))
     assert _threads_on(tmp_path / "auto") == (2 if cpus >= 4 else 0)
     assert ("progress thread on 2/2 ranks" in proc.stdout + proc.stderr) == (cpus >= 4)
+
+
+@pytest.mark.parametrize(("model", "strategy"), [
+    ("cdgcn", {"name": "snapshot", "overlap_chunks": 3}),
+    ("tmgcn", {"name": "vertex", "stale": {"mode": "static", "theta": 0.5}}),
+])
+def test_a_thread_on_some_ranks_only_changes_nothing(launcher, small_dataset, tmp_path, model, strategy):
+    """``auto`` decides per node, so a job over nodes of two shapes has a thread on some ranks only
+    (``tests/mpi/mixed_progress.py`` gives rank 1 of 3 a spare core): every rank must still post the same
+    collectives in the same order (the chunks all at once, not one ahead), and give the same losses, norms
+    and bytes as ``calls``."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                    train={"dtype": "float64", "epochs": 3}, strategy=strategy,
+                    comm={"grad_buckets": 3, "progress": "auto"})
+    ref, recs_ref = _losses(launcher, 3, job, tmp_path / "calls", "comm.progress=calls")
+    out = tmp_path / "mixed"
+    proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "mixed_progress.py"), "1", "--", "run", str(job),
+                            "--output", str(out)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "progress thread on 1/3 ranks" in proc.stdout + proc.stderr
+    assert _threads_on(out) == 1
+    recs = read_metrics(out)
+    assert_same_run(np.array([[r["loss"], r["grad_norm"]] for r in recs]), ref)
+    assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs_ref]
 
 
 def _stub_comm(affinities: list[list[int]]):
