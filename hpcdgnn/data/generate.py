@@ -141,6 +141,8 @@ def generate_dataset(
         raise DataError(f"{output}: --spatial-spread must be >= 0 (got {spatial_spread})")
     if not 0 <= temporal_spread < 1:
         raise DataError(f"{output}: --temporal-spread must be in [0, 1) (got {temporal_spread})")
+    if not 0 <= seed < 2**63:  # numpy's seed sequences take non-negative integers
+        raise DataError(f"{output}: --seed must be in [0, 2^63) (got {seed})")
     uniform = spatial_spread == 0 and temporal_spread == 0
     return write_dataset(
         output,
@@ -174,7 +176,7 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vertices", type=int, required=True, metavar="N", help="number of vertices N")
     parser.add_argument("--snapshots", type=int, required=True, metavar="T", help="number of snapshots T")
     parser.add_argument("--density", type=float, required=True, metavar="f", help="edges per vertex per snapshot f")
-    parser.add_argument("--seed", type=int, required=True, help="RNG seed (snapshot t uses default_rng([seed, t]))")
+    parser.add_argument("--seed", type=int, required=True, help="RNG seed >= 0 (snapshot t: default_rng([seed, t]))")
     parser.add_argument(
         "--edge-life", type=int, default=1, metavar="L", help="edge-life smoothing l (IBM §5.4; default 1 = off)"
     )

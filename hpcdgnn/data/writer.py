@@ -49,6 +49,7 @@ __all__ = [
     "RawSnapshot",
     "write_dataset",
     "edge_keys",
+    "check_output",
     "prepare_output_dir",
     "write_vertex_ids",
     "replace_dir",
@@ -107,16 +108,60 @@ def shard_file_problem(path: Path, info: Any, checksums: bool) -> str | None:
     return None
 
 
-def prepare_output_dir(root: str | Path, force: bool) -> Path:
-    """Refuse to replace a non-empty ``root`` unless ``force``; return a fresh temporary dir beside it."""
+#: What a dataset directory written here holds; ``--force`` replaces a directory of these names only.
+DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5"})
+
+
+def _force_refusal(root: Path) -> str | None:
+    """Why ``--force`` must not replace ``root``, or None: it may replace an earlier dataset, never a
+    directory that holds anything else (the input, a run, a user's files), a file, a link, or the working
+    directory and those above it (``--output .`` would remove the directory the command runs in)."""
+    if root.is_symlink():
+        return "is a symbolic link; --force replaces only a dataset directory, so give the link's target"
+    if not root.is_dir():
+        return "is a file, not a dataset directory; --force replaces only a dataset directory"
+    where = root.resolve()
+    if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
+        return "is the working directory or holds it; --force does not remove that"
+    names = {p.name for p in root.iterdir()}
+    if "manifest.json" not in names or not names <= DATASET_ENTRIES:
+        other = sorted(names - DATASET_ENTRIES) or ["no manifest.json"]
+        return (f"is not a dataset directory ({', '.join(other[:3])}{' …' if len(other) > 3 else ''}); "
+                "--force replaces only an earlier dataset: remove it yourself or choose another --output")
+    return None
+
+
+def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] = ()) -> None:
+    """Refuse (:class:`DataError`, one line) to replace a non-empty ``root`` unless ``force``, and even
+    then anything but an earlier dataset (:func:`_force_refusal`) or what holds one of ``inputs`` (the
+    files being read, checked before they are)."""
     root = Path(root)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())) and not force:
-        raise DataError(f"{root}: output exists and is not empty; choose another --output or pass --force")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    (tmp / "shards").mkdir(parents=True)
+    where = root.resolve()
+    for path in inputs:
+        src = Path(path).resolve()
+        if src == where or where in src.parents:
+            raise DataError(f"{root}: output would replace the input {path}; choose another --output")
+    if root.exists() or root.is_symlink():
+        if not force and (not root.is_dir() or any(root.iterdir())):
+            raise DataError(f"{root}: output exists and is not empty; choose another --output or pass --force")
+        if force and (root.is_symlink() or not root.is_dir() or any(root.iterdir())):
+            why = _force_refusal(root)
+            if why is not None:
+                raise DataError(f"{root}: output {why}")
+
+
+def prepare_output_dir(root: str | Path, force: bool) -> Path:
+    """:func:`check_output`, then a fresh temporary dir beside ``root`` to write into."""
+    check_output(root, force)
+    root = Path(root)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / "shards").mkdir(parents=True)
+    except OSError as e:
+        raise DataError(f"{root}: cannot create the output here: {e.strerror or e}") from None
     return tmp
 
 
@@ -132,13 +177,11 @@ def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None
 def replace_dir(tmp: Path, root: Path) -> None:
     """Move the finished ``tmp`` (from :func:`prepare_output_dir`) into place as ``root``.
 
-    Whatever is at ``root`` is removed first; that is only reached with ``force``, since
-    :func:`prepare_output_dir` refused a non-empty ``root`` without it.
+    Whatever is at ``root`` is removed first: an empty directory, or with ``force`` an earlier dataset
+    (:func:`prepare_output_dir` refused anything else).
     """
     if root.is_dir():
-        shutil.rmtree(root)  # only reached with force (prepare_output_dir checked)
-    elif root.exists():
-        root.unlink()
+        shutil.rmtree(root)
     tmp.rename(root)
 
 

@@ -209,7 +209,8 @@ def test_split_never_straddles_equal_times():
 
 
 def test_output_guard_and_option_errors(tmp_path, capsys):
-    """A non-empty output needs --force; options of the other kind are one-line errors."""
+    """A non-empty output needs --force, which replaces only an earlier dataset; options of the other kind
+    are one-line errors."""
     raw = tmp_path / "e.txt"
     raw.write_text("1 2 1\n2 3 2\n3 1 3\n")
     out = tmp_path / "out"
@@ -218,8 +219,12 @@ def test_output_guard_and_option_errors(tmp_path, capsys):
     with pytest.raises(DataError, match="output exists and is not empty; choose another --output or pass --force"):
         prepare_dataset(raw, "snap", out, kind="events")
     assert (out / "mine.txt").read_text() == "user data"
-    prepare_dataset(raw, "snap", out, kind="events", force=True)
-    assert dataset_kind(out) == "events" and not (out / "mine.txt").exists()
+    with pytest.raises(DataError, match=r"output is not a dataset directory \(mine.txt\)"):
+        prepare_dataset(raw, "snap", out, kind="events", force=True)
+    assert (out / "mine.txt").read_text() == "user data"
+    prepare_dataset(raw, "snap", tmp_path / "ds", snapshots=2)
+    prepare_dataset(raw, "snap", tmp_path / "ds", kind="events", force=True)  # an earlier dataset: replaced
+    assert dataset_kind(tmp_path / "ds") == "events"
     base = ["prepare", str(raw), "--format", "snap", "--output", str(tmp_path / "x")]
     for extra, flag in (
         (["--snapshots", "4"], "--snapshots"),

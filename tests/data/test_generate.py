@@ -88,6 +88,8 @@ def test_errors(tmp_path):
         generate_dataset(tmp_path / "x", 1, 3, 1.0, 0)
     with pytest.raises(DataError, match="--density must be a positive"):
         generate_dataset(tmp_path / "x", 10, 3, 0.0, 0)
+    with pytest.raises(DataError, match=r"--seed must be in \[0, 2\^63\) \(got -1\)"):
+        generate_dataset(tmp_path / "x", 10, 3, 1.0, -1)
     generate_dataset(tmp_path / "x", 10, 2, 1.0, 0)
     with pytest.raises(DataError, match="--force"):
         generate_dataset(tmp_path / "x", 10, 2, 1.0, 0)

@@ -213,3 +213,47 @@ def test_force_replaces_and_refuses_without(tmp_path):
         write_dataset(root, _raw(), num_vertices=N)
     m = write_dataset(root, _raw(EVENTS[:2]), num_vertices=N, force=True)
     assert load_manifest(root).num_snapshots == m.num_snapshots == 2
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*"))
+
+
+def test_force_replaces_only_an_earlier_dataset(tmp_path, monkeypatch):
+    """``--force`` never removes what is not a dataset: a directory with other files (a run, the input's
+    folder), a file, a link, the working directory or one above it; each is one line, nothing touched."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    write_dataset(tmp_path / "ds", _raw(), num_vertices=N)
+    (tmp_path / "ds" / "README").write_text("a file the user put beside the shards")
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    before = _tree(tmp_path)
+    for out, why in [("mine", "not a dataset directory .notes.txt"), ("ds", "not a dataset directory .README"),
+                     ("afile", "is a file"), ("link", "symbolic link")]:
+        with pytest.raises(DataError, match=why):
+            write_dataset(tmp_path / out, _raw(), num_vertices=N, force=True)
+    monkeypatch.chdir(tmp_path / "mine")
+    for out in (".", "..", str(tmp_path)):
+        with pytest.raises(DataError, match="working directory"):
+            write_dataset(out, _raw(), num_vertices=N, force=True)
+    with pytest.raises(DataError, match="cannot create the output here"):
+        write_dataset(tmp_path / "afile" / "sub", _raw(), num_vertices=N)
+    assert _tree(tmp_path) == before
+
+
+def test_prepare_never_replaces_its_input(tmp_path):
+    """The input file, or a directory holding it, is refused as ``--output`` even with ``--force``, before
+    it is read."""
+    from hpcdgnn.data.prepare import prepare_dataset
+
+    raw = tmp_path / "in" / "edges.txt"
+    raw.parent.mkdir()
+    raw.write_text("".join(f"{i % 5} {(i + 1) % 5} {i}\n" for i in range(40)))
+    for out in (raw, raw.parent, tmp_path):
+        with pytest.raises(DataError, match="input"):
+            prepare_dataset(raw, "snap", out, snapshots=2, force=True)
+    assert raw.read_text().count("\n") == 40
+    m = prepare_dataset(raw, "snap", tmp_path / "in2", snapshots=2)
+    m2 = prepare_dataset(raw, "snap", tmp_path / "in2", snapshots=3, force=True)  # a dataset: replaced
+    assert (m.num_snapshots, m2.num_snapshots) == (2, 3)

@@ -83,7 +83,7 @@ from hpcdgnn.data.prepare.event_stream import (
 from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, read_jodie
 from hpcdgnn.data.prepare.pygt_json import read_pygt_json
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, read_snap
-from hpcdgnn.data.writer import file_sha256, write_dataset
+from hpcdgnn.data.writer import check_output, file_sha256, write_dataset
 from hpcdgnn.errors import DataError
 
 __all__ = [
@@ -229,6 +229,7 @@ def prepare_dataset(
     path = Path(input_path)
     if kind not in KINDS:
         raise DataError(f"{path}: unknown --kind {kind!r}; choose from {', '.join(KINDS)}")
+    check_output(output, bool(options.get("force", False)), (path,))  # before reading: never the input
     if kind == "events":
         return prepare_events(path, fmt, output, **options)
     for name, default in EVENT_ONLY_OPTIONS.items():
