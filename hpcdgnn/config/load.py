@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -70,12 +71,16 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
+        if not -(2**63) <= value < 2**63:  # what torch, numpy and MPI take; a seed beyond it crashed torch
+            raise ValueError(f"{value} is out of range (a 64-bit integer)")
         return value
     if tp is float:
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-            return float(value)  # YAML 1.1 reads 1e8 and 1e-3 (no dot) as strings; users write them
+            value = float(value)  # YAML 1.1 reads 1e8 and 1e-3 (no dot) as strings; users write them
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):  # .nan passes every `< 0` check, .inf every `> 0` one
+            raise ValueError(f"expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -171,13 +176,16 @@ def validate_job(job: JobConfig, file: str) -> None:
         raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' does not exist")
 
 
-def load_job(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
-    """Read a job YAML, apply overrides, and return the validated :class:`JobConfig`."""
+def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True) -> JobConfig:
+    """Read a job YAML, apply overrides, and return the validated :class:`JobConfig`; ``check_paths``: also
+    that the dataset directory exists (:func:`validate_job`; a resumed run checks its own way)."""
     file = str(path)
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise ConfigError(f"{file}: cannot read job file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{file}: not UTF-8 text (byte {e.start}); a job file is YAML in UTF-8") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -191,7 +199,8 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobConfig:
         job = _build(JobConfig, raw, "", file)
     except ConfigError as e:
         raise ConfigError(_blame_override(str(e), file, overrides or [])) from None
-    validate_job(job, file)
+    if check_paths:
+        validate_job(job, file)
     return job
 
 

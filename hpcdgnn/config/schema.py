@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: ``train.threads`` at most: more than any node's cores (torch crashed creating 100,000 threads).
+MAX_THREADS = 1024
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """``data:`` the dataset directory written by ``prepare`` or ``generate``."""
@@ -198,8 +202,8 @@ class TrainConfig:
             raise ValueError("epochs: must be >= 1")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
-        if self.threads < 0:
-            raise ValueError("threads: must be >= 0 (0 = automatic)")
+        if not 0 <= self.threads <= MAX_THREADS:  # torch crashed creating 100,000 threads
+            raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (torch threads of one rank; 0 = automatic)")
         if self.warmup_epochs < 0:
             raise ValueError("warmup_epochs: must be >= 0")
 

@@ -51,9 +51,14 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
     """
     if output:
         p = Path(output)
-        if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        if p.exists() and not p.is_dir():
+            raise ConfigError(f"--output {output}: is a file; a run writes into a new or empty directory")
+        if p.exists() and any(p.iterdir()):
             raise ConfigError(f"--output {output}: directory exists and is not empty; a run never overwrites another")
-        p.mkdir(parents=True, exist_ok=True)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"--output {output}: cannot create the run directory: {e.strerror or e}") from None
         return p
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(parent) / f"{job_name}-{stamp}"
@@ -63,8 +68,14 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
             p.mkdir(parents=True, exist_ok=False)
             return p
         except FileExistsError:
+            if not p.exists():  # a parent is a file (pathlib says FileExistsError for it too)
+                raise ConfigError(f"output.dir: {parent}: cannot create the run directory {p}: not a directory") \
+                    from None
             i += 1
             p = base.with_name(f"{base.name}-{i}")
+        except OSError as e:
+            raise ConfigError(f"output.dir: {parent}: cannot create the run directory {p}: {e.strerror or e}") \
+                from None
 
 
 class RunDirectory:

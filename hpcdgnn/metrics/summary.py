@@ -66,7 +66,7 @@ def _environment(comm, run) -> dict:
 
 
 def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activation_peak: float,
-                  preempted: bool) -> None:
+                  preempted: bool, status: str | None = None) -> None:
     """Gather the memory figures (every rank) and write ``summary.json`` (rank 0, ``rd`` not None)."""
     mem = _memory(comm, run, activation_peak)
     if rd is None:
@@ -76,7 +76,7 @@ def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activa
     rd.save_summary(
         {
             "job": str(run.job_path),
-            "status": "preempted" if preempted else "completed",
+            "status": status or ("preempted" if preempted else "completed"),
             "resumed_from_epoch": run.start_epoch,
             "final": records[-1] if records else None,
             "epochs": len(records),

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.partition.workload import default_predictor_path, machine_info, resolve_device
+from hpcdgnn.errors import ConfigError, DataError, PlanError
+from hpcdgnn.partition.workload import MLPWorkload, default_predictor_path, machine_info, resolve_device
 from hpcdgnn.profile.chunks import profile_graph
 from hpcdgnn.profile.profiler import profile
 
@@ -55,6 +55,12 @@ def run_profile(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_predictor_path(args.model, device, args.dtype)
     if out.exists() and not out.is_file():
         raise ConfigError(f"profile: --out {out} exists and is not a file")
+    if out.is_file():  # re-profiling replaces a predictor, never another file
+        try:
+            MLPWorkload.load(out)
+        except PlanError:
+            raise ConfigError(f"profile: --out {out} exists and is not a predictor file (it would be replaced); "
+                              "choose another --out") from None
     g, name = profile_graph(args.data, args.vertices, args.snapshots, args.density, args.seed)
     if g.num_nodes == 0:
         raise DataError(f"{name}: the graph has no edges to make chunks of")

@@ -57,6 +57,7 @@ import torch
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.comm.device import memory_share
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
@@ -176,7 +177,8 @@ class ChunkStrategy(HaloStrategy):
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
         owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], lambda k: flat_owner[k],
                                  lambda k: local[k], n, model, plan.horizon)
-        self.groups = self._fuse(c.chunk.ravel()[mine], owned, model)
+        self._fuse_args = (c.chunk.ravel()[mine], owned, model)  # kept to re-group under a resumed run's cap
+        self.groups = self._fuse(*self._fuse_args)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
         rpos = local_rows(rnn_owner, P)
@@ -235,10 +237,13 @@ class ChunkStrategy(HaloStrategy):
         z = out.new_zeros(yr.shape[0], yr.shape[1], layer.out_features).index_put((s.t, s.r), out[s.step, s.lane])
         return joined(z, yr)  # a rank with no active sequence still runs the exchange's backward
 
-    def _fuse(self, chunk: np.ndarray, owned, model: DGNN) -> RowGroups | None:
+    def _fuse(self, chunk: np.ndarray, owned, model: DGNN, cap_mb: float | None = None) -> RowGroups | None:
         """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
         §5.1.1, :func:`~hpcdgnn.partition.fusion.fuse_chunks`) or one group per chunk (``fusion: off``).
         Inactive appearances (chunk -1, their rows hold only the self-loop) form one more chunk.
+
+        ``cap_mb``: the cap of every rank (a resumed run's, :meth:`load_state_dict`), else this rank's
+        (configured, or asked of the device: collectives) and the smallest over the ranks.
 
         Returns None when everything fused into one group: it holds all my rows in order and reads
         every column (each own row has its self-loop, each halo row was asked for because an entry
@@ -252,10 +257,13 @@ class ChunkStrategy(HaloStrategy):
         group = per_chunk
         # the cap of a fused group, bytes: the configured one, or DGC's, the device's memory (``auto``;
         # a collective over the node, so every rank asks, rows or none)
-        cap = float(memory_share(self.comm, self.ctx.device) if cfg.fusion_memory_mb == "auto"
-                    else cfg.fusion_memory_mb * 2**20)
+        if cap_mb is None:
+            cap = float(memory_share(self.comm, self.ctx.device) if cfg.fusion_memory_mb == "auto"
+                        else cfg.fusion_memory_mb * 2**20)
+            cap_mb = float(self.comm.allreduce_array([cap / 2**20], op="min", tag="setup")[0])
         #: the smallest cap of any rank, MiB, for the metrics
-        self._cap_mb = float(self.comm.allreduce_array([cap / 2**20], op="min", tag="setup")[0])
+        self._cap_mb = cap_mb
+        cap = cap_mb * 2**20
         if cfg.fusion == "on" and per_chunk.shape[0]:
             width = max(max(layer.in_features, layer.spatial_features) for layer in model.layers)
             cost = group_cost(per_chunk, row, col, width, torch.empty((), dtype=self.ctx.dtype).element_size())
@@ -270,6 +278,24 @@ class ChunkStrategy(HaloStrategy):
         self._fusion_stats = np.array([int((labels >= 0).sum()), 1 if groups is None else len(groups),
                                        loaded if groups is None else groups.loaded_rows, unfused])
         return groups
+
+    def state_dict(self) -> dict:
+        """The halo's state, and the fusion cap the groups were cut under: ``fusion_memory_mb: auto`` asks the
+        device, and a run resumed on a node of another memory size must keep the straight run's groups (they
+        set the aggregation's summation order)."""
+        return {**super().state_dict(), "fusion_cap_mb": self._cap_mb}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`: re-group under the saved cap where this node's differs (the same
+        decision on every rank: both caps are the minimum over the ranks; no state when P changed)."""
+        state = dict(state)
+        cap_mb = state.pop("fusion_cap_mb", None)
+        if cap_mb is not None and cap_mb != self._cap_mb:
+            if self.comm.rank == 0:
+                get_logger().info(f"fusion: regrouped under the checkpoint's cap, {cap_mb:.3f} MiB "
+                                  f"(this node's: {self._cap_mb:.3f} MiB)")
+            self.groups = self._fuse(*self._fuse_args, cap_mb=cap_mb)
+        super().load_state_dict(state)
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
         """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""

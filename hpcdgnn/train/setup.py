@@ -118,9 +118,52 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
     return device
 
 
-_RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.validate", "comm.", "output.", "checkpoint.",
-              "debug.")
-"""Keys a resumed run may change (prefixes): none of them changes what an epoch computes."""
+_RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.path", "data.validate", "comm.", "output.",
+              "checkpoint.", "debug.")
+"""Keys a resumed run may change (prefixes): none of them changes what an epoch computes (``data.path`` only to
+the same dataset moved: :func:`check_resume_dataset`)."""
+
+
+def dataset_fingerprint(path: str | Path) -> str:
+    """The dataset's identity: the sha256 of its ``manifest.json``, which records every shard's sha256 and
+    size (written by ``prepare``/``generate``), so other data under the same path gives another one."""
+    return hashlib.sha256((Path(path) / "manifest.json").read_bytes()).hexdigest()
+
+
+def check_resume_dataset(saved: JobConfig, job: JobConfig, shared: dict[str, Any], ckpt: Path, resume: str) -> None:
+    """Refuse (one line) to resume on other data than the run trained on: data regenerated under the same
+    path, a relative ``data.path`` read from another directory, or ``--set data.path`` to another dataset.
+    A dataset that moved may be named anew. A checkpoint from before fingerprints allows no new path.
+    ``shared``: the checkpoint's shared state (:func:`load_shared`)."""
+    theirs = shared.get("dataset_sha256")
+    if theirs is None:
+        if job.data.path != saved.data.path:
+            raise ConfigError(f"--resume {resume}: data.path: {ckpt.name} does not record its dataset, so a new "
+                              f"data.path ({job.data.path}) cannot be checked; resume with {saved.data.path}")
+        return
+    if dataset_fingerprint(job.data.path) != theirs:
+        raise ConfigError(f"--resume {resume}: data.path: {job.data.path} is not the dataset the run trained on "
+                          f"(its manifest.json differs from the one {ckpt.name} recorded); resume on that dataset, "
+                          "or start a new run")
+
+
+def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
+    """A new run's ``checkpoint.dir`` (None: the run directory's own): refused (one line) when it exists and is
+    not empty — another run's checkpoints there would be rotated away, and resumed by mistake — or cannot be
+    made; made here, before any epoch, so that a bad path is not found at the first checkpoint."""
+    if not job.checkpoint.dir:
+        return None
+    root = Path(job.checkpoint.dir)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
+                          "into a new or empty directory (another run's there would be overwritten)")
+    if root.is_dir():
+        return None
+    try:
+        root.mkdir(parents=True)
+    except OSError as e:
+        raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {e.strerror or e}") from None
+    return root
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -171,14 +214,18 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     saved_path = run_dir / "config.resolved.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
-    saved = load_job(saved_path)
-    job = load_job(job_path or saved_path, overrides)
+    saved = load_job(saved_path, check_paths=False)  # the dataset may have moved: checked by _prepare
+    job = load_job(job_path or saved_path, overrides, check_paths=False)
     check_resume_job(saved, job, resume, overrides, job_path)
     root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise ConfigError(f"--resume {resume}: no complete checkpoint in {root}")
-    done = int(json.loads((ckpt / "COMPLETE").read_text())["epoch"])
+    try:
+        done = int(json.loads((ckpt / "COMPLETE").read_text())["epoch"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--resume {resume}: {ckpt / 'COMPLETE'}: unreadable ({e}); remove that checkpoint "
+                          "to resume from the one before") from None
     if done >= job.train.epochs:
         raise ConfigError(
             f"--resume {resume}: the run already finished its {job.train.epochs} epochs "
@@ -236,18 +283,33 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
     def on_root() -> tuple[JobConfig, Manifest, object, str, str | None]:
         if resume:
             job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
+            if not (Path(job.data.path) / "manifest.json").is_file():
+                raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
+                                  "resume with --set data.path=NEW; the run checks it is the same dataset)")
         else:
             job, run_dir, ckpt = load_job(job_path, overrides), None, None
         check_model_strategy(job, job_path or resume, comm.size)
         manifest = load_dataset_manifest(job, job_path or resume)
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
-        if ckpt is not None and getattr(job.strategy, "balance", None) == "measured":  # a re-cut is kept
-            saved = load_shared(ckpt).get("plan")  # the shared part only: rank 0's own state is read later
+        if ckpt is not None:
+            shared = load_shared(ckpt)  # the shared part only: rank 0's own state is read later
+            check_resume_dataset(load_job(Path(resume) / "config.resolved.yaml", check_paths=False), job, shared,
+                                 ckpt, resume)
+            # on the same P the run continues on the checkpoint's plan: a re-cut of balance: measured is kept,
+            # and so is a cut that read what a resume may change (workload: mlp's predictor file, per machine
+            # and device when none is given): another cut would change the rounding
+            saved = shared.get("plan")
             if saved is not None and saved.num_ranks == comm.size:
                 plan = saved
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
-            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            made = check_checkpoint_dir(job, job_path)
+            try:
+                run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            except ConfigError:
+                if made is not None:
+                    made.rmdir()  # made just now, empty
+                raise
             _save_run_files(run_dir, job, plan, 0)
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt)
 

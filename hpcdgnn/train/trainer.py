@@ -36,15 +36,18 @@ from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics import RunDirectory, configure_logging
 from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
-from hpcdgnn.train.checkpoint import CheckpointManager
+from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint
+from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.setup import (
     Run,
     build_run,
     calibration_epochs,
+    dataset_fingerprint,
     measured_plan,
     replan,
     truncate_metrics,
@@ -126,6 +129,8 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
         "plan": run.plan,
         "config": job_to_dict(run.job),
     }
+    if checkpoints.comm.rank == 0:  # what a resume checks it continues on (check_resume_dataset)
+        shared["dataset_sha256"] = dataset_fingerprint(run.job.data.path)
     return checkpoints.save(epoch, shared if checkpoints.comm.rank == 0 else {}, run.strategy.state_dict())
 
 
@@ -150,7 +155,8 @@ def _banner(log, run: Run, comm: Communicator) -> None:
 
 
 class _Health:
-    """Warnings a user must not miss (rank 0, once each): an empty validation split, a diverging loss."""
+    """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss (one that
+    is no longer finite stops the run: :func:`_stop_diverged`)."""
 
     def __init__(self, log, metric: str) -> None:
         self.log, self.metric, self.first, self.said = log, metric, None, set()
@@ -162,9 +168,10 @@ class _Health:
             if record.get(f"val_{self.metric}") is None:
                 self._warn("empty-val", f"warning: the validation split is empty (val_{self.metric} is '-'): "
                            "task.split leaves no validation examples; widen it or use more snapshots")
-        if loss is None or not np.isfinite(loss):
-            self._warn("nan", f"warning: the training loss is {loss} in epoch {record['epoch']}: training diverged; "
-                       "lower train.lr or use train.dtype: float64")
+        if loss is None:
+            self._warn("nan", f"warning: no training loss in epoch {record['epoch']}")
+        elif not np.isfinite(loss):
+            pass  # the run stops on it (_stop_diverged)
         elif self.first is not None and np.isfinite(self.first) and loss > 100 * max(abs(self.first), 1e-12):
             self._warn("grow", f"warning: the training loss grew from {self.first:.4g} to {loss:.4g} by epoch "
                        f"{record['epoch']}: training is diverging; lower train.lr")
@@ -173,6 +180,24 @@ class _Health:
         if key not in self.said:
             self.said.add(key)
             self.log.warning(text)
+
+
+def _stop_diverged(comm, rd, run: Run, records, recorder, activation_peak, watchdog, checkpoints, epoch: int,
+                   loss: float) -> None:
+    """End a run whose training loss is no longer finite (every later epoch would train on NaN parameters,
+    and its checkpoints would rotate the last finite ones away): summary with status ``diverged``, no
+    checkpoint of this epoch, and one line naming the newest checkpoint, which is finite (exit 2)."""
+    write_summary(comm, rd, run, records, recorder.totals, activation_peak, False, status="diverged")
+    if watchdog is not None:
+        watchdog.stop()
+    comm.stop_progress()
+    if rd is not None:
+        rd.close()
+    newest = latest_checkpoint(checkpoints.root)
+    raise collective_error(ConfigError(
+        f"epoch {epoch}: the training loss is {loss}: training diverged; lower train.lr or use train.dtype: "
+        f"float64 (results in {run.run_dir}; " + (f"newest checkpoint, before it: {newest.name})" if newest
+                                                  else "no checkpoint was written)")))
 
 
 class _CheckpointPolicy:
@@ -249,6 +274,9 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
             health.check(record)
+        loss = record["train_loss"]
+        if loss is not None and not np.isfinite(loss):  # the same global loss on every rank: all stop here
+            _stop_diverged(comm, rd, run, records, recorder, activation_peak, watchdog, checkpoints, epoch, loss)
         if epoch in calibrating:
             measured.append(record["per_rank"]["compute"])
         if calibrating and epoch == calibrating[-1] and comm.size > 1 and not preempted:

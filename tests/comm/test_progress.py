@@ -68,7 +68,7 @@ def test_auto_starts_threads_only_with_a_spare_core_per_rank(launcher, small_dat
 ])
 def test_a_thread_on_some_ranks_only_changes_nothing(launcher, small_dataset, tmp_path, model, strategy):
     """``auto`` decides per node, so a job over nodes of two shapes has a thread on some ranks only
-    (``tests/mpi/mixed_progress.py`` gives rank 1 of 3 a spare core): every rank must still post the same
+    (``tests/mpi/node_shape.py`` gives rank 1 of 3 a spare core): every rank must still post the same
     collectives in the same order (the chunks all at once, not one ahead), and give the same losses, norms
     and bytes as ``calls``."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
@@ -76,7 +76,8 @@ def test_a_thread_on_some_ranks_only_changes_nothing(launcher, small_dataset, tm
                     comm={"grad_buckets": 3, "progress": "auto"})
     ref, recs_ref = _losses(launcher, 3, job, tmp_path / "calls", "comm.progress=calls")
     out = tmp_path / "mixed"
-    proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "mixed_progress.py"), "1", "--", "run", str(job),
+    proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "node_shape.py"), "--spare-core-ranks", "1", "--", "run",
+                            str(job),
                             "--output", str(out)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "progress thread on 1/3 ranks" in proc.stdout + proc.stderr

@@ -213,3 +213,26 @@ def test_fusion_memory_cap_is_auto_or_a_positive_number(tmp_path, small_dataset)
         load_job(job, ["strategy.fusion_memory_mb=0"])
     with pytest.raises(ConfigError, match="fusion_memory_mb"):
         load_job(job, ["strategy.fusion_memory_mb=lots"])
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("train.lr=.inf", "--set train.lr: expected a finite number, got inf"),
+    ("comm.stall_timeout_s=.nan", "--set comm.stall_timeout_s: expected a finite number, got nan"),  # passed `< 0`
+    ("checkpoint.every_minutes=-.inf", "--set checkpoint.every_minutes: expected a finite number, got -inf"),
+    ("train.seed=100000000000000000000000", "--set train.seed: 100000000000000000000000 is out of range"),
+    ("train.threads=100000", "--set train.threads: must be in [0, 1024]"),
+])
+def test_numbers_beyond_what_the_run_can_use_are_one_line(tmp_path, small_dataset, override, needle):
+    """Non-finite floats (which pass every comparison check: NaN is not < 0), integers beyond 64 bits (a seed
+    crashed torch) and thread counts beyond any node (torch crashed) are refused by name."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    with pytest.raises(ConfigError) as e:
+        load_job(job, [override])
+    assert needle in str(e.value)
+
+
+def test_a_job_file_that_is_not_utf8_is_one_line(tmp_path):
+    bad = tmp_path / "job.yaml"
+    bad.write_bytes(b"data:\n  path: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"job.yaml: not UTF-8 text \(byte 14\)"):
+        load_job(bad)

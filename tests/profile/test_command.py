@@ -45,6 +45,12 @@ def test_profile_rejects_bad_input_in_one_line(launcher, tmp_path):
     assert proc.stderr.strip().splitlines() == ["hpcdgnn: error: profile: --samples must be >= 5 so some can be "
                                                 "held out (got 2)"]
     assert not (tmp_path / "x.pt").exists()
+    mine = tmp_path / "job.yaml"  # an existing file that is no predictor is never replaced
+    mine.write_text("data: {path: here}\n")
+    proc = launcher.run(None, ["-m", "hpcdgnn", "profile", "--out", str(mine)])
+    assert proc.returncode == 2 and mine.read_text() == "data: {path: here}\n", proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"hpcdgnn: error: profile: --out {mine} exists and is not a "
+                                                "predictor file (it would be replaced); choose another --out"]
 
 
 def test_job_with_the_mlp_workload_trains_and_a_missing_predictor_is_one_line(launcher, small_dataset, tmp_path,

@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 
 from hpcdgnn.data.writer import RawSnapshot, write_dataset
+from hpcdgnn.partition.workload import STRUCTURE_INPUTS, TIME_INPUTS, MLPWorkload
+from hpcdgnn.profile.fit import fit_mlp
 from hpcdgnn.train.checkpoint import latest_checkpoint
-from tests.conftest import SMALL_N, SMALL_T, read_metrics, write_job
+from tests.conftest import REPO, SMALL_N, SMALL_T, read_metrics, write_job
 
 EPOCHS, RESUME_AT = 10, 6  # E and k
 STRATEGIES = {"vertex": {"name": "vertex"}, "chunk": {"name": "chunk", "chunk_size": 8}}
@@ -115,3 +117,75 @@ def test_resume_on_other_rank_count_is_refused(launcher, stale_runs, tmp_path):
     assert "re-partitioned" in errors[0] and "3 ranks" in errors[0], errors[0]
     assert "start a new run" in errors[0], errors[0]
     assert (run / "metrics.jsonl").read_text() == before  # nothing was trained or truncated
+
+
+def _straight_and_resumed(launcher, job: Path, where: Path, epochs: int, at: int, resume_argv=None, between=None):
+    """``epochs`` straight at P = 2 with checkpoints every ``at``; a copy cut back to ``at`` and resumed with
+    ``resume_argv`` (default ``-m hpcdgnn``) after ``between()``: (straight records, resumed records, output)."""
+    straight = where / "straight"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight)])
+    assert proc.returncode == 0, proc.stderr
+    part = Path(shutil.copytree(straight, where / "part"))
+    for ck in (part / "checkpoints").glob("epoch-*"):
+        if int(ck.name.split("-")[1]) > at:
+            shutil.rmtree(ck)
+    if between is not None:
+        between()
+    proc = launcher.run(2, [*(resume_argv or ["-m", "hpcdgnn"]), "run", "--resume", str(part)])
+    assert proc.returncode == 0, proc.stderr
+    return read_metrics(straight), read_metrics(part), proc.stdout + proc.stderr
+
+
+def _same_records(straight, resumed, at):
+    assert [r["epoch"] for r in resumed] == [r["epoch"] for r in straight]
+    for a, b in zip(straight, resumed, strict=True):
+        assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"]), f"epoch {a['epoch']}"
+        assert a.get("fusion") == b.get("fusion"), f"epoch {a['epoch']}"
+        if a["epoch"] != at + 1:
+            assert a["bytes_by_tag"] == b["bytes_by_tag"], f"epoch {a['epoch']}"
+
+
+def test_resume_on_a_node_of_other_memory_keeps_the_fusion_groups(launcher, small_dataset, tmp_path):
+    """``fusion_memory_mb: auto`` asks the node; a run requeued on a node with less memory per rank
+    (``tests/mpi/node_shape.py --memory-mib``) regroups under the checkpoint's cap and continues as the
+    straight run. The small cap alone groups otherwise, so the test could fail."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 4},
+                    strategy={"name": "chunk", "chunk_size": 4, "fusion_memory_mb": "auto"},
+                    checkpoint={"every": 2})
+    shape = [str(REPO / "tests" / "mpi" / "node_shape.py"), "--memory-mib", "0.0005", "--"]
+    small = tmp_path / "small"
+    proc = launcher.run(2, [*shape, "run", str(job), "--output", str(small), "--set", "train.epochs=1"])
+    assert proc.returncode == 0, proc.stderr
+    straight, resumed, out = _straight_and_resumed(launcher, job, tmp_path, 4, 2, resume_argv=shape)
+    assert read_metrics(small)[0]["fusion"]["groups"] != straight[0]["fusion"]["groups"], "the cap changes nothing"
+    assert "fusion: regrouped under the checkpoint's cap" in out
+    _same_records(straight, resumed, 2)
+
+
+def _predictor(path: Path, sign: float) -> Path:
+    """A tiny chunk-work predictor for cdgcn (hidden 6, float64); ``sign`` flips which chunks it calls costly."""
+    rng = np.random.default_rng(5)
+    xs, xt = rng.normal(size=(40, len(STRUCTURE_INPUTS))), rng.normal(size=(40, len(TIME_INPUTS)))
+    s = fit_mlp(xs, np.exp(sign * xs[:, 0]) * 1e-4, STRUCTURE_INPUTS, width=8, steps=50)
+    t = fit_mlp(xt, np.exp(sign * xt[:, 0]) * 1e-4, TIME_INPUTS, width=8, steps=50)
+    meta = {"model": "cdgcn", "device": "cpu", "dtype": "float64", "features": [2], "hidden": [6], "window": 3}
+    return MLPWorkload(s, t, meta).save(path)
+
+
+def test_resume_keeps_the_plan_when_the_predictor_file_changed(launcher, small_dataset, tmp_path):
+    """``workload: mlp`` cuts the plan from the predictor file's contents; on the same P a resumed run continues
+    on the checkpoint's plan, not on a cut from the file as it is now."""
+    pred = _predictor(tmp_path / "pred.pt", 1.0)
+    other = _predictor(tmp_path / "other.pt", -1.0)
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 4},
+                    strategy={"name": "chunk", "chunk_size": 4, "workload": "mlp", "predictor": str(pred)},
+                    checkpoint={"every": 2})
+    cut = tmp_path / "cut-by-other"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(cut), "--set", "train.epochs=1",
+                            f"strategy.predictor={other}"])
+    assert proc.returncode == 0, proc.stderr
+    straight, resumed, _ = _straight_and_resumed(launcher, job, tmp_path, 4, 2,
+                                                 between=lambda: shutil.copyfile(other, pred))
+    assert (cut / "plan.json").read_text() != (tmp_path / "straight" / "plan.json").read_text(), "same cut"
+    assert (tmp_path / "part" / "plan.json").read_text() == (tmp_path / "straight" / "plan.json").read_text()
+    _same_records(straight, resumed, 2)

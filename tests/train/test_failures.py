@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
+import numpy as np
 import pytest
 
-from tests.conftest import write_job
+from tests.conftest import read_metrics, write_job
 
 
 @pytest.mark.parametrize("fault", ["missing", "truncated", "no_manifest"])
@@ -53,3 +55,24 @@ def test_exception_on_one_rank_aborts_job(launcher, tmp_path):
     assert proc.returncode != 0
     assert time.monotonic() - t0 < 30
     assert "rank 1/3:" in proc.stderr and "injected fault" in proc.stderr
+
+
+def test_a_diverged_run_stops_with_one_line_and_keeps_its_last_finite_checkpoint(launcher, small_dataset, tmp_path):
+    """A training loss that is no longer finite (here train.lr = 1e30) stops every rank: one line, exit 2,
+    summary status ``diverged``, no checkpoint of that epoch, so the newest one (kept) is finite."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 6, "lr": 1e30, "dtype": "float32"},
+                    checkpoint={"every": 1, "keep": 2})
+    run = tmp_path / "run"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)], timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "hpcdgnn: error:" in line]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    records = read_metrics(run)
+    bad = records[-1]
+    # metrics.jsonl writes a NaN as null (JSON has no NaN)
+    assert bad["train_loss"] is None and all(np.isfinite(r["train_loss"]) for r in records[:-1]), records
+    assert f"epoch {bad['epoch']}: the training loss is nan: training diverged" in errors[0], errors[0]
+    assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert kept == [f"epoch-{e:06d}" for e in range(max(1, bad["epoch"] - 2), bad["epoch"])], kept
+    assert (f"newest checkpoint, before it: epoch-{bad['epoch'] - 1:06d}" in errors[0]) == (bad["epoch"] > 1)

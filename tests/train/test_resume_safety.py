@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_dataset, read_metrics, write_job
+from tests.conftest import assert_same_run, make_dataset, read_metrics, write_job
 
 
 def _fingerprint(run: Path) -> dict[str, str]:
@@ -46,9 +47,11 @@ def test_resume_refuses_changes(finished_run, launcher, with_job_file, key, valu
     errors = [line for line in proc.stderr.splitlines() if "hpcdgnn: error:" in line]
     assert len(errors) == 1, proc.stderr
     line = errors[0]
-    assert f"--set {key}: is " in line and "a resumed run may change only" in line, line
-    assert repr(value) in line or value in line, line
-    if key != "data.path":
+    if key == "data.path":  # a resume may name its dataset anew (it moved), not other data
+        assert f"data.path: {value} is not the dataset the run trained on" in line, line
+    else:
+        assert f"--set {key}: is " in line and "a resumed run may change only" in line, line
+        assert repr(value) in line or value in line, line
         assert f"used {old}" in line, line
     assert "Traceback" not in proc.stderr
     assert _fingerprint(run) == before, "a refused resume changed the run directory"
@@ -64,3 +67,64 @@ def test_resume_allowed_change_then_refused_one_keeps_run_usable(finished_run, l
     assert good.returncode == 0, good.stderr
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
     assert "epochs: 3" in (run / "config.resolved.yaml").read_text()  # saved once the resume was accepted
+
+
+def _one_error(proc) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "hpcdgnn: error:" in line]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return errors[0]
+
+
+def test_resume_follows_a_moved_dataset_and_refuses_other_data_at_its_path(small_dataset, launcher, tmp_path):
+    """The checkpoint records the dataset (its manifest's sha256): a dataset that moved is named anew with
+    ``--set data.path`` and the run continues as the straight one; other data under the old path (regenerated,
+    or a relative path read from elsewhere) is refused in one line, the run left as it was."""
+    data = Path(shutil.copytree(small_dataset, tmp_path / "d1"))
+    job = write_job(tmp_path / "job.yaml", data, train={"epochs": 4}, checkpoint={"every": 1})
+    straight = tmp_path / "straight"
+    assert launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight)]).returncode == 0
+    run = tmp_path / "run"
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(run), "--set", "train.epochs=2"])
+    assert proc.returncode == 0, proc.stderr
+    before = _fingerprint(run)
+    moved = data.rename(tmp_path / "d2")
+    line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=4"]))
+    assert f"data.path: {data}: no dataset there" in line and "--set data.path=NEW" in line, line
+    make_dataset(data, 7, 23, 40, seed=9)  # other data, same shape, under the old path
+    line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=4"]))
+    assert f"data.path: {data} is not the dataset the run trained on" in line, line
+    assert _fingerprint(run) == before
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=4",
+                               f"data.path={moved}"])
+    assert proc.returncode == 0, proc.stderr
+    got, ref = read_metrics(run), read_metrics(straight)
+    assert [r["epoch"] for r in got] == [1, 2, 3, 4]
+    assert_same_run([[r["loss"], r["grad_norm"]] for r in got], [[r["loss"], r["grad_norm"]] for r in ref])
+
+
+def test_a_new_run_refuses_a_used_or_impossible_checkpoint_dir_before_training(small_dataset, launcher, tmp_path):
+    """``checkpoint.dir`` holding anything (another run's checkpoints would be rotated away and resumed by
+    mistake) or under a file: one line, exit 2, before any epoch, no run directory made, nothing touched;
+    likewise ``--output`` under a file."""
+    used = tmp_path / "used"
+    (used / "epoch-000001").mkdir(parents=True)
+    (used / "notes.txt").write_text("mine")
+    (tmp_path / "afile").write_text("x")
+    job = write_job(tmp_path / "job.yaml", small_dataset, checkpoint={"every": 1})
+    for ck, says in [(used, f"checkpoint.dir: {used} exists and is not empty"),
+                     (tmp_path / "afile" / "ck", f"checkpoint.dir: cannot create {tmp_path / 'afile' / 'ck'}")]:
+        out = tmp_path / f"run-{ck.name}"
+        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(out),
+                                              "--set", f"checkpoint.dir={ck}"]))
+        assert says in line, line
+        assert not out.exists()
+    assert sorted(p.name for p in used.iterdir()) == ["epoch-000001", "notes.txt"]
+    line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output",
+                                          str(tmp_path / "afile" / "run")]))
+    assert "cannot create the run directory" in line, line
+    fresh = tmp_path / "fresh"  # a new directory is made at the start, and used
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "ok"),
+                               "--set", f"checkpoint.dir={fresh}"])
+    assert proc.returncode == 0, proc.stderr
+    assert (fresh / "epoch-000003" / "COMPLETE").is_file()
