@@ -168,6 +168,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
+    if argv is None and sys.argv[1:2] == ["run"]:  # the program: a stop signal before the handlers (_cmd_run,
+        # after the parser's imports and the allocator's re-exec) waits for them instead of killing a rank
+        from hpcdgnn import preemption
+
+        preemption.hold()
     args = _parser().parse_args(argv)
     if args.command == "run":
         from hpcdgnn import allocator

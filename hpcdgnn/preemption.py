@@ -5,7 +5,10 @@ Schedulers warn a job before killing it (SLURM ``--signal=B:USR1@120``, LSF
 ranks agree on stopping through the per-epoch all-gather, write a checkpoint
 and exit with ``EXIT_PREEMPTED`` (75). :func:`install` is called first thing in
 ``python -m hpcdgnn run``, before torch is imported, so a warning that arrives
-during start-up is not lost (without a handler, SIGUSR1 kills the process).
+during start-up is not lost (without a handler, SIGUSR1 kills the process). Before it, from the
+first line of ``main`` and across the allocator's re-exec (:func:`hpcdgnn.allocator.reexec`, which
+resets handlers but keeps the signal mask and pending signals), :func:`hold` blocks them, so one that
+arrives then waits and is handled once :func:`install` unblocks it.
 A second SIGINT (Ctrl-C twice) interrupts at once, as Python does by default.
 
 Open MPI 5's ``mpirun`` (prterun) does not forward SIGTERM or SIGINT as such:
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import signal
 
-__all__ = ["PreemptionFlag", "install"]
+__all__ = ["PreemptionFlag", "hold", "install"]
+
+_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class PreemptionFlag:
@@ -45,9 +50,17 @@ def install() -> PreemptionFlag:
     global _FLAG
     if _FLAG is None:
         _FLAG = PreemptionFlag()
-        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        for sig in _SIGNALS:
             try:
                 signal.signal(sig, _FLAG.handle)
             except ValueError:  # not the main thread (an embedding application): leave signals alone
                 pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
+
+
+def hold() -> None:
+    """Block the pre-emption signals until :func:`install` (the start of ``python -m hpcdgnn run``, which
+    may re-exec itself before it can install handlers): a signal sent meanwhile stays pending, through an
+    exec too, instead of killing the process."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)

@@ -142,6 +142,26 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
         raise ConfigError(f"{file}: {path}.{e}" if path else f"{file}: {e}") from None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps the last one
+    silently, so a job file with two ``train:`` sections ran with half of what it said."""
+
+
+def _no_duplicate_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
 def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
     """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping."""
     for item in overrides:
@@ -187,7 +207,7 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
     except UnicodeDecodeError as e:
         raise ConfigError(f"{file}: not UTF-8 text (byte {e.start}); a job file is YAML in UTF-8") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{file}: not valid YAML: {' '.join(str(e).split())}") from None
     if raw is None:

@@ -228,8 +228,8 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
                           "to resume from the one before") from None
     if done >= job.train.epochs:
         raise ConfigError(
-            f"--resume {resume}: the run already finished its {job.train.epochs} epochs "
-            f"(checkpoint {ckpt.name}); train longer with --set train.epochs=N"
+            f"--resume {resume}: the run has already trained {done} epochs (checkpoint {ckpt.name}) and "
+            f"train.epochs is {job.train.epochs}; train longer with --set train.epochs=N (N > {done})"
         )
     return job, run_dir, ckpt
 

@@ -292,7 +292,8 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             path = _checkpoint(run, checkpoints, epoch)
             log.info(policy.written(path, time.perf_counter() - t0, describe=comm.rank == 0))
         if preempted:
-            log.info(f"pre-empted ({stop.name}): stopped after epoch {epoch}; resume with --resume {run.run_dir}")
+            log.info(f"pre-empted ({stop.name or 'a signal to another rank'}): stopped after epoch {epoch}; "
+                     f"resume with --resume {run.run_dir}")
             break
     write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted)
     if watchdog is not None:

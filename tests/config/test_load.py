@@ -236,3 +236,12 @@ def test_a_job_file_that_is_not_utf8_is_one_line(tmp_path):
     bad.write_bytes(b"data:\n  path: \xff\xfe\n")
     with pytest.raises(ConfigError, match=r"job.yaml: not UTF-8 text \(byte 14\)"):
         load_job(bad)
+
+
+def test_a_key_given_twice_is_one_line(tmp_path, small_dataset):
+    """PyYAML keeps the last of two equal keys; a job file with two ``train:`` sections would run with half
+    of what it says."""
+    (tmp_path / "job.yaml").write_text(f"data: {{path: {small_dataset}}}\ntrain: {{epochs: 2}}\n"
+                                       "model: {name: cdgcn}\ntrain: {lr: 0.1}\n")
+    with pytest.raises(ConfigError, match=r"job.yaml: not valid YAML: key 'train' given twice \(lines 2 and 4\)"):
+        load_job(tmp_path / "job.yaml")

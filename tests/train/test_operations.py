@@ -103,7 +103,7 @@ def test_resume_refuses_a_different_computation(launcher, tmp_path, small_datase
     assert proc.returncode == 2
     assert "train.lr" in proc.stderr and proc.stderr.count("hpcdgnn: error:") == 1, proc.stderr
     proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run)], timeout=60)
-    assert proc.returncode == 2 and "already finished" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "has already trained 2 epochs" in proc.stderr, proc.stderr
     proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path)], timeout=60)
     assert proc.returncode == 2 and "not a run directory" in proc.stderr, proc.stderr
 

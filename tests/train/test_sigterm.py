@@ -45,3 +45,33 @@ def test_signal_to_the_launcher_checkpoints_and_exits_75(tmp_path, small_dataset
     assert f"pre-empted ({sig.name.replace('SIGTERM', 'SIGUSR1').replace('SIGINT', 'SIGUSR1')})" in out
     assert f"resume with --resume {run}" in out
     assert f"epoch {stopped:4d}" in out  # the last epoch's line was not lost
+
+
+_HELD = """
+import os, signal, sys, time
+from hpcdgnn import preemption
+if sys.argv[1] == "start":
+    if sys.argv[2] == "hold":
+        preemption.hold()
+    os.kill(os.getpid(), signal.SIGUSR1)  # the scheduler's warning, before any handler
+    os.execv(sys.executable, [sys.executable, "-c", sys.argv[3], "after-exec", "-", sys.argv[3]])
+flag = preemption.install()
+for _ in range(100):
+    if flag.raised:
+        break
+    time.sleep(0.01)
+print(flag.raised, flag.name)
+"""
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_signal_before_the_handlers_waits_for_them_across_the_re_exec(held):
+    """``run`` restarts itself (the allocator's exec resets handlers) before it installs them; a stop signal
+    sent meanwhile, held by :func:`hpcdgnn.preemption.hold`, reaches the handler once installed (exit 75 at
+    the next epoch boundary) instead of killing the rank (exit 138 through mpirun). Unheld, it kills."""
+    proc = subprocess.run([sys.executable, "-c", _HELD, "start", "hold" if held else "no", _HELD],
+                          capture_output=True, text=True, timeout=60)
+    if held:
+        assert proc.returncode == 0 and proc.stdout.split() == ["True", "SIGUSR1"], proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == -signal.SIGUSR1, proc.stdout + proc.stderr
