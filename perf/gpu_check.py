@@ -43,11 +43,14 @@ MORE = {"evolvegcn_o": [(3, "mpi"), (1, "nccl")], "tmgcn": [(3, "mpi"), (1, "ncc
 
 
 def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mpi", dtype: str = "float32",
-        task: str = "link_prediction", sets: list[str] | tuple[str, ...] = ()) -> tuple[list | None, str]:
+        task: str = "link_prediction", sets: list[str] | tuple[str, ...] = (),
+        norms: bool = False) -> tuple[list | None, str]:
     """One training run into ``args.out`` (on ``args.data``, ``args.epochs`` epochs), with ``hpcdgnn run --set``
     overrides ``sets`` (``KEY=VALUE`` each).
 
-    Returns (losses, 'epoch s') or (None, its error lines). ``check_exactness.py`` runs its cases with it too.
+    Returns (losses, 'epoch s') or (None, its error lines); ``norms``: the losses followed by each epoch's
+    gradient norm (Adam hides a wrong gradient scale from the losses). ``check_exactness.py`` runs its cases
+    with it too.
     """
     name = f"{model}-{strategy}-{device}-p{P}-{backend}-{dtype}-{task}"
     job = args.out / f"{name}.yaml"
@@ -70,7 +73,8 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
         return None, f"exit {proc.returncode}: " + " | ".join([ln for ln in lines if "rror" in ln][-3:] or lines[-4:])
     recs = [json.loads(line) for line in (args.out / name / "metrics.jsonl").read_text().splitlines()]
     cap = recs[-1].get("fusion", {}).get("cap_mb")
-    return [r["loss"] for r in recs], f"epoch {recs[-1]['time']['epoch']['max']:.4f} s" + (
+    values = [r["loss"] for r in recs] + ([r["grad_norm"] for r in recs] if norms else [])
+    return values, f"epoch {recs[-1]['time']['epoch']['max']:.4f} s" + (
         f", fusion cap {cap:.0f} MiB" if cap is not None else "")
 
 

@@ -435,3 +435,20 @@ def test_write_events_checks_and_manifest_round_trip(clean_events, tmp_path):
         write_events(tmp_path / "bad2", np.array([0, 1, 1]), np.array([2, 3, 2]), t[::-1] * 0 + [1, 3, 2], None, **kw)
     assert not (tmp_path / "bad1").exists() and not (tmp_path / "bad2").exists()
     assert math.isfinite(load_event_manifest(tmp_path / "ok").time_range[1])
+
+
+def test_time_unit_rescales_the_timestamps(tmp_path):
+    """``--time-unit U`` divides every timestamp by U (recorded in the manifest); it is an events option,
+    and must be a positive number."""
+    raw = tmp_path / "e.txt"
+    raw.write_text("1 2 86400\n2 3 172800\n3 1 259200\n1 3 345600\n")
+    m = prepare_dataset(raw, "snap", tmp_path / "days", kind="events", time_unit=86400)
+    assert read_events(tmp_path / "days", m).t.tolist() == [1.0, 2.0, 3.0, 4.0] and m.time_range == (1.0, 4.0)
+    assert m.source["options"]["time_unit"] == 86400
+    plain = prepare_dataset(raw, "snap", tmp_path / "s", kind="events")
+    assert read_events(tmp_path / "s", plain).t.tolist() == [86400.0, 172800.0, 259200.0, 345600.0]
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(DataError, match="--time-unit must be a positive number"):
+            prepare_dataset(raw, "snap", tmp_path / "x", kind="events", time_unit=bad)
+    with pytest.raises(DataError, match="--time-unit applies only to --kind events"):
+        prepare_dataset(raw, "snap", tmp_path / "x", time_unit=60)

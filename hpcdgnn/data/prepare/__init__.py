@@ -381,6 +381,13 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="--kind events, --format snap: sources and destinations are separate vertex sets "
         "(jodie is always bipartite: users then items)",
     )
+    parser.add_argument(
+        "--time-unit",
+        type=float,
+        metavar="U",
+        help="--kind events: divide the timestamps by U (86400: seconds to days); TGN's time encoding learns "
+        "frequencies whose gradients grow with the time gaps, so raw seconds make a run sensitive to rounding",
+    )
     parser.add_argument("--force", action="store_true", help="replace a non-empty --output directory")
     parser.add_argument(
         "--allow-large",
@@ -405,6 +412,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         split=args.split,
         shard_events=args.shard_events,
         bipartite=args.bipartite,
+        time_unit=args.time_unit,
         snapshots=args.snapshots,
         window=args.window,
         events_per_snapshot=args.events_per_snapshot,
