@@ -239,7 +239,10 @@ def _blame_override(message: str, file: str, overrides: list[str]) -> str:
     if not message.startswith(head):
         return message
     rest = message[len(head):]
-    return f"--set {rest}" if override_of(rest.split(":", 1)[0], overrides) else message
+    key = rest.split(":", 1)[0]
+    # ... or a key below it: --set model.foo.bar=1 made the unknown section model.foo
+    deeper = any(item.partition("=")[0].startswith(key + ".") for item in overrides)
+    return f"--set {rest}" if override_of(key, overrides) or deeper else message
 
 
 def job_to_dict(job: JobConfig) -> dict:

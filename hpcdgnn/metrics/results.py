@@ -49,7 +49,9 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
 
     A previous run is never overwritten.
     """
-    if output:
+    if output is not None:
+        if not output.strip():
+            raise ConfigError("--output: an empty path; give the run directory, or leave --output out")
         p = Path(output)
         if p.exists() and not p.is_dir():
             raise ConfigError(f"--output {output}: is a file; a run writes into a new or empty directory")

@@ -313,7 +313,7 @@ class MLPWorkload:
         """Read a predictor written by :meth:`save`; a missing or foreign file is a one-line :class:`PlanError`."""
         path = Path(path)
         if not path.is_file():
-            raise PlanError(f"workload predictor '{path}' does not exist")
+            raise PlanError(f"workload predictor '{path}' " + ("is not a file" if path.exists() else "does not exist"))
         try:
             d = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(d, dict) or d.get("format") != FORMAT:
