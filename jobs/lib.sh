@@ -8,7 +8,7 @@
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
 #                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC
-#   hpcdgnn_run_state RUNDIR   new | completed | checkpointed (resume it) | stale (no complete checkpoint)
+#   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | stale (no complete checkpoint)
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
 #   hpcdgnn_slurm_launch RANKS [NODES]
@@ -175,7 +175,8 @@ hpcdgnn_ensure_data() {  # DIR
   [ -f "$dir/manifest.json" ]
 }
 
-# new (absent or empty), completed (summary.json says so), checkpointed (a complete checkpoint: resume it)
+# new (absent or empty), completed (summary.json says so), diverged (summary.json says its training loss
+# stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it)
 # or stale (something else: an attempt that stopped before its first checkpoint). Checkpoints are
 # <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN/ with a COMPLETE file (hpcdgnn/train/checkpoint.py).
 hpcdgnn_run_state() {  # RUNDIR
@@ -187,9 +188,10 @@ run = Path(sys.argv[1])
 if not run.is_dir() or not any(run.iterdir()):
     print("new"); sys.exit()
 try:
-    if json.loads((run / "summary.json").read_text()).get("status", "completed") == "completed":
-        print("completed"); sys.exit()
-except (OSError, ValueError):
+    status = json.loads((run / "summary.json").read_text()).get("status", "completed")
+    if status in ("completed", "diverged"):
+        print(status); sys.exit()
+except (OSError, ValueError, AttributeError):
     pass
 ckpt = run / "checkpoints"
 try:
@@ -216,6 +218,12 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   case $state in
     completed)
       _hpcdgnn_log "$rundir is finished (summary.json: completed); nothing to do"
+      return 0
+      ;;
+    diverged)
+      _hpcdgnn_log "$rundir diverged (summary.json; its error line says at which epoch): not resuming it;" \
+        "start a new run with a lower train.lr"
+      HPCDGNN_RC=2
       return 0
       ;;
     checkpointed) mode=--resume ;;

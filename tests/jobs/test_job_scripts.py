@@ -674,3 +674,15 @@ def test_local_script_preempt_and_resume(launcher, small_dataset, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"--resume {rundir}" in proc.stderr
     assert [r["epoch"] for r in read_metrics(rundir)] == list(range(1, end + 1))
+
+
+def test_a_diverged_run_is_not_resumed(fake, tmp_path):
+    """A requeued job whose run stopped on a non-finite loss (summary.json status diverged) does not resume
+    it from its last finite checkpoint, which would diverge the same way: one log line, exit 2, no launch."""
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
+    (rundir / "checkpoints" / "epoch-000001").mkdir(parents=True)
+    (rundir / "checkpoints" / "epoch-000001" / "COMPLETE").write_text("{}\n")
+    (rundir / "summary.json").write_text('{"status": "diverged"}\n')
+    proc = fake.run("slurm-gpu.sh", SLURM_RESTART_COUNT=1, **_slurm())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "diverged" in proc.stdout + proc.stderr and fake.log() == []
