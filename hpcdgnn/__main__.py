@@ -80,7 +80,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 _EXIT_CODES = """exit codes:
   0   done
   1   a crash: the failing rank prints 'rank R/P: <traceback>', MPI_Abort ends every rank
-  2   a user error (YAML, --set, data, plan): one line 'hpcdgnn: error: ...'
+  2   a user error (YAML, --set, data, plan) or a diverged run (its loss not finite): one line 'hpcdgnn: error: ...'
   3   stalled: a rank made no progress for comm.stall_timeout_s (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR"""
 

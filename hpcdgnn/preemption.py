@@ -50,12 +50,12 @@ def install() -> PreemptionFlag:
     global _FLAG
     if _FLAG is None:
         _FLAG = PreemptionFlag()
-        for sig in _SIGNALS:
-            try:
+        try:
+            for sig in _SIGNALS:
                 signal.signal(sig, _FLAG.handle)
-            except ValueError:  # not the main thread (an embedding application): leave signals alone
-                pass
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
+        except ValueError:  # not the main thread (an embedding application): leave signals alone
+            return _FLAG
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
 
 

@@ -150,8 +150,14 @@ class _StrictLoader(yaml.SafeLoader):
 def _no_duplicate_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *anchor``: its keys may be overridden here
+            continue
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
+        try:
+            again = key in seen
+        except TypeError:  # unhashable: construct_mapping says so in its own words
+            continue
+        if again:
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
                 key_node.start_mark)
@@ -201,7 +207,7 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
     that the dataset directory exists (:func:`validate_job`; a resumed run checks its own way)."""
     file = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{file}: cannot read job file: {e.strerror}") from None
     except UnicodeDecodeError as e:

@@ -114,15 +114,9 @@ DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5"})
 
 def _force_refusal(root: Path) -> str | None:
     """Why ``--force`` must not replace ``root``, or None: it may replace an earlier dataset, never a
-    directory that holds anything else (the input, a run, a user's files), a file, a link, or the working
-    directory and those above it (``--output .`` would remove the directory the command runs in)."""
-    if root.is_symlink():
-        return "is a symbolic link; --force replaces only a dataset directory, so give the link's target"
+    directory that holds anything else (the input, a run, a user's files) or a file."""
     if not root.is_dir():
         return "is a file, not a dataset directory; --force replaces only a dataset directory"
-    where = root.resolve()
-    if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
-        return "is the working directory or holds it; --force does not remove that"
     names = {p.name for p in root.iterdir()}
     if "manifest.json" not in names or not names <= DATASET_ENTRIES:
         other = sorted(names - DATASET_ENTRIES) or ["no manifest.json"]
@@ -134,17 +128,23 @@ def _force_refusal(root: Path) -> str | None:
 def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] = ()) -> None:
     """Refuse (:class:`DataError`, one line) to replace a non-empty ``root`` unless ``force``, and even
     then anything but an earlier dataset (:func:`_force_refusal`) or what holds one of ``inputs`` (the
-    files being read, checked before they are)."""
+    files being read, checked before they are). Never a link or the working directory and those above it,
+    even empty: the finished dataset is renamed into place, which neither can take (and ``--force`` would
+    remove the directory the command runs in)."""
     root = Path(root)
     where = root.resolve()
+    if root.is_symlink():
+        raise DataError(f"{root}: output is a symbolic link; give its target ({where}) as --output")
+    if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
+        raise DataError(f"{root}: output is the working directory or holds it; name a directory for the dataset")
     for path in inputs:
         src = Path(path).resolve()
         if src == where or where in src.parents:
             raise DataError(f"{root}: output would replace the input {path}; choose another --output")
-    if root.exists() or root.is_symlink():
+    if root.exists():
         if not force and (not root.is_dir() or any(root.iterdir())):
             raise DataError(f"{root}: output exists and is not empty; choose another --output or pass --force")
-        if force and (root.is_symlink() or not root.is_dir() or any(root.iterdir())):
+        if force and (not root.is_dir() or any(root.iterdir())):
             why = _force_refusal(root)
             if why is not None:
                 raise DataError(f"{root}: output {why}")

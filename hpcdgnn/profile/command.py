@@ -14,16 +14,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 
 import torch
 
-from hpcdgnn.errors import ConfigError, DataError, PlanError
-from hpcdgnn.partition.workload import MLPWorkload, default_predictor_path, machine_info, resolve_device
+from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.partition.workload import default_predictor_path, machine_info, resolve_device
 from hpcdgnn.profile.chunks import profile_graph
 from hpcdgnn.profile.profiler import profile
 
 __all__ = ["run_profile"]
+
+
+def _saved_by_torch(path: Path) -> bool:
+    """Whether ``path`` is a ``torch.save`` archive (a zip holding a ``data.pkl``), as predictors are."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def run_profile(args: argparse.Namespace) -> int:
@@ -55,12 +65,10 @@ def run_profile(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_predictor_path(args.model, device, args.dtype)
     if out.exists() and not out.is_file():
         raise ConfigError(f"profile: --out {out} exists and is not a file")
-    if out.is_file():  # re-profiling replaces a predictor, never another file
-        try:
-            MLPWorkload.load(out)
-        except PlanError:
-            raise ConfigError(f"profile: --out {out} exists and is not a predictor file (it would be replaced); "
-                              "choose another --out") from None
+    if args.out and out.is_file() and not _saved_by_torch(out):  # re-profiling replaces a predictor (of any
+        # format: one a run cannot read is re-made), never another file; the default path is our own cache
+        raise ConfigError(f"profile: --out {out} exists and is not a predictor file (it would be replaced); "
+                          "choose another --out")
     g, name = profile_graph(args.data, args.vertices, args.snapshots, args.density, args.seed)
     if g.num_nodes == 0:
         raise DataError(f"{name}: the graph has no edges to make chunks of")

@@ -177,7 +177,8 @@ class ChunkStrategy(HaloStrategy):
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
         owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], lambda k: flat_owner[k],
                                  lambda k: local[k], n, model, plan.horizon)
-        self._fuse_args = (c.chunk.ravel()[mine], owned, model)  # kept to re-group under a resumed run's cap
+        # kept until the first epoch, to re-group under a resumed run's cap (load_state_dict)
+        self._fuse_args = (c.chunk.ravel()[mine], owned.row.numpy(), model)
         self.groups = self._fuse(*self._fuse_args)
 
         # temporal: appearance rows <-> the RNN owner's (T, R, F) block
@@ -237,7 +238,7 @@ class ChunkStrategy(HaloStrategy):
         z = out.new_zeros(yr.shape[0], yr.shape[1], layer.out_features).index_put((s.t, s.r), out[s.step, s.lane])
         return joined(z, yr)  # a rank with no active sequence still runs the exchange's backward
 
-    def _fuse(self, chunk: np.ndarray, owned, model: DGNN, cap_mb: float | None = None) -> RowGroups | None:
+    def _fuse(self, chunk: np.ndarray, row: np.ndarray, model: DGNN, cap_mb: float | None = None) -> RowGroups | None:
         """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
         §5.1.1, :func:`~hpcdgnn.partition.fusion.fuse_chunks`) or one group per chunk (``fusion: off``).
         Inactive appearances (chunk -1, their rows hold only the self-loop) form one more chunk.
@@ -253,7 +254,7 @@ class ChunkStrategy(HaloStrategy):
         cfg = self.ctx.job.strategy
         labels, per_chunk = np.unique(chunk, return_inverse=True)
         per_chunk = per_chunk.reshape(-1)  # local chunk id of each of my rows, 0..C-1
-        row, col = owned.row.numpy(), self.halo.columns
+        col = self.halo.columns  # row: the local row of each of my Ã entries (OwnedRows.row)
         group = per_chunk
         # the cap of a fused group, bytes: the configured one, or DGC's, the device's memory (``auto``;
         # a collective over the node, so every rank asks, rows or none)
@@ -290,7 +291,7 @@ class ChunkStrategy(HaloStrategy):
         decision on every rank: both caps are the minimum over the ranks; no state when P changed)."""
         state = dict(state)
         cap_mb = state.pop("fusion_cap_mb", None)
-        if cap_mb is not None and cap_mb != self._cap_mb:
+        if cap_mb is not None and cap_mb != self._cap_mb and self.ctx.job.strategy.fusion == "on":
             if self.comm.rank == 0:
                 get_logger().info(f"fusion: regrouped under the checkpoint's cap, {cap_mb:.3f} MiB "
                                   f"(this node's: {self._cap_mb:.3f} MiB)")
@@ -299,6 +300,7 @@ class ChunkStrategy(HaloStrategy):
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict:
         """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""
+        self._fuse_args = None  # a resumed run has re-grouped by now
         stats = self.comm.allreduce_array(np.concatenate([self._fusion_stats, self._time_slots]), tag="metrics")
         chunks, groups, loaded, unfused, slots, padded = (int(x) for x in stats)
         out = {"fusion": {"chunks": chunks, "groups": groups, "rows_loaded": loaded, "rows_loaded_unfused": unfused,

@@ -76,6 +76,8 @@ class Run:
     setup_transfer: int
     checksum: str
     train_count: float
+    dataset_sha256: str = ""
+    """:func:`dataset_fingerprint` of the data as the run loaded it (rank 0 reads it; checkpoints record it)."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
@@ -125,45 +127,62 @@ the same dataset moved: :func:`check_resume_dataset`)."""
 
 
 def dataset_fingerprint(path: str | Path) -> str:
-    """The dataset's identity: the sha256 of its ``manifest.json``, which records every shard's sha256 and
-    size (written by ``prepare``/``generate``), so other data under the same path gives another one."""
-    return hashlib.sha256((Path(path) / "manifest.json").read_bytes()).hexdigest()
+    """The dataset's identity: the sha256 of its ``manifest.json`` without ``source`` (where and how it was
+    prepared: the same data prepared from an input elsewhere is the same data). The rest records every
+    shard's sha256 and size (``prepare``/``generate``), so other data under the same path gives another one."""
+    d = json.loads((Path(path) / "manifest.json").read_bytes())
+    if isinstance(d, dict):
+        d.pop("source", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
-def check_resume_dataset(saved: JobConfig, job: JobConfig, shared: dict[str, Any], ckpt: Path, resume: str) -> None:
+def check_resume_dataset(saved: JobConfig, job: JobConfig, shared: dict[str, Any], ckpt: Path, resume: str,
+                         fingerprint: str) -> None:
     """Refuse (one line) to resume on other data than the run trained on: data regenerated under the same
     path, a relative ``data.path`` read from another directory, or ``--set data.path`` to another dataset.
     A dataset that moved may be named anew. A checkpoint from before fingerprints allows no new path.
-    ``shared``: the checkpoint's shared state (:func:`load_shared`)."""
+    ``shared``: the checkpoint's shared state (:func:`load_shared`); ``fingerprint``: the data's now."""
     theirs = shared.get("dataset_sha256")
     if theirs is None:
-        if job.data.path != saved.data.path:
+        if Path(job.data.path).resolve() != Path(saved.data.path).resolve():
             raise ConfigError(f"--resume {resume}: data.path: {ckpt.name} does not record its dataset, so a new "
                               f"data.path ({job.data.path}) cannot be checked; resume with {saved.data.path}")
         return
-    if dataset_fingerprint(job.data.path) != theirs:
+    if fingerprint != theirs:
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path} is not the dataset the run trained on "
                           f"(its manifest.json differs from the one {ckpt.name} recorded); resume on that dataset, "
                           "or start a new run")
 
 
 def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
-    """A new run's ``checkpoint.dir`` (None: the run directory's own): refused (one line) when it exists and is
-    not empty — another run's checkpoints there would be rotated away, and resumed by mistake — or cannot be
-    made; made here, before any epoch, so that a bad path is not found at the first checkpoint."""
+    """A new run's ``checkpoint.dir`` (None: the run directory's own), checked before the run directory is
+    made: refused (one line) when it exists and is not empty — another run's checkpoints there would be
+    rotated away, and resumed by mistake — or cannot be made (a file on the way, no write permission), so
+    that a bad path is not found at the first checkpoint. :func:`make_checkpoint_dir` makes it."""
     if not job.checkpoint.dir:
         return None
     root = Path(job.checkpoint.dir)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
-    if root.is_dir():
-        return None
+    there = root
+    while not there.exists() and there != there.parent:  # the nearest existing directory, to be made in
+        there = there.parent
+    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
+        why = "not a directory" if not there.is_dir() else "not writable"
+        raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {there} is {why}")
+    return root
+
+
+def make_checkpoint_dir(root: Path | None, where: str | None) -> None:
+    """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory, which may
+    hold it)."""
+    if root is None:
+        return
     try:
-        root.mkdir(parents=True)
+        root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {e.strerror or e}") from None
-    return root
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -198,7 +217,8 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
             raise ConfigError(
                 f"{_changed_by(key, overrides, job_path)}: is {after.get(key)!r} but the run in {resume} used "
                 f"{before.get(key)!r}; a resumed run may change only train.epochs, train.threads, train.device, "
-                "data.validate, comm, output, checkpoint and debug (start a new run for anything else)"
+                "data.validate, comm, output, checkpoint and debug, and data.path to the same dataset moved "
+                "(start a new run for anything else)"
             )
 
 
@@ -280,7 +300,7 @@ def _checksum(params: list[torch.Tensor]) -> str:
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
     """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all."""
 
-    def on_root() -> tuple[JobConfig, Manifest, object, str, str | None]:
+    def on_root() -> tuple[JobConfig, Manifest, object, str, str | None, str]:
         if resume:
             job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
             if not (Path(job.data.path) / "manifest.json").is_file():
@@ -290,28 +310,27 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, run_dir, ckpt = load_job(job_path, overrides), None, None
         check_model_strategy(job, job_path or resume, comm.size)
         manifest = load_dataset_manifest(job, job_path or resume)
-        check_dataset(job.data.path, checksums=job.data.validate == "checksum")
-        plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+        fingerprint = dataset_fingerprint(job.data.path)  # now: the data the ranks are about to read
+        plan = None
         if ckpt is not None:
             shared = load_shared(ckpt)  # the shared part only: rank 0's own state is read later
             check_resume_dataset(load_job(Path(resume) / "config.resolved.yaml", check_paths=False), job, shared,
-                                 ckpt, resume)
-            # on the same P the run continues on the checkpoint's plan: a re-cut of balance: measured is kept,
-            # and so is a cut that read what a resume may change (workload: mlp's predictor file, per machine
-            # and device when none is given): another cut would change the rounding
+                                 ckpt, resume, fingerprint)
+            # on the same P the run continues on the checkpoint's plan, not cut again: a re-cut of balance:
+            # measured is kept, and so is a cut that read what a resume may change (workload: mlp's predictor
+            # file, per machine and device when none is given): another cut would change the rounding
             saved = shared.get("plan")
             if saved is not None and saved.num_ranks == comm.size:
                 plan = saved
+        check_dataset(job.data.path, checksums=job.data.validate == "checksum")
+        if plan is None:
+            plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
-            made = check_checkpoint_dir(job, job_path)
-            try:
-                run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
-            except ConfigError:
-                if made is not None:
-                    made.rmdir()  # made just now, empty
-                raise
+            ckpt_dir = check_checkpoint_dir(job, job_path)
+            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            make_checkpoint_dir(ckpt_dir, job_path)
             _save_run_files(run_dir, job, plan, 0)
-        return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt)
+        return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
     return root_then_bcast(comm, on_root)
 
@@ -526,7 +545,7 @@ def _fresh_task(run: Run):
 def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
               resume: str | None = None) -> Run:
     """Prepare a job (or a resumed one) up to its first epoch; see the module docstring."""
-    job, manifest, plan, run_dir_s, ckpt_s = _prepare(job_path, overrides, output, resume, comm)
+    job, manifest, plan, run_dir_s, ckpt_s, fingerprint = _prepare(job_path, overrides, output, resume, comm)
     run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
     job_path = job_path or str(run_dir / "config.resolved.yaml")
     if job.train.reuse_memory:
@@ -560,4 +579,4 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             DataError(f"{job_path}: task.split leaves no training examples (too few snapshots or no labels)")
         )
     return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
-               start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count)
+               start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint)

@@ -47,7 +47,6 @@ from hpcdgnn.train.setup import (
     Run,
     build_run,
     calibration_epochs,
-    dataset_fingerprint,
     measured_plan,
     replan,
     truncate_metrics,
@@ -129,8 +128,8 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
         "plan": run.plan,
         "config": job_to_dict(run.job),
     }
-    if checkpoints.comm.rank == 0:  # what a resume checks it continues on (check_resume_dataset)
-        shared["dataset_sha256"] = dataset_fingerprint(run.job.data.path)
+    if checkpoints.comm.rank == 0:  # what a resume checks it continues on (check_resume_dataset): the data as
+        shared["dataset_sha256"] = run.dataset_sha256  # loaded (it may move or change while the run trains)
     return checkpoints.save(epoch, shared if checkpoints.comm.rank == 0 else {}, run.strategy.state_dict())
 
 

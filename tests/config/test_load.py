@@ -248,3 +248,17 @@ def test_a_key_given_twice_is_one_line(tmp_path, small_dataset):
                                        "model: {name: cdgcn}\ntrain: {lr: 0.1}\n")
     with pytest.raises(ConfigError, match=r"job.yaml: not valid YAML: key 'train' given twice \(lines 2 and 4\)"):
         load_job(tmp_path / "job.yaml")
+
+
+
+def test_yaml_anchors_and_merge_keys_still_load(tmp_path, small_dataset):
+    """The duplicate-key check leaves YAML's merge key alone (``<<: *base``, whose keys the mapping may
+    override); an unhashable key stays a one-line error."""
+    (tmp_path / "job.yaml").write_text(f"data: {{path: {small_dataset}}}\n"
+                                       "model: &m {name: cdgcn, hidden: 6}\n"
+                                       "train: {<<: {epochs: 2, lr: 0.5}, lr: 0.25}\n")
+    job = load_job(tmp_path / "job.yaml")
+    assert (job.train.epochs, job.train.lr) == (2, 0.25)
+    (tmp_path / "bad.yaml").write_text(f"data: {{path: {small_dataset}}}\n? [1, 2]\n: 3\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML: .*unhashable"):
+        load_job(tmp_path / "bad.yaml")

@@ -221,13 +221,16 @@ def _tree(root):
 
 def test_force_replaces_only_an_earlier_dataset(tmp_path, monkeypatch):
     """``--force`` never removes what is not a dataset: a directory with other files (a run, the input's
-    folder), a file, a link, the working directory or one above it; each is one line, nothing touched."""
+    folder), a file; nor does any output replace a link or the working directory or one above it, even
+    empty; each is one line, nothing touched."""
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     write_dataset(tmp_path / "ds", _raw(), num_vertices=N)
     (tmp_path / "ds" / "README").write_text("a file the user put beside the shards")
     (tmp_path / "afile").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "mine")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "elink").symlink_to(tmp_path / "empty")
     before = _tree(tmp_path)
     for out, why in [("mine", "not a dataset directory .notes.txt"), ("ds", "not a dataset directory .README"),
                      ("afile", "is a file"), ("link", "symbolic link")]:
@@ -235,8 +238,14 @@ def test_force_replaces_only_an_earlier_dataset(tmp_path, monkeypatch):
             write_dataset(tmp_path / out, _raw(), num_vertices=N, force=True)
     monkeypatch.chdir(tmp_path / "mine")
     for out in (".", "..", str(tmp_path)):
-        with pytest.raises(DataError, match="working directory"):
-            write_dataset(out, _raw(), num_vertices=N, force=True)
+        for force in (True, False):
+            with pytest.raises(DataError, match="working directory"):
+                write_dataset(out, _raw(), num_vertices=N, force=force)
+    monkeypatch.chdir(tmp_path / "empty")  # empty, yet the dataset could not be renamed into place: refused
+    with pytest.raises(DataError, match="working directory"):
+        write_dataset(".", _raw(), num_vertices=N)
+    with pytest.raises(DataError, match="symbolic link"):
+        write_dataset(tmp_path / "elink", _raw(), num_vertices=N)
     with pytest.raises(DataError, match="cannot create the output here"):
         write_dataset(tmp_path / "afile" / "sub", _raw(), num_vertices=N)
     assert _tree(tmp_path) == before

@@ -73,3 +73,18 @@ def test_job_with_the_mlp_workload_trains_and_a_missing_predictor_is_one_line(la
     assert len(lines) == 1 and str(missing) in lines[0] and "python -m hpcdgnn profile --model cdgcn" in lines[0]
     assert lines[0].startswith("hpcdgnn: error: strategy.workload: mlp needs the workload predictor")
     assert not (tmp_path / "run2").exists()
+
+
+def test_only_a_torch_archive_counts_as_a_predictor_to_replace(tmp_path):
+    """``profile --out`` replaces a predictor of any format (one a run cannot read is re-made), never
+    another file: the test is whether ``torch.save`` wrote it."""
+    import zipfile
+
+    from hpcdgnn.profile.command import _saved_by_torch
+
+    torch.save({"format": "an older one"}, tmp_path / "old.pt")
+    (tmp_path / "job.yaml").write_text("data: {path: here}\n")
+    with zipfile.ZipFile(tmp_path / "mine.zip", "w") as z:
+        z.writestr("notes.txt", "mine")
+    assert _saved_by_torch(tmp_path / "old.pt")
+    assert not _saved_by_torch(tmp_path / "job.yaml") and not _saved_by_torch(tmp_path / "mine.zip")

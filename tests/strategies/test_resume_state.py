@@ -189,3 +189,10 @@ def test_resume_keeps_the_plan_when_the_predictor_file_changed(launcher, small_d
     assert (cut / "plan.json").read_text() != (tmp_path / "straight" / "plan.json").read_text(), "same cut"
     assert (tmp_path / "part" / "plan.json").read_text() == (tmp_path / "straight" / "plan.json").read_text()
     _same_records(straight, resumed, 2)
+    # nor is the file read at all: a resume on a machine without it (the default path is per machine)
+    part = Path(shutil.copytree(tmp_path / "straight", tmp_path / "gone"))
+    shutil.rmtree(part / "checkpoints" / "epoch-000004")
+    pred.unlink()
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part)])
+    assert proc.returncode == 0, proc.stderr
+    _same_records(straight, read_metrics(part), 2)

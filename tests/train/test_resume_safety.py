@@ -123,8 +123,29 @@ def test_a_new_run_refuses_a_used_or_impossible_checkpoint_dir_before_training(s
     line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output",
                                           str(tmp_path / "afile" / "run")]))
     assert "cannot create the run directory" in line, line
+    inside = tmp_path / "inside"  # in the run's own --output directory: made after it
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(inside),
+                               "--set", f"checkpoint.dir={inside / 'ck'}"])
+    assert proc.returncode == 0, proc.stderr
+    assert (inside / "ck" / "epoch-000003" / "COMPLETE").is_file()
     fresh = tmp_path / "fresh"  # a new directory is made at the start, and used
     proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "ok"),
                                "--set", f"checkpoint.dir={fresh}"])
     assert proc.returncode == 0, proc.stderr
     assert (fresh / "epoch-000003" / "COMPLETE").is_file()
+
+
+def test_the_dataset_fingerprint_is_the_data_not_where_it_was_prepared(small_dataset, tmp_path):
+    """Checkpoints record :func:`dataset_fingerprint`: the manifest without ``source`` (the input's path and
+    options), so the same data prepared elsewhere resumes, and other data under any path does not."""
+    import json
+
+    from hpcdgnn.train.setup import dataset_fingerprint
+
+    here = Path(shutil.copytree(small_dataset, tmp_path / "here"))
+    m = json.loads((here / "manifest.json").read_text())
+    m["source"] = {"input": "/elsewhere/edges.txt", "options": {"snapshots": 7}}
+    (here / "manifest.json").write_text(json.dumps(m, indent=2))
+    assert dataset_fingerprint(here) == dataset_fingerprint(small_dataset)
+    other = make_dataset(tmp_path / "other", 7, 23, 40, seed=9)
+    assert dataset_fingerprint(other) != dataset_fingerprint(small_dataset)
