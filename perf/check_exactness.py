@@ -1,4 +1,4 @@
-"""Does P ranks reproduce one process on this dataset? Every case's losses and gradient norms at each P, beside P = 1.
+"""Does P ranks reproduce one process on this dataset? Every case's losses, norms and metrics at each P, beside P = 1.
 
     python perf/check_exactness.py --data DIR [--ranks 2 3] [--cases MODEL:STRATEGY ...]
                                    [--task link_prediction] [--epochs 3] [--tol 1e-9] [--workers 1] [--out DIR]
@@ -8,8 +8,8 @@ The test suite shows exactness on small generated graphs at P = 2 and 3; this ru
 your prepared dataset (``prepare`` / ``generate``) and your rank counts, on the CPU, in float64 (where
 a sum's order changes only the last bits). For each case, ``python -m hpcdgnn run`` (through
 ``hpcdgnn.launch`` for P > 1) trains ``--epochs`` epochs (hidden 8, 2 layers, seed 0, one thread per
-rank), and the largest relative difference of its losses and gradient norms (each epoch's; Adam hides a
-wrong gradient scale from the losses) from the reference is printed:
+rank), and the largest relative difference of its losses, gradient norms (Adam hides a wrong gradient scale
+from the losses) and validation and test metrics, every epoch's, from the reference is printed:
 
 * a full-batch strategy (``Strategy.full_batch``: snapshot, pss, vertex, chunk) against the model
   under ``snapshot`` at P = 1, the single-process engine;

@@ -49,8 +49,8 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
     overrides ``sets`` (``KEY=VALUE`` each).
 
     Returns (losses, 'epoch s') or (None, its error lines); ``norms``: the losses followed by each epoch's
-    gradient norm (Adam hides a wrong gradient scale from the losses). ``check_exactness.py`` runs its cases
-    with it too.
+    gradient norm (Adam hides a wrong gradient scale from the losses) and validation and test metrics.
+    ``check_exactness.py`` runs its cases with it too.
     """
     name = f"{model}-{strategy}-{device}-p{P}-{backend}-{dtype}-{task}"
     job = args.out / f"{name}.yaml"
@@ -73,7 +73,10 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
         return None, f"exit {proc.returncode}: " + " | ".join([ln for ln in lines if "rror" in ln][-3:] or lines[-4:])
     recs = [json.loads(line) for line in (args.out / name / "metrics.jsonl").read_text().splitlines()]
     cap = recs[-1].get("fusion", {}).get("cap_mb")
-    values = [r["loss"] for r in recs] + ([r["grad_norm"] for r in recs] if norms else [])
+    values = [r["loss"] for r in recs]
+    if norms:  # and the evaluation: a difference there alone would pass the losses and norms
+        values += [r["grad_norm"] for r in recs] + [
+            r[k] for r in recs for k in sorted(r) if k.startswith(("val_", "test_")) and isinstance(r[k], (int, float))]
     return values, f"epoch {recs[-1]['time']['epoch']['max']:.4f} s" + (
         f", fusion cap {cap:.0f} MiB" if cap is not None else "")
 
