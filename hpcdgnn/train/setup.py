@@ -222,8 +222,8 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
             )
 
 
-def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, Path, Path]:
-    """Job, run directory and newest checkpoint of ``run --resume RUNDIR``.
+def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, JobConfig, Path, Path]:
+    """Job, the run's saved job (before ``--set``), run directory and newest checkpoint of ``run --resume RUNDIR``.
 
     The job is the run's saved ``config.resolved.yaml`` with ``--set`` applied, or
     the given job file, which may differ from the saved one only in keys that do
@@ -237,6 +237,9 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     saved = load_job(saved_path, check_paths=False)  # the dataset may have moved: checked by _prepare
     job = load_job(job_path or saved_path, overrides, check_paths=False)
     check_resume_job(saved, job, resume, overrides, job_path)
+    if not (Path(job.data.path) / "manifest.json").is_file():  # in place of load_job's check of the path
+        raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
+                          "resume with --set data.path=NEW; the run checks it is the same dataset)")
     root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
     ckpt = latest_checkpoint(root)
     if ckpt is None:
@@ -251,7 +254,7 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
             f"--resume {resume}: the run has already trained {done} epochs (checkpoint {ckpt.name}) and "
             f"train.epochs is {job.train.epochs}; train longer with --set train.epochs=N (N > {done})"
         )
-    return job, run_dir, ckpt
+    return job, saved, run_dir, ckpt
 
 
 def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
@@ -302,20 +305,16 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
 
     def on_root() -> tuple[JobConfig, Manifest, object, str, str | None, str]:
         if resume:
-            job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
-            if not (Path(job.data.path) / "manifest.json").is_file():
-                raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
-                                  "resume with --set data.path=NEW; the run checks it is the same dataset)")
+            job, saved_job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
-            job, run_dir, ckpt = load_job(job_path, overrides), None, None
+            job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
         check_model_strategy(job, job_path or resume, comm.size)
         manifest = load_dataset_manifest(job, job_path or resume)
         fingerprint = dataset_fingerprint(job.data.path)  # now: the data the ranks are about to read
         plan = None
         if ckpt is not None:
             shared = load_shared(ckpt)  # the shared part only: rank 0's own state is read later
-            check_resume_dataset(load_job(Path(resume) / "config.resolved.yaml", check_paths=False), job, shared,
-                                 ckpt, resume, fingerprint)
+            check_resume_dataset(saved_job, job, shared, ckpt, resume, fingerprint)
             # on the same P the run continues on the checkpoint's plan, not cut again: a re-cut of balance:
             # measured is kept, and so is a cut that read what a resume may change (workload: mlp's predictor
             # file, per machine and device when none is given): another cut would change the rounding

@@ -155,7 +155,7 @@ def _banner(log, run: Run, comm: Communicator) -> None:
 
 class _Health:
     """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss (one that
-    is no longer finite stops the run: :func:`_stop_diverged`)."""
+    is no longer finite stops the run: :func:`_diverged`)."""
 
     def __init__(self, log, metric: str) -> None:
         self.log, self.metric, self.first, self.said = log, metric, None, set()
@@ -169,9 +169,8 @@ class _Health:
                            "task.split leaves no validation examples; widen it or use more snapshots")
         if loss is None:
             self._warn("nan", f"warning: no training loss in epoch {record['epoch']}")
-        elif not np.isfinite(loss):
-            pass  # the run stops on it (_stop_diverged)
-        elif self.first is not None and np.isfinite(self.first) and loss > 100 * max(abs(self.first), 1e-12):
+        elif np.isfinite(loss) and self.first is not None and np.isfinite(self.first) \
+                and loss > 100 * max(abs(self.first), 1e-12):  # (a loss not finite ends the run: _diverged)
             self._warn("grow", f"warning: the training loss grew from {self.first:.4g} to {loss:.4g} by epoch "
                        f"{record['epoch']}: training is diverging; lower train.lr")
 
@@ -181,19 +180,12 @@ class _Health:
             self.log.warning(text)
 
 
-def _stop_diverged(comm, rd, run: Run, records, recorder, activation_peak, watchdog, checkpoints, epoch: int,
-                   loss: float) -> None:
-    """End a run whose training loss is no longer finite (every later epoch would train on NaN parameters,
-    and its checkpoints would rotate the last finite ones away): summary with status ``diverged``, no
-    checkpoint of this epoch, and one line naming the newest checkpoint, which is finite (exit 2)."""
-    write_summary(comm, rd, run, records, recorder.totals, activation_peak, False, status="diverged")
-    if watchdog is not None:
-        watchdog.stop()
-    comm.stop_progress()
-    if rd is not None:
-        rd.close()
+def _diverged(run: Run, checkpoints: CheckpointManager, epoch: int, loss: float) -> ConfigError:
+    """The one line that ends a run whose training loss is no longer finite (every later epoch would train
+    on NaN parameters, and its checkpoints would rotate the last finite ones away): it names the newest
+    checkpoint, which is finite (none is written of this epoch). Raised on every rank (exit 2)."""
     newest = latest_checkpoint(checkpoints.root)
-    raise collective_error(ConfigError(
+    return collective_error(ConfigError(
         f"epoch {epoch}: the training loss is {loss}: training diverged; lower train.lr or use train.dtype: "
         f"float64 (results in {run.run_dir}; " + (f"newest checkpoint, before it: {newest.name})" if newest
                                                   else "no checkpoint was written)")))
@@ -257,6 +249,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
     preempted = False
+    diverged: ConfigError | None = None  # the one line a non-finite loss ends the run with
     # strategy.balance: measured — per-rank compute of these epochs, for the re-cut after the last
     calibrating = calibration_epochs(job, run.start_epoch)
     measured: list[list[float]] = []
@@ -275,7 +268,8 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             health.check(record)
         loss = record["train_loss"]
         if loss is not None and not np.isfinite(loss):  # the same global loss on every rank: all stop here
-            _stop_diverged(comm, rd, run, records, recorder, activation_peak, watchdog, checkpoints, epoch, loss)
+            diverged = _diverged(run, checkpoints, epoch, loss)
+            break
         if epoch in calibrating:
             measured.append(record["per_rank"]["compute"])
         if calibrating and epoch == calibrating[-1] and comm.size > 1 and not preempted:
@@ -294,12 +288,15 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
             log.info(f"pre-empted ({stop.name or 'a signal to another rank'}): stopped after epoch {epoch}; "
                      f"resume with --resume {run.run_dir}")
             break
-    write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted)
+    write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted,
+                  status="diverged" if diverged else None)
     if watchdog is not None:
         watchdog.stop()
     comm.stop_progress()
     if rd is not None:
         rd.close()
-        if not preempted:
-            log.info(f"done: {len(records)} epochs, results in {run.run_dir}")
+    if diverged:
+        raise diverged
+    if rd is not None and not preempted:
+        log.info(f"done: {len(records)} epochs, results in {run.run_dir}")
     return TrainResult(run.run_dir, [r["train_loss"] for r in records], records, preempted)
