@@ -231,10 +231,11 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
 
 
 def override_of(key: str, overrides: list[str]) -> str | None:
-    """The ``--set`` name that set ``key`` (itself or its section), or None when the file did."""
+    """The ``--set`` name that set ``key`` (itself, its section, or a key under it: ``--set model.foo.bar=1``
+    makes the section ``model.foo``), or None when the file did."""
     for item in overrides:
         name = item.partition("=")[0]
-        if key == name or key.startswith(name + "."):
+        if key == name or key.startswith(name + ".") or name.startswith(key + "."):
             return name
     return None
 
@@ -245,10 +246,7 @@ def _blame_override(message: str, file: str, overrides: list[str]) -> str:
     if not message.startswith(head):
         return message
     rest = message[len(head):]
-    key = rest.split(":", 1)[0]
-    # ... or a key below it: --set model.foo.bar=1 made the unknown section model.foo
-    deeper = any(item.partition("=")[0].startswith(key + ".") for item in overrides)
-    return f"--set {rest}" if override_of(key, overrides) or deeper else message
+    return f"--set {rest}" if override_of(rest.split(":", 1)[0], overrides) else message
 
 
 def job_to_dict(job: JobConfig) -> dict:
