@@ -8,7 +8,8 @@
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
 #                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC
-#   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | stale (no complete checkpoint)
+#   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | stale (no complete checkpoint);
+#                              a stale RUNDIR is moved aside, with a checkpoint.dir the job set outside it
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
 #   hpcdgnn_slurm_launch RANKS [NODES]
@@ -179,12 +180,22 @@ hpcdgnn_ensure_data() {  # DIR
 # stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it)
 # or stale (something else: an attempt that stopped before its first checkpoint). Checkpoints are
 # <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN/ with a COMPLETE file (hpcdgnn/train/checkpoint.py).
-hpcdgnn_run_state() {  # RUNDIR
-  "$HPCDGNN_PY" - "$1" <<'EOF'
+hpcdgnn_run_state() {  # RUNDIR [checkpoint-dir]: with a second word, print instead the run's checkpoint.dir when
+  # the job set one outside RUNDIR and it exists (a stale attempt's is moved aside with it)
+  "$HPCDGNN_PY" - "$@" <<'EOF'
 import json, sys
 from pathlib import Path
 import yaml
 run = Path(sys.argv[1])
+if len(sys.argv) > 2:
+    try:
+        saved = yaml.safe_load((run / "config.resolved.yaml").read_text()) or {}
+        ckpt = Path((saved.get("checkpoint") or {}).get("dir") or run / "checkpoints")
+    except (OSError, yaml.YAMLError, AttributeError):
+        sys.exit()
+    if ckpt.is_dir() and not ckpt.resolve().is_relative_to(run.resolve()):
+        print(ckpt)
+    sys.exit()
 if not run.is_dir() or not any(run.iterdir()):
     print("new"); sys.exit()
 try:
@@ -229,11 +240,17 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     checkpointed) mode=--resume ;;
     new) mode=--output ;;
     stale)
-      # an earlier attempt stopped before its first checkpoint (e.g. a node failure): keep it, start over
-      local aside
-      aside="$rundir.attempt-$(date +%Y%m%d-%H%M%S)"
-      _hpcdgnn_log "$rundir has no complete checkpoint; moving it to $aside and starting over"
-      mv "$rundir" "$aside"
+      # an earlier attempt stopped before its first checkpoint (e.g. a node failure): keep it, start over;
+      # a checkpoint.dir of the job's own outside RUNDIR goes aside with it (a new run refuses a used one)
+      local stamp ckdir
+      stamp=attempt-$(date +%Y%m%d-%H%M%S)
+      ckdir=$(hpcdgnn_run_state "$rundir" checkpoint-dir) || ckdir=
+      _hpcdgnn_log "$rundir has no complete checkpoint; moving it to $rundir.$stamp and starting over"
+      mv "$rundir" "$rundir.$stamp"
+      if [ -n "$ckdir" ]; then
+        _hpcdgnn_log "moving its checkpoint.dir $ckdir (no complete checkpoint either) to $ckdir.$stamp"
+        mv "$ckdir" "$ckdir.$stamp"
+      fi
       mode=--output
       ;;
     *)

@@ -37,6 +37,11 @@ __all__ = [
 #: ``train.threads`` at most: more than any node's cores (torch crashed creating 100,000 threads).
 MAX_THREADS = 1024
 
+#: Adam's default β1: its first step moves a parameter by lr / (1 - β1), a scalar torch converts to the
+#: parameters' dtype (a float32 overflow there is a RuntimeError inside ``optimizer.step``).
+ADAM_BETA1 = 0.9
+_FLOAT_MAX = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
+
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
@@ -202,6 +207,9 @@ class TrainConfig:
             raise ValueError("epochs: must be >= 1")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
+        if self.lr / (1 - ADAM_BETA1) > _FLOAT_MAX[self.dtype]:  # 1e38 crashed in Adam's first step
+            most = _FLOAT_MAX[self.dtype] * (1 - ADAM_BETA1)
+            raise ValueError(f"lr: must be at most {most:.4g} in {self.dtype} (Adam's first step is lr / (1 - 0.9))")
         if not 0 <= self.threads <= MAX_THREADS:  # torch crashed creating 100,000 threads
             raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (torch threads of one rank; 0 = automatic)")
         if self.warmup_epochs < 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.errors import ConfigError
@@ -187,6 +188,20 @@ def test_float_keys_take_exponent_notation(tmp_path, small_dataset, text, value)
         load_job(job, ["train.lr=-1e-3"])
     with pytest.raises(ConfigError, match="train.epochs: expected an integer"):
         load_job(job, ["train.epochs=1e3"])  # integers stay strict
+
+
+def test_an_lr_adam_cannot_step_with_is_refused_for_the_dtype(tmp_path, small_dataset):
+    """A learning rate of 1e38 crashed in Adam's first step (lr / (1 - 0.9) overflows float32): a config error instead; the
+    bound is the dtype's, and just under it Adam steps."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    with pytest.raises(ConfigError, match=r"train.lr: must be at most 3.403e\+37 in float32"):
+        load_job(job, ["train.lr=1e38", "train.dtype=float32"])
+    assert load_job(job, ["train.lr=1e38", "train.dtype=float64"]).train.lr == 1e38
+    lr = load_job(job, ["train.lr=3.4e37", "train.dtype=float32"]).train.lr
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    torch.optim.Adam([p], lr=lr).step()
+    assert torch.isfinite(p).all()
 
 
 def test_set_errors_blame_the_override_not_the_file(tmp_path, small_dataset):

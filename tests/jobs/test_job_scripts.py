@@ -297,6 +297,24 @@ def test_rundir_without_checkpoint_is_kept_aside(fake, tmp_path):
     assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/metrics.jsonl"))) == 1
 
 
+def test_a_stale_attempt_s_own_checkpoint_dir_goes_aside_with_it(fake, tmp_path):
+    """A job that sets checkpoint.dir outside RUNDIR: the dead attempt's partial checkpoint there would make the
+    new run refuse it (a run needs a new or empty checkpoint.dir), so it is moved aside beside the RUNDIR; a
+    checkpoint.dir inside RUNDIR moves with it and nothing else is touched."""
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
+    ckpt = tmp_path / "scratch" / "ckpt"
+    (ckpt / "epoch-000002.tmp").mkdir(parents=True)
+    rundir.mkdir(parents=True)
+    (rundir / "config.resolved.yaml").write_text(f"checkpoint:\n  dir: {ckpt}\n")
+    proc = fake.run("slurm-gpu.sh", **_slurm())
+    assert proc.returncode == 0, proc.stderr
+    assert f"--output {rundir}" in fake.log()[0]
+    assert not ckpt.exists(), proc.stderr
+    aside = list(ckpt.parent.glob("ckpt.attempt-*/epoch-000002.tmp"))
+    assert len(aside) == 1 and aside[0].parent.name.split(".")[-1] in proc.stderr, proc.stderr
+    assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/config.resolved.yaml"))) == 1
+
+
 def test_slurm_strong_array_index(fake, tmp_path):
     """The array task id picks P from RANKS_LIST; nodes = ceil(P / ranks per node)."""
     env = _slurm(
