@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from hpcdgnn.comm.communicator import Box, Communicator, Pending
+from hpcdgnn.nn.backward import run_backward
 
 __all__ = ["AllToAllV", "ChunkBoxes", "Redistribute", "TimeHalo", "all_to_all_rows", "pipelined_exchange",
            "redistribute", "time_halo"]
@@ -421,7 +422,7 @@ class _Pipeline:
                     roots.append(s)
                     grads.append(g.narrow(-2, c.rows[0], c.rows[1] - c.rows[0]))
             if roots:
-                torch.autograd.backward(roots, grads)
+                run_backward(roots, grads)
             if self.snapshots is None:
                 gxk = xk.grad if xk.grad is not None else torch.zeros_like(xk)
                 back.append(comm.ialltoall_boxes(_host(gxk), vert[k], gx, snap[k], tag=f"{self.tag}.bwd"))

@@ -52,6 +52,7 @@ from hpcdgnn.comm.buckets import GradientBuckets
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.nn.backward import run_backward
 from hpcdgnn.nn.layout import Layout
 from hpcdgnn.nn.models.base import DGNN
 
@@ -160,10 +161,10 @@ class Strategy:
 
     @staticmethod
     def _backward(roots: list[torch.Tensor], grads: list[torch.Tensor], last: torch.Tensor | None) -> None:
-        """``torch.autograd.backward`` of ``roots``, plus ``last`` with a zero gradient when it is empty."""
+        """The backward pass of ``roots``, plus ``last`` with a zero gradient when it is empty."""
         if last is not None and last.requires_grad and last.shape[0] == 0:
             roots, grads = [*roots, last], [*grads, torch.zeros_like(last)]
-        torch.autograd.backward(roots, grads)
+        run_backward(roots, grads)
 
     def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum partial gradients over ranks (missing grads count as zero): one flat all-reduce, or with

@@ -55,6 +55,7 @@ import torch
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import TGNInput
+from hpcdgnn.optim import Adam
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.strategies.registry import register_strategy
@@ -381,7 +382,7 @@ class MemoryStrategy(Strategy):
         t0 = time.perf_counter()
         model, head = copy.deepcopy(self.model), copy.deepcopy(task)
         params = [q for mod in (model, head) for q in mod.parameters()]
-        opt = torch.optim.Adam(params, lr=self.ctx.job.train.lr)
+        opt = Adam(params, lr=self.ctx.job.train.lr)
         P, m = self.comm.size, self.ctx.job.task.negatives
         losses = []
         for ep in range(epochs):

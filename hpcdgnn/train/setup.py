@@ -46,6 +46,7 @@ from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_step_graphs
 from hpcdgnn.nn.models.tgn import TGN
+from hpcdgnn.optim import Adam
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared, load_state, restore_rng
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
@@ -418,7 +419,7 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
         comm.bcast_(p.data, root=0)
-    return model, task, params, torch.optim.Adam(params, lr=job.train.lr)
+    return model, task, params, Adam(params, lr=job.train.lr)
 
 
 def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,

@@ -1,0 +1,31 @@
+"""``torch.autograd.backward`` for roots whose gradients hpcdgnn built itself, without the compiler's import.
+
+``torch.autograd.backward(roots, grads)`` checks each given gradient in Python first (``_make_grads``),
+and that check imports ``torch.fx.experimental.symbolic_shapes`` and with it sympy: 0.46 s of every
+rank's start-up (``python -m cProfile -m hpcdgnn run``, 2-core VM, torch 2.13), paid by every strategy's
+first backward. The gradients passed here are made by hpcdgnn of its roots' shape (ones, zeros, received
+chunks), so :func:`run_backward` hands them to the C++ engine directly, as ``torch.autograd.backward``
+does after its check; the engine still refuses a gradient of another shape ("invalid gradient at index
+i") and casts one of another dtype. Where a torch lacks the engine entry point it falls back to
+``torch.autograd.backward``: the same arithmetic either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["run_backward"]
+
+_ENGINE = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward", None)
+
+
+def run_backward(roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
+    """Accumulate into the leaves' ``.grad`` the backward pass of ``roots`` seeded with ``grads`` (one each)."""
+    if len(roots) != len(grads):
+        raise ValueError(f"run_backward: {len(roots)} roots but {len(grads)} gradients")
+    if _ENGINE is None:
+        torch.autograd.backward(list(roots), list(grads))
+        return
+    _ENGINE(tuple(roots), tuple(grads), False, False, (), allow_unreachable=True, accumulate_grad=True)
