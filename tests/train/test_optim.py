@@ -12,10 +12,10 @@ import torch
 from hpcdgnn.optim import Adam
 
 
-def _params(dtype, seed=0):
+def _params(dtype, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     shapes = [(5, 3), (3,), (4, 2, 2), (1,)]
-    return [torch.nn.Parameter(torch.randn(s, generator=g, dtype=dtype)) for s in shapes]
+    return [torch.nn.Parameter(torch.randn(s, generator=g, dtype=dtype).to(device)) for s in shapes]
 
 
 def _grads(params, step, seed=1):
@@ -23,14 +23,18 @@ def _grads(params, step, seed=1):
     parameter without a gradient, and its step count stays)."""
     g = torch.Generator().manual_seed(seed + step)
     for i, p in enumerate(params):
-        p.grad = None if (i == 1 and step == 2) or (i == 3 and step < 3) else torch.randn(p.shape, generator=g,
-                                                                                          dtype=p.dtype) * 10**i
+        skip = (i == 1 and step == 2) or (i == 3 and step < 3)
+        p.grad = None if skip else (torch.randn(p.shape, generator=g, dtype=p.dtype) * 10**i).to(p.device)
+
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("foreach", [False, True])
-def test_the_trajectory_and_the_state_are_torch_s_bit_for_bit(dtype, foreach):
-    ours, theirs = _params(dtype), _params(dtype)
+@pytest.mark.parametrize(("foreach", "device"), [(False, "cpu"), (True, "cpu"), pytest.param(None, "cuda", marks=GPU)])
+def test_the_trajectory_and_the_state_are_torch_s_bit_for_bit(dtype, foreach, device):
+    """Against torch's per-tensor (its CPU default) and foreach (its GPU default) Adam, on a GPU torch's default."""
+    ours, theirs = _params(dtype, device=device), _params(dtype, device=device)
     a, b = Adam(ours, lr=0.03), torch.optim.Adam(theirs, lr=0.03, foreach=foreach)
     for step in range(6):
         _grads(ours, step)
