@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install (if needed), then run the tests, including the mpirun -np 2 / -np 3 runs.
 #   bash tests/run.sh [pytest args...]           the whole suite (~20 min on 2 cores; what CI runs)
-#   bash tests/run.sh --quick [pytest args...]   the subset listed in tests/quick.txt (~3 min on 2 cores)
+#   bash tests/run.sh --quick [pytest args...]   the subset listed in tests/quick.txt (~4 min on 2 cores)
 # Other arguments go to pytest as they are, e.g. `bash tests/run.sh --quick -x -k exactness`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
