@@ -113,7 +113,8 @@ def main() -> None:
             inc_ms = median_time(lambda: agg.aggregate(feats), args.repeat)
             ref = agg.aggregate_from_scratch(feats)
             res, st = agg.aggregate(feats)
-            diff = max(float(((a - b).abs().max() / b.abs().max().clamp_min(1e-30))) for a, b in zip(res, ref))
+            diff = max(float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+                       for a, b in zip(res, ref, strict=True))
             rho = np.mean([s.change_ratio for s in st.steps[1:]]) if L > 1 else 0.0
             print(
                 f"{kind:>5} {build:9.1f} {scratch_ms:11.1f} {inc_ms:9.1f} {scratch_ms / inc_ms:11.2f}x "

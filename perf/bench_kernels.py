@@ -137,7 +137,8 @@ def micro(before: _Shim, repeat: int) -> None:
         def forward_args():
             return (pu, pv, b1, w2, f32(0.1), src, dst, np.zeros(pairs, f32))
 
-        for kernel, fresh, outs in (("edge_bce_train", train_args, (8, 9, 10, 11)), ("edge_mlp_forward", forward_args, (7,))):
+        for kernel, fresh, outs in (("edge_bce_train", train_args, (8, 9, 10, 11)),
+                                    ("edge_mlp_forward", forward_args, (7,))):
             res = timed({"before": getattr(before, kernel), "now": getattr(now, kernel)}, fresh)
             diff = max(_relative_difference(res["before"][1][i], res["now"][1][i]) for i in outs)
             print(f"{kernel:17s} N={n:<6d} {pairs:>9d} pairs: before {res['before'][0] / pairs * 1e9:6.2f}, "

@@ -326,8 +326,8 @@ def worker(args) -> None:
                  "HPCDGNN_PYGT_PATH (see this script's docstring)")
     from hpcdgnn.data.manifest import load_manifest
     from hpcdgnn.data.shard_reader import ShardReader
-    from hpcdgnn.metrics.summary import device_name
     from hpcdgnn.data.snapshot import csr_rows
+    from hpcdgnn.metrics.summary import device_name
     from hpcdgnn.tasks.base import split_steps
     from hpcdgnn.tasks.link_prediction import draw_negatives_steps
 
@@ -419,8 +419,8 @@ def worker(args) -> None:
     def negatives(epoch: int) -> dict:
         """hpcdgnn's negatives, pair for pair, drawn as it draws them: all steps of the epoch in one call."""
         steps = sorted(targets)
-        return dict(zip(steps, draw_negatives_steps(args.seed, epoch, steps, N,
-                                                    [targets[t][0].shape[0] * args.negatives for t in steps])))
+        counts = [targets[t][0].shape[0] * args.negatives for t in steps]
+        return dict(zip(steps, draw_negatives_steps(args.seed, epoch, steps, N, counts), strict=True))
 
     def pairs(t: int, neg: np.ndarray):
         ps, pd = targets[t]
@@ -583,8 +583,8 @@ def main() -> None:
                 print(f"plot: {args.plot}")
 
 
-CSV_FIELDS = ["date", "commit", "device", "data", "N", "T", "model", "pygt_model", "hpcdgnn_s", "pygt_s", "ratio", "goal",
-              "met", "hpcdgnn_runs_s", "pygt_runs_s", "hpcdgnn_loss", "pygt_loss", "epochs", "repeat"]
+CSV_FIELDS = ["date", "commit", "device", "data", "N", "T", "model", "pygt_model", "hpcdgnn_s", "pygt_s", "ratio",
+              "goal", "met", "hpcdgnn_runs_s", "pygt_runs_s", "hpcdgnn_loss", "pygt_loss", "epochs", "repeat"]
 
 
 def append_csv(path: Path, rows: list, source: str, man: dict, args) -> None:
@@ -649,7 +649,7 @@ def plot_csv(path: Path, png: Path) -> None:
     goals = [float(newest[k]["goal"]) for k in keys]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(keys)), 4.0))
     x = range(len(keys))
-    ax.bar(x, ratios, color=["tab:green" if r >= g else "tab:orange" for r, g in zip(ratios, goals)])
+    ax.bar(x, ratios, color=["tab:green" if r >= g else "tab:orange" for r, g in zip(ratios, goals, strict=True)])
     ax.scatter(x, goals, marker="_", s=900, color="black", label="goal", zorder=3)
     for i, r in enumerate(ratios):
         ax.text(i, r, f"{r:.2f}x", ha="center", va="bottom", fontsize=8)

@@ -29,7 +29,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import generate_graph, run_job  # noqa: E402
 

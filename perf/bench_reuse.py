@@ -157,7 +157,7 @@ def main() -> None:
               f"P={P}, {args.epochs} epochs (first = warm-up), float32, 1 thread/rank", flush=True)
         on_s, on = run(work, data, P, args, "on", reuse="on", incremental="on")
         off_s, off = run(work, data, P, args, "off", reuse="off", incremental="off")
-        diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(on, off))
+        diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(on, off, strict=True))
         inc = on[-1].get("incremental", {})
         print(f"reuse+incremental on : {on_s:8.3f} s/epoch   (hit rate {100 * on[-1]['reuse']['hit_rate']:.1f} %; "
               f"R2 at setup: rows recomputed {inc.get('recomputed_fraction', float('nan')):.3f}, "

@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import run_job  # noqa: E402
 

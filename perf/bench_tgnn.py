@@ -103,7 +103,7 @@ def jodie_csv(dst: Path, max_events: int | None, features: int = 4) -> Path:
     t = rows[:, 2] - rows[:, 2].min()
     with open(dst, "w") as out:
         out.write("user_id,item_id,timestamp,state_label,comma_separated_list_of_features\n")
-        for (u, i, _), ts, fv in zip(rows, t, feat):
+        for (u, i, _), ts, fv in zip(rows, t, feat, strict=True):
             out.write(f"{u},{i},{float(ts)},0," + ",".join(f"{x:.6f}" for x in fv) + "\n")
     return dst
 

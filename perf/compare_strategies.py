@@ -79,7 +79,7 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
     total = [r["bytes_sent"] for r in steady]
     return {
         "total": median(total) / _MiB,
-        "strategy": median([t - g for t, g in zip(total, grad)]) / _MiB,
+        "strategy": median([t - g for t, g in zip(total, grad, strict=True)]) / _MiB,
         "grad": median(grad) / _MiB,
         "epoch": median([r["time"]["epoch"]["max"] for r in steady]),
         "loss": recs[-1]["loss"],

@@ -9,6 +9,7 @@ backward pass ended.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ def test_bucket_bounds_cover_in_order_without_empties():
     for sizes, k in (([5, 1, 1, 1, 8], 3), ([1] * 7, 3), ([100, 1, 1], 5), ([3], 4), ([2, 2], 1)):
         bounds = bucket_bounds(sizes, k)
         assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
-        assert all(a < b for a, b in bounds) and all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:]))
+        assert all(a < b for a, b in bounds) and all(b == c for (_, b), (c, _) in pairwise(bounds))
         assert len(bounds) == min(k, len(sizes))
     # about equal elements: 8 equal parameters in 4 buckets of 2
     assert bucket_bounds([4] * 8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]

@@ -117,7 +117,7 @@ def test_nonuniform_generator_spreads_edges_and_lifetimes(tmp_path):
     assert np.std(uniform) < 0.02 * N * f < 0.3 * N * f < np.std(spread)
     assert abs(np.mean(spread) - N * f) < 0.25 * N * f
     # the default is the IBM graph, byte for byte
-    for a, b in zip(random_snapshots(N, 3, f, 3), random_snapshots(N, 3, f, 3, 0.0, 0.0)):
+    for a, b in zip(random_snapshots(N, 3, f, 3), random_snapshots(N, 3, f, 3, 0.0, 0.0), strict=True):
         assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst)
     first, last = np.full(N, T), np.full(N, -1)
     for t, s in enumerate(random_snapshots(N, T, f, 3, temporal_spread=0.8)):

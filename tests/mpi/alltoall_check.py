@@ -25,14 +25,16 @@ def main() -> None:
 
     # 1. AllToAllV against a single-process permutation: every rank knows the global tensor
     rows = [[(p * 7 + q * 3) % 5 for q in range(P)] for p in range(P)]  # rows p sends to q (some zero)
-    glob = {(p, q): torch.randn(rows[p][q], F, dtype=torch.float64, generator=torch.Generator().manual_seed(p * 100 + q))
+    glob = {(p, q): torch.randn(rows[p][q], F, dtype=torch.float64,
+                                generator=torch.Generator().manual_seed(p * 100 + q))
             for p in range(P) for q in range(P)}
     send = torch.cat([glob[(me, q)] for q in range(P)]).requires_grad_(True)
     recv = all_to_all_rows(send, comm, rows[me], [rows[p][me] for p in range(P)], tag="test")
     expect = torch.cat([glob[(p, me)] for p in range(P)])
     assert torch.equal(recv.detach(), expect), f"rank {me}: wrong rows received"
     # gradient: loss = sum(w * recv) with w known globally -> d send = w routed back
-    wts = {(p, q): torch.full((rows[p][q], F), float(1 + p + 10 * q), dtype=torch.float64) for p in range(P) for q in range(P)}
+    wts = {(p, q): torch.full((rows[p][q], F), float(1 + p + 10 * q), dtype=torch.float64)
+           for p in range(P) for q in range(P)}
     (recv * torch.cat([wts[(p, me)] for p in range(P)])).sum().backward()
     assert torch.equal(send.grad, torch.cat([wts[(me, q)] for q in range(P)])), f"rank {me}: wrong gradient"
 

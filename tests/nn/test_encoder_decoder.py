@@ -70,7 +70,7 @@ def _gru(layer, L, x, h, w_x=None):
 def _reference(model: EncoderDecoder, adj, xs, y, teacher: bool, snapshots: bool = False) -> np.ndarray:
     """The forecasts; ``snapshots``: the snapshot form, adj and xs then run on H - 1 steps past the window."""
     h = [np.zeros((N, HID)), np.zeros((N, HID))]
-    for a, x in zip(adj[:S], xs[:S]):  # the encoder over the window
+    for a, x in zip(adj[:S], xs[:S], strict=True):  # the encoder over the window
         inp = x
         for li, cell in enumerate(model.layers):
             h[li] = _gru(cell, _lhat(a), inp, h[li])

@@ -47,7 +47,7 @@ class WholeSnapshots(Layout):
     def spatial(self, layer, li, h, tparams):
         hs = self.xs if h is None else h.unbind(0)
         ys = [layer.spatial(layer.aggregate(LocalGraph(a), x), self.start + j, tparams)
-              for j, (a, x) in enumerate(zip(self.adj, hs))]
+              for j, (a, x) in enumerate(zip(self.adj, hs, strict=True))]
         return torch.stack(ys)
 
     def output(self, h):
@@ -205,7 +205,7 @@ def test_phases_written_into_one_buffer_equal_the_copying_join_bit_for_bit(read)
         out = phase_join_into(head, buf) if written else phase_join(head, tail)
         if written:
             assert out.data_ptr() == buf.data_ptr() and head.data_ptr() == buf.data_ptr()
-        got = {"head": lambda: phase_head(out, k), "slice": lambda: out[:k + 1], "whole": lambda: out}[read]()
+        got = phase_head(out, k) if read == "head" else out[:k + 1] if read == "slice" else out
         (got * weights[:got.shape[0]]).sum().backward()
         grads.append((out.detach().clone(), ax.grad.clone(), layer.w0.grad.clone(),
                       [p.grad.clone() for p in layer.cell.parameters()]))

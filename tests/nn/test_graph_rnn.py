@@ -115,7 +115,7 @@ def p(t):
 def ref_gconv_lstm(layer, adj, xs, K):
     wx, wh, b, wc = p(layer.w_x), p(layer.w_h), p(layer.bias), p(layer.w_c)
     h, c, out = np.zeros((N, H)), np.zeros((N, H)), []
-    for a, x in zip(adj, xs):
+    for a, x in zip(adj, xs, strict=True):
         L = lhat(a)
         tx, th = cheb_terms(L, x, K), cheb_terms(L, h, K)
         g = [conv(tx, wx, F, k) + conv(th, wh, H, k) + b[k * H : (k + 1) * H] for k in range(4)]
@@ -131,7 +131,7 @@ def ref_gconv_lstm(layer, adj, xs, K):
 def ref_gru(layer, adj, xs, K, terms):
     wx, whzr, whh, b = p(layer.w_x), p(layer.w_hzr), p(layer.w_hh), p(layer.bias)
     h, out = np.zeros((N, H)), []
-    for a, x in zip(adj, xs):
+    for a, x in zip(adj, xs, strict=True):
         tx, th = terms(a, x, K), terms(a, h, K)
         z = sig(conv(tx, wx, F, 0) + conv(th, whzr, H, 0) + b[:H])
         r = sig(conv(tx, wx, F, 1) + conv(th, whzr, H, 1) + b[H : 2 * H])
@@ -144,7 +144,7 @@ def ref_gru(layer, adj, xs, K, terms):
 def ref_tgcn_cell(layer, adj, xs):
     wx, wh, b = p(layer.w_x), p(layer.w_h), p(layer.bias)
     h, out = np.zeros((N, H)), []
-    for a, x in zip(adj, xs):
+    for a, x in zip(adj, xs, strict=True):
         ax = a_tilde(a) @ x
         u = sig(ax @ wx[:, :H] + h @ wh[:, :H] + b[:H])
         r = sig(ax @ wx[:, H : 2 * H] + h @ wh[:, H : 2 * H] + b[H : 2 * H])
@@ -159,7 +159,7 @@ def ref_gcrn_m1(layer, adj, xs, K):
     lstm = layer.lstm
     wi, wh, bi, bh = (p(x) for x in (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0))
     h, c, out = np.zeros((N, H)), np.zeros((N, H)), []
-    for a, x in zip(adj, xs):
+    for a, x in zip(adj, xs, strict=True):
         y = conv(cheb_terms(lhat(a), x, K), wx, F, 0) + b
         g = y @ wi.T + bi + h @ wh.T + bh  # torch's gate order i, f, g, o
         i, f, gg, o = (g[:, k * H : (k + 1) * H] for k in range(4))
@@ -275,7 +275,7 @@ def test_graph_recurrent_cell_gradcheck(kind):
     x = torch.randn(2, N, F, dtype=DT, requires_grad=True)
 
     def f(x, *ps):
-        return torch.func.functional_call(run, dict(zip(names, ps)), (x,))
+        return torch.func.functional_call(run, dict(zip(names, ps, strict=True)), (x,))
 
     assert torch.autograd.gradcheck(f, (x, *params), eps=1e-6, atol=1e-7, fast_mode=True)
 

@@ -224,10 +224,10 @@ def test_gradients_match_from_scratch(feat):
         else:  # distinct leaves, some equal in value (t=2 repeats t=1): still each its own gradient
             leaves = [f.clone().requires_grad_(True) for f in base]
             fn_in = leaves
-        loss = sum((o * wt).sum() for o, wt in zip(fn(fn_in), w))
+        loss = sum((o * wt).sum() for o, wt in zip(fn(fn_in), w, strict=True))
         loss.backward()
         grads.append([x.grad for x in leaves])
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
 
 

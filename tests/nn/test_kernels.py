@@ -16,7 +16,7 @@ pytest.importorskip("numba")
 
 @pytest.fixture
 def use(monkeypatch):
-    """use("numba" | "torch"): choose the path _EdgeMLP takes from now on."""
+    """Choose the path _EdgeMLP takes from now on: "numba" or "torch"."""
 
     def choose(mode: str) -> None:
         monkeypatch.setenv("HPCDGNN_KERNELS", mode)
@@ -78,7 +78,7 @@ def test_numba_equals_torch_float64(use, pairs):
     use("torch")
     assert not kernels.available(torch.zeros(1, dtype=torch.float64))
     ref = _run(torch.float64, 37, 16, pairs)
-    for name, a, b in zip(["logits", "dpu", "dpv", "db1", "dw2", "db2"], fast, ref):
+    for name, a, b in zip(["logits", "dpu", "dpv", "db1", "dw2", "db2"], fast, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
 
 
@@ -87,7 +87,7 @@ def test_numba_equals_torch_float32_odd_width(use):
     fast = _run(torch.float32, 50, 7, 2000, seed=3)
     use("torch")
     ref = _run(torch.float32, 50, 7, 2000, seed=3)
-    for a, b in zip(fast, ref):
+    for a, b in zip(fast, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
@@ -174,7 +174,8 @@ def test_nan_propagates(use):
     use("numba")
     pu, pv = torch.zeros(3, 4), torch.zeros(3, 4)
     pu[1, 2] = float("nan")
-    out = _EdgeMLP.apply(pu, pv, torch.ones(4), torch.ones(4), torch.zeros(1), torch.tensor([0, 1]), torch.tensor([2, 2]))
+    out = _EdgeMLP.apply(pu, pv, torch.ones(4), torch.ones(4), torch.zeros(1), torch.tensor([0, 1]),
+                         torch.tensor([2, 2]))
     assert not torch.isnan(out[0]) and torch.isnan(out[1])
 
 

@@ -134,7 +134,7 @@ def test_decoder_reads_in_the_plan_peek_and_parts():
     decoder-made entry). Hits are told apart by who made the entry and who reads it; peek is no access."""
     c = ReuseCache(64, "priority", unit_bytes=8)
     parts = ["encoder"] * 3 + ["decoder"] * 2
-    stream = [(t, p) for t, p in zip([0, 1, 2, 2, 3, 1, 2, 3, 3, 4], parts * 2)]
+    stream = [(t, p) for t, p in zip([0, 1, 2, 2, 3, 1, 2, 3, 3, 4], parts * 2, strict=True)]
     c.plan([key(t) for t, _ in stream])
     for i, (t, part) in enumerate(stream):
         if c.lookup(key(t), part) is None:

@@ -12,7 +12,7 @@ def test_packing_fills_lanes_without_overlap():
     p = pack_sequences(np.array([4, 2, 2, 3, 1]))
     assert p.steps == 4 and p.lanes == 3  # (4) (3 1) (2 2): 12 slots against 20 padded
     step, lane = p.index()
-    assert len(set(zip(step.tolist(), lane.tolist()))) == 12 and int(step.max()) < 4
+    assert len(set(zip(step.tolist(), lane.tolist(), strict=True))) == 12 and int(step.max()) < 4
     assert p.reset_mask().sum() == 12 - 5  # one reset per sequence
 
 
@@ -26,12 +26,12 @@ def test_fused_gru_equals_each_sequence_alone():
     step, lane = p.index()
     x[step, lane] = torch.cat(seqs)
     got = unpack(p, fused_gru(gru, x, p.reset_mask()))
-    for s, g in zip(seqs, got):
+    for s, g in zip(seqs, got, strict=True):
         ref, _ = gru(s.unsqueeze(1))
         torch.testing.assert_close(g, ref.squeeze(1))
     # without the mask the concatenated sequences would leak state: the mask is what makes it exact
     leaky = unpack(p, fused_gru(gru, x, torch.ones(p.steps, p.lanes)))
-    assert any(not torch.allclose(a, b) for a, b in zip(leaky, got))
+    assert any(not torch.allclose(a, b) for a, b in zip(leaky, got, strict=True))
 
 
 def test_fused_rnn_handles_stacked_lstms_and_padding_alike():
@@ -45,5 +45,5 @@ def test_fused_rnn_handles_stacked_lstms_and_padding_alike():
         x = torch.zeros(p.steps, p.lanes, 3, dtype=torch.float64)
         step, lane = p.index()
         x[step, lane] = torch.cat(seqs)
-        for s, g in zip(seqs, unpack(p, fused_rnn(lstm, x, p.reset_mask()))):
+        for s, g in zip(seqs, unpack(p, fused_rnn(lstm, x, p.reset_mask())), strict=True):
             torch.testing.assert_close(g, lstm(s.unsqueeze(1))[0].squeeze(1))

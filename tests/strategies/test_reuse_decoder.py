@@ -1,4 +1,4 @@
-"""ReInc's reuse beyond overlapping windows (issue 14, ReInc §3.1–3.3), float64:
+"""ReInc's reuse beyond overlapping windows (issue 14, ReInc §3.1–3.3), float64.
 
 * the decoder's snapshot form (``model.decoder_input: snapshots``): one sample equals full-graph computation
   (teacher forcing 1 and 0; with the input bases from the reuse cache and without); under ``mpirun`` reuse on

@@ -103,7 +103,7 @@ def _full(data, ts):
         snaps = [reader.read(t) for t in ts]
     xs = torch.stack([torch.from_numpy(np.ascontiguousarray(s.x)).double() for s in snaps])
     graphs = [StepGraph(t, torch.from_numpy(s.indptr), torch.from_numpy(s.indices), torch.from_numpy(s.weights))
-              for t, s in zip(ts, snaps)]
+              for t, s in zip(ts, snaps, strict=True)]
     return xs, graphs
 
 

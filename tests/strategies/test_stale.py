@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -22,11 +24,11 @@ def test_adaptive_theta_grows_as_loss_falls():
     """The text's intent (SPEC D3): θ starts at 0 and grows as the loss falls; Eq. 6 as printed shrinks."""
     first = 0.7
     losses = [0.7, 0.65, 0.6, 0.5, 0.3, 0.1]
-    factors = [adaptive_factor(first, l) for l in losses]
+    factors = [adaptive_factor(first, loss) for loss in losses]
     assert factors[0] == 0.0
-    assert all(a < b for a, b in zip(factors, factors[1:]))
-    eq6_as_printed = [1 / (1 + np.exp((first - l) / first)) for l in losses]
-    assert all(a > b for a, b in zip(eq6_as_printed, eq6_as_printed[1:]))  # the printed formula falls
+    assert all(a < b for a, b in pairwise(factors))
+    eq6_as_printed = [1 / (1 + np.exp((first - loss) / first)) for loss in losses]
+    assert all(a > b for a, b in pairwise(eq6_as_printed))  # the printed formula falls
     assert adaptive_factor(first, 0.9) == 0.0  # a rising loss: everything fresh
     assert adaptive_factor(None, 0.5) == 0.0  # before the first epoch's loss is known
 
@@ -43,14 +45,14 @@ def test_fresh_rows_encoding_round_trips_at_its_size():
     for rows, flags in cases:
         fresh = np.array(flags, dtype=bool)
         bounds = np.r_[0, np.cumsum(rows)].astype(int)
-        counts = [int(fresh[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:])]
-        positions = [np.flatnonzero(fresh[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        counts = [int(fresh[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        positions = [np.flatnonzero(fresh[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         raw, sizes = encode_positions(positions, rows)
-        assert raw.dtype == np.uint8 and sizes == [fresh_bytes(c, r) for c, r in zip(counts, rows)] == \
-            [min(4 * c, (r + 7) // 8) for c, r in zip(counts, rows)] and raw.shape[0] == sum(sizes)
+        assert raw.dtype == np.uint8 and sizes == [fresh_bytes(c, r) for c, r in zip(counts, rows, strict=True)] == \
+            [min(4 * c, (r + 7) // 8) for c, r in zip(counts, rows, strict=True)] and raw.shape[0] == sum(sizes)
         got = decode_positions(raw, counts, rows)
-        np.testing.assert_array_equal(np.concatenate([g + a for g, a in zip(got, bounds[:-1])] or [np.zeros(0)]),
-                                      np.flatnonzero(fresh))
+        shifted = [g + a for g, a in zip(got, bounds[:-1], strict=True)]
+        np.testing.assert_array_equal(np.concatenate(shifted or [np.zeros(0)]), np.flatnonzero(fresh))
         for g, want in zip(got, positions, strict=True):
             np.testing.assert_array_equal(g, want)
     # past 2^31 rows an int32 cannot hold a position: the bitmask, however few the rows named
@@ -104,7 +106,7 @@ def test_static_threshold_saves_traffic_and_reports_it(launcher, exact, tmp_path
     assert all((r["stale"]["rows_reused"] > 0) == (r["stale"]["bytes_saved"] > 0) for r in later)
     halo = [r["bytes_by_tag"]["halo.fwd"] for r in later]
     halo_off = [o["bytes_by_tag"]["halo.fwd"] for o in off[1:]]
-    assert all(a <= b for a, b in zip(halo, halo_off)) and sum(halo) < sum(halo_off)
+    assert all(a <= b for a, b in zip(halo, halo_off, strict=True)) and sum(halo) < sum(halo_off)
     # the rows the task fetches where they live (link prediction, issue 13 item 5) are reused too
     task = [r["bytes_by_tag"].get("task.fwd", 0) for r in later]
     task_off = [o["bytes_by_tag"].get("task.fwd", 0) for o in off[1:]]

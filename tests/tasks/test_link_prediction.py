@@ -11,8 +11,14 @@ import torch
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.tasks import split_steps
 from hpcdgnn.tasks.base import Embeddings
-from hpcdgnn.tasks.link_prediction import (AUC_BINS, AUC_RANGE, EdgeDecoder, LinkPrediction, auc_from_histograms,
-                                           score_stats_torch)
+from hpcdgnn.tasks.link_prediction import (
+    AUC_BINS,
+    AUC_RANGE,
+    EdgeDecoder,
+    LinkPrediction,
+    auc_from_histograms,
+    score_stats_torch,
+)
 from tests.conftest import auc_test_logits, numpy_score_stats
 from tests.tasks.conftest import N, T, raw_pairs
 
@@ -482,10 +488,11 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
     def step_pairs(m, f):
         return np.sort(rng.integers(0, n, m)) + f, rng.integers(0, n, m) + f
 
-    pos = [step_pairs(m, f) for m, f in zip((40, 0, 77), firsts)]
-    neg = [step_pairs(m, f) for m, f in zip((30, 9, 0), firsts)]
+    pos = [step_pairs(m, f) for m, f in zip((40, 0, 77), firsts, strict=True)]
+    neg = [step_pairs(m, f) for m, f in zip((30, 9, 0), firsts, strict=True)]
     shift = bucket_shift(rows, n)
-    src, dst, label = pairs_by_step(in_buckets(concat_steps(pos), firsts, shift, n), concat_steps(neg), firsts, shift, n)
+    src, dst, label = pairs_by_step(in_buckets(concat_steps(pos), firsts, shift, n), concat_steps(neg), firsts, shift,
+                                    n)
     a = 0
     for (ps, pd), (ns, nd), f in zip(pos, neg, firsts, strict=True):
         s, d = np.concatenate([ps, ns]), np.concatenate([pd, nd])
@@ -502,12 +509,13 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
     def keep(pairs):
         return [(s[s % 3 == 0], d[s % 3 == 0]) for s, d in pairs]
 
-    sub = pairs_by_step(in_buckets(concat_steps(keep(pos)), firsts, shift, n), concat_steps(keep(neg)), firsts, shift, n)
+    kept = in_buckets(concat_steps(keep(pos)), firsts, shift, n)
+    sub = pairs_by_step(kept, concat_steps(keep(neg)), firsts, shift, n)
     mine = src % 3 == 0
     for x, y in zip(sub, (src[mine], dst[mine], label[mine]), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     one = pairs_by_step(concat_steps(pos), concat_steps(neg), firsts, bucket_shift(n, n), n)
-    plain = [np.concatenate([a for p, q in zip(pos, neg) for a in (p[i], q[i])]) for i in (0, 1)]
+    plain = [np.concatenate([a for p, q in zip(pos, neg, strict=True) for a in (p[i], q[i])]) for i in (0, 1)]
     np.testing.assert_array_equal(one[0], plain[0])
     np.testing.assert_array_equal(one[1], plain[1])
     assert src.dtype == one[0].dtype == np.int64  # the default

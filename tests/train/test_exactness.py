@@ -55,12 +55,13 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
                                               pytest.param("evolvegcn_o", "float32", id="evolvegcn_o-float32")])
 def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model, dtype):
     """The compiled CPU loops (HPCDGNN_KERNELS=always: every call, where real graphs pass the size thresholds) —
-    the negatives, the decoder's forward and its one-pass training loss, the AUC pass, EvolveGCN-O's weight LSTM — run (as
-    summary.json's ``compiled_kernels`` says) and give the same trajectory at
+    the negatives, the decoder's forward and its one-pass training loss, the AUC pass, EvolveGCN-O's weight LSTM —
+    run (as summary.json's ``compiled_kernels`` says) and give the same trajectory at
     P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
     pytest.importorskip("numba")
     # the compiled loops serve CPU tensors: on a GPU machine too, this test trains on the CPU
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": dtype, "device": "cpu"})
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                    train={"dtype": dtype, "device": "cpu"})
     monkeypatch.setenv("HPCDGNN_KERNELS", "torch")
     torch_ref, _ = _losses(launcher, None, job, tmp_path / "torch")
     monkeypatch.setenv("HPCDGNN_KERNELS", "always")
