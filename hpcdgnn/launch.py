@@ -14,9 +14,9 @@ passed through unchanged, and only for Open MPI adds:
   error line per rank when a shared-memory window is made (``strategy: memory``), before Open MPI
   uses its shared-memory component anyway;
 - ``OMPI_MCA_btl=^ofi`` for that wheel's ``mpirun`` on one node (no host option such as ``--host`` or
-  ``--hostfile``, no batch allocation), unless set: its libfabric transport probes every fabric provider
-  in ``MPI_Init``, 1.0 s of each start on the 2-core VM (3 ranks: 1.24 → 0.23 s), and on one node shared
-  memory carries every message anyway;
+  ``--hostfile``, no hostfile elsewhere, no ``--app``, ``--dvm`` or MPMD ``:``, no batch allocation),
+  unless set: its libfabric transport probes every fabric provider in ``MPI_Init``, 1.0 s of each start
+  on the 2-core VM (3 ranks: 1.24 → 0.23 s), and on one node shared memory carries every message anyway;
 - ``--oversubscribe`` when ``-np``/``-n`` asks for more ranks than this machine's cores (Open MPI's
   slots: physical cores this process may run on), unless the command already chooses the placement
   (``--host``, ``--hostfile``, ``--map-by``, ``--rankfile``, ``--oversubscribe`` ...) or runs inside a
@@ -62,7 +62,7 @@ PLACEMENT_FLAGS = (
 # options that put ranks on other hosts
 HOST_FLAGS = ("-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
               "--default-hostfile", "--rankfile", "-rankfile", "-rf")
-BATCH_VARS = ("SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID", "PE_HOSTFILE")
+BATCH_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "LSB_JOBID", "PBS_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
 # Open MPI options that take a value (the value must not be mistaken for the program); --mca takes two
 _VALUE_FLAGS = frozenset(
     """-x --x -H --host -host --hostfile -hostfile --machinefile -machinefile --default-hostfile --rankfile
@@ -143,6 +143,15 @@ def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
     return ranks, bool(names & set(PLACEMENT_FLAGS))
 
 
+def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -> bool:
+    """Whether ranks may run on other hosts: hosts named (``--host``, a hostfile or rankfile, a hostfile in an
+    ``--mca``/``--prtemca`` value or in a ``*hostfile*`` variable), an application file, a DVM, or MPMD
+    (``:``), which can name hosts after the first program. Where unsure, yes."""
+    if names & set(HOST_FLAGS) or names & {"--app", "-app", "--dvm", "-dvm"} or ":" in args:
+        return True
+    return any("hostfile" in word.lower() for word in [*args, *environ])  # any word: a program's too, to be safe
+
+
 def _options(args: list[str]) -> tuple[int | None, set[str]]:
     """(ranks asked for, the names of the options given before the program): :func:`requested_ranks`'s reading."""
     ranks, names, i = None, set(), 0
@@ -185,8 +194,7 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
     ranks, names = _options(args)
     placement = bool(names & set(PLACEMENT_FLAGS))
     batch = [v for v in BATCH_VARS if environ.get(v)]
-    hosts = names & set(HOST_FLAGS) or any("hostfile" in k.lower() for k in environ)  # PRTE_MCA_..._hostfile too
-    if wheel and "OMPI_MCA_btl" not in environ and not batch and not hosts:
+    if wheel and "OMPI_MCA_btl" not in environ and not batch and not _may_span_hosts(args, names, environ):
         launch.env["OMPI_MCA_btl"] = "^ofi"  # one node: shared memory carries every message
     if ranks is not None and ranks > cores and not placement and not batch:
         launch.argv.append("--oversubscribe")

@@ -38,6 +38,8 @@ class Adam:
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam: no parameters to optimise")
+        if len({id(p) for p in self.params}) != len(self.params):  # torch would share one state and step it twice
+            raise ValueError("Adam: a parameter is listed twice")
         self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
         self.state: dict[int, dict[str, torch.Tensor]] = {}  # by index into params, as torch's state_dict keys
 
@@ -48,8 +50,12 @@ class Adam:
                 continue
             if set_to_none:
                 p.grad = None
-            else:
-                p.grad.detach_().zero_()
+            else:  # as torch: a gradient that is a view cannot be detached in place
+                if p.grad.grad_fn is not None:
+                    p.grad.detach_()
+                else:
+                    p.grad.requires_grad_(False)
+                p.grad.zero_()
 
     @torch.no_grad()
     def step(self) -> None:

@@ -9,7 +9,8 @@
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
 #                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC
 #   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | stale (no complete checkpoint);
-#                              a stale RUNDIR is moved aside, with a checkpoint.dir the job set outside it
+#                              a stale RUNDIR is moved aside, and the dead attempt's entries in a checkpoint.dir
+#                              the job set outside it
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
 #   hpcdgnn_slurm_launch RANKS [NODES]
@@ -180,10 +181,13 @@ hpcdgnn_ensure_data() {  # DIR
 # stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it)
 # or stale (something else: an attempt that stopped before its first checkpoint). Checkpoints are
 # <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN/ with a COMPLETE file (hpcdgnn/train/checkpoint.py).
-hpcdgnn_run_state() {  # RUNDIR [checkpoint-dir]: with a second word, print instead the run's checkpoint.dir when
-  # the job set one outside RUNDIR and it exists (a stale attempt's is moved aside with it)
+hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attempt's checkpoints aside instead (below)
+  # With STAMP (RUNDIR is then the attempt moved aside): when the job set a checkpoint.dir outside RUNDIR, its
+  # epoch-NNNNNN[.tmp] entries (a new run refuses a used checkpoint.dir) are moved into a new sibling
+  # <checkpoint.dir>.STAMP; the directory itself and anything else in it stay (its striping, a mount point,
+  # other runs' files). A failure is one log line: the new run then refuses the directory in one line too.
   "$HPCDGNN_PY" - "$@" <<'EOF'
-import json, sys
+import json, os, re, sys
 from pathlib import Path
 import yaml
 run = Path(sys.argv[1])
@@ -191,10 +195,18 @@ if len(sys.argv) > 2:
     try:
         saved = yaml.safe_load((run / "config.resolved.yaml").read_text()) or {}
         ckpt = Path((saved.get("checkpoint") or {}).get("dir") or run / "checkpoints")
-    except (OSError, yaml.YAMLError, AttributeError):
-        sys.exit()
-    if ckpt.is_dir() and not ckpt.resolve().is_relative_to(run.resolve()):
-        print(ckpt)
+        if not ckpt.is_dir() or ckpt.resolve().is_relative_to(run.resolve()):
+            sys.exit()
+        dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\.tmp)?", e.name))
+        if dead:
+            aside = ckpt.parent / f"{ckpt.name}.{sys.argv[2]}"
+            aside.mkdir()
+            for e in dead:
+                os.rename(e, aside / e.name)
+            print(f"hpcdgnn-job: moved the attempt's {len(dead)} checkpoint entries out of checkpoint.dir {ckpt} "
+                  f"into {aside}", file=sys.stderr)
+    except (OSError, yaml.YAMLError, AttributeError) as e:
+        print(f"hpcdgnn-job: could not set the attempt's checkpoints in its checkpoint.dir aside: {e}", file=sys.stderr)
     sys.exit()
 if not run.is_dir() or not any(run.iterdir()):
     print("new"); sys.exit()
@@ -242,15 +254,11 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     stale)
       # an earlier attempt stopped before its first checkpoint (e.g. a node failure): keep it, start over;
       # a checkpoint.dir of the job's own outside RUNDIR goes aside with it (a new run refuses a used one)
-      local stamp ckdir
+      local stamp
       stamp=attempt-$(date +%Y%m%d-%H%M%S)
-      ckdir=$(hpcdgnn_run_state "$rundir" checkpoint-dir) || ckdir=
       _hpcdgnn_log "$rundir has no complete checkpoint; moving it to $rundir.$stamp and starting over"
       mv "$rundir" "$rundir.$stamp"
-      if [ -n "$ckdir" ]; then
-        _hpcdgnn_log "moving its checkpoint.dir $ckdir (no complete checkpoint either) to $ckdir.$stamp"
-        mv "$ckdir" "$ckdir.$stamp"
-      fi
+      hpcdgnn_run_state "$rundir.$stamp" "$stamp" || true
       mode=--output
       ;;
     *)

@@ -4,10 +4,11 @@
 and that check imports ``torch.fx.experimental.symbolic_shapes`` and with it sympy: 0.46 s of every
 rank's start-up (``python -m cProfile -m hpcdgnn run``, 2-core VM, torch 2.13), paid by every strategy's
 first backward. The gradients passed here are made by hpcdgnn of its roots' shape (ones, zeros, received
-chunks), so :func:`run_backward` hands them to the C++ engine directly, as ``torch.autograd.backward``
-does after its check; the engine still refuses a gradient of another shape ("invalid gradient at index
-i") and casts one of another dtype. Where a torch lacks the engine entry point it falls back to
-``torch.autograd.backward``: the same arithmetic either way.
+chunks), so :func:`run_backward` checks only that each has its root's shape (the engine alone would sum a
+gradient that broadcasts to it, e.g. (2, 3) onto (3,), where torch refuses it) and hands them to the C++
+engine directly, as ``torch.autograd.backward`` does after its check; the engine casts another dtype.
+Where a torch lacks the engine entry point it falls back to ``torch.autograd.backward``: the same
+arithmetic either way.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def run_backward(roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -
     """Accumulate into the leaves' ``.grad`` the backward pass of ``roots`` seeded with ``grads`` (one each)."""
     if len(roots) != len(grads):
         raise ValueError(f"run_backward: {len(roots)} roots but {len(grads)} gradients")
+    for i, (r, g) in enumerate(zip(roots, grads, strict=True)):
+        if r.shape != g.shape:
+            raise RuntimeError(f"run_backward: gradient {i} has shape {tuple(g.shape)}, its root {tuple(r.shape)}")
     if _ENGINE is None:
         torch.autograd.backward(list(roots), list(grads))
         return

@@ -70,7 +70,7 @@ class Run:
     model: DGNN
     task: Any
     params: list[torch.nn.Parameter]
-    optimizer: torch.optim.Optimizer
+    optimizer: Adam
     strategy: Strategy
     start_epoch: int
     setup_seconds: float

@@ -297,22 +297,34 @@ def test_rundir_without_checkpoint_is_kept_aside(fake, tmp_path):
     assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/metrics.jsonl"))) == 1
 
 
-def test_a_stale_attempt_s_own_checkpoint_dir_goes_aside_with_it(fake, tmp_path):
+def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, tmp_path):
     """A job that sets checkpoint.dir outside RUNDIR: the dead attempt's partial checkpoint there would make the
-    new run refuse it (a run needs a new or empty checkpoint.dir), so it is moved aside beside the RUNDIR; a
-    checkpoint.dir inside RUNDIR moves with it and nothing else is touched."""
-    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
-    ckpt = tmp_path / "scratch" / "ckpt"
-    (ckpt / "epoch-000002.tmp").mkdir(parents=True)
-    rundir.mkdir(parents=True)
-    (rundir / "config.resolved.yaml").write_text(f"checkpoint:\n  dir: {ckpt}\n")
-    proc = fake.run("slurm-gpu.sh", **_slurm())
-    assert proc.returncode == 0, proc.stderr
-    assert f"--output {rundir}" in fake.log()[0]
-    assert not ckpt.exists(), proc.stderr
-    aside = list(ckpt.parent.glob("ckpt.attempt-*/epoch-000002.tmp"))
-    assert len(aside) == 1 and aside[0].parent.name.split(".")[-1] in proc.stderr, proc.stderr
-    assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/config.resolved.yaml"))) == 1
+    new run refuse the directory (a run needs a new or empty checkpoint.dir), so its epoch-* entries move to a
+    sibling; the directory itself stays, and so does anything else in it — here another run's directory, as
+    when checkpoint.dir holds RUNDIR's parent. A checkpoint.dir inside RUNDIR moves with RUNDIR."""
+    for case, ckpt in (("outside", tmp_path / "scratch" / "ckpt"), ("above", tmp_path / "runs"),
+                       ("inside", None)):
+        rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
+        rundir.mkdir(parents=True)
+        inner = rundir / "mine"
+        ckpt = ckpt or inner
+        (ckpt / "epoch-000002.tmp").mkdir(parents=True)
+        (rundir / "config.resolved.yaml").write_text(f"checkpoint:\n  dir: {ckpt}\n")
+        other = tmp_path / "runs" / "someone-else"
+        other.mkdir(exist_ok=True)
+        proc = fake.run("slurm-gpu.sh", **_slurm())
+        assert proc.returncode == 0, (case, proc.stderr)
+        assert f"--output {rundir}" in fake.log()[-1], case
+        (attempt,) = rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*")
+        assert (attempt / "config.resolved.yaml").exists() and other.is_dir(), case
+        if case == "inside":
+            assert (attempt / "mine" / "epoch-000002.tmp").is_dir() and not inner.exists(), proc.stderr
+        else:
+            stamp = attempt.name.rpartition(".")[2]
+            assert ckpt.is_dir() and not (ckpt / "epoch-000002.tmp").exists(), (case, proc.stderr)
+            assert (ckpt.parent / f"{ckpt.name}.{stamp}" / "epoch-000002.tmp").is_dir(), (case, proc.stderr)
+        shutil.rmtree(attempt)
+        shutil.rmtree(rundir, ignore_errors=True)  # the new run's (the stand-in launcher made it)
 
 
 def test_slurm_strong_array_index(fake, tmp_path):

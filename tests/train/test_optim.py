@@ -9,7 +9,9 @@ import sys
 import pytest
 import torch
 
+from hpcdgnn.nn.backward import run_backward
 from hpcdgnn.optim import Adam
+from tests.conftest import mpi_env, write_job
 
 
 def _params(dtype, seed=0, device="cpu"):
@@ -101,3 +103,47 @@ def test_building_and_stepping_it_does_not_import_the_compiler():
             "assert 'torch._dynamo' in sys.modules  # the check can fail: torch's own does import it\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_zero_grad_keeping_the_tensors_and_a_parameter_listed_twice():
+    ours, theirs = _params(torch.float64), _params(torch.float64)
+    a, b = Adam(ours, lr=0.1), torch.optim.Adam(theirs, lr=0.1)
+    _grads(ours, 5)
+    _grads(theirs, 5)
+    kept = ours[0].grad
+    a.zero_grad(set_to_none=False)
+    b.zero_grad(set_to_none=False)
+    assert ours[0].grad is kept and all(torch.equal(p.grad, q.grad) for p, q in zip(ours, theirs, strict=True))
+    with pytest.raises(ValueError, match="listed twice"):
+        Adam([ours[0], ours[1], ours[0]], lr=0.1)
+
+
+def test_run_backward_is_torch_s_backward_and_refuses_a_gradient_of_another_shape():
+    """The same gradients as torch.autograd.backward for several roots; a gradient that would broadcast onto its
+    root (which the engine alone sums) is refused as torch refuses it."""
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    grads = {}
+    for how in ("torch", "ours"):
+        x.grad = None
+        y, z = x.sin(), (x * 2).sum(0)
+        seeds = [torch.full_like(y, 0.5), torch.arange(3.0, dtype=torch.float64)]
+        (torch.autograd.backward if how == "torch" else run_backward)([y, z], seeds)
+        grads[how] = x.grad.clone()
+    assert torch.equal(grads["torch"], grads["ours"])
+    for bad in (torch.ones(2, 3), torch.ones(1, 3), torch.ones(4)):
+        with pytest.raises(RuntimeError, match="shape"):
+            run_backward([(x * 2).sum(0)], [bad])
+
+
+def test_a_run_imports_neither_torch_s_compiler_nor_sympy(tmp_path, small_dataset):
+    """A whole training run in one process (snapshot strategy, checkpoint at the end): torch's optimisers and
+    Python-side backward check would import them (about 1.7 s and 70 MiB per rank)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    code = ("import sys\nfrom hpcdgnn.__main__ import main\n"
+            f"assert main(['run', {str(job)!r}, '--output', {str(tmp_path / 'run')!r}]) == 0\n"
+            "bad = sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules)\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=mpi_env(),
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "run" / "summary.json").exists()
