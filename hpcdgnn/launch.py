@@ -52,16 +52,14 @@ __all__ = ["Launch", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "
 
 ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 NP_FLAGS = ("-np", "--np", "-n", "--n", "-c")
-# options after which Open MPI's slot count is the user's (or the scheduler's) business, not ours
-PLACEMENT_FLAGS = (
-    "--oversubscribe", "-oversubscribe", "--nooversubscribe", "-nooversubscribe",
-    "-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
-    "--default-hostfile", "--rankfile", "-rankfile", "-rf", "--map-by", "-map-by",
-    "--use-hwthread-cpus", "-use-hwthread-cpus", "--npernode", "-npernode", "-N", "--ppr",
-)
 # options that put ranks on other hosts
 HOST_FLAGS = ("-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
               "--default-hostfile", "--rankfile", "-rankfile", "-rf")
+# options after which Open MPI's slot count is the user's (or the scheduler's) business, not ours
+PLACEMENT_FLAGS = (
+    "--oversubscribe", "-oversubscribe", "--nooversubscribe", "-nooversubscribe", *HOST_FLAGS, "--map-by",
+    "-map-by", "--use-hwthread-cpus", "-use-hwthread-cpus", "--npernode", "-npernode", "-N", "--ppr",
+)
 BATCH_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "LSB_JOBID", "PBS_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
 # Open MPI options that take a value (the value must not be mistaken for the program); --mca takes two
 _VALUE_FLAGS = frozenset(
@@ -140,14 +138,14 @@ def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
     then the program and its own arguments).
     """
     ranks, names = _options(args)
-    return ranks, bool(names & set(PLACEMENT_FLAGS))
+    return ranks, bool(names.intersection(PLACEMENT_FLAGS))
 
 
 def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -> bool:
     """Whether ranks may run on other hosts: hosts named (``--host``, a hostfile or rankfile, a hostfile in an
     ``--mca``/``--prtemca`` value or in a ``*hostfile*`` variable), an application file, a DVM, or MPMD
     (``:``), which can name hosts after the first program. Where unsure, yes."""
-    if names & set(HOST_FLAGS) or names & {"--app", "-app", "--dvm", "-dvm"} or ":" in args:
+    if names.intersection((*HOST_FLAGS, "--app", "-app", "--dvm", "-dvm")) or ":" in args:
         return True
     return any("hostfile" in word.lower() for word in [*args, *environ])  # any word: a program's too, to be safe
 
@@ -192,7 +190,7 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
     if "OMPI_MCA_osc" not in environ and wheel:
         launch.env["OMPI_MCA_osc"] = "^ucx"
     ranks, names = _options(args)
-    placement = bool(names & set(PLACEMENT_FLAGS))
+    placement = bool(names.intersection(PLACEMENT_FLAGS))
     batch = [v for v in BATCH_VARS if environ.get(v)]
     if wheel and "OMPI_MCA_btl" not in environ and not batch and not _may_span_hosts(args, names, environ):
         launch.env["OMPI_MCA_btl"] = "^ofi"  # one node: shared memory carries every message

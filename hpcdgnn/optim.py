@@ -27,13 +27,16 @@ from typing import Any
 
 import torch
 
+from hpcdgnn.config.schema import ADAM_BETAS
+
 __all__ = ["Adam"]
 
 
 class Adam:
-    """Adam over one parameter group (``train.lr``; β = (0.9, 0.999), ε = 1e-8, torch's defaults)."""
+    """Adam over one parameter group (``train.lr``; β = :data:`~hpcdgnn.config.schema.ADAM_BETAS`, ε = 1e-8,
+    torch's defaults)."""
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, betas: tuple[float, float] = ADAM_BETAS,
                  eps: float = 1e-8) -> None:
         self.params = list(params)
         if not self.params:
@@ -108,10 +111,10 @@ class Adam:
         groups = state_dict.get("param_groups")
         if not isinstance(groups, list) or len(groups) != 1 or len(groups[0].get("params", ())) != len(self.params):
             raise ValueError("loaded optimizer state does not match this model's parameters (groups or count)")
-        group = groups[0]
+        group, mine = groups[0], self._group()
         for key in ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"):
-            if key in group and _plain(group[key]) != _plain(self._group()[key]):
-                raise ValueError(f"loaded optimizer state has {key} = {group[key]!r}, this job {self._group()[key]!r}")
+            if key in group and _plain(group[key]) != _plain(mine[key]):
+                raise ValueError(f"loaded optimizer state has {key} = {group[key]!r}, this job {mine[key]!r}")
         position = {pid: k for k, pid in enumerate(group["params"])}
         state: dict[int, dict[str, torch.Tensor]] = {}
         for pid, saved in state_dict.get("state", {}).items():

@@ -191,12 +191,16 @@ import json, os, re, sys
 from pathlib import Path
 import yaml
 run = Path(sys.argv[1])
+ckpt = run / "checkpoints"
+try:
+    saved = yaml.safe_load((run / "config.resolved.yaml").read_text()) or {}
+    ckpt = Path((saved.get("checkpoint") or {}).get("dir") or ckpt)
+except (OSError, yaml.YAMLError):
+    pass
 if len(sys.argv) > 2:
+    if not ckpt.is_dir() or ckpt.resolve().is_relative_to(run.resolve()):
+        sys.exit()
     try:
-        saved = yaml.safe_load((run / "config.resolved.yaml").read_text()) or {}
-        ckpt = Path((saved.get("checkpoint") or {}).get("dir") or run / "checkpoints")
-        if not ckpt.is_dir() or ckpt.resolve().is_relative_to(run.resolve()):
-            sys.exit()
         dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\.tmp)?", e.name))
         if dead:
             aside = ckpt.parent / f"{ckpt.name}.{sys.argv[2]}"
@@ -205,7 +209,7 @@ if len(sys.argv) > 2:
                 os.rename(e, aside / e.name)
             print(f"hpcdgnn-job: moved the attempt's {len(dead)} checkpoint entries out of checkpoint.dir {ckpt} "
                   f"into {aside}", file=sys.stderr)
-    except (OSError, yaml.YAMLError, AttributeError) as e:
+    except OSError as e:
         print(f"hpcdgnn-job: could not set the attempt's checkpoints in its checkpoint.dir aside: {e}", file=sys.stderr)
     sys.exit()
 if not run.is_dir() or not any(run.iterdir()):
@@ -215,12 +219,6 @@ try:
     if status in ("completed", "diverged"):
         print(status); sys.exit()
 except (OSError, ValueError, AttributeError):
-    pass
-ckpt = run / "checkpoints"
-try:
-    saved = yaml.safe_load((run / "config.resolved.yaml").read_text()) or {}
-    ckpt = Path((saved.get("checkpoint") or {}).get("dir") or ckpt)
-except (OSError, yaml.YAMLError):
     pass
 complete = ckpt.is_dir() and any((d / "COMPLETE").is_file() for d in ckpt.iterdir() if not d.name.endswith(".tmp"))
 print("checkpointed" if complete else "stale")

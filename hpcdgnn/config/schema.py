@@ -37,9 +37,10 @@ __all__ = [
 #: ``train.threads`` at most: more than any node's cores (torch crashed creating 100,000 threads).
 MAX_THREADS = 1024
 
-#: Adam's default β1: its first step moves a parameter by lr / (1 - β1), a scalar torch converts to the
-#: parameters' dtype (a float32 overflow there is a RuntimeError inside ``optimizer.step``).
-ADAM_BETA1 = 0.9
+#: Adam's (β1, β2), torch's defaults, which jobs do not set (:class:`hpcdgnn.optim.Adam`). Its first step moves
+#: a parameter by lr / (1 - β1), a scalar converted to the parameters' dtype (a float32 overflow there was a
+#: RuntimeError inside ``optimizer.step``): ``train.lr`` is bounded by it.
+ADAM_BETAS = (0.9, 0.999)
 _FLOAT_MAX = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
 
@@ -207,8 +208,8 @@ class TrainConfig:
             raise ValueError("epochs: must be >= 1")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
-        if self.lr / (1 - ADAM_BETA1) > _FLOAT_MAX[self.dtype]:  # 1e38 crashed in Adam's first step
-            most = _FLOAT_MAX[self.dtype] * (1 - ADAM_BETA1)
+        if self.lr / (1 - ADAM_BETAS[0]) > _FLOAT_MAX[self.dtype]:  # 1e38 crashed in Adam's first step
+            most = _FLOAT_MAX[self.dtype] * (1 - ADAM_BETAS[0])
             raise ValueError(f"lr: must be at most {most!r} in {self.dtype} (Adam's first step is lr / (1 - 0.9))")
         if not 0 <= self.threads <= MAX_THREADS:  # torch crashed creating 100,000 threads
             raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (torch threads of one rank; 0 = automatic)")

@@ -24,9 +24,7 @@ _ENGINE = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward"
 
 def run_backward(roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
     """Accumulate into the leaves' ``.grad`` the backward pass of ``roots`` seeded with ``grads`` (one each)."""
-    if len(roots) != len(grads):
-        raise ValueError(f"run_backward: {len(roots)} roots but {len(grads)} gradients")
-    for i, (r, g) in enumerate(zip(roots, grads, strict=True)):
+    for i, (r, g) in enumerate(zip(roots, grads, strict=True)):  # one gradient per root
         if r.shape != g.shape:
             raise RuntimeError(f"run_backward: gradient {i} has shape {tuple(g.shape)}, its root {tuple(r.shape)}")
     if _ENGINE is None:
