@@ -87,7 +87,8 @@ def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int,
         "debug": {"trace_exchanges": args.trace},
     }, args.ranks, work, tag, REPO, env={"OMP_NUM_THREADS": "1"})
     run_dir = work / f"run-{tag}"
-    threads_on = json.loads((run_dir / "summary.json").read_text())["environment"]["progress_thread_ranks"]
+    env = json.loads((run_dir / "summary.json").read_text())["environment"]
+    threads_on = (env["progress_thread_ranks"], env["progress_thread_dedicated_ranks"])
     steady = [r for r in recs if not r["warmup"]] or recs[-1:]
     epochs = {r["epoch"] for r in steady}
     trace = [x for f in sorted((run_dir / "trace").glob("exchanges.rank*.jsonl"))
@@ -172,20 +173,21 @@ def kernel_worker(args) -> None:
             d = comm.stats.since(before, "redistribute")
             reps.append([time.perf_counter() - t0, d.seconds, d.exposed, spent["post"], spent["wait"], spent["test"]])
         mine = np.median(np.array(reps[1:]), axis=0)
-        rows.append((K, mode, comm.progress_ranks, comm.gather_array(mine, tag="bench").reshape(P, -1)))
+        on = (comm.progress_ranks, comm.progress_dedicated)
+        rows.append((K, mode, on, comm.gather_array(mine, tag="bench").reshape(P, -1)))
     comm.stop_progress()
     if me == 0:
         print(f"kernel: P = {P}, T = {T}, N = {N}, F = {F}, LSTM forward + backward, ranks synchronised; "
               f"medians of {args.reps}, means over ranks")
-        print(f"{'K':>3} {'progress':>11} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/first':>14}")
+        print(f"{'K':>3} {'progress':>16} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/first':>14}")
         first = rows[0][3][:, 2].mean()
         for K, mode, on, r in rows:
             t, c, e = r[:, :3].mean(axis=0)
-            print(f"{K:>3} {_label(mode, on):>11} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / first:>14.2f}")
+            print(f"{K:>3} {_label(mode, on):>16} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / first:>14.2f}")
         print("\nexposed seconds per rank: inside posts (with a progress thread they no longer make the own box's "
               "copy), waits, tests")
         for K, mode, on, r in rows:
-            print(f"{K:>3} {_label(mode, on):>11} " + "  ".join(
+            print(f"{K:>3} {_label(mode, on):>16} " + "  ".join(
                 f"rank {q}: {x[3]:.3f} / {x[4]:.3f} / {x[5]:.3f}" for q, x in enumerate(r)))
 
 
@@ -194,9 +196,12 @@ def configs(args) -> list[tuple[str, int]]:
     return [(mode, K) for mode in args.progress for K in args.chunks]
 
 
-def _label(mode: str, threads_on: int) -> str:
-    """A configuration's progress column: the mode, and for ``auto`` whether it started threads."""
-    return mode if mode != "auto" else f"auto:{'thread' if threads_on else 'calls'}"
+def _label(mode: str, threads_on: tuple[int, int]) -> str:
+    """A configuration's progress column: the mode, for ``auto`` whether it started threads, and whether the
+    threads waited inside MPI on cores of their own (``/wait``, every rank's) or polled (``/poll``)."""
+    ranks, dedicated = threads_on
+    name = mode if mode != "auto" else f"auto:{'thread' if ranks else 'calls'}"
+    return name if not ranks else f"{name}/{'wait' if dedicated == ranks else 'poll' if not dedicated else 'mixed'}"
 
 
 def main() -> None:
@@ -234,7 +239,7 @@ def main() -> None:
     order = configs(args)
     steady: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
     traces: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
-    threads_on: dict[tuple[str, int], int] = {}
+    threads_on: dict[tuple[str, int], tuple[int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
             for mode, K in (order if rep % 2 == 0 else order[::-1]):
@@ -247,7 +252,7 @@ def main() -> None:
                                              for r in recs), flush=True)
     print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
           f"{args.reps} runs x {args.epochs - 1} steady epochs per configuration; medians")
-    print(f"{'K':>3} {'progress':>11} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} "
+    print(f"{'K':>3} {'progress':>16} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} "
           f"{'exposed/first':>14} {'late s':>7} {'exp-late s':>11} {'/first':>7} {'MiB/epoch':>10} {'loss':>10}")
     base = base_transfer = None
     for mode, K in order:
@@ -263,7 +268,7 @@ def main() -> None:
         base_transfer = transfer_s if base_transfer is None else base_transfer
         slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
         mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
-        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
+        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
               f"{slow:>9.3f} {exposed / base:>14.2f} {late_s:>7.3f} {transfer_s:>11.3f} "
               f"{transfer_s / base_transfer:>7.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
     print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks; "
@@ -271,7 +276,7 @@ def main() -> None:
     for mode, K in order:
         rs = steady[mode, K]
         tags = sorted({t for r in rs for t in r["comm_by_tag"]})
-        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} " + "  ".join(
+        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} " + "  ".join(
             f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in rs]):.3f}"
             f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f};"
             f" late {np.median([r['comm_by_tag'].get(t, {}).get('late', float('nan')) for r in rs]):.3f})"
@@ -281,7 +286,7 @@ def main() -> None:
               " exchanges of the tag were posted): ms blocked / of them late")
         for mode, K in order:
             for t, (blocked, late) in trace_rows(traces[mode, K]).items():
-                print(f"{K:>3} {_label(mode, threads_on[mode, K]):>11} {t}: " + " ".join(
+                print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {t}: " + " ".join(
                     f"{1e3 * b:.1f}/{1e3 * w:.1f}" for b, w in zip(blocked, late, strict=True)))
 
 

@@ -318,7 +318,7 @@ class Communicator:
         #: the root communicator, shared by its splits (the gradient buckets' exchanges are posted on one)
         self._root: Communicator = self
         self._progress: ProgressThread | None = None
-        self._progress_ranks = 0  # the root's: see progress_ranks
+        self._progress_ranks = self._progress_dedicated = 0  # the root's: see progress_ranks
 
     # -- backends -----------------------------------------------------------------------------
     def init_tensor_backend(self, backend: str, device: torch.device, timeout_s: float = 600.0) -> None:
@@ -353,15 +353,19 @@ class Communicator:
     def start_progress(self, mode: str, threads: int) -> int:
         """``comm.progress``: hand this rank's non-blocking exchanges to a progress thread
         (:mod:`hpcdgnn.comm.progress`) — ``thread`` always, ``auto`` where the node has a spare core per
-        rank beside ``threads``, ``calls`` never; none on one rank or without ``MPI_THREAD_MULTIPLE``.
+        rank beside ``threads`` (where it does, the thread is ``dedicated``), ``calls`` never; none on one
+        rank or without ``MPI_THREAD_MULTIPLE``.
         Collective; returns (and keeps as ``progress_ranks``) how many ranks run one."""
         root = self._root
         if self.size == 1 or mode == "calls":  # the same on every rank (the job's): nothing to agree on
-            root._progress_ranks = 0
+            root._progress_ranks = root._progress_dedicated = 0
             return 0
-        if mode == "thread" or (mode == "auto" and spare_core(self, threads)):
-            root._progress = root._progress or ProgressThread.start(self._MPI)
-        root._progress_ranks = int(self.allreduce_array([float(root._progress is not None)], tag="setup")[0])
+        spare = spare_core(self, threads)  # a collective on every rank (the mode is the job's)
+        if mode == "thread" or spare:
+            # with a core of its own the thread waits inside MPI, at the library's full rate; else it polls
+            root._progress = root._progress or ProgressThread.start(self._MPI, dedicated=spare)
+        mine = [float(root._progress is not None), float(root._progress is not None and root._progress.dedicated)]
+        root._progress_ranks, root._progress_dedicated = map(int, self.allreduce_array(mine, tag="setup"))
         return root._progress_ranks
 
     @property
@@ -369,6 +373,11 @@ class Communicator:
         """How many ranks run a progress thread (agreed in :meth:`start_progress`; kept by the root, which
         its splits share)."""
         return self._root._progress_ranks
+
+    @property
+    def progress_dedicated(self) -> int:
+        """How many of :attr:`progress_ranks`' threads have a core of their own (wait inside MPI)."""
+        return self._root._progress_dedicated
 
     @property
     def progress_everywhere(self) -> bool:

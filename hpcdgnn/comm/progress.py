@@ -9,12 +9,27 @@ on 2 cores: 84 % of the chunked exchanges' time hidden, their exposed part the c
 
 :class:`ProgressThread` takes that work off the training thread: every exchange posted through
 :class:`~hpcdgnn.comm.communicator.Communicator` (``ialltoall_boxes``, ``iallreduce_``) is handed
-to it, and it calls ``MPI_Testsome`` on them until each completes (``MPI_Testsome`` runs with the
-GIL released, and between rounds that moved nothing the thread sleeps ``POLL_S``, so it neither
-holds the GIL nor a core while there is nothing to move). The training thread's test of such an
-exchange reads a flag; its wait blocks on an event, and only that wait is exposed time. The
-thread also makes the exchange's local part, the copy of the rank's own box (a strided torch copy
-that the training thread would otherwise make at the post: at P = 2 as many bytes as the transfer).
+to it, and it drives them until each completes. How depends on whether it has a core of its own
+(``dedicated``, :func:`spare_core`):
+
+- **dedicated**: it waits inside ``MPI_Waitsome`` on the exchanges in flight (the GIL released), so
+  the library progresses them at its full rate, as a C progress thread would; a message this process
+  sends itself on a duplicate of ``MPI_COMM_SELF`` (the *bell*) ends that wait when another exchange is
+  handed over or the thread is stopped. It spins its core while an exchange is open and sleeps on a
+  condition variable while none is. Why not poll: the exchanges move strided boxes (MPI derived
+  datatypes), which Open MPI's shared-memory transport packs fragment by fragment, each needing a call
+  into the library on both sides; polled every 50 µs, one chunk's (32, 1024, 16) float32 box took 3.5–5×
+  the time of a wait inside MPI (``perf/bench_progress.py`` on 2 and on 16 cores), so in a pipeline the
+  thread fell behind the chunks and they queued up at its end (16-core host, CD-GCN gen32k P = 2, K = 16:
+  the transfer left exposed 0.96 of K = 1's polling, 0.49 waiting; ``perf/results/gpu-h200/README.md``).
+- **not dedicated** (``comm.progress: thread`` on a node without a spare core): it calls
+  ``MPI_Testsome`` and sleeps ``POLL_S`` between rounds that completed nothing, so it neither holds the
+  GIL nor a core while the training thread computes.
+
+The training thread's test of an adopted exchange reads a flag; its wait blocks on an event, and only
+that wait is exposed time. The thread also makes the exchange's local part, the copy of the rank's
+own box (a strided torch copy that the training thread would otherwise make at the post: at P = 2 as
+many bytes as the transfer).
 
 It pays only where each rank has a core to spare for it — otherwise the copy still competes
 with the computation, now from another thread — so ``comm.progress: auto`` starts it only when
@@ -65,21 +80,28 @@ class ProgressThread:
     the exchange's ``holder``, which stays valid after the thread is stopped).
     """
 
-    def __init__(self, MPI: Any) -> None:
+    def __init__(self, MPI: Any, dedicated: bool = False) -> None:
         self._MPI = MPI
+        self.dedicated = dedicated
         self._cv = threading.Condition()
         self._new: list[tuple[Any, Callable[[], None] | None]] = []  # adopted, not yet seen by the thread
         self._stopping = False
         self.error: BaseException | None = None
+        #: dedicated: this process's channel to itself, whose message ends the thread's Waitsome
+        self._bell = MPI.COMM_SELF.Dup() if dedicated else None
+        self._ding, self._heard = bytearray(1), bytearray(1)
+        self._in_wait = False  # the thread is in (or entering) Waitsome; under _cv
+        self._rung = False  # a bell message is on its way and not yet received; under _cv
         self._thread = threading.Thread(target=self._run, name="hpcdgnn-mpi-progress", daemon=True)
         self._thread.start()
 
     @classmethod
-    def start(cls, MPI: Any) -> ProgressThread | None:
-        """A running thread, or ``None`` where the MPI library gives no ``MPI_THREAD_MULTIPLE``."""
+    def start(cls, MPI: Any, dedicated: bool = False) -> ProgressThread | None:
+        """A running thread, or ``None`` where the MPI library gives no ``MPI_THREAD_MULTIPLE``.
+        ``dedicated``: it has a core of its own (it waits inside MPI; else it polls)."""
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             return None
-        return cls(MPI)
+        return cls(MPI, dedicated)
 
     def adopt(self, pending: Any, local: Callable[[], None] | None = None) -> None:
         """Hand a just-posted exchange (``Pending`` with a live request) to the thread, with the copy of
@@ -88,7 +110,14 @@ class ProgressThread:
         with self._cv:  # the error is set under this lock before the thread releases what it holds
             self.check()  # after an error the thread has ended: nothing would complete this one
             self._new.append((pending, local))
-            self._cv.notify()
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under ``_cv``: get the thread's attention, in its condition wait or in its Waitsome."""
+        self._cv.notify()
+        if self._in_wait and not self._rung:
+            self._rung = True
+            self._bell.Send(self._ding, 0, 0)  # to itself: buffered at once, received by the thread's Waitsome
 
     def check(self) -> None:
         """Re-raise, in the calling thread, an MPI error the progress thread met."""
@@ -100,33 +129,52 @@ class ProgressThread:
         exit after an error a peer may never complete an exchange, and the job is ending anyway)."""
         with self._cv:
             self._stopping = True
-            self._cv.notify()
+            self._wake()
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        testsome = self._MPI.Request.Testsome
+        Request = self._MPI.Request
         waiting: list[Any] = []  # the thread's own: exchanges whose request is still live
+        bell = None  # dedicated: the posted receive of the bell's next message
         while True:
             with self._cv:
                 while not self._new and not waiting and not self._stopping:
                     self._cv.wait()
                 if not self._new and not waiting:
-                    return
+                    break
                 new, self._new = self._new, []
+                # stopping: poll what is left, never wait inside MPI, so that the thread (a daemon) can be
+                # frozen at interpreter exit should a dead peer leave an exchange open
+                wait = self.dedicated and not self._stopping and not new
+                if wait:
+                    self._in_wait = True
             waiting += [p for p, _ in new]
             try:
                 for _, local in new:  # the own part first: the peers' parts are on their way meanwhile
                     if local is not None:
                         local()
-                done = testsome([p.request for p in waiting])
+                if wait:
+                    if bell is None:
+                        bell = self._bell.Irecv(self._heard, 0, 0)
+                    done = Request.Waitsome([p.request for p in waiting] + [bell])
+                    with self._cv:
+                        self._in_wait = False
+                    if done is not None and len(waiting) in done:  # the bell: new work, or stop
+                        bell = None
+                        with self._cv:
+                            self._rung = False
+                        done = [i for i in done if i != len(waiting)]
+                else:
+                    done = Request.Testsome([p.request for p in waiting])
                 if done is None:  # MPI_UNDEFINED: no active request left among them
                     done = range(len(waiting))
             except BaseException as e:  # noqa: BLE001 — handed to the training thread, which raises it
                 with self._cv:  # before any later adopt can pass its check (see adopt)
                     self.error = e
+                    self._in_wait = False
                 done = range(len(waiting))
             if not done:
-                if not new:
+                if not new and not wait:
                     time.sleep(POLL_S)
                 continue
             t = time.perf_counter()
@@ -141,4 +189,22 @@ class ProgressThread:
                         p.completed_at = t
                         p.completed.set()
                     self._new = []
-                return
+                break
+        self._close_bell(bell)
+
+    def _close_bell(self, bell: Any) -> None:
+        """Receive the message a posted bell receive is owed (sending it if none is on its way), then free the
+        channel; nothing of it outlives the thread."""
+        if self._bell is None:
+            return
+        try:
+            if bell is not None:
+                with self._cv:
+                    if not self._rung:
+                        self._rung = True
+                        self._bell.Send(self._ding, 0, 0)
+                bell.Wait()
+            self._bell.Free()
+        except BaseException as e:  # noqa: BLE001
+            with self._cv:
+                self.error = self.error or e

@@ -498,9 +498,10 @@ class CommConfig:
     """Who moves the non-blocking exchanges (``strategy.overlap_chunks`` > 1, ``grad_buckets`` > 1, the halo's
     sends) while the rank computes (:mod:`hpcdgnn.comm.progress`): ``calls`` — the training thread, inside its
     MPI calls (Open MPI's only progress: the copy then runs on the computing core); ``thread`` — a progress
-    thread per rank, so the copy runs on another core; ``auto`` — ``thread`` where each rank of the node has a
-    core to spare beside its ``train.threads`` (else ``calls``). Results are the same either way. ``calls`` is
-    the default until whole epochs, not only the layer kernel, are measured faster with the thread."""
+    thread per rank, so the copy runs on another core (with a core of its own it waits inside MPI, else it
+    polls); ``auto`` — ``thread`` where each rank of the node has a core to spare beside its ``train.threads``
+    (else ``calls``). Results are the same either way. ``calls`` is the default until whole epochs, not only
+    their exposed time, are measured faster with the thread."""
     stall_timeout_s: float = 600.0
     """Stall watchdog (:mod:`hpcdgnn.comm.watchdog`): a rank that completes no communicator call for
     this long (stopped, hung, or computing longer than that between two collectives) ends the job

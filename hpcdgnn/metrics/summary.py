@@ -53,6 +53,7 @@ def _environment(comm, run) -> dict:
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
         "progress_thread_ranks": comm.progress_ranks,  # comm.progress: ranks whose exchanges a thread moved
+        "progress_thread_dedicated_ranks": comm.progress_dedicated,  # of them, threads with a core of their own
         "device": device_name(device),
         "comm_backend": job.comm.backend,
         "dtype": job.train.dtype,

@@ -142,7 +142,8 @@ def _banner(log, run: Run, comm: Communicator) -> None:
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
-        + (f", progress thread on {comm.progress_ranks}/{comm.size} ranks"
+        + (f", progress thread on {comm.progress_ranks}/{comm.size} ranks "
+           f"({comm.progress_dedicated} on a core of their own)"
            if comm.progress_ranks or job.comm.progress == "thread" else "")
     )
     from hpcdgnn.allocator import describe

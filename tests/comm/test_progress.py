@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -79,11 +80,35 @@ def test_a_thread_on_some_ranks_only_changes_nothing(launcher, small_dataset, tm
                             str(job),
                             "--output", str(out)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "progress thread on 1/3 ranks" in proc.stdout + proc.stderr
+    assert "progress thread on 1/3 ranks (1 on a core of their own)" in proc.stdout + proc.stderr
     assert _threads_on(out) == 1
     recs = read_metrics(out)
     assert_same_run(np.array([[r["loss"], r["grad_norm"]] for r in recs]), ref)
     assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs_ref]
+
+
+@pytest.mark.parametrize(("model", "strategy"), [
+    ("cdgcn", {"name": "snapshot", "overlap_chunks": 3}),
+    ("tmgcn", {"name": "vertex", "stale": {"mode": "static", "theta": 0.5}}),  # halo sends open for long
+])
+def test_dedicated_threads_change_nothing(launcher, small_dataset, tmp_path, model, strategy):
+    """Threads with a core of their own (``tests/mpi/node_shape.py`` gives every rank one) wait inside
+    ``MPI_Waitsome`` instead of polling: at P = 2 and 3 the same losses, norms and bytes as ``calls``."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                    train={"dtype": "float64", "epochs": 3}, strategy=strategy,
+                    comm={"grad_buckets": 3, "progress": "auto"})
+    for P in (2, 3):
+        ref, recs_ref = _losses(launcher, P, job, tmp_path / f"calls{P}", "comm.progress=calls")
+        out = tmp_path / f"dedicated{P}"
+        proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "node_shape.py"), "--spare-core-ranks",
+                                ",".join(map(str, range(P))), "--", "run", str(job), "--output", str(out)])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert _threads_on(out) == P
+        assert json.loads((out / "summary.json").read_text())["environment"]["progress_thread_dedicated_ranks"] == P
+        assert f"progress thread on {P}/{P} ranks ({P} on a core of their own)" in proc.stdout + proc.stderr
+        recs = read_metrics(out)
+        assert_same_run(np.array([[r["loss"], r["grad_norm"]] for r in recs]), ref)
+        assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs_ref]
 
 
 def _stub_comm(affinities: list[list[int]]):
@@ -109,12 +134,54 @@ class _Request:
         self.polls, self.fail = polls, fail
 
 
+class _Bell(_Request):
+    """The receive of a message to oneself: complete once the message is sent (or was sent before)."""
+
+    def __init__(self, channel) -> None:
+        super().__init__(10**9)
+        self.channel = channel
+
+    def Wait(self):
+        while not self.channel.take(self):
+            time.sleep(1e-3)
+
+
+class _SelfChannel:
+    """A duplicate of ``MPI_COMM_SELF``: messages are counted, each completes one posted receive."""
+
+    def __init__(self) -> None:
+        self.sent, self.received, self.freed = 0, 0, False
+
+    def Irecv(self, buf, source, tag):
+        return _Bell(self)
+
+    def Send(self, buf, dest, tag):
+        self.sent += 1
+
+    def take(self, bell) -> bool:
+        if bell.polls > 0 and self.received < self.sent:
+            self.received += 1
+            bell.polls = 0
+        return bell.polls <= 0
+
+    def Free(self):
+        self.freed = True
+
+
 class _MPI:
     THREAD_MULTIPLE = 3
+    waits = 0  # Waitsome calls that returned
+    channels: list[_SelfChannel] = []
 
     @staticmethod
     def Query_thread():
         return 3
+
+    class COMM_SELF:
+        @staticmethod
+        def Dup():
+            _MPI.channels.append(_SelfChannel())
+            return _MPI.channels[-1]
 
     class Request:
         @staticmethod
@@ -122,8 +189,19 @@ class _MPI:
             if any(r.fail for r in requests):
                 raise RuntimeError("MPI_ERR_TRUNCATE: message truncated")
             for r in requests:
-                r.polls -= 1
+                if isinstance(r, _Bell):
+                    r.channel.take(r)
+                else:
+                    r.polls -= 1
             return [i for i, r in enumerate(requests) if r.polls <= 0]
+
+        @staticmethod
+        def Waitsome(requests):
+            """Blocks until one completes (each round a test of every request, as the library's progress)."""
+            while not (done := _MPI.Request.Testsome(requests)):
+                time.sleep(1e-4)
+            _MPI.waits += 1
+            return done
 
 
 def test_thread_completes_what_it_adopts_and_ends():
@@ -141,6 +219,39 @@ def test_thread_completes_what_it_adopts_and_ends():
     assert ps[0].completed_at <= ps[2].completed_at <= ps[1].completed_at  # 1, 5 and 30 tests
     t.stop()
     assert not t._thread.is_alive()
+
+
+def test_a_dedicated_thread_waits_inside_mpi_and_is_woken_for_new_exchanges():
+    """With a core of its own the thread blocks in Waitsome on what it holds; an exchange handed over
+    meanwhile, or a stop, ends that wait through a message to itself (else the newcomer would wait for the
+    slowest exchange held). Nothing of the channel outlives the thread."""
+    t = ProgressThread.start(_MPI, dedicated=True)
+    channel = _MPI.channels[-1]
+    slow = Pending(_Request(10**9), "slow", None, ())
+    t.adopt(slow)
+    deadline = time.perf_counter() + 5.0
+    while not t._in_wait and time.perf_counter() < deadline:  # the thread is waiting on the slow one
+        time.sleep(1e-3)
+    assert t._in_wait
+    copied: list[int] = []
+    fast = Pending(_Request(1), "fast", None, ())
+    t.adopt(fast, lambda: copied.append(1))
+    assert fast.completed.wait(5.0) and copied == [1]  # woken, its own part copied, then completed
+    assert not slow.completed.is_set() and channel.sent >= 1
+    slow.request.polls = 0  # the slow one completes
+    assert slow.completed.wait(5.0)
+    t.stop()
+    assert not t._thread.is_alive()
+    assert channel.freed and channel.received == channel.sent  # every bell message received
+    # a stop while the thread waits inside MPI
+    t = ProgressThread.start(_MPI, dedicated=True)
+    held = Pending(_Request(10**9), "held", None, ())
+    t.adopt(held)
+    while not t._in_wait:
+        time.sleep(1e-3)
+    threading.Timer(0.2, lambda: setattr(held.request, "polls", 0)).start()
+    t.stop()  # it finishes what it holds (polling now), then ends
+    assert held.completed.is_set() and not t._thread.is_alive() and _MPI.channels[-1].freed
 
 
 def test_an_error_in_the_thread_reaches_the_training_thread():
@@ -173,11 +284,14 @@ def test_progress_mode_is_checked(small_dataset, tmp_path):
         load_job(job)
 
 
-@pytest.mark.parametrize("P", [2, 3])
-def test_the_thread_moves_exchanges_of_splits_made_before_it(launcher, P):
+@pytest.mark.parametrize(("P", "dedicated"), [(2, False), (3, False), (2, True), (3, True)])
+def test_the_thread_moves_exchanges_of_splits_made_before_it(launcher, P, dedicated):
     """tests/mpi/progress_check.py: the gradient buckets post on a split made at setup, before the trainer
-    starts the thread; their all-reduces must go to the thread too, and the own box arrive with the rest."""
-    proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "progress_check.py")], timeout=120)
+    starts the thread; their all-reduces must go to the thread too, and the own box arrive with the rest.
+    An exchange posted while the thread waits on another that cannot complete yet is taken up at once
+    (polling, or woken from its Waitsome when dedicated), not after the other completes (2 s later)."""
+    proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "progress_check.py"), *(["dedicated"] * dedicated)],
+                        timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = {r["rank"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
     assert sorted(out) == list(range(P))
@@ -185,6 +299,9 @@ def test_the_thread_moves_exchanges_of_splits_made_before_it(launcher, P):
         assert r["threads"] == P and r["adopted"] == [True, True] and r["boxes_ok"]
         assert r["sum"] == [P * (P + 1) / 2] * 4
         assert r["everywhere"] == [True, True, False]  # a thread on every rank, until it stopped
+        assert r["dedicated"] == dedicated
+        assert r["ab"] == [P] * 4
+    assert out[0]["b_wait_s"] < 1.0, out[0]  # HOLD_S = 2: B was not held up by A
 
 
 def test_out_of_order_completions_time_the_whole_interval():

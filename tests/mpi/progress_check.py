@@ -1,6 +1,6 @@
 """Run under mpirun: exchanges moved by the progress thread (``comm.progress: thread``). Exit 0 = pass.
 
-Usage: mpirun -np P python tests/mpi/progress_check.py
+Usage: mpirun -np P python tests/mpi/progress_check.py [dedicated]
 
 The thread is started on the run's communicator *after* a split was made from it (as the gradient
 buckets' is, at model setup): exchanges posted on the parent and on the split must both go to the
@@ -9,13 +9,25 @@ so every received box, its own included (which the thread copies), names its sen
 computes (an unrelated product) while they move, then waits; an all-reduce on the split sums ranks.
 Prints one JSON line per rank: whether both exchanges were the thread's, what arrived, and
 ``progress_everywhere`` on the communicator and the split, then after ``stop_progress``.
+
+Then the thread must take up an exchange posted while it waits on another that cannot complete yet: rank 0
+posts A on the communicator and B on the split, and waits for B; the other ranks complete B, sleep
+``HOLD_S``, and only then post A. Rank 0's wait for B must not last until A completes (``b_wait_s``).
+
+``dedicated``: every rank is told it has a spare core, so its thread waits inside ``MPI_Waitsome`` (and
+only a message to itself ends that wait for B); without it, on a node without spare cores, it polls.
 """
 
 import json
+import sys
+import time
 
 import torch
 
+import hpcdgnn.comm.communicator as communicator
 from hpcdgnn.comm import Communicator
+
+HOLD_S = 2.0
 
 
 def main() -> None:
@@ -38,12 +50,29 @@ def main() -> None:
     child.wait(r)
     ok = all(bool((got[s] == 100.0 * s + me).all()) for s in range(P))
     everywhere = [comm.progress_everywhere, child.progress_everywhere]  # the split reads its root's
+    a, b = torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    if me == 0:
+        pa = comm.iallreduce_(a, tag="check.a")
+        time.sleep(0.1)  # the thread is waiting on A now
+        t0 = time.perf_counter()
+        child.wait(child.iallreduce_(b, tag="check.b"))
+        b_wait = time.perf_counter() - t0
+        comm.wait(pa)
+    else:
+        child.wait(child.iallreduce_(b, tag="check.b"))
+        time.sleep(HOLD_S)
+        comm.wait(comm.iallreduce_(a, tag="check.a"))
+        b_wait = 0.0
+    dedicated = comm.progress_thread.dedicated
     comm.stop_progress()
     everywhere.append(comm.progress_everywhere)
     print(json.dumps({"rank": me, "threads": started, "adopted": [p.completed is not None, r.completed is not None],
-                      "boxes_ok": ok, "sum": total.tolist(), "everywhere": everywhere}), flush=True)
+                      "boxes_ok": ok, "sum": total.tolist(), "everywhere": everywhere, "dedicated": dedicated,
+                      "b_wait_s": b_wait, "ab": a.tolist() + b.tolist()}), flush=True)
     child.free()
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["dedicated"]:
+        communicator.spare_core = lambda comm, threads: True  # as on a node with a core to spare per rank
     main()

@@ -13,8 +13,9 @@ def test_configurations_are_progress_modes_times_chunks():
     m = perf_script("bench_overlap")
     args = SimpleNamespace(progress=["calls", "thread"], chunks=[1, 4])
     assert m.configs(args) == [("calls", 1), ("calls", 4), ("thread", 1), ("thread", 4)]
-    assert m._label("auto", 2) == "auto:thread" and m._label("auto", 0) == "auto:calls"
-    assert m._label("thread", 2) == "thread"
+    assert m._label("auto", (2, 0)) == "auto:thread/poll" and m._label("auto", (0, 0)) == "auto:calls"
+    assert m._label("thread", (2, 2)) == "thread/wait" and m._label("thread", (3, 1)) == "thread/mixed"
+    assert m._label("calls", (0, 0)) == "calls"
 
 
 def test_kernel_rows_per_configuration_with_each_ranks_breakdown():
@@ -25,7 +26,24 @@ def test_kernel_rows_per_configuration_with_each_ranks_breakdown():
     lines = out.stdout.splitlines()
     table = [ln.split() for ln in lines[lines.index(next(ln for ln in lines if ln.split()[:2] == ["K", "progress"]))
                                         + 1:][:4]]
-    assert [(r[0], r[1]) for r in table] == [("1", "calls"), ("3", "calls"), ("1", "thread"), ("3", "thread")]
+    # the threads poll on a node without a spare core per rank (this 2-core one), else wait inside MPI
+    assert [(r[0], r[1]) for r in table] in ([("1", "calls"), ("3", "calls"), ("1", f"thread/{how}"),
+                                              ("3", f"thread/{how}")] for how in ("poll", "wait"))
     assert table[0][-1] == "1.00"  # the ratio is against the first configuration
     breakdown = [ln for ln in lines if "rank 0:" in ln and "rank 1:" in ln]
     assert len(breakdown) == 4
+
+
+def test_bench_progress_times_each_way_of_moving_a_chunk():
+    """perf/bench_progress.py at P = 2 on a tiny layout: a row per K and mover, the ratio against calls."""
+    cmd = [sys.executable, str(REPO / "perf" / "bench_progress.py"), "--vertices", "96", "--snapshots", "3",
+           "--chunks", "1", "4", "--reps", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["K", "moved", "by"])
+    rows = [ln.split() for ln in lines[head + 1:head + 7]]
+    assert [(r[0], r[1]) for r in rows] == [(K, m) for K in ("1", "4") for m in ("calls", "poll", "dedicated")]
+    # to the other rank: 3 snapshots x its chunk (48 rows / K) x 16 float32
+    assert [int(r[2]) for r in rows] == [3 * 48 * 16 * 4] * 3 + [3 * 12 * 16 * 4] * 3
+    assert [r[-1] for r in rows[::3]] == ["1.00", "1.00"]

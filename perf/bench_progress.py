@@ -1,0 +1,94 @@
+"""How fast one chunk exchange moves, by who moves it (issue 13 item 6; :mod:`hpcdgnn.comm.progress`).
+
+One exchange of the chunked redistribution (``strategy.overlap_chunks``): every rank sends each other
+rank the box [its S snapshots] x [that rank's chunk of n vertex rows] of its (S, N, F) float32 snapshot
+layout — a strided box, which MPI moves as a derived datatype — into a (P·S, n, F) chunk layout. The
+training thread posts it and waits; it is moved by
+
+- ``calls``: the training thread's own wait (``MPI_Wait`` inside the library);
+- ``poll``: a progress thread calling ``MPI_Testsome``, sleeping ``POLL_S`` between rounds that completed
+  nothing (``comm.progress: thread`` without a spare core);
+- ``dedicated``: a progress thread waiting inside ``MPI_Waitsome`` (with a spare core).
+
+Prints the median time from post to completion and the rate per rank, side by side in one run, and each
+mode's time over ``calls``'. Run it where each rank and its thread have a core (the training thread waits
+on an event meanwhile, so on 2 cores 2 ranks do)::
+
+    python perf/bench_progress.py --ranks 2 --chunks 4 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_epoch import REPO, mpirun_cmd, run_env  # noqa: E402
+
+
+def worker(args) -> None:
+    """Under mpirun: time the exchange per K and mode; rank 0 prints."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from hpcdgnn.comm.communicator import Communicator
+    from hpcdgnn.comm.progress import ProgressThread
+
+    torch.set_num_threads(1)
+    comm = Communicator()
+    me, P, S, N, F = comm.rank, comm.size, args.snapshots, args.vertices, args.hidden
+    x = torch.randn(S, N, F)
+    bounds = [N * q // P for q in range(P + 1)]
+    rows = []
+    for K in args.chunks:
+        n = [(bounds[q + 1] - bounds[q]) // K for q in range(P)]  # chunk 0 of each rank's range
+        send = [((0, S), (bounds[q], bounds[q] + n[q])) for q in range(P)]
+        recv = torch.empty(P * S, n[me], F)
+        land = [((p * S, (p + 1) * S), (0, n[me])) for p in range(P)]
+        for mode in ("calls", "poll", "dedicated"):
+            comm._progress = None if mode == "calls" else ProgressThread.start(comm._MPI, mode == "dedicated")
+            times = []
+            for _ in range(args.reps + 1):
+                comm.barrier()
+                t0 = time.perf_counter()
+                comm.wait(comm.ialltoall_boxes(x, send, recv, land, tag="bench"))
+                times.append(time.perf_counter() - t0)
+            comm.stop_progress()
+            assert all(bool((recv[p * S:(p + 1) * S] != 0).any()) for p in range(P))
+            slowest = float(comm.gather_array([np.median(times[1:])], tag="bench").max())
+            rows.append((K, mode, slowest, (P - 1) * S * n[me] * F * 4))
+    if me == 0:
+        print(f"one chunk exchange: P = {P}, S = {S} snapshots per rank, N = {N}, F = {F} float32; "
+              f"median of {args.reps}, slowest rank")
+        print(f"{'K':>3} {'moved by':>10} {'bytes/rank':>11} {'ms':>8} {'GB/s/rank':>10} {'/calls':>7}")
+        calls = {K: t for K, mode, t, _ in rows if mode == "calls"}
+        for K, mode, t, nbytes in rows:
+            print(f"{K:>3} {mode:>10} {nbytes:>11} {t * 1e3:>8.2f} {nbytes / t / 1e9:>10.2f} "
+                  f"{t / calls[K]:>7.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[4, 16], help="K: the chunk is N / (P K) rows")
+    ap.add_argument("--vertices", type=int, default=32768)
+    ap.add_argument("--snapshots", type=int, default=32, help="S: snapshots per rank")
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    cmd = [*mpirun_cmd(args.ranks), sys.executable, __file__, "--worker", "--chunks", *map(str, args.chunks),
+           "--vertices", str(args.vertices), "--snapshots", str(args.snapshots), "--hidden", str(args.hidden),
+           "--reps", str(args.reps)]
+    sys.exit(subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
+
+
+if __name__ == "__main__":
+    main()
