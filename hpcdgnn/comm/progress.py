@@ -116,8 +116,10 @@ class ProgressThread:
         """Under ``_cv``: get the thread's attention, in its condition wait or in its Waitsome."""
         self._cv.notify()
         if self._in_wait and not self._rung:
-            self._rung = True
-            self._bell.Send(self._ding, 0, 0)  # to itself: buffered at once, received by the thread's Waitsome
+            # to itself, for the thread's Waitsome: Open MPI buffers it at once; MPICH returns when the thread's
+            # receive is posted, which the thread does without this lock
+            self._bell.Send(self._ding, 0, 0)
+            self._rung = True  # only once sent: after a failed send a later wake must try again
 
     def check(self) -> None:
         """Re-raise, in the calling thread, an MPI error the progress thread met."""
@@ -145,11 +147,15 @@ class ProgressThread:
                 new, self._new = self._new, []
                 # stopping: poll what is left, never wait inside MPI, so that the thread (a daemon) can be
                 # frozen at interpreter exit should a dead peer leave an exchange open
-                wait = self.dedicated and not self._stopping and not new
+                stopping = self._stopping
+                wait = self.dedicated and not stopping and not new
                 if wait:
                     self._in_wait = True
             waiting += [p for p, _ in new]
             try:
+                if stopping and bell is not None:  # no receive left posted should the thread outlive stop's join
+                    self._settle_bell(bell)
+                    bell = None
                 for _, local in new:  # the own part first: the peers' parts are on their way meanwhile
                     if local is not None:
                         local()
@@ -192,18 +198,23 @@ class ProgressThread:
                 break
         self._close_bell(bell)
 
+    def _settle_bell(self, bell: Any) -> None:
+        """Complete the posted bell receive ``bell``: with the message on its way, or one sent now."""
+        with self._cv:
+            if not self._rung:
+                self._bell.Send(self._ding, 0, 0)
+                self._rung = True
+        bell.Wait()
+        with self._cv:
+            self._rung = False
+
     def _close_bell(self, bell: Any) -> None:
-        """Receive the message a posted bell receive is owed (sending it if none is on its way), then free the
-        channel; nothing of it outlives the thread."""
+        """Settle a posted bell receive, then free the channel: nothing of it outlives the thread."""
         if self._bell is None:
             return
         try:
             if bell is not None:
-                with self._cv:
-                    if not self._rung:
-                        self._rung = True
-                        self._bell.Send(self._ding, 0, 0)
-                bell.Wait()
+                self._settle_bell(bell)
             self._bell.Free()
         except BaseException as e:  # noqa: BLE001
             with self._cv:

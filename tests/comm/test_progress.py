@@ -150,7 +150,7 @@ class _SelfChannel:
     """A duplicate of ``MPI_COMM_SELF``: messages are counted, each completes one posted receive."""
 
     def __init__(self) -> None:
-        self.sent, self.received, self.freed = 0, 0, False
+        self.sent, self.received, self.freed, self.heard_at = 0, 0, False, 0.0
 
     def Irecv(self, buf, source, tag):
         return _Bell(self)
@@ -161,6 +161,7 @@ class _SelfChannel:
     def take(self, bell) -> bool:
         if bell.polls > 0 and self.received < self.sent:
             self.received += 1
+            self.heard_at = time.perf_counter()
             bell.polls = 0
         return bell.polls <= 0
 
@@ -229,29 +230,37 @@ def test_a_dedicated_thread_waits_inside_mpi_and_is_woken_for_new_exchanges():
     channel = _MPI.channels[-1]
     slow = Pending(_Request(10**9), "slow", None, ())
     t.adopt(slow)
-    deadline = time.perf_counter() + 5.0
-    while not t._in_wait and time.perf_counter() < deadline:  # the thread is waiting on the slow one
-        time.sleep(1e-3)
-    assert t._in_wait
+    _until(lambda: t._in_wait)  # the thread is waiting on the slow one
+    waits = _MPI.waits
     copied: list[int] = []
     fast = Pending(_Request(1), "fast", None, ())
     t.adopt(fast, lambda: copied.append(1))
     assert fast.completed.wait(5.0) and copied == [1]  # woken, its own part copied, then completed
-    assert not slow.completed.is_set() and channel.sent >= 1
+    assert not slow.completed.is_set() and channel.sent >= 1 and _MPI.waits > waits
     slow.request.polls = 0  # the slow one completes
     assert slow.completed.wait(5.0)
     t.stop()
     assert not t._thread.is_alive()
     assert channel.freed and channel.received == channel.sent  # every bell message received
-    # a stop while the thread waits inside MPI
+    # a stop while the thread waits inside MPI: the bell ends the wait at once (the thread then polls what it
+    # holds until it completes, 0.2 s later), not the exchange's completion
     t = ProgressThread.start(_MPI, dedicated=True)
+    channel = _MPI.channels[-1]
     held = Pending(_Request(10**9), "held", None, ())
     t.adopt(held)
-    while not t._in_wait:
-        time.sleep(1e-3)
+    _until(lambda: t._in_wait)
     threading.Timer(0.2, lambda: setattr(held.request, "polls", 0)).start()
+    stopped = time.perf_counter()
     t.stop()  # it finishes what it holds (polling now), then ends
-    assert held.completed.is_set() and not t._thread.is_alive() and _MPI.channels[-1].freed
+    assert held.completed.is_set() and not t._thread.is_alive() and channel.freed
+    assert channel.sent == channel.received == 1 and channel.heard_at < stopped + 0.1
+
+
+def _until(condition, timeout: float = 5.0) -> None:
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        assert time.perf_counter() < deadline, "condition not reached"
+        time.sleep(1e-3)
 
 
 def test_an_error_in_the_thread_reaches_the_training_thread():

@@ -53,7 +53,11 @@ def main() -> None:
     a, b = torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
     if me == 0:
         pa = comm.iallreduce_(a, tag="check.a")
-        time.sleep(0.1)  # the thread is waiting on A now
+        thread, deadline = comm.progress_thread, time.perf_counter() + 10.0
+        while thread.dedicated and not thread._in_wait:  # inside Waitsome on A now: only the bell can end it
+            assert time.perf_counter() < deadline, "the thread never waited inside MPI"
+            time.sleep(1e-3)
+        time.sleep(0.1)
         t0 = time.perf_counter()
         child.wait(child.iallreduce_(b, tag="check.b"))
         b_wait = time.perf_counter() - t0
