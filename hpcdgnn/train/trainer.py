@@ -226,8 +226,19 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     log = configure_logging(comm.rank, comm.size)
     stop = preemption.install()  # already installed by __main__; here for library callers
     run = build_run(job_path, overrides, output, comm, resume)
+    comm.start_progress(run.job.comm.progress, run.threads)
+    try:
+        return _train(run, comm, log, stop)
+    finally:
+        # whatever ends the run, an exception included: no progress thread may be left waiting inside MPI
+        # when a library caller goes on or the interpreter finalises MPI (stop is local; the command line's
+        # error paths stop it or abort, but a library caller may catch the exception)
+        comm.stop_progress()
+
+
+def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
+    """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
-    comm.start_progress(job.comm.progress, run.threads)
     _banner(log, run, comm)
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run

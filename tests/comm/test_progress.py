@@ -111,6 +111,20 @@ def test_dedicated_threads_change_nothing(launcher, small_dataset, tmp_path, mod
         assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs_ref]
 
 
+def test_a_library_caller_s_failed_run_leaves_no_thread_inside_mpi(launcher, small_dataset, tmp_path):
+    """run_training stops the progress thread on every way out, an exception included (tests/mpi/
+    library_error_check.py: rank 0 raises in epoch 1 and catches it as a library caller; then aborts)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2},
+                    strategy={"name": "snapshot", "overlap_chunks": 2}, comm={"progress": "thread"},
+                    debug={"fail_rank": 0, "fail_epoch": 1})
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "library_error_check.py"), str(job), str(tmp_path / "run")],
+                        timeout=120)
+    assert proc.returncode != 0  # the abort ends the job
+    out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(out) == 1 and out[0]["rank"] == 0 and "fault injected on rank 0" in out[0]["error"], proc.stdout
+    assert out[0]["alive"] == [] and not out[0]["attached"]
+
+
 def _stub_comm(affinities: list[list[int]]):
     node = SimpleNamespace(size=len(affinities), allgather_obj=lambda mine, tag: affinities)
     return SimpleNamespace(node=lambda: node)
