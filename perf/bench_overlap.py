@@ -31,7 +31,9 @@ run is warm-up):
   which no overlap can hide; and the rest, exposed - late, the transfer left exposed — what
   overlap can hide — with its ratio to the first configuration's;
 * the loss of the last epoch (the same for every configuration: overlap changes no result);
-* below the table, per configuration, the median exposed seconds of each communicator tag
+* below the table, per configuration, the spread (25th-75th percentile over the steady epochs of all its
+  runs) of exposed and of exposed - late: a ratio whose spread overlaps the first configuration's is noise;
+* then, per configuration, the median exposed seconds of each communicator tag
   (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to;
 * with ``--trace`` (``debug.trace_exchanges``), below that, per configuration and tag, every
   exchange in the order posted: the milliseconds blocked in it and, of them, late (mean over
@@ -271,6 +273,15 @@ def main() -> None:
         print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
               f"{slow:>9.3f} {exposed / base:>14.2f} {late_s:>7.3f} {transfer_s:>11.3f} "
               f"{transfer_s / base_transfer:>7.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+    print("\nspread over the steady epochs of all runs (25th-75th percentile): exposed s, exposed - late s; "
+          "ratios of medians whose spreads overlap the first configuration's are within this machine's noise")
+    for mode, K in order:
+        t = [r["time"] for r in steady[mode, K]]
+        exposed_q = np.percentile([x["comm_exposed"]["mean"] for x in t], [25, 75])
+        split = [x["comm_exposed"]["mean"] - x["comm_late"]["mean"] for x in t if "comm_late" in x]
+        transfer_q = np.percentile(split, [25, 75]) if split else (float("nan"), float("nan"))
+        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} exposed {exposed_q[0]:.3f}-{exposed_q[1]:.3f}"
+              f"  exposed - late {transfer_q[0]:.3f}-{transfer_q[1]:.3f}")
     print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks; "
           "late: of the mean, before the last rank arrived)")
     for mode, K in order:
