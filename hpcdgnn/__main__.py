@@ -7,7 +7,8 @@ path: an exception on any rank prints ``rank R/P: <traceback>`` and calls
 tolerance"). User errors (bad YAML, bad data) print one line,
 ``hpcdgnn: error: ...``, and exit with code 2. A run stopped by SIGTERM or
 SIGUSR1 writes a checkpoint at the next epoch boundary and exits with 75
-(``EXIT_PREEMPTED``); ``run --resume RUNDIR`` continues it.
+(``EXIT_PREEMPTED``); ``run --resume RUNDIR`` continues it. Stopped during the set-up, it exits 75
+before its first epoch.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ _EXIT_CODES = """exit codes:
   1   a crash: the failing rank prints 'rank R/P: <traceback>', MPI_Abort ends every rank
   2   a user error (YAML, --set, data, plan) or a diverged run (its loss not finite): one line 'hpcdgnn: error: ...'
   3   stalled: a rank made no progress for comm.stall_timeout_s (named in the error line)
-  75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR"""
+  75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
+      (a new run stopped during its set-up has none: run it again)"""
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:

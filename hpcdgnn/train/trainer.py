@@ -260,13 +260,20 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
     records: list[dict] = []
-    preempted = False
     diverged: ConfigError | None = None  # the one line a non-finite loss ends the run with
     # strategy.balance: measured — per-rank compute of these epochs, for the re-cut after the last
     calibrating = calibration_epochs(job, run.start_epoch)
     measured: list[list[float]] = []
+    # a signal during the set-up (reading, partitioning: minutes at scale) stops the run before its first
+    # epoch, not after it: within a scheduler's grace period there may be no time for a whole epoch
+    preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
+    if preempted:
+        hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
+                "no checkpoint yet: run the job again (the job scripts start it over)")
+        log.info(f"pre-empted ({stop.name or 'a signal to another rank'}) during the set-up, before any epoch; {hint}")
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
-    for epoch in range(run.start_epoch + 1, job.train.epochs + 1):
+    last = run.start_epoch if preempted else job.train.epochs  # no epoch at all when stopped during the set-up
+    for epoch in range(run.start_epoch + 1, last + 1):
         recorder.begin()
         stats, grad_norm = train_epoch(run, task, epoch, meter)
         activation_peak = max(activation_peak, meter.peak)

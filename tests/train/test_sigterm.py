@@ -4,6 +4,7 @@ checkpoint, the last epoch lines and the resume hint on stdout.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from hpcdgnn.errors import EXIT_PREEMPTED
 from hpcdgnn.train.checkpoint import latest_checkpoint
-from tests.conftest import mpi_env, read_metrics, write_job
+from tests.conftest import REPO, mpi_env, read_metrics, write_job
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -75,3 +76,21 @@ def test_a_signal_before_the_handlers_waits_for_them_across_the_re_exec(held):
         assert proc.returncode == 0 and proc.stdout.split() == ["True", "SIGUSR1"], proc.stdout + proc.stderr
     else:
         assert proc.returncode == -signal.SIGUSR1, proc.stdout + proc.stderr
+
+
+def test_a_signal_during_the_set_up_stops_before_the_first_epoch(launcher, tmp_path, small_dataset):
+    """SIGUSR1 on rank 1 of 3 before its set-up (tests/mpi/preempted_in_setup.py): every rank stops right
+    after the set-up — no epoch, no checkpoint — and the job exits 75 with a hint to run it again (before,
+    the ranks noticed only at the end of epoch 1: within a scheduler's grace period there may be no time
+    for a whole epoch)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 3})
+    run = tmp_path / "run"
+    proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "preempted_in_setup.py"), "1", "--", "run", str(job),
+                            "--output", str(run)])
+    assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
+    assert ("pre-empted (a signal to another rank) during the set-up, before any epoch; no checkpoint yet: run the"
+            " job again" in proc.stdout)
+    assert read_metrics(run) == []
+    assert latest_checkpoint(run / "checkpoints") is None
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted" and summary["epochs"] == 0
