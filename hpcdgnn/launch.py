@@ -138,7 +138,12 @@ def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
     then the program and its own arguments).
     """
     ranks, names = _options(args)
-    return ranks, bool(names.intersection(PLACEMENT_FLAGS))
+    return ranks, _chooses_placement(names)
+
+
+def _chooses_placement(names: set[str]) -> bool:
+    """Whether the options given (their names) choose where ranks go (:data:`PLACEMENT_FLAGS`)."""
+    return bool(names.intersection(PLACEMENT_FLAGS))
 
 
 def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -> bool:
@@ -190,7 +195,7 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
     if "OMPI_MCA_osc" not in environ and wheel:
         launch.env["OMPI_MCA_osc"] = "^ucx"
     ranks, names = _options(args)
-    placement = bool(names.intersection(PLACEMENT_FLAGS))
+    placement = _chooses_placement(names)
     batch = [v for v in BATCH_VARS if environ.get(v)]
     if wheel and "OMPI_MCA_btl" not in environ and not batch and not _may_span_hosts(args, names, environ):
         launch.env["OMPI_MCA_btl"] = "^ofi"  # one node: shared memory carries every message

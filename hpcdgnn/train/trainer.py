@@ -236,6 +236,11 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
         comm.stop_progress()
 
 
+def _signal_name(stop: preemption.PreemptionFlag) -> str:
+    """The signal a pre-empted run names: this rank's, or the other ranks' (the ranks agree on stopping)."""
+    return stop.name or "a signal to another rank"
+
+
 def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
@@ -270,7 +275,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if preempted:
         hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
                 "no checkpoint yet: run the job again (the job scripts start it over)")
-        log.info(f"pre-empted ({stop.name or 'a signal to another rank'}) during the set-up, before any epoch; {hint}")
+        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; {hint}")
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     last = run.start_epoch if preempted else job.train.epochs  # no epoch at all when stopped during the set-up
     for epoch in range(run.start_epoch + 1, last + 1):
@@ -304,7 +309,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             path = _checkpoint(run, checkpoints, epoch)
             log.info(policy.written(path, time.perf_counter() - t0, describe=comm.rank == 0))
         if preempted:
-            log.info(f"pre-empted ({stop.name or 'a signal to another rank'}): stopped after epoch {epoch}; "
+            log.info(f"pre-empted ({_signal_name(stop)}): stopped after epoch {epoch}; "
                      f"resume with --resume {run.run_dir}")
             break
     write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted,
