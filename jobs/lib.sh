@@ -4,7 +4,8 @@
 #   hpcdgnn_init               source $HPCDGNN_SETUP, choose the Python, trap the pre-emption signals
 #   hpcdgnn_data_path JOB      the dataset directory the job uses ($DATA, else the YAML's data.path)
 #   hpcdgnn_ensure_data DIR    create DIR when absent: CollegeMsg prepared as quickstart.sh does when
-#                              DIR is named collegemsg, or a graph generated from a name n<N>-t<T>-f<f>[-s<seed>]
+#                              DIR is named collegemsg (as an event stream, --kind events, when named
+#                              collegemsg-events), or a graph generated from a name n<N>-t<T>-f<f>[-s<seed>]
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
 #                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC
@@ -61,8 +62,9 @@
 # (Slurm's event resolution), and a requeued job is held for about 2 minutes (the credential lifetime,
 # cred_expire, 120 s by default) before it can start again.
 #
-# Exit codes of 'python -m hpcdgnn run' (hpcdgnn/errors.py): 0 done, 2 user error (bad YAML or data),
-# 75 pre-empted (checkpoint written: requeue and resume), anything else a crash.
+# Exit codes of 'python -m hpcdgnn run' (hpcdgnn/errors.py): 0 done, 2 user error (bad YAML or data) or a
+# diverged run, 3 stalled (a rank made no progress for comm.stall_timeout_s), 75 pre-empted (requeue: the next
+# attempt resumes its checkpoint, or starts over when the signal came before the first), anything else a crash.
 
 # read by the scripts that source this file
 # shellcheck disable=SC2034
@@ -154,13 +156,15 @@ hpcdgnn_ensure_data() {  # DIR
   # written under a private name and renamed into place: concurrent array tasks never see a half dataset
   tmp="$dir.tmp-${HOSTNAME:-host}-$$"
   rm -rf "$tmp"
-  if [ "$name" = collegemsg ]; then
+  if [ "$name" = collegemsg ] || [ "$name" = collegemsg-events ]; then
     if ! src=$(_hpcdgnn_find_input CollegeMsg.txt.gz); then
       _hpcdgnn_log "$dir is absent and CollegeMsg.txt.gz is in neither inputs/ nor ../shared/data/"
       return 2
     fi
     _hpcdgnn_log "preparing $dir from $src"
-    "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap --snapshots 30 --log-features --output "$tmp" ||
+    local how=(--snapshots 30 --log-features)  # quickstart.sh's snapshots
+    if [ "$name" = collegemsg-events ]; then how=(--kind events); fi  # jobs/tgn.yaml's event stream
+    "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap "${how[@]}" --output "$tmp" ||
       { rm -rf "$tmp"; return 2; }
   elif [[ $name =~ ^n([0-9]+)-t([0-9]+)-f([0-9.]+)(-s([0-9]+))?$ ]]; then
     _hpcdgnn_log "generating $dir (IBM §6.3 random graph)"

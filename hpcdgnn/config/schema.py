@@ -192,7 +192,8 @@ class TrainConfig:
     dtype: Literal["float32", "float64"] = "float32"
     """Floating-point type of features, parameters and activations."""
     threads: int = 0
-    """Torch threads per rank; 0 = cores of the node divided by the ranks on it."""
+    """Torch threads per rank; 0 = the cores the rank is bound to, else (unbound) the node's cores divided
+    by the ranks on it."""
     warmup_epochs: int = 1
     """Epochs flagged ``warmup`` in metrics.jsonl so benchmarks can leave them out."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -412,9 +413,10 @@ class SequencesOptions(StrategyConfig):
     ``reuse`` reports the cache per epoch. Sampled first layers and hidden layers have nothing to share
     between samples (:mod:`hpcdgnn.strategies.sequences` says why)."""
     cache_mb: float = 256.0
-    """With ``reuse: on``: the cache's bound, MiB per rank (both levels together); a value it does not
-    hold is recomputed from scratch when read. It must hold at least one snapshot's Ã_t·X_t (N × F
-    values) when samples read it; less is a one-line error."""
+    """With ``reuse: on``: the cache's bound, MiB per rank (the global level; the local level is a counter
+    and holds nothing); a value it does not hold is recomputed from scratch when read. It must hold at
+    least one snapshot's Ã_t·X_t (N × F values) or input basis (N × K·F for Chebyshev cells) when samples
+    read it; less is a one-line error."""
     cache_policy: Literal["priority", "lru"] = "priority"
     """With ``reuse: on``: evict by ReInc's Eq. 3 priority F/S − I (F: this rank's reads of the value left in
     this epoch and the next, I: reads of other values before its next one, S: its size in snapshot

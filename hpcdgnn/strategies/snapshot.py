@@ -156,7 +156,7 @@ class SnapshotStrategy(Strategy):
             snap = reader.read(t)
             csrs.append(CSRSnapshot.from_snapshot(snap))
             xs.append(snap.x)
-        # graph difference restarts at each checkpoint block (IBM §6.2)
+        # graph difference restarts at each checkpoint block (IBM §3.2: its first snapshot goes whole)
         self.transfer = SnapshotTransfer(csrs, self._local, job.strategy.transfer, dev)
         del csrs
         #: without blocks, Ã_t stays on the device for the whole run; with blocks it is reloaded

@@ -82,8 +82,36 @@ def test_named_yaml_loads(script, tmp_path):
         declared = (yaml.safe_load(path.read_text()).get("data") or {}).get("path", "")
         base = Path(declared).name
         if script.name != "quickstart.sh":  # lib.sh's hpcdgnn_ensure_data must know how to write it
-            assert base == "collegemsg" or GENERATED_RE.match(base), f"{name}: data.path {declared!r}"
+            assert base in ENSURED or GENERATED_RE.match(base), f"{name}: data.path {declared!r}"
         assert not Path(declared).is_absolute(), f"{name}: data.path should be relative"
+
+
+# the dataset names lib.sh's hpcdgnn_ensure_data prepares from CollegeMsg (besides generated n<N>-t<T>-f<f>)
+ENSURED = ("collegemsg", "collegemsg-events")
+
+
+@pytest.mark.parametrize("path", sorted(JOBS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_job_yaml_names_a_dataset_the_scripts_can_make(path):
+    """Any jobs/*.yaml, also one no script names (``JOB=jobs/tgn.yaml bash jobs/local.sh``), runs from the scripts."""
+    declared = (yaml.safe_load(path.read_text()).get("data") or {}).get("path", "")
+    assert Path(declared).name in ENSURED or GENERATED_RE.match(Path(declared).name), declared
+
+
+def test_ensure_data_prepares_collegemsg_as_snapshots_or_as_events(tmp_path):
+    """hpcdgnn_ensure_data writes inputs/collegemsg (snapshots) and inputs/collegemsg-events (--kind events)."""
+    from hpcdgnn.data.events import dataset_kind
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
+    env["HPCDGNN_PYTHON"] = sys.executable
+    dirs = [tmp_path / "collegemsg", tmp_path / "collegemsg-events"]
+    script = 'set -euo pipefail; source jobs/lib.sh; hpcdgnn_init; for d in "$@"; do hpcdgnn_ensure_data "$d"; done'
+    proc = subprocess.run(
+        ["bash", "-c", script, "-", *map(str, dirs)],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [dataset_kind(d) for d in dirs] == ["snapshots", "events"]
+    assert json.loads((dirs[0] / "manifest.json").read_text())["num_snapshots"] == 30
 
 
 @pytest.mark.parametrize("script", RUN_SCRIPTS, ids=_ids(RUN_SCRIPTS))
