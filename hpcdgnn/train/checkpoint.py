@@ -5,7 +5,7 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
     epoch-000006/
       state.pt           rank 0: epoch, model, task head, optimizer, plan, resolved config
       rank-00000.pt ...  every rank: its torch / numpy / python RNG states and its strategy's state
-      COMPLETE           written last: {"epoch", "num_ranks"} (JSON)
+      COMPLETE           written last: {"epoch", "num_ranks", "run_id"} (JSON)
 
 Every rank writes its files into ``epoch-XXXXXX.tmp/``; after a barrier rank 0
 writes ``COMPLETE`` and renames the directory to ``epoch-XXXXXX`` (one atomic
@@ -15,6 +15,11 @@ the new one, never a half-written one; :func:`latest_checkpoint` ignores
 ``.tmp`` directories and any directory without ``COMPLETE``. The run directory
 must be on a file system all ranks share (the usual scratch or home of a
 cluster).
+
+A run's id (``RUNDIR/run_id``, made with the run directory) is in every ``COMPLETE`` it writes, so a
+resume refuses a ``checkpoint.dir`` that holds another run's checkpoints (:func:`check_owner`), and the
+rotation deletes only the run's own: a resume may move ``checkpoint.dir`` (checkpoints copied
+elsewhere), and pointing it at another run's must neither continue that run's weights nor delete them.
 
 The parameters and Adam moments are the same on every rank (gradients are
 all-reduced), so rank 0 saves them once. Resuming reloads them bit for bit,
@@ -31,6 +36,7 @@ import os
 import pickle
 import random
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +45,51 @@ import torch
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["CheckpointManager", "latest_checkpoint", "load_shared", "load_state", "restore_rng"]
+__all__ = ["CheckpointManager", "check_owner", "ensure_run_id", "latest_checkpoint", "load_shared", "load_state",
+           "read_run_id", "restore_rng"]
 
 _COMPLETE = "COMPLETE"
+RUN_ID_FILE = "run_id"
+
+
+def read_run_id(run_dir: Path) -> str | None:
+    """The run's id (``RUNDIR/run_id``), or None for a run directory made before ids existed."""
+    try:
+        return (Path(run_dir) / RUN_ID_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def ensure_run_id(run_dir: Path) -> str:
+    """Rank 0: the run's id, made (a random 128-bit hex string) when the run directory has none."""
+    rid = read_run_id(run_dir)
+    if rid is None:
+        rid = uuid.uuid4().hex
+        tmp = Path(run_dir) / (RUN_ID_FILE + ".tmp")
+        tmp.write_text(rid + "\n")
+        os.replace(tmp, Path(run_dir) / RUN_ID_FILE)
+    return rid
+
+
+def _meta(ckpt: Path) -> dict[str, Any]:
+    """``COMPLETE``'s JSON object ({} when unreadable: :func:`latest_checkpoint` already required the file)."""
+    try:
+        meta = json.loads((ckpt / _COMPLETE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def check_owner(ckpt: Path, run_dir: Path, where: str) -> None:
+    """Refuse (one line) to resume the run in ``run_dir`` from ``ckpt`` when another run wrote it.
+
+    Raises:
+        DataError: both carry an id and the ids differ.
+    """
+    mine, theirs = read_run_id(run_dir), _meta(ckpt).get("run_id")
+    if mine is not None and theirs is not None and theirs != mine:
+        raise DataError(f"{where}: {ckpt} was written by another run (run id {theirs}, not {run_dir}'s {mine}); "
+                        "resume that run from its own directory, or set checkpoint.dir to this run's checkpoints")
 
 
 def _epoch_dir(root: Path, epoch: int) -> Path:
@@ -49,12 +97,28 @@ def _epoch_dir(root: Path, epoch: int) -> Path:
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
+    """Write ``obj`` to ``path`` through a ``.part`` file; a failed write (a full disk, a quota) is one line.
+
+    Raises:
+        DataError: names the file and the system's reason (torch reports a short write as a RuntimeError).
+    """
     tmp = path.with_name(path.name + ".part")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.strerror:
+            why = e.strerror
+        else:  # torch's message on a short write is its own internals ("unexpected pos ..."): say what is left
+            try:
+                why = f"the write fell short, {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free there"
+            except OSError:
+                why = "the write fell short"
+        raise DataError(f"cannot write checkpoint file {path}: {why} (a full disk or quota?)") from None
 
 
 def _rng_state() -> dict[str, Any]:
@@ -108,6 +172,8 @@ def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], d
     try:
         meta = json.loads((ckpt / _COMPLETE).read_text())
         old_p = int(meta["num_ranks"])
+        if old_p < 1:
+            raise ValueError(f"num_ranks {old_p} in {_COMPLETE}")
         mine = torch.load(ckpt / _rank_file(rank % old_p), map_location="cpu", weights_only=False)
         if old_p != num_ranks:
             mine["strategy"] = {}
@@ -119,10 +185,15 @@ def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], d
 class CheckpointManager:
     """Writes checkpoints of a run (every rank calls :meth:`save` at the same epoch boundary)."""
 
-    def __init__(self, root: str | Path, keep: int, comm) -> None:
+    def __init__(self, root: str | Path, keep: int, comm, run_id: str | None = None) -> None:
         self.root = Path(root)
         self.keep = keep
         self.comm = comm
+        self.run_id = run_id  # rank 0's: written into COMPLETE; only checkpoints with it are rotated away
+
+    def _ours(self, ckpt: Path) -> bool:
+        owner = _meta(ckpt).get("run_id")
+        return owner is None or owner == self.run_id
 
     def save(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None) -> Path:
         """Write the checkpoint of ``epoch``; ``shared`` (model, optimizer, ...) is written by rank 0,
@@ -139,11 +210,13 @@ class CheckpointManager:
             _atomic_save(shared, tmp / "state.pt")
         self.comm.barrier(tag="checkpoint")
         if self.comm.rank == 0:
-            (tmp / _COMPLETE).write_text(json.dumps({"epoch": epoch, "num_ranks": self.comm.size}) + "\n")
+            meta = {"epoch": epoch, "num_ranks": self.comm.size, **({"run_id": self.run_id} if self.run_id else {})}
+            (tmp / _COMPLETE).write_text(json.dumps(meta) + "\n")
             if final.exists():  # the same epoch saved again (a resumed run that re-ran it)
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            done = sorted(d for d in self.root.glob("epoch-*") if d.is_dir() and not d.name.endswith(".tmp"))
+            done = sorted(d for d in self.root.glob("epoch-*")
+                          if d.is_dir() and not d.name.endswith(".tmp") and self._ours(d))
             for old in done[: max(0, len(done) - self.keep)]:
                 shutil.rmtree(old, ignore_errors=True)
         self.comm.barrier(tag="checkpoint")

@@ -48,7 +48,14 @@ from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_st
 from hpcdgnn.nn.models.tgn import TGN
 from hpcdgnn.optim import Adam
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
-from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared, load_state, restore_rng
+from hpcdgnn.train.checkpoint import (
+    check_owner,
+    ensure_run_id,
+    latest_checkpoint,
+    load_shared,
+    load_state,
+    restore_rng,
+)
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 
 __all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "calibration_epochs",
@@ -245,6 +252,7 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise ConfigError(f"--resume {resume}: no complete checkpoint in {root}")
+    check_owner(ckpt, run_dir, f"--resume {resume}")  # a checkpoint.dir moved onto another run's checkpoints
     try:
         done = int(json.loads((ckpt / "COMPLETE").read_text())["epoch"])
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -265,6 +273,7 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
     restored, so a refused resume leaves the directory as it was; a plan that
     changed (another rank count) keeps the old one as ``plan.before-epoch-E.json``.
     """
+    ensure_run_id(run_dir)  # a new run's, or one made before ids existed: its checkpoints from now on carry it
     tmp = run_dir / "config.resolved.yaml.tmp"
     tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
     os.replace(tmp, run_dir / "config.resolved.yaml")

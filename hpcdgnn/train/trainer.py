@@ -41,7 +41,7 @@ from hpcdgnn.metrics import RunDirectory, configure_logging
 from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
-from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint
+from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.setup import (
     Run,
@@ -249,7 +249,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
     rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
-                                    job.checkpoint.keep, comm)
+                                    job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
     mine = EpochRecorder.trace_file(run.run_dir, comm.rank)
     if run.start_epoch:  # epochs after the checkpoint are re-run: each rank drops their trace lines from its

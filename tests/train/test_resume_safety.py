@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,31 @@ def test_the_dataset_fingerprint_is_the_data_not_where_it_was_prepared(small_dat
     assert dataset_fingerprint(here) == dataset_fingerprint(small_dataset)
     other = make_dataset(tmp_path / "other", 7, 23, 40, seed=9)
     assert dataset_fingerprint(other) != dataset_fingerprint(small_dataset)
+
+
+def test_a_resume_refuses_another_run_s_checkpoints_and_follows_its_own_moved(small_dataset, launcher, tmp_path):
+    """``--resume A --set checkpoint.dir=<B's checkpoints>`` continued B's weights in A and rotated B's checkpoint
+    away: now one line, exit 2, both runs untouched. A's own checkpoints copied elsewhere still resume, and the
+    rotation there deletes only A's (a foreign checkpoint put beside them stays)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    a, b = tmp_path / "A", tmp_path / "B"
+    for out, seed in ((b, 1), (a, 0)):
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(out),
+                                   "--set", f"train.seed={seed}"])
+        assert proc.returncode == 0, proc.stderr
+    assert (a / "run_id").read_text() != (b / "run_id").read_text()
+    before = {r: _fingerprint(r) for r in (a, b)}
+    line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(a), "--set", "train.epochs=4",
+                                          f"checkpoint.dir={b / 'checkpoints'}", "checkpoint.every=1"]))
+    assert "was written by another run" in line and str(b / "checkpoints" / "epoch-000002") in line, line
+    assert {r: _fingerprint(r) for r in (a, b)} == before, "a refused resume changed a run"
+
+    moved = tmp_path / "moved"  # A's checkpoints copied to another file system, say, plus a foreign one
+    shutil.copytree(a / "checkpoints", moved)
+    shutil.copytree(b / "checkpoints" / "epoch-000002", moved / "epoch-000001")
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(a), "--set", "train.epochs=5",
+                               f"checkpoint.dir={moved}", "checkpoint.every=1", "checkpoint.keep=1"])
+    assert proc.returncode == 0, proc.stderr
+    assert [r["epoch"] for r in read_metrics(a)] == [1, 2, 3, 4, 5]
+    assert sorted(p.name for p in moved.iterdir()) == ["epoch-000001", "epoch-000005"]  # B's kept, A's rotated
+    assert json.loads((moved / "epoch-000005" / "COMPLETE").read_text())["run_id"] == (a / "run_id").read_text().strip()

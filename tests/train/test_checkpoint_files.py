@@ -1,0 +1,35 @@
+"""Checkpoint files that cannot be written or read: one line naming the file, never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hpcdgnn.errors import DataError
+from hpcdgnn.train import checkpoint
+
+
+def test_a_short_write_is_one_line_naming_the_file_and_leaves_no_part_file(tmp_path, monkeypatch):
+    """torch reports a full disk as its own internals ("unexpected pos 19328 vs 19280"); we say the file and
+    how much room is left, and clean the ``.part`` file up."""
+    def short_write(obj, f):
+        f.write(b"x" * 10)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 19328 vs 19280")
+
+    monkeypatch.setattr(torch, "save", short_write)
+    with pytest.raises(DataError, match=r"cannot write checkpoint file .*state\.pt: the write fell short, "
+                                        r"[\d.]+ MiB free there \(a full disk or quota\?\)"):
+        checkpoint._atomic_save({"a": 1}, tmp_path / "state.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_complete_file_with_no_ranks_is_an_unreadable_checkpoint(tmp_path):
+    ckpt = tmp_path / "epoch-000002"
+    ckpt.mkdir()
+    torch.save({"epoch": 2}, ckpt / "state.pt")
+    torch.save({"rng": None, "strategy": {}}, ckpt / "rank-00000.pt")
+    (ckpt / "COMPLETE").write_text(json.dumps({"epoch": 2, "num_ranks": 0}))
+    with pytest.raises(DataError, match=r"epoch-000002: cannot read checkpoint: num_ranks 0 in COMPLETE"):
+        checkpoint.load_state(ckpt, 0, 1)
