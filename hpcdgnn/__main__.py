@@ -35,6 +35,14 @@ def _install_abort_hook(comm) -> None:
     sys.excepthook = hook
 
 
+def _out_of_memory(e: BaseException) -> str | None:
+    """What an allocation that failed said (numpy's MemoryError, torch's CPU or CUDA allocator), else None."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
+        return text[:200]
+    return None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from hpcdgnn import preemption
 
@@ -70,12 +78,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
             comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
             return EXIT_USAGE
         # raised on this rank alone: the others may be waiting in a collective
-        prefix = f"[rank {comm.rank}] " if comm.size > 1 else ""
-        print(f"{prefix}hpcdgnn: error: {e}", file=sys.stderr, flush=True)
-        if comm.size > 1:
-            comm.abort(EXIT_USAGE)
-        return EXIT_USAGE
+        return _rank_error(comm, str(e))
+    except (MemoryError, RuntimeError) as e:
+        # one allocation larger than the node: sizes from the job (model.hidden: 10**6, task.negatives: 10**9)
+        detail = _out_of_memory(e)
+        if detail is None:
+            raise  # a crash: the abort hook prints it with the rank
+        return _rank_error(comm, f"out of memory ({detail}); the job needs more than this rank has: lower "
+                                 "model.hidden, model.layers, model.order, task.negatives or task.decoder_hidden, "
+                                 "or spread it over more ranks or nodes")
     return 0
+
+
+def _rank_error(comm, message: str) -> int:
+    """An error this rank met alone: one line with the rank, then end the job (the others may wait in a
+    collective)."""
+    prefix = f"[rank {comm.rank}] " if comm.size > 1 else ""
+    print(f"{prefix}hpcdgnn: error: {message}", file=sys.stderr, flush=True)
+    if comm.size > 1:
+        comm.abort(EXIT_USAGE)
+    return EXIT_USAGE
 
 
 _EXIT_CODES = """exit codes:

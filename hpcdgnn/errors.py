@@ -9,7 +9,23 @@ traceback is needed. Anything else is a bug and takes the abort path in
 
 from __future__ import annotations
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED"]
+import reprlib
+from typing import Any
+
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED",
+           "short_repr"]
+
+# bounded in depth and length *while* it is built: a YAML alias bomb (9 nested levels of 9 aliases, 426 bytes)
+# is billions of values deep, so cutting a full repr() afterwards never finishes
+_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 4, 4, 4, 4
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 60, 60, 40
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` of a user's value cut to one short line, for an error message."""
+    r = _REPR.repr(value).replace("\n", " ")
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 #: Exit status of every user error (config, data, plan): the shell convention
 #: for "wrong usage", distinct from 1 (a crash) so job scripts can tell them apart.

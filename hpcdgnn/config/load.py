@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, StrategyConfig
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.errors import ConfigError, short_repr
 
 __all__ = ["load_job", "apply_overrides", "job_to_dict", "override_of", "validate_job"]
 
@@ -42,16 +42,16 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, bool) and ("off" in choices or "on" in choices):
             value = "on" if value else "off"
         if value not in choices or type(value) is not type(choices[0]):
-            raise ValueError(f"{value!r} is not allowed; choose from {', '.join(map(str, choices))}")
+            raise ValueError(f"{short_repr(value)} is not allowed; choose from {', '.join(map(str, choices))}")
         return value
     if origin is tuple:
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: a list of any length
             if not isinstance(value, (list, tuple)):
-                raise ValueError(f"expected a list, got {type(value).__name__} {value!r}")
+                raise ValueError(f"expected a list, got {type(value).__name__} {short_repr(value)}")
             return tuple(_check_value(v, args[0], where) for v in value)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ValueError(f"expected a list of {len(args)} values, got {value!r}")
+            raise ValueError(f"expected a list of {len(args)} values, got {short_repr(value)}")
         return tuple(_check_value(v, a, where) for v, a in zip(value, args, strict=True))
     if origin in (typing.Union, types.UnionType):
         for a in typing.get_args(tp):
@@ -59,18 +59,18 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
                 return _check_value(value, a, where)
             except ValueError:
                 pass
-        raise ValueError(f"{value!r} has the wrong type ({tp})")
+        raise ValueError(f"{short_repr(value)} has the wrong type ({tp})")
     if tp is type(None):
         if value is not None:
-            raise ValueError(f"expected null, got {value!r}")
+            raise ValueError(f"expected null, got {short_repr(value)}")
         return None
     if tp is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {type(value).__name__} {value!r}")
+            raise ValueError(f"expected true or false, got {type(value).__name__} {short_repr(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected an integer, got {type(value).__name__} {value!r}")
+            raise ValueError(f"expected an integer, got {type(value).__name__} {short_repr(value)}")
         if not -(2**63) <= value < 2**63:  # what torch, numpy and MPI take; a seed beyond it crashed torch
             raise ValueError(f"{value} is out of range (a 64-bit integer)")
         return value
@@ -78,13 +78,13 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
             value = float(value)  # YAML 1.1 reads 1e8 and 1e-3 (no dot) as strings; users write them
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+            raise ValueError(f"expected a number, got {type(value).__name__} {short_repr(value)}")
         if not math.isfinite(value):  # .nan passes every `< 0` check, .inf every `> 0` one
-            raise ValueError(f"expected a finite number, got {value!r}")
+            raise ValueError(f"expected a finite number, got {short_repr(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ValueError(f"expected a string, got {type(value).__name__} {value!r}")
+            raise ValueError(f"expected a string, got {type(value).__name__} {short_repr(value)}")
         return value
     raise TypeError(f"{where}: unsupported config type {tp}")  # a bug in schema.py, not user error
 
@@ -92,8 +92,9 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
 def _strategy_options(raw: Any, file: str) -> type[StrategyConfig]:
     """The options class of the ``strategy:`` section's ``name`` (``snapshot`` when it has none)."""
     name = raw.get("name", "snapshot") if isinstance(raw, dict) else "snapshot"
-    if name not in STRATEGY_OPTIONS:
-        raise ConfigError(f"{file}: strategy.name: unknown {name!r}; choose from {', '.join(sorted(STRATEGY_OPTIONS))}")
+    if not isinstance(name, str) or name not in STRATEGY_OPTIONS:  # a list or mapping is not hashable
+        raise ConfigError(f"{file}: strategy.name: unknown {short_repr(name)}; "
+                          f"choose from {', '.join(sorted(STRATEGY_OPTIONS))}")
     return STRATEGY_OPTIONS[name]
 
 
@@ -101,9 +102,9 @@ def _not_an_option(file: str, key: str, name: str, fields: list[str]) -> str:
     """The one line for ``strategy.KEY`` that strategy ``name`` does not have: who has it, or a close name."""
     accept = sorted(n for n, c in STRATEGY_OPTIONS.items() if key in {f.name for f in dataclasses.fields(c)})
     if accept:
-        return (f"{file}: strategy.{key}: not an option of strategy {name!r} (it would be ignored); "
+        return (f"{file}: strategy.{key}: not an option of strategy {short_repr(name)} (it would be ignored); "
                 f"strategy {', '.join(accept)} {'accepts' if len(accept) == 1 else 'accept'} it")
-    return f"{file}: strategy.{key}: unknown option of strategy {name!r}; {_did_you_mean(key, fields)}"
+    return f"{file}: strategy.{key}: unknown option of strategy {short_repr(name)}; {_did_you_mean(key, fields)}"
 
 
 def _build(cls: type, raw: Any, path: str, file: str) -> Any:
@@ -177,7 +178,8 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {e}") from None
+            raise ConfigError(f"--set {key}: value {short_repr(text)} is not valid YAML: {' '.join(str(e).split())}"
+                              ) from None
         parts = key.split(".")
         node = raw
         for p in parts[:-1]:

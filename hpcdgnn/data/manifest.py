@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcdgnn.errors import DataError
+from hpcdgnn.errors import DataError, short_repr
 
 __all__ = [
     "Manifest",
@@ -150,10 +150,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _short(v: Any) -> str:
-    """``repr`` of a manifest value, cut to one short line for a message."""
-    r = repr(v).replace("\n", " ")
-    return r if len(r) <= 60 else r[:57] + "..."
+_short = short_repr  # events.py imports it from here
 
 
 def read_manifest_json(root: str | Path) -> tuple[Path, Any]:

@@ -35,7 +35,7 @@ import torch
 import yaml
 
 from hpcdgnn.comm.communicator import Communicator
-from hpcdgnn.comm.device import cpu_affinity, select_device
+from hpcdgnn.comm.device import cpu_affinity, memory_share, select_device
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.load import override_of
 from hpcdgnn.config.schema import JobConfig
@@ -57,6 +57,7 @@ from hpcdgnn.train.checkpoint import (
     restore_rng,
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
+from hpcdgnn.train.footprint import check_footprint
 
 __all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "calibration_epochs",
            "check_model_strategy", "check_resume_job", "measured_plan", "replan", "truncate_metrics", "warmup_epochs"]
@@ -312,6 +313,7 @@ def _checksum(params: list[torch.Tensor]) -> str:
 
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
     """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all."""
+    host_share = memory_share(comm, torch.device("cpu"))  # a collective over the node's ranks
 
     def on_root() -> tuple[JobConfig, Manifest, object, str, str | None, str]:
         if resume:
@@ -320,6 +322,9 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
         check_model_strategy(job, job_path or resume, comm.size)
         manifest = load_dataset_manifest(job, job_path or resume)
+        if not (job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()):
+            # before the plan, whose cost model walks every layer: model.layers: 100000 took minutes there
+            check_footprint(job, manifest, comm.size, host_share, job_path or resume)
         fingerprint = dataset_fingerprint(job.data.path)  # now: the data the ranks are about to read
         plan = None
         if ckpt is not None:
@@ -568,6 +573,9 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
         raise collective_error(ConfigError(f"{job_path}: debug.measured_compute: {len(job.debug.measured_compute)} "
                                            f"values for {comm.size} ranks"))
+    if device.type == "cuda":  # a CPU job was checked against the host's memory before its plan (_prepare)
+        share = memory_share(comm, device)  # a collective over the node's ranks
+        agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
     model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
     start, mine = 0, None
     if ckpt is not None:  # every rank reads the shared state and its own RNG state

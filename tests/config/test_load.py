@@ -278,3 +278,30 @@ def test_yaml_anchors_and_merge_keys_still_load(tmp_path, small_dataset):
     (tmp_path / "bad.yaml").write_text(f"data: {{path: {small_dataset}}}\n? [1, 2]\n: 3\n")
     with pytest.raises(ConfigError, match="bad.yaml: not valid YAML: .*unhashable"):
         load_job(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("strategy.name=[1]", "--set strategy.name: unknown [1]; choose from chunk,"),  # was a TypeError: unhashable
+    ("strategy.name={a: 1}", "--set strategy.name: unknown {'a': 1}; choose from"),
+    ("train.epochs=[1", "--set train.epochs: value '[1' is not valid YAML: while parsing a flow sequence"),
+])
+def test_a_strategy_name_that_is_no_string_and_a_bad_set_value_are_one_line(tmp_path, small_dataset, override,
+                                                                              needle):
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    with pytest.raises(ConfigError) as e:
+        load_job(job, [override])
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_yaml_alias_bomb_is_a_short_line_and_does_not_exhaust_memory(tmp_path, small_dataset):
+    """Nine levels of nine aliases (a few hundred bytes) are billions of values: the message quotes a bounded
+    repr built as such (a full repr() first ran out of memory; six levels made a 5.8 MB line)."""
+    lines = ["&a0 ['xxxxxxxx']"] + [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    (tmp_path / "job.yaml").write_text(f"data: {{path: {small_dataset}}}\nmodel:\n  layers:\n"
+                                       + "".join(f"    - {ln}\n" for ln in lines))
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        load_job(tmp_path / "job.yaml")
+    assert time.perf_counter() - t0 < 10
+    assert "model.layers: expected an integer, got list [['xxxxxxxx'" in str(e.value), str(e.value)[:500]
+    assert len(str(e.value)) < 300 and "\n" not in str(e.value), str(e.value)[:500]

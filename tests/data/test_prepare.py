@@ -260,6 +260,12 @@ def test_option_errors(tmp_path):
         prepare_dataset(p, "snap", out, window=0)
     with pytest.raises(DataError, match=r"makes 9000001 snapshots"):
         prepare_dataset(p, "snap", out, window=1e-6)
+    with pytest.raises(DataError, match=r"makes 9e\+15 snapshots \(limit"):  # overflowed int64: a numpy traceback
+        prepare_dataset(p, "snap", out, window=1e-15)
+    huge = _write(tmp_path, "huge.txt", "1 2 -1e308\n2 3 1e308\n")
+    for how in ({"window": 1.0}, {"snapshots": 4}):
+        with pytest.raises(DataError, match=r"huge\.txt: the time span -1e\+308 \.\. 1e\+308 overflows a float"):
+            prepare_dataset(huge, "snap", out, **how)
     with pytest.raises(DataError, match=r"missing\.txt: input file does not exist"):
         prepare_dataset(tmp_path / "missing.txt", "snap", out)
     with pytest.raises(DataError, match=r"corrupt compressed input"):

@@ -234,7 +234,7 @@ def _exact_index(offset: np.ndarray, num: int, den: int) -> np.ndarray:
 def _check_count(path: Path, T: int) -> None:
     if T > MAX_SNAPSHOTS:
         raise DataError(
-            f"{path}: this slicing makes {T} snapshots (limit {MAX_SNAPSHOTS});"
+            f"{path}: this slicing makes {T if T < 10**12 else f'{float(T):.3g}'} snapshots (limit {MAX_SNAPSHOTS});"
             " use fewer --snapshots or a larger --window"
         )
 
@@ -279,6 +279,9 @@ def slice_events(
         ]
     tmin, tmax = times[0], times[-1]
     integer = times.dtype.kind == "i"
+    if not np.isfinite(float(tmax) - float(tmin)):  # e.g. times of +-1e300: every slice index would be NaN
+        raise DataError(f"{path}: the time span {float(tmin):g} .. {float(tmax):g} overflows a float; "
+                        "rescale the time column")
     if snapshots is not None:
         T = int(snapshots)
         if T < 1:
@@ -302,6 +305,9 @@ def slice_events(
         S = float(window)
         if not S > 0 or not np.isfinite(S):
             raise DataError(f"{path}: --window must be a positive number of time units (got {window})")
+        count = (float(tmax) - float(tmin)) / S  # before any cast: a tiny window overflows int64 (negative T)
+        if not np.isfinite(count) or count >= MAX_SNAPSHOTS:
+            _check_count(path, MAX_SNAPSHOTS + 1 if not np.isfinite(count) else int(count) + 1)
         if integer and S.is_integer():
             idx = (times - tmin) // np.int64(int(S))
         else:

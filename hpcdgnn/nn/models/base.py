@@ -392,8 +392,12 @@ def register_model(name: str, *, step_graphs: bool = False) -> Callable[[Callabl
 
 def time_mixing_layers(m) -> list[DynamicLayer]:
     """The layers of model config ``m`` whose time encoder mixes steps (``temporal_mixing``), built on a
-    1-feature input: what a planner on rank 0 asks of the model before any data is read."""
-    return [ly for ly in build_model(m.name, 1, m.hidden, m.layers, m.window).layers if ly.temporal_mixing]
+    1-feature input: what a planner on rank 0 asks of the model before any data is read. Built on the meta
+    device: its structure only, no memory (a ``model.hidden`` too large for the node is refused later, in one
+    line, by :mod:`hpcdgnn.train.footprint`, not killed here)."""
+    with torch.device("meta"):
+        model = build_model(m.name, 1, m.hidden, m.layers, m.window)
+    return [ly for ly in model.layers if ly.temporal_mixing]
 
 
 def needs_step_graphs(name: str) -> bool:

@@ -1,0 +1,89 @@
+"""Sizes a node cannot hold are one line before anything is built, and the bound behind it is a lower bound."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from hpcdgnn.config import load_job
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.train.footprint import check_footprint, lower_bound
+from tests.conftest import REPO, make_dataset, mpi_env, read_metrics, write_job
+
+
+@pytest.fixture(scope="module")
+def wide_dataset(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("wide") / "data", 7, 5000, 40)
+
+
+@pytest.mark.parametrize(("model", "strategy", "ranks"), [
+    ({"name": "cdgcn", "layers": 3}, "snapshot", None),
+    ({"name": "tmgcn"}, "vertex", 2),
+    ({"name": "gconv_gru", "order": 3}, "pss", 3),
+])
+def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_path, model, strategy, ranks):
+    """A job that fits must never be refused: the bound's activations and parameters stay below the measured
+    activation peak of every rank and the parameters with Adam's two moments."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"hidden": 6, **model}, strategy={"name": strategy},
+                    train={"epochs": 1, "threads": 1, "dtype": "float64"})
+    proc = launcher.run(ranks, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    bound = lower_bound(load_job(job), load_manifest(small_dataset), ranks or 1)
+    assert 0 < bound["activations"][0] <= min(summary["memory"]["activation_peak_bytes"])
+    assert 0 < bound["parameters"][0] <= 3 * 8 * summary["parameters"]["count"]
+    assert read_metrics(tmp_path / "run")[-1]["activation_peak_bytes"] >= bound["activations"][0]
+
+
+@pytest.mark.parametrize(("override", "term"), [
+    ("model.hidden=1000000", "parameters"),  # was killed (exit 137) building the model for the plan
+    ("model.layers=100000", "activations"),  # was killed by the kernel mid set-up
+    ("task.negatives=100000000000", "pairs"),  # was a numpy MemoryError traceback
+])
+@pytest.mark.parametrize("ranks", [None, 2])
+def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_dataset, launcher, tmp_path,
+                                                                           override, term, ranks):
+    """The data are small (T = 7, N = 5000), so the bound needs absurd sizes here; on a real graph a digit too
+    many does it."""
+    job = write_job(tmp_path / "job.yaml", wide_dataset)
+    proc = launcher.run(ranks, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", override],
+                        timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "this job needs at least" in errors[0] and f"({term} " in errors[0], errors[0]
+    assert "its share of the node's memory" in errors[0], errors[0]
+
+
+def test_the_event_regime_bounds_its_batch():
+    job = SimpleNamespace(
+        model=SimpleNamespace(name="tgn", hidden=100, layers=1, order=2, memory_dim=100, neighbors=10**8),
+        task=SimpleNamespace(name="temporal_link_prediction", decoder_hidden=16, negatives=1, eval_negatives=49,
+                             batch_events=600, split=(0.7, 0.15, 0.15)),
+        train=SimpleNamespace(dtype="float32"), strategy=SimpleNamespace(name="memory"))
+    manifest = SimpleNamespace(num_vertices=1000, edge_feature_dim=4)
+    with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, task.eval_negatives, model.neighbors"):
+        check_footprint(job, manifest, 1, 2**34, "job.yaml")
+    job.model.neighbors = 10
+    check_footprint(job, manifest, 1, 2**34, "job.yaml")  # the default sizes pass
+
+
+def test_an_allocation_that_fails_anyway_is_one_line_naming_the_sizes(small_dataset, tmp_path):
+    """Past the bound (which counts only what must exist at once), numpy's MemoryError and torch's allocator
+    error end the run in one line, not a traceback: here under a 6 GiB address-space limit."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, task={"negatives": 30_000_000})
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=REPO, preexec_fn=limit)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    errors = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "out of memory (" in errors[0] and "task.negatives" in errors[0], errors[0]
