@@ -220,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     except HpcdgnnError as e:
         print(f"hpcdgnn: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except (MemoryError, RuntimeError) as e:  # e.g. generate --vertices 10**12: numpy's MemoryError
+        detail = _out_of_memory(e)
+        if detail is None:
+            raise
+        print(f"hpcdgnn: error: {args.command}: out of memory ({detail}); ask for less (sizes, --snapshots)",
+              file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     show = args[:1] == ["--print"]
     if show:
         args = args[1:]
+    if not args and not show:  # prterun says "no executable" and exits 0, which a script would take for success
+        sys.stderr.write("hpcdgnn-mpirun: no program given; usage: hpcdgnn-mpirun [mpirun options] PROGRAM [ARGS...]\n")
+        return 2
     mpirun = find_mpirun()
     if not mpirun:
         sys.stderr.write("hpcdgnn-mpirun: no mpirun found: run 'bash install.sh', load your site's MPI, "

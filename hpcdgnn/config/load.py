@@ -201,7 +201,8 @@ def validate_job(job: JobConfig, file: str) -> None:
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():
-        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' does not exist")
+        what = "is a file, not a dataset directory" if Path(job.data.path).exists() else "does not exist"
+        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {what}")
 
 
 def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True) -> JobConfig:

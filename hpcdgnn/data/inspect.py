@@ -25,7 +25,7 @@ Validation (every problem is collected as ``file: problem``):
   with the right dtype and shape; ``indptr`` starts at 0, never decreases and
   ends at ``nnz``; indices lie in ``[0, N)`` and edge keys strictly ascend
   (sorted rows, no duplicates: S3's diffs rely on it); ``x`` and ``weights``
-  have no NaN/Inf; ``active`` is 0/1; labels lie in ``{-1} ∪ [0, C)``;
+  have no NaN/Inf and ``weights`` none below 0; ``active`` is 0/1; labels lie in ``{-1} ∪ [0, C)``;
   ``targets`` (when the manifest names them) is float32 or float64 of shape
   (N,) with no Inf (NaN = no target); nnz, raw edges and active counts equal
   the manifest's.
@@ -212,6 +212,10 @@ class _SnapshotChecker:
         if not np.isfinite(w).all():
             k = int(np.flatnonzero(~np.isfinite(w))[0])
             self.fail(where, f"'weights' contains NaN or Inf (first at edge {k}, row {int(keys[k]) // n}: {w[k]})")
+        elif (w < 0).any():  # the GCN's D^-1/2 needs degrees >= 1 (prepare refuses negative --weights given)
+            k = int(np.flatnonzero(w < 0)[0])
+            self.fail(where, f"'weights' has a negative weight (first at edge {k}, row {int(keys[k]) // n}: {w[k]}); "
+                             "edge weights must be >= 0")
         x = self.dataset(g, where, "x", np.dtype(np.float32), (n, m.num_features))
         if not np.isfinite(x).all():
             bad = np.argwhere(~np.isfinite(x))[0]

@@ -162,7 +162,7 @@ def read_manifest_json(root: str | Path) -> tuple[Path, Any]:
     """
     path = Path(root) / MANIFEST_NAME
     if not Path(root).is_dir():
-        raise DataError(f"{root}: dataset directory does not exist")
+        raise DataError(f"{root}: dataset directory {'is a file' if Path(root).exists() else 'does not exist'}")
     try:
         return path, json.loads(path.read_text())
     except FileNotFoundError:

@@ -50,6 +50,8 @@ def run_profile(args: argparse.Namespace) -> int:
     for name in ("samples", "max_size", "vertices", "snapshots", "threads", "repeats", "fit_steps", "window"):
         if getattr(args, name) < 1:
             raise ConfigError(f"profile: --{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    if args.threads > 1024:  # as train.threads: torch crashed (a segfault) on 100000
+        raise ConfigError(f"profile: --threads must be in [1, 1024] (got {args.threads})")
     if args.samples < 5:
         raise ConfigError(f"profile: --samples must be >= 5 so some can be held out (got {args.samples})")
     if any(v < 1 for v in [*args.features, *args.hidden]):
@@ -60,7 +62,8 @@ def run_profile(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("profile: --device cuda but torch sees no CUDA device")
     if args.data and not Path(args.data).is_dir():
-        raise DataError(f"{args.data}: dataset directory does not exist")
+        what = "is a file" if Path(args.data).exists() else "does not exist"
+        raise DataError(f"{args.data}: dataset directory {what}")
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else default_predictor_path(args.model, device, args.dtype)
     if out.exists() and not out.is_file():

@@ -321,6 +321,9 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         else:
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
         check_model_strategy(job, job_path or resume, comm.size)
+        if job.debug.fail_rank >= comm.size:  # a fault meant to be injected must not silently never come
+            raise ConfigError(f"{job_path or resume}: debug.fail_rank: {job.debug.fail_rank} but the job has "
+                              f"{comm.size} rank{'s' if comm.size != 1 else ''} (0 .. {comm.size - 1})")
         manifest = load_dataset_manifest(job, job_path or resume)
         if not (job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()):
             # before the plan, whose cost model walks every layer: model.layers: 100000 took minutes there

@@ -324,3 +324,16 @@ def test_run_p3_structure_still_finds_nan(launcher, clean, tmp_path):
     line = _error_line(proc.stderr)
     _assert_names(line, shard, rf"{GROUP}: 'x' contains NaN .*vertex 7, feature 0")
     assert "sha256" not in line
+
+
+def test_a_negative_edge_weight_is_named_not_blamed_on_the_learning_rate(clean, tmp_path):
+    """A negative weight made the GCN's degrees negative: the run stopped with 'training loss is nan ... lower
+    train.lr', blaming the lr for a data fault. The check names the shard and edge."""
+    root = tmp_path / "ds"
+    shutil.copytree(clean, root)
+    shard = root / "shards" / SHARD
+    with h5py.File(shard, "r+") as f:
+        f[f"{GROUP}/weights"][3] = -5.0
+    proc = _cli("validate", "--no-checksums", str(root))
+    assert proc.returncode == 2
+    _assert_names(_error_line(proc.stderr), shard, rf"{GROUP}: 'weights' has a negative weight \(first at edge 3")

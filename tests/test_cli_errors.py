@@ -1,0 +1,63 @@
+"""Command-line inputs a helper's bad-input audit found answered by a traceback, a crash or silence: one line now."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, mpi_env, write_job
+
+
+def _hpcdgnn(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpcdgnn", *args], capture_output=True, text=True,
+                          timeout=timeout, env=mpi_env(), cwd=REPO)
+
+
+def _one_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return errors[0]
+
+
+def test_generate_beyond_memory_is_one_line(tmp_path):
+    """numpy's MemoryError from ``generate --vertices 10**12`` was a traceback (exit 1)."""
+    line = _one_line(_hpcdgnn("generate", "--output", str(tmp_path / "g"), "--vertices", "1000000000000",
+                              "--snapshots", "2", "--density", "1", "--seed", "0"))
+    assert "hpcdgnn: error: generate: out of memory (" in line, line
+    assert not (tmp_path / "g").exists()
+
+
+def test_profile_threads_are_bounded_like_train_threads(tmp_path):
+    """``profile --threads 100000`` crashed torch (a segfault)."""
+    line = _one_line(_hpcdgnn("profile", "--threads", "100000", "--out", str(tmp_path / "p.pt")))
+    assert "--threads must be in [1, 1024] (got 100000)" in line, line
+
+
+def test_a_file_given_as_the_dataset_is_called_a_file(tmp_path, small_dataset):
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r"), "--set", "data.path=README.md"))
+    assert "data.path: dataset directory 'README.md' is a file, not a dataset directory" in line, line
+    line = _one_line(_hpcdgnn("validate", "README.md"))
+    assert "README.md: dataset directory is a file" in line, line
+
+
+def test_a_fault_injected_on_a_rank_the_job_lacks_is_refused(tmp_path, small_dataset):
+    """``debug.fail_rank: 5`` on one rank injected nothing, silently: a test of the abort path then passed."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, debug={"fail_rank": 5})
+    line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r")))
+    assert "debug.fail_rank: 5 but the job has 1 rank (0 .. 0)" in line, line
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("args", [[], ["--print"]])
+def test_the_launcher_without_a_program(args):
+    """prterun answered a bare ``hpcdgnn-mpirun`` with "no executable" and exit 0, which a script takes for success."""
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn.launch", *args], capture_output=True, text=True,
+                          timeout=60, env=mpi_env(), cwd=REPO)
+    if args:
+        assert proc.returncode == 0 and "mpirun" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 2 and "hpcdgnn-mpirun: no program given; usage:" in proc.stderr, proc.stderr
