@@ -276,14 +276,20 @@ def _slurm(**extra):
     return env
 
 
+def _pre_empted(fake, script: str, sig: int = signal.SIGUSR1, **env) -> str:
+    """Start ``script`` with a stand-in run, send ``sig`` once it runs; its output (it exited 75)."""
+    proc = fake.start(script, **env)
+    fake.wait_started(proc)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    return out
+
+
 def test_slurm_preempt_requeue_resume(fake, tmp_path):
     """SIGUSR1 to the batch shell (--signal=B:USR1) reaches the launcher; exit 75 requeues; the restart resumes."""
     rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
-    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt", **_slurm())
-    fake.wait_started(proc)
-    proc.send_signal(signal.SIGUSR1)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_PREEMPTED, out
+    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt", **_slurm())
     calls = fake.log()
     assert calls[0].startswith("srun --ntasks=2 --mpi=pmix ") and f"--output {rundir}" in calls[0], calls
     assert f"--set data.path={fake.env['DATA']}" in calls[0]
@@ -307,11 +313,7 @@ def test_slurm_preempt_requeue_resume(fake, tmp_path):
 def test_a_job_pre_empted_before_its_first_checkpoint_says_the_next_attempt_starts_over(fake, tmp_path):
     """Exit 75 without a checkpoint (a signal during the set-up): requeued, and the log does not claim one."""
     rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
-    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt_setup", **_slurm())
-    fake.wait_started(proc)
-    proc.send_signal(signal.SIGUSR1)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_PREEMPTED, out
+    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt_setup", **_slurm())
     assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
     assert "checkpoint in" not in out.replace("no checkpoint yet in", ""), out
     assert fake.log()[1] == "scontrol requeue 4242", fake.log()
@@ -319,21 +321,16 @@ def test_a_job_pre_empted_before_its_first_checkpoint_says_the_next_attempt_star
 
 def test_slurm_cancel_does_not_requeue(fake, tmp_path):
     """SIGTERM without the USR1 warning (scancel): checkpoint, but no requeue."""
-    proc = fake.start("slurm-nodes.sh", FAKE_MODE="preempt", **_slurm())
-    fake.wait_started(proc)
-    proc.send_signal(signal.SIGTERM)  # scancel: the ranks still checkpoint, but the job is not requeued
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_PREEMPTED, out
+    # scancel: the ranks still checkpoint, but the job is not requeued
+    _pre_empted(fake, "slurm-nodes.sh", signal.SIGTERM, FAKE_MODE="preempt", **_slurm())
     assert not any(c.startswith("scontrol") for c in fake.log()), fake.log()
 
 
 def test_slurm_requeue_limit(fake, tmp_path):
     """After HPCDGNN_MAX_REQUEUES restarts a pre-empted job is not requeued again."""
-    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt", SLURM_RESTART_COUNT=3, HPCDGNN_MAX_REQUEUES=3, **_slurm())
-    fake.wait_started(proc)
-    proc.send_signal(signal.SIGUSR1)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_PREEMPTED and "not requeueing" in out, out
+    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt", SLURM_RESTART_COUNT=3, HPCDGNN_MAX_REQUEUES=3,
+                      **_slurm())
+    assert "not requeueing" in out, out
     assert not any(c.startswith("scontrol") for c in fake.log())
 
 
