@@ -22,7 +22,7 @@ import yaml
 from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, StrategyConfig
 from hpcdgnn.errors import ConfigError, short_repr
 
-__all__ = ["load_job", "apply_overrides", "job_to_dict", "override_of", "validate_job"]
+__all__ = ["load_job", "apply_overrides", "blame_override", "job_to_dict", "override_of", "validate_job"]
 
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -227,9 +227,12 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
     try:
         job = _build(JobConfig, raw, "", file)
     except ConfigError as e:
-        raise ConfigError(_blame_override(str(e), file, overrides or [])) from None
+        raise ConfigError(blame_override(str(e), file, overrides or [])) from None
     if check_paths:
-        validate_job(job, file)
+        try:
+            validate_job(job, file)
+        except ConfigError as e:  # --set data.path=... is the override's fault, not the file's
+            raise ConfigError(blame_override(str(e), file, overrides or [])) from None
     return job
 
 
@@ -243,7 +246,7 @@ def override_of(key: str, overrides: list[str]) -> str | None:
     return None
 
 
-def _blame_override(message: str, file: str, overrides: list[str]) -> str:
+def blame_override(message: str, file: str, overrides: list[str]) -> str:
     """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key (not the file)."""
     head = f"{file}: "
     if not message.startswith(head):

@@ -37,7 +37,7 @@ import yaml
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import cpu_affinity, memory_share, select_device
 from hpcdgnn.config import job_to_dict, load_job
-from hpcdgnn.config.load import override_of
+from hpcdgnn.config.load import blame_override, override_of
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
@@ -343,7 +343,10 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         if plan is None:
             plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
-            ckpt_dir = check_checkpoint_dir(job, job_path)
+            try:
+                ckpt_dir = check_checkpoint_dir(job, job_path)
+            except ConfigError as e:  # --set checkpoint.dir=... is the override's fault, not the file's
+                raise ConfigError(blame_override(str(e), job_path, overrides)) from None
             run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
             make_checkpoint_dir(ckpt_dir, job_path)
             _save_run_files(run_dir, job, plan, 0)

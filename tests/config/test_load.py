@@ -305,3 +305,13 @@ def test_a_yaml_alias_bomb_is_a_short_line_and_does_not_exhaust_memory(tmp_path,
     assert time.perf_counter() - t0 < 10
     assert "model.layers: expected an integer, got list [['xxxxxxxx'" in str(e.value), str(e.value)[:500]
     assert len(str(e.value)) < 300 and "\n" not in str(e.value), str(e.value)[:500]
+
+
+def test_a_dataset_path_given_by_set_is_blamed_on_the_set(tmp_path, small_dataset):
+    """``--set data.path=...`` naming no dataset was reported as the job file's fault."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    with pytest.raises(ConfigError, match=r"^--set data\.path: dataset directory '.*nowhere' does not exist$"):
+        load_job(job, [f"data.path={tmp_path / 'nowhere'}"])
+    (tmp_path / "job2.yaml").write_text(f"data: {{path: {tmp_path / 'nowhere'}}}\n")
+    with pytest.raises(ConfigError, match=r"job2\.yaml: data\.path: dataset directory"):
+        load_job(tmp_path / "job2.yaml")

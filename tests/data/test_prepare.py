@@ -418,6 +418,14 @@ def test_pygt_errors(tmp_path):
         prepare_dataset(_write(tmp_path, "out.json", json.dumps(doc)), "pygt-json", tmp_path / "o")
     with pytest.raises(DataError, match=r"target_bins applies only to --format pygt-json"):
         prepare_dataset(_write(tmp_path, "t.txt", TINY), "snap", tmp_path / "o", labels="target_bins")
+    # each was a traceback (IndexError, OverflowError) or silently truncated to vertex 0
+    for name, doc, says in [
+        ("nofx.json", {"edges": [[0, 1]], "FX": []}, r"key 'FX': expected 2 dimensions, got shape \(0,\)"),
+        ("huge.json", {"edges": [[1e300, 1]], "FX": [[0.0, 1.0]] * 6}, r"key 'edges': 1e\+300 is not a vertex id"),
+        ("half.json", {"edges": [[0.5, 1]], "FX": [[0.0, 1.0]] * 6}, r"key 'edges': 0\.5 is not a vertex id"),
+    ]:
+        with pytest.raises(DataError, match=rf"{name}: " + says):
+            prepare_dataset(_write(tmp_path, name, json.dumps(doc)), "pygt-json", tmp_path / "o")
 
 
 # --------------------------------------------------------------------------- CLI

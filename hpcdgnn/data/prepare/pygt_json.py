@@ -100,22 +100,31 @@ def detect_layout(data: Any) -> str | None:
     return None
 
 
-def _array(path: Path, key: str, value: Any, dtype: type, ndim: int) -> np.ndarray:
-    """``value`` as an array of ``ndim`` dimensions, or a DataError naming the key."""
+def _array(path: Path, key: str, value: Any, dtype: type, ndim: int, empty: bool = False) -> np.ndarray:
+    """``value`` as an array of ``ndim`` dimensions, or a DataError naming the key; ``empty``: ``[]`` is
+    accepted for any ``ndim`` (a snapshot without edges). Integers must be whole numbers: casting 0.5
+    would have made it vertex 0."""
     try:
-        arr = np.asarray(value, dtype=dtype)
-    except (TypeError, ValueError):
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
         raise DataError(f"{path}: key {key!r}: not a rectangular numeric array") from None
-    if arr.ndim != ndim and not (ndim == 2 and arr.size == 0):
+    if arr.ndim != ndim and not (empty and arr.size == 0):
         raise DataError(f"{path}: key {key!r}: expected {ndim} dimensions, got shape {arr.shape}")
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+    if not np.isfinite(arr).all():
         raise DataError(f"{path}: key {key!r}: contains NaN or infinite values")
-    return arr
+    if np.dtype(dtype).kind == "i":
+        bad = (arr != np.floor(arr)) | (np.abs(arr) >= 2.0**62)
+        if bad.any():
+            raise DataError(f"{path}: key {key!r}: {float(arr[bad].flat[0]):g} is not a vertex id (a whole number)")
+    out = arr.astype(dtype)
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        raise DataError(f"{path}: key {key!r}: a value beyond the range of {out.dtype}")
+    return out
 
 
 def _edges(path: Path, key: str, value: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``[[src, dst], ...]`` as two int64 arrays checked against ``[0, n)``."""
-    e = _array(path, key, value, np.int64, 2)
+    e = _array(path, key, value, np.int64, 2, empty=True)
     if e.size == 0:
         e = e.reshape(0, 2)  # an empty list (a snapshot without edges) has shape (0,)
     if e.shape[1] != 2:
