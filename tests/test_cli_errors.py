@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, mpi_env, write_job
+from tests.conftest import REPO, make_dataset, mpi_env, write_job
 
 
 def _hpcdgnn(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -61,3 +61,11 @@ def test_the_launcher_without_a_program(args):
         assert proc.returncode == 0 and "mpirun" in proc.stdout, proc.stdout + proc.stderr
     else:
         assert proc.returncode == 2 and "hpcdgnn-mpirun: no program given; usage:" in proc.stderr, proc.stderr
+
+
+def test_a_dataset_too_short_to_train_on_is_named(tmp_path):
+    """A one-snapshot dataset's "no training examples" named only the job file."""
+    data = make_dataset(tmp_path / "one", 1, 11, 20)
+    job = write_job(tmp_path / "job.yaml", data)
+    line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r")))
+    assert f"leaves no training examples in data.path {data} (T = 1: too few snapshots" in line, line

@@ -321,8 +321,10 @@ class MLPWorkload:
             return cls(EncoderMLP.from_dict(d["structure"]),
                        None if d["time"] is None else EncoderMLP.from_dict(d["time"]), d["meta"])
         except Exception as e:  # any unpickling/shape problem means: not our file, re-profile
-            raise PlanError(f"workload predictor '{path}' cannot be read ({' '.join(str(e).split())[:120]}); "
-                            f"re-create it with python -m hpcdgnn profile") from None
+            # torch's own words for a foreign file can be a bare pickle opcode ("105"): name the exception too
+            why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+            raise PlanError(f"workload predictor '{path}' cannot be read: not a predictor file written by "
+                            f"python -m hpcdgnn profile ({why}); re-create it with python -m hpcdgnn profile") from None
 
 
 # --------------------------------------------------------------------------- the plan's entry point

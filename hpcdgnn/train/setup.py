@@ -599,7 +599,9 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     train_count = task.global_train_count()
     if train_count <= 0:  # every rank computed the same count, so every rank raises here
         raise collective_error(
-            DataError(f"{job_path}: task.split leaves no training examples (too few snapshots or no labels)")
+            DataError(f"{job_path}: task.split {list(job.task.split)} leaves no training examples in data.path "
+                      f"{job.data.path} (T = {getattr(manifest, 'num_snapshots', '?')}: too few snapshots, or no "
+                      "labels)")
         )
     return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
                start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint)
