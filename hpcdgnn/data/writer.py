@@ -28,6 +28,7 @@ that looks valid.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -300,6 +301,16 @@ class _ShardSink:
         if self._f is not None and t + 1 - self._start == self.per:
             self.close(t + 1)
 
+    def abandon(self) -> None:
+        """Close the open shard without finishing it (a write failed: writing its attributes would fail again,
+        and h5py then segfaulted closing it at exit, after hundreds of ignored-exception tracebacks)."""
+        f, self._f = self._f, None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:  # noqa: S110 (the directory is removed next; the first error is the one to report)
+                pass
+
     def close(self, t_stop: int) -> None:
         if self._f is None:
             return
@@ -464,7 +475,10 @@ def write_dataset(
         save_manifest(tmp, manifest)
         replace_dir(tmp, root)
         return manifest
-    except BaseException:
-        sink.close(t + 1)
+    except BaseException as e:
+        sink.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DataError(f"{root}: cannot write the dataset: {os.strerror(e.errno)} (nothing was kept; an "
+                            "earlier dataset there is untouched)") from None
         raise
