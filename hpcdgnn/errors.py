@@ -10,16 +10,31 @@ traceback is needed. Anything else is a bug and takes the abort path in
 from __future__ import annotations
 
 import reprlib
+from pathlib import Path
 from typing import Any
 
 __all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED",
-           "short_repr"]
+           "nearest_existing", "not_a_directory", "short_repr"]
 
 # bounded in depth and length *while* it is built: a YAML alias bomb (9 nested levels of 9 aliases, 426 bytes)
 # is billions of values deep, so cutting a full repr() afterwards never finishes
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 4, 4, 4, 4
 _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 60, 60, 40
+
+
+def not_a_directory(path: str | Path) -> str:
+    """Why the dataset directory ``path`` is none, for a message: a file (or another non-directory) is there, or
+    nothing is."""
+    return "is a file, not a dataset directory" if Path(path).exists() else "does not exist"
+
+
+def nearest_existing(path: str | Path) -> Path:
+    """``path`` or its nearest existing ancestor: where a directory to be made would be created."""
+    there = Path(path)
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    return there
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, StrategyConfig
-from hpcdgnn.errors import ConfigError, short_repr
+from hpcdgnn.errors import ConfigError, not_a_directory, short_repr
 
 __all__ = ["load_job", "apply_overrides", "blame_override", "job_to_dict", "override_of", "validate_job"]
 
@@ -201,8 +201,7 @@ def validate_job(job: JobConfig, file: str) -> None:
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():
-        what = "is a file, not a dataset directory" if Path(job.data.path).exists() else "does not exist"
-        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {what}")
+        raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {not_a_directory(job.data.path)}")
 
 
 def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True) -> JobConfig:
@@ -226,13 +225,10 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
     raw = apply_overrides(raw, overrides or [], file)
     try:
         job = _build(JobConfig, raw, "", file)
-    except ConfigError as e:
-        raise ConfigError(blame_override(str(e), file, overrides or [])) from None
-    if check_paths:
-        try:
+        if check_paths:
             validate_job(job, file)
-        except ConfigError as e:  # --set data.path=... is the override's fault, not the file's
-            raise ConfigError(blame_override(str(e), file, overrides or [])) from None
+    except ConfigError as e:  # a key --set gave (data.path included) is the override's fault, not the file's
+        raise ConfigError(blame_override(str(e), file, overrides or [])) from None
     return job
 
 

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcdgnn.errors import DataError, short_repr
+from hpcdgnn.errors import DataError, not_a_directory, short_repr
 
 __all__ = [
     "Manifest",
@@ -162,7 +162,7 @@ def read_manifest_json(root: str | Path) -> tuple[Path, Any]:
     """
     path = Path(root) / MANIFEST_NAME
     if not Path(root).is_dir():
-        raise DataError(f"{root}: dataset directory {'is a file' if Path(root).exists() else 'does not exist'}")
+        raise DataError(f"{root}: dataset directory {not_a_directory(root)}")
     try:
         return path, json.loads(path.read_text())
     except FileNotFoundError:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.errors import ConfigError, DataError, not_a_directory
 from hpcdgnn.partition.workload import default_predictor_path, machine_info, resolve_device
 from hpcdgnn.profile.chunks import profile_graph
 from hpcdgnn.profile.profiler import profile
@@ -62,8 +62,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("profile: --device cuda but torch sees no CUDA device")
     if args.data and not Path(args.data).is_dir():
-        what = "is a file" if Path(args.data).exists() else "does not exist"
-        raise DataError(f"{args.data}: dataset directory {what}")
+        raise DataError(f"{args.data}: dataset directory {not_a_directory(args.data)}")
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else default_predictor_path(args.model, device, args.dtype)
     if out.exists() and not out.is_file():

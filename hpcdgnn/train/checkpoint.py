@@ -80,13 +80,14 @@ def _meta(ckpt: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def check_owner(ckpt: Path, run_dir: Path, where: str) -> None:
-    """Refuse (one line) to resume the run in ``run_dir`` from ``ckpt`` when another run wrote it.
+def check_owner(meta: dict[str, Any], ckpt: Path, run_dir: Path, where: str) -> None:
+    """Refuse (one line) to resume the run in ``run_dir`` from ``ckpt``, whose ``COMPLETE`` says ``meta``, when
+    another run wrote it.
 
     Raises:
         DataError: both carry an id and the ids differ.
     """
-    mine, theirs = read_run_id(run_dir), _meta(ckpt).get("run_id")
+    mine, theirs = read_run_id(run_dir), meta.get("run_id")
     if mine is not None and theirs is not None and theirs != mine:
         raise DataError(f"{where}: {ckpt} was written by another run (run id {theirs}, not {run_dir}'s {mine}); "
                         "resume that run from its own directory, or set checkpoint.dir to this run's checkpoints")

@@ -42,7 +42,7 @@ from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
-from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.errors import ConfigError, DataError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_step_graphs
 from hpcdgnn.nn.models.tgn import TGN
@@ -174,9 +174,7 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
-    there = root
-    while not there.exists() and there != there.parent:  # the nearest existing directory, to be made in
-        there = there.parent
+    there = nearest_existing(root)  # where it would be made
     if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
         why = "not a directory" if not there.is_dir() else "not writable"
         raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {there} is {why}")
@@ -253,12 +251,13 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise ConfigError(f"--resume {resume}: no complete checkpoint in {root}")
-    check_owner(ckpt, run_dir, f"--resume {resume}")  # a checkpoint.dir moved onto another run's checkpoints
     try:
-        done = int(json.loads((ckpt / "COMPLETE").read_text())["epoch"])
+        meta = json.loads((ckpt / "COMPLETE").read_text())
+        done = int(meta["epoch"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"--resume {resume}: {ckpt / 'COMPLETE'}: unreadable ({e}); remove that checkpoint "
                           "to resume from the one before") from None
+    check_owner(meta, ckpt, run_dir, f"--resume {resume}")  # a checkpoint.dir moved onto another run's checkpoints
     if done >= job.train.epochs:
         raise ConfigError(
             f"--resume {resume}: the run has already trained {done} epochs (checkpoint {ckpt.name}) and "

@@ -85,7 +85,7 @@ from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, read_jodie
 from hpcdgnn.data.prepare.pygt_json import read_pygt_json
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, read_snap
 from hpcdgnn.data.writer import check_output, file_sha256, write_dataset
-from hpcdgnn.errors import DataError
+from hpcdgnn.errors import DataError, nearest_existing
 
 __all__ = [
     "add_prepare_arguments",
@@ -205,11 +205,8 @@ def _check_room(output: Path, est: OutputEstimate | None) -> None:
     replaced only once the new one is complete, so the room needed is the whole estimate)."""
     if est is None:
         return
-    there = output
-    while not there.exists() and there != there.parent:
-        there = there.parent
     try:
-        free = shutil.disk_usage(there).free
+        free = shutil.disk_usage(nearest_existing(output)).free
     except OSError:
         return
     if est.bytes > free:
