@@ -76,9 +76,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if comm.rank == 0:
                 print(f"hpcdgnn: error: {e}", file=sys.stderr)
             comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
-            return EXIT_USAGE
+            return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective
-        return _rank_error(comm, str(e))
+        return _rank_error(comm, str(e), e.exit_code)
     except (MemoryError, RuntimeError) as e:
         # one allocation larger than the node: sizes from the job (model.hidden: 10**6, task.negatives: 10**9)
         detail = _out_of_memory(e)
@@ -90,21 +90,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rank_error(comm, message: str) -> int:
-    """An error this rank met alone: one line with the rank, then end the job (the others may wait in a
-    collective)."""
+def _rank_error(comm, message: str, code: int = EXIT_USAGE) -> int:
+    """An error this rank met alone: one line with the rank, then end the job with ``code`` (the others may wait
+    in a collective)."""
     prefix = f"[rank {comm.rank}] " if comm.size > 1 else ""
     print(f"{prefix}hpcdgnn: error: {message}", file=sys.stderr, flush=True)
     if comm.size > 1:
-        comm.abort(EXIT_USAGE)
-    return EXIT_USAGE
+        comm.abort(code)
+    return code
 
 
 _EXIT_CODES = """exit codes:
   0   done
   1   a crash: the failing rank prints 'rank R/P: <traceback>', MPI_Abort ends every rank
   2   a user error (YAML, --set, data, plan) or a diverged run (its loss not finite): one line 'hpcdgnn: error: ...'
-  3   stalled: a rank made no progress for comm.stall_timeout_s (named in the error line)
+  3   stalled: a rank made no progress for comm.stall_timeout_s, or a gloo collective waited longer than
+      comm.timeout_s (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
       (a new run stopped during its set-up has none: run it again)"""
 

@@ -13,8 +13,8 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED",
-           "nearest_existing", "not_a_directory", "short_repr"]
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "StalledError", "PeerLostError", "EXIT_USAGE",
+           "EXIT_PREEMPTED", "EXIT_STALLED", "nearest_existing", "not_a_directory", "short_repr"]
 
 # bounded in depth and length *while* it is built: a YAML alias bomb (9 nested levels of 9 aliases, 426 bytes)
 # is billions of values deep, so cutting a full repr() afterwards never finishes
@@ -59,6 +59,9 @@ EXIT_STALLED = 3
 class HpcdgnnError(Exception):
     """Base class: an error caused by the user's input, reported in one line."""
 
+    #: the process's exit status when this ends a run
+    exit_code = EXIT_USAGE
+
 
 class ConfigError(HpcdgnnError):
     """The job YAML or a ``--set`` override is invalid (``file: key: problem; fix``)."""
@@ -70,3 +73,17 @@ class DataError(HpcdgnnError):
 
 class PlanError(HpcdgnnError):
     """A partition plan cannot be built for this dataset and rank count."""
+
+
+class StalledError(HpcdgnnError):
+    """A collective gave up waiting for a peer (``comm.timeout_s`` of gloo/nccl): lost, or slower than the
+    timeout. Exit :data:`EXIT_STALLED`, as the watchdog's."""
+
+    exit_code = EXIT_STALLED
+
+
+class PeerLostError(HpcdgnnError):
+    """A gloo connection to a peer broke mid-collective: that rank ended (its own error says why), so this one
+    reports the loss in one line, not a traceback of its own. Exit 1, as the crash it follows."""
+
+    exit_code = 1

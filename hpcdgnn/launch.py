@@ -22,7 +22,9 @@ passed through unchanged, and only for Open MPI adds:
   (``--host``, ``--hostfile``, ``--map-by``, ``--rankfile``, ``--oversubscribe`` ...) or runs inside a
   batch allocation (SLURM, LSF, PBS, SGE), whose slots Open MPI takes from the scheduler.
 
-MPICH, Intel MPI and any other launcher get nothing added.
+For Open MPI a rank count that is no positive whole number (``-np abc``, ``-np 0``, which prterun
+takes for "one rank per slot") is refused with one line, exit 2. MPICH, Intel MPI and any other
+launcher get nothing added and nothing checked.
 
 Signals: Open MPI 5's ``mpirun`` (prterun) answers SIGTERM and SIGINT by exiting 1 at once and
 silencing the ranks' output (its ``clean_abort``), although the ranks go on to write their
@@ -48,7 +50,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Launch", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
+__all__ = ["Launch", "LaunchError", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
 
 ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 NP_FLAGS = ("-np", "--np", "-n", "--n", "-c")
@@ -71,6 +73,10 @@ _VALUE_FLAGS = frozenset(
     --max-vm-size --tmpdir""".split()
 )
 _TWO_VALUE_FLAGS = frozenset("--mca -mca --gmca -gmca --prtemca -prtemca --pmixmca -pmixmca".split())
+
+
+class LaunchError(ValueError):
+    """An mpirun option this launcher refuses (a rank count that is no positive number)."""
 
 
 @dataclass
@@ -170,6 +176,9 @@ def _options(args: list[str]) -> tuple[int | None, set[str]]:
                 ranks = int(value)
             except ValueError:
                 ranks = None
+            if value and (ranks is None or ranks < 1):
+                # prterun takes `-np abc` and `-np 0` for "every slot": a job sized by a typo
+                raise LaunchError(f"{name} {value!r}: the number of ranks must be a positive whole number")
             i += 1 if eq else 2
             continue
         if eq:
@@ -222,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("hpcdgnn-mpirun: no mpirun found: run 'bash install.sh', load your site's MPI, "
                          "or set HPCDGNN_MPIRUN\n")
         return 127
-    launch = plan(args, mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ))
+    try:
+        launch = plan(args, mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ))
+    except LaunchError as e:
+        sys.stderr.write(f"hpcdgnn-mpirun: {e}\n")
+        return 2
     if show:
         print("\n".join(launch.words()))
         return 0

@@ -34,13 +34,15 @@ own MPI calls, or in a progress thread (``comm.progress``, :mod:`hpcdgnn.comm.pr
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
 import socket
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,7 @@ import torch
 
 from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.comm.progress import ProgressThread, spare_core
+from hpcdgnn.errors import PeerLostError, StalledError
 
 __all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats"]
 
@@ -311,6 +314,7 @@ class Communicator:
         #: ``mpi``, ``gloo`` or ``nccl``: who carries the training step's tensor collectives
         self.backend = "mpi"
         self._dist: Any = None  # the torch.distributed process group of gloo / nccl
+        self._dist_timeout_s = 0.0  # comm.timeout_s it was made with
         self._cuda_aware = False
         #: posted exchanges this rank only sends in, completed at :meth:`complete_deferred`
         self._deferred: list[Pending] = []
@@ -338,14 +342,20 @@ class Communicator:
         # tells the others where it is over MPI
         addr = os.environ.get("HPCDGNN_MASTER_ADDR") or socket.gethostname()
         timeout = datetime.timedelta(seconds=timeout_s)
+        self._dist_timeout_s = timeout_s
         store = None
         if self.rank == 0:
             store = dist.TCPStore("0.0.0.0", 0, self.size, is_master=True, timeout=timeout, wait_for_workers=False)
         addr, port = self.bcast_obj((addr, store.port if store is not None else 0), tag="setup")
-        if store is None:
-            store = dist.TCPStore(addr, port, self.size, is_master=False, timeout=timeout)
         kw = {"device_id": device} if backend == "nccl" else {}
-        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.size, timeout=timeout, **kw)
+        hook = sys.excepthook
+        with self._dist_call("set-up", "setup"):
+            if store is None:
+                store = dist.TCPStore(addr, port, self.size, is_master=False, timeout=timeout)
+            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.size, timeout=timeout, **kw)
+        # torch wraps the exception hook with one that buffers stderr until the hook returns; ours ends in
+        # MPI_Abort and never returns, so every crash of a gloo/nccl run lost its traceback
+        sys.excepthook = hook
         self._dist = dist.group.WORLD
         self._dist_device = device if backend == "nccl" else torch.device("cpu")
         self._store = store  # the master store must outlive the process group
@@ -656,8 +666,28 @@ class Communicator:
         dev = self._dist_device
         flat = send.detach().reshape(-1).to(dev)
         out = torch.empty(sum(rcounts), dtype=send.dtype, device=dev)
-        dist.all_to_all_single(out, flat, rcounts, scounts, group=self._dist)
+        with self._dist_call("all_to_all_single", self.stats.current):
+            dist.all_to_all_single(out, flat, rcounts, scounts, group=self._dist)
         return out
+
+    @contextlib.contextmanager
+    def _dist_call(self, what: str, tag: str) -> Iterator[None]:
+        """A torch.distributed call that gave up waiting for a peer (gloo's "Timed out waiting …", the store's
+        "… timed out …") as one line naming the call, its tag and ``comm.timeout_s``; one whose connection a
+        peer closed (that rank ended: the job is being torn down) as one line too; any other error as is."""
+        try:
+            yield
+        except RuntimeError as e:
+            text = str(e).lower()
+            if "connection reset by peer" in text or "connection closed by peer" in text:
+                raise PeerLostError(f"the {self.backend} {what} ({tag!r}) lost a peer (its connection closed): "
+                                    "another rank ended first; its error says why") from None
+            if "timed out" not in text:
+                raise
+            raise StalledError(
+                f"stalled: the {self.backend} {what} ({tag!r}) waited longer than comm.timeout_s = "
+                f"{self._dist_timeout_s:g} s for a peer (lost, or slower than that); raise comm.timeout_s if a "
+                "rank is only slow") from None
 
     def _recv_buffer(self, rows: int, unit: int, dtype: torch.dtype, key: str | None) -> torch.Tensor:
         if key is None:
@@ -939,8 +969,9 @@ class Communicator:
             import torch.distributed as dist
 
             buf = tensor.detach().contiguous().to(self._dist_device)
-            dist.all_reduce(buf, {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op],
-                            group=self._dist)
+            with self._dist_call("all_reduce", tag):
+                dist.all_reduce(buf, {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                                      "min": dist.ReduceOp.MIN}[op], group=self._dist)
             if buf.data_ptr() != tensor.data_ptr():
                 tensor.detach().copy_(buf)
         elif self.size > 1:

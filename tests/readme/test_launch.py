@@ -102,6 +102,21 @@ def test_ranks_are_read_from_mpirun_s_options_only(args, ranks):
     assert requested_ranks(args)[0] == ranks
 
 
+@pytest.mark.parametrize("np_", [["-np", "abc"], ["-n", "0"], ["--np=-2"], ["-c", "1.5"]])
+def test_a_rank_count_that_is_no_positive_number_is_one_line(np_, tmp_path):
+    """Open MPI's prterun runs `-np abc` and `-np 0` on every slot; the launcher refuses them before mpirun."""
+    with pytest.raises(launch.LaunchError, match="positive whole number"):
+        plan([*np_, "prog"], "mpirun", "openmpi", euid=1000, cores=2, environ={})
+    assert plan([*np_, "prog"], "mpiexec", "mpich", euid=1000, cores=2, environ={}).argv == ["mpiexec", *np_, "prog"]
+    fake = tmp_path / "mpirun"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "mpirun (Open MPI) 5.0.3"; exit 0; }\necho ran\n')
+    fake.chmod(0o755)
+    out = subprocess.run([*_console(), *np_, "prog"], capture_output=True, text=True,
+                         env=_env(HPCDGNN_MPIRUN=str(fake)), timeout=60)
+    assert out.returncode == 2 and out.stdout == "", (out.returncode, out.stdout)
+    assert out.stderr.count("\n") == 1 and np_[0].split("=")[0] in out.stderr, out.stderr
+
+
 def test_mpi_kind_from_version_text(tmp_path):
     """The MPI is told from `mpirun --version`."""
     for text, kind in [("mpirun (Open MPI) 5.0.3", "openmpi"), ("HYDRA build details:", "mpich"),

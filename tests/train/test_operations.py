@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpcdgnn.errors import EXIT_PREEMPTED
+from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_STALLED
 from hpcdgnn.train.checkpoint import latest_checkpoint
 from tests.conftest import assert_same_run, mpi_env, read_metrics, write_job
 
@@ -34,10 +34,12 @@ def _assert_same_state(a: dict, b: dict) -> None:
             assert_same_run(torch.as_tensor(sa[k]).cpu(), torch.as_tensor(sb[k]).cpu())
 
 
-@pytest.mark.parametrize("comm", [{}, {"progress": "thread", "grad_buckets": 3}])
+@pytest.mark.parametrize("comm", [{}, {"progress": "thread", "grad_buckets": 3}, {"backend": "gloo"}])
 def test_fault_on_rank_1_of_3_aborts_job(launcher, tmp_path, small_dataset, comm):
     """debug.fail_rank raises mid-epoch (after the forward exchanges, before backward): the job ends fast —
-    also with a progress thread on every rank holding the others' open exchanges (``comm.progress``)."""
+    also with a progress thread on every rank holding the others' open exchanges (``comm.progress``), and over
+    gloo, whose process group wrapped the exception hook in one that held the traceback back until the hook
+    returned (ours ends in MPI_Abort: the traceback was lost)."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, comm=comm,
                     debug={"fail_rank": 1, "fail_epoch": 2})
     t0 = time.monotonic()
@@ -47,8 +49,21 @@ def test_fault_on_rank_1_of_3_aborts_job(launcher, tmp_path, small_dataset, comm
     assert elapsed < 20, f"mpirun took {elapsed:.1f}s to end the job"
     assert "rank 1/3:" in proc.stderr and "fault injected on rank 1 in epoch 2" in proc.stderr, proc.stderr
     assert "rank 0/3:" not in proc.stderr and "rank 2/3:" not in proc.stderr
+    assert proc.stderr.count("Traceback") == 1, proc.stderr  # gloo: the others lost a peer, in one line each
     assert len(read_metrics(tmp_path / "run")) == 1  # epoch 1 finished and was logged
-    assert ("progress thread on 3/3 ranks" in proc.stdout + proc.stderr) == bool(comm)
+    assert ("progress thread on 3/3 ranks" in proc.stdout + proc.stderr) == ("progress" in comm)
+
+
+def test_a_gloo_collective_past_comm_timeout_s_is_one_line_and_exit_3(launcher, tmp_path, small_dataset):
+    """A gloo collective that waits longer than ``comm.timeout_s`` (here for a straggler) ends the job with the
+    watchdog's exit status and one line naming the call and the setting — it was gloo's RuntimeError traceback."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
+                    comm={"backend": "gloo", "timeout_s": 0.2}, debug={"delay_rank": 1, "delay_seconds": 2.0})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=60)
+    assert proc.returncode == EXIT_STALLED, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln)
+    assert line.startswith("[rank 0] hpcdgnn: error: stalled: the gloo ") and "comm.timeout_s = 0.2 s" in line, line
 
 
 @pytest.mark.parametrize("model", ["tmgcn", "evolvegcn_o"])
