@@ -423,6 +423,13 @@ def test_pygt_errors(tmp_path):
         ("nofx.json", {"edges": [[0, 1]], "FX": []}, r"key 'FX': expected 2 dimensions, got shape \(0,\)"),
         ("huge.json", {"edges": [[1e300, 1]], "FX": [[0.0, 1.0]] * 6}, r"key 'edges': 1e\+300 is not a vertex id"),
         ("half.json", {"edges": [[0.5, 1]], "FX": [[0.0, 1.0]] * 6}, r"key 'edges': 0\.5 is not a vertex id"),
+        # numpy took true for 1.0 and false for vertex 0
+        ("bool.json", {"edges": [[0, 1]], "FX": [[0.0, True]] * 6}, r"key 'FX': true/false where numbers"),
+        ("boolid.json", {"edges": [[False, 1]], "FX": [[0.0, 1.0]] * 6}, r"key 'edges': true/false where numbers"),
+        # found by the writer, which named the output directory
+        ("tw.json", {"time_periods": 1, "node_ids": {"a": 0, "b": 1},
+                     "0": {"edges": [[0, 1]], "weights": [1.0, 2.0], "X": [[0, 0], [0, 0]], "y": [0, 0]}},
+         r"key '0\.weights': 2 weights for 1 edges"),
     ]:
         with pytest.raises(DataError, match=rf"{name}: " + says):
             prepare_dataset(_write(tmp_path, name, json.dumps(doc)), "pygt-json", tmp_path / "o")

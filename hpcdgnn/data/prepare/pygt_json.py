@@ -103,7 +103,9 @@ def detect_layout(data: Any) -> str | None:
 def _array(path: Path, key: str, value: Any, dtype: type, ndim: int, empty: bool = False) -> np.ndarray:
     """``value`` as an array of ``ndim`` dimensions, or a DataError naming the key; ``empty``: ``[]`` is
     accepted for any ``ndim`` (a snapshot without edges). Integers must be whole numbers: casting 0.5
-    would have made it vertex 0."""
+    would have made it vertex 0; JSON's ``true``/``false`` are no numbers (numpy would take them as 1 and 0)."""
+    if _holds_bool(value):
+        raise DataError(f"{path}: key {key!r}: true/false where numbers are expected")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
@@ -120,6 +122,18 @@ def _array(path: Path, key: str, value: Any, dtype: type, ndim: int, empty: bool
     if out.dtype.kind == "f" and not np.isfinite(out).all():
         raise DataError(f"{path}: key {key!r}: a value beyond the range of {out.dtype}")
     return out
+
+
+def _holds_bool(value: Any) -> bool:
+    """Whether a parsed JSON value (nested lists) holds a boolean anywhere (iterative: no recursion limit)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, bool):
+            return True
+        if isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 def _edges(path: Path, key: str, value: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -300,7 +314,12 @@ def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> Pre
             True,
             [_array(path, f"{t}.weights", _get(path, data, str(t), "weights"), np.float64, 1) for t in range(T)],
         )
-    counts = _counts([_edges(path, f"{t}.edges", _get(path, data, str(t), "edges"), n) for t in range(T)], n, opts)
+    edges = [_edges(path, f"{t}.edges", _get(path, data, str(t), "edges"), n) for t in range(T)]
+    for t, (src, _) in enumerate(edges):  # before anything is written: the writer would name its output
+        w = _get(path, data, str(t), "weights")
+        if isinstance(w, list) and len(w) != src.shape[0]:
+            raise DataError(f"{path}: key '{t}.weights': {len(w)} weights for {src.shape[0]} edges")
+    counts = _counts(edges, n, opts)
     return PreparedInput(
         num_vertices=n,
         snapshots=_twitter_snapshots(path, data, T, n, opts.labels == "target_bins"),
