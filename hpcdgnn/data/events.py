@@ -94,7 +94,16 @@ from hpcdgnn.data.manifest import (
     shard_entry_problem,
     write_manifest_json,
 )
-from hpcdgnn.data.writer import file_sha256, prepare_output_dir, replace_dir, shard_file_problem, write_vertex_ids
+from hpcdgnn.data.writer import (
+    check_output,
+    check_room,
+    disk_full,
+    file_sha256,
+    prepare_output_dir,
+    replace_dir,
+    shard_file_problem,
+    write_vertex_ids,
+)
 from hpcdgnn.errors import DataError
 
 __all__ = [
@@ -762,6 +771,9 @@ def write_events(
         ranges = split_ranges(t, check_split_fractions(split, str(root)))
     index_dtype = draft.index_dtype
     shard_events = int(shard_events)
+    check_output(root, force)  # a refusal of the output first, then the room (both before anything is made)
+    ids_bytes = 8 * n if original_ids is None else int(np.asarray(original_ids).nbytes)
+    check_room(root, e * (2 * np.dtype(index_dtype).itemsize + 8 + 4 * d) + ids_bytes)
     tmp = prepare_output_dir(root, force)
     try:
         shards = []
@@ -793,6 +805,9 @@ def write_events(
         save_event_manifest(tmp, manifest)
         replace_dir(tmp, root)
         return manifest
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full(root, exc)
+        if full is not None:
+            raise full from None
         raise

@@ -43,7 +43,7 @@ import numpy as np
 
 from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
-from hpcdgnn.errors import DataError
+from hpcdgnn.errors import DataError, nearest_existing
 from hpcdgnn.indices import index_dtype as index_dtype_for
 
 __all__ = [
@@ -164,6 +164,29 @@ def prepare_output_dir(root: str | Path, force: bool) -> Path:
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {e.strerror or e}") from None
     return tmp
+
+
+def check_room(output: str | Path, nbytes: int) -> None:
+    """Refuse an output its file system has no room for, before writing: h5py meeting a full disk printed
+    hundreds of tracebacks and then crashed at exit (the new dataset is written beside any earlier one, which is
+    replaced only once the new one is complete, so the room needed is all of ``nbytes``)."""
+    from hpcdgnn.data.prepare._estimate import human_bytes  # lazily: prepare imports this module
+
+    try:
+        free = shutil.disk_usage(nearest_existing(output)).free
+    except OSError:
+        return
+    if nbytes > free:
+        raise DataError(f"{output}: the dataset needs about {human_bytes(nbytes)} and its file system has "
+                        f"{human_bytes(free)} free; free some space or write it elsewhere (--output)")
+
+
+def disk_full(root: str | Path, e: BaseException) -> DataError | None:
+    """A write that failed for want of room (ENOSPC, EDQUOT) as one line for ``root``, else None."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DataError(f"{root}: cannot write the dataset: {os.strerror(e.errno)} (nothing was kept; an "
+                         "earlier dataset there is untouched)")
+    return None
 
 
 def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None:
@@ -478,7 +501,7 @@ def write_dataset(
     except BaseException as e:
         sink.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DataError(f"{root}: cannot write the dataset: {os.strerror(e.errno)} (nothing was kept; an "
-                            "earlier dataset there is untouched)") from None
+        full = disk_full(root, e)
+        if full is not None:
+            raise full from None
         raise

@@ -487,30 +487,31 @@ def test_email_eu_core_inversions_sorted_before_event_groups(tmp_path):
     assert [t[0] for t in m.snapshot_time] == raw[::K, 2].astype(float).tolist()
 
 
-def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, kind):
     """h5py meeting a full disk printed hundreds of ignored-exception tracebacks, left its temporary directory and
     segfaulted at exit. Now prepare checks the room before writing, and a write that fails anyway (someone
-    else filled the disk meanwhile) is one line with the temporary directory removed."""
+    else filled the disk meanwhile) is one line with the temporary directory removed — for both kinds (the
+    event writer had neither)."""
     import errno
     import shutil
     from collections import namedtuple
 
-    import hpcdgnn.data.prepare as prep
     import hpcdgnn.data.writer as writer
 
     p = _write(tmp_path, "tiny.txt", TINY)
     out = tmp_path / "out"
     usage = namedtuple("usage", "total used free")
     with monkeypatch.context() as m:
-        m.setattr(prep.shutil, "disk_usage", lambda _: usage(10**6, 10**6 - 1000, 1000))
-        with pytest.raises(DataError, match=r"out: the dataset needs about .* and its file system has 1000 B free"):
-            prepare_dataset(p, "snap", out)
-    assert shutil.disk_usage(tmp_path).free > 1000
+        m.setattr(shutil, "disk_usage", lambda _: usage(10**6, 10**6 - 10, 10))
+        with pytest.raises(DataError, match=r"out: the dataset needs about .* and its file system has 10 B free"):
+            prepare_dataset(p, "snap", out, kind=kind)
+    assert shutil.disk_usage(tmp_path).free > 10
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "Unable to synchronously create file (file write failed ...)")
 
     monkeypatch.setattr(writer.h5py, "File", full)
     with pytest.raises(DataError, match=r"out: cannot write the dataset: No space left on device \(nothing was kept"):
-        prepare_dataset(p, "snap", out)
+        prepare_dataset(p, "snap", out, kind=kind)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["tiny.txt"]

@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,8 +83,8 @@ from hpcdgnn.data.prepare.event_stream import (
 from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, read_jodie
 from hpcdgnn.data.prepare.pygt_json import read_pygt_json
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, read_snap
-from hpcdgnn.data.writer import check_output, file_sha256, write_dataset
-from hpcdgnn.errors import DataError, nearest_existing
+from hpcdgnn.data.writer import check_output, check_room, file_sha256, write_dataset
+from hpcdgnn.errors import DataError
 
 __all__ = [
     "add_prepare_arguments",
@@ -199,21 +198,6 @@ def _check_size(path: Path, fmt: str, opts: PrepareOptions, est: OutputEstimate 
     )
 
 
-def _check_room(output: Path, est: OutputEstimate | None) -> None:
-    """Refuse an output its file system has no room for, before writing: h5py meeting a full disk printed
-    hundreds of tracebacks and then crashed at exit (the new dataset is written beside any earlier one, which is
-    replaced only once the new one is complete, so the room needed is the whole estimate)."""
-    if est is None:
-        return
-    try:
-        free = shutil.disk_usage(nearest_existing(output)).free
-    except OSError:
-        return
-    if est.bytes > free:
-        raise DataError(f"{output}: the dataset needs about {human_bytes(est.bytes)} and its file system has "
-                        f"{human_bytes(free)} free; free some space or write it elsewhere (--output)")
-
-
 def prepare_dataset(
     input_path: str | Path, fmt: str, output: str | Path, *, kind: str = "snapshots", **options: Any
 ) -> Manifest | EventManifest:
@@ -272,7 +256,8 @@ def prepare_dataset(
         shard_size=opts.shard_size,
     )
     _check_size(path, fmt, opts, estimate)
-    _check_room(Path(output), estimate)
+    if estimate is not None:
+        check_room(output, estimate.bytes)
     # force and allow_large say how to write, not what: they stay out of the provenance
     options_used = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("force", "allow_large")}
     source = {
