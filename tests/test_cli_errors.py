@@ -69,3 +69,8 @@ def test_a_dataset_too_short_to_train_on_is_named(tmp_path):
     job = write_job(tmp_path / "job.yaml", data)
     line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r")))
     assert f"leaves no training examples in data.path {data} (T = 1: too few snapshots" in line, line
+    assert list((tmp_path / "r").iterdir()) == []  # the directory named by --output stays, emptied
+    # a run directory of its own (output.dir) is not left behind for a run that never trained
+    job = write_job(tmp_path / "job.yaml", data, output={"dir": str(tmp_path / "runs")})
+    _one_line(_hpcdgnn("run", str(job)))
+    assert list((tmp_path / "runs").iterdir()) == []

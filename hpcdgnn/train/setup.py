@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from hpcdgnn.nn.models.tgn import TGN
 from hpcdgnn.optim import Adam
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import (
+    RUN_ID_FILE,
     check_owner,
     ensure_run_id,
     latest_checkpoint,
@@ -283,6 +284,17 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
     if epoch and path.is_file() and path.read_bytes() != new.read_bytes():
         os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
     os.replace(new, path)
+
+
+def _discard_new_run(run_dir: Path, job: JobConfig, named: bool) -> None:
+    """Rank 0: undo what :func:`_save_run_files` wrote for a new run refused after it (no training examples, known
+    only once the task is set up), so that no run directory is left for a run that never trained. A directory
+    the user ``named`` (``--output``) stays, as do ``checkpoint.dir`` and any file a rank wrote meanwhile."""
+    for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+    for d in ([] if job.checkpoint.dir else [run_dir / "checkpoints"]) + ([] if named else [run_dir]):
+        with suppress(OSError):  # not there, or not empty: then it stays
+            d.rmdir()
 
 
 def truncate_metrics(path: Path, last_epoch: int) -> None:
@@ -597,6 +609,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             _save_run_files(run_dir, job, plan, start)
     train_count = task.global_train_count()
     if train_count <= 0:  # every rank computed the same count, so every rank raises here
+        if ckpt is None and comm.rank == 0:
+            _discard_new_run(run_dir, job, named=output is not None)
         raise collective_error(
             DataError(f"{job_path}: task.split {list(job.task.split)} leaves no training examples in data.path "
                       f"{job.data.path} (T = {getattr(manifest, 'num_snapshots', '?')}: too few snapshots, or no "
