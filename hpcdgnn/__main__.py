@@ -54,12 +54,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if comm.size > 1:
         _install_abort_hook(comm)
     try:
-        from hpcdgnn.comm.world import check_world_size
+        from hpcdgnn.comm.world import check_same_command, check_world_size
         from hpcdgnn.train.collective import collective_error  # every rank finds the same usage error
 
         wrong_world = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
         if wrong_world:
             raise collective_error(ConfigError(wrong_world))
+        if comm.size > 1:
+            command = ["run", *([args.job] if args.job else []), *(["--set", *args.set] if args.set else []),
+                       *(["--output", args.output] if args.output else []),
+                       *(["--resume", args.resume] if args.resume else [])]
+            differ = check_same_command(comm, command)
+            if differ:
+                raise collective_error(ConfigError(differ))
         if not args.job and not args.resume:
             raise collective_error(ConfigError("run: give a job YAML, or --resume RUNDIR"))
         if args.resume and args.output:

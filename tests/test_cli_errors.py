@@ -74,3 +74,20 @@ def test_a_dataset_too_short_to_train_on_is_named(tmp_path):
     job = write_job(tmp_path / "job.yaml", data, output={"dir": str(tmp_path / "runs")})
     _one_line(_hpcdgnn("run", str(job)))
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_ranks_started_with_different_arguments_are_refused_not_hung(launcher, tmp_path, small_dataset):
+    """An MPMD launch (``mpirun -np 2 A : -np 1 B``) whose ranks got other arguments: with ``--resume`` and
+    ``--output`` on ranks 0 and 1 only, those two refused alone and rank 2 waited for them for ever; with another
+    ``--set`` it trained rank 0's job silently. Now every rank refuses, in one line naming the ranks."""
+    if not launcher.open_mpi:
+        pytest.skip("the MPMD ':' syntax is Open MPI's here")
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    run = [sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r")]
+    cmd = [launcher.mpirun, "--oversubscribe", "-np", "2", *run, "--resume", str(tmp_path / "r"), ":",
+           "-np", "1", *run]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=REPO)
+    line = _one_line(proc)
+    assert line.startswith("hpcdgnn: error: the ranks were started with different arguments: rank 0 with 'run "), line
+    assert "(differing: rank 2)" in line, line
+    assert not (tmp_path / "r").exists()

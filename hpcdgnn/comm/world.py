@@ -34,11 +34,12 @@ MPI library itself may set while initialising is not in it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-__all__ = ["check_world_size", "expected_world_size"]
+__all__ = ["check_same_command", "check_world_size", "expected_world_size"]
 
 # Slurm's step ids that are not srun steps: the batch script, the extern step, an interactive allocation
 _NOT_SRUN_STEPS = {"batch", "extern", "interactive", "4294967294", "4294967295", "4294967293", "4294967292"}
@@ -137,3 +138,24 @@ def check_world_size(size: int, environ: Mapping[str, str] = os.environ, *, libr
         f"different MPI installations; launch with the {launcher} of the MPI mpi4py was built with "
         f"(HPCDGNN_MPIRUN=/path/to/mpirun), or rebuild mpi4py against this launcher's MPI"
     )
+
+
+def check_same_command(comm, command: Sequence[str]) -> str | None:
+    """A one-line error, the same on every rank, when the ranks were started with different arguments (collective).
+
+    Every decision of a run is rank 0's, broadcast, so a rank started with other arguments (an MPMD launch,
+    ``mpirun ... : ...``; a job script expanding a variable per rank, ``--output runs/$(date +%s)``) either
+    trained rank 0's job silently, or — one rank alone refusing ``--resume`` with ``--output`` — left the others
+    waiting in a collective for ever. One all-gather of a digest; the commands themselves only when they differ.
+    """
+    text = "\0".join(command)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    if len(set(comm.allgather_obj(digest))) == 1:
+        return None
+    commands = comm.allgather_obj(" ".join(command))
+    other = [r for r, c in enumerate(commands) if c != commands[0]]
+    ranks = ", ".join(map(str, other[:3])) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+    return (f"the ranks were started with different arguments: rank 0 with '{commands[0]}', rank "
+            f"{other[0]} with '{commands[other[0]]}' (differing: rank{'s' if len(other) > 1 else ''} {ranks}); "
+            "every rank must run the same command (an MPMD launch with ':', or a job script expanding a value "
+            "per rank?)")
