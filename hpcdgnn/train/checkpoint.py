@@ -45,8 +45,8 @@ import torch
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["CheckpointManager", "check_owner", "ensure_run_id", "latest_checkpoint", "load_shared", "load_state",
-           "read_run_id", "restore_rng"]
+__all__ = ["CheckpointManager", "check_owner", "claim_run_dir", "ensure_run_id", "latest_checkpoint", "load_shared",
+           "load_state", "read_run_id", "restore_rng"]
 
 _COMPLETE = "COMPLETE"
 RUN_ID_FILE = "run_id"
@@ -58,6 +58,19 @@ def read_run_id(run_dir: Path) -> str | None:
         return (Path(run_dir) / RUN_ID_FILE).read_text().strip() or None
     except OSError:
         return None
+
+
+def claim_run_dir(run_dir: Path) -> bool:
+    """Rank 0 of a new run: write the run's id into ``run_dir`` only if no other run has (``O_EXCL``, atomic on
+    the file system); False when one has. Two jobs started at once with the same ``--output`` (a job array
+    given one RUNDIR) both found the directory empty, and then wrote their files over each other's."""
+    try:
+        fd = os.open(Path(run_dir) / RUN_ID_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(uuid.uuid4().hex + "\n")
+    return True
 
 
 def ensure_run_id(run_dir: Path) -> str:

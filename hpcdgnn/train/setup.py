@@ -51,6 +51,7 @@ from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import (
     RUN_ID_FILE,
     check_owner,
+    claim_run_dir,
     ensure_run_id,
     latest_checkpoint,
     load_shared,
@@ -359,6 +360,9 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             except ConfigError as e:  # --set checkpoint.dir=... is the override's fault, not the file's
                 raise ConfigError(blame_override(str(e), job_path, overrides)) from None
             run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            if not claim_run_dir(run_dir):  # between choose_run_dir's "empty" and now, another run took it
+                raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
+                                  "run never overwrites another (give each run its own directory)")
             make_checkpoint_dir(ckpt_dir, job_path)
             _save_run_files(run_dir, job, plan, 0)
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_same_run, make_dataset, read_metrics, write_job
+from tests.conftest import REPO, assert_same_run, make_dataset, mpi_env, read_metrics, write_job
 
 
 def _fingerprint(run: Path) -> dict[str, str]:
@@ -178,3 +180,29 @@ def test_a_resume_refuses_another_run_s_checkpoints_and_follows_its_own_moved(sm
     assert [r["epoch"] for r in read_metrics(a)] == [1, 2, 3, 4, 5]
     assert sorted(p.name for p in moved.iterdir()) == ["epoch-000001", "epoch-000005"]  # B's kept, A's rotated
     assert json.loads((moved / "epoch-000005" / "COMPLETE").read_text())["run_id"] == (a / "run_id").read_text().strip()
+
+
+def test_two_runs_started_at_once_in_one_output_directory(small_dataset, tmp_path):
+    """A job array given one RUNDIR: both runs found the directory empty and wrote over each other's files.
+    The run id is claimed atomically (O_EXCL): exactly one run takes the directory, the other is refused. The
+    other run is played by a run id written between this run's emptiness check and its claim."""
+    from hpcdgnn.train.checkpoint import claim_run_dir, read_run_id
+
+    assert claim_run_dir(tmp_path) and not claim_run_dir(tmp_path) and read_run_id(tmp_path)
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    out = tmp_path / "shared"
+    code = ("import sys\n"
+            "from hpcdgnn.train import setup\n"
+            "real = setup.choose_run_dir\n"
+            "def racing(*a):\n"
+            "    d = real(*a)\n"
+            "    (d / 'run_id').write_text('the-other-run\\n')\n"
+            "    return d\n"
+            "setup.choose_run_dir = racing\n"
+            "from hpcdgnn.__main__ import main\n"
+            f"sys.exit(main(['run', {str(job)!r}, '--output', {str(out)!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=mpi_env(),
+                          cwd=REPO)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "another run started in this directory at the same moment" in proc.stderr, proc.stderr
+    assert sorted(x.name for x in out.iterdir()) == ["run_id"] and read_run_id(out) == "the-other-run"
