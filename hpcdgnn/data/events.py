@@ -803,7 +803,7 @@ def write_events(
             source=dict(source or {}),
         )
         save_event_manifest(tmp, manifest)
-        replace_dir(tmp, root)
+        replace_dir(tmp, root, force)
         return manifest
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)

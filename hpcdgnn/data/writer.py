@@ -198,15 +198,22 @@ def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None
         f.create_dataset("original_id", data=ids)
 
 
-def replace_dir(tmp: Path, root: Path) -> None:
+def replace_dir(tmp: Path, root: Path, force: bool) -> None:
     """Move the finished ``tmp`` (from :func:`prepare_output_dir`) into place as ``root``.
 
     Whatever is at ``root`` is removed first: an empty directory, or with ``force`` an earlier dataset
-    (:func:`prepare_output_dir` refused anything else).
+    (:func:`prepare_output_dir` refused anything else). Without ``force`` only an empty one: another prepare
+    into the same output may have finished since that check, and its dataset is not ours to delete.
     """
-    if root.is_dir():
-        shutil.rmtree(root)
-    tmp.rename(root)
+    try:
+        if root.is_dir():
+            shutil.rmtree(root) if force else root.rmdir()
+        tmp.rename(root)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise DataError(f"{root}: another dataset was written there while this one was (two prepares into one "
+                        "--output?); it is kept, and this one discarded") from None
 
 
 def _first_of_run(sorted_keys: np.ndarray) -> np.ndarray:
@@ -496,7 +503,7 @@ def write_dataset(
             source=dict(source or {}, weights=weights, log_features=log_features),
         )
         save_manifest(tmp, manifest)
-        replace_dir(tmp, root)
+        replace_dir(tmp, root, force)
         return manifest
     except BaseException as e:
         sink.abandon()

@@ -515,3 +515,28 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, kind)
     with pytest.raises(DataError, match=r"out: cannot write the dataset: No space left on device \(nothing was kept"):
         prepare_dataset(p, "snap", out, kind=kind)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["tiny.txt"]
+
+
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_dataset_another_prepare_finished_meanwhile_is_kept(tmp_path, monkeypatch, kind):
+    """Two prepares into one --output both found it absent; the one finishing second deleted the other's finished
+    dataset to put its own there. Now it discards its own, in one line."""
+    import hpcdgnn.data.events as events
+    import hpcdgnn.data.writer as writer
+
+    p = _write(tmp_path, "tiny.txt", TINY)
+    out = tmp_path / "out"
+    module = writer if kind == "snapshots" else events
+    save = module.save_manifest if kind == "snapshots" else module.save_event_manifest
+
+    def and_the_other_finishes(tmp, manifest):
+        save(tmp, manifest)
+        out.mkdir()
+        (out / "manifest.json").write_text("the other prepare's")
+
+    monkeypatch.setattr(module, "save_manifest" if kind == "snapshots" else "save_event_manifest",
+                        and_the_other_finishes)
+    with pytest.raises(DataError, match=r"out: another dataset was written there while this one was"):
+        prepare_dataset(p, "snap", out, kind=kind)
+    assert (out / "manifest.json").read_text() == "the other prepare's"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out", "tiny.txt"]
