@@ -122,6 +122,10 @@ class CommStats:
     #: tags of the other calls since :meth:`take_exchanges` (point to point, a group's collective): whom their
     #: blocked time waited for is not known, so such a tag gets no late figure
     unmatched: set[str] = field(default_factory=set)
+    #: while ``keep_exchanges`` is set, every interval a tag's ``seconds`` counted, as (tag, start, end) in
+    #: ``perf_counter`` time: an epoch's ``comm`` is their union over the training tags, so that two tags under way
+    #: at once (gradient buckets during the backward redistribution's chunks) count once, as within a tag
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
 
     def enter(self, tag: str) -> float:
         """Mark the start of a call under ``tag``; returns ``perf_counter()`` for its timer."""
@@ -153,6 +157,9 @@ class CommStats:
         s.bytes_recv += recv
         if not self._open.get(tag):  # else the call lies inside an interval already being timed: it lasts
             s.seconds += seconds  # at least until now (its non-blocking exchanges may have completed earlier)
+            if self.keep_exchanges:
+                now = time.perf_counter()
+                self.spans.append((tag, now - seconds, now))
         else:
             now = time.perf_counter()
             self._last[tag] = max(self._last.get(tag, now), now)
@@ -193,8 +200,13 @@ class CommStats:
 
     def take_exchanges(self) -> tuple[ExchangeLog, set[str]]:
         """The exchanges and the unmatched tags recorded since the last call (:attr:`exchanges`,
-        :attr:`unmatched`), which start anew."""
-        out, self.exchanges, self.unmatched = (self.exchanges, self.unmatched), ExchangeLog(), set()
+        :attr:`unmatched`), which start anew (and so do :attr:`spans`: :meth:`take_spans`)."""
+        out, self.exchanges, self.unmatched, self.spans = (self.exchanges, self.unmatched), ExchangeLog(), set(), []
+        return out
+
+    def take_spans(self) -> list[tuple[str, float, float]]:
+        """The intervals recorded since the last call (:attr:`spans`), which start anew."""
+        out, self.spans = self.spans, []
         return out
 
     def finished(self, tag: str, t: float) -> None:
@@ -204,7 +216,10 @@ class CommStats:
         self._last[tag] = max(self._last.get(tag, t), t)
         self._open[tag] -= 1
         if not self._open[tag]:
-            self.tags[tag].seconds += self._last.pop(tag) - self._opened[tag]
+            end = self._last.pop(tag)
+            self.tags[tag].seconds += end - self._opened[tag]
+            if self.keep_exchanges:
+                self.spans.append((tag, self._opened[tag], end))
 
     def snapshot(self) -> dict[str, TagStats]:
         """A copy of the counters, to subtract later with :meth:`since`."""

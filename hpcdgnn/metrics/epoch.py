@@ -11,9 +11,11 @@ Times: ``epoch`` is the wall time of all batches (kernels included on a GPU);
 ``comm`` the seconds training communication was under way (every tag but setup,
 metrics, barrier, checkpoint): the time inside blocking collectives, and for
 non-blocking ones (``strategy.overlap_chunks``) the time from their post to their
-completion; ``comm_exposed`` the part of ``comm`` this rank spent blocked inside
-MPI calls — waiting, not hidden behind computation (equal to ``comm`` without
-overlap); ``comm_late`` the part of ``comm_exposed`` spent before the last rank
+completion, exchanges under way at once counted once (the union of their intervals:
+gradient buckets in flight during the backward redistribution's chunks), so that it
+never exceeds ``epoch``; ``comm_by_tag``'s ``seconds`` are each tag's own; ``comm_exposed``
+the part of ``comm`` this rank spent blocked inside MPI calls — waiting, not hidden behind
+computation (equal to ``comm`` without overlap); ``comm_late`` the part of ``comm_exposed`` spent before the last rank
 had reached the exchange — waiting for a slower rank, which no overlap can hide
 (:mod:`hpcdgnn.metrics.waits`): summed over the tags whose exchanges are all
 collectives of every rank (``comm_by_tag`` gives those a ``late``; a tag with
@@ -43,7 +45,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.exchange_log import ExchangeLog
-from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks
+from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks, union_seconds
 from hpcdgnn.metrics.waits import last_arrivals
 
 __all__ = ["EpochRecorder"]
@@ -73,7 +75,6 @@ class EpochRecorder:
                  trace: Path | None = None) -> None:
         self.comm, self.strategy, self.task, self.device = comm, strategy, task, device
         self.warmup_epochs, self.resumed_at = warmup_epochs, resumed_at
-        self.totals = np.zeros(len(TIME_SPLIT))
         self.trace = trace
         if trace is not None:
             trace.parent.mkdir(parents=True, exist_ok=True)
@@ -115,10 +116,12 @@ class EpochRecorder:
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
         self.comm.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
         wall = time.perf_counter() - self._t0
-        exchanges, unmatched = self.comm.stats.take_exchanges()  # before the collectives below
+        spans = self.comm.stats.take_spans()  # before the collectives below
+        exchanges, unmatched = self.comm.stats.take_exchanges()
         transfer = self.strategy.transfer_stats()[0] - self._transfer_before
         train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
-        comm_s = sum(v.seconds for v in train_tags.values())
+        # tags under way at once count once (a tag's own concurrent exchanges already do in its seconds)
+        comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag)])
         exposed = sum(v.exposed for v in train_tags.values())
         load = self.strategy.load_seconds
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
@@ -166,7 +169,6 @@ class EpochRecorder:
         for key, v in waits.items():
             times[key] = {"min": float(v.min()), "mean": float(v.mean()), "max": float(v.max())}
             times["slowest"][key] = float(v[times["slowest_rank"]])
-        self.totals += np.asarray([times["slowest"][k] for k in TIME_SPLIT])
         record = {
             "epoch": epoch,
             "warmup": epoch <= self.warmup_epochs or (self.resumed_at > 0 and epoch == self.resumed_at + 1),

@@ -41,14 +41,19 @@ def test_overlap_is_exact(launcher, small_dataset, tmp_path, model):
         # the per-tag split adds up to the totals (means over ranks of sums over tags)
         by_tag = recs[-1]["comm_by_tag"]
         assert set(by_tag) == set(recs[-1]["bytes_by_tag"])
-        assert sum(v["seconds"] for v in by_tag.values()) == pytest.approx(t["comm"]["mean"], rel=1e-9)
+        # (the tags' times under way add up to at least the total, which counts time two tags were under way at
+        # once only once: a rank's comm never exceeds its epoch)
+        assert sum(v["seconds"] for v in by_tag.values()) >= t["comm"]["mean"] * (1 - 1e-9)
         assert sum(v["exposed"] for v in by_tag.values()) == pytest.approx(t["comm_exposed"]["mean"], rel=1e-9)
         assert all(v["exposed"] <= v["exposed_max"] + 1e-12 for v in by_tag.values())
-        last = recs[-1]["per_rank"]
-        assert all(e <= c + 1e-6 for e, c in zip(last["comm_exposed"], last["comm"], strict=True))
-    # without overlap, every call blocks: exposed is all of it
+        for r in recs:
+            last = r["per_rank"]
+            assert all(e <= c + 1e-6 for e, c in zip(last["comm_exposed"], last["comm"], strict=True))
+            assert all(c <= w for c, w in zip(last["comm"], last["epoch"], strict=True)), last
+    # without overlap, every call blocks: exposed is all of it (to rounding: summed in another order)
     t = recs1[-1]["time"]
-    assert t["comm_exposed"] == t["comm"]
+    for k in ("min", "mean", "max"):
+        assert t["comm_exposed"][k] == pytest.approx(t["comm"][k], rel=1e-12)
 
 
 def test_every_layer_moves_in_chunks_and_the_trace_says_where_the_wait_went(launcher, small_dataset, tmp_path):
