@@ -30,7 +30,7 @@ import yaml
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["RunDirectory", "choose_run_dir"]
+__all__ = ["RunDirectory", "choose_run_dir", "read_epoch_records"]
 
 
 def _clean(v: Any) -> Any:
@@ -78,6 +78,13 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
         except OSError as e:
             raise ConfigError(f"output.dir: {parent}: cannot create the run directory {p}: {e.strerror or e}") \
                 from None
+
+
+def read_epoch_records(path: Path) -> list[dict]:
+    """The epoch records of a ``metrics.jsonl`` (a resumed run's summary covers the epochs before the resume)."""
+    if not Path(path).is_file():
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 class RunDirectory:

@@ -1,9 +1,9 @@
 """``summary.json``: what a finished (or pre-empted) run reports for scripts and plots.
 
-Final metrics, time and byte totals, the steady epoch time (median and mean of
-the slowest rank over non-warm-up epochs), S3 transfer bytes, per-rank memory
-(peak RSS, device-held inputs, activation peak, host payloads, GPU peak) and
-the environment (ranks, threads, device, backend, library versions, host).
+Final metrics, time and byte totals of the whole run (a resumed one's earlier epochs included, read
+from ``metrics.jsonl``), the steady epoch time (median and mean of the slowest rank over non-warm-up
+epochs), S3 transfer bytes, per-rank memory (peak RSS, device-held inputs, activation peak, host
+payloads, GPU peak) and the environment (ranks, threads, device, backend, library versions, host).
 Every rank joins one gather of its memory figures; rank 0 writes the file.
 """
 
@@ -66,9 +66,20 @@ def _environment(comm, run) -> dict:
     }
 
 
-def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activation_peak: float,
-                  preempted: bool, status: str | None = None) -> None:
-    """Gather the memory figures (every rank) and write ``summary.json`` (rank 0, ``rd`` not None)."""
+def _seconds(records: list[dict]) -> dict[str, float]:
+    """The slowest rank's split summed over the epochs — ``epoch``, ``load``, ``compute``, ``comm`` and, where every
+    epoch has them, ``comm_exposed`` (load + compute + comm_exposed = epoch) and ``comm_late``."""
+    keys = (*TIME_SPLIT, "comm_exposed", "comm_late")
+    return {k: float(sum(r["slowest"][k] for r in records)) for k in keys
+            if all(r["slowest"].get(k) is not None for r in records)}
+
+
+def write_summary(comm, rd, run, records: list[dict], activation_peak: float, preempted: bool,
+                  status: str | None = None) -> None:
+    """Gather the memory figures (every rank) and write ``summary.json`` (rank 0, ``rd`` not None).
+
+    ``records``: every epoch of the run, those before a resume included (``metrics.jsonl``'s), so that the
+    totals and the steady epoch time are the whole run's, not the last attempt's."""
     mem = _memory(comm, run, activation_peak)
     if rd is None:
         return
@@ -82,7 +93,7 @@ def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activa
             "final": records[-1] if records else None,
             "epochs": len(records),
             "totals": {
-                "seconds": dict(zip(TIME_SPLIT, totals.tolist(), strict=True)),
+                "seconds": _seconds(records),
                 "bytes_sent": int(sum(r["bytes_sent"] for r in records)),
                 "setup_seconds": run.setup_seconds,
             },
@@ -104,7 +115,8 @@ def write_summary(comm, rd, run, records: list[dict], totals: np.ndarray, activa
                 "host_payload_bytes": [int(v) for v in mem[:, 3]],
                 **({"gpu_max_allocated_bytes": [int(v) for v in mem[:, 4]]} if run.device.type == "cuda" else {}),
             },
-            "parameters": {"count": sum(p.numel() for p in run.params), "initial_checksum": run.checksum},
+            "parameters": {"count": sum(p.numel() for p in run.params), "initial_checksum": run.initial_checksum,
+                           **({"resumed_checksum": run.checksum} if run.start_epoch else {})},
             "compiled_kernels": kernels.calls(),  # rank 0's calls of each numba loop (none: the torch paths)
             "environment": _environment(comm, run),
         }

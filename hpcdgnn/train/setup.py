@@ -89,6 +89,10 @@ class Run:
     train_count: float
     dataset_sha256: str = ""
     """:func:`dataset_fingerprint` of the data as the run loaded it (rank 0 reads it; checkpoints record it)."""
+    initial_checksum: str | None = None
+    """The parameters' checksum before epoch 1 (rank 0): ``checksum`` in a fresh run; in a resumed one the
+    checkpoint's record of it (``checksum`` is then that of the parameters as restored), None where the
+    checkpoint predates the record."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
@@ -599,10 +603,13 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
     model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
     start, mine = 0, None
+    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
+    initial = checksum
     if ckpt is not None:  # every rank reads the shared state and its own RNG state
         state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt))
         start = int(state["epoch"])
-    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
+        checksum = _checksum(params) if comm.rank == 0 else ""  # the parameters as restored
+        initial = state.get("initial_checksum")
 
     t_setup = time.perf_counter()
     strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
@@ -621,4 +628,4 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
                       "labels)")
         )
     return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
-               start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint)
+               start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint, initial)

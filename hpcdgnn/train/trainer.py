@@ -37,7 +37,7 @@ from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.metrics import RunDirectory, configure_logging
+from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import write_summary
@@ -127,6 +127,7 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
         "optimizer": run.optimizer.state_dict(),
         "plan": run.plan,
         "config": job_to_dict(run.job),
+        "initial_checksum": run.initial_checksum,  # what summary.json reports after a resume too
     }
     if checkpoints.comm.rank == 0:  # what a resume checks it continues on (check_resume_dataset): the data as
         shared["dataset_sha256"] = run.dataset_sha256  # loaded (it may move or change while the run trains)
@@ -139,7 +140,8 @@ def _banner(log, run: Run, comm: Communicator) -> None:
              f"N={m.num_vertices} T={m.num_snapshots} F={m.num_features}")
     log.info(
         f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, {shape}, "
-        f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}), {job.train.dtype}, "
+        f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}"
+        f"{' as restored' if run.start_epoch else ''}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
         + (f", progress thread on {comm.progress_ranks}/{comm.size} ranks "
@@ -245,8 +247,10 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
     _banner(log, run, comm)
+    earlier: list[dict] = []  # the records of the epochs before a resume: summary.json covers the whole run
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
+        earlier = read_epoch_records(run.run_dir / "metrics.jsonl")
     rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
@@ -312,7 +316,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             log.info(f"pre-empted ({_signal_name(stop)}): stopped after epoch {epoch}; "
                      f"resume with --resume {run.run_dir}")
             break
-    write_summary(comm, rd, run, records, recorder.totals, activation_peak, preempted,
+    write_summary(comm, rd, run, earlier + records, activation_peak, preempted,
                   status="diverged" if diverged else None)
     if watchdog is not None:
         watchdog.stop()

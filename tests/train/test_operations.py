@@ -84,6 +84,18 @@ def test_resume_reproduces_straight_run(launcher, tmp_path, small_dataset, model
     # exactly (on a GPU, to rounding): same arithmetic, same order
     assert_same_run([[r["loss"], r["grad_norm"]] for r in a], [[r["loss"], r["grad_norm"]] for r in b])
     _assert_same_state(_final_state(straight), _final_state(part))
+    # summary.json is the whole run's, not the last attempt's (it covered epochs 4-6 only, with the restored
+    # parameters' checksum as the initial one)
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (straight, part))
+    assert sa["epochs"] == sb["epochs"] == 6 and sb["resumed_from_epoch"] == 3
+    assert sa["totals"]["bytes_sent"] == sb["totals"]["bytes_sent"] == sum(r["bytes_sent"] for r in b)
+    assert sb["totals"]["seconds"]["epoch"] == pytest.approx(sum(r["slowest"]["epoch"] for r in b), rel=1e-12)
+    assert sa["parameters"]["initial_checksum"] == sb["parameters"]["initial_checksum"]
+    assert "resumed_checksum" not in sa["parameters"]
+    assert sb["parameters"]["resumed_checksum"] != sb["parameters"]["initial_checksum"]
+    for s in (sa, sb):  # the totals add up: load + compute + exposed communication = epoch
+        t = s["totals"]["seconds"]
+        assert t["load"] + t["compute"] + t["comm_exposed"] == pytest.approx(t["epoch"], rel=1e-6)
 
 
 def test_resume_re_runs_the_epochs_after_its_checkpoint_once_in_every_record(launcher, tmp_path, small_dataset):
