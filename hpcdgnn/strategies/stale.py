@@ -26,7 +26,11 @@ decrease (``test_adaptive_theta_grows_as_loss_falls``). A rising loss
 (norm < 0) gives θ = 0, i.e. everything fresh.
 
 What is reported per epoch (metrics.jsonl ``stale``): θ_r, D_r, rows sent and
-rows reused (all ranks), and the traffic saved in bytes.
+rows reused (all ranks), and the traffic saved in bytes (``bytes_saved``): the reused
+rows' values and, where they carry one, their gradients, which no longer cross the
+network either. The messages that say which rows come are traffic of their own
+(``bytes_by_tag``'s ``stale.index`` or ``*.index``, and ``stale``'s one all-reduce per
+layer), so ``bytes_sent`` falls by ``bytes_saved`` less those.
 
 **Checkpoints.** The caches, the losses behind θ and the last θ_r, D_r are the
 rank's strategy state (:meth:`StaleHalo.state_dict`), so ``run --resume``
@@ -48,6 +52,12 @@ from hpcdgnn.indices import index_dtype
 
 __all__ = ["adaptive_factor", "decode_positions", "encode_positions", "exchange_positions", "StaleFetch",
            "StaleHalo"]
+
+
+def _ways(rows: torch.Tensor) -> int:
+    """How many times a halo row's bytes cross the network per epoch: its value, and back its gradient when it
+    has one (a reused row sends neither: it is a constant of the step)."""
+    return 2 if rows.requires_grad else 1
 
 
 def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
@@ -190,7 +200,7 @@ class StaleHalo:
             got[pos] = values.detach().cpu()
         halo = got.to(send.device).clone().index_put((pos.to(send.device),), values)
         skipped = int((~fresh).sum())
-        self._epoch_stats += [int(fresh.sum()), skipped, skipped * width * send.element_size()]
+        self._epoch_stats += [int(fresh.sum()), skipped, skipped * width * send.element_size() * _ways(send)]
         return halo
 
     def end_epoch(self, train_loss: float) -> dict:
@@ -353,7 +363,7 @@ class StaleFetch:
             flag[rows[m]] = True
         sorted_rows = cached.to(h.device).index_put((torch.nonzero(mask).view(-1).to(h.device),), values)
         reused = int((~fresh).sum())
-        self.halo._epoch_stats += [int(fresh.sum()), reused, reused * width * h.element_size()]
+        self.halo._epoch_stats += [int(fresh.sum()), reused, reused * width * h.element_size() * _ways(h)]
         self.halo.theta_now, self.halo.d_now = theta, max(self.halo.d_now, d)
         return req.in_key_order(sorted_rows)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from itertools import pairwise
 
 import numpy as np
@@ -104,6 +106,14 @@ def test_static_threshold_saves_traffic_and_reports_it(launcher, exact, tmp_path
     # reuse happens, is reported with the bytes it saved, and never costs traffic
     assert sum(r["stale"]["rows_reused"] for r in later) > 0
     assert all((r["stale"]["rows_reused"] > 0) == (r["stale"]["bytes_saved"] > 0) for r in later)
+    # bytes_saved is what the traffic fell by: reused rows' values and gradients (it counted the values alone,
+    # half the saving), less the messages naming the fresh rows (`stale`, `stale.index`; the task fetch's index
+    # grows by its bit mask)
+    for r, o in zip(later, off[1:], strict=True):
+        overhead = sum(b - o["bytes_by_tag"].get(tag, 0) for tag, b in r["bytes_by_tag"].items()
+                       if tag == "stale" or tag.endswith(".index"))
+        assert o["bytes_sent"] - r["bytes_sent"] == r["stale"]["bytes_saved"] - overhead, \
+            (json.dumps(r["bytes_by_tag"]), json.dumps(o["bytes_by_tag"]), r["stale"])
     halo = [r["bytes_by_tag"]["halo.fwd"] for r in later]
     halo_off = [o["bytes_by_tag"]["halo.fwd"] for o in off[1:]]
     assert all(a <= b for a, b in zip(halo, halo_off, strict=True)) and sum(halo) < sum(halo_off)
