@@ -32,6 +32,7 @@ import errno
 import hashlib
 import os
 import shutil
+import tempfile
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -157,10 +158,10 @@ def prepare_output_dir(root: str | Path, force: bool) -> Path:
     root = Path(root)
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        (tmp / "shards").mkdir(parents=True)
+        # a new name (not the pid's: two prepares on two nodes of a shared file system may have the same pid,
+        # and one removed the other's directory while it wrote)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+        (tmp / "shards").mkdir()
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {e.strerror or e}") from None
     return tmp

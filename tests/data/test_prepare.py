@@ -540,3 +540,17 @@ def test_a_dataset_another_prepare_finished_meanwhile_is_kept(tmp_path, monkeypa
         prepare_dataset(p, "snap", out, kind=kind)
     assert (out / "manifest.json").read_text() == "the other prepare's"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out", "tiny.txt"]
+
+
+def test_another_prepare_s_temporary_directory_is_left_alone(tmp_path):
+    """Two prepares into one --output on two nodes of a shared file system may have the same pid: the temporary
+    directory was named by the pid, and the second prepare deleted the first's while it wrote."""
+    import os
+
+    p = _write(tmp_path, "tiny.txt", TINY)
+    theirs = tmp_path / f".out.tmp-{os.getpid()}"
+    (theirs / "shards").mkdir(parents=True)
+    (theirs / "shards" / "s0.h5").write_text("being written on another node")
+    prepare_dataset(p, "snap", tmp_path / "out")
+    assert (theirs / "shards" / "s0.h5").read_text() == "being written on another node"
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted([theirs.name, "out", "tiny.txt"])
