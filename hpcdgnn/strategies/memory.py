@@ -130,6 +130,7 @@ class MemoryStrategy(Strategy):
     """DistTGL's i×j×k parallelism (see the module docstring)."""
 
     full_batch = False
+    setup_work = "read the event stream + temporal neighbour index"
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> MemoryPlan:
@@ -175,6 +176,9 @@ class MemoryStrategy(Strategy):
         # who reports the shared arrays' bytes: asked here, on every rank (the query is a collective)
         first_on_node = self.comm.local_rank_size()[0] == 0
         self._host_counted = (first_on_node or not stream_windows, first_on_node or not windows)
+        # the features are the node's mapped copy where the training dtype is theirs (float32), else this rank's
+        mapped = bool(stream_windows) and ev.efeat.size > 0 and np.shares_memory(self.efeat.numpy(), ev.efeat)
+        self._efeat_counted = first_on_node or not mapped
         self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
         self.dst_range = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
         i, j = plan.minibatch, plan.epoch
@@ -208,8 +212,12 @@ class MemoryStrategy(Strategy):
         self._pretrain(task, job.model.static_pretrain_epochs)
 
     def engine_bytes(self) -> int:
-        """The node memory's rows and times plus the edge features."""
-        return int(self.memory.nbytes + self.efeat.numel() * self.efeat.element_size())
+        """The node memory's rows and times plus the edge features, each counted by one rank where ranks share
+        it (the memory group's leader; the node's first rank for the node's copy of the features), so per-rank
+        figures add up to the machine's (every rank reported its group's shared memory)."""
+        memory = self.memory.nbytes if self.memory.leader else 0
+        efeat = self.efeat.numel() * self.efeat.element_size() if self._efeat_counted else 0
+        return int(memory + efeat)
 
     def host_bytes(self) -> int:
         """The stream's ids and times and the temporal CSR: counted on one rank per node when the node

@@ -150,7 +150,7 @@ def _banner(log, run: Run, comm: Communicator) -> None:
     )
     from hpcdgnn.allocator import describe
 
-    log.info(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s (read + normalise + precompute Ã·X)"
+    log.info(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s ({run.strategy.setup_work})"
              f"   host allocator: {describe()}")
     if run.start_epoch:
         log.info(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")

@@ -5,6 +5,7 @@ checkpoint bit for bit; bad layouts end every rank with one line."""
 from __future__ import annotations
 
 import gzip
+import json
 
 import numpy as np
 import pytest
@@ -56,6 +57,11 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, tmp_path):
         for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
             assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, key)
         assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "memory.order", "memory.eval"}
+        # the group's one node memory is counted once over ranks (every rank reported it); the float64 features
+        # are each rank's own copy (float32 ones would be the node's mapped copy, counted once too)
+        engine = [json.loads((d / "summary.json").read_text())["memory"]["engine_bytes"]
+                  for d in (tmp_path / "p1", tmp_path / f"p{i}")]
+        assert sum(engine[1]) == engine[0][0] + (i - 1) * EVENTS * 2 * 8, (i, engine)
 
 
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
