@@ -602,14 +602,14 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         share = memory_share(comm, device)  # a collective over the node's ranks
         agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
     model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
-    start, mine = 0, None
-    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only
-    initial = checksum
+    start, mine, initial = 0, None, None
     if ckpt is not None:  # every rank reads the shared state and its own RNG state
         state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt))
         start = int(state["epoch"])
-        checksum = _checksum(params) if comm.rank == 0 else ""  # the parameters as restored
-        initial = state.get("initial_checksum")
+        initial = state.get("initial_checksum")  # None: a checkpoint from before it was kept
+    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only (as restored)
+    if ckpt is None:
+        initial = checksum
 
     t_setup = time.perf_counter()
     strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
