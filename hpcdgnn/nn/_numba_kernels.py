@@ -3,7 +3,13 @@ importing numba costs a quarter of a second)."""
 
 from __future__ import annotations
 
-import numba
+import os
+
+# numba's error highlighting starts colorama where that is installed, and colorama's exit handler then writes a
+# colour reset (ESC[0m) to each rank's stdout, a terminal under mpirun: stray bytes at the end of every log
+os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+
+import numba  # noqa: E402 (after the variable it reads at import)
 import numpy as np
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface

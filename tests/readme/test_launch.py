@@ -212,3 +212,17 @@ def test_job_scripts_use_it():
         code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
         assert "hpcdgnn.launch" in code or "hpcdgnn-mpirun" in code, name
         assert "OMPI_ALLOW_RUN_AS_ROOT" not in code and "--oversubscribe" not in code, name
+
+
+def test_the_ranks_output_is_plain_text(tmp_path, small_dataset):
+    """numba's error highlighting started colorama (where installed), whose exit handler wrote ESC[0m to every
+    rank's stdout — a terminal under mpirun — so each log ended in stray escape bytes."""
+    pytest.importorskip("colorama")
+    from tests.conftest import write_job
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    env = {**_env(), "HPCDGNN_KERNELS": "always"}  # the compiled loops on a tiny graph: numba is imported
+    out = run_launched([*_console(), "-np", "2", sys.executable, "-m", "hpcdgnn", "run", str(job), "--output",
+                        str(tmp_path / "r")], env=env, timeout=180, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "\x1b" not in out.stdout + out.stderr, repr((out.stdout + out.stderr)[-300:])
