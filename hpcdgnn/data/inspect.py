@@ -63,7 +63,7 @@ import h5py
 import numpy as np
 
 from hpcdgnn.data.events import EVENTS_FORMAT, SPLIT_NAMES, load_event_manifest, manifest_format, scan_event_shards
-from hpcdgnn.data.manifest import Manifest, ShardInfo, load_manifest
+from hpcdgnn.data.manifest import Manifest, ShardInfo, empty_snapshots_note, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.writer import shard_file_problem
@@ -405,6 +405,8 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         "edges": _summary(edges),
         "active": _summary(active),
         "overlap": overlap,
+        "empty_snapshots": [t for t, e in enumerate(m.snapshot_edges) if e == 0],
+        "note": empty_snapshots_note(m.snapshot_edges),
         "problems": problems,
         "valid": not problems,
     }
@@ -542,6 +544,8 @@ def format_events_report(r: dict[str, Any]) -> str:
         + f"; events per shard {_fmt_summary(r['events_per_shard'])}",
         f"  pairs     {pairs}",
     ]
+    if r.get("note"):
+        lines.append(f"  note      {r['note']}")
     return "\n".join(lines + _validity_lines(r))
 
 
@@ -588,6 +592,8 @@ def format_report(r: dict[str, Any]) -> str:
             else f"mean {ov['mean']:.3f}  min {ov['min']:.3f}  max {ov['max']:.3f}  ({ov['pairs']} pairs)"
         ),
     ]
+    if r.get("note"):
+        lines.append(f"  note      {r['note']}")
     return "\n".join(lines + _validity_lines(r))
 
 

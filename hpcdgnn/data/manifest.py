@@ -65,6 +65,7 @@ from hpcdgnn.errors import DataError, not_a_directory, short_repr
 __all__ = [
     "Manifest",
     "ShardInfo",
+    "empty_snapshots_note",
     "load_manifest",
     "save_manifest",
     "MANIFEST_NAME",
@@ -314,6 +315,23 @@ def load_manifest(root: str | Path) -> Manifest:
     if len(m.feature_names) != m.num_features:
         raise DataError(f"{path}: 'feature_names' has {len(m.feature_names)} names, expected F = {m.num_features}")
     return m
+
+
+def empty_snapshots_note(snapshot_edges: Sequence[int]) -> str | None:
+    """A note naming the snapshots without edges, or None: a time split (``task.split``) that falls among them has
+    no examples, and equal time windows over a bursty timeline make such gaps (email-Eu-core in 32 windows: 21-30
+    empty, so val_auc was '-' in every epoch)."""
+    empty = [t for t, e in enumerate(snapshot_edges) if e == 0]
+    if not empty:
+        return None
+    runs, start = [], empty[0]
+    for a, b in zip(empty, [*empty[1:], None], strict=True):
+        if b != a + 1:
+            runs.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    shown = ", ".join(runs[:6]) + (", ..." if len(runs) > 6 else "")
+    return (f"{len(empty)} of {len(snapshot_edges)} snapshots have no edges (t = {shown}); a split that falls "
+            "among them has no examples: cut by events instead (--events-per-snapshot) or use fewer, wider windows")
 
 
 def save_manifest(root: str | Path, manifest: Manifest) -> Path:

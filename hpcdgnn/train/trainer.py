@@ -156,6 +156,11 @@ def _banner(log, run: Run, comm: Communicator) -> None:
         log.info(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
 
 
+def _fmt_metric(v) -> str:
+    """A metric for the closing line: '-' where the split has no examples (as in the epoch lines)."""
+    return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"
+
+
 class _Health:
     """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss (one that
     is no longer finite stops the run: :func:`_diverged`)."""
@@ -167,9 +172,11 @@ class _Health:
         loss = record["train_loss"]
         if self.first is None:
             self.first = loss
-            if record.get(f"val_{self.metric}") is None:
+            val = record.get(f"val_{self.metric}")
+            if val is None or not np.isfinite(val):  # NaN in the record (null in metrics.jsonl): no examples
                 self._warn("empty-val", f"warning: the validation split is empty (val_{self.metric} is '-'): "
-                           "task.split leaves no validation examples; widen it or use more snapshots")
+                           "task.split's validation snapshots hold no examples (too few snapshots, or empty ones: see "
+                           "'python -m hpcdgnn inspect'); widen it or cut the data by events")
         if loss is None:
             self._warn("nan", f"warning: no training loss in epoch {record['epoch']}")
         elif np.isfinite(loss) and self.first is not None and np.isfinite(self.first) \
@@ -218,8 +225,10 @@ class _CheckpointPolicy:
         if not describe or not first:
             return f"checkpoint: {path}"
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-        return (f"checkpoint: {path} ({size / 2**20:.2f} MiB on disk, {seconds:.2f} s; every "
-                f"{self.every or '-'} epochs / {self.seconds / 60:g} min, checkpoint.every / every_minutes)")
+        when = [f"every {self.every} epochs (checkpoint.every)"] if self.every else []
+        when += [f"every {self.seconds / 60:g} min (checkpoint.every_minutes)"] if self.seconds > 0 else []
+        return (f"checkpoint: {path} ({size / 2**20:.2f} MiB on disk, {seconds:.2f} s); checkpoints "
+                f"{', '.join(when + ['at the end'])} and on pre-emption")
 
 
 def run_training(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
@@ -326,5 +335,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if diverged:
         raise diverged
     if rd is not None and not preempted:
-        log.info(f"done: {len(records)} epochs, results in {run.run_dir}")
+        last = records[-1] if records else {}
+        m = run.task.metric
+        scores = "".join(f", {k} {_fmt_metric(last.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in last)
+        log.info(f"done: {len(records)} epochs{scores}; results in {run.run_dir}")
     return TrainResult(run.run_dir, [r["train_loss"] for r in records], records, preempted)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hpcdgnn.data.inspect import add_inspect_arguments, inspect_dataset, run_inspect
-from hpcdgnn.data.manifest import load_manifest, save_manifest
+from hpcdgnn.data.manifest import empty_snapshots_note, load_manifest, save_manifest
 from hpcdgnn.data.writer import RawSnapshot, file_sha256, write_dataset
 from hpcdgnn.errors import DataError
 
@@ -52,7 +52,15 @@ def test_statistics_and_overlap(tmp_path):
     assert r["nnz"] == r["edges"]
     # pairs (0,1): |{01}| / 3; (1,2): E2 empty, skipped; (2,3): |{}| / 4
     assert r["overlap"] == {"mean": pytest.approx(1 / 6), "min": 0.0, "max": pytest.approx(1 / 3), "pairs": 2}
+    # a snapshot without edges is named: a split falling among such snapshots has no examples
+    assert r["empty_snapshots"] == [2] and r["note"].startswith("1 of 4 snapshots have no edges (t = 2)")
     json.dumps(r)  # JSON-ready
+
+
+def test_empty_snapshots_note_names_runs():
+    assert empty_snapshots_note([1, 2]) is None
+    assert empty_snapshots_note([1, 0, 0, 3, 0]).startswith("3 of 5 snapshots have no edges (t = 1-2, 4); ")
+    assert "(t = 0, 2, 4, 6, 8, 10, ...)" in empty_snapshots_note([0, 1] * 8)
 
 
 def test_overlap_uses_trained_adjacency(tmp_path):
@@ -70,6 +78,7 @@ def test_run_inspect_report(tmp_path, capsys):
     assert run_inspect(_args(root)) == 0
     out = capsys.readouterr().out
     assert "N = 4" in out and "valid     yes" in out and "(2 pairs)" in out
+    assert "  note      1 of 4 snapshots have no edges (t = 2); a split that falls among them" in out
     assert run_inspect(_args(root, "--json", "--no-checksums")) == 0
     assert json.loads(capsys.readouterr().out)["checksums_verified"] is False
 

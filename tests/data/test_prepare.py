@@ -554,3 +554,14 @@ def test_another_prepare_s_temporary_directory_is_left_alone(tmp_path):
     prepare_dataset(p, "snap", tmp_path / "out")
     assert (theirs / "shards" / "s0.h5").read_text() == "being written on another node"
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted([theirs.name, "out", "tiny.txt"])
+
+
+def test_cli_prepare_warns_of_empty_snapshots(tmp_path, capsys):
+    """Equal time windows over a bursty timeline leave snapshots without edges; a split among them has no examples
+    (the README's email-Eu-core example in 32 windows: val_auc '-' in every epoch, and nothing said why)."""
+    p = _write(tmp_path, "gap.txt", "0 1 0\n1 2 1\n2 0 100\n")
+    out = tmp_path / "d"
+    args = _parser().parse_args([str(p), "--format", "snap", "--output", str(out), "--snapshots", "4"])
+    assert run_prepare(args) == 0
+    err = capsys.readouterr().err
+    assert f"hpcdgnn prepare: warning: {out}: 2 of 4 snapshots have no edges (t = 1-2)" in err, err

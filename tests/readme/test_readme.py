@@ -69,6 +69,7 @@ def test_readme_commands_run_as_written(tmp_path):
     (run,) = [p.parent for p in (work / "runs").glob("*/summary.json")]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed"
+    assert summary["final"]["val_auc"] is not None, "the example's validation split has no examples"
     launch = next(ln for b in BLOCKS for ln in b.splitlines() if ln.startswith("hpcdgnn-mpirun"))
     assert summary["environment"]["num_ranks"] == int(re.search(r"-np (\d+)", launch)[1])
     epochs = re.search(r"train\.epochs=(\d+)", launch)

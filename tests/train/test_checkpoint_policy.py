@@ -29,7 +29,7 @@ def test_health_warns_once_each(caplog):
     log = logging.getLogger("test-health")
     health = _Health(log, "auc")
     with caplog.at_level(logging.WARNING, logger="test-health"):
-        health.check(_record(1, 0.69, None))
+        health.check(_record(1, 0.69, float("nan")))  # NaN in the record (its split's snapshots have no edges)
         health.check(_record(2, 0.7, None))
         health.check(_record(3, 1e34, 0.5))
         health.check(_record(4, 1e35, 0.5))

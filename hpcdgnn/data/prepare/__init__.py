@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, DEFAULT_SPLIT, EventManifest
-from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.data.manifest import Manifest, empty_snapshots_note
 from hpcdgnn.data.prepare._common import (
     DEFAULT_LAGS,
     DEFAULT_SNAPSHOTS,
@@ -442,4 +442,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
         f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"
     )
+    note = empty_snapshots_note(m.snapshot_edges)
+    if note:
+        print(f"hpcdgnn prepare: warning: {args.output}: {note}", file=sys.stderr)
     return 0
