@@ -582,8 +582,8 @@ class Communicator:
         return out, windows
 
     def library_version(self) -> str:
-        """The MPI library's version string, first line."""
-        return self._MPI.Get_library_version().strip().splitlines()[0]
+        """The MPI library's version string, first line (without the NUL that Open MPI's ends in)."""
+        return self._MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
 
     # -- tensor collectives --------------------------------------------------------------------
     def _mpi_type(self, dtype: torch.dtype) -> Any:

@@ -85,7 +85,23 @@ def _compile():
                 from hpcdgnn.nn import _numba_kernels as _kernels
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
+            else:
+                _say_if_compiling()
     return _kernels
+
+
+def _say_if_compiling() -> None:
+    """One line (rank 0) where numba has no cache of the loops yet: the first run after an install compiles them,
+    10-20 s of its first epoch on 2 busy cores, which looked like a hang or a slow machine."""
+    from pathlib import Path
+
+    # numba's cache: NUMBA_CACHE_DIR where set, else beside the module
+    cache = Path(os.environ.get("NUMBA_CACHE_DIR") or Path(__file__).with_name("__pycache__"))
+    if not (cache.is_dir() and any(cache.rglob("_numba_kernels.*.nbi"))):
+        from hpcdgnn.metrics.log import get_logger
+
+        get_logger().info("compiling the CPU kernels with numba: the first run after an install takes 10-20 s "
+                          f"longer (cached in {cache} for later runs)")
 
 
 def expected() -> bool:

@@ -349,3 +349,28 @@ def test_add_rows_and_put_rows_are_index_add_and_index_copy_bit_for_bit(use, dty
         assert torch.equal(kernels.put_rows(dst.clone(), unique, src[:30]), put_ref)
         for name in ("add_rows", "put_rows"):
             assert kernels.calls().get(name, 0) == before.get(name, 0) + (mode == "numba")
+
+
+def test_a_first_compile_is_announced(tmp_path, monkeypatch):
+    """The first run after an install compiles the loops (10-20 s of epoch 1 on 2 cores, silently: it looked like a
+    hang). One line says so where numba's cache has none of them yet."""
+    import logging
+
+    from hpcdgnn.nn import kernels
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    log = logging.getLogger("hpcdgnn")  # its own handler: configure_logging (another test) stops propagation
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    said: list[str] = []
+    log.addHandler(handler)
+    monkeypatch.setattr(log, "level", logging.INFO)
+    try:
+        kernels._say_if_compiling()
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "_numba_kernels.edge_mlp_forward-19.py311.nbi").write_bytes(b"")
+        kernels._say_if_compiling()
+    finally:
+        log.removeHandler(handler)
+    said = [m for m in said if "compiling" in m]
+    assert len(said) == 1 and f"cached in {tmp_path} for later runs" in said[0], said

@@ -92,6 +92,7 @@ def test_resume_reproduces_straight_run(launcher, tmp_path, small_dataset, model
     assert sb["totals"]["seconds"]["epoch"] == pytest.approx(sum(r["slowest"]["epoch"] for r in b), rel=1e-12)
     assert sa["parameters"]["initial_checksum"] == sb["parameters"]["initial_checksum"]
     assert "resumed_checksum" not in sa["parameters"]
+    assert sa["environment"]["mpi_library"] and "\0" not in sa["environment"]["mpi_library"]  # Open MPI's ends in one
     assert sb["parameters"]["resumed_checksum"] != sb["parameters"]["initial_checksum"]
     for s in (sa, sb):  # the totals add up: load + compute + exposed communication = epoch
         t = s["totals"]["seconds"]
