@@ -94,6 +94,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -190,6 +191,13 @@ def check_comparable(rows: list[dict], mode: str) -> None:
     Raises:
         SystemExit: the first pair (smallest-P run, other run) that differs.
     """
+    seen: dict[tuple[str, int], str] = {}
+    for r in rows:  # not an error (repeats are a way to see the noise), but every row is compared with the base
+        key = (r["strategy"], r["P"])
+        if key in seen:
+            print(f"warning: {seen[key]} and {r['run_dir']} are both {r['strategy']} at P={r['P']}: each row is "
+                  "one run, and the speed-ups are taken against the fastest run at the smallest P", flush=True)
+        seen.setdefault(key, str(r["run_dir"]))
     base = min(rows, key=lambda r: r["P"])
     for r in rows:
         checks = [
@@ -299,7 +307,8 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
         ax.annotate(f"{r['epoch_s']:.3f}", (i, max(top, r["epoch_s"])), ha="center", va="bottom", fontsize=8)
     ticks = [str(r["P"]) if len(strategies) == 1 else f"{r['strategy']}\n{r['P']}" for r in rows]
     ax.set_xticks(x, ticks, fontsize=8 if len(strategies) > 1 else None)
-    ax.legend()
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)  # room above the tallest bar and its label for the legend
+    ax.legend(loc="upper center", ncol=3, fontsize=8, frameon=False)
     save(fig, ax, "seconds per epoch (slowest rank)", "time_split.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -414,10 +423,14 @@ def run_sweep(args: argparse.Namespace) -> list[Path]:
         cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir),
                *_settings(args)]
         print("+", " ".join(cmd), flush=True)
+        t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
             raise SystemExit(f"{strategy} P={P} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                              f"{proc.stderr[-2000:]}")
+        steady = json.loads((run_dir / "summary.json").read_text())["steady_epoch_seconds"]["median"]
+        print(f"  {strategy} P={P}: done in {time.perf_counter() - t0:.1f} s, steady epoch {steady:.3f} s "
+              f"({run_dir})", flush=True)
         runs.append(run_dir)
     return runs
 
