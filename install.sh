@@ -26,5 +26,13 @@ fi
 if ! "$VPY" -c "import mpi4py" 2>/dev/null; then
   pip_install mpi4py
 fi
-pip_install -e ".[test]"
+# the editable install of this checkout: skipped when it is in place and pyproject.toml has not changed since
+# (pip took ~7 s even with nothing to do, at every quickstart and test run)
+stamp="$VENV/.hpcdgnn-install"
+want="$PWD $(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] ||
+   ! "$VPY" -c "import sys, hpcdgnn; sys.exit(not hpcdgnn.__file__.startswith(sys.argv[1] + '/'))" "$PWD" 2>/dev/null; then
+  pip_install -e ".[test]"
+  echo "$want" >"$stamp"
+fi
 "$VPY" -c "import hpcdgnn, torch, mpi4py, h5py; print('hpcdgnn installed in $VENV: torch', torch.__version__, '| mpi4py', mpi4py.__version__, '| h5py', h5py.__version__)"

@@ -133,7 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m hpcdgnn", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Distributed training of dynamic graph neural networks over MPI.\n"
-        "Every rank runs the same command: mpirun -np P python -m hpcdgnn run job.yaml",
+        "Every rank runs the same command: mpirun -np P python -m hpcdgnn run job.yaml\n"
+        "(on one machine: hpcdgnn-mpirun -np P ..., mpirun with what the machine needs)",
         epilog=_EXIT_CODES + "\nSee README.md for the YAML reference and the data format.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
