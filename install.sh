@@ -30,8 +30,10 @@ fi
 # (pip took ~7 s even with nothing to do, at every quickstart and test run)
 stamp="$VENV/.hpcdgnn-install"
 want="$PWD $(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] ||
-   ! "$VPY" -c "import sys, hpcdgnn; sys.exit(not hpcdgnn.__file__.startswith(sys.argv[1] + '/'))" "$PWD" 2>/dev/null; then
+# (the import check leaves out the current directory, this checkout, which python -c puts first on sys.path)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/hpcdgnn-mpirun" ] ||
+   ! "$VPY" -c "import sys; sys.path.pop(0); import hpcdgnn; sys.exit(not hpcdgnn.__file__.startswith(sys.argv[1] + '/'))" \
+     "$PWD" 2>/dev/null; then
   pip_install -e ".[test]"
   echo "$want" >"$stamp"
 fi

@@ -17,7 +17,7 @@ import argparse
 import sys
 import traceback
 
-from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE, ConfigError, HpcdgnnError
+from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE, CommFailure, ConfigError, HpcdgnnError
 
 __all__ = ["main"]
 
@@ -85,6 +85,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
             return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective
+        return _rank_error(comm, str(e), e.exit_code)
+    except CommFailure as e:  # a peer lost or too slow: this rank says so and ends the job
         return _rank_error(comm, str(e), e.exit_code)
     except (MemoryError, RuntimeError) as e:
         # one allocation larger than the node: sizes from the job (model.hidden: 10**6, task.negatives: 10**9)

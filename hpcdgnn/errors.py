@@ -13,8 +13,8 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "StalledError", "PeerLostError", "EXIT_USAGE",
-           "EXIT_PREEMPTED", "EXIT_STALLED", "nearest_existing", "not_a_directory", "short_repr"]
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "CommFailure", "StalledError", "PeerLostError",
+           "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "nearest_existing", "not_a_directory", "short_repr"]
 
 # bounded in depth and length *while* it is built: a YAML alias bomb (9 nested levels of 9 aliases, 426 bytes)
 # is billions of values deep, so cutting a full repr() afterwards never finishes
@@ -75,15 +75,21 @@ class PlanError(HpcdgnnError):
     """A partition plan cannot be built for this dataset and rank count."""
 
 
-class StalledError(HpcdgnnError):
+class CommFailure(Exception):
+    """A collective that failed for want of a peer, reported in one line by the rank that met it, which then
+    ends the job (``MPI_Abort``). Not an :class:`HpcdgnnError`: those the ranks agree on over MPI
+    (:func:`hpcdgnn.train.collective.agree`), and a rank waiting on a lost peer must not wait in MPI again."""
+
+    exit_code = 1
+
+
+class StalledError(CommFailure):
     """A collective gave up waiting for a peer (``comm.timeout_s`` of gloo/nccl): lost, or slower than the
     timeout. Exit :data:`EXIT_STALLED`, as the watchdog's."""
 
     exit_code = EXIT_STALLED
 
 
-class PeerLostError(HpcdgnnError):
+class PeerLostError(CommFailure):
     """A gloo connection to a peer broke mid-collective: that rank ended (its own error says why), so this one
     reports the loss in one line, not a traceback of its own. Exit 1, as the crash it follows."""
-
-    exit_code = 1

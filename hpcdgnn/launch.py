@@ -142,6 +142,9 @@ def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
 
     Only the options before the program are read (Open MPI's grammar: an option, its values, ...,
     then the program and its own arguments).
+
+    Raises:
+        LaunchError: a rank count that is no positive whole number (``-np abc``, ``-np 0``).
     """
     ranks, names = _options(args)
     return ranks, _chooses_placement(names)

@@ -88,6 +88,29 @@ def test_ranks_started_with_different_arguments_are_refused_not_hung(launcher, t
            "-np", "1", *run]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=mpi_env(), cwd=REPO)
     line = _one_line(proc)
-    assert line.startswith("hpcdgnn: error: the ranks were started with different arguments: rank 0 with 'run "), line
-    assert "(differing: rank 2)" in line, line
+    assert line.startswith("hpcdgnn: error: the ranks were started with different arguments — rank 0: run "), line
+    assert "--resume" in line.split("— rank 2:")[0] and "(differing: rank 2)" in line, line
     assert not (tmp_path / "r").exists()
+
+
+def test_commands_that_differ_only_in_quoting_are_told_apart():
+    """``--set "a=1 b=2"`` and ``--set a=1 b=2`` join to the same words: the check compares the argument lists
+    (it took the joined strings for equal and failed on an empty list of differing ranks)."""
+    from hpcdgnn.comm.world import check_same_command
+
+    class TwoRanks:  # the all-gather of two ranks: this process plays both
+        def __init__(self, commands):
+            self.commands, self.calls = commands, 0
+
+        def allgather_obj(self, obj, tag="setup"):
+            self.calls += 1
+            if self.calls == 1:
+                import hashlib
+                return [hashlib.sha256("\0".join(c).encode()).hexdigest()[:16] for c in self.commands]
+            return [list(c) for c in self.commands]
+
+    same = TwoRanks([["run", "j.yaml"], ["run", "j.yaml"]])
+    assert check_same_command(same, ["run", "j.yaml"]) is None
+    quoted = TwoRanks([["run", "j.yaml", "--set", "a=1 b=2"], ["run", "j.yaml", "--set", "a=1", "b=2"]])
+    line = check_same_command(quoted, ["run"])
+    assert "rank 0: run j.yaml --set 'a=1 b=2' — rank 1: run j.yaml --set a=1 b=2 —" in line, line

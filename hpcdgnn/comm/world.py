@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -152,10 +153,10 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
     digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     if len(set(comm.allgather_obj(digest))) == 1:
         return None
-    commands = comm.allgather_obj(" ".join(command))
-    other = [r for r, c in enumerate(commands) if c != commands[0]]
+    lists = comm.allgather_obj(list(command))
+    other = [r for r, c in enumerate(lists) if c != lists[0]]  # not empty: the digests of the lists differed
+    commands = [shlex.join(c) for c in lists]  # quoted: '--set "a=1 b=2"' is not '--set a=1 b=2'
     ranks = ", ".join(map(str, other[:3])) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-    return (f"the ranks were started with different arguments: rank 0 with '{commands[0]}', rank "
-            f"{other[0]} with '{commands[other[0]]}' (differing: rank{'s' if len(other) > 1 else ''} {ranks}); "
-            "every rank must run the same command (an MPMD launch with ':', or a job script expanding a value "
-            "per rank?)")
+    return (f"the ranks were started with different arguments — rank 0: {commands[0]} — rank {other[0]}: "
+            f"{commands[other[0]]} — (differing: rank{'s' if len(other) > 1 else ''} {ranks}); every rank must run "
+            "the same command (an MPMD launch with ':', or a job script expanding a value per rank?)")

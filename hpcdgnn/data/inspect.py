@@ -544,8 +544,6 @@ def format_events_report(r: dict[str, Any]) -> str:
         + f"; events per shard {_fmt_summary(r['events_per_shard'])}",
         f"  pairs     {pairs}",
     ]
-    if r.get("note"):
-        lines.append(f"  note      {r['note']}")
     return "\n".join(lines + _validity_lines(r))
 
 

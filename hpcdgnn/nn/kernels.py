@@ -86,18 +86,23 @@ def _compile():
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
             else:
-                _say_if_compiling()
+                _say_if_compiling(_kernels)
     return _kernels
 
 
-def _say_if_compiling() -> None:
-    """One line (rank 0) where numba has no cache of the loops yet: the first run after an install compiles them,
-    10-20 s of its first epoch on 2 busy cores, which looked like a hang or a slow machine."""
+def _say_if_compiling(module) -> None:
+    """One line (rank 0) where numba has no cache of the loops yet for this Python: the first run after an install
+    compiles them, 10-20 s of its first epoch on 2 busy cores, which looked like a hang or a slow machine. The
+    cache directory is numba's own choice (beside the module, ``NUMBA_CACHE_DIR``, or the user's cache where the
+    install is read-only), read from a compiled function."""
+    import sys
     from pathlib import Path
 
-    # numba's cache: NUMBA_CACHE_DIR where set, else beside the module
-    cache = Path(os.environ.get("NUMBA_CACHE_DIR") or Path(__file__).with_name("__pycache__"))
-    if not (cache.is_dir() and any(cache.rglob("_numba_kernels.*.nbi"))):
+    try:
+        cache = Path(module.edge_mlp_forward._cache._cache_path)
+    except AttributeError:  # another numba's internals: no notice rather than a wrong one
+        return
+    if not any(cache.glob(f"_numba_kernels.*.py{sys.version_info[0]}{sys.version_info[1]}.nbi")):
         from hpcdgnn.metrics.log import get_logger
 
         get_logger().info("compiling the CPU kernels with numba: the first run after an install takes 10-20 s "

@@ -296,7 +296,8 @@ def _discard_new_run(run_dir: Path, job: JobConfig, named: bool) -> None:
     only once the task is set up), so that no run directory is left for a run that never trained. A directory
     the user ``named`` (``--output``) stays, as do ``checkpoint.dir`` and any file a rank wrote meanwhile."""
     for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
-        (run_dir / name).unlink(missing_ok=True)
+        with suppress(OSError):  # a cleanup: the run's own error is the one to report
+            (run_dir / name).unlink(missing_ok=True)
     for d in ([] if job.checkpoint.dir else [run_dir / "checkpoints"]) + ([] if named else [run_dir]):
         with suppress(OSError):  # not there, or not empty: then it stays
             d.rmdir()

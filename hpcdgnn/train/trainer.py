@@ -335,8 +335,10 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if diverged:
         raise diverged
     if rd is not None and not preempted:
-        last = records[-1] if records else {}
+        final = records[-1] if records else {}
         m = run.task.metric
-        scores = "".join(f", {k} {_fmt_metric(last.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in last)
-        log.info(f"done: {len(records)} epochs{scores}; results in {run.run_dir}")
+        scores = "".join(f", {k} {_fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
+        done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
+                if run.start_epoch and records else f"{len(records)} epochs")
+        log.info(f"done: {done}{scores}; results in {run.run_dir}")
     return TrainResult(run.run_dir, [r["train_loss"] for r in records], records, preempted)

@@ -351,26 +351,33 @@ def test_add_rows_and_put_rows_are_index_add_and_index_copy_bit_for_bit(use, dty
             assert kernels.calls().get(name, 0) == before.get(name, 0) + (mode == "numba")
 
 
-def test_a_first_compile_is_announced(tmp_path, monkeypatch):
+def test_a_first_compile_is_announced(tmp_path):
     """The first run after an install compiles the loops (10-20 s of epoch 1 on 2 cores, silently: it looked like a
-    hang). One line says so where numba's cache has none of them yet."""
+    hang). One line says so where numba's cache directory (numba's own choice, read from a compiled function) has
+    no index of them for this Python."""
     import logging
+    import sys
+    from types import SimpleNamespace
 
     from hpcdgnn.nn import kernels
 
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    module = SimpleNamespace(edge_mlp_forward=SimpleNamespace(_cache=SimpleNamespace(_cache_path=str(tmp_path))))
     log = logging.getLogger("hpcdgnn")  # its own handler: configure_logging (another test) stops propagation
+    said: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: said.append(record.getMessage())
-    said: list[str] = []
     log.addHandler(handler)
-    monkeypatch.setattr(log, "level", logging.INFO)
+    level, log.level = log.level, logging.INFO
     try:
-        kernels._say_if_compiling()
-        (tmp_path / "sub").mkdir()
-        (tmp_path / "sub" / "_numba_kernels.edge_mlp_forward-19.py311.nbi").write_bytes(b"")
-        kernels._say_if_compiling()
+        kernels._say_if_compiling(module)
+        (tmp_path / "_numba_kernels.edge_mlp_forward-19.py27.nbi").write_bytes(b"")  # another Python's
+        kernels._say_if_compiling(module)
+        tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
+        (tmp_path / f"_numba_kernels.edge_mlp_forward-19.{tag}.nbi").write_bytes(b"")
+        kernels._say_if_compiling(module)
+        kernels._say_if_compiling(SimpleNamespace())  # numba internals it cannot read: silent
     finally:
         log.removeHandler(handler)
+        log.level = level
     said = [m for m in said if "compiling" in m]
-    assert len(said) == 1 and f"cached in {tmp_path} for later runs" in said[0], said
+    assert len(said) == 2 and f"cached in {tmp_path} for later runs" in said[0], said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -63,7 +64,9 @@ def test_a_gloo_collective_past_comm_timeout_s_is_one_line_and_exit_3(launcher, 
     assert proc.returncode == EXIT_STALLED, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     line = next(ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln)
-    assert line.startswith("[rank 0] hpcdgnn: error: stalled: the gloo ") and "comm.timeout_s = 0.2 s" in line, line
+    # rank 0 waits for the straggler (or, on a loaded machine, a rank's set-up outwaits the 0.2 s first)
+    assert re.match(r"\[rank [01]\] hpcdgnn: error: stalled: the gloo ", line), line
+    assert "comm.timeout_s = 0.2 s" in line, line
 
 
 @pytest.mark.parametrize("model", ["tmgcn", "evolvegcn_o"])
