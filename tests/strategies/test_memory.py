@@ -162,3 +162,15 @@ def test_grad_buckets_after_static_pretraining(launcher, college, tmp_path):
     flat, _ = _losses(launcher, 2, job, tmp_path / "flat", *over)
     got, _ = _losses(launcher, 2, job, tmp_path / "b", *over, "comm.grad_buckets=3")
     assert_same_run(got, flat)
+
+
+def test_float32_features_are_the_node_s_copy_counted_once(launcher, college, tmp_path):
+    """In float32 (the stored dtype) every rank maps the node's copy of the edge features instead of its own: the
+    per-rank engine_bytes add up to one node memory and one copy of the features, as at P = 1."""
+    job = _job(tmp_path, college)
+    engine = []
+    for P in (None, 2):
+        run = tmp_path / f"p{P or 1}"
+        _losses(launcher, P, job, run, "train.dtype=float32", *(["strategy.minibatch=2"] if P else []))
+        engine.append(json.loads((run / "summary.json").read_text())["memory"]["engine_bytes"])
+    assert sum(engine[1]) == engine[0][0] and len(engine[1]) == 2, engine
