@@ -315,6 +315,8 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   if [ -n "$rundir" ] && [ "$(hpcdgnn_run_state "$rundir" 2>/dev/null)" = checkpointed ]; then
     saved="checkpoint in $rundir"
   fi
+  # mpirun reports the ranks' exit 75 with a notice that "one or more processes exited with non-zero status"
+  _hpcdgnn_log "exit 75 is a clean stop (a launcher's notice of a non-zero exit above is expected)"
   local cancelled=0
   if [ "$_hpcdgnn_got_term" = 1 ] && [ "$_hpcdgnn_got_usr1" = 0 ]; then
     cancelled=1  # SIGTERM/SIGINT without the USR1 warning: scancel/bkill or the hard limit, not a requeue
