@@ -23,6 +23,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ import yaml
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["RunDirectory", "choose_run_dir", "read_epoch_records"]
+__all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "read_epoch_records"]
 
 
 def _clean(v: Any) -> Any:
@@ -80,11 +81,19 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
                 from None
 
 
-def read_epoch_records(path: Path) -> list[dict]:
-    """The epoch records of a ``metrics.jsonl`` (a resumed run's summary covers the epochs before the resume)."""
+def iter_epoch_records(path: Path) -> Iterator[dict]:
+    """The epoch records of a ``metrics.jsonl``, one at a time (none when there is no file)."""
     if not Path(path).is_file():
-        return []
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        return
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def read_epoch_records(path: Path) -> list[dict]:
+    """The epoch records of a ``metrics.jsonl`` as a list."""
+    return list(iter_epoch_records(path))
 
 
 class RunDirectory:

@@ -16,10 +16,11 @@ import socket
 import numpy as np
 import torch
 
+from hpcdgnn.metrics.results import iter_epoch_records
 from hpcdgnn.metrics.timers import TIME_SPLIT
 from hpcdgnn.nn import kernels
 
-__all__ = ["device_name", "write_summary"]
+__all__ = ["RunTotals", "device_name", "write_summary"]
 
 
 def device_name(device: torch.device) -> str:
@@ -66,35 +67,73 @@ def _environment(comm, run) -> dict:
     }
 
 
-def _seconds(records: list[dict]) -> dict[str, float]:
-    """The slowest rank's split summed over the epochs — ``epoch``, ``load``, ``compute``, ``comm`` and, where every
-    epoch has them, ``comm_exposed`` (load + compute + comm_exposed = epoch) and ``comm_late``."""
-    keys = (*TIME_SPLIT, "comm_exposed", "comm_late")
-    return {k: float(sum(r["slowest"][k] for r in records)) for k in keys
-            if all(r["slowest"].get(k) is not None for r in records)}
+class RunTotals:
+    """What ``summary.json`` needs of the run's epochs, kept as running sums: holding every epoch's record for
+    it cost each rank 7-12 KiB an epoch at P = 2 (more at larger P: a record has per-rank lists), which a
+    multi-day job of short epochs grew into gigabytes (a helper's long-run audit). :meth:`add` each record, a
+    resumed run's earlier ones first (:meth:`add_file`)."""
+
+    #: the slowest rank's split summed over epochs: load + compute + comm_exposed = epoch
+    KEYS = (*TIME_SPLIT, "comm_exposed", "comm_late")
+
+    def __init__(self) -> None:
+        self.epochs, self.bytes_sent, self.transfer_bytes = 0, 0, 0
+        self.seconds = dict.fromkeys(self.KEYS, 0.0)
+        self._missing: set[str] = set()  # keys some epoch lacks (a record from before they existed)
+        self.steady: list[float] = []  # the slowest rank's epoch seconds, non-warm-up epochs
+        self.warm: list[float] = []  # and warm-up ones (the fallback when every epoch is one)
+        self.final: dict | None = None
+
+    def add(self, r: dict) -> None:
+        """Count one epoch record."""
+        self.epochs += 1
+        self.bytes_sent += int(r["bytes_sent"])
+        self.transfer_bytes += int(r["transfer_bytes"])
+        for k in self.KEYS:
+            v = r["slowest"].get(k)
+            if v is None:
+                self._missing.add(k)
+            else:
+                self.seconds[k] += float(v)
+        (self.warm if r["warmup"] else self.steady).append(float(r["slowest"]["epoch"]))
+        self.final = r
+
+    def add_file(self, path) -> None:
+        """Count the records of a ``metrics.jsonl``, line by line."""
+        for r in iter_epoch_records(path):
+            self.add(r)
+
+    def seconds_summed(self) -> dict[str, float]:
+        """The summed split, without the keys some epoch lacks."""
+        return {k: v for k, v in self.seconds.items() if k not in self._missing}
+
+    def steady_seconds(self) -> dict[str, float | None]:
+        """Median and mean of the slowest rank's epoch time over the non-warm-up epochs (all, if every one is)."""
+        times = self.steady or self.warm
+        return {"median": float(np.median(times)) if times else None,
+                "mean": float(np.mean(times)) if times else None}
 
 
-def write_summary(comm, rd, run, records: list[dict], activation_peak: float, preempted: bool,
+def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, preempted: bool,
                   status: str | None = None) -> None:
     """Gather the memory figures (every rank) and write ``summary.json`` (rank 0, ``rd`` not None).
 
-    ``records``: every epoch of the run, those before a resume included (``metrics.jsonl``'s), so that the
+    ``totals``: of every epoch of the run, those before a resume included (``metrics.jsonl``'s), so that the
     totals and the steady epoch time are the whole run's, not the last attempt's."""
     mem = _memory(comm, run, activation_peak)
     if rd is None:
         return
-    steady = [r for r in records if not r["warmup"]] or records
-    epoch_bytes = int(sum(r["transfer_bytes"] for r in records))
+    epoch_bytes = totals.transfer_bytes
     rd.save_summary(
         {
             "job": str(run.job_path),
             "status": status or ("preempted" if preempted else "completed"),
             "resumed_from_epoch": run.start_epoch,
-            "final": records[-1] if records else None,
-            "epochs": len(records),
+            "final": totals.final,
+            "epochs": totals.epochs,
             "totals": {
-                "seconds": _seconds(records),
-                "bytes_sent": int(sum(r["bytes_sent"] for r in records)),
+                "seconds": totals.seconds_summed(),
+                "bytes_sent": totals.bytes_sent,
                 "setup_seconds": run.setup_seconds,
             },
             "transfer": {
@@ -103,12 +142,9 @@ def write_summary(comm, rd, run, records: list[dict], activation_peak: float, pr
                 "epoch_bytes": epoch_bytes,
             },
             "transfer_bytes": int(mem[:, 5].sum()) + epoch_bytes,
-            "steady_epoch_seconds": {
-                # the slowest rank's, as the totals and perf/scaling.py's epoch_s (its own wall time: within the
-                # epoch's last local work of the largest, time.epoch.max)
-                "median": float(np.median([r["slowest"]["epoch"] for r in steady])) if steady else None,
-                "mean": float(np.mean([r["slowest"]["epoch"] for r in steady])) if steady else None,
-            },
+            # the slowest rank's, as the totals and perf/scaling.py's epoch_s (its own wall time: within the
+            # epoch's last local work of the largest, time.epoch.max)
+            "steady_epoch_seconds": totals.steady_seconds(),
             "memory": {
                 "peak_rss_bytes": [int(v) for v in mem[:, 0]],
                 "engine_bytes": [int(v) for v in mem[:, 1]],

@@ -40,7 +40,7 @@ from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder
 from hpcdgnn.metrics.memory import SavedTensorMeter
-from hpcdgnn.metrics.summary import write_summary
+from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.setup import (
@@ -58,12 +58,17 @@ __all__ = ["run_training", "TrainResult", "train_epoch"]
 
 @dataclass
 class TrainResult:
-    """What a finished run returns (rank 0 has the run directory; all ranks the losses)."""
+    """What a finished run returns: its run directory and this attempt's losses (every rank)."""
 
     run_dir: Path
     losses: list[float]
-    metrics: list[dict]
     preempted: bool = False
+
+    @property
+    def metrics(self) -> list[dict]:
+        """The run's epoch records, read from ``metrics.jsonl`` (kept on disk, not in memory: a record per epoch
+        held for the whole run grew every rank by kilobytes an epoch)."""
+        return read_epoch_records(self.run_dir / "metrics.jsonl")
 
 
 class _FaultInjector:
@@ -256,10 +261,10 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
     _banner(log, run, comm)
-    earlier: list[dict] = []  # the records of the epochs before a resume: summary.json covers the whole run
+    totals = RunTotals()  # summary.json's sums, of the whole run (rank 0): a resumed one's earlier epochs first
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
-        earlier = read_epoch_records(run.run_dir / "metrics.jsonl")
+        totals.add_file(run.run_dir / "metrics.jsonl")
     rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
@@ -277,7 +282,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                              run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
-    records: list[dict] = []
+    losses: list[float] = []  # this attempt's (every rank); the records themselves are metrics.jsonl's
     diverged: ConfigError | None = None  # the one line a non-finite loss ends the run with
     # strategy.balance: measured — per-rank compute of these epochs, for the re-cut after the last
     calibrating = calibration_epochs(job, run.start_epoch)
@@ -297,7 +302,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         activation_peak = max(activation_peak, meter.peak)
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
-        records.append(record)
+        losses.append(record["train_loss"])
+        totals.add(record)
         if rd is not None:
             rd.append_epoch(record)
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
@@ -325,7 +331,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             log.info(f"pre-empted ({_signal_name(stop)}): stopped after epoch {epoch}; "
                      f"resume with --resume {run.run_dir}")
             break
-    write_summary(comm, rd, run, earlier + records, activation_peak, preempted,
+    write_summary(comm, rd, run, totals, activation_peak, preempted,
                   status="diverged" if diverged else None)
     if watchdog is not None:
         watchdog.stop()
@@ -335,10 +341,10 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if diverged:
         raise diverged
     if rd is not None and not preempted:
-        final = records[-1] if records else {}
+        final = totals.final or {}
         m = run.task.metric
         scores = "".join(f", {k} {_fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
         done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
-                if run.start_epoch and records else f"{len(records)} epochs")
+                if run.start_epoch and losses else f"{len(losses)} epochs")
         log.info(f"done: {done}{scores}; results in {run.run_dir}")
-    return TrainResult(run.run_dir, [r["train_loss"] for r in records], records, preempted)
+    return TrainResult(run.run_dir, losses, preempted)
