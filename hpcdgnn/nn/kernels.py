@@ -33,9 +33,9 @@ import torch
 
 from hpcdgnn.indices import torch_index_dtype
 
-__all__ = ["add_rows", "available", "calls", "draw_negatives", "edge_bce_train", "edge_mlp_forward", "expected",
-           "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket", "put_rows",
-           "score_stats"]
+__all__ = ["add_rows", "available", "calls", "compile_notice", "draw_negatives", "edge_bce_train", "edge_mlp_forward",
+           "expected", "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket",
+           "put_rows", "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -86,27 +86,30 @@ def _compile():
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
             else:
-                _say_if_compiling(_kernels)
+                notice = compile_notice(_kernels)
+                if notice:
+                    from hpcdgnn.metrics.log import get_logger
+
+                    get_logger().info(notice)
     return _kernels
 
 
-def _say_if_compiling(module) -> None:
-    """One line (rank 0) where numba has no cache of the loops yet for this Python: the first run after an install
-    compiles them, 10-20 s of its first epoch on 2 busy cores, which looked like a hang or a slow machine. The
-    cache directory is numba's own choice (beside the module, ``NUMBA_CACHE_DIR``, or the user's cache where the
-    install is read-only), read from a compiled function."""
+def compile_notice(module) -> str | None:
+    """The line the log shows (rank 0) where numba has no cache of the loops yet for this Python, else None: the
+    first run after an install compiles them, 10-20 s of its first epoch on 2 busy cores, which looked like a hang
+    or a slow machine. The cache directory is numba's own choice (beside the module, ``NUMBA_CACHE_DIR``, or the
+    user's cache where the install is read-only), read from a compiled function of ``module``."""
     import sys
     from pathlib import Path
 
     try:
         cache = Path(module.edge_mlp_forward._cache._cache_path)
     except AttributeError:  # another numba's internals: no notice rather than a wrong one
-        return
-    if not any(cache.glob(f"_numba_kernels.*.py{sys.version_info[0]}{sys.version_info[1]}.nbi")):
-        from hpcdgnn.metrics.log import get_logger
-
-        get_logger().info("compiling the CPU kernels with numba: the first run after an install takes 10-20 s "
-                          f"longer (cached in {cache} for later runs)")
+        return None
+    if any(cache.glob(f"_numba_kernels.*.py{sys.version_info[0]}{sys.version_info[1]}.nbi")):
+        return None
+    return (f"compiling the CPU kernels with numba: the first run after an install takes 10-20 s longer (cached in "
+            f"{cache} for later runs)")
 
 
 def expected() -> bool:

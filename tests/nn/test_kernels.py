@@ -355,29 +355,16 @@ def test_a_first_compile_is_announced(tmp_path):
     """The first run after an install compiles the loops (10-20 s of epoch 1 on 2 cores, silently: it looked like a
     hang). One line says so where numba's cache directory (numba's own choice, read from a compiled function) has
     no index of them for this Python."""
-    import logging
     import sys
     from types import SimpleNamespace
 
-    from hpcdgnn.nn import kernels
+    from hpcdgnn.nn.kernels import compile_notice
 
     module = SimpleNamespace(edge_mlp_forward=SimpleNamespace(_cache=SimpleNamespace(_cache_path=str(tmp_path))))
-    log = logging.getLogger("hpcdgnn")  # its own handler: configure_logging (another test) stops propagation
-    said: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: said.append(record.getMessage())
-    log.addHandler(handler)
-    level, log.level = log.level, logging.INFO
-    try:
-        kernels._say_if_compiling(module)
-        (tmp_path / "_numba_kernels.edge_mlp_forward-19.py27.nbi").write_bytes(b"")  # another Python's
-        kernels._say_if_compiling(module)
-        tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
-        (tmp_path / f"_numba_kernels.edge_mlp_forward-19.{tag}.nbi").write_bytes(b"")
-        kernels._say_if_compiling(module)
-        kernels._say_if_compiling(SimpleNamespace())  # numba internals it cannot read: silent
-    finally:
-        log.removeHandler(handler)
-        log.level = level
-    said = [m for m in said if "compiling" in m]
-    assert len(said) == 2 and f"cached in {tmp_path} for later runs" in said[0], said
+    assert f"cached in {tmp_path} for later runs" in compile_notice(module)
+    (tmp_path / "_numba_kernels.edge_mlp_forward-19.py27.nbi").write_bytes(b"")  # another Python's
+    assert compile_notice(module)
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}"
+    (tmp_path / f"_numba_kernels.edge_mlp_forward-19.{tag}.nbi").write_bytes(b"")
+    assert compile_notice(module) is None
+    assert compile_notice(SimpleNamespace()) is None  # numba internals it cannot read: silent
