@@ -77,7 +77,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         comm.close()
         if result.preempted:
             return EXIT_PREEMPTED
-    except HpcdgnnError as e:
+    except (HpcdgnnError, CommFailure) as e:  # CommFailure: a peer lost or too slow, met by this rank alone
         if getattr(e, "collective", False):
             # every rank raised the same error: rank 0 reports it, all exit cleanly
             if comm.rank == 0:
@@ -85,8 +85,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
             comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
             return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective
-        return _rank_error(comm, str(e), e.exit_code)
-    except CommFailure as e:  # a peer lost or too slow: this rank says so and ends the job
         return _rank_error(comm, str(e), e.exit_code)
     except (MemoryError, RuntimeError) as e:
         # one allocation larger than the node: sizes from the job (model.hidden: 10**6, task.negatives: 10**9)

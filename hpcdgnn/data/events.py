@@ -95,8 +95,6 @@ from hpcdgnn.data.manifest import (
     write_manifest_json,
 )
 from hpcdgnn.data.writer import (
-    check_output,
-    check_room,
     disk_full,
     file_sha256,
     prepare_output_dir,
@@ -771,10 +769,8 @@ def write_events(
         ranges = split_ranges(t, check_split_fractions(split, str(root)))
     index_dtype = draft.index_dtype
     shard_events = int(shard_events)
-    check_output(root, force)  # a refusal of the output first, then the room (both before anything is made)
     ids_bytes = 8 * n if original_ids is None else int(np.asarray(original_ids).nbytes)
-    check_room(root, e * (2 * np.dtype(index_dtype).itemsize + 8 + 4 * d) + ids_bytes)
-    tmp = prepare_output_dir(root, force)
+    tmp = prepare_output_dir(root, force, e * (2 * np.dtype(index_dtype).itemsize + 8 + 4 * d) + ids_bytes)
     try:
         shards = []
         for k, lo in enumerate(range(0, e, shard_events)):

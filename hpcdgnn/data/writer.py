@@ -152,9 +152,12 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
                 raise DataError(f"{root}: output {why}")
 
 
-def prepare_output_dir(root: str | Path, force: bool) -> Path:
-    """:func:`check_output`, then a fresh temporary dir beside ``root`` to write into."""
+def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
+    """:func:`check_output`, :func:`check_room` for ``nbytes`` (when the writer knows its size), then a fresh
+    temporary dir beside ``root`` to write into."""
     check_output(root, force)
+    if nbytes is not None:
+        check_room(root, nbytes)
     root = Path(root)
     try:
         root.parent.mkdir(parents=True, exist_ok=True)

@@ -48,12 +48,13 @@ from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks, union_seconds
 from hpcdgnn.metrics.waits import last_arrivals
 
-__all__ = ["EpochRecorder"]
+__all__ = ["EpochRecorder", "fmt_metric"]
 
 _MiB = 1024.0 * 1024.0
 
 
-def _fmt(v: float) -> str:
+def fmt_metric(v: float | None) -> str:
+    """A loss or metric for a log line: '-' where its split has no examples (None or NaN)."""
     return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"
 
 
@@ -194,8 +195,8 @@ class EpochRecorder:
         """The epoch's log line (rank 0 prints it)."""
         s, metric = record["slowest"], self.task.metric
         return (
-            f"epoch {record['epoch']:4d}  loss {_fmt(record['train_loss'])}  "
-            f"val_{metric} {_fmt(record['val_' + metric])}  "
+            f"epoch {record['epoch']:4d}  loss {fmt_metric(record['train_loss'])}  "
+            f"val_{metric} {fmt_metric(record['val_' + metric])}  "
             f"time {s['epoch']:.3f}s (load {s['load']:.3f} comp {s['compute']:.3f} comm {s['comm']:.3f}"
             + (f" exposed {s['comm_exposed']:.3f}" if abs(s["comm_exposed"] - s["comm"]) > 5e-4 else "") + ")  "
             f"sent {record['bytes_sent'] / _MiB:.2f} MiB"

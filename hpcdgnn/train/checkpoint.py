@@ -75,13 +75,9 @@ def claim_run_dir(run_dir: Path) -> bool:
 
 def ensure_run_id(run_dir: Path) -> str:
     """Rank 0: the run's id, made (a random 128-bit hex string) when the run directory has none."""
-    rid = read_run_id(run_dir)
-    if rid is None:
-        rid = uuid.uuid4().hex
-        tmp = Path(run_dir) / (RUN_ID_FILE + ".tmp")
-        tmp.write_text(rid + "\n")
-        os.replace(tmp, Path(run_dir) / RUN_ID_FILE)
-    return rid
+    if read_run_id(run_dir) is None:
+        claim_run_dir(run_dir)  # a new run claimed its directory already; an older run gets its id now
+    return read_run_id(run_dir)
 
 
 def _meta(ckpt: Path) -> dict[str, Any]:

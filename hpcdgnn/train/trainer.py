@@ -38,7 +38,7 @@ from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
-from hpcdgnn.metrics.epoch import EpochRecorder
+from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
@@ -159,11 +159,6 @@ def _banner(log, run: Run, comm: Communicator) -> None:
              f"   host allocator: {describe()}")
     if run.start_epoch:
         log.info(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
-
-
-def _fmt_metric(v) -> str:
-    """A metric for the closing line: '-' where the split has no examples (as in the epoch lines)."""
-    return "-" if v is None or not np.isfinite(v) else f"{v:.4f}"
 
 
 class _Health:
@@ -303,8 +298,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
         losses.append(record["train_loss"])
-        totals.add(record)
         if rd is not None:
+            totals.add(record)
             rd.append_epoch(record)
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
@@ -343,7 +338,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if rd is not None and not preempted:
         final = totals.final or {}
         m = run.task.metric
-        scores = "".join(f", {k} {_fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
+        scores = "".join(f", {k} {fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
         done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
                 if run.start_epoch and losses else f"{len(losses)} epochs")
         log.info(f"done: {done}{scores}; results in {run.run_dir}")
