@@ -40,7 +40,7 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["check_same_command", "check_world_size", "expected_world_size"]
+__all__ = ["check_same_command", "check_world_size", "expected_world_size", "singleton_environment"]
 
 # Slurm's step ids that are not srun steps: the batch script, the extern step, an interactive allocation
 _NOT_SRUN_STEPS = {"batch", "extern", "interactive", "4294967294", "4294967295", "4294967293", "4294967292"}
@@ -84,6 +84,25 @@ def expected_world_size(environ: Mapping[str, str] = os.environ) -> tuple[int, s
             if n is not None:
                 return n, "srun"
     return None
+
+
+def singleton_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Open MPI settings for a process no launcher started (``python -m hpcdgnn run`` at P = 1), else ``{}``.
+
+    Such a process initialises a 1-rank world (a "singleton"), which has no peer to reach: only the ``self``
+    transport is needed (``OMPI_MCA_btl=self``). With Open MPI's defaults its shared-memory transport
+    made a 16 MiB segment in ``/dev/shm`` that nothing removed in most runs (no ``prterun`` to clean up
+    after a singleton; 4,100 of them had piled up on this VM), and the wheel's libfabric transport spent
+    1 s probing providers at start-up. A launcher leaves its mark before ``MPI_Init``
+    (:func:`expected_world_size`'s variables, or PMI/PMIx ones: Open MPI 5 speaks PMIx to every process
+    its ``prterun`` or ``srun --mpi=pmix`` starts), and then nothing is set; neither where the user chose
+    ``OMPI_MCA_btl``. Other MPI libraries ignore the variable.
+    """
+    if "OMPI_MCA_btl" in environ or expected_world_size(environ) is not None:
+        return {}
+    if any(k.startswith(("PMIX_", "PMI_", "OMPI_COMM_WORLD_")) for k in environ):
+        return {}
+    return {"OMPI_MCA_btl": "self"}
 
 
 def _mpi_library() -> str:
