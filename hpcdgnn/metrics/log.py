@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["get_logger", "configure_logging"]
+__all__ = ["HeldLines", "get_logger", "configure_logging"]
 
 _LOGGER = "hpcdgnn"
 
@@ -43,3 +43,40 @@ def configure_logging(rank: int, size: int, level: int = logging.INFO) -> loggin
 def get_logger() -> logging.Logger:
     """The package logger."""
     return logging.getLogger(_LOGGER)
+
+
+class HeldLines:
+    """Hold the INFO lines logged inside ``with`` until :meth:`release` (or the end of the block).
+
+    The set-up's detail lines ("link prediction in place: ...") are logged while the run is built, before
+    the start line that says what the run is; held, they follow it. Warnings and errors are never held.
+    Lines held when the block ends by an exception are printed then, before its report.
+    """
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self._held: list[logging.LogRecord] = []
+        self._filter = logging.Filter()
+        self._filter.filter = self._hold  # type: ignore[method-assign]
+
+    def _hold(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        self._held.append(record)
+        return False
+
+    def __enter__(self) -> HeldLines:
+        self.log.addFilter(self._filter)
+        return self
+
+    def release(self, *first: str) -> None:
+        """Stop holding: log the INFO lines ``first`` (the start line), then the held ones."""
+        self.log.removeFilter(self._filter)
+        for line in first:
+            self.log.info(line)
+        held, self._held = self._held, []
+        for record in held:
+            self.log.handle(record)
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

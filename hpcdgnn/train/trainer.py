@@ -39,6 +39,7 @@ from hpcdgnn.config import job_to_dict
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
+from hpcdgnn.metrics.log import HeldLines
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
@@ -139,11 +140,12 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
     return checkpoints.save(epoch, shared if checkpoints.comm.rank == 0 else {}, run.strategy.state_dict())
 
 
-def _banner(log, run: Run, comm: Communicator) -> None:
+def _banner(run: Run, comm: Communicator) -> list[str]:
+    """The start lines: what the run is, where its results go, what it resumed."""
     job, m = run.job, run.manifest
     shape = (f"N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim}" if hasattr(m, "num_events") else
              f"N={m.num_vertices} T={m.num_snapshots} F={m.num_features}")
-    log.info(
+    lines = [
         f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, {shape}, "
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}"
         f"{' as restored' if run.start_epoch else ''}), {job.train.dtype}, "
@@ -151,14 +153,15 @@ def _banner(log, run: Run, comm: Communicator) -> None:
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
         + (f", progress thread on {comm.progress_ranks}/{comm.size} ranks "
            f"({comm.progress_dedicated} on a core of their own)"
-           if comm.progress_ranks or job.comm.progress == "thread" else "")
-    )
+           if comm.progress_ranks or job.comm.progress == "thread" else ""),
+    ]
     from hpcdgnn.allocator import describe
 
-    log.info(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s ({run.strategy.setup_work})"
-             f"   host allocator: {describe()}")
+    lines.append(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s ({run.strategy.setup_work})"
+                 f"   host allocator: {describe()}")
     if run.start_epoch:
-        log.info(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
+        lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
+    return lines
 
 
 class _Health:
@@ -236,8 +239,10 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     """Run a job (see module docstring), or continue one from ``resume``'s newest checkpoint; every rank calls this."""
     log = configure_logging(comm.rank, comm.size)
     stop = preemption.install()  # already installed by __main__; here for library callers
-    run = build_run(job_path, overrides, output, comm, resume)
-    comm.start_progress(run.job.comm.progress, run.threads)
+    with HeldLines(log) as held:  # the set-up's detail lines follow the start line, which needs the built run
+        run = build_run(job_path, overrides, output, comm, resume)
+        comm.start_progress(run.job.comm.progress, run.threads)
+        held.release(*_banner(run, comm))
     try:
         return _train(run, comm, log, stop)
     finally:
@@ -255,7 +260,6 @@ def _signal_name(stop: preemption.PreemptionFlag) -> str:
 def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
-    _banner(log, run, comm)
     totals = RunTotals()  # summary.json's sums, of the whole run (rank 0): a resumed one's earlier epochs first
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run

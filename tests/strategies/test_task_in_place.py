@@ -38,6 +38,8 @@ def test_sparse_steps_score_by_source_row_and_move_little(launcher, tmp_path, st
     got, recs, out = _run(launcher, 3, job, tmp_path / "p3")
     np.testing.assert_allclose(got, ref, rtol=1e-9)
     assert "pairs scored by source row" in out
+    lines = out.splitlines()  # the set-up's detail line follows the start line that says what the run is
+    assert lines[0].startswith("hpcdgnn: tgcn x link_prediction") and lines[2].startswith("link prediction"), out
     tags = recs[-1]["bytes_by_tag"]
     assert "redistribute.fwd" not in tags
     assert 0 < tags["task.fwd"] < 0.25 * _whole_snapshot_bytes(T, N, 3), tags

@@ -1,0 +1,37 @@
+"""hpcdgnn.metrics.log: rank 0's INFO lines, every rank's warnings, and the set-up's lines held for the start line."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcdgnn.metrics.log import HeldLines, configure_logging
+
+
+def test_held_lines_follow_the_start_line_and_warnings_are_not_held(capsys):
+    log = configure_logging(0, 2)
+    with HeldLines(log) as held:
+        log.info("detail 1")
+        log.warning("careful")
+        log.info("detail 2")
+        assert capsys.readouterr().out == "[rank 0] careful\n"
+        held.release("start", "run directory")
+        log.info("epoch 1")
+    assert capsys.readouterr().out == "start\nrun directory\ndetail 1\ndetail 2\nepoch 1\n"
+
+
+def test_held_lines_are_printed_when_the_set_up_fails(capsys):
+    log = configure_logging(0, 1)
+    with pytest.raises(RuntimeError), HeldLines(log):
+        log.info("read the shards")
+        raise RuntimeError("bad shard")
+    log.info("after")
+    assert capsys.readouterr().out == "read the shards\nafter\n"
+
+
+def test_only_rank_0_prints_held_lines(capsys):
+    log = configure_logging(1, 2)
+    with HeldLines(log) as held:
+        log.info("detail")
+        held.release("start")
+    assert capsys.readouterr().out == ""
+    configure_logging(0, 1)
