@@ -17,7 +17,7 @@ import argparse
 import sys
 import traceback
 
-from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE, CommFailure, ConfigError, HpcdgnnError
+from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE, CommFailure, ConfigError, HpcdgnnError, StalledError
 
 __all__ = ["main"]
 
@@ -48,9 +48,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     preemption.install()  # before the heavy imports: a scheduler's early warning must not kill us
     from hpcdgnn.comm import Communicator
+    from hpcdgnn.comm.world import start_timeout
     from hpcdgnn.train import run_training
 
-    comm = Communicator()
+    try:
+        comm = Communicator.start(start_timeout())  # no hang when a rank runs another program (MPMD)
+    except StalledError as e:
+        print(e, file=sys.stderr, flush=True)
+        Communicator.abort_world(e.exit_code)
+        return e.exit_code
     if comm.size > 1:
         _install_abort_hook(comm)
     try:
@@ -112,7 +118,8 @@ _EXIT_CODES = """exit codes:
   1   a crash: the failing rank prints 'rank R/P: <traceback>', MPI_Abort ends every rank
   2   a user error (YAML, --set, data, plan) or a diverged run (its loss not finite): one line 'hpcdgnn: error: ...'
   3   stalled: a rank made no progress for comm.stall_timeout_s, or a gloo collective waited longer than
-      comm.timeout_s (named in the error line)
+      comm.timeout_s, or a rank did not start hpcdgnn within $HPCDGNN_START_TIMEOUT s (default 600;
+      another program in an MPMD launch) (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
       (a new run stopped during its set-up has none: run it again)"""
 
@@ -215,11 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if argv is None:  # the program itself, not a caller's main([...]), whose process must not be replaced
                 allocator.reexec()  # restart with jemalloc preloaded where there is one (before torch loads)
+            from hpcdgnn.comm.world import start_timeout
             from hpcdgnn.nn import kernels
             from hpcdgnn.tasks.link_prediction import bucket_bytes
 
             kernels.mode()
             bucket_bytes()
+            start_timeout()
         except HpcdgnnError as e:
             print(f"hpcdgnn: error: {e}", file=sys.stderr)
             return EXIT_USAGE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -91,6 +92,48 @@ def test_ranks_started_with_different_arguments_are_refused_not_hung(launcher, t
     assert line.startswith("hpcdgnn: error: the ranks were started with different arguments — rank 0: run "), line
     assert "--resume" in line.split("— rank 2:")[0] and "(differing: rank 2)" in line, line
     assert not (tmp_path / "r").exists()
+
+
+FOREIGN = [sys.executable, "-c", "from mpi4py import MPI; import time; time.sleep(60)"]
+
+
+@pytest.mark.parametrize("foreign_first", [False, True])
+def test_another_program_in_the_world_ends_the_job_not_hangs_it(launcher, tmp_path, small_dataset, foreign_first):
+    """An MPMD launch with a program that is not hpcdgnn (``mpirun -np 2 hpcdgnn : -np 1 monitor``) left the
+    hpcdgnn ranks waiting for ever in their first collective, which the program never enters. Now rank 0 names
+    the rank it did not hear from within ``HPCDGNN_START_TIMEOUT``, or — the program being rank 0 — the others
+    name rank 0 after twice that, and the job ends with exit 3."""
+    if not launcher.open_mpi:
+        pytest.skip("the MPMD ':' syntax is Open MPI's here")
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    run = [sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r")]
+    parts = [["-np", "1", *FOREIGN], ["-np", "2", *run]]
+    cmd = [launcher.mpirun, "--oversubscribe", *parts[not foreign_first], ":", *parts[foreign_first]]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=50,
+                          env={**mpi_env(), "HPCDGNN_START_TIMEOUT": "2"}, cwd=REPO)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 40  # the foreign program sleeps 60 s: MPI_Abort ended it too
+    errors = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert errors and "Traceback" not in proc.stderr, proc.stderr
+    if foreign_first:  # ranks 1 and 2 run hpcdgnn; either may report before the abort ends the other
+        assert all("rank 0 did not answer within 4 s" in ln for ln in errors), errors
+    else:
+        assert errors == ["[rank 0] hpcdgnn: error: stalled at the start: rank 2 of 3 did not start hpcdgnn within "
+                          "2 s (HPCDGNN_START_TIMEOUT): every rank must run python -m hpcdgnn run (an MPMD launch "
+                          "with another program?), or a rank's start-up is slower than that (a loaded file system: "
+                          "raise it)"], errors
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan"])
+def test_a_bad_start_timeout_is_one_line(value, tmp_path, small_dataset):
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**mpi_env(), "HPCDGNN_START_TIMEOUT": value})
+    assert _one_line(proc) == (f"hpcdgnn: error: environment HPCDGNN_START_TIMEOUT={value!r}: seconds > 0 "
+                               "(default 600)")
 
 
 def test_commands_that_differ_only_in_quoting_are_told_apart():

@@ -304,15 +304,19 @@ def _mpi():
         return MPI
     from hpcdgnn.comm.world import singleton_environment
 
-    # read by MPI_Init (importing mpi4py.MPI), then taken out again: an mpirun this process starts later
-    # (a test, a benchmark) must not hand 'self only' to its ranks
+    # read by MPI_Init (importing mpi4py.MPI), then put back: an mpirun this process starts later (a test, a
+    # benchmark) must not hand 'self only' to its ranks
     extra = singleton_environment()
+    before = {key: os.environ.get(key) for key in extra}
     os.environ.update(extra)
     try:
         from mpi4py import MPI
     finally:
-        for key in extra:
-            os.environ.pop(key, None)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
     return MPI
 
@@ -327,6 +331,28 @@ class Communicator:
     def __init__(self, comm: Any = None) -> None:
         MPI = _mpi()
         self._attach(MPI, (comm or MPI.COMM_WORLD).Dup(), CommStats())
+
+    @classmethod
+    def start(cls, timeout_s: float) -> Communicator:
+        """The world's communicator, made once every rank runs hpcdgnn (:func:`~hpcdgnn.comm.world.await_world`).
+
+        Raises:
+            StalledError: a rank did not start hpcdgnn within ``timeout_s`` (the message names it and this rank);
+                nothing is collective yet, so the caller ends the job with :meth:`abort_world`.
+        """
+        from hpcdgnn.comm.world import await_world
+        from hpcdgnn.errors import StalledError
+
+        world = _mpi().COMM_WORLD
+        error = await_world(world, timeout_s)
+        if error:
+            raise StalledError(f"[rank {world.Get_rank()}] hpcdgnn: error: stalled at the start: {error}")
+        return cls()
+
+    @staticmethod
+    def abort_world(code: int) -> None:
+        """End every rank of the MPI job with ``code`` before a communicator exists."""
+        _mpi().COMM_WORLD.Abort(code)
 
     def _attach(self, MPI: Any, raw: Any, stats: CommStats) -> None:
         """Wrap the mpi4py communicator ``raw`` (kept as it is), counting into ``stats``; tensor collectives

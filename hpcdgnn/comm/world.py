@@ -38,9 +38,11 @@ import hashlib
 import os
 import shlex
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
-__all__ = ["check_same_command", "check_world_size", "expected_world_size", "singleton_environment"]
+__all__ = ["START_TIMEOUT_S", "await_world", "check_same_command", "check_world_size", "expected_world_size",
+           "singleton_environment", "start_timeout"]
 
 # Slurm's step ids that are not srun steps: the batch script, the extern step, an interactive allocation
 _NOT_SRUN_STEPS = {"batch", "extern", "interactive", "4294967294", "4294967295", "4294967293", "4294967292"}
@@ -93,12 +95,14 @@ def singleton_environment(environ: Mapping[str, str] = os.environ) -> dict[str, 
     transport is needed (``OMPI_MCA_btl=self``). With Open MPI's defaults its shared-memory transport
     made a 16 MiB segment in ``/dev/shm`` that nothing removed in most runs (no ``prterun`` to clean up
     after a singleton; 4,100 of them had piled up on this VM), and the wheel's libfabric transport spent
-    1 s probing providers at start-up. A launcher leaves its mark before ``MPI_Init``
-    (:func:`expected_world_size`'s variables, or PMI/PMIx ones: Open MPI 5 speaks PMIx to every process
-    its ``prterun`` or ``srun --mpi=pmix`` starts), and then nothing is set; neither where the user chose
-    ``OMPI_MCA_btl``. Other MPI libraries ignore the variable.
+    1 s probing providers at start-up. A transport the user chose (``OMPI_MCA_btl=^ofi``, as the tests' and
+    the job scripts' environment has it) is replaced too: it can only reach other processes, and a singleton
+    has none. A launcher leaves its mark before ``MPI_Init`` (:func:`expected_world_size`'s variables, or
+    PMI/PMIx ones: Open MPI speaks PMIx to every process its ``prterun`` or ``srun --mpi=pmix`` starts, and a
+    process without them cannot join a world of more than one), and then nothing is set. Other MPI
+    libraries ignore the variable.
     """
-    if "OMPI_MCA_btl" in environ or expected_world_size(environ) is not None:
+    if expected_world_size(environ) is not None:
         return {}
     if any(k.startswith(("PMIX_", "PMI_", "OMPI_COMM_WORLD_")) for k in environ):
         return {}
@@ -179,3 +183,82 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
     return (f"the ranks were started with different arguments — rank 0: {commands[0]} — rank {other[0]}: "
             f"{commands[other[0]]} — (differing: rank{'s' if len(other) > 1 else ''} {ranks}); every rank must run "
             "the same command (an MPMD launch with ':', or a job script expanding a value per rank?)")
+
+
+#: seconds rank 0 waits for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``): the spread of the ranks'
+#: start-up (imports from a shared file system at scale), as ``comm.stall_timeout_s`` is an epoch's
+START_TIMEOUT_S = 600.0
+_HELLO_TAG = 31_415  # below MPI_TAG_UB's guaranteed 32767
+_HELLO = 0x6870_6364_676E_6E01  # "hpcdgnn" + protocol 1: a foreign program's message with the same tag is not it
+
+
+def start_timeout(environ: Mapping[str, str] = os.environ) -> float:
+    """``HPCDGNN_START_TIMEOUT`` in seconds (> 0), else :data:`START_TIMEOUT_S`.
+
+    Raises:
+        ConfigError: a value that is not a positive number (names the variable).
+    """
+    value = environ.get("HPCDGNN_START_TIMEOUT")
+    if value is None:
+        return START_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        from hpcdgnn.errors import ConfigError
+
+        raise ConfigError(f"environment HPCDGNN_START_TIMEOUT={value!r}: seconds > 0 (default {START_TIMEOUT_S:g})")
+    return seconds
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ", ".join(map(str, ranks[:5])) + (f" and {len(ranks) - 5} more" if len(ranks) > 5 else "")
+
+
+def await_world(world, timeout_s: float, poll_s: float = 0.01) -> str | None:
+    """Wait until every rank of ``world`` (mpi4py's ``COMM_WORLD``) runs hpcdgnn; a one-line error naming the
+    ranks that did not within ``timeout_s``, else None. Every rank calls it, before any collective.
+
+    A program of another kind in the world (an MPMD launch, ``mpirun -np 4 python -m hpcdgnn run job.yaml :
+    -np 1 monitor``) never enters hpcdgnn's first collective — duplicating the world's communicator — and left
+    every hpcdgnn rank waiting in it for ever. Here each rank tells rank 0 it started (a point-to-point message,
+    which a foreign program never matches) and waits for rank 0's answer, both polled against the clock: rank 0
+    names the ranks it did not hear from; a rank that gets no answer names rank 0 (after twice the time, so
+    that rank 0's report comes first when rank 0 is hpcdgnn's). The caller ends the job on an error.
+    """
+    import numpy as np
+
+    MPI = sys.modules["mpi4py.MPI"]
+    rank, size = world.Get_rank(), world.Get_size()
+    if size == 1:
+        return None
+    deadline = time.monotonic() + (timeout_s if rank == 0 else 2 * timeout_s)
+    if rank == 0:
+        got = np.zeros(size, dtype=np.uint64)
+        reqs = [world.Irecv(got[r:r + 1], source=r, tag=_HELLO_TAG) for r in range(1, size)]
+    else:
+        hello = np.array([_HELLO], dtype=np.uint64)
+        answer = np.zeros(1, dtype=np.uint64)
+        reqs = [world.Isend(hello, dest=0, tag=_HELLO_TAG), world.Irecv(answer, source=0, tag=_HELLO_TAG)]
+    while not MPI.Request.Testall(reqs):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(poll_s)
+    else:
+        if rank != 0:
+            return None if int(answer[0]) == _HELLO else "rank 0 is not running hpcdgnn (another program?)"
+        strangers = [r for r in range(1, size) if int(got[r]) != _HELLO]
+        if not strangers:
+            ok = np.array([_HELLO], dtype=np.uint64)
+            MPI.Request.Waitall([world.Isend(ok, dest=r, tag=_HELLO_TAG) for r in range(1, size)])
+            return None
+        return (f"rank{'s' if len(strangers) > 1 else ''} {_ranks(strangers)} of {size} sent rank 0 another program's "
+                "message instead of hpcdgnn's start: every rank must run python -m hpcdgnn run (an MPMD launch?)")
+    if rank != 0:
+        return (f"rank 0 did not answer within {2 * timeout_s:g} s (HPCDGNN_START_TIMEOUT x 2): it is not running "
+                "hpcdgnn (an MPMD launch with another program?) or did not start")
+    silent = [r for r in range(1, size) if not reqs[r - 1].Test()]
+    return (f"rank{'s' if len(silent) > 1 else ''} {_ranks(silent)} of {size} did not start hpcdgnn within "
+            f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT): every rank must run python -m hpcdgnn run (an MPMD launch "
+            "with another program?), or a rank's start-up is slower than that (a loaded file system: raise it)")

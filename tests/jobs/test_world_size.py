@@ -154,13 +154,14 @@ def test_library_from_mpi4py(monkeypatch):
 
 @pytest.mark.parametrize("env", [SRUN_DEFAULT, SRUN_PMI2, SRUN_PMIX, MPIRUN, MPIRUN_REMOTE, HYDRA, HYDRA_IN_SLURM,
                                  {"PMIX_NAMESPACE": "prterun-vm-1@1", "PMIX_RANK": "0"}, {"PMI_FD": "5"},
-                                 {"OMPI_COMM_WORLD_RANK": "0"}, {"OMPI_MCA_btl": "^ofi"}])
-def test_a_launched_process_or_the_user_s_choice_keeps_open_mpi_s_transports(env):
+                                 {"OMPI_COMM_WORLD_RANK": "0"}, {**MPIRUN, "OMPI_MCA_btl": "^ofi"}])
+def test_a_launched_process_keeps_open_mpi_s_transports(env):
     assert singleton_environment(env) == {}
 
 
 def test_a_process_no_launcher_started_uses_only_the_self_transport():
     assert singleton_environment({}) == {"OMPI_MCA_btl": "self"}
+    assert singleton_environment({"OMPI_MCA_btl": "^ofi"}) == {"OMPI_MCA_btl": "self"}  # it has no peer to reach
     assert singleton_environment(ALLOCATION) == {"OMPI_MCA_btl": "self"}  # python -m hpcdgnn run in a batch script
 
 
@@ -178,8 +179,9 @@ print(repr((c.size, MPI.Get_library_version().split(",")[0], os.environ.get("OMP
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
 def test_a_singleton_leaves_no_shared_memory_segment_and_hands_nothing_on():
     """A P = 1 run without mpirun made a /dev/shm segment that was left behind (4,100 on the test VM)."""
-    launcher = ("OMPI_", "PMIX_", "PMI_", "PRTE_", "SLURM_", "MV2_", "JSM_")
+    launcher = ("OMPI_COMM_WORLD_", "PMIX_", "PMI_", "PRTE_", "SLURM_", "MV2_", "JSM_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(launcher)}
+    env["OMPI_MCA_btl"] = "^ofi"  # as the tests' and job scripts' environment has it: kept sm, which left it
     out = subprocess.run([sys.executable, "-c", SINGLETON], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     size, library, btl, maps = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
@@ -187,4 +189,4 @@ def test_a_singleton_leaves_no_shared_memory_segment_and_hands_nothing_on():
     if "Open MPI" not in library:
         pytest.skip(f"not Open MPI: {library}")
     assert maps == [], maps  # the shared-memory transport's segment is mapped from MPI_Init on
-    assert btl is None  # taken out after MPI_Init: an mpirun started from here gets Open MPI's defaults
+    assert btl == "^ofi"  # put back after MPI_Init: an mpirun started from here gets what the user set
