@@ -46,17 +46,23 @@ def _out_of_memory(e: BaseException) -> str | None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from hpcdgnn import preemption
 
-    preemption.install()  # before the heavy imports: a scheduler's early warning must not kill us
+    stop = preemption.install()  # before the heavy imports: a scheduler's early warning must not kill us
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import start_timeout
     from hpcdgnn.train import run_training
 
-    try:
-        comm = Communicator.start(start_timeout())  # no hang when a rank runs another program (MPMD)
+    try:  # no hang when a rank runs another MPI program (MPMD)
+        comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
     except StalledError as e:
         print(e, file=sys.stderr, flush=True)
-        Communicator.abort_world(e.exit_code)
-        return e.exit_code
+        code = EXIT_PREEMPTED if stop.raised else e.exit_code
+        Communicator.abort_world(code)
+        return code
+    except BaseException:  # Ctrl-C twice while waiting: the others are waiting too
+        traceback.print_exc()
+        sys.stderr.flush()
+        Communicator.abort_world(1)
+        raise
     if comm.size > 1:
         _install_abort_hook(comm)
     try:
@@ -118,8 +124,8 @@ _EXIT_CODES = """exit codes:
   1   a crash: the failing rank prints 'rank R/P: <traceback>', MPI_Abort ends every rank
   2   a user error (YAML, --set, data, plan) or a diverged run (its loss not finite): one line 'hpcdgnn: error: ...'
   3   stalled: a rank made no progress for comm.stall_timeout_s, or a gloo collective waited longer than
-      comm.timeout_s, or a rank did not start hpcdgnn within $HPCDGNN_START_TIMEOUT s (default 600;
-      another program in an MPMD launch) (named in the error line)
+      comm.timeout_s, or a rank did not start hpcdgnn within $HPCDGNN_START_TIMEOUT s after MPI_Init
+      (default 600; another MPI program in an MPMD launch) (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
       (a new run stopped during its set-up has none: run it again)"""
 

@@ -121,9 +121,23 @@ def test_another_program_in_the_world_ends_the_job_not_hangs_it(launcher, tmp_pa
     else:
         assert errors == ["[rank 0] hpcdgnn: error: stalled at the start: rank 2 of 3 did not start hpcdgnn within "
                           "2 s (HPCDGNN_START_TIMEOUT): every rank must run python -m hpcdgnn run (an MPMD launch "
-                          "with another program?), or a rank's start-up is slower than that (a loaded file system: "
-                          "raise it)"], errors
+                          "with another MPI program?)"], errors
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("stop", "pre-empted while the ranks were starting, before any set-up: run the job again"),
+    ("stranger", "rank 1 of 2 sent rank 0 another program's message instead of hpcdgnn's start: every rank must "
+                 "run python -m hpcdgnn run (an MPMD launch?)")])
+def test_the_start_wait_ends_on_a_signal_or_another_program_s_message(launcher, mode, said):
+    """The handshake's other two ends (tests/mpi/await_world_check.py): a pre-emption signal while a rank is
+    missing stops the wait 10 s later (not after the 60 s timeout), and a message of another program is not
+    taken for a start."""
+    proc = launcher.run(2, ["tests/mpi/await_world_check.py", mode], timeout=50)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("ERROR "))
+    assert line.startswith(f"ERROR {said} AFTER "), line
+    after = float(line.rsplit(" ", 1)[1])
+    assert (11 <= after < 25) if mode == "stop" else after < 10, line  # stop: 1 s, then STOP_GRACE_S
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan"])

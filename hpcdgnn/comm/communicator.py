@@ -333,18 +333,19 @@ class Communicator:
         self._attach(MPI, (comm or MPI.COMM_WORLD).Dup(), CommStats())
 
     @classmethod
-    def start(cls, timeout_s: float) -> Communicator:
+    def start(cls, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> Communicator:
         """The world's communicator, made once every rank runs hpcdgnn (:func:`~hpcdgnn.comm.world.await_world`).
 
         Raises:
-            StalledError: a rank did not start hpcdgnn within ``timeout_s`` (the message names it and this rank);
-                nothing is collective yet, so the caller ends the job with :meth:`abort_world`.
+            StalledError: a rank did not start hpcdgnn within ``timeout_s``, or ``stop()`` became true while
+                waiting (the message names it and this rank); nothing is collective yet and requests are still
+                posted, so the caller ends the job with :meth:`abort_world`.
         """
         from hpcdgnn.comm.world import await_world
         from hpcdgnn.errors import StalledError
 
         world = _mpi().COMM_WORLD
-        error = await_world(world, timeout_s)
+        error = await_world(world, timeout_s, stop)
         if error:
             raise StalledError(f"[rank {world.Get_rank()}] hpcdgnn: error: stalled at the start: {error}")
         return cls()

@@ -39,7 +39,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["START_TIMEOUT_S", "await_world", "check_same_command", "check_world_size", "expected_world_size",
            "singleton_environment", "start_timeout"]
@@ -99,10 +99,12 @@ def singleton_environment(environ: Mapping[str, str] = os.environ) -> dict[str, 
     the job scripts' environment has it) is replaced too: it can only reach other processes, and a singleton
     has none. A launcher leaves its mark before ``MPI_Init`` (:func:`expected_world_size`'s variables, or
     PMI/PMIx ones: Open MPI speaks PMIx to every process its ``prterun`` or ``srun --mpi=pmix`` starts, and a
-    process without them cannot join a world of more than one), and then nothing is set. Other MPI
+    process without them cannot join a world of more than one), and then nothing is set — but for a launcher
+    that started one process and gave it no PMI (``srun -n 1`` with no ``--mpi``): a singleton too. Other MPI
     libraries ignore the variable.
     """
-    if expected_world_size(environ) is not None:
+    expected = expected_world_size(environ)
+    if expected is not None and expected[0] > 1:
         return {}
     if any(k.startswith(("PMIX_", "PMI_", "OMPI_COMM_WORLD_")) for k in environ):
         return {}
@@ -185,9 +187,11 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
             "the same command (an MPMD launch with ':', or a job script expanding a value per rank?)")
 
 
-#: seconds rank 0 waits for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``): the spread of the ranks'
-#: start-up (imports from a shared file system at scale), as ``comm.stall_timeout_s`` is an epoch's
+#: seconds rank 0 waits, after ``MPI_Init``, for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``); as
+#: ``comm.stall_timeout_s``. Open MPI's ``MPI_Init`` waits for every process, so it is not the imports' spread
 START_TIMEOUT_S = 600.0
+#: seconds the handshake goes on after a pre-emption signal (the others may be a moment behind), then ends
+STOP_GRACE_S = 10.0
 _HELLO_TAG = 31_415  # below MPI_TAG_UB's guaranteed 32767
 _HELLO = 0x6870_6364_676E_6E01  # "hpcdgnn" + protocol 1: a foreign program's message with the same tag is not it
 
@@ -216,16 +220,23 @@ def _ranks(ranks: Sequence[int]) -> str:
     return ", ".join(map(str, ranks[:5])) + (f" and {len(ranks) - 5} more" if len(ranks) > 5 else "")
 
 
-def await_world(world, timeout_s: float, poll_s: float = 0.01) -> str | None:
+def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: False,
+                poll_s: float = 0.01) -> str | None:
     """Wait until every rank of ``world`` (mpi4py's ``COMM_WORLD``) runs hpcdgnn; a one-line error naming the
-    ranks that did not within ``timeout_s``, else None. Every rank calls it, before any collective.
+    ranks that did not within ``timeout_s``, else None. Every rank calls it, after ``MPI_Init`` and before any
+    collective.
 
-    A program of another kind in the world (an MPMD launch, ``mpirun -np 4 python -m hpcdgnn run job.yaml :
-    -np 1 monitor``) never enters hpcdgnn's first collective — duplicating the world's communicator — and left
-    every hpcdgnn rank waiting in it for ever. Here each rank tells rank 0 it started (a point-to-point message,
-    which a foreign program never matches) and waits for rank 0's answer, both polled against the clock: rank 0
-    names the ranks it did not hear from; a rank that gets no answer names rank 0 (after twice the time, so
-    that rank 0's report comes first when rank 0 is hpcdgnn's). The caller ends the job on an error.
+    Another MPI program in the world (an MPMD launch, ``mpirun -np 4 python -m hpcdgnn run job.yaml : -np 1
+    python monitor.py``) never enters hpcdgnn's first collective — duplicating the world's communicator — and
+    left every hpcdgnn rank waiting in it for ever. Here each rank tells rank 0 it started (a point-to-point
+    message, which such a program does not match) and waits for rank 0's answer, both polled against the clock:
+    rank 0 names the ranks it did not hear from; a rank that gets no answer names rank 0 (after twice the time,
+    so that rank 0's report comes first when rank 0 is hpcdgnn's). A program that never initialises MPI is
+    not reached here: Open MPI's ``MPI_Init`` already waits for every process of the world.
+
+    ``stop()`` (a pre-emption signal) ends the wait with an error :data:`STOP_GRACE_S` later. On an error the
+    requests stay posted (their buffers are this call's): the caller must end the job (``MPI_Abort``), as
+    ``python -m hpcdgnn`` does.
     """
     import numpy as np
 
@@ -241,13 +252,19 @@ def await_world(world, timeout_s: float, poll_s: float = 0.01) -> str | None:
         hello = np.array([_HELLO], dtype=np.uint64)
         answer = np.zeros(1, dtype=np.uint64)
         reqs = [world.Isend(hello, dest=0, tag=_HELLO_TAG), world.Irecv(answer, source=0, tag=_HELLO_TAG)]
-    while not MPI.Request.Testall(reqs):
-        if time.monotonic() > deadline:
+    stopping = False
+    while not MPI.Request.Testall(reqs):  # all or none: on False no request is completed
+        now = time.monotonic()
+        if not stopping and stop():  # a pre-emption signal: the handshake is milliseconds where all ranks run
+            stopping, deadline = True, min(deadline, now + STOP_GRACE_S)  # hpcdgnn; this one waits for no rank
+        if now > deadline:
+            if stopping:
+                return "pre-empted while the ranks were starting, before any set-up: run the job again"
             break
         time.sleep(poll_s)
     else:
         if rank != 0:
-            return None if int(answer[0]) == _HELLO else "rank 0 is not running hpcdgnn (another program?)"
+            return None if int(answer[0]) == _HELLO else "rank 0 is not running hpcdgnn (another MPI program?)"
         strangers = [r for r in range(1, size) if int(got[r]) != _HELLO]
         if not strangers:
             ok = np.array([_HELLO], dtype=np.uint64)
@@ -256,9 +273,13 @@ def await_world(world, timeout_s: float, poll_s: float = 0.01) -> str | None:
         return (f"rank{'s' if len(strangers) > 1 else ''} {_ranks(strangers)} of {size} sent rank 0 another program's "
                 "message instead of hpcdgnn's start: every rank must run python -m hpcdgnn run (an MPMD launch?)")
     if rank != 0:
-        return (f"rank 0 did not answer within {2 * timeout_s:g} s (HPCDGNN_START_TIMEOUT x 2): it is not running "
-                "hpcdgnn (an MPMD launch with another program?) or did not start")
-    silent = [r for r in range(1, size) if not reqs[r - 1].Test()]
+        return (f"rank 0 did not answer within {2 * timeout_s:g} s (HPCDGNN_START_TIMEOUT x 2): it runs another MPI "
+                "program than hpcdgnn (an MPMD launch?), or reached this point that much later than this rank")
+    arrived = [r for r in range(1, size) if reqs[r - 1].Test()]  # Test completes (and frees) what arrived
+    silent = sorted(set(range(1, size)) - set(arrived))
+    strangers = [r for r in arrived if int(got[r]) != _HELLO]
+    also = (f"; rank{'s' if len(strangers) > 1 else ''} {_ranks(strangers)} sent another program's message"
+            if strangers else "")
     return (f"rank{'s' if len(silent) > 1 else ''} {_ranks(silent)} of {size} did not start hpcdgnn within "
-            f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT): every rank must run python -m hpcdgnn run (an MPMD launch "
-            "with another program?), or a rank's start-up is slower than that (a loaded file system: raise it)")
+            f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT){also}: every rank must run python -m hpcdgnn run (an MPMD "
+            "launch with another MPI program?)")

@@ -50,7 +50,8 @@ class HeldLines:
 
     The set-up's detail lines ("link prediction in place: ...") are logged while the run is built, before
     the start line that says what the run is; held, they follow it. Warnings and errors are never held.
-    Lines held when the block ends by an exception are printed then, before its report.
+    Lines held when the block ends by an exception are printed then, before its report; a rank killed during
+    the set-up (another rank's ``MPI_Abort``, whose own line says why) loses its held lines.
     """
 
     def __init__(self, log: logging.Logger) -> None:

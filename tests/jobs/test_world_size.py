@@ -163,6 +163,8 @@ def test_a_process_no_launcher_started_uses_only_the_self_transport():
     assert singleton_environment({}) == {"OMPI_MCA_btl": "self"}
     assert singleton_environment({"OMPI_MCA_btl": "^ofi"}) == {"OMPI_MCA_btl": "self"}  # it has no peer to reach
     assert singleton_environment(ALLOCATION) == {"OMPI_MCA_btl": "self"}  # python -m hpcdgnn run in a batch script
+    one = {**STEP, "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"}  # srun -n 1 with no PMI: a singleton too
+    assert singleton_environment(one) == {"OMPI_MCA_btl": "self"}
 
 
 SINGLETON = r"""
