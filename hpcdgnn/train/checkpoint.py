@@ -168,9 +168,11 @@ def load_shared(ckpt: Path) -> dict[str, Any]:
         raise DataError(f"{ckpt}: cannot read checkpoint: {e}") from None
 
 
-def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_state(ckpt: Path, rank: int, num_ranks: int,
+               shared: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(shared state, this rank's state) of checkpoint directory ``ckpt``; the rank's state has
-    ``rng`` (for :func:`restore_rng`) and ``strategy`` (for ``Strategy.load_state_dict``).
+    ``rng`` (for :func:`restore_rng`) and ``strategy`` (for ``Strategy.load_state_dict``). ``shared``: the
+    shared state where the caller read it already (:func:`load_shared`; rank 0, which checked it).
 
     A run resumed on a different number of ranks gives rank r the RNG state of
     rank ``r mod P_old`` and no strategy state (the plan changed with P).
@@ -178,7 +180,7 @@ def load_state(ckpt: Path, rank: int, num_ranks: int) -> tuple[dict[str, Any], d
     Raises:
         DataError: an unreadable checkpoint (names the file).
     """
-    state = load_shared(ckpt)
+    state = load_shared(ckpt) if shared is None else shared
     try:
         meta = json.loads((ckpt / _COMPLETE).read_text())
         old_p = int(meta["num_ranks"])

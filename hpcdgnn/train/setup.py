@@ -329,8 +329,10 @@ def _checksum(params: list[torch.Tensor]) -> str:
 
 
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
-    """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all."""
+    """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all. Last, not
+    broadcast: the checkpoint's shared state rank 0 read for its checks (None elsewhere and on a new run)."""
     host_share = memory_share(comm, torch.device("cpu"))  # a collective over the node's ranks
+    kept: dict[str, Any] = {}  # rank 0's read of state.pt, so that its restore does not read it again
 
     def on_root() -> tuple[JobConfig, Manifest, object, str, str | None, str]:
         if resume:
@@ -348,7 +350,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         fingerprint = dataset_fingerprint(job.data.path)  # now: the data the ranks are about to read
         plan = None
         if ckpt is not None:
-            shared = load_shared(ckpt)  # the shared part only: rank 0's own state is read later
+            shared = kept["shared"] = load_shared(ckpt)  # the shared part only: rank 0's own state is read later
             check_resume_dataset(saved_job, job, shared, ckpt, resume, fingerprint)
             # on the same P the run continues on the checkpoint's plan, not cut again: a re-cut of balance:
             # measured is kept, and so is a cut that read what a resume may change (workload: mlp's predictor
@@ -372,7 +374,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             _save_run_files(run_dir, job, plan, 0)
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
-    return root_then_bcast(comm, on_root)
+    return (*root_then_bcast(comm, on_root), kept.get("shared"))
 
 
 def load_dataset_manifest(job: JobConfig, where: str | None):
@@ -425,9 +427,9 @@ def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> N
         )
 
 
-def _restore(ckpt: Path, comm: Communicator, model, task, opt) -> tuple[dict, dict]:
+def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | None) -> tuple[dict, dict]:
     """Load checkpoint ``ckpt`` into the model, task head and optimizer; a mismatch is one line, not 77."""
-    state, mine = load_state(ckpt, comm.rank, comm.size)
+    state, mine = load_state(ckpt, comm.rank, comm.size, shared)
     try:
         model.load_state_dict(state["model"])
         task.load_state_dict(state["task"])
@@ -585,7 +587,7 @@ def _fresh_task(run: Run):
 def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
               resume: str | None = None) -> Run:
     """Prepare a job (or a resumed one) up to its first epoch; see the module docstring."""
-    job, manifest, plan, run_dir_s, ckpt_s, fingerprint = _prepare(job_path, overrides, output, resume, comm)
+    job, manifest, plan, run_dir_s, ckpt_s, fingerprint, shared = _prepare(job_path, overrides, output, resume, comm)
     run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
     job_path = job_path or str(run_dir / "config.resolved.yaml")
     if job.train.reuse_memory:
@@ -605,7 +607,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
     start, mine, initial = 0, None, None
     if ckpt is not None:  # every rank reads the shared state and its own RNG state
-        state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt))
+        state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
         start = int(state["epoch"])
         initial = state.get("initial_checksum")  # None: a checkpoint from before it was kept
     checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only (as restored)

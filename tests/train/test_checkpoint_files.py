@@ -33,3 +33,37 @@ def test_a_complete_file_with_no_ranks_is_an_unreadable_checkpoint(tmp_path):
     (ckpt / "COMPLETE").write_text(json.dumps({"epoch": 2, "num_ranks": 0}))
     with pytest.raises(DataError, match=r"epoch-000002: cannot read checkpoint: num_ranks 0 in COMPLETE"):
         checkpoint.load_state(ckpt, 0, 1)
+
+
+_RESUME = r"""
+import sys
+import torch
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.train.trainer import run_training
+
+job, run_dir = sys.argv[1], sys.argv[2]
+comm = Communicator()
+run_training(job, ["train.epochs=2"], run_dir, comm)
+reads, load = [], torch.load
+def counted(f, *a, **k):
+    reads.append(str(f))
+    return load(f, *a, **k)
+torch.load = counted
+res = run_training(None, ["train.epochs=3"], None, comm, resume=run_dir)
+print("READS", sum(r.endswith("state.pt") for r in reads), len(res.losses))
+"""
+
+
+def test_a_resume_reads_the_shared_state_once(tmp_path, small_dataset):
+    """Rank 0 read ``state.pt`` for its checks of the resume and then again to restore it (twice the I/O of the
+    largest checkpoint file, on the rank that every other waits for)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, mpi_env, write_job
+
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    proc = subprocess.run([sys.executable, "-c", _RESUME, str(job), str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=300, env=mpi_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "READS 1 1", proc.stdout[-2000:]  # one read, one epoch re-run
