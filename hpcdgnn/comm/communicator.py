@@ -352,8 +352,11 @@ class Communicator:
 
     @staticmethod
     def abort_world(code: int) -> None:
-        """End every rank of the MPI job with ``code`` before a communicator exists."""
-        _mpi().COMM_WORLD.Abort(code)
+        """End every rank of the MPI job with ``code`` before a communicator exists (nothing where MPI did not
+        start: its own error is the one to see)."""
+        MPI = sys.modules.get("mpi4py.MPI")
+        if MPI is not None:
+            MPI.COMM_WORLD.Abort(code)
 
     def _attach(self, MPI: Any, raw: Any, stats: CommStats) -> None:
         """Wrap the mpi4py communicator ``raw`` (kept as it is), counting into ``stats``; tensor collectives
