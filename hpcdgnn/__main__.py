@@ -14,6 +14,7 @@ before its first epoch.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -41,6 +42,10 @@ def _out_of_memory(e: BaseException) -> str | None:
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
         return text[:200]
     return None
+
+
+#: environment variables whose value changes a run's arithmetic: the ranks must agree on them as on the arguments
+_ENV_SWITCHES = ("HPCDGNN_KERNELS", "HPCDGNN_BUCKET_BYTES")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -73,9 +78,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if wrong_world:
             raise collective_error(ConfigError(wrong_world))
         if comm.size > 1:
-            command = ["run", *([args.job] if args.job else []), *(["--set", *args.set] if args.set else []),
-                       *(["--output", args.output] if args.output else []),
-                       *(["--resume", args.resume] if args.resume else [])]
+            # the environment switches that change what is computed, where set: an mpirun over ssh passes a
+            # variable to remote ranks only with -x, so rank 0 ran the torch path and the others numba's
+            command = [f"{v}={os.environ[v]}" for v in _ENV_SWITCHES if v in os.environ]
+            command += ["run", *([args.job] if args.job else []), *(["--set", *args.set] if args.set else []),
+                        *(["--output", args.output] if args.output else []),
+                        *(["--resume", args.resume] if args.resume else [])]
             differ = check_same_command(comm, command)
             if differ:
                 raise collective_error(ConfigError(differ))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -171,3 +172,63 @@ def test_commands_that_differ_only_in_quoting_are_told_apart():
     quoted = TwoRanks([["run", "j.yaml", "--set", "a=1 b=2"], ["run", "j.yaml", "--set", "a=1", "b=2"]])
     line = check_same_command(quoted, ["run"])
     assert "rank 0: run j.yaml --set 'a=1 b=2' — rank 1: run j.yaml --set a=1 b=2 —" in line, line
+
+
+def test_ranks_on_different_kinds_of_device_are_refused_not_hung(launcher, tmp_path, small_dataset):
+    """train.device: auto where some ranks see a GPU and others none (tests/mpi/mixed_devices.py says rank 2 has
+    one): the GPU ranks' set-up had collectives of its own (their node's GPU memory share) and the job hung."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"device": "auto"})
+    proc = launcher.run(3, ["tests/mpi/mixed_devices.py", "2", "--", "run", str(job), "--output",
+                            str(tmp_path / "r")], timeout=60)
+    line = _one_line(proc)
+    assert line == (f"hpcdgnn: error: {job}: train.device: auto put ranks 0, 1 of 3 on the CPU (no GPU visible "
+                    "there) and the others on GPUs: every rank must train on the same kind of device; give every "
+                    "rank a GPU (nodes without one in the allocation?) or set train.device: cpu"), line
+
+
+def test_a_run_directory_another_rank_does_not_see_is_refused_at_the_start(launcher, tmp_path, small_dataset):
+    """Ranks whose working directories differ (a node-local cwd; here Open MPI's --wdir per rank) and a relative
+    --output: rank 1 did not see the run directory rank 0 made, and the job failed at its first checkpoint, after
+    training. Now every rank refuses it in one line before the first epoch."""
+    if not launcher.open_mpi:
+        pytest.skip("the MPMD ':' syntax and --wdir are Open MPI's here")
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    run = [sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", "runs/x"]
+    cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", "--wdir", str(tmp_path / "a"), *run, ":",
+           "-np", "1", "--wdir", str(tmp_path / "b"), *run]
+    env = {**mpi_env(), "PYTHONPATH": str(REPO)}  # -m hpcdgnn from another directory than the checkout
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    line = _one_line(proc)
+    assert line == ("hpcdgnn: error: rank 1: runs/x: made by rank 0 but not there on rank 1 (host "
+                    f"{socket.gethostname()}): the run directory (--output, output.dir) and checkpoint.dir must be "
+                    "on a file system every node shares, at the same path (a relative path is taken from each "
+                    "rank's working directory)"), line
+    assert "epoch" not in proc.stdout, proc.stdout
+
+
+def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, small_dataset):
+    """HPCDGNN_KERNELS / HPCDGNN_BUCKET_BYTES change the arithmetic (rounding); mpirun over ssh passes them to
+    remote ranks only with -x, so rank 0 ran one path and the others another. They are compared as the
+    arguments are (here -x on rank 1's part of an MPMD launch only)."""
+    if not launcher.open_mpi:
+        pytest.skip("the MPMD ':' syntax and -x are Open MPI's here")
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    run = [sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r")]
+    env = {k: v for k, v in mpi_env().items() if k not in ("HPCDGNN_KERNELS", "HPCDGNN_BUCKET_BYTES")}
+    cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", *run, ":", "-np", "1", "-x", "HPCDGNN_KERNELS=torch",
+           *run]
+    line = _one_line(subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO))
+    assert f"— rank 0: run {job} " in line and f"— rank 1: HPCDGNN_KERNELS=torch run {job} " in line, line
+
+
+def test_the_memory_check_takes_the_smallest_node(launcher, tmp_path, small_dataset):
+    """Rank 0 checked the job's footprint against its own node's share only: a node with less memory (or more
+    ranks) than rank 0's was not checked, and was killed by the kernel instead (tests/mpi/small_node.py gives
+    rank 2 no memory at all)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"device": "cpu"})
+    proc = launcher.run(3, ["tests/mpi/small_node.py", "2", "0", "--", "run", str(job), "--output",
+                            str(tmp_path / "r")], timeout=60)
+    line = _one_line(proc)
+    assert "GiB per rank" in line and "and this rank has 0.0 GiB (its share of the node's memory)" in line, line

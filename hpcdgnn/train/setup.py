@@ -135,6 +135,52 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
     return device
 
 
+#: seconds a rank looks again for the run directory rank 0 made (a network file system's metadata may lag)
+SHARED_PATH_WAIT_S = 5.0
+
+
+def _check_shared_paths(comm: Communicator, run_dir: Path, ckpt_root: Path | None) -> None:
+    """Refuse (one line, every rank) a run whose run directory or ``checkpoint.dir`` (``ckpt_root``, None: in the
+    run directory), made by rank 0, is not there on another rank: at the first checkpoint — hours in — that
+    rank's write would fail and end the job. Both must be on a file system every node shares, at the same path
+    (not, e.g., ``output.dir`` on a node's /tmp)."""
+    import socket
+
+    def there() -> bool:
+        return (run_dir / "config.resolved.yaml").is_file() and (ckpt_root is None or ckpt_root.is_dir())
+
+    def check() -> None:
+        deadline = time.monotonic() + SHARED_PATH_WAIT_S
+        while not there():
+            if time.monotonic() > deadline:
+                missing = run_dir if not (run_dir / "config.resolved.yaml").is_file() else ckpt_root
+                raise ConfigError(
+                    f"{missing}: made by rank 0 but not there on rank {comm.rank} (host {socket.gethostname()}): "
+                    "the run directory (--output, output.dir) and checkpoint.dir must be on a file system every "
+                    "node shares, at the same path (a relative path is taken from each rank's working directory)")
+            time.sleep(0.2)
+
+    agree(comm, check)
+
+
+def _check_one_device_kind(comm: Communicator, device: torch.device, job: JobConfig, job_path: str) -> None:
+    """Refuse, on every rank, a job whose ranks train on different kinds of device (collective).
+
+    ``train.device: auto`` on an allocation where some ranks see a GPU and others none (GPUs on some nodes only,
+    a node's driver down) put those ranks on the CPU: their set-up then skipped the GPU ranks' collectives (the
+    GPU memory share over the node) and every rank waited in a different one — a hang, or worse.
+    """
+    kinds = comm.allgather_obj(device.type, tag="setup")
+    if len(set(kinds)) == 1:
+        return
+    cpu = [r for r, k in enumerate(kinds) if k != "cuda"]
+    some = ", ".join(map(str, cpu[:5])) + (f" and {len(cpu) - 5} more" if len(cpu) > 5 else "")
+    raise collective_error(ConfigError(
+        f"{job_path}: train.device: {job.train.device} put rank{'s' if len(cpu) > 1 else ''} {some} of {comm.size} "
+        "on the CPU (no GPU visible there) and the others on GPUs: every rank must train on the same kind of "
+        "device; give every rank a GPU (nodes without one in the allocation?) or set train.device: cpu"))
+
+
 _RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.path", "data.validate", "comm.", "output.",
               "checkpoint.", "debug.")
 """Keys a resumed run may change (prefixes): none of them changes what an epoch computes (``data.path`` only to
@@ -331,7 +377,9 @@ def _checksum(params: list[torch.Tensor]) -> str:
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
     """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all. Last, not
     broadcast: the checkpoint's shared state rank 0 read for its checks (None elsewhere and on a new run)."""
-    host_share = memory_share(comm, torch.device("cpu"))  # a collective over the node's ranks
+    # the smallest over the ranks (a collective over each node's, then all): rank 0 checks the job for all, and
+    # nodes may differ in memory, its limit or their rank count (5 ranks as 2 + 3)
+    host_share = min(comm.allgather_obj(memory_share(comm, torch.device("cpu")), tag="setup"))
     kept: dict[str, Any] = {}  # rank 0's read of state.pt, so that its restore does not read it again
 
     def on_root() -> tuple[JobConfig, Manifest, object, str, str | None, str]:
@@ -590,12 +638,14 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     job, manifest, plan, run_dir_s, ckpt_s, fingerprint, shared = _prepare(job_path, overrides, output, resume, comm)
     run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
     job_path = job_path or str(run_dir / "config.resolved.yaml")
+    _check_shared_paths(comm, run_dir, Path(job.checkpoint.dir) if job.checkpoint.dir else None)
     if job.train.reuse_memory:
         reuse_host_memory()
     threads = threads_per_rank(comm, job.train.threads)
     torch.set_num_threads(threads)
     dtype = _dtype(job)
     device = agree(comm, lambda: _device(job, job_path, comm))
+    _check_one_device_kind(comm, device, job, job_path)
     comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
     if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
