@@ -428,8 +428,13 @@ hpcdgnn_slurm_launch() {  # RANKS [NODES]: HPCDGNN_LAUNCH for RANKS ranks in thi
     fi
   fi
   _hpcdgnn_log "launcher: ${HPCDGNN_LAUNCH[*]} ($why)"
-  # Slurm >= 22.05: srun does not inherit --cpus-per-task from the allocation unless told
-  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
+  if [ "$launcher" = mpirun ]; then
+    # Open MPI's mpirun starts its daemon on each other node with its own srun (one task per node), which would
+    # read this as --cpus-per-task (and --exact): every rank of that node confined to one task's CPUs
+    unset SRUN_CPUS_PER_TASK
+  elif [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+    export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK # Slurm >= 22.05: srun no longer takes it from the allocation
+  fi
 }
 
 _hpcdgnn_stamp() {  # a scheduler's time as YYYYmmdd-HHMMSS ("2026-11-23T12:04:26" -> 20261123-120426)

@@ -157,6 +157,20 @@ def test_lsf_directives(script):
     assert not any(ln.startswith("#SBATCH") for ln in text.splitlines())
 
 
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_cpus_per_task_reaches_srun_but_not_mpirun_s_daemons(launcher):
+    """Slurm >= 22.05's srun takes --cpus-per-task from SRUN_CPUS_PER_TASK only: set for srun's ranks; unset for
+    mpirun, whose per-node daemons are started by an srun of one task per node that would confine a node's
+    ranks to one task's CPUs (a helper's multi-node audit)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCDGNN_", "SLURM_", "SRUN_"))}
+    env.update(SLURM_JOB_ID="7", SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="4", SRUN_CPUS_PER_TASK="4",
+               HPCDGNN_LAUNCHER=launcher, HPCDGNN_MPI_LIBRARY="Open MPI v5.0.11", HPCDGNN_SRUN_MPI="pmix",
+               HPCDGNN_PYTHON=sys.executable)
+    script = 'source jobs/lib.sh; hpcdgnn_slurm_launch 2 >/dev/null 2>&1; echo "[${SRUN_CPUS_PER_TASK-unset}]"'
+    proc = subprocess.run(["bash", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip().splitlines()[-1] == ("[4]" if launcher == "srun" else "[unset]"), proc.stdout
+
+
 def test_lsf_launchers():
     """One LSF script launches with jsrun, the other with mpirun."""
     assert "jsrun" in (JOBS / "lsf-jsrun.sh").read_text()
