@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,14 +97,22 @@ class Run:
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
-    """Torch threads per rank: the request, else the cores this rank may use divided by the ranks on its node."""
+    """Torch threads per rank: the request, else the CPUs this rank may use divided among the ranks of its node
+    that may use them too (a collective over the node's ranks)."""
     if requested > 0:
         return requested
-    affinity = len(cpu_affinity())
-    cores = os.cpu_count() or 1
-    if affinity < cores:  # the launcher bound this rank to a core set: use exactly that
-        return max(1, affinity)
-    return max(1, cores // comm.local_rank_size()[1])
+    mine = cpu_affinity()
+    return share_cpus(mine, comm.node().allgather_obj(mine, tag="setup"))
+
+
+def share_cpus(mine: Sequence[int], node: Sequence[Sequence[int]]) -> int:
+    """This rank's threads: its CPUs (``mine``) over the node's ranks whose CPU sets (``node``, this rank's
+    among them) overlap it. Ranks bound to disjoint sets get all of theirs; ranks that share one set share it:
+    unbound on a whole node, or unbound inside a job's CPU set on a shared node (``mpirun --bind-to none``
+    under Slurm), where each rank took the whole set as bound to it before — 4 ranks x 32 threads on 32 CPUs."""
+    cpus = set(mine)
+    sharing = sum(1 for other in node if cpus & set(other))
+    return max(1, len(cpus) // max(1, sharing))
 
 
 def reuse_host_memory() -> bool:
