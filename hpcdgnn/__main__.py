@@ -14,7 +14,6 @@ before its first epoch.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 
@@ -44,8 +43,17 @@ def _out_of_memory(e: BaseException) -> str | None:
     return None
 
 
-#: environment variables whose value changes a run's arithmetic: the ranks must agree on them as on the arguments
-_ENV_SWITCHES = ("HPCDGNN_KERNELS", "HPCDGNN_BUCKET_BYTES")
+def _env_switches() -> list[str]:
+    """The environment switches that change a run's arithmetic, as ``VAR=value`` words where not their defaults,
+    compared across ranks with the arguments: Open MPI's mpirun passes a variable to other nodes' ranks only
+    with -x, so rank 0 ran the torch path and the others numba's. Their meaning is compared (``Torch`` is
+    ``torch``, unset is ``numba``), not their spelling."""
+    from hpcdgnn.nn import kernels
+    from hpcdgnn.tasks.link_prediction import bucket_bytes
+
+    words = [f"HPCDGNN_KERNELS={kernels.mode()}"] if kernels.mode() != "numba" else []
+    size = bucket_bytes()
+    return words + ([f"HPCDGNN_BUCKET_BYTES={size}"] if size is not None else [])
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -78,9 +86,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if wrong_world:
             raise collective_error(ConfigError(wrong_world))
         if comm.size > 1:
-            # the environment switches that change what is computed, where set: an mpirun over ssh passes a
-            # variable to remote ranks only with -x, so rank 0 ran the torch path and the others numba's
-            command = [f"{v}={os.environ[v]}" for v in _ENV_SWITCHES if v in os.environ]
+            command = _env_switches()
             command += ["run", *([args.job] if args.job else []), *(["--set", *args.set] if args.set else []),
                         *(["--output", args.output] if args.output else []),
                         *(["--resume", args.resume] if args.resume else [])]

@@ -206,6 +206,13 @@ def test_a_run_directory_another_rank_does_not_see_is_refused_at_the_start(launc
                     "on a file system every node shares, at the same path (a relative path is taken from each "
                     "rank's working directory)"), line
     assert "epoch" not in proc.stdout, proc.stdout
+    assert list((tmp_path / "a" / "runs" / "x").iterdir()) == []  # rank 0's files are gone: the same command runs
+    # with checkpoint.dir on a path every rank sees, only rank 0 writes the run directory: the run is fine
+    cmd = [*cmd[:cmd.index(":")], "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", ":",
+           *cmd[cmd.index(":") + 1:], "--set", f"checkpoint.dir={tmp_path / 'ckpt'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "ckpt" / "epoch-000003").is_dir() and (tmp_path / "a" / "runs" / "x" / "summary.json").is_file()
 
 
 def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, small_dataset):

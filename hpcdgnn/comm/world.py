@@ -184,7 +184,8 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
     ranks = ", ".join(map(str, other[:3])) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
     return (f"the ranks were started with different arguments — rank 0: {commands[0]} — rank {other[0]}: "
             f"{commands[other[0]]} — (differing: rank{'s' if len(other) > 1 else ''} {ranks}); every rank must run "
-            "the same command (an MPMD launch with ':', or a job script expanding a value per rank?)")
+            "the same command (an MPMD launch with ':', a job script expanding a value per rank, or an HPCDGNN_ "
+            "variable that mpirun did not pass to every rank: -x?)")
 
 
 #: seconds rank 0 waits, after ``MPI_Init``, for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``); as

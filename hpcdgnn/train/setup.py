@@ -43,7 +43,7 @@ from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest, load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
-from hpcdgnn.errors import ConfigError, DataError, nearest_existing
+from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_step_graphs
 from hpcdgnn.nn.models.tgn import TGN
@@ -148,23 +148,34 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
 SHARED_PATH_WAIT_S = 5.0
 
 
-def _check_shared_paths(comm: Communicator, run_dir: Path, ckpt_root: Path | None) -> None:
-    """Refuse (one line, every rank) a run whose run directory or ``checkpoint.dir`` (``ckpt_root``, None: in the
-    run directory), made by rank 0, is not there on another rank: at the first checkpoint — hours in — that
-    rank's write would fail and end the job. Both must be on a file system every node shares, at the same path
-    (not, e.g., ``output.dir`` on a node's /tmp)."""
+def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Path | None) -> None:
+    """Refuse (one line, every rank) a run whose directories other ranks write into are not there on every rank:
+    the run directory (``run_dir``; None: only rank 0 writes there, its checkpoints going to ``checkpoint.dir``)
+    and ``checkpoint.dir`` (``ckpt_root``; None: the run directory's). Rank 0 made them; a rank that does not see
+    them (a node-local path, another working directory) would fail at the first checkpoint — hours in — and end
+    the job. They must be on a file system every node shares, at the same path."""
     import socket
 
-    def there() -> bool:
-        return (run_dir / "config.resolved.yaml").is_file() and (ckpt_root is None or ckpt_root.is_dir())
+    def missing() -> Path | None:
+        for path, exists in ((run_dir, lambda p: (p / "config.resolved.yaml").is_file()),
+                             (ckpt_root, lambda p: p.is_dir())):
+            if path is None:
+                continue
+            try:
+                if not exists(path):
+                    with suppress(OSError):  # an NFS client's cached "no such name" is dropped by listing the parent
+                        os.listdir(path.parent)
+                    return path
+            except OSError:  # no permission to look (root squash): not usable either
+                return path
+        return None
 
     def check() -> None:
         deadline = time.monotonic() + SHARED_PATH_WAIT_S
-        while not there():
+        while (path := missing()) is not None:
             if time.monotonic() > deadline:
-                missing = run_dir if not (run_dir / "config.resolved.yaml").is_file() else ckpt_root
                 raise ConfigError(
-                    f"{missing}: made by rank 0 but not there on rank {comm.rank} (host {socket.gethostname()}): "
+                    f"{path}: made by rank 0 but not there on rank {comm.rank} (host {socket.gethostname()}): "
                     "the run directory (--output, output.dir) and checkpoint.dir must be on a file system every "
                     "node shares, at the same path (a relative path is taken from each rank's working directory)")
             time.sleep(0.2)
@@ -348,7 +359,8 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
 
 def _discard_new_run(run_dir: Path, job: JobConfig, named: bool) -> None:
     """Rank 0: undo what :func:`_save_run_files` wrote for a new run refused after it (no training examples, known
-    only once the task is set up), so that no run directory is left for a run that never trained. A directory
+    only once the task is set up; a rank that does not see the directory; ranks on different kinds of device),
+    so that no run directory is left for a run that never trained. A directory
     the user ``named`` (``--output``) stays, as do ``checkpoint.dir`` and any file a rank wrote meanwhile."""
     for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
         with suppress(OSError):  # a cleanup: the run's own error is the one to report
@@ -646,48 +658,53 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     """Prepare a job (or a resumed one) up to its first epoch; see the module docstring."""
     job, manifest, plan, run_dir_s, ckpt_s, fingerprint, shared = _prepare(job_path, overrides, output, resume, comm)
     run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
-    job_path = job_path or str(run_dir / "config.resolved.yaml")
-    _check_shared_paths(comm, run_dir, Path(job.checkpoint.dir) if job.checkpoint.dir else None)
-    if job.train.reuse_memory:
-        reuse_host_memory()
-    threads = threads_per_rank(comm, job.train.threads)
-    torch.set_num_threads(threads)
-    dtype = _dtype(job)
-    device = agree(comm, lambda: _device(job, job_path, comm))
-    _check_one_device_kind(comm, device, job, job_path)
-    comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
+    try:
+        job_path = job_path or str(run_dir / "config.resolved.yaml")
+        ranks_write_run_dir = not job.checkpoint.dir or job.debug.trace_exchanges  # checkpoints, trace files
+        _check_shared_paths(comm, run_dir if ranks_write_run_dir else None,
+                            Path(job.checkpoint.dir) if job.checkpoint.dir else None)
+        if job.train.reuse_memory:
+            reuse_host_memory()
+        threads = threads_per_rank(comm, job.train.threads)
+        torch.set_num_threads(threads)
+        dtype = _dtype(job)
+        device = agree(comm, lambda: _device(job, job_path, comm))
+        _check_one_device_kind(comm, device, job, job_path)
+        comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
-    if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
-        raise collective_error(ConfigError(f"{job_path}: debug.measured_compute: {len(job.debug.measured_compute)} "
-                                           f"values for {comm.size} ranks"))
-    if device.type == "cuda":  # a CPU job was checked against the host's memory before its plan (_prepare)
-        share = memory_share(comm, device)  # a collective over the node's ranks
-        agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
-    model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
-    start, mine, initial = 0, None, None
-    if ckpt is not None:  # every rank reads the shared state and its own RNG state
-        state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
-        start = int(state["epoch"])
-        initial = state.get("initial_checksum")  # None: a checkpoint from before it was kept
-    checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only (as restored)
-    if ckpt is None:
-        initial = checksum
+        if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
+            raise collective_error(ConfigError(f"{job_path}: debug.measured_compute: {len(job.debug.measured_compute)} "
+                                               f"values for {comm.size} ranks"))
+        if device.type == "cuda":  # a CPU job was checked against the host's memory before its plan (_prepare)
+            share = memory_share(comm, device)  # a collective over the node's ranks
+            agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
+        model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
+        start, mine, initial = 0, None, None
+        if ckpt is not None:  # every rank reads the shared state and its own RNG state
+            state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
+            start = int(state["epoch"])
+            initial = state.get("initial_checksum")  # None: a checkpoint from before it was kept
+        checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only (as restored)
+        if ckpt is None:
+            initial = checksum
 
-    t_setup = time.perf_counter()
-    strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
-    setup_seconds = time.perf_counter() - t_setup
-    if mine is not None:
-        agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
-        if comm.rank == 0:  # the resume is accepted: only now does the run directory change
-            _save_run_files(run_dir, job, plan, start)
-    train_count = task.global_train_count()
-    if train_count <= 0:  # every rank computed the same count, so every rank raises here
-        if ckpt is None and comm.rank == 0:
-            _discard_new_run(run_dir, job, named=output is not None)
-        raise collective_error(
-            DataError(f"{job_path}: task.split {list(job.task.split)} leaves no training examples in data.path "
-                      f"{job.data.path} (T = {getattr(manifest, 'num_snapshots', '?')}: too few snapshots, or no "
-                      "labels)")
-        )
-    return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
-               start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint, initial)
+        t_setup = time.perf_counter()
+        strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
+        setup_seconds = time.perf_counter() - t_setup
+        if mine is not None:
+            agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
+            if comm.rank == 0:  # the resume is accepted: only now does the run directory change
+                _save_run_files(run_dir, job, plan, start)
+        train_count = task.global_train_count()
+        if train_count <= 0:  # every rank computed the same count, so every rank raises here
+            raise collective_error(
+                DataError(f"{job_path}: task.split {list(job.task.split)} leaves no training examples in data.path "
+                          f"{job.data.path} (T = {getattr(manifest, 'num_snapshots', '?')}: too few snapshots, or no "
+                          "labels)")
+            )
+        return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
+                   start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint, initial)
+    except HpcdgnnError:
+        if ckpt is None and comm.rank == 0:  # a new run refused after rank 0 made its directory: none is left
+            _discard_new_run(run_dir, job, named=output is not None)  # behind, and a named --output is empty again
+        raise

@@ -16,6 +16,7 @@ from hpcdgnn.train import setup
 
 if __name__ == "__main__":
     cut = sys.argv.index("--")
-    if MPI.COMM_WORLD.rank == int(sys.argv[1]):
-        setup._device = lambda job, job_path, comm: torch.device("cuda", 0)  # no CUDA call: only its kind is read
+    # no CUDA call follows: only the device's kind is read (and the others' CPU holds on a host with a GPU too)
+    kind = "cuda" if MPI.COMM_WORLD.rank == int(sys.argv[1]) else "cpu"
+    setup._device = lambda job, job_path, comm: torch.device(kind)
     sys.exit(main(sys.argv[cut + 1:]))
