@@ -31,6 +31,7 @@ future stochastic component stays exact.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -121,14 +122,17 @@ def _atomic_save(obj: Any, path: Path) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
         tmp.unlink(missing_ok=True)
+        hint = "a full disk or quota?"
         if isinstance(e, OSError) and e.strerror:
             why = e.strerror
+            if e.errno == errno.ENOENT:  # the directory rank 0 made is not there for this rank
+                hint = "removed meanwhile, or not on a file system this rank's node shares?"
         else:  # torch's message on a short write is its own internals ("unexpected pos ..."): say what is left
             try:
                 why = f"the write fell short, {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free there"
             except OSError:
                 why = "the write fell short"
-        raise DataError(f"cannot write checkpoint file {path}: {why} (a full disk or quota?)") from None
+        raise DataError(f"cannot write checkpoint file {path}: {why} ({hint})") from None
 
 
 def _rng_state() -> dict[str, Any]:

@@ -67,3 +67,11 @@ def test_a_resume_reads_the_shared_state_once(tmp_path, small_dataset):
                           text=True, timeout=300, env=mpi_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "READS 1 1", proc.stdout[-2000:]  # one read, one epoch re-run
+
+
+def test_a_checkpoint_directory_gone_is_not_called_a_full_disk(tmp_path):
+    """ENOENT (the directory rank 0 made is not there: removed, or not shared with this rank's node) was reported
+    as '(a full disk or quota?)'."""
+    with pytest.raises(DataError, match=r"cannot write checkpoint file .*rank-00001\.pt: No such file or directory "
+                                        r"\(removed meanwhile, or not on a file system this rank's node shares\?\)"):
+        checkpoint._atomic_save({"a": 1}, tmp_path / "gone" / "rank-00001.pt")
