@@ -51,9 +51,9 @@ def _env_switches() -> list[str]:
     from hpcdgnn.nn import kernels
     from hpcdgnn.tasks.link_prediction import bucket_bytes
 
-    words = [f"HPCDGNN_KERNELS={kernels.mode()}"] if kernels.mode() != "numba" else []
-    size = bucket_bytes()
-    return words + ([f"HPCDGNN_BUCKET_BYTES={size}"] if size is not None else [])
+    mode, size = kernels.mode(), bucket_bytes()
+    return ([f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []) + \
+        ([f"HPCDGNN_BUCKET_BYTES={size}"] if size is not None else [])
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -66,11 +66,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:  # no hang when a rank runs another MPI program (MPMD)
         comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
-    except StalledError as e:
-        print(e, file=sys.stderr, flush=True)
-        code = EXIT_PREEMPTED if stop.raised else e.exit_code
-        Communicator.abort_world(code)
-        return code
+    except StalledError as e:  # met by this rank alone, before there is a communicator: the world's rank and abort
+        rank, size = Communicator.world_rank_size()
+        return _rank_error(rank, size, Communicator.abort_world, str(e),
+                           EXIT_PREEMPTED if stop.raised else e.exit_code)
     except BaseException:  # Ctrl-C twice while waiting: the others are waiting too
         traceback.print_exc()
         sys.stderr.flush()
@@ -111,25 +110,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
             comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
             return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective
-        return _rank_error(comm, str(e), e.exit_code)
+        return _rank_error(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
     except (MemoryError, RuntimeError) as e:
         # one allocation larger than the node: sizes from the job (model.hidden: 10**6, task.negatives: 10**9)
         detail = _out_of_memory(e)
         if detail is None:
             raise  # a crash: the abort hook prints it with the rank
-        return _rank_error(comm, f"out of memory ({detail}); the job needs more than this rank has: lower "
-                                 "model.hidden, model.layers, model.order, task.negatives or task.decoder_hidden, "
-                                 "or spread it over more ranks or nodes")
+        return _rank_error(comm.rank, comm.size, comm.abort,
+                           f"out of memory ({detail}); the job needs more than this rank has: lower model.hidden, "
+                           "model.layers, model.order, task.negatives or task.decoder_hidden, or spread it over more "
+                           "ranks or nodes")
     return 0
 
 
-def _rank_error(comm, message: str, code: int = EXIT_USAGE) -> int:
-    """An error this rank met alone: one line with the rank, then end the job with ``code`` (the others may wait
-    in a collective)."""
-    prefix = f"[rank {comm.rank}] " if comm.size > 1 else ""
+def _rank_error(rank: int, size: int, abort, message: str, code: int = EXIT_USAGE) -> int:
+    """An error this rank met alone: one line with the rank, then end the job with ``abort(code)`` (the others may
+    wait in a collective)."""
+    prefix = f"[rank {rank}] " if size > 1 else ""
     print(f"{prefix}hpcdgnn: error: {message}", file=sys.stderr, flush=True)
-    if comm.size > 1:
-        comm.abort(code)
+    if size > 1:
+        abort(code)
     return code
 
 

@@ -338,17 +338,22 @@ class Communicator:
 
         Raises:
             StalledError: a rank did not start hpcdgnn within ``timeout_s``, or ``stop()`` became true while
-                waiting (the message names it and this rank); nothing is collective yet and requests are still
-                posted, so the caller ends the job with :meth:`abort_world`.
+                waiting (the message names it); nothing is collective yet and requests are still posted, so the
+                caller reports it with this rank (:meth:`world_rank_size`) and ends the job (:meth:`abort_world`).
         """
         from hpcdgnn.comm.world import await_world
         from hpcdgnn.errors import StalledError
 
-        world = _mpi().COMM_WORLD
-        error = await_world(world, timeout_s, stop)
+        error = await_world(_mpi().COMM_WORLD, timeout_s, stop)
         if error:
-            raise StalledError(f"[rank {world.Get_rank()}] hpcdgnn: error: stalled at the start: {error}")
+            raise StalledError(f"stalled at the start: {error}")
         return cls()
+
+    @staticmethod
+    def world_rank_size() -> tuple[int, int]:
+        """This process's rank and the world's size, before a communicator exists ((0, 1) where MPI did not start)."""
+        MPI = sys.modules.get("mpi4py.MPI")
+        return (MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()) if MPI is not None else (0, 1)
 
     @staticmethod
     def abort_world(code: int) -> None:

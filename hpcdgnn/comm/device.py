@@ -23,7 +23,8 @@ import torch
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["LOCAL_RANK_VARIABLES", "cpu_affinity", "local_rank_from_env", "select_device", "memory_share"]
+__all__ = ["LOCAL_RANK_VARIABLES", "cpu_affinity", "local_rank_from_env", "memory_share", "node_cpu_sets",
+           "select_device"]
 
 #: Local-rank variables of common launchers, in the order they are tried: Open MPI, MVAPICH2,
 #: Intel MPI / MPICH (Hydra), PMI, Cray PALS, SLURM srun, IBM jsrun (LSF).
@@ -118,6 +119,12 @@ def cpu_affinity() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+def node_cpu_sets(comm) -> list[list[int]]:
+    """The CPU sets (:func:`cpu_affinity`) of every rank of this rank's node, this rank's among them: what the
+    thread count and the progress thread's spare core are judged from. A collective over the node's ranks."""
+    return comm.node().allgather_obj(cpu_affinity(), tag="setup")
 
 
 def memory_share(comm, device: torch.device) -> int:

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hpcdgnn.comm.device import cpu_affinity
+from hpcdgnn.comm.device import cpu_affinity, node_cpu_sets
 
 __all__ = ["ProgressThread", "spare_core"]
 
@@ -65,10 +65,9 @@ def spare_core(comm: Any, threads: int) -> bool:
     compute threads: the union of the node's ranks' CPU affinities holds ``ranks × (threads + 1)``
     CPUs and this rank may run on more than ``threads``. A collective over the node's ranks.
     """
-    mine = cpu_affinity()
-    node = comm.node()
-    union = set().union(*map(set, node.allgather_obj(mine, tag="setup")))
-    return len(mine) > threads and len(union) >= node.size * (threads + 1)
+    sets = node_cpu_sets(comm)
+    union = set().union(*map(set, sets))
+    return len(cpu_affinity()) > threads and len(union) >= len(sets) * (threads + 1)
 
 
 class ProgressThread:

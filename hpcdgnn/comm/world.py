@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["START_TIMEOUT_S", "await_world", "check_same_command", "check_world_size", "expected_world_size",
-           "singleton_environment", "start_timeout"]
+           "name_ranks", "singleton_environment", "start_timeout"]
 
 # Slurm's step ids that are not srun steps: the batch script, the extern step, an interactive allocation
 _NOT_SRUN_STEPS = {"batch", "extern", "interactive", "4294967294", "4294967295", "4294967293", "4294967292"}
@@ -181,9 +181,8 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
     lists = comm.allgather_obj(list(command))
     other = [r for r, c in enumerate(lists) if c != lists[0]]  # not empty: the digests of the lists differed
     commands = [shlex.join(c) for c in lists]  # quoted: '--set "a=1 b=2"' is not '--set a=1 b=2'
-    ranks = ", ".join(map(str, other[:3])) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
     return (f"the ranks were started with different arguments — rank 0: {commands[0]} — rank {other[0]}: "
-            f"{commands[other[0]]} — (differing: rank{'s' if len(other) > 1 else ''} {ranks}); every rank must run "
+            f"{commands[other[0]]} — (differing: {name_ranks(other, 3)}); every rank must run "
             "the same command (an MPMD launch with ':', a job script expanding a value per rank, or an HPCDGNN_ "
             "variable that mpirun did not pass to every rank: -x?)")
 
@@ -217,8 +216,10 @@ def start_timeout(environ: Mapping[str, str] = os.environ) -> float:
     return seconds
 
 
-def _ranks(ranks: Sequence[int]) -> str:
-    return ", ".join(map(str, ranks[:5])) + (f" and {len(ranks) - 5} more" if len(ranks) > 5 else "")
+def name_ranks(ranks: Sequence[int], shown: int = 5) -> str:
+    """``rank 2`` or ``ranks 0, 1, 3 and 4 more``: the ranks a message blames, the first ``shown`` of them."""
+    listed = ", ".join(map(str, ranks[:shown])) + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {listed}"
 
 
 def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: False,
@@ -271,7 +272,7 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
             ok = np.array([_HELLO], dtype=np.uint64)
             MPI.Request.Waitall([world.Isend(ok, dest=r, tag=_HELLO_TAG) for r in range(1, size)])
             return None
-        return (f"rank{'s' if len(strangers) > 1 else ''} {_ranks(strangers)} of {size} sent rank 0 another program's "
+        return (f"{name_ranks(strangers)} of {size} sent rank 0 another program's "
                 "message instead of hpcdgnn's start: every rank must run python -m hpcdgnn run (an MPMD launch?)")
     if rank != 0:
         return (f"rank 0 did not answer within {2 * timeout_s:g} s (HPCDGNN_START_TIMEOUT x 2): it runs another MPI "
@@ -279,8 +280,8 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
     arrived = [r for r in range(1, size) if reqs[r - 1].Test()]  # Test completes (and frees) what arrived
     silent = sorted(set(range(1, size)) - set(arrived))
     strangers = [r for r in arrived if int(got[r]) != _HELLO]
-    also = (f"; rank{'s' if len(strangers) > 1 else ''} {_ranks(strangers)} sent another program's message"
+    also = (f"; {name_ranks(strangers)} sent another program's message"
             if strangers else "")
-    return (f"rank{'s' if len(silent) > 1 else ''} {_ranks(silent)} of {size} did not start hpcdgnn within "
+    return (f"{name_ranks(silent)} of {size} did not start hpcdgnn within "
             f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT){also}: every rank must run python -m hpcdgnn run (an MPMD "
             "launch with another MPI program?)")

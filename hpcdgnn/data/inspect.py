@@ -63,7 +63,7 @@ import h5py
 import numpy as np
 
 from hpcdgnn.data.events import EVENTS_FORMAT, SPLIT_NAMES, load_event_manifest, manifest_format, scan_event_shards
-from hpcdgnn.data.manifest import Manifest, ShardInfo, empty_snapshots_note, load_manifest
+from hpcdgnn.data.manifest import Manifest, ShardInfo, empty_snapshots, empty_snapshots_note, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.writer import shard_file_problem
@@ -405,7 +405,7 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         "edges": _summary(edges),
         "active": _summary(active),
         "overlap": overlap,
-        "empty_snapshots": [t for t, e in enumerate(m.snapshot_edges) if e == 0],
+        "empty_snapshots": empty_snapshots(m.snapshot_edges),
         "note": empty_snapshots_note(m.snapshot_edges),
         "problems": problems,
         "valid": not problems,

@@ -65,6 +65,7 @@ from hpcdgnn.errors import DataError, not_a_directory, short_repr
 __all__ = [
     "Manifest",
     "ShardInfo",
+    "empty_snapshots",
     "empty_snapshots_note",
     "load_manifest",
     "save_manifest",
@@ -317,11 +318,16 @@ def load_manifest(root: str | Path) -> Manifest:
     return m
 
 
+def empty_snapshots(snapshot_edges: Sequence[int]) -> list[int]:
+    """The snapshots without edges."""
+    return [t for t, e in enumerate(snapshot_edges) if e == 0]
+
+
 def empty_snapshots_note(snapshot_edges: Sequence[int]) -> str | None:
     """A note naming the snapshots without edges, or None: a time split (``task.split``) that falls among them has
     no examples, and equal time windows over a bursty timeline make such gaps (email-Eu-core in 32 windows: 21-30
     empty, so val_auc was '-' in every epoch)."""
-    empty = [t for t, e in enumerate(snapshot_edges) if e == 0]
+    empty = empty_snapshots(snapshot_edges)
     if not empty:
         return None
     runs, start = [], empty[0]

@@ -36,7 +36,8 @@ import torch
 import yaml
 
 from hpcdgnn.comm.communicator import Communicator
-from hpcdgnn.comm.device import cpu_affinity, memory_share, select_device
+from hpcdgnn.comm.device import cpu_affinity, memory_share, node_cpu_sets, select_device
+from hpcdgnn.comm.world import name_ranks
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.load import blame_override, override_of
 from hpcdgnn.config.schema import JobConfig
@@ -101,8 +102,7 @@ def threads_per_rank(comm: Communicator, requested: int) -> int:
     that may use them too (a collective over the node's ranks)."""
     if requested > 0:
         return requested
-    mine = cpu_affinity()
-    return share_cpus(mine, comm.node().allgather_obj(mine, tag="setup"))
+    return share_cpus(cpu_affinity(), node_cpu_sets(comm))
 
 
 def share_cpus(mine: Sequence[int], node: Sequence[Sequence[int]]) -> int:
@@ -194,9 +194,8 @@ def _check_one_device_kind(comm: Communicator, device: torch.device, job: JobCon
     if len(set(kinds)) == 1:
         return
     cpu = [r for r, k in enumerate(kinds) if k != "cuda"]
-    some = ", ".join(map(str, cpu[:5])) + (f" and {len(cpu) - 5} more" if len(cpu) > 5 else "")
     raise collective_error(ConfigError(
-        f"{job_path}: train.device: {job.train.device} put rank{'s' if len(cpu) > 1 else ''} {some} of {comm.size} "
+        f"{job_path}: train.device: {job.train.device} put {name_ranks(cpu)} of {comm.size} "
         "on the CPU (no GPU visible there) and the others on GPUs: every rank must train on the same kind of "
         "device; give every rank a GPU (nodes without one in the allocation?) or set train.device: cpu"))
 
