@@ -53,7 +53,7 @@ from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.comm.progress import ProgressThread, spare_core
 from hpcdgnn.errors import PeerLostError, StalledError
 
-__all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats"]
+__all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats", "payload_bytes"]
 
 #: A box ``(rows, (b0, b1))`` of a tensor: along dimension 0 either the range ``(a0, a1)`` or an
 #: explicit ``list`` of row indices (then dimension 1 must be taken whole), along dimension 1 the
@@ -264,6 +264,22 @@ class Pending:
         self.holder: ProgressThread | None = None
         #: its record in :attr:`CommStats.exchanges`, where its wait adds the time blocked (None: not kept)
         self.entry: tuple | None = None
+
+
+def payload_bytes(obj: Any) -> int:
+    """The array bytes of a point-to-point payload (tensors and numpy arrays inside lists, tuples and dicts):
+    what :meth:`Communicator.isend_obj` counts as sent and :meth:`Communicator.recv_obj` as received, both
+    sides from the same object, so a tag's bytes received over all ranks equal its bytes sent (pickling's
+    header and the other objects are not counted, as the collectives count no envelope)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, (list, tuple)):
+        return sum(payload_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(payload_bytes(x) for x in obj.values())
+    return 0
 
 
 def _run(copy: Callable[[], None] | None) -> None:
@@ -1096,22 +1112,22 @@ class Communicator:
         return out
 
     # -- point to point (pipelines) --------------------------------------------------------------
-    def isend_obj(self, obj: Any, dest: int, tag: int, name: str, nbytes: int) -> Any:
+    def isend_obj(self, obj: Any, dest: int, tag: int, name: str) -> Any:
         """Non-blocking send of a picklable object (tensors included) to ``dest``; returns the request.
 
-        ``nbytes`` is the payload counted under ``name`` (the tensors' bytes; pickling adds
-        a small header). Complete the request with :meth:`wait_all`.
+        Counted under ``name``: its :func:`payload_bytes`. Complete the request with :meth:`wait_all`.
         """
         t0 = self.stats.enter(name)
         req = self._comm.isend(obj, dest=dest, tag=tag)
-        self.stats.add(name, nbytes, 0, time.perf_counter() - t0)
+        self.stats.add(name, payload_bytes(obj), 0, time.perf_counter() - t0)
         return req
 
     def recv_obj(self, source: int, tag: int, name: str) -> Any:
-        """Blocking receive of an object sent with :meth:`isend_obj` (time counted under ``name``)."""
+        """Blocking receive of an object sent with :meth:`isend_obj` (time and :func:`payload_bytes` received
+        counted under ``name``)."""
         t0 = self.stats.enter(name)
         obj = self._comm.recv(source=source, tag=tag)
-        self.stats.add(name, 0, 0, time.perf_counter() - t0)
+        self.stats.add(name, 0, payload_bytes(obj), time.perf_counter() - t0)
         return obj
 
     def wait_all(self, requests: list[Any], name: str) -> None:

@@ -42,10 +42,6 @@ from hpcdgnn.strategies.snapshot import SnapshotLayout, SnapshotStrategy
 __all__ = ["PSSStrategy"]
 
 
-def _tensor_bytes(leaves: list) -> int:
-    return sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
-
-
 class _RecvState(torch.autograd.Function):
     """Forward: the state's tensors from rank p-1. Backward: their gradients sent back to p-1."""
 
@@ -87,12 +83,12 @@ class _Pipe:
 
     def send(self, dest: int, tag: int, tensors: list[torch.Tensor], name: str) -> None:
         host = [t.cpu() for t in tensors]
-        self.pending.append(self.comm.isend_obj(host, dest, tag, name, _tensor_bytes(host)))
+        self.pending.append(self.comm.isend_obj(host, dest, tag, name))
 
     def send_state(self, dest: int, tag: int, leaves: list, spec) -> None:
         # the structure travels as pytree's JSON: unpickling a TreeSpec warns (torch >= 2.9 deprecates LeafSpec)
         payload = ([t.detach().cpu() for t in leaves], treespec_dumps(spec)) if leaves else None
-        self.pending.append(self.comm.isend_obj(payload, dest, tag, "pipeline.fwd", _tensor_bytes(leaves)))
+        self.pending.append(self.comm.isend_obj(payload, dest, tag, "pipeline.fwd"))
 
     def finish(self) -> None:
         self.comm.wait_all(self.pending, "pipeline.wait")

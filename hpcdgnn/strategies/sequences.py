@@ -648,8 +648,7 @@ class SequencesStrategy(Strategy):
             ts = [t for t in range(max(lo, own[me]), min(hi, own[me + 1])) if not own[r] <= t < own[r + 1]]
             if ts:
                 payload = [(t, h.crow, h.col, h.val, h.x, h.raw) for t, h in ((t, self.host[t]) for t in ts)]
-                nbytes = sum(self.host[t].nbytes for t in ts)
-                sends.append(self.comm.isend_obj(payload, r, 7301, "placement.fetch", nbytes))
+                sends.append(self.comm.isend_obj(payload, r, 7301, "placement.fetch"))
         self._fetched = {}
         lo, hi = self._reads[me]
         for q in range(P):

@@ -8,6 +8,7 @@ forward redistribution, for the pytest side to sum and compare.
 import json
 import sys
 
+import numpy as np
 import torch
 
 from hpcdgnn.comm import Communicator, all_to_all_rows
@@ -57,6 +58,23 @@ def main() -> None:
     assert torch.equal(z.detach(), full[:, vb[me] : vb[me + 1]]), f"rank {me}: vertex layout wrong"
     back = strat._to_snapshot(z, "test.s")
     assert torch.equal(back.detach(), y), f"rank {me}: round trip wrong"
+
+    # 3. point to point (pipelines, placement fetch): a ring of nested payloads; each side counts the arrays'
+    # bytes of the same object, so what a rank counts as received is what its left neighbour counted as sent
+    def payload(p: int) -> list:
+        return [(p, np.zeros(p + 2, dtype=np.int64), torch.ones(3, p + 1)),
+                {"x": torch.zeros(p, dtype=torch.float64)}, None]
+
+    def size(p: int) -> int:
+        return 8 * (p + 2) + 4 * 3 * (p + 1) + 8 * p
+
+    before = comm.stats.snapshot()
+    req = comm.isend_obj(payload(me), (me + 1) % P, 7, "test.p2p")
+    got = comm.recv_obj((me - 1) % P, 7, "test.p2p")
+    comm.wait_all([req], "test.p2p")
+    assert torch.equal(got[0][2], payload((me - 1) % P)[0][2]), f"rank {me}: wrong object received"
+    s = comm.stats.since(before, "test.p2p")
+    assert (s.bytes_sent, s.bytes_recv) == (size(me), size((me - 1) % P)), (me, s)
     print(json.dumps({"rank": me, "fwd_bytes": fwd_bytes}), flush=True)
 
 
