@@ -170,8 +170,10 @@ def read_run(run_dir: Path) -> dict:
         "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
         "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),
-        # a run on another host (a cluster) is judged by that host's core count only if it is this one
-        "oversubscribed": env["host"] == os.uname().nodename and env["num_ranks"] * env["threads_per_rank"] > cores,
+        # judged by this machine's core count for the ranks that ran on it (none: a run on a cluster's nodes);
+        # summaries before 'hosts' name rank 0's host only, as if every rank ran there
+        "oversubscribed": env.get("hosts", {env["host"]: env["num_ranks"]}).get(os.uname().nodename, 0)
+        * env["threads_per_rank"] > cores,
         "run_dir": str(run_dir),
         "_data_path": str(cfg["data"]["path"]),
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),

@@ -3,7 +3,8 @@
 Final metrics, time and byte totals of the whole run (a resumed one's earlier epochs included, read
 from ``metrics.jsonl``), the steady epoch time (median and mean of the slowest rank over non-warm-up
 epochs), S3 transfer bytes, per-rank memory (peak RSS, device-held inputs, activation peak, host
-payloads, GPU peak) and the environment (ranks, threads, device, backend, library versions, host).
+payloads, GPU peak) and the environment (ranks, threads, device, backend, library versions, the ranks of each
+host and device kind).
 Every rank joins one gather of its memory figures; rank 0 writes the file.
 """
 
@@ -44,12 +45,24 @@ def _memory(comm, run, activation_peak: float) -> np.ndarray:
     )
 
 
-def _environment(comm, run) -> dict:
+def _counts(names: list[str]) -> dict[str, int]:
+    """How many ranks each name has, in the order of the first rank that has it."""
+    out: dict[str, int] = {}
+    for n in names:
+        out[n] = out.get(n, 0) + 1
+    return out
+
+
+def _environment(comm, run, placed: list[tuple[str, str]]) -> dict:
+    """``placed``: every rank's (host, device name), rank by rank. ``host`` and ``device`` are rank 0's (the
+    fields scripts compare runs by); ``hosts`` and ``devices`` count the ranks on each node and on each device
+    kind, so that a scaling study can tell 4 ranks on one node from 4 on four, and a node of another GPU model."""
     import mpi4py
 
     from hpcdgnn.allocator import describe as describe_allocator
 
     job, device = run.job, run.device
+    hosts = _counts([h for h, _ in placed])
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
@@ -62,7 +75,10 @@ def _environment(comm, run) -> dict:
         "mpi4py": mpi4py.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "host": socket.gethostname(),
+        "host": placed[0][0],
+        "num_nodes": len(hosts),
+        "hosts": hosts,
+        "devices": _counts([d for _, d in placed]),
         "host_allocator": describe_allocator(),  # rank 0's; every rank starts with the same environment
     }
 
@@ -121,6 +137,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
     ``totals``: of every epoch of the run, those before a resume included (``metrics.jsonl``'s), so that the
     totals and the steady epoch time are the whole run's, not the last attempt's."""
     mem = _memory(comm, run, activation_peak)
+    placed = comm.allgather_obj((socket.gethostname(), device_name(run.device)), tag="metrics")
     if rd is None:
         return
     epoch_bytes = totals.transfer_bytes
@@ -156,6 +173,6 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
             "parameters": {"count": sum(p.numel() for p in run.params), "initial_checksum": run.initial_checksum,
                            **({"resumed_checksum": run.checksum} if run.start_epoch else {})},
             "compiled_kernels": kernels.calls(),  # rank 0's calls of each numba loop (none: the torch paths)
-            "environment": _environment(comm, run),
+            "environment": _environment(comm, run, placed),
         }
     )

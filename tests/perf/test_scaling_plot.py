@@ -251,3 +251,28 @@ def test_sweep_adds_the_baseline_strategy_at_the_smallest_p():
     assert scaling._sweep_runs(ns) == [("snapshot", 2), ("snapshot", 4), ("vertex", 2), ("vertex", 4)]
     ns = argparse.Namespace(strategy=["vertex"], ranks=[1, 2], baseline=[])
     assert scaling._sweep_runs(ns) == [("vertex", 1), ("vertex", 2)]
+
+
+@pytest.mark.parametrize("hosts, threads, expect", [
+    (None, 1, False),  # an older summary (rank 0's host only, not this machine): judged not to have run here
+    ("here:all", 64, True),  # every rank on this machine with more threads than its cores
+    ("here:1+elsewhere:rest", 1, False),  # one rank here, the others on another node: within this machine's cores
+    ("here:1+elsewhere:rest", 10 ** 6, True),
+])
+def test_oversubscribed_counts_the_ranks_on_this_machine_only(tmp_path, hosts, threads, expect):
+    """``oversubscribed`` compares this machine's cores with the threads of the ranks that ran on it, from
+    summary.json's ``hosts``: a 4-rank run on 4 nodes is not oversubscribed because rank 0's node is this one."""
+    import os
+
+    P = 4
+    d = _run_dir(tmp_path, "run", P, 100, 5, _epochs(P, [1.0, 1.0]), _dataset(tmp_path, "d", "{}"))
+    summary = json.loads((d / "summary.json").read_text())
+    env = summary["environment"]
+    env["threads_per_rank"] = threads
+    here = os.uname().nodename
+    if hosts == "here:all":
+        env.update(host=here, hosts={here: P})
+    elif hosts == "here:1+elsewhere:rest":
+        env.update(host=here, hosts={here: 1, "elsewhere": P - 1})
+    (d / "summary.json").write_text(json.dumps(summary))
+    assert _scaling().read_run(d)["oversubscribed"] is expect

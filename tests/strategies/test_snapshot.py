@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -60,3 +61,6 @@ def test_reported_bytes_match_volume_formula(launcher, small_dataset, tmp_path, 
     t = rec["time"]
     assert t["epoch"]["min"] <= t["epoch"]["mean"] <= t["epoch"]["max"]
     assert summary["environment"]["num_ranks"] == P and len(summary["memory"]["peak_rss_bytes"]) == P
+    # every rank ran on this host and on the CPU: counted per node and per device kind, not rank 0's alone
+    env = summary["environment"]
+    assert (env["num_nodes"], env["hosts"], env["devices"]) == (1, {socket.gethostname(): P}, {"cpu": P})
