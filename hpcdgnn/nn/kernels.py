@@ -16,8 +16,9 @@ loaded them;
 otherwise — or with ``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their
 torch path.
 ``HPCDGNN_KERNELS=always`` drops the size thresholds (tests run the compiled paths on small graphs). The
-numba cache (``cache=True``) keeps the compiled code beside this file, so only the first process
-after an install compiles (about a second per dtype).
+numba cache (``cache=True``) keeps the compiled code beside this file (a directory per CPU kind:
+:func:`_cache_of_this_cpu`), so only the first process of each CPU kind after an install compiles (about a
+second per dtype).
 
 Floating-point contract: ``fastmath`` is limited to reassociation and contraction (no ``nnan`` /
 ``ninf``: a NaN loss must still surface), so the per-pair dot product may be summed in a different
@@ -26,6 +27,8 @@ order than torch's — results agree to rounding, and are deterministic for a gi
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 
 import numpy as np
@@ -82,7 +85,8 @@ def _compile():
         _kernels = False
         if _enabled():
             try:
-                from hpcdgnn.nn import _numba_kernels as _kernels
+                with _cache_of_this_cpu():
+                    from hpcdgnn.nn import _numba_kernels as _kernels
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
             else:
@@ -94,11 +98,45 @@ def _compile():
     return _kernels
 
 
+@contextlib.contextmanager
+def _cache_of_this_cpu():
+    """The numba cache directory while the compiled module is imported (its functions choose their cache then): one
+    directory per CPU kind (numba's target triple, CPU name and features) under the place numba would pick — the
+    user's ``NUMBA_CACHE_DIR``, else beside this module where writable, else numba's directory in the user's cache.
+
+    Why: numba keeps the code of every CPU kind in one index per function and names a new data file by the
+    entries it saw. Two nodes of different CPUs compiling into one shared install at the same moment (a cluster's
+    first job after an install) can both see an empty index, both write data file 1, and leave the index naming
+    one kind's key beside the other kind's code — which a node of the first kind then runs: an illegal
+    instruction, or worse. Within one kind, ranks compiling at once write the same code. numba's own setting
+    is put back after the import."""
+    from numba.core import config
+    from numba.core.registry import cpu_target
+    from numba.misc.appdirs import AppDirs
+
+    magic = cpu_target.target_context.codegen().magic_tuple()
+    kind = f"numba-{magic[1]}-{hashlib.sha1(repr(magic).encode()).hexdigest()[:12]}"
+    user = config.CACHE_DIR
+    if user:
+        base = user
+    else:
+        base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+        with contextlib.suppress(OSError):
+            os.makedirs(base, exist_ok=True)
+        if not os.access(base, os.W_OK | os.X_OK):
+            base = AppDirs(appname="numba", appauthor=False).user_cache_dir
+    config.CACHE_DIR = os.path.join(base, kind)
+    try:
+        yield
+    finally:
+        config.CACHE_DIR = user
+
+
 def compile_notice(module) -> str | None:
     """The line the log shows (rank 0) where numba has no cache of the loops yet for this Python, else None: the
     first run after an install compiles them, 10-20 s of its first epoch on 2 busy cores, which looked like a hang
-    or a slow machine. The cache directory is numba's own choice (beside the module, ``NUMBA_CACHE_DIR``, or the
-    user's cache where the install is read-only), read from a compiled function of ``module``."""
+    or a slow machine. The cache directory (:func:`_cache_of_this_cpu`'s, or numba's own where that one cannot be
+    written) is read from a compiled function of ``module``."""
     import sys
     from pathlib import Path
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -368,3 +370,29 @@ def test_a_first_compile_is_announced(tmp_path):
     (tmp_path / f"_numba_kernels.edge_mlp_forward-19.{tag}.nbi").write_bytes(b"")
     assert compile_notice(module) is None
     assert compile_notice(SimpleNamespace()) is None  # numba internals it cannot read: silent
+
+
+def test_each_cpu_kind_compiles_into_a_cache_of_its_own(tmp_path):
+    """Two CPU kinds (here numba's host CPU and ``NUMBA_CPU_NAME=generic``, as two nodes of a cluster sharing
+    one install) cache their compiled loops in separate directories under ``NUMBA_CACHE_DIR``: in one directory
+    two first compiles at once could leave one kind's index entry naming the other kind's code. numba's own
+    setting is back after the import."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import numpy as np; from numba.core import config; from hpcdgnn.nn import kernels; "
+             "m = kernels._compile(); f = np.zeros((2, 2), np.float32); m.put_rows(f, np.arange(2), f); "
+             "print(m.put_rows._cache._cache_path, config.CACHE_DIR)")
+    paths = []
+    for cpu in (None, "generic"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+        env.update({"NUMBA_CACHE_DIR": str(tmp_path)} | ({"NUMBA_CPU_NAME": cpu} if cpu else {}))
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        path, restored = out.stdout.split()
+        assert restored == str(tmp_path)
+        paths.append(path)
+        assert any(Path(path).glob("_numba_kernels.put_rows-*.nbi")), os.listdir(path)  # compiled there
+    assert paths[0] != paths[1] and all(Path(p).parent.parent == tmp_path for p in paths), paths
+    assert Path(paths[1]).parent.name.startswith("numba-generic-")
