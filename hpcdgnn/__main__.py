@@ -44,16 +44,18 @@ def _out_of_memory(e: BaseException) -> str | None:
 
 
 def _env_switches() -> list[str]:
-    """The environment switches that change a run's arithmetic, as ``VAR=value`` words where not their defaults,
+    """The environment switch that changes a run's arithmetic, as a ``VAR=value`` word where not its default,
     compared across ranks with the arguments: Open MPI's mpirun passes a variable to other nodes' ranks only
-    with -x, so rank 0 ran the torch path and the others numba's. Their meaning is compared (``Torch`` is
-    ``torch``, unset is ``numba``), not their spelling."""
+    with -x, so rank 0 ran the torch path and the others numba's. Its meaning is compared (``Torch`` is
+    ``torch``, unset is ``numba``; a node without numba takes the torch path whatever it says, and says so),
+    not its spelling. ``HPCDGNN_BUCKET_BYTES``'s meaning depends on the device, so the ranks compare it once they have
+    one (:func:`hpcdgnn.train.setup._check_device_agreement`)."""
     from hpcdgnn.nn import kernels
-    from hpcdgnn.tasks.link_prediction import bucket_bytes
 
-    mode, size = kernels.mode(), bucket_bytes()
-    return ([f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []) + \
-        ([f"HPCDGNN_BUCKET_BYTES={size}"] if size is not None else [])
+    mode = kernels.mode()
+    if mode != "torch" and not kernels.expected():
+        return ["HPCDGNN_KERNELS=torch:numba-not-installed"]
+    return [f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

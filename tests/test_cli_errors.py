@@ -228,6 +228,38 @@ def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, sm
            *run]
     line = _one_line(subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO))
     assert f"— rank 0: run {job} " in line and f"— rank 1: HPCDGNN_KERNELS=torch run {job} " in line, line
+    # a node without numba takes the torch path whatever the variable says (rank 1 here cannot import it)
+    no_numba = [sys.executable, "-c", "import sys; sys.modules['numba'] = None; from hpcdgnn.__main__ import main; "
+                "sys.exit(main(sys.argv[1:]))", *run[3:]]
+    cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", *run, ":", "-np", "1", *no_numba]
+    line = _one_line(subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO))
+    assert f"— rank 1: HPCDGNN_KERNELS=torch:numba-not-installed run {job} " in line, line
+
+
+def test_bucket_bytes_are_compared_by_meaning(launcher, tmp_path, small_dataset):
+    """HPCDGNN_BUCKET_BYTES orders the decoder's pairs (the gradient sums' rounding). Its default depends on the
+    device, so the ranks compare it resolved, once they have a device: on the CPU the default spelled out on one
+    rank and unset on the other is the same run (it was refused); another size is refused in one line."""
+    if not launcher.open_mpi:
+        pytest.skip("the MPMD ':' syntax and -x are Open MPI's here")
+    from hpcdgnn.tasks.link_prediction import BUCKET_BYTES
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"device": "cpu"})
+    env = {k: v for k, v in mpi_env().items() if k not in ("HPCDGNN_KERNELS", "HPCDGNN_BUCKET_BYTES")}
+
+    def launch(value: int, out: str) -> subprocess.CompletedProcess:
+        run = [sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / out)]
+        cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", *run, ":", "-np", "1", "-x",
+               f"HPCDGNN_BUCKET_BYTES={value}", *run]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+
+    same = launch(BUCKET_BYTES, "same")
+    assert same.returncode == 0, same.stdout + same.stderr
+    line = _one_line(launch(1024, "other"))
+    assert line == (f"hpcdgnn: error: environment HPCDGNN_BUCKET_BYTES: rank 0 orders the decoder's pairs in buckets "
+                    f"of {BUCKET_BYTES} bytes, rank 1 of 2 in 1024 (0: none): every rank must order them alike (set "
+                    "it for every rank, e.g. mpirun -x HPCDGNN_BUCKET_BYTES, or for none)"), line
+    assert list((tmp_path / "other").iterdir()) == []  # a refused new run leaves nothing in its directory
 
 
 def test_the_memory_check_takes_the_smallest_node(launcher, tmp_path, small_dataset):

@@ -41,8 +41,8 @@ from hpcdgnn.tasks.base import (
     split_steps,
 )
 
-__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "draw_negatives",
-           "draw_negatives_joined", "draw_negatives_steps", "negatives_key", "score_stats_torch"]
+__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "decoder_bucket_bytes",
+           "draw_negatives", "draw_negatives_joined", "draw_negatives_steps", "negatives_key", "score_stats_torch"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -192,6 +192,16 @@ def bucket_bytes() -> int | None:
 
         raise ConfigError(f"environment HPCDGNN_BUCKET_BYTES={value!r}: a byte count >= 0 (0: no buckets)")
     return int(value)
+
+
+def decoder_bucket_bytes(device: torch.device, size: int | None) -> int:
+    """The bytes of destination rows a bucket covers for a decoder on ``device``: ``size`` (:func:`bucket_bytes`),
+    else the device's default (:data:`BUCKET_BYTES` on the CPU, 0 — no buckets — elsewhere). The ranks compare
+    it, not the variable (:func:`hpcdgnn.train.setup._check_device_agreement`): the default spelled out is the
+    default."""
+    if size is None:
+        return BUCKET_BYTES if device.type == "cpu" else 0
+    return size
 
 
 def concat_steps(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -554,9 +564,7 @@ class LinkPrediction(Task):
         :func:`bucket_bytes` of the decoder's rows (pv and its gradient), by default :data:`BUCKET_BYTES` where
         the decoder runs on the CPU and none elsewhere; 0 bytes: one bucket."""
         weight = self.decoder.lin1.weight
-        size = self._bucket_bytes
-        if size is None:
-            size = BUCKET_BYTES if weight.device.type == "cpu" else 0
+        size = decoder_bucket_bytes(weight.device, self._bucket_bytes)
         row = 2 * self.cfg.decoder_hidden * weight.element_size()
         return bucket_shift(size // row if size else vertices, vertices)
 

@@ -183,21 +183,34 @@ def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Pat
     agree(comm, check)
 
 
-def _check_one_device_kind(comm: Communicator, device: torch.device, job: JobConfig, job_path: str) -> None:
-    """Refuse, on every rank, a job whose ranks train on different kinds of device (collective).
+def _check_device_agreement(comm: Communicator, device: torch.device, job: JobConfig, job_path: str) -> None:
+    """Refuse, on every rank, a job whose ranks train on different kinds of device, or order the link-prediction
+    decoder's pairs in different buckets (collective).
 
     ``train.device: auto`` on an allocation where some ranks see a GPU and others none (GPUs on some nodes only,
     a node's driver down) put those ranks on the CPU: their set-up then skipped the GPU ranks' collectives (the
     GPU memory share over the node) and every rank waited in a different one — a hang, or worse.
+    ``HPCDGNN_BUCKET_BYTES`` sets the pairs' order, hence the rounding of the decoder's gradient sums; mpirun
+    passes it to other nodes' ranks only with -x. Its meaning depends on the device (unset is 512 KiB on the CPU,
+    none on a GPU), so it is compared here, resolved (:func:`~hpcdgnn.tasks.link_prediction.decoder_bucket_bytes`).
     """
-    kinds = comm.allgather_obj(device.type, tag="setup")
-    if len(set(kinds)) == 1:
-        return
-    cpu = [r for r, k in enumerate(kinds) if k != "cuda"]
-    raise collective_error(ConfigError(
-        f"{job_path}: train.device: {job.train.device} put {name_ranks(cpu)} of {comm.size} "
-        "on the CPU (no GPU visible there) and the others on GPUs: every rank must train on the same kind of "
-        "device; give every rank a GPU (nodes without one in the allocation?) or set train.device: cpu"))
+    from hpcdgnn.tasks.link_prediction import bucket_bytes, decoder_bucket_bytes
+
+    placed = comm.allgather_obj((device.type, decoder_bucket_bytes(device, bucket_bytes())), tag="setup")
+    kinds = [k for k, _ in placed]
+    if len(set(kinds)) > 1:
+        cpu = [r for r, k in enumerate(kinds) if k != "cuda"]
+        raise collective_error(ConfigError(
+            f"{job_path}: train.device: {job.train.device} put {name_ranks(cpu)} of {comm.size} "
+            "on the CPU (no GPU visible there) and the others on GPUs: every rank must train on the same kind of "
+            "device; give every rank a GPU (nodes without one in the allocation?) or set train.device: cpu"))
+    sizes = [b for _, b in placed]
+    other = [r for r, b in enumerate(sizes) if b != sizes[0]]
+    if other:
+        raise collective_error(ConfigError(
+            f"environment HPCDGNN_BUCKET_BYTES: rank 0 orders the decoder's pairs in buckets of {sizes[0]} bytes, "
+            f"{name_ranks(other, 3)} of {comm.size} in {sizes[other[0]]} (0: none): every rank must order them "
+            "alike (set it for every rank, e.g. mpirun -x HPCDGNN_BUCKET_BYTES, or for none)"))
 
 
 _RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.path", "data.validate", "comm.", "output.",
@@ -668,7 +681,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         torch.set_num_threads(threads)
         dtype = _dtype(job)
         device = agree(comm, lambda: _device(job, job_path, comm))
-        _check_one_device_kind(comm, device, job, job_path)
+        _check_device_agreement(comm, device, job, job_path)
         comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
         if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
