@@ -110,6 +110,10 @@ def _cache_of_this_cpu():
     one kind's key beside the other kind's code — which a node of the first kind then runs: an illegal
     instruction, or worse. Within one kind, ranks compiling at once write the same code. numba's own setting
     is put back after the import."""
+    # numba's import builds error messages, colorised through colorama where installed, whose init registers an
+    # exit hook that writes an ANSI reset to stdout: under mpirun (a terminal to each rank) every rank's output
+    # ended in '\x1b[0m' — in the job's log file too. No colours for numba's messages, unless the user asked.
+    os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     from numba.core import config
     from numba.core.registry import cpu_target
     from numba.misc.appdirs import AppDirs

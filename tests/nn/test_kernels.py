@@ -396,3 +396,43 @@ def test_each_cpu_kind_compiles_into_a_cache_of_its_own(tmp_path):
         assert any(Path(path).glob("_numba_kernels.put_rows-*.nbi")), os.listdir(path)  # compiled there
     assert paths[0] != paths[1] and all(Path(p).parent.parent == tmp_path for p in paths), paths
     assert Path(paths[1]).parent.name.startswith("numba-generic-")
+
+
+def _on_a_terminal(args: list[str], env: dict) -> bytes:
+    """What ``args`` writes to its stdout when that is a (pseudo-)terminal, as for every rank under mpirun."""
+    import os
+    import pty
+    import subprocess
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen(args, stdout=child, stderr=subprocess.PIPE, env=env)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    return out
+
+
+def test_numba_leaves_no_colour_reset_on_a_terminal(tmp_path):
+    """numba's import builds error messages through colorama (where installed), whose exit hook wrote an ANSI reset
+    (ESC [0m) to stdout when it is a terminal — as it is for every rank under Open MPI's mpirun: each rank's
+    output, and so the job's log file, ended in escape codes. Unless the user asks numba for colours (an empty
+    NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING, the case that shows the hook is there to be avoided)."""
+    import os
+    import sys
+
+    pytest.importorskip("colorama")
+    probe = ("from hpcdgnn.nn import kernels; kernels._compile(); "
+             "import numba.cpython.listobj; print('end')")  # listobj builds a TypingError at import
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")} | {"NUMBA_CACHE_DIR": str(tmp_path)}
+    assert _on_a_terminal([sys.executable, "-c", probe], env).strip() == b"end"
+    coloured = _on_a_terminal([sys.executable, "-c", probe], env | {"NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING": ""})
+    assert coloured.strip().startswith(b"end") and b"\x1b[0m" in coloured, coloured
