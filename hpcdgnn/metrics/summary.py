@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform
 import resource
 import socket
+from array import array
 
 import numpy as np
 import torch
@@ -96,8 +97,9 @@ class RunTotals:
         self.epochs, self.bytes_sent, self.transfer_bytes = 0, 0, 0
         self.seconds = dict.fromkeys(self.KEYS, 0.0)
         self._missing: set[str] = set()  # keys some epoch lacks (a record from before they existed)
-        self.steady: list[float] = []  # the slowest rank's epoch seconds, non-warm-up epochs
-        self.warm: list[float] = []  # and warm-up ones (the fallback when every epoch is one)
+        # the slowest rank's epoch seconds of the non-warm-up epochs, and of the warm-up ones (the fallback when every
+        # epoch is one), for the median: C doubles, 8 B an epoch (lists of floats held 32 B an epoch for the run)
+        self.steady, self.warm = array("d"), array("d")
         self.final: dict | None = None
 
     def add(self, r: dict) -> None:

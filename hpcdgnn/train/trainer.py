@@ -26,6 +26,7 @@ writes its part of a checkpoint, and the run exits with ``EXIT_PREEMPTED``;
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -281,7 +282,9 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                              run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
-    losses: list[float] = []  # this attempt's (every rank); the records themselves are metrics.jsonl's
+    # this attempt's (every rank), as C doubles (NaN: None): 8 B an epoch, where a list held a float object and a
+    # slot, 32 B an epoch for the whole run; the records themselves are metrics.jsonl's
+    losses = array("d")
     diverged: ConfigError | None = None  # the one line a non-finite loss ends the run with
     # strategy.balance: measured — per-rank compute of these epochs, for the re-cut after the last
     calibrating = calibration_epochs(job, run.start_epoch)
@@ -301,7 +304,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         activation_peak = max(activation_peak, meter.peak)
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
-        losses.append(record["train_loss"])
+        losses.append(np.nan if record["train_loss"] is None else record["train_loss"])
         if rd is not None:
             totals.add(record)
             rd.append_epoch(record)
@@ -346,4 +349,4 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
                 if run.start_epoch and losses else f"{len(losses)} epochs")
         log.info(f"done: {done}{scores}; results in {run.run_dir}")
-    return TrainResult(run.run_dir, losses, preempted)
+    return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted)
