@@ -47,14 +47,12 @@ def _env_switches() -> list[str]:
     """The environment switch that changes a run's arithmetic, as a ``VAR=value`` word where not its default,
     compared across ranks with the arguments: Open MPI's mpirun passes a variable to other nodes' ranks only
     with -x, so rank 0 ran the torch path and the others numba's. Its meaning is compared (``Torch`` is
-    ``torch``, unset is ``numba``; a node without numba takes the torch path whatever it says, and says so),
-    not its spelling. ``HPCDGNN_BUCKET_BYTES``'s meaning depends on the device, so the ranks compare it once they have
-    one (:func:`hpcdgnn.train.setup._check_device_agreement`)."""
+    ``torch``, unset is ``numba``, and a node without numba takes the torch path whatever it says: there it
+    reads ``torch``), not its spelling. ``HPCDGNN_BUCKET_BYTES``'s meaning depends on the device, so the ranks
+    compare it once they have one (:func:`hpcdgnn.train.setup._check_device_agreement`)."""
     from hpcdgnn.nn import kernels
 
-    mode = kernels.mode()
-    if mode != "torch" and not kernels.expected():
-        return ["HPCDGNN_KERNELS=torch:numba-not-installed"]
+    mode = kernels.mode() if kernels.expected() else "torch"  # a node without numba takes the torch path
     return [f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []
 
 

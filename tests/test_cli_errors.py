@@ -216,9 +216,9 @@ def test_a_run_directory_another_rank_does_not_see_is_refused_at_the_start(launc
 
 
 def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, small_dataset):
-    """HPCDGNN_KERNELS / HPCDGNN_BUCKET_BYTES change the arithmetic (rounding); mpirun over ssh passes them to
-    remote ranks only with -x, so rank 0 ran one path and the others another. They are compared as the
-    arguments are (here -x on rank 1's part of an MPMD launch only)."""
+    """HPCDGNN_KERNELS changes the arithmetic (rounding); mpirun over ssh passes it to remote ranks only with -x,
+    so rank 0 ran one path and the others another. It is compared as the arguments are, by meaning (here -x on
+    rank 1's part of an MPMD launch only). HPCDGNN_BUCKET_BYTES: test_bucket_bytes_are_compared_by_meaning."""
     if not launcher.open_mpi:
         pytest.skip("the MPMD ':' syntax and -x are Open MPI's here")
     job = write_job(tmp_path / "job.yaml", small_dataset)
@@ -228,12 +228,17 @@ def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, sm
            *run]
     line = _one_line(subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO))
     assert f"— rank 0: run {job} " in line and f"— rank 1: HPCDGNN_KERNELS=torch run {job} " in line, line
-    # a node without numba takes the torch path whatever the variable says (rank 1 here cannot import it)
+    # a node without numba takes the torch path whatever the variable says (rank 1 here cannot import it): compared
+    # as such, and the same as HPCDGNN_KERNELS=torch where numba is installed
     no_numba = [sys.executable, "-c", "import sys; sys.modules['numba'] = None; from hpcdgnn.__main__ import main; "
                 "sys.exit(main(sys.argv[1:]))", *run[3:]]
     cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", *run, ":", "-np", "1", *no_numba]
     line = _one_line(subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO))
-    assert f"— rank 1: HPCDGNN_KERNELS=torch:numba-not-installed run {job} " in line, line
+    assert f"— rank 1: HPCDGNN_KERNELS=torch run {job} " in line and "without numba reads HPCDGNN_KERNELS" in line, line
+    cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", "-x", "HPCDGNN_KERNELS=torch", *run, ":", "-np", "1",
+           *no_numba]
+    same = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert same.returncode == 0, same.stdout + same.stderr
 
 
 def test_bucket_bytes_are_compared_by_meaning(launcher, tmp_path, small_dataset):

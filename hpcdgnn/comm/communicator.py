@@ -269,8 +269,9 @@ class Pending:
 def payload_bytes(obj: Any) -> int:
     """The array bytes of a point-to-point payload (tensors and numpy arrays inside lists, tuples and dicts):
     what :meth:`Communicator.isend_obj` counts as sent and :meth:`Communicator.recv_obj` as received, both
-    sides from the same object, so a tag's bytes received over all ranks equal its bytes sent (pickling's
-    header and the other objects are not counted, as the collectives count no envelope)."""
+    sides from the same object, so a tag's bytes received over all ranks equal its bytes sent. Pickling's
+    header and the payload's other objects are not counted (the object collectives count their pickled length:
+    there the objects are the payload)."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, np.ndarray):

@@ -184,7 +184,7 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
     return (f"the ranks were started with different arguments — rank 0: {commands[0]} — rank {other[0]}: "
             f"{commands[other[0]]} — (differing: {name_ranks(other, 3)}); every rank must run "
             "the same command (an MPMD launch with ':', a job script expanding a value per rank, or an HPCDGNN_ "
-            "variable that mpirun did not pass to every rank: -x?)")
+            "variable that mpirun did not pass to every rank: -x? A node without numba reads HPCDGNN_KERNELS=torch)")
 
 
 #: seconds rank 0 waits, after ``MPI_Init``, for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``); as

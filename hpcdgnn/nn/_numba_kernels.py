@@ -3,13 +3,7 @@ importing numba costs a quarter of a second)."""
 
 from __future__ import annotations
 
-import os
-
-# numba's error highlighting starts colorama where that is installed, and colorama's exit handler then writes a
-# colour reset (ESC[0m) to each rank's stdout, a terminal under mpirun: stray bytes at the end of every log
-os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
-
-import numba  # noqa: E402 (after the variable it reads at import)
+import numba  # after hpcdgnn.nn.kernels._cache_of_this_cpu, which sets what numba's import reads
 import numpy as np
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface

@@ -98,22 +98,43 @@ def _compile():
     return _kernels
 
 
+def _writable_dir(path: str) -> bool:
+    """Whether ``path`` is (or can be made) a directory this process can create files in — numba's own test
+    of a cache directory (a file made and removed), since ``os.access`` says nothing of a read-only mount."""
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def _cache_of_this_cpu():
-    """The numba cache directory while the compiled module is imported (its functions choose their cache then): one
-    directory per CPU kind (numba's target triple, CPU name and features) under the place numba would pick — the
-    user's ``NUMBA_CACHE_DIR``, else beside this module where writable, else numba's directory in the user's cache.
+    """The numba cache directory while the compiled module is imported (its functions fix their cache then): one
+    directory per CPU kind (numba's target triple, CPU name and features) under the first writable one of the
+    places numba tries in turn — the user's ``NUMBA_CACHE_DIR``, beside this module, numba's directory in the
+    user's cache. Where none can be written, numba's own choice stands (one directory for every kind).
 
-    Why: numba keeps the code of every CPU kind in one index per function and names a new data file by the
+    Why: numba keeps the code of every CPU kind in one index per function and numbers a new data file by the
     entries it saw. Two nodes of different CPUs compiling into one shared install at the same moment (a cluster's
     first job after an install) can both see an empty index, both write data file 1, and leave the index naming
     one kind's key beside the other kind's code — which a node of the first kind then runs: an illegal
-    instruction, or worse. Within one kind, ranks compiling at once write the same code. numba's own setting
-    is put back after the import."""
-    # numba's import builds error messages, colorised through colorama where installed, whose init registers an
+    instruction, or worse. Ranks of one kind compiling the same loop for the same dtype write the same code;
+    two jobs of different dtypes starting at the same moment on a fresh install can still collide that way
+    within a kind (numba's own race; not guarded here). numba's own setting is put back after the import."""
+    import sys
+
+    # numba's import builds error messages, colourised through colorama where installed, whose init registers an
     # exit hook that writes an ANSI reset to stdout: under mpirun (a terminal to each rank) every rank's output
-    # ended in '\x1b[0m' — in the job's log file too. No colours for numba's messages, unless the user asked.
-    os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+    # ended in ESC [0m, in the job's log file too. No colours for numba's messages, unless the user asked; and
+    # where numba is imported already (a library user's), its settings are left alone: numba re-reads the
+    # environment at every compile, which would drop what that user set in code.
+    if "numba" not in sys.modules:
+        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     from numba.core import config
     from numba.core.registry import cpu_target
     from numba.misc.appdirs import AppDirs
@@ -121,15 +142,11 @@ def _cache_of_this_cpu():
     magic = cpu_target.target_context.codegen().magic_tuple()
     kind = f"numba-{magic[1]}-{hashlib.sha1(repr(magic).encode()).hexdigest()[:12]}"
     user = config.CACHE_DIR
-    if user:
-        base = user
-    else:
-        base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
-        with contextlib.suppress(OSError):
-            os.makedirs(base, exist_ok=True)
-        if not os.access(base, os.W_OK | os.X_OK):
-            base = AppDirs(appname="numba", appauthor=False).user_cache_dir
-    config.CACHE_DIR = os.path.join(base, kind)
+    bases = [*([user] if user else []), os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__"),
+             AppDirs(appname="numba", appauthor=False).user_cache_dir]
+    chosen = next((os.path.join(b, kind) for b in bases if _writable_dir(os.path.join(b, kind))), None)
+    if chosen is not None:
+        config.CACHE_DIR = chosen
     try:
         yield
     finally:

@@ -196,7 +196,10 @@ def _check_device_agreement(comm: Communicator, device: torch.device, job: JobCo
     """
     from hpcdgnn.tasks.link_prediction import bucket_bytes, decoder_bucket_bytes
 
-    placed = comm.allgather_obj((device.type, decoder_bucket_bytes(device, bucket_bytes())), tag="setup")
+    decoder = job.task.name == "link_prediction"  # the one task whose pairs are bucketed
+    # (read through agree: a value one rank cannot parse is that rank's error on every rank, not its alone)
+    size = decoder_bucket_bytes(device, agree(comm, bucket_bytes)) if decoder else None
+    placed = comm.allgather_obj((device.type, size), tag="setup")
     kinds = [k for k, _ in placed]
     if len(set(kinds)) > 1:
         cpu = [r for r, k in enumerate(kinds) if k != "cuda"]
@@ -206,7 +209,7 @@ def _check_device_agreement(comm: Communicator, device: torch.device, job: JobCo
             "device; give every rank a GPU (nodes without one in the allocation?) or set train.device: cpu"))
     sizes = [b for _, b in placed]
     other = [r for r, b in enumerate(sizes) if b != sizes[0]]
-    if other:
+    if other:  # compared as bytes, unset taken as the device's default (not as the buckets they give this graph)
         raise collective_error(ConfigError(
             f"environment HPCDGNN_BUCKET_BYTES: rank 0 orders the decoder's pairs in buckets of {sizes[0]} bytes, "
             f"{name_ranks(other, 3)} of {comm.size} in {sizes[other[0]]} (0: none): every rank must order them "

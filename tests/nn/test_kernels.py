@@ -386,7 +386,7 @@ def test_each_cpu_kind_compiles_into_a_cache_of_its_own(tmp_path):
              "print(m.put_rows._cache._cache_path, config.CACHE_DIR)")
     paths = []
     for cpu in (None, "generic"):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "HPCDGNN_KERNELS"))}
         env.update({"NUMBA_CACHE_DIR": str(tmp_path)} | ({"NUMBA_CPU_NAME": cpu} if cpu else {}))
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
         assert out.returncode == 0, out.stderr
@@ -396,19 +396,30 @@ def test_each_cpu_kind_compiles_into_a_cache_of_its_own(tmp_path):
         assert any(Path(path).glob("_numba_kernels.put_rows-*.nbi")), os.listdir(path)  # compiled there
     assert paths[0] != paths[1] and all(Path(p).parent.parent == tmp_path for p in paths), paths
     assert Path(paths[1]).parent.name.startswith("numba-generic-")
+    # a NUMBA_CACHE_DIR nobody can write (here a file): the next place numba would try, still one per kind
+    (tmp_path / "file").write_text("")
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "file" / "cache")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    path = Path(out.stdout.split()[0])
+    assert path.parent.name == Path(paths[1]).parent.name and not path.is_relative_to(tmp_path), path
 
 
 def _on_a_terminal(args: list[str], env: dict) -> bytes:
     """What ``args`` writes to its stdout when that is a (pseudo-)terminal, as for every rank under mpirun."""
     import os
     import pty
+    import select
     import subprocess
+    import time
 
     main, child = pty.openpty()
     proc = subprocess.Popen(args, stdout=child, stderr=subprocess.PIPE, env=env)
     os.close(child)
-    out = b""
-    while True:
+    out, deadline = b"", time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if not select.select([main], [], [], 1.0)[0]:
+            continue
         try:
             chunk = os.read(main, 4096)
         except OSError:  # the child closed the terminal
@@ -432,7 +443,8 @@ def test_numba_leaves_no_colour_reset_on_a_terminal(tmp_path):
     pytest.importorskip("colorama")
     probe = ("from hpcdgnn.nn import kernels; kernels._compile(); "
              "import numba.cpython.listobj; print('end')")  # listobj builds a TypingError at import
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")} | {"NUMBA_CACHE_DIR": str(tmp_path)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "HPCDGNN_KERNELS"))} | \
+        {"NUMBA_CACHE_DIR": str(tmp_path)}
     assert _on_a_terminal([sys.executable, "-c", probe], env).strip() == b"end"
     coloured = _on_a_terminal([sys.executable, "-c", probe], env | {"NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING": ""})
     assert coloured.strip().startswith(b"end") and b"\x1b[0m" in coloured, coloured

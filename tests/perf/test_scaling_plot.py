@@ -254,7 +254,8 @@ def test_sweep_adds_the_baseline_strategy_at_the_smallest_p():
 
 
 @pytest.mark.parametrize("hosts, threads, expect", [
-    (None, 1, False),  # an older summary (rank 0's host only, not this machine): judged not to have run here
+    ("elsewhere", 10 ** 6, False),  # an older summary naming another host (rank 0's only): not run here
+    ("here", 10 ** 6, True),  # an older summary naming this host: every rank taken to have run here
     ("here:all", 64, True),  # every rank on this machine with more threads than its cores
     ("here:1+elsewhere:rest", 1, False),  # one rank here, the others on another node: within this machine's cores
     ("here:1+elsewhere:rest", 10 ** 6, True),
@@ -270,7 +271,9 @@ def test_oversubscribed_counts_the_ranks_on_this_machine_only(tmp_path, hosts, t
     env = summary["environment"]
     env["threads_per_rank"] = threads
     here = os.uname().nodename
-    if hosts == "here:all":
+    if hosts == "here":
+        env.update(host=here)
+    elif hosts == "here:all":
         env.update(host=here, hosts={here: P})
     elif hosts == "here:1+elsewhere:rest":
         env.update(host=here, hosts={here: 1, "elsewhere": P - 1})
