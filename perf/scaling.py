@@ -128,6 +128,18 @@ def median_epochs(steady: list[dict]) -> list[dict]:
     return ranked[mid : mid + 1] if len(ranked) % 2 else ranked[mid - 1 : mid + 1]
 
 
+def oversubscribed(env: dict, cores: int) -> bool:
+    """Whether some node ran more threads (ranks there x ``threads_per_rank``) than it had CPUs for the job:
+    summary.json's ``host_cpus`` per node; older summaries lack it (then this machine's ``cores``, for the ranks
+    that ran on it: a cluster run is not judged) or ``hosts`` too (they name rank 0's host, as if every rank
+    ran there)."""
+    hosts = env.get("hosts", {env["host"]: env["num_ranks"]})
+    cpus = env.get("host_cpus")
+    if cpus:
+        return any(n * env["threads_per_rank"] > cpus.get(h, n * env["threads_per_rank"]) for h, n in hosts.items())
+    return hosts.get(os.uname().nodename, 0) * env["threads_per_rank"] > cores
+
+
 def read_run(run_dir: Path) -> dict:
     """One CSV row (without speed-up and efficiency) from a finished run directory.
 
@@ -170,10 +182,7 @@ def read_run(run_dir: Path) -> dict:
         "bytes_per_epoch": sum(r["bytes_sent"] for r in steady) / len(steady),
         "transfer_bytes_per_epoch": sum(r.get("transfer_bytes", 0) for r in steady) / len(steady),
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),
-        # judged by this machine's core count for the ranks that ran on it (none: a run on a cluster's nodes);
-        # summaries before 'hosts' name rank 0's host only, as if every rank ran there
-        "oversubscribed": env.get("hosts", {env["host"]: env["num_ranks"]}).get(os.uname().nodename, 0)
-        * env["threads_per_rank"] > cores,
+        "oversubscribed": oversubscribed(env, cores),
         "run_dir": str(run_dir),
         "_data_path": str(cfg["data"]["path"]),
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),

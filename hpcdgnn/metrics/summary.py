@@ -4,7 +4,7 @@ Final metrics, time and byte totals of the whole run (a resumed one's earlier ep
 from ``metrics.jsonl``), the steady epoch time (median and mean of the slowest rank over non-warm-up
 epochs), S3 transfer bytes, per-rank memory (peak RSS, device-held inputs, activation peak, host
 payloads, GPU peak) and the environment (ranks, threads, device, backend, library versions, the ranks of each
-host and device kind).
+host and device kind, each host's CPUs).
 Every rank joins one gather of its memory figures; rank 0 writes the file.
 """
 
@@ -18,6 +18,7 @@ from array import array
 import numpy as np
 import torch
 
+from hpcdgnn.comm.device import cpu_affinity
 from hpcdgnn.metrics.results import iter_epoch_records
 from hpcdgnn.metrics.timers import TIME_SPLIT
 from hpcdgnn.nn import kernels
@@ -54,16 +55,21 @@ def _counts(names: list[str]) -> dict[str, int]:
     return out
 
 
-def _environment(comm, run, placed: list[tuple[str, str]]) -> dict:
-    """``placed``: every rank's (host, device name), rank by rank. ``host`` and ``device`` are rank 0's (the
-    fields scripts compare runs by); ``hosts`` and ``devices`` count the ranks on each node and on each device
-    kind, so that a scaling study can tell 4 ranks on one node from 4 on four, and a node of another GPU model."""
+def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
+    """``placed``: every rank's (host, device name, CPU affinity as a bit mask), rank by rank. ``host`` and
+    ``device`` are rank 0's (the fields scripts compare runs by); ``hosts`` and ``devices`` count the ranks on each
+    node and on each device kind, so that a scaling study can tell 4 ranks on one node from 4 on four, and a node
+    of another GPU model; ``host_cpus``: the CPUs the job's ranks on each node may run on (the union of their
+    affinities), against which ``perf/scaling.py`` judges a node oversubscribed."""
     import mpi4py
 
     from hpcdgnn.allocator import describe as describe_allocator
 
     job, device = run.job, run.device
-    hosts = _counts([h for h, _ in placed])
+    hosts = _counts([h for h, _, _ in placed])
+    masks: dict[str, int] = {}
+    for h, _, mask in placed:
+        masks[h] = masks.get(h, 0) | mask
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
@@ -79,7 +85,8 @@ def _environment(comm, run, placed: list[tuple[str, str]]) -> dict:
         "host": placed[0][0],
         "num_nodes": len(hosts),
         "hosts": hosts,
-        "devices": _counts([d for _, d in placed]),
+        "host_cpus": {h: m.bit_count() for h, m in masks.items()},
+        "devices": _counts([d for _, d, _ in placed]),
         "host_allocator": describe_allocator(),  # rank 0's; every rank starts with the same environment
     }
 
@@ -139,7 +146,8 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
     ``totals``: of every epoch of the run, those before a resume included (``metrics.jsonl``'s), so that the
     totals and the steady epoch time are the whole run's, not the last attempt's."""
     mem = _memory(comm, run, activation_peak)
-    placed = comm.allgather_obj((socket.gethostname(), device_name(run.device)), tag="metrics")
+    mask = sum(1 << c for c in cpu_affinity())
+    placed = comm.allgather_obj((socket.gethostname(), device_name(run.device), mask), tag="metrics")
     if rd is None:
         return
     epoch_bytes = totals.transfer_bytes

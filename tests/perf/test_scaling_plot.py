@@ -279,3 +279,19 @@ def test_oversubscribed_counts_the_ranks_on_this_machine_only(tmp_path, hosts, t
         env.update(host=here, hosts={here: 1, "elsewhere": P - 1})
     (d / "summary.json").write_text(json.dumps(summary))
     assert _scaling().read_run(d)["oversubscribed"] is expect
+
+
+@pytest.mark.parametrize("host_cpus, threads, expect", [
+    ({"n1": 4, "n2": 4}, 2, False),  # 2 ranks x 2 threads on each 4-CPU node
+    ({"n1": 4, "n2": 3}, 2, True),  # the second node has 3 CPUs for its 4 threads
+    ({"n1": 64, "n2": 64}, 33, True),
+])
+def test_oversubscribed_per_node_from_the_summary_s_cpu_counts(tmp_path, host_cpus, threads, expect):
+    """A run on a cluster's nodes (none of them this machine) is judged by each node's CPUs for the job
+    (summary.json ``host_cpus``, the union of its ranks' affinities) against its ranks' threads."""
+    P = 4
+    d = _run_dir(tmp_path, "run", P, 100, 5, _epochs(P, [1.0, 1.0]), _dataset(tmp_path, "d", "{}"))
+    summary = json.loads((d / "summary.json").read_text())
+    summary["environment"].update(threads_per_rank=threads, host="n1", hosts={"n1": 2, "n2": 2}, host_cpus=host_cpus)
+    (d / "summary.json").write_text(json.dumps(summary))
+    assert _scaling().read_run(d)["oversubscribed"] is expect

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import pytest
@@ -64,3 +65,6 @@ def test_reported_bytes_match_volume_formula(launcher, small_dataset, tmp_path, 
     # every rank ran on this host and on the CPU: counted per node and per device kind, not rank 0's alone
     env = summary["environment"]
     assert (env["num_nodes"], env["hosts"], env["devices"]) == (1, {socket.gethostname(): P}, {"cpu": P})
+    # the CPUs the ranks of this node may run on: their affinities' union, within this machine's
+    (cpus,) = env["host_cpus"].values()
+    assert set(env["host_cpus"]) == {socket.gethostname()} and 1 <= cpus <= os.cpu_count()
