@@ -89,6 +89,16 @@ def _compile():
                     from hpcdgnn.nn import _numba_kernels as _kernels
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
+            except RuntimeError as e:  # numba found no directory it can write its cache to (it raised at import)
+                if "no locator available" not in str(e):
+                    raise
+                from hpcdgnn.errors import ConfigError
+
+                where = os.environ.get("NUMBA_CACHE_DIR")
+                raise ConfigError(
+                    "numba cannot cache the compiled CPU loops: no writable directory ("
+                    f"{f'NUMBA_CACHE_DIR={where}, ' if where else ''}the install's hpcdgnn/nn/__pycache__, the user's "
+                    "cache): set NUMBA_CACHE_DIR to a writable directory, or HPCDGNN_KERNELS=torch") from None
             else:
                 notice = compile_notice(_kernels)
                 if notice:

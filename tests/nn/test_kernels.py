@@ -448,3 +448,28 @@ def test_numba_leaves_no_colour_reset_on_a_terminal(tmp_path):
     assert _on_a_terminal([sys.executable, "-c", probe], env).strip() == b"end"
     coloured = _on_a_terminal([sys.executable, "-c", probe], env | {"NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING": ""})
     assert coloured.strip().startswith(b"end") and b"\x1b[0m" in coloured, coloured
+
+
+def test_no_writable_cache_is_one_line(tmp_path):
+    """Where numba can write its cache nowhere (a read-only install, an unwritable home and NUMBA_CACHE_DIR; as
+    root here, simulated by making every directory test fail), numba raised RuntimeError at the compiled
+    module's import, a traceback on that node's ranks. Now one line naming the variable to set."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("from numba.core import caching\n"
+             "def refuse(self): raise OSError('read-only')\n"
+             "caching._CacheLocator.ensure_cache_path = refuse\n"
+             "from hpcdgnn.nn import kernels\n"
+             "kernels._writable_dir = lambda path: False\n"
+             "from hpcdgnn.errors import ConfigError\n"
+             "try:\n    kernels._compile()\nexcept ConfigError as e:\n    print('ERROR', e)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "HPCDGNN_KERNELS"))}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "ro")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        f"ERROR numba cannot cache the compiled CPU loops: no writable directory (NUMBA_CACHE_DIR={tmp_path / 'ro'}, "
+        "the install's hpcdgnn/nn/__pycache__, the user's cache): set NUMBA_CACHE_DIR to a writable directory, or "
+        "HPCDGNN_KERNELS=torch"), out.stdout + out.stderr
