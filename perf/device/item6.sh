@@ -18,7 +18,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RU
   python3 -c "import torch, numba, h5py, mpi4py; from mpi4py import MPI; print(torch.__version__, numba.__version__, h5py.__version__, mpi4py.__version__, MPI.Get_library_version().splitlines()[0])" ||
     { echo "item6.sh: mpi4py does not start: run perf/device/pack.sh here for the host's python3 and carry .device"; exit 1; }
   git log --oneline -1 2>/dev/null; lscpu | grep -E 'Model name|^CPU\(s\)|Thread'
-  python3 -m hpcdgnn generate --vertices 32768 --snapshots 64 --density 3 --seed 1 --output /tmp/d/gen32k
+  [ -f /tmp/d/gen32k/manifest.json ] ||  # a warm machine's, from a first try
+    python3 -m hpcdgnn generate --vertices 32768 --snapshots 64 --density 3 --seed 1 --output /tmp/d/gen32k
 } 2>&1 | tee "$OUT/setup.log" || exit 1
 # timeouts: the call's 600 s less the set-up (about 30 s)
 timeout 100 taskset -c 0-7 python3 perf/bench_progress.py --ranks 2 --chunks 4 16 2>&1 | tee "$OUT/bench_progress.log"
