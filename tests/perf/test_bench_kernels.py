@@ -34,3 +34,19 @@ def test_before_module_is_the_revisions_and_takes_fewer_arguments(tmp_path):
     np.testing.assert_allclose(out, (pu[src] + pu[dst]).sum(1) + 0.5, rtol=1e-6)
     with pytest.raises(SystemExit, match="no-such-revision"):
         bench.load_before("no-such-revision", tmp_path)
+
+
+def test_bench_rnn_rows_prints_a_row_per_size_and_block_count():
+    """perf/bench_rnn_rows.py on a tiny shape: one line per (rows, K), ratios against torch's module whole."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    cmd = [sys.executable, str(REPO / "perf" / "bench_rnn_rows.py"), "--steps", "3", "--features", "4", "--hidden",
+           "2", "--rows", "10", "--chunks", "1", "3", "--repeat", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [ln.split() for ln in out.stdout.splitlines() if ln.strip().startswith("10 ")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("10", "1", "10"), ("10", "3", "4")], out.stdout
+    assert rows[0][5] == "1.00"  # torch's module whole is the reference
