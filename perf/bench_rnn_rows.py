@@ -15,7 +15,9 @@ N = 32768 (``perf/results/rnn-rows/s31_rows32768.log``): the scan 1.06 whole, 0.
 rows a block); torch's module 0.85 at K = 8, 0.58 at K = 16 (0.84 in a scratch run before: noisy). N = 16384 (a
 rank's rows at P = 2; scratch run): the scan 0.57 at K = 16, torch's 0.82. A block's per-step gates (2048 x 4H
 floats, 512 KiB) stay in the core's cache; the whole batch's (8 MiB) do not. CD-GCN's time encoder runs torch's
-module over all of a rank's rows: run in blocks, its floor could fall by ~1.7x at every P (not done).
+module over all of a rank's rows. A first try of blocks in ``nn.models.base.run_rnn`` (the scan, 512 KiB of gates
+a block; not kept) moved CD-GCN's whole P = 1 epoch on gen32k little: 4.10-4.38 s against 4.64-6.25 in one
+round, 4.55-5.22 against 4.50-5.13 in the next (steady epochs, the same losses): the encoder is not most of it.
 """
 
 from __future__ import annotations
