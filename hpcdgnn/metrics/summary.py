@@ -14,6 +14,7 @@ import platform
 import resource
 import socket
 from array import array
+from collections import Counter
 
 import numpy as np
 import torch
@@ -47,14 +48,6 @@ def _memory(comm, run, activation_peak: float) -> np.ndarray:
     )
 
 
-def _counts(names: list[str]) -> dict[str, int]:
-    """How many ranks each name has, in the order of the first rank that has it."""
-    out: dict[str, int] = {}
-    for n in names:
-        out[n] = out.get(n, 0) + 1
-    return out
-
-
 def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
     """``placed``: every rank's (host, device name, CPU affinity as a bit mask), rank by rank. ``host`` and
     ``device`` are rank 0's (the fields scripts compare runs by); ``hosts`` and ``devices`` count the ranks on each
@@ -66,7 +59,7 @@ def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
     from hpcdgnn.allocator import describe as describe_allocator
 
     job, device = run.job, run.device
-    hosts = _counts([h for h, _, _ in placed])
+    hosts = dict(Counter(h for h, _, _ in placed))  # in the order of each name's first rank
     masks: dict[str, int] = {}
     for h, _, mask in placed:
         masks[h] = masks.get(h, 0) | mask
@@ -86,7 +79,7 @@ def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
         "num_nodes": len(hosts),
         "hosts": hosts,
         "host_cpus": {h: m.bit_count() for h, m in masks.items()},
-        "devices": _counts([d for _, d, _ in placed]),
+        "devices": dict(Counter(d for _, d, _ in placed)),
         "host_allocator": describe_allocator(),  # rank 0's; every rank starts with the same environment
     }
 

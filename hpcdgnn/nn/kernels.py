@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 
 import numpy as np
 import torch
@@ -136,8 +137,6 @@ def _cache_of_this_cpu():
     instruction, or worse. Ranks of one kind compiling the same loop for the same dtype write the same code;
     two jobs of different dtypes starting at the same moment on a fresh install can still collide that way
     within a kind (numba's own race; not guarded here). numba's own setting is put back after the import."""
-    import sys
-
     # numba's import builds error messages, colourised through colorama where installed, whose init registers an
     # exit hook that writes an ANSI reset to stdout: under mpirun (a terminal to each rank) every rank's output
     # ended in ESC [0m, in the job's log file too. No colours for numba's messages, unless the user asked; and
@@ -168,7 +167,6 @@ def compile_notice(module) -> str | None:
     first run after an install compiles them, 10-20 s of its first epoch on 2 busy cores, which looked like a hang
     or a slow machine. The cache directory (:func:`_cache_of_this_cpu`'s, or numba's own where that one cannot be
     written) is read from a compiled function of ``module``."""
-    import sys
     from pathlib import Path
 
     try:

@@ -136,6 +136,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from hpcdgnn.comm.communicator import payload_bytes
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor, gcn_norm
@@ -196,8 +197,7 @@ class _HostSnapshot:
 
     @property
     def nbytes(self) -> int:
-        raw = sum(a.nbytes for a in self.raw) if self.raw is not None else 0
-        return self.crow.nbytes + self.col.nbytes + self.val.nbytes + self.x.numel() * self.x.element_size() + raw
+        return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))  # what placement: fetch sends
 
 
 def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
