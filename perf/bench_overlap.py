@@ -2,7 +2,7 @@
 
     python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--progress calls thread]
                                  [--model cdgcn] [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1]
-                                 [--grad-buckets 1] [--device cpu] [--trace]
+                                 [--grad-buckets 1] [--device cpu] [--trace] [--probe]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
 ``strategy.overlap_chunks`` = each of ``--chunks`` and ``comm.progress`` = each of
@@ -35,6 +35,10 @@ run is warm-up):
   runs) of exposed and of exposed - late: a ratio whose spread overlaps the first configuration's is noise;
 * then, per configuration, the median exposed seconds of each communicator tag
   (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to;
+* with ``--probe``, how fast the machine moved bytes between the ranks just before and just after each run
+  (one unchunked exchange, ``perf/bench_progress.py``), and, where the probes fall into two states (a
+  virtual machine's cores placed closer or farther apart by its host), the table again for the runs of
+  each state;
 * with ``--trace`` (``debug.trace_exchanges``), below that, per configuration and tag, every
   exchange in the order posted: the milliseconds blocked in it and, of them, late (mean over
   steady epochs and ranks). With K chunks a layer's forward posts its K chunks to the vertex
@@ -65,11 +69,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import mpirun_cmd, run_env, run_job  # noqa: E402
+from bench_progress import probe_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -216,6 +222,63 @@ def _label(mode: str, threads_on: tuple[int, int]) -> str:
     return name if not ranks else f"{name}/{'wait' if dedicated == ranks else 'poll' if not dedicated else 'mixed'}"
 
 
+class Run(NamedTuple):
+    """One job's results: its configuration (``comm.progress``, ``overlap_chunks``), its steady epochs'
+    records and trace lines, and the probes taken just before and just after it (``--probe``; empty without)."""
+
+    config: tuple[str, int]
+    records: list[dict]
+    trace: list[dict]
+    probes: tuple[float, ...] = ()
+
+
+def machine_states(probes: list[float], gap: float = 1.4) -> list[tuple[str, tuple[float, float]]]:
+    """The machine states the probes saw, each as (name, (lowest, highest probe)): ``only`` unless two sorted
+    neighbours differ by more than ``gap`` times; then ``fast`` and ``slow``, split at the widest such step.
+
+    Why: a virtual machine's host moves where it runs the guest's cores, and with that how fast ranks pass
+    bytes between them — on this project's 2-core VM a core-to-core cache-line round trip took 55–80 or
+    310–390 ns (``perf/vm/core_pingpong.c``), one unchunked exchange 13 or 33 ms, each for half a minute to
+    several (``perf/results/README.md``, thirty-second session). Whether a ratio between configurations
+    holds in both states, the tables per state show."""
+    seen = sorted(probes)
+    if not seen:
+        return []
+    steps = [b / a for a, b in zip(seen, seen[1:], strict=False)]
+    if not steps or max(steps) <= gap:
+        return [("only", (seen[0], seen[-1]))]
+    cut = int(np.argmax(steps))
+    return [("fast", (seen[0], seen[cut])), ("slow", (seen[cut + 1], seen[-1]))]
+
+
+def table(order: list[tuple[str, int]], steady: dict[tuple[str, int], list[dict]],
+          threads_on: dict[tuple[str, int], tuple[int, int]]) -> None:
+    """Per configuration, the medians over ``steady`` (its steady epochs' records), ratios against the
+    first configuration's; a configuration without records reads ``no run``, and ratios against it nan."""
+    print(f"{'K':>3} {'progress':>16} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} "
+          f"{'exposed/first':>14} {'late s':>7} {'exp-late s':>11} {'/first':>7} {'MiB/epoch':>10} {'loss':>10}")
+    base = base_transfer = None
+    for mode, K in order:
+        rs = steady[mode, K]
+        if not rs:
+            print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16}    no run")
+            base = float("nan") if base is None else base
+            base_transfer = float("nan") if base_transfer is None else base_transfer
+            continue
+        epoch = float(np.median([r["time"]["epoch"]["max"] for r in rs]))
+        comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
+        exposed_all, split = _exposed(rs)
+        exposed = float(np.median(exposed_all))
+        late_s, transfer_s = np.median(split, axis=0) if len(split) else (float("nan"), float("nan"))
+        base = exposed if base is None else base
+        base_transfer = transfer_s if base_transfer is None else base_transfer
+        slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
+        mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
+        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
+              f"{slow:>9.3f} {exposed / base:>14.2f} {late_s:>7.3f} {transfer_s:>11.3f} "
+              f"{transfer_s / base_transfer:>7.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+
+
 def main() -> None:
     """Alternate the configurations, then print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -233,6 +296,9 @@ def main() -> None:
                     help="comm.progress values to compare")
     ap.add_argument("--trace", action="store_true",
                     help="debug.trace_exchanges: print each exchange's blocked and late time, in order")
+    ap.add_argument("--probe", action="store_true",
+                    help="time an unchunked exchange between runs (perf/bench_progress.py); where the probes "
+                         "fall into two states, tabulate the runs again per state")
     ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
     ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vertices", type=int, default=32768)
@@ -249,38 +315,44 @@ def main() -> None:
     if args.data is None:
         ap.error("--data is required (or --kernel)")
     order = configs(args)
-    steady: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
-    traces: dict[tuple[str, int], list[dict]] = {c: [] for c in order}
+    runs: list[Run] = []
     threads_on: dict[tuple[str, int], tuple[int, int]] = {}
+    probe = probe_ms(args.ranks) if args.probe else None  # a run's probe after is the next one's before
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
             for mode, K in (order if rep % 2 == 0 else order[::-1]):
                 recs, threads_on[mode, K], trace = run(Path(tmp), args, K, mode, rep)
-                steady[mode, K] += recs
-                traces[mode, K] += trace
+                before, probe = probe, probe_ms(args.ranks) if args.probe else None
+                runs.append(Run((mode, K), recs, trace, () if probe is None else (before, probe)))
                 print(f"  rep {rep} K={K} {mode}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
                       + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs)
                       + "  late " + " ".join(f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}"
-                                             for r in recs), flush=True)
+                                             for r in recs)
+                      + ("" if probe is None else f"  probe {before:.1f} {probe:.1f} ms"), flush=True)
+    steady = {c: [r for x in runs if x.config == c for r in x.records] for c in order}
+    traces = {c: [t for x in runs if x.config == c for t in x.trace] for c in order}
     print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
           f"{args.reps} runs x {args.epochs - 1} steady epochs per configuration; medians")
-    print(f"{'K':>3} {'progress':>16} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} "
-          f"{'exposed/first':>14} {'late s':>7} {'exp-late s':>11} {'/first':>7} {'MiB/epoch':>10} {'loss':>10}")
-    base = base_transfer = None
-    for mode, K in order:
-        rs = steady[mode, K]
-        epoch = float(np.median([r["time"]["epoch"]["max"] for r in rs]))
-        comm = float(np.median([r["time"]["comm"]["mean"] for r in rs]))
-        exposed_all, split = _exposed(rs)
-        exposed = float(np.median(exposed_all))
-        late_s, transfer_s = np.median(split, axis=0) if len(split) else (float("nan"), float("nan"))
-        base = exposed if base is None else base
-        base_transfer = transfer_s if base_transfer is None else base_transfer
-        slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
-        mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
-        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
-              f"{slow:>9.3f} {exposed / base:>14.2f} {late_s:>7.3f} {transfer_s:>11.3f} "
-              f"{transfer_s / base_transfer:>7.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
+    table(order, steady, threads_on)
+    if args.probe:
+        print("\nprobe: perf/bench_progress.py's unchunked exchange just before and just after each run, ms")
+        for mode, K in order:
+            print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} "
+                  + "  ".join("/".join(f"{p:.1f}" for p in x.probes) for x in runs if x.config == (mode, K)))
+        states = machine_states([p for x in runs for p in x.probes])
+        if len(states) == 1:
+            print("one machine state: no two probes differ by more than a factor 1.4 between sorted neighbours")
+        for name, (lo, hi) in states if len(states) > 1 else ():
+            inside = [x for x in runs if all(lo <= p <= hi for p in x.probes)]
+            if not inside:
+                print(f"\nno run had the machine in its {name} state (probes {lo:.1f}-{hi:.1f} ms) before and after")
+                continue
+            print(f"\nthe {len(inside)} runs with the machine in its {name} state before and after (probes "
+                  f"{lo:.1f}-{hi:.1f} ms); medians, ratios against the first configuration's runs in this state")
+            table(order, {c: [r for x in inside if x.config == c for r in x.records] for c in order}, threads_on)
+        if len(states) > 1:
+            print(f"{sum(1 for x in runs if not any(all(lo <= p <= hi for p in x.probes) for _, (lo, hi) in states))}"
+                  " runs changed state between their probes (left out of both)")
     print("\nspread over the steady epochs of all runs (25th-75th percentile): exposed s, exposed - late s; "
           "ratios of medians whose spreads overlap the first configuration's are within this machine's noise")
     for mode, K in order:

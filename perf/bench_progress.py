@@ -11,8 +11,8 @@ training thread posts it and waits; it is moved by
 - ``dedicated``: a progress thread waiting inside ``MPI_Waitsome`` (with a spare core).
 
 Prints the median time from post to completion and the rate per rank, side by side in one run, and each
-mode's time over ``calls``'. Run it where each rank and its thread have a core (the training thread waits
-on an event meanwhile, so on 2 cores 2 ranks do)::
+mode's time over the first's (``--movers``: all three by default, ``calls`` first). Run it where each rank
+and its thread have a core (the training thread waits on an event meanwhile, so on 2 cores 2 ranks do)::
 
     python perf/bench_progress.py --ranks 2 --chunks 4 16
 """
@@ -29,6 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import REPO, mpirun_cmd, run_env  # noqa: E402
+
+MOVERS = ("calls", "poll", "dedicated")
 
 
 def worker(args) -> None:
@@ -50,7 +52,7 @@ def worker(args) -> None:
         send = [((0, S), (bounds[q], bounds[q] + n[q])) for q in range(P)]
         recv = torch.empty(P * S, n[me], F)
         land = [((p * S, (p + 1) * S), (0, n[me])) for p in range(P)]
-        for mode in ("calls", "poll", "dedicated"):
+        for mode in args.movers:
             comm._progress = None if mode == "calls" else ProgressThread.start(comm._MPI, mode == "dedicated")
             times = []
             for _ in range(args.reps + 1):
@@ -65,11 +67,12 @@ def worker(args) -> None:
     if me == 0:
         print(f"one chunk exchange: P = {P}, S = {S} snapshots per rank, N = {N}, F = {F} float32; "
               f"median of {args.reps}, slowest rank")
-        print(f"{'K':>3} {'moved by':>10} {'bytes/rank':>11} {'ms':>8} {'GB/s/rank':>10} {'/calls':>7}")
-        calls = {K: t for K, mode, t, _ in rows if mode == "calls"}
+        print(f"{'K':>3} {'moved by':>10} {'bytes/rank':>11} {'ms':>8} {'GB/s/rank':>10} {'/first':>7}")
+        first = {}
         for K, mode, t, nbytes in rows:
+            first.setdefault(K, t)
             print(f"{K:>3} {mode:>10} {nbytes:>11} {t * 1e3:>8.2f} {nbytes / t / 1e9:>10.2f} "
-                  f"{t / calls[K]:>7.2f}")
+                  f"{t / first[K]:>7.2f}")
 
 
 def main() -> None:
@@ -80,14 +83,32 @@ def main() -> None:
     ap.add_argument("--snapshots", type=int, default=32, help="S: snapshots per rank")
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--movers", nargs="+", choices=MOVERS, default=list(MOVERS),
+                    help="who moves the exchange; the ratio column is against the first")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
-    cmd = [*mpirun_cmd(args.ranks), sys.executable, __file__, "--worker", "--chunks", *map(str, args.chunks),
-           "--vertices", str(args.vertices), "--snapshots", str(args.snapshots), "--hidden", str(args.hidden),
-           "--reps", str(args.reps)]
-    sys.exit(subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
+    sys.exit(subprocess.run(command(args), cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
+
+
+def command(args) -> list[str]:
+    """The mpirun command line of the worker for ``args``."""
+    return [*mpirun_cmd(args.ranks), sys.executable, __file__, "--worker", "--chunks", *map(str, args.chunks),
+            "--vertices", str(args.vertices), "--snapshots", str(args.snapshots), "--hidden", str(args.hidden),
+            "--reps", str(args.reps), "--movers", *args.movers]
+
+
+def probe_ms(ranks: int, reps: int = 9) -> float:
+    """Milliseconds one unchunked exchange of the default layout takes now (the training thread's own wait,
+    slowest rank's median): the machine's present transfer rate, which other benchmarks record beside each
+    of their runs (``perf/bench_overlap.py --probe``)."""
+    args = argparse.Namespace(ranks=ranks, chunks=[1], vertices=32768, snapshots=32, hidden=16, reps=reps,
+                              movers=["calls"])
+    out = subprocess.run(command(args), cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"), capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    head = next(i for i, ln in enumerate(out) if ln.split()[:3] == ["K", "moved", "by"])
+    return float(out[head + 1].split()[3])
 
 
 if __name__ == "__main__":

@@ -20,6 +20,28 @@ def test_configurations_are_progress_modes_times_chunks():
     assert m._label("calls", (0, 0)) == "calls"
 
 
+def test_machine_states_split_probes_at_the_widest_step():
+    """Probes within a factor 1.4 of their sorted neighbours are one state; else two, split at the widest step
+    (the 2-core VM's unchunked exchange took 13 or 33 ms by where its host ran the cores)."""
+    m = perf_script("bench_overlap")
+    assert m.machine_states([]) == []
+    assert m.machine_states([13.0]) == [("only", (13.0, 13.0))]
+    assert m.machine_states([13.0, 15.0, 17.5, 14.0]) == [("only", (13.0, 17.5))]  # steps of 1.07-1.17
+    assert m.machine_states([33.4, 13.0, 13.5, 34.0, 16.0]) == [("fast", (13.0, 16.0)), ("slow", (33.4, 34.0))]
+
+
+def test_table_per_state_names_configurations_without_runs(capsys):
+    """A state no run of the first configuration stayed in gives nan ratios, not ratios against another."""
+    m = perf_script("bench_overlap")
+    rec = {"time": {"epoch": {"max": 1.0}, "comm": {"mean": 0.2}, "comm_exposed": {"mean": 0.1},
+                    "comm_late": {"mean": 0.02}}, "slowest": {"comm_exposed": 0.1}, "bytes_sent": 2**20, "loss": 0.5}
+    order = [("calls", 1), ("calls", 16)]
+    m.table(order, {order[0]: [], order[1]: [rec]}, {c: (0, 0) for c in order})
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[1:]]
+    assert rows[0] == ["1", "calls", "no", "run"]
+    assert rows[1][:5] == ["16", "calls", "1.000", "0.200", "0.100"] and rows[1][6] == rows[1][9] == "nan"
+
+
 def test_kernel_rows_per_configuration_with_each_ranks_breakdown():
     cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--kernel", "--vertices", "96", "--snapshots", "5",
            "--chunks", "1", "3", "--progress", "calls", "thread", "--reps", "1"]
@@ -48,7 +70,15 @@ def test_bench_progress_times_each_way_of_moving_a_chunk():
     assert [(r[0], r[1]) for r in rows] == [(K, m) for K in ("1", "4") for m in ("calls", "poll", "dedicated")]
     # to the other rank: 3 snapshots x its chunk (48 rows / K) x 16 float32
     assert [int(r[2]) for r in rows] == [3 * 48 * 16 * 4] * 3 + [3 * 12 * 16 * 4] * 3
-    assert [r[-1] for r in rows[::3]] == ["1.00", "1.00"]
+    assert [r[-1] for r in rows[::3]] == ["1.00", "1.00"]  # against the first mover, calls
+
+
+def test_bench_progress_probe_reads_the_unchunked_exchange(monkeypatch):
+    """probe_ms (bench_overlap --probe's) runs the worker for calls alone and returns its milliseconds."""
+    for k, v in mpi_env().items():
+        monkeypatch.setenv(k, v)
+    ms = perf_script("bench_progress").probe_ms(2, reps=1)
+    assert 0.0 < ms < 10_000.0
 
 
 def test_benchmarks_start_ranks_as_hpcdgnn_mpirun_does(monkeypatch):
