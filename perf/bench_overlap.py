@@ -1,7 +1,7 @@
 """Communication hidden behind compute under the snapshot strategy (issue 13 item 6).
 
     python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--progress calls thread]
-                                 [--model cdgcn] [--hidden 16] [--epochs 6] [--reps 3] [--blocks 1]
+                                 [--model cdgcn] [--hidden 16] [--epochs 8] [--warmup 3] [--reps 3] [--blocks 1]
                                  [--grad-buckets 1] [--device cpu] [--trace] [--probe]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
@@ -9,8 +9,9 @@ Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
 ``--progress`` (who moves the non-blocking exchanges: the training thread inside its MPI
 calls, or a progress thread per rank — which pays only where each rank has a spare core)
 on the same data, the configurations alternating run by run (``--reps`` rounds), and
-prints per configuration, over the steady epochs of all its runs (the first epoch of a
-run is warm-up):
+prints per configuration, over the steady epochs of all its runs (the first ``--warmup`` epochs
+of a run are left out: unchunked, CD-GCN's oneDNN LSTM over all of a rank's rows took 1.3–4× its steady
+time in the first three epochs on gen32k, in one process too; chunked, only in the first):
 
 * epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
 * comm: median communication time (``time.comm``, mean over ranks): blocking calls'
@@ -89,7 +90,7 @@ def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], tupl
         "data": {"path": str(args.data), "validate": "structure"},
         "model": {"name": args.model, "hidden": args.hidden, "layers": 2},
         "task": {"name": "link_prediction"},
-        "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0,
+        "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": args.warmup, "seed": 0,
                   "device": args.device},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
         "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets, "progress": mode},
@@ -287,7 +288,10 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--model", default="cdgcn")
     ap.add_argument("--hidden", type=int, default=16)
-    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="leading epochs of each run left out (train.warmup_epochs): with K = 1 on gen32k the "
+                         "first three ran 1.3-4x the steady time, K = 16's one")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--grad-buckets", type=int, default=1, help="comm.grad_buckets of every K but the first")
@@ -332,7 +336,7 @@ def main() -> None:
     steady = {c: [r for x in runs if x.config == c for r in x.records] for c in order}
     traces = {c: [t for x in runs if x.config == c for t in x.trace] for c in order}
     print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
-          f"{args.reps} runs x {args.epochs - 1} steady epochs per configuration; medians")
+          f"{args.reps} runs x {args.epochs - args.warmup} steady epochs per configuration; medians")
     table(order, steady, threads_on)
     if args.probe:
         print("\nprobe: perf/bench_progress.py's unchunked exchange just before and just after each run, ms")

@@ -575,6 +575,10 @@ class DebugConfig:
     trace_exchanges: bool = False
     """Each rank appends, per epoch, its collectives of all ranks (tag, arrival, seconds blocked, of them
     late) to ``trace/exchanges.rank<r>.jsonl`` in the run directory (:mod:`hpcdgnn.metrics.epoch`)."""
+    profile_epoch: int = 0
+    """That epoch runs under torch's profiler on every rank, each writing its operators' time to
+    ``profile/rank<r>.txt`` and ``.json`` in the run directory (:mod:`hpcdgnn.metrics.op_profile`); 0 = none.
+    Its wall time includes the profiler's overhead: flagged ``profiled``, out of the steady median."""
 
     def __post_init__(self) -> None:
         if self.fail_rank < -1:
@@ -585,6 +589,8 @@ class DebugConfig:
             raise ValueError("delay_rank: must be >= -1 (-1 = no straggler)")
         if not self.delay_seconds >= 0:
             raise ValueError("delay_seconds: must be >= 0")
+        if self.profile_epoch < 0:
+            raise ValueError("profile_epoch: must be >= 0 (0 = no profile)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -600,3 +606,8 @@ class JobConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def __post_init__(self) -> None:
+        if self.debug.profile_epoch > self.train.epochs:
+            raise ValueError(f"debug.profile_epoch: epoch {self.debug.profile_epoch} never runs "
+                             f"(train.epochs is {self.train.epochs})")

@@ -113,7 +113,8 @@ class RunTotals:
                 self._missing.add(k)
             else:
                 self.seconds[k] += float(v)
-        (self.warm if r["warmup"] else self.steady).append(float(r["slowest"]["epoch"]))
+        # a profiled epoch's time includes the profiler's (debug.profile_epoch)
+        (self.warm if r["warmup"] or r.get("profiled") else self.steady).append(float(r["slowest"]["epoch"]))
         self.final = r
 
     def add_file(self, path) -> None:

@@ -675,7 +675,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
     try:
         job_path = job_path or str(run_dir / "config.resolved.yaml")
-        ranks_write_run_dir = not job.checkpoint.dir or job.debug.trace_exchanges  # checkpoints, trace files
+        # checkpoints, trace and profile files
+        ranks_write_run_dir = not job.checkpoint.dir or job.debug.trace_exchanges or job.debug.profile_epoch > 0
         _check_shared_paths(comm, run_dir if ranks_write_run_dir else None,
                             Path(job.checkpoint.dir) if job.checkpoint.dir else None)
         if job.train.reuse_memory:

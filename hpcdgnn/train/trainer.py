@@ -42,6 +42,7 @@ from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
 from hpcdgnn.metrics.log import HeldLines
 from hpcdgnn.metrics.memory import SavedTensorMeter
+from hpcdgnn.metrics.op_profile import profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
@@ -300,10 +301,17 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     last = run.start_epoch if preempted else job.train.epochs  # no epoch at all when stopped during the set-up
     for epoch in range(run.start_epoch + 1, last + 1):
         recorder.begin()
-        stats, grad_norm = train_epoch(run, task, epoch, meter)
+        with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
+            stats, grad_norm = train_epoch(run, task, epoch, meter)
         activation_peak = max(activation_peak, meter.peak)
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
+        if prof is not None:
+            record["profiled"] = True
+            table = write_profile(prof, run.run_dir, comm.rank, epoch)
+            if comm.rank == 0:
+                log.info(f"epoch {epoch} profiled (its time includes the profiler's): "
+                         f"{table.parent}/rank<r>.txt, .json")
         losses.append(np.nan if record["train_loss"] is None else record["train_loss"])
         if rd is not None:
             totals.add(record)

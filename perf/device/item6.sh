@@ -24,4 +24,4 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RU
 # timeouts: the call's 600 s less the set-up (about 30 s)
 timeout 100 taskset -c 0-7 python3 perf/bench_progress.py --ranks 2 --chunks 4 16 2>&1 | tee "$OUT/bench_progress.log"
 timeout 430 taskset -c 0-7 python3 perf/bench_overlap.py --data /tmp/d/gen32k --device cpu --ranks 2 --chunks 1 16 \
-  --progress calls thread --epochs 5 --reps 4 --trace 2>&1 | tee "$OUT/overlap_gen32k.log"
+  --progress calls thread --epochs 7 --warmup 3 --reps 3 --trace 2>&1 | tee "$OUT/overlap_gen32k.log"

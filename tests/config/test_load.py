@@ -43,6 +43,9 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
         ("", ["train.nope=1"], ["train.nope", "unknown key"]),
         ("", ["novalue"], ["--set novalue", "KEY=VALUE"]),
         ("task: {split: [0.5, 0.5]}\n", [], ["task.split"]),
+        ("debug: {profile_epoch: -1}\n", [], ["debug.profile_epoch", ">= 0"]),
+        ("train: {epochs: 3}\ndebug: {profile_epoch: 4}\n", [], ["debug.profile_epoch", "never runs", "is 3"]),
+        ("train: {epochs: 3}\n", ["debug.profile_epoch=9"], ["debug.profile_epoch", "never runs"]),
     ],
 )
 def test_errors_name_file_and_key(tmp_path, small_dataset, text, overrides, needles):

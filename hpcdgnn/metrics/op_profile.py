@@ -1,0 +1,75 @@
+"""One epoch under torch's profiler on every rank (``debug.profile_epoch``): where its time goes, by operator.
+
+``metrics.jsonl`` splits an epoch into load, compute and communication; within compute it cannot say
+whether the graph convolutions, the recurrent scan, the decoder or the copies between layouts take the
+time — the question a user asks before choosing ``strategy.overlap_chunks``, ``blocks`` or a model size,
+and the one the strong-scaling work of issue 13 (item 3) kept asking. The profiled epoch runs the same
+arithmetic (the profiler only observes), so the run's results are unchanged; its wall time includes the
+profiler's own overhead, so the epoch is flagged ``profiled`` in ``metrics.jsonl`` and left out of
+``summary.json``'s steady median.
+
+Each rank writes, into ``RUNDIR/profile/``:
+
+* ``rank<r>.txt``: torch's operator table, sorted by self CPU time (the 40 largest rows);
+* ``rank<r>.json``: every operator as ``{"name", "calls", "self_cpu_s", "cpu_total_s"}`` (and
+  ``self_device_s`` on a GPU), sorted by self time, for scripts comparing two runs.
+
+torch prints two lines per rank to stderr (``USDT: … profiler_start`` and ``… profiler_stop``; torch 2.13).
+Communication shows as the time inside hpcdgnn's communicator calls (MPI works below torch, so under
+operators of no name of torch's: compare with ``metrics.jsonl``'s ``comm_by_tag`` of the same epoch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+__all__ = ["PROFILE_DIR", "profiled", "write_profile"]
+
+PROFILE_DIR = "profile"
+"""The run directory's folder of the profile files."""
+
+_TABLE_ROWS = 40
+
+
+@contextlib.contextmanager
+def profiled(on: bool, device: torch.device) -> Iterator[object | None]:
+    """Run the block under torch's profiler when ``on`` (CPU, and CUDA on a GPU); yields the profiler, or None."""
+    if not on:
+        yield None
+        return
+    if device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            yield prof
+        return
+    # on the CPU torch's own event recorder: the same operator table without kineto's activity tracing, which
+    # cost 1.4 s at its first start here (the profiled epoch 1.47 s against 0.06 s: email-Eu-core, P = 2)
+    with torch.autograd.profiler.profile(use_kineto=False) as prof:
+        yield prof
+
+
+def write_profile(prof, run_dir: Path, rank: int, epoch: int) -> Path:
+    """Write ``prof``'s operator table and records (module docstring) for this rank; returns the text file."""
+    out = Path(run_dir) / PROFILE_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    averages = prof.key_averages()
+    device = any(getattr(e, "self_device_time_total", 0) for e in averages)
+    rows = []
+    for e in sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True):
+        row = {"name": e.key, "calls": int(e.count), "self_cpu_s": e.self_cpu_time_total / 1e6,
+               "cpu_total_s": e.cpu_time_total / 1e6}
+        if device:
+            row["self_device_s"] = e.self_device_time_total / 1e6
+        rows.append(row)
+    (out / f"rank{rank}.json").write_text(json.dumps({"epoch": epoch, "rank": rank, "operators": rows}, indent=1)
+                                          + "\n")
+    text = out / f"rank{rank}.txt"
+    text.write_text(f"epoch {epoch}, rank {rank}\n"
+                    + averages.table(sort_by="self_cpu_time_total", row_limit=_TABLE_ROWS) + "\n")
+    return text
