@@ -10,8 +10,8 @@ Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
 calls, or a progress thread per rank — which pays only where each rank has a spare core)
 on the same data, the configurations alternating run by run (``--reps`` rounds), and
 prints per configuration, over the steady epochs of all its runs (the first ``--warmup`` epochs
-of a run are left out: unchunked, CD-GCN's oneDNN LSTM over all of a rank's rows took 1.3–4× its steady
-time in the first three epochs on gen32k, in one process too; chunked, only in the first):
+of a run are left out: unchunked, CD-GCN on gen32k took 2–3× its steady time in epoch 2 and 1.3–1.6× in
+epoch 3, in its oneDNN LSTM over all of a rank's rows (``debug.profile_epoch``); chunked, only epoch 1 was slow):
 
 * epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
 * comm: median communication time (``time.comm``, mean over ranks): blocking calls'
@@ -290,8 +290,8 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3,
-                    help="leading epochs of each run left out (train.warmup_epochs): with K = 1 on gen32k the "
-                         "first three ran 1.3-4x the steady time, K = 16's one")
+                    help="leading epochs of each run left out (train.warmup_epochs): with K = 1 on gen32k "
+                         "epochs 2 and 3 ran 1.3-3x the steady time")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--grad-buckets", type=int, default=1, help="comm.grad_buckets of every K but the first")

@@ -4,7 +4,8 @@
 #   run: bash perf/device/item6.sh   (timeout_s 600; about 7-9 minutes)
 # 1. the MPI wheels into the image's python3; hpcdgnn from this tree (no install: python -m from the root)
 # 2. one chunk exchange moved by a waiting thread against the training thread (perf/bench_progress.py)
-# 3. CD-GCN on the generator graph N = 2^15, T = 64, P = 2: K = 1 and 16 chunks, calls and thread, 4 rounds,
+# 3. CD-GCN on the generator graph N = 2^15, T = 64, P = 2: K = 1 and 16 chunks, calls and thread, 3 rounds of
+#    7 epochs (3 warm-up),
 #    with the exchange-by-exchange trace; ranks on cores 0-7 (2 x (train thread + progress thread) fit)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
