@@ -11,7 +11,7 @@ calls, or a progress thread per rank — which pays only where each rank has a s
 on the same data, the configurations alternating run by run (``--reps`` rounds), and
 prints per configuration, over the steady epochs of all its runs (the first ``--warmup`` epochs
 of a run are left out: unchunked, CD-GCN on gen32k took 2–3× its steady time in epoch 2 and 1.3–1.6× in
-epoch 3, in its oneDNN LSTM over all of a rank's rows (``debug.profile_epoch``); chunked, only epoch 1 was slow):
+epoch 3, in its oneDNN LSTM over all of a rank's rows (``debug.profile_epoch``); chunked, up to 1.6× in epoch 2):
 
 * epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
 * comm: median communication time (``time.comm``, mean over ranks): blocking calls'
@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -242,7 +243,7 @@ def machine_states(probes: list[float], gap: float = 1.4) -> list[tuple[str, tup
     310–390 ns (``perf/vm/core_pingpong.c``), one unchunked exchange 13 or 33 ms, each for half a minute to
     several (``perf/results/README.md``, thirty-second session). Whether a ratio between configurations
     holds in both states, the tables per state show."""
-    seen = sorted(probes)
+    seen = sorted(p for p in probes if not math.isnan(p))  # a failed probe is nan
     if not seen:
         return []
     steps = [b / a for a, b in zip(seen, seen[1:], strict=False)]
@@ -250,6 +251,14 @@ def machine_states(probes: list[float], gap: float = 1.4) -> list[tuple[str, tup
         return [("only", (seen[0], seen[-1]))]
     cut = int(np.argmax(steps))
     return [("fast", (seen[0], seen[cut])), ("slow", (seen[cut + 1], seen[-1]))]
+
+
+def state_of(run: Run, states: list[tuple[str, tuple[float, float]]]) -> str | None:
+    """The state both of ``run``'s probes lie in; None where it has none, a failed one, or they differ."""
+    for name, (lo, hi) in states:
+        if run.probes and all(lo <= p <= hi for p in run.probes):  # a nan compares false
+            return name
+    return None
 
 
 def table(order: list[tuple[str, int]], steady: dict[tuple[str, int], list[dict]],
@@ -318,6 +327,8 @@ def main() -> None:
         sys.exit(subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
     if args.data is None:
         ap.error("--data is required (or --kernel)")
+    if not 0 <= args.warmup < args.epochs:
+        ap.error(f"--warmup {args.warmup}: must leave at least one of --epochs {args.epochs} steady")
     order = configs(args)
     runs: list[Run] = []
     threads_on: dict[tuple[str, int], tuple[int, int]] = {}
@@ -347,16 +358,16 @@ def main() -> None:
         if len(states) == 1:
             print("one machine state: no two probes differ by more than a factor 1.4 between sorted neighbours")
         for name, (lo, hi) in states if len(states) > 1 else ():
-            inside = [x for x in runs if all(lo <= p <= hi for p in x.probes)]
+            inside = [x for x in runs if state_of(x, states) == name]
             if not inside:
                 print(f"\nno run had the machine in its {name} state (probes {lo:.1f}-{hi:.1f} ms) before and after")
                 continue
-            print(f"\nthe {len(inside)} runs with the machine in its {name} state before and after (probes "
-                  f"{lo:.1f}-{hi:.1f} ms); medians, ratios against the first configuration's runs in this state")
+            print(f"\nruns with the machine in its {name} state before and after (probes {lo:.1f}-{hi:.1f} ms): "
+                  f"{len(inside)}; medians, ratios against the first configuration's runs in this state")
             table(order, {c: [r for x in inside if x.config == c for r in x.records] for c in order}, threads_on)
         if len(states) > 1:
-            print(f"{sum(1 for x in runs if not any(all(lo <= p <= hi for p in x.probes) for _, (lo, hi) in states))}"
-                  " runs changed state between their probes (left out of both)")
+            print(f"runs that changed state between their probes, or lack one (left out of both): "
+                  f"{sum(1 for x in runs if state_of(x, states) is None)}")
     print("\nspread over the steady epochs of all runs (25th-75th percentile): exposed s, exposed - late s; "
           "ratios of medians whose spreads overlap the first configuration's are within this machine's noise")
     for mode, K in order:

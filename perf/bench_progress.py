@@ -102,12 +102,18 @@ def command(args) -> list[str]:
 def probe_ms(ranks: int, reps: int = 9) -> float:
     """Milliseconds one unchunked exchange of the default layout takes now (the training thread's own wait,
     slowest rank's median): the machine's present transfer rate, which other benchmarks record beside each
-    of their runs (``perf/bench_overlap.py --probe``)."""
+    of their runs (``perf/bench_overlap.py --probe``); nan where the probe failed (said on stderr), so that
+    one failed launch costs the benchmark one figure, not its runs."""
     args = argparse.Namespace(ranks=ranks, chunks=[1], vertices=32768, snapshots=32, hidden=16, reps=reps,
                               movers=["calls"])
-    out = subprocess.run(command(args), cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"), capture_output=True,
-                         text=True, check=True).stdout.splitlines()
-    head = next(i for i, ln in enumerate(out) if ln.split()[:3] == ["K", "moved", "by"])
+    proc = subprocess.run(command(args), cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True)
+    out = proc.stdout.splitlines()
+    head = next((i for i, ln in enumerate(out) if ln.split()[:3] == ["K", "moved", "by"]), None)
+    if proc.returncode != 0 or head is None or head + 1 >= len(out):
+        print(f"perf/bench_progress.py: the probe failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+              file=sys.stderr)
+        return float("nan")
     return float(out[head + 1].split()[3])
 
 

@@ -15,8 +15,9 @@ Each rank writes, into ``RUNDIR/profile/``:
   ``self_device_s`` on a GPU), sorted by self time, for scripts comparing two runs.
 
 torch prints two lines per rank to stderr (``USDT: … profiler_start`` and ``… profiler_stop``; torch 2.13).
-Communication shows as the time inside hpcdgnn's communicator calls (MPI works below torch, so under
-operators of no name of torch's: compare with ``metrics.jsonl``'s ``comm_by_tag`` of the same epoch).
+MPI works below torch: an exchange made inside one of hpcdgnn's autograd functions counts in that function's
+row (``Redistribute``, ``PipelinedExchange`` and their ``…Backward``), one made between operators (the gradient
+all-reduce) in no row; ``metrics.jsonl``'s ``comm_by_tag`` of the same epoch has them by tag.
 """
 
 from __future__ import annotations

@@ -97,9 +97,10 @@ class RunTotals:
         self.epochs, self.bytes_sent, self.transfer_bytes = 0, 0, 0
         self.seconds = dict.fromkeys(self.KEYS, 0.0)
         self._missing: set[str] = set()  # keys some epoch lacks (a record from before they existed)
-        # the slowest rank's epoch seconds of the non-warm-up epochs, and of the warm-up ones (the fallback when every
-        # epoch is one), for the median: C doubles, 8 B an epoch (lists of floats held 32 B an epoch for the run)
-        self.steady, self.warm = array("d"), array("d")
+        # the slowest rank's epoch seconds of the non-warm-up epochs, of the warm-up ones (the fallback when every
+        # epoch is one) and of a profiled one (debug.profile_epoch: the last resort, its time includes the
+        # profiler's), for the median: C doubles, 8 B an epoch (lists of floats held 32 B an epoch for the run)
+        self.steady, self.warm, self.profiled = array("d"), array("d"), array("d")
         self.final: dict | None = None
 
     def add(self, r: dict) -> None:
@@ -113,8 +114,8 @@ class RunTotals:
                 self._missing.add(k)
             else:
                 self.seconds[k] += float(v)
-        # a profiled epoch's time includes the profiler's (debug.profile_epoch)
-        (self.warm if r["warmup"] or r.get("profiled") else self.steady).append(float(r["slowest"]["epoch"]))
+        series = self.profiled if r.get("profiled") else self.warm if r["warmup"] else self.steady
+        series.append(float(r["slowest"]["epoch"]))
         self.final = r
 
     def add_file(self, path) -> None:
@@ -128,7 +129,7 @@ class RunTotals:
 
     def steady_seconds(self) -> dict[str, float | None]:
         """Median and mean of the slowest rank's epoch time over the non-warm-up epochs (all, if every one is)."""
-        times = self.steady or self.warm
+        times = self.steady or self.warm or self.profiled
         return {"median": float(np.median(times)) if times else None,
                 "mean": float(np.mean(times)) if times else None}
 

@@ -42,7 +42,7 @@ from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
 from hpcdgnn.metrics.log import HeldLines
 from hpcdgnn.metrics.memory import SavedTensorMeter
-from hpcdgnn.metrics.op_profile import profiled, write_profile
+from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
@@ -278,6 +278,11 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                                       if int(f.stem.rpartition("rank")[2]) >= comm.size]
         for f in [mine, *stale]:
             truncate_metrics(f, run.start_epoch)
+        if comm.rank == 0 and run.start_epoch < job.debug.profile_epoch:  # the profile is made again: no file
+            # of a rank this run lacks may stay beside it
+            for f in (run.run_dir / PROFILE_DIR).glob("rank*.*"):
+                if int(f.stem.rpartition("rank")[2]) >= comm.size:
+                    f.unlink()
     trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
                              run.start_epoch, trace)
@@ -323,8 +328,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         if loss is not None and not np.isfinite(loss):  # the same global loss on every rank: all stop here
             diverged = _diverged(run, checkpoints, epoch, loss)
             break
-        if epoch in calibrating:
-            measured.append(record["per_rank"]["compute"])
+        if epoch in calibrating and (prof is None or not measured and epoch == calibrating[-1]):
+            measured.append(record["per_rank"]["compute"])  # a profiled epoch's only where it is the one left
         if calibrating and epoch == calibrating[-1] and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan
             plan = measured_plan(run, np.median(measured, axis=0).tolist(), comm, log)

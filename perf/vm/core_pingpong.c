@@ -2,7 +2,7 @@
 
    On a virtual machine the host may run the guest's cores close together (one core complex, sharing a cache)
    or far apart, and move them between the two for minutes at a time; how fast MPI ranks pass bytes follows
-   (perf/results/README.md, thirty-second session: 55-70 ns or 310-390 ns here, one unchunked exchange of
+   (perf/results/README.md, thirty-second session: 55-85 ns or 310-390 ns here, one unchunked exchange of
    perf/bench_progress.py 13 or 33 ms). Run it before and after a benchmark round, not during one: it spins
    both cores.
 

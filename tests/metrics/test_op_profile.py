@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
+from hpcdgnn.train.checkpoint import latest_checkpoint
 from tests.conftest import read_metrics, write_job
 
 
@@ -13,15 +15,15 @@ def test_a_profiled_epoch_writes_every_ranks_operators_and_changes_no_result(lau
     """P = 3 (T = 7, N = 23: neither divisible): each rank writes its operator table and records for epoch 2,
     the record of that epoch alone is flagged, the summary's steady median leaves it out, and the losses are
     those of the same job unprofiled."""
-    runs = {}
+    runs, procs = {}, {}
     for name, debug in (("plain", {}), ("profiled", {"profile_epoch": 2})):
         job = write_job(tmp_path / f"{name}.yaml", small_dataset, train={"epochs": 3, "warmup_epochs": 0},
                         debug=debug)
         runs[name] = tmp_path / name
-        proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(runs[name])])
-        assert proc.returncode == 0, proc.stderr
+        procs[name] = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(runs[name])])
+        assert procs[name].returncode == 0, procs[name].stderr
     out = runs["profiled"]
-    assert "epoch 2 profiled" in proc.stdout + proc.stderr
+    assert "epoch 2 profiled" in procs["profiled"].stdout + procs["profiled"].stderr
     for rank in range(3):
         rec = json.loads((out / "profile" / f"rank{rank}.json").read_text())
         assert (rec["epoch"], rec["rank"]) == (2, rank)
@@ -37,3 +39,21 @@ def test_a_profiled_epoch_writes_every_ranks_operators_and_changes_no_result(lau
     steady = json.loads((out / "summary.json").read_text())["steady_epoch_seconds"]
     times = [r["slowest"]["epoch"] for r in recs]
     assert steady["median"] == pytest.approx((times[0] + times[2]) / 2)  # epochs 1 and 3 (no warm-up here)
+
+
+def test_a_resume_that_re_runs_the_profiled_epoch_leaves_only_its_ranks_profiles(launcher, tmp_path, small_dataset):
+    """Killed after profiling epoch 2 but before its checkpoint, resumed on fewer ranks (3, then 2): the
+    re-run profiles epoch 2 again on ranks 0 and 1, and the third rank's file of the first attempt is gone."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2}, checkpoint={"every": 1},
+                    debug={"profile_epoch": 2})
+    run = tmp_path / "run"
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(f.name for f in (run / "profile").iterdir()) == [f"rank{r}.{x}" for r in range(3)
+                                                                   for x in ("json", "txt")]
+    shutil.rmtree(latest_checkpoint(run / "checkpoints"))  # epoch 2's: as if killed before it was written
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(f.name for f in (run / "profile").iterdir()) == [f"rank{r}.{x}" for r in range(2)
+                                                                   for x in ("json", "txt")]
+    assert [r.get("profiled", False) for r in read_metrics(run)] == [False, True]

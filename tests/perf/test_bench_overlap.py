@@ -27,7 +27,12 @@ def test_machine_states_split_probes_at_the_widest_step():
     assert m.machine_states([]) == []
     assert m.machine_states([13.0]) == [("only", (13.0, 13.0))]
     assert m.machine_states([13.0, 15.0, 17.5, 14.0]) == [("only", (13.0, 17.5))]  # steps of 1.07-1.17
-    assert m.machine_states([33.4, 13.0, 13.5, 34.0, 16.0]) == [("fast", (13.0, 16.0)), ("slow", (33.4, 34.0))]
+    states = m.machine_states([33.4, 13.0, 13.5, 34.0, 16.0, float("nan")])  # a failed probe is left out
+    assert states == [("fast", (13.0, 16.0)), ("slow", (33.4, 34.0))]
+    # a run belongs to the state both its probes lie in; none with probes across, failed or absent
+    run = lambda *probes: m.Run(("calls", 1), [], [], probes)  # noqa: E731
+    assert [m.state_of(run(*p), states) for p in ((13.0, 16.0), (34.0, 33.4), (13.5, 34.0), (13.0, float("nan")),
+                                                   ())] == ["fast", "slow", None, None, None]
 
 
 def test_table_per_state_names_configurations_without_runs(capsys):
