@@ -128,7 +128,8 @@ class RunTotals:
         return {k: v for k, v in self.seconds.items() if k not in self._missing}
 
     def steady_seconds(self) -> dict[str, float | None]:
-        """Median and mean of the slowest rank's epoch time over the non-warm-up epochs (all, if every one is)."""
+        """Median and mean of the slowest rank's epoch time over the steady epochs: neither warm-up nor profiled
+        (else the warm-up ones; else the profiled one)."""
         times = self.steady or self.warm or self.profiled
         return {"median": float(np.median(times)) if times else None,
                 "mean": float(np.mean(times)) if times else None}
