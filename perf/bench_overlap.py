@@ -11,7 +11,8 @@ calls, or a progress thread per rank — which pays only where each rank has a s
 on the same data, the configurations alternating run by run (``--reps`` rounds), and
 prints per configuration, over the steady epochs of all its runs (the first ``--warmup`` epochs
 of a run are left out: unchunked, CD-GCN on gen32k took 2–3× its steady time in epoch 2 and 1.3–1.6× in
-epoch 3, in its oneDNN LSTM over all of a rank's rows (``debug.profile_epoch``); chunked, up to 1.6× in epoch 2):
+epoch 3, in its LSTM over all of a rank's rows, whose large blocks page-fault until the allocator holds
+enough freed memory for them (``perf/results/rnn-rows/s32_lstm_warm.log``); chunked, up to 1.6× in epoch 2):
 
 * epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
 * comm: median communication time (``time.comm``, mean over ranks): blocking calls'
