@@ -1,7 +1,8 @@
 """hpcdgnn in one process vs PyTorch Geometric Temporal: same models, same data, one thread (issue 5 item 4).
 
     python perf/bench_pygt.py [--pygt-path DIR ...] [--input ../shared/data/email-Eu-core-temporal.txt.gz]
-                              [--snapshots 64] [--slicing events|time] [--epochs 5] [--hidden 16] [--layers 2]
+                              [--snapshots 64] [--slicing events|time] [--epochs 8] [--warmup 3]
+                              [--hidden 16] [--layers 2]
                               [--models evolvegcn_o cdgcn gconv_lstm tgcn_cell] [--cdgcn-pygt dygrae gclstm]
                               [--device cpu|cuda] [--repeat 1]
                               [--csv perf/results/pygt/pygt.csv [--plot perf/results/pygt/pygt.png]]
@@ -16,11 +17,11 @@ the validation split without edges -- then for every model runs
   ``train.threads: 1``, float32, ``link_prediction``, with its default host
   allocator (jemalloc where installed, ``hpcdgnn/allocator.py``; set
   ``HPCDGNN_MALLOC=system`` for glibc's); the epoch time is the
-  median of the non-warm-up epochs in ``RUNDIR/metrics.jsonl``;
+  median of the non-warm-up epochs in ``RUNDIR/metrics.jsonl`` (``train.warmup_epochs`` = ``--warmup``);
 * PyGT: this script again (``--worker``) in a subprocess with
   ``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)`` and the ``--pygt-path``
   directories first on ``sys.path``; the epoch time is the median of the
-  epochs after the first, timed over the same span as hpcdgnn's (zero_grad,
+  epochs after the first ``--warmup``, timed over the same span as hpcdgnn's (zero_grad,
   forward over the whole timeline, loss, backward, Adam step).
 
 and prints s/epoch of both, the ratio PyGT / hpcdgnn, the loss of the last
@@ -210,7 +211,7 @@ def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
         "model": {"name": model, "hidden": args.hidden, "layers": args.layers},
         "task": {"name": "link_prediction", "negatives": args.negatives, "decoder_hidden": args.decoder_hidden},
         "train": {"epochs": args.epochs, "lr": args.lr, "seed": args.seed, "threads": 1, "dtype": "float32",
-                  "warmup_epochs": 1, "device": args.device},
+                  "warmup_epochs": args.warmup, "device": args.device},
     }))
     out = work / f"run-{model}-{tag}"
     proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)],
@@ -227,7 +228,7 @@ def run_hpcdgnn(work: Path, data: Path, model: str, args, tag: str) -> dict:
 def run_pygt(data: Path, model: str, counterpart: str, args, pygt_path: list[str]) -> dict:
     """The PyGT side in a one-thread subprocess with ``pygt_path`` on its ``sys.path``."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", counterpart, "--data", str(data)]
-    for k in ("epochs", "hidden", "layers", "negatives", "decoder_hidden", "lr", "seed", "device"):
+    for k in ("epochs", "warmup", "hidden", "layers", "negatives", "decoder_hidden", "lr", "seed", "device"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     cmd += ["--pygt-renormalize"] if args.pygt_renormalize else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=one_thread_env(pygt_path))
@@ -456,7 +457,8 @@ def worker(args) -> None:
         losses.append(float(loss.detach()))
         evals.append(eval_sum / eval_n if eval_n else None)
     print(json.dumps({
-        "epoch_s": statistics.median(times[1:] or times), "times": times, "losses": losses, "eval_losses": evals,
+        "epoch_s": statistics.median(times[args.warmup:] or times), "times": times, "losses": losses,
+        "eval_losses": evals,
         "params": sum(p.numel() for p in params), "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__, "pygt": os.path.dirname(torch_geometric_temporal.__file__),
         "device": device_name(dev),  # as hpcdgnn's summary.json names it
@@ -482,7 +484,11 @@ def main() -> None:
     ap.add_argument("--slicing", choices=["events", "time"], default="events",
                     help="T slices of equal event count (default), or equal time (email-Eu-core then has 21 empty "
                          "snapshots, so an empty validation split)")
-    ap.add_argument("--epochs", type=int, default=5, help="epochs per run; the first is warm-up")
+    ap.add_argument("--epochs", type=int, default=8, help="epochs per run")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="leading epochs left out of the median on both sides: on a large graph the first ones "
+                         "page-fault the allocator's memory in (gen32k: 2-3x the steady time in epoch 2, "
+                         "perf/results/rnn-rows/s32_lstm_warm.log); before 2026-11-28 this was 1")
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--negatives", type=int, default=1)
@@ -506,6 +512,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.plot is not None and args.csv is None:
         ap.error("--plot draws the rows of --csv FILE; give --csv too")
+    if not 0 <= args.warmup < args.epochs:
+        ap.error(f"--warmup {args.warmup}: must leave at least one of --epochs {args.epochs} to time")
     if args.worker:
         worker(args)
         return
@@ -553,7 +561,7 @@ def main() -> None:
         norm = "normalize=True (gcn_norm every call)" if args.pygt_renormalize else "on precomputed Ã"
         print(f"PyGT: torch_geometric {info['torch_geometric']}, torch_geometric_temporal from {info['pygt']}; "
               f"torch {info['torch']}; EvolveGCNO {norm}; {args.epochs} epochs, s/epoch = median of epochs "
-              f"2..{args.epochs}" + (f", fastest of {args.repeat} runs" if args.repeat > 1 else ""))
+              f"{args.warmup + 1}..{args.epochs}" + (f", fastest of {args.repeat} runs" if args.repeat > 1 else ""))
         print(f"{'hpcdgnn model':13s} {'PyGT model':15s} {'hpcdgnn s/ep':>12s} {'PyGT s/ep':>10s} "
               f"{'PyGT/hpcdgnn':>12s} {'goal':>5s} {'hpcdgnn loss':>12s} {'PyGT loss':>10s} {'params':>11s}")
         for model, cp, o, p in rows:
