@@ -75,7 +75,8 @@ def worker(args) -> None:
                   f"{t / first[K]:>7.2f}")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (also :func:`probe_ms`'s defaults)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--chunks", type=int, nargs="+", default=[4, 16], help="K: the chunk is N / (P K) rows")
@@ -86,7 +87,11 @@ def main() -> None:
     ap.add_argument("--movers", nargs="+", choices=MOVERS, default=list(MOVERS),
                     help="who moves the exchange; the ratio column is against the first")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.worker:
         return worker(args)
     sys.exit(subprocess.run(command(args), cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
@@ -104,8 +109,7 @@ def probe_ms(ranks: int, reps: int = 9) -> float:
     slowest rank's median): the machine's present transfer rate, which other benchmarks record beside each
     of their runs (``perf/bench_overlap.py --probe``); nan where the probe failed (said on stderr), so that
     one failed launch costs the benchmark one figure, not its runs."""
-    args = argparse.Namespace(ranks=ranks, chunks=[1], vertices=32768, snapshots=32, hidden=16, reps=reps,
-                              movers=["calls"])
+    args = parser().parse_args(["--ranks", str(ranks), "--chunks", "1", "--reps", str(reps), "--movers", "calls"])
     proc = subprocess.run(command(args), cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"), capture_output=True,
                           text=True)
     out = proc.stdout.splitlines()

@@ -254,6 +254,11 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
         comm.stop_progress()
 
 
+def _of_missing_ranks(files, size: int) -> list[Path]:
+    """The per-rank files (``…rank<r>.<ext>``) of ranks a run on ``size`` ranks lacks (a resume on fewer)."""
+    return [f for f in files if int(f.stem.rpartition("rank")[2]) >= size]
+
+
 def _signal_name(stop: preemption.PreemptionFlag) -> str:
     """The signal a pre-empted run names: this rank's, or the other ranks' (the ranks agree on stopping)."""
     return stop.name or "a signal to another rank"
@@ -274,15 +279,12 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if run.start_epoch:  # epochs after the checkpoint are re-run: each rank drops their trace lines from its
         # file, rank 0 also from the files of ranks this run lacks (a resume on fewer ranks), before the first
         # collective: nobody appends before it
-        stale = [] if comm.rank else [f for f in mine.parent.glob("exchanges.rank*.jsonl")
-                                      if int(f.stem.rpartition("rank")[2]) >= comm.size]
+        stale = [] if comm.rank else _of_missing_ranks(mine.parent.glob("exchanges.rank*.jsonl"), comm.size)
         for f in [mine, *stale]:
             truncate_metrics(f, run.start_epoch)
         if comm.rank == 0 and run.start_epoch < job.debug.profile_epoch:  # the profile is made again: no file
-            # of a rank this run lacks may stay beside it
-            for f in (run.run_dir / PROFILE_DIR).glob("rank*.*"):
-                if int(f.stem.rpartition("rank")[2]) >= comm.size:
-                    f.unlink()
+            for f in _of_missing_ranks((run.run_dir / PROFILE_DIR).glob("rank*.*"), comm.size):  # of a rank
+                f.unlink()  # this run lacks may stay beside it
     trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
                              run.start_epoch, trace)
