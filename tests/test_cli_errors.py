@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -213,6 +214,16 @@ def test_a_run_directory_another_rank_does_not_see_is_refused_at_the_start(launc
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "ckpt" / "epoch-000003").is_dir() and (tmp_path / "a" / "runs" / "x" / "summary.json").is_file()
+    # ... unless a debug option makes every rank write there: the line names it
+    shutil.rmtree(tmp_path / "a" / "runs")
+    shutil.rmtree(tmp_path / "ckpt")
+    cmd = [*cmd[:cmd.index(":")], "debug.trace_exchanges=true", ":", *cmd[cmd.index(":") + 1:],
+           "debug.trace_exchanges=true"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    line = _one_line(proc)
+    assert line.startswith("hpcdgnn: error: rank 1: runs/x: made by rank 0 but not there on rank 1"), line
+    assert line.endswith("working directory); every rank writes into the run directory for "
+                         "debug.trace_exchanges"), line
 
 
 def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, small_dataset):

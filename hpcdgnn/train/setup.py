@@ -148,12 +148,15 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
 SHARED_PATH_WAIT_S = 5.0
 
 
-def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Path | None) -> None:
+def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Path | None,
+                        debug: Sequence[str] = ()) -> None:
     """Refuse (one line, every rank) a run whose directories other ranks write into are not there on every rank:
     the run directory (``run_dir``; None: only rank 0 writes there, its checkpoints going to ``checkpoint.dir``)
     and ``checkpoint.dir`` (``ckpt_root``; None: the run directory's). Rank 0 made them; a rank that does not see
     them (a node-local path, another working directory) would fail at the first checkpoint — hours in — and end
-    the job. They must be on a file system every node shares, at the same path."""
+    the job. They must be on a file system every node shares, at the same path. ``debug``: the options that make
+    every rank write into the run directory where its checkpoints go elsewhere, named in the line (a user who
+    moved the checkpoints to a shared path would not otherwise see why the run directory must be shared too)."""
     import socket
 
     def missing() -> Path | None:
@@ -177,7 +180,9 @@ def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Pat
                 raise ConfigError(
                     f"{path}: made by rank 0 but not there on rank {comm.rank} (host {socket.gethostname()}): "
                     "the run directory (--output, output.dir) and checkpoint.dir must be on a file system every "
-                    "node shares, at the same path (a relative path is taken from each rank's working directory)")
+                    "node shares, at the same path (a relative path is taken from each rank's working directory)"
+                    + (f"; every rank writes into the run directory for {' and '.join(debug)}"
+                       if path == run_dir and ckpt_root is not None and debug else ""))
             time.sleep(0.2)
 
     agree(comm, check)
@@ -676,9 +681,10 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
     try:
         job_path = job_path or str(run_dir / "config.resolved.yaml")
         # checkpoints, trace and profile files
-        ranks_write_run_dir = not job.checkpoint.dir or job.debug.trace_exchanges or job.debug.profile_epoch > 0
-        _check_shared_paths(comm, run_dir if ranks_write_run_dir else None,
-                            Path(job.checkpoint.dir) if job.checkpoint.dir else None)
+        debug = [k for k, on in (("debug.trace_exchanges", job.debug.trace_exchanges),
+                                 ("debug.profile_epoch", job.debug.profile_epoch > 0)) if on]
+        _check_shared_paths(comm, run_dir if not job.checkpoint.dir or debug else None,
+                            Path(job.checkpoint.dir) if job.checkpoint.dir else None, debug)
         if job.train.reuse_memory:
             reuse_host_memory()
         threads = threads_per_rank(comm, job.train.threads)

@@ -25,8 +25,10 @@ writes its part of a checkpoint, and the run exits with ``EXIT_PREEMPTED``;
 
 from __future__ import annotations
 
+import json
 import time
 from array import array
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -259,6 +261,17 @@ def _of_missing_ranks(files, size: int) -> list[Path]:
     return [f for f in files if int(f.stem.rpartition("rank")[2]) >= size]
 
 
+def _profile_before_resume(run_dir: Path, epoch: int, start: int) -> str | None:
+    """A resume starts after ``debug.profile_epoch``: the line that says no profile is made, unless the run
+    that wrote the checkpoint made it (rank 0's record of that epoch is there) — a user's ``--set`` on the
+    resume would otherwise profile nothing without a word."""
+    with suppress(OSError, ValueError):
+        if json.loads((run_dir / PROFILE_DIR / "rank0.json").read_text()).get("epoch") == epoch:
+            return None
+    return (f"debug.profile_epoch: epoch {epoch} ran before the checkpoint this run resumes from "
+            f"(epoch {start}): no profile is made (set an epoch after {start})")
+
+
 def _signal_name(stop: preemption.PreemptionFlag) -> str:
     """The signal a pre-empted run names: this rank's, or the other ranks' (the ranks agree on stopping)."""
     return stop.name or "a signal to another rank"
@@ -285,6 +298,10 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         if comm.rank == 0 and run.start_epoch < job.debug.profile_epoch:  # the profile is made again: no file
             for f in _of_missing_ranks((run.run_dir / PROFILE_DIR).glob("rank*.*"), comm.size):  # of a rank
                 f.unlink()  # this run lacks may stay beside it
+    if comm.rank == 0 and 0 < job.debug.profile_epoch <= run.start_epoch:
+        note = _profile_before_resume(run.run_dir, job.debug.profile_epoch, run.start_epoch)
+        if note:
+            log.info(note)
     trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
                              run.start_epoch, trace)

@@ -57,3 +57,29 @@ def test_a_resume_that_re_runs_the_profiled_epoch_leaves_only_its_ranks_profiles
     assert sorted(f.name for f in (run / "profile").iterdir()) == [f"rank{r}.{x}" for r in range(2)
                                                                    for x in ("json", "txt")]
     assert [r.get("profiled", False) for r in read_metrics(run)] == [False, True]
+
+
+def test_a_resume_past_the_profiled_epoch_says_that_it_profiles_nothing(launcher, tmp_path, small_dataset):
+    """``--set debug.profile_epoch=1`` on a resume from epoch 2 names the epoch and the checkpoint in one line
+    and makes no profile; a resume of a run that did profile that epoch says nothing of it."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2}, checkpoint={"every": 1})
+    run = tmp_path / "run"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=3",
+                            "debug.profile_epoch=1"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "debug.profile_epoch: epoch 1 ran before the checkpoint this run resumes from (epoch 2)" in out
+    assert out.count("debug.profile_epoch") == 1  # rank 0's line alone
+    assert not (run / "profile").exists()
+
+    profiled = write_job(tmp_path / "profiled.yaml", small_dataset, train={"epochs": 2}, checkpoint={"every": 1},
+                         debug={"profile_epoch": 1})
+    run = tmp_path / "profiled"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(profiled), "--output", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=3"])
+    assert proc.returncode == 0, proc.stderr
+    assert "debug.profile_epoch" not in proc.stdout + proc.stderr
+    assert json.loads((run / "profile" / "rank0.json").read_text())["epoch"] == 1
