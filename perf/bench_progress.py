@@ -7,7 +7,10 @@ training thread posts it and waits; it is moved by
 
 - ``calls``: the training thread's own wait (``MPI_Wait`` inside the library);
 - ``poll``: a progress thread calling ``MPI_Testsome``, sleeping ``POLL_S`` between rounds that completed
-  nothing (``comm.progress: thread`` without a spare core);
+  nothing (``comm.progress: thread`` without a spare core), the training thread blocked on the exchange's
+  flag meanwhile — the rate at which a chunk moves while the training thread computes;
+- ``driven``: the same thread, with the training thread waiting as training waits for a chunk it needs:
+  it takes the exchange back from the thread and waits inside MPI itself (``ProgressThread.await_exchange``);
 - ``dedicated``: a progress thread waiting inside ``MPI_Waitsome`` (with a spare core).
 
 Prints the median time from post to completion and the rate per rank, side by side in one run, and each
@@ -30,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import REPO, mpirun_cmd, run_env  # noqa: E402
 
-MOVERS = ("calls", "poll", "dedicated")
+MOVERS = ("calls", "poll", "driven", "dedicated")
 
 
 def worker(args) -> None:
@@ -58,7 +61,10 @@ def worker(args) -> None:
             for _ in range(args.reps + 1):
                 comm.barrier()
                 t0 = time.perf_counter()
-                comm.wait(comm.ialltoall_boxes(x, send, recv, land, tag="bench"))
+                pending = comm.ialltoall_boxes(x, send, recv, land, tag="bench")
+                if mode == "poll" and pending.completed is not None:  # the thread alone, as while training computes
+                    pending.completed.wait()
+                comm.wait(pending)
                 times.append(time.perf_counter() - t0)
             comm.stop_progress()
             assert all(bool((recv[p * S:(p + 1) * S] != 0).any()) for p in range(P))

@@ -253,7 +253,7 @@ class Pending:
     :meth:`Communicator.wait`. Holds its buffers until then (MPI reads and writes them meanwhile).
     """
 
-    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder", "entry")
+    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder", "entry", "released")
 
     def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
         self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
@@ -262,6 +262,9 @@ class Pending:
         self.completed: Any = None
         self.completed_at = 0.0
         self.holder: ProgressThread | None = None
+        #: set by a polling progress thread when it has handed this exchange back to the waiting training
+        #: thread (:meth:`ProgressThread.await_exchange`)
+        self.released: Any = None
         #: its record in :attr:`CommStats.exchanges`, where its wait adds the time blocked (None: not kept)
         self.entry: tuple | None = None
 
@@ -959,14 +962,17 @@ class Communicator:
         for p in done:
             p.holder.check()  # a flag raised by a failure must not pass for a completion
             self._finish(p, p.completed_at)
+        moving = [p for p in live if p.completed is not None and not p.done]  # the thread's, still under way
         live = [p for p in live if p.completed is None]
-        if not live:
+        if not live and not moving:
             return
-        t0 = self.stats.enter(live[0].tag)
+        t0 = self.stats.enter((live or moving)[0].tag)
+        if moving:  # a polling thread's: a round of progress from here too (ProgressThread.drive)
+            moving[0].holder.drive()
         for p in live:
             if p.request.Test():
                 self._finish(p, time.perf_counter())
-        self.stats.blocked(live[0].tag, time.perf_counter() - t0)
+        self.stats.blocked((live or moving)[0].tag, time.perf_counter() - t0)
 
     def wait(self, p: Pending) -> torch.Tensor:
         """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
@@ -977,7 +983,8 @@ class Communicator:
                 t1 = done_at = time.perf_counter()
             else:  # the progress thread's
                 ready = p.completed.is_set()
-                p.completed.wait()
+                if not ready:
+                    p.holder.await_exchange(p)
                 p.holder.check()
                 # done before this wait: nothing blocked; else under way until the wait ended (the wake-up is
                 # blocked time too, and exposed time must lie within the time under way)

@@ -27,7 +27,12 @@ to it, and it drives them until each completes. How depends on whether it has a 
   GIL nor a core while the training thread computes.
 
 The training thread's test of an adopted exchange reads a flag; its wait blocks on an event, and only
-that wait is exposed time. The thread also makes the exchange's local part, the copy of the rank's
+that wait is exposed time. Where the thread polls, the training thread does not sleep through a wait: it takes
+the exchange back and waits inside MPI itself (:meth:`ProgressThread.await_exchange`), and between chunks it
+gives the library a round of progress (:meth:`ProgressThread.drive`), so that the chunks nothing hides — the
+pipeline's first in, its last out — move at a wait's rate, not at the poll's (one K = 16 chunk on 2 cores:
+1.0–1.3× the training thread's own wait, against 5.4–5.8× polled; ``perf/results/README.md``, thirty-third
+session). The thread also makes the exchange's local part, the copy of the rank's
 own box (a strided torch copy that the training thread would otherwise make at the post: at P = 2 as
 many bytes as the transfer).
 
@@ -84,10 +89,14 @@ class ProgressThread:
         self.dedicated = dedicated
         self._cv = threading.Condition()
         self._new: list[tuple[Any, Callable[[], None] | None]] = []  # adopted, not yet seen by the thread
+        self._claims: list[Any] = []  # exchanges the waiting training thread takes back (await_exchange); under _cv
         self._stopping = False
         self.error: BaseException | None = None
         #: dedicated: this process's channel to itself, whose message ends the thread's Waitsome
         self._bell = MPI.COMM_SELF.Dup() if dedicated else None
+        #: polling: a channel nothing is ever sent on, whose probe runs the library's progress engine for the
+        #: training thread between its chunks (:meth:`drive`)
+        self._poke = None if dedicated else MPI.COMM_SELF.Dup()
         self._ding, self._heard = bytearray(1), bytearray(1)
         self._in_wait = False  # the thread is in (or entering) Waitsome; under _cv
         self._rung = False  # a bell message is on its way and not yet received; under _cv
@@ -120,6 +129,41 @@ class ProgressThread:
             self._bell.Send(self._ding, 0, 0)
             self._rung = True  # only once sent: after a failed send a later wake must try again
 
+    def await_exchange(self, pending: Any) -> None:
+        """Block the training thread until ``pending`` (adopted here) has completed.
+
+        Polling, the thread moves bytes only between its sleeps, at a fifth of the rate of a wait inside
+        MPI (``perf/bench_progress.py``: one (32, 1024, 16) float32 chunk, 3.97 against 0.74 ms on 2 cores),
+        and a chunk the training thread waits for is exposed time (the pipeline's first chunk in, its last out).
+        So the waiting training thread takes the exchange back and waits inside MPI itself: it asks, the thread
+        drops the request from its tests at its next round (after the exchange's own-box copy, should that not
+        have run yet) and says so, and the training thread calls ``Wait`` — the request is only ever tested by
+        one thread at a time. Dedicated, the thread already waits inside MPI at full rate; the training thread
+        sleeps on the flag."""
+        done = pending.completed
+        if self.dedicated:
+            done.wait()
+            return
+        with self._cv:
+            if done.is_set():
+                return
+            pending.released = threading.Event()
+            self._claims.append(pending)
+            self._cv.notify()  # out of its sleep between rounds
+        pending.released.wait()
+        if not done.is_set():  # handed back, not completed (nor failed: then the thread completes it)
+            pending.request.Wait()
+            pending.completed_at = time.perf_counter()
+            done.set()
+
+    def drive(self) -> None:
+        """One round of the library's progress engine from the training thread, between its chunks (polling
+        only: it moves what arrived since the thread's last round, as ``comm.progress: calls``' test would): a
+        probe on a channel nothing is sent on, which progresses every posted exchange without touching their
+        requests (those stay the thread's)."""
+        if self._poke is not None:
+            self._poke.Iprobe(0, 0)
+
     def check(self) -> None:
         """Re-raise, in the calling thread, an MPI error the progress thread met."""
         if self.error is not None:
@@ -132,6 +176,12 @@ class ProgressThread:
             self._stopping = True
             self._wake()
         self._thread.join(timeout=5.0)
+        if self._poke is not None:  # the training thread's alone: free whatever the thread is doing
+            poke, self._poke = self._poke, None
+            try:
+                poke.Free()
+            except Exception:  # noqa: BLE001 — a local handle at the end of the thread's life: nothing to lose,
+                pass  # and an error here (MPI already failing) must not replace the one that ended the run
 
     def _run(self) -> None:
         Request = self._MPI.Request
@@ -178,10 +228,6 @@ class ProgressThread:
                     self.error = e
                     self._in_wait = False
                 done = range(len(waiting))
-            if not done:
-                if not new and not wait:
-                    time.sleep(POLL_S)
-                continue
             t = time.perf_counter()
             finished = set(done)
             for i in finished:
@@ -194,7 +240,23 @@ class ProgressThread:
                         p.completed_at = t
                         p.completed.set()
                     self._new = []
+                    for p in self._claims:
+                        p.released.set()
+                    self._claims = []
                 break
+            with self._cv:
+                # a claim on an exchange adopted since this round began waits for the next: its own-box copy
+                # has not run, and the request would join the tests after the training thread had freed it
+                unseen = {id(p) for p, _ in self._new}
+                claims = [p for p in self._claims if id(p) not in unseen]
+                self._claims = [p for p in self._claims if id(p) in unseen]
+                if not claims and not self._new and not finished and not new and not wait:
+                    self._cv.wait(POLL_S)  # not time.sleep: a claim (or new work) ends it at once
+            if claims:  # hand them back (their own-box copies have run)
+                taken = {id(p) for p in claims}
+                waiting = [p for p in waiting if id(p) not in taken]
+                for p in claims:
+                    p.released.set()
         self._close_bell(bell)
 
     def _settle_bell(self, bell: Any) -> None:

@@ -142,10 +142,15 @@ def test_spare_core_counts_the_node_and_the_rank(monkeypatch):
 
 
 class _Request:
-    """Completes after ``polls`` tests, or raises on the first (``fail``)."""
+    """Completes after ``polls`` tests, or raises on the first (``fail``); ``Wait`` completes it at once and
+    records the calling thread."""
 
     def __init__(self, polls: int, fail: bool = False) -> None:
         self.polls, self.fail = polls, fail
+        self.waited_by: threading.Thread | None = None
+
+    def Wait(self):
+        self.waited_by, self.polls = threading.current_thread(), 0
 
 
 class _Bell(_Request):
@@ -268,6 +273,36 @@ def test_a_dedicated_thread_waits_inside_mpi_and_is_woken_for_new_exchanges():
     t.stop()  # it finishes what it holds (polling now), then ends
     assert held.completed.is_set() and not t._thread.is_alive() and channel.freed
     assert channel.sent == channel.received == 1 and channel.heard_at < stopped + 0.1
+
+
+def test_a_polling_thread_hands_back_the_exchange_the_training_thread_waits_for():
+    """Polling, the thread moves bytes only between its sleeps: the waiting training thread takes the exchange
+    back and waits inside MPI itself — after the thread's copy of the own part, also for an exchange the thread
+    has not taken up yet — and the thread tests it no more (two threads must not test one request)."""
+    t = ProgressThread.start(_MPI)
+    held = Pending(_Request(10**9), "held", None, ())
+    t.adopt(held)
+    _until(lambda: held.request.polls < 10**9 - 2)  # the thread is polling it
+    t.await_exchange(held)
+    assert held.completed.is_set() and held.request.waited_by is threading.current_thread()
+    polls = held.request.polls
+    time.sleep(0.05)
+    assert held.request.polls == polls  # released: no longer among the thread's tests
+    # taken back before the thread saw it: its own part is copied first
+    order: list[str] = []
+    fresh = Pending(_Request(10**9), "fresh", None, ())
+    fresh.request.Wait = lambda: order.append("wait")  # records, without completing it for the thread
+    t.adopt(fresh, lambda: (time.sleep(0.02), order.append("copy")))
+    t.await_exchange(fresh)
+    assert order == ["copy", "wait"] and fresh.completed.is_set()
+    # one the thread completed meanwhile needs no hand-back
+    quick = Pending(_Request(1), "quick", None, ())
+    t.adopt(quick)
+    assert quick.completed.wait(5.0)
+    t.await_exchange(quick)
+    assert quick.request.waited_by is None
+    t.stop()
+    assert not t._thread.is_alive() and _MPI.channels[-1].freed
 
 
 def _until(condition, timeout: float = 5.0) -> None:

@@ -71,11 +71,12 @@ def test_bench_progress_times_each_way_of_moving_a_chunk():
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["K", "moved", "by"])
-    rows = [ln.split() for ln in lines[head + 1:head + 7]]
-    assert [(r[0], r[1]) for r in rows] == [(K, m) for K in ("1", "4") for m in ("calls", "poll", "dedicated")]
+    rows = [ln.split() for ln in lines[head + 1:head + 9]]
+    assert [(r[0], r[1]) for r in rows] == [(K, m) for K in ("1", "4") for m in ("calls", "poll", "driven",
+                                                                               "dedicated")]
     # to the other rank: 3 snapshots x its chunk (48 rows / K) x 16 float32
-    assert [int(r[2]) for r in rows] == [3 * 48 * 16 * 4] * 3 + [3 * 12 * 16 * 4] * 3
-    assert [r[-1] for r in rows[::3]] == ["1.00", "1.00"]  # against the first mover, calls
+    assert [int(r[2]) for r in rows] == [3 * 48 * 16 * 4] * 4 + [3 * 12 * 16 * 4] * 4
+    assert [r[-1] for r in rows[::4]] == ["1.00", "1.00"]  # against the first mover, calls
 
 
 def test_bench_progress_probe_reads_the_unchunked_exchange(monkeypatch):
