@@ -14,8 +14,9 @@ training thread posts it and waits; it is moved by
 - ``dedicated``: a progress thread waiting inside ``MPI_Waitsome`` (with a spare core).
 
 Prints the median time from post to completion and the rate per rank, side by side in one run, and each
-mode's time over the first's (``--movers``: all three by default, ``calls`` first). Run it where each rank
-and its thread have a core (the training thread waits on an event meanwhile, so on 2 cores 2 ranks do)::
+mode's time over the first's (``--movers``: all four by default, ``calls`` first). Run it where each rank
+and its thread have a core (but for ``driven``, the training thread waits on an event meanwhile, so on 2 cores 2
+ranks do)::
 
     python perf/bench_progress.py --ranks 2 --chunks 4 16
 """

@@ -962,7 +962,8 @@ class Communicator:
         for p in done:
             p.holder.check()  # a flag raised by a failure must not pass for a completion
             self._finish(p, p.completed_at)
-        moving = [p for p in live if p.completed is not None and not p.done]  # the thread's, still under way
+        # a polling thread's, still under way (a dedicated thread's moves at a wait's rate: only its flag is read)
+        moving = [p for p in live if p.completed is not None and not p.done and not p.holder.dedicated]
         live = [p for p in live if p.completed is None]
         if not live and not moving:
             return

@@ -26,14 +26,14 @@ to it, and it drives them until each completes. How depends on whether it has a 
   ``MPI_Testsome`` and sleeps ``POLL_S`` between rounds that completed nothing, so it neither holds the
   GIL nor a core while the training thread computes.
 
-The training thread's test of an adopted exchange reads a flag; its wait blocks on an event, and only
-that wait is exposed time. Where the thread polls, the training thread does not sleep through a wait: it takes
-the exchange back and waits inside MPI itself (:meth:`ProgressThread.await_exchange`), and between chunks it
-gives the library a round of progress (:meth:`ProgressThread.drive`), so that the chunks nothing hides — the
-pipeline's first in, its last out — move at a wait's rate, not at the poll's (one K = 16 chunk on 2 cores:
-1.0–1.3× the training thread's own wait, against 5.4–5.8× polled; ``perf/results/README.md``, thirty-third
-session). The thread also makes the exchange's local part, the copy of the rank's
-own box (a strided torch copy that the training thread would otherwise make at the post: at P = 2 as
+With a dedicated thread, the training thread's test of an adopted exchange reads a flag; its wait blocks on
+an event, and only that wait is exposed time. Where the thread polls, the training thread does not sleep
+through a wait: it takes the exchange back and waits inside MPI itself (:meth:`ProgressThread.await_exchange`),
+and its tests between chunks give the library a round of progress (:meth:`ProgressThread.drive`), so that the
+chunks nothing hides — the pipeline's first in, its last out — move at a wait's rate, not at the poll's (one
+chunk on 2 cores, K = 4 and 16: 1.02× and 1.32× the training thread's own wait, against 4.5× and 5.8× polled;
+``perf/results/README.md``, thirty-third session). The thread also makes the exchange's local part, the copy
+of the rank's own box (a strided torch copy that the training thread would otherwise make at the post: at P = 2 as
 many bytes as the transfer).
 
 It pays only where each rank has a core to spare for it — otherwise the copy still competes
@@ -78,8 +78,9 @@ def spare_core(comm: Any, threads: int) -> bool:
 class ProgressThread:
     """Completes the exchanges handed to it with ``adopt`` (see the module docstring).
 
-    The training thread never touches an adopted exchange's MPI request again: this thread tests
-    it, records ``completed_at`` (``perf_counter``) and sets ``completed``; an MPI error raised here
+    The training thread touches an adopted exchange's MPI request again only once this thread has handed it
+    back (:meth:`await_exchange`, polling): until then this thread tests it, and where it completes it, records
+    ``completed_at`` (``perf_counter``) and sets ``completed``; an MPI error raised here
     is kept and re-raised by the training thread at its next test, wait or post (:meth:`check`, through
     the exchange's ``holder``, which stays valid after the thread is stopped).
     """
@@ -133,7 +134,7 @@ class ProgressThread:
         """Block the training thread until ``pending`` (adopted here) has completed.
 
         Polling, the thread moves bytes only between its sleeps, at a fifth of the rate of a wait inside
-        MPI (``perf/bench_progress.py``: one (32, 1024, 16) float32 chunk, 3.97 against 0.74 ms on 2 cores),
+        MPI (``perf/bench_progress.py``: one (32, 1024, 16) float32 chunk, 3.69 against 0.63 ms on 2 cores),
         and a chunk the training thread waits for is exposed time (the pipeline's first chunk in, its last out).
         So the waiting training thread takes the exchange back and waits inside MPI itself: it asks, the thread
         drops the request from its tests at its next round (after the exchange's own-box copy, should that not
@@ -144,12 +145,13 @@ class ProgressThread:
         if self.dedicated:
             done.wait()
             return
-        with self._cv:
-            if done.is_set():
-                return
-            pending.released = threading.Event()
-            self._claims.append(pending)
-            self._cv.notify()  # out of its sleep between rounds
+        if pending.released is None:  # (a second wait, after the first raised, finds it handed back already)
+            with self._cv:
+                if done.is_set():
+                    return
+                pending.released = threading.Event()
+                self._claims.append(pending)
+                self._cv.notify()  # out of its sleep between rounds
         pending.released.wait()
         if not done.is_set():  # handed back, not completed (nor failed: then the thread completes it)
             pending.request.Wait()
@@ -189,9 +191,9 @@ class ProgressThread:
         bell = None  # dedicated: the posted receive of the bell's next message
         while True:
             with self._cv:
-                while not self._new and not waiting and not self._stopping:
+                while not self._new and not waiting and not self._claims and not self._stopping:
                     self._cv.wait()
-                if not self._new and not waiting:
+                if not self._new and not waiting and not self._claims:  # stopping, and nothing left
                     break
                 new, self._new = self._new, []
                 # stopping: poll what is left, never wait inside MPI, so that the thread (a daemon) can be
@@ -245,13 +247,13 @@ class ProgressThread:
                     self._claims = []
                 break
             with self._cv:
+                if not self._claims and not self._new and not finished and not new and not wait:
+                    self._cv.wait(POLL_S)  # not time.sleep: a claim (or new work) ends it at once
                 # a claim on an exchange adopted since this round began waits for the next: its own-box copy
                 # has not run, and the request would join the tests after the training thread had freed it
                 unseen = {id(p) for p, _ in self._new}
                 claims = [p for p in self._claims if id(p) not in unseen]
                 self._claims = [p for p in self._claims if id(p) in unseen]
-                if not claims and not self._new and not finished and not new and not wait:
-                    self._cv.wait(POLL_S)  # not time.sleep: a claim (or new work) ends it at once
             if claims:  # hand them back (their own-box copies have run)
                 taken = {id(p) for p in claims}
                 waiting = [p for p in waiting if id(p) not in taken]

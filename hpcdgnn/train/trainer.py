@@ -266,7 +266,8 @@ def _profile_before_resume(run_dir: Path, epoch: int, start: int) -> str | None:
     that wrote the checkpoint made it (rank 0's record of that epoch is there) — a user's ``--set`` on the
     resume would otherwise profile nothing without a word."""
     with suppress(OSError, ValueError):
-        if json.loads((run_dir / PROFILE_DIR / "rank0.json").read_text()).get("epoch") == epoch:
+        made = json.loads((run_dir / PROFILE_DIR / "rank0.json").read_text())
+        if isinstance(made, dict) and made.get("epoch") == epoch:
             return None
     return (f"debug.profile_epoch: epoch {epoch} ran before the checkpoint this run resumes from "
             f"(epoch {start}): no profile is made (set an epoch after {start})")

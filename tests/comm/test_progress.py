@@ -148,6 +148,9 @@ class _Request:
     def __init__(self, polls: int, fail: bool = False) -> None:
         self.polls, self.fail = polls, fail
         self.waited_by: threading.Thread | None = None
+        #: Testsome blocks on ``gate`` (set ``entered`` first) while it is not None: a round held open
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
 
     def Wait(self):
         self.waited_by, self.polls = threading.current_thread(), 0
@@ -206,6 +209,10 @@ class _MPI:
     class Request:
         @staticmethod
         def Testsome(requests):
+            for r in requests:
+                if getattr(r, "gate", None) is not None:
+                    r.entered.set()
+                    assert r.gate.wait(5.0)
             if any(r.fail for r in requests):
                 raise RuntimeError("MPI_ERR_TRUNCATE: message truncated")
             for r in requests:
@@ -275,26 +282,27 @@ def test_a_dedicated_thread_waits_inside_mpi_and_is_woken_for_new_exchanges():
     assert channel.sent == channel.received == 1 and channel.heard_at < stopped + 0.1
 
 
+def _waiting(t: ProgressThread, pending: Pending) -> threading.Thread:
+    """The training thread's wait for ``pending`` (:meth:`ProgressThread.await_exchange`), run in a thread of
+    its own: a regression hangs that thread, not the suite (join it with a timeout)."""
+    w = threading.Thread(target=t.await_exchange, args=(pending,), daemon=True)
+    w.start()
+    return w
+
+
 def test_a_polling_thread_hands_back_the_exchange_the_training_thread_waits_for():
     """Polling, the thread moves bytes only between its sleeps: the waiting training thread takes the exchange
-    back and waits inside MPI itself — after the thread's copy of the own part, also for an exchange the thread
-    has not taken up yet — and the thread tests it no more (two threads must not test one request)."""
+    back and waits inside MPI itself, and the thread tests it no more (two threads must not test one request)."""
     t = ProgressThread.start(_MPI)
     held = Pending(_Request(10**9), "held", None, ())
     t.adopt(held)
     _until(lambda: held.request.polls < 10**9 - 2)  # the thread is polling it
-    t.await_exchange(held)
-    assert held.completed.is_set() and held.request.waited_by is threading.current_thread()
+    w = _waiting(t, held)
+    w.join(5.0)
+    assert not w.is_alive() and held.completed.is_set() and held.request.waited_by is w
     polls = held.request.polls
     time.sleep(0.05)
-    assert held.request.polls == polls  # released: no longer among the thread's tests
-    # taken back before the thread saw it: its own part is copied first
-    order: list[str] = []
-    fresh = Pending(_Request(10**9), "fresh", None, ())
-    fresh.request.Wait = lambda: order.append("wait")  # records, without completing it for the thread
-    t.adopt(fresh, lambda: (time.sleep(0.02), order.append("copy")))
-    t.await_exchange(fresh)
-    assert order == ["copy", "wait"] and fresh.completed.is_set()
+    assert held.request.polls == polls  # handed back: no longer among the thread's tests
     # one the thread completed meanwhile needs no hand-back
     quick = Pending(_Request(1), "quick", None, ())
     t.adopt(quick)
@@ -303,6 +311,50 @@ def test_a_polling_thread_hands_back_the_exchange_the_training_thread_waits_for(
     assert quick.request.waited_by is None
     t.stop()
     assert not t._thread.is_alive() and _MPI.channels[-1].freed
+
+
+def test_an_exchange_adopted_during_a_round_is_handed_back_only_after_its_own_part_is_copied():
+    """A claim on an exchange adopted while the thread's round is under way waits for the next round: there
+    its own part is copied, and only then does the training thread wait on it; the thread never tests it."""
+    t = ProgressThread.start(_MPI)
+    other = Pending(_Request(10**9), "other", None, ())
+    other.request.gate = threading.Event()
+    t.adopt(other)
+    assert other.request.entered.wait(5.0)  # the thread is inside a round, holding it open
+    order: list[str] = []
+    fresh = Pending(_Request(10**9), "fresh", None, ())
+    fresh.request.Wait = lambda: order.append("wait")  # records, and leaves it to the claimant to complete
+    t.adopt(fresh, lambda: order.append("copy"))
+    w = _waiting(t, fresh)
+    _until(lambda: t._claims)  # claimed while the round is open
+    other.request.gate.set()
+    w.join(5.0)
+    assert not w.is_alive() and order == ["copy", "wait"] and fresh.completed.is_set()
+    assert fresh.request.polls >= 10**9 - 1  # tested at most in the round that took it up, never after
+    other.request.gate, other.request.polls = None, 0
+    assert other.completed.wait(5.0)
+    t.stop()
+    assert not t._thread.is_alive()
+
+
+def test_an_error_in_the_thread_releases_a_claim():
+    """The thread's error during a round with a claim open: the claimant is released (its exchange completed,
+    as every other the thread held) and the error reaches the training thread."""
+    t = ProgressThread.start(_MPI)
+    held = Pending(_Request(10**9), "held", None, ())
+    held.request.gate = threading.Event()
+    t.adopt(held)
+    assert held.request.entered.wait(5.0)
+    w = _waiting(t, held)
+    _until(lambda: t._claims)
+    held.request.fail = True  # this round raises
+    held.request.gate.set()
+    w.join(5.0)
+    assert not w.is_alive() and held.completed.is_set() and held.request.waited_by is None
+    with pytest.raises(RuntimeError, match="progress thread failed"):
+        t.check()
+    t.stop()
+    assert not t._thread.is_alive()
 
 
 def _until(condition, timeout: float = 5.0) -> None:
