@@ -299,9 +299,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         if comm.rank == 0 and run.start_epoch < job.debug.profile_epoch:  # the profile is made again: no file
             for f in _of_missing_ranks((run.run_dir / PROFILE_DIR).glob("rank*.*"), comm.size):  # of a rank
                 f.unlink()  # this run lacks may stay beside it
-    if comm.rank == 0 and 0 < job.debug.profile_epoch <= run.start_epoch:
-        note = _profile_before_resume(run.run_dir, job.debug.profile_epoch, run.start_epoch)
-        if note:
+        elif comm.rank == 0 and job.debug.profile_epoch and (
+                note := _profile_before_resume(run.run_dir, job.debug.profile_epoch, run.start_epoch)):
             log.info(note)
     trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
