@@ -67,14 +67,15 @@ def run_env() -> dict[str, str]:
 
 
 def run_job(job: dict, P: int, work: Path, tag: str, tree: Path | None = None,
-            env: dict[str, str] | None = None) -> list[dict]:
+            env: dict[str, str] | None = None, program: list[str] | None = None) -> list[dict]:
     """Write ``job`` as ``work/<tag>.yaml``, run it on P ranks (from ``tree``'s code when given, through
     PYTHONPATH; with the variables ``env`` added to :func:`run_env`'s) into ``work/run-<tag>``, and return
-    its metrics.jsonl records; a failure ends the benchmark."""
+    its metrics.jsonl records; a failure ends the benchmark. ``program``: what python runs in place of
+    ``-m hpcdgnn`` (a script whose arguments end in ``run JOB --output DIR``)."""
     path = work / f"{tag}.yaml"
     path.write_text(yaml.safe_dump(job))
     out = work / f"run-{tag}"
-    cmd = [*mpirun_cmd(P), sys.executable, "-m", "hpcdgnn", "run", str(path), "--output", str(out)]
+    cmd = [*mpirun_cmd(P), sys.executable, *(program or ["-m", "hpcdgnn"]), "run", str(path), "--output", str(out)]
     env = dict(run_env(), **(env or {}), **({} if tree is None else {"PYTHONPATH": str(tree)}))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env)
     if proc.returncode != 0:

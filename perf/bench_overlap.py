@@ -1,14 +1,15 @@
 """Communication hidden behind compute under the snapshot strategy (issue 13 item 6).
 
     python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--progress calls thread]
-                                 [--model cdgcn] [--hidden 16] [--epochs 8] [--warmup 3] [--reps 3] [--blocks 1]
-                                 [--grad-buckets 1] [--device cpu] [--trace] [--probe]
+                                 [--configs K:MODE ...] [--interleave] [--model cdgcn] [--hidden 16]
+                                 [--epochs 8] [--warmup 3] [--reps 3] [--blocks 1] [--grad-buckets 1]
+                                 [--device cpu] [--trace] [--probe]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
 ``strategy.overlap_chunks`` = each of ``--chunks`` and ``comm.progress`` = each of
 ``--progress`` (who moves the non-blocking exchanges: the training thread inside its MPI
-calls, or a progress thread per rank — which pays only where each rank has a spare core)
-on the same data, the configurations alternating run by run (``--reps`` rounds), and
+calls, or a progress thread per rank — which pays only where each rank has a spare core),
+or the ``--configs`` pairs, on the same data, the configurations alternating run by run (``--reps`` rounds), and
 prints per configuration, over the steady epochs of all its runs (the first ``--warmup`` epochs
 of a run are left out: unchunked, CD-GCN on gen32k took 2–3× its steady time in epoch 2 and 1.3–1.6× in
 epoch 3, in its LSTM over all of a rank's rows, whose large blocks page-fault until the allocator holds
@@ -41,6 +42,17 @@ enough freed memory for them (``perf/results/rnn-rows/s32_lstm_warm.log``); chun
   (one unchunked exchange, ``perf/bench_progress.py``), and, where the probes fall into two states (a
   virtual machine's cores placed closer or farther apart by its host), the table again for the runs of
   each state;
+* with ``--interleave``, the configurations share each run instead of alternating run by run: ``--reps`` jobs,
+  each cycling through them epoch by epoch (in order, then reversed: A B B A A B ...; each epoch's
+  configuration set between epochs, :meth:`~hpcdgnn.strategies.snapshot.SnapshotStrategy.set_overlap_chunks`
+  and the progress thread started or stopped, outside the epoch's clock and counters), with the probe's
+  unchunked exchange timed before every epoch. Below the tables, each configuration's exposed time over
+  the first's *within a cycle* (median and quartiles over the cycles), over all cycles and over those whose
+  probes lie in one machine state. Why: on this project's 2-core VM the host's placement of the cores changes
+  every few seconds to minutes, and K = 1's exposed time with it (0.07-0.10 or 0.18-0.25 s an epoch); runs one
+  after the other compared configurations across states by chance, epochs of one cycle share the state.
+  ``comm.grad_buckets`` is ``--grad-buckets`` in every epoch, and the loss column is each configuration's
+  last epoch's (the run's trajectory is one);
 * with ``--trace`` (``debug.trace_exchanges``), below that, per configuration and tag, every
   exchange in the order posted: the milliseconds blocked in it and, of them, late (mean over
   steady epochs and ranks). With K chunks a layer's forward posts its K chunks to the vertex
@@ -71,6 +83,7 @@ import math
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -83,29 +96,148 @@ from bench_progress import probe_ms  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], tuple[int, int], list[dict]]:
-    """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, on how
-    many ranks a progress thread ran (and how many of them dedicated), and (``--trace``) the steady epochs'
-    trace lines of every rank."""
-    tag = f"k{K}-{mode}-r{rep}"
-    recs = run_job({
+def job_of(args, K: int, mode: str, buckets: int) -> dict:
+    """The job of one configuration: ``strategy.overlap_chunks: K``, ``comm.progress: mode``,
+    ``comm.grad_buckets: buckets``."""
+    return {
         "data": {"path": str(args.data), "validate": "structure"},
         "model": {"name": args.model, "hidden": args.hidden, "layers": 2},
         "task": {"name": "link_prediction"},
         "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": args.warmup, "seed": 0,
                   "device": args.device},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
-        "comm": {"grad_buckets": 1 if K == args.chunks[0] else args.grad_buckets, "progress": mode},
+        "comm": {"grad_buckets": buckets, "progress": mode},
         "debug": {"trace_exchanges": args.trace},
-    }, args.ranks, work, tag, REPO, env={"OMP_NUM_THREADS": "1"})
+    }
+
+
+def _trace(run_dir: Path, epochs: set[int]) -> list[dict]:
+    """The trace lines (``debug.trace_exchanges``) of every rank for ``epochs``."""
+    return [x for f in sorted((run_dir / "trace").glob("exchanges.rank*.jsonl"))
+            for x in map(json.loads, f.read_text().splitlines()) if x["epoch"] in epochs]
+
+
+def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], tuple[int, int], list[dict]]:
+    """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, on how
+    many ranks a progress thread ran (and how many of them dedicated), and (``--trace``) the steady epochs'
+    trace lines of every rank."""
+    tag = f"k{K}-{mode}-r{rep}"
+    first = K == configs(args)[0][1]
+    recs = run_job(job_of(args, K, mode, 1 if first else args.grad_buckets), args.ranks, work, tag, REPO,
+                   env={"OMP_NUM_THREADS": "1"})
     run_dir = work / f"run-{tag}"
     env = json.loads((run_dir / "summary.json").read_text())["environment"]
     threads_on = (env["progress_thread_ranks"], env["progress_thread_dedicated_ranks"])
     steady = [r for r in recs if not r["warmup"]] or recs[-1:]
-    epochs = {r["epoch"] for r in steady}
-    trace = [x for f in sorted((run_dir / "trace").glob("exchanges.rank*.jsonl"))
-             for x in map(json.loads, f.read_text().splitlines()) if x["epoch"] in epochs] if args.trace else []
+    trace = _trace(run_dir, {r["epoch"] for r in steady}) if args.trace else []
     return steady, threads_on, trace
+
+
+#: the interleaved run's probe of the machine's state before each epoch: the unchunked exchange
+#: :func:`bench_progress.probe_ms` times (its snapshots per rank and vertices; 13 or 33 ms on this project's VM)
+PROBE_SNAPSHOTS, PROBE_VERTICES = 32, 32768
+
+#: rank 0 of an interleaved run writes here, per epoch, the configuration it ran (:func:`interleave_worker`)
+SCHEDULE = "interleave.jsonl"
+
+
+def interleave_worker(args, rest: list[str]) -> int:
+    """Under mpirun: ``hpcdgnn run`` (``rest``: its arguments) whose epochs cycle through the configurations,
+    in order in even cycles and reversed in odd ones (so no configuration always follows the same one);
+    rank 0 writes which ran in each epoch to :data:`SCHEDULE` in the run directory."""
+    sys.path.insert(0, str(REPO))
+    from hpcdgnn import allocator
+
+    allocator.reexec()  # the allocator hpcdgnn run has (the restart runs this worker again, as it was started)
+    import hpcdgnn.train.trainer as trainer
+    from hpcdgnn.__main__ import main as hpcdgnn_main
+
+    order, out = configs(args), Path(rest[rest.index("--output") + 1])
+
+    import torch
+
+    layout: list = []  # the probe's tensor and boxes, made at its first call
+
+    def probe(comm) -> float:
+        """Milliseconds of the median of three unchunked exchanges of the redistribution's layout at
+        :func:`bench_progress.probe_ms`'s size (each rank's ``PROBE_SNAPSHOTS`` snapshots x the other ranks'
+        rows of ``PROBE_VERTICES``, 16 float32 each), slowest rank, through hpcdgnn's communicator between
+        epochs (the epoch's counters start after it)."""
+        P, me, S, N = comm.size, comm.rank, PROBE_SNAPSHOTS, PROBE_VERTICES
+        if not layout:
+            bounds = [N * q // P for q in range(P + 1)]
+            layout[:] = [torch.ones(S, N, 16), [((0, S), (bounds[q], bounds[q + 1])) for q in range(P)],
+                         (P * S, bounds[me + 1] - bounds[me], 16),
+                         [((p * S, (p + 1) * S), (0, bounds[me + 1] - bounds[me])) for p in range(P)]]
+        x, send, shape, land = layout
+        times = []
+        for _ in range(3):
+            comm.barrier()
+            t = time.perf_counter()
+            comm.alltoall_boxes(x, send, shape, land, tag="probe", reuse="probe")
+            times.append(time.perf_counter() - t)
+        return 1e3 * float(comm.gather_array([float(np.median(times))], tag="probe").max())
+
+    class Cycling(trainer.EpochRecorder):
+        """Switches the configuration before the epoch's clock and counters start: the progress thread's
+        start (a collective) is not in the epoch's time. Times :func:`probe` first."""
+
+        begun, mode = 0, None
+
+        def begin(self) -> None:
+            ms = probe(self.comm)
+            i, m = self.begun, len(order)
+            self.begun += 1
+            mode, K = order[i % m] if (i // m) % 2 == 0 else order[m - 1 - i % m]
+            if mode != self.mode:
+                self.comm.stop_progress()
+                self.comm.start_progress(mode, 1)
+                self.mode = mode
+            self.strategy.set_overlap_chunks(K)
+            if self.comm.rank == 0:
+                with open(out / SCHEDULE, "a") as f:
+                    f.write(json.dumps({"epoch": i + 1, "mode": mode, "K": K, "probe_ms": ms, "threads": [
+                        self.comm.progress_ranks, self.comm.progress_dedicated]}) + "\n")
+            super().begin()
+
+    trainer.EpochRecorder = Cycling
+    return hpcdgnn_main(rest)
+
+
+class Cycle(NamedTuple):
+    """One cycle of an interleaved run: per configuration its exposed seconds over the first configuration's,
+    and the probes (ms) before each of its epochs and after its last."""
+
+    ratios: np.ndarray
+    probes: tuple[float, ...]
+
+
+def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], dict, list[Cycle]]:
+    """One job whose epochs cycle through the configurations (``--interleave``): per configuration a
+    :class:`Run` of its steady epochs, the configurations' threads, and the steady cycles (every epoch of
+    them past the warm-up)."""
+    order = configs(args)
+    tag = f"interleave-r{rep}"
+    program = [__file__, "--interleave-worker", "--configs", *(f"{K}:{mode}" for mode, K in order), "--"]
+    recs = run_job(job_of(args, order[0][1], order[0][0], args.grad_buckets), args.ranks, work, tag, REPO,
+                   env={"OMP_NUM_THREADS": "1"}, program=program)
+    run_dir = work / f"run-{tag}"
+    ran = {x["epoch"]: x for x in map(json.loads, (run_dir / SCHEDULE).read_text().splitlines())}
+    of = {r["epoch"]: (ran[r["epoch"]]["mode"], ran[r["epoch"]]["K"]) for r in recs}
+    threads_on = {(x["mode"], x["K"]): tuple(x["threads"]) for x in ran.values()}
+    steady = [r for r in recs if not r["warmup"]]
+    trace = _trace(run_dir, {r["epoch"] for r in steady}) if args.trace else []
+    runs = [Run(c, [r for r in steady if of[r["epoch"]] == c], [t for t in trace if of[t["epoch"]] == c])
+            for c in order]
+    m, cycles = len(order), []
+    by_epoch = {r["epoch"]: r for r in steady}
+    for c0 in range(0, len(recs) - m + 1, m):  # epochs c0 + 1 .. c0 + m: one cycle
+        cycle = [by_epoch.get(e) for e in range(c0 + 1, c0 + m + 1)]
+        if all(cycle):
+            exposed = {of[r["epoch"]]: r["time"]["comm_exposed"]["mean"] for r in cycle}
+            probes = tuple(ran[e]["probe_ms"] for e in range(c0 + 1, c0 + m + 2) if e in ran)
+            cycles.append(Cycle(np.array([exposed[c] / exposed[order[0]] for c in order]), probes))
+    return runs, threads_on, cycles
 
 
 def trace_rows(lines: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -213,7 +345,10 @@ def _exposed(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def configs(args) -> list[tuple[str, int]]:
-    """(comm.progress, overlap_chunks) of every configuration, in order."""
+    """(comm.progress, overlap_chunks) of every configuration, in order: ``--configs`` where given, else
+    every ``--progress`` with every ``--chunks``."""
+    if args.configs:
+        return [(mode, int(K)) for K, mode in (c.split(":") for c in args.configs)]
     return [(mode, K) for mode in args.progress for K in args.chunks]
 
 
@@ -313,11 +448,25 @@ def main() -> None:
     ap.add_argument("--probe", action="store_true",
                     help="time an unchunked exchange between runs (perf/bench_progress.py); where the probes "
                          "fall into two states, tabulate the runs again per state")
+    ap.add_argument("--configs", nargs="+", metavar="K:MODE",
+                    help="the configurations to compare, each overlap_chunks:comm.progress (e.g. 1:calls 16:thread), "
+                         "in place of every --progress with every --chunks")
+    ap.add_argument("--interleave", action="store_true",
+                    help="all configurations in one job per rep, epoch by epoch in cycles; prints per-cycle ratios")
     ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
     ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--interleave-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vertices", type=int, default=32768)
     ap.add_argument("--snapshots", type=int, default=64)
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)  # the interleave worker's: hpcdgnn run's arguments
+    args = ap.parse_args(argv[:cut])
+    for c in args.configs or ():
+        K, _, mode = c.partition(":")
+        if not K.isdigit() or int(K) < 1 or mode not in ("calls", "thread", "auto"):
+            ap.error(f"--configs {c}: must be K:MODE, K >= 1 and MODE one of calls, thread, auto")
+    if args.interleave_worker:
+        sys.exit(interleave_worker(args, argv[cut + 1:]))
     if args.kernel_worker:
         return kernel_worker(args)
     if args.kernel:
@@ -333,6 +482,13 @@ def main() -> None:
     order = configs(args)
     runs: list[Run] = []
     threads_on: dict[tuple[str, int], tuple[int, int]] = {}
+    if args.interleave:
+        if args.probe:
+            ap.error("--probe times the machine between runs; with --interleave the configurations share each run")
+        if args.warmup + len(order) > args.epochs:
+            ap.error(f"--interleave: --epochs {args.epochs} leaves no whole cycle of the {len(order)} configurations "
+                     f"after --warmup {args.warmup}")
+        return interleaved(args, order)
     probe = probe_ms(args.ranks) if args.probe else None  # a run's probe after is the next one's before
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
@@ -345,10 +501,68 @@ def main() -> None:
                       + "  late " + " ".join(f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}"
                                              for r in recs)
                       + ("" if probe is None else f"  probe {before:.1f} {probe:.1f} ms"), flush=True)
+    report(args, order, runs, threads_on,
+           f"{args.reps} runs x {args.epochs - args.warmup} steady epochs per configuration; medians")
+
+
+def interleaved(args, order: list[tuple[str, int]]) -> None:
+    """``--interleave``: ``--reps`` jobs, each cycling through the configurations epoch by epoch; the
+    report of :func:`report`, then the exposed time's ratios within each cycle."""
+    runs: list[Run] = []
+    threads_on: dict[tuple[str, int], tuple[int, int]] = {}
+    cycles: list[np.ndarray] = []
+    with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
+        for rep in range(args.reps):
+            mine, on, ratios = run_interleaved(Path(tmp), args, rep)
+            runs += mine
+            threads_on.update(on)
+            cycles += ratios
+            for x in mine:
+                mode, K = x.config
+                print(f"  rep {rep} K={K} {mode}: epochs " + " ".join(str(r["epoch"]) for r in x.records)
+                      + "  epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in x.records)
+                      + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in x.records),
+                      flush=True)
+            if ratios:
+                print(f"  rep {rep}: per cycle, exposed / first's [probes, ms]: " + "  ".join(
+                    "/".join(f"{v:.2f}" for v in c.ratios[1:]) + " [" + " ".join(f"{p:.1f}" for p in c.probes) + "]"
+                    for c in ratios), flush=True)
+    report(args, order, runs, threads_on,
+           f"{args.reps} runs, each cycling through the {len(order)} configurations epoch by epoch, "
+           f"{args.epochs - args.warmup} steady epochs in all; medians (loss: of each configuration's last epoch)")
+    if not cycles:
+        return
+    print(f"\nwithin each cycle (of {args.epochs - args.warmup} steady epochs, those cycles whose epochs are all "
+          "steady): exposed over the first configuration's exposed in the same cycle, median (25th-75th "
+          "percentile); a cycle's epochs share the machine's state")
+    ratios_table(order, threads_on, cycles, "all")
+    states = machine_states([p for c in cycles for p in c.probes])
+    print("probes (an unchunked exchange before each epoch, ms): " + (
+        "one machine state" if len(states) < 2 else
+        ", ".join(f"{name} {lo:.1f}-{hi:.1f}" for name, (lo, hi) in states)
+        + "; cycles whose probes all lie in one state, by state:"))
+    for name, (lo, hi) in states if len(states) > 1 else ():
+        ratios_table(order, threads_on, [c for c in cycles if all(lo <= p <= hi for p in c.probes)], name)
+
+
+def ratios_table(order: list[tuple[str, int]], threads_on: dict, cycles: list[Cycle], what: str) -> None:
+    """Per configuration, the median (25th-75th percentile) over ``cycles`` of its in-cycle ratio."""
+    if not cycles:
+        print(f"  {what}: no cycle")
+        return
+    a = np.array([c.ratios for c in cycles])  # (cycles, configurations)
+    for j, (mode, K) in enumerate(order[1:], 1):
+        q25, q50, q75 = np.percentile(a[:, j], [25, 50, 75])
+        print(f"  {what} ({len(a)} cycles): {K:>3} {_label(mode, threads_on[mode, K]):>16} {q50:.2f} "
+              f"({q25:.2f}-{q75:.2f})")
+
+
+def report(args, order: list[tuple[str, int]], runs: list["Run"], threads_on: dict, what: str) -> None:
+    """Print the tables over ``runs`` (their configurations' steady epochs): medians, probes and machine
+    states (``--probe``), spreads, exposed time by tag and (``--trace``) exchange by exchange."""
     steady = {c: [r for x in runs if x.config == c for r in x.records] for c in order}
     traces = {c: [t for x in runs if x.config == c for t in x.trace] for c in order}
-    print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, "
-          f"{args.reps} runs x {args.epochs - args.warmup} steady epochs per configuration; medians")
+    print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, {what}")
     table(order, steady, threads_on)
     if args.probe:
         print("\nprobe: perf/bench_progress.py's unchunked exchange just before and just after each run, ms")

@@ -277,8 +277,18 @@ class SnapshotStrategy(Strategy):
         self._ax0_vertex: dict[int, torch.Tensor] = {}
         self._init_chunks(plan)
 
-    def _init_chunks(self, plan: PartitionPlan) -> None:
-        """The vertex chunks of ``strategy.overlap_chunks`` (:meth:`_encode_overlapped`), per block.
+    def set_overlap_chunks(self, chunks: int) -> None:
+        """Run the redistributions in ``chunks`` vertex chunks from the next forward pass on, in place of
+        ``strategy.overlap_chunks`` (1: the two blocking exchanges). Every rank calls it with the same value,
+        between epochs; results do not change (the chunked path is exact). Why: an A/B of overlap inside
+        one run (``perf/bench_overlap.py --interleave``), whose epochs alternate between configurations on
+        the same machine state, where runs one after the other met a virtual machine's two speeds by chance."""
+        if chunks < 1:
+            raise ValueError(f"set_overlap_chunks: chunks must be >= 1 (got {chunks})")
+        self._init_chunks(self.plan, chunks)
+
+    def _init_chunks(self, plan: PartitionPlan, chunks: int | None = None) -> None:
+        """The vertex chunks of ``strategy.overlap_chunks`` (or ``chunks``; :meth:`_encode_overlapped`), per block.
 
         Each rank's vertex range is cut into K near-equal chunks; chunk k's exchange moves
         the block's snapshots x [each rank's chunk-k rows]. K is the same on every rank (every
@@ -287,8 +297,10 @@ class SnapshotStrategy(Strategy):
         """
         me, P, vb = self.comm.rank, self.comm.size, plan.vertex_bounds
         sizes = [vb[q + 1] - vb[q] for q in range(P)]
-        ctx = getattr(self, "ctx", None)  # a strategy built bare around a plan (tests) has no job
-        K = min(getattr(ctx.job.strategy, "overlap_chunks", 1) if ctx is not None else 1, min(sizes))
+        if chunks is None:
+            ctx = getattr(self, "ctx", None)  # a strategy built bare around a plan (tests) has no job
+            chunks = getattr(ctx.job.strategy, "overlap_chunks", 1) if ctx is not None else 1
+        K = min(chunks, min(sizes))
         #: per block, the chunks' boxes (None: the two blocking redistributions)
         self._chunk_boxes: list[list[ChunkBoxes]] | None = None
         if P == 1 or K <= 1:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.conftest import REPO, mpi_env, perf_script
+import numpy as np
+
+from tests.conftest import REPO, mpi_env, perf_script, write_job
+from tests.train.test_exactness import _losses
 
 
 def test_configurations_are_progress_modes_times_chunks():
     m = perf_script("bench_overlap")
-    args = SimpleNamespace(progress=["calls", "thread"], chunks=[1, 4])
+    args = SimpleNamespace(progress=["calls", "thread"], chunks=[1, 4], configs=None)
     assert m.configs(args) == [("calls", 1), ("calls", 4), ("thread", 1), ("thread", 4)]
+    args.configs = ["1:calls", "16:thread"]  # --configs: these pairs, in this order, in place of the product
+    assert m.configs(args) == [("calls", 1), ("thread", 16)]
     assert m._label("auto", (2, 0)) == "auto:thread/poll" and m._label("auto", (0, 0)) == "auto:calls"
     assert m._label("thread", (2, 2)) == "thread/wait" and m._label("thread", (3, 1)) == "thread/mixed"
     assert m._label("calls", (0, 0)) == "calls"
@@ -103,3 +109,39 @@ def test_benchmarks_start_ranks_as_hpcdgnn_mpirun_does(monkeypatch):
         assert env["OMPI_MCA_btl"] == "^ofi"
     monkeypatch.setenv("OMPI_MCA_btl", "self,vader")
     assert m.run_env()["OMPI_MCA_btl"] == "self,vader"
+
+
+def test_interleaved_run_cycles_the_configurations_and_changes_no_result(launcher, small_dataset, tmp_path):
+    """``--interleave``'s worker at P = 3 (T = 7, N = 23): the epochs cycle through K = 1 with ``calls`` and
+    K = 3 with a progress thread, reversed every other cycle, each epoch's configuration and probe written by
+    rank 0; the losses and gradient norms those of one process and the bytes of every epoch after the first
+    (which moves Ã·X once) those of a run at K = 1 — switching between epochs changes no result."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"},
+                    train={"dtype": "float64", "epochs": 5})
+    ref, _ = _losses(launcher, None, job, tmp_path / "plain")
+    _, plain = _losses(launcher, 3, job, tmp_path / "p3-k1")
+    out = tmp_path / "interleaved"
+    proc = launcher.run(3, [str(REPO / "perf" / "bench_overlap.py"), "--interleave-worker", "--configs", "1:calls",
+                            "3:thread", "--", "run", str(job), "--output", str(out)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = [json.loads(x) for x in (out / "interleave.jsonl").read_text().splitlines()]
+    assert [(x["epoch"], x["K"], x["mode"]) for x in ran] == [
+        (1, 1, "calls"), (2, 3, "thread"), (3, 3, "thread"), (4, 1, "calls"), (5, 1, "calls")]
+    assert [x["threads"][0] for x in ran] == [0, 3, 3, 0, 0]  # the thread started and stopped between epochs
+    assert all(x["probe_ms"] > 0 for x in ran)
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose([[r["loss"], r["grad_norm"]] for r in recs], ref, rtol=1e-6)
+    assert [r["bytes_by_tag"] for r in recs[1:]] == [r["bytes_by_tag"] for r in plain[1:]]
+    assert "probe" not in recs[-1]["bytes_by_tag"]  # the probe runs before the epoch's counters start
+
+
+def test_interleave_prints_ratios_within_cycles(small_dataset):
+    """The ``--interleave`` report at P = 2: a row per configuration but the first, over all cycles."""
+    cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--data", str(small_dataset), "--interleave",
+           "--configs", "1:calls", "2:calls", "--epochs", "6", "--warmup", "1", "--reps", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=180, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(ln.startswith("  rep 0 K=1 calls: epochs 4 5 ") for ln in lines), out.stdout
+    (row,) = [ln for ln in lines if ln.startswith("  all (2 cycles):")]
+    assert row.split()[3:5] == ["2", "calls"]
