@@ -149,13 +149,12 @@ def interleave_worker(args, rest: list[str]) -> int:
     from hpcdgnn import allocator
 
     allocator.reexec()  # the allocator hpcdgnn run has (the restart runs this worker again, as it was started)
+    import torch
+
     import hpcdgnn.train.trainer as trainer
     from hpcdgnn.__main__ import main as hpcdgnn_main
 
     order, out = configs(args), Path(rest[rest.index("--output") + 1])
-
-    import torch
-
     layout: list = []  # the probe's tensor and boxes, made at its first call
 
     def probe(comm) -> float:
