@@ -24,8 +24,8 @@ _AHEAD = 32
 
 @intrinsic
 def _prefetch(typingctx, rows, i):  # pragma: no cover - compiled
-    """Ask the CPU to fetch the cache line that begins row i of the 2-D array ``rows`` (``llvm.prefetch``: read,
-    keep in every level). A hint: it never faults, and compiles to nothing where the CPU has no such
+    """Ask the CPU to fetch the cache line holding ``rows[i, 0]`` of the 2-D array ``rows`` (``llvm.prefetch``:
+    read, keep in every level). A hint: it never faults, and compiles to nothing where the CPU has no such
     instruction. A row wider than a line gets its first line only (the hardware's adjacent-line prefetch
     may bring the next): a loop over the lines, or a branch around the call, cost more than the prefetch
     saved. The name has the typed-pointer mangling (``p0i8``); LLVM with opaque pointers upgrades it.
@@ -34,8 +34,8 @@ def _prefetch(typingctx, rows, i):  # pragma: no cover - compiled
     step's rows), so most first reads of a step's rows miss every cache, and the few operations of a pair
     leave the core too little work to keep many misses in flight. Asked :data:`_AHEAD` pairs ahead, the rows
     arrive while the pairs before them are scored: on the generator graph's layout (N = 2^15, 44 steps of
-    196 k pairs, float32, hidden 16) the training pass took 41-42 -> 26-27 ns a pair, on rows that stay in
-    cache (N = 986) 17-20 -> 18-21; EvolveGCN-O's epoch there 0.85 of what it was
+    196 k pairs, float32, hidden 16) the training pass took 41-42 -> 22-25 ns a pair, on rows that stay in
+    cache (N = 986) 17-20 -> 18-21; EvolveGCN-O's epoch there 0.79-0.82 of what it was
     (``perf/bench_kernels.py --before d723ef5 --job``, the two kernels' modules alternating by epoch)."""
     def codegen(context, builder, signature, args):
         aryty = signature.args[0]
@@ -49,6 +49,8 @@ def _prefetch(typingctx, rows, i):  # pragma: no cover - compiled
                                             "llvm.prefetch.p0i8")
         builder.call(fn, [byte, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
+    if not (isinstance(rows, types.Array) and rows.ndim == 2 and isinstance(i, types.Integer)):
+        return None  # a typing error at compile time, not a prefetch of something else
     return types.void(rows, i), codegen
 
 
@@ -224,13 +226,9 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
     for c0 in range(0, E, _BCE_CHUNK):
         c1 = min(E, c0 + _BCE_CHUNK)
         for e in range(c0, c1):
-            # the rows of a pair ahead, and the gradient rows the chunk's backward loop will add into
-            f = min(e + _AHEAD, E - 1)
-            s, d = src[f], dst[f]
-            _prefetch(pu, s)
-            _prefetch(pv, d)
-            _prefetch(dpu, s)
-            _prefetch(dpv, d)
+            f = min(e + _AHEAD, E - 1)  # the rows of a pair ahead
+            _prefetch(pu, src[f])
+            _prefetch(pv, dst[f])
             a, b = pu[src[e]], pv[dst[e]]
             x = zero
             for k in range(H):
@@ -238,6 +236,11 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
             out[e] = x + b2
         loss += _bce_parts(out[c0:c1], label[c0:c1], g[: c1 - c0], bits, vector_exp)
         for e in range(c0, c1):
+            # the gradient rows of a pair ahead: here, not in the loop above, where a chunk's four lines a
+            # pair outgrew L1 before this loop reached them (gen32k's layout: 25.6-26.1 -> 22.5-25.2 ns a pair)
+            f = min(e + _AHEAD, E - 1)
+            _prefetch(dpu, src[f])
+            _prefetch(dpv, dst[f])
             s, d, ge = src[e], dst[e], g[e - c0]
             a, b, da, db = pu[s], pv[d], dpu[s], dpv[d]
             gsum += ge
