@@ -154,14 +154,18 @@ def interleave_worker(args, rest: list[str]) -> int:
     import hpcdgnn.train.trainer as trainer
     from hpcdgnn.__main__ import main as hpcdgnn_main
 
-    order, out = configs(args), Path(rest[rest.index("--output") + 1])
+    order = configs(args)
+    at = next(i for i, a in enumerate(rest) if a == "--output" or a.startswith("--output="))
+    out = Path(rest[at].partition("=")[2] or rest[at + 1])
     layout: list = []  # the probe's tensor and boxes, made at its first call
 
     def probe(comm) -> float:
         """Milliseconds of the median of three unchunked exchanges of the redistribution's layout at
-        :func:`bench_progress.probe_ms`'s size (each rank's ``PROBE_SNAPSHOTS`` snapshots x the other ranks'
-        rows of ``PROBE_VERTICES``, 16 float32 each), slowest rank, through hpcdgnn's communicator between
-        epochs (the epoch's counters start after it)."""
+        :func:`bench_progress.probe_ms`'s size (each rank's ``PROBE_SNAPSHOTS`` snapshots x every rank's
+        rows of ``PROBE_VERTICES``, 16 float32 each: its own box copied, the others' sent), slowest rank,
+        through hpcdgnn's communicator between epochs, with no progress thread (the epoch's counters start
+        after it). Its two 64 MiB tensors a rank live for the run and pass through the caches before every
+        epoch: interleaved epochs compare with each other, not with those of a run without them."""
         P, me, S, N = comm.size, comm.rank, PROBE_SNAPSHOTS, PROBE_VERTICES
         if not layout:
             bounds = [N * q // P for q in range(P + 1)]
@@ -179,24 +183,23 @@ def interleave_worker(args, rest: list[str]) -> int:
 
     class Cycling(trainer.EpochRecorder):
         """Switches the configuration before the epoch's clock and counters start: the progress thread's
-        start (a collective) is not in the epoch's time. Times :func:`probe` first."""
+        start (a collective) is not in the epoch's time. Times :func:`probe` first, with the thread of the
+        epoch before stopped (so that every probe runs alike)."""
 
-        begun, mode = 0, None
+        begun = 0
 
         def begin(self) -> None:
-            ms = probe(self.comm)
             i, m = self.begun, len(order)
             self.begun += 1
             mode, K = order[i % m] if (i // m) % 2 == 0 else order[m - 1 - i % m]
-            if mode != self.mode:
-                self.comm.stop_progress()
-                self.comm.start_progress(mode, 1)
-                self.mode = mode
+            self.comm.stop_progress()  # local; every rank then probes and starts the epoch's thread alike
+            ms = probe(self.comm)
+            self.comm.start_progress(mode, torch.get_num_threads())  # the run's threads a rank (set up by now)
             self.strategy.set_overlap_chunks(K)
             if self.comm.rank == 0:
                 with open(out / SCHEDULE, "a") as f:
-                    f.write(json.dumps({"epoch": i + 1, "mode": mode, "K": K, "probe_ms": ms, "threads": [
-                        self.comm.progress_ranks, self.comm.progress_dedicated]}) + "\n")
+                    f.write(json.dumps({"epoch": self.resumed_at + i + 1, "mode": mode, "K": K, "probe_ms": ms,
+                                        "threads": [self.comm.progress_ranks, self.comm.progress_dedicated]}) + "\n")
             super().begin()
 
     trainer.EpochRecorder = Cycling
@@ -204,17 +207,17 @@ def interleave_worker(args, rest: list[str]) -> int:
 
 
 class Cycle(NamedTuple):
-    """One cycle of an interleaved run: per configuration its exposed seconds over the first configuration's,
-    and the probes (ms) before each of its epochs and after its last."""
+    """One cycle of an interleaved run: per configuration its exposed seconds over the first configuration's
+    (nan where that is 0), and the probes (ms) before each of its epochs and after its last."""
 
     ratios: np.ndarray
     probes: tuple[float, ...]
 
 
-def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], dict, list[Cycle]]:
+def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], dict, list[Cycle], list[float]]:
     """One job whose epochs cycle through the configurations (``--interleave``): per configuration a
-    :class:`Run` of its steady epochs, the configurations' threads, and the steady cycles (every epoch of
-    them past the warm-up)."""
+    :class:`Run` of its steady epochs, the configurations' threads, the steady cycles (every epoch of
+    them past the warm-up) and the probes before the steady epochs."""
     order = configs(args)
     tag = f"interleave-r{rep}"
     program = [__file__, "--interleave-worker", "--configs", *(f"{K}:{mode}" for mode, K in order), "--"]
@@ -235,8 +238,9 @@ def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], dict, list
         if all(cycle):
             exposed = {of[r["epoch"]]: r["time"]["comm_exposed"]["mean"] for r in cycle}
             probes = tuple(ran[e]["probe_ms"] for e in range(c0 + 1, c0 + m + 2) if e in ran)
-            cycles.append(Cycle(np.array([exposed[c] / exposed[order[0]] for c in order]), probes))
-    return runs, threads_on, cycles
+            first = exposed[order[0]]
+            cycles.append(Cycle(np.array([exposed[c] / first if first > 0 else np.nan for c in order]), probes))
+    return runs, threads_on, cycles, [ran[r["epoch"]]["probe_ms"] for r in steady]
 
 
 def trace_rows(lines: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -438,7 +442,8 @@ def main() -> None:
                          "epochs 2 and 3 ran 1.3-3x the steady time")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=1)
-    ap.add_argument("--grad-buckets", type=int, default=1, help="comm.grad_buckets of every K but the first")
+    ap.add_argument("--grad-buckets", type=int, default=1,
+                    help="comm.grad_buckets of every K but the first (with --interleave: of every epoch)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="train.device of the runs")
     ap.add_argument("--progress", nargs="+", choices=["calls", "thread", "auto"], default=["calls"],
                     help="comm.progress values to compare")
@@ -464,6 +469,8 @@ def main() -> None:
         K, _, mode = c.partition(":")
         if not K.isdigit() or int(K) < 1 or mode not in ("calls", "thread", "auto"):
             ap.error(f"--configs {c}: must be K:MODE, K >= 1 and MODE one of calls, thread, auto")
+    if args.configs and len(set(configs(args))) < len(args.configs):
+        ap.error(f"--configs {' '.join(args.configs)}: a configuration named twice")
     if args.interleave_worker:
         sys.exit(interleave_worker(args, argv[cut + 1:]))
     if args.kernel_worker:
@@ -484,9 +491,10 @@ def main() -> None:
     if args.interleave:
         if args.probe:
             ap.error("--probe times the machine between runs; with --interleave the configurations share each run")
-        if args.warmup + len(order) > args.epochs:
-            ap.error(f"--interleave: --epochs {args.epochs} leaves no whole cycle of the {len(order)} configurations "
-                     f"after --warmup {args.warmup}")
+        m = len(order)
+        if m * (-(-args.warmup // m) + 1) > args.epochs:  # cycles start at epochs 1, m + 1, ...
+            ap.error(f"--interleave: --epochs {args.epochs} leaves no whole cycle of the {m} configurations after "
+                     f"--warmup {args.warmup} (cycles begin at epochs 1, {m + 1}, {2 * m + 1}, ...)")
         return interleaved(args, order)
     probe = probe_ms(args.ranks) if args.probe else None  # a run's probe after is the next one's before
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
@@ -509,13 +517,15 @@ def interleaved(args, order: list[tuple[str, int]]) -> None:
     report of :func:`report`, then the exposed time's ratios within each cycle."""
     runs: list[Run] = []
     threads_on: dict[tuple[str, int], tuple[int, int]] = {}
-    cycles: list[np.ndarray] = []
+    cycles: list[Cycle] = []
+    probes: list[float] = []  # one a steady epoch (a cycle's include the next cycle's first)
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
-            mine, on, ratios = run_interleaved(Path(tmp), args, rep)
+            mine, on, ratios, seen = run_interleaved(Path(tmp), args, rep)
             runs += mine
             threads_on.update(on)
             cycles += ratios
+            probes += seen
             for x in mine:
                 mode, K = x.config
                 print(f"  rep {rep} K={K} {mode}: epochs " + " ".join(str(r["epoch"]) for r in x.records)
@@ -535,7 +545,7 @@ def interleaved(args, order: list[tuple[str, int]]) -> None:
           "steady): exposed over the first configuration's exposed in the same cycle, median (25th-75th "
           "percentile); a cycle's epochs share the machine's state")
     ratios_table(order, threads_on, cycles, "all")
-    states = machine_states([p for c in cycles for p in c.probes])
+    states = machine_states(probes)
     print("probes (an unchunked exchange before each epoch, ms): " + (
         "one machine state" if len(states) < 2 else
         ", ".join(f"{name} {lo:.1f}-{hi:.1f}" for name, (lo, hi) in states)
@@ -551,7 +561,7 @@ def ratios_table(order: list[tuple[str, int]], threads_on: dict, cycles: list[Cy
         return
     a = np.array([c.ratios for c in cycles])  # (cycles, configurations)
     for j, (mode, K) in enumerate(order[1:], 1):
-        q25, q50, q75 = np.percentile(a[:, j], [25, 50, 75])
+        q25, q50, q75 = np.nanpercentile(a[:, j], [25, 50, 75])
         print(f"  {what} ({len(a)} cycles): {K:>3} {_label(mode, threads_on[mode, K]):>16} {q50:.2f} "
               f"({q25:.2f}-{q75:.2f})")
 
@@ -585,6 +595,9 @@ def report(args, order: list[tuple[str, int]], runs: list["Run"], threads_on: di
     print("\nspread over the steady epochs of all runs (25th-75th percentile): exposed s, exposed - late s; "
           "ratios of medians whose spreads overlap the first configuration's are within this machine's noise")
     for mode, K in order:
+        if not steady[mode, K]:
+            print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} no run")
+            continue
         exposed_all, split = _exposed(steady[mode, K])
         exposed_q = np.percentile(exposed_all, [25, 75])
         transfer_q = np.percentile(split[:, 1], [25, 75]) if len(split) else (float("nan"), float("nan"))

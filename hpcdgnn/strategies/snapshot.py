@@ -287,8 +287,8 @@ class SnapshotStrategy(Strategy):
             raise ValueError(f"set_overlap_chunks: chunks must be >= 1 (got {chunks})")
         self._init_chunks(self.plan, chunks)
 
-    def _init_chunks(self, plan: PartitionPlan, chunks: int | None = None) -> None:
-        """The vertex chunks of ``strategy.overlap_chunks`` (or ``chunks``; :meth:`_encode_overlapped`), per block.
+    def _init_chunks(self, plan: PartitionPlan, count: int | None = None) -> None:
+        """The vertex chunks of ``strategy.overlap_chunks`` (or ``count``; :meth:`_encode_overlapped`), per block.
 
         Each rank's vertex range is cut into K near-equal chunks; chunk k's exchange moves
         the block's snapshots x [each rank's chunk-k rows]. K is the same on every rank (every
@@ -297,10 +297,10 @@ class SnapshotStrategy(Strategy):
         """
         me, P, vb = self.comm.rank, self.comm.size, plan.vertex_bounds
         sizes = [vb[q + 1] - vb[q] for q in range(P)]
-        if chunks is None:
+        if count is None:
             ctx = getattr(self, "ctx", None)  # a strategy built bare around a plan (tests) has no job
-            chunks = getattr(ctx.job.strategy, "overlap_chunks", 1) if ctx is not None else 1
-        K = min(chunks, min(sizes))
+            count = getattr(ctx.job.strategy, "overlap_chunks", 1) if ctx is not None else 1
+        K = min(count, min(sizes))
         #: per block, the chunks' boxes (None: the two blocking redistributions)
         self._chunk_boxes: list[list[ChunkBoxes]] | None = None
         if P == 1 or K <= 1:

@@ -5,7 +5,7 @@
 # 1. the MPI wheels into the image's python3; hpcdgnn from this tree (no install: python -m from the root)
 # 2. one chunk exchange moved by a waiting thread against the training thread (perf/bench_progress.py)
 # 3. CD-GCN on the generator graph N = 2^15, T = 64, P = 2: K = 1 with calls, K = 16 with calls and with a thread,
-#    epoch by epoch in one run (--interleave), 2 runs of 31 epochs (4 warm-up), with the exchange-by-exchange
+#    epoch by epoch in one run (--interleave), 2 runs of 30 epochs (3 warm-up: 9 whole cycles), with the exchange-by-exchange
 #    trace; ranks on cores 0-7 (2 x (train thread + progress thread) fit)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -25,4 +25,4 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RU
 # timeouts: the call's 600 s less the set-up (about 30 s)
 timeout 100 taskset -c 0-7 python3 perf/bench_progress.py --ranks 2 --chunks 4 16 2>&1 | tee "$OUT/bench_progress.log"
 timeout 430 taskset -c 0-7 python3 perf/bench_overlap.py --data /tmp/d/gen32k --device cpu --ranks 2 --interleave \
-  --configs 1:calls 16:calls 16:thread --epochs 31 --warmup 4 --reps 2 --trace 2>&1 | tee "$OUT/overlap_gen32k.log"
+  --configs 1:calls 16:calls 16:thread --epochs 30 --warmup 3 --reps 2 --trace 2>&1 | tee "$OUT/overlap_gen32k.log"

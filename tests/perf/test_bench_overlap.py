@@ -145,3 +145,20 @@ def test_interleave_prints_ratios_within_cycles(small_dataset):
     assert any(ln.startswith("  rep 0 K=1 calls: epochs 4 5 ") for ln in lines), out.stdout
     (row,) = [ln for ln in lines if ln.startswith("  all (2 cycles):")]
     assert row.split()[3:5] == ["2", "calls"]
+
+
+def test_interleave_refuses_runs_without_a_whole_steady_cycle_and_repeated_configurations(tmp_path):
+    """Cycles begin at epochs 1, m + 1, ...: with 2 configurations, 3 epochs after 1 of warm-up hold no whole
+    steady cycle (epoch 2 starts none, epoch 3's lacks its partner), 4 do; a configuration named twice would
+    compare with itself."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--data", str(tmp_path), "--interleave",
+               *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
+
+    out = run("--configs", "1:calls", "2:calls", "--epochs", "3", "--warmup", "1")
+    assert out.returncode == 2 and "--epochs 3 leaves no whole cycle of the 2 configurations" in out.stderr
+    out = run("--configs", "1:calls", "1:calls", "--epochs", "6", "--warmup", "1")
+    assert out.returncode == 2 and "a configuration named twice" in out.stderr
+    out = run("--configs", "1:calls", "0:thread", "--epochs", "6")
+    assert out.returncode == 2 and "--configs 0:thread: must be K:MODE" in out.stderr
