@@ -91,7 +91,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import mpirun_cmd, run_env, run_job  # noqa: E402
-from bench_progress import probe_ms  # noqa: E402
+from bench_progress import chunk_boxes, probe_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,12 +166,9 @@ def interleave_worker(args, rest: list[str]) -> int:
         through hpcdgnn's communicator between epochs, with no progress thread (the epoch's counters start
         after it). Its two 64 MiB tensors a rank live for the run and pass through the caches before every
         epoch: interleaved epochs compare with each other, not with those of a run without them."""
-        P, me, S, N = comm.size, comm.rank, PROBE_SNAPSHOTS, PROBE_VERTICES
         if not layout:
-            bounds = [N * q // P for q in range(P + 1)]
-            layout[:] = [torch.ones(S, N, 16), [((0, S), (bounds[q], bounds[q + 1])) for q in range(P)],
-                         (P * S, bounds[me + 1] - bounds[me], 16),
-                         [((p * S, (p + 1) * S), (0, bounds[me + 1] - bounds[me])) for p in range(P)]]
+            send, shape, land = chunk_boxes(comm.rank, comm.size, PROBE_SNAPSHOTS, PROBE_VERTICES, 1)
+            layout[:] = [torch.ones(PROBE_SNAPSHOTS, PROBE_VERTICES, 16), send, (*shape, 16), land]
         x, send, shape, land = layout
         times = []
         for _ in range(3):
@@ -503,13 +500,21 @@ def main() -> None:
                 recs, threads_on[mode, K], trace = run(Path(tmp), args, K, mode, rep)
                 before, probe = probe, probe_ms(args.ranks) if args.probe else None
                 runs.append(Run((mode, K), recs, trace, () if probe is None else (before, probe)))
-                print(f"  rep {rep} K={K} {mode}: epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
-                      + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs)
-                      + "  late " + " ".join(f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}"
-                                             for r in recs)
+                print(_rep_line(rep, mode, K, recs, late=True)
                       + ("" if probe is None else f"  probe {before:.1f} {probe:.1f} ms"), flush=True)
     report(args, order, runs, threads_on,
            f"{args.reps} runs x {args.epochs - args.warmup} steady epochs per configuration; medians")
+
+
+def _rep_line(rep: int, mode: str, K: int, recs: list[dict], numbered: bool = False, late: bool = False) -> str:
+    """A run's progress line: its steady epochs' numbers (``numbered``: an interleaved run's share of them), wall
+    times, exposed and (``late``) late seconds."""
+    return (f"  rep {rep} K={K} {mode}:"
+            + ("" if not numbered else " epochs " + " ".join(str(r["epoch"]) for r in recs) + " ")
+            + " epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
+            + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs)
+            + ("" if not late else "  late " + " ".join(
+                f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}" for r in recs)))
 
 
 def interleaved(args, order: list[tuple[str, int]]) -> None:
@@ -527,11 +532,7 @@ def interleaved(args, order: list[tuple[str, int]]) -> None:
             cycles += ratios
             probes += seen
             for x in mine:
-                mode, K = x.config
-                print(f"  rep {rep} K={K} {mode}: epochs " + " ".join(str(r["epoch"]) for r in x.records)
-                      + "  epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in x.records)
-                      + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in x.records),
-                      flush=True)
+                print(_rep_line(rep, *x.config, x.records, numbered=True), flush=True)
             if ratios:
                 print(f"  rep {rep}: per cycle, exposed / first's [probes, ms]: " + "  ".join(
                     "/".join(f"{v:.2f}" for v in c.ratios[1:]) + " [" + " ".join(f"{p:.1f}" for p in c.probes) + "]"

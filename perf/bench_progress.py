@@ -37,6 +37,17 @@ from bench_epoch import REPO, mpirun_cmd, run_env  # noqa: E402
 MOVERS = ("calls", "poll", "driven", "dedicated")
 
 
+def chunk_boxes(me: int, P: int, S: int, N: int, K: int) -> tuple[list, tuple[int, int], list]:
+    """Chunk 0 of K of the snapshot -> vertex redistribution (each rank ``S`` snapshots of ``N`` rows, rank q's
+    rows its ``N / P`` range) as seen from rank ``me``: the boxes it sends, the (P·S, rows) leading shape of
+    what it receives, and where each rank's box lands in it (``Communicator.ialltoall_boxes``'s arguments)."""
+    bounds = [N * q // P for q in range(P + 1)]
+    n = [(bounds[q + 1] - bounds[q]) // K for q in range(P)]
+    send = [((0, S), (bounds[q], bounds[q] + n[q])) for q in range(P)]
+    land = [((p * S, (p + 1) * S), (0, n[me])) for p in range(P)]
+    return send, (P * S, n[me]), land
+
+
 def worker(args) -> None:
     """Under mpirun: time the exchange per K and mode; rank 0 prints."""
     import torch
@@ -49,13 +60,10 @@ def worker(args) -> None:
     comm = Communicator()
     me, P, S, N, F = comm.rank, comm.size, args.snapshots, args.vertices, args.hidden
     x = torch.randn(S, N, F)
-    bounds = [N * q // P for q in range(P + 1)]
     rows = []
     for K in args.chunks:
-        n = [(bounds[q + 1] - bounds[q]) // K for q in range(P)]  # chunk 0 of each rank's range
-        send = [((0, S), (bounds[q], bounds[q] + n[q])) for q in range(P)]
-        recv = torch.empty(P * S, n[me], F)
-        land = [((p * S, (p + 1) * S), (0, n[me])) for p in range(P)]
+        send, shape, land = chunk_boxes(me, P, S, N, K)
+        recv = torch.empty(*shape, F)
         for mode in args.movers:
             comm._progress = None if mode == "calls" else ProgressThread.start(comm._MPI, mode == "dedicated")
             times = []
@@ -70,7 +78,7 @@ def worker(args) -> None:
             comm.stop_progress()
             assert all(bool((recv[p * S:(p + 1) * S] != 0).any()) for p in range(P))
             slowest = float(comm.gather_array([np.median(times[1:])], tag="bench").max())
-            rows.append((K, mode, slowest, (P - 1) * S * n[me] * F * 4))
+            rows.append((K, mode, slowest, (P - 1) * S * shape[1] * F * 4))
     if me == 0:
         print(f"one chunk exchange: P = {P}, S = {S} snapshots per rank, N = {N}, F = {F} float32; "
               f"median of {args.reps}, slowest rank")
