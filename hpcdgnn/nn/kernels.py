@@ -37,9 +37,10 @@ import torch
 
 from hpcdgnn.indices import torch_index_dtype
 
-__all__ = ["add_rows", "available", "calls", "compile_notice", "draw_negatives", "edge_bce_train", "edge_mlp_forward",
-           "expected", "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward", "mode", "pairs_by_bucket",
-           "put_rows", "score_stats"]
+__all__ = ["add_rows", "available", "calls", "compile_notice", "csr_mm", "draw_negatives", "edge_bce_train",
+           "edge_mlp_forward", "expected", "gcn_norm_stacked", "lstm_available", "lstm_backward", "lstm_forward",
+           "mode", "pairs_by_bucket", "project", "project_backward", "projection_available", "put_rows",
+           "score_stats"]
 
 _kernels = None  # the compiled module once imported; False when numba is missing or disabled
 
@@ -126,9 +127,10 @@ def _writable_dir(path: str) -> bool:
 @contextlib.contextmanager
 def _cache_of_this_cpu():
     """The numba cache directory while the compiled module is imported (its functions fix their cache then): one
-    directory per CPU kind (numba's target triple, CPU name and features) under the first writable one of the
-    places numba tries in turn — the user's ``NUMBA_CACHE_DIR``, beside this module, numba's directory in the
-    user's cache. Where none can be written, numba's own choice stands (one directory for every kind).
+    directory per CPU kind (numba's target triple, CPU name and features; and :mod:`._simd`'s source, below) under
+    the first writable one of the places numba tries in turn — the user's ``NUMBA_CACHE_DIR``, beside this module,
+    numba's directory in the user's cache. Where none can be written, numba's own choice stands (one directory for
+    every kind).
 
     Why: numba keeps the code of every CPU kind in one index per function and numbers a new data file by the
     entries it saw. Two nodes of different CPUs compiling into one shared install at the same moment (a cluster's
@@ -149,9 +151,14 @@ def _cache_of_this_cpu():
     from numba.misc.appdirs import AppDirs
 
     magic = cpu_target.target_context.codegen().magic_tuple()
-    kind = f"numba-{magic[1]}-{hashlib.sha1(repr(magic).encode()).hexdigest()[:12]}"
+    # numba's cache checks the stamp of the file a function is in, not of the ones whose code it inlines: the
+    # whole-row intrinsics' source is in the key, so that a changed _simd.py is never run from stale code
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "_simd.py"), "rb") as f:
+        key = repr(magic).encode() + hashlib.sha1(f.read()).digest()
+    kind = f"numba-{magic[1]}-{hashlib.sha1(key).hexdigest()[:12]}"
     user = config.CACHE_DIR
-    bases = [*([user] if user else []), os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__"),
+    bases = [*([user] if user else []), os.path.join(here, "__pycache__"),
              AppDirs(appname="numba", appauthor=False).user_cache_dir]
     chosen = next((os.path.join(b, kind) for b in bases if _writable_dir(os.path.join(b, kind))), None)
     if chosen is not None:
@@ -308,19 +315,69 @@ def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst) -> torch.Tensor:
     return out
 
 
-def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label) -> tuple[torch.Tensor, ...]:
+def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, column_sum: bool = True) -> tuple[torch.Tensor, ...]:
     """(loss, logits, dpu, dpv, db1, dw2, db2): the summed binary cross-entropy of :func:`edge_mlp_forward`'s
     logits against ``label`` (E,), its forward and backward in one pass: the gradients of the sum (an
     upstream gradient of 1). The loss and dw2 are summed in float64 (in float32 over millions of pairs the
-    unfused loop's sum was off by up to 2e-4 relative); db1 is the column sum of dpu."""
+    unfused loop's sum was off by up to 2e-4 relative); db1 is the column sum of dpu, None without
+    ``column_sum`` (:func:`project_backward` sums it in its pass over dpu)."""
     out = torch.empty(src.shape[0], dtype=pu.dtype)
     dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
     dw2 = np.zeros(w2.shape[0])
     loss, db2 = _kernel("edge_bce_train")(_np(pu), _np(pv), _np(b1), _np(w2), _np(b2)[0], _np(src), _np(dst),
                                           _np(label), out.numpy(), dpu.numpy(), dpv.numpy(), dw2,
                                           pu.dtype == torch.float32)
-    return (torch.tensor(loss, dtype=pu.dtype), out, dpu, dpv, dpu.sum(0), torch.from_numpy(dw2).to(pu.dtype),
-            torch.tensor([db2], dtype=pu.dtype))
+    return (torch.tensor(loss, dtype=pu.dtype), out, dpu, dpv, dpu.sum(0) if column_sum else None,
+            torch.from_numpy(dw2).to(pu.dtype), torch.tensor([db2], dtype=pu.dtype))
+
+
+def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+    """``a @ x`` for a CPU CSR ``a`` and a contiguous (n, F) ``x`` of its dtype in one compiled pass, F a multiple of
+    a cache line's values (16 float32, 8 float64), for at least :data:`MIN_PAIRS` rows; else None.
+
+    Each row's entries are multiplied and added in order, from zero: what MKL's product (torch's on the CPU)
+    computes, bit for bit on every operator tried (the generator graph's and random power-law ones, rows of
+    up to a thousand entries, float32 and float64, int32 and int64 indices; ``tests/nn/test_kernels.py``),
+    in 28 against 72 ms for the generator graph's block-diagonal Ã (N = 2^15, 44 steps, 5.8 M entries,
+    F = 16, float32, one thread): MKL's loop for so few columns is mostly overhead per entry. The size rule
+    is still kept (not ``same_bits``): another machine's MKL may sum in another order."""
+    width = 64 // x.element_size()
+    if x.shape[1] % width or not available(x, a.values(), pairs=a.shape[0]):
+        return None
+    out = x.new_empty(a.shape[0], x.shape[1])
+    _kernel("csr_mm")(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(), x.numpy(), out.numpy())
+    return out
+
+
+def projection_available(z: torch.Tensor, w1: torch.Tensor) -> bool:
+    """Whether :func:`project` and :func:`project_backward` take embeddings ``z`` (n, F) and the decoder's first
+    layer ``w1`` (h, 2F): F = h = one cache line of z's dtype (:mod:`hpcdgnn.nn._simd`: 16 float32 or 8
+    float64 — the width of every benchmark here), and :func:`available` for n rows; else torch's GEMMs."""
+    width = 64 // z.element_size()
+    return (z.dim() == 2 and z.shape[1] == width and tuple(w1.shape) == (width, 2 * width)
+            and available(z, w1, pairs=z.shape[0]))
+
+
+def project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T) in one compiled pass (:func:`projection_available`)."""
+    f = z.shape[1]
+    pu, pv = z.new_empty(z.shape[0], w1.shape[0]), z.new_empty(z.shape[0], w1.shape[0])
+    _kernel("project")(_np(z), _np(w1[:, :f].t()), _np(w1[:, f:].t()), pu.numpy(), pv.numpy())
+    return pu, pv
+
+
+def project_backward(z: torch.Tensor, w1: torch.Tensor, dpu: torch.Tensor, dpv: torch.Tensor, scale: torch.Tensor,
+                     input_grad: bool = True) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """(dz, dw1, db1) of :func:`project` for the gradients ``dpu``, ``dpv`` of (pu, pv) times the upstream
+    factor ``scale`` (a 0-d tensor), and the column sums of dpu times it (the first layer's bias gradient:
+    pu + pv + b1 is what the decoder adds), in one compiled pass; dz None without ``input_grad``."""
+    f = z.shape[1]
+    dz = torch.empty_like(z)
+    dw, db1 = np.zeros((w1.shape[0], 2 * f)), np.zeros(w1.shape[0])
+    _kernel("project_backward")(_np(z), _np(dpu), _np(dpv), _np(w1[:, :f] * scale), _np(w1[:, f:] * scale),
+                                dz.numpy(), dw, db1)
+    return (dz if input_grad else None, torch.from_numpy(dw).to(z.dtype) * scale,
+            torch.from_numpy(db1).to(z.dtype) * scale)
 
 
 def _rows_compiled(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> bool:

@@ -326,7 +326,10 @@ def _edge_chunk(pu: torch.Tensor) -> int:
 
 
 def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T)."""
+    """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T);
+    compiled where autograd does not follow and the widths allow (:func:`hpcdgnn.nn.kernels.projection_available`)."""
+    if not (torch.is_grad_enabled() and (z.requires_grad or w1.requires_grad)) and kernels.projection_available(z, w1):
+        return kernels.project(z, w1)
     f = z.shape[1]
     return z @ w1[:, :f].t(), z @ w1[:, f:].t()
 
@@ -398,8 +401,10 @@ class _EdgeBCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
-        pu, pv = _project(z, w1)
-        loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
+        ctx.compiled = kernels.projection_available(z, w1)  # then its backward is one compiled pass too
+        pu, pv = kernels.project(z, w1) if ctx.compiled else _project(z, w1)
+        loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label,
+                                                                       column_sum=not ctx.compiled)
         ctx.save_for_backward(z, w1, dpu, dpv)
         ctx.small = (db1, dw2, db2)
         ctx.mark_non_differentiable(logits, pu, pv)
@@ -413,11 +418,15 @@ class _EdgeBCE(torch.autograd.Function):
     def backward(ctx, g, *_):  # noqa: D102
         z, w1, dpu, dpv = ctx.saved_tensors
         db1, dw2, db2 = ctx.small
-        f = z.shape[1]
-        wu, wv = w1[:, :f] * g, w1[:, f:] * g
-        dz = (dpu @ wu).addmm_(dpv, wv) if ctx.needs_input_grad[0] else None  # in place: addmm would copy
-        dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
-        return dz, dw1, db1 * g, (dw2 * g).reshape(1, -1), db2 * g, None, None, None
+        if ctx.compiled:
+            dz, dw1, db1 = kernels.project_backward(z, w1, dpu, dpv, g, ctx.needs_input_grad[0])
+        else:
+            f = z.shape[1]
+            wu, wv = w1[:, :f] * g, w1[:, f:] * g
+            dz = (dpu @ wu).addmm_(dpv, wv) if ctx.needs_input_grad[0] else None  # in place: addmm would copy
+            dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
+            db1 = db1 * g
+        return dz, dw1, db1, (dw2 * g).reshape(1, -1), db2 * g, None, None, None
 
 
 class EdgeDecoder(nn.Module):

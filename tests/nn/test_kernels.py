@@ -147,6 +147,72 @@ def test_fused_training_loss_propagates_nan(use):
     assert torch.isnan(dec.lin2.weight.grad).any() and torch.isnan(dec.lin2.bias.grad).all()
 
 
+@pytest.mark.parametrize("dtype,width", [(torch.float64, 8), (torch.float32, 16)])
+def test_line_wide_rows_take_the_whole_row_operations(use, dtype, width):
+    """Rows of one cache line (hidden = F = 8 float64 or 16 float32) take the whole-row operations
+    (hpcdgnn/nn/_simd.py): the decoder's pair loops, the projections and their backward in one pass —
+    loss, logits, projections and every gradient as torch's path gives them, to rounding."""
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-4)
+    use("numba")
+    before = kernels.calls()
+    fast = _train(dtype, 53, width, width, 3 * _EDGE_CHUNK + 17, seed=5)
+    ran = {k: v - before.get(k, 0) for k, v in kernels.calls().items()}
+    assert ran.get("project", 0) == 1 and ran.get("project_backward", 0) == 1 and ran.get("edge_bce_train", 0) == 1
+    logits = _run(dtype, 41, width, 2000, seed=6)  # the forward pair loop (_EdgeMLP; its backward is torch's)
+    use("torch")
+    ref = _train(dtype, 53, width, width, 3 * _EDGE_CHUNK + 17, seed=5)
+    names = ["loss", "logits", "pu", "pv", "dz", "dw1", "db1", "dw2", "db2"]
+    for name, a, b in zip(names, fast, ref, strict=True):
+        torch.testing.assert_close(a, b, **tol, msg=name)
+    for a, b in zip(logits, _run(dtype, 41, width, 2000, seed=6), strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_line_wide_rows_propagate_nan(use):
+    """The whole-row ReLU passes a NaN as numba's max does: a NaN embedding gives a NaN logit and loss."""
+    use("numba")
+    dec = EdgeDecoder(8, 8).double()
+    z = torch.zeros(3, 8, dtype=torch.float64, requires_grad=True)
+    bad = torch.zeros(3, 8, dtype=torch.float64)
+    bad[1, 3] = float("nan")
+    loss, logits, _ = dec.train_loss(z + bad, torch.tensor([0, 1]), torch.tensor([2, 2]),
+                                     torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert kernels.calls().get("project", 0) > 0
+    assert not torch.isnan(logits[0]) and torch.isnan(logits[1]) and torch.isnan(loss)
+
+
+def _power_law_csr(n: int, dtype, index, seed: int) -> torch.Tensor:
+    """A CSR operator of n rows with Zipf-distributed row lengths (up to ~n entries) and a few empty rows."""
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(rng.zipf(1.5, n), n - 1)
+    lengths[rng.integers(0, n, 3)] = 0
+    rows = np.repeat(np.arange(n), lengths)
+    a = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, rng.integers(0, n, rows.shape[0])])),
+                                torch.from_numpy(rng.standard_normal(rows.shape[0])), (n, n),
+                                check_invariants=True).coalesce()
+    a = a.to_sparse_csr().to(dtype)
+    return torch.sparse_csr_tensor(a.crow_indices().to(index), a.col_indices().to(index), a.values(), a.shape)
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.float32, 16), (torch.float32, 32), (torch.float64, 8)])
+@pytest.mark.parametrize("index", [torch.int32, torch.int64])
+def test_compiled_csr_product_is_torchs_bit_for_bit(use, monkeypatch, dtype, width, index):
+    """csr_mm's compiled product (widths a multiple of a cache line's values) gives torch's CPU product bit for
+    bit: rows of one entry to hundreds, empty rows, both index types; other widths and small calls (at the
+    default size rule) are left to torch."""
+    from hpcdgnn.nn.conv.gcn import csr_mm
+
+    a = _power_law_csr(700, dtype, index, seed=width)
+    x = torch.randn(700, width, dtype=dtype)
+    use("numba")
+    got = kernels.csr_mm(a, x)
+    assert got is not None and torch.equal(got, torch.sparse.mm(a, x))
+    assert torch.equal(csr_mm(a, x), got)
+    assert kernels.csr_mm(a, torch.randn(700, width + 4, dtype=dtype)) is None
+    monkeypatch.setattr(kernels, "MIN_PAIRS", 701)
+    assert kernels.csr_mm(a, x) is None
+
+
 def test_always_drops_the_size_thresholds_and_a_bad_value_is_refused(monkeypatch):
     """HPCDGNN_KERNELS=always: the compiled loops for calls of any size (tests run them under MPI on small
     graphs); a value that is none of numba / torch / always is a one-line configuration error naming it."""
