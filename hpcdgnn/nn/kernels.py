@@ -342,10 +342,11 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     F = 16, float32, one thread): MKL's loop for so few columns is mostly overhead per entry. The size rule
     is still kept (not ``same_bits``): another machine's MKL may sum in another order."""
     width = 64 // x.element_size()
-    if x.shape[1] % width or not available(x, a.values(), pairs=a.shape[0]):
-        return None
+    if (a.layout != torch.sparse_csr or x.dim() != 2 or a.shape[1] != x.shape[0] or x.shape[1] % width
+            or not available(x, a.values(), pairs=a.shape[0])):
+        return None  # torch's product (and its error where the shapes do not match)
     out = x.new_empty(a.shape[0], x.shape[1])
-    _kernel("csr_mm")(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(), x.numpy(), out.numpy())
+    _kernel("csr_mm")(a.crow_indices().numpy(), a.col_indices().numpy(), _np(a.values()), _np(x), out.numpy())
     return out
 
 
@@ -372,7 +373,7 @@ def project_backward(z: torch.Tensor, w1: torch.Tensor, dpu: torch.Tensor, dpv: 
     factor ``scale`` (a 0-d tensor), and the column sums of dpu times it (the first layer's bias gradient:
     pu + pv + b1 is what the decoder adds), in one compiled pass; dz None without ``input_grad``."""
     f = z.shape[1]
-    dz = torch.empty_like(z)
+    dz = z.new_empty(z.shape)  # contiguous, whatever z's strides
     dw, db1 = np.zeros((w1.shape[0], 2 * f)), np.zeros(w1.shape[0])
     _kernel("project_backward")(_np(z), _np(dpu), _np(dpv), _np(w1[:, :f] * scale), _np(w1[:, f:] * scale),
                                 dz.numpy(), dw, db1)

@@ -198,8 +198,8 @@ def _power_law_csr(n: int, dtype, index, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("index", [torch.int32, torch.int64])
 def test_compiled_csr_product_is_torchs_bit_for_bit(use, monkeypatch, dtype, width, index):
     """csr_mm's compiled product (widths a multiple of a cache line's values) gives torch's CPU product bit for
-    bit: rows of one entry to hundreds, empty rows, both index types; other widths and small calls (at the
-    default size rule) are left to torch."""
+    bit: rows of one entry to hundreds, empty rows, both index types, a strided x; other widths, shapes that do
+    not match and small calls (at the default size rule) are left to torch."""
     from hpcdgnn.nn.conv.gcn import csr_mm
 
     a = _power_law_csr(700, dtype, index, seed=width)
@@ -209,6 +209,9 @@ def test_compiled_csr_product_is_torchs_bit_for_bit(use, monkeypatch, dtype, wid
     assert got is not None and torch.equal(got, torch.sparse.mm(a, x))
     assert torch.equal(csr_mm(a, x), got)
     assert kernels.csr_mm(a, torch.randn(700, width + 4, dtype=dtype)) is None
+    assert kernels.csr_mm(a, torch.randn(699, width, dtype=dtype)) is None  # torch's product says what is wrong
+    strided = torch.randn(width, 700, dtype=dtype).t()
+    assert torch.equal(kernels.csr_mm(a, strided), torch.sparse.mm(a, strided))
     monkeypatch.setattr(kernels, "MIN_PAIRS", 701)
     assert kernels.csr_mm(a, x) is None
 
