@@ -49,19 +49,25 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
             assert recs[0]["bytes_by_tag"]["time_halo.fwd" if model == "tmgcn" else "redistribute.fwd"] > 0
 
 
-@pytest.mark.parametrize(("model", "dtype"), [pytest.param("evolvegcn_o", "float64", id="evolvegcn_o"),
-                                              pytest.param("cdgcn", "float64", id="cdgcn"),
-                                              # float32: the weight LSTM's vectorised sigmoid / tanh passes
-                                              pytest.param("evolvegcn_o", "float32", id="evolvegcn_o-float32")])
-def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model, dtype):
+@pytest.mark.parametrize(("model", "dtype", "width"), [
+    pytest.param("evolvegcn_o", "float64", None, id="evolvegcn_o"),
+    pytest.param("cdgcn", "float64", None, id="cdgcn"),
+    # float32: the weight LSTM's vectorised sigmoid / tanh passes
+    pytest.param("evolvegcn_o", "float32", None, id="evolvegcn_o-float32"),
+    # rows of one cache line (8 float64, 16 float32): the whole-row operations of hpcdgnn/nn/_simd.py
+    pytest.param("evolvegcn_o", "float64", 8, id="evolvegcn_o-line"),
+    pytest.param("cdgcn", "float32", 16, id="cdgcn-line-float32")])
+def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model, dtype, width):
     """The compiled CPU loops (HPCDGNN_KERNELS=always: every call, where real graphs pass the size thresholds) —
-    the negatives, the decoder's forward and its one-pass training loss, the AUC pass, EvolveGCN-O's weight LSTM —
+    the negatives, the decoder's forward and its one-pass training loss, the AUC pass, EvolveGCN-O's weight LSTM,
+    and where embeddings and decoder are one cache line wide (``width``) the projections and the CSR products —
     run (as summary.json's ``compiled_kernels`` says) and give the same trajectory at
     P = 2 and 3 as in one process, and the torch paths' one (the same model, to rounding)."""
     pytest.importorskip("numba")
     # the compiled loops serve CPU tensors: on a GPU machine too, this test trains on the CPU
-    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
-                    train={"dtype": dtype, "device": "cpu"})
+    wide = {"hidden": width} if width else {}
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model, **wide},
+                    train={"dtype": dtype, "device": "cpu"}, **({"task": {"decoder_hidden": width}} if width else {}))
     monkeypatch.setenv("HPCDGNN_KERNELS", "torch")
     torch_ref, _ = _losses(launcher, None, job, tmp_path / "torch")
     monkeypatch.setenv("HPCDGNN_KERNELS", "always")
@@ -71,7 +77,9 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
     ran = {m: json.loads((tmp_path / m / "summary.json").read_text())["compiled_kernels"] for m in ("torch", "plain")}
     assert ran["torch"] == {}, ran  # summary.json names the loops a run took: none with HPCDGNN_KERNELS=torch
     lstm = {"lstm_forward", "lstm_backward"} if model == "evolvegcn_o" else set()  # the weight LSTM
-    assert {"draw_negatives", "edge_mlp_forward", "edge_bce_train", "score_stats", *lstm} <= set(ran["plain"]), ran
+    line = {"project", "project_backward", "csr_mm"} if width else set()
+    expect = {"draw_negatives", "edge_mlp_forward", "edge_bce_train", "score_stats", *lstm, *line}
+    assert expect <= set(ran["plain"]), ran
     for P in (2, 3):
         got, _ = _losses(launcher, P, job, tmp_path / f"p{P}")
         np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], err_msg=f"{model} {dtype} compiled P={P}")
