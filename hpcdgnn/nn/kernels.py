@@ -7,7 +7,9 @@ it was half of EvolveGCN-O's epoch (issue 13 item 2). One loop over the pairs ke
 layer in registers: measured 3x (forward) and 6x (backward) faster on one thread.
 
 The same module holds the checkpoint blocks' operator build (:func:`gcn_norm_stacked`: Ã and Ãᵀ of a
-block's snapshots in two passes each, where torch needed ~20 and a sort).
+block's snapshots in two passes each, where torch needed ~20 and a sort), and, for rows of one cache line
+(:mod:`hpcdgnn.nn._simd`'s whole-row vector operations), the decoder's projections with their backward
+(:func:`project`, :func:`project_backward`) and the CPU's CSR products (:func:`csr_mm`, MKL's sums bit for bit).
 
 The kernels are used on CPU tensors of float32/float64 when numba imports, for calls with at least
 :data:`MIN_PAIRS` pairs (loading them costs ~1 s per process) — or, for the loops whose other path gives
