@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import numba  # after hpcdgnn.nn.kernels._cache_of_this_cpu, which sets what numba's import reads
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
-from hpcdgnn.nn._simd import LINE, csr_row, pair_backward, pair_logit, project_back_rows, project_row
+from hpcdgnn.nn._simd import LINE, csr_row, pair_backward, pair_logit, prefetch_row, project_back_rows, project_row
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -20,40 +17,17 @@ _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 _DIVIDE = "numpy"
 
 
-#: pairs ahead of the one being scored whose rows the decoder's loops ask the CPU to fetch (:func:`_prefetch`)
+#: pairs ahead of the one being scored whose rows the decoder's loops ask the CPU to fetch (:func:`_fetch_ahead`)
 _AHEAD = 32
 
 
-@intrinsic
-def _prefetch(typingctx, rows, i):  # pragma: no cover - compiled
-    """Ask the CPU to fetch the cache line holding ``rows[i, 0]`` of the 2-D array ``rows`` (``llvm.prefetch``:
-    read, keep in every level). A hint: it never faults, and compiles to nothing where the CPU has no such
-    instruction. A row wider than a line gets its first line only (the hardware's adjacent-line prefetch
-    may bring the next): a loop over the lines, or a branch around the call, cost more than the prefetch
-    saved. The name has the typed-pointer mangling (``p0i8``); LLVM with opaque pointers upgrades it.
-
-    Why: the decoder's pairs read rows at random (a bucket of destination rows, sources rising through each
-    step's rows), so most first reads of a step's rows miss every cache, and the few operations of a pair
-    leave the core too little work to keep many misses in flight. Asked :data:`_AHEAD` pairs ahead, the rows
-    arrive while the pairs before them are scored: on the generator graph's layout (N = 2^15, 44 steps of
-    196 k pairs, float32, hidden 16) the training pass took 41-42 -> 22-25 ns a pair, on rows that stay in
-    cache (N = 986) 17-20 -> 18-21; EvolveGCN-O's epoch there 0.79-0.82 of what it was
-    (``perf/bench_kernels.py --before d723ef5 --job``, the two kernels' modules alternating by epoch)."""
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        at = [context.cast(builder, args[1], signature.args[1], types.intp), context.get_constant(types.intp, 0)]
-        ptr = cgutils.get_item_pointer2(context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
-                                        cgutils.unpack_tuple(builder, ary.strides), aryty.layout, at)
-        byte = builder.bitcast(ptr, ir.IntType(8).as_pointer())
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte.type, i32, i32, i32]),
-                                            "llvm.prefetch.p0i8")
-        builder.call(fn, [byte, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    if not (isinstance(rows, types.Array) and rows.ndim == 2 and isinstance(i, types.Integer)):
-        return None  # a typing error at compile time, not a prefetch of something else
-    return types.void(rows, i), codegen
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fetch_ahead(a, b, src, dst, e):  # pragma: no cover - compiled
+    """Ask for the rows ``a[src[f]]`` and ``b[dst[f]]`` of the pair f = e + :data:`_AHEAD`, clamped to the last
+    pair, not branched (:func:`hpcdgnn.nn._simd.prefetch_row`: why, and what it saved)."""
+    f = min(e + _AHEAD, src.shape[0] - 1)
+    prefetch_row(a, src[f])
+    prefetch_row(b, dst[f])
 
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
@@ -63,9 +37,7 @@ def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst, out):  # pragma: no cover - c
     E = src.shape[0]
     line = pu.shape[1] == LINE // pu.itemsize  # a row is one cache line: whole-row operations (_simd)
     for e in range(E):
-        f = min(e + _AHEAD, E - 1)  # clamped, not branched: see _prefetch
-        _prefetch(pu, src[f])
-        _prefetch(pv, dst[f])
+        _fetch_ahead(pu, pv, src, dst, e)
         s, d = src[e], dst[e]
         if line:
             out[e] = pair_logit(pu, s, pv, d, b1, w2) + b2
@@ -233,9 +205,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
     for c0 in range(0, E, _BCE_CHUNK):
         c1 = min(E, c0 + _BCE_CHUNK)
         for e in range(c0, c1):
-            f = min(e + _AHEAD, E - 1)  # the rows of a pair ahead
-            _prefetch(pu, src[f])
-            _prefetch(pv, dst[f])
+            _fetch_ahead(pu, pv, src, dst, e)  # the rows of a pair ahead
             if line:
                 out[e] = pair_logit(pu, src[e], pv, dst[e], b1, w2) + b2
                 continue
@@ -248,9 +218,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
         for e in range(c0, c1):
             # the gradient rows of a pair ahead: here, not in the loop above, where a chunk's four lines a
             # pair outgrew L1 before this loop reached them (gen32k's layout: 25.6-26.1 -> 22.5-25.2 ns a pair)
-            f = min(e + _AHEAD, E - 1)
-            _prefetch(dpu, src[f])
-            _prefetch(dpv, dst[f])
+            _fetch_ahead(dpu, dpv, src, dst, e)
             s, d, ge = src[e], dst[e], g[e - c0]
             gsum += ge
             if line:

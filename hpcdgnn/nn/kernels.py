@@ -333,6 +333,12 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, column_sum: bool = True)
             torch.from_numpy(dw2).to(pu.dtype), torch.tensor([db2], dtype=pu.dtype))
 
 
+def _line_values(t: torch.Tensor) -> int:
+    """Values of ``t``'s dtype in one cache line, the row of the whole-row kernels (``_simd.LINE``, 64 bytes; not
+    imported from there, which would import numba)."""
+    return 64 // t.element_size()
+
+
 def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     """``a @ x`` for a CPU CSR ``a`` and a contiguous (n, F) ``x`` of its dtype in one compiled pass, F a multiple of
     a cache line's values (16 float32, 8 float64), for at least :data:`MIN_PAIRS` rows; else None.
@@ -343,7 +349,7 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     in 28 against 72 ms for the generator graph's block-diagonal Ã (N = 2^15, 44 steps, 5.8 M entries,
     F = 16, float32, one thread): MKL's loop for so few columns is mostly overhead per entry. The size rule
     is still kept (not ``same_bits``): another machine's MKL may sum in another order."""
-    width = 64 // x.element_size()
+    width = _line_values(x)
     if (a.layout != torch.sparse_csr or x.dim() != 2 or a.shape[1] != x.shape[0] or x.shape[1] % width
             or not available(x, a.values(), pairs=a.shape[0])):
         return None  # torch's product (and its error where the shapes do not match)
@@ -356,7 +362,7 @@ def projection_available(z: torch.Tensor, w1: torch.Tensor) -> bool:
     """Whether :func:`project` and :func:`project_backward` take embeddings ``z`` (n, F) and the decoder's first
     layer ``w1`` (h, 2F): F = h = one cache line of z's dtype (:mod:`hpcdgnn.nn._simd`: 16 float32 or 8
     float64 — the width of every benchmark here), and :func:`available` for n rows; else torch's GEMMs."""
-    width = 64 // z.element_size()
+    width = _line_values(z)
     return (z.dim() == 2 and z.shape[1] == width and tuple(w1.shape) == (width, 2 * width)
             and available(z, w1, pairs=z.shape[0]))
 

@@ -198,8 +198,9 @@ def _power_law_csr(n: int, dtype, index, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("index", [torch.int32, torch.int64])
 def test_compiled_csr_product_is_torchs_bit_for_bit(use, monkeypatch, dtype, width, index):
     """csr_mm's compiled product (widths a multiple of a cache line's values) gives torch's CPU product bit for
-    bit: rows of one entry to hundreds, empty rows, both index types, a strided x; other widths, shapes that do
-    not match and small calls (at the default size rule) are left to torch."""
+    bit: rows of one entry to hundreds, empty rows (written whatever the fresh output held), both index types, a
+    strided x, no columns, no rows; other widths, shapes that do not match and small calls (at the default size
+    rule) are left to torch."""
     from hpcdgnn.nn.conv.gcn import csr_mm
 
     a = _power_law_csr(700, dtype, index, seed=width)
@@ -212,6 +213,12 @@ def test_compiled_csr_product_is_torchs_bit_for_bit(use, monkeypatch, dtype, wid
     assert kernels.csr_mm(a, torch.randn(699, width, dtype=dtype)) is None  # torch's product says what is wrong
     strided = torch.randn(width, 700, dtype=dtype).t()
     assert torch.equal(kernels.csr_mm(a, strided), torch.sparse.mm(a, strided))
+    torch.full((700, width), float("nan"), dtype=dtype)  # NaN in the allocator's free memory: every row is written
+    assert torch.equal(kernels.csr_mm(a, x), got)
+    assert kernels.csr_mm(a, torch.zeros(700, 0, dtype=dtype)).shape == (700, 0)
+    empty = torch.sparse_csr_tensor(torch.zeros(1, dtype=index), torch.zeros(0, dtype=index),
+                                    torch.zeros(0, dtype=dtype), (0, 700))
+    assert kernels.csr_mm(empty, x).shape == (0, width)
     monkeypatch.setattr(kernels, "MIN_PAIRS", 701)
     assert kernels.csr_mm(a, x) is None
 
