@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.data.graph_diff import COOSnapshot, CSRSnapshot, GraphDiff, Payload, decode_block, encode_block
+from hpcdgnn.nn import kernels
 
 __all__ = ["SnapshotTransfer", "decode_block_host"]
 
@@ -56,7 +57,10 @@ def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
 
     A diff keeps the previous snapshot's keys that were not removed and merges the added ones in: the two
     lists are ascending and disjoint, so a stable sort of their concatenation is one linear merge
-    (timsort finds the two runs). The row pointer counts the keys per row.
+    (timsort finds the two runs). The row pointer counts the keys per row. On the CPU with numba the merge
+    is one compiled pass over the previous CSR and the added keys (:func:`hpcdgnn.nn.kernels.graph_diff_merge`,
+    the same arrays): checkpoint blocks decode every block once or twice an epoch, and numpy's passes cost
+    8.8 ms a block of 4 snapshots of 197 k edges (the generator graph N = 2^16), 0.23 s an epoch of 16 blocks.
     """
     out: list[CSRSnapshot] = []
     keys: np.ndarray | None = None
@@ -75,22 +79,27 @@ def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
             if prev is None:
                 raise ValueError(f"decode_block: payload {j} is a diff but no full snapshot precedes it")
             n = prev.num_vertices
-            if keys is None:
-                keys = _host_keys(prev.indptr.numpy(), prev.indices.numpy(), n)
-            nnz_prev, nnz = keys.shape[0], p.nnz
+            nnz_prev, nnz = prev.nnz, p.nnz
             if p.num_vertices != n:
                 raise ValueError(f"decode_diff: diff is for N = {p.num_vertices}, previous snapshot has N = {n}")
             if nnz != nnz_prev - p.removed.shape[0] + p.added.shape[0]:
                 raise ValueError(f"decode_diff: {nnz_prev} - {p.removed.shape[0]} removed + {p.added.shape[0]} "
                                  f"added = {nnz_prev - p.removed.shape[0] + p.added.shape[0]} nonzeros, "
                                  f"but the diff carries {nnz} values")
-            keep = np.ones(nnz_prev, dtype=bool)
-            keep[p.removed.numpy()] = False
-            keys = np.sort(np.concatenate([keys[keep], p.added.numpy().astype(np.int64)]), kind="stable")
-            rows = keys // np.int64(max(n, 1))
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-            indices = (keys - rows * np.int64(n)).astype(_NP_INDEX[prev.indices.dtype])
+            merged = kernels.graph_diff_merge(prev.indptr.numpy(), prev.indices.numpy(), p.removed.numpy(),
+                                              p.added.numpy(), nnz)
+            if merged is not None:  # one compiled pass over the two lists, no keys
+                indptr, indices = merged
+            else:
+                if keys is None:
+                    keys = _host_keys(prev.indptr.numpy(), prev.indices.numpy(), n)
+                keep = np.ones(nnz_prev, dtype=bool)
+                keep[p.removed.numpy()] = False
+                keys = np.sort(np.concatenate([keys[keep], p.added.numpy().astype(np.int64)]), kind="stable")
+                rows = keys // np.int64(max(n, 1))
+                indptr = np.zeros(n + 1, dtype=np.int64)
+                np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+                indices = (keys - rows * np.int64(n)).astype(_NP_INDEX[prev.indices.dtype])
             prev = CSRSnapshot(torch.from_numpy(indptr), torch.from_numpy(indices), p.values.clone())
         else:
             raise TypeError(f"decode_block: payload {j} is {type(p).__name__}, expected CSRSnapshot or GraphDiff")

@@ -6,7 +6,16 @@ from __future__ import annotations
 import numba  # after hpcdgnn.nn.kernels._cache_of_this_cpu, which sets what numba's import reads
 import numpy as np
 
-from hpcdgnn.nn._simd import LINE, csr_row, pair_backward, pair_logit, prefetch_row, project_back_rows, project_row
+from hpcdgnn.nn._simd import (
+    LINE,
+    csr_row,
+    csr_row_scatter,
+    pair_backward,
+    pair_logit,
+    prefetch_row,
+    project_back_rows,
+    project_row,
+)
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -293,6 +302,17 @@ def csr_mm(crow, col, val, x, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)
+def csr_mm_t(crow, col, val, x, out):  # pragma: no cover - compiled
+    """The product Aᵀ x added into out (zeros, (A's columns, F)), for the CSR A (crow, col, val) and x (A's rows,
+    F), F a multiple of a line's values: each row of x scattered to the rows its entries name
+    (:func:`hpcdgnn.nn._simd.csr_row_scatter`), rows in order — :func:`csr_mm` over Aᵀ, bit for bit."""
+    W = LINE // x.itemsize
+    for i in range(crow.shape[0] - 1):
+        for j in range(0, x.shape[1], W):
+            csr_row_scatter(crow, col, val, x, out, i, j)
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)
 def _vertex(key, i, n):  # pragma: no cover - compiled
     """Draw i (from 0) of the stream ``key`` over n vertices: splitmix64's output at counter i + 1 times
     n / 2^64, the 64 x 32-bit high product in two halves (exact for n < 2^32)."""
@@ -387,17 +407,15 @@ def gcn_norm_degrees(indptr, indices, weights, deg):  # pragma: no cover - compi
 
 
 @numba.njit(cache=True, boundscheck=False, nogil=True)  # no fastmath: the values must be gcn_norm's, bit for bit
-def gcn_norm_fill(indptr, indices, weights, dinv, r0, off, crow, col_a, val_a, crow_t, col_t, val_t,
-                  start):  # pragma: no cover - compiled
+def gcn_norm_fill(indptr, indices, weights, dinv, r0, off, crow, col_a, val_a):  # pragma: no cover - compiled
     """One snapshot of :func:`hpcdgnn.nn.conv.gcn.stacked_gcn_norm` from its D^-1/2 (``dinv``, computed by
     torch as gcn_norm computes it: torch's sqrt is not numpy's in the last bit on every CPU): Ã =
     D^-1/2 (A + I) D^-1/2 (IBM Eq. 1) written at entry ``off`` and row ``r0`` of the stacked CSR arrays of
-    Ã (``crow``, ``col_a``, ``val_a``) and of Ãᵀ (a counting sort of Ã's entries by column), columns shifted
-    by ``r0``. The values are gcn_norm's products in its order, (w · dinv_r) · dinv_c and the diagonal
-    dinv_r · dinv_r, rounded once to the dtype. ``start``: (n,) int64 scratch."""
+    Ã (``crow``, ``col_a``, ``val_a``), columns shifted by ``r0``. The values are gcn_norm's products in its
+    order, (w · dinv_r) · dinv_c and the diagonal dinv_r · dinv_r, rounded once to the dtype. Ãᵀ is not
+    built here: the backward scatters over Ã (:func:`csr_mm_t`), and :func:`csr_transpose` builds it where
+    something asks for it."""
     n = indptr.shape[0] - 1
-    for r in range(n):
-        start[r] = 1  # Ã's column counts: the diagonal
     p = off
     for r in range(n):  # Ã: the row's entries left of the diagonal, the diagonal, the rest
         dr = dinv[r]
@@ -413,26 +431,78 @@ def gcn_norm_fill(indptr, indices, weights, dinv, r0, off, crow, col_a, val_a, c
                 placed = True
             col_a[p] = c + r0
             val_a[p] = np.float64(weights[e]) * dr * dinv[c]
-            start[c] += 1
             p += 1
         if not placed:
             col_a[p] = r + r0
             val_a[p] = dr * dr
             p += 1
         crow[r0 + r + 1] = p
-    q = off  # Ãᵀ's row pointers, then each column's entries in Ã's row order
-    for c in range(n):
-        k = start[c]
-        start[c] = q
-        q += k
-        crow_t[r0 + c + 1] = q
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def graph_diff_merge(indptr, indices, removed, added, n, out_indptr, out_indices):  # pragma: no cover - compiled
+    """The next snapshot of a graph difference (:func:`hpcdgnn.data.transfer.decode_block_host`): the previous
+    CSR (``indptr``, ``indices``; n rows of n columns) without its entries at the ascending positions
+    ``removed``, with the ascending keys ``added`` (row * n + column) merged in, written to ``out_indptr``
+    (n + 1) and ``out_indices``. Returns the entries written, or -1 where the diff does not fit the
+    previous snapshot (a position or key out of range, or out of order so that some are never reached; more
+    entries than ``out_indices`` holds): nothing is written past the arrays. The wire format's positions and
+    keys are ascending and unique (the encoder's); this pass relies on it and checks what it reads."""
+    cap, nr, na = out_indices.shape[0], removed.shape[0], added.shape[0]
+    ri = ai = p = 0
+    out_indptr[0] = 0
     for r in range(n):
-        for p in range(crow[r0 + r], crow[r0 + r + 1]):
-            c = col_a[p] - r0
-            q = start[c]
-            col_t[q] = r + r0
-            val_t[q] = val_a[p]
-            start[c] = q + 1
+        base = np.int64(r) * n
+        e0, e1 = indptr[r], indptr[r + 1]
+        # a row whose every entry is removed (positions ascending and unique: the first and the last match)
+        # is skipped whole: snapshots that share few edges have mostly such rows, and the test per entry
+        # mispredicts
+        if e1 > e0 and ri + (e1 - e0) <= nr and removed[ri] == e0 and removed[ri + (e1 - e0) - 1] == e1 - 1:
+            ri += e1 - e0
+            e0 = e1
+        for e in range(e0, e1):
+            if ri < nr and removed[ri] == e:
+                ri += 1
+                continue
+            key = base + indices[e]
+            while ai < na and added[ai] < key:
+                if p == cap or added[ai] < base:
+                    return -1
+                out_indices[p] = added[ai] - base
+                p += 1
+                ai += 1
+            if p == cap:
+                return -1
+            out_indices[p] = indices[e]
+            p += 1
+        while ai < na and added[ai] < base + n:
+            if p == cap or added[ai] < base:
+                return -1
+            out_indices[p] = added[ai] - base
+            p += 1
+            ai += 1
+        out_indptr[r + 1] = p
+    return p if ri == nr and ai == na else -1
+
+
+@numba.njit(cache=True, boundscheck=False, nogil=True)
+def csr_transpose(crow, col, val, crow_t, col_t, val_t):  # pragma: no cover - compiled
+    """Aᵀ's CSR arrays (``crow_t`` zeroed, of A's column count + 1) from A's: a counting sort of A's entries by
+    column, stable, so each column's entries keep A's row order — (column, row) order, as a key sort gives."""
+    for e in range(col.shape[0]):
+        crow_t[col[e] + 1] += 1
+    for c in range(crow_t.shape[0] - 1):
+        crow_t[c + 1] += crow_t[c]
+    for r in range(crow.shape[0] - 1):
+        for e in range(crow[r], crow[r + 1]):
+            c = col[e]
+            q = crow_t[c]
+            col_t[q] = r
+            val_t[q] = val[e]
+            crow_t[c] = q + 1
+    for c in range(crow_t.shape[0] - 1, 0, -1):  # each pointer was moved to its column's end: shift back
+        crow_t[c] = crow_t[c - 1]
+    crow_t[0] = 0
 
 
 #: logits per chunk of :func:`score_stats`: their bins are computed in one loop, then counted

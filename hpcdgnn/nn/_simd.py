@@ -53,6 +53,13 @@ class _Rows:
         """Argument k (an integer) as an intp."""
         return self.context.cast(self.builder, self.args[k], self.sig.args[k], types.intp)
 
+    def item(self, k: int, e):
+        """``array_k[e]`` (1-D, e an intp), as an intp where the array holds integers (indices)."""
+        aty = self.sig.args[k]
+        value = self.builder.load(cgutils.get_item_pointer(self.context, self.builder, aty, self.array(k), [e]))
+        return self.context.cast(self.builder, value, aty.dtype, types.intp) if isinstance(aty.dtype, types.Integer) \
+            else value
+
     def at(self, k: int, *index):
         """``&array_k[index]`` as a vector pointer (index: intp values)."""
         ary, aty = self.array(k), self.sig.args[k]
@@ -106,6 +113,14 @@ def _float_rows(*arrays) -> bool:
     """Arrays of one float dtype, C-contiguous (a row is one run of memory)."""
     return all(isinstance(a, types.Array) and a.layout == "C" and isinstance(a.dtype, types.Float)
                and a.dtype == arrays[0].dtype for a in arrays)
+
+
+def _csr_args(crow, col, val, x, out, i, j) -> bool:
+    """A CSR matrix (integer ``crow``, ``col``; ``val`` of x's dtype), rows x and out, integer row i and column j."""
+    return (_float_rows(x, out) and isinstance(val, types.Array) and val.dtype == x.dtype
+            and isinstance(crow, types.Array) and isinstance(crow.dtype, types.Integer)
+            and isinstance(col, types.Array) and isinstance(col.dtype, types.Integer)
+            and isinstance(i, types.Integer) and isinstance(j, types.Integer))
 
 
 @intrinsic
@@ -242,25 +257,39 @@ def project_back_rows(typingctx, z, dpu, dpv, wu, wv, dz, r0, r1, dwu, dwv, db1)
 def csr_row(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - compiled
     """``out[i, j:j+W] = Σ_e val[e] x[col[e], j:j+W]`` over the entries e of CSR row i in order, from 0 (a
     multiply, then an add: MKL's CSR product's arithmetic, bit for bit, :func:`hpcdgnn.nn.conv.gcn.csr_mm`)."""
-    if not (_float_rows(x, out) and isinstance(val, types.Array) and val.dtype == x.dtype
-            and isinstance(crow, types.Array) and isinstance(crow.dtype, types.Integer)
-            and isinstance(col, types.Array) and isinstance(col.dtype, types.Integer)
-            and isinstance(i, types.Integer) and isinstance(j, types.Integer)):
+    if not _csr_args(crow, col, val, x, out, i, j):
         return None
 
     def codegen(context, builder, sig, args):
         r = _Rows(context, builder, sig, args, vector_of=3)
         i, j = r.index(5), r.index(6)
 
-        def entry(k, e):  # array k's item e, as an intp where it is an index
-            value = builder.load(cgutils.get_item_pointer(context, builder, sig.args[k], r.array(k), [e]))
-            return context.cast(builder, value, sig.args[k].dtype, types.intp) if k < 2 else value
-
         acc = cgutils.alloca_once_value(builder, ir.Constant(r.vec, None))
-        with cgutils.for_range_slice(builder, entry(0, i), entry(0, builder.add(i, _I64(1))), _I64(1)) as (e, _):
-            term = builder.fmul(r.splat(entry(2, e)), r.load(r.at(3, entry(1, e), j)))
+        with cgutils.for_range_slice(builder, r.item(0, i), r.item(0, builder.add(i, _I64(1))), _I64(1)) as (e, _):
+            term = builder.fmul(r.splat(r.item(2, e)), r.load(r.at(3, r.item(1, e), j)))
             builder.store(builder.fadd(builder.load(acc), term), acc)
         r.store(builder.load(acc), r.at(4, i, j))
+        return context.get_dummy_value()
+
+    return types.void(crow, col, val, x, out, i, j), codegen
+
+
+@intrinsic
+def csr_row_scatter(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - compiled
+    """``out[col[e], j:j+W] += val[e] x[i, j:j+W]`` for the entries e of CSR row i in order: row i's share of
+    Aᵀ x without Aᵀ (:func:`hpcdgnn.nn.conv.gcn.csr_mm_t`). Rows i taken in ascending order, each output row
+    gets its terms in the order of Aᵀ's entries (A's rows ascending), each a multiply then an add, onto
+    zeros: :func:`csr_row` over Aᵀ, bit for bit."""
+    if not _csr_args(crow, col, val, x, out, i, j):
+        return None
+
+    def codegen(context, builder, sig, args):
+        r = _Rows(context, builder, sig, args, vector_of=3)
+        i, j = r.index(5), r.index(6)
+
+        xi = r.load(r.at(3, i, j))
+        with cgutils.for_range_slice(builder, r.item(0, i), r.item(0, builder.add(i, _I64(1))), _I64(1)) as (e, _):
+            r.add_into(r.at(4, r.item(1, e), j), builder.fmul(r.splat(r.item(2, e)), xi))
         return context.get_dummy_value()
 
     return types.void(crow, col, val, x, out, i, j), codegen

@@ -194,7 +194,8 @@ class SnapshotStrategy(Strategy):
 
     def _normalise(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
         """Load block b's snapshots onto the device (the load time goes to ``load``) and build diag(Ã_t)
-        of each phase ``(lo, hi)`` (:meth:`phases`) straight from them (:func:`stacked_gcn_norm`).
+        of each phase ``(lo, hi)`` (:meth:`phases`) straight from them (:func:`stacked_gcn_norm`), with Ãᵀ
+        where it is kept for the run and has a backward.
         """
         seconds = self.transfer.seconds
         snaps = self.transfer.load(b)
@@ -202,9 +203,12 @@ class SnapshotStrategy(Strategy):
         local = self._local[b]
         if self._graph_steps and self._resident:
             self._steps[b] = self._as_steps(b, snaps)
+        # Ãᵀ only for a resident phase with a backward: a block's operator is built twice an epoch, mostly for
+        # a pass without autograd, and its backward takes Ãᵀ·Y from Ã's entries (stacked_gcn_norm)
         out = {
-            (lo, hi): stacked_gcn_norm(snaps[lo:hi], [self.owned[i] for i in local[lo:hi]], self.ctx.dtype)
-            for _, lo, hi in self.phases(b)
+            (lo, hi): stacked_gcn_norm(snaps[lo:hi], [self.owned[i] for i in local[lo:hi]], self.ctx.dtype,
+                                       transpose=self._resident and grad)
+            for grad, lo, hi in self.phases(b)
         }
         self._block_adj_peak = max(self._block_adj_peak, sum(a.nbytes for a in out.values()))
         return out

@@ -195,11 +195,13 @@ def test_nbytes_counts_both_matrices():
     assert wide.col_indices().dtype == torch.int64 and wide.col_indices().tolist() == [3, 2**31 + 1]
 
 
+@pytest.mark.parametrize("transposed", [True, False])
 @pytest.mark.parametrize(("halo", "square"), [(0, True), (0, False), (5, True)])
-def test_row_phases_split_the_operator_at_a_row(halo, square):
+def test_row_phases_split_the_operator_at_a_row(halo, square, transposed):
     """Ã of time-major rows split at the horizon row: the head's product and its backward, and the tail's
     product, are the whole operator's rows bit for bit. Without halo columns (block-diagonal in time) the
-    head is square when asked and both its matrices are views of Ã's arrays; else it keeps every column."""
+    head is square when asked and both its matrices are views of Ã's arrays (its transpose left unbuilt, as
+    the whole's, where Ã was made without one); else it keeps every column."""
     rng = np.random.default_rng(4)
     sizes = [6, 4, 7]
     blocks = [gcn_norm(t, *to_csr(random_dense(n, 0.4, t, False)), torch.float64) for t, n in enumerate(sizes)]
@@ -215,13 +217,17 @@ def test_row_phases_split_the_operator_at_a_row(halo, square):
         vals = dense[rows, cols]
         diag = NormalizedAdjacency(-1, sorted_csr(rows, cols, vals, (n, n + halo)),
                                    sorted_csr(cols, rows, vals, (n + halo, n)))
+    if not transposed:
+        diag = NormalizedAdjacency(-1, diag.a)
     k = sizes[0] + sizes[1]
     head, tail, narrow = row_phases(diag, k, square)
     assert narrow == (square and halo == 0)
     assert head.a.shape == (k, k if narrow else n + halo) and tail.shape == (n - k, n + halo)
+    assert diag.has_transpose == transposed and head.has_transpose == (transposed or not narrow)
     if narrow:  # views, not copies
         assert head.a.values().data_ptr() == diag.a.values().data_ptr()
-        assert head.a_t.values().data_ptr() == diag.a_t.values().data_ptr()
+        if transposed:
+            assert head.a_t.values().data_ptr() == diag.a_t.values().data_ptr()
     x = torch.randn(n + halo, 3, dtype=torch.float64, requires_grad=True)
     full = spmm(diag, x)
     g = torch.randn(n, 3, dtype=torch.float64)

@@ -181,14 +181,16 @@ def test_line_wide_rows_propagate_nan(use):
     assert not torch.isnan(logits[0]) and torch.isnan(logits[1]) and torch.isnan(loss)
 
 
-def _power_law_csr(n: int, dtype, index, seed: int) -> torch.Tensor:
-    """A CSR operator of n rows with Zipf-distributed row lengths (up to ~n entries) and a few empty rows."""
+def _power_law_csr(n: int, dtype, index, seed: int, cols: int | None = None) -> torch.Tensor:
+    """A CSR operator of n rows (and ``cols`` columns, n by default) with Zipf-distributed row lengths (up to ~n
+    entries) and a few empty rows."""
     rng = np.random.default_rng(seed)
+    cols = n if cols is None else cols
     lengths = np.minimum(rng.zipf(1.5, n), n - 1)
     lengths[rng.integers(0, n, 3)] = 0
     rows = np.repeat(np.arange(n), lengths)
-    a = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, rng.integers(0, n, rows.shape[0])])),
-                                torch.from_numpy(rng.standard_normal(rows.shape[0])), (n, n),
+    a = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, rng.integers(0, cols, rows.shape[0])])),
+                                torch.from_numpy(rng.standard_normal(rows.shape[0])), (n, cols),
                                 check_invariants=True).coalesce()
     a = a.to_sparse_csr().to(dtype)
     return torch.sparse_csr_tensor(a.crow_indices().to(index), a.col_indices().to(index), a.values(), a.shape)
@@ -221,6 +223,48 @@ def test_compiled_csr_product_is_torchs_bit_for_bit(use, monkeypatch, dtype, wid
     assert kernels.csr_mm(empty, x).shape == (0, width)
     monkeypatch.setattr(kernels, "MIN_PAIRS", 701)
     assert kernels.csr_mm(a, x) is None
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.float32, 16), (torch.float32, 32), (torch.float64, 8)])
+@pytest.mark.parametrize("index", [torch.int32, torch.int64])
+@pytest.mark.parametrize("cols", [700, 260])
+def test_compiled_transposed_product_is_the_transposes_bit_for_bit(use, monkeypatch, dtype, width, index, cols):
+    """Aᵀ·Y without Aᵀ (kernels.csr_mm_t: each row of Y scattered to the rows its entries name) gives the product
+    over the built transpose bit for bit — torch's and the compiled one — on square and wide operators with empty
+    rows and columns, both index types; the compiled transpose is the key sort's, array for array; through
+    NormalizedAdjacency the backward of Ã·X is the same with and without Ãᵀ built. Other widths, shapes that
+    do not match and small calls (at the default size rule) are refused."""
+    from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, _row_ids, csr_transpose, sorted_csr, spmm, transposed_mm
+
+    a = _power_law_csr(700, dtype, index, seed=width + cols, cols=cols)
+    crow = a.crow_indices().to(torch.int64)
+    ref = sorted_csr(a.col_indices().to(torch.int64), _row_ids(torch.diff(crow), int(crow[-1])), a.values(),
+                     (cols, 700))
+    y = torch.randn(700, width, dtype=dtype)
+    use("numba")
+    got = kernels.csr_mm_t(a, y)
+    assert got is not None and got.shape == (cols, width)
+    assert torch.equal(got, torch.sparse.mm(ref, y)) and torch.equal(got, kernels.csr_mm(ref, y))
+    arrays = kernels.csr_transpose(a)
+    assert arrays is not None
+    for x, r in zip(arrays, (ref.crow_indices(), ref.col_indices(), ref.values()), strict=True):
+        assert torch.equal(x.to(r.dtype), r)
+    assert torch.equal(csr_transpose(a).to_dense(), a.to_dense().t())
+    lazy, built = NormalizedAdjacency(-1, a), NormalizedAdjacency(-1, a, ref)
+    assert torch.equal(transposed_mm(lazy, y), got) and not lazy.has_transpose  # the scatter, no transpose built
+    x = torch.randn(cols, width, dtype=dtype, requires_grad=True)
+    grads = []
+    for adj in (lazy, built):
+        x.grad = None
+        (spmm(adj, x) * torch.linspace(-1, 1, width, dtype=dtype)).sum().backward()
+        grads.append(x.grad.clone())
+    assert torch.equal(grads[0], grads[1]) and not lazy.has_transpose
+    assert kernels.csr_mm_t(a, torch.randn(700, width + 4, dtype=dtype)) is None
+    assert kernels.csr_mm_t(a, torch.randn(699, width, dtype=dtype)) is None
+    assert torch.equal(transposed_mm(lazy, y[:, :3].contiguous()), torch.sparse.mm(ref, y[:, :3]))  # builds Ãᵀ
+    assert lazy.has_transpose and lazy.nbytes == built.nbytes
+    monkeypatch.setattr(kernels, "MIN_PAIRS", 701)
+    assert kernels.csr_mm_t(a, y) is None
 
 
 def test_always_drops_the_size_thresholds_and_a_bad_value_is_refused(monkeypatch):

@@ -33,7 +33,7 @@ def _snapshot(rng, n: int, m: int, index_dtype, self_loops: bool, unit: bool = F
 def test_stacked_normalisation_is_gcn_norm_bit_for_bit(dtype, index_dtype, mode, monkeypatch):
     """diag(Ã_t) built in place equals block_diagonal(gcn_norm(...)) exactly: input self-loops, empty rows,
     an empty snapshot, one snapshot alone, unit weights; by torch's passes or the compiled ones (``mode``:
-    HPCDGNN_KERNELS)."""
+    HPCDGNN_KERNELS); its transpose too, built with it or when first read."""
     if mode == "always":
         pytest.importorskip("numba")
     monkeypatch.setenv("HPCDGNN_KERNELS", mode)
@@ -46,7 +46,10 @@ def test_stacked_normalisation_is_gcn_norm_bit_for_bit(dtype, index_dtype, mode,
     for group in (snaps, snaps[3:4], snaps[1:3]):
         ref = block_diagonal([gcn_norm(0, c.indptr, c.indices, c.values, dtype) for c in group])
         got = stacked_gcn_norm(group, list(range(len(group))), dtype)
-        for r, g in ((ref.a, got.a), (ref.a_t, got.a_t)):
+        kept = stacked_gcn_norm(group, list(range(len(group))), dtype, transpose=True)
+        # Ãᵀ only where asked for (a resident operator with a backward); else built when something reads it
+        assert kept.has_transpose and not got.has_transpose and got.nbytes < kept.nbytes
+        for r, g in ((ref.a, got.a), (ref.a_t, got.a_t), (ref.a_t, kept.a_t)):
             assert g.shape == r.shape
             for x, y in ((r.crow_indices(), g.crow_indices()), (r.col_indices(), g.col_indices())):
                 # every path stores MKL's int32 indices where they fit (sorted_csr's rule): the same numbers

@@ -11,7 +11,6 @@ operation ``Y = σ(Ã X W)`` (Eq. 2) is split as ``Y' = Ã X`` then ``Y' W``
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,22 +22,44 @@ from hpcdgnn.nn import kernels
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_nbytes", "csr_tensor", "gcn_norm", "row_phases",
-           "sorted_csr", "spmm", "stacked_gcn_norm"]
+__all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_nbytes", "csr_tensor", "csr_transpose", "gcn_norm",
+           "row_phases", "sorted_csr", "spmm", "stacked_gcn_norm", "transposed_mm"]
 
 
-@dataclass
 class NormalizedAdjacency:
-    """Ã of one snapshot and its transpose (for the backward pass), as torch CSR tensors."""
+    """Ã of one snapshot (``t``; -1 for several) and its transpose for the backward pass, as torch CSR tensors.
 
-    t: int
-    a: torch.Tensor
-    a_t: torch.Tensor
+    The transpose may be left out (``a_t=None``): :func:`transposed_mm` then takes Ãᵀ·Y from Ã's own entries (on
+    the CPU, the same bits), and :attr:`a_t` builds it the first time something asks for it. Why: an operator
+    that only runs forward (checkpoint blocks' pass without autograd, steps past the training horizon) never
+    needs it, and building it cost more than a product with it.
+    """
+
+    __slots__ = ("_a_t", "a", "t")
+
+    def __init__(self, t: int, a: torch.Tensor, a_t: torch.Tensor | None = None) -> None:
+        self.t, self.a, self._a_t = t, a, a_t
+
+    @property
+    def a_t(self) -> torch.Tensor:
+        """Ãᵀ, built now (and kept) where the operator was made without it."""
+        return self.transposed()._a_t
+
+    def transposed(self) -> NormalizedAdjacency:
+        """This operator with Ãᵀ built (now, if it was not)."""
+        if self._a_t is None:
+            self._a_t = csr_transpose(self.a)
+        return self
+
+    @property
+    def has_transpose(self) -> bool:
+        """Whether Ãᵀ is built (:attr:`a_t` would not build it)."""
+        return self._a_t is not None
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by both CSR matrices."""
-        return csr_nbytes(self.a) + csr_nbytes(self.a_t)
+        """Bytes held by the CSR matrices built so far."""
+        return csr_nbytes(self.a) + (csr_nbytes(self._a_t) if self._a_t is not None else 0)
 
 
 def csr_nbytes(m: torch.Tensor) -> int:
@@ -128,8 +149,28 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.addmm(out, a, x, beta=0, out=out)
 
 
+def csr_transpose(a: torch.Tensor) -> torch.Tensor:
+    """Aᵀ of a CSR ``a`` as a CSR tensor, its entries in (column, row) order (compiled on the CPU, else a key sort)."""
+    arrays = kernels.csr_transpose(a)
+    if arrays is None:
+        crow = a.crow_indices().to(torch.int64)
+        rows = _row_ids(torch.diff(crow), int(crow[-1]))
+        return sorted_csr(a.col_indices().to(torch.int64), rows, a.values(), (a.shape[1], a.shape[0]))
+    return csr_tensor(*arrays, (a.shape[1], a.shape[0]))
+
+
+def transposed_mm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
+    """Ãᵀ·X: the product with Ãᵀ where it is built, else over Ã's entries without it (:func:`csr_mm`'s conditions
+    and :func:`hpcdgnn.nn.kernels.csr_mm_t`'s: the same bits), else with Ãᵀ built now."""
+    if not adj.has_transpose and x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled()):
+        out = kernels.csr_mm_t(adj.a, x.contiguous()) if x.dtype == adj.a.dtype else None
+        if out is not None:
+            return out
+    return csr_mm(adj.a_t, x)
+
+
 class _SpMM(torch.autograd.Function):
-    """Y = Ã X with dX = Ãᵀ dY, using the precomputed transpose (no sparse autograd needed)."""
+    """Y = Ã X with dX = Ãᵀ dY (:func:`transposed_mm`; no sparse autograd needed)."""
 
     @staticmethod
     def forward(ctx, x, adj):  # noqa: D102
@@ -138,7 +179,7 @@ class _SpMM(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        return csr_mm(ctx.adj.a_t, grad), None
+        return transposed_mm(ctx.adj, grad), None
 
 
 def spmm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
@@ -156,19 +197,21 @@ def row_phases(adj: NormalizedAdjacency, k: int,
     tail's row pointers are rebased). Returns ``(head, tail, square)``: ``square`` when it is asked
     for, the head reads only columns [0, k) and no later row reads those columns (Ã
     block-diagonal in time, no halo) — the head is then (k, k) and its transpose is rows [0, k) of Ãᵀ,
-    also a view; else the head keeps all columns (its product reads what the whole one reads: a
-    head over the halo must keep the exchange in its backward) and its transpose is built from its
-    entries.
+    also a view (or left to be built where Ã has none yet); else the head keeps all columns (its product
+    reads what the whole one reads: a head over the halo must keep the exchange in its backward) and its
+    transpose is built from its entries.
     """
-    a, at = adj.a, adj.a_t
+    a = adj.a
     n, width = a.shape
     crow, col, val = a.crow_indices(), a.col_indices(), a.values()
     e = int(crow[k])
-    tcrow = at.crow_indices()
-    square = square and (e == 0 or int(col[:e].max()) < k) and int(tcrow[k]) == e
+    # no head entry reads a column from k on, no tail entry one before k
+    square = square and (e == 0 or int(col[:e].max()) < k) and (e == col.shape[0] or int(col[e:].min()) >= k)
     if square:
-        head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, k)),
-                                   csr_tensor(tcrow[: k + 1], at.col_indices()[:e], at.values()[:e], (k, k)))
+        at = adj.a_t if adj.has_transpose else None  # else the head's is built only if asked for, as the whole's
+        head_t = None if at is None else csr_tensor(at.crow_indices()[: k + 1], at.col_indices()[:e],
+                                                    at.values()[:e], (k, k))
+        head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, k)), head_t)
     else:
         rows = _row_ids(torch.diff(crow[: k + 1].to(torch.int64)), e)
         head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, width)),
@@ -200,7 +243,9 @@ def block_diagonal(adjs: list[NormalizedAdjacency]) -> NormalizedAdjacency:
     """
     if len(adjs) == 1:
         return adjs[0]
-    return NormalizedAdjacency(-1, _block_diagonal_csr([a.a for a in adjs]), _block_diagonal_csr([a.a_t for a in adjs]))
+    transposed = all(a.has_transpose for a in adjs)  # else left to be built, if it is asked for, from the whole
+    return NormalizedAdjacency(-1, _block_diagonal_csr([a.a for a in adjs]),
+                               _block_diagonal_csr([a.a_t for a in adjs]) if transposed else None)
 
 
 def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
@@ -212,7 +257,7 @@ def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
     return torch.cumsum(marks[:total], 0)
 
 
-def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype) -> NormalizedAdjacency:
+def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype, transpose: bool = False) -> NormalizedAdjacency:
     """diag(Ã_1, …, Ã_S) of canonical CSR snapshots (IBM Eq. 1), built in place: bit for bit
     ``block_diagonal([gcn_norm(t, …) for each snapshot])``, without its two key sorts per matrix, its
     searches for the row pointers and the copies into the block-diagonal operator.
@@ -220,24 +265,28 @@ def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype) -> Normaliz
     The input is canonical (rows ascending, columns sorted and unique within a row), so Ã = D^-1/2 (A + I)
     D^-1/2 in (row, column) order is A's entries with the diagonal slotted into each row: an entry moves
     by its row number, plus one when it lies right of the diagonal. The values are gcn_norm's, computed
-    by the same float64 expressions in the same order. Ãᵀ in (column, row) order is Ã's entries stably
-    sorted by column (one sort of int32 keys). Each snapshot writes straight into its slice of the stacked
-    arrays, shifted by its row offset. On the CPU the same runs as two compiled passes per snapshot
-    (:func:`hpcdgnn.nn.kernels.gcn_norm_stacked`; Ãᵀ by a counting sort): checkpoint blocks normalise each
-    block twice an epoch, and torch's ~20 passes here cost 21 ms a block of 4 snapshots, 393 k entries.
+    by the same float64 expressions in the same order. Each snapshot writes straight into its slice of the
+    stacked arrays, shifted by its row offset. On the CPU the same runs as two compiled passes per snapshot
+    (:func:`hpcdgnn.nn.kernels.gcn_norm_stacked`): checkpoint blocks normalise each block twice an epoch, and
+    torch's ~20 passes here cost 21 ms a block of 4 snapshots, 393 k entries.
+
+    Ãᵀ is built only with ``transpose``, for an operator kept for the whole run whose product has a
+    backward: the product over Ãᵀ is faster than the one over Ã's entries without it (:func:`transposed_mm`;
+    the generator graph N = 2^16, 44 steps: 52 against 85 ms, the latter zeroing its output first). Else
+    it is left out (:class:`NormalizedAdjacency`: built at the first backward where the product over Ã's
+    entries does not apply). Why: an operator built per checkpoint block is built twice an epoch, 15 of its
+    26 loads an epoch of 16 blocks (N = 2^16, T = 64) run without autograd, and the transpose took 14 of
+    the 23 ms of a block's operator (4 snapshots, 1.05 M entries).
     """
     # on the CPU two compiled passes per snapshot; elsewhere (or below the kernels' size rule) torch's passes
-    crow, col_a, val_a, crow_t, col_t, val_t = kernels.gcn_norm_stacked(snaps, dtype) or _stacked_arrays(snaps, dtype)
+    crow, col, val = kernels.gcn_norm_stacked(snaps, dtype) or _stacked_arrays(snaps, dtype)
     shape = (crow.shape[0] - 1, crow.shape[0] - 1)
-    return NormalizedAdjacency(
-        ts[0] if len(ts) == 1 else -1,
-        csr_tensor(crow, col_a, val_a, shape),
-        csr_tensor(crow_t, col_t, val_t, shape),
-    )
+    adj = NormalizedAdjacency(ts[0] if len(ts) == 1 else -1, csr_tensor(crow, col, val, shape))
+    return adj.transposed() if transpose else adj
 
 
 def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """(crow, col, val) of diag(Ã_1, …, Ã_S) and of its transpose by torch's passes (:func:`stacked_gcn_norm`)."""
+    """(crow, col, val) of diag(Ã_1, …, Ã_S) by torch's passes (:func:`stacked_gcn_norm`)."""
     dev = snaps[0].indptr.device
     parts = []
     for c in snaps:
@@ -254,11 +303,8 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
     total = sum(n + rows.shape[0] for n, rows, *_ in parts)
     width = sum(p[0] for p in parts)
     crow = torch.zeros(width + 1, dtype=torch.int64, device=dev)
-    crow_t = torch.zeros(width + 1, dtype=torch.int64, device=dev)
     col_a = torch.empty(total, dtype=torch.int64, device=dev)
-    col_t = torch.empty(total, dtype=torch.int64, device=dev)
     val_a = torch.empty(total, dtype=dtype, device=dev)
-    val_t = torch.empty(total, dtype=dtype, device=dev)
     off = r0 = 0  # entries and rows of the snapshots before this one
     for n, rows, cols, w, counts in parts:
         m = rows.shape[0]
@@ -277,15 +323,7 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
         v.scatter_(0, diag, torch.ones(n, dtype=torch.float64, device=dev) * dinv * dinv)
         va = val_a[off : off + m + n]
         va.copy_(v)
-        # Ãᵀ: Ã's entries, in (row, column) order, stably sorted by column -> (column, row) order
-        perm = torch.sort(ca.to(torch_index_dtype(n)), stable=True).indices
-        torch.index_select(_row_ids(counts + 1, m + n), 0, perm, out=col_t[off : off + m + n])
-        torch.index_select(va, 0, perm, out=val_t[off : off + m + n])
-        per_col = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, ca, torch.ones_like(ca))
-        torch.cumsum(per_col, 0, out=crow_t[r0 + 1 : r0 + n + 1])
-        crow_t[r0 + 1 : r0 + n + 1] += off
         if r0:  # block-diagonal: this snapshot's columns start at its first row
             ca += r0
-            col_t[off : off + m + n] += r0
         off, r0 = off + m + n, r0 + n
-    return crow, col_a, val_a, crow_t, col_t, val_t
+    return crow, col_a, val_a
