@@ -253,10 +253,12 @@ def test_tmgcn_m_transform_gradcheck():
     assert torch.autograd.gradcheck(lambda y, h: m_transform(y, 3, h), (y, h))
 
 
-@pytest.mark.parametrize(("T", "h", "w"), [(6, 2, 3), (1, 2, 3), (2, 1, 4), (5, 0, 3), (3, 4, 5), (7, 2, 1)])
+@pytest.mark.parametrize(("T", "h", "w"), [(6, 2, 3), (1, 2, 3), (1, 0, 3), (2, 1, 4), (5, 0, 3), (3, 4, 5), (7, 2, 1),
+                                         (4, 0, 2)])
 def test_tmgcn_history_read_in_place_is_the_joined_transform_bit_for_bit(T, h, w):
     """m_transform(y, w, history) reads the history where it is: the same bits, forward and backward, as the
-    transform of history and y joined (the rows of y), and the window's tail is the joined one's."""
+    transform of history and y joined (the rows of y), and the window's tail is the joined one's; both are
+    each step's terms added in k order onto y's (k = 0, 1, ...) and divided once, as a loop per step adds them."""
     y = randn(T, 5, 3, seed=13).float().requires_grad_(True)
     hist = randn(h, 5, 3, seed=14).float().requires_grad_(True)
     g = randn(T, 5, 3, seed=15).float()
@@ -268,6 +270,24 @@ def test_tmgcn_history_read_in_place_is_the_joined_transform_bit_for_bit(T, h, w
     ref.backward(g)
     assert torch.equal(out, ref)
     assert torch.equal(y.grad, y2.grad) and torch.equal(hist.grad, hist2.grad)
+    full = joined.detach()
+    naive = []
+    for t in range(T):
+        acc = full[h + t].clone()
+        for k in range(1, min(w, h + t + 1)):
+            acc += full[h + t - k]
+        naive.append(acc / min(w, h + t + 1))
+    if T:
+        assert torch.equal(out.detach(), torch.stack(naive))
+        # y's gradient: the terms g_t / c_t of every step that reads y_s, added in k order onto step s's own
+        gs = g / torch.tensor([min(w, h + t + 1) for t in range(T)], dtype=g.dtype).view(T, 1, 1)
+        grad = []
+        for t in range(T):
+            acc = gs[t].clone()
+            for k in range(1, min(w, T - t)):
+                acc += gs[t + k]
+            grad.append(acc)
+        assert torch.equal(y.grad, torch.stack(grad))
     _, tail = make_layer("tmgcn", 4, 3, window=w).temporal(y.detach(), hist.detach())
     assert torch.equal(tail, joined.detach()[max(0, T + h - (w - 1)) :])
 

@@ -32,8 +32,8 @@ class _MTransform(torch.autograd.Function):
         T, off = y.shape[0], history.shape[0]
         ctx.off, ctx.window, ctx.history_shape = off, window, history.shape
         ctx.save_for_backward(count)
-        out = y.clone()
-        for k in range(1, window):
+        out = _first_terms(y, history, window)
+        for k in range(2, window):
             lo = max(0, k - off)  # first output step whose k-th predecessor exists
             if lo >= T:
                 break
@@ -50,9 +50,14 @@ class _MTransform(torch.autograd.Function):
         (count,) = ctx.saved_tensors
         T, off = grad.shape[0], ctx.off
         g = grad / count
-        # the k = 0 term covers y whole: start y's gradient as a copy of it (the shifted adds below read g,
-        # so it cannot be the buffer they write)
-        gy = g.clone()
+        # the k = 0 term covers y whole: y's gradient starts as g plus its k = 1 term, in a buffer of its own (the
+        # shifted adds below read g, so it cannot be the buffer they write)
+        gy = torch.empty_like(g)
+        if ctx.window > 1 and T > 1:
+            torch.add(g[: T - 1], g[1:], out=gy[: T - 1])
+            gy[T - 1 :] = g[T - 1 :]
+        else:
+            gy.copy_(g)
         gh = g.new_zeros(ctx.history_shape) if ctx.needs_input_grad[1] else None
         for k in range(1, ctx.window):
             lo = max(0, k - off)
@@ -61,9 +66,26 @@ class _MTransform(torch.autograd.Function):
             mid = min(k, T)
             if mid > lo and gh is not None:
                 gh[off + lo - k : off + mid - k] += g[lo:mid]
-            if T > mid:
+            if T > mid and k > 1:
                 gy[: T - k] += g[mid:]
         return gy, gh, None, None
+
+
+def _first_terms(y: torch.Tensor, history: torch.Tensor, window: int) -> torch.Tensor:
+    """The M-transform's sum over k = 0 and k = 1 (:class:`_MTransform`), each element as ``y + predecessor``, in
+    one pass into a new buffer: a copy of y and an add in place were two (TM-GCN, N = 2^16, T = 64: 41 ms of a
+    2 s epoch for the copy)."""
+    T, off = y.shape[0], history.shape[0]
+    out = torch.empty_like(y)
+    if window < 2 or T == 0:
+        return out.copy_(y)
+    lo = max(0, 1 - off)  # step 0 has a predecessor only in the history
+    if lo:
+        out[:1] = y[:1]
+    else:
+        torch.add(y[:1], history[off - 1 :], out=out[:1])
+    torch.add(y[1:], y[: T - 1], out=out[1:])
+    return out
 
 
 def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = None) -> torch.Tensor:
