@@ -58,6 +58,8 @@ backward in the same order.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -65,7 +67,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflat
 from hpcdgnn.comm.autograd import ChunkBoxes, pipelined_exchange, redistribute, time_halo
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, spmm, stacked_gcn_norm
+from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_nbytes, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import (
     Layout,
@@ -210,8 +212,17 @@ class SnapshotStrategy(Strategy):
                                        transpose=self._resident and grad)
             for grad, lo, hi in self.phases(b)
         }
-        self._block_adj_peak = max(self._block_adj_peak, sum(a.nbytes for a in out.values()))
+        built = sum(a.nbytes for a in out.values())
+        self._block_adj_peak = max(self._block_adj_peak, built)
+        if not self._resident:  # a transpose built at the backward (no product over Ã's entries there) counts too
+            for a in out.values():
+                a.on_transpose = partial(self._late_transpose, built)
         return out
+
+    def _late_transpose(self, built: int, a: NormalizedAdjacency) -> None:
+        """A block's operator built its transpose after :meth:`_normalise` (``built`` bytes then): the block's
+        peak grows by it. Bound to the bytes, not the block's operators, which it must not keep alive."""
+        self._block_adj_peak = max(self._block_adj_peak, built + csr_nbytes(a.a_t))
 
     def phases(self, b: int) -> list[tuple[bool, int, int]]:
         """(autograd on, first, last + 1) positions in block b's owned snapshots of the run up to the

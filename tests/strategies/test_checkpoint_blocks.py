@@ -63,6 +63,30 @@ def test_stacked_normalisation_is_gcn_norm_bit_for_bit(dtype, index_dtype, mode,
     monkeypatch.setattr(kernels, "_kernels", None)
 
 
+def test_a_block_operator_counts_a_transpose_built_at_its_backward():
+    """A block's Ã is built without Ãᵀ; where its backward cannot take Ãᵀ·Y from Ã's entries (here a width that
+    is no multiple of a cache line's values) the transpose is built then, and the block's reported peak
+    (engine_bytes' streamed part) grows by it — once, bound to the bytes, not to the operator."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from hpcdgnn.nn.conv.gcn import spmm
+    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+    rng = np.random.default_rng(3)
+    snaps = [_snapshot(rng, 40, m, np.int32, self_loops=False) for m in (150, 90)]
+    op = stacked_gcn_norm(snaps, [0, 1], torch.float32)
+    built = op.nbytes
+    owner = SimpleNamespace(_block_adj_peak=built)
+    op.on_transpose = partial(SnapshotStrategy._late_transpose, owner, built)
+    x = torch.randn(80, 3, requires_grad=True)
+    spmm(op, x).sum().backward()
+    assert op.has_transpose and owner._block_adj_peak == op.nbytes == 2 * built  # Ãᵀ: as many entries and rows
+    assert torch.equal(x.grad, csr_mm(op.a_t, torch.ones(80, 3)))
+    spmm(op, x).sum().backward()  # built once
+    assert owner._block_adj_peak == 2 * built
+
+
 @pytest.fixture(scope="module")
 def blocks_dataset(tmp_path_factory):
     """T = 16 (blocks 2 and 4 nest: [0, 8, 16] and [0, 4, 8, 12, 16]), enough edges that activations dominate."""

@@ -11,6 +11,7 @@ operation ``Y = σ(Ã X W)`` (Eq. 2) is split as ``Y' = Ã X`` then ``Y' W``
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -35,10 +36,12 @@ class NormalizedAdjacency:
     needs it, and building it cost more than a product with it.
     """
 
-    __slots__ = ("_a_t", "a", "t")
+    __slots__ = ("_a_t", "a", "on_transpose", "t")
 
     def __init__(self, t: int, a: torch.Tensor, a_t: torch.Tensor | None = None) -> None:
         self.t, self.a, self._a_t = t, a, a_t
+        #: called with this operator when its transpose is built late: an owner that reports the bytes it holds
+        self.on_transpose: Callable[[NormalizedAdjacency], None] | None = None
 
     @property
     def a_t(self) -> torch.Tensor:
@@ -49,6 +52,8 @@ class NormalizedAdjacency:
         """This operator with Ãᵀ built (now, if it was not)."""
         if self._a_t is None:
             self._a_t = csr_transpose(self.a)
+            if self.on_transpose is not None:
+                self.on_transpose(self)
         return self
 
     @property
