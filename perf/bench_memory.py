@@ -2,6 +2,7 @@
 
     python perf/bench_memory.py [--vertices 65536] [--snapshots 64] [--density 3] [--blocks 1 4 16]
                                 [--model tmgcn] [--ranks 1] [--epochs 3] [--repeat 1] [--data DIR]
+                                [--before REF]
 
 Generates an IBM §6.3 random graph once (or reuses ``--data``, writing it there
 when missing), runs ``--epochs`` training epochs per block count
@@ -19,41 +20,39 @@ run in turn in every repeat (so a slow spell on a shared machine hits them
 alike) and the fastest repeat counts — with its ratio to the first block
 count. The issue's targets: nb = 16 at most a quarter of nb = 1 in engine peak
 and at most 1.4x its epoch time (IBM §3.1 trades one extra forward for memory).
+With ``--before REF`` every run is made from that commit's tree too (``git
+archive``, run through ``PYTHONPATH``), the two trees in turn within each
+repeat, and each tree's rows and ratios are printed: before and after, side
+by side in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import generate_graph, run_job  # noqa: E402
+from bench_regression import export_tree  # noqa: E402
 
 _MiB = 1024.0 * 1024.0
 
 
-def run_blocks(work: Path, data: Path, args, nb: int, rep: int) -> tuple[dict, float]:
-    """One run with ``strategy.blocks: nb``: its summary and its median steady epoch time (slowest rank)."""
-    job = work / f"nb{nb}.yaml"
-    job.write_text(yaml.safe_dump({
+def run_blocks(work: Path, data: Path, args, nb: int, rep: int, tree: Path | None = None,
+               name: str = "now") -> tuple[dict, float]:
+    """One run with ``strategy.blocks: nb`` (from ``tree``'s code when given): its summary and its median steady
+    epoch time (slowest rank)."""
+    tag = f"{name}-nb{nb}-r{rep}"
+    recs = run_job({
         "data": {"path": str(data)}, "model": {"name": args.model, "hidden": 16, "layers": 2},
         "strategy": {"name": "snapshot", "blocks": nb},
         "train": {"epochs": args.epochs, "threads": 1, "warmup_epochs": 1 if args.epochs > 1 else 0},
-    }))
-    out = work / f"run-nb{nb}-r{rep}"
-    cmd = [*mpirun_cmd(args.ranks), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
-    if proc.returncode != 0:
-        sys.exit(f"blocks={nb} failed:\n{proc.stdout}\n{proc.stderr}")
-    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    }, args.ranks, work, tag, tree=tree)
     steady = sorted(r["time"]["epoch"]["max"] for r in recs if not r["warmup"]) or [recs[-1]["time"]["epoch"]["max"]]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((work / f"run-{tag}" / "summary.json").read_text())
     summary["_load_s"] = sorted(r["time"]["load"]["max"] for r in recs if not r["warmup"])[len(steady) // 2] \
         if len(recs) > 1 else recs[-1]["time"]["load"]["max"]
     return summary, steady[len(steady) // 2]
@@ -72,35 +71,44 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per block count, in turn; the fastest counts")
     ap.add_argument("--data", type=Path, default=None,
                     help="dataset directory to reuse (generated there when missing; must match the sizes)")
+    ap.add_argument("--before", default=None, help="git commit whose tree runs too, in turn (optional)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-mem-") as tmp:
         work = Path(tmp)
         data = args.data if args.data is not None else work / "graph"
         if not (data / "manifest.json").exists():
             generate_graph(data, args.vertices, args.snapshots, args.density)
+        trees: list[tuple[str, Path | None]] = [("now", None)]
+        if args.before:
+            trees.insert(0, ("before", export_tree(args.before, work / "before")))
         print(f"{args.model}, N={args.vertices} T={args.snapshots} density={args.density}, P={args.ranks}, "
-              f"{args.epochs} epochs (1 warm-up), 1 thread per rank, best of {args.repeat}; bytes of the largest rank")
-        print(f"{'blocks':>6s} {'inputs MiB':>11s} {'activations MiB':>16s} {'engine peak MiB':>16s} "
+              f"{args.epochs} epochs (1 warm-up), 1 thread per rank, best of {args.repeat}; bytes of the largest rank"
+              + (f"; before = {args.before}" if args.before else ""))
+        print(f"{'tree':6s} {'blocks':>6s} {'inputs MiB':>11s} {'activations MiB':>16s} {'engine peak MiB':>16s} "
               f"{'host MiB':>9s} {'moved MiB':>10s} {'peak RSS MiB':>13s} {'loss':>8s} "
               f"{'s/epoch':>8s} {'load s':>7s}")
-        peaks, times = {}, {nb: float("inf") for nb in args.blocks}
+        keys = [(name, nb) for name, _ in trees for nb in args.blocks]
+        peaks, times = {}, dict.fromkeys(keys, float("inf"))
         for rep in range(args.repeat):
-            for nb in args.blocks:  # block counts in turn: a slow spell hits all of them alike
-                s, t = run_blocks(work, data, args, nb, rep)
-                times[nb] = min(times[nb], t)
-                mem = s["memory"]
-                peak = max(mem["engine_peak_bytes"])
-                peaks[nb] = peak
-                moved = s["final"]["transfer_bytes"]
-                print(f"{nb:6d} {max(mem['engine_bytes']) / _MiB:11.1f} "
-                      f"{max(mem['activation_peak_bytes']) / _MiB:16.1f} {peak / _MiB:16.1f} "
-                      f"{max(mem['host_payload_bytes']) / _MiB:9.1f} {moved / _MiB:10.1f} "
-                      f"{max(mem['peak_rss_bytes']) / _MiB:13.1f} {s['final']['loss']:8.4f} "
-                      f"{t:8.3f} {s['_load_s']:7.3f}", flush=True)
+            for name, tree in trees:
+                for nb in args.blocks:  # trees and block counts in turn: a slow spell hits all of them alike
+                    s, t = run_blocks(work, data, args, nb, rep, tree, name)
+                    times[name, nb] = min(times[name, nb], t)
+                    mem = s["memory"]
+                    peak = max(mem["engine_peak_bytes"])
+                    peaks[name, nb] = peak
+                    moved = s["final"]["transfer_bytes"]
+                    print(f"{name:6s} {nb:6d} {max(mem['engine_bytes']) / _MiB:11.1f} "
+                          f"{max(mem['activation_peak_bytes']) / _MiB:16.1f} {peak / _MiB:16.1f} "
+                          f"{max(mem['host_payload_bytes']) / _MiB:9.1f} {moved / _MiB:10.1f} "
+                          f"{max(mem['peak_rss_bytes']) / _MiB:13.1f} {s['final']['loss']:8.4f} "
+                          f"{t:8.3f} {s['_load_s']:7.3f}", flush=True)
         base = args.blocks[0]
-        print(f"{'blocks':>6s} {'engine peak / nb=' + str(base):>20s} {'s/epoch':>8s} {'time / nb=' + str(base):>14s}")
-        for nb in args.blocks:
-            print(f"{nb:6d} {peaks[nb] / peaks[base]:20.3f} {times[nb]:8.3f} {times[nb] / times[base]:14.2f}")
+        print(f"{'tree':6s} {'blocks':>6s} {'engine peak / nb=' + str(base):>20s} {'s/epoch':>8s} "
+              f"{'time / nb=' + str(base):>14s}")
+        for name, nb in keys:
+            print(f"{name:6s} {nb:6d} {peaks[name, nb] / peaks[name, base]:20.3f} {times[name, nb]:8.3f} "
+                  f"{times[name, nb] / times[name, base]:14.2f}")
 
 
 if __name__ == "__main__":

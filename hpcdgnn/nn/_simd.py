@@ -60,6 +60,12 @@ class _Rows:
         return self.context.cast(self.builder, value, aty.dtype, types.intp) if isinstance(aty.dtype, types.Integer) \
             else value
 
+    def entries(self, crow: int, i):
+        """A loop over the entries e of CSR row i (argument ``crow``: the row pointers): ``with r.entries(0, i) as (e,
+        _):``."""
+        lo, hi = self.item(crow, i), self.item(crow, self.builder.add(i, _I64(1)))
+        return cgutils.for_range_slice(self.builder, lo, hi, _I64(1))
+
     def at(self, k: int, *index):
         """``&array_k[index]`` as a vector pointer (index: intp values)."""
         ary, aty = self.array(k), self.sig.args[k]
@@ -265,7 +271,7 @@ def csr_row(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - comp
         i, j = r.index(5), r.index(6)
 
         acc = cgutils.alloca_once_value(builder, ir.Constant(r.vec, None))
-        with cgutils.for_range_slice(builder, r.item(0, i), r.item(0, builder.add(i, _I64(1))), _I64(1)) as (e, _):
+        with r.entries(0, i) as (e, _):
             term = builder.fmul(r.splat(r.item(2, e)), r.load(r.at(3, r.item(1, e), j)))
             builder.store(builder.fadd(builder.load(acc), term), acc)
         r.store(builder.load(acc), r.at(4, i, j))
@@ -277,7 +283,7 @@ def csr_row(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - comp
 @intrinsic
 def csr_row_scatter(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - compiled
     """``out[col[e], j:j+W] += val[e] x[i, j:j+W]`` for the entries e of CSR row i in order: row i's share of
-    Aᵀ x without Aᵀ (:func:`hpcdgnn.nn.conv.gcn.csr_mm_t`). Rows i taken in ascending order, each output row
+    Aᵀ x without Aᵀ (:func:`hpcdgnn.nn.kernels.csr_mm_t`). Rows i taken in ascending order, each output row
     gets its terms in the order of Aᵀ's entries (A's rows ascending), each a multiply then an add, onto
     zeros: :func:`csr_row` over Aᵀ, bit for bit."""
     if not _csr_args(crow, col, val, x, out, i, j):
@@ -288,7 +294,7 @@ def csr_row_scatter(typingctx, crow, col, val, x, out, i, j):  # pragma: no cove
         i, j = r.index(5), r.index(6)
 
         xi = r.load(r.at(3, i, j))
-        with cgutils.for_range_slice(builder, r.item(0, i), r.item(0, builder.add(i, _I64(1))), _I64(1)) as (e, _):
+        with r.entries(0, i) as (e, _):
             r.add_into(r.at(4, r.item(1, e), j), builder.fmul(r.splat(r.item(2, e)), xi))
         return context.get_dummy_value()
 

@@ -375,13 +375,7 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     in 28 against 72 ms for the generator graph's block-diagonal Ã (N = 2^15, 44 steps, 5.8 M entries,
     F = 16, float32, one thread): MKL's loop for so few columns is mostly overhead per entry. The size rule
     is still kept (not ``same_bits``): another machine's MKL may sum in another order."""
-    width = _line_values(x)
-    if (a.layout != torch.sparse_csr or x.dim() != 2 or a.shape[1] != x.shape[0] or x.shape[1] % width
-            or not available(x, a.values(), pairs=a.shape[0])):
-        return None  # torch's product (and its error where the shapes do not match)
-    out = x.new_empty(a.shape[0], x.shape[1])
-    _kernel("csr_mm")(a.crow_indices().numpy(), a.col_indices().numpy(), _np(a.values()), _np(x), out.numpy())
-    return out
+    return _csr_product(a, x, transposed=False)
 
 
 def csr_mm_t(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
@@ -392,12 +386,19 @@ def csr_mm_t(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     Ã·X needs Ãᵀ, and building it cost more than the product — checkpoint blocks build each block's Ã twice an
     epoch (the generator graph N = 2^16, 4 snapshots a block, 1.05 M entries: the transpose 14 ms; this product
     8.2-9.5 ms against 7.3-8.6 ms over a built transpose)."""
-    width = _line_values(x)
-    if (a.layout != torch.sparse_csr or x.dim() != 2 or a.shape[0] != x.shape[0] or x.shape[1] % width
+    return _csr_product(a, x, transposed=True)
+
+
+def _csr_product(a: torch.Tensor, x: torch.Tensor, transposed: bool) -> torch.Tensor | None:
+    """:func:`csr_mm` (a x) or, ``transposed``, :func:`csr_mm_t` (aᵀ x): their shared conditions, then the kernel
+    (the scatter adds into zeros; the row sums overwrite an uninitialised output)."""
+    inner, rows = (a.shape[0], a.shape[1]) if transposed else (a.shape[1], a.shape[0])
+    if (a.layout != torch.sparse_csr or x.dim() != 2 or x.shape[0] != inner or x.shape[1] % _line_values(x)
             or not available(x, a.values(), pairs=a.shape[0])):
-        return None
-    out = x.new_zeros(a.shape[1], x.shape[1])
-    _kernel("csr_mm_t")(a.crow_indices().numpy(), a.col_indices().numpy(), _np(a.values()), _np(x), out.numpy())
+        return None  # torch's product (and its error where the shapes do not match)
+    out = x.new_zeros(rows, x.shape[1]) if transposed else x.new_empty(rows, x.shape[1])
+    _kernel("csr_mm_t" if transposed else "csr_mm")(a.crow_indices().numpy(), a.col_indices().numpy(),
+                                                    _np(a.values()), _np(x), out.numpy())
     return out
 
 

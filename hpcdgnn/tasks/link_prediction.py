@@ -402,7 +402,7 @@ class _EdgeBCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
         ctx.compiled = kernels.projection_available(z, w1)  # then its backward is one compiled pass too
-        pu, pv = kernels.project(z, w1) if ctx.compiled else _project(z, w1)
+        pu, pv = _project(z, w1)  # no autograd inside a Function's forward: compiled where ctx.compiled
         loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label,
                                                                        column_sum=not ctx.compiled)
         ctx.save_for_backward(z, w1, dpu, dpv)

@@ -85,6 +85,27 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
         np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], err_msg=f"{model} {dtype} compiled P={P}")
 
 
+def test_checkpoint_blocks_with_compiled_kernels_match_unblocked(launcher, small_dataset, tmp_path, monkeypatch):
+    """S2 with every compiled loop (HPCDGNN_KERNELS=always) and rows of one cache line (hidden 8, float64): the
+    blocks' operators are built without Ãᵀ and their backward scatters over Ã's entries (``csr_mm_t``), the
+    blocks are decoded by the compiled graph-difference merge, the resident operator's transpose is a compiled
+    counting sort — and nb = 3 at P = 1 and 2, nb = 2 at P = 3, give the unblocked one-process losses and
+    gradient norms."""
+    pytest.importorskip("numba")
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn", "hidden": 8},
+                    train={"dtype": "float64", "device": "cpu"}, task={"decoder_hidden": 8})
+    monkeypatch.setenv("HPCDGNN_KERNELS", "always")
+    ref, _ = _losses(launcher, None, job, tmp_path / "nb1")
+    ran = json.loads((tmp_path / "nb1" / "summary.json").read_text())["compiled_kernels"]
+    assert {"csr_transpose", "csr_mm"} <= set(ran) and "csr_mm_t" not in ran, ran
+    for nb, P in ((3, None), (3, 2), (2, 3)):
+        out = tmp_path / f"nb{nb}-p{P}"
+        got, _ = _losses(launcher, P, job, out, f"strategy.blocks={nb}")
+        np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"compiled nb={nb} P={P}")
+        ran = json.loads((out / "summary.json").read_text())["compiled_kernels"]
+        assert {"csr_mm_t", "graph_diff_merge", "gcn_norm_fill"} <= set(ran), (nb, P, ran)
+
+
 @pytest.mark.parametrize("model", ["tmgcn"])
 def test_destination_buckets_keep_the_trajectory(launcher, small_dataset, tmp_path, monkeypatch, model):
     """The decoder's pairs in destination buckets (HPCDGNN_BUCKET_BYTES small enough for several on this

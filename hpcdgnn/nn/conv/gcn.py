@@ -142,9 +142,7 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     (``x`` requiring grad with grad mode on), another device or another dtype takes ``torch.sparse.mm``.
     Where the widths allow, the product is compiled (:func:`hpcdgnn.nn.kernels.csr_mm`: MKL's sums, 72 -> 28 ms).
     """
-    if (a.layout != torch.sparse_csr or a.device.type != "cpu" or x.device.type != "cpu" or x.dim() != 2
-            or a.dtype not in (torch.float32, torch.float64) or x.dtype != a.dtype
-            or (x.requires_grad and torch.is_grad_enabled())):
+    if not _plain_cpu_product(a, x):
         return torch.sparse.mm(a, x)
     x = x.contiguous()  # a strided x costs MKL a copy anyway; made here once
     compiled = kernels.csr_mm(a, x)  # the same sums in a third of MKL's time, where the width allows
@@ -152,6 +150,14 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return compiled
     out = x.new_empty(a.shape[0], x.shape[1])
     return torch.addmm(out, a, x, beta=0, out=out)
+
+
+def _plain_cpu_product(a: torch.Tensor, x: torch.Tensor) -> bool:
+    """A CPU CSR ``a`` and a 2-D CPU ``x`` of its float dtype, outside autograd: what the products here may take
+    past ``torch.sparse.mm`` (:func:`csr_mm`, :func:`transposed_mm`)."""
+    return (a.layout == torch.sparse_csr and a.device.type == "cpu" and x.device.type == "cpu" and x.dim() == 2
+            and a.dtype in (torch.float32, torch.float64) and x.dtype == a.dtype
+            and not (x.requires_grad and torch.is_grad_enabled()))
 
 
 def csr_transpose(a: torch.Tensor) -> torch.Tensor:
@@ -167,8 +173,8 @@ def csr_transpose(a: torch.Tensor) -> torch.Tensor:
 def transposed_mm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
     """Ãᵀ·X: the product with Ãᵀ where it is built, else over Ã's entries without it (:func:`csr_mm`'s conditions
     and :func:`hpcdgnn.nn.kernels.csr_mm_t`'s: the same bits), else with Ãᵀ built now."""
-    if not adj.has_transpose and x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled()):
-        out = kernels.csr_mm_t(adj.a, x.contiguous()) if x.dtype == adj.a.dtype else None
+    if not adj.has_transpose and _plain_cpu_product(adj.a, x):
+        out = kernels.csr_mm_t(adj.a, x.contiguous())
         if out is not None:
             return out
     return csr_mm(adj.a_t, x)
