@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from hpcdgnn.config.schema import RENAMED_KEYS, STRATEGY_OPTIONS, JobConfig, StrategyConfig
+from hpcdgnn.config.schema import RENAMED_KEYS, JobConfig, ModelConfig, StrategyConfig
 from hpcdgnn.errors import ConfigError, not_a_directory, short_repr
 
 __all__ = ["load_job", "apply_overrides", "blame_override", "job_to_dict", "override_of", "validate_job"]
@@ -89,22 +89,33 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
     raise TypeError(f"{where}: unsupported config type {tp}")  # a bug in schema.py, not user error
 
 
-def _strategy_options(raw: Any, file: str) -> type[StrategyConfig]:
-    """The options class of the ``strategy:`` section's ``name`` (``snapshot`` when it has none)."""
-    name = raw.get("name", "snapshot") if isinstance(raw, dict) else "snapshot"
-    if not isinstance(name, str) or name not in STRATEGY_OPTIONS:  # a list or mapping is not hashable
-        raise ConfigError(f"{file}: strategy.name: unknown {short_repr(name)}; "
-                          f"choose from {', '.join(sorted(STRATEGY_OPTIONS))}")
-    return STRATEGY_OPTIONS[name]
+#: the sections whose options class is chosen by their ``name`` (the regimes name the classes)
+_NAMED = {ModelConfig: "model", StrategyConfig: "strategy"}
 
 
-def _not_an_option(file: str, key: str, name: str, fields: list[str]) -> str:
-    """The one line for ``strategy.KEY`` that strategy ``name`` does not have: who has it, or a close name."""
-    accept = sorted(n for n, c in STRATEGY_OPTIONS.items() if key in {f.name for f in dataclasses.fields(c)})
+def _options(section: str, raw: Any, file: str) -> type:
+    """The options class of the ``model:`` or ``strategy:`` section's ``name`` (its default when it has none)."""
+    from hpcdgnn.regimes import names, options_class  # the regimes import the models, which import this package
+
+    default = {"model": ModelConfig, "strategy": StrategyConfig}[section].name
+    name = raw.get("name", default) if isinstance(raw, dict) else default
+    if not isinstance(name, str) or name not in names(section):  # a list or mapping is not hashable
+        raise ConfigError(f"{file}: {section}.name: unknown {short_repr(name)}; "
+                          f"choose from {', '.join(names(section))}")
+    return options_class(section, name)
+
+
+def _not_an_option(file: str, section: str, key: str, name: str, fields: list[str]) -> str:
+    """The one line for ``section.KEY`` that model or strategy ``name`` does not have: who has it, or a close
+    name."""
+    from hpcdgnn.regimes import names, options_class
+
+    accept = sorted(n for n in names(section)  # type: ignore[arg-type]
+                    if key in {f.name for f in dataclasses.fields(options_class(section, n))})  # type: ignore[arg-type]
     if accept:
-        return (f"{file}: strategy.{key}: not an option of strategy {short_repr(name)} (it would be ignored); "
-                f"strategy {', '.join(accept)} {'accepts' if len(accept) == 1 else 'accept'} it")
-    return f"{file}: strategy.{key}: unknown option of strategy {short_repr(name)}; {_did_you_mean(key, fields)}"
+        return (f"{file}: {section}.{key}: not an option of {section} {short_repr(name)} (it would be ignored); "
+                f"{section} {', '.join(accept)} {'accepts' if len(accept) == 1 else 'accept'} it")
+    return f"{file}: {section}.{key}: unknown option of {section} {short_repr(name)}; {_did_you_mean(key, fields)}"
 
 
 def _build(cls: type, raw: Any, path: str, file: str) -> Any:
@@ -121,15 +132,16 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
             dotted = f"{path}.{key}" if path else str(key)
             if dotted in RENAMED_KEYS:
                 raise ConfigError(f"{file}: {dotted}: renamed to {RENAMED_KEYS[dotted]} (hpcdgnn 0.2); move it there")
-            if issubclass(cls, StrategyConfig):
-                raise ConfigError(_not_an_option(file, str(key), raw.get("name", "snapshot"), list(fields)))
+            section = next((s for base, s in _NAMED.items() if issubclass(cls, base)), None)
+            if section is not None:
+                raise ConfigError(_not_an_option(file, section, str(key), raw.get("name", cls.name), list(fields)))
             raise ConfigError(f"{file}: {dotted}: unknown key; {_did_you_mean(str(key), list(fields))}")
     kwargs = {}
     for key, value in raw.items():
         dotted = f"{path}.{key}" if path else key
         tp = hints[key]
-        if tp is StrategyConfig:  # the options class is chosen by the section's name
-            tp = _strategy_options(value, file)
+        if tp in _NAMED:  # the options class is chosen by the section's name
+            tp = _options(_NAMED[tp], value, file)
         if dataclasses.is_dataclass(tp):
             kwargs[key] = _build(tp, value, dotted, file)
             continue
@@ -204,9 +216,23 @@ def validate_job(job: JobConfig, file: str) -> None:
         raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {not_a_directory(job.data.path)}")
 
 
-def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True) -> JobConfig:
+def _older_resolved(raw: dict) -> dict:
+    """A run's ``config.resolved.yaml`` from before models had their own options listed every model's keys at
+    their defaults; the keys its model does not take were ignored then, and are dropped here."""
+    from hpcdgnn.regimes import names, options_class
+
+    model = raw.get("model")
+    if isinstance(model, dict) and model.get("name") in names("model"):
+        fields = {f.name for f in dataclasses.fields(options_class("model", model["name"]))}
+        raw["model"] = {k: v for k, v in model.items() if k in fields}
+    return raw
+
+
+def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True,
+             resolved: bool = False) -> JobConfig:
     """Read a job YAML, apply overrides, and return the validated :class:`JobConfig`; ``check_paths``: also
-    that the dataset directory exists (:func:`validate_job`; a resumed run checks its own way)."""
+    that the dataset directory exists (:func:`validate_job`; a resumed run checks its own way); ``resolved``:
+    the file is a run's own ``config.resolved.yaml``, which an older hpcdgnn may have written."""
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -222,6 +248,8 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: top level: expected a mapping of sections (data, model, task, ...)")
+    if resolved:
+        raw = _older_resolved(raw)
     raw = apply_overrides(raw, overrides or [], file)
     try:
         job = _build(JobConfig, raw, "", file)

@@ -23,7 +23,6 @@ __all__ = [
     "ChunkOptions",
     "SequencesOptions",
     "MemoryOptions",
-    "STRATEGY_OPTIONS",
     "RENAMED_KEYS",
     "CommConfig",
     "OutputConfig",
@@ -58,83 +57,21 @@ class DataConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """``model:`` the DGNN architecture (IBM §5)."""
+    """``model:`` the DGNN architecture; ``name`` picks the model, and each model has its own typed options
+    (a subclass declared beside the model, named by its regime: :func:`hpcdgnn.regimes.options_class`). An
+    option of another model is a config error, never silently ignored."""
 
-    name: Literal["cdgcn", "evolvegcn_o", "tmgcn", "tgcn", "mpnn_lstm", "dysat", "gconv_lstm", "gconv_gru",
-                  "tgcn_cell", "dcrnn", "gcrn_m1", "tgn"] = "cdgcn"
-    """Model: CD-GCN (IBM §5.1), EvolveGCN-O (§5.2), TM-GCN (§5.3), or DGC §7.1's T-GCN (GCN layers, then a
-    GRU), MPNN-LSTM (GCN layers concatenated, then a 2-layer LSTM) or DySAT (GAT + temporal self-attention);
-    or an integrated graph-RNN cell (ReInc §2.1), stacked ``layers`` times: GConvLSTM, GConvGRU (Chebyshev
-    convolutions in the gates), T-GCN's cell (Zhao et al.: a GCN in the GRU gates), DCRNN (diffusion
-    convolutions in the gates), GCRN-M1 (Chebyshev convolution, then an LSTM). gconv_lstm, gconv_gru, dcrnn
-    and gcrn_m1 need whole snapshots (or a sample's closed row set) in the time encoder: strategy pss or
-    sequences at any P, or snapshot on one rank. ``tgn``:
-    TGN-attn with a GRU node memory (DistTGL §2.1, §3.1) over an event-stream dataset (``prepare --kind
-    events``), with ``strategy: memory`` and ``task: temporal_link_prediction``."""
-    layers: int = 2
-    """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
+    name: str = "cdgcn"
+    """Registered model: the snapshot-timeline models ``cdgcn`` (IBM §5.1), ``evolvegcn_o`` (§5.2), ``tmgcn``
+    (§5.3), ``tgcn``, ``mpnn_lstm``, ``dysat`` (DGC §7.1) and the integrated graph-RNN cells ``gconv_lstm``,
+    ``gconv_gru``, ``tgcn_cell``, ``dcrnn``, ``gcrn_m1`` (ReInc §2.1); the event-stream model ``tgn`` (DistTGL
+    §2.1, §3.1)."""
     hidden: int = 16
     """Feature width F' of every layer's output (IBM §6.1 uses 6)."""
-    window: int = 3
-    """TM-GCN M-transform window w over layer outputs (IBM §5.3); ignored by other models."""
-    order: int = 2
-    """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru and gcrn_m1; terms per direction (powers
-    0 … K-1, i.e. K - 1 diffusion steps) of dcrnn; PyG Temporal's K. Ignored by other models."""
-    encoder_decoder: bool = False
-    """Sequence-to-sequence form of an integrated cell (gconv_lstm, gconv_gru, dcrnn, gcrn_m1; ReInc §2.1, DCRNN):
-    ``layers`` encoder cells over the window, ``layers`` decoder cells started from their final states that
-    forecast the ``task.horizon`` regression targets one step at a time (``task: regression``,
-    ``strategy: sequences``)."""
-    teacher_forcing: float = 0.5
-    """encoder_decoder: probability that a training decoder step reads the ground truth of the previous step
-    instead of its own prediction (drawn per seed, epoch, sequence, node batch and step; never at evaluation)."""
-    decoder_input: Literal["targets", "snapshots"] = "targets"
-    """encoder_decoder: what a decoder step reads as ground truth. ``targets``: the previous step's regression
-    target, on the window's last graph G_t. ``snapshots`` (ReInc §2.1, §3.1): the snapshot the previous step
-    forecast, X_{t+d} on its own graph G_{t+d}, read through the encoder's first input filter — so its input
-    aggregation is the one later windows' encoders read, shared through ``strategy.reuse``'s cache; step 0 reads
-    the window's last snapshot X_t (also at evaluation). Steps without teacher forcing read their own prediction
-    on G_t in both forms."""
-
-    memory_dim: int = 100
-    """tgn: width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
-    time_dim: int = 100
-    """tgn: width of the TGAT time encoding Φ(Δt) = cos(Δt·w + b)."""
-    neighbors: int = 10
-    """tgn: most recent temporal neighbours the attention layer reads per node (DistTGL: 10)."""
-    heads: int = 2
-    """tgn: attention heads (TGL's TGN-attn: 2); ``hidden`` must be a multiple of it."""
-    static_memory: Literal["on", "off"] = "off"
-    """tgn: DistTGL §3.1 static node memory: a learnable (N, memory_dim) table added to the dynamic memory
-    of every node the attention reads, pre-trained on the same task for ``static_pretrain_epochs``."""
-    static_pretrain_epochs: int = 1
-    """tgn with ``static_memory: on``: epochs of pre-training the static table (with the same architecture
-    but no dynamic memory) before training; 0 = co-trained from a random start (DistTGL also allows that)."""
 
     def __post_init__(self) -> None:
-        if self.layers < 1:
-            raise ValueError("layers: must be >= 1")
         if self.hidden < 1:
             raise ValueError("hidden: must be >= 1")
-        if self.window < 1:
-            raise ValueError("window: must be >= 1")
-        if self.order < 1:
-            raise ValueError("order: must be >= 1")
-        if min(self.memory_dim, self.time_dim, self.neighbors, self.heads) < 1:
-            raise ValueError("memory_dim, time_dim, neighbors, heads: must be >= 1")
-        if self.name == "tgn" and self.hidden % self.heads:
-            raise ValueError(f"hidden: {self.hidden} is not a multiple of heads: {self.heads}")
-        if self.static_pretrain_epochs < 0:
-            raise ValueError("static_pretrain_epochs: must be >= 0")
-        if not 0.0 <= self.teacher_forcing <= 1.0:
-            raise ValueError(f"teacher_forcing: {self.teacher_forcing} is not a probability; choose in [0, 1]")
-        cells = ("gconv_lstm", "gconv_gru", "dcrnn", "gcrn_m1")
-        if self.decoder_input != "targets" and not self.encoder_decoder:
-            raise ValueError(f"decoder_input: {self.decoder_input} is an option of the decoder; set "
-                             "encoder_decoder: true, or leave decoder_input at targets")
-        if self.encoder_decoder and self.name not in cells:
-            raise ValueError(f"encoder_decoder: true needs an integrated graph-RNN cell ({', '.join(cells)}), "
-                             f"not name: {self.name}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,8 +183,9 @@ class StaleConfig:
 @dataclass(frozen=True, kw_only=True)
 class StrategyConfig:
     """``strategy:`` how work and data are partitioned over ranks; ``name`` picks the strategy and each
-    strategy has its own typed options (the subclasses below, :data:`STRATEGY_OPTIONS`). An option of
-    another strategy is a config error, never silently ignored."""
+    strategy has its own typed options (the subclasses below, named by its regime:
+    :func:`hpcdgnn.regimes.options_class`). An option of another strategy is a config error, never silently
+    ignored."""
 
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
@@ -463,18 +401,7 @@ class MemoryOptions(StrategyConfig):
             raise ValueError("minibatch, epoch, memory: must be >= 1 (i·j·k must equal the number of ranks)")
 
 
-#: The options of every strategy, by ``strategy.name``. A new strategy adds its options class here
-#: (and registers its implementation with ``hpcdgnn.strategies.register_strategy`` under the same name).
-STRATEGY_OPTIONS: dict[str, type[StrategyConfig]] = {
-    "snapshot": SnapshotOptions,
-    "pss": PSSOptions,
-    "vertex": VertexOptions,
-    "chunk": ChunkOptions,
-    "sequences": SequencesOptions,
-    "memory": MemoryOptions,
-}
-
-#: Keys moved by release 0.2 (issue 11): old dotted key -> new one.
+#: Keys that moved in hpcdgnn 0.2: old dotted key -> new one (a job with the old key is told where it went).
 RENAMED_KEYS: dict[str, str] = {
     "train.blocks": "strategy.blocks",
     "train.transfer": "strategy.transfer",
@@ -593,15 +520,24 @@ class DebugConfig:
             raise ValueError("profile_epoch: must be >= 0 (0 = no profile)")
 
 
+def _default_options(section: str) -> ModelConfig | StrategyConfig:
+    """The ``model:`` or ``strategy:`` section a job without one gets: the options of the default name (the
+    regimes name the classes, and they import the models: hence here, not at import)."""
+    from hpcdgnn.regimes import options_class
+
+    default = {"model": ModelConfig, "strategy": StrategyConfig}[section]
+    return options_class(section, default.name)()
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """The whole job YAML."""
 
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=lambda: _default_options("model"))
     task: TaskConfig = field(default_factory=TaskConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    strategy: StrategyConfig = field(default_factory=SnapshotOptions)
+    strategy: StrategyConfig = field(default_factory=lambda: _default_options("strategy"))
     comm: CommConfig = field(default_factory=CommConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

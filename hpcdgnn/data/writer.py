@@ -4,7 +4,7 @@
 feed :func:`write_dataset` one :class:`RawSnapshot` at a time, in time order, so
 no more than ``max(l, w)`` snapshots are ever held in memory.
 
-Pipeline per snapshot t (the order matters and is documented in the README):
+Pipeline per snapshot t (the order matters and is documented in docs/data.md):
 
 1. raw edges -> sorted unique keys ``src * N + dst`` (undirected: both directions,
    a self-loop once),
@@ -57,6 +57,7 @@ __all__ = [
     "replace_dir",
     "file_sha256",
     "shard_file_problem",
+    "human_bytes",
 ]
 
 DEGREE_FEATURES = ["in_degree", "out_degree"]
@@ -79,6 +80,15 @@ class RawSnapshot:
     labels: np.ndarray | None = None
     time: tuple[float, float] | None = None
     targets: np.ndarray | None = None
+
+
+def human_bytes(n: float) -> str:
+    """``9.61 GiB``: bytes in the largest binary unit that keeps the number >= 1."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
 
 
 def edge_keys(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
@@ -174,8 +184,6 @@ def check_room(output: str | Path, nbytes: int) -> None:
     """Refuse an output its file system has no room for, before writing: h5py meeting a full disk printed
     hundreds of tracebacks and then crashed at exit (the new dataset is written beside any earlier one, which is
     replaced only once the new one is complete, so the room needed is all of ``nbytes``)."""
-    from hpcdgnn.data.prepare._estimate import human_bytes  # lazily: prepare imports this module
-
     try:
         free = shutil.disk_usage(nearest_existing(output)).free
     except OSError:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import sys
 
@@ -105,10 +106,8 @@ def _compile():
                     "cache): set NUMBA_CACHE_DIR to a writable directory, or HPCDGNN_KERNELS=torch") from None
             else:
                 notice = compile_notice(_kernels)
-                if notice:
-                    from hpcdgnn.metrics.log import get_logger
-
-                    get_logger().info(notice)
+                if notice:  # the package logger by name: metrics/ configures it, and nn/ sits below metrics/
+                    logging.getLogger("hpcdgnn").info(notice)
     return _kernels
 
 

@@ -149,11 +149,12 @@ class LayerShape:
     temporal_in: int  # width the RNN reads (spatial_features)
 
 
-def layer_shapes(model_name: str, features: int, hidden: int, layers: int, window: int = 3) -> list[LayerShape]:
-    """The layers of a registered model, as the workload sees them (built once, tiny)."""
+def layer_shapes(model_name: str, features: int, hidden: int, layers: int, **model_args) -> list[LayerShape]:
+    """The layers of a registered model, as the workload sees them (built once, tiny); ``model_args``: the
+    builder's other arguments (``GraphModelOptions.model_args``)."""
     from hpcdgnn.nn.models import build_model
 
-    model = build_model(model_name, features, hidden, layers, window)
+    model = build_model(model_name, features, hidden, layers, **model_args)
     return [layer_shape(ly, i) for i, ly in enumerate(model.layers)]
 
 
@@ -366,7 +367,7 @@ def chunk_work(job, num_features: int, g: SuperGraph, labels: np.ndarray, stats:
     pred.check(path, model, F, H, device, dtype, fix)
     if stats["num_chunks"] == 0:
         return np.zeros(0)
-    return pred.chunk_work(g, labels, stats, layer_shapes(model, F, H, L, job.model.window))
+    return pred.chunk_work(g, labels, stats, layer_shapes(model, F, H, L, **job.model.model_args()))
 
 
 # --------------------------------------------------------------------------- machine identity

@@ -99,7 +99,7 @@ class Batch:
 class Strategy:
     """Base class of partitioning strategies; subclasses register with :func:`register_strategy`."""
 
-    #: the YAML ``strategy.name``; its options are ``hpcdgnn.config.schema.STRATEGY_OPTIONS[name]``
+    #: the YAML ``strategy.name``; its options class is ``hpcdgnn.regimes.options_class("strategy", name)``
     name: ClassVar[str] = ""
     #: trains the whole graph in one batch per epoch (so it reproduces every other such strategy's losses)
     full_batch: ClassVar[bool] = True

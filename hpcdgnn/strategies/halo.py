@@ -40,7 +40,8 @@ from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout, phase_head, phase_join, phase_join_into
 from hpcdgnn.nn.models.base import DynamicLayer
 from hpcdgnn.strategies.base import Strategy
-from hpcdgnn.strategies.stale import StaleFetch, StaleHalo, exchange_positions
+from hpcdgnn.strategies.row_exchange import ask_owners
+from hpcdgnn.strategies.stale import StaleFetch, StaleHalo
 from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import RowShard, ShardedEmbeddings
 
@@ -229,48 +230,6 @@ def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.n
     req = ask_owners(comm, keys, owner_of, local_of, row_counts, tag)
     rows = all_to_all_rows(h.index_select(0, req.asked.to(h.device)), comm, req.got, req.counts, tag=tag)
     return req.in_key_order(rows)
-
-
-@dataclass
-class RowRequest:
-    """One rank's side of a keyed fetch after the index exchange (:func:`ask_owners`).
-
-    Attributes:
-        order: my keys sorted by (owner, owner's row): the order rows arrive in.
-        local: the owner's row of each key, in that order (ascending per owner).
-        counts: keys I ask of each rank; got: keys each rank asks of me.
-        asked: my rows each rank asks for, in rank order (int64).
-    """
-
-    order: np.ndarray
-    local: np.ndarray
-    counts: list[int]
-    got: list[int]
-    asked: torch.Tensor
-
-    def in_key_order(self, rows: torch.Tensor) -> torch.Tensor:
-        """Rows received in owner order, back in the order of the keys."""
-        back = np.empty_like(self.order)
-        back[self.order] = np.arange(self.order.shape[0])
-        return rows.index_select(0, torch.from_numpy(back).to(rows.device))
-
-
-def ask_owners(comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
-               local_of: Callable[[np.ndarray], np.ndarray], row_counts: list[int], tag: str) -> RowRequest:
-    """The index exchange of a keyed fetch (collective, tag ``<tag>.index``) for the unique ``keys``:
-    counts, then per owner the rows asked of it, ascending, as int32 positions or a bitmask over its
-    ``row_counts[owner]`` rows, whichever is shorter (:func:`~hpcdgnn.strategies.stale.exchange_positions`;
-    a fetch that asks for most of an owner's rows, as random negatives do, costs a bit a row, not 32)."""
-    P = comm.size
-    owner = owner_of(keys)
-    local_all = local_of(keys)
-    order = np.lexsort((local_all, owner))
-    local = local_all[order]
-    counts = np.bincount(owner, minlength=P)
-    bounds = np.r_[0, np.cumsum(counts)]
-    got, asked = exchange_positions(comm, [local[bounds[q] : bounds[q + 1]] for q in range(P)], list(row_counts),
-                                    [row_counts[comm.rank]] * P, f"{tag}.index")
-    return RowRequest(order, local, counts.tolist(), got, torch.from_numpy(np.concatenate(asked)))
 
 
 def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:

@@ -41,21 +41,19 @@ from the pre-trained table (the other pre-trained weights are discarded).
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import TGNInput
 from hpcdgnn.optim import Adam
+from hpcdgnn.partition.events import MemoryPlan, plan_memory
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.strategies.registry import register_strategy
@@ -64,47 +62,6 @@ from hpcdgnn.tasks.temporal_link_prediction import EventEmbeddings, average_prec
 __all__ = ["MemoryPlan", "MemoryStrategy"]
 
 _SPLIT_CODE = {"train": 0, "val": 1, "test": 2, "pretrain": 3}
-
-
-@dataclass
-class MemoryPlan:
-    """The i×j×k layout and the batch schedule (rank 0 computes it; plan.json)."""
-
-    kind: str
-    num_ranks: int
-    minibatch: int
-    epoch: int
-    memory: int
-    batch_events: int
-    split: dict[str, list[int]]
-    segments: list[list[int]] = field(default_factory=list)
-    """Training batches [first, stop) of each of the k time segments."""
-
-    def batches(self, split: str) -> int:
-        """Batches of ``batch_events`` events in ``split`` (the last one may be shorter)."""
-        lo, hi = self.split[split]
-        return -(-(hi - lo) // self.batch_events)
-
-    def batch_events_range(self, split: str, q: int) -> tuple[int, int]:
-        """Events [first, stop) of batch ``q`` of ``split``."""
-        lo, hi = self.split[split]
-        return lo + q * self.batch_events, min(hi, lo + (q + 1) * self.batch_events)
-
-    def iterations(self) -> int:
-        """Iterations of an epoch: the longest segment, plus j − 1 to drain epoch parallelism's pipeline."""
-        return max(b - a for a, b in self.segments) + self.epoch - 1
-
-    def segment_of(self, group: int, epoch: int) -> int:
-        """The time segment group ``group`` trains on in ``epoch``: (group + epoch − 1) mod k."""
-        return (group + epoch - 1) % self.memory
-
-    def to_json(self) -> dict[str, Any]:
-        """The plan as a JSON-ready dict."""
-        return asdict(self)
-
-    def save(self, path: str | Path) -> None:
-        """Write :meth:`to_json` to ``path`` as JSON."""
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
 
 @dataclass
@@ -134,24 +91,8 @@ class MemoryStrategy(Strategy):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> MemoryPlan:
-        """Check i·j·k = P, the batch size against the stream and k against the segments; cut the segments."""
-        o, B = job.strategy, job.task.batch_events
-        i, j, k = o.minibatch, o.epoch, o.memory
-        if i * j * k != num_ranks:
-            raise ConfigError(f"strategy: minibatch·epoch·memory = {i}·{j}·{k} = {i * j * k}, but the job runs on "
-                              f"{num_ranks} rank{'s' if num_ranks != 1 else ''}; choose i·j·k = {num_ranks}")
-        split = {s: list(manifest.split[s]) for s in ("train", "val", "test")}
-        train = split["train"][1] - split["train"][0]
-        if B > train:
-            raise ConfigError(f"task.batch_events: {B} is more than the {train} training events of {job.data.path}; "
-                              f"choose at most {train}")
-        plan = MemoryPlan("memory", num_ranks, i, j, k, B, split)
-        nb = plan.batches("train")
-        if k > nb:
-            raise ConfigError(f"strategy.memory: {k} memory copies need at least {k} time segments, but the "
-                              f"{train} training events make only {nb} batches of task.batch_events: {B}")
-        plan.segments = [[s * nb // k, (s + 1) * nb // k] for s in range(k)]
-        return plan
+        """The i×j×k layout and the k time segments (:func:`hpcdgnn.partition.events.plan_memory`)."""
+        return plan_memory(manifest, num_ranks, job)
 
     # -- setup ------------------------------------------------------------------------------------
     def setup(self, plan: MemoryPlan, model, reader) -> dict[str, int]:

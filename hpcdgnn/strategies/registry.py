@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hpcdgnn.config.schema import STRATEGY_OPTIONS
 from hpcdgnn.strategies.base import Strategy
 
 __all__ = ["register_strategy", "get_strategy", "available_strategies"]
@@ -16,8 +15,10 @@ def register_strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
     """Class decorator registering a strategy under ``name``; duplicate names are refused."""
 
     def deco(cls: type[Strategy]) -> type[Strategy]:
-        if name not in STRATEGY_OPTIONS:  # the config must know a strategy's options to parse them strictly
-            raise ValueError(f"strategy {name!r} has no options class in hpcdgnn.config.schema.STRATEGY_OPTIONS")
+        from hpcdgnn.regimes import names
+
+        if name not in names("strategy"):  # the config must know a strategy's options to parse them strictly
+            raise ValueError(f"strategy {name!r} is in no regime's strategies (hpcdgnn.regimes)")
         if name in _REGISTRY:
             raise ValueError(f"strategy {name!r} registered twice ({_REGISTRY[name].__name__}, {cls.__name__})")
         cls.name = name

@@ -146,41 +146,13 @@ from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder, input_gates_from_basis
 from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate, local_level
-from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
+from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.partition.sequences import Sequence, plan_sequences, sequences_of
 from hpcdgnn.strategies.base import Batch, Strategy
 from hpcdgnn.strategies.registry import register_strategy
-from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import SampleEmbeddings
 
 __all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
-
-
-@dataclass(frozen=True)
-class Sequence:
-    """Window ``[start, start + L)``; the task scores its last step ``t``, which lies in ``split``."""
-
-    index: int
-    start: int
-    stop: int
-    split: int
-
-    @property
-    def t(self) -> int:
-        """The scored step."""
-        return self.stop - 1
-
-
-def sequences_of(manifest, job) -> list[Sequence]:
-    """Every window whose last step is a prediction step of the task (in time order)."""
-    o = job.strategy
-    ranges = task_class(job.task.name).steps(job.task, manifest)
-    out: list[Sequence] = []
-    for start in range(0, manifest.num_snapshots - o.window + 1, o.stride):
-        t = start + o.window - 1
-        split = next((i for i, r in enumerate(ranges) if t in r), -1)
-        if split >= 0:
-            out.append(Sequence(len(out), start, t + 1, split))
-    return out
 
 
 @dataclass
@@ -301,40 +273,9 @@ class SequencesStrategy(Strategy):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
-        """Consecutive blocks of sequences per rank (R1), and the snapshots each holds; checks the options."""
-        o, T, N, P = job.strategy, manifest.num_snapshots, manifest.num_vertices, num_ranks
-        if o.window > T:
-            raise ConfigError(f"strategy.window: {o.window} snapshots, but the dataset has only T = {T}; "
-                              f"choose a window of at most {T}")
-        if o.fanouts and len(o.fanouts) != job.model.layers:
-            raise ConfigError(f"strategy.fanouts: {len(o.fanouts)} values for model.layers: {job.model.layers}; "
-                              "give one per layer (nearest the batch first), or [] for full neighbourhoods")
-        seqs = sequences_of(manifest, job)
-        if not any(s.split == 0 for s in seqs):
-            raise ConfigError(f"strategy.window: {o.window} with stride {o.stride} leaves no sequence whose last "
-                              "step is a training step; shorten the window or widen task.split")
-        reach = cls.decoder_reach(job)
-        sb = balanced_bounds(len(seqs), P)
-        lo = [seqs[sb[p]].start if sb[p] < len(seqs) else T for p in range(P)]
-        lo[0] = 0
-        own = [*lo, T]
-        owner = [p for p in range(P) for _ in range(own[p + 1] - own[p])]
-        ranks = []
-        for p in range(P):
-            mine = seqs[sb[p] : sb[p + 1]]
-            # the snapshot form's decoder reads up to t + H - 1 <= T - 1 (regression steps end at T - H)
-            reads = (mine[0].start, mine[-1].stop + reach) if mine else (own[p], own[p])
-            ranks.append({"sequences": [sb[p], sb[p + 1]], "snapshots": own[p + 1] - own[p],
-                          "window_snapshots": list(reads), "train_sequences": sum(s.split == 0 for s in mine)})
-        return PartitionPlan(kind="sequences", num_ranks=P, num_snapshots=T, num_vertices=N, snapshot_owner=owner,
-                             snapshot_bounds=own, vertex_bounds=balanced_bounds(N, P), ranks=ranks)
-
-    @staticmethod
-    def decoder_reach(job) -> int:
-        """Snapshots after a window's last one that its sample reads: H - 1 for the decoder's snapshot form
-        (``model.decoder_input: snapshots``: teacher-forced step d reads snapshot t + d), else 0."""
-        m = job.model
-        return job.task.horizon - 1 if m.encoder_decoder and m.decoder_input == "snapshots" else 0
+        """Consecutive blocks of sequences per rank (R1), and the snapshots each holds
+        (:func:`hpcdgnn.partition.sequences.plan_sequences`)."""
+        return plan_sequences(manifest, num_ranks, job)
 
     # -- setup --------------------------------------------------------------------------------------
     def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:

@@ -48,10 +48,16 @@ import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.indices import index_dtype
+from hpcdgnn.strategies.row_exchange import (
+    ask_owners,
+    decode_positions,
+    encode_positions,
+    exchange_positions,
+    fresh_bytes,
+)
 
-__all__ = ["adaptive_factor", "decode_positions", "encode_positions", "exchange_positions", "StaleFetch",
-           "StaleHalo"]
+__all__ = ["adaptive_factor", "decode_positions", "encode_positions", "exchange_positions", "fresh_bytes",
+           "StaleFetch", "StaleHalo"]
 
 
 def _ways(rows: torch.Tensor) -> int:
@@ -66,63 +72,6 @@ def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
         return 0.0
     norm = (first_loss - last_loss) / first_loss
     return max(0.0, math.tanh(norm / 2.0))
-
-
-def fresh_bytes(count: int, rows: int) -> int:
-    """Bytes that name ``count`` of a sender's ``rows`` rows (the halo rows that came fresh, the rows a
-    fetch asks for): their positions as int32, or a bitmask over all ``rows`` where that is smaller (more
-    than one row in 32), and always where int32 cannot hold a position. Both sides know both numbers, so
-    the encoding needs no flag."""
-    mask = (rows + 7) // 8
-    return mask if index_dtype(rows - 1) != np.int32 else min(4 * count, mask)
-
-
-def encode_positions(positions: list[np.ndarray], rows: list[int]) -> tuple[np.ndarray, list[int]]:
-    """Per destination q, the ascending unique ``positions[q]`` among ``rows[q]`` rows in
-    :func:`fresh_bytes`' encoding: (the concatenated bytes, bytes per destination). The bitmask is
-    built only where it is the shorter form, so below 2^31 rows the work is bounded by 32 × the
-    positions sent."""
-    parts, sizes = [], []
-    for pos, r in zip(positions, rows, strict=True):
-        n = fresh_bytes(pos.shape[0], r)
-        if n == 4 * pos.shape[0]:
-            parts.append(pos.astype(np.int32).view(np.uint8))
-        else:
-            mask = np.zeros(r, dtype=np.bool_)
-            mask[pos] = True
-            parts.append(np.packbits(mask))
-        sizes.append(n)
-    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint8)), sizes
-
-
-def decode_positions(raw: np.ndarray, counts: list[int], rows: list[int]) -> list[np.ndarray]:
-    """The inverse of :func:`encode_positions` on the receiver: per sender, its ``counts[q]`` positions
-    among ``rows[q]`` rows, ascending, as int64."""
-    out, off = [], 0
-    for c, r in zip(counts, rows, strict=True):
-        n = fresh_bytes(c, r)
-        seg, off = raw[off : off + n], off + n
-        idx = seg.copy().view(np.int32) if n == 4 * c else np.flatnonzero(np.unpackbits(seg, count=r))
-        out.append(idx.astype(np.int64))
-    return out
-
-
-def exchange_positions(comm, positions: list[np.ndarray], send_rows: list[int], recv_rows: list[int],
-                       tag: str) -> tuple[list[int], list[np.ndarray]]:
-    """Name rows to every rank, collectively: ``positions[q]`` (ascending, unique) among the
-    ``send_rows[q]`` rows my message to rank q is about; rank q's to me are among ``recv_rows[q]``.
-    The counts go first (8 bytes per rank pair), then each set in :func:`fresh_bytes`' shorter
-    encoding, both under ``tag``. Returns (how many rows each rank named to me, their positions).
-
-    The one mechanism behind the stale halo's fresh rows and a keyed fetch's requests
-    (:func:`~hpcdgnn.strategies.halo.ask_owners`)."""
-    P = comm.size
-    counts = torch.tensor([p.shape[0] for p in positions], dtype=torch.int64)
-    got = comm.alltoallv(counts.view(P, 1), [1] * P, [1] * P, tag=tag).view(-1).tolist()
-    raw, sizes = encode_positions(positions, send_rows)
-    got_sizes = [fresh_bytes(g, r) for g, r in zip(got, recv_rows, strict=True)]
-    raw = comm.alltoallv(torch.from_numpy(raw).view(-1, 1), sizes, got_sizes, tag=tag).view(-1).numpy()
-    return got, decode_positions(raw, got, recv_rows)
 
 
 class StaleHalo:
@@ -279,7 +228,7 @@ class StaleFetch:
     pairs, :func:`~hpcdgnn.strategies.halo.fetch_rows`) change, so the caches are keyed by row: the
     owner keeps, per asking rank q, the value of each of its rows it last sent q; q keeps the value it
     got, per owner and row. A fetch still names the rows it asks for
-    (:func:`~hpcdgnn.strategies.halo.ask_owners`), then the owner sends a row again only if it moved
+    (:func:`~hpcdgnn.strategies.row_exchange.ask_owners`), then the owner sends a row again only if it moved
     ≥ θ_r from what q holds — θ_r from the halo's rule (:meth:`StaleHalo.threshold`, same mode, θ and
     losses), D_r the largest move among the asked rows q holds (a global max) — and a bit per asked
     row saying which came; q reuses its copy of the others (constants: no gradient flows back through
@@ -301,8 +250,6 @@ class StaleFetch:
 
     def fetch(self, h: torch.Tensor, keys: np.ndarray, owner_of, local_of, tag: str = "task") -> torch.Tensor:
         """:func:`~hpcdgnn.strategies.halo.fetch_rows` with stale reuse: rows (len(keys), F) of ``keys``."""
-        from hpcdgnn.strategies.halo import ask_owners  # halo builds this class: imported here, not at the top
-
         comm, P = self.comm, self.comm.size
         if P == 1:
             return h[:0]

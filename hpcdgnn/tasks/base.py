@@ -182,6 +182,10 @@ class Task(nn.Module):
     metric: str = "acc"
     """Name of the headline validation metric printed in the epoch line."""
 
+    buckets_pairs: bool = False
+    """Whether the decoder orders its pairs in buckets of ``HPCDGNN_BUCKET_BYTES`` (their order sets the rounding
+    of its gradient sums, so every rank must use the same size)."""
+
     in_place: bool = False
     """Whether the task scores rows where they live (:class:`RowShard`, :class:`ShardedEmbeddings`)
     under strategies that partition vertices; else those strategies move whole snapshots to it."""
@@ -199,6 +203,12 @@ class Task(nn.Module):
     def snapshot_work(cfg, manifest) -> np.ndarray:
         """Relative cost of scoring each snapshot (multiply-adds; for work-balanced plans)."""
         raise NotImplementedError
+
+    @staticmethod
+    def footprint(cfg, manifest, hidden: int) -> tuple[int, int]:
+        """Lower bounds for :mod:`hpcdgnn.train.footprint`: (the head's weights on embeddings of width
+        ``hidden``, bytes of one step's examples held at once); none by default."""
+        return 0, 0
 
     def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
         """Read the targets of the snapshots this rank scores (whole), or of its rows (a :class:`RowShard`,

@@ -487,6 +487,7 @@ class LinkPrediction(Task):
 
     metric = "auc"
     in_place = True
+    buckets_pairs = True
 
     def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
@@ -525,6 +526,13 @@ class LinkPrediction(Task):
     def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
         """Steps t = 0..T-2 (Z_t scores the edges of t + 1), split in time order."""
         return split_steps(manifest.num_snapshots - 1, cfg.split)
+
+    @staticmethod
+    def footprint(cfg: TaskConfig, manifest: Manifest, hidden: int) -> tuple[int, int]:
+        """The decoder's first layer, 2·hidden × decoder_hidden weights; one step's scored pairs, the largest
+        snapshot's edges × (1 + negatives), as two int64 indices each (they exist at once in every path)."""
+        pairs = 16 * max(manifest.snapshot_edges) * (1 + cfg.negatives) if manifest.snapshot_edges else 0
+        return 2 * hidden * cfg.decoder_hidden, pairs
 
     @staticmethod
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:

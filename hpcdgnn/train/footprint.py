@@ -29,37 +29,12 @@ from hpcdgnn.errors import ConfigError
 
 __all__ = ["check_footprint", "lower_bound"]
 
-#: strategies that hold every snapshot's activations of the rank's rows (full batch)
-_FULL_BATCH = ("snapshot", "pss", "vertex", "chunk")
-#: models whose layers hold K terms of a Chebyshev or diffusion basis (``model.order``)
-_ORDERED = ("gconv_lstm", "gconv_gru", "dcrnn", "gcrn_m1")
-
 
 def lower_bound(job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Per term: (bytes the rank needs at least, the keys that set it)."""
-    m, task = job.model, job.task
-    item = 8 if job.train.dtype == "float64" else 4
-    h, layers = m.hidden, m.layers
-    k = m.order if m.name in _ORDERED else 1
-    parts: dict[str, tuple[int, str]] = {}
-    weights = getattr(manifest, "num_features", 0) * h + (layers - 1) * k * h * h
-    if task.name == "link_prediction":
-        weights += 2 * h * task.decoder_hidden
-    parts["parameters"] = (3 * item * weights, "model.hidden, model.layers, model.order, task.decoder_hidden")
-    if m.name == "tgn":
-        b = task.batch_events
-        train = (2 + task.negatives) * b * (h + m.neighbors * m.memory_dim)
-        evaluation = (1 + task.eval_negatives) * b * h
-        parts["tgn batch"] = (item * max(train, evaluation),
-                              "task.negatives, task.eval_negatives, model.neighbors, task.batch_events")
-        return parts
-    if job.strategy.name in _FULL_BATCH:
-        rows = manifest.num_snapshots * manifest.num_vertices // num_ranks // max(1, getattr(job.strategy, "blocks", 1))
-        per_row = h + task.split[0] * (layers - 1) * k * h
-        parts["activations"] = (int(item * rows * per_row), "model.hidden, model.layers, model.order")
-    if task.name == "link_prediction" and manifest.snapshot_edges:
-        parts["pairs"] = (16 * max(manifest.snapshot_edges) * (1 + task.negatives), "task.negatives")
-    return parts
+    """Per term: (bytes the rank needs at least, the keys that set it), from the job's regime."""
+    from hpcdgnn.regimes import regime_of
+
+    return regime_of("model", job.model.name).footprint(job, manifest, num_ranks)
 
 
 def check_footprint(job, manifest, num_ranks: int, available: int, where: str) -> None:

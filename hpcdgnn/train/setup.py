@@ -41,14 +41,14 @@ from hpcdgnn.comm.world import name_ranks
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.load import blame_override, override_of
 from hpcdgnn.config.schema import JobConfig
-from hpcdgnn.data.manifest import Manifest, load_manifest
+from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.nn.models import DGNN, build_encoder_decoder, build_model, needs_step_graphs
-from hpcdgnn.nn.models.tgn import TGN
+from hpcdgnn.nn.models import DGNN
 from hpcdgnn.optim import Adam
+from hpcdgnn.regimes import job_regime, regime_of, regimes
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.train.checkpoint import (
     RUN_ID_FILE,
@@ -199,9 +199,10 @@ def _check_device_agreement(comm: Communicator, device: torch.device, job: JobCo
     passes it to other nodes' ranks only with -x. Its meaning depends on the device (unset is 512 KiB on the CPU,
     none on a GPU), so it is compared here, resolved (:func:`~hpcdgnn.tasks.link_prediction.decoder_bucket_bytes`).
     """
+    from hpcdgnn.tasks import task_class
     from hpcdgnn.tasks.link_prediction import bucket_bytes, decoder_bucket_bytes
 
-    decoder = job.task.name == "link_prediction"  # the one task whose pairs are bucketed
+    decoder = task_class(job.task.name).buckets_pairs
     # (read through agree: a value one rank cannot parse is that rank's error on every rank, not its alone)
     size = decoder_bucket_bytes(device, agree(comm, bucket_bytes)) if decoder else None
     placed = comm.allgather_obj((device.type, size), tag="setup")
@@ -333,8 +334,8 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     saved_path = run_dir / "config.resolved.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
-    saved = load_job(saved_path, check_paths=False)  # the dataset may have moved: checked by _prepare
-    job = load_job(job_path or saved_path, overrides, check_paths=False)
+    saved = load_job(saved_path, check_paths=False, resolved=True)  # the dataset may have moved: checked by _prepare
+    job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
     check_resume_job(saved, job, resume, overrides, job_path)
     if not (Path(job.data.path) / "manifest.json").is_file():  # in place of load_job's check of the path
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
@@ -467,53 +468,22 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
 
 
 def load_dataset_manifest(job: JobConfig, where: str | None):
-    """The dataset's manifest — snapshots (:class:`Manifest`) or an event stream (``EventManifest``) — and a
-    one-line refusal when the model reads the other kind."""
-    from hpcdgnn.data.events import dataset_kind, load_event_manifest
+    """The dataset's manifest, read by the job's regime (snapshots: :class:`Manifest`; an event stream:
+    ``EventManifest``), and a one-line refusal when the data are of another regime's kind."""
+    from hpcdgnn.data.events import dataset_kind
 
-    kind = dataset_kind(job.data.path)
-    if (kind == "events") != (job.model.name == "tgn"):
-        wants = "an event-stream dataset (prepare --kind events)" if job.model.name == "tgn" else \
-            "a snapshot dataset (prepare, generate)"
-        raise ConfigError(f"{where}: data.path: {job.data.path} is "
-                          f"{'an event-stream' if kind == 'events' else 'a snapshot'} "
-                          f"dataset, but model.name: {job.model.name} reads {wants}")
-    return load_event_manifest(job.data.path) if kind == "events" else load_manifest(job.data.path)
-
-
-_EVENT_REGIME = {"model.name": "tgn", "strategy.name": "memory", "task.name": "temporal_link_prediction"}
-"""The continuous-time regime (DistTGL): these three go together."""
+    kind, regime = dataset_kind(job.data.path), regime_of("model", job.model.name)
+    if kind != regime.data_kind:
+        found = next(r.data_title for r in regimes() if r.data_kind == kind).split(" (")[0]
+        raise ConfigError(f"{where}: data.path: {job.data.path} is {found}, but model.name: {job.model.name} reads "
+                          f"{regime.data_title}")
+    return regime.load_manifest(job.data.path)
 
 
 def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> None:
-    """Refuse (one line) a model whose time encoder convolves over each step's graph under a strategy whose
-    time encoder, at this rank count, cannot get each step's graph (``Strategy.step_graphs_at``: whole
-    snapshots, or a sample's rows of them under ``sequences``); the encoder–decoder outside ``regression``
-    under ``sequences``; and any mix of the event-stream regime (tgn, memory, temporal_link_prediction)
-    with the snapshot one."""
-    m, s = job.model.name, job.strategy.name
-    chosen = {"model.name": m, "strategy.name": s, "task.name": job.task.name}
-    inside = [k for k, v in _EVENT_REGIME.items() if chosen[k] == v]
-    if inside and len(inside) < len(_EVENT_REGIME):
-        missing = [f"{k}: {v}" for k, v in _EVENT_REGIME.items() if k not in inside]
-        raise ConfigError(f"{where}: {', '.join(f'{k}: {chosen[k]}' for k in inside)} needs {' and '.join(missing)} "
-                          "(the event-stream regime, DistTGL)")
-    if m == "tgn" and job.task.split != (0.7, 0.15, 0.15):
-        raise ConfigError(f"{where}: task.split: an event stream's split is the dataset's (prepare --kind events "
-                          "--split); remove task.split")
-    if job.model.encoder_decoder and (job.task.name != "regression" or s != "sequences"):
-        raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
-                          f"strategy.name: sequences, not {job.task.name} under {s}; set those, or "
-                          "encoder_decoder: false")
-    if not needs_step_graphs(m):
-        return
-    can = getattr(get_strategy(s), "step_graphs_at", None)
-    if can is None or not can(num_ranks):
-        raise ConfigError(
-            f"{where}: model.name: {m} convolves its recurrent state over each snapshot's graph, which "
-            f"strategy.name: {s} cannot give its time encoder at {num_ranks} rank{'s' if num_ranks != 1 else ''}; "
-            "use strategy.name: pss or sequences (any number of ranks), or snapshot on 1 rank"
-        )
+    """Refuse (one line) a model, task and strategy of different regimes, and what the regime's own rules
+    refuse at ``num_ranks`` (:attr:`RegimeSpec.check <hpcdgnn.regimes.RegimeSpec.check>`)."""
+    job_regime(job, where).check(job, where, num_ranks)
 
 
 def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | None) -> tuple[dict, dict]:
@@ -532,20 +502,12 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
 
 def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
     """Model, task head and Adam on every rank, seeded, with rank 0's parameters broadcast."""
-    from hpcdgnn.tasks import build_task
-
+    regime = regime_of("model", job.model.name)
     torch.manual_seed(job.train.seed)
-    m = job.model
-    if m.name == "tgn":
-        model = TGN(manifest.num_vertices, manifest.edge_feature_dim, m.memory_dim, m.time_dim, m.hidden, m.heads,
-                    m.static_memory == "on").to(device, dtype)
-    elif m.encoder_decoder:  # the decoder forecasts task.horizon values: the task adds no head
-        model = build_encoder_decoder(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order,
-                                      job.task.horizon).to(device, dtype)
-    else:
-        model = build_model(m.name, manifest.num_features, m.hidden, m.layers, m.window, m.order).to(device, dtype)
-    task = agree(comm, lambda: build_task(job.task, manifest, model.out_features, job.train.seed)).to(device, dtype)
-    if m.encoder_decoder:
+    model = regime.build_model(job, manifest).to(device, dtype)
+    task = agree(comm, lambda: regime.build_task(job.task, manifest, model.out_features, job.train.seed))
+    task = task.to(device, dtype)
+    if getattr(model, "predicts_targets", False):  # a sequence-to-sequence model forecasts them: no head
         task.predict_in_model()
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
@@ -664,10 +626,9 @@ def _seconds(values: list[float]) -> str:
 def _fresh_task(run: Run):
     """A task like ``run.task`` with none of its per-rank data and the very same parameters: Adam holds those
     objects and their trained values. Built under a forked RNG, so the run's random streams do not move."""
-    from hpcdgnn.tasks import build_task
-
     with torch.random.fork_rng(devices=[]):
-        fresh = build_task(run.job.task, run.manifest, run.model.out_features, run.job.train.seed)
+        fresh = regime_of("model", run.job.model.name).build_task(run.job.task, run.manifest, run.model.out_features,
+                                                                   run.job.train.seed)
     old = run.task
     fresh._parameters, fresh._buffers, fresh._modules = old._parameters, old._buffers, old._modules
     return fresh

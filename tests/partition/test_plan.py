@@ -244,6 +244,7 @@ def test_plans_are_built_in_partition_by_keyword_with_typed_fields(small_dataset
 
 def load_job_for(dataset, name: str, options: dict):
     """A job on ``dataset`` with ``strategy: {name, **options}`` (no file needed)."""
-    from hpcdgnn.config.schema import STRATEGY_OPTIONS, DataConfig, JobConfig
+    from hpcdgnn.config.schema import DataConfig, JobConfig
+    from hpcdgnn.regimes import options_class
 
-    return JobConfig(data=DataConfig(path=str(dataset)), strategy=STRATEGY_OPTIONS[name](name=name, **options))
+    return JobConfig(data=DataConfig(path=str(dataset)), strategy=options_class("strategy", name)(name=name, **options))

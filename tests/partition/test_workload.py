@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hpcdgnn.errors import PlanError
+from hpcdgnn.nn.models import GraphModelOptions
 from hpcdgnn.partition.chunks import build_supergraph, chunk_stats, label_propagation
 from hpcdgnn.partition.workload import (
     STRUCTURE_INPUTS,
@@ -112,10 +113,10 @@ def test_save_load_round_trip_predicts_the_same(tmp_path):
     assert back.meta == pred.meta
     # the plan's entry point: mlp with an explicit file; a model the file was not profiled for is refused
     job = SimpleNamespace(strategy=SimpleNamespace(workload="mlp", predictor=str(path)),
-                          model=SimpleNamespace(name="cdgcn", hidden=6, layers=2, window=3),
+                          model=GraphModelOptions(name="cdgcn", hidden=6, layers=2),
                           train=SimpleNamespace(device="cpu", dtype="float64"))
     assert np.array_equal(chunk_work(job, 2, g, labels, stats), a)
-    wide = SimpleNamespace(**{**vars(job), "model": SimpleNamespace(name="cdgcn", hidden=64, layers=2, window=3)})
+    wide = SimpleNamespace(**{**vars(job), "model": GraphModelOptions(name="cdgcn", hidden=64, layers=2)})
     with pytest.raises(PlanError, match=r"profiled for hidden \[6\].*--hidden 64"):
         chunk_work(wide, 2, g, labels, stats)
     (tmp_path / "junk.pt").write_bytes(b"not a predictor")

@@ -208,7 +208,8 @@ def test_encoder_decoder_p3_reproduces_one_rank(launcher, small, tmp_path):
 
 
 @pytest.mark.parametrize(("model", "sets", "needle"), [
-    ({"name": "cdgcn", "encoder_decoder": True}, {}, "model.encoder_decoder: true needs an integrated graph-RNN"),
+    ({"name": "cdgcn", "encoder_decoder": True}, {},
+     "model.encoder_decoder: not an option of model 'cdgcn'.*model dcrnn, gconv_gru, gconv_lstm, gcrn_m1 accept"),
     ({"name": "dcrnn", "teacher_forcing": 1.5}, {}, "model.teacher_forcing: 1.5 is not a probability"),
     ({"name": "dcrnn", "encoder_decoder": True}, {"task": {"name": "link_prediction"}},
      "forecasts task.name: regression"),

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcdgnn.data.prepare._common import PreparedInput
+from hpcdgnn.data.writer import human_bytes
 from hpcdgnn.indices import index_dtype
 
 __all__ = ["OutputEstimate", "estimate_output", "human_bytes", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_FILES"]
@@ -99,15 +100,6 @@ class OutputEstimate:
             f" ({self.num_snapshots:,} snapshots x {human_bytes(self.vertex_bytes_per_snapshot)} of per-vertex"
             f" arrays and metadata, plus {human_bytes(self.edge_bytes)} of edges)"
         )
-
-
-def human_bytes(n: float) -> str:
-    """``9.61 GiB``: bytes in the largest binary unit that keeps the number >= 1."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def _vertex_id_bytes(ids: np.ndarray) -> int:

@@ -3,9 +3,13 @@
 from hpcdgnn.nn.models.base import (
     DGNN,
     DynamicLayer,
+    GraphCellOptions,
+    GraphModelOptions,
     GraphRecurrentLayer,
     available_models,
+    build_from_options,
     build_model,
+    model_options,
     needs_step_graphs,
     register_model,
 )
@@ -20,7 +24,7 @@ from hpcdgnn.nn.models.gcrn_m1 import GCRNM1Layer
 from hpcdgnn.nn.models.mpnn_lstm import MPNNLSTMLayer
 from hpcdgnn.nn.models.tgcn import TGCNLayer
 from hpcdgnn.nn.models.tgcn_cell import TGCNCellLayer
-from hpcdgnn.nn.models.tmgcn import TMGCNLayer, m_transform
+from hpcdgnn.nn.models.tmgcn import TMGCNLayer, TMGCNOptions, m_transform
 
 __all__ = [
     "CDGCNLayer",
@@ -34,15 +38,20 @@ __all__ = [
     "GCRNM1Layer",
     "GConvGRULayer",
     "GConvLSTMLayer",
+    "GraphCellOptions",
+    "GraphModelOptions",
     "GraphRecurrentLayer",
     "MPNNLSTMLayer",
     "TGCNCellLayer",
     "TGCNLayer",
     "TMGCNLayer",
+    "TMGCNOptions",
     "available_models",
     "build_encoder_decoder",
+    "build_from_options",
     "build_model",
     "m_transform",
+    "model_options",
     "needs_step_graphs",
     "register_model",
 ]

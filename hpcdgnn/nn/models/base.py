@@ -35,16 +35,75 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from hpcdgnn.config.schema import ModelConfig
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
 
-__all__ = ["DynamicLayer", "DGNN", "GraphRecurrentLayer", "StepParams", "register_model", "build_model",
-           "available_models", "needs_step_graphs", "run_rnn"]
+__all__ = ["DynamicLayer", "DGNN", "GraphCellOptions", "GraphModelOptions", "GraphRecurrentLayer", "StepParams",
+           "register_model", "build_model", "build_from_options", "available_models", "model_options",
+           "needs_step_graphs", "run_rnn"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphModelOptions(ModelConfig):
+    """``model:`` options of a snapshot-timeline DGNN: ``layers`` GCN–RNN layer pairs (IBM Fig. 1b) of width
+    ``hidden``."""
+
+    layers: int = 2
+    """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.layers < 1:
+            raise ValueError("layers: must be >= 1")
+
+    def model_args(self) -> dict[str, Any]:
+        """The builder's keyword arguments beyond (in_features, hidden, layers) (:func:`build_model`)."""
+        return {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphCellOptions(GraphModelOptions):
+    """``model:`` options of an integrated graph-RNN cell with a K-term basis (ReInc §2.1: GConvLSTM, GConvGRU,
+    DCRNN, GCRN-M1), and its sequence-to-sequence form (:mod:`hpcdgnn.nn.models.encoder_decoder`)."""
+
+    order: int = 2
+    """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru and gcrn_m1; terms per direction (powers
+    0 … K-1, i.e. K - 1 diffusion steps) of dcrnn; PyG Temporal's K."""
+    encoder_decoder: bool = False
+    """Sequence-to-sequence form (ReInc §2.1, DCRNN): ``layers`` encoder cells over the window, ``layers``
+    decoder cells started from their final states that forecast the ``task.horizon`` regression targets one
+    step at a time (``task: regression``, ``strategy: sequences``)."""
+    teacher_forcing: float = 0.5
+    """encoder_decoder: probability that a training decoder step reads the ground truth of the previous step
+    instead of its own prediction (drawn per seed, epoch, sequence, node batch and step; never at evaluation)."""
+    decoder_input: Literal["targets", "snapshots"] = "targets"
+    """encoder_decoder: what a decoder step reads as ground truth. ``targets``: the previous step's regression
+    target, on the window's last graph G_t. ``snapshots`` (ReInc §2.1, §3.1): the snapshot the previous step
+    forecast, X_{t+d} on its own graph G_{t+d}, read through the encoder's first input filter — so its input
+    aggregation is the one later windows' encoders read, shared through ``strategy.reuse``'s cache; step 0 reads
+    the window's last snapshot X_t (also at evaluation). Steps without teacher forcing read their own prediction
+    on G_t in both forms."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.order < 1:
+            raise ValueError("order: must be >= 1")
+        if not 0.0 <= self.teacher_forcing <= 1.0:
+            raise ValueError(f"teacher_forcing: {self.teacher_forcing} is not a probability; choose in [0, 1]")
+        if self.decoder_input != "targets" and not self.encoder_decoder:
+            raise ValueError(f"decoder_input: {self.decoder_input} is an option of the decoder; set "
+                             "encoder_decoder: true, or leave decoder_input at targets")
+
+    def model_args(self) -> dict[str, Any]:
+        """``order``, K."""
+        return {"order": self.order}
 
 
 def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> tuple[torch.Tensor, Any]:
@@ -372,17 +431,21 @@ class GraphRecurrentLayer(DynamicLayer):
 
 
 _MODELS: dict[str, Callable[..., DGNN]] = {}
+_OPTIONS: dict[str, type[GraphModelOptions]] = {}
 _STEP_GRAPHS: set[str] = set()
 
 
-def register_model(name: str, *, step_graphs: bool = False) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
-    """Register a builder ``fn(in_features, hidden, layers, window[, order]) -> DGNN`` under ``name``;
-    ``step_graphs``: its layers are ``graph_recurrent`` (setup checks the strategy can run them)."""
+def register_model(name: str, *, step_graphs: bool = False, options: type[GraphModelOptions] = GraphModelOptions
+                   ) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
+    """Register a builder ``fn(in_features, hidden, layers, **options.model_args()) -> DGNN`` under ``name``,
+    with its YAML ``model:`` options class; ``step_graphs``: its layers are ``graph_recurrent`` (setup checks
+    the strategy can run them)."""
 
     def deco(fn: Callable[..., DGNN]) -> Callable[..., DGNN]:
         if name in _MODELS:
             raise ValueError(f"model {name!r} registered twice")
         _MODELS[name] = fn
+        _OPTIONS[name] = options
         if step_graphs:
             _STEP_GRAPHS.add(name)
         return fn
@@ -396,7 +459,7 @@ def time_mixing_layers(m) -> list[DynamicLayer]:
     device: its structure only, no memory (a ``model.hidden`` too large for the node is refused later, in one
     line, by :mod:`hpcdgnn.train.footprint`, not killed here)."""
     with torch.device("meta"):
-        model = build_model(m.name, 1, m.hidden, m.layers, m.window)
+        model = build_from_options(m, 1)
     return [ly for ly in model.layers if ly.temporal_mixing]
 
 
@@ -410,11 +473,22 @@ def available_models() -> list[str]:
     return sorted(_MODELS)
 
 
-def build_model(name: str, in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
-    """Build a registered model (names as used in YAML ``model.name``); ``order`` (``model.order``: Chebyshev
-    order, diffusion steps) goes to the builders that take it."""
+def model_options(name: str) -> type[GraphModelOptions]:
+    """The ``model:`` options class of registered model ``name``."""
+    return _OPTIONS[name]
+
+
+def build_model(name: str, in_features: int, hidden: int, layers: int, window: int = 3, order: int = 2) -> DGNN:
+    """Build a registered model (names as used in YAML ``model.name``); ``window`` (TM-GCN's M-transform) and
+    ``order`` (Chebyshev order, diffusion steps) go to the builders that take them."""
     if name not in _MODELS:
         raise KeyError(f"unknown model {name!r}; choose from {', '.join(available_models())}")
     fn = _MODELS[name]
-    kw = {"order": order} if "order" in inspect.signature(fn).parameters else {}
-    return fn(in_features=in_features, hidden=hidden, layers=layers, window=window, **kw)
+    takes = inspect.signature(fn).parameters
+    kw = {k: v for k, v in (("window", window), ("order", order)) if k in takes}
+    return fn(in_features=in_features, hidden=hidden, layers=layers, **kw)
+
+
+def build_from_options(m: GraphModelOptions, in_features: int) -> DGNN:
+    """The model a job's ``model:`` section describes, on ``in_features`` input features."""
+    return build_model(m.name, in_features, m.hidden, m.layers, **m.model_args())

@@ -45,7 +45,7 @@ class CDGCNLayer(DynamicLayer):
 
 
 @register_model("cdgcn")
-def build_cdgcn(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+def build_cdgcn(in_features: int, hidden: int, layers: int) -> DGNN:
     """CD-GCN extended to ``layers`` GCN-LSTM pairs as IBM §5.1 does for two."""
     dims = [in_features] + [hidden] * layers
     return DGNN([CDGCNLayer(dims[i], dims[i + 1]) for i in range(layers)])

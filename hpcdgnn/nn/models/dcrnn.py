@@ -19,7 +19,7 @@ Sparse throughout: PyGT's ``DConv`` builds a dense N×N adjacency in every call.
 from __future__ import annotations
 
 from hpcdgnn.nn.conv.diffusion import diffusion_basis, transitions
-from hpcdgnn.nn.models.base import DGNN, register_model
+from hpcdgnn.nn.models.base import DGNN, GraphCellOptions, register_model
 from hpcdgnn.nn.models.gconv_gru import GConvGRULayer
 
 __all__ = ["DCRNNLayer", "build_dcrnn"]
@@ -42,8 +42,8 @@ class DCRNNLayer(GConvGRULayer):
         return diffusion_basis(op, x, self.order)
 
 
-@register_model("dcrnn", step_graphs=True)
-def build_dcrnn(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+@register_model("dcrnn", step_graphs=True, options=GraphCellOptions)
+def build_dcrnn(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
     """``layers`` stacked DCRNN cells (F -> H -> … -> H): DCRNN's encoder."""
     dims = [in_features] + [hidden] * layers
     return DGNN([DCRNNLayer(dims[i], dims[i + 1], order) for i in range(layers)])

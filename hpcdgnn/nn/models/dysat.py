@@ -94,7 +94,7 @@ class DySATLayer(DynamicLayer):
 
 
 @register_model("dysat")
-def build_dysat(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+def build_dysat(in_features: int, hidden: int, layers: int) -> DGNN:
     """``layers`` DySAT blocks (DGC uses 1 GAT + 1 temporal attention per block)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([DySATLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -93,6 +93,9 @@ class EncoderDecoder(DGNN):
     Shapes: output (1, n, H): Ŷ_t of the layout's rows, as the last "step" of the layout's output.
     """
 
+    #: the output is the forecast Ŷ_t itself: the regression task adds no head (``Task.predict_in_model``)
+    predicts_targets = True
+
     def __init__(self, encoder: list[GraphRecurrentLayer], decoder: list[GraphRecurrentLayer], horizon: int) -> None:
         nn.Module.__init__(self)  # DGNN.__init__ would reset before the decoder exists
         if len(encoder) != len(decoder) or not encoder:

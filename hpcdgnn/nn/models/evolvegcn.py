@@ -83,7 +83,7 @@ class EvolveGCNOLayer(DynamicLayer):
 
 
 @register_model("evolvegcn_o")
-def build_evolvegcn_o(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+def build_evolvegcn_o(in_features: int, hidden: int, layers: int) -> DGNN:
     """EvolveGCN-O with ``layers`` evolving GCN layers."""
     dims = [in_features] + [hidden] * layers
     return DGNN([EvolveGCNOLayer(dims[i], dims[i + 1]) for i in range(layers)])

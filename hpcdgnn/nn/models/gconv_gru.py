@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
-from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model
+from hpcdgnn.nn.models.base import DGNN, GraphCellOptions, GraphRecurrentLayer, register_model
 from hpcdgnn.nn.models.gconv_lstm import glorot_blocks
 from hpcdgnn.nn.reuse_cache import count_shared
 
@@ -95,8 +95,8 @@ class GConvGRULayer(GraphRecurrentLayer):
         return h, h
 
 
-@register_model("gconv_gru", step_graphs=True)
-def build_gconv_gru(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+@register_model("gconv_gru", step_graphs=True, options=GraphCellOptions)
+def build_gconv_gru(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
     """``layers`` stacked GConvGRU cells (F -> H -> … -> H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([GConvGRULayer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
-from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model
+from hpcdgnn.nn.models.base import DGNN, GraphCellOptions, GraphRecurrentLayer, register_model
 from hpcdgnn.nn.reuse_cache import count_shared
 
 __all__ = ["GConvLSTMLayer", "build_gconv_lstm"]
@@ -102,8 +102,8 @@ class GConvLSTMLayer(GraphRecurrentLayer):
         return h, (h, c)
 
 
-@register_model("gconv_lstm", step_graphs=True)
-def build_gconv_lstm(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+@register_model("gconv_lstm", step_graphs=True, options=GraphCellOptions)
+def build_gconv_lstm(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
     """``layers`` stacked GConvLSTM cells (F -> H -> … -> H), each fed the previous cell's H_t."""
     dims = [in_features] + [hidden] * layers
     return DGNN([GConvLSTMLayer(dims[i], dims[i + 1], order) for i in range(layers)])

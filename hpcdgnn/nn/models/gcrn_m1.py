@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
-from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, register_model, run_rnn
+from hpcdgnn.nn.models.base import DGNN, GraphCellOptions, GraphRecurrentLayer, register_model, run_rnn
 from hpcdgnn.nn.models.gconv_lstm import glorot_blocks
 
 __all__ = ["GCRNM1Layer", "build_gcrn_m1"]
@@ -63,8 +63,8 @@ class GCRNM1Layer(GraphRecurrentLayer):
         return run_rnn(self.lstm, gx, state, self.out_features)
 
 
-@register_model("gcrn_m1", step_graphs=True)
-def build_gcrn_m1(in_features: int, hidden: int, layers: int, window: int, order: int = 2) -> DGNN:
+@register_model("gcrn_m1", step_graphs=True, options=GraphCellOptions)
+def build_gcrn_m1(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
     """``layers`` stacked (ChebConv, LSTM) pairs (F -> H -> … -> H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([GCRNM1Layer(dims[i], dims[i + 1], order) for i in range(layers)])

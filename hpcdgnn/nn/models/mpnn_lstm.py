@@ -65,6 +65,6 @@ class MPNNLSTMLayer(DynamicLayer):
 
 
 @register_model("mpnn_lstm")
-def build_mpnn_lstm(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+def build_mpnn_lstm(in_features: int, hidden: int, layers: int) -> DGNN:
     """``layers`` GCN layers (DGC uses 2), outputs concatenated, then a 2-layer LSTM."""
     return DGNN([MPNNLSTMLayer(in_features, hidden, i, last=i == layers - 1) for i in range(layers)])

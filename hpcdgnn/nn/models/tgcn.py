@@ -49,7 +49,7 @@ class TGCNLayer(DynamicLayer):
 
 
 @register_model("tgcn")
-def build_tgcn(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+def build_tgcn(in_features: int, hidden: int, layers: int) -> DGNN:
     """``layers`` GCN layers, the last followed by a GRU (DGC §7.1 uses 2)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([TGCNLayer(dims[i], dims[i + 1], recurrent=i == layers - 1) for i in range(layers)])

@@ -89,7 +89,7 @@ class TGCNCellLayer(DynamicLayer):
 
 
 @register_model("tgcn_cell")
-def build_tgcn_cell(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+def build_tgcn_cell(in_features: int, hidden: int, layers: int) -> DGNN:
     """``layers`` stacked T-GCN cells (F -> H -> … -> H), each fed the previous cell's H_t."""
     dims = [in_features] + [hidden] * layers
     return DGNN([TGCNCellLayer(dims[i], dims[i + 1]) for i in range(layers)])

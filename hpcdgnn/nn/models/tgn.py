@@ -28,14 +28,47 @@ can be compared exactly) and no node features (the event datasets here have none
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-from hpcdgnn.data.temporal_neighbors import NeighborBlock
+from hpcdgnn.config.schema import ModelConfig
 
-__all__ = ["MemoryRows", "TGN", "TGNInput", "TimeEncoding"]
+if TYPE_CHECKING:  # the strategy builds the neighbourhoods (hpcdgnn.data); the model only reads them
+    from hpcdgnn.data.temporal_neighbors import NeighborBlock
+
+__all__ = ["MemoryRows", "TGN", "TGNInput", "TGNOptions", "TimeEncoding"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TGNOptions(ModelConfig):
+    """``model: {name: tgn}`` options: TGN-attn's widths and DistTGL's static node memory (§2.1, §3.1)."""
+
+    memory_dim: int = 100
+    """Width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
+    time_dim: int = 100
+    """Width of the TGAT time encoding Φ(Δt) = cos(Δt·w + b)."""
+    neighbors: int = 10
+    """Most recent temporal neighbours the attention layer reads per node (DistTGL: 10)."""
+    heads: int = 2
+    """Attention heads (TGL's TGN-attn: 2); ``hidden`` must be a multiple of it."""
+    static_memory: Literal["on", "off"] = "off"
+    """DistTGL §3.1 static node memory: a learnable (N, memory_dim) table added to the dynamic memory of every
+    node the attention reads, pre-trained on the same task for ``static_pretrain_epochs``."""
+    static_pretrain_epochs: int = 1
+    """With ``static_memory: on``: epochs of pre-training the static table (with the same architecture but no
+    dynamic memory) before training; 0 = co-trained from a random start (DistTGL also allows that)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.memory_dim, self.time_dim, self.neighbors, self.heads) < 1:
+            raise ValueError("memory_dim, time_dim, neighbors, heads: must be >= 1")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden: {self.hidden} is not a multiple of heads: {self.heads}")
+        if self.static_pretrain_epochs < 0:
+            raise ValueError("static_pretrain_epochs: must be >= 0")
 
 
 class TimeEncoding(nn.Module):

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from hpcdgnn.nn.models.base import DGNN, DynamicLayer, register_model
+from hpcdgnn.nn.models.base import DGNN, DynamicLayer, GraphModelOptions, register_model
 
-__all__ = ["TMGCNLayer", "build_tmgcn", "m_transform"]
+__all__ = ["TMGCNLayer", "TMGCNOptions", "build_tmgcn", "m_transform"]
 
 
 class _MTransform(torch.autograd.Function):
@@ -151,8 +152,25 @@ class TMGCNLayer(DynamicLayer):
         return m_transform(y, self.window, state), window_tail(y, state, self.window - 1)
 
 
-@register_model("tmgcn")
-def build_tmgcn(in_features: int, hidden: int, layers: int, window: int) -> DGNN:
+@dataclass(frozen=True, kw_only=True)
+class TMGCNOptions(GraphModelOptions):
+    """``model: {name: tmgcn}`` options: the layers' M-transform window (IBM §5.3)."""
+
+    window: int = 3
+    """TM-GCN M-transform window w over layer outputs (IBM §5.3)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.window < 1:
+            raise ValueError("window: must be >= 1")
+
+    def model_args(self) -> dict[str, Any]:
+        """``window``, w."""
+        return {"window": self.window}
+
+
+@register_model("tmgcn", options=TMGCNOptions)
+def build_tmgcn(in_features: int, hidden: int, layers: int, window: int = 3) -> DGNN:
     """TM-GCN with ``layers`` GCN + M-transform pairs."""
     dims = [in_features] + [hidden] * layers
     return DGNN([TMGCNLayer(dims[i], dims[i + 1], window) for i in range(layers)])

@@ -1,0 +1,83 @@
+"""M2's plan (DistTGL §3.2): the i×j×k layout of the ranks over an event stream and the k time segments.
+
+Ranks r = a + i·(b + j·c): mini-batch slice a, epoch trainer b, memory copy c. The training events are cut into
+batches of ``task.batch_events`` in time order, and the batches into k consecutive time segments, one per memory
+copy; copy c trains segment (c + epoch − 1) mod k in each epoch (:meth:`MemoryPlan.segment_of`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcdgnn.errors import ConfigError
+
+__all__ = ["MemoryPlan", "plan_memory"]
+
+
+@dataclass
+class MemoryPlan:
+    """The i×j×k layout and the batch schedule (rank 0 computes it; plan.json)."""
+
+    kind: str
+    num_ranks: int
+    minibatch: int
+    epoch: int
+    memory: int
+    batch_events: int
+    split: dict[str, list[int]]
+    segments: list[list[int]] = field(default_factory=list)
+    """Training batches [first, stop) of each of the k time segments."""
+
+    def batches(self, split: str) -> int:
+        """Batches of ``batch_events`` events in ``split`` (the last one may be shorter)."""
+        lo, hi = self.split[split]
+        return -(-(hi - lo) // self.batch_events)
+
+    def batch_events_range(self, split: str, q: int) -> tuple[int, int]:
+        """Events [first, stop) of batch ``q`` of ``split``."""
+        lo, hi = self.split[split]
+        return lo + q * self.batch_events, min(hi, lo + (q + 1) * self.batch_events)
+
+    def iterations(self) -> int:
+        """Iterations of an epoch: the longest segment, plus j − 1 to drain epoch parallelism's pipeline."""
+        return max(b - a for a, b in self.segments) + self.epoch - 1
+
+    def segment_of(self, group: int, epoch: int) -> int:
+        """The time segment group ``group`` trains on in ``epoch``: (group + epoch − 1) mod k."""
+        return (group + epoch - 1) % self.memory
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict."""
+        return asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path`` as JSON."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def plan_memory(manifest, num_ranks: int, job) -> MemoryPlan:
+    """Check i·j·k = P, the batch size against the stream and k against the segments; cut the segments.
+
+    Raises:
+        ConfigError: i·j·k is not P, a batch is larger than the training events, fewer batches than copies.
+    """
+    o, B = job.strategy, job.task.batch_events
+    i, j, k = o.minibatch, o.epoch, o.memory
+    if i * j * k != num_ranks:
+        raise ConfigError(f"strategy: minibatch·epoch·memory = {i}·{j}·{k} = {i * j * k}, but the job runs on "
+                          f"{num_ranks} rank{'s' if num_ranks != 1 else ''}; choose i·j·k = {num_ranks}")
+    split = {s: list(manifest.split[s]) for s in ("train", "val", "test")}
+    train = split["train"][1] - split["train"][0]
+    if B > train:
+        raise ConfigError(f"task.batch_events: {B} is more than the {train} training events of {job.data.path}; "
+                          f"choose at most {train}")
+    plan = MemoryPlan("memory", num_ranks, i, j, k, B, split)
+    nb = plan.batches("train")
+    if k > nb:
+        raise ConfigError(f"strategy.memory: {k} memory copies need at least {k} time segments, but the "
+                          f"{train} training events make only {nb} batches of task.batch_events: {B}")
+    plan.segments = [[s * nb // k, (s + 1) * nb // k] for s in range(k)]
+    return plan

@@ -1,0 +1,59 @@
+"""The event-stream regime: time-ordered (src, dst, t, features) events with a node memory (SPEC family C).
+
+TGN-attn with a GRU node memory and DistTGL's static memory (§2.1, §3.1, M1) for temporal link prediction,
+trained under ``memory``: mini-batch × epoch × memory parallelism (§3.2–3.3, M2).
+"""
+
+from __future__ import annotations
+
+from hpcdgnn.config.schema import JobConfig, MemoryOptions
+from hpcdgnn.data.events import load_event_manifest
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.models.tgn import TGN, TGNOptions
+from hpcdgnn.regimes.base import RegimeSpec, item_bytes, parameter_bytes, register_regime
+from hpcdgnn.tasks import build_task
+
+__all__ = ["EVENTS"]
+
+
+def build_model(job: JobConfig, manifest) -> TGN:
+    """TGN over the stream's N nodes and D edge features."""
+    m = job.model
+    return TGN(manifest.num_vertices, manifest.edge_feature_dim, m.memory_dim, m.time_dim, m.hidden, m.heads,
+               m.static_memory == "on")
+
+
+def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
+    """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters (one hidden × hidden matrix
+    at least) and one batch's embeddings, (2 + negatives) · batch_events of width hidden, each reading
+    ``neighbors`` messages of width ``memory_dim``; the evaluation's ``eval_negatives`` likewise."""
+    m, task = job.model, job.task
+    b = task.batch_events
+    train = (2 + task.negatives) * b * (m.hidden + m.neighbors * m.memory_dim)
+    evaluation = (1 + task.eval_negatives) * b * m.hidden
+    return {"parameters": parameter_bytes(job, 0, 2, 1, 0),
+            "tgn batch": (item_bytes(job) * max(train, evaluation),
+                          "task.negatives, task.eval_negatives, model.neighbors, task.batch_events")}
+
+
+def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
+    """An event stream's split is the dataset's, fixed at ``prepare --kind events``: ``task.split`` is refused."""
+    if job.task.split != type(job.task)().split:
+        raise ConfigError(f"{where}: task.split: an event stream's split is the dataset's (prepare --kind events "
+                          "--split); remove task.split")
+
+
+EVENTS = register_regime(RegimeSpec(
+    name="events",
+    title="the event-stream regime (DistTGL)",
+    data_kind="events",
+    data_title="an event-stream dataset (prepare --kind events)",
+    models={"tgn": TGNOptions},
+    tasks=("temporal_link_prediction",),
+    strategies={"memory": MemoryOptions},
+    load_manifest=load_event_manifest,
+    build_model=build_model,
+    build_task=build_task,
+    footprint=footprint,
+    check=check,
+))

@@ -1,0 +1,104 @@
+"""The snapshot-timeline regime: T snapshots over one vertex universe (SPEC families A and B).
+
+Full batch over a partitioned timeline — ``snapshot`` (IBM §4.2, S1–S3), ``pss`` (DGC §2.1), ``vertex``
+(IBM §4.1, S6), ``chunk`` (DGC §4–5, D1–D3) — and sampled sequence mini-batches, ``sequences`` (ReInc §3,
+R1–R4), over the discrete-time DGNNs of :mod:`hpcdgnn.nn.models` for link prediction, node classification
+and regression.
+"""
+
+from __future__ import annotations
+
+from hpcdgnn.config.schema import (
+    ChunkOptions,
+    JobConfig,
+    PSSOptions,
+    SequencesOptions,
+    SnapshotOptions,
+    VertexOptions,
+)
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.models import (
+    GraphCellOptions,
+    available_models,
+    build_encoder_decoder,
+    build_from_options,
+    model_options,
+    needs_step_graphs,
+)
+from hpcdgnn.regimes.base import RegimeSpec, item_bytes, parameter_bytes, register_regime
+from hpcdgnn.tasks import build_task
+
+__all__ = ["TIMELINE"]
+
+#: the strategy and task an encoder–decoder forecasts under (sampled windows, regression targets)
+_FORECAST = {"strategy": "sequences", "task": "regression"}
+
+
+def build_model(job: JobConfig, manifest):
+    """The DGNN on the dataset's F input features; a cell's sequence-to-sequence form forecasts
+    ``task.horizon`` values itself (the task then adds no head: ``predicts_targets``)."""
+    m = job.model
+    if isinstance(m, GraphCellOptions) and m.encoder_decoder:
+        return build_encoder_decoder(m.name, manifest.num_features, m.hidden, m.layers, 3, m.order, job.task.horizon)
+    return build_from_options(m, manifest.num_features)
+
+
+def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
+    """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters; under a full-batch
+    strategy the activations of its T·N/P rows (over ``strategy.blocks`` checkpoint blocks: IBM §3.1 keeps
+    one block's); the task's examples of one step."""
+    from hpcdgnn.strategies import get_strategy
+    from hpcdgnn.tasks import task_class
+
+    m, task = job.model, job.task
+    k = getattr(m, "order", 1)  # the K basis terms of a Chebyshev or diffusion cell's layers, else 1
+    head, pairs = task_class(task.name).footprint(task, manifest, m.hidden)
+    parts = {"parameters": parameter_bytes(job, manifest.num_features, m.layers, k, head)}
+    if get_strategy(job.strategy.name).full_batch:
+        rows = manifest.num_snapshots * manifest.num_vertices // num_ranks // max(1, getattr(job.strategy, "blocks", 1))
+        per_row = m.hidden + task.split[0] * (m.layers - 1) * k * m.hidden
+        parts["activations"] = (int(item_bytes(job) * rows * per_row), "model.hidden, model.layers, model.order")
+    if pairs:
+        parts["pairs"] = (pairs, "task.negatives")
+    return parts
+
+
+def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
+    """Refuse (one line) the encoder–decoder outside ``regression`` under ``sequences``, and a model whose
+    time encoder convolves over each step's graph under a strategy whose time encoder, at this rank count,
+    cannot get each step's graph (``Strategy.step_graphs_at``: whole snapshots, or a sample's rows of them)."""
+    from hpcdgnn.strategies import get_strategy
+
+    m, s = job.model, job.strategy.name
+    if isinstance(m, GraphCellOptions) and m.encoder_decoder and \
+            (job.task.name != _FORECAST["task"] or s != _FORECAST["strategy"]):
+        raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
+                          f"strategy.name: sequences, not {job.task.name} under {s}; set those, or "
+                          "encoder_decoder: false")
+    if not needs_step_graphs(m.name):
+        return
+    can = getattr(get_strategy(s), "step_graphs_at", None)
+    if can is None or not can(num_ranks):
+        raise ConfigError(
+            f"{where}: model.name: {m.name} convolves its recurrent state over each snapshot's graph, which "
+            f"strategy.name: {s} cannot give its time encoder at {num_ranks} rank{'s' if num_ranks != 1 else ''}; "
+            "use strategy.name: pss or sequences (any number of ranks), or snapshot on 1 rank"
+        )
+
+
+TIMELINE = register_regime(RegimeSpec(
+    name="timeline",
+    title="the snapshot-timeline regime (IBM, DGC, ReInc)",
+    data_kind="snapshots",
+    data_title="a snapshot dataset (prepare, generate)",
+    models={name: model_options(name) for name in available_models()},
+    tasks=("link_prediction", "node_classification", "regression"),
+    strategies={"snapshot": SnapshotOptions, "pss": PSSOptions, "vertex": VertexOptions, "chunk": ChunkOptions,
+                "sequences": SequencesOptions},
+    load_manifest=load_manifest,
+    build_model=build_model,
+    build_task=build_task,
+    footprint=footprint,
+    check=check,
+))
