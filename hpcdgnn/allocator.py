@@ -1,19 +1,14 @@
-"""The host memory allocator of ``python -m hpcdgnn run``: jemalloc where the machine has it (issue 13).
+"""The host memory allocator of ``python -m hpcdgnn run``: jemalloc where the machine has it.
 
 Why: glibc's malloc gives blocks larger than its mmap threshold (32 MiB by default) back to the kernel on
-``free``, so a tensor of that size allocated every epoch is faulted in, page by page, every epoch. CD-GCN
-on the generator graph N = 2^15, T = 64 (one process): torch's oneDNN LSTM keeps a 1.9 GiB workspace per
-layer from forward to backward — 542k minor page faults (2.1 GiB) per epoch, steady epochs 2.84–3.05 s;
-with jemalloc keeping freed memory, 4.7k faults and 2.05–2.19 s. At P = 2 the two ranks fault in
-different epochs (the faulting rank's compute 1.3 → 2.9 s while the other waits): epoch medians
-1.44–2.75 s against 1.14–1.29 s with jemalloc. ``train.reuse_memory``'s ``mallopt`` cannot cure it from
-inside the process: ``mallopt`` takes a C int, so its mmap threshold (1 GiB) leaves the 1.9 GiB block to
-``mmap`` and its trim threshold (2 GiB - 1) lets the heap top, which swings by ~3.9 GB, go back to the
-kernel. glibc's tunables, which take sizes, do cure it (``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:
-glibc.malloc.trim_threshold=68719476736`` with ``train.reuse_memory: false``, whose ``mallopt`` would
-override them: 1.95–2.2 s/epoch, no faults) — but they too must be set before the process starts. Where
-nothing is freed and allocated again each epoch (EvolveGCN-O, the small graphs) the choice changes
-nothing (measured within noise).
+``free``, so a tensor of that size allocated every epoch is faulted in, page by page, every epoch (torch's
+oneDNN LSTM keeps a workspace of GiBs per layer from forward to backward); at P > 1 the ranks fault in
+different epochs and wait for each other. ``train.reuse_memory``'s ``mallopt`` cannot cure it from inside
+the process: ``mallopt`` takes a C int, so its mmap threshold (1 GiB) leaves larger blocks to ``mmap`` and
+its trim threshold (2 GiB - 1) lets a heap top that swings by more go back to the kernel. glibc's tunables,
+which take sizes, do cure it (``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736``
+with ``train.reuse_memory: false``, whose ``mallopt`` would override them) — but they too must be set before
+the process starts. Where nothing is freed and allocated again each epoch the choice changes nothing.
 
 The allocator must be chosen before the process starts (``LD_PRELOAD``), so :func:`reexec` — the first
 thing ``run`` does, before MPI is initialised — restarts the interpreter with the same arguments and the

@@ -15,8 +15,8 @@ passed through unchanged, and only for Open MPI adds:
   uses its shared-memory component anyway;
 - ``OMPI_MCA_btl=^ofi`` for that wheel's ``mpirun`` on one node (no host option such as ``--host`` or
   ``--hostfile``, no hostfile elsewhere, no ``--app``, ``--dvm`` or MPMD ``:``, no batch allocation),
-  unless set: its libfabric transport probes every fabric provider in ``MPI_Init``, 1.0 s of each start
-  on the 2-core VM (3 ranks: 1.24 → 0.23 s), and on one node shared memory carries every message anyway;
+  unless set: its libfabric transport probes every fabric provider in ``MPI_Init``, about a second of
+  each start, and on one node shared memory carries every message anyway;
 - ``--oversubscribe`` when ``-np``/``-n`` asks for more ranks than this machine's cores (Open MPI's
   slots: physical cores this process may run on), unless the command already chooses the placement
   (``--host``, ``--hostfile``, ``--map-by``, ``--rankfile``, ``--oversubscribe`` ...) or runs inside a

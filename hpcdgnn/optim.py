@@ -2,9 +2,8 @@
 
 Why not ``torch.optim.Adam`` itself: building any ``torch.optim.Optimizer`` imports ``torch._dynamo``
 (its methods are wrapped in ``torch._disable_dynamo``, which imports the compiler on first call), which
-costs every rank about 1.2 s of CPU and 70 MiB of resident memory at start-up (measured on the 2-core VM,
-torch 2.13: ``import torch`` 1.2 s, with ``torch._dynamo`` 2.5 s; 218 → 289 MiB). hpcdgnn never compiles,
-and a node of 64 ranks would hold 4.5 GiB for it.
+costs every rank about as much CPU time at start-up as ``import torch`` itself, and tens of MiB of resident
+memory. hpcdgnn never compiles, and a node of 64 ranks would hold gigabytes for it.
 
 The arithmetic is torch's, operation for operation, so trajectories and checkpoints are unchanged:
 parameters are grouped by (device, dtype) and updated with the ``torch._foreach_*`` kernels of

@@ -165,9 +165,8 @@ class TimeHalo(torch.autograd.Function):
 
     Backward: the halo's gradient goes back to the rows it came from and is added, in place, into
     the gradient of the passed-through ``y`` — no (rows, N, F) tensor of zeros per layer, as a
-    :class:`Redistribute` of the whole block would need for the few rows it sends (measured: TM-GCN on
-    the generator graph N = 2^15, T = 64, P = 2: about 0.1 s an epoch of zero-fills, masks and adds
-    on the rank without a successor). The values are those of the sum, unchanged.
+    :class:`Redistribute` of the whole block would need for the few rows it sends. The values are those of
+    the sum, unchanged.
     """
 
     @staticmethod
@@ -302,12 +301,10 @@ def _cat_rows(parts: list[list[Any]]) -> list[Any]:
 
 #: inbound chunk exchanges in flight ahead of the one waited for, where a progress thread moves them.
 #: Posted all at once, the K exchanges share the thread's bandwidth and the first — which nothing hides —
-#: completes nearly as late as the last (measured, CD-GCN gen32k P = 2, K = 8: the first chunk's wait 19 ms
-#: of a 21 ms blocking exchange); one ahead, each moves alone while the chunk before it is encoded (10 ms,
-#: and the epoch's transfer left exposed, exposed - late, 0.079 -> 0.060 s). Without the thread
-#: (``comm.progress: calls``) bytes move only inside MPI calls, so all are posted at once and the first
-#: wait moves them together: posted one ahead, each chunk's whole transfer would be a wait of its own
-#: (K = 16: 0.20 s against 0.12 s unchunked).
+#: completes nearly as late as the last; one ahead, each moves alone while the chunk before it is encoded.
+#: Without the thread (``comm.progress: calls``) bytes move only inside MPI calls, so all are posted at once
+#: and the first wait moves them together: posted one ahead, each chunk's whole transfer would be a wait of
+#: its own.
 AHEAD = 1
 
 

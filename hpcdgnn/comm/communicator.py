@@ -695,8 +695,7 @@ class Communicator:
             tag: counter name.
             reuse: key of a receive buffer kept from the previous call with the same key.
                 Fresh buffers of hundreds of MB cost more in page faults than the
-                transfer itself (measured: 160 ms vs 31 ms for 134 MB each way on
-                2 ranks), so per-epoch exchanges reuse theirs. The result of a keyed
+                transfer itself, so per-epoch exchanges reuse theirs. The result of a keyed
                 call is valid until the next call with that key.
 
         Returns:
@@ -874,7 +873,7 @@ class Communicator:
     def _own_box_copy(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
                       recv_boxes: Sequence[Box]) -> Callable[[], None] | None:
         """This rank's own box, as a strided torch copy to run (None if empty): MPI's datatype engine
-        would pack and unpack a self-send through a temporary (measured 2x slower on a node). At P = 2
+        would pack and unpack a self-send through a temporary (slower on a node). At P = 2
         it is as many bytes as the transfer, so a progress thread runs it for a non-blocking exchange."""
         (srows, (b0, b1)), (rrows, (d0, d1)) = send_boxes[self.rank], recv_boxes[self.rank]
         if not (len(_box_rows(srows)) and b1 > b0):

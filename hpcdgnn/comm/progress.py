@@ -4,8 +4,7 @@ Open MPI (and MPICH without ``MPIR_CVAR_ASYNC_PROGRESS``) moves the data of a no
 collective only inside MPI calls: with the shared-memory transport the receiving rank copies
 the bytes itself, in whichever of its MPI calls finds them ready. With the training thread as
 the only caller, the copy runs in its ``Test``/``Wait`` calls between chunks — on the core that
-computes, so ``strategy.overlap_chunks`` hides the waiting for peers but not the copy (measured
-on 2 cores: 84 % of the chunked exchanges' time hidden, their exposed part the copy itself).
+computes, so ``strategy.overlap_chunks`` hides the waiting for peers but not the copy.
 
 :class:`ProgressThread` takes that work off the training thread: every exchange posted through
 :class:`~hpcdgnn.comm.communicator.Communicator` (``ialltoall_boxes``, ``iallreduce_``) is handed
@@ -18,10 +17,8 @@ to it, and it drives them until each completes. How depends on whether it has a 
   handed over or the thread is stopped. It spins its core while an exchange is open and sleeps on a
   condition variable while none is. Why not poll: the exchanges move strided boxes (MPI derived
   datatypes), which Open MPI's shared-memory transport packs fragment by fragment, each needing a call
-  into the library on both sides; polled every 50 µs, one chunk's (32, 1024, 16) float32 box took 3.5–5×
-  the time of a wait inside MPI (``perf/bench_progress.py`` on 2 and on 16 cores), so in a pipeline the
-  thread fell behind the chunks and they queued up at its end (16-core host, CD-GCN gen32k P = 2, K = 16:
-  the transfer left exposed 0.96 of K = 1's polling, 0.49 waiting; ``perf/results/gpu-h200/README.md``).
+  into the library on both sides; polled, a chunk's box takes several times as long as a wait inside MPI
+  (``perf/bench_progress.py``), so in a pipeline the thread falls behind the chunks and they queue up.
 - **not dedicated** (``comm.progress: thread`` on a node without a spare core): it calls
   ``MPI_Testsome`` and sleeps ``POLL_S`` between rounds that completed nothing, so it neither holds the
   GIL nor a core while the training thread computes.
@@ -30,9 +27,8 @@ With a dedicated thread, the training thread's test of an adopted exchange reads
 an event, and only that wait is exposed time. Where the thread polls, the training thread does not sleep
 through a wait: it takes the exchange back and waits inside MPI itself (:meth:`ProgressThread.await_exchange`),
 and its tests between chunks give the library a round of progress (:meth:`ProgressThread.drive`), so that the
-chunks nothing hides — the pipeline's first in, its last out — move at a wait's rate, not at the poll's (one
-chunk on 2 cores, K = 4 and 16: 1.02× and 1.32× the training thread's own wait, against 4.5× and 5.8× polled;
-``perf/results/README.md``, thirty-third session). The thread also makes the exchange's local part, the copy
+chunks nothing hides — the pipeline's first in, its last out — move at a wait's rate, not at the poll's.
+The thread also makes the exchange's local part, the copy
 of the rank's own box (a strided torch copy that the training thread would otherwise make at the post: at P = 2 as
 many bytes as the transfer).
 
@@ -56,13 +52,10 @@ from hpcdgnn.comm.device import cpu_affinity, node_cpu_sets
 __all__ = ["ProgressThread", "spare_core"]
 
 POLL_S = 50e-6
-"""Sleep between ``Testsome`` rounds that completed nothing: the GIL and the core are free meanwhile.
-Measured on 2 cores with one rank idle (its core the other's spare): four chunk exchanges of a
-(32, 32768, 16) float32 redistribution posted before 0.2 s of LSTM work were complete when it ended
-(0.1 ms left to wait, against 26–66 ms with ``calls``). Nor does the poll slow the training thread
-while an exchange stays open (a deferred halo send can, for much of an epoch): on the same 2 cores, a
-64-step ``LSTMCell`` forward and backward on (256, 16) rows, dispatch-bound, took 17.8 against 18.3 ms
-with and without an open exchange polled every 50 µs, and 16.6 against 17.0 ms polled every 1 ms."""
+"""Sleep between ``Testsome`` rounds that completed nothing: the GIL and the core are free meanwhile. Short
+enough that exchanges posted before a compute phase complete during it, long enough that the poll does not
+slow a dispatch-bound training thread while an exchange stays open (a deferred halo send can, for much of
+an epoch)."""
 
 
 def spare_core(comm: Any, threads: int) -> bool:
@@ -133,9 +126,9 @@ class ProgressThread:
     def await_exchange(self, pending: Any) -> None:
         """Block the training thread until ``pending`` (adopted here) has completed.
 
-        Polling, the thread moves bytes only between its sleeps, at a fifth of the rate of a wait inside
-        MPI (``perf/bench_progress.py``: one (32, 1024, 16) float32 chunk, 3.69 against 0.63 ms on 2 cores),
-        and a chunk the training thread waits for is exposed time (the pipeline's first chunk in, its last out).
+        Polling, the thread moves bytes only between its sleeps, at a fraction of the rate of a wait inside
+        MPI (``perf/bench_progress.py``), and a chunk the training thread waits for is exposed time (the
+        pipeline's first chunk in, its last out).
         So the waiting training thread takes the exchange back and waits inside MPI itself: it asks, the thread
         drops the request from its tests at its next round (after the exchange's own-box copy, should that not
         have run yet) and says so, and the training thread calls ``Wait`` — the request is only ever tested by

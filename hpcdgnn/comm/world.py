@@ -91,15 +91,14 @@ def expected_world_size(environ: Mapping[str, str] = os.environ) -> tuple[int, s
 def singleton_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Open MPI settings for a process no launcher started (``python -m hpcdgnn run`` at P = 1), else ``{}``.
 
-    Such a process initialises a 1-rank world (a "singleton"), which has no peer to reach: only the ``self``
-    transport is needed (``OMPI_MCA_btl=self``). With Open MPI's defaults its shared-memory transport
-    made a 16 MiB segment in ``/dev/shm`` that nothing removed in most runs (no ``prterun`` to clean up
-    after a singleton; 4,100 of them had piled up on this VM), and the wheel's libfabric transport spent
-    1 s probing providers at start-up. A transport the user chose (``OMPI_MCA_btl=^ofi``, as the tests' and
-    the job scripts' environment has it) is replaced too: it can only reach other processes, and a singleton
-    has none. A launcher leaves its mark before ``MPI_Init`` (:func:`expected_world_size`'s variables, or
-    PMI/PMIx ones: Open MPI speaks PMIx to every process its ``prterun`` or ``srun --mpi=pmix`` starts, and a
-    process without them cannot join a world of more than one), and then nothing is set — but for a launcher
+    Such a process initialises a 1-rank world (a "singleton"), which has no peer to reach: only the ``self`` transport
+    is needed (``OMPI_MCA_btl=self``). With Open MPI's defaults its shared-memory transport makes a 16 MiB segment in
+    ``/dev/shm`` that nothing removes (no ``prterun`` cleans up after a singleton), and the wheel's libfabric
+    transport probes providers at start-up. A transport the user chose (``OMPI_MCA_btl=^ofi``, as the tests' and the
+    job scripts' environment has it) is replaced too: it can only reach other processes, and a singleton has none. A
+    launcher leaves its mark before ``MPI_Init`` (:func:`expected_world_size`'s variables, or PMI/PMIx ones: Open MPI
+    speaks PMIx to every process its ``prterun`` or ``srun --mpi=pmix`` starts, and a process without them cannot join
+    a world of more than one), and then nothing is set — but for a launcher
     that started one process and gave it no PMI (``srun -n 1`` with no ``--mpi``): a singleton too. Other MPI
     libraries ignore the variable.
     """

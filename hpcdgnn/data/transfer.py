@@ -59,8 +59,7 @@ def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
     lists are ascending and disjoint, so a stable sort of their concatenation is one linear merge
     (timsort finds the two runs). The row pointer counts the keys per row. On the CPU with numba the merge
     is one compiled pass over the previous CSR and the added keys (:func:`hpcdgnn.nn.kernels.graph_diff_merge`,
-    the same arrays): checkpoint blocks decode every block once or twice an epoch, and numpy's passes cost
-    8.8 ms a block of 4 snapshots of 197 k edges (the generator graph N = 2^16), 0.23 s an epoch of 16 blocks.
+    the same arrays): checkpoint blocks decode every block once or twice an epoch, and numpy takes several passes.
     """
     out: list[CSRSnapshot] = []
     keys: np.ndarray | None = None

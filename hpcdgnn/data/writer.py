@@ -259,7 +259,7 @@ def _dedupe(keys: np.ndarray, values: np.ndarray | None, mode: str) -> tuple[np.
     """Sorted unique keys with their weight: ones, event count, or summed given weights."""
     if mode == "given":
         return _sorted_sum(keys, values.astype(np.float64))
-    # ones/count need no permutation, only the sorted keys: np.sort is ~2x faster than argsort.
+    # ones/count need no permutation, only the sorted keys: np.sort is faster than argsort.
     sorted_keys = np.sort(keys)
     first = _first_of_run(sorted_keys)
     uniq = sorted_keys[first]

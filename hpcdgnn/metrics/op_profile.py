@@ -2,8 +2,8 @@
 
 ``metrics.jsonl`` splits an epoch into load, compute and communication; within compute it cannot say
 whether the graph convolutions, the recurrent scan, the decoder or the copies between layouts take the
-time — the question a user asks before choosing ``strategy.overlap_chunks``, ``blocks`` or a model size,
-and the one the strong-scaling work of issue 13 (item 3) kept asking. The profiled epoch runs the same
+time — the question a user asks before choosing ``strategy.overlap_chunks``, ``blocks`` or a model size.
+The profiled epoch runs the same
 arithmetic (the profiler only observes), so the run's results are unchanged; its wall time includes the
 profiler's own overhead, so the epoch is flagged ``profiled`` in ``metrics.jsonl`` and left out of
 ``summary.json``'s steady median.
@@ -49,8 +49,8 @@ def profiled(on: bool, device: torch.device) -> Iterator[object | None]:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             yield prof
         return
-    # on the CPU torch's own event recorder: the same operator table without kineto's activity tracing, which
-    # cost 1.4 s at its first start here (the profiled epoch 1.47 s against 0.06 s: email-Eu-core, P = 2)
+    # on the CPU torch's own event recorder: the same operator table without kineto's activity tracing, whose
+    # first start can cost more than a small graph's whole epoch
     with torch.autograd.profiler.profile(use_kineto=False) as prof:
         yield prof
 

@@ -42,9 +42,8 @@ def summarize_over_ranks(per_rank: np.ndarray) -> dict:
     slowest rank's own split: the rank that worked longest (load + compute), which the others waited for.
 
     Not the rank with the largest epoch time: an epoch ends in a collective on every rank, so their epoch
-    times differ by microseconds and the largest named a rank by chance — often one that had spent most of
-    the epoch waiting for the others, whose split then read as communication-bound (a helper's audit: 29 of
-    93 multi-rank epochs won by under 2 ms, with exposed times more than 2x apart).
+    times differ by microseconds and the largest would name a rank by chance — often one that spent most of
+    the epoch waiting for the others, whose split then reads as communication-bound.
     """
     out = {f: {"min": float(per_rank[:, i].min()), "mean": float(per_rank[:, i].mean()),
                "max": float(per_rank[:, i].max())} for i, f in enumerate(TIME_SPLIT)}

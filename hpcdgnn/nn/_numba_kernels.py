@@ -20,9 +20,9 @@ from hpcdgnn.nn._simd import (
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 #: numpy's error model where a loop divides: under Python's, numba tests every float divisor for zero (to raise
-#: ZeroDivisionError), and that branch stopped LLVM vectorising the loop — the decoder's sigmoid and loss, and
-#: the LSTM's activations, ran one lane at a time (edge_bce_train with the loss: 32 -> 24 ns a pair, N = 986).
-#: The divisors there are 1 + t, 2 + t (t >= 0) and 2 + m (m > -1): never zero.
+#: ZeroDivisionError), and that branch stops LLVM vectorising the loop (the decoder's sigmoid and loss, and
+#: the LSTM's activations, would run one lane at a time). The divisors there are 1 + t, 2 + t (t >= 0) and
+#: 2 + m (m > -1): never zero.
 _DIVIDE = "numpy"
 
 
@@ -82,8 +82,8 @@ def _exp_reduced(a):  # pragma: no cover - compiled
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
 def _exp_parts(x, c, p, bits):  # pragma: no cover - compiled
     """exp(−c|x[i]|) = 2^k (1 + p[i]) for float32 x (1-D), 2^k = ``bits.view(float32)[i]`` (``p``, ``bits``:
-    scratch at least as long as x): :func:`_exp_reduced` per element, a loop LLVM vectorises — 1 ns per
-    element against 7 for a libm call (no SVML here). Below exp(−87) (float32's smallest normals) the value
+    scratch at least as long as x): :func:`_exp_reduced` per element, a loop LLVM vectorises, several times
+    faster than a libm call per element (no SVML here). Below exp(−87) (float32's smallest normals) the value
     is clamped there."""
     for i in range(x.shape[0]):
         em, k = _exp_reduced(max(-c * abs(x[i]), np.float32(-87.0)))
@@ -186,19 +186,15 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
     """Forward and backward of L = Σ_e BCE(x_e, label_e), x_e = :func:`edge_mlp_forward`'s logit, in one pass:
     the logits into out; dL/dpu, dL/dpv and dL/dw2 added into dpu, dpv and dw2 (float64, from float32 sums
     per chunk); returns (L, dL/db2 = Σ_e g_e), g_e = σ(x_e) − label_e, both summed in float64 (:func:`_bce_parts`:
-    the loss here, not in a torch pass over the logits after it, 8.6 M pairs an epoch on the generator graph
-    N = 2^15). dL/db1 is the column sum of dpu (each pair's dL/dh reaches b1 and one source row), not carried
-    here: 10 % more per pair.
+    the loss here, not in a torch pass over the logits after it). dL/db1 is the column sum of dpu (each pair's
+    dL/dh reaches b1 and one source row), not carried here: it would cost more per pair.
 
     Why chunks of three loops: the logits of a chunk, then their g, then the chunk's backward while its
-    rows are still in cache, where the unfused forward and backward passes streamed every row through
-    memory twice, with torch's sigmoid and loss-gradient passes between them (issue 13 item 1; EvolveGCN-O
-    on the generator graph N = 2^15, in a training epoch: 100 + 206 ms -> 289 ms; on email-Eu-core, whose
-    rows stay in cache, no change). pu and pv stay two arrays, not one (n, 2H): the destinations are
-    random rows, and interleaved halves doubled the lines a step's pairs pull into cache (36 against 32 ns
-    per pair there, one (n, 2H) GEMM instead of two notwithstanding). The backward keeps the two inner
-    loops of the unfused one: LLVM cannot prove that dpu / dpv do not alias pu / pv, and with the
-    scatter-adds in the loop that reads the rows nothing was vectorised.
+    rows are still in cache, where separate forward and backward passes stream every row through memory
+    twice. pu and pv stay two arrays, not one (n, 2H): the destinations are random rows, and interleaved
+    halves double the lines a step's pairs pull into cache. The backward keeps two inner loops: LLVM cannot
+    prove that dpu / dpv do not alias pu / pv, and with the scatter-adds in the loop that reads the rows
+    nothing is vectorised.
     """
     H = pu.shape[1]
     zero = pu.dtype.type(0)
@@ -226,7 +222,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
         loss += _bce_parts(out[c0:c1], label[c0:c1], g[: c1 - c0], bits, vector_exp)
         for e in range(c0, c1):
             # the gradient rows of a pair ahead: here, not in the loop above, where a chunk's four lines a
-            # pair outgrew L1 before this loop reached them (gen32k's layout: 25.6-26.1 -> 22.5-25.2 ns a pair)
+            # pair outgrow L1 before this loop reaches them
             _fetch_ahead(dpu, dpv, src, dst, e)
             s, d, ge = src[e], dst[e], g[e - c0]
             gsum += ge
@@ -240,12 +236,12 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
                 dh[k] = m * w2[k]
                 part[k] += m * h
             # two loops, not one: with one store each LLVM vectorises them behind a runtime alias check;
-            # with both stores in one loop it did not (58 -> 48 ns a pair over 44 steps x 2^15 rows, F = 16)
+            # with both stores in one loop it does not
             for k in range(H):
                 da[k] += dh[k]
             for k in range(H):
                 db[k] += dh[k]
-        for k in range(H):  # float64 across chunks; within one, float32 (a conversion per pair cost 2-3 ns)
+        for k in range(H):  # float64 across chunks; within one, float32 (no conversion per pair)
             acc[k] += part[k]
             part[k] = zero
     for k in range(H):
@@ -257,15 +253,15 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
 def project(z, wu, wv, pu, pv):  # pragma: no cover - compiled
     """The decoder's projections pu = z wu and pv = z wv for z (n, F) and wu, wv (F, W), rows of W values one line
     (:func:`hpcdgnn.nn._simd.project_row`: each row summed over k in order, as torch's GEMM did here, bit for
-    bit on this machine). Why not torch's GEMM: at these widths (16 x 16) MKL ran at a third of the core's
-    rate, 50 -> 24 ms for both projections of the generator graph N = 2^15, T = 64 (44 steps, float32)."""
+    bit on this machine). Why not torch's GEMM: at these widths (16 x 16) MKL runs at a fraction of the core's
+    rate."""
     for i in range(z.shape[0]):
         project_row(z, i, wu, wv, pu, pv)
 
 
 #: rows per call of :func:`hpcdgnn.nn._simd.project_back_rows`: its weight-gradient sums run in the rows'
 #: dtype over so many rows, then are added in float64 (over a million float32 rows in one sum would lose
-#: digits, as the decoder's dw2 did before it was summed so, :func:`edge_bce_train`)
+#: digits, as :func:`edge_bce_train`'s dw2 would)
 _PROJECT_ROWS = 512
 
 
@@ -274,8 +270,7 @@ def project_backward(z, dpu, dpv, wu, wv, dz, dw, db1):  # pragma: no cover - co
     """The backward of :func:`project` with the gradients dpu, dpv (n, W) of its outputs and its weights
     as the first layer stores them, wu, wv (W, F), F = W: dz = dpu wu + dpv wv into dz (n, F); into the
     float64 dw (W, 2F) the weight gradients [dpu^T z, dpv^T z], into db1 (W,) the column sums of dpu
-    (the first layer's bias gradient), in one pass over the rows (torch: five GEMM and sum passes,
-    88 -> 37 ms on the generator graph N = 2^15, T = 64)."""
+    (the first layer's bias gradient), in one pass over the rows (torch: five GEMM and sum passes)."""
     n, F = z.shape
     W = dpu.shape[1]
     su, sv, sb = np.zeros((W, F), z.dtype), np.zeros((W, F), z.dtype), np.zeros(W, z.dtype)
@@ -358,10 +353,10 @@ def pairs_by_bucket(pos_src, pos_dst, pos_bounds, neg_src, neg_dst, neg_bounds, 
                     out_src, out_dst, out_label, tally_pos, tally_neg):  # pragma: no cover - compiled
     """Step j's positives ``pos_bounds[j]:pos_bounds[j+1]`` (already in bucket order) and its negatives,
     written at ``pos_bounds[j] + neg_bounds[j]`` of the outputs in destination buckets
-    ``(dst - firsts[j]) >> shift`` (a shift: a division by a run-time divisor cost more than the rest,
-    82 against 61 ms on the generator graph N = 2^15): each bucket's positives (label 1, copied as the run
-    they are), then its negatives (label 0, a stable counting sort). The tallies have a slot per bucket; a
-    vertex out of range counts in the nearest bucket. With one bucket: the positives, then the negatives."""
+    ``(dst - firsts[j]) >> shift`` (a shift: a division by a run-time divisor costs more than the rest): each
+    bucket's positives (label 1, copied as the run they are), then its negatives (label 0, a stable counting sort).
+    The tallies have a slot per bucket; a vertex out of range counts in the nearest bucket. With one bucket: the
+    positives, then the negatives."""
     top = tally_pos.shape[0] - 1
     for j in range(pos_bounds.shape[0] - 1):
         pa, pb, na, nb, first = pos_bounds[j], pos_bounds[j + 1], neg_bounds[j], neg_bounds[j + 1], firsts[j]
@@ -508,7 +503,7 @@ def csr_transpose(crow, col, val, crow_t, col_t, val_t):  # pragma: no cover - c
 #: logits per chunk of :func:`score_stats`: their bins are computed in one loop, then counted
 _STATS_CHUNK = 1024
 #: interleaved count slots per bin of :func:`score_stats` (a power of two), for calls of at least
-#: :data:`_STATS_LANED` logits; fewer take one slot (zeroing and summing the slots costs ~0.1 ms a call)
+#: :data:`_STATS_LANED` logits; fewer take one slot (zeroing and summing the slots has a fixed cost a call)
 _STATS_LANES = 4
 _STATS_LANED = 1 << 16
 
@@ -540,12 +535,10 @@ def score_stats(logits, positive, bins, half_range, pos_hist, neg_hist):  # prag
     in float64 as numpy computes it, to pos_hist or neg_hist. Returns the correct count.
 
     Why two loops a chunk and interleaved int64 counts: a model near chance puts most logits in a few
-    bins, and one float64 ``hist[b] += 1`` after another into the same bin waited for each other (an
-    add's latency plus a store-to-load forward, ~7 cycles a logit). The bins are computed in a loop LLVM
-    vectorises (the clip done in float64 first: the same bin), and consecutive logits count in different
-    slots, summed at the end (counts, so the sums are exact): 58 -> 21 ms for 8.6 M synthetic logits (a
-    generator graph epoch's training pairs); in that epoch, 39.5 -> 31.4 ms for its three splits. Bins bit
-    for bit as before."""
+    bins, and one float64 ``hist[b] += 1`` after another into the same bin waits for the last (an add's
+    latency plus a store-to-load forward). The bins are computed in a loop LLVM vectorises (the clip done in
+    float64 first: the same bin), and consecutive logits count in different slots, summed at the end (counts,
+    so the sums are exact)."""
     correct = 0
     width = 2.0 * half_range
     top = np.float64(bins - 1)
@@ -580,8 +573,7 @@ def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask, vector_exp):  # pragma
 
     ``vector_exp`` (float32): the activations as passes over a step's contiguous gate blocks through
     :func:`_sigmoid_vec` / :func:`_tanh_vec`, which LLVM vectorises, instead of five libm calls per
-    (unit, lane) — those were most of the step: EvolveGCN-O's weight LSTM (T = 64, H = B = 16) took
-    1.2 ms a call."""
+    (unit, lane), which would be most of the step."""
     T, G, B = gates.shape
     H = G // 4
     one = w_hh.dtype.type(1)

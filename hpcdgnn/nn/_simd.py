@@ -4,12 +4,9 @@ LLVM IR written with llvmlite as numba intrinsics, for rows of one cache line �
 
 Why not numba loops over the row: a row's width is known only at run time, so LLVM vectorises such a loop
 for any width — a main loop of 4 x 16 lanes, an epilogue of 8, scalar remainders, alias checks between the
-arrays — and a row of 16 float32 ran through the epilogue and the checks every pair. With the width fixed
-by a compile-time constant instead, LLVM unrolled the row into scalars and vectorised less (the decoder's
-training pass twice as slow). Here a row is one ``<W x float>`` value: one load, one add, one store.
-Measured on the generator graph N = 2^15, T = 64 (EvolveGCN-O's epoch, hidden 16, float32, one thread of a
-Zen 4 core): the decoder's training pass 24 -> 18-19 ns a pair; the projections (N T, 16) x (16, 16) twice
-50 -> 24 ms (torch's GEMM), their backward and weight gradients 88 -> 37 ms.
+arrays — and a row of 16 float32 runs through the epilogue and the checks every pair. With the width fixed
+by a compile-time constant instead, LLVM unrolls the row into scalars and vectorises less. Here a row is one
+``<W x float>`` value: one load, one add, one store.
 
 Floating point: the operations are those of the loops they replace, in the stated order (a row's dot product
 summed by halves), without fast-math flags.
@@ -134,16 +131,13 @@ def prefetch_row(typingctx, rows, i):  # pragma: no cover - compiled
     """Ask the CPU to fetch the cache line holding ``rows[i, 0]`` of the 2-D array ``rows`` (``llvm.prefetch``:
     read, keep in every level). A hint: it never faults, and compiles to nothing where the CPU has no such
     instruction. A row wider than a line gets its first line only (the hardware's adjacent-line prefetch
-    may bring the next): a loop over the lines, or a branch around the call, cost more than the prefetch
-    saved. The name has the typed-pointer mangling (``p0i8``); LLVM with opaque pointers upgrades it.
+    may bring the next): a loop over the lines, or a branch around the call, costs more than the
+    prefetch saves. The name has the typed-pointer mangling (``p0i8``); LLVM with opaque pointers upgrades it.
 
     Why: the decoder's pairs read rows at random (a bucket of destination rows, sources rising through each
     step's rows), so most first reads of a step's rows miss every cache, and the few operations of a pair
     leave the core too little work to keep many misses in flight. Asked 32 pairs ahead (the kernels'
-    ``_AHEAD``), the rows arrive while the pairs before them are scored: on the generator graph's layout
-    (N = 2^15, 44 steps of 196 k pairs, float32, hidden 16) the training pass took 41-42 -> 22-25 ns a pair,
-    on rows that stay in cache (N = 986) 17-20 -> 18-21; EvolveGCN-O's epoch there 0.79-0.82 of what it was
-    (``perf/bench_kernels.py --before d723ef5 --job``, the two kernels' modules alternating by epoch)."""
+    ``_AHEAD``), the rows arrive while the pairs before them are scored (``perf/bench_kernels.py``)."""
     if not (isinstance(rows, types.Array) and rows.ndim == 2 and isinstance(i, types.Integer)):
         return None  # a typing error at compile time, not a prefetch of something else
 

@@ -1,14 +1,12 @@
 """``torch.autograd.backward`` for roots whose gradients hpcdgnn built itself, without the compiler's import.
 
 ``torch.autograd.backward(roots, grads)`` checks each given gradient in Python first (``_make_grads``),
-and that check imports ``torch.fx.experimental.symbolic_shapes`` and with it sympy: 0.46 s of every
-rank's start-up (``python -m cProfile -m hpcdgnn run``, 2-core VM, torch 2.13), paid by every strategy's
-first backward. The gradients passed here are made by hpcdgnn of its roots' shape (ones, zeros, received
-chunks), so :func:`run_backward` checks only that each has its root's shape (the engine alone would sum a
-gradient that broadcasts to it, e.g. (2, 3) onto (3,), where torch refuses it) and hands them to the C++
-engine directly, as ``torch.autograd.backward`` does after its check; the engine casts another dtype.
-Where a torch lacks the engine entry point it falls back to ``torch.autograd.backward``: the same
-arithmetic either way.
+and that check imports ``torch.fx.experimental.symbolic_shapes`` and with it sympy, a large share of every
+rank's start-up, paid by every strategy's first backward. The gradients passed here are made by hpcdgnn of its roots'
+shape (ones, zeros, received chunks), so :func:`run_backward` checks only that each has its root's shape (the engine
+alone would sum a gradient that broadcasts to it, e.g. (2, 3) onto (3,), where torch refuses it) and hands them to the
+C++ engine directly, as ``torch.autograd.backward`` does after its check; the engine casts another dtype. Where a
+torch lacks the engine entry point it falls back to ``torch.autograd.backward``: the same arithmetic either way.
 """
 
 from __future__ import annotations

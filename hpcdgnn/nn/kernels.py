@@ -2,12 +2,11 @@
 
 Why: the link-prediction decoder scores millions of pairs per epoch, each a gather of two rows, an
 add, a ReLU and a dot product (and in the backward pass the same plus two scatter-adds). In torch
-that is ~10 passes over (pairs, hidden) temporaries and index kernels that cost 10–20 ns per row;
-it was half of EvolveGCN-O's epoch (issue 13 item 2). One loop over the pairs keeps the hidden
-layer in registers: measured 3x (forward) and 6x (backward) faster on one thread.
+that is ~10 passes over (pairs, hidden) temporaries and index kernels. One loop over the pairs keeps
+the hidden layer in registers.
 
 The same module holds the checkpoint blocks' operator build (:func:`gcn_norm_stacked`: Ã and Ãᵀ of a
-block's snapshots in two passes each, where torch needed ~20 and a sort), and, for rows of one cache line
+block's snapshots in two passes each, where torch needs ~20 and a sort), and, for rows of one cache line
 (:mod:`hpcdgnn.nn._simd`'s whole-row vector operations), the decoder's projections with their backward
 (:func:`project`, :func:`project_backward`) and the CPU's CSR products (:func:`csr_mm`, MKL's sums bit for bit).
 
@@ -199,9 +198,8 @@ def expected() -> bool:
 #: ~1 s once per process, more than small graphs' whole decoder time — a test suite of hundreds of tiny
 #: MPI runs would pay it in every rank. The rule depends on the call alone, never on what the process
 #: did before, so a resumed run takes the same path as the uninterrupted one, bit for bit. 2^14: a rank
-#: scores its own snapshots' pairs, so a split's pairs are divided by P — email-Eu-core's validation and
-#: test splits (T = 64: ~46k pairs each) still take the compiled loop at P = 2 (~23k per rank), where the
-#: torch passes cost 2-3x more per pair; the test suite's graphs (at most a few hundred vertices) stay below it.
+#: scores its own snapshots' pairs, so a split's pairs are divided by P, and a mid-sized graph's evaluation
+#: splits should still take the compiled loop at P = 2; the test suite's graphs (a few hundred vertices) stay below it.
 MIN_PAIRS = 1 << 14
 
 
@@ -222,9 +220,7 @@ def available(*tensors: torch.Tensor, pairs: int | None = None, same_bits: bool 
 
     ``same_bits``: the caller's other path gives the same bits (:func:`score_stats`), so below
     :data:`MIN_PAIRS` the compiled loop runs too once this process has loaded it — nothing a resumed
-    run computes depends on the choice, and the small splits' numpy passes (measured then; torch's now)
-    cost 5-10x more per pair
-    (CollegeMsg, T = 32: ~9k pairs per evaluation split, 3.2 ms an epoch of ~18 ms, issue 13 item 3).
+    run computes depends on the choice, and the other path costs several times more per pair.
     """
     if not tensors or tensors[0].dtype not in (torch.float32, torch.float64):
         return False
@@ -273,7 +269,7 @@ def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, tor
     (:func:`hpcdgnn.nn.conv.gcn.stacked_gcn_norm`, bit for bit), two compiled passes per snapshot; None where
     the compiled path does not apply (fewer than :data:`MIN_PAIRS` entries before the module is loaded,
     another device, no numba). Checkpoint blocks normalise every block twice an epoch (its forward and its
-    re-run): torch's ~20 passes cost ~54 ns an entry there (the generator graph N = 2^15, 4 snapshots a block)."""
+    re-run), where torch takes ~20 passes."""
     if not snaps or dtype not in (torch.float32, torch.float64) or any(c.indptr.device.type != "cpu" for c in snaps):
         return None
     if not _takes(sum(int(c.indices.shape[0]) for c in snaps), same_bits=True) or not _compile():
@@ -287,9 +283,8 @@ def gcn_norm_stacked(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, tor
         dinv.append((1.0 / torch.sqrt(torch.from_numpy(deg))).numpy())  # gcn_norm's expression, its bits
     width = sum(ip.shape[0] - 1 for ip, _, _ in arrays)
     total = width + sum(kept)
-    # int32 indices where they fit: MKL's sparse product takes int32, and torch converted int64 ones on every
-    # call (crow and col: 16 ms an epoch of 3 products on the generator graph N = 2^15, 64 steps); a third
-    # less memory too
+    # int32 indices where they fit: MKL's sparse product takes int32 (torch would convert int64 ones on every
+    # call), and a third less memory
     index = torch_index_dtype(total)
     crow, col = torch.zeros(width + 1, dtype=index), torch.empty(total, dtype=index)
     val = torch.empty(total, dtype=dtype)
@@ -345,8 +340,8 @@ def edge_mlp_forward(pu, pv, b1, w2, b2, src, dst) -> torch.Tensor:
 def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, column_sum: bool = True) -> tuple[torch.Tensor, ...]:
     """(loss, logits, dpu, dpv, db1, dw2, db2): the summed binary cross-entropy of :func:`edge_mlp_forward`'s
     logits against ``label`` (E,), its forward and backward in one pass: the gradients of the sum (an
-    upstream gradient of 1). The loss and dw2 are summed in float64 (in float32 over millions of pairs the
-    unfused loop's sum was off by up to 2e-4 relative); db1 is the column sum of dpu, None without
+    upstream gradient of 1). The loss and dw2 are summed in float64 (a float32 sum over millions of pairs
+    drifts by up to 2e-4 relative); db1 is the column sum of dpu, None without
     ``column_sum`` (:func:`project_backward` sums it in its pass over dpu)."""
     out = torch.empty(src.shape[0], dtype=pu.dtype)
     dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
@@ -371,8 +366,7 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     Each row's entries are multiplied and added in order, from zero: what MKL's product (torch's on the CPU)
     computes, bit for bit on every operator tried (the generator graph's and random power-law ones, rows of
     up to a thousand entries, float32 and float64, int32 and int64 indices; ``tests/nn/test_kernels.py``),
-    in 28 against 72 ms for the generator graph's block-diagonal Ã (N = 2^15, 44 steps, 5.8 M entries,
-    F = 16, float32, one thread): MKL's loop for so few columns is mostly overhead per entry. The size rule
+    in less time: MKL's loop for so few columns is mostly overhead per entry. The size rule
     is still kept (not ``same_bits``): another machine's MKL may sum in another order."""
     return _csr_product(a, x, transposed=False)
 
@@ -382,9 +376,8 @@ def csr_mm_t(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
     compiled pass that adds each row of x, times each of its row's entries, to the row of the output the entry's
     column names (:func:`csr_mm`'s conditions); else None. The same sums as :func:`csr_mm` over the transpose,
     bit for bit: each output row gets its terms in the transpose's row order, from zero. Why: the backward of
-    Ã·X needs Ãᵀ, and building it cost more than the product — checkpoint blocks build each block's Ã twice an
-    epoch (the generator graph N = 2^16, 4 snapshots a block, 1.05 M entries: the transpose 14 ms; this product
-    8.2-9.5 ms against 7.3-8.6 ms over a built transpose)."""
+    Ã·X needs Ãᵀ, and building it costs more than the product — checkpoint blocks build each block's Ã twice an
+    epoch."""
     return _csr_product(a, x, transposed=True)
 
 
@@ -440,9 +433,8 @@ def _rows_compiled(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) ->
 def add_rows(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """``dst.index_add_(0, index, src)`` for contiguous 2-D CPU tensors, bit for bit (each element gets its
     rows' adds in row order): compiled where :func:`available` says so (the same bits, so any size once
-    loaded), else torch's. Why: torch's CPU ``index_add_`` runs as a scatter-add at ~45 ns a 16-wide row
-    — the chunk strategy's fused groups' backward, 2.1 M rows a layer on the generator graph N = 2^15,
-    T = 64: 100 ms an epoch."""
+    loaded), else torch's. Why: torch's CPU ``index_add_`` runs as a scatter-add, slow per row, and the
+    chunk strategy's fused groups' backward adds millions of rows a layer."""
     if _rows_compiled(dst, index, src):
         _kernel("add_rows")(_np(dst), index.numpy(), _np(src))
         return dst

@@ -84,9 +84,8 @@ def phase_join(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
 
     Why: a slice's backward builds a gradient of the join's whole shape — zero-filled, the slice's part
     copied in — only for the join's backward to cut that part out again: two block-sized passes for
-    nothing per layer and for the task (EvolveGCN-O on the generator graph N = 2^15, T = 64: 44 of 64
-    steps train). The head is kept with both tensors' version counters; an in-place change to either
-    afterwards makes :func:`phase_head` slice as before.
+    nothing per layer and for the task. The head is kept with both tensors' version counters; an in-place
+    change to either afterwards makes :func:`phase_head` slice instead.
     """
     out = torch.cat([head, tail])
     if head.requires_grad and not tail.requires_grad:
@@ -111,8 +110,7 @@ def phase_join_into(head: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
     """:func:`phase_join` of phases a layer wrote straight into ``buf`` (``spatial_steps(..., out=)``,
     :attr:`~hpcdgnn.nn.models.base.DynamicLayer.writes_out`): ``head`` is the autograd view of its rows
     [0, k), the tail was written without autograd. Same values, gradients and :func:`phase_head` as
-    the copying join, without its block-sized copy per layer (EvolveGCN-O on the generator graph N = 2^15,
-    T = 64: 40 ms an epoch, two layers)."""
+    the copying join, without its block-sized copy per layer."""
     if head.data_ptr() != buf.data_ptr() or head.shape[1:] != buf.shape[1:]:
         raise ValueError("phase_join_into: the head is not the first rows of the buffer")
     if not head.requires_grad:
@@ -162,8 +160,7 @@ def phase_view(h: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """``h.view(shape)`` that keeps what :func:`phase_join` remembered: the head viewed the same way, when
     it is still valid and its rows fill whole rows of ``shape`` (a (T·n, F) join seen as (T, n, F), or
     back). Why: a view is a new tensor, and :func:`phase_head` of it would slice — on one rank the
-    task's training rows of the chunk layout, a zero-filled block-sized gradient and a copy (30 ms an
-    epoch, EvolveGCN-O on the generator graph N = 2^15, T = 64)."""
+    task's training rows of the chunk layout, a zero-filled block-sized gradient and a copy."""
     out = h.view(*shape)
     memo = getattr(h, "_phase_head", None)
     if memo is not None:

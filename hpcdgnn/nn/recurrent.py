@@ -14,9 +14,7 @@ layer is:
   the step-independent factors for all steps at once and ``dW_hh`` as one
   batched GEMM.
 
-Measured (one core, T = 64, H = 16, forward + backward): EvolveGCN-O's weight
-recurrence 2.1x faster than the cell loop; a plain LSTM level with oneDNN's at
-B = 32768 and 10 % slower at B = 986, so models keep torch's module for that
+A plain LSTM level is no faster than oneDNN's, so models keep torch's module for that
 (:func:`hpcdgnn.nn.models.base.run_rnn`).
 
 The gates are computed in torch's order and layout (LSTM i, f, g, o; GRU r, z,
@@ -262,10 +260,8 @@ def run_torch_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, state: Any = None,
 
 #: Largest step of a self-fed scan (multiply-adds of its (F, H) x (H, 4H) product) that runs on the host
 #: when its tensors live on a GPU. Such a scan is ``steps`` dependent steps of a few tiny kernels each,
-#: so on a GPU it costs launches, not arithmetic: forward + backward over T = 64 steps took 12–16 ms on
-#: an H100 at every size, on one host core 2.8 ms at F = H = 16 and 4.7 at 32 (131k multiply-adds a
-#: step), 20 ms at 48 (442k) (``perf/bench_host_scan.py``); EvolveGCN-O's email-Eu-core epoch on the GPU
-#: fell from 0.063 to 0.036 s (``perf/results/gpu-h100/``).
+#: so on a GPU it costs launches, not arithmetic, and one host core is faster up to about this size
+#: (``perf/bench_host_scan.py``).
 HOST_SCAN_MAX_MACS = 1 << 18
 
 

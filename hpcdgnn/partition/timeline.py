@@ -55,12 +55,8 @@ def snapshot_work(manifest: Manifest, job: JobConfig, horizon: int, eval_scale: 
     ``layout``: the plan's, default ``strategy.layout``), whose M-transform and the passes
     around it run over the whole block with autograd, evaluation rows included: two
     passes there. Why not cut that backward instead: the encoder split at the horizon
-    (head with autograd, tail without, as the RNNs do) cost one more copy of the block's
-    rows and was 2-4 % slower on email-Eu-core and on the generator graph N = 2^15. With
-    one pass the static plan gave the evaluation rank too much: ``balance: measured``
-    fitted the evaluation work at 1.40-2.12x (TM-GCN, P = 2, four graphs of N = 986 to
-    32,768); this term predicts 1.43-1.92x of the old estimate on the same graphs
-    (issue 13 item 3). The evaluation snapshots' total counts ``eval_scale`` times its
+    (head with autograd, tail without, as the RNNs do) costs one more copy of the block's
+    rows and is slower. The evaluation snapshots' total counts ``eval_scale`` times its
     estimate: 1 for the static model, fitted to measured times by :func:`fit_eval_scale`.
     """
     H, L = job.model.hidden, job.model.layers
@@ -135,11 +131,9 @@ def rebalanced_plan(plan: PartitionPlan, manifest: Manifest, job: JobConfig, com
     (another layout, blocks, no fit, the same cut).
 
     Why this term: the static model counts a snapshot past the training horizon as one forward pass
-    against three, and the task's scoring likewise. Measured (TM-GCN, generator graph N = 2^15, T = 64,
-    one thread per rank), evaluation work cost 1.4-2x that estimate relative to training work — from
-    per-rank times at P = 2 and from P = 1 runs with other splits — so the rank holding the evaluation
-    snapshots was the slower one (issue 13 item 3). One factor, fitted where ranks hold different mixes,
-    corrects this for whatever model, task and machine the run has.
+    against three, and the task's scoring likewise, but evaluation work can cost more than that relative
+    to training work, so the rank holding the evaluation snapshots is the slower one. One factor, fitted
+    where ranks hold different mixes, corrects this for whatever model, task and machine the run has.
     """
     if layout != "block" or plan.block_bounds is not None or plan.snapshot_bounds is None:
         return None

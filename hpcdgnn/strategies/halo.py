@@ -15,7 +15,7 @@ A rank reads only its own rows of each snapshot (:func:`read_owned_rows`); the
 degrees and feature rows of its halo columns, which Ã and Ã·X need, come from
 their owners through the halo once at setup (tag ``setup.halo``).
 
-No machinery is paid for where it has nothing to do (issue 13): when no rank reads
+No machinery is paid for where it has nothing to do: when no rank reads
 another's rows (one rank) the gather is the identity, not a copy of ``[H ; empty
 halo]`` per layer (:attr:`Halo.idle`); the snapshot-local transform runs over all
 of a rank's snapshots at once (:class:`HaloLayout`); and with causal models everything past
@@ -220,7 +220,7 @@ def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.n
     collective. ``row_counts[q]``: the rows rank q holds.
 
     The halo exchange with its indices made per call, for row sets that change every epoch (the
-    task's destination rows, issue 13 item 5): the counts and the owners' row indices go first
+    task's destination rows): the counts and the owners' row indices go first
     (tag ``<tag>.index``: per owner, int32 positions or a bitmask over its rows, whichever is
     shorter), then the rows (``<tag>.fwd``; gradients back under ``<tag>.bwd``). Returns
     (len(keys), F) in the order of ``keys``.
@@ -289,7 +289,7 @@ class HaloStrategy(Strategy):
 
     def _task_rows(self, keys: np.ndarray, N: int, owner_of: Callable[[np.ndarray], np.ndarray],
                    local_of: Callable[[np.ndarray], np.ndarray]) -> RowShard | None:
-        """My rows as the task's :class:`RowShard` when the task scores in place (issue 13 item 5),
+        """My rows as the task's :class:`RowShard` when the task scores in place,
         else None (whole snapshots move to their scoring rank after the last layer).
 
         ``keys`` are ``t * N + v`` of my rows in row order; ``owner_of`` / ``local_of`` those of the halo.

@@ -158,8 +158,7 @@ class PSSLayout(SnapshotLayout):
                 rstate = None
         if y.shape[0] and me == P - 1 and layer.temporal_reach is None:
             # the last rank sends nothing on: past the training horizon its RNN runs without autograd, as
-            # the snapshot strategy's (the backward over the evaluation steps propagated zeros: CD-GCN at
-            # P = 1 on email-Eu-core took 1.15x the snapshot strategy's epoch, issue 13 item 4). Not where
+            # the snapshot strategy's (the backward over the evaluation steps would propagate zeros). Not where
             # the end state goes on (each send's backward is paired with a receive), nor for banded
             # encoders, where the split cost more than it saved (SnapshotStrategy._encode_banded)
             rows = self.s._grad_rows(self.b)  # (owned snapshots up to the horizon, ...), None: all of them

@@ -222,7 +222,7 @@ class StaleHalo:
 
 
 class StaleFetch:
-    """Stale reuse of the rows a task fetches from their owners (issue 13 item 5; DGC §5.2's rule).
+    """Stale reuse of the rows a task fetches from their owners (DGC §5.2's rule).
 
     The halo's rows are the same every epoch; the rows a task fetches (the destinations of this epoch's
     pairs, :func:`~hpcdgnn.strategies.halo.fetch_rows`) change, so the caches are keyed by row: the

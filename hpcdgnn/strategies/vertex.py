@@ -18,7 +18,7 @@ halo volume grows with P and with the edge cut (IBM Table 2) — what makes
 snapshot partitioning (S1) scale better — and is counted under ``halo.fwd`` /
 ``halo.bwd``.
 
-The task scores where the rows live (issue 13 item 5): node tasks score each
+The task scores where the rows live: node tasks score each
 rank's own rows with nothing moved; link prediction scores each pair on the rank
 of its source row or of its step, whichever fetches fewer rows
 (:meth:`~hpcdgnn.tasks.link_prediction.LinkPrediction._setup_in_place`), and

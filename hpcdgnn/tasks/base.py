@@ -59,7 +59,7 @@ class Embeddings(dict):
 
 @dataclass
 class RowShard:
-    """Where the embedding rows live when a task scores them in place (issue 13 item 5).
+    """Where the embedding rows live when a task scores them in place.
 
     The vertex (S6) and chunk (D1) strategies give every appearance (v, t) one owner rank. A task
     with :attr:`Task.in_place` gets this from ``Strategy.setup`` instead of a list of whole
@@ -156,7 +156,7 @@ class TaskBatch:
     into the array when ``stats`` is first read. Why: a strategy reads ``stats`` after its backward pass,
     so a rank's evaluation work comes after the gradients other ranks wait for (a time halo's, a
     redistribution's) instead of before them — with blocks of time, the rank holding the evaluation
-    snapshots was the one the others waited for (issue 13 item 3). The values are the same as if scored
+    snapshots would be the one the others wait for. The values are the same as if scored
     at once: ``later`` reads this forward's tensors and the parameters, which every strategy's step reads
     ``stats`` before the optimizer changes.
     """

@@ -134,13 +134,12 @@ def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices:
     small next to N); the destinations keep their draw order. The pairs are i.i.d., so their order
     carries no information and the multiset is distributed exactly as m uniform draws — but sorted
     sources make the decoder's gathers of source rows sequential and its backward scatter-add into
-    source rows about 2.5x faster (issue 13) than with sources in random order.
+    source rows faster than with sources in random order.
 
-    Why not a seeded ``numpy.random.default_rng`` per step, as before: its set-up and separate draw,
-    count and repeat passes cost 35–45 µs a step even for a few thousand pairs — 2.2–2.7 ms of a 22 ms
-    email-Eu-core epoch (T = 64). One compiled call for all steps of an epoch
-    (:func:`hpcdgnn.nn.kernels.draw_negatives`, from :data:`~hpcdgnn.nn.kernels.MIN_PAIRS` pairs in
-    all) takes 0.8 ms there; numpy computes the same bits where it does not apply (tested).
+    Why not a seeded ``numpy.random.default_rng`` per step: its set-up and separate draw, count and
+    repeat passes cost tens of µs a step even for a few thousand pairs. One compiled call draws all steps
+    of an epoch (:func:`hpcdgnn.nn.kernels.draw_negatives`, from :data:`~hpcdgnn.nn.kernels.MIN_PAIRS`
+    pairs in all); numpy computes the same bits where it does not apply (tested).
     """
     if not 1 <= num_vertices < 1 << 32:
         raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
@@ -170,14 +169,12 @@ def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> 
 
 
 #: bytes of the decoder's destination rows (their projection pv and its gradient) that one bucket of
-#: :func:`pairs_by_step` covers by default on the CPU: 512 KiB, a quarter of a 2 MiB L2 — on the generator
-#: graph (N = 2^15, hidden 16, float32: 4096 rows a bucket) 37-38 ns a pair, against 39 at 2048 rows and
-#: 41-54 at 8192 (one bucketing of each step's pairs; synthetic pairs of its sizes). A constant, not the
+#: :func:`pairs_by_step` covers by default on the CPU: 512 KiB, a quarter of a 2 MiB L2 (the fastest of the
+#: sizes tried, :func:`pairs_by_step`). A constant, not the
 #: machine's cache: the pairs' order sets the rounding of each row's gradient sum, which should not
 #: depend on the node a run lands on. ``HPCDGNN_BUCKET_BYTES`` overrides it (0: no buckets).
 #: A decoder on a GPU takes no buckets by default: the order serves a CPU core's cache, and building it
-#: was host time the GPU waited for (generator graph N = 2^15, EvolveGCN-O on an H200: 0.21-0.25 s an
-#: epoch with buckets, 0.16-0.19 without).
+#: is host time the GPU waits for.
 BUCKET_BYTES = 1 << 19
 
 
@@ -250,9 +247,7 @@ def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[in
 def pair_index_dtype(rows: int) -> np.dtype:
     """The index type of pairs over ``rows`` rows (:func:`pairs_by_step`'s ``index_dtype``): int32 where every
     row fits, else int64. Half the index bytes, so the pairs of an epoch take 12 bytes each with their label,
-    not 20: on the generator graph N = 2^15 (EvolveGCN-O) the training split's 8.65 M pairs hold 69 MB less
-    while they live (100 MB over the epoch's 12.6 M); the time is about the same (the bucket pass 63 -> 60
-    ms, the decoder's training pass 322 -> 319 ms an epoch)."""
+    not 20, at about the same time."""
     return index_dtype(rows - 1)
 
 
@@ -269,21 +264,18 @@ def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.
 
     Why step by step: a step's pairs read only that step's rows, so the decoder's loops find a step's
     rows in cache for its negatives after its positives, where all positives, then all negatives,
-    streamed every row through the cache twice: 25-35 % less time per pair, forward and backward (measured
-    on email-Eu-core and on the generator graph N = 2^15, issue 13).
+    would stream every row through the cache twice.
 
     Why buckets: the decoder's training pass (:func:`hpcdgnn.nn.kernels.edge_bce_train`) reads a random
     destination row and adds into its gradient for every pair; over a whole step those rows span
-    2 x N x hidden values (4 MiB on the generator graph N = 2^15, hidden 16), and most accesses missed the
-    cache. A bucket's rows (:data:`BUCKET_BYTES`) stay in it while the sources stream by (they stay
-    ascending within a bucket where they were: the positives' CSR order, the negatives' sorted sources).
-    Measured there (44 steps, synthetic pairs of its sizes): 49 ns a pair in drawn order, 41 with the
-    positives and the negatives bucketed apart, 37-38 as here. The order is a function of each step's
+    2 x N x hidden values, and most accesses would miss the cache. A bucket's rows (:data:`BUCKET_BYTES`)
+    stay in it while the sources stream by (they stay ascending within a bucket where they were: the
+    positives' CSR order, the negatives' sorted sources). The order is a function of each step's
     pairs alone, so every rank scoring a step orders its pairs alike, and a subset of them (pairs scored
     by source) in their relative order. One compiled pass (:func:`hpcdgnn.nn.kernels.pairs_by_bucket`)
-    writes the result, as the concatenation it replaces did, copying the positives' runs and scattering
-    the negatives (scattering both, with labels, cost 3x as much); else numpy's stable sort, the same
-    order. One bucket (email-Eu-core) keeps numpy's concatenation: twice the compiled pass's speed there.
+    writes the result, copying the positives' runs and scattering the negatives (scattering both, with
+    labels, costs more); else numpy's stable sort, the same order. One bucket keeps numpy's concatenation,
+    faster than the compiled pass there.
     """
     firsts = np.asarray(firsts, dtype=np.int64)
     top = _last_bucket(shift, vertices)
@@ -311,9 +303,7 @@ _WIDTH = 3 + 2 * AUC_BINS
 #: Edges per chunk of the fused decoder on the CPU: (chunk, hidden) temporaries stay in a core's L2 cache.
 _EDGE_CHUNK = 8192
 #: Bytes of one (chunk, hidden) temporary of the fused decoder on a GPU. There a chunk costs some 20 kernel
-#: launches whatever its size, so the GPU's chunks are as large as this memory bound allows. At the CPU's
-#: 8192 pairs, the generator graph's 12.6 M pairs (N = 2^15, EvolveGCN-O) took 111,000 torch operator calls an
-#: epoch, against 10,400 in chunks of 2^20 pairs; on an H200 the epoch went 0.55-0.68 s -> 0.21-0.25 s.
+#: launches whatever its size, so the GPU's chunks are as large as this memory bound allows.
 _EDGE_CHUNK_DEVICE_BYTES = 64 << 20
 
 
@@ -339,11 +329,11 @@ class _EdgeMLP(torch.autograd.Function):
 
     Unfused, each of the ~10 elementwise steps of forward and backward streams an
     (E, hidden) tensor through memory — for millions of edges per snapshot that
-    traffic dominated the epoch and was what two ranks on one node fought over.
+    traffic dominates the epoch and is what two ranks on one node fight over.
     Here the per-edge hidden layer lives only inside a chunk and is recomputed
     in the backward pass; only (N, hidden) gradients and (E,) logits are stored.
-    On the CPU the forward is one compiled loop over the pairs (:mod:`hpcdgnn.nn.kernels`,
-    3x faster), and training there takes :class:`_EdgeBCE`, which fuses the backward into it;
+    On the CPU the forward is one compiled loop over the pairs (:mod:`hpcdgnn.nn.kernels`),
+    and training there takes :class:`_EdgeBCE`, which fuses the backward into it;
     the chunked torch passes remain for GPUs, small calls and where numba is missing.
     """
 
@@ -409,8 +399,7 @@ class _EdgeBCE(torch.autograd.Function):
         ctx.small = (db1, dw2, db2)
         ctx.mark_non_differentiable(logits, pu, pv)
         # the logits and projections get no gradient: without this autograd would hand the backward zero
-        # tensors for them, two (rows, h) fills and one (pairs,) per call (on the generator graph N = 2^15,
-        # 44 steps: 2 x 92 MB and 35 MB written for nothing each epoch)
+        # tensors for them, two (rows, h) fills and one (pairs,) per call
         ctx.set_materialize_grads(False)
         return loss, logits, pu, pv
 
@@ -538,12 +527,9 @@ class LinkPrediction(Task):
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
         """Per-pair work of scoring each snapshot: hidden x (5 when training: forward, the fused decoder's
         recomputation and backward; 1 when evaluating), plus a few per-pair passes (sampling, loss,
-        histogram) that every split pays. The factors were fitted to per-rank compute times measured
-        with perf/bench_epoch.py's graph at P = 2 — for the chunked torch passes. The compiled loop
-        (:mod:`hpcdgnn.nn.kernels`) trains a pair for 2.7 evaluations, not 5 (measured on one core:
-        forward 10 ns, backward with recomputation 30 ns per pair at hidden 16, next to ~12 ns of
-        per-pair host work that every split pays): with the old factor the block plan gave the rank
-        of the training snapshots too few and the other rank waited (issue 13 item 3).
+        histogram) that every split pays. The factors were fitted to per-rank compute times of
+        perf/bench_epoch.py's graph at P = 2 for the chunked torch passes; the compiled loop
+        (:mod:`hpcdgnn.nn.kernels`) trains a pair for 2.7 evaluations, fitted the same way.
         """
         T = manifest.num_snapshots
         train = split_steps(T - 1, cfg.split)[0]
@@ -638,7 +624,7 @@ class LinkPrediction(Task):
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
-        """Rows where they live (issue 13 item 5): choose where each pair is scored, keep its positives.
+        """Rows where they live: choose where each pair is scored, keep its positives.
 
         Two placements, both exact:
 
@@ -720,10 +706,9 @@ class LinkPrediction(Task):
         the snapshot strategy hands (:class:`~hpcdgnn.tasks.base.Embeddings`), in key order ``t * N + v``
         (a view, or one gather where the strategy keeps another order, e.g. chunk's); else None.
 
-        Why: scored in place, P = 1 paid for machinery it does not need — a key lookup per pair end,
+        Why: scored in place, P = 1 would pay for machinery it does not need — a key lookup per pair end,
         pairs in source-row order, every row projected with autograd, the evaluation pairs drawn before
-        the backward: vertex 1.18-1.46x and chunk up to 1.27x the snapshot strategy's epoch on
-        email-Eu-core (issue 13 item 4: within 1.10x). The block path scores the same pairs, step by
+        the backward. The block path scores the same pairs, step by
         step, as for ``snapshot``.
         """
         order, N = self._alone_order, self.manifest.num_vertices
@@ -892,8 +877,7 @@ class LinkPrediction(Task):
             rows = block.reshape(-1, block.shape[-1])
             # scoring the training split reaches what produced the block (its rows are a view of it, or the
             # head the layout joined it from, phase_join: the join itself is local): a sum over every row,
-            # whose backward was a block-sized add into the gradient (generator graph N = 2^15: ~30 ms of a
-            # 1.2 s epoch), only where no training step is scored here
+            # whose backward is a block-sized add into the gradient, only where no training step is scored here
             reach = block.sum() if 0 not in by_split else 0.0
         else:
             scored = [t for _, steps in sorted(by_split.items()) for t in steps]
@@ -919,13 +903,12 @@ class LinkPrediction(Task):
         """The rows each split's pairs read, and the position of their first row per split.
 
         Why not one projection of every row: the rows of the steps after the last training step get no
-        gradient, yet a projection with autograd ran its backward over them too — two block-sized GEMMs,
-        and the fused decoder's zero-filled (rows, hidden) gradients — on the rank that holds the
-        evaluation snapshots; that was work the block plan's estimate missed (issue 13 item 3). So when
+        gradient, yet a projection with autograd would run its backward over them too — two block-sized
+        GEMMs, and the fused decoder's zero-filled (rows, hidden) gradients — on the rank that holds the
+        evaluation snapshots, work the block plan's estimate does not count. So when
         the training steps' rows come first (positions in time order: every layout here), the evaluation
         steps read the rows after them, detached, projected only when they are scored (after the
-        backward, :class:`TaskBatch`). Measured in one process, epochs alternating old and new:
-        0.93-0.95x the epoch time (TM-GCN and EvolveGCN-O on email-Eu-core, P = 1 and both ranks at P = 2).
+        backward, :class:`TaskBatch`).
         """
         train = [where[t] for t in by_split.get(0, ())]
         cut = max(train) + 1 if train else 0

@@ -1,7 +1,7 @@
 """A lower bound on the memory a job needs per rank, checked against what the rank has before anything is built.
 
-A size typed one digit too long (``model.hidden: 160000``, ``task.negatives: 1000000``) used to end in the
-kernel's out-of-memory kill — exit 137 and no line saying why — minutes into the set-up, or in a numpy
+A size typed one digit too long (``model.hidden: 160000``, ``task.negatives: 1000000``) would otherwise end in
+the kernel's out-of-memory kill — exit 137 and no line saying why — minutes into the set-up, or in a numpy
 traceback. :func:`check_footprint` refuses such a job in one line naming the key whose term dominates.
 
 Every term is a *lower* bound of what the run must hold at once, so a job that fits is never refused:

@@ -109,7 +109,7 @@ def share_cpus(mine: Sequence[int], node: Sequence[Sequence[int]]) -> int:
     """This rank's threads: its CPUs (``mine``) over the node's ranks whose CPU sets (``node``, this rank's
     among them) overlap it. Ranks bound to disjoint sets get all of theirs; ranks that share one set share it:
     unbound on a whole node, or unbound inside a job's CPU set on a shared node (``mpirun --bind-to none``
-    under Slurm), where each rank took the whole set as bound to it before — 4 ranks x 32 threads on 32 CPUs."""
+    under Slurm), where taking the whole set would oversubscribe it (4 ranks x 32 threads on 32 CPUs)."""
     cpus = set(mine)
     sharing = sum(1 for other in node if cpus & set(other))
     return max(1, len(cpus) // max(1, sharing))
@@ -119,15 +119,13 @@ def reuse_host_memory() -> bool:
     """Raise glibc's mmap and trim thresholds so freed tensors stay in the heap for reuse.
 
     By default glibc serves every allocation above 32 MiB with a fresh mmap and
-    returns it on free, so each epoch's (T, N, F) activations fault in new
-    zeroed pages: measured on this project's 2-core CI machine, allocating and
-    zeroing 138 MB took 50 ms that way and 6 ms with reuse. Returns whether it
-    took effect (only on glibc).
+    returns it on free, so each epoch's (T, N, F) activations would fault in new
+    zeroed pages. Returns whether it took effect (only on glibc).
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
-        # mallopt takes a C int: 1 << 40 used to truncate to 0, i.e. trim the heap on every large free
+        # mallopt takes a C int: 1 << 40 would truncate to 0, i.e. trim the heap on every large free
         return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, (1 << 31) - 1))
     except (OSError, AttributeError):
         return False
@@ -435,7 +433,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                               f"{comm.size} rank{'s' if comm.size != 1 else ''} (0 .. {comm.size - 1})")
         manifest = load_dataset_manifest(job, job_path or resume)
         if not (job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()):
-            # before the plan, whose cost model walks every layer: model.layers: 100000 took minutes there
+            # before the plan, whose cost model walks every layer (model.layers: 100000 would take minutes)
             check_footprint(job, manifest, comm.size, host_share, job_path or resume)
         fingerprint = dataset_fingerprint(job.data.path)  # now: the data the ranks are about to read
         plan = None
@@ -532,12 +530,8 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
 
 
 #: ``strategy.balance: measured`` re-cuts after this epoch at the earliest, so that each rank's median is over
-#: three epochs or more after the first and one slow epoch cannot decide the cut. Measured (TM-GCN, P = 2, one
-#: thread per rank): on soc-sign-bitcoinalpha (T = 29) rank 0's second epoch took 33 ms against 20 ms in every
-#: later one, so a median of epochs 2-3 read the ranks as even (the plan stayed) while they ran 20 / 26 ms;
-#: on CollegeMsg (T = 37) the first epoch alone (``warmup_epochs: 1`` before this) read rank 0 as the slower
-#: one, the other way round from every later epoch, and the re-cut made the epoch 6 % longer (20.4 -> 21.7 ms)
-#: where epochs 2-3 made it 20 % shorter (20.4 -> 16.2 ms).
+#: three epochs or more after the first and one slow epoch cannot decide the cut: the first epochs can rank
+#: the ranks the other way round from every later one.
 MIN_CALIBRATION_EPOCH = 4
 
 

@@ -23,7 +23,17 @@ __all__ = ["GATConv"]
 
 
 class GATConv(nn.Module):
-    """One single-head GAT aggregation ``(n, F) -> (n, F')`` (no activation; the layer applies it)."""
+    """One single-head GAT aggregation ``(n, F) -> (n, F')`` (no activation; the layer applies it): the module
+    docstring's e_ij, α_ij and h'_i (Veličković et al. 2018; DGC §7.1's DySAT).
+
+    Args:
+        in_features: F, the width of h.
+        out_features: F', the width of W h and of the output.
+        negative_slope: the LeakyReLU's slope for negative scores.
+
+    Shapes:
+        ``graph`` n rows over n + halo columns, ``h`` (n, F) -> (n, F'); a halo row carries F' + 1 values.
+    """
 
     def __init__(self, in_features: int, out_features: int, negative_slope: float = 0.2) -> None:
         super().__init__()

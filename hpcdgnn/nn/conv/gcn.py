@@ -79,8 +79,7 @@ def _as_tensor(a) -> torch.Tensor:
 def csr_tensor(crow: torch.Tensor, col: torch.Tensor, val: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     """The CSR tensor of valid arrays, its indices int32 where the entries and columns fit
     (:func:`~hpcdgnn.indices.index_dtype`) — every operator builder here ends in it. Why: MKL's product
-    takes int32, and torch converted int64 indices on every call (the vertex strategy's halo operator on the
-    generator graph N = 2^15, T = 64: 18 ms an epoch; the stacked operators: 16 ms)."""
+    takes int32, and torch would convert int64 indices on every call."""
     idx = torch_index_dtype(max(col.shape[0], shape[1]))
     # the callers build valid arrays; skipping the check also skips its warning
     return torch.sparse_csr_tensor(crow.to(idx), col.to(idx), val, shape, check_invariants=False)
@@ -136,11 +135,10 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     Why not ``torch.sparse.mm`` itself on the CPU: it zero-fills a result, copies it into a second one
     and only then runs MKL's product into that — two extra passes over an (n, F) output that the
     product overwrites anyway. ``addmm(out, a, x, beta=0, out=out)`` into an uninitialised ``out``
-    runs the product alone (beta = 0: ``out``'s contents are ignored, NaN included): on a
-    block-diagonal operator of 1.44 M rows (the generator graph N = 2^15, 44 snapshots), F = 16, one
-    thread, 163 -> 71 ms a product. ``out=`` has no autograd, so a product that autograd must see
-    (``x`` requiring grad with grad mode on), another device or another dtype takes ``torch.sparse.mm``.
-    Where the widths allow, the product is compiled (:func:`hpcdgnn.nn.kernels.csr_mm`: MKL's sums, 72 -> 28 ms).
+    runs the product alone (beta = 0: ``out``'s contents are ignored, NaN included). ``out=`` has no autograd, so a
+    product that autograd must see (``x`` requiring grad with grad mode on), another device or another dtype takes
+    ``torch.sparse.mm``. Where the widths allow, the product is compiled (:func:`hpcdgnn.nn.kernels.csr_mm`: MKL's
+    sums).
     """
     if not _plain_cpu_product(a, x):
         return torch.sparse.mm(a, x)
@@ -279,15 +277,13 @@ def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype, transpose: 
     by the same float64 expressions in the same order. Each snapshot writes straight into its slice of the
     stacked arrays, shifted by its row offset. On the CPU the same runs as two compiled passes per snapshot
     (:func:`hpcdgnn.nn.kernels.gcn_norm_stacked`): checkpoint blocks normalise each block twice an epoch, and
-    torch's ~20 passes here cost 21 ms a block of 4 snapshots, 393 k entries.
+    torch takes ~20 passes.
 
     Ãᵀ is built only with ``transpose``, for an operator kept for the whole run whose product has a
-    backward: the product over Ãᵀ is faster than the one over Ã's entries without it (:func:`transposed_mm`;
-    the generator graph N = 2^16, 44 steps: 52 against 85 ms, the latter zeroing its output first). Else
-    it is left out (:class:`NormalizedAdjacency`: built at the first backward where the product over Ã's
-    entries does not apply). Why: an operator built per checkpoint block is built twice an epoch, 15 of its
-    26 loads an epoch of 16 blocks (N = 2^16, T = 64) run without autograd, and the transpose took 14 of
-    the 23 ms of a block's operator (4 snapshots, 1.05 M entries).
+    backward: the product over Ãᵀ is faster than the one over Ã's entries without it (:func:`transposed_mm`,
+    which zeroes its output first). Else it is left out (:class:`NormalizedAdjacency`: built at the first
+    backward where the product over Ã's entries does not apply). Why: an operator built per checkpoint block
+    is built twice an epoch, most of its loads run without autograd, and the transpose is most of its build.
     """
     # on the CPU two compiled passes per snapshot; elsewhere (or below the kernels' size rule) torch's passes
     crow, col, val = kernels.gcn_norm_stacked(snaps, dtype) or _stacked_arrays(snaps, dtype)

@@ -113,9 +113,8 @@ def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> 
     """
     if y.shape[1] == 0:
         return y.new_zeros(y.shape[0], 0, out_features) + y.sum() * 0.0, state
-    # torch's own module: on the CPU its LSTM/GRU is one oneDNN node per layer, measured as fast as
-    # the scan of nn/recurrent.py at B = 32768 and 10 % faster at B = 986 (perf/bench_pygt.py's
-    # recurrent floor); the scan serves where torch has no such kernel (EvolveGCN-O, packed lanes)
+    # torch's own module: on the CPU its LSTM/GRU is one oneDNN node per layer, at least as fast as the scan
+    # of nn/recurrent.py; the scan serves where torch has no such kernel (EvolveGCN-O, packed lanes)
     return rnn(y, state)
 
 

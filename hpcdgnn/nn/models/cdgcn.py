@@ -11,15 +11,22 @@ __all__ = ["CDGCNLayer", "build_cdgcn"]
 
 
 class CDGCNLayer(DynamicLayer):
-    r"""One CD-GCN layer.
+    r"""One CD-GCN layer: a skip-concatenated GCN, then an LSTM along each vertex's timeline (IBM §5.1).
 
     .. math::
         Y_0 = \tilde A_t X_t,\quad Y_1 = Y_0 W,\quad Y_t = \sigma(Y_0 \circ Y_1)\quad (IBM §5.1)
 
         (h_t, c_t) = \mathrm{LSTM}(Y_t, (h_{t-1}, c_{t-1})),\quad Z_t = h_t
 
-    where ∘ is concatenation. Shapes: ``ax`` (N, F) -> ``Y_t`` (N, F + F') ->
-    ``Z_t`` (N, F'). State: ``(h, c)``, each (1, n, F').
+    where ∘ is concatenation.
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of Z_t (the GCN weight W is F x F').
+
+    Shapes:
+        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F + F'); temporal (T, n, F + F') -> Z (T, n, F');
+        state ``(h, c)``, each (1, n, F').
     """
 
     def __init__(self, in_features: int, out_features: int) -> None:
@@ -46,6 +53,16 @@ class CDGCNLayer(DynamicLayer):
 
 @register_model("cdgcn")
 def build_cdgcn(in_features: int, hidden: int, layers: int) -> DGNN:
-    """CD-GCN extended to ``layers`` GCN-LSTM pairs as IBM §5.1 does for two."""
+    """CD-GCN extended to ``layers`` GCN-LSTM pairs as IBM §5.1 does for two (:class:`CDGCNLayer`).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = CDGCNLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([CDGCNLayer(dims[i], dims[i + 1]) for i in range(layers)])

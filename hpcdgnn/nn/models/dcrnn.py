@@ -26,7 +26,17 @@ __all__ = ["DCRNNLayer", "build_dcrnn"]
 
 
 class DCRNNLayer(GConvGRULayer):
-    """One DCRNN cell F -> F' with K terms per diffusion direction (basis of 2K - 1 blocks)."""
+    """One DCRNN cell F -> F' with K terms per diffusion direction (basis of 2K - 1 blocks): the module
+    docstring's R_t, U_t, C_t, H_t (Li et al. 2018, Eq. 2-3), on :class:`GConvGRULayer`'s recurrence.
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of H_t.
+        order: K, the diffusion terms per direction (``model.order``).
+
+    Shapes:
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state H (n, F'), None = zeros.
+    """
 
     @property
     def basis_size(self) -> int:
@@ -44,6 +54,17 @@ class DCRNNLayer(GConvGRULayer):
 
 @register_model("dcrnn", step_graphs=True, options=GraphCellOptions)
 def build_dcrnn(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
-    """``layers`` stacked DCRNN cells (F -> H -> … -> H): DCRNN's encoder."""
+    """``layers`` stacked DCRNN cells (F -> H -> … -> H): DCRNN's encoder (Li et al. 2018, §2.3).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+        order: K, the diffusion terms per direction.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = DCRNNLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([DCRNNLayer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -43,10 +43,22 @@ def positional_encoding(positions: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class DySATLayer(DynamicLayer):
-    """One DySAT block: ``Y_t = ELU(GAT_t(X_t))``, ``Z_t = FF(Attn(Y_t | Y_0..Y_t))``.
+    """One DySAT block (DGC §7.1; Sankar et al. 2020): structural, then causal temporal self-attention.
 
-    Shapes: input (n, F) -> spatial (n, F') -> temporal (T, n, F') -> (T, n, F').
-    State: the inputs of all earlier steps, (t0, n, F'), or None.
+    ::
+
+        Y_t = ELU(GAT_t(X_t) + b),   Z_t = FF(A_t),   FF(a) = relu(W_ff a + b_ff) + a,
+        A_t = Σ_{k≤t} softmax_k((Y_t + p_t) W_q · (Y_k + p_k) W_k / √F') (Y_k + p_k) W_v
+
+    with p_t the sinusoidal code of step t (:func:`positional_encoding`).
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of Y_t and Z_t.
+
+    Shapes:
+        aggregate + spatial (n, F) -> (n, F'); temporal (T, n, F') -> (T, n, F');
+        state: the inputs of all earlier steps, (t0, n, F'), or None.
     """
 
     precomputable = False  # the aggregation has parameters: X_t, not Ã_t·X_t, is the constant
@@ -95,6 +107,16 @@ class DySATLayer(DynamicLayer):
 
 @register_model("dysat")
 def build_dysat(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` DySAT blocks (DGC uses 1 GAT + 1 temporal attention per block)."""
+    """``layers`` DySAT blocks (:class:`DySATLayer`; DGC §7.1 uses 1 GAT + 1 temporal attention per block).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = DySATLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([DySATLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -87,10 +87,19 @@ def input_gates_from_basis(cell: GraphRecurrentLayer, basis: torch.Tensor, w_x: 
 
 class EncoderDecoder(DGNN):
     """Encoder cells (:attr:`layers`, run by :meth:`DGNN.run_layers` like any model's), decoder cells
-    (:attr:`decoder`, first one 1 -> F'), and the projection ``proj`` F' -> 1 shared by the decoder steps.
+    (:attr:`decoder`, first one 1 -> F'), and the projection ``proj`` F' -> 1 shared by the decoder steps:
+    the module docstring's encoder and decoder equations (DCRNN §2.3; ReInc §2.1, Fig. 3).
 
     The layout must offer ``decoder_inputs() -> DecoderInputs`` (``sequences``' sample layouts do).
-    Shapes: output (1, n, H): Ŷ_t of the layout's rows, as the last "step" of the layout's output.
+
+    Args:
+        encoder: the encoder's graph-RNN cells, F -> F' -> … -> F'.
+        decoder: as many decoder cells, 1 -> F' -> … -> F'.
+        horizon: H, the decoder steps (``task.horizon``).
+
+    Shapes:
+        the layout's window X (T, n, F) -> output (1, n, H): Ŷ_t of the layout's rows, as the last "step"
+        of the layout's output.
     """
 
     #: the output is the forecast Ŷ_t itself: the regression task adds no head (``Task.predict_in_model``)
@@ -147,7 +156,20 @@ class EncoderDecoder(DGNN):
 def build_encoder_decoder(name: str, in_features: int, hidden: int, layers: int, window: int, order: int,
                           horizon: int) -> EncoderDecoder:
     """``layers`` encoder cells of model ``name`` (F -> F' -> … -> F') and ``layers`` decoder cells
-    (1 -> F' -> … -> F'), built by the model's own builder; ``horizon`` decoder steps."""
+    (1 -> F' -> … -> F'), built by the model's own builder; ``horizon`` decoder steps (:class:`EncoderDecoder`).
+
+    Args:
+        name: an integrated graph-RNN cell's model name (``gconv_lstm``, ``gconv_gru``, ``dcrnn``, ``gcrn_m1``).
+        in_features: F, the width of X_t.
+        hidden: F', the cells' width.
+        layers: cells in the encoder, and in the decoder.
+        window: the model's ``window`` argument, passed to its builder.
+        order: K, the cells' Chebyshev order or diffusion terms.
+        horizon: H, the decoder steps.
+
+    Shapes:
+        X (T, n, F) of a window -> Ŷ_t (1, n, H).
+    """
     enc = build_model(name, in_features, hidden, layers, window, order)
     dec = build_model(name, 1, hidden, layers, window, order)
     if not all(isinstance(layer, GraphRecurrentLayer) for layer in (*enc.layers, *dec.layers)):

@@ -15,7 +15,7 @@ __all__ = ["EvolveGCNOLayer", "build_evolvegcn_o"]
 
 
 class EvolveGCNOLayer(DynamicLayer):
-    r"""One EvolveGCN-O layer.
+    r"""One EvolveGCN-O layer: an LSTM evolves the GCN weight along time (IBM §5.2).
 
     .. math::
         (W_t, C_t) = \mathrm{LSTM}(W_{t-1}, (W_{t-1}, C_{t-1})),\qquad
@@ -28,6 +28,14 @@ class EvolveGCNOLayer(DynamicLayer):
     time" failure of implementations that keep ``self.weight``). Each rank runs
     the LSTM itself (the weights are small), so the layer needs no feature
     traffic: ``temporal_mixing = False`` (IBM §5.5).
+
+    Args:
+        in_features: F, the width of X_t (W_t is F x F').
+        out_features: F', the width of Y_t.
+
+    Shapes:
+        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); no temporal phase;
+        weight state ``(W, C)``, each (F, F').
     """
 
     temporal_mixing = False
@@ -84,6 +92,16 @@ class EvolveGCNOLayer(DynamicLayer):
 
 @register_model("evolvegcn_o")
 def build_evolvegcn_o(in_features: int, hidden: int, layers: int) -> DGNN:
-    """EvolveGCN-O with ``layers`` evolving GCN layers."""
+    """EvolveGCN-O with ``layers`` evolving GCN layers (:class:`EvolveGCNOLayer`, IBM §5.2).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = EvolveGCNOLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([EvolveGCNOLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -34,6 +34,14 @@ class GConvGRULayer(GraphRecurrentLayer):
 
     Parameters: ``w_x`` (B·F, 3F'), gate order (z, r, h); ``w_hzr`` (B·F', 2F'); ``w_hh`` (B·F', F');
     ``bias`` (3F'); B = :attr:`basis_size` terms of the basis (K for Chebyshev).
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of H_t.
+        order: K, the Chebyshev order (``model.order``).
+
+    Shapes:
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state H (n, F'), None = zeros.
     """
 
     gates = 3
@@ -97,6 +105,17 @@ class GConvGRULayer(GraphRecurrentLayer):
 
 @register_model("gconv_gru", step_graphs=True, options=GraphCellOptions)
 def build_gconv_gru(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
-    """``layers`` stacked GConvGRU cells (F -> H -> … -> H)."""
+    """``layers`` stacked GConvGRU cells (F -> H -> … -> H; Seo et al. 2018, as PyG Temporal's ``GConvGRU``).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+        order: K, the Chebyshev order.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = GConvGRULayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([GConvGRULayer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -47,6 +47,14 @@ class GConvLSTMLayer(GraphRecurrentLayer):
 
     Parameters: ``w_x`` (K·F, 4F') and ``w_h`` (K·F', 4F'), gate order (i, f, c, o); ``bias`` (4F');
     ``w_c`` (3, F'): the peepholes of i, f and o.
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of H_t and C_t.
+        order: K, the Chebyshev order (``model.order``).
+
+    Shapes:
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state (H, C), each (n, F'), None = zeros.
     """
 
     gates = 4
@@ -104,6 +112,18 @@ class GConvLSTMLayer(GraphRecurrentLayer):
 
 @register_model("gconv_lstm", step_graphs=True, options=GraphCellOptions)
 def build_gconv_lstm(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
-    """``layers`` stacked GConvLSTM cells (F -> H -> … -> H), each fed the previous cell's H_t."""
+    """``layers`` stacked GConvLSTM cells (F -> H -> … -> H; Seo et al. 2018, GCRN model 2), each fed the
+    previous cell's H_t.
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+        order: K, the Chebyshev order.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = GConvLSTMLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([GConvLSTMLayer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -25,7 +25,17 @@ __all__ = ["GCRNM1Layer", "build_gcrn_m1"]
 
 
 class GCRNM1Layer(GraphRecurrentLayer):
-    """ChebConv F -> F' (``w_x`` (K·F, F'), ``bias`` (F')) then ``nn.LSTM(F', F')``."""
+    """ChebConv F -> F' (``w_x`` (K·F, F'), ``bias`` (F')) then ``nn.LSTM(F', F')``: the module docstring's
+    X^G_t and (H_t, C_t) (Seo et al. 2018, Eq. 7).
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of X^G_t and H_t.
+        order: K, the Chebyshev order (``model.order``).
+
+    Shapes:
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state torch's (h, c), each (1, n, F').
+    """
 
     gates = 1
 
@@ -65,6 +75,17 @@ class GCRNM1Layer(GraphRecurrentLayer):
 
 @register_model("gcrn_m1", step_graphs=True, options=GraphCellOptions)
 def build_gcrn_m1(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
-    """``layers`` stacked (ChebConv, LSTM) pairs (F -> H -> … -> H)."""
+    """``layers`` stacked (ChebConv, LSTM) pairs (F -> H -> … -> H; GCRN model 1, Seo et al. 2018).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+        order: K, the Chebyshev order.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = GCRNM1Layer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([GCRNM1Layer(dims[i], dims[i + 1], order) for i in range(layers)])

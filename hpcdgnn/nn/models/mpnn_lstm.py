@@ -23,11 +23,23 @@ __all__ = ["MPNNLSTMLayer", "build_mpnn_lstm"]
 
 
 class MPNNLSTMLayer(DynamicLayer):
-    """GCN layer ``index`` (0-based) of MPNN-LSTM; the last one also runs the LSTM.
+    """GCN layer ``index`` (0-based) of MPNN-LSTM; the last one also runs the LSTM (DGC §7.1).
 
-    Shapes: input (n, index·F' or F for the first) -> spatial (n, (index+1)·F');
-    temporal of the last layer (T, n, layers·F') -> (T, n, F'). State: the LSTM's
-    ``(h, c)``, each (lstm_layers, n, F').
+    ::
+
+        H_1 = relu(Ã_t X_t W_1 + b_1),   H_{i+1} = relu(Ã_t H_i W_{i+1} + b_{i+1}),
+        layer i outputs [H_1 … H_{i+1}];   the last: Z_t = LSTM([H_1 … H_L]_t) (``lstm_layers`` deep)
+
+    Args:
+        in_features: F, the width of X_t (read by layer 0 only).
+        hidden: F', the width of each H_i and of Z_t.
+        index: i, this layer's position (0-based).
+        last: whether this is the last GCN layer, which runs the LSTM.
+        lstm_layers: the LSTM's depth (DGC: 2).
+
+    Shapes:
+        input (n, index·F' or F for the first) -> spatial (n, (index+1)·F'); temporal of the last layer
+        (T, n, layers·F') -> (T, n, F'); state the LSTM's ``(h, c)``, each (lstm_layers, n, F').
     """
 
     def __init__(self, in_features: int, hidden: int, index: int, last: bool, lstm_layers: int = 2) -> None:
@@ -66,5 +78,14 @@ class MPNNLSTMLayer(DynamicLayer):
 
 @register_model("mpnn_lstm")
 def build_mpnn_lstm(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` GCN layers (DGC uses 2), outputs concatenated, then a 2-layer LSTM."""
+    """``layers`` GCN layers (DGC §7.1 uses 2), outputs concatenated, then a 2-layer LSTM (:class:`MPNNLSTMLayer`).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of each GCN output and of Z_t.
+        layers: L, the number of GCN layers.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t (N, H) (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``).
+    """
     return DGNN([MPNNLSTMLayer(in_features, hidden, i, last=i == layers - 1) for i in range(layers)])

@@ -18,10 +18,17 @@ __all__ = ["TGCNLayer", "build_tgcn"]
 
 
 class TGCNLayer(DynamicLayer):
-    """One GCN layer ``Y_t = relu(Ã_t X_t W + b)``, followed by a GRU along time when ``recurrent``.
+    """One GCN layer ``Y_t = relu(Ã_t X_t W + b)``, followed by a GRU along time when ``recurrent``:
+    ``h_t = GRU(Y_t, h_{t-1})``, ``Z_t = h_t`` (DGC §7.1); else ``Z_t = Y_t``.
 
-    Shapes: ``ax`` (N, F) -> (N, F'); temporal (T, n, F') -> (T, n, F').
-    State: the GRU's ``h`` (1, n, F'); none without the GRU.
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of Y_t and Z_t.
+        recurrent: whether the GRU follows (the last layer).
+
+    Shapes:
+        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); temporal (T, n, F') -> Z (T, n, F');
+        state the GRU's ``h`` (1, n, F'); none without the GRU.
     """
 
     def __init__(self, in_features: int, out_features: int, recurrent: bool) -> None:
@@ -50,6 +57,16 @@ class TGCNLayer(DynamicLayer):
 
 @register_model("tgcn")
 def build_tgcn(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` GCN layers, the last followed by a GRU (DGC §7.1 uses 2)."""
+    """``layers`` GCN layers, the last followed by a GRU (:class:`TGCNLayer`; DGC §7.1 uses 2).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = TGCNLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([TGCNLayer(dims[i], dims[i + 1], recurrent=i == layers - 1) for i in range(layers)])

@@ -33,10 +33,17 @@ __all__ = ["TGCNCellLayer", "build_tgcn_cell"]
 
 
 class TGCNCellLayer(DynamicLayer):
-    """One T-GCN cell F -> F'.
+    """One T-GCN cell F -> F': the module docstring's U_t, R_t, C_t, H_t (Zhao et al. 2019, Eq. 3-6).
 
     Parameters: ``w_x`` (F, 3F') and ``bias`` (3F'), gate order (u, r, c); ``w_h`` (F', 3F').
-    Shapes: ``ax`` (n, F) -> (n, 3F') gate inputs; temporal (T, n, 3F') -> (T, n, F').
+
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of H_t.
+
+    Shapes:
+        spatial ``ax`` = Ã_t X_t (n, F) -> (n, 3F') gate inputs; temporal (T, n, 3F') -> H (T, n, F');
+        state H (n, F'), None = zeros.
     """
 
     def __init__(self, in_features: int, out_features: int) -> None:
@@ -90,6 +97,16 @@ class TGCNCellLayer(DynamicLayer):
 
 @register_model("tgcn_cell")
 def build_tgcn_cell(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` stacked T-GCN cells (F -> H -> … -> H), each fed the previous cell's H_t."""
+    """``layers`` stacked T-GCN cells (F -> H -> … -> H; :class:`TGCNCellLayer`), each fed the previous cell's H_t.
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = TGCNCellLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([TGCNCellLayer(dims[i], dims[i + 1]) for i in range(layers)])

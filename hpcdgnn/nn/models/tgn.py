@@ -72,7 +72,14 @@ class TGNOptions(ModelConfig):
 
 
 class TimeEncoding(nn.Module):
-    """TGAT's Φ(Δt) = cos(Δt·w + b) (TGL's ``TimeEncode``)."""
+    """TGAT's Φ(Δt) = cos(Δt·w + b) (TGL's ``TimeEncode``; DistTGL §2.1), w = 10^{-linspace(0, 9, dim)}, b = 0.
+
+    Args:
+        dim: the encoding's width.
+
+    Shapes:
+        Δt (*) -> Φ (*, dim).
+    """
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -117,13 +124,21 @@ class TGNInput:
 
 
 class TGN(nn.Module):
-    """TGN-attn (see the module docstring). ``out_features`` = ``hidden``.
+    """TGN-attn: the module docstring's memory update s'_w(t), h_w(t) and attention layer z_r (DistTGL §2.1,
+    §3.1). ``out_features`` = ``hidden``.
 
     Args:
         num_vertices: N (rows of the static table).
         edge_dim: D, edge feature width.
-        memory_dim, time_dim, hidden, heads: widths (``model.memory_dim`` …).
-        static_memory: add the static table S.
+        memory_dim: d, the width of s_w (``model.memory_dim``).
+        time_dim: the width of Φ(Δt) (``model.time_dim``).
+        hidden: the width of z_r (``model.hidden``), a multiple of ``heads``.
+        heads: attention heads (``model.heads``).
+        static_memory: add the static table S (N, d).
+
+    Shapes:
+        a batch of R roots with k neighbours each (:class:`TGNInput`; mails (U, 2d + D)) -> z (R, hidden) and
+        the roots' updated memories s'_v(t_r) (R, d), or None with the dynamic memory off.
     """
 
     def __init__(self, num_vertices: int, edge_dim: int, memory_dim: int, time_dim: int, hidden: int, heads: int,

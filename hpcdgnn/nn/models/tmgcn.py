@@ -74,8 +74,7 @@ class _MTransform(torch.autograd.Function):
 
 def _first_terms(y: torch.Tensor, history: torch.Tensor, window: int) -> torch.Tensor:
     """The M-transform's sum over k = 0 and k = 1 (:class:`_MTransform`), each element as ``y + predecessor``, in
-    one pass into a new buffer: a copy of y and an add in place were two (TM-GCN, N = 2^16, T = 64: 41 ms of a
-    2 s epoch for the copy)."""
+    one pass into a new buffer, not two (a copy of y, then an add in place)."""
     T, off = y.shape[0], history.shape[0]
     out = torch.empty_like(y)
     if window < 2 or T == 0:
@@ -110,8 +109,7 @@ def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = Non
 def window_tail(y: torch.Tensor, history: torch.Tensor | None, keep: int) -> torch.Tensor:
     """The last ``keep`` steps of ``history`` followed by ``y`` (fewer where there are fewer), as a tensor of
     its own: a copy of y's last rows when it has that many, else the two joined. Not a view: a layout keeps
-    its states to the end of the step, and a view would keep all of y (TM-GCN, N = 2^16, T = 64, 1 block:
-    +500 MiB of peak RSS while the evaluation splits were scored)."""
+    its states to the end of the step, and a view would keep all of y alive."""
     T = y.shape[0]
     if history is None or T >= keep:
         return y[max(0, T - keep) :].clone()
@@ -119,14 +117,21 @@ def window_tail(y: torch.Tensor, history: torch.Tensor | None, keep: int) -> tor
 
 
 class TMGCNLayer(DynamicLayer):
-    r"""One TM-GCN layer.
+    r"""One TM-GCN layer: a GCN, then the M-transform along time (IBM §5.3).
 
     .. math::
         Y_t = \sigma(\tilde A_t X_t W + b),\qquad
         Z_t = \frac{1}{\min(w, t+1)} \sum_{k=\max(0, t-w+1)}^{t} Y_k   (IBM §5.3)
 
-    Shapes: ``ax`` (N, F) -> (N, F'); temporal (T, n, F') -> (T, n, F').
-    State: the last ``w-1`` inputs of the window (carried across blocks, SPEC S2).
+    Args:
+        in_features: F, the width of X_t.
+        out_features: F', the width of Y_t and Z_t.
+        window: w, the M-transform's window.
+
+    Shapes:
+        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); temporal (T, n, F') -> Z (T, n, F');
+        state the last ``w-1`` inputs of the window, (≤ w-1, n, F') (carried across blocks, SPEC S2).
+
     The M-transform is banded (``temporal_reach = w - 1``): under snapshot ownership a rank
     needs only the w - 1 snapshots before its first, not the redistribution.
     """
@@ -171,6 +176,17 @@ class TMGCNOptions(GraphModelOptions):
 
 @register_model("tmgcn", options=TMGCNOptions)
 def build_tmgcn(in_features: int, hidden: int, layers: int, window: int = 3) -> DGNN:
-    """TM-GCN with ``layers`` GCN + M-transform pairs."""
+    """TM-GCN with ``layers`` GCN + M-transform pairs (:class:`TMGCNLayer`, IBM §5.3).
+
+    Args:
+        in_features: F, the width of the input X_t.
+        hidden: H, the width of every layer's output.
+        layers: L, the number of layers.
+        window: w, the M-transform's window.
+
+    Shapes:
+        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = TMGCNLayer(Z^(l-1)), Z^(0) = X
+        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
+    """
     dims = [in_features] + [hidden] * layers
     return DGNN([TMGCNLayer(dims[i], dims[i + 1], window) for i in range(layers)])
