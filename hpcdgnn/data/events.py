@@ -75,7 +75,7 @@ from __future__ import annotations
 import math
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -674,6 +674,104 @@ def read_events_per_node(comm: Any, root: str | Path,
     return EventStream(**arrays, start=0), windows
 
 
+def _checked_events(
+    root: Path,
+    n: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    t: np.ndarray,
+    efeat: np.ndarray | None,
+    feature_names: Sequence[str] | None,
+    *,
+    bipartite: bool,
+    num_sources: int | None,
+    shard_events: int,
+    original_ids: np.ndarray | None,
+    sorted_input: bool,
+) -> tuple[EventManifest, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`write_events`'s arrays and options, checked: a draft manifest (no split, shards or times) and
+    ``src``, ``dst``, ``t`` (float64) and the features (float32 (E, D), or None) as numpy arrays."""
+    src = np.asarray(src)
+    dst = np.asarray(dst)
+    t = np.asarray(t, dtype=np.float64)
+    e = int(t.shape[0])
+    names = [str(x) for x in (feature_names or [])]
+    d = len(names)
+    if n < 1:
+        raise DataError(f"{root}: num_vertices must be >= 1 (got {n})")
+    if e < 1:
+        raise DataError(f"{root}: no events")
+    if t.ndim != 1 or src.shape != (e,) or dst.shape != (e,):
+        raise DataError(f"{root}: src, dst and t must be 1-D of equal length (got {src.shape}, {dst.shape}, {t.shape})")
+    if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":
+        raise DataError(f"{root}: src and dst must be integer vertex ids (got {src.dtype}, {dst.dtype})")
+    if efeat is None:
+        if d:
+            raise DataError(f"{root}: {d} feature names but no edge features")
+        feats = None
+    else:
+        feats = np.asarray(efeat, dtype=np.float32)
+        if feats.ndim == 1 and d == 1:
+            feats = feats.reshape(-1, 1)
+        if feats.shape != (e, d):
+            raise DataError(f"{root}: edge features of shape {feats.shape}, expected ({e}, {d}) for {d} names")
+        if d == 0:
+            feats = None
+    s = n if num_sources is None else int(num_sources)
+    if bipartite and not 1 <= s < n:
+        raise DataError(f"{root}: bipartite needs 1 <= num_sources < N = {n} (got {s})")
+    if not bipartite and s != n:
+        raise DataError(f"{root}: num_sources is {s}, but a non-bipartite dataset has num_sources = N = {n}")
+    if not _is_int(shard_events, 1):
+        raise DataError(f"{root}: --shard-events must be >= 1 (got {shard_events})")
+    if original_ids is not None and np.asarray(original_ids).shape != (n,):
+        raise DataError(f"{root}: {np.asarray(original_ids).shape} original ids, expected ({n},)")
+    draft = EventManifest(n, e, bool(bipartite), s, d, names, (0.0, 0.0), {}, [], bool(sorted_input))
+    problems = _array_problems(draft, 0, src, dst, t, feats, None)
+    if problems:
+        raise DataError(f"{root}: {problems[0]}")
+    return draft, src, dst, t, feats
+
+
+def _checked_split(
+    root: Path, split: Mapping[str, Sequence[int]] | Sequence[float], t: np.ndarray, e: int
+) -> dict[str, tuple[int, int]]:
+    """The train/val/test event ranges: ``split``'s, checked to tile ``[0, e)``, or cut from its fractions."""
+    if isinstance(split, Mapping):
+        ranges = {k: (int(split[k][0]), int(split[k][1])) for k in SPLIT_NAMES if k in split}
+        (a0, a), (b0, b), (c0, c) = (ranges.get(k, (-1, -1)) for k in SPLIT_NAMES)
+        if len(ranges) != 3 or not (a0 == 0 and a == b0 and b == c0 and c == e and 0 <= a <= b <= e):
+            raise DataError(f"{root}: split must be train [0, a], val [a, b], test [b, {e}], got {dict(split)}")
+        return ranges
+    return split_ranges(t, check_split_fractions(split, str(root)))
+
+
+def _write_event_shards(
+    tmp: Path,
+    src: np.ndarray,
+    dst: np.ndarray,
+    t: np.ndarray,
+    feats: np.ndarray | None,
+    index_dtype: np.dtype,
+    shard_events: int,
+) -> list[EventShardInfo]:
+    """Write the events into ``tmp/shards/`` as files of ``shard_events`` events each; return their entries."""
+    shards = []
+    e = int(t.shape[0])
+    for k, lo in enumerate(range(0, e, shard_events)):
+        hi = min(lo + shard_events, e)
+        name = event_shard_name(k)
+        path = tmp / "shards" / name
+        with h5py.File(path, "w") as f:
+            f.create_dataset("src", data=src[lo:hi].astype(index_dtype))
+            f.create_dataset("dst", data=dst[lo:hi].astype(index_dtype))
+            f.create_dataset("t", data=t[lo:hi])
+            if feats is not None:
+                f.create_dataset("efeat", data=feats[lo:hi])
+        shards.append(EventShardInfo(name, lo, hi, path.stat().st_size, file_sha256(path)))
+    return shards
+
+
 def write_events(
     output: str | Path,
     src: np.ndarray,
@@ -721,83 +819,20 @@ def write_events(
     """
     root = Path(output)
     n = int(num_vertices)
-    src = np.asarray(src)
-    dst = np.asarray(dst)
-    t = np.asarray(t, dtype=np.float64)
-    e = int(t.shape[0])
-    names = [str(x) for x in (feature_names or [])]
-    d = len(names)
-    if n < 1:
-        raise DataError(f"{root}: num_vertices must be >= 1 (got {n})")
-    if e < 1:
-        raise DataError(f"{root}: no events")
-    if t.ndim != 1 or src.shape != (e,) or dst.shape != (e,):
-        raise DataError(f"{root}: src, dst and t must be 1-D of equal length (got {src.shape}, {dst.shape}, {t.shape})")
-    if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":
-        raise DataError(f"{root}: src and dst must be integer vertex ids (got {src.dtype}, {dst.dtype})")
-    if efeat is None:
-        if d:
-            raise DataError(f"{root}: {d} feature names but no edge features")
-        feats = None
-    else:
-        feats = np.asarray(efeat, dtype=np.float32)
-        if feats.ndim == 1 and d == 1:
-            feats = feats.reshape(-1, 1)
-        if feats.shape != (e, d):
-            raise DataError(f"{root}: edge features of shape {feats.shape}, expected ({e}, {d}) for {d} names")
-        if d == 0:
-            feats = None
-    s = n if num_sources is None else int(num_sources)
-    if bipartite and not 1 <= s < n:
-        raise DataError(f"{root}: bipartite needs 1 <= num_sources < N = {n} (got {s})")
-    if not bipartite and s != n:
-        raise DataError(f"{root}: num_sources is {s}, but a non-bipartite dataset has num_sources = N = {n}")
-    if not _is_int(shard_events, 1):
-        raise DataError(f"{root}: --shard-events must be >= 1 (got {shard_events})")
-    if original_ids is not None and np.asarray(original_ids).shape != (n,):
-        raise DataError(f"{root}: {np.asarray(original_ids).shape} original ids, expected ({n},)")
-    draft = EventManifest(n, e, bool(bipartite), s, d, names, (0.0, 0.0), {}, [], bool(sorted_input))
-    problems = _array_problems(draft, 0, src, dst, t, feats, None)
-    if problems:
-        raise DataError(f"{root}: {problems[0]}")
-    if isinstance(split, Mapping):
-        ranges = {k: (int(split[k][0]), int(split[k][1])) for k in SPLIT_NAMES if k in split}
-        (a0, a), (b0, b), (c0, c) = (ranges.get(k, (-1, -1)) for k in SPLIT_NAMES)
-        if len(ranges) != 3 or not (a0 == 0 and a == b0 and b == c0 and c == e and 0 <= a <= b <= e):
-            raise DataError(f"{root}: split must be train [0, a], val [a, b], test [b, {e}], got {dict(split)}")
-    else:
-        ranges = split_ranges(t, check_split_fractions(split, str(root)))
+    draft, src, dst, t, feats = _checked_events(
+        root, n, src, dst, t, efeat, feature_names, bipartite=bipartite, num_sources=num_sources,
+        shard_events=shard_events, original_ids=original_ids, sorted_input=sorted_input)
+    e, d = draft.num_events, draft.edge_feature_dim
+    ranges = _checked_split(root, split, t, e)
     index_dtype = draft.index_dtype
     shard_events = int(shard_events)
     ids_bytes = 8 * n if original_ids is None else int(np.asarray(original_ids).nbytes)
     tmp = prepare_output_dir(root, force, e * (2 * np.dtype(index_dtype).itemsize + 8 + 4 * d) + ids_bytes)
     try:
-        shards = []
-        for k, lo in enumerate(range(0, e, shard_events)):
-            hi = min(lo + shard_events, e)
-            name = event_shard_name(k)
-            path = tmp / "shards" / name
-            with h5py.File(path, "w") as f:
-                f.create_dataset("src", data=src[lo:hi].astype(index_dtype))
-                f.create_dataset("dst", data=dst[lo:hi].astype(index_dtype))
-                f.create_dataset("t", data=t[lo:hi])
-                if feats is not None:
-                    f.create_dataset("efeat", data=feats[lo:hi])
-            shards.append(EventShardInfo(name, lo, hi, path.stat().st_size, file_sha256(path)))
+        shards = _write_event_shards(tmp, src, dst, t, feats, index_dtype, shard_events)
         write_vertex_ids(tmp, original_ids, n)
-        manifest = EventManifest(
-            num_vertices=n,
-            num_events=e,
-            bipartite=bool(bipartite),
-            num_sources=s,
-            edge_feature_dim=d,
-            edge_feature_names=names,
-            time_range=(float(t[0]), float(t[-1])),
-            split=ranges,
-            shards=shards,
-            sorted_input=bool(sorted_input),
-            source=dict(source or {}),
-        )
+        manifest = replace(draft, time_range=(float(t[0]), float(t[-1])), split=ranges, shards=shards,
+                           source=dict(source or {}))
         save_event_manifest(tmp, manifest)
         replace_dir(tmp, root, force)
         return manifest

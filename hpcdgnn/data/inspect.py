@@ -62,7 +62,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcdgnn.data.events import EVENTS_FORMAT, SPLIT_NAMES, load_event_manifest, manifest_format, scan_event_shards
+from hpcdgnn.data.events import (
+    EVENTS_FORMAT,
+    SPLIT_NAMES,
+    EventManifest,
+    load_event_manifest,
+    manifest_format,
+    scan_event_shards,
+)
 from hpcdgnn.data.manifest import Manifest, ShardInfo, empty_snapshots, empty_snapshots_note, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
@@ -412,25 +419,10 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
     }
 
 
-def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any]:
-    """Statistics and a full validation of an event-stream dataset (checks in the module docstring).
-
-    Returns:
-        A JSON-ready dict: ``kind`` ("events"), ``root``, ``num_vertices``, ``num_events``,
-        ``edge_feature_dim``, ``edge_feature_names``, ``bipartite``, ``num_sources``,
-        ``time_range``, ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
-        t_last}}``, times None when unread or empty), ``shards``, ``bytes``,
-        ``checksums_verified``, ``events_per_shard`` (``{min, median, max, total}``),
-        ``distinct_pairs`` and ``repeated_pair_fraction`` (1 - distinct pairs / E; None when
-        a shard could not be read), ``problems`` and ``valid``.
-
-    Raises:
-        DataError: the manifest itself is missing or malformed.
-    """
-    root = Path(root)
-    m = load_event_manifest(root)
-    problems: list[str] = []
-    _check_vertices(root, m, problems)
+def _scan_events(root: Path, m: EventManifest, problems: list[str], checksums: bool
+                 ) -> tuple[float | None, float | None, dict[int, float], int | None]:
+    """Read every shard once (problems appended): the first and last event times, the times on both sides of
+    each split cut (by event index), and the distinct (src, dst) pairs (None when a shard could not be read)."""
     n = np.int64(m.num_vertices)
     wide = m.num_vertices > 3_037_000_499  # N^2 would overflow int64 keys
     pair_blocks: list[np.ndarray] = []
@@ -457,6 +449,35 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
             pair_blocks.append(np.unique(np.stack([s64, d64], axis=1), axis=0))
         else:
             pair_blocks.append(np.unique(s64 * n + d64))
+    distinct = None
+    if complete and pair_blocks:
+        if wide:
+            distinct = int(np.unique(np.concatenate(pair_blocks), axis=0).shape[0])
+        else:
+            distinct = int(np.unique(np.concatenate(pair_blocks)).shape[0])
+    return first_t, last_t, at, distinct
+
+
+def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any]:
+    """Statistics and a full validation of an event-stream dataset (checks in the module docstring).
+
+    Returns:
+        A JSON-ready dict: ``kind`` ("events"), ``root``, ``num_vertices``, ``num_events``,
+        ``edge_feature_dim``, ``edge_feature_names``, ``bipartite``, ``num_sources``,
+        ``time_range``, ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
+        t_last}}``, times None when unread or empty), ``shards``, ``bytes``,
+        ``checksums_verified``, ``events_per_shard`` (``{min, median, max, total}``),
+        ``distinct_pairs`` and ``repeated_pair_fraction`` (1 - distinct pairs / E; None when
+        a shard could not be read), ``problems`` and ``valid``.
+
+    Raises:
+        DataError: the manifest itself is missing or malformed.
+    """
+    root = Path(root)
+    m = load_event_manifest(root)
+    problems: list[str] = []
+    _check_vertices(root, m, problems)
+    first_t, last_t, at, distinct = _scan_events(root, m, problems, checksums)
     mpath = root / "manifest.json"
     lo, hi = m.time_range
     if first_t is not None and first_t != lo:
@@ -469,12 +490,6 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
             problems.append(
                 f"{mpath}: 'split' cut at event {c} ({name} starts) falls between two events at time {at[c]!r}"
             )
-    distinct = None
-    if complete and pair_blocks:
-        if wide:
-            distinct = int(np.unique(np.concatenate(pair_blocks), axis=0).shape[0])
-        else:
-            distinct = int(np.unique(np.concatenate(pair_blocks)).shape[0])
     split = {}
     for name in SPLIT_NAMES:
         a, b = m.split[name]

@@ -363,6 +363,140 @@ class _ShardSink:
         self.shards.append(ShardInfo(self._name, self._start, t_stop, path.stat().st_size, file_sha256(path)))
 
 
+def _raw_edges(root: Path, t: int, raw: RawSnapshot, n: int, weights: str, directed: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1: snapshot t's raw events, checked, as sorted unique edge keys and their weights."""
+    src, dst = np.asarray(raw.src, dtype=np.int64), np.asarray(raw.dst, dtype=np.int64)
+    if src.shape != dst.shape or src.ndim != 1:
+        raise DataError(f"{root}: snapshot {t}: src and dst must be 1-D of equal length")
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise DataError(f"{root}: snapshot {t}: vertex id outside [0, {n})")
+    w_in = None if raw.weight is None else np.asarray(raw.weight, dtype=np.float64)
+    if weights == "given" and w_in is None:
+        raise DataError(f"{root}: snapshot {t}: weights='given' but the input has no weights")
+    if w_in is not None and w_in.shape != src.shape:
+        raise DataError(f"{root}: snapshot {t}: {w_in.shape[0]} weights for {src.shape[0]} edges")
+    if not directed:
+        # The reverse copy skips self-loops: an undirected (v, v) event is one event,
+        # not two (otherwise 'count' and 'given' would double the diagonal).
+        rev = src != dst
+        src, dst = np.concatenate([src, dst[rev]]), np.concatenate([dst, src[rev]])
+        w_in = None if w_in is None else np.concatenate([w_in, w_in[rev]])
+    return _dedupe(edge_keys(src, dst, n), w_in, weights)
+
+
+class _SnapshotWriter:
+    """Steps 1-4 of the module docstring, one raw snapshot at a time, into a :class:`_ShardSink`; keeps the
+    smoothing history, the feature names and the per-snapshot counts the manifest records."""
+
+    def __init__(self, root: Path, sink: _ShardSink, n: int, *, directed: bool, weights: str, edge_life: int,
+                 mtransform_window: int, log_features: bool, feature_names: list[str] | None, num_classes: int,
+                 targets: str | None) -> None:
+        self.root, self.sink, self.n = root, sink, n
+        self.directed, self.weights, self.log_features = directed, weights, log_features
+        self.edge_life, self.mtransform_window = edge_life, mtransform_window
+        self.num_classes, self.targets, self.names = num_classes, targets, feature_names
+        self.index_dtype = index_dtype_for(n)  # n itself fits (n < 2^31), as before
+        window = max(edge_life, mtransform_window)
+        self.smoothed = window > 1
+        self.hist_adj: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=window)
+        self.hist_x: deque[np.ndarray] = deque(maxlen=window)
+        self.nnz: list[int] = []
+        self.edges: list[int] = []
+        self.active_counts: list[int] = []
+        self.times: list[list[float] | None] = []
+
+    def write(self, t: int, raw: RawSnapshot) -> None:
+        """Dedupe, featurize, smooth and write snapshot t, then record its counts."""
+        root, n, index_dtype = self.root, self.n, self.index_dtype
+        keys, w = _raw_edges(root, t, raw, n, self.weights, self.directed)
+        rows, cols = _split_keys(keys, n)
+        if raw.x is not None:
+            x = np.asarray(raw.x, dtype=np.float32)
+            if x.shape[0] != n or self.names is None or x.shape[1] != len(self.names):
+                expected = f"({n}, {len(self.names or [])})"
+                raise DataError(f"{root}: snapshot {t}: features of shape {x.shape}, expected {expected}")
+        else:
+            x = _degrees(rows, cols, n)
+            self.names = self.names or DEGREE_FEATURES
+            if self.log_features:
+                x = np.log1p(x)
+        active = np.zeros(n, dtype=np.uint8)
+        active[rows] = 1
+        active[cols] = 1
+        self.hist_adj.append((keys, w))
+        self.hist_x.append(x)
+        if self.edge_life > 1:
+            a_keys, a_w = _sum_sparse((k, v, 1.0) for k, v in self.hist_adj)
+        elif self.mtransform_window > 1:
+            scale = 1.0 / len(self.hist_adj)  # 1/min(w, t+1): the deque holds min(w, t+1) entries
+            a_keys, a_w = _sum_sparse((k, v, scale) for k, v in self.hist_adj)
+            x = (np.sum(np.stack(list(self.hist_x)), axis=0, dtype=np.float64) * scale).astype(np.float32)
+        else:
+            a_keys, a_w = keys, w
+        g = self.sink.group(t)
+        if a_keys is keys:
+            indptr, indices = _csr(rows, cols, n, index_dtype)
+        else:
+            indptr, indices = _csr(*_split_keys(a_keys, n), n, index_dtype)
+        g.create_dataset("indptr", data=indptr)
+        g.create_dataset("indices", data=indices)
+        g.create_dataset("weights", data=a_w.astype(np.float32))
+        g.create_dataset("x", data=x)
+        g.create_dataset("active", data=active)
+        if self.num_classes > 0:
+            labels = None if raw.labels is None else np.asarray(raw.labels)
+            if labels is None or labels.shape != (n,):
+                raise DataError(f"{root}: snapshot {t}: num_classes = {self.num_classes} but no labels of shape ({n},)")
+            g.create_dataset("labels", data=labels.astype(np.int64))
+        if self.targets is not None:
+            g.create_dataset("targets", data=_checked_targets(root, t, raw.targets, n, self.targets))
+        if self.smoothed:
+            t_indptr, t_indices = _csr(rows, cols, n, index_dtype)
+            g.create_dataset("target_indptr", data=t_indptr)
+            g.create_dataset("target_indices", data=t_indices)
+        self.sink.done(t)
+        self.nnz.append(int(a_keys.shape[0]))
+        self.edges.append(int(keys.shape[0]))
+        self.active_counts.append(int(active.sum()))
+        self.times.append(None if raw.time is None else [float(raw.time[0]), float(raw.time[1])])
+
+    def manifest(self, source: dict[str, Any] | None) -> Manifest:
+        """The manifest of the snapshots written (the sink closed), with ``source`` as provenance."""
+        return Manifest(
+            num_vertices=self.n,
+            num_snapshots=len(self.nnz),
+            num_features=len(self.names),
+            feature_names=list(self.names),
+            directed=self.directed,
+            num_classes=self.num_classes,
+            targets=self.targets,
+            index_dtype=str(self.index_dtype),
+            smoothing={"edge_life": self.edge_life, "mtransform_window": self.mtransform_window},
+            snapshot_nnz=self.nnz,
+            snapshot_edges=self.edges,
+            snapshot_active=self.active_counts,
+            snapshot_time=None if any(x is None for x in self.times) else self.times,
+            shards=self.sink.shards,
+            source=dict(source or {}, weights=self.weights, log_features=self.log_features),
+        )
+
+
+def _check_options(root: str | Path, n: int, weights: str, edge_life: int, mtransform_window: int,
+                   shard_snapshots: int) -> None:
+    """Refuse (:class:`DataError`) the options :func:`write_dataset` cannot honour, before anything is written."""
+    if n < 1:
+        raise DataError(f"{root}: no vertices")
+    if edge_life < 1 or mtransform_window < 1:
+        raise DataError(f"{root}: edge-life and M-transform window must be >= 1")
+    if edge_life > 1 and mtransform_window > 1:
+        raise DataError(f"{root}: choose one smoothing, edge-life (EvolveGCN) or M-transform (TM-GCN), not both")
+    if shard_snapshots < 1:
+        raise DataError(f"{root}: shard size must be >= 1 snapshot")
+    if weights not in ("ones", "count", "given"):
+        raise DataError(f"{root}: weights must be 'ones', 'count' or 'given' (got {weights!r})")
+
+
 def write_dataset(
     root: str | Path,
     snapshots: Iterable[RawSnapshot],
@@ -403,117 +537,22 @@ def write_dataset(
         force: replace an existing non-empty ``root``.
     """
     n = int(num_vertices)
-    if n < 1:
-        raise DataError(f"{root}: no vertices")
-    if edge_life < 1 or mtransform_window < 1:
-        raise DataError(f"{root}: edge-life and M-transform window must be >= 1")
-    if edge_life > 1 and mtransform_window > 1:
-        raise DataError(f"{root}: choose one smoothing, edge-life (EvolveGCN) or M-transform (TM-GCN), not both")
-    if shard_snapshots < 1:
-        raise DataError(f"{root}: shard size must be >= 1 snapshot")
-    if weights not in ("ones", "count", "given"):
-        raise DataError(f"{root}: weights must be 'ones', 'count' or 'given' (got {weights!r})")
+    _check_options(root, n, weights, edge_life, mtransform_window, shard_snapshots)
     root = Path(root)
     tmp = prepare_output_dir(root, force)
-    index_dtype = index_dtype_for(n)  # n itself fits (n < 2^31), as before
-    window = max(edge_life, mtransform_window)
-    smoothed = window > 1
-    hist_adj: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=window)
-    hist_x: deque[np.ndarray] = deque(maxlen=window)
     sink = _ShardSink(tmp, n, shard_snapshots)
-    nnz, edges, active_counts, times = [], [], [], []
-    names = feature_names
+    writer = _SnapshotWriter(root, sink, n, directed=directed, weights=weights, edge_life=edge_life,
+                             mtransform_window=mtransform_window, log_features=log_features,
+                             feature_names=feature_names, num_classes=num_classes, targets=targets)
     t = -1
     try:
         for t, raw in enumerate(snapshots):
-            src, dst = np.asarray(raw.src, dtype=np.int64), np.asarray(raw.dst, dtype=np.int64)
-            if src.shape != dst.shape or src.ndim != 1:
-                raise DataError(f"{root}: snapshot {t}: src and dst must be 1-D of equal length")
-            if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-                raise DataError(f"{root}: snapshot {t}: vertex id outside [0, {n})")
-            w_in = None if raw.weight is None else np.asarray(raw.weight, dtype=np.float64)
-            if weights == "given" and w_in is None:
-                raise DataError(f"{root}: snapshot {t}: weights='given' but the input has no weights")
-            if w_in is not None and w_in.shape != src.shape:
-                raise DataError(f"{root}: snapshot {t}: {w_in.shape[0]} weights for {src.shape[0]} edges")
-            if not directed:
-                # The reverse copy skips self-loops: an undirected (v, v) event is one event,
-                # not two (otherwise 'count' and 'given' would double the diagonal).
-                rev = src != dst
-                src, dst = np.concatenate([src, dst[rev]]), np.concatenate([dst, src[rev]])
-                w_in = None if w_in is None else np.concatenate([w_in, w_in[rev]])
-            keys, w = _dedupe(edge_keys(src, dst, n), w_in, weights)
-            rows, cols = _split_keys(keys, n)
-            if raw.x is not None:
-                x = np.asarray(raw.x, dtype=np.float32)
-                if x.shape[0] != n or names is None or x.shape[1] != len(names):
-                    expected = f"({n}, {len(names or [])})"
-                    raise DataError(f"{root}: snapshot {t}: features of shape {x.shape}, expected {expected}")
-            else:
-                x = _degrees(rows, cols, n)
-                names = names or DEGREE_FEATURES
-                if log_features:
-                    x = np.log1p(x)
-            active = np.zeros(n, dtype=np.uint8)
-            active[rows] = 1
-            active[cols] = 1
-            hist_adj.append((keys, w))
-            hist_x.append(x)
-            if edge_life > 1:
-                a_keys, a_w = _sum_sparse((k, v, 1.0) for k, v in hist_adj)
-            elif mtransform_window > 1:
-                scale = 1.0 / len(hist_adj)  # 1/min(w, t+1): the deque holds min(w, t+1) entries
-                a_keys, a_w = _sum_sparse((k, v, scale) for k, v in hist_adj)
-                x = (np.sum(np.stack(list(hist_x)), axis=0, dtype=np.float64) * scale).astype(np.float32)
-            else:
-                a_keys, a_w = keys, w
-            g = sink.group(t)
-            if a_keys is keys:
-                indptr, indices = _csr(rows, cols, n, index_dtype)
-            else:
-                indptr, indices = _csr(*_split_keys(a_keys, n), n, index_dtype)
-            g.create_dataset("indptr", data=indptr)
-            g.create_dataset("indices", data=indices)
-            g.create_dataset("weights", data=a_w.astype(np.float32))
-            g.create_dataset("x", data=x)
-            g.create_dataset("active", data=active)
-            if num_classes > 0:
-                labels = None if raw.labels is None else np.asarray(raw.labels)
-                if labels is None or labels.shape != (n,):
-                    raise DataError(f"{root}: snapshot {t}: num_classes = {num_classes} but no labels of shape ({n},)")
-                g.create_dataset("labels", data=labels.astype(np.int64))
-            if targets is not None:
-                g.create_dataset("targets", data=_checked_targets(root, t, raw.targets, n, targets))
-            if smoothed:
-                t_indptr, t_indices = _csr(rows, cols, n, index_dtype)
-                g.create_dataset("target_indptr", data=t_indptr)
-                g.create_dataset("target_indices", data=t_indices)
-            sink.done(t)
-            nnz.append(int(a_keys.shape[0]))
-            edges.append(int(keys.shape[0]))
-            active_counts.append(int(active.sum()))
-            times.append(None if raw.time is None else [float(raw.time[0]), float(raw.time[1])])
+            writer.write(t, raw)
         sink.close(t + 1)
         if t < 0:
             raise DataError(f"{root}: the input produced no snapshots")
         write_vertex_ids(tmp, vertex_ids, n)
-        manifest = Manifest(
-            num_vertices=n,
-            num_snapshots=t + 1,
-            num_features=len(names),
-            feature_names=list(names),
-            directed=directed,
-            num_classes=num_classes,
-            targets=targets,
-            index_dtype=str(index_dtype),
-            smoothing={"edge_life": edge_life, "mtransform_window": mtransform_window},
-            snapshot_nnz=nnz,
-            snapshot_edges=edges,
-            snapshot_active=active_counts,
-            snapshot_time=None if any(x is None for x in times) else times,
-            shards=sink.shards,
-            source=dict(source or {}, weights=weights, log_features=log_features),
-        )
+        manifest = writer.manifest(source)
         save_manifest(tmp, manifest)
         replace_dir(tmp, root, force)
         return manifest

@@ -24,6 +24,7 @@ from hpcdgnn.partition.chunks import SuperGraph
 from hpcdgnn.partition.workload import (
     STRUCTURE_INPUTS,
     TIME_INPUTS,
+    EncoderMLP,
     MLPWorkload,
     chunk_features,
     layer_shape,
@@ -36,6 +37,30 @@ from hpcdgnn.profile.fit import fit_mlp, mape
 from hpcdgnn.profile.timer import ChunkTimer, detached_time_params
 
 __all__ = ["profile"]
+
+
+def _fit_mlps(xs: list, ys: list, xt: list, yt: list, *, seed: int, held_out: float, mlp_width: int,
+              fit_steps: int) -> tuple[EncoderMLP, EncoderMLP | None, dict[str, Any]]:
+    """Fit both MLPs on one seeded train/held-out split; their sample counts and held-out MAPE, and the total's."""
+    n = len(xs)
+    perm = np.random.default_rng([seed, 7]).permutation(n)
+    n_test = max(1, int(round(held_out * n)))
+    test, train = perm[:n_test], perm[n_test:]
+    X, Y = np.asarray(xs), np.asarray(ys)
+    s_mlp = fit_mlp(X[train], Y[train], STRUCTURE_INPUTS, mlp_width, steps=fit_steps, seed=seed)
+    ps = s_mlp.predict(X[test])
+    scores: dict[str, Any] = {
+        "structure": {"train": int(train.shape[0]), "held_out": int(n_test), "mape": mape(ps, Y[test])},
+        "time": None, "total_mape": mape(ps, Y[test]),
+    }
+    t_mlp = None
+    if xt:
+        XT, YT = np.asarray(xt), np.asarray(yt)
+        t_mlp = fit_mlp(XT[train], YT[train], TIME_INPUTS, mlp_width, steps=fit_steps, seed=seed + 1)
+        pt = t_mlp.predict(XT[test])
+        scores["time"] = {"train": int(train.shape[0]), "held_out": int(n_test), "mape": mape(pt, YT[test])}
+        scores["total_mape"] = mape(ps + pt, Y[test] + YT[test])
+    return s_mlp, t_mlp, scores
 
 
 def profile(model_name: str, features: Sequence[int], hidden: Sequence[int], samples: int, *,
@@ -89,26 +114,13 @@ def profile(model_name: str, features: Sequence[int], hidden: Sequence[int], sam
         if log and (i + 1) % max(1, len(chunks) // 4) == 0:
             log(f"  timed {i + 1}/{len(chunks)} chunks ({time.perf_counter() - t_start:.1f}s)")
     elapsed = time.perf_counter() - t_start
-    n = len(xs)
-    perm = np.random.default_rng([seed, 7]).permutation(n)
-    n_test = max(1, int(round(held_out * n)))
-    test, train = perm[:n_test], perm[n_test:]
-    X, Y = np.asarray(xs), np.asarray(ys)
-    s_mlp = fit_mlp(X[train], Y[train], STRUCTURE_INPUTS, mlp_width, steps=fit_steps, seed=seed)
-    ps = s_mlp.predict(X[test])
+    s_mlp, t_mlp, scores = _fit_mlps(xs, ys, xt, yt, seed=seed, held_out=held_out, mlp_width=mlp_width,
+                                     fit_steps=fit_steps)
     report: dict[str, Any] = {
-        "structure": {"train": int(train.shape[0]), "held_out": int(n_test), "mape": mape(ps, Y[test])},
-        "time": None, "total_mape": mape(ps, Y[test]), "profile_seconds": elapsed,
+        **scores, "profile_seconds": elapsed,
         "max_size": int(max_size), "chunk_sizes": [int(min(c.shape[0] for c in chunks)),
                                                    int(max(c.shape[0] for c in chunks))],
     }
-    t_mlp = None
-    if xt:
-        XT, YT = np.asarray(xt), np.asarray(yt)
-        t_mlp = fit_mlp(XT[train], YT[train], TIME_INPUTS, mlp_width, steps=fit_steps, seed=seed + 1)
-        pt = t_mlp.predict(XT[test])
-        report["time"] = {"train": int(train.shape[0]), "held_out": int(n_test), "mape": mape(pt, YT[test])}
-        report["total_mape"] = mape(ps + pt, Y[test] + YT[test])
     meta = {
         "model": model_name, "device": str(torch.device(device).type), "dtype": dtype, "window": int(window),
         "features": [int(v) for v in features], "hidden": [int(v) for v in hidden],

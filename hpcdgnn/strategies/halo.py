@@ -64,6 +64,23 @@ class OwnedRows:
     ax: torch.Tensor
 
 
+def _owned_ax(x_ext: torch.Tensor, row: np.ndarray, key: np.ndarray, cols: torch.Tensor, val: torch.Tensor,
+              t_rows: list[int], num_features: int, dtype: torch.dtype) -> torch.Tensor:
+    """Ã·X of my rows (SPEC S4): one sparse product per snapshot over ``x_ext`` = [my rows ; halo rows] of X."""
+    row_t = torch.from_numpy(row)
+    ax, start, at = [], 0, 0  # one product per snapshot, columns compacted in ascending vertex order
+    for k in t_rows:
+        if k == 0:
+            continue
+        stop = int(np.searchsorted(row, at + k))
+        uniq, first, inv = np.unique(key[start:stop], return_index=True, return_inverse=True)
+        a = sorted_csr(row_t[start:stop] - at, torch.from_numpy(inv.reshape(-1)), val[start:stop],
+                       (k, uniq.shape[0]))
+        ax.append(torch.sparse.mm(a, x_ext[cols[start:stop][torch.from_numpy(first)]]))
+        start, at = stop, at + k
+    return torch.cat(ax) if ax else torch.zeros(0, num_features, dtype=dtype)
+
+
 def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: Callable[[int], np.ndarray],
                     dtype: torch.dtype, comm, owner_of: Callable[[np.ndarray], np.ndarray],
                     local_of: Callable[[np.ndarray], np.ndarray], precompute: bool = True) -> tuple[OwnedRows, Halo]:
@@ -132,18 +149,7 @@ def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: 
     if not precompute:
         ax = own_x
     else:
-        x_ext = torch.cat([own_x, halo.fetch(own_x)])
-        ax, start, at = [], 0, 0  # one product per snapshot, columns compacted in ascending vertex order
-        for k in t_rows:
-            if k == 0:
-                continue
-            stop = int(np.searchsorted(row, at + k))
-            uniq, first, inv = np.unique(key[start:stop], return_index=True, return_inverse=True)
-            a = sorted_csr(row_t[start:stop] - at, torch.from_numpy(inv.reshape(-1)), val[start:stop],
-                           (k, uniq.shape[0]))
-            ax.append(torch.sparse.mm(a, x_ext[cols[start:stop][torch.from_numpy(first)]]))
-            start, at = stop, at + k
-        ax = torch.cat(ax) if ax else torch.zeros(0, F, dtype=dtype)
+        ax = _owned_ax(torch.cat([own_x, halo.fetch(own_x)]), row, key, cols, val, t_rows, F, dtype)
     return OwnedRows(row=row_t, key=key, val=val, ax=ax), halo
 
 

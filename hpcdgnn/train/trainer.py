@@ -278,17 +278,9 @@ def _signal_name(stop: preemption.PreemptionFlag) -> str:
     return stop.name or "a signal to another rank"
 
 
-def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
-    """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
+def _resumed_trace_file(run: Run, comm: Communicator, log) -> Path:
+    """This rank's exchange trace file, once a resumed run has dropped what its re-run epochs rewrite."""
     job = run.job
-    totals = RunTotals()  # summary.json's sums, of the whole run (rank 0): a resumed one's earlier epochs first
-    if comm.rank == 0 and run.start_epoch:
-        truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
-        totals.add_file(run.run_dir / "metrics.jsonl")
-    rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
-    checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
-                                    job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
-    task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
     mine = EpochRecorder.trace_file(run.run_dir, comm.rank)
     if run.start_epoch:  # epochs after the checkpoint are re-run: each rank drops their trace lines from its
         # file, rank 0 also from the files of ranks this run lacks (a resume on fewer ranks), before the first
@@ -302,6 +294,50 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         elif comm.rank == 0 and job.debug.profile_epoch and (
                 note := _profile_before_resume(run.run_dir, job.debug.profile_epoch, run.start_epoch)):
             log.info(note)
+    return mine
+
+
+def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> bool:
+    """Whether any rank was signalled during the set-up (collective); if so, the line that says so."""
+    preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
+    if preempted:
+        hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
+                "no checkpoint yet: run the job again (the job scripts start it over)")
+        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; {hint}")
+    return preempted
+
+
+def _write_epoch_profile(prof, record: dict, run: Run, comm: Communicator, log, epoch: int) -> None:
+    """Write a profiled epoch's tables and mark its record; rank 0 says where they are."""
+    record["profiled"] = True
+    table = write_profile(prof, run.run_dir, comm.rank, epoch)
+    if comm.rank == 0:
+        log.info(f"epoch {epoch} profiled (its time includes the profiler's): "
+                 f"{table.parent}/rank<r>.txt, .json")
+
+
+def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
+    """Rank 0's closing line: the epochs this attempt ran, the final val/test scores and where the results are."""
+    final = totals.final or {}
+    m = run.task.metric
+    scores = "".join(f", {k} {fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
+    done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
+            if run.start_epoch and epochs_run else f"{epochs_run} epochs")
+    return f"done: {done}{scores}; results in {run.run_dir}"
+
+
+def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
+    """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
+    job = run.job
+    totals = RunTotals()  # summary.json's sums, of the whole run (rank 0): a resumed one's earlier epochs first
+    if comm.rank == 0 and run.start_epoch:
+        truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
+        totals.add_file(run.run_dir / "metrics.jsonl")
+    rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
+    checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
+                                    job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
+    task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
+    mine = _resumed_trace_file(run, comm, log)
     trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
                              run.start_epoch, trace)
@@ -316,11 +352,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     measured: list[list[float]] = []
     # a signal during the set-up (reading, partitioning: minutes at scale) stops the run before its first
     # epoch, not after it: within a scheduler's grace period there may be no time for a whole epoch
-    preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
-    if preempted:
-        hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
-                "no checkpoint yet: run the job again (the job scripts start it over)")
-        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; {hint}")
+    preempted = _preempted_in_setup(run, comm, log, stop)
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     last = run.start_epoch if preempted else job.train.epochs  # no epoch at all when stopped during the set-up
     for epoch in range(run.start_epoch + 1, last + 1):
@@ -331,11 +363,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
         if prof is not None:
-            record["profiled"] = True
-            table = write_profile(prof, run.run_dir, comm.rank, epoch)
-            if comm.rank == 0:
-                log.info(f"epoch {epoch} profiled (its time includes the profiler's): "
-                         f"{table.parent}/rank<r>.txt, .json")
+            _write_epoch_profile(prof, record, run, comm, log, epoch)
         losses.append(np.nan if record["train_loss"] is None else record["train_loss"])
         if rd is not None:
             totals.add(record)
@@ -375,10 +403,5 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if diverged:
         raise diverged
     if rd is not None and not preempted:
-        final = totals.final or {}
-        m = run.task.metric
-        scores = "".join(f", {k} {fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
-        done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
-                if run.start_epoch and losses else f"{len(losses)} epochs")
-        log.info(f"done: {done}{scores}; results in {run.run_dir}")
+        log.info(_done_line(run, totals, len(losses)))
     return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted)

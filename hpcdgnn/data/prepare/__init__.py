@@ -54,6 +54,7 @@ import argparse
 import dataclasses
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ from hpcdgnn.data.prepare.event_stream import (
 from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, read_jodie
 from hpcdgnn.data.prepare.pygt_json import read_pygt_json
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, read_snap
-from hpcdgnn.data.writer import check_output, check_room, file_sha256, write_dataset
+from hpcdgnn.data.writer import RawSnapshot, check_output, check_room, file_sha256, write_dataset
 from hpcdgnn.errors import DataError
 
 __all__ = [
@@ -198,6 +199,34 @@ def _check_size(path: Path, fmt: str, opts: PrepareOptions, est: OutputEstimate 
     )
 
 
+def _derived_tasks(prepared: PreparedInput, opts: PrepareOptions) -> tuple[Iterable[RawSnapshot], int, str | None]:
+    """The snapshots, class count and targets name after ``--labels next_activity`` and ``--targets next_*``."""
+    snapshots = prepared.snapshots
+    num_classes = prepared.num_classes
+    if opts.labels == "next_activity":
+        snapshots = with_next_activity(snapshots, prepared.num_vertices)
+        num_classes = 2
+    targets = prepared.targets
+    if opts.targets in ("next_degree", "next_log_degree"):
+        snapshots = with_next_degree(snapshots, prepared.num_vertices, log=opts.targets == "next_log_degree")
+        targets = opts.targets
+    return snapshots, num_classes, targets
+
+
+def _provenance(path: Path, fmt: str, opts: PrepareOptions, prepared: PreparedInput) -> dict[str, Any]:
+    """The manifest's ``source``: the input file (path, size, sha256), the format and the options used."""
+    # force and allow_large say how to write, not what: they stay out of the provenance
+    options_used = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("force", "allow_large")}
+    return {
+        "input": str(path.resolve()),
+        "input_bytes": path.stat().st_size,
+        "input_sha256": file_sha256(path),
+        "format": fmt,
+        "options": options_used,
+        **prepared.source,
+    }
+
+
 def prepare_dataset(
     input_path: str | Path, fmt: str, output: str | Path, *, kind: str = "snapshots", **options: Any
 ) -> Manifest | EventManifest:
@@ -238,15 +267,7 @@ def prepare_dataset(
     opts = PrepareOptions(**options)
     _check_options(path, fmt, opts)
     prepared: PreparedInput = FORMATS[fmt](path, opts)
-    snapshots = prepared.snapshots
-    num_classes = prepared.num_classes
-    if opts.labels == "next_activity":
-        snapshots = with_next_activity(snapshots, prepared.num_vertices)
-        num_classes = 2
-    targets = prepared.targets
-    if opts.targets in ("next_degree", "next_log_degree"):
-        snapshots = with_next_degree(snapshots, prepared.num_vertices, log=opts.targets == "next_log_degree")
-        targets = opts.targets
+    snapshots, num_classes, targets = _derived_tasks(prepared, opts)
     estimate = estimate_output(
         prepared,
         num_features=len(prepared.feature_names or ["in_degree", "out_degree"]),
@@ -258,16 +279,6 @@ def prepare_dataset(
     _check_size(path, fmt, opts, estimate)
     if estimate is not None:
         check_room(output, estimate.bytes)
-    # force and allow_large say how to write, not what: they stay out of the provenance
-    options_used = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("force", "allow_large")}
-    source = {
-        "input": str(path.resolve()),
-        "input_bytes": path.stat().st_size,
-        "input_sha256": file_sha256(path),
-        "format": fmt,
-        "options": options_used,
-        **prepared.source,
-    }
     return write_dataset(
         output,
         snapshots,
@@ -282,27 +293,13 @@ def prepare_dataset(
         targets=targets,
         shard_snapshots=opts.shard_size,
         vertex_ids=prepared.vertex_ids,
-        source=source,
+        source=_provenance(path, fmt, opts, prepared),
         force=opts.force,
     )
 
 
-def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``hpcdgnn prepare`` arguments to ``parser`` (a subcommand parser)."""
-    parser.description = (
-        "Convert a raw dynamic graph (SNAP edge list, JODIE csv, PyG-Temporal json) into HDF5 snapshot shards,"
-        " or (--kind events) into a time-sorted event stream for TGN."
-    )
-    parser.add_argument("input", metavar="INPUT", help="raw input file; plain, .gz, .xz or .bz2 (detected by content)")
-    parser.add_argument("--format", required=True, choices=list(FORMATS), help="input format")
-    parser.add_argument("--output", required=True, metavar="DIR", help="dataset directory to create")
-    parser.add_argument(
-        "--kind",
-        choices=list(KINDS),
-        default="snapshots",
-        help="snapshots (default): HDF5 snapshot shards; events: time-sorted events with edge features in "
-        "HDF5 shards (continuous-time TGNNs: model.name tgn; snap and jodie only)",
-    )
+def _add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``--kind snapshots`` options: slicing, weights, smoothing, features, labels, targets, shards."""
     slicing = parser.add_mutually_exclusive_group()
     slicing.add_argument(
         "--snapshots",
@@ -357,12 +354,10 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"pygt-json signal datasets: lagged values per feature vector (default {DEFAULT_LAGS})",
     )
     parser.add_argument("--shard-size", type=int, default=8, metavar="S", help="snapshots per shard file (default 8)")
-    parser.add_argument(
-        "--columns",
-        metavar="src=A,dst=B,time=C[,...]",
-        help="which input columns hold what, by header name or 0-based index: keys src, dst, time (required), "
-        "label (jodie), weight (snap); for csvs with other headers or column orders",
-    )
+
+
+def _add_event_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``--kind events`` options: split, shard size, bipartite, time unit."""
     parser.add_argument(
         "--split",
         type=float,
@@ -390,6 +385,32 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         help="--kind events: divide the timestamps by U (86400: seconds to days); TGN's time encoding learns "
         "frequencies whose gradients grow with the time gaps, so raw seconds make a run sensitive to rounding",
     )
+
+
+def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``hpcdgnn prepare`` arguments to ``parser`` (a subcommand parser)."""
+    parser.description = (
+        "Convert a raw dynamic graph (SNAP edge list, JODIE csv, PyG-Temporal json) into HDF5 snapshot shards,"
+        " or (--kind events) into a time-sorted event stream for TGN."
+    )
+    parser.add_argument("input", metavar="INPUT", help="raw input file; plain, .gz, .xz or .bz2 (detected by content)")
+    parser.add_argument("--format", required=True, choices=list(FORMATS), help="input format")
+    parser.add_argument("--output", required=True, metavar="DIR", help="dataset directory to create")
+    parser.add_argument(
+        "--kind",
+        choices=list(KINDS),
+        default="snapshots",
+        help="snapshots (default): HDF5 snapshot shards; events: time-sorted events with edge features in "
+        "HDF5 shards (continuous-time TGNNs: model.name tgn; snap and jodie only)",
+    )
+    _add_snapshot_arguments(parser)
+    parser.add_argument(
+        "--columns",
+        metavar="src=A,dst=B,time=C[,...]",
+        help="which input columns hold what, by header name or 0-based index: keys src, dst, time (required), "
+        "label (jodie), weight (snap); for csvs with other headers or column orders",
+    )
+    _add_event_arguments(parser)
     parser.add_argument("--force", action="store_true", help="replace a non-empty --output directory")
     parser.add_argument(
         "--allow-large",

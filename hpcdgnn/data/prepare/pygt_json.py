@@ -183,10 +183,9 @@ def _signal_snapshots(
                           targets=np.array(signal[t], dtype=np.float64))
 
 
-def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOptions) -> PreparedInput:
-    lags = DEFAULT_LAGS if opts.lags is None else int(opts.lags)
-    if lags < 1:
-        raise DataError(f"{path}: --lags must be >= 1 (got {lags})")
+def _signal_layout(path: Path, data: dict[str, Any], layout: str, lags: int
+                   ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]], np.ndarray]:
+    """A signal layout's (T, N) signal, its edges (one (src, dst, weights) or one per snapshot) and vertex ids."""
     dynamic: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
     if layout == "chickenpox":
         signal = _array(path, "FX", data["FX"], np.float64, 2)
@@ -246,6 +245,15 @@ def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOpt
                 )
             dynamic.append((src, dst, w))
         vertex_ids = np.arange(n)
+    return signal, dynamic, vertex_ids
+
+
+def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOptions) -> PreparedInput:
+    lags = DEFAULT_LAGS if opts.lags is None else int(opts.lags)
+    if lags < 1:
+        raise DataError(f"{path}: --lags must be >= 1 (got {lags})")
+    signal, dynamic, vertex_ids = _signal_layout(path, data, layout, lags)
+    n = signal.shape[1]
     if signal.shape[0] <= lags:
         raise DataError(f"{path}: {signal.shape[0]} time steps leave no snapshot with --lags {lags}")
     has_weights = dynamic[0][2] is not None
