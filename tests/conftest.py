@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -30,64 +29,74 @@ SMALL_T, SMALL_N = 7, 23
 
 
 # --- the quick subset: `pytest --quick` / `bash tests/run.sh --quick` -----------------------------------------
+#
+# Defined by markers, not by a list: the tests marked neither `mpi` nor `slow`, plus the few marked `quick`
+# (one exactness case per strategy, `quick(strategy=...)`).
+#
+# `mpi`: the test starts an MPI job. Set here at collection when it requests the `launcher` fixture or names
+# conftest's `run_launched`; by hand otherwise: a launch of its own (`subprocess.run([mpirun, ...])`, a perf
+# or job script that calls mpirun) or a training run in a subprocess, even at P = 1 (`python -m hpcdgnn run`,
+# `python -c` code that initialises MPI; a few seconds each). Every run checks the marks: a test not marked
+# `mpi` that starts an MPI launcher or a training run itself (`launches_mpi_job`) fails, saying so (a
+# script's own launches are not seen).
+# `slow` (by hand, with its reason): starts no MPI job but spends over 5 s on 2 cores in the subprocesses it
+# starts (fresh interpreters importing torch, compiling numba's loops). Costs a test shares with the others
+# (the first to load numba pays its load) do not count: leaving it out would move them to the next.
 
-QUICK_LIST = Path(__file__).resolve().parent / "quick.txt"
+#: fixtures that launch MPI jobs: a test requesting one starts jobs
+MPI_FIXTURES = ("launcher",)
+#: conftest's helpers that launch MPI jobs: a test whose code names one starts jobs
+MPI_HELPERS = ("run_launched",)
+#: programs that start an MPI job when given a program to run (`python -m hpcdgnn.launch` is hpcdgnn-mpirun)
+MPI_LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "hpcdgnn-mpirun"})
 
 
 def pytest_addoption(parser):
-    """``--quick``: only the tests tests/quick.txt lists."""
+    """``--quick``: the tests that start no MPI job and are not slow, and those marked ``quick``."""
     parser.addoption(
         "--quick",
         action="store_true",
         default=False,
-        help="run only the quick subset listed in tests/quick.txt (a few minutes on 2 cores)",
+        help="run the quick subset: the tests that start no MPI job and are not slow (marked neither `mpi` "
+             "nor `slow`) and those marked `quick` (one exactness case per strategy); a few minutes on 2 cores",
     )
 
 
-def quick_patterns(path: Path | None = None) -> list[str]:
-    """The lines of tests/quick.txt: node ids or their prefixes, '#' comments and blank lines dropped."""
-    lines = (ln.split("#", 1)[0].strip() for ln in (path or QUICK_LIST).read_text().splitlines())
-    return [ln for ln in lines if ln]
+def starts_mpi(item) -> bool:
+    """Whether a collected test starts MPI jobs: marked ``mpi``, requests a launching fixture (not a parameter of
+    that name) or names a launching helper of this file in its own code."""
+    if item.get_closest_marker("mpi"):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(f in item.fixturenames and f not in params for f in MPI_FIXTURES):
+        return True
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    return code is not None and any(h in code.co_names for h in MPI_HELPERS)
 
 
-def quick_match(nodeid: str, pattern: str) -> bool:
-    """``pattern`` (``*`` = any characters) names ``nodeid``: equal, or a directory, file or test prefix of it."""
-    rx = re.escape(pattern).replace(r"\*", ".*")
-    tail = r".*" if pattern.endswith("/") else r"(?:(?:::|\[).*)?"
-    return re.fullmatch(rx + tail, nodeid) is not None
+def in_quick(item) -> bool:
+    """In the quick subset: marked ``quick``, or neither ``mpi`` nor ``slow``."""
+    if item.get_closest_marker("quick"):
+        return True
+    return not (item.get_closest_marker("mpi") or item.get_closest_marker("slow"))
 
 
-def _stale_quick_patterns(patterns, used, items, root: Path) -> list[str]:
-    """Patterns that match no test although their file was collected or no longer exists (renamed tests)."""
-    collected = {item.nodeid.split("::", 1)[0] for item in items}
-    stale = []
-    for p in patterns:
-        if p in used:
-            continue
-        where = p.split("::", 1)[0].rstrip("/")
-        exists = any(root.glob(where)) if "*" in where else (root / where).exists()
-        if not exists or any(quick_match(f, where) or f.startswith(where + "/") for f in collected):
-            stale.append(p)
-    return stale
+#: every test the session collected, marked, before --quick, -m, -k or --deselect left any out
+COLLECTED = pytest.StashKey[list]()
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m/-k deselection, so `-m quick` sees the marks
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselection, so `-m mpi` / `-m "not mpi"` see the marks
 def pytest_collection_modifyitems(session, config, items):
-    """Mark the tests tests/quick.txt lists ``quick``; with ``--quick`` deselect the others."""
-    patterns = quick_patterns()
-    used: set[str] = set()
-    keep, drop = [], []
+    """Mark the tests that start MPI jobs ``mpi``; with ``--quick`` deselect those not in the quick subset."""
     for item in items:
-        hits = [p for p in patterns if quick_match(item.nodeid, p)]
-        if hits:
-            item.add_marker(pytest.mark.quick)
-            used.update(hits)
-        (keep if hits else drop).append(item)
+        if not item.get_closest_marker("mpi") and starts_mpi(item):
+            item.add_marker(pytest.mark.mpi)
+    config.stash[COLLECTED] = list(items)
     if not config.getoption("quick"):
         return
-    stale = _stale_quick_patterns(patterns, used, items, Path(str(config.rootpath)))
-    if stale:
-        raise pytest.UsageError(f"{QUICK_LIST}: these lines match no test (renamed or removed?): {', '.join(stale)}")
+    keep, drop = [], []
+    for item in items:
+        (keep if in_quick(item) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -96,8 +105,101 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_report_header(config):
     """Say in the header that a --quick run is a subset."""
     if config.getoption("quick"):
-        return f"quick subset: the tests listed in {QUICK_LIST.relative_to(REPO)}"
+        return "quick subset: the tests marked neither `mpi` nor `slow`, and those marked `quick`"
     return None
+
+
+#: Python code run by ``python -c`` that starts MPI (a singleton job) or the command line (a training run)
+MPI_CODE = ("mpi4py", "hpcdgnn.comm", "hpcdgnn.__main__")
+
+
+def launches_mpi_job(argv, env=None, stand_ins: Path | None = None) -> bool:
+    """Whether a subprocess command line starts an MPI job (the two kinds below).
+
+    * an MPI launcher (:data:`MPI_LAUNCHERS`, ``python -m hpcdgnn.launch``) given something to start — not its
+      ``--version`` nor hpcdgnn-mpirun's ``--print``, not a stand-in written under ``stand_ins`` (pytest's
+      temporary directory), nor hpcdgnn-mpirun pointed at one by HPCDGNN_MPIRUN;
+    * a training run, a singleton MPI job: ``python -m hpcdgnn run``, or ``python -c CODE`` whose code names one
+      of :data:`MPI_CODE`.
+
+    A shell script that launches is not seen here: its test is marked ``mpi`` by hand."""
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        return False  # a shell line or a bare program: no test launches MPI so
+    words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in argv]
+    if not words:
+        return False
+
+    def stand_in(path: str) -> bool:
+        return stand_ins is not None and Path(path).resolve().is_relative_to(Path(stand_ins).resolve())
+
+    prog = Path(words[0]).name
+    option, arg = (words[1], words[2]) if len(words) > 2 else (None, None)
+    rest = words[1:] if prog in MPI_LAUNCHERS else words[3:] if (option, arg) == ("-m", "hpcdgnn.launch") else None
+    if rest is not None:
+        if not rest or "--version" in rest or "--print" in rest or stand_in(words[0]):
+            return False
+        fake = (env if env is not None else os.environ).get("HPCDGNN_MPIRUN")
+        return not (fake and stand_in(fake) and prog not in ("mpirun", "mpiexec", "orterun", "prterun"))
+    if not prog.startswith("python"):
+        return False
+    if option == "-m":
+        return arg == "hpcdgnn" and len(words) > 3 and words[3] == "run"
+    return option == "-c" and any(name in arg for name in MPI_CODE)
+
+
+class _MpiGuard:
+    """Fails a test not marked ``mpi`` at the moment it starts an MPI job (wraps ``subprocess.Popen``)."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self.item = None
+        self.popen_init = subprocess.Popen.__init__
+
+    def basetemp(self) -> Path | None:
+        """pytest's temporary directory, where tests write their stand-in launchers."""
+        factory = getattr(self.config, "_tmp_path_factory", None)
+        return factory.getbasetemp() if factory is not None else None
+
+    def install(self) -> None:
+        guard, init = self, self.popen_init
+
+        def checked_init(popen, args, *a, **kw):
+            item = guard.item
+            if item is not None and not item.get_closest_marker("mpi"):
+                if launches_mpi_job(args, kw.get("env"), guard.basetemp()):
+                    pytest.fail(f"{item.nodeid} starts an MPI job ({' '.join(map(str, args))[:200]}) but is not "
+                                "marked `mpi`: mark it @pytest.mark.mpi (or launch through the `launcher` fixture), "
+                                "else `--quick` runs it (tests/conftest.py)", pytrace=False)
+            return init(popen, args, *a, **kw)
+
+        subprocess.Popen.__init__ = checked_init
+
+    def uninstall(self) -> None:
+        subprocess.Popen.__init__ = self.popen_init
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self.item = item
+        try:
+            return (yield)
+        finally:
+            self.item = None
+
+
+def pytest_configure(config):
+    """Check the `mpi` marks while the tests run (a --collect-only run starts nothing)."""
+    if config.option.collectonly:
+        return
+    guard = _MpiGuard(config)
+    guard.install()
+    config.pluginmanager.register(guard, "hpcdgnn-mpi-guard")
+
+
+def pytest_unconfigure(config):
+    """Put ``subprocess.Popen`` back (a pytest run inside this process ends before its caller)."""
+    guard = config.pluginmanager.get_plugin("hpcdgnn-mpi-guard")
+    if guard is not None:
+        guard.uninstall()
 
 
 # --- mpirun ---------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ def test_profile_threads_are_bounded_like_train_threads(tmp_path):
     assert "--threads must be in [1, 1024] (got 100000)" in line, line
 
 
+@pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
 def test_a_file_given_as_the_dataset_is_called_a_file(tmp_path, small_dataset):
     job = write_job(tmp_path / "job.yaml", small_dataset)
     line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r"), "--set", "data.path=README.md"))
@@ -47,6 +48,7 @@ def test_a_file_given_as_the_dataset_is_called_a_file(tmp_path, small_dataset):
     assert "README.md: dataset directory is a file" in line, line
 
 
+@pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
 def test_a_fault_injected_on_a_rank_the_job_lacks_is_refused(tmp_path, small_dataset):
     """``debug.fail_rank: 5`` on one rank injected nothing, silently: a test of the abort path then passed."""
     job = write_job(tmp_path / "job.yaml", small_dataset, debug={"fail_rank": 5})
@@ -66,6 +68,7 @@ def test_the_launcher_without_a_program(args):
         assert proc.returncode == 2 and "hpcdgnn-mpirun: no program given; usage:" in proc.stderr, proc.stderr
 
 
+@pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
 def test_a_dataset_too_short_to_train_on_is_named(tmp_path):
     """A one-snapshot dataset's "no training examples" named only the job file."""
     data = make_dataset(tmp_path / "one", 1, 11, 20)
@@ -142,6 +145,7 @@ def test_the_start_wait_ends_on_a_signal_or_another_program_s_message(launcher, 
     assert (11 <= after < 25) if mode == "stop" else after < 10, line  # stop: 1 s, then STOP_GRACE_S
 
 
+@pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan"])
 def test_a_bad_start_timeout_is_one_line(value, tmp_path, small_dataset):
     job = write_job(tmp_path / "job.yaml", small_dataset)

@@ -29,6 +29,8 @@ import pytest
 from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE
 from tests.conftest import REPO, read_metrics, write_job
 
+pytestmark = pytest.mark.mpi  # a private Slurm cluster whose jobs run hpcdgnn under srun / mpirun
+
 SETUP = REPO / "tests" / "jobs" / "slurm_setup.sh"
 HOLD_S = 5  # the test cluster's requeue hold (cred_expire)
 EPOCHS = 150  # 40-80 ms each on 2 ranks here: the pre-emption (after epoch 1-5) lands well before the end

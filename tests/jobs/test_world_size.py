@@ -178,6 +178,7 @@ print(repr((c.size, MPI.Get_library_version().split(",")[0], os.environ.get("OMP
 """
 
 
+@pytest.mark.mpi  # a singleton MPI job (mpi4py)
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
 def test_a_singleton_leaves_no_shared_memory_segment_and_hands_nothing_on():
     """A P = 1 run without mpirun made a /dev/shm segment that was left behind (4,100 on the test VM)."""

@@ -492,6 +492,7 @@ def test_a_first_compile_is_announced(tmp_path):
     assert compile_notice(SimpleNamespace()) is None  # numba internals it cannot read: silent
 
 
+@pytest.mark.slow  # ~15 s: numba compiles every loop in three fresh interpreters
 def test_each_cpu_kind_compiles_into_a_cache_of_its_own(tmp_path):
     """Two CPU kinds (here numba's host CPU and ``NUMBA_CPU_NAME=generic``, as two nodes of a cluster sharing
     one install) cache their compiled loops in separate directories under ``NUMBA_CACHE_DIR``: in one directory
@@ -552,6 +553,7 @@ def _on_a_terminal(args: list[str], env: dict) -> bytes:
     return out
 
 
+@pytest.mark.slow  # ~8 s: numba compiles the loops in two fresh interpreters
 def test_numba_leaves_no_colour_reset_on_a_terminal(tmp_path):
     """numba's import builds error messages through colorama (where installed), whose exit hook wrote an ANSI reset
     (ESC [0m) to stdout when it is a terminal — as it is for every rank under Open MPI's mpirun: each rank's

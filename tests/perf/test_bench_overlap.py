@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO, mpi_env, perf_script, write_job
 from tests.train.test_exactness import _losses
@@ -53,6 +54,7 @@ def test_table_per_state_names_configurations_without_runs(capsys):
     assert rows[1][:5] == ["16", "calls", "1.000", "0.200", "0.100"] and rows[1][6] == rows[1][9] == "nan"
 
 
+@pytest.mark.mpi  # bench_overlap.py --kernel: mpirun
 def test_kernel_rows_per_configuration_with_each_ranks_breakdown():
     cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--kernel", "--vertices", "96", "--snapshots", "5",
            "--chunks", "1", "3", "--progress", "calls", "thread", "--reps", "1"]
@@ -69,6 +71,7 @@ def test_kernel_rows_per_configuration_with_each_ranks_breakdown():
     assert len(breakdown) == 4
 
 
+@pytest.mark.mpi  # bench_progress.py's workers under mpirun
 def test_bench_progress_times_each_way_of_moving_a_chunk():
     """perf/bench_progress.py at P = 2 on a tiny layout: a row per K and mover, the ratio against calls."""
     cmd = [sys.executable, str(REPO / "perf" / "bench_progress.py"), "--vertices", "96", "--snapshots", "3",
@@ -85,6 +88,7 @@ def test_bench_progress_times_each_way_of_moving_a_chunk():
     assert [r[-1] for r in rows[::4]] == ["1.00", "1.00"]  # against the first mover, calls
 
 
+@pytest.mark.mpi  # bench_progress.py's workers under mpirun
 def test_bench_progress_probe_reads_the_unchunked_exchange(monkeypatch):
     """probe_ms (bench_overlap --probe's) runs the worker for calls alone and returns its milliseconds."""
     for k, v in mpi_env().items():
@@ -135,6 +139,7 @@ def test_interleaved_run_cycles_the_configurations_and_changes_no_result(launche
     assert "probe" not in recs[-1]["bytes_by_tag"]  # the probe runs before the epoch's counters start
 
 
+@pytest.mark.mpi  # bench_overlap.py runs the job under mpirun
 def test_interleave_prints_ratios_within_cycles(small_dataset):
     """The ``--interleave`` report at P = 2: a row per configuration but the first, over all cycles."""
     cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--data", str(small_dataset), "--interleave",

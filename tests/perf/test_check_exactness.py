@@ -32,6 +32,7 @@ def test_full_batch_cases_against_snapshot_the_others_against_themselves():
         m.parse_case("tmgcn:bogus")
 
 
+@pytest.mark.mpi  # check_exactness.py runs P = 1, 2, 3 under mpirun
 def test_reproducing_runs_pass_and_a_failing_run_makes_exit_1(small_dataset, tmp_path):
     def check(*cases: str, sets: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
         cmd = [sys.executable, str(REPO / "perf" / "check_exactness.py"), "--data", str(small_dataset), "--ranks", "3",

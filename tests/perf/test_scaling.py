@@ -7,7 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO, mpi_env
+
+pytestmark = pytest.mark.mpi  # scaling.py's sweeps run `mpirun -np P python -m hpcdgnn run`
 
 
 def test_weak_sweep_csv_and_plots(tmp_path):

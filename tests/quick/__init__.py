@@ -1,1 +1,1 @@
-"""The quick subset's definition (tests/quick.txt)."""
+"""The quick subset's definition: markers `mpi` and `quick` (tests/conftest.py), and what it must hold."""

@@ -14,7 +14,9 @@ from tests.train.test_exactness import _losses
 
 # CD-GCN under chunk at P = 3 against P = 1: the exact run of tests/strategies/test_stale.py and
 # test_chunk_strategy_more_ranks_than_snapshots below
-@pytest.mark.parametrize("model", ["evolvegcn_o", "tmgcn", "tgcn"])
+# TM-GCN (its RNN-owner bytes and the plan checked too) is chunk's case in the quick subset
+@pytest.mark.parametrize("model", ["evolvegcn_o", pytest.param("tmgcn", marks=pytest.mark.quick(strategy="chunk")),
+                                   "tgcn"])
 def test_chunk_strategy_is_exact(launcher, small_dataset, tmp_path, model):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
                     strategy={"name": "chunk", "chunk_size": 20})

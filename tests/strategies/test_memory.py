@@ -40,6 +40,7 @@ def _job(tmp_path, data, **strategy):
         strategy={"name": "memory", **strategy}, train={"epochs": 2})
 
 
+@pytest.mark.quick(strategy="memory")  # the memory strategy's case in the quick subset
 def test_minibatch_parallelism_reproduces_one_rank(launcher, college, tmp_path):
     """i ranks splitting each batch of 100 events give one rank's losses, gradient norms, MRR and AP
     (float64), with the static node memory pre-trained first; only gradients and the memory-order

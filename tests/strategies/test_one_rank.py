@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import REPO, mpi_env, write_job
 
+pytestmark = pytest.mark.mpi  # each test trains in a singleton MPI process (python -c, hpcdgnn.comm)
+
 MODELS = ["cdgcn", "tmgcn", "evolvegcn_o", "dysat"]
 
 _SCRIPT = """

@@ -17,6 +17,7 @@ from tests.train.test_exactness import _losses
 SEQ = {"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2]}
 
 
+@pytest.mark.quick(strategy="sequences")  # the sequences strategy's case in the quick subset
 def test_link_prediction_p3_reproduces_one_rank(launcher, small_dataset, tmp_path):
     """T = 7, N = 23 (neither divisible by 3), node batches of 8 (the last one short), sampled
     neighbours: one rank and 3 ranks give the same losses and gradient norms (float64); and

@@ -54,6 +54,7 @@ print("READS", sum(r.endswith("state.pt") for r in reads), len(res.losses))
 """
 
 
+@pytest.mark.mpi  # trains in a singleton MPI process (python -c)
 def test_a_resume_reads_the_shared_state_once(tmp_path, small_dataset):
     """Rank 0 read ``state.pt`` for its checks of the resume and then again to restore it (twice the I/O of the
     largest checkpoint file, on the rank that every other waits for)."""

@@ -73,6 +73,7 @@ def test_the_event_regime_bounds_its_batch():
     check_footprint(job, manifest, 1, 2**34, "job.yaml")  # the default sizes pass
 
 
+@pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
 def test_an_allocation_that_fails_anyway_is_one_line_naming_the_sizes(small_dataset, tmp_path):
     """Past the bound (which counts only what must exist at once), numpy's MemoryError and torch's allocator
     error end the run in one line, not a traceback: here under a 6 GiB address-space limit."""

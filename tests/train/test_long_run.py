@@ -8,7 +8,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO, mpi_env, read_metrics, write_job
+
+pytestmark = pytest.mark.mpi  # trains in a singleton MPI process (python -c, hpcdgnn.comm)
 
 _SCRIPT = """
 import gc, json, sys

@@ -93,6 +93,7 @@ def test_a_state_of_other_parameters_is_refused():
         Adam(params, lr=0.02).load_state_dict(saved)
 
 
+@pytest.mark.slow  # ~7 s: a fresh interpreter importing torch and then torch._dynamo
 def test_building_and_stepping_it_does_not_import_the_compiler():
     """The reason it exists: torch.optim's optimizers import torch._dynamo (about 1.2 s and 70 MiB per rank)."""
     code = ("import sys, torch; from hpcdgnn.optim import Adam\n"
@@ -135,6 +136,7 @@ def test_run_backward_is_torch_s_backward_and_refuses_a_gradient_of_another_shap
             run_backward([(x * 2).sum(0)], [bad])
 
 
+@pytest.mark.mpi  # a training run (python -c, hpcdgnn.__main__)
 def test_a_run_imports_neither_torch_s_compiler_nor_sympy(tmp_path, small_dataset):
     """A whole training run in one process (snapshot strategy, checkpoint at the end): torch's optimisers and
     Python-side backward check would import them (about 1.7 s and 70 MiB per rank)."""

@@ -182,6 +182,7 @@ def test_a_resume_refuses_another_run_s_checkpoints_and_follows_its_own_moved(sm
     assert json.loads((moved / "epoch-000005" / "COMPLETE").read_text())["run_id"] == (a / "run_id").read_text().strip()
 
 
+@pytest.mark.mpi  # a training run (python -c, hpcdgnn.__main__)
 def test_two_runs_started_at_once_in_one_output_directory(small_dataset, tmp_path):
     """A job array given one RUNDIR: both runs found the directory empty and wrote over each other's files.
     The run id is claimed atomically (O_EXCL): exactly one run takes the directory, the other is refused. The

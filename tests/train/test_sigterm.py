@@ -17,6 +17,7 @@ from hpcdgnn.train.checkpoint import latest_checkpoint
 from tests.conftest import REPO, mpi_env, read_metrics, write_job
 
 
+@pytest.mark.mpi  # hpcdgnn-mpirun -np 3
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_the_launcher_checkpoints_and_exits_75(tmp_path, small_dataset, sig):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"}, train={"epochs": 100000})
