@@ -46,8 +46,9 @@ class RegimeSpec:
     #: in messages: what a job of this regime is, e.g. "the event-stream regime (DistTGL)"
     title: str
     data_kind: str
-    #: in messages: the datasets it reads and how they are made
+    #: in messages: the datasets it reads, and the commands that make them
     data_title: str
+    data_made_by: str
     models: Mapping[str, type[ModelConfig]]
     tasks: tuple[str, ...]
     strategies: Mapping[str, type[StrategyConfig]]

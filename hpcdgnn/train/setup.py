@@ -472,9 +472,9 @@ def load_dataset_manifest(job: JobConfig, where: str | None):
 
     kind, regime = dataset_kind(job.data.path), regime_of("model", job.model.name)
     if kind != regime.data_kind:
-        found = next(r.data_title for r in regimes() if r.data_kind == kind).split(" (")[0]
+        found = next(r.data_title for r in regimes() if r.data_kind == kind)
         raise ConfigError(f"{where}: data.path: {job.data.path} is {found}, but model.name: {job.model.name} reads "
-                          f"{regime.data_title}")
+                          f"{regime.data_title} ({regime.data_made_by})")
     return regime.load_manifest(job.data.path)
 
 
