@@ -23,7 +23,7 @@ from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.metrics import is_train_tag
 from hpcdgnn.nn.conv.gcn import gcn_norm, sorted_csr
-from hpcdgnn.nn.models import build_model
+from hpcdgnn.nn.models import build_from_options
 from hpcdgnn.partition.plan import balanced_bounds
 from hpcdgnn.strategies import StrategyContext, get_strategy
 from hpcdgnn.strategies import halo as halo_mod
@@ -102,8 +102,7 @@ def run_case(comm, job_path: str, case: str, manifest) -> dict:
         dtype = getattr(torch, dtype_name)
         plan = comm.bcast_obj(get_strategy(name).make_plan(manifest, P, job) if me == 0 else None)
         torch.manual_seed(0)
-        model = build_model(model_name, manifest.num_features, job.model.hidden, job.model.layers,
-                            job.model.window).to(dtype=dtype)
+        model = build_from_options(job.model, manifest.num_features).to(dtype=dtype)
         strategy = get_strategy(name)(StrategyContext(job, manifest, comm, dtype, job.data.path))
         halo_mod.read_owned_rows = spy
         try:

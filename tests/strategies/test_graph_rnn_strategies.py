@@ -37,7 +37,8 @@ print("RESULT " + json.dumps(out))
 
 def _job(tmp_path, data, model, **strategy):
     name = "-".join([model, *(f"{k}{v}" for k, v in strategy.items())])
-    return str(write_job(tmp_path / f"{name}.yaml", data, model={"name": model, "order": 3 if model == "dcrnn" else 2},
+    order = {"order": 3 if model == "dcrnn" else 2} if model in GRAPH else {}  # tgcn_cell has no K
+    return str(write_job(tmp_path / f"{name}.yaml", data, model={"name": model, **order},
                          strategy=strategy, train={"epochs": 3})), str(tmp_path / f"run-{name}")
 
 
