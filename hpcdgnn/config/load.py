@@ -93,12 +93,13 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
 _NAMED = {ModelConfig: "model", StrategyConfig: "strategy"}
 
 
-def _options(section: str, raw: Any, file: str) -> type:
-    """The options class of the ``model:`` or ``strategy:`` section's ``name`` (its default when it has none)."""
+def _options(base: type, raw: Any, file: str) -> type:
+    """The options class of the ``model:`` or ``strategy:`` section (``base``: its declared type) for the
+    section's ``name`` (``base.name`` when it has none)."""
     from hpcdgnn.regimes import names, options_class  # the regimes import the models, which import this package
 
-    default = {"model": ModelConfig, "strategy": StrategyConfig}[section].name
-    name = raw.get("name", default) if isinstance(raw, dict) else default
+    section = _NAMED[base]
+    name = raw.get("name", base.name) if isinstance(raw, dict) else base.name
     if not isinstance(name, str) or name not in names(section):  # a list or mapping is not hashable
         raise ConfigError(f"{file}: {section}.name: unknown {short_repr(name)}; "
                           f"choose from {', '.join(names(section))}")
@@ -141,7 +142,7 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
         dotted = f"{path}.{key}" if path else key
         tp = hints[key]
         if tp in _NAMED:  # the options class is chosen by the section's name
-            tp = _options(_NAMED[tp], value, file)
+            tp = _options(tp, value, file)
         if dataclasses.is_dataclass(tp):
             kwargs[key] = _build(tp, value, dotted, file)
             continue
