@@ -61,19 +61,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     stop = preemption.install()  # before the heavy imports: a scheduler's early warning must not kill us
     from hpcdgnn.comm import Communicator
-    from hpcdgnn.comm.world import start_timeout
+    from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.train import run_training
 
     try:  # no hang when a rank runs another MPI program (MPMD)
         comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
     except StalledError as e:  # met by this rank alone, before there is a communicator: the world's rank and abort
-        rank, size = Communicator.world_rank_size()
-        return _rank_error(rank, size, Communicator.abort_world, str(e),
+        rank, size = world_rank_size()
+        return _rank_error(rank, size, abort_world, str(e),
                            EXIT_PREEMPTED if stop.raised else e.exit_code)
     except BaseException:  # Ctrl-C twice while waiting: the others are waiting too
         traceback.print_exc()
         sys.stderr.flush()
-        Communicator.abort_world(1)
+        abort_world(1)
         raise
     if comm.size > 1:
         _install_abort_hook(comm)
@@ -107,7 +107,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             # every rank raised the same error: rank 0 reports it, all exit cleanly
             if comm.rank == 0:
                 print(f"hpcdgnn: error: {e}", file=sys.stderr)
-            comm.stop_progress()  # no thread may still be inside MPI when the interpreter finalises it
+            comm.progress.stop()  # no thread may still be inside MPI when the interpreter finalises it
             return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective
         return _rank_error(comm.rank, comm.size, comm.abort, str(e), e.exit_code)

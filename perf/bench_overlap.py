@@ -174,7 +174,7 @@ def interleave_worker(args, rest: list[str]) -> int:
         for _ in range(3):
             comm.barrier()
             t = time.perf_counter()
-            comm.alltoall_boxes(x, send, shape, land, tag="probe", reuse="probe")
+            comm.exchange.alltoall_boxes(x, send, shape, land, tag="probe", reuse="probe")
             times.append(time.perf_counter() - t)
         return 1e3 * float(comm.gather_array([float(np.median(times))], tag="probe").max())
 
@@ -189,14 +189,14 @@ def interleave_worker(args, rest: list[str]) -> int:
             i, m = self.begun, len(order)
             self.begun += 1
             mode, K = order[i % m] if (i // m) % 2 == 0 else order[m - 1 - i % m]
-            self.comm.stop_progress()  # local; every rank then probes and starts the epoch's thread alike
+            self.comm.progress.stop()  # local; every rank then probes and starts the epoch's thread alike
             ms = probe(self.comm)
-            self.comm.start_progress(mode, torch.get_num_threads())  # the run's threads a rank (set up by now)
+            self.comm.progress.start(mode, torch.get_num_threads())  # the run's threads a rank (set up by now)
             self.strategy.set_overlap_chunks(K)
             if self.comm.rank == 0:
                 with open(out / SCHEDULE, "a") as f:
                     f.write(json.dumps({"epoch": self.resumed_at + i + 1, "mode": mode, "K": K, "probe_ms": ms,
-                                        "threads": [self.comm.progress_ranks, self.comm.progress_dedicated]}) + "\n")
+                                        "threads": [self.comm.progress.ranks, self.comm.progress.dedicated]}) + "\n")
             super().begin()
 
     trainer.EpochRecorder = Cycling
@@ -296,8 +296,8 @@ def kernel_worker(args) -> None:
     y0 = torch.randn(len(plan.snapshots_of(me)), N, F)
     rows = []
     for mode, K in configs(args):
-        comm.stop_progress()
-        comm.start_progress(mode, 1)
+        comm.progress.stop()
+        comm.progress.start(mode, 1)
         s = SnapshotStrategy.__new__(SnapshotStrategy)
         s.comm, s.ctx = comm, SimpleNamespace(job=SimpleNamespace(strategy=SimpleNamespace(overlap_chunks=K)))
         s._init_exchange(plan)
@@ -317,9 +317,9 @@ def kernel_worker(args) -> None:
             d = comm.stats.since(before, "redistribute")
             reps.append([time.perf_counter() - t0, d.seconds, d.exposed, spent["post"], spent["wait"], spent["test"]])
         mine = np.median(np.array(reps[1:]), axis=0)
-        on = (comm.progress_ranks, comm.progress_dedicated)
+        on = (comm.progress.ranks, comm.progress.dedicated)
         rows.append((K, mode, on, comm.gather_array(mine, tag="bench").reshape(P, -1)))
-    comm.stop_progress()
+    comm.progress.stop()
     if me == 0:
         print(f"kernel: P = {P}, T = {T}, N = {N}, F = {F}, LSTM forward + backward, ranks synchronised; "
               f"medians of {args.reps}, means over ranks")

@@ -40,7 +40,7 @@ MOVERS = ("calls", "poll", "driven", "dedicated")
 def chunk_boxes(me: int, P: int, S: int, N: int, K: int) -> tuple[list, tuple[int, int], list]:
     """Chunk 0 of K of the snapshot -> vertex redistribution (each rank ``S`` snapshots of ``N`` rows, rank q's
     rows its ``N / P`` range) as seen from rank ``me``: the boxes it sends, the (P·S, rows) leading shape of
-    what it receives, and where each rank's box lands in it (``Communicator.ialltoall_boxes``'s arguments)."""
+    what it receives, and where each rank's box lands in it (``Exchange.ialltoall_boxes``'s arguments)."""
     bounds = [N * q // P for q in range(P + 1)]
     n = [(bounds[q + 1] - bounds[q]) // K for q in range(P)]
     send = [((0, S), (bounds[q], bounds[q] + n[q])) for q in range(P)]
@@ -65,17 +65,17 @@ def worker(args) -> None:
         send, shape, land = chunk_boxes(me, P, S, N, K)
         recv = torch.empty(*shape, F)
         for mode in args.movers:
-            comm._progress = None if mode == "calls" else ProgressThread.start(comm._MPI, mode == "dedicated")
+            comm.progress._thread = None if mode == "calls" else ProgressThread.start(comm._MPI, mode == "dedicated")
             times = []
             for _ in range(args.reps + 1):
                 comm.barrier()
                 t0 = time.perf_counter()
-                pending = comm.ialltoall_boxes(x, send, recv, land, tag="bench")
+                pending = comm.exchange.ialltoall_boxes(x, send, recv, land, tag="bench")
                 if mode == "poll" and pending.completed is not None:  # the thread alone, as while training computes
                     pending.completed.wait()
-                comm.wait(pending)
+                comm.exchange.wait(pending)
                 times.append(time.perf_counter() - t0)
-            comm.stop_progress()
+            comm.progress.stop()
             assert all(bool((recv[p * S:(p + 1) * S] != 0).any()) for p in range(P))
             slowest = float(comm.gather_array([np.median(times[1:])], tag="bench").max())
             rows.append((K, mode, slowest, (P - 1) * S * shape[1] * F * 4))

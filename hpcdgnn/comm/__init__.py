@@ -1,15 +1,24 @@
-"""Communication: one :class:`Communicator` over mpi4py and the autograd all-to-all."""
+"""Communication: one :class:`Communicator` over mpi4py, its parts and the autograd all-to-all."""
 
 from hpcdgnn.comm.autograd import AllToAllV, Redistribute, all_to_all_rows, redistribute
-from hpcdgnn.comm.communicator import Box, CommStats, Communicator, TagStats
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.comm.exchange import Box, Exchange, Pending
+from hpcdgnn.comm.progress import Progress
+from hpcdgnn.comm.stats import CommStats, TagStats, payload_bytes
+from hpcdgnn.comm.world import World
 
 __all__ = [
     "AllToAllV",
     "Box",
     "CommStats",
     "Communicator",
+    "Exchange",
+    "Pending",
+    "Progress",
     "Redistribute",
     "TagStats",
+    "World",
     "all_to_all_rows",
+    "payload_bytes",
     "redistribute",
 ]

@@ -36,12 +36,13 @@ class AllToAllV(torch.autograd.Function):
     def forward(ctx, x, comm, send_rows, recv_rows, tag, reuse):  # noqa: D102
         ctx.comm, ctx.send_rows, ctx.recv_rows, ctx.tag = comm, send_rows, recv_rows, tag
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
-        return comm.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd",
-                              reuse=None if reuse is None else f"{reuse}.fwd")
+        return comm.exchange.alltoallv(x, send_rows, recv_rows, tag=f"{tag}.fwd",
+                                       reuse=None if reuse is None else f"{reuse}.fwd")
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        g = ctx.comm.alltoallv(grad.contiguous(), ctx.recv_rows, ctx.send_rows, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse)
+        g = ctx.comm.exchange.alltoallv(grad.contiguous(), ctx.recv_rows, ctx.send_rows, tag=f"{ctx.tag}.bwd",
+                                        reuse=ctx.reuse)
         return g, None, None, None, None, None
 
 
@@ -53,10 +54,10 @@ def all_to_all_rows(
     tag: str = "redistribute",
     reuse: str | None = None,
 ) -> torch.Tensor:
-    """Differentiable :meth:`Communicator.alltoallv` of a (rows, unit) tensor.
+    """Differentiable :meth:`~hpcdgnn.comm.exchange.Exchange.alltoallv` of a (rows, unit) tensor.
 
     ``reuse`` keys the receive buffers of the forward and backward exchanges
-    (see :meth:`Communicator.alltoallv`): give each exchange of a training step
+    (see :meth:`~hpcdgnn.comm.exchange.Exchange.alltoallv`): give each exchange of a training step
     its own key and the step reuses last step's memory.
 
     The backward is a collective too, so every rank must run it: a rank whose rows
@@ -82,7 +83,7 @@ def _limit(boxes: Sequence[Box], limit: int | None) -> list[Box]:
 
 
 class Redistribute(torch.autograd.Function):
-    """Box all-to-all (:meth:`Communicator.alltoall_boxes`); backward swaps send and receive boxes.
+    """Box all-to-all (:meth:`~hpcdgnn.comm.exchange.Exchange.alltoall_boxes`); backward swaps send and receive boxes.
 
     ``grad_rows = (send_limit, recv_limit)`` says that only the leading rows of the
     output (``recv_limit``) can carry a gradient and only the leading rows of the
@@ -105,13 +106,13 @@ class Redistribute(torch.autograd.Function):
         covered_rows = ctx.shape[0] if send_limit is None else min(send_limit, ctx.shape[0])
         ctx.uncovered = _coverage(ctx.bwd_recv, (covered_rows, *ctx.shape[1:]))
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
-        return comm.alltoall_boxes(
+        return comm.exchange.alltoall_boxes(
             x, send_boxes, recv_shape, recv_boxes, tag=f"{tag}.fwd", reuse=None if reuse is None else f"{reuse}.fwd"
         )
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        g = ctx.comm.alltoall_boxes(
+        g = ctx.comm.exchange.alltoall_boxes(
             grad.contiguous(), ctx.bwd_send, ctx.shape, ctx.bwd_recv, tag=f"{ctx.tag}.bwd", reuse=ctx.reuse
         )
         if ctx.send_limit is not None and ctx.send_limit < g.shape[0]:
@@ -203,22 +204,24 @@ class TimeHalo(torch.autograd.Function):
 
 def _exchange(comm: Communicator, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: Sequence[int],
               recv_boxes: Sequence[Box], tag: str, reuse: str | None) -> torch.Tensor:
-    """:meth:`Communicator.alltoall_boxes`, except that a rank receiving nothing (the first rank's halo, the
-    last rank's halo gradient) posts it and defers its completion (:meth:`Communicator.defer`): with block
-    ownership the ranks reach a halo exchange at different times (one holds the training snapshots, the
-    other the evaluation ones), and a rank that only sends need not wait there for the other."""
+    """:meth:`~hpcdgnn.comm.exchange.Exchange.alltoall_boxes`, except that a rank receiving nothing (the first
+    rank's halo, the last rank's halo gradient) posts it and defers its completion
+    (:meth:`~hpcdgnn.comm.exchange.Exchange.defer`): with block ownership the ranks reach a halo exchange at
+    different times (one holds the training snapshots, the other the evaluation ones), and a rank that only
+    sends need not wait there for the other."""
+    ex = comm.exchange
     if comm.size == 1 or comm.backend != "mpi":
-        return comm.alltoall_boxes(send, send_boxes, recv_shape, recv_boxes, tag=tag, reuse=reuse)
+        return ex.alltoall_boxes(send, send_boxes, recv_shape, recv_boxes, tag=tag, reuse=reuse)
     # every rank posts the non-blocking form (a blocking collective never matches a non-blocking one): the
     # choice depends on the backend only, the same on every rank whatever its device
-    comm.test(comm.deferred)  # let earlier deferred sends progress and finish (their seconds end here)
+    ex.test(ex.deferred)  # let earlier deferred sends progress and finish (their seconds end here)
     shape = tuple(int(d) for d in recv_shape)
-    recv = comm.buffer(reuse, shape, send.dtype) if reuse else torch.empty(shape, dtype=send.dtype)
-    pending = comm.ialltoall_boxes(send, send_boxes, recv, recv_boxes, tag=tag)
+    recv = ex.buffer(reuse, shape, send.dtype) if reuse else torch.empty(shape, dtype=send.dtype)
+    pending = ex.ialltoall_boxes(send, send_boxes, recv, recv_boxes, tag=tag)
     if shape[0] == 0:
-        comm.defer(pending)
+        ex.defer(pending)
         return recv.to(send.device)
-    return comm.wait(pending).to(send.device)
+    return ex.wait(pending).to(send.device)
 
 
 def time_halo(y: torch.Tensor, comm: Communicator, recv_shape: Sequence[int], send_boxes: Sequence[Box],
@@ -315,13 +318,13 @@ class _Inbound:
 
     def __init__(self, comm: Communicator, post: Callable[[int], Pending], count: int) -> None:
         self.comm, self._post, self.posts = comm, post, [None] * count
-        self.ahead = AHEAD if comm.progress_everywhere else count  # the same on every rank
+        self.ahead = AHEAD if comm.progress.everywhere else count  # the same on every rank
         for k in range(min(self.ahead, count)):
             self.posts[k] = post(k)
 
     def take(self, k: int) -> torch.Tensor:
         """Chunk k's receive buffer, once arrived; posts the exchange of the chunk next in line."""
-        recv = self.comm.wait(self.posts[k])
+        recv = self.comm.exchange.wait(self.posts[k])
         if k + self.ahead < len(self.posts):
             self.posts[k + self.ahead] = self._post(k + self.ahead)
         return recv
@@ -350,17 +353,18 @@ class _Pipeline:
 
     def _test(self, pending: list) -> None:
         if self.progress:
-            self.comm.test(pending)
+            self.comm.exchange.test(pending)
 
     def forward(self, x: torch.Tensor, states: list[Any], grad: bool) -> tuple[torch.Tensor, list[Any]]:
         comm, dev = self.comm, x.device
+        ex = comm.exchange
         F = x.shape[-1]
         inbound = None
         if self.snapshots is None:
             xh = _host(x)
             chunks = self.chunks
-            inbound = _Inbound(comm, lambda k: comm.ialltoall_boxes(
-                xh, chunks[k].snapshot, comm.buffer(f"{self.reuse}.fwd{k}", self._shape(chunks[k], F), x.dtype),
+            inbound = _Inbound(comm, lambda k: ex.ialltoall_boxes(
+                xh, chunks[k].snapshot, ex.buffer(f"{self.reuse}.fwd{k}", self._shape(chunks[k], F), x.dtype),
                 chunks[k].vertex, tag=f"{self.tag}.fwd"), len(chunks))
             S, N = x.shape[0], x.shape[1]
         else:  # already the vertex layout: each chunk is its rows
@@ -379,29 +383,30 @@ class _Pipeline:
             with torch.set_grad_enabled(grad):
                 zk, sk_out = self.encode(xk, sk)
             if out is None:
-                out = comm.buffer(f"{self.reuse}.out", (S, N, zk.shape[-1]), zk.dtype)
-            back.append(comm.ialltoall_boxes(_host(zk), c.vertex, out, c.snapshot, tag=f"{self.tag}.fwd"))
+                out = ex.buffer(f"{self.reuse}.out", (S, N, zk.shape[-1]), zk.dtype)
+            back.append(ex.ialltoall_boxes(_host(zk), c.vertex, out, c.snapshot, tag=f"{self.tag}.fwd"))
             self._test((inbound.after(k) if inbound is not None else []) + back)
             state_parts.append(sk_out)
             if grad:
                 self.saved.append((xk, sk, zk, sk_out))
         for p in back:
-            comm.wait(p)
+            ex.wait(p)
         return out.to(dev), _cat_rows(state_parts)
 
     def backward(self, grad_out: torch.Tensor, grad_states: Sequence[torch.Tensor | None], x_shape, x_dtype):
         comm, dev = self.comm, grad_out.device
+        ex = comm.exchange
         owned, timeline = self.grad_rows if self.grad_rows is not None else (None, None)
         snap = [_limit(c.snapshot, owned) for c in self.chunks]
         vert = [_limit(c.vertex, timeline) for c in self.chunks]
         gh = _host(grad_out)
         Fo = grad_out.shape[-1]
         chunks = self.chunks
-        inbound = _Inbound(comm, lambda k: comm.ialltoall_boxes(
-            gh, snap[k], comm.buffer(f"{self.reuse}.gz{k}", self._shape(chunks[k], Fo), gh.dtype), vert[k],
+        inbound = _Inbound(comm, lambda k: ex.ialltoall_boxes(
+            gh, snap[k], ex.buffer(f"{self.reuse}.gz{k}", self._shape(chunks[k], Fo), gh.dtype), vert[k],
             tag=f"{self.tag}.bwd"), len(chunks))
         if self.snapshots is None:
-            gx = comm.buffer(f"{self.reuse}.bwd", x_shape, x_dtype)
+            gx = ex.buffer(f"{self.reuse}.bwd", x_shape, x_dtype)
         else:  # a vertex-layout input: its gradient, when wanted, computed chunk by chunk here
             gx = torch.zeros(x_shape, dtype=x_dtype, device=dev) if self.input_grad else None
         back, state_grads = [], []
@@ -422,14 +427,14 @@ class _Pipeline:
                 run_backward(roots, grads)
             if self.snapshots is None:
                 gxk = xk.grad if xk.grad is not None else torch.zeros_like(xk)
-                back.append(comm.ialltoall_boxes(_host(gxk), vert[k], gx, snap[k], tag=f"{self.tag}.bwd"))
+                back.append(ex.ialltoall_boxes(_host(gxk), vert[k], gx, snap[k], tag=f"{self.tag}.bwd"))
             elif gx is not None and xk.grad is not None:  # a vertex-layout input's gradient stays here
                 gx.narrow(-2, c.rows[0], c.rows[1] - c.rows[0]).copy_(xk.grad)
             self._test(inbound.after(k) + back)
             state_grads.append([s.grad if isinstance(s, torch.Tensor) and s.requires_grad else None for s in sk])
             self.saved[k] = None
         for p in back:
-            comm.wait(p)
+            ex.wait(p)
         if self.snapshots is None and owned is not None and owned < gx.shape[0]:
             gx[owned:].zero_()
         grads_in = []

@@ -124,12 +124,12 @@ class GradientBuckets:
         flags = torch.tensor([float(s) for s in self.stale], dtype=torch.float64)
         agree = self.comm.iallreduce_(flags, tag=self.tag)
         for p in self.posted:
-            self.comm.wait(p)
-        self.comm.wait(agree)
+            self.comm.exchange.wait(p)
+        self.comm.exchange.wait(agree)
         for b in range(len(self.members)):
             if flags[b] > 0:  # every rank sees the same flags, so all repeat the same buckets, in order
                 self._post(b)
-                self.comm.wait(self.posted[b])
+                self.comm.exchange.wait(self.posted[b])
         for b, members in enumerate(self.members):
             flat, offset = self.flat[b], 0
             for i in members:

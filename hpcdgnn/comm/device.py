@@ -51,7 +51,7 @@ def local_rank_from_env(environ: dict[str, str] | None = None) -> int | None:
 
 def _local_rank(comm) -> int:
     try:
-        return comm.local_rank_size()[0]
+        return comm.world.local_rank_size()[0]
     except Exception:  # an MPI without COMM_TYPE_SHARED: fall back to the launcher's variables
         found = local_rank_from_env()
         return comm.rank if found is None else found
@@ -124,7 +124,7 @@ def cpu_affinity() -> list[int]:
 def node_cpu_sets(comm) -> list[list[int]]:
     """The CPU sets (:func:`cpu_affinity`) of every rank of this rank's node, this rank's among them: what the
     thread count and the progress thread's spare core are judged from. A collective over the node's ranks."""
-    return comm.node().allgather_obj(cpu_affinity(), tag="setup")
+    return comm.world.node().allgather_obj(cpu_affinity(), tag="setup")
 
 
 def memory_share(comm, device: torch.device) -> int:
@@ -132,7 +132,7 @@ def memory_share(comm, device: torch.device) -> int:
     its node that use the same GPU; on the CPU, the node's RAM (or the job's cgroup limit, when
     lower) divided among the ranks of the node. A collective over the node's ranks.
     """
-    node = comm.node()
+    node = comm.world.node()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         mine = str(getattr(props, "uuid", device.index))

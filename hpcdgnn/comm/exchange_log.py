@@ -8,7 +8,7 @@ strategy can make a million collectives (a gradient all-reduce per batch), which
 blocked interval 20 B (its exchange and two times), in ``array`` columns.
 
 Nothing is recorded unless a reader asked for it (:attr:`CommStats.keep_exchanges
-<hpcdgnn.comm.communicator.CommStats>`, set by the epoch recorder): library callers and tools that use
+<hpcdgnn.comm.stats.CommStats>`, set by the epoch recorder): library callers and tools that use
 the communicator without reading the log would otherwise grow it without end.
 """
 

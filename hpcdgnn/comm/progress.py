@@ -7,7 +7,7 @@ the only caller, the copy runs in its ``Test``/``Wait`` calls between chunks —
 computes, so ``strategy.overlap_chunks`` hides the waiting for peers but not the copy.
 
 :class:`ProgressThread` takes that work off the training thread: every exchange posted through
-:class:`~hpcdgnn.comm.communicator.Communicator` (``ialltoall_boxes``, ``iallreduce_``) is handed
+:class:`~hpcdgnn.comm.communicator.Communicator` (``exchange.ialltoall_boxes``, ``iallreduce_``) is handed
 to it, and it drives them until each completes. How depends on whether it has a core of its own
 (``dedicated``, :func:`spare_core`):
 
@@ -49,7 +49,7 @@ from typing import Any
 
 from hpcdgnn.comm.device import cpu_affinity, node_cpu_sets
 
-__all__ = ["ProgressThread", "spare_core"]
+__all__ = ["Progress", "ProgressThread", "spare_core"]
 
 POLL_S = 50e-6
 """Sleep between ``Testsome`` rounds that completed nothing: the GIL and the core are free meanwhile. Short
@@ -66,6 +66,72 @@ def spare_core(comm: Any, threads: int) -> bool:
     sets = node_cpu_sets(comm)
     union = set().union(*map(set, sets))
     return len(cpu_affinity()) > threads and len(union) >= len(sets) * (threads + 1)
+
+
+class Progress:
+    """Which thread moves a communicator's non-blocking exchanges (``comm.progress``): the switch
+    (:meth:`start`, :meth:`stop`), what the ranks agreed (:attr:`ranks`, :attr:`dedicated`,
+    :attr:`everywhere`) and the thread itself (:attr:`thread`).
+
+    One per root communicator, shared by its splits, so an exchange posted on a split (the gradient
+    buckets') goes to the same thread. Apart from the collectives because it is set up once per run and
+    only changes who moves the bytes, never what is exchanged.
+
+    Args:
+        comm: the root communicator (:class:`~hpcdgnn.comm.communicator.Communicator`), whose collectives
+            :meth:`start` makes.
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self._owner = comm
+        self._thread: ProgressThread | None = None  # None: the exchanges move inside the calls that test them
+        self._ranks = self._dedicated = 0  # agreed in start
+
+    def start(self, mode: str, threads: int) -> int:
+        """``comm.progress``: hand this rank's non-blocking exchanges to a progress thread — ``thread``
+        always, ``auto`` where the node has a spare core per rank beside ``threads`` (where it does, the
+        thread is ``dedicated``), ``calls`` never; none on one rank or without ``MPI_THREAD_MULTIPLE``.
+        Collective over the root communicator; returns (and keeps as :attr:`ranks`) how many ranks run one."""
+        comm = self._owner
+        if comm.size == 1 or mode == "calls":  # the same on every rank (the job's): nothing to agree on
+            self._ranks = self._dedicated = 0
+            return 0
+        spare = spare_core(comm, threads)  # a collective on every rank (the mode is the job's)
+        if mode == "thread" or spare:
+            # with a core of its own the thread waits inside MPI, at the library's full rate; else it polls
+            self._thread = self._thread or ProgressThread.start(comm._MPI, dedicated=spare)
+        mine = [float(self._thread is not None), float(self._thread is not None and self._thread.dedicated)]
+        self._ranks, self._dedicated = map(int, comm.allreduce_array(mine, tag="setup"))
+        return self._ranks
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks run a progress thread (agreed in :meth:`start`)."""
+        return self._ranks
+
+    @property
+    def dedicated(self) -> int:
+        """How many of :attr:`ranks`' threads have a core of their own (wait inside MPI)."""
+        return self._dedicated
+
+    @property
+    def everywhere(self) -> bool:
+        """Whether every rank's exchanges are moved by a progress thread, from :meth:`start` until
+        :meth:`stop` (which every rank calls): the same answer on every rank, so code may post
+        differently on it (each rank must post the same collectives in the same order)."""
+        return self._thread is not None and self._ranks == self._owner.size
+
+    @property
+    def thread(self) -> ProgressThread | None:
+        """The progress thread moving the exchanges, or None."""
+        return self._thread
+
+    def stop(self) -> None:
+        """End the progress thread, if any (its exchanges completed first); later exchanges progress in calls.
+        Every rank calls it (the end of a run, :meth:`~hpcdgnn.comm.communicator.Communicator.close`)."""
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
 
 
 class ProgressThread:

@@ -17,7 +17,7 @@ The one that notices prints one line naming the stalled rank(s) and the
 collective they were last in (``hpcdgnn: error: stalled: ...``) and calls
 ``MPI_Abort`` with :data:`~hpcdgnn.errors.EXIT_STALLED`, which ends every rank —
 a SIGSTOPped one too. Progress is measured by completed communicator calls
-(:class:`~hpcdgnn.comm.communicator.CommStats`), so the timeout must exceed
+(:class:`~hpcdgnn.comm.stats.CommStats`), so the timeout must exceed
 the longest computation between two collectives; ranks that merely wait inside
 a collective for a slow peer are victims, and only named when every rank waits
 (a mismatched collective). Durations, never clock readings, cross the wire:

@@ -1,4 +1,8 @@
-"""Is this MPI world the one the launcher started?
+"""The MPI world around the communicator, and whether it is the one the launcher started.
+
+:class:`World` is a communicator's surroundings (``comm.world``): its node (split, shared-memory windows),
+the MPI library, the tensor backend. :func:`init_mpi`, :func:`await_world`, :func:`world_rank_size` and
+:func:`abort_world` serve before a communicator exists.
 
 A launcher whose process-management interface the MPI library does not speak starts P processes that
 each initialise a 1-rank MPI world (a "singleton"): ``srun`` with its default PMI, or ``--mpi=pmi2``,
@@ -34,15 +38,21 @@ MPI library itself may set while initialising is not in it.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import shlex
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["START_TIMEOUT_S", "await_world", "check_same_command", "check_world_size", "expected_world_size",
-           "name_ranks", "singleton_environment", "start_timeout"]
+import numpy as np
+
+__all__ = ["START_TIMEOUT_S", "World", "abort_world", "await_world", "check_same_command", "check_world_size",
+           "expected_world_size", "init_mpi", "name_ranks", "singleton_environment", "start_timeout",
+           "world_rank_size"]
 
 # Slurm's step ids that are not srun steps: the batch script, the extern step, an interactive allocation
 _NOT_SRUN_STEPS = {"batch", "extern", "interactive", "4294967294", "4294967295", "4294967293", "4294967292"}
@@ -239,8 +249,6 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
     requests stay posted (their buffers are this call's): the caller must end the job (``MPI_Abort``), as
     ``python -m hpcdgnn`` does.
     """
-    import numpy as np
-
     MPI = sys.modules["mpi4py.MPI"]
     rank, size = world.Get_rank(), world.Get_size()
     if size == 1:
@@ -284,3 +292,218 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
     return (f"{name_ranks(silent)} of {size} did not start hpcdgnn within "
             f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT){also}: every rank must run python -m hpcdgnn run (an MPMD "
             "launch with another MPI program?)")
+
+
+# -- the world before a communicator exists -----------------------------------------------------------------
+def init_mpi() -> Any:
+    """The ``mpi4py.MPI`` module, imported — and so MPI initialised — on the first call, not at import time
+    (nothing in hpcdgnn may touch MPI before ``__main__`` decides to, STYLE G3); a process no launcher started
+    gets :func:`singleton_environment` for its ``MPI_Init``."""
+    if "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+
+        return MPI
+    # read by MPI_Init (importing mpi4py.MPI), then put back: an mpirun this process starts later (a test, a
+    # benchmark) must not hand 'self only' to its ranks
+    extra = singleton_environment()
+    before = {key: os.environ.get(key) for key in extra}
+    os.environ.update(extra)
+    try:
+        from mpi4py import MPI
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    return MPI
+
+
+def world_rank_size() -> tuple[int, int]:
+    """This process's rank and the world's size, before a communicator exists ((0, 1) where MPI did not start)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    return (MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()) if MPI is not None else (0, 1)
+
+
+def abort_world(code: int) -> None:
+    """End every rank of the MPI job with ``code`` before a communicator exists (nothing where MPI did not
+    start: its own error is the one to see)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None:
+        MPI.COMM_WORLD.Abort(code)
+
+
+# -- what surrounds a communicator: its node, the MPI library, the tensor backend ---------------------------
+def _mpi_cuda_aware(MPI) -> bool:
+    """Whether the MPI library reports CUDA support (MPIX_Query_cuda_support, via mpi4py >= 4)."""
+    query = getattr(MPI, "Query_cuda_support", None)
+    try:
+        return bool(query()) if query is not None else False
+    except Exception:  # an MPI without the extension
+        return False
+
+
+def _available_memory() -> float:
+    """Bytes of physical memory free on this node (inf where the system does not say)."""
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
+class World:
+    """What surrounds a communicator's ranks (``comm.world``): the node each runs on (its split, shared-memory
+    windows), the MPI library, and the library that carries the training step's tensor collectives.
+
+    Set-up and metrics ask these questions once; the training step never does, so they stand apart from the
+    collectives. Every collective here still crosses the communicator and is counted in its
+    :class:`~hpcdgnn.comm.stats.CommStats`.
+
+    Args:
+        comm: the :class:`~hpcdgnn.comm.communicator.Communicator` whose surroundings these are.
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self._owner = comm
+        self._node: Any = None  # this rank's node, split once (:meth:`node`)
+
+    def init_tensor_backend(self, backend: str, device: Any, timeout_s: float = 600.0) -> None:
+        """Choose the library of the training step's tensor collectives (``comm.backend``; see
+        :mod:`hpcdgnn.comm.communicator`).
+
+        For ``gloo`` and ``nccl``, every rank must call this (it is collective).
+        """
+        c = self._owner
+        c.backend = backend
+        c._cuda_aware = device.type == "cuda" and _mpi_cuda_aware(c._MPI)
+        if backend == "mpi":
+            return
+        import torch
+        import torch.distributed as dist
+
+        if backend == "nccl" and device.type != "cuda":
+            raise RuntimeError("comm.backend nccl needs CUDA devices")  # the trainer checks this first
+        # rank 0 opens the rendezvous store on a free port (port 0: the OS picks, no race) and
+        # tells the others where it is over MPI
+        addr = os.environ.get("HPCDGNN_MASTER_ADDR") or socket.gethostname()
+        timeout = datetime.timedelta(seconds=timeout_s)
+        c._dist_timeout_s = timeout_s
+        store = None
+        if c.rank == 0:
+            store = dist.TCPStore("0.0.0.0", 0, c.size, is_master=True, timeout=timeout, wait_for_workers=False)
+        addr, port = c.bcast_obj((addr, store.port if store is not None else 0), tag="setup")
+        kw = {"device_id": device} if backend == "nccl" else {}
+        hook = sys.excepthook
+        with c._dist_call("set-up", "setup"):
+            if store is None:
+                store = dist.TCPStore(addr, port, c.size, is_master=False, timeout=timeout)
+            dist.init_process_group(backend, store=store, rank=c.rank, world_size=c.size, timeout=timeout, **kw)
+        # torch wraps the exception hook with one that buffers stderr until the hook returns; ours ends in
+        # MPI_Abort and never returns, so every crash of a gloo/nccl run lost its traceback
+        sys.excepthook = hook
+        c._dist = dist.group.WORLD
+        c._dist_device = device if backend == "nccl" else torch.device("cpu")
+        c._store = store  # the master store must outlive the process group
+
+    def library_version(self) -> str:
+        """The MPI library's version string, first line (without the NUL that Open MPI's ends in)."""
+        return self._owner._MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
+
+    def node(self) -> Any:
+        """The ranks of this communicator on this rank's node (an MPI shared-memory split, collective on the
+        first call only, then kept), counted in this communicator's stats like its ``split``."""
+        c = self._owner
+        if self._node is None:
+            self._node = c._child(c._comm.Split_type(c._MPI.COMM_TYPE_SHARED, key=c.rank))
+        return self._node
+
+    def _free(self) -> None:
+        """Free the node's split, if made (part of the communicator's ``free``)."""
+        if self._node is not None:
+            self._node.free()
+            self._node = None
+
+    def local_rank_size(self) -> tuple[int, int]:
+        """(rank on this node, ranks on this node), from an MPI shared-memory split."""
+        node = self.node()
+        return node.rank, node.size
+
+    def shared_array(self, shape: Sequence[int], dtype: np.dtype, what: str) -> tuple[np.ndarray, Any]:
+        """One array shared by every rank of this communicator: an MPI-3 shared-memory window
+        (``MPI.Win.Allocate_shared``) owned by rank 0, which all ranks map. Needs all ranks on one node;
+        raises ``RuntimeError`` (one line naming ``what``) otherwise or when the window cannot be had —
+        including when it is larger than the node's available memory (or ``$HPCDGNN_SHM_LIMIT_MB``, a cap
+        an administrator may set), checked first: an over-committed window would fault later, not fail.
+        Returns the array and the window (free it with ``win.Free()`` when done)."""
+        c = self._owner
+        MPI = c._MPI
+        node = c._comm.Split_type(MPI.COMM_TYPE_SHARED, key=c.rank)
+        together = node.Get_size() == c.size
+        node.Free()
+        if not all(c._comm.allgather(together)):
+            raise RuntimeError(f"{what}: its {c.size} ranks are not all on one node; a shared node memory needs "
+                               "them together (place each memory group's ranks on one node, e.g. block mapping)")
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        limit = float(os.environ.get("HPCDGNN_SHM_LIMIT_MB", "0")) * 2**20 or _available_memory()
+        if not c._comm.bcast(nbytes <= limit, root=0):
+            raise RuntimeError(f"{what}: a {nbytes / 2**20:.1f} MiB shared-memory window does not fit the "
+                               f"{limit / 2**20:.1f} MiB available on the node"
+                               + (" ($HPCDGNN_SHM_LIMIT_MB)" if os.environ.get("HPCDGNN_SHM_LIMIT_MB") else ""))
+        try:
+            win = MPI.Win.Allocate_shared(nbytes if c.rank == 0 else 0, dtype.itemsize, comm=c._comm)
+        except MPI.Exception as e:
+            raise RuntimeError(f"{what}: cannot allocate a {nbytes / 2**20:.1f} MiB shared-memory window "
+                               f"({e.Get_error_string().strip()})") from None
+        buf, _ = win.Shared_query(0)
+        arr = np.ndarray(tuple(shape), dtype=dtype, buffer=buf)
+        return arr, win
+
+    def share_per_node(self, produce: Callable[[], dict[str, np.ndarray]], what: str
+                       ) -> tuple[dict[str, np.ndarray], list]:
+        """Arrays every rank of a node needs alike, held once per node: the node's first rank runs ``produce``
+        (name -> array), the node's ranks map them from MPI-3 shared windows (:meth:`shared_array`).
+
+        Collective over this communicator. A user error (:class:`~hpcdgnn.errors.HpcdgnnError`) raised by
+        ``produce`` is raised on every rank of the node, so none waits for arrays that will not come. Where
+        no window can be had (an administrator's cap; every rank of the node learns it alike) each rank runs
+        ``produce`` itself. Returns the arrays (views of the node's copy: read them, never write) and the
+        windows, to keep as long as the arrays.
+        """
+        from hpcdgnn.errors import HpcdgnnError
+
+        node = self.node()
+        if node.size == 1:
+            return produce(), []
+        arrays, status = None, None
+        if node.rank == 0:
+            try:
+                arrays = produce()
+                status = ("ok", [(k, a.shape, a.dtype.str) for k, a in arrays.items()])
+            except HpcdgnnError as e:
+                status = ("err", type(e), str(e))
+        status = node.bcast_obj(status, tag="setup")
+        if status[0] == "err":
+            raise status[1](status[2])
+        out: dict[str, np.ndarray] = {}
+        windows: list = []
+        for name, shape, dt in status[1]:
+            if int(np.prod(shape)) == 0:  # a window of 0 bytes is not portable: nothing to share anyway
+                out[name] = np.empty(shape, dtype=np.dtype(dt))
+                continue
+            try:
+                arr, win = node.world.shared_array(shape, np.dtype(dt), f"{what} ({name})")
+            except RuntimeError:
+                arr = win = None
+            # the ranks agree before anyone frees or falls back (a failure may be one rank's alone)
+            if node.allreduce_array([float(win is None)], "max", tag="setup")[0] > 0:
+                for w in windows + ([win] if win is not None else []):
+                    w.Free()
+                return (arrays if arrays is not None else produce()), []
+            if node.rank == 0:
+                arr[...] = arrays[name]
+            windows.append(win)
+            out[name] = arr
+        node.barrier(tag="setup")  # the first rank's copies are in place before anyone reads them
+        return out, windows

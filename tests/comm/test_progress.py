@@ -127,7 +127,7 @@ def test_a_library_caller_s_failed_run_leaves_no_thread_inside_mpi(launcher, sma
 
 def _stub_comm(affinities: list[list[int]]):
     node = SimpleNamespace(size=len(affinities), allgather_obj=lambda mine, tag: affinities)
-    return SimpleNamespace(node=lambda: node)
+    return SimpleNamespace(world=SimpleNamespace(node=lambda: node))
 
 
 def test_spare_core_counts_the_node_and_the_rank(monkeypatch):
@@ -433,15 +433,15 @@ def test_the_training_thread_sees_the_error_in_a_test_or_a_wait():
     """An exchange the thread gave up on (its flag set by the error) is neither counted complete by
     ``test`` nor returned by ``wait``: both raise the thread's error."""
     comm = Communicator()  # one process: the thread is attached by hand
-    comm._progress = ProgressThread.start(_MPI)
-    p = comm._adopted(Pending(_Request(1, fail=True), "x", None, ()))
+    comm.progress._thread = ProgressThread.start(_MPI)
+    p = comm.exchange._adopted(Pending(_Request(1, fail=True), "x", None, ()))
     assert p.completed.wait(5.0)
     with pytest.raises(RuntimeError, match="MPI_ERR_TRUNCATE"):
-        comm.test([p])
+        comm.exchange.test([p])
     assert not p.done
     with pytest.raises(RuntimeError, match="MPI_ERR_TRUNCATE"):
-        comm.wait(p)
-    comm.stop_progress()
+        comm.exchange.wait(p)
+    comm.progress.stop()
 
 
 def test_a_blocking_call_inside_an_open_interval_extends_it():
@@ -468,12 +468,14 @@ def test_inbound_chunks_go_one_ahead_only_where_every_rank_has_a_thread(everywhe
 
     events: list[str] = []
 
-    class _Comm:
-        progress_everywhere = everywhere
-
+    class _Exchange:
         def wait(self, p):
             events.append(f"wait {p}")
             return p
+
+    class _Comm:
+        progress = SimpleNamespace(everywhere=everywhere)
+        exchange = _Exchange()
 
     inbound = _Inbound(_Comm(), lambda k: events.append(f"post {k}") or k, 4)
     for k in range(4):

@@ -38,7 +38,7 @@ def main() -> None:
     from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
 
     mine = TemporalNeighbors(ref.src, ref.dst, int(max(ref.src.max(), ref.dst.max())) + 1)
-    arrays, more = comm.share_per_node(mine.arrays, "temporal neighbour index")
+    arrays, more = comm.world.share_per_node(mine.arrays, "temporal neighbour index")
     got = TemporalNeighbors.from_arrays(arrays, mine.num_events, mine.num_vertices)
     for k, a in mine.arrays().items():
         assert np.array_equal(a, getattr(got, k)), f"rank {comm.rank}: CSR {k} differs"

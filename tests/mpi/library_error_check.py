@@ -24,7 +24,7 @@ def main() -> None:
     except RuntimeError as e:
         alive = [t.name for t in threading.enumerate() if t.name == "hpcdgnn-mpi-progress" and t.is_alive()]
         print(json.dumps({"rank": comm.rank, "error": str(e), "alive": alive,
-                          "attached": comm.progress_thread is not None}), flush=True)
+                          "attached": comm.progress.thread is not None}), flush=True)
         comm.abort(3)
 
 

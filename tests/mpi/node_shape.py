@@ -17,7 +17,7 @@ Everything else is the real command line: the run's MPI, its exchanges and its r
 import argparse
 import sys
 
-import hpcdgnn.comm.communicator as communicator
+import hpcdgnn.comm.progress as progress
 import hpcdgnn.strategies.chunk as chunk
 from hpcdgnn.__main__ import main
 
@@ -30,7 +30,7 @@ def _spare_core_for(ranks: set[int]):
 
 def _memory_share_of(mib: float):
     def memory_share(comm, device) -> int:
-        comm.node()  # a collective in the real one: keep every rank's calls in step
+        comm.world.node()  # a collective in the real one: keep every rank's calls in step
         return int(mib * 2**20)
     return memory_share
 
@@ -42,7 +42,7 @@ if __name__ == "__main__":
     p.add_argument("--memory-mib", type=float)
     shape = p.parse_args(sys.argv[1:cut])
     if shape.spare_core_ranks is not None:
-        communicator.spare_core = _spare_core_for({int(r) for r in shape.spare_core_ranks.split(",")})
+        progress.spare_core = _spare_core_for({int(r) for r in shape.spare_core_ranks.split(",")})
     if shape.memory_mib is not None:
         chunk.memory_share = _memory_share_of(shape.memory_mib)
     sys.exit(main(sys.argv[cut + 1:]))

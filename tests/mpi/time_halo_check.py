@@ -22,9 +22,9 @@ from hpcdgnn.comm.autograd import time_halo
 def main() -> None:
     comm = Communicator()
     P, me = comm.size, comm.rank
-    deferred: list[str] = []  # the tags this rank deferred (Communicator.defer counted, then run)
-    defer = comm.defer
-    comm.defer = lambda p: (deferred.append(p.tag), defer(p))[1]
+    deferred: list[str] = []  # the tags this rank deferred (Exchange.defer counted, then run)
+    defer = comm.exchange.defer
+    comm.exchange.defer = lambda p: (deferred.append(p.tag), defer(p))[1]
     S, N, F = 3, 4, 2
     y = (torch.arange(S * N * F, dtype=torch.float64).view(S, N, F) + 100.0 * me).requires_grad_()
     # the last two rows go to the next rank; the previous rank's last two rows land in my halo
@@ -39,8 +39,8 @@ def main() -> None:
     comm.allreduce_(torch.ones(1), "sum", tag="between")
     loss = (y2 * 2.0).sum() + (halo * 3.0).sum()
     loss.backward()
-    comm.complete_deferred()
-    assert not comm.deferred
+    comm.exchange.complete_deferred()
+    assert not comm.exchange.deferred
     grad = torch.full((S, N, F), 2.0, dtype=torch.float64)
     if me < P - 1:
         grad[S - 2 :] += 3.0  # the next rank read these rows as its halo
@@ -68,7 +68,7 @@ def reach_two(comm: Communicator) -> None:
     want = [base[2:] - 7.0 * (me - 2)] * (me >= 2) + [base[1:] - 7.0 * (me - 1)] * (me >= 1)
     assert torch.equal(halo, torch.cat(want) if want else halo), (me, halo)
     (torch.cat([halo, y2]) * 2.0).sum().backward()
-    comm.complete_deferred()
+    comm.exchange.complete_deferred()
     grad = torch.full((S, N, F), 2.0, dtype=torch.float64)
     grad[1:] += 2.0 * (me + 1 < P)  # read by me + 1
     grad[2:] += 2.0 * (me + 2 < P)  # read by me + 2

@@ -29,7 +29,7 @@ def main() -> None:
     mode, delay = sys.argv[1], float(sys.argv[2])
     comm = Communicator()
     P, me = comm.size, comm.rank
-    comm.start_progress(mode, 1)
+    comm.progress.start(mode, 1)
     x = torch.stack([torch.full((5, 3), 100.0 * me + q) for q in range(P)])
     send = [((q, q + 1), (0, 5)) for q in range(P)]
     recv_boxes = [((s, s + 1), (0, 5)) for s in range(P)]
@@ -39,19 +39,19 @@ def main() -> None:
 
     if me == P - 1:
         time.sleep(delay)
-    comm.alltoall_boxes(x, send, (P, 5, 3), recv_boxes, tag="block")
+    comm.exchange.alltoall_boxes(x, send, (P, 5, 3), recv_boxes, tag="block")
 
     if me == 0:
         time.sleep(delay)
-    p = comm.ialltoall_boxes(x, send, torch.empty(P, 5, 3), recv_boxes, tag="posted")
-    comm.wait(p)
+    p = comm.exchange.ialltoall_boxes(x, send, torch.empty(P, 5, 3), recv_boxes, tag="posted")
+    comm.exchange.wait(p)
 
     if me == 1:
         time.sleep(delay)
-    p = comm.ialltoall_boxes(x, send, torch.empty(P, 5, 3), recv_boxes, tag="hidden")
+    p = comm.exchange.ialltoall_boxes(x, send, torch.empty(P, 5, 3), recv_boxes, tag="hidden")
     if me == 0:
         time.sleep(2 * delay)
-    comm.wait(p)
+    comm.exchange.wait(p)
 
     exchanges, _ = comm.stats.take_exchanges()
     exposed = {k: v.exposed for k, v in comm.stats.delta(before).items()}
@@ -60,9 +60,9 @@ def main() -> None:
     no_tag = late_waits(comm, ExchangeLog.of((("other" if i == 1 and me == 0 else tag), a, b)
                                              for i, (tag, a, b) in enumerate(records)))
     no_count = late_waits(comm, ExchangeLog.of(records[1:] if me == 0 else records))
-    print(json.dumps({"rank": me, "threads": comm.progress_ranks, "late": late, "exposed": exposed,
+    print(json.dumps({"rank": me, "threads": comm.progress.ranks, "late": late, "exposed": exposed,
                       "renamed": no_tag, "missing": no_count}), flush=True)
-    comm.stop_progress()
+    comm.progress.stop()
 
 
 if __name__ == "__main__":

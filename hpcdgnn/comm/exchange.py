@@ -1,0 +1,469 @@
+"""The exchanges of tensor blocks between all ranks (``comm.exchange``), blocking and posted.
+
+:class:`Exchange` moves rows (``alltoallv``) or strided boxes (``alltoall_boxes``, MPI_Alltoallw with
+subarray/indexed datatypes, so neither side packs or unpacks tensors), blocking or posted
+(``ialltoall_boxes``, completed with :meth:`Exchange.test` / :meth:`Exchange.wait`, or deferred), and keeps
+the receive buffers and MPI datatypes those reuse from call to call. Over ``gloo``/``nccl``
+(:meth:`~hpcdgnn.comm.world.World.init_tensor_backend`) the boxes are packed into one contiguous buffer per
+side and every exchange is blocking. What is counted: :mod:`hpcdgnn.comm.stats`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from hpcdgnn.comm.progress import ProgressThread
+
+__all__ = ["Box", "Exchange", "Pending"]
+
+#: A box ``(rows, (b0, b1))`` of a tensor: along dimension 0 either the range ``(a0, a1)`` or an
+#: explicit ``list`` of row indices (then dimension 1 must be taken whole), along dimension 1 the
+#: range b0..b1-1; trailing dimensions whole.
+Box = tuple[tuple[int, int] | list[int], tuple[int, int]]
+
+
+def _box_rows(spec: tuple[int, int] | list[int]) -> list[int] | range:
+    return spec if isinstance(spec, list) else range(spec[0], spec[1])
+
+
+def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
+    """Torch index of a box's rows: a (strided) slice when the rows are evenly spaced, so the
+    self-copy is a plain strided copy rather than an index_put/gather.
+    """
+    if not isinstance(spec, list):
+        return slice(spec[0], spec[1])
+    if len(spec) == 1:
+        return slice(spec[0], spec[0] + 1)
+    step = spec[1] - spec[0]
+    if step > 0 and all(b - a == step for a, b in zip(spec, spec[1:], strict=False)):
+        return slice(spec[0], spec[-1] + 1, step)
+    return spec
+
+
+class Pending:
+    """A non-blocking exchange in flight (:meth:`Exchange.ialltoall_boxes`,
+    :meth:`~hpcdgnn.comm.communicator.Communicator.iallreduce_`); complete it with :meth:`Exchange.wait`.
+    Holds its buffers until then (MPI reads and writes them meanwhile).
+    """
+
+    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder", "entry", "released")
+
+    def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
+        self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
+        self.done = request is None  # completed at post (one rank, or a blocking backend), and counted
+        #: set by the progress thread (:mod:`hpcdgnn.comm.progress`) when it holds this exchange (``holder``)
+        self.completed: Any = None
+        self.completed_at = 0.0
+        self.holder: ProgressThread | None = None
+        #: set by a polling progress thread when it has handed this exchange back to the waiting training
+        #: thread (:meth:`ProgressThread.await_exchange`)
+        self.released: Any = None
+        #: its record in :attr:`~hpcdgnn.comm.stats.CommStats.exchanges`, where its wait adds the time blocked
+        #: (None: not kept)
+        self.entry: tuple | None = None
+
+
+def _run(copy: Callable[[], None] | None) -> None:
+    if copy is not None:
+        copy()
+
+
+class Exchange:
+    """The all-to-all exchanges of one communicator (``comm.exchange``) and the state they keep: receive
+    buffers kept under a key, committed MPI datatypes, posted exchanges deferred to the end of a step.
+
+    They are the training step's traffic, with their own buffers and datatypes and the life cycle of a posted
+    exchange (post, test, wait, defer); the communicator keeps the small collectives. Every byte still
+    crosses the communicator's MPI communicator (or its torch.distributed group) and is counted in its
+    :class:`~hpcdgnn.comm.stats.CommStats`.
+
+    Args:
+        comm: the :class:`~hpcdgnn.comm.communicator.Communicator` these exchanges run over.
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self._owner = comm
+        self._row_types: dict[tuple[Any, int], Any] = {}
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._box_types: dict[tuple, Any] = {}
+        #: posted exchanges this rank only sends in, completed at :meth:`complete_deferred`
+        self._deferred: list[Pending] = []
+
+    def _row_type(self, dtype: torch.dtype, unit: int) -> Any:
+        """A committed contiguous MPI datatype of ``unit`` elements: counts are then rows, not
+        elements, which keeps them below MPI's int32 count limit for T*N*F beyond 2^31.
+        """
+        c = self._owner
+        key = (dtype, unit)
+        if key not in self._row_types:
+            self._row_types[key] = c._mpi_type(dtype).Create_contiguous(unit).Commit()
+        return self._row_types[key]
+
+    def alltoallv(
+        self,
+        send: torch.Tensor,
+        send_rows: Sequence[int],
+        recv_rows: Sequence[int] | None = None,
+        tag: str = "alltoallv",
+        reuse: str | None = None,
+    ) -> torch.Tensor:
+        """MPI_Alltoallv of a 2-D tensor in rows: ``send[rows for q]`` go to rank q, in rank order.
+
+        Args:
+            send: (sum(send_rows), unit) tensor, blocks for ranks 0..P-1 one after another.
+            send_rows: rows destined to each rank.
+            recv_rows: rows arriving from each rank; exchanged with an integer Alltoall if None.
+            tag: counter name.
+            reuse: key of a receive buffer kept from the previous call with the same key.
+                Fresh buffers of hundreds of MB cost more in page faults than the
+                transfer itself, so per-epoch exchanges reuse theirs. The result of a keyed
+                call is valid until the next call with that key.
+
+        Returns:
+            (sum(recv_rows), unit) tensor, blocks from ranks 0..P-1 in order.
+        """
+        c = self._owner
+        t0 = c.stats.enter(tag)
+        if send.dim() != 2:
+            raise ValueError("alltoallv: send must be 2-D (rows, unit)")
+        unit = int(send.shape[1])
+        scounts = np.asarray(send_rows, dtype=np.int64)
+        if recv_rows is None:
+            rcounts = np.empty(c.size, dtype=np.int64)
+            c._comm.Alltoall(scounts, rcounts)
+        else:
+            rcounts = np.asarray(recv_rows, dtype=np.int64)
+        if scounts.sum() != send.shape[0]:
+            raise ValueError(f"alltoallv: send has {send.shape[0]} rows, counts sum to {scounts.sum()}")
+        if c.size == 1:  # one rank: the exchange is the identity; no copy, nothing counted
+            c._counted(tag, 0, 0, t0)
+            return send.detach()
+        if c._dist is not None:
+            recv = self._dist_alltoall(send, [int(n) * unit for n in scounts], [int(n) * unit for n in rcounts])
+            recv = recv.view(int(rcounts.sum()), unit)
+            row_bytes = unit * send.element_size()
+            sent = int(scounts.sum() - scounts[c.rank]) * row_bytes
+            got = int(rcounts.sum() - rcounts[c.rank]) * row_bytes
+            c._counted(tag, sent, got, t0)
+            return recv.to(send.device)
+        host = c._host(send)
+        recv = self._recv_buffer(int(rcounts.sum()), unit, send.dtype, reuse)
+        entered = time.perf_counter()
+        if unit > 0:
+            rowt = self._row_type(send.dtype, unit)
+            sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]])
+            rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
+            c._comm.Alltoallv(
+                [host.numpy(), (scounts.astype(np.int32), sdispl.astype(np.int32)), rowt],
+                [recv.numpy(), (rcounts.astype(np.int32), rdispl.astype(np.int32)), rowt],
+            )
+        row_bytes = unit * send.element_size()
+        me = c.rank
+        sent = int(scounts.sum() - scounts[me]) * row_bytes
+        got = int(rcounts.sum() - rcounts[me]) * row_bytes
+        c._counted(tag, sent, got, t0, entered)
+        return recv.to(send.device)
+
+    def _dist_alltoall(self, send: torch.Tensor, scounts: list[int], rcounts: list[int]) -> torch.Tensor:
+        """all_to_all_single of a flat buffer over torch.distributed (counts in elements)."""
+        c = self._owner
+        import torch.distributed as dist
+
+        dev = c._dist_device
+        flat = send.detach().reshape(-1).to(dev)
+        out = torch.empty(sum(rcounts), dtype=send.dtype, device=dev)
+        with c._dist_call("all_to_all_single", c.stats.current):
+            dist.all_to_all_single(out, flat, rcounts, scounts, group=c._dist)
+        return out
+
+    def _recv_buffer(self, rows: int, unit: int, dtype: torch.dtype, key: str | None) -> torch.Tensor:
+        if key is None:
+            return torch.empty((rows, unit), dtype=dtype)
+        buf = self._buffers.get(key)
+        if buf is None or buf.dtype != dtype or buf.numel() < rows * unit:
+            buf = torch.empty(rows * unit, dtype=dtype)
+            self._buffers[key] = buf
+        return buf[: rows * unit].view(rows, unit)  # a new view object each call, same memory
+
+    def buffer(self, key: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A host tensor of ``shape`` kept under ``key`` from call to call (see ``reuse`` in :meth:`alltoallv`)."""
+        shape = tuple(int(d) for d in shape)
+        return self._recv_buffer(int(np.prod(shape)), 1, dtype, key).view(shape)
+
+    def _box_type(self, shape: tuple[int, ...], box: Box, dtype: torch.dtype) -> tuple[int, Any]:
+        """(count, datatype) selecting ``box`` of a C-ordered tensor of ``shape``; (0, BYTE) if empty."""
+        c = self._owner
+        rows, (b0, b1) = box
+        nrows = len(_box_rows(rows))
+        if nrows == 0 or b1 <= b0 or min(shape[2:], default=1) <= 0:
+            return 0, c._MPI.BYTE
+        key = (shape, tuple(rows) if isinstance(rows, list) else rows, isinstance(rows, list), (b0, b1), dtype)
+        if key not in self._box_types:
+            base = c._mpi_type(dtype)
+            if isinstance(rows, list):
+                if (b0, b1) != (0, shape[1]):
+                    raise ValueError("alltoall_boxes: a row-list box must take dimension 1 whole")
+                row = base.Create_contiguous(int(np.prod(shape[1:])))
+                t = row.Create_indexed_block(1, rows)
+                row.Free()
+            else:
+                a0, a1 = rows
+                sub = [a1 - a0, b1 - b0, *shape[2:]]
+                t = base.Create_subarray(list(shape), sub, [a0, b0] + [0] * (len(shape) - 2))
+            self._box_types[key] = t.Commit()
+        return 1, self._box_types[key]
+
+    def alltoall_boxes(
+        self,
+        send: torch.Tensor,
+        send_boxes: Sequence[Box],
+        recv_shape: Sequence[int],
+        recv_boxes: Sequence[Box],
+        tag: str = "alltoall",
+        reuse: str | None = None,
+    ) -> torch.Tensor:
+        """MPI_Alltoallw between sub-boxes of two tensors, with no packing copies on our side.
+
+        Rank q receives ``send[a0:a1, b0:b1]`` for ``((a0, a1), (b0, b1)) = send_boxes[q]``
+        and stores what rank p sends into ``recv[recv_boxes[p]]``; boxes span the
+        trailing dimensions whole. MPI subarray datatypes describe the strided
+        blocks, so neither side concatenates or splits tensors (each such copy of
+        a (T, N, F) tensor costs as much as the transfer on a node). Boxes should tile
+        the receive tensor: elements no box covers keep whatever the (reused) buffer
+        held, and a caller that leaves some out clears them itself (as the backward of
+        :class:`~hpcdgnn.comm.autograd.Redistribute` does for the snapshots it does not send).
+
+        Args:
+            send: contiguous tensor of at least 2 dimensions.
+            send_boxes: per destination rank, the box of ``send`` to send.
+            recv_shape: shape of the result.
+            recv_boxes: per source rank, where its box lands in the result.
+            tag: counter name (bytes of boxes for other ranks are counted).
+            reuse: receive-buffer key (see :meth:`alltoallv`).
+        """
+        c = self._owner
+        t0 = c.stats.enter(tag)
+        recv_shape = tuple(int(d) for d in recv_shape)
+        shape = tuple(send.shape)
+        if c.size == 1:
+            if list(send_boxes[0]) == [(0, shape[0]), (0, shape[1])] and recv_shape == shape:
+                c._counted(tag, 0, 0, t0)
+                return send.detach()  # identity exchange: no copy
+        sent, got = self._box_volumes(send, send_boxes, recv_shape, recv_boxes)
+        if c._dist is not None:
+            recv = self._boxes_over_dist(send, send_boxes, recv_shape, recv_boxes)
+            c._counted(tag, sent, got, t0)
+            return recv.to(send.device)
+        host = c._host(send)
+        recv = self._recv_buffer(int(np.prod(recv_shape)), 1, send.dtype, reuse).view(recv_shape)
+        _run(self._own_box_copy(host, send_boxes, recv, recv_boxes))
+        args = self._boxes_args(host, send_boxes, recv, recv_boxes)
+        entered = time.perf_counter()
+        c._comm.Alltoallw(*args)
+        c._counted(tag, sent, got, t0, entered)
+        return recv.to(send.device)
+
+    def _box_volumes(self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...],
+                     recv_boxes: Sequence[Box]) -> tuple[int, int]:
+        """Bytes of the boxes for other ranks and of those from other ranks (the counters' figures)."""
+        c = self._owner
+        inner = int(np.prod(send.shape[2:])) if send.dim() > 2 else 1
+        item, me = send.element_size(), c.rank
+
+        def volume(box: Box) -> int:
+            rows, (b0, b1) = box
+            return len(_box_rows(rows)) * max(0, b1 - b0) * inner * item
+
+        return (sum(volume(b) for q, b in enumerate(send_boxes) if q != me),
+                sum(volume(b) for p, b in enumerate(recv_boxes) if p != me))
+
+    def _own_box_copy(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
+                      recv_boxes: Sequence[Box]) -> Callable[[], None] | None:
+        """This rank's own box, as a strided torch copy to run (None if empty): MPI's datatype engine
+        would pack and unpack a self-send through a temporary (slower on a node). At P = 2
+        it is as many bytes as the transfer, so a progress thread runs it for a non-blocking exchange."""
+        c = self._owner
+        (srows, (b0, b1)), (rrows, (d0, d1)) = send_boxes[c.rank], recv_boxes[c.rank]
+        if not (len(_box_rows(srows)) and b1 > b0):
+            return None
+        ri = _row_index(rrows)
+
+        def copy() -> None:
+            block = host[_row_index(srows)][:, b0:b1]
+            if isinstance(ri, list):
+                recv[ri] = block  # a list box takes dimension 1 whole
+            else:
+                recv[ri][:, d0:d1].copy_(block)
+
+        return copy
+
+    def _boxes_args(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
+                    recv_boxes: Sequence[Box]) -> tuple[list, list]:
+        """The Alltoallw buffer specs of the boxes of other ranks (this rank's own: :meth:`_own_box_copy`)."""
+        c = self._owner
+        me = c.rank
+        st = [self._box_type(tuple(host.shape), b, host.dtype) for b in send_boxes]
+        rt = [self._box_type(tuple(recv.shape), b, host.dtype) for b in recv_boxes]
+        st[me] = rt[me] = (0, c._MPI.BYTE)
+        zeros = [0] * c.size
+        return ([host.numpy(), ([n for n, _ in st], zeros), [t for _, t in st]],
+                [recv.numpy(), ([n for n, _ in rt], zeros), [t for _, t in rt]])
+
+    # -- non-blocking exchanges (communication hidden behind compute) ---------------------------
+    def ialltoall_boxes(
+        self,
+        send: torch.Tensor,
+        send_boxes: Sequence[Box],
+        recv: torch.Tensor,
+        recv_boxes: Sequence[Box],
+        tag: str = "alltoall",
+    ) -> Pending:
+        """Post :meth:`alltoall_boxes` as MPI_Ialltoallw into the given host tensor ``recv``; returns at once.
+
+        ``send`` must stay unchanged and ``recv``'s boxes untouched until :meth:`wait` (several
+        exchanges may fill disjoint boxes of one ``recv``). Every rank must post the same exchanges
+        in the same order. Bytes are counted at the post; the time from post to the completion
+        seen by :meth:`test` / :meth:`wait` is the tag's ``seconds``, the time spent inside the
+        post, tests and wait its ``exposed`` seconds (:class:`~hpcdgnn.comm.stats.TagStats`). Over ``gloo``/``nccl``
+        the exchange is blocking and complete on return.
+        """
+        c = self._owner
+        t0 = c.stats.enter(tag)
+        if recv.device.type != "cpu" or not recv.is_contiguous():
+            raise ValueError("ialltoall_boxes: recv must be a contiguous host tensor")
+        sent, got = self._box_volumes(send, send_boxes, tuple(recv.shape), recv_boxes)
+        if c._dist is not None or c.size == 1:
+            if c._dist is not None:
+                recv.copy_(self._boxes_over_dist(send, send_boxes, tuple(recv.shape), recv_boxes).cpu())
+            else:
+                _run(self._own_box_copy(c._host(send), send_boxes, recv, recv_boxes))  # the self copy is all
+            c._counted(tag, sent, got, t0)
+            return Pending(None, tag, recv, ())
+        host = c._host(send)
+        sbuf, rbuf = self._boxes_args(host, send_boxes, recv, recv_boxes)
+        own = self._own_box_copy(host, send_boxes, recv, recv_boxes)
+        entered = time.perf_counter()
+        req = c._comm.Ialltoallw(sbuf, rbuf)
+        if c.progress.thread is None:
+            _run(own)  # after the post, so that peers' data is already on its way meanwhile
+        p = Pending(req, tag, recv, (host, sbuf, rbuf))
+        p.entry = c.stats.posted(tag, sent, got, t0, c._every_rank, entered)
+        return self._adopted(p, own)
+
+    def _adopted(self, p: Pending, own: Callable[[], None] | None = None) -> Pending:
+        """``p``, handed to the progress thread when one runs, with its own-box copy for the thread to run."""
+        c = self._owner
+        if c.progress.thread is not None:
+            c.progress.thread.adopt(p, own)
+        return p
+
+    def _finish(self, p: Pending, t: float) -> None:
+        """Count ``p`` complete at ``t`` and let go of its buffers."""
+        c = self._owner
+        p.done = True
+        c.stats.finished(p.tag, t)
+        p.request, p.keep = None, ()
+
+    def test(self, pending: Sequence[Pending]) -> None:
+        """Let MPI progress the exchanges in flight (Open MPI moves non-blocking collectives only inside
+        MPI calls) and note those that completed; never blocks."""
+        c = self._owner
+        live = [p for p in pending if not p.done]
+        # the progress thread's: only read their flags, then its error (set before it raises flags on failing)
+        done = [p for p in live if p.completed is not None and p.completed.is_set()]
+        for p in done:
+            p.holder.check()  # a flag raised by a failure must not pass for a completion
+            self._finish(p, p.completed_at)
+        # a polling thread's, still under way (a dedicated thread's moves at a wait's rate: only its flag is read)
+        moving = [p for p in live if p.completed is not None and not p.done and not p.holder.dedicated]
+        live = [p for p in live if p.completed is None]
+        if not live and not moving:
+            return
+        t0 = c.stats.enter((live or moving)[0].tag)
+        if moving:  # a polling thread's: a round of progress from here too (ProgressThread.drive)
+            moving[0].holder.drive()
+        for p in live:
+            if p.request.Test():
+                self._finish(p, time.perf_counter())
+        c.stats.blocked((live or moving)[0].tag, time.perf_counter() - t0)
+
+    def wait(self, p: Pending) -> torch.Tensor:
+        """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
+        c = self._owner
+        if not p.done:
+            t0 = c.stats.enter(p.tag)
+            if p.completed is None:
+                p.request.Wait()
+                t1 = done_at = time.perf_counter()
+            else:  # the progress thread's
+                ready = p.completed.is_set()
+                if not ready:
+                    p.holder.await_exchange(p)
+                p.holder.check()
+                # done before this wait: nothing blocked; else under way until the wait ended (the wake-up is
+                # blocked time too, and exposed time must lie within the time under way)
+                t1 = done_at = time.perf_counter()
+                if ready:
+                    t1, done_at = t0, p.completed_at
+            self._finish(p, done_at)
+            c.stats.blocked(p.tag, t1 - t0, p.entry)
+        return p.recv
+
+    def defer(self, p: Pending) -> None:
+        """Complete ``p`` later, at :meth:`complete_deferred`: for an exchange in which this rank only sends
+        (it receives nothing, so nothing it computes next waits for it). The rank goes on computing instead
+        of waiting for slower peers to reach the exchange; the buffers stay held until then."""
+        if not p.done:
+            self._deferred.append(p)
+
+    @property
+    def deferred(self) -> list[Pending]:
+        """The deferred exchanges not yet completed (:meth:`defer`)."""
+        self._deferred = [p for p in self._deferred if not p.done]
+        return self._deferred
+
+    def complete_deferred(self) -> None:
+        """Wait for every deferred exchange (the time blocked is exposed under its tag). The gradient
+        synchronisation and the end of each epoch call it, so none outlives a step."""
+        pending, self._deferred = self._deferred, []
+        for p in pending:
+            self.wait(p)
+
+    def _boxes_over_dist(
+        self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...], recv_boxes: Sequence[Box]
+    ) -> torch.Tensor:
+        """alltoall_boxes over torch.distributed: pack the boxes, all_to_all_single, unpack.
+
+        NCCL and gloo have no derived datatypes, so the boxes are copied into one
+        contiguous buffer per side (the copies MPI's Alltoallw avoids).
+        """
+        c = self._owner
+        dev = c._dist_device
+        src = send.detach().to(dev)
+        parts = []
+        for rows, (b0, b1) in send_boxes:
+            parts.append(src[_row_index(rows)][:, b0:b1].reshape(-1) if len(_box_rows(rows)) and b1 > b0 else
+                         src.new_empty(0))
+        rcounts = []
+        for rows, (d0, d1) in recv_boxes:
+            rcounts.append(len(_box_rows(rows)) * max(0, d1 - d0) * int(np.prod(recv_shape[2:], dtype=np.int64)))
+        flat = torch.cat(parts) if parts else src.new_empty(0)
+        out = self._dist_alltoall(flat, [p.numel() for p in parts], rcounts)
+        recv = torch.empty(recv_shape, dtype=send.dtype, device=dev)
+        offset = 0
+        for (rows, (d0, d1)), n in zip(recv_boxes, rcounts, strict=True):
+            if n:
+                nrows = len(_box_rows(rows))
+                block = out[offset : offset + n].view(nrows, d1 - d0, *recv_shape[2:])
+                ri = _row_index(rows)
+                if isinstance(ri, list):
+                    recv[ri] = block
+                else:
+                    recv[ri][:, d0:d1].copy_(block)
+            offset += n
+        return recv

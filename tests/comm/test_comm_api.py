@@ -1,0 +1,53 @@
+"""The communicator stays split along its seams: collectives on :class:`Communicator`, the exchanges on
+``comm.exchange``, the node and backend on ``comm.world``, the progress thread's switch on ``comm.progress``,
+the counters in :mod:`hpcdgnn.comm.stats` — none of them a catch-all with dozens of public methods."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from hpcdgnn.comm import CommStats, Communicator, Exchange, Progress, World
+from hpcdgnn.comm.progress import ProgressThread
+
+#: the most public methods (properties included) one class of the communicator may have
+MOST = 16
+
+
+def public_methods(cls: type) -> list[str]:
+    """The public callables and properties ``cls`` itself defines (methods, static and class methods, properties)."""
+    kinds = (staticmethod, classmethod, property)
+    return sorted(name for name, value in vars(cls).items()
+                  if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, kinds)))
+
+
+@pytest.mark.parametrize("cls", [Communicator, Exchange, World, Progress, ProgressThread, CommStats])
+def test_no_part_of_the_communicator_has_too_many_public_methods(cls):
+    names = public_methods(cls)
+    assert 0 < len(names) <= MOST, f"{cls.__name__}: {len(names)} public methods: {names}"
+
+
+def test_the_parts_hold_what_the_seams_say():
+    """Each operation has one home: the exchanges are not on the communicator, nor the collectives on a part."""
+    assert {"alltoallv", "alltoall_boxes", "ialltoall_boxes", "test", "wait", "defer", "deferred",
+            "complete_deferred", "buffer"} == set(public_methods(Exchange))
+    assert {"node", "local_rank_size", "shared_array", "share_per_node", "library_version",
+            "init_tensor_backend"} == set(public_methods(World))
+    assert {"start", "stop", "ranks", "dedicated", "everywhere", "thread"} == set(public_methods(Progress))
+    collectives = {"allreduce_", "iallreduce_", "bcast_", "allreduce_array", "gather_array", "isend_obj", "recv_obj",
+                   "wait_all", "bcast_obj", "allgather_obj", "barrier", "abort", "split", "free", "close", "start"}
+    assert set(public_methods(Communicator)) == collectives
+
+
+def test_a_split_shares_its_roots_progress_and_has_parts_of_its_own():
+    """One progress switch per root (a split's exchanges go to the root's thread); exchange buffers, datatypes
+    and the node split are per communicator."""
+    comm = Communicator()  # one process
+    child = comm.split(0)
+    try:
+        assert child.progress is comm.progress
+        assert child.exchange is not comm.exchange and child.world is not comm.world
+        assert child.stats is comm.stats  # one table per rank, whatever communicator a byte crossed
+    finally:
+        child.free()
