@@ -1,73 +1,12 @@
 """Event-stream datasets (``prepare --kind events``): time-sorted interactions in HDF5 shards.
 
-The second on-disk kind, beside the snapshot datasets of :mod:`hpcdgnn.data.manifest`.
-Continuous-time memory-based temporal GNNs (TGN, Rossi et al. 2020; DistTGL, Zhou et
-al. 2023) consume the raw interaction stream — source, destination, time, edge
-features — in time order, so nothing is cut into snapshots and nothing is deduplicated:
-every event of the input is one event here, and JODIE's edge features are kept.
+The on-disk kind for continuous-time memory-based TGNNs (SPEC M1; DistTGL §2.1): every
+input event is kept, in time order, with its edge features. Layout, manifest keys, the
+stable time sort and the chronological split (cuts moved so equal timestamps never
+straddle two splits) are specified in docs/data.md, "Event-stream datasets"::
 
-A dataset directory::
-
-    DIR/
-      manifest.json            # the keys below
-      vertices.h5              # /original_id: the input's id of vertex 0..N-1 (as for snapshots)
-      shards/
-        events-00000.h5        # events [e_start, e_stop) of the stream
-        events-00001.h5
-        ...
-
-``manifest.json`` keys (``EVENTS_VERSION`` 1)::
-
-    format              "hpcdgnn-events"
-    version             1
-    num_vertices        N    ids 0..N-1 after remapping; bipartite: sources 0..num_sources-1,
-                             destinations num_sources..N-1
-    num_events          E >= 1
-    bipartite           bool (JODIE: true, users then items; SNAP / .edges: false unless --bipartite)
-    num_sources         bipartite: the number of source-side ids (1 <= S < N); else N
-    edge_feature_dim    D (0 when the input has none)
-    edge_feature_names  [D names]
-    time_range          [t_min, t_max]  the first and last event's time (float, the input's unit)
-    split               {"train": [0, a], "val": [a, b], "test": [b, E]}  event index ranges [start, stop)
-    shards              [{"file", "e_start", "e_stop", "bytes", "sha256"}] covering [0, E) in order
-    sorted_input        bool: the raw file was already in time order
-    source              free-form provenance (input path, format, options); optional
-
-Each shard holds ``shard_events`` consecutive events (the last one fewer)::
-
-    src    int32 (int64 when N >= 2^31)   (n,)   source vertex
-    dst    same dtype as src              (n,)   destination vertex
-    t      float64                        (n,)   time, non-decreasing over the whole stream
-    efeat  float32                        (n, D) edge features; absent when D = 0
-
-Order. The stream is sorted by time. Raw files need not be: ``prepare`` sorts the
-events *stably* by time (events with equal times keep their file order) and prints
-one warning line naming the number of adjacent inversions it found (email-Eu-core
-has 2; soc-sign-bitcoinalpha is unsorted); ``sorted_input`` records which case it
-was. A stable sort is the one reordering that leaves an already-sorted file, and
-the file order of simultaneous events, untouched.
-
-Split. ``split`` cuts the stream chronologically at event-count quantiles: with
-fractions (f_train, f_val, f_test) (``--split``, default 0.70 0.15 0.15), ``a =
-round(f_train·E)`` and ``b = round((f_train + f_val)·E)`` (as
-:func:`hpcdgnn.tasks.base.split_steps` cuts snapshots; a >= 1), then each cut is
-moved forward past every event whose time equals the time just before the cut, so
-that events with equal timestamps never straddle two splits (a TGN batch must not
-see, in training, an event simultaneous with one it is evaluated on).
-
-:func:`load_event_manifest` checks every key for presence and type, the shards for
-covering ``[0, E)`` in order and the split for ``0 <= a <= b <= E``; any fault is one
-:class:`~hpcdgnn.errors.DataError` line naming the file and key. :func:`read_events`
-reads only the shards overlapping the requested range and checks what it reads
-(dtypes, shapes, id ranges — bipartite: ``src < num_sources <= dst`` —, time
-non-decreasing across shard boundaries, no NaN/Inf), naming the shard file on a fault.
-``hpcdgnn validate`` / ``inspect`` run the same checks over every shard plus its size
-and sha256 (:func:`scan_event_shards`). :func:`write_events` writes a directory
-atomically (a temporary directory beside it, renamed at the end) and refuses to
-replace a non-empty one unless ``force``.
-
-A snapshot reader given an event directory fails with one line saying so
-(:func:`hpcdgnn.data.manifest.load_manifest`); :func:`dataset_kind` tells the two apart.
+    DIR/manifest.json, DIR/vertices.h5, DIR/shards/events-00000.h5 ...
+    shard: src, dst int32|int64 (n,); t float64 (n,); efeat float32 (n, D) when D > 0
 """
 
 from __future__ import annotations
@@ -217,8 +156,8 @@ class EventManifest:
 class EventStream:
     """Events ``[start, start + len)`` of a dataset, as :func:`read_events` returns them.
 
-    ``src``/``dst`` int64 (E',), ``t`` float64 (E',) non-decreasing, ``efeat`` float32 (E', D)
-    (shape (E', 0) when the dataset has no edge features).
+    Shapes:
+        ``src``, ``dst``: (E',) int64; ``t``: (E',) float64 non-decreasing; ``efeat``: (E', D) float32.
     """
 
     src: np.ndarray
@@ -276,8 +215,7 @@ def dataset_kind(root: str | Path) -> str:
     """``"snapshots"`` or ``"events"``: which kind of dataset ``root`` holds (its manifest's ``format``).
 
     Raises:
-        DataError: one line naming the directory or ``manifest.json`` when it is missing,
-            unparseable, or of neither format.
+        DataError: the manifest is missing, unparseable, or of neither format.
     """
     path, raw = _read_raw(root)
     if not isinstance(raw, dict):
@@ -363,11 +301,7 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
 
 
 def load_event_manifest(root: str | Path) -> EventManifest:
-    """Read and check ``root/manifest.json`` of an event dataset; raise :class:`DataError` naming the file.
-
-    Every key is checked for presence and type, the shards for covering ``[0, E)`` in
-    order and the split for ``train [0, a], val [a, b], test [b, E]`` (module docstring).
-    """
+    """Read and check ``root/manifest.json`` of an event dataset; raise :class:`DataError` naming the file."""
     path, raw = _read_raw(root)
     if not isinstance(raw, dict):
         raise DataError(f"{path}: not an {EVENTS_FORMAT} manifest (expected a JSON object)")
@@ -425,7 +359,7 @@ def _forward(t: np.ndarray, c: int) -> int:
 
 
 def split_ranges(t: np.ndarray, fractions: Sequence[float] = DEFAULT_SPLIT) -> dict[str, tuple[int, int]]:
-    """Chronological train / val / test event ranges of the time-sorted ``t`` (rules in the module docstring)."""
+    """Chronological train / val / test event ranges of the time-sorted ``t`` (rules in docs/data.md)."""
     f = check_split_fractions(fractions, "split")
     e = int(t.shape[0])
     a = int(round(f[0] * e))
@@ -557,22 +491,10 @@ def _read_slice(
 def read_events(
     root: str | Path, manifest: EventManifest | None = None, start: int = 0, stop: int | None = None
 ) -> EventStream:
-    """Read events ``[start, stop)`` (default: all) of an event dataset, opening only the shards that hold them.
-
-    Args:
-        root: the dataset directory.
-        manifest: its :func:`load_event_manifest` (loaded here when None).
-        start: first event to read.
-        stop: one past the last event to read (None: E); ``0 <= start <= stop <= E``.
-
-    Returns:
-        An :class:`EventStream` (int64 ids, float64 times, float32 (E', D) features).
+    """Read events ``[start, stop)`` (default: all), opening only the shards that hold them.
 
     Raises:
-        DataError: a range outside ``[0, E]``, or a missing or corrupt shard (size differing
-            from the manifest, unreadable, wrong dataset, dtype or shape, ids out of range,
-            time decreasing — also across shard boundaries —, NaN/Inf), one line naming the
-            shard file.
+        DataError: a range outside ``[0, E]``, or a missing or corrupt shard, naming the file.
     """
     root = Path(root)
     m = load_event_manifest(root) if manifest is None else manifest
@@ -625,9 +547,7 @@ def scan_event_shards(
 ) -> Iterator[ShardScan]:
     """Check every shard (size, sha256 unless ``checksums`` is False, structure, contents), one in memory.
 
-    Each problem is appended to ``problems`` as one line ``SHARD: problem``. The time order is
-    checked across shard boundaries; an unreadable shard resets it. Yields one :class:`ShardScan`
-    per shard, in order, for statistics.
+    Appends ``SHARD: problem`` lines to ``problems``; yields one :class:`ShardScan` per shard.
     """
     root = Path(root)
     prev_t: float | None = None
@@ -657,18 +577,17 @@ def scan_event_shards(
 
 def read_events_per_node(comm: Any, root: str | Path,
                          manifest: EventManifest | None = None) -> tuple[EventStream, list]:
-    """:func:`read_events` of the whole stream once per node (``comm.share_per_node``): the node's first
-    rank reads it, every rank of the node maps its arrays, so a node with many ranks holds one copy, not
-    one per rank (DistTGL's trainers all sample from the whole stream). Collective over ``comm``; a
-    :class:`DataError` of the reading rank is raised on every rank of its node. Returns the stream (ids and
-    times read-only, features read-only by contract) and the windows, to keep as long as the arrays.
+    """:func:`read_events` once per node (``comm.world.share_per_node``), mapped by every rank of the node.
+
+    Collective over ``comm``; a reader's :class:`DataError` is raised on every rank of its node.
+    Returns the stream (ids and times read-only) and the windows, to keep as long as the arrays.
     """
 
     def produce() -> dict[str, np.ndarray]:
         ev = read_events(root, manifest)
         return {k: getattr(ev, k) for k in ("src", "dst", "t", "efeat")}
 
-    arrays, windows = comm.share_per_node(produce, "event stream")
+    arrays, windows = comm.world.share_per_node(produce, "event stream")
     for name in ("src", "dst", "t"):  # a write would change every rank's stream: make it an error
         arrays[name].flags.writeable = False  # (efeat stays writeable: torch.from_numpy warns on read-only)
     return EventStream(**arrays, start=0), windows
@@ -689,8 +608,7 @@ def _checked_events(
     original_ids: np.ndarray | None,
     sorted_input: bool,
 ) -> tuple[EventManifest, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """:func:`write_events`'s arrays and options, checked: a draft manifest (no split, shards or times) and
-    ``src``, ``dst``, ``t`` (float64) and the features (float32 (E, D), or None) as numpy arrays."""
+    """Checked arrays and options of :func:`write_events`: a draft manifest, ``src``, ``dst``, ``t``, features."""
     src = np.asarray(src)
     dst = np.asarray(dst)
     t = np.asarray(t, dtype=np.float64)
@@ -790,32 +708,27 @@ def write_events(
     force: bool = False,
     sorted_input: bool = True,
 ) -> EventManifest:
-    """Write an event dataset directory from time-sorted events; return its manifest.
-
-    The caller sorts (``prepare`` sorts stably by time and sets ``sorted_input``); this
-    function only checks.
+    """Write an event dataset directory from time-sorted events (the caller sorts); return its manifest.
 
     Args:
-        output: the dataset directory to create (must not exist or be empty, unless ``force``).
-        src: (E,) source vertex ids in ``[0, num_vertices)``; bipartite: ``< num_sources``.
-        dst: (E,) destination vertex ids, likewise; bipartite: ``>= num_sources``.
-        t: (E,) times, finite and non-decreasing; stored as float64.
-        efeat: (E, D) edge features (stored as float32), or None when ``feature_names`` is empty.
+        output: the directory to create (must not exist or be empty, unless ``force``).
+        src: (E,) source ids in ``[0, N)``; bipartite: ``< num_sources``.
+        dst: (E,) destination ids; bipartite: ``>= num_sources``.
+        t: (E,) finite, non-decreasing times.
+        efeat: (E, D) edge features, or None when ``feature_names`` is empty.
         num_vertices: N.
         bipartite: whether sources and destinations are disjoint id ranges.
-        num_sources: bipartite: the number of source ids S (1 <= S < N); otherwise N (None = N).
+        num_sources: bipartite: S with 1 <= S < N; otherwise N (None = N).
         feature_names: the D edge feature names.
-        original_ids: the input's id of each vertex, stored in ``vertices.h5`` (None: 0..N-1).
-        split: the event ranges ``{"train": (0, a), "val": (a, b), "test": (b, E)}``, or three
-            fractions cut by :func:`split_ranges`.
+        original_ids: the input's id of each vertex (None: 0..N-1).
+        split: ``{"train": (0, a), "val": (a, b), "test": (b, E)}`` or three fractions.
         shard_events: events per shard file.
         source: provenance recorded in the manifest.
         force: replace a non-empty ``output``.
-        sorted_input: recorded in the manifest: whether the raw input was in time order.
+        sorted_input: whether the raw input is time-ordered (recorded in the manifest).
 
     Raises:
-        DataError: one line naming ``output`` for inconsistent arrays or options, or an
-            existing non-empty ``output`` without ``force``.
+        DataError: inconsistent arrays or options, or a non-empty ``output`` without ``force``.
     """
     root = Path(output)
     n = int(num_vertices)

@@ -63,7 +63,7 @@ class EpochRecorder:
 
     Args:
         comm: the communicator.
-        strategy: the run's strategy (load seconds, transfer bytes, ``end_epoch`` report).
+        strategy: the run's strategy (its :meth:`~hpcdgnn.strategies.Strategy.usage` counters and epoch report).
         task: the task head (turns metric sums into metrics).
         device: this rank's device (GPU peak memory when CUDA).
         warmup_epochs: epochs flagged ``warmup``.
@@ -99,8 +99,7 @@ class EpochRecorder:
     def begin(self) -> None:
         """Start an epoch: counters, the strategy's load clock, the GPU peak, the wall clock."""
         self._bytes_before = self.comm.stats.snapshot()
-        self._transfer_before = self.strategy.transfer_stats()[0]
-        self.strategy.load_seconds = 0.0
+        self._usage_before = self.strategy.usage()
         self.comm.stats.keep_exchanges = True  # for comm_late (and the trace) at the end
         self.comm.stats.take_exchanges()  # this epoch's exchanges only
         if self.device.type == "cuda":
@@ -115,16 +114,17 @@ class EpochRecorder:
         """
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
-        self.comm.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
+        self.comm.exchange.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
         wall = time.perf_counter() - self._t0
         spans = self.comm.stats.take_spans()  # before the collectives below
         exchanges, unmatched = self.comm.stats.take_exchanges()
-        transfer = self.strategy.transfer_stats()[0] - self._transfer_before
+        usage = self.strategy.usage()
+        transfer = usage.transfer_bytes - self._usage_before.transfer_bytes
         train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
         # tags under way at once count once (a tag's own concurrent exchanges already do in its seconds)
         comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag)])
         exposed = sum(v.exposed for v in train_tags.values())
-        load = self.strategy.load_seconds
+        load = usage.load_seconds - self._usage_before.load_seconds
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
@@ -159,7 +159,7 @@ class EpochRecorder:
                                      **({"late": float(v[:, 2].mean()), "late_max": float(v[:, 2].max())}
                                         if late is not None and k in known else {})}
                                  for k, v in sorted(time_by_tag.items())}
-        record.update(self.strategy.end_epoch(epoch, metrics["train_loss"]))
+        record.update(self.strategy.report(epoch, metrics["train_loss"]))
         return record, bool(per_rank_all[:, 7].max() > 0), bool(per_rank_all[:, 8].max() > 0)
 
     def _record(self, epoch: int, metrics: dict, grad_norm: float, per_rank_all: np.ndarray,

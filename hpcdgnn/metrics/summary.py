@@ -34,14 +34,14 @@ def device_name(device: torch.device) -> str:
 
 def _memory(comm, run, activation_peak: float) -> np.ndarray:
     """Per-rank memory figures (collective): RSS, engine, activations, host payloads, GPU, setup transfer."""
-    device = run.device
+    device, usage = run.device, run.strategy.usage()
     gpu_max = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0.0
     return comm.gather_array(
         [
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
-            run.strategy.engine_bytes(),
+            usage.engine_bytes,
             activation_peak,
-            run.strategy.host_bytes(),
+            usage.host_bytes,
             gpu_max,
             float(run.setup_transfer),
         ]
@@ -66,12 +66,12 @@ def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
-        "progress_thread_ranks": comm.progress_ranks,  # comm.progress: ranks whose exchanges a thread moved
-        "progress_thread_dedicated_ranks": comm.progress_dedicated,  # of them, threads with a core of their own
+        "progress_thread_ranks": comm.progress.ranks,  # comm.progress: ranks whose exchanges a thread moved
+        "progress_thread_dedicated_ranks": comm.progress.dedicated,  # of them, threads with a core of their own
         "device": device_name(device),
         "comm_backend": job.comm.backend,
         "dtype": job.train.dtype,
-        "mpi_library": comm.library_version(),
+        "mpi_library": comm.world.library_version(),
         "mpi4py": mpi4py.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),

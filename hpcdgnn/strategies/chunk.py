@@ -65,6 +65,7 @@ from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
+from hpcdgnn.strategies.base import Scored
 from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy, local_rows
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.tasks.base import ShardedEmbeddings
@@ -106,7 +107,7 @@ class IndexExchange:
         rows = torch.from_numpy(dest_row[order].astype(np.int64)).view(-1, 1)
         self.recv_rows = comm.allgather_obj(self.send_rows, tag="setup")
         self.recv_rows = [self.recv_rows[p][comm.rank] for p in range(P)]
-        self.recv_pos = comm.alltoallv(rows, self.send_rows, self.recv_rows, tag="setup").view(-1)
+        self.recv_pos = comm.exchange.alltoallv(rows, self.send_rows, self.recv_rows, tag="setup").view(-1)
         self.n_local = dest.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -161,7 +162,7 @@ class ChunkStrategy(HaloStrategy):
                 )
         return plan_chunks(manifest, num_ranks, job)
 
-    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+    def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read my appearances' rows of Ã (only those); fix the three index exchanges."""
         comm, P, me = self.comm, self.comm.size, self.comm.rank
         dev = self.ctx.device
@@ -192,7 +193,7 @@ class ChunkStrategy(HaloStrategy):
         self._seq = self._sequences(c.chunk[:, rnn_owner == me] >= 0, dev)
         self.num_layers = len(model.layers)
         if self._task_rows(mine, N, lambda k: flat_owner[k], lambda k: local[k]) is not None:
-            return self.shard  # the task scores my appearances here and fetches the few rows it lacks
+            return Scored(rows=self.shard)  # the task scores my appearances here and fetches the few rows it lacks
         # else its layout: snapshot t on rank t mod P, all N rows in vertex order
         self.scored = plan.snapshots_of(me)
         slot_of_t = np.zeros(T, dtype=np.int64)
@@ -200,7 +201,7 @@ class ChunkStrategy(HaloStrategy):
             for j, t in enumerate(plan.snapshots_of(p)):
                 slot_of_t[t] = j
         self.to_task = IndexExchange(comm, t_of % P, slot_of_t[t_of] * N + v_of, len(self.scored) * N, "redistribute")
-        return self.scored
+        return Scored(snapshots=tuple(self.scored))
 
     def _sequences(self, active: np.ndarray, dev: torch.device) -> _ActiveSequences | None:
         """With ``strategy.sequences: active``: my RNN vertices' active appearances as sequences, packed
@@ -298,7 +299,7 @@ class ChunkStrategy(HaloStrategy):
             self.groups = self._fuse(*self._fuse_args, cap_mb=cap_mb)
         super().load_state_dict(state)
 
-    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+    def report(self, epoch: int, train_loss: float) -> dict:
         """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""
         self._fuse_args = None  # a resumed run has re-grouped by now
         stats = self.comm.allreduce_array(np.concatenate([self._fusion_stats, self._time_slots]), tag="metrics")
@@ -307,12 +308,12 @@ class ChunkStrategy(HaloStrategy):
                           "cap_mb": round(self._cap_mb, 3)}}
         if self._seq is not None:
             out["fusion"].update(time_slots=slots, time_slots_padded=padded)
-        return {**out, **super().end_epoch(epoch, train_loss)}
+        return {**out, **super().report(epoch, train_loss)}
 
-    def engine_bytes(self) -> int:
+    def _engine_bytes(self) -> int:
         """Ã rows of this rank's appearances (and the transpose), their fused groups, and the first
         layer's input (the precomputed Ã·X, or X)."""
-        return super().engine_bytes() + (0 if self.groups is None else self.groups.nbytes)
+        return super()._engine_bytes() + (0 if self.groups is None else self.groups.nbytes)
 
     def layout(self) -> ChunkLayout:
         """The whole timeline: my appearances' rows."""

@@ -39,7 +39,7 @@ from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, csr_nbytes, row_pha
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout, phase_head, phase_join, phase_join_into
 from hpcdgnn.nn.models.base import DynamicLayer
-from hpcdgnn.strategies.base import Strategy
+from hpcdgnn.strategies.base import FullBatchStrategy
 from hpcdgnn.strategies.row_exchange import ask_owners
 from hpcdgnn.strategies.stale import StaleFetch, StaleHalo
 from hpcdgnn.tasks import task_class
@@ -184,7 +184,8 @@ class Halo:
         slot = np.empty_like(arrival)
         slot[arrival] = np.arange(arrival.shape[0])
         self.recv_rows = np.bincount(need_owner, minlength=P).tolist()
-        asked = comm.alltoallv(torch.from_numpy(local_of(need[arrival])).view(-1, 1), self.recv_rows, tag="setup")
+        asked = comm.exchange.alltoallv(torch.from_numpy(local_of(need[arrival])).view(-1, 1),
+                                        self.recv_rows, tag="setup")
         #: rows of this rank's (n, F) activations that other ranks read, in the order they asked
         self.send_index = asked.view(-1)
         counts = comm.allgather_obj(self.recv_rows, tag="setup")  # counts[p][q]: rows rank p gets from q
@@ -212,7 +213,7 @@ class Halo:
 
         For set-up (degrees, features); counted under ``tag`` (a ``setup`` tag: not training traffic).
         """
-        return self.comm.alltoallv(h[self.send_index.to(h.device)], self.send_rows, self.recv_rows, tag=tag)
+        return self.comm.exchange.alltoallv(h[self.send_index.to(h.device)], self.send_rows, self.recv_rows, tag=tag)
 
     def exchange(self, h: torch.Tensor, reuse: str | None = None) -> torch.Tensor:
         """The halo rows of activations ``h`` (n, F), differentiable (backward sends gradients back)."""
@@ -254,7 +255,7 @@ def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: Row
     return LocalGraph(adj, gather, groups)
 
 
-class HaloStrategy(Strategy):
+class HaloStrategy(FullBatchStrategy):
     """The part of the vertex (S6) and chunk (D1) strategies that is the same: a rank's appearance rows
     over all T, time-major, aggregated with one halo exchange per layer, exact or stale (D3).
     """
@@ -361,11 +362,11 @@ class HaloStrategy(Strategy):
             ax_tail = csr_mm(tail_op, full)
         return ax_head, ax_tail
 
-    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+    def report(self, epoch: int, train_loss: float) -> dict:
         """With ``stale`` on: feed the loss to the threshold and report the rows reused and bytes saved."""
         return {} if self.stale is None else self.stale.end_epoch(train_loss)
 
-    def engine_bytes(self) -> int:
+    def _engine_bytes(self) -> int:
         """My rows of Ã for all snapshots (and the transpose) plus the first layer's input, and what the
         split at the horizon adds: the tail's row pointers and, unless a view, the head's transpose."""
         extra = 0

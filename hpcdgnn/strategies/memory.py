@@ -33,9 +33,10 @@ batches of ``batch_events`` split over its i·j ranks like mini-batch parallelis
 memory with the evaluated events (TGL's protocol), then restores it; other groups wait.
 
 Static node memory (DistTGL §3.1): with ``model.static_memory: on`` and ``static_pretrain_epochs`` n > 0,
-setup first pre-trains the table on the same task with the dynamic memory off, n epochs over the training
-batches in a seeded random order, all P ranks splitting each batch (exact for any P), then training starts
-from the pre-trained table (the other pre-trained weights are discarded).
+:meth:`MemoryStrategy.pretraining` gives the trainer a phase that trains a copy of the model with the dynamic
+memory off on the same task, n epochs over the training batches in a seeded random order, all P ranks
+splitting each batch (exact for any P); training then starts from the pre-trained table (the copy's other
+weights are discarded).
 """
 
 from __future__ import annotations
@@ -52,9 +53,8 @@ import torch
 
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import TGNInput
-from hpcdgnn.optim import Adam
 from hpcdgnn.partition.events import MemoryPlan, plan_memory
-from hpcdgnn.strategies.base import Batch, Strategy
+from hpcdgnn.strategies.base import EventBatch, Pretraining, Scored, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.tasks.temporal_link_prediction import EventEmbeddings, average_precision
@@ -77,16 +77,20 @@ class _Work:
     inp: TGNInput
 
 
+@dataclass
+class _StaticBatch(EventBatch):
+    """A batch of the static-memory pre-training phase: batch ``iteration`` of the training split, whole."""
+
+
 def _slice(lo: int, hi: int, part: int, parts: int) -> tuple[int, int]:
     n = hi - lo
     return lo + part * n // parts, lo + (part + 1) * n // parts
 
 
 @register_strategy("memory")
-class MemoryStrategy(Strategy):
+class MemoryStrategy(Strategy[EventBatch]):
     """DistTGL's i×j×k parallelism (see the module docstring)."""
 
-    full_batch = False
     setup_work = "read the event stream + temporal neighbour index"
 
     @classmethod
@@ -95,7 +99,7 @@ class MemoryStrategy(Strategy):
         return plan_memory(manifest, num_ranks, job)
 
     # -- setup ------------------------------------------------------------------------------------
-    def setup(self, plan: MemoryPlan, model, reader) -> dict[str, int]:
+    def setup(self, plan: MemoryPlan, model, task, reader) -> Scored:
         """Read the whole stream (every rank samples neighbours anywhere in time), build the temporal CSR,
         this rank's place (a, b, c) and its group's memory; returns the events per split for the task."""
         from hpcdgnn.data.events import read_events_per_node
@@ -103,19 +107,19 @@ class MemoryStrategy(Strategy):
 
         t0 = time.perf_counter()
         job, m = self.ctx.job, self.ctx.manifest
-        self.plan, self.model = plan, model
+        self.plan, self.model, self.task = plan, model, task
         # one copy of the stream and of its temporal CSR per node, mapped by the node's ranks
         ev, stream_windows = read_events_per_node(self.comm, self.ctx.data_root, m)
         self.src, self.dst, self.t = ev.src.astype(np.int64, copy=False), ev.dst.astype(np.int64, copy=False), ev.t
         #: edge features on the host (mails are written there) and on the model's device (attention keys)
         self.efeat = torch.from_numpy(np.ascontiguousarray(ev.efeat)).to(self.ctx.dtype)
         self.efeat_dev = self.efeat.to(self.ctx.device)
-        csr, windows = self.comm.share_per_node(
+        csr, windows = self.comm.world.share_per_node(
             lambda: TemporalNeighbors(self.src, self.dst, m.num_vertices).arrays(), "temporal neighbour index")
         self._event_windows = stream_windows + windows
         self.neighbors = TemporalNeighbors.from_arrays(csr, self.src.shape[0], m.num_vertices)
         # who reports the shared arrays' bytes: asked here, on every rank (the query is a collective)
-        first_on_node = self.comm.local_rank_size()[0] == 0
+        first_on_node = self.comm.world.local_rank_size()[0] == 0
         self._host_counted = (first_on_node or not stream_windows, first_on_node or not windows)
         # the features are the node's mapped copy where the training dtype is theirs (float32), else this rank's
         mapped = bool(stream_windows) and ev.efeat.size > 0 and np.shares_memory(self.efeat.numpy(), ev.efeat)
@@ -135,24 +139,9 @@ class MemoryStrategy(Strategy):
         self.load_seconds += time.perf_counter() - t0
         self._train_events = 0
         self._eval_seconds = 0.0
-        return {s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")}
+        return Scored(events={s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")})
 
-    def attach_task(self, task) -> None:
-        """Keep the task head; first pre-train the static node memory when configured (module docstring) —
-        in a fresh run only: a resumed run's model holds the table as trained up to its checkpoint (pre-trained
-        again, it was overwritten there and the run departed from the uninterrupted one)."""
-        self.task = task
-        job = self.ctx.job
-        if getattr(self.model, "static", None) is None or job.model.static_pretrain_epochs == 0:
-            return
-        if self.ctx.start_epoch > 0:
-            if self.comm.rank == 0:
-                get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch} "
-                                  "(restored; pre-training skipped)")
-            return
-        self._pretrain(task, job.model.static_pretrain_epochs)
-
-    def engine_bytes(self) -> int:
+    def _engine_bytes(self) -> int:
         """The node memory's rows and times plus the edge features, each counted by one rank where ranks share
         it (the memory group's leader; the node's first rank for the node's copy of the features), so per-rank
         figures add up to the machine's (every rank reported its group's shared memory)."""
@@ -160,9 +149,9 @@ class MemoryStrategy(Strategy):
         efeat = self.efeat.numel() * self.efeat.element_size() if self._efeat_counted else 0
         return int(memory + efeat)
 
-    def host_bytes(self) -> int:
+    def _host_bytes(self) -> int:
         """The stream's ids and times and the temporal CSR: counted on one rank per node when the node
-        shares them (:meth:`Communicator.share_per_node`), so per-rank figures add up to the machine's."""
+        shares them (:meth:`~hpcdgnn.comm.world.World.share_per_node`), so per-rank figures add up to the machine's."""
         stream, csr = self._host_counted
         return int((self.src.nbytes + self.dst.nbytes + self.t.nbytes) * stream + self.neighbors.nbytes() * csr)
 
@@ -247,13 +236,15 @@ class MemoryStrategy(Strategy):
         lo, hi = p.segments[seg]
         self._prefetch(("train", lo, epoch, self.b, self.a, p.minibatch, self.ctx.job.task.negatives))
         for g in range(p.iterations()):
-            yield Batch(epoch, g, None, examples=self._examples(epoch, g), samples=[(seg, g)])
+            yield EventBatch(epoch, g, self._examples(epoch, g), seg, g)
 
-    def step(self, model, task, batch: Batch, scale: float) -> np.ndarray:
+    def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
         """Iteration g of the segment: read the memory for batch g, the group barrier, then train on the batch
         read ``self.b`` iterations earlier (epoch parallelism) and, where ``self.b`` is 0, write its memory;
-        returns the task's metric sums."""
-        p, (seg, g) = self.plan, batch.samples[0]
+        returns the task's metric sums. A pre-training batch (:meth:`pretraining`) reads no memory."""
+        if isinstance(batch, _StaticBatch):
+            return self._static_step(model, task, batch, scale)
+        p, seg, g = self.plan, batch.segment, batch.iteration
         lo, hi = p.segments[seg]
         m = self.ctx.job.task.negatives
         t0 = time.perf_counter()
@@ -315,7 +306,7 @@ class MemoryStrategy(Strategy):
         self._eval_seconds = time.perf_counter() - t0
         return stats
 
-    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, Any]:
+    def report(self, epoch: int, train_loss: float) -> dict[str, Any]:
         """Events trained on and the evaluation seconds (throughput = train_events / (epoch − eval))."""
         events, eval_s = self.comm.allreduce_array([self._train_events, 0.0]), self.comm.gather_array(
             [self._eval_seconds])
@@ -324,36 +315,45 @@ class MemoryStrategy(Strategy):
         return {"memory": {"config": f"{p.minibatch}x{p.epoch}x{p.memory}", "train_events": int(events[0]),
                            "eval_seconds": float(eval_s.max())}}
 
-    # -- static node memory pre-training ---------------------------------------------------------------
-    def _pretrain(self, task, epochs: int) -> None:
-        """DistTGL §3.1: the same model with the dynamic memory off (h = S), trained on the task; every
-        rank takes a slice of each batch (exact for any P), batches in a seeded random order."""
-        t0 = time.perf_counter()
-        model, head = copy.deepcopy(self.model), copy.deepcopy(task)
-        params = [q for mod in (model, head) for q in mod.parameters()]
-        opt = Adam(params, lr=self.ctx.job.train.lr)
-        P, m = self.comm.size, self.ctx.job.task.negatives
-        losses = []
-        for ep in range(epochs):
-            total = 0.0
-            for q in np.random.default_rng([self.seed, _SPLIT_CODE["pretrain"], ep]).permutation(
-                    self.plan.batches("train")):
-                work = self._work("train", int(q), -1 - ep, 0, self.comm.rank, P, m)
-                lo, hi = self.plan.batch_events_range("train", int(q))
-                opt.zero_grad(set_to_none=True)
-                z, _ = model(work.inp)
-                out = head(EventEmbeddings(z, work.events.shape[0], m), 0)
-                (out.loss_sum / (hi - lo)).backward()
-                self.sync_gradients(params)
-                opt.step()
-                total += float(out.stats[0])
-            losses.append(self.comm.allreduce_array([total])[0] / (self.plan.split["train"][1]
-                                                                    - self.plan.split["train"][0]))
-        with torch.no_grad():
-            self.model.static.copy_(model.static)
-        if self.comm.rank == 0:
-            get_logger().info(f"static node memory pre-trained: {epochs} epoch(s), loss {losses[0]:.4f} -> "
-                              f"{losses[-1]:.4f}, {time.perf_counter() - t0:.2f}s")
+    # -- static node memory pre-training (DistTGL §3.1) ------------------------------------------------
+    def pretraining(self) -> Pretraining[EventBatch] | None:
+        """The static node memory's pre-training phase (module docstring), in a fresh run only: a resumed
+        run's model holds the table as trained up to its checkpoint (pre-trained again, it would be
+        overwritten and the run would depart from the uninterrupted one)."""
+        epochs = self.ctx.job.model.static_pretrain_epochs
+        if getattr(self.model, "static", None) is None or epochs == 0:
+            return None
+        if self.ctx.start_epoch > 0:
+            if self.comm.rank == 0:
+                get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch} "
+                                  "(restored; pre-training skipped)")
+            return None
+        copy_of = copy.deepcopy(self.model)
+
+        def finish() -> None:
+            with torch.no_grad():
+                self.model.static.copy_(copy_of.static)
+
+        lo, hi = self.plan.split["train"]
+        return Pretraining("static node memory", copy_of, copy.deepcopy(self.task), epochs, self._static_batches,
+                           float(hi - lo), finish)
+
+    def _static_batches(self, epoch: int):
+        """Pre-training epoch ``epoch`` (1-based): every training batch, in an order seeded by the epoch."""
+        order = np.random.default_rng([self.seed, _SPLIT_CODE["pretrain"], epoch - 1]).permutation(
+            self.plan.batches("train"))
+        for i, q in enumerate(order):
+            lo, hi = self.plan.batch_events_range("train", int(q))
+            yield _StaticBatch(epoch, i, float(hi - lo), -1, int(q))
+
+    def _static_step(self, model, task, batch: _StaticBatch, scale: float) -> np.ndarray:
+        """A pre-training step, h = S (no dynamic memory): each rank takes a slice of the batch (exact at any P)."""
+        m = self.ctx.job.task.negatives
+        work = self._work("train", batch.iteration, -batch.epoch, 0, self.comm.rank, self.comm.size, m)
+        z, _ = model(work.inp)
+        out = task(EventEmbeddings(z, work.events.shape[0], m), 0)
+        (out.loss_sum * scale).backward()
+        return out.stats
 
     # -- checkpoints ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

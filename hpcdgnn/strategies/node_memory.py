@@ -49,8 +49,8 @@ class NodeMemory:
             self.leader = True
         else:
             try:
-                self.values, wv = group.shared_array(shape, dtype, "strategy memory group")
-                self.times, wt = group.shared_array((num_vertices,), np.float64, "strategy memory group")
+                self.values, wv = group.world.shared_array(shape, dtype, "strategy memory group")
+                self.times, wt = group.world.shared_array((num_vertices,), np.float64, "strategy memory group")
             except RuntimeError as e:
                 raise ConfigError(f"rank {group.rank} of a memory group: {e}") from None
             self._windows = [wv, wt]

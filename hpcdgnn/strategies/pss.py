@@ -36,6 +36,7 @@ from hpcdgnn.nn.layout import horizon_temporal
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import plan_snapshots
+from hpcdgnn.strategies.base import Scored
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import SnapshotLayout, SnapshotStrategy
 
@@ -110,10 +111,10 @@ class PSSStrategy(SnapshotStrategy):
         """Always contiguous blocks: the RNN state travels from rank p to p + 1."""
         return "block"
 
-    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+    def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """As the snapshot strategy (read, transfer, normalise, precompute), plus the pipeline."""
         self._pipe = _Pipe(self.comm)
-        return super().setup(plan, model, reader)
+        return super().setup(plan, model, task, reader)
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:

@@ -69,10 +69,10 @@ def exchange_positions(comm, positions: list[np.ndarray], send_rows: list[int], 
     (:func:`ask_owners`)."""
     P = comm.size
     counts = torch.tensor([p.shape[0] for p in positions], dtype=torch.int64)
-    got = comm.alltoallv(counts.view(P, 1), [1] * P, [1] * P, tag=tag).view(-1).tolist()
+    got = comm.exchange.alltoallv(counts.view(P, 1), [1] * P, [1] * P, tag=tag).view(-1).tolist()
     raw, sizes = encode_positions(positions, send_rows)
     got_sizes = [fresh_bytes(g, r) for g, r in zip(got, recv_rows, strict=True)]
-    raw = comm.alltoallv(torch.from_numpy(raw).view(-1, 1), sizes, got_sizes, tag=tag).view(-1).numpy()
+    raw = comm.exchange.alltoallv(torch.from_numpy(raw).view(-1, 1), sizes, got_sizes, tag=tag).view(-1).numpy()
     return got, decode_positions(raw, got, recv_rows)
 
 

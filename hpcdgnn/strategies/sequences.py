@@ -57,9 +57,10 @@ why it is exact:
   the diffusion powers), again a value of snapshot t alone: key ``("global", 0, t, ("basis", cell, K))``,
   computed for every vertex over the whole snapshot on its first read (no R2: the basis is not one of
   Eq. 2's sum / mean / GCN aggregations) and read by every sample at its rows U. A row whose outputs the
-  sample needs has its whole neighbourhood in U (*Graph-recurrent cells* below), so its row of the
-  whole-snapshot basis is the one the sample computes without reuse; the other rows of U are read by
-  none of those. With sampled fanouts the cells run on the subgraph U induces, whose basis differs
+  sample needs has its whole neighbourhood in U (*Graph-recurrent cells* in
+  :mod:`~hpcdgnn.strategies.sampling`), so its row of the whole-snapshot basis is the one the sample
+  computes without reuse; the other rows of U are read by none
+  of those. With sampled fanouts the cells run on the subgraph U induces, whose basis differs
   from the whole snapshot's at the rows the sampled rows read: nothing is shared then.
 * *Encoder ↔ decoder* (ReInc §3.1, ``model.decoder_input: snapshots``): a teacher-forced decoder step d
   reads snapshot t + d — X_{t+d} on G_{t+d}, through the encoder's first filter
@@ -90,35 +91,10 @@ why it is exact:
   (:func:`~hpcdgnn.nn.reuse_cache.count_shared`): the gates read the basis in one fused GEMM, so
   nothing is stored and the local level takes no capacity from the global one.
 
-**Graph-recurrent cells** (``gconv_lstm``, ``gconv_gru``, ``dcrnn``, ``gcrn_m1``; ReInc §2.1). Their time
-encoder convolves the state over each step's graph, so the rows a sample needs grow with the window:
-output row v of layer l at step t reads, through one step's operator (L̂_t, or P_f and P_b; its hops are
-the union of their patterns), the input (layer l - 1's output, or X_t) at ``a`` hops and layer l's state
-after t - 1 at ``b`` hops — (a, b) = :meth:`~hpcdgnn.nn.models.base.GraphRecurrentLayer.receptive_hops`:
-(K-1, K-1) for GConvLSTM, (2(K-1), 2(K-1)) for GConvGRU and DCRNN (the candidate convolves R_t ⊙ H_{t-1}
-and R_t is itself a convolution), (K-1, 0) for GCRN-M1. :meth:`SequencesStrategy.cell_rows` works these
-sets out backwards from the scored rows — R^l_t for every layer l and step t of the window, starting
-from the batch's ``sample_vertices`` at the last step of the top layer (or, with the encoder–decoder,
-at every decoder step of the top layer, the decoder's own state, the rows whose prediction the next
-decoder step reads as input, and the encoder states the decoder starts from — each decoder step's hops
-over the graph it runs on: G_t, or G_{t+d} where it reads snapshot t + d), with R^{l-1}_t ⊇ a-hops
-of R^l_t and R^l_{t-1} ⊇ b-hops of R^l_t over G_t — and takes their union U (with X's reads at layer 0).
-Every layer then runs over U at every step, with each step's operator built once on the *whole*
-snapshot and restricted to U × U (:class:`RowsStepGraph`: the degrees stay the whole graph's). A row
-of R^l_t reads only rows of R^{l-1}_t and R^l_{t-1}, whose whole rows of the operator lie in U, so with
-full neighbourhoods (``fanouts: []``) the batch's outputs equal full-graph computation of the window
-exactly (tested to 1e-10); rows of U outside the R sets are computed too, inexactly, and never read by
-those that matter. The closure spans up to L·b + a hops per layer over an L-step window, so with
-large windows on large graphs U approaches N — the price of the recurrence's receptive field.
-
-*Sampled fanouts for cells*: ``fanouts[l]`` (nearest the batch first, as for the GCN layers) caps, per
-vertex, step and hop of the expansions layer l causes (its state's and its input's), how many of the
-vertex's neighbours in that step's operator join the rows: the ``k`` with the smallest keys of a hash
-of (sample, step, vertex, neighbour) — so a vertex expanded twice in a step keeps the same neighbours,
-and the draw depends on the seed, epoch, sequence and node batch only (P-invariant). The cells then
-run over the subgraph U induces, with the whole graph's operator entries among U (a neighbour outside
-U is dropped, nothing is reweighted: the induced-subgraph reading of ClusterGCN / GraphSAINT, not
-GraphSAGE's scaled mean, which a Chebyshev or diffusion basis has no unbiased form of).
+**Computational graphs** (:mod:`hpcdgnn.strategies.sampling`): which rows each layer of a sample computes
+and which neighbours they read, sampled or not; for graph-recurrent cells the closure of their receptive
+field over the window. The strategy inherits the sampler (:class:`~hpcdgnn.strategies.sampling.SampleGraphs`),
+and :class:`~hpcdgnn.strategies.sample_layout.SampleLayout` runs the model over one sample.
 
 Evaluation (validation and test sequences, every node batch, no gradient)
 is a pass of its own after the epoch's steps (:meth:`evaluate`).
@@ -131,7 +107,6 @@ import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -139,17 +114,18 @@ import torch
 from hpcdgnn.comm.communicator import payload_bytes
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor, gcn_norm
-from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.conv.gcn import gcn_norm
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
-from hpcdgnn.nn.layout import Layout, StepGraph
+from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.nn.models.base import DGNN
-from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder, input_gates_from_basis
+from hpcdgnn.nn.models.encoder_decoder import EncoderDecoder
 from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate, local_level
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.sequences import Sequence, plan_sequences, sequences_of
-from hpcdgnn.strategies.base import Batch, Strategy
+from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy
 from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.strategies.sample_layout import SampleLayout
+from hpcdgnn.strategies.sampling import RowsStepGraph, SampleGraphs, _expand
 from hpcdgnn.tasks.base import SampleEmbeddings
 
 __all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
@@ -172,56 +148,6 @@ class _HostSnapshot:
         return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))  # what placement: fetch sends
 
 
-def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Positions ``starts[i] .. starts[i] + counts[i] - 1`` for every i, concatenated."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    return np.arange(total, dtype=np.int64) + offsets
-
-
-def _csr(r: np.ndarray, c: np.ndarray, v: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    """CSR of entries already ordered by row, then column (:func:`~hpcdgnn.nn.conv.gcn.csr_tensor`: int32
-    indices where they fit, as every other operator of Ã)."""
-    crow = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=shape[0]))])
-    return csr_tensor(torch.from_numpy(crow), torch.from_numpy(np.ascontiguousarray(c)), v, shape)
-
-
-def _submatrix(crow: np.ndarray, col: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The entries of a CSR matrix among ``rows`` × ``rows`` (ascending): local row and column of each, in CSR
-    order (columns stay ascending through the monotone map), and its position among the matrix's entries."""
-    counts = crow[rows + 1] - crow[rows]
-    e = _expand(crow[rows], counts)
-    c = col[e]
-    pos = np.searchsorted(rows, c)
-    keep = rows[np.minimum(pos, max(rows.shape[0] - 1, 0))] == c if rows.shape[0] else np.zeros(0, bool)
-    r = np.repeat(np.arange(rows.shape[0], dtype=np.int64), counts)
-    return r[keep], pos[keep].astype(np.int64), e[keep]
-
-
-def _restrict(op: NormalizedAdjacency, rows: np.ndarray, device: torch.device) -> NormalizedAdjacency:
-    """``op`` (a whole snapshot's operator) restricted to ``rows`` × ``rows``, with its transpose, on ``device``."""
-    a = op.a
-    r, c, e = _submatrix(a.crow_indices().numpy(), a.col_indices().numpy(), rows)
-    v = a.values()[torch.from_numpy(e)]
-    n = rows.shape[0]
-    by_col = np.argsort(c, kind="stable")
-    return NormalizedAdjacency(op.t, _csr(r, c, v, (n, n)).to(device),
-                               _csr(c[by_col], r[by_col], v[torch.from_numpy(by_col)], (n, n)).to(device))
-
-
-def _mix(salt: int, r: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """A 64-bit hash (splitmix64's finaliser) of (salt, r, c): the sampling key of neighbour c of vertex r."""
-    z = (r.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (c.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
-    z ^= np.uint64(salt)
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 class _KnownProduct:
     """An R2 row adjacency M_{t-1} whose product with X_{t-1} is already known (a cached Agg_{t-1} without
     its row scale): :meth:`IncrementalAggregator.aggregate
@@ -241,34 +167,15 @@ class _KnownProduct:
         return getattr(self._adj, name)
 
 
-@dataclass(eq=False)
-class RowsStepGraph(StepGraph):
-    """Snapshot t's graph among one sample's rows ``rows`` (ascending): ``indptr``/``indices``/``values`` are
-    A_t's entries among them; a graph-recurrent cell's operator here is the ``whole`` snapshot's (built once
-    there, whole-graph degrees) restricted to ``rows`` × ``rows`` (:meth:`restrict`,
-    :meth:`GraphRecurrentLayer.operator <hpcdgnn.nn.models.base.GraphRecurrentLayer.operator>`), so a row
-    whose neighbourhood lies in ``rows`` gets exactly its row of the full operator."""
-
-    whole: StepGraph | None = None
-    rows: np.ndarray | None = None
-    device: torch.device | None = None
-
-    def restrict(self, ops: tuple) -> tuple:
-        """The whole snapshot's operators ``ops`` restricted to :attr:`rows`, on :attr:`device`."""
-        return tuple(_restrict(op, self.rows, self.device) for op in ops)
-
-
 @register_strategy("sequences")
-class SequencesStrategy(Strategy):
-    """Sliding-window sequences × node batches, one model replica per rank (see the module docstring)."""
-
-    #: mini-batches of sampled windows: a different training regime from one full-graph batch per epoch
-    full_batch: ClassVar[bool] = False
+class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
+    """Sliding-window sequences × node batches, one model replica per rank (see the module docstring); each
+    sample's computational graph from the sampler it derives from (:class:`SampleGraphs`)."""
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
         """Graph-recurrent cells run at any P: each sample's time encoder gets every step's graph among the
-        rows its receptive field needs (module docstring, *Graph-recurrent cells*)."""
+        rows its receptive field needs (:mod:`~hpcdgnn.strategies.sampling`, *Graph-recurrent cells*)."""
         return True
 
     @classmethod
@@ -278,7 +185,7 @@ class SequencesStrategy(Strategy):
         return plan_sequences(manifest, num_ranks, job)
 
     # -- setup --------------------------------------------------------------------------------------
-    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+    def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the snapshots of my sequences (``overlap``) or of my block (``fetch``); normalise them."""
         o, job, me = self.ctx.job.strategy, self.ctx.job, self.comm.rank
         recurrent = [bool(getattr(layer, "graph_recurrent", False)) for layer in model.layers]
@@ -345,7 +252,8 @@ class SequencesStrategy(Strategy):
             for t, ax in self._precompute(list(range(read_lo, read_hi)), raw).items():
                 self.cache.offer(self._input_key(t), ax, "setup")
         self._stat_width: int | None = None
-        return sorted({s.t for s in self.mine})
+        self.task = task  # counts each global batch's training examples (:meth:`batches`)
+        return Scored(snapshots=tuple(sorted({s.t for s in self.mine})))
 
     def _read(self, reader, t: int):
         """Snapshot t as read (raw CSR) and on the host for sampling (:class:`_HostSnapshot`)."""
@@ -520,7 +428,7 @@ class SequencesStrategy(Strategy):
         except ValueError as e:
             raise ConfigError(f"--resume: strategy.cache_mb / cache_policy: {e}") from None
 
-    def end_epoch(self, epoch: int, train_loss: float) -> dict:
+    def report(self, epoch: int, train_loss: float) -> dict:
         """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally; R3's
         cache this epoch (all ranks): hits, misses, evictions, hit rate, bytes (:meth:`_reuse_report`)."""
         out = {"reuse": self._reuse_report()}
@@ -568,10 +476,6 @@ class SequencesStrategy(Strategy):
         out["hit_rate"] = hit_rate(out["hits"], out["misses"])
         return out
 
-    def attach_task(self, task) -> None:
-        """The task head, to count each global batch's training examples (:meth:`batches`)."""
-        self.task = task
-
     def snapshot(self, t: int) -> _HostSnapshot:
         """Snapshot t: read at setup, or fetched this epoch."""
         return self.host[t] if t in self.host else self._fetched[t]
@@ -613,7 +517,7 @@ class SequencesStrategy(Strategy):
             return [(s, b) for b in range(nb) for s in seqs]
         return [(s, b) for s in seqs for b in range(nb)]
 
-    def batches(self, epoch: int) -> Iterator[Batch]:
+    def batches(self, epoch: int) -> Iterator[SampleBatch]:
         """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'."""
         if self.opts.placement == "fetch":  # input data moved: the epoch's "load" column
             t0 = time.perf_counter()
@@ -630,7 +534,7 @@ class SequencesStrategy(Strategy):
             local = [(s, b) for s, b in samples[g : g + Q] if s.index in self._mine_ids]
             count = sum(self.task.sample_examples(s.t, nodes[b], epoch) for s, b in local)
             examples = float(self.comm.allreduce_array([count], tag="batch")[0])
-            yield Batch(epoch, g // Q, None, examples if examples > 0 else 1.0, [(s, nodes[b], b) for s, b in local])
+            yield SampleBatch(epoch, g // Q, examples if examples > 0 else 1.0, [(s, nodes[b], b) for s, b in local])
 
     # -- the step -----------------------------------------------------------------------------------
     def _rng(self, epoch: int, seq: Sequence, b: int, train: bool) -> np.random.Generator:
@@ -658,7 +562,7 @@ class SequencesStrategy(Strategy):
                 self._stat_width = int(task(SampleEmbeddings(self.seqs[0].t, rows, none, none), epoch).stats.shape[0])
         return np.zeros(self._stat_width)
 
-    def step(self, model: DGNN, task, batch: Batch, scale: float) -> np.ndarray:
+    def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""
         stats = None
         for seq, nodes, b in batch.samples:
@@ -679,263 +583,6 @@ class SequencesStrategy(Strategy):
                         stats = out if stats is None else stats + out
         return stats if stats is not None else self._zero_stats(model, task, epoch)
 
-    def host_bytes(self) -> int:
+    def _host_bytes(self) -> int:
         """Snapshots held on the host (read and fetched)."""
         return sum(h.nbytes for h in self.host.values()) + sum(h.nbytes for h in self._fetched.values())
-
-    # -- computational graphs of graph-recurrent cells ---------------------------------------------
-    def whole_graph(self, t: int) -> StepGraph:
-        """Snapshot t's whole graph A_t as a step graph (on the host), built once per held or fetched snapshot:
-        the operators of the cells are built on it once and restricted to each sample's rows."""
-        h = self.snapshot(t)
-        if h.graph is None:
-            indptr, indices, weights = (torch.from_numpy(np.ascontiguousarray(a)) for a in h.raw)
-            h.graph = StepGraph(t, indptr, indices, weights)
-        return h.graph
-
-    def _pattern(self, layer, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """(crow, col) of the union of the patterns of ``layer``'s whole-snapshot operators at step t: the
-        hops of the cell's convolutions (memoised on the whole graph)."""
-        g = self.whole_graph(t)
-
-        def build(_):
-            keys = []
-            for op in layer.operator(g, self.ctx.dtype):
-                crow, col = op.a.crow_indices().numpy(), op.a.col_indices().numpy()
-                n = crow.shape[0] - 1
-                keys.append(np.repeat(np.arange(n, dtype=np.int64), np.diff(crow)) * n + col)
-            keys = np.unique(np.concatenate(keys))
-            r, c = np.divmod(keys, self.N)
-            return np.concatenate([[0], np.cumsum(np.bincount(r, minlength=self.N))]), c
-
-        return g.operator(("pattern", type(layer).__name__), build)
-
-    def _hop(self, layer, t: int, rows: np.ndarray, k: int, fanout: int, salt: int) -> np.ndarray:
-        """``rows`` and their neighbours up to ``k`` hops over ``layer``'s operator at step t (ascending); with
-        ``fanout`` > 0 each vertex adds at most that many neighbours: those with the smallest :func:`_mix` keys."""
-        if k == 0 or rows.shape[0] == 0:
-            return rows
-        crow, col = self._pattern(layer, t)
-        out = frontier = rows
-        for _ in range(k):
-            counts = crow[frontier + 1] - crow[frontier]
-            c = col[_expand(crow[frontier], counts)]
-            if fanout > 0 and c.shape[0]:
-                r = np.repeat(frontier, counts)
-                other = c != r  # the vertex itself is in already
-                r, c = r[other], c[other]
-                order = np.lexsort((_mix(salt + t * 0x9E37, r, c), r))  # by vertex (ascending), then key
-                _, first, per = np.unique(r, return_index=True, return_counts=True)
-                rank = np.empty(r.shape[0], dtype=np.int64)
-                rank[order] = np.arange(r.shape[0]) - np.repeat(first, per)
-                c = c[rank < fanout]
-            frontier = np.setdiff1d(c, out)
-            if frontier.shape[0] == 0:
-                break
-            out = np.union1d(out, frontier)
-        return out
-
-    def cell_rows(self, seq: Sequence, vertices: np.ndarray, rng: np.random.Generator,
-                  decoder: list[int | None] | None = None) -> np.ndarray:
-        """The rows U every graph-recurrent layer of a sample runs over (module docstring, *Graph-recurrent
-        cells*): the union over layers and steps — the window's, then with the encoder–decoder the decoder's
-        H steps — of the rows whose outputs the scored ``vertices`` depend on, and of layer 0's reads.
-        ``decoder``: the snapshot each decoder step reads (:meth:`decoder_steps`; None: its own prediction),
-        whose graph the step convolves over (G_t where it reads none); default: none read."""
-        salt = int(rng.integers(0, 2**62))
-        L, top = len(self.encoder), len(self.encoder) - 1
-        steps = list(range(seq.start, seq.stop))
-        empty = np.zeros(0, np.int64)
-        fan = self.fanout
-
-        def hop(layers, layer, which, t, rows):  # the rows layers[layer] reads of its input (0) or its state (1)
-            return self._hop(layers[layer], t, rows, layers[layer].receptive_hops()[which], fan[layer], salt)
-
-        need: list[np.ndarray] = [vertices]
-        seed = [empty] * L  # rows each encoder layer must get right at the window's last step
-        if self.decoder is None:
-            seed[top] = vertices
-        else:
-            reads = decoder or [None] * self.horizon
-            graph = [seq.t if u is None else u for u in reads]  # the snapshot whose graph step d runs on
-            dec, later = self.decoder, None  # ``later``: the rows of decoder step d + 1, per layer
-            for d in reversed(range(self.horizon)):
-                rows = [empty] * L
-                for layer in reversed(range(L)):
-                    r = vertices if layer == top else hop(dec, layer + 1, 0, graph[d], rows[layer + 1])
-                    if later is not None:
-                        r = np.union1d(r, hop(dec, layer, 1, graph[d + 1], later[layer]))  # the state step d + 1 reads
-                        if layer == top and reads[d + 1] is None:  # step d + 1 reads this step's prediction
-                            r = np.union1d(r, hop(dec, 0, 0, graph[d + 1], later[0]))
-                    rows[layer] = r
-                need += [*rows, hop(dec, 0, 0, graph[d], rows[0])]  # layer 0's reads of step d's input
-                later = rows
-            seed = [hop(dec, layer, 1, graph[0], later[layer]) for layer in range(L)]  # the encoder states step 0 reads
-        later = None
-        for e in reversed(range(len(steps))):
-            rows = [empty] * L
-            for layer in reversed(range(L)):
-                r = seed[layer] if e == len(steps) - 1 else empty
-                if layer < top:
-                    r = np.union1d(r, hop(self.encoder, layer + 1, 0, steps[e], rows[layer + 1]))
-                if later is not None:
-                    r = np.union1d(r, hop(self.encoder, layer, 1, steps[e + 1], later[layer]))
-                rows[layer] = r
-            need += [*rows, hop(self.encoder, 0, 0, steps[e], rows[0])]  # X_t's rows layer 0 reads
-            later = rows
-        return np.unique(np.concatenate(need))
-
-    def rows_graph(self, t: int, rows: np.ndarray) -> RowsStepGraph:
-        """Snapshot t among ``rows`` (:class:`RowsStepGraph`)."""
-        whole = self.whole_graph(t)
-        r, c, e = _submatrix(whole.indptr.numpy(), whole.indices.numpy(), rows)
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=rows.shape[0]))])
-        return RowsStepGraph(t, torch.from_numpy(indptr), torch.from_numpy(c),
-                             whole.values[torch.from_numpy(e)], whole=whole, rows=rows, device=self.ctx.device)
-
-    def target_block(self, t: int) -> torch.Tensor:
-        """The regression targets Ŷ_t forecasts, (N, H) float64 on the host (NaN where missing): the decoder's
-        teacher inputs (:meth:`~hpcdgnn.tasks.regression.Regression.target_block`), kept per step."""
-        if t not in self._targets:
-            self._targets[t] = self.task.target_block(t)
-        return self._targets[t]
-
-    # -- computational graphs ---------------------------------------------------------------------
-    def sampled_block(self, start: int, stop: int, rows: np.ndarray, k: int, rng: np.random.Generator):
-        """One layer's aggregation over steps ``start..stop-1`` for output vertices ``rows`` (ascending):
-        block-diagonal over steps, each block Ã_t's rows of ``rows`` (all entries, or the self-loop plus
-        ``k`` neighbours sampled without replacement, weighted deg / k); and the vertices it reads.
-
-        Returns (NormalizedAdjacency of shape (S·len(rows), S·len(cols)), cols ascending ⊇ rows).
-        """
-        S, n = stop - start, rows.shape[0]
-        rs, cs, vs = [], [], []
-        for i, t in enumerate(range(start, stop)):
-            h = self.snapshot(t)
-            starts, counts = h.crow[rows], h.crow[rows + 1] - h.crow[rows]
-            e = _expand(starts, counts)
-            r = np.repeat(np.arange(n, dtype=np.int64), counts)
-            c, v = h.col[e], h.val[e].copy()
-            if k > 0 and e.size:
-                self_loop = c == rows[r]
-                key = rng.random(e.size)
-                key[self_loop] = -1.0  # the self-loop is always kept, first in its row
-                order = np.argsort(r + 0.5 * (key + 1.0), kind="stable")  # by row, then key (self-loop first)
-                first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-                rank = np.empty(e.size, dtype=np.int64)
-                rank[order] = np.arange(e.size) - np.repeat(first, counts)
-                keep = rank <= k
-                degree = counts - 1  # neighbours besides the self-loop (gcn_norm adds one to every row)
-                scale = degree / np.minimum(degree, k).clip(min=1)
-                v = np.where(self_loop, v, v * scale[r])
-                r, c, v = r[keep], c[keep], v[keep]
-            rs.append(r + i * n)
-            cs.append(c)
-            vs.append(v)
-        r, c, v = np.concatenate(rs), np.concatenate(cs), np.concatenate(vs)
-        cols = np.union1d(rows, c)
-        step = np.repeat(np.arange(S, dtype=np.int64), [x.shape[0] for x in rs])
-        c_local = step * cols.shape[0] + np.searchsorted(cols, c)
-        shape = (S * n, S * cols.shape[0])
-        # the entries are in CSR order already (rows ascending; a row's columns ascend, as in Ã_t and
-        # through the monotone map to positions in ``cols``): only the transpose needs a (stable) sort
-        vt = torch.from_numpy(v).to(self.ctx.dtype)
-        by_col = np.argsort(c_local, kind="stable")
-        dev = self.ctx.device
-        adj = NormalizedAdjacency(-1, _csr(r, c_local, vt, shape).to(dev),
-                                  _csr(c_local[by_col], r[by_col], vt[torch.from_numpy(by_col)],
-                                       (shape[1], shape[0])).to(dev))
-        return adj, cols
-
-
-class SampleLayout(Layout):
-    """One sample's computational graph (ReInc §3.4.2): per layer, the rows it outputs in each step of the
-    window and its sampled aggregation; the whole window's rows as one (S, n, F) block. For graph-recurrent
-    cells: the rows :attr:`cells` every layer runs over at every step and each step's graph among them."""
-
-    def __init__(self, s: SequencesStrategy, seq: Sequence, batch: np.ndarray, vertices: np.ndarray,
-                 rng: np.random.Generator, *, epoch: int = 0, b: int = 0, train: bool = False) -> None:
-        super().__init__(seq.start, seq.stop, s.num_layers)
-        self.s, self.seq, self.batch = s, seq, batch
-        self.epoch, self.b, self.train = epoch, b, train
-        self.vertices = np.asarray(vertices, dtype=np.int64)
-        L = s.num_layers
-        #: graph-recurrent cells: the rows U of every layer and step (:meth:`SequencesStrategy.cell_rows`)
-        self.cells: np.ndarray | None = None
-        if s.cells:
-            #: the snapshot each decoder step reads (:meth:`SequencesStrategy.decoder_steps`)
-            self.decoder = s.decoder_steps(epoch, seq, b, train) if s.decoder is not None else None
-            self.cells = s.cell_rows(seq, self.vertices, rng, self.decoder)
-            self.graphs = [s.rows_graph(t, self.cells) for t in range(seq.start, seq.stop)]
-            return
-        self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
-        self.adj: list[NormalizedAdjacency | None] = [None] * L
-        for li in reversed(range(L)):  # from the batch down to the input: each layer's rows and their reads
-            if li == 0 and s.reads_ax:  # layer 0 reads its rows of Ã_t·X_t from the reuse cache
-                break
-            self.adj[li], self.rows[li] = s.sampled_block(seq.start, seq.stop, self.rows[li + 1], s.fanout[li], rng)
-
-    def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
-        """The layer's aggregation over its sampled block (all steps in one product), then its transform."""
-        S = self.stop - self.start
-        steps = list(range(self.start, self.stop))
-        if self.cells is not None:  # a cell's input as it is: X (layer 0; or its basis, reused) or the layer below
-            if h is None:
-                h = torch.stack([self._cell_input(g, "encoder") for g in self.graphs])
-            return layer.spatial_steps(h, steps, tparams)
-        n = self.rows[li + 1].shape[0]
-        if h is None and self.s.reads_ax:  # layer 0 over full neighbourhoods: Ã_t·X_t, reused (R3)
-            ax = torch.stack([self.s.input_rows(t, self.rows[1]) for t in steps]).to(self.s.ctx.device)
-            return layer.spatial_steps(ax, steps, tparams)
-        if h is None:  # layer 0: X of its input rows in every step
-            idx = torch.from_numpy(self.rows[0])
-            h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in range(self.start, self.stop)])
-            h = h.to(self.s.ctx.device)
-        ax = layer.aggregate(LocalGraph(self.adj[li]), h.reshape(-1, h.shape[-1]))
-        return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)
-
-    def _cell_input(self, graph: RowsStepGraph, part: str) -> torch.Tensor:
-        """The first cell's input at ``graph``'s snapshot over the rows U, read by ``part``: X_t's rows, or with
-        ``reuse: on`` and full neighbourhoods the rows of its basis from the reuse cache (ReInc §3.1, §3.3.1)."""
-        if self.s.reads_basis:
-            return self.s.input_basis(graph, part)
-        return self.s.snapshot(graph.t).x.index_select(0, torch.from_numpy(self.cells)).to(self.s.ctx.device)
-
-    def encode(self, layer, li: int, y: torch.Tensor, state):
-        """The layer's time encoder; the first cell's from its input's basis when that came from the cache."""
-        if li == 0 and self.cells is not None and self.s.reads_basis:
-            return layer.scan(input_gates_from_basis(layer, y), self.graphs, state)
-        return super().encode(layer, li, y, state)
-
-    def step_graphs(self, li: int) -> list[StepGraph] | None:
-        """The window's graphs among the rows U of the cells (every layer runs over the same rows)."""
-        return self.graphs if self.cells is not None else None
-
-    def decoder_inputs(self) -> DecoderInputs:
-        """The encoder–decoder's inputs (:mod:`~hpcdgnn.nn.models.encoder_decoder`): G_t among U; when training,
-        for each decoder step d ≥ 1 that draws teacher forcing (:meth:`SequencesStrategy.teacher_draws`: never
-        P), the targets y_{t+d-1} of U (NaN where missing) — or in the snapshot form the input of each snapshot
-        a step reads (:meth:`SequencesStrategy.decoder_steps`) and its graph among U, read in step order (the
-        order of the cache's plan)."""
-        s, H, last = self.s, self.s.horizon, self.graphs[-1]
-        teacher: list[torch.Tensor | None] = [None] * H
-        if s.reads_snapshots:
-            graphs = [None if u is None else last if u == self.seq.t else s.rows_graph(u, self.cells)
-                      for u in self.decoder]
-            snaps = [None if g is None else self._cell_input(g, "decoder") for g in graphs]
-            return DecoderInputs(last, teacher, snaps, graphs, aggregated=s.reads_basis)
-        draws = s.teacher_draws(self.epoch, self.seq, self.b, self.train)
-        if any(draws):
-            block = s.target_block(self.seq.t).index_select(0, torch.from_numpy(self.cells))
-            for d in range(1, H):
-                if draws[d]:
-                    teacher[d] = block[:, d - 1 : d].to(s.ctx.device, s.ctx.dtype)
-        return DecoderInputs(last, teacher)
-
-    def output(self, h: torch.Tensor) -> SampleEmbeddings:
-        """The last step's rows of the sample's vertices."""
-        self.last = h
-        rows = h[-1]
-        if self.cells is not None:  # the vertices' rows among U
-            rows = rows.index_select(0, torch.from_numpy(np.searchsorted(self.cells, self.vertices)).to(rows.device))
-        return SampleEmbeddings(self.seq.t, rows, self.vertices, self.batch)

@@ -30,7 +30,7 @@ narrower gradient too. The first layer's aggregation Ã_t·X_t is a constant
 (S4): it is moved once, in the first epoch, and kept on the vertex owner, so
 that layer moves nothing forward and nothing backward after it. The exchanges are
 MPI_Alltoallw calls over sub-boxes of the two layouts
-(:meth:`Communicator.alltoall_boxes`), so no side packs or unpacks tensors.
+(:meth:`~hpcdgnn.comm.exchange.Exchange.alltoall_boxes`), so no side packs or unpacks tensors.
 
 Which rank owns which snapshot is the plan's choice: contiguous blocks (IBM
 §4.2; by count or by estimated work), cyclic, or — with ``strategy.blocks: nb``
@@ -83,7 +83,7 @@ from hpcdgnn.nn.layout import (
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import banded_in_place, plan_snapshots, rebalanced_plan
-from hpcdgnn.strategies.base import Batch, Strategy
+from hpcdgnn.strategies.base import FullBatch, FullBatchStrategy, Scored
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.tasks.base import Embeddings
 
@@ -100,7 +100,7 @@ def _rows(ts: list[int]) -> tuple[int, int] | list[int]:
 
 
 @register_strategy("snapshot")
-class SnapshotStrategy(Strategy):
+class SnapshotStrategy(FullBatchStrategy):
     """Snapshots are owned by ranks in contiguous blocks; the RNN runs on vertex ranges (IBM §4.2)."""
 
     @classmethod
@@ -137,7 +137,7 @@ class SnapshotStrategy(Strategy):
         where a block's vertex layout is all N rows of every step; at P > 1 a rank's RNN rows are a range."""
         return num_ranks == 1
 
-    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+    def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the owned snapshots, move them to the device (S3), normalise Ã_t (IBM Eq. 1) and
         precompute Ã_t·X_t (S4).
 
@@ -192,7 +192,7 @@ class SnapshotStrategy(Strategy):
         #: the first layer's input: Ã_t·X_t when precomputed (S4), else X_t
         self.ax0 = torch.stack(ax) if ax else torch.zeros(0, self.N, F, dtype=dtype, device=dev)
         self.num_layers = len(model.layers)
-        return self.owned
+        return Scored(snapshots=tuple(self.owned))
 
     def _normalise(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
         """Load block b's snapshots onto the device (the load time goes to ``load``) and build diag(Ã_t)
@@ -254,7 +254,7 @@ class SnapshotStrategy(Strategy):
             return {(lo, hi): self._diag[(b, lo, hi)] for _, lo, hi in self.phases(b)}
         return self._normalise(b)
 
-    def transfer_stats(self) -> tuple[int, float]:
+    def _transfer_stats(self) -> tuple[int, float]:
         """Snapshot bytes moved host -> device so far, and the seconds it took (S3)."""
         return self.transfer.bytes, self.transfer.seconds
 
@@ -331,7 +331,7 @@ class SnapshotStrategy(Strategy):
                 chunks.append(ChunkBoxes(snapshot, vertex, (r0, r1)))
             self._chunk_boxes.append(chunks)
 
-    def engine_bytes(self) -> int:
+    def _engine_bytes(self) -> int:
         """Device-held inputs at their peak: resident Ã_t (or, with blocks, the largest block's),
         plus the precomputed first-layer aggregation.
         """
@@ -340,7 +340,7 @@ class SnapshotStrategy(Strategy):
         moved = sum(x.numel() * x.element_size() for x in self._ax0_vertex.values())
         return resident + streamed + self.ax0.numel() * self.ax0.element_size() + moved
 
-    def host_bytes(self) -> int:
+    def _host_bytes(self) -> int:
         """Host memory of the encoded snapshot payloads."""
         return self.transfer.host_bytes
 
@@ -468,7 +468,7 @@ class SnapshotStrategy(Strategy):
         """Block b (the whole timeline without checkpoint blocks), from boundary ``states`` (None: t = 0)."""
         return SnapshotLayout(self, b, states)
 
-    def step(self, model: DGNN, task, batch: Batch, scale: float) -> np.ndarray:
+    def step(self, model: DGNN, task, batch: FullBatch, scale: float) -> np.ndarray:
         """One full-batch step; with nb > 1 blocks, gradient checkpointing (IBM §3.1, Fig. 2; SPEC S2).
 
         Pass 1 runs the blocks forward without autograd, keeping only the

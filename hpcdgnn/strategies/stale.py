@@ -284,7 +284,7 @@ class StaleFetch:
             flag[rows] = True
         # which asked rows come: one bit each, packed per asker
         packed = [np.packbits(fresh[int(bounds[q]) : int(bounds[q + 1])].numpy()) for q in range(P)]
-        raw = comm.alltoallv(torch.from_numpy(np.concatenate(packed)).view(-1, 1), [(g + 7) // 8 for g in got],
+        raw = comm.exchange.alltoallv(torch.from_numpy(np.concatenate(packed)).view(-1, 1), [(g + 7) // 8 for g in got],
                              [(c + 7) // 8 for c in counts], tag=f"{tag}.index").view(-1).numpy()
         offs = np.r_[0, np.cumsum([(c + 7) // 8 for c in counts])]
         mask = torch.from_numpy(np.concatenate(

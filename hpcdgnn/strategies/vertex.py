@@ -44,6 +44,7 @@ from hpcdgnn.nn.layout import horizon_temporal, phase_view
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.vertex import plan_vertices
+from hpcdgnn.strategies.base import Scored
 from hpcdgnn.strategies.halo import HaloLayout, HaloStrategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.snapshot import _rows
@@ -60,7 +61,7 @@ class VertexStrategy(HaloStrategy):
         """Vertex sets by ``strategy.partition``; snapshots scored cyclically (:func:`plan_vertices`)."""
         return plan_vertices(manifest, num_ranks, job)
 
-    def setup(self, plan: PartitionPlan, model: DGNN, reader) -> list[int]:
+    def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read this rank's rows of every Ã_t, agree on the halo, normalise, precompute Ã·X (setup exchange)."""
         P, me, dev = self.comm.size, self.comm.rank, self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
@@ -86,12 +87,12 @@ class VertexStrategy(HaloStrategy):
         shard = self._task_rows(keys, N, lambda k: part[k % N],
                                 lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N])
         if shard is not None:  # the task scores my rows here and fetches the few it lacks
-            return shard
+            return Scored(rows=shard)
         # else its layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
         self.scored = plan.snapshots_of(me)
         self._snap_boxes = [((0, len(self.scored)), tuple(plan.vertex_bounds[q : q + 2])) for q in range(P)]
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
-        return self.scored
+        return Scored(snapshots=tuple(self.scored))
 
     def layout(self) -> VertexLayout:
         """The whole timeline: my vertices' rows of every snapshot."""

@@ -1,16 +1,8 @@
 """The task contract: turn embeddings Z_t into a loss and metrics, exactly across ranks.
 
-Exactness by design (STYLE G11): a task returns the *sum* of per-example
-losses over the snapshots this rank scores; the trainer divides by the global
-number of training examples, which every rank knows from the manifest or from
-one all-reduce at setup. A P-rank step is then the P = 1 step up to float
-summation order. Metrics are likewise sums (counts, histogram bins) that are
-all-reduced once per epoch and finished on every rank.
-
-Time split (no leakage from the future): prediction steps are ordered in time
-and cut into train / validation / test by ``task.split``; metrics of epoch e
-are measured on the same forward pass that produced its training loss
-(parameters before that epoch's update).
+A task returns the *sum* of per-example losses over what this rank scores; the trainer divides
+by the global training-example count, so P ranks reproduce P = 1 up to summation order.
+Metrics are sums all-reduced once per epoch; steps split chronologically (``task.split``).
 """
 
 from __future__ import annotations
@@ -22,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Embeddings", "RowShard", "SampleEmbeddings", "ShardedEmbeddings", "Task", "TaskBatch", "split_steps",
-           "SPLITS"]
+__all__ = ["Embeddings", "RowShard", "SampleEmbeddings", "Scored", "ShardedEmbeddings", "Task", "TaskBatch",
+           "split_steps", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
@@ -38,13 +30,7 @@ def split_steps(num_steps: int, fractions: tuple[float, float, float]) -> list[r
 
 
 class Embeddings(dict):
-    """``{t: Z_t}`` that a layout hands the task, and — when the Z_t are the rows of one (S, n, F)
-    block, as under the snapshot strategy — that ``block`` and each step's position in it.
-
-    A task may then score all steps from the block itself (one projection GEMM over every row,
-    pairs indexed by ``position[t] * n + vertex``) instead of stacking the Z_t again: the stack
-    copied the block forward and its backward zero-filled and re-stacked a block-sized gradient.
-    """
+    """``{t: Z_t}``, plus the (S, n, F) ``block`` they are rows of, if any (scoring from it avoids a re-stack)."""
 
     block: torch.Tensor | None = None
     position: dict[int, int] | None = None
@@ -59,23 +45,11 @@ class Embeddings(dict):
 
 @dataclass
 class RowShard:
-    """Where the embedding rows live when a task scores them in place.
-
-    The vertex (S6) and chunk (D1) strategies give every appearance (v, t) one owner rank. A task
-    with :attr:`Task.in_place` gets this from ``Strategy.setup`` instead of a list of whole
-    snapshots: it scores each example on the rank that owns its row (link prediction: the source
-    row of the pair) and fetches only the other rows it reads (the destination rows it lacks),
-    instead of the whole (T, N, F) block moving to snapshot owners after the last layer.
+    """Where the embedding rows live when a task scores them in place (vertex S6 and chunk D1 strategies).
 
     Attributes:
-        keys: key ``t * N + v`` of each of this rank's rows, in row order (time-major: the rows of
-            a step are one contiguous range).
-        num_vertices: N.
-        rank: this rank.
-        owner_of: rank owning each key (vectorised).
-        local_of: row of each key on its owner (vectorised; meaningful for keys the caller owns).
-        steps: the steps this rank has rows of, ascending.
-        num_ranks: P.
+        keys: ``t * N + v`` of this rank's rows, in row order (time-major).
+        owner_of, local_of: owning rank, and row on the owner, of each key (vectorised).
     """
 
     keys: np.ndarray
@@ -106,13 +80,17 @@ class RowShard:
         return np.ones(keys.shape[0], dtype=bool) if self.alone else self.owner_of(keys) == self.rank
 
 
-class ShardedEmbeddings:
-    """This rank's embedding rows where they live (:class:`RowShard`), and the fetch of any others.
+@dataclass(frozen=True)
+class Scored:
+    """What a rank scores, from its strategy's ``setup``: ``snapshots``, in-place ``rows``, or ``events`` per split."""
 
-    ``rows`` (R, F) are the rows of ``shard.keys``; :meth:`fetch` is a collective — every rank
-    calls it exactly once per forward pass, with the keys it lacks (possibly none) — that returns
-    the rows of other ranks, differentiable (the backward sends their gradients to the owners).
-    """
+    snapshots: tuple[int, ...] = ()
+    rows: RowShard | None = None
+    events: dict[str, int] | None = None
+
+
+class ShardedEmbeddings:
+    """This rank's rows (:class:`RowShard`) and :meth:`fetch`, a differentiable collective run once per forward."""
 
     def __init__(self, shard: RowShard, rows: torch.Tensor, fetch: Callable[[np.ndarray], torch.Tensor]) -> None:
         self.shard, self.rows, self._fetch = shard, rows, fetch
@@ -122,8 +100,7 @@ class ShardedEmbeddings:
         return self._fetch(keys)
 
     def by_step(self, step_rows: dict[int, tuple[int, int]]) -> dict[int, torch.Tensor]:
-        """``{t: my rows of step t}`` for the ranges of :meth:`RowShard.step_rows` (which cover my rows in
-        order): one split — slicing each would zero-fill a full-size gradient per step in the backward."""
+        """``{t: my rows of step t}`` by one split: slicing each would zero-fill a full-size gradient per step."""
         if not step_rows:
             return {}
         return dict(zip(step_rows, self.rows.split([b - a for a, b in step_rows.values()]), strict=True))
@@ -131,11 +108,7 @@ class ShardedEmbeddings:
 
 @dataclass
 class SampleEmbeddings:
-    """Z_t of one mini-batch sample (the ``sequences`` strategy, ReInc §3.4.2): the rows of ``vertices``
-    (ascending) at step ``t``, the last of the sample's window; the task scores the examples of
-    ``batch`` (ascending, ⊆ ``vertices``) at t — link prediction the pairs whose source is in it,
-    node tasks its vertices — and reads the other rows it asked for (:meth:`Task.sample_vertices`).
-    """
+    """Z_t of one mini-batch sample (ReInc §3.4.2): rows of ``vertices`` at ``t``; the task scores ``batch``."""
 
     t: int
     rows: torch.Tensor
@@ -148,18 +121,7 @@ class SampleEmbeddings:
 
 
 class TaskBatch:
-    """What a task returns for one forward pass on one rank: ``loss_sum``, the sum of training-example
-    losses over this rank's snapshots (differentiable), and ``stats``, float64 sums all-reduced by the
-    trainer and turned into metrics by ``Task.metrics``.
-
-    ``later``: the part of the sums that only evaluation needs (the validation and test scoring), added
-    into the array when ``stats`` is first read. Why: a strategy reads ``stats`` after its backward pass,
-    so a rank's evaluation work comes after the gradients other ranks wait for (a time halo's, a
-    redistribution's) instead of before them — with blocks of time, the rank holding the evaluation
-    snapshots would be the one the others wait for. The values are the same as if scored
-    at once: ``later`` reads this forward's tensors and the parameters, which every strategy's step reads
-    ``stats`` before the optimizer changes.
-    """
+    """One forward pass on one rank: ``loss_sum`` and float64 ``stats`` (``later``: evaluation sums, after backward)."""
 
     def __init__(self, loss_sum: torch.Tensor, stats: np.ndarray,
                  later: Callable[[np.ndarray], object] | None = None) -> None:
@@ -183,20 +145,14 @@ class Task(nn.Module):
     """Name of the headline validation metric printed in the epoch line."""
 
     buckets_pairs: bool = False
-    """Whether the decoder orders its pairs in buckets of ``HPCDGNN_BUCKET_BYTES`` (their order sets the rounding
-    of its gradient sums, so every rank must use the same size)."""
+    """Whether the decoder orders pairs in ``HPCDGNN_BUCKET_BYTES`` buckets (same size on every rank: rounding)."""
 
     in_place: bool = False
-    """Whether the task scores rows where they live (:class:`RowShard`, :class:`ShardedEmbeddings`)
-    under strategies that partition vertices; else those strategies move whole snapshots to it."""
+    """Whether the task scores rows where they live (:class:`RowShard`) under vertex-partitioning strategies."""
 
     @staticmethod
     def train_horizon(cfg, manifest) -> int:
-        """The last snapshot whose embedding enters the training loss (-1 if none).
-
-        With causal temporal layers no gradient reaches a later snapshot, so
-        strategies may compute those without recording autograd history.
-        """
+        """The last snapshot whose embedding enters the training loss (-1 if none); no autograd needed past it."""
         raise NotImplementedError
 
     @staticmethod
@@ -206,13 +162,12 @@ class Task(nn.Module):
 
     @staticmethod
     def footprint(cfg, manifest, hidden: int) -> tuple[int, int]:
-        """Lower bounds for :mod:`hpcdgnn.train.footprint`: (the head's weights on embeddings of width
-        ``hidden``, bytes of one step's examples held at once); none by default."""
+        """Lower bounds for :mod:`hpcdgnn.train.footprint`: (head weights at width ``hidden``,
+        bytes of one step's examples held at once); none by default."""
         return 0, 0
 
-    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
-        """Read the targets of the snapshots this rank scores (whole), or of its rows (a :class:`RowShard`,
-        for tasks with :attr:`in_place`)."""
+    def setup(self, reader, scored: Scored, comm) -> None:
+        """Read the targets of what this rank scores: whole snapshots, or (:attr:`in_place`) its ``scored.rows``."""
         raise NotImplementedError
 
     def global_train_count(self) -> float:
@@ -225,8 +180,7 @@ class Task(nn.Module):
         raise NotImplementedError
 
     def sample_vertices(self, t: int, batch: np.ndarray, epoch: int) -> np.ndarray:
-        """Vertices whose Z_t a sample scoring ``batch`` at step t reads (ascending; ⊇ ``batch``).
-        Node tasks: the batch itself; link prediction adds the destinations of its pairs."""
+        """Vertices whose Z_t a sample scoring ``batch`` at step t reads (ascending; ⊇ ``batch``)."""
         return batch
 
     def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
@@ -234,12 +188,9 @@ class Task(nn.Module):
         raise NotImplementedError
 
     def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
-        """Loss sum and metric sums for embeddings ``{t: Z_t (N, F')}`` (or rows in place).
+        """Loss sum and metric sums for ``{t: Z_t (N, F')}`` (or rows in place).
 
-        Contract: ``loss_sum`` must depend on every tensor in ``emb`` (add
-        ``z.sum() * 0`` for the ones it does not use) — in place, on ``emb.rows`` and
-        on what :meth:`ShardedEmbeddings.fetch` returned — so that the backward pass
-        reaches every collective that produced them on every rank.
+        ``loss_sum`` must depend on every tensor in ``emb`` and every fetch, so the backward reaches every collective.
         """
         raise NotImplementedError
 

@@ -1,18 +1,7 @@
 """Link prediction: embeddings of snapshot t score the edges of snapshot t+1 (IBM §2.2, §6.1).
 
-An edge (u, v) is scored from the concatenation [Z_t[u], Z_t[v]] by a small
-MLP decoder (one logit; binary cross-entropy). Positives are the raw edges of
-snapshot t+1 (before smoothing, SPEC S5); ``negatives`` × as many negative
-pairs are drawn uniformly from V×V by a counter-based generator keyed by
-``(seed, epoch, t)`` — the same pairs whichever rank scores snapshot t
-(:func:`draw_negatives_steps`).
-
-AUC is computed from per-split histograms of the logits (``AUC_BINS`` bins
-over ``[-AUC_RANGE, AUC_RANGE]``, clipped): integer counts all-reduce exactly,
-so the AUC is identical for any P; pairs whose logits fall in the same bin
-count as ties (1/2), which bounds the departure from the exact AUC by half
-the fraction of positive-negative pairs sharing a bin. Accuracy thresholds the
-logit at 0.
+An MLP decoder scores [Z_t[u], Z_t[v]] against t+1's raw edges (S5) and uniform negatives keyed by
+``(seed, epoch, t)``; AUC histograms of integer counts all-reduce exactly, so metrics do not depend on P.
 """
 
 from __future__ import annotations
@@ -35,6 +24,7 @@ from hpcdgnn.tasks.base import (
     Embeddings,
     RowShard,
     SampleEmbeddings,
+    Scored,
     ShardedEmbeddings,
     Task,
     TaskBatch,
@@ -64,16 +54,9 @@ _U64 = (1 << 64) - 1
 
 def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, half_range: float,
                       pos: np.ndarray, neg: np.ndarray) -> int:
-    """:func:`hpcdgnn.nn.kernels.score_stats` in torch, where the logits live (a GPU): the correct count,
-    and each logit's AUC bin ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 added to
-    ``pos`` / ``neg`` (host float64 arrays), bin for bin as the compiled pass and numpy on x86-64 give them
-    (NaN, inf and values past 2^63 in bin 0, that cast's result). One ``bincount`` of positives and
-    negatives together and one copy of 2·bins + 1 counts back to the host, where numpy's passes over a host
-    copy of every logit took a few hundred milliseconds per epoch at 12.6 M pairs.
-    """
+    """:func:`hpcdgnn.nn.kernels.score_stats` in torch, where the logits live: the same counts and bins, bit for bit."""
     x = logits.detach().to(torch.float64)
-    # a divisor on the device: CUDA divides by a host scalar as a product with its reciprocal, which moves
-    # values at bin edges unless 2R is a power of two
+    # a device divisor: CUDA turns division by a host scalar into a reciprocal product, moving bin edges
     width = torch.tensor(2.0 * half_range, dtype=torch.float64, device=x.device)
     v = (x + half_range) / width * bins
     zero = (v != v) | (v >= 9.223372036854775808e18) | (v < 1.0)  # the int64 cast and the clip at 0
@@ -100,9 +83,7 @@ def negatives_key(seed: int, epoch: int, t: int) -> int:
 
 
 def _draws(key: int, count: int, num_vertices: int) -> np.ndarray:
-    """The first ``count`` vertices of the stream ``key`` (int64): the i-th (from 0) is
-    ``⌊mix(key + (i+1)·γ) · N / 2^64⌋``, the 64 x 32-bit high product taken in two halves (exact for
-    N < 2^32); uint64 arithmetic wraps, as the generator intends."""
+    """The first ``count`` vertices ``⌊mix(key + (i+1)·γ) · N / 2^64⌋`` of stream ``key`` (exact for N < 2^32)."""
     z = np.uint64(key) + np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GAMMA)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
@@ -121,25 +102,10 @@ def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: 
 
 def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices: int, counts: list[int],
                           offsets: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Step ``steps[j]``'s ``counts[j]`` negative pairs of ``epoch``, for every j: pairs drawn uniformly
-    and independently from V x V, each step's ordered by source vertex; returned as one (2, Σ counts) int64
-    array with step j's pairs at ``bounds[j]:bounds[j+1]`` (its vertices plus ``offsets[j]``, default 0:
-    rows of stacked embeddings), and ``bounds``.
+    """Step ``steps[j]``'s ``counts[j]`` uniform negative pairs of ``epoch``, sources sorted, as one
+    (2, Σ counts) int64 array (vertices plus ``offsets[j]``) and its ``bounds``.
 
-    Each step has its own counter-based stream (splitmix64, keyed by :func:`negatives_key` of
-    (seed, epoch, t)): the first m draws are the sources, the next m the destinations, each vertex
-    ``⌊r · N / 2^64⌋`` of a 64-bit draw r — uniform over V to within N / 2^64 of each probability (no
-    rejection). So any rank draws any step's pairs alone, and the same ones, however the steps are
-    grouped into calls. The sources are then sorted (a counting sort, O(m + N), or a sort when m is
-    small next to N); the destinations keep their draw order. The pairs are i.i.d., so their order
-    carries no information and the multiset is distributed exactly as m uniform draws — but sorted
-    sources make the decoder's gathers of source rows sequential and its backward scatter-add into
-    source rows faster than with sources in random order.
-
-    Why not a seeded ``numpy.random.default_rng`` per step: its set-up and separate draw, count and
-    repeat passes cost tens of µs a step even for a few thousand pairs. One compiled call draws all steps
-    of an epoch (:func:`hpcdgnn.nn.kernels.draw_negatives`, from :data:`~hpcdgnn.nn.kernels.MIN_PAIRS`
-    pairs in all); numpy computes the same bits where it does not apply (tested).
+    Each step's splitmix64 stream is keyed by :func:`negatives_key`: any rank draws any step alone, identically.
     """
     if not 1 <= num_vertices < 1 << 32:
         raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
@@ -168,19 +134,14 @@ def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> 
     return draw_negatives_steps(seed, epoch, [t], num_vertices, [m])[0]
 
 
-#: bytes of the decoder's destination rows (their projection pv and its gradient) that one bucket of
-#: :func:`pairs_by_step` covers by default on the CPU: 512 KiB, a quarter of a 2 MiB L2 (the fastest of the
-#: sizes tried, :func:`pairs_by_step`). A constant, not the
-#: machine's cache: the pairs' order sets the rounding of each row's gradient sum, which should not
-#: depend on the node a run lands on. ``HPCDGNN_BUCKET_BYTES`` overrides it (0: no buckets).
-#: A decoder on a GPU takes no buckets by default: the order serves a CPU core's cache, and building it
-#: is host time the GPU waits for.
+#: Bytes of decoder destination rows (pv and its gradient) one :func:`pairs_by_step` bucket covers
+#: on the CPU: a quarter of a 2 MiB L2. A constant, not the machine's cache: pair order sets the
+#: rounding of gradient sums. ``HPCDGNN_BUCKET_BYTES`` overrides it (0: no buckets); GPUs default to 0.
 BUCKET_BYTES = 1 << 19
 
 
 def bucket_bytes() -> int | None:
-    """``HPCDGNN_BUCKET_BYTES`` (a byte count >= 0; 0 keeps the pairs in their drawn order), else None: the
-    default of the decoder's device (:data:`BUCKET_BYTES` on the CPU, 0 elsewhere)."""
+    """``HPCDGNN_BUCKET_BYTES`` (bytes >= 0; 0: drawn order), else None for the device default."""
     value = os.environ.get("HPCDGNN_BUCKET_BYTES")
     if value is None:
         return None
@@ -192,18 +153,14 @@ def bucket_bytes() -> int | None:
 
 
 def decoder_bucket_bytes(device: torch.device, size: int | None) -> int:
-    """The bytes of destination rows a bucket covers for a decoder on ``device``: ``size`` (:func:`bucket_bytes`),
-    else the device's default (:data:`BUCKET_BYTES` on the CPU, 0 — no buckets — elsewhere). The ranks compare
-    it, not the variable (:func:`hpcdgnn.train.setup._check_device_agreement`): the default spelled out is the
-    default."""
+    """Destination-row bytes per bucket on ``device``: ``size``, else :data:`BUCKET_BYTES` on the CPU, 0 elsewhere."""
     if size is None:
         return BUCKET_BYTES if device.type == "cpu" else 0
     return size
 
 
 def concat_steps(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-step (src, dst) int64 pairs as one (src, dst, bounds) triple: step j's pairs at
-    ``bounds[j]:bounds[j+1]``."""
+    """Per-step (src, dst) int64 pairs as one (src, dst, bounds) triple."""
     bounds = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum([p[0].shape[0] for p in parts], out=bounds[1:])
     if not parts:
@@ -213,8 +170,7 @@ def concat_steps(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
 
 
 def bucket_shift(rows: int, vertices: int) -> int:
-    """log2 of the bucket size: ``rows`` rounded down to a power of two (the kernel shifts, not divides);
-    one bucket (a size of at least ``vertices``) where ``rows >= vertices``."""
+    """log2 of the bucket size: ``rows`` rounded down to a power of two; one bucket when ``rows >= vertices``."""
     if rows >= vertices:
         return max(1, vertices - 1).bit_length()
     return max(1, rows).bit_length() - 1
@@ -226,8 +182,7 @@ def _last_bucket(shift: int, vertices: int) -> int:
 
 
 def _bucket_order(dst: np.ndarray, bounds: np.ndarray, firsts, shift: int, vertices: int) -> np.ndarray:
-    """The permutation that stably sorts each step's pairs (``bounds``) by destination bucket
-    ``(dst - first) >> shift``, a vertex out of range in the nearest bucket."""
+    """Permutation stably sorting each step's pairs by destination bucket ``(dst - first) >> shift`` (clipped)."""
     top = _last_bucket(shift, vertices)
     return np.concatenate([a + np.argsort(np.clip((dst[a:b] - f) >> shift, 0, top), kind="stable")
                            for a, b, f in zip(bounds[:-1], bounds[1:], firsts, strict=True)])
@@ -235,8 +190,7 @@ def _bucket_order(dst: np.ndarray, bounds: np.ndarray, firsts, shift: int, verti
 
 def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[int] | np.ndarray, shift: int,
                vertices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Steps' pairs (src, dst, bounds) with each step's pairs stably sorted by destination bucket
-    (:func:`pairs_by_step`'s order; the positives it takes are in it: sorted once, when kept)."""
+    """Steps' (src, dst, bounds) pairs, each step's stably sorted by destination bucket (:func:`pairs_by_step`)."""
     src, dst, bounds = pairs
     if _last_bucket(shift, vertices) == 0 or src.shape[0] == 0:
         return pairs
@@ -245,37 +199,16 @@ def in_buckets(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], firsts: list[in
 
 
 def pair_index_dtype(rows: int) -> np.dtype:
-    """The index type of pairs over ``rows`` rows (:func:`pairs_by_step`'s ``index_dtype``): int32 where every
-    row fits, else int64. Half the index bytes, so the pairs of an epoch take 12 bytes each with their label,
-    not 20, at about the same time."""
+    """int32 where every one of ``rows`` fits, else int64: 12 bytes per labelled pair instead of 20."""
     return index_dtype(rows - 1)
 
 
 def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.ndarray, np.ndarray, np.ndarray],
                   firsts: list[int] | np.ndarray, shift: int, vertices: int,
                   index_dtype: np.dtype = np.int64) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
-    """(src, dst, label) of the pairs of several steps, given as the steps' positives (in bucket order,
-    :func:`in_buckets`) and negatives, each (src, dst, bounds) (:func:`concat_steps`; step j's vertices are
-    ``dst - firsts[j]``, below ``vertices``): step by step, and within a step by destination bucket of
-    2^shift vertices (:func:`bucket_shift`), each bucket's positives (label 1), then its negatives
-    (label 0), each in their given order (a stable sort; a vertex out of range counts in the nearest
-    bucket). One bucket: the step's positives then its negatives. src and dst come as ``index_dtype``
-    (:func:`pair_index_dtype`), whichever path writes them.
+    """(src, dst, label) of several steps' pairs: step by step, by destination bucket, positives first.
 
-    Why step by step: a step's pairs read only that step's rows, so the decoder's loops find a step's
-    rows in cache for its negatives after its positives, where all positives, then all negatives,
-    would stream every row through the cache twice.
-
-    Why buckets: the decoder's training pass (:func:`hpcdgnn.nn.kernels.edge_bce_train`) reads a random
-    destination row and adds into its gradient for every pair; over a whole step those rows span
-    2 x N x hidden values, and most accesses would miss the cache. A bucket's rows (:data:`BUCKET_BYTES`)
-    stay in it while the sources stream by (they stay ascending within a bucket where they were: the
-    positives' CSR order, the negatives' sorted sources). The order is a function of each step's
-    pairs alone, so every rank scoring a step orders its pairs alike, and a subset of them (pairs scored
-    by source) in their relative order. One compiled pass (:func:`hpcdgnn.nn.kernels.pairs_by_bucket`)
-    writes the result, copying the positives' runs and scattering the negatives (scattering both, with
-    labels, costs more); else numpy's stable sort, the same order. One bucket keeps numpy's concatenation,
-    faster than the compiled pass there.
+    Keeps a step's and a bucket's rows in cache; the order depends only on each step's pairs.
     """
     firsts = np.asarray(firsts, dtype=np.int64)
     top = _last_bucket(shift, vertices)
@@ -302,22 +235,19 @@ _WIDTH = 3 + 2 * AUC_BINS
 
 #: Edges per chunk of the fused decoder on the CPU: (chunk, hidden) temporaries stay in a core's L2 cache.
 _EDGE_CHUNK = 8192
-#: Bytes of one (chunk, hidden) temporary of the fused decoder on a GPU. There a chunk costs some 20 kernel
-#: launches whatever its size, so the GPU's chunks are as large as this memory bound allows.
+#: Bytes of one (chunk, hidden) temporary on a GPU: a chunk costs ~20 launches whatever its size, so chunks are large.
 _EDGE_CHUNK_DEVICE_BYTES = 64 << 20
 
 
 def _edge_chunk(pu: torch.Tensor) -> int:
-    """Pairs per chunk of :class:`_EdgeMLP` for projections ``pu`` (rows, hidden): L2-sized on the CPU,
-    :data:`_EDGE_CHUNK_DEVICE_BYTES` per temporary elsewhere."""
+    """Pairs per :class:`_EdgeMLP` chunk: L2-sized on the CPU, :data:`_EDGE_CHUNK_DEVICE_BYTES` elsewhere."""
     if pu.device.type == "cpu":
         return _EDGE_CHUNK
     return max(_EDGE_CHUNK, _EDGE_CHUNK_DEVICE_BYTES // max(1, pu.shape[1] * pu.element_size()))
 
 
 def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T);
-    compiled where autograd does not follow and the widths allow (:func:`hpcdgnn.nn.kernels.projection_available`)."""
+    """(pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T), compiled where autograd does not follow and the widths allow."""
     if not (torch.is_grad_enabled() and (z.requires_grad or w1.requires_grad)) and kernels.projection_available(z, w1):
         return kernels.project(z, w1)
     f = z.shape[1]
@@ -325,16 +255,9 @@ def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 
 class _EdgeMLP(torch.autograd.Function):
-    """``w2 · relu(pu[src] + pv[dst] + b1) + b2`` per edge, in cache-sized chunks, with its adjoint.
+    """``w2 · relu(pu[src] + pv[dst] + b1) + b2`` per edge, with its adjoint.
 
-    Unfused, each of the ~10 elementwise steps of forward and backward streams an
-    (E, hidden) tensor through memory — for millions of edges per snapshot that
-    traffic dominates the epoch and is what two ranks on one node fight over.
-    Here the per-edge hidden layer lives only inside a chunk and is recomputed
-    in the backward pass; only (N, hidden) gradients and (E,) logits are stored.
-    On the CPU the forward is one compiled loop over the pairs (:mod:`hpcdgnn.nn.kernels`),
-    and training there takes :class:`_EdgeBCE`, which fuses the backward into it;
-    the chunked torch passes remain for GPUs, small calls and where numba is missing.
+    The (E, hidden) layer lives only inside a cache-sized chunk and is recomputed in the backward.
     """
 
     @staticmethod
@@ -366,7 +289,7 @@ class _EdgeMLP(torch.autograd.Function):
         E, chunk = src.shape[0], _edge_chunk(pu)
         for s in range(0, E, chunk):
             e = min(E, s + chunk)
-            h = _EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e])  # recomputed, not stored
+            h = _EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e])
             gc = g[s:e]
             dw2 += h.t() @ gc
             dh = torch.outer(gc, w2)
@@ -378,15 +301,9 @@ class _EdgeMLP(torch.autograd.Function):
 
 
 class _EdgeBCE(torch.autograd.Function):
-    """The training loss of the decoder on the CPU: ``Σ_e BCE(logit_e, label_e)`` from the embeddings ``z``,
-    forward and backward in one compiled pass over the pairs (:func:`hpcdgnn.nn.kernels.edge_bce_train`).
+    """The CPU training loss ``Σ_e BCE(logit_e, label_e)`` from ``z``, forward and backward in one compiled pass.
 
-    The loss is a scalar, so its gradient is that of the sum times the one upstream number: the pass
-    computes the sum's gradients during the forward, and the backward folds the upstream factor into
-    the (h, F) weights of the projection's backward GEMMs, not into (n, h) rows. Returns the loss, the
-    logits and the projections (pu, pv) (none of the last three differentiable: the metrics read the
-    logits, and evaluation pairs scored on the same rows reuse the projections). The same function as
-    :class:`_EdgeMLP` plus ``binary_cross_entropy_with_logits``, to rounding (the pass sums the loss too).
+    Returns the loss and the non-differentiable logits and projections (pu, pv).
     """
 
     @staticmethod
@@ -398,8 +315,7 @@ class _EdgeBCE(torch.autograd.Function):
         ctx.save_for_backward(z, w1, dpu, dpv)
         ctx.small = (db1, dw2, db2)
         ctx.mark_non_differentiable(logits, pu, pv)
-        # the logits and projections get no gradient: without this autograd would hand the backward zero
-        # tensors for them, two (rows, h) fills and one (pairs,) per call
+        # no gradient for logits and projections: skips autograd's zero-filled placeholders
         ctx.set_materialize_grads(False)
         return loss, logits, pu, pv
 
@@ -419,13 +335,10 @@ class _EdgeBCE(torch.autograd.Function):
 
 
 class EdgeDecoder(nn.Module):
-    """MLP on the concatenated endpoint embeddings: ``w2 · relu(W1 [z_u ; z_v] + b1) + b2``.
+    """MLP on concatenated endpoint embeddings: ``w2 · relu(W1 [z_u ; z_v] + b1) + b2``, first layer once per vertex.
 
-    ``W1 [z_u ; z_v] = W1[:, :F] z_u + W1[:, F:] z_v``, so the first layer is
-    applied once per vertex, giving (N, h) projections ``pu``, ``pv``; the
-    per-edge rest runs fused in chunks (:class:`_EdgeMLP`), and on the CPU the
-    training loss in one compiled pass (:meth:`train_loss`). The function equals
-    ``Linear(2F, h) -> ReLU -> Linear(h, 1)`` on the concatenation.
+    Shapes:
+        z: (N, F); src, dst: (E,); output: (E,) logits.
     """
 
     def __init__(self, emb_features: int, hidden: int) -> None:
@@ -454,9 +367,7 @@ class EdgeDecoder(nn.Module):
 
     def train_loss(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
                    label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """(loss, logits, (pu, pv)): the summed BCE of the edges' logits against ``label`` (with autograd), the
-        logits and the projections of :meth:`project` (both detached) — one compiled pass where the kernels
-        apply (:class:`_EdgeBCE`), else :meth:`forward`'s path and torch's loss."""
+        """(summed BCE with autograd, detached logits, detached (pu, pv)); one compiled pass where the kernels apply."""
         params = (self.lin1.weight, self.lin1.bias, self.lin2.weight, self.lin2.bias)
         if kernels.available(z, *params, label, pairs=src.shape[0]):
             loss, logits, pu, pv = _EdgeBCE.apply(z, *params, src, dst, label)
@@ -468,11 +379,7 @@ class EdgeDecoder(nn.Module):
 
 
 class LinkPrediction(Task):
-    """Link-prediction head and targets.
-
-    Stats layout per split s (train, val, test): [loss_sum, pairs, correct,
-    pos_hist (AUC_BINS), neg_hist (AUC_BINS)].
-    """
+    """Link-prediction head and targets; stats per split: [loss_sum, pairs, correct, pos_hist, neg_hist]."""
 
     metric = "auc"
     in_place = True
@@ -487,16 +394,13 @@ class LinkPrediction(Task):
         self.targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: per (steps, positions, rows): each step's positive pairs, constant over epochs
         self._fixed: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
-        #: in place (:class:`RowShard`): where the rows are; whether pairs are scored on their source row's
-        #: rank (else on their step's, t mod P); the steps I score pairs of
+        #: in place: where the rows are; whether pairs are scored by source row (else by step); my steps
         self.shard: RowShard | None = None
         self.by_source = True
         self._steps: list[int] = []
-        #: one rank holding every row of its steps (:meth:`_alone_block`): the rows' order into keys t * N + v
-        #: (an empty tensor where they are in it already); None otherwise
+        #: one rank with every row (:meth:`_alone_block`): their order into keys t * N + v (empty: in order)
         self._alone_order: torch.Tensor | None = None
-        #: mini-batch samples: the epoch whose draws are kept, each step's negatives of it (by t) and each
-        #: sample's selected pairs (by (t, batch))
+        #: mini-batch samples: the kept epoch's negatives (by t) and selected pairs (by (t, batch))
         self._epoch_negatives: tuple[int, dict] = (-1, {})
         #: the pairs' destination buckets (:meth:`_bucket_shift`), read once: every epoch orders alike
         self._bucket_bytes = bucket_bytes()
@@ -518,19 +422,13 @@ class LinkPrediction(Task):
 
     @staticmethod
     def footprint(cfg: TaskConfig, manifest: Manifest, hidden: int) -> tuple[int, int]:
-        """The decoder's first layer, 2·hidden × decoder_hidden weights; one step's scored pairs, the largest
-        snapshot's edges × (1 + negatives), as two int64 indices each (they exist at once in every path)."""
+        """Decoder first-layer weights; one step's pairs (largest snapshot × (1 + negatives)) as two int64s."""
         pairs = 16 * max(manifest.snapshot_edges) * (1 + cfg.negatives) if manifest.snapshot_edges else 0
         return 2 * hidden * cfg.decoder_hidden, pairs
 
     @staticmethod
     def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
-        """Per-pair work of scoring each snapshot: hidden x (5 when training: forward, the fused decoder's
-        recomputation and backward; 1 when evaluating), plus a few per-pair passes (sampling, loss,
-        histogram) that every split pays. The factors were fitted to per-rank compute times of
-        perf/bench_epoch.py's graph at P = 2 for the chunked torch passes; the compiled loop
-        (:mod:`hpcdgnn.nn.kernels`) trains a pair for 2.7 evaluations, fitted the same way.
-        """
+        """Per-pair work of scoring each snapshot: hidden × (5 train, 2.7 compiled, 1 eval) + 4 (empirical)."""
         T = manifest.num_snapshots
         train = split_steps(T - 1, cfg.split)[0]
         factor = 2.7 if kernels.expected() else 5.0
@@ -546,13 +444,12 @@ class LinkPrediction(Task):
                 return i
         return -1
 
-    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
-        """Read the raw edges of t+1 for every scored snapshot t < T-1 (may lie in the next shard);
-        in place (a :class:`RowShard`), see :meth:`_setup_in_place`."""
-        if isinstance(snapshots, RowShard):
-            self._setup_in_place(reader, snapshots, comm)
+    def setup(self, reader, scored: Scored, comm) -> None:
+        """Read the raw edges of t+1 for every scored t < T-1; in place, :meth:`_setup_in_place`."""
+        if scored.rows is not None:
+            self._setup_in_place(reader, scored.rows, comm)
             return
-        for t in snapshots:
+        for t in scored.snapshots:
             if t + 1 < self.manifest.num_snapshots:
                 src, dst = reader.read_target(t + 1)
                 self.targets[t] = (torch.from_numpy(src), torch.from_numpy(dst))
@@ -563,9 +460,7 @@ class LinkPrediction(Task):
         return float(sum(edges[t + 1] for t in self.ranges[0]) * (1 + self.cfg.negatives))
 
     def _bucket_shift(self, vertices: int) -> int:
-        """log2 of the destination rows a bucket of :func:`pairs_by_step` covers over ``vertices``:
-        :func:`bucket_bytes` of the decoder's rows (pv and its gradient), by default :data:`BUCKET_BYTES` where
-        the decoder runs on the CPU and none elsewhere; 0 bytes: one bucket."""
+        """log2 of the destination rows per :func:`pairs_by_step` bucket (:func:`decoder_bucket_bytes`)."""
         weight = self.decoder.lin1.weight
         size = decoder_bucket_bytes(weight.device, self._bucket_bytes)
         row = 2 * self.cfg.decoder_hidden * weight.element_size()
@@ -576,19 +471,17 @@ class LinkPrediction(Task):
         return draw_negatives(self.seed, epoch, t, self.manifest.num_vertices, m)
 
     def _negative_count(self, t: int) -> int:
-        """Step t's negatives an epoch: ``task.negatives`` per positive."""
+        """Step t's negatives per epoch: ``task.negatives`` per positive."""
         return self.targets[t][0].shape[0] * self.cfg.negatives
 
     def _step_negatives(self, t: int, epoch: int, offset: int = 0) -> np.ndarray:
-        """Step t's negatives of ``epoch`` (:meth:`_negative_count`, :meth:`_draw`) as a (2, m) array of rows
-        ``offset + v``."""
+        """Step t's negatives of ``epoch`` as a (2, m) array of rows ``offset + v``."""
         pairs = self._draw(t, epoch, self._negative_count(t))
         pairs += offset
         return pairs
 
     def _negatives_joined(self, steps: list[int], epoch: int, offsets: list[int]):
-        """The negatives of several steps (:meth:`_step_negatives`) as one (src, dst, bounds) triple
-        (:func:`concat_steps`), drawn in one call (:func:`draw_negatives_joined`): step j's rows ``offsets[j] + v``."""
+        """Several steps' negatives as one (src, dst, bounds) triple, drawn in one call; rows ``offsets[j] + v``."""
         counts = [self._negative_count(t) for t in steps]
         pairs, bounds = draw_negatives_joined(self.seed, epoch, steps, self.manifest.num_vertices, counts, offsets)
         return pairs[0], pairs[1], bounds
@@ -603,13 +496,7 @@ class LinkPrediction(Task):
         return pairs[0], pairs[1]
 
     def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
-        """(src, dst, label) of every scored pair of ``steps``, step by step (:func:`pairs_by_step`): step t's
-        positives, then its negatives, in destination buckets (:meth:`_bucket_shift`); step t's vertices are
-        rows ``where[t] * n + v`` of the stacked embeddings.
-
-        Positives are the same every epoch and kept; the negatives of step t are drawn from
-        the stream of (seed, epoch, t) (:func:`draw_negatives_steps`) — the same pairs whichever rank scores t.
-        """
+        """(src, dst, label) of every scored pair of ``steps``, rows ``where[t] * n + v``; positives cached."""
         firsts, shift = [where[t] * n for t in steps], self._bucket_shift(n)
         key = (tuple(steps), tuple(where[t] for t in steps), n, shift)  # the shift follows the decoder's device
         fixed = self._fixed.get(key)
@@ -624,20 +511,9 @@ class LinkPrediction(Task):
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
-        """Rows where they live: choose where each pair is scored, keep its positives.
+        """Rows where they live: choose where pairs are scored (both exact), keep the positives.
 
-        Two placements, both exact:
-
-        * **by source**: on the rank that owns the pair's source row, fetching the destination rows
-          it lacks — little traffic when a step's pairs touch few of its rows;
-        * **by step**: all pairs of step t on rank t mod P, fetching the rows of either end it lacks —
-          at most the move of whole snapshots to their scoring rank that it replaces (only rows some
-          pair reads), and less than *by source* when pairs are dense (then every rank would fetch
-          nearly all other rows of every step, P - 1 copies where the snapshot move makes one).
-
-        The rows each would fetch are counted exactly for epoch 1's pairs on every rank, summed over
-        ranks once here (an epoch-independent choice: a resumed run makes the same one), and the
-        smaller wins; rank 0 logs both counts.
+        *By source* or *by step* (rank t mod P), whichever fetches fewer rows for epoch 1 over all ranks.
         """
         self.shard, N, T = shard, shard.num_vertices, self.manifest.num_snapshots
         for t in range(T - 1):  # the edges of every step: a pair's scoring rank is decided here
@@ -669,10 +545,7 @@ class LinkPrediction(Task):
                               f"(rows fetched per epoch: {int(by_source)} by source row, {int(by_step)} by step)")
 
     def _pairs_in_place(self, epoch: int) -> dict[int, tuple[np.ndarray, np.ndarray, torch.Tensor]]:
-        """``{split: (src keys, dst keys, labels)}`` of the pairs I score (keys ``t * N + v``), step by step
-        (:func:`pairs_by_step`): the positives, then the negatives of each step drawn as on one rank
-        (:meth:`_draw`, the same stream), all of my steps' or — by source — those whose source row is mine.
-        """
+        """``{split: (src keys, dst keys, labels)}`` of the pairs I score (keys ``t * N + v``)."""
         shard, N = self.shard, self.manifest.num_vertices
         mine_src = self.by_source and not shard.alone
         shift = self._bucket_shift(N)
@@ -702,17 +575,9 @@ class LinkPrediction(Task):
         return out
 
     def _alone_block(self, emb: ShardedEmbeddings) -> Embeddings | None:
-        """On one rank (nothing to fetch) with every row of steps 0..S-1: those rows as the (S, N, F) block
-        the snapshot strategy hands (:class:`~hpcdgnn.tasks.base.Embeddings`), in key order ``t * N + v``
-        (a view, or one gather where the strategy keeps another order, e.g. chunk's); else None.
-
-        Why: scored in place, P = 1 would pay for machinery it does not need — a key lookup per pair end,
-        pairs in source-row order, every row projected with autograd, the evaluation pairs drawn before
-        the backward. The block path scores the same pairs, step by
-        step, as for ``snapshot``.
-        """
+        """P = 1 with every row of steps 0..S-1: the (S, N, F) block in key order (no lookups), else None."""
         order, N = self._alone_order, self.manifest.num_vertices
-        if order is None:  # several ranks, or rows missing
+        if order is None:
             return None
         rows = emb.rows if not order.numel() else emb.rows.index_select(0, order.to(emb.rows.device))
         S = rows.shape[0] // N
@@ -725,8 +590,7 @@ class LinkPrediction(Task):
         return np.unique(keys[~self.shard.mine(keys)])
 
     def _forward_in_place(self, emb: ShardedEmbeddings, epoch: int) -> TaskBatch:
-        """My pairs (:meth:`_setup_in_place`) scored on my rows plus the rows I lack, fetched once for all
-        splits (:meth:`ShardedEmbeddings.fetch`), then as :meth:`forward`."""
+        """My pairs scored on my rows plus the rows I lack, fetched once for all splits, then as :meth:`forward`."""
         shard, rows = self.shard, emb.rows
         pairs = self._pairs_in_place(epoch)
         need = self._fetched(pairs)
@@ -747,12 +611,9 @@ class LinkPrediction(Task):
         scored = {s: (index(src), index(dst), label) for s, (src, dst, label) in pairs.items()}
         return self._score(dict.fromkeys(scored, z), scored, loss_sum, rows.device, rows.dtype)
 
-    # -- mini-batch samples (the sequences strategy) --------------------------------------------
+    # -- mini-batch samples (the sequences strategy) --
     def _sample_pairs(self, t: int, batch: np.ndarray, epoch: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
-        """(src, dst, labels) of step t's pairs whose source is in ``batch``: its positives, then
-        its negatives of ``epoch`` (:meth:`_draw`: the whole step's stream, as on one rank, kept for the
-        epoch's other samples) — so the samples of all node batches score each pair of t exactly once.
-        """
+        """(src, dst, labels) of step t's pairs with a source in ``batch``, positives first; each in one sample."""
         cached_epoch, negatives = self._epoch_negatives
         if cached_epoch != epoch:
             negatives = {}
@@ -799,11 +660,7 @@ class LinkPrediction(Task):
                            emb.rows.device, emb.rows.dtype)
 
     def _score(self, inputs: dict, pairs: dict, loss_sum: torch.Tensor, device, dtype) -> TaskBatch:
-        """Decoder logits, the training loss sum and every split's metric sums for ``{split: (src, dst,
-        label)}`` or ``{split: a function returning them}`` (rows of that split's embeddings ``inputs[split]``;
-        label 1 marks the positive pairs, wherever they are). The training split is scored now; the others
-        when the metric sums are read (:class:`TaskBatch`'s ``later``: after the backward pass), on a
-        projection of their rows without autograd — the training pass's own where they read the same rows."""
+        """Logits, training loss and per-split metric sums; evaluation scored when ``stats`` is read (TaskBatch)."""
         now = {s: p for s, p in pairs.items() if s == 0}
         rest = {s: p for s, p in pairs.items() if s != 0}
         stats = np.zeros(3 * _WIDTH)
@@ -814,10 +671,7 @@ class LinkPrediction(Task):
 
     def _sums(self, inputs: dict, pairs: dict, loss_sum: torch.Tensor | None, device, dtype, stats: np.ndarray,
               projected: dict) -> torch.Tensor | None:
-        """:meth:`_score` for the splits of ``pairs``: their metric sums added into ``stats`` (in place: the
-        histograms are 3 x 2^15 float64, and fresh ones per call cost more than the small splits' scoring),
-        and the loss sum with the training split's added. ``projected``: the decoder projections made so far,
-        by the identity of the rows they project (kept beside them)."""
+        """:meth:`_score`'s sums for the splits of ``pairs``, added into ``stats`` in place; returns the loss sum."""
         width = _WIDTH
         for s, split_pairs in sorted(pairs.items()):
             src, dst, host_label = split_pairs() if callable(split_pairs) else split_pairs
@@ -829,7 +683,7 @@ class LinkPrediction(Task):
                 loss_sum = loss_sum + loss
                 if any(inputs[t] is z for t in inputs if t != s):  # evaluation pairs read these rows too
                     projected[id(z)] = (z, both)
-            else:  # val/test (or no training): metrics only
+            else:
                 with torch.no_grad():
                     both = projected.get(id(z), (z, None))[1]
                     if both is None:
@@ -852,13 +706,8 @@ class LinkPrediction(Task):
         return loss_sum
 
     def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
-        """BCE loss sum over the train steps held here; histogram/accuracy sums for all splits.
-
-        Snapshot-parallel (as PiPAD batches snapshots): the decoder's first layer is one GEMM
-        over the rows of every scored step — the layout's block itself when it hands one
-        (:class:`~hpcdgnn.tasks.base.Embeddings`), else the stacked Z_t — then one fused
-        decoder pass per split over all its pairs, and one loss.
-        """
+        """BCE loss sum over the train steps held here, metric sums for all splits: one first-layer GEMM, one fused pass
+        per split."""
         if isinstance(emb, ShardedEmbeddings):
             block = self._alone_block(emb)
             if block is None:
@@ -875,9 +724,7 @@ class LinkPrediction(Task):
         if block is not None:
             where, n = emb.position, block.shape[1]
             rows = block.reshape(-1, block.shape[-1])
-            # scoring the training split reaches what produced the block (its rows are a view of it, or the
-            # head the layout joined it from, phase_join: the join itself is local): a sum over every row,
-            # whose backward is a block-sized add into the gradient, only where no training step is scored here
+            # no training step here: a zero sum over the block keeps the backward reaching what produced it
             reach = block.sum() if 0 not in by_split else 0.0
         else:
             scored = [t for _, steps in sorted(by_split.items()) for t in steps]
@@ -885,8 +732,7 @@ class LinkPrediction(Task):
             n = emb[scored[0]].shape[0] if scored else 0
             rows = torch.cat([emb[t] for t in scored]) if scored else None
             reach = sum(z.sum() for z in emb.values())
-        # a zero that depends on every embedding (Task.forward's contract: all collectives get a backward)
-        # and on the decoder, so every parameter has a gradient on every rank
+        # a zero on every embedding and decoder parameter (Task.forward's contract)
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + reach) * 0.0
         if not by_split:
             return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
@@ -900,15 +746,9 @@ class LinkPrediction(Task):
 
     def _split_rows(self, rows: torch.Tensor, n: int, where: dict[int, int], by_split: dict[int, list[int]],
                     block: torch.Tensor | None = None):
-        """The rows each split's pairs read, and the position of their first row per split.
+        """The rows each split's pairs read, and their first row's position per split.
 
-        Why not one projection of every row: the rows of the steps after the last training step get no
-        gradient, yet a projection with autograd would run its backward over them too — two block-sized
-        GEMMs, and the fused decoder's zero-filled (rows, hidden) gradients — on the rank that holds the
-        evaluation snapshots, work the block plan's estimate does not count. So when
-        the training steps' rows come first (positions in time order: every layout here), the evaluation
-        steps read the rows after them, detached, projected only when they are scored (after the
-        backward, :class:`TaskBatch`).
+        Evaluation rows are read detached: their backward is work the block plan does not count.
         """
         train = [where[t] for t in by_split.get(0, ())]
         cut = max(train) + 1 if train else 0

@@ -1,7 +1,6 @@
 """Node classification: a linear head U (F' x C) on Z_t, cross-entropy on labelled vertices (IBM §2.2).
 
-Labels come from the shards (``labels``, -1 = unlabelled; see ``prepare --labels``).
-Snapshots 0..T-1 are the steps, split by time into train / val / test.
+Labels come from the shards (-1 = unlabelled); snapshots 0..T-1 split by time.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from torch.nn import functional as F
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import DataError
-from hpcdgnn.tasks.base import SPLITS, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["NodeClassification"]
 
@@ -69,14 +68,14 @@ class NodeClassification(Task):
         per = manifest.num_vertices * max(manifest.num_classes, 2)
         return np.array([per * (3.0 if t in train else 1.0) for t in range(T)])
 
-    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
-        """Read labels of the scored snapshots — in place (a :class:`RowShard`), of my rows of every step I
+    def setup(self, reader, scored: Scored, comm) -> None:
+        """Read labels of the scored snapshots — in place (``scored.rows``), of my rows of every step I
         have rows of; all-reduce the number of labelled training vertices."""
         local = 0.0
-        shard = snapshots if isinstance(snapshots, RowShard) else None
+        shard = scored.rows
         if shard is not None:
             self._rows = shard.step_rows()
-        for t in (shard.steps if shard is not None else snapshots):
+        for t in (shard.steps if shard is not None else scored.snapshots):
             y = reader.read(t).labels
             if y.max(initial=-1) >= self.manifest.num_classes:
                 raise DataError(f"snapshot {t}: label {int(y.max())} >= num_classes {self.manifest.num_classes}")
@@ -100,9 +99,9 @@ class NodeClassification(Task):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
             emb = emb.by_step(self._rows)
         labels = self.labels
-        if isinstance(emb, SampleEmbeddings):  # a mini-batch sample: its batch's rows and labels at its step
+        if isinstance(emb, SampleEmbeddings):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
-            if emb.t not in self.labels:  # nothing to score here
+            if emb.t not in self.labels:
                 return TaskBatch(loss_sum, stats)
             labels = {emb.t: self.labels[emb.t][torch.from_numpy(emb.batch)]}
             emb = {emb.t: emb.rows.index_select(0, emb.index(emb.batch).to(emb.rows.device))}
@@ -113,7 +112,7 @@ class NodeClassification(Task):
             if s < 0 or not bool(mask.any()):
                 loss_sum = loss_sum + z.sum() * 0.0
                 continue
-            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
+            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):
                 logits = self.head(z[mask])
                 loss = F.cross_entropy(logits, y[mask], reduction="sum")
             if s == 0:

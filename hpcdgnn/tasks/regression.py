@@ -1,43 +1,9 @@
 """Regression: a linear head on Z_t forecasts the float node targets of the next H snapshots (SPEC Family A).
 
-The targets come from the shards (``targets``, NaN = no target; see
-``prepare``): the signals of the PyTorch Geometric Temporal loaders (Rozemberczki
-et al., CIKM 2021) with ``--format pygt-json``, or ``--targets next_degree`` for
-edge lists. ReInc §5 forecasts node signals of this kind (METR-LA / PEMS-BAY
-traffic, which PyGT also loads) and reports the test MAE; DynaHB §6 trains
-regression with an MSE loss on Network Repository dynamic graphs with in/out
-degree features, the setting ``--targets next_degree`` gives.
-
-Semantics. The target stored at snapshot t is already the *next* value relative
-to snapshot t's features — PyGT pairs ``features[k]`` with ``targets[k]``, the
-signal one step ahead; ``next_degree`` stores the degree in t+1. With
-``task.horizon`` H, step t uses its embedding Z_t (N, F') and a head
-``Linear(F', H)``::
-
-    Ŷ_t = Z_t W^T + b          (N, H),   Ŷ_t[v, h] forecasts y_{t+h}[v],  h = 0..H-1
-
-so H = 1 is PyGT's one-step setting. With ``model.encoder_decoder`` the model forecasts the H
-values itself (its decoder's projection, :mod:`hpcdgnn.nn.models.encoder_decoder`): Ŷ_t = Z_t,
-no head here (:meth:`Regression.predict_in_model`). Steps are t = 0..T-H (every target a step
-needs exists), split by time into train / val / test with
-:func:`~hpcdgnn.tasks.base.split_steps`; snapshots T-H+1..T-1 are features and
-targets only. Entries whose target is NaN are left out of everything.
-
-Loss and metrics (exact across ranks, STYLE G11). The loss is the sum of squared
-errors over every present (vertex, horizon) entry of the training steps held
-here; the trainer divides by the number of those entries over all ranks (one
-all-reduce at setup), so ``train_loss`` is the MSE. Per split the stats are
-float64 sums ``[sq_err, abs_err, entries, ape, ape_entries]``, all-reduced, then
-
-* ``{split}_loss`` = MSE = Σ e² / n,  ``{split}_rmse`` = √MSE,  ``{split}_mae`` = Σ|e| / n;
-* ``{split}_mape`` = mean of |e| / |y| over the entries with ``|y| > MAPE_EPS``
-  (a fraction: 0.1 = 10 %; entries with a target near 0 — zero degrees, a
-  standardised signal crossing 0 — would make it meaningless, so they are not
-  counted; NaN when no entry qualifies).
-
-The headline metric (``metric``, printed as ``val_mae`` in the epoch line) is the
-MAE, which ReInc reports; the loss column of the epoch line is already the MSE.
-All of them are lower-is-better; nothing in the trainer ranks epochs by them.
+Targets (NaN = none) are PyGT signals or ``--targets next_degree`` (ReInc §5, DynaHB §6); the
+target at t is already the next value. ``Ŷ_t = Z_t W^T + b`` (N, H), ``Ŷ_t[v, h]`` forecasts
+``y_{t+h}[v]`` (encoder–decoder: Ŷ_t = Z_t). Loss: squared errors summed, divided by the global
+entry count (MSE). Metrics per split: MSE, RMSE, MAE (headline), MAPE over ``|y| > MAPE_EPS``.
 """
 
 from __future__ import annotations
@@ -51,7 +17,7 @@ from torch import nn
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.tasks.base import SPLITS, RowShard, SampleEmbeddings, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
 
 __all__ = ["Regression", "MAPE_EPS", "num_steps"]
 
@@ -68,10 +34,10 @@ def num_steps(cfg: TaskConfig, manifest: Manifest) -> int:
 
 
 class Regression(Task):
-    """Regression head and float targets (see the module docstring).
+    """Regression head and float targets (module docstring).
 
-    Shapes: head ``Linear(F', H)`` (none with the encoder–decoder); per held step t, the present entries
-    of the (N, H) target block as flat indices ``v * H + h`` and their values.
+    Shapes:
+        head ``Linear(F', H)``; per step, present entries of the (N, H) target block as ``v * H + h``.
     """
 
     metric = "mae"
@@ -105,13 +71,11 @@ class Regression(Task):
             self.head.reset_parameters()
 
     def predict_in_model(self) -> None:
-        """Drop the head: the model's output is already Ŷ_t, (n, H) (``model.encoder_decoder``: the decoder
-        forecasts and feeds its forecasts back, so its projection is part of the model)."""
+        """Drop the head: the encoder–decoder's output already is Ŷ_t, (n, H)."""
         self.head = nn.Identity()
 
     def target_block(self, t: int) -> torch.Tensor:
-        """The targets Ŷ_t forecasts at a held step t, (N, H) float64 on the host: [v, h] = y_{t+h}[v], NaN
-        where missing (the encoder–decoder's teacher inputs)."""
+        """The (N, H) float64 host targets of step t, [v, h] = y_{t+h}[v], NaN where missing (teacher inputs)."""
         idx, y = self.entries[t]
         out = torch.full((self.manifest.num_vertices * self.horizon,), float("nan"), dtype=torch.float64)
         out[idx.cpu()] = y.detach().cpu().to(torch.float64)
@@ -139,8 +103,7 @@ class Regression(Task):
         return split_steps(num_steps(cfg, manifest), cfg.split)
 
     def _sample_entries(self, t: int, batch: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step t's present target entries of the vertices of ``batch``: flat indices into the batch's
-        (len(batch), H) block, and their values."""
+        """Step t's present target entries of ``batch``: flat indices into its (len(batch), H) block, and values."""
         idx, y = self.entries[t]
         if batch.size == 0:
             return idx[:0].cpu(), y[:0]
@@ -159,16 +122,16 @@ class Regression(Task):
     def _split_of(self, t: int) -> int:
         return next((i for i, r in enumerate(self.ranges) if t in r), -1)
 
-    def setup(self, reader, snapshots: list[int] | RowShard, comm) -> None:
-        """Read the targets of t..t+H-1 for every held step t — in place (a :class:`RowShard`), of my rows
-        of it; all-reduce the present training entries."""
+    def setup(self, reader, scored: Scored, comm) -> None:
+        """Read the targets of t..t+H-1 for every held step t (in place: my rows'); all-reduce the training entry
+        count."""
         H = self.horizon
         cache: dict[int, np.ndarray] = {}
         local = 0.0
-        shard = snapshots if isinstance(snapshots, RowShard) else None
+        shard = scored.rows
         if shard is not None:
             self._rows = shard.step_rows()
-        for t in (shard.steps if shard is not None else snapshots):
+        for t in (shard.steps if shard is not None else scored.snapshots):
             if self._split_of(t) < 0:
                 continue
             y = np.empty((self.manifest.num_vertices, H))
@@ -190,15 +153,14 @@ class Regression(Task):
         return self._train_count
 
     def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:
-        """Squared-error sum over the train entries held here; error sums for all splits.
-        In place (:class:`ShardedEmbeddings`): my rows of each step, with my rows' targets; nothing moves."""
+        """Squared-error sum over the train entries held here, error sums for all splits; in place nothing moves."""
         stats = np.zeros(_WIDTH * len(SPLITS))
         loss_sum = sum((p.sum() * 0.0 for p in self.head.parameters()), self._zero)
         if isinstance(emb, ShardedEmbeddings):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
             emb = emb.by_step(self._rows)
         entries = self.entries
-        if isinstance(emb, SampleEmbeddings):  # a mini-batch sample: its batch's rows and targets at its step
+        if isinstance(emb, SampleEmbeddings):
             loss_sum = loss_sum + emb.rows.sum() * 0.0
             if emb.t in self.entries:
                 entries = {emb.t: self._sample_entries(emb.t, emb.batch)}
@@ -212,7 +174,7 @@ class Regression(Task):
             if idx.device != z.device or y.dtype != z.dtype:  # once: kept in the training device and dtype
                 idx, y = idx.to(z.device), y.to(z.device, z.dtype)
                 entries[t] = (idx, y)
-            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):  # val/test: metrics only
+            with torch.set_grad_enabled(s == 0 and torch.is_grad_enabled()):
                 err = self.head(z).reshape(-1).index_select(0, idx) - y
                 loss = (err * err).sum()
             loss_sum = loss_sum + (loss if s == 0 else z.sum() * 0.0)

@@ -1,23 +1,8 @@
 """Temporal link prediction on an event stream (DistTGL §4, TGL): BCE in training, MRR and AP in evaluation.
 
-Training: for each positive event (u, v, t) of a batch the model embeds u, v and ``task.negatives``
-random destinations at time t; TGL's edge predictor scores a pair as
-``W_o ReLU(W_s z_u + W_d z_v)`` and the loss of the event is
-``softplus(−s(u, v)) + mean_j softplus(s(u, n_j))`` — TGL's ``BCE(pos) + BCE(neg)`` with one negative,
-a sum over events here (the trainer divides by the global batch's events, so i ranks sharing a
-batch reproduce one rank).
-
-Evaluation (validation, then test, chronologically after training): each positive is ranked against
-``task.eval_negatives`` (default 49) negative destinations — from the destination side for a bipartite
-graph — and MRR = mean 1 / (1 + #{negatives scored above the positive}) (DistTGL's evaluation). AP is
-scikit-learn's average precision over the positives and negatives of one global evaluation batch,
-averaged over batches, as TGL reports ``val_ap`` (so it depends on ``batch_events``, never on the rank
-count). Metric sums (reciprocal ranks, AP per batch) are all-reduced like every task's.
-
-Scores are compared at 1e-9 (rounded to 9 decimals first): candidates that are equal in exact arithmetic —
-a negative that is the true destination, or two nodes with no memory and no history yet — then tie on
-every rank count, instead of ranking by the last bits of a GEMM whose rows were computed in different
-positions of a batch slice. A tie does not count against the positive (TGL's strict comparison).
+TGL's predictor ``s(u, v) = W_o ReLU(W_s z_u + W_d z_v)``; loss ``softplus(−s(u, v)) + mean_j softplus(s(u, n_j))``
+summed over events. MRR ranks each positive against ``task.eval_negatives``; AP is per global batch, as
+TGL's ``val_ap``. Scores are rounded to 9 decimals so exact ties tie on every rank count.
 """
 
 from __future__ import annotations
@@ -28,19 +13,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcdgnn.tasks.base import SPLITS, Task, TaskBatch
+from hpcdgnn.tasks.base import SPLITS, Scored, Task, TaskBatch
 
 __all__ = ["EventEmbeddings", "TemporalLinkPrediction", "average_precision"]
 
-#: stats slots: train loss sum, train events, then per evaluation split (val, test): reciprocal-rank sum,
-#: events, AP sum over batches, batches
+#: stats: train loss sum, train events, then per evaluation split RR sum, events, AP sum, batches
 _TRAIN, _EVAL = 2, 4
 
 
 @dataclass
 class EventEmbeddings:
-    """Root embeddings of one batch slice: ``z`` rows are [sources (n), destinations (n), negatives (n·m)],
-    negatives positive-major (row 2n + i·m + j is the j-th negative of event i)."""
+    """Root embeddings of one batch slice: rows [sources (n), destinations (n), negatives (n·m, positive-major)]."""
 
     z: torch.Tensor
     n: int
@@ -52,8 +35,7 @@ def _quantized(scores: np.ndarray) -> np.ndarray:
 
 
 def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """scikit-learn's ``average_precision_score``: Σ_k (R_k − R_{k−1}) P_k over the distinct score
-    thresholds, highest first (tied scores enter together); scores compared at 1e-9."""
+    """scikit-learn's ``average_precision_score`` Σ_k (R_k − R_{k−1}) P_k, tied scores (at 1e-9) entering together."""
     scores = _quantized(scores)
     order = np.argsort(-scores, kind="stable")
     s, y = scores[order], labels[order].astype(np.float64)
@@ -86,9 +68,9 @@ class TemporalLinkPrediction(Task):
         """An empty array: there are no snapshots to score."""
         return np.zeros(0)
 
-    def setup(self, reader, scored, comm) -> None:
-        """``scored``: the strategy's event counts per split ({"train": E_train, ...})."""
-        self.train_events = int(scored["train"])
+    def setup(self, reader, scored: Scored, comm) -> None:
+        """``scored.events``: the strategy's event counts per split ({"train": E_train, ...})."""
+        self.train_events = int(scored.events["train"])
 
     def global_train_count(self) -> float:
         """Training events over all ranks (``scored["train"]`` in :meth:`setup`)."""
@@ -111,13 +93,12 @@ class TemporalLinkPrediction(Task):
         return TaskBatch(loss, stats)
 
     def stats_width(self) -> int:
-        """Length of the metric sums: the training loss and its count, then per evaluation split the
-        reciprocal-rank sum, its count, the AP sum and its count."""
+        """Length of the metric sums (layout in the ``_TRAIN``/``_EVAL`` comment)."""
         return _TRAIN + _EVAL * (len(SPLITS) - 1)
 
     def eval_stats(self, split: str, pos: np.ndarray, neg: np.ndarray, batch_ap: float | None) -> np.ndarray:
         """Metric sums of one evaluation slice: reciprocal ranks of ``pos`` (n,) against ``neg`` (n, m), and
-        the AP of the whole global batch (``batch_ap``; given by one rank of the batch only, else None)."""
+        ``batch_ap`` (one rank per batch, else None)."""
         stats = np.zeros(self.stats_width())
         b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)
         stats[b] = float(np.sum(1.0 / (1.0 + (_quantized(neg) > _quantized(pos)[:, None]).sum(1))))
@@ -127,8 +108,7 @@ class TemporalLinkPrediction(Task):
         return stats
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
-        """Finish metrics from all-reduced ``stats``: the training loss per event, and per evaluation split the
-        MRR and the mean AP over batches."""
+        """Training loss per event; per evaluation split the MRR and the mean AP over batches."""
         out = {"train_loss": float(stats[0] / stats[1]) if stats[1] else float("nan")}
         for split in SPLITS[1:]:
             b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)

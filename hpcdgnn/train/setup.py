@@ -62,6 +62,7 @@ from hpcdgnn.train.checkpoint import (
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 from hpcdgnn.train.footprint import check_footprint
+from hpcdgnn.train.loop import pretrain
 
 __all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "calibration_epochs",
            "check_model_strategy", "check_resume_job", "measured_plan", "replan", "truncate_metrics", "warmup_epochs"]
@@ -515,15 +516,16 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
 def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,
                     start_epoch: int = 0) -> Strategy:
-    """The strategy of ``plan``: this rank's data read (strategy and task), the task attached; ``start_epoch``:
-    the epochs ``model`` has been trained for (:attr:`StrategyContext.start_epoch`)."""
+    """The strategy of ``plan``: this rank's data read (strategy and task), then the strategy's pre-training
+    phase, if any (:func:`~hpcdgnn.train.loop.pretrain`); ``start_epoch``: the epochs ``model`` has been trained
+    for (:attr:`StrategyContext.start_epoch`)."""
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
                                                                start_epoch))
 
     def setup() -> None:
         with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
-            task.setup(reader, strategy.setup(plan, model, reader), comm)
-        strategy.attach_task(task)
+            task.setup(reader, strategy.setup(plan, model, task, reader), comm)
+        pretrain(strategy, comm, job.train.lr)
 
     agree(comm, setup)
     return strategy
@@ -602,7 +604,7 @@ def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
     # summary.json's setup time and setup transfer bytes include the second setup (its snapshots moved
     # host -> device between two epochs: no epoch record counts them)
     run.setup_seconds += time.perf_counter() - t0
-    run.setup_transfer += run.strategy.transfer_stats()[0]
+    run.setup_transfer += run.strategy.usage().transfer_bytes
     if comm.rank == 0:
         _save_run_files(run.run_dir, run.job, plan, epoch)
     log.info(f"balance: measured — the new plan from epoch {epoch + 1} (set up in {time.perf_counter() - t0:.2f} s; "
@@ -647,7 +649,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         dtype = _dtype(job)
         device = agree(comm, lambda: _device(job, job_path, comm))
         _check_device_agreement(comm, device, job, job_path)
-        comm.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
+        comm.world.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
         if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
             raise collective_error(ConfigError(f"{job_path}: debug.measured_compute: {len(job.debug.measured_compute)} "
@@ -680,7 +682,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
                           "labels)")
             )
         return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
-                   start, setup_seconds, strategy.transfer_stats()[0], checksum, train_count, fingerprint, initial)
+                   start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial)
     except HpcdgnnError:
         if ckpt is None and comm.rank == 0:  # a new run refused after rank 0 made its directory: none is left
             _discard_new_run(run_dir, job, named=output is not None)  # behind, and a named --output is empty again

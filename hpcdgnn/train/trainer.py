@@ -5,7 +5,7 @@ It reads like the figure of the method::
     run = build_run(...)                      setup: job, plan, run directory, model, strategy (train/setup.py)
     for epoch:
         for batch in strategy.batches(epoch): one full batch (IBM, DGC) or many mini-batches (ReInc, DynaHB)
-            step: forward over batch.layout -> loss / global examples -> backward   (strategy.step)
+            step: forward -> loss / global examples -> backward   (strategy.step; train/loop.py)
                   gradient synchronisation (strategy.sync_gradients) -> Adam
         evaluation pass when the strategy has one (strategy.evaluate)
         record: one all-reduce of metric sums, one all-gather of the time split (metrics/epoch.py)
@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
@@ -48,6 +47,7 @@ from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
+from hpcdgnn.train.loop import train_batches
 from hpcdgnn.train.setup import (
     Run,
     build_run,
@@ -104,25 +104,14 @@ class _FaultInjector:
 
 
 def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter) -> tuple[np.ndarray, float]:
-    """Every batch of one epoch: step, gradient synchronisation, Adam; then the evaluation pass, if any.
+    """Every batch of one epoch (:func:`~hpcdgnn.train.loop.train_batches`); then the evaluation pass, if any.
 
-    Returns the summed metric sums of this rank and the norm of the last batch's summed
-    gradient — the same on every rank, a check of exactness beyond the loss, which
-    Adam's scale-free update would not reveal.
+    Returns the summed metric sums of this rank and the norm of the last batch's summed gradient.
     """
-    strategy, params = run.strategy, run.params
-    stats, grad_norm = None, 0.0
     meter.reset_peak()
-    for batch in strategy.batches(epoch):
-        run.optimizer.zero_grad(set_to_none=True)
-        scale = 1.0 / (run.train_count if batch.examples is None else batch.examples)
-        with meter:  # activation bytes held for backward, independent of the allocator
-            batch_stats = strategy.step(run.model, task, batch, scale)
-        strategy.sync_gradients(params)
-        grad_norm = float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
-        run.optimizer.step()
-        stats = batch_stats if stats is None else stats + batch_stats
-    evaluated = strategy.evaluate(run.model, task, epoch)
+    stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
+                                     run.strategy.batches(epoch), run.train_count, meter)
+    evaluated = run.strategy.evaluate(run.model, task, epoch)
     if evaluated is not None:  # validation / test sums from their own pass fill their own slots
         stats = evaluated if stats is None else stats + evaluated
     return stats, grad_norm
@@ -155,9 +144,9 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
         f"{' as restored' if run.start_epoch else ''}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
-        + (f", progress thread on {comm.progress_ranks}/{comm.size} ranks "
-           f"({comm.progress_dedicated} on a core of their own)"
-           if comm.progress_ranks or job.comm.progress == "thread" else ""),
+        + (f", progress thread on {comm.progress.ranks}/{comm.size} ranks "
+           f"({comm.progress.dedicated} on a core of their own)"
+           if comm.progress.ranks or job.comm.progress == "thread" else ""),
     ]
     from hpcdgnn.allocator import describe
 
@@ -245,7 +234,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     stop = preemption.install()  # already installed by __main__; here for library callers
     with HeldLines(log) as held:  # the set-up's detail lines follow the start line, which needs the built run
         run = build_run(job_path, overrides, output, comm, resume)
-        comm.start_progress(run.job.comm.progress, run.threads)
+        comm.progress.start(run.job.comm.progress, run.threads)
         held.release(*_banner(run, comm))
     try:
         return _train(run, comm, log, stop)
@@ -253,7 +242,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
         # whatever ends the run, an exception included: no progress thread may be left waiting inside MPI
         # when a library caller goes on or the interpreter finalises MPI (stop is local; the command line's
         # error paths stop it or abort, but a library caller may catch the exception)
-        comm.stop_progress()
+        comm.progress.stop()
 
 
 def _of_missing_ranks(files, size: int) -> list[Path]:
@@ -397,7 +386,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                   status="diverged" if diverged else None)
     if watchdog is not None:
         watchdog.stop()
-    comm.stop_progress()
+    comm.progress.stop()
     if rd is not None:
         rd.close()
     if diverged:

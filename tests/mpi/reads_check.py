@@ -106,7 +106,7 @@ def run_case(comm, job_path: str, case: str, manifest) -> dict:
         strategy = get_strategy(name)(StrategyContext(job, manifest, comm, dtype, job.data.path))
         halo_mod.read_owned_rows = spy
         try:
-            strategy.setup(plan, model, reader)
+            strategy.setup(plan, model, None, reader)
         finally:
             halo_mod.read_owned_rows = real
     counters = {k: getattr(reader, k) for k in ("shards_opened", "bytes_read", "rows_read", "entries_read")}

@@ -136,7 +136,7 @@ def test_miss_filled_incrementally_from_the_cached_previous_snapshot(smooth, tmp
     s = SequencesStrategy(StrategyContext(job, man, _OneRank(), torch.float64, str(smooth)))
     task = build_task(job.task, man, net.out_features, 0).double()
     with ShardReader(smooth, man) as reader:
-        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, reader), _OneRank())
+        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, task, reader), _OneRank())
     assert s.reads_ax and s._r2 is not None
     s.cache.invalidate("global")
     rows = np.array([0, 4, 9, 22])

@@ -91,8 +91,7 @@ def _setup(data, tmp_path, model: str, order: int, fanouts: list[int], encoder_d
     if encoder_decoder:
         task.predict_in_model()
     with ShardReader(data, man) as reader:
-        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, reader), _OneRank())
-    s.attach_task(task)
+        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, task, reader), _OneRank())
     return s, net, task
 
 

@@ -10,7 +10,7 @@ import torch
 
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.tasks import split_steps
-from hpcdgnn.tasks.base import Embeddings
+from hpcdgnn.tasks.base import Embeddings, Scored
 from hpcdgnn.tasks.link_prediction import (
     AUC_BINS,
     AUC_RANGE,
@@ -176,7 +176,7 @@ def test_targets_are_raw_edges_of_next_snapshot(task_data, smoothed_data):
     """Step t's positives are the raw edges of t+1, also in a smoothed dataset."""
     for _, m, reader in (task_data, smoothed_data):
         task = make_task(m)
-        task.setup(reader, list(range(T)), comm=None)
+        task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
         assert sorted(task.targets) == list(range(T - 1))  # the last snapshot has no t+1
         for t, (s, d) in task.targets.items():
             pairs = list(zip(s.tolist(), d.tolist(), strict=True))
@@ -231,7 +231,7 @@ def test_forward_loss_and_metrics_match_independent_computation(task_data):
     """Loss sum, counts, accuracy and AUC equal a numpy BCE over positives and negatives."""
     _, m, reader = task_data
     task = make_task(m)
-    task.setup(reader, list(range(T)), comm=None)
+    task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
     assert [list(r) for r in task.ranges] == [[0, 1, 2], [3], [4, 5]]  # precondition: all splits used
     emb = _emb()
     batch = task(emb, epoch=4)
@@ -255,12 +255,12 @@ def test_two_ranks_sum_to_one_rank(task_data):
     _, m, reader = task_data
     emb = _emb(seed=11)
     one = make_task(m)
-    one.setup(reader, list(range(T)), comm=None)
+    one.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
     full = one(emb, epoch=1)
     parts = []
     for snaps in ([0, 1], [2, 3, 4, 5, 6]):
         task = make_task(m)  # same torch seed: same decoder on every rank
-        task.setup(reader, snaps, comm=None)
+        task.setup(reader, Scored(snapshots=tuple(snaps)), comm=None)
         parts.append(task({t: emb[t] for t in snaps}, epoch=1))
     width = 3 + 2 * AUC_BINS
     for s in range(3):
@@ -274,7 +274,7 @@ def test_rank_without_train_steps_still_reaches_every_embedding(task_data):
     """A rank with no train step returns a zero loss connected to every Z_t and the decoder."""
     _, m, reader = task_data
     task = make_task(m)
-    task.setup(reader, [4, 5, 6], comm=None)  # test steps and the unscored last snapshot
+    task.setup(reader, Scored(snapshots=tuple([4, 5, 6])), comm=None)  # test steps and the unscored last snapshot
     emb = {t: z for t, z in _emb().items() if t in (4, 5, 6)}
     batch = task(emb, epoch=0)
     assert float(batch.loss_sum) == 0.0
@@ -288,7 +288,7 @@ def test_loss_depends_on_every_embedding_when_train_steps_present(task_data):
     """Task.forward contract: loss_sum reaches every Z_t."""
     _, m, reader = task_data
     task = make_task(m)
-    task.setup(reader, list(range(T)), comm=None)
+    task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
     emb = _emb()
     task(emb, epoch=0).loss_sum.backward()
     missing = [t for t, z in emb.items() if z.grad is None]
@@ -372,7 +372,7 @@ def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_la
     are read; the loss, the metric sums and the gradients equal the independent computation."""
     _, m, reader = task_data
     task = make_task(m)
-    task.setup(reader, list(range(T)), comm=None)
+    task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
     g = torch.Generator().manual_seed(5)
     block = (2 * torch.randn(T, N, 3, dtype=torch.float64, generator=g)).requires_grad_(True)
     emb = Embeddings.of_block(block, list(range(T)))
@@ -425,7 +425,7 @@ def test_one_rank_in_place_rows_are_scored_as_the_block(task_data):
 
     rows = block.reshape(T * N, 3)[torch.from_numpy(keys)].clone().requires_grad_(True)
     task = make_task(m)
-    task.setup(reader, shard(keys), comm=None)
+    task.setup(reader, Scored(rows=shard(keys)), comm=None)
     emb = ShardedEmbeddings(task.shard, rows, lambda k: pytest.fail("nothing to fetch at P = 1"))
     as_block = task._alone_block(emb)
     assert as_block is not None and torch.equal(as_block.block, block) and as_block.position == {t: t for t in range(T)}
@@ -444,7 +444,7 @@ def test_one_rank_in_place_rows_are_scored_as_the_block(task_data):
     assert int(grad_rows.sum()) > 0
     # rows missing, or several ranks: the in-place path
     partial = make_task(m)
-    partial.setup(reader, shard(keys[: -N // 2]), comm=None)
+    partial.setup(reader, Scored(rows=shard(keys[: -N // 2])), comm=None)
     assert partial._alone_block(ShardedEmbeddings(partial.shard, rows[: -N // 2], None)) is None
     two = make_task(m)
     two.shard = shard(keys, P=2)
@@ -559,7 +559,7 @@ def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeyp
     for value in ("0", "512"):  # 512 bytes: 2 rows of (pv, dpv) at hidden 16, float64
         monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", value)
         task = make_task(m)
-        task.setup(reader, list(range(T)), comm=None)
+        task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
         emb = _emb(seed=5)
         batch = task(emb, epoch=2)
         batch.loss_sum.backward()

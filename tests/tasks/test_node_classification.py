@@ -11,6 +11,7 @@ from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.writer import write_dataset
 from hpcdgnn.errors import DataError
 from hpcdgnn.tasks import build_task, split_steps
+from hpcdgnn.tasks.base import Scored
 from hpcdgnn.tasks.node_classification import NodeClassification
 from tests.conftest import random_snapshots
 from tests.tasks.conftest import FakeComm, N, T, raw_labels
@@ -43,7 +44,7 @@ def test_setup_reads_labels_and_all_reduces_train_count(task_data):
     _, m, reader = task_data
     comm = FakeComm()
     task = make_task(m)
-    task.setup(reader, list(range(T)), comm)
+    task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm)
     for t in range(T):
         assert np.array_equal(task.labels[t].numpy(), raw_labels(t))
     expected = sum(int((raw_labels(t) >= 0).sum()) for t in task.ranges[0])
@@ -57,10 +58,10 @@ def test_train_count_is_sum_of_per_rank_counts(task_data):
     locals_ = []
     for snaps in ([0, 1, 2], [3], [4, 5, 6]):
         comm = FakeComm()
-        make_task(m).setup(reader, snaps, comm)
+        make_task(m).setup(reader, Scored(snapshots=tuple(snaps)), comm)
         locals_.append(comm.calls[0][0][0])
     full = make_task(m)
-    full.setup(reader, list(range(T)), FakeComm())
+    full.setup(reader, Scored(snapshots=tuple(list(range(T)))), FakeComm())
     assert sum(locals_) == full.global_train_count()
 
 
@@ -85,7 +86,7 @@ def test_forward_matches_independent_cross_entropy(task_data):
     """Loss, counts and accuracy equal a numpy cross-entropy; every Z_t gets a gradient."""
     _, m, reader = task_data
     task = make_task(m)
-    task.setup(reader, list(range(T)), FakeComm())
+    task.setup(reader, Scored(snapshots=tuple(list(range(T)))), FakeComm())
     assert all(len(r) > 0 for r in task.ranges)  # precondition: every split has snapshots
     emb = _emb()
     batch = task(emb, epoch=0)

@@ -23,6 +23,7 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.writer import RawSnapshot, write_dataset
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.tasks import build_task, split_steps, task_class
+from hpcdgnn.tasks.base import Scored
 from hpcdgnn.tasks.regression import MAPE_EPS, Regression
 from tests.conftest import SHARED_DATA, make_dataset, write_job
 from tests.tasks.conftest import FakeComm
@@ -98,7 +99,7 @@ def test_loss_stats_and_metrics_by_hand(data):
     """Stats equal the numpy sums; the loss is the train squared-error sum; metrics are their ratios."""
     m, reader = data
     task, comm = _task(m), FakeComm()
-    task.setup(reader, list(range(T)), comm)
+    task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm)
     ref = _by_hand(task, _emb())
     assert task.global_train_count() == ref[0, 2] and comm.calls == [([ref[0, 2]], "setup")]
     emb = _emb()
@@ -124,13 +125,13 @@ def test_ranks_sum_to_one_rank(data):
     """Steps scored on three 'ranks' give the one-rank stats and train count when summed."""
     m, reader = data
     full = _task(m)
-    full.setup(reader, list(range(T)), FakeComm())
+    full.setup(reader, Scored(snapshots=tuple(list(range(T)))), FakeComm())
     emb = _emb()
     ref = full(emb, 1).stats
     parts, counts = [], []
     for snaps in ([0, 3], [1, 5], [2, 4]):
         task, comm = _task(m), FakeComm()
-        task.setup(reader, snaps, comm)
+        task.setup(reader, Scored(snapshots=tuple(snaps)), comm)
         counts.append(comm.calls[0][0][0])
         parts.append(task({t: emb[t] for t in snaps}, 1).stats)
     np.testing.assert_allclose(sum(parts), ref, rtol=1e-12)

@@ -376,7 +376,7 @@ class GraphRecurrentLayer(DynamicLayer):
         """:meth:`build_operator`, built once per step graph, kind and dtype.
 
         A step graph over a subset of a snapshot's rows carries the whole snapshot's graph as ``whole`` and a
-        ``restrict(ops)`` (:class:`~hpcdgnn.strategies.sequences.RowsStepGraph`): its operator is then the whole
+        ``restrict(ops)`` (:class:`~hpcdgnn.strategies.sampling.RowsStepGraph`): its operator is then the whole
         snapshot's (degrees and all, built once there) restricted to those rows, not one built from the subset.
         """
         key = (type(self).__name__, dtype)

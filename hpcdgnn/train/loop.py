@@ -1,0 +1,72 @@
+"""The batch loop every training phase runs: the epochs of a run and a strategy's pre-training phase.
+
+For each batch: zero the gradients, :meth:`Strategy.step` with the loss scaled by 1 / (training examples of the
+batch over all ranks), :meth:`Strategy.sync_gradients`, the optimizer step. The P-rank gradient is then the
+single-process one up to float summation order (the trainer's module docstring).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+from hpcdgnn.metrics.log import get_logger
+from hpcdgnn.optim import Adam
+
+__all__ = ["pretrain", "train_batches"]
+
+
+def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optimizer, batches: Iterable,
+                  examples: float, meter=None) -> tuple[np.ndarray | None, float]:
+    """One epoch's batches: step, gradient synchronisation, optimizer step.
+
+    Args:
+        strategy: the run's strategy (steps and synchronises).
+        model: the model trained.
+        task: its task head.
+        params: the parameters ``optimizer`` updates (model's and task's).
+        optimizer: the optimizer.
+        batches: the epoch's batches (``Strategy.batches`` or a pre-training phase's).
+        examples: the loss denominator of a batch whose ``examples`` is None (a full batch).
+        meter: a context manager around each step (the activation meter), or None.
+
+    Returns:
+        This rank's summed metric sums (None without batches) and the norm of the last batch's summed
+        gradient — the same on every rank, a check of exactness beyond the loss, which Adam's scale-free
+        update would not reveal.
+    """
+    stats, grad_norm = None, 0.0
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        scale = 1.0 / (examples if batch.examples is None else batch.examples)
+        with meter if meter is not None else nullcontext():
+            batch_stats = strategy.step(model, task, batch, scale)
+        strategy.sync_gradients(params)
+        grad_norm = float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
+        optimizer.step()
+        stats = batch_stats if stats is None else stats + batch_stats
+    return stats, grad_norm
+
+
+def pretrain(strategy, comm, lr: float) -> None:
+    """Run the strategy's pre-training phase, if it has one (:meth:`Strategy.pretraining`), through
+    :func:`train_batches` with an Adam of its own over the phase's copy; then let it keep what it made."""
+    phase = strategy.pretraining()
+    if phase is None:
+        return
+    t0 = time.perf_counter()
+    params = [p for mod in (phase.model, phase.task) for p in mod.parameters()]
+    optimizer = Adam(params, lr=lr)
+    losses = []
+    for epoch in range(1, phase.epochs + 1):
+        stats, _ = train_batches(strategy, phase.model, phase.task, params, optimizer, phase.batches(epoch),
+                                 phase.examples)
+        losses.append(phase.task.metrics(comm.allreduce_array(stats))["train_loss"])
+    phase.finish()
+    if comm.rank == 0:
+        get_logger().info(f"{phase.name} pre-trained: {phase.epochs} epoch(s), loss {losses[0]:.4f} -> "
+                          f"{losses[-1]:.4f}, {time.perf_counter() - t0:.2f}s")

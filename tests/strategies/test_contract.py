@@ -1,0 +1,38 @@
+"""The strategy contract (hpcdgnn/strategies/base.py): a small, fixed set of public methods, and every registered
+strategy generic over one batch type."""
+
+import inspect
+import typing
+
+from hpcdgnn.strategies import available_strategies, get_strategy
+from hpcdgnn.strategies.base import Batch, EventBatch, FullBatch, SampleBatch, Strategy
+
+CONTRACT = {"make_plan", "setup", "pretraining", "batches", "step", "sync_gradients", "evaluate", "report", "usage",
+            "state_dict", "load_state_dict", "rebalanced_plan", "close"}
+
+
+def _public_methods(cls) -> set[str]:
+    return {n for n, v in vars(cls).items() if not n.startswith("_") and callable(getattr(cls, n))
+            and not isinstance(v, type)}
+
+
+def test_the_base_class_is_the_contract_and_nothing_more():
+    assert _public_methods(Strategy) == CONTRACT
+
+
+def _batch_type(cls) -> type:
+    """The B of the ``Strategy[B]`` the class derives from."""
+    for klass in inspect.getmro(cls):
+        for base in getattr(klass, "__orig_bases__", ()):
+            if typing.get_origin(base) is Strategy:
+                return typing.get_args(base)[0]
+    raise AssertionError(f"{cls.__name__} derives from no Strategy[B]")
+
+
+def test_every_strategy_names_its_batch_type():
+    kinds = {name: _batch_type(get_strategy(name)) for name in available_strategies()}
+    assert all(issubclass(b, Batch) for b in kinds.values()), kinds
+    assert {kinds[n] for n in ("snapshot", "pss", "vertex", "chunk")} == {FullBatch}
+    assert kinds["sequences"] is SampleBatch and kinds["memory"] is EventBatch
+    # full_batch (the footprint's and the exactness tests' question) follows from the batch type
+    assert all(get_strategy(n).full_batch == (b is FullBatch) for n, b in kinds.items())
