@@ -1,10 +1,5 @@
-"""YAML -> frozen dataclasses, strictly: unknown keys, wrong types and bad values are one-line errors.
-
-Messages have the form ``FILE: section.key: problem; fix`` so a user on a batch
-system can correct the job file from the log line alone. Nothing is coerced:
-``"3"`` is not an int, ``"true"`` is not a bool, ``2.5`` is not an int (an int
-is accepted where a float is expected, as YAML writes ``lr: 1`` that way).
-"""
+"""YAML -> frozen dataclasses, strictly: unknown keys, wrong types and bad values are one-line errors
+``FILE: section.key: problem; fix``. Nothing is coerced except an int where a float is expected."""
 
 from __future__ import annotations
 
@@ -71,7 +66,7 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {type(value).__name__} {short_repr(value)}")
-        if not -(2**63) <= value < 2**63:  # what torch, numpy and MPI take; a seed beyond it crashed torch
+        if not -(2**63) <= value < 2**63:  # what torch, numpy and MPI take
             raise ValueError(f"{value} is out of range (a 64-bit integer)")
         return value
     if tp is float:
@@ -94,8 +89,7 @@ _NAMED = {ModelConfig: "model", StrategyConfig: "strategy"}
 
 
 def _options(base: type, raw: Any, file: str) -> type:
-    """The options class of the ``model:`` or ``strategy:`` section (``base``: its declared type) for the
-    section's ``name`` (``base.name`` when it has none)."""
+    """The options class for the ``model:``/``strategy:`` section's ``name`` (``base.name`` when absent)."""
     from hpcdgnn.regimes import names, options_class  # the regimes import the models, which import this package
 
     section = _NAMED[base]
@@ -107,8 +101,7 @@ def _options(base: type, raw: Any, file: str) -> type:
 
 
 def _not_an_option(file: str, section: str, key: str, name: str, fields: list[str]) -> str:
-    """The one line for ``section.KEY`` that model or strategy ``name`` does not have: who has it, or a close
-    name."""
+    """The error for ``section.KEY`` that ``name`` lacks: which models/strategies take it, or a close name."""
     from hpcdgnn.regimes import names, options_class
 
     accept = sorted(n for n in names(section)  # type: ignore[arg-type]
@@ -141,7 +134,7 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
     for key, value in raw.items():
         dotted = f"{path}.{key}" if path else key
         tp = hints[key]
-        if tp in _NAMED:  # the options class is chosen by the section's name
+        if tp in _NAMED:
             tp = _options(tp, value, file)
         if dataclasses.is_dataclass(tp):
             kwargs[key] = _build(tp, value, dotted, file)
@@ -157,8 +150,7 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps the last one
-    silently, so a job file with two ``train:`` sections ran with half of what it said."""
+    """YAML's safe loader, but a key given twice in one mapping is an error (PyYAML keeps the last silently)."""
 
 
 def _no_duplicate_keys(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -205,12 +197,7 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
 
 
 def validate_job(job: JobConfig, file: str) -> None:
-    """Checks that need the outside world: the dataset directory exists.
-
-    Which options a strategy takes is structural (its options class); rules that need
-    the model or the data are checked by the strategy's plan on rank 0, before the run
-    directory is created.
-    """
+    """Checks that need the outside world: the dataset directory exists (data-dependent rules: the plan)."""
     if not job.data.path:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():
@@ -218,8 +205,7 @@ def validate_job(job: JobConfig, file: str) -> None:
 
 
 def _older_resolved(raw: dict) -> dict:
-    """A run's ``config.resolved.yaml`` from before models had their own options listed every model's keys at
-    their defaults; the keys its model does not take were ignored then, and are dropped here."""
+    """An older ``config.resolved.yaml`` listed every model's keys at their defaults: drop those its model lacks."""
     from hpcdgnn.regimes import names, options_class
 
     model = raw.get("model")
@@ -232,8 +218,7 @@ def _older_resolved(raw: dict) -> dict:
 def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True,
              resolved: bool = False) -> JobConfig:
     """Read a job YAML, apply overrides, and return the validated :class:`JobConfig`; ``check_paths``: also
-    that the dataset directory exists (:func:`validate_job`; a resumed run checks its own way); ``resolved``:
-    the file is a run's own ``config.resolved.yaml``, which an older hpcdgnn may have written."""
+    the dataset directory; ``resolved``: the file is a run's ``config.resolved.yaml``, maybe from an older hpcdgnn."""
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -262,8 +247,7 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
 
 
 def override_of(key: str, overrides: list[str]) -> str | None:
-    """The ``--set`` name that set ``key`` (itself, its section, or a key under it: ``--set model.foo.bar=1``
-    makes the section ``model.foo``), or None when the file did."""
+    """The ``--set`` name that set ``key`` (itself, its section or a key under it), or None when the file did."""
     for item in overrides:
         name = item.partition("=")[0]
         if key == name or key.startswith(name + ".") or name.startswith(key + "."):

@@ -1,16 +1,7 @@
-"""The configuration reference (``docs/configuration.md``), generated from the schema.
+"""The configuration reference (``docs/configuration.md``), generated from the schema's attribute docstrings.
 
-    python -m hpcdgnn.config.reference > docs/configuration.md
-
-Walks :class:`~hpcdgnn.config.schema.JobConfig`'s sections in order and prints, for every key, its dotted
-name, type, default and docstring. Python keeps no attribute docstrings, so they are read from the classes'
-source with :mod:`ast` (the string literal right after each annotated field; a subclass's overrides its
-base's). Options chosen by a section's ``name`` — any module-level ``*_OPTIONS`` dict of dataclasses in the
-schema (``STRATEGY_OPTIONS``: ``strategy.*`` per strategy) — are listed per name under their section: the
-section whose key is the dict's prefix (``STRATEGY`` -> ``strategy``), else the one whose declared type is
-a base of every class in the dict. Fields of nested dataclasses (``strategy.stale``) are listed with their
-dotted keys. ``tests/config/test_reference.py`` checks that the file equals :func:`render` and names every
-key of :func:`keys`.
+``python -m hpcdgnn.config.reference > docs/configuration.md``; docstrings are read with :mod:`ast`
+(Python keeps none); ``tests/config/test_reference.py`` checks the file is current and complete.
 """
 
 from __future__ import annotations
@@ -52,7 +43,6 @@ def _schema() -> ModuleType:
     return schema
 
 
-# ---------------------------------------------------------------------------------------------- docstrings
 def _class_node(cls: type) -> ast.ClassDef | None:
     try:
         source = textwrap.dedent(inspect.getsource(cls))
@@ -86,7 +76,6 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-# ------------------------------------------------------------------------------------------------ formatting
 _ROLE = re.compile(r":(?:mod|class|data|func|meth|attr|obj):`~?([^`]+)`")
 _SCALARS = {"int": "int", "float": "float", "str": "string", "bool": "bool", "None": "null"}
 
@@ -95,8 +84,7 @@ _SPEC_ID = re.compile(r"\bSPEC (?=[SDRMH]\d)")
 
 
 def _one_line(text: str) -> str:
-    """A docstring as one table cell: Sphinx roles and ``literals`` as Markdown code, "SPEC S2" as "S2" (the
-    technique ids of the README's table), pipes escaped."""
+    """A docstring as one Markdown table cell: roles and literals as code, "SPEC S2" as "S2", pipes escaped."""
     text = _SPEC_ID.sub("", _ROLE.sub(r"`\1`", " ".join(text.split())))
     return text.replace("``", "`").replace("|", "\\|")
 
@@ -170,7 +158,6 @@ def default_text(value: object) -> str:
     return f"`{_yaml(value)}`".replace("|", "\\|")
 
 
-# ----------------------------------------------------------------------------------------------- the schema
 def _sections(module: ModuleType) -> list[tuple[str, type, object]]:
     """(key, declared class, default instance) of each ``JobConfig`` section, in order."""
     job = module.JobConfig
@@ -179,9 +166,7 @@ def _sections(module: ModuleType) -> list[tuple[str, type, object]]:
 
 
 def _registry(section: str, default: object) -> dict[str, type]:
-    """``name`` -> options class of ``section`` from the regimes' registry (:mod:`hpcdgnn.regimes`: ``names``,
-    ``options_class``), in registration order, the regime of the ``default`` name first; empty where there is
-    none for the section."""
+    """``name`` -> options class of ``section`` from :mod:`hpcdgnn.regimes`, the ``default`` name's regime first."""
     try:
         reg = importlib.import_module("hpcdgnn.regimes")
         if hasattr(reg, "regimes"):
@@ -195,9 +180,7 @@ def _registry(section: str, default: object) -> dict[str, type]:
 
 
 def option_sets(module: ModuleType) -> dict[str, dict[str, type]]:
-    """Section key -> {name: options class}: the schema module's ``*_OPTIONS`` dicts of dataclasses, each under
-    the section its prefix names (else the section whose declared class is a base of all of them); then, for a
-    section whose class has a ``name`` and none of those, the regimes' registry of options by name."""
+    """Section key -> {name: options class}: the schema's ``*_OPTIONS`` dicts, else the regimes' registry."""
     sections = _sections(module)
     found: dict[str, dict[str, type]] = {}
     for attr, value in vars(module).items():

@@ -1,9 +1,7 @@
 """Job configuration: one frozen dataclass per YAML section (SPEC "YAML selects everything").
 
-Every field has a type, a default and a docstring line; ``load_job`` fills the
-dataclasses strictly (unknown keys and wrong types are errors, nothing is
-coerced). Cross-field rules live in ``__post_init__`` and raise ``ValueError``
-whose text ``load_job`` prefixes with ``file: section.key:``.
+Each field's docstring is its line in docs/configuration.md (:mod:`hpcdgnn.config.reference`); cross-field
+rules raise ``ValueError`` in ``__post_init__``, which ``load_job`` prefixes with ``file: section.key:``.
 """
 
 from __future__ import annotations
@@ -33,12 +31,11 @@ __all__ = [
 ]
 
 
-#: ``train.threads`` at most: more than any node's cores (torch crashed creating 100,000 threads).
+#: ``train.threads`` at most: more than any node's cores (torch cannot create ~10^5 threads).
 MAX_THREADS = 1024
 
-#: Adam's (β1, β2), torch's defaults, which jobs do not set (:class:`hpcdgnn.optim.Adam`). Its first step moves
-#: a parameter by lr / (1 - β1), a scalar converted to the parameters' dtype (a float32 overflow there was a
-#: RuntimeError inside ``optimizer.step``): ``train.lr`` is bounded by it.
+#: Adam's (β1, β2), torch's defaults. Its first step moves a parameter by lr / (1 - β1) in the
+#: parameters' dtype, so ``train.lr`` is bounded by it (else a RuntimeError in ``optimizer.step``).
 ADAM_BETAS = (0.9, 0.999)
 _FLOAT_MAX = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
@@ -50,22 +47,17 @@ class DataConfig:
     path: str = ""
     """Dataset directory (relative paths are relative to the working directory)."""
     validate: Literal["checksum", "structure"] = "checksum"
-    """Checks rank 0 runs on the dataset before training (``python -m hpcdgnn validate`` runs the
-    same): ``checksum`` also hashes every shard against the manifest's sha256; ``structure``
-    checks manifest, shapes, dtypes, index ranges and NaN/Inf but skips the hashes (large datasets)."""
+    """Rank 0's check before training: ``checksum`` also hashes every shard (sha256); ``structure`` skips that."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """``model:`` the DGNN architecture; ``name`` picks the model, and each model has its own typed options
-    (a subclass declared beside the model, named by its regime: :func:`hpcdgnn.regimes.options_class`). An
-    option of another model is a config error, never silently ignored."""
+    """``model:`` the DGNN architecture; ``name`` picks the model, whose typed options are declared beside it
+    (:func:`hpcdgnn.regimes.options_class`). An option of another model is an error."""
 
     name: str = "cdgcn"
-    """Registered model: the snapshot-timeline models ``cdgcn`` (IBM §5.1), ``evolvegcn_o`` (§5.2), ``tmgcn``
-    (§5.3), ``tgcn``, ``mpnn_lstm``, ``dysat`` (DGC §7.1) and the integrated graph-RNN cells ``gconv_lstm``,
-    ``gconv_gru``, ``tgcn_cell``, ``dcrnn``, ``gcrn_m1`` (ReInc §2.1); the event-stream model ``tgn`` (DistTGL
-    §2.1, §3.1)."""
+    """Registered model: ``cdgcn``, ``evolvegcn_o``, ``tmgcn`` (IBM §5), ``tgcn``, ``mpnn_lstm``, ``dysat`` (DGC
+    §7.1); ``gconv_lstm``, ``gconv_gru``, ``tgcn_cell``, ``dcrnn``, ``gcrn_m1`` (ReInc §2.1); ``tgn`` (DistTGL)."""
     hidden: int = 16
     """Feature width F' of every layer's output (IBM §6.1 uses 6)."""
 
@@ -80,10 +72,8 @@ class TaskConfig:
 
     name: Literal["link_prediction", "node_classification", "regression", "temporal_link_prediction"] = \
         "link_prediction"
-    """Link prediction (embeddings of t score edges of t+1), node classification, or regression
-    (Z_t forecasts the float node targets of snapshots t..t+horizon-1; MSE loss), or temporal link prediction
-    on an event stream (model tgn: each event's destination against ``negatives`` random ones in training,
-    MRR against ``eval_negatives`` and AP on validation and test, as TGL reports them)."""
+    """Link prediction (Z_t scores edges of t+1), node classification, regression (Z_t forecasts the targets of
+    t..t+horizon-1; MSE), or temporal link prediction on an event stream (tgn; MRR and AP, as TGL)."""
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
     negatives: int = 1
@@ -95,8 +85,7 @@ class TaskConfig:
     batch_events: int = 600
     """temporal_link_prediction: events per global mini-batch, in time order (TGL's and DistTGL's 600)."""
     eval_negatives: int = 49
-    """temporal_link_prediction: negative destinations ranked against each positive for the MRR (from the
-    destination side of a bipartite graph), fixed by ``train.seed`` so every epoch ranks the same ones."""
+    """temporal_link_prediction: negatives ranked against each positive for the MRR (fixed by ``train.seed``)."""
 
     def __post_init__(self) -> None:
         if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
@@ -120,8 +109,7 @@ class TrainConfig:
     """``train:`` the optimisation loop."""
 
     epochs: int = 10
-    """Passes over the training data: one full-batch step each for the full-batch strategies (IBM §2.2),
-    one step per mini-batch for mini-batch strategies."""
+    """Passes over the training data: one step each (full-batch, IBM §2.2), or one per mini-batch."""
     lr: float = 0.01
     """Adam learning rate."""
     seed: int = 0
@@ -129,28 +117,25 @@ class TrainConfig:
     dtype: Literal["float32", "float64"] = "float32"
     """Floating-point type of features, parameters and activations."""
     threads: int = 0
-    """Torch threads per rank; 0 = the cores the rank is bound to, else (unbound) the node's cores divided
-    by the ranks on it."""
+    """Torch threads per rank; 0 = the cores the rank is bound to, or (unbound) the node's cores / its ranks."""
     warmup_epochs: int = 1
     """Epochs flagged ``warmup`` in metrics.jsonl so benchmarks can leave them out."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` = the GPU of this rank's local rank when CUDA is available, else CPU."""
     reuse_memory: bool = True
-    """Keep freed host memory in the process (glibc mallopt) so each epoch's large tensors reuse
-    pages instead of faulting in fresh ones; the resident size stays at its peak. Under jemalloc
-    (``HPCDGNN_MALLOC``, :mod:`hpcdgnn.allocator`: the default where installed) its ``MALLOC_CONF``
-    does this, and for blocks above 1 GiB, which mallopt's C int cannot cover."""
+    """Keep freed host memory in the process (glibc mallopt, or jemalloc's ``MALLOC_CONF``) so epochs reuse pages;
+    the resident size stays at its peak."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
             raise ValueError("epochs: must be >= 1")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
-        if self.lr / (1 - ADAM_BETAS[0]) > _FLOAT_MAX[self.dtype]:  # 1e38 crashed in Adam's first step
+        if self.lr / (1 - ADAM_BETAS[0]) > _FLOAT_MAX[self.dtype]:
             most = _FLOAT_MAX[self.dtype] * (1 - ADAM_BETAS[0])
             raise ValueError(f"lr: must be at most {most!r} in {self.dtype} "
                              f"(Adam's first step is lr / (1 - {ADAM_BETAS[0]}))")
-        if not 0 <= self.threads <= MAX_THREADS:  # torch crashed creating 100,000 threads
+        if not 0 <= self.threads <= MAX_THREADS:
             raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (torch threads of one rank; 0 = automatic)")
         if self.warmup_epochs < 0:
             raise ValueError("warmup_epochs: must be >= 0")
@@ -158,16 +143,12 @@ class TrainConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StaleConfig:
-    """``strategy.stale:`` (vertex, chunk) adaptive stale aggregation of remote embeddings (DGC §5.2, SPEC D3).
+    """``strategy.stale:`` (vertex, chunk) adaptive stale aggregation of halo rows (DGC §5.2, SPEC D3); approximate.
 
-    An approximation.
-
-    A rank sends a halo row again only if it moved more than θ_r (L2) from the value it last sent;
-    the receiver reuses its cached copy otherwise (no gradient flows through a reused row).
-    θ_r = ``theta`` · D_r with ``static``, and ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) with
-    ``adaptive``, where D_r is the largest such move in epoch r and norm(l) = (l_1 - l) / l_1 the
-    relative loss decrease: θ starts at 0 and grows as the loss falls, which is what DGC's text asks
-    for (its Eq. 6 as printed would shrink θ instead; see hpcdgnn/strategies/stale.py).
+    A row is resent only if it moved more than θ_r (L2) since last sent. θ_r = ``theta`` · D_r
+    (``static``) or ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) (``adaptive``; D_r: largest move in epoch
+    r; norm(l) = (l_1 - l) / l_1): θ grows as the loss falls, as DGC's text asks (Eq. 6 as printed
+    would shrink it; :mod:`hpcdgnn.strategies.stale`).
     """
 
     mode: Literal["off", "static", "adaptive"] = "off"
@@ -182,10 +163,8 @@ class StaleConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StrategyConfig:
-    """``strategy:`` how work and data are partitioned over ranks; ``name`` picks the strategy and each
-    strategy has its own typed options (the subclasses below, named by its regime:
-    :func:`hpcdgnn.regimes.options_class`). An option of another strategy is a config error, never silently
-    ignored."""
+    """``strategy:`` how work and data are partitioned over ranks; ``name`` picks the strategy, whose typed
+    options are the subclasses below. An option of another strategy is an error."""
 
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
@@ -194,41 +173,23 @@ class StrategyConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class SnapshotOptions(StrategyConfig):
-    """``strategy: {name: snapshot}``: whole snapshots per rank, redistributed to vertex ranges for the
-    RNN (IBM §4.2, SPEC S1), with checkpoint blocks (S2) and graph-difference transfer (S3)."""
+    """``strategy: {name: snapshot}``: whole snapshots per rank, redistributed to vertex ranges (IBM §4.2, S1)."""
 
     layout: Literal["auto", "cyclic", "block"] = "auto"
-    """Snapshot t on rank t mod P: every rank gets the same mix of training and evaluation snapshots,
-    so each phase between two exchanges is balanced (measured faster than blocks); or contiguous
-    blocks as in IBM §4.2. ``auto``: blocks when every time-mixing layer is banded and ``time_halo``
-    can replace its redistributions (TM-GCN without checkpoint blocks), else cyclic."""
+    """``cyclic``: snapshot t on rank t mod P (each phase balanced); ``block``: contiguous (IBM §4.2); ``auto``:
+    block where ``time_halo`` applies (TM-GCN without ``blocks``), else cyclic."""
     balance: Literal["count", "work", "measured"] = "work"
-    """With ``layout: block``: blocks of equal count (IBM's T/P), of equal estimated work, or ``measured``:
-    equal estimated work, then re-cut once after epoch C = max(``train.warmup_epochs``, 4) with the
-    evaluation snapshots' cost fitted to the ranks' measured compute times (each rank's median over epochs
-    2..C; epochs up to C count as warm-up, so the steady ones all run the final plan; no re-cut in a run
-    of C epochs or fewer; a run resumed at epoch R < C re-cuts after max(C, R + 4), from epochs R + 2 on;
-    the new plan in ``plan.json``, the first kept as ``plan.before-epoch-C.json``; results as exact as
-    any plan)."""
+    """With ``layout: block``: equal count (IBM's T/P), equal estimated work, or ``measured`` (work, then re-cut
+    once after the warm-up from per-rank compute times; docs/how-it-works.md)."""
     blocks: int = 1
-    """Gradient-checkpoint blocks nb (IBM §3.1, SPEC S2): keep only block-boundary state and re-run
-    each block's forward during the backward pass; 1 = no checkpointing."""
+    """Gradient-checkpoint blocks nb (IBM §3.1, S2): re-run each block's forward in the backward; 1 = off."""
     transfer: Literal["base", "graph_difference"] = "graph_difference"
-    """How snapshots move from host to device memory (IBM §3.2, SPEC S3): ``base`` sends each one as
-    (index, value) pairs (COO, int64 indices, IBM's baseline); ``graph_difference`` sends the first
-    snapshot of each block as CSR and each next one as its difference from the previous."""
+    """Host-to-device transfer (IBM §3.2, S3): ``base`` (COO pairs) or ``graph_difference`` (CSR, then diffs)."""
     overlap_chunks: int = 1
-    """Hide the redistributions behind the time encoder (IBM §6.5): cut each rank's vertex range into
-    this many chunks, post their non-blocking exchanges (all at once; with a progress thread on every rank,
-    ``comm.progress``, each one chunk ahead of the wait) and encode chunk k while chunks k+1.. travel, its
-    output sent back at once (backward likewise; a first layer whose constant Ã·X already lives on the
-    vertex owners only sends back); 1 = one blocking exchange each way. Same results (rows of distinct
-    vertices never mix in the RNN); off at P = 1."""
+    """IBM §6.5: hide the redistributions behind the time encoder in this many non-blocking chunks; 1 = blocking."""
     time_halo: Literal["on", "off"] = "on"
-    """Banded time encoders (TM-GCN's M-transform over w steps) stay on the owned snapshots: each rank
-    receives only the w - 1 snapshots before each of its runs of consecutive snapshots that it does not
-    own, instead of the two redistributions (exact; with ``layout: block`` about (w-1)/T of their bytes).
-    Off: IBM §4.2's redistribution, as for every other encoder. Not with ``blocks`` > 1."""
+    """Banded time encoders (TM-GCN) receive the w - 1 snapshots before each owned run instead of two
+    redistributions (exact); ``off``: IBM §4.2's redistribution. Not with ``blocks`` > 1."""
 
     def __post_init__(self) -> None:
         if self.blocks < 1:
@@ -243,8 +204,7 @@ class PSSOptions(StrategyConfig):
 
     name: str = "pss"
     balance: Literal["count", "work", "measured"] = "work"
-    """Contiguous blocks of equal count, of equal estimated work, or re-cut once after the warm-up epochs
-    from measured compute times (``measured``, as for ``snapshot``)."""
+    """Contiguous blocks of equal count, equal estimated work, or ``measured`` (as for ``snapshot``)."""
     transfer: Literal["base", "graph_difference"] = "graph_difference"
     """Host-to-device snapshot transfer (SPEC S3), as for ``snapshot``."""
 
@@ -255,8 +215,7 @@ class VertexOptions(StrategyConfig):
 
     name: str = "vertex"
     partition: Literal["range", "hash", "metis"] = "range"
-    """Vertices split into contiguous id ranges, by a hash of the id, or by METIS on the union of all
-    snapshots (the optional ``pymetis`` package)."""
+    """Vertex split: contiguous id ranges, a hash of the id, or METIS on the union of all snapshots (``pymetis``)."""
     stale: StaleConfig = field(default_factory=StaleConfig)
     """Stale aggregation of halo rows (DGC §5.2, SPEC D3)."""
 
@@ -269,29 +228,16 @@ class ChunkOptions(StrategyConfig):
     chunk_size: int = 4096
     """Largest chunk, in vertex appearances (DGC §4.1's size cap)."""
     sequences: Literal["all", "active"] = "all"
-    """What a vertex's time encoder runs over. ``all``: every snapshot, as the
-    other strategies (exact against them); ``active``: only the snapshots where the vertex has an edge
-    (DGC's temporal sequences, §5.1.2: a chunk holds only active appearances), the state carried over
-    the gaps; inactive appearances output zeros. A different model, so compare it with itself at P = 1.
-    Needs a model whose time encoder is a GRU or LSTM (tgcn, cdgcn, mpnn_lstm)."""
+    """Time encoder over ``all`` snapshots (exact against other strategies) or only ``active`` ones (DGC §5.1.2; a
+    different model, GRU/LSTM encoders only)."""
     fusion: Literal["off", "on"] = "on"
-    """Chunk fusion (DGC §5.1). Spatial: a rank's chunks that read each other's
-    rows are aggregated together, in groups of at most ``fusion_memory_mb``; ``off`` aggregates chunk by
-    chunk (DGC's "one by one"). Temporal, with ``sequences: active``: sequences are packed end to end
-    with the state masked at their boundaries (Eq. 4–5); ``off`` pads each to the longest. Outputs are
-    identical either way."""
+    """Chunk fusion (DGC §5.1): spatial groups under ``fusion_memory_mb``, masked sequence packing (Eq. 4–5); exact."""
     fusion_memory_mb: float | Literal["auto"] = "auto"
-    """Estimated memory cap of one fused group (rows in and out at the widest layer, plus its entries of Ã).
-    ``auto``: DGC's cap, the memory of the rank's device (§5.1.1: fuse until "close to GPU memory limit"),
-    i.e. its GPU's memory shared among the ranks that use that GPU, or on the CPU the node's RAM (the
-    job's cgroup limit when lower) shared among the node's ranks."""
+    """Cap (MiB) of a fused group's estimated memory; ``auto``: the rank's share of device or node memory (§5.1.1)."""
     workload: Literal["count", "mlp"] = "count"
-    """Chunk workload g_a of the assignment (DGC §4.2, Alg. 1): ``count`` =
-    appearances + spatial edges; ``mlp`` = DGC §6's two MLPs (structure + time encoder seconds)
-    profiled on this machine by ``python -m hpcdgnn profile``."""
+    """Chunk workload g_a (DGC §4.2, Alg. 1): ``count`` (appearances + edges) or ``mlp`` (§6, ``hpcdgnn profile``)."""
     predictor: str | None = None
-    """``workload: mlp``: the predictor file; null = this machine's default
-    (``$HPCDGNN_CACHE`` or ``~/.cache/hpcdgnn``, ``workload-<cpu or gpu>-<model>-<device>-<dtype>.pt``)."""
+    """``workload: mlp``: the predictor file; null = this machine's in ``$HPCDGNN_CACHE`` or ``~/.cache/hpcdgnn``."""
     stale: StaleConfig = field(default_factory=StaleConfig)
     """Stale aggregation of halo rows (DGC §5.2, SPEC D3), as for ``vertex``."""
 
@@ -306,9 +252,8 @@ class ChunkOptions(StrategyConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class SequencesOptions(StrategyConfig):
-    """``strategy: {name: sequences}``: sample-based data-parallel training (ReInc §3.4, SPEC R1, R4): sliding
-    windows of ``window`` snapshots × mini-batches of ``batch_vertices`` vertices with their sampled k-hop
-    computational graphs; each rank owns consecutive windows and a model replica; gradients summed."""
+    """``strategy: {name: sequences}``: sample-based data parallelism (ReInc §3.4, SPEC R1, R4): windows of ``window``
+    snapshots × batches of ``batch_vertices`` vertices with sampled k-hop graphs; gradients summed."""
 
     name: str = "sequences"
     window: int = 4
@@ -316,49 +261,26 @@ class SequencesOptions(StrategyConfig):
     stride: int = 1
     """Snapshots between the starts of consecutive sequences."""
     batch_vertices: int = 0
-    """Vertices per node batch (link prediction: the pairs' sources), drawn without replacement from a
-    permutation seeded by (train.seed, epoch); 0 = all N in one batch."""
+    """Vertices per node batch (link prediction: sources), drawn by a (train.seed, epoch) permutation; 0 = all N."""
     fanouts: tuple[int, ...] = ()
-    """Neighbours sampled per vertex and step, one number per model layer, nearest the batch first (PyG's
-    ``num_neighbors`` order: ``[25, 10]`` samples 25 per batch vertex, then 10 per 1-hop vertex); 0 in a slot
-    = all of them; ``[]`` = full neighbourhoods (exact k-hop computational graphs)."""
+    """Neighbours sampled per layer, nearest the batch first (PyG's ``num_neighbors``); 0 = all; ``[]`` = exact."""
     placement: Literal["overlap", "fetch"] = "overlap"
-    """R1 (§3.4.1): each rank reads its consecutive block of snapshots plus the window - 1 after it
-    (``overlap``: no input traffic), or only its block, pulling the others from their owners once per
-    epoch (``fetch``, counted under ``placement.fetch``)."""
+    """R1 (§3.4.1): hold own block + window - 1 snapshots (``overlap``) or ``fetch`` the rest once per epoch."""
     order: Literal["seq_first", "node_first"] = "seq_first"
-    """R4 (§3.4.3): all sequences for a node batch before the next batch (``seq_first``, ReInc's), or all
-    node batches of a sequence before the next sequence (``node_first``, as static GNNs iterate)."""
+    """R4 (§3.4.3): ``seq_first`` (a node batch's sequences first, ReInc's) or ``node_first``."""
     batch_samples: int = 0
-    """Samples (sequence × node batch) per optimizer step, over all ranks, taken in ``order``; 0 = the
-    number of training sequences (with ``seq_first``: one node batch over every training sequence, each
-    rank running its own — ReInc's lockstep). Depends on neither P nor the placement."""
+    """Samples (sequence × node batch) per optimizer step over all ranks, independent of P; 0 = training sequences."""
     incremental: Literal["on", "off"] = "on"
-    """R2 (§3.2, Eq. 2): when the first layer aggregates a constant (Ã_t·X_t, SPEC S4) over full
-    neighbourhoods (its fanout 0, or ``fanouts: []``), each rank computes it once for the snapshots it
-    holds — ``on``: each from the previous one, Agg_t = Agg_{t-1} − F·G⁻_t + F·G⁺_t, recomputing only the
-    rows whose entries changed (:mod:`hpcdgnn.nn.conv.incremental`); ``off``: every snapshot from scratch.
-    Same values either way; samples then read their rows instead of aggregating X."""
+    """R2 (§3.2, Eq. 2): first-layer Ã_t·X_t updated from t-1's on changed rows (``on``) or from scratch; exact."""
     incremental_threshold: float = 0.5
-    """With ``incremental: on``: a snapshot whose changed entries exceed this fraction of its entries is
-    aggregated from scratch instead (the fraction of rows recomputed is in metrics.jsonl)."""
+    """With ``incremental: on``: above this fraction of changed entries a snapshot is aggregated from scratch."""
 
     reuse: Literal["on", "off"] = "on"
-    """R3 (ReInc §3.1, §3.3): samples read the first layer's Ã_t·X_t — over full neighbourhoods a value of
-    snapshot t alone — from a reuse cache (:mod:`hpcdgnn.nn.reuse_cache`) shared by overlapping windows,
-    node batches, splits and epochs, filled at setup by R2 and bounded by ``cache_mb``; ``off``: every
-    sample aggregates its own first layer. The same losses either way (up to rounding); metrics.jsonl
-    ``reuse`` reports the cache per epoch. Sampled first layers and hidden layers have nothing to share
-    between samples (:mod:`hpcdgnn.strategies.sequences` says why)."""
+    """R3 (§3.1, §3.3): samples read the first layer's Ã_t·X_t from a shared reuse cache (``on``). Same losses."""
     cache_mb: float = 256.0
-    """With ``reuse: on``: the cache's bound, MiB per rank (the global level; the local level is a counter
-    and holds nothing); a value it does not hold is recomputed from scratch when read. It must hold at
-    least one snapshot's Ã_t·X_t (N × F values) or input basis (N × K·F for Chebyshev cells) when samples
-    read it; less is a one-line error."""
+    """With ``reuse: on``: cache bound, MiB per rank; at least one snapshot's Ã_t·X_t (N × F; N × K·F Chebyshev)."""
     cache_policy: Literal["priority", "lru"] = "priority"
-    """With ``reuse: on``: evict by ReInc's Eq. 3 priority F/S − I (F: this rank's reads of the value left in
-    this epoch and the next, I: reads of other values before its next one, S: its size in snapshot
-    aggregations; it expires when F = 0), or least recently used (``lru``, for comparison)."""
+    """With ``reuse: on``: evict by ReInc's Eq. 3 priority F/S − I (expiring at F = 0), or ``lru`` for comparison."""
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -379,20 +301,16 @@ class SequencesOptions(StrategyConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryOptions(StrategyConfig):
-    """``strategy: {name: memory}``: DistTGL's mini-batch × epoch × memory parallelism i×j×k = P over an event
-    stream with a node memory (§3.2–3.3, SPEC M2). Ranks r = a + i·(b + j·c): mini-batch slice a, epoch
-    trainer b, memory copy c; the i·j ranks of a memory copy share one node memory (an MPI-3 shared window
-    on their node) and must run on one node."""
+    """``strategy: {name: memory}``: DistTGL's i×j×k = P mini-batch × epoch × memory parallelism (§3.2–3.3, SPEC M2).
+    Rank r = a + i·(b + j·c); the i·j ranks of memory copy c share one node memory on one node (MPI-3 window)."""
 
     name: str = "memory"
     minibatch: int = 1
     """i: ranks splitting each global batch chronologically (exact: reproduces one rank with the same batch)."""
     epoch: int = 1
-    """j: trainers working on the same positive batch with j different negative sets on j consecutive
-    iterations, only the first writing the memory (§3.2.2; an approximation)."""
+    """j: trainers on one positive batch with different negatives, consecutive iterations (§3.2.2; approximate)."""
     memory: int = 1
-    """k: independent node-memory copies, each walking the time segments of the training events in order
-    from a different segment (§3.2.3; an approximation); only weights are synchronised."""
+    """k: node-memory copies, each from its own time segment (§3.2.3; approximate); weights synchronised."""
     prefetch: Literal["on", "off"] = "on"
     """Sample the next mini-batch's neighbours and negatives on a background thread while this one trains."""
 
@@ -401,7 +319,7 @@ class MemoryOptions(StrategyConfig):
             raise ValueError("minibatch, epoch, memory: must be >= 1 (i·j·k must equal the number of ranks)")
 
 
-#: Keys that moved in hpcdgnn 0.2: old dotted key -> new one (a job with the old key is told where it went).
+#: Keys renamed in hpcdgnn 0.2: old dotted key -> new one (a job with the old key is told where it went).
 RENAMED_KEYS: dict[str, str] = {
     "train.blocks": "strategy.blocks",
     "train.transfer": "strategy.transfer",
@@ -414,28 +332,16 @@ class CommConfig:
     """``comm:`` the communication backend."""
 
     backend: Literal["mpi", "nccl", "gloo"] = "mpi"
-    """Collective library: ``mpi`` (mpi4py; CUDA-aware when the MPI library says so, else staged
-    through pinned host buffers) or ``nccl`` / ``gloo`` through ``torch.distributed``, initialised
-    from MPI. Setup and metrics always go through MPI."""
+    """``mpi`` (mpi4py; CUDA-aware or staged through pinned buffers), or ``nccl`` / ``gloo`` (``torch.distributed``)."""
     timeout_s: float = 600.0
     """Timeout of ``torch.distributed`` collectives (nccl, gloo): a lost peer ends the job, not hangs it."""
     grad_buckets: int = 1
-    """The gradient all-reduce cut into this many buckets (about equal bytes, last layers first), each
-    started with a non-blocking all-reduce during the backward pass as soon as its gradients are
-    complete (:mod:`hpcdgnn.comm.buckets`; IBM §6.5). 1 = one all-reduce after the backward pass. Over
-    ``gloo``/``nccl`` or with CUDA parameters the single all-reduce runs whatever this says."""
+    """Gradient all-reduce buckets started during the backward (IBM §6.5; MPI, host parameters); 1 = one after it."""
     progress: Literal["calls", "thread", "auto"] = "calls"
-    """Who moves the non-blocking exchanges (``strategy.overlap_chunks`` > 1, ``grad_buckets`` > 1, the halo's
-    sends) while the rank computes (:mod:`hpcdgnn.comm.progress`): ``calls`` — the training thread, inside its
-    MPI calls (Open MPI's only progress: the copy then runs on the computing core); ``thread`` — a progress
-    thread per rank, so the copy runs on another core (with a core of its own it waits inside MPI, else it
-    polls); ``auto`` — ``thread`` where each rank of the node has a core to spare beside its ``train.threads``
-    (else ``calls``). Results are the same either way. ``calls`` is the default until whole epochs, not only
-    their exposed time, are measured faster with the thread."""
+    """Who progresses non-blocking exchanges: ``calls`` (the training thread inside MPI calls), ``thread`` (a
+    progress thread per rank), ``auto`` (thread where a core is spare). Same results."""
     stall_timeout_s: float = 600.0
-    """Stall watchdog (:mod:`hpcdgnn.comm.watchdog`): a rank that completes no communicator call for
-    this long (stopped, hung, or computing longer than that between two collectives) ends the job
-    with exit 3, naming the rank and the collective; 0 = off. Active from the first epoch."""
+    """Seconds with no completed communicator call before the watchdog ends the job (exit 3); 0 = off."""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -467,8 +373,8 @@ class CheckpointConfig:
     every: int = 0
     """Write a checkpoint every this many epochs (0 = by wall time only, see ``every_minutes``)."""
     every_minutes: float = 30.0
-    """Also write one when this many minutes of wall time have passed since the last (or since the
-    start), at the next epoch boundary; 0 = off. With both 0: only on pre-emption and at the end."""
+    """Also checkpoint at the next epoch boundary once this many wall-clock minutes have passed; 0 = off
+    (with ``every`` 0 too: only on pre-emption and at the end)."""
     dir: str = ""
     """Directory of checkpoint files; empty = ``RUNDIR/checkpoints``."""
     keep: int = 2
@@ -492,20 +398,15 @@ class DebugConfig:
     fail_epoch: int = 1
     """Epoch in which ``fail_rank`` raises."""
     measured_compute: tuple[float, ...] = ()
-    """Per-rank compute seconds that ``strategy.balance: measured`` takes instead of the measured ones
-    (one per rank), so a test can force a re-cut; empty = measure."""
+    """Per-rank compute seconds the ``balance: measured`` re-cut uses instead of timing (to force one)."""
     delay_rank: int = -1
-    """Rank that sleeps ``delay_seconds`` at each call of the task (after the forward pass, before the loss
-    and backward): a straggler, so a test can check whom the wait accounting blames (``comm_late``); -1 = none."""
+    """Rank that sleeps ``delay_seconds`` per task call (before loss and backward): a straggler; -1 = none."""
     delay_seconds: float = 0.0
     """The straggler's sleep per task call, seconds."""
     trace_exchanges: bool = False
-    """Each rank appends, per epoch, its collectives of all ranks (tag, arrival, seconds blocked, of them
-    late) to ``trace/exchanges.rank<r>.jsonl`` in the run directory (:mod:`hpcdgnn.metrics.epoch`)."""
+    """Each rank appends its collectives per epoch to ``trace/exchanges.rank<r>.jsonl`` in the run directory."""
     profile_epoch: int = 0
-    """That epoch runs under torch's profiler on every rank, each writing its operators' time to
-    ``profile/rank<r>.txt`` and ``.json`` in the run directory (:mod:`hpcdgnn.metrics.op_profile`); 0 = none.
-    Its wall time includes the profiler's overhead: flagged ``profiled``, out of the steady median."""
+    """Epoch run under torch's profiler (``profile/rank<r>.txt``, ``.json``; flagged ``profiled``); 0 = none."""
 
     def __post_init__(self) -> None:
         if self.fail_rank < -1:
@@ -521,8 +422,7 @@ class DebugConfig:
 
 
 def _default_options(section: str) -> ModelConfig | StrategyConfig:
-    """The ``model:`` or ``strategy:`` section a job without one gets: the options of the default name (the
-    regimes name the classes, and they import the models: hence here, not at import)."""
+    """The ``model:`` or ``strategy:`` section a job without one gets (imported late: the regimes import the models)."""
     from hpcdgnn.regimes import options_class
 
     default = {"model": ModelConfig, "strategy": StrategyConfig}[section]

@@ -1,41 +1,16 @@
 """Random dynamic graphs for weak-scaling studies (IBM §6.3), written as a dataset directory.
 
-IBM §6.3 ("Weak Scaling"): *"Given T, N and edge density f, the generator
-constructs each snapshot independently by adding N vertices and randomly
-selecting m = N·f pairs of vertices as edges."* The paper's study uses
-T = 256, f = 3 and N = 2^14 at P = 1, doubling N with P (the paper quotes
-"1M" vertices at P = 128; SPEC "Figures from the papers").
+Snapshot t draws ``m = round(N * f)`` ordered pairs uniformly from ``[0, N)²`` with
+``default_rng([seed, t])``; self-loops are dropped (the GCN adds ``I``, IBM §2) and
+duplicates collapse in the writer. Features are in/out degrees (IBM §6.1), weights 1.
+Non-uniform graphs (DGC §7.3.1), off by default:
 
-What this module does, precisely:
+* ``spatial_spread`` δ: ``m_t ~ Normal(N·f, (δ·N·f)²)`` pairs, from ``default_rng([seed, t, 1])``;
+* ``temporal_spread`` τ in [0, 1): vertex v lives ``L_v ~ U[max(1, round((1-τ)·T)), T]``
+  consecutive snapshots from a uniform start (``default_rng([seed, 2**31])``); pairs are
+  drawn among the live vertices (DGC Fig. 13b).
 
-* snapshot t draws ``m = round(N * f)`` ordered pairs ``(src, dst)`` uniformly
-  and independently from ``[0, N)²`` with ``np.random.default_rng([seed, t])``;
-* self-loops are removed (the GCN adds ``I`` itself, IBM §2, so a drawn
-  ``(v, v)`` would only double-count the diagonal) and duplicate pairs collapse
-  to one edge in :func:`hpcdgnn.data.writer.write_dataset`, so a snapshot holds
-  at most ``m`` distinct directed edges (about ``m·(1 - 1/N) - m²/(2N²)``);
-* features are the in/out degrees (IBM §6.1), edge weights are 1, and the
-  optional edge-life ``l`` / M-transform ``w`` smoothing is applied by the
-  writer (IBM §5.4; the paper applies it for EvolveGCN / TM-GCN).
-
-Non-uniform graphs (DGC §7.3.1, issue: chunks), off by default so the IBM
-graphs above are unchanged:
-
-* ``spatial_spread`` δ: snapshot t draws ``max(0, round(m_t))`` pairs with
-  ``m_t ~ Normal(N·f, (δ·N·f)²)`` (a relative standard deviation, so δ = 0
-  is the uniform graph and δ = 0.5 makes some snapshots several times denser
-  than others) from ``default_rng([seed, t, 1])``;
-* ``temporal_spread`` τ in [0, 1): vertex v lives ``L_v`` consecutive
-  snapshots, ``L_v`` uniform in ``[max(1, round((1-τ)·T)), T]``, starting
-  uniformly in ``[0, T - L_v]`` (``default_rng([seed, 2**31])``); snapshot t's
-  pairs are drawn among the vertices alive at t, so temporal sequences have
-  different lengths (DGC Fig. 13b). τ = 0: every vertex lives all T snapshots.
-
-Because each snapshot has its own RNG stream seeded by ``(seed, t)``, the
-output depends only on ``(N, T, f, seed)``: not on the shard size, on how the
-stream is consumed, or on whether snapshots are generated in another order.
-:func:`random_snapshots` yields one snapshot at a time, so memory stays
-``O(N + m)`` times the smoothing window however large T is.
+Per-snapshot RNG streams make the output depend only on ``(N, T, f, seed)`` and the spreads.
 """
 
 from __future__ import annotations
@@ -62,16 +37,15 @@ def random_snapshots(
     spatial_spread: float = 0.0,
     temporal_spread: float = 0.0,
 ) -> Iterator[RawSnapshot]:
-    """Yield the IBM §6.3 random snapshots one at a time, lazily (DGC §7.3.1 non-uniform when asked).
+    """Yield the IBM §6.3 random snapshots one at a time (DGC §7.3.1 non-uniform when asked).
 
     Args:
-        vertices: N, the vertex universe of every snapshot.
-        snapshots: T, number of snapshots to yield.
-        density: f; each snapshot draws ``round(N * f)`` pairs before removing
-            self-loops (duplicates are collapsed later by the writer).
-        seed: base seed; snapshot t uses ``np.random.default_rng([seed, t])``.
-        spatial_spread: δ, relative standard deviation of the pairs drawn per snapshot.
-        temporal_spread: τ, how much vertex lifetimes vary (see the module docstring).
+        vertices: N.
+        snapshots: T.
+        density: f; each snapshot draws ``round(N * f)`` pairs before dropping self-loops.
+        seed: snapshot t uses ``np.random.default_rng([seed, t])``.
+        spatial_spread: δ, relative standard deviation of the pairs per snapshot.
+        temporal_spread: τ, spread of vertex lifetimes (module docstring).
 
     Yields:
         :class:`RawSnapshot` with int64 ``src``/``dst`` and ``time = (t, t + 1)``.
@@ -116,17 +90,17 @@ def generate_dataset(
     """Write an IBM §6.3 weak-scaling random dynamic graph to ``output``; return its manifest.
 
     Args:
-        output: dataset directory to create (see :mod:`hpcdgnn.data.manifest`).
+        output: dataset directory to create.
         vertices: N >= 2.
         snapshots: T >= 1.
         density: f > 0, edges drawn per vertex per snapshot (the paper uses 3).
-        seed: RNG seed; same arguments and seed give byte-identical shard contents.
+        seed: same arguments and seed give byte-identical shard contents.
         edge_life: IBM §5.4 edge-life l (1 = off).
         mtransform: IBM §5.3/§5.4 M-transform window w (1 = off).
         shard_size: snapshots per shard file.
         force: replace a non-empty ``output``.
         spatial_spread: DGC §7.3.1 δ (0 = uniform).
-        temporal_spread: DGC §7.3.1 sequence-length spread τ in [0, 1) (0 = uniform).
+        temporal_spread: DGC §7.3.1 τ in [0, 1) (0 = uniform).
 
     Raises:
         DataError: on impossible sizes, naming ``output``.

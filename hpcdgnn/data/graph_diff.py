@@ -1,67 +1,17 @@
-"""S3, graph-difference transfer of snapshots: IBM §3.2 ("Graph-difference Based Input Transfer"), §6.2.
+"""S3, graph-difference transfer of snapshots (IBM §3.2, §6.2).
 
-Within a block of consecutive snapshots ``A_s, ..., A_e`` (an S2 checkpoint
-block, or the snapshots of one rank inside it), the first snapshot crosses the
-host->device link in full, as CSR; every next snapshot ``A_{i+1}`` crosses as a
-difference against ``A_i``, which the receiver already holds. IBM §3.2 splits
-the edges into ``A^com`` (in both), ``A_i^ext`` (only in ``A_i``) and
-``A_{i+1}^ext`` (only in ``A_{i+1}``) and sends the indices of the two ``ext``
-sets plus *all* values of ``A_{i+1}`` (values change from one snapshot to the
-next, e.g. after M-transform or edge-life smoothing, SPEC S5, so the values of
-``A^com`` cannot be reused). The receiver rebuilds ``A_{i+1}`` exactly.
+The first snapshot of a block crosses the host->device link as full CSR; each
+next ``A_{i+1}`` crosses as a diff against ``A_i``, which the receiver holds:
 
-Edges are identified by their key ``row * N + col`` (row = source vertex). A
-canonical CSR (rows in order, columns sorted within each row, no duplicates;
-the layout of the dataset shards, see :mod:`hpcdgnn.data.shard_reader`) lists
-its nonzeros in ascending key order, so "position ``p`` in the nonzero list"
-and "the ``p``-th smallest key" are the same thing.
+    removed  int32|int64 (r,)    ascending positions into A_i's nonzero list
+    added    int32|int64 (a,)    ascending keys row*N+col of the new edges
+    values   float       (nnz',) all values of A_{i+1} (smoothing, S5, changes common edges too)
 
-Wire format (what crosses the link; sizes in bytes, ``Ip``/``In`` = index
-itemsize of the previous/next snapshot's CSR, ``V`` = value itemsize)::
-
-    full CSR  (CSRSnapshot, first snapshot of a block)
-        indptr   int64            (N+1,)   row pointer                 8 (N+1)
-        indices  int32 | int64    (nnz,)   column ids, sorted per row  I nnz
-        values   float32 | 64     (nnz,)   edge weights                V nnz
-
-    diff      (GraphDiff, A_{i+1} relative to A_i)
-        removed  int32 | int64    (r,)     ascending positions into A_i's nonzero
-                                           list of the edges in A_i^ext; int32
-                                           when nnz(A_i) < 2^31               4|8 r
-        added    int32 | int64    (a,)     ascending edge keys row*N+col of the
-                                           edges in A_{i+1}^ext; int32 when
-                                           N*N <= 2^31 (N <= 46340)           4|8 a
-        values   float32 | 64     (nnz',)  all values of A_{i+1}, in its CSR
-                                           (= ascending key) order            V nnz'
-
-We send removals as *positions* rather than keys because the receiver holds
-``A_i`` in CSR order: a position marks an entry of a keep-mask directly, with
-no search. Additions are *keys* (not insertion positions + columns) because a
-key is one number per edge where the alternative is two, and because keys
-merge with the kept keys by a sorted search. Both index arrays use the
-narrowest integer type that cannot overflow, since their bytes are what the
-method saves. Array lengths (``N``, ``r``, ``a``, ``nnz' = nnz - r + a``) are
-tensor shapes, host metadata known before the copy is issued, so they are
-counted as zero bytes; :attr:`GraphDiff.nbytes` is exactly the sum of the three
-arrays' ``nbytes``, and a diff of two snapshots with the same edge set moves
-only ``V nnz'`` bytes.
-
-Decoding uses torch operations only, all on the device of ``A_i``'s tensors,
-with no host synchronisation (every output length is known from shapes), and
-is deterministic: the rebuilt ``indptr``, ``indices`` and ``values`` are
-bit-identical to ``A_{i+1}``'s, including dtypes. Encoding runs on the host
-with numpy (the sender holds every snapshot in host memory).
-
-The baseline (``transfer: base``, IBM §6.2 "Base") sends every snapshot as
-(index, value) pairs, :class:`COOSnapshot`: ``(8 + 8 + V) nnz`` bytes, the
-PyTorch COO layout that §3.2 names. We also report full CSR for every
-snapshot (``csr``) as a reference point: it is the better naive format, and
-graph difference saves less against it (the values dominate).
-
-Bytes per block of ``b`` snapshots: ``base = sum_t (16 + V) nnz_t``, ``csr = sum_t csr_nbytes(A_t)``;
-``graph_difference = csr_nbytes(A_s) + sum_{i} diff(A_i, A_{i+1}).nbytes``
-(IBM §6.2: only the first snapshot of each block is sent naively, so the share
-of snapshots that benefit is ``(b - 1) / b``).
+Edge keys ``row * N + col`` ascend along a canonical CSR's nonzero list, so a
+position and a rank in key order coincide. Removals are positions (a direct
+keep-mask on the receiver); additions are keys (one number per edge); both use
+the narrowest dtype that cannot overflow. Decoding is torch-only, sync-free and
+bit-exact. ``transfer: base`` (:class:`COOSnapshot`) is IBM's baseline.
 """
 
 from __future__ import annotations
@@ -108,14 +58,9 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 class CSRSnapshot:
     """Adjacency ``A_t`` of one snapshot in canonical CSR, as torch tensors (the "full" payload).
 
-    Rows are source vertices; columns are sorted within each row and unique, so
-    edge keys ``row * N + col`` ascend along the nonzero list (the shard layout
-    of :mod:`hpcdgnn.data.shard_reader`).
-
     Shapes:
-        ``indptr``: (N+1,) int64, ``indptr[0] == 0``, ``indptr[-1] == nnz``.
-        ``indices``: (nnz,) int32 or int64 column ids.
-        ``values``: (nnz,) float32 or float64 edge weights.
+        ``indptr``: (N+1,) int64; ``indices``: (nnz,) int32/int64 sorted per row;
+        ``values``: (nnz,) float.
     """
 
     indptr: torch.Tensor
@@ -176,16 +121,11 @@ class CSRSnapshot:
 
 @dataclass(frozen=True)
 class GraphDiff:
-    """``A_{i+1}`` relative to ``A_i`` (IBM §3.2): the wire format in the module docstring.
+    """``A_{i+1}`` relative to ``A_i`` (IBM §3.2); ``num_vertices`` is host metadata, not sent.
 
     Shapes:
-        ``removed``: (r,) int32 or int64, ascending positions into ``A_i``'s
-            nonzero list of the edges of ``A_i`` absent from ``A_{i+1}``.
-        ``added``: (a,) int32 or int64, ascending keys ``row * N + col`` of the
-            edges of ``A_{i+1}`` absent from ``A_i``.
-        ``values``: (nnz(A_{i+1}),) float, every value of ``A_{i+1}`` in CSR order.
-
-    ``num_vertices`` (N) is host metadata and is not sent.
+        ``removed``: (r,) positions into ``A_i``; ``added``: (a,) keys of new edges;
+        ``values``: (nnz(A_{i+1}),) in CSR order.
     """
 
     num_vertices: int
@@ -217,14 +157,9 @@ class GraphDiff:
 
 @dataclass(frozen=True)
 class COOSnapshot:
-    """``A_t`` as (index, value) pairs: IBM §3.2's baseline wire format ("Base", §6.2).
+    """``A_t`` as int64 (row, col) pairs plus values: IBM's "Base" wire format, ``(16 + V) nnz`` bytes.
 
-    IBM transfers a snapshot "using standard sparse matrix representation of
-    (index, value) pairs", i.e. a PyTorch COO tensor: int64 row and column
-    indices plus the values, ``(16 + V) nnz`` bytes. ``transfer: base`` sends
-    every snapshot this way; the receiver builds the row pointer by a search
-    over the (sorted) rows. ``index_dtype`` is host metadata so the rebuilt CSR
-    is bit-identical to the sender's.
+    ``index_dtype`` is host metadata so the rebuilt CSR is bit-identical to the sender's.
     """
 
     num_vertices: int
@@ -266,8 +201,7 @@ class COOSnapshot:
         return CSRSnapshot(indptr, self.cols.to(self.index_dtype), self.values)
 
 
-#: One element of an encoded block: the first snapshot in full, then diffs (or, with
-#: ``transfer: base``, every snapshot as (index, value) pairs).
+#: One element of an encoded block: a full CSR, a diff, or (``base``) COO pairs.
 Payload = Union[CSRSnapshot, GraphDiff, COOSnapshot]
 
 
@@ -280,12 +214,7 @@ def csr_nbytes(csr: CSRSnapshot) -> int:
 
 
 def _host_keys(csr: CSRSnapshot, what: str) -> np.ndarray:
-    """Edge keys ``row * N + col`` (int64, host) of a CSR, after checking it is canonical.
-
-    The decoder always produces canonical CSR, so a non-canonical input could not
-    round-trip exactly; we refuse it here rather than send something that decodes
-    to a different array.
-    """
+    """Edge keys ``row * N + col`` (int64, host); refuses a non-canonical CSR, which could not round-trip."""
     indptr = csr.indptr.detach().cpu().numpy()
     indices = csr.indices.detach().cpu().numpy()
     n, nnz = indptr.shape[0] - 1, indices.shape[0]
@@ -336,15 +265,7 @@ def _encode_keys(prev_keys: np.ndarray, nxt_keys: np.ndarray, n: int, values: to
 
 
 def encode_diff(prev: CSRSnapshot, nxt: CSRSnapshot) -> GraphDiff:
-    """Encode ``nxt`` (``A_{i+1}``) relative to ``prev`` (``A_i``), on the host (IBM §3.2).
-
-    Args:
-        prev: ``A_i``, canonical CSR (tensors on any device; copied to host).
-        nxt: ``A_{i+1}``, canonical CSR over the same N with the same index dtype.
-
-    Returns:
-        The :class:`GraphDiff`; its ``values`` share memory with ``nxt.values``
-        when that is a contiguous host tensor.
+    """Encode ``nxt`` (``A_{i+1}``) relative to ``prev`` (``A_i``) on the host (IBM §3.2).
 
     Raises:
         ValueError: different N or index dtype, or a CSR that is not canonical.
@@ -360,10 +281,7 @@ def encode_diff(prev: CSRSnapshot, nxt: CSRSnapshot) -> GraphDiff:
 
 
 def encode_block(csrs: Sequence[CSRSnapshot], mode: str = "graph_difference") -> list[Payload]:
-    """Encode a block ``[A_s, ..., A_e]`` as ``[A_s (full CSR), diff(A_s, A_s+1), ..., diff(A_e-1, A_e)]``.
-
-    Each snapshot's keys are computed once and reused for both diffs it takes part in.
-    With ``mode="base"`` every snapshot is sent alone as (index, value) pairs (:class:`COOSnapshot`).
+    """Encode ``[A_s, ..., A_e]`` as ``[A_s (CSR), diff(A_s, A_s+1), ...]``, or all COO with ``mode="base"``.
 
     Raises:
         ValueError: as :func:`encode_diff`.
@@ -426,13 +344,11 @@ def _decode(prev: CSRSnapshot, prev_keys: torch.Tensor, diff: GraphDiff) -> tupl
     kept_before = torch.zeros(nnz_prev + 1, dtype=torch.int64, device=dev)
     torch.cumsum(keep, 0, out=kept_before[1:])
 
-    # Merge two ascending, disjoint key lists (kept and added) by rank instead of a full sort:
-    # an element's output position = its rank in its own list + the number of the other
-    # list's keys below it. Added keys are never in A_i, so left/right search agree.
+    # Merge two ascending, disjoint key lists by rank instead of a sort: position = own rank +
+    # count of the other list's keys below (added keys are never in A_i, so searches agree).
     pos_kept = kept_before[:-1] + torch.searchsorted(added, prev_keys)
     pos_added = torch.arange(n_add, device=dev) + kept_before[torch.searchsorted(prev_keys, added)]
-    # removed entries go to a spare slot at index nnz, dropped afterwards; this keeps every
-    # shape host-known (a boolean-mask compaction would need a device->host sync)
+    # removed entries go to a spare slot at nnz: keeps shapes host-known (no device->host sync)
     pos_kept = torch.where(keep, pos_kept, torch.full_like(pos_kept, nnz))
     keys = torch.empty(nnz + 1, dtype=torch.int64, device=dev)
     keys[pos_kept] = prev_keys
@@ -447,33 +363,16 @@ def _decode(prev: CSRSnapshot, prev_keys: torch.Tensor, diff: GraphDiff) -> tupl
 
 
 def decode_diff(prev: CSRSnapshot, diff: GraphDiff) -> CSRSnapshot:
-    """Rebuild ``A_{i+1}`` from ``A_i`` and the diff, with torch ops on ``prev``'s device (IBM §3.2).
-
-    The result is bit-identical to the ``A_{i+1}`` given to :func:`encode_diff`:
-    the same ``indptr`` (int64), ``indices`` (``prev.indices.dtype``) and
-    ``values``. Deterministic and free of device->host synchronisation. The
-    diff's arrays are copied to ``prev``'s device first (this is the transfer);
-    when they are already there, the result's ``values`` is ``diff.values``
-    itself, not a copy.
+    """Rebuild ``A_{i+1}`` bit-identically from ``A_i`` and the diff, on ``prev``'s device, without host sync.
 
     Raises:
-        ValueError: the diff's N or lengths do not fit ``prev`` (host-side checks
-            on shapes only; the contents are trusted, as produced by the encoder).
+        ValueError: the diff's N or lengths do not fit ``prev`` (contents are trusted).
     """
     return _decode(prev, _device_keys(prev), diff)[0]
 
 
 def decode_block(payloads: Sequence[Payload], device: torch.device | str | None = None) -> list[CSRSnapshot]:
-    """Rebuild a block from :func:`encode_block`'s payloads.
-
-    A :class:`CSRSnapshot` payload starts over (it must come first); each
-    :class:`GraphDiff` is applied to the snapshot decoded before it. Keys of the
-    last snapshot are carried forward instead of being recomputed.
-
-    Args:
-        payloads: ``[full CSR, diff, diff, ...]``.
-        device: where to rebuild (the full CSR is copied there); default: where
-            the first payload's tensors are.
+    """Rebuild a block from :func:`encode_block`'s payloads on ``device`` (default: where they are).
 
     Raises:
         ValueError: a diff with no snapshot before it, or a diff that does not fit.
@@ -522,16 +421,9 @@ def transfer_bytes(
 
     Args:
         csrs: consecutive snapshots ``A_s, ..., A_e``.
-        mode: ``"base"``: every snapshot as (index, value) pairs (:class:`COOSnapshot`,
-            IBM's baseline); ``"csr"``: every snapshot as a full CSR (a reference point, not a
-            transfer mode); ``"graph_difference"``:
-            the first snapshot of each block as a full CSR, each next one as a
-            :class:`GraphDiff` against its predecessor.
-        num_blocks: split ``csrs`` into this many contiguous blocks of nearly
-            equal length (S2's nb); the default treats all of ``csrs`` as one block.
-
-    Raises:
-        ValueError: unknown ``mode`` or ``num_blocks < 1``.
+        mode: ``"base"`` (COO), ``"csr"`` (full CSR each, a reference point) or
+            ``"graph_difference"`` (full CSR per block, then diffs).
+        num_blocks: split into this many near-equal contiguous blocks (S2's nb).
     """
     if mode not in (*TRANSFER_MODES, "csr"):
         raise ValueError(f"transfer_bytes: unknown mode {mode!r}; choose from {', '.join(TRANSFER_MODES)}, csr")

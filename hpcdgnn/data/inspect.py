@@ -1,54 +1,17 @@
 """``hpcdgnn inspect DIR``: statistics and a full validation of a dataset directory.
 
-Statistics (what the planner and the papers' tables talk about):
+Statistics: N, T, F, smoothing, nnz of A_t, raw edges and active vertices per snapshot,
+node targets, and the edge overlap ``|E_t ∩ E_{t+1}| / |E_{t+1}|`` of the trained
+adjacency: the share of A_{t+1}'s pattern graph-difference transfer (IBM §3.2, S3) does
+not resend. Validation collects one ``file: problem`` line per fault (h5py errors
+included, never raised): manifest, ``vertices.h5``, every shard's size, sha256, attributes
+and groups, each snapshot's dtypes, shapes, CSR structure with strictly ascending edge keys
+(S3's diffs rely on it), NaN/Inf, negative weights, labels, targets and counts. One
+snapshot is in memory at a time.
 
-* N, T, F, feature names, directedness, classes, smoothing (IBM §5.4);
-* nonzeros of the trained adjacency A_t per snapshot (min / median / max /
-  total; IBM Table 1's "nnz" after M-product or edge-life);
-* raw edges per snapshot (the link-prediction targets) and active vertices;
-* the float node targets (regression), when the manifest names them: their
-  name, how many (vertex, snapshot) entries have one (not NaN), and their
-  min / mean / max;
-* edge overlap between consecutive snapshots, ``|E_t ∩ E_{t+1}| / |E_{t+1}|``
-  over the trained adjacency, mean / min / max over the T-1 pairs (pairs with
-  an empty E_{t+1} are skipped). This is the fraction of A_{t+1}'s pattern
-  that graph-difference transfer (IBM §3.2, SPEC S3) does not resend.
-
-Validation (every problem is collected as ``file: problem``):
-
-* ``manifest.json`` parses and is consistent (:func:`~hpcdgnn.data.manifest.load_manifest`);
-* ``vertices.h5`` has ``/original_id`` of length N;
-* every shard exists, its size and sha256 equal the manifest's, it opens,
-  its ``t_start``/``t_stop``/``num_vertices`` attributes match and it holds
-  exactly the groups of its snapshots;
-* each snapshot group has the datasets of :mod:`hpcdgnn.data.shard_reader`
-  with the right dtype and shape; ``indptr`` starts at 0, never decreases and
-  ends at ``nnz``; indices lie in ``[0, N)`` and edge keys strictly ascend
-  (sorted rows, no duplicates: S3's diffs rely on it); ``x`` and ``weights``
-  have no NaN/Inf and ``weights`` none below 0; ``active`` is 0/1; labels lie in ``{-1} ∪ [0, C)``;
-  ``targets`` (when the manifest names them) is float32 or float64 of shape
-  (N,) with no Inf (NaN = no target); nnz, raw edges and active counts equal
-  the manifest's.
-
-Every problem is one line naming the file (and the snapshot group and array,
-with the first offending position), and h5py's errors on a damaged file are
-reported as problems, never raised.
-
-Snapshots are read one at a time (two edge-key arrays are alive for the
-overlap), so inspecting a dataset needs memory for about one snapshot.
-
-Event-stream datasets (``format`` ``"hpcdgnn-events"``, ``prepare --kind events``,
-:mod:`hpcdgnn.data.events`) are recognised by their manifest and get their own
-report (:func:`inspect_events`): N, E, D and the feature names, bipartite (and the
-number of sources), the time range, the split sizes (and the time at each cut),
-events per shard, distinct (src, dst) pairs and the fraction of events that repeat
-an earlier pair. Their validation: the manifest (:func:`~hpcdgnn.data.events.load_event_manifest`),
-``vertices.h5``, and every shard's size, sha256 (unless ``--no-checksums``),
-datasets, dtypes and shapes, ids in range (bipartite: ``src < num_sources <= dst``),
-time non-decreasing across shard boundaries, no NaN/Inf; then the manifest's
-``time_range`` against the first and last event and each split cut against a tie
-(equal times on both sides). One shard is in memory at a time, plus the distinct
-pairs of each shard (for the pair count).
+Event-stream datasets get :func:`inspect_events`: counts, time range, split sizes,
+distinct pairs, and the checks of :func:`~hpcdgnn.data.events.scan_event_shards` plus
+``time_range`` and split cuts that would separate simultaneous events.
 """
 
 from __future__ import annotations
@@ -342,21 +305,16 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
     """Compute statistics of a dataset directory and validate every file, one snapshot at a time.
 
     Args:
-        root: dataset directory (see :mod:`hpcdgnn.data.manifest`).
-        checksums: verify each shard's sha256 (reads every byte twice; skip for a quick look).
+        root: the dataset directory.
+        checksums: verify each shard's sha256 (reads every byte twice).
 
     Returns:
         A JSON-ready dict: ``num_vertices``, ``num_snapshots``, ``num_features``,
-        ``feature_names``, ``directed``, ``num_classes``, ``index_dtype``,
-        ``smoothing``, ``shards``, ``bytes``, ``nnz`` / ``edges`` / ``active``
-        (each ``{min, median, max, total}`` or None), ``targets`` (the manifest's
-        target name or None), ``target_values`` (``{count, min, mean, max}`` over
-        the entries that have a target, or None), ``overlap``
-        (``{mean, min, max, pairs}`` or None), ``problems`` (list of
-        ``file: problem`` strings) and ``valid`` (no problems).
-
-    An event-stream dataset is handed to :func:`inspect_events` (its own keys; ``kind`` is
-    ``"events"`` there).
+        ``feature_names``, ``directed``, ``num_classes``, ``index_dtype``, ``smoothing``,
+        ``shards``, ``bytes``, ``nnz`` / ``edges`` / ``active`` (``{min, median, max, total}``
+        or None), ``targets``, ``target_values`` (``{count, min, mean, max}`` or None),
+        ``overlap`` (``{mean, min, max, pairs}`` or None), ``problems`` and ``valid``; an
+        event-stream dataset gets :func:`inspect_events`'s dict.
 
     Raises:
         DataError: the manifest itself is missing or malformed (nothing else can be checked).
@@ -465,10 +423,8 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
         A JSON-ready dict: ``kind`` ("events"), ``root``, ``num_vertices``, ``num_events``,
         ``edge_feature_dim``, ``edge_feature_names``, ``bipartite``, ``num_sources``,
         ``time_range``, ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
-        t_last}}``, times None when unread or empty), ``shards``, ``bytes``,
-        ``checksums_verified``, ``events_per_shard`` (``{min, median, max, total}``),
-        ``distinct_pairs`` and ``repeated_pair_fraction`` (1 - distinct pairs / E; None when
-        a shard could not be read), ``problems`` and ``valid``.
+        t_last}}``), ``shards``, ``bytes``, ``checksums_verified``, ``events_per_shard``,
+        ``distinct_pairs``, ``repeated_pair_fraction`` (1 - distinct / E), ``problems``, ``valid``.
 
     Raises:
         DataError: the manifest itself is missing or malformed.

@@ -1,53 +1,9 @@
-"""The dataset manifest: what a dataset directory holds, read by rank 0 first.
+"""The snapshot dataset manifest (``manifest.json``), read by rank 0 first.
 
-A dataset directory (written by ``prepare`` or ``generate``)::
-
-    DIR/
-      manifest.json          # this schema (below)
-      vertices.h5            # /original_id: the user's vertex id for each of 0..N-1
-      shards/
-        shard-00000.h5       # snapshots [t_start, t_stop), one group per snapshot
-        shard-00001.h5
-        ...
-
-``manifest.json`` keys (``FORMAT_VERSION`` 1)::
-
-    format            "hpcdgnn-snapshots"
-    version           1
-    num_vertices      N
-    num_snapshots     T
-    num_features      F
-    feature_names     [F names], e.g. ["in_degree", "out_degree"]
-    directed          bool
-    num_classes       C >= 2 when shards carry node labels, else 0
-    index_dtype       "int32" | "int64"   (CSR column indices)
-    smoothing         {"edge_life": l, "mtransform_window": w}   (IBM §5.4, SPEC S5)
-    snapshot_nnz      [T] nonzeros of the adjacency trained on (after smoothing)
-    snapshot_edges    [T] raw edges of each snapshot (link-prediction targets)
-    snapshot_active   [T] vertices with at least one raw edge
-    snapshot_time     [T] [start, stop) of each window in the source's time unit, or null
-    shards            [{"file", "t_start", "t_stop", "bytes", "sha256"}]
-    source            free-form provenance (input path, format, options)
-    targets           optional: name of the float node target every shard stores per
-                      snapshot (``targets`` array; regression task), e.g. "signal" or
-                      "next_degree"; null or absent = no targets (manifests written
-                      before targets existed load unchanged)
-
-Target names written by ``prepare`` (what the value stored at snapshot t is):
-``signal`` the PyGT signal's next step S[t] (pygt-json lagged-signal layouts);
-``log1p_next_y`` log(1 + y_{t+1}) (twitter_tennis, NaN at the last snapshot);
-``next_degree`` / ``next_log_degree`` the distinct neighbours of each vertex in
-snapshot t+1 (raw edges), or log1p of it, NaN at the last snapshot
-(``prepare --targets``; :mod:`hpcdgnn.data.prepare`).
-
-:func:`load_manifest` checks every key for presence and type (``shards[].file``
-must be a plain name inside ``shards/``; ``sha256`` 64 lowercase hex digits),
-the per-snapshot lists for length T and the shards for covering ``[0, T)`` in
-order; any fault is one :class:`~hpcdgnn.errors.DataError` line naming the file.
-An event-stream directory (``format`` ``"hpcdgnn-events"``, ``prepare --kind events``,
-:mod:`hpcdgnn.data.events`) is refused in one line saying what it is.
-
-The shard layout is documented in :mod:`hpcdgnn.data.shard_reader`.
+Keys and the directory layout are specified in docs/data.md, "Snapshot datasets";
+``targets`` (optional) names the float node target every shard stores per snapshot
+(``signal``, ``log1p_next_y``, ``next_degree``, ``next_log_degree``; absent = none).
+:func:`load_manifest` turns any fault into one :class:`~hpcdgnn.errors.DataError` line.
 """
 
 from __future__ import annotations
@@ -96,7 +52,7 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Typed view of ``manifest.json`` (see the module docstring for the keys)."""
+    """Typed view of ``manifest.json`` (keys in docs/data.md)."""
 
     num_vertices: int
     num_snapshots: int
@@ -159,8 +115,7 @@ def read_manifest_json(root: str | Path) -> tuple[Path, Any]:
     """``(path of root/manifest.json, its parsed JSON)``, for either on-disk kind.
 
     Raises:
-        DataError: one line naming the directory (missing) or ``manifest.json``
-            (missing, unreadable or not JSON).
+        DataError: the directory or ``manifest.json`` is missing, unreadable or not JSON.
     """
     path = Path(root) / MANIFEST_NAME
     if not Path(root).is_dir():
@@ -187,11 +142,7 @@ def key_set_problem(raw: dict[str, Any], required: Iterable[str], known: Iterabl
 def shard_entry_problem(entry: Any, index: int, int_keys: Sequence[str]) -> str | None:
     """The first problem of ``shards[index]`` (None when sound), as ``'shards'[i]...: problem``.
 
-    Both on-disk kinds list their shards as ``{"file", *int_keys, "sha256"}``: snapshots
-    ``t_start``/``t_stop``/``bytes``, event streams ``e_start``/``e_stop``/``bytes``. ``file``
-    must be a plain name inside ``shards/`` (a manifest never points outside its directory),
-    the ``int_keys`` integers >= 0 and ``sha256`` 64 lowercase hex digits. What the ranges
-    cover is the caller's to check.
+    ``file`` must be a plain name inside ``shards/`` (a manifest never points outside its directory).
     """
     keys = ("file", *int_keys, "sha256")
     where = f"'shards'[{index}]"
@@ -215,12 +166,7 @@ def shard_entry_problem(entry: Any, index: int, int_keys: Sequence[str]) -> str 
 
 
 def _schema_problem(raw: dict[str, Any]) -> str | None:
-    """The first problem of a manifest's keys and value types (``None`` when sound), as ``key: problem``.
-
-    Everything :class:`Manifest` and the checks after it rely on is checked here,
-    so a hand-edited or damaged manifest is a one-line :class:`DataError`, never
-    a ``TypeError`` deep in planning.
-    """
+    """The first problem of a manifest's keys and value types (None when sound): one line, never a TypeError later."""
     if "format" not in raw:
         return f"missing key 'format' (is this an {FORMAT_NAME} manifest?)"
     if raw["format"] != FORMAT_NAME:
@@ -286,12 +232,7 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
 
 
 def load_manifest(root: str | Path) -> Manifest:
-    """Read and check ``root/manifest.json``; raise :class:`DataError` naming the file.
-
-    Every key is checked for presence and type (one-line messages such as
-    ``DIR/manifest.json: missing key 'num_vertices'``), then the counts for
-    consistency with N and T and the shards for covering ``[0, T)`` in order.
-    """
+    """Read and check ``root/manifest.json`` (keys, types, counts, shards); raise :class:`DataError` naming it."""
     path, raw = read_manifest_json(root)
     if not isinstance(raw, dict):
         raise DataError(f"{path}: not an {FORMAT_NAME} manifest (expected a JSON object)")
@@ -324,9 +265,7 @@ def empty_snapshots(snapshot_edges: Sequence[int]) -> list[int]:
 
 
 def empty_snapshots_note(snapshot_edges: Sequence[int]) -> str | None:
-    """A note naming the snapshots without edges, or None: a time split (``task.split``) that falls among them has
-    no examples, and equal time windows over a bursty timeline make such gaps (email-Eu-core in 32 windows: 21-30
-    empty, so val_auc was '-' in every epoch)."""
+    """A note naming the snapshots without edges (a time split among them has no examples), or None."""
     empty = empty_snapshots(snapshot_edges)
     if not empty:
         return None

@@ -1,30 +1,9 @@
-"""Read snapshots from HDF5 shards; a rank opens only the shards it needs.
+"""Read snapshots from HDF5 shards; a rank opens only the shards, and rows, it needs.
 
-Shard layout (``DIR/shards/shard-NNNNN.h5``, snapshots ``[t_start, t_stop)``)::
-
-    /                      attrs: t_start, t_stop, num_vertices
-    /t000017/              one group per snapshot, named t%06d by global index
-        indptr   int64   (N+1,)   CSR row pointer of A_t (rows = source vertex)
-        indices  int32|64 (nnz,)  column (destination) ids, sorted within each row
-        weights  float32 (nnz,)   edge weights of A_t (after smoothing, SPEC S5)
-        x        float32 (N, F)   vertex features X_t
-        active   uint8   (N,)     1 where the vertex has a raw edge in this window
-        labels   int64   (N,)     node labels, -1 = unlabelled (only if num_classes > 0)
-        targets  float64 (N,)     float node targets, NaN = no target (only if the manifest
-                                  names ``targets``; float32 is read too). Regression uses these.
-        target_indptr, target_indices   raw edges of the window, only when
-                                  smoothing changed A_t; otherwise A_t's pattern is
-                                  the raw edge set. Link prediction uses these.
-
-Rows are sorted and edge keys ``src * N + dst`` ascend within a snapshot, so
-consecutive snapshots can be diffed with one merge (``inspect``, SPEC S3).
-
-A rank that needs only some rows of a snapshot (the vertex and chunk strategies)
-reads them with :meth:`ShardReader.read_rows`: the part of ``indptr`` around
-them, their entries and their rows of ``x``, as contiguous slices (runs of
-consecutive rows, and gaps of at most :attr:`ShardReader.max_gap_bytes`
-between them, are read in one slice). The reader counts what it opened and
-read (``shards_opened``, ``bytes_read``, ``rows_read``, ``entries_read``).
+Shard layout: docs/data.md, "Snapshot datasets" (one group ``t%06d`` per snapshot;
+canonical CSR ``indptr``/``indices``/``weights``, ``x``, ``active``, optional ``labels``,
+``targets`` and, when smoothing changed A_t, the raw edges ``target_indptr``/``target_indices``).
+Edge keys ``src * N + dst`` ascend within a snapshot, so consecutive snapshots diff by one merge (S3).
 """
 
 from __future__ import annotations
@@ -51,9 +30,9 @@ def snapshot_group_name(t: int) -> str:
 class RowBlock:
     """Some rows of snapshot ``t`` (:meth:`ShardReader.read_rows`).
 
-    ``rows`` (k,) the vertices, ascending; ``indptr`` (k+1,) int64 offsets of their entries in
-    ``indices``/``weights`` (starting at 0), each row's entries in file (CSR) order; ``x`` (k, F)
-    their features, or None when not asked for.
+    Shapes:
+        ``rows``: (k,) ascending; ``indptr``: (k+1,) int64 from 0 into ``indices``/``weights``;
+        ``x``: (k, F), or None when not asked for.
     """
 
     t: int
@@ -73,10 +52,7 @@ def _runs(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _merge(starts: np.ndarray, stops: np.ndarray, max_gap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted disjoint ranges [starts, stops) merged where the gap between two is at most ``max_gap``.
-
-    Empty ranges are dropped.
-    """
+    """Sorted disjoint ranges [starts, stops) merged across gaps of at most ``max_gap``; empty ones dropped."""
     keep = stops > starts
     starts, stops = starts[keep], stops[keep]
     if starts.shape[0] == 0:
@@ -97,17 +73,11 @@ def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 class ShardReader:
     """Random access to snapshots by global index, opening each shard once, lazily.
 
-    Every I/O failure (missing file, truncated file, missing dataset, wrong shape)
-    becomes a :class:`DataError` that names the shard file.
-
-    Counters (cumulative over the reader's life, for tests and I/O reports):
-    ``shards_opened`` shard files opened, ``bytes_read`` bytes of datasets read (gaps
-    read to save a slice included), ``rows_read`` / ``entries_read`` rows and their
-    entries asked for through :meth:`read_rows`.
+    Every I/O failure becomes a :class:`DataError` naming the shard file. Counters (cumulative):
+    ``shards_opened``, ``bytes_read`` (gaps included), ``rows_read`` / ``entries_read``.
     """
 
-    #: :meth:`read_rows` reads two wanted pieces of a dataset in one slice when at most this many
-    #: bytes lie between them (one page: a separate read would not touch less of the file)
+    #: gap (bytes) :meth:`read_rows` reads through rather than split a slice: one page
     max_gap_bytes = 4096
 
     def __init__(self, root: str | Path, manifest: Manifest) -> None:
@@ -172,11 +142,7 @@ class ShardReader:
 
     def _read_ranges(self, t: int, name: str, shape: tuple[int, ...], starts: np.ndarray,
                      stops: np.ndarray) -> np.ndarray:
-        """The elements (rows, for 2-D) ``[starts[i], stops[i])`` of a dataset, concatenated in order.
-
-        The ranges must be sorted and disjoint. Ranges closer than :attr:`max_gap_bytes` are read
-        in one slice (the gap is read and dropped); everything read is counted in ``bytes_read``.
-        """
+        """Elements ``[starts[i], stops[i])`` (sorted, disjoint) of a dataset, concatenated; near ranges read once."""
         ds, path, key = self._dataset(t, name, shape)
         starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
         row_bytes = ds.dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
@@ -190,7 +156,7 @@ class ShardReader:
         buf = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self.bytes_read += buf.nbytes
         lengths = stops - starts
-        if buf.shape[0] == int(lengths.sum()):  # nothing extra was read
+        if buf.shape[0] == int(lengths.sum()):  # no gap bytes in buf
             return buf
         # where each wanted range starts in buf: its block's place in buf plus its offset in the block
         block = np.searchsorted(be, starts, side="right")
@@ -199,10 +165,7 @@ class ShardReader:
         return buf[_expand(offset[block] + starts - bs[block], lengths)]
 
     def read_rows(self, t: int, rows, x: bool = True) -> RowBlock:
-        """Rows ``rows`` (sorted, unique vertex ids) of snapshot ``t``: their entries and, with ``x``, features.
-
-        Reads only those (plus gaps under :attr:`max_gap_bytes`) and opens the shard only when ``rows``
-        is not empty.
+        """Rows ``rows`` (sorted, unique) of snapshot ``t``: their entries and, with ``x``, features; nothing else read.
 
         Raises:
             ValueError: ``rows`` not sorted, unique and in [0, N).
@@ -266,11 +229,10 @@ class ShardReader:
                         targets=targets)
 
     def read_targets(self, t: int) -> np.ndarray:
-        """The float node targets (N,) of snapshot ``t`` as float64, NaN where a vertex has none (nothing else read).
+        """The float node targets (N,) of snapshot ``t`` as float64, NaN where a vertex has none.
 
         Raises:
-            DataError: the dataset stores no targets (manifest ``targets`` null), or the array is
-                missing, of the wrong shape or not floating point.
+            DataError: the dataset stores no targets, or the array is missing, misshapen or not float.
         """
         m = self.manifest
         if not m.has_targets:

@@ -18,10 +18,9 @@ def csr_rows(indptr: np.ndarray) -> np.ndarray:
 class Snapshot:
     """Snapshot ``t``: adjacency A_t (CSR, rows = source vertex), features X_t, activity, labels, targets.
 
-    Shapes: ``indptr`` (N+1,), ``indices``/``weights`` (nnz,), ``x`` (N, F),
-    ``active`` (N,) bool, ``labels`` (N,) int64 with -1 for "no label" or None,
-    ``targets`` (N,) float64 node regression targets with NaN for "no target", or
-    None when the dataset has none (manifest ``targets``).
+    Shapes:
+        ``indptr`` (N+1,), ``indices``/``weights`` (nnz,), ``x`` (N, F), ``active`` (N,) bool;
+        ``labels`` (N,) int64, -1 = none; ``targets`` (N,) float64, NaN = none (or None).
     """
 
     t: int

@@ -1,15 +1,10 @@
-"""Most-recent temporal neighbours of an event stream: CSR by time, vectorised queries (DistTGL §2.1, SPEC M1).
+"""Most-recent temporal neighbours of an event stream (DistTGL §2.1, SPEC M1).
 
-TGN-attn reads, for a node v queried at time t, the ``k`` most recent events of v strictly before t
-(either endpoint: the stream is treated as undirected for sampling, as TGL does). The events are kept
-once per endpoint, grouped by node and ordered by event index — which is time order, since an
-event-stream dataset is sorted by time — so each node's history is one contiguous run. With the key
-``node · (E + 1) + event`` ascending over the whole array, "the events of v before cut c" ends at
-``searchsorted(key, v · (E + 1) + c)``: one ``searchsorted`` answers a whole batch of queries, with no
-Python loop per event (TGL's sampler is C++ for this reason).
-
-"Strictly before t" is the leak-free rule: an event never sees itself, nor any event of the same
-timestamp, so the answer does not depend on how events are cut into batches.
+Each event is kept once per endpoint (sampling treats the stream as undirected, as TGL
+does), sorted by key ``node · (E + 1) + event``; event order is time order, so "the
+events of v before cut c" end at ``searchsorted(key, v · (E + 1) + c)`` and one search
+answers a whole batch. "Strictly before t" is leak-free: an event never sees itself or
+a simultaneous event, so answers do not depend on batching.
 """
 
 from __future__ import annotations
@@ -23,12 +18,11 @@ __all__ = ["NeighborBlock", "TemporalNeighbors"]
 
 @dataclass
 class NeighborBlock:
-    """The ``k`` most recent neighbours of each of ``R`` queries (padded; ``mask`` marks real ones).
+    """The ``k`` most recent neighbours of each of ``R`` queries, padded.
 
-    Attributes:
-        nodes: (R, k) neighbour ids (0 where masked).
-        events: (R, k) the event index of each neighbour's event (its edge features and time).
-        mask: (R, k) bool, True for a real neighbour; each row's real ones come first, oldest first.
+    Shapes:
+        ``nodes``, ``events``: (R, k) neighbour ids and their event indices (0 where masked);
+        ``mask``: (R, k) bool, real ones first, oldest first.
     """
 
     nodes: np.ndarray
@@ -78,11 +72,7 @@ class TemporalNeighbors:
         return int(sum(a.nbytes for a in self.arrays().values()))
 
     def recent(self, nodes: np.ndarray, cut: np.ndarray, k: int) -> NeighborBlock:
-        """The ``k`` most recent events of each ``nodes[q]`` among events ``0 .. cut[q] - 1``.
-
-        ``cut[q]`` is the number of events strictly before the query time (``searchsorted(t, t_q,
-        'left')`` over the stream's times).
-        """
+        """The ``k`` most recent events of each ``nodes[q]`` among events ``0 .. cut[q] - 1`` (those before t_q)."""
         nodes = np.asarray(nodes, dtype=np.int64)
         stop = np.searchsorted(self.key, nodes * (self.num_events + 1) + np.asarray(cut, dtype=np.int64))
         first = np.maximum(self.start[nodes], stop - k)

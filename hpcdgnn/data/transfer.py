@@ -1,32 +1,9 @@
-"""Host -> device snapshot transfer, block by block: IBM §3.2 and §6.2 (SPEC S3), for any strategy.
+"""Host -> device snapshot transfer, block by block (SPEC S3; IBM §3.2, §6.2), for any strategy.
 
-A rank's snapshots live in host memory; the compute device holds only the
-ones the current block needs (with checkpoint blocks, S2, the forward pass and
-the re-run of each block both load it: IBM §3.2 "this transfer happens
-twice"). :class:`SnapshotTransfer` encodes every block once at setup, on the
-host, into the wire format of ``strategy.transfer``:
-
-* ``base`` — every snapshot as (index, value) pairs (IBM's baseline,
-  :class:`~hpcdgnn.data.graph_diff.COOSnapshot`);
-* ``graph_difference`` — the first snapshot of the block as CSR, each next one
-  as its difference from the previous (:class:`~hpcdgnn.data.graph_diff.GraphDiff`).
-
-and :meth:`SnapshotTransfer.load` copies a block's payloads to the device and
-rebuilds the CSR snapshots there with torch ops (exact, bit-identical). Only
-the payloads stay on the host (the diffs are smaller than the snapshots, so
-graph difference also saves host memory). On CUDA the payloads are pinned and
-the copies asynchronous. On the CPU the same wire format is decoded by
-:func:`decode_block_host`, numpy's version of the device decoder: the same
-arrays bit for bit, into fresh memory (the "copy"), but with the merges done
-as merges (the device decoder's binary searches, written for the GPU, cost a
-CPU core several times more: with checkpoint blocks every block is decoded
-once or twice per epoch). ``tests/data/test_transfer_host.py`` checks the two
-decoders against each other.
-
-Every load adds its payload bytes to :attr:`SnapshotTransfer.bytes` and its
-wall time (synchronised on CUDA) to :attr:`SnapshotTransfer.seconds`; the
-trainer reports both (``transfer_bytes`` in metrics.jsonl and summary.json;
-the seconds in the ``load`` column).
+:class:`SnapshotTransfer` encodes each block once at setup, in ``strategy.transfer``'s wire
+format (``base`` or ``graph_difference``, :mod:`hpcdgnn.data.graph_diff`), keeps only the
+payloads on the host (pinned on CUDA), and rebuilds a block's CSR snapshots on the device
+at each load, bit-exactly. With S2 every block loads twice per epoch (IBM §3.2).
 """
 
 from __future__ import annotations
@@ -52,14 +29,11 @@ def _host_keys(indptr: np.ndarray, indices: np.ndarray, n: int) -> np.ndarray:
 
 
 def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
-    """:func:`~hpcdgnn.data.graph_diff.decode_block` on the CPU, with numpy: the same snapshots bit for bit
-    (``indptr`` int64, the sender's index dtype, the payload's values), every array freshly allocated.
+    """:func:`~hpcdgnn.data.graph_diff.decode_block` on the CPU: the same arrays bit for bit, freshly allocated.
 
-    A diff keeps the previous snapshot's keys that were not removed and merges the added ones in: the two
-    lists are ascending and disjoint, so a stable sort of their concatenation is one linear merge
-    (timsort finds the two runs). The row pointer counts the keys per row. On the CPU with numba the merge
-    is one compiled pass over the previous CSR and the added keys (:func:`hpcdgnn.nn.kernels.graph_diff_merge`,
-    the same arrays): checkpoint blocks decode every block once or twice an epoch, and numpy takes several passes.
+    Merges run as merges (a stable sort of two ascending runs, or one numba pass,
+    :func:`hpcdgnn.nn.kernels.graph_diff_merge`): the device decoder's binary searches cost
+    a CPU core several times more.
     """
     out: list[CSRSnapshot] = []
     keys: np.ndarray | None = None
@@ -110,11 +84,9 @@ class SnapshotTransfer:
     """Encoded blocks of one rank's snapshots in host memory, loaded onto the device on demand.
 
     Args:
-        csrs: the rank's snapshots (host CSR), in the order it processes them.
-        groups: for each block, the positions in ``csrs`` of its snapshots, in order.
-            Graph difference starts over at each block (IBM §6.2).
+        csrs: the rank's snapshots (host CSR), in processing order.
+        groups: per block, positions in ``csrs``; graph difference restarts at each block (IBM §6.2).
         mode: ``"base"`` or ``"graph_difference"`` (``strategy.transfer``).
-        device: the compute device.
     """
 
     def __init__(

@@ -1,18 +1,8 @@
 """``hpcdgnn validate DIR`` and the run-start check: is this dataset directory sound?
 
-The checks are those of :func:`hpcdgnn.data.inspect.inspect_dataset` (manifest
-schema; every shard present with its size and sha256; groups, dtypes and
-shapes; CSR structure and index ranges; NaN/Inf in features and weights;
-labels; N, T and per-snapshot counts consistent with the manifest), without
-the statistics. ``run`` calls :func:`validate_dataset` on rank 0 before
-planning and broadcasts the verdict, so a corrupt input ends every rank with
-the same one-line message (``file: fault``) and exit code 2, never a hang.
-
-Event-stream datasets (``prepare --kind events``, :mod:`hpcdgnn.data.events`) are
-recognised by their manifest and checked by :func:`hpcdgnn.data.inspect.inspect_events`:
-manifest, ``vertices.h5``, and every shard's size, sha256, dtypes, shapes, id ranges
-(bipartite: ``src < num_sources <= dst``), time order across shard boundaries and
-NaN/Inf, one line per problem.
+The checks of :mod:`hpcdgnn.data.inspect` without the statistics, for both on-disk
+kinds. ``run`` validates on rank 0 and broadcasts the verdict, so a corrupt input ends
+every rank with the same one-line message and exit code 2, never a hang.
 """
 
 from __future__ import annotations

@@ -1,29 +1,18 @@
 """Stream raw snapshots into a dataset directory: dedupe, smooth (S5), features, shards.
 
-``prepare`` (real edge lists) and ``generate`` (IBM §6.3 random graphs) both
-feed :func:`write_dataset` one :class:`RawSnapshot` at a time, in time order, so
-no more than ``max(l, w)`` snapshots are ever held in memory.
+Snapshots arrive one at a time in time order (at most ``max(l, w)`` held). Per
+snapshot t (order specified in docs/data.md):
 
-Pipeline per snapshot t (the order matters and is documented in docs/data.md):
+1. raw edges -> sorted unique keys ``src * N + dst``; weight 1, event count, or summed given weights;
+2. X_t: given features, else [in_degree, out_degree] of the raw snapshot (IBM §6.1);
+3. smoothing (IBM §5.4), at most one of:
+   edge-life l:     A_t = sum_{i=t-l+1}^{t} A_i                         (X_t unchanged)
+   M-transform w:   A_t = sum_k M_tk A_k, X_t = sum_k M_tk X_k, M_tk = 1/min(w, t+1), t-w < k <= t;
+4. write A_t, X_t, activity, labels, targets (never smoothed) and, when smoothing
+   changed A_t, the raw edges as link-prediction targets.
 
-1. raw edges -> sorted unique keys ``src * N + dst`` (undirected: both directions,
-   a self-loop once),
-   weight 1 per pair (``weights="ones"``, IBM Eq. 1's unweighted degree), or the
-   number of events per pair (``"count"``), or the given weights summed (``"given"``);
-2. features X_t: the given ones, else [in_degree, out_degree] of the raw
-   snapshot (distinct neighbours; IBM §6.1), optionally log1p-scaled;
-3. smoothing (IBM §5.4, SPEC S5), at most one of:
-   edge-life l:     A_t = A_t + sum_{i=t-l+1}^{t-1} A_i        (X_t unchanged)
-   M-transform w:   A_t = sum_k M_tk A_k,  X_t = sum_k M_tk X_k,
-                    M_tk = 1/min(w, t+1) for max(0, t-w+1) <= k <= t (0-based t);
-4. write: adjacency, features, activity (vertex has a raw edge), labels, float
-   node targets (regression; never smoothed: the target of snapshot t is what the
-   reader attached to t), and the raw edge set as link-prediction targets when
-   smoothing changed A_t.
-
-The directory is built under a temporary name next to ``root`` and renamed into
-place at the end, so an interrupted run never leaves a half-written dataset
-that looks valid.
+The directory is written under a temporary name and renamed at the end, so an
+interrupted run never leaves a dataset that looks valid.
 """
 
 from __future__ import annotations
@@ -67,10 +56,10 @@ DEGREE_FEATURES = ["in_degree", "out_degree"]
 class RawSnapshot:
     """Edges of one time window with vertex ids already remapped to 0..N-1.
 
-    ``weight`` (per event) is used only with ``weights="given"``; ``x`` (N, F)
-    replaces the degree features; ``labels`` (N,) int64 with -1 = unlabelled;
-    ``targets`` (N,) float node regression targets with NaN = no target (written
-    only when :func:`write_dataset` is given a ``targets`` name).
+    Shapes:
+        ``src``, ``dst``, ``weight``: (E,) (``weight`` used only with ``weights="given"``);
+        ``x``: (N, F) replaces the degree features; ``labels``: (N,) int64, -1 = unlabelled;
+        ``targets``: (N,) float, NaN = no target.
     """
 
     src: np.ndarray
@@ -106,12 +95,7 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def shard_file_problem(path: Path, info: Any, checksums: bool) -> str | None:
-    """``PATH: problem`` when an existing shard file disagrees with its manifest entry, else None.
-
-    ``info`` is the entry (a snapshot or event shard: ``bytes``, ``sha256``). The size is
-    compared first, so a truncated file is named as such without hashing it; the sha256
-    only when ``checksums``.
-    """
+    """``PATH: problem`` when a shard file's size (then sha256, if ``checksums``) disagrees with ``info``."""
     size = path.stat().st_size
     if size != info.bytes:
         return f"{path}: {size} bytes but manifest says {info.bytes} (truncated or replaced)"
@@ -125,8 +109,7 @@ DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5"})
 
 
 def _force_refusal(root: Path) -> str | None:
-    """Why ``--force`` must not replace ``root``, or None: it may replace an earlier dataset, never a
-    directory that holds anything else (the input, a run, a user's files) or a file."""
+    """Why ``--force`` must not replace ``root`` (anything but an earlier dataset), or None."""
     if not root.is_dir():
         return "is a file, not a dataset directory; --force replaces only a dataset directory"
     names = {p.name for p in root.iterdir()}
@@ -138,11 +121,9 @@ def _force_refusal(root: Path) -> str | None:
 
 
 def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] = ()) -> None:
-    """Refuse (:class:`DataError`, one line) to replace a non-empty ``root`` unless ``force``, and even
-    then anything but an earlier dataset (:func:`_force_refusal`) or what holds one of ``inputs`` (the
-    files being read, checked before they are). Never a link or the working directory and those above it,
-    even empty: the finished dataset is renamed into place, which neither can take (and ``--force`` would
-    remove the directory the command runs in)."""
+    """Refuse (:class:`DataError`) a non-empty ``root`` unless ``force``, and even then anything but an
+    earlier dataset or what holds one of ``inputs``; never a link or the working directory (or above),
+    which the final rename cannot replace."""
     root = Path(root)
     where = root.resolve()
     if root.is_symlink():
@@ -163,16 +144,14 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
 
 
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
-    """:func:`check_output`, :func:`check_room` for ``nbytes`` (when the writer knows its size), then a fresh
-    temporary dir beside ``root`` to write into."""
+    """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it."""
     check_output(root, force)
     if nbytes is not None:
         check_room(root, nbytes)
     root = Path(root)
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        # a new name (not the pid's: two prepares on two nodes of a shared file system may have the same pid,
-        # and one removed the other's directory while it wrote)
+        # mkdtemp, not the pid: two nodes on a shared file system may share a pid
         tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
         (tmp / "shards").mkdir()
     except OSError as e:
@@ -181,9 +160,7 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
 
 
 def check_room(output: str | Path, nbytes: int) -> None:
-    """Refuse an output its file system has no room for, before writing: h5py meeting a full disk printed
-    hundreds of tracebacks and then crashed at exit (the new dataset is written beside any earlier one, which is
-    replaced only once the new one is complete, so the room needed is all of ``nbytes``)."""
+    """Refuse an output larger than its file system's free space, before h5py meets a full disk."""
     try:
         free = shutil.disk_usage(nearest_existing(output)).free
     except OSError:
@@ -211,11 +188,9 @@ def write_vertex_ids(tmp: Path, original_ids: np.ndarray | None, n: int) -> None
 
 
 def replace_dir(tmp: Path, root: Path, force: bool) -> None:
-    """Move the finished ``tmp`` (from :func:`prepare_output_dir`) into place as ``root``.
+    """Move the finished ``tmp`` into place as ``root``, removing an empty dir (or, with ``force``, an earlier dataset).
 
-    Whatever is at ``root`` is removed first: an empty directory, or with ``force`` an earlier dataset
-    (:func:`prepare_output_dir` refused anything else). Without ``force`` only an empty one: another prepare
-    into the same output may have finished since that check, and its dataset is not ours to delete.
+    Without ``force`` a non-empty ``root`` is another prepare's finished output, not ours to delete.
     """
     try:
         if root.is_dir():
@@ -240,11 +215,8 @@ def _first_of_run(sorted_keys: np.ndarray) -> np.ndarray:
 def _sorted_sum(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique keys and the sum of ``values`` per key.
 
-    A stable argsort keeps equal keys in input order and ``np.bincount``
-    accumulates sequentially in that order, so every sum is bit-identical to
-    ``np.add.at(out, inverse, values)`` (which also adds in input order) while
-    avoiding both ``np.unique(return_inverse=True)`` and ``np.add.at``, the two
-    slowest steps for millions of edges (3M keys: 2.6 s -> 0.35 s, numpy 2.4).
+    Stable argsort + sequential ``np.bincount`` add in input order, so sums are bit-identical
+    to ``np.add.at`` while avoiding it and ``np.unique(return_inverse=True)`` (both slow).
     """
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
@@ -259,7 +231,7 @@ def _dedupe(keys: np.ndarray, values: np.ndarray | None, mode: str) -> tuple[np.
     """Sorted unique keys with their weight: ones, event count, or summed given weights."""
     if mode == "given":
         return _sorted_sum(keys, values.astype(np.float64))
-    # ones/count need no permutation, only the sorted keys: np.sort is faster than argsort.
+    # ones/count need only the sorted keys: np.sort is faster than argsort
     sorted_keys = np.sort(keys)
     first = _first_of_run(sorted_keys)
     uniq = sorted_keys[first]
@@ -275,7 +247,7 @@ def _sum_sparse(parts: Iterable[tuple[np.ndarray, np.ndarray, float]]) -> tuple[
     parts = list(parts)
     keys = np.concatenate([k for k, _, _ in parts])
     vals = np.concatenate([v * s for _, v, s in parts])
-    # The parts are sorted runs, which the stable sort (timsort) merges in ~O(n log parts).
+    # sorted runs: the stable sort (timsort) merges them in ~O(n log parts)
     return _sorted_sum(keys, vals)
 
 
@@ -335,17 +307,12 @@ class _ShardSink:
         return self._f.create_group(snapshot_group_name(t))
 
     def done(self, t: int) -> None:
-        """Snapshot ``t`` is fully written: close the shard if it is full.
-
-        Closing must wait until the group's datasets exist (closing inside
-        :meth:`group` left the last group of every shard unwritable).
-        """
+        """Snapshot ``t`` is fully written: close the shard if full (not earlier: its datasets must exist first)."""
         if self._f is not None and t + 1 - self._start == self.per:
             self.close(t + 1)
 
     def abandon(self) -> None:
-        """Close the open shard without finishing it (a write failed: writing its attributes would fail again,
-        and h5py then segfaulted closing it at exit, after hundreds of ignored-exception tracebacks)."""
+        """Close the open shard unfinished after a failed write (writing its attributes would fail again)."""
         f, self._f = self._f, None
         if f is not None:
             try:
@@ -377,8 +344,7 @@ def _raw_edges(root: Path, t: int, raw: RawSnapshot, n: int, weights: str, direc
     if w_in is not None and w_in.shape != src.shape:
         raise DataError(f"{root}: snapshot {t}: {w_in.shape[0]} weights for {src.shape[0]} edges")
     if not directed:
-        # The reverse copy skips self-loops: an undirected (v, v) event is one event,
-        # not two (otherwise 'count' and 'given' would double the diagonal).
+        # an undirected self-loop is one event, not two ('count'/'given' would double the diagonal)
         rev = src != dst
         src, dst = np.concatenate([src, dst[rev]]), np.concatenate([dst, src[rev]])
         w_in = None if w_in is None else np.concatenate([w_in, w_in[rev]])
@@ -386,8 +352,7 @@ def _raw_edges(root: Path, t: int, raw: RawSnapshot, n: int, weights: str, direc
 
 
 class _SnapshotWriter:
-    """Steps 1-4 of the module docstring, one raw snapshot at a time, into a :class:`_ShardSink`; keeps the
-    smoothing history, the feature names and the per-snapshot counts the manifest records."""
+    """Steps 1-4 of the module docstring into a :class:`_ShardSink`, keeping the smoothing history and counts."""
 
     def __init__(self, root: Path, sink: _ShardSink, n: int, *, directed: bool, weights: str, edge_life: int,
                  mtransform_window: int, log_features: bool, feature_names: list[str] | None, num_classes: int,
@@ -522,19 +487,17 @@ def write_dataset(
         snapshots: raw windows in time order; ids in ``[0, num_vertices)``.
         num_vertices: N.
         directed: if False, every edge is stored in both directions.
-        weights: edge weight of A_t before smoothing (see module docstring).
+        weights: edge weight of A_t before smoothing (module docstring, step 1).
         edge_life: IBM §5.4 edge-life ``l`` (1 = off).
         mtransform_window: IBM §5.3/§5.4 M-transform window ``w`` (1 = off).
         log_features: apply ``log1p`` to the degree features.
         feature_names: names of given features (required when snapshots carry ``x``).
         num_classes: C when snapshots carry labels, else 0.
-        targets: name of the float node targets the snapshots carry (recorded in the manifest,
-            see :mod:`hpcdgnn.data.manifest`), or None for none. Every snapshot must then have
-            ``targets`` of shape (N,), finite or NaN; they are stored as float64.
+        targets: name of the (N,) float targets every snapshot carries, or None.
         shard_snapshots: snapshots per shard file.
         vertex_ids: the user's id of each vertex, stored in ``vertices.h5``.
         source: provenance recorded in the manifest.
-        force: replace an existing non-empty ``root``.
+        force: replace a non-empty ``root``.
     """
     n = int(num_vertices)
     _check_options(root, n, weights, edge_life, mtransform_window, shard_snapshots)

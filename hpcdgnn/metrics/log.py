@@ -1,7 +1,4 @@
-"""The ``hpcdgnn`` logger: INFO from rank 0 only, WARNING and above from any rank with ``[rank r]``.
-
-No colours and one line per record: batch logs are files (STYLE G10).
-"""
+"""The ``hpcdgnn`` logger: INFO from rank 0 only, WARNING+ from any rank with ``[rank r]``; one line a record."""
 
 from __future__ import annotations
 
@@ -46,13 +43,8 @@ def get_logger() -> logging.Logger:
 
 
 class HeldLines:
-    """Hold the INFO lines logged inside ``with`` until :meth:`release` (or the end of the block).
-
-    The set-up's detail lines ("link prediction in place: ...") are logged while the run is built, before
-    the start line that says what the run is; held, they follow it. Warnings and errors are never held.
-    Lines held when the block ends by an exception are printed then, before its report; a rank killed during
-    the set-up (another rank's ``MPI_Abort``, whose own line says why) loses its held lines.
-    """
+    """Hold the INFO lines logged inside ``with`` until :meth:`release` (or the end of the block), so set-up
+    details follow the start line that says what the run is; warnings and errors are never held."""
 
     def __init__(self, log: logging.Logger) -> None:
         self.log = log

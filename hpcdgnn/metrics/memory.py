@@ -1,15 +1,5 @@
-"""An allocator-independent account of the bytes the engine holds for the backward pass.
-
-``SavedTensorMeter`` hooks autograd's saved tensors (``torch.autograd.graph.
-saved_tensors_hooks``): every tensor saved for backward is counted once per
-storage when it is packed and released when the last saved reference to that
-storage dies, so ``peak`` is the high-water mark of activation memory of a
-training step — what gradient checkpointing (SPEC S2) is meant to cut — without
-relying on RSS (which the allocator keeps high, see ``train.reuse_memory``) or
-on ``torch.cuda.max_memory_allocated`` (GPU only). Parameters and their
-gradients are not activations and are not counted; the strategy's resident
-inputs are reported separately (``Strategy.engine_bytes``).
-"""
+"""An allocator-independent account of the bytes autograd holds for the backward pass: ``peak`` is the
+activation high-water mark that checkpointing (S2) cuts, unlike RSS or CUDA-only counters."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""One epoch under torch's profiler on every rank (``debug.profile_epoch``): where its time goes, by operator.
+"""One epoch under torch's profiler on every rank (``debug.profile_epoch``): where compute time goes, by operator.
 
-``metrics.jsonl`` splits an epoch into load, compute and communication; within compute it cannot say
-whether the graph convolutions, the recurrent scan, the decoder or the copies between layouts take the
-time — the question a user asks before choosing ``strategy.overlap_chunks``, ``blocks`` or a model size.
-The profiled epoch runs the same
-arithmetic (the profiler only observes), so the run's results are unchanged; its wall time includes the
-profiler's own overhead, so the epoch is flagged ``profiled`` in ``metrics.jsonl`` and left out of
-``summary.json``'s steady median.
-
-Each rank writes, into ``RUNDIR/profile/``:
-
-* ``rank<r>.txt``: torch's operator table, sorted by self CPU time (the 40 largest rows);
-* ``rank<r>.json``: every operator as ``{"name", "calls", "self_cpu_s", "cpu_total_s"}`` (and
-  ``self_device_s`` on a GPU), sorted by self time, for scripts comparing two runs.
-
-torch prints two lines per rank to stderr (``USDT: … profiler_start`` and ``… profiler_stop``; torch 2.13).
-MPI works below torch: an exchange made inside one of hpcdgnn's autograd functions counts in that function's
-row (``Redistribute``, ``PipelinedExchange`` and their ``…Backward``), one made between operators (the gradient
-all-reduce) in no row; ``metrics.jsonl``'s ``comm_by_tag`` of the same epoch has them by tag.
+The profiler only observes, so results are unchanged; its overhead flags the epoch ``profiled``
+(out of ``summary.json``'s steady median). Each rank writes ``RUNDIR/profile/rank<r>.txt`` (torch's
+table, top rows by self CPU time) and ``rank<r>.json`` (every operator's name, calls, self/total
+seconds). MPI inside an autograd function counts in its row (``Redistribute``...); between operators
+(the gradient all-reduce) in none: ``comm_by_tag`` has those.
 """
 
 from __future__ import annotations
@@ -49,8 +36,7 @@ def profiled(on: bool, device: torch.device) -> Iterator[object | None]:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             yield prof
         return
-    # on the CPU torch's own event recorder: the same operator table without kineto's activity tracing, whose
-    # first start can cost more than a small graph's whole epoch
+    # CPU: torch's own event recorder; kineto's first start can cost more than a small epoch
     with torch.autograd.profiler.profile(use_kineto=False) as prof:
         yield prof
 

@@ -1,21 +1,5 @@
-"""The run directory: resolved config, plan, per-epoch metrics and a summary, as data for scripts.
-
-Layout::
-
-    RUNDIR/
-      config.resolved.yaml   the job with every default filled in
-      plan.json              the partition plan (hpcdgnn.partition.plan)
-      metrics.jsonl          one JSON object per epoch (keys below)
-      summary.json           final metrics, totals, per-rank peak memory, environment
-
-metrics.jsonl keys: ``epoch``, ``warmup`` (bool), ``loss``, the task's
-``{train,val,test}_{loss,acc[,auc]}``, ``grad_norm`` (of the summed gradient),
-``activation_peak_bytes`` (largest over ranks, :mod:`hpcdgnn.metrics.memory`), ``time`` = {``epoch``, ``load``,
-``compute``, ``comm``} each {``min``, ``mean``, ``max``} over ranks (seconds),
-``slowest_rank`` and its split, ``per_rank`` (each rank's split, for load
-balance), ``bytes_sent`` (training traffic summed over
-ranks: redistributions + gradient all-reduce), ``bytes_by_tag``.
-"""
+"""The run directory: ``config.resolved.yaml``, ``plan.json``, ``metrics.jsonl`` (one JSON object per epoch)
+and ``summary.json``, as data for scripts; keys specified in docs/results.md."""
 
 from __future__ import annotations
 
@@ -46,10 +30,7 @@ def _clean(v: Any) -> Any:
 
 
 def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
-    """The run directory: ``output`` if given (must be absent or empty), else a new timestamped one.
-
-    A previous run is never overwritten.
-    """
+    """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run."""
     if output is not None:
         if not output.strip():
             raise ConfigError("--output: an empty path; give the run directory, or leave --output out")

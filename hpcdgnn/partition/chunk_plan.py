@@ -1,13 +1,6 @@
 """The chunk plan (D1, DGC §4): chunks by label propagation, assigned to ranks by Alg. 1 / Eq. 3.
 
-Rank 0 reads every snapshot's edges and builds the spatio-temporal super-graph
-of the adjacencies trained on (:mod:`hpcdgnn.partition.chunks`): spatial edges
-weighted GCN layers × feature width, virtual temporal edges RNN layers × hidden
-width; label propagation with a size cap (``strategy.chunk_size``); the chunk
-workload of ``strategy.workload`` (:mod:`hpcdgnn.partition.workload`: counts or
-DGC §6's profiled MLPs); Alg. 1 / Eq. 3 assignment. An inactive appearance
-(v, t) goes to v's *RNN owner*: the rank that owns most of v's active
-appearances (ties to the lower rank; never-active vertices spread as v mod P).
+An inactive appearance (v, t) goes to v's RNN owner, the rank owning most of v's appearances.
 """
 
 from __future__ import annotations

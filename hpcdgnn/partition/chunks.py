@@ -1,36 +1,9 @@
 """Partitioning by graph chunks, rank 0's part: chunk generation (DGC §4.1) and assignment (§4.2, Alg. 1).
 
-The spatio-temporal super-graph has one node per vertex *appearance* ``(v, t)``
-— v active in snapshot t (an endpoint of a raw edge of t, the dataset's
-activity) — numbered as DGC Eq. 1 labels them: snapshot by snapshot, in vertex
-order, so the initial labels are unique. Its edges are
-
-* spatial: ``(u, t) — (v, t)`` for each edge of A_t between active vertices,
-  weighted by the traffic a cut would cost: GCN layers × feature width;
-* temporal (virtual): ``(v, t) — (v, t')`` between consecutive appearances of v,
-  weighted by RNN layers × hidden width (DGC §4.1: T-GCN aggregates spatial
-  neighbours twice per block and temporal ones once).
-
-:func:`label_propagation` then lets every node adopt the label of greatest
-total edge weight among its neighbours (Eq. 2), until no label changes or an
-iteration cap (or fewer than ``tol`` of the nodes changing); a label that
-already covers ``max_size`` nodes accepts no new ones (DGC: "constraining
-the propagation of some labels if they are attached to too many
-vertices"). Nodes update in two halves, drawn afresh each
-iteration by a hash of id and iteration — the usual cure for the oscillation
-of fully synchronous propagation; ties keep the current label, else go to a
-pseudo-random one seeded by the iteration, so the result is deterministic.
-Like any label propagation it stops at a local optimum (a tie can leave a
-sequence cut once). Everything is vectorised with numpy: one
-iteration is a few sorts over the edge list.
-
-:func:`assign_chunks` is Alg. 1: chunks in decreasing predicted workload g_a,
-each to the rank with the largest score ``(ḡ − Σ_{a'∈Q_m} g_{a'}) · Σ_{a'∈Q_m}
-h(a, a')`` (Eq. 3), where h is the super-graph weight between two chunks. When
-scores tie — at the start every Q_m is empty and every score is 0 — we pick the
-least-loaded rank (Alg. 1 leaves ties open; "first rank" would pile the
-largest chunks on rank 0). The workload model here is the vertex/edge-count
-fallback of §4.2; the learned predictor (§6) plugs in as another ``work``.
+Super-graph nodes are vertex appearances ``(v, t)`` in Eq. 1 order; spatial edges weigh
+GCN layers × feature width, virtual temporal edges (consecutive appearances of v) RNN
+layers × hidden width. :func:`assign_chunks` breaks Eq. 3's ties (all scores are 0 at the
+start) toward the least-loaded rank, not the first.
 """
 
 from __future__ import annotations
@@ -60,10 +33,7 @@ class SuperGraph:
 
 
 def build_supergraph(snapshots, num_vertices: int, spatial_weight: float, temporal_weight: float) -> SuperGraph:
-    """The super-graph of ``snapshots``: an iterable of ``(src, dst)`` int arrays, one per snapshot, in time order.
-
-    A vertex is active at t when it is an endpoint of an edge of t.
-    """
+    """The super-graph of ``snapshots``, ``(src, dst)`` arrays in time order (active: an endpoint of an edge)."""
     N = int(num_vertices)
     verts, times, srcs, dsts = [], [], [], []
     offset = 0
@@ -103,13 +73,10 @@ def build_supergraph(snapshots, num_vertices: int, spatial_weight: float, tempor
 
 
 def label_propagation(g: SuperGraph, max_size: int, max_iters: int = 30, tol: float = 1e-3) -> tuple[np.ndarray, int]:
-    """Chunk label of every node (Eq. 1 initial labels, Eq. 2 updates, size cap); returns (labels, iterations).
+    """Chunk labels by Eq. 2 under a size cap, renumbered by first appearance; returns (labels, iterations).
 
-    Stops when an iteration changes fewer than ``tol`` × nodes labels (0: only when none
-    changes; label propagation on graphs without community structure keeps flipping a few
-    labels forever) or after ``max_iters``. Edge weights must be integers (layers × widths):
-    ties are broken below their granularity. Labels are renumbered 0..C-1 in order of first
-    appearance.
+    Stops below ``tol`` × nodes changes (without community structure a few labels flip forever).
+    Integer edge weights required: ties are broken below their granularity.
     """
     n = g.num_nodes
     labels = np.arange(n, dtype=np.int64)
@@ -127,8 +94,7 @@ def label_propagation(g: SuperGraph, max_size: int, max_iters: int = 30, tol: fl
     it = 0
     for it in range(1, max_iters + 1):
         changed = 0
-        # two halves drawn afresh each iteration (a hash of id and iteration): neighbours that update
-        # together in one iteration rarely do in the next, so label swaps cannot cycle forever
+        # halves drawn afresh each iteration: neighbours updating together rarely do next time, so swaps cannot cycle
         parity = ((ids * 2654435761 + it * 40503) >> 11) & 1
         for half in (0, 1):
             sel = parity[to] == half

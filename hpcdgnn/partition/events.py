@@ -1,8 +1,8 @@
 """M2's plan (DistTGL §3.2): the i×j×k layout of the ranks over an event stream and the k time segments.
 
-Ranks r = a + i·(b + j·c): mini-batch slice a, epoch trainer b, memory copy c. The training events are cut into
-batches of ``task.batch_events`` in time order, and the batches into k consecutive time segments, one per memory
-copy; copy c trains segment (c + epoch − 1) mod k in each epoch (:meth:`MemoryPlan.segment_of`).
+Rank r = a + i·(b + j·c): mini-batch slice a, epoch trainer b, memory copy c. Training
+batches of ``task.batch_events`` are cut into k consecutive segments; copy c trains
+segment (c + epoch − 1) mod k.
 """
 
 from __future__ import annotations
@@ -59,11 +59,7 @@ class MemoryPlan:
 
 
 def plan_memory(manifest, num_ranks: int, job) -> MemoryPlan:
-    """Check i·j·k = P, the batch size against the stream and k against the segments; cut the segments.
-
-    Raises:
-        ConfigError: i·j·k is not P, a batch is larger than the training events, fewer batches than copies.
-    """
+    """Check i·j·k = P, the batch size and k against the stream (ConfigError naming the key); cut the k segments."""
     o, B = job.strategy, job.task.batch_events
     i, j, k = o.minibatch, o.epoch, o.memory
     if i * j * k != num_ranks:

@@ -1,24 +1,8 @@
 """Spatial chunk fusion (DGC §5.1.1): which of a rank's chunks are aggregated together.
 
-Aggregating chunk by chunk loads, for each chunk, its own rows and every
-neighbour row it reads — a row that two chunks read is loaded twice (DGC
-Fig. 8b). Fusing chunks loads such rows once and runs one larger product
-(Fig. 8c), but a fused group must fit in memory. DGC's heuristic: "iteratively
-fuse two chunks with the maximum data transmission" until a fused chunk would
-pass the memory limit. We take the pairs in decreasing order of their
-transmission (the number of entries of Ã by which one reads the other) and
-merge the two groups when their estimated sizes together stay under the cap —
-Kruskal's order over a union-find, so the cost is one sort of the pairs. Groups
-that read nothing of each other are then packed next-fit under the same cap:
-that saves no loading, but runs fewer, larger products.
-The transmissions are those of the unfused chunks (DGC does not say whether
-they are recomputed after a merge; recomputing would only re-sum them).
-
-The size of a group is estimated from counts, as a sum over its chunks of
-``(rows + rows read) × width × itemsize + entries × (2·8 + itemsize)`` — an
-upper bound, since rows shared by two chunks are counted twice. DGC measures
-each chunk's memory during the first epoch instead (§5.1.1); the estimate
-needs no extra epoch and is what :mod:`hpcdgnn.strategies.chunk` reports.
+Fusion loads a neighbour row shared by two chunks once (DGC Fig. 8). Pairs are merged in
+decreasing transmission (entries of Ã by which one reads the other) while under the cap
+(Kruskal order, union-find); groups sharing nothing are then packed next-fit.
 """
 
 from __future__ import annotations
@@ -30,14 +14,10 @@ __all__ = ["fuse_chunks", "group_cost"]
 
 def group_cost(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray, width: int,
                itemsize: int) -> np.ndarray:
-    """Estimated bytes of aggregating each chunk alone (see the module docstring).
+    """Estimated bytes of aggregating each chunk alone:
+    ``(rows + rows read) × width × itemsize + entries × (16 + itemsize)``.
 
-    Args:
-        chunk: chunk id (0..C-1) of each local row.
-        entry_row: the row of each entry of the local operator.
-        entry_col: the column of each entry (columns past the local rows are halo).
-        width: the widest layer's feature width.
-        itemsize: the element size.
+    ``entry_row``/``entry_col`` index the local operator's entries; columns past the local rows are halo.
     """
     C = int(chunk.max()) + 1 if chunk.shape[0] else 0
     rows = np.bincount(chunk, minlength=C)
@@ -49,14 +29,9 @@ def group_cost(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray, 
 
 def fuse_chunks(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray, cost: np.ndarray,
                 cap: float) -> np.ndarray:
-    """Group id of each local row: chunks merged in decreasing transmission while under ``cap``.
+    """Group id of each local row: chunks merged in decreasing transmission while under ``cap`` bytes.
 
-    Args:
-        chunk: chunk id (0..C-1) of each local row.
-        entry_row: the row of each entry of the local operator.
-        entry_col: the column of each entry; columns ``< len(chunk)`` are local rows.
-        cost: estimated bytes of each chunk (:func:`group_cost`).
-        cap: the largest estimated bytes of a fused group (a chunk over it stays alone).
+    ``cost``: each chunk's :func:`group_cost`; a chunk over ``cap`` stays alone.
     """
     n, C = chunk.shape[0], cost.shape[0]
     own = entry_col < n
@@ -79,8 +54,7 @@ def fuse_chunks(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray,
             parent[rb] = ra
             size[ra] += size[rb]
     roots = np.array([root(c) for c in range(C)], dtype=np.int64)
-    # then groups that share nothing, packed next-fit under the cap: no load to save, but fewer, larger
-    # products ("fused chunks can be executed together to fully utilize GPU resources", §5.1.1)
+    # groups sharing nothing, packed next-fit: fewer, larger products (§5.1.1 "fully utilize GPU resources")
     bin_of, bin_size, bins = {}, 0.0, 0
     for r in np.unique(roots):
         if bin_size + size[r] > cap and bin_size > 0:

@@ -1,35 +1,8 @@
-"""Partition plans: who owns which snapshots and which vertex rows (STYLE G2; DGL's partition book).
+"""Partition plans: who owns which snapshots and which vertex rows (IBM §4.2, Fig. 3).
 
-A plan is computed on rank 0 from the manifest and the rank count, broadcast,
-and written to ``RUNDIR/plan.json``. Strategies consume plans; they never
-compute one. ``plan.json``::
-
-    {"kind": "snapshot", "num_ranks": P, "num_snapshots": T, "num_vertices": N,
-     "snapshot_owner":  [p_0, ..., p_{T-1}], # rank that owns snapshot t
-     "snapshot_bounds": [0, t_1, ..., T],     # block layout: rank p owns [b[p], b[p+1]); null if cyclic
-     "vertex_bounds":   [0, n_1, ..., N],     # rank q owns vertex rows [v[q], v[q+1])
-     "block_bounds":    [0, ..., T] or null,  # gradient-checkpoint blocks (S2)
-     "vertex_order":    [...] or null,        # vertex partitions (S6): vertices in rank order
-     "train_horizon":   h,                    # last snapshot in the training loss
-     "chunks":          {"num_chunks", "lp_iterations", "cut_fraction"} or null,   # D1
-     "ranks": [{"snapshots": k_p, "vertices": n_p, "nnz": ..., "send_units": ...}, ...]}
-
-The builders, one per kind of partition: :func:`build_snapshot_plan` here and
-:func:`hpcdgnn.partition.timeline.plan_snapshots` (S1, PSS: the layout and the work
-model), :func:`hpcdgnn.partition.vertex.plan_vertices` (S6: range, hash, METIS),
-:func:`hpcdgnn.partition.chunk_plan.plan_chunks` (D1: chunks and their assignment).
-
-Vertex ranges are contiguous and balanced by count, as IBM §4.2 assigns
-them; P not dividing N gives the first ``N mod P`` ranks one more row.
-Snapshots are assigned cyclically (``strategy.layout: cyclic``, the default:
-snapshot t on rank t mod P) or in contiguous blocks (``block``). Blocks are
-balanced by count (``strategy.balance: count``, IBM's ``k = T/P``; the first
-``T mod P`` ranks get one more) or by estimated work (``work``): blocks that
-cut the running sum of a per-snapshot cost at multiples of total/P. The cost (see
-:func:`hpcdgnn.partition.timeline.snapshot_work`) matters because snapshots differ in edges and
-because a task does more work on training snapshots (forward and backward)
-than on validation ones (forward only). With P > T the last ranks own no
-snapshot and still take part in every collective.
+Rank 0 computes a plan, broadcasts it and writes ``RUNDIR/plan.json``; strategies only
+consume plans. Builders: :func:`build_snapshot_plan`, :mod:`.timeline` (S1, PSS),
+:mod:`.vertex` (S6), :mod:`.chunk_plan` (D1), :mod:`.sequences` (R1), :mod:`.events` (M2).
 """
 
 from __future__ import annotations
@@ -53,17 +26,11 @@ def balanced_bounds(total: int, parts: int) -> list[int]:
 
 
 def weighted_bounds(work: np.ndarray, parts: int) -> list[int]:
-    """Bounds of ``parts`` contiguous ranges cutting the running sum of ``work`` at multiples of total/parts.
-
-    Each cut goes to whichever of the two neighbouring positions puts the
-    prefix sum closer to its target; every range is non-empty when there are
-    more items than parts, and with at most one item per part the empty ranges
-    are the last ones.
-    """
+    """Bounds of ``parts`` contiguous ranges cutting the running sum of ``work`` nearest to multiples of total/parts."""
     work = np.asarray(work, dtype=np.float64)
     n = work.size
     if n <= parts or work.sum() <= 0:
-        # one snapshot per rank at most: nothing to balance; idle ranks trail, as with count balance
+        # at most one item per part: nothing to balance; idle ranks trail, as with count balance
         return balanced_bounds(n, parts)
     cum = np.concatenate([[0.0], np.cumsum(work)])
     bounds = [0]
@@ -80,11 +47,7 @@ def weighted_bounds(work: np.ndarray, parts: int) -> list[int]:
 
 @dataclass(frozen=True, kw_only=True)
 class ChunkAssignment:
-    """D1's chunks (DGC §4): the chunk of every active appearance and the ranks of chunks and RNN vertices.
-
-    The arrays travel with the plan object (broadcast) but not into ``plan.json``,
-    which gets the summary (:meth:`summary`).
-    """
+    """D1's chunks (DGC §4), broadcast with the plan; ``plan.json`` gets only :meth:`summary`."""
 
     chunk: np.ndarray
     """(T, N) chunk id of each active appearance (v, t), -1 where v is inactive at t."""
@@ -104,12 +67,7 @@ class ChunkAssignment:
 
 @dataclass(frozen=True, kw_only=True)
 class PartitionPlan:
-    """Snapshot ownership and vertex-row ownership for P ranks (IBM §4.2, Fig. 3), plus what a
-    strategy's partition adds (vertex order S6, chunks D1).
-
-    ``snapshot_owner[t]`` is the rank that runs the GCN of snapshot t (or, for vertex and
-    chunk plans, scores it); for a contiguous layout ``snapshot_bounds`` also gives the blocks.
-    """
+    """Snapshot and vertex-row ownership for P ranks (IBM §4.2, Fig. 3); ``snapshot_owner[t]`` runs snapshot t."""
 
     kind: str
     num_ranks: int
@@ -124,16 +82,13 @@ class PartitionPlan:
     block_bounds: list[int] | None = None
     """Gradient-checkpoint blocks (SPEC S2): block b is snapshots [b[k], b[k+1]); None = one block."""
     vertex_order: list[int] | None = None
-    """Vertex partitioning (S6): the vertices in rank order, rank q owning positions
-    ``vertex_bounds[q]..vertex_bounds[q+1]-1``; None = identity (contiguous id ranges)."""
+    """Vertex partitioning (S6): vertices in rank order, sliced by ``vertex_bounds``; None = identity."""
     train_horizon: int | None = None
-    """The last snapshot whose embedding enters the training loss (the task's, computed with the
-    plan); None = unknown, treated as T - 1. Causal models need no gradient past it."""
+    """Last snapshot whose embedding enters the training loss (None: T - 1); causal models need no gradient past it."""
     chunks: ChunkAssignment | None = None
     """Chunk plans (D1): the chunks and their ranks."""
     eval_scale: float = 1.0
-    """Work-balanced blocks: the factor on the estimated work of the snapshots past the training horizon
-    (1 = the static model; ``strategy.balance: measured`` fits it to measured compute times)."""
+    """Work-balanced blocks: factor on the work of snapshots past the horizon (fitted by ``strategy.balance``)."""
 
     @property
     def blocks(self) -> list[int]:
@@ -178,20 +133,15 @@ def build_snapshot_plan(
     manifest: Manifest, num_ranks: int, work: np.ndarray | None = None, layout: str = "block", blocks: int = 1,
     horizon: int | None = None,
 ) -> PartitionPlan:
-    """The S1 plan: snapshot ownership and equal vertex ranges.
+    """The S1 plan: snapshot ownership and count-balanced vertex ranges.
 
     Args:
         manifest: the dataset.
         num_ranks: P.
         work: per-snapshot cost; blocks cut at equal work (``layout="block"`` only).
-        layout: ``block`` — contiguous blocks (IBM §4.2), by count or by ``work``;
-            ``cyclic`` — snapshot t on rank t mod P, which gives every rank the same
-            mix of early and late, training and evaluation snapshots, so each phase
-            between two exchanges is balanced, not only the epoch's total.
-        blocks: gradient-checkpoint blocks nb (SPEC S2). With nb > 1 the snapshots
-            are cut into nb near-equal blocks of time and each block is split over
-            the ranks on its own ("block-cyclic", IBM §4.2 and Fig. 3b): contiguous
-            and balanced by count within the block, or cyclic with ``layout=cyclic``.
+        layout: ``block`` (contiguous, IBM §4.2) or ``cyclic`` (t on rank t mod P, so each
+            phase between two exchanges is balanced, not only the epoch).
+        blocks: checkpoint blocks nb (S2), each split over the ranks (IBM Fig. 3b).
         horizon: the task's training horizon (:attr:`PartitionPlan.train_horizon`).
     """
     T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks

@@ -1,10 +1,8 @@
-"""R1's plan (ReInc §3.4.1): sliding-window sequences, consecutive blocks of them per rank, and the snapshots each
-rank holds (its block plus the window − 1 after it: every sequence is local).
+"""R1's plan (ReInc §3.4.1): sliding-window sequences, P consecutive equal-count blocks of them per rank.
 
-A *sequence* is a window of L = ``strategy.window`` consecutive snapshots, starting every ``stride`` snapshots,
-whose last step t is a prediction step of the task; the sequences are cut into P consecutive blocks of equal
-count (:func:`hpcdgnn.partition.plan.balanced_bounds`), so which rank trains a sequence is the plan's alone and
-which sequences form a mini-batch is not (:mod:`hpcdgnn.strategies.sequences`).
+A sequence is a window of L = ``strategy.window`` snapshots, every ``stride``, whose last
+step is a prediction step; a rank holds its block plus the L - 1 snapshots after it, so
+every sequence is local. Mini-batches are :mod:`hpcdgnn.strategies.sequences`'.
 """
 
 from __future__ import annotations
@@ -47,20 +45,14 @@ def sequences_of(manifest, job) -> list[Sequence]:
 
 
 def decoder_reach(job) -> int:
-    """Snapshots after a window's last one that its sample reads: H - 1 for the decoder's snapshot form
-    (``model.decoder_input: snapshots``: teacher-forced step d reads snapshot t + d), else 0."""
+    """Snapshots past a window's end its sample reads: H - 1 with ``model.decoder_input: snapshots``, else 0."""
     m = job.model
     snapshots = getattr(m, "encoder_decoder", False) and m.decoder_input == "snapshots"  # cells' options only
     return job.task.horizon - 1 if snapshots else 0
 
 
 def plan_sequences(manifest, num_ranks: int, job) -> PartitionPlan:
-    """Consecutive blocks of sequences per rank (R1) and the snapshots each holds, after checking the options
-    against the dataset (rank 0, before any run directory exists).
-
-    Raises:
-        ConfigError: a window longer than T, fanouts not one per layer, no training sequence.
-    """
+    """R1's plan, after checking window, fanouts and that a training sequence exists (ConfigError otherwise)."""
     o, T, N, P = job.strategy, manifest.num_snapshots, manifest.num_vertices, num_ranks
     if o.window > T:
         raise ConfigError(f"strategy.window: {o.window} snapshots, but the dataset has only T = {T}; "

@@ -1,10 +1,8 @@
-"""Vertex partitions (S6, IBM §4.1 / Table 2's baseline): which rank owns each vertex for the whole timeline.
+"""Vertex partitions (S6, IBM §4.1): which rank owns each vertex for the whole timeline.
 
-``strategy.partition``: contiguous id ranges, a multiplicative hash of the id,
-or METIS (the optional ``pymetis`` package) on the union of all snapshots'
-edges, balanced by vertex count. The plan renumbers the vertices in rank order
-(``vertex_order``) so every rank's set is a contiguous range of positions;
-snapshots are scored cyclically (t on rank t mod P).
+``strategy.partition``: contiguous ranges, a multiplicative hash, or METIS (optional
+``pymetis``) on the union of all snapshots' edges; ``vertex_order`` renumbers vertices
+in rank order. Snapshots are scored cyclically (t on rank t mod P).
 """
 
 from __future__ import annotations
@@ -23,11 +21,7 @@ _HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive 
 
 
 def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None) -> np.ndarray:
-    """Rank of each vertex: ``range`` (contiguous ids), ``hash`` or ``metis`` (``edges``: (src, dst) arrays).
-
-    Raises:
-        ConfigError: ``metis`` without the optional ``pymetis`` package.
-    """
+    """Rank of each vertex: ``range``, ``hash`` or ``metis`` (``edges``: (src, dst); ConfigError without pymetis)."""
     N, P = num_vertices, num_ranks
     if method == "range" or P == 1:
         vb = balanced_bounds(N, P)
@@ -56,8 +50,7 @@ def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None)
 
 
 def plan_vertices(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | None = None) -> PartitionPlan:
-    """Vertex sets by ``strategy.partition`` (METIS reads every snapshot's edges under ``root``, rank 0 only);
-    snapshots scored cyclically."""
+    """Vertex sets by ``strategy.partition`` (METIS reads every snapshot on rank 0); snapshots scored cyclically."""
     from hpcdgnn.data.shard_reader import ShardReader
 
     T, N, P = manifest.num_snapshots, manifest.num_vertices, num_ranks

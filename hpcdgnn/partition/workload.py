@@ -1,45 +1,9 @@
 """Chunk workload models for DGC's chunk assignment (§4.2, Alg. 1): a vertex/edge count, or two profiled MLPs.
 
-DGC §4.2: counting a chunk's vertices and edges "cannot provide sufficient
-estimation accuracy because the execution time of a chunk on a GPU is
-determined by many factors, such as the number of vertices, number of edges,
-sequence lengths, feature dimension" — so DGC trains two MLPs, one predicting
-the execution time of the structure encoder (GCN) on a chunk and one of the
-time encoder (RNN), and takes their sum as the chunk's workload g_a. §6 gives
-the recipe: inputs are chunk, feature and layer sizes; 3 hidden layers of 256
-ReLU units; labels are measured times of randomly generated chunks; the error
-reported is Eq. 8's mean absolute percentage error (MAPE).
-
-This module is what the chunk plan consumes — reading a predictor, never
-making one:
-
-* :func:`chunk_features` — per chunk, vectorised over a label array:
-  structure-encoder inputs (appearances, spatial edges inside, nonzeros of the
-  chunk's Ã rows including halo columns, distinct snapshots) and time-encoder
-  inputs (vertex sequences, total and longest sequence length);
-  :func:`structure_inputs` / :func:`time_inputs` turn them into one layer's
-  MLP inputs, :func:`layer_shapes` gives a model's layers as the workload sees them;
-* :class:`CountWorkload` — the §4.2 fallback, ``nodes + spatial edges``;
-* :class:`MLPWorkload` — the two MLPs (:class:`EncoderMLP` each). Each sample
-  is *one layer* of one chunk, with the layer's input/output widths among the
-  inputs (§6's "feature information" and "encoder information"), so one
-  predictor serves any layer count: a chunk's workload is the sum over the
-  job's layers of both predictions. Saved and loaded as one file (:data:`FORMAT`),
-  checked against the job's model, device, dtype and widths;
-* :func:`chunk_work` — the plan's entry point: ``strategy.workload`` → g_a per chunk;
-* :func:`default_predictor_path` — one file per machine *kind* (CPU or GPU
-  name, not host name: on a cluster rank 0 lands on a different node every
-  job, DGC §6 assumes homogeneous devices), model, device and dtype.
-
-Making a predictor — §6's offline profiling (random chunks, timing them,
-fitting the MLPs, ``python -m hpcdgnn profile``) — is :mod:`hpcdgnn.profile`.
-It is a separate package because it runs once per machine kind, not per job,
-and a plan must not pull in timing and fitting code; it imports this module
-(the input layout and the file format are defined once, here), never the reverse.
-
-Why a per-machine file and not shipped weights: the times are this machine's
-(§6 profiles "offline" on the target GPUs); the file records the host, CPU/GPU
-name, torch version, widths profiled, sample counts and held-out MAPE.
+DGC §4.2/§6: g_a is the sum of two MLPs' predicted times, structure encoder (GCN) and time
+encoder (RNN), 3 hidden layers of 256 ReLU units. A sample is one layer of one chunk, widths
+among the inputs, so one predictor serves any depth. :mod:`hpcdgnn.profile` makes predictors
+and imports this module, never the reverse: a plan pulls in no timing or fitting code.
 """
 
 from __future__ import annotations
@@ -94,18 +58,13 @@ TIME_INPUTS = ("log1p_sequences", "log1p_total_length", "log1p_max_length", "log
                "log_in_width", "log_out_width")
 
 
-# --------------------------------------------------------------------------- features
 
 
 def chunk_features(g: SuperGraph, labels: np.ndarray, num_chunks: int | None = None) -> dict[str, np.ndarray]:
-    """Per chunk (label 0..C-1; label -1 = in no chunk), the workload predictor's raw inputs (DGC §4.2, §6).
+    """Per chunk (label 0..C-1; -1 = none), the predictor's raw inputs (DGC §4.2, §6).
 
-    Structure encoder: ``nodes`` (appearances), ``spatial_edges`` (undirected, both ends
-    inside), ``row_nnz`` (nonzeros of the chunk's Ã rows: self-loops plus every spatial
-    neighbour, halo included — the sparse product's work), ``snapshots`` (distinct snapshots:
-    one ``layer.spatial`` call each). Time encoder: ``sequences`` (distinct vertices),
-    ``total_length`` (= nodes), ``max_length`` (most appearances of one vertex: the RNN's
-    sequential steps), ``padded`` (sequences × max_length: the padded batch's size).
+    Structure: ``nodes``, ``spatial_edges``, ``row_nnz`` (Ã rows' nonzeros, halo included), ``snapshots``;
+    time: ``sequences``, ``total_length``, ``max_length`` (the RNN's sequential steps), ``padded``.
     """
     labels = np.asarray(labels, dtype=np.int64)
     valid = labels >= 0
@@ -150,8 +109,7 @@ class LayerShape:
 
 
 def layer_shapes(model_name: str, features: int, hidden: int, layers: int, **model_args) -> list[LayerShape]:
-    """The layers of a registered model, as the workload sees them (built once, tiny); ``model_args``: the
-    builder's other arguments (``GraphModelOptions.model_args``)."""
+    """The layers of a registered model as the workload sees them (built once, tiny)."""
     from hpcdgnn.nn.models import build_model
 
     model = build_model(model_name, features, hidden, layers, **model_args)
@@ -189,7 +147,6 @@ def time_inputs(f: dict[str, np.ndarray], shape: LayerShape) -> np.ndarray:
     ], axis=1).astype(np.float64)
 
 
-# --------------------------------------------------------------------------- workload models
 
 
 class CountWorkload:
@@ -251,11 +208,7 @@ def _sizes(net: nn.Sequential) -> list[int]:
 
 
 class MLPWorkload:
-    """DGC §4.2's learned workload: structure-encoder MLP + time-encoder MLP, summed over the job's layers.
-
-    ``meta`` records where and for what the predictor was profiled (see :func:`hpcdgnn.profile.profile`).
-    ``time`` is None for a model whose RNN mixes no vertex sequences (EvolveGCN-O evolves weights).
-    """
+    """DGC §4.2's learned workload: structure MLP + time MLP (None when no RNN mixes sequences), summed over layers."""
 
     name = "mlp"
 
@@ -279,7 +232,7 @@ class MLPWorkload:
 
     def check(self, path: Path, model: str, features: int, hidden: int, device: str, dtype: str,
               fix: str) -> None:
-        """Raise :class:`PlanError` if this predictor was profiled for another model, device, dtype or widths."""
+        """Raise :class:`PlanError` if this predictor's profile is for another model, device, dtype or widths."""
         m = self.meta
         want = {"model": model, "device": device, "dtype": dtype}
         for key, value in want.items():
@@ -294,7 +247,7 @@ class MLPWorkload:
                                 f"{value}; {fix}")
 
     def save(self, path: str | Path) -> Path:
-        """Write atomically (temporary file in the same directory, then rename): a reader never sees half a file."""
+        """Write atomically (temporary file, then rename): a reader never sees half a file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": FORMAT, "meta": self.meta, "structure": self.structure.to_dict(),
@@ -322,13 +275,12 @@ class MLPWorkload:
             return cls(EncoderMLP.from_dict(d["structure"]),
                        None if d["time"] is None else EncoderMLP.from_dict(d["time"]), d["meta"])
         except Exception as e:  # any unpickling/shape problem means: not our file, re-profile
-            # torch's own words for a foreign file can be a bare pickle opcode ("105"): name the exception too
+            # torch's message for a foreign file can be a bare pickle opcode: name the exception too
             why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
             raise PlanError(f"workload predictor '{path}' cannot be read: not a predictor file written by "
                             f"python -m hpcdgnn profile ({why}); re-create it with python -m hpcdgnn profile") from None
 
 
-# --------------------------------------------------------------------------- the plan's entry point
 
 
 def resolve_device(device: str) -> str:
@@ -348,10 +300,7 @@ def profile_command(model: str, features: int, hidden: int, device: str, dtype: 
 def chunk_work(job, num_features: int, g: SuperGraph, labels: np.ndarray, stats: dict) -> np.ndarray:
     """The workload g_a of every chunk under ``job.strategy.workload`` (DGC §4.2): count, or the profiled MLPs.
 
-    Raises:
-        PlanError: ``workload: mlp`` and the predictor file is missing, unreadable, or was
-            profiled for another model, device, dtype or widths (names the file and the
-            ``profile`` command that makes the right one).
+    Raises PlanError naming the ``profile`` command when an MLP predictor is missing or mismatched.
     """
     strat = job.strategy
     if getattr(strat, "workload", "count") == "count":
@@ -370,7 +319,6 @@ def chunk_work(job, num_features: int, g: SuperGraph, labels: np.ndarray, stats:
     return pred.chunk_work(g, labels, stats, layer_shapes(model, F, H, L, **job.model.model_args()))
 
 
-# --------------------------------------------------------------------------- machine identity
 
 
 def _cpu_name() -> str:
@@ -395,11 +343,9 @@ def _slug(text: str) -> str:
 
 
 def default_predictor_path(model: str, device: str = "cpu", dtype: str = "float32") -> Path:
-    """The predictor file of this machine: ``<cache>/workload-<machine>-<model>-<device>-<dtype>.pt``.
+    """``<cache>/workload-<machine>-<model>-<device>-<dtype>.pt``, cache ``$HPCDGNN_CACHE`` or the XDG cache.
 
-    ``<cache>`` is ``$HPCDGNN_CACHE``, else ``$XDG_CACHE_HOME/hpcdgnn``, else ``~/.cache/hpcdgnn``;
-    ``<machine>`` is the GPU name on ``cuda``, else the CPU name — the kind of device, not the
-    host: on a cluster the next job's rank 0 is on another node of the same kind.
+    ``<machine>`` is the GPU/CPU name, not the host: the next job's rank 0 is another node of the same kind.
     """
     root = os.environ.get("HPCDGNN_CACHE")
     if not root:

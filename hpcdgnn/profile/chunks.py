@@ -1,18 +1,7 @@
 """Where DGC §6's profiling samples come from: a graph, and random chunks of it of every shape and size.
 
-DGC §6 labels its workload MLPs with the measured times of "randomly generated
-chunks"; a predictor is only as good as the range of chunks it has seen, so the
-chunks here span the shapes the chunk plan makes (DGC §4.1's chunks cross both
-snapshot and vertex boundaries) and sizes up to ``strategy.chunk_size``:
-
-* :func:`profile_graph` — the super-graph to draw from: a dataset's
-  adjacencies, or DGC §7.3.1's non-uniform generated graph (δ = τ = 0.5);
-* :func:`random_chunks` — connected *balls* and sparse vertex × time *blocks*
-  of log-uniform size and time extent, depending only on the RNG;
-* :class:`Topology` — the super-graph's spatial adjacency as CSR, shared by
-  the sampler and :class:`~hpcdgnn.profile.timer.ChunkTimer` (built once per profile).
-
-Sampling only: what a chunk's time is belongs to :mod:`hpcdgnn.profile.timer`.
+A predictor is only as good as the chunks it has seen, so samples span the shapes the chunk
+plan makes (DGC §4.1's chunks cross snapshot and vertex boundaries) up to ``strategy.chunk_size``.
 """
 
 from __future__ import annotations
@@ -56,11 +45,7 @@ class Topology:
 
 def profile_graph(data: str | None, vertices: int, snapshots: int, density: float, seed: int,
                   spatial_weight: float = 1.0, temporal_weight: float = 1.0) -> tuple[SuperGraph, str]:
-    """The super-graph the random chunks come from: a dataset's adjacencies, or a non-uniform generated graph.
-
-    The generated graph is DGC §7.3.1's non-uniform one (δ = τ = 0.5): snapshots of very
-    different density and vertices of very different lifetimes, so chunks of every shape exist.
-    """
+    """A dataset's super-graph, or DGC §7.3.1's non-uniform generated one (δ = τ = 0.5: chunks of every shape exist)."""
     if data:
         from hpcdgnn.data.manifest import load_manifest
         from hpcdgnn.data.shard_reader import ShardReader
@@ -80,12 +65,9 @@ def random_chunks(g: SuperGraph, count: int, max_size: int, rng: np.random.Gener
                   topo: Topology | None = None) -> list[np.ndarray]:
     """``count`` random chunks (sorted appearance ids) of 1..``max_size`` appearances (log-uniform sizes).
 
-    Half are *balls*: breadth-first over spatial and temporal edges from a random
-    appearance, inside a random time window, each newly reached node kept with a random
-    probability — connected, edge-rich, like label-propagation chunks. Half are *blocks*:
-    random vertices × a random window — few internal edges, long or short sequences. The
-    window length is log-uniform in 1..T, so chunks range from one snapshot's community
-    to a few vertices' whole timelines (DGC §4.1's chunks cross both boundaries).
+    Half are connected *balls* (BFS over spatial and temporal edges in a random window, nodes
+    kept at random), like label-propagation chunks; half are vertices × window *blocks*.
+    Windows are log-uniform in 1..T.
     """
     if g.num_nodes == 0:
         raise ValueError("random_chunks: the super-graph has no appearances")

@@ -1,13 +1,8 @@
 """``python -m hpcdgnn profile``: make this machine's workload predictor file (DGC §4.2, §6).
 
-DGC §6 profiles "offline" on the target devices, once, before training; this
-is that step as a command. :func:`run_profile` checks the options (a bad one
-is a :class:`~hpcdgnn.errors.ConfigError`: one line, exit 2, no file), builds
-the graph to sample from, runs :func:`~hpcdgnn.profile.profiler.profile`,
-prints each encoder's held-out MAPE and saves the predictor atomically — by
-default at :func:`~hpcdgnn.partition.workload.default_predictor_path`, where
-``strategy.workload: mlp`` looks for it. The options themselves are declared
-in :mod:`hpcdgnn.__main__` so that other subcommands do not import torch.
+Saved atomically at :func:`~hpcdgnn.partition.workload.default_predictor_path` unless ``--out``,
+where ``strategy.workload: mlp`` looks. Options are declared in :mod:`hpcdgnn.__main__`
+so other subcommands do not import torch.
 """
 
 from __future__ import annotations
@@ -50,7 +45,7 @@ def run_profile(args: argparse.Namespace) -> int:
     for name in ("samples", "max_size", "vertices", "snapshots", "threads", "repeats", "fit_steps", "window"):
         if getattr(args, name) < 1:
             raise ConfigError(f"profile: --{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
-    if args.threads > 1024:  # as train.threads: torch crashed (a segfault) on 100000
+    if args.threads > 1024:  # as train.threads: torch segfaults on huge thread counts
         raise ConfigError(f"profile: --threads must be in [1, 1024] (got {args.threads})")
     if args.samples < 5:
         raise ConfigError(f"profile: --samples must be >= 5 so some can be held out (got {args.samples})")
@@ -67,8 +62,7 @@ def run_profile(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_predictor_path(args.model, device, args.dtype)
     if out.exists() and not out.is_file():
         raise ConfigError(f"profile: --out {out} exists and is not a file")
-    if args.out and out.is_file() and not _saved_by_torch(out):  # re-profiling replaces a predictor (of any
-        # format: one a run cannot read is re-made), never another file; the default path is our own cache
+    if args.out and out.is_file() and not _saved_by_torch(out):  # replace a predictor (any format), never another file
         raise ConfigError(f"profile: --out {out} exists and is not a predictor file (it would be replaced); "
                           "choose another --out")
     g, name = profile_graph(args.data, args.vertices, args.snapshots, args.density, args.seed)

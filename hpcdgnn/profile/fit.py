@@ -1,14 +1,4 @@
-"""Fitting DGC §6's workload MLPs to measured chunk times, and Eq. 8's error measure.
-
-DGC §6: each encoder's predictor is an MLP of ReLU layers trained on measured
-times, evaluated by the mean absolute percentage error (Eq. 8). :func:`fit_mlp`
-fits one on log-features → log-seconds (squared error of log-time is relative
-error, as §6's MAPE loss, but smooth) and returns an
-:class:`~hpcdgnn.partition.workload.EncoderMLP` — the network layout
-(:func:`~hpcdgnn.partition.workload.build_mlp`) and its input standardisation
-are the predictor file's, defined with the plan's side in
-:mod:`hpcdgnn.partition.workload`, so a fitted MLP saves and loads unchanged.
-"""
+"""Fitting DGC §6's workload MLPs to profiled chunk times, and Eq. 8's error measure (MAPE)."""
 
 from __future__ import annotations
 
@@ -32,8 +22,7 @@ def fit_mlp(x: np.ndarray, seconds: np.ndarray, inputs: Sequence[str], width: in
             steps: int = 1500, seed: int = 0) -> EncoderMLP:
     """Fit a DGC §6 MLP (``depth`` hidden ReLU layers of ``width``) to log-seconds; deterministic for a seed.
 
-    Full-batch Adam with a learning rate decaying 1e-2 → 1e-4 (a few hundred samples: no
-    mini-batches needed); inputs constant over the samples (a single width) get unit scale.
+    Squared error of log-time is a smooth relative error, like §6's MAPE. Full-batch Adam, lr 1e-2 → 1e-4.
     """
     x = np.asarray(x, float)
     y = np.log(np.asarray(seconds, float))

@@ -1,14 +1,7 @@
 """DGC §6's offline profiling: time random chunks' encoders on this machine, fit both MLPs, report held-out MAPE.
 
-DGC §4.2 replaces the vertex/edge count with two MLPs because a chunk's time
-depends on its vertices, edges, sequence lengths and feature widths together;
-§6 trains them "offline" on measured times of random chunks on the target
-devices. :func:`profile` is that loop: per sample one random chunk
-(:mod:`hpcdgnn.profile.chunks`), one layer position and one (F, H) width pair,
-its structure and time encoder timed (:mod:`hpcdgnn.profile.timer`); then both
-MLPs are fitted (:mod:`hpcdgnn.profile.fit`) on 80% and scored on the rest.
-The result is an :class:`~hpcdgnn.partition.workload.MLPWorkload` whose
-``meta`` records the machine, widths, sample counts and MAPE.
+Per sample: one random chunk, one layer position and one (F, H) width pair, both encoders
+timed; the MLPs are fitted on 80% and scored on the rest.
 """
 
 from __future__ import annotations
@@ -67,15 +60,11 @@ def profile(model_name: str, features: Sequence[int], hidden: Sequence[int], sam
             g: SuperGraph, max_size: int = 4096, window: int = 3, device: str = "cpu", dtype: str = "float32",
             repeats: int = 3, seed: int = 0, held_out: float = 0.2, mlp_width: int = 64, fit_steps: int = 1500,
             log: Callable[[str], None] | None = None) -> tuple[MLPWorkload, dict[str, Any]]:
-    """DGC §6 on this machine: time ``samples`` random chunks' encoders, fit both MLPs, measure held-out MAPE.
+    """DGC §6 on this machine: time ``samples`` random chunks' encoders, fit both MLPs, score held-out MAPE.
 
-    Each sample is one random chunk, one layer position (first: input width F, no sparse
-    product; later: width H, with it) and one (F, H) drawn from ``features`` × ``hidden``; the
-    time encoder is timed on one of the model's RNN layers. The chunks, layer positions, widths
-    and the train/held-out split depend only on ``seed``; the times are this machine's.
-
-    Returns the predictor and a report: per encoder the sample counts and held-out MAPE, and
-    the MAPE of the chunk total (structure + time of the same held-out samples).
+    Chunks, layer positions (first: width F, no SpMM; later: H, with it), widths and the split
+    depend only on ``seed``. Returns the predictor and a report of sample counts and held-out
+    MAPE per encoder and for the chunk total.
     """
     from hpcdgnn.nn.models import build_model
 

@@ -1,17 +1,8 @@
-"""DGC §6's labels: one chunk's structure- and time-encoder seconds on this machine, as the chunk strategy runs them.
+"""DGC §6's labels: one chunk's structure- and time-encoder seconds, timed the way ``strategy: chunk`` runs them.
 
-DGC §6 trains the workload MLPs on measured execution times of chunks; those
-labels are only meaningful if they time the same work the chunk strategy
-does in training. :class:`ChunkTimer` therefore runs a layer's encoders the
-way ``strategy: chunk`` does — the chunk's Ã rows with halo columns (layer 0's
-``Ã·X`` precomputed, SPEC S4), ``layer.spatial`` per snapshot, the RNN over
-padded vertex sequences — forward and backward, best of a few repeats after a
-warm-up, with ``torch.cuda.synchronize`` around each on a GPU.
-:func:`detached_time_params` supplies EvolveGCN's per-step weights as leaves so
-that evolving them is not counted as a chunk's work.
-
-Timing only: which chunks are timed is :mod:`hpcdgnn.profile.chunks`, what is
-fitted to the times is :mod:`hpcdgnn.profile.fit`.
+Labels mean something only if they time the work training does: Ã rows with halo columns
+(layer 0's ``Ã·X`` precomputed, SPEC S4), ``layer.spatial`` per snapshot, the RNN over
+padded sequences, forward and backward.
 """
 
 from __future__ import annotations
@@ -35,12 +26,7 @@ __all__ = ["ChunkTimer", "detached_time_params"]
 class ChunkTimer:
     """Times one chunk's structure and time encoders as the chunk strategy runs them (forward + backward).
 
-    Structure encoder of a layer: ``ax = Ã_rows · H`` (the chunk's Ã rows, halo columns
-    after its own; skipped for layer 0, whose ``Ã·X`` is precomputed, SPEC S4), then
-    ``layer.spatial`` on each snapshot's rows, then backward. Time encoder: ``layer.temporal``
-    on a padded ``(longest sequence, sequences, width)`` batch, then backward. Each is run
-    once to warm up, then ``repeats`` times; the best time counts (the others are the noise
-    of a shared machine, not the chunk's work).
+    After one warm-up, the best of ``repeats`` counts: the others are a shared machine's noise.
     """
 
     def __init__(self, g: SuperGraph, device: str = "cpu", dtype: torch.dtype = torch.float32, repeats: int = 3,
@@ -86,12 +72,7 @@ class ChunkTimer:
         return NormalizedAdjacency(0, sorted_csr(r, c, v, shape), sorted_csr(c, r, v, (shape[1], shape[0])))
 
     def structure(self, nodes: np.ndarray, layer, aggregate: bool, tparams=None) -> float:
-        """Best seconds of one layer's structure encoder on the chunk ``nodes`` (sorted appearance ids).
-
-        ``aggregate``: run the layer's neighbourhood aggregation (``layer.aggregate`` over a
-        :class:`~hpcdgnn.nn.conv.graph.LocalGraph` whose gather appends the halo rows); False for
-        a first layer whose Ã·X is precomputed (SPEC S4).
-        """
+        """Best seconds of one layer's structure encoder on ``nodes``; ``aggregate`` False for a precomputed layer 0."""
         n = nodes.shape[0]
         t_of = self.g.time[nodes]
         cut = np.flatnonzero(np.diff(t_of)) + 1
@@ -147,8 +128,7 @@ class ChunkTimer:
 def detached_time_params(model, T: int) -> list:
     """Every layer's per-step parameters for steps 0..T-1 (EvolveGCN's W_t) as fresh leaves.
 
-    Evolving the weights is the layer's own work, not a chunk's; the leaves still take
-    gradients, as W_t does in training, so a chunk's backward includes dY/dW_t.
+    Evolving them is the layer's work, not a chunk's; as leaves they still take dY/dW_t.
     """
     out = []
     with torch.no_grad():

@@ -1,26 +1,9 @@
 """A training regime as one registered spec (STYLE G5, G13; torchtitan's ``TrainSpec``).
 
-hpcdgnn trains in regimes that differ in what a batch is and what a dataset holds, not in the loop: the
-snapshot timeline (full batch over partitioned snapshots, IBM and DGC; sampled sequences, ReInc) and the
-event stream with a node memory (DistTGL). A :class:`RegimeSpec` names everything that belongs to one:
-
-==================  ==========================================================================================
-``data_kind``       the dataset kind it reads (``hpcdgnn.data.events.dataset_kind``: snapshots or events)
-``models``          ``model.name`` -> its options class (the ``model:`` keys it takes), declared beside the model
-``tasks``           the ``task.name`` s it trains
-``strategies``      ``strategy.name`` -> its options class (``strategy:`` keys); the implementation registers
-                    under the same name with :func:`hpcdgnn.strategies.register_strategy`
-``load_manifest``   path -> the dataset's manifest
-``build_model``     (job, manifest) -> the model module
-``build_task``      (task config, manifest, embedding width, seed) -> the task head
-``footprint``       (job, manifest, P) -> lower bounds of a rank's bytes per term (:mod:`hpcdgnn.train.footprint`)
-``check``           (job, where, P) -> None: rules between model, task and strategy within the regime
-==================  ==========================================================================================
-
-``config/`` takes the options classes from here (:func:`options_class`) and ``train/`` builds through the
-spec of the job's regime (:func:`job_regime`): neither compares a model, task or strategy name. A new regime
-(DynaHB's hybrid batches join the snapshot timeline as a strategy; another data kind would be a new spec)
-registers with :func:`register_regime`.
+Regimes differ in what a batch is and what a dataset holds, not in the loop: the snapshot
+timeline (IBM, DGC, ReInc) and the event stream with a node memory (DistTGL). ``config/`` takes
+options classes from here (:func:`options_class`) and ``train/`` builds through
+:func:`job_regime`'s spec, so neither compares model, task or strategy names.
 """
 
 from __future__ import annotations
@@ -40,7 +23,15 @@ Section = Literal["model", "task", "strategy"]
 
 @dataclass(frozen=True)
 class RegimeSpec:
-    """One training regime (see the module docstring for the fields)."""
+    """One training regime.
+
+    Attributes:
+        data_kind: the dataset kind it reads (``snapshots`` or ``events``).
+        models: ``model.name`` -> its options class, declared beside the model.
+        strategies: ``strategy.name`` -> its options class (code: :func:`hpcdgnn.strategies.register_strategy`).
+        footprint: (job, manifest, P) -> lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`).
+        check: (job, where, P) -> None: rules between model, task and strategy.
+    """
 
     name: str
     #: in messages: what a job of this regime is, e.g. "the event-stream regime (DistTGL)"
@@ -90,11 +81,7 @@ def names(section: Section) -> list[str]:
 
 
 def regime_of(section: Section, name: str) -> RegimeSpec:
-    """The regime that registers ``section`` name ``name``.
-
-    Raises:
-        KeyError: unknown name (config validation has checked names before anything else asks).
-    """
+    """The regime that registers ``section`` name ``name``; KeyError for an unknown one."""
     for r in _REGIMES.values():
         if name in r.names(section):
             return r
@@ -102,22 +89,13 @@ def regime_of(section: Section, name: str) -> RegimeSpec:
 
 
 def options_class(section: Literal["model", "strategy"], name: str) -> type:
-    """The options class of ``model.name`` or ``strategy.name`` ``name``.
-
-    Raises:
-        KeyError: unknown name; its text lists the registered ones.
-    """
+    """The options class of ``model.name`` or ``strategy.name`` ``name``; KeyError listing the known ones."""
     r = regime_of(section, name)
     return (r.models if section == "model" else r.strategies)[name]
 
 
 def job_regime(job: JobConfig, where: str | None) -> RegimeSpec:
-    """The one regime of the job's model, task and strategy, after its own cross-checks (``spec.check``
-    at the job's rank count is the caller's: :func:`hpcdgnn.train.setup.check_model_strategy`).
-
-    Raises:
-        ConfigError: the three come from different regimes: one line naming what the model's regime needs.
-    """
+    """The regime of the job's model, task and strategy; ConfigError naming what the model's regime needs."""
     chosen = {"model": job.model.name, "task": job.task.name, "strategy": job.strategy.name}
     regime = regime_of("model", chosen["model"])
     wrong = [s for s in ("task", "strategy") if chosen[s] not in regime.names(s)]
@@ -134,9 +112,8 @@ def item_bytes(job: JobConfig) -> int:
 
 
 def parameter_bytes(job: JobConfig, in_features: int, layers: int, k: int, head: int) -> tuple[int, str]:
-    """A footprint term (:mod:`hpcdgnn.train.footprint`): parameters with Adam's two moments — the first layer
-    F × hidden, each of the ``layers`` - 1 above it ``k`` hidden × hidden matrices, the task head's ``head``
-    weights — and the keys that set them."""
+    """Footprint term: parameters with Adam's two moments (F × hidden, ``layers`` - 1 times ``k`` hidden × hidden,
+    ``head``), and the keys that set them."""
     h = job.model.hidden
     weights = in_features * h + (layers - 1) * k * h * h + head
     return 3 * item_bytes(job) * weights, "model.hidden, model.layers, model.order, task.decoder_hidden"

@@ -1,8 +1,5 @@
-"""The event-stream regime: time-ordered (src, dst, t, features) events with a node memory (SPEC family C).
-
-TGN-attn with a GRU node memory and DistTGL's static memory (§2.1, §3.1, M1) for temporal link prediction,
-trained under ``memory``: mini-batch × epoch × memory parallelism (§3.2–3.3, M2).
-"""
+"""The event-stream regime (SPEC family C): TGN-attn with GRU and static node memory (DistTGL §2.1, §3.1, M1)
+for temporal link prediction, under ``memory`` parallelism (§3.2–3.3, M2)."""
 
 from __future__ import annotations
 
@@ -24,9 +21,8 @@ def build_model(job: JobConfig, manifest) -> TGN:
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters (one hidden × hidden matrix
-    at least) and one batch's embeddings, (2 + negatives) · batch_events of width hidden, each reading
-    ``neighbors`` messages of width ``memory_dim``; the evaluation's ``eval_negatives`` likewise."""
+    """Lower bounds of a rank's bytes: parameters and one batch's (2 + negatives) · batch_events embeddings of
+    width hidden, each reading ``neighbors`` messages of width ``memory_dim`` (evaluation likewise)."""
     m, task = job.model, job.task
     b = task.batch_events
     train = (2 + task.negatives) * b * (m.hidden + m.neighbors * m.memory_dim)

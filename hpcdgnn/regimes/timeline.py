@@ -1,10 +1,5 @@
-"""The snapshot-timeline regime: T snapshots over one vertex universe (SPEC families A and B).
-
-Full batch over a partitioned timeline — ``snapshot`` (IBM §4.2, S1–S3), ``pss`` (DGC §2.1), ``vertex``
-(IBM §4.1, S6), ``chunk`` (DGC §4–5, D1–D3) — and sampled sequence mini-batches, ``sequences`` (ReInc §3,
-R1–R4), over the discrete-time DGNNs of :mod:`hpcdgnn.nn.models` for link prediction, node classification
-and regression.
-"""
+"""The snapshot-timeline regime: T snapshots over one vertex universe (SPEC families A and B): full batch
+(``snapshot``, ``pss``, ``vertex``, ``chunk``) and sampled sequences (``sequences``, ReInc §3)."""
 
 from __future__ import annotations
 
@@ -36,8 +31,7 @@ _FORECAST = {"strategy": "sequences", "task": "regression"}
 
 
 def build_model(job: JobConfig, manifest):
-    """The DGNN on the dataset's F input features; a cell's sequence-to-sequence form forecasts
-    ``task.horizon`` values itself (the task then adds no head: ``predicts_targets``)."""
+    """The DGNN on F input features; an encoder–decoder cell forecasts ``task.horizon`` values itself (no task head)."""
     m = job.model
     if isinstance(m, GraphCellOptions) and m.encoder_decoder:
         return build_encoder_decoder(m.name, manifest.num_features, m.hidden, m.layers, 3, m.order, job.task.horizon)
@@ -45,9 +39,8 @@ def build_model(job: JobConfig, manifest):
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters; under a full-batch
-    strategy the activations of its T·N/P rows (over ``strategy.blocks`` checkpoint blocks: IBM §3.1 keeps
-    one block's); the task's examples of one step."""
+    """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters, full-batch activations of
+    T·N/P rows (one checkpoint block's, IBM §3.1), and one step's task examples."""
     from hpcdgnn.strategies import get_strategy
     from hpcdgnn.tasks import task_class
 
@@ -65,9 +58,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
-    """Refuse (one line) the encoder–decoder outside ``regression`` under ``sequences``, and a model whose
-    time encoder convolves over each step's graph under a strategy whose time encoder, at this rank count,
-    cannot get each step's graph (``Strategy.step_graphs_at``: whole snapshots, or a sample's rows of them)."""
+    """Refuse the encoder–decoder outside ``regression`` under ``sequences``, and a graph-convolving time encoder
+    under a strategy that cannot give it each step's graph at this rank count (``Strategy.step_graphs_at``)."""
     from hpcdgnn.strategies import get_strategy
 
     m, s = job.model, job.strategy.name

@@ -1,46 +1,11 @@
 """``hpcdgnn prepare``: raw dynamic-graph inputs -> a dataset directory of HDF5 snapshot shards.
 
-SPEC "Data model": users bring timestamped edge lists (SNAP ``src dst [weight]
-time``), JODIE csvs and PyTorch Geometric Temporal JSON signals; ``prepare``
-cuts them into snapshots by a time window or a number of events, with in/out
-degree features by default (IBM §6.1), optional edge-life / M-transform
-smoothing (IBM §5.4, SPEC S5), and writes the layout of
-:mod:`hpcdgnn.data.manifest` / :mod:`hpcdgnn.data.shard_reader`.
-
-Readers (one module per input format):
-
-* :mod:`.snap` (``--format snap``): SNAP / Network Repository edge lists. The
-  time-slicing rules for every timestamped format are documented there.
-* :mod:`.jodie` (``--format jodie``): bipartite user/item interaction csv.
-* :mod:`.pygt_json` (``--format pygt-json``): the PyGT dataset JSONs.
-
-Each reader yields :class:`~hpcdgnn.data.writer.RawSnapshot` lazily and
-:func:`~hpcdgnn.data.writer.write_dataset` streams them to disk. Before that,
-:mod:`._estimate` computes the output's size from the parsed input and refuses
-one above 2 GiB or 10,000 files unless ``--allow-large`` is given (a too-fine
-``--snapshots`` once turned 400 KB into 9.6 GB).
-
-``--columns`` (snap, jodie) maps the input's columns by header name or 0-based
-index; the rules are in :mod:`.snap` and :mod:`.jodie`.
-
-Float node targets (the regression task, :mod:`hpcdgnn.tasks.regression`; stored
-per snapshot as ``targets``, named in the manifest): ``pygt-json`` always keeps
-its signal as the target (:mod:`.pygt_json`); for the edge-list formats (snap,
-which also reads Network Repository ``.edges`` files, and jodie) ``--targets``
-derives one from the edges:
-
-* ``next_degree``: the target of vertex v at snapshot t is its number of
-  distinct neighbours (in or out, raw edges, before smoothing) in snapshot t+1;
-* ``next_log_degree``: log1p of that (the scale of ``--log-features``).
-
-The last snapshot has no successor: its targets are NaN (no target). With
-``--labels next_activity`` the two agree: label 1 exactly where the target is > 0.
-
-Event streams (``--kind events``, the second on-disk kind, :mod:`hpcdgnn.data.events`):
-the same snap and jodie inputs, parsed by the same readers, are written as time-sorted
-events with their edge features instead of snapshots, for continuous-time TGNNs (TGN,
-DistTGL); the rules are in :mod:`.event_stream`. ``--kind snapshots`` (the default) is
-everything above, unchanged.
+SPEC "Data model": timestamped edge lists (:mod:`.snap`), JODIE csvs (:mod:`.jodie`) and
+PyGT JSON signals (:mod:`.pygt_json`) are cut into snapshots by time window or event count,
+with in/out degree features (IBM §6.1) and optional smoothing (IBM §5.4, SPEC S5).
+:mod:`._estimate` refuses an output over 2 GiB or 10,000 files unless ``--allow-large``.
+``--targets next_degree``/``next_log_degree`` derive regression targets from snapshot t+1's
+edges; ``--kind events`` writes an event stream instead (:mod:`.event_stream`).
 
 Example::
 
@@ -178,11 +143,7 @@ def _trigger(fmt: str, opts: PrepareOptions, est: OutputEstimate, files_over: bo
 
 
 def _check_size(path: Path, fmt: str, opts: PrepareOptions, est: OutputEstimate | None) -> None:
-    """Refuse an output over the limits of :mod:`._estimate` unless ``--allow-large``.
-
-    The estimate goes to stderr first (so the user sees where the bytes come from),
-    then a one-line DataError names the option that made the output large.
-    """
+    """Refuse an output over the limits of :mod:`._estimate` unless ``--allow-large``, printing the estimate first."""
     if est is None or opts.allow_large:
         return
     bytes_over, files_over = est.bytes > MAX_OUTPUT_BYTES, est.files > MAX_OUTPUT_FILES
@@ -233,26 +194,16 @@ def prepare_dataset(
     """Convert a raw input file into a dataset directory and return its manifest.
 
     Args:
-        input_path: the raw file (plain, gzip, xz or bz2; detected by magic bytes).
+        input_path: the raw file (plain, gzip, xz or bz2).
         fmt: ``"snap"``, ``"jodie"`` or ``"pygt-json"``.
         output: dataset directory to create.
-        kind: ``"snapshots"`` (default) or ``"events"`` (:func:`.event_stream.prepare_events`:
-            ``split``, ``shard_events``, ``bipartite``, ``columns``, ``force``; the snapshot
-            options only at their defaults).
-        **options: the fields of :class:`PrepareOptions` (``snapshots``,
-            ``window``, ``events_per_snapshot``, ``undirected``, ``weights``,
-            ``edge_life``, ``mtransform``, ``log_features``, ``labels``, ``targets``,
-            ``shard_size``, ``lags``, ``force``, ``columns``, ``allow_large``), as on
-            the command line; ``split``/``shard_events``/``bipartite`` only at their
-            defaults (None, None, False).
-
-    Returns:
-        The manifest written to ``output/manifest.json``.
+        kind: ``"snapshots"`` or ``"events"`` (:func:`.event_stream.prepare_events`).
+        **options: the fields of :class:`PrepareOptions` (or, for events, :class:`.event_stream.EventOptions`),
+            as on the command line; the other kind's options only at their defaults.
 
     Raises:
-        DataError: bad input or options; the message names the input file (and line). Also
-            an output estimated above :data:`MAX_OUTPUT_BYTES` or :data:`MAX_OUTPUT_FILES`
-            without ``allow_large`` (nothing is written; the estimate is printed to stderr).
+        DataError: bad input or options, naming the input file (and line); or an output
+            estimated over the size limits without ``allow_large`` (nothing is written).
         TypeError: an unknown keyword in ``options``.
     """
     path = Path(input_path)
@@ -422,11 +373,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    """Run ``hpcdgnn prepare`` from parsed arguments; print a one-line summary and return 0.
-
-    Raises:
-        DataError: bad input or options (the CLI prints it on one line and exits 2).
-    """
+    """Run ``hpcdgnn prepare`` from parsed arguments; print a one-line summary and return 0."""
     m = prepare_dataset(
         args.input,
         args.format,

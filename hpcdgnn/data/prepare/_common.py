@@ -1,13 +1,8 @@
 """Helpers shared by the ``prepare`` readers: input decoding, id remapping, time slicing, labels.
 
-The three readers (:mod:`.snap`, :mod:`.jodie`, :mod:`.pygt_json`) each turn one
-raw format into a :class:`PreparedInput` (vertex universe + a lazy stream of
-:class:`~hpcdgnn.data.writer.RawSnapshot`); :func:`hpcdgnn.data.prepare.prepare_dataset`
-hands that to :func:`~hpcdgnn.data.writer.write_dataset`.
-
-Time slicing (SPEC "Data model": "by a time window (fixed duration or fixed
-number of events per snapshot)") is defined once, in :func:`slice_events`, and
-documented in :mod:`hpcdgnn.data.prepare.snap`.
+Each reader (:mod:`.snap`, :mod:`.jodie`, :mod:`.pygt_json`) turns one raw format into a
+:class:`PreparedInput` for :func:`~hpcdgnn.data.writer.write_dataset`; time slicing (SPEC
+"Data model") is :func:`slice_events`.
 """
 
 from __future__ import annotations
@@ -51,9 +46,7 @@ __all__ = [
     "concat_snapshots",
 ]
 
-#: Refuse time windows that would create more snapshots than this: a too-small
-#: ``--window`` (e.g. 1 s over years of epoch time) would otherwise write
-#: millions of empty snapshots before anyone notices.
+#: A too-small ``--window`` would otherwise write millions of empty snapshots.
 MAX_SNAPSHOTS = 100_000
 
 #: Snapshot count used when none of --snapshots/--window/--events-per-snapshot is given.
@@ -105,11 +98,7 @@ class PrepareOptions:
 
 @dataclass
 class PreparedInput:
-    """A parsed raw input, ready for :func:`~hpcdgnn.data.writer.write_dataset`.
-
-    ``snapshots`` is consumed once, in time order; readers build it lazily so
-    only the current window's arrays are materialised.
-    """
+    """A parsed raw input; ``snapshots`` is a lazy iterable consumed once, in time order."""
 
     num_vertices: int
     snapshots: Iterable[RawSnapshot]
@@ -121,18 +110,13 @@ class PreparedInput:
     has_weights: bool = False
     source: dict[str, Any] = field(default_factory=dict)
     snapshot_edges: list[int] | None = None
-    """Distinct stored edges of each raw snapshot (both directions when undirected), i.e. the
-    ``snapshot_edges`` the writer will record; known before anything is written, so the size
-    estimate of :mod:`._estimate` can refuse a huge output up front."""
+    """Distinct stored edges per raw snapshot, known up front for the size estimate of :mod:`._estimate`."""
     snapshot_nnz: list[int] | None = None
     """Entries of each A_t after smoothing (the manifest's ``snapshot_nnz``), likewise."""
 
 
 def read_input_bytes(path: Path) -> bytes:
-    """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes.
-
-    The suffix is not trusted: a ``.txt`` that is really gzip (or a ``.gz``
-    someone already decompressed) is read correctly.
+    """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes, not suffix.
 
     Raises:
         DataError: missing/unreadable file or corrupt compressed stream, naming ``path``.
@@ -168,10 +152,7 @@ def read_input_text(path: Path) -> str:
 
 
 def parse_numbers(tokens: Sequence[str], lines: Sequence[int], path: Path, what: str) -> np.ndarray:
-    """Parse a column of tokens: int64 when every token is an integer, else finite float64.
-
-    Integers stay exact (epoch seconds, nanoseconds) so that time slicing can
-    use integer arithmetic.
+    """Parse a column of tokens: int64 when all are integers (exact epoch/ns times), else finite float64.
 
     Raises:
         DataError: ``path:line: cannot parse <what> 'tok'`` for the first bad token.
@@ -197,11 +178,7 @@ def parse_numbers(tokens: Sequence[str], lines: Sequence[int], path: Path, what:
 
 
 def remap_ids(tokens: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Map arbitrary id tokens to 0..N-1 in sorted order of the original id.
-
-    When every token is an integer the sort is numeric (``2 < 10``) and the
-    original ids are returned as int64; otherwise ids are strings sorted
-    lexicographically (so ``"1.0"`` and ``"1"`` are different vertices).
+    """Map id tokens to 0..N-1 in sorted order: numeric when all are integers, else as strings.
 
     Returns:
         ``(index, vertex_ids)``: index (len(tokens),) int64 into ``vertex_ids`` (N,).
@@ -227,7 +204,7 @@ def _exact_index(offset: np.ndarray, num: int, den: int) -> np.ndarray:
     """``floor(offset * num / den)`` exactly for non-negative int64 ``offset``."""
     if int(offset.max(initial=0)) * num < 2**62:
         return offset * np.int64(num) // np.int64(den)
-    # Spans like nanoseconds over years overflow int64 when multiplied by T: Python ints are exact.
+    # nanoseconds over years overflow int64 when multiplied by T: Python ints are exact
     return np.array([o * num // den for o in offset.tolist()], dtype=np.int64)
 
 
@@ -247,20 +224,12 @@ def slice_events(
     window: float | None = None,
     events_per_snapshot: int | None = None,
 ) -> list[Slice]:
-    """Cut time-sorted events into snapshots (the rules are in :mod:`hpcdgnn.data.prepare.snap`).
-
-    Args:
-        times: event times, already stably sorted (int64 or float64).
-        path: the input file, for error messages.
-        snapshots: T equal slices over [tmin, tmax].
-        window: slices of fixed duration S.
-        events_per_snapshot: consecutive groups of K events.
-
-    Exactly one of the three must be given.
+    """Cut stably time-sorted events into snapshots; exactly one of ``snapshots`` (T equal slices),
+    ``window`` (duration S) or ``events_per_snapshot`` (K events each). Rules: :mod:`.snap`.
 
     Raises:
-        DataError: no events, a non-positive parameter, all events at one time
-            with T > 1, or more than :data:`MAX_SNAPSHOTS` windows.
+        DataError: no events, a non-positive parameter, all events at one time with T > 1,
+            or more than :data:`MAX_SNAPSHOTS` windows.
     """
     given = [x is not None for x in (snapshots, window, events_per_snapshot)]
     if sum(given) != 1:
@@ -272,8 +241,7 @@ def slice_events(
         k = int(events_per_snapshot)
         if k < 1:
             raise DataError(f"{path}: --events-per-snapshot must be >= 1 (got {events_per_snapshot})")
-        # Closed range [first, last] of the group's event times: with ties a half-open
-        # range could not be disjoint, since equal times may straddle a group boundary.
+        # closed [first, last] times: with ties a half-open range could not be disjoint
         return [
             Slice(lo, min(lo + k, n), (float(times[lo]), float(times[min(lo + k, n) - 1]))) for lo in range(0, n, k)
         ]
@@ -315,19 +283,14 @@ def slice_events(
         T = int(idx[-1]) + 1
         _check_count(path, T)
         bounds = [(float(tmin) + k * S, float(tmin) + (k + 1) * S) for k in range(T)]
-    # Times are sorted, so slice indices are non-decreasing: a cumulative count gives each slice's range.
+    # sorted times give non-decreasing slice indices: a cumulative count gives the ranges
     offsets = np.zeros(T + 1, dtype=np.int64)
     np.cumsum(np.bincount(idx, minlength=T), out=offsets[1:])
     return [Slice(int(offsets[k]), int(offsets[k + 1]), bounds[k]) for k in range(T)]
 
 
 def with_next_activity(snapshots: Iterable[RawSnapshot], num_vertices: int) -> Iterator[RawSnapshot]:
-    """Attach ``next_activity`` labels, buffering a single snapshot.
-
-    Label of vertex v in snapshot t is 1 if v is an endpoint of a raw edge of
-    snapshot t+1, else 0; the last snapshot, which has no successor, is all -1
-    (unlabelled). Two classes.
-    """
+    """Label v at t with 1 if v touches an edge of t+1, else 0 (last snapshot: -1), buffering one snapshot."""
     it = iter(snapshots)
     prev = next(it, None)
     if prev is None:
@@ -342,12 +305,7 @@ def with_next_activity(snapshots: Iterable[RawSnapshot], num_vertices: int) -> I
 
 
 def next_degree(src: np.ndarray, dst: np.ndarray, num_vertices: int) -> np.ndarray:
-    """Distinct neighbours of every vertex in one snapshot's raw edges, as float64 (N,).
-
-    u is a neighbour of v when (v, u) or (u, v) is an edge, whatever the direction, so
-    the count is the same for a directed file and its ``--undirected`` copy; a
-    self-loop makes v its own neighbour once. Vertices without an edge have 0.
-    """
+    """Distinct neighbours of every vertex, direction ignored (so ``--undirected`` agrees), as float64 (N,)."""
     n = np.int64(num_vertices)
     s, d = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     keys = np.unique(np.concatenate([s * n + d, d * n + s]))
@@ -355,12 +313,7 @@ def next_degree(src: np.ndarray, dst: np.ndarray, num_vertices: int) -> np.ndarr
 
 
 def with_next_degree(snapshots: Iterable[RawSnapshot], num_vertices: int, log: bool) -> Iterator[RawSnapshot]:
-    """Attach ``next_degree`` (``log``: ``next_log_degree``) float targets, buffering a single snapshot.
-
-    The target of vertex v at snapshot t is :func:`next_degree` of v in the raw edges
-    of snapshot t+1 (before smoothing; log1p of it with ``log``); the last snapshot,
-    which has no successor, is all NaN (no target).
-    """
+    """Attach :func:`next_degree` of snapshot t+1 (log1p with ``log``) as float targets; the last is NaN."""
     it = iter(snapshots)
     prev = next(it, None)
     if prev is None:
@@ -380,10 +333,7 @@ COLUMN_KEYS = ("src", "dst", "time", "label", "weight")
 #: Keys every ``--columns`` mapping must give.
 REQUIRED_COLUMNS = ("src", "dst", "time")
 
-#: Header names recognised without ``--columns`` (lower case, exact): the original JODIE
-#: release (``user_id,item_id,timestamp,state_label``), TGL/TGN's copies (``u,i,ts,label``)
-#: and plain edge-list names. Used by the JODIE reader and for the ``--columns`` suggestion
-#: that a SNAP file with a header gets.
+#: Header names recognised without ``--columns`` (lower case): JODIE's, TGL/TGN's and plain edge-list names.
 COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
     "src": ("user_id", "user", "u", "src", "source", "from"),
     "dst": ("item_id", "item", "i", "dst", "destination", "target", "to"),
@@ -394,11 +344,7 @@ COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
 
 
 def parse_columns(spec: str, path: Path, allowed: Sequence[str], fmt: str) -> dict[str, str]:
-    """Parse ``--columns src=A,dst=B,time=C[,...]`` into ``{key: column}`` (names or indices, unresolved).
-
-    Checked here, before the input is read, so a typo costs nothing: every item is
-    ``KEY=COLUMN``, every key is one of ``allowed`` (the keys that mean something for
-    ``fmt``), no key is given twice, and ``src``, ``dst`` and ``time`` are all present.
+    """Parse ``--columns src=A,dst=B,time=C[,...]`` into ``{key: column}``, checked before the input is read.
 
     Raises:
         DataError: ``path: --columns ...`` naming the offending key.
@@ -435,12 +381,7 @@ def _is_number(token: str) -> bool:
 
 
 def looks_like_header(first: Sequence[str], second: Sequence[str] | None) -> bool:
-    """Whether ``first`` is a header line: some field is not a number where the next line's is.
-
-    Ids may be arbitrary strings, so "not numeric" alone proves nothing; a column that is
-    numeric in the data but not in line 1 does (``ts`` above ``12.0``). A file of one line
-    has no data to compare with and is taken as data.
-    """
+    """Whether ``first`` is a header: some field is non-numeric where the next line's is numeric."""
     if second is None:
         return False
     return any(not _is_number(a) and _is_number(b) for a, b in zip(first, second, strict=False))
@@ -458,11 +399,7 @@ def _clean_name(name: str) -> str:
 
 
 def guess_columns(header: Sequence[str], keys: Sequence[str]) -> dict[str, int]:
-    """Columns of ``header`` whose name is a known alias of one of ``keys`` (first match per key).
-
-    A key whose aliases match two columns (``u`` and ``user_id``) is left out: the
-    caller then reports the header and asks for ``--columns``.
-    """
+    """Columns of ``header`` named by a known alias of one of ``keys``; an ambiguous key is left out."""
     names = [_clean_name(h).lower() for h in header]
     out: dict[str, int] = {}
     for key in keys:
@@ -473,14 +410,10 @@ def guess_columns(header: Sequence[str], keys: Sequence[str]) -> dict[str, int]:
 
 
 def resolve_columns(spec: dict[str, str], header: Sequence[str] | None, path: Path, lineno: int) -> dict[str, int]:
-    """``{key: column index}`` of a parsed ``--columns`` mapping.
-
-    With a header a value is first a column name (exact, then case-insensitive), else a
-    0-based index; without one it must be an index. Two keys may not share a column.
+    """``{key: column index}``: a value is a header name (exact, then case-insensitive), else a 0-based index.
 
     Raises:
-        DataError: ``path:line: --columns KEY=VALUE: problem`` for an unknown name, an index
-            past the header, or a name given for a file without a header.
+        DataError: an unknown name, an index past the header, a name without a header, a shared column.
     """
     names = None if header is None else [_clean_name(h) for h in header]
     out: dict[str, int] = {}
@@ -528,12 +461,9 @@ def stored_edges_per_slice(
 ) -> tuple[list[int], list[int]]:
     """Edges and adjacency entries the writer will store per snapshot, from one sort of all events.
 
-    This is the writer's step 1 (dedupe; undirected: both directions, a self-loop once)
-    and step 3's sparsity pattern (edge-life / M-transform over ``window`` snapshots: A_t's
-    entries are the union of the raw edge sets of snapshots ``t - window + 1 .. t``; all
-    weights are positive, so nothing cancels), counted without building any snapshot, so
-    that the size estimate of :mod:`._estimate` is exact in its edge part before anything
-    is written. ``src``/``dst`` are time-sorted and each slice is a contiguous range of them.
+    Counts the writer's dedupe and the union pattern of ``window`` snapshots (edge-life /
+    M-transform; positive weights never cancel) without building a snapshot, so the size
+    estimate is exact before anything is written.
 
     Returns:
         ``(edges, nnz)``: per snapshot, the manifest's ``snapshot_edges`` and ``snapshot_nnz``.
@@ -558,8 +488,7 @@ def stored_edges_per_slice(
         first[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
     uk, us, uw = ks[first], ss[first], per_pair[order][first]
     edges = np.bincount(us, weights=uw, minlength=T)
-    # A key seen in snapshot s is in A_t for t in [s, s + window), cut at its next occurrence
-    # (which starts its own interval), so the intervals are disjoint and a difference array counts them.
+    # a key seen at s is in A_t for t in [s, s + window), cut at its next occurrence: disjoint intervals
     nxt = np.full(uk.shape[0], T, dtype=np.int64)
     if uk.size > 1:
         same = uk[1:] == uk[:-1]

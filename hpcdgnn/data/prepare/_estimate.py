@@ -1,47 +1,23 @@
 """Size of a ``prepare`` output, estimated before anything is written, and the limits that refuse it.
 
-Why: ``prepare --snapshots 100000`` on a 400 KB edge list once wrote 9.6 GB in
-12,500 files without a word. Each snapshot stores arrays over *all* N vertices
-(CSR row pointers, features, activity, labels), so the output grows with
-T · N whatever the number of edges, and nothing in the input size warns of it.
-:func:`prepare_dataset` therefore computes this estimate from the parsed input
-and refuses an output above :data:`MAX_OUTPUT_BYTES` or :data:`MAX_OUTPUT_FILES`
-unless ``--allow-large`` is given.
-
-The model mirrors what :func:`hpcdgnn.data.writer.write_dataset` stores per
-snapshot t (N vertices, F features, e_t stored raw edges, nnz_t entries of A_t;
-s = 4 bytes per index when N < 2^31, else 8):
+Every snapshot stores arrays over all N vertices, so the output grows with T · N whatever
+the edge count. Per snapshot t (F features, e_t raw edges, nnz_t entries of A_t, s = index bytes):
 
 =====================  ===================================================
 ``indptr``             8 (N + 1)
 ``indices``            s · nnz_t
-``weights``            4 · nnz_t (float32)
-``x``                  4 · N · F (float32)
-``active``             N (uint8)
-``labels``             8 N, only when the dataset has labels
-``targets``            8 N (float64), only when the dataset has node targets
+``weights``            4 · nnz_t
+``x``                  4 · N · F
+``active``             N
+``labels``             8 N, only with labels
+``targets``            8 N, only with node targets
 ``target_*``           8 (N + 1) + s · e_t, only with smoothing
 HDF5 metadata          :data:`H5_GROUP_BYTES` + :data:`H5_DATASET_BYTES` per dataset
 =====================  ===================================================
 
-e_t and nnz_t are exact: the readers count the distinct pairs of each window
-the way the writer dedupes them, and with ``--edge-life L`` / ``--mtransform W``
-the size of the union of the last L (W) windows' edge sets
-(:func:`._common.stored_edges_per_slice`). A reader that does not count them
-(``snapshot_nnz`` None) gets the upper bound ``min(N², e_{t-L+1} + ... + e_t)``,
-so the estimate can only err high. Each shard file adds
-:data:`H5_FILE_BYTES`; ``vertices.h5`` holds 8 bytes per integer id, or
-32 + len rounded up to 8 per string id (h5py variable-length strings: a 16-byte
-reference plus a 16-byte global-heap object header); ``manifest.json`` grows by
-about :data:`MANIFEST_SNAPSHOT_BYTES` per snapshot and
-:data:`MANIFEST_SHARD_BYTES` per shard. Files: ceil(T / shard size) shards +
-``vertices.h5`` + ``manifest.json``.
-
-The HDF5 constants were measured with h5py 3.16 / HDF5 2.0 on the writer's
-default (contiguous, uncompressed) datasets: 2,450 bytes for a group of the 5
-always-present datasets, about 260 more per extra dataset, 1,400 to 3,100
-bytes per file depending on its number of groups. They matter only for tiny
-N, where they are most of a snapshot's size.
+e_t and nnz_t are exact when the reader counts them, else the upper bound
+``min(N², e_{t-L+1} + ... + e_t)``, so the estimate errs only high. The HDF5 constants
+are empirical for contiguous uncompressed datasets; they matter only for tiny N.
 """
 
 from __future__ import annotations
@@ -60,15 +36,14 @@ __all__ = ["OutputEstimate", "estimate_output", "human_bytes", "MAX_OUTPUT_BYTES
 #: Refuse (without ``--allow-large``) an output estimated above this many bytes: 2 GiB.
 MAX_OUTPUT_BYTES = 2 * 1024**3
 
-#: Refuse (without ``--allow-large``) an output of more files than this (shards + 2):
-#: parallel file systems slow down on many small files, and a rank opens the shards of its snapshots.
+#: Refuse (without ``--allow-large``) more files than this: parallel file systems slow down on many small files.
 MAX_OUTPUT_FILES = 10_000
 
-#: HDF5 metadata per snapshot group (object header, symbol table B-tree and local heap), measured.
+#: HDF5 metadata per snapshot group (object header, symbol table B-tree and local heap).
 H5_GROUP_BYTES = 1_200
-#: HDF5 metadata per dataset in a group (object header with dataspace, datatype and layout), measured.
+#: HDF5 metadata per dataset in a group (object header with dataspace, datatype and layout).
 H5_DATASET_BYTES = 290
-#: HDF5 metadata per file (superblock, root group), measured.
+#: HDF5 metadata per file (superblock, root group).
 H5_FILE_BYTES = 2_048
 #: ``manifest.json`` (indent 1): fixed part, per snapshot (nnz, edges, active, time) and per shard entry.
 MANIFEST_BASE_BYTES = 1_000
@@ -121,16 +96,15 @@ def estimate_output(
     """Bytes and files :func:`~hpcdgnn.data.writer.write_dataset` will write for ``prepared``.
 
     Args:
-        prepared: the parsed input; its ``snapshot_edges`` (stored raw edges per snapshot) is
-            required, its ``snapshot_nnz`` (entries of each smoothed A_t) used when given.
-        num_features: F (2 for the degree features).
+        prepared: the parsed input, with ``snapshot_edges`` (and ``snapshot_nnz`` when counted).
+        num_features: F.
         num_classes: > 0 when the snapshots carry labels.
-        targets: whether the snapshots carry float node targets.
         smoothing_window: max(edge-life, M-transform window); 1 = no smoothing.
+        targets: whether the snapshots carry float node targets.
         shard_size: snapshots per shard file.
 
     Returns:
-        The estimate, or None when the reader did not count its edges.
+        The estimate, or None when the reader did not count its edges (``snapshot_edges``).
     """
     if prepared.snapshot_edges is None:
         return None

@@ -1,35 +1,15 @@
 """``hpcdgnn prepare --kind events``: raw interaction files -> an event-stream dataset.
 
-Writes the layout of :mod:`hpcdgnn.data.events` (time-sorted events in HDF5 shards,
-for continuous-time memory-based TGNNs such as TGN and DistTGL) from the same inputs
-and with the same parsing as the snapshot kind:
+Writes :mod:`hpcdgnn.data.events` datasets from the snapshot kind's inputs and parsers:
 
-* ``--format snap`` (SNAP edge lists and Network Repository ``.edges`` files; syntax,
-  ``--columns`` and id remapping exactly as in :mod:`.snap`): ``src dst time`` events;
-  a weight column — the third of four positional columns (``src dst weight time``,
-  e.g. bitcoin ratings or an ``.edges`` file's ``u v weight time``), or ``weight=`` in
-  ``--columns`` — is kept as the 1-wide edge feature ``"weight"`` (any sign: it is a
-  feature here, not a GCN edge weight). Not bipartite unless ``--bipartite``: then the
-  source ids and the destination ids are two separate vertex sets (as JODIE's users and
-  items): sources ``0..S-1`` in sorted order of their original id, destinations
-  ``S..N-1``; ``vertices.h5`` stores ``"s:<id>"`` and ``"d:<id>"``.
-* ``--format jodie``: bipartite, users ``0..U-1`` then items ``U..U+I-1`` (as
-  :mod:`.jodie` numbers them), every feature column kept as a float32 edge feature
-  (which columns are features: :mod:`.jodie`).
-* ``--format pygt-json`` holds snapshots, not events: one-line error.
+* ``--format snap``: ``src dst time`` events; a weight column is kept as the edge feature
+  ``"weight"`` (any sign: a feature, not a GCN weight). ``--bipartite`` makes sources
+  ``0..S-1`` and destinations ``S..N-1`` separate vertex sets (``"s:<id>"``/``"d:<id>"``).
+* ``--format jodie``: users then items, feature columns kept (:mod:`.jodie`).
+* ``--format pygt-json`` holds snapshots, not events: refused.
 
-Events out of time order in the raw file are sorted stably by time (simultaneous
-events keep their file order) and one warning line on stderr says how many adjacent
-inversions there were; the manifest's ``sorted_input`` records whether any were found.
-The split (``--split``, default 0.70 0.15 0.15) and the shard size (``--shard-events``,
-default 1,000,000) are described in :mod:`hpcdgnn.data.events`.
-
-The options that shape snapshots (``--snapshots``, ``--window``, ``--events-per-snapshot``,
-``--undirected``, ``--weights``, ``--edge-life``, ``--mtransform``, ``--log-features``,
-``--labels``, ``--targets``, ``--lags``, ``--shard-size``, ``--allow-large``) are refused
-with ``--kind events`` in one line naming the option, and ``--split``, ``--shard-events``
-and ``--bipartite`` with ``--kind snapshots``. An event dataset's size is linear in the
-input (about 16 + 4·D bytes per event), so there is no size guard.
+Out-of-order input is sorted stably by time with one warning line. Snapshot-shaping
+options are refused, and there is no size guard: the size is linear in the input.
 """
 
 from __future__ import annotations
@@ -78,10 +58,11 @@ class EventOptions:
     bipartite: bool = False
     """--bipartite (snap): sources and destinations are separate vertex sets."""
     time_unit: float | None = None
-    """--time-unit U: timestamps are divided by U (e.g. 86400: seconds to days; None: kept). TGAT's time
-    encoding cos(Δt·w + b) has trainable frequencies w, whose gradients scale with Δt: in raw seconds
-    (Δt ~ 1e7) a run is sensitive to rounding (one and two torch threads differ by 1e-3 in the loss
-    after 2 epochs of 3,000 CollegeMsg events, float64), in days it agrees to 1e-15."""
+    """--time-unit U: timestamps are divided by U (e.g. 86400: seconds to days; None: kept).
+
+    TGAT's time encoding cos(Δt·w + b) has trainable w whose gradients scale with Δt: raw
+    seconds (Δt ~ 1e7) make a run sensitive to rounding (SPEC M1).
+    """
     columns: str | None = None
     """--columns: as for snapshots (snap, jodie)."""
     force: bool = False
@@ -131,7 +112,7 @@ def _read_snap(path: Path, opts: EventOptions) -> ParsedEvents:
     num_sources = int(ids.shape[0])
     source: dict[str, Any] = {}
     if opts.bipartite:
-        # The joint ids are in sorted order of the original id, so np.unique of each side keeps that order.
+        # joint ids are in sorted original-id order, so np.unique of each side keeps it
         s_used, s_new = np.unique(src, return_inverse=True)
         d_used, d_new = np.unique(dst, return_inverse=True)
         num_sources = int(s_used.shape[0])
@@ -219,16 +200,14 @@ def prepare_events(input_path: str | Path, fmt: str, output: str | Path, **optio
     """Convert a raw input file into an event dataset directory and return its manifest.
 
     Args:
-        input_path: the raw file (plain, gzip, xz or bz2; detected by magic bytes).
-        fmt: ``"snap"`` or ``"jodie"`` (``"pygt-json"`` is refused).
+        input_path: the raw file (plain, gzip, xz or bz2).
+        fmt: ``"snap"`` or ``"jodie"``.
         output: dataset directory to create.
-        **options: the fields of :class:`EventOptions` (``split``, ``shard_events``,
-            ``bipartite``, ``columns``, ``force``); a snapshot option of
-            :class:`~hpcdgnn.data.prepare._common.PrepareOptions` is accepted only at its
-            default (so ``prepare_dataset``'s callers may pass all of them).
+        **options: :class:`EventOptions` fields; a :class:`~hpcdgnn.data.prepare._common.PrepareOptions`
+            field is accepted only at its default (so ``prepare_dataset``'s callers may pass all).
 
     Raises:
-        DataError: bad input or options (one line naming the input file, and the option).
+        DataError: bad input or options, one line naming the input file and the option.
         TypeError: an unknown keyword in ``options``.
     """
     path = Path(input_path)

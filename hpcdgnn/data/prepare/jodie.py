@@ -1,58 +1,18 @@
 """JODIE interaction CSVs -> bipartite snapshots (``hpcdgnn prepare --format jodie``).
 
-Input (SPEC "Raw inputs"; Kumar et al., JODIE, KDD 2019, the wikipedia /
-reddit / mooc / lastfm files): a header line, then one interaction per line,
-comma-separated. Plain, gzip, xz or bz2 (detected by magic bytes). The header
-says which column is which; recognised without options:
+Input (SPEC "Raw inputs"; JODIE, Kumar et al. 2019): a header, then comma-separated
+interactions. Recognised headers: JODIE's ``user_id,item_id,timestamp,state_label,...``
+(first four columns), TGL's ``u,i,ts,label,...`` and ``ml_*.csv`` (``,u,i,ts,label,idx``),
+or one column per role named by :data:`~._common.COLUMN_ALIASES`; anything else needs
+``--columns``. Users and items are distinct vertices (users first; ``vertices.h5`` holds
+``"u:<id>"``/``"i:<id>"``), edges go user -> item. Slicing is :mod:`.snap`'s.
 
-* the original release: ``user_id,item_id,timestamp,state_label,<features...>``
-  (any header whose first two names contain ``user`` and ``item``: the first
-  four columns are taken in this order, exactly as before header variants were
-  accepted);
-* TGL / TGN copies: ``u,i,ts,label,<features...>``, and their ``ml_*.csv``
-  with a pandas index column, ``,u,i,ts,label,idx``;
-* generally, one column per role named by :data:`~._common.COLUMN_ALIASES`
-  (``user_id|user|u|src|source|from``, ``item_id|item|i|dst|destination|target|to``,
-  ``timestamp|ts|time|t``, optional ``state_label|label|state``), anywhere in
-  the header: an unnamed or ``idx`` column in front or behind is skipped.
-
-Any other header (or a role matched by two columns) is an error that lists
-the header found and shows ``--columns src=NAME,dst=NAME,time=NAME[,label=NAME]``,
-which maps the columns explicitly (names, or 0-based indices; with indices only,
-a file without a header is accepted too: its first line is data when its time
-field is a number). Only the mapped columns are read; **the edge features are
-ignored** (discrete-time snapshots carry vertex features only: the degree
-features of IBM §6.1). The state label, when there is one, must be 0 or 1;
-without a label column ``--labels state`` is an error.
-
-Vertices: users and items are distinct vertices even when their ids
-coincide: users first (sorted by id, numerically when all are integers), then
-items; ``vertices.h5`` stores ``"u:<id>"`` and ``"i:<id>"``. Edges go
-user -> item (``--undirected`` adds item -> user).
-
-Time slicing and event sorting are exactly those of the SNAP reader (see
-:mod:`hpcdgnn.data.prepare.snap`): ``--snapshots`` / ``--window`` /
-``--events-per-snapshot`` over the timestamp column, rows stably sorted by
-time first.
-
-Labels:
-
-* ``--labels state``: label of user u in snapshot t = the maximum
-  ``state_label`` over u's interactions in t (JODIE's state change, e.g. a
-  wikipedia ban), -1 where u has none; items are always -1. Two classes.
-* ``--labels next_activity`` works as for every format.
-
-There is no weight column, so ``--weights given`` is an error.
-
-``--kind events`` (:mod:`hpcdgnn.data.events`, :func:`parse_jodie_events`) reads the same
-header and columns but **keeps the edge features**: every column that is not mapped to
-src, dst, time or label, is not unnamed or ``idx`` (TGL's pandas columns) and is not named
-like a label (``state_label|label|state``) is one float edge feature, in file order.
-Their names are the header's when the header has one name per data field, else
-``feat_0 .. feat_{D-1}`` (JODIE's header ends with the single name
-``comma_separated_list_of_features``). Every row must have the first data row's field
-count; a feature that is not a finite number is an error naming ``file:line``. The state
-label is not stored in an event dataset.
+Snapshots ignore the edge features (they carry vertex features only, IBM §6.1);
+``--labels state`` labels user u at t with the max ``state_label`` of its interactions
+in t (-1 for none, items always -1). ``--kind events`` (:func:`parse_jodie_events`)
+keeps every unmapped column that is not unnamed, ``idx`` or label-like as a float
+edge feature, named from the header when it has one name per field, else ``feat_k``
+(JODIE's header ends with one name for all features).
 """
 
 from __future__ import annotations
@@ -131,7 +91,7 @@ def _what(key: str, names: dict[str, str]) -> str:
     """How messages call a column: its header name, or ``time (column 2)`` when mapped by index."""
     name = names.get(key, "state_label")
     if name in _LEGACY:
-        return name  # the original header's wording, as before header variants were accepted
+        return name  # JODIE's own header names
     return f"{key} (column {name})" if name.isdigit() else f"{key} column {name!r}"
 
 
@@ -141,15 +101,11 @@ def _data_rows(
     """The data lines of a JODIE csv and how to read them.
 
     Returns:
-        ``(rows, index, names, header)``: ``rows`` yields ``(line number, stripped line)`` for
-        every non-blank data line, lazily; ``index`` and ``names`` are :func:`_header_columns`'s;
-        ``header`` is line 1 when it is a header, else None (line 1 is then the first row).
-
-    Raises:
-        DataError: an empty file, or a header (or ``--columns``) that maps no columns.
+        ``(rows, index, names, header)``: lazy ``(line number, stripped line)`` rows, the
+        :func:`_header_columns` mapping, and line 1 when it is a header, else None.
     """
     text = read_input_text(path)
-    # lazily: wikipedia/reddit rows carry 172 features each, so no second copy of the text is kept
+    # lazily: wikipedia/reddit rows carry 172 features each; no second copy of the text
     numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
     head = list(itertools.islice(numbered, 2))
     if not head:
@@ -212,10 +168,6 @@ def _snapshots(
 
 def read_jodie(path: Path, opts: PrepareOptions) -> PreparedInput:
     """Read a JODIE csv into a bipartite user/item snapshot stream (rules in the module docstring).
-
-    Args:
-        path: the input file.
-        opts: prepare options; uses the slicing options, ``weights`` and ``labels``.
 
     Raises:
         DataError: bad input, or ``--weights given`` (JODIE has no weight column).
@@ -289,11 +241,8 @@ def parse_jodie_events(
 ) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, list[str], dict[str, str]]:
     """User and item tokens, times, edge features and their names of a JODIE csv, in file order.
 
-    The header and ``--columns`` rules are those of :func:`read_jodie`; the feature
-    columns are chosen as the module docstring says (``--kind events``).
-
     Returns:
-        ``(users, items, time, features, feature_names, column_names)``: ``features`` is
+        ``(users, items, time, features, feature_names, column_names)``; ``features`` is
         float32 (E, D), or None when D = 0.
 
     Raises:

@@ -1,57 +1,20 @@
 """PyTorch Geometric Temporal dataset JSONs -> snapshots (``hpcdgnn prepare --format pygt-json``).
 
-The files are those the PyGT loaders download (Rozemberczki et al., CIKM 2021;
-``shared/data/SOURCES.md``), plain or gzip/xz/bz2 (magic bytes). The layout is
-recognised from the top-level keys; the file defines the snapshots, so
-``--snapshots`` / ``--window`` / ``--events-per-snapshot`` are an error here.
+The files the PyGT loaders download (Rozemberczki et al., CIKM 2021), recognised by their
+top-level keys; the file defines the snapshots, so slicing options are an error here.
 
-Dynamic graphs with given node features:
+* **twitter_tennis**: T snapshots with features ``X`` (degree, transitivity), target
+  ``log(1 + y_{t+1})`` (``log1p_next_y``); the last snapshot's target is NaN, where PyGT
+  clamps ``t + 1`` to ``T - 1``.
+* Lagged signals S (T_total × N), ``--lags L`` (default 4): snapshot k stands for step
+  ``t = k + L``, features ``S[t-L] .. S[t-1]`` (``lag_L .. lag_1``), target ``S[t]``
+  (``signal``): PyGT's ``features[k]`` / ``targets[k]``. chickenpox: S = FX;
+  pedalme_london: S = X; montevideo_bus (node-link) and england_covid: S = y z-scored
+  per node, ``(S - mean) / (std + 1e-10)``; england_covid's snapshot k uses day k's
+  graph, as PyGT pairs ``edge_index[k]`` with ``features[k]``.
 
-* **twitter_tennis** (``time_periods``, ``node_ids``, ``"0".."T-1"`` each with
-  ``edges``, ``weights``, ``X``, ``y``): T snapshots; features are the raw
-  N×2 ``X`` (``["degree", "transitivity"]``, not PyGT's 16-dim one-hot
-  encoding); vertex ids are the account names of ``node_ids``. The target of
-  snapshot t is ``log(1 + y_{t+1})`` as in PyGT, so the last snapshot has none.
-
-Lagged node signals (``--lags L``, default 4 for every file; PyGT's
-england_covid loader defaults to 8, pass ``--lags 8`` to match it). With a
-signal S of T_total steps × N nodes, snapshot k (k = 0 .. T_total - L - 1)
-stands for step ``t = k + L``: its features are ``S[t-L], ..., S[t-1]``
-(oldest first, names ``lag_L .. lag_1``) and its target is ``S[t]``, exactly
-PyGT's ``features[k]`` / ``targets[k]``; its time is ``(t, t + 1)`` in steps.
-
-* **chickenpox** (``edges``, ``node_ids``, ``FX``): static graph (20 self-loops
-  included), S = FX as is (already standardised), no weights.
-* **pedalme_london** (``edges``, ``weights``, ``X``): static weighted graph, S = X as is.
-* **montevideo_bus** (networkx node-link: ``nodes`` with ``bus_stop`` and ``y``,
-  ``links`` with ``source``/``target``/``weight`` as bus_stop ids): static
-  directed weighted graph; vertex i is the i-th node (its bus_stop id in
-  ``vertices.h5``); S = y z-scored per node, ``(S - mean) / (std + 1e-10)``
-  over time, as the PyGT loader does. Weights are road distances.
-* **england_covid** (``time_periods``, ``edge_mapping.edge_index/edge_weight``
-  per day, ``y``): dynamic weighted graph; S = y z-scored per node as in PyGT;
-  snapshot k uses the mobility graph of day k (the first day of its lag
-  window), matching the PyGT loader's pairing of ``edge_index[k]`` with
-  ``features[k]`` so results stay comparable.
-
-Edge weights: ``--weights ones`` (default) ignores the file's weights,
-``given`` uses them (error for chickenpox, which has none; they must be
-non-negative), ``count`` counts duplicate pairs.
-
-Regression targets (always stored, manifest ``targets``; the regression task,
-:mod:`hpcdgnn.tasks.regression`): the float target of snapshot k is exactly
-PyGT's ``targets[k]`` above — ``S[t]`` (name ``signal``) for the lagged-signal
-layouts, ``log(1 + y_{t+1})`` (name ``log1p_next_y``) for twitter_tennis —
-stored as float64 per vertex. One departure: PyGT's twitter_tennis loader
-clamps ``t + 1`` to ``T - 1``, so its last target repeats the last snapshot's
-own ``y``; here the last snapshot has no next one and its targets are NaN (no
-target), as its ``target_bins`` labels are -1. ReInc §5 forecasts node signals
-of this kind (METR-LA / PEMS-BAY, also PyGT datasets).
-
-Labels: ``--labels target_bins``: 1 where the vertex's next-step target (S[t]
-above; ``y_{t+1}`` for twitter_tennis) is strictly above that snapshot's median
-over all vertices, else 0; -1 where there is no target (twitter_tennis's last
-snapshot). ``--labels next_activity`` works as for every format.
+``--labels target_bins``: 1 where the next-step target is strictly above the snapshot's
+median, else 0 (-1 without a target).
 """
 
 from __future__ import annotations
@@ -101,9 +64,10 @@ def detect_layout(data: Any) -> str | None:
 
 
 def _array(path: Path, key: str, value: Any, dtype: type, ndim: int, empty: bool = False) -> np.ndarray:
-    """``value`` as an array of ``ndim`` dimensions, or a DataError naming the key; ``empty``: ``[]`` is
-    accepted for any ``ndim`` (a snapshot without edges). Integers must be whole numbers: casting 0.5
-    would have made it vertex 0; JSON's ``true``/``false`` are no numbers (numpy would take them as 1 and 0)."""
+    """``value`` as an ``ndim``-dimensional array, or a DataError naming the key (``empty``: ``[]`` allowed).
+
+    Integer ids must be whole numbers, and JSON booleans are refused (numpy would read them as 1 and 0).
+    """
     if _holds_bool(value):
         raise DataError(f"{path}: key {key!r}: true/false where numbers are expected")
     try:

@@ -1,83 +1,19 @@
 """SNAP-style timestamped edge lists -> snapshots (``hpcdgnn prepare --format snap``).
 
-Input (SPEC "Raw inputs"): one event per line, ``src dst time`` or
-``src dst weight time``, separated by whitespace and/or commas (so SNAP's
-``.txt`` and ``.csv`` files, e.g. ``soc-sign-bitcoinalpha.csv``, both work).
-Blank lines and lines starting with ``#`` (SNAP) or ``%`` (Network Repository
-``.edges``) are skipped. The file may be plain, gzip, xz or bz2; compression
-is detected from the magic bytes, not the suffix. Every data line must have the
-column count of the first one (3 or 4). An unparseable token, a wrong column
-count or a file without events raises :class:`~hpcdgnn.errors.DataError`
-naming ``file:line``.
+Input (SPEC "Raw inputs"): one event per line, ``src dst [weight] time``, whitespace
+and/or commas; ``#``/``%`` comment lines (SNAP, Network Repository ``.edges``) skipped;
+plain, gzip, xz or bz2. ``--columns`` reads any delimited file (docs/data.md). Ids are
+remapped to 0..N-1 in sorted order (numeric when all are integers). Given weights must
+be non-negative: GCN's ``D^{-1/2} A D^{-1/2}`` needs non-negative degrees.
 
-Headers and ``--columns``: a SNAP file has no header, so a first line whose last
-field is a name where the next line has a number (``u,i,ts,label`` above
-``0,1,2.0,0``) is reported as a header, with the ``--columns`` mapping that
-would read it, instead of being misread as data. ``--columns
-src=A,dst=B,time=C[,weight=D]`` reads any delimited file: comma-separated when
-its first line has a comma (empty fields kept, so an unnamed pandas index column
-counts), else whitespace-separated; extra columns are ignored. Values are header
-names (the first line is then the header) or 0-based indices (the first line is
-a header only when its time field is not a number while the next line's is).
-Without ``weight=`` the file has no weight column (``--weights given`` is then an
-error). A bad mapping (unknown key, a key given twice, src/dst/time missing, a
-name not in the header, an index past it, two keys on one column) is a one-line
-``DataError`` naming the file and the key.
+Time slicing, after a stable sort by time (``tmin``/``tmax`` the extreme times):
 
-Vertices: ids are arbitrary tokens. They are remapped to ``0..N-1`` in sorted
-order of the original id, numerically when every id is an integer (SNAP's
-usual case; bitcoin-alpha's ids 1..7604 with gaps become 0..3782) and
-lexicographically otherwise. N counts only ids that occur. The original ids
-are stored in ``vertices.h5`` (``/original_id``).
-
-Weights: a 4-column file's weight column is parsed (and must be finite) but is
-only used with ``--weights given``; with ``--weights ones`` (default, IBM
-Eq. 1's unweighted graph) or ``count`` (events per pair) it is ignored. Given
-weights must be non-negative, because the GCN's symmetric normalisation
-``D^{-1/2} A D^{-1/2}`` needs non-negative degrees: bitcoin-alpha's ratings
-(-10..10) are therefore rejected with ``given``; use ``ones`` or ``count``.
-``--weights given`` on a 3-column file is an error.
-
-Time slicing (rows are first stably sorted by time: email-Eu-core has
-inversions and bitcoin-alpha is unsorted). Let ``tmin``/``tmax`` be the
-smallest/largest time:
-
-* ``--snapshots T`` (default T = 32): event with time ``t`` goes to slice
-  ``min(T - 1, floor((t - tmin) * T / (tmax - tmin)))``. With integer
-  timestamps this is computed exactly in integer arithmetic
-  (``(t - tmin) * T // (tmax - tmin)``); with fractional timestamps in float64
-  as ``floor(((t - tmin) * T) / (tmax - tmin))``. Slice k covers
-  ``[tmin + k*span/T, tmin + (k+1)*span/T)`` except that the last one also
-  includes ``tmax``. Empty slices are kept as empty snapshots, so snapshot k
-  always means the same time range. If all events share one time, only T = 1
-  is accepted.
-* ``--window S``: slice ``floor((t - tmin) / S)`` (exact integer division
-  when times and S are integers), covering ``[tmin + k*S, tmin + (k+1)*S)``;
-  T = ``floor((tmax - tmin) / S) + 1``, at most 100,000.
-* ``--events-per-snapshot K``: consecutive groups of K events of the sorted
-  stream (the last group may be shorter); its time is the closed range
-  ``[first, last]`` of its events' times.
-
-Within a snapshot, repeated (src, dst) events collapse into one edge (the
-writer's dedupe), self-loops are kept as given, and the snapshot records its
-``time = (start, stop)`` in the input's unit.
-
-Labels: ``--labels next_activity`` (vertex v at t is 1 iff v has a raw edge in
-snapshot t+1; the last snapshot is unlabelled, -1) is added by the caller,
-:func:`hpcdgnn.data.prepare.prepare_dataset`.
-
-Network Repository ``.edges`` files (``u v [weight] [time]``, whitespace, ``%``
-comment lines at the top) are read by this format as they are: a temporal one
-has a time column, so ``u v time`` or ``u v weight time`` (a file without a time
-column cannot be sliced into snapshots).
-
-Regression targets: ``--targets next_degree`` / ``next_log_degree`` (the number
-of distinct neighbours of each vertex in snapshot t+1, raw edges, or log1p of
-it; NaN for the last snapshot) are likewise added by the caller
-(:func:`hpcdgnn.data.prepare._common.with_next_degree`).
-
-The whole edge list is parsed into memory (3-4 arrays of E numbers); the
-snapshots are then yielded one at a time.
+* ``--snapshots T`` (default 32): slice ``min(T - 1, floor((t - tmin) * T / (tmax - tmin)))``,
+  in exact integer arithmetic for integer times; slice k covers
+  ``[tmin + k*span/T, tmin + (k+1)*span/T)``, the last one closed. Empty slices are kept,
+  so snapshot k always means the same time range.
+* ``--window S``: slice ``floor((t - tmin) / S)``; at most 100,000 slices.
+* ``--events-per-snapshot K``: consecutive groups of K events; time ``[first, last]``.
 """
 
 from __future__ import annotations
@@ -122,9 +58,8 @@ class EdgeList:
         src, dst: (E,) int64 vertex indices.
         time: (E,) int64 when every timestamp is an integer, else float64.
         weight: (E,) float64 of the weight column, or None for 3 columns.
-        vertex_ids: (N,) original ids (int64 or str), ``vertex_ids[i]`` is vertex i.
-        inversions: adjacent pairs of the file's rows whose time decreases (0: the file was
-            in time order); ``prepare --kind events`` reports it.
+        vertex_ids: (N,) original ids; ``vertex_ids[i]`` is vertex i.
+        inversions: adjacent rows of the file whose time decreases (0: time-ordered).
     """
 
     def __init__(
@@ -171,16 +106,11 @@ def _header_error(path: Path, lineno: int, header: list[str]) -> DataError:
 
 
 def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeList:
-    """Parse a SNAP edge list (see the module docstring for the accepted syntax).
-
-    Args:
-        path: plain, gzip, xz or bz2 file.
-        columns: a parsed ``--columns`` mapping (keys src, dst, time, optionally weight),
-            or None for the positional ``src dst [weight] time`` layout.
+    """Parse a SNAP edge list (positional ``src dst [weight] time``, or ``columns``).
 
     Raises:
-        DataError: ``path:line: problem`` for the first bad line, ``path: no events``, a
-            header line without ``--columns``, or a ``--columns`` value that names no column.
+        DataError: ``path:line: problem`` for the first bad line, no events, a header line
+            without ``--columns``, or a ``--columns`` value that names no column.
     """
     rows = _numbered_lines(read_input_text(path))
     head = list(itertools.islice(rows, 2))
@@ -189,7 +119,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     first, second = _fields(head[0][1]), (_fields(head[1][1]) if len(head) > 1 else None)
     if columns is not None:
         return _parse_mapped(path, columns, head, rows)
-    # A header's last field is a name where the data has a time: say so instead of "cannot parse time".
+    # a header's last field is a name where the data has a time: say so, not "cannot parse time"
     if second is not None and looks_like_header(first[-1:], second[-1:]):
         raise _header_error(path, head[0][0], first)
     cols: list[list[str]] | None = None
@@ -219,11 +149,9 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
 def _parse_mapped(
     path: Path, columns: dict[str, str], head: list[tuple[int, str]], rows: Iterator[tuple[int, str]]
 ) -> EdgeList:
-    """``--columns``: any delimited file, with a header (names) or without (0-based indices).
+    """``--columns``: any delimited file (comma when line 1 has one, else whitespace).
 
-    The delimiter is a comma when the first line has one, else whitespace. The first line
-    is a header when a mapped value is not an index, or when its time field is not a number
-    while the next line's is.
+    Line 1 is a header when a mapped value is a name, or its time field is not a number while line 2's is.
     """
     comma = "," in head[0][1]
     first = split_fields(head[0][1], comma)
@@ -271,13 +199,6 @@ def _snapshots(edges: EdgeList, slices: list[Slice]) -> Iterator[RawSnapshot]:
 
 def read_snap(path: Path, opts: PrepareOptions) -> PreparedInput:
     """Read a SNAP edge list and slice it into snapshots (rules in the module docstring).
-
-    Args:
-        path: the input file.
-        opts: prepare options; uses the slicing options and ``weights``.
-
-    Returns:
-        The vertex universe and a lazy snapshot stream.
 
     Raises:
         DataError: bad input, or ``--weights given`` without a usable weight column.
