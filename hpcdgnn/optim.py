@@ -1,22 +1,13 @@
 """Adam (Kingma & Ba, ICLR 2015), the optimiser every strategy steps, as ``torch.optim.Adam`` computes it.
 
-Why not ``torch.optim.Adam`` itself: building any ``torch.optim.Optimizer`` imports ``torch._dynamo``
-(its methods are wrapped in ``torch._disable_dynamo``, which imports the compiler on first call), which
-costs every rank about as much CPU time at start-up as ``import torch`` itself, and tens of MiB of resident
-memory. hpcdgnn never compiles, and a node of 64 ranks would hold gigabytes for it.
-
-The arithmetic is torch's, operation for operation, so trajectories and checkpoints are unchanged:
-parameters are grouped by (device, dtype) and updated with the ``torch._foreach_*`` kernels of
-``torch.optim.adam._multi_tensor_adam`` (what torch takes on GPUs), whose per-tensor formulas are those of
-``_single_tensor_adam`` (what it takes on CPUs):
+Not ``torch.optim.Adam`` itself: building any ``torch.optim.Optimizer`` imports ``torch._dynamo``, costing every
+rank about an ``import torch`` of start-up CPU and tens of MiB. The arithmetic is torch's ``_foreach_*``
+multi-tensor path, per (device, dtype) group, bit for bit (``tests/train/test_optim.py``)::
 
     m ← lerp(m, g, 1 − β1);  v ← β2·v + (1 − β2)·g²;  s = lr / (1 − β1^t)
     p ← p − s · m / (√v / √(1 − β2^t) + ε)
 
-with t a float32 step count per parameter, and parameters without a gradient skipped (their count does
-not advance). ``tests/train/test_optim.py`` checks it bit for bit against ``torch.optim.Adam`` with
-``foreach`` off and on. ``state_dict`` has torch's layout, so checkpoints written by either load into the
-other. No weight decay, AMSGrad or maximisation: hpcdgnn's jobs have no key for them.
+with t a float32 step count per parameter; ``state_dict`` has torch's layout.
 """
 
 from __future__ import annotations
@@ -32,8 +23,7 @@ __all__ = ["Adam"]
 
 
 class Adam:
-    """Adam over one parameter group (``train.lr``; β = :data:`~hpcdgnn.config.schema.ADAM_BETAS`, ε = 1e-8,
-    torch's defaults)."""
+    """Adam over one parameter group (β = :data:`~hpcdgnn.config.schema.ADAM_BETAS`, ε = 1e-8)."""
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float, betas: tuple[float, float] = ADAM_BETAS,
                  eps: float = 1e-8) -> None:
@@ -43,7 +33,7 @@ class Adam:
         if len({id(p) for p in self.params}) != len(self.params):  # torch would share one state and step it twice
             raise ValueError("Adam: a parameter is listed twice")
         self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
-        self.state: dict[int, dict[str, torch.Tensor]] = {}  # by index into params, as torch's state_dict keys
+        self.state: dict[int, dict[str, torch.Tensor]] = {}  # by index into params, as torch's
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's gradient (None, as torch's default)."""
@@ -104,8 +94,7 @@ class Adam:
         """Take a :meth:`state_dict` (or ``torch.optim.Adam``'s) of the same parameters.
 
         Raises:
-            ValueError: another number of groups or parameters, a moment of another shape, or Adam settings
-                other than these (a checkpoint of another job).
+            ValueError: other groups, parameters, moment shapes or Adam settings.
         """
         groups = state_dict.get("param_groups")
         if not isinstance(groups, list) or len(groups) != 1 or len(groups[0].get("params", ())) != len(self.params):
@@ -133,6 +122,5 @@ class Adam:
 
 
 def _plain(v: Any) -> Any:
-    """A group setting as compared: tuples and lists alike (a YAML or pickle round trip may turn one into
-    the other)."""
+    """A group setting as compared: tuples and lists alike (a YAML round trip may turn one into the other)."""
     return tuple(v) if isinstance(v, (list, tuple)) else v

@@ -1,21 +1,8 @@
 """Pre-emption signals: SIGTERM, SIGUSR1 or SIGINT ask a run to stop at the next epoch boundary.
 
-Schedulers warn a job before killing it (SLURM ``--signal=B:USR1@120``, LSF
-``-wa USR1``, or SIGTERM). The handler only records the signal; the trainer's
-ranks agree on stopping through the per-epoch all-gather, write a checkpoint
-and exit with ``EXIT_PREEMPTED`` (75). :func:`install` is called first thing in
-``python -m hpcdgnn run``, before torch is imported, so a warning that arrives
-during start-up is not lost (without a handler, SIGUSR1 kills the process). Before it, from the
-first line of ``main`` and across the allocator's re-exec (:func:`hpcdgnn.allocator.reexec`, which
-resets handlers but keeps the signal mask and pending signals), :func:`hold` blocks them, so one that
-arrives then waits and is handled once :func:`install` unblocks it.
-A second SIGINT (Ctrl-C twice) interrupts at once, as Python does by default.
-
-Open MPI 5's ``mpirun`` (prterun) does not forward SIGTERM or SIGINT as such:
-it signals the ranks and then exits 1 at once, silencing their output, even
-though they go on to write a complete checkpoint. ``jobs/*.sh`` and the
-job scripts and ``hpcdgnn-mpirun`` (:mod:`hpcdgnn.launch`) turn SIGTERM/SIGINT into SIGUSR1
-to ``mpirun``, which it forwards.
+The handler only records the signal; the ranks agree on stopping through the per-epoch all-gather, checkpoint
+and exit with ``EXIT_PREEMPTED``. :func:`hold` blocks the signals from the first line of ``main`` (through the
+allocator's re-exec, which keeps the mask) until :func:`install`, so an early warning is not lost.
 """
 
 from __future__ import annotations
@@ -53,14 +40,12 @@ def install() -> PreemptionFlag:
         try:
             for sig in _SIGNALS:
                 signal.signal(sig, _FLAG.handle)
-        except ValueError:  # not the main thread (an embedding application): leave signals alone
+        except ValueError:  # not the main thread: leave signals alone
             return _FLAG
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
 
 
 def hold() -> None:
-    """Block the pre-emption signals until :func:`install` (the start of ``python -m hpcdgnn run``, which
-    may re-exec itself before it can install handlers): a signal sent meanwhile stays pending, through an
-    exec too, instead of killing the process."""
+    """Block the pre-emption signals until :func:`install`; one sent meanwhile stays pending, even across exec."""
     signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)

@@ -1,17 +1,9 @@
 """Autograd-aware redistribution (STYLE G4; IBM §4.2: backward runs the redistributions in reverse).
 
-``AllToAllV`` forwards rows with MPI_Alltoallv; its backward sends the
-incoming gradient back along the same routes with the counts swapped — the
-adjoint of a permutation of rows across ranks is its inverse permutation.
-Forward traffic is counted under ``<tag>.fwd`` and backward under ``<tag>.bwd``.
-
-:func:`pipelined_exchange` hides the two redistributions of a temporal layer behind its
-time encoder (communication/computation overlap, IBM §6.5): the vertex range is cut into
-K chunks whose non-blocking exchanges are posted up front (one ahead of the wait where a
-progress thread moves them, :data:`AHEAD`); chunk k is encoded as soon as it has arrived
-and its output posted back at once, while chunks k+1.. are still moving; the backward pass
-runs the same pipeline on the gradients. An input already in the vertex layout runs only
-the return exchange.
+The backward of a row or box all-to-all sends the gradient back along the same routes, counts swapped (the
+adjoint of a permutation is its inverse); traffic is counted under ``<tag>.fwd`` / ``<tag>.bwd``.
+:func:`pipelined_exchange` hides a temporal layer's two redistributions behind its time encoder in K vertex
+chunks (IBM §6.5), forward and backward.
 """
 
 from __future__ import annotations
@@ -56,12 +48,8 @@ def all_to_all_rows(
 ) -> torch.Tensor:
     """Differentiable :meth:`~hpcdgnn.comm.exchange.Exchange.alltoallv` of a (rows, unit) tensor.
 
-    ``reuse`` keys the receive buffers of the forward and backward exchanges
-    (see :meth:`~hpcdgnn.comm.exchange.Exchange.alltoallv`): give each exchange of a training step
-    its own key and the step reuses last step's memory.
-
-    The backward is a collective too, so every rank must run it: a rank whose rows
-    carry no gradient (one that owns none, P > N) still joins it, through a leaf.
+    ``reuse`` keys the receive buffers. The backward is a collective, so a rank whose rows carry no gradient
+    still joins it, through a leaf.
     """
     if torch.is_grad_enabled() and not x.requires_grad:
         x = x.detach().requires_grad_(True)
@@ -83,15 +71,10 @@ def _limit(boxes: Sequence[Box], limit: int | None) -> list[Box]:
 
 
 class Redistribute(torch.autograd.Function):
-    """Box all-to-all (:meth:`~hpcdgnn.comm.exchange.Exchange.alltoall_boxes`); backward swaps send and receive boxes.
+    """Box all-to-all; the backward swaps send and receive boxes.
 
-    ``grad_rows = (send_limit, recv_limit)`` says that only the leading rows of the
-    output (``recv_limit``) can carry a gradient and only the leading rows of the
-    input (``send_limit``) need one — with a causal model, the snapshots after the
-    last training step. The backward then moves only those rows and returns zeros
-    for the others. Boxes that do not cover the input (the vertex strategy sends only the scored
-    snapshots) leave the gradient of the other elements zero (:func:`_coverage`). A row goes to one rank
-    at most: a time halo, which sends rows to several, is :class:`TimeHalo`.
+    ``grad_rows = (send_limit, recv_limit)``: only those leading rows carry a gradient (causal models), so the
+    backward moves only them. Uncovered input elements get zero gradient; a row goes to one rank at most.
     """
 
     @staticmethod
@@ -99,10 +82,9 @@ class Redistribute(torch.autograd.Function):
         ctx.comm, ctx.shape, ctx.tag = comm, tuple(x.shape), tag
         send_limit, recv_limit = grad_rows if grad_rows is not None else (None, None)
         ctx.send_limit = send_limit
-        # the backward's boxes: computed once here, so every epoch reuses the same MPI datatypes
+        # computed once, so every epoch reuses the same MPI datatypes
         ctx.bwd_send, ctx.bwd_recv = _limit(recv_boxes, recv_limit), _limit(send_boxes, send_limit)
-        # rows from send_limit on are zeroed as a block in the backward: the coverage check looks at the
-        # others only (else a causal limit alone would make a (rows, N) mask to fill every epoch)
+        # rows past send_limit are zeroed as a block, so the coverage mask needs only the others
         covered_rows = ctx.shape[0] if send_limit is None else min(send_limit, ctx.shape[0])
         ctx.uncovered = _coverage(ctx.bwd_recv, (covered_rows, *ctx.shape[1:]))
         ctx.reuse = None if reuse is None else f"{reuse}.bwd"
@@ -124,17 +106,12 @@ class Redistribute(torch.autograd.Function):
 
 
 def _coverage(boxes: Sequence[Box], shape: tuple[int, ...]) -> torch.Tensor | None:
-    """The mask of the input's elements (first two dimensions) that no backward receive box covers, or None.
-
-    The redistributions' boxes tile the input (each element goes to exactly one rank): None. The vertex
-    strategy's move to snapshot owners sends the scored snapshots only: the others get no gradient.
-    A row sent to several ranks is refused (:class:`TimeHalo` adds such gradients up).
-    """
+    """The mask of input elements (first two dims) no backward receive box covers, or None when they tile it."""
     if len(shape) < 2:
         return None
     area = sum((len(r) if isinstance(r, list) else r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes)
     if area == shape[0] * shape[1]:
-        return None  # they tile it (exchanges never send an element twice and leave another out)
+        return None
     # count per row when every box spans whole rows: never a (rows, N) grid at scale
     whole = all((c0, c1) == (0, shape[1]) for _, (c0, c1) in boxes)
     count = torch.zeros(shape[0], 1 if whole else shape[1], dtype=torch.int32)
@@ -147,8 +124,7 @@ def _coverage(boxes: Sequence[Box], shape: tuple[int, ...]) -> torch.Tensor | No
 
 
 def _stacked(boxes: Sequence[Box], width: int) -> tuple[int, list[Box], list]:
-    """Whole-row boxes received one after the other into a stack: ``(rows, stack boxes, [((a, b), row
-    indices)])`` — source q's box lands at rows a..b of the stack and belongs to those rows of the tensor."""
+    """Whole-row boxes stacked on receive: ``(rows, stack boxes, [((a, b), row indices)])`` per source."""
     stack_boxes, targets, o = [], [], 0
     for rows, (c0, c1) in boxes:
         if (c0, c1) != (0, width):
@@ -161,13 +137,9 @@ def _stacked(boxes: Sequence[Box], width: int) -> tuple[int, list[Box], list]:
 
 
 class TimeHalo(torch.autograd.Function):
-    """``y -> (y, halo)``: the rows of ``y`` other ranks need as history (a time halo) sent to them, ``y``
-    passed through unchanged.
+    """``y -> (y, halo)``: the time-halo rows sent to the ranks that need them, ``y`` passed through.
 
-    Backward: the halo's gradient goes back to the rows it came from and is added, in place, into
-    the gradient of the passed-through ``y`` — no (rows, N, F) tensor of zeros per layer, as a
-    :class:`Redistribute` of the whole block would need for the few rows it sends. The values are those of
-    the sum, unchanged.
+    The backward adds the halo's gradient in place into ``y``'s: no (rows, N, F) zeros per layer.
     """
 
     @staticmethod
@@ -185,15 +157,14 @@ class TimeHalo(torch.autograd.Function):
     def backward(ctx, g, g_halo):  # noqa: D102
         rows, stack_boxes, targets = ctx.stack
         shape, dtype, device = ctx.y_meta
-        if g_halo is None:  # this rank read nothing from its halo: zeros go back
+        if g_halo is None:
             g_halo = torch.zeros(ctx.recv_shape, dtype=dtype, device=device)
         buf = _exchange(ctx.comm, g_halo.contiguous(), ctx.bwd_send, (rows, *shape[1:]), stack_boxes,
                         f"{ctx.tag}.bwd", ctx.reuse)
-        if g is None:  # the passed-through rows fed nothing that needs a gradient
+        if g is None:
             g = torch.zeros(shape, dtype=dtype, device=device) if rows else None
         if rows:
-            # added in place: the gradient of y downstream is the consumer's own fresh tensor (the caller's
-            # contract, see time_halo); a view of something else, or strided, is copied first
+            # in place: y's gradient is the consumer's fresh tensor (time_halo's contract); views are copied
             if not g.is_contiguous() or g._base is not None:
                 g = g.clone()
             for (a, b), idx in targets:  # in destination-rank order: the same sum on every run
@@ -204,17 +175,12 @@ class TimeHalo(torch.autograd.Function):
 
 def _exchange(comm: Communicator, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: Sequence[int],
               recv_boxes: Sequence[Box], tag: str, reuse: str | None) -> torch.Tensor:
-    """:meth:`~hpcdgnn.comm.exchange.Exchange.alltoall_boxes`, except that a rank receiving nothing (the first
-    rank's halo, the last rank's halo gradient) posts it and defers its completion
-    (:meth:`~hpcdgnn.comm.exchange.Exchange.defer`): with block ownership the ranks reach a halo exchange at
-    different times (one holds the training snapshots, the other the evaluation ones), and a rank that only
-    sends need not wait there for the other."""
+    """``alltoall_boxes``, but a rank receiving nothing defers completion, so a send-only rank need not wait."""
     ex = comm.exchange
     if comm.size == 1 or comm.backend != "mpi":
         return ex.alltoall_boxes(send, send_boxes, recv_shape, recv_boxes, tag=tag, reuse=reuse)
-    # every rank posts the non-blocking form (a blocking collective never matches a non-blocking one): the
-    # choice depends on the backend only, the same on every rank whatever its device
-    ex.test(ex.deferred)  # let earlier deferred sends progress and finish (their seconds end here)
+    # every rank posts the non-blocking form: a blocking collective never matches a non-blocking one
+    ex.test(ex.deferred)
     shape = tuple(int(d) for d in recv_shape)
     recv = ex.buffer(reuse, shape, send.dtype) if reuse else torch.empty(shape, dtype=send.dtype)
     pending = ex.ialltoall_boxes(send, send_boxes, recv, recv_boxes, tag=tag)
@@ -227,11 +193,9 @@ def _exchange(comm: Communicator, send: torch.Tensor, send_boxes: Sequence[Box],
 def time_halo(y: torch.Tensor, comm: Communicator, recv_shape: Sequence[int], send_boxes: Sequence[Box],
               recv_boxes: Sequence[Box], tag: str = "time_halo", reuse: str | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Differentiable time halo (:class:`TimeHalo`): ``(y, halo)``; use the returned ``y`` downstream, so
-    the halo's gradient lands in its gradient. A collective forward and backward, like :func:`redistribute`.
+    """Differentiable time halo: ``(y, halo)`` (collective both ways).
 
-    Contract: the returned ``y`` feeds one consumer (the banded time encoder), whose backward makes the
-    gradient tensor it passes back; the halo's gradient is added into that tensor in place.
+    The returned ``y`` must feed one consumer whose backward makes a fresh gradient tensor (added into in place).
     """
     if torch.is_grad_enabled() and not y.requires_grad:
         y = y.detach().requires_grad_(True)
@@ -248,26 +212,18 @@ def redistribute(
     reuse: str | None = None,
     grad_rows: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Differentiable box all-to-all: the layout change between snapshot and vertex ownership (IBM §4.2).
+    """Differentiable box all-to-all between snapshot and vertex ownership (IBM §4.2).
 
-    ``grad_rows``: see :class:`Redistribute`. Its backward is a collective too: a rank whose rows
-    carry no gradient (no rows of its own, or a layer input that is a constant, e.g. with an idle
-    halo) still joins it, through a leaf.
+    The backward is a collective: a rank whose rows carry no gradient still joins it, through a leaf.
     """
     if torch.is_grad_enabled() and not x.requires_grad:
         x = x.detach().requires_grad_(True)
     return Redistribute.apply(x, comm, tuple(recv_shape), list(send_boxes), list(recv_boxes), tag, reuse, grad_rows)
 
 
-# -- communication hidden behind the time encoder ---------------------------------------------------
 @dataclass(frozen=True)
 class ChunkBoxes:
-    """The exchanges of one vertex chunk k between the snapshot layout (S, N, F) and the chunk's vertex
-    layout (T, n_k, F): ``snapshot[q]`` is the box of the snapshot layout holding rank q's chunk-k rows,
-    ``vertex[p]`` where rank p's time rows land in this rank's chunk, ``rows`` this rank's chunk as a
-    range of its vertex rows. The forward exchange sends ``snapshot`` boxes into ``vertex`` boxes, the
-    return exchange the other way round.
-    """
+    """Vertex chunk k's boxes: ``snapshot[q]`` (rank q's rows in (S, N, F)), ``vertex[p]`` (in (T, n_k, F))."""
 
     snapshot: list[Box]
     vertex: list[Box]
@@ -283,8 +239,7 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 
 def _rows_of(leaves: Sequence[Any], rows: tuple[int, int], grad: bool) -> list[Any]:
-    """Each tensor leaf's slice of vertex rows (dimension -2, the rows of (…, n, F) states), as a leaf
-    that collects its gradient when ``grad``; other leaves (None) as they are."""
+    """Each tensor leaf's vertex rows (dimension -2), as a leaf collecting its gradient when ``grad``."""
     r0, r1 = rows
     out = []
     for s in leaves:
@@ -302,23 +257,17 @@ def _cat_rows(parts: list[list[Any]]) -> list[Any]:
             for i, leaf in enumerate(parts[0])]
 
 
-#: inbound chunk exchanges in flight ahead of the one waited for, where a progress thread moves them.
-#: Posted all at once, the K exchanges share the thread's bandwidth and the first — which nothing hides —
-#: completes nearly as late as the last; one ahead, each moves alone while the chunk before it is encoded.
-#: Without the thread (``comm.progress: calls``) bytes move only inside MPI calls, so all are posted at once
-#: and the first wait moves them together: posted one ahead, each chunk's whole transfer would be a wait of
-#: its own.
+#: chunk exchanges in flight ahead of the waited one with a progress thread: all at once, the first (unhidden)
+#: would finish nearly as late as the last; without the thread all are posted at once
 AHEAD = 1
 
 
 class _Inbound:
-    """The chunks' exchanges into the vertex layout (``post(k)``), posted :data:`AHEAD` ahead of the wait
-    where a progress thread moves every rank's, else all at once: a rank posts chunk k + AHEAD right after its wait
-    for chunk k, so all ranks post in the same order."""
+    """The chunks' inbound exchanges, posted :data:`AHEAD` ahead of the wait, in the same order on every rank."""
 
     def __init__(self, comm: Communicator, post: Callable[[int], Pending], count: int) -> None:
         self.comm, self._post, self.posts = comm, post, [None] * count
-        self.ahead = AHEAD if comm.progress.everywhere else count  # the same on every rank
+        self.ahead = AHEAD if comm.progress.everywhere else count
         for k in range(min(self.ahead, count)):
             self.posts[k] = post(k)
 
@@ -342,8 +291,7 @@ class _Pipeline:
                  snapshots: tuple[int, int] | None = None) -> None:
         self.comm, self.chunks, self.steps, self.encode = comm, list(chunks), steps, encode
         self.tag, self.reuse, self.grad_rows, self.progress = tag, reuse, grad_rows, progress
-        #: (S, N) of the snapshot layout when the input is already in this rank's vertex layout (T, n, F): then
-        #: only the return exchange runs (None: the input is the snapshot layout, and both do)
+        #: (S, N) when the input is already in the vertex layout (only the return exchange runs), else None
         self.snapshots = snapshots
         self.input_grad = True  # whether the input's gradient is wanted (a vertex-layout input may be constant)
 
@@ -367,7 +315,7 @@ class _Pipeline:
                 xh, chunks[k].snapshot, ex.buffer(f"{self.reuse}.fwd{k}", self._shape(chunks[k], F), x.dtype),
                 chunks[k].vertex, tag=f"{self.tag}.fwd"), len(chunks))
             S, N = x.shape[0], x.shape[1]
-        else:  # already the vertex layout: each chunk is its rows
+        else:
             S, N = self.snapshots
         out: torch.Tensor | None = None
         back, state_parts = [], []
@@ -448,12 +396,8 @@ class _Pipeline:
 
 
 class PipelinedExchange(torch.autograd.Function):
-    """:class:`_Pipeline` as one autograd node: outputs (snapshot-layout output, *final state leaves).
-
-    The chunks' time encoders run under a nested autograd graph that the node's backward
-    walks chunk by chunk (as reentrant checkpointing does): parameter gradients accumulate
-    into ``.grad`` there, the input's and the initial state's gradients are returned.
-    """
+    """:class:`_Pipeline` as one autograd node whose backward walks the chunks' nested graphs, as reentrant
+    checkpointing does."""
 
     @staticmethod
     def forward(ctx, pipe, x, *states):  # noqa: D102
@@ -490,21 +434,17 @@ def pipelined_exchange(
     """Snapshot layout -> per-chunk time encoder -> snapshot layout, the exchanges overlapped with it.
 
     Args:
-        x: (S, N, F) the rank's snapshots of the block (contiguous); with ``snapshots``, (T, n, F) this
-            rank's vertex rows over the block's timeline instead (e.g. the first layer's aggregation, moved
-            once): then only the return exchange runs, chunk k's posted as soon as its rows are encoded.
-        states: the encoder's initial state as flat leaves (tensors with this rank's vertex rows in
-            dimension -2, or None); each chunk gets its rows.
-        comm: the communicator the exchanges run over.
-        chunks: per chunk, its boxes (:class:`ChunkBoxes`); the same count on every rank.
-        steps: T, the length of the block's timeline.
-        encode: the time encoder of one chunk (rows of distinct vertices never mix in it).
-        tag: counter name; traffic is counted under ``<tag>.fwd`` / ``<tag>.bwd`` with the same bytes
-            as two :func:`redistribute` calls.
-        reuse: prefix of the receive-buffer keys (one per layer).
-        grad_rows: ``(owned rows, timeline rows)`` that can carry a gradient (:class:`Redistribute`).
-        progress: test the exchanges in flight between chunks (Open MPI progresses them only in MPI calls).
-        snapshots: (S, N) of the snapshot layout, for a vertex-layout ``x`` (None: ``x`` is the snapshot layout).
+        x: (S, N, F) owned snapshots; with ``snapshots``, (T, n, F) vertex rows (only the return exchange runs).
+        states: the encoder's initial state as flat leaves (vertex rows in dimension -2, or None).
+        comm: the communicator.
+        chunks: per chunk, its :class:`ChunkBoxes` (the same count on every rank).
+        steps: T, the block's timeline length.
+        encode: the time encoder of one chunk.
+        tag: counter name (``<tag>.fwd`` / ``<tag>.bwd``).
+        reuse: prefix of the receive-buffer keys.
+        grad_rows: ``(owned rows, timeline rows)`` that can carry a gradient.
+        progress: test the exchanges in flight between chunks.
+        snapshots: (S, N) for a vertex-layout ``x``, else None.
 
     Returns:
         ((S, N, F') output, final state leaves with all of this rank's rows).
@@ -513,7 +453,7 @@ def pipelined_exchange(
     if not torch.is_grad_enabled():
         return pipe.forward(x, states, grad=False)
     if snapshots is not None:
-        pipe.input_grad = x.requires_grad  # a constant input's gradient would be computed for nothing
+        pipe.input_grad = x.requires_grad
     if not x.requires_grad:  # the backward is a collective: keep this rank in it (see redistribute)
         x = x.detach().requires_grad_(True)
     pipe._leaves = list(states)

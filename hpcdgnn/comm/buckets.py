@@ -1,26 +1,10 @@
 """The gradient all-reduce in buckets, started during the backward pass (IBM §6.5, future work there).
 
-With one flat all-reduce after ``backward`` (``comm.grad_buckets: 1``) every rank first finishes its
-whole backward pass, then waits for the slowest, then reduces. :class:`GradientBuckets` cuts the
-parameters into buckets in reverse order of registration (the last layers' gradients are complete
-first, as in PyTorch DDP's reducer) and posts each bucket's non-blocking ``MPI_Iallreduce`` as soon as
-all its gradients are complete, so the reductions move while earlier layers still backpropagate.
-
-When is a gradient complete? A parameter's gradient may be accumulated several times in one step
-(checkpoint blocks run the layers once per block; chunked time encoders once per chunk), so each
-parameter's accumulations are counted by a post-accumulate hook, and a gradient counts as complete
-when it has been accumulated as often as in the previous step. The first step posts nothing early.
-
-What keeps it exact and deadlock-free:
-
-* buckets are posted in bucket order on every rank (a ready bucket waits for the ones before it), on
-  a communicator of their own, so their order never interleaves with the strategy's collectives,
-  which ranks may reach at different points of their backward pass;
-* if a gradient is accumulated again after its bucket was posted (a step that differs from the one
-  before), the bucket is reduced again after the backward pass; ranks agree on which buckets with a
-  small all-reduce of flags posted last, so they all repeat the same ones;
-* the sum of a bucket is the sum the flat all-reduce computes, element for element (for P = 2 it is
-  bit for bit; for larger P the MPI library may add in another order, a rounding difference).
+Buckets are cut in reverse registration order (as PyTorch DDP's reducer) and each is posted as a non-blocking
+``MPI_Iallreduce`` once its gradients are complete: accumulated as often as in the previous step (checkpoint
+blocks and chunks accumulate several times). Buckets go in bucket order on a communicator of their own, so
+they never interleave with the strategy's collectives; a bucket accumulated into after posting is reduced again,
+the ranks agreeing by a final all-reduce of flags. Sums equal the flat all-reduce's up to MPI's summation order.
 """
 
 from __future__ import annotations
@@ -33,8 +17,7 @@ __all__ = ["GradientBuckets", "bucket_bounds"]
 
 
 def bucket_bounds(sizes: list[int], buckets: int) -> list[tuple[int, int]]:
-    """Cut parameters of ``sizes`` (elements, in bucket order) into at most ``buckets`` runs of about equal
-    elements; returns ``(first, last + 1)`` index ranges, none empty."""
+    """``(first, last + 1)`` ranges cutting ``sizes`` into at most ``buckets`` non-empty runs of about equal size."""
     total = sum(sizes)
     k = max(1, min(buckets, len(sizes)))
     out, start, acc = [], 0, 0
@@ -50,18 +33,11 @@ def bucket_bounds(sizes: list[int], buckets: int) -> list[tuple[int, int]]:
 
 
 class GradientBuckets:
-    """Bucketed, overlapped sum all-reduce of ``params``' gradients over ``comm``'s ranks.
-
-    Args:
-        comm: the run's communicator; the buckets get a split of it of their own (counted in its stats).
-        params: the model's parameters (the same list, in the same order, on every rank).
-        buckets: how many buckets (at most one per parameter).
-        tag: counter name of the reductions.
-    """
+    """Bucketed, overlapped sum all-reduce of ``params``' gradients (same list on every rank) over ``comm``."""
 
     def __init__(self, comm: Communicator, params: list[torch.nn.Parameter], buckets: int,
                  tag: str = "grad_allreduce") -> None:
-        self.comm = comm.split(0)  # collective: every rank builds its buckets at the same point
+        self.comm = comm.split(0)
         self.params, self.tag = list(params), tag
         order = list(range(len(self.params)))[::-1]  # the last registered parameters finish first
         ranges = bucket_bounds([self.params[i].numel() for i in order], buckets)
@@ -70,7 +46,7 @@ class GradientBuckets:
         self.flat = [torch.zeros(sum(self.params[i].numel() for i in m), dtype=self.params[m[0]].dtype)
                      for m in self.members]
         self.expected: list[int] | None = None
-        #: buckets posted during a backward pass (not at :meth:`synchronize`) so far: the overlap taken
+        #: buckets posted during a backward pass so far
         self.early = 0
         self._reset()
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(self.params)]
@@ -116,8 +92,7 @@ class GradientBuckets:
         self.posted[b] = self.comm.iallreduce_(flat, tag=self.tag)
 
     def synchronize(self) -> None:
-        """After the backward pass: post what is left, wait for every bucket, redo the buckets some rank
-        accumulated into after posting, and write the summed gradients back to ``.grad``."""
+        """After backward: post the rest, wait, redo stale buckets, write the sums to ``.grad``."""
         for b in range(len(self.members)):
             if self.posted[b] is None:
                 self._post(b)
@@ -144,8 +119,7 @@ class GradientBuckets:
         return len(params) == len(self.params) and all(p is q for p, q in zip(params, self.params, strict=True))
 
     def close(self) -> None:
-        """Remove the hooks (the parameters outlive this object) and free the buckets' communicator
-        (every rank closes at the same point, after :meth:`synchronize`: nothing is pending on it)."""
+        """Remove the hooks and free the buckets' communicator (collective, after :meth:`synchronize`)."""
         for h in self._hooks:
             h.remove()
         self._hooks = []

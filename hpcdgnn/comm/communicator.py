@@ -1,35 +1,12 @@
 """The one communicator every byte crosses (STYLE G3; heat's ``MPICommunication``).
 
-:class:`Communicator` wraps a duplicate of ``MPI_COMM_WORLD`` and exposes a
-small, typed set of collectives. There is deliberately no ``__getattr__``
-pass-through, so its :class:`~hpcdgnn.comm.stats.CommStats` — calls, bytes sent
-and received and seconds per tag — is complete by construction (what the bytes
-are: :mod:`hpcdgnn.comm.stats`).
-
-Three parts of the same object hold what is not a small collective, each
-over this communicator's MPI communicator and counting into its stats:
-
-* ``comm.exchange`` (:class:`~hpcdgnn.comm.exchange.Exchange`): the training
-  step's all-to-all exchanges of rows and boxes, blocking and posted, and the
-  completion (``test``, ``wait``, ``defer``) of anything posted;
-* ``comm.world`` (:class:`~hpcdgnn.comm.world.World`): the node (its split,
-  shared-memory windows), the MPI library and the tensor backend;
-* ``comm.progress`` (:class:`~hpcdgnn.comm.progress.Progress`): whether a
-  progress thread moves the posted exchanges (one per root communicator,
-  shared by its splits).
-
-Backends (``comm.backend``, :meth:`~hpcdgnn.comm.world.World.init_tensor_backend`): the
-training step's tensor collectives (``exchange.alltoallv``, ``exchange.alltoall_boxes``,
-``allreduce_``) run over MPI by default, or over ``torch.distributed`` with
-``gloo`` or ``nccl``, initialised from MPI (rank 0 opens a TCP store on a free
-port and broadcasts its address; a finite timeout). Setup, metrics and object
-collectives always use MPI. The byte counters count the same payload whatever
-the backend, so runs on different backends report the same ``bytes_sent``.
-With MPI and CUDA tensors, buffers go to MPI directly when the library is
-CUDA-aware and are staged through pinned host memory otherwise.
-
-Non-blocking exchanges (``exchange.ialltoall_boxes``, ``iallreduce_``) progress inside this rank's
-own MPI calls, or in a progress thread (``comm.progress``, :mod:`hpcdgnn.comm.progress`).
+:class:`Communicator` wraps a duplicate of ``MPI_COMM_WORLD`` with a small, typed set of collectives and no
+``__getattr__`` pass-through, so its :class:`~hpcdgnn.comm.stats.CommStats` is complete by construction. Its
+parts ``exchange`` (:class:`~hpcdgnn.comm.exchange.Exchange`), ``world`` (:class:`~hpcdgnn.comm.world.World`)
+and ``progress`` (:class:`~hpcdgnn.comm.progress.Progress`) count into the same stats. The training step's
+tensor collectives run over MPI, or ``torch.distributed`` with gloo / nccl (``comm.backend``); set-up, metrics
+and object collectives always use MPI. CUDA buffers go to MPI directly when it is CUDA-aware, else through
+pinned host memory.
 """
 
 from __future__ import annotations
@@ -49,25 +26,16 @@ from hpcdgnn.comm.stats import CommStats, TagStats, payload_bytes
 from hpcdgnn.comm.world import World, await_world, init_mpi
 from hpcdgnn.errors import PeerLostError, StalledError
 
-# Box, Pending, TagStats and payload_bytes are re-exported: callers import them from here
 __all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats", "payload_bytes"]
 
 
 def _mpi_buffer(t: torch.Tensor) -> Any:
-    """What mpi4py accepts for a contiguous tensor: a numpy view on the CPU, the tensor itself on
-    CUDA (mpi4py reads ``__cuda_array_interface__``; only reached with CUDA-aware MPI).
-    """
+    """A numpy view of a contiguous CPU tensor, or a CUDA tensor itself (CUDA-aware MPI)."""
     return t.numpy() if t.device.type == "cpu" else t
 
 
 class Communicator:
-    """Typed collectives over a duplicated ``MPI_COMM_WORLD``, with per-tag byte and time counters; its
-    exchanges, surroundings and progress thread are the parts ``exchange``, ``world`` and ``progress``
-    (see the module docstring), which use its private helpers.
-
-    Args:
-        comm: an mpi4py communicator to duplicate; ``None`` = ``MPI.COMM_WORLD``.
-    """
+    """Typed, counted collectives over a duplicate of ``comm`` (``None``: ``MPI.COMM_WORLD``)."""
 
     def __init__(self, comm: Any = None) -> None:
         MPI = init_mpi()
@@ -75,13 +43,11 @@ class Communicator:
 
     @classmethod
     def start(cls, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> Communicator:
-        """The world's communicator, made once every rank runs hpcdgnn (:func:`~hpcdgnn.comm.world.await_world`).
+        """The world's communicator, made once every rank runs hpcdgnn.
 
         Raises:
-            StalledError: a rank did not start hpcdgnn within ``timeout_s``, or ``stop()`` became true while
-                waiting (the message names it); nothing is collective yet and requests are still posted, so the
-                caller reports it with this rank (:func:`~hpcdgnn.comm.world.world_rank_size`) and ends the job
-                (:func:`~hpcdgnn.comm.world.abort_world`).
+            StalledError: a rank did not start within ``timeout_s``, or ``stop()`` became true; the caller
+                must end the job (:func:`~hpcdgnn.comm.world.abort_world`).
         """
         error = await_world(init_mpi().COMM_WORLD, timeout_s, stop)
         if error:
@@ -89,9 +55,7 @@ class Communicator:
         return cls()
 
     def _attach(self, MPI: Any, raw: Any, stats: CommStats, root: Communicator | None = None) -> None:
-        """Wrap the mpi4py communicator ``raw`` (kept as it is), counting into ``stats``; tensor collectives
-        over MPI until :meth:`~hpcdgnn.comm.world.World.init_tensor_backend`. ``root``: the communicator this
-        one was split from, whose progress thread it shares (None: this one is a root)."""
+        """Wrap ``raw``, counting into ``stats``; ``root``: the communicator whose progress thread it shares."""
         self._MPI = MPI
         self._comm = raw
         self.rank: int = self._comm.Get_rank()
@@ -99,21 +63,18 @@ class Communicator:
         self.stats = stats
         #: ``mpi``, ``gloo`` or ``nccl``: who carries the training step's tensor collectives
         self.backend = "mpi"
-        self._dist: Any = None  # the torch.distributed process group of gloo / nccl
-        self._dist_timeout_s = 0.0  # comm.timeout_s it was made with
+        self._dist: Any = None
+        self._dist_timeout_s = 0.0
         self._cuda_aware = False
         self._root: Communicator = root or self
-        #: the parts (see the module docstring); the progress switch is the root's, shared by its splits (the
-        #: gradient buckets' exchanges are posted on one)
+        #: the parts; the progress switch is the root's, shared by its splits
         self.exchange = Exchange(self)
         self.world = World(self)
         self.progress: Progress = root.progress if root is not None else Progress(self)
 
     @contextlib.contextmanager
     def _dist_call(self, what: str, tag: str) -> Iterator[None]:
-        """A torch.distributed call that gave up waiting for a peer (gloo's "Timed out waiting …", the store's
-        "… timed out …") as one line naming the call, its tag and ``comm.timeout_s``; one whose connection a
-        peer closed (that rank ended: the job is being torn down) as one line too; any other error as is."""
+        """Turn a torch.distributed timeout or closed connection into a one-line error naming the call."""
         try:
             yield
         except RuntimeError as e:
@@ -130,13 +91,11 @@ class Communicator:
 
     @property
     def _every_rank(self) -> bool:
-        """Whether this communicator spans every rank of its root (a duplicate for gradient buckets, not a
-        node's split): its collectives are ones all ranks make in the same order (:attr:`CommStats.exchanges`)."""
+        """Whether this communicator spans every rank of its root (not a node's split)."""
         return self.size == self._root.size
 
     def _counted(self, tag: str, sent: int, got: int, t0: float, entered: float | None = None) -> None:
-        """Count a collective of this communicator that began at ``t0``, entered MPI at ``entered`` (after
-        the rank's own staging and copies; default ``t0``) and has completed."""
+        """Count a completed collective begun at ``t0`` that entered MPI at ``entered`` (default ``t0``)."""
         self.stats.add(tag, sent, got, time.perf_counter() - t0, self._every_rank, entered)
 
     def close(self) -> None:
@@ -150,9 +109,7 @@ class Communicator:
 
     @staticmethod
     def _host(t: torch.Tensor) -> torch.Tensor:
-        """A contiguous host copy for the datatype-based exchanges (Alltoallw packs strided boxes
-        on the host): ``t`` itself on the CPU, a pinned copy of a CUDA tensor (DMA, no bounce).
-        """
+        """``t`` on the host for Alltoallw (it packs strided boxes there): itself, or a pinned copy."""
         if t.device.type == "cpu":
             return t.detach().contiguous()
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
@@ -166,25 +123,18 @@ class Communicator:
         return self._host(t)
 
     def split(self, color: int, key: int | None = None) -> Communicator:
-        """The ranks of the same ``color`` as a communicator of their own (collective over this one).
-
-        Its traffic is counted in this communicator's :class:`CommStats` (one table per rank, whatever
-        communicator a byte crossed), so the epoch record stays complete.
-        """
+        """The ranks of the same ``color`` as a communicator counting into these stats (collective)."""
         return self._child(self._comm.Split(color, self.rank if key is None else key))
 
     def free(self) -> None:
-        """Free a communicator made by :meth:`split` (collective over its ranks, all at the same point; nothing
-        may be pending on it): a run that rebuilds its strategy (``balance: measured``) or its model would
-        otherwise keep one MPI communicator per rebuild, and MPI implementations cap how many exist."""
-        self.world._free()  # its node's split, if made
+        """Free a communicator made by :meth:`split` (collective): MPI caps how many may exist."""
+        self.world._free()
         if self._comm is not None and self._comm not in (self._MPI.COMM_WORLD, self._MPI.COMM_SELF):
             self._comm.Free()
         self._comm = None
 
     def _child(self, raw: Any) -> Communicator:
-        """A communicator over ``raw`` (a split of this one) that counts into this one's stats; its tensor
-        collectives go over MPI (staged through the host as this one's are)."""
+        """A communicator over ``raw`` (a split of this one) counting into this one's stats."""
         sub = object.__new__(Communicator)
         sub._attach(self._MPI, raw, self.stats, self._root)
         sub._cuda_aware = self._cuda_aware
@@ -207,7 +157,7 @@ class Communicator:
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "allreduce") -> torch.Tensor:
         """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor; returns it."""
         t0 = self.stats.enter(tag)
-        entered = None  # when this rank entered MPI's all-reduce, after staging (the call's start otherwise)
+        entered = None
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN}
         if self.size > 1 and self._dist is not None and not tag.startswith(("setup", "metrics")):
             import torch.distributed as dist
@@ -229,11 +179,9 @@ class Communicator:
         return tensor
 
     def iallreduce_(self, tensor: torch.Tensor, tag: str = "allreduce") -> Pending:
-        """Post an in-place sum all-reduce of a contiguous host tensor (MPI_Iallreduce); returns at once.
+        """Post an in-place sum all-reduce of a host tensor; complete with ``exchange.wait``.
 
-        Complete it with :meth:`~hpcdgnn.comm.exchange.Exchange.wait` (its ``recv`` is ``tensor``); counted
-        like :meth:`allreduce_`, timed like :meth:`~hpcdgnn.comm.exchange.Exchange.ialltoall_boxes`. Over
-        ``gloo``/``nccl``, or on one rank, it is blocking and complete on return.
+        Blocking over gloo / nccl or on one rank.
         """
         t0 = self.stats.enter(tag)
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
@@ -275,20 +223,15 @@ class Communicator:
         self._counted(tag, nbytes, nbytes * (self.size - 1), t0)
         return out
 
-    # -- point to point (pipelines) --------------------------------------------------------------
     def isend_obj(self, obj: Any, dest: int, tag: int, name: str) -> Any:
-        """Non-blocking send of a picklable object (tensors included) to ``dest``; returns the request.
-
-        Counted under ``name``: its :func:`payload_bytes`. Complete the request with :meth:`wait_all`.
-        """
+        """Non-blocking send of a picklable object to ``dest``; complete with :meth:`wait_all`."""
         t0 = self.stats.enter(name)
         req = self._comm.isend(obj, dest=dest, tag=tag)
         self.stats.add(name, payload_bytes(obj), 0, time.perf_counter() - t0)
         return req
 
     def recv_obj(self, source: int, tag: int, name: str) -> Any:
-        """Blocking receive of an object sent with :meth:`isend_obj` (time and :func:`payload_bytes` received
-        counted under ``name``)."""
+        """Blocking receive of an object sent with :meth:`isend_obj`."""
         t0 = self.stats.enter(name)
         obj = self._comm.recv(source=source, tag=tag)
         self.stats.add(name, 0, payload_bytes(obj), time.perf_counter() - t0)
@@ -300,7 +243,6 @@ class Communicator:
         self._MPI.Request.waitall(requests)
         self.stats.add(name, 0, 0, time.perf_counter() - t0)
 
-    # -- object collectives --------------------------------------------------------------------
     def bcast_obj(self, obj: Any, root: int = 0, tag: str = "setup") -> Any:
         """Broadcast a picklable object from ``root``."""
         t0 = self.stats.enter(tag)

@@ -1,17 +1,7 @@
-"""Which device a rank computes on: one GPU per rank, chosen by the rank's index on its node.
+"""Which device a rank computes on (``train.device``: cpu, cuda, auto): one GPU per rank.
 
-``train.device``:
-
-* ``cpu`` — always the CPU;
-* ``cuda`` — a GPU, or a one-line error naming the rank when this rank sees none;
-* ``auto`` — a GPU when CUDA is available, else the CPU.
-
-The GPU is ``cuda:(local_rank mod visible GPUs)``, and ``cuda:0`` when exactly
-one GPU is visible (the scheduler bound one GPU per rank with
-``CUDA_VISIBLE_DEVICES``, as ``srun --gpus-per-task=1`` and ``jsrun -g1`` do).
-The local rank comes from an MPI shared-memory split (``MPI_COMM_TYPE_SHARED``),
-which every MPI-3 library provides whatever the launcher; when that split is
-unavailable, from the launcher's environment (:data:`LOCAL_RANK_VARIABLES`).
+The GPU is ``cuda:(local_rank mod visible GPUs)`` (``cuda:0`` when the scheduler bound one per rank). The local
+rank comes from an MPI shared-memory split, else the launcher's environment (:data:`LOCAL_RANK_VARIABLES`).
 """
 
 from __future__ import annotations
@@ -26,8 +16,7 @@ from hpcdgnn.errors import ConfigError
 __all__ = ["LOCAL_RANK_VARIABLES", "cpu_affinity", "local_rank_from_env", "memory_share", "node_cpu_sets",
            "select_device"]
 
-#: Local-rank variables of common launchers, in the order they are tried: Open MPI, MVAPICH2,
-#: Intel MPI / MPICH (Hydra), PMI, Cray PALS, SLURM srun, IBM jsrun (LSF).
+#: Local-rank variables of common launchers, in the order tried.
 LOCAL_RANK_VARIABLES = (
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "MV2_COMM_WORLD_LOCAL_RANK",
@@ -59,13 +48,7 @@ def _local_rank(comm) -> int:
 
 def select_device(requested: str, comm, cuda_available: bool | None = None,
                   gpu_count: int | None = None) -> torch.device:
-    """The device for this rank (see the module docstring).
-
-    Args:
-        requested: ``auto``, ``cpu`` or ``cuda`` (``train.device``).
-        comm: the :class:`~hpcdgnn.comm.Communicator` (for the local rank).
-        cuda_available: whether CUDA is available; None = ask torch (tests pass values).
-        gpu_count: the number of GPUs CUDA reports; None = ask torch (tests pass values).
+    """The device for this rank (``cuda_available``, ``gpu_count``: None asks torch).
 
     Raises:
         ConfigError: ``cuda`` requested on a rank that sees no GPU.
@@ -87,9 +70,7 @@ def select_device(requested: str, comm, cuda_available: bool | None = None,
 
 
 def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
-    """The tightest memory limit of this process's cgroup and its parents (v2 ``memory.max``, v1
-    ``memory.limit_in_bytes``), or None when none is set or readable. SLURM and LSF confine a job's
-    memory this way, below the node's RAM."""
+    """The tightest cgroup (v1 or v2) memory limit of this process, or None (SLURM and LSF confine jobs so)."""
     limits = []
     try:
         lines = Path(proc).read_text().splitlines()
@@ -104,7 +85,7 @@ def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup")
         else:
             continue
         parts = [p for p in path.split("/") if p]
-        for depth in range(len(parts), -1, -1):  # the process's own group, then each parent
+        for depth in range(len(parts), -1, -1):
             try:
                 value = Path(base, *parts[:depth], name).read_text().strip()
             except OSError:
@@ -122,16 +103,12 @@ def cpu_affinity() -> list[int]:
 
 
 def node_cpu_sets(comm) -> list[list[int]]:
-    """The CPU sets (:func:`cpu_affinity`) of every rank of this rank's node, this rank's among them: what the
-    thread count and the progress thread's spare core are judged from. A collective over the node's ranks."""
+    """The CPU sets of every rank of this node (collective over the node's ranks)."""
     return comm.world.node().allgather_obj(cpu_affinity(), tag="setup")
 
 
 def memory_share(comm, device: torch.device) -> int:
-    """Bytes of ``device`` memory this rank may count on: a GPU's memory divided among the ranks of
-    its node that use the same GPU; on the CPU, the node's RAM (or the job's cgroup limit, when
-    lower) divided among the ranks of the node. A collective over the node's ranks.
-    """
+    """Bytes of ``device`` memory this rank may use: its share of the GPU or of the node's RAM (collective)."""
     node = comm.world.node()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -1,11 +1,8 @@
 """The exchanges of tensor blocks between all ranks (``comm.exchange``), blocking and posted.
 
-:class:`Exchange` moves rows (``alltoallv``) or strided boxes (``alltoall_boxes``, MPI_Alltoallw with
-subarray/indexed datatypes, so neither side packs or unpacks tensors), blocking or posted
-(``ialltoall_boxes``, completed with :meth:`Exchange.test` / :meth:`Exchange.wait`, or deferred), and keeps
-the receive buffers and MPI datatypes those reuse from call to call. Over ``gloo``/``nccl``
-(:meth:`~hpcdgnn.comm.world.World.init_tensor_backend`) the boxes are packed into one contiguous buffer per
-side and every exchange is blocking. What is counted: :mod:`hpcdgnn.comm.stats`.
+Rows (``alltoallv``) or strided boxes (``alltoall_boxes``: MPI_Alltoallw with subarray datatypes, so neither
+side packs), blocking or posted and completed by :meth:`Exchange.test` / :meth:`Exchange.wait` or deferred;
+receive buffers and datatypes are reused between calls. Over gloo / nccl boxes are packed and all is blocking.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ from hpcdgnn.comm.progress import ProgressThread
 
 __all__ = ["Box", "Exchange", "Pending"]
 
-#: A box ``(rows, (b0, b1))`` of a tensor: along dimension 0 either the range ``(a0, a1)`` or an
-#: explicit ``list`` of row indices (then dimension 1 must be taken whole), along dimension 1 the
-#: range b0..b1-1; trailing dimensions whole.
+#: A box ``(rows, (b0, b1))``: rows a range ``(a0, a1)`` or a ``list`` (then dimension 1 whole); trailing dims whole.
 Box = tuple[tuple[int, int] | list[int], tuple[int, int]]
 
 
@@ -32,9 +27,7 @@ def _box_rows(spec: tuple[int, int] | list[int]) -> list[int] | range:
 
 
 def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
-    """Torch index of a box's rows: a (strided) slice when the rows are evenly spaced, so the
-    self-copy is a plain strided copy rather than an index_put/gather.
-    """
+    """Torch index of a box's rows: a strided slice when evenly spaced (a plain copy, not a gather)."""
     if not isinstance(spec, list):
         return slice(spec[0], spec[1])
     if len(spec) == 1:
@@ -46,25 +39,20 @@ def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
 
 
 class Pending:
-    """A non-blocking exchange in flight (:meth:`Exchange.ialltoall_boxes`,
-    :meth:`~hpcdgnn.comm.communicator.Communicator.iallreduce_`); complete it with :meth:`Exchange.wait`.
-    Holds its buffers until then (MPI reads and writes them meanwhile).
-    """
+    """A non-blocking exchange in flight, holding its buffers until :meth:`Exchange.wait`."""
 
     __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder", "entry", "released")
 
     def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
         self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
-        self.done = request is None  # completed at post (one rank, or a blocking backend), and counted
-        #: set by the progress thread (:mod:`hpcdgnn.comm.progress`) when it holds this exchange (``holder``)
+        self.done = request is None  # completed at post (one rank, or a blocking backend)
+        #: set by the progress thread when it holds this exchange
         self.completed: Any = None
         self.completed_at = 0.0
         self.holder: ProgressThread | None = None
-        #: set by a polling progress thread when it has handed this exchange back to the waiting training
-        #: thread (:meth:`ProgressThread.await_exchange`)
+        #: set by a polling progress thread when it hands this exchange back
         self.released: Any = None
-        #: its record in :attr:`~hpcdgnn.comm.stats.CommStats.exchanges`, where its wait adds the time blocked
-        #: (None: not kept)
+        #: its record in ``CommStats.exchanges`` (None: not kept)
         self.entry: tuple | None = None
 
 
@@ -74,17 +62,7 @@ def _run(copy: Callable[[], None] | None) -> None:
 
 
 class Exchange:
-    """The all-to-all exchanges of one communicator (``comm.exchange``) and the state they keep: receive
-    buffers kept under a key, committed MPI datatypes, posted exchanges deferred to the end of a step.
-
-    They are the training step's traffic, with their own buffers and datatypes and the life cycle of a posted
-    exchange (post, test, wait, defer); the communicator keeps the small collectives. Every byte still
-    crosses the communicator's MPI communicator (or its torch.distributed group) and is counted in its
-    :class:`~hpcdgnn.comm.stats.CommStats`.
-
-    Args:
-        comm: the :class:`~hpcdgnn.comm.communicator.Communicator` these exchanges run over.
-    """
+    """The all-to-all exchanges of ``comm`` and their kept receive buffers, datatypes and deferred posts."""
 
     def __init__(self, comm: Any) -> None:
         self._owner = comm
@@ -95,9 +73,7 @@ class Exchange:
         self._deferred: list[Pending] = []
 
     def _row_type(self, dtype: torch.dtype, unit: int) -> Any:
-        """A committed contiguous MPI datatype of ``unit`` elements: counts are then rows, not
-        elements, which keeps them below MPI's int32 count limit for T*N*F beyond 2^31.
-        """
+        """A contiguous MPI datatype of ``unit`` elements, so counts in rows stay below int32's limit."""
         c = self._owner
         key = (dtype, unit)
         if key not in self._row_types:
@@ -119,10 +95,8 @@ class Exchange:
             send_rows: rows destined to each rank.
             recv_rows: rows arriving from each rank; exchanged with an integer Alltoall if None.
             tag: counter name.
-            reuse: key of a receive buffer kept from the previous call with the same key.
-                Fresh buffers of hundreds of MB cost more in page faults than the
-                transfer itself, so per-epoch exchanges reuse theirs. The result of a keyed
-                call is valid until the next call with that key.
+            reuse: key of a receive buffer kept between calls (fresh ones cost more in page faults than
+                the transfer); the result is valid until the next call with that key.
 
         Returns:
             (sum(recv_rows), unit) tensor, blocks from ranks 0..P-1 in order.
@@ -140,7 +114,7 @@ class Exchange:
             rcounts = np.asarray(recv_rows, dtype=np.int64)
         if scounts.sum() != send.shape[0]:
             raise ValueError(f"alltoallv: send has {send.shape[0]} rows, counts sum to {scounts.sum()}")
-        if c.size == 1:  # one rank: the exchange is the identity; no copy, nothing counted
+        if c.size == 1:
             c._counted(tag, 0, 0, t0)
             return send.detach()
         if c._dist is not None:
@@ -188,7 +162,7 @@ class Exchange:
         if buf is None or buf.dtype != dtype or buf.numel() < rows * unit:
             buf = torch.empty(rows * unit, dtype=dtype)
             self._buffers[key] = buf
-        return buf[: rows * unit].view(rows, unit)  # a new view object each call, same memory
+        return buf[: rows * unit].view(rows, unit)
 
     def buffer(self, key: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """A host tensor of ``shape`` kept under ``key`` from call to call (see ``reuse`` in :meth:`alltoallv`)."""
@@ -229,14 +203,8 @@ class Exchange:
     ) -> torch.Tensor:
         """MPI_Alltoallw between sub-boxes of two tensors, with no packing copies on our side.
 
-        Rank q receives ``send[a0:a1, b0:b1]`` for ``((a0, a1), (b0, b1)) = send_boxes[q]``
-        and stores what rank p sends into ``recv[recv_boxes[p]]``; boxes span the
-        trailing dimensions whole. MPI subarray datatypes describe the strided
-        blocks, so neither side concatenates or splits tensors (each such copy of
-        a (T, N, F) tensor costs as much as the transfer on a node). Boxes should tile
-        the receive tensor: elements no box covers keep whatever the (reused) buffer
-        held, and a caller that leaves some out clears them itself (as the backward of
-        :class:`~hpcdgnn.comm.autograd.Redistribute` does for the snapshots it does not send).
+        Rank q receives ``send[send_boxes[q]]``; rank p's box lands in ``recv[recv_boxes[p]]``. Elements no
+        box covers keep the reused buffer's old data: a caller leaving some out clears them itself.
 
         Args:
             send: contiguous tensor of at least 2 dimensions.
@@ -253,7 +221,7 @@ class Exchange:
         if c.size == 1:
             if list(send_boxes[0]) == [(0, shape[0]), (0, shape[1])] and recv_shape == shape:
                 c._counted(tag, 0, 0, t0)
-                return send.detach()  # identity exchange: no copy
+                return send.detach()
         sent, got = self._box_volumes(send, send_boxes, recv_shape, recv_boxes)
         if c._dist is not None:
             recv = self._boxes_over_dist(send, send_boxes, recv_shape, recv_boxes)
@@ -284,9 +252,7 @@ class Exchange:
 
     def _own_box_copy(self, host: torch.Tensor, send_boxes: Sequence[Box], recv: torch.Tensor,
                       recv_boxes: Sequence[Box]) -> Callable[[], None] | None:
-        """This rank's own box, as a strided torch copy to run (None if empty): MPI's datatype engine
-        would pack and unpack a self-send through a temporary (slower on a node). At P = 2
-        it is as many bytes as the transfer, so a progress thread runs it for a non-blocking exchange."""
+        """This rank's own box as a strided torch copy (None if empty): MPI would pack a self-send."""
         c = self._owner
         (srows, (b0, b1)), (rrows, (d0, d1)) = send_boxes[c.rank], recv_boxes[c.rank]
         if not (len(_box_rows(srows)) and b1 > b0):
@@ -314,7 +280,6 @@ class Exchange:
         return ([host.numpy(), ([n for n, _ in st], zeros), [t for _, t in st]],
                 [recv.numpy(), ([n for n, _ in rt], zeros), [t for _, t in rt]])
 
-    # -- non-blocking exchanges (communication hidden behind compute) ---------------------------
     def ialltoall_boxes(
         self,
         send: torch.Tensor,
@@ -323,14 +288,10 @@ class Exchange:
         recv_boxes: Sequence[Box],
         tag: str = "alltoall",
     ) -> Pending:
-        """Post :meth:`alltoall_boxes` as MPI_Ialltoallw into the given host tensor ``recv``; returns at once.
+        """Post :meth:`alltoall_boxes` as MPI_Ialltoallw into host tensor ``recv``; returns at once.
 
-        ``send`` must stay unchanged and ``recv``'s boxes untouched until :meth:`wait` (several
-        exchanges may fill disjoint boxes of one ``recv``). Every rank must post the same exchanges
-        in the same order. Bytes are counted at the post; the time from post to the completion
-        seen by :meth:`test` / :meth:`wait` is the tag's ``seconds``, the time spent inside the
-        post, tests and wait its ``exposed`` seconds (:class:`~hpcdgnn.comm.stats.TagStats`). Over ``gloo``/``nccl``
-        the exchange is blocking and complete on return.
+        ``send`` and ``recv``'s boxes stay untouched until :meth:`wait`; every rank posts the same exchanges
+        in the same order. Blocking over gloo / nccl.
         """
         c = self._owner
         t0 = c.stats.enter(tag)
@@ -341,7 +302,7 @@ class Exchange:
             if c._dist is not None:
                 recv.copy_(self._boxes_over_dist(send, send_boxes, tuple(recv.shape), recv_boxes).cpu())
             else:
-                _run(self._own_box_copy(c._host(send), send_boxes, recv, recv_boxes))  # the self copy is all
+                _run(self._own_box_copy(c._host(send), send_boxes, recv, recv_boxes))
             c._counted(tag, sent, got, t0)
             return Pending(None, tag, recv, ())
         host = c._host(send)
@@ -356,7 +317,7 @@ class Exchange:
         return self._adopted(p, own)
 
     def _adopted(self, p: Pending, own: Callable[[], None] | None = None) -> Pending:
-        """``p``, handed to the progress thread when one runs, with its own-box copy for the thread to run."""
+        """``p``, handed to the progress thread when one runs, with its own-box copy."""
         c = self._owner
         if c.progress.thread is not None:
             c.progress.thread.adopt(p, own)
@@ -370,8 +331,7 @@ class Exchange:
         p.request, p.keep = None, ()
 
     def test(self, pending: Sequence[Pending]) -> None:
-        """Let MPI progress the exchanges in flight (Open MPI moves non-blocking collectives only inside
-        MPI calls) and note those that completed; never blocks."""
+        """Let MPI progress the exchanges in flight and note those that completed; never blocks."""
         c = self._owner
         live = [p for p in pending if not p.done]
         # the progress thread's: only read their flags, then its error (set before it raises flags on failing)
@@ -379,13 +339,12 @@ class Exchange:
         for p in done:
             p.holder.check()  # a flag raised by a failure must not pass for a completion
             self._finish(p, p.completed_at)
-        # a polling thread's, still under way (a dedicated thread's moves at a wait's rate: only its flag is read)
         moving = [p for p in live if p.completed is not None and not p.done and not p.holder.dedicated]
         live = [p for p in live if p.completed is None]
         if not live and not moving:
             return
         t0 = c.stats.enter((live or moving)[0].tag)
-        if moving:  # a polling thread's: a round of progress from here too (ProgressThread.drive)
+        if moving:
             moving[0].holder.drive()
         for p in live:
             if p.request.Test():
@@ -400,13 +359,12 @@ class Exchange:
             if p.completed is None:
                 p.request.Wait()
                 t1 = done_at = time.perf_counter()
-            else:  # the progress thread's
+            else:
                 ready = p.completed.is_set()
                 if not ready:
                     p.holder.await_exchange(p)
                 p.holder.check()
-                # done before this wait: nothing blocked; else under way until the wait ended (the wake-up is
-                # blocked time too, and exposed time must lie within the time under way)
+                # exposed time must lie within the time under way, so it ends at the wake-up
                 t1 = done_at = time.perf_counter()
                 if ready:
                     t1, done_at = t0, p.completed_at
@@ -415,9 +373,7 @@ class Exchange:
         return p.recv
 
     def defer(self, p: Pending) -> None:
-        """Complete ``p`` later, at :meth:`complete_deferred`: for an exchange in which this rank only sends
-        (it receives nothing, so nothing it computes next waits for it). The rank goes on computing instead
-        of waiting for slower peers to reach the exchange; the buffers stay held until then."""
+        """Complete ``p`` (an exchange this rank only sends in) later, at :meth:`complete_deferred`."""
         if not p.done:
             self._deferred.append(p)
 
@@ -428,8 +384,7 @@ class Exchange:
         return self._deferred
 
     def complete_deferred(self) -> None:
-        """Wait for every deferred exchange (the time blocked is exposed under its tag). The gradient
-        synchronisation and the end of each epoch call it, so none outlives a step."""
+        """Wait for every deferred exchange (called at gradient sync and epoch end: none outlives a step)."""
         pending, self._deferred = self._deferred, []
         for p in pending:
             self.wait(p)
@@ -437,11 +392,7 @@ class Exchange:
     def _boxes_over_dist(
         self, send: torch.Tensor, send_boxes: Sequence[Box], recv_shape: tuple[int, ...], recv_boxes: Sequence[Box]
     ) -> torch.Tensor:
-        """alltoall_boxes over torch.distributed: pack the boxes, all_to_all_single, unpack.
-
-        NCCL and gloo have no derived datatypes, so the boxes are copied into one
-        contiguous buffer per side (the copies MPI's Alltoallw avoids).
-        """
+        """alltoall_boxes over torch.distributed: pack, all_to_all_single, unpack (no derived datatypes)."""
         c = self._owner
         dev = c._dist_device
         src = send.detach().to(dev)

@@ -1,15 +1,8 @@
-"""This rank's arrivals at the collectives of every rank and the time it was blocked in them, compactly.
+"""This rank's arrivals at the collectives of every rank and the time it spent blocked in them, compactly.
 
-:func:`hpcdgnn.metrics.waits.late_waits` compares the ranks' records at the end of each epoch to find
-the part of the exposed time spent waiting for the last rank (``comm_late``). A record per collective
-as a Python tuple with a list of intervals cost about 264 B; an epoch of a mini-batch or event-stream
-strategy can make a million collectives (a gradient all-reduce per batch), which would hold about
-260 MB per rank until the epoch ends. Here an exchange costs 12 B (a tag index and its arrival) and a
-blocked interval 20 B (its exchange and two times), in ``array`` columns.
-
-Nothing is recorded unless a reader asked for it (:attr:`CommStats.keep_exchanges
-<hpcdgnn.comm.stats.CommStats>`, set by the epoch recorder): library callers and tools that use
-the communicator without reading the log would otherwise grow it without end.
+:func:`hpcdgnn.metrics.waits.late_waits` compares the ranks' records to find ``comm_late``. ``array`` columns
+(12 B an exchange, 20 B a blocked interval) because an epoch may hold a million collectives; nothing is
+recorded unless ``CommStats.keep_exchanges`` is set.
 """
 
 from __future__ import annotations
@@ -61,7 +54,7 @@ class ExchangeLog:
         return len(self._tag) - 1
 
     def block(self, i: int, t0: float, t1: float) -> None:
-        """This rank was blocked in exchange ``i`` from ``t0`` to ``t1``."""
+        """Record that this rank blocked in exchange ``i`` from ``t0`` to ``t1``."""
         self._owner.append(i)
         self._start.append(t0)
         self._end.append(t1)
@@ -82,8 +75,7 @@ class ExchangeLog:
         return np.frombuffer(self._arrival, dtype=np.float64).copy()
 
     def each(self, last: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """Per exchange: the seconds blocked in it, and of them those before ``last[i]`` (exchange i's last
-        arrival over the ranks; None: not known, and no late seconds)."""
+        """Per exchange: seconds blocked, and those before ``last[i]``, the last rank's arrival (None: unknown)."""
         owner = np.frombuffer(self._owner, dtype=np.int32)
         start, end = np.frombuffer(self._start, dtype=np.float64), np.frombuffer(self._end, dtype=np.float64)
         blocked = np.bincount(owner, weights=end - start, minlength=len(self))

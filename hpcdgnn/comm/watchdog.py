@@ -1,31 +1,11 @@
 """Stall watchdog: a rank that makes no progress for ``comm.stall_timeout_s`` ends the job.
 
-A rank that stops (SIGSTOP, a hung file system, a deadlock in a library) leaves
-every other rank waiting in its next collective forever: MPI has no timeout.
-This module runs one daemon thread per rank over its own duplicate of the
-communicator, so its messages never match the training collectives:
-
-* every rank but 0 sends rank 0 a heartbeat every ``interval`` seconds — how many
-  communicator calls it has completed, the tag of the call it is in (``""`` when
-  computing) and for how long it has made no progress — and waits for the reply;
-* rank 0 answers each heartbeat with its own state and checks everyone's:
-  a rank that has not been heard from for ``timeout`` seconds, or whose call count
-  has not moved for ``timeout`` seconds, stalls the job;
-* a rank that gets no reply from rank 0 for ``timeout`` seconds reports rank 0.
-
-The one that notices prints one line naming the stalled rank(s) and the
-collective they were last in (``hpcdgnn: error: stalled: ...``) and calls
-``MPI_Abort`` with :data:`~hpcdgnn.errors.EXIT_STALLED`, which ends every rank —
-a SIGSTOPped one too. Progress is measured by completed communicator calls
-(:class:`~hpcdgnn.comm.stats.CommStats`), so the timeout must exceed
-the longest computation between two collectives; ranks that merely wait inside
-a collective for a slow peer are victims, and only named when every rank waits
-(a mismatched collective). Durations, never clock readings, cross the wire:
-nodes' clocks need not agree.
-
-Needs ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it by default); without it the
-watchdog is off and says so. The trainer runs it from the first epoch to the
-summary (setup phases such as METIS on rank 0 may legitimately run long alone).
+MPI has no timeout, so one stopped rank leaves all others waiting forever. One daemon thread per rank, on its
+own duplicate communicator so its messages never match training collectives: ranks > 0 send rank 0 heartbeats
+(completed calls, current tag, seconds without progress) and rank 0 answers. Whoever sees a rank silent or
+without progress for ``timeout`` prints one line naming it and calls ``MPI_Abort`` (``EXIT_STALLED``).
+Ranks merely waiting in a collective are named only when all wait (a mismatched collective). Only durations
+cross the wire: node clocks need not agree. Needs ``MPI_THREAD_MULTIPLE``.
 """
 
 from __future__ import annotations
@@ -90,7 +70,6 @@ class Watchdog:
             self._thread.join()
         self._wcomm.Free()
 
-    # -- the thread -------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             self._serve() if self.comm.rank == 0 else self._beat()
@@ -118,8 +97,8 @@ class Watchdog:
                 if done:
                     break
                 now = time.monotonic()
-                if now - tick > max(1.0, self.timeout / 2):  # this process was frozen (SIGSTOP, swapped
-                    last_reply = now  # out): the silence is its own, rank 0 judges it, not we rank 0
+                if now - tick > max(1.0, self.timeout / 2):  # this process itself froze: rank 0 judges
+                    last_reply = now
                 tick = now
                 silent = now - last_reply
                 if silent > self.timeout:

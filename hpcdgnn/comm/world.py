@@ -1,39 +1,16 @@
 """The MPI world around the communicator, and whether it is the one the launcher started.
 
-:class:`World` is a communicator's surroundings (``comm.world``): its node (split, shared-memory windows),
-the MPI library, the tensor backend. :func:`init_mpi`, :func:`await_world`, :func:`world_rank_size` and
-:func:`abort_world` serve before a communicator exists.
+:class:`World` is a communicator's surroundings (``comm.world``): its node, the MPI library, the tensor backend;
+:func:`init_mpi`, :func:`await_world`, :func:`world_rank_size` and :func:`abort_world` serve before a
+communicator exists.
 
-A launcher whose process-management interface the MPI library does not speak starts P processes that
-each initialise a 1-rank MPI world (a "singleton"): ``srun`` with its default PMI, or ``--mpi=pmi2``,
-running an Open MPI 5 that only speaks PMIx; or the ``mpirun`` of one MPI running a Python whose mpi4py
-was built against another. Each process then trains alone and they race for one run directory.
-:func:`check_world_size` compares ``MPI_COMM_WORLD``'s size with what the launcher asked for and says
-which launch to use instead.
-
-What the launcher asked for comes from the variables it sets for each process it starts, most specific
-first (the first one present decides):
-
-``OMPI_COMM_WORLD_SIZE``
-    Open MPI's ``mpirun``/``prterun`` (and IBM's ``jsrun`` for Spectrum MPI). Present before
-    ``MPI_Init``; a singleton does not set it.
-``MV2_COMM_WORLD_SIZE``
-    MVAPICH2's ``mpirun_rsh``.
-``PMI_SIZE``
-    A PMI-1/PMI-2 server: MPICH's or Intel MPI's ``mpiexec`` (Hydra), or ``srun --mpi=pmi2``.
-``JSM_NAMESPACE_SIZE``
-    LSF's ``jsrun``.
-``SLURM_STEP_NUM_TASKS`` (else ``SLURM_NTASKS``/``SLURM_NPROCS``)
-    only inside an ``srun`` job step (``SLURM_STEP_ID``/``SLURM_STEPID`` set, not the batch or extern
-    step). In the batch script or an ``salloc`` shell, ``SLURM_NTASKS`` is the allocation's task count, not
-    this world's.
-
-The order matters. ``mpirun`` inside a Slurm allocation starts its daemons with ``srun`` (one task per
-node), so ranks it starts on other nodes inherit that step's ``SLURM_STEP_NUM_TASKS``, the node count;
-the launcher's own ``OMPI_COMM_WORLD_SIZE``/``PMI_SIZE`` comes first. ``PMIX_*`` variables name the
-PMIx namespace and rank but not its size, and Hydra's ``MPI_LOCALNRANKS`` counts one node's ranks
-only, so neither is used. ``os.environ`` is Python's copy of the environment at start-up: what the
-MPI library itself may set while initialising is not in it.
+A launcher whose PMI the MPI library does not speak starts P 1-rank "singleton" worlds that race for one run
+directory (``srun --mpi=pmi2`` with a PMIx-only Open MPI; one MPI's ``mpirun`` with mpi4py built against
+another). :func:`check_world_size` compares the world's size with the launcher's, from the first present of
+``OMPI_COMM_WORLD_SIZE`` (Open MPI, Spectrum's jsrun), ``MV2_COMM_WORLD_SIZE`` (MVAPICH2), ``PMI_SIZE`` (Hydra,
+``srun --mpi=pmi2``), ``JSM_NAMESPACE_SIZE`` (LSF) and ``SLURM_STEP_NUM_TASKS`` (inside an srun step only). The
+launcher's own variable comes first: ``mpirun`` in a Slurm allocation starts its daemons with ``srun``, whose
+step variables its remote ranks inherit.
 """
 
 from __future__ import annotations
@@ -72,11 +49,7 @@ def _in_srun_step(environ: Mapping[str, str]) -> bool:
 
 
 def expected_world_size(environ: Mapping[str, str] = os.environ) -> tuple[int, str] | None:
-    """``(size, launcher)`` the launcher of this process asked for, or None when it does not say.
-
-    ``launcher`` is ``"mpirun"`` (Open MPI, MVAPICH2), ``"mpiexec"`` (a PMI server such as Hydra),
-    ``"srun"`` or ``"jsrun"``.
-    """
+    """``(size, launcher)`` the launcher asked for (mpirun, mpiexec, srun or jsrun), or None."""
     srun = _in_srun_step(environ)
     for var, launcher in (("OMPI_COMM_WORLD_SIZE", "mpirun"), ("MV2_COMM_WORLD_SIZE", "mpirun")):
         n = _int(environ.get(var))
@@ -99,18 +72,10 @@ def expected_world_size(environ: Mapping[str, str] = os.environ) -> tuple[int, s
 
 
 def singleton_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """Open MPI settings for a process no launcher started (``python -m hpcdgnn run`` at P = 1), else ``{}``.
+    """``OMPI_MCA_btl=self`` for a process no launcher started (a singleton), else ``{}``.
 
-    Such a process initialises a 1-rank world (a "singleton"), which has no peer to reach: only the ``self`` transport
-    is needed (``OMPI_MCA_btl=self``). With Open MPI's defaults its shared-memory transport makes a 16 MiB segment in
-    ``/dev/shm`` that nothing removes (no ``prterun`` cleans up after a singleton), and the wheel's libfabric
-    transport probes providers at start-up. A transport the user chose (``OMPI_MCA_btl=^ofi``, as the tests' and the
-    job scripts' environment has it) is replaced too: it can only reach other processes, and a singleton has none. A
-    launcher leaves its mark before ``MPI_Init`` (:func:`expected_world_size`'s variables, or PMI/PMIx ones: Open MPI
-    speaks PMIx to every process its ``prterun`` or ``srun --mpi=pmix`` starts, and a process without them cannot join
-    a world of more than one), and then nothing is set — but for a launcher
-    that started one process and gave it no PMI (``srun -n 1`` with no ``--mpi``): a singleton too. Other MPI
-    libraries ignore the variable.
+    A singleton has no peer; Open MPI's default shared-memory transport would leave a 16 MiB ``/dev/shm`` segment
+    nothing removes. A launcher is recognised by its size or PMI/PMIx variables.
     """
     expected = expected_world_size(environ)
     if expected is not None and expected[0] > 1:
@@ -141,11 +106,9 @@ def _srun_advice(library: str) -> str:
 
 
 def check_world_size(size: int, environ: Mapping[str, str] = os.environ, *, library: str | None = None) -> str | None:
-    """A one-line error when this MPI world has ``size`` ranks but the launcher started another number.
+    """A one-line error when this world has ``size`` ranks but the launcher started another number, else None.
 
-    ``library`` is the MPI library's version string (default: what mpi4py reports, when it is loaded); it
-    only picks the advice. Returns None when the sizes agree or the environment names no launcher size
-    (a plain ``python -m hpcdgnn run``, or a launcher this module does not know).
+    ``library`` (the MPI version string) only picks the advice.
     """
     expected = expected_world_size(environ)
     if expected is None or expected[0] == size:
@@ -176,19 +139,17 @@ def check_world_size(size: int, environ: Mapping[str, str] = os.environ, *, libr
 
 
 def check_same_command(comm, command: Sequence[str]) -> str | None:
-    """A one-line error, the same on every rank, when the ranks were started with different arguments (collective).
+    """A one-line error, the same on every rank, when ranks got different arguments (collective).
 
-    Every decision of a run is rank 0's, broadcast, so a rank started with other arguments (an MPMD launch,
-    ``mpirun ... : ...``; a job script expanding a variable per rank, ``--output runs/$(date +%s)``) either
-    trained rank 0's job silently, or — one rank alone refusing ``--resume`` with ``--output`` — left the others
-    waiting in a collective for ever. One all-gather of a digest; the commands themselves only when they differ.
+    Every decision is rank 0's, broadcast, so a rank with other arguments would silently train rank 0's job or
+    hang the others in a collective.
     """
     text = "\0".join(command)
     digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     if len(set(comm.allgather_obj(digest))) == 1:
         return None
     lists = comm.allgather_obj(list(command))
-    other = [r for r, c in enumerate(lists) if c != lists[0]]  # not empty: the digests of the lists differed
+    other = [r for r, c in enumerate(lists) if c != lists[0]]
     commands = [shlex.join(c) for c in lists]  # quoted: '--set "a=1 b=2"' is not '--set a=1 b=2'
     return (f"the ranks were started with different arguments — rank 0: {commands[0]} — rank {other[0]}: "
             f"{commands[other[0]]} — (differing: {name_ranks(other, 3)}); every rank must run "
@@ -196,10 +157,9 @@ def check_same_command(comm, command: Sequence[str]) -> str | None:
             "variable that mpirun did not pass to every rank: -x? A node without numba reads HPCDGNN_KERNELS=torch)")
 
 
-#: seconds rank 0 waits, after ``MPI_Init``, for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``); as
-#: ``comm.stall_timeout_s``. Open MPI's ``MPI_Init`` waits for every process, so it is not the imports' spread
+#: seconds rank 0 waits after ``MPI_Init`` for every rank to start hpcdgnn (``HPCDGNN_START_TIMEOUT``)
 START_TIMEOUT_S = 600.0
-#: seconds the handshake goes on after a pre-emption signal (the others may be a moment behind), then ends
+#: seconds the handshake goes on after a pre-emption signal
 STOP_GRACE_S = 10.0
 _HELLO_TAG = 31_415  # below MPI_TAG_UB's guaranteed 32767
 _HELLO = 0x6870_6364_676E_6E01  # "hpcdgnn" + protocol 1: a foreign program's message with the same tag is not it
@@ -209,7 +169,7 @@ def start_timeout(environ: Mapping[str, str] = os.environ) -> float:
     """``HPCDGNN_START_TIMEOUT`` in seconds (> 0), else :data:`START_TIMEOUT_S`.
 
     Raises:
-        ConfigError: a value that is not a positive number (names the variable).
+        ConfigError: a value that is not a positive number.
     """
     value = environ.get("HPCDGNN_START_TIMEOUT")
     if value is None:
@@ -233,21 +193,11 @@ def name_ranks(ranks: Sequence[int], shown: int = 5) -> str:
 
 def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: False,
                 poll_s: float = 0.01) -> str | None:
-    """Wait until every rank of ``world`` (mpi4py's ``COMM_WORLD``) runs hpcdgnn; a one-line error naming the
-    ranks that did not within ``timeout_s``, else None. Every rank calls it, after ``MPI_Init`` and before any
-    collective.
+    """Wait until every rank of ``world`` runs hpcdgnn; a one-line error naming the missing ranks, else None.
 
-    Another MPI program in the world (an MPMD launch, ``mpirun -np 4 python -m hpcdgnn run job.yaml : -np 1
-    python monitor.py``) never enters hpcdgnn's first collective — duplicating the world's communicator — and
-    left every hpcdgnn rank waiting in it for ever. Here each rank tells rank 0 it started (a point-to-point
-    message, which such a program does not match) and waits for rank 0's answer, both polled against the clock:
-    rank 0 names the ranks it did not hear from; a rank that gets no answer names rank 0 (after twice the time,
-    so that rank 0's report comes first when rank 0 is hpcdgnn's). A program that never initialises MPI is
-    not reached here: Open MPI's ``MPI_Init`` already waits for every process of the world.
-
-    ``stop()`` (a pre-emption signal) ends the wait with an error :data:`STOP_GRACE_S` later. On an error the
-    requests stay posted (their buffers are this call's): the caller must end the job (``MPI_Abort``), as
-    ``python -m hpcdgnn`` does.
+    A point-to-point handshake with rank 0, polled against ``timeout_s``, so a foreign program in an MPMD
+    launch is named instead of hanging the first collective. On an error the requests stay posted: the caller
+    must ``MPI_Abort``.
     """
     MPI = sys.modules["mpi4py.MPI"]
     rank, size = world.Get_rank(), world.Get_size()
@@ -264,8 +214,8 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
     stopping = False
     while not MPI.Request.Testall(reqs):  # all or none: on False no request is completed
         now = time.monotonic()
-        if not stopping and stop():  # a pre-emption signal: the handshake is milliseconds where all ranks run
-            stopping, deadline = True, min(deadline, now + STOP_GRACE_S)  # hpcdgnn; this one waits for no rank
+        if not stopping and stop():
+            stopping, deadline = True, min(deadline, now + STOP_GRACE_S)
         if now > deadline:
             if stopping:
                 return "pre-empted while the ranks were starting, before any set-up: run the job again"
@@ -294,17 +244,13 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
             "launch with another MPI program?)")
 
 
-# -- the world before a communicator exists -----------------------------------------------------------------
 def init_mpi() -> Any:
-    """The ``mpi4py.MPI`` module, imported — and so MPI initialised — on the first call, not at import time
-    (nothing in hpcdgnn may touch MPI before ``__main__`` decides to, STYLE G3); a process no launcher started
-    gets :func:`singleton_environment` for its ``MPI_Init``."""
+    """The ``mpi4py.MPI`` module, imported (so MPI initialised) on the first call, never at import (STYLE G3)."""
     if "mpi4py.MPI" in sys.modules:
         from mpi4py import MPI
 
         return MPI
-    # read by MPI_Init (importing mpi4py.MPI), then put back: an mpirun this process starts later (a test, a
-    # benchmark) must not hand 'self only' to its ranks
+    # put back after MPI_Init: an mpirun this process starts later must not hand 'self only' to its ranks
     extra = singleton_environment()
     before = {key: os.environ.get(key) for key in extra}
     os.environ.update(extra)
@@ -327,14 +273,12 @@ def world_rank_size() -> tuple[int, int]:
 
 
 def abort_world(code: int) -> None:
-    """End every rank of the MPI job with ``code`` before a communicator exists (nothing where MPI did not
-    start: its own error is the one to see)."""
+    """End every rank of the MPI job with ``code`` before a communicator exists (nothing without MPI)."""
     MPI = sys.modules.get("mpi4py.MPI")
     if MPI is not None:
         MPI.COMM_WORLD.Abort(code)
 
 
-# -- what surrounds a communicator: its node, the MPI library, the tensor backend ---------------------------
 def _mpi_cuda_aware(MPI) -> bool:
     """Whether the MPI library reports CUDA support (MPIX_Query_cuda_support, via mpi4py >= 4)."""
     query = getattr(MPI, "Query_cuda_support", None)
@@ -353,27 +297,14 @@ def _available_memory() -> float:
 
 
 class World:
-    """What surrounds a communicator's ranks (``comm.world``): the node each runs on (its split, shared-memory
-    windows), the MPI library, and the library that carries the training step's tensor collectives.
-
-    Set-up and metrics ask these questions once; the training step never does, so they stand apart from the
-    collectives. Every collective here still crosses the communicator and is counted in its
-    :class:`~hpcdgnn.comm.stats.CommStats`.
-
-    Args:
-        comm: the :class:`~hpcdgnn.comm.communicator.Communicator` whose surroundings these are.
-    """
+    """What surrounds a communicator's ranks (``comm.world``): node, MPI library, tensor backend (set-up only)."""
 
     def __init__(self, comm: Any) -> None:
         self._owner = comm
         self._node: Any = None  # this rank's node, split once (:meth:`node`)
 
     def init_tensor_backend(self, backend: str, device: Any, timeout_s: float = 600.0) -> None:
-        """Choose the library of the training step's tensor collectives (``comm.backend``; see
-        :mod:`hpcdgnn.comm.communicator`).
-
-        For ``gloo`` and ``nccl``, every rank must call this (it is collective).
-        """
+        """Choose the library of the step's tensor collectives (``comm.backend``); collective for gloo/nccl."""
         c = self._owner
         c.backend = backend
         c._cuda_aware = device.type == "cuda" and _mpi_cuda_aware(c._MPI)
@@ -384,8 +315,7 @@ class World:
 
         if backend == "nccl" and device.type != "cuda":
             raise RuntimeError("comm.backend nccl needs CUDA devices")  # the trainer checks this first
-        # rank 0 opens the rendezvous store on a free port (port 0: the OS picks, no race) and
-        # tells the others where it is over MPI
+        # port 0: the OS picks a free port, no race; rank 0 tells the others over MPI
         addr = os.environ.get("HPCDGNN_MASTER_ADDR") or socket.gethostname()
         timeout = datetime.timedelta(seconds=timeout_s)
         c._dist_timeout_s = timeout_s
@@ -399,8 +329,7 @@ class World:
             if store is None:
                 store = dist.TCPStore(addr, port, c.size, is_master=False, timeout=timeout)
             dist.init_process_group(backend, store=store, rank=c.rank, world_size=c.size, timeout=timeout, **kw)
-        # torch wraps the exception hook with one that buffers stderr until the hook returns; ours ends in
-        # MPI_Abort and never returns, so every crash of a gloo/nccl run lost its traceback
+        # torch's hook buffers stderr until the hook returns; ours ends in MPI_Abort, losing the traceback
         sys.excepthook = hook
         c._dist = dist.group.WORLD
         c._dist_device = device if backend == "nccl" else torch.device("cpu")
@@ -411,8 +340,7 @@ class World:
         return self._owner._MPI.Get_library_version().replace("\0", "").strip().splitlines()[0]
 
     def node(self) -> Any:
-        """The ranks of this communicator on this rank's node (an MPI shared-memory split, collective on the
-        first call only, then kept), counted in this communicator's stats like its ``split``."""
+        """The ranks of this communicator on this rank's node (a shared-memory split; collective on first call)."""
         c = self._owner
         if self._node is None:
             self._node = c._child(c._comm.Split_type(c._MPI.COMM_TYPE_SHARED, key=c.rank))
@@ -430,12 +358,11 @@ class World:
         return node.rank, node.size
 
     def shared_array(self, shape: Sequence[int], dtype: np.dtype, what: str) -> tuple[np.ndarray, Any]:
-        """One array shared by every rank of this communicator: an MPI-3 shared-memory window
-        (``MPI.Win.Allocate_shared``) owned by rank 0, which all ranks map. Needs all ranks on one node;
-        raises ``RuntimeError`` (one line naming ``what``) otherwise or when the window cannot be had —
-        including when it is larger than the node's available memory (or ``$HPCDGNN_SHM_LIMIT_MB``, a cap
-        an administrator may set), checked first: an over-committed window would fault later, not fail.
-        Returns the array and the window (free it with ``win.Free()`` when done)."""
+        """One array in an MPI-3 shared window owned by rank 0 (all ranks on one node); (array, window).
+
+        Raises ``RuntimeError`` if the window cannot be had or exceeds available memory (or
+        ``$HPCDGNN_SHM_LIMIT_MB``), checked first: an over-committed window would fault later, not fail.
+        """
         c = self._owner
         MPI = c._MPI
         node = c._comm.Split_type(MPI.COMM_TYPE_SHARED, key=c.rank)
@@ -462,14 +389,10 @@ class World:
 
     def share_per_node(self, produce: Callable[[], dict[str, np.ndarray]], what: str
                        ) -> tuple[dict[str, np.ndarray], list]:
-        """Arrays every rank of a node needs alike, held once per node: the node's first rank runs ``produce``
-        (name -> array), the node's ranks map them from MPI-3 shared windows (:meth:`shared_array`).
+        """Arrays held once per node: the node's first rank runs ``produce``, all map them (collective).
 
-        Collective over this communicator. A user error (:class:`~hpcdgnn.errors.HpcdgnnError`) raised by
-        ``produce`` is raised on every rank of the node, so none waits for arrays that will not come. Where
-        no window can be had (an administrator's cap; every rank of the node learns it alike) each rank runs
-        ``produce`` itself. Returns the arrays (views of the node's copy: read them, never write) and the
-        windows, to keep as long as the arrays.
+        A user error in ``produce`` is raised on every rank of the node; without a window each rank runs
+        ``produce`` itself. Returns (read-only arrays, windows to keep as long as the arrays).
         """
         from hpcdgnn.errors import HpcdgnnError
 
@@ -505,5 +428,5 @@ class World:
                 arr[...] = arrays[name]
             windows.append(win)
             out[name] = arr
-        node.barrier(tag="setup")  # the first rank's copies are in place before anyone reads them
+        node.barrier(tag="setup")
         return out, windows

@@ -1,38 +1,17 @@
-"""One epoch's record: the time split, bytes by tag, memory peaks — measured on every rank, reported once.
+"""One epoch's record: the time split, bytes by tag, memory peaks — from every rank, reported once.
 
-Per epoch, after the last batch, every rank joins one all-reduce of the task's
-metric sums, one all-gather of its time split and peaks (the pre-emption flag
-rides as a column of it, so every rank decides alike whether to stop) and one
-all-gather of its training bytes by communicator tag. Rank 0 appends the record
-to ``metrics.jsonl`` and prints one line (loss, headline metric, time split into
-load / compute / communication, bytes sent).
+After the last batch every rank joins one all-reduce of metric sums, one all-gather of its time split and
+peaks (the stop flags ride in it, so all ranks decide alike) and one of its bytes by tag; rank 0 appends the
+record to ``metrics.jsonl`` and prints one line. Times, each as the slowest rank's and min / mean / max:
 
-Times: ``epoch`` is the wall time of all batches (kernels included on a GPU);
-``comm`` the seconds training communication was under way (every tag but setup,
-metrics, barrier, checkpoint): the time inside blocking collectives, and for
-non-blocking ones (``strategy.overlap_chunks``) the time from their post to their
-completion, exchanges under way at once counted once (the union of their intervals:
-gradient buckets in flight during the backward redistribution's chunks), so that it
-never exceeds ``epoch``; ``comm_by_tag``'s ``seconds`` are each tag's own; ``comm_exposed``
-the part of ``comm`` this rank spent blocked inside MPI calls — waiting, not hidden behind
-computation (equal to ``comm`` without overlap); ``comm_late`` the part of ``comm_exposed`` spent before the last rank
-had reached the exchange — waiting for a slower rank, which no overlap can hide
-(:mod:`hpcdgnn.metrics.waits`): summed over the tags whose exchanges are all
-collectives of every rank (``comm_by_tag`` gives those a ``late``; a tag with
-point-to-point or group exchanges — pss's pipeline, DistTGL's groups, the sequences
-strategy's fetches — has none), absent from an epoch whose exchanges the ranks did
-not record alike; ``load`` the seconds the strategy spent reading or moving input data;
-``compute`` the rest, ``epoch - load - comm_exposed`` (communication hidden behind
-computation counts in both ``compute`` and ``comm``). Each is reported as the
-slowest rank's and min / mean / max over ranks.
+* ``epoch``: wall time of all batches; ``load``: reading or moving input data;
+* ``comm``: the union of training communication intervals (post to completion), never above ``epoch``;
+* ``comm_exposed``: the part of ``comm`` spent blocked in MPI calls (not hidden behind computation);
+* ``comm_late``: the part of ``comm_exposed`` before the last rank arrived (:mod:`hpcdgnn.metrics.waits`),
+  only for tags of all-rank collectives;
+* ``compute``: ``epoch - load - comm_exposed``.
 
-With ``debug.trace_exchanges`` each rank also appends, per epoch, one line to
-``trace/exchanges.rank<r>.jsonl`` in the run directory: every collective of all
-ranks it made, in order, with its tag, its arrival (seconds after the epoch began),
-the seconds it was blocked in it and, of them, the late ones (null where the ranks'
-records did not match): where an epoch's exposed time went, exchange by exchange.
-Every such collective is there, of training tags or not; ``comm_late`` sums the
-training tags whose calls were all collectives of every rank.
+``debug.trace_exchanges`` appends each epoch's collectives to ``trace/exchanges.rank<r>.jsonl``.
 """
 
 from __future__ import annotations
@@ -59,17 +38,10 @@ def fmt_metric(v: float | None) -> str:
 
 
 class EpochRecorder:
-    """Measures epochs of one run and turns them into records (see the module docstring).
+    """Measures epochs of one run and turns them into records.
 
-    Args:
-        comm: the communicator.
-        strategy: the run's strategy (its :meth:`~hpcdgnn.strategies.Strategy.usage` counters and epoch report).
-        task: the task head (turns metric sums into metrics).
-        device: this rank's device (GPU peak memory when CUDA).
-        warmup_epochs: epochs flagged ``warmup``.
-        resumed_at: the checkpoint epoch a resumed run starts after (0 = a fresh run); the first
-            epoch after it runs on cold caches and buffers, like epoch 1, and is flagged too.
-        trace: this rank's exchange trace file (``debug.trace_exchanges``; see the module docstring), or None.
+    ``resumed_at``: the epoch a resumed run starts after (0: fresh); the first epoch after it is flagged
+    ``warmup`` too (cold caches). ``trace``: this rank's exchange trace file, or None.
     """
 
     def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int,
@@ -86,8 +58,7 @@ class EpochRecorder:
         return run_dir / "trace" / f"exchanges.rank{rank:05d}.jsonl"
 
     def _trace(self, epoch: int, exchanges: ExchangeLog, blocked: np.ndarray, late: np.ndarray | None) -> None:
-        """Append this epoch's exchanges to the trace: per exchange [tag index, arrival after the epoch's
-        start, seconds blocked, of them late (null: unknown)], in seconds rounded to the microsecond."""
+        """Append this epoch's exchanges to the trace: [tag index, arrival, blocked, late] seconds each."""
         arrival = exchanges.arrivals - self._t0
         late_or_none = [None] * len(blocked) if late is None else [round(float(w), 6) for w in late]
         rows = [[int(k), round(float(a), 6), round(float(b), 6), w]
@@ -101,20 +72,17 @@ class EpochRecorder:
         self._bytes_before = self.comm.stats.snapshot()
         self._usage_before = self.strategy.usage()
         self.comm.stats.keep_exchanges = True  # for comm_late (and the trace) at the end
-        self.comm.stats.take_exchanges()  # this epoch's exchanges only
+        self.comm.stats.take_exchanges()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self._t0 = time.perf_counter()
 
     def end(self, epoch: int, stats: np.ndarray, grad_norm: float, activation_peak: float,
             stop_raised: bool, checkpoint_due: bool = False) -> tuple[dict, bool, bool]:
-        """Finish the epoch (collective): the record, whether any rank was asked to stop, and whether
-        any rank finds a wall-time checkpoint due (the flags ride on the gather every epoch makes anyway,
-        so all ranks take the same decision).
-        """
+        """Finish the epoch (collective): the record, whether any rank must stop, whether a checkpoint is due."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # epoch time includes the kernels, not just their launch
-        self.comm.exchange.complete_deferred()  # e.g. an evaluation pass's halo: nothing in flight across epochs
+        self.comm.exchange.complete_deferred()  # nothing in flight across epochs
         wall = time.perf_counter() - self._t0
         spans = self.comm.stats.take_spans()  # before the collectives below
         exchanges, unmatched = self.comm.stats.take_exchanges()
@@ -128,7 +96,7 @@ class EpochRecorder:
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
         metrics = self.task.metrics(self.comm.allreduce_array(stats))
-        blocked, each_late = exchanges.each(last_arrivals(self.comm, exchanges))  # late None on every rank alike
+        blocked, each_late = exchanges.each(last_arrivals(self.comm, exchanges))
         late = None if each_late is None else exchanges.per_tag(each_late)
         if self.trace is not None:
             self._trace(epoch, exchanges, blocked, each_late)
@@ -136,7 +104,7 @@ class EpochRecorder:
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
                                                float(stop_raised), float(checkpoint_due), exposed])
         by_tag: dict[str, int] = {}
-        time_by_tag: dict[str, np.ndarray] = {}  # per tag: per-rank [seconds, exposed, late (NaN: unknown)]
+        time_by_tag: dict[str, np.ndarray] = {}  # per tag: [seconds, exposed, late (NaN: unknown)]
         # a tag's late time is known where this rank's calls of it were all exchanges of every rank
         gathered = self.comm.allgather_obj(
             {k: (v.bytes_sent, v.seconds, v.exposed, late.get(k, 0.0) if late is not None and k not in unmatched
@@ -151,9 +119,7 @@ class EpochRecorder:
         late_per_rank = (None if late is None else
                          np.sum([time_by_tag[k][:, 2] for k in known], axis=0) if known else np.zeros(len(gathered)))
         record = self._record(epoch, metrics, grad_norm, per_rank_all, by_tag, late_per_rank)
-        # where the communication time goes, tag by tag: under way (seconds) and blocked (exposed),
-        # mean over ranks, and the most any rank was blocked; of that, the part before the last rank
-        # arrived (late: waiting on a slower rank), where it is known
+        # per tag: mean seconds and exposed over ranks, the most any rank blocked, and late where known
         record["comm_by_tag"] = {k: {"seconds": float(v[:, 0].mean()), "exposed": float(v[:, 1].mean()),
                                      "exposed_max": float(v[:, 1].max()),
                                      **({"late": float(v[:, 2].mean()), "late_max": float(v[:, 2].max())}

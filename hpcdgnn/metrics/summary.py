@@ -1,11 +1,7 @@
 """``summary.json``: what a finished (or pre-empted) run reports for scripts and plots.
 
-Final metrics, time and byte totals of the whole run (a resumed one's earlier epochs included, read
-from ``metrics.jsonl``), the steady epoch time (median and mean of the slowest rank over non-warm-up
-epochs), S3 transfer bytes, per-rank memory (peak RSS, device-held inputs, activation peak, host
-payloads, GPU peak) and the environment (ranks, threads, device, backend, library versions, the ranks of each
-host and device kind, each host's CPUs).
-Every rank joins one gather of its memory figures; rank 0 writes the file.
+Final metrics, whole-run totals (a resume's earlier epochs included), the steady epoch time, per-rank memory
+and the environment; every rank joins one gather of its memory figures, rank 0 writes the file.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ __all__ = ["RunTotals", "device_name", "write_summary"]
 
 
 def device_name(device: torch.device) -> str:
-    """``cpu``, or the GPU's name: summary.json's ``environment.device`` (benchmarks compare sides by it)."""
+    """``cpu``, or the GPU's name (``environment.device``)."""
     return str(device) if device.type == "cpu" else torch.cuda.get_device_name(device)
 
 
@@ -49,25 +45,22 @@ def _memory(comm, run, activation_peak: float) -> np.ndarray:
 
 
 def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
-    """``placed``: every rank's (host, device name, CPU affinity as a bit mask), rank by rank. ``host`` and
-    ``device`` are rank 0's (the fields scripts compare runs by); ``hosts`` and ``devices`` count the ranks on each
-    node and on each device kind, so that a scaling study can tell 4 ranks on one node from 4 on four, and a node
-    of another GPU model; ``host_cpus``: the CPUs the job's ranks on each node may run on (the union of their
-    affinities), against which ``perf/scaling.py`` judges a node oversubscribed."""
+    """The environment from ``placed`` (per rank: host, device name, CPU mask): ranks per host and device kind,
+    and each host's CPUs (the union of its ranks' affinities)."""
     import mpi4py
 
     from hpcdgnn.allocator import describe as describe_allocator
 
     job, device = run.job, run.device
-    hosts = dict(Counter(h for h, _, _ in placed))  # in the order of each name's first rank
+    hosts = dict(Counter(h for h, _, _ in placed))
     masks: dict[str, int] = {}
     for h, _, mask in placed:
         masks[h] = masks.get(h, 0) | mask
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
-        "progress_thread_ranks": comm.progress.ranks,  # comm.progress: ranks whose exchanges a thread moved
-        "progress_thread_dedicated_ranks": comm.progress.dedicated,  # of them, threads with a core of their own
+        "progress_thread_ranks": comm.progress.ranks,
+        "progress_thread_dedicated_ranks": comm.progress.dedicated,
         "device": device_name(device),
         "comm_backend": job.comm.backend,
         "dtype": job.train.dtype,
@@ -80,15 +73,12 @@ def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
         "hosts": hosts,
         "host_cpus": {h: m.bit_count() for h, m in masks.items()},
         "devices": dict(Counter(d for _, d, _ in placed)),
-        "host_allocator": describe_allocator(),  # rank 0's; every rank starts with the same environment
+        "host_allocator": describe_allocator(),  # rank 0's: every rank has the same environment
     }
 
 
 class RunTotals:
-    """What ``summary.json`` needs of the run's epochs, kept as running sums: holding every epoch's record for
-    it cost each rank 7-12 KiB an epoch at P = 2 (more at larger P: a record has per-rank lists), which a
-    multi-day job of short epochs grew into gigabytes (a helper's long-run audit). :meth:`add` each record, a
-    resumed run's earlier ones first (:meth:`add_file`)."""
+    """What ``summary.json`` needs of the run's epochs, as running sums (records are not kept in memory)."""
 
     #: the slowest rank's split summed over epochs: load + compute + comm_exposed = epoch
     KEYS = (*TIME_SPLIT, "comm_exposed", "comm_late")
@@ -96,10 +86,8 @@ class RunTotals:
     def __init__(self) -> None:
         self.epochs, self.bytes_sent, self.transfer_bytes = 0, 0, 0
         self.seconds = dict.fromkeys(self.KEYS, 0.0)
-        self._missing: set[str] = set()  # keys some epoch lacks (a record from before they existed)
-        # the slowest rank's epoch seconds of the non-warm-up epochs, of the warm-up ones (the fallback when every
-        # epoch is one) and of a profiled one (debug.profile_epoch: the last resort, its time includes the
-        # profiler's), for the median: C doubles, 8 B an epoch (lists of floats held 32 B an epoch for the run)
+        self._missing: set[str] = set()  # keys some epoch lacks
+        # the slowest rank's epoch seconds: steady, warm-up (fallback) and profiled (last resort), as C doubles
         self.steady, self.warm, self.profiled = array("d"), array("d"), array("d")
         self.final: dict | None = None
 
@@ -128,8 +116,7 @@ class RunTotals:
         return {k: v for k, v in self.seconds.items() if k not in self._missing}
 
     def steady_seconds(self) -> dict[str, float | None]:
-        """Median and mean of the slowest rank's epoch time over the steady epochs: neither warm-up nor profiled
-        (else the warm-up ones; else the profiled one)."""
+        """Median and mean of the slowest rank's epoch time over steady epochs (else warm-up; else profiled)."""
         times = self.steady or self.warm or self.profiled
         return {"median": float(np.median(times)) if times else None,
                 "mean": float(np.mean(times)) if times else None}
@@ -137,10 +124,7 @@ class RunTotals:
 
 def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, preempted: bool,
                   status: str | None = None) -> None:
-    """Gather the memory figures (every rank) and write ``summary.json`` (rank 0, ``rd`` not None).
-
-    ``totals``: of every epoch of the run, those before a resume included (``metrics.jsonl``'s), so that the
-    totals and the steady epoch time are the whole run's, not the last attempt's."""
+    """Gather the memory figures (every rank) and write ``summary.json`` (rank 0); ``totals``: the whole run's."""
     mem = _memory(comm, run, activation_peak)
     mask = sum(1 << c for c in cpu_affinity())
     placed = comm.allgather_obj((socket.gethostname(), device_name(run.device), mask), tag="metrics")
@@ -165,8 +149,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
                 "epoch_bytes": epoch_bytes,
             },
             "transfer_bytes": int(mem[:, 5].sum()) + epoch_bytes,
-            # the slowest rank's, as the totals and perf/scaling.py's epoch_s (its own wall time: within the
-            # epoch's last local work of the largest, time.epoch.max)
+            # the slowest rank's, as the totals and perf/scaling.py's epoch_s
             "steady_epoch_seconds": totals.steady_seconds(),
             "memory": {
                 "peak_rss_bytes": [int(v) for v in mem[:, 0]],

@@ -1,37 +1,26 @@
-"""The strategy contract the trainer calls: who owns what, how data moves, how a step is taken (STYLE G5).
+"""The strategy contract: who owns what, how data moves, how a step is taken (STYLE G5).
 
-A strategy is generic over its batch type — :class:`FullBatch` (the whole timeline, one step an epoch),
-:class:`SampleBatch` (sequence mini-batches) or :class:`EventBatch` (an event stream's iterations) — and the
-trainer (:mod:`hpcdgnn.train.trainer`), which never names one, calls::
+Generic over the batch type (:class:`FullBatch`, :class:`SampleBatch`, :class:`EventBatch`); the trainer calls::
 
-    plan = Strategy.make_plan(manifest, P, job)        rank 0, from hpcdgnn.partition; broadcast
-    scored = strategy.setup(plan, model, task, reader)  this rank's data; then task.setup(reader, scored, comm)
-    phase = strategy.pretraining()                     None, or epochs of a copy run by the same loop (below)
+    plan = Strategy.make_plan(manifest, P, job)        rank 0; broadcast
+    scored = strategy.setup(plan, model, task, reader)
+    phase = strategy.pretraining()                     None, or epochs run by the same loop
     for epoch:
         for batch in strategy.batches(epoch):
-            stats = strategy.step(model, task, batch, 1 / examples)    forward -> loss -> backward
+            stats = strategy.step(model, task, batch, 1 / examples)
             strategy.sync_gradients(params); optimizer.step()
-        strategy.evaluate(model, task, epoch)          None: the training pass measured the metrics
-        strategy.report(epoch, train_loss)             what the epoch's record adds (collective)
+        strategy.evaluate(model, task, epoch)
+        strategy.report(epoch, train_loss)
 
-with :meth:`~Strategy.usage` (memory and load/transfer counters, local), :meth:`~Strategy.state_dict` /
-:meth:`~Strategy.load_state_dict` (checkpoints), :meth:`~Strategy.rebalanced_plan` (``balance: measured``)
-and :meth:`~Strategy.close`.
+plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``close``. Strategies:
 
-What each strategy implements (paper sections):
-
-* ``snapshot`` — S1 snapshot partitioning (IBM §4.2, Fig. 3a), S2 checkpoint blocks (§3.1), S3
-  graph-difference transfer (§3.2);
+* ``snapshot`` — S1 snapshot partitioning (IBM §4.2), S2 checkpoint blocks (§3.1), S3 graph differences (§3.2);
 * ``pss`` — contiguous snapshots, RNN state pipelined rank to rank (DGC §2.1);
 * ``vertex`` — S6 vertex partitioning with halo exchange (IBM §4.1), D3 stale aggregation;
 * ``chunk`` — D1 chunk partitioning (DGC §4), D2 fusion (§5.1), D3 stale aggregation (§5.2);
 * ``sequences`` — R1 placement, R4 sequence mini-batches (ReInc §3.4), R2 incremental aggregation (§3.2),
   R3 reuse caches (§3.1, §3.3);
-* ``memory`` — M2 mini-batch × epoch × memory parallelism over an event stream (DistTGL §3.2–3.3), M1's
-  static-memory pre-training (§3.1) as a :class:`Pretraining` phase.
-
-A strategy owns every collective of the training step, so it alone knows which tensors must join the backward
-pass for the collectives to line up on every rank (:meth:`FullBatchStrategy.backward`).
+* ``memory`` — M2 i×j×k parallelism over an event stream (DistTGL §3.2–3.3), M1 pre-training (§3.1).
 """
 
 from __future__ import annotations
@@ -66,21 +55,14 @@ class StrategyContext:
     dtype: torch.dtype
     data_root: str
     device: torch.device = torch.device("cpu")
-    #: epochs the model has already been trained for (a resume, a re-cut): > 0 skips set-up work that made
-    #: state the restored model already holds (TGN's static-memory pre-training)
+    #: epochs already trained (resume, re-cut); > 0 skips set-up whose state the model already holds
     start_epoch: int = 0
 
 
 @dataclass
 class Batch:
-    """One optimizer step's worth of work.
-
-    Attributes:
-        epoch: the epoch (1-based; pre-training epochs count 1, 2, ... of their own phase).
-        index: the batch's number in the epoch, the same on every rank.
-        examples: training examples of this batch over all ranks, the loss denominator; None = all of the
-            task's (a full batch).
-    """
+    """One optimizer step: ``epoch`` (1-based), ``index`` (same on every rank), ``examples`` (loss
+    denominator over all ranks; None = the whole task)."""
 
     epoch: int
     index: int
@@ -114,15 +96,8 @@ B = TypeVar("B", bound=Batch)
 
 @dataclass
 class Usage:
-    """A strategy's counters (cumulative over the run; the epoch records take differences).
-
-    Attributes:
-        engine_bytes: peak bytes of input data and precomputed tensors held on the device.
-        host_bytes: bytes of input data kept in host memory for later transfers.
-        transfer_bytes: input bytes moved host -> device so far (S3).
-        transfer_seconds: seconds those transfers took.
-        load_seconds: seconds spent reading or moving input data (the epoch line's "load" column).
-    """
+    """Cumulative counters: device-held and host-held input bytes, host->device transfer bytes/seconds (S3),
+    seconds reading or moving input data."""
 
     engine_bytes: int = 0
     host_bytes: int = 0
@@ -133,17 +108,7 @@ class Usage:
 
 @dataclass
 class Pretraining(Generic[B]):
-    """Epochs that train a copy of the model before epoch 1, run by the trainer's own loop (DistTGL §3.1).
-
-    Attributes:
-        name: what it trains (the log line).
-        model: the copy trained (its parameters and the task's are the phase's optimizer's).
-        task: the task head trained with it.
-        epochs: how many epochs.
-        batches: epoch -> the phase's batches (``Strategy.step`` takes them).
-        examples: the loss denominator of an epoch (training examples over all ranks).
-        finish: called once after the last epoch: keeps what the phase made.
-    """
+    """Epochs training a model copy before epoch 1 in the trainer's loop (DistTGL §3.1); ``finish`` runs after."""
 
     name: str
     model: DGNN
@@ -157,33 +122,30 @@ class Pretraining(Generic[B]):
 class Strategy(Generic[B]):
     """Base class of partitioning strategies; subclasses register with :func:`register_strategy`."""
 
-    #: the YAML ``strategy.name``; its options class is ``hpcdgnn.regimes.options_class("strategy", name)``
+    #: the YAML ``strategy.name``
     name: ClassVar[str] = ""
-    #: trains the whole graph in one batch per epoch (so it reproduces every other such strategy's losses)
+    #: one batch per epoch (reproduces every other full-batch strategy's losses)
     full_batch: ClassVar[bool] = False
-    #: what the set-up (the start line's ``setup`` seconds) does, in a few words
+    #: what the set-up does, in a few words (start line)
     setup_work: ClassVar[str] = "read + normalise + precompute Ã·X"
 
     def __init__(self, ctx: StrategyContext) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
-        #: seconds spent reading or moving input data, cumulative (:attr:`Usage.load_seconds`)
         self.load_seconds = 0.0
         self.task: Any = None
 
     @classmethod
     def make_plan(cls, manifest: Manifest, num_ranks: int, job: JobConfig) -> Any:
-        """The partition plan (rank 0 only; broadcast), made by :mod:`hpcdgnn.partition` (not named ``plan``:
-        strategies keep the plan they were set up with as ``self.plan``)."""
+        """The partition plan (rank 0 only; broadcast)."""
         raise NotImplementedError
 
     def setup(self, plan: Any, model: DGNN, task: Any, reader: Any) -> Scored:
-        """Read this rank's data for ``plan``; return what this rank scores (the trainer then runs
-        ``task.setup(reader, scored, comm)``). ``task`` is kept for :meth:`batches`, not yet set up here."""
+        """Read this rank's data for ``plan``; return what it scores (``task`` is not yet set up)."""
         raise NotImplementedError
 
     def pretraining(self) -> Pretraining[B] | None:
-        """A phase before epoch 1 (after :meth:`setup` and the task's set-up), or None (the default)."""
+        """A phase before epoch 1, or None."""
         return None
 
     def batches(self, epoch: int) -> Iterator[B]:
@@ -195,14 +157,11 @@ class Strategy(Generic[B]):
         raise NotImplementedError
 
     def evaluate(self, model: DGNN, task: Any, epoch: int) -> np.ndarray | None:
-        """Validation / test metric sums from a pass of its own; None when the training pass measured them
-        (full batch: the metrics of epoch e come from the forward that produced its loss)."""
+        """Validation / test metric sums from a pass of its own; None when the training pass yields them."""
         return None
 
     def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum partial gradients over ranks (missing grads count as zero): one flat all-reduce, or with
-        ``comm.grad_buckets`` > 1 (MPI, host parameters) buckets started during the backward pass
-        (:class:`~hpcdgnn.comm.buckets.GradientBuckets`; it installs its hooks at the first call)."""
+        """Sum gradients over ranks (missing = zero): one flat all-reduce, or buckets overlapped with backward."""
         self.comm.exchange.complete_deferred()  # exchanges this rank only sent in, posted during the step
         buckets = getattr(self, "_grad_buckets", None)
         if buckets is not None and not buckets.serves(params):  # another model (a pre-training copy) before
@@ -225,13 +184,12 @@ class Strategy(Generic[B]):
             offset += n
 
     def _bucketed(self, params: list[torch.nn.Parameter]) -> bool:
-        """Whether the gradient all-reduce runs in buckets (see :meth:`sync_gradients`); the same on every rank."""
+        """Whether gradients go in buckets; the same on every rank."""
         return (self.ctx.job.comm.grad_buckets > 1 and self.comm.size > 1 and self.comm.backend == "mpi"
                 and len(params) > 1 and all(p.device.type == "cpu" for p in params))
 
     def report(self, epoch: int, train_loss: float) -> dict[str, Any]:
-        """What the epoch's metrics record adds (approximate techniques say how far they depart here); every
-        rank calls it after each epoch with the global training loss, so it may run collectives."""
+        """What the epoch's record adds; called on every rank, so it may run collectives."""
         return {}
 
     def usage(self) -> Usage:
@@ -249,8 +207,7 @@ class Strategy(Generic[B]):
         return 0, 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        """State later epochs depend on beyond the plan and the model (stale caches, the node memory, the
-        reuse cache), saved per rank in every checkpoint."""
+        """Per-rank state later epochs depend on beyond plan and model (caches, node memory)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -259,13 +216,11 @@ class Strategy(Generic[B]):
             raise NotImplementedError(f"strategy {self.name!r} saved state it cannot restore")
 
     def rebalanced_plan(self, plan: Any, compute: list[float]) -> Any | None:
-        """Rank 0, after the warm-up epochs: a plan re-cut from each rank's measured compute seconds, or None
-        to keep ``plan`` (the default). The trainer then builds a new strategy on it."""
+        """Rank 0: a plan re-cut from each rank's compute seconds, or None to keep ``plan``."""
         return None
 
     def close(self) -> None:
-        """Release what would outlive this object once a new strategy replaces it: the gradient buckets'
-        hooks on the model's parameters (every rank calls it at the same point)."""
+        """Remove the gradient buckets' hooks (collective: every rank calls it at the same point)."""
         buckets = getattr(self, "_grad_buckets", None)
         if buckets is not None:
             buckets.close()
@@ -286,20 +241,17 @@ class FullBatchStrategy(Strategy[FullBatch]):
         yield FullBatch(epoch, 0, None, self.layout())
 
     def step(self, model: DGNN, task: Any, batch: FullBatch, scale: float) -> np.ndarray:
-        """Forward over ``batch.layout``, loss × ``scale``, backward; strategies that interleave the three
-        (checkpoint blocks) override it."""
+        """Forward over ``batch.layout``, loss × ``scale``, backward."""
         emb = model(batch.layout)
         out = task(emb, batch.epoch)
         self.backward(out.loss_sum * scale, batch.layout)
         return out.stats
 
     def backward(self, loss: torch.Tensor, layout: Layout) -> None:
-        """Backpropagate ``loss`` so that every rank runs the same collectives in the same order.
+        """Backpropagate ``loss`` so every rank runs the same collectives in the same order.
 
-        Tasks keep their loss connected to every embedding they get (Task.forward's contract), so only a rank
-        that scores nothing needs ``layout.last`` (the output of the last layout change) as an extra root: it
-        is empty then, so it costs nothing, but its backward still joins the collective. ``layout.roots``
-        (pipeline sends) join with a zero gradient.
+        A rank scoring nothing adds the empty ``layout.last`` as a root so its backward still joins the
+        collective; ``layout.roots`` (pipeline sends) join with a zero gradient.
         """
         roots = [loss, *(r for r in layout.roots if r.requires_grad)]
         self._backward(roots, [torch.ones_like(loss), *(torch.zeros_like(r) for r in roots[1:])], layout.last)

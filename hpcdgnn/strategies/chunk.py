@@ -1,50 +1,12 @@
-"""D1, partitioning by graph chunks (DGC §4): rank 0 makes chunks and assigns them; ranks train exactly.
+"""D1 partitioning by graph chunks (DGC §4), D2 chunk fusion (§5.1), D3 stale aggregation (§5.2).
 
-Plan (rank 0, :mod:`hpcdgnn.partition.chunks`): the spatio-temporal super-graph
-of the adjacencies trained on, with spatial edges weighted GCN layers ×
-feature width and virtual temporal edges RNN layers × hidden width; label
-propagation with a size cap (``strategy.chunk_size``); Alg. 1 / Eq. 3
-assignment with the vertex/edge-count workload. Every appearance (v, t) of an
-active vertex gets its chunk's rank. The models compute every vertex in every
-snapshot, so an inactive (v, t) goes to v's *RNN owner*: the rank that owns
-most of v's active appearances (ties to the lower rank; never-active vertices
-spread as v mod P).
-
-Runtime, per layer — the two exact patterns of the other strategies, with
-index lists where they have boxes or ranges:
-
-* spatial: rank q computes the GCN rows of its appearances. Their neighbours'
-  rows come in one halo all-to-all (indices fixed at setup, as in
-  :mod:`hpcdgnn.strategies.vertex`), then one sparse product over all of them;
-* temporal: an all-to-all moves each appearance row to v's RNN owner, the RNN
-  runs there over v's whole timeline, and the rows go back. Rows already on
-  their RNN owner move nothing, so a chunk that keeps a sequence together costs
-  no temporal traffic.
-
-After the last layer the task scores the rows where they are, fetching only
-those it lacks, as under :mod:`hpcdgnn.strategies.vertex` (a task that cannot
-gets whole snapshots, t on rank t mod P, in one more all-to-all). Everything is
-exact: the same loss as P = 1.
-Spatial fusion (D2, DGC §5.1.1, ``strategy.fusion``): the GCN aggregation
-runs over groups of a rank's chunks, fused under ``strategy.fusion_memory_mb``
-(:mod:`hpcdgnn.partition.fusion`); each group reads its rows once. The outputs
-are those of the unfused, chunk-by-chunk run; what changes is the rows loaded,
-reported per epoch (``fusion`` in metrics.jsonl). DGC's cap is the GPU's memory
-(``auto``, the default: the device memory this rank may use); a rank whose
-chunks all fit then aggregates them as one product over its rows of Ã, and a
-smaller cap buys fewer rows per product at the cost of the groups' gathers.
-Attention layers (DySAT) aggregate all of a rank's rows at once, i.e. as one
-fused group.
-
-With ``strategy.sequences: active`` a vertex's time encoder runs over its
-active appearances only (DGC's temporal sequences): sequences of different
-lengths, which temporal fusion (D2, DGC §5.1.2) packs end to end with the
-state masked at each boundary (Eq. 4–5, :mod:`hpcdgnn.nn.temporal_fusion`);
-``fusion: off`` pads each to the longest. Same outputs.
-
-Stale aggregation (D3, ``strategy.stale``) applies to the GCN halo exactly as in the
-vertex strategy (:class:`~hpcdgnn.strategies.stale.StaleHalo`); the RNN-owner
-and task exchanges always move fresh rows.
+Rank 0 builds the spatio-temporal super-graph, cuts it by size-capped label propagation and assigns chunks by
+Alg. 1 / Eq. 3 (:mod:`hpcdgnn.partition.chunks`); an inactive (v, t) goes to v's *RNN owner* (the rank owning
+most of v's active appearances). Per layer, exactly: the GCN rows come from a halo all-to-all as under
+:mod:`~hpcdgnn.strategies.vertex`, and an index all-to-all moves each appearance to v's RNN owner and back (rows
+already there move nothing). Spatial fusion (D2, §5.1.1) aggregates groups of chunks under
+``fusion_memory_mb``; ``sequences: active`` runs the time encoder over active appearances only, packed end to
+end by temporal fusion (§5.1.2, Eq. 4–5). Stale aggregation (D3) applies to the GCN halo only.
 """
 
 from __future__ import annotations
@@ -74,24 +36,15 @@ __all__ = ["ChunkStrategy", "IndexExchange"]
 
 
 class IndexExchange:
-    """A fixed all-to-all that moves local rows to (rank, row) destinations, and back (autograd-aware).
+    """A fixed all-to-all moving local rows to ``(dest, dest_row)`` and back, autograd-aware.
 
-    Args:
-        comm: the communicator.
-        dest: destination rank of each local row.
-        dest_row: row index on the destination (each destination row is written exactly once, by
-            exactly one rank, over all ranks).
-        out_rows: rows of the destination tensor on this rank.
-        tag: counter name.
+    Every destination row is written exactly once over all ranks; ``out_rows``: rows received here.
     """
 
     def __init__(self, comm, dest: np.ndarray, dest_row: np.ndarray, out_rows: int, tag: str) -> None:
         P = comm.size
         self.comm, self.tag, self.out_rows = comm, tag, out_rows
-        #: on one rank the exchange is a permutation of the rows (every destination row written once):
-        #: done as one gather each way, none at all when it is the identity (the rows are already
-        #: where they go: time-major appearances are the RNN owner's (T, R) block and the task's
-        #: snapshots); no all-to-all, no zero-filled output, no scatter
+        #: one rank: a permutation, done as one gather each way (none for the identity)
         self._local: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
         if P == 1 and dest.shape[0] == out_rows:
             rows = np.asarray(dest_row, dtype=np.int64)
@@ -146,12 +99,11 @@ class _ActiveSequences:
 
 @register_strategy("chunk")
 class ChunkStrategy(HaloStrategy):
-    """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges (see module docstring)."""
+    """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges."""
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Chunks by label propagation, assigned by Alg. 1 (:func:`plan_chunks`); the model is checked
-        against ``strategy.sequences`` first (rank 0, before any run directory exists)."""
+        """Chunks by label propagation, assigned by Alg. 1, after checking the model fits ``sequences``."""
         if job.strategy.sequences == "active":
             m = job.model
             mixing = time_mixing_layers(m)
@@ -170,8 +122,8 @@ class ChunkStrategy(HaloStrategy):
         c = plan.chunks
         rnn_owner = c.rnn_owner
         flat_owner = appearance_owner(c.chunk, c.chunk_owner, rnn_owner).ravel()
-        local = local_rows(flat_owner, P)  # row of every appearance on its owner, time-major (t, v)
-        mine = np.flatnonzero(flat_owner == me)  # keys t * N + v, ascending
+        local = local_rows(flat_owner, P)
+        mine = np.flatnonzero(flat_owner == me)
         n = mine.shape[0]
         self.T, self.N, self.n = T, N, n
         t_of, v_of = mine // N, mine % N
@@ -182,19 +134,18 @@ class ChunkStrategy(HaloStrategy):
         self._fuse_args = (c.chunk.ravel()[mine], owned.row.numpy(), model)
         self.groups = self._fuse(*self._fuse_args)
 
-        # temporal: appearance rows <-> the RNN owner's (T, R, F) block
         rpos = local_rows(rnn_owner, P)
         R_of = np.bincount(rnn_owner, minlength=P)
         self.R = int(R_of[me])
         dest = rnn_owner[v_of]
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
-        #: the first layer's constant Ã·X on the RNN owner, once moved (:meth:`ax0_on_rnn`)
+        #: the first layer's constant Ã·X on the RNN owner, once moved
         self._ax0_rnn: torch.Tensor | None = None
         self._seq = self._sequences(c.chunk[:, rnn_owner == me] >= 0, dev)
         self.num_layers = len(model.layers)
         if self._task_rows(mine, N, lambda k: flat_owner[k], lambda k: local[k]) is not None:
-            return Scored(rows=self.shard)  # the task scores my appearances here and fetches the few rows it lacks
-        # else its layout: snapshot t on rank t mod P, all N rows in vertex order
+            return Scored(rows=self.shard)
+        # else snapshot t on rank t mod P, all N rows in vertex order
         self.scored = plan.snapshots_of(me)
         slot_of_t = np.zeros(T, dtype=np.int64)
         for p in range(P):
@@ -204,26 +155,23 @@ class ChunkStrategy(HaloStrategy):
         return Scored(snapshots=tuple(self.scored))
 
     def _sequences(self, active: np.ndarray, dev: torch.device) -> _ActiveSequences | None:
-        """With ``strategy.sequences: active``: my RNN vertices' active appearances as sequences, packed
-        (temporal fusion, DGC §5.1.2) or padded (``fusion: off``); None with ``sequences: all``.
-        """
+        """My RNN vertices' active appearances, packed (DGC §5.1.2) or padded; None with ``sequences: all``."""
         cfg = self.ctx.job.strategy
         if cfg.sequences == "all":
             self._time_slots = np.zeros(2)
             return None
-        r_of, t_of = np.nonzero(active.T)  # vertex-major, each vertex's steps in time order
+        r_of, t_of = np.nonzero(active.T)
         lengths = active.sum(0)
         lengths = lengths[lengths > 0]
         packing = (pack_sequences if cfg.fusion == "on" else pad_sequences)(lengths)
         step, lane = packing.index()
-        #: time-encoder slots per layer: used here, and as padded batches (DGC Fig. 9b)
+        #: time-encoder slots per layer: packed, and padded (DGC Fig. 9b)
         self._time_slots = np.array([packing.steps * packing.lanes, packing.steps * lengths.shape[0]])
         return _ActiveSequences(torch.from_numpy(t_of).to(dev), torch.from_numpy(r_of).to(dev), step.to(dev),
                                 lane.to(dev), packing.reset_mask().to(dev), packing.steps, packing.lanes)
 
     def ax0_on_rnn(self) -> torch.Tensor:
-        """The first layer's constant aggregation Ã·X as my RNN vertices' (T, R, F) block: moved once (the
-        first epoch, every rank at the same point) and kept; it needs no backward exchange."""
+        """Layer 0's constant Ã·X as my RNN vertices' (T, R, F) block, moved once (collective) and kept."""
         if self._ax0_rnn is None:
             with torch.no_grad():
                 self._ax0_rnn = self.to_rnn.forward(self.ax0).view(self.T, self.R, self.ax0.shape[-1]).clone()
@@ -232,7 +180,7 @@ class ChunkStrategy(HaloStrategy):
     def _time_encoder(self, layer, yr: torch.Tensor) -> torch.Tensor:
         """Layer's RNN over my vertices' (T, R, F) block: every step, or only the active ones."""
         s = self._seq
-        if s is None:  # without autograd past the training horizon (causal models)
+        if s is None:
             return horizon_temporal(layer, yr, None, self.grad_steps)[0]
         x = yr.new_zeros(s.steps, s.lanes, yr.shape[-1]).index_put((s.step, s.lane), yr[s.t, s.r])
         out = layer.packed_temporal(x, s.mask)
@@ -240,25 +188,17 @@ class ChunkStrategy(HaloStrategy):
         return joined(z, yr)  # a rank with no active sequence still runs the exchange's backward
 
     def _fuse(self, chunk: np.ndarray, row: np.ndarray, model: DGNN, cap_mb: float | None = None) -> RowGroups | None:
-        """Group this rank's chunks for the GCN aggregations: fused under the memory cap (DGC
-        §5.1.1, :func:`~hpcdgnn.partition.fusion.fuse_chunks`) or one group per chunk (``fusion: off``).
-        Inactive appearances (chunk -1, their rows hold only the self-loop) form one more chunk.
+        """Group my chunks for the GCN aggregation under the memory cap (DGC §5.1.1), or one per chunk.
 
-        ``cap_mb``: the cap of every rank (a resumed run's, :meth:`load_state_dict`), else this rank's
-        (configured, or asked of the device: collectives) and the smallest over the ranks.
-
-        Returns None when everything fused into one group: it holds all my rows in order and reads
-        every column (each own row has its self-loop, each halo row was asked for because an entry
-        reads it), so its product is the plain one over my rows of Ã, entry for entry; the aggregation
-        then runs as that one product, without the group's copy of Ã and its gathers and scatters.
+        ``cap_mb``: a resumed run's cap; None asks every rank (collective) and takes the minimum.
+        Returns None when all fuse into one group, which equals the plain product over my rows of Ã.
         """
         cfg = self.ctx.job.strategy
         labels, per_chunk = np.unique(chunk, return_inverse=True)
-        per_chunk = per_chunk.reshape(-1)  # local chunk id of each of my rows, 0..C-1
-        col = self.halo.columns  # row: the local row of each of my Ã entries (OwnedRows.row)
+        per_chunk = per_chunk.reshape(-1)
+        col = self.halo.columns
         group = per_chunk
-        # the cap of a fused group, bytes: the configured one, or DGC's, the device's memory (``auto``;
-        # a collective over the node, so every rank asks, rows or none)
+        # ``auto`` asks the device: a collective, so every rank asks, rows or none
         if cap_mb is None:
             cap = float(memory_share(self.comm, self.ctx.device) if cfg.fusion_memory_mb == "auto"
                         else cfg.fusion_memory_mb * 2**20)
@@ -272,24 +212,20 @@ class ChunkStrategy(HaloStrategy):
             group = fuse_chunks(per_chunk, row, col, cost, cap)
         unfused = RowGroups.rows_read(per_chunk, row, col)
         one = group.shape[0] > 0 and bool((group == group[0]).all())
-        # one group reading every column is the plain product: counted, not built (its copy of Ã would be dropped)
+        # one group reading every column is the plain product: counted, not built
         loaded = RowGroups.rows_read(group, row, col) if one else -1
         groups = None if one and loaded == self.adj.a.shape[1] else RowGroups(self.adj, group)
-        #: chunks, fused groups, rows read per aggregation fused and chunk by chunk (this rank);
-        #: inactive appearances (label -1) are aggregated as one more chunk, but are not one of DGC's chunks
+        #: chunks (not counting inactive ones), fused groups, rows read fused and chunk by chunk
         self._fusion_stats = np.array([int((labels >= 0).sum()), 1 if groups is None else len(groups),
                                        loaded if groups is None else groups.loaded_rows, unfused])
         return groups
 
     def state_dict(self) -> dict:
-        """The halo's state, and the fusion cap the groups were cut under: ``fusion_memory_mb: auto`` asks the
-        device, and a run resumed on a node of another memory size must keep the straight run's groups (they
-        set the aggregation's summation order)."""
+        """The halo's state and the fusion cap, so a resume keeps the groups (hence summation order)."""
         return {**super().state_dict(), "fusion_cap_mb": self._cap_mb}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`: re-group under the saved cap where this node's differs (the same
-        decision on every rank: both caps are the minimum over the ranks; no state when P changed)."""
+        """Restore :meth:`state_dict`, re-grouping under the saved cap where it differs."""
         state = dict(state)
         cap_mb = state.pop("fusion_cap_mb", None)
         if cap_mb is not None and cap_mb != self._cap_mb and self.ctx.job.strategy.fusion == "on":
@@ -301,7 +237,7 @@ class ChunkStrategy(HaloStrategy):
 
     def report(self, epoch: int, train_loss: float) -> dict:
         """Fusion's effect (all ranks), and with ``stale`` on: θ, rows reused and bytes saved."""
-        self._fuse_args = None  # a resumed run has re-grouped by now
+        self._fuse_args = None
         stats = self.comm.allreduce_array(np.concatenate([self._fusion_stats, self._time_slots]), tag="metrics")
         chunks, groups, loaded, unfused, slots, padded = (int(x) for x in stats)
         out = {"fusion": {"chunks": chunks, "groups": groups, "rows_loaded": loaded, "rows_loaded_unfused": unfused,
@@ -311,8 +247,7 @@ class ChunkStrategy(HaloStrategy):
         return {**out, **super().report(epoch, train_loss)}
 
     def _engine_bytes(self) -> int:
-        """Ã rows of this rank's appearances (and the transpose), their fused groups, and the first
-        layer's input (the precomputed Ã·X, or X)."""
+        """My Ã rows (and transpose), fused groups and the first layer's input."""
         return super()._engine_bytes() + (0 if self.groups is None else self.groups.nbytes)
 
     def layout(self) -> ChunkLayout:
@@ -331,23 +266,20 @@ class ChunkLayout(HaloLayout):
         self._moved: set[int] = set()
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
-        """As :class:`HaloLayout`, or only the aggregation where the RNN owner runs the transform
-        (:func:`~hpcdgnn.nn.layout.moves_aggregation`: the narrower rows travel)."""
+        """As :class:`HaloLayout`, or only the aggregation where the RNN owner runs the transform."""
         if not moves_aggregation(layer, li, tparams, self.s._precomputed):
             return super().spatial(layer, li, h, tparams)
         self._moved.add(li)
         return self._aggregate(layer, li, None if h is None else h.reshape(-1, h.shape[-1]))
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
-        """Appearance rows -> (T, R, F) timelines of my RNN vertices (index all-to-all; the first layer's
-        constant Ã·X moved once, :meth:`ChunkStrategy.ax0_on_rnn`)."""
+        """Appearance rows -> (T, R, F) timelines of my RNN vertices (index all-to-all)."""
         if li == 0 and li in self._moved and self.s._precomputed:
             return self.s.ax0_on_rnn()
         return self.s.to_rnn.forward(y).view(self.s.T, self.s.R, y.shape[-1])
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """Every step, or only the active ones (``sequences: active``, packed or padded); first the layer's
-        transform where the aggregation moved (over all steps: the active ones are picked after it)."""
+        """The time encoder over every step, or only the active ones; after the transform if it moved."""
         if li in self._moved:
             y = layer.spatial_steps(y, [], None)
         return self.s._time_encoder(layer, y), None
@@ -357,13 +289,12 @@ class ChunkLayout(HaloLayout):
         return self.s.to_rnn.reverse(z.reshape(self.s.T * self.s.R, z.shape[-1]))
 
     def output(self, h: torch.Tensor) -> dict[int, torch.Tensor] | ShardedEmbeddings:
-        """My appearances' rows where they are, for a task that scores in place; else whole snapshots
-        for the task (t on rank t mod P)."""
+        """My rows, for a task that scores in place; else whole snapshots (t on rank t mod P)."""
         s = self.s
         if s.shard is not None:
             self.last = h
             return s._in_place(h)
         z = s.to_task.forward(h.reshape(-1, h.shape[-1])).view(len(s.scored), s.N, h.shape[-1])
         self.last = z
-        # unbind once: z[j] per snapshot would make each backward zero-fill a full (scored, N, F) buffer
+        # unbind once: z[j] would make each backward zero-fill a full (scored, N, F) buffer
         return dict(zip(s.scored, z.unbind(0), strict=True))

@@ -1,29 +1,10 @@
-"""What the vertex (S6) and chunk (D1) strategies share: owned rows of Ã and the halo exchange
-(:class:`HaloStrategy`, their common base: setup, per-layer aggregation, stale report, engine bytes).
+"""What the vertex (S6) and chunk (D1) strategies share: owned rows of Ã and the halo exchange.
 
-Both give every vertex appearance (v, t) one owner rank and number a rank's
-appearances time-major: its rows of snapshot 0, then of snapshot 1, ... — so
-a rank's activations are one (n, F) tensor and a GCN layer over all T
-snapshots is one sparse product with the rows of Ã it owns. The columns of
-that product are its own rows, then the *halo*: the rows of neighbours that
-other ranks own, each requested once at setup and exchanged once per layer
-(:class:`Halo`). The first layer's Ã·X is computed at setup (SPEC S4), so it
-needs no halo per epoch — unless the model's first aggregation has parameters
-(GAT), when the rows of X are kept and exchanged like any other.
-
-A rank reads only its own rows of each snapshot (:func:`read_owned_rows`); the
-degrees and feature rows of its halo columns, which Ã and Ã·X need, come from
-their owners through the halo once at setup (tag ``setup.halo``).
-
-No machinery is paid for where it has nothing to do: when no rank reads
-another's rows (one rank) the gather is the identity, not a copy of ``[H ; empty
-halo]`` per layer (:attr:`Halo.idle`); the snapshot-local transform runs over all
-of a rank's snapshots at once (:class:`HaloLayout`); and with causal models everything past
-the training horizon runs without autograd, as under the snapshot strategy: the time encoder
-(:func:`~hpcdgnn.nn.layout.horizon_temporal`) and the aggregation and transform — a rank's rows
-are time-major, so its rows before the horizon are a prefix, and Ã is split there
-(:func:`~hpcdgnn.nn.conv.gcn.row_phases`, :meth:`HaloLayout._phases`). At P = 1 the vertex and chunk
-strategies then do the snapshot strategy's arithmetic at its cost.
+Every vertex appearance (v, t) has one owner rank; a rank numbers its appearances time-major, so its
+activations are one (n, F) tensor and a GCN layer over all T snapshots is one sparse product with its rows of
+Ã, whose columns are its own rows, then the *halo* (rows other ranks own), exchanged once per layer. Layer 0's
+Ã·X is precomputed (SPEC S4) and needs no halo. With causal models everything past the training horizon runs
+without autograd, as under the snapshot strategy; at P = 1 both strategies do its arithmetic at its cost.
 """
 
 from __future__ import annotations
@@ -51,11 +32,9 @@ __all__ = ["OwnedRows", "read_owned_rows", "Halo", "local_rows", "halo_graph", "
 
 @dataclass
 class OwnedRows:
-    """This rank's rows of Ã_t for all t, as entries of one (n, N·T) matrix, and their Ã·X.
+    """This rank's rows of Ã_t for all t as entries of one (n, N·T) matrix, and their Ã·X.
 
-    ``row``: local row (time-major); ``key``: ``t * N + u`` of the column vertex u in
-    snapshot t; ``val``: Ã_t[v, u]; ``ax``: (n, F) first-layer input, the aggregation Ã·X
-    (precomputed, SPEC S4) or the rows of X themselves.
+    ``row``: local row (time-major); ``key``: ``t * N + u``; ``val``: Ã_t[v, u]; ``ax``: (n, F) Ã·X, or X.
     """
 
     row: torch.Tensor
@@ -68,7 +47,7 @@ def _owned_ax(x_ext: torch.Tensor, row: np.ndarray, key: np.ndarray, cols: torch
               t_rows: list[int], num_features: int, dtype: torch.dtype) -> torch.Tensor:
     """Ã·X of my rows (SPEC S4): one sparse product per snapshot over ``x_ext`` = [my rows ; halo rows] of X."""
     row_t = torch.from_numpy(row)
-    ax, start, at = [], 0, 0  # one product per snapshot, columns compacted in ascending vertex order
+    ax, start, at = [], 0, 0
     for k in t_rows:
         if k == 0:
             continue
@@ -84,21 +63,10 @@ def _owned_ax(x_ext: torch.Tensor, row: np.ndarray, key: np.ndarray, cols: torch
 def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: Callable[[int], np.ndarray],
                     dtype: torch.dtype, comm, owner_of: Callable[[np.ndarray], np.ndarray],
                     local_of: Callable[[np.ndarray], np.ndarray], precompute: bool = True) -> tuple[OwnedRows, Halo]:
-    """My rows of Ã_t for every t, read and normalised without reading anyone else's; and their :class:`Halo`.
+    """My rows (``vertices_at(t)`` per t, time-major) of Ã_t, read and normalised alone; and their :class:`Halo`.
 
-    My rows of snapshot t are those of ``vertices_at(t)``, numbered in that order after those of t - 1.
-
-    Each rank reads only its rows of each snapshot (:meth:`ShardReader.read_rows`: their entries and
-    features; a snapshot with none is not read, a shard with none not opened) and sums their degrees
-    D_vv = 1 + Σ_u A_vu (IBM Eq. 1, input self-loops dropped). The degrees of the halo columns — and,
-    with ``precompute``, their rows of X — come from their owners in one exchange each over the halo
-    (tag ``setup.halo``: 8 bytes per halo row, plus F values with ``precompute``). Then each entry is
-    w · d_v^-1/2 · d_u^-1/2 in float64, cast to ``dtype`` (self-loops w = 1), and ``precompute`` keeps
-    Ã·X of my rows (SPEC S4), else their X (a first layer whose aggregation has parameters).
-
-    Bit-identical to normalising whole snapshots with :func:`gcn_norm` and keeping my rows: every
-    degree sums the same weights in the same (CSR) order, and each row of Ã·X is one sparse product
-    per snapshot whose columns ascend by vertex id, as over the whole snapshot.
+    Halo columns' degrees (and X rows with ``precompute``) come from their owners (tag ``setup.halo``).
+    Bit-identical to :func:`gcn_norm` over whole snapshots: the same sums in the same (CSR) order.
     """
     N = num_vertices
     F = reader.manifest.num_features
@@ -111,10 +79,10 @@ def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: 
         t_rows.append(k)
         if k == 0:
             continue
-        order = np.argsort(vs, kind="stable")  # the file is read in vertex order
+        order = np.argsort(vs, kind="stable")
         blk = reader.read_rows(t, vs[order])
         count = np.diff(blk.indptr)
-        r = np.repeat(order, count)  # local row of each entry, rows' entries in file (CSR) order
+        r = np.repeat(order, count)
         c = blk.indices.astype(np.int64)
         w = torch.from_numpy(blk.weights).to(f64)
         keep = vs[r] != c  # A + I: an input self-loop would be counted twice otherwise
@@ -123,7 +91,7 @@ def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: 
         x = np.empty_like(blk.x)
         x[order] = blk.x
         xs.append(torch.from_numpy(x).to(dtype))
-        # the self-loops, then every row's entries by ascending column (the order of gcn_norm's CSR)
+        # entries by ascending column, as gcn_norm's CSR orders them
         r = np.concatenate([r, np.arange(k)])
         c = np.concatenate([c, vs])
         w = torch.cat([w, torch.ones(k, dtype=f64)])
@@ -140,7 +108,6 @@ def read_owned_rows(reader, num_snapshots: int, num_vertices: int, vertices_at: 
     own_x = torch.cat(xs) if xs else torch.zeros(0, F, dtype=dtype)
 
     halo = Halo(comm, key, owner_of, local_of, n)
-    # [my rows ; halo rows], indexed by Halo.columns
     deg = torch.cat([own_deg, halo.fetch(own_deg.view(-1, 1)).view(-1)])
     dinv = 1.0 / torch.sqrt(deg)
     cols = torch.from_numpy(halo.columns)
@@ -163,36 +130,26 @@ def local_rows(owner: np.ndarray, num_ranks: int) -> np.ndarray:
 
 
 class Halo:
-    """The rows other ranks own that this rank's product reads: asked for once, exchanged per layer.
-
-    Args:
-        comm: the communicator.
-        keys: column keys ``t * N + u`` of this rank's entries (:attr:`OwnedRows.key`).
-        owner_of: rank owning each key (vectorised).
-        local_of: row of each key on its owner (vectorised).
-        n_local: this rank's own rows.
-    """
+    """The rows other ranks own that this rank's product reads (``keys``: ``t * N + u``), exchanged per layer."""
 
     def __init__(self, comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
                  local_of: Callable[[np.ndarray], np.ndarray], n_local: int) -> None:
         P, me = comm.size, comm.rank
         self.comm = comm
         own = owner_of(keys) == me
-        need = np.unique(keys[~own])  # each remote row once, ascending
+        need = np.unique(keys[~own])
         need_owner = owner_of(need)
-        arrival = np.argsort(need_owner, kind="stable")  # they arrive grouped by owner rank
+        arrival = np.argsort(need_owner, kind="stable")
         slot = np.empty_like(arrival)
         slot[arrival] = np.arange(arrival.shape[0])
         self.recv_rows = np.bincount(need_owner, minlength=P).tolist()
         asked = comm.exchange.alltoallv(torch.from_numpy(local_of(need[arrival])).view(-1, 1),
                                         self.recv_rows, tag="setup")
-        #: rows of this rank's (n, F) activations that other ranks read, in the order they asked
+        #: rows of my activations other ranks read, in the order they asked
         self.send_index = asked.view(-1)
         counts = comm.allgather_obj(self.recv_rows, tag="setup")  # counts[p][q]: rows rank p gets from q
         self.send_rows = [counts[q][me] for q in range(P)]
-        #: no rank reads a row of another (one rank, or a partition without cut edges): every rank knows
-        #: it from the same counts, so all skip the per-layer exchange together and no collective is left
-        #: unmatched; the gather is then the identity (no (n, F) copy of [h ; empty halo] per layer)
+        #: no rank reads another's rows; all ranks agree (same counts), so all skip the exchange together
         self.idle = not any(c for row in counts for c in row)
         #: column of each entry in [own rows ; halo rows]
         self.columns = np.empty(keys.shape[0], dtype=np.int64)
@@ -209,10 +166,7 @@ class Halo:
                                    sorted_csr(cols, owned.row, owned.val, (shape[1], shape[0])).to(device))
 
     def fetch(self, h: torch.Tensor, tag: str = "setup.halo") -> torch.Tensor:
-        """The halo rows of ``h`` (n, F) (row i = column ``n_local + i``), once, not differentiable.
-
-        For set-up (degrees, features); counted under ``tag`` (a ``setup`` tag: not training traffic).
-        """
+        """The halo rows of ``h`` (n, F), not differentiable (set-up traffic)."""
         return self.comm.exchange.alltoallv(h[self.send_index.to(h.device)], self.send_rows, self.recv_rows, tag=tag)
 
     def exchange(self, h: torch.Tensor, reuse: str | None = None) -> torch.Tensor:
@@ -223,14 +177,10 @@ class Halo:
 
 def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
                local_of: Callable[[np.ndarray], np.ndarray], row_counts: list[int], tag: str = "task") -> torch.Tensor:
-    """Rows ``keys`` (unique) of the distributed rows ``h`` (n, F), from their owners; differentiable. A
-    collective. ``row_counts[q]``: the rows rank q holds.
+    """Rows ``keys`` (unique) of the distributed ``h`` (n, F) from their owners, differentiable (collective).
 
-    The halo exchange with its indices made per call, for row sets that change every epoch (the
-    task's destination rows): the counts and the owners' row indices go first
-    (tag ``<tag>.index``: per owner, int32 positions or a bitmask over its rows, whichever is
-    shorter), then the rows (``<tag>.fwd``; gradients back under ``<tag>.bwd``). Returns
-    (len(keys), F) in the order of ``keys``.
+    A halo exchange whose indices are made per call (``<tag>.index``, then ``<tag>.fwd`` / ``.bwd``).
+    Returns (len(keys), F) in ``keys`` order.
     """
     if comm.size == 1:
         return h[:0]
@@ -240,15 +190,12 @@ def fetch_rows(comm, h: torch.Tensor, keys: np.ndarray, owner_of: Callable[[np.n
 
 
 def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: RowGroups | None = None) -> LocalGraph:
-    """This rank's rows of Ã with layer ``li``'s halo exchange as the gather: exact, or through the
-    :class:`~hpcdgnn.strategies.stale.StaleHalo` ``stale`` (DGC §5.2) when it is not None;
-    aggregated in ``groups`` (fused chunks) when given.
-    """
-    if halo.idle:  # nothing to exchange anywhere: Ã's columns are the rows themselves
+    """My rows of Ã with layer ``li``'s halo exchange as the gather: exact, or ``stale`` (DGC §5.2)."""
+    if halo.idle:
         return LocalGraph(adj, groups=groups)
 
     def gather(m: torch.Tensor) -> torch.Tensor:
-        if stale is not None:  # rows that barely moved are reused from the receiver's cache
+        if stale is not None:
             return torch.cat([m, stale.exchange(li, m[halo.send_index.to(m.device)])])
         return torch.cat([m, halo.exchange(m, reuse=f"layer{li}.halo")])
 
@@ -256,9 +203,7 @@ def halo_graph(adj: NormalizedAdjacency, halo: Halo, stale, li: int, groups: Row
 
 
 class HaloStrategy(FullBatchStrategy):
-    """The part of the vertex (S6) and chunk (D1) strategies that is the same: a rank's appearance rows
-    over all T, time-major, aggregated with one halo exchange per layer, exact or stale (D3).
-    """
+    """Base of the vertex (S6) and chunk (D1) strategies: time-major rows, one halo exchange per layer."""
 
     #: the fused groups the aggregation runs in (chunk fusion, DGC §5.1.1); None: one product
     groups: RowGroups | None = None
@@ -266,15 +211,10 @@ class HaloStrategy(FullBatchStrategy):
     def _setup_halo(self, reader, T: int, N: int, vertices_at: Callable[[int], np.ndarray],
                     owner_of: Callable[[np.ndarray], np.ndarray], local_of: Callable[[np.ndarray], np.ndarray],
                     n: int, model, horizon: int | None = None) -> OwnedRows:
-        """Read my rows of Ã and agree on the halo (:func:`read_owned_rows`); build the operator.
-
-        Also keeps the first layer's input (Ã·X, or X when layer 0's aggregation has parameters) and,
-        with ``stale`` on, builds the halo's cache; and the steps whose time encoder needs autograd
-        (:attr:`grad_steps`: up to the plan's training ``horizon`` when every layer is causal).
-        """
+        """Read my rows of Ã, agree on the halo, build the operator (and the stale cache)."""
         dev = self.ctx.device
         causal = horizon is not None and all(layer.causal for layer in model.layers)
-        #: time steps 0..grad_steps-1 can get a gradient; the time encoder runs without autograd after them
+        #: steps 0..grad_steps-1 can get a gradient
         self.grad_steps = min(T, horizon + 1) if causal else T
         self._precomputed = model.layers[0].precomputable
         owned, self.halo = read_owned_rows(reader, T, N, vertices_at, self.ctx.dtype, self.comm, owner_of, local_of,
@@ -285,57 +225,45 @@ class HaloStrategy(FullBatchStrategy):
         self.ax0 = owned.ax.to(dev)
         self.adj = self.halo.operator(owned, dev)
         self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.strategy.stale)
-        #: my rows of the steps before the horizon: rows are time-major, so they are the first ones
+        #: my rows before the horizon (a prefix: rows are time-major)
         self.head_rows = sum(len(vertices_at(t)) for t in range(self.grad_steps))
-        #: Ã split at that row (:func:`~hpcdgnn.nn.conv.gcn.row_phases`), when both parts have rows; the
-        #: head square (reading only the head's rows) only without a halo, whose exchange (a collective)
-        #: must stay in every rank's backward
+        #: Ã split at that row; the head square only without a halo, whose exchange must stay in the backward
         self._phase_ops = (row_phases(self.adj, self.head_rows, square=self.halo.idle)
                            if 0 < self.head_rows < n else None)
         return owned
 
     def _task_rows(self, keys: np.ndarray, N: int, owner_of: Callable[[np.ndarray], np.ndarray],
                    local_of: Callable[[np.ndarray], np.ndarray]) -> RowShard | None:
-        """My rows as the task's :class:`RowShard` when the task scores in place,
-        else None (whole snapshots move to their scoring rank after the last layer).
-
-        ``keys`` are ``t * N + v`` of my rows in row order; ``owner_of`` / ``local_of`` those of the halo.
-        """
-        #: the task's rows, when it scores where they live; read by :meth:`_in_place`
+        """My rows (``keys``: ``t * N + v``) as the task's :class:`RowShard` if it scores in place, else None."""
         self.shard = None
         if task_class(self.ctx.job.task.name).in_place:
             steps = np.unique(keys // N).tolist() if keys.size else []
             self.shard = RowShard(keys, N, self.comm.rank, owner_of, local_of, steps, self.comm.size)
-            #: the rows each rank holds: the fetch names the rows it asks an owner for by a bitmask over them
+            #: the rows each rank holds (fetch requests may be bitmasks over them)
             self._row_counts = [int(c) for c in self.comm.allgather_obj(int(keys.shape[0]), tag="setup")]
             if self.stale is not None:
-                # the fetched rows too are reused while they barely move (DGC §5.2). Made here, at setup, not
-                # at the first fetch: ``run --resume`` restores its caches before the first epoch (made later,
-                # they were dropped and the resumed run departed from the straight one)
+                # made at setup, not at the first fetch, so ``--resume`` can restore its caches
                 self.stale.fetch = StaleFetch(self.stale, self._row_counts)
         return self.shard
 
     def _in_place(self, h: torch.Tensor) -> ShardedEmbeddings:
-        """The last layer's rows (my rows, in row order) for a task that scores them where they live."""
+        """The last layer's rows, for a task that scores them in place."""
         sh = self.shard
-        if self.stale is not None:  # with stale reuse (made in :meth:`_task_rows`)
+        if self.stale is not None:
             fetch = self.stale.fetch
             return ShardedEmbeddings(sh, h, lambda keys: fetch.fetch(h, keys, sh.owner_of, sh.local_of))
         return ShardedEmbeddings(sh, h, lambda keys: fetch_rows(self.comm, h, keys, sh.owner_of, sh.local_of,
                                                                     self._row_counts))
 
     def _aggregate(self, layer, li: int, h: torch.Tensor | None) -> torch.Tensor:
-        """Layer ``li``'s aggregation of my rows ``h`` (n, F): the precomputed one for layer 0, else
-        ``layer.aggregate`` over my rows of Ã with the halo exchange as the gather (in :attr:`groups`)."""
+        """Layer ``li``'s aggregation of my rows ``h`` (n, F): precomputed for layer 0, else over the halo."""
         if li == 0 and self._precomputed:
             return self.ax0
         return layer.aggregate(halo_graph(self.adj, self.halo, self.stale, li, self.groups),
                                self.ax0 if li == 0 else h)
 
     def splits_aggregation(self, layer, li: int) -> bool:
-        """Whether layer ``li``'s aggregation runs as two phases, :meth:`_aggregate_phases`: the rows are
-        split at the horizon, grad mode is on, and the aggregation is the precomputed Ã·X (layer 0) or
-        the default GCN one of a later layer (one gather, one product), not run in fused groups."""
+        """Whether layer ``li``'s aggregation runs as two phases split at the horizon."""
         if self._phase_ops is None or not torch.is_grad_enabled():
             return False
         if li == 0:
@@ -344,19 +272,15 @@ class HaloStrategy(FullBatchStrategy):
 
     def _aggregate_phases(self, li: int, h: torch.Tensor | None,
                           head: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`_aggregate` of my rows before the horizon (with autograd) and after it (without), apart
-        (:meth:`splits_aggregation` says when): the same rows, but no backward of the tail's product — the
-        snapshot strategy's phases (:meth:`~hpcdgnn.strategies.snapshot.SnapshotStrategy.phases`).
+        """:meth:`_aggregate` before the horizon (autograd) and after (none); one gather for both.
 
-        ``h``: my rows (n, F); ``head``: its first :attr:`head_rows` rows as autograd knows them
-        (:func:`~hpcdgnn.nn.layout.phase_head`), which the head's product reads directly when it reads
-        no other column (no halo). The gather (the halo exchange) runs once for both.
+        ``head``: the first :attr:`head_rows` rows of ``h`` as autograd knows them.
         """
         k = self.head_rows
-        if li == 0:  # the precomputed Ã·X (SPEC S4)
+        if li == 0:
             return self.ax0[:k], self.ax0[k:]
         head_op, tail_op, square = self._phase_ops
-        full = halo_graph(self.adj, self.halo, self.stale, li).gather(h)  # the identity without a halo
+        full = halo_graph(self.adj, self.halo, self.stale, li).gather(h)
         ax_head = spmm(head_op, head if square else full)
         with torch.no_grad():
             ax_tail = csr_mm(tail_op, full)
@@ -367,8 +291,7 @@ class HaloStrategy(FullBatchStrategy):
         return {} if self.stale is None else self.stale.end_epoch(train_loss)
 
     def _engine_bytes(self) -> int:
-        """My rows of Ã for all snapshots (and the transpose) plus the first layer's input, and what the
-        split at the horizon adds: the tail's row pointers and, unless a view, the head's transpose."""
+        """My rows of Ã (and transpose), the first layer's input, and the horizon split's extra."""
         extra = 0
         if self._phase_ops is not None:
             head, tail, square = self._phase_ops
@@ -378,11 +301,11 @@ class HaloStrategy(FullBatchStrategy):
         return self.adj.nbytes + self.ax0.numel() * self.ax0.element_size() + extra
 
     def state_dict(self) -> dict:
-        """The stale-aggregation caches (D3): a resumed run must reuse exactly the rows the straight run would."""
+        """The stale-aggregation caches (D3), so a resumed run reuses the same rows."""
         return {} if self.stale is None else {"stale": self.stale.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`; with ``stale`` on, an empty state (P changed) cannot be continued exactly."""
+        """Restore :meth:`state_dict`."""
         if self.stale is None:
             super().load_state_dict(state)
             return
@@ -390,32 +313,19 @@ class HaloStrategy(FullBatchStrategy):
 
 
 class HaloLayout(RowLayout):
-    """A rank's time-major rows (:class:`RowLayout`) whose snapshot-local transform runs snapshot-parallel.
+    """A rank's time-major rows whose snapshot-local transform runs snapshot-parallel.
 
-    :meth:`RowLayout.spatial` calls ``layer.spatial`` once per snapshot: T small GEMMs (T batched
-    products' worth of EvolveGCN's W_t) and, in the backward, T slices of the aggregation. Here,
-    as the snapshot strategy does for its phases, the snapshots run as one call:
-
-    * every snapshot of the batch has the same k > 0 rows here (a vertex partition; any partition
-      at P = 1): ``layer.spatial_steps`` over the (S, k, F) view — one GEMM, or one ``bmm`` with the
-      stacked W_t;
-    * else, without per-step parameters: ``layer.spatial`` over all rows at once (it is row-wise and
-      depends on t only through the per-step parameters);
-    * else (per-step parameters, uneven rows): :meth:`RowLayout.spatial`, snapshot by snapshot.
-
-    The output depends on ``h`` through the aggregation, so it is not joined to ``h`` again (the zero
-    branch of :func:`~hpcdgnn.nn.layout.joined` cost a reduction, a copy and a full-size add in the
-    backward per layer); :meth:`DGNN.forward` joins an output that does not require grad.
+    Equal k rows per snapshot: ``spatial_steps`` over (S, k, F); else without per-step parameters one
+    row-wise ``spatial`` call; else snapshot by snapshot (:meth:`RowLayout.spatial`).
     """
 
-    #: the strategy (set by the subclass): the aggregation, and its split at the training horizon
+    #: the strategy (set by the subclass)
     s: HaloStrategy
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
-        """Layer ``li``'s aggregation and transform of this rank's rows, the snapshots in one call where it can
-        (see the class docstring)."""
+        """Layer ``li``'s aggregation and transform of this rank's rows."""
         sizes = {k for _, k in self.segments}
-        even = len(sizes) == 1 and len(self.segments) == self._steps  # every snapshot, k rows each
+        even = len(sizes) == 1 and len(self.segments) == self._steps
         if not self.segments or not (even or tparams is None):
             return super().spatial(layer, li, h, tparams)
         if self.s.splits_aggregation(layer, li) and (even or not self.stacked):
@@ -425,29 +335,23 @@ class HaloLayout(RowLayout):
             k = sizes.pop()
             y = layer.spatial_steps(ax.view(self._steps, k, ax.shape[-1]), [t for t, _ in self.segments], tparams)
             return y if self.stacked else y.reshape(-1, y.shape[-1])
-        y = layer.spatial(ax, -1, None)  # row-wise: all snapshots' rows in one call
+        y = layer.spatial(ax, -1, None)
         return y.view(self._steps, -1, y.shape[-1]) if self.stacked else y
 
     def _phases(self, layer, li: int, h: torch.Tensor | None, tparams, k: int | None) -> torch.Tensor:
-        """:meth:`spatial` as the snapshot strategy runs it: the steps up to the training horizon with
-        autograd, the rest without (their outputs get no training gradient from a causal model), each
-        phase's aggregation (:meth:`HaloStrategy._aggregate_phases`) and transform apart, joined as
-        :func:`~hpcdgnn.nn.layout.phase_join` does — in one buffer, the tail first, for a layer that
-        writes where it is told. Same values; the backward skips the tail's products. ``k``: rows per
-        snapshot when every snapshot has the same (then ``spatial_steps`` over (S, k, F)), else None.
-        """
+        """:meth:`spatial` in two phases, autograd only up to the horizon (``k``: rows per snapshot, or None)."""
         s, rows = self.s, self.s.head_rows
         steps = [t for t, _ in self.segments]
         head_steps = sum(t < s.grad_steps for t in steps)
         head_in = None
-        if h is not None:  # my rows before the horizon as autograd knows them (a join's head, uncopied)
+        if h is not None:
             head_in = phase_head(h, head_steps if self.stacked else rows)
             h, head_in = h.reshape(-1, h.shape[-1]), head_in.reshape(-1, h.shape[-1])
         ax_head, ax_tail = s._aggregate_phases(li, h, head_in)
         width = layer.spatial_features
 
         def transform(ax: torch.Tensor, part: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
-            if k is None:  # row-wise, no per-step parameters: the phase's rows in one call
+            if k is None:
                 return layer.spatial(ax, -1, None)
             x = ax.view(len(part), k, ax.shape[-1])
             y = layer.spatial_steps(x, part, tparams) if out is None else layer.spatial_steps(x, part, tparams, out=out)

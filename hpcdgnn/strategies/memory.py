@@ -2,41 +2,16 @@
 
 DistTGL §3.2–3.3. The P = i·j·k ranks are numbered r = a + i·(b + j·c):
 
-* **mini-batch parallelism** (a = 0..i−1, §3.2.1): the events of each global batch (``task.batch_events``,
-  in time order) are cut into i consecutive slices, one per rank. Every rank reads the node memory of
-  its slice, then — only once every read of the iteration is done — writes back the memories and mails
-  of its positive events; a node that a later slice of the same batch also writes is left to that slice,
-  so the memory ends exactly as one rank processing the whole batch leaves it (most-recent COMB). Loss
-  sums are divided by the global batch's events and gradients summed: **exact** — i ranks reproduce one
-  rank with the same batch (a test shows it at i = 2, 3).
-* **epoch parallelism** (b = 0..j−1, §3.2.2): trainer b trains on positive batch g at iteration g + b,
-  with its own negative set b, from the memory read at iteration g (DistTGL's "prepare one set of inputs
-  of the positive nodes and j sets of negatives"; the memory differs only by the weight updates of the last
-  j − 1 iterations, which it ignores). Only trainer 0 writes the memory (no read-after-write hazard). An
-  approximation: the same positives are learned on j consecutive iterations.
-* **memory parallelism** (c = 0..k−1, §3.2.3): k independent memory copies. The training batches are cut
-  into k time segments; in epoch e group c trains segment (c + e − 1) mod k, so each group walks the
-  segments in time order with its own memory (the reordering of Fig. 7c, right), which is reset when the
-  group starts segment 0. Only weights are synchronised (one gradient all-reduce over all P ranks per
-  iteration). An approximation: groups start mid-stream with an empty memory.
+* **mini-batch** (a, §3.2.1): each global batch is cut into i consecutive slices; all reads of an iteration
+  precede its writes and a node a later slice writes is left to it, so i ranks reproduce one rank exactly;
+* **epoch** (b, §3.2.2): trainer b trains on positive batch g at iteration g + b with its own negatives, from
+  the memory read at g; only trainer 0 writes (approximate: positives are learned j times);
+* **memory** (c, §3.2.3): k memory copies; in epoch e group c walks segment (c + e − 1) mod k (Fig. 7c), its
+  memory reset at segment 0; only weights are synchronised (approximate).
 
-The memory of a group lives once per node (:class:`~hpcdgnn.strategies.node_memory.NodeMemory`, an MPI-3
-shared window); the accesses follow §3.3's order (R₀R₁)(W₀W₁)(R₂R₃)…: a group barrier separates each
-iteration's reads from its writes, and the gradient all-reduce that ends the iteration separates its writes
-from the next reads. With ``prefetch: on`` a background thread samples the next iteration's negatives and
-neighbours (the static part of the mini-batch, DistTGL §3.3's prefetching) while this one trains; the
-memory itself is read in order.
-
-Evaluation (after every epoch, DistTGL §4: "using the node memory of the first memory process"): the group
-whose memory has just walked the last training segment runs the validation and then the test events in
-batches of ``batch_events`` split over its i·j ranks like mini-batch parallelism, updating a copy of its
-memory with the evaluated events (TGL's protocol), then restores it; other groups wait.
-
-Static node memory (DistTGL §3.1): with ``model.static_memory: on`` and ``static_pretrain_epochs`` n > 0,
-:meth:`MemoryStrategy.pretraining` gives the trainer a phase that trains a copy of the model with the dynamic
-memory off on the same task, n epochs over the training batches in a seeded random order, all P ranks
-splitting each batch (exact for any P); training then starts from the pre-trained table (the copy's other
-weights are discarded).
+Accesses follow §3.3's (R₀R₁)(W₀W₁)(R₂R₃)…: a group barrier separates reads from writes, the gradient
+all-reduce writes from the next reads. The group whose memory just walked the last segment evaluates (§4).
+With ``static_pretrain_epochs`` > 0, :meth:`MemoryStrategy.pretraining` trains the static memory first (§3.1).
 """
 
 from __future__ import annotations
@@ -72,7 +47,7 @@ class _Work:
     batch: int
     events: np.ndarray
     later: np.ndarray
-    """Nodes the positive events of later slices of the same batch write (this slice leaves them)."""
+    """Nodes later slices of the same batch write (this slice leaves them)."""
     negatives: int
     inp: TGNInput
 
@@ -89,7 +64,7 @@ def _slice(lo: int, hi: int, part: int, parts: int) -> tuple[int, int]:
 
 @register_strategy("memory")
 class MemoryStrategy(Strategy[EventBatch]):
-    """DistTGL's i×j×k parallelism (see the module docstring)."""
+    """DistTGL's i×j×k parallelism."""
 
     setup_work = "read the event stream + temporal neighbour index"
 
@@ -98,10 +73,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         """The i×j×k layout and the k time segments (:func:`hpcdgnn.partition.events.plan_memory`)."""
         return plan_memory(manifest, num_ranks, job)
 
-    # -- setup ------------------------------------------------------------------------------------
     def setup(self, plan: MemoryPlan, model, task, reader) -> Scored:
-        """Read the whole stream (every rank samples neighbours anywhere in time), build the temporal CSR,
-        this rank's place (a, b, c) and its group's memory; returns the events per split for the task."""
+        """Read the whole stream, build the temporal CSR, this rank's (a, b, c) and its group's memory."""
         from hpcdgnn.data.events import read_events_per_node
         from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
 
@@ -111,17 +84,16 @@ class MemoryStrategy(Strategy[EventBatch]):
         # one copy of the stream and of its temporal CSR per node, mapped by the node's ranks
         ev, stream_windows = read_events_per_node(self.comm, self.ctx.data_root, m)
         self.src, self.dst, self.t = ev.src.astype(np.int64, copy=False), ev.dst.astype(np.int64, copy=False), ev.t
-        #: edge features on the host (mails are written there) and on the model's device (attention keys)
+        #: edge features on the host (for mails) and on the model's device
         self.efeat = torch.from_numpy(np.ascontiguousarray(ev.efeat)).to(self.ctx.dtype)
         self.efeat_dev = self.efeat.to(self.ctx.device)
         csr, windows = self.comm.world.share_per_node(
             lambda: TemporalNeighbors(self.src, self.dst, m.num_vertices).arrays(), "temporal neighbour index")
         self._event_windows = stream_windows + windows
         self.neighbors = TemporalNeighbors.from_arrays(csr, self.src.shape[0], m.num_vertices)
-        # who reports the shared arrays' bytes: asked here, on every rank (the query is a collective)
+        # asked on every rank: the query is a collective
         first_on_node = self.comm.world.local_rank_size()[0] == 0
         self._host_counted = (first_on_node or not stream_windows, first_on_node or not windows)
-        # the features are the node's mapped copy where the training dtype is theirs (float32), else this rank's
         mapped = bool(stream_windows) and ev.efeat.size > 0 and np.shares_memory(self.efeat.numpy(), ev.efeat)
         self._efeat_counted = first_on_node or not mapped
         self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
@@ -142,23 +114,18 @@ class MemoryStrategy(Strategy[EventBatch]):
         return Scored(events={s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")})
 
     def _engine_bytes(self) -> int:
-        """The node memory's rows and times plus the edge features, each counted by one rank where ranks share
-        it (the memory group's leader; the node's first rank for the node's copy of the features), so per-rank
-        figures add up to the machine's (every rank reported its group's shared memory)."""
+        """Node memory and edge features, shared ones counted on one rank so per-rank figures add up."""
         memory = self.memory.nbytes if self.memory.leader else 0
         efeat = self.efeat.numel() * self.efeat.element_size() if self._efeat_counted else 0
         return int(memory + efeat)
 
     def _host_bytes(self) -> int:
-        """The stream's ids and times and the temporal CSR: counted on one rank per node when the node
-        shares them (:meth:`~hpcdgnn.comm.world.World.share_per_node`), so per-rank figures add up to the machine's."""
+        """The stream and the temporal CSR, counted on one rank per node where shared."""
         stream, csr = self._host_counted
         return int((self.src.nbytes + self.dst.nbytes + self.t.nbytes) * stream + self.neighbors.nbytes() * csr)
 
-    # -- the static part of a mini-batch ----------------------------------------------------------
     def _work(self, split: str, q: int, epoch: int, negset: int, part: int, parts: int, negatives: int) -> _Work:
-        """Events of slice ``part``/``parts`` of batch q of ``split``, their negatives (seeded by the batch,
-        never by the slice or P) and the most recent neighbours of every root."""
+        """Slice ``part``/``parts`` of batch q, its negatives (seeded by the batch, never P) and neighbours."""
         lo, hi = self.plan.batch_events_range(split, q)
         s0, s1 = _slice(lo, hi, part, parts)
         rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
@@ -174,7 +141,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         return _Work(split, q, ev, later, negatives, inp)
 
     def _static(self, key: tuple) -> _Work:
-        """``_work(*key)``, from the prefetch thread when it was asked for ahead."""
+        """``_work(*key)``, from the prefetch thread when prefetched."""
         if self._next is not None and self._next[0] == key:
             work = self._next[1].result()
             self._next = None
@@ -185,11 +152,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         if self.pool is not None and key is not None:
             self._next = (key, self.pool.submit(self._work, *key))
 
-    # -- memory writes ------------------------------------------------------------------------------
     def _write(self, work: _Work, s_new: torch.Tensor) -> None:
-        """Memories s'(t) and mails [s'_u ‖ s'_v ‖ e] of both ends of the slice's positive events, each node
-        taking its last occurrence (most-recent COMB; events interleaved u0 v0 u1 v1 …, as TGL orders them),
-        except nodes a later slice of the batch writes."""
+        """Write memories and mails of the slice's positive events (each node's last occurrence, TGL order)."""
         ev, n = work.events, work.events.shape[0]
         if n == 0:
             return
@@ -211,7 +175,6 @@ class MemoryStrategy(Strategy[EventBatch]):
         if self.group is not None and self.group.size > 1:
             self.group.barrier(tag="memory.order")
 
-    # -- training -----------------------------------------------------------------------------------
     def _examples(self, epoch: int, g: int) -> float:
         """Positive events trained on at iteration g over all ranks (the loss denominator)."""
         p, total = self.plan, 0
@@ -225,11 +188,10 @@ class MemoryStrategy(Strategy[EventBatch]):
         return float(total)
 
     def batches(self, epoch: int):
-        """One batch per iteration of the epoch (:meth:`MemoryPlan.iterations`); the group's memory is reset
-        first when its segment is the stream's first."""
+        """One batch per iteration; the group's memory is reset first at segment 0."""
         p = self.plan
         seg = p.segment_of(self.c, epoch)
-        if seg == 0:  # the group starts the stream again (k = 1: every epoch)
+        if seg == 0:
             self.memory.reset()
             self._order()
         self._fifo.clear()
@@ -239,9 +201,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             yield EventBatch(epoch, g, self._examples(epoch, g), seg, g)
 
     def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
-        """Iteration g of the segment: read the memory for batch g, the group barrier, then train on the batch
-        read ``self.b`` iterations earlier (epoch parallelism) and, where ``self.b`` is 0, write its memory;
-        returns the task's metric sums. A pre-training batch (:meth:`pretraining`) reads no memory."""
+        """Read memory for batch g, barrier, train on the batch read ``self.b`` iterations earlier; b = 0 writes."""
         if isinstance(batch, _StaticBatch):
             return self._static_step(model, task, batch, scale)
         p, seg, g = self.plan, batch.segment, batch.iteration
@@ -270,7 +230,6 @@ class MemoryStrategy(Strategy[EventBatch]):
                 self.load_seconds += time.perf_counter() - t1
         return stats
 
-    # -- evaluation -------------------------------------------------------------------------------
     def evaluate(self, model, task, epoch: int) -> np.ndarray:
         """Validation then test MRR / AP sums from the group whose memory just finished the last segment."""
         t0 = time.perf_counter()
@@ -315,11 +274,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         return {"memory": {"config": f"{p.minibatch}x{p.epoch}x{p.memory}", "train_events": int(events[0]),
                            "eval_seconds": float(eval_s.max())}}
 
-    # -- static node memory pre-training (DistTGL §3.1) ------------------------------------------------
     def pretraining(self) -> Pretraining[EventBatch] | None:
-        """The static node memory's pre-training phase (module docstring), in a fresh run only: a resumed
-        run's model holds the table as trained up to its checkpoint (pre-trained again, it would be
-        overwritten and the run would depart from the uninterrupted one)."""
+        """The static node memory's pre-training phase, in a fresh run only (a resumed model holds the table)."""
         epochs = self.ctx.job.model.static_pretrain_epochs
         if getattr(self.model, "static", None) is None or epochs == 0:
             return None
@@ -347,7 +303,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             yield _StaticBatch(epoch, i, float(hi - lo), -1, int(q))
 
     def _static_step(self, model, task, batch: _StaticBatch, scale: float) -> np.ndarray:
-        """A pre-training step, h = S (no dynamic memory): each rank takes a slice of the batch (exact at any P)."""
+        """A pre-training step, h = S: each rank takes a slice of the batch (exact at any P)."""
         m = self.ctx.job.task.negatives
         work = self._work("train", batch.iteration, -batch.epoch, 0, self.comm.rank, self.comm.size, m)
         z, _ = model(work.inp)
@@ -355,7 +311,6 @@ class MemoryStrategy(Strategy[EventBatch]):
         (out.loss_sum * scale).backward()
         return out.stats
 
-    # -- checkpoints ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The group's memory (its leader's copy; the other ranks of the group map the same rows)."""
         return {"memory": self.memory.state()} if self.memory.leader else {}

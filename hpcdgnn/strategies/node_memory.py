@@ -1,17 +1,9 @@
 """One copy of the node memory of a memory group: states, last-update times, mailboxes (DistTGL §3.3, SPEC M2).
 
-A row per node: the memory s_v (``memory_dim``) and its mailbox — one mail [s_u ‖ s_v ‖ e] (most-recent
-COMB) — in the training dtype, and the time τ_v of its last memory update in float64 (event times in
-seconds since 1970 do not fit float32's 24-bit mantissa). At the start (and at every reset) memories and
-mails are zero and τ_v is the stream's first time ``t0``: a node's first update then encodes the time
-since the stream began, not since 1970 (TGL starts τ at 0 because its datasets start at t = 0; inputs
-here keep their own clock, e.g. Unix seconds, where Δt ≈ 1e9 would dominate the time encoding).
-
-Where it lives: with one rank per group, in that rank's memory; with several, once per node — an MPI-3
-shared-memory window (``MPI.Win.Allocate_shared``) of the group's communicator, which every rank of the
-group maps, so a read or a write is a local memory copy and nothing crosses the network. The strategy
-orders the accesses of §3.3 — every read of an iteration before any write, writes in chronological
-order — with the group's barriers; this class only moves rows.
+A row per node: memory s_v, one mail [s_u ‖ s_v ‖ e] (most-recent COMB), and τ_v in float64 (Unix-second
+times overflow float32's mantissa). τ starts at the stream's first time ``t0``, not 0, so the first Δt is not
+≈ 1e9. With several ranks per group the rows live once per node in an MPI-3 shared window
+(``MPI.Win.Allocate_shared``); the strategy orders accesses with barriers, this class only moves rows.
 """
 
 from __future__ import annotations
@@ -31,13 +23,7 @@ _CPU = torch.device("cpu")  # read()'s default device
 
 
 class NodeMemory:
-    """The memory copy of one group (see the module docstring).
-
-    Args:
-        group: the group's communicator (None or size 1: private arrays).
-        num_vertices, memory_dim, mail_dim: N, d and the mail width 2d + D.
-        dtype: the training dtype (numpy).
-    """
+    """The memory copy of one group (``group`` None or size 1: private arrays); mail width 2d + D."""
 
     def __init__(self, group: Communicator | None, num_vertices: int, memory_dim: int, mail_dim: int,
                  dtype: np.dtype, t0: float = 0.0) -> None:
@@ -83,7 +69,7 @@ class NodeMemory:
             self.times[nodes] = times
 
     def state(self) -> dict[str, np.ndarray]:
-        """A copy of every row (what checkpoints keep; the group leader's copy is the group's)."""
+        """A copy of every row (for checkpoints)."""
         return {"values": self.values.copy(), "times": self.times.copy()}
 
     def load(self, state: dict[str, np.ndarray]) -> None:

@@ -1,28 +1,13 @@
-"""S6 "PSS": whole snapshots per rank, contiguous in time, with the RNN state passed along (DGC §2.1).
+"""PSS: whole snapshots per rank, contiguous in time, with the RNN state passed along (DGC §2.1).
 
-Rank p owns snapshots ``[s_p, s_{p+1})`` (equal counts, or equal estimated
-work with ``strategy.balance: work``). Each GCN runs where its snapshot is, as
-in :mod:`hpcdgnn.strategies.snapshot`; but instead of moving the activations
-to vertex owners, the RNN of each layer runs over the rank's own stretch of
-time for all N vertices, starting from the state at ``s_p - 1`` that rank p-1
-sends when it has finished its stretch — a pipeline along the timeline::
+Each GCN runs where its snapshot is; the RNN of each layer runs over the rank's own stretch of time for all N
+vertices, from the state rank p−1 reached — a pipeline along the timeline::
 
     rank p:  state <- recv(p-1);  Z[s_p:s_{p+1}], state = RNN(Y[s_p:s_{p+1}], state);  send(state, p+1)
 
-and the backward pass sends the state's gradient back from p+1 to p. The
-state is what checkpoint blocks carry between blocks (SPEC S2): the LSTM's
-(h, c), TM-GCN's last w-1 window inputs; EvolveGCN-O's recurrence is over
-weights, which every rank computes itself, so it passes nothing; DySAT's
-attention reads every earlier step, so its state is the whole past input
-(t x N x F'). Per layer one state (N x F' values for an RNN) crosses each rank
-boundary, forward and backward
-(counted under ``pipeline.fwd`` / ``pipeline.bwd``): little volume, but the
-ranks wait for each other in turn — the serialisation that makes PSS scale
-worse than snapshot partitioning with redistribution (S1) as P grows.
-
-Sends are non-blocking and completed after the backward pass, so the order in
-which the autograd engine reaches the pipeline's nodes cannot deadlock two
-ranks; receives block, which is the dependency itself.
+The backward sends the state's gradient from p+1 to p (``pipeline.fwd`` / ``pipeline.bwd``). Little volume, but
+ranks wait in turn, which is why PSS scales worse than S1. Sends are non-blocking and completed after the
+backward, so the order in which autograd reaches the pipeline's nodes cannot deadlock two ranks.
 """
 
 from __future__ import annotations
@@ -58,9 +43,7 @@ class _RecvState(torch.autograd.Function):
 
 
 class _SendState(torch.autograd.Function):
-    """The backward half of a forward send: a zero that joins the backward roots, whose backward
-    receives the gradients of the sent tensors from rank p+1.
-    """
+    """The backward half of a send: a zero root whose backward receives the gradients from rank p+1."""
 
     @staticmethod
     def forward(ctx, pipe, tag, *tensors):  # noqa: D102
@@ -71,7 +54,7 @@ class _SendState(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _):  # noqa: D102
         grads = ctx.pipe.comm.recv_obj(ctx.pipe.rank + 1, 2 * ctx.tag + 1, "pipeline.bwd")
-        # they travel through host memory (``_Pipe.send``): back to the device of the tensors sent
+        # they travel through host memory: back to the device of the tensors sent
         return (None, None, *(g.to(d) for g, d in zip(grads, ctx.devices, strict=True)))
 
 
@@ -102,8 +85,7 @@ class PSSStrategy(SnapshotStrategy):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Contiguous blocks of time (by count or estimated work, ``strategy.balance``); no checkpoint
-        blocks: the pipeline passes states across ranks, not across blocks."""
+        """Contiguous blocks of time (by count or estimated work); no checkpoint blocks."""
         return dataclasses.replace(plan_snapshots(manifest, num_ranks, job, layout="block"), kind="pss")
 
     @classmethod
@@ -112,13 +94,13 @@ class PSSStrategy(SnapshotStrategy):
         return "block"
 
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
-        """As the snapshot strategy (read, transfer, normalise, precompute), plus the pipeline."""
+        """As the snapshot strategy, plus the pipeline."""
         self._pipe = _Pipe(self.comm)
         return super().setup(plan, model, task, reader)
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
-        """The RNN runs over this rank's own whole snapshots at any P: graph_recurrent layers can run."""
+        """The RNN runs over this rank's own whole snapshots at any P."""
         return True
 
     def layout(self, b: int = 0, states: list | None = None) -> PSSLayout:
@@ -145,24 +127,20 @@ class PSSLayout(SnapshotLayout):
         me, P = pipe.rank, pipe.comm.size
         if me > 0:
             received = pipe.comm.recv_obj(me - 1, 2 * li, "pipeline.fwd")
-            if received:  # (tensors, structure) of the state rank p-1 reached
+            if received:
                 spec_leaves, spec = received
                 tensors = [t.to(y.device) for t in spec_leaves]
                 if torch.is_grad_enabled():
                     anchor = torch.zeros((), requires_grad=True)  # makes the outputs require grad
                     tensors = list(_RecvState.apply(anchor, pipe, li, tensors))
-                    # a zero root on the received state: its backward (the send back to p-1) runs even
-                    # when nothing here uses the state (an idle last rank, P > T)
+                    # a zero root: the send back to p-1 runs even when nothing here uses the state
                     self.roots.append(sum(t.sum() for t in tensors) * 0.0)
                 rstate = tree_unflatten(tensors, treespec_loads(spec))
             else:
                 rstate = None
         if y.shape[0] and me == P - 1 and layer.temporal_reach is None:
-            # the last rank sends nothing on: past the training horizon its RNN runs without autograd, as
-            # the snapshot strategy's (the backward over the evaluation steps would propagate zeros). Not where
-            # the end state goes on (each send's backward is paired with a receive), nor for banded
-            # encoders, where the split cost more than it saved (SnapshotStrategy._encode_banded)
-            rows = self.s._grad_rows(self.b)  # (owned snapshots up to the horizon, ...), None: all of them
+            # only the last rank splits at the horizon: elsewhere each send's backward pairs with a receive
+            rows = self.s._grad_rows(self.b)
             grad_steps = y.shape[0] if rows is None else rows[0]
             graphs = self.temporal_kwargs(layer, li).get("graphs")
             z, rstate = horizon_temporal(layer, y, rstate, grad_steps, graphs)
@@ -175,7 +153,6 @@ class PSSLayout(SnapshotLayout):
             leaves = [x for x in leaves if x is not None]
             pipe.send_state(me + 1, 2 * li, leaves, spec)
             if leaves and torch.is_grad_enabled():
-                # the send's backward half: receives the gradient of this state from rank p+1
                 self.roots.append(_SendState.apply(pipe, li, *leaves))
         return z, rstate
 

@@ -1,9 +1,7 @@
 """Naming rows to other ranks: the index exchange behind a keyed fetch and the stale halo's fresh rows.
 
-A rank names rows of another's by their positions among that rank's rows, as int32 or as a bitmask over all of
-them, whichever is shorter (:func:`fresh_bytes`); both sides know the counts, so the encoding needs no flag.
-:func:`ask_owners` is a keyed fetch's index exchange (:func:`hpcdgnn.strategies.halo.fetch_rows`), and
-:class:`~hpcdgnn.strategies.stale.StaleFetch` names the rows it sends fresh the same way (DGC §5.2).
+Rows are named by position among the owner's rows, as int32 or a bitmask, whichever is shorter; both sides
+know the counts, so the encoding needs no flag.
 """
 
 from __future__ import annotations
@@ -20,19 +18,13 @@ __all__ = ["RowRequest", "ask_owners", "decode_positions", "encode_positions", "
 
 
 def fresh_bytes(count: int, rows: int) -> int:
-    """Bytes that name ``count`` of a sender's ``rows`` rows (the halo rows that came fresh, the rows a
-    fetch asks for): their positions as int32, or a bitmask over all ``rows`` where that is smaller (more
-    than one row in 32), and always where int32 cannot hold a position. Both sides know both numbers, so
-    the encoding needs no flag."""
+    """Bytes naming ``count`` of ``rows`` rows: int32 positions, or a bitmask where smaller or int32 overflows."""
     mask = (rows + 7) // 8
     return mask if index_dtype(rows - 1) != np.int32 else min(4 * count, mask)
 
 
 def encode_positions(positions: list[np.ndarray], rows: list[int]) -> tuple[np.ndarray, list[int]]:
-    """Per destination q, the ascending unique ``positions[q]`` among ``rows[q]`` rows in
-    :func:`fresh_bytes`' encoding: (the concatenated bytes, bytes per destination). The bitmask is
-    built only where it is the shorter form, so below 2^31 rows the work is bounded by 32 × the
-    positions sent."""
+    """Encode ``positions[q]`` among ``rows[q]`` rows per destination: (concatenated bytes, bytes per q)."""
     parts, sizes = [], []
     for pos, r in zip(positions, rows, strict=True):
         n = fresh_bytes(pos.shape[0], r)
@@ -47,8 +39,7 @@ def encode_positions(positions: list[np.ndarray], rows: list[int]) -> tuple[np.n
 
 
 def decode_positions(raw: np.ndarray, counts: list[int], rows: list[int]) -> list[np.ndarray]:
-    """The inverse of :func:`encode_positions` on the receiver: per sender, its ``counts[q]`` positions
-    among ``rows[q]`` rows, ascending, as int64."""
+    """The inverse of :func:`encode_positions`: per sender, ``counts[q]`` ascending int64 positions."""
     out, off = [], 0
     for c, r in zip(counts, rows, strict=True):
         n = fresh_bytes(c, r)
@@ -60,13 +51,10 @@ def decode_positions(raw: np.ndarray, counts: list[int], rows: list[int]) -> lis
 
 def exchange_positions(comm, positions: list[np.ndarray], send_rows: list[int], recv_rows: list[int],
                        tag: str) -> tuple[list[int], list[np.ndarray]]:
-    """Name rows to every rank, collectively: ``positions[q]`` (ascending, unique) among the
-    ``send_rows[q]`` rows my message to rank q is about; rank q's to me are among ``recv_rows[q]``.
-    The counts go first (8 bytes per rank pair), then each set in :func:`fresh_bytes`' shorter
-    encoding, both under ``tag``. Returns (how many rows each rank named to me, their positions).
+    """Name ``positions[q]`` among ``send_rows[q]`` rows to each rank q (collective: counts, then positions).
 
-    The one mechanism behind the stale halo's fresh rows and a keyed fetch's requests
-    (:func:`ask_owners`)."""
+    Returns (how many rows each rank named to me, their positions among ``recv_rows``).
+    """
     P = comm.size
     counts = torch.tensor([p.shape[0] for p in positions], dtype=torch.int64)
     got = comm.exchange.alltoallv(counts.view(P, 1), [1] * P, [1] * P, tag=tag).view(-1).tolist()
@@ -78,14 +66,7 @@ def exchange_positions(comm, positions: list[np.ndarray], send_rows: list[int], 
 
 @dataclass
 class RowRequest:
-    """One rank's side of a keyed fetch after the index exchange (:func:`ask_owners`).
-
-    Attributes:
-        order: my keys sorted by (owner, owner's row): the order rows arrive in.
-        local: the owner's row of each key, in that order (ascending per owner).
-        counts: keys I ask of each rank; got: keys each rank asks of me.
-        asked: my rows each rank asks for, in rank order (int64).
-    """
+    """One rank's side of a keyed fetch: ``order`` (arrival order of my keys), owners' rows, counts, asked rows."""
 
     order: np.ndarray
     local: np.ndarray
@@ -102,10 +83,7 @@ class RowRequest:
 
 def ask_owners(comm, keys: np.ndarray, owner_of: Callable[[np.ndarray], np.ndarray],
                local_of: Callable[[np.ndarray], np.ndarray], row_counts: list[int], tag: str) -> RowRequest:
-    """The index exchange of a keyed fetch (collective, tag ``<tag>.index``) for the unique ``keys``:
-    counts, then per owner the rows asked of it, ascending, as int32 positions or a bitmask over its
-    ``row_counts[owner]`` rows, whichever is shorter (:func:`exchange_positions`;
-    a fetch that asks for most of an owner's rows, as random negatives do, costs a bit a row, not 32)."""
+    """The index exchange of a keyed fetch for the unique ``keys`` (collective, tag ``<tag>.index``)."""
     P = comm.size
     owner = owner_of(keys)
     local_all = local_of(keys)

@@ -1,10 +1,6 @@
 """One sample's computational graph as the model's :class:`~hpcdgnn.nn.layout.Layout` (R4; ReInc §3.4.2).
 
-:class:`SampleLayout` takes a sample's rows and operators from its strategy's sampler
-(:class:`~hpcdgnn.strategies.sampling.SampleGraphs`) and hands each layer its input: X's rows, or with
-``reuse: on`` (R3; ReInc §3.1, §3.3) the rows of Ã_t·X_t or of the first cell's input basis from the strategy's
-reuse cache; with the encoder–decoder, the decoder's inputs. It reads the strategy
-(:class:`~hpcdgnn.strategies.sequences.SequencesStrategy`) through its attributes only.
+Layer inputs are X's rows or, with ``reuse: on`` (R3), rows read from the strategy's reuse cache.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ __all__ = ["SampleLayout"]
 
 
 class SampleLayout(Layout):
-    """One sample's computational graph (ReInc §3.4.2): per layer, the rows it outputs in each step of the
-    window and its sampled aggregation; the whole window's rows as one (S, n, F) block. For graph-recurrent
-    cells: the rows :attr:`cells` every layer runs over at every step and each step's graph among them."""
+    """One sample: per layer its output rows and sampled aggregation over the window, as one (S, n, F) block."""
 
     def __init__(self, s: SequencesStrategy, seq: Sequence, batch: np.ndarray, vertices: np.ndarray,
                  rng: np.random.Generator, *, epoch: int = 0, b: int = 0, train: bool = False) -> None:
@@ -41,35 +35,33 @@ class SampleLayout(Layout):
         self.vertices = np.asarray(vertices, dtype=np.int64)
         L = s.num_layers
         #: graph-recurrent cells: the rows U of every layer and step
-        #: (:meth:`~hpcdgnn.strategies.sampling.SampleGraphs.cell_rows`)
         self.cells: np.ndarray | None = None
         if s.cells:
             #: the snapshot each decoder step reads
-            #: (:meth:`~hpcdgnn.strategies.sequences.SequencesStrategy.decoder_steps`)
             self.decoder = s.decoder_steps(epoch, seq, b, train) if s.decoder is not None else None
             self.cells = s.cell_rows(seq, self.vertices, rng, self.decoder)
             self.graphs = [s.rows_graph(t, self.cells) for t in range(seq.start, seq.stop)]
             return
         self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]
         self.adj: list[NormalizedAdjacency | None] = [None] * L
-        for li in reversed(range(L)):  # from the batch down to the input: each layer's rows and their reads
-            if li == 0 and s.reads_ax:  # layer 0 reads its rows of Ã_t·X_t from the reuse cache
+        for li in reversed(range(L)):  # from the batch down to the input
+            if li == 0 and s.reads_ax:
                 break
             self.adj[li], self.rows[li] = s.sampled_block(seq.start, seq.stop, self.rows[li + 1], s.fanout[li], rng)
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
-        """The layer's aggregation over its sampled block (all steps in one product), then its transform."""
+        """The layer's aggregation over its sampled block, then its transform."""
         S = self.stop - self.start
         steps = list(range(self.start, self.stop))
-        if self.cells is not None:  # a cell's input as it is: X (layer 0; or its basis, reused) or the layer below
+        if self.cells is not None:
             if h is None:
                 h = torch.stack([self._cell_input(g, "encoder") for g in self.graphs])
             return layer.spatial_steps(h, steps, tparams)
         n = self.rows[li + 1].shape[0]
-        if h is None and self.s.reads_ax:  # layer 0 over full neighbourhoods: Ã_t·X_t, reused (R3)
+        if h is None and self.s.reads_ax:  # R3
             ax = torch.stack([self.s.input_rows(t, self.rows[1]) for t in steps]).to(self.s.ctx.device)
             return layer.spatial_steps(ax, steps, tparams)
-        if h is None:  # layer 0: X of its input rows in every step
+        if h is None:
             idx = torch.from_numpy(self.rows[0])
             h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in range(self.start, self.stop)])
             h = h.to(self.s.ctx.device)
@@ -77,8 +69,7 @@ class SampleLayout(Layout):
         return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)
 
     def _cell_input(self, graph: RowsStepGraph, part: str) -> torch.Tensor:
-        """The first cell's input at ``graph``'s snapshot over the rows U, read by ``part``: X_t's rows, or with
-        ``reuse: on`` and full neighbourhoods the rows of its basis from the reuse cache (ReInc §3.1, §3.3.1)."""
+        """The first cell's input over U: X_t's rows, or its cached basis (R3)."""
         if self.s.reads_basis:
             return self.s.input_basis(graph, part)
         return self.s.snapshot(graph.t).x.index_select(0, torch.from_numpy(self.cells)).to(self.s.ctx.device)
@@ -94,12 +85,7 @@ class SampleLayout(Layout):
         return self.graphs if self.cells is not None else None
 
     def decoder_inputs(self) -> DecoderInputs:
-        """The encoder–decoder's inputs (:mod:`~hpcdgnn.nn.models.encoder_decoder`): G_t among U; when training,
-        for each decoder step d ≥ 1 that draws teacher forcing
-        (:meth:`~hpcdgnn.strategies.sequences.SequencesStrategy.teacher_draws`: never P), the targets y_{t+d-1} of
-        U (NaN where missing) — or in the snapshot form the input of each snapshot a step reads
-        (:meth:`~hpcdgnn.strategies.sequences.SequencesStrategy.decoder_steps`) and its graph among U, read in step
-        order (the order of the cache's plan)."""
+        """The encoder–decoder's inputs: G_t among U, and teacher-forced targets or snapshot inputs per step."""
         s, H, last = self.s, self.s.horizon, self.graphs[-1]
         teacher: list[torch.Tensor | None] = [None] * H
         if s.reads_snapshots:
@@ -119,6 +105,6 @@ class SampleLayout(Layout):
         """The last step's rows of the sample's vertices."""
         self.last = h
         rows = h[-1]
-        if self.cells is not None:  # the vertices' rows among U
+        if self.cells is not None:
             rows = rows.index_select(0, torch.from_numpy(np.searchsorted(self.cells, self.vertices)).to(rows.device))
         return SampleEmbeddings(self.seq.t, rows, self.vertices, self.batch)

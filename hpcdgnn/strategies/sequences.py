@@ -1,103 +1,22 @@
-"""R1 + R4: sample-based data-parallel training over sliding-window sequences (ReInc §3.4, SPEC Family B).
+"""R1 + R4 (with R2, R3): data-parallel training over sliding-window sequences (ReInc §3.4, SPEC Family B).
 
-**Samples** (ReInc §3.4.2). A *sequence* is a window of L = ``strategy.window``
-consecutive snapshots, starting every ``stride`` snapshots; the task scores its
-last step t (link prediction: the edges of t + 1; node tasks: the targets of t),
-so a sequence belongs to the split of t. A *sample* is one sequence × one node
-batch: the computational graph of the batch's vertices in each of the L
-snapshots, layer by layer from the top — the rows a layer must output, and the
-neighbours they read in each snapshot (all of them, or ``fanouts`` sampled
-without replacement per vertex and step, nearest the batch first, weighted
-|N(v)| / k so the aggregation stays unbiased; the self-loop always). A vertex
-in a layer's rows is computed in every step of the window, so the time encoder
-of every layer runs over whole sequences of its rows, locally: no activation
-ever moves (ReInc's point against redistribution, §2.2).
+A *sequence* is a window of ``window`` snapshots starting every ``stride``; the task scores its last step t, so
+it belongs to t's split. A *sample* is one sequence × one node batch: the computational graph of the batch's
+vertices in each snapshot (:mod:`hpcdgnn.strategies.sampling`), run locally — no activation moves (§2.2).
 
-**Mini-batches** (R4, §3.4.3). Node batches are ``batch_vertices`` vertices of
-a permutation seeded by (seed, epoch) — link prediction scores the pairs whose
-source is in the batch. The epoch's samples are ordered *seq-first* (every
-training sequence for a node batch, then the next batch; ReInc's order, which
-keeps a batch's aggregations hot) or *node-first*, and ``batch_samples`` of them
-in that order form one optimizer step. Which samples form the g-th global
-mini-batch and which neighbours they sample depend only on the seed, the epoch
-and g, never on P; each rank runs the samples of its own sequences, the loss is
-the sum over the global batch divided by its example count (one all-reduce of
-a number per step), and the gradients are all-reduced as sums — so P ranks
-reproduce one rank's losses (tested at P = 3).
+R4 (§3.4.3): node batches cut a permutation seeded by (seed, epoch); samples are ordered seq-first or node-first
+and ``batch_samples`` of them form one step. Membership and neighbour draws never depend on P, and the loss is
+divided by the global example count, so P ranks reproduce one rank's losses.
 
-**Placement** (R1, §3.4.1). Rank r owns a contiguous block of sequences
-(balanced by count) and so a consecutive block of snapshots. With ``overlap``
-it reads the window - 1 snapshots after its block too, so every sequence is
-local and only gradients move; with ``fetch`` it reads only its block and
-pulls the missing snapshots (their normalised Ã and X) from their owners once
-per epoch, counted under ``placement.fetch``.
+R1 (§3.4.1): rank r owns a contiguous block of sequences; ``overlap`` also reads the window − 1 snapshots after
+it, ``fetch`` pulls them from their owners once an epoch.
 
-**Reuse** (R3, ReInc §3.1, §3.3; :mod:`hpcdgnn.nn.reuse_cache`), with ``reuse: on``. What is shared and
-why it is exact:
-
-* *Across overlapping sequences* (and node batches, splits and epochs): when layer 0 aggregates X over
-  full neighbourhoods (its fanout 0; a layer whose aggregation has no parameters) the value Ã_t·X_t
-  depends on snapshot t alone — no parameter, window, batch or epoch — so one entry per snapshot, key
-  ``("global", 0, t, "all")``, serves every sample that reads t (each reads its rows). R2 fills the
-  cache at setup (Eq. 2, or from scratch); it holds at most ``cache_mb`` per rank, evicting by Eq. 3
-  (F and I from this rank's reads this epoch and the next, which the strategy knows: every sample
-  reads each step of its window, in the order of :meth:`batches` then :meth:`evaluate`) or by LRU; a
-  miss computes Ã_t·X_t from scratch (Eq. 1) — of every vertex when the policy admits it, else only
-  the rows the sample needs — and, when the cache still holds Agg_{t−1} and R2 was built over t − 1 and
-  t (``incremental: on``), by Eq. 2 from that cached value (ReInc §3.3.1: "During the incremental
-  computation of Agg_t, ReInc gets cached aggregation Agg_{t−1} from the global cache"; a read outside
-  the plan, :meth:`~hpcdgnn.nn.reuse_cache.ReuseCache.peek`), falling back to from scratch above
-  ``incremental_threshold``. The values carry no gradient (X has none), so reading them changes no
-  autograd graph. With ``reuse: off`` every sample aggregates X over its own block (the fanout-0
-  block is Ã_t's rows) as a framework without reuse does: the same products, so the same losses up to
-  the rounding of Eq. 2 (tested at rtol 1e-12). ``metrics.jsonl`` reports the cache per epoch under
-  ``reuse`` (summed over ranks).
-* *Graph-recurrent cells' input basis* (global level): with full neighbourhoods (every fanout 0) the
-  first cell's input part is the basis of X_t over snapshot t's operator (Chebyshev T_k(L̂_t)·X_t, or
-  the diffusion powers), again a value of snapshot t alone: key ``("global", 0, t, ("basis", cell, K))``,
-  computed for every vertex over the whole snapshot on its first read (no R2: the basis is not one of
-  Eq. 2's sum / mean / GCN aggregations) and read by every sample at its rows U. A row whose outputs the
-  sample needs has its whole neighbourhood in U (*Graph-recurrent cells* in
-  :mod:`~hpcdgnn.strategies.sampling`), so its row of the whole-snapshot basis is the one the sample
-  computes without reuse; the other rows of U are read by none
-  of those. With sampled fanouts the cells run on the subgraph U induces, whose basis differs
-  from the whole snapshot's at the rows the sampled rows read: nothing is shared then.
-* *Encoder ↔ decoder* (ReInc §3.1, ``model.decoder_input: snapshots``): a teacher-forced decoder step d
-  reads snapshot t + d — X_{t+d} on G_{t+d}, through the encoder's first filter
-  (:mod:`~hpcdgnn.nn.models.encoder_decoder`) — so its input basis is the entry a later window's encoder
-  reads for t + d, and decoder step 0 reads X_t, the entry this window's encoder has just read. Both
-  parts read and make entries through the same cache; who made an entry and who hit it is counted
-  (``decoder_to_encoder_hits``, ``encoder_to_decoder_hits``). The plan holds the decoder's reads too
-  (teacher forcing is drawn from the seed, epoch, sequence and node batch, so the strategy knows every
-  draw in advance), after the window's, in the order a sample makes them; F and I of Eq. 3 are read
-  off it — exact for any window, stride, horizon, order and draw, which ReInc's closed forms
-  (F = max(1, 2·idx − 2S + 1)·K − g, …, for one schedule) are not meant to be. Teacher forcing reads
-  snapshots up to t + H − 1 ≤ T − 1 (regression steps end at T − H), which ``overlap`` placement reads
-  and ``fetch`` pulls with the window's.
-* *Not shared*: a sampled first layer (fanout > 0) draws its neighbours per window (the sampler is
-  seeded by epoch, sequence and node batch), so no two windows aggregate the same thing; attention
-  (DySAT) has parameters. Hidden layers' aggregations depend on the parameters and on the window's
-  start (every window restarts the time encoder), and each sample runs its backward before the next:
-  none is reused across samples or optimizer steps; within a sample every layer aggregates each step
-  once (one block-diagonal product over the window). R2 does not apply to them either: a hidden
-  layer's features change with every step (and every parameter update), so Eq. 2's delta is the whole
-  matrix — ReInc §3.1 applies cross-sequence reuse to inputs only.
-* *Across gates* (local level, ReInc §3.3.2): the integrated cells
-  (:class:`~hpcdgnn.nn.models.base.GraphRecurrentLayer`) compute one basis of X_t for all gates and one
-  basis of H_{t-1} per step for all gates that read it (GConvGRU and DCRNN need a second, of
-  R_t ⊙ H_{t-1}, as their equations do), here as under every strategy. Under ``reuse: on`` each state
-  aggregation is reported to the cache's local level as one miss and K − 1 hits (K: the gates that
-  read it; F = K − g, I = 0 in ReInc §3.3.3) — a counter on this structural reuse
-  (:func:`~hpcdgnn.nn.reuse_cache.count_shared`): the gates read the basis in one fused GEMM, so
-  nothing is stored and the local level takes no capacity from the global one.
-
-**Computational graphs** (:mod:`hpcdgnn.strategies.sampling`): which rows each layer of a sample computes
-and which neighbours they read, sampled or not; for graph-recurrent cells the closure of their receptive
-field over the window. The strategy inherits the sampler (:class:`~hpcdgnn.strategies.sampling.SampleGraphs`),
-and :class:`~hpcdgnn.strategies.sample_layout.SampleLayout` runs the model over one sample.
-
-Evaluation (validation and test sequences, every node batch, no gradient)
-is a pass of its own after the epoch's steps (:meth:`evaluate`).
+R3 (§3.1, §3.3; ``reuse: on``): with full neighbourhoods at layer 0, Ã_t·X_t (or a graph-recurrent cell's input
+basis of X_t) depends on snapshot t alone, so one cache entry serves every window, node batch, epoch and the
+decoder's snapshot steps. R2 (Eq. 2) fills it at setup; a miss recomputes it by Eq. 2 from a cached Agg_{t−1}
+or from scratch (Eq. 1). Eq. 3 eviction reads this rank's exact read plan. Cached values carry no gradient, so
+losses equal ``reuse: off`` up to Eq. 2's rounding. Sampled layers, attention and hidden layers depend on the
+draw or the parameters and are not shared; the cells' gate sharing is counted on the local level (§3.3.2).
 """
 
 from __future__ import annotations
@@ -133,8 +52,7 @@ __all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
 
 @dataclass
 class _HostSnapshot:
-    """Ã_t (IBM Eq. 1, self-loops added) as CSR in float64 and X_t, on the host; for graph-recurrent cells
-    also A_t as read (``raw``: indptr, indices, weights) and, once built, its whole-snapshot step graph."""
+    """Ã_t as float64 CSR and X_t on the host; for graph-recurrent cells also A_t as read and its step graph."""
 
     crow: np.ndarray
     col: np.ndarray
@@ -145,22 +63,18 @@ class _HostSnapshot:
 
     @property
     def nbytes(self) -> int:
-        return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))  # what placement: fetch sends
+        return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))
 
 
 class _KnownProduct:
-    """An R2 row adjacency M_{t-1} whose product with X_{t-1} is already known (a cached Agg_{t-1} without
-    its row scale): :meth:`IncrementalAggregator.aggregate
-    <hpcdgnn.nn.conv.incremental.IncrementalAggregator.aggregate>` computes its first step as ``spmm``, so
-    over the pair (M_{t-1} as this, M_t) it runs its own Eq. 2 step t from the cached value (ReInc §3.3.1),
-    with the same feature deltas, per-row choice, threshold fallback and statistics — nothing of Eq. 2 is
-    written twice. Every other attribute is M_{t-1}'s."""
+    """R2's M_{t-1} whose ``spmm`` returns a known product (cached Agg_{t-1}), so the aggregator runs its own
+    Eq. 2 step t from the cache (ReInc §3.3.1); every other attribute is M_{t-1}'s."""
 
     def __init__(self, adj, product: torch.Tensor) -> None:
         self._adj, self._product = adj, product
 
     def spmm(self, x: torch.Tensor) -> torch.Tensor:
-        """The known product (``x`` is X_{t-1}, whose product it is)."""
+        """The known product (``x`` is X_{t-1})."""
         return self._product
 
     def __getattr__(self, name: str):
@@ -169,22 +83,18 @@ class _KnownProduct:
 
 @register_strategy("sequences")
 class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
-    """Sliding-window sequences × node batches, one model replica per rank (see the module docstring); each
-    sample's computational graph from the sampler it derives from (:class:`SampleGraphs`)."""
+    """Sliding-window sequences × node batches, one model replica per rank."""
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
-        """Graph-recurrent cells run at any P: each sample's time encoder gets every step's graph among the
-        rows its receptive field needs (:mod:`~hpcdgnn.strategies.sampling`, *Graph-recurrent cells*)."""
+        """Graph-recurrent cells run at any P: each sample gets every step's graph over its receptive field."""
         return True
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
-        """Consecutive blocks of sequences per rank (R1), and the snapshots each holds
-        (:func:`hpcdgnn.partition.sequences.plan_sequences`)."""
+        """Consecutive blocks of sequences per rank (R1), and the snapshots each holds."""
         return plan_sequences(manifest, num_ranks, job)
 
-    # -- setup --------------------------------------------------------------------------------------
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the snapshots of my sequences (``overlap``) or of my block (``fetch``); normalise them."""
         o, job, me = self.ctx.job.strategy, self.ctx.job, self.comm.rank
@@ -192,7 +102,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         if any(recurrent) and not all(recurrent):
             raise ConfigError(f"model.name: {job.model.name} mixes graph-recurrent cells with other layers, "
                               "which strategy.name: sequences cannot sample; use pss")
-        #: graph-recurrent cells: each sample runs every layer over its receptive field's rows (:meth:`cell_rows`)
+        #: graph-recurrent cells: each sample runs every layer over its receptive field's rows
         self.cells = all(recurrent)
         self.encoder = list(model.layers)
         self.decoder = list(model.decoder) if isinstance(model, EncoderDecoder) else None
@@ -206,10 +116,9 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         self._mine_ids = set(range(a, b))
         self._own = plan.snapshot_bounds
         lo, hi = plan.ranks[me]["window_snapshots"]
-        # every rank's needed range, for fetch: (lo, hi) per rank
         self._reads = [tuple(r["window_snapshots"]) for r in plan.ranks]
         self.host: dict[int, _HostSnapshot] = {}
-        # overlap: my windows' snapshots; fetch: my block (others' windows may need it), not those after it
+        # fetch reads only my block (others' windows may need it), not the snapshots after it
         read_lo, read_hi = (lo, hi) if o.placement == "overlap" else (self._own[me], self._own[me + 1])
         raw = []
         for t in range(read_lo, read_hi):
@@ -220,23 +129,21 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         self._fetched: dict[int, _HostSnapshot] = {}
         #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
         self.fanout = (list(o.fanouts) or [0] * self.num_layers)[::-1]
-        #: R3: layer 0 aggregates X over full neighbourhoods, a constant Ã_t·X_t (SPEC S4) that every sample
-        #: reading snapshot t shares; with ``reuse: on`` samples read its rows from the reuse cache
+        #: R3: layer 0's Ã_t·X_t (full neighbourhoods) is read from the reuse cache
         self.reads_ax = bool(model.layers[0].precomputable and self.fanout[0] == 0 and o.reuse == "on")
-        #: R3 for graph-recurrent cells: with full neighbourhoods the first cell's input basis of X_t over
-        #: snapshot t's operator is a value of t alone, which windows and the decoder's snapshot steps share
+        #: R3: the first cell's input basis of X_t (full neighbourhoods) is read from the reuse cache
         self.reads_basis = bool(self.cells and not any(self.fanout) and o.reuse == "on")
         #: the decoder's snapshot form (ReInc §3.1): teacher-forced steps read X_{t+d} on G_{t+d}
         self.reads_snapshots = self.decoder is not None and job.model.decoder_input == "snapshots"
         self.cache: ReuseCache | None = None
         self._incremental: dict | None = None
-        self._r2: tuple[int, IncrementalAggregator] | None = None  # (first snapshot, R2 over the held ones)
-        self._fills = {"incremental": 0, "scratch": 0}  # whole-snapshot values computed after a miss, by how
+        self._r2: tuple[int, IncrementalAggregator] | None = None
+        self._fills = {"incremental": 0, "scratch": 0}
         self._stream: list[tuple] = []
         self._entry_bytes = 0
         if self.reads_ax or self.reads_basis:
             F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
-            width = model.layers[0].w_x.shape[0] if self.reads_basis else F  # the basis: B·F columns
+            width = model.layers[0].w_x.shape[0] if self.reads_basis else F
             self._entry_bytes = self.N * width * torch.empty(0, dtype=self.ctx.dtype).element_size()
             what = ("input basis (the first cell's convolution of X_t", "N × B·F") if self.reads_basis else \
                 ("input aggregation Ã_t·X_t (", "N × F")
@@ -248,11 +155,11 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         if o.reuse == "on" and (self.reads_ax or self.cells):  # the cells' local level counts without either
             self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._entry_bytes, 1))
             self._plan(self.ctx.start_epoch + 1)  # set-up's fills are admitted for the epoch that runs next
-        if self.reads_ax:  # R2 fills it: Ã_t·X_t of every held snapshot (Eq. 2 or from scratch), as admitted
+        if self.reads_ax:
             for t, ax in self._precompute(list(range(read_lo, read_hi)), raw).items():
                 self.cache.offer(self._input_key(t), ax, "setup")
         self._stat_width: int | None = None
-        self.task = task  # counts each global batch's training examples (:meth:`batches`)
+        self.task = task
         return Scored(snapshots=tuple(sorted({s.t for s in self.mine})))
 
     def _read(self, reader, t: int):
@@ -263,8 +170,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
                              torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype)), snap
 
     def _precompute(self, ts: list[int], raw: list) -> dict[int, torch.Tensor]:
-        """Ã_t·X_t (N, F) of the consecutive snapshots ``ts`` (SPEC S4): incrementally (R2, ReInc Eq. 2)
-        or each from scratch (``strategy.incremental``); the same values, in float64, then cast."""
+        """Ã_t·X_t (N, F) of consecutive snapshots ``ts``: by R2's Eq. 2 or from scratch, in float64."""
         if not ts:
             return {}
         xs = [torch.from_numpy(np.ascontiguousarray(s.x)).to(torch.float64) for s in raw]
@@ -273,26 +179,21 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
                                         threshold=self.opts.incremental_threshold, dtype=torch.float64)
             out, stats = agg.aggregate(xs)
             self._incremental = stats.as_dict()
-            self._r2 = (ts[0], agg)  # kept: a later miss of Agg_t may start from a cached Agg_{t-1} (_fill_input)
+            self._r2 = (ts[0], agg)  # a later miss of Agg_t may start from a cached Agg_{t-1}
         else:
             out = [torch.sparse.mm(gcn_norm(t, s.indptr, s.indices, s.weights, torch.float64).a, x)
                    for t, s, x in zip(ts, raw, xs, strict=True)]
         return {t: y.to(self.ctx.dtype) for t, y in zip(ts, out, strict=True)}
 
-    # -- R3: the reuse cache ------------------------------------------------------------------------
     def _input_key(self, t: int) -> tuple:
-        """The cache key of layer 0's input aggregation at snapshot t: global level (no parameters), layer 0,
-        snapshot t, and what was aggregated — ``"all"`` for Ã_t·X_t of every vertex's full neighbourhood, or
-        the first cell's basis (its kind and order: the encoder's and the decoder's first cells share it).
-        The same value for every window, node batch, split, epoch and model part."""
+        """The cache key of layer 0's input aggregation (Ã_t·X_t, or the first cell's basis) at snapshot t."""
         if not self.reads_basis:
             return ("global", 0, t, "all")
         cell = self.encoder[0]
         return ("global", 0, t, ("basis", type(cell).__name__, cell.order))
 
     def teacher_draws(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[bool]:
-        """Which decoder steps read the ground truth (teacher forcing, probability ``model.teacher_forcing``),
-        drawn from (seed, epoch, sequence, node batch) — never from P; none at step 0 or in evaluation."""
+        """Which decoder steps are teacher-forced, drawn from (seed, epoch, sequence, node batch), never P."""
         p = self.ctx.job.model.teacher_forcing
         if not train or p <= 0:
             return [False] * self.horizon
@@ -300,25 +201,21 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         return [d > 0 and bool(draw[d] < p) for d in range(self.horizon)]
 
     def decoder_steps(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int | None]:
-        """The snapshot each decoder step of a sample reads in the snapshot form (ReInc §3.1): t at step 0,
-        t + d at a teacher-forced step d; None where the step reads its own prediction on G_t (every step of
-        the ``targets`` form)."""
+        """The snapshot each decoder step reads (ReInc §3.1): t + d when teacher-forced or d = 0, else None."""
         if not self.reads_snapshots:
             return [None] * self.horizon
         teach = self.teacher_draws(epoch, seq, b, train)
         return [seq.t + d if d == 0 or teach[d] else None for d in range(self.horizon)]
 
     def _input_reads(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int]:
-        """The snapshots whose input aggregation one sample reads, in the order it reads them: its window's
-        (layer 0 of the encoder), then, in the snapshot form with cached bases, its decoder steps'."""
+        """The snapshots whose input aggregation one sample reads, in order: its window's, then its decoder's."""
         reads = list(range(seq.start, seq.stop))
         if self.reads_basis and self.reads_snapshots:
             reads += [t for t in self.decoder_steps(epoch, seq, b, train) if t is not None]
         return reads
 
     def _access_stream(self, epoch: int) -> list[tuple]:
-        """This rank's reads of input aggregations in one epoch, in order: each training sample of
-        :meth:`batches` (then each of :meth:`evaluate`) reads those of :meth:`_input_reads`."""
+        """This rank's cache keys read in one epoch, in order (training, then evaluation)."""
         keys = []
         for split in (0, 1, 2):
             for seq, b in self._samples(epoch, split):
@@ -327,11 +224,11 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         return keys
 
     def _plan(self, epoch: int) -> None:
-        """Tell the cache this epoch's reads, then the next epoch's — F and I of Eq. 3. They differ between
-        epochs only through the decoder's teacher-forcing draws. The next epoch's reads count in the last
-        epoch too: were an epoch's plan to depend on ``train.epochs``, the last epoch would empty the cache
-        (every entry expires at its last read), and a run extended with ``--resume --set train.epochs=…``
-        would continue from that empty cache where the longer straight run holds a full one."""
+        """Tell the cache this epoch's reads and the next's (Eq. 3's F and I).
+
+        The next epoch counts even in the last one, so a run extended by ``--resume`` continues from the
+        same cache as the longer straight run.
+        """
         if not (self.reads_ax or self.reads_basis):
             return
         self._stream = self._access_stream(epoch)
@@ -351,16 +248,12 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         return torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
 
     def input_rows(self, t: int, rows: np.ndarray) -> torch.Tensor:
-        """Rows ``rows`` of Ã_t·X_t: read from the reuse cache; on a miss Ã_t·X_t of every vertex is
-        computed (:meth:`_fill_input`) and offered to it, or — when the policy would not admit it — only
-        these rows, from scratch."""
+        """Rows ``rows`` of Ã_t·X_t from the cache; if the policy rejects a miss, only these rows from scratch."""
         ax = self.cache.fetch(self._input_key(t), lambda: self._fill_input(t), self._entry_bytes)
         return self._aggregate_input(t, rows) if ax is None else ax.index_select(0, torch.from_numpy(rows))
 
     def _fill_input(self, t: int) -> torch.Tensor:
-        """Ã_t·X_t of every vertex after a miss (module docstring, R3): by R2's Eq. 2 from the cached
-        Agg_{t-1} when there is one and R2 was built over t - 1 and t (ReInc §3.3.1) — R2 itself falls back
-        to from scratch above ``incremental_threshold`` — else from scratch. Counted per epoch."""
+        """Ã_t·X_t after a miss: by Eq. 2 from a cached Agg_{t-1} (ReInc §3.3.1), else from scratch."""
         prev = None
         if self._r2 is not None and self._r2[0] < t < self._r2[0] + len(self._r2[1]):
             prev = self.cache.peek(self._input_key(t - 1))
@@ -373,24 +266,23 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         known = prev.to(torch.float64)  # r_{t-1} ⊙ S_{t-1}: R2 carries S_{t-1} = M_{t-1}·X_{t-1}
         if before.scale is not None:
             known = known / before.scale.unsqueeze(1)
-        pair = copy.copy(agg)  # R2's own step t over the pair (t-1, t), its step 0 the cached value
+        pair = copy.copy(agg)  # R2's own step t over (t-1, t), its step 0 the cached value
         pair.adj, pair.deltas = [_KnownProduct(before, known), agg.adj[i]], [agg.deltas[i - 1]]
         out, stats = pair.aggregate([self.snapshot(u).x.to(torch.float64) for u in (t - 1, t)])
-        self._fills[stats.steps[1].mode] += 1  # "incremental", or "scratch" above the threshold
+        self._fills[stats.steps[1].mode] += 1
         return out[1].to(self.ctx.dtype)
 
     def input_basis(self, graph: RowsStepGraph, part: str) -> torch.Tensor:
-        """The first cell's input basis of X_t at ``graph``'s rows (snapshot t among a sample's rows U), read
-        by ``part`` (encoder or decoder) from the reuse cache: the rows of the whole snapshot's basis,
-        computed for every vertex on a miss and offered; when the policy would not admit it, the basis over
-        ``graph`` itself — what the sample computes without reuse, equal at every row its outputs read
-        (module docstring, R3)."""
+        """The first cell's input basis of X_t at ``graph``'s rows, from the cache (``part``: encoder/decoder).
+
+        A rejected miss computes the basis over ``graph`` itself, equal at every row the sample's outputs read.
+        """
         cell, t, dtype = self.encoder[0], graph.t, self.ctx.dtype
 
         def basis(g: StepGraph, x: torch.Tensor) -> torch.Tensor:
             return cell.basis(cell.operator(g, dtype), x)
 
-        def fill() -> torch.Tensor:  # a miss the cache will hold: the whole snapshot, from scratch
+        def fill() -> torch.Tensor:
             self._fills["scratch"] += 1
             return basis(self.whole_graph(t), x)
 
@@ -402,15 +294,11 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         return full.index_select(0, idx).to(self.ctx.device)
 
     def state_dict(self) -> dict:
-        """The reuse cache's entries (R3), with ``reuse: on``: the next epoch's hits, evictions and refill
-        paths depend on them, so a run resumed with the cache that set-up fills would count other hits and
-        round some refilled aggregations differently (measured: grad norms departing in the 9th digit)."""
+        """The reuse cache's entries: later hits and refill paths (hence rounding) depend on them."""
         return {} if self.cache is None else {"reuse_cache": self.cache.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` after set-up. Without a saved cache (a resume on another rank count,
-        whose ranks hold other sequences, or a checkpoint written before caches were saved) the cache stays
-        as set-up filled it for the next epoch, and rank 0 says so: that resume is not bit for bit."""
+        """Restore :meth:`state_dict`; without a saved cache (other P) set-up's fills stay, not bit for bit."""
         if self.cache is None:
             if state:
                 raise ConfigError("--resume: the checkpoint holds a reuse cache, but this run has strategy.reuse "
@@ -429,8 +317,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
             raise ConfigError(f"--resume: strategy.cache_mb / cache_policy: {e}") from None
 
     def report(self, epoch: int, train_loss: float) -> dict:
-        """R2's work at setup (all ranks): rows recomputed from scratch vs updated incrementally; R3's
-        cache this epoch (all ranks): hits, misses, evictions, hit rate, bytes (:meth:`_reuse_report`)."""
+        """R2's setup work and R3's cache counters this epoch, summed over ranks."""
         out = {"reuse": self._reuse_report()}
         if not self.reads_ax:
             return out
@@ -449,13 +336,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
               "filled_incrementally", "filled_from_scratch")
 
     def _reuse_report(self) -> dict:
-        """The ``reuse`` entry of the epoch record, summed over ranks: the global level's hits, misses,
-        evictions, … and hit rate (the cross-sample cache the policy decides); ``bytes`` held at the epoch's
-        end; ``peak_bytes`` the ranks' peaks added; ``working_set_bytes`` the distinct aggregations the epoch
-        reads, each counted once per rank that reads it; ``local_hits`` / ``local_misses`` the cells'
-        structural reuse across gates (a counter, module docstring); hits by the other part on entries the
-        encoder or the decoder made; and how the misses filled with a whole snapshot's value were computed
-        (``filled_incrementally``: R2 from a cached Agg_{t-1}; ``filled_from_scratch``)."""
+        """The epoch record's ``reuse`` entry (:attr:`REPORT`, summed over ranks) and the hit rate."""
         o = self.opts
         out = {"mode": o.reuse, "policy": o.cache_policy, "cache_mb": o.cache_mb}
         if o.reuse == "off":
@@ -480,10 +361,8 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         """Snapshot t: read at setup, or fetched this epoch."""
         return self.host[t] if t in self.host else self._fetched[t]
 
-    # -- placement: fetch ---------------------------------------------------------------------------
     def _fetch(self) -> None:
-        """``placement: fetch``: every rank sends the snapshots of its block that other ranks' windows need
-        (normalised Ã and X, once per epoch) and receives those it needs from their owners."""
+        """``placement: fetch``: send my block's snapshots other ranks' windows need; receive mine."""
         P, me, own = self.comm.size, self.comm.rank, self._own
         sends = []
         for r in range(P):
@@ -502,7 +381,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
                     self._fetched[t] = _HostSnapshot(crow, col, val, x, raw)
         self.comm.wait_all(sends, "placement.fetch")
 
-    # -- batches ------------------------------------------------------------------------------------
     def node_batches(self, epoch: int) -> list[np.ndarray]:
         """The epoch's node batches: a permutation seeded by (seed, epoch) cut into ``batch_vertices``."""
         N, B = self.N, self.opts.batch_vertices or self.N
@@ -519,11 +397,11 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
 
     def batches(self, epoch: int) -> Iterator[SampleBatch]:
         """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'."""
-        if self.opts.placement == "fetch":  # input data moved: the epoch's "load" column
+        if self.opts.placement == "fetch":
             t0 = time.perf_counter()
             self._fetch()
             self.load_seconds += time.perf_counter() - t0
-        if self.cache is not None:  # R3: the epoch's reads, for Eq. 3; the epoch's counters
+        if self.cache is not None:
             self.cache.reset_counters()
             self._fills = dict.fromkeys(self._fills, 0)
             self._plan(epoch)
@@ -536,7 +414,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
             examples = float(self.comm.allreduce_array([count], tag="batch")[0])
             yield SampleBatch(epoch, g // Q, examples if examples > 0 else 1.0, [(s, nodes[b], b) for s, b in local])
 
-    # -- the step -----------------------------------------------------------------------------------
     def _rng(self, epoch: int, seq: Sequence, b: int, train: bool) -> np.random.Generator:
         """The neighbour sampler of one sample: seeded by (seed, epoch, sequence, node batch), never by P."""
         return np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0 if train else 1, 0x5A])
@@ -547,14 +424,13 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
                               epoch=epoch, b=b, train=train)
         # each window starts afresh: per-step parameters from their initial state (EvolveGCN-O's W_0)
         layout.states = [(layer.initial_time_state(), None) for layer in model.layers]
-        # the cells report their state aggregations shared by the gates to the local level (ReInc §3.3.2)
         cells = [*self.encoder, *(self.decoder or [])]
         with local_level(self.cache, cells) if self.cache is not None and self.cells else nullcontext():
             out = model(layout)
         return task(out, epoch)
 
     def _zero_stats(self, model: DGNN, task, epoch: int) -> np.ndarray:
-        """The task's metric sums of nothing (a rank without samples in a batch): the task run on no rows."""
+        """Zero metric sums of the task's width, for a rank without samples in a batch."""
         if self._stat_width is None:
             rows = torch.zeros(0, model.out_features, dtype=self.ctx.dtype, device=self.ctx.device)
             none = np.zeros(0, np.int64)

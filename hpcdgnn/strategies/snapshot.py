@@ -1,59 +1,18 @@
-"""S1, snapshot partitioning with redistribution ("PSS-TS"): IBM §4.2, Fig. 3a; S2 blocks, S4 precompute.
+"""S1 snapshot partitioning with redistribution ("PSS-TS", IBM §4.2, Fig. 3a); S2 checkpoint blocks, S4 precompute.
 
-Per layer (IBM Fig. 1b, Fig. 3a)::
+Per layer (IBM Fig. 1b)::
 
-    Y_t = GCN(Ã_t, X_t)           for each snapshot t this rank owns   (no communication)
+    Y_t = GCN(Ã_t, X_t)           for each snapshot t this rank owns
     Y[V_q] <- all-to-all(Y)       snapshot layout -> vertex layout     (redistribute.fwd)
-    Z[V_q] = RNN(Y_1[V_q] .. Y_T[V_q])                                 (no communication)
+    Z[V_q] = RNN(Y_1[V_q] .. Y_T[V_q])
     Z_t   <- all-to-all(Z[V_q])   vertex layout -> snapshot layout     (redistribute.fwd)
 
-and the backward pass runs the same two all-to-alls in reverse order with the
-counts swapped (``redistribute.bwd``, :mod:`hpcdgnn.comm.autograd`). Layers
-whose RNN does not mix time per vertex (EvolveGCN-O, IBM §5.5) skip both.
-The first layer's Ã_t·X_t is computed once at setup and reused (S4, §5.5);
-a model whose first aggregation has parameters (GAT) keeps X_t instead.
-
-Communication volume of one redistribution, summed over ranks, in bytes::
-
-    (T*N - sum_p T_p*N_p) * F * itemsize   ( = T*N*F*(P-1)/P*itemsize when P | T and P | N )
-
-where T_p, N_p are rank p's snapshot and vertex counts from the plan; a
-rank's block to itself is a local copy and is not counted.
-
-F is the narrower side of the layer's snapshot-local transform. That transform
-(``layer.spatial``: CD-GCN's relu([ÃX ; ÃXW]), T-GCN's relu(ÃXW), ...) is
-row-wise, so it gives the same rows on the vertex owner as on the snapshot
-owner: where it widens its input (CD-GCN: F -> F + F'), the aggregation ÃX is
-moved and the transform runs in front of the time encoder
-(:func:`~hpcdgnn.nn.layout.moves_aggregation`), and the backward moves the
-narrower gradient too. The first layer's aggregation Ã_t·X_t is a constant
-(S4): it is moved once, in the first epoch, and kept on the vertex owner, so
-that layer moves nothing forward and nothing backward after it. The exchanges are
-MPI_Alltoallw calls over sub-boxes of the two layouts
-(:meth:`~hpcdgnn.comm.exchange.Exchange.alltoall_boxes`), so no side packs or unpacks tensors.
-
-Which rank owns which snapshot is the plan's choice: contiguous blocks (IBM
-§4.2; by count or by estimated work), cyclic, or — with ``strategy.blocks: nb``
-(S2, IBM §3.1, Fig. 2 and 3b) — each of nb blocks of time split over the ranks
-on its own, processed block by block with gradient checkpointing
-(:meth:`SnapshotStrategy.step`). With causal models, snapshots after the last
-training step get no gradient, so their GCN runs without autograd.
-
-Layers whose time encoder is banded (``temporal_reach`` r: TM-GCN's M-transform reads the
-w - 1 steps before t) skip both redistributions (``strategy.time_halo``, default on): each
-rank receives, once per layer, the whole snapshots among the r before each of its runs of
-consecutive owned snapshots that it does not own, and runs the encoder on its own
-snapshots — with contiguous blocks (``layout: block``) r snapshots from one neighbour
-instead of (P-1)/P of everything, twice. Same outputs, bit for bit (the encoder sums the
-same rows in the same order). Not with checkpoint blocks (the history of a block's first
-run would be the previous block's state): those redistribute.
-
-Ranks that own no snapshot (P > T) or no vertex row (P > N) still take part
-in every all-to-all, forward and backward: their tensors are empty but stay
-connected to the autograd graph, and on a rank that scores no snapshot
-:meth:`SnapshotStrategy.backward` adds the last (empty) redistribution output
-as a root with a zero gradient, so every rank calls each collective's
-backward in the same order.
+The backward runs both all-to-alls in reverse (``redistribute.bwd``). One redistribution moves
+(T·N − Σ_p T_p·N_p)·F·itemsize bytes over all ranks, F the narrower side of the row-wise snapshot-local
+transform (:func:`~hpcdgnn.nn.layout.moves_aggregation`). Layer 0's Ã_t·X_t is computed once (S4, §5.5) and
+moved once. ``strategy.blocks: nb`` (S2, §3.1, Fig. 2) runs nb blocks of time with gradient checkpointing.
+Banded encoders (``temporal_reach`` r) skip both all-to-alls and read an r-snapshot time halo instead, bit for
+bit the same. Ranks owning no snapshot (P > T) or no vertex row (P > N) join every collective with empty tensors.
 """
 
 from __future__ import annotations
@@ -105,52 +64,39 @@ class SnapshotStrategy(FullBatchStrategy):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
-        """Cyclic snapshots or contiguous blocks (by count or work), equal vertex ranges, S2 blocks
-        (:func:`hpcdgnn.partition.timeline.plan_snapshots`); ``layout: auto`` as :meth:`resolved_layout`."""
+        """Cyclic snapshots or contiguous blocks (by count or work), equal vertex ranges, S2 blocks."""
         return plan_snapshots(manifest, num_ranks, job, cls.plan_layout(job))
 
     def rebalanced_plan(self, plan: PartitionPlan, compute: list[float]) -> PartitionPlan | None:
-        """``balance: measured`` (the trainer asks only then): the blocks re-cut with the evaluation work's
-        cost fitted to ``compute`` (:func:`hpcdgnn.partition.timeline.rebalanced_plan`); None for layouts
-        without a cut to move."""
+        """The blocks re-cut to the per-rank ``compute`` seconds; None for layouts without a cut to move."""
         return rebalanced_plan(plan, self.ctx.manifest, self.ctx.job, compute, self.plan_layout(self.ctx.job))
 
     @classmethod
     def plan_layout(cls, job) -> str:
-        """The layout this strategy's plans have (:meth:`resolved_layout`; PSS: always blocks)."""
+        """The layout this strategy's plans have."""
         return cls.resolved_layout(job)
 
     @staticmethod
     def resolved_layout(job) -> str:
-        """``strategy.layout``, with ``auto`` decided from the model: contiguous blocks when every
-        time-mixing layer is banded (``temporal_reach``) and the time halo replaces its
-        redistributions (``time_halo: on``, no checkpoint blocks) — a rank then needs only the
-        snapshots just before its block; else cyclic, whose phases between redistributions are
-        balanced."""
+        """``strategy.layout``; ``auto``: blocks when every time-mixing layer can use the time halo, else cyclic."""
         if job.strategy.layout != "auto":
             return job.strategy.layout
         return "block" if banded_in_place(job, "block") else "cyclic"
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
-        """Whether the time encoder sees whole snapshots (``graph_recurrent`` layers can run): on one rank,
-        where a block's vertex layout is all N rows of every step; at P > 1 a rank's RNN rows are a range."""
+        """Whether the time encoder sees whole snapshots: only on one rank."""
         return num_ranks == 1
 
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
-        """Read the owned snapshots, move them to the device (S3), normalise Ã_t (IBM Eq. 1) and
-        precompute Ã_t·X_t (S4).
+        """Read the owned snapshots, move them to the device (S3), normalise Ã_t and precompute Ã_t·X_t (S4).
 
-        The snapshots stay on the host, encoded per block in the ``strategy.transfer``
-        wire format (``strategy.transfer``, :class:`~hpcdgnn.data.transfer.SnapshotTransfer`). Without
-        checkpoint blocks every Ã_t is built once here and stays on the device;
-        with nb > 1 blocks only Ã_t·X_t stays, and each block's snapshots are
-        loaded again whenever a layer above the first needs them (IBM §3.2).
+        With checkpoint blocks only Ã_t·X_t stays on the device; each block is reloaded when needed (IBM §3.2).
         """
         self._init_exchange(plan)
         job = self.ctx.job
         causal = all(layer.causal for layer in model.layers)
-        #: snapshots after this one get no gradient (causal model): their GCN runs without autograd
+        #: snapshots after this get no gradient (causal model), so run without autograd
         self.horizon = plan.horizon if causal else self.ctx.manifest.num_snapshots - 1
         dtype, dev = self.ctx.dtype, self.ctx.device
         csrs, xs = [], []
@@ -161,18 +107,14 @@ class SnapshotStrategy(FullBatchStrategy):
         # graph difference restarts at each checkpoint block (IBM §3.2: its first snapshot goes whole)
         self.transfer = SnapshotTransfer(csrs, self._local, job.strategy.transfer, dev)
         del csrs
-        #: without blocks, Ã_t stays on the device for the whole run; with blocks it is reloaded
         self._resident = len(self.blocks) == 2
-        #: layer 0 aggregates a constant (S4): keep Ã·X; else keep X and aggregate it every step
         self._precomputed = model.layers[0].precomputable
-        # with the precomputed Ã·X, only the layers above the first use the adjacency; graph_recurrent
-        # layers aggregate nothing in the spatial phase (they convolve over step graphs in the time encoder)
+        # graph_recurrent layers aggregate nothing in the spatial phase (they convolve in the time encoder)
         self._needs_adjacency = any(not layer.graph_recurrent and (li > 0 or not self._precomputed)
                                     for li, layer in enumerate(model.layers))
-        #: per block, the owned snapshots as step graphs for graph_recurrent layers (kept without blocks)
         self._graph_steps = any(layer.graph_recurrent for layer in model.layers)
         self._steps: dict[int, list[StepGraph]] = {}
-        #: resident Ã as diag(Ã_t) per (block, phase): one operator per phase (snapshot-parallel)
+        #: resident diag(Ã_t) per (block, phase)
         self._diag: dict[tuple[int, int, int], NormalizedAdjacency] = {}
         self._block_adj_peak = 0
         ax: list[torch.Tensor | None] = [None] * len(self.owned)
@@ -181,7 +123,7 @@ class SnapshotStrategy(FullBatchStrategy):
             for (lo, hi), a in stacks.items():
                 idx = self._local[b][lo:hi]
                 x = torch.stack([torch.from_numpy(xs[i]) for i in idx]).to(dev, dtype)
-                if self._precomputed:  # one product over the phase's stacked rows: each row as Ã_t·X_t alone
+                if self._precomputed:
                     x = spmm(a, x.reshape(-1, x.shape[-1])).view(len(idx), self.N, -1)
                 for i, row in zip(idx, x.unbind(0), strict=True):
                     ax[i] = row
@@ -195,18 +137,14 @@ class SnapshotStrategy(FullBatchStrategy):
         return Scored(snapshots=tuple(self.owned))
 
     def _normalise(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
-        """Load block b's snapshots onto the device (the load time goes to ``load``) and build diag(Ã_t)
-        of each phase ``(lo, hi)`` (:meth:`phases`) straight from them (:func:`stacked_gcn_norm`), with Ãᵀ
-        where it is kept for the run and has a backward.
-        """
+        """Load block b onto the device and build diag(Ã_t) per phase ``(lo, hi)``."""
         seconds = self.transfer.seconds
         snaps = self.transfer.load(b)
         self.load_seconds += self.transfer.seconds - seconds
         local = self._local[b]
         if self._graph_steps and self._resident:
             self._steps[b] = self._as_steps(b, snaps)
-        # Ãᵀ only for a resident phase with a backward: a block's operator is built twice an epoch, mostly for
-        # a pass without autograd, and its backward takes Ãᵀ·Y from Ã's entries (stacked_gcn_norm)
+        # Ãᵀ only when resident with a backward: a reloaded block's backward takes Ãᵀ·Y from Ã's entries
         out = {
             (lo, hi): stacked_gcn_norm(snaps[lo:hi], [self.owned[i] for i in local[lo:hi]], self.ctx.dtype,
                                        transpose=self._resident and grad)
@@ -214,19 +152,17 @@ class SnapshotStrategy(FullBatchStrategy):
         }
         built = sum(a.nbytes for a in out.values())
         self._block_adj_peak = max(self._block_adj_peak, built)
-        if not self._resident:  # a transpose built at the backward (no product over Ã's entries there) counts too
+        if not self._resident:  # a transpose built later in the backward counts towards the peak too
             for a in out.values():
                 a.on_transpose = partial(self._late_transpose, built)
         return out
 
     def _late_transpose(self, built: int, a: NormalizedAdjacency) -> None:
-        """A block's operator built its transpose after :meth:`_normalise` (``built`` bytes then): the block's
-        peak grows by it. Bound to the bytes, not the block's operators, which it must not keep alive."""
+        """Grow the block peak by a late transpose (bound to ``built``, so it keeps no operator alive)."""
         self._block_adj_peak = max(self._block_adj_peak, built + csr_nbytes(a.a_t))
 
     def phases(self, b: int) -> list[tuple[bool, int, int]]:
-        """(autograd on, first, last + 1) positions in block b's owned snapshots of the run up to the
-        training horizon and of the run after it (time-ordered, so the horizon cuts the list once)."""
+        """(autograd on, first, last + 1) of block b's owned snapshots before and after the training horizon."""
         ts = [self.owned[i] for i in self._local[b]]
         cut = sum(1 for t in ts if t <= self.horizon)
         return [(grad, lo, hi) for grad, lo, hi in ((True, 0, cut), (False, cut, len(ts))) if hi > lo]
@@ -236,8 +172,7 @@ class SnapshotStrategy(FullBatchStrategy):
                 for i, c in zip(self._local[b], snaps, strict=True)]
 
     def step_graphs(self, b: int) -> list[StepGraph]:
-        """Block b's owned snapshots as :class:`~hpcdgnn.nn.layout.StepGraph` s, in time order: kept from
-        setup without checkpoint blocks (with their operators, built once), else loaded now (S3)."""
+        """Block b's owned snapshots as step graphs, in time order (kept, or loaded now)."""
         if b in self._steps:
             return self._steps[b]
         seconds = self.transfer.seconds
@@ -246,8 +181,7 @@ class SnapshotStrategy(FullBatchStrategy):
         return self._as_steps(b, snaps)
 
     def stacked_adjacency(self, b: int) -> dict[tuple[int, int], NormalizedAdjacency]:
-        """diag(Ã_t) per phase ``(lo, hi)`` of block b (:meth:`phases`) for the layers above the first:
-        resident, or the block loaded now, once (with checkpoint blocks, S3)."""
+        """diag(Ã_t) per phase ``(lo, hi)`` of block b: resident, or loaded now (S3)."""
         if not self._needs_adjacency:
             return {}
         if self._resident:
@@ -259,64 +193,48 @@ class SnapshotStrategy(FullBatchStrategy):
         return self.transfer.bytes, self.transfer.seconds
 
     def _init_exchange(self, plan: PartitionPlan) -> None:
-        """The boxes of the two redistributions of each block (IBM Fig. 3a/3b), fixed for the run.
+        """The boxes of each block's two redistributions (IBM Fig. 3a/3b).
 
-        Within block b (all of time when the run is not blocked), the snapshot layout
-        on rank p is (T_pb, N, F) and the vertex layout on rank q is (T_b, N_q, F).
-        Rank p sends rank q the box [its snapshots of b] x [q's vertex rows]; rank q
-        stores it at [p's time rows within b] x [all its rows]. The reverse exchange
-        swaps the two lists.
+        Rank p sends q [p's snapshots of b] × [q's vertex rows]; q stores it at [p's time rows in b] × [all].
         """
         self.plan = plan
         me, P = self.comm.rank, self.comm.size
         self.owned = plan.snapshots_of(me)
         self.N, self.T = plan.num_vertices, plan.num_snapshots
-        #: last snapshot that can get a gradient; setup() lowers it for causal models
         self.horizon = self.T - 1
         vb = plan.vertex_bounds
         self._n_me = vb[me + 1] - vb[me]
         self.blocks = plan.blocks
-        self._local: list[list[int]] = []  # per block: indices into self.owned
+        self._local: list[list[int]] = []
         self._snapshot_boxes, self._vertex_boxes = [], []
         for b in range(len(self.blocks) - 1):
             t0, t1 = self.blocks[b], self.blocks[b + 1]
             self._local.append([i for i, t in enumerate(self.owned) if t0 <= t < t1])
             k = len(self._local[-1])
             self._snapshot_boxes.append([((0, k), (vb[q], vb[q + 1])) for q in range(P)])
-            # rank p's snapshots land at their time rows: a range when contiguous, else a row list
             rows = [_rows([t - t0 for t in plan.snapshots_of(p) if t0 <= t < t1]) for p in range(P)]
             self._vertex_boxes.append([(r, (0, self._n_me)) for r in rows])
-        #: per reach r: the time halo of banded encoders (:meth:`_time_halo`), None where it does not apply
         self._halos: dict[int, tuple | None] = {}
-        #: per block, the first layer's constant Ã·X on this rank's vertex rows (:meth:`_ax0_on_vertex`)
         self._ax0_vertex: dict[int, torch.Tensor] = {}
         self._init_chunks(plan)
 
     def set_overlap_chunks(self, chunks: int) -> None:
-        """Run the redistributions in ``chunks`` vertex chunks from the next forward pass on, in place of
-        ``strategy.overlap_chunks`` (1: the two blocking exchanges). Every rank calls it with the same value,
-        between epochs; results do not change (the chunked path is exact). Why: an A/B of overlap inside
-        one run (``perf/bench_overlap.py --interleave``), whose epochs alternate between configurations on
-        the same machine state, where runs one after the other met a virtual machine's two speeds by chance."""
+        """Use ``chunks`` vertex chunks from the next forward on (collective, between epochs; results unchanged)."""
         if chunks < 1:
             raise ValueError(f"set_overlap_chunks: chunks must be >= 1 (got {chunks})")
         self._init_chunks(self.plan, chunks)
 
     def _init_chunks(self, plan: PartitionPlan, count: int | None = None) -> None:
-        """The vertex chunks of ``strategy.overlap_chunks`` (or ``count``; :meth:`_encode_overlapped`), per block.
+        """Per block, K vertex chunks of each rank's range (``overlap_chunks`` or ``count``).
 
-        Each rank's vertex range is cut into K near-equal chunks; chunk k's exchange moves
-        the block's snapshots x [each rank's chunk-k rows]. K is the same on every rank (every
-        rank must post the same exchanges): at most the smallest range, and no overlap (None)
-        at P = 1 or K = 1.
+        K is the same on every rank, which must post the same exchanges; None at P = 1 or K = 1.
         """
         me, P, vb = self.comm.rank, self.comm.size, plan.vertex_bounds
         sizes = [vb[q + 1] - vb[q] for q in range(P)]
         if count is None:
-            ctx = getattr(self, "ctx", None)  # a strategy built bare around a plan (tests) has no job
+            ctx = getattr(self, "ctx", None)  # a bare strategy around a plan (tests) has no job
             count = getattr(ctx.job.strategy, "overlap_chunks", 1) if ctx is not None else 1
         K = min(count, min(sizes))
-        #: per block, the chunks' boxes (None: the two blocking redistributions)
         self._chunk_boxes: list[list[ChunkBoxes]] | None = None
         if P == 1 or K <= 1:
             return
@@ -332,9 +250,7 @@ class SnapshotStrategy(FullBatchStrategy):
             self._chunk_boxes.append(chunks)
 
     def _engine_bytes(self) -> int:
-        """Device-held inputs at their peak: resident Ã_t (or, with blocks, the largest block's),
-        plus the precomputed first-layer aggregation.
-        """
+        """Peak device-held inputs: resident Ã_t (or the largest block's) plus Ã·X."""
         resident = sum(a.nbytes for a in self._diag.values())
         streamed = 0 if self._resident else self._block_adj_peak
         moved = sum(x.numel() * x.element_size() for x in self._ax0_vertex.values())
@@ -344,22 +260,17 @@ class SnapshotStrategy(FullBatchStrategy):
         """Host memory of the encoded snapshot payloads."""
         return self.transfer.host_bytes
 
-    # -- the two redistributions of IBM §4.2 -------------------------------------------------
     def _grad_rows(self, b: int) -> tuple[int, int] | None:
-        """(owned rows, timeline rows) of block b up to the training horizon, the only rows whose
-        gradient can be nonzero (causal models); None when that is all of them.
-        """
+        """(owned rows, timeline rows) of block b up to the training horizon; None when that is all."""
         t0, t1 = self.blocks[b], self.blocks[b + 1]
         if self.horizon >= t1 - 1:
             return None
         timeline = max(0, self.horizon - t0 + 1)
-        owned = sum(1 for i in self._local[b] if self.owned[i] <= self.horizon)  # owned is ascending
+        owned = sum(1 for i in self._local[b] if self.owned[i] <= self.horizon)
         return owned, timeline
 
     def _exchange_grad_rows(self, b: int) -> tuple[int, int] | None:
-        """:meth:`_grad_rows` for the exchanges; None on one rank, where an exchange is the identity
-        (no copy) and cutting its backward would only add one.
-        """
+        """:meth:`_grad_rows`, but None on one rank, where cutting the identity exchange would add a copy."""
         return None if self.comm.size == 1 else self._grad_rows(b)
 
     def _to_vertex(self, y: torch.Tensor, key: str | None, b: int = 0) -> torch.Tensor:
@@ -380,30 +291,23 @@ class SnapshotStrategy(FullBatchStrategy):
         )
 
     def _ax0_on_vertex(self, y: torch.Tensor, b: int) -> torch.Tensor:
-        """The first layer's constant aggregation Ã_t·X_t of block b (``y``, the owned snapshots' rows) on
-        the vertex owners: redistributed once (the first epoch; a collective, at the same point on every rank)
-        and kept for every later epoch, forward and gradient-checkpoint re-run alike."""
+        """Block b's constant Ã_t·X_t on the vertex owners, redistributed once (collective) and kept."""
         if b not in self._ax0_vertex:
             with torch.no_grad():  # a constant: no backward exchange; no reuse buffer outlives the copy
                 self._ax0_vertex[b] = self._to_vertex(y, None, b).clone()
         return self._ax0_vertex[b]
 
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int, graphs: list[StepGraph] | None = None):
-        """The RNN over block b's timeline; past the training horizon without autograd (causal models:
-        those outputs get no gradient, so their backward would be spent on zeros). ``graphs``: the
-        block's step graphs, for graph_recurrent layers.
-        """
+        """The RNN over block b's timeline, without autograd past the training horizon."""
         rows = self._grad_rows(b)
         return horizon_temporal(layer, yv, rstate, yv.shape[0] if rows is None else rows[1], graphs)
 
     def _encode_overlapped(self, layer, li: int, y: torch.Tensor, rstate, b: int, vertex_input: bool = False):
-        """Redistribution, RNN and reverse redistribution of block b in vertex chunks, the exchanges
-        overlapped with the RNN (``strategy.overlap_chunks``, :func:`~hpcdgnn.comm.autograd.pipelined_exchange`);
-        the same outputs as :meth:`_to_vertex` → :meth:`_temporal` → :meth:`_to_snapshot`. The RNN state's
-        vertex rows are its dimension -2 (LSTM/GRU (layers, n, H), M-transform inputs (w-1, n, F), (n, F)).
-        ``vertex_input``: ``y`` is already this rank's vertex rows (the first layer's moved aggregation,
-        :meth:`_ax0_on_vertex`), and only the reverse redistribution runs, chunk by chunk: without it, that
-        layer's output would move in one blocking exchange (a third of a CD-GCN epoch's bytes at 2 layers)."""
+        """:meth:`_to_vertex` → :meth:`_temporal` → :meth:`_to_snapshot` in vertex chunks, exchanges overlapped.
+
+        The RNN state's vertex rows are its dimension -2. ``vertex_input``: ``y`` is already in the vertex
+        layout, so only the reverse redistribution runs.
+        """
         steps = self.blocks[b + 1] - self.blocks[b]
         rows = self._grad_rows(b)
         grad_steps = steps if rows is None else rows[1]
@@ -423,12 +327,8 @@ class SnapshotStrategy(FullBatchStrategy):
         return out, tree_unflatten(states, out_spec[0])
 
     def _time_halo(self, reach: int) -> tuple | None:
-        """The exchange that gives every rank the snapshots a banded encoder (``temporal_reach`` =
-        ``reach``) reads before its consecutive owned snapshots [a, b): steps max(0, a - reach) .. a - 1,
-        all owned by ranks before it. Computed once per reach from the plan (the same on every rank):
-        ``(steps I receive, send boxes, recv boxes)``. None (the redistributions) with checkpoint blocks,
-        ``strategy.time_halo: off`` or scattered (cyclic) ownership.
-        """
+        """``(steps I receive, send boxes, recv boxes)`` of the time halo: steps max(0, a − reach) .. a − 1
+        before my owned [a, b). None with checkpoint blocks, ``time_halo: off`` or cyclic ownership."""
         if reach in self._halos:
             return self._halos[reach]
         ctx = getattr(self, "ctx", None)
@@ -436,10 +336,9 @@ class SnapshotStrategy(FullBatchStrategy):
             self._halos[reach] = None
             return None
         P, me, N = self.comm.size, self.comm.rank, self.N
-        owned = [self.plan.snapshots_of(p) for p in range(P)]  # ascending
+        owned = [self.plan.snapshots_of(p) for p in range(P)]
         if any(o and o[-1] - o[0] + 1 != len(o) for o in owned):
-            # scattered snapshots (cyclic): every rank would read nearly all others' snapshots, one
-            # encoder call per run; the redistribution moves as much in two large exchanges
+            # cyclic: a halo would move as much as the redistribution, in many small pieces
             self._halos[reach] = None
             return None
         need = [list(range(max(0, o[0] - reach), o[0])) if o else [] for o in owned]
@@ -451,19 +350,16 @@ class SnapshotStrategy(FullBatchStrategy):
         return self._halos[reach]
 
     def _encode_banded(self, layer, li: int, y: torch.Tensor):
-        """A banded encoder on the owned snapshots in place (:meth:`_time_halo`): the halo once, then
-        ``layer.temporal`` over them continuing from that history."""
+        """A banded encoder on the owned snapshots in place, continuing from the time halo."""
         need, send, recv = self._halos[layer.temporal_reach]
         halo = None
         if self.comm.size > 1:
             y, halo = time_halo(y.contiguous(), self.comm, (len(need), self.N, y.shape[-1]), send, recv,
                                 tag="time_halo", reuse=f"layer{li}.time_halo")
         z = y[:0] if y.shape[0] == 0 else layer.temporal(y, halo if need else None)[0]
-        # every rank joins the halo's backward, even one that reads nothing from it; no end state:
-        # the halo applies without checkpoint blocks only, where nothing reads it
+        # every rank joins the halo's backward; no end state (no checkpoint blocks here)
         return joined(z, halo), None
 
-    # -- the training step -----------------------------------------------------------------
     def layout(self, b: int = 0, states: list | None = None) -> SnapshotLayout:
         """Block b (the whole timeline without checkpoint blocks), from boundary ``states`` (None: t = 0)."""
         return SnapshotLayout(self, b, states)
@@ -471,38 +367,23 @@ class SnapshotStrategy(FullBatchStrategy):
     def step(self, model: DGNN, task, batch: FullBatch, scale: float) -> np.ndarray:
         """One full-batch step; with nb > 1 blocks, gradient checkpointing (IBM §3.1, Fig. 2; SPEC S2).
 
-        Pass 1 runs the blocks forward without autograd, keeping only the
-        block-boundary states π_b (LSTM (h, c), the last w-1 M-transform inputs,
-        EvolveGCN's (W, C)); the task scores only the blocks that are not re-run.
-        The last block that gets a gradient runs with autograd already in pass 1 and
-        backpropagates at once: no later block sends it a gradient, so a no-grad
-        forward of it would be paid for nothing (with the horizon in the last block,
-        pass 1 saves one block's forward; the blocks after it take their states from
-        that forward). Pass 2 visits the other blocks in reverse, re-runs block b's forward from π_{b-1}
-        with autograd, scores it (its loss and its metric sums: the task runs once
-        per block and epoch) and backpropagates its loss together with the
-        gradient that block b+1 sent back to π_b. Every rank runs the same
-        exchanges in the same order in both passes. Blocks that start after the
-        training horizon receive no gradient (causal models) and are not re-run.
-        The gradient equals the unblocked one up to float summation order at block
-        boundaries; the metric sums are added in block order.
+        Pass 1 runs the blocks without autograd, keeping boundary states π_b; the last block with a gradient
+        runs with autograd at once. Pass 2 re-runs the others in reverse from π_{b-1}, scores them and
+        backpropagates with the gradient block b+1 sent to π_b. Blocks after the horizon are not re-run.
         """
         nb = len(self.blocks) - 1
         if nb == 1:
             return super().step(model, task, batch, scale)
         epoch = batch.epoch
-        # same decision on every rank: the horizon is global
         rerun = [self.blocks[b] <= self.horizon for b in range(nb)]
-        # the last block that gets a gradient: with autograd in pass 1 (rerun is True up to it, then False)
         last_grad = max((b for b in range(nb) if rerun[b]), default=-1)
         states: list = [(None, None)] * len(model.layers)
         saved: list = []
-        stats: list = [None] * nb  # per block, summed in block order at the end
-        grad_out = None  # gradient of the loss w.r.t. the states at the end of the current block
+        stats: list = [None] * nb
+        grad_out = None
         with torch.no_grad():
             for b in range(nb):
-                # clone: a state may be a view of a receive buffer that the next block's exchange reuses
-                # (or of the block's activations): the clone is kept, the original let go before the block runs
+                # clone: a state may view a receive buffer the next block's exchange reuses
                 saved.append(tree_map(_clone, states))
                 states = None
                 if b == last_grad:
@@ -525,11 +406,10 @@ class SnapshotStrategy(FullBatchStrategy):
 
     def _rerun(self, model: DGNN, task, epoch: int, scale: float, saved: list, b: int, grad_out, stats: list,
                keep_states: bool = False):
-        """Block b's forward with autograd from its saved boundary states, its loss, and the backward of
-        that loss with ``grad_out`` (the gradient block b+1 sent back to b's output states; None: none).
-        Sets ``stats[b]``, frees ``saved[b]``; returns b's output states if ``keep_states`` (detached
-        copies, taken before the backward's exchanges reuse a receive buffer they may view; else None)
-        and the gradient for block b-1."""
+        """Re-run block b from ``saved[b]``, backpropagate its loss with ``grad_out``; set ``stats[b]``.
+
+        Returns (b's detached output states if ``keep_states``, else None; the gradient for block b-1).
+        """
         leaves = tree_map(_leaf, saved[b])
         layout = self.layout(b, leaves)
         emb = model(layout)
@@ -568,13 +448,7 @@ def _leaf(x):
 
 
 class SnapshotLayout(Layout):
-    """Block b of the timeline under S1: GCN on whole owned snapshots, RNN on vertex ranges (IBM Fig. 3a).
-
-    Rows are (T_pb, N, F): the owned snapshots of the block, each aggregated with its
-    own Ã_t (resident, or loaded now with checkpoint blocks, S3). Past the training
-    horizon a snapshot's GCN runs without autograd. The two redistributions and the
-    horizon-split RNN are the strategy's (:meth:`SnapshotStrategy._to_vertex`, ...).
-    """
+    """Block b under S1: GCN on whole owned snapshots (T_pb, N, F), RNN on vertex ranges (IBM Fig. 3a)."""
 
     #: whether the time encoder's rows move to vertex owners (PSS keeps them where they are)
     redistributes = True
@@ -585,45 +459,38 @@ class SnapshotLayout(Layout):
         self.local = s._local[b]
         self._diag: dict[tuple[int, int], NormalizedAdjacency] | None = None
         self._graphs: list[StepGraph] | None = None
-        #: layers whose exchanges run inside ``encode``, overlapped with the RNN (``strategy.overlap_chunks``)
+        #: layers whose exchanges run inside ``encode``, overlapped with the RNN
         self._overlapped: set[int] = set()
-        #: of those, the layers whose input is already in the vertex layout (only the output moves back)
+        #: of those, the layers whose input is already in the vertex layout
         self._vertex_input: set[int] = set()
-        #: layers whose banded encoder runs on the owned snapshots with a time halo (``strategy.time_halo``)
+        #: layers whose banded encoder reads a time halo
         self._banded: set[int] = set()
-        #: layers whose aggregation moves, their snapshot-local transform run by the vertex owner
+        #: layers whose aggregation moves, their transform run by the vertex owner
         self._moved: set[int] = set()
 
     def _stacked_adj(self, lo: int, hi: int) -> NormalizedAdjacency:
-        """diag(Ã) of the phase lo..hi-1, loaded when the forward first needs it (S3 time goes to ``load``)."""
+        """diag(Ã) of the phase lo..hi-1, loaded when first needed (S3)."""
         if self._diag is None:
             self._diag = self.s.stacked_adjacency(self.b)
         return self._diag[(lo, hi)]
 
     def spatial(self, layer, li: int, h: torch.Tensor | None, tparams) -> torch.Tensor:
-        """The owned snapshots of the block at once (snapshot-parallel): the precomputed Ã·X (layer 0,
-        S4) or ``layer.aggregate`` over diag(Ã_t) of the stacked rows, then ``layer.spatial_steps``.
-
-        One sparse product and one dense product per phase instead of one per snapshot; past
-        the training horizon the phase runs without autograd.
-        """
+        """The block's owned snapshots at once: Ã·X (layer 0, S4) or an aggregation over diag(Ã_t) per phase."""
         s = self.s
         if layer.temporal_mixing and layer.temporal_reach is not None and s._time_halo(layer.temporal_reach):
-            self._banded.add(li)  # to_temporal / encode / to_spatial keep the rows in place
+            self._banded.add(li)
         moved = self.moves_aggregation(layer, li, tparams)
         if moved:
             self._moved.add(li)
-            if li == 0 and s._precomputed and self.local:  # the block's constant Ã·X, whole and uncopied: to_temporal
-                return _owned_rows(s.ax0, self.local)     # moves it once (the first epoch) and keeps it
+            if li == 0 and s._precomputed and self.local:  # to_temporal moves the constant Ã·X once and keeps it
+                return _owned_rows(s.ax0, self.local)
         parts, phases = [], s.phases(self.b)
-        # a layer that writes its output where it is told fills one buffer, the tail first: autograd
-        # refuses a custom function's view (the head) whose buffer is written after it
+        # fill one buffer tail first: autograd refuses a custom function's view written after it
         writes = len(phases) == 2 and not moved and layer.writes_out and torch.is_grad_enabled()
         into = None
         for grad, a, b in reversed(phases) if writes else phases:
             idx = self.local[a:b]
             with torch.set_grad_enabled(torch.is_grad_enabled() and grad):
-                # layer 0 reads Ã·X (or X) of the owned snapshots
                 x = _owned_rows(s.ax0, idx) if li == 0 else (phase_head(h, b) if a == 0 else h[a:b])
                 if (li > 0 or not s._precomputed) and not layer.graph_recurrent:
                     rows = layer.aggregate(LocalGraph(self._stacked_adj(a, b)), x.reshape(-1, x.shape[-1]))
@@ -637,23 +504,19 @@ class SnapshotLayout(Layout):
             return s.ax0.new_zeros(0, s.N, layer.in_features if moved else layer.spatial_features)
         if into is not None:
             return phase_join_into(parts[1], into)
-        return parts[0] if len(parts) == 1 else phase_join(*parts)  # phases(): at most two, head then tail
+        return parts[0] if len(parts) == 1 else phase_join(*parts)
 
     def moves_aggregation(self, layer, li: int, tparams) -> bool:
-        """Whether layer ``li`` moves its aggregation to the vertex owners, its transform run there
-        (:func:`~hpcdgnn.nn.layout.moves_aggregation`; the first layer's constant Ã·X moves once,
-        :meth:`SnapshotStrategy._ax0_on_vertex`) — not for banded encoders, which move nothing."""
+        """Whether layer ``li`` moves its aggregation to the vertex owners (never for banded encoders)."""
         return self.redistributes and li not in self._banded and moves_aggregation(layer, li, tparams,
                                                                                     self.s._precomputed)
 
     def to_temporal(self, y: torch.Tensor, li: int) -> torch.Tensor:
-        """Snapshot layout -> this rank's vertex rows over the block's timeline (all-to-all); with
-        ``strategy.overlap_chunks`` > 1 the rows stay put and :meth:`encode` moves them chunk by chunk; a
-        banded encoder (``temporal_reach``) leaves them in place too and reads a time halo."""
+        """Snapshot layout -> vertex layout (all-to-all); overlapped and banded layers move in :meth:`encode`."""
         if li in self._banded:
             return y
         if li == 0 and li in self._moved and self.s._precomputed:
-            if self.s._chunk_boxes is not None:  # its output's move back, chunked in encode
+            if self.s._chunk_boxes is not None:
                 self._overlapped.add(li)
                 self._vertex_input.add(li)
             return self.s._ax0_on_vertex(y, self.b)
@@ -663,8 +526,7 @@ class SnapshotLayout(Layout):
         return self.s._to_vertex(y, f"layer{li}.to_vertex", self.b)
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """The RNN, without autograd past the training horizon (after the layer's transform where the
-        aggregation moved, :meth:`moves_aggregation`)."""
+        """The RNN, without autograd past the training horizon."""
         if li in self._banded:
             return self.s._encode_banded(layer, li, y)
         if li in self._moved:
@@ -674,8 +536,7 @@ class SnapshotLayout(Layout):
         return self.s._temporal(layer, y, state, self.b, self.temporal_kwargs(layer, li).get("graphs"))
 
     def step_graphs(self, li: int) -> list[StepGraph] | None:
-        """The block's graphs when this rank's temporal rows are whole snapshots (one rank: the vertex layout
-        of the block is all of it), loaded once per layout; else None."""
+        """The block's step graphs when this rank's temporal rows are whole snapshots (one rank), else None."""
         if not self.s.step_graphs_at(self.s.comm.size):
             return None
         if self._graphs is None:
@@ -683,7 +544,7 @@ class SnapshotLayout(Layout):
         return self._graphs
 
     def to_spatial(self, z: torch.Tensor, li: int) -> torch.Tensor:
-        """Vertex layout -> owned snapshots (the reverse all-to-all; already done when overlapped or banded)."""
+        """Vertex layout -> owned snapshots (the reverse all-to-all)."""
         if li in self._banded:
             return z
         if li in self._overlapped:

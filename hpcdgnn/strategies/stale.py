@@ -1,42 +1,15 @@
 """Adaptive stale aggregation of halo rows (DGC §5.2, SPEC D3): send a row only if it moved enough.
 
-Every epoch, the owner of a halo row (a vertex embedding another rank aggregates)
-compares it with the value it last sent to that rank. It sends it again only if
-the L2 distance exceeds θ_r; the receiver keeps a cache of the rows it got and
-uses the cached copy for the others. Reused rows are constants of the step (no
-gradient flows back through them), so this is an approximation; ``strategy.stale.mode:
-off`` is the exact exchange, and so is θ = 0: a row goes when its move is
-≥ θ, so every row goes (tested). The adaptive threshold is 0 in the first
-epochs, so training starts exact.
-
-The threshold, with D_r the largest move of any halo row in epoch r (a global
-max over ranks) and norm(l) = (l_1 - l_{r-1}) / l_1 the relative decrease of
-the training loss since the first epoch:
+The owner of a halo row resends it only if its L2 move since the last send to that rank is ≥ θ_r; the receiver
+reuses its cached copy otherwise (a constant of the step: approximate; θ = 0 is exact). With D_r the largest
+move of any halo row (global max) and norm = (l_1 − l_{r−1}) / l_1:
 
 * ``static``:   θ_r = theta · D_r
 * ``adaptive``: θ_r = theta · D_r · tanh(norm / 2)  = theta · D_r · (2σ(norm) − 1)
 
-**The ambiguity (SPEC D3).** DGC's Eq. 6 prints θ_r = D_r / (1 + exp(norm)):
-as the loss falls, norm grows and that θ *shrinks* from D_r/2 — but the text
-right after it says θ should be small while the model is unstable and grow as
-training stabilises, to save traffic once embeddings settle. We implement the
-text's intent with the same scaled-sigmoid shape, shifted to start at 0:
-2σ(norm) − 1 is 0 at the first epoch and grows monotonically with the loss
-decrease (``test_adaptive_theta_grows_as_loss_falls``). A rising loss
-(norm < 0) gives θ = 0, i.e. everything fresh.
-
-What is reported per epoch (metrics.jsonl ``stale``): θ_r, D_r, rows sent and
-rows reused (all ranks), and the traffic saved in bytes (``bytes_saved``): the reused
-rows' values and, where they carry one, their gradients, which no longer cross the
-network either. The messages that say which rows come are traffic of their own
-(``bytes_by_tag``'s ``stale.index`` or ``*.index``, and ``stale``'s one all-reduce per
-layer), so ``bytes_sent`` falls by ``bytes_saved`` less those.
-
-**Checkpoints.** The caches, the losses behind θ and the last θ_r, D_r are the
-rank's strategy state (:meth:`StaleHalo.state_dict`), so ``run --resume``
-reuses exactly the rows the uninterrupted run would. They hold this rank's
-halo rows in the order of this partition, so they cannot follow the run to a
-different number of ranks: resuming there is refused (a one-line ConfigError).
+DGC's Eq. 6 prints θ_r = D_r / (1 + exp(norm)), which *shrinks* as the loss falls, against the text's intent (θ
+small while unstable, growing as training settles); we implement the text: 0 at the first epoch, growing with
+the loss decrease, 0 for a rising loss. Caches are per-rank strategy state, so resuming on another P is refused.
 """
 
 from __future__ import annotations
@@ -61,13 +34,12 @@ __all__ = ["adaptive_factor", "decode_positions", "encode_positions", "exchange_
 
 
 def _ways(rows: torch.Tensor) -> int:
-    """How many times a halo row's bytes cross the network per epoch: its value, and back its gradient when it
-    has one (a reused row sends neither: it is a constant of the step)."""
+    """How many times a halo row's bytes cross the network per epoch (value, and gradient if any)."""
     return 2 if rows.requires_grad else 1
 
 
 def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
-    """tanh(norm / 2) with norm = (l_1 - l) / l_1, clipped at 0 (see the module docstring)."""
+    """tanh(norm / 2) with norm = (l_1 - l) / l_1, clipped at 0."""
     if first_loss is None or last_loss is None or not first_loss > 0:
         return 0.0
     norm = (first_loss - last_loss) / first_loss
@@ -75,19 +47,11 @@ def adaptive_factor(first_loss: float | None, last_loss: float | None) -> float:
 
 
 class StaleHalo:
-    """The stale-aware halo exchange of one layer family (one cache per layer index).
-
-    Args:
-        comm: the communicator.
-        send_rows: rows this rank sends to each rank (the exact exchange's counts).
-        recv_rows: rows it receives from each rank.
-        mode, theta: ``strategy.stale.mode`` and ``strategy.stale.theta``.
-    """
+    """The stale-aware halo exchange, one cache per layer; ``send_rows`` / ``recv_rows``: per-rank counts."""
 
     def __init__(self, comm, send_rows: list[int], recv_rows: list[int], mode: str, theta: float) -> None:
         self.comm, self.mode, self.theta = comm, mode, theta
         self.send_rows, self.recv_rows = list(send_rows), list(recv_rows)
-        #: where each sender's block starts among what I send / receive
         self._send_bounds = np.r_[0, np.cumsum(self.send_rows, dtype=np.int64)]
         self._recv_bounds = np.r_[0, np.cumsum(self.recv_rows, dtype=np.int64)]
         self._sent: dict[int, torch.Tensor] = {}  # layer -> last values sent (rows in send order)
@@ -97,14 +61,12 @@ class StaleHalo:
         self._epoch_stats = np.zeros(3)  # rows sent, rows reused, bytes saved (this rank)
         self.theta_now = 0.0
         self.d_now = 0.0
-        #: the stale fetch of the task's rows (:class:`StaleFetch`), when the task scores in place
+        #: the stale fetch of the task's rows, when the task scores in place
         self.fetch: StaleFetch | None = None
 
     @classmethod
     def for_halo(cls, comm, halo, cfg) -> StaleHalo | None:
-        """The stale exchange over ``halo``'s rows (a :class:`~hpcdgnn.strategies.halo.Halo`) for the
-        job's ``strategy.stale`` section ``cfg``; None when it is off (the exact exchange).
-        """
+        """The stale exchange over ``halo``'s rows for ``strategy.stale`` ``cfg``; None when off."""
         return None if cfg.mode == "off" else cls(comm, halo.send_rows, halo.recv_rows, cfg.mode, cfg.theta)
 
     def threshold(self, d: float) -> float:
@@ -119,7 +81,7 @@ class StaleHalo:
         width = send.shape[-1]
         cache = self._sent.get(layer)
         with torch.no_grad():
-            if cache is None:  # first use: everything is new
+            if cache is None:
                 fresh = torch.ones(send.shape[0], dtype=torch.bool)
                 d = 0.0
             else:
@@ -163,13 +125,7 @@ class StaleHalo:
                           "rows_sent": int(sent), "rows_reused": int(reused), "bytes_saved": int(saved)}}
 
     def state_dict(self) -> dict:
-        """Everything later epochs depend on, as CPU tensors and floats (saved per rank in every checkpoint).
-
-        The caches decide which rows are reused, the two losses set the adaptive θ, and θ_r, D_r and
-        the epoch's counters are what the next ``stale`` record reports if no exchange overwrites
-        them; leaving any out makes a resumed run depart from the uninterrupted one. ``num_ranks``
-        and the row counts describe the partition the caches belong to.
-        """
+        """Caches, losses, θ_r, D_r and counters — all a resumed run needs to match — and the partition's counts."""
         return {
             "num_ranks": self.comm.size,
             "send_rows": list(self.send_rows),
@@ -185,12 +141,10 @@ class StaleHalo:
         }
 
     def load_state_dict(self, state: dict | None) -> None:
-        """Restore :meth:`state_dict` (called after setup on ``run --resume``).
+        """Restore :meth:`state_dict`.
 
         Raises:
-            ConfigError: no state (the checkpoint was written on a different number of ranks, whose
-                partition the caches belong to, or by a run without stale aggregation), or state for
-                another partition; the same on every rank, so the run stops with one line.
+            ConfigError: no state, or state for another partition (the same on every rank).
         """
         P = self.comm.size
         if not state:
@@ -212,7 +166,7 @@ class StaleHalo:
                 "other halo rows than this run's (was the dataset at data.path changed?); resume on the original data, "
                 "or start a new run without --resume"
             )
-        if self.fetch is not None:  # first: its check may refuse the checkpoint before anything is loaded
+        if self.fetch is not None:  # first: it may refuse the checkpoint before anything is loaded
             self.fetch.load_state_dict(state.get("fetch"))
         self._sent = {int(layer): t.detach().cpu().clone() for layer, t in state["sent"].items()}
         self._got = {int(layer): t.detach().cpu().clone() for layer, t in state["got"].items()}
@@ -222,20 +176,10 @@ class StaleHalo:
 
 
 class StaleFetch:
-    """Stale reuse of the rows a task fetches from their owners (DGC §5.2's rule).
+    """Stale reuse (DGC §5.2's rule) of the rows a task fetches, whose set changes every epoch.
 
-    The halo's rows are the same every epoch; the rows a task fetches (the destinations of this epoch's
-    pairs, :func:`~hpcdgnn.strategies.halo.fetch_rows`) change, so the caches are keyed by row: the
-    owner keeps, per asking rank q, the value of each of its rows it last sent q; q keeps the value it
-    got, per owner and row. A fetch still names the rows it asks for
-    (:func:`~hpcdgnn.strategies.row_exchange.ask_owners`), then the owner sends a row again only if it moved
-    ≥ θ_r from what q holds — θ_r from the halo's rule (:meth:`StaleHalo.threshold`, same mode, θ and
-    losses), D_r the largest move among the asked rows q holds (a global max) — and a bit per asked
-    row saying which came; q reuses its copy of the others (constants: no gradient flows back through
-    them). A row q never got always goes.
-
-    Memory: up to (rows an owner has) × width per asking rank on the owner side and per owner on the
-    receiving side — about 2·T·N·F values per rank when every rank eventually asks for every row.
+    Caches are keyed by row, per asking rank on the owner and per owner on the asker (up to 2·T·N·F values
+    per rank); the owner resends a row only if it moved ≥ θ_r (:meth:`StaleHalo.threshold`).
     """
 
     def __init__(self, halo: StaleHalo, row_counts: list[int]) -> None:
@@ -273,7 +217,7 @@ class StaleFetch:
         d = float(comm.allreduce_array([local_max], "max", tag="stale")[0])
         theta = self.halo.threshold(d)
         fresh = ~held | (move >= theta)
-        for q in range(P):  # what the asker will hold after this fetch
+        for q in range(P):
             a, b = int(bounds[q]), int(bounds[q + 1])
             if a == b or q == comm.rank:
                 continue
@@ -324,8 +268,7 @@ class StaleFetch:
         """Restore the caches from :meth:`state_dict` (nothing when ``state`` is empty).
 
         Raises:
-            ConfigError: the caches were built for other row counts per rank (another vertex partition:
-                its rows are indexed by position); the counts are global, so every rank raises alike.
+            ConfigError: the caches were built for other row counts per rank (every rank raises alike).
         """
         if not state:
             return

@@ -1,37 +1,15 @@
-"""S6, vertex partitioning with halo exchange: the baseline of IBM §4.1 (Table 2) and DGC's "PTS".
+"""S6 vertex partitioning with halo exchange: the baseline of IBM §4.1 (Table 2) and DGC's "PTS".
 
-Rank q owns a set of vertices V_q for the whole timeline, so the RNN of every
-layer runs locally on its (T, |V_q|, F) block — no redistribution — while each
-GCN needs, for each snapshot t, the rows of H_t of every neighbour of V_q.
-Those that other ranks own (the halo) come in one exchange per layer::
+Rank q owns vertices V_q for the whole timeline, so the RNN runs locally on its (T, |V_q|, F) block; each GCN
+reads the rows of neighbours other ranks own (the halo) in one exchange per layer::
 
     send  = H[rows other ranks asked for]            (indices fixed at setup)
     halo  = all-to-all-v(send)                       (autograd: backward sends gradients back)
     Y     = Ã[V_q, :] · [H ; halo]                   (one sparse product for all T snapshots)
 
-The indices are computed once at setup: each rank reads only its vertices'
-rows of every snapshot, asks the owners of the columns it touches for exactly
-those (t, vertex) rows, and gets their degrees and features once through that
-halo to normalise its rows (IBM Eq. 1) and precompute the first layer's Ã·X
-(SPEC S4), which then needs no halo per epoch. The
-halo volume grows with P and with the edge cut (IBM Table 2) — what makes
-snapshot partitioning (S1) scale better — and is counted under ``halo.fwd`` /
-``halo.bwd``.
-
-The task scores where the rows live: node tasks score each
-rank's own rows with nothing moved; link prediction scores each pair on the rank
-of its source row or of its step, whichever fetches fewer rows
-(:meth:`~hpcdgnn.tasks.link_prediction.LinkPrediction._setup_in_place`), and
-fetches only the rows it lacks (:func:`~hpcdgnn.strategies.halo.fetch_rows`,
-tags ``task.*``). A task without that ability gets whole snapshots after the
-last layer: one all-to-all to their owners (snapshot t on rank t mod P,
-``redistribute`` with the boxes of :mod:`hpcdgnn.strategies.snapshot`).
-
-Partitions (``strategy.partition``, :mod:`hpcdgnn.partition.vertex`): contiguous
-id ranges, a multiplicative hash of the id, or METIS (the optional ``pymetis``
-package) on the union of all snapshots' edges, balanced by vertex count. The
-vertices are renumbered in rank order (``PartitionPlan.vertex_order``) so every
-rank's set is a contiguous range of positions.
+The halo grows with P and the edge cut (``halo.fwd`` / ``halo.bwd``). Tasks score rows where they live and fetch
+only the rows they lack; others get whole snapshots (t on rank t mod P). Vertices are renumbered in rank order
+(``PartitionPlan.vertex_order``) so every rank's set is a contiguous range.
 """
 
 from __future__ import annotations
@@ -62,19 +40,19 @@ class VertexStrategy(HaloStrategy):
         return plan_vertices(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
-        """Read this rank's rows of every Ã_t, agree on the halo, normalise, precompute Ã·X (setup exchange)."""
+        """Read this rank's rows of every Ã_t, agree on the halo, normalise, precompute Ã·X."""
         P, me, dev = self.comm.size, self.comm.rank, self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
         vb = np.asarray(plan.vertex_bounds)
         order = np.asarray(plan.vertex_order if plan.vertex_order is not None else range(N), dtype=np.int64)
         pos = np.empty(N, dtype=np.int64)
-        pos[order] = np.arange(N)  # position of each vertex in rank order
-        part = np.repeat(np.arange(P), np.diff(vb))[pos]  # rank of each vertex
+        pos[order] = np.arange(N)
+        part = np.repeat(np.arange(P), np.diff(vb))[pos]
         row_in_rank = pos - vb[part]
         lo, hi = vb[me], vb[me + 1]
         n = int(hi - lo)
         self.T, self.N, self.n, self.plan = T, N, n, plan
-        #: row of each vertex id in the rank-ordered layout; None when that is the id itself (range partition)
+        #: row of each vertex id in the rank-ordered layout; None for the identity
         self.pos = None if np.array_equal(order, np.arange(N)) else torch.from_numpy(pos).to(dev)
         mine = order[lo:hi]
         # appearance (t, v) lives on part[v], at row t * n_part + its row in the rank's range
@@ -86,9 +64,9 @@ class VertexStrategy(HaloStrategy):
         keys = (np.arange(T, dtype=np.int64)[:, None] * N + mine[None, :]).reshape(-1)
         shard = self._task_rows(keys, N, lambda k: part[k % N],
                                 lambda k: (k // N) * n_of[part[k % N]] + row_in_rank[k % N])
-        if shard is not None:  # the task scores my rows here and fetches the few it lacks
+        if shard is not None:
             return Scored(rows=shard)
-        # else its layout: snapshot t on rank t mod P, vertex rows in rank order (see module docstring)
+        # else snapshot t on rank t mod P, vertex rows in rank order
         self.scored = plan.snapshots_of(me)
         self._snap_boxes = [((0, len(self.scored)), tuple(plan.vertex_bounds[q : q + 2])) for q in range(P)]
         self._vert_boxes = [(_rows(plan.snapshots_of(p)), (0, n)) for p in range(P)]
@@ -107,19 +85,12 @@ class VertexLayout(HaloLayout):
         self.s = s
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """The time encoder over my (T, n, F) block — without autograd past the training horizon
-        (:func:`~hpcdgnn.nn.layout.horizon_temporal`) — keeping no end state.
-
-        This layout is the whole timeline, so no later batch continues from its end state, and that
-        state may be a view of ``y`` (TM-GCN's window tail): kept in :attr:`states`, it would hold every
-        layer's (T, n, F) block until the epoch ends instead of freeing it after the forward needs it.
-        """
+        """The time encoder over my (T, n, F) block, keeping no end state (it may view ``y`` and pin it)."""
         z, _ = horizon_temporal(layer, y, state, self.s.grad_steps)
         return z, None
 
     def output(self, h: torch.Tensor) -> dict[int, torch.Tensor] | ShardedEmbeddings:
-        """My rows where they are, for a task that scores in place; else the embeddings to snapshot
-        owners (t on rank t mod P), back in vertex-id order for the task."""
+        """My rows, for a task that scores in place; else whole snapshots (t on rank t mod P), in id order."""
         s = self.s
         if s.shard is not None:
             self.last = rows = phase_view(h.contiguous(), (-1, h.shape[-1]))
@@ -127,9 +98,9 @@ class VertexLayout(HaloLayout):
         z = redistribute(h.contiguous(), s.comm, (len(s.scored), s.N, h.shape[-1]),
                          s._vert_boxes, s._snap_boxes, tag="redistribute", reuse="to_snapshot")
         self.last = z
-        if s.pos is not None:  # rows to vertex-id order: one gather for all scored snapshots
+        if s.pos is not None:
             z = z.index_select(1, s.pos)
-        # unbind once: z[j] per snapshot would make each backward zero-fill a full (scored, N, F) buffer
+        # unbind once: z[j] would make each backward zero-fill a full (scored, N, F) buffer
         return dict(zip(s.scored, z.unbind(0), strict=True))
 
     def finish(self) -> None:

@@ -7,26 +7,10 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
       rank-00000.pt ...  every rank: its torch / numpy / python RNG states and its strategy's state
       COMPLETE           written last: {"epoch", "num_ranks", "run_id"} (JSON)
 
-Every rank writes its files into ``epoch-XXXXXX.tmp/``; after a barrier rank 0
-writes ``COMPLETE`` and renames the directory to ``epoch-XXXXXX`` (one atomic
-rename on a POSIX file system), then deletes all but the newest ``keep``. A
-job killed at any moment therefore leaves either the previous checkpoints or
-the new one, never a half-written one; :func:`latest_checkpoint` ignores
-``.tmp`` directories and any directory without ``COMPLETE``. The run directory
-must be on a file system all ranks share (the usual scratch or home of a
-cluster).
-
-A run's id (``RUNDIR/run_id``, made with the run directory) is in every ``COMPLETE`` it writes, so a
-resume refuses a ``checkpoint.dir`` that holds another run's checkpoints (:func:`check_owner`), and the
-rotation deletes only the run's own: a resume may move ``checkpoint.dir`` (checkpoints copied
-elsewhere), and pointing it at another run's must neither continue that run's weights nor delete them.
-
-The parameters and Adam moments are the same on every rank (gradients are
-all-reduced), so rank 0 saves them once. Resuming reloads them bit for bit,
-so the continued run's losses and final parameters equal an uninterrupted
-run's (the test compares them bitwise on CPU). Negative sampling is seeded by
-``(seed, epoch, t)`` and needs no state; the RNG states are saved anyway so a
-future stochastic component stays exact.
+Ranks write into ``epoch-XXXXXX.tmp/``; after a barrier rank 0 writes ``COMPLETE`` and renames the directory
+(atomic on POSIX), so a killed job never leaves a half-written checkpoint. The run id in ``COMPLETE`` keeps a
+resume or the rotation from touching another run's checkpoints. Parameters and Adam moments are identical on
+every rank, so rank 0 saves them once; a resume is bit for bit.
 """
 
 from __future__ import annotations
@@ -54,7 +38,7 @@ RUN_ID_FILE = "run_id"
 
 
 def read_run_id(run_dir: Path) -> str | None:
-    """The run's id (``RUNDIR/run_id``), or None for a run directory made before ids existed."""
+    """The run's id (``RUNDIR/run_id``), or None."""
     try:
         return (Path(run_dir) / RUN_ID_FILE).read_text().strip() or None
     except OSError:
@@ -62,9 +46,7 @@ def read_run_id(run_dir: Path) -> str | None:
 
 
 def claim_run_dir(run_dir: Path) -> bool:
-    """Rank 0 of a new run: write the run's id into ``run_dir`` only if no other run has (``O_EXCL``, atomic on
-    the file system); False when one has. Two jobs started at once with the same ``--output`` (a job array
-    given one RUNDIR) both found the directory empty, and then wrote their files over each other's."""
+    """Rank 0: write a new run's id into ``run_dir`` unless another run has (``O_EXCL``); False if one has."""
     try:
         fd = os.open(Path(run_dir) / RUN_ID_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
@@ -77,12 +59,12 @@ def claim_run_dir(run_dir: Path) -> bool:
 def ensure_run_id(run_dir: Path) -> str:
     """Rank 0: the run's id, made (a random 128-bit hex string) when the run directory has none."""
     if read_run_id(run_dir) is None:
-        claim_run_dir(run_dir)  # a new run claimed its directory already; an older run gets its id now
+        claim_run_dir(run_dir)
     return read_run_id(run_dir)
 
 
 def _meta(ckpt: Path) -> dict[str, Any]:
-    """``COMPLETE``'s JSON object ({} when unreadable: :func:`latest_checkpoint` already required the file)."""
+    """``COMPLETE``'s JSON object ({} when unreadable)."""
     try:
         meta = json.loads((ckpt / _COMPLETE).read_text())
     except (OSError, ValueError):
@@ -91,8 +73,7 @@ def _meta(ckpt: Path) -> dict[str, Any]:
 
 
 def check_owner(meta: dict[str, Any], ckpt: Path, run_dir: Path, where: str) -> None:
-    """Refuse (one line) to resume the run in ``run_dir`` from ``ckpt``, whose ``COMPLETE`` says ``meta``, when
-    another run wrote it.
+    """Refuse (one line) to resume the run in ``run_dir`` from ``ckpt`` (``COMPLETE``: ``meta``) of another run.
 
     Raises:
         DataError: both carry an id and the ids differ.
@@ -111,7 +92,7 @@ def _atomic_save(obj: Any, path: Path) -> None:
     """Write ``obj`` to ``path`` through a ``.part`` file; a failed write (a full disk, a quota) is one line.
 
     Raises:
-        DataError: names the file and the system's reason (torch reports a short write as a RuntimeError).
+        DataError: names the file and the system's reason.
     """
     tmp = path.with_name(path.name + ".part")
     try:
@@ -125,9 +106,9 @@ def _atomic_save(obj: Any, path: Path) -> None:
         hint = "a full disk or quota?"
         if isinstance(e, OSError) and e.strerror:
             why = e.strerror
-            if e.errno == errno.ENOENT:  # the directory rank 0 made is not there for this rank
+            if e.errno == errno.ENOENT:
                 hint = "removed meanwhile, or not on a file system this rank's node shares?"
-        else:  # torch's message on a short write is its own internals ("unexpected pos ..."): say what is left
+        else:  # torch reports a short write by its internals: say what is left
             try:
                 why = f"the write fell short, {shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free there"
             except OSError:
@@ -160,8 +141,7 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 
 
 def load_shared(ckpt: Path) -> dict[str, Any]:
-    """The shared state (``state.pt``: epoch, model, optimizer, plan, ...) of checkpoint ``ckpt`` alone, without
-    a rank's state — which can be large (stale aggregation's caches: hundreds of MiB).
+    """The shared state (``state.pt``) of checkpoint ``ckpt``, without the (possibly large) rank states.
 
     Raises:
         DataError: an unreadable checkpoint (names the file).
@@ -174,12 +154,9 @@ def load_shared(ckpt: Path) -> dict[str, Any]:
 
 def load_state(ckpt: Path, rank: int, num_ranks: int,
                shared: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(shared state, this rank's state) of checkpoint directory ``ckpt``; the rank's state has
-    ``rng`` (for :func:`restore_rng`) and ``strategy`` (for ``Strategy.load_state_dict``). ``shared``: the
-    shared state where the caller read it already (:func:`load_shared`; rank 0, which checked it).
+    """(shared state, this rank's ``rng`` and ``strategy`` state) of ``ckpt``; ``shared``: if already read.
 
-    A run resumed on a different number of ranks gives rank r the RNG state of
-    rank ``r mod P_old`` and no strategy state (the plan changed with P).
+    On another rank count rank r gets rank ``r mod P_old``'s RNG state and no strategy state.
 
     Raises:
         DataError: an unreadable checkpoint (names the file).
@@ -205,16 +182,14 @@ class CheckpointManager:
         self.root = Path(root)
         self.keep = keep
         self.comm = comm
-        self.run_id = run_id  # rank 0's: written into COMPLETE; only checkpoints with it are rotated away
+        self.run_id = run_id  # only checkpoints with it are rotated away
 
     def _ours(self, ckpt: Path) -> bool:
         owner = _meta(ckpt).get("run_id")
         return owner is None or owner == self.run_id
 
     def save(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None) -> Path:
-        """Write the checkpoint of ``epoch``; ``shared`` (model, optimizer, ...) is written by rank 0,
-        ``strategy_state`` by every rank.
-        """
+        """Write the checkpoint of ``epoch``: ``shared`` by rank 0, ``strategy_state`` by every rank."""
         final = _epoch_dir(self.root, epoch)
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:
@@ -228,7 +203,7 @@ class CheckpointManager:
         if self.comm.rank == 0:
             meta = {"epoch": epoch, "num_ranks": self.comm.size, **({"run_id": self.run_id} if self.run_id else {})}
             (tmp / _COMPLETE).write_text(json.dumps(meta) + "\n")
-            if final.exists():  # the same epoch saved again (a resumed run that re-ran it)
+            if final.exists():  # a resumed run re-ran this epoch
                 shutil.rmtree(final)
             os.replace(tmp, final)
             done = sorted(d for d in self.root.glob("epoch-*")

@@ -1,10 +1,7 @@
 """Agreeing on user errors across ranks, so a bad input ends every rank cleanly (no hang, no Abort).
 
-Phases that every rank reaches (config load, planning, data setup) run under
-:func:`agree`: each rank catches its own :class:`HpcdgnnError`, the ranks
-all-gather who failed, and if anyone did, every rank raises the same error
-(marked ``collective``) — rank 0 prints it once and all exit with code 2.
-Errors outside such phases take the abort path in ``__main__``.
+Under :func:`agree` each rank catches its own :class:`HpcdgnnError`, the ranks all-gather who failed, and every
+rank raises the same error (``collective``): rank 0 prints it once and all exit 2.
 """
 
 from __future__ import annotations

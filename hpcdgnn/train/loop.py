@@ -1,9 +1,4 @@
-"""The batch loop every training phase runs: the epochs of a run and a strategy's pre-training phase.
-
-For each batch: zero the gradients, :meth:`Strategy.step` with the loss scaled by 1 / (training examples of the
-batch over all ranks), :meth:`Strategy.sync_gradients`, the optimizer step. The P-rank gradient is then the
-single-process one up to float summation order (the trainer's module docstring).
-"""
+"""The batch loop every training phase runs: the epochs of a run and a strategy's pre-training phase."""
 
 from __future__ import annotations
 
@@ -22,22 +17,11 @@ __all__ = ["pretrain", "train_batches"]
 
 def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optimizer, batches: Iterable,
                   examples: float, meter=None) -> tuple[np.ndarray | None, float]:
-    """One epoch's batches: step, gradient synchronisation, optimizer step.
+    """One epoch's batches: zero grads, step with loss / global examples, sync gradients, optimizer step.
 
-    Args:
-        strategy: the run's strategy (steps and synchronises).
-        model: the model trained.
-        task: its task head.
-        params: the parameters ``optimizer`` updates (model's and task's).
-        optimizer: the optimizer.
-        batches: the epoch's batches (``Strategy.batches`` or a pre-training phase's).
-        examples: the loss denominator of a batch whose ``examples`` is None (a full batch).
-        meter: a context manager around each step (the activation meter), or None.
-
-    Returns:
-        This rank's summed metric sums (None without batches) and the norm of the last batch's summed
-        gradient — the same on every rank, a check of exactness beyond the loss, which Adam's scale-free
-        update would not reveal.
+    ``examples``: the denominator of a full batch; ``meter``: a context manager around each step, or None.
+    Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the same on
+    every rank: a check of exactness that Adam's scale-free update would hide.
     """
     stats, grad_norm = None, 0.0
     for batch in batches:
@@ -53,8 +37,7 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
 
 
 def pretrain(strategy, comm, lr: float) -> None:
-    """Run the strategy's pre-training phase, if it has one (:meth:`Strategy.pretraining`), through
-    :func:`train_batches` with an Adam of its own over the phase's copy; then let it keep what it made."""
+    """Run the strategy's pre-training phase, if any, with its own Adam; then let it keep what it made."""
     phase = strategy.pretraining()
     if phase is None:
         return

@@ -1,21 +1,8 @@
 """Everything before the first epoch: the job, the plan, the run directory, the host, the model and the strategy.
 
-:func:`build_run` does, in order (every rank calls it):
-
-1. rank 0 loads and validates the job YAML (or the run being resumed), reads the
-   manifest, checks the dataset, computes the plan (:mod:`hpcdgnn.partition`, through
-   the strategy's ``make_plan``) and only then creates the run directory; the result —
-   or the user error — is broadcast, so a bad input ends every rank with the same line;
-2. host tuning: torch threads per rank, glibc's heap thresholds, this rank's device and
-   the tensor backend;
-3. the model and task head from ``train.seed`` on every rank, rank 0's parameters
-   broadcast (an identical start whatever the node), Adam, and on resume the
-   checkpoint's parameters, optimizer and RNG state;
-4. the strategy reads this rank's data (S4 precompute, S3 transfer) and the task its
-   targets; on resume the strategy's state is restored (refused in one line when it
-   cannot be, e.g. with a different rank count).
-
-The result is a :class:`Run`, which the training loop consumes.
+:func:`build_run` (every rank): rank 0 validates the job, checks the dataset, makes the plan and only then the
+run directory, broadcasting the result or the user error; host tuning; the model from ``train.seed`` with rank
+0's parameters broadcast, and on resume the checkpoint; the strategy reads this rank's data. Returns a :class:`Run`.
 """
 
 from __future__ import annotations
@@ -91,37 +78,29 @@ class Run:
     checksum: str
     train_count: float
     dataset_sha256: str = ""
-    """:func:`dataset_fingerprint` of the data as the run loaded it (rank 0 reads it; checkpoints record it)."""
+    """:func:`dataset_fingerprint` of the data as loaded (rank 0)."""
     initial_checksum: str | None = None
-    """The parameters' checksum before epoch 1 (rank 0): ``checksum`` in a fresh run; in a resumed one the
-    checkpoint's record of it (``checksum`` is then that of the parameters as restored), None where the
-    checkpoint predates the record."""
+    """The parameters' checksum before epoch 1 (rank 0; a resumed run's from its checkpoint, or None)."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
-    """Torch threads per rank: the request, else the CPUs this rank may use divided among the ranks of its node
-    that may use them too (a collective over the node's ranks)."""
+    """Torch threads per rank: the request, else this rank's share of its CPUs (collective over the node)."""
     if requested > 0:
         return requested
     return share_cpus(cpu_affinity(), node_cpu_sets(comm))
 
 
 def share_cpus(mine: Sequence[int], node: Sequence[Sequence[int]]) -> int:
-    """This rank's threads: its CPUs (``mine``) over the node's ranks whose CPU sets (``node``, this rank's
-    among them) overlap it. Ranks bound to disjoint sets get all of theirs; ranks that share one set share it:
-    unbound on a whole node, or unbound inside a job's CPU set on a shared node (``mpirun --bind-to none``
-    under Slurm), where taking the whole set would oversubscribe it (4 ranks x 32 threads on 32 CPUs)."""
+    """This rank's threads: its CPUs ``mine`` divided among the node's ranks whose CPU sets overlap it."""
     cpus = set(mine)
     sharing = sum(1 for other in node if cpus & set(other))
     return max(1, len(cpus) // max(1, sharing))
 
 
 def reuse_host_memory() -> bool:
-    """Raise glibc's mmap and trim thresholds so freed tensors stay in the heap for reuse.
+    """Raise glibc's mmap and trim thresholds so freed tensors stay in the heap; whether it took effect.
 
-    By default glibc serves every allocation above 32 MiB with a fresh mmap and
-    returns it on free, so each epoch's (T, N, F) activations would fault in new
-    zeroed pages. Returns whether it took effect (only on glibc).
+    By default every allocation above 32 MiB is a fresh mmap, so each epoch would fault in new zeroed pages.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -143,19 +122,17 @@ def _device(job: JobConfig, job_path: str, comm: Communicator) -> torch.device:
     return device
 
 
-#: seconds a rank looks again for the run directory rank 0 made (a network file system's metadata may lag)
+#: seconds a rank looks again for rank 0's run directory (network file system metadata may lag)
 SHARED_PATH_WAIT_S = 5.0
 
 
 def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Path | None,
                         debug: Sequence[str] = ()) -> None:
-    """Refuse (one line, every rank) a run whose directories other ranks write into are not there on every rank:
-    the run directory (``run_dir``; None: only rank 0 writes there, its checkpoints going to ``checkpoint.dir``)
-    and ``checkpoint.dir`` (``ckpt_root``; None: the run directory's). Rank 0 made them; a rank that does not see
-    them (a node-local path, another working directory) would fail at the first checkpoint — hours in — and end
-    the job. They must be on a file system every node shares, at the same path. ``debug``: the options that make
-    every rank write into the run directory where its checkpoints go elsewhere, named in the line (a user who
-    moved the checkpoints to a shared path would not otherwise see why the run directory must be shared too)."""
+    """Refuse (one line, every rank) a run whose shared directories some rank cannot see.
+
+    Otherwise the first checkpoint, hours in, would fail. ``run_dir`` / ``ckpt_root``: None where only rank 0
+    writes; ``debug``: the options that make every rank write into the run directory, named in the line.
+    """
     import socket
 
     def missing() -> Path | None:
@@ -165,7 +142,7 @@ def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Pat
                 continue
             try:
                 if not exists(path):
-                    with suppress(OSError):  # an NFS client's cached "no such name" is dropped by listing the parent
+                    with suppress(OSError):  # listing the parent drops an NFS client's cached "no such name"
                         os.listdir(path.parent)
                     return path
             except OSError:  # no permission to look (root squash): not usable either
@@ -188,21 +165,16 @@ def _check_shared_paths(comm: Communicator, run_dir: Path | None, ckpt_root: Pat
 
 
 def _check_device_agreement(comm: Communicator, device: torch.device, job: JobConfig, job_path: str) -> None:
-    """Refuse, on every rank, a job whose ranks train on different kinds of device, or order the link-prediction
-    decoder's pairs in different buckets (collective).
+    """Refuse, on every rank, ranks on different kinds of device or decoder bucket sizes (collective).
 
-    ``train.device: auto`` on an allocation where some ranks see a GPU and others none (GPUs on some nodes only,
-    a node's driver down) put those ranks on the CPU: their set-up then skipped the GPU ranks' collectives (the
-    GPU memory share over the node) and every rank waited in a different one — a hang, or worse.
-    ``HPCDGNN_BUCKET_BYTES`` sets the pairs' order, hence the rounding of the decoder's gradient sums; mpirun
-    passes it to other nodes' ranks only with -x. Its meaning depends on the device (unset is 512 KiB on the CPU,
-    none on a GPU), so it is compared here, resolved (:func:`~hpcdgnn.tasks.link_prediction.decoder_bucket_bytes`).
+    Mixed devices would run different set-up collectives (a hang); ``HPCDGNN_BUCKET_BYTES`` sets the decoder's
+    summation order and reaches other nodes only with ``mpirun -x``.
     """
     from hpcdgnn.tasks import task_class
     from hpcdgnn.tasks.link_prediction import bucket_bytes, decoder_bucket_bytes
 
     decoder = task_class(job.task.name).buckets_pairs
-    # (read through agree: a value one rank cannot parse is that rank's error on every rank, not its alone)
+    # through agree: a value one rank cannot parse is an error on every rank
     size = decoder_bucket_bytes(device, agree(comm, bucket_bytes)) if decoder else None
     placed = comm.allgather_obj((device.type, size), tag="setup")
     kinds = [k for k, _ in placed]
@@ -214,7 +186,7 @@ def _check_device_agreement(comm: Communicator, device: torch.device, job: JobCo
             "device; give every rank a GPU (nodes without one in the allocation?) or set train.device: cpu"))
     sizes = [b for _, b in placed]
     other = [r for r, b in enumerate(sizes) if b != sizes[0]]
-    if other:  # compared as bytes, unset taken as the device's default (not as the buckets they give this graph)
+    if other:
         raise collective_error(ConfigError(
             f"environment HPCDGNN_BUCKET_BYTES: rank 0 orders the decoder's pairs in buckets of {sizes[0]} bytes, "
             f"{name_ranks(other, 3)} of {comm.size} in {sizes[other[0]]} (0: none): every rank must order them "
@@ -223,14 +195,11 @@ def _check_device_agreement(comm: Communicator, device: torch.device, job: JobCo
 
 _RESUMABLE = ("train.epochs", "train.threads", "train.device", "data.path", "data.validate", "comm.", "output.",
               "checkpoint.", "debug.")
-"""Keys a resumed run may change (prefixes): none of them changes what an epoch computes (``data.path`` only to
-the same dataset moved: :func:`check_resume_dataset`)."""
+"""Keys (prefixes) a resumed run may change: none changes what an epoch computes."""
 
 
 def dataset_fingerprint(path: str | Path) -> str:
-    """The dataset's identity: the sha256 of its ``manifest.json`` without ``source`` (where and how it was
-    prepared: the same data prepared from an input elsewhere is the same data). The rest records every
-    shard's sha256 and size (``prepare``/``generate``), so other data under the same path gives another one."""
+    """The sha256 of ``manifest.json`` without ``source`` (it records every shard's sha256 and size)."""
     d = json.loads((Path(path) / "manifest.json").read_bytes())
     if isinstance(d, dict):
         d.pop("source", None)
@@ -239,10 +208,7 @@ def dataset_fingerprint(path: str | Path) -> str:
 
 def check_resume_dataset(saved: JobConfig, job: JobConfig, shared: dict[str, Any], ckpt: Path, resume: str,
                          fingerprint: str) -> None:
-    """Refuse (one line) to resume on other data than the run trained on: data regenerated under the same
-    path, a relative ``data.path`` read from another directory, or ``--set data.path`` to another dataset.
-    A dataset that moved may be named anew. A checkpoint from before fingerprints allows no new path.
-    ``shared``: the checkpoint's shared state (:func:`load_shared`); ``fingerprint``: the data's now."""
+    """Refuse (one line) to resume on other data than the run trained on; a moved dataset may be named anew."""
     theirs = shared.get("dataset_sha256")
     if theirs is None:
         if Path(job.data.path).resolve() != Path(saved.data.path).resolve():
@@ -256,17 +222,14 @@ def check_resume_dataset(saved: JobConfig, job: JobConfig, shared: dict[str, Any
 
 
 def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
-    """A new run's ``checkpoint.dir`` (None: the run directory's own), checked before the run directory is
-    made: refused (one line) when it exists and is not empty — another run's checkpoints there would be
-    rotated away, and resumed by mistake — or cannot be made (a file on the way, no write permission), so
-    that a bad path is not found at the first checkpoint. :func:`make_checkpoint_dir` makes it."""
+    """A new run's ``checkpoint.dir`` (None: the run directory's), refused if non-empty or not makeable."""
     if not job.checkpoint.dir:
         return None
     root = Path(job.checkpoint.dir)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
-    there = nearest_existing(root)  # where it would be made
+    there = nearest_existing(root)
     if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
         why = "not a directory" if not there.is_dir() else "not writable"
         raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {there} is {why}")
@@ -274,8 +237,7 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
 
 
 def make_checkpoint_dir(root: Path | None, where: str | None) -> None:
-    """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory, which may
-    hold it)."""
+    """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory)."""
     if root is None:
         return
     try:
@@ -304,12 +266,7 @@ def _changed_by(key: str, overrides: list[str], job_path: str | None) -> str:
 
 def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: list[str],
                      job_path: str | None) -> None:
-    """Refuse (one line: key, old and new value) any change outside :data:`_RESUMABLE`.
-
-    Runs whether the job comes from a file or from the saved config plus ``--set``:
-    a resumed run that computes something else would mix two experiments in one
-    ``metrics.jsonl`` (or, for a model shape, crash in ``load_state_dict``).
-    """
+    """Refuse (one line: key, old and new value) any change outside :data:`_RESUMABLE`."""
     before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
     for key in sorted(set(before) | set(after)):
         if before.get(key) != after.get(key) and not key.startswith(_RESUMABLE):
@@ -322,21 +279,15 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
 
 
 def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, JobConfig, Path, Path]:
-    """Job, the run's saved job (before ``--set``), run directory and newest checkpoint of ``run --resume RUNDIR``.
-
-    The job is the run's saved ``config.resolved.yaml`` with ``--set`` applied, or
-    the given job file, which may differ from the saved one only in keys that do
-    not change the computation (:func:`check_resume_job`). Nothing in the run
-    directory is written here.
-    """
+    """Job, saved job (before ``--set``), run directory and newest checkpoint of ``run --resume RUNDIR``."""
     run_dir = Path(resume)
     saved_path = run_dir / "config.resolved.yaml"
     if not saved_path.is_file():
         raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
-    saved = load_job(saved_path, check_paths=False, resolved=True)  # the dataset may have moved: checked by _prepare
+    saved = load_job(saved_path, check_paths=False, resolved=True)  # the dataset may have moved
     job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
     check_resume_job(saved, job, resume, overrides, job_path)
-    if not (Path(job.data.path) / "manifest.json").is_file():  # in place of load_job's check of the path
+    if not (Path(job.data.path) / "manifest.json").is_file():
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
                           "resume with --set data.path=NEW; the run checks it is the same dataset)")
     root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
@@ -349,7 +300,7 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"--resume {resume}: {ckpt / 'COMPLETE'}: unreadable ({e}); remove that checkpoint "
                           "to resume from the one before") from None
-    check_owner(meta, ckpt, run_dir, f"--resume {resume}")  # a checkpoint.dir moved onto another run's checkpoints
+    check_owner(meta, ckpt, run_dir, f"--resume {resume}")
     if done >= job.train.epochs:
         raise ConfigError(
             f"--resume {resume}: the run has already trained {done} epochs (checkpoint {ckpt.name}) and "
@@ -359,13 +310,8 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
 
 
 def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
-    """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` (atomically).
-
-    On resume (``epoch`` > 0) this runs only once the checkpoint has been
-    restored, so a refused resume leaves the directory as it was; a plan that
-    changed (another rank count) keeps the old one as ``plan.before-epoch-E.json``.
-    """
-    ensure_run_id(run_dir)  # a new run's, or one made before ids existed: its checkpoints from now on carry it
+    """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` atomically (the old plan kept when it changed)."""
+    ensure_run_id(run_dir)
     tmp = run_dir / "config.resolved.yaml.tmp"
     tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
     os.replace(tmp, run_dir / "config.resolved.yaml")
@@ -378,10 +324,7 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
 
 
 def _discard_new_run(run_dir: Path, job: JobConfig, named: bool) -> None:
-    """Rank 0: undo what :func:`_save_run_files` wrote for a new run refused after it (no training examples, known
-    only once the task is set up; a rank that does not see the directory; ranks on different kinds of device),
-    so that no run directory is left for a run that never trained. A directory
-    the user ``named`` (``--output``) stays, as do ``checkpoint.dir`` and any file a rank wrote meanwhile."""
+    """Rank 0: undo :func:`_save_run_files` for a new run refused after it (a ``named`` directory stays)."""
     for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
         with suppress(OSError):  # a cleanup: the run's own error is the one to report
             (run_dir / name).unlink(missing_ok=True)
@@ -391,8 +334,7 @@ def _discard_new_run(run_dir: Path, job: JobConfig, named: bool) -> None:
 
 
 def truncate_metrics(path: Path, last_epoch: int) -> None:
-    """Keep the records of epochs up to the checkpoint (atomically); later ones are re-run. A line the
-    killed job left half written (its last) is dropped too."""
+    """Keep the records of epochs up to the checkpoint (atomically), dropping a half-written last line."""
     if not path.is_file():
         return
 
@@ -416,12 +358,11 @@ def _checksum(params: list[torch.Tensor]) -> str:
 
 
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
-    """Rank 0: job, manifest, dataset check, plan, run directory; broadcast (or the user error) to all. Last, not
-    broadcast: the checkpoint's shared state rank 0 read for its checks (None elsewhere and on a new run)."""
-    # the smallest over the ranks (a collective over each node's, then all): rank 0 checks the job for all, and
-    # nodes may differ in memory, its limit or their rank count (5 ranks as 2 + 3)
+    """Rank 0: job, manifest, dataset check, plan, run directory, broadcast (or the error); plus rank 0's
+    checkpoint shared state (not broadcast)."""
+    # the smallest over the ranks: rank 0 checks the job for all, and nodes may differ
     host_share = min(comm.allgather_obj(memory_share(comm, torch.device("cpu")), tag="setup"))
-    kept: dict[str, Any] = {}  # rank 0's read of state.pt, so that its restore does not read it again
+    kept: dict[str, Any] = {}  # rank 0's read of state.pt, so its restore does not read it again
 
     def on_root() -> tuple[JobConfig, Manifest, object, str, str | None, str]:
         if resume:
@@ -434,16 +375,14 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                               f"{comm.size} rank{'s' if comm.size != 1 else ''} (0 .. {comm.size - 1})")
         manifest = load_dataset_manifest(job, job_path or resume)
         if not (job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()):
-            # before the plan, whose cost model walks every layer (model.layers: 100000 would take minutes)
+            # before the plan, whose cost model walks every layer
             check_footprint(job, manifest, comm.size, host_share, job_path or resume)
-        fingerprint = dataset_fingerprint(job.data.path)  # now: the data the ranks are about to read
+        fingerprint = dataset_fingerprint(job.data.path)
         plan = None
         if ckpt is not None:
-            shared = kept["shared"] = load_shared(ckpt)  # the shared part only: rank 0's own state is read later
+            shared = kept["shared"] = load_shared(ckpt)
             check_resume_dataset(saved_job, job, shared, ckpt, resume, fingerprint)
-            # on the same P the run continues on the checkpoint's plan, not cut again: a re-cut of balance:
-            # measured is kept, and so is a cut that read what a resume may change (workload: mlp's predictor
-            # file, per machine and device when none is given): another cut would change the rounding
+            # on the same P keep the checkpoint's plan: another cut would change the rounding
             saved = shared.get("plan")
             if saved is not None and saved.num_ranks == comm.size:
                 plan = saved
@@ -453,10 +392,10 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
             try:
                 ckpt_dir = check_checkpoint_dir(job, job_path)
-            except ConfigError as e:  # --set checkpoint.dir=... is the override's fault, not the file's
+            except ConfigError as e:
                 raise ConfigError(blame_override(str(e), job_path, overrides)) from None
             run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
-            if not claim_run_dir(run_dir):  # between choose_run_dir's "empty" and now, another run took it
+            if not claim_run_dir(run_dir):  # another run took it since choose_run_dir
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
             make_checkpoint_dir(ckpt_dir, job_path)
@@ -467,8 +406,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
 
 
 def load_dataset_manifest(job: JobConfig, where: str | None):
-    """The dataset's manifest, read by the job's regime (snapshots: :class:`Manifest`; an event stream:
-    ``EventManifest``), and a one-line refusal when the data are of another regime's kind."""
+    """The dataset's manifest as the job's regime reads it; a one-line refusal for another regime's data."""
     from hpcdgnn.data.events import dataset_kind
 
     kind, regime = dataset_kind(job.data.path), regime_of("model", job.model.name)
@@ -480,8 +418,7 @@ def load_dataset_manifest(job: JobConfig, where: str | None):
 
 
 def check_model_strategy(job: JobConfig, where: str | None, num_ranks: int) -> None:
-    """Refuse (one line) a model, task and strategy of different regimes, and what the regime's own rules
-    refuse at ``num_ranks`` (:attr:`RegimeSpec.check <hpcdgnn.regimes.RegimeSpec.check>`)."""
+    """Refuse (one line) a model, task and strategy of different regimes, or what the regime refuses at P."""
     job_regime(job, where).check(job, where, num_ranks)
 
 
@@ -506,7 +443,7 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
     model = regime.build_model(job, manifest).to(device, dtype)
     task = agree(comm, lambda: regime.build_task(job.task, manifest, model.out_features, job.train.seed))
     task = task.to(device, dtype)
-    if getattr(model, "predicts_targets", False):  # a sequence-to-sequence model forecasts them: no head
+    if getattr(model, "predicts_targets", False):  # a sequence-to-sequence model needs no head
         task.predict_in_model()
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
@@ -516,9 +453,7 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
 def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,
                     start_epoch: int = 0) -> Strategy:
-    """The strategy of ``plan``: this rank's data read (strategy and task), then the strategy's pre-training
-    phase, if any (:func:`~hpcdgnn.train.loop.pretrain`); ``start_epoch``: the epochs ``model`` has been trained
-    for (:attr:`StrategyContext.start_epoch`)."""
+    """The strategy of ``plan`` with this rank's data read, then its pre-training phase, if any."""
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
                                                                start_epoch))
 
@@ -531,20 +466,14 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
     return strategy
 
 
-#: ``strategy.balance: measured`` re-cuts after this epoch at the earliest, so that each rank's median is over
-#: three epochs or more after the first and one slow epoch cannot decide the cut: the first epochs can rank
-#: the ranks the other way round from every later one.
+#: ``balance: measured`` re-cuts after this epoch at the earliest, so one slow early epoch cannot decide the cut
 MIN_CALIBRATION_EPOCH = 4
 
 
 def calibration_epochs(job: JobConfig, start_epoch: int = 0) -> range:
-    """The epochs whose per-rank compute ``strategy.balance: measured`` re-cuts the plan from, right after the
-    last of them, in a process that starts after ``start_epoch`` (0, or the epoch a resumed run stopped at).
+    """The epochs whose per-rank compute ``balance: measured`` re-cuts the plan from (empty when none).
 
-    Its own first epoch is left out (compilation, memory touched for the first time), and the re-cut comes
-    after the last warm-up epoch and no earlier than ``start_epoch`` + :data:`MIN_CALIBRATION_EPOCH`. Empty for
-    other balances, for a run resumed after the re-cut (its checkpoint holds that plan), and where the run
-    ends by then (nothing left to train on a new plan).
+    The process's first epoch is left out (compilation, first-touch memory).
     """
     if getattr(job.strategy, "balance", None) != "measured":
         return range(0)
@@ -562,17 +491,12 @@ def calibration_epoch(job: JobConfig, start_epoch: int = 0) -> int:
 
 
 def warmup_epochs(job: JobConfig, start_epoch: int = 0) -> int:
-    """The epochs flagged ``warmup`` in metrics.jsonl: ``train.warmup_epochs``, and with a measured re-cut every
-    epoch up to it (:func:`calibration_epoch`), so that the steady epochs all ran the plan the run ends with."""
+    """The epochs flagged ``warmup``: ``train.warmup_epochs``, and every epoch up to a balance re-cut."""
     return max(job.train.warmup_epochs, calibration_epoch(job, start_epoch))
 
 
 def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
-    """``strategy.balance: measured``, after :func:`calibration_epoch` (every rank calls it): rank 0 asks the
-    strategy for a plan re-cut from the ranks' measured compute seconds (the trainer passes each rank's
-    median over :func:`calibration_epochs`; ``debug.measured_compute`` instead, in tests). Returns
-    the new plan on every rank, or None when the plan stays (then logged here).
-    """
+    """The plan re-cut from per-rank ``compute`` seconds on every rank, or None when it stays (collective)."""
     forced = run.job.debug.measured_compute
     if forced:
         compute = list(forced)
@@ -587,22 +511,19 @@ def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
 
 
 def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
-    """Every rank drops its strategy and builds one on ``plan`` (from :func:`measured_plan`) — reading its
-    new snapshots — with the same model, optimizer and task parameters, so training goes on as if it had
-    started with that plan (exact, like any plan). Rank 0 writes the new ``plan.json`` (the old one kept as
-    ``plan.before-epoch-E.json``). The caller drops its own references to the old strategy and task first:
-    their arrays are freed before the new ones are read.
+    """Rebuild the strategy on ``plan`` with the same model, optimizer and task parameters (collective).
+
+    The caller drops its references to the old strategy and task first, so their arrays are freed first.
     """
     t0 = time.perf_counter()
     run.strategy.close()
     task = _fresh_task(run)
     run.strategy = run.task = None  # type: ignore[assignment]
-    gc.collect()  # strategies hold reference cycles (layouts, hooks): free the old arrays now, not later
+    gc.collect()  # strategies hold reference cycles: free the old arrays now
     run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan, run.model, task,
                                    epoch)
     run.plan, run.task = plan, task
-    # summary.json's setup time and setup transfer bytes include the second setup (its snapshots moved
-    # host -> device between two epochs: no epoch record counts them)
+    # no epoch record counts the second setup, so summary.json's setup figures do
     run.setup_seconds += time.perf_counter() - t0
     run.setup_transfer += run.strategy.usage().transfer_bytes
     if comm.rank == 0:
@@ -620,8 +541,7 @@ def _seconds(values: list[float]) -> str:
 
 
 def _fresh_task(run: Run):
-    """A task like ``run.task`` with none of its per-rank data and the very same parameters: Adam holds those
-    objects and their trained values. Built under a forked RNG, so the run's random streams do not move."""
+    """A task like ``run.task`` without per-rank data, sharing its parameters (Adam holds them); RNG forked."""
     with torch.random.fork_rng(devices=[]):
         fresh = regime_of("model", run.job.model.name).build_task(run.job.task, run.manifest, run.model.out_features,
                                                                    run.job.train.seed)
@@ -632,7 +552,7 @@ def _fresh_task(run: Run):
 
 def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
               resume: str | None = None) -> Run:
-    """Prepare a job (or a resumed one) up to its first epoch; see the module docstring."""
+    """Prepare a job (or a resumed one) up to its first epoch."""
     job, manifest, plan, run_dir_s, ckpt_s, fingerprint, shared = _prepare(job_path, overrides, output, resume, comm)
     run_dir, ckpt = Path(run_dir_s), None if ckpt_s is None else Path(ckpt_s)
     try:
@@ -651,19 +571,19 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         _check_device_agreement(comm, device, job, job_path)
         comm.world.init_tensor_backend(job.comm.backend, device, job.comm.timeout_s)
 
-        if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:  # the same on every rank
+        if job.debug.measured_compute and len(job.debug.measured_compute) != comm.size:
             raise collective_error(ConfigError(f"{job_path}: debug.measured_compute: {len(job.debug.measured_compute)} "
                                                f"values for {comm.size} ranks"))
-        if device.type == "cuda":  # a CPU job was checked against the host's memory before its plan (_prepare)
-            share = memory_share(comm, device)  # a collective over the node's ranks
+        if device.type == "cuda":  # a CPU job is checked before its plan
+            share = memory_share(comm, device)
             agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
         model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
         start, mine, initial = 0, None, None
-        if ckpt is not None:  # every rank reads the shared state and its own RNG state
+        if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])
-            initial = state.get("initial_checksum")  # None: a checkpoint from before it was kept
-        checksum = _checksum(params) if comm.rank == 0 else ""  # logged and saved by rank 0 only (as restored)
+            initial = state.get("initial_checksum")
+        checksum = _checksum(params) if comm.rank == 0 else ""
         if ckpt is None:
             initial = checksum
 
@@ -672,10 +592,10 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         setup_seconds = time.perf_counter() - t_setup
         if mine is not None:
             agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
-            if comm.rank == 0:  # the resume is accepted: only now does the run directory change
+            if comm.rank == 0:  # only an accepted resume changes the run directory
                 _save_run_files(run_dir, job, plan, start)
         train_count = task.global_train_count()
-        if train_count <= 0:  # every rank computed the same count, so every rank raises here
+        if train_count <= 0:  # the same count on every rank: all raise
             raise collective_error(
                 DataError(f"{job_path}: task.split {list(job.task.split)} leaves no training examples in data.path "
                           f"{job.data.path} (T = {getattr(manifest, 'num_snapshots', '?')}: too few snapshots, or no "
@@ -684,6 +604,6 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
                    start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial)
     except HpcdgnnError:
-        if ckpt is None and comm.rank == 0:  # a new run refused after rank 0 made its directory: none is left
-            _discard_new_run(run_dir, job, named=output is not None)  # behind, and a named --output is empty again
+        if ckpt is None and comm.rank == 0:  # a refused new run leaves no directory behind
+            _discard_new_run(run_dir, job, named=output is not None)
         raise

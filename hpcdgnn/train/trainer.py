@@ -9,18 +9,12 @@ It reads like the figure of the method::
                   gradient synchronisation (strategy.sync_gradients) -> Adam
         evaluation pass when the strategy has one (strategy.evaluate)
         record: one all-reduce of metric sums, one all-gather of the time split (metrics/epoch.py)
-        after the warm-up epochs, with strategy.balance: measured, a plan re-cut from the measured split (replan)
+        with strategy.balance: measured, after the warm-up, a plan re-cut from the compute split (replan)
         checkpoint at checkpoint.every epochs / every_minutes, at the end, and on pre-emption
-        (a stall watchdog thread ends the job if a rank stops progressing: hpcdgnn/comm/watchdog.py)
     summary.json (metrics/summary.py)
 
-The loss of a batch is the sum of its per-example losses divided by the
-number of training examples of that batch over all ranks (all of the task's
-for a full batch), so the P-rank gradient is the single-process gradient up
-to float summation order. A pre-emption signal (SIGTERM, SIGUSR1) rides as a
-column of the epoch's all-gather, so every rank stops at the same boundary,
-writes its part of a checkpoint, and the run exits with ``EXIT_PREEMPTED``;
-``--resume`` continues it bit for bit.
+Dividing by the global example count makes the P-rank gradient the single-process one up to summation order.
+A pre-emption signal rides in the epoch's all-gather, so every rank stops at the same boundary and checkpoints.
 """
 
 from __future__ import annotations
@@ -71,28 +65,22 @@ class TrainResult:
 
     @property
     def metrics(self) -> list[dict]:
-        """The run's epoch records, read from ``metrics.jsonl`` (kept on disk, not in memory: a record per epoch
-        held for the whole run grew every rank by kilobytes an epoch)."""
+        """The run's epoch records, read from ``metrics.jsonl`` (not kept in memory)."""
         return read_epoch_records(self.run_dir / "metrics.jsonl")
 
 
 class _FaultInjector:
-    """The task, except that on ``debug.fail_rank`` in ``debug.fail_epoch`` it raises mid-epoch:
-    after the forward pass (whose exchanges every rank joined), before the backward pass, where the
-    other ranks are about to wait in a collective. Tests use it to check the whole job aborts. At the
-    same point ``debug.delay_rank`` sleeps ``debug.delay_seconds`` (a straggler the others wait for).
-    """
+    """The task, but raising after the forward on ``debug.fail_rank`` (or sleeping on ``debug.delay_rank``)."""
 
     def __init__(self, task, rank: int, debug) -> None:
         self.task, self.rank, self.debug = task, rank, debug
 
     @classmethod
     def wrap(cls, task, rank: int, debug):
-        """The task itself, or wrapped when ``debug.fail_rank`` asks for a fault or ``debug.delay_rank`` for
-        a straggler."""
+        """The task itself, or wrapped when a debug fault or delay is asked for."""
         return cls(task, rank, debug) if debug.fail_rank >= 0 or debug.delay_rank >= 0 else task
 
-    def __getattr__(self, name: str):  # the rest of the task (scores, stats_width, metric, ...) as it is
+    def __getattr__(self, name: str):
         return getattr(self.task, name)
 
     def __call__(self, emb, epoch: int):
@@ -104,15 +92,12 @@ class _FaultInjector:
 
 
 def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter) -> tuple[np.ndarray, float]:
-    """Every batch of one epoch (:func:`~hpcdgnn.train.loop.train_batches`); then the evaluation pass, if any.
-
-    Returns the summed metric sums of this rank and the norm of the last batch's summed gradient.
-    """
+    """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm)."""
     meter.reset_peak()
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
                                      run.strategy.batches(epoch), run.train_count, meter)
     evaluated = run.strategy.evaluate(run.model, task, epoch)
-    if evaluated is not None:  # validation / test sums from their own pass fill their own slots
+    if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
     return stats, grad_norm
 
@@ -126,10 +111,10 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
         "optimizer": run.optimizer.state_dict(),
         "plan": run.plan,
         "config": job_to_dict(run.job),
-        "initial_checksum": run.initial_checksum,  # what summary.json reports after a resume too
+        "initial_checksum": run.initial_checksum,
     }
-    if checkpoints.comm.rank == 0:  # what a resume checks it continues on (check_resume_dataset): the data as
-        shared["dataset_sha256"] = run.dataset_sha256  # loaded (it may move or change while the run trains)
+    if checkpoints.comm.rank == 0:
+        shared["dataset_sha256"] = run.dataset_sha256
     return checkpoints.save(epoch, shared if checkpoints.comm.rank == 0 else {}, run.strategy.state_dict())
 
 
@@ -158,8 +143,7 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
 
 
 class _Health:
-    """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss (one that
-    is no longer finite stops the run: :func:`_diverged`)."""
+    """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss."""
 
     def __init__(self, log, metric: str) -> None:
         self.log, self.metric, self.first, self.said = log, metric, None, set()
@@ -176,7 +160,7 @@ class _Health:
         if loss is None:
             self._warn("nan", f"warning: no training loss in epoch {record['epoch']}")
         elif np.isfinite(loss) and self.first is not None and np.isfinite(self.first) \
-                and loss > 100 * max(abs(self.first), 1e-12):  # (a loss not finite ends the run: _diverged)
+                and loss > 100 * max(abs(self.first), 1e-12):
             self._warn("grow", f"warning: the training loss grew from {self.first:.4g} to {loss:.4g} by epoch "
                        f"{record['epoch']}: training is diverging; lower train.lr")
 
@@ -187,9 +171,7 @@ class _Health:
 
 
 def _diverged(run: Run, checkpoints: CheckpointManager, epoch: int, loss: float) -> ConfigError:
-    """The one line that ends a run whose training loss is no longer finite (every later epoch would train
-    on NaN parameters, and its checkpoints would rotate the last finite ones away): it names the newest
-    checkpoint, which is finite (none is written of this epoch). Raised on every rank (exit 2)."""
+    """The one line ending a run whose loss is not finite, naming the newest (finite) checkpoint (every rank)."""
     newest = latest_checkpoint(checkpoints.root)
     return collective_error(ConfigError(
         f"epoch {epoch}: the training loss is {loss}: training diverged; lower train.lr or use train.dtype: "
@@ -198,9 +180,7 @@ def _diverged(run: Run, checkpoints: CheckpointManager, epoch: int, loss: float)
 
 
 class _CheckpointPolicy:
-    """When to checkpoint: every ``checkpoint.every`` epochs, every ``every_minutes`` of wall time
-    (any rank's clock; the flag is agreed through the epoch record), on pre-emption and at the end.
-    """
+    """When to checkpoint: every ``every`` epochs or ``every_minutes``, on pre-emption and at the end."""
 
     def __init__(self, cfg) -> None:
         self.every, self.seconds = cfg.every, cfg.every_minutes * 60.0
@@ -214,9 +194,7 @@ class _CheckpointPolicy:
         return preempted or final or time_due or bool(self.every and epoch % self.every == 0)
 
     def written(self, path: Path, seconds: float, describe: bool) -> str:
-        """Restart the wall-time clock (every rank); the log line of the checkpoint (``describe``: rank 0),
-        the first one with what it costs on disk.
-        """
+        """Restart the wall-time clock; the checkpoint's log line (``describe``: rank 0)."""
         self.last, first, self.first = time.monotonic(), self.first, False
         if not describe or not first:
             return f"checkpoint: {path}"
@@ -229,19 +207,17 @@ class _CheckpointPolicy:
 
 def run_training(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
                  resume: str | None = None) -> TrainResult:
-    """Run a job (see module docstring), or continue one from ``resume``'s newest checkpoint; every rank calls this."""
+    """Run a job, or continue one from ``resume``'s newest checkpoint (every rank)."""
     log = configure_logging(comm.rank, comm.size)
-    stop = preemption.install()  # already installed by __main__; here for library callers
-    with HeldLines(log) as held:  # the set-up's detail lines follow the start line, which needs the built run
+    stop = preemption.install()  # for library callers
+    with HeldLines(log) as held:  # set-up's detail lines follow the start line, which needs the built run
         run = build_run(job_path, overrides, output, comm, resume)
         comm.progress.start(run.job.comm.progress, run.threads)
         held.release(*_banner(run, comm))
     try:
         return _train(run, comm, log, stop)
     finally:
-        # whatever ends the run, an exception included: no progress thread may be left waiting inside MPI
-        # when a library caller goes on or the interpreter finalises MPI (stop is local; the command line's
-        # error paths stop it or abort, but a library caller may catch the exception)
+        # no progress thread may be left waiting inside MPI when MPI finalises
         comm.progress.stop()
 
 
@@ -251,9 +227,7 @@ def _of_missing_ranks(files, size: int) -> list[Path]:
 
 
 def _profile_before_resume(run_dir: Path, epoch: int, start: int) -> str | None:
-    """A resume starts after ``debug.profile_epoch``: the line that says no profile is made, unless the run
-    that wrote the checkpoint made it (rank 0's record of that epoch is there) — a user's ``--set`` on the
-    resume would otherwise profile nothing without a word."""
+    """The line saying a resume past ``debug.profile_epoch`` makes no profile (unless one exists)."""
     with suppress(OSError, ValueError):
         made = json.loads((run_dir / PROFILE_DIR / "rank0.json").read_text())
         if isinstance(made, dict) and made.get("epoch") == epoch:
@@ -263,7 +237,7 @@ def _profile_before_resume(run_dir: Path, epoch: int, start: int) -> str | None:
 
 
 def _signal_name(stop: preemption.PreemptionFlag) -> str:
-    """The signal a pre-empted run names: this rank's, or the other ranks' (the ranks agree on stopping)."""
+    """The signal a pre-empted run names: this rank's, or the other ranks'."""
     return stop.name or "a signal to another rank"
 
 
@@ -271,15 +245,13 @@ def _resumed_trace_file(run: Run, comm: Communicator, log) -> Path:
     """This rank's exchange trace file, once a resumed run has dropped what its re-run epochs rewrite."""
     job = run.job
     mine = EpochRecorder.trace_file(run.run_dir, comm.rank)
-    if run.start_epoch:  # epochs after the checkpoint are re-run: each rank drops their trace lines from its
-        # file, rank 0 also from the files of ranks this run lacks (a resume on fewer ranks), before the first
-        # collective: nobody appends before it
+    if run.start_epoch:  # re-run epochs' trace lines go, before the first collective appends any
         stale = [] if comm.rank else _of_missing_ranks(mine.parent.glob("exchanges.rank*.jsonl"), comm.size)
         for f in [mine, *stale]:
             truncate_metrics(f, run.start_epoch)
-        if comm.rank == 0 and run.start_epoch < job.debug.profile_epoch:  # the profile is made again: no file
-            for f in _of_missing_ranks((run.run_dir / PROFILE_DIR).glob("rank*.*"), comm.size):  # of a rank
-                f.unlink()  # this run lacks may stay beside it
+        if comm.rank == 0 and run.start_epoch < job.debug.profile_epoch:  # no stale file of a missing rank
+            for f in _of_missing_ranks((run.run_dir / PROFILE_DIR).glob("rank*.*"), comm.size):
+                f.unlink()
         elif comm.rank == 0 and job.debug.profile_epoch and (
                 note := _profile_before_resume(run.run_dir, job.debug.profile_epoch, run.start_epoch)):
             log.info(note)
@@ -287,7 +259,7 @@ def _resumed_trace_file(run: Run, comm: Communicator, log) -> Path:
 
 
 def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> bool:
-    """Whether any rank was signalled during the set-up (collective); if so, the line that says so."""
+    """The line saying some rank got a signal during set-up, or None (collective)."""
     preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
     if preempted:
         hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
@@ -318,9 +290,9 @@ def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
 def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
-    totals = RunTotals()  # summary.json's sums, of the whole run (rank 0): a resumed one's earlier epochs first
+    totals = RunTotals()  # summary.json's sums over the whole run (rank 0)
     if comm.rank == 0 and run.start_epoch:
-        truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)  # epochs after the checkpoint are re-run
+        truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)
         totals.add_file(run.run_dir / "metrics.jsonl")
     rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
@@ -332,18 +304,16 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                              run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
     policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
-    # this attempt's (every rank), as C doubles (NaN: None): 8 B an epoch, where a list held a float object and a
-    # slot, 32 B an epoch for the whole run; the records themselves are metrics.jsonl's
+    # this attempt's losses (every rank) as C doubles, NaN for None
     losses = array("d")
-    diverged: ConfigError | None = None  # the one line a non-finite loss ends the run with
-    # strategy.balance: measured — per-rank compute of these epochs, for the re-cut after the last
+    diverged: ConfigError | None = None
+    # balance: per-rank compute of the calibration epochs
     calibrating = calibration_epochs(job, run.start_epoch)
     measured: list[list[float]] = []
-    # a signal during the set-up (reading, partitioning: minutes at scale) stops the run before its first
-    # epoch, not after it: within a scheduler's grace period there may be no time for a whole epoch
+    # a signal during set-up stops before the first epoch: the grace period may not hold a whole one
     preempted = _preempted_in_setup(run, comm, log, stop)
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
-    last = run.start_epoch if preempted else job.train.epochs  # no epoch at all when stopped during the set-up
+    last = run.start_epoch if preempted else job.train.epochs
     for epoch in range(run.start_epoch + 1, last + 1):
         recorder.begin()
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
@@ -365,7 +335,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             diverged = _diverged(run, checkpoints, epoch, loss)
             break
         if epoch in calibrating and (prof is None or not measured and epoch == calibrating[-1]):
-            measured.append(record["per_rank"]["compute"])  # a profiled epoch's only where it is the one left
+            measured.append(record["per_rank"]["compute"])
         if calibrating and epoch == calibrating[-1] and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan
             plan = measured_plan(run, np.median(measured, axis=0).tolist(), comm, log)
