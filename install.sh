@@ -34,7 +34,7 @@ want="$PWD $(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/hpcdgnn-mpirun" ] ||
    ! "$VPY" -c "import sys; sys.path.pop(0); import hpcdgnn; sys.exit(not hpcdgnn.__file__.startswith(sys.argv[1] + '/'))" \
      "$PWD" 2>/dev/null; then
-  pip_install -e ".[test]"
+  pip_install -e ".[test,cpu-kernels]"  # cpu-kernels: numba, the compiled CPU loops (optional for a user)
   echo "$want" >"$stamp"
 fi
 "$VPY" -c "import hpcdgnn, torch, mpi4py, h5py; print('hpcdgnn installed in $VENV: torch', torch.__version__, '| mpi4py', mpi4py.__version__, '| h5py', h5py.__version__)"

@@ -96,7 +96,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if getattr(e, "collective", False):
             if comm.rank == 0:
                 print(f"hpcdgnn: error: {e}", file=sys.stderr)
-            comm.progress.stop()  # no thread may still be inside MPI when the interpreter finalises it
             return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective
         return _rank_error(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
@@ -221,12 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         preemption.hold()
     args = _parser().parse_args(argv)
     if args.command == "run":
-        from hpcdgnn import allocator
-
         # checked before MPI starts: a bad value is one line and exit 2, not a mid-epoch abort
         try:
-            if argv is None:  # not a caller's main([...]), whose process must not be replaced
-                allocator.reexec()  # restart with jemalloc preloaded (before torch loads)
             from hpcdgnn.comm.world import start_timeout
             from hpcdgnn.nn import kernels
             from hpcdgnn.tasks.link_prediction import bucket_bytes

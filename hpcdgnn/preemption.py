@@ -1,8 +1,8 @@
 """Pre-emption signals: SIGTERM, SIGUSR1 or SIGINT ask a run to stop at the next epoch boundary.
 
 The handler only records the signal; the ranks agree on stopping through the per-epoch all-gather, checkpoint
-and exit with ``EXIT_PREEMPTED``. :func:`hold` blocks the signals from the first line of ``main`` (through the
-allocator's re-exec, which keeps the mask) until :func:`install`, so an early warning is not lost.
+and exit with ``EXIT_PREEMPTED``. :func:`hold` blocks the signals from the first line of ``main`` until
+:func:`install`, so an early warning is not lost.
 """
 
 from __future__ import annotations

@@ -65,6 +65,10 @@
 # Exit codes of 'python -m hpcdgnn run' (hpcdgnn/errors.py): 0 done, 2 user error (bad YAML or data) or a
 # diverged run, 3 stalled (a rank made no progress for comm.stall_timeout_s), 75 pre-empted (requeue: the next
 # attempt resumes its checkpoint, or starts over when the signal came before the first), anything else a crash.
+#
+# Host allocator: glibc's malloc. For another, preload it in the job script before sourcing this file; srun
+# passes it to every rank, mpirun beyond this node needs MPIRUN_FLAGS="-x LD_PRELOAD" (docs/jobs.md):
+#   export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 
 # read by the scripts that source this file
 # shellcheck disable=SC2034

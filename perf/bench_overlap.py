@@ -1,15 +1,12 @@
 """Communication hidden behind compute under the snapshot strategy (issue 13 item 6).
 
-    python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--progress calls thread]
-                                 [--configs K:MODE ...] [--interleave] [--model cdgcn] [--hidden 16]
-                                 [--epochs 8] [--warmup 3] [--reps 3] [--blocks 1] [--grad-buckets 1]
+    python perf/bench_overlap.py --data DIR [--ranks 2] [--chunks 1 4 8] [--interleave] [--model cdgcn]
+                                 [--hidden 16] [--epochs 8] [--warmup 3] [--reps 3] [--blocks 1] [--grad-buckets 1]
                                  [--device cpu] [--trace] [--probe]
 
 Runs ``strategy: snapshot`` at P = ``--ranks`` (one thread per rank) with
-``strategy.overlap_chunks`` = each of ``--chunks`` and ``comm.progress`` = each of
-``--progress`` (who moves the non-blocking exchanges: the training thread inside its MPI
-calls, or a progress thread per rank — which pays only where each rank has a spare core),
-or the ``--configs`` pairs, on the same data, the configurations alternating run by run (``--reps`` rounds), and
+``strategy.overlap_chunks`` = each of ``--chunks`` (in that order, the first the baseline),
+on the same data, the configurations alternating run by run (``--reps`` rounds), and
 prints per configuration, over the steady epochs of all its runs (the first ``--warmup`` epochs
 of a run are left out: unchunked, CD-GCN on gen32k took 2–3× its steady time in epoch 2 and 1.3–1.6× in
 epoch 3, in its LSTM over all of a rank's rows, whose large blocks page-fault until the allocator holds
@@ -18,17 +15,17 @@ enough freed memory for them (``perf/results/rnn-rows/s32_lstm_warm.log``); chun
 * epoch: median wall time of an epoch (slowest rank, metrics.jsonl ``time.epoch.max``);
 * comm: median communication time (``time.comm``, mean over ranks): blocking calls'
   durations plus non-blocking exchanges' post-to-completion time. It is not time the bytes
-  were moving: with ``calls`` they move only inside MPI calls, so a chunk posted before the
+  were moving: they move only inside MPI calls, so a chunk posted before the
   computation and waited for after it counts the whole computation as under way. So no
-  "hidden" share (comm - exposed over comm) is printed: it would read high with ``calls``
+  "hidden" share (comm - exposed over comm) is printed: it would read high
   while nothing moved. Compare exposed times across configurations instead;
 * exposed: median exposed communication time (``time.comm_exposed``, mean over ranks):
   the part of comm spent blocked in MPI calls (equal to comm without overlap);
 * @slowest: the exposed time of the epoch's slowest rank (``slowest.comm_exposed``), the
   part on the critical path: what a faster rank spends waiting for a slower one is slack
   that no overlap can hide (every exchange is all-to-all);
-* the ratio exposed / exposed of the first configuration (the first of ``--chunks`` and of
-  ``--progress``) — the issue's goal is <= 0.5 at P = 2;
+* the ratio exposed / exposed of the first configuration (the first of ``--chunks``) — the issue's goal
+  is <= 0.5 at P = 2;
 * late: median of the part of exposed spent before the last rank reached the exchange
   (``time.comm_late``, mean over ranks; :mod:`hpcdgnn.metrics.waits`): waiting for a slower rank,
   which no overlap can hide; and the rest, exposed - late, the transfer left exposed — what
@@ -39,13 +36,13 @@ enough freed memory for them (``perf/results/rnn-rows/s32_lstm_warm.log``); chun
 * then, per configuration, the median exposed seconds of each communicator tag
   (metrics.jsonl ``comm_by_tag``): which exchange the remaining exposed time belongs to;
 * with ``--probe``, how fast the machine moved bytes between the ranks just before and just after each run
-  (one unchunked exchange, ``perf/bench_progress.py``), and, where the probes fall into two states (a
+  (one unchunked exchange, :func:`probe_ms`), and, where the probes fall into two states (a
   virtual machine's cores placed closer or farther apart by its host), the table again for the runs of
   each state;
 * with ``--interleave``, the configurations share each run instead of alternating run by run: ``--reps`` jobs,
   each cycling through them epoch by epoch (in order, then reversed: A B B A A B ...; each epoch's
-  configuration set between epochs, :meth:`~hpcdgnn.strategies.snapshot.SnapshotStrategy.set_overlap_chunks`
-  and the progress thread started or stopped, outside the epoch's clock and counters), with the probe's
+  configuration set between epochs, :meth:`~hpcdgnn.strategies.snapshot.SnapshotStrategy.set_overlap_chunks`,
+  outside the epoch's clock and counters), with the probe's
   unchunked exchange timed before every epoch. Below the tables, each configuration's exposed time over
   the first's *within a cycle* (median and quartiles over the cycles), over all cycles and over those whose
   probes lie in one machine state. Why: on this project's 2-core VM the host's placement of the cores changes
@@ -61,7 +58,7 @@ enough freed memory for them (``perf/results/rnn-rows/s32_lstm_warm.log``); chun
   bytes did not move while the rank computed.
 
     python perf/bench_overlap.py --kernel [--ranks 2] [--vertices 32768] [--snapshots 64] [--hidden 16]
-                                 [--chunks 1 4 8] [--progress calls thread]
+                                 [--chunks 1 4 8]
 
 The kernel alone, on synchronised ranks: one temporal layer (snapshot -> vertex
 redistribution, an LSTM over the vertex range, the reverse redistribution, forward and
@@ -69,10 +66,6 @@ backward) at the sizes given, ranks meeting at a barrier before each repetition,
 what is exposed is the transfer itself and not a slower rank (a loaded machine's noise).
 Below the table, per rank, the seconds spent inside posts, waits and tests of the
 non-blocking exchanges: where the exposed time of chunked exchanges goes.
-
-``--progress thread`` pays only where each rank has a core to spare: with Open MPI the
-ranks this benchmark starts are not bound (``--oversubscribe``), so on a node with at
-least 2 × (1 + 1) cores each rank's thread finds one.
 """
 
 from __future__ import annotations
@@ -91,14 +84,23 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import mpirun_cmd, run_env, run_job  # noqa: E402
-from bench_progress import chunk_boxes, probe_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def job_of(args, K: int, mode: str, buckets: int) -> dict:
-    """The job of one configuration: ``strategy.overlap_chunks: K``, ``comm.progress: mode``,
-    ``comm.grad_buckets: buckets``."""
+def chunk_boxes(me: int, P: int, S: int, N: int, K: int) -> tuple[list, tuple[int, int], list]:
+    """Chunk 0 of K of the snapshot -> vertex redistribution (each rank ``S`` snapshots of ``N`` rows, rank q's
+    rows its ``N / P`` range) as seen from rank ``me``: the boxes it sends, the (P·S, rows) leading shape of
+    what it receives, and where each rank's box lands in it (``Exchange.ialltoall_boxes``'s arguments)."""
+    bounds = [N * q // P for q in range(P + 1)]
+    n = [(bounds[q + 1] - bounds[q]) // K for q in range(P)]
+    send = [((0, S), (bounds[q], bounds[q] + n[q])) for q in range(P)]
+    land = [((p * S, (p + 1) * S), (0, n[me])) for p in range(P)]
+    return send, (P * S, n[me]), land
+
+
+def job_of(args, K: int, buckets: int) -> dict:
+    """The job of one configuration: ``strategy.overlap_chunks: K``, ``comm.grad_buckets: buckets``."""
     return {
         "data": {"path": str(args.data), "validate": "structure"},
         "model": {"name": args.model, "hidden": args.hidden, "layers": 2},
@@ -106,7 +108,7 @@ def job_of(args, K: int, mode: str, buckets: int) -> dict:
         "train": {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": args.warmup, "seed": 0,
                   "device": args.device},
         "strategy": {"name": "snapshot", "overlap_chunks": K, "blocks": args.blocks},
-        "comm": {"grad_buckets": buckets, "progress": mode},
+        "comm": {"grad_buckets": buckets},
         "debug": {"trace_exchanges": args.trace},
     }
 
@@ -117,25 +119,69 @@ def _trace(run_dir: Path, epochs: set[int]) -> list[dict]:
             for x in map(json.loads, f.read_text().splitlines()) if x["epoch"] in epochs]
 
 
-def run(work: Path, args, K: int, mode: str, rep: int) -> tuple[list[dict], tuple[int, int], list[dict]]:
-    """One job with ``overlap_chunks: K`` and ``comm.progress: mode``: its steady epochs' records, on how
-    many ranks a progress thread ran (and how many of them dedicated), and (``--trace``) the steady epochs'
+def run(work: Path, args, K: int, rep: int) -> tuple[list[dict], list[dict]]:
+    """One job with ``overlap_chunks: K``: its steady epochs' records and (``--trace``) the steady epochs'
     trace lines of every rank."""
-    tag = f"k{K}-{mode}-r{rep}"
-    first = K == configs(args)[0][1]
-    recs = run_job(job_of(args, K, mode, 1 if first else args.grad_buckets), args.ranks, work, tag, REPO,
+    tag = f"k{K}-r{rep}"
+    first = K == configs(args)[0]
+    recs = run_job(job_of(args, K, 1 if first else args.grad_buckets), args.ranks, work, tag, REPO,
                    env={"OMP_NUM_THREADS": "1"})
     run_dir = work / f"run-{tag}"
-    env = json.loads((run_dir / "summary.json").read_text())["environment"]
-    threads_on = (env["progress_thread_ranks"], env["progress_thread_dedicated_ranks"])
     steady = [r for r in recs if not r["warmup"]] or recs[-1:]
     trace = _trace(run_dir, {r["epoch"] for r in steady}) if args.trace else []
-    return steady, threads_on, trace
+    return steady, trace
 
 
-#: the interleaved run's probe of the machine's state before each epoch: the unchunked exchange
-#: :func:`bench_progress.probe_ms` times (its snapshots per rank and vertices; 13 or 33 ms on this project's VM)
+#: the probe of the machine's state: one unchunked exchange of the redistribution's layout, each rank's
+#: snapshots x every rank's rows of the vertices, 16 float32 each (13 or 33 ms on this project's VM)
 PROBE_SNAPSHOTS, PROBE_VERTICES = 32, 32768
+
+
+def probe(comm, layout: list, reps: int = 3) -> float:
+    """Milliseconds of the median of ``reps`` unchunked exchanges at the probe's size (its own box copied, the
+    others' sent), slowest rank, through hpcdgnn's communicator; ``layout``: the probe's tensor and boxes, made
+    at its first call and kept (two 64 MiB tensors a rank)."""
+    import torch
+
+    if not layout:
+        send, shape, land = chunk_boxes(comm.rank, comm.size, PROBE_SNAPSHOTS, PROBE_VERTICES, 1)
+        layout[:] = [torch.ones(PROBE_SNAPSHOTS, PROBE_VERTICES, 16), send, (*shape, 16), land]
+    x, send, shape, land = layout
+    times = []
+    for _ in range(reps):
+        comm.barrier()
+        t = time.perf_counter()
+        comm.exchange.alltoall_boxes(x, send, shape, land, tag="probe", reuse="probe")
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(comm.gather_array([float(np.median(times))], tag="probe").max())
+
+
+def probe_worker(reps: int) -> None:
+    """Under mpirun: :func:`probe` once; rank 0 prints its milliseconds."""
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from hpcdgnn.comm.communicator import Communicator
+
+    torch.set_num_threads(1)
+    comm = Communicator()
+    ms = probe(comm, [], reps)
+    if comm.rank == 0:
+        print(f"probe_ms {ms}", flush=True)
+
+
+def probe_ms(ranks: int, reps: int = 9) -> float:
+    """Milliseconds one unchunked exchange takes now (:func:`probe` in a launch of its own): the machine's
+    present transfer rate, recorded beside each run (``--probe``); nan where the probe failed (said on
+    stderr), so that one failed launch costs the benchmark one figure, not its runs."""
+    cmd = [*mpirun_cmd(ranks), sys.executable, __file__, "--probe-worker", "--reps", str(reps)]
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1"), capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("probe_ms ")), None)
+    if proc.returncode != 0 or line is None:
+        print(f"perf/bench_overlap.py: the probe failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+              file=sys.stderr)
+        return float("nan")
+    return float(line.split()[1])
 
 #: rank 0 of an interleaved run writes here, per epoch, the configuration it ran (:func:`interleave_worker`)
 SCHEDULE = "interleave.jsonl"
@@ -146,11 +192,6 @@ def interleave_worker(args, rest: list[str]) -> int:
     in order in even cycles and reversed in odd ones (so no configuration always follows the same one);
     rank 0 writes which ran in each epoch to :data:`SCHEDULE` in the run directory."""
     sys.path.insert(0, str(REPO))
-    from hpcdgnn import allocator
-
-    allocator.reexec()  # the allocator hpcdgnn run has (the restart runs this worker again, as it was started)
-    import torch
-
     import hpcdgnn.train.trainer as trainer
     from hpcdgnn.__main__ import main as hpcdgnn_main
 
@@ -159,44 +200,23 @@ def interleave_worker(args, rest: list[str]) -> int:
     out = Path(rest[at].partition("=")[2] or rest[at + 1])
     layout: list = []  # the probe's tensor and boxes, made at its first call
 
-    def probe(comm) -> float:
-        """Milliseconds of the median of three unchunked exchanges of the redistribution's layout at
-        :func:`bench_progress.probe_ms`'s size (each rank's ``PROBE_SNAPSHOTS`` snapshots x every rank's
-        rows of ``PROBE_VERTICES``, 16 float32 each: its own box copied, the others' sent), slowest rank,
-        through hpcdgnn's communicator between epochs, with no progress thread (the epoch's counters start
-        after it). Its two 64 MiB tensors a rank live for the run and pass through the caches before every
-        epoch: interleaved epochs compare with each other, not with those of a run without them."""
-        if not layout:
-            send, shape, land = chunk_boxes(comm.rank, comm.size, PROBE_SNAPSHOTS, PROBE_VERTICES, 1)
-            layout[:] = [torch.ones(PROBE_SNAPSHOTS, PROBE_VERTICES, 16), send, (*shape, 16), land]
-        x, send, shape, land = layout
-        times = []
-        for _ in range(3):
-            comm.barrier()
-            t = time.perf_counter()
-            comm.exchange.alltoall_boxes(x, send, shape, land, tag="probe", reuse="probe")
-            times.append(time.perf_counter() - t)
-        return 1e3 * float(comm.gather_array([float(np.median(times))], tag="probe").max())
-
     class Cycling(trainer.EpochRecorder):
-        """Switches the configuration before the epoch's clock and counters start: the progress thread's
-        start (a collective) is not in the epoch's time. Times :func:`probe` first, with the thread of the
-        epoch before stopped (so that every probe runs alike)."""
+        """Switches the configuration before the epoch's clock and counters start, after timing :func:`probe`
+        (outside the epoch's counters too). The probe's two 64 MiB tensors a rank live for the run and pass
+        through the caches before every epoch: interleaved epochs compare with each other, not with those of a
+        run without them."""
 
         begun = 0
 
         def begin(self) -> None:
             i, m = self.begun, len(order)
             self.begun += 1
-            mode, K = order[i % m] if (i // m) % 2 == 0 else order[m - 1 - i % m]
-            self.comm.progress.stop()  # local; every rank then probes and starts the epoch's thread alike
-            ms = probe(self.comm)
-            self.comm.progress.start(mode, torch.get_num_threads())  # the run's threads a rank (set up by now)
+            K = order[i % m] if (i // m) % 2 == 0 else order[m - 1 - i % m]
+            ms = probe(self.comm, layout)
             self.strategy.set_overlap_chunks(K)
             if self.comm.rank == 0:
                 with open(out / SCHEDULE, "a") as f:
-                    f.write(json.dumps({"epoch": self.resumed_at + i + 1, "mode": mode, "K": K, "probe_ms": ms,
-                                        "threads": [self.comm.progress.ranks, self.comm.progress.dedicated]}) + "\n")
+                    f.write(json.dumps({"epoch": self.resumed_at + i + 1, "K": K, "probe_ms": ms}) + "\n")
             super().begin()
 
     trainer.EpochRecorder = Cycling
@@ -211,19 +231,18 @@ class Cycle(NamedTuple):
     probes: tuple[float, ...]
 
 
-def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], dict, list[Cycle], list[float]]:
+def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], list[Cycle], list[float]]:
     """One job whose epochs cycle through the configurations (``--interleave``): per configuration a
-    :class:`Run` of its steady epochs, the configurations' threads, the steady cycles (every epoch of
-    them past the warm-up) and the probes before the steady epochs."""
+    :class:`Run` of its steady epochs, the steady cycles (every epoch of them past the warm-up) and the
+    probes before the steady epochs."""
     order = configs(args)
     tag = f"interleave-r{rep}"
-    program = [__file__, "--interleave-worker", "--configs", *(f"{K}:{mode}" for mode, K in order), "--"]
-    recs = run_job(job_of(args, order[0][1], order[0][0], args.grad_buckets), args.ranks, work, tag, REPO,
+    program = [__file__, "--interleave-worker", "--chunks", *map(str, order), "--"]
+    recs = run_job(job_of(args, order[0], args.grad_buckets), args.ranks, work, tag, REPO,
                    env={"OMP_NUM_THREADS": "1"}, program=program)
     run_dir = work / f"run-{tag}"
     ran = {x["epoch"]: x for x in map(json.loads, (run_dir / SCHEDULE).read_text().splitlines())}
-    of = {r["epoch"]: (ran[r["epoch"]]["mode"], ran[r["epoch"]]["K"]) for r in recs}
-    threads_on = {(x["mode"], x["K"]): tuple(x["threads"]) for x in ran.values()}
+    of = {r["epoch"]: ran[r["epoch"]]["K"] for r in recs}
     steady = [r for r in recs if not r["warmup"]]
     trace = _trace(run_dir, {r["epoch"] for r in steady}) if args.trace else []
     runs = [Run(c, [r for r in steady if of[r["epoch"]] == c], [t for t in trace if of[t["epoch"]] == c])
@@ -237,7 +256,7 @@ def run_interleaved(work: Path, args, rep: int) -> tuple[list["Run"], dict, list
             probes = tuple(ran[e]["probe_ms"] for e in range(c0 + 1, c0 + m + 2) if e in ran)
             first = exposed[order[0]]
             cycles.append(Cycle(np.array([exposed[c] / first if first > 0 else np.nan for c in order]), probes))
-    return runs, threads_on, cycles, [ran[r["epoch"]]["probe_ms"] for r in steady]
+    return runs, cycles, [ran[r["epoch"]]["probe_ms"] for r in steady]
 
 
 def trace_rows(lines: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -285,7 +304,7 @@ def kernel_worker(args) -> None:
         return call
 
     for name, method in (("post", "ialltoall_boxes"), ("wait", "wait"), ("test", "test")):
-        setattr(comm, method, timed(name, getattr(comm, method)))
+        setattr(comm.exchange, method, timed(name, getattr(comm.exchange, method)))
     me, P, T, N, F = comm.rank, comm.size, args.snapshots, args.vertices, args.hidden
     vb = [N * q // P for q in range(P + 1)]
     plan = PartitionPlan(kind="snapshot", num_ranks=P, num_snapshots=T, num_vertices=N,
@@ -295,9 +314,7 @@ def kernel_worker(args) -> None:
     layer = SimpleNamespace(temporal=lambda y, state: lstm(y, state))
     y0 = torch.randn(len(plan.snapshots_of(me)), N, F)
     rows = []
-    for mode, K in configs(args):
-        comm.progress.stop()
-        comm.progress.start(mode, 1)
+    for K in configs(args):
         s = SnapshotStrategy.__new__(SnapshotStrategy)
         s.comm, s.ctx = comm, SimpleNamespace(job=SimpleNamespace(strategy=SimpleNamespace(overlap_chunks=K)))
         s._init_exchange(plan)
@@ -317,21 +334,18 @@ def kernel_worker(args) -> None:
             d = comm.stats.since(before, "redistribute")
             reps.append([time.perf_counter() - t0, d.seconds, d.exposed, spent["post"], spent["wait"], spent["test"]])
         mine = np.median(np.array(reps[1:]), axis=0)
-        on = (comm.progress.ranks, comm.progress.dedicated)
-        rows.append((K, mode, on, comm.gather_array(mine, tag="bench").reshape(P, -1)))
-    comm.progress.stop()
+        rows.append((K, comm.gather_array(mine, tag="bench").reshape(P, -1)))
     if me == 0:
         print(f"kernel: P = {P}, T = {T}, N = {N}, F = {F}, LSTM forward + backward, ranks synchronised; "
               f"medians of {args.reps}, means over ranks")
-        print(f"{'K':>3} {'progress':>16} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/first':>14}")
-        first = rows[0][3][:, 2].mean()
-        for K, mode, on, r in rows:
+        print(f"{'K':>3} {'layer s':>9} {'comm s':>9} {'exposed s':>10} {'exposed/first':>14}")
+        first = rows[0][1][:, 2].mean()
+        for K, r in rows:
             t, c, e = r[:, :3].mean(axis=0)
-            print(f"{K:>3} {_label(mode, on):>16} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / first:>14.2f}")
-        print("\nexposed seconds per rank: inside posts (with a progress thread they no longer make the own box's "
-              "copy), waits, tests")
-        for K, mode, on, r in rows:
-            print(f"{K:>3} {_label(mode, on):>16} " + "  ".join(
+            print(f"{K:>3} {t:>9.3f} {c:>9.3f} {e:>10.3f} {e / first:>14.2f}")
+        print("\nexposed seconds per rank: inside posts (they make the own box's copy), waits, tests")
+        for K, r in rows:
+            print(f"{K:>3} " + "  ".join(
                 f"rank {q}: {x[3]:.3f} / {x[4]:.3f} / {x[5]:.3f}" for q, x in enumerate(r)))
 
 
@@ -344,27 +358,16 @@ def _exposed(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return np.array([t["comm_exposed"]["mean"] for t in times]), np.array(split).reshape(-1, 2)
 
 
-def configs(args) -> list[tuple[str, int]]:
-    """(comm.progress, overlap_chunks) of every configuration, in order: ``--configs`` where given, else
-    every ``--progress`` with every ``--chunks``."""
-    if args.configs:
-        return [(mode, int(K)) for K, mode in (c.split(":") for c in args.configs)]
-    return [(mode, K) for mode in args.progress for K in args.chunks]
-
-
-def _label(mode: str, threads_on: tuple[int, int]) -> str:
-    """A configuration's progress column: the mode, for ``auto`` whether it started threads, and whether the
-    threads waited inside MPI on cores of their own (``/wait``, every rank's) or polled (``/poll``)."""
-    ranks, dedicated = threads_on
-    name = mode if mode != "auto" else f"auto:{'thread' if ranks else 'calls'}"
-    return name if not ranks else f"{name}/{'wait' if dedicated == ranks else 'poll' if not dedicated else 'mixed'}"
+def configs(args) -> list[int]:
+    """The overlap_chunks of every configuration, in order: ``--chunks``."""
+    return list(args.chunks)
 
 
 class Run(NamedTuple):
-    """One job's results: its configuration (``comm.progress``, ``overlap_chunks``), its steady epochs'
-    records and trace lines, and the probes taken just before and just after it (``--probe``; empty without)."""
+    """One job's results: its configuration (``overlap_chunks``), its steady epochs' records and trace lines,
+    and the probes taken just before and just after it (``--probe``; empty without)."""
 
-    config: tuple[str, int]
+    config: int
     records: list[dict]
     trace: list[dict]
     probes: tuple[float, ...] = ()
@@ -397,17 +400,16 @@ def state_of(run: Run, states: list[tuple[str, tuple[float, float]]]) -> str | N
     return None
 
 
-def table(order: list[tuple[str, int]], steady: dict[tuple[str, int], list[dict]],
-          threads_on: dict[tuple[str, int], tuple[int, int]]) -> None:
+def table(order: list[int], steady: dict[int, list[dict]]) -> None:
     """Per configuration, the medians over ``steady`` (its steady epochs' records), ratios against the
     first configuration's; a configuration without records reads ``no run``, and ratios against it nan."""
-    print(f"{'K':>3} {'progress':>16} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} "
+    print(f"{'K':>3} {'epoch s':>9} {'comm s':>9} {'exposed s':>10} {'@slowest':>9} "
           f"{'exposed/first':>14} {'late s':>7} {'exp-late s':>11} {'/first':>7} {'MiB/epoch':>10} {'loss':>10}")
     base = base_transfer = None
-    for mode, K in order:
-        rs = steady[mode, K]
+    for K in order:
+        rs = steady[K]
         if not rs:
-            print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16}    no run")
+            print(f"{K:>3}    no run")
             base = float("nan") if base is None else base
             base_transfer = float("nan") if base_transfer is None else base_transfer
             continue
@@ -420,7 +422,7 @@ def table(order: list[tuple[str, int]], steady: dict[tuple[str, int], list[dict]
         base_transfer = transfer_s if base_transfer is None else base_transfer
         slow = float(np.median([r["slowest"]["comm_exposed"] for r in rs]))
         mib = float(np.median([r["bytes_sent"] for r in rs])) / 2**20
-        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
+        print(f"{K:>3} {epoch:>9.3f} {comm:>9.3f} {exposed:>10.3f} "
               f"{slow:>9.3f} {exposed / base:>14.2f} {late_s:>7.3f} {transfer_s:>11.3f} "
               f"{transfer_s / base_transfer:>7.2f} {mib:>10.1f} {rs[-1]['loss']:>10.6f}")
 
@@ -442,39 +444,35 @@ def main() -> None:
     ap.add_argument("--grad-buckets", type=int, default=1,
                     help="comm.grad_buckets of every K but the first (with --interleave: of every epoch)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"], help="train.device of the runs")
-    ap.add_argument("--progress", nargs="+", choices=["calls", "thread", "auto"], default=["calls"],
-                    help="comm.progress values to compare")
     ap.add_argument("--trace", action="store_true",
                     help="debug.trace_exchanges: print each exchange's blocked and late time, in order")
     ap.add_argument("--probe", action="store_true",
-                    help="time an unchunked exchange between runs (perf/bench_progress.py); where the probes "
+                    help="time an unchunked exchange between runs (probe_ms); where the probes "
                          "fall into two states, tabulate the runs again per state")
-    ap.add_argument("--configs", nargs="+", metavar="K:MODE",
-                    help="the configurations to compare, each overlap_chunks:comm.progress (e.g. 1:calls 16:thread), "
-                         "in place of every --progress with every --chunks")
     ap.add_argument("--interleave", action="store_true",
                     help="all configurations in one job per rep, epoch by epoch in cycles; prints per-cycle ratios")
     ap.add_argument("--kernel", action="store_true", help="time one temporal layer on synchronised ranks")
     ap.add_argument("--kernel-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--interleave-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--vertices", type=int, default=32768)
     ap.add_argument("--snapshots", type=int, default=64)
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)  # the interleave worker's: hpcdgnn run's arguments
     args = ap.parse_args(argv[:cut])
-    for c in args.configs or ():
-        K, _, mode = c.partition(":")
-        if not K.isdigit() or int(K) < 1 or mode not in ("calls", "thread", "auto"):
-            ap.error(f"--configs {c}: must be K:MODE, K >= 1 and MODE one of calls, thread, auto")
-    if args.configs and len(set(configs(args))) < len(args.configs):
-        ap.error(f"--configs {' '.join(args.configs)}: a configuration named twice")
+    if min(args.chunks) < 1:
+        ap.error(f"--chunks {' '.join(map(str, args.chunks))}: each must be >= 1")
+    if len(set(args.chunks)) < len(args.chunks):
+        ap.error(f"--chunks {' '.join(map(str, args.chunks))}: a configuration named twice")
+    if args.probe_worker:
+        return probe_worker(args.reps)
     if args.interleave_worker:
         sys.exit(interleave_worker(args, argv[cut + 1:]))
     if args.kernel_worker:
         return kernel_worker(args)
     if args.kernel:
         cmd = [*mpirun_cmd(args.ranks), sys.executable, __file__, "--kernel-worker",
-               "--chunks", *map(str, args.chunks), "--progress", *args.progress,
+               "--chunks", *map(str, args.chunks),
                "--vertices", str(args.vertices), "--snapshots", str(args.snapshots), "--hidden", str(args.hidden),
                "--reps", str(args.reps)]
         sys.exit(subprocess.run(cmd, cwd=REPO, env=dict(run_env(), OMP_NUM_THREADS="1")).returncode)
@@ -484,7 +482,6 @@ def main() -> None:
         ap.error(f"--warmup {args.warmup}: must leave at least one of --epochs {args.epochs} steady")
     order = configs(args)
     runs: list[Run] = []
-    threads_on: dict[tuple[str, int], tuple[int, int]] = {}
     if args.interleave:
         if args.probe:
             ap.error("--probe times the machine between runs; with --interleave the configurations share each run")
@@ -493,23 +490,23 @@ def main() -> None:
             ap.error(f"--interleave: --epochs {args.epochs} leaves no whole cycle of the {m} configurations after "
                      f"--warmup {args.warmup} (cycles begin at epochs 1, {m + 1}, {2 * m + 1}, ...)")
         return interleaved(args, order)
-    probe = probe_ms(args.ranks) if args.probe else None  # a run's probe after is the next one's before
+    after = probe_ms(args.ranks) if args.probe else None  # a run's probe after is the next one's before
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
-            for mode, K in (order if rep % 2 == 0 else order[::-1]):
-                recs, threads_on[mode, K], trace = run(Path(tmp), args, K, mode, rep)
-                before, probe = probe, probe_ms(args.ranks) if args.probe else None
-                runs.append(Run((mode, K), recs, trace, () if probe is None else (before, probe)))
-                print(_rep_line(rep, mode, K, recs, late=True)
-                      + ("" if probe is None else f"  probe {before:.1f} {probe:.1f} ms"), flush=True)
-    report(args, order, runs, threads_on,
+            for K in (order if rep % 2 == 0 else order[::-1]):
+                recs, trace = run(Path(tmp), args, K, rep)
+                before, after = after, probe_ms(args.ranks) if args.probe else None
+                runs.append(Run(K, recs, trace, () if after is None else (before, after)))
+                print(_rep_line(rep, K, recs, late=True)
+                      + ("" if after is None else f"  probe {before:.1f} {after:.1f} ms"), flush=True)
+    report(args, order, runs,
            f"{args.reps} runs x {args.epochs - args.warmup} steady epochs per configuration; medians")
 
 
-def _rep_line(rep: int, mode: str, K: int, recs: list[dict], numbered: bool = False, late: bool = False) -> str:
+def _rep_line(rep: int, K: int, recs: list[dict], numbered: bool = False, late: bool = False) -> str:
     """A run's progress line: its steady epochs' numbers (``numbered``: an interleaved run's share of them), wall
     times, exposed and (``late``) late seconds."""
-    return (f"  rep {rep} K={K} {mode}:"
+    return (f"  rep {rep} K={K}:"
             + ("" if not numbered else " epochs " + " ".join(str(r["epoch"]) for r in recs) + " ")
             + " epoch " + " ".join(f"{r['time']['epoch']['max']:.3f}" for r in recs)
             + "  exposed " + " ".join(f"{r['time']['comm_exposed']['mean']:.3f}" for r in recs)
@@ -517,27 +514,25 @@ def _rep_line(rep: int, mode: str, K: int, recs: list[dict], numbered: bool = Fa
                 f"{r['time'].get('comm_late', {}).get('mean', float('nan')):.3f}" for r in recs)))
 
 
-def interleaved(args, order: list[tuple[str, int]]) -> None:
+def interleaved(args, order: list[int]) -> None:
     """``--interleave``: ``--reps`` jobs, each cycling through the configurations epoch by epoch; the
     report of :func:`report`, then the exposed time's ratios within each cycle."""
     runs: list[Run] = []
-    threads_on: dict[tuple[str, int], tuple[int, int]] = {}
     cycles: list[Cycle] = []
     probes: list[float] = []  # one a steady epoch (a cycle's include the next cycle's first)
     with tempfile.TemporaryDirectory(prefix="bench_overlap-") as tmp:
         for rep in range(args.reps):
-            mine, on, ratios, seen = run_interleaved(Path(tmp), args, rep)
+            mine, ratios, seen = run_interleaved(Path(tmp), args, rep)
             runs += mine
-            threads_on.update(on)
             cycles += ratios
             probes += seen
             for x in mine:
-                print(_rep_line(rep, *x.config, x.records, numbered=True), flush=True)
+                print(_rep_line(rep, x.config, x.records, numbered=True), flush=True)
             if ratios:
                 print(f"  rep {rep}: per cycle, exposed / first's [probes, ms]: " + "  ".join(
                     "/".join(f"{v:.2f}" for v in c.ratios[1:]) + " [" + " ".join(f"{p:.1f}" for p in c.probes) + "]"
                     for c in ratios), flush=True)
-    report(args, order, runs, threads_on,
+    report(args, order, runs,
            f"{args.reps} runs, each cycling through the {len(order)} configurations epoch by epoch, "
            f"{args.epochs - args.warmup} steady epochs in all; medians (loss: of each configuration's last epoch)")
     if not cycles:
@@ -545,40 +540,39 @@ def interleaved(args, order: list[tuple[str, int]]) -> None:
     print(f"\nwithin each cycle (of {args.epochs - args.warmup} steady epochs, those cycles whose epochs are all "
           "steady): exposed over the first configuration's exposed in the same cycle, median (25th-75th "
           "percentile); a cycle's epochs share the machine's state")
-    ratios_table(order, threads_on, cycles, "all")
+    ratios_table(order, cycles, "all")
     states = machine_states(probes)
     print("probes (an unchunked exchange before each epoch, ms): " + (
         "one machine state" if len(states) < 2 else
         ", ".join(f"{name} {lo:.1f}-{hi:.1f}" for name, (lo, hi) in states)
         + "; cycles whose probes all lie in one state, by state:"))
     for name, (lo, hi) in states if len(states) > 1 else ():
-        ratios_table(order, threads_on, [c for c in cycles if all(lo <= p <= hi for p in c.probes)], name)
+        ratios_table(order, [c for c in cycles if all(lo <= p <= hi for p in c.probes)], name)
 
 
-def ratios_table(order: list[tuple[str, int]], threads_on: dict, cycles: list[Cycle], what: str) -> None:
+def ratios_table(order: list[int], cycles: list[Cycle], what: str) -> None:
     """Per configuration, the median (25th-75th percentile) over ``cycles`` of its in-cycle ratio."""
     if not cycles:
         print(f"  {what}: no cycle")
         return
     a = np.array([c.ratios for c in cycles])  # (cycles, configurations)
-    for j, (mode, K) in enumerate(order[1:], 1):
+    for j, K in enumerate(order[1:], 1):
         q25, q50, q75 = np.nanpercentile(a[:, j], [25, 50, 75])
-        print(f"  {what} ({len(a)} cycles): {K:>3} {_label(mode, threads_on[mode, K]):>16} {q50:.2f} "
+        print(f"  {what} ({len(a)} cycles): {K:>3} {q50:.2f} "
               f"({q25:.2f}-{q75:.2f})")
 
 
-def report(args, order: list[tuple[str, int]], runs: list["Run"], threads_on: dict, what: str) -> None:
+def report(args, order: list[int], runs: list["Run"], what: str) -> None:
     """Print the tables over ``runs`` (their configurations' steady epochs): medians, probes and machine
     states (``--probe``), spreads, exposed time by tag and (``--trace``) exchange by exchange."""
     steady = {c: [r for x in runs if x.config == c for r in x.records] for c in order}
     traces = {c: [t for x in runs if x.config == c for t in x.trace] for c in order}
     print(f"\nsnapshot strategy, P = {args.ranks}, {args.model} hidden {args.hidden}, data {args.data}, {what}")
-    table(order, steady, threads_on)
+    table(order, steady)
     if args.probe:
-        print("\nprobe: perf/bench_progress.py's unchunked exchange just before and just after each run, ms")
-        for mode, K in order:
-            print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} "
-                  + "  ".join("/".join(f"{p:.1f}" for p in x.probes) for x in runs if x.config == (mode, K)))
+        print("\nprobe: an unchunked exchange just before and just after each run, ms")
+        for K in order:
+            print(f"{K:>3} " + "  ".join("/".join(f"{p:.1f}" for p in x.probes) for x in runs if x.config == K))
         states = machine_states([p for x in runs for p in x.probes])
         if len(states) == 1:
             print("one machine state: no two probes differ by more than a factor 1.4 between sorted neighbours")
@@ -589,27 +583,27 @@ def report(args, order: list[tuple[str, int]], runs: list["Run"], threads_on: di
                 continue
             print(f"\nruns with the machine in its {name} state before and after (probes {lo:.1f}-{hi:.1f} ms): "
                   f"{len(inside)}; medians, ratios against the first configuration's runs in this state")
-            table(order, {c: [r for x in inside if x.config == c for r in x.records] for c in order}, threads_on)
+            table(order, {c: [r for x in inside if x.config == c for r in x.records] for c in order})
         if len(states) > 1:
             print(f"runs that changed state between their probes, or lack one (left out of both): "
                   f"{sum(1 for x in runs if state_of(x, states) is None)}")
     print("\nspread over the steady epochs of all runs (25th-75th percentile): exposed s, exposed - late s; "
           "ratios of medians whose spreads overlap the first configuration's are within this machine's noise")
-    for mode, K in order:
-        if not steady[mode, K]:
-            print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} no run")
+    for K in order:
+        if not steady[K]:
+            print(f"{K:>3} no run")
             continue
-        exposed_all, split = _exposed(steady[mode, K])
+        exposed_all, split = _exposed(steady[K])
         exposed_q = np.percentile(exposed_all, [25, 75])
         transfer_q = np.percentile(split[:, 1], [25, 75]) if len(split) else (float("nan"), float("nan"))
-        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} exposed {exposed_q[0]:.3f}-{exposed_q[1]:.3f}"
+        print(f"{K:>3} exposed {exposed_q[0]:.3f}-{exposed_q[1]:.3f}"
               f"  exposed - late {transfer_q[0]:.3f}-{transfer_q[1]:.3f}")
     print("\nexposed seconds by tag (median over steady epochs of the mean over ranks; max over ranks; "
           "late: of the mean, before the last rank arrived)")
-    for mode, K in order:
-        rs = steady[mode, K]
+    for K in order:
+        rs = steady[K]
         tags = sorted({t for r in rs for t in r["comm_by_tag"]})
-        print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} " + "  ".join(
+        print(f"{K:>3} " + "  ".join(
             f"{t} {np.median([r['comm_by_tag'].get(t, {}).get('exposed', 0.0) for r in rs]):.3f}"
             f" ({np.median([r['comm_by_tag'].get(t, {}).get('exposed_max', 0.0) for r in rs]):.3f};"
             f" late {np.median([r['comm_by_tag'].get(t, {}).get('late', float('nan')) for r in rs]):.3f})"
@@ -617,9 +611,9 @@ def report(args, order: list[tuple[str, int]], runs: list["Run"], threads_on: di
     if args.trace:
         print("\nexchange by exchange (debug.trace_exchanges; mean over steady epochs and ranks, in the order the"
               " exchanges of the tag were posted): ms blocked / of them late")
-        for mode, K in order:
-            for t, (blocked, late) in trace_rows(traces[mode, K]).items():
-                print(f"{K:>3} {_label(mode, threads_on[mode, K]):>16} {t}: " + " ".join(
+        for K in order:
+            for t, (blocked, late) in trace_rows(traces[K]).items():
+                print(f"{K:>3} {t}: " + " ".join(
                     f"{1e3 * b:.1f}/{1e3 * w:.1f}" for b, w in zip(blocked, late, strict=True)))
 
 

@@ -14,9 +14,8 @@ event count by default, because email-Eu-core's timestamps have a gap and
 the validation split without edges -- then for every model runs
 
 * hpcdgnn: ``python -m hpcdgnn run job.yaml`` in one process (no mpirun),
-  ``train.threads: 1``, float32, ``link_prediction``, with its default host
-  allocator (jemalloc where installed, ``hpcdgnn/allocator.py``; set
-  ``HPCDGNN_MALLOC=system`` for glibc's); the epoch time is the
+  ``train.threads: 1``, float32, ``link_prediction``, with glibc's malloc
+  (or what ``LD_PRELOAD`` preloads); the epoch time is the
   median of the non-warm-up epochs in ``RUNDIR/metrics.jsonl`` (``train.warmup_epochs`` = ``--warmup``);
 * PyGT: this script again (``--worker``) in a subprocess with
   ``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)`` and the ``--pygt-path``

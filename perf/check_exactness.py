@@ -18,7 +18,7 @@ from the losses) and validation and test metrics, every epoch's, from the refere
 
 ``--set`` passes job settings to every run, the references included (``hpcdgnn run --set``): settings
 that must change no result are checked this way at your rank counts — who moves the bytes, and in how
-many pieces: ``--set comm.progress=thread comm.grad_buckets=3`` for any case, and with ``--cases
+many pieces: ``--set comm.grad_buckets=3`` for any case, and with ``--cases
 tmgcn:snapshot cdgcn:snapshot`` also ``strategy.overlap_chunks=3`` (a ``strategy`` key belongs to the
 strategies that have it: the job's config refuses it for the others, so such a run fails with that line).
 

@@ -232,9 +232,6 @@ def mpi_env() -> dict[str, str]:
         OMPI_MCA_btl=os.environ.get("OMPI_MCA_btl", "^ofi"),
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
-        # no restart with jemalloc in every launched rank (~0.3 s each, hundreds of launches); the allocator's
-        # own tests (tests/train/test_allocator.py) set it back to auto
-        HPCDGNN_MALLOC=os.environ.get("HPCDGNN_MALLOC", "system"),
     )
     return env
 

@@ -3,7 +3,6 @@
 from hpcdgnn.comm.autograd import AllToAllV, Redistribute, all_to_all_rows, redistribute
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.exchange import Box, Exchange, Pending
-from hpcdgnn.comm.progress import Progress
 from hpcdgnn.comm.stats import CommStats, TagStats, payload_bytes
 from hpcdgnn.comm.world import World
 
@@ -14,7 +13,6 @@ __all__ = [
     "Communicator",
     "Exchange",
     "Pending",
-    "Progress",
     "Redistribute",
     "TagStats",
     "World",

@@ -257,30 +257,20 @@ def _cat_rows(parts: list[list[Any]]) -> list[Any]:
             for i, leaf in enumerate(parts[0])]
 
 
-#: chunk exchanges in flight ahead of the waited one with a progress thread: all at once, the first (unhidden)
-#: would finish nearly as late as the last; without the thread all are posted at once
-AHEAD = 1
-
-
 class _Inbound:
-    """The chunks' inbound exchanges, posted :data:`AHEAD` ahead of the wait, in the same order on every rank."""
+    """The chunks' inbound exchanges, all posted at once, in the same order on every rank."""
 
     def __init__(self, comm: Communicator, post: Callable[[int], Pending], count: int) -> None:
-        self.comm, self._post, self.posts = comm, post, [None] * count
-        self.ahead = AHEAD if comm.progress.everywhere else count
-        for k in range(min(self.ahead, count)):
-            self.posts[k] = post(k)
+        self.comm = comm
+        self.posts = [post(k) for k in range(count)]
 
     def take(self, k: int) -> torch.Tensor:
-        """Chunk k's receive buffer, once arrived; posts the exchange of the chunk next in line."""
-        recv = self.comm.exchange.wait(self.posts[k])
-        if k + self.ahead < len(self.posts):
-            self.posts[k + self.ahead] = self._post(k + self.ahead)
-        return recv
+        """Chunk k's receive buffer, once arrived."""
+        return self.comm.exchange.wait(self.posts[k])
 
     def after(self, k: int) -> list[Pending]:
         """The exchanges posted for chunks after k."""
-        return [p for p in self.posts[k + 1:] if p is not None]
+        return self.posts[k + 1:]
 
 
 class _Pipeline:

@@ -2,8 +2,8 @@
 
 :class:`Communicator` wraps a duplicate of ``MPI_COMM_WORLD`` with a small, typed set of collectives and no
 ``__getattr__`` pass-through, so its :class:`~hpcdgnn.comm.stats.CommStats` is complete by construction. Its
-parts ``exchange`` (:class:`~hpcdgnn.comm.exchange.Exchange`), ``world`` (:class:`~hpcdgnn.comm.world.World`)
-and ``progress`` (:class:`~hpcdgnn.comm.progress.Progress`) count into the same stats. The training step's
+parts ``exchange`` (:class:`~hpcdgnn.comm.exchange.Exchange`) and ``world`` (:class:`~hpcdgnn.comm.world.World`)
+count into the same stats. The training step's
 tensor collectives run over MPI, or ``torch.distributed`` with gloo / nccl (``comm.backend``); set-up, metrics
 and object collectives always use MPI. CUDA buffers go to MPI directly when it is CUDA-aware, else through
 pinned host memory.
@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.exchange import Box, Exchange, Pending
-from hpcdgnn.comm.progress import Progress
 from hpcdgnn.comm.stats import CommStats, TagStats, payload_bytes
 from hpcdgnn.comm.world import World, await_world, init_mpi
 from hpcdgnn.errors import PeerLostError, StalledError
@@ -55,7 +54,7 @@ class Communicator:
         return cls()
 
     def _attach(self, MPI: Any, raw: Any, stats: CommStats, root: Communicator | None = None) -> None:
-        """Wrap ``raw``, counting into ``stats``; ``root``: the communicator whose progress thread it shares."""
+        """Wrap ``raw``, counting into ``stats``; ``root``: the communicator it was split from."""
         self._MPI = MPI
         self._comm = raw
         self.rank: int = self._comm.Get_rank()
@@ -67,10 +66,9 @@ class Communicator:
         self._dist_timeout_s = 0.0
         self._cuda_aware = False
         self._root: Communicator = root or self
-        #: the parts; the progress switch is the root's, shared by its splits
+        #: the parts
         self.exchange = Exchange(self)
         self.world = World(self)
-        self.progress: Progress = root.progress if root is not None else Progress(self)
 
     @contextlib.contextmanager
     def _dist_call(self, what: str, tag: str) -> Iterator[None]:
@@ -100,7 +98,6 @@ class Communicator:
 
     def close(self) -> None:
         """Tear down the torch.distributed group, if any (MPI itself finalises at exit)."""
-        self.progress.stop()
         if self._dist is not None:
             import torch.distributed as dist
 
@@ -193,7 +190,7 @@ class Communicator:
         req = self._comm.Iallreduce(self._MPI.IN_PLACE, [tensor.numpy(), self._mpi_type(tensor.dtype)], self._MPI.SUM)
         p = Pending(req, tag, tensor, (tensor,))
         p.entry = self.stats.posted(tag, nbytes, nbytes, t0, self._every_rank)
-        return self.exchange._adopted(p)
+        return p
 
     def bcast_(self, tensor: torch.Tensor, root: int = 0, tag: str = "setup") -> torch.Tensor:
         """In-place broadcast of a contiguous tensor from ``root``; returns it."""

@@ -14,8 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdgnn.comm.progress import ProgressThread
-
 __all__ = ["Box", "Exchange", "Pending"]
 
 #: A box ``(rows, (b0, b1))``: rows a range ``(a0, a1)`` or a ``list`` (then dimension 1 whole); trailing dims whole.
@@ -41,17 +39,11 @@ def _row_index(spec: tuple[int, int] | list[int]) -> slice | list[int]:
 class Pending:
     """A non-blocking exchange in flight, holding its buffers until :meth:`Exchange.wait`."""
 
-    __slots__ = ("request", "tag", "recv", "keep", "done", "completed", "completed_at", "holder", "entry", "released")
+    __slots__ = ("request", "tag", "recv", "keep", "done", "entry")
 
     def __init__(self, request: Any, tag: str, recv: torch.Tensor, keep: tuple) -> None:
         self.request, self.tag, self.recv, self.keep = request, tag, recv, keep
         self.done = request is None  # completed at post (one rank, or a blocking backend)
-        #: set by the progress thread when it holds this exchange
-        self.completed: Any = None
-        self.completed_at = 0.0
-        self.holder: ProgressThread | None = None
-        #: set by a polling progress thread when it hands this exchange back
-        self.released: Any = None
         #: its record in ``CommStats.exchanges`` (None: not kept)
         self.entry: tuple | None = None
 
@@ -310,17 +302,9 @@ class Exchange:
         own = self._own_box_copy(host, send_boxes, recv, recv_boxes)
         entered = time.perf_counter()
         req = c._comm.Ialltoallw(sbuf, rbuf)
-        if c.progress.thread is None:
-            _run(own)  # after the post, so that peers' data is already on its way meanwhile
+        _run(own)  # after the post, so that peers' data is already on its way meanwhile
         p = Pending(req, tag, recv, (host, sbuf, rbuf))
         p.entry = c.stats.posted(tag, sent, got, t0, c._every_rank, entered)
-        return self._adopted(p, own)
-
-    def _adopted(self, p: Pending, own: Callable[[], None] | None = None) -> Pending:
-        """``p``, handed to the progress thread when one runs, with its own-box copy."""
-        c = self._owner
-        if c.progress.thread is not None:
-            c.progress.thread.adopt(p, own)
         return p
 
     def _finish(self, p: Pending, t: float) -> None:
@@ -334,41 +318,22 @@ class Exchange:
         """Let MPI progress the exchanges in flight and note those that completed; never blocks."""
         c = self._owner
         live = [p for p in pending if not p.done]
-        # the progress thread's: only read their flags, then its error (set before it raises flags on failing)
-        done = [p for p in live if p.completed is not None and p.completed.is_set()]
-        for p in done:
-            p.holder.check()  # a flag raised by a failure must not pass for a completion
-            self._finish(p, p.completed_at)
-        moving = [p for p in live if p.completed is not None and not p.done and not p.holder.dedicated]
-        live = [p for p in live if p.completed is None]
-        if not live and not moving:
+        if not live:
             return
-        t0 = c.stats.enter((live or moving)[0].tag)
-        if moving:
-            moving[0].holder.drive()
+        t0 = c.stats.enter(live[0].tag)
         for p in live:
             if p.request.Test():
                 self._finish(p, time.perf_counter())
-        c.stats.blocked((live or moving)[0].tag, time.perf_counter() - t0)
+        c.stats.blocked(live[0].tag, time.perf_counter() - t0)
 
     def wait(self, p: Pending) -> torch.Tensor:
         """Complete a posted exchange (the time blocked here is exposed); returns its receive tensor."""
         c = self._owner
         if not p.done:
             t0 = c.stats.enter(p.tag)
-            if p.completed is None:
-                p.request.Wait()
-                t1 = done_at = time.perf_counter()
-            else:
-                ready = p.completed.is_set()
-                if not ready:
-                    p.holder.await_exchange(p)
-                p.holder.check()
-                # exposed time must lie within the time under way, so it ends at the wake-up
-                t1 = done_at = time.perf_counter()
-                if ready:
-                    t1, done_at = t0, p.completed_at
-            self._finish(p, done_at)
+            p.request.Wait()
+            t1 = time.perf_counter()
+            self._finish(p, t1)
             c.stats.blocked(p.tag, t1 - t0, p.entry)
         return p.recv
 

@@ -123,8 +123,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Compute device: ``auto`` = the GPU of this rank's local rank when CUDA is available, else CPU."""
     reuse_memory: bool = True
-    """Keep freed host memory in the process (glibc mallopt, or jemalloc's ``MALLOC_CONF``) so epochs reuse pages;
-    the resident size stays at its peak."""
+    """Keep freed host memory in the process (glibc ``mallopt``) so epochs reuse pages; the resident size stays at
+    its peak."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -337,9 +337,6 @@ class CommConfig:
     """Timeout of ``torch.distributed`` collectives (nccl, gloo): a lost peer ends the job, not hangs it."""
     grad_buckets: int = 1
     """Gradient all-reduce buckets started during the backward (IBM §6.5; MPI, host parameters); 1 = one after it."""
-    progress: Literal["calls", "thread", "auto"] = "calls"
-    """Who progresses non-blocking exchanges: ``calls`` (the training thread inside MPI calls), ``thread`` (a
-    progress thread per rank), ``auto`` (thread where a core is spare). Same results."""
     stall_timeout_s: float = 600.0
     """Seconds with no completed communicator call before the watchdog ends the job (exit 3); 0 = off."""
 

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from hpcdgnn.data.graph_diff import COOSnapshot, CSRSnapshot, GraphDiff, Payload, decode_block, encode_block
-from hpcdgnn.nn import kernels
 
 __all__ = ["SnapshotTransfer", "decode_block_host"]
 
@@ -31,9 +30,8 @@ def _host_keys(indptr: np.ndarray, indices: np.ndarray, n: int) -> np.ndarray:
 def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
     """:func:`~hpcdgnn.data.graph_diff.decode_block` on the CPU: the same arrays bit for bit, freshly allocated.
 
-    Merges run as merges (a stable sort of two ascending runs, or one numba pass,
-    :func:`hpcdgnn.nn.kernels.graph_diff_merge`): the device decoder's binary searches cost
-    a CPU core several times more.
+    Merges run as merges (a stable sort of two ascending runs): the device decoder's binary searches
+    cost a CPU core several times more.
     """
     out: list[CSRSnapshot] = []
     keys: np.ndarray | None = None
@@ -59,20 +57,15 @@ def decode_block_host(payloads: Sequence[Payload]) -> list[CSRSnapshot]:
                 raise ValueError(f"decode_diff: {nnz_prev} - {p.removed.shape[0]} removed + {p.added.shape[0]} "
                                  f"added = {nnz_prev - p.removed.shape[0] + p.added.shape[0]} nonzeros, "
                                  f"but the diff carries {nnz} values")
-            merged = kernels.graph_diff_merge(prev.indptr.numpy(), prev.indices.numpy(), p.removed.numpy(),
-                                              p.added.numpy(), nnz)
-            if merged is not None:  # one compiled pass over the two lists, no keys
-                indptr, indices = merged
-            else:
-                if keys is None:
-                    keys = _host_keys(prev.indptr.numpy(), prev.indices.numpy(), n)
-                keep = np.ones(nnz_prev, dtype=bool)
-                keep[p.removed.numpy()] = False
-                keys = np.sort(np.concatenate([keys[keep], p.added.numpy().astype(np.int64)]), kind="stable")
-                rows = keys // np.int64(max(n, 1))
-                indptr = np.zeros(n + 1, dtype=np.int64)
-                np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-                indices = (keys - rows * np.int64(n)).astype(_NP_INDEX[prev.indices.dtype])
+            if keys is None:
+                keys = _host_keys(prev.indptr.numpy(), prev.indices.numpy(), n)
+            keep = np.ones(nnz_prev, dtype=bool)
+            keep[p.removed.numpy()] = False
+            keys = np.sort(np.concatenate([keys[keep], p.added.numpy().astype(np.int64)]), kind="stable")
+            rows = keys // np.int64(max(n, 1))
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+            indices = (keys - rows * np.int64(n)).astype(_NP_INDEX[prev.indices.dtype])
             prev = CSRSnapshot(torch.from_numpy(indptr), torch.from_numpy(indices), p.values.clone())
         else:
             raise TypeError(f"decode_block: payload {j} is {type(p).__name__}, expected CSRSnapshot or GraphDiff")

@@ -59,8 +59,6 @@ def _environment(comm, run, placed: list[tuple[str, str, int]]) -> dict:
     return {
         "num_ranks": comm.size,
         "threads_per_rank": run.threads,
-        "progress_thread_ranks": comm.progress.ranks,
-        "progress_thread_dedicated_ranks": comm.progress.dedicated,
         "device": device_name(device),
         "comm_backend": job.comm.backend,
         "dtype": job.train.dtype,

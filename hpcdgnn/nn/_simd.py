@@ -1,5 +1,5 @@
-"""Whole-row vector operations for the numba kernels (:mod:`hpcdgnn.nn._numba_kernels`, imported only there):
-LLVM IR written with llvmlite as numba intrinsics, for rows of one cache line — 64 bytes, :data:`LINE`
+"""Whole-row vector operations for the decoder's numba loop (``_numba_kernels.edge_bce_train``, imported only
+there): LLVM IR written with llvmlite as numba intrinsics, for rows of one cache line — 64 bytes, :data:`LINE`
 (16 float32 or 8 float64 values; on a CPU with AVX-512 one register, with AVX2 two).
 
 Why not numba loops over the row: a row's width is known only at run time, so LLVM vectorises such a loop
@@ -34,9 +34,9 @@ class _Rows:
     """Pointers to whole rows of the intrinsics' array arguments, as ``<W x dtype>*`` (W = :func:`lanes`), and the
     vector operations the intrinsics share."""
 
-    def __init__(self, context, builder, sig, args, vector_of: int = 0):
+    def __init__(self, context, builder, sig, args):
         self.context, self.builder, self.sig, self.args = context, builder, sig, args
-        dtype = sig.args[vector_of].dtype  # the rows' dtype: that of argument ``vector_of``
+        dtype = sig.args[0].dtype  # the rows' dtype: that of the first argument
         self.width = lanes(dtype)
         self.vec = ir.VectorType(context.get_data_type(dtype), self.width)
         self._arrays = {}
@@ -49,19 +49,6 @@ class _Rows:
     def index(self, k: int):
         """Argument k (an integer) as an intp."""
         return self.context.cast(self.builder, self.args[k], self.sig.args[k], types.intp)
-
-    def item(self, k: int, e):
-        """``array_k[e]`` (1-D, e an intp), as an intp where the array holds integers (indices)."""
-        aty = self.sig.args[k]
-        value = self.builder.load(cgutils.get_item_pointer(self.context, self.builder, aty, self.array(k), [e]))
-        return self.context.cast(self.builder, value, aty.dtype, types.intp) if isinstance(aty.dtype, types.Integer) \
-            else value
-
-    def entries(self, crow: int, i):
-        """A loop over the entries e of CSR row i (argument ``crow``: the row pointers): ``with r.entries(0, i) as (e,
-        _):``."""
-        lo, hi = self.item(crow, i), self.item(crow, self.builder.add(i, _I64(1)))
-        return cgutils.for_range_slice(self.builder, lo, hi, _I64(1))
 
     def at(self, k: int, *index):
         """``&array_k[index]`` as a vector pointer (index: intp values)."""
@@ -91,10 +78,6 @@ class _Rows:
         v = b.insert_element(ir.Constant(self.vec, ir.Undefined), scalar, _I32(0))
         return b.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, self.width), [0] * self.width))
 
-    def lane(self, v, m: int):
-        """Lane m of v in every lane."""
-        return self.builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, self.width), [m] * self.width))
-
     def hsum(self, v):
         """The sum of v's lanes, by halves: (v[:W/2] + v[W/2:]), then the same of that, to one lane."""
         b, n = self.builder, self.width
@@ -116,14 +99,6 @@ def _float_rows(*arrays) -> bool:
     """Arrays of one float dtype, C-contiguous (a row is one run of memory)."""
     return all(isinstance(a, types.Array) and a.layout == "C" and isinstance(a.dtype, types.Float)
                and a.dtype == arrays[0].dtype for a in arrays)
-
-
-def _csr_args(crow, col, val, x, out, i, j) -> bool:
-    """A CSR matrix (integer ``crow``, ``col``; ``val`` of x's dtype), rows x and out, integer row i and column j."""
-    return (_float_rows(x, out) and isinstance(val, types.Array) and val.dtype == x.dtype
-            and isinstance(crow, types.Array) and isinstance(crow.dtype, types.Integer)
-            and isinstance(col, types.Array) and isinstance(col.dtype, types.Integer)
-            and isinstance(i, types.Integer) and isinstance(j, types.Integer))
 
 
 @intrinsic
@@ -189,107 +164,3 @@ def pair_backward(typingctx, pu, s, pv, d, b1, w2, g, dpu, dpv, part):  # pragma
         return context.get_dummy_value()
 
     return types.void(pu, s, pv, d, b1, w2, g, dpu, dpv, part), codegen
-
-
-@intrinsic
-def project_row(typingctx, z, i, wu, wv, pu, pv):  # pragma: no cover - compiled
-    """``pu[i] = z[i] @ wu``, ``pv[i] = z[i] @ wv``: z (n, F), wu and wv (F, W), rows of W = :func:`lanes`;
-    each output row summed over k = 0 .. F-1 in that order."""
-    if not (_float_rows(z, wu, wv, pu, pv) and isinstance(i, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        r = _Rows(context, builder, sig, args)
-        i = r.index(1)
-        acc_u = cgutils.alloca_once_value(builder, ir.Constant(r.vec, None))
-        acc_v = cgutils.alloca_once_value(builder, ir.Constant(r.vec, None))
-        features = builder.extract_value(r.array(0).shape, 1)
-        scalar_ptr = ir.PointerType(context.get_data_type(sig.args[0].dtype))
-        with cgutils.for_range(builder, features) as loop:
-            zk = r.splat(builder.load(builder.bitcast(r.at(0, i, loop.index), scalar_ptr)))
-            for w, acc in ((2, acc_u), (3, acc_v)):
-                builder.store(builder.fadd(builder.load(acc), builder.fmul(zk, r.load(r.row(w, loop.index)))), acc)
-        r.store(builder.load(acc_u), r.row(4, i))
-        r.store(builder.load(acc_v), r.row(5, i))
-        return context.get_dummy_value()
-
-    return types.void(z, i, wu, wv, pu, pv), codegen
-
-
-@intrinsic
-def project_back_rows(typingctx, z, dpu, dpv, wu, wv, dz, r0, r1, dwu, dwv, db1):  # pragma: no cover - compiled
-    """The backward of :func:`project_row` over rows r0 .. r1-1, where F = W = :func:`lanes`: ``dz[i] =
-    Σ_m dpu[i, m] wu[m] + Σ_m dpv[i, m] wv[m]`` (wu, wv (W, F): the projection's weights as stored, not
-    transposed), and into (W, F) ``dwu[m] += Σ_i dpu[i, m] z[i]`` and ``dwv`` alike, ``db1 += Σ_i dpu[i]``:
-    the sums over the rows kept in registers, added to memory once at the end (the caller bounds the rows
-    of a call, so that these float sums stay short)."""
-    if not (_float_rows(z, dpu, dpv, wu, wv, dz, dwu, dwv, db1) and isinstance(r0, types.Integer)
-            and isinstance(r1, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        r = _Rows(context, builder, sig, args)
-        w = r.width
-        weights_u = [r.load(r.row(3, _I64(m))) for m in range(w)]
-        weights_v = [r.load(r.row(4, _I64(m))) for m in range(w)]
-        sums = [cgutils.alloca_once_value(builder, ir.Constant(r.vec, None)) for _ in range(2 * w + 1)]
-        with cgutils.for_range_slice(builder, r.index(6), r.index(7), _I64(1)) as (i, _):
-            zi, du, dv = r.load(r.row(0, i)), r.load(r.row(1, i)), r.load(r.row(2, i))
-            out = ir.Constant(r.vec, None)
-            for grad, weights, base in ((du, weights_u, 0), (dv, weights_v, w)):
-                for m in range(w):
-                    gm = r.lane(grad, m)
-                    out = builder.fadd(out, builder.fmul(gm, weights[m]))
-                    acc = sums[base + m]
-                    builder.store(builder.fadd(builder.load(acc), builder.fmul(gm, zi)), acc)
-            builder.store(builder.fadd(builder.load(sums[2 * w]), du), sums[2 * w])
-            r.store(out, r.row(5, i))
-        for m in range(w):
-            r.add_into(r.row(8, _I64(m)), builder.load(sums[m]))
-            r.add_into(r.row(9, _I64(m)), builder.load(sums[w + m]))
-        r.add_into(r.row(10, None), builder.load(sums[2 * w]))
-        return context.get_dummy_value()
-
-    return types.void(z, dpu, dpv, wu, wv, dz, r0, r1, dwu, dwv, db1), codegen
-
-
-@intrinsic
-def csr_row(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - compiled
-    """``out[i, j:j+W] = Σ_e val[e] x[col[e], j:j+W]`` over the entries e of CSR row i in order, from 0 (a
-    multiply, then an add: MKL's CSR product's arithmetic, bit for bit, :func:`hpcdgnn.nn.conv.gcn.csr_mm`)."""
-    if not _csr_args(crow, col, val, x, out, i, j):
-        return None
-
-    def codegen(context, builder, sig, args):
-        r = _Rows(context, builder, sig, args, vector_of=3)
-        i, j = r.index(5), r.index(6)
-
-        acc = cgutils.alloca_once_value(builder, ir.Constant(r.vec, None))
-        with r.entries(0, i) as (e, _):
-            term = builder.fmul(r.splat(r.item(2, e)), r.load(r.at(3, r.item(1, e), j)))
-            builder.store(builder.fadd(builder.load(acc), term), acc)
-        r.store(builder.load(acc), r.at(4, i, j))
-        return context.get_dummy_value()
-
-    return types.void(crow, col, val, x, out, i, j), codegen
-
-
-@intrinsic
-def csr_row_scatter(typingctx, crow, col, val, x, out, i, j):  # pragma: no cover - compiled
-    """``out[col[e], j:j+W] += val[e] x[i, j:j+W]`` for the entries e of CSR row i in order: row i's share of
-    Aᵀ x without Aᵀ (:func:`hpcdgnn.nn.kernels.csr_mm_t`). Rows i taken in ascending order, each output row
-    gets its terms in the order of Aᵀ's entries (A's rows ascending), each a multiply then an add, onto
-    zeros: :func:`csr_row` over Aᵀ, bit for bit."""
-    if not _csr_args(crow, col, val, x, out, i, j):
-        return None
-
-    def codegen(context, builder, sig, args):
-        r = _Rows(context, builder, sig, args, vector_of=3)
-        i, j = r.index(5), r.index(6)
-
-        xi = r.load(r.at(3, i, j))
-        with r.entries(0, i) as (e, _):
-            r.add_into(r.at(4, r.item(1, e), j), builder.fmul(r.splat(r.item(2, e)), xi))
-        return context.get_dummy_value()
-
-    return types.void(crow, col, val, x, out, i, j), codegen

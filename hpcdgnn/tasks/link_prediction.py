@@ -54,7 +54,9 @@ _U64 = (1 << 64) - 1
 
 def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, half_range: float,
                       pos: np.ndarray, neg: np.ndarray) -> int:
-    """:func:`hpcdgnn.nn.kernels.score_stats` in torch, where the logits live: the same counts and bins, bit for bit."""
+    """(correct count) of link-prediction ``logits`` (E,) against the ``positive`` mask, each logit's AUC bin,
+    ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 (numpy's expression, bit for bit), added to
+    ``pos`` or ``neg``: on the logits' device, one transfer of the counts."""
     x = logits.detach().to(torch.float64)
     # a device divisor: CUDA turns division by a host scalar into a reciprocal product, moving bin edges
     width = torch.tensor(2.0 * half_range, dtype=torch.float64, device=x.device)
@@ -113,9 +115,6 @@ def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices:
     bounds = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=bounds[1:])
     offsets = [0] * len(counts) if offsets is None else offsets
-    compiled = kernels.draw_negatives(keys, counts, num_vertices, offsets)
-    if compiled is not None:
-        return compiled, bounds
     out = np.empty((2, int(bounds[-1])), dtype=np.int64)
     for key, m, a, off in zip(keys, counts, bounds[:-1], offsets, strict=True):
         v = _draws(key, 2 * m, num_vertices)
@@ -212,11 +211,6 @@ def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.
     """
     firsts = np.asarray(firsts, dtype=np.int64)
     top = _last_bucket(shift, vertices)
-    if top > 0:
-        compiled = kernels.pairs_by_bucket(pos, neg, firsts, shift, top + 1, index_dtype)
-        if compiled is not None:
-            src, dst, label = compiled
-            return src, dst, torch.from_numpy(label)
     # step by step, each step's positives then its negatives; with buckets, then stably sorted per step
     cuts = [(x[2][j], x[2][j + 1], x) for j in range(firsts.shape[0]) for x in (pos, neg)]
     if not cuts:
@@ -247,9 +241,7 @@ def _edge_chunk(pu: torch.Tensor) -> int:
 
 
 def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T), compiled where autograd does not follow and the widths allow."""
-    if not (torch.is_grad_enabled() and (z.requires_grad or w1.requires_grad)) and kernels.projection_available(z, w1):
-        return kernels.project(z, w1)
+    """(pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T)."""
     f = z.shape[1]
     return z @ w1[:, :f].t(), z @ w1[:, f:].t()
 
@@ -271,8 +263,6 @@ class _EdgeMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, pu, pv, b1, w2, b2, src, dst):  # noqa: D102
         ctx.save_for_backward(pu, pv, b1, w2, src, dst)
-        if kernels.available(pu, pv, b1, w2, b2, pairs=src.shape[0]):
-            return kernels.edge_mlp_forward(pu, pv, b1, w2, b2, src, dst)
         E, chunk = src.shape[0], _edge_chunk(pu)
         out = pu.new_empty(E)
         for s in range(0, E, chunk):
@@ -308,10 +298,8 @@ class _EdgeBCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
-        ctx.compiled = kernels.projection_available(z, w1)  # then its backward is one compiled pass too
-        pu, pv = _project(z, w1)  # no autograd inside a Function's forward: compiled where ctx.compiled
-        loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label,
-                                                                       column_sum=not ctx.compiled)
+        pu, pv = _project(z, w1)  # no autograd inside a Function's forward
+        loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
         ctx.save_for_backward(z, w1, dpu, dpv)
         ctx.small = (db1, dw2, db2)
         ctx.mark_non_differentiable(logits, pu, pv)
@@ -323,14 +311,11 @@ class _EdgeBCE(torch.autograd.Function):
     def backward(ctx, g, *_):  # noqa: D102
         z, w1, dpu, dpv = ctx.saved_tensors
         db1, dw2, db2 = ctx.small
-        if ctx.compiled:
-            dz, dw1, db1 = kernels.project_backward(z, w1, dpu, dpv, g, ctx.needs_input_grad[0])
-        else:
-            f = z.shape[1]
-            wu, wv = w1[:, :f] * g, w1[:, f:] * g
-            dz = (dpu @ wu).addmm_(dpv, wv) if ctx.needs_input_grad[0] else None  # in place: addmm would copy
-            dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
-            db1 = db1 * g
+        f = z.shape[1]
+        wu, wv = w1[:, :f] * g, w1[:, f:] * g
+        dz = (dpu @ wu).addmm_(dpv, wv) if ctx.needs_input_grad[0] else None  # in place: addmm would copy
+        dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
+        db1 = db1 * g
         return dz, dw1, db1, (dw2 * g).reshape(1, -1), db2 * g, None, None, None
 
 
@@ -369,7 +354,7 @@ class EdgeDecoder(nn.Module):
                    label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """(summed BCE with autograd, detached logits, detached (pu, pv)); one compiled pass where the kernels apply."""
         params = (self.lin1.weight, self.lin1.bias, self.lin2.weight, self.lin2.bias)
-        if kernels.available(z, *params, label, pairs=src.shape[0]):
+        if kernels.available(z, *params, label, pairs=src.shape[0], kernel="edge_bce_train"):
             loss, logits, pu, pv = _EdgeBCE.apply(z, *params, src, dst, label)
             return loss, logits, (pu, pv)
         pu, pv = self.project(z)
@@ -697,11 +682,7 @@ class LinkPrediction(Task):
             stats[base] += float(loss.detach())
             stats[base + 1] += logit.shape[0]
             pos, neg = stats[base + 3 : base + 3 + AUC_BINS], stats[base + 3 + AUC_BINS : base + width]
-            if kernels.available(logit, pairs=logit.shape[0], same_bits=True):  # one compiled pass, the same bins
-                correct = kernels.score_stats(logit.detach(), host_label.numpy(), AUC_BINS, AUC_RANGE,
-                                              into=(pos, neg))[0]
-            else:  # where the logits are (a GPU; or no numba): the same bins
-                correct = score_stats_torch(logit, label > 0, AUC_BINS, AUC_RANGE, pos, neg)
+            correct = score_stats_torch(logit, label > 0, AUC_BINS, AUC_RANGE, pos, neg)
             stats[base + 2] += correct
         return loss_sum
 

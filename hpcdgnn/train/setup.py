@@ -33,6 +33,7 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
+from hpcdgnn.nn import kernels
 from hpcdgnn.nn.models import DGNN
 from hpcdgnn.optim import Adam
 from hpcdgnn.regimes import job_regime, regime_of, regimes
@@ -550,6 +551,18 @@ def _fresh_task(run: Run):
     return fresh
 
 
+def _check_kernels(job: JobConfig, manifest: Manifest, dtype: torch.dtype, device: torch.device) -> None:
+    """The compiled CPU loops compiled (a first run after an install) and checked against torch now, before the
+    strategy's set-up, where the job may take them (:func:`hpcdgnn.nn.kernels.used_by`: a small job never loads
+    numba); a kernel that fails its check sends this process to the torch paths (one warning line), never a crash
+    mid-epoch."""
+    # snapshots (their edges), or events: bounds of any one call's steps and pairs
+    edges = sum(getattr(manifest, "snapshot_edges", None) or []) + getattr(manifest, "num_events", 0)
+    pairs = edges * (1 + getattr(job.task, "negatives", 1))
+    if kernels.used_by(dtype, device, getattr(manifest, "num_snapshots", 0), pairs):
+        kernels.self_check(dtype)
+
+
 def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
               resume: str | None = None) -> Run:
     """Prepare a job (or a resumed one) up to its first epoch."""
@@ -587,6 +600,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         if ckpt is None:
             initial = checksum
 
+        _check_kernels(job, manifest, dtype, device)
         t_setup = time.perf_counter()
         strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
         setup_seconds = time.perf_counter() - t_setup

@@ -128,10 +128,7 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}"
         f"{' as restored' if run.start_epoch else ''}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
-        + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else "")
-        + (f", progress thread on {comm.progress.ranks}/{comm.size} ranks "
-           f"({comm.progress.dedicated} on a core of their own)"
-           if comm.progress.ranks or job.comm.progress == "thread" else ""),
+        + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else ""),
     ]
     from hpcdgnn.allocator import describe
 
@@ -212,13 +209,8 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     stop = preemption.install()  # for library callers
     with HeldLines(log) as held:  # set-up's detail lines follow the start line, which needs the built run
         run = build_run(job_path, overrides, output, comm, resume)
-        comm.progress.start(run.job.comm.progress, run.threads)
         held.release(*_banner(run, comm))
-    try:
-        return _train(run, comm, log, stop)
-    finally:
-        # no progress thread may be left waiting inside MPI when MPI finalises
-        comm.progress.stop()
+    return _train(run, comm, log, stop)
 
 
 def _of_missing_ranks(files, size: int) -> list[Path]:
@@ -356,7 +348,6 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                   status="diverged" if diverged else None)
     if watchdog is not None:
         watchdog.stop()
-    comm.progress.stop()
     if rd is not None:
         rd.close()
     if diverged:

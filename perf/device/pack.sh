@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 py=${1:-3.12}
-rm -rf .device/wheels && mkdir -p .device/wheels  # one Python's wheels only: item6.sh installs every file there
+rm -rf .device/wheels && mkdir -p .device/wheels  # one Python's wheels only: a device script installs every file there
 PIP="${HPCDGNN_VENV:-.venv}/bin/python -m pip"
 $PIP download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version "$py" \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -1,6 +1,6 @@
 """The communicator stays split along its seams: collectives on :class:`Communicator`, the exchanges on
-``comm.exchange``, the node and backend on ``comm.world``, the progress thread's switch on ``comm.progress``,
-the counters in :mod:`hpcdgnn.comm.stats` — none of them a catch-all with dozens of public methods."""
+``comm.exchange``, the node and backend on ``comm.world``, the counters in :mod:`hpcdgnn.comm.stats` — none
+of them a catch-all with dozens of public methods."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import inspect
 
 import pytest
 
-from hpcdgnn.comm import CommStats, Communicator, Exchange, Progress, World
-from hpcdgnn.comm.progress import ProgressThread
+from hpcdgnn.comm import CommStats, Communicator, Exchange, World
 
 #: the most public methods (properties included) one class of the communicator may have
 MOST = 16
@@ -22,7 +21,7 @@ def public_methods(cls: type) -> list[str]:
                   if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, kinds)))
 
 
-@pytest.mark.parametrize("cls", [Communicator, Exchange, World, Progress, ProgressThread, CommStats])
+@pytest.mark.parametrize("cls", [Communicator, Exchange, World, CommStats])
 def test_no_part_of_the_communicator_has_too_many_public_methods(cls):
     names = public_methods(cls)
     assert 0 < len(names) <= MOST, f"{cls.__name__}: {len(names)} public methods: {names}"
@@ -34,19 +33,16 @@ def test_the_parts_hold_what_the_seams_say():
             "complete_deferred", "buffer"} == set(public_methods(Exchange))
     assert {"node", "local_rank_size", "shared_array", "share_per_node", "library_version",
             "init_tensor_backend"} == set(public_methods(World))
-    assert {"start", "stop", "ranks", "dedicated", "everywhere", "thread"} == set(public_methods(Progress))
     collectives = {"allreduce_", "iallreduce_", "bcast_", "allreduce_array", "gather_array", "isend_obj", "recv_obj",
                    "wait_all", "bcast_obj", "allgather_obj", "barrier", "abort", "split", "free", "close", "start"}
     assert set(public_methods(Communicator)) == collectives
 
 
-def test_a_split_shares_its_roots_progress_and_has_parts_of_its_own():
-    """One progress switch per root (a split's exchanges go to the root's thread); exchange buffers, datatypes
-    and the node split are per communicator."""
+def test_a_split_has_parts_of_its_own():
+    """Exchange buffers, datatypes and the node split are per communicator; the counters are shared."""
     comm = Communicator()  # one process
     child = comm.split(0)
     try:
-        assert child.progress is comm.progress
         assert child.exchange is not comm.exchange and child.world is not comm.world
         assert child.stats is comm.stats  # one table per rank, whatever communicator a byte crossed
     finally:

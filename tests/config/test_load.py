@@ -41,6 +41,7 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
         ("strategy: {name: pss-ts2}\n", [], ["strategy.name", "choose from", "snapshot"]),
         ("", ["train.epochs=x"], ["train.epochs", "expected an integer"]),
         ("", ["train.nope=1"], ["train.nope", "unknown key"]),
+        ("comm: {progress: thread}\n", [], ["comm.progress", "unknown key"]),  # the progress thread is gone
         ("", ["novalue"], ["--set novalue", "KEY=VALUE"]),
         ("task: {split: [0.5, 0.5]}\n", [], ["task.split"]),
         ("debug: {profile_epoch: -1}\n", [], ["debug.profile_epoch", ">= 0"]),

@@ -76,7 +76,7 @@ def test_every_key_of_the_schema_is_in_the_reference():
     assert _missing(text, schema) == [], f"docs/configuration.md lacks them: {REGENERATE}"
     keys = _every_key(schema)
     for key in ("data.path", "model.hidden", "strategy.blocks", "strategy.stale.theta", "strategy.fanouts",
-                "strategy.minibatch", "comm.progress", "debug.profile_epoch"):
+                "strategy.minibatch", "comm.grad_buckets", "debug.profile_epoch"):
         assert key in keys
     assert set(keys) <= set(reference.keys())
 

@@ -1,6 +1,6 @@
 """Run under mpirun: whom the wait accounting blames (``hpcdgnn.metrics.waits``). Exit 0 = ran.
 
-Usage: mpirun -np P python tests/mpi/waits_check.py {calls|thread} DELAY
+Usage: mpirun -np P python tests/mpi/waits_check.py DELAY
 
 Three exchanges among all ranks, each with one straggler that sleeps DELAY seconds first:
 
@@ -26,10 +26,9 @@ from hpcdgnn.metrics.waits import late_waits
 
 def main() -> None:
     """The three exchanges, then this rank's late and exposed seconds per tag."""
-    mode, delay = sys.argv[1], float(sys.argv[2])
+    delay = float(sys.argv[1])
     comm = Communicator()
     P, me = comm.size, comm.rank
-    comm.progress.start(mode, 1)
     x = torch.stack([torch.full((5, 3), 100.0 * me + q) for q in range(P)])
     send = [((q, q + 1), (0, 5)) for q in range(P)]
     recv_boxes = [((s, s + 1), (0, 5)) for s in range(P)]
@@ -60,9 +59,8 @@ def main() -> None:
     no_tag = late_waits(comm, ExchangeLog.of((("other" if i == 1 and me == 0 else tag), a, b)
                                              for i, (tag, a, b) in enumerate(records)))
     no_count = late_waits(comm, ExchangeLog.of(records[1:] if me == 0 else records))
-    print(json.dumps({"rank": me, "threads": comm.progress.ranks, "late": late, "exposed": exposed,
+    print(json.dumps({"rank": me, "late": late, "exposed": exposed,
                       "renamed": no_tag, "missing": no_count}), flush=True)
-    comm.progress.stop()
 
 
 if __name__ == "__main__":

@@ -28,9 +28,10 @@ def test_before_module_is_the_revisions_and_takes_fewer_arguments(tmp_path):
     f32 = np.float32
     pu = np.arange(12, dtype=f32).reshape(3, 4) / 10
     src, dst = np.array([0, 2]), np.array([1, 1])
-    out = np.zeros(2, f32)
-    # edge_mlp_forward takes 8 arguments: two more are dropped, not an error
-    before.edge_mlp_forward(pu, pu, np.zeros(4, f32), np.ones(4, f32), f32(0.5), src, dst, out, "extra", True)
+    out, dpu, dpv, dw2 = np.zeros(2, f32), np.zeros_like(pu), np.zeros_like(pu), np.zeros(4)
+    # edge_bce_train takes 13 arguments: two more are dropped, not an error
+    before.edge_bce_train(pu, pu, np.zeros(4, f32), np.ones(4, f32), f32(0.5), src, dst, np.ones(2, f32), out, dpu,
+                          dpv, dw2, True, "extra", True)
     np.testing.assert_allclose(out, (pu[src] + pu[dst]).sum(1) + 0.5, rtol=1e-6)
     with pytest.raises(SystemExit, match="no-such-revision"):
         bench.load_before("no-such-revision", tmp_path)

@@ -1,4 +1,4 @@
-"""perf/bench_overlap.py: its configurations, and a real kernel run comparing ``comm.progress`` (P = 2)."""
+"""perf/bench_overlap.py: its configurations, and a real kernel run comparing ``strategy.overlap_chunks`` (P = 2)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,12 @@ from tests.conftest import REPO, mpi_env, perf_script, write_job
 from tests.train.test_exactness import _losses
 
 
-def test_configurations_are_progress_modes_times_chunks():
+def test_configurations_are_the_chunks_in_order():
     m = perf_script("bench_overlap")
-    args = SimpleNamespace(progress=["calls", "thread"], chunks=[1, 4], configs=None)
-    assert m.configs(args) == [("calls", 1), ("calls", 4), ("thread", 1), ("thread", 4)]
-    args.configs = ["1:calls", "16:thread"]  # --configs: these pairs, in this order, in place of the product
-    assert m.configs(args) == [("calls", 1), ("thread", 16)]
-    assert m._label("auto", (2, 0)) == "auto:thread/poll" and m._label("auto", (0, 0)) == "auto:calls"
-    assert m._label("thread", (2, 2)) == "thread/wait" and m._label("thread", (3, 1)) == "thread/mixed"
-    assert m._label("calls", (0, 0)) == "calls"
+    assert m.configs(SimpleNamespace(chunks=[4, 1, 16])) == [4, 1, 16]
+    send, shape, land = m.chunk_boxes(1, 2, 3, 96, 4)  # rank 1 of 2: chunk 0 of 4 of each rank's 48 rows
+    assert send == [((0, 3), (0, 12)), ((0, 3), (48, 60))] and shape == (6, 12)
+    assert land == [((0, 3), (0, 12)), ((3, 6), (0, 12))]
 
 
 def test_machine_states_split_probes_at_the_widest_step():
@@ -37,7 +34,7 @@ def test_machine_states_split_probes_at_the_widest_step():
     states = m.machine_states([33.4, 13.0, 13.5, 34.0, 16.0, float("nan")])  # a failed probe is left out
     assert states == [("fast", (13.0, 16.0)), ("slow", (33.4, 34.0))]
     # a run belongs to the state both its probes lie in; none with probes across, failed or absent
-    run = lambda *probes: m.Run(("calls", 1), [], [], probes)  # noqa: E731
+    run = lambda *probes: m.Run(1, [], [], probes)  # noqa: E731
     assert [m.state_of(run(*p), states) for p in ((13.0, 16.0), (34.0, 33.4), (13.5, 34.0), (13.0, float("nan")),
                                                    ())] == ["fast", "slow", None, None, None]
 
@@ -47,53 +44,34 @@ def test_table_per_state_names_configurations_without_runs(capsys):
     m = perf_script("bench_overlap")
     rec = {"time": {"epoch": {"max": 1.0}, "comm": {"mean": 0.2}, "comm_exposed": {"mean": 0.1},
                     "comm_late": {"mean": 0.02}}, "slowest": {"comm_exposed": 0.1}, "bytes_sent": 2**20, "loss": 0.5}
-    order = [("calls", 1), ("calls", 16)]
-    m.table(order, {order[0]: [], order[1]: [rec]}, {c: (0, 0) for c in order})
+    order = [1, 16]
+    m.table(order, {1: [], 16: [rec]})
     rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[1:]]
-    assert rows[0] == ["1", "calls", "no", "run"]
-    assert rows[1][:5] == ["16", "calls", "1.000", "0.200", "0.100"] and rows[1][6] == rows[1][9] == "nan"
+    assert rows[0] == ["1", "no", "run"]
+    assert rows[1][:4] == ["16", "1.000", "0.200", "0.100"] and rows[1][5] == rows[1][8] == "nan"
 
 
 @pytest.mark.mpi  # bench_overlap.py --kernel: mpirun
 def test_kernel_rows_per_configuration_with_each_ranks_breakdown():
     cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--kernel", "--vertices", "96", "--snapshots", "5",
-           "--chunks", "1", "3", "--progress", "calls", "thread", "--reps", "1"]
+           "--chunks", "1", "3", "--reps", "1"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    table = [ln.split() for ln in lines[lines.index(next(ln for ln in lines if ln.split()[:2] == ["K", "progress"]))
-                                        + 1:][:4]]
-    # the threads poll on a node without a spare core per rank (this 2-core one), else wait inside MPI
-    assert [(r[0], r[1]) for r in table] in ([("1", "calls"), ("3", "calls"), ("1", f"thread/{how}"),
-                                              ("3", f"thread/{how}")] for how in ("poll", "wait"))
+    table = [ln.split() for ln in lines[lines.index(next(ln for ln in lines if ln.split()[:2] == ["K", "layer"]))
+                                        + 1:][:2]]
+    assert [r[0] for r in table] == ["1", "3"]
     assert table[0][-1] == "1.00"  # the ratio is against the first configuration
     breakdown = [ln for ln in lines if "rank 0:" in ln and "rank 1:" in ln]
-    assert len(breakdown) == 4
+    assert len(breakdown) == 2
 
 
-@pytest.mark.mpi  # bench_progress.py's workers under mpirun
-def test_bench_progress_times_each_way_of_moving_a_chunk():
-    """perf/bench_progress.py at P = 2 on a tiny layout: a row per K and mover, the ratio against calls."""
-    cmd = [sys.executable, str(REPO / "perf" / "bench_progress.py"), "--vertices", "96", "--snapshots", "3",
-           "--chunks", "1", "4", "--reps", "1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=120, cwd=REPO)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
-    head = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["K", "moved", "by"])
-    rows = [ln.split() for ln in lines[head + 1:head + 9]]
-    assert [(r[0], r[1]) for r in rows] == [(K, m) for K in ("1", "4") for m in ("calls", "poll", "driven",
-                                                                               "dedicated")]
-    # to the other rank: 3 snapshots x its chunk (48 rows / K) x 16 float32
-    assert [int(r[2]) for r in rows] == [3 * 48 * 16 * 4] * 4 + [3 * 12 * 16 * 4] * 4
-    assert [r[-1] for r in rows[::4]] == ["1.00", "1.00"]  # against the first mover, calls
-
-
-@pytest.mark.mpi  # bench_progress.py's workers under mpirun
-def test_bench_progress_probe_reads_the_unchunked_exchange(monkeypatch):
-    """probe_ms (bench_overlap --probe's) runs the worker for calls alone and returns its milliseconds."""
+@pytest.mark.mpi  # the probe's worker under mpirun
+def test_probe_reads_the_unchunked_exchange(monkeypatch):
+    """probe_ms (``--probe``'s) launches the probe's worker and returns its milliseconds."""
     for k, v in mpi_env().items():
         monkeypatch.setenv(k, v)
-    ms = perf_script("bench_progress").probe_ms(2, reps=1)
+    ms = perf_script("bench_overlap").probe_ms(2, reps=1)
     assert 0.0 < ms < 10_000.0
 
 
@@ -116,8 +94,8 @@ def test_benchmarks_start_ranks_as_hpcdgnn_mpirun_does(monkeypatch):
 
 
 def test_interleaved_run_cycles_the_configurations_and_changes_no_result(launcher, small_dataset, tmp_path):
-    """``--interleave``'s worker at P = 3 (T = 7, N = 23): the epochs cycle through K = 1 with ``calls`` and
-    K = 3 with a progress thread, reversed every other cycle, each epoch's configuration and probe written by
+    """``--interleave``'s worker at P = 3 (T = 7, N = 23): the epochs cycle through K = 1 and K = 3, reversed
+    every other cycle, each epoch's configuration and probe written by
     rank 0; the losses and gradient norms those of one process and the bytes of every epoch after the first
     (which moves Ã·X once) those of a run at K = 1 — switching between epochs changes no result."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"},
@@ -125,13 +103,11 @@ def test_interleaved_run_cycles_the_configurations_and_changes_no_result(launche
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     _, plain = _losses(launcher, 3, job, tmp_path / "p3-k1")
     out = tmp_path / "interleaved"
-    proc = launcher.run(3, [str(REPO / "perf" / "bench_overlap.py"), "--interleave-worker", "--configs", "1:calls",
-                            "3:thread", "--", "run", str(job), "--output", str(out)])
+    proc = launcher.run(3, [str(REPO / "perf" / "bench_overlap.py"), "--interleave-worker", "--chunks", "1", "3",
+                            "--", "run", str(job), "--output", str(out)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = [json.loads(x) for x in (out / "interleave.jsonl").read_text().splitlines()]
-    assert [(x["epoch"], x["K"], x["mode"]) for x in ran] == [
-        (1, 1, "calls"), (2, 3, "thread"), (3, 3, "thread"), (4, 1, "calls"), (5, 1, "calls")]
-    assert [x["threads"][0] for x in ran] == [0, 3, 3, 0, 0]  # the thread started and stopped between epochs
+    assert [(x["epoch"], x["K"]) for x in ran] == [(1, 1), (2, 3), (3, 3), (4, 1), (5, 1)]
     assert all(x["probe_ms"] > 0 for x in ran)
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     np.testing.assert_allclose([[r["loss"], r["grad_norm"]] for r in recs], ref, rtol=1e-6)
@@ -143,13 +119,13 @@ def test_interleaved_run_cycles_the_configurations_and_changes_no_result(launche
 def test_interleave_prints_ratios_within_cycles(small_dataset):
     """The ``--interleave`` report at P = 2: a row per configuration but the first, over all cycles."""
     cmd = [sys.executable, str(REPO / "perf" / "bench_overlap.py"), "--data", str(small_dataset), "--interleave",
-           "--configs", "1:calls", "2:calls", "--epochs", "6", "--warmup", "1", "--reps", "1"]
+           "--chunks", "1", "2", "--epochs", "6", "--warmup", "1", "--reps", "1"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=180, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert any(ln.startswith("  rep 0 K=1 calls: epochs 4 5 ") for ln in lines), out.stdout
+    assert any(ln.startswith("  rep 0 K=1: epochs 4 5 ") for ln in lines), out.stdout
     (row,) = [ln for ln in lines if ln.startswith("  all (2 cycles):")]
-    assert row.split()[3:5] == ["2", "calls"]
+    assert row.split()[3] == "2"
 
 
 def test_interleave_refuses_runs_without_a_whole_steady_cycle_and_repeated_configurations(tmp_path):
@@ -161,9 +137,9 @@ def test_interleave_refuses_runs_without_a_whole_steady_cycle_and_repeated_confi
                *args]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
 
-    out = run("--configs", "1:calls", "2:calls", "--epochs", "3", "--warmup", "1")
+    out = run("--chunks", "1", "2", "--epochs", "3", "--warmup", "1")
     assert out.returncode == 2 and "--epochs 3 leaves no whole cycle of the 2 configurations" in out.stderr
-    out = run("--configs", "1:calls", "1:calls", "--epochs", "6", "--warmup", "1")
+    out = run("--chunks", "1", "1", "--epochs", "6", "--warmup", "1")
     assert out.returncode == 2 and "a configuration named twice" in out.stderr
-    out = run("--configs", "1:calls", "0:thread", "--epochs", "6")
-    assert out.returncode == 2 and "--configs 0:thread: must be K:MODE" in out.stderr
+    out = run("--chunks", "1", "0", "--epochs", "6")
+    assert out.returncode == 2 and "--chunks 1 0: each must be >= 1" in out.stderr

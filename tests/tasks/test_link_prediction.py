@@ -343,27 +343,20 @@ def test_negatives_are_splitmix64_draws_sorted_by_source():
 
 
 @pytest.mark.parametrize("n", [300, 100_000])  # counting sort (m >= N / 8), sort (few pairs per step)
-def test_negatives_of_many_steps_in_one_compiled_call_are_each_steps_own(n, monkeypatch):
-    """An epoch's steps drawn in one call (the compiled loop, at least MIN_PAIRS pairs in all) give each
-    step exactly the pairs it gets drawn alone (numpy, below MIN_PAIRS while the module is not loaded):
-    grouping never changes a pair, and neither does the path."""
-    pytest.importorskip("numba")
-    from hpcdgnn.nn import kernels
+def test_negatives_of_many_steps_in_one_call_are_each_steps_own(n):
+    """An epoch's steps drawn in one call give each step exactly the pairs it gets drawn alone: grouping never
+    changes a pair."""
     from hpcdgnn.tasks.link_prediction import draw_negatives, draw_negatives_joined, draw_negatives_steps
 
     steps, counts = list(range(3, 43)), [900 + 37 * j for j in range(40)]
-    assert sum(counts) >= kernels.MIN_PAIRS > max(counts)
     together = draw_negatives_steps(11, 4, steps, n, counts)
-    assert kernels.draw_negatives([1], [kernels.MIN_PAIRS], n) is not None  # the compiled path is the one taken
     offsets = [1000 * j for j in range(len(steps))]  # rows of stacked steps: added in the same pass
     shifted, bounds = draw_negatives_joined(11, 4, steps, n, counts, offsets)
-    monkeypatch.setattr(kernels, "_loaded", lambda: False)  # each step alone: numpy's draws
-    assert kernels.draw_negatives([1], [max(counts)], n) is None
     for t, m, pairs in zip(steps, counts, together, strict=True):
         np.testing.assert_array_equal(pairs, draw_negatives(11, 4, t, n, m))
     np.testing.assert_array_equal(shifted, np.concatenate(together, axis=1) + np.repeat(offsets, counts))
     np.testing.assert_array_equal(draw_negatives_joined(11, 4, steps[:2], n, counts[:2], offsets[:2])[0],
-                                  shifted[:, : bounds[2]])  # numpy's path (fewer than MIN_PAIRS), offsets too
+                                  shifted[:, : bounds[2]])  # fewer steps, offsets too
 
 
 def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_later(task_data):
@@ -465,22 +458,13 @@ def test_torch_score_stats_equal_numpy_bins(dtype, bins, half_range):
         assert (correct, list(pos - 1), list(neg - 1)) == want, dev
 
 
-@pytest.mark.parametrize("mode", ["torch", "always"])
-def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mode, monkeypatch):
+def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset():
     """pairs_by_step: step by step, a stable sort of the step's positives then negatives by destination
-    bucket (dst - first) // rows, the labels following; the compiled counting sort and numpy's stable sort
-    agree (HPCDGNN_KERNELS); the pairs of a subset (a rank's pairs by source) come out in the whole
-    set's relative order; one bucket is the positives, then the negatives, of each step; int32 indices
-    (pair_index_dtype below 2^31 rows) are the same pairs, whichever path writes them."""
-    from hpcdgnn.nn import kernels
+    bucket (dst - first) // rows, the labels following; the pairs of a subset (a rank's pairs by source) come
+    out in the whole set's relative order; one bucket is the positives, then the negatives, of each step; int32
+    indices (pair_index_dtype below 2^31 rows) are the same pairs."""
     from hpcdgnn.tasks.link_prediction import bucket_shift, concat_steps, in_buckets, pair_index_dtype, pairs_by_step
 
-    monkeypatch.setenv("HPCDGNN_KERNELS", mode)
-    if mode == "torch":  # numpy's path, also where an earlier test loaded the module
-        monkeypatch.setattr(kernels, "_loaded", lambda: False)
-    else:
-        pytest.importorskip("numba")
-    before = kernels.calls().get("pairs_by_bucket", 0)
     rng = np.random.default_rng(5)
     n, rows = 50, 8
     firsts = [0, 50, 150]
@@ -504,7 +488,6 @@ def test_pairs_by_step_in_destination_buckets_stably_and_alike_on_any_subset(mod
         np.testing.assert_array_equal(label.numpy()[a:b], lab[order])
         a = b
     assert a == src.shape[0] and label.dtype == torch.float32
-    assert kernels.calls().get("pairs_by_bucket", 0) == before + (mode == "always")  # the path named
 
     def keep(pairs):
         return [(s[s % 3 == 0], d[s % 3 == 0]) for s, d in pairs]

@@ -67,10 +67,11 @@ print(flag.raised, flag.name)
 
 
 @pytest.mark.parametrize("held", [True, False])
-def test_a_signal_before_the_handlers_waits_for_them_across_the_re_exec(held):
-    """``run`` restarts itself (the allocator's exec resets handlers) before it installs them; a stop signal
-    sent meanwhile, held by :func:`hpcdgnn.preemption.hold`, reaches the handler once installed (exit 75 at
-    the next epoch boundary) instead of killing the rank (exit 138 through mpirun). Unheld, it kills."""
+def test_a_signal_before_the_handlers_waits_for_them(held):
+    """``run`` installs its handlers only after seconds of imports; a stop signal sent meanwhile, held by
+    :func:`hpcdgnn.preemption.hold`, reaches the handler once installed (exit 75 at the next epoch boundary)
+    instead of killing the rank (exit 138 through mpirun), even across an exec (a wrapper that execs python
+    keeps the mask). Unheld, it kills."""
     proc = subprocess.run([sys.executable, "-c", _HELD, "start", "hold" if held else "no", _HELD],
                           capture_output=True, text=True, timeout=60)
     if held:

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from hpcdgnn.indices import torch_index_dtype
-from hpcdgnn.nn import kernels
 
 # CSR tensors are central here, not an experiment: the per-process "beta" notice is noise in job logs
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
@@ -30,8 +29,8 @@ __all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_nbytes", "csr
 class NormalizedAdjacency:
     """Ã of one snapshot (``t``; -1 for several) and its transpose for the backward pass, as torch CSR tensors.
 
-    The transpose may be left out (``a_t=None``): :func:`transposed_mm` then takes Ãᵀ·Y from Ã's own entries (on
-    the CPU, the same bits), and :attr:`a_t` builds it the first time something asks for it. Why: an operator
+    The transpose may be left out (``a_t=None``): :attr:`a_t` builds it the first time something asks for it
+    (:func:`transposed_mm`). Why: an operator
     that only runs forward (checkpoint blocks' pass without autograd, steps past the training horizon) never
     needs it, and building it cost more than a product with it.
     """
@@ -137,15 +136,11 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     product overwrites anyway. ``addmm(out, a, x, beta=0, out=out)`` into an uninitialised ``out``
     runs the product alone (beta = 0: ``out``'s contents are ignored, NaN included). ``out=`` has no autograd, so a
     product that autograd must see (``x`` requiring grad with grad mode on), another device or another dtype takes
-    ``torch.sparse.mm``. Where the widths allow, the product is compiled (:func:`hpcdgnn.nn.kernels.csr_mm`: MKL's
-    sums).
+    ``torch.sparse.mm``.
     """
     if not _plain_cpu_product(a, x):
         return torch.sparse.mm(a, x)
     x = x.contiguous()  # a strided x costs MKL a copy anyway; made here once
-    compiled = kernels.csr_mm(a, x)  # the same sums in a third of MKL's time, where the width allows
-    if compiled is not None:
-        return compiled
     out = x.new_empty(a.shape[0], x.shape[1])
     return torch.addmm(out, a, x, beta=0, out=out)
 
@@ -159,22 +154,14 @@ def _plain_cpu_product(a: torch.Tensor, x: torch.Tensor) -> bool:
 
 
 def csr_transpose(a: torch.Tensor) -> torch.Tensor:
-    """Aᵀ of a CSR ``a`` as a CSR tensor, its entries in (column, row) order (compiled on the CPU, else a key sort)."""
-    arrays = kernels.csr_transpose(a)
-    if arrays is None:
-        crow = a.crow_indices().to(torch.int64)
-        rows = _row_ids(torch.diff(crow), int(crow[-1]))
-        return sorted_csr(a.col_indices().to(torch.int64), rows, a.values(), (a.shape[1], a.shape[0]))
-    return csr_tensor(*arrays, (a.shape[1], a.shape[0]))
+    """Aᵀ of a CSR ``a`` as a CSR tensor, its entries in (column, row) order (a key sort)."""
+    crow = a.crow_indices().to(torch.int64)
+    rows = _row_ids(torch.diff(crow), int(crow[-1]))
+    return sorted_csr(a.col_indices().to(torch.int64), rows, a.values(), (a.shape[1], a.shape[0]))
 
 
 def transposed_mm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
-    """Ãᵀ·X: the product with Ãᵀ where it is built, else over Ã's entries without it (:func:`csr_mm`'s conditions
-    and :func:`hpcdgnn.nn.kernels.csr_mm_t`'s: the same bits), else with Ãᵀ built now."""
-    if not adj.has_transpose and _plain_cpu_product(adj.a, x):
-        out = kernels.csr_mm_t(adj.a, x.contiguous())
-        if out is not None:
-            return out
+    """Ãᵀ·X: the product with Ãᵀ (built now where it is not yet)."""
     return csr_mm(adj.a_t, x)
 
 
@@ -275,18 +262,14 @@ def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype, transpose: 
     D^-1/2 in (row, column) order is A's entries with the diagonal slotted into each row: an entry moves
     by its row number, plus one when it lies right of the diagonal. The values are gcn_norm's, computed
     by the same float64 expressions in the same order. Each snapshot writes straight into its slice of the
-    stacked arrays, shifted by its row offset. On the CPU the same runs as two compiled passes per snapshot
-    (:func:`hpcdgnn.nn.kernels.gcn_norm_stacked`): checkpoint blocks normalise each block twice an epoch, and
-    torch takes ~20 passes.
+    stacked arrays, shifted by its row offset.
 
     Ãᵀ is built only with ``transpose``, for an operator kept for the whole run whose product has a
-    backward: the product over Ãᵀ is faster than the one over Ã's entries without it (:func:`transposed_mm`,
-    which zeroes its output first). Else it is left out (:class:`NormalizedAdjacency`: built at the first
-    backward where the product over Ã's entries does not apply). Why: an operator built per checkpoint block
+    backward. Else it is left out (:class:`NormalizedAdjacency`: built at the first backward,
+    :func:`transposed_mm`). Why: an operator built per checkpoint block
     is built twice an epoch, most of its loads run without autograd, and the transpose is most of its build.
     """
-    # on the CPU two compiled passes per snapshot; elsewhere (or below the kernels' size rule) torch's passes
-    crow, col, val = kernels.gcn_norm_stacked(snaps, dtype) or _stacked_arrays(snaps, dtype)
+    crow, col, val = _stacked_arrays(snaps, dtype)
     shape = (crow.shape[0] - 1, crow.shape[0] - 1)
     adj = NormalizedAdjacency(ts[0] if len(ts) == 1 else -1, csr_tensor(crow, col, val, shape))
     return adj.transposed() if transpose else adj

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hpcdgnn.nn import kernels
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, sorted_csr, spmm
 
 __all__ = ["LocalGraph", "RowGroups"]
@@ -97,7 +96,7 @@ class _GroupedSpMM(torch.autograd.Function):
         ctx.groups, ctx.shape = groups, full.shape
         out = full.new_empty(groups.num_rows, full.shape[1])  # every row is one group's
         for op, c, rows in zip(groups.ops, groups.cols, groups.rows, strict=True):
-            kernels.put_rows(out, rows, csr_mm(op.a, full.index_select(0, c)))
+            out.index_copy_(0, rows, csr_mm(op.a, full.index_select(0, c)))
         return out
 
     @staticmethod
@@ -107,7 +106,7 @@ class _GroupedSpMM(torch.autograd.Function):
         gin = grad.new_zeros(ctx.shape)
         for op, c, rows in zip(g.ops, g.cols, g.rows, strict=True):
             # each group's rows gathered from the gradient as they come (no group-ordered copy of all of it)
-            kernels.add_rows(gin, c, csr_mm(op.a_t, grad.index_select(0, rows)))
+            gin.index_add_(0, c, csr_mm(op.a_t, grad.index_select(0, rows)))
         return gin, None
 
 
