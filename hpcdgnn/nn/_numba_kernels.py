@@ -1,5 +1,4 @@
-"""The numba-compiled loops behind :mod:`hpcdgnn.nn.kernels` (imported only there, and only when used:
-importing numba costs a quarter of a second)."""
+"""The numba-compiled loops behind :mod:`hpcdgnn.nn.kernels` (imported only there, and only when used)."""
 
 from __future__ import annotations
 
@@ -10,21 +9,17 @@ from hpcdgnn.nn._simd import LINE, pair_backward, pair_logit, prefetch_row
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
-#: numpy's error model where a loop divides: under Python's, numba tests every float divisor for zero (to raise
-#: ZeroDivisionError), and that branch stops LLVM vectorising the loop (the decoder's sigmoid and loss, and
-#: the LSTM's activations, would run one lane at a time). The divisors there are 1 + t, 2 + t (t >= 0) and
-#: 2 + m (m > -1): never zero.
+#: numpy's error model: Python's zero-divisor test stops LLVM vectorising; divisors 1 + t, 2 + t, 2 + m are > 0
 _DIVIDE = "numpy"
 
 
-#: pairs ahead of the one being scored whose rows the decoder's loops ask the CPU to fetch (:func:`_fetch_ahead`)
+#: pairs ahead of the one being scored whose rows the decoder prefetches
 _AHEAD = 32
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _fetch_ahead(a, b, src, dst, e):  # pragma: no cover - compiled
-    """Ask for the rows ``a[src[f]]`` and ``b[dst[f]]`` of the pair f = e + :data:`_AHEAD`, clamped to the last
-    pair, not branched (:func:`hpcdgnn.nn._simd.prefetch_row`: why, and what it saved)."""
+    """Prefetch rows ``a[src[f]]``, ``b[dst[f]]`` of pair f = e + :data:`_AHEAD`, clamped, not branched."""
     f = min(e + _AHEAD, src.shape[0] - 1)
     prefetch_row(a, src[f])
     prefetch_row(b, dst[f])
@@ -36,12 +31,11 @@ _BCE_CHUNK = 256
 
 @numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
 def _exp_reduced(a):  # pragma: no cover - compiled
-    """exp(a) for float32 a in [−87, 0] as (e^r − 1, k), exp(a) = 2^k e^r: Cody–Waite reduction a = k ln2 + r,
-    |r| <= ln2 / 2, and a degree-7 polynomial — arithmetic LLVM vectorises, where a libm call per element
-    does not vectorise (no SVML here). e^r − 1 is returned without the 1, so that expm1(a) = 2^k (e^r − 1)
-    + (2^k − 1) keeps its relative precision near a = 0 (:func:`_tanh_vec`)."""
+    """exp(a) for float32 a in [−87, 0] as (e^r − 1, k): Cody–Waite reduction and a degree-7 polynomial.
+
+    Arithmetic LLVM vectorises (a libm call does not, no SVML); e^r − 1 keeps expm1's precision near 0."""
     k = np.floor(a * np.float32(1.4426950408889634) + np.float32(0.5))
-    r = a - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)  # ln2 in two parts
+    r = a - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
     q = np.float32(1.0 / 5040)
     q = q * r + np.float32(1.0 / 720)
     q = q * r + np.float32(1.0 / 120)
@@ -54,14 +48,11 @@ def _exp_reduced(a):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
 def _exp_parts(x, c, p, bits):  # pragma: no cover - compiled
-    """exp(−c|x[i]|) = 2^k (1 + p[i]) for float32 x (1-D), 2^k = ``bits.view(float32)[i]`` (``p``, ``bits``:
-    scratch at least as long as x): :func:`_exp_reduced` per element, a loop LLVM vectorises, several times
-    faster than a libm call per element (no SVML here). Below exp(−87) (float32's smallest normals) the value
-    is clamped there."""
+    """exp(−c|x[i]|) = 2^k (1 + p[i]) for float32 x, 2^k = ``bits.view(float32)[i]``, clamped at exp(−87)."""
     for i in range(x.shape[0]):
         em, k = _exp_reduced(max(-c * abs(x[i]), np.float32(-87.0)))
         p[i] = em
-        bits[i] = (np.int32(k) + np.int32(127)) << 23  # 2^k, k in [-126, 0]
+        bits[i] = (np.int32(k) + np.int32(127)) << 23
 
 
 @numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
@@ -73,8 +64,7 @@ def _sigmoid_of(x, t, one):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def _sigmoid_vec(x, out, p, bits):  # pragma: no cover - compiled
-    """out[i] = σ(x[i]) (float32, 1-D; out may be x or p), with t = exp(−|x|) ≤ 1 from :func:`_exp_parts`
-    (no overflow): within 1.2e-7 of torch's sigmoid, as the libm path is."""
+    """out[i] = σ(x[i]) (float32; out may be x or p) via :func:`_exp_parts`: within 1.2e-7 of torch's."""
     one = x.dtype.type(1)
     scale = bits.view(np.float32)
     _exp_parts(x, one, p, bits)
@@ -84,9 +74,7 @@ def _sigmoid_vec(x, out, p, bits):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
 def _log1p_unit(t):  # pragma: no cover - compiled
-    """log(1 + t) for float32 t in [0, 1] as 2 atanh(s), s = t / (2 + t) <= 1/3: the odd series to s^15 (the
-    rest < 2e-8 relative), arithmetic LLVM vectorises where a libm call per element does not. s keeps t's
-    relative precision near 0, where log(1 + t) would lose it."""
+    """log(1 + t) for float32 t in [0, 1] as 2 atanh(t / (2 + t)), odd series to s^15 (vectorisable, exact near 0)."""
     s = t / (np.float32(2.0) + t)
     z = s * s
     q = np.float32(1.0 / 15)
@@ -102,10 +90,9 @@ def _log1p_unit(t):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
 def _bce_margin(x, y, zero, one):  # pragma: no cover - compiled
-    """max(x, 0) − x y, chosen for labels 0 and 1 (max(x, 0), max(−x, 0): exact), so that a loss term's
-    log(1 + t) is not lost when it is added (torch's (1 − y) x − log σ(x) loses it so, to 0). Selects, not
-    (1 − y) max(x, 0) + y max(−x, 0): fastmath folds that back into max(x, 0) − x y, with the log term
-    reassociated into the cancellation — in numba a function compiled apart without fastmath did not stop it."""
+    """max(x, 0) − x y by selects for labels 0/1, so the log(1 + t) term is not lost to cancellation.
+
+    Not (1 − y) max(x, 0) + y max(−x, 0): fastmath folds that back into the cancelling form."""
     u = max(x, zero)
     if y == one:
         return u - x
@@ -116,15 +103,13 @@ def _bce_margin(x, y, zero, one):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def _bce_parts(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
-    """g[i] = σ(x[i]) − y[i] and returns Σ_i BCE(x[i], y[i]) in float64, BCE = max(x, 0) − x y + log(1 + t),
-    t = exp(−|x|) ≤ 1 (no overflow; torch's ``binary_cross_entropy_with_logits``, to rounding): ``vector_exp``
-    (float32) by :func:`_exp_parts` and :func:`_log1p_unit` (``bits``: int32 scratch), else by libm."""
+    """g[i] = σ(x[i]) − y[i]; returns Σ_i BCE(x[i], y[i]) in float64, BCE = max(x, 0) − x y + log(1 + exp(−|x|))."""
     one = g.dtype.type(1)
     zero = g.dtype.type(0)
     total = 0.0
     if vector_exp:
         scale = bits.view(np.float32)
-        _exp_parts(x, one, g, bits)  # g holds e^r − 1 until overwritten below
+        _exp_parts(x, one, g, bits)
         for i in range(x.shape[0]):
             t = (g[i] + one) * scale[i]
             xi = x[i]
@@ -141,9 +126,7 @@ def _bce_parts(x, y, g, bits, vector_exp):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def _tanh_vec(x, out, p, bits):  # pragma: no cover - compiled
-    """out[i] = tanh(x[i]) (float32, 1-D; out may be x): with m = expm1(−2|x|) = 2^k p + (2^k − 1) from
-    :func:`_exp_parts`, tanh|x| = −m / (2 + m) — no cancellation near 0, where (1 − e^−2|x|) / (1 + e^−2|x|)
-    would lose it."""
+    """out[i] = tanh(x[i]) (float32; out may be x) as −m / (2 + m), m = expm1(−2|x|): no cancellation near 0."""
     one = x.dtype.type(1)
     two = x.dtype.type(2)
     scale = bits.view(np.float32)
@@ -156,35 +139,26 @@ def _tanh_vec(x, out, p, bits):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vector_exp):  # pragma: no cover - compiled
-    """Forward and backward of L = Σ_e BCE(x_e, label_e), x_e = w2 · relu(pu[src[e]] + pv[dst[e]] + b1) + b2 (the
-    rows of pair e + :data:`_AHEAD` fetched meanwhile), in one pass:
-    the logits into out; dL/dpu, dL/dpv and dL/dw2 added into dpu, dpv and dw2 (float64, from float32 sums
-    per chunk); returns (L, dL/db2 = Σ_e g_e), g_e = σ(x_e) − label_e, both summed in float64 (:func:`_bce_parts`:
-    the loss here, not in a torch pass over the logits after it). dL/db1 is the column sum of dpu (each pair's
-    dL/dh reaches b1 and one source row), not carried here: it would cost more per pair.
+    """Forward and backward of L = Σ_e BCE(x_e, label_e), x_e = w2 · relu(pu[src[e]] + pv[dst[e]] + b1) + b2.
 
-    Why chunks of three loops: the logits of a chunk, then their g, then the chunk's backward while its
-    rows are still in cache, where separate forward and backward passes stream every row through memory
-    twice. pu and pv stay two arrays, not one (n, 2H): the destinations are random rows, and interleaved
-    halves double the lines a step's pairs pull into cache. The backward keeps two inner loops: LLVM cannot
-    prove that dpu / dpv do not alias pu / pv, and with the scatter-adds in the loop that reads the rows
-    nothing is vectorised.
-    """
+    Writes the logits into out, adds dL/dpu, dL/dpv, dL/dw2 into dpu, dpv, dw2 and returns (L, dL/db2), both
+    summed in float64. Why chunks of three loops (logits, g, backward): the chunk's rows are still in cache
+    for its backward. pu and pv stay two arrays (random destinations would double the lines pulled in)."""
     H = pu.shape[1]
     zero = pu.dtype.type(0)
     acc = np.zeros(H, dtype=np.float64)
-    part = np.zeros(H, dtype=pu.dtype)  # a chunk's share of dw2, added to acc per chunk
+    part = np.zeros(H, dtype=pu.dtype)
     dh = np.empty(H, dtype=pu.dtype)
     g = np.empty(_BCE_CHUNK, dtype=pu.dtype)
     bits = np.empty(_BCE_CHUNK, dtype=np.int32)
     gsum = 0.0
     loss = 0.0
     E = src.shape[0]
-    line = H == LINE // pu.itemsize  # a row is one cache line: whole-row operations (_simd)
+    line = H == LINE // pu.itemsize
     for c0 in range(0, E, _BCE_CHUNK):
         c1 = min(E, c0 + _BCE_CHUNK)
         for e in range(c0, c1):
-            _fetch_ahead(pu, pv, src, dst, e)  # the rows of a pair ahead
+            _fetch_ahead(pu, pv, src, dst, e)
             if line:
                 out[e] = pair_logit(pu, src[e], pv, dst[e], b1, w2) + b2
                 continue
@@ -195,8 +169,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
             out[e] = x + b2
         loss += _bce_parts(out[c0:c1], label[c0:c1], g[: c1 - c0], bits, vector_exp)
         for e in range(c0, c1):
-            # the gradient rows of a pair ahead: here, not in the loop above, where a chunk's four lines a
-            # pair outgrow L1 before this loop reaches them
+            # prefetch a pair ahead here: in the loop above, a chunk's four lines a pair outgrow L1 first
             _fetch_ahead(dpu, dpv, src, dst, e)
             s, d, ge = src[e], dst[e], g[e - c0]
             gsum += ge
@@ -206,11 +179,10 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
             a, b, da, db = pu[s], pv[d], dpu[s], dpv[d]
             for k in range(H):
                 h = a[k] + b[k] + b1[k]
-                m = ge if h > zero else zero  # dL/dh: the ReLU passes g where the unit was active
+                m = ge if h > zero else zero
                 dh[k] = m * w2[k]
                 part[k] += m * h
-            # two loops, not one: with one store each LLVM vectorises them behind a runtime alias check;
-            # with both stores in one loop it does not
+            # two loops: with both stores in one loop LLVM does not vectorise (alias check)
             for k in range(H):
                 da[k] += dh[k]
             for k in range(H):
@@ -225,14 +197,10 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label, out, dpu, dpv, dw2, vect
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True, error_model=_DIVIDE)
 def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask, vector_exp):  # pragma: no cover - compiled
-    """The LSTM recurrence over feature-major gates (T, 4H, B) holding the input's pre-activations: adds
-    ``w_hh @ hin[t]``, activates in place (i, f, o: sigmoid; g: tanh), writes the states hs / cs (T+1, H, B)
-    from hs[0] / cs[0], the states entering each step hin / cin (T, H, B: hs[t], cs[t] times the reset
-    mask (T, 1, B) when it has T rows) and tanh(c_t) to tc (T, H, B).
+    """The LSTM recurrence over feature-major gates (T, 4H, B): adds ``w_hh @ hin[t]`` and activates in place.
 
-    ``vector_exp`` (float32): the activations as passes over a step's contiguous gate blocks through
-    :func:`_sigmoid_vec` / :func:`_tanh_vec`, which LLVM vectorises, instead of five libm calls per
-    (unit, lane), which would be most of the step."""
+    Writes hs / cs (T+1, H, B), hin / cin (T, H, B, reset by ``mask``) and tanh(c_t) to tc; ``vector_exp``
+    (float32) activates through :func:`_sigmoid_vec` / :func:`_tanh_vec`, which LLVM vectorises."""
     T, G, B = gates.shape
     H = G // 4
     one = w_hh.dtype.type(1)
@@ -279,9 +247,7 @@ def lstm_forward(gates, w_hh, hs, cs, hin, cin, tc, mask, vector_exp):  # pragma
 
 @numba.njit(cache=True, boundscheck=False, fastmath=_FASTMATH, nogil=True)
 def lstm_backward(gates, cin, tc, w_hh, mask, dy, dh, dc, dgates):  # pragma: no cover - compiled
-    """Backpropagation through :func:`lstm_forward`'s steps (activated ``gates``): from dh = dL/dh_T, dc =
-    dL/dc_T (H, B) and the outputs' gradient dy (T, H, B), writes the pre-activation gradients dgates
-    (T, 4H, B) and leaves in dh, dc the gradients of the initial state (h0, c0)."""
+    """Backpropagation through :func:`lstm_forward`: writes dgates (T, 4H, B); dh, dc end as (h0, c0)'s gradients."""
     T, G, B = gates.shape
     H = G // 4
     one = w_hh.dtype.type(1)

@@ -1,16 +1,8 @@
-"""Whole-row vector operations for the decoder's numba loop (``_numba_kernels.edge_bce_train``, imported only
-there): LLVM IR written with llvmlite as numba intrinsics, for rows of one cache line — 64 bytes, :data:`LINE`
-(16 float32 or 8 float64 values; on a CPU with AVX-512 one register, with AVX2 two).
+"""Whole-row vector operations for the decoder's numba loop, as llvmlite intrinsics on one 64-byte cache line.
 
-Why not numba loops over the row: a row's width is known only at run time, so LLVM vectorises such a loop
-for any width — a main loop of 4 x 16 lanes, an epilogue of 8, scalar remainders, alias checks between the
-arrays — and a row of 16 float32 runs through the epilogue and the checks every pair. With the width fixed
-by a compile-time constant instead, LLVM unrolls the row into scalars and vectorises less. Here a row is one
-``<W x float>`` value: one load, one add, one store.
-
-Floating point: the operations are those of the loops they replace, in the stated order (a row's dot product
-summed by halves), without fast-math flags.
-"""
+Why: with a run-time width LLVM vectorises a row loop for any width (epilogues, alias checks every pair);
+here a row is one ``<W x float>`` value. The operations and their order are the replaced loops', without
+fast-math flags (a row's dot product summed by halves)."""
 
 from __future__ import annotations
 
@@ -31,12 +23,11 @@ def lanes(dtype) -> int:
 
 
 class _Rows:
-    """Pointers to whole rows of the intrinsics' array arguments, as ``<W x dtype>*`` (W = :func:`lanes`), and the
-    vector operations the intrinsics share."""
+    """Pointers to whole rows of the intrinsics' array arguments as ``<W x dtype>*``, and their shared vector ops."""
 
     def __init__(self, context, builder, sig, args):
         self.context, self.builder, self.sig, self.args = context, builder, sig, args
-        dtype = sig.args[0].dtype  # the rows' dtype: that of the first argument
+        dtype = sig.args[0].dtype
         self.width = lanes(dtype)
         self.vec = ir.VectorType(context.get_data_type(dtype), self.width)
         self._arrays = {}
@@ -103,16 +94,10 @@ def _float_rows(*arrays) -> bool:
 
 @intrinsic
 def prefetch_row(typingctx, rows, i):  # pragma: no cover - compiled
-    """Ask the CPU to fetch the cache line holding ``rows[i, 0]`` of the 2-D array ``rows`` (``llvm.prefetch``:
-    read, keep in every level). A hint: it never faults, and compiles to nothing where the CPU has no such
-    instruction. A row wider than a line gets its first line only (the hardware's adjacent-line prefetch
-    may bring the next): a loop over the lines, or a branch around the call, costs more than the
-    prefetch saves. The name has the typed-pointer mangling (``p0i8``); LLVM with opaque pointers upgrades it.
+    """Prefetch the cache line holding ``rows[i, 0]`` (``llvm.prefetch``: read, keep in every level; never faults).
 
-    Why: the decoder's pairs read rows at random (a bucket of destination rows, sources rising through each
-    step's rows), so most first reads of a step's rows miss every cache, and the few operations of a pair
-    leave the core too little work to keep many misses in flight. Asked 32 pairs ahead (the kernels'
-    ``_AHEAD``), the rows arrive while the pairs before them are scored (``perf/bench_kernels.py``)."""
+    Why: the decoder reads rows at random and does too little per pair to keep misses in flight; asked
+    ``_AHEAD`` pairs ahead, the rows arrive in time. Only the first line of a wider row (a loop costs more)."""
     if not (isinstance(rows, types.Array) and rows.ndim == 2 and isinstance(i, types.Integer)):
         return None  # a typing error at compile time, not a prefetch of something else
 
@@ -121,7 +106,7 @@ def prefetch_row(typingctx, rows, i):  # pragma: no cover - compiled
         byte = builder.bitcast(r.row(0, r.index(1)), ir.IntType(8).as_pointer())
         signature = ir.FunctionType(ir.VoidType(), [byte.type, _I32, _I32, _I32])
         fn = cgutils.get_or_insert_function(builder.module, signature, "llvm.prefetch.p0i8")
-        builder.call(fn, [byte, _I32(0), _I32(3), _I32(1)])  # read, keep in every level, data
+        builder.call(fn, [byte, _I32(0), _I32(3), _I32(1)])
         return context.get_dummy_value()
 
     return types.void(rows, i), codegen
@@ -129,8 +114,7 @@ def prefetch_row(typingctx, rows, i):  # pragma: no cover - compiled
 
 @intrinsic
 def pair_logit(typingctx, pu, s, pv, d, b1, w2):  # pragma: no cover - compiled
-    """``w2 · relu(pu[s] + pv[d] + b1)`` for rows of :func:`lanes` values: the ReLU as ``0 if 0 > h else h``
-    (numba's ``max(h, 0)``: a NaN passes), the dot product's lanes summed by halves."""
+    """``w2 · relu(pu[s] + pv[d] + b1)`` for one-line rows; ReLU as ``0 if 0 > h else h`` (a NaN passes)."""
     if not (_float_rows(pu, pv, b1, w2) and isinstance(s, types.Integer) and isinstance(d, types.Integer)):
         return None
 
@@ -146,8 +130,7 @@ def pair_logit(typingctx, pu, s, pv, d, b1, w2):  # pragma: no cover - compiled
 
 @intrinsic
 def pair_backward(typingctx, pu, s, pv, d, b1, w2, g, dpu, dpv, part):  # pragma: no cover - compiled
-    """The backward of :func:`pair_logit` for an upstream gradient g: with m = g where h = pu[s] + pv[d] + b1
-    is > 0, else 0: ``part += m h`` (the dot's weight gradient), ``dpu[s] += m w2``, ``dpv[d] += m w2``."""
+    """:func:`pair_logit`'s backward, m = g where h > 0 else 0, ``part += m h``, ``dpu[s]``, ``dpv[d] += m w2``."""
     if not (_float_rows(pu, pv, b1, w2, dpu, dpv, part) and isinstance(g, types.Float)):
         return None
 

@@ -1,13 +1,7 @@
 """``torch.autograd.backward`` for roots whose gradients hpcdgnn built itself, without the compiler's import.
 
-``torch.autograd.backward(roots, grads)`` checks each given gradient in Python first (``_make_grads``),
-and that check imports ``torch.fx.experimental.symbolic_shapes`` and with it sympy, a large share of every
-rank's start-up, paid by every strategy's first backward. The gradients passed here are made by hpcdgnn of its roots'
-shape (ones, zeros, received chunks), so :func:`run_backward` checks only that each has its root's shape (the engine
-alone would sum a gradient that broadcasts to it, e.g. (2, 3) onto (3,), where torch refuses it) and hands them to the
-C++ engine directly, as ``torch.autograd.backward`` does after its check; the engine casts another dtype. Where a
-torch lacks the engine entry point it falls back to ``torch.autograd.backward``: the same arithmetic either way.
-"""
+torch's Python gradient check imports sympy (a large share of start-up); :func:`run_backward` checks only
+shapes (the engine would broadcast silently) and calls the C++ engine, else falls back to torch's."""
 
 from __future__ import annotations
 
@@ -22,7 +16,7 @@ _ENGINE = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward"
 
 def run_backward(roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
     """Accumulate into the leaves' ``.grad`` the backward pass of ``roots`` seeded with ``grads`` (one each)."""
-    for i, (r, g) in enumerate(zip(roots, grads, strict=True)):  # one gradient per root
+    for i, (r, g) in enumerate(zip(roots, grads, strict=True)):
         if r.shape != g.shape:
             raise RuntimeError(f"run_backward: gradient {i} has shape {tuple(g.shape)}, its root {tuple(r.shape)}")
     if _ENGINE is None:

@@ -1,34 +1,12 @@
-"""Fused CPU kernels compiled with numba, for the loops torch can only run as many small passes.
+"""Fused CPU kernels compiled with numba, for loops torch can only run as many small passes.
 
-Two loops earn their keep here — each makes a whole epoch of a benchmark job at least 1.3x faster than the
-torch path (``perf/bench_kernels.py --rule``, measured side by side); the others were deleted:
-
-- :func:`edge_bce_train`: the link-prediction decoder's training loss, forward and backward, in one pass over
-  the pairs. It scores millions of pairs per epoch, each a gather of two rows, an add, a ReLU and a dot
-  product (and in the backward the same plus two scatter-adds); in torch that is ~10 passes over (pairs,
-  hidden) temporaries and index kernels, where one loop keeps the hidden layer in registers. Rows of one
-  cache line take :mod:`hpcdgnn.nn._simd`'s whole-row vector operations.
-- :func:`lstm_forward` / :func:`lstm_backward`: the LSTM recurrence over many steps of a small batch
-  (EvolveGCN-O's weight LSTM), where torch's per-step kernels are mostly call overhead.
-
-The kernels are used on CPU tensors of float32/float64 when numba imports, for calls with at least
-:data:`MIN_PAIRS` pairs (:data:`LSTM_MIN_STEPS` steps; loading them costs ~1 s per process); otherwise — or
-with ``HPCDGNN_KERNELS=torch`` (benchmarks and tests compare both) — callers take their torch path.
-``HPCDGNN_KERNELS=always`` drops the size thresholds (tests run the compiled paths on small graphs). numba is
-an optional extra (``pip install hpcdgnn[cpu-kernels]``; ``install.sh`` installs it): without it every caller
-takes its torch path. A run that may use the kernels compiles and checks them before its first epoch
-(:func:`self_check`): one warning line, and the torch paths, where a kernel disagrees with its torch reference.
-``HPCDGNN_KERNELS_SKIP=name,...`` (names as :func:`calls` counts them, :data:`KERNELS`) sends those kernels'
-callers to their torch paths and leaves the others compiled: what ``perf/bench_kernels.py --rule`` measures
-each kernel's share of an epoch with (:func:`skipped`; siblings one caller chooses together are skipped
-together, :data:`SIBLINGS`). The numba cache (``cache=True``) keeps the compiled code beside this file (a
-directory per CPU kind: :func:`_cache_of_this_cpu`), so only the first process of each CPU kind after an
-install compiles (about a second per dtype).
-
-Floating-point contract: ``fastmath`` is limited to reassociation and contraction (no ``nnan`` /
-``ninf``: a NaN loss must still surface), so the per-pair dot product may be summed in a different
-order than torch's — results agree to rounding, and are deterministic for a given machine.
-"""
+:func:`edge_bce_train` is the link-prediction decoder's loss, forward and backward, in one pass over the
+pairs; :func:`lstm_forward` / :func:`lstm_backward` are the LSTM recurrence of small batches over many steps
+(EvolveGCN-O's weight LSTM). They run on float32/float64 CPU tensors when numba imports and a call is at
+least :data:`MIN_PAIRS` / :data:`LSTM_MIN_STEPS` large. ``HPCDGNN_KERNELS`` (``numba``/``torch``/``always``) and
+``HPCDGNN_KERNELS_SKIP`` override that; :func:`self_check` compares each kernel with torch before the first
+epoch. ``fastmath`` is limited to reassociation and contraction (no ``nnan``/``ninf``: a NaN loss must still
+surface), so sums agree with torch to rounding and are deterministic per machine."""
 
 from __future__ import annotations
 
@@ -44,23 +22,20 @@ import torch
 __all__ = ["KERNELS", "SIBLINGS", "available", "calls", "compile_notice", "edge_bce_train", "expected",
            "lstm_available", "lstm_backward", "lstm_forward", "mode", "self_check", "skipped", "used_by"]
 
-_kernels = None  # the compiled module once imported; False when numba is missing or disabled
+_kernels = None
 
 
 #: the compiled kernels by the names :func:`calls` counts and ``HPCDGNN_KERNELS_SKIP`` takes
 KERNELS = ("edge_bce_train", "lstm_backward", "lstm_forward")
 
-#: kernels one decision takes together (a forward and the backward its caller commits to in the same call):
-#: skipping one name skips its group
+#: kernels one decision takes together: skipping one name skips its group
 SIBLINGS = (("lstm_forward", "lstm_backward"),)
 
 _skip_parsed: tuple[str, frozenset[str]] = ("", frozenset())
 
 
 def mode() -> str:
-    """``HPCDGNN_KERNELS``: ``numba`` (default), ``torch`` or ``always`` (the one place that reads it, and
-    ``HPCDGNN_KERNELS_SKIP``: :func:`skipped`; ``run`` calls it first, so a bad value stops every rank before
-    MPI starts)."""
+    """``HPCDGNN_KERNELS``: ``numba`` (default), ``torch`` or ``always`` (``run`` checks it first)."""
     value = os.environ.get("HPCDGNN_KERNELS", "numba").lower()
     if value not in ("numba", "torch", "always"):
         from hpcdgnn.errors import ConfigError
@@ -71,9 +46,7 @@ def mode() -> str:
 
 
 def skipped() -> frozenset[str]:
-    """The kernels ``HPCDGNN_KERNELS_SKIP`` (comma-separated names of :data:`KERNELS`) sends to their callers'
-    torch paths, their :data:`SIBLINGS` added; empty by default. A name not in :data:`KERNELS` is a ConfigError.
-    Read at every decision (parsed once per value), so a benchmark may change it between epochs."""
+    """The kernels ``HPCDGNN_KERNELS_SKIP`` sends to their torch paths, :data:`SIBLINGS` added."""
     global _skip_parsed
     raw = os.environ.get("HPCDGNN_KERNELS_SKIP", "")
     if raw == _skip_parsed[0]:
@@ -111,8 +84,7 @@ _calls: dict[str, int] = {}
 
 
 def calls() -> dict[str, int]:
-    """How often this process ran each compiled kernel (``summary.json`` ``compiled_kernels``, rank 0's):
-    which loops a run really took, where the size thresholds and the environment decide."""
+    """How often this process ran each compiled kernel (``summary.json`` ``compiled_kernels``)."""
     return dict(sorted(_calls.items()))
 
 
@@ -144,14 +116,13 @@ def _compile():
                     "cache): set NUMBA_CACHE_DIR to a writable directory, or HPCDGNN_KERNELS=torch") from None
             else:
                 notice = compile_notice(_kernels)
-                if notice:  # the package logger by name: metrics/ configures it, and nn/ sits below metrics/
+                if notice:  # the package logger by name: nn/ sits below metrics/
                     logging.getLogger("hpcdgnn").info(notice)
     return _kernels
 
 
 def _writable_dir(path: str) -> bool:
-    """Whether ``path`` is (or can be made) a directory this process can create files in — numba's own test
-    of a cache directory (a file made and removed), since ``os.access`` says nothing of a read-only mount."""
+    """Whether ``path`` is (or can become) a directory this process can create files in (numba's own test)."""
     import tempfile
 
     try:
@@ -165,24 +136,10 @@ def _writable_dir(path: str) -> bool:
 
 @contextlib.contextmanager
 def _cache_of_this_cpu():
-    """The numba cache directory while the compiled module is imported (its functions fix their cache then): one
-    directory per CPU kind (numba's target triple, CPU name and features; and :mod:`._simd`'s source, below) under
-    the first writable one of the places numba tries in turn — the user's ``NUMBA_CACHE_DIR``, beside this module,
-    numba's directory in the user's cache. Where none can be written, numba's own choice stands (one directory for
-    every kind).
+    """The numba cache directory while the compiled module is imported: one directory per CPU kind.
 
-    Why: numba keeps the code of every CPU kind in one index per function and numbers a new data file by the
-    entries it saw. Two nodes of different CPUs compiling into one shared install at the same moment (a cluster's
-    first job after an install) can both see an empty index, both write data file 1, and leave the index naming
-    one kind's key beside the other kind's code — which a node of the first kind then runs: an illegal
-    instruction, or worse. Ranks of one kind compiling the same loop for the same dtype write the same code;
-    two jobs of different dtypes starting at the same moment on a fresh install can still collide that way
-    within a kind (numba's own race; not guarded here). numba's own setting is put back after the import."""
-    # numba's import builds error messages, colourised through colorama where installed, whose init registers an
-    # exit hook that writes an ANSI reset to stdout: under mpirun (a terminal to each rank) every rank's output
-    # ended in ESC [0m, in the job's log file too. No colours for numba's messages, unless the user asked; and
-    # where numba is imported already (a library user's), its settings are left alone: numba re-reads the
-    # environment at every compile, which would drop what that user set in code.
+    Why: numba's one index per function, shared by CPU kinds, can pair one kind's key with another's code."""
+    # no colours in numba's messages: colorama's exit hook wrote ESC [0m to every rank's output under mpirun
     if "numba" not in sys.modules:
         os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
     from numba.core import config
@@ -190,8 +147,7 @@ def _cache_of_this_cpu():
     from numba.misc.appdirs import AppDirs
 
     magic = cpu_target.target_context.codegen().magic_tuple()
-    # numba's cache checks the stamp of the file a function is in, not of the ones whose code it inlines: the
-    # whole-row intrinsics' source is in the key, so that a changed _simd.py is never run from stale code
+    # numba's cache ignores inlined files' stamps: _simd.py's source is in the key so it never runs stale
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "_simd.py"), "rb") as f:
         key = repr(magic).encode() + hashlib.sha1(f.read()).digest()
@@ -209,10 +165,7 @@ def _cache_of_this_cpu():
 
 
 def compile_notice(module) -> str | None:
-    """The line the log shows (rank 0) where numba has no cache of the loops yet for this Python, else None: the
-    first run after an install compiles them, 10-20 s of its first epoch on 2 busy cores, which looked like a hang
-    or a slow machine. The cache directory (:func:`_cache_of_this_cpu`'s, or numba's own where that one cannot be
-    written) is read from a compiled function of ``module``."""
+    """The log line (rank 0) where numba has no cache of ``module``'s loops yet, else None."""
     from pathlib import Path
 
     try:
@@ -226,28 +179,20 @@ def compile_notice(module) -> str | None:
 
 
 def expected() -> bool:
-    """Whether CPU runs will take the compiled loops (numba installed and not disabled), without
-    importing numba: what a cost model on rank 0 assumes (:meth:`LinkPrediction.snapshot_work`)."""
+    """Whether CPU runs will take the compiled loops (numba installed and not disabled), without importing numba."""
     import importlib.util
 
     return _enabled() and importlib.util.find_spec("numba") is not None
 
 
-#: calls with fewer pairs take the torch path: loading the kernels (numba's import and its cache) costs
-#: ~1 s once per process, more than small graphs' whole decoder time — a test suite of hundreds of tiny
-#: MPI runs would pay it in every rank. The rule depends on the call alone, never on what the process
-#: did before, so a resumed run takes the same path as the uninterrupted one, bit for bit. 2^14: a rank
-#: scores its own snapshots' pairs, so a split's pairs are divided by P, and a mid-sized graph's evaluation
-#: splits should still take the compiled loop at P = 2; the test suite's graphs (a few hundred vertices) stay below it.
+#: calls with fewer pairs take the torch path (numba's load costs ~1 s); a stateless rule, so a resume matches
 MIN_PAIRS = 1 << 14
 
 
 def available(*tensors: torch.Tensor, pairs: int | None = None, kernel: str | None = None) -> bool:
-    """Whether the numba kernels apply to these tensors: numba present and enabled, all on the CPU,
-    of one floating dtype (float32 or float64), and at least :data:`MIN_PAIRS` pairs to score.
+    """Whether the numba kernels apply: enabled, CPU tensors of one float dtype, at least :data:`MIN_PAIRS` pairs.
 
-    ``kernel``: the kernel the caller runs when this says True, False where it is skipped (:func:`skipped`).
-    """
+    ``kernel``: the kernel the caller runs when this says True, False where it is skipped (:func:`skipped`)."""
     if kernel is not None:
         if kernel not in KERNELS:
             raise ValueError(f"available: no kernel {kernel!r}")
@@ -272,10 +217,9 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label) -> tuple[torch.Tensor, ...]:
-    """(loss, logits, dpu, dpv, db1, dw2, db2): the summed binary cross-entropy of the decoder's logits
-    ``w2 · relu(pu[src] + pv[dst] + b1) + b2`` against ``label`` (E,), its forward and backward in one pass:
-    the gradients of the sum (an upstream gradient of 1). The loss and dw2 are summed in float64 (a float32
-    sum over millions of pairs drifts by up to 2e-4 relative); db1 is the column sum of dpu."""
+    """(loss, logits, dpu, dpv, db1, dw2, db2) of the summed BCE of ``w2 · relu(pu[src] + pv[dst] + b1) + b2``.
+
+    Forward and backward in one pass; the loss and dw2 are summed in float64 (float32 drifts over millions of pairs)."""
     out = torch.empty(src.shape[0], dtype=pu.dtype)
     dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
     dw2 = np.zeros(w2.shape[0])
@@ -286,10 +230,7 @@ def edge_bce_train(pu, pv, b1, w2, b2, src, dst, label) -> tuple[torch.Tensor, .
             torch.from_numpy(dw2).to(pu.dtype), torch.tensor([db2], dtype=pu.dtype))
 
 
-#: the compiled LSTM recurrence runs for batches of at most this many rows (EvolveGCN-O's weight LSTM:
-#: B = the layer's input width) — there torch's per-step kernels are mostly call overhead (about 7 small
-#: kernels a step) — and for sequences of at least :data:`LSTM_MIN_STEPS` steps, so the tiny graphs of a
-#: test suite never load numba for it (a stateless rule, as :data:`MIN_PAIRS`)
+#: the compiled LSTM runs for batches of at most this many rows and at least LSTM_MIN_STEPS steps
 LSTM_MAX_BATCH = 64
 LSTM_MIN_STEPS = 32
 
@@ -305,9 +246,9 @@ def _mask_arg(mask: torch.Tensor | None, like: torch.Tensor) -> np.ndarray:
 
 
 def lstm_forward(gates, w_hh, h0, c0, mask):
-    """The recurrence of :class:`~hpcdgnn.nn.recurrent._LSTMLayer` in one compiled pass: ``gates`` (T, 4H, B)
-    holds the input's pre-activations and is activated in place. Returns (hs, cs) (T+1, H, B) with the
-    initial state at 0, the states entering each step (hin, cin) (T, H, B) and tanh(c_t) (T, H, B)."""
+    """The recurrence of :class:`~hpcdgnn.nn.recurrent._LSTMLayer` in one compiled pass (``gates`` activated in place).
+
+    Returns (hs, cs) (T+1, H, B), the states entering each step (hin, cin) (T, H, B) and tanh(c_t) (T, H, B)."""
     T, G, B = gates.shape
     H = G // 4
     hs, cs = gates.new_empty(T + 1, H, B), gates.new_empty(T + 1, H, B)
@@ -329,21 +270,15 @@ def lstm_backward(gates, cin, tc, w_hh, mask, dy, dhT, dcT):
 
 
 def used_by(dtype: torch.dtype, device: torch.device, steps: int, pairs: int) -> bool:
-    """Whether a job may take the compiled loops (and so :func:`self_check` them before its first epoch): CPU
-    tensors of float32/float64, numba present and enabled (:func:`expected`, without importing numba), and a
-    sequence of at least :data:`LSTM_MIN_STEPS` ``steps`` or at least :data:`MIN_PAIRS` ``pairs`` in all (bounds
-    of any one call's; any size with ``HPCDGNN_KERNELS=always``) — so that a small job never loads numba."""
+    """Whether a job may take the compiled loops (and so :func:`self_check` them): a small job never loads numba."""
     return (device.type == "cpu" and dtype in (torch.float32, torch.float64) and expected()
             and (_sized(steps, LSTM_MIN_STEPS) or _sized(pairs, MIN_PAIRS)))
 
 
 def self_check(dtype: torch.dtype) -> bool:
-    """Compile the kernels for ``dtype`` now (numba compiles on a first call: 10-20 s of a first epoch after an
-    install, otherwise) and compare each with its torch reference on a tiny case (:func:`_checks`). True where
-    all agree; else one warning line names what failed and this process takes the torch paths from then on
-    — a failure here, never a crash mid-epoch. False, silently, where the kernels are off or numba missing.
-    A cache numba cannot write anywhere stays the configuration error :func:`_compile` raises (before any
-    epoch). The checks' calls are not counted (:func:`calls`)."""
+    """Compile the kernels for ``dtype`` and compare each with its torch reference on a tiny case.
+
+    True where all agree; else one warning line and the torch paths from then on. False where numba is off."""
     global _kernels
     if dtype not in (torch.float32, torch.float64) or not _compile():
         return False
@@ -371,9 +306,7 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 
 def _checks(dtype: torch.dtype):
-    """(name, agrees) of each kernel on a tiny case against torch's autograd: :func:`edge_bce_train` at a row of
-    one cache line (the whole-row operations) and an odd width, :func:`lstm_forward` / :func:`lstm_backward`
-    with and without a reset mask — the argument types a run passes, so that its first epoch compiles nothing."""
+    """(name, agrees) of each kernel against torch's autograd, with the argument types a run passes."""
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(7)

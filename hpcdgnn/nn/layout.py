@@ -1,32 +1,10 @@
-"""Where one batch's rows live and how they move: what a strategy hands :meth:`DGNN.forward`.
+"""Where one batch's rows live and how they move: what a strategy hands :meth:`DGNN.forward` (IBM §2.2, Fig. 1b).
 
-The layer loop of a DGNN (IBM §2.2, Fig. 1b) is the same under every
-partitioning; only *where* the rows are and *how* they travel differ. The
-model runs the loop once (:meth:`hpcdgnn.nn.models.base.DGNN.forward`)::
-
-    for each layer l:
-        y      = layout.spatial(layer, l, h, W_t)     aggregation (its gather is the strategy's halo exchange),
-                                                      then layer.spatial per snapshot the rank holds rows of
-        if the layer mixes time:
-            y' = layout.to_temporal(y, l)             rows to their time-encoder owner (all-to-all, index exchange)
-            z  = layout.encode(layer, l, y', state)   the time encoder (plain, pipelined, horizon-split, packed)
-            y  = layout.to_spatial(z, l)              and back
-        h = y
-    return layout.output(h)                           {t: Z_t} for the task
-
-A layout is built by a strategy for one batch (today: the whole timeline, or
-one gradient-checkpoint block of it, SPEC S2) and may hold per-layer boundary
-states (:attr:`Layout.states`) that the forward reads at the batch's start and
-overwrites with the states at its end.
-
-**Every rank joins every collective's backward** (the rule all strategies rely
-on, written once here as :func:`joined`): a rank that holds no rows of a phase
-still produces an empty tensor that stays connected to the autograd graph of
-the exchange before it, so its backward reaches that exchange's backward
-collective in the same order as on every other rank. :attr:`Layout.last` (an
-empty output) and :attr:`Layout.roots` (pipeline sends) are the extra backward
-roots of a rank that scores nothing (:meth:`hpcdgnn.strategies.base.Strategy.backward`).
-"""
+Per layer the model calls ``layout.spatial`` (aggregation, the strategy's halo exchange, then the
+snapshot-local transform) and, for layers that mix time, ``to_temporal`` -> ``encode`` -> ``to_spatial``;
+``output`` hands ``{t: Z_t}`` to the task. **Every rank joins every collective's backward**
+(:func:`joined`): a rank with no rows still returns an empty tensor connected to the exchange before
+it, so the backward collectives run in the same order on every rank."""
 
 from __future__ import annotations
 
@@ -42,13 +20,9 @@ __all__ = ["Layout", "RowLayout", "StepGraph", "TransformThenEncode", "horizon_t
 
 @dataclass(eq=False)
 class StepGraph:
-    """Snapshot t's adjacency A_t (canonical CSR, rows = source vertices) over the rows of a temporal block.
+    """Snapshot t's adjacency A_t (canonical CSR, rows = source vertices) over a temporal block's rows.
 
-    What a layout hands a ``graph_recurrent`` layer (:meth:`Layout.step_graphs`), one per step of the block:
-    its time encoder convolves the recurrent state over the graph of each step (GConvLSTM, DCRNN, ...).
-    The layer builds its own operator from it (L̂ for Chebyshev, random-walk transitions for diffusion)
-    and memoises it in :attr:`ops`, so a strategy that keeps its step graphs builds each operator once.
-    """
+    Handed to ``graph_recurrent`` layers; their operators are memoised in :attr:`ops`."""
 
     t: int
     indptr: torch.Tensor
@@ -64,12 +38,7 @@ class StepGraph:
 
 
 def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
-    """``t`` plus a zero that depends on each of ``others`` that requires grad.
-
-    The values are unchanged (``+ 0.0``) and so is every gradient (a zero is
-    added), but the backward of ``t`` now reaches the collectives that produced
-    ``others`` — what a rank with no rows needs to take part in them.
-    """
+    """``t + 0`` that depends on each of ``others`` requiring grad, so ``t``'s backward reaches their collectives."""
     for o in others:
         if o is not None and o.requires_grad:
             t = t + o.sum() * 0.0
@@ -77,16 +46,10 @@ def joined(t: torch.Tensor, *others: torch.Tensor | None) -> torch.Tensor:
 
 
 def phase_join(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
-    """``torch.cat([head, tail])`` of a block's two phases — the steps up to the training horizon (with
-    autograd) and those after it (without) — that remembers ``head``, so that a consumer reading exactly
-    the head's rows (:func:`phase_head`: the next layer's first phase, the task's training rows) takes
-    ``head`` itself instead of a slice of the join.
+    """``torch.cat([head, tail])`` of a block's autograd head and no-grad tail that remembers ``head``.
 
-    Why: a slice's backward builds a gradient of the join's whole shape — zero-filled, the slice's part
-    copied in — only for the join's backward to cut that part out again: two block-sized passes for
-    nothing per layer and for the task. The head is kept with both tensors' version counters; an in-place
-    change to either afterwards makes :func:`phase_head` slice instead.
-    """
+    A consumer of exactly the head's rows (:func:`phase_head`) then takes ``head`` itself: a slice's
+    backward would build and cut a block-sized zero-filled gradient. In-place changes make it slice again."""
     out = torch.cat([head, tail])
     if head.requires_grad and not tail.requires_grad:
         out._phase_head = (head, head._version, out._version)  # noqa: SLF001 - read by phase_head only
@@ -94,7 +57,7 @@ def phase_join(head: torch.Tensor, tail: torch.Tensor) -> torch.Tensor:
 
 
 class _Written(torch.autograd.Function):
-    """The whole buffer a block's phases were written into, its rows [0, k) the autograd head (below)."""
+    """The buffer a block's phases were written into, its rows [0, k) the autograd head."""
 
     @staticmethod
     def forward(ctx, head: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
@@ -103,14 +66,11 @@ class _Written(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
-        return g[:ctx.k], None  # cat's backward: the head's rows of the gradient, a view
+        return g[:ctx.k], None
 
 
 def phase_join_into(head: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
-    """:func:`phase_join` of phases a layer wrote straight into ``buf`` (``spatial_steps(..., out=)``,
-    :attr:`~hpcdgnn.nn.models.base.DynamicLayer.writes_out`): ``head`` is the autograd view of its rows
-    [0, k), the tail was written without autograd. Same values, gradients and :func:`phase_head` as
-    the copying join, without its block-sized copy per layer."""
+    """:func:`phase_join` of phases written straight into ``buf`` (``spatial_steps(..., out=)``), without the copy."""
     if head.data_ptr() != buf.data_ptr() or head.shape[1:] != buf.shape[1:]:
         raise ValueError("phase_join_into: the head is not the first rows of the buffer")
     if not head.requires_grad:
@@ -121,8 +81,7 @@ def phase_join_into(head: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
 
 
 class _ReluInto(torch.autograd.Function):
-    """relu(pre) written into a given tensor; that tensor comes in a list so that autograd does not take
-    it for an input this function modifies in place."""
+    """relu(pre) written into a given tensor, passed in a list so autograd does not see an in-place input."""
 
     @staticmethod
     def forward(ctx, pre: torch.Tensor, into: list[torch.Tensor]) -> torch.Tensor:
@@ -133,21 +92,18 @@ class _ReluInto(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         (out,) = ctx.saved_tensors
-        return torch.ops.aten.threshold_backward(g, out, 0), None  # relu's own backward
+        return torch.ops.aten.threshold_backward(g, out, 0), None
 
 
 def relu_into(pre: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``torch.relu(pre)`` written into ``out`` (e.g. a :func:`phase_join_into` buffer's head rows) and
-    returned as ``out`` with relu's gradient: the same bits forward and backward, one pass instead of
-    relu plus a copy."""
+    """``torch.relu(pre)`` written into ``out`` with relu's gradient: same bits, one pass instead of relu + copy."""
     if not (torch.is_grad_enabled() and pre.requires_grad):
         return torch.clamp_min(pre, 0, out=out)
     return _ReluInto.apply(pre, [out])
 
 
 def phase_head(h: torch.Tensor, k: int) -> torch.Tensor:
-    """``h[:k]``: the head :func:`phase_join` remembered when it is exactly those rows and neither tensor has
-    changed since, else the slice (the same values either way)."""
+    """``h[:k]``: the head :func:`phase_join` remembered when still valid, else the slice (same values)."""
     memo = getattr(h, "_phase_head", None)
     if memo is not None:
         head, head_version, version = memo
@@ -157,10 +113,7 @@ def phase_head(h: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def phase_view(h: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """``h.view(shape)`` that keeps what :func:`phase_join` remembered: the head viewed the same way, when
-    it is still valid and its rows fill whole rows of ``shape`` (a (T·n, F) join seen as (T, n, F), or
-    back). Why: a view is a new tensor, and :func:`phase_head` of it would slice — on one rank the
-    task's training rows of the chunk layout, a zero-filled block-sized gradient and a copy."""
+    """``h.view(shape)`` keeping what :func:`phase_join` remembered, so :func:`phase_head` need not slice."""
     out = h.view(*shape)
     memo = getattr(h, "_phase_head", None)
     if memo is not None:
@@ -175,13 +128,9 @@ def phase_view(h: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
 
 def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
                      graphs: Sequence[StepGraph] | None = None) -> tuple[torch.Tensor, object]:
-    """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd.
+    """``layer.temporal`` over a (T, n, F) block, steps from ``grad_steps`` on without autograd (same values).
 
-    With causal layers no training gradient reaches the outputs after the training horizon, so
-    their backward would only propagate zeros (every strategy's rule):
-    the head runs with autograd, the tail continues from the head's end state without it. Same values.
-    ``graphs``: the block's step graphs, for ``graph_recurrent`` layers (split with the block).
-    """
+    Causal layers get no training gradient after the horizon. ``graphs``: step graphs for ``graph_recurrent`` layers."""
     def run(a: int, b: int | None, state):
         part = y if (a, b) == (0, None) else y[a:b]
         if graphs is None:
@@ -197,27 +146,17 @@ def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
 
 
 def moves_aggregation(layer, li: int, tparams, constant_first: bool) -> bool:
-    """Whether layer ``li`` should move its aggregation to the time encoder's rows and run its
-    snapshot-local transform there, in front of the encoder, rather than move the transform's output.
+    """Whether layer ``li`` moves its aggregation to the time encoder's rows and transforms there.
 
-    The transform is row-wise (:meth:`~hpcdgnn.nn.models.base.DynamicLayer.spatial_steps`), so the rows
-    are the same either way; moving the aggregation pays where the transform widens what it reads
-    (CD-GCN: F -> F + F'), and for the first layer when its aggregation is the constant Ã_t·X_t
-    (``constant_first``, S4): a layout moves that once per run and keeps it. Only for layers that mix
-    time, with the default aggregation (its width is ``in_features``) and no per-step parameters (the
-    encoder's rows span time). The answer depends on the model alone: the same on every rank.
-    """
+    Pays where the transform widens its input (CD-GCN) or the first layer's Ã_t·X_t is constant (S4); only
+    for time-mixing layers with the default aggregation and no per-step parameters. Same on every rank."""
     if not (layer.temporal_mixing and layer.moves_spatial()) or tparams is not None:
         return False
     return (li == 0 and constant_first) or layer.in_features < layer.spatial_features
 
 
 class TransformThenEncode:
-    """``layer`` whose :meth:`temporal` first applies the layer's snapshot-local transform to the (T, n, F)
-    aggregation it gets: what a layout hands the time encoder when it moved the aggregation, not the
-    transform's wider output (:func:`moves_aggregation`).
-    Only for layers without per-step parameters (the transform is then the same for every step).
-    Everything else is the layer's."""
+    """``layer`` whose :meth:`temporal` first applies the snapshot-local transform (:func:`moves_aggregation`)."""
 
     def __init__(self, layer) -> None:
         self.layer = layer
@@ -234,14 +173,10 @@ class Layout:
     """One batch's placement of rows, as the model's forward sees it.
 
     Attributes:
-        start, stop: the batch's time range [start, stop) (per-step parameters W_t and
-            boundary states refer to it).
-        states: per layer, ``(time-parameter state, temporal state)`` at ``start``
-            (None, None at t = 0); :meth:`DGNN.forward` replaces them with the states at ``stop``.
-        last: the tensor :meth:`output` returned its embeddings from (an extra backward
-            root when it is empty).
-        roots: further tensors whose backward must run on this rank (zero gradient).
-    """
+        start, stop: the batch's time range [start, stop).
+        states: per layer, ``(time-parameter state, temporal state)`` at ``start``; replaced with those at ``stop``.
+        last: the tensor :meth:`output` returned its embeddings from (an extra backward root when empty).
+        roots: further tensors whose backward must run on this rank (zero gradient)."""
 
     def __init__(self, start: int, stop: int, num_layers: int, states: Sequence[Any] | None = None) -> None:
         self.start, self.stop = start, stop
@@ -262,10 +197,7 @@ class Layout:
         return layer.temporal(y, state, **self.temporal_kwargs(layer, li))
 
     def step_graphs(self, li: int) -> list[StepGraph] | None:
-        """The graph of every step of layer ``li``'s temporal block, in the block's time order, over its rows —
-        or None when the temporal rows are not whole snapshots (a vertex range, a chunk's appearances): then a
-        ``graph_recurrent`` layer cannot run here (setup refuses it, :func:`hpcdgnn.train.setup.build_run`).
-        """
+        """The graph of every step of layer ``li``'s temporal block, or None when its rows are not whole snapshots."""
         return None
 
     def temporal_kwargs(self, layer, li: int) -> dict[str, Any]:
@@ -295,16 +227,13 @@ class RowLayout(Layout):
 
     Args:
         segments: ``(t, rows)`` of each snapshot in row order; snapshots with no rows here are left out.
-        aggregate: ``aggregate(layer, li, h) -> ax`` of the (rows, F) input ``h`` over all rows at once
-            (the strategy's halo graph: one sparse product and one exchange per layer).
-        stacked: keep the rows as one (snapshots, n, F) block — every snapshot has the same n rows (a
-            vertex partition) — so the time encoder reads it in place; else one (rows, F) tensor.
-    """
+        aggregate: ``aggregate(layer, li, h) -> ax`` of the (rows, F) input over all rows (one halo exchange).
+        stacked: keep the rows as one (snapshots, n, F) block (same n rows per snapshot); else one (rows, F) tensor."""
 
     def __init__(self, start: int, stop: int, num_layers: int, segments: Sequence[tuple[int, int]],
                  aggregate: Callable[[Any, int, torch.Tensor | None], torch.Tensor], stacked: bool = False) -> None:
         super().__init__(start, stop, num_layers)
-        self._steps, self._rows = len(segments), (segments[0][1] if segments else 0)  # the block of ``stacked``
+        self._steps, self._rows = len(segments), (segments[0][1] if segments else 0)
         self.segments = [(t, k) for t, k in segments if k > 0]
         self._aggregate = aggregate
         self.stacked = stacked
@@ -315,8 +244,7 @@ class RowLayout(Layout):
         width = layer.spatial_features
         if self.stacked:
             ax = ax.view(self._steps, self._rows, ax.shape[-1])
-            # unbind once: indexing ax[i] per snapshot would make each backward zero-fill a full (T, n, F)
-            # buffer and add it into ax's gradient (T of them per layer); the values are the same
+            # unbind once: indexing ax[i] would zero-fill a full (T, n, F) gradient per snapshot
             pieces = ax.unbind(0) if self.segments else ()
             parts = [layer.spatial(a, t, tparams) for (t, _), a in zip(self.segments, pieces, strict=True)]
             y = torch.stack(parts) if parts else joined(ax.new_zeros(self._steps, 0, width), ax)
@@ -325,6 +253,5 @@ class RowLayout(Layout):
             parts = [layer.spatial(a, t, tparams) for (t, _), a in zip(self.segments, pieces, strict=True)]
             # no rows here (P > appearances): stay connected to ax, whose halo exchange must run backward too
             y = torch.cat(parts) if parts else joined(ax.new_zeros(0, width), ax)
-        # joined to h even when y already depends on it: the zero branch fixes the order in which autograd
-        # sums h's gradients, which keeps these strategies' gradients bit for bit what they were before 0.2
+        # joined to h even when y depends on it: fixes the order autograd sums h's gradients (bit-for-bit)
         return joined(y, h)

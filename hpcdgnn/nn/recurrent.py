@@ -1,33 +1,9 @@
 """LSTM and GRU over a whole sequence as one autograd node, with the input projection hoisted.
 
-Torch's CPU ``nn.LSTM`` / ``nn.GRU`` over a whole sequence are one oneDNN node per
-layer, but a recurrence torch has no kernel for — an ``LSTMCell`` called T times
-(EvolveGCN-O's weights), or DGC's packed lanes whose state is reset by a mask —
-records about ten autograd nodes per step, each saving its inputs (through the
-``SavedTensorMeter`` hook too) and each a small kernel in the backward. Here a
-layer is:
-
-* the input projection of all T steps as one batched GEMM;
-* the recurrence as one :class:`torch.autograd.Function` whose forward loops
-  over the steps without autograd (one ``addmm`` and a few in-place gate ops per
-  step) and whose backward is the textbook BPTT recurrence, written out, with
-  the step-independent factors for all steps at once and ``dW_hh`` as one
-  batched GEMM.
-
-A plain LSTM level is no faster than oneDNN's, so models keep torch's module for that
-(:func:`hpcdgnn.nn.models.base.run_rnn`).
-
-The gates are computed in torch's order and layout (LSTM i, f, g, o; GRU r, z,
-n), from the module's own parameters, so a model keeps its ``nn.LSTM`` /
-``nn.GRU`` (checkpoints unchanged) and the outputs equal torch's to float
-rounding (``tests/nn/test_recurrent.py`` checks values and every gradient
-against ``nn.LSTM`` / ``nn.GRU`` in float64). An optional reset mask (steps, B)
-multiplies the state before each step (DGC Eq. 4–5, temporal fusion).
-
-EvolveGCN-O's weight recurrence ``W_t = LSTM(W_{t-1}, (W_{t-1}, C_{t-1}))``
-(IBM §5.2) feeds the output back as the input, so it is an LSTM without input
-and recurrent weight ``W_ih + W_hh`` (:func:`self_fed_lstm`).
-"""
+For recurrences torch has no fused kernel for (EvolveGCN-O's self-fed ``LSTMCell``, DGC's masked packed
+lanes, DGC Eq. 4–5): the input projection of all T steps is one batched GEMM and the recurrence one
+:class:`torch.autograd.Function` with hand-written BPTT. Gates follow torch's order and layout and use the
+module's own parameters, so outputs equal ``nn.LSTM`` / ``nn.GRU`` to rounding and checkpoints are unchanged."""
 
 from __future__ import annotations
 
@@ -55,14 +31,7 @@ def _input_grads(dgx: torch.Tensor, x: torch.Tensor, w_ih: torch.Tensor, need_x:
 
 
 class _LSTMLayer(torch.autograd.Function):
-    """One LSTM layer over x (T, B, I): input projection of all steps as one batched GEMM, then the
-    recurrence, feature-major: gates (T, 4H, B), state (H, B).
-
-    Feature-major because every gate of a step is then one contiguous (H, B) block: in torch's
-    batch-major (B, 4H) layout a gate is a strided slice whose rows are H = 16 floats long, and an
-    elementwise kernel over it runs row by row, several times slower than over contiguous memory.
-    ``x`` None: no input (the projection is the bias alone, EvolveGCN-O's self-fed recurrence).
-    """
+    """LSTM layer over x (T, B, I), feature-major so each gate is a contiguous (H, B) block; ``x`` None: no input."""
 
     @staticmethod
     def forward(ctx, x, w_ih, b, h0, c0, w_hh, mask, steps):  # noqa: D102
@@ -70,7 +39,7 @@ class _LSTMLayer(torch.autograd.Function):
         if x is None:
             gates = b.unsqueeze(1).expand(steps, -1, B).clone()
         else:
-            gates = _project_into(x, w_ih, b)  # pre-activations, activated in place step by step
+            gates = _project_into(x, w_ih, b)
         T = gates.shape[0]
         # small B, long T: one compiled pass instead of ~7 kernels a step
         ctx.compiled = kernels.lstm_available(gates)
@@ -81,15 +50,13 @@ class _LSTMLayer(torch.autograd.Function):
 
     @staticmethod
     def _steps(gates, w_hh, h0, c0, mask):
-        """The recurrence step by step in torch (what :func:`~hpcdgnn.nn.kernels.lstm_forward` computes in one
-        pass): activates ``gates`` in place; returns hs, cs (T+1, H, B), hin, cin, tc (T, H, B)."""
+        """The recurrence in torch (as ``kernels.lstm_forward``): returns hs, cs (T+1, H, B), hin, cin, tc."""
         T, G, B = gates.shape
         H = G // 4
-        # output t at hs[t+1], cs[t+1]; the state entering step t at hs[t], cs[t] -- or, with a reset
-        # mask (T, 1, B), that state times the mask at hin[t], cin[t]
+        # output t at hs[t+1]; the state entering step t at hs[t] (times the reset mask at hin[t])
         hs, cs = gates.new_empty(T + 1, H, B), gates.new_empty(T + 1, H, B)
         hin, cin = (hs, cs) if mask is None else (gates.new_empty(T, H, B), gates.new_empty(T, H, B))
-        tc = gates.new_empty(T, H, B)  # tanh(c_t)
+        tc = gates.new_empty(T, H, B)
         hs[0].copy_(h0)
         cs[0].copy_(c0)
         for t in range(T):
@@ -114,9 +81,7 @@ class _LSTMLayer(torch.autograd.Function):
             dgates, dh, dc = kernels.lstm_backward(gates, cin, tc, w_hh, mask, dy, dhT, dcT)
             return _LSTMLayer._weight_grads(ctx, dgates, hin, x, w_ih, dh, dc)
         i, f, g, o = gates[:, :H], gates[:, H : 2 * H], gates[:, 2 * H : 3 * H], gates[:, 3 * H :]
-        # everything that does not depend on the incoming gradient, for all steps at once (a few large
-        # kernels instead of T small ones): dc_t/dh_t and, per gate, the factor its pre-activation's
-        # gradient takes from dc_t (i, f, g) or dh_t (o): σ' = s - s², tanh' = 1 - g²
+        # step-independent factors for all steps at once: σ' = s - s², tanh' = 1 - g²
         dc_dh = torch.addcmul(o, o, tc * tc, value=-1)
         k = torch.empty_like(gates)
         torch.addcmul(i, i, i, value=-1, out=k[:, :H]).mul_(g)
@@ -131,8 +96,8 @@ class _LSTMLayer(torch.autograd.Function):
                 dh = dh.add_(dy[t])
             dc = dc.addcmul_(dh, dc_dh[t])
             d = dgates[t]
-            d[3 * H :].mul_(dh)  # o from dh
-            d[: 3 * H].view(3, H, B).mul_(dc)  # i, f, g from dc
+            d[3 * H :].mul_(dh)
+            d[: 3 * H].view(3, H, B).mul_(dc)
             dc = dc.mul_(f[t])
             dh = torch.mm(w_hh.t(), d)
             if mask is not None:
@@ -141,8 +106,7 @@ class _LSTMLayer(torch.autograd.Function):
 
     @staticmethod
     def _weight_grads(ctx, dgates, hin, x, w_ih, dh, dc):
-        """What ``backward`` returns, from the pre-activation gradients (T, 4H, B): the weights' gradients for
-        all steps at once, and the initial state's (dh, dc)."""
+        """The weights' gradients for all steps at once from dgates (T, 4H, B), and the initial state's (dh, dc)."""
         dw_hh = torch.bmm(dgates, hin.transpose(1, 2)).sum(0)
         if x is None:
             dx, dw_ih, db = None, None, dgates.sum((0, 2))
@@ -152,16 +116,15 @@ class _LSTMLayer(torch.autograd.Function):
 
 
 class _GRULayer(torch.autograd.Function):
-    """One GRU layer over x (T, B, I), feature-major as :class:`_LSTMLayer`: input projection
-    ``W_ih X + b_ih`` (T, 3H, B) as one batched GEMM, then the recurrence over (H, B) states."""
+    """One GRU layer over x (T, B, I), feature-major as :class:`_LSTMLayer`."""
 
     @staticmethod
     def forward(ctx, x, w_ih, b_ih, h0, w_hh, b_hh, mask):  # noqa: D102
         xp = _project_into(x, w_ih, b_ih)
         T, G, B = xp.shape
         H = G // 3
-        ghn = xp.new_empty(T, H, B)  # W_hn h + b_hn (r multiplies it)
-        hs = xp.new_empty(T + 1, H, B)  # output t at hs[t+1]; the state entering step t at hin[t]
+        ghn = xp.new_empty(T, H, B)
+        hs = xp.new_empty(T + 1, H, B)
         hin = hs if mask is None else xp.new_empty(T, H, B)
         hs[0].copy_(h0)
         bias = b_hh.unsqueeze(1)
@@ -170,10 +133,10 @@ class _GRULayer(torch.autograd.Function):
                 torch.mul(hs[t], mask[t], out=hin[t])
             h = hin[t]
             gh = torch.addmm(bias, w_hh, h)
-            a = xp[t, : 2 * H].add_(gh[: 2 * H]).sigmoid_()  # r, z in place of their inputs
+            a = xp[t, : 2 * H].add_(gh[: 2 * H]).sigmoid_()
             ghn[t].copy_(gh[2 * H :])
-            n = xp[t, 2 * H :].addcmul_(a[:H], ghn[t]).tanh_()  # n in place of its input
-            torch.addcmul(n, a[H:], h - n, out=hs[t + 1])  # h' = n + z (h - n)
+            n = xp[t, 2 * H :].addcmul_(a[:H], ghn[t]).tanh_()
+            torch.addcmul(n, a[H:], h - n, out=hs[t + 1])
         ctx.save_for_backward(x, w_ih, xp, ghn, hin[:T], w_hh, mask)
         return hs[1:], hs[T].clone()
 
@@ -209,7 +172,7 @@ class _GRULayer(torch.autograd.Function):
 
 
 def _feature_major_mask(mask: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor | None:
-    return None if mask is None else mask.to(x).unsqueeze(1)  # (T, B) -> (T, 1, B)
+    return None if mask is None else mask.to(x).unsqueeze(1)
 
 
 def lstm_scan(x, h0, c0, w_ih, w_hh, b_ih, b_hh, mask=None):
@@ -232,10 +195,7 @@ def supports(rnn: nn.Module) -> bool:
 
 def run_torch_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, state: Any = None,
                   mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
-    """``rnn(x, state)`` with :func:`lstm_scan` / :func:`gru_scan`, layer by layer; same state format
-    as torch (LSTM: (h, c) each (layers, B, H); GRU: h (layers, B, H)); ``mask`` (T, B) resets the
-    state of every layer before each step where it is 0 (DGC Eq. 4–5).
-    """
+    """``rnn(x, state)`` with :func:`lstm_scan` / :func:`gru_scan`, torch's state format; ``mask`` (T, B) resets it."""
     T, B, _ = x.shape
     if T == 0 or B == 0:
         return rnn(x, state)  # nothing to scan (torch rejects B = 0: callers handle it, see run_rnn)
@@ -258,22 +218,15 @@ def run_torch_rnn(rnn: nn.LSTM | nn.GRU, x: torch.Tensor, state: Any = None,
     return x, torch.stack(hs)
 
 
-#: Largest step of a self-fed scan (multiply-adds of its (F, H) x (H, 4H) product) that runs on the host
-#: when its tensors live on a GPU. Such a scan is ``steps`` dependent steps of a few tiny kernels each,
-#: so on a GPU it costs launches, not arithmetic, and one host core is faster up to about this size
-#: (``perf/bench_host_scan.py``).
+#: largest self-fed scan step (multiply-adds) that runs on the host when its tensors are on a GPU
 HOST_SCAN_MAX_MACS = 1 << 18
 
 
 def self_fed_lstm(cell: nn.LSTMCell, w: torch.Tensor, c: torch.Tensor, steps: int):
-    """``steps`` steps of ``(w, c) = cell(w, (w, c))`` (EvolveGCN-O, IBM §5.2) as one scan: the input
-    is the previous output, so the gates are ``w (W_ih + W_hh)ᵀ + b``. Returns the (steps, F, H)
-    outputs and the final (w, c).
+    """``steps`` steps of ``(w, c) = cell(w, (w, c))`` (EvolveGCN-O, IBM §5.2): gates ``w (W_ih + W_hh)ᵀ + b``.
 
-    On a GPU a small scan (:data:`HOST_SCAN_MAX_MACS`) runs on the host: its inputs are copied down,
-    the outputs up, through autograd (``Tensor.to``), so gradients reach the GPU parameters as before;
-    every rank computes the same host scan, so ranks agree as they do on the GPU.
-    """
+    Returns the (steps, F, H) outputs and the final (w, c). A small scan on a GPU runs on the host (launches,
+    not arithmetic, dominate), with autograd through ``Tensor.to``."""
     b, wt = cell.bias_ih + cell.bias_hh, cell.weight_ih + cell.weight_hh
     dev = w.device
     host = dev.type != "cpu" and w.shape[0] * wt.shape[0] * wt.shape[1] <= HOST_SCAN_MAX_MACS

@@ -1,90 +1,17 @@
 r"""R3, the reuse cache: ReInc's two-level cache store with its Eq. 3 eviction policy (ReInc §3.3, SPEC R3).
 
-A cache of aggregations keyed by ``(level, layer, t, sample)``:
-
-* ``level`` — ``"global"``: aggregations that can be used by any layer, sample and epoch because they
-  depend on no parameter (ReInc §3.3.1: the input aggregations Agg^input_t and the Agg_{t−1} that
-  incremental aggregation starts from); ``"local"``: one layer's aggregations of hidden vectors
-  (§3.3.2), which depend on the current parameters, so the owner drops them with
-  :meth:`ReuseCache.invalidate` before the parameters change (every optimizer step);
-* ``layer`` — the model layer whose aggregation it is (0 = the input layer);
-* ``t`` — the snapshot;
-* ``sample`` — what else the value depends on: which rows and which neighbours were aggregated
-  (e.g. ``"all"`` for every vertex over its full neighbourhood). Two accesses hit the same entry
-  exactly when their values are equal, so a key must name everything the value depends on.
-
-Both levels share one capacity (``strategy.cache_mb``) for the entries they hold (:meth:`~ReuseCache.shared`
-holds none). Values are tensors; their size is
-``numel · element_size``. A value handed out must not be modified in place by its reader.
-
-**Access protocol.** An owner declares the accesses it will make, in order (:meth:`ReuseCache.plan`:
-DGNN access is fully predictable, §3.3.3), then for each access calls :meth:`ReuseCache.lookup`
-(a hit returns the value; a miss returns None) and, after a miss, computes the value and calls
-:meth:`ReuseCache.offer` (admit it, maybe evicting others, or not). :meth:`ReuseCache.admits` says
-beforehand whether an offer would be admitted, so a caller can compute less when it would not;
-:meth:`ReuseCache.fetch` does the three in one call. An owner may also offer values before their
-first access (a warm start, as R2 filling the cache at setup).
-
-**Priority policy** (``priority``, ReInc Eq. 3, after GDSF): an entry's score is
+Keys are ``(level, layer, t, sample)``: ``"global"`` entries depend on no parameter (input aggregations,
+§3.3.1); ``"local"`` ones are a layer's hidden aggregations (§3.3.2), dropped by :meth:`ReuseCache.invalidate`
+before each optimizer step. ``sample`` must name everything else the value depends on. Both levels share
+one capacity; a value handed out must not be modified in place. The owner declares its accesses in order
+(:meth:`ReuseCache.plan`, §3.3.3), so the ``priority`` policy reads off the plan
 
 .. math::
-    \mathrm{Priority}(Agg) = \frac{F(Agg)}{S(Agg)} - I(Agg)
+    \mathrm{Priority}(Agg) = \frac{F(Agg)}{S(Agg)} - I(Agg)          (ReInc Eq. 3)
 
-with every term read off the plan at the current clock c (the number of planned accesses made so
-far since :meth:`~ReuseCache.plan`):
-
-* F — *future access count*: the planned accesses to the key at positions ≥ c (the rest of the
-  plan, which may run into the next epoch: the ``then`` part of :meth:`~ReuseCache.plan`);
-* I — *imminence*: the accesses to other keys made before the key's next planned access,
-  ``next − c`` (0 = it is the very next access). ReInc counts "the number of timesteps that will be
-  passed (computed) without using the aggregation"; here one access is one snapshot-step's
-  aggregation read, so the unit is the same;
-* S — *size*, in units of ``unit_bytes`` (the owner passes the size of one typical entry, e.g. one
-  snapshot's input aggregation, so S = 1 for those and F/S and I are both counts of accesses —
-  ReInc's "equal weights").
-
-ReInc's closed forms (F = max(1, 2·idx − 2S + 1)·K − g for an encoder's first layer, I = L − S, …)
-are this count for its encoder–decoder LSTM schedule; with the schedule given explicitly the
-count is exact for any window, stride, sample order and model — the decoder's reads of future
-snapshots included, which the owner lists in the plan where a sample makes them
-(:mod:`hpcdgnn.strategies.sequences`). The local level's F = K − g and I = 0 need no plan (below).
-On a miss the new entry is admitted if it fits, else the entries of lowest priority *strictly below
-the new entry's* are evicted until it fits; if that cannot free enough, the new entry is not admitted
-(``bypassed``) — a cache full of aggregations needed sooner keeps them (ties keep the cached entry).
-**Expiry**: when an access brings an entry's F to 0 it is dropped at once (``expired``), and
-:meth:`~ReuseCache.plan` drops the entries the new plan never reads; an entry with F = 0 is never
-admitted.
-
-**LRU policy** (``lru``, for comparison): admit every entry that fits in the capacity at all,
-evicting the least recently used first; no expiry (LRU knows no future). On a sliding window of L
-snapshots read in order, an LRU cache holding fewer than L − 1 of them evicts every entry just
-before its next use: hit rate 0. (ReInc Fig. 11 finds the same 0 % for LRU against 52 % for Eq. 3 at a
-cache of 10 % of the data, there from the gates' alternating reads of input and state aggregations.)
-
-**Reads outside the plan.** :meth:`~ReuseCache.peek` returns a held value without an access (no clock,
-no counter, no recency): R2 reading Agg_{t−1} to fill a miss of Agg_t incrementally (ReInc §3.3.1,
-"During the incremental computation of Agg_t, ReInc gets cached aggregation Agg_{t−1} from the global
-cache"), a read no plan can foresee because it happens only on a miss.
-
-**Who made an entry.** :meth:`~ReuseCache.offer` and :meth:`~ReuseCache.fetch` take an optional ``part``
-(e.g. ``"encoder"``, ``"decoder"``) and :meth:`~ReuseCache.lookup` the reader's: a hit on an entry that
-another part made counts in :meth:`~ReuseCache.cross_hits` — ReInc §3.1's encoder ↔ decoder reuse under
-teacher forcing, measured rather than assumed.
-
-**The local level as ReInc's gates use it** (§3.3.2; F = K − g, I = 0 in §3.3.3): an aggregation of a
-hidden vector made at gate g = 1 of a cell is read by the K − 1 gates after it at once and then expires.
-Under Eq. 3 such an entry is never worth keeping past the step (F reaches 0 within it) and the value is
-the step's own tensor, which autograd keeps for the backward anyway. :meth:`~ReuseCache.shared` counts
-that pattern — one miss and K − 1 local hits — without storing anything (no capacity used, no eviction
-of global entries): a counter on the cells' structural reuse (their gates read the basis in one fused
-GEMM), which :func:`local_level` / :func:`count_shared` let a cell report from inside its step.
-
-Counters (:meth:`ReuseCache.counters`, reset by :meth:`~ReuseCache.reset_counters`): hits, misses,
-``hit_rate`` = hits / (hits + misses), evictions (capacity), expired, bypassed (not admitted),
-invalidated, ``unplanned`` (accesses that were not the planned next one: they do not advance the
-clock; a non-zero count means the owner's plan is wrong, which costs hits but never changes values),
-``bytes`` (held now) and ``peak_bytes``; hits and misses also by level.
-"""
+with F the planned accesses left, I the accesses to other keys before the next one and S the size in
+``unit_bytes``. A miss evicts entries of priority strictly below the new one's, else is ``bypassed``;
+an entry whose F reaches 0 expires. ``lru`` is the comparison policy (ReInc Fig. 11)."""
 
 from __future__ import annotations
 
@@ -120,7 +47,7 @@ def _nbytes(value: torch.Tensor) -> int:
 
 
 class ReuseCache:
-    """The two-level cache (module docstring).
+    """The two-level cache.
 
     Args:
         capacity_bytes: the bound on the bytes held by both levels together (>= 0; 0 holds nothing).
@@ -128,8 +55,7 @@ class ReuseCache:
         unit_bytes: the size that counts as S = 1 in Eq. 3 (> 0).
 
     Raises:
-        ValueError: an unknown policy, a negative capacity or a non-positive unit.
-    """
+        ValueError: an unknown policy, a negative capacity or a non-positive unit."""
 
     def __init__(self, capacity_bytes: int, policy: str = "priority", unit_bytes: int = 1 << 20) -> None:
         if policy not in POLICIES:
@@ -146,11 +72,8 @@ class ReuseCache:
         self.bytes = 0
         self.reset_counters()
 
-    # -- the plan ------------------------------------------------------------------------------------
     def plan(self, stream: Sequence[Hashable], then: Sequence[Hashable] = ()) -> None:
-        """Declare the accesses from now on: ``stream`` in order (the clock restarts at its first), then
-        ``then`` (what follows it, e.g. the next epoch's accesses: it counts in F and I only).
-        With ``priority``, entries that the new plan never reads expire now."""
+        """Declare the accesses from now on: ``stream`` in order, then ``then`` (counts in F and I only)."""
         self._stream = list(stream)
         self._pos = {}
         for i, key in enumerate([*self._stream, *then]):
@@ -162,8 +85,7 @@ class ReuseCache:
                 self.expired += 1
 
     def future(self, key: Hashable) -> tuple[int, int | None]:
-        """(F, I) of ``key`` at the current clock: planned accesses left, and accesses to other keys before
-        the next one (None when F = 0)."""
+        """(F, I) of ``key`` at the current clock (I None when F = 0)."""
         pos = self._pos.get(key)
         if not pos:
             return 0, None
@@ -178,10 +100,8 @@ class ReuseCache:
             return float("-inf")
         return f / (nbytes / self.unit) - imminence if nbytes else float("inf")
 
-    # -- accesses ------------------------------------------------------------------------------------
     def lookup(self, key: Hashable, part: str | None = None) -> torch.Tensor | None:
-        """One access: the cached value (a hit) or None (a miss: compute it, then :meth:`offer` it).
-        ``part``: who reads (a hit on an entry another part made counts in :meth:`cross_hits`)."""
+        """One access: the cached value (a hit) or None (a miss); ``part`` is the reader (for :meth:`cross_hits`)."""
         level = _level(key)
         if self.clock < len(self._stream) and self._stream[self.clock] == key:
             self.clock += 1
@@ -209,7 +129,7 @@ class ReuseCache:
         need = self.bytes + nbytes - self.capacity
         if self.policy == "lru":
             out, freed = [], 0
-            for k, e in self._entries.items():  # least recently used first
+            for k, e in self._entries.items():
                 if freed >= need:
                     break
                 out.append(k)
@@ -236,14 +156,12 @@ class ReuseCache:
         return key in self._entries or self._victims(key, nbytes) is not None
 
     def peek(self, key: Hashable) -> torch.Tensor | None:
-        """The held value of ``key`` or None, outside the plan: no access, no counter, no recency (module
-        docstring, *Reads outside the plan*)."""
+        """The held value of ``key`` or None, outside the plan (R2's read of Agg_{t−1}, ReInc §3.3.1)."""
         e = self._entries.get(key)
         return None if e is None else e.value
 
     def offer(self, key: Hashable, value: torch.Tensor, part: str | None = None) -> bool:
-        """Admit ``value`` for ``key`` after a miss (evicting as the policy says), or not; True if held.
-        ``part``: who made it (see :meth:`lookup`)."""
+        """Admit ``value`` for ``key`` after a miss (evicting as the policy says), or not; True if held."""
         _level(key)
         if key in self._entries:
             return True
@@ -262,9 +180,7 @@ class ReuseCache:
 
     def fetch(self, key: Hashable, compute: Callable[[], torch.Tensor], nbytes: int,
               part: str | None = None) -> torch.Tensor | None:
-        """One access with the miss handled: the cached value; else, when a value of ``nbytes`` would be
-        admitted, ``compute()`` admitted and returned; else None (counted ``bypassed``), for a caller that
-        then computes only the part it needs. ``part``: who reads and, on a miss, makes the entry."""
+        """One access with the miss handled: the value, ``compute()`` if it would be admitted, else None (bypassed)."""
         value = self.lookup(key, part)
         if value is not None:
             return value
@@ -276,9 +192,7 @@ class ReuseCache:
         return value
 
     def shared(self, key: Hashable, readers: int) -> None:
-        """An aggregation computed once and read by ``readers`` consumers at once (the gates of a cell that
-        read it; module docstring, *The local level*): one miss and ``readers`` − 1 hits at ``key``'s
-        level. Nothing is stored; the plan and its clock are not involved."""
+        """Count one miss and ``readers`` − 1 hits for a value read by several gates at once; stores nothing."""
         level = _level(key)
         self.misses += 1
         self.hits += readers - 1
@@ -290,8 +204,7 @@ class ReuseCache:
         return self._cross[maker, reader]
 
     def invalidate(self, level: str = "local", layer: int | None = None) -> int:
-        """Drop every entry of ``level`` (of one ``layer`` if given): their values are stale (a local entry
-        after the parameters changed). Returns the number dropped."""
+        """Drop every entry of ``level`` (of one ``layer`` if given); returns the number dropped."""
         keys = [k for k in self._entries if k[0] == level and (layer is None or k[1] == layer)]
         for k in keys:
             self._drop(k)
@@ -304,13 +217,8 @@ class ReuseCache:
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
 
-    # -- checkpoints ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The entries held, least recently used first (key, value, who made it), for a checkpoint: which
-        aggregations a later access hits, and by which path (R2 from a cached Agg_{t-1}, from scratch) a miss
-        refills, depend on them, so a resumed run that started with another cache would count other hits and
-        could round some values differently. The plan and clock are not saved: the owner declares each
-        epoch's plan at its start. At most the capacity in values."""
+        """The entries held, least recently used first (key, value, maker): later hits and R2 refills depend on them."""
         return {"policy": self.policy, "capacity": self.capacity,
                 "entries": [(k, e.value, e.part) for k, e in self._entries.items()]}
 
@@ -330,7 +238,6 @@ class ReuseCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    # -- counters ------------------------------------------------------------------------------------
     def reset_counters(self) -> None:
         """Zero the counters (the owner's epoch boundary); the peak restarts from the bytes held now."""
         self.hits = self.misses = self.evictions = self.expired = self.bypassed = 0
@@ -356,14 +263,13 @@ def hit_rate(hits: float, misses: float) -> float:
     return hits / (hits + misses) if hits + misses else 0.0
 
 
-#: the active local level: (cache, the model's layers by identity -> their index); a stack
+# the active local level: (cache, layer identity -> index); a stack
 _ACTIVE: list[tuple[ReuseCache, dict[int, int]]] = []
 
 
 @contextmanager
 def local_level(cache: ReuseCache, layers: Iterable) -> Iterator[None]:
-    """While active, :func:`count_shared` reports to ``cache``'s local level, keyed by each layer's position
-    in ``layers`` (an encoder's cells, then a decoder's). A strategy wraps one forward pass in it."""
+    """While active, :func:`count_shared` reports to ``cache``'s local level, keyed by layer position."""
     _ACTIVE.append((cache, {id(m): i for i, m in enumerate(layers)}))
     try:
         yield
@@ -372,9 +278,7 @@ def local_level(cache: ReuseCache, layers: Iterable) -> Iterator[None]:
 
 
 def count_shared(layer, op: tuple, readers: int, what: str = "state") -> None:
-    """Called by a graph-RNN cell where it computes a hidden-vector aggregation once for ``readers`` gates
-    (ReInc §3.3.2: the basis of H_{t−1} over the step's operator ``op``): :meth:`ReuseCache.shared` on the
-    active :func:`local_level`, key ``("local", layer index, t, what)``; nothing when none is active."""
+    """Report a cell's hidden aggregation read by ``readers`` gates (ReInc §3.3.2) to the active local level."""
     if _ACTIVE:
         cache, index = _ACTIVE[-1]
         cache.shared(("local", index.get(id(layer), -1), op[0].t, what), readers)

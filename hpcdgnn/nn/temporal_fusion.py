@@ -1,26 +1,11 @@
 """Temporal fusion (DGC §5.1.2): concatenate short sequences instead of padding, mask the state (Eq. 4–5).
 
-Sequences of different lengths are usually batched by padding each to the
-longest, which spends compute and memory on zeros (DGC Fig. 9b). Temporal
-fusion packs them end to end into *lanes* of the longest length (Fig. 9c),
-first-fit in decreasing length, and runs the recurrence over the lanes. At the
-first step of every sequence but a lane's first, the hidden state of the
-previous sequence must not leak in; DGC's Eq. 4 multiplies it by a mask::
+Sequences are packed end to end into lanes (first-fit decreasing, DGC Fig. 9c) and the state is
+multiplied by a mask at each sequence start::
 
     u_C1 = σ(W_u · h_B2 · M_{B2,C1} + W_u · x_C1 + b_u),   M = 1 within a sequence, 0 across   (Eq. 5)
 
-which, applied to every gate, is a zero state at each sequence start — so
-every sequence's outputs equal those of running it alone
-(``tests/nn/test_temporal_fusion.py``). :func:`fused_gru` does this for a
-``torch.nn.GRU`` layer's weights.
-
-Where it applies: to sequences of *active* appearances, whose lengths vary
-(DGC Fig. 9a). By default the models compute every vertex in every snapshot,
-so every sequence has length T and there is nothing to pad; with
-``strategy.sequences: active`` the chunk runtime runs each vertex's time
-encoder over its active appearances only and packs them here (``fusion: on``)
-or pads them (``off``). ``perf/bench_fusion.py`` measures both.
-"""
+so every sequence's outputs equal those of running it alone. Used with ``strategy.sequences: active``."""
 
 from __future__ import annotations
 
@@ -82,11 +67,7 @@ def pad_sequences(lengths: np.ndarray) -> Packing:
 
 
 def fused_rnn(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """A torch ``GRU`` or ``LSTM`` (any number of layers, unidirectional) over packed lanes ``x``
-    (steps, lanes, F), the state of every layer multiplied by ``mask`` (steps, lanes) before each
-    step — Eq. 4 for every gate, i.e. a zero state where a sequence starts. Runs as one scan per
-    layer from the module's weights (:func:`hpcdgnn.nn.recurrent.run_torch_rnn`).
-    """
+    """A torch GRU or LSTM over packed lanes ``x`` (steps, lanes, F), the state times ``mask`` before each step."""
     if not supports(rnn):
         raise TypeError("fused_rnn: a unidirectional, time-major torch GRU or LSTM with biases, no dropout or "
                         "projection")

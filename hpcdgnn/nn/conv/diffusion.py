@@ -4,16 +4,8 @@ r"""Bidirectional random-walk diffusion convolution (DCRNN, Li et al. 2018, Eq. 
     P_f = D_O^{-1} A,\qquad P_b = D_I^{-1} A^\top,\qquad
     x \star_{\mathcal G} \Theta = \sum_{k<K} \big(P_f^k x\, \Theta_{f,k} + P_b^k x\, \Theta_{b,k}\big) + b
 
-with D_O = diag(A·1) (row sums: out-degrees) and D_I = diag(Aᵀ·1) (column sums: in-degrees); a vertex
-without out- (in-) edges has a zero row in P_f (P_b). A is the snapshot's weighted adjacency as stored
-(self-loops included: a walk may stay). The k = 0 terms of both directions are the same x, so their two
-weights are one: :func:`diffusion_basis` returns ``[x | P_f x | … | P_f^{K-1} x | P_b x | … | P_b^{K-1} x]``,
-(n, (2K - 1)·F), and the filters of all gates are one GEMM with a ((2K - 1)·F, gates·F') weight.
-
-PyG Temporal's ``DConv`` builds a dense N×N adjacency per call (``to_dense_adj``: O(N²) memory, which
-is why it runs out of memory on large graphs) and uses a Chebyshev-like recursion (2 P T_{k-1} - x);
-this module follows the paper's powers and never leaves CSR.
-"""
+D_O, D_I are out- and in-degrees (self-loops kept). The two k = 0 terms share one weight, so the basis is
+(n, (2K - 1)·F). Unlike PyG Temporal's dense ``DConv``, this never leaves CSR."""
 
 from __future__ import annotations
 

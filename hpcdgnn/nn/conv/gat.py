@@ -5,12 +5,8 @@ r"""Graph attention (Veličković et al. 2018), the structure encoder of DySAT (
     \alpha_{ij} = \mathrm{softmax}_{j \in N(i) \cup \{i\}}(e_{ij}),\quad
     h'_i = \sum_j \alpha_{ij} W h_j
 
-over the entries of Ã (self-loops included; Ã's values are not used). The
-messages ``[W h_j, a_src·W h_j]`` are computed where row j lives and gathered
-once (:class:`~hpcdgnn.nn.conv.graph.LocalGraph`), so a halo carries F' + 1
-values per row. The softmax subtracts each row's maximum score, taken without
-gradient (the softmax does not depend on it), so it is stable and exact.
-"""
+over Ã's pattern. Messages ``[W h_j, a_src·W h_j]`` are gathered once (F' + 1 values per halo row); the
+softmax subtracts each row's maximum without gradient (stable and exact)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ __all__ = ["GATConv"]
 
 
 class GATConv(nn.Module):
-    """One single-head GAT aggregation ``(n, F) -> (n, F')`` (no activation; the layer applies it): the module
-    docstring's e_ij, α_ij and h'_i (Veličković et al. 2018; DGC §7.1's DySAT).
+    """One single-head GAT aggregation ``(n, F) -> (n, F')``, no activation (Veličković et al. 2018).
 
     Args:
         in_features: F, the width of h.
@@ -32,8 +27,7 @@ class GATConv(nn.Module):
         negative_slope: the LeakyReLU's slope for negative scores.
 
     Shapes:
-        ``graph`` n rows over n + halo columns, ``h`` (n, F) -> (n, F'); a halo row carries F' + 1 values.
-    """
+        ``graph`` n rows over n + halo columns, ``h`` (n, F) -> (n, F')."""
 
     def __init__(self, in_features: int, out_features: int, negative_slope: float = 0.2) -> None:
         super().__init__()

@@ -3,10 +3,8 @@ r"""GCN propagation with IBM Eq. 1 normalisation and an explicit-adjoint sparse 
 .. math::
     \tilde A = D^{-1/2} (A + I) D^{-1/2},\qquad D_{uu} = 1 + \sum_v A_{uv}      (IBM Eq. 1)
 
-For 0/1 weights, :math:`D_{uu} = 1 + \deg_u` exactly as in IBM §2.2. The GCN
-operation ``Y = σ(Ã X W)`` (Eq. 2) is split as ``Y' = Ã X`` then ``Y' W``
-(IBM §5.5) so the first layer's ``Ã X`` can be computed once (SPEC S4).
-"""
+``Y = σ(Ã X W)`` (Eq. 2) is split as ``Ã X`` then ``(Ã X) W`` (IBM §5.5) so the first layer's ``Ã X``
+is computed once (SPEC S4)."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ import torch
 
 from hpcdgnn.indices import torch_index_dtype
 
-# CSR tensors are central here, not an experiment: the per-process "beta" notice is noise in job logs
+# CSR tensors are central here: the per-process 'beta' notice is noise in job logs
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
@@ -29,17 +27,13 @@ __all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_nbytes", "csr
 class NormalizedAdjacency:
     """Ã of one snapshot (``t``; -1 for several) and its transpose for the backward pass, as torch CSR tensors.
 
-    The transpose may be left out (``a_t=None``): :attr:`a_t` builds it the first time something asks for it
-    (:func:`transposed_mm`). Why: an operator
-    that only runs forward (checkpoint blocks' pass without autograd, steps past the training horizon) never
-    needs it, and building it cost more than a product with it.
-    """
+    ``a_t=None`` builds the transpose on first use: a forward-only operator never needs it."""
 
     __slots__ = ("_a_t", "a", "on_transpose", "t")
 
     def __init__(self, t: int, a: torch.Tensor, a_t: torch.Tensor | None = None) -> None:
         self.t, self.a, self._a_t = t, a, a_t
-        #: called with this operator when its transpose is built late: an owner that reports the bytes it holds
+        #: called with this operator when its transpose is built late (byte accounting)
         self.on_transpose: Callable[[NormalizedAdjacency], None] | None = None
 
     @property
@@ -76,9 +70,7 @@ def _as_tensor(a) -> torch.Tensor:
 
 
 def csr_tensor(crow: torch.Tensor, col: torch.Tensor, val: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    """The CSR tensor of valid arrays, its indices int32 where the entries and columns fit
-    (:func:`~hpcdgnn.indices.index_dtype`) — every operator builder here ends in it. Why: MKL's product
-    takes int32, and torch would convert int64 indices on every call."""
+    """The CSR tensor of valid arrays, indices int32 where they fit (MKL's product takes int32)."""
     idx = torch_index_dtype(max(col.shape[0], shape[1]))
     # the callers build valid arrays; skipping the check also skips its warning
     return torch.sparse_csr_tensor(crow.to(idx), col.to(idx), val, shape, check_invariants=False)
@@ -95,11 +87,7 @@ def sorted_csr(
 
 
 def csr_entries(indptr, indices, weights) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """(rows, cols, float64 weights, N) of a CSR adjacency's entries, in CSR order, where ``indptr`` lives.
-
-    The arrays may be numpy or torch; every operator built from a snapshot (Ã, L̂, the diffusion
-    transitions) starts here.
-    """
+    """(rows, cols, float64 weights, N) of a CSR adjacency's entries (numpy or torch), where ``indptr`` lives."""
     indptr, indices, weights = _as_tensor(indptr).to(torch.int64), _as_tensor(indices), _as_tensor(weights)
     dev = indptr.device
     n, nnz = indptr.shape[0] - 1, indices.shape[0]
@@ -108,13 +96,9 @@ def csr_entries(indptr, indices, weights) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> NormalizedAdjacency:
-    """Build Ã (IBM Eq. 1) of a CSR adjacency with self-loops added, in float64 then cast.
+    """Build Ã (IBM Eq. 1) of a CSR adjacency with self-loops added, in float64 then cast, on ``indptr``'s device.
 
-    The arrays may be numpy or torch (on any device: the result lives where
-    ``indptr`` is, so a snapshot decoded on the GPU is normalised there, S3).
-    Torch ops only; on the CPU every reduction runs in a fixed order, so the
-    same snapshot gives bit-identical Ã on every rank.
-    """
+    Torch ops only, in a fixed order on the CPU: the same snapshot gives bit-identical Ã on every rank."""
     rows, cols, w, n = csr_entries(indptr, indices, weights)
     dev = rows.device
     keep = rows != cols  # A + I: an input self-loop would be counted twice otherwise
@@ -131,13 +115,7 @@ def gcn_norm(t: int, indptr, indices, weights, dtype: torch.dtype) -> Normalized
 def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``a @ x`` for a CSR ``a`` and a dense ``x``: ``torch.sparse.mm``'s result, bit for bit.
 
-    Why not ``torch.sparse.mm`` itself on the CPU: it zero-fills a result, copies it into a second one
-    and only then runs MKL's product into that — two extra passes over an (n, F) output that the
-    product overwrites anyway. ``addmm(out, a, x, beta=0, out=out)`` into an uninitialised ``out``
-    runs the product alone (beta = 0: ``out``'s contents are ignored, NaN included). ``out=`` has no autograd, so a
-    product that autograd must see (``x`` requiring grad with grad mode on), another device or another dtype takes
-    ``torch.sparse.mm``.
-    """
+    On the CPU outside autograd, ``addmm(..., beta=0, out=out)`` skips sparse.mm's two extra passes over the output."""
     if not _plain_cpu_product(a, x):
         return torch.sparse.mm(a, x)
     x = x.contiguous()  # a strided x costs MKL a copy anyway; made here once
@@ -146,8 +124,7 @@ def csr_mm(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def _plain_cpu_product(a: torch.Tensor, x: torch.Tensor) -> bool:
-    """A CPU CSR ``a`` and a 2-D CPU ``x`` of its float dtype, outside autograd: what the products here may take
-    past ``torch.sparse.mm`` (:func:`csr_mm`, :func:`transposed_mm`)."""
+    """Whether a CPU CSR ``a`` and ``x`` outside autograd may take the ``out=`` products here."""
     return (a.layout == torch.sparse_csr and a.device.type == "cpu" and x.device.type == "cpu" and x.dim() == 2
             and a.dtype in (torch.float32, torch.float64) and x.dtype == a.dtype
             and not (x.requires_grad and torch.is_grad_enabled()))
@@ -185,26 +162,17 @@ def spmm(adj: NormalizedAdjacency, x: torch.Tensor) -> torch.Tensor:
 
 def row_phases(adj: NormalizedAdjacency, k: int,
                square: bool = True) -> tuple[NormalizedAdjacency, torch.Tensor, bool]:
-    """Rows [0, k) of Ã with their transpose, and rows [k, n) without one: an operator split at a row.
+    """Rows [0, k) of Ã with their transpose, rows [k, n) without: an operator split at the training horizon.
 
-    For rows numbered time-major and split at the training horizon: the head's product needs a
-    backward, the tail's never does (no training gradient reaches steps after the horizon), so the
-    tail keeps no transpose. Both read Ã's arrays in place (row slices of CSR are views; only the
-    tail's row pointers are rebased). Returns ``(head, tail, square)``: ``square`` when it is asked
-    for, the head reads only columns [0, k) and no later row reads those columns (Ã
-    block-diagonal in time, no halo) — the head is then (k, k) and its transpose is rows [0, k) of Ãᵀ,
-    also a view (or left to be built where Ã has none yet); else the head keeps all columns (its product
-    reads what the whole one reads: a head over the halo must keep the exchange in its backward) and its
-    transpose is built from its entries.
-    """
+    Returns ``(head, tail, square)``; both read Ã's arrays in place. With ``square`` the head is (k, k) when
+    no entry crosses column k; else the head keeps all columns (its backward must reach the halo exchange)."""
     a = adj.a
     n, width = a.shape
     crow, col, val = a.crow_indices(), a.col_indices(), a.values()
     e = int(crow[k])
-    # no head entry reads a column from k on, no tail entry one before k
     square = square and (e == 0 or int(col[:e].max()) < k) and (e == col.shape[0] or int(col[e:].min()) >= k)
     if square:
-        at = adj.a_t if adj.has_transpose else None  # else the head's is built only if asked for, as the whole's
+        at = adj.a_t if adj.has_transpose else None
         head_t = None if at is None else csr_tensor(at.crow_indices()[: k + 1], at.col_indices()[:e],
                                                     at.values()[:e], (k, k))
         head = NormalizedAdjacency(adj.t, csr_tensor(crow[: k + 1], col[:e], val[:e], (k, k)), head_t)
@@ -231,22 +199,16 @@ def _block_diagonal_csr(ms: list[torch.Tensor]) -> torch.Tensor:
 
 
 def block_diagonal(adjs: list[NormalizedAdjacency]) -> NormalizedAdjacency:
-    """diag(Ã_1, …, Ã_S): the snapshots of a phase as one operator over their stacked rows.
-
-    One sparse product over all of them replaces S small ones (snapshot-parallel
-    execution, PiPAD's idea): each output row still sums the same entries in the
-    same column order, so the result equals the per-snapshot products.
-    """
+    """diag(Ã_1, …, Ã_S): one sparse product over a phase's snapshots (snapshot-parallel, PiPAD), same sums."""
     if len(adjs) == 1:
         return adjs[0]
-    transposed = all(a.has_transpose for a in adjs)  # else left to be built, if it is asked for, from the whole
+    transposed = all(a.has_transpose for a in adjs)
     return NormalizedAdjacency(-1, _block_diagonal_csr([a.a for a in adjs]),
                                _block_diagonal_csr([a.a_t for a in adjs]) if transposed else None)
 
 
 def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
-    """The row of each of ``total`` entries stored row by row, ``counts[r]`` in row r: ``repeat_interleave``
-    of the row ids, as a scatter of ones at the row ends and a prefix sum (a few times faster on the CPU)."""
+    """Row of each of ``total`` entries stored row by row: a scatter of ones and a prefix sum (repeat_interleave)."""
     ends = torch.cumsum(counts, 0)
     marks = torch.zeros(total + 1, dtype=torch.int64, device=counts.device)
     marks.index_add_(0, ends, torch.ones_like(ends))
@@ -254,21 +216,10 @@ def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
 
 
 def stacked_gcn_norm(snaps: list, ts: list[int], dtype: torch.dtype, transpose: bool = False) -> NormalizedAdjacency:
-    """diag(Ã_1, …, Ã_S) of canonical CSR snapshots (IBM Eq. 1), built in place: bit for bit
-    ``block_diagonal([gcn_norm(t, …) for each snapshot])``, without its two key sorts per matrix, its
-    searches for the row pointers and the copies into the block-diagonal operator.
+    """diag(Ã_1, …, Ã_S) of canonical CSR snapshots (IBM Eq. 1), bit for bit ``block_diagonal`` of ``gcn_norm``.
 
-    The input is canonical (rows ascending, columns sorted and unique within a row), so Ã = D^-1/2 (A + I)
-    D^-1/2 in (row, column) order is A's entries with the diagonal slotted into each row: an entry moves
-    by its row number, plus one when it lies right of the diagonal. The values are gcn_norm's, computed
-    by the same float64 expressions in the same order. Each snapshot writes straight into its slice of the
-    stacked arrays, shifted by its row offset.
-
-    Ãᵀ is built only with ``transpose``, for an operator kept for the whole run whose product has a
-    backward. Else it is left out (:class:`NormalizedAdjacency`: built at the first backward,
-    :func:`transposed_mm`). Why: an operator built per checkpoint block
-    is built twice an epoch, most of its loads run without autograd, and the transpose is most of its build.
-    """
+    Built in place: the diagonal is slotted into each canonical row, values by gcn_norm's float64 expressions in
+    the same order. Ãᵀ is built only with ``transpose`` (else at the first backward)."""
     crow, col, val = _stacked_arrays(snaps, dtype)
     shape = (crow.shape[0] - 1, crow.shape[0] - 1)
     adj = NormalizedAdjacency(ts[0] if len(ts) == 1 else -1, csr_tensor(crow, col, val, shape))
@@ -285,7 +236,7 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
         rows = _row_ids(counts, nnz)
         cols = c.indices.to(torch.int64)
         w = c.values.to(torch.float64)
-        keep = rows != cols  # A + I: an input self-loop would be counted twice otherwise (as gcn_norm)
+        keep = rows != cols
         if not bool(keep.all()):
             rows, cols, w = rows[keep], cols[keep], w[keep]
             counts = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, rows, torch.ones_like(rows))
@@ -295,16 +246,16 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
     crow = torch.zeros(width + 1, dtype=torch.int64, device=dev)
     col_a = torch.empty(total, dtype=torch.int64, device=dev)
     val_a = torch.empty(total, dtype=dtype, device=dev)
-    off = r0 = 0  # entries and rows of the snapshots before this one
+    off = r0 = 0
     for n, rows, cols, w, counts in parts:
         m = rows.shape[0]
         ar = torch.arange(n, device=dev)
         deg = torch.ones(n, dtype=torch.float64, device=dev).index_add_(0, rows, w)
         dinv = 1.0 / torch.sqrt(deg)
-        ends = torch.cumsum(counts + 1, 0)  # end of each row of Ã
+        ends = torch.cumsum(counts + 1, 0)
         crow[r0 + 1 : r0 + n + 1] = ends + off
         left = torch.zeros(n, dtype=torch.int64, device=dev).index_add_(0, rows, (cols < rows).to(torch.int64))
-        diag = ends - (counts + 1) + left  # the diagonal follows the row's entries left of it
+        diag = ends - (counts + 1) + left
         pos = torch.arange(m, device=dev).add_(rows).add_(cols > rows)
         ca = col_a[off : off + m + n]
         ca.scatter_(0, pos, cols).scatter_(0, diag, ar)
@@ -313,7 +264,7 @@ def _stacked_arrays(snaps: list, dtype: torch.dtype) -> tuple[torch.Tensor, ...]
         v.scatter_(0, diag, torch.ones(n, dtype=torch.float64, device=dev) * dinv * dinv)
         va = val_a[off : off + m + n]
         va.copy_(v)
-        if r0:  # block-diagonal: this snapshot's columns start at its first row
+        if r0:
             ca += r0
         off, r0 = off + m + n, r0 + n
     return crow, col_a, val_a

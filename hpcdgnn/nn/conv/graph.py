@@ -1,17 +1,9 @@
 """What a layer's neighbourhood aggregation sees of the graph, whatever the partitioning.
 
-Every strategy computes a layer for a set of *rows* (a whole snapshot, or a
-rank's vertex appearances over all snapshots) whose neighbours are partly
-elsewhere. :class:`LocalGraph` hides that: ``adj`` holds the rows' entries of
-Ã (IBM Eq. 1, self-loops included) with columns over ``[own rows ; halo
-rows]``, and ``gather(m)`` turns per-row values computed here into that
-column space — the identity for a whole snapshot, one halo all-to-all (exact
-or stale, SPEC S6/D3) for vertex and chunk partitions. A GCN aggregates
-Ã·gather(H); an attention layer gathers its messages and weighs the same edges
-(:mod:`hpcdgnn.nn.conv.gat`). :class:`RowGroups` runs the GCN aggregation in
-groups of rows (fused chunks). Because the gather is the only communication, a
-layer that needs more than Ã·X still runs under every strategy, exactly.
-"""
+:class:`LocalGraph` holds the rows' entries of Ã (IBM Eq. 1) over ``[own rows ; halo rows]`` columns and a
+``gather`` into that column space: the identity for a whole snapshot, one halo all-to-all (SPEC S6/D3)
+for vertex and chunk partitions. The gather is the only communication, so every layer runs under every
+strategy exactly."""
 
 from __future__ import annotations
 
@@ -27,17 +19,13 @@ __all__ = ["LocalGraph", "RowGroups"]
 
 
 class RowGroups:
-    """Ã split into groups of rows, each aggregated on its own from the columns it reads (DGC §5.1.1).
+    """Ã split into groups of rows, each aggregated from its own gathered columns (fused chunks, DGC §5.1.1).
 
-    Group g's product reads only its columns, gathered into a compact buffer (the
-    "load" of a fused chunk), so its peak is the group's size, not the rank's.
-    Columns keep their order inside a group, so every output row sums the same
-    entries in the same order as the ungrouped product: the forward is identical.
+    Columns keep their order inside a group, so the forward is identical to the ungrouped product.
 
     Args:
         adj: the rows' Ã over [own ; halo] columns.
-        group: group id (0..G-1) of each row.
-    """
+        group: group id (0..G-1) of each row."""
 
     def __init__(self, adj: NormalizedAdjacency, group: np.ndarray) -> None:
         a = adj.a.cpu()
@@ -46,15 +34,15 @@ class RowGroups:
         row = np.repeat(np.arange(n), np.diff(crow))
         group = np.asarray(group, dtype=np.int64)
         G = int(group.max(initial=-1)) + 1
-        rows = np.argsort(group, kind="stable")  # rows grouped, ascending within a group
+        rows = np.argsort(group, kind="stable")
         row_bounds = np.searchsorted(group[rows], np.arange(G + 1))
         pos = np.empty(n, dtype=np.int64)
-        pos[rows] = np.arange(n) - row_bounds[group[rows]]  # row's index inside its group
-        ent = np.argsort(group[row], kind="stable")  # entries grouped, CSR order within a group
+        pos[rows] = np.arange(n) - row_bounds[group[rows]]
+        ent = np.argsort(group[row], kind="stable")
         ent_bounds = np.searchsorted(group[row][ent], np.arange(G + 1))
         self.ops, self.cols, self.rows = [], [], []
         self.num_rows = n
-        self.loaded_rows = 0  # rows read by one aggregation, summed over groups
+        self.loaded_rows = 0
         self.nbytes = 0
         for g in range(G):
             e = ent[ent_bounds[g] : ent_bounds[g + 1]]
@@ -86,15 +74,12 @@ class RowGroups:
 
 
 class _GroupedSpMM(torch.autograd.Function):
-    """Forward: each group's Ã_g · full[cols_g], rows put back in order. Backward: each group's
-    Ã_gᵀ · dY_g added into one gradient buffer — not one full-size zero-filled gradient per group,
-    which autograd's index_select would make (O(groups × rows) with many small chunks).
-    """
+    """Each group's Ã_g · full[cols_g]; backward adds Ã_gᵀ · dY_g into one buffer (not a zero-filled one per group)."""
 
     @staticmethod
     def forward(ctx, full, groups):  # noqa: D102
         ctx.groups, ctx.shape = groups, full.shape
-        out = full.new_empty(groups.num_rows, full.shape[1])  # every row is one group's
+        out = full.new_empty(groups.num_rows, full.shape[1])
         for op, c, rows in zip(groups.ops, groups.cols, groups.rows, strict=True):
             out.index_copy_(0, rows, csr_mm(op.a, full.index_select(0, c)))
         return out
@@ -105,7 +90,6 @@ class _GroupedSpMM(torch.autograd.Function):
         grad = grad.contiguous()
         gin = grad.new_zeros(ctx.shape)
         for op, c, rows in zip(g.ops, g.cols, g.rows, strict=True):
-            # each group's rows gathered from the gradient as they come (no group-ordered copy of all of it)
             gin.index_add_(0, c, csr_mm(op.a_t, grad.index_select(0, rows)))
         return gin, None
 

@@ -1,138 +1,20 @@
 r"""R2, incremental aggregation over consecutive snapshots: ReInc §3.2, Eq. 2 (SPEC Family B, R2).
 
-Instead of aggregating every snapshot of a window from scratch (ReInc Eq. 1,
-``Agg_t = F_t *_aggr G_t``), ReInc updates the previous snapshot's result with
-two *delta graphs*, ``G⁻_t`` (edge deletions) and ``G⁺_t`` (edge insertions):
-
 .. math::
     Agg_t = Agg_{t-1} - F_{t-1} *_{aggr} G^-_t + F_t *_{aggr} G^+_t          (ReInc Eq. 2)
 
-and "a node's feature change can be viewed as edge deletions from it to its
-out-neighbors at the previous timestep and edge insertions from it to its
-out-neighbors at the current timestep" (§3.2). Above a user-defined change
-ratio it falls back to aggregation from scratch.
-
-Aggregations (rows = target vertices, as in :mod:`hpcdgnn.nn.conv.gcn`:
-``Agg[v] = Σ_u A[v, u] F[u]``), all written as one form
-
-.. math::
-    Agg_t = r_t \odot (M_t F_t),\qquad  M_t[v, u] = \hat A_t[v, u]\, c_t[u]
-
-============  ==========================================  ==============  =====================
-``kind``      :math:`\hat A_t`                             column scale c  row scale r
-============  ==========================================  ==============  =====================
-``sum``       A_t as given (input self-loops count)        1               1
-``mean``      A_t as given                                 1               1 / Σ_u A_t[v, u]
-                                                                           (0 for a zero row sum)
-``gcn``       A_t without input self-loops, plus I         d_t^-1/2        d_t^-1/2,
-              (IBM Eq. 1, as ``gcn_norm``)                                 d_v = 1 + Σ_{u≠v} A_vu
-============  ==========================================  ==============  =====================
-
-so ``gcn`` is ``gcn_norm``'s Ã·F (the same matrix, the two scalings applied
-as a column scale folded into M and a row scale applied to the result). The
-state carried from step to step is ``S_t = M_t F_t``; the output is
-``r_t ⊙ S_t``. This splits the GCN normalisation's two effects of a degree
-change at vertex v:
-
-* the *row* scale ``r_t[v]`` changes: row v is only rescaled (an O(d)
-  multiply every row gets anyway), not re-aggregated; for ``mean`` likewise
-  when v's weight sum changes;
-* the *column* scale ``c_t[v]`` changes: every entry ``M_t[w, v]`` changes, so
-  every row w that reads v (and v itself, through its self-loop) gets those
-  entries in its delta: the entry is deleted with its old value and
-  re-inserted with its new one, exactly like a weight change.
-
-The delta graphs of step t (restricted to the requested rows) are therefore:
-
-* ``G⁻_t``: entries of ``M_{t-1}`` that were removed, whose value changed
-  (weight change or, for ``gcn``, column-degree change), or whose column's
-  features changed (``F_t[u] ≠ F_{t-1}[u]``, compared row by row, exactly);
-* ``G⁺_t``: entries of ``M_t`` that were added, whose value changed, or whose
-  column's features changed;
-
-and ``S_t = S_{t-1} − M⁻_t F_{t-1} + M⁺_t F_t`` with ``M^±`` the matrices of
-those entries (Eq. 2). A kept entry with an unchanged value and unchanged
-features contributes nothing and is never read.
-
-Per-row choice. A row whose delta has at least as many entries as the row has
-in ``M_t`` (``|G⁻_t[v]| + |G⁺_t[v]| ≥ nnz(M_t[v])``, with at least one delta
-entry) is recomputed from scratch: it is no more work and it is exact, e.g. a
-row that loses all its edges becomes exactly 0 rather than a rounding residue.
-Other rows with a delta are *updated*; rows with none are *untouched* (their
-state is bit-identical to the previous step's).
-
-Change-ratio threshold (``incremental_threshold``). For step t ≥ 1,
-
-.. math::
-    \rho_t = \frac{|G^-_t| + |G^+_t|}{\max(1, nnz(M_t[R, :]))}
-
-with all three counts over the requested rows R (for ``gcn``, nnz includes
-the N_R diagonal entries). It is the number of matrix entries the incremental
-path multiplies, relative to what aggregation from scratch multiplies. If
-``ρ_t > threshold`` the whole step is aggregated from scratch (ReInc's
-fallback "where the size of G⁻ and G⁺ are comparable to the size of the
-snapshot"). ``threshold = 0`` recomputes every step that changes anything;
-``threshold = inf`` never falls back. The first step of a window is always
-from scratch.
-
-Statistics (:class:`StepStats`, :class:`IncrementalStats`): per step, rows
-recomputed from scratch, rows updated by the delta, rows untouched, the
-entries from scratch would multiply (``nnz(M_t[R])``) and the entries this
-step did multiply (delta entries plus the entries of recomputed rows, or
-``nnz`` on a fallback). Over the window, ``recomputed_fraction`` = rows
-recomputed / (|R| · (L − 1)) and ``work_fraction`` = entries multiplied /
-entries from scratch, both over steps 1..L−1 (step 0 is from scratch by
-definition and is reported on its own).
-
-Structure and features. Everything that depends only on the snapshots (the
-restricted matrices ``M_t[R]``, the row scales, the structural part of the
-delta graphs and its per-row counts) is built once, when the aggregator is
-constructed, and reused by every :meth:`IncrementalAggregator.aggregate` call
-(other layers, other epochs). The feature part of the delta is found at call
-time: with one feature matrix for all snapshots (layer-0 input features that
-do not change) it is empty and costs nothing; with one matrix per snapshot,
-the changed vertices are found with one exact O(N·d) comparison per step and
-the entries reading them with O(nnz) masks (no multiplications), after which
-the step's matrices are built at call time. That is slower than the
-structure-only path: on the benchmark with 2 % of the feature rows changing
-per step it is slower than from scratch at d = 16 (a column index of M_t
-would make the selection O(entries selected); not done yet). When features
-change for most vertices (hidden layers), ρ_t exceeds any useful threshold
-and the step falls back; a step whose structural ρ_t already exceeds the
-threshold falls back without looking at the features.
-
-Cost. Construction matches the entries of consecutive snapshots by key (a
-sorted search, O(nnz log nnz) per snapshot, no feature width); on the
-benchmark below it costs about as much as 20 from-scratch aggregations at
-d = 16, so it pays when the structure is reused (layers, gates, epochs). A
-step then multiplies only its delta entries, as CSR matrices over the rows it
-touches (with unchanged features ``M⁻`` and ``M⁺`` are one matrix, the ``M⁻``
-values negated), plus an O(|R|·d) copy of the state and the row scaling.
-``perf/bench_incremental.py`` compares both paths.
-
-Autograd. Every product is ``torch.sparse.mm(CSR, dense)`` and the updates
-are out-of-place additions and ``index_copy``, so the outputs are
-differentiable with respect to the features, with the same gradients as from
-scratch (the backward multiplies by the transposed delta matrices, which torch
-builds on demand). One rule makes this hold: "F_t[u] unchanged" is decided by
-identity (one tensor for all snapshots, or consecutive entries that are the
-same object) or, when gradients are off or neither tensor requires them, by
-comparing values. Two *distinct* tensors that require gradients count as
-changed everywhere, since reading F_{t−1} in place of an equal F_t would send
-F_t's gradient to F_{t−1}; such a step (a hidden layer) then falls back to
-from scratch under any threshold below about 2. Gradients do not flow to the
-edge weights (the matrices are built without autograd). The autograd graph of
-``Agg_t`` chains steps 0..t.
-
-Numerics: the incremental result equals the from-scratch one up to rounding
-(tested at rtol 1e-10 in float64). Rounding of the carried state accumulates
-over a window (a few ulps per step in the updated rows); float32 windows of a
-few tens of snapshots stay within ~1e-5 relative.
-
-Snapshots must be canonical CSR (columns sorted and unique within each row),
-as the shard reader and :mod:`hpcdgnn.data.graph_diff` produce; edges are
-matched by the key ``row * N + col`` as there.
-"""
+Every ``kind`` is written ``Agg_t = r_t ⊙ (M_t F_t)`` with ``M_t[v, u] = Â_t[v, u] c_t[u]``:
+``sum`` (Â = A, c = r = 1), ``mean`` (r = 1 / row sum, 0 for an empty row) and ``gcn``
+(Â = A without input self-loops plus I, c = r = d^-1/2, as ``gcn_norm``, IBM Eq. 1). The carried
+state is ``S_t = M_t F_t``; ``G⁻_t``/``G⁺_t`` hold the entries of ``M_{t-1}``/``M_t`` that were
+removed/added, changed value (including a ``gcn`` column-degree change) or read a changed feature
+row (§3.2: a feature change is a deletion plus an insertion). A row whose delta is at least its
+nnz is recomputed from scratch (exact, no more work); a step whose change ratio
+``ρ_t = (|G⁻_t| + |G⁺_t|) / max(1, nnz(M_t[R]))`` exceeds ``threshold`` falls back to from scratch
+(ReInc's fallback); step 0 always is. Structure is built once per aggregator; the feature delta
+is found per call. Two distinct tensors that require grad count as changed everywhere (reading
+F_{t−1} for an equal F_t would send F_t's gradient to F_{t−1}). Snapshots must be canonical CSR;
+edges are matched by the key ``row * N + col`` as in :mod:`hpcdgnn.data.graph_diff`."""
 
 from __future__ import annotations
 
@@ -162,9 +44,6 @@ AGGREGATIONS = ("sum", "mean", "gcn")
 Aggregation = Literal["sum", "mean", "gcn"]
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
 def _as_tensor(a, device=None) -> torch.Tensor:
     t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
     return t if device is None else t.to(device)
@@ -184,11 +63,7 @@ def _csr_arrays(snap) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
-    """Row index of each of ``total`` entries stored row by row with ``counts[r]`` entries in row r.
-
-    ``repeat_interleave`` of the row ids, as a scatter of ones at the row ends and a prefix sum
-    (gcn.py's construction, a few times faster on the CPU).
-    """
+    """Row index of each of ``total`` entries stored row by row, ``counts[r]`` in row r (gcn.py's scatter + cumsum)."""
     ends = torch.cumsum(counts, 0)
     marks = torch.zeros(total + 1, dtype=torch.int64, device=counts.device)
     marks.index_add_(0, ends, torch.ones_like(ends))
@@ -196,7 +71,7 @@ def _row_ids(counts: torch.Tensor, total: int) -> torch.Tensor:
 
 
 def _searchsorted(sorted_keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """``torch.searchsorted`` (left); numpy's on the CPU, about twice as fast for ascending queries."""
+    """``torch.searchsorted`` (left); numpy's on the CPU, faster for ascending queries."""
     if sorted_keys.device.type == "cpu":
         return torch.from_numpy(np.searchsorted(sorted_keys.numpy(), query.numpy()))
     return torch.searchsorted(sorted_keys, query)
@@ -226,18 +101,13 @@ def _spmm(crow: torch.Tensor, cols: torch.Tensor, vals: torch.Tensor, shape: tup
     return torch.sparse.mm(a, x)
 
 
-# ----------------------------------------------------------------------------- structure (built once)
-
-
 @dataclass
 class RowAdjacency:
-    """``M_t[R, :]`` and ``r_t[R]`` of one snapshot (module docstring), in canonical CSR.
+    """``M_t[R, :]`` and ``r_t[R]`` of one snapshot, in canonical CSR.
 
     Shapes (k = |R|, m = nnz(M_t[R, :])):
-        ``ptr`` (k+1,) int64; ``rowpos`` (m,) int64, the position in R of each
-        entry's row; ``cols`` (m,) int64 vertex ids; ``vals`` (m,) ``dtype``;
-        ``scale`` (k,) ``dtype`` or None (``sum``); ``keys`` (m,) int64 ``rowpos * N + col``, ascending.
-    """
+        ``ptr`` (k+1,); ``rowpos`` (m,) R-position of each entry's row; ``cols`` (m,); ``vals`` (m,);
+        ``scale`` (k,) or None (``sum``); ``keys`` (m,) ``rowpos * N + col``, ascending."""
 
     num_vertices: int
     ptr: torch.Tensor
@@ -248,7 +118,7 @@ class RowAdjacency:
     keys: torch.Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # entry keys rowpos * N + col, ascending (canonical CSR): how consecutive snapshots are matched
+        # keys rowpos * N + col, ascending: how consecutive snapshots are matched
         self.keys = self.rowpos * self.num_vertices + self.cols
 
     @property
@@ -269,19 +139,16 @@ class RowAdjacency:
 def build_row_adjacency(
     snap, kind: Aggregation, rows: torch.Tensor | None = None, dtype: torch.dtype = torch.float32
 ) -> RowAdjacency:
-    """Build ``M_t[R, :]`` and ``r_t[R]`` of one canonical CSR snapshot (module docstring table).
+    """Build ``M_t[R, :]`` and ``r_t[R]`` of one canonical CSR snapshot.
 
     Args:
-        snap: a :class:`~hpcdgnn.data.graph_diff.CSRSnapshot`, a
-            :class:`~hpcdgnn.data.snapshot.Snapshot`, or ``(indptr, indices, values)``
-            (numpy or torch; the result lives on ``indptr``'s device).
+        snap: a ``CSRSnapshot``, a ``Snapshot`` or ``(indptr, indices, values)`` (result on ``indptr``'s device).
         kind: ``"sum"``, ``"mean"`` or ``"gcn"``.
-        rows: R, unique vertex ids (int64, any order; output rows follow it), or None for all N.
+        rows: R, unique vertex ids (output rows follow it), or None for all N.
         dtype: dtype of the values and scales (computed in float64, then cast, as ``gcn_norm``).
 
     Raises:
-        ValueError: unknown ``kind`` or a CSR that is not canonical.
-    """
+        ValueError: unknown ``kind`` or a CSR that is not canonical."""
     if kind not in AGGREGATIONS:
         raise ValueError(f"incremental aggregation: unknown kind {kind!r}; choose from {', '.join(AGGREGATIONS)}")
     indptr, indices, w = _csr_arrays(snap)
@@ -319,8 +186,7 @@ def build_row_adjacency(
     per_row = torch.bincount(rowpos, minlength=k)
     ptr = torch.zeros(k + 1, dtype=torch.int64, device=dev)
     torch.cumsum(per_row + 1, 0, out=ptr[1:])
-    # slot the diagonal into each row in column order: an entry moves by its row position, plus one
-    # right of the diagonal (stacked_gcn_norm's construction)
+    # slot the diagonal into each row in column order (stacked_gcn_norm's construction)
     left = torch.zeros(k, dtype=torch.int64, device=dev).index_add_(0, rowpos, (cols < v).to(torch.int64))
     diag = ptr[:-1] + left
     pos = torch.arange(m, device=dev) + rowpos + (cols > v).to(torch.int64)
@@ -334,19 +200,12 @@ def build_row_adjacency(
     return RowAdjacency(n, ptr, out_rowpos, out_cols, vals.to(dtype), dinv[rows].to(dtype))
 
 
-_Csr = tuple  # (crow, cols, vals) of a matrix over a compact list of rows
+_Csr = tuple
 
 
 @dataclass
 class _StepWork:
-    """What one incremental step multiplies, as CSR matrices over only the rows it touches.
-
-    ``touched`` (ascending positions in R) are the rows updated by their delta;
-    ``plus``/``minus`` hold M⁺_t / M⁻_t restricted to them (compact rows: row i of the
-    matrix is R-position ``touched[i]``). With ``minus`` None, ``plus`` holds both,
-    the G⁻ values negated (valid when F_{t−1} = F_t). ``rec`` are the rows recomputed
-    from scratch and ``rec_csr`` their rows of M_t.
-    """
+    """One incremental step's CSR matrices (``minus`` None: ``plus`` holds both, G⁻ negated)."""
 
     ratio: float
     touched: torch.Tensor
@@ -375,11 +234,7 @@ def _step_work(
     count: torch.Tensor,
     merge: bool,
 ) -> _StepWork:
-    """The per-row choice (module docstring) and the compact matrices of a step with delta ``G^±``.
-
-    ``minus_idx``/``plus_idx``: ascending entries of ``M_{t−1}``/``M_t`` in G⁻/G⁺; ``count``:
-    per-row |G⁻[v]| + |G⁺[v]|.
-    """
+    """The per-row choice and the compact matrices of a step with delta ``G^±``."""
     n, k, dev = cur.num_vertices, cur.num_rows, cur.ptr.device
     ratio = _ratio(int(minus_idx.shape[0]) + int(plus_idx.shape[0]), cur.nnz)
     row_nnz = cur.ptr[1:] - cur.ptr[:-1]
@@ -419,7 +274,7 @@ class _StepDelta:
 
     minus_mask: torch.Tensor  # (nnz_{t-1},) bool: entry of M_{t-1} removed or with a changed value
     plus_mask: torch.Tensor  # (nnz_t,) bool: entry of M_t added or with a changed value
-    work: _StepWork  # the step with unchanged features, G^± merged into one matrix
+    work: _StepWork
 
 
 def _delta_count(prev: RowAdjacency, cur: RowAdjacency, minus_idx, plus_idx) -> torch.Tensor:
@@ -444,19 +299,12 @@ def _step_delta(prev: RowAdjacency, cur: RowAdjacency) -> _StepDelta:
     return _StepDelta(minus_mask, plus_mask, _step_work(prev, cur, minus_idx, plus_idx, count, merge=True))
 
 
-# ----------------------------------------------------------------------------- statistics
-
-
 @dataclass
 class StepStats:
-    """What one step did (module docstring, "Statistics").
+    """What one step did: ``mode`` ``"scratch"`` (``reason`` ``"first"``/``"threshold"``) or ``"incremental"``.
 
-    ``mode``: ``"scratch"`` (whole step from scratch: ``reason`` is ``"first"`` or
-    ``"threshold"``) or ``"incremental"``. ``change_ratio``: ρ_t (None at step 0); on a
-    fallback decided by the structure alone it leaves out the feature deltas (a lower bound).
-    ``entries_scratch``: nnz(M_t[R, :]); ``entries_processed``: delta entries plus the entries
-    of recomputed rows (``entries_scratch`` on a fallback).
-    """
+    ``change_ratio`` is ρ_t (None at step 0); ``entries_scratch`` is nnz(M_t[R, :]) and
+    ``entries_processed`` the entries this step multiplied."""
 
     t: int
     mode: str
@@ -471,10 +319,7 @@ class StepStats:
 
 @dataclass
 class IncrementalStats:
-    """Per-step :class:`StepStats` of one :meth:`IncrementalAggregator.aggregate` call and window totals.
-
-    Totals and fractions are over steps 1..L−1 (step 0 is always from scratch).
-    """
+    """Per-step :class:`StepStats` of one :meth:`IncrementalAggregator.aggregate` call; totals over steps 1..L−1."""
 
     steps: list[StepStats] = field(default_factory=list)
 
@@ -526,28 +371,18 @@ class IncrementalStats:
         }
 
 
-# ----------------------------------------------------------------------------- the aggregator
-
-
 class IncrementalAggregator:
-    """Aggregations of rows R over a window of snapshots A_0..A_{L−1}, by ReInc Eq. 2 (module docstring).
-
-    Construction builds the structure once (``M_t[R, :]``, ``r_t[R]`` and the
-    structural delta of every consecutive pair); :meth:`aggregate` then runs for
-    any features, as often as needed.
+    """Aggregations of rows R over a window of snapshots A_0..A_{L−1}, by ReInc Eq. 2.
 
     Args:
         snapshots: L canonical CSR snapshots over the same N (see :func:`build_row_adjacency`).
         kind: ``"sum"``, ``"mean"`` or ``"gcn"``.
         rows: R, unique vertex ids (output rows follow their order), or None for all N.
-        threshold: ``incremental_threshold``; a step with change ratio ρ_t > threshold is
-            aggregated from scratch (module docstring).
+        threshold: ``incremental_threshold``; a step with ρ_t > threshold is aggregated from scratch.
         dtype: value dtype; features passed to :meth:`aggregate` must have it.
 
     Raises:
-        ValueError: unknown kind, no snapshots, snapshots of different N, non-canonical CSR,
-            row ids out of range or repeated, negative threshold.
-    """
+        ValueError: unknown kind, no or mismatched snapshots, non-canonical CSR, bad row ids, negative threshold."""
 
     def __init__(
         self,
@@ -602,30 +437,25 @@ class IncrementalAggregator:
         return s if scale is None else s * scale.unsqueeze(1)
 
     def aggregate_from_scratch(self, features) -> list[torch.Tensor]:
-        """``Agg_t[R]`` of every snapshot by ReInc Eq. 1 (the baseline): one sparse product per step.
+        """``Agg_t[R]`` of every snapshot by ReInc Eq. 1 (the baseline).
 
         Args:
             features: one (N, d) tensor for all snapshots, or L of them.
 
         Returns:
-            L tensors (|R|, d).
-        """
+            L tensors (|R|, d)."""
         fs = self._features(features)
         return [self._out(t, a.spmm(f)) for t, (a, f) in enumerate(zip(self.adj, fs, strict=True))]
 
     def aggregate(self, features, threshold: float | None = None) -> tuple[list[torch.Tensor], IncrementalStats]:
-        """``Agg_t[R]`` of every snapshot, incrementally by ReInc Eq. 2 (module docstring).
+        """``Agg_t[R]`` of every snapshot, incrementally by ReInc Eq. 2.
 
         Args:
-            features: one (N, d) tensor for all snapshots (no feature deltas), or a
-                sequence of L tensors F_t (consecutive ones that are the same object are
-                known unchanged without comparing them).
+            features: one (N, d) tensor for all snapshots, or L tensors F_t (the same object = unchanged).
             threshold: overrides the constructor's ``threshold`` for this call.
 
         Returns:
-            (L tensors (|R|, d) equal to :meth:`aggregate_from_scratch` up to rounding,
-            :class:`IncrementalStats`). Differentiable with respect to the features.
-        """
+            (L tensors (|R|, d), :class:`IncrementalStats`), differentiable in the features."""
         thr = self.threshold if threshold is None else float(threshold)
         fs = self._features(features)
         k = self.num_rows
@@ -642,17 +472,15 @@ class IncrementalAggregator:
             # feature deltas only add entries to G^±: a step over the threshold already falls back
             if f_cur is not f_prev and ratio <= thr:
                 if torch.is_grad_enabled() and (f_cur.requires_grad or f_prev.requires_grad):
-                    # equal values in distinct differentiable tensors are not "unchanged": reading
-                    # F_{t−1} for F_t would send F_t's gradient to F_{t−1}
+                    # distinct differentiable tensors are never 'unchanged': F_t's gradient would reach F_{t−1}
                     changed = torch.ones(self.num_vertices, dtype=torch.bool, device=f_cur.device)
                 else:
                     changed = (f_cur != f_prev).any(dim=1)
                 if bool(changed.any()):
-                    # a feature change at u = deletion of u's old entries + insertion of its new ones (§3.2)
                     minus_idx = torch.nonzero(delta.minus_mask | _take(changed, prev.cols)).flatten()
                     plus_idx = torch.nonzero(delta.plus_mask | _take(changed, cur.cols)).flatten()
                     ratio = _ratio(int(minus_idx.shape[0]) + int(plus_idx.shape[0]), cur.nnz)
-                    if ratio <= thr:  # else the step falls back: no matrices to build
+                    if ratio <= thr:
                         count = _delta_count(prev, cur, minus_idx, plus_idx)
                         work = _step_work(prev, cur, minus_idx, plus_idx, count, merge=False)
             if ratio > thr:

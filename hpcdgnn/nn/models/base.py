@@ -1,35 +1,10 @@
-"""The layer contract every DGNN model follows, and the model registry.
+"""The layer contract every DGNN model follows, and the model registry (IBM §2.2).
 
-IBM §2.2's framework: a layer is a GCN applied to each snapshot on its own
-(*spatial*, snapshot-local) followed by an RNN applied to each vertex along the
-timeline on its own (*temporal*, vertex-local). Strategies move data between
-the two layouts; models never see ranks. A layer with
-``temporal_mixing = False`` (EvolveGCN-O, whose RNN runs over weights, IBM §5.5)
-needs no redistribution at all.
-
-The aggregation is the layer's too (:meth:`DynamicLayer.aggregate`): Ã·H by
-default, attention for GAT (DySAT), Ã·H next to H for skip concatenations
-(MPNN-LSTM). Strategies hand it a :class:`~hpcdgnn.nn.conv.graph.LocalGraph`
-whose ``gather`` does their communication, so they never know which.
-
-Recurrent state is explicit (STYLE G7): ``temporal(y, state)`` takes and
-returns it, and ``time_params`` is recomputed from parameters every call, so a
-block of time can be re-run from saved boundary data (SPEC S2) and nothing
-carries autograd history from one epoch into the next.
-
-Integrated graph-RNN cells (GConvLSTM, GConvGRU, DCRNN; ReInc §2.1) convolve the
-hidden state h_{t-1} over the graph of step t inside the gates, so their time
-encoder needs every step's graph: such a layer says ``graph_recurrent = True``
-and its ``temporal(y, state, graphs=...)`` gets the block's
-:class:`~hpcdgnn.nn.layout.StepGraph` s from :meth:`Layout.step_graphs
-<hpcdgnn.nn.layout.Layout.step_graphs>`. Layouts whose temporal rows are
-whole snapshots offer them (``snapshot`` on one rank, ``pss`` on any number),
-and so does ``sequences``, whose samples run the cells over the rows their
-receptive field needs (:meth:`GraphRecurrentLayer.receptive_hops`), each step's
-operator the whole snapshot's restricted to those rows; setup refuses the
-others in one line (models registered with ``step_graphs=True``,
-:func:`needs_step_graphs`). :class:`GraphRecurrentLayer` is their common frame.
-"""
+A layer is a GCN per snapshot (*spatial*, snapshot-local) followed by an RNN per vertex along time
+(*temporal*, vertex-local); strategies move rows between the two layouts, so models never see ranks.
+Recurrent state is explicit (STYLE G7) so a block of time can be re-run from boundary data (SPEC S2).
+Integrated graph-RNN cells (ReInc §2.1) set ``graph_recurrent`` and get each step's graph
+(:meth:`~hpcdgnn.nn.layout.Layout.step_graphs`); :class:`GraphRecurrentLayer` is their frame."""
 
 from __future__ import annotations
 
@@ -52,8 +27,7 @@ __all__ = ["DynamicLayer", "DGNN", "GraphCellOptions", "GraphModelOptions", "Gra
 
 @dataclass(frozen=True, kw_only=True)
 class GraphModelOptions(ModelConfig):
-    """``model:`` options of a snapshot-timeline DGNN: ``layers`` GCN–RNN layer pairs (IBM Fig. 1b) of width
-    ``hidden``."""
+    """``model:`` options of a snapshot-timeline DGNN: ``layers`` GCN–RNN pairs (IBM Fig. 1b) of width ``hidden``."""
 
     layers: int = 2
     """Number of GCN-RNN layer pairs (IBM Fig. 1b uses 2)."""
@@ -70,26 +44,23 @@ class GraphModelOptions(ModelConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class GraphCellOptions(GraphModelOptions):
-    """``model:`` options of an integrated graph-RNN cell with a K-term basis (ReInc §2.1: GConvLSTM, GConvGRU,
-    DCRNN, GCRN-M1), and its sequence-to-sequence form (:mod:`hpcdgnn.nn.models.encoder_decoder`)."""
+    """``model:`` options of a graph-RNN cell with a K-term basis (ReInc §2.1: gconv_lstm, gconv_gru, dcrnn,
+    gcrn_m1) and its sequence-to-sequence form."""
 
     order: int = 2
-    """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru and gcrn_m1; terms per direction (powers
-    0 … K-1, i.e. K - 1 diffusion steps) of dcrnn; PyG Temporal's K."""
+    """K: Chebyshev order (T_0 … T_{K-1}) of gconv_lstm, gconv_gru, gcrn_m1; terms per direction (K - 1
+    diffusion steps) of dcrnn; PyG Temporal's K."""
     encoder_decoder: bool = False
-    """Sequence-to-sequence form (ReInc §2.1, DCRNN): ``layers`` encoder cells over the window, ``layers``
-    decoder cells started from their final states that forecast the ``task.horizon`` regression targets one
-    step at a time (``task: regression``, ``strategy: sequences``)."""
+    """Sequence-to-sequence form (ReInc §2.1, DCRNN): ``layers`` encoder and ``layers`` decoder cells
+    forecasting ``task.horizon`` targets one step at a time (``task: regression``, ``strategy: sequences``)."""
     teacher_forcing: float = 0.5
-    """encoder_decoder: probability that a training decoder step reads the ground truth of the previous step
-    instead of its own prediction (drawn per seed, epoch, sequence, node batch and step; never at evaluation)."""
+    """encoder_decoder: probability that a training decoder step reads the previous step's ground truth instead
+    of its own prediction (never at evaluation)."""
     decoder_input: Literal["targets", "snapshots"] = "targets"
-    """encoder_decoder: what a decoder step reads as ground truth. ``targets``: the previous step's regression
-    target, on the window's last graph G_t. ``snapshots`` (ReInc §2.1, §3.1): the snapshot the previous step
-    forecast, X_{t+d} on its own graph G_{t+d}, read through the encoder's first input filter — so its input
-    aggregation is the one later windows' encoders read, shared through ``strategy.reuse``'s cache; step 0 reads
-    the window's last snapshot X_t (also at evaluation). Steps without teacher forcing read their own prediction
-    on G_t in both forms."""
+    """encoder_decoder: the ground truth a decoder step reads. ``targets``: the previous step's regression target
+    on the window's last graph; ``snapshots`` (ReInc §2.1, §3.1): the forecast snapshot X_{t+d} on its own graph,
+    through the encoder's first filter (its aggregation shared with ``strategy.reuse``'s cache); step 0 reads X_t.
+    Steps without teacher forcing read their own prediction on G_t in both forms."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -107,21 +78,15 @@ class GraphCellOptions(GraphModelOptions):
 
 
 def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> tuple[torch.Tensor, Any]:
-    """``rnn(y, state)`` over (T, n, F), also for n = 0 (a rank with no vertex rows, P > N), which
-    torch's RNNs reject: the empty output then stays connected to ``y``, so this rank still runs the
-    backward of the exchange that produced ``y``.
-    """
+    """``rnn(y, state)`` over (T, n, F), also for n = 0 (torch rejects it), staying connected to ``y``'s backward."""
     if y.shape[1] == 0:
         return y.new_zeros(y.shape[0], 0, out_features) + y.sum() * 0.0, state
-    # torch's own module: on the CPU its LSTM/GRU is one oneDNN node per layer, at least as fast as the scan
-    # of nn/recurrent.py; the scan serves where torch has no such kernel (EvolveGCN-O, packed lanes)
+    # torch's own RNN: one oneDNN node per layer on the CPU, at least as fast as nn/recurrent.py's scan
     return rnn(y, state)
 
 
 class StepParams(Mapping):
-    """Per-step parameters ``{t: W_t}`` of steps start .. start + S - 1 kept as the one (S, ...) tensor a
-    scan produced (EvolveGCN-O's weight LSTM): :meth:`stack` hands a run of steps to a batched product as
-    a view, where unbinding into S tensors and stacking them again would copy and add two autograd nodes."""
+    """Per-step parameters ``{t: W_t}`` kept as one (S, ...) tensor, so :meth:`stack` returns a view."""
 
     def __init__(self, start: int, stacked: torch.Tensor) -> None:
         self.start, self.stacked = start, stacked
@@ -146,35 +111,18 @@ class StepParams(Mapping):
 
 
 class DynamicLayer(nn.Module):
-    """One GCN-RNN pair.
+    """One GCN-RNN pair (IBM §2.2).
 
     Attributes:
         in_features: width of the layer input X_t.
         spatial_features: width of ``spatial``'s output (the data redistributed).
         out_features: width of the layer output Z_t.
-        temporal_mixing: whether ``temporal`` mixes time steps of a vertex, which
-            forces the snapshot -> vertex -> snapshot redistribution (IBM §4.2).
-        causal: whether output t depends only on inputs 0..t (LSTM, M-transform,
-            EvolveGCN's weight recurrence): then no training gradient reaches
-            snapshots after the last training step.
-        precomputable: whether the first layer's aggregation of the input X_t is a
-            constant (Ã_t·X_t, computed once at setup, SPEC S4). False when the
-            aggregation has parameters (attention): strategies then keep X_t and the
-            graph for layer 0 too.
-        graph_recurrent: whether the time encoder convolves over each step's graph
-            (:class:`GraphRecurrentLayer`): ``temporal`` then takes ``graphs=``, the
-            layout's :meth:`~hpcdgnn.nn.layout.Layout.step_graphs`, and the layer does
-            no aggregation of its own in the spatial phase.
-        temporal_reach: None, or r when ``temporal`` is banded in time: output t reads only the
-            inputs of steps t - r .. t of the same vertex, and ``temporal(y, history)`` continues a
-            sequence from the r (or, near t = 0, all) inputs before ``y``. A strategy that owns
-            consecutive snapshots then needs only r snapshots from its neighbour, not the
-            redistribution (TM-GCN's M-transform, r = w - 1).
-        writes_out: whether :meth:`spatial_steps` takes ``out=``, an (S, n, spatial) tensor to write
-            its result into and return (with autograd where its inputs have it): a strategy then joins
-            the phases before and after the training horizon in one buffer instead of copying them
-            (:func:`~hpcdgnn.nn.layout.phase_join_into`).
-    """
+        temporal_mixing: whether ``temporal`` mixes time steps of a vertex (forces the redistribution, IBM §4.2).
+        causal: whether output t depends only on inputs 0..t.
+        precomputable: whether the first layer's aggregation Ã_t·X_t is a constant (SPEC S4); False with attention.
+        graph_recurrent: whether the time encoder convolves over each step's graph (takes ``graphs=``).
+        temporal_reach: None, or r when output t reads only inputs t - r .. t of the same vertex (TM-GCN, r = w - 1).
+        writes_out: whether :meth:`spatial_steps` takes ``out=``, an (S, n, spatial) buffer to write into."""
 
     in_features: int
     spatial_features: int
@@ -187,17 +135,11 @@ class DynamicLayer(nn.Module):
     writes_out: bool = False
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
-        """Neighbourhood aggregation of rows ``h`` (n, in) -> the ``ax`` that :meth:`spatial` takes.
-
-        Default: the GCN's Ã·[h ; halo] (IBM Eq. 2 split as in §5.5).
-        """
+        """Neighbourhood aggregation of rows ``h`` (n, in) -> ``ax``; default Ã·[h ; halo] (IBM Eq. 2, §5.5)."""
         return graph.propagate(h)
 
     def moves_spatial(self) -> bool:
-        """Whether :meth:`spatial` may run on the time encoder's side of a redistribution, on the moved
-        aggregation (``in_features`` wide), instead of before it. True for the default aggregation, whose
-        width is ``in_features``; a layer with its own (attention, MPNN) says what its rows are by
-        overriding this. Graph-recurrent layers have no transform to move."""
+        """Whether :meth:`spatial` may run after the redistribution, on the moved ``in_features``-wide aggregation."""
         return type(self).aggregate is DynamicLayer.aggregate and not self.graph_recurrent
 
     def rnn(self) -> nn.RNNBase | None:
@@ -205,9 +147,7 @@ class DynamicLayer(nn.Module):
         return None
 
     def packed_temporal(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The time encoder over packed lanes (steps, lanes, spatial) whose state is reset where ``mask``
-        is 0 (DGC §5.1.2, Eq. 4–5; :mod:`hpcdgnn.nn.temporal_fusion`): for layers with an :meth:`rnn`.
-        """
+        """Time encoder over packed lanes (steps, lanes, spatial), reset where ``mask`` is 0 (DGC §5.1.2, Eq. 4–5)."""
         from hpcdgnn.nn.temporal_fusion import fused_rnn
 
         rnn = self.rnn()
@@ -221,17 +161,13 @@ class DynamicLayer(nn.Module):
         return None if params is None else [params[t] for t in range(num_steps)]
 
     def time_params_block(self, start: int, stop: int, state: Any = None) -> tuple[dict[int, torch.Tensor] | None, Any]:
-        """Per-step parameters ``{t: W_t}`` for ``start <= t < stop`` and the recurrence state after ``stop - 1``.
+        """Per-step parameters ``{t: W_t}`` for ``start <= t < stop`` and the state after ``stop - 1``.
 
-        ``state`` is the state after step ``start - 1`` (None when ``start == 0``), so
-        a run in blocks of time (SPEC S2) continues the recurrence exactly.
-        """
+        ``state`` is the state after step ``start - 1`` (None when ``start == 0``), as for blocks of time (SPEC S2)."""
         return None, None
 
     def initial_time_state(self) -> Any:
-        """The per-step parameters' recurrence state before a sequence's first step (EvolveGCN-O: (W_0, 0)),
-        for layouts whose sequences start afresh anywhere in time (the ``sequences`` strategy's windows);
-        None when the layer has no such recurrence."""
+        """The per-step parameters' state before a sequence's first step (EvolveGCN-O: (W_0, 0)), or None."""
         return None
 
     def spatial(self, ax: torch.Tensor, t: int, tparams: list[torch.Tensor] | None) -> torch.Tensor:
@@ -239,13 +175,7 @@ class DynamicLayer(nn.Module):
         raise NotImplementedError
 
     def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams) -> torch.Tensor:
-        """:meth:`spatial` of several snapshots at once: (S, n, F) aggregations of ``steps`` -> (S, n, spatial).
-
-        A layer's ``spatial`` is row-wise and depends on t only through ``tparams``, so
-        without per-step parameters one call over all S·n rows does it (one GEMM, not S:
-        snapshot-parallel execution); layers with per-step parameters override this
-        (EvolveGCN-O: one batched product with the stacked W_t) or fall back to a loop.
-        """
+        """(S, n, F) aggregations of ``steps`` -> (S, n, spatial): one GEMM over all S·n rows (snapshot-parallel)."""
         S, n = ax.shape[0], ax.shape[1]
         if tparams is None:
             y = self.spatial(ax.reshape(S * n, ax.shape[-1]), -1, None)
@@ -255,20 +185,13 @@ class DynamicLayer(nn.Module):
     def temporal(self, y: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         """RNN along time for a set of vertices: (T, n, spatial) -> ((T, n, out), final state).
 
-        Default: the layer's :meth:`rnn` over each vertex's timeline, or the identity when it has none;
-        layers whose time encoder is not a torch RNN (M-transform, attention) override this.
-        ``graph_recurrent`` layers take a third argument, ``graphs=``: the step graphs of the block.
-        """
+        Default: :meth:`rnn` per vertex, or the identity; ``graph_recurrent`` layers also take ``graphs=``."""
         rnn = self.rnn()
         return (y, state) if rnn is None else run_rnn(rnn, y, state, self.out_features)
 
 
 class DGNN(nn.Module):
-    """A stack of :class:`DynamicLayer` s; the output of layer l is the input of layer l+1.
-
-    :meth:`forward` runs them over a :class:`~hpcdgnn.nn.layout.Layout`; a single layer can
-    also be called on its own (``aggregate`` -> ``spatial`` -> ``temporal``) on one process.
-    """
+    """A stack of :class:`DynamicLayer` s; the output of layer l is the input of layer l+1."""
 
     def __init__(self, layers: list[DynamicLayer]) -> None:
         super().__init__()
@@ -286,20 +209,11 @@ class DGNN(nn.Module):
             layer.reset_parameters()
 
     def forward(self, layout: Layout) -> dict[int, torch.Tensor]:
-        """The layer loop (IBM §2.2, Fig. 1b) over the rows a strategy placed: ``{t: Z_t}`` for the task.
-
-        Per layer: per-step parameters of the layout's time range (EvolveGCN's W_t),
-        aggregation and the snapshot-local transform (:meth:`Layout.spatial`), then —
-        for layers that mix time — the move to time-encoder ownership, the time
-        encoder and the move back. The layout decides where rows are and how they
-        travel (:mod:`hpcdgnn.nn.layout`); boundary states go in and out through
-        ``layout.states`` (gradient-checkpoint blocks, SPEC S2).
-        """
+        """The layer loop (IBM §2.2, Fig. 1b) over the rows a strategy placed: ``{t: Z_t}`` for the task."""
         return layout.output(self.run_layers(layout))
 
     def run_layers(self, layout: Layout) -> torch.Tensor:
-        """The layer loop of :meth:`forward` without the final :meth:`Layout.output`: the last layer's rows
-        (an encoder–decoder reads the final states from ``layout.states`` and goes on with its decoder)."""
+        """:meth:`forward` without the final :meth:`Layout.output`: the last layer's rows (for an encoder–decoder)."""
         h: torch.Tensor | None = None
         for li, layer in enumerate(self.layers):
             tstate, rstate = layout.states[li]
@@ -318,26 +232,13 @@ class DGNN(nn.Module):
 class GraphRecurrentLayer(DynamicLayer):
     """An integrated graph-RNN cell: graph convolutions of X_t and of the state inside the gates (ReInc §2.1).
 
-    The frame shared by ``gconv_lstm``, ``gconv_gru``, ``dcrnn`` and ``gcrn_m1`` (each file has its cell's
-    equations). The spatial phase is the identity (``spatial_features = in_features``, no aggregation:
-    the convolutions need the layer's own operator, L̂ or the diffusion transitions, not Ã); the time
-    encoder (:meth:`temporal`) gets the block's step graphs and
-
-    1. builds each step's operator once (memoised on the :class:`~hpcdgnn.nn.layout.StepGraph`);
-    2. computes the input's part of every gate for all S steps at once, snapshot-parallel: the basis
-       of X over diag(op_1, …, op_S) (one sparse product per basis term), then one GEMM with the
-       (basis·F, gates·F') weight and the folded bias;
-    3. runs :meth:`step` along time: per step one basis of the state shared by the gates that read it
-       and one GEMM for them.
-
-    Subclasses set ``gates`` and implement :meth:`build_operator`, :meth:`basis`, :meth:`step` (or
-    override :meth:`scan`) and :meth:`receptive_hops`. :meth:`cell` is the single-step API,
-    ``cell(x_t, graph_t, state) -> (h_t, state)``; :meth:`temporal` runs a sequence.
-    """
+    The spatial phase is the identity; :meth:`temporal` builds each step's operator once, computes the input's
+    part of every gate for all S steps at once (snapshot-parallel) and runs :meth:`step` along time. Subclasses
+    set ``gates`` and implement :meth:`build_operator`, :meth:`basis`, :meth:`step` and :meth:`receptive_hops`."""
 
     graph_recurrent = True
     precomputable = False
-    #: gate pre-activations computed from the input (the width of the input GEMM is gates · out_features)
+    # gate pre-activations computed from the input
     gates: int = 1
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
@@ -352,7 +253,6 @@ class GraphRecurrentLayer(DynamicLayer):
         """The identity."""
         return ax
 
-    # -- what a cell defines -------------------------------------------------------------------------------
     def build_operator(self, graph, dtype: torch.dtype) -> tuple:
         """The step's operator(s) as a tuple of :class:`~hpcdgnn.nn.conv.gcn.NormalizedAdjacency`."""
         raise NotImplementedError
@@ -366,19 +266,11 @@ class GraphRecurrentLayer(DynamicLayer):
         raise NotImplementedError
 
     def receptive_hops(self) -> tuple[int, int]:
-        """(input, state): how many hops of a step's operator (the union of its matrices' patterns) output row
-        v at step t reads of the input X_t and of the state after t-1. A layout that runs the cell over a
-        subset of rows (``sequences``) keeps these neighbourhoods in it so that v's output is exact."""
+        """(input, state): hops of a step's operator that output row v at step t reads of X_t and of the state."""
         raise NotImplementedError
 
-    # -- shared machinery ----------------------------------------------------------------------------------
     def operator(self, graph, dtype: torch.dtype) -> tuple:
-        """:meth:`build_operator`, built once per step graph, kind and dtype.
-
-        A step graph over a subset of a snapshot's rows carries the whole snapshot's graph as ``whole`` and a
-        ``restrict(ops)`` (:class:`~hpcdgnn.strategies.sampling.RowsStepGraph`): its operator is then the whole
-        snapshot's (degrees and all, built once there) restricted to those rows, not one built from the subset.
-        """
+        """The step's operator, memoised; a subset step graph restricts the whole snapshot's."""
         key = (type(self).__name__, dtype)
         whole = getattr(graph, "whole", None)
         if whole is not None:
@@ -397,8 +289,7 @@ class GraphRecurrentLayer(DynamicLayer):
                                                        for i in range(len(ops[0]))))
 
     def input_gates(self, x: torch.Tensor, graphs: list) -> torch.Tensor:
-        """The input's part of every gate of every step, (S, n, F) -> (S, n, gates·F'): one basis over the
-        stacked steps (snapshot-parallel) and one GEMM with the bias folded in."""
+        """The input's part of every gate of every step, (S, n, F) -> (S, n, gates·F'): one basis, one GEMM."""
         S, n, f = x.shape
         op = self.stacked_operator(graphs, x.dtype)
         b = self.basis(op, x.reshape(S * n, f))
@@ -436,9 +327,7 @@ _STEP_GRAPHS: set[str] = set()
 
 def register_model(name: str, *, step_graphs: bool = False, options: type[GraphModelOptions] = GraphModelOptions
                    ) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
-    """Register a builder ``fn(in_features, hidden, layers, **options.model_args()) -> DGNN`` under ``name``,
-    with its YAML ``model:`` options class; ``step_graphs``: its layers are ``graph_recurrent`` (setup checks
-    the strategy can run them)."""
+    """Register a builder ``fn(in_features, hidden, layers, **options.model_args()) -> DGNN`` under ``name``."""
 
     def deco(fn: Callable[..., DGNN]) -> Callable[..., DGNN]:
         if name in _MODELS:
@@ -453,10 +342,7 @@ def register_model(name: str, *, step_graphs: bool = False, options: type[GraphM
 
 
 def time_mixing_layers(m) -> list[DynamicLayer]:
-    """The layers of model config ``m`` whose time encoder mixes steps (``temporal_mixing``), built on a
-    1-feature input: what a planner on rank 0 asks of the model before any data is read. Built on the meta
-    device: its structure only, no memory (a ``model.hidden`` too large for the node is refused later, in one
-    line, by :mod:`hpcdgnn.train.footprint`, not killed here)."""
+    """The layers of model config ``m`` whose time encoder mixes steps, built on the meta device (no memory)."""
     with torch.device("meta"):
         model = build_from_options(m, 1)
     return [ly for ly in model.layers if ly.temporal_mixing]
@@ -478,8 +364,7 @@ def model_options(name: str) -> type[GraphModelOptions]:
 
 
 def build_model(name: str, in_features: int, hidden: int, layers: int, window: int = 3, order: int = 2) -> DGNN:
-    """Build a registered model (names as used in YAML ``model.name``); ``window`` (TM-GCN's M-transform) and
-    ``order`` (Chebyshev order, diffusion steps) go to the builders that take them."""
+    """Build a registered model (names as in YAML ``model.name``)."""
     if name not in _MODELS:
         raise KeyError(f"unknown model {name!r}; choose from {', '.join(available_models())}")
     fn = _MODELS[name]

@@ -14,8 +14,7 @@ class CDGCNLayer(DynamicLayer):
     r"""One CD-GCN layer: a skip-concatenated GCN, then an LSTM along each vertex's timeline (IBM §5.1).
 
     .. math::
-        Y_0 = \tilde A_t X_t,\quad Y_1 = Y_0 W,\quad Y_t = \sigma(Y_0 \circ Y_1)\quad (IBM §5.1)
-
+        Y_0 = \tilde A_t X_t,\quad Y_1 = Y_0 W,\quad Y_t = \sigma(Y_0 \circ Y_1),\quad
         (h_t, c_t) = \mathrm{LSTM}(Y_t, (h_{t-1}, c_{t-1})),\quad Z_t = h_t
 
     where ∘ is concatenation.
@@ -25,9 +24,7 @@ class CDGCNLayer(DynamicLayer):
         out_features: F', the width of Z_t (the GCN weight W is F x F').
 
     Shapes:
-        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F + F'); temporal (T, n, F + F') -> Z (T, n, F');
-        state ``(h, c)``, each (1, n, F').
-    """
+        spatial Ã_t X_t (n, F) -> Y_t (n, F + F'); temporal (T, n, F + F') -> Z (T, n, F'); state (h, c)."""
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -61,8 +58,6 @@ def build_cdgcn(in_features: int, hidden: int, layers: int) -> DGNN:
         layers: L, the number of layers.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = CDGCNLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([CDGCNLayer(dims[i], dims[i + 1]) for i in range(layers)])

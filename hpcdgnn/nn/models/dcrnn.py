@@ -1,20 +1,13 @@
 r"""DCRNN's cell (Li et al. 2018, Eq. 2-3): the GRU whose gates are bidirectional diffusion convolutions.
 
-K = ``model.order`` terms per direction (powers 0 … K-1 of the transitions; K - 1 diffusion steps):
-
 .. math::
     R_t &= \sigma(\Theta_r \star_{\mathcal G_t} [X_t, H_{t-1}] + b_r) \\
     U_t &= \sigma(\Theta_u \star_{\mathcal G_t} [X_t, H_{t-1}] + b_u) \\
     C_t &= \tanh(\Theta_c \star_{\mathcal G_t} [X_t, R_t \odot H_{t-1}] + b_c) \\
     H_t &= U_t \odot H_{t-1} + (1 - U_t) \odot C_t
 
-with Θ ⋆_G x = Σ_{k<K} (P_f^k x Θ_{f,k} + P_b^k x Θ_{b,k}), P_f = D_O^{-1} A_t, P_b = D_I^{-1} A_tᵀ
-(:mod:`hpcdgnn.nn.conv.diffusion`). The convolution is linear in its input, so Θ ⋆ [X, H] = Θ^x ⋆ X +
-Θ^h ⋆ H: the X part of all three gates is one basis and one GEMM for all steps, the state part of U and R
-one basis of H_{t-1} and one GEMM per step, the candidate's one more of R_t ⊙ H_{t-1}
-(:class:`~hpcdgnn.nn.models.gconv_gru.GConvGRULayer`'s recurrence; PyGT's ``DCRNN`` names U as Z).
-Sparse throughout: PyGT's ``DConv`` builds a dense N×N adjacency in every call. State: H (N, F').
-"""
+with Θ ⋆_G x = Σ_{k<K} (P_f^k x Θ_{f,k} + P_b^k x Θ_{b,k}), P_f = D_O^{-1} A_t, P_b = D_I^{-1} A_tᵀ, K =
+``model.order`` (:mod:`hpcdgnn.nn.conv.diffusion`), on :class:`GConvGRULayer`'s recurrence. State: H (N, F')."""
 
 from __future__ import annotations
 
@@ -26,8 +19,7 @@ __all__ = ["DCRNNLayer", "build_dcrnn"]
 
 
 class DCRNNLayer(GConvGRULayer):
-    """One DCRNN cell F -> F' with K terms per diffusion direction (basis of 2K - 1 blocks): the module
-    docstring's R_t, U_t, C_t, H_t (Li et al. 2018, Eq. 2-3), on :class:`GConvGRULayer`'s recurrence.
+    """One DCRNN cell F -> F' with K terms per diffusion direction (basis of 2K - 1 blocks; Li et al. 2018).
 
     Args:
         in_features: F, the width of X_t.
@@ -35,8 +27,7 @@ class DCRNNLayer(GConvGRULayer):
         order: K, the diffusion terms per direction (``model.order``).
 
     Shapes:
-        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state H (n, F'), None = zeros.
-    """
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state H (n, F'), None = zeros."""
 
     @property
     def basis_size(self) -> int:
@@ -63,8 +54,6 @@ def build_dcrnn(in_features: int, hidden: int, layers: int, order: int = 2) -> D
         order: K, the diffusion terms per direction.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = DCRNNLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([DCRNNLayer(dims[i], dims[i + 1], order) for i in range(layers)])

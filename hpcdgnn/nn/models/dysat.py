@@ -1,21 +1,8 @@
 """DySAT as DGC §7.1 trains it (Sankar et al. 2020): per block a GAT layer and a temporal self-attention layer.
 
-DGC §7.1: "a 1-layer graph attention network (GAT) and a 1-layer scaled
-dot-product attention model within each of its DGNN blocks". Each
-:class:`DySATLayer` is one block: structural attention over Ã's pattern
-(:class:`~hpcdgnn.nn.conv.gat.GATConv`, ELU), then causal self-attention
-along each vertex's timeline — step t attends to steps 0..t (DySAT masks the
-future), so the layer is causal and every strategy's training-horizon and
-block logic applies. Unlike a GRU, step t reads *all* earlier steps (DGC §7.2:
-"the counterparts in all snapshots should be aggregated"), so the recurrent
-state that checkpoint blocks (S2) and the PSS pipeline carry is the whole past
-input sequence — so with DySAT, blocks bound the activations but each saved
-boundary state grows with t (O(nb·T·n·F) over a step), and PSS sends the past
-across every rank boundary. Single heads; positions use fixed sinusoidal encodings of the
-absolute step (DySAT learns a table of size T; a fixed encoding needs no T at
-build time and gives each step the same code under every partition of time);
-the feed-forward part is DySAT's ``relu(W·a) + a``.
-"""
+Temporal attention is causal (step t attends to 0..t) and reads *all* earlier steps (DGC §7.2), so the
+state carried by checkpoint blocks (S2) and PSS is the whole past input. Positions use fixed sinusoidal
+codes of the absolute step (the same under every partition of time) instead of DySAT's learned table."""
 
 from __future__ import annotations
 
@@ -58,8 +45,7 @@ class DySATLayer(DynamicLayer):
 
     Shapes:
         aggregate + spatial (n, F) -> (n, F'); temporal (T, n, F') -> (T, n, F');
-        state: the inputs of all earlier steps, (t0, n, F'), or None.
-    """
+        state: the inputs of all earlier steps, (t0, n, F'), or None."""
 
     precomputable = False  # the aggregation has parameters: X_t, not Ã_t·X_t, is the constant
 
@@ -96,9 +82,9 @@ class DySATLayer(DynamicLayer):
         full = y if state is None or state.shape[0] == 0 else torch.cat([state, y], dim=0)
         past = full.shape[0] - T
         pos = positional_encoding(torch.arange(full.shape[0], device=y.device), y.shape[-1]).to(y.dtype)
-        inp = (full + pos.unsqueeze(1)).transpose(0, 1)  # (n, T_full, F): one sequence per vertex
+        inp = (full + pos.unsqueeze(1)).transpose(0, 1)
         q, k, v = self.q(inp[:, past:]), self.k(inp), self.v(inp)
-        score = q @ k.transpose(1, 2) / math.sqrt(y.shape[-1])  # (n, T, T_full)
+        score = q @ k.transpose(1, 2) / math.sqrt(y.shape[-1])
         future = torch.arange(full.shape[0], device=y.device) > (torch.arange(T, device=y.device) + past)[:, None]
         att = torch.softmax(score.masked_fill(future, float("-inf")), dim=-1) @ v
         out = torch.relu(self.ff(att)) + att
@@ -107,7 +93,7 @@ class DySATLayer(DynamicLayer):
 
 @register_model("dysat")
 def build_dysat(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` DySAT blocks (:class:`DySATLayer`; DGC §7.1 uses 1 GAT + 1 temporal attention per block).
+    """``layers`` DySAT blocks (:class:`DySATLayer`; DGC §7.1).
 
     Args:
         in_features: F, the width of the input X_t.
@@ -115,8 +101,6 @@ def build_dysat(in_features: int, hidden: int, layers: int) -> DGNN:
         layers: L, the number of layers.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = DySATLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([DySATLayer(dims[i], dims[i + 1]) for i in range(layers)])

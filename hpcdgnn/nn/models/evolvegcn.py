@@ -21,22 +21,15 @@ class EvolveGCNOLayer(DynamicLayer):
         (W_t, C_t) = \mathrm{LSTM}(W_{t-1}, (W_{t-1}, C_{t-1})),\qquad
         Y_t = \sigma(\tilde A_t X_t W_t)                 (IBM §5.2)
 
-    The LSTM treats the F rows of the (F, F') weight as a batch; ``W_0`` is a
-    parameter and ``C_0 = 0``. The weight sequence is recomputed from ``W_0``
-    on every call to :meth:`time_params_block` — never kept on the module — so no
-    autograd graph outlives its epoch (the "backward through the graph a second
-    time" failure of implementations that keep ``self.weight``). Each rank runs
-    the LSTM itself (the weights are small), so the layer needs no feature
-    traffic: ``temporal_mixing = False`` (IBM §5.5).
+    The F rows of W are the LSTM's batch; W_0 is a parameter, C_0 = 0. The weights are recomputed every call
+    (no autograd graph outlives its epoch) on every rank, so ``temporal_mixing = False`` (IBM §5.5).
 
     Args:
         in_features: F, the width of X_t (W_t is F x F').
         out_features: F', the width of Y_t.
 
     Shapes:
-        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); no temporal phase;
-        weight state ``(W, C)``, each (F, F').
-    """
+        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); no temporal phase; weight state ``(W, C)``, each (F, F')."""
 
     temporal_mixing = False
     writes_out = True
@@ -70,7 +63,6 @@ class EvolveGCNOLayer(DynamicLayer):
             w, c = state
         if stop <= start:
             return StepParams(start, w.new_empty(0, *w.shape)), (w, c)
-        # the whole recurrence as one scan (nn/recurrent.py): W_t = LSTM(W_{t-1}, (W_{t-1}, C_{t-1}))
         ws, (w, c) = self_fed_lstm(self.cell, w, c, stop - start)
         return StepParams(start, ws), (w, c)
 
@@ -80,13 +72,12 @@ class EvolveGCNOLayer(DynamicLayer):
 
     def spatial_steps(self, ax: torch.Tensor, steps: list[int], tparams,
                       out: torch.Tensor | None = None) -> torch.Tensor:
-        """All steps' GCNs as one batched product with the stacked W_t: (S, n, F) x (S, F, F'), written
-        into ``out`` when given (:attr:`writes_out`)."""
+        """All steps' GCNs as one batched product (S, n, F) x (S, F, F'), into ``out`` when given."""
         ws = tparams.stack(steps) if isinstance(tparams, StepParams) else torch.stack([tparams[t] for t in steps])
         if out is None:
             return torch.bmm(ax, ws).relu_()  # in place: bmm's backward needs its inputs, not its output
         if torch.is_grad_enabled() and (ax.requires_grad or ws.requires_grad):
-            return relu_into(torch.bmm(ax, ws), out)  # bmm's output freed once relu has read it
+            return relu_into(torch.bmm(ax, ws), out)
         return torch.bmm(ax, ws, out=out).relu_()
 
 
@@ -100,8 +91,6 @@ def build_evolvegcn_o(in_features: int, hidden: int, layers: int) -> DGNN:
         layers: L, the number of layers.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = EvolveGCNOLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([EvolveGCNOLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -8,12 +8,8 @@ As PyG Temporal's ``GConvGRU`` computes it, K = ``model.order``:
     \tilde H_t &= \tanh(W_{xh} \star_{\mathcal G_t} X_t + W_{hh} \star_{\mathcal G_t} (H_{t-1} \odot R_t) + b_h) \\
     H_t &= Z_t \odot H_{t-1} + (1 - Z_t) \odot \tilde H_t,\qquad Z_t^{out} = H_t
 
-with W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k (PyG's ``ChebConv``, :mod:`hpcdgnn.nn.conv.cheb`). The basis of
-X_t feeds all three gates (one GEMM, computed for all steps at once); the basis of H_{t-1} feeds Z and R
-(one GEMM); the candidate needs the basis of H_{t-1} ⊙ R_t, which depends on R_t: two aggregations of the
-state per step, as the equations require (PyGT: six ChebConvs). PyGT's two biases per gate are one here.
-State: H (N, F'), None = zeros.
-"""
+with W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k (PyG's ``ChebConv``). X_t's basis feeds all three gates in one GEMM;
+H_{t-1}'s feeds Z and R; the candidate needs the basis of H_{t-1} ⊙ R_t. State: H (N, F'), None = zeros."""
 
 from __future__ import annotations
 
@@ -29,11 +25,7 @@ __all__ = ["GConvGRULayer", "build_gconv_gru"]
 
 
 class GConvGRULayer(GraphRecurrentLayer):
-    """One GConvGRU cell F -> F' (see the module docstring); :class:`~hpcdgnn.nn.models.dcrnn.DCRNNLayer`
-    is the same recurrence over the diffusion basis.
-
-    Parameters: ``w_x`` (B·F, 3F'), gate order (z, r, h); ``w_hzr`` (B·F', 2F'); ``w_hh`` (B·F', F');
-    ``bias`` (3F'); B = :attr:`basis_size` terms of the basis (K for Chebyshev).
+    """One GConvGRU cell F -> F'; ``w_x`` gate order (z, r, h), ``w_hzr``, ``w_hh`` over B = :attr:`basis_size` terms.
 
     Args:
         in_features: F, the width of X_t.
@@ -41,8 +33,7 @@ class GConvGRULayer(GraphRecurrentLayer):
         order: K, the Chebyshev order (``model.order``).
 
     Shapes:
-        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state H (n, F'), None = zeros.
-    """
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state H (n, F'), None = zeros."""
 
     gates = 3
 
@@ -81,8 +72,7 @@ class GConvGRULayer(GraphRecurrentLayer):
         return cheb_basis(op[0], x, self.order)
 
     def receptive_hops(self):
-        """(2(K - 1), 2(K - 1)) for a basis reaching K - 1 hops: the candidate convolves H_{t-1} ⊙ R_t, and R_t
-        at each of those rows convolves X_t and H_{t-1} again."""
+        """(2(K - 1), 2(K - 1)): the candidate convolves H_{t-1} ⊙ R_t, and R_t convolves X_t and H_{t-1}."""
         k = self.order - 1
         return 2 * k, 2 * k
 
@@ -90,7 +80,7 @@ class GConvGRULayer(GraphRecurrentLayer):
         """One GRU step: Z and R from one basis of H_{t-1}, the candidate from the basis of H_{t-1} ⊙ R_t."""
         H = self.out_features
         gzr, gh = gx[:, : 2 * H], gx[:, 2 * H :]
-        if state is None:  # H_{t-1} = 0: both state terms vanish
+        if state is None:
             h = (1 - torch.sigmoid(gzr[:, :H])) * torch.tanh(gh)
             return h, h
         h = state
@@ -114,8 +104,6 @@ def build_gconv_gru(in_features: int, hidden: int, layers: int, order: int = 2) 
         order: K, the Chebyshev order.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = GConvGRULayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([GConvGRULayer(dims[i], dims[i + 1], order) for i in range(layers)])

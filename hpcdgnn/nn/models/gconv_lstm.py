@@ -3,23 +3,15 @@ r"""GConvLSTM: GCRN model 2 (Seo et al. 2018), the LSTM whose gates are Chebyshe
 As PyG Temporal's ``GConvLSTM`` computes it, K = ``model.order``:
 
 .. math::
-    i_t &= \sigma(W_{xi} \star_{\mathcal G_t} X_t + W_{hi} \star_{\mathcal G_t} H_{t-1}
-            + w_{ci} \odot C_{t-1} + b_i) \\
-    f_t &= \sigma(W_{xf} \star_{\mathcal G_t} X_t + W_{hf} \star_{\mathcal G_t} H_{t-1}
-            + w_{cf} \odot C_{t-1} + b_f) \\
-    C_t &= f_t \odot C_{t-1} + i_t \odot \tanh(W_{xc} \star_{\mathcal G_t} X_t
-            + W_{hc} \star_{\mathcal G_t} H_{t-1} + b_c) \\
-    o_t &= \sigma(W_{xo} \star_{\mathcal G_t} X_t + W_{ho} \star_{\mathcal G_t} H_{t-1}
-            + w_{co} \odot C_t + b_o) \\
+    i_t &= \sigma(W_{xi} \star_t X_t + W_{hi} \star_t H_{t-1} + w_{ci} \odot C_{t-1} + b_i) \\
+    f_t &= \sigma(W_{xf} \star_t X_t + W_{hf} \star_t H_{t-1} + w_{cf} \odot C_{t-1} + b_f) \\
+    C_t &= f_t \odot C_{t-1} + i_t \odot \tanh(W_{xc} \star_t X_t + W_{hc} \star_t H_{t-1} + b_c) \\
+    o_t &= \sigma(W_{xo} \star_t X_t + W_{ho} \star_t H_{t-1} + w_{co} \odot C_t + b_o) \\
     H_t &= o_t \odot \tanh(C_t),\qquad Z_t = H_t
 
-where W ⋆_G X = Σ_{k<K} T_k(L̂_t) X Θ_k is PyG's ``ChebConv`` (:mod:`hpcdgnn.nn.conv.cheb`) and ⊙ is
-elementwise (the peepholes w_c are (1, F') rows). PyGT runs 8 ChebConvs per step (4 gates × {X, H}),
-each renormalising the Laplacian; here the Chebyshev basis of X_t is computed once for all steps and the
-basis of H_{t-1} once per step, and each feeds all four gates through one GEMM: Θ of the gates are the
-columns of one (K·F, 4F') and one (K·F', 4F') weight. PyGT's three biases per gate (two ChebConvs' and
-b_i) are one here (their sum). State: (H, C), each (N, F'), None = zeros.
-"""
+where W ⋆_t X = Σ_{k<K} T_k(L̂_t) X Θ_k over G_t is PyG's ``ChebConv`` (:mod:`hpcdgnn.nn.conv.cheb`). The basis of
+X_t is computed once for all steps and that of H_{t-1} once per step, each feeding all four gates through
+one GEMM; PyGT's three biases per gate are one (their sum). State: (H, C), each (N, F'), None = zeros."""
 
 from __future__ import annotations
 
@@ -43,10 +35,7 @@ def glorot_blocks(w: torch.Tensor, fan_in: int, fan_out: int) -> None:
 
 
 class GConvLSTMLayer(GraphRecurrentLayer):
-    """One GConvLSTM cell F -> F' with Chebyshev order K (see the module docstring).
-
-    Parameters: ``w_x`` (K·F, 4F') and ``w_h`` (K·F', 4F'), gate order (i, f, c, o); ``bias`` (4F');
-    ``w_c`` (3, F'): the peepholes of i, f and o.
+    """One GConvLSTM cell F -> F' with Chebyshev order K; ``w_x``, ``w_h`` gate order (i, f, c, o), peepholes ``w_c``.
 
     Args:
         in_features: F, the width of X_t.
@@ -54,8 +43,7 @@ class GConvLSTMLayer(GraphRecurrentLayer):
         order: K, the Chebyshev order (``model.order``).
 
     Shapes:
-        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state (H, C), each (n, F'), None = zeros.
-    """
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state (H, C), each (n, F'), None = zeros."""
 
     gates = 4
 
@@ -100,7 +88,7 @@ class GConvLSTMLayer(GraphRecurrentLayer):
         else:
             h, c = state
             g = torch.addmm(gx, self.basis(op, h), self.w_h)
-            count_shared(self, op, self.gates)  # ReInc §3.3.2: one aggregation of H_{t-1}, read by the 4 gates
+            count_shared(self, op, self.gates)
         gi, gf, gc, go = g.split(H, dim=-1)
         i = torch.sigmoid(gi + self.w_c[0] * c)
         f = torch.sigmoid(gf + self.w_c[1] * c)
@@ -112,8 +100,7 @@ class GConvLSTMLayer(GraphRecurrentLayer):
 
 @register_model("gconv_lstm", step_graphs=True, options=GraphCellOptions)
 def build_gconv_lstm(in_features: int, hidden: int, layers: int, order: int = 2) -> DGNN:
-    """``layers`` stacked GConvLSTM cells (F -> H -> … -> H; Seo et al. 2018, GCRN model 2), each fed the
-    previous cell's H_t.
+    """``layers`` stacked GConvLSTM cells (F -> H -> … -> H; Seo et al. 2018, GCRN model 2).
 
     Args:
         in_features: F, the width of the input X_t.
@@ -122,8 +109,6 @@ def build_gconv_lstm(in_features: int, hidden: int, layers: int, order: int = 2)
         order: K, the Chebyshev order.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = GConvLSTMLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([GConvLSTMLayer(dims[i], dims[i + 1], order) for i in range(layers)])

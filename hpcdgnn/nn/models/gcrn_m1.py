@@ -4,13 +4,8 @@ r"""GCRN model 1 (Seo et al. 2018, Eq. 7): a Chebyshev graph convolution of X_t 
     X^{G}_t = \sum_{k<K} T_k(\hat L_t) X_t \Theta_k + b,\qquad
     (H_t, C_t) = \mathrm{LSTM}(X^{G}_t, (H_{t-1}, C_{t-1})),\qquad Z_t = H_t
 
-K = ``model.order`` (PyG's ``ChebConv``, :mod:`hpcdgnn.nn.conv.cheb`); the LSTM is torch's (no
-peepholes), per vertex. The graph enters only through the input, so the recurrence itself is
-vertex-local; but the convolution needs L̂_t, which the spatial phase's aggregation (Ã, IBM Eq. 1) is
-not, so the layer takes the step graphs like the integrated cells: the basis of X is computed for all
-steps of the block at once (snapshot-parallel, one GEMM), then the LSTM runs over the block.
-State: torch's (h, c), each (1, N, F').
-"""
+K = ``model.order``; the LSTM is torch's, per vertex. L̂_t is not the spatial phase's Ã, so the layer
+takes the step graphs like the integrated cells. State: torch's (h, c), each (1, N, F')."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ __all__ = ["GCRNM1Layer", "build_gcrn_m1"]
 
 
 class GCRNM1Layer(GraphRecurrentLayer):
-    """ChebConv F -> F' (``w_x`` (K·F, F'), ``bias`` (F')) then ``nn.LSTM(F', F')``: the module docstring's
-    X^G_t and (H_t, C_t) (Seo et al. 2018, Eq. 7).
+    """ChebConv F -> F' (``w_x`` (K·F, F'), ``bias``) then ``nn.LSTM(F', F')`` (Seo et al. 2018, Eq. 7).
 
     Args:
         in_features: F, the width of X_t.
@@ -34,8 +28,7 @@ class GCRNM1Layer(GraphRecurrentLayer):
         order: K, the Chebyshev order (``model.order``).
 
     Shapes:
-        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state torch's (h, c), each (1, n, F').
-    """
+        temporal X (T, n, F) with the T step graphs -> H (T, n, F'); state torch's (h, c), each (1, n, F')."""
 
     gates = 1
 
@@ -84,8 +77,6 @@ def build_gcrn_m1(in_features: int, hidden: int, layers: int, order: int = 2) ->
         order: K, the Chebyshev order.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = GCRNM1Layer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([GCRNM1Layer(dims[i], dims[i + 1], order) for i in range(layers)])

@@ -1,15 +1,7 @@
 """MPNN-LSTM as DGC §7.1 trains it (Panagopoulos et al. 2021): concatenated GCN outputs into a 2-layer LSTM.
 
-DGC §7.1: "a 2-layer GCN and a 2-layer LSTM as the structure and time
-encoders ... MPNN-LSTM uses a concatenation of outputs from each GCN layer as
-the input to the time encoder". In the layer contract (one GCN-RNN pair per
-layer) GCN layer i outputs ``[H_1 … H_i]``: its aggregation propagates only
-the newest block and passes all of them along next to it
-(:meth:`MPNNLSTMLayer.aggregate`), so a halo carries one block of width F'
-per layer, as a plain GCN's would. The LSTM follows the last layer. The
-original's batch normalisation and dropout are left out: both would make the
-result depend on how rows are batched, which every exact strategy must not.
-"""
+GCN layer i outputs ``[H_1 … H_i]`` but aggregates only the newest block, so a halo carries F' per layer.
+No batch norm or dropout: both would make results depend on how rows are batched."""
 
 from __future__ import annotations
 
@@ -38,9 +30,7 @@ class MPNNLSTMLayer(DynamicLayer):
         lstm_layers: the LSTM's depth (DGC: 2).
 
     Shapes:
-        input (n, index·F' or F for the first) -> spatial (n, (index+1)·F'); temporal of the last layer
-        (T, n, layers·F') -> (T, n, F'); state the LSTM's ``(h, c)``, each (lstm_layers, n, F').
-    """
+        input (n, index·F' or F) -> spatial (n, (index+1)·F'); last temporal (T, n, layers·F') -> (T, n, F')."""
 
     def __init__(self, in_features: int, hidden: int, index: int, last: bool, lstm_layers: int = 2) -> None:
         super().__init__()
@@ -48,7 +38,7 @@ class MPNNLSTMLayer(DynamicLayer):
         self.in_features = in_features if index == 0 else index * hidden
         self.spatial_features = (index + 1) * hidden
         self.out_features = hidden if last else self.spatial_features
-        self.temporal_mixing = last  # only the LSTM moves data to vertex owners
+        self.temporal_mixing = last
         self.lin = nn.Linear(in_features if index == 0 else hidden, hidden)
         self.lstm = nn.LSTM(self.spatial_features, hidden, num_layers=lstm_layers) if last else None
         self.reset_parameters()
@@ -78,7 +68,7 @@ class MPNNLSTMLayer(DynamicLayer):
 
 @register_model("mpnn_lstm")
 def build_mpnn_lstm(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` GCN layers (DGC §7.1 uses 2), outputs concatenated, then a 2-layer LSTM (:class:`MPNNLSTMLayer`).
+    """``layers`` GCN layers (DGC §7.1: 2), outputs concatenated, then a 2-layer LSTM.
 
     Args:
         in_features: F, the width of the input X_t.
@@ -86,6 +76,5 @@ def build_mpnn_lstm(in_features: int, hidden: int, layers: int) -> DGNN:
         layers: L, the number of GCN layers.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t (N, H) (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     return DGNN([MPNNLSTMLayer(in_features, hidden, i, last=i == layers - 1) for i in range(layers)])

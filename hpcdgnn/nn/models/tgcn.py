@@ -1,11 +1,7 @@
-"""T-GCN as DGC §7.1 trains it: a stack of GCN layers (the structure encoder) and a GRU (the time encoder).
+"""T-GCN as DGC §7.1 trains it: GCN layers (structure encoder), then a 1-layer GRU (time encoder).
 
-DGC §7.1: "T-GCN utilizes ... 2-layer GCN as the structure encoder, and a 1-layer
-GRU model as the temporal encoder" (Zhao et al. 2019 put graph convolutions
-inside the GRU's gates; DGC's, and this, variant applies them before it, so the
-recurrence stays per vertex and every exact strategy applies). ``model.layers``
-counts the GCN layers; the GRU follows the last one.
-"""
+Unlike Zhao et al. 2019 (:mod:`hpcdgnn.nn.models.tgcn_cell`) the convolutions precede the GRU, so the
+recurrence stays per vertex. ``model.layers`` counts the GCN layers."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ __all__ = ["TGCNLayer", "build_tgcn"]
 
 
 class TGCNLayer(DynamicLayer):
-    """One GCN layer ``Y_t = relu(Ã_t X_t W + b)``, followed by a GRU along time when ``recurrent``:
-    ``h_t = GRU(Y_t, h_{t-1})``, ``Z_t = h_t`` (DGC §7.1); else ``Z_t = Y_t``.
+    """One GCN layer ``Y_t = relu(Ã_t X_t W + b)``, then ``Z_t = GRU(Y_t, h_{t-1})`` when ``recurrent`` (DGC §7.1).
 
     Args:
         in_features: F, the width of X_t.
@@ -27,15 +22,13 @@ class TGCNLayer(DynamicLayer):
         recurrent: whether the GRU follows (the last layer).
 
     Shapes:
-        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); temporal (T, n, F') -> Z (T, n, F');
-        state the GRU's ``h`` (1, n, F'); none without the GRU.
-    """
+        spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); temporal (T, n, F') -> Z (T, n, F'); state ``h`` (1, n, F')."""
 
     def __init__(self, in_features: int, out_features: int, recurrent: bool) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.spatial_features = out_features
-        self.temporal_mixing = recurrent  # only the last layer moves data to vertex owners
+        self.temporal_mixing = recurrent
         self.lin = nn.Linear(in_features, out_features)
         self.gru = nn.GRU(out_features, out_features) if recurrent else None
         self.reset_parameters()
@@ -65,8 +58,6 @@ def build_tgcn(in_features: int, hidden: int, layers: int) -> DGNN:
         layers: L, the number of layers.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = TGCNLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([TGCNLayer(dims[i], dims[i + 1], recurrent=i == layers - 1) for i in range(layers)])

@@ -1,5 +1,4 @@
-r"""T-GCN as Zhao et al. (2019, Eq. 3-6) define it and PyG Temporal's ``TGCN`` computes it: a GCN inside the
-GRU's gates.
+r"""T-GCN (Zhao et al. 2019, Eq. 3-6; PyG Temporal's ``TGCN``): a GCN inside the GRU's gates.
 
 .. math::
     U_t &= \sigma(\tilde A_t X_t W_{xu} + H_{t-1} W_{hu} + b_u) \\
@@ -7,18 +6,8 @@ GRU's gates.
     C_t &= \tanh(\tilde A_t X_t W_{xc} + (R_t \odot H_{t-1}) W_{hc} + b_c) \\
     H_t &= U_t \odot H_{t-1} + (1 - U_t) \odot C_t,\qquad Z_t = H_t
 
-with Ã_t = D^{-1/2}(A_t + I)D^{-1/2} (IBM Eq. 1 = PyG's ``gcn_norm`` with self-loops, PyGT's defaults
-``improved=False, add_self_loops=True``). Zhao et al. write each gate as W[f(A, X_t), H_{t-1}] + b and
-PyGT computes it as ``Linear(2F', F')`` of [GCNConv(X_t), H_{t-1}]: a GCN weight then the linear's
-left half, whose product (and the GCN's bias through it) is one F -> F' matrix W_x here — the same
-function class, one matrix less per gate. Only X_t is convolved, so the recurrence is vertex-local and
-the layer fits the engine's spatial/temporal contract as it is: the spatial phase is Ã_t X_t (precomputed
-for the first layer, SPEC S4) times the three gates' W_x in one GEMM; the time encoder is the GRU
-recurrence above, per vertex. It runs under every strategy, exactly.
-
-Not DGC §7.1's ``tgcn`` (:mod:`hpcdgnn.nn.models.tgcn`: GCN layers, then a separate GRU).
-State: H (n, F'), None = zeros.
-"""
+with Ã_t of IBM Eq. 1. PyGT's GCN weight times its linear's left half is one matrix W_x here. Only X_t is
+convolved, so the recurrence is vertex-local and runs under every strategy. Not DGC §7.1's ``tgcn``."""
 
 from __future__ import annotations
 
@@ -33,18 +22,14 @@ __all__ = ["TGCNCellLayer", "build_tgcn_cell"]
 
 
 class TGCNCellLayer(DynamicLayer):
-    """One T-GCN cell F -> F': the module docstring's U_t, R_t, C_t, H_t (Zhao et al. 2019, Eq. 3-6).
-
-    Parameters: ``w_x`` (F, 3F') and ``bias`` (3F'), gate order (u, r, c); ``w_h`` (F', 3F').
+    """One T-GCN cell F -> F' (Zhao et al. 2019, Eq. 3-6); ``w_x`` (F, 3F'), ``w_h`` (F', 3F'), gates (u, r, c).
 
     Args:
         in_features: F, the width of X_t.
         out_features: F', the width of H_t.
 
     Shapes:
-        spatial ``ax`` = Ã_t X_t (n, F) -> (n, 3F') gate inputs; temporal (T, n, 3F') -> H (T, n, F');
-        state H (n, F'), None = zeros.
-    """
+        spatial ``ax`` = Ã_t X_t (n, F) -> (n, 3F'); temporal (T, n, 3F') -> H (T, n, F'); state H (n, F') or None."""
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -97,7 +82,7 @@ class TGCNCellLayer(DynamicLayer):
 
 @register_model("tgcn_cell")
 def build_tgcn_cell(in_features: int, hidden: int, layers: int) -> DGNN:
-    """``layers`` stacked T-GCN cells (F -> H -> … -> H; :class:`TGCNCellLayer`), each fed the previous cell's H_t.
+    """``layers`` stacked T-GCN cells (F -> H -> … -> H; :class:`TGCNCellLayer`).
 
     Args:
         in_features: F, the width of the input X_t.
@@ -105,8 +90,6 @@ def build_tgcn_cell(in_features: int, hidden: int, layers: int) -> DGNN:
         layers: L, the number of layers.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = TGCNCellLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([TGCNCellLayer(dims[i], dims[i + 1]) for i in range(layers)])

@@ -1,29 +1,14 @@
 """TGN-attn with a GRU node memory and DistTGL's static node memory (DistTGL §2.1, §3.1; SPEC M1).
 
-For a batch of root occurrences (node v_r queried at time t_r — the two ends of each event and its
-negative destinations) and the ``k`` most recent neighbours u_rj of each (events strictly before t_r,
-:mod:`hpcdgnn.data.temporal_neighbors`)::
+For root occurrences (v_r, t_r) and their ``k`` most recent neighbours u_rj (events before t_r)::
 
-    every occurrence (w, t) of a root or a neighbour reads w's memory s_w, its last update time τ_w and
-    its cached mail m_w (most-recent COMB: one mail per node) and updates them first — leak-free order:
-        s'_w(t) = GRUCell([m_w ‖ Φ(t − τ_w)], s_w)                           (memory updater, no BPTT)
-        h_w(t)  = s'_w(t) [+ S_w]                                            (S: static node memory)
-    one temporal-attention layer (TGAT / TGL's TransfomerAttentionLayer, ``heads`` heads):
-        q_r  = W_q [h_{v_r} ‖ Φ(0)]
-        k_rj = W_k [h_{u_rj} ‖ e_rj ‖ Φ(t_r − t_rj)],  v_rj = W_v [same]
-        α_r  = softmax_j(LeakyReLU_0.2(q_r · k_rj))   per head, over real neighbours only
-        z_r  = LayerNorm(ReLU(W_o [Σ_j α_rj v_rj ‖ h_{v_r}]))
-    Φ(Δt) = cos(Δt·w + b), w initialised to 10^{-linspace(0, 9, time_dim)}, b = 0 (TGAT; trainable as in TGL).
+    s'_w(t) = GRUCell([m_w ‖ Φ(t − τ_w)], s_w),   h_w(t) = s'_w(t) [+ S_w]       (memory updater, no BPTT)
+    q_r  = W_q [h_{v_r} ‖ Φ(0)],   k_rj, v_rj = W_k, W_v [h_{u_rj} ‖ e_rj ‖ Φ(t_r − t_rj)]
+    α_r  = softmax_j(LeakyReLU_0.2(q_r · k_rj))   per head, over real neighbours only
+    z_r  = LayerNorm(ReLU(W_o [Σ_j α_rj v_rj ‖ h_{v_r}]))
+    Φ(Δt) = cos(Δt·w + b),  w = 10^{-linspace(0, 9, time_dim)},  b = 0 (TGAT)
 
-The strategy then writes, for the positive events only, the updated memories s'_v(t) of both ends at
-their event times and their new mails [s'_u ‖ s'_v ‖ e_uv] (:mod:`hpcdgnn.strategies.memory`); the
-memory is a detached buffer, so no gradient crosses batches (TGN's "no BPTT").
-
-Static node memory (DistTGL §3.1): a learnable (N, memory_dim) table S added to every h_w, pre-trained
-by the strategy on the same task with the dynamic memory switched off (``dynamic=False``: h_w = S_w).
-Differences from TGL's defaults, on purpose: no dropout (deterministic, so runs on any number of ranks
-can be compared exactly) and no node features (the event datasets here have none).
-"""
+S is DistTGL §3.1's static memory. No dropout (runs on any number of ranks compare exactly)."""
 
 from __future__ import annotations
 
@@ -36,7 +21,7 @@ from torch import nn
 
 from hpcdgnn.config.schema import ModelConfig
 
-if TYPE_CHECKING:  # the strategy builds the neighbourhoods (hpcdgnn.data); the model only reads them
+if TYPE_CHECKING:
     from hpcdgnn.data.temporal_neighbors import NeighborBlock
 
 __all__ = ["MemoryRows", "TGN", "TGNInput", "TGNOptions", "TimeEncoding"]
@@ -55,11 +40,9 @@ class TGNOptions(ModelConfig):
     heads: int = 2
     """Attention heads (TGL's TGN-attn: 2); ``hidden`` must be a multiple of it."""
     static_memory: Literal["on", "off"] = "off"
-    """DistTGL §3.1 static node memory: a learnable (N, memory_dim) table added to the dynamic memory of every
-    node the attention reads, pre-trained on the same task for ``static_pretrain_epochs``."""
+    """DistTGL §3.1 static node memory: a learnable (N, memory_dim) table added to every node's dynamic memory."""
     static_pretrain_epochs: int = 1
-    """With ``static_memory: on``: epochs of pre-training the static table (with the same architecture but no
-    dynamic memory) before training; 0 = co-trained from a random start (DistTGL also allows that)."""
+    """With ``static_memory: on``: epochs pre-training the static table before training; 0 = co-trained."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -124,8 +107,7 @@ class TGNInput:
 
 
 class TGN(nn.Module):
-    """TGN-attn: the module docstring's memory update s'_w(t), h_w(t) and attention layer z_r (DistTGL §2.1,
-    §3.1). ``out_features`` = ``hidden``.
+    """TGN-attn (DistTGL §2.1, §3.1): the module docstring's memory update and attention layer.
 
     Args:
         num_vertices: N (rows of the static table).
@@ -137,9 +119,7 @@ class TGN(nn.Module):
         static_memory: add the static table S (N, d).
 
     Shapes:
-        a batch of R roots with k neighbours each (:class:`TGNInput`; mails (U, 2d + D)) -> z (R, hidden) and
-        the roots' updated memories s'_v(t_r) (R, d), or None with the dynamic memory off.
-    """
+        R roots with k neighbours (:class:`TGNInput`) -> z (R, hidden), s'_v(t_r) (R, d) or None."""
 
     def __init__(self, num_vertices: int, edge_dim: int, memory_dim: int, time_dim: int, hidden: int, heads: int,
                  static_memory: bool) -> None:
@@ -157,8 +137,7 @@ class TGN(nn.Module):
         self.norm = nn.LayerNorm(hidden)
 
     def forward(self, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Embeddings z (R, hidden) of the roots, and their updated memories s'_v(t_r) (R, d) — what the
-        strategy writes for positive events (None with the dynamic memory off)."""
+        """Embeddings z (R, hidden) of the roots and their updated memories s'_v(t_r) (R, d), or None."""
         nb = inp.neighbors
         R, k = nb.mask.shape
         if R == 0:  # an empty slice (a batch shorter than its ranks): nothing to embed, nothing to write
@@ -167,21 +146,19 @@ class TGN(nn.Module):
         real = np.flatnonzero(nb.mask.reshape(-1))
         occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[real]])
         occ_t = np.concatenate([inp.root_t, np.repeat(inp.root_t, k)[real]])
-        # one memory update per distinct (node, time): the roots of one event share t, and a busy node is a
-        # neighbour of many of them (TGL deduplicates the same way)
+        # one memory update per distinct (node, time), as TGL deduplicates
         order = np.lexsort((occ_t, occ_nodes))
         n_s, t_s = occ_nodes[order], occ_t[order]
         new = np.r_[True, (n_s[1:] != n_s[:-1]) | (t_s[1:] != t_s[:-1])] if order.shape[0] else np.zeros(0, bool)
         inv = np.empty(order.shape[0], dtype=np.int64)
         inv[order] = np.cumsum(new) - 1
         h_u, s_u = self._node_states(n_s[new], t_s[new], inp)
-        dev = self.w_q.weight.device  # indices and times are built on the host; the model may run on a GPU
+        dev = self.w_q.weight.device
         idx = torch.from_numpy(inv).to(dev)
         h = h_u[idx]
         s_new = None if s_u is None else s_u[idx[:R]]
         h_root, h_nbr_real = h[:R], h[R:]
         dtype = h.dtype
-        # neighbours, padded back to (R, k): keys/values of masked slots are never attended to
         real_t = torch.from_numpy(real).to(dev)
         key_in = torch.cat([
             h_nbr_real,
@@ -193,9 +170,9 @@ class TGN(nn.Module):
         K = h.new_zeros(R * k, self.hidden).index_copy(0, real_t, self.w_k(key_in))
         V = h.new_zeros(R * k, self.hidden).index_copy(0, real_t, self.w_v(key_in))
         K, V = K.view(R, k, heads, width), V.view(R, k, heads, width)
-        logits = nn.functional.leaky_relu((q.unsqueeze(1) * K).sum(-1), 0.2)  # (R, k, heads)
+        logits = nn.functional.leaky_relu((q.unsqueeze(1) * K).sum(-1), 0.2)
         mask = torch.from_numpy(nb.mask).to(dev).unsqueeze(-1)
-        # masked slots get -inf; a root without any neighbour gets zeros (no NaN in the backward), then α = 0
+        # masked slots get -inf; a root without neighbours gets zeros (no NaN in the backward)
         empty = torch.from_numpy(~nb.mask.any(1)).to(dev).view(R, 1, 1)
         logits = logits.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
         alpha = torch.softmax(logits, dim=1) * mask
@@ -218,10 +195,7 @@ class TGN(nn.Module):
         return (s_new if static is None else s_new + static), s_new
 
     def _gru(self, mail: torch.Tensor, mem: torch.Tensor, rows: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
-        """``self.updater`` (torch's GRUCell: r, z, n gates) on [mail[rows] ‖ phi] and mem[rows], with the
-        products of the mail and of the memory done once per node, not per occurrence: only Φ(t − τ)
-        differs between the occurrences of a node (a root's neighbours are queried at many times), and
-        the mail and memory are 3/4 of the input. Same function as ``updater``, fewer multiply-adds."""
+        """``self.updater`` on [mail[rows] ‖ phi] and mem[rows], the mail and memory products once per node."""
         g = self.updater
         m = mail.shape[1]
         gi_node = nn.functional.linear(mail, g.weight_ih[:, :m], g.bias_ih)

@@ -14,19 +14,7 @@ __all__ = ["TMGCNLayer", "TMGCNOptions", "build_tmgcn", "m_transform"]
 
 
 class _MTransform(torch.autograd.Function):
-    """Windowed mean along dim 0 with a hand-written adjoint, over ``history`` then ``y`` without joining them.
-
-    Forward: ``out[t] = (1/c_t) * sum_{k=0}^{w-1} full[off+t-k]`` over the rows
-    that exist, where ``full`` is history followed by y (``off`` rows of history);
-    backward: ``d full[s] = sum_t [s = off+t-k] d out[t] / c_t``.
-    Both are w shifted adds into one buffer (no autograd temporaries of the
-    full (T, n, F) size), in a fixed order per element, so every vertex gets
-    the same bits whatever the batch of vertices. The history is read where it
-    is: a block of time (SPEC S2) or a time halo would otherwise copy it and the
-    whole block into a joined tensor, in the forward and again in each re-run.
-    The shift k of output rows t < k reads the history, of the others y: two
-    adds over disjoint rows, so each element still gets one add per k, in k order.
-    """
+    """Windowed mean along dim 0 over ``history`` then ``y``: w shifted adds in a fixed order (same bits per vertex)."""
 
     @staticmethod
     def forward(ctx, y, history, window, count):  # noqa: D102
@@ -35,10 +23,10 @@ class _MTransform(torch.autograd.Function):
         ctx.save_for_backward(count)
         out = _first_terms(y, history, window)
         for k in range(2, window):
-            lo = max(0, k - off)  # first output step whose k-th predecessor exists
+            lo = max(0, k - off)
             if lo >= T:
                 break
-            mid = min(k, T)  # steps lo..mid-1 read the history (lo <= k), mid.. read y
+            mid = min(k, T)
             if mid > lo:
                 out[lo:mid] += history[off + lo - k : off + mid - k]
             if T > mid:
@@ -51,8 +39,7 @@ class _MTransform(torch.autograd.Function):
         (count,) = ctx.saved_tensors
         T, off = grad.shape[0], ctx.off
         g = grad / count
-        # the k = 0 term covers y whole: y's gradient starts as g plus its k = 1 term, in a buffer of its own (the
-        # shifted adds below read g, so it cannot be the buffer they write)
+        # y's gradient starts as g plus its k = 1 term in its own buffer: the shifted adds below read g
         gy = torch.empty_like(g)
         if ctx.window > 1 and T > 1:
             torch.add(g[: T - 1], g[1:], out=gy[: T - 1])
@@ -73,13 +60,12 @@ class _MTransform(torch.autograd.Function):
 
 
 def _first_terms(y: torch.Tensor, history: torch.Tensor, window: int) -> torch.Tensor:
-    """The M-transform's sum over k = 0 and k = 1 (:class:`_MTransform`), each element as ``y + predecessor``, in
-    one pass into a new buffer, not two (a copy of y, then an add in place)."""
+    """The M-transform's k = 0 and k = 1 terms as ``y + predecessor`` in one pass into a new buffer."""
     T, off = y.shape[0], history.shape[0]
     out = torch.empty_like(y)
     if window < 2 or T == 0:
         return out.copy_(y)
-    lo = max(0, 1 - off)  # step 0 has a predecessor only in the history
+    lo = max(0, 1 - off)
     if lo:
         out[:1] = y[:1]
     else:
@@ -100,16 +86,14 @@ def m_transform(y: torch.Tensor, window: int, history: torch.Tensor | None = Non
     T = y.shape[0]
     if history is None:
         history = y[:0]
-    off = history.shape[0]  # steps of history before y[0]
-    pos = torch.arange(T, dtype=y.dtype, device=y.device) + off  # global step index (history = all earlier steps)
+    off = history.shape[0]
+    pos = torch.arange(T, dtype=y.dtype, device=y.device) + off
     count = torch.clamp(pos + 1, max=window).view(T, *([1] * (y.dim() - 1)))
     return _MTransform.apply(y, history, window, count)
 
 
 def window_tail(y: torch.Tensor, history: torch.Tensor | None, keep: int) -> torch.Tensor:
-    """The last ``keep`` steps of ``history`` followed by ``y`` (fewer where there are fewer), as a tensor of
-    its own: a copy of y's last rows when it has that many, else the two joined. Not a view: a layout keeps
-    its states to the end of the step, and a view would keep all of y alive."""
+    """The last ``keep`` steps of ``history`` then ``y``, as a tensor of its own (a view would keep y alive)."""
     T = y.shape[0]
     if history is None or T >= keep:
         return y[max(0, T - keep) :].clone()
@@ -130,11 +114,7 @@ class TMGCNLayer(DynamicLayer):
 
     Shapes:
         spatial ``ax`` = Ã_t X_t (n, F) -> Y_t (n, F'); temporal (T, n, F') -> Z (T, n, F');
-        state the last ``w-1`` inputs of the window, (≤ w-1, n, F') (carried across blocks, SPEC S2).
-
-    The M-transform is banded (``temporal_reach = w - 1``): under snapshot ownership a rank
-    needs only the w - 1 snapshots before its first, not the redistribution.
-    """
+        state the last ``w-1`` inputs, (≤ w-1, n, F') (``temporal_reach = w - 1``)."""
 
     def __init__(self, in_features: int, out_features: int, window: int) -> None:
         super().__init__()
@@ -185,8 +165,6 @@ def build_tmgcn(in_features: int, hidden: int, layers: int, window: int = 3) -> 
         window: w, the M-transform's window.
 
     Shapes:
-        X_t (N, F) of each snapshot -> Z_t = Z^(L)_t (N, H), Z^(l) = TMGCNLayer(Z^(l-1)), Z^(0) = X
-        (:meth:`~hpcdgnn.nn.models.base.DGNN.forward`'s ``{t: Z_t}``; n rows where a strategy holds n).
-    """
+        X_t (N, F) of each snapshot -> Z_t (N, H)."""
     dims = [in_features] + [hidden] * layers
     return DGNN([TMGCNLayer(dims[i], dims[i + 1], window) for i in range(layers)])
