@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -466,6 +467,11 @@ def test_self_check_compiles_and_compares_and_a_failure_is_one_warning_and_the_t
     of the process."""
     from hpcdgnn.nn import _numba_kernels
 
+    # an earlier test's configure_logging may have left the package logger not propagating, with a handler on a
+    # stream pytest has closed since: caplog sees the records only through propagation
+    log = logging.getLogger("hpcdgnn")
+    monkeypatch.setattr(log, "propagate", True)
+    monkeypatch.setattr(log, "handlers", [])
     use("always")
     before = kernels.calls()
     assert kernels.self_check(dtype) and kernels.calls() == before
