@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import torch
 
-__all__ = ["KERNELS", "SIBLINGS", "available", "calls", "compile_notice", "edge_bce_train", "expected",
+__all__ = ["KERNELS", "SIBLINGS", "available", "calls", "compile_notice", "disable", "edge_bce_train", "expected",
            "lstm_available", "lstm_backward", "lstm_forward", "mode", "self_check", "skipped", "used_by"]
 
 _kernels = None
@@ -297,6 +297,13 @@ def self_check(dtype: torch.dtype) -> bool:
             "takes the torch paths (HPCDGNN_KERNELS=torch does so without the check)")
         return False
     return True
+
+
+def disable() -> None:
+    """The torch paths in this process from now on (where another rank's kernels failed their check: every rank
+    takes the same paths, so the run stays P-invariant bit for bit)."""
+    global _kernels
+    _kernels = False
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> bool:

@@ -551,16 +551,19 @@ def _fresh_task(run: Run):
     return fresh
 
 
-def _check_kernels(job: JobConfig, manifest: Manifest, dtype: torch.dtype, device: torch.device) -> None:
+def _check_kernels(job: JobConfig, manifest: Manifest, dtype: torch.dtype, device: torch.device,
+                   comm: Communicator) -> None:
     """The compiled CPU loops compiled (a first run after an install) and checked against torch now, before the
     strategy's set-up, where the job may take them (:func:`hpcdgnn.nn.kernels.used_by`: a small job never loads
-    numba); a kernel that fails its check sends this process to the torch paths (one warning line), never a crash
-    mid-epoch."""
+    numba); a kernel that fails its check on any rank sends every rank to the torch paths (one warning line), never
+    a crash mid-epoch."""
     # snapshots (their edges), or events: bounds of any one call's steps and pairs
     edges = sum(getattr(manifest, "snapshot_edges", None) or []) + getattr(manifest, "num_events", 0)
     pairs = edges * (1 + getattr(job.task, "negatives", 1))
-    if kernels.used_by(dtype, device, getattr(manifest, "num_snapshots", 0), pairs):
-        kernels.self_check(dtype)
+    if kernels.used_by(dtype, device, getattr(manifest, "num_snapshots", 0), pairs):  # the same on every rank
+        failed = not kernels.self_check(dtype)
+        if comm.allreduce_array([float(failed)], tag="setup")[0] > 0:  # one rank's failure: all take torch's paths
+            kernels.disable()
 
 
 def build_run(job_path: str | None, overrides: list[str], output: str | None, comm: Communicator,
@@ -600,7 +603,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         if ckpt is None:
             initial = checksum
 
-        _check_kernels(job, manifest, dtype, device)
+        _check_kernels(job, manifest, dtype, device, comm)
         t_setup = time.perf_counter()
         strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
         setup_seconds = time.perf_counter() - t_setup

@@ -516,3 +516,13 @@ def test_only_a_job_that_may_take_the_loops_checks_them(monkeypatch):
     assert kernels.used_by(torch.float64, cpu, 1, 1)
     monkeypatch.setenv("HPCDGNN_KERNELS", "torch")
     assert not kernels.used_by(torch.float64, cpu, 100, 1 << 20)
+
+
+def test_disable_sends_the_process_to_the_torch_paths(use, monkeypatch):
+    """kernels.disable (another rank's kernels failed their start-up check): no compiled path from then on."""
+    use("always")
+    x = torch.zeros(2, dtype=torch.float64)
+    assert kernels.available(x, pairs=1)
+    monkeypatch.setattr(kernels, "_kernels", kernels._kernels)  # restored after the test
+    kernels.disable()
+    assert not kernels.available(x, pairs=1) and not kernels.lstm_available(torch.zeros(40, 8, 3, dtype=x.dtype))
