@@ -168,7 +168,8 @@ class StrategyConfig:
 
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
-    ``sequences`` (ReInc §3.4, R1/R4), ``memory`` (DistTGL §3.2, M2; event streams)."""
+    ``sequences`` (ReInc §3.4, R1/R4), ``hybrid`` (DynaHB §4–5, H1–H3), ``memory`` (DistTGL §3.2, M2; event
+    streams)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,6 +298,72 @@ class SequencesOptions(StrategyConfig):
             raise ValueError("batch_samples: must be >= 0 (0 = the number of training sequences)")
         if not self.incremental_threshold >= 0:
             raise ValueError("incremental_threshold: must be >= 0 (a fraction of a snapshot's entries)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdjusterConfig:
+    """``strategy.adjuster:`` how the hybrid batch size (N_S, N_V) is chosen each step (DynaHB §5.1, SPEC H3)."""
+
+    kind: Literal["fixed", "random"] = "fixed"
+    """``fixed``: always ``start``; ``random``: an action drawn uniformly per batch from (train.seed, epoch, batch)."""
+    start: tuple[float, float] | None = None
+    """(snapshot fraction, vertex fraction), one of the action space; null = the paper's 20 % × 5 % where it is
+    one, else the middle action."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HybridOptions(StrategyConfig):
+    """``strategy: {name: hybrid}``: DynaHB's hybrid batches (§4–5, SPEC H1–H2): N_S consecutive snapshots ×
+    N_V target vertices per step, vertices dealt by load (Alg. 1), each rank training the targets it owns
+    over the rows it read once; gradients summed (exact)."""
+
+    name: str = "hybrid"
+    partition: Literal["load_aware", "hash", "range", "metis"] = "load_aware"
+    """Vertex split (H1): DynaHB's Alg. 1 (loads sorted, dealt round-robin), or those of ``vertex``."""
+    groups: int = 4
+    """N_bg, load-ordered groups per rank; each batch draws N_V/N_bg targets from each (§4.2)."""
+    closure: Literal["receptive", "lhop"] = "receptive"
+    """Rows a rank reads once (H1): ``receptive``, every row its targets' outputs read (exact); ``lhop``, the
+    paper's L hops (graph-recurrent cells then run on the induced subgraph, approximate)."""
+    max_cache_mb: float = 0.0
+    """Refuse a rank whose read rows (its vertices and their closure) exceed this many MiB; 0 = no limit."""
+    snapshot_fractions: tuple[float, ...] = (0.1, 0.2, 0.3)
+    """N_S choices as fractions of T (the action space's snapshot sizes; clipped to the training steps)."""
+    vertex_fractions: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2)
+    """N_V choices as fractions of N (the action space's vertex sizes)."""
+    steps_per_epoch: int = 0
+    """Optimizer steps per epoch; 0 = one expected pass over the training examples (N·T_train / (N_S·N_V))."""
+    adjuster: AdjusterConfig = field(default_factory=AdjusterConfig)
+    """How the batch size is chosen (H3)."""
+
+    def __post_init__(self) -> None:
+        for key in ("snapshot_fractions", "vertex_fractions"):
+            values = getattr(self, key)
+            if not values:
+                raise ValueError(f"{key}: must list at least one fraction")
+            bad = [f for f in values if not 0 < f <= 1]
+            if bad:
+                raise ValueError(f"{key}: {bad[0]!r} is not a fraction in (0, 1]")
+        if self.groups < 1:
+            raise ValueError("groups: must be >= 1")
+        if self.steps_per_epoch < 0:
+            raise ValueError("steps_per_epoch: must be >= 0 (0 = one expected pass)")
+        if not self.max_cache_mb >= 0:
+            raise ValueError("max_cache_mb: must be >= 0 (0 = no limit)")
+        start = self.adjuster.start
+        if start is not None and (start[0] not in self.snapshot_fractions or start[1] not in self.vertex_fractions):
+            raise ValueError(f"adjuster.start: {list(start)} is not an action: pick a snapshot fraction of "
+                             f"{list(self.snapshot_fractions)} and a vertex fraction of {list(self.vertex_fractions)}")
+
+    def actions(self) -> list[tuple[float, float]]:
+        """The action space SS × VS (DynaHB Def. 5), snapshot fraction major."""
+        return [(s, v) for s in self.snapshot_fractions for v in self.vertex_fractions]
+
+    def start_action(self) -> int:
+        """Index of the first action: ``adjuster.start``, else 20 % × 5 % (§6.1) if listed, else the middle one."""
+        acts = self.actions()
+        want = self.adjuster.start or (0.2, 0.05)
+        return acts.index(tuple(want)) if tuple(want) in acts else len(acts) // 2
 
 
 @dataclass(frozen=True, kw_only=True)

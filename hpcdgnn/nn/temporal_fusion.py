@@ -30,8 +30,12 @@ class Packing:
     steps: int
     lanes: int
 
-    def reset_mask(self) -> torch.Tensor:
-        """(steps, lanes) M of Eq. 5: 0 where a sequence starts (its state must not come in), else 1."""
+    def reset_mask(self) -> torch.Tensor | None:
+        """(steps, lanes) M of Eq. 5: 0 where a sequence starts (its state must not come in), else 1.
+
+        None for padded lanes (every sequence starts at step 0, where the state is zero anyway)."""
+        if not self.start.any():
+            return None
         m = torch.ones(self.steps, self.lanes)
         m[torch.from_numpy(self.start), torch.from_numpy(self.lane)] = 0.0
         return m
@@ -66,17 +70,22 @@ def pad_sequences(lengths: np.ndarray) -> Packing:
     return Packing(np.arange(n), np.zeros(n, dtype=np.int64), lengths, int(lengths.max(initial=0)), n)
 
 
-def fused_rnn(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """A torch GRU or LSTM over packed lanes ``x`` (steps, lanes, F), the state times ``mask`` before each step."""
+def fused_rnn(rnn: nn.RNNBase, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A torch GRU or LSTM over packed lanes ``x`` (steps, lanes, F), the state times ``mask`` before each step.
+
+    ``mask`` None (padded lanes) calls the module itself: the hand-written masked scan gains nothing there
+    (perf/results/kernels/README.md)."""
     if not supports(rnn):
         raise TypeError("fused_rnn: a unidirectional, time-major torch GRU or LSTM with biases, no dropout or "
                         "projection")
     if x.shape[0] == 0 or x.shape[1] == 0:
         return x.new_zeros(x.shape[0], x.shape[1], rnn.hidden_size) + x.sum() * 0.0
+    if mask is None:
+        return rnn(x)[0]
     return run_torch_rnn(rnn, x, None, mask)[0]
 
 
-def fused_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def fused_gru(gru: nn.GRU, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """:func:`fused_rnn` for a GRU (DGC Fig. 10's example)."""
     return fused_rnn(gru, x, mask)
 

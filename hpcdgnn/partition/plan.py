@@ -2,7 +2,8 @@
 
 Rank 0 computes a plan, broadcasts it and writes ``RUNDIR/plan.json``; strategies only
 consume plans. Builders: :func:`build_snapshot_plan`, :mod:`.timeline` (S1, PSS),
-:mod:`.vertex` (S6), :mod:`.chunk_plan` (D1), :mod:`.sequences` (R1), :mod:`.events` (M2).
+:mod:`.vertex` (S6), :mod:`.chunk_plan` (D1), :mod:`.sequences` (R1), :mod:`.load_aware` (H1),
+:mod:`.events` (M2).
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class PartitionPlan:
     """Gradient-checkpoint blocks (SPEC S2): block b is snapshots [b[k], b[k+1]); None = one block."""
     vertex_order: list[int] | None = None
     """Vertex partitioning (S6): vertices in rank order, sliced by ``vertex_bounds``; None = identity."""
+    load_order: list[int] | None = None
+    """Load-aware plans (DynaHB Alg. 1): vertices by descending load, the P-invariant order batches draw from."""
     train_horizon: int | None = None
     """Last snapshot whose embedding enters the training loss (None: T - 1); causal models need no gradient past it."""
     chunks: ChunkAssignment | None = None

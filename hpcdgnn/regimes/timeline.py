@@ -1,10 +1,12 @@
 """The snapshot-timeline regime: T snapshots over one vertex universe (SPEC families A and B): full batch
-(``snapshot``, ``pss``, ``vertex``, ``chunk``) and sampled sequences (``sequences``, ReInc §3)."""
+(``snapshot``, ``pss``, ``vertex``, ``chunk``), sampled sequences (``sequences``, ReInc §3) and hybrid batches
+(``hybrid``, DynaHB §4–5)."""
 
 from __future__ import annotations
 
 from hpcdgnn.config.schema import (
     ChunkOptions,
+    HybridOptions,
     JobConfig,
     PSSOptions,
     SequencesOptions,
@@ -88,7 +90,7 @@ TIMELINE = register_regime(RegimeSpec(
     models={name: model_options(name) for name in available_models()},
     tasks=("link_prediction", "node_classification", "regression"),
     strategies={"snapshot": SnapshotOptions, "pss": PSSOptions, "vertex": VertexOptions, "chunk": ChunkOptions,
-                "sequences": SequencesOptions},
+                "sequences": SequencesOptions, "hybrid": HybridOptions},
     load_manifest=load_manifest,
     build_model=build_model,
     build_task=build_task,

@@ -2,6 +2,7 @@
 
 from hpcdgnn.strategies.base import Strategy, StrategyContext
 from hpcdgnn.strategies.chunk import ChunkStrategy
+from hpcdgnn.strategies.hybrid import HybridStrategy
 from hpcdgnn.strategies.memory import MemoryStrategy
 from hpcdgnn.strategies.pss import PSSStrategy
 from hpcdgnn.strategies.registry import available_strategies, get_strategy, register_strategy
@@ -11,6 +12,7 @@ from hpcdgnn.strategies.vertex import VertexStrategy
 
 __all__ = [
     "ChunkStrategy",
+    "HybridStrategy",
     "MemoryStrategy",
     "PSSStrategy",
     "SequencesStrategy",

@@ -92,7 +92,7 @@ class _ActiveSequences:
     r: torch.Tensor
     step: torch.Tensor
     lane: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None  # None: padded lanes, no reset past step 0
     steps: int
     lanes: int
 
@@ -167,8 +167,9 @@ class ChunkStrategy(HaloStrategy):
         step, lane = packing.index()
         #: time-encoder slots per layer: packed, and padded (DGC Fig. 9b)
         self._time_slots = np.array([packing.steps * packing.lanes, packing.steps * lengths.shape[0]])
+        mask = packing.reset_mask()
         return _ActiveSequences(torch.from_numpy(t_of).to(dev), torch.from_numpy(r_of).to(dev), step.to(dev),
-                                lane.to(dev), packing.reset_mask().to(dev), packing.steps, packing.lanes)
+                                lane.to(dev), None if mask is None else mask.to(dev), packing.steps, packing.lanes)
 
     def ax0_on_rnn(self) -> torch.Tensor:
         """Layer 0's constant Ã·X as my RNN vertices' (T, R, F) block, moved once (collective) and kept."""

@@ -27,6 +27,9 @@ __all__ = ["SampleLayout"]
 class SampleLayout(Layout):
     """One sample: per layer its output rows and sampled aggregation over the window, as one (S, n, F) block."""
 
+    #: the sample's vertices are scored at every step of the window (hybrid batches), not only the last
+    every_step = False
+
     def __init__(self, s: SequencesStrategy, seq: Sequence, batch: np.ndarray, vertices: np.ndarray,
                  rng: np.random.Generator, *, epoch: int = 0, b: int = 0, train: bool = False) -> None:
         super().__init__(seq.start, seq.stop, s.num_layers)
@@ -39,7 +42,7 @@ class SampleLayout(Layout):
         if s.cells:
             #: the snapshot each decoder step reads
             self.decoder = s.decoder_steps(epoch, seq, b, train) if s.decoder is not None else None
-            self.cells = s.cell_rows(seq, self.vertices, rng, self.decoder)
+            self.cells = s.cell_rows(seq, self.vertices, rng, self.decoder, self.every_step)
             self.graphs = [s.rows_graph(t, self.cells) for t in range(seq.start, seq.stop)]
             return
         self.rows: list[np.ndarray] = [np.zeros(0, np.int64)] * L + [self.vertices]

@@ -20,11 +20,39 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hpcdgnn.comm.stats import payload_bytes
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor
 from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.partition.sequences import Sequence
 
-__all__ = ["RowsStepGraph", "SampleGraphs"]
+__all__ = ["HostSnapshot", "RowsStepGraph", "SampleGraphs", "graph_cells"]
+
+
+@dataclass
+class HostSnapshot:
+    """Ã_t as float64 CSR and X_t on the host; for graph-recurrent cells also A_t as read and its step graph."""
+
+    crow: np.ndarray
+    col: np.ndarray
+    val: np.ndarray
+    x: torch.Tensor
+    raw: tuple | None = None
+    graph: StepGraph | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (arrays and tensors)."""
+        return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))
+
+
+def graph_cells(model, job) -> bool:
+    """Whether every layer is a graph-recurrent cell (sampled over its receptive rows); ConfigError for a mix."""
+    recurrent = [bool(getattr(layer, "graph_recurrent", False)) for layer in model.layers]
+    if any(recurrent) and not all(recurrent):
+        raise ConfigError(f"model.name: {job.model.name} mixes graph-recurrent cells with other layers, "
+                          f"which strategy.name: {job.strategy.name} cannot sample; use pss")
+    return all(recurrent)
 
 
 def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -144,10 +172,11 @@ class SampleGraphs:
         return out
 
     def cell_rows(self, seq: Sequence, vertices: np.ndarray, rng: np.random.Generator,
-                  decoder: list[int | None] | None = None) -> np.ndarray:
+                  decoder: list[int | None] | None = None, every_step: bool = False) -> np.ndarray:
         """The rows U every graph-recurrent layer of a sample runs over: the closure of the scored ``vertices``.
 
-        ``decoder``: the snapshot each decoder step reads (None: its own prediction, on G_t).
+        ``decoder``: the snapshot each decoder step reads (None: its own prediction, on G_t); ``every_step``:
+        ``vertices`` are scored at every step of the window (hybrid batches), not only the last.
         """
         salt = int(rng.integers(0, 2**62))
         L, top = len(self.encoder), len(self.encoder) - 1
@@ -182,7 +211,7 @@ class SampleGraphs:
         for e in reversed(range(len(steps))):
             rows = [empty] * L
             for layer in reversed(range(L)):
-                r = seed[layer] if e == len(steps) - 1 else empty
+                r = seed[layer] if e == len(steps) - 1 or every_step else empty
                 if layer < top:
                     r = np.union1d(r, hop(self.encoder, layer + 1, 0, steps[e], rows[layer + 1]))
                 if later is not None:

@@ -25,12 +25,10 @@ import copy
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from hpcdgnn.comm.communicator import payload_bytes
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.conv.gcn import gcn_norm
@@ -44,26 +42,10 @@ from hpcdgnn.partition.sequences import Sequence, plan_sequences, sequences_of
 from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.sample_layout import SampleLayout
-from hpcdgnn.strategies.sampling import RowsStepGraph, SampleGraphs, _expand
+from hpcdgnn.strategies.sampling import HostSnapshot, RowsStepGraph, SampleGraphs, _expand, graph_cells
 from hpcdgnn.tasks.base import SampleEmbeddings
 
 __all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
-
-
-@dataclass
-class _HostSnapshot:
-    """Ã_t as float64 CSR and X_t on the host; for graph-recurrent cells also A_t as read and its step graph."""
-
-    crow: np.ndarray
-    col: np.ndarray
-    val: np.ndarray
-    x: torch.Tensor
-    raw: tuple | None = None
-    graph: StepGraph | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))
 
 
 class _KnownProduct:
@@ -98,12 +80,8 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the snapshots of my sequences (``overlap``) or of my block (``fetch``); normalise them."""
         o, job, me = self.ctx.job.strategy, self.ctx.job, self.comm.rank
-        recurrent = [bool(getattr(layer, "graph_recurrent", False)) for layer in model.layers]
-        if any(recurrent) and not all(recurrent):
-            raise ConfigError(f"model.name: {job.model.name} mixes graph-recurrent cells with other layers, "
-                              "which strategy.name: sequences cannot sample; use pss")
         #: graph-recurrent cells: each sample runs every layer over its receptive field's rows
-        self.cells = all(recurrent)
+        self.cells = graph_cells(model, job)
         self.encoder = list(model.layers)
         self.decoder = list(model.decoder) if isinstance(model, EncoderDecoder) else None
         self.horizon = model.horizon if isinstance(model, EncoderDecoder) else 0
@@ -117,7 +95,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         self._own = plan.snapshot_bounds
         lo, hi = plan.ranks[me]["window_snapshots"]
         self._reads = [tuple(r["window_snapshots"]) for r in plan.ranks]
-        self.host: dict[int, _HostSnapshot] = {}
+        self.host: dict[int, HostSnapshot] = {}
         # fetch reads only my block (others' windows may need it), not the snapshots after it
         read_lo, read_hi = (lo, hi) if o.placement == "overlap" else (self._own[me], self._own[me + 1])
         raw = []
@@ -126,7 +104,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
             if self.cells:  # their operators (L̂_t, P_f, P_b) are built from A_t, not from Ã_t
                 self.host[t].raw = (snap.indptr, snap.indices, snap.weights)
             raw.append(snap)
-        self._fetched: dict[int, _HostSnapshot] = {}
+        self._fetched: dict[int, HostSnapshot] = {}
         #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
         self.fanout = (list(o.fanouts) or [0] * self.num_layers)[::-1]
         #: R3: layer 0's Ã_t·X_t (full neighbourhoods) is read from the reuse cache
@@ -163,10 +141,10 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         return Scored(snapshots=tuple(sorted({s.t for s in self.mine})))
 
     def _read(self, reader, t: int):
-        """Snapshot t as read (raw CSR) and on the host for sampling (:class:`_HostSnapshot`)."""
+        """Snapshot t as read (raw CSR) and on the host for sampling (:class:`HostSnapshot`)."""
         snap = reader.read(t)
         a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, torch.float64).a
-        return _HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
+        return HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
                              torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype)), snap
 
     def _precompute(self, ts: list[int], raw: list) -> dict[int, torch.Tensor]:
@@ -357,7 +335,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         out["hit_rate"] = hit_rate(out["hits"], out["misses"])
         return out
 
-    def snapshot(self, t: int) -> _HostSnapshot:
+    def snapshot(self, t: int) -> HostSnapshot:
         """Snapshot t: read at setup, or fetched this epoch."""
         return self.host[t] if t in self.host else self._fetched[t]
 
@@ -378,7 +356,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         for q in range(P):
             if q != me and any(not own[me] <= t < own[me + 1] for t in range(max(lo, own[q]), min(hi, own[q + 1]))):
                 for t, crow, col, val, x, raw in self.comm.recv_obj(q, 7301, "placement.fetch"):
-                    self._fetched[t] = _HostSnapshot(crow, col, val, x, raw)
+                    self._fetched[t] = HostSnapshot(crow, col, val, x, raw)
         self.comm.wait_all(sends, "placement.fetch")
 
     def node_batches(self, epoch: int) -> list[np.ndarray]:

@@ -107,7 +107,7 @@ STRATEGY_OPTIONS = [
     ("layout: block", "layout", ["snapshot"]),
     ("balance: count", "balance", ["pss", "snapshot"]),
     ("transfer: base", "transfer", ["pss", "snapshot"]),
-    ("partition: hash", "partition", ["vertex"]),
+    ("partition: hash", "partition", ["hybrid", "vertex"]),
     ("stale: {mode: adaptive}", "stale", ["chunk", "vertex"]),
     ("chunk_size: 8", "chunk_size", ["chunk"]),
     ("sequences: active", "sequences", ["chunk"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hpcdgnn.nn.temporal_fusion import fused_gru, pack_sequences, unpack
+from hpcdgnn.nn.temporal_fusion import fused_gru, pack_sequences, pad_sequences, unpack
 
 
 def test_packing_fills_lanes_without_overlap():
@@ -14,6 +14,7 @@ def test_packing_fills_lanes_without_overlap():
     step, lane = p.index()
     assert len(set(zip(step.tolist(), lane.tolist(), strict=True))) == 12 and int(step.max()) < 4
     assert p.reset_mask().sum() == 12 - 5  # one reset per sequence
+    assert pad_sequences([2, 3]).reset_mask() is None  # padded lanes: nothing to reset past step 0
 
 
 def test_fused_gru_equals_each_sequence_alone():
@@ -39,7 +40,7 @@ def test_fused_rnn_handles_stacked_lstms_and_padding_alike():
     lstm = torch.nn.LSTM(3, 4, num_layers=2).double()
     lengths = np.array([5, 1, 3, 2, 4])
     seqs = [torch.randn(n, 3, dtype=torch.float64) for n in lengths]
-    from hpcdgnn.nn.temporal_fusion import fused_rnn, pad_sequences
+    from hpcdgnn.nn.temporal_fusion import fused_rnn
 
     for p in (pack_sequences(lengths), pad_sequences(lengths)):
         x = torch.zeros(p.steps, p.lanes, 3, dtype=torch.float64)

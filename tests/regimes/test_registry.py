@@ -58,7 +58,8 @@ def test_options_live_with_their_model(tmp_path, small_dataset):
     ({"model": {"name": "tgn"}}, "model.name: tgn needs task.name: temporal_link_prediction and strategy.name: "
                                  r"memory, not task.name: link_prediction, strategy.name: snapshot \(the event-stream"),
     ({"strategy": {"name": "memory"}}, "model.name: cdgcn needs strategy.name: snapshot or pss or vertex or chunk or "
-                                       r"sequences, not strategy.name: memory \(the snapshot-timeline regime"),
+                                       r"sequences or hybrid, not strategy.name: memory \(the snapshot-timeline "
+                                       "regime"),
     ({"task": {"name": "temporal_link_prediction"}}, "model.name: cdgcn needs task.name: link_prediction or"),
 ])
 def test_a_job_mixing_regimes_is_one_line(tmp_path, small_dataset, sections, needle):

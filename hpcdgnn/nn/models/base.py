@@ -146,7 +146,7 @@ class DynamicLayer(nn.Module):
         """The torch GRU/LSTM that is this layer's time encoder, if it is one (else None)."""
         return None
 
-    def packed_temporal(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def packed_temporal(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Time encoder over packed lanes (steps, lanes, spatial), reset where ``mask`` is 0 (DGC §5.1.2, Eq. 4–5)."""
         from hpcdgnn.nn.temporal_fusion import fused_rnn
 

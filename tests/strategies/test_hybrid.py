@@ -1,0 +1,140 @@
+"""``strategy: hybrid`` (DynaHB §4–5, SPEC H1–H3 fixed/random), float64.
+
+* Alg. 1's loads by hand on a path and a cycle (walks, not sets), the round-robin deal, the strata (no MPI);
+* the anchor: one batch of every snapshot × every vertex reproduces ``snapshot`` (T-GCN cell, EvolveGCN-O) and
+  ``pss`` (DCRNN) at P = 1 and P = 3;
+* P-invariance: random actions over fractional batches give P = 3 the losses of P = 1 (1e-9), on a sparse graph
+  where each rank reads fewer than N rows (replication < P), for node regression and link prediction;
+* bad input: one line, exit 2, at P = 3.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from hpcdgnn.config.load import load_job
+from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.data.writer import write_dataset
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
+from tests.conftest import write_job
+from tests.strategies.test_sequences import exits_2_with_one_line
+from tests.strategies.test_sequences_cells import _snapshots
+from tests.train.test_exactness import _losses
+
+#: one batch of the whole training timeline × every vertex: full-batch training
+ANCHOR = ["strategy.name=hybrid", "strategy.snapshot_fractions=[1.0]", "strategy.vertex_fractions=[1.0]",
+          "strategy.adjuster.kind=fixed", "strategy.steps_per_epoch=1", "strategy.closure=receptive"]
+#: fractional batches, an action drawn per batch
+RANDOM = ["strategy.name=hybrid", "strategy.snapshot_fractions=[0.3,0.6]", "strategy.vertex_fractions=[0.3,0.5]",
+          "strategy.groups=2", "strategy.adjuster.kind=random"]
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    """T = 8, N = 23 with signal targets."""
+    root = tmp_path_factory.mktemp("hybrid") / "dense"
+    write_dataset(root, _snapshots(8, 23, 30, 3), num_vertices=23, weights="given", targets="signal",
+                  shard_snapshots=3, feature_names=["a", "b", "c"])
+    return root
+
+
+@pytest.fixture(scope="module")
+def sparse(tmp_path_factory):
+    """T = 8, N = 61, 12 edges a snapshot: a rank's closure is a part of the graph."""
+    root = tmp_path_factory.mktemp("hybrid") / "sparse"
+    write_dataset(root, _snapshots(8, 61, 12, 7), num_vertices=61, weights="given", targets="signal",
+                  shard_snapshots=3, feature_names=["a", "b", "c"])
+    return root
+
+
+def _job(tmp_path, data, model: str = "tgcn_cell", task: str = "regression"):
+    return write_job(tmp_path / "job.yaml", data, model={"name": model, "hidden": 4},
+                     task={"name": task, **({"horizon": 1} if task == "regression" else {})})
+
+
+def test_loads_count_walks_of_alg1():
+    # path 0 <- 1 <- 2 (row v aggregates its CSR columns): W_1 = A·1, W_2 = A·W_1
+    path = (np.array([0, 1]), np.array([1, 2]))
+    # L = 2: load = 3·W_0 + 2·W_1 + W_2 per snapshot; W_0 = 1, W_1 = (1, 1, 0), W_2 = (1, 0, 0)
+    np.testing.assert_array_equal(vertex_loads([path], 3, 2), [3 + 2 + 1, 3 + 2, 3])
+    np.testing.assert_array_equal(vertex_loads([path, path], 3, 2), 2 * vertex_loads([path], 3, 2))
+    # a directed triangle: every vertex has one walk of each length (Def. 2's sets would differ on denser cycles)
+    tri = (np.array([0, 1, 2]), np.array([1, 2, 0]))
+    np.testing.assert_array_equal(vertex_loads([tri], 3, 2), [6, 6, 6])
+
+
+def test_plan_deals_by_load_and_its_order_does_not_depend_on_p(sparse, tmp_path):
+    man = load_manifest(sparse)
+    job = load_job(_job(tmp_path, sparse), ["strategy.name=hybrid", "strategy.groups=3"])
+    plans = {P: plan_hybrid(man, P, job) for P in (1, 2, 3)}
+    order = plans[1].load_order
+    assert all(p.load_order == order for p in plans.values())
+    with_load = plans[3]
+    for p in range(3):
+        mine = with_load.vertices_of(p)
+        assert mine == order[p::3]  # Alg. 1 l. 11: dealt round-robin in descending load, kept in load order
+        assert sum(with_load.ranks[p]["groups"]) == len(mine) == with_load.ranks[p]["vertices"]
+    loads = [r["load"] for r in with_load.ranks]
+    assert max(loads) / min(loads) < 1.2
+    hashed = plan_hybrid(man, 3, load_job(_job(tmp_path, sparse), ["strategy.name=hybrid",
+                                                                    "strategy.partition=hash"]))
+    assert sorted(v for p in range(3) for v in hashed.vertices_of(p)) == list(range(61))
+
+
+@pytest.mark.quick(strategy="hybrid")
+def test_one_full_batch_reproduces_snapshot_at_p1_and_p3(launcher, dense, tmp_path):
+    job = _job(tmp_path, dense)
+    ref, _ = _losses(launcher, None, job, tmp_path / "snapshot")
+    assert ref[0, 0] != ref[-1, 0]
+    one, _ = _losses(launcher, None, job, tmp_path / "h1", *ANCHOR)
+    three, recs = _losses(launcher, 3, job, tmp_path / "h3", *ANCHOR)
+    np.testing.assert_allclose(one, ref, rtol=1e-9)
+    np.testing.assert_allclose(three, ref, rtol=1e-9)
+    assert recs[0]["hybrid"]["steps"] == 1 and recs[0]["hybrid"]["actions"] == {"1x1": 1}
+
+
+@pytest.mark.parametrize(("model", "reference"), [("evolvegcn_o", "snapshot"), ("dcrnn", "pss")])
+def test_one_full_batch_reproduces_full_batch_models_at_p3(launcher, dense, tmp_path, model, reference):
+    job = _job(tmp_path, dense, model)
+    ref, _ = _losses(launcher, None, job, tmp_path / reference, f"strategy.name={reference}")
+    got, _ = _losses(launcher, 3, job, tmp_path / "h3", *ANCHOR)
+    np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=model)
+
+
+@pytest.mark.parametrize(("model", "task"), [("tgcn_cell", "regression"), ("dcrnn", "regression"),
+                                             ("cdgcn", "link_prediction")])
+def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, tmp_path, model, task):
+    job = _job(tmp_path, sparse, model, task)
+    one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *RANDOM)
+    three, recs = _losses(launcher, 3, job, tmp_path / "p3", *RANDOM)
+    np.testing.assert_allclose(three, one, rtol=1e-9)
+    h = recs[0]["hybrid"]
+    assert len(h["actions"]) > 1 and h["steps"] == sum(h["actions"].values())  # random: several actions ran
+    assert [r["hybrid"]["actions"] for r in recs] == [r["hybrid"]["actions"] for r in recs1]
+    if task == "regression":  # link prediction's negatives may be any vertex: every rank reads every row
+        assert 1 < h["replication"] < 3, h  # each rank reads part of the graph, not all of it
+    else:
+        assert h["replication"] == 3
+
+
+@pytest.mark.parametrize(("override", "error"), [
+    ("strategy.vertex_fractions=[1.5]", "vertex_fractions: 1.5 is not a fraction in (0, 1]"),
+    ("strategy.snapshot_fractions=[]", "snapshot_fractions: must list at least one fraction"),
+    ("strategy.adjuster.start=[0.5,0.5]", "adjuster.start: [0.5, 0.5] is not an action"),
+])
+def test_bad_options_are_config_errors(dense, tmp_path, override, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_job(_job(tmp_path, dense), ["strategy.name=hybrid", override])
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("strategy.vertex_fractions=[0.2] strategy.groups=2", "draws N_V = 5 targets, fewer than P × groups = 3 × 2"),
+    ("strategy.vertex_fractions=[0.5] strategy.max_cache_mb=0.001", "strategy.max_cache_mb: rank 0's closure holds"),
+    ("model.name=dcrnn model.encoder_decoder=true", "model.encoder_decoder: true forecasts"),
+])
+def test_bad_input_exits_2_at_p3(launcher, dense, tmp_path, override, needle):
+    exits_2_with_one_line(launcher, _job(tmp_path, dense), f"strategy.name=hybrid {override}", needle)
