@@ -314,6 +314,16 @@ class Exchange:
         c.stats.finished(p.tag, t)
         p.request, p.keep = None, ()
 
+    def ibarrier(self, tag: str = "barrier") -> Pending:
+        """Post MPI_Ibarrier; it completes, for :meth:`test` / :meth:`wait`, once every rank posted it."""
+        c = self._owner
+        t0 = c.stats.enter(tag)
+        if c.size == 1:
+            return Pending(None, tag, torch.empty(0), ())
+        p = Pending(c._comm.Ibarrier(), tag, torch.empty(0), ())
+        p.entry = c.stats.posted(tag, 0, 0, t0, c._every_rank)
+        return p
+
     def test(self, pending: Sequence[Pending]) -> None:
         """Let MPI progress the exchanges in flight and note those that completed; never blocks."""
         c = self._owner

@@ -168,7 +168,7 @@ class StrategyConfig:
 
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
-    ``sequences`` (ReInc §3.4, R1/R4), ``hybrid`` (DynaHB §4–5, H1–H3), ``memory`` (DistTGL §3.2, M2; event
+    ``sequences`` (ReInc §3.4, R1/R4), ``hybrid`` (DynaHB §4–5, H1–H5), ``memory`` (DistTGL §3.2, M2; event
     streams)."""
 
 
@@ -302,20 +302,62 @@ class SequencesOptions(StrategyConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class AdjusterConfig:
-    """``strategy.adjuster:`` how the hybrid batch size (N_S, N_V) is chosen each step (DynaHB §5.1, SPEC H3)."""
+    """``strategy.adjuster:`` how the hybrid batch size (N_S, N_V) is chosen (DynaHB §5.1, SPEC H3)."""
 
-    kind: Literal["fixed", "random"] = "fixed"
-    """``fixed``: always ``start``; ``random``: an action drawn uniformly per batch from (train.seed, epoch, batch)."""
+    kind: Literal["dqn", "fixed", "random"] = "dqn"
+    """``dqn``: learned online from loss reduction and step time (Defs. 4–6); ``fixed``: always ``start``;
+    ``random``: drawn uniformly per batch from (train.seed, epoch, batch)."""
     start: tuple[float, float] | None = None
     """(snapshot fraction, vertex fraction), one of the action space; null = the paper's 20 % × 5 % where it is
     one, else the middle action."""
+    reward_time: Literal["measured", "work"] = "measured"
+    """``dqn``: the reward's time, the slowest rank's seconds (the paper's) or the batch's load (reproducible)."""
+    gamma: float = 0.99
+    """``dqn``: discount γ, in [0, 1)."""
+    epsilon: float = 1.0
+    """``dqn``: initial probability of a random action."""
+    epsilon_decay: float = 0.95
+    """``dqn``: ε's factor per decision, in (0, 1]."""
+    epsilon_min: float = 0.1
+    """``dqn``: ε's floor, at most ``epsilon``."""
+    lr: float = 0.005
+    """``dqn``: the network's Adam learning rate."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gamma < 1:
+            raise ValueError("gamma: must be in [0, 1)")
+        if not 0 < self.epsilon_decay <= 1:
+            raise ValueError("epsilon_decay: must be in (0, 1]")
+        if not 0 <= self.epsilon_min <= self.epsilon <= 1:
+            raise ValueError("epsilon_min: must be in [0, epsilon] and epsilon in [0, 1]")
+        if not self.lr > 0:
+            raise ValueError("lr: must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AveragingConfig:
+    """``strategy.averaging:`` how replicas combine (DynaHB Alg. 2 l. 14–15, SPEC H5)."""
+
+    mode: Literal["allreduce", "async"] = "allreduce"
+    """``allreduce``: gradients summed every step (exact); ``async``: local Adam steps on local examples, the
+    parameters and both Adam moments averaged in rounds (approximate; one model at every epoch's end)."""
+    every_s: float = 1.0
+    """``async``: T_mu, seconds of local steps before a rank asks for a round (it goes ahead once all have asked)."""
+    every_steps: int = 0
+    """``async``: a round after every this many steps instead of ``every_s`` (deterministic); 0 = by time."""
+
+    def __post_init__(self) -> None:
+        if not self.every_s > 0:
+            raise ValueError("every_s: must be > 0 (seconds between averaging rounds)")
+        if self.every_steps < 0:
+            raise ValueError("every_steps: must be >= 0 (0 = rounds by every_s)")
 
 
 @dataclass(frozen=True, kw_only=True)
 class HybridOptions(StrategyConfig):
-    """``strategy: {name: hybrid}``: DynaHB's hybrid batches (§4–5, SPEC H1–H2): N_S consecutive snapshots ×
+    """``strategy: {name: hybrid}``: DynaHB's hybrid batches (§4–5, SPEC H1–H3, H5): N_S consecutive snapshots ×
     N_V target vertices per step, vertices dealt by load (Alg. 1), each rank training the targets it owns
-    over the rows it read once; gradients summed (exact)."""
+    over the rows it read once; gradients summed every step, or models averaged in rounds (``averaging``)."""
 
     name: str = "hybrid"
     partition: Literal["load_aware", "hash", "range", "metis"] = "load_aware"
@@ -335,6 +377,8 @@ class HybridOptions(StrategyConfig):
     """Optimizer steps per epoch; 0 = one expected pass over the training examples (N·T_train / (N_S·N_V))."""
     adjuster: AdjusterConfig = field(default_factory=AdjusterConfig)
     """How the batch size is chosen (H3)."""
+    averaging: AveragingConfig = field(default_factory=AveragingConfig)
+    """How replicas combine (H5)."""
 
     def __post_init__(self) -> None:
         for key in ("snapshot_fractions", "vertex_fractions"):

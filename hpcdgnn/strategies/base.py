@@ -5,6 +5,7 @@ Generic over the batch type (:class:`FullBatch`, :class:`SampleBatch`, :class:`E
     plan = Strategy.make_plan(manifest, P, job)        rank 0; broadcast
     scored = strategy.setup(plan, model, task, reader)
     phase = strategy.pretraining()                     None, or epochs run by the same loop
+    strategy.attach_optimizer(optimizer)
     for epoch:
         for batch in strategy.batches(epoch):
             stats = strategy.step(model, task, batch, 1 / examples)
@@ -20,6 +21,8 @@ plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``
 * ``chunk`` — D1 chunk partitioning (DGC §4), D2 fusion (§5.1), D3 stale aggregation (§5.2);
 * ``sequences`` — R1 placement, R4 sequence mini-batches (ReInc §3.4), R2 incremental aggregation (§3.2),
   R3 reuse caches (§3.1, §3.3);
+* ``hybrid`` — H1 load-aware partition (DynaHB §4.1–4.2), H2 hybrid batches (Def. 3), H3 batch-size adjuster
+  (§5.1), H5 asynchronous model averaging (Alg. 2);
 * ``memory`` — M2 i×j×k parallelism over an event stream (DistTGL §3.2–3.3), M1 pre-training (§3.1).
 """
 
@@ -159,6 +162,9 @@ class Strategy(Generic[B]):
     def evaluate(self, model: DGNN, task: Any, epoch: int) -> np.ndarray | None:
         """Validation / test metric sums from a pass of its own; None when the training pass yields them."""
         return None
+
+    def attach_optimizer(self, optimizer: Any) -> None:
+        """The trainer's optimizer, once, before epoch 1 (a strategy averaging Adam's moments keeps it)."""
 
     def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum gradients over ranks (missing = zero): one flat all-reduce, or buckets overlapped with backward."""

@@ -15,11 +15,20 @@ rank's vertices over the whole timeline from t = 0.
 
 *H3* here: ``adjuster.kind: fixed`` keeps one action (N_S, N_V) of SS × VS (Def. 5), ``random`` draws one per
 batch from (seed, epoch, batch).
+
+*H5* (Alg. 2 l. 14–15), ``averaging.mode: async``: ranks step on their own examples with no per-step
+collective. After T_mu seconds (``every_s``; or ``every_steps``) a rank posts a non-blocking barrier and tests it
+after each step; once every rank has posted, each joins one all-reduce averaging the parameters and both Adam
+moments (the paper averages the model; averaging the moments too keeps one optimizer state). A rank that has
+finished its epoch's steps keeps joining rounds until every rank has: the all-reduce carries the count of
+finished ranks, so all leave after the same round, holding the same bits.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,9 +38,10 @@ import torch
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.gcn import gcn_norm
 from hpcdgnn.nn.models.base import DGNN
-from hpcdgnn.partition.load_aware import plan_hybrid
+from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.partition.sequences import Sequence
+from hpcdgnn.strategies.adjuster import BatchAdjuster
 from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.sample_layout import SampleLayout
@@ -96,7 +106,8 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
-        """H1's plan, after refusing a vertex batch too small for every rank's groups (ConfigError).
+        """H1's plan, after refusing a vertex batch too small for every rank's groups, or T_mu at or above the
+        watchdog's timeout (ConfigError).
 
         The encoder–decoder is refused earlier, by the regime (it forecasts under ``sequences`` only)."""
         o, N = job.strategy, manifest.num_vertices
@@ -106,6 +117,10 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
                               f"draws N_V = {small} targets, fewer than P × groups = {num_ranks} × {o.groups} = "
                               f"{num_ranks * o.groups}: some rank's groups would train nothing; raise it or lower "
                               "strategy.groups")
+        a, stall = o.averaging, job.comm.stall_timeout_s
+        if a.mode == "async" and not a.every_steps and stall and a.every_s >= stall:
+            raise ConfigError(f"strategy.averaging.every_s: {a.every_s:g} s is not below comm.stall_timeout_s "
+                              f"({stall:g} s): the watchdog would stop ranks waiting for a round; lower it")
         return plan_hybrid(manifest, num_ranks, job)
 
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
@@ -133,7 +148,10 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         # may read any row: its closure is every vertex
         wide = type(task).sample_vertices is not Task.sample_vertices
         self.host: dict[int, HostSnapshot] = {}
-        self.read_rows = self._read_closure(reader, np.arange(self.N) if wide else self.mine)
+        edges = [reader.edges(t) for t in range(self.T)]
+        #: Alg. 1's loads, as the plan computed them (``reward_time: work``)
+        self.loads = vertex_loads(edges, self.N, job.model.layers)
+        self.read_rows = self._read_closure(reader, edges[: self.stop], np.arange(self.N) if wide else self.mine)
         mib = self.cache_bytes / 2**20
         if o.max_cache_mb and mib > o.max_cache_mb:  # local: agree() carries it to every rank
             raise ConfigError(f"strategy.max_cache_mb: rank {me}'s closure holds {mib:.4g} MiB "
@@ -141,12 +159,16 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
                               "it, or use closure: lhop or more ranks")
         self._stat_width: int | None = None
         self._used = np.zeros(len(self.actions), dtype=np.int64)
+        self._optimizer = None
+        self.adjuster = BatchAdjuster(o.adjuster, len(self.actions), o.start_action(), job.train.seed)
+        self._loss_sum = 0.0
+        self._since_round = np.zeros(5)
+        self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
 
-    def _read_closure(self, reader, seeds: np.ndarray) -> np.ndarray:
-        """Read each snapshot's rows of ``seeds``' closure (H1, ``ShardReader.read_rows``); return their union."""
-        T, N = self.stop, self.N
-        edges = [reader.edges(t) for t in range(T)]
+    def _read_closure(self, reader, edges: list, seeds: np.ndarray) -> np.ndarray:
+        """Read the rows of ``seeds``' closure in snapshots 0..len(edges)-1 (H1, ``ShardReader.read_rows``)."""
+        T, N = len(edges), self.N
         if self.cells and self.opts.closure == "receptive":
             for t, (src, dst) in enumerate(edges):  # the cells' operators need only the pattern
                 indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))])
@@ -196,13 +218,6 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         """(N_S, N_V) of ``action``."""
         return action_sizes(self.actions[action], self.N, self.train_stop, self.T)
 
-    def action(self, epoch: int, index: int) -> int:
-        """The action of batch ``index`` (H3): the start action, or one drawn from (seed, epoch, index)."""
-        if self.opts.adjuster.kind == "random":
-            rng = np.random.default_rng([self.ctx.job.train.seed, epoch, index, 0xAC7])
-            return int(rng.integers(len(self.actions)))
-        return self.opts.start_action()
-
     def draw(self, epoch: int, index: int, action: int) -> tuple[int, np.ndarray]:
         """Batch ``index``'s window start and its global targets (ascending): a function of (seed, epoch, index,
         action), N_V / N_bg from each stratum of the load order (§4.2)."""
@@ -220,24 +235,125 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         """``steps_per_epoch``, or one expected pass: N·T_train / E[N_S·N_V] over the actions in use."""
         if self.opts.steps_per_epoch:
             return self.opts.steps_per_epoch
-        used = range(len(self.actions)) if self.opts.adjuster.kind == "random" else [self.opts.start_action()]
+        used = [self.opts.start_action()] if self.opts.adjuster.kind == "fixed" else range(len(self.actions))
         mean = np.mean([math.prod(self.sizes(a)) for a in used])
         return max(1, math.ceil(self.N * self.train_stop / mean))
 
     def batches(self, epoch: int) -> Iterator[SampleBatch]:
-        """The epoch's hybrid batches; each rank keeps the targets it owns."""
-        me = self.comm.rank
+        """The epoch's hybrid batches; each rank keeps the targets it owns.
+
+        Under ``averaging.mode: async`` the code after each ``yield`` runs after the optimizer step: it asks for
+        and joins averaging rounds (H5); the epoch ends with rounds until every rank has finished its steps."""
+        me, asynchronous = self.comm.rank, self.opts.averaging.mode == "async"
         self._used = np.zeros(len(self.actions), dtype=np.int64)
+        self._rounds = 0
+        if self._since is None:
+            self._since = time.perf_counter()
         for g in range(self.steps_per_epoch()):
-            a = self.action(epoch, g)
+            a = self.adjuster.choose(epoch, g)
             self._used[a] += 1
+            t0 = time.perf_counter()
             start, targets = self.draw(epoch, g, a)
             mine = targets[self.owner[targets] == me]
             seq = Sequence(g, start, start + self.sizes(a)[0], 0)
             count = sum(self.task.sample_examples(t, mine, epoch) for t in range(seq.start, seq.stop))
-            examples = float(self.comm.allreduce_array([count], tag="batch")[0])
+            # async: the loss over local examples, no collective per step
+            examples = count if asynchronous else float(self.comm.allreduce_array([count], tag="batch")[0])
             samples = [HybridSample(seq, mine, a)] if mine.shape[0] else []
+            self._loss_sum = 0.0
             yield SampleBatch(epoch, g, examples if examples > 0 else 1.0, samples)
+            # resumed after the optimizer step
+            seconds = time.perf_counter() - t0
+            work = self._work(a, mine)
+            if asynchronous:
+                self._since_round += np.array([self._loss_sum, count, seconds, work, 1.0])
+                self._after_step()
+            elif self.opts.adjuster.kind == "dqn":
+                total = self.comm.allreduce_array([self._loss_sum, work], tag="adjuster")
+                slowest = self._slowest(seconds)
+                self.adjuster.observe(total[0] / examples if examples > 0 else 0.0,
+                                      total[1] if self.opts.adjuster.reward_time == "work" else slowest)
+        if asynchronous:
+            while self._round(finished=True) < self.comm.size:
+                pass
+
+    def _work(self, action: int, mine: np.ndarray) -> float:
+        """My part of the batch's Def. 2 load: my targets' Alg. 1 loads (over all T) × N_S / T."""
+        if self.opts.adjuster.reward_time != "work":
+            return 0.0
+        return float(self.loads[mine].sum()) * self.sizes(action)[0] / self.T
+
+    def _slowest(self, seconds: float) -> float:
+        """The slowest rank's ``seconds`` (``reward_time: measured``), else 0 without a collective."""
+        if self.opts.adjuster.reward_time != "measured":
+            return 0.0
+        return float(self.comm.allreduce_array([seconds], op="max", tag="adjuster")[0])
+
+    # ---- H5: asynchronous model averaging (Alg. 2 l. 14–15)
+
+    def attach_optimizer(self, optimizer) -> None:
+        """Keep the optimizer: an averaging round averages Adam's moments with the parameters."""
+        self._optimizer = optimizer
+
+    def sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """``allreduce``: the base sum over ranks; ``async``: none (a rank without targets steps with zero
+        gradients, so every rank's Adam takes the same number of steps)."""
+        if self.opts.averaging.mode == "allreduce":
+            super().sync_gradients(params)
+            return
+        self.comm.exchange.complete_deferred()
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
+    def _after_step(self) -> None:
+        """Ask for a round once T_mu (or ``every_steps``) has passed; join it once every rank has asked."""
+        o, ex = self.opts.averaging, self.comm.exchange
+        self._steps_since += 1
+        if self._pending is None:
+            due = self._steps_since >= o.every_steps if o.every_steps else \
+                time.perf_counter() - self._since >= o.every_s
+            if due:
+                self._pending = ex.ibarrier("averaging.barrier")
+                if o.every_steps:  # by count: every rank asks at the same step, so wait (deterministic)
+                    ex.wait(self._pending)
+        if self._pending is not None:
+            ex.test([self._pending])
+            if self._pending.done:
+                self._round(finished=False)
+
+    def _round(self, finished: bool) -> int:
+        """One averaging round: wait for the barrier (posting it if not yet), then one all-reduce of the
+        parameters, both Adam moments and a count of ranks ``finished`` with the epoch's steps; returns it."""
+        ex = self.comm.exchange
+        if self._pending is None:
+            self._pending = ex.ibarrier("averaging.barrier")
+        ex.wait(self._pending)
+        self._pending, self._since, self._steps_since = None, time.perf_counter(), 0
+        if self.opts.adjuster.kind == "dqn":  # the DQN learns per round from the steps since the last one
+            loss, count, seconds, work, steps = self.comm.allreduce_array(self._since_round, tag="adjuster")
+            self._since_round[:] = 0.0
+            if steps > 0:
+                self.adjuster.observe(loss / count if count > 0 else 0.0,
+                                      work / steps if self.opts.adjuster.reward_time == "work" else seconds / steps)
+        tensors = self._replica()
+        flat = torch.cat([*(t.detach().reshape(-1) for t in tensors), tensors[0].new_tensor([float(finished)])])
+        self.comm.allreduce_(flat, "sum", tag="averaging")
+        done = int(round(float(flat[-1])))
+        flat = flat[:-1] / self.comm.size
+        offset = 0
+        with torch.no_grad():
+            for t in tensors:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+        self._rounds += 1
+        return done
+
+    def _replica(self) -> list[torch.Tensor]:
+        """What a round averages: the parameters, then each one's Adam moments (exp_avg, exp_avg_sq)."""
+        opt = self._optimizer
+        moments = [opt.state[i][k] for i in range(len(opt.params)) if i in opt.state for k in ("exp_avg", "exp_avg_sq")]
+        return [*opt.params, *moments]
 
     def _run(self, model: DGNN, task, epoch: int, sample: HybridSample, splits: tuple[int, ...]):
         """Forward of one window over ``sample.targets``; the task's loss and sums over steps of ``splits``."""
@@ -273,6 +389,7 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         if not batch.samples:
             return self._zero_stats(model, task, batch.epoch)
         loss, stats = self._run(model, task, batch.epoch, batch.samples[0], (0,))
+        self._loss_sum = float(loss.detach())
         (loss * scale).backward()
         return stats
 
@@ -292,7 +409,25 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
                            "load_imbalance": max(loads) / min(loads) if min(loads) > 0 else float("inf"),
                            "steps": int(self._used.sum()),
                            "actions": {f"{a[0]:g}x{a[1]:g}": int(n) for a, n in zip(self.actions, self._used,
-                                                                                   strict=True) if n}}}
+                                                                                   strict=True) if n},
+                           **({"epsilon": self.adjuster.epsilon} if self.opts.adjuster.kind == "dqn" else {}),
+                           **self._averaging_report()}}
+
+    def state_dict(self) -> dict:
+        """The adjuster's state (H3): a DQN's network, replay, ε and RNG; the same on every rank."""
+        return {"adjuster": self.adjuster.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (any P: the adjuster is the same on every rank)."""
+        if state:
+            self.adjuster.load_state_dict(state["adjuster"])
+
+    def _averaging_report(self) -> dict:
+        """``async``: the epoch's rounds, and whether every rank ends it with the same bits (parameters, moments)."""
+        if self.opts.averaging.mode != "async":
+            return {}
+        digest = hashlib.sha256(b"".join(t.detach().cpu().numpy().tobytes() for t in self._replica())).hexdigest()
+        return {"rounds": self._rounds, "replicas_equal": len(set(self.comm.allgather_obj(digest, tag="metrics"))) == 1}
 
     def _host_bytes(self) -> int:
         """The closure's rows held on the host."""

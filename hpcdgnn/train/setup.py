@@ -606,6 +606,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         _check_kernels(job, manifest, dtype, device, comm)
         t_setup = time.perf_counter()
         strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
+        strategy.attach_optimizer(opt)
         setup_seconds = time.perf_counter() - t_setup
         if mine is not None:
             agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))

@@ -29,7 +29,7 @@ def test_no_part_of_the_communicator_has_too_many_public_methods(cls):
 
 def test_the_parts_hold_what_the_seams_say():
     """Each operation has one home: the exchanges are not on the communicator, nor the collectives on a part."""
-    assert {"alltoallv", "alltoall_boxes", "ialltoall_boxes", "test", "wait", "defer", "deferred",
+    assert {"alltoallv", "alltoall_boxes", "ialltoall_boxes", "ibarrier", "test", "wait", "defer", "deferred",
             "complete_deferred", "buffer"} == set(public_methods(Exchange))
     assert {"node", "local_rank_size", "shared_array", "share_per_node", "library_version",
             "init_tensor_backend"} == set(public_methods(World))

@@ -11,6 +11,9 @@
 from __future__ import annotations
 
 import re
+import shutil
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +23,7 @@ from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.writer import write_dataset
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
-from tests.conftest import write_job
+from tests.conftest import read_metrics, write_job
 from tests.strategies.test_sequences import exits_2_with_one_line
 from tests.strategies.test_sequences_cells import _snapshots
 from tests.train.test_exactness import _losses
@@ -138,3 +141,81 @@ def test_bad_options_are_config_errors(dense, tmp_path, override, error):
 ])
 def test_bad_input_exits_2_at_p3(launcher, dense, tmp_path, override, needle):
     exits_2_with_one_line(launcher, _job(tmp_path, dense), f"strategy.name=hybrid {override}", needle)
+
+
+#: a learned batch size with a reproducible reward, over fractional batches
+DQN = [*RANDOM[:-1], "strategy.adjuster.kind=dqn", "strategy.adjuster.reward_time=work"]
+#: rounds by count: deterministic
+ASYNC = ["strategy.averaging.mode=async", "strategy.averaging.every_steps=2"]
+
+
+def test_dqn_with_work_reward_is_p_invariant_and_resumes_bit_for_bit(launcher, sparse, tmp_path):
+    """H3: every rank runs the same DQN on all-reduced inputs: P = 3 takes P = 1's actions; a run resumed at
+    epoch 2 continues as the straight one (network, replay, ε and RNG are in the checkpoint)."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 4},
+                    checkpoint={"every": 2, "keep": 3})
+    one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *DQN)
+    three, recs3 = _losses(launcher, 3, job, tmp_path / "p3", *DQN)
+    np.testing.assert_allclose(three, one, rtol=1e-9)
+    actions = [r["hybrid"]["actions"] for r in recs1]
+    assert actions == [r["hybrid"]["actions"] for r in recs3]
+    assert len({a for epoch in actions for a in epoch}) > 1 and recs1[-1]["hybrid"]["epsilon"] < 1
+    part = Path(shutil.copytree(tmp_path / "p3", tmp_path / "part"))
+    shutil.rmtree(part / "checkpoints" / "epoch-000004")
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
+    assert proc.returncode == 0, proc.stderr
+    resumed = read_metrics(part)
+    assert [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in resumed] == \
+        [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in recs3]
+
+
+def test_async_averaging(launcher, sparse, tmp_path):
+    """H5: at P = 1 ``async`` is ``allreduce`` bit for bit; at P = 3 rounds by count are deterministic, every
+    epoch ends with one model on every rank, and the losses depart from P = 1's (local steps between rounds);
+    rounds by time end the same way."""
+    job = _job(tmp_path, sparse)
+    sync, _ = _losses(launcher, None, job, tmp_path / "sync", *RANDOM)
+    one, _ = _losses(launcher, None, job, tmp_path / "a1", *RANDOM, *ASYNC)
+    np.testing.assert_array_equal(one, sync)
+    runs = [_losses(launcher, 3, job, tmp_path / f"a3-{i}", *RANDOM, *ASYNC) for i in (1, 2)]
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert all(r["hybrid"]["replicas_equal"] and r["hybrid"]["rounds"] >= 2 for r in runs[0][1])
+    assert "averaging" in runs[0][1][0]["bytes_by_tag"] and "grad_allreduce" not in runs[0][1][0]["bytes_by_tag"]
+    assert not np.allclose(runs[0][0][:, 0], one[:, 0], rtol=1e-9)  # an approximation: it must differ
+    timed, recs = _losses(launcher, 3, job, tmp_path / "timed", *RANDOM, "strategy.averaging.mode=async",
+                          "strategy.averaging.every_s=0.001")
+    assert np.all(np.isfinite(timed)) and all(r["hybrid"]["replicas_equal"] for r in recs)
+
+
+@pytest.mark.parametrize("where", ["every_steps=1", "every_s=0.001"])
+def test_a_fault_under_async_averaging_ends_the_job(launcher, sparse, tmp_path, where):
+    """``debug.fail_rank: 1`` while the others step, test the barrier or wait in a round: the job ends non-zero
+    within 60 s with rank 1's traceback."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, debug={"fail_rank": 1, "fail_epoch": 2})
+    t0 = time.monotonic()
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", *RANDOM,
+                            "strategy.averaging.mode=async", f"strategy.averaging.{where}"], timeout=90)
+    assert proc.returncode != 0 and time.monotonic() - t0 < 60
+    assert "rank 1/3:" in proc.stderr and "fault injected on rank 1 in epoch 2" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("override", "error"), [
+    ("strategy.adjuster.gamma=1.0", "gamma: must be in [0, 1)"),
+    ("strategy.adjuster.epsilon_decay=0", "epsilon_decay: must be in (0, 1]"),
+    ("strategy.adjuster.epsilon_min=0.5 strategy.adjuster.epsilon=0.2", "epsilon_min: must be in [0, epsilon]"),
+    ("strategy.adjuster.lr=0", "lr: must be > 0"),
+    ("strategy.averaging.every_s=0", "every_s: must be > 0"),
+    ("strategy.averaging.every_steps=-1", "every_steps: must be >= 0"),
+])
+def test_bad_adjuster_and_averaging_options(dense, tmp_path, override, error):
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_job(_job(tmp_path, dense), ["strategy.name=hybrid", *override.split()])
+
+
+def test_averaging_interval_at_the_watchdog_timeout_exits_2_at_p3(launcher, dense, tmp_path):
+    exits_2_with_one_line(launcher, _job(tmp_path, dense),
+                          "strategy.name=hybrid strategy.vertex_fractions=[0.5] strategy.averaging.mode=async "
+                          "strategy.averaging.every_s=30 comm.stall_timeout_s=30",
+                          "strategy.averaging.every_s: 30 s is not below comm.stall_timeout_s")
