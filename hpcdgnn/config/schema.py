@@ -335,6 +335,28 @@ class AdjusterConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReservoirConfig:
+    """``strategy.reservoir:`` built hybrid batches kept for reuse (DynaHB §5.2, Alg. 3, Eq. 4; SPEC H4)."""
+
+    mode: Literal["off", "on"] = "off"
+    """``on``: reuse a stored batch with Eq. 4's probability, else a snapshot or a fresh batch (node tasks)."""
+    threads: int = 0
+    """Generator threads filling the stores beside training; 0 = one batch a step, inline (deterministic)."""
+    max_mb: float = 256.0
+    """Bytes a rank may store, MiB; at least one batch."""
+    max_batch_mb: float = 64.0
+    """A batch not reused is a snapshot batch (every vertex × N_S snapshots) where one is at most this many MiB."""
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ValueError("threads: must be >= 0 (0 = inline)")
+        if not self.max_mb > 0:
+            raise ValueError("max_mb: must be > 0 (MiB per rank)")
+        if not self.max_batch_mb >= 0:
+            raise ValueError("max_batch_mb: must be >= 0 (MiB; 0 = never a snapshot batch)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class AveragingConfig:
     """``strategy.averaging:`` how replicas combine (DynaHB Alg. 2 l. 14–15, SPEC H5)."""
 
@@ -355,7 +377,7 @@ class AveragingConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class HybridOptions(StrategyConfig):
-    """``strategy: {name: hybrid}``: DynaHB's hybrid batches (§4–5, SPEC H1–H3, H5): N_S consecutive snapshots ×
+    """``strategy: {name: hybrid}``: DynaHB's hybrid batches (§4–5, SPEC H1–H5): N_S consecutive snapshots ×
     N_V target vertices per step, vertices dealt by load (Alg. 1), each rank training the targets it owns
     over the rows it read once; gradients summed every step, or models averaged in rounds (``averaging``)."""
 
@@ -377,6 +399,8 @@ class HybridOptions(StrategyConfig):
     """Optimizer steps per epoch; 0 = one expected pass over the training examples (N·T_train / (N_S·N_V))."""
     adjuster: AdjusterConfig = field(default_factory=AdjusterConfig)
     """How the batch size is chosen (H3)."""
+    reservoir: ReservoirConfig = field(default_factory=ReservoirConfig)
+    """Built batches kept for reuse (H4)."""
     averaging: AveragingConfig = field(default_factory=AveragingConfig)
     """How replicas combine (H5)."""
 

@@ -16,6 +16,8 @@ rank's vertices over the whole timeline from t = 0.
 *H3* here: ``adjuster.kind: fixed`` keeps one action (N_S, N_V) of SS × VS (Def. 5), ``random`` draws one per
 batch from (seed, epoch, batch).
 
+*H4* (§5.2, Alg. 3): ``reservoir.mode: on`` keeps built batches (:mod:`hpcdgnn.strategies.reservoir`).
+
 *H5* (Alg. 2 l. 14–15), ``averaging.mode: async``: ranks step on their own examples with no per-step
 collective. After T_mu seconds (``every_s``; or ``every_steps``) a rank posts a non-blocking barrier and tests it
 after each step; once every rank has posted, each joins one all-reduce averaging the parameters and both Adam
@@ -44,6 +46,7 @@ from hpcdgnn.partition.sequences import Sequence
 from hpcdgnn.strategies.adjuster import BatchAdjuster
 from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy
 from hpcdgnn.strategies.registry import register_strategy
+from hpcdgnn.strategies.reservoir import BatchReservoir, Stored
 from hpcdgnn.strategies.sample_layout import SampleLayout
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _expand, graph_cells
 from hpcdgnn.tasks import task_class
@@ -54,11 +57,13 @@ __all__ = ["HybridLayout", "HybridSample", "HybridStrategy", "action_sizes"]
 
 @dataclass(frozen=True)
 class HybridSample:
-    """This rank's part of one hybrid batch: the window ``seq``, its ``targets`` (ascending) and the action."""
+    """This rank's part of one hybrid batch: the window ``seq``, its ``targets`` (ascending), the action, and
+    its built layout when it comes from the reservoir (H4)."""
 
     seq: Sequence
     targets: np.ndarray
     action: int
+    layout: HybridLayout | None = None
 
 
 def action_sizes(fractions: tuple[float, float], num_vertices: int, train_steps: int,
@@ -106,8 +111,8 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
-        """H1's plan, after refusing a vertex batch too small for every rank's groups, or T_mu at or above the
-        watchdog's timeout (ConfigError).
+        """H1's plan, after refusing a vertex batch too small for every rank's groups, a reservoir for a task
+        that reads other vertices each epoch, or T_mu at or above the watchdog's timeout (ConfigError).
 
         The encoder–decoder is refused earlier, by the regime (it forecasts under ``sequences`` only)."""
         o, N = job.strategy, manifest.num_vertices
@@ -117,6 +122,9 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
                               f"draws N_V = {small} targets, fewer than P × groups = {num_ranks} × {o.groups} = "
                               f"{num_ranks * o.groups}: some rank's groups would train nothing; raise it or lower "
                               "strategy.groups")
+        if o.reservoir.mode == "on" and task_class(job.task.name).sample_vertices is not Task.sample_vertices:
+            raise ConfigError(f"strategy.reservoir.mode: on stores batches for the node tasks; task.name: "
+                              f"{job.task.name} draws the vertices it reads each epoch; set reservoir.mode: off")
         a, stall = o.averaging, job.comm.stall_timeout_s
         if a.mode == "async" and not a.every_steps and stall and a.every_s >= stall:
             raise ConfigError(f"strategy.averaging.every_s: {a.every_s:g} s is not below comm.stall_timeout_s "
@@ -163,6 +171,14 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         self.adjuster = BatchAdjuster(o.adjuster, len(self.actions), o.start_action(), job.train.seed)
         self._loss_sum = 0.0
         self._since_round = np.zeros(5)
+        self.reservoir: BatchReservoir | None = None
+        self._snapshot_mb: float | None = None
+        self._picks = dict.fromkeys(("reused", "snapshot", "fresh", "p"), 0.0)
+        if o.reservoir.mode == "on":
+            T_train = self.train_stop
+            caps = [max(1, int(self.N * T_train / math.prod(self.sizes(a)) / len(self.actions)))
+                    for a in range(len(self.actions))]
+            self.reservoir = BatchReservoir(o.reservoir, caps, self._build)
         self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
 
@@ -221,8 +237,10 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
     def draw(self, epoch: int, index: int, action: int) -> tuple[int, np.ndarray]:
         """Batch ``index``'s window start and its global targets (ascending): a function of (seed, epoch, index,
         action), N_V / N_bg from each stratum of the load order (§4.2)."""
+        return self._draw(np.random.default_rng([self.ctx.job.train.seed, epoch, index, action, 0x4B]), action)
+
+    def _draw(self, rng: np.random.Generator, action: int) -> tuple[int, np.ndarray]:
         n_s, n_v = self.sizes(action)
-        rng = np.random.default_rng([self.ctx.job.train.seed, epoch, index, action, 0x4B])
         start = int(rng.integers(0, self.train_stop - n_s + 1))
         per = np.diff(balanced_bounds(n_v, len(self.strata) - 1))
         picks = []
@@ -244,22 +262,23 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
 
         Under ``averaging.mode: async`` the code after each ``yield`` runs after the optimizer step: it asks for
         and joins averaging rounds (H5); the epoch ends with rounds until every rank has finished its steps."""
-        me, asynchronous = self.comm.rank, self.opts.averaging.mode == "async"
+        asynchronous = self.opts.averaging.mode == "async"
         self._used = np.zeros(len(self.actions), dtype=np.int64)
         self._rounds = 0
+        self._picks = dict.fromkeys(("reused", "snapshot", "fresh", "p"), 0.0)
+        if self.reservoir is not None and self._snapshot_mb is None:
+            self._start_reservoir()
         if self._since is None:
             self._since = time.perf_counter()
         for g in range(self.steps_per_epoch()):
             a = self.adjuster.choose(epoch, g)
             self._used[a] += 1
             t0 = time.perf_counter()
-            start, targets = self.draw(epoch, g, a)
-            mine = targets[self.owner[targets] == me]
-            seq = Sequence(g, start, start + self.sizes(a)[0], 0)
+            seq, mine, layout = self._select(epoch, g, a)
             count = sum(self.task.sample_examples(t, mine, epoch) for t in range(seq.start, seq.stop))
             # async: the loss over local examples, no collective per step
             examples = count if asynchronous else float(self.comm.allreduce_array([count], tag="batch")[0])
-            samples = [HybridSample(seq, mine, a)] if mine.shape[0] else []
+            samples = [HybridSample(seq, mine, a, layout)] if mine.shape[0] else []
             self._loss_sum = 0.0
             yield SampleBatch(epoch, g, examples if examples > 0 else 1.0, samples)
             # resumed after the optimizer step
@@ -276,6 +295,55 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         if asynchronous:
             while self._round(finished=True) < self.comm.size:
                 pass
+
+    def _select(self, epoch: int, index: int, action: int) -> tuple[Sequence, np.ndarray, HybridLayout | None]:
+        """Batch ``index``'s window, my targets and (from the reservoir) its layout: Alg. 3's selector under
+        ``reservoir.mode: on``, else a fresh draw."""
+        rsv = self.reservoir
+        if rsv is not None:
+            rsv.check()
+            if self.opts.reservoir.threads == 0:
+                rsv.fill(action)
+            rng = np.random.default_rng([self.ctx.job.train.seed, epoch, index, 0x75E])
+            p = rsv.p(action)
+            self._picks["p"] += p
+            if rng.random() < p:
+                item = rsv.pick(action, int(rng.integers(2**62)))
+                self._picks["reused"] += 1
+                return item.seq, item.targets, item.layout
+            n_s = self.sizes(action)[0]
+            if self._snapshot_mb * n_s <= self.opts.reservoir.max_batch_mb:
+                self._picks["snapshot"] += 1
+                start = int(rng.integers(0, self.train_stop - n_s + 1))
+                return Sequence(index, start, start + n_s, 0), self.mine, None
+            self._picks["fresh"] += 1
+        start, targets = self.draw(epoch, index, action)
+        mine = targets[self.owner[targets] == self.comm.rank]
+        return Sequence(index, start, start + self.sizes(action)[0], 0), mine, None
+
+    def _build(self, action: int, serial: int) -> Stored:
+        """Stored batch ``serial`` of ``action``: a function of (seed, action, serial) only (H4)."""
+        start, targets = self._draw(np.random.default_rng([self.ctx.job.train.seed, action, serial, 0x4B5]), action)
+        mine = targets[self.owner[targets] == self.comm.rank]
+        seq = Sequence(serial, start, start + self.sizes(action)[0], 0)
+        return Stored(serial, seq, mine, self._layout(self.task, 0, seq, mine, (0,)) if mine.shape[0] else None)
+
+    def _start_reservoir(self) -> None:
+        """Before the first batch: agree on the snapshot-batch size and refuse a store too small for a batch; then
+        store the start action's first batch and start the generator threads."""
+        from hpcdgnn.train.collective import collective_error
+
+        o = self.opts.reservoir
+        first = self._build(self.opts.start_action(), 0)
+        per_step, largest = self.comm.allreduce_array([self.cache_bytes / max(self.T, 1) / 2**20, first.nbytes],
+                                                      op="max", tag="setup")
+        if largest > o.max_mb * 2**20:
+            raise collective_error(ConfigError(f"strategy.reservoir.max_mb: {o.max_mb:g} MiB holds no batch (one is "
+                                               f"{largest / 2**20:.4g} MiB); raise it"))
+        self._snapshot_mb = float(per_step)  # MiB a rank's rows take per snapshot: a snapshot batch's, per step
+        self.reservoir.serials[self.opts.start_action()] = 1
+        self.reservoir._insert(self.opts.start_action(), first)
+        self.reservoir.start()
 
     def _work(self, action: int, mine: np.ndarray) -> float:
         """My part of the batch's Def. 2 load: my targets' Alg. 1 loads (over all T) × N_S / T."""
@@ -355,13 +423,21 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         moments = [opt.state[i][k] for i in range(len(opt.params)) if i in opt.state for k in ("exp_avg", "exp_avg_sq")]
         return [*opt.params, *moments]
 
+    def _steps(self, seq: Sequence, splits: tuple[int, ...]) -> list[int]:
+        """The window's steps in ``splits``."""
+        return [t for t in range(seq.start, seq.stop) if any(t in self.ranges[s] for s in splits)]
+
+    def _layout(self, task, epoch: int, seq: Sequence, targets: np.ndarray, splits: tuple[int, ...]) -> HybridLayout:
+        """The window's layout over ``targets`` and the vertices the task reads besides them."""
+        reads = (task.sample_vertices(t, targets, epoch) for t in self._steps(seq, splits))
+        vertices = np.unique(np.concatenate([targets, *reads]))
+        rng = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, 0x5A])
+        return HybridLayout(self, seq, targets, vertices, rng, epoch=epoch, b=seq.index, train=splits == (0,))
+
     def _run(self, model: DGNN, task, epoch: int, sample: HybridSample, splits: tuple[int, ...]):
         """Forward of one window over ``sample.targets``; the task's loss and sums over steps of ``splits``."""
-        seq, targets = sample.seq, sample.targets
-        steps = [t for t in range(seq.start, seq.stop) if any(t in self.ranges[s] for s in splits)]
-        vertices = np.unique(np.concatenate([targets, *(task.sample_vertices(t, targets, epoch) for t in steps)]))
-        rng = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, 0x5A])
-        layout = HybridLayout(self, seq, targets, vertices, rng, epoch=epoch, b=seq.index, train=splits == (0,))
+        steps = self._steps(sample.seq, splits)
+        layout = sample.layout or self._layout(task, epoch, sample.seq, sample.targets, splits)
         layout.states = [(layer.initial_time_state(), None) for layer in model.layers]
         loss, stats = None, None
         for emb in model(layout):
@@ -411,16 +487,53 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
                            "actions": {f"{a[0]:g}x{a[1]:g}": int(n) for a, n in zip(self.actions, self._used,
                                                                                    strict=True) if n},
                            **({"epsilon": self.adjuster.epsilon} if self.opts.adjuster.kind == "dqn" else {}),
+                           **self._reservoir_report(),
                            **self._averaging_report()}}
 
+    def _reservoir_report(self) -> dict:
+        """H4's figures: batches reused, snapshot and fresh this epoch, mean p, stored bytes and generator seconds."""
+        if self.reservoir is None:
+            return {}
+        k = self._picks
+        steps = k["reused"] + k["snapshot"] + k["fresh"]
+        mine = [self.reservoir.nbytes, self.reservoir.seconds]
+        total = self.comm.allreduce_array(mine, tag="metrics")
+        return {"reservoir": {"reused": int(k["reused"]), "snapshot": int(k["snapshot"]), "fresh": int(k["fresh"]),
+                              "reuse_rate": k["reused"] / steps if steps else 0.0,
+                              "p": k["p"] / steps if steps else 0.0, "bytes": int(total[0]),
+                              "generator_seconds": float(total[1])}}
+
+    def close(self) -> None:
+        """Stop the reservoir's generator threads; then the base's."""
+        if self.reservoir is not None:
+            self.reservoir.close()
+        super().close()
+
     def state_dict(self) -> dict:
-        """The adjuster's state (H3): a DQN's network, replay, ε and RNG; the same on every rank."""
-        return {"adjuster": self.adjuster.state_dict()}
+        """The adjuster's state (H3: a DQN's network, replay, ε and RNG) and the reservoir's serials (H4)."""
+        rsv = self.reservoir
+        return {"adjuster": self.adjuster.state_dict(),
+                "reservoir": None if rsv is None else [[b.serial for b in store] for store in rsv.stores]}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` (any P: the adjuster is the same on every rank)."""
-        if state:
-            self.adjuster.load_state_dict(state["adjuster"])
+        """Restore :meth:`state_dict`: the stored batches are rebuilt from their serials (any P)."""
+        if not state:
+            return
+        self.adjuster.load_state_dict(state["adjuster"])
+        serials = state.get("reservoir")
+        if self.reservoir is not None and serials is not None:
+            self._start_reservoir_from(serials)
+
+    def _start_reservoir_from(self, serials: list[list[int]]) -> None:
+        """Rebuild the stores of a checkpoint (inline, before any thread starts)."""
+        rsv = self.reservoir
+        per_step = self.comm.allreduce_array([self.cache_bytes / max(self.T, 1) / 2**20], op="max", tag="setup")[0]
+        self._snapshot_mb = float(per_step)
+        for a, store in enumerate(serials):
+            for serial in store:
+                rsv._insert(a, self._build(a, serial))
+            rsv.serials[a] = max(store, default=-1) + 1
+        rsv.start()
 
     def _averaging_report(self) -> dict:
         """``async``: the epoch's rounds, and whether every rank ends it with the same bits (parameters, moments)."""

@@ -219,3 +219,37 @@ def test_averaging_interval_at_the_watchdog_timeout_exits_2_at_p3(launcher, dens
                           "strategy.name=hybrid strategy.vertex_fractions=[0.5] strategy.averaging.mode=async "
                           "strategy.averaging.every_s=30 comm.stall_timeout_s=30",
                           "strategy.averaging.every_s: 30 s is not below comm.stall_timeout_s")
+
+
+#: stored batches reused by Eq. 4's probability, filled inline
+RESERVOIR = [*DQN, "strategy.reservoir.mode=on"]
+
+
+def test_reservoir_inline_is_p_invariant_and_resumes_bit_for_bit(launcher, sparse, tmp_path):
+    """H4: with ``threads: 0`` the stores fill alike on every rank, so P = 3 takes P = 1's batches; a resumed
+    run rebuilds the stores from their serials; generator threads train as well."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 4},
+                    checkpoint={"every": 2, "keep": 3})
+    one, _ = _losses(launcher, None, job, tmp_path / "p1", *RESERVOIR)
+    three, recs = _losses(launcher, 3, job, tmp_path / "p3", *RESERVOIR)
+    np.testing.assert_allclose(three, one, rtol=1e-9)
+    rsv = recs[-1]["hybrid"]["reservoir"]
+    assert rsv["reused"] > 0 and rsv["bytes"] > 0 and 0 < rsv["p"] <= 1
+    part = Path(shutil.copytree(tmp_path / "p3", tmp_path / "part"))
+    shutil.rmtree(part / "checkpoints" / "epoch-000004")
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["loss"], r["grad_norm"]) for r in read_metrics(part)] == [(r["loss"], r["grad_norm"]) for r in recs]
+    threaded, recs_t = _losses(launcher, 3, job, tmp_path / "threads", *RESERVOIR, "strategy.reservoir.threads=2")
+    assert np.all(np.isfinite(threaded)) and recs_t[-1]["hybrid"]["reservoir"]["generator_seconds"] > 0
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("strategy.vertex_fractions=[0.5] strategy.reservoir.mode=on strategy.reservoir.max_mb=0.0001",
+     "strategy.reservoir.max_mb: 0.0001 MiB holds no batch"),
+    ("strategy.vertex_fractions=[0.5] strategy.reservoir.mode=on task.name=link_prediction",
+     "strategy.reservoir.mode: on stores batches for the node tasks"),
+])
+def test_bad_reservoir_exits_2_at_p3(launcher, dense, tmp_path, override, needle):
+    exits_2_with_one_line(launcher, _job(tmp_path, dense), f"strategy.name=hybrid {override}", needle)

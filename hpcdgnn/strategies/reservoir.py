@@ -1,0 +1,123 @@
+"""H4: the hybrid batch reservoir (DynaHB §5.2, Alg. 3, Eq. 4–5).
+
+One store per action holds built batches (this rank's part of a hybrid batch: window, targets and the layout
+with its sampled blocks). A batch is a pure function of (seed, action, serial). Each step the selector reuses a
+stored batch with probability::
+
+    p = N_rsv / (N·T / (N_S·N_V) / N_A)        (Eq. 4; the denominator is also the store's cap)
+
+else it trains a snapshot batch (every vertex × N_S snapshots) where one fits ``max_batch_mb``, else a fresh
+hybrid batch. ``threads: 0`` fills the store inline, one batch a step (deterministic); ``threads`` > 0 run
+generators beside training, each over its share of the actions, locking only to insert. ``max_mb`` caps a
+rank's stored bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from hpcdgnn.comm.stats import payload_bytes
+
+__all__ = ["BatchReservoir", "Stored"]
+
+
+class Stored:
+    """One stored batch: its serial, window, this rank's targets, the built layout and its bytes."""
+
+    __slots__ = ("serial", "seq", "targets", "layout", "nbytes")
+
+    def __init__(self, serial: int, seq, targets, layout) -> None:
+        self.serial, self.seq, self.targets, self.layout = serial, seq, targets, layout
+        self.nbytes = payload_bytes([getattr(layout, "adj", None), getattr(layout, "rows", None),
+                                     getattr(layout, "cells", None)]) + targets.nbytes
+
+
+class BatchReservoir:
+    """Stores of built batches, one per action.
+
+    Args:
+        cfg: ``strategy.reservoir`` (:class:`~hpcdgnn.config.schema.ReservoirConfig`).
+        caps: per action, Eq. 4's denominator (the most batches stored).
+        build: ``build(action, serial)`` -> :class:`Stored`.
+    """
+
+    def __init__(self, cfg, caps: list[int], build: Callable[[int, int], Stored]) -> None:
+        self.cfg, self.caps, self.build = cfg, caps, build
+        self.stores: list[list[Stored]] = [[] for _ in caps]
+        self.serials = [0] * len(caps)
+        self.nbytes = 0
+        self.seconds = 0.0
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.error: BaseException | None = None
+
+    def p(self, action: int) -> float:
+        """Eq. 4's probability of reusing a stored batch of ``action``."""
+        return len(self.stores[action]) / self.caps[action]
+
+    def _room(self, action: int) -> bool:
+        return len(self.stores[action]) < self.caps[action] and self.nbytes < self.cfg.max_mb * 2**20
+
+    def fill(self, action: int) -> None:
+        """Build and store one batch of ``action`` if its store has room (inline: ``threads: 0``)."""
+        if not self._room(action):
+            return
+        t0 = time.perf_counter()
+        serial = self.serials[action]
+        self.serials[action] += 1
+        self._insert(action, self.build(action, serial))
+        self.seconds += time.perf_counter() - t0
+
+    def _insert(self, action: int, item: Stored) -> None:
+        with self.lock:  # the only lock: the store and its byte count change together
+            self.stores[action].append(item)
+            self.nbytes += item.nbytes
+
+    def start(self) -> None:
+        """Start ``threads`` generators, thread i building the actions i, i + threads, ..."""
+        n = self.cfg.threads
+        for i in range(n):
+            mine = list(range(i, len(self.caps), n))
+            t = threading.Thread(target=self._generate, args=(mine,), name=f"hpcdgnn-reservoir-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _generate(self, actions: list[int]) -> None:
+        """A generator thread: fill its actions' stores until stopped; an exception is kept for the trainer."""
+        try:
+            while not self._stop.is_set():
+                busy = False
+                for a in actions:
+                    if self._room(a):
+                        t0 = time.perf_counter()
+                        with self.lock:
+                            serial = self.serials[a]
+                            self.serials[a] += 1
+                        self._insert(a, self.build(a, serial))
+                        self.seconds += time.perf_counter() - t0
+                        busy = True
+                if not busy:
+                    self._stop.wait(0.01)
+        except BaseException as e:  # noqa: BLE001 - handed to the training thread, which raises it
+            self.error = e
+
+    def check(self) -> None:
+        """Raise a generator thread's exception in the training thread (the job then ends as on any crash)."""
+        if self.error is not None:
+            raise RuntimeError(f"reservoir generator thread failed: {self.error!r}") from self.error
+
+    def pick(self, action: int, index: int) -> Stored:
+        """Stored batch ``index`` (modulo the store's size) of ``action``."""
+        with self.lock:
+            store = self.stores[action]
+            return store[index % len(store)]
+
+    def close(self) -> None:
+        """Stop the generator threads."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads = []
