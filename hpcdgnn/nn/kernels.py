@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 __all__ = ["KERNELS", "SIBLINGS", "available", "calls", "compile_notice", "disable", "edge_bce_train", "expected",
-           "lstm_available", "lstm_backward", "lstm_forward", "mode", "self_check", "skipped", "used_by"]
+           "lstm_available", "lstm_backward", "lstm_forward", "mode", "self_check", "skipped", "used_by", "wanted"]
 
 _kernels = None
 
@@ -269,22 +269,31 @@ def lstm_backward(gates, cin, tc, w_hh, mask, dy, dhT, dcT):
     return dgates, dh, dc
 
 
+def wanted(dtype: torch.dtype, device: torch.device, steps: int, pairs: int) -> frozenset[str]:
+    """The kernels a job may take (and so :func:`self_check`): those its sequence length ``steps`` or its pair
+    count ``pairs`` reaches; none for a small job, which never loads numba."""
+    if not (device.type == "cpu" and dtype in (torch.float32, torch.float64) and expected()):
+        return frozenset()
+    names = set(SIBLINGS[0]) if _sized(steps, LSTM_MIN_STEPS) else set()
+    if _sized(pairs, MIN_PAIRS):
+        names.add("edge_bce_train")
+    return frozenset(names)
+
+
 def used_by(dtype: torch.dtype, device: torch.device, steps: int, pairs: int) -> bool:
-    """Whether a job may take the compiled loops (and so :func:`self_check` them): a small job never loads numba."""
-    return (device.type == "cpu" and dtype in (torch.float32, torch.float64) and expected()
-            and (_sized(steps, LSTM_MIN_STEPS) or _sized(pairs, MIN_PAIRS)))
+    """Whether a job may take any compiled loop (:func:`wanted`)."""
+    return bool(wanted(dtype, device, steps, pairs))
 
 
-def self_check(dtype: torch.dtype) -> bool:
-    """Compile the kernels for ``dtype`` and compare each with its torch reference on a tiny case.
-
-    True where all agree; else one warning line and the torch paths from then on. False where numba is off."""
+def self_check(dtype: torch.dtype, which: frozenset[str] | None = None) -> bool:
+    """Compile the kernels ``which`` (None: all) for ``dtype`` and compare each with its torch reference on a tiny
+    case. True where all agree; else one warning line and the torch paths from then on. False where numba is off."""
     global _kernels
     if dtype not in (torch.float32, torch.float64) or not _compile():
         return False
     counted = dict(_calls)
     try:
-        failed = [name for name, ok in _checks(dtype) if not ok]
+        failed = [name for name, ok in _checks(dtype, which) if not ok]
     except Exception as e:  # a compile error, another numba: the torch paths, not a crash
         failed = [f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"]
     finally:
@@ -312,8 +321,9 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
     return got.shape == want.shape and bool(torch.allclose(got.to(want.dtype), want, rtol=tol, atol=tol))
 
 
-def _checks(dtype: torch.dtype):
-    """(name, agrees) of each kernel against torch's autograd, with the argument types a run passes."""
+def _checks(dtype: torch.dtype, which: frozenset[str] | None = None):
+    """(name, agrees) of each kernel of ``which`` (None: all) against torch's autograd, with the argument types
+    a run passes."""
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(7)
@@ -323,7 +333,8 @@ def _checks(dtype: torch.dtype):
 
     with torch.enable_grad():
         # int32 and int64 pair indices (hpcdgnn.tasks.link_prediction.pair_index_dtype): numba compiles each
-        for h, index in ((64 // torch.empty(0, dtype=dtype).element_size(), torch.int32), (3, torch.int64)):
+        pair_cases = ((64 // torch.empty(0, dtype=dtype).element_size(), torch.int32), (3, torch.int64))
+        for h, index in pair_cases if which is None or "edge_bce_train" in which else ():
             leaves = [randn(6, h), randn(6, h), randn(h), randn(h), randn(1)]
             src = torch.tensor([0, 5, 2, 2, 4, 0, 1], dtype=index)
             dst = torch.tensor([3, 3, 1, 0, 5, 2, 2], dtype=index)
@@ -335,7 +346,8 @@ def _checks(dtype: torch.dtype):
             want = [loss.detach(), logits.detach(), *torch.autograd.grad(loss, ref)]
             yield f"edge_bce_train (width {h})", all(_close(a, b) for a, b in zip(got, want, strict=True))
         T, H, B = 3, 2, 3
-        for mask in (None, torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]], dtype=dtype)):
+        masks = (None, torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]], dtype=dtype))
+        for mask in masks if which is None or "lstm_forward" in which else ():
             mask = None if mask is None else mask.reshape(T, 1, B)
             pre, w_hh, h0, c0 = randn(T, 4 * H, B), randn(4 * H, H), randn(H, B), randn(H, B)
             dy, dh_t, dc_t = randn(T, H, B), randn(H, B), randn(H, B)

@@ -140,7 +140,9 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         self.encoder, self.decoder, self.horizon = list(model.layers), None, 0
         self.num_layers = len(model.layers)
         self.fanout = [0] * self.num_layers  # DynaHB samples targets, never neighbours
-        self.reads_ax = self.reads_basis = self.reads_snapshots = False
+        #: S4 (IBM §5.5): a plain GCN first layer reads Ã_t·X_t, computed once at set-up for the rows read
+        self.reads_ax = bool(model.layers[0].precomputable) and not self.cells
+        self.reads_basis = self.reads_snapshots = False
         self._targets: dict[int, torch.Tensor] = {}
         self.owner = np.empty(self.N, dtype=np.int64)
         for p in range(plan.num_ranks):
@@ -198,9 +200,19 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
             rows = _hops(np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))]), dst, seeds,
                          self.num_layers)
         self.cache_bytes = 0
+        self._ax: dict[int, torch.Tensor] = {}
         for t in range(T):
             self.host[t] = self._host(reader.read_rows(t, rows))
+            if self.reads_ax:  # exact at the rows within L - 1 hops, the only ones read
+                h = self.host[t]
+                a = torch.sparse_csr_tensor(torch.from_numpy(h.crow), torch.from_numpy(h.col), torch.from_numpy(h.val),
+                                            (N, N))
+                self._ax[t] = torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
         return rows
+
+    def input_rows(self, t: int, rows: np.ndarray) -> torch.Tensor:
+        """Rows ``rows`` of Ã_t·X_t (S4), for :class:`SampleLayout`'s first layer."""
+        return self._ax[t].index_select(0, torch.from_numpy(rows))
 
     def _host(self, block) -> HostSnapshot:
         """Snapshot ``block.t`` with only ``block.rows`` present (other rows empty, features zero)."""

@@ -557,11 +557,14 @@ def _check_kernels(job: JobConfig, manifest: Manifest, dtype: torch.dtype, devic
     strategy's set-up, where the job may take them (:func:`hpcdgnn.nn.kernels.used_by`: a small job never loads
     numba); a kernel that fails its check on any rank sends every rank to the torch paths (one warning line), never
     a crash mid-epoch."""
-    # snapshots (their edges), or events: bounds of any one call's steps and pairs
+    from hpcdgnn.tasks import task_class
+
+    # snapshots (their edges), or events: bounds of any one call's steps and pairs (a pair decoder's tasks only)
     edges = sum(getattr(manifest, "snapshot_edges", None) or []) + getattr(manifest, "num_events", 0)
-    pairs = edges * (1 + getattr(job.task, "negatives", 1))
-    if kernels.used_by(dtype, device, getattr(manifest, "num_snapshots", 0), pairs):  # the same on every rank
-        failed = not kernels.self_check(dtype)
+    pairs = edges * (1 + getattr(job.task, "negatives", 1)) if task_class(job.task.name).buckets_pairs else 0
+    which = kernels.wanted(dtype, device, getattr(manifest, "num_snapshots", 0), pairs)
+    if which:  # the same on every rank
+        failed = not kernels.self_check(dtype, which)
         if comm.allreduce_array([float(failed)], tag="setup")[0] > 0:  # one rank's failure: all take torch's paths
             kernels.disable()
 

@@ -526,3 +526,15 @@ def test_disable_sends_the_process_to_the_torch_paths(use, monkeypatch):
     monkeypatch.setattr(kernels, "_kernels", kernels._kernels)  # restored after the test
     kernels.disable()
     assert not kernels.available(x, pairs=1) and not kernels.lstm_available(torch.zeros(40, 8, 3, dtype=x.dtype))
+
+
+def test_a_job_checks_only_the_kernels_it_may_take(monkeypatch):
+    """wanted: the LSTM pair for sequences of LSTM_MIN_STEPS, the pair decoder's loss for MIN_PAIRS pairs; the
+    start-up check compiles and compares only those (a regression job never compiles the pair decoder's)."""
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("HPCDGNN_KERNELS", "numba")
+    assert kernels.wanted(torch.float64, cpu, kernels.LSTM_MIN_STEPS, 0) == {"lstm_forward", "lstm_backward"}
+    assert kernels.wanted(torch.float64, cpu, 2, kernels.MIN_PAIRS) == {"edge_bce_train"}
+    lstm_only = [name for name, _ in kernels._checks(torch.float64, frozenset({"lstm_forward", "lstm_backward"}))]
+    assert lstm_only and all(name.startswith("lstm") for name in lstm_only)
+    assert [n for n, _ in kernels._checks(torch.float64, frozenset())] == []

@@ -1,0 +1,185 @@
+"""Convergence of hybrid batches against full-batch and single-mode training (DynaHB §6.2, Table 2, Fig. 8).
+
+    python perf/bench_convergence.py [--datasets collegemsg bitcoinalpha email tennis] [--models tgcn_cell ...]
+                                     [--systems snapshot vertex dbos dbov bvr hybrid] [--ranks 1 2]
+                                     [--epochs 60] [--patience 10] [--ablation] [--out DIR]
+
+Every (dataset, model, system, P) trains ``--epochs`` epochs, split [0.4, 0.1, 0.5] (§6.1), and reports Table
+2's columns from its metrics.jsonl: ST (mean seconds an epoch, slowest rank), #CN (the epoch the validation MSE
+last fell before ``--patience`` epochs without a fall, else the last), TT (seconds to #CN), test MSE at the best
+validation epoch, and the seconds to reach 1.05 × the full batch's best validation MSE (``snapshot``, or
+``pss`` for graph-recurrent cells) of the same dataset, model and P. Systems:
+
+* ``snapshot`` (≈ PyD: one full batch an epoch; ``pss`` for DCRNN), ``vertex`` (≈ ADT: halo exchange);
+* ``dbos``: hybrid batches of every vertex × 20 % of the snapshots; ``dbov``: every snapshot × 5 % of the
+  vertices; ``bvr``: dbov with the batch reservoir; all with gradients summed;
+* ``hybrid``: DynaHB — load-aware partition, DQN adjuster, reservoir, asynchronous averaging.
+
+``--ablation`` adds Fig. 8's cumulative rows on the first dataset and model: full batch, +Lap (20 % × 5 %,
+all-reduce; also hash), +Asyn, +RL, +Rsv, each with its time to the target and speed-up over the full batch.
+Results (JSON and a table) go to ``--out`` (default perf/results/convergence/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+
+#: name -> (input file, prepare arguments)
+DATASETS = {
+    "collegemsg": ("CollegeMsg.txt.gz", ["--format", "snap", "--snapshots", "30", "--log-features",
+                                         "--targets", "next_degree", "--edge-life", "3"]),
+    "bitcoinalpha": ("soc-sign-bitcoinalpha.csv.gz", ["--format", "snap", "--columns", "src=0,dst=1,time=3",
+                                                      "--snapshots", "30", "--log-features", "--targets",
+                                                      "next_degree", "--edge-life", "3"]),
+    "email": ("email-Eu-core-temporal.txt.gz", ["--format", "snap", "--snapshots", "30", "--log-features",
+                                                "--targets", "next_degree", "--edge-life", "3"]),
+    "tennis": ("twitter_tennis_rg17.json.gz", ["--format", "pygt-json"]),
+    "england": ("england_covid.json.gz", ["--format", "pygt-json"]),
+    "montevideo": ("montevideo_bus.json.gz", ["--format", "pygt-json"]),
+}
+
+FULL = {"tgcn_cell": "snapshot", "evolvegcn_o": "snapshot", "dcrnn": "pss"}
+#: graph layers: one cell, as PyTorch Geometric Temporal's TGCN and DCRNN (DynaHB's models); EvolveGCN-O's two
+LAYERS = {"tgcn_cell": 1, "dcrnn": 1, "evolvegcn_o": 2}
+
+HYBRID = {"name": "hybrid", "snapshot_fractions": [0.1, 0.2, 0.3], "vertex_fractions": [0.01, 0.05, 0.1, 0.2]}
+
+
+def systems(model: str) -> dict[str, dict]:
+    """The strategy section of each system for ``model``."""
+    fixed = {"adjuster": {"kind": "fixed"}}
+    return {
+        "snapshot": {"name": FULL[model]},
+        "vertex": {"name": "vertex"},
+        "dbos": {"name": "hybrid", "snapshot_fractions": [0.2], "vertex_fractions": [1.0], **fixed},
+        "dbov": {"name": "hybrid", "snapshot_fractions": [1.0], "vertex_fractions": [0.05], **fixed},
+        "bvr": {"name": "hybrid", "snapshot_fractions": [1.0], "vertex_fractions": [0.05], **fixed,
+                "reservoir": {"mode": "on"}},
+        "hybrid": {**HYBRID, "adjuster": {"kind": "dqn"}, "reservoir": {"mode": "on"},
+                   "averaging": {"mode": "async", "every_s": 0.5}},
+    }
+
+
+def ablation(model: str) -> list[tuple[str, dict]]:
+    """Fig. 8's cumulative rows."""
+    lap = {"name": "hybrid", "snapshot_fractions": [0.2], "vertex_fractions": [0.05], "adjuster": {"kind": "fixed"}}
+    asyn = {**lap, "averaging": {"mode": "async", "every_s": 0.5}}
+    rl = {**asyn, **{k: HYBRID[k] for k in ("snapshot_fractions", "vertex_fractions")}, "adjuster": {"kind": "dqn"}}
+    return [("full batch", {"name": FULL[model]}), ("+Lap", lap), ("+Lap (hash)", {**lap, "partition": "hash"}),
+            ("+Asyn", asyn), ("+RL", rl), ("+Rsv", {**rl, "reservoir": {"mode": "on"}})]
+
+
+def prepare(name: str, cache: Path) -> Path:
+    """The dataset, prepared once into ``cache``."""
+    out = cache / name
+    if not (out / "manifest.json").is_file():
+        src, args = DATASETS[name]
+        subprocess.run([sys.executable, "-m", "hpcdgnn", "prepare", str(DATA / src), *args, "--output", str(out),
+                        "--force"], check=True, cwd=REPO)
+    return out
+
+
+def run(data: Path, model: str, strategy: dict, ranks: int, epochs: int, out: Path) -> list[dict] | str:
+    """Train; the epoch records, or the error line of a refused combination."""
+    import yaml
+
+    job = {"data": {"path": str(data)}, "model": {"name": model, "hidden": 32, "layers": LAYERS[model]},
+           "task": {"name": "regression", "horizon": 1, "split": [0.4, 0.1, 0.5]},
+           "train": {"epochs": epochs, "lr": 0.01, "seed": 0, "threads": max(1, (os.cpu_count() or 2) // ranks)},
+           "strategy": strategy, "output": {"dir": str(out.parent)}, "checkpoint": {"every": 0}}
+    path = out.with_suffix(".yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(job))
+    cmd = [sys.executable, "-m", "hpcdgnn", "run", str(path), "--output", str(out)]
+    if ranks > 1:
+        env_launcher = os.environ.get("HPCDGNN_MPIRUN", str(Path(sys.executable).parent / "hpcdgnn-mpirun"))
+        cmd = [env_launcher, "-np", str(ranks), *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+        return (lines[-1] if lines else proc.stderr[-300:]).strip()
+    return [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def columns(records: list[dict], patience: int, target: float | None) -> dict:
+    """Table 2's ST, #CN, TT and test MSE, and the seconds to ``target`` validation MSE."""
+    times = [r["time"]["epoch"]["max"] for r in records]
+    val = [r["val_loss"] for r in records]
+    best, cn = float("inf"), len(records)
+    for i, v in enumerate(val):
+        if v < best:
+            best, best_i = v, i
+        elif i - best_i >= patience:
+            cn = best_i + 1
+            break
+    best_i = min(range(cn), key=lambda i: val[i])
+    elapsed = [sum(times[: i + 1]) for i in range(len(times))]
+    reach = next((elapsed[i] for i, v in enumerate(val) if target is not None and v <= target), None)
+    return {"ST": sum(times) / len(times), "CN": cn, "TT": elapsed[cn - 1], "best_val": min(val[:cn]),
+            "test_mse": records[best_i]["test_loss"], "to_target_s": reach}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=["collegemsg"], choices=sorted(DATASETS))
+    ap.add_argument("--models", nargs="+", default=["tgcn_cell"], choices=sorted(FULL))
+    ap.add_argument("--systems", nargs="+", default=list(systems("tgcn_cell")))
+    ap.add_argument("--ranks", nargs="+", type=int, default=[1])
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--patience", type=int, default=10)
+    ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--out", type=Path, default=REPO / "perf" / "results" / "convergence")
+    args = ap.parse_args()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-convergence-{stamp}"
+    rows = []
+    for name in args.datasets:
+        data = prepare(name, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-convergence-data")
+        for model in args.models:
+            for P in args.ranks:
+                plan = [(s, systems(model)[s]) for s in args.systems]
+                if args.ablation and name == args.datasets[0] and model == args.models[0]:
+                    plan += ablation(model)
+                results = {label: run(data, model, strat, P, args.epochs, work / f"{name}-{model}-p{P}-{i}")
+                           for i, (label, strat) in enumerate(plan)}
+                full = results.get("snapshot") or results.get("full batch")
+                target = None if isinstance(full, str) or full is None else 1.05 * min(r["val_loss"] for r in full)
+                base = None
+                for label, recs in results.items():
+                    row = {"dataset": name, "model": model, "P": P, "system": label}
+                    if isinstance(recs, str):
+                        row["refused"] = recs
+                    else:
+                        row.update(columns(recs, args.patience, target))
+                        if label in ("snapshot", "full batch"):
+                            base = row["to_target_s"]
+                        if base and row.get("to_target_s"):
+                            row["speedup_to_target"] = base / row["to_target_s"]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stamp}.json").write_text(json.dumps({"argv": sys.argv, "rows": rows}, indent=1) + "\n")
+    print(f"{'dataset':12} {'model':11} P {'system':12} {'ST s':>7} {'#CN':>4} {'TT s':>7} {'test MSE':>9} "
+          f"{'to 1.05x s':>10} {'speed-up':>8}")
+    for r in rows:
+        if "refused" in r:
+            print(f"{r['dataset']:12} {r['model']:11} {r['P']} {r['system']:12} refused: {r['refused'][:60]}")
+            continue
+        reach = "-" if r["to_target_s"] is None else f"{r['to_target_s']:.2f}"
+        speed = f"{r['speedup_to_target']:.2f}x" if r.get("speedup_to_target") else "-"
+        print(f"{r['dataset']:12} {r['model']:11} {r['P']} {r['system']:12} {r['ST']:7.3f} {r['CN']:4d} "
+              f"{r['TT']:7.2f} {r['test_mse']:9.4f} {reach:>10} {speed:>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
