@@ -30,12 +30,13 @@ from tests.conftest import REPO, read_metrics
 EXAMPLES_DIR = REPO / "jobs" / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 
-#: the files the README links, one per technique (SPEC S1-S6, D1-D3, R1-R4, H1-H2, M1-M2)
+#: the files the README links, one per technique (SPEC S1-S6, D1-D3, R1-R4, H1-H5, M1-M2)
 EXPECTED = {
     "s1-pss-ts.yaml", "s2-checkpoint-blocks.yaml", "s3-graph-difference.yaml", "s4-precompute.yaml",
     "s5-smoothing.yaml", "s6-vertex-halo.yaml", "s6-pss.yaml", "d1-graph-chunks.yaml", "d2-chunk-fusion.yaml",
     "d3-stale-aggregation.yaml", "r1-placement.yaml", "r2-incremental.yaml", "r3-reuse.yaml",
-    "r4-seq-first-sampling.yaml", "h1-h2-hybrid-batches.yaml", "m1-tgn.yaml", "m2-memory-parallelism.yaml",
+    "r4-seq-first-sampling.yaml", "h1-h2-hybrid-batches.yaml", "h3-h5-dynahb.yaml",
+    "m1-tgn.yaml", "m2-memory-parallelism.yaml",
 }
 
 #: CollegeMsg events the tiny datasets are prepared from (237 vertices), and their snapshots
@@ -55,6 +56,7 @@ EVIDENCE = {
     "r3-reuse": ("reuse", "encoder_to_decoder_hits"),
     "r4-seq-first-sampling": ("bytes_by_tag", "batch"),
     "h1-h2-hybrid-batches": ("hybrid", "replication"),
+    "h3-h5-dynahb": ("hybrid", "reservoir", "reuse_rate"),
     "m1-tgn": ("memory",),
     "m2-memory-parallelism": ("memory",),
 }
@@ -154,7 +156,7 @@ def _sizes(job) -> list[str]:
 
 
 def test_examples_are_there_and_cover_every_model_and_task():
-    """The 17 files, each a valid job with a header (what, paper section, data, commands), together using
+    """The 18 files, each a valid job with a header (what, paper section, data, commands), together using
     every model and every task the schema names."""
     assert {p.name for p in EXAMPLES} == EXPECTED
     jobs = {p.name: load_job(p, check_paths=False) for p in EXAMPLES}
@@ -201,5 +203,8 @@ def _check_technique(stem: str, record: dict, summary: dict, run_dir: Path, stdo
         assert summary["transfer"]["mode"] == "graph_difference" and summary["transfer"]["epoch_bytes"] > 0
     elif stem == "s4-precompute":  # no switch: on because tgcn_cell's first layer is a plain GCN
         assert "precompute Ã·X" in stdout, stdout
+    elif stem == "h3-h5-dynahb":  # ranks averaged in rounds, ending the epoch with one model; no gradient sums
+        assert record["hybrid"]["rounds"] >= 1 and record["hybrid"]["replicas_equal"], record["hybrid"]
+        assert "grad_allreduce" not in record["bytes_by_tag"] and "epsilon" in record["hybrid"]
     elif stem in ("r1-placement", "h1-h2-hybrid-batches"):  # data read once: only gradients and counts move
         assert set(record["bytes_by_tag"]) <= {"grad_allreduce", "batch"}, record["bytes_by_tag"]
