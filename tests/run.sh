@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: install (if needed), then run the tests, including the mpirun -np 2 / -np 3 runs.
-#   bash tests/run.sh [pytest args...]           the whole suite (~20 min on 2 cores; what CI runs)
+#   bash tests/run.sh [pytest args...]           the whole suite (what CI runs; its time: issues' CI notes)
 #   bash tests/run.sh --quick [pytest args...]   the quick subset (~5 min on 2 cores): every test that starts no MPI
 #       job and is not `slow`, and one exactness case per strategy (marked `quick`); see tests/conftest.py
 # Other arguments go to pytest as they are, e.g. `bash tests/run.sh --quick -x -k exactness`.
@@ -8,5 +8,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash install.sh
 VENV=${HPCDGNN_VENV:-.venv}
+# two pytest workers (HPCDGNN_TEST_WORKERS; 1 = none): most tests wait on a launched job's start-up (one core
+# each), so two at a time use both cores; a file's tests stay on one worker (its module fixtures are built once)
+WORKERS=${HPCDGNN_TEST_WORKERS:-2}
+PARALLEL=()
+if [ "$WORKERS" -gt 1 ]; then PARALLEL=(-n "$WORKERS" --dist loadfile); fi
 # no path given: pyproject.toml's testpaths (tests/); a path among the arguments runs just that
-exec "$VENV/bin/python" -m pytest -q "$@"
+exec "$VENV/bin/python" -m pytest -q ${PARALLEL[@]+"${PARALLEL[@]}"} "$@"
