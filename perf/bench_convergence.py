@@ -8,7 +8,8 @@ Every (dataset, model, system, P) trains ``--epochs`` epochs, split [0.4, 0.1, 0
 2's columns from its metrics.jsonl: ST (mean seconds an epoch, slowest rank), #CN (the epoch the validation MSE
 last fell before ``--patience`` epochs without a fall, else the last), TT (seconds to #CN), test MSE at the best
 validation epoch, and the seconds to reach 1.05 × the full batch's best validation MSE (``snapshot``, or
-``pss`` for graph-recurrent cells) of the same dataset, model and P. Systems:
+``pss`` for graph-recurrent cells) of the same dataset, model and P; at P > 1 also the largest per-epoch
+relative deviation of the training loss from P = 1's (0 to rounding for the exact systems). Systems:
 
 * ``snapshot`` (≈ PyD: one full batch an epoch; ``pss`` for DCRNN), ``vertex`` (≈ ADT: halo exchange);
 * ``dbos``: hybrid batches of every vertex × 20 % of the snapshots; ``dbov``: every snapshot × 5 % of the
@@ -125,7 +126,7 @@ def columns(records: list[dict], patience: int, target: float | None) -> dict:
     elapsed = [sum(times[: i + 1]) for i in range(len(times))]
     reach = next((elapsed[i] for i, v in enumerate(val) if target is not None and v <= target), None)
     return {"ST": sum(times) / len(times), "CN": cn, "TT": elapsed[cn - 1], "best_val": min(val[:cn]),
-            "test_mse": records[best_i]["test_loss"], "to_target_s": reach}
+            "test_mse": records[best_i]["test_loss"], "to_target_s": reach, "losses": [r["loss"] for r in records]}
 
 
 def main() -> int:
@@ -166,18 +167,26 @@ def main() -> int:
                             row["speedup_to_target"] = base / row["to_target_s"]
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+    # approximate systems (async averaging, threads) depart from one rank: the largest per-epoch relative
+    # deviation of the training loss from P = 1's
+    curves = {(r["dataset"], r["model"], r["system"], r["P"]): r.get("losses") for r in rows}
+    for r in rows:
+        one = curves.get((r["dataset"], r["model"], r["system"], 1))
+        if r["P"] > 1 and r.get("losses") and one:
+            r["dev_vs_p1"] = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], one, strict=False))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stamp}.json").write_text(json.dumps({"argv": sys.argv, "rows": rows}, indent=1) + "\n")
     print(f"{'dataset':12} {'model':11} P {'system':12} {'ST s':>7} {'#CN':>4} {'TT s':>7} {'test MSE':>9} "
-          f"{'to 1.05x s':>10} {'speed-up':>8}")
+          f"{'to 1.05x s':>10} {'speed-up':>8} {'dev vs P=1':>9}")
     for r in rows:
         if "refused" in r:
             print(f"{r['dataset']:12} {r['model']:11} {r['P']} {r['system']:12} refused: {r['refused'][:60]}")
             continue
         reach = "-" if r["to_target_s"] is None else f"{r['to_target_s']:.2f}"
         speed = f"{r['speedup_to_target']:.2f}x" if r.get("speedup_to_target") else "-"
+        dev = f"{r['dev_vs_p1']:.2e}" if "dev_vs_p1" in r else "-"
         print(f"{r['dataset']:12} {r['model']:11} {r['P']} {r['system']:12} {r['ST']:7.3f} {r['CN']:4d} "
-              f"{r['TT']:7.2f} {r['test_mse']:9.4f} {reach:>10} {speed:>8}")
+              f"{r['TT']:7.2f} {r['test_mse']:9.4f} {reach:>10} {speed:>8} {dev:>9}")
     return 0
 
 

@@ -45,7 +45,8 @@ def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None)
     a, b = keys // N, keys % N
     xadj = np.zeros(N + 1, dtype=np.int64)
     np.cumsum(np.bincount(a, minlength=N), out=xadj[1:])
-    _, parts = pymetis.part_graph(P, xadj=xadj, adjncy=b)
+    csr = getattr(pymetis, "CSRAdjacency", None)  # pymetis 2025+: xadj/adjncy keywords are deprecated
+    _, parts = (pymetis.part_graph(P, csr(xadj, b)) if csr is not None else pymetis.part_graph(P, xadj=xadj, adjncy=b))
     return np.asarray(parts, dtype=np.int64)
 
 

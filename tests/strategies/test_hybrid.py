@@ -84,9 +84,11 @@ def test_plan_deals_by_load_and_its_order_does_not_depend_on_p(sparse, tmp_path)
         assert sum(with_load.ranks[p]["groups"]) == len(mine) == with_load.ranks[p]["vertices"]
     loads = [r["load"] for r in with_load.ranks]
     assert max(loads) / min(loads) < 1.2
-    hashed = plan_hybrid(man, 3, load_job(_job(tmp_path, sparse), ["strategy.name=hybrid",
-                                                                    "strategy.partition=hash"]))
-    assert sorted(v for p in range(3) for v in hashed.vertices_of(p)) == list(range(61))
+    for method in ("hash", "range", "metis"):  # the vertex strategy's splits; the load order stays the same
+        other = plan_hybrid(man, 3, load_job(_job(tmp_path, sparse), ["strategy.name=hybrid",
+                                                                       f"strategy.partition={method}"]))
+        assert sorted(v for p in range(3) for v in other.vertices_of(p)) == list(range(61)), method
+        assert other.load_order == order
 
 
 @pytest.mark.quick(strategy="hybrid")
