@@ -1,11 +1,14 @@
-"""``strategy: hybrid`` (DynaHB §4–5, SPEC H1–H3 fixed/random), float64.
+"""``strategy: hybrid`` (DynaHB §4–5, SPEC H1–H5), float64.
 
-* Alg. 1's loads by hand on a path and a cycle (walks, not sets), the round-robin deal, the strata (no MPI);
+* Alg. 1's loads by hand, the round-robin deal, the load order the same for every P and partition (no MPI);
 * the anchor: one batch of every snapshot × every vertex reproduces ``snapshot`` (T-GCN cell, EvolveGCN-O) and
   ``pss`` (DCRNN) at P = 1 and P = 3;
 * P-invariance: random actions over fractional batches give P = 3 the losses of P = 1 (1e-9), on a sparse graph
-  where each rank reads fewer than N rows (replication < P), for node regression and link prediction;
-* bad input: one line, exit 2, at P = 3.
+  where each rank reads fewer than N rows (replication < P), for node regression and link prediction; so do the
+  DQN with the work reward and the inline reservoir, and both resume bit for bit;
+* asynchronous averaging: P = 1 equals all-reduce, rounds by count are deterministic, every epoch ends with one
+  model; a fault on one rank ends the job;
+* bad input: config errors, the plan's refusals, one line and exit 2 at P = 3.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.strategies.hybrid import HybridStrategy
 from tests.conftest import read_metrics, write_job
 from tests.strategies.test_sequences import exits_2_with_one_line
-from tests.strategies.test_sequences_cells import _snapshots
+from tests.strategies.test_sequences_cells import (
+    _snapshots,
+    small,  # noqa: F401 (a fixture)
+)
 from tests.train.test_exactness import _losses
 
 #: one batch of the whole training timeline × every vertex: full-batch training
@@ -38,12 +44,9 @@ RANDOM = ["strategy.name=hybrid", "strategy.snapshot_fractions=[0.3,0.6]", "stra
 
 
 @pytest.fixture(scope="module")
-def dense(tmp_path_factory):
-    """T = 8, N = 23 with signal targets."""
-    root = tmp_path_factory.mktemp("hybrid") / "dense"
-    write_dataset(root, _snapshots(8, 23, 30, 3), num_vertices=23, weights="given", targets="signal",
-                  shard_snapshots=3, feature_names=["a", "b", "c"])
-    return root
+def dense(small):  # noqa: F811 (the imported fixture)
+    """T = 8, N = 23 with signal targets (test_sequences_cells's)."""
+    return small
 
 
 @pytest.fixture(scope="module")
