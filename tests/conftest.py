@@ -87,10 +87,18 @@ COLLECTED = pytest.StashKey[list]()
 
 @pytest.hookimpl(tryfirst=True)  # before -m/-k deselection, so `-m mpi` / `-m "not mpi"` see the marks
 def pytest_collection_modifyitems(session, config, items):
-    """Mark the tests that start MPI jobs ``mpi``; with ``--quick`` deselect those not in the quick subset."""
+    """Mark the tests that start MPI jobs ``mpi``, heaviest files first; with ``--quick`` deselect those not in the
+    quick subset."""
     for item in items:
         if not item.get_closest_marker("mpi") and starts_mpi(item):
             item.add_marker(pytest.mark.mpi)
+    # the files with the most MPI tests first (stable otherwise): two workers (tests/run.sh) then end together,
+    # not one of them alone on the longest file
+    weight: dict[str, int] = {}
+    for item in items:
+        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + \
+            bool(item.get_closest_marker("mpi"))
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
     config.stash[COLLECTED] = list(items)
     if not config.getoption("quick"):
         return
