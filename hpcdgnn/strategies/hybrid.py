@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import gcn_norm
+from hpcdgnn.nn.conv.gcn import csr_tensor, gcn_norm
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
@@ -205,8 +205,7 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
             self.host[t] = self._host(reader.read_rows(t, rows))
             if self.reads_ax:  # exact at the rows within L - 1 hops, the only ones read
                 h = self.host[t]
-                a = torch.sparse_csr_tensor(torch.from_numpy(h.crow), torch.from_numpy(h.col), torch.from_numpy(h.val),
-                                            (N, N))
+                a = csr_tensor(torch.from_numpy(h.crow), torch.from_numpy(h.col), torch.from_numpy(h.val), (N, N))
                 self._ax[t] = torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
         return rows
 

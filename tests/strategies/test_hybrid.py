@@ -24,7 +24,7 @@ import pytest
 from hpcdgnn.config.load import load_job
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.writer import write_dataset
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.errors import EXIT_STALLED, ConfigError
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.strategies.hybrid import HybridStrategy
 from tests.conftest import read_metrics, write_job
@@ -227,6 +227,19 @@ def test_a_fault_under_async_averaging_ends_the_job(launcher, sparse, tmp_path, 
                             "strategy.averaging.mode=async", f"strategy.averaging.{where}"], timeout=90)
     assert proc.returncode != 0 and time.monotonic() - t0 < 60
     assert "rank 1/3:" in proc.stderr and "fault injected on rank 1 in epoch 2" in proc.stderr, proc.stderr
+
+
+def test_a_stopped_rank_under_async_averaging_gets_the_watchdogs_exit(launcher, sparse, tmp_path):
+    """A rank that stops (``debug.delay_rank``) while the others wait for a round: exit 3, one line naming the
+    averaging barrier."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, comm={"stall_timeout_s": 2},
+                    debug={"delay_rank": 1, "delay_seconds": 6})
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", *RANDOM,
+                            *ASYNC], timeout=90)
+    assert proc.returncode == EXIT_STALLED, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln)
+    assert "stalled: rank 1" in line and "averaging.barrier" in line, line
 
 
 #: stored batches reused by Eq. 4's probability, filled inline
