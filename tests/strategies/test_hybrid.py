@@ -275,3 +275,24 @@ def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, tm
     assert recs_l[0]["hybrid"]["replication"] < recs[0]["hybrid"]["replication"]
     assert not np.allclose(near[:, 0], exact[:, 0], rtol=1e-9)
     np.testing.assert_allclose(near[:, 0], exact[:, 0], rtol=0.2)
+
+
+def test_a_generator_threads_exception_is_raised_in_the_training_thread():
+    """H4: a reservoir thread that fails hands its exception to the training thread's next ``check`` (which the
+    crash path then turns into rank R's traceback and the job's end), and ``close`` stops the threads."""
+    from hpcdgnn.config.schema import ReservoirConfig
+    from hpcdgnn.strategies.reservoir import BatchReservoir
+
+    def build(action, serial):
+        raise ValueError(f"cannot build batch {serial} of action {action}")
+
+    rsv = BatchReservoir(ReservoirConfig(mode="on", threads=1), [4], build)
+    rsv.start()
+    deadline = time.monotonic() + 10
+    while rsv.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(RuntimeError, match="reservoir generator thread failed: ValueError"):
+        rsv.check()
+    threads = list(rsv._threads)
+    rsv.close()
+    assert threads and not any(t.is_alive() for t in threads)
