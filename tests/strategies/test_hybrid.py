@@ -58,6 +58,12 @@ def sparse(tmp_path_factory):
     return root
 
 
+def _four_epochs(tmp_path, data):
+    """A T-GCN regression job of 4 epochs, checkpointed at 2 and 4 (for resuming at 2)."""
+    return write_job(tmp_path / "job.yaml", data, model={"name": "tgcn_cell", "hidden": 4},
+                     task={"name": "regression", "horizon": 1}, train={"epochs": 4}, checkpoint={"every": 2, "keep": 3})
+
+
 def _job(tmp_path, data, model: str = "tgcn_cell", task: str = "regression"):
     return write_job(tmp_path / "job.yaml", data, model={"name": model, "hidden": 4},
                      task={"name": task, **({"horizon": 1} if task == "regression" else {})})
@@ -180,9 +186,7 @@ ASYNC = ["strategy.averaging.mode=async", "strategy.averaging.every_steps=2"]
 def test_dqn_with_work_reward_is_p_invariant_and_resumes_bit_for_bit(launcher, sparse, tmp_path):
     """H3: every rank runs the same DQN on all-reduced inputs: P = 3 takes P = 1's actions; a run resumed at
     epoch 2 continues as the straight one (network, replay, ε and RNG are in the checkpoint)."""
-    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
-                    task={"name": "regression", "horizon": 1}, train={"epochs": 4},
-                    checkpoint={"every": 2, "keep": 3})
+    job = _four_epochs(tmp_path, sparse)
     one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *DQN)
     three, recs3 = _losses(launcher, 3, job, tmp_path / "p3", *DQN)
     np.testing.assert_allclose(three, one, rtol=1e-9)
@@ -249,9 +253,7 @@ RESERVOIR = [*DQN, "strategy.reservoir.mode=on"]
 def test_reservoir_inline_is_p_invariant_and_resumes_bit_for_bit(launcher, sparse, tmp_path):
     """H4: with ``threads: 0`` the stores fill alike on every rank, so P = 3 takes P = 1's batches; a resumed
     run rebuilds the stores from their serials; generator threads train as well."""
-    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
-                    task={"name": "regression", "horizon": 1}, train={"epochs": 4},
-                    checkpoint={"every": 2, "keep": 3})
+    job = _four_epochs(tmp_path, sparse)
     one, _ = _losses(launcher, None, job, tmp_path / "p1", *RESERVOIR)
     three, recs = _losses(launcher, 3, job, tmp_path / "p3", *RESERVOIR)
     np.testing.assert_allclose(three, one, rtol=1e-9)
