@@ -158,16 +158,20 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         # may read any row: its closure is every vertex
         wide = type(task).sample_vertices is not Task.sample_vertices
         self.host: dict[int, HostSnapshot] = {}
-        edges = [reader.edges(t) for t in range(self.T)]
-        #: Alg. 1's loads, as the plan computed them (``reward_time: work``)
-        self.loads = vertex_loads(edges, self.N, job.model.layers)
-        self.read_rows = self._read_closure(reader, edges[: self.stop], np.arange(self.N) if wide else self.mine)
+        edges = [reader.edges(t) for t in range(self.stop)]
+        #: Alg. 1's loads as the plan computed them, for ``reward_time: work`` only
+        self.loads = None
+        if o.adjuster.reward_time == "work":
+            self.loads = vertex_loads(edges + [reader.edges(t) for t in range(self.stop, self.T)], self.N,
+                                      job.model.layers)
+        self.read_rows = self._read_closure(reader, edges, np.arange(self.N) if wide else self.mine)
         mib = self.cache_bytes / 2**20
         if o.max_cache_mb and mib > o.max_cache_mb:  # local: agree() carries it to every rank
             raise ConfigError(f"strategy.max_cache_mb: rank {me}'s closure holds {mib:.4g} MiB "
                               f"({self.read_rows.shape[0]} of {self.N} vertices), over {o.max_cache_mb:g}; raise "
                               "it, or use closure: lhop or more ranks")
         self._stat_width: int | None = None
+        self.scored_step = self.ranges[0][0]
         self._used = np.zeros(len(self.actions), dtype=np.int64)
         self._optimizer = None
         self.adjuster = BatchAdjuster(o.adjuster, len(self.actions), o.start_action(), job.train.seed)
@@ -346,15 +350,19 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
 
         o = self.opts.reservoir
         first = self._build(self.opts.start_action(), 0)
-        per_step, largest = self.comm.allreduce_array([self.cache_bytes / max(self.T, 1) / 2**20, first.nbytes],
-                                                      op="max", tag="setup")
+        largest = self.comm.allreduce_array([first.nbytes], op="max", tag="setup")[0]
         if largest > o.max_mb * 2**20:
             raise collective_error(ConfigError(f"strategy.reservoir.max_mb: {o.max_mb:g} MiB holds no batch (one is "
                                                f"{largest / 2**20:.4g} MiB); raise it"))
-        self._snapshot_mb = float(per_step)  # MiB a rank's rows take per snapshot: a snapshot batch's, per step
+        self._agree_snapshot_mb()
         self.reservoir.serials[self.opts.start_action()] = 1
         self.reservoir._insert(self.opts.start_action(), first)
         self.reservoir.start()
+
+    def _agree_snapshot_mb(self) -> None:
+        """MiB the largest rank's rows take per snapshot: a snapshot batch's per step (one all-reduce)."""
+        mib = self.cache_bytes / max(self.T, 1) / 2**20
+        self._snapshot_mb = float(self.comm.allreduce_array([mib], op="max", tag="setup")[0])
 
     def _work(self, action: int, mine: np.ndarray) -> float:
         """My part of the batch's Def. 2 load: my targets' Alg. 1 loads (over all T) × N_S / T."""
@@ -461,16 +469,6 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
             return layout.last.sum() * 0.0, self._zero_stats(model, task, epoch)
         return loss, stats
 
-    def _zero_stats(self, model: DGNN, task, epoch: int) -> np.ndarray:
-        """Zero metric sums of the task's width, for a rank without targets in a batch."""
-        if self._stat_width is None:
-            rows = torch.zeros(0, model.out_features, dtype=self.ctx.dtype, device=self.ctx.device)
-            none = np.zeros(0, np.int64)
-            with torch.no_grad():
-                empty = SampleEmbeddings(self.ranges[0][0], rows, none, none)
-                self._stat_width = int(task(empty, epoch).stats.shape[0])
-        return np.zeros(self._stat_width)
-
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of my part of the batch."""
         if not batch.samples:
@@ -538,8 +536,7 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
     def _start_reservoir_from(self, serials: list[list[int]]) -> None:
         """Rebuild the stores of a checkpoint (inline, before any thread starts)."""
         rsv = self.reservoir
-        per_step = self.comm.allreduce_array([self.cache_bytes / max(self.T, 1) / 2**20], op="max", tag="setup")[0]
-        self._snapshot_mb = float(per_step)
+        self._agree_snapshot_mb()
         for a, store in enumerate(serials):
             for serial in store:
                 rsv._insert(a, self._build(a, serial))

@@ -25,6 +25,7 @@ from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor
 from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.partition.sequences import Sequence
+from hpcdgnn.tasks.base import SampleEmbeddings
 
 __all__ = ["HostSnapshot", "RowsStepGraph", "SampleGraphs", "graph_cells"]
 
@@ -120,8 +121,20 @@ class SampleGraphs:
     """Mixin: the computational graphs of a host strategy's samples.
 
     The host provides ``snapshot(t)`` (``crow``, ``col``, ``val``, ``x``, ``raw``, settable ``graph``), ``ctx``,
-    ``N``, ``fanout`` (input layer first; 0 = all), ``encoder``, ``decoder``, ``horizon``, ``task``, ``_targets``.
+    ``N``, ``fanout`` (input layer first; 0 = all), ``encoder``, ``decoder``, ``horizon``, ``task``, ``_targets``,
+    ``scored_step`` (a step the task scores).
     """
+
+    def _zero_stats(self, model, task, epoch: int) -> np.ndarray:
+        """Zero metric sums of the task's width (read once from an empty sample at ``scored_step``), for a rank
+        without samples in a batch."""
+        if getattr(self, "_stat_width", None) is None:
+            rows = torch.zeros(0, model.out_features, dtype=self.ctx.dtype, device=self.ctx.device)
+            none = np.zeros(0, np.int64)
+            with torch.no_grad():
+                empty = SampleEmbeddings(self.scored_step, rows, none, none)
+                self._stat_width = int(task(empty, epoch).stats.shape[0])
+        return np.zeros(self._stat_width)
 
     def whole_graph(self, t: int) -> StepGraph:
         """Snapshot t's whole graph A_t as a step graph, built once (cell operators are built on it)."""

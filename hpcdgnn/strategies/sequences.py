@@ -43,7 +43,6 @@ from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy
 from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.sample_layout import SampleLayout
 from hpcdgnn.strategies.sampling import HostSnapshot, RowsStepGraph, SampleGraphs, _expand, graph_cells
-from hpcdgnn.tasks.base import SampleEmbeddings
 
 __all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
 
@@ -137,6 +136,7 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
             for t, ax in self._precompute(list(range(read_lo, read_hi)), raw).items():
                 self.cache.offer(self._input_key(t), ax, "setup")
         self._stat_width: int | None = None
+        self.scored_step = self.seqs[0].t
         self.task = task
         return Scored(snapshots=tuple(sorted({s.t for s in self.mine})))
 
@@ -406,15 +406,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         with local_level(self.cache, cells) if self.cache is not None and self.cells else nullcontext():
             out = model(layout)
         return task(out, epoch)
-
-    def _zero_stats(self, model: DGNN, task, epoch: int) -> np.ndarray:
-        """Zero metric sums of the task's width, for a rank without samples in a batch."""
-        if self._stat_width is None:
-            rows = torch.zeros(0, model.out_features, dtype=self.ctx.dtype, device=self.ctx.device)
-            none = np.zeros(0, np.int64)
-            with torch.no_grad():
-                self._stat_width = int(task(SampleEmbeddings(self.seqs[0].t, rows, none, none), epoch).stats.shape[0])
-        return np.zeros(self._stat_width)
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""
