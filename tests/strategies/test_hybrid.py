@@ -23,14 +23,13 @@ import pytest
 
 from hpcdgnn.config.load import load_job
 from hpcdgnn.data.manifest import load_manifest
-from hpcdgnn.data.writer import write_dataset
 from hpcdgnn.errors import EXIT_STALLED, ConfigError
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.strategies.hybrid import HybridStrategy
 from tests.conftest import read_metrics, write_job
 from tests.strategies.test_sequences import exits_2_with_one_line
 from tests.strategies.test_sequences_cells import (
-    _snapshots,
+    signal_dataset,
     small,  # noqa: F401 (a fixture)
 )
 from tests.train.test_exactness import _losses
@@ -52,10 +51,7 @@ def dense(small):  # noqa: F811 (the imported fixture)
 @pytest.fixture(scope="module")
 def sparse(tmp_path_factory):
     """T = 8, N = 61, 12 edges a snapshot: a rank's closure is a part of the graph."""
-    root = tmp_path_factory.mktemp("hybrid") / "sparse"
-    write_dataset(root, _snapshots(8, 61, 12, 7), num_vertices=61, weights="given", targets="signal",
-                  shard_snapshots=3, feature_names=["a", "b", "c"])
-    return root
+    return signal_dataset(tmp_path_factory.mktemp("hybrid") / "sparse", 8, 61, 12, 7)
 
 
 def _four_epochs(tmp_path, data):

@@ -54,21 +54,22 @@ def _snapshots(T: int, N: int, m: int, seed: int):
         yield RawSnapshot(s[keep], d[keep], weight=rng.random(keep.sum()) + 0.5, x=rng.normal(size=(N, F)), targets=y)
 
 
+def signal_dataset(root, T: int, N: int, m: int, seed: int, shard: int = 3):
+    """Write :func:`_snapshots` (weights, F features, signal targets) at ``root``; returns it."""
+    write_dataset(root, _snapshots(T, N, m, seed), num_vertices=N, weights="given", targets="signal",
+                  shard_snapshots=shard, feature_names=["a", "b", "c"])
+    return root
+
+
 @pytest.fixture(scope="module")
 def sparse(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cells") / "d"
-    write_dataset(root, _snapshots(T, N, M, 7), num_vertices=N, weights="given", targets="signal", shard_snapshots=4,
-                  feature_names=["a", "b", "c"])
-    return root
+    return signal_dataset(tmp_path_factory.mktemp("cells") / "d", T, N, M, 7, shard=4)
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """T = 8, N = 23 (neither divisible by 3) with targets: the MPI runs."""
-    root = tmp_path_factory.mktemp("cells-mpi") / "d"
-    write_dataset(root, _snapshots(8, 23, 30, 3), num_vertices=23, weights="given", targets="signal",
-                  shard_snapshots=3, feature_names=["a", "b", "c"])
-    return root
+    return signal_dataset(tmp_path_factory.mktemp("cells-mpi") / "d", 8, 23, 30, 3)
 
 
 def _setup(data, tmp_path, model: str, order: int, fanouts: list[int], encoder_decoder: bool = False,
