@@ -258,8 +258,52 @@ def run_launched(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return out
 
 
+def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m hpcdgnn ARGS`` as :func:`hpcdgnn.__main__.main` in this process: what that command runs, less
+    the interpreter's start (importing torch: ~3 s of CPU; a P = 1 reference run trains for well under that).
+
+    The job sees ``env`` and ``cwd`` as its own; its stdout and stderr come back as a finished process's would (an
+    uncaught exception: its traceback and exit 1). What the run changes in the process for itself is put back:
+    the environment, the working directory, the pre-emption handlers (:func:`hpcdgnn.preemption.install`
+    installs them once per process, so the next run gets its own flag).
+    """
+    import contextlib
+    import io
+    import signal
+    import traceback
+
+    from hpcdgnn import preemption
+    from hpcdgnn.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    handlers = {sig: signal.getsignal(sig) for sig in preemption._SIGNALS}
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse
+                code = e.code if isinstance(e.code, int) else int(e.code is not None)
+            except BaseException:  # noqa: BLE001 - what the interpreter prints before exit 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        preemption._FLAG = None
+    return subprocess.CompletedProcess([sys.executable, "-m", "hpcdgnn", *args], code, out.getvalue(),
+                                       err.getvalue())
+
+
 class Launcher:
-    """Runs ``python ARGS`` under ``mpirun -np P`` (or plain python for ``np=None``)."""
+    """Runs ``python ARGS`` under ``mpirun -np P`` (or plain python for ``np=None``; a training run
+    ``-m hpcdgnn run ...`` then in this process: :func:`run_in_process`)."""
 
     def __init__(self) -> None:
         self.mpirun = _mpirun()
@@ -274,6 +318,8 @@ class Launcher:
 
     def run(self, np_: int | None, args: list[str], timeout: float = 180, cwd: Path | None = None):
         """Run and return the CompletedProcess (stdout/stderr as text)."""
+        if np_ is None and list(args[:3]) == ["-m", "hpcdgnn", "run"]:
+            return run_in_process(args[2:], mpi_env(), cwd or REPO)
         return run_launched(self.command(np_, args), timeout=timeout, env=mpi_env(), cwd=cwd or REPO)
 
 

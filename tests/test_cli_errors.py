@@ -119,7 +119,8 @@ def test_another_program_in_the_world_ends_the_job_not_hangs_it(launcher, tmp_pa
                           env={**mpi_env(), "HPCDGNN_START_TIMEOUT": "2"}, cwd=REPO)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert time.monotonic() - t0 < 40  # the foreign program sleeps 60 s: MPI_Abort ended it too
-    errors = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    # Open MPI's output forwarding once put a NUL byte before rank 0's line (CI, 2026-12-02): not ours to test
+    errors = [ln.replace("\0", "") for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
     assert errors and "Traceback" not in proc.stderr, proc.stderr
     if foreign_first:  # ranks 1 and 2 run hpcdgnn; either may report before the abort ends the other
         assert all("rank 0 did not answer within 4 s" in ln for ln in errors), errors

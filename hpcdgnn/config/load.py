@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from hpcdgnn.config.schema import RENAMED_KEYS, JobConfig, ModelConfig, StrategyConfig
+from hpcdgnn.config.schema import RENAMED_KEYS, JobConfig, ModelConfig, StrategyConfig, TaskConfig
 from hpcdgnn.errors import ConfigError, not_a_directory, short_repr
 
 __all__ = ["load_job", "apply_overrides", "blame_override", "job_to_dict", "override_of", "validate_job"]
@@ -85,11 +85,11 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
 
 
 #: the sections whose options class is chosen by their ``name`` (the regimes name the classes)
-_NAMED = {ModelConfig: "model", StrategyConfig: "strategy"}
+_NAMED = {ModelConfig: "model", TaskConfig: "task", StrategyConfig: "strategy"}
 
 
 def _options(base: type, raw: Any, file: str) -> type:
-    """The options class for the ``model:``/``strategy:`` section's ``name`` (``base.name`` when absent)."""
+    """The options class for the ``model:``/``task:``/``strategy:`` section's ``name`` (``base.name`` when absent)."""
     from hpcdgnn.regimes import names, options_class  # the regimes import the models, which import this package
 
     section = _NAMED[base]

@@ -68,40 +68,21 @@ class ModelConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TaskConfig:
-    """``task:`` what the embeddings are trained for, split by time."""
+    """``task:`` what the embeddings are trained for, split by time; ``name`` picks the task, whose typed options
+    are declared beside it (:func:`hpcdgnn.regimes.options_class`). An option of another task is an error."""
 
-    name: Literal["link_prediction", "node_classification", "regression", "temporal_link_prediction"] = \
-        "link_prediction"
-    """Link prediction (Z_t scores edges of t+1), node classification, regression (Z_t forecasts the targets of
-    t..t+horizon-1; MSE), or temporal link prediction on an event stream (tgn; MRR and AP, as TGL)."""
+    name: str = "link_prediction"
+    """Registered task: ``link_prediction`` (Z_t scores edges of t+1), ``node_classification``, ``regression`` (Z_t
+    forecasts the targets of t..t+horizon-1; MSE), ``temporal_link_prediction`` on an event stream (tgn; MRR and
+    AP, as TGL)."""
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
-    negatives: int = 1
-    """Negative pairs per positive edge (link prediction), drawn from the seed."""
-    decoder_hidden: int = 16
-    """Hidden width of the edge decoder MLP on [z_u, z_v] (link prediction)."""
-    horizon: int = 1
-    """H, snapshots forecast per step (regression): Z_t predicts the targets stored at t..t+H-1."""
-    batch_events: int = 600
-    """temporal_link_prediction: events per global mini-batch, in time order (TGL's and DistTGL's 600)."""
-    eval_negatives: int = 49
-    """temporal_link_prediction: negatives ranked against each positive for the MRR (fixed by ``train.seed``)."""
 
     def __post_init__(self) -> None:
         if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
             raise ValueError("split: three non-negative fractions summing to 1, e.g. [0.7, 0.15, 0.15]")
         if self.split[0] <= 0:
             raise ValueError("split: the train fraction must be > 0")
-        if self.negatives < 1:
-            raise ValueError("negatives: must be >= 1")
-        if self.decoder_hidden < 1:
-            raise ValueError("decoder_hidden: must be >= 1")
-        if self.horizon < 1:
-            raise ValueError("horizon: must be >= 1")
-        if self.batch_events < 1:
-            raise ValueError("batch_events: must be >= 1")
-        if self.eval_negatives < 1:
-            raise ValueError("eval_negatives: must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -553,11 +534,12 @@ class DebugConfig:
             raise ValueError("profile_epoch: must be >= 0 (0 = no profile)")
 
 
-def _default_options(section: str) -> ModelConfig | StrategyConfig:
-    """The ``model:`` or ``strategy:`` section a job without one gets (imported late: the regimes import the models)."""
+def _default_options(section: str) -> ModelConfig | TaskConfig | StrategyConfig:
+    """The ``model:``, ``task:`` or ``strategy:`` section a job without one gets (imported late: the regimes import
+    the models and tasks)."""
     from hpcdgnn.regimes import options_class
 
-    default = {"model": ModelConfig, "strategy": StrategyConfig}[section]
+    default = {"model": ModelConfig, "task": TaskConfig, "strategy": StrategyConfig}[section]
     return options_class(section, default.name)()
 
 
@@ -567,7 +549,7 @@ class JobConfig:
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=lambda: _default_options("model"))
-    task: TaskConfig = field(default_factory=TaskConfig)
+    task: TaskConfig = field(default_factory=lambda: _default_options("task"))
     train: TrainConfig = field(default_factory=TrainConfig)
     strategy: StrategyConfig = field(default_factory=lambda: _default_options("strategy"))
     comm: CommConfig = field(default_factory=CommConfig)

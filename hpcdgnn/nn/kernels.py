@@ -79,13 +79,18 @@ def _sized(n: int, least: int) -> bool:
     return n >= least or mode() == "always"
 
 
-#: calls of each compiled kernel in this process (:func:`calls`)
+#: calls of each compiled kernel in this process since :func:`reset_calls` (:func:`calls`)
 _calls: dict[str, int] = {}
 
 
 def calls() -> dict[str, int]:
-    """How often this process ran each compiled kernel (``summary.json`` ``compiled_kernels``)."""
+    """How often this process ran each compiled kernel in this run (``summary.json`` ``compiled_kernels``)."""
     return dict(sorted(_calls.items()))
+
+
+def reset_calls() -> None:
+    """Start counting a new run's calls (a process may train several runs: a library caller, the tests)."""
+    _calls.clear()
 
 
 def _kernel(name: str):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hpcdgnn.config.schema import JobConfig, ModelConfig, StrategyConfig
+from hpcdgnn.config.schema import JobConfig, ModelConfig, StrategyConfig, TaskConfig
 from hpcdgnn.errors import ConfigError, short_repr
 
 __all__ = ["RegimeSpec", "register_regime", "regimes", "options_class", "regime_of", "names", "job_regime",
@@ -41,7 +41,7 @@ class RegimeSpec:
     data_title: str
     data_made_by: str
     models: Mapping[str, type[ModelConfig]]
-    tasks: tuple[str, ...]
+    tasks: Mapping[str, type[TaskConfig]]
     strategies: Mapping[str, type[StrategyConfig]]
     load_manifest: Callable[[str], Any]
     build_model: Callable[[JobConfig, Any], Any]
@@ -88,10 +88,11 @@ def regime_of(section: Section, name: str) -> RegimeSpec:
     raise KeyError(f"{section}.name: unknown {short_repr(name)}; choose from {', '.join(names(section))}")
 
 
-def options_class(section: Literal["model", "strategy"], name: str) -> type:
-    """The options class of ``model.name`` or ``strategy.name`` ``name``; KeyError listing the known ones."""
+def options_class(section: Section, name: str) -> type:
+    """The options class of ``model.name``, ``task.name`` or ``strategy.name`` ``name``; KeyError listing the known
+    ones."""
     r = regime_of(section, name)
-    return (r.models if section == "model" else r.strategies)[name]
+    return {"model": r.models, "task": r.tasks, "strategy": r.strategies}[section][name]
 
 
 def job_regime(job: JobConfig, where: str | None) -> RegimeSpec:

@@ -8,7 +8,7 @@ from hpcdgnn.data.events import load_event_manifest
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models.tgn import TGN, TGNOptions
 from hpcdgnn.regimes.base import RegimeSpec, item_bytes, parameter_bytes, register_regime
-from hpcdgnn.tasks import build_task
+from hpcdgnn.tasks import build_task, task_class
 
 __all__ = ["EVENTS"]
 
@@ -46,7 +46,7 @@ EVENTS = register_regime(RegimeSpec(
     data_title="an event-stream dataset",
     data_made_by="prepare --kind events",
     models={"tgn": TGNOptions},
-    tasks=("temporal_link_prediction",),
+    tasks={"temporal_link_prediction": task_class("temporal_link_prediction").options},
     strategies={"memory": MemoryOptions},
     load_manifest=load_event_manifest,
     build_model=build_model,

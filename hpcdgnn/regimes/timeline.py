@@ -24,7 +24,7 @@ from hpcdgnn.nn.models import (
     needs_step_graphs,
 )
 from hpcdgnn.regimes.base import RegimeSpec, item_bytes, parameter_bytes, register_regime
-from hpcdgnn.tasks import build_task
+from hpcdgnn.tasks import build_task, task_class
 
 __all__ = ["TIMELINE"]
 
@@ -44,7 +44,6 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters, full-batch activations of
     T·N/P rows (one checkpoint block's, IBM §3.1), and one step's task examples."""
     from hpcdgnn.strategies import get_strategy
-    from hpcdgnn.tasks import task_class
 
     m, task = job.model, job.task
     k = getattr(m, "order", 1)  # the K basis terms of a Chebyshev or diffusion cell's layers, else 1
@@ -88,7 +87,7 @@ TIMELINE = register_regime(RegimeSpec(
     data_title="a snapshot dataset",
     data_made_by="prepare, generate",
     models={name: model_options(name) for name in available_models()},
-    tasks=("link_prediction", "node_classification", "regression"),
+    tasks={name: task_class(name).options for name in ("link_prediction", "node_classification", "regression")},
     strategies={"snapshot": SnapshotOptions, "pss": PSSOptions, "vertex": VertexOptions, "chunk": ChunkOptions,
                 "sequences": SequencesOptions, "hybrid": HybridOptions},
     load_manifest=load_manifest,

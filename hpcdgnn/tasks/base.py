@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpcdgnn.config.schema import TaskConfig
+
 __all__ = ["Embeddings", "RowShard", "SampleEmbeddings", "Scored", "ShardedEmbeddings", "Task", "TaskBatch",
            "split_steps", "SPLITS"]
 
@@ -143,6 +145,9 @@ class Task(nn.Module):
 
     metric: str = "acc"
     """Name of the headline validation metric printed in the epoch line."""
+
+    options: type[TaskConfig] = TaskConfig
+    """The ``task:`` options class of this task (the regime registers it under the task's name)."""
 
     buckets_pairs: bool = False
     """Whether the decoder orders pairs in ``HPCDGNN_BUCKET_BYTES`` buckets (same size on every rank: rounding)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,8 +32,9 @@ from hpcdgnn.tasks.base import (
     split_steps,
 )
 
-__all__ = ["EdgeDecoder", "LinkPrediction", "AUC_BINS", "AUC_RANGE", "auc_from_histograms", "decoder_bucket_bytes",
-           "draw_negatives", "draw_negatives_joined", "draw_negatives_steps", "negatives_key", "score_stats_torch"]
+__all__ = ["EdgeDecoder", "LinkPrediction", "LinkPredictionOptions", "AUC_BINS", "AUC_RANGE", "auc_from_histograms",
+           "decoder_bucket_bytes", "draw_negatives", "draw_negatives_joined", "draw_negatives_steps", "negatives_key",
+           "score_stats_torch"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -363,14 +365,34 @@ class EdgeDecoder(nn.Module):
         return loss, logits.detach(), (pu.detach(), pv.detach())
 
 
+@dataclass(frozen=True, kw_only=True)
+class LinkPredictionOptions(TaskConfig):
+    """``task: {name: link_prediction}``: Z_t scores the edges of snapshot t+1 against drawn negatives (IBM §2.2)."""
+
+    name: str = "link_prediction"
+    """The task these options belong to."""
+    negatives: int = 1
+    """Negative pairs per positive edge, drawn from the seed."""
+    decoder_hidden: int = 16
+    """Hidden width of the edge decoder MLP on [z_u, z_v]."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.negatives < 1:
+            raise ValueError("negatives: must be >= 1")
+        if self.decoder_hidden < 1:
+            raise ValueError("decoder_hidden: must be >= 1")
+
+
 class LinkPrediction(Task):
     """Link-prediction head and targets; stats per split: [loss_sum, pairs, correct, pos_hist, neg_hist]."""
 
     metric = "auc"
     in_place = True
     buckets_pairs = True
+    options = LinkPredictionOptions
 
-    def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
+    def __init__(self, cfg: LinkPredictionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
         self.cfg, self.manifest, self.seed = cfg, manifest, seed
         self.decoder = EdgeDecoder(emb_features, cfg.decoder_hidden)
@@ -396,23 +418,23 @@ class LinkPrediction(Task):
         self.decoder.reset_parameters()
 
     @staticmethod
-    def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
+    def train_horizon(cfg: LinkPredictionOptions, manifest: Manifest) -> int:
         """Last training step: Z_t of t = split end - 1 scores the edges of t + 1."""
         return split_steps(manifest.num_snapshots - 1, cfg.split)[0].stop - 1
 
     @staticmethod
-    def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
+    def steps(cfg: LinkPredictionOptions, manifest: Manifest) -> list[range]:
         """Steps t = 0..T-2 (Z_t scores the edges of t + 1), split in time order."""
         return split_steps(manifest.num_snapshots - 1, cfg.split)
 
     @staticmethod
-    def footprint(cfg: TaskConfig, manifest: Manifest, hidden: int) -> tuple[int, int]:
+    def footprint(cfg: LinkPredictionOptions, manifest: Manifest, hidden: int) -> tuple[int, int]:
         """Decoder first-layer weights; one step's pairs (largest snapshot × (1 + negatives)) as two int64s."""
         pairs = 16 * max(manifest.snapshot_edges) * (1 + cfg.negatives) if manifest.snapshot_edges else 0
         return 2 * hidden * cfg.decoder_hidden, pairs
 
     @staticmethod
-    def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
+    def snapshot_work(cfg: LinkPredictionOptions, manifest: Manifest) -> np.ndarray:
         """Per-pair work of scoring each snapshot: hidden × (5 train, 2.7 compiled, 1 eval) + 4 (empirical)."""
         T = manifest.num_snapshots
         train = split_steps(T - 1, cfg.split)[0]

@@ -5,6 +5,8 @@ Labels come from the shards (-1 = unlabelled); snapshots 0..T-1 split by time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
@@ -15,7 +17,16 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import DataError
 from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
 
-__all__ = ["NodeClassification"]
+__all__ = ["NodeClassification", "NodeClassificationOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeClassificationOptions(TaskConfig):
+    """``task: {name: node_classification}``: a linear head on Z_t, cross-entropy on the labelled vertices
+    (IBM §2.2); no options beyond ``split``."""
+
+    name: str = "node_classification"
+    """The task these options belong to."""
 
 
 class NodeClassification(Task):
@@ -23,8 +34,9 @@ class NodeClassification(Task):
 
     metric = "acc"
     in_place = True
+    options = NodeClassificationOptions
 
-    def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
+    def __init__(self, cfg: NodeClassificationOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
         if manifest.num_classes < 2:
             raise DataError(
@@ -45,12 +57,12 @@ class NodeClassification(Task):
         self.head.reset_parameters()
 
     @staticmethod
-    def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
+    def train_horizon(cfg: NodeClassificationOptions, manifest: Manifest) -> int:
         """Last training snapshot."""
         return split_steps(manifest.num_snapshots, cfg.split)[0].stop - 1
 
     @staticmethod
-    def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
+    def steps(cfg: NodeClassificationOptions, manifest: Manifest) -> list[range]:
         """Snapshots 0..T-1, split in time order."""
         return split_steps(manifest.num_snapshots, cfg.split)
 
@@ -61,7 +73,7 @@ class NodeClassification(Task):
         return float((self.labels[t].numpy()[batch] >= 0).sum())
 
     @staticmethod
-    def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
+    def snapshot_work(cfg: NodeClassificationOptions, manifest: Manifest) -> np.ndarray:
         """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training."""
         T = manifest.num_snapshots
         train = split_steps(T, cfg.split)[0]

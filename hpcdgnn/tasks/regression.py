@@ -9,6 +9,7 @@ entry count (MSE). Metrics per split: MSE, RMSE, MAE (headline), MAPE over ``|y|
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,7 +20,22 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
 
-__all__ = ["Regression", "MAPE_EPS", "num_steps"]
+__all__ = ["Regression", "RegressionOptions", "MAPE_EPS", "num_steps"]
+
+@dataclass(frozen=True, kw_only=True)
+class RegressionOptions(TaskConfig):
+    """``task: {name: regression}``: a linear head on Z_t forecasts the float node targets of H snapshots (MSE)."""
+
+    name: str = "regression"
+    """The task these options belong to."""
+    horizon: int = 1
+    """H, snapshots forecast per step: Z_t predicts the targets stored at t..t+H-1."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.horizon < 1:
+            raise ValueError("horizon: must be >= 1")
+
 
 #: Targets with ``|y|`` at most this are left out of the MAPE (|e| / |y| is unbounded near 0).
 MAPE_EPS = 1e-6
@@ -28,7 +44,7 @@ MAPE_EPS = 1e-6
 _WIDTH = 5
 
 
-def num_steps(cfg: TaskConfig, manifest: Manifest) -> int:
+def num_steps(cfg: RegressionOptions, manifest: Manifest) -> int:
     """Prediction steps t = 0..T-H (0 when the horizon exceeds T)."""
     return max(manifest.num_snapshots - cfg.horizon + 1, 0)
 
@@ -42,8 +58,9 @@ class Regression(Task):
 
     metric = "mae"
     in_place = True
+    options = RegressionOptions
 
-    def __init__(self, cfg: TaskConfig, manifest: Manifest, emb_features: int, seed: int) -> None:
+    def __init__(self, cfg: RegressionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
         if not manifest.has_targets:
             raise DataError(
@@ -82,12 +99,12 @@ class Regression(Task):
         return out.view(-1, self.horizon)
 
     @staticmethod
-    def train_horizon(cfg: TaskConfig, manifest: Manifest) -> int:
+    def train_horizon(cfg: RegressionOptions, manifest: Manifest) -> int:
         """Last training step (its Z_t is the last embedding in the loss)."""
         return split_steps(num_steps(cfg, manifest), cfg.split)[0].stop - 1
 
     @staticmethod
-    def snapshot_work(cfg: TaskConfig, manifest: Manifest) -> np.ndarray:
+    def snapshot_work(cfg: RegressionOptions, manifest: Manifest) -> np.ndarray:
         """Head outputs per step (an upper bound: every entry present), x3 when training; 0 past the last step."""
         steps = num_steps(cfg, manifest)
         train = split_steps(steps, cfg.split)[0]
@@ -98,7 +115,7 @@ class Regression(Task):
         return work
 
     @staticmethod
-    def steps(cfg: TaskConfig, manifest: Manifest) -> list[range]:
+    def steps(cfg: RegressionOptions, manifest: Manifest) -> list[range]:
         """Steps t = 0..T-H, split in time order."""
         return split_steps(num_steps(cfg, manifest), cfg.split)
 

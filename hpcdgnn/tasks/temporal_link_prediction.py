@@ -13,9 +13,34 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.tasks.base import SPLITS, Scored, Task, TaskBatch
 
-__all__ = ["EventEmbeddings", "TemporalLinkPrediction", "average_precision"]
+__all__ = ["EventEmbeddings", "TemporalLinkPrediction", "TemporalLinkPredictionOptions", "average_precision"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemporalLinkPredictionOptions(TaskConfig):
+    """``task: {name: temporal_link_prediction}``: TGL's edge predictor over the events of a stream, in global
+    mini-batches of ``batch_events`` (DistTGL §4)."""
+
+    name: str = "temporal_link_prediction"
+    """The task these options belong to."""
+    negatives: int = 1
+    """Negative destinations per training event, drawn from the seed."""
+    batch_events: int = 600
+    """Events per global mini-batch, in time order (TGL's and DistTGL's 600)."""
+    eval_negatives: int = 49
+    """Negatives ranked against each positive for the MRR (fixed by ``train.seed``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.negatives < 1:
+            raise ValueError("negatives: must be >= 1")
+        if self.batch_events < 1:
+            raise ValueError("batch_events: must be >= 1")
+        if self.eval_negatives < 1:
+            raise ValueError("eval_negatives: must be >= 1")
 
 #: stats: train loss sum, train events, then per evaluation split RR sum, events, AP sum, batches
 _TRAIN, _EVAL = 2, 4
@@ -50,8 +75,9 @@ class TemporalLinkPrediction(Task):
     """TGL's edge predictor over TGN embeddings (see the module docstring)."""
 
     metric = "mrr"
+    options = TemporalLinkPredictionOptions
 
-    def __init__(self, cfg, manifest, emb_features: int, seed: int) -> None:
+    def __init__(self, cfg: TemporalLinkPredictionOptions, manifest, emb_features: int, seed: int) -> None:
         super().__init__()
         h = emb_features
         self.src_fc, self.dst_fc, self.out_fc = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, 1)

@@ -39,6 +39,7 @@ from hpcdgnn.metrics.log import HeldLines
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
+from hpcdgnn.nn import kernels
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.loop import train_batches
@@ -207,6 +208,7 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     """Run a job, or continue one from ``resume``'s newest checkpoint (every rank)."""
     log = configure_logging(comm.rank, comm.size)
     stop = preemption.install()  # for library callers
+    kernels.reset_calls()  # summary.json counts this run's calls, not an earlier run's in this process
     with HeldLines(log) as held:  # set-up's detail lines follow the start line, which needs the built run
         run = build_run(job_path, overrides, output, comm, resume)
         held.release(*_banner(run, comm))

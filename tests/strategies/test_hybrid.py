@@ -151,14 +151,16 @@ def test_bad_options_are_config_errors(dense, tmp_path, override, error):
 
 @pytest.mark.parametrize(("override", "error"), [
     ("strategy.vertex_fractions=[0.2] strategy.groups=2", "draws N_V = 5 targets, fewer than P × groups = 3 × 2"),
-    ("strategy.vertex_fractions=[0.5] strategy.reservoir.mode=on task.name=link_prediction",
+    ("strategy.vertex_fractions=[0.5] strategy.reservoir.mode=on task=link_prediction",
      "strategy.reservoir.mode: on stores batches for the node tasks"),
     ("strategy.vertex_fractions=[0.5] strategy.averaging.mode=async strategy.averaging.every_s=30 "
      "comm.stall_timeout_s=30", "strategy.averaging.every_s: 30 s is not below comm.stall_timeout_s"),
 ])
 def test_the_plan_refuses(dense, tmp_path, override, error):
     """Rank 0's plan refuses these (``run`` then prints the one line on rank 0 and every rank exits 2)."""
-    job = load_job(_job(tmp_path, dense), ["strategy.name=hybrid", *override.split()])
+    task = next((w.partition("=")[2] for w in override.split() if w.startswith("task=")), "regression")
+    overrides = [w for w in override.split() if not w.startswith("task=")]  # the job's task, not a --set
+    job = load_job(_job(tmp_path, dense, task=task), ["strategy.name=hybrid", *overrides])
     with pytest.raises(ConfigError, match=re.escape(error)):
         HybridStrategy.make_plan(load_manifest(dense), 3, job)
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.tasks import split_steps
 from hpcdgnn.tasks.base import Embeddings, Scored
 from hpcdgnn.tasks.link_prediction import (
@@ -16,6 +15,7 @@ from hpcdgnn.tasks.link_prediction import (
     AUC_RANGE,
     EdgeDecoder,
     LinkPrediction,
+    LinkPredictionOptions,
     auc_from_histograms,
     score_stats_torch,
 )
@@ -163,7 +163,7 @@ def test_edge_decoder_is_mlp_on_concatenation():
 # LinkPrediction on a real dataset
 # --------------------------------------------------------------------------------------------
 
-CFG = TaskConfig(name="link_prediction", split=(0.5, 0.25, 0.25), negatives=2, decoder_hidden=5)
+CFG = LinkPredictionOptions(split=(0.5, 0.25, 0.25), negatives=2, decoder_hidden=5)
 
 
 def make_task(manifest, seed=7, cfg=CFG, emb=3, torch_seed=0) -> LinkPrediction:
@@ -299,7 +299,7 @@ def test_snapshot_work_is_larger_on_train_steps(task_data):
     """Per scored pair: hidden x 2.7 + 4 on train steps with the compiled decoder loop (x 5 with torch's
     passes), hidden + 4 elsewhere; the last snapshot scores nothing."""
     _, m, _ = task_data
-    cfg = TaskConfig(split=(0.5, 0.25, 0.25), negatives=3, decoder_hidden=8)
+    cfg = LinkPredictionOptions(split=(0.5, 0.25, 0.25), negatives=3, decoder_hidden=8)
     work = LinkPrediction.snapshot_work(cfg, m)
     train = split_steps(T - 1, cfg.split)[0]
     assert work.shape == (T,) and work[T - 1] == 0.0  # snapshot T-1 scores nothing

@@ -6,17 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.writer import write_dataset
 from hpcdgnn.errors import DataError
 from hpcdgnn.tasks import build_task, split_steps
 from hpcdgnn.tasks.base import Scored
-from hpcdgnn.tasks.node_classification import NodeClassification
+from hpcdgnn.tasks.node_classification import NodeClassification, NodeClassificationOptions
 from tests.conftest import random_snapshots
 from tests.tasks.conftest import FakeComm, N, T, raw_labels
 
-CFG = TaskConfig(name="node_classification", split=(0.5, 0.25, 0.25))
+CFG = NodeClassificationOptions(split=(0.5, 0.25, 0.25))
 
 
 def make_task(manifest, emb=4, torch_seed=0) -> NodeClassification:

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.prepare import prepare_dataset
 from hpcdgnn.data.shard_reader import ShardReader
@@ -24,13 +23,13 @@ from hpcdgnn.data.writer import RawSnapshot, write_dataset
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.tasks import build_task, split_steps, task_class
 from hpcdgnn.tasks.base import Scored
-from hpcdgnn.tasks.regression import MAPE_EPS, Regression
+from hpcdgnn.tasks.regression import MAPE_EPS, Regression, RegressionOptions
 from tests.conftest import SHARED_DATA, make_dataset, write_job
 from tests.tasks.conftest import FakeComm
 from tests.train.test_exactness import _losses
 
 T, N, F, H = 6, 7, 3, 2
-CFG = TaskConfig(name="regression", split=(0.5, 0.25, 0.25), horizon=H)
+CFG = RegressionOptions(split=(0.5, 0.25, 0.25), horizon=H)
 
 
 def _raw_targets() -> np.ndarray:
@@ -145,9 +144,9 @@ def test_refusals(data, tmp_path):
     with pytest.raises(DataError, match=r"^task\.name: regression needs float node targets.*--targets next_degree"):
         Regression(CFG, plain, F, seed=0)
     with pytest.raises(ConfigError, match=r"^task\.horizon: 7 exceeds the dataset's T = 6"):
-        Regression(TaskConfig(name="regression", horizon=7), m, F, seed=0)
+        Regression(RegressionOptions(horizon=7), m, F, seed=0)
     with pytest.raises(ValueError, match="horizon: must be >= 1"):
-        TaskConfig(name="regression", horizon=0)
+        RegressionOptions(horizon=0)
 
 
 # --------------------------------------------------------------------------- under mpirun

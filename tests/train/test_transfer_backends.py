@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.tasks import task_class
+from hpcdgnn.tasks.link_prediction import LinkPredictionOptions
 from tests.conftest import assert_same_run, write_job
 from tests.train.test_exactness import _losses
 
@@ -35,7 +35,7 @@ def test_transfer_bytes_counted(launcher, small_dataset, tmp_path):
     bounds = json.loads((tmp_path / "base" / "plan.json").read_text())["block_bounds"]
     assert len(bounds) == 4
     # blocks that start after the last training step are not re-run (causal models, see SnapshotStrategy)
-    horizon = task_class("link_prediction").train_horizon(TaskConfig(), m)
+    horizon = task_class("link_prediction").train_horizon(LinkPredictionOptions(), m)
     value_size = 4  # shards store float32 edge weights
     last_grad = max(b for b in range(len(bounds) - 1) if bounds[b] <= horizon)
     per_epoch = 0
