@@ -40,7 +40,7 @@ def _out_of_memory(e: BaseException) -> str | None:
 def _env_switches() -> list[str]:
     """The kernel switch that changes a run's arithmetic as ``VAR=value`` (its meaning, not spelling), compared
     across ranks: mpirun passes a variable to other nodes only with ``-x``."""
-    from hpcdgnn.nn import kernels
+    from hpcdgnn.ops import kernels
 
     mode = kernels.mode() if kernels.expected() else "torch"  # a node without numba takes the torch path
     return [f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         # checked before MPI starts: a bad value is one line and exit 2, not a mid-epoch abort
         try:
             from hpcdgnn.comm.world import start_timeout
-            from hpcdgnn.nn import kernels
+            from hpcdgnn.ops import kernels
             from hpcdgnn.tasks.link_prediction import bucket_bytes
 
             kernels.mode()

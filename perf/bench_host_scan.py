@@ -2,7 +2,7 @@
 
     python perf/bench_host_scan.py [--steps 64] [--sizes 8 16 24 32 48 64 96 128 256] [--repeat 15]
 
-For each F = H in ``--sizes``: forward + backward of :func:`hpcdgnn.nn.recurrent.self_fed_lstm`
+For each F = H in ``--sizes``: forward + backward of :func:`hpcdgnn.ops.scan.self_fed_lstm`
 over ``--steps`` steps (float32, one host thread), once with every tensor on the GPU and the scan
 there (``HOST_SCAN_MAX_MACS = -1``), once through the host scan (the limit lifted); the median of
 ``--repeat`` timed calls after two warm-ups, synchronised. Prints milliseconds and the ratio: where
@@ -25,7 +25,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pygt import timed  # noqa: E402  (this script's tree first on sys.path, as bench_pygt puts it)
 
-from hpcdgnn.nn import recurrent  # noqa: E402
+from hpcdgnn.ops import scan as recurrent  # noqa: E402
 
 
 def main() -> None:

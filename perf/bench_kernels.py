@@ -8,7 +8,7 @@ kernel's share of whole epochs against the plain-torch path (issue 57 item 3, ``
 
 Why one process: this VM's speed varies from process to process (the same one-rank job 18.8-30.2 ms an
 epoch from run to run, pinned or not), while the epochs of one run agree to a few per cent; a kernel
-change of 5-10 % is lost between two runs. So REV's ``hpcdgnn/nn/_numba_kernels.py`` (``git show``) is
+change of 5-10 % is lost between two runs. So REV's ``hpcdgnn/ops/_numba_kernels.py`` (``git show``) is
 loaded beside this tree's, and
 
 * ``--job``: one ``hpcdgnn run`` of the job (one rank, through ``hpcdgnn.__main__``, with its allocator
@@ -28,8 +28,8 @@ job >= 1.3x (:data:`RULE`) faster than the plain-torch path, measured side by si
 ``--data``, default ``../shared/data``, CollegeMsg also from ``inputs/``) prepared once; for every job of
 :data:`JOBS` one ``hpcdgnn run`` (one rank, through this script's worker) whose epochs cycle through the
 variants — ``all`` (the default, every kernel compiled), ``torch`` (every kernel skipped:
-``HPCDGNN_KERNELS_SKIP``, :func:`hpcdgnn.nn.kernels.skipped`), ``-K`` (all but kernel K, its siblings with it)
-and, for the jobs whose recurrence is the hand-written BPTT of ``hpcdgnn/nn/recurrent.py``, ``bptt=torch``
+``HPCDGNN_KERNELS_SKIP``, :func:`hpcdgnn.ops.kernels.skipped`), ``-K`` (all but kernel K, its siblings with it)
+and, for the jobs whose recurrence is the hand-written BPTT of ``hpcdgnn/ops/scan.py``, ``bptt=torch``
 (torch's own LSTM in its place, patched in here: EvolveGCN-O's weight recurrence as ``nn.LSTMCell`` called
 step by step, the chunk strategy's padded lanes through the layer's ``nn.LSTM``) — in rounds, in order and
 then reversed (ABBA..., :func:`_variant_of`), so a slow spell of this shared machine hits every variant alike;
@@ -45,7 +45,7 @@ run in processes of their own, each pair ABAB ``--repeat`` times (median of all 
 ``allocator`` — jemalloc preloaded (``LD_PRELOAD``, ``MALLOC_CONF`` as hpcdgnn/allocator.py's re-exec set it, and
 ``HPCDGNN_MALLOC=auto`` for a tree that still re-execs) against glibc's (``HPCDGNN_MALLOC=system``) at P = 1 and 2.
 The decoder's three kernels (``edge_mlp_forward``, ``edge_bce_train``, ``score_stats``) are asked for through
-:func:`hpcdgnn.nn.kernels.available` without their name (hpcdgnn/tasks/link_prediction.py), so the switch
+:func:`hpcdgnn.ops.kernels.available` without their name (hpcdgnn/tasks/link_prediction.py), so the switch
 skips them together; the worker here names each by its call site (:data:`DECODER_SITES`) to time them apart.
 """
 
@@ -69,7 +69,7 @@ from typing import NamedTuple
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-MODULE = "hpcdgnn/nn/_numba_kernels.py"
+MODULE = "hpcdgnn/ops/_numba_kernels.py"
 
 
 class _Shim:
@@ -102,10 +102,10 @@ def load_before(rev: str, where: Path) -> _Shim:
 
 def epochs_ab(before: _Shim, job: str, epochs: int, sets: list[str]) -> None:
     """One training run, REV's kernels on odd epochs and this tree's on even ones."""
-    import hpcdgnn.nn._numba_kernels as now
+    import hpcdgnn.ops._numba_kernels as now
     import hpcdgnn.train.trainer as trainer
     from hpcdgnn.__main__ import main
-    from hpcdgnn.nn import kernels
+    from hpcdgnn.ops import kernels
 
     times: dict[str, list[float]] = {"before": [], "now": []}
     train_epoch = trainer.train_epoch
@@ -141,7 +141,7 @@ def _relative_difference(a: np.ndarray, b: np.ndarray) -> float:
 
 def micro(before: _Shim, repeat: int) -> None:
     """Each kernel on random arrays, the two modules alternating."""
-    import hpcdgnn.nn._numba_kernels as now
+    import hpcdgnn.ops._numba_kernels as now
 
     rng = np.random.default_rng(0)
     f32 = np.float32
@@ -264,7 +264,7 @@ JOBS = [
 def _variants(job: Job) -> list[dict]:
     """all, torch, all but each kernel group (of those the measured tree still has), and bptt=torch where the job
     has a hand-written recurrence."""
-    from hpcdgnn.nn import kernels
+    from hpcdgnn.ops import kernels
 
     out = [{"name": "all", "skip": []}, {"name": "torch", "skip": list(kernels.KERNELS)}]
     out += [{"name": f"-{k}", "skip": [k]} for k in job.kernels if k in kernels.KERNELS]
@@ -279,7 +279,7 @@ def _name_decoder_calls(kernels, unnamed: set) -> None:
     none (the three together) and is recorded in ``unnamed``."""
     real = kernels.available
     if "kernel" not in inspect.signature(real).parameters:
-        sys.exit("perf/bench_kernels.py --rule: this tree's hpcdgnn.nn.kernels has no per-kernel switch")
+        sys.exit("perf/bench_kernels.py --rule: this tree's hpcdgnn.ops.kernels has no per-kernel switch")
 
     def available(*tensors, kernel=None, **kw):
         if kernel is None:
@@ -294,7 +294,7 @@ def _name_decoder_calls(kernels, unnamed: set) -> None:
 
 
 def _patch_bptt(current: dict) -> None:
-    """``bptt=torch``: torch's LSTM where the hand-written BPTT of hpcdgnn/nn/recurrent.py runs — EvolveGCN-O's
+    """``bptt=torch``: torch's LSTM where the hand-written BPTT of hpcdgnn/ops/scan.py runs — EvolveGCN-O's
     weight recurrence as ``nn.LSTMCell`` step by step (its form before the scan), and the chunk strategy's
     lanes through the layer's own ``nn.LSTM`` (padded lanes only, ``fusion: off``: there every sequence starts
     at step 0, so the reset mask changes nothing torch's module does not do)."""
@@ -364,7 +364,7 @@ def rule_worker(spec_path: str, argv: list[str]) -> int:
     variants = spec["variants"]
     import hpcdgnn.train.trainer as trainer
     from hpcdgnn.__main__ import main
-    from hpcdgnn.nn import kernels
+    from hpcdgnn.ops import kernels
 
     unnamed: set[str] = set()
     current: dict = {}
@@ -521,7 +521,7 @@ def rule(args) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     tree = Path(args.tree).resolve() if args.tree else None
     if tree is not None:
-        sys.path.insert(0, str(tree))  # the variants' names from the measured tree's hpcdgnn.nn.kernels
+        sys.path.insert(0, str(tree))  # the variants' names from the measured tree's hpcdgnn.ops.kernels
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     jobs = [j for j in JOBS if args.jobs is None or j.name in args.jobs]
@@ -559,7 +559,7 @@ def rule(args) -> None:
         if marginal:
             print(f"\nper kernel: epoch without it / epoch with it (the marginal speed-up of a whole epoch), rule >= "
                   f"{RULE}")
-        from hpcdgnn.nn import kernels
+        from hpcdgnn.ops import kernels
 
         for k, rows in sorted(marginal.items()):
             group = next(("+".join(g) for g in kernels.SIBLINGS if k in g), k)

@@ -124,7 +124,7 @@ snapshot) both sides are bound by per-operation overhead and the LSTM's
 autograd, not by the sparse products or the decoder, so the 3x goal is not
 met against the like-for-like layers.
 
-With the compiled decoder loop (2026-11-24, ``hpcdgnn/nn/kernels.py``; same machine, partly loaded):
+With the compiled decoder loop (2026-11-24, ``hpcdgnn/ops/kernels.py``; same machine, partly loaded):
 ``--dataset`` email-Eu-core in 64 equal-event slices, ``--models evolvegcn_o --repeat 2``: EvolveGCN-O
 0.0524 vs 0.1475 s (2.82x; 2.38x, 0.0686 s, with torch's decoder passes in the same hour); the
 generator graph N = 2^15, T = 64 (``--dataset gen32k --models evolvegcn_o cdgcn --cdgcn-pygt dygrae
@@ -262,14 +262,14 @@ def timed(fn, repeat: int, device, warmup: int = 1) -> float:
 def recurrent_floor(data: Path, model: str, args) -> dict:
     """Forward + backward of the model's time encoders alone over the same rows and steps (issue 13 item 2),
     in this process with one thread: torch's own module (``nn.LSTM`` / ``nn.LSTMCell`` loop) and the
-    scan of :mod:`hpcdgnn.nn.recurrent` (hpcdgnn runs torch's ``nn.LSTM`` for CD-GCN, the scan for
+    scan of :mod:`hpcdgnn.ops.scan` (hpcdgnn runs torch's ``nn.LSTM`` for CD-GCN, the scan for
     EvolveGCN-O's weight recurrence); median of ``args.floor_repeat`` runs, seconds.
     """
     import torch
 
     from hpcdgnn.data.manifest import load_manifest
     from hpcdgnn.nn.models.base import build_model
-    from hpcdgnn.nn.recurrent import run_torch_rnn, self_fed_lstm
+    from hpcdgnn.ops.scan import run_torch_rnn, self_fed_lstm
 
     torch.set_num_threads(1)
     m = load_manifest(data)
@@ -328,8 +328,8 @@ def worker(args) -> None:
     from hpcdgnn.data.shard_reader import ShardReader
     from hpcdgnn.data.snapshot import csr_rows
     from hpcdgnn.metrics.summary import device_name
+    from hpcdgnn.ops.negatives import draw_negatives_steps
     from hpcdgnn.tasks.base import split_steps
-    from hpcdgnn.tasks.link_prediction import draw_negatives_steps
 
     m = load_manifest(args.data)
     N, T, Fin, H = m.num_vertices, m.num_snapshots, m.num_features, args.hidden

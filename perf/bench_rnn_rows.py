@@ -7,7 +7,7 @@ chunked snapshot strategy's speed comes from).
 Forward + backward (a square loss on the outputs) of one LSTM layer over (T, N, F) float32 on one thread, the
 rows split into K equal blocks run one after the other (rows never mix in an RNN: the same arithmetic per row),
 by two implementations: torch's ``nn.LSTM`` module (one oneDNN node; what CD-GCN's ``run_rnn`` calls) and
-hpcdgnn's scan (:func:`hpcdgnn.nn.recurrent.run_torch_rnn`: the input projection hoisted into one GEMM, then a
+hpcdgnn's scan (:func:`hpcdgnn.ops.scan.run_torch_rnn`: the input projection hoisted into one GEMM, then a
 step loop). Prints the median seconds and the ratio to torch's module over all rows at once.
 
 Measured 2026-11-28 on the 2-core VM (torch 2.13.0 CPU; T = 64, F = 32, H = 16), ratios to torch's module whole:
@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from hpcdgnn.nn.recurrent import run_torch_rnn
+from hpcdgnn.ops.scan import run_torch_rnn
 
 
 def timed(fn, repeat: int) -> float:

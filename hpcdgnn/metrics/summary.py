@@ -18,7 +18,7 @@ import torch
 from hpcdgnn.comm.device import cpu_affinity
 from hpcdgnn.metrics.results import iter_epoch_records
 from hpcdgnn.metrics.timers import TIME_SPLIT
-from hpcdgnn.nn import kernels
+from hpcdgnn.ops import kernels
 
 __all__ = ["RunTotals", "device_name", "write_summary"]
 

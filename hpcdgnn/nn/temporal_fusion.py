@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcdgnn.nn.recurrent import run_torch_rnn, supports
+from hpcdgnn.ops.scan import run_torch_rnn, supports
 
 __all__ = ["Packing", "pack_sequences", "pad_sequences", "fused_rnn", "fused_gru", "unpack"]
 

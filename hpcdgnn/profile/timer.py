@@ -51,7 +51,7 @@ class ChunkTimer:
 
     def adjacency(self, nodes: np.ndarray):
         """The chunk's normalised Ã rows (n × (n + halo)) and transpose, columns: the chunk, then its halo."""
-        from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
+        from hpcdgnn.ops.sparse import NormalizedAdjacency, sorted_csr
 
         n = nodes.shape[0]
         pos, nb = self.topo.rows(nodes)

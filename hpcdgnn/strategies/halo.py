@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, csr_nbytes, row_phases, sorted_csr, spmm
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout, phase_head, phase_join, phase_join_into
 from hpcdgnn.nn.models.base import DynamicLayer
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_mm, csr_nbytes, row_phases, sorted_csr, spmm
 from hpcdgnn.strategies.base import FullBatchStrategy
 from hpcdgnn.strategies.row_exchange import ask_owners
 from hpcdgnn.strategies.stale import StaleFetch, StaleHalo

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import csr_tensor, gcn_norm
 from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.ops.sparse import csr_tensor, gcn_norm
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.partition.sequences import Sequence

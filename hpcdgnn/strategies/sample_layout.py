@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, input_gates_from_basis
+from hpcdgnn.ops.sparse import NormalizedAdjacency
 from hpcdgnn.partition.sequences import Sequence
 from hpcdgnn.strategies.sampling import RowsStepGraph
 from hpcdgnn.tasks.base import SampleEmbeddings

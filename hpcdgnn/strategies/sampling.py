@@ -22,8 +22,8 @@ import torch
 
 from hpcdgnn.comm.stats import payload_bytes
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_tensor
 from hpcdgnn.nn.layout import StepGraph
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_tensor
 from hpcdgnn.partition.sequences import Sequence
 from hpcdgnn.tasks.base import SampleEmbeddings
 

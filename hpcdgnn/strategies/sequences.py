@@ -31,12 +31,12 @@ import torch
 
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
-from hpcdgnn.nn.conv.gcn import gcn_norm
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator
 from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.nn.models.encoder_decoder import EncoderDecoder
 from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate, local_level
+from hpcdgnn.ops.sparse import gcn_norm
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.sequences import Sequence, plan_sequences, sequences_of
 from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy

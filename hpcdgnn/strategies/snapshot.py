@@ -26,7 +26,6 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflat
 from hpcdgnn.comm.autograd import ChunkBoxes, pipelined_exchange, redistribute, time_halo
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_nbytes, spmm, stacked_gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import (
     Layout,
@@ -40,6 +39,7 @@ from hpcdgnn.nn.layout import (
     phase_join_into,
 )
 from hpcdgnn.nn.models.base import DGNN
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_nbytes, spmm, stacked_gcn_norm
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.timeline import banded_in_place, plan_snapshots, rebalanced_plan
 from hpcdgnn.strategies.base import FullBatch, FullBatchStrategy, Scored

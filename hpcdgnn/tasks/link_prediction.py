@@ -18,8 +18,9 @@ from torch.nn import functional as F
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.indices import index_dtype
-from hpcdgnn.nn import kernels
 from hpcdgnn.nn.layout import phase_head, phase_view
+from hpcdgnn.ops import decoder, kernels
+from hpcdgnn.ops.negatives import draw_negatives, draw_negatives_joined
 from hpcdgnn.tasks.base import (
     SPLITS,
     Embeddings,
@@ -33,8 +34,7 @@ from hpcdgnn.tasks.base import (
 )
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "LinkPredictionOptions", "AUC_BINS", "AUC_RANGE", "auc_from_histograms",
-           "decoder_bucket_bytes", "draw_negatives", "draw_negatives_joined", "draw_negatives_steps", "negatives_key",
-           "score_stats_torch"]
+           "decoder_bucket_bytes", "score_stats_torch"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -47,11 +47,6 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
         return float("nan")
     neg_below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
     return float((pos * (neg_below + 0.5 * neg)).sum() / (npos * nneg))
-
-
-#: splitmix64 (Steele, Lea & Flood 2014): the stream's increment and its finaliser's multipliers
-_GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_U64 = (1 << 64) - 1
 
 
 def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, half_range: float,
@@ -70,69 +65,6 @@ def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, h
     pos += counts[:bins]
     neg += counts[bins : 2 * bins]
     return int(counts[-1])
-
-
-def _mix64(z: int) -> int:
-    """splitmix64's finaliser on a Python int (the key of a step's stream)."""
-    z = ((z ^ (z >> 30)) * _MIX1) & _U64
-    z = ((z ^ (z >> 27)) * _MIX2) & _U64
-    return z ^ (z >> 31)
-
-
-def negatives_key(seed: int, epoch: int, t: int) -> int:
-    """The 64-bit key of step t's negatives in ``epoch``: a function of (seed, epoch, t) alone."""
-    k = _mix64((seed + _GAMMA) & _U64)
-    k = _mix64((k + epoch + _GAMMA) & _U64)
-    return _mix64((k + t + _GAMMA) & _U64)
-
-
-def _draws(key: int, count: int, num_vertices: int) -> np.ndarray:
-    """The first ``count`` vertices ``⌊mix(key + (i+1)·γ) · N / 2^64⌋`` of stream ``key`` (exact for N < 2^32)."""
-    z = np.uint64(key) + np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GAMMA)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
-    z ^= z >> np.uint64(31)
-    n = np.uint64(num_vertices)
-    high = (z >> np.uint64(32)) * n + (((z & np.uint64(0xFFFFFFFF)) * n) >> np.uint64(32))
-    return (high >> np.uint64(32)).astype(np.int64)
-
-
-def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: int,
-                         counts: list[int]) -> list[np.ndarray]:
-    """:func:`draw_negatives_joined`, step by step: step ``steps[j]``'s pairs as a (2, counts[j]) view."""
-    pairs, bounds = draw_negatives_joined(seed, epoch, steps, num_vertices, counts)
-    return [pairs[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices: int, counts: list[int],
-                          offsets: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Step ``steps[j]``'s ``counts[j]`` uniform negative pairs of ``epoch``, sources sorted, as one
-    (2, Σ counts) int64 array (vertices plus ``offsets[j]``) and its ``bounds``.
-
-    Each step's splitmix64 stream is keyed by :func:`negatives_key`: any rank draws any step alone, identically.
-    """
-    if not 1 <= num_vertices < 1 << 32:
-        raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
-    keys = [negatives_key(seed, epoch, t) for t in steps]
-    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=bounds[1:])
-    offsets = [0] * len(counts) if offsets is None else offsets
-    out = np.empty((2, int(bounds[-1])), dtype=np.int64)
-    for key, m, a, off in zip(keys, counts, bounds[:-1], offsets, strict=True):
-        v = _draws(key, 2 * m, num_vertices)
-        pairs = out[:, a : a + m]
-        if 8 * m < num_vertices:  # few pairs: a sort, not an O(N) count (the same sorted sources)
-            pairs[0] = np.sort(v[:m])
-        else:
-            pairs[0] = np.repeat(np.arange(num_vertices, dtype=np.int64), np.bincount(v[:m], minlength=num_vertices))
-        pairs[1] = v[m:]
-        pairs += off
-    return out, bounds
-
-
-def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> np.ndarray:
-    """Step t's m negative pairs of ``epoch``, (2, m) ordered by source (:func:`draw_negatives_steps`)."""
-    return draw_negatives_steps(seed, epoch, [t], num_vertices, [m])[0]
 
 
 #: Bytes of decoder destination rows (pv and its gradient) one :func:`pairs_by_step` bucket covers
@@ -229,98 +161,6 @@ def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.
 #: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
 _WIDTH = 3 + 2 * AUC_BINS
 
-#: Edges per chunk of the fused decoder on the CPU: (chunk, hidden) temporaries stay in a core's L2 cache.
-_EDGE_CHUNK = 8192
-#: Bytes of one (chunk, hidden) temporary on a GPU: a chunk costs ~20 launches whatever its size, so chunks are large.
-_EDGE_CHUNK_DEVICE_BYTES = 64 << 20
-
-
-def _edge_chunk(pu: torch.Tensor) -> int:
-    """Pairs per :class:`_EdgeMLP` chunk: L2-sized on the CPU, :data:`_EDGE_CHUNK_DEVICE_BYTES` elsewhere."""
-    if pu.device.type == "cpu":
-        return _EDGE_CHUNK
-    return max(_EDGE_CHUNK, _EDGE_CHUNK_DEVICE_BYTES // max(1, pu.shape[1] * pu.element_size()))
-
-
-def _project(z: torch.Tensor, w1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(pu, pv) = (z W1[:, :F]^T, z W1[:, F:]^T)."""
-    f = z.shape[1]
-    return z @ w1[:, :f].t(), z @ w1[:, f:].t()
-
-
-class _EdgeMLP(torch.autograd.Function):
-    """``w2 · relu(pu[src] + pv[dst] + b1) + b2`` per edge, with its adjoint.
-
-    The (E, hidden) layer lives only inside a cache-sized chunk and is recomputed in the backward.
-    """
-
-    @staticmethod
-    def _hidden(pu, pv, b1, src, dst):
-        """relu(pu[src] + pv[dst] + b1) for one chunk of edges, in one (chunk, hidden) buffer."""
-        h = pu.index_select(0, src)
-        h += pv.index_select(0, dst)
-        h += b1
-        return h.relu_()
-
-    @staticmethod
-    def forward(ctx, pu, pv, b1, w2, b2, src, dst):  # noqa: D102
-        ctx.save_for_backward(pu, pv, b1, w2, src, dst)
-        E, chunk = src.shape[0], _edge_chunk(pu)
-        out = pu.new_empty(E)
-        for s in range(0, E, chunk):
-            e = min(E, s + chunk)
-            torch.mv(_EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e]), w2, out=out[s:e])
-        out += b2
-        return out
-
-    @staticmethod
-    def backward(ctx, g):  # noqa: D102
-        pu, pv, b1, w2, src, dst = ctx.saved_tensors
-        dpu, dpv = torch.zeros_like(pu), torch.zeros_like(pv)
-        db1, dw2 = torch.zeros_like(b1), torch.zeros_like(w2)
-        E, chunk = src.shape[0], _edge_chunk(pu)
-        for s in range(0, E, chunk):
-            e = min(E, s + chunk)
-            h = _EdgeMLP._hidden(pu, pv, b1, src[s:e], dst[s:e])
-            gc = g[s:e]
-            dw2 += h.t() @ gc
-            dh = torch.outer(gc, w2)
-            dh.mul_(h > 0)
-            db1 += dh.sum(0)
-            dpu.index_add_(0, src[s:e], dh)
-            dpv.index_add_(0, dst[s:e], dh)
-        return dpu, dpv, db1, dw2, g.sum().reshape(1), None, None
-
-
-class _EdgeBCE(torch.autograd.Function):
-    """The CPU training loss ``Σ_e BCE(logit_e, label_e)`` from ``z``, forward and backward in one compiled pass.
-
-    Returns the loss and the non-differentiable logits and projections (pu, pv).
-    """
-
-    @staticmethod
-    def forward(ctx, z, w1, b1, w2, b2, src, dst, label):  # noqa: D102
-        pu, pv = _project(z, w1)  # no autograd inside a Function's forward
-        loss, logits, dpu, dpv, db1, dw2, db2 = kernels.edge_bce_train(pu, pv, b1, w2[0], b2, src, dst, label)
-        ctx.save_for_backward(z, w1, dpu, dpv)
-        ctx.small = (db1, dw2, db2)
-        ctx.mark_non_differentiable(logits, pu, pv)
-        # no gradient for logits and projections: skips autograd's zero-filled placeholders
-        ctx.set_materialize_grads(False)
-        return loss, logits, pu, pv
-
-    @staticmethod
-    def backward(ctx, g, *_):  # noqa: D102
-        z, w1, dpu, dpv = ctx.saved_tensors
-        db1, dw2, db2 = ctx.small
-        f = z.shape[1]
-        wu, wv = w1[:, :f] * g, w1[:, f:] * g
-        dz = (dpu @ wu).addmm_(dpv, wv) if ctx.needs_input_grad[0] else None  # in place: addmm would copy
-        dw1 = torch.cat([dpu.t() @ z, dpv.t() @ z], 1) * g
-        db1 = db1 * g
-        return dz, dw1, db1, (dw2 * g).reshape(1, -1), db2 * g, None, None, None
-
-
 class EdgeDecoder(nn.Module):
     """MLP on concatenated endpoint embeddings: ``w2 · relu(W1 [z_u ; z_v] + b1) + b2``, first layer once per vertex.
 
@@ -342,11 +182,11 @@ class EdgeDecoder(nn.Module):
 
     def project(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The first layer's halves applied once per row of ``z`` (N, F): (pu, pv), each (N, h)."""
-        return _project(z, self.lin1.weight)
+        return decoder.project(z, self.lin1.weight)
 
     def score(self, pu: torch.Tensor, pv: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Logits (E,) of edges ``src[i] -> dst[i]`` from the projections of :meth:`project`."""
-        return _EdgeMLP.apply(pu, pv, self.lin1.bias, self.lin2.weight[0], self.lin2.bias, src, dst)
+        return decoder.edge_logits(pu, pv, self.lin1.bias, self.lin2.weight[0], self.lin2.bias, src, dst)
 
     def forward(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Logits (E,) of edges ``src[i] -> dst[i]`` from embeddings ``z`` (N, F)."""
@@ -355,14 +195,9 @@ class EdgeDecoder(nn.Module):
     def train_loss(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
                    label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """(summed BCE with autograd, detached logits, detached (pu, pv)); one compiled pass where the kernels apply."""
-        params = (self.lin1.weight, self.lin1.bias, self.lin2.weight, self.lin2.bias)
-        if kernels.available(z, *params, label, pairs=src.shape[0], kernel="edge_bce_train"):
-            loss, logits, pu, pv = _EdgeBCE.apply(z, *params, src, dst, label)
-            return loss, logits, (pu, pv)
-        pu, pv = self.project(z)
-        logits = self.score(pu, pv, src, dst)
-        loss = F.binary_cross_entropy_with_logits(logits, label, reduction="sum")
-        return loss, logits.detach(), (pu.detach(), pv.detach())
+        loss, logits, pu, pv = decoder.edge_bce(z, self.lin1.weight, self.lin1.bias, self.lin2.weight,
+                                                self.lin2.bias, src, dst, label)
+        return loss, logits, (pu, pv)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,8 +33,8 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.nn import kernels
 from hpcdgnn.nn.models import DGNN
+from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
 from hpcdgnn.regimes import job_regime, regime_of, regimes
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
@@ -554,7 +554,7 @@ def _fresh_task(run: Run):
 def _check_kernels(job: JobConfig, manifest: Manifest, dtype: torch.dtype, device: torch.device,
                    comm: Communicator) -> None:
     """The compiled CPU loops compiled (a first run after an install) and checked against torch now, before the
-    strategy's set-up, where the job may take them (:func:`hpcdgnn.nn.kernels.used_by`: a small job never loads
+    strategy's set-up, where the job may take them (:func:`hpcdgnn.ops.kernels.used_by`: a small job never loads
     numba); a kernel that fails its check on any rank sends every rank to the torch paths (one warning line), never
     a crash mid-epoch."""
     from hpcdgnn.tasks import task_class

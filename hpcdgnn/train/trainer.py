@@ -39,7 +39,7 @@ from hpcdgnn.metrics.log import HeldLines
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
-from hpcdgnn.nn import kernels
+from hpcdgnn.ops import kernels
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.loop import train_batches

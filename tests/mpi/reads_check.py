@@ -22,8 +22,8 @@ from hpcdgnn.config.load import load_job
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.metrics import is_train_tag
-from hpcdgnn.nn.conv.gcn import gcn_norm, sorted_csr
 from hpcdgnn.nn.models import build_from_options
+from hpcdgnn.ops.sparse import gcn_norm, sorted_csr
 from hpcdgnn.partition.plan import balanced_bounds
 from hpcdgnn.strategies import StrategyContext, get_strategy
 from hpcdgnn.strategies import halo as halo_mod

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, gcn_norm, sorted_csr
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join, phase_join_into, phase_view, relu_into
 from hpcdgnn.nn.models import available_models, build_model, needs_step_graphs
+from hpcdgnn.ops.sparse import NormalizedAdjacency, gcn_norm, sorted_csr
 
 T, N, F, H = 5, 9, 3, 4
 DT = torch.float64

@@ -19,7 +19,6 @@ import torch
 
 from hpcdgnn.nn.conv.cheb import cheb_basis, scaled_laplacian
 from hpcdgnn.nn.conv.diffusion import diffusion_basis, transitions
-from hpcdgnn.nn.conv.gcn import gcn_norm, spmm
 from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.nn.models import build_model, needs_step_graphs
 from hpcdgnn.nn.models.dcrnn import DCRNNLayer
@@ -27,6 +26,7 @@ from hpcdgnn.nn.models.gconv_gru import GConvGRULayer
 from hpcdgnn.nn.models.gconv_lstm import GConvLSTMLayer
 from hpcdgnn.nn.models.gcrn_m1 import GCRNM1Layer
 from hpcdgnn.nn.models.tgcn_cell import TGCNCellLayer
+from hpcdgnn.ops.sparse import gcn_norm, spmm
 
 T, N, F, H = 4, 7, 3, 5
 DT = torch.float64

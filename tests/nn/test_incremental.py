@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hpcdgnn.data.graph_diff import CSRSnapshot
-from hpcdgnn.nn.conv.gcn import gcn_norm
 from hpcdgnn.nn.conv.incremental import IncrementalAggregator, build_row_adjacency
+from hpcdgnn.ops.sparse import gcn_norm
 
 N, L, D = 50, 6, 4
 RTOL, ATOL = 1e-10, 1e-12

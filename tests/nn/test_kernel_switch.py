@@ -1,4 +1,4 @@
-"""``HPCDGNN_KERNELS_SKIP`` (hpcdgnn/nn/kernels.py): the kernels it names go to their callers' torch paths, the
+"""``HPCDGNN_KERNELS_SKIP`` (hpcdgnn/ops/kernels.py): the kernels it names go to their callers' torch paths, the
 others stay compiled; a name that is no kernel is a configuration error (perf/bench_kernels.py --rule)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn import kernels
+from hpcdgnn.ops import kernels
 from hpcdgnn.tasks.link_prediction import EdgeDecoder
 
 pytest.importorskip("numba")

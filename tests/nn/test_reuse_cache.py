@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency
 from hpcdgnn.nn.reuse_cache import ReuseCache, count_shared, local_level
+from hpcdgnn.ops.sparse import NormalizedAdjacency
 
 
 def key(t, level="global", layer=0):

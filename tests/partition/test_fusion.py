@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hpcdgnn.nn.conv.gcn import gcn_norm, spmm
 from hpcdgnn.nn.conv.graph import RowGroups
+from hpcdgnn.ops.sparse import gcn_norm, spmm
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 
 # rows 0-1 chunk A, 2-3 chunk B, 4-5 chunk C; A reads B three times, B reads C once

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hpcdgnn.data.graph_diff import CSRSnapshot
-from hpcdgnn.nn.conv.gcn import block_diagonal, csr_mm, gcn_norm, stacked_gcn_norm
+from hpcdgnn.ops.sparse import block_diagonal, csr_mm, gcn_norm, stacked_gcn_norm
 from tests.conftest import make_dataset, read_metrics, write_job
 
 
@@ -59,7 +59,7 @@ def test_a_block_operator_counts_a_transpose_built_at_its_backward():
     from functools import partial
     from types import SimpleNamespace
 
-    from hpcdgnn.nn.conv.gcn import spmm
+    from hpcdgnn.ops.sparse import spmm
     from hpcdgnn.strategies.snapshot import SnapshotStrategy
 
     rng = np.random.default_rng(3)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hpcdgnn.nn.conv.gat import GATConv
-from hpcdgnn.nn.conv.gcn import gcn_norm
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.models import build_model
+from hpcdgnn.ops.sparse import gcn_norm
 from tests.conftest import make_dataset, write_job
 from tests.train.test_exactness import _losses
 
@@ -81,7 +81,7 @@ def test_gat_with_a_halo_equals_the_whole_graph():
     whole = gat(LocalGraph(adj), h)
     a = adj.a.to_dense()[:5]
     keep = a.nonzero()
-    from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, sorted_csr
+    from hpcdgnn.ops.sparse import NormalizedAdjacency, sorted_csr
 
     part = NormalizedAdjacency(0, sorted_csr(keep[:, 0], keep[:, 1], a[keep[:, 0], keep[:, 1]], (5, 9)),
                                sorted_csr(keep[:, 1], keep[:, 0], a[keep[:, 0], keep[:, 1]], (9, 5)))

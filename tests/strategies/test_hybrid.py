@@ -181,25 +181,6 @@ DQN = [*RANDOM[:-1], "strategy.adjuster.kind=dqn", "strategy.adjuster.reward_tim
 ASYNC = ["strategy.averaging.mode=async", "strategy.averaging.every_steps=2"]
 
 
-def test_dqn_with_work_reward_is_p_invariant_and_resumes_bit_for_bit(launcher, sparse, tmp_path):
-    """H3: every rank runs the same DQN on all-reduced inputs: P = 3 takes P = 1's actions; a run resumed at
-    epoch 2 continues as the straight one (network, replay, ε and RNG are in the checkpoint)."""
-    job = _four_epochs(tmp_path, sparse)
-    one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *DQN)
-    three, recs3 = _losses(launcher, 3, job, tmp_path / "p3", *DQN)
-    np.testing.assert_allclose(three, one, rtol=1e-9)
-    actions = [r["hybrid"]["actions"] for r in recs1]
-    assert actions == [r["hybrid"]["actions"] for r in recs3]
-    assert len({a for epoch in actions for a in epoch}) > 1 and recs1[-1]["hybrid"]["epsilon"] < 1
-    part = Path(shutil.copytree(tmp_path / "p3", tmp_path / "part"))
-    shutil.rmtree(part / "checkpoints" / "epoch-000004")
-    proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
-    assert proc.returncode == 0, proc.stderr
-    resumed = read_metrics(part)
-    assert [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in resumed] == \
-        [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in recs3]
-
-
 def test_async_averaging(launcher, sparse, tmp_path):
     """H5: at P = 1 ``async`` is ``allreduce`` bit for bit; at P = 3 rounds by count are deterministic, every
     epoch ends with one model on every rank, and the losses depart from P = 1's (local steps between rounds);
@@ -248,20 +229,27 @@ def test_a_stopped_rank_under_async_averaging_gets_the_watchdogs_exit(launcher, 
 RESERVOIR = [*DQN, "strategy.reservoir.mode=on"]
 
 
-def test_reservoir_inline_is_p_invariant_and_resumes_bit_for_bit(launcher, sparse, tmp_path):
-    """H4: with ``threads: 0`` the stores fill alike on every rank, so P = 3 takes P = 1's batches; a resumed
-    run rebuilds the stores from their serials; generator threads train as well."""
+def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launcher, sparse, tmp_path):
+    """H3 + H4: every rank runs the same DQN on all-reduced inputs (``reward_time: work``), and with
+    ``threads: 0`` the stores fill alike on every rank, so P = 3 takes P = 1's actions and batches; a run resumed
+    at epoch 2 continues as the straight one (network, replay, ε and RNG are in the checkpoint; the stores are
+    rebuilt from their serials); generator threads train as well."""
     job = _four_epochs(tmp_path, sparse)
-    one, _ = _losses(launcher, None, job, tmp_path / "p1", *RESERVOIR)
+    one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *RESERVOIR)
     three, recs = _losses(launcher, 3, job, tmp_path / "p3", *RESERVOIR)
     np.testing.assert_allclose(three, one, rtol=1e-9)
+    actions = [r["hybrid"]["actions"] for r in recs1]
+    assert actions == [r["hybrid"]["actions"] for r in recs]
+    assert len({a for epoch in actions for a in epoch}) > 1 and recs1[-1]["hybrid"]["epsilon"] < 1
     rsv = recs[-1]["hybrid"]["reservoir"]
     assert rsv["reused"] > 0 and rsv["bytes"] > 0 and 0 < rsv["p"] <= 1
     part = Path(shutil.copytree(tmp_path / "p3", tmp_path / "part"))
     shutil.rmtree(part / "checkpoints" / "epoch-000004")
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", "--resume", str(part)])
     assert proc.returncode == 0, proc.stderr
-    assert [(r["loss"], r["grad_norm"]) for r in read_metrics(part)] == [(r["loss"], r["grad_norm"]) for r in recs]
+    resumed = read_metrics(part)
+    assert [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in resumed] == \
+        [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in recs]
     threaded, recs_t = _losses(launcher, 3, job, tmp_path / "threads", *RESERVOIR, "strategy.reservoir.threads=2")
     assert np.all(np.isfinite(threaded)) and recs_t[-1]["hybrid"]["reservoir"]["generator_seconds"] > 0
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import gcn_norm
+from hpcdgnn.ops.sparse import gcn_norm
 from tests.conftest import make_dataset, write_job
 from tests.tasks.test_regression import chickenpox  # noqa: F401 (a fixture: a cut of chickenpox with targets)
 from tests.train.test_exactness import _losses

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from hpcdgnn.ops import decoder
 from hpcdgnn.tasks import split_steps
 from hpcdgnn.tasks.base import Embeddings, Scored
 from hpcdgnn.tasks.link_prediction import (
@@ -306,7 +307,7 @@ def test_snapshot_work_is_larger_on_train_steps(task_data):
     per_pair = np.array([work[t] / (m.snapshot_edges[t + 1] * (1 + cfg.negatives)) for t in range(T - 1)])
     base = per_pair[[t for t in range(T - 1) if t not in train]]
     assert np.all(base == 8 + 4.0)
-    from hpcdgnn.nn import kernels
+    from hpcdgnn.ops import kernels
 
     assert np.allclose(per_pair[list(train)], (2.7 if kernels.expected() else 5.0) * 8 + 4.0)
 
@@ -315,7 +316,7 @@ def test_negatives_are_splitmix64_draws_sorted_by_source():
     """draw_negatives bit for bit against a plain-Python splitmix64 with exact big-integer products: the
     first m draws, sorted, are the sources, the next m the destinations — through either sort (few pairs
     next to N, or many) — and the draws are uniform over V."""
-    from hpcdgnn.tasks.link_prediction import draw_negatives, negatives_key
+    from hpcdgnn.ops.negatives import draw_negatives, negatives_key
 
     mask = (1 << 64) - 1
 
@@ -346,7 +347,7 @@ def test_negatives_are_splitmix64_draws_sorted_by_source():
 def test_negatives_of_many_steps_in_one_call_are_each_steps_own(n):
     """An epoch's steps drawn in one call give each step exactly the pairs it gets drawn alone: grouping never
     changes a pair."""
-    from hpcdgnn.tasks.link_prediction import draw_negatives, draw_negatives_joined, draw_negatives_steps
+    from hpcdgnn.ops.negatives import draw_negatives, draw_negatives_joined, draw_negatives_steps
 
     steps, counts = list(range(3, 43)), [900 + 37 * j for j in range(40)]
     together = draw_negatives_steps(11, 4, steps, n, counts)
@@ -359,7 +360,7 @@ def test_negatives_of_many_steps_in_one_call_are_each_steps_own(n):
                                   shifted[:, : bounds[2]])  # fewer steps, offsets too
 
 
-def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_later(task_data):
+def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_later(task_data, monkeypatch):
     """Scored from a time-ordered block (as the snapshot strategy hands it), the evaluation steps' rows are
     projected without autograd — their backward would be work for nothing — and only when the metric sums
     are read; the loss, the metric sums and the gradients equal the independent computation."""
@@ -370,13 +371,13 @@ def test_evaluation_rows_of_a_block_are_projected_without_autograd_and_scored_la
     block = (2 * torch.randn(T, N, 3, dtype=torch.float64, generator=g)).requires_grad_(True)
     emb = Embeddings.of_block(block, list(range(T)))
     projected = []
-    project = task.decoder.project
+    project = decoder._project  # the decoder's first layer, whichever path calls it
 
-    def recording(z):
+    def recording(z, w1):
         projected.append((z.shape[0], torch.is_grad_enabled() and z.requires_grad))
-        return project(z)
+        return project(z, w1)
 
-    task.decoder.project = recording
+    monkeypatch.setattr(decoder, "_project", recording)
     batch = task(emb, epoch=2)
     # train steps 0-2 are positions 0-2: their rows with autograd, now; steps 3-6 (val, test, unscored)
     # without, when the metric sums are first read (after the backward, in a strategy's step)

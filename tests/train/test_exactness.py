@@ -57,7 +57,7 @@ def test_losses_match_single_process(launcher, small_dataset, tmp_path, model, d
     pytest.param("cdgcn", "float64", None, id="cdgcn"),
     # float32: the weight LSTM's vectorised sigmoid / tanh passes
     pytest.param("evolvegcn_o", "float32", None, id="evolvegcn_o-float32"),
-    # rows of one cache line (8 float64, 16 float32): the whole-row operations of hpcdgnn/nn/_simd.py
+    # rows of one cache line (8 float64, 16 float32): the whole-row operations of hpcdgnn/ops/_simd.py
     pytest.param("evolvegcn_o", "float64", 8, id="evolvegcn_o-line"),
     pytest.param("cdgcn", "float32", 16, id="cdgcn-line-float32")])
 def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path, monkeypatch, model, dtype, width):
@@ -81,7 +81,8 @@ def test_compiled_kernels_match_single_process(launcher, small_dataset, tmp_path
     assert ran["torch"] == {}, ran  # summary.json names the loops a run took: none with HPCDGNN_KERNELS=torch
     lstm = {"lstm_forward", "lstm_backward"} if model == "evolvegcn_o" else set()  # the weight LSTM
     assert set(ran["plain"]) == {"edge_bce_train", *lstm}, ran
-    for P in (2, 3):
+    # the widths and float32 change the loops' arithmetic, not how ranks split the pairs: P = 3 (odd) suffices
+    for P in (2, 3) if width is None and dtype == "float64" else (3,):
         got, _ = _losses(launcher, P, job, tmp_path / f"p{P}")
         np.testing.assert_allclose(got, ref, rtol=RTOL[dtype], err_msg=f"{model} {dtype} compiled P={P}")
 

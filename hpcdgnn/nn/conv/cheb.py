@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_entries, sorted_csr, spmm
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_entries, sorted_csr, spmm
 
 __all__ = ["cheb_basis", "scaled_laplacian"]
 

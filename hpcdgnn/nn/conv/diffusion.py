@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_entries, sorted_csr, spmm
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_entries, sorted_csr, spmm
 
 __all__ = ["diffusion_basis", "transitions"]
 

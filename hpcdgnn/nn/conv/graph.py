@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, csr_mm, sorted_csr, spmm
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_mm, sorted_csr, spmm
 
 __all__ = ["LocalGraph", "RowGroups"]
 

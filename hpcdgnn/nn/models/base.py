@@ -81,7 +81,7 @@ def run_rnn(rnn: nn.RNNBase, y: torch.Tensor, state: Any, out_features: int) -> 
     """``rnn(y, state)`` over (T, n, F), also for n = 0 (torch rejects it), staying connected to ``y``'s backward."""
     if y.shape[1] == 0:
         return y.new_zeros(y.shape[0], 0, out_features) + y.sum() * 0.0, state
-    # torch's own RNN: one oneDNN node per layer on the CPU, at least as fast as nn/recurrent.py's scan
+    # torch's own RNN: one oneDNN node per layer on the CPU, at least as fast as ops/scan.py's scan
     return rnn(y, state)
 
 
@@ -254,7 +254,7 @@ class GraphRecurrentLayer(DynamicLayer):
         return ax
 
     def build_operator(self, graph, dtype: torch.dtype) -> tuple:
-        """The step's operator(s) as a tuple of :class:`~hpcdgnn.nn.conv.gcn.NormalizedAdjacency`."""
+        """The step's operator(s) as a tuple of :class:`~hpcdgnn.ops.sparse.NormalizedAdjacency`."""
         raise NotImplementedError
 
     def basis(self, op: tuple, x: torch.Tensor) -> torch.Tensor:
@@ -279,7 +279,7 @@ class GraphRecurrentLayer(DynamicLayer):
 
     def stacked_operator(self, graphs: list, dtype: torch.dtype) -> tuple:
         """diag(op_1, …, op_S) of the steps' operators (memoised on the first step graph)."""
-        from hpcdgnn.nn.conv.gcn import block_diagonal
+        from hpcdgnn.ops.sparse import block_diagonal
 
         ops = [self.operator(g, dtype) for g in graphs]
         if len(ops) == 1:

@@ -9,7 +9,7 @@ from torch import nn
 
 from hpcdgnn.nn.layout import relu_into
 from hpcdgnn.nn.models.base import DGNN, DynamicLayer, StepParams, register_model
-from hpcdgnn.nn.recurrent import self_fed_lstm
+from hpcdgnn.ops.scan import self_fed_lstm
 
 __all__ = ["EvolveGCNOLayer", "build_evolvegcn_o"]
 

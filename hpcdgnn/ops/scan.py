@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpcdgnn.nn import kernels
+from hpcdgnn.ops import kernels
 
 __all__ = ["lstm_scan", "gru_scan", "run_torch_rnn", "self_fed_lstm", "supports"]
 

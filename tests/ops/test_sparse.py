@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn.conv.gcn import NormalizedAdjacency, block_diagonal, csr_mm, gcn_norm, row_phases, sorted_csr, spmm
+from hpcdgnn.ops.sparse import NormalizedAdjacency, block_diagonal, csr_mm, gcn_norm, row_phases, sorted_csr, spmm
 
 
 def random_dense(n: int, density: float, seed: int, self_loops: bool) -> np.ndarray:

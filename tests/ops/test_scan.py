@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from hpcdgnn.nn.recurrent import run_torch_rnn, self_fed_lstm, supports
 from hpcdgnn.nn.temporal_fusion import fused_rnn, pack_sequences
+from hpcdgnn.ops.scan import run_torch_rnn, self_fed_lstm, supports
 
 
 def _state(cls, layers: int, batch: int, hidden: int, grad: bool = True):
@@ -106,7 +106,7 @@ def test_self_fed_lstm_is_the_cell_loop():
 def test_self_fed_lstm_on_gpu_is_the_cell_loop(hidden):
     """On a GPU the small scan runs on the host (copied down and up through autograd): outputs on the GPU,
     values and every gradient equal to the cell loop on the GPU, for a scan on either side of the limit."""
-    from hpcdgnn.nn import recurrent
+    from hpcdgnn.ops import scan as recurrent
 
     assert (3 * hidden * 4 * hidden <= recurrent.HOST_SCAN_MAX_MACS) == (hidden == 7)
     torch.manual_seed(2)

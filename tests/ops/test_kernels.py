@@ -1,4 +1,4 @@
-"""The compiled decoder loops (hpcdgnn/nn/kernels.py) against the chunked torch paths they replace on the CPU."""
+"""The compiled decoder loops (hpcdgnn/ops/kernels.py) against the chunked torch paths they replace on the CPU."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from hpcdgnn.nn import kernels
-from hpcdgnn.tasks import link_prediction
-from hpcdgnn.tasks.link_prediction import _EDGE_CHUNK, EdgeDecoder, _edge_chunk, _EdgeMLP
+from hpcdgnn.ops import decoder, kernels
+from hpcdgnn.ops.decoder import _EDGE_CHUNK, _edge_chunk, _EdgeMLP
+from hpcdgnn.tasks.link_prediction import EdgeDecoder
 
 pytest.importorskip("numba")
 
@@ -48,7 +48,7 @@ def test_decoder_chunks_are_l2_sized_on_the_cpu_and_memory_sized_elsewhere():
     """The torch decoder's chunk (:func:`_edge_chunk`): on the CPU its (chunk, hidden) temporaries fit a core's
     L2; on another device (a ``meta`` tensor stands for a GPU's) a chunk costs the same launches whatever its
     size, so its temporaries fill ``_EDGE_CHUNK_DEVICE_BYTES`` — never fewer pairs than the CPU's chunk."""
-    cap = link_prediction._EDGE_CHUNK_DEVICE_BYTES
+    cap = decoder._EDGE_CHUNK_DEVICE_BYTES
     assert _edge_chunk(torch.zeros(5, 16)) == _EDGE_CHUNK
     assert _edge_chunk(torch.empty(5, 16, device="meta")) == cap // (16 * 4) > _EDGE_CHUNK
     assert _edge_chunk(torch.empty(5, 16, dtype=torch.float64, device="meta")) == cap // (16 * 8)
@@ -65,7 +65,7 @@ def test_gpu_decoder_equals_the_cpu_in_one_chunk_or_several(use, monkeypatch, de
     pairs = 3 * _EDGE_CHUNK + 17
     ref = _run(torch.float64, 37, 16, pairs)
     if device_bytes is not None:
-        monkeypatch.setattr(link_prediction, "_EDGE_CHUNK_DEVICE_BYTES", device_bytes)
+        monkeypatch.setattr(decoder, "_EDGE_CHUNK_DEVICE_BYTES", device_bytes)
     assert (_edge_chunk(torch.empty(1, 16, dtype=torch.float64, device="cuda")) < pairs) == (device_bytes is not None)
     got = _run(torch.float64, 37, 16, pairs, device="cuda")
     for name, a, b in zip(["logits", "dpu", "dpv", "db1", "dw2", "db2"], got, ref, strict=True):
@@ -129,7 +129,7 @@ def test_fused_training_loss_propagates_nan(use):
 @pytest.mark.parametrize("dtype,width", [(torch.float64, 8), (torch.float32, 16)])
 def test_line_wide_rows_take_the_whole_row_operations(use, dtype, width):
     """Rows of one cache line (hidden = F = 8 float64 or 16 float32) take the whole-row operations
-    (hpcdgnn/nn/_simd.py) in the decoder's pair loop — loss, logits, projections and every gradient as torch's
+    (hpcdgnn/ops/_simd.py) in the decoder's pair loop — loss, logits, projections and every gradient as torch's
     path gives them, to rounding."""
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-4)
     use("numba")
@@ -195,7 +195,7 @@ def test_small_calls_take_the_torch_path(monkeypatch):
 
 def _lstm(dtype, T: int, B: int, H: int, inputs: int | None, masked: bool, seed: int = 1):
     """Outputs and every gradient of one _LSTMLayer call (inputs None: EvolveGCN-O's self-fed form)."""
-    from hpcdgnn.nn.recurrent import _LSTMLayer
+    from hpcdgnn.ops.scan import _LSTMLayer
 
     g = torch.Generator().manual_seed(seed)
 
@@ -229,7 +229,7 @@ def test_vector_activations_float32_to_rounding():
     """The float32 LSTM's sigmoid and tanh passes (Cody–Waite exp, no libm call) against float64 numpy: tanh to
     ~1 ulp relative everywhere, tiny arguments included (expm1 form: (1 - e^-2x) / (1 + e^-2x) would lose all
     digits there); sigmoid to ~1 ulp above float32's exp(-87) clamp."""
-    from hpcdgnn.nn import _numba_kernels as nk
+    from hpcdgnn.ops import _numba_kernels as nk
 
     x = np.concatenate([np.linspace(-100, 100, 40001), np.logspace(-30, 1, 3001), -np.logspace(-30, 1, 3001),
                         [0.0]]).astype(np.float32)
@@ -252,7 +252,7 @@ def test_vector_bce_float32_to_rounding():
     """The decoder's float32 loss terms (vectorised exp and log1p, no libm call) against float64 numpy: each
     term to ~1 ulp relative — log1p keeps its digits down to tiny t, where log(1 + t) would lose them — and
     the chunk's float64 sum with them; g = σ(x) − y as before."""
-    from hpcdgnn.nn import _numba_kernels as nk
+    from hpcdgnn.ops import _numba_kernels as nk
 
     x = np.concatenate([np.linspace(-100, 100, 40001), np.logspace(-30, 1.9, 3001), -np.logspace(-30, 1.9, 3001),
                         [0.0]]).astype(np.float32)
@@ -310,7 +310,7 @@ def test_a_first_compile_is_announced(tmp_path):
     import sys
     from types import SimpleNamespace
 
-    from hpcdgnn.nn.kernels import compile_notice
+    from hpcdgnn.ops.kernels import compile_notice
 
     module = SimpleNamespace(edge_bce_train=SimpleNamespace(_cache=SimpleNamespace(_cache_path=str(tmp_path))))
     assert f"cached in {tmp_path} for later runs" in compile_notice(module)
@@ -332,7 +332,7 @@ def test_each_cpu_kind_compiles_into_a_cache_of_its_own(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import torch; from numba.core import config; from hpcdgnn.nn import kernels; "
+    probe = ("import torch; from numba.core import config; from hpcdgnn.ops import kernels; "
              "m = kernels._compile(); z = torch.zeros(2, 1, 1, dtype=torch.float64); h = z[0]; "
              "kernels.lstm_backward(torch.zeros(2, 4, 1, dtype=torch.float64), z, z, h.expand(4, 1), None, z, h, h); "
              "print(m.lstm_backward._cache._cache_path, config.CACHE_DIR)")
@@ -394,7 +394,7 @@ def test_numba_leaves_no_colour_reset_on_a_terminal(tmp_path):
     import sys
 
     pytest.importorskip("colorama")
-    probe = ("from hpcdgnn.nn import kernels; kernels._compile(); "
+    probe = ("from hpcdgnn.ops import kernels; kernels._compile(); "
              "import numba.cpython.listobj; print('end')")  # listobj builds a TypingError at import
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "HPCDGNN_KERNELS"))} | \
         {"NUMBA_CACHE_DIR": str(tmp_path)}
@@ -414,7 +414,7 @@ def test_no_writable_cache_is_one_line(tmp_path):
     probe = ("from numba.core import caching\n"
              "def refuse(self): raise OSError('read-only')\n"
              "caching._CacheLocator.ensure_cache_path = refuse\n"
-             "from hpcdgnn.nn import kernels\n"
+             "from hpcdgnn.ops import kernels\n"
              "kernels._writable_dir = lambda path: False\n"
              "from hpcdgnn.errors import ConfigError\n"
              "try:\n    kernels._compile()\nexcept ConfigError as e:\n    print('ERROR', e)\n")
@@ -424,7 +424,7 @@ def test_no_writable_cache_is_one_line(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
         f"ERROR numba cannot cache the compiled CPU loops: no writable directory (NUMBA_CACHE_DIR={tmp_path / 'ro'}, "
-        "the install's hpcdgnn/nn/__pycache__, the user's cache): set NUMBA_CACHE_DIR to a writable directory, or "
+        "the install's hpcdgnn/ops/__pycache__, the user's cache): set NUMBA_CACHE_DIR to a writable directory, or "
         "HPCDGNN_KERNELS=torch"), out.stdout + out.stderr
 
 
@@ -437,8 +437,8 @@ def test_without_numba_every_caller_takes_its_torch_path():
 
     probe = ("import sys; sys.modules['numba'] = None\n"
              "import torch\n"
-             "from hpcdgnn.nn import kernels\n"
-             "from hpcdgnn.nn.recurrent import lstm_scan\n"
+             "from hpcdgnn.ops import kernels\n"
+             "from hpcdgnn.ops.scan import lstm_scan\n"
              "from hpcdgnn.tasks.link_prediction import EdgeDecoder\n"
              "assert not kernels.expected() and not kernels.available(torch.zeros(2), pairs=1)\n"
              "assert not kernels.lstm_available(torch.zeros(40, 8, 3)) and not kernels.self_check(torch.float64)\n"
@@ -450,7 +450,7 @@ def test_without_numba_every_caller_takes_its_torch_path():
              "y, h, c = lstm_scan(torch.randn(40, 3, 3), torch.zeros(3, 2), torch.zeros(3, 2), *w)\n"
              "y.sum().backward()\n"
              "assert kernels.calls() == {} and kernels._kernels is False and 'numba' not in str(sys.modules.get("
-             "'hpcdgnn.nn._numba_kernels'))\n"
+             "'hpcdgnn.ops._numba_kernels'))\n"
              "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "HPCDGNN_KERNELS"))}
     env["HPCDGNN_KERNELS"] = "always"
@@ -465,7 +465,7 @@ def test_self_check_compiles_and_compares_and_a_failure_is_one_warning_and_the_t
     """kernels.self_check (before a run's first epoch): each kernel against torch's autograd on a tiny case, its
     calls not counted; a kernel that disagrees gives one warning line naming it and the torch paths for the rest
     of the process."""
-    from hpcdgnn.nn import _numba_kernels
+    from hpcdgnn.ops import _numba_kernels
 
     # an earlier test's configure_logging may have left the package logger not propagating, with a handler on a
     # stream pytest has closed since: caplog sees the records only through propagation

@@ -1,11 +1,11 @@
-"""The numba-compiled loops behind :mod:`hpcdgnn.nn.kernels` (imported only there, and only when used)."""
+"""The numba-compiled loops behind :mod:`hpcdgnn.ops.kernels` (imported only there, and only when used)."""
 
 from __future__ import annotations
 
-import numba  # after hpcdgnn.nn.kernels._cache_of_this_cpu, which sets what numba's import reads
+import numba  # after hpcdgnn.ops.kernels._cache_of_this_cpu, which sets what numba's import reads
 import numpy as np
 
-from hpcdgnn.nn._simd import LINE, pair_backward, pair_logit, prefetch_row
+from hpcdgnn.ops._simd import LINE, pair_backward, pair_logit, prefetch_row
 
 #: reassociation and contraction only — no ``nnan`` / ``ninf``: a NaN loss must still surface
 _FASTMATH = {"reassoc", "contract", "nsz", "arcp"}

@@ -106,7 +106,7 @@ def _compile():
         if _enabled():
             try:
                 with _cache_of_this_cpu():
-                    from hpcdgnn.nn import _numba_kernels as _kernels
+                    from hpcdgnn.ops import _numba_kernels as _kernels
             except ImportError:  # numba missing, or built for another numpy: the torch paths remain
                 pass
             except RuntimeError as e:  # numba found no directory it can write its cache to (it raised at import)
@@ -117,7 +117,7 @@ def _compile():
                 where = os.environ.get("NUMBA_CACHE_DIR")
                 raise ConfigError(
                     "numba cannot cache the compiled CPU loops: no writable directory ("
-                    f"{f'NUMBA_CACHE_DIR={where}, ' if where else ''}the install's hpcdgnn/nn/__pycache__, the user's "
+                    f"{f'NUMBA_CACHE_DIR={where}, ' if where else ''}the install's hpcdgnn/ops/__pycache__, the user's "
                     "cache): set NUMBA_CACHE_DIR to a writable directory, or HPCDGNN_KERNELS=torch") from None
             else:
                 notice = compile_notice(_kernels)
@@ -251,7 +251,7 @@ def _mask_arg(mask: torch.Tensor | None, like: torch.Tensor) -> np.ndarray:
 
 
 def lstm_forward(gates, w_hh, h0, c0, mask):
-    """The recurrence of :class:`~hpcdgnn.nn.recurrent._LSTMLayer` in one compiled pass (``gates`` activated in place).
+    """The recurrence of :class:`~hpcdgnn.ops.scan._LSTMLayer` in one compiled pass (``gates`` activated in place).
 
     Returns (hs, cs) (T+1, H, B), the states entering each step (hin, cin) (T, H, B) and tanh(c_t) (T, H, B)."""
     T, G, B = gates.shape

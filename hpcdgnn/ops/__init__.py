@@ -1,0 +1,22 @@
+"""The hot loops: each one function here, with the plain-torch (or plain-numpy) reference it must equal.
+
+========================================  ======================================================  ===========
+op                                        reference                                               agreement
+========================================  ======================================================  ===========
+:func:`sparse.csr_mm` (Ã·X)               ``torch.sparse.mm``                                      bit for bit
+:func:`sparse.spmm` (Ã·X, dX = Ãᵀ·dY)     dense ``Ã @ X`` under autograd                           rounding
+:func:`sparse.csr_transpose`              the dense transpose                                      exact
+:func:`sparse.gcn_norm` (IBM Eq. 1)       dense D^-1/2 (A + I) D^-1/2                              rounding
+:func:`sparse.stacked_gcn_norm`           :func:`sparse.block_diagonal` of :func:`sparse.gcn_norm`  bit for bit
+:func:`decoder.edge_logits`               dense ``relu(pu[u] + pv[v] + b1) · w2 + b2`` (autograd)  rounding
+:func:`decoder.edge_bce` (compiled)       :func:`decoder.edge_bce_reference`                       rounding
+:func:`scan.run_torch_rnn` (BPTT scan)    the ``nn.LSTM`` / ``nn.GRU`` module itself               rounding
+:func:`scan.self_fed_lstm`                the ``nn.LSTMCell`` loop                                 rounding
+:func:`negatives.draw_negatives_joined`   :func:`negatives.draw_negatives` step by step            exact
+========================================  ======================================================  ===========
+
+``tests/ops/test_references.py`` checks every row (forward and, where differentiable, gradients). The compiled
+CPU loops (:mod:`hpcdgnn.ops.kernels`, numba; ``pip install hpcdgnn[cpu-kernels]``) are optional: without numba,
+or with ``HPCDGNN_KERNELS=torch``, every op takes its torch path. This layer imports nothing of hpcdgnn above it
+(models, tasks and strategies call it).
+"""
