@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 
-__all__ = ["PreemptionFlag", "hold", "install"]
+__all__ = ["PreemptionFlag", "hold", "install", "reset"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -30,6 +30,8 @@ class PreemptionFlag:
 
 
 _FLAG: PreemptionFlag | None = None
+#: the handlers :func:`install` replaced, for :func:`reset`
+_PREVIOUS: dict[signal.Signals, object] = {}
 
 
 def install() -> PreemptionFlag:
@@ -39,11 +41,22 @@ def install() -> PreemptionFlag:
         _FLAG = PreemptionFlag()
         try:
             for sig in _SIGNALS:
+                _PREVIOUS[sig] = signal.getsignal(sig)
                 signal.signal(sig, _FLAG.handle)
         except ValueError:  # not the main thread: leave signals alone
             return _FLAG
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
+
+
+def reset() -> None:
+    """Put back the handlers :func:`install` replaced and forget the flag: a process that trains again (a library
+    caller, the tests' in-process runs) gets a fresh one."""
+    global _FLAG
+    for sig, handler in _PREVIOUS.items():
+        signal.signal(sig, handler)
+    _PREVIOUS.clear()
+    _FLAG = None
 
 
 def hold() -> None:

@@ -264,12 +264,10 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
 
     The job sees ``env`` and ``cwd`` as its own; its stdout and stderr come back as a finished process's would (an
     uncaught exception: its traceback and exit 1). What the run changes in the process for itself is put back:
-    the environment, the working directory, the pre-emption handlers (:func:`hpcdgnn.preemption.install`
-    installs them once per process, so the next run gets its own flag).
+    the environment, the working directory, the pre-emption handlers (:func:`hpcdgnn.preemption.reset`).
     """
     import contextlib
     import io
-    import signal
     import traceback
 
     from hpcdgnn import preemption
@@ -277,7 +275,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    handlers = {sig: signal.getsignal(sig) for sig in preemption._SIGNALS}
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -294,9 +291,7 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        preemption._FLAG = None
+        preemption.reset()
     return subprocess.CompletedProcess([sys.executable, "-m", "hpcdgnn", *args], code, out.getvalue(),
                                        err.getvalue())
 

@@ -78,6 +78,12 @@ class TaskConfig:
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
 
+    def _at_least_one(self, *names: str) -> None:
+        """ValueError ``NAME: must be >= 1`` for the first of the options ``names`` below 1."""
+        for name in names:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1")
+
     def __post_init__(self) -> None:
         if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
             raise ValueError("split: three non-negative fractions summing to 1, e.g. [0.7, 0.15, 0.15]")

@@ -213,10 +213,7 @@ class LinkPredictionOptions(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.negatives < 1:
-            raise ValueError("negatives: must be >= 1")
-        if self.decoder_hidden < 1:
-            raise ValueError("decoder_hidden: must be >= 1")
+        self._at_least_one("negatives", "decoder_hidden")
 
 
 class LinkPrediction(Task):

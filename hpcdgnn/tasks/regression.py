@@ -33,8 +33,7 @@ class RegressionOptions(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.horizon < 1:
-            raise ValueError("horizon: must be >= 1")
+        self._at_least_one("horizon")
 
 
 #: Targets with ``|y|`` at most this are left out of the MAPE (|e| / |y| is unbounded near 0).

@@ -35,12 +35,7 @@ class TemporalLinkPredictionOptions(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.negatives < 1:
-            raise ValueError("negatives: must be >= 1")
-        if self.batch_events < 1:
-            raise ValueError("batch_events: must be >= 1")
-        if self.eval_negatives < 1:
-            raise ValueError("eval_negatives: must be >= 1")
+        self._at_least_one("negatives", "batch_events", "eval_negatives")
 
 #: stats: train loss sum, train events, then per evaluation split RR sum, events, AP sum, batches
 _TRAIN, _EVAL = 2, 4
