@@ -141,6 +141,28 @@ def test_an_option_belongs_to_the_strategies_that_apply_it(tmp_path, option, key
         assert f"strategy {', '.join(accepting)} {verb} it" in msg, msg
 
 
+@pytest.mark.parametrize(("option", "key", "accepting"), [
+    ("horizon: 2", "horizon", ["regression"]),
+    ("decoder_hidden: 4", "decoder_hidden", ["link_prediction"]),
+    ("eval_negatives: 9", "eval_negatives", ["temporal_link_prediction"]),
+    ("negatives: 2", "negatives", ["link_prediction", "temporal_link_prediction"]),
+])
+def test_an_option_belongs_to_the_tasks_that_apply_it(tmp_path, option, key, accepting):
+    """Task options are declared beside each task: another task's key is one line naming the tasks that take it."""
+    (tmp_path / "data").mkdir()
+    job = tmp_path / "job.yaml"
+    for name in ("link_prediction", "node_classification", "regression"):
+        job.write_text(f"data: {{path: {tmp_path / 'data'}}}\ntask: {{name: {name}, {option}}}\n")
+        if name in accepting:
+            assert load_job(job).task.name == name
+            continue
+        with pytest.raises(ConfigError) as e:
+            load_job(job)
+        msg = str(e.value)
+        assert "\n" not in msg and f"task.{key}: not an option of task '{name}'" in msg, msg
+        assert f"task {', '.join(accepting)} {'accepts' if len(accepting) == 1 else 'accept'} it" in msg, msg
+
+
 @pytest.mark.parametrize(("text", "old", "new"), [
     ("train: {blocks: 2}", "train.blocks", "strategy.blocks"),
     ("train: {transfer: base}", "train.transfer", "strategy.transfer"),
