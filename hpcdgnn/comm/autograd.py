@@ -17,8 +17,8 @@ import torch
 from hpcdgnn.comm.communicator import Box, Communicator, Pending
 from hpcdgnn.nn.backward import run_backward
 
-__all__ = ["AllToAllV", "ChunkBoxes", "Redistribute", "TimeHalo", "all_to_all_rows", "pipelined_exchange",
-           "redistribute", "time_halo"]
+__all__ = ["AllReduceSum", "AllToAllV", "ChunkBoxes", "Redistribute", "TimeHalo", "all_to_all_rows", "allreduce_sum",
+           "pipelined_exchange", "redistribute", "time_halo"]
 
 
 class AllToAllV(torch.autograd.Function):
@@ -54,6 +54,32 @@ def all_to_all_rows(
     if torch.is_grad_enabled() and not x.requires_grad:
         x = x.detach().requires_grad_(True)
     return AllToAllV.apply(x, comm, list(send_rows), list(recv_rows), tag, reuse)
+
+
+class AllReduceSum(torch.autograd.Function):
+    """Sum over ranks whose backward sums the gradients: every rank's loss reads the sum (adjoint of a broadcast)."""
+
+    @staticmethod
+    def forward(ctx, x, comm, tag):  # noqa: D102
+        ctx.comm, ctx.tag = comm, tag
+        return comm.allreduce_(x.detach().clone(memory_format=torch.contiguous_format), "sum", tag=f"{tag}.fwd")
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        g = ctx.comm.allreduce_(grad.detach().clone(memory_format=torch.contiguous_format), "sum", tag=f"{ctx.tag}.bwd")
+        return g, None, None
+
+
+def allreduce_sum(x: torch.Tensor, comm: Communicator, tag: str = "allreduce") -> torch.Tensor:
+    """Differentiable Σ_ranks x: each rank's part gets the gradient Σ_ranks dL_r/d(sum) (traffic ``<tag>.fwd/.bwd``).
+
+    The backward is a collective: a rank whose part carries no gradient still joins it, through a leaf.
+    """
+    if comm.size == 1:
+        return x
+    if torch.is_grad_enabled() and not x.requires_grad:
+        x = x.detach().requires_grad_(True)
+    return AllReduceSum.apply(x, comm, tag)
 
 
 def _limit(boxes: Sequence[Box], limit: int | None) -> list[Box]:

@@ -192,6 +192,19 @@ class Layout:
         """Spatial rows -> the (steps, vertices, F) block this rank's time encoder runs over."""
         return y
 
+    def pool_input(self, li: int, h: torch.Tensor | None) -> tuple[torch.Tensor, Any, int, Any]:
+        """Layer ``li``'s input rows held here for :meth:`pool`: (rows (m, F), their ``t·N + v`` keys, N, comm)."""
+        raise NotImplementedError(f"{type(self).__name__} does not hold whole snapshots' rows over its ranks; a "
+                                  "pooling layer (EvolveGCN-H) needs a full-batch strategy")
+
+    def pool(self, layer, li: int, h: torch.Tensor | None) -> torch.Tensor:
+        """The (stop - start, k, F) top-k summaries of layer ``li``'s input over all ranks (EvolveGCN-H §3.3)."""
+        from hpcdgnn.nn.pool import topk_pool
+
+        x, keys, n, comm = self.pool_input(li, h)
+        return topk_pool(x, keys, n, self.start, self.stop, layer.pool_rows, layer.pool_scores, comm,
+                         tag=f"layer{li}.pool")
+
     def encode(self, layer, li: int, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """The layer's time encoder over the temporal block, from ``state``."""
         return layer.temporal(y, state, **self.temporal_kwargs(layer, li))

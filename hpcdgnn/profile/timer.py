@@ -133,7 +133,9 @@ def detached_time_params(model, T: int) -> list:
     out = []
     with torch.no_grad():
         for ly in model.layers:
-            p, _ = ly.time_params_block(0, T, None)
+            # a pooling layer's summaries are data, not the chunk's work: zeros time the same GRU
+            pooled = (next(ly.parameters()).new_zeros(T, ly.pool_rows, ly.in_features),) if ly.pool_rows else ()
+            p, _ = ly.time_params_block(0, T, None, *pooled)
             out.append(None if p is None else {t: w.detach().requires_grad_(True) for t, w in p.items()})
     return out
 

@@ -20,6 +20,7 @@ from hpcdgnn.nn.models import (
     available_models,
     build_encoder_decoder,
     build_from_options,
+    meta_layers,
     model_options,
     needs_step_graphs,
 )
@@ -59,7 +60,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
-    """Refuse the encoder–decoder outside ``regression`` under ``sequences``, and a graph-convolving time encoder
+    """Refuse the encoder–decoder outside ``regression`` under ``sequences``, a pooling model (EvolveGCN-H) under a
+    sampled strategy, and a graph-convolving time encoder
     under a strategy that cannot give it each step's graph at this rank count (``Strategy.step_graphs_at``)."""
     from hpcdgnn.strategies import get_strategy
 
@@ -69,6 +71,9 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
         raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
                           f"strategy.name: sequences, not {job.task.name} under {s}; set those, or "
                           "encoder_decoder: false")
+    if not get_strategy(s).full_batch and any(ly.pool_rows for ly in meta_layers(m)):
+        raise ConfigError(f"{where}: model.name: {m.name} pools the top-k of every vertex of each snapshot, which "
+                          f"strategy.name: {s} samples; use a full-batch strategy (snapshot, pss, vertex or chunk)")
     if not needs_step_graphs(m.name):
         return
     can = getattr(get_strategy(s), "step_graphs_at", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -223,6 +224,10 @@ class HaloStrategy(FullBatchStrategy):
             raise ValueError(f"_setup_halo: vertices_at gives {self.halo.n_local} rows, expected {n}")
         #: the first layer's input, (n, F): Ã·X when precomputed (SPEC S4), else X
         self.ax0 = owned.ax.to(dev)
+        #: ``t·N + v`` of each of my rows (time-major), for a pooling layer (EvolveGCN-H)
+        self.row_keys = np.concatenate([t * N + np.asarray(vertices_at(t), dtype=np.int64) for t in range(T)]
+                                       or [np.zeros(0, dtype=np.int64)])
+        self.num_vertices = N
         self.adj = self.halo.operator(owned, dev)
         self.stale = StaleHalo.for_halo(self.comm, self.halo, self.ctx.job.strategy.stale)
         #: my rows before the horizon (a prefix: rows are time-major)
@@ -337,6 +342,14 @@ class HaloLayout(RowLayout):
             return y if self.stacked else y.reshape(-1, y.shape[-1])
         y = layer.spatial(ax, -1, None)
         return y.view(self._steps, -1, y.shape[-1]) if self.stacked else y
+
+    def pool_input(self, li: int, h: torch.Tensor | None) -> tuple[torch.Tensor, np.ndarray, int, Any]:
+        """My rows of layer ``li``'s input (X for layer 0), time-major as :attr:`HaloStrategy.row_keys` lists them."""
+        s = self.s
+        if li == 0 and s._precomputed:
+            raise RuntimeError("a pooling first layer reads X_t, which a precomputed Ã·X has replaced")
+        x = s.ax0 if li == 0 else h
+        return x.reshape(-1, x.shape[-1]), s.row_keys, s.num_vertices, s.comm
 
     def _phases(self, layer, li: int, h: torch.Tensor | None, tparams, k: int | None) -> torch.Tensor:
         """:meth:`spatial` in two phases, autograd only up to the horizon (``k``: rows per snapshot, or None)."""

@@ -18,6 +18,7 @@ bit the same. Ranks owning no snapshot (P > T) or no vertex row (P > N) join eve
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -505,6 +506,16 @@ class SnapshotLayout(Layout):
         if into is not None:
             return phase_join_into(parts[1], into)
         return parts[0] if len(parts) == 1 else phase_join(*parts)
+
+    def pool_input(self, li: int, h: torch.Tensor | None) -> tuple[torch.Tensor, np.ndarray, int, Any]:
+        """The block's owned snapshots' rows of layer ``li``'s input (X_t itself for layer 0), whole snapshots."""
+        s = self.s
+        if li == 0 and s._precomputed:
+            raise RuntimeError("a pooling first layer reads X_t, which a precomputed Ã·X has replaced")
+        x = h if li > 0 else _owned_rows(s.ax0, self.local) if self.local else s.ax0[:0]
+        steps = np.asarray([s.owned[i] for i in self.local], dtype=np.int64)
+        keys = (steps[:, None] * s.N + np.arange(s.N, dtype=np.int64)[None, :]).reshape(-1)
+        return x.reshape(-1, x.shape[-1]), keys, s.N, s.comm
 
     def moves_aggregation(self, layer, li: int, tparams) -> bool:
         """Whether layer ``li`` moves its aggregation to the vertex owners (never for banded encoders)."""

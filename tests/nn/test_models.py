@@ -14,6 +14,7 @@ import torch
 from hpcdgnn.nn.models import (
     DGNN,
     CDGCNLayer,
+    EvolveGCNHLayer,
     EvolveGCNOLayer,
     TMGCNLayer,
     available_models,
@@ -53,6 +54,8 @@ def make_layer(kind: str, fin: int = 4, fout: int = 3, window: int = 3, seed: in
         return CDGCNLayer(fin, fout).to(DT)
     if kind == "evolvegcn_o":
         return EvolveGCNOLayer(fin, fout).to(DT)
+    if kind == "evolvegcn_h":
+        return EvolveGCNHLayer(fin, fout).to(DT)
     return TMGCNLayer(fin, fout, window).to(DT)
 
 
@@ -396,13 +399,13 @@ def assert_reset_resets_everything(module: torch.nn.Module) -> None:
         assert not torch.equal(v, ref[k]), f"{k} does not depend on the seed"
 
 
-@pytest.mark.parametrize("kind", ["cdgcn", "evolvegcn_o", "tmgcn"])
+@pytest.mark.parametrize("kind", ["cdgcn", "evolvegcn_o", "evolvegcn_h", "tmgcn"])
 def test_layer_reset_parameters_resets_every_parameter(kind):
     """Each layer's reset_parameters redraws every parameter from the torch generator."""
     assert_reset_resets_everything(make_layer(kind))
 
 
-@pytest.mark.parametrize("name", ["cdgcn", "evolvegcn_o", "tmgcn"])
+@pytest.mark.parametrize("name", ["cdgcn", "evolvegcn_o", "evolvegcn_h", "tmgcn"])
 def test_model_reset_parameters_resets_every_parameter(name):
     """DGNN.reset_parameters redraws every parameter of every layer."""
     assert_reset_resets_everything(build_model(name, in_features=3, hidden=4, layers=2, window=2))

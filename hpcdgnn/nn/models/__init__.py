@@ -9,6 +9,7 @@ from hpcdgnn.nn.models.base import (
     available_models,
     build_from_options,
     build_model,
+    meta_layers,
     model_options,
     needs_step_graphs,
     register_model,
@@ -17,7 +18,7 @@ from hpcdgnn.nn.models.cdgcn import CDGCNLayer
 from hpcdgnn.nn.models.dcrnn import DCRNNLayer
 from hpcdgnn.nn.models.dysat import DySATLayer
 from hpcdgnn.nn.models.encoder_decoder import DecoderInputs, EncoderDecoder, build_encoder_decoder
-from hpcdgnn.nn.models.evolvegcn import EvolveGCNOLayer
+from hpcdgnn.nn.models.evolvegcn import EvolveGCNHLayer, EvolveGCNOLayer
 from hpcdgnn.nn.models.gconv_gru import GConvGRULayer
 from hpcdgnn.nn.models.gconv_lstm import GConvLSTMLayer
 from hpcdgnn.nn.models.gcrn_m1 import GCRNM1Layer
@@ -34,6 +35,7 @@ __all__ = [
     "DySATLayer",
     "DynamicLayer",
     "EncoderDecoder",
+    "EvolveGCNHLayer",
     "EvolveGCNOLayer",
     "GCRNM1Layer",
     "GConvGRULayer",
@@ -50,6 +52,7 @@ __all__ = [
     "build_encoder_decoder",
     "build_from_options",
     "build_model",
+    "meta_layers",
     "m_transform",
     "model_options",
     "needs_step_graphs",

@@ -21,8 +21,8 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, joined
 
 __all__ = ["DynamicLayer", "DGNN", "GraphCellOptions", "GraphModelOptions", "GraphRecurrentLayer", "StepParams",
-           "register_model", "build_model", "build_from_options", "available_models", "model_options",
-           "needs_step_graphs", "run_rnn"]
+           "register_model", "build_model", "build_from_options", "available_models", "meta_layers",
+           "model_options", "needs_step_graphs", "run_rnn"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +122,9 @@ class DynamicLayer(nn.Module):
         precomputable: whether the first layer's aggregation Ã_t·X_t is a constant (SPEC S4); False with attention.
         graph_recurrent: whether the time encoder convolves over each step's graph (takes ``graphs=``).
         temporal_reach: None, or r when output t reads only inputs t - r .. t of the same vertex (TM-GCN, r = w - 1).
-        writes_out: whether :meth:`spatial_steps` takes ``out=``, an (S, n, spatial) buffer to write into."""
+        writes_out: whether :meth:`spatial_steps` takes ``out=``, an (S, n, spatial) buffer to write into.
+        pool_rows: k > 0 when the per-step parameters read every step's top-k summary of the layer input over
+            all ranks (EvolveGCN-H, :meth:`pool_scores`, :meth:`~hpcdgnn.nn.layout.Layout.pool`); 0: they do not."""
 
     in_features: int
     spatial_features: int
@@ -133,6 +135,7 @@ class DynamicLayer(nn.Module):
     graph_recurrent: bool = False
     temporal_reach: int | None = None
     writes_out: bool = False
+    pool_rows: int = 0
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
         """Neighbourhood aggregation of rows ``h`` (n, in) -> ``ax``; default Ã·[h ; halo] (IBM Eq. 2, §5.5)."""
@@ -160,11 +163,17 @@ class DynamicLayer(nn.Module):
         params, _ = self.time_params_block(0, num_steps, None)
         return None if params is None else [params[t] for t in range(num_steps)]
 
-    def time_params_block(self, start: int, stop: int, state: Any = None) -> tuple[dict[int, torch.Tensor] | None, Any]:
+    def time_params_block(self, start: int, stop: int, state: Any = None, pooled: torch.Tensor | None = None
+                          ) -> tuple[dict[int, torch.Tensor] | None, Any]:
         """Per-step parameters ``{t: W_t}`` for ``start <= t < stop`` and the state after ``stop - 1``.
 
-        ``state`` is the state after step ``start - 1`` (None when ``start == 0``), as for blocks of time (SPEC S2)."""
+        ``state`` is the state after step ``start - 1`` (None when ``start == 0``), as for blocks of time (SPEC S2);
+        ``pooled``: the steps' (stop - start, :attr:`pool_rows`, in_features) summaries when ``pool_rows`` > 0."""
         return None, None
+
+    def pool_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """The score of each row of the layer input that :attr:`pool_rows` ranks by, (n, in) -> (n,)."""
+        raise NotImplementedError(f"{type(self).__name__} pools nothing (pool_rows = 0)")
 
     def initial_time_state(self) -> Any:
         """The per-step parameters' state before a sequence's first step (EvolveGCN-O: (W_0, 0)), or None."""
@@ -217,10 +226,16 @@ class DGNN(nn.Module):
         h: torch.Tensor | None = None
         for li, layer in enumerate(self.layers):
             tstate, rstate = layout.states[li]
-            tparams, tstate = layer.time_params_block(layout.start, layout.stop, tstate)
+            pooled = layout.pool(layer, li, h) if layer.pool_rows else None
+            if pooled is None:
+                tparams, tstate = layer.time_params_block(layout.start, layout.stop, tstate)
+            else:
+                tparams, tstate = layer.time_params_block(layout.start, layout.stop, tstate, pooled)
             y = layout.spatial(layer, li, h, tparams)
             if not y.requires_grad:  # nothing here trains (no rows, or past the horizon): join h's backward
                 y = joined(y, h)
+            if pooled is not None:  # a rank with no rows still runs the pool's backward collective
+                y = joined(y, pooled)
             if layer.temporal_mixing:
                 z, rstate = layout.encode(layer, li, layout.to_temporal(y, li), rstate)
                 y = layout.to_spatial(z, li)
@@ -341,11 +356,15 @@ def register_model(name: str, *, step_graphs: bool = False, options: type[GraphM
     return deco
 
 
-def time_mixing_layers(m) -> list[DynamicLayer]:
-    """The layers of model config ``m`` whose time encoder mixes steps, built on the meta device (no memory)."""
+def meta_layers(m) -> list[DynamicLayer]:
+    """The layers of model config ``m``, built on the meta device (no memory), to read their attributes."""
     with torch.device("meta"):
-        model = build_from_options(m, 1)
-    return [ly for ly in model.layers if ly.temporal_mixing]
+        return list(build_from_options(m, 1).layers)
+
+
+def time_mixing_layers(m) -> list[DynamicLayer]:
+    """The layers of model config ``m`` whose time encoder mixes steps (:func:`meta_layers`)."""
+    return [ly for ly in meta_layers(m) if ly.temporal_mixing]
 
 
 def needs_step_graphs(name: str) -> bool:
