@@ -56,8 +56,9 @@ class ModelConfig:
     (:func:`hpcdgnn.regimes.options_class`). An option of another model is an error."""
 
     name: str = "cdgcn"
-    """Registered model: ``cdgcn``, ``evolvegcn_o``, ``evolvegcn_h``, ``tmgcn`` (IBM §5), ``tgcn``, ``mpnn_lstm``, ``dysat`` (DGC
-    §7.1); ``gconv_lstm``, ``gconv_gru``, ``tgcn_cell``, ``dcrnn``, ``gcrn_m1`` (ReInc §2.1); ``tgn`` (DistTGL)."""
+    """Registered model: ``cdgcn``, ``evolvegcn_o``, ``evolvegcn_h``, ``tmgcn`` (IBM §5), ``tgcn``, ``mpnn_lstm``,
+    ``dysat`` (DGC §7.1); ``gconv_lstm``, ``gconv_gru``, ``tgcn_cell``, ``dcrnn``, ``gcrn_m1`` (ReInc §2.1); ``tgn``
+    (DistTGL)."""
     hidden: int = 16
     """Feature width F' of every layer's output (IBM §6.1 uses 6)."""
 

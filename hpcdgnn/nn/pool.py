@@ -44,10 +44,12 @@ def topk_pool(x: torch.Tensor, keys: np.ndarray, num_vertices: int, start: int, 
         x: this rank's rows of the layer input (each (t, v) held by one rank).
         keys: ``t * num_vertices + v`` of each row of ``x``, with start <= t < stop.
         num_vertices: N.
-        start, stop: the steps summarised.
+        start: the first step summarised.
+        stop: one past the last step summarised.
         k: rows per summary.
         score: the layer's ``y = score(x)``.
-        comm: the communicator the rows are spread over (traffic ``<tag>.index``, ``<tag>.fwd`` / ``.bwd``).
+        comm: the communicator the rows are spread over.
+        tag: traffic tag prefix (``<tag>.index``, ``<tag>.fwd`` / ``.bwd``).
 
     Shapes:
         x (m, F), keys (m,) -> Z (stop - start, k, F), the same on every rank.
@@ -60,7 +62,8 @@ def topk_pool(x: torch.Tensor, keys: np.ndarray, num_vertices: int, start: int, 
     # (rank, step, slot) -> (score, vertex id, occupied): a zero-filled table summed is an all-gather
     table = torch.zeros(P, S, k, 3, dtype=torch.float64)
     if mine.size:
-        table[me, step[mine], slot] = torch.stack([y.detach().double().cpu()[mine], torch.from_numpy(vertex[mine]).double(),
+        table[me, step[mine], slot] = torch.stack([y.detach().double().cpu()[mine],
+                                                   torch.from_numpy(vertex[mine]).double(),
                                                    torch.ones(mine.size, dtype=torch.float64)], 1)
     comm.allreduce_(table, "sum", tag=f"{tag}.index")
     p_, s_, j_ = (a.numpy() for a in torch.nonzero(table[..., 2] > 0, as_tuple=True))

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join, phase_join_into, phase_view, relu_into
 from hpcdgnn.nn.models import available_models, build_model, needs_step_graphs
+from hpcdgnn.nn.pool import topk_pool_reference
 from hpcdgnn.ops.sparse import NormalizedAdjacency, gcn_norm, sorted_csr
 
 T, N, F, H = 5, 9, 3, 4
@@ -50,6 +52,11 @@ class WholeSnapshots(Layout):
               for j, (a, x) in enumerate(zip(self.adj, hs, strict=True))]
         return torch.stack(ys)
 
+    def pool_input(self, li, h):
+        x = torch.stack(list(self.xs)) if h is None else h
+        keys = np.arange(self.start * N, self.stop * N, dtype=np.int64)
+        return x.reshape(-1, x.shape[-1]), keys, N, Communicator()
+
     def output(self, h):
         self.last = h
         return {self.start + j: z for j, z in enumerate(h.unbind(0))}
@@ -75,9 +82,14 @@ class TimeMajorRows(RowLayout):
         x = torch.cat(xs)
         super().__init__(0, T, layers, [(t, N) for t in range(T)],
                          lambda layer, li, h: layer.aggregate(graph, x if h is None else h))
+        self.x = x
 
     def to_temporal(self, y, li):
         return y.view(T, N, y.shape[-1])
+
+    def pool_input(self, li, h):
+        x = self.x if h is None else h
+        return x, np.arange(T * N, dtype=np.int64), N, Communicator()
 
     def to_spatial(self, z, li):
         return z.reshape(T * N, z.shape[-1])
@@ -91,7 +103,11 @@ def _by_hand(model, adj, xs):
     """The layers called one by one: aggregate + spatial per snapshot, temporal over the timeline."""
     hs = xs
     for layer in model.layers:
-        tparams, _ = layer.time_params_block(0, T, None)
+        if layer.pool_rows:  # EvolveGCN-H: each step's top-k by torch.topk
+            pooled = torch.stack([topk_pool_reference(hs[t], layer.pool_rows, layer.pool_scores) for t in range(T)])
+            tparams, _ = layer.time_params_block(0, T, None, pooled)
+        else:
+            tparams, _ = layer.time_params_block(0, T, None)
         y = torch.stack([layer.spatial(layer.aggregate(LocalGraph(adj[t]), hs[t]), t, tparams) for t in range(T)])
         if layer.temporal_mixing:
             y, _ = layer.temporal(y, None)

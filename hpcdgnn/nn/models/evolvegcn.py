@@ -142,7 +142,7 @@ class EvolveGCNHLayer(_EvolvingGCN):
         self.gru.reset_parameters()
 
     def pool_scores(self, x: torch.Tensor) -> torch.Tensor:
-        """y = H p / ||p||, (n, F) -> (n,)."""
+        """Scores y = H p / ||p||, (n, F) -> (n,)."""
         return (x @ self.scorer) / self.scorer.norm()
 
     def initial_time_state(self):
