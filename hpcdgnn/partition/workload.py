@@ -35,9 +35,11 @@ __all__ = [
     "LayerShape",
     "MLPWorkload",
     "build_mlp",
+    "cache_root",
     "chunk_features",
     "chunk_work",
     "default_predictor_path",
+    "machine_slug",
     "layer_shape",
     "layer_shapes",
     "machine_info",
@@ -347,11 +349,20 @@ def default_predictor_path(model: str, device: str = "cpu", dtype: str = "float3
 
     ``<machine>`` is the GPU/CPU name, not the host: the next job's rank 0 is another node of the same kind.
     """
+    return cache_root() / f"workload-{machine_slug(device)}-{model}-{device}-{dtype}.pt"
+
+
+def cache_root() -> Path:
+    """Where per-machine files live: ``$HPCDGNN_CACHE``, else ``$XDG_CACHE_HOME/hpcdgnn`` or ``~/.cache/hpcdgnn``."""
     root = os.environ.get("HPCDGNN_CACHE")
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = str(Path(xdg) / "hpcdgnn") if xdg else str(Path.home() / ".cache" / "hpcdgnn")
+    return Path(root)
+
+
+def machine_slug(device: str = "cpu") -> str:
+    """The GPU name on ``cuda``, else the CPU name, as a file-name part (the kind of machine, not the host)."""
     info = machine_info(device)
-    kind = info["gpu"] if device == "cuda" and info["gpu"] else info["cpu"]
-    return Path(root) / f"workload-{_slug(kind)}-{model}-{device}-{dtype}.pt"
+    return _slug(info["gpu"] if device == "cuda" and info["gpu"] else info["cpu"])
 

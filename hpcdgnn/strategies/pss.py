@@ -99,6 +99,25 @@ class PSSStrategy(SnapshotStrategy):
         return super().setup(plan, model, task, reader)
 
     @classmethod
+    def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
+        """The planner's per-rank work and traffic: the GCN as under ``snapshot`` without redistribution; each
+        time-mixing layer's final state (``work.state_per_row`` values per vertex) to the next rank and its
+        gradient back; the time encoders run one rank after another."""
+        from hpcdgnn.planner.cost import add
+        from hpcdgnn.strategies.snapshot import snapshot_cost
+
+        ranks = snapshot_cost(plan, job, manifest, graph, redistributes=False)
+        item = work.itemsize
+        state = sum(work.state_per_row) * plan.num_vertices * item
+        for p, r in enumerate(ranks):
+            r.serial_temporal = True
+            if state and p < plan.num_ranks - 1:
+                add(r.sent, "pipeline.fwd", state)
+                add(ranks[p + 1].sent, "pipeline.bwd", state)
+                add(r.calls, "p2p", 2 * sum(1 for s in work.state_per_row if s))
+        return ranks
+
+    @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
         """The RNN runs over this rank's own whole snapshots at any P."""
         return True

@@ -89,6 +89,11 @@ class SnapshotStrategy(FullBatchStrategy):
         """Whether the time encoder sees whole snapshots: only on one rank."""
         return num_ranks == 1
 
+    @classmethod
+    def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
+        """The planner's per-rank work and traffic under ``plan`` (:func:`snapshot_cost`)."""
+        return snapshot_cost(plan, job, manifest, graph)
+
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the owned snapshots, move them to the device (S3), normalise Ã_t and precompute Ã_t·X_t (S4).
 
@@ -568,3 +573,79 @@ class SnapshotLayout(Layout):
         """The owned snapshots' embeddings, with the (T_pb, N, F) block they are rows of."""
         self.last = h
         return Embeddings.of_block(h, [self.s.owned[i] for i in self.local])
+
+
+def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool = True) -> list:
+    """Per-rank work and traffic of one steady epoch under ``plan`` (:mod:`hpcdgnn.planner.cost`).
+
+    Per block b and time-mixing layer, rank p sends q its k_pb snapshots' rows of q's vertex range, and back
+    (IBM §4.2: T·N·F·(P−1)/P per redistribution); the backward moves only snapshots up to the training horizon.
+    A moved first-layer aggregation (constant Ã·X) goes once, in the first epoch; banded encoders (TM-GCN)
+    receive the w − 1 snapshots before their run instead (``time_halo``). ``redistributes=False`` (``pss``):
+    no redistribution; the time encoder's state is passed on instead (its traffic is the caller's)."""
+    from hpcdgnn.nn.layout import moves_aggregation
+    from hpcdgnn.nn.models import meta_layers
+    from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, pool_traffic
+
+    P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
+    layers = meta_layers(job.model, F)
+    item = 4 if job.train.dtype == "float32" else 8
+    causal = all(ly.causal for ly in layers)
+    horizon = plan.horizon if causal else T - 1
+    precomputed = layers[0].precomputable
+    owned = [plan.snapshots_of(p) for p in range(P)]
+    n = [plan.vertex_bounds[p + 1] - plan.vertex_bounds[p] for p in range(P)]
+    nnz = graph.adjacency_nnz
+    mixing = any(ly.temporal_mixing for ly in layers)
+    needs_adj = any(not ly.graph_recurrent and (li > 0 or not precomputed) for li, ly in enumerate(layers))
+    contiguous = all(not o or o[-1] - o[0] + 1 == len(o) for o in owned)
+    halo_on = (redistributes and len(plan.blocks) == 2 and getattr(job.strategy, "time_halo", "on") == "on"
+               and contiguous)
+    ranks = []
+    for p in range(P):
+        r = RankWork(spatial_rows=len(owned[p]) * N, spatial_steps=len(owned[p]),
+                     spatial_nnz=float(sum(nnz[t] for t in owned[p])), saved_divisor=len(plan.blocks) - 1)
+        if mixing:
+            r.temporal_rows, r.temporal_steps = (T * n[p], T) if redistributes else (len(owned[p]) * N,
+                                                                                    len(owned[p]))
+        blocks = [[t for t in owned[p] if a <= t < b] for a, b in zip(plan.blocks[:-1], plan.blocks[1:],
+                                                                        strict=True)]
+        adj = [adjacency_bytes(N * len(bl), sum(nnz[t] for t in bl), item) for bl in blocks]
+        r.resident_bytes = (sum(adj) if len(blocks) == 1 else max(adj, default=0.0)) if needs_adj else 0.0
+        r.resident_bytes += len(owned[p]) * N * F * item
+        ranks.append(r)
+    for a, b in zip(plan.blocks[:-1], plan.blocks[1:], strict=True):
+        k = [sum(1 for t in owned[p] if a <= t < b) for p in range(P)]
+        kg = [sum(1 for t in owned[p] if a <= t < b and t <= horizon) for p in range(P)]
+        pool_traffic(layers, b - a, P, item, ranks)
+        for li, ly in enumerate(layers):
+            if not ly.temporal_mixing or not redistributes or P == 1:
+                continue
+            if ly.temporal_reach is not None and halo_on:
+                for p in range(P):
+                    if not owned[p]:
+                        continue
+                    need = range(max(0, owned[p][0] - ly.temporal_reach), owned[p][0])
+                    for t in need:
+                        q = plan.snapshot_owner[t]
+                        add(ranks[q].sent, "time_halo.fwd", N * ly.spatial_features * item)
+                        if t <= horizon:
+                            add(ranks[p].sent, "time_halo.bwd", N * ly.spatial_features * item)
+                    add(ranks[p].calls, "alltoall", 2)
+                continue
+            moved = moves_aggregation(ly, li, None, precomputed)
+            w_in = ly.in_features if moved else ly.spatial_features
+            w_out = ly.out_features
+            kept = li == 0 and moved and precomputed
+            for p in range(P):
+                others, others_g = sum(k) - k[p], sum(kg) - kg[p]
+                r = ranks[p]
+                if kept:
+                    r.resident_bytes += (b - a) * n[p] * w_in * item
+                else:
+                    add(r.sent, "redistribute.fwd", k[p] * (N - n[p]) * w_in * item)
+                    add(r.sent, "redistribute.bwd", others_g * n[p] * w_in * item)
+                add(r.sent, "redistribute.fwd", others * n[p] * w_out * item)
+                add(r.sent, "redistribute.bwd", kg[p] * (N - n[p]) * w_out * item)
+                add(r.calls, "alltoall", 2 if kept else 4)
+    return ranks

@@ -39,6 +39,11 @@ class VertexStrategy(HaloStrategy):
         """Vertex sets by ``strategy.partition``; snapshots scored cyclically (:func:`plan_vertices`)."""
         return plan_vertices(manifest, num_ranks, job)
 
+    @classmethod
+    def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
+        """The planner's per-rank work and traffic under ``plan`` (:func:`vertex_cost`)."""
+        return vertex_cost(plan, job, manifest, graph)
+
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read this rank's rows of every Ã_t, agree on the halo, normalise, precompute Ã·X."""
         P, me, dev = self.comm.size, self.comm.rank, self.ctx.device
@@ -106,3 +111,52 @@ class VertexLayout(HaloLayout):
     def finish(self) -> None:
         """After the backward: release the embeddings block (only a backward root while it ran)."""
         self.last = None
+
+
+def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
+    """Per-rank work and traffic of one steady epoch under a vertex plan (:mod:`hpcdgnn.planner.cost`).
+
+    Rank q's halo is every (t, u) with u a neighbour (A_t row v → u) of one of its vertices v owned by another
+    rank (counted from the snapshots' structure, read once); each aggregating layer moves the halo rows at its
+    input width forward and their gradients back (IBM §4.1). The task scores rows in place; a link-prediction
+    task's fetch of pair endpoints depends on the drawn negatives and is not predicted."""
+    from hpcdgnn.nn.models import meta_layers
+    from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, pool_traffic
+
+    P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
+    layers = meta_layers(job.model, F)
+    item = 4 if job.train.dtype == "float32" else 8
+    order = np.asarray(plan.vertex_order if plan.vertex_order is not None else range(N), dtype=np.int64)
+    part = np.empty(N, dtype=np.int64)
+    part[order] = np.repeat(np.arange(P), np.diff(plan.vertex_bounds))
+    n = np.diff(plan.vertex_bounds)
+    halo = np.zeros((P, P))  # halo[q, p]: rows q reads that p owns
+    nnz = np.zeros(P)
+    for indptr, indices in graph.csr():
+        src = np.repeat(np.arange(N), np.diff(indptr))
+        keep = src != indices
+        src, dst = src[keep], indices[keep]
+        nnz += np.bincount(part[src], minlength=P) + n
+        cut = part[src] != part[dst]
+        keys = np.unique(part[src[cut]] * N + dst[cut])
+        np.add.at(halo, (keys // N, part[keys % N]), 1)
+    precomputed = layers[0].precomputable
+    mixing = any(ly.temporal_mixing for ly in layers)
+    ranks = []
+    for q in range(P):
+        r = RankWork(spatial_rows=T * n[q], spatial_steps=T, spatial_nnz=nnz[q],
+                     temporal_rows=T * n[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0)
+        r.resident_bytes = adjacency_bytes(T * n[q], nnz[q], item) + T * n[q] * F * item
+        ranks.append(r)
+    pool_traffic(layers, T, P, item, ranks)
+    if P > 1:
+        for li, ly in enumerate(layers):
+            if ly.graph_recurrent or (li == 0 and precomputed):
+                continue
+            w = ly.in_features
+            for q in range(P):
+                for p in range(P):
+                    add(ranks[p].sent, "halo.fwd", halo[q, p] * w * item)
+                add(ranks[q].sent, "halo.bwd", halo[q].sum() * w * item)
+                add(ranks[q].calls, "alltoall", 2)
+    return ranks

@@ -356,10 +356,11 @@ def register_model(name: str, *, step_graphs: bool = False, options: type[GraphM
     return deco
 
 
-def meta_layers(m) -> list[DynamicLayer]:
-    """The layers of model config ``m``, built on the meta device (no memory), to read their attributes."""
+def meta_layers(m, in_features: int = 1) -> list[DynamicLayer]:
+    """The layers of model config ``m`` on ``in_features`` inputs, built on the meta device (no memory), to read
+    their attributes and widths."""
     with torch.device("meta"):
-        return list(build_from_options(m, 1).layers)
+        return list(build_from_options(m, in_features).layers)
 
 
 def time_mixing_layers(m) -> list[DynamicLayer]:

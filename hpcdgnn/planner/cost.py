@@ -1,0 +1,191 @@
+"""One cost model: a strategy's plan and its per-rank work turned into memory, traffic, balance and time.
+
+A strategy that can be planned gives a classmethod ``cost(plan, job, manifest, graph) -> list[RankWork]``
+next to its ``make_plan`` (the same plan the run would use): per rank, the rows and steps of each phase, the
+resident input bytes and the bytes it sends per steady epoch by traffic tag (as ``metrics.jsonl``'s
+``bytes_by_tag`` counts them, so a run checks the prediction). :func:`predict` adds what every strategy
+shares — the gradient all-reduce, parameters with Adam's moments, the model's counted work
+(:mod:`~hpcdgnn.planner.work`) — and prices it with the machine's rates (:mod:`~hpcdgnn.planner.rates`).
+
+Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nnz·width / sparse rate +
+framework calls × call time; communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
+epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
+rank to rank (``pss``), the other ranks' time-encoder seconds it waits for. λ = max/min compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hpcdgnn.planner.rates import MachineRates
+from hpcdgnn.planner.work import ModelWork
+
+__all__ = ["GraphStats", "Prediction", "RankWork", "adjacency_bytes", "add", "pool_traffic", "price"]
+
+
+def add(d: dict[str, float], key: str, value: float) -> None:
+    """``d[key] += value`` from 0."""
+    d[key] = d.get(key, 0.0) + value
+
+
+def adjacency_bytes(rows: int, nnz: float, itemsize: int) -> float:
+    """A normalised Ã block held with its transpose (two CSR: int64 row pointers and columns, values)."""
+    return 2 * ((rows + 1) * 8 + nnz * (8 + itemsize))
+
+
+def pool_traffic(layers, steps: int, num_ranks: int, itemsize: int, ranks: list[RankWork]) -> None:
+    """Every rank's share of the top-k pools (EvolveGCN-H) of one layout over ``steps`` steps (nn/pool.py)."""
+    if num_ranks == 1:
+        return
+    for li, ly in enumerate(layers):
+        if not ly.pool_rows:
+            continue
+        for r in ranks:
+            add(r.sent, f"layer{li}.pool.index", num_ranks * steps * ly.pool_rows * 3 * 8)
+            add(r.sent, f"layer{li}.pool.fwd", steps * ly.pool_rows * ly.in_features * itemsize)
+            add(r.sent, f"layer{li}.pool.bwd", steps * ly.pool_rows * ly.in_features * itemsize)
+            add(r.calls, "allreduce", 3)
+
+
+@dataclass
+class RankWork:
+    """What one rank does in one steady epoch under a plan."""
+
+    spatial_rows: float = 0.0
+    spatial_steps: float = 0.0
+    spatial_nnz: float = 0.0
+    """Stored entries of this rank's rows of Ã_t, summed over its steps (one aggregation per layer reads them)."""
+    temporal_rows: float = 0.0
+    temporal_steps: float = 0.0
+    resident_bytes: float = 0.0
+    """Inputs held for the whole epoch: this rank's Ã_t (and transpose), the first layer's input, ..."""
+    saved_divisor: float = 1.0
+    """Checkpoint blocks: activations of one block of the timeline are held at once (IBM §3.1)."""
+    sent: dict[str, float] = field(default_factory=dict)
+    """Bytes this rank sends per epoch, by traffic tag."""
+    calls: dict[str, float] = field(default_factory=dict)
+    """Collective calls per epoch, ``alltoall`` / ``allreduce`` / ``p2p``."""
+    serial_temporal: bool = False
+    """The time encoder waits for the previous rank's state (``pss``)."""
+
+
+class GraphStats:
+    """What the planner knows of a dataset: the manifest, and on demand each snapshot's CSR (cached)."""
+
+    def __init__(self, manifest, data_root: str) -> None:
+        self.manifest, self.root = manifest, data_root
+        self._csr: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def adjacency_nnz(self) -> np.ndarray:
+        """(T,) stored entries of Ã_t: A_t's edges without self-loops, plus one self-loop per vertex."""
+        if self._csr is not None:
+            return np.asarray([int(np.sum(self._rows_of(t) != c)) + self.manifest.num_vertices
+                               for t, (_, c) in enumerate(self._csr)], dtype=np.int64)
+        return np.asarray(self.manifest.snapshot_nnz, dtype=np.int64) + self.manifest.num_vertices
+
+    def _rows_of(self, t: int) -> np.ndarray:
+        indptr, _ = self.csr()[t]
+        return np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+
+    def csr(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every snapshot's (indptr, indices), read once."""
+        if self._csr is None:
+            from hpcdgnn.data.shard_reader import ShardReader
+
+            reader = ShardReader(self.root, self.manifest)
+            try:
+                self._csr = []
+                for t in range(self.manifest.num_snapshots):
+                    s = reader.read(t)
+                    self._csr.append((np.asarray(s.indptr, dtype=np.int64), np.asarray(s.indices, dtype=np.int64)))
+            finally:
+                reader.close()
+        return self._csr
+
+
+@dataclass
+class Prediction:
+    """The planner's figures for one strategy at one P."""
+
+    strategy: str
+    options: dict
+    num_ranks: int
+    memory_bytes: float
+    """Predicted peak of the most loaded rank: resident inputs + parameters with gradients and Adam's moments +
+    the activations autograd saves."""
+    memory_by_rank: list[float]
+    memory_parts: dict[str, float]
+    """The most loaded rank's ``inputs`` (``summary.json``'s ``engine_bytes``), ``activations``
+    (``activation_peak_bytes``) and ``parameters`` (weights, gradients, Adam's two moments)."""
+    bytes_per_epoch: float
+    """All ranks, one steady epoch (as ``metrics.jsonl``'s ``bytes_sent``)."""
+    bytes_by_tag: dict[str, float]
+    balance: float
+    """λ = max/min per-rank compute seconds."""
+    compute_s: float
+    comm_s: float
+    epoch_s: float
+    notes: list[str] = field(default_factory=list)
+    fits: bool = True
+    picked: bool = False
+
+    def to_json(self) -> dict:
+        """JSON-ready fields."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, parameters: int,
+          rates: MachineRates, width: int, memory_per_rank: float | None) -> Prediction:
+    """Turn per-rank work into a :class:`Prediction` (the module docstring's time and memory model).
+
+    Args:
+        strategy: the strategy's name.
+        options: its options (reported).
+        ranks: :class:`RankWork` of each rank.
+        work: the model's counted work per row, step and edge.
+        parameters: trainable parameters of model and task head (all-reduced every step).
+        rates: the machine's rates.
+        width: the model's hidden width (selects the measured product rates).
+        memory_per_rank: the budget a rank has, or None (no limit).
+    """
+    P, item = len(ranks), work.itemsize
+    grad = parameters * item
+    tags: dict[str, float] = {}
+    compute, comm, temporal, memory, parts = [], [], [], [], []
+    for r in ranks:
+        sent = dict(r.sent)
+        calls = dict(r.calls)
+        if P > 1:
+            sent["grad_allreduce"] = sent.get("grad_allreduce", 0.0) + grad
+            calls["allreduce"] = calls.get("allreduce", 0.0) + 1
+        for k, v in sent.items():
+            tags[k] = tags.get(k, 0.0) + v
+        sp, tm = work.spatial, work.temporal
+        flops = sp.flops(r.spatial_rows, r.spatial_steps) + tm.flops(r.temporal_rows, r.temporal_steps)
+        sparse = sp.sparse_per_nnz * r.spatial_nnz
+        ops = sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps)
+        t_tm = tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.ops(r.temporal_steps) * \
+            rates.op_seconds
+        compute.append(flops / rates.dense(width) + sparse / rates.sparse(width) + ops * rates.op_seconds)
+        temporal.append(t_tm if r.serial_temporal else 0.0)
+        c = 0.0
+        for kind, n in calls.items():
+            lat, bw = rates.collective("allreduce" if kind == "allreduce" else "alltoall", P)
+            c += n * lat
+        c += sum(sent.values()) / rates.collective("alltoall", P)[1] if P > 1 else 0.0
+        comm.append(c)
+        saved = (sp.saved_per_row * r.spatial_rows + tm.saved_per_row * r.temporal_rows) / r.saved_divisor
+        memory.append(r.resident_bytes + 4 * grad + saved)
+        parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad})
+    # a pipelined time encoder: the slowest rank also waits for every other rank's stretch
+    serial = sum(temporal) - max(temporal) if any(temporal) else 0.0
+    epoch = max(c + m for c, m in zip(compute, comm, strict=True)) + serial
+    lam = max(compute) / min(compute) if min(compute) > 0 else float("inf")
+    fits = memory_per_rank is None or max(memory) <= memory_per_rank
+    top = int(np.argmax(memory))
+    return Prediction(strategy=strategy, options=options, num_ranks=P, memory_bytes=memory[top],
+                      memory_by_rank=memory, memory_parts=parts[top], bytes_per_epoch=sum(tags.values()), bytes_by_tag=tags, balance=lam,
+                      compute_s=max(compute), comm_s=max(comm), epoch_s=epoch, fits=fits)

@@ -1,0 +1,145 @@
+"""Predict every applicable strategy of a job at each rank count, and pick one (``hpcdgnn plan``, ``strategy: auto``).
+
+Rank 0 only; nothing trains. For each strategy of the job's regime that has a cost model (``cost`` beside its
+``make_plan``), the planner makes the plan the run would make, asks the strategy for its per-rank work and
+traffic and prices it (:func:`~hpcdgnn.planner.cost.price`). ``snapshot`` also comes with the fewest checkpoint
+blocks (IBM §3.1) that fit the memory budget when one block does not. The pick is the fastest predicted epoch
+among those that fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import torch
+
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.planner.cost import GraphStats, Prediction, price
+from hpcdgnn.planner.rates import MachineRates
+from hpcdgnn.planner.work import model_work
+
+__all__ = ["candidates", "choose", "parameter_count", "plan_job"]
+
+
+def candidates(job) -> list[str]:
+    """The strategies of the job's regime (every name its YAML accepts), in registration order."""
+    from hpcdgnn.regimes import regime_of
+
+    return [s for s in regime_of("model", job.model.name).strategies if s != "auto"]
+
+
+def parameter_count(job, manifest) -> int:
+    """Trainable parameters of the model and the task head (what the gradient all-reduce moves), built on meta."""
+    from hpcdgnn.regimes import regime_of
+
+    regime = regime_of("model", job.model.name)
+    with torch.device("meta"):
+        model = regime.build_model(job, manifest)
+        out = getattr(model, "out_features", job.model.hidden)
+        task = regime.build_task(job.task, manifest, out, job.train.seed)
+    return sum(p.numel() for m in (model, task) for p in m.parameters() if p.requires_grad)
+
+
+def _options(job, name: str, given: dict | None = None):
+    """``name``'s options: the job's own when it names ``name``, else ``given`` over the defaults."""
+    from hpcdgnn.regimes import regime_of
+
+    if job.strategy.name == name:
+        return job.strategy
+    cls = regime_of("model", job.model.name).strategies[name]
+    return cls(name=name, **(given or {}))
+
+
+def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRates,
+             strategies: list[str] | None = None, memory_per_rank: float | None = None,
+             given: dict[str, dict] | None = None) -> list[Prediction]:
+    """Predictions for every strategy (and checkpoint-block variant) and rank count; the pick per P marked.
+
+    Args:
+        job: the typed job.
+        manifest: its dataset's manifest.
+        data_root: the dataset directory (the vertex halo counts read its snapshots' structure once).
+        ranks: the rank counts P.
+        rates: the machine's rates.
+        strategies: the names to consider (default: all of the regime's).
+        memory_per_rank: bytes each rank may use, or None.
+        given: options for strategies the job does not name (``strategy: {name: auto, options: ...}``).
+
+    Raises:
+        ConfigError: an unknown strategy name, or P < 1 (one line).
+    """
+    from hpcdgnn.regimes import regime_of
+    from hpcdgnn.strategies import get_strategy
+
+    known = candidates(job)
+    names = strategies or known
+    unknown = [s for s in names if s not in known]
+    if unknown:
+        raise ConfigError(f"plan --strategies: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    if any(p < 1 for p in ranks):
+        raise ConfigError(f"plan --ranks: every P must be >= 1 (got {' '.join(map(str, ranks))})")
+    regime = regime_of("model", job.model.name)
+    graph = GraphStats(manifest, data_root)
+    work = model_work(job.model, manifest.num_features, job.train.dtype)
+    params = parameter_count(job, manifest)
+    out: list[Prediction] = []
+    for P in ranks:
+        for name in names:
+            cls = get_strategy(name)
+            opts = _options(job, name, (given or {}).get(name))
+            variant = replace(job, strategy=opts)
+            if not hasattr(cls, "cost"):
+                out.append(_unpriced(name, opts, P, "no cost model yet"))
+                continue
+            try:
+                regime.check(variant, None, P)
+            except ConfigError as e:
+                out.append(_unpriced(name, opts, P, f"does not apply: {str(e).removeprefix('None: ')}"))
+                continue
+            pred = _priced(cls, variant, manifest, graph, P, work, params, rates, memory_per_rank)
+            out.append(pred)
+            if name == "snapshot" and not pred.fits and getattr(opts, "blocks", 1) == 1:
+                for nb in _block_counts(manifest.num_snapshots):
+                    blocked = replace(variant, strategy=replace(opts, blocks=nb))
+                    bp = _priced(cls, blocked, manifest, graph, P, work, params, rates, memory_per_rank)
+                    if bp.fits or nb == manifest.num_snapshots:
+                        out.append(bp)
+                        break
+        choose([p for p in out if p.num_ranks == P])
+    return out
+
+
+def _block_counts(T: int) -> list[int]:
+    """2, 4, 8, … below T, then T."""
+    nb, out = 2, []
+    while nb < T:
+        out.append(nb)
+        nb *= 2
+    return [*out, T]
+
+
+def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:
+    plan = cls.make_plan(manifest, P, job)
+    ranks = cls.cost(plan, job, manifest, graph, work)
+    pred = price(job.strategy.name, asdict(job.strategy), ranks, work, params, rates, job.model.hidden,
+                 memory_per_rank)
+    if rates.source == "defaults":
+        pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
+    return pred
+
+
+def _unpriced(name: str, opts, P: int, why: str) -> Prediction:
+    nan = float("nan")
+    return Prediction(strategy=name, options=asdict(opts), num_ranks=P, memory_bytes=nan, memory_by_rank=[], memory_parts={},
+                      bytes_per_epoch=nan, bytes_by_tag={}, balance=nan, compute_s=nan, comm_s=nan, epoch_s=nan,
+                      notes=[why], fits=False)
+
+
+def choose(predictions: list[Prediction]) -> Prediction | None:
+    """Mark and return the fastest predicted epoch among the priced predictions that fit; None if none fits."""
+    fit = [p for p in predictions if p.fits and p.epoch_s == p.epoch_s]
+    if not fit:
+        return None
+    best = min(fit, key=lambda p: (p.epoch_s, p.memory_bytes))
+    best.picked = True
+    return best

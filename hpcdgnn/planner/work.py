@@ -1,0 +1,228 @@
+"""What one row, one step and one edge of a model cost, counted on a tiny graph in this process.
+
+The planner needs, for any registered model, the dense work, the sparse work, the number of framework calls
+and the bytes autograd saves, per row and per step of the spatial (GCN) and temporal (RNN) phases. They are
+*counted*, not timed: the model runs forward and backward over whole random snapshots at three sizes under
+a dispatch mode that adds up ``torch.utils.flop_counter``'s FLOPs of every dense op, nnz × width of every
+sparse product, and one per op, while :class:`~hpcdgnn.metrics.memory.SavedTensorMeter` measures the saved
+bytes. Three sizes separate the per-row, per-step and fixed terms: ``c(S, n) = a·S·n + b·S + d``. Machine
+rates (:mod:`hpcdgnn.planner.rates`) turn them into seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+from hpcdgnn.metrics.memory import SavedTensorMeter
+from hpcdgnn.nn.conv.graph import LocalGraph
+from hpcdgnn.nn.layout import Layout, StepGraph
+from hpcdgnn.ops.sparse import gcn_norm
+
+__all__ = ["ModelWork", "PhaseWork", "model_work"]
+
+#: the phases a strategy places on different rows
+PHASES = ("spatial", "temporal")
+
+
+@dataclass(frozen=True)
+class PhaseWork:
+    """One phase's counts, forward and backward: per row, per step, per edge (nnz of Ã_t)."""
+
+    flops_per_row: float
+    flops_per_step: float
+    sparse_per_nnz: float
+    """nnz × width units per stored entry of Ã_t (every product with Ã_t or its transpose)."""
+    ops_per_step: float
+    ops_fixed: float
+    saved_per_row: float
+    """Bytes autograd keeps per row until the backward."""
+
+    def flops(self, rows: float, steps: float) -> float:
+        """Dense FLOPs of ``rows`` rows over ``steps`` steps."""
+        return self.flops_per_row * rows + self.flops_per_step * steps
+
+    def ops(self, steps: float) -> float:
+        """Framework calls over ``steps`` steps."""
+        return self.ops_per_step * steps + self.ops_fixed
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """Per-phase work of a model at the job's widths and dtype, and its parameter count."""
+
+    spatial: PhaseWork
+    temporal: PhaseWork
+    parameters: int
+    itemsize: int
+    state_per_row: tuple[float, ...] = ()
+    """Per layer: values of the time encoder's final state per vertex row (what ``pss`` passes on)."""
+
+
+class _Count(TorchDispatchMode):
+    """Counts framework calls and sparse work (nnz × width) into the bucket :attr:`phase` names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = "backward"  # outside the forward's phases
+        self.ops = dict.fromkeys((*PHASES, "backward"), 0.0)
+        self.sparse = dict.fromkeys((*PHASES, "backward"), 0.0)
+        #: FLOPs of oneDNN's fused RNN layer, which flop_counter has no formula for
+        self.rnn_flops = dict.fromkeys((*PHASES, "backward"), 0.0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.ops[self.phase] += 1
+        name = func.__name__.split(".")[0]
+        if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"):
+            x, w_ih, w_hh = args[0], args[1], args[2]
+            steps_rows = x.numel() // x.shape[-1]
+            # 2 FLOPs per multiply-add of both products; the backward computes two such products per weight
+            self.rnn_flops[self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
+                w_ih.numel() + w_hh.numel())
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        sparse = [a for a in tensors if a.layout != torch.strided]
+        dense = [a for a in tensors if a.layout == torch.strided and a.dim() == 2]
+        if sparse and dense and func.__name__.split(".")[0] in ("mm", "addmm", "_sparse_mm", "_sparse_addmm",
+                                                                  "_sparse_csr_mm", "sparse_mm"):
+            nnz = sparse[0]._nnz() if sparse[0].layout == torch.sparse_coo else sparse[0].values().numel()
+            self.sparse[self.phase] += nnz * dense[0].shape[-1]
+        return func(*args, **kwargs)
+
+
+class _Micro(Layout):
+    """Whole random snapshots on one process; the forward's FLOPs, calls, sparse work and saved bytes by phase."""
+
+    def __init__(self, graphs, xs: torch.Tensor, count: _Count, meter: SavedTensorMeter, num_layers: int) -> None:
+        super().__init__(0, xs.shape[0], num_layers)
+        self.graphs, self.xs, self.count, self.meter = graphs, xs, count, meter
+        self.adj = [gcn_norm(g.t, g.indptr, g.indices, g.values.double(), xs.dtype) for g in graphs]
+        self.flops = dict.fromkeys(PHASES, 0.0)
+        self.saved = dict.fromkeys(PHASES, 0.0)
+        self.state: dict[int, float] = {}
+
+    def _phase(self, phase: str, fn):
+        self.count.phase = phase
+        before = self.meter.current
+        with FlopCounterMode(display=False) as f:
+            out = fn()
+        self.flops[phase] += f.get_total_flops()
+        self.saved[phase] += self.meter.current - before
+        self.count.phase = "backward"
+        return out
+
+    def spatial(self, layer, li, h, tparams):
+        def run():
+            hs = self.xs.unbind(0) if h is None else h.unbind(0)
+            ax = torch.stack([layer.aggregate(LocalGraph(a), x) for a, x in zip(self.adj, hs, strict=True)])
+            return layer.spatial_steps(ax, list(range(self.start, self.stop)), tparams)
+        return self._phase("spatial", run)
+
+    def encode(self, layer, li, y, state):
+        z, state = self._phase("temporal", lambda: layer.temporal(y, state, **self.temporal_kwargs(layer, li)))
+        leaves = [x for x in tree_leaves(state) if isinstance(x, torch.Tensor)]
+        self.state[li] = sum(x.numel() for x in leaves) / max(1, y.shape[1])
+        return z, state
+
+    def step_graphs(self, li):
+        return self.graphs
+
+    def pool_input(self, li, h):
+        from hpcdgnn.comm.communicator import Communicator
+
+        x = self.xs if h is None else h
+        n = x.shape[1]
+        return x.reshape(-1, x.shape[-1]), np.arange(x.shape[0] * n, dtype=np.int64), n, Communicator()
+
+    def output(self, h):
+        self.last = h
+        return dict(enumerate(h.unbind(0)))
+
+
+def _graphs(S: int, n: int, degree: int, seed: int) -> list[StepGraph]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(S):
+        cols = np.sort(rng.integers(0, n, (n, degree)), axis=1).reshape(-1)
+        indptr = np.arange(0, n * degree + 1, degree, dtype=np.int64)
+        out.append(StepGraph(t, torch.from_numpy(indptr), torch.from_numpy(cols.astype(np.int64)),
+                             torch.ones(cols.shape[0], dtype=torch.float32)))
+    return out
+
+
+def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: int):
+    """One forward + backward over S snapshots of n vertices: per phase (flops, calls, sparse, saved), nnz/step.
+
+    The backward's FLOPs, calls and sparse work are shared out in the forward's proportions."""
+    torch.manual_seed(0)
+    graphs = _graphs(S, n, degree, seed=S * 7919 + n)
+    count, meter = _Count(), SavedTensorMeter()
+    layout = _Micro(graphs, torch.randn(S, n, in_features, dtype=dtype), count, meter, len(model.layers))
+    with FlopCounterMode(display=False) as total, count, meter:
+        emb = model(layout)
+        loss = sum(z.sum() for z in emb.values())
+        loss.backward()
+    for ph in PHASES:
+        layout.flops[ph] += count.rnn_flops[ph]
+    out = {}
+    fwd_flops = sum(layout.flops.values())
+    all_flops = total.get_total_flops() + sum(count.rnn_flops.values())
+    fwd_ops = sum(count.ops[ph] for ph in PHASES)
+    fwd_sparse = sum(count.sparse[ph] for ph in PHASES)
+    for ph in PHASES:
+        f_share = layout.flops[ph] / fwd_flops if fwd_flops else float(ph == "spatial")
+        o_share = count.ops[ph] / fwd_ops if fwd_ops else float(ph == "spatial")
+        s_share = count.sparse[ph] / fwd_sparse if fwd_sparse else float(ph == "spatial")
+        out[ph] = (all_flops * f_share, count.ops[ph] + count.ops["backward"] * o_share,
+                   count.sparse[ph] + count.sparse["backward"] * s_share, layout.saved[ph])
+    return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state
+
+
+@lru_cache(maxsize=64)
+def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: str, degree: int) -> ModelWork:
+    from hpcdgnn.nn.models import build_from_options, model_options
+
+    opts = model_options(name)(**dict(options))
+    dtype = getattr(torch, dtype_name)
+    model = build_from_options(opts, in_features).to(dtype)
+    S1, S2, n1, n2 = 2, 4, 32, 64
+    runs = {}
+    for S, n in ((S1, n1), (S1, n2), (S2, n1)):
+        model.zero_grad(set_to_none=True)
+        runs[(S, n)] = _run(model, S, n, in_features, dtype, degree)
+    phases = {}
+    for ph in PHASES:
+        (f11, o11, s11, v11), (f12, _, s12, v12), (_, o21, _, _) = (runs[k][0][ph]
+                                                                     for k in ((S1, n1), (S1, n2), (S2, n1)))
+        nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
+        per_row = max(0.0, (f12 - f11) / (S1 * (n2 - n1)))
+        per_step = max(0.0, (f11 - per_row * S1 * n1) / S1)
+        sparse = max(0.0, (s12 - s11) / (S1 * (nnz2 - nnz1)))
+        ops_step = max(0.0, (o21 - o11) / (S2 - S1))
+        phases[ph] = PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1),
+                               max(0.0, (v12 - v11) / (S1 * (n2 - n1))))
+    params = sum(p.numel() for p in model.parameters())
+    state = runs[(S1, n1)][2]
+    return ModelWork(phases["spatial"], phases["temporal"], params, torch.empty(0, dtype=dtype).element_size(),
+                     tuple(state.get(li, 0.0) for li in range(len(model.layers))))
+
+
+def model_work(model_config, in_features: int, dtype: str, degree: int = 4) -> ModelWork:
+    """The :class:`ModelWork` of the job's ``model:`` section on ``in_features`` inputs (cached per process).
+
+    Args:
+        model_config: the job's typed ``model:`` options.
+        in_features: F, the dataset's feature width.
+        dtype: ``train.dtype``.
+        degree: neighbours per vertex of the counting graphs (the counts are per edge, so it only sets scale).
+    """
+    from dataclasses import asdict
+
+    options = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(model_config).items()))
+    return _model_work_cached(model_config.name, options, in_features, dtype, degree)
