@@ -1,4 +1,4 @@
-"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile``.
+"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile|plan|calibrate``.
 
 ``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``). An exception on any rank
 prints ``rank R/P: <traceback>`` and calls ``MPI_Abort``, so no rank waits forever in a collective; user errors
@@ -131,6 +131,20 @@ _EXIT_CODES = """exit codes:
       (a new run stopped during its set-up has none: run it again)"""
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """Predict every strategy of a job before it is queued (issue 59)."""
+    from hpcdgnn.planner.command import run_plan
+
+    return run_plan(args)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure the machine rates the planner uses."""
+    from hpcdgnn.planner.command import run_calibrate
+
+    return run_calibrate(args)
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     """Profile chunk encoder times on this machine and save DGC's workload MLPs (§4.2, §6)."""
     from hpcdgnn.profile.command import run_profile
@@ -209,6 +223,21 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--fit-steps", type=int, default=1500, help="Adam steps per MLP (default 1500)")
     pf.add_argument("--out", metavar="PATH", help="predictor file (default: the per-machine cache path)")
     pf.set_defaults(func=_cmd_profile)
+
+    from hpcdgnn.planner.command import add_calibrate_arguments, add_plan_arguments
+
+    pl = sub.add_parser("plan", help="predict memory, traffic, balance and epoch time of every strategy",
+                        description="Predict, without training, each strategy's per-rank peak memory, bytes per "
+                        "epoch, balance λ and epoch time at every P, and mark the one strategy: auto would pick.\n"
+                        "  python -m hpcdgnn plan job.yaml --ranks 8 16 32 128 --memory-per-rank 16GiB",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_plan_arguments(pl)
+    pl.set_defaults(func=_cmd_plan)
+    ca = sub.add_parser("calibrate", help="measure this machine's rates for the planner (under mpirun: collectives)",
+                        description="Time dense and sparse products per width, one framework call, and under "
+                        "mpirun -np P the all-reduce and all-to-all; merge them into this machine's rates file.")
+    add_calibrate_arguments(ca)
+    ca.set_defaults(func=_cmd_calibrate)
     return p
 
 

@@ -48,6 +48,11 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"expected a list of {len(args)} values, got {short_repr(value)}")
         return tuple(_check_value(v, a, where) for v, a in zip(value, args, strict=True))
+    if origin is dict:  # dict[str, dict]: names to raw option mappings, checked by the code that reads them
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict | None)
+                                                  for k, v in value.items()):
+            raise ValueError(f"expected a mapping of names to mappings, got {short_repr(value)}")
+        return {k: dict(v or {}) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         for a in typing.get_args(tp):
             try:
@@ -100,16 +105,32 @@ def _options(base: type, raw: Any, file: str) -> type:
     return options_class(section, name)
 
 
-def _not_an_option(file: str, section: str, key: str, name: str, fields: list[str]) -> str:
-    """The error for ``section.KEY`` that ``name`` lacks: which models/strategies take it, or a close name."""
+def _not_an_option(file: str, section: str, key: str, name: str, fields: list[str], path: str | None = None) -> str:
+    """The error for ``section.KEY`` (at ``path``, default ``section``) that ``name`` lacks: which models/strategies
+    take it, or a close name."""
     from hpcdgnn.regimes import names, options_class
 
+    where = path or section
     accept = sorted(n for n in names(section)  # type: ignore[arg-type]
                     if key in {f.name for f in dataclasses.fields(options_class(section, n))})  # type: ignore[arg-type]
     if accept:
-        return (f"{file}: {section}.{key}: not an option of {section} {short_repr(name)} (it would be ignored); "
+        return (f"{file}: {where}.{key}: not an option of {section} {short_repr(name)} (it would be ignored); "
                 f"{section} {', '.join(accept)} {'accepts' if len(accept) == 1 else 'accept'} it")
-    return f"{file}: {section}.{key}: unknown option of {section} {short_repr(name)}; {_did_you_mean(key, fields)}"
+    return f"{file}: {where}.{key}: unknown option of {section} {short_repr(name)}; {_did_you_mean(key, fields)}"
+
+
+def build_options(section: str, name: str, raw: Any, path: str, file: str) -> Any:
+    """``section`` ``name``'s typed options from the mapping ``raw`` found at ``path`` (strict, as in a job file).
+
+    Raises:
+        ConfigError: an unknown name or key, or a wrong value (one line naming ``file`` and the key).
+    """
+    from hpcdgnn.regimes import names, options_class
+
+    if name not in names(section):  # type: ignore[arg-type]
+        raise ConfigError(f"{file}: {path}: unknown {section} {short_repr(name)}; choose from "
+                          f"{', '.join(names(section))}")  # type: ignore[arg-type]
+    return _build(options_class(section, name), {**(raw or {}), "name": name}, path, file)  # type: ignore[arg-type]
 
 
 def _build(cls: type, raw: Any, path: str, file: str) -> Any:
@@ -128,7 +149,8 @@ def _build(cls: type, raw: Any, path: str, file: str) -> Any:
                 raise ConfigError(f"{file}: {dotted}: renamed to {RENAMED_KEYS[dotted]} (hpcdgnn 0.2); move it there")
             section = next((s for base, s in _NAMED.items() if issubclass(cls, base)), None)
             if section is not None:
-                raise ConfigError(_not_an_option(file, section, str(key), raw.get("name", cls.name), list(fields)))
+                raise ConfigError(_not_an_option(file, section, str(key), raw.get("name", cls.name), list(fields),
+                                                 path or None))
             raise ConfigError(f"{file}: {dotted}: unknown key; {_did_you_mean(str(key), list(fields))}")
     kwargs = {}
     for key, value in raw.items():

@@ -118,6 +118,8 @@ def _type_text(node: ast.expr, in_union: bool = False) -> str:
             return "list of " + ", ".join(_type_text(a) for a in args)
         if base == "Optional":
             return f"{_type_text(args[0])} or null"
+        if base == "dict":
+            return "mapping of names to mappings"
     return f"`{ast.unparse(node)}`"
 
 

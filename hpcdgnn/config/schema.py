@@ -20,6 +20,7 @@ __all__ = [
     "VertexOptions",
     "ChunkOptions",
     "SequencesOptions",
+    "AutoOptions",
     "MemoryOptions",
     "RENAMED_KEYS",
     "CommConfig",
@@ -361,6 +362,22 @@ class AveragingConfig:
             raise ValueError("every_s: must be > 0 (seconds between averaging rounds)")
         if self.every_steps < 0:
             raise ValueError("every_steps: must be >= 0 (0 = rounds by every_s)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoOptions(StrategyConfig):
+    """``strategy: {name: auto}``: at start rank 0 runs the planner (``python -m hpcdgnn plan``) at the job's P
+    and trains with the fastest predicted strategy that fits the memory budget; the run's first lines and
+    ``plan.json`` give its choice and predicted figures, ``config.resolved.yaml`` the strategy it trained with."""
+
+    name: str = "auto"
+    candidates: tuple[str, ...] = ()
+    """Strategies it may pick (default: every one of the regime with a cost model)."""
+    memory_per_rank: str = ""
+    """Each rank's budget, e.g. ``16GiB``; empty: the rank's share of the node's memory (of the GPU's on ``cuda``)."""
+    options: dict[str, dict] = field(default_factory=dict)
+    """Options of the strategies it may pick, by name (``{snapshot: {blocks: 2}}``); those of a strategy it did
+    not pick are reported as unused."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -133,8 +133,18 @@ class Prediction:
     picked: bool = False
 
     def to_json(self) -> dict:
-        """JSON-ready fields."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """JSON-ready fields (a figure not predicted is null)."""
+        def plain(v):
+            if isinstance(v, dict):
+                return {k: plain(x) for k, x in v.items()}
+            if isinstance(v, list | tuple):
+                return [plain(x) for x in v]
+            if isinstance(v, bool | str | np.bool_) or v is None:
+                return v if not isinstance(v, np.bool_) else bool(v)
+            if isinstance(v, int | float | np.floating | np.integer):
+                return None if v != v or v in (float("inf"), float("-inf")) else float(v)
+            return v
+        return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
 def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, parameters: int,
@@ -184,7 +194,7 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
     serial = sum(temporal) - max(temporal) if any(temporal) else 0.0
     epoch = max(c + m for c, m in zip(compute, comm, strict=True)) + serial
     lam = max(compute) / min(compute) if min(compute) > 0 else float("inf")
-    fits = memory_per_rank is None or max(memory) <= memory_per_rank
+    fits = memory_per_rank is None or bool(max(memory) <= memory_per_rank)
     top = int(np.argmax(memory))
     return Prediction(strategy=strategy, options=options, num_ranks=P, memory_bytes=memory[top],
                       memory_by_rank=memory, memory_parts=parts[top], bytes_per_epoch=sum(tags.values()), bytes_by_tag=tags, balance=lam,

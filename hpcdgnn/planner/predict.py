@@ -18,7 +18,7 @@ from hpcdgnn.planner.cost import GraphStats, Prediction, price
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import model_work
 
-__all__ = ["candidates", "choose", "parameter_count", "plan_job"]
+__all__ = ["candidates", "choose", "parameter_count", "plan_job", "resolve_auto"]
 
 
 def candidates(job) -> list[str]:
@@ -41,13 +41,14 @@ def parameter_count(job, manifest) -> int:
 
 
 def _options(job, name: str, given: dict | None = None):
-    """``name``'s options: the job's own when it names ``name``, else ``given`` over the defaults."""
+    """``name``'s options: the job's own when it names ``name``, else ``given[name]``, else the defaults."""
     from hpcdgnn.regimes import regime_of
 
     if job.strategy.name == name:
         return job.strategy
-    cls = regime_of("model", job.model.name).strategies[name]
-    return cls(name=name, **(given or {}))
+    if given and name in given:
+        return given[name]
+    return regime_of("model", job.model.name).strategies[name](name=name)
 
 
 def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRates,
@@ -63,7 +64,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
         rates: the machine's rates.
         strategies: the names to consider (default: all of the regime's).
         memory_per_rank: bytes each rank may use, or None.
-        given: options for strategies the job does not name (``strategy: {name: auto, options: ...}``).
+        given: typed options for strategies the job does not name (``strategy: {name: auto, options: ...}``).
 
     Raises:
         ConfigError: an unknown strategy name, or P < 1 (one line).
@@ -86,7 +87,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     for P in ranks:
         for name in names:
             cls = get_strategy(name)
-            opts = _options(job, name, (given or {}).get(name))
+            opts = _options(job, name, given)
             variant = replace(job, strategy=opts)
             if not hasattr(cls, "cost"):
                 out.append(_unpriced(name, opts, P, "no cost model yet"))
@@ -143,3 +144,37 @@ def choose(predictions: list[Prediction]) -> Prediction | None:
     best = min(fit, key=lambda p: (p.epoch_s, p.memory_bytes))
     best.picked = True
     return best
+
+
+def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: float, device: str = "cpu"):
+    """``strategy: {name: auto}`` → the job with the planner's pick at ``num_ranks`` (rank 0, before the plan).
+
+    Returns:
+        (the job with the picked strategy's typed options, every prediction, the picked one, the strategies
+        whose ``options`` went unused).
+
+    Raises:
+        ConfigError: an unknown strategy in ``candidates`` or ``options``, a wrong option, a bad
+        ``memory_per_rank``, or no strategy that fits (one line, as ``hpcdgnn plan`` says it).
+    """
+    from hpcdgnn.config.load import build_options
+    from hpcdgnn.planner.command import nothing_fits, parse_size
+    from hpcdgnn.planner.rates import load_rates
+
+    opts, known = job.strategy, candidates(job)
+    budget = (parse_size(opts.memory_per_rank, f"{where}: strategy.memory_per_rank") if opts.memory_per_rank
+              else default_budget)
+    for name in [*opts.candidates, *opts.options]:
+        if name not in known:
+            raise ConfigError(f"{where}: strategy: {name} is not a strategy of this job; choose from "
+                              f"{', '.join(known)}")
+    given = {name: build_options("strategy", name, raw, f"strategy.options.{name}", where)
+             for name, raw in opts.options.items()}
+    preds = plan_job(job, manifest, job.data.path, [num_ranks], load_rates(device, job.train.dtype),
+                     list(opts.candidates) or None, budget, given)
+    pick = next((p for p in preds if p.picked), None)
+    if pick is None:
+        raise ConfigError(f"{where}: strategy: auto: " + nothing_fits(preds, num_ranks, budget).removeprefix("plan: "))
+    chosen = build_options("strategy", pick.strategy, {k: v for k, v in pick.options.items() if k != "name"},
+                           "strategy", where)
+    return replace(job, strategy=chosen), preds, pick, [n for n in given if n != pick.strategy]

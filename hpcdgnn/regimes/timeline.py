@@ -1,10 +1,11 @@
 """The snapshot-timeline regime: T snapshots over one vertex universe (SPEC families A and B): full batch
 (``snapshot``, ``pss``, ``vertex``, ``chunk``), sampled sequences (``sequences``, ReInc §3) and hybrid batches
-(``hybrid``, DynaHB §4–5)."""
+(``hybrid``, DynaHB §4–5); ``auto`` has the planner pick one of them at start (:mod:`hpcdgnn.planner`)."""
 
 from __future__ import annotations
 
 from hpcdgnn.config.schema import (
+    AutoOptions,
     ChunkOptions,
     HybridOptions,
     JobConfig,
@@ -61,8 +62,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
     """Refuse the encoder–decoder outside ``regression`` under ``sequences``, a pooling model (EvolveGCN-H) under a
-    sampled strategy, and a graph-convolving time encoder
-    under a strategy that cannot give it each step's graph at this rank count (``Strategy.step_graphs_at``)."""
+    sampled strategy, and a graph-convolving time encoder under a strategy that cannot give it each step's graph
+    at this rank count (``Strategy.step_graphs_at``)."""
     from hpcdgnn.strategies import get_strategy
 
     m, s = job.model, job.strategy.name
@@ -94,7 +95,7 @@ TIMELINE = register_regime(RegimeSpec(
     models={name: model_options(name) for name in available_models()},
     tasks={name: task_class(name).options for name in ("link_prediction", "node_classification", "regression")},
     strategies={"snapshot": SnapshotOptions, "pss": PSSOptions, "vertex": VertexOptions, "chunk": ChunkOptions,
-                "sequences": SequencesOptions, "hybrid": HybridOptions},
+                "sequences": SequencesOptions, "hybrid": HybridOptions, "auto": AutoOptions},
     load_manifest=load_manifest,
     build_model=build_model,
     build_task=build_task,

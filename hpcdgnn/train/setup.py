@@ -33,6 +33,7 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
+from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models import DGNN
 from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
@@ -310,8 +311,9 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     return job, saved, run_dir, ckpt
 
 
-def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
-    """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` atomically (the old plan kept when it changed)."""
+def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: dict | None = None) -> None:
+    """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` atomically (the old plan kept when it changed);
+    ``planner``: what ``strategy: auto`` predicted, under ``plan.json``'s ``planner`` key."""
     ensure_run_id(run_dir)
     tmp = run_dir / "config.resolved.yaml.tmp"
     tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
@@ -319,6 +321,8 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int) -> None:
     path = run_dir / "plan.json"
     new = run_dir / "plan.json.tmp"
     plan.save(new)
+    if planner is not None:
+        new.write_text(json.dumps({**json.loads(new.read_text()), "planner": planner}, indent=1) + "\n")
     if epoch and path.is_file() and path.read_bytes() != new.read_bytes():
         os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
     os.replace(new, path)
@@ -370,6 +374,8 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, saved_job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
+        if job.strategy.name == "auto":
+            job = _resolve_auto(job, job_path or resume, comm.size, host_share, kept)
         check_model_strategy(job, job_path or resume, comm.size)
         if job.debug.fail_rank >= comm.size:  # a fault meant to be injected must not silently never come
             raise ConfigError(f"{job_path or resume}: debug.fail_rank: {job.debug.fail_rank} but the job has "
@@ -400,10 +406,34 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
             make_checkpoint_dir(ckpt_dir, job_path)
-            _save_run_files(run_dir, job, plan, 0)
+            _save_run_files(run_dir, job, plan, 0, kept.get("planner"))
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
     return (*root_then_bcast(comm, on_root), kept.get("shared"))
+
+
+def _resolve_auto(job: JobConfig, where: str, num_ranks: int, host_share: int, kept: dict) -> JobConfig:
+    """Rank 0: ``strategy: auto`` → the planner's pick at this P (logged, and kept for ``plan.json``)."""
+    from hpcdgnn.planner.command import label, size_text
+    from hpcdgnn.planner.predict import resolve_auto
+
+    cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
+    budget = torch.cuda.get_device_properties(0).total_memory if cuda else host_share
+    manifest = load_dataset_manifest(job, where)
+    chosen, preds, pick, unused = resolve_auto(job, manifest, num_ranks, where, budget, "cuda" if cuda else "cpu")
+    kept["planner"] = {"picked": pick.strategy, "options": pick.options, "memory_per_rank": budget,
+                       "predictions": [p.to_json() for p in preds]}
+    log = get_logger()
+    log.info(f"strategy: auto picked {label(pick)} at P = {num_ranks}: predicted epoch {pick.epoch_s:.4g} s "
+             f"(compute {pick.compute_s:.4g} s, communication {pick.comm_s:.4g} s), {size_text(pick.bytes_per_epoch)} "
+             f"sent per epoch, {size_text(pick.memory_bytes)} per rank of {size_text(budget)}, λ {pick.balance:.2f}")
+    others = sorted((p for p in preds if not p.picked and p.epoch_s == p.epoch_s), key=lambda p: p.epoch_s)
+    if others:
+        log.info("strategy: auto also predicted " + ", ".join(
+            f"{label(p)} {p.epoch_s:.4g} s{'' if p.fits else ' (does not fit)'}" for p in others))
+    for name in unused:
+        log.info(f"strategy.options.{name}: not used (auto picked {pick.strategy})")
+    return chosen
 
 
 def load_dataset_manifest(job: JobConfig, where: str | None):

@@ -1,0 +1,191 @@
+"""``python -m hpcdgnn plan`` (predict before queueing) and ``python -m hpcdgnn calibrate`` (measure the rates)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+
+from hpcdgnn.errors import ConfigError
+
+__all__ = ["add_calibrate_arguments", "add_plan_arguments", "label", "nothing_fits", "parse_size", "run_calibrate",
+           "run_plan", "size_text"]
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+
+
+def parse_size(text: str, what: str) -> float:
+    """``16GiB``, ``512MB``, ``2.5g``, a byte count -> bytes (binary units for bare K/M/G/T).
+
+    Raises:
+        ConfigError: naming ``what`` and the text.
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(f"{what}: {text!r} is not a size; write e.g. 16GiB, 512MB or a byte count > 0")
+    return float(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """``plan``'s options."""
+    p.add_argument("job", help="job YAML (its model, task and data; strategy: the job's own options are used)")
+    p.add_argument("--ranks", type=int, nargs="+", default=[1], metavar="P", help="rank counts to plan for")
+    p.add_argument("--strategies", nargs="+", metavar="NAME", help="only these strategies (default: all)")
+    p.add_argument("--memory-per-rank", metavar="SIZE", help="each rank's memory budget, e.g. 16GiB")
+    p.add_argument("--rates", metavar="FILE", help="machine rates file (default: this machine's, or defaults)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="the rates of which device")
+    p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE", help="override YAML keys")
+    p.add_argument("--json", action="store_true", help="print the predictions as JSON")
+
+
+def _mib(x: float) -> str:
+    return "-" if x != x else f"{x / 2**20:,.2f}"
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Print every strategy's predicted memory, traffic, balance and epoch time at each P; mark the pick."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.rates import load_rates
+    from hpcdgnn.regimes import regime_of
+
+    job = load_job(args.job, args.set or [])
+    budget = parse_size(args.memory_per_rank, "--memory-per-rank") if args.memory_per_rank else None
+    rates = load_rates(args.device, job.train.dtype, args.rates)
+    manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
+    preds = plan_job(job, manifest, job.data.path, args.ranks, rates, args.strategies, budget)
+    if args.json:
+        json.dump({"job": args.job, "rates": rates.source, "memory_per_rank": budget,
+                   "predictions": [p.to_json() for p in preds]}, sys.stdout, indent=1, default=float)
+        print()
+    else:
+        print(f"plan of {args.job}: N = {manifest.num_vertices}, T = {manifest.num_snapshots}, "
+              f"model {job.model.name}, rates: {rates.source}")
+        head = f"{'P':>4}  {'strategy':<22} {'memory/rank MiB':>15} {'MiB/epoch':>11} {'λ':>6} " \
+               f"{'compute s':>10} {'comm s':>9} {'epoch s':>9}  note"
+        print(head)
+        for p in preds:
+            name = p.strategy + (f" (blocks {p.options['blocks']})" if p.options.get("blocks", 1) > 1 else "")
+            mark = "  <- pick" if p.picked else ""
+            note = "; ".join(p.notes[:1]) if p.epoch_s != p.epoch_s else ("does not fit" if not p.fits else "")
+            print(f"{p.num_ranks:>4}  {name:<22} {_mib(p.memory_bytes):>15} {_mib(p.bytes_per_epoch):>11} "
+                  f"{p.balance:>6.2f} {p.compute_s:>10.4f} {p.comm_s:>9.4f} {p.epoch_s:>9.4f}  {note}{mark}")
+    for P in args.ranks:
+        if not any(p.picked for p in preds if p.num_ranks == P):
+            raise ConfigError(nothing_fits(preds, P, budget))
+    return 0
+
+
+def size_text(nbytes: float) -> str:
+    """Bytes in the largest binary unit that keeps the number at or above 1."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:,.2f} {unit}"
+    return f"{nbytes:,.0f} B"
+
+
+def label(p) -> str:
+    """A prediction's strategy, with its checkpoint blocks when there are several."""
+    return p.strategy + (f" (strategy.blocks: {p.options['blocks']})" if p.options.get("blocks", 1) > 1 else "")
+
+
+def nothing_fits(preds, P: int, budget: float | None) -> str:
+    """One line: by how much the closest strategy misses the budget, and what would fit."""
+    priced = [p for p in preds if p.num_ranks == P and p.memory_bytes == p.memory_bytes]
+    if not priced:
+        why = "; ".join(f"{p.strategy}: {p.notes[0]}" for p in preds if p.num_ranks == P and p.notes)
+        return f"plan: no strategy can be predicted for this job at P = {P} ({why})"
+    best = min(priced, key=lambda p: p.memory_bytes)
+    fixed = best.memory_parts.get("parameters", 0.0)  # every rank holds the whole model
+    if fixed >= budget:
+        hint = f"its parameters with Adam's moments alone need {size_text(fixed)}: lower model.hidden or model.layers"
+    else:
+        more = math.ceil(P * (best.memory_bytes - fixed) / (budget - fixed))
+        hint = f"spread over about P = {more} ranks it would fit (inputs and activations divide), or lower model.hidden"
+    return (f"plan: no strategy fits {size_text(budget)} per rank at P = {P}: the smallest, {label(best)}, needs "
+            f"{size_text(best.memory_bytes)} ({size_text(best.memory_bytes - budget)} over); {hint}")
+
+
+def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    """``calibrate``'s options."""
+    p.add_argument("--widths", type=int, nargs="+", default=[8, 32, 128], metavar="W",
+                   help="product widths to time (default 8 32 128)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="device to time on")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="as train.dtype")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (one rank's share of the cores)")
+    p.add_argument("--out", metavar="PATH", help="rates file (default: the per-machine cache path)")
+
+
+def _best(fn, repeats: int = 5) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Measure this machine's rates (and, under mpirun, the collectives at this P); merge them into the file."""
+    import torch
+
+    from hpcdgnn.comm import Communicator
+    from hpcdgnn.ops.sparse import sorted_csr
+    from hpcdgnn.partition.workload import machine_info
+    from hpcdgnn.planner.rates import load_rates, rates_path, save_rates
+
+    torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("calibrate --device cuda: no GPU is visible here")
+    dev, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    comm = Communicator()
+    path = rates_path(args.device, args.dtype) if args.out is None else __import__("pathlib").Path(args.out)
+    rates = load_rates(args.device, args.dtype, path if path.is_file() else None)
+    rows = 1 << 14
+    for w in args.widths:
+        a, b = torch.randn(rows, w, dtype=dtype, device=dev), torch.randn(w, w, dtype=dtype, device=dev)
+        rates.dense_flops[str(w)] = 2.0 * rows * w * w / _best(lambda a=a, b=b: (a @ b, sync()))
+        n, deg = 1 << 14, 8
+        r = torch.arange(n).repeat_interleave(deg)
+        c = torch.randint(0, n, (n * deg,))
+        adj = sorted_csr(r, c, torch.rand(n * deg, dtype=dtype), (n, n)).to(dev)
+        x = torch.randn(n, w, dtype=dtype, device=dev)
+        rates.sparse_rate[str(w)] = adj.values().numel() * w / _best(lambda adj=adj, x=x: (adj @ x, sync()))
+    one = torch.ones(1, device=dev)
+    rates.op_seconds = _best(lambda: [one.add(1.0) for _ in range(1000)] and sync()) / 1000
+    if dev.type == "cuda":
+        host = torch.empty(1 << 26, dtype=torch.uint8).pin_memory()
+        rates.h2d_bandwidth = host.numel() / _best(lambda: (host.to(dev, non_blocking=True), sync()))
+    P = comm.size
+    if P > 1:
+        small, big = torch.zeros(1, dtype=torch.float64), torch.zeros(1 << 20, dtype=torch.float64)
+        lat = _best(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
+        t_big = _best(lambda: comm.allreduce_(big, "sum", tag="setup"))
+        rates.allreduce[str(P)] = [lat, big.numel() * 8 / max(t_big - lat, 1e-9)]
+        rows_each = (1 << 17) // P
+        send = torch.zeros(rows_each * P, 1, dtype=torch.float64)
+        counts = [rows_each] * P
+        lat = _best(lambda: comm.exchange.alltoallv(torch.zeros(P, 1, dtype=torch.float64), [1] * P, [1] * P,
+                                                    tag="setup"), 20)
+        t_big = _best(lambda: comm.exchange.alltoallv(send, counts, counts, tag="setup"))
+        rates.alltoall[str(P)] = [lat, rows_each * (P - 1) * 8 / max(t_big - lat, 1e-9)]
+    rates.machine = machine_info(args.device)
+    if comm.rank == 0:
+        save_rates(rates, path)
+        print(f"rates of this {args.device} ({args.dtype}, {args.threads} thread(s), P = {P}) written to {path}")
+        for w in args.widths:
+            print(f"  width {w:>4}: dense {rates.dense_flops[str(w)] / 1e9:8.2f} GFLOP/s, "
+                  f"sparse {rates.sparse_rate[str(w)] / 1e6:8.1f} M nnz·w/s")
+        print(f"  one framework call: {rates.op_seconds * 1e6:.2f} µs")
+        if P > 1:
+            print(f"  all-reduce: {rates.allreduce[str(P)][0] * 1e6:.1f} µs + {rates.allreduce[str(P)][1] / 1e9:.2f} "
+                  f"GB/s; all-to-all: {rates.alltoall[str(P)][0] * 1e6:.1f} µs + "
+                  f"{rates.alltoall[str(P)][1] / 1e9:.2f} GB/s per rank")
+    comm.close()
+    return 0
