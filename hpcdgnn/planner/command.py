@@ -118,6 +118,8 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="as train.dtype")
     p.add_argument("--threads", type=int, default=1, help="torch threads (one rank's share of the cores)")
     p.add_argument("--out", metavar="PATH", help="rates file (default: the per-machine cache path)")
+    p.epilog = ("Under mpirun every rank times at once and the slowest rank's product rates are kept: run it "
+                "with the ranks per node your jobs use.")
 
 
 def _best(fn, repeats: int = 5) -> float:
@@ -157,13 +159,18 @@ def run_calibrate(args: argparse.Namespace) -> int:
         adj = sorted_csr(r, c, torch.rand(n * deg, dtype=dtype), (n, n)).to(dev)
         x = torch.randn(n, w, dtype=dtype, device=dev)
         rates.sparse_rate[str(w)] = adj.values().numel() * w / _best(lambda adj=adj, x=x: (adj @ x, sync()))
-    one = torch.ones(1, device=dev)
-    rates.op_seconds = _best(lambda: [one.add(1.0) for _ in range(1000)] and sync()) / 1000
+    from hpcdgnn.planner.work import seconds_per_call
+
+    rates.op_seconds = seconds_per_call()
     if dev.type == "cuda":
         host = torch.empty(1 << 26, dtype=torch.uint8).pin_memory()
         rates.h2d_bandwidth = host.numel() / _best(lambda: (host.to(dev, non_blocking=True), sync()))
     P = comm.size
-    if P > 1:
+    if P > 1:  # every rank measured at once (a loaded node): keep the slowest rank's rates
+        for table in (rates.dense_flops, rates.sparse_rate):
+            for w in args.widths:
+                table[str(w)] = float(comm.allreduce_array([table[str(w)]], op="min", tag="setup")[0])
+        rates.op_seconds = float(comm.allreduce_array([rates.op_seconds], op="max", tag="setup")[0])
         small, big = torch.zeros(1, dtype=torch.float64), torch.zeros(1 << 20, dtype=torch.float64)
         lat = _best(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
         t_big = _best(lambda: comm.allreduce_(big, "sum", tag="setup"))

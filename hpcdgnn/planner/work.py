@@ -99,15 +99,18 @@ class _Count(TorchDispatchMode):
 class _Micro(Layout):
     """Whole random snapshots on one process; the forward's FLOPs, calls, sparse work and saved bytes by phase."""
 
-    def __init__(self, graphs, xs: torch.Tensor, count: _Count, meter: SavedTensorMeter, num_layers: int) -> None:
+    def __init__(self, graphs, xs: torch.Tensor, count: _Count, meter: SavedTensorMeter, num_layers: int,
+                 adj: list | None = None) -> None:
         super().__init__(0, xs.shape[0], num_layers)
         self.graphs, self.xs, self.count, self.meter = graphs, xs, count, meter
-        self.adj = [gcn_norm(g.t, g.indptr, g.indices, g.values.double(), xs.dtype) for g in graphs]
+        self.adj = adj or [gcn_norm(g.t, g.indptr, g.indices, g.values.double(), xs.dtype) for g in graphs]
         self.flops = dict.fromkeys(PHASES, 0.0)
         self.saved = dict.fromkeys(PHASES, 0.0)
         self.state: dict[int, float] = {}
 
     def _phase(self, phase: str, fn):
+        if self.meter is None:  # timed, not counted
+            return fn()
         self.count.phase = phase
         before = self.meter.current
         with FlopCounterMode(display=False) as f:
@@ -126,6 +129,8 @@ class _Micro(Layout):
 
     def encode(self, layer, li, y, state):
         z, state = self._phase("temporal", lambda: layer.temporal(y, state, **self.temporal_kwargs(layer, li)))
+        if self.meter is None:
+            return z, state
         leaves = [x for x in tree_leaves(state) if isinstance(x, torch.Tensor)]
         self.state[li] = sum(x.numel() for x in leaves) / max(1, y.shape[1])
         return z, state
@@ -226,3 +231,38 @@ def model_work(model_config, in_features: int, dtype: str, degree: int = 4) -> M
 
     options = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in asdict(model_config).items()))
     return _model_work_cached(model_config.name, options, in_features, dtype, degree)
+
+
+def seconds_per_call(name: str = "cdgcn", repeats: int = 5) -> float:
+    """Wall seconds per counted framework call of a tiny model's forward and backward (``calibrate``).
+
+    On a tiny graph the arithmetic is nothing: what an op costs there (dispatch, autograd, the Python around
+    it) is what every op of a small real graph pays, in the units :class:`PhaseWork` counts."""
+    import time
+
+    from hpcdgnn.nn.models import build_from_options, model_options
+
+    model = build_from_options(model_options(name)(name=name, hidden=4), 2).to(torch.float32)
+    graphs = _graphs(2, 8, 2, seed=0)
+    xs = torch.randn(2, 8, 2)
+    adj = [gcn_norm(g.t, g.indptr, g.indices, g.values.double(), xs.dtype) for g in graphs]
+
+    def once(count: _Count | None):
+        layout = _Micro(graphs, xs, count or _Count(), SavedTensorMeter() if count else None, len(model.layers), adj)
+        if count is not None:
+            with count:
+                emb = model(layout)
+                sum(z.sum() for z in emb.values()).backward()
+        else:
+            emb = model(layout)
+            sum(z.sum() for z in emb.values()).backward()
+
+    count = _Count()
+    once(count)
+    calls = sum(count.ops.values())
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        once(None)
+        best = min(best, time.perf_counter() - t0)
+    return best / max(calls, 1.0)
