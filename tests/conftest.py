@@ -298,7 +298,7 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
 
 class Launcher:
     """Runs ``python ARGS`` under ``mpirun -np P`` (or plain python for ``np=None``; a training run
-    ``-m hpcdgnn run ...`` then in this process: :func:`run_in_process`)."""
+    ``-m hpcdgnn run ...`` or a ``-m hpcdgnn plan ...`` then in this process: :func:`run_in_process`)."""
 
     def __init__(self) -> None:
         self.mpirun = _mpirun()
@@ -313,7 +313,7 @@ class Launcher:
 
     def run(self, np_: int | None, args: list[str], timeout: float = 180, cwd: Path | None = None):
         """Run and return the CompletedProcess (stdout/stderr as text)."""
-        if np_ is None and list(args[:3]) == ["-m", "hpcdgnn", "run"]:
+        if np_ is None and list(args[:3]) in (["-m", "hpcdgnn", "run"], ["-m", "hpcdgnn", "plan"]):
             return run_in_process(args[2:], mpi_env(), cwd or REPO)
         return run_launched(self.command(np_, args), timeout=timeout, env=mpi_env(), cwd=cwd or REPO)
 

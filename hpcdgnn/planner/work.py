@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import flop_registry
 
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.conv.graph import LocalGraph
@@ -66,34 +66,38 @@ class ModelWork:
 
 
 class _Count(TorchDispatchMode):
-    """Counts framework calls and sparse work (nnz × width) into the bucket :attr:`phase` names."""
+    """Counts dense FLOPs (``torch.utils.flop_counter``'s formulas, for ops on strided tensors only: its
+    ``mm`` formula would price a sparse product as dense), sparse work (nnz × width) and framework calls into the
+    bucket :attr:`phase` names (``backward`` outside the forward's phases)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.phase = "backward"  # outside the forward's phases
         self.ops = dict.fromkeys((*PHASES, "backward"), 0.0)
         self.sparse = dict.fromkeys((*PHASES, "backward"), 0.0)
-        #: FLOPs of oneDNN's fused RNN layer, which flop_counter has no formula for
-        self.rnn_flops = dict.fromkeys((*PHASES, "backward"), 0.0)
+        self.flops = dict.fromkeys((*PHASES, "backward"), 0.0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.ops[self.phase] += 1
         name = func.__name__.split(".")[0]
-        if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        sparse = [a for a in tensors if a.layout != torch.strided]
+        out = func(*args, **kwargs)
+        if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"):  # oneDNN's fused RNN: no formula there
             x, w_ih, w_hh = args[0], args[1], args[2]
             steps_rows = x.numel() // x.shape[-1]
             # 2 FLOPs per multiply-add of both products; the backward computes two such products per weight
-            self.rnn_flops[self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
+            self.flops[self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
                 w_ih.numel() + w_hh.numel())
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        sparse = [a for a in tensors if a.layout != torch.strided]
-        dense = [a for a in tensors if a.layout == torch.strided and a.dim() == 2]
-        if sparse and dense and func.__name__.split(".")[0] in ("mm", "addmm", "_sparse_mm", "_sparse_addmm",
-                                                                  "_sparse_csr_mm", "sparse_mm"):
-            nnz = sparse[0]._nnz() if sparse[0].layout == torch.sparse_coo else sparse[0].values().numel()
-            self.sparse[self.phase] += nnz * dense[0].shape[-1]
-        return func(*args, **kwargs)
+        elif sparse:
+            dense = [a for a in tensors if a.layout == torch.strided and a.dim() == 2]
+            if dense and name in ("mm", "addmm", "_sparse_mm", "_sparse_addmm", "_sparse_csr_mm", "sparse_mm"):
+                nnz = sparse[0]._nnz() if sparse[0].layout == torch.sparse_coo else sparse[0].values().numel()
+                self.sparse[self.phase] += nnz * dense[0].shape[-1]
+        elif func._overloadpacket in flop_registry:
+            self.flops[self.phase] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
+        return out
 
 
 class _Micro(Layout):
@@ -104,7 +108,6 @@ class _Micro(Layout):
         super().__init__(0, xs.shape[0], num_layers)
         self.graphs, self.xs, self.count, self.meter = graphs, xs, count, meter
         self.adj = adj or [gcn_norm(g.t, g.indptr, g.indices, g.values.double(), xs.dtype) for g in graphs]
-        self.flops = dict.fromkeys(PHASES, 0.0)
         self.saved = dict.fromkeys(PHASES, 0.0)
         self.state: dict[int, float] = {}
 
@@ -113,9 +116,7 @@ class _Micro(Layout):
             return fn()
         self.count.phase = phase
         before = self.meter.current
-        with FlopCounterMode(display=False) as f:
-            out = fn()
-        self.flops[phase] += f.get_total_flops()
+        out = fn()
         self.saved[phase] += self.meter.current - before
         self.count.phase = "backward"
         return out
@@ -169,23 +170,16 @@ def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: in
     graphs = _graphs(S, n, degree, seed=S * 7919 + n)
     count, meter = _Count(), SavedTensorMeter()
     layout = _Micro(graphs, torch.randn(S, n, in_features, dtype=dtype), count, meter, len(model.layers))
-    with FlopCounterMode(display=False) as total, count, meter:
+    with count, meter:
         emb = model(layout)
         loss = sum(z.sum() for z in emb.values())
         loss.backward()
-    for ph in PHASES:
-        layout.flops[ph] += count.rnn_flops[ph]
     out = {}
-    fwd_flops = sum(layout.flops.values())
-    all_flops = total.get_total_flops() + sum(count.rnn_flops.values())
-    fwd_ops = sum(count.ops[ph] for ph in PHASES)
-    fwd_sparse = sum(count.sparse[ph] for ph in PHASES)
     for ph in PHASES:
-        f_share = layout.flops[ph] / fwd_flops if fwd_flops else float(ph == "spatial")
-        o_share = count.ops[ph] / fwd_ops if fwd_ops else float(ph == "spatial")
-        s_share = count.sparse[ph] / fwd_sparse if fwd_sparse else float(ph == "spatial")
-        out[ph] = (all_flops * f_share, count.ops[ph] + count.ops["backward"] * o_share,
-                   count.sparse[ph] + count.sparse["backward"] * s_share, layout.saved[ph])
+        share = {k: count.__dict__[k][ph] / total if (total := sum(count.__dict__[k][p] for p in PHASES)) else
+                 float(ph == "spatial") for k in ("flops", "ops", "sparse")}
+        out[ph] = tuple(count.__dict__[k][ph] + count.__dict__[k]["backward"] * share[k]
+                        for k in ("flops", "ops", "sparse")) + (layout.saved[ph],)
     return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state
 
 

@@ -1,0 +1,152 @@
+"""The planner (issue 59): predicted bytes equal a run's, ``plan`` and ``strategy: auto`` from the command line,
+``calibrate`` under mpirun, and the counted model work it prices."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.errors import ConfigError
+from hpcdgnn.nn.models import build_model, model_options
+from hpcdgnn.planner.command import parse_size
+from hpcdgnn.planner.work import _run, model_work
+from tests.conftest import read_metrics, write_job
+
+
+def _plan(launcher, job, *extra):
+    proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), "--json", *extra])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["predictions"]
+
+
+# one case per traffic the cost model predicts: redistribution (and its horizon-cut backward), checkpoint
+# blocks, TM-GCN's time halo, the pss pipeline, vertex halos (range and hash), EvolveGCN-H's pools
+@pytest.mark.parametrize(("model", "task", "strategy"), [
+    ("cdgcn", "link_prediction", {"name": "snapshot"}),
+    ("tgcn", "link_prediction", {"name": "snapshot", "blocks": 2}),
+    ("tmgcn", "link_prediction", {"name": "snapshot"}),
+    ("cdgcn", "link_prediction", {"name": "pss"}),
+    ("cdgcn", "node_classification", {"name": "vertex"}),
+    ("evolvegcn_h", "node_classification", {"name": "vertex", "partition": "hash"})],
+    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool"])
+def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp_path, model, task, strategy):
+    """Every traffic tag of a steady epoch at P = 3 (T = 7, N = 23), predicted from the plan alone."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, task={"name": task},
+                    strategy=strategy, train={"epochs": 2})
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
+    assert proc.returncode == 0, proc.stderr
+    measured = {k: v for k, v in read_metrics(tmp_path / "run")[-1]["bytes_by_tag"].items() if v}
+    pred = [p for p in _plan(launcher, job, "--ranks", "3", "--strategies", strategy["name"])
+            if p["options"].get("blocks", 1) == strategy.get("blocks", 1)][0]
+    assert measured and {k: int(v) for k, v in pred["bytes_by_tag"].items()} == measured
+
+
+def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_dataset, tmp_path):
+    """Table and JSON: each full-batch strategy priced at each P (sampled ones say they have no model yet), one
+    pick per P; bytes grow with P for the snapshot strategy; one rank moves nothing."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), "--ranks", "1", "2", "3"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("<- pick") == 3 and "no cost model yet" in proc.stdout
+    preds = _plan(launcher, job, "--ranks", "1", "3")
+    priced = {(p["strategy"], p["num_ranks"]): p for p in preds if p["epoch_s"] is not None}
+    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex"}
+    assert priced[("snapshot", 1)]["bytes_per_epoch"] == 0 < priced[("snapshot", 3)]["bytes_per_epoch"]
+    assert sum(p["picked"] for p in preds if p["num_ranks"] == 3) == 1
+    mem = priced[("snapshot", 3)]
+    assert mem["memory_bytes"] == pytest.approx(sum(mem["memory_parts"].values()))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--strategies", "snapshot", "nope"], "unknown nope"),
+    (["--ranks", "0"], "every P must be >= 1"),
+    (["--memory-per-rank", "2KiB"], "no strategy fits 2.00 KiB per rank at P = 1"),
+    (["--memory-per-rank", "lots"], "--memory-per-rank: 'lots' is not a size")])
+def test_plan_refuses_bad_input_in_one_line(launcher, small_dataset, tmp_path, args, says):
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), *args])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+
+
+def test_auto_trains_with_the_pick_and_reports_it(launcher, small_dataset, tmp_path):
+    """``strategy: auto`` at P = 2: the first lines name the pick and its predicted figures, ``plan.json`` holds
+    every prediction, ``config.resolved.yaml`` the strategy trained with, options of a strategy not picked are
+    reported; the losses equal those of the picked strategy named directly."""
+    job = write_job(tmp_path / "job.yaml", small_dataset,
+                    strategy={"name": "auto", "candidates": ["vertex", "snapshot"],
+                              "options": {"vertex": {"partition": "hash"}, "snapshot": {"blocks": 2}}})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "auto")])
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((tmp_path / "auto" / "plan.json").read_text())
+    picked = plan["planner"]["picked"]
+    assert picked in ("vertex", "snapshot")
+    assert {p["strategy"] for p in plan["planner"]["predictions"]} == {"vertex", "snapshot"}
+    assert f"strategy: auto picked {picked}" in proc.stdout
+    other = "snapshot" if picked == "vertex" else "vertex"
+    assert f"strategy.options.{other}: not used (auto picked {picked})" in proc.stdout
+    resolved = (tmp_path / "auto" / "config.resolved.yaml").read_text()
+    assert f"name: {picked}" in resolved
+    direct = write_job(tmp_path / "direct.yaml", small_dataset,
+                       strategy={"name": picked, **plan["planner"]["options"]})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(direct), "--output", str(tmp_path / "direct")])
+    assert proc.returncode == 0, proc.stderr
+    got = [r["loss"] for r in read_metrics(tmp_path / "auto")]
+    want = [r["loss"] for r in read_metrics(tmp_path / "direct")]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_auto_refuses_unknown_strategies_and_options(launcher, small_dataset, tmp_path):
+    for strategy, says in [({"name": "auto", "options": {"vertex": {"partitoin": "hash"}}},
+                            "strategy.options.vertex.partitoin: unknown option of strategy 'vertex'"),
+                           ({"name": "auto", "candidates": ["spiral"]}, "strategy: spiral is not a strategy")]:
+        job = write_job(tmp_path / "job.yaml", small_dataset, strategy=strategy)
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "out")])
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_calibrate_under_mpirun_writes_rates_the_plan_reads(launcher, small_dataset, tmp_path):
+    """``calibrate`` at P = 2 stores product rates per width and the collectives at P = 2; ``plan --rates`` uses
+    them (its header names the file, and no note says the rates are defaults)."""
+    out = tmp_path / "rates.json"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "calibrate", "--widths", "8", "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    rates = json.loads(out.read_text())
+    assert rates["dense_flops"]["8"] > 0 and rates["sparse_rate"]["8"] > 0 and rates["op_seconds"] > 0
+    assert all(lat > 0 and bw > 0 for lat, bw in (rates["allreduce"]["2"], rates["alltoall"]["2"]))
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    preds = _plan(launcher, job, "--ranks", "2", "--rates", str(out))
+    assert all("default machine rates" not in " ".join(p["notes"]) for p in preds)
+
+
+def test_parse_size():
+    assert parse_size("16GiB", "x") == 16 * 2**30 and parse_size("512MB", "x") == 512e6
+    assert parse_size("2.5g", "x") == 2.5 * 2**30 and parse_size("4096", "x") == 4096
+    for bad in ("", "-1GiB", "12Qb", "GiB"):
+        with pytest.raises(ConfigError, match="not a size"):
+            parse_size(bad, "--memory-per-rank")
+
+
+@pytest.mark.parametrize("name", ["cdgcn", "tgcn", "evolvegcn_h"])
+def test_model_work_extrapolates_to_a_larger_graph(name):
+    """Counts fitted on three tiny graphs predict a larger graph's counted FLOPs (within 5 %: the backward is
+    shared out between the phases in the forward's proportions), sparse work and saved bytes; the parameter
+    count is the model's; the state per row is what the time encoder keeps per vertex."""
+    opts = model_options(name)(name=name, hidden=8)
+    work = model_work(opts, 3, "float64")
+    model = build_model(name, 3, 8, 2).to(torch.float64)
+    assert work.parameters == sum(p.numel() for p in model.parameters())
+    S, n = 3, 150
+    counted, nnz, _ = _run(model, S, n, 3, torch.float64, 4)
+    for ph, pw in (("spatial", work.spatial), ("temporal", work.temporal)):
+        flops, _, sparse, saved = counted[ph]
+        assert pw.flops(S * n, S) == pytest.approx(flops, rel=0.05, abs=1.0)
+        assert pw.sparse_per_nnz * nnz * S == pytest.approx(sparse, rel=0.02, abs=1.0)
+        assert pw.saved_per_row * S * n == pytest.approx(saved, rel=0.1, abs=64 * 8)
+    hidden_state = {"cdgcn": [16, 16], "tgcn": [0, 8], "evolvegcn_h": [0, 0]}[name]
+    assert list(work.state_per_row) == hidden_state
