@@ -132,8 +132,8 @@ def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) 
 def _unpriced(name: str, opts, P: int, why: str) -> Prediction:
     nan = float("nan")
     return Prediction(strategy=name, options=asdict(opts), num_ranks=P, memory_bytes=nan, memory_by_rank=[],
-                      memory_parts={}, bytes_per_epoch=nan, bytes_by_tag={}, balance=nan, compute_s=nan, comm_s=nan, epoch_s=nan,
-                      notes=[why], fits=False)
+                      memory_parts={}, bytes_per_epoch=nan, bytes_by_tag={}, balance=nan, compute_s=nan,
+                      comm_s=nan, epoch_s=nan, notes=[why], fits=False)
 
 
 def choose(predictions: list[Prediction]) -> Prediction | None:
