@@ -159,6 +159,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
         adj = sorted_csr(r, c, torch.rand(n * deg, dtype=dtype), (n, n)).to(dev)
         x = torch.randn(n, w, dtype=dtype, device=dev)
         rates.sparse_rate[str(w)] = adj.values().numel() * w / _best(lambda adj=adj, x=x: (adj @ x, sync()))
+        lstm = torch.nn.LSTM(w, w).to(dev, dtype)
+        seq = torch.randn(8, 2048, w, dtype=dtype, device=dev, requires_grad=True)
+
+        def rnn(lstm=lstm, seq=seq):
+            lstm(seq)[0].sum().backward()
+            sync()
+        # the forward's 2·rows·(|W_ih| + |W_hh|) FLOPs and twice that backward, as planner/work.py counts them
+        rnn_flops = 3 * 2 * 8 * 2048 * (lstm.weight_ih_l0.numel() + lstm.weight_hh_l0.numel())
+        rates.rnn_flops[str(w)] = rnn_flops / _best(rnn)
     from hpcdgnn.planner.work import seconds_per_call
 
     rates.op_seconds = seconds_per_call()
@@ -167,7 +176,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         rates.h2d_bandwidth = host.numel() / _best(lambda: (host.to(dev, non_blocking=True), sync()))
     P = comm.size
     if P > 1:  # every rank measured at once (a loaded node): keep the slowest rank's rates
-        for table in (rates.dense_flops, rates.sparse_rate):
+        for table in (rates.dense_flops, rates.rnn_flops, rates.sparse_rate):
             for w in args.widths:
                 table[str(w)] = float(comm.allreduce_array([table[str(w)]], op="min", tag="setup")[0])
         rates.op_seconds = float(comm.allreduce_array([rates.op_seconds], op="max", tag="setup")[0])
@@ -188,7 +197,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"rates of this {args.device} ({args.dtype}, {args.threads} thread(s), P = {P}) written to {path}")
         for w in args.widths:
             print(f"  width {w:>4}: dense {rates.dense_flops[str(w)] / 1e9:8.2f} GFLOP/s, "
-                  f"sparse {rates.sparse_rate[str(w)] / 1e6:8.1f} M nnz·w/s")
+                  f"RNN {rates.rnn_flops[str(w)] / 1e9:8.2f} GFLOP/s, sparse {rates.sparse_rate[str(w)] / 1e6:8.1f} "
+                  "M nnz·w/s")
         print(f"  one framework call: {rates.op_seconds * 1e6:.2f} µs")
         if P > 1:
             print(f"  all-reduce: {rates.allreduce[str(P)][0] * 1e6:.1f} µs + {rates.allreduce[str(P)][1] / 1e9:.2f} "

@@ -63,12 +63,20 @@ class RankWork:
     """Inputs held for the whole epoch: this rank's Ã_t (and transpose), the first layer's input, ..."""
     saved_divisor: float = 1.0
     """Checkpoint blocks: activations of one block of the timeline are held at once (IBM §3.1)."""
+    spatial_saved_rows: float | None = None
+    temporal_saved_rows: float | None = None
+    """Rows whose activations autograd keeps (None: all the phase's rows); a causal model runs the steps past
+    the training horizon without autograd."""
     sent: dict[str, float] = field(default_factory=dict)
     """Bytes this rank sends per epoch, by traffic tag."""
     calls: dict[str, float] = field(default_factory=dict)
     """Collective calls per epoch, ``alltoall`` / ``allreduce`` / ``p2p``."""
     serial_temporal: bool = False
     """The time encoder waits for the previous rank's state (``pss``)."""
+    scored: list[int] = field(default_factory=list)
+    """Snapshots whose task examples this rank scores whole."""
+    scored_share: float = 0.0
+    """The share of every snapshot's examples it scores in place (its rows)."""
 
 
 class GraphStats:
@@ -141,14 +149,17 @@ class Prediction:
                 return [plain(x) for x in v]
             if isinstance(v, bool | str | np.bool_) or v is None:
                 return v if not isinstance(v, np.bool_) else bool(v)
-            if isinstance(v, int | float | np.floating | np.integer):
+            if isinstance(v, int | np.integer):
+                return int(v)
+            if isinstance(v, float | np.floating):
                 return None if v != v or v in (float("inf"), float("-inf")) else float(v)
             return v
         return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
 def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, parameters: int,
-          rates: MachineRates, width: int, memory_per_rank: float | None) -> Prediction:
+          rates: MachineRates, width: int, memory_per_rank: float | None,
+          task_work: np.ndarray | None = None) -> Prediction:
     """Turn per-rank work into a :class:`Prediction` (the module docstring's time and memory model).
 
     Args:
@@ -160,6 +171,7 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         rates: the machine's rates.
         width: the model's hidden width (selects the measured product rates).
         memory_per_rank: the budget a rank has, or None (no limit).
+        task_work: multiply-adds of scoring each snapshot's examples (``Task.snapshot_work``), or None.
     """
     P, item = len(ranks), work.itemsize
     grad = parameters * item
@@ -177,9 +189,13 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         flops = sp.flops(r.spatial_rows, r.spatial_steps) + tm.flops(r.temporal_rows, r.temporal_steps)
         sparse = sp.sparse_per_nnz * r.spatial_nnz
         ops = sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps)
-        t_tm = tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.ops(r.temporal_steps) * \
-            rates.op_seconds
-        compute.append(flops / rates.dense(width) + sparse / rates.sparse(width) + ops * rates.op_seconds)
+        rnn = sp.rnn_flops_per_row * r.spatial_rows + tm.rnn_flops_per_row * r.temporal_rows
+        t_tm = (tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.rnn_flops_per_row *
+                r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
+        if task_work is not None:
+            flops += 2.0 * (float(np.sum(task_work[r.scored])) + r.scored_share * float(np.sum(task_work)))
+        compute.append(flops / rates.dense(width) + rnn / rates.rnn(width) + sparse / rates.sparse(width)
+                       + ops * rates.op_seconds)
         temporal.append(t_tm if r.serial_temporal else 0.0)
         c = 0.0
         for kind, n in calls.items():
@@ -187,7 +203,9 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
             c += n * lat
         c += sum(sent.values()) / rates.collective("alltoall", P)[1] if P > 1 else 0.0
         comm.append(c)
-        saved = (sp.saved_per_row * r.spatial_rows + tm.saved_per_row * r.temporal_rows) / r.saved_divisor
+        s_rows = r.spatial_rows if r.spatial_saved_rows is None else r.spatial_saved_rows
+        t_rows = r.temporal_rows if r.temporal_saved_rows is None else r.temporal_saved_rows
+        saved = (sp.saved_per_row * s_rows + tm.saved_per_row * t_rows) / r.saved_divisor
         memory.append(r.resident_bytes + 4 * grad + saved)
         parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad})
     # a pipelined time encoder: the slowest rank also waits for every other rank's stretch

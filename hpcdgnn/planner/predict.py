@@ -122,8 +122,11 @@ def _block_counts(T: int) -> list[int]:
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:
     plan = cls.make_plan(manifest, P, job)
     ranks = cls.cost(plan, job, manifest, graph, work)
+    from hpcdgnn.tasks import task_class
+
+    task_work = task_class(job.task.name).snapshot_work(job.task, manifest)
     pred = price(job.strategy.name, asdict(job.strategy), ranks, work, params, rates, job.model.hidden,
-                 memory_per_rank)
+                 memory_per_rank, task_work)
     if rates.source == "defaults":
         pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
     return pred

@@ -35,6 +35,8 @@ class MachineRates:
 
     dense_flops: dict[str, float] = field(default_factory=dict)
     """FLOP/s of a (rows, w) x (w, w) product, by width w (default 5e9: one AVX2 core)."""
+    rnn_flops: dict[str, float] = field(default_factory=dict)
+    """FLOP/s of torch's fused LSTM forward and backward over (steps, rows, w), by width w (default 3e9)."""
     sparse_rate: dict[str, float] = field(default_factory=dict)
     """nnz x width per second of a CSR (n, n) x (n, w) product, by width w (default 3e8)."""
     op_seconds: float = 1.0e-5
@@ -52,6 +54,10 @@ class MachineRates:
     def dense(self, width: int) -> float:
         """Dense FLOP/s at ``width``."""
         return _nearest(self.dense_flops, width, 5.0e9)
+
+    def rnn(self, width: int) -> float:
+        """Fused RNN FLOP/s at ``width``."""
+        return _nearest(self.rnn_flops, width, 3.0e9)
 
     def sparse(self, width: int) -> float:
         """Sparse nnz x width per second at ``width``."""

@@ -43,9 +43,11 @@ class PhaseWork:
     ops_fixed: float
     saved_per_row: float
     """Bytes autograd keeps per row until the backward."""
+    rnn_flops_per_row: float = 0.0
+    """FLOPs of torch's fused RNN layers (priced at the measured RNN rate, not the GEMM rate)."""
 
     def flops(self, rows: float, steps: float) -> float:
-        """Dense FLOPs of ``rows`` rows over ``steps`` steps."""
+        """Dense FLOPs (but fused RNN layers') of ``rows`` rows over ``steps`` steps."""
         return self.flops_per_row * rows + self.flops_per_step * steps
 
     def ops(self, steps: float) -> float:
@@ -76,6 +78,7 @@ class _Count(TorchDispatchMode):
         self.ops = dict.fromkeys((*PHASES, "backward"), 0.0)
         self.sparse = dict.fromkeys((*PHASES, "backward"), 0.0)
         self.flops = dict.fromkeys((*PHASES, "backward"), 0.0)
+        self.rnn = dict.fromkeys((*PHASES, "backward"), 0.0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -88,7 +91,7 @@ class _Count(TorchDispatchMode):
             x, w_ih, w_hh = args[0], args[1], args[2]
             steps_rows = x.numel() // x.shape[-1]
             # 2 FLOPs per multiply-add of both products; the backward computes two such products per weight
-            self.flops[self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
+            self.rnn[self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
                 w_ih.numel() + w_hh.numel())
         elif sparse:
             dense = [a for a in tensors if a.layout == torch.strided and a.dim() == 2]
@@ -177,9 +180,10 @@ def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: in
     out = {}
     for ph in PHASES:
         share = {k: count.__dict__[k][ph] / total if (total := sum(count.__dict__[k][p] for p in PHASES)) else
-                 float(ph == "spatial") for k in ("flops", "ops", "sparse")}
+                 float(ph == "spatial") for k in ("flops", "ops", "sparse", "rnn")}
         out[ph] = tuple(count.__dict__[k][ph] + count.__dict__[k]["backward"] * share[k]
-                        for k in ("flops", "ops", "sparse")) + (layout.saved[ph],)
+                        for k in ("flops", "ops", "sparse")) + (layout.saved[ph],
+                                                                 count.rnn[ph] + count.rnn["backward"] * share["rnn"])
     return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state
 
 
@@ -197,15 +201,15 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
         runs[(S, n)] = _run(model, S, n, in_features, dtype, degree)
     phases = {}
     for ph in PHASES:
-        (f11, o11, s11, v11), (f12, _, s12, v12), (_, o21, _, _) = (runs[k][0][ph]
-                                                                     for k in ((S1, n1), (S1, n2), (S2, n1)))
+        (f11, o11, s11, v11, r11), (f12, _, s12, v12, r12), (_, o21, _, _, _) = (
+            runs[k][0][ph] for k in ((S1, n1), (S1, n2), (S2, n1)))
         nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
         per_row = max(0.0, (f12 - f11) / (S1 * (n2 - n1)))
         per_step = max(0.0, (f11 - per_row * S1 * n1) / S1)
         sparse = max(0.0, (s12 - s11) / (S1 * (nnz2 - nnz1)))
         ops_step = max(0.0, (o21 - o11) / (S2 - S1))
         phases[ph] = PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1),
-                               max(0.0, (v12 - v11) / (S1 * (n2 - n1))))
+                               max(0.0, (v12 - v11) / (S1 * (n2 - n1))), max(0.0, (r12 - r11) / (S1 * (n2 - n1))))
     params = sum(p.numel() for p in model.parameters())
     state = runs[(S1, n1)][2]
     return ModelWork(phases["spatial"], phases["temporal"], params, torch.empty(0, dtype=dtype).element_size(),

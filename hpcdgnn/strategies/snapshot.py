@@ -603,11 +603,15 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
                and contiguous)
     ranks = []
     for p in range(P):
+        grad = sum(1 for t in owned[p] if t <= horizon)
         r = RankWork(spatial_rows=len(owned[p]) * N, spatial_steps=len(owned[p]),
-                     spatial_nnz=float(sum(nnz[t] for t in owned[p])), saved_divisor=len(plan.blocks) - 1)
-        if mixing:
-            r.temporal_rows, r.temporal_steps = (T * n[p], T) if redistributes else (len(owned[p]) * N,
-                                                                                    len(owned[p]))
+                     spatial_nnz=float(sum(nnz[t] for t in owned[p])), saved_divisor=len(plan.blocks) - 1,
+                     spatial_saved_rows=grad * N, scored=list(owned[p]))
+        if mixing and redistributes:
+            r.temporal_rows, r.temporal_steps, r.temporal_saved_rows = T * n[p], T, (horizon + 1) * n[p]
+        elif mixing:  # pss: only the last rank's time encoder stops at the horizon
+            r.temporal_rows, r.temporal_steps = len(owned[p]) * N, len(owned[p])
+            r.temporal_saved_rows = (grad if p == P - 1 else len(owned[p])) * N
         blocks = [[t for t in owned[p] if a <= t < b] for a, b in zip(plan.blocks[:-1], plan.blocks[1:],
                                                                         strict=True)]
         adj = [adjacency_bytes(N * len(bl), sum(nnz[t] for t in bl), item) for bl in blocks]

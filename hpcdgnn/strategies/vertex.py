@@ -142,10 +142,13 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
         np.add.at(halo, (keys // N, part[keys % N]), 1)
     precomputed = layers[0].precomputable
     mixing = any(ly.temporal_mixing for ly in layers)
+    grad_steps = min(T, plan.horizon + 1) if all(ly.causal for ly in layers) else T
     ranks = []
     for q in range(P):
         r = RankWork(spatial_rows=T * n[q], spatial_steps=T, spatial_nnz=nnz[q],
-                     temporal_rows=T * n[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0)
+                     temporal_rows=T * n[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0,
+                     spatial_saved_rows=grad_steps * n[q], temporal_saved_rows=grad_steps * n[q] if mixing else 0.0,
+                     scored_share=n[q] / N)
         r.resident_bytes = adjacency_bytes(T * n[q], nnz[q], item) + T * n[q] * F * item
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)
