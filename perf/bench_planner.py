@@ -32,7 +32,7 @@ from bench_convergence import DATASETS, prepare  # noqa: E402
 from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-GENERATED = {"uniform": (4096, 16, 4.0, 0.0, 0.0), "skewed": (4096, 16, 4.0, 1.5, 1.0)}
+GENERATED = {"uniform": (4096, 16, 4.0, 0.0, 0.0), "skewed": (4096, 16, 4.0, 0.8, 0.5)}
 
 
 def dataset(name: str, cache: Path) -> Path:

@@ -22,7 +22,8 @@ import numpy as np
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import ModelWork
 
-__all__ = ["GraphStats", "Prediction", "RankWork", "adjacency_bytes", "add", "pool_traffic", "price"]
+__all__ = ["GraphStats", "Prediction", "RankWork", "adjacency_bytes", "add", "halo_counts", "halo_traffic",
+           "pool_traffic", "price"]
 
 
 def add(d: dict[str, float], key: str, value: float) -> None:
@@ -33,6 +34,42 @@ def add(d: dict[str, float], key: str, value: float) -> None:
 def adjacency_bytes(rows: int, nnz: float, itemsize: int) -> float:
     """A normalised Ã block held with its transpose (two CSR: int64 row pointers and columns, values)."""
     return 2 * ((rows + 1) * 8 + nnz * (8 + itemsize))
+
+
+def halo_counts(graph: GraphStats, owner_of, num_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(halo[q, p]: rows of (t, u) rank q reads that rank p owns; nnz[q]: entries of q's rows of every Ã_t).
+
+    ``owner_of(t, vertices)``: the rank holding row (t, v). Row v of A_t reads u for every edge v → u (and
+    itself: the self-loop Ã adds); q needs (t, u) once, whatever how many of its rows read it."""
+    halo = np.zeros((num_ranks, num_ranks))
+    nnz = np.zeros(num_ranks)
+    for t, (indptr, indices) in enumerate(graph.csr()):
+        n = indptr.shape[0] - 1
+        src = np.repeat(np.arange(n), np.diff(indptr))
+        keep = src != indices
+        src, dst = src[keep], indices[keep]
+        rows = owner_of(t, np.arange(n))
+        nnz += np.bincount(rows[src], minlength=num_ranks) + np.bincount(rows, minlength=num_ranks)
+        cut = rows[src] != rows[dst]
+        keys = np.unique(rows[src[cut]] * n + dst[cut])
+        np.add.at(halo, (keys // n, rows[keys % n]), 1)
+    return halo, nnz
+
+
+def halo_traffic(layers, halo: np.ndarray, precomputed: bool, itemsize: int, ranks: list[RankWork]) -> None:
+    """Each aggregating layer's halo rows at its input width, forward (owners send) and gradients back."""
+    P = halo.shape[0]
+    if P == 1:
+        return
+    for li, ly in enumerate(layers):
+        if ly.graph_recurrent or (li == 0 and precomputed):
+            continue
+        w = ly.in_features
+        for q in range(P):
+            for p in range(P):
+                add(ranks[p].sent, "halo.fwd", halo[q, p] * w * itemsize)
+            add(ranks[q].sent, "halo.bwd", halo[q].sum() * w * itemsize)
+            add(ranks[q].calls, "alltoall", 2)
 
 
 def pool_traffic(layers, steps: int, num_ranks: int, itemsize: int, ranks: list[RankWork]) -> None:

@@ -114,6 +114,11 @@ class ChunkStrategy(HaloStrategy):
                 )
         return plan_chunks(manifest, num_ranks, job)
 
+    @classmethod
+    def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
+        """The planner's per-rank work and traffic under ``plan`` (:func:`chunk_cost`)."""
+        return chunk_cost(plan, job, manifest, graph)
+
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read my appearances' rows of Ã (only those); fix the three index exchanges."""
         comm, P, me = self.comm, self.comm.size, self.comm.rank
@@ -299,3 +304,59 @@ class ChunkLayout(HaloLayout):
         self.last = z
         # unbind once: z[j] would make each backward zero-fill a full (scored, N, F) buffer
         return dict(zip(s.scored, z.unbind(0), strict=True))
+
+
+def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
+    """Per-rank work and traffic of one steady epoch under a chunk plan (:mod:`hpcdgnn.planner.cost`).
+
+    The GCN's halo as under ``vertex``, with appearance (t, v) on its chunk's rank (an inactive one on v's RNN
+    owner); per time-mixing layer, each appearance not on v's RNN owner moves there and back (``rnn``), its
+    gradients the same rows back (DGC §4). A moved first-layer aggregation (constant Ã·X) goes once. The time
+    encoder runs over all T steps of the RNN owner's vertices (``sequences: active`` packs fewer)."""
+    from hpcdgnn.nn.layout import moves_aggregation
+    from hpcdgnn.nn.models import meta_layers
+    from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, halo_counts, halo_traffic, pool_traffic
+
+    P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
+    layers = meta_layers(job.model, F)
+    item = 4 if job.train.dtype == "float32" else 8
+    c = plan.chunks
+    owner = appearance_owner(c.chunk, c.chunk_owner, c.rnn_owner)  # (T, N)
+    halo, nnz = halo_counts(graph, lambda t, v: owner[t, v], P)
+    precomputed = layers[0].precomputable
+    causal = all(ly.causal for ly in layers)
+    grad_steps = min(T, plan.horizon + 1) if causal else T
+    mixing = any(ly.temporal_mixing for ly in layers)
+    rows = np.bincount(owner.ravel(), minlength=P)
+    head = np.bincount(owner[:grad_steps].ravel(), minlength=P)
+    R = np.bincount(c.rnn_owner, minlength=P)
+    # appearances each rank holds for another rank's RNN vertices: sent there, and received back
+    away = owner != c.rnn_owner[None, :]
+    out_rows = np.bincount(owner[away], minlength=P)
+    in_rows = np.bincount(np.broadcast_to(c.rnn_owner[None, :], owner.shape)[away], minlength=P)
+    ranks = []
+    for q in range(P):
+        r = RankWork(spatial_rows=rows[q], spatial_steps=T, spatial_nnz=nnz[q], spatial_saved_rows=head[q],
+                     temporal_rows=T * R[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0,
+                     temporal_saved_rows=grad_steps * R[q] if mixing else 0.0, scored_share=rows[q] / (T * N))
+        r.resident_bytes = adjacency_bytes(rows[q], nnz[q], item) + rows[q] * F * item
+        ranks.append(r)
+    pool_traffic(layers, T, P, item, ranks)
+    halo_traffic(layers, halo, precomputed, item, ranks)
+    if P > 1:
+        for li, ly in enumerate(layers):
+            if not ly.temporal_mixing:
+                continue
+            moved = moves_aggregation(ly, li, None, precomputed)
+            w_in = ly.in_features if moved else ly.spatial_features
+            kept = li == 0 and moved and precomputed
+            for q in range(P):
+                if kept:
+                    ranks[q].resident_bytes += T * R[q] * w_in * item
+                else:
+                    add(ranks[q].sent, "rnn.fwd", out_rows[q] * w_in * item)
+                    add(ranks[q].sent, "rnn.bwd", in_rows[q] * w_in * item)
+                add(ranks[q].sent, "rnn.fwd", in_rows[q] * ly.out_features * item)
+                add(ranks[q].sent, "rnn.bwd", out_rows[q] * ly.out_features * item)
+                add(ranks[q].calls, "alltoall", 2 if kept else 4)
+    return ranks

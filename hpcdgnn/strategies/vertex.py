@@ -121,7 +121,7 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     input width forward and their gradients back (IBM §4.1). The task scores rows in place; a link-prediction
     task's fetch of pair endpoints depends on the drawn negatives and is not predicted."""
     from hpcdgnn.nn.models import meta_layers
-    from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, pool_traffic
+    from hpcdgnn.planner.cost import RankWork, adjacency_bytes, halo_counts, halo_traffic, pool_traffic
 
     P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
     layers = meta_layers(job.model, F)
@@ -130,16 +130,7 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     part = np.empty(N, dtype=np.int64)
     part[order] = np.repeat(np.arange(P), np.diff(plan.vertex_bounds))
     n = np.diff(plan.vertex_bounds)
-    halo = np.zeros((P, P))  # halo[q, p]: rows q reads that p owns
-    nnz = np.zeros(P)
-    for indptr, indices in graph.csr():
-        src = np.repeat(np.arange(N), np.diff(indptr))
-        keep = src != indices
-        src, dst = src[keep], indices[keep]
-        nnz += np.bincount(part[src], minlength=P) + n
-        cut = part[src] != part[dst]
-        keys = np.unique(part[src[cut]] * N + dst[cut])
-        np.add.at(halo, (keys // N, part[keys % N]), 1)
+    halo, nnz = halo_counts(graph, lambda t, v: part[v], P)
     precomputed = layers[0].precomputable
     mixing = any(ly.temporal_mixing for ly in layers)
     grad_steps = min(T, plan.horizon + 1) if all(ly.causal for ly in layers) else T
@@ -152,14 +143,5 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
         r.resident_bytes = adjacency_bytes(T * n[q], nnz[q], item) + T * n[q] * F * item
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)
-    if P > 1:
-        for li, ly in enumerate(layers):
-            if ly.graph_recurrent or (li == 0 and precomputed):
-                continue
-            w = ly.in_features
-            for q in range(P):
-                for p in range(P):
-                    add(ranks[p].sent, "halo.fwd", halo[q, p] * w * item)
-                add(ranks[q].sent, "halo.bwd", halo[q].sum() * w * item)
-                add(ranks[q].calls, "alltoall", 2)
+    halo_traffic(layers, halo, precomputed, item, ranks)
     return ranks

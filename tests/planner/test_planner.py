@@ -23,15 +23,17 @@ def _plan(launcher, job, *extra):
 
 
 # one case per traffic the cost model predicts: redistribution (and its horizon-cut backward), checkpoint
-# blocks, TM-GCN's time halo, the pss pipeline, vertex halos (range and hash), EvolveGCN-H's pools
+# blocks, TM-GCN's time halo, the pss pipeline, vertex halos (range and hash), EvolveGCN-H's pools, chunks'
+# halo and RNN-owner exchanges
 @pytest.mark.parametrize(("model", "task", "strategy"), [
     ("cdgcn", "link_prediction", {"name": "snapshot"}),
     ("tgcn", "link_prediction", {"name": "snapshot", "blocks": 2}),
     ("tmgcn", "link_prediction", {"name": "snapshot"}),
     ("cdgcn", "link_prediction", {"name": "pss"}),
     ("cdgcn", "node_classification", {"name": "vertex"}),
-    ("evolvegcn_h", "node_classification", {"name": "vertex", "partition": "hash"})],
-    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool"])
+    ("evolvegcn_h", "node_classification", {"name": "vertex", "partition": "hash"}),
+    ("tgcn", "node_classification", {"name": "chunk", "chunk_size": 16})],
+    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool", "chunk"])
 def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp_path, model, task, strategy):
     """Every traffic tag of a steady epoch at P = 3 (T = 7, N = 23), predicted from the plan alone."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, task={"name": task},
@@ -53,7 +55,7 @@ def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_da
     assert proc.stdout.count("<- pick") == 3 and "no cost model yet" in proc.stdout
     preds = _plan(launcher, job, "--ranks", "1", "3")
     priced = {(p["strategy"], p["num_ranks"]): p for p in preds if p["epoch_s"] is not None}
-    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex"}
+    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk"}
     assert priced[("snapshot", 1)]["bytes_per_epoch"] == 0 < priced[("snapshot", 3)]["bytes_per_epoch"]
     assert sum(p["picked"] for p in preds if p["num_ranks"] == 3) == 1
     mem = priced[("snapshot", 3)]
