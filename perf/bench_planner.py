@@ -8,9 +8,9 @@ For each dataset and P, ``python -m hpcdgnn plan`` predicts every strategy with 
 ``--json``), then each strategy trains ``--epochs`` epochs under ``mpirun -np P`` (oversubscribed beyond this
 machine's cores: labelled). Measured: the median steady epoch (slowest rank), the last epoch's ``bytes_sent``
 less the task's ``task.*`` traffic (a link-prediction task's fetch of pair endpoints under ``vertex`` depends on
-the drawn negatives, and is not predicted), and the largest rank's ``engine_peak_bytes`` (inputs + activation peak; the prediction's ``inputs`` +
-``activations``, parameters apart). Printed side by side with their ratios, and for each P whether the
-planner's pick is within 10 % of the fastest measured strategy. Datasets: IBM §6.3 generator graphs (uniform,
+the drawn negatives, and is not predicted), and the largest rank's ``engine_peak_bytes`` (inputs + activation
+peak; the prediction's ``inputs`` + ``activations``, parameters apart). Printed side by side with their ratios,
+and for each P whether the planner's pick is within 10 % of the fastest measured strategy. Datasets: IBM §6.3 generator graphs (uniform,
 and DGC §7.3.1's skewed spreads), email-Eu-core and soc-sign-bitcoinalpha from ../shared/data. Results (JSON
 and the table) go to ``--out`` (default perf/results/planner/).
 """
