@@ -10,9 +10,9 @@ machine's cores: labelled). Measured: the median steady epoch (slowest rank), th
 less the task's ``task.*`` traffic (a link-prediction task's fetch of pair endpoints under ``vertex`` depends on
 the drawn negatives, and is not predicted), and the largest rank's ``engine_peak_bytes`` (inputs + activation
 peak; the prediction's ``inputs`` + ``activations``, parameters apart). Printed side by side with their ratios,
-and for each P whether the planner's pick is within 10 % of the fastest measured strategy. Datasets: IBM §6.3 generator graphs (uniform,
-and DGC §7.3.1's skewed spreads), email-Eu-core and soc-sign-bitcoinalpha from ../shared/data. Results (JSON
-and the table) go to ``--out`` (default perf/results/planner/).
+and for each P whether the planner's pick is within 10 % of the fastest measured strategy. Datasets: IBM §6.3
+generator graphs (uniform, and DGC §7.3.1's skewed spreads), email-Eu-core and soc-sign-bitcoinalpha from
+../shared/data. Results (JSON and the table) go to ``--out`` (default perf/results/planner/).
 """
 
 from __future__ import annotations
