@@ -32,7 +32,8 @@ def parse_size(text: str, what: str) -> float:
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """``plan``'s options."""
-    p.add_argument("job", help="job YAML (its model, task and data; strategy: the job's own options are used)")
+    p.add_argument("job", help="job YAML: its model, task and data; its strategy's options (with strategy: auto, its "
+                   "candidates, options and memory_per_rank)")
     p.add_argument("--ranks", type=int, nargs="+", default=[1], metavar="P", help="rank counts to plan for")
     p.add_argument("--strategies", nargs="+", metavar="NAME", help="only these strategies (default: all)")
     p.add_argument("--memory-per-rank", metavar="SIZE", help="each rank's memory budget, e.g. 16GiB")
@@ -49,15 +50,19 @@ def _mib(x: float) -> str:
 def run_plan(args: argparse.Namespace) -> int:
     """Print every strategy's predicted memory, traffic, balance and epoch time at each P; mark the pick."""
     from hpcdgnn.config import load_job
-    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.predict import auto_inputs, plan_job
     from hpcdgnn.planner.rates import load_rates
     from hpcdgnn.regimes import regime_of
+    from hpcdgnn.strategies import get_strategy
 
     job = load_job(args.job, args.set or [])
-    budget = parse_size(args.memory_per_rank, "--memory-per-rank") if args.memory_per_rank else None
+    names, given, budget = (auto_inputs(job, args.job) if get_strategy(job.strategy.name).picks_another
+                            else (None, None, None))
+    if args.memory_per_rank:
+        budget = parse_size(args.memory_per_rank, "--memory-per-rank")
     rates = load_rates(args.device, job.train.dtype, args.rates)
     manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
-    preds = plan_job(job, manifest, job.data.path, args.ranks, rates, args.strategies, budget)
+    preds = plan_job(job, manifest, job.data.path, args.ranks, rates, args.strategies or names, budget, given)
     if args.json:
         json.dump({"job": args.job, "rates": rates.source, "memory_per_rank": budget,
                    "predictions": [p.to_json() for p in preds]}, sys.stdout, indent=1, default=float)

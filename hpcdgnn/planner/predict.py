@@ -18,14 +18,15 @@ from hpcdgnn.planner.cost import GraphStats, Prediction, price
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import model_work
 
-__all__ = ["candidates", "choose", "parameter_count", "plan_job", "resolve_auto"]
+__all__ = ["auto_inputs", "candidates", "choose", "parameter_count", "plan_job", "resolve_auto"]
 
 
 def candidates(job) -> list[str]:
-    """The strategies of the job's regime (every name its YAML accepts), in registration order."""
+    """The strategies of the job's regime that train (not ``auto``, which picks one of them), in order."""
     from hpcdgnn.regimes import regime_of
+    from hpcdgnn.strategies import get_strategy
 
-    return [s for s in regime_of("model", job.model.name).strategies if s != "auto"]
+    return [s for s in regime_of("model", job.model.name).strategies if not get_strategy(s).picks_another]
 
 
 def parameter_count(job, manifest) -> int:
@@ -149,6 +150,26 @@ def choose(predictions: list[Prediction]) -> Prediction | None:
     return best
 
 
+def auto_inputs(job, where: str) -> tuple[list[str] | None, dict, float | None]:
+    """``strategy: {name: auto}``'s candidates (None: all), typed ``options`` by strategy, and budget (or None).
+
+    Raises:
+        ConfigError: an unknown strategy, a wrong option or a bad size (one line naming ``where`` and the key).
+    """
+    from hpcdgnn.config.load import build_options
+    from hpcdgnn.planner.command import parse_size
+
+    opts, known = job.strategy, candidates(job)
+    for name in [*opts.candidates, *opts.options]:
+        if name not in known:
+            raise ConfigError(f"{where}: strategy: {name} is not a strategy of this job; choose from "
+                              f"{', '.join(known)}")
+    given = {name: build_options("strategy", name, raw, f"strategy.options.{name}", where)
+             for name, raw in opts.options.items()}
+    budget = parse_size(opts.memory_per_rank, f"{where}: strategy.memory_per_rank") if opts.memory_per_rank else None
+    return list(opts.candidates) or None, given, budget
+
+
 def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: float, device: str = "cpu"):
     """``strategy: {name: auto}`` → the job with the planner's pick at ``num_ranks`` (rank 0, before the plan).
 
@@ -161,20 +182,13 @@ def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: floa
         ``memory_per_rank``, or no strategy that fits (one line, as ``hpcdgnn plan`` says it).
     """
     from hpcdgnn.config.load import build_options
-    from hpcdgnn.planner.command import nothing_fits, parse_size
+    from hpcdgnn.planner.command import nothing_fits
     from hpcdgnn.planner.rates import load_rates
 
-    opts, known = job.strategy, candidates(job)
-    budget = (parse_size(opts.memory_per_rank, f"{where}: strategy.memory_per_rank") if opts.memory_per_rank
-              else default_budget)
-    for name in [*opts.candidates, *opts.options]:
-        if name not in known:
-            raise ConfigError(f"{where}: strategy: {name} is not a strategy of this job; choose from "
-                              f"{', '.join(known)}")
-    given = {name: build_options("strategy", name, raw, f"strategy.options.{name}", where)
-             for name, raw in opts.options.items()}
-    preds = plan_job(job, manifest, job.data.path, [num_ranks], load_rates(device, job.train.dtype),
-                     list(opts.candidates) or None, budget, given)
+    names, given, budget = auto_inputs(job, where)
+    budget = default_budget if budget is None else budget
+    preds = plan_job(job, manifest, job.data.path, [num_ranks], load_rates(device, job.train.dtype), names,
+                     budget, given)
     pick = next((p for p in preds if p.picked), None)
     if pick is None:
         raise ConfigError(f"{where}: strategy: auto: " + nothing_fits(preds, num_ranks, budget).removeprefix("plan: "))

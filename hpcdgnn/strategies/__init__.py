@@ -1,5 +1,6 @@
 """Partitioning strategies, registered by YAML name (``strategy.name``)."""
 
+from hpcdgnn.strategies.auto import AutoStrategy
 from hpcdgnn.strategies.base import Strategy, StrategyContext
 from hpcdgnn.strategies.chunk import ChunkStrategy
 from hpcdgnn.strategies.hybrid import HybridStrategy
@@ -11,6 +12,7 @@ from hpcdgnn.strategies.snapshot import SnapshotStrategy
 from hpcdgnn.strategies.vertex import VertexStrategy
 
 __all__ = [
+    "AutoStrategy",
     "ChunkStrategy",
     "HybridStrategy",
     "MemoryStrategy",

@@ -131,12 +131,20 @@ class Strategy(Generic[B]):
     full_batch: ClassVar[bool] = False
     #: what the set-up does, in a few words (start line)
     setup_work: ClassVar[str] = "read + normalise + precompute Ã·X"
+    #: a choice of another strategy (``auto``), replaced by :meth:`resolve` before anything trains
+    picks_another: ClassVar[bool] = False
 
     def __init__(self, ctx: StrategyContext) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
         self.load_seconds = 0.0
         self.task: Any = None
+
+    @classmethod
+    def resolve(cls, job: JobConfig, where: str, num_ranks: int, budget: float, device: str
+                ) -> tuple[JobConfig, dict | None]:
+        """Rank 0, before the plan: the job this strategy trains (itself), and what ``plan.json`` adds (None)."""
+        return job, None
 
     @classmethod
     def make_plan(cls, manifest: Manifest, num_ranks: int, job: JobConfig) -> Any:

@@ -33,7 +33,6 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models import DGNN
 from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
@@ -374,8 +373,10 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, saved_job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
-        if job.strategy.name == "auto":
-            job = _resolve_auto(job, job_path or resume, comm.size, host_share, kept)
+        cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
+        budget = torch.cuda.get_device_properties(0).total_memory if cuda else host_share
+        job, kept["planner"] = get_strategy(job.strategy.name).resolve(job, job_path or resume, comm.size, budget,
+                                                                        "cuda" if cuda else "cpu")
         check_model_strategy(job, job_path or resume, comm.size)
         if job.debug.fail_rank >= comm.size:  # a fault meant to be injected must not silently never come
             raise ConfigError(f"{job_path or resume}: debug.fail_rank: {job.debug.fail_rank} but the job has "
@@ -410,30 +411,6 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
     return (*root_then_bcast(comm, on_root), kept.get("shared"))
-
-
-def _resolve_auto(job: JobConfig, where: str, num_ranks: int, host_share: int, kept: dict) -> JobConfig:
-    """Rank 0: ``strategy: auto`` → the planner's pick at this P (logged, and kept for ``plan.json``)."""
-    from hpcdgnn.planner.command import label, size_text
-    from hpcdgnn.planner.predict import resolve_auto
-
-    cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
-    budget = torch.cuda.get_device_properties(0).total_memory if cuda else host_share
-    manifest = load_dataset_manifest(job, where)
-    chosen, preds, pick, unused = resolve_auto(job, manifest, num_ranks, where, budget, "cuda" if cuda else "cpu")
-    kept["planner"] = {"picked": pick.strategy, "options": pick.options, "memory_per_rank": budget,
-                       "predictions": [p.to_json() for p in preds]}
-    log = get_logger()
-    log.info(f"strategy: auto picked {label(pick)} at P = {num_ranks}: predicted epoch {pick.epoch_s:.4g} s "
-             f"(compute {pick.compute_s:.4g} s, communication {pick.comm_s:.4g} s), {size_text(pick.bytes_per_epoch)} "
-             f"sent per epoch, {size_text(pick.memory_bytes)} per rank of {size_text(budget)}, λ {pick.balance:.2f}")
-    others = sorted((p for p in preds if not p.picked and p.epoch_s == p.epoch_s), key=lambda p: p.epoch_s)
-    if others:
-        log.info("strategy: auto also predicted " + ", ".join(
-            f"{label(p)} {p.epoch_s:.4g} s{'' if p.fits else ' (does not fit)'}" for p in others))
-    for name in unused:
-        log.info(f"strategy.options.{name}: not used (auto picked {pick.strategy})")
-    return chosen
 
 
 def load_dataset_manifest(job: JobConfig, where: str | None):

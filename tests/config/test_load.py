@@ -307,7 +307,7 @@ def test_yaml_anchors_and_merge_keys_still_load(tmp_path, small_dataset):
 
 
 @pytest.mark.parametrize(("override", "needle"), [
-    ("strategy.name=[1]", "--set strategy.name: unknown [1]; choose from chunk,"),  # was a TypeError: unhashable
+    ("strategy.name=[1]", "--set strategy.name: unknown [1]; choose from auto, chunk,"),  # was a TypeError: unhashable
     ("strategy.name={a: 1}", "--set strategy.name: unknown {'a': 1}; choose from"),
     ("train.epochs=[1", "--set train.epochs: value '[1' is not valid YAML: while parsing a flow sequence"),
 ])
