@@ -36,7 +36,7 @@ EXPECTED = {
     "s5-smoothing.yaml", "s6-vertex-halo.yaml", "s6-pss.yaml", "d1-graph-chunks.yaml", "d2-chunk-fusion.yaml",
     "d3-stale-aggregation.yaml", "r1-placement.yaml", "r2-incremental.yaml", "r3-reuse.yaml",
     "r4-seq-first-sampling.yaml", "h1-h2-hybrid-batches.yaml", "h3-h5-dynahb.yaml",
-    "m1-tgn.yaml", "m2-memory-parallelism.yaml",
+    "m1-tgn.yaml", "m2-memory-parallelism.yaml", "p1-planner-auto.yaml",
 }
 
 #: CollegeMsg events the tiny datasets are prepared from (237 vertices), and their snapshots
@@ -156,7 +156,7 @@ def _sizes(job) -> list[str]:
 
 
 def test_examples_are_there_and_cover_every_model_and_task():
-    """The 18 files, each a valid job with a header (what, paper section, data, commands), together using
+    """The 19 files, each a valid job with a header (what, paper section, data, commands), together using
     every model and every task the schema names."""
     assert {p.name for p in EXAMPLES} == EXPECTED
     jobs = {p.name: load_job(p, check_paths=False) for p in EXAMPLES}
@@ -192,7 +192,9 @@ def test_example_runs_one_epoch(example, launcher, tiny_data, tmp_path):
         node = node[key]
     _check_technique(example.stem, records[0], summary, run_dir, out.stdout)
     resolved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
-    assert resolved["strategy"]["name"] == job.strategy.name and resolved["model"]["name"] == job.model.name
+    planner = json.loads((run_dir / "plan.json").read_text()).get("planner")
+    trained = job.strategy.name if planner is None else planner["picked"]  # auto: the strategy it picked
+    assert resolved["strategy"]["name"] == trained and resolved["model"]["name"] == job.model.name
 
 
 def _check_technique(stem: str, record: dict, summary: dict, run_dir: Path, stdout: str) -> None:
@@ -206,5 +208,10 @@ def _check_technique(stem: str, record: dict, summary: dict, run_dir: Path, stdo
     elif stem == "h3-h5-dynahb":  # ranks averaged in rounds, ending the epoch with one model; no gradient sums
         assert record["hybrid"]["rounds"] >= 1 and record["hybrid"]["replicas_equal"], record["hybrid"]
         assert "grad_allreduce" not in record["bytes_by_tag"] and "epsilon" in record["hybrid"]
+    elif stem == "p1-planner-auto":  # a candidate picked, every candidate predicted, the pick in the first lines
+        planner = json.loads((run_dir / "plan.json").read_text())["planner"]
+        assert planner["picked"] in ("snapshot", "pss", "vertex", "chunk")
+        assert {p["strategy"] for p in planner["predictions"]} == {"snapshot", "pss", "vertex", "chunk"}
+        assert f"strategy: auto picked {planner['picked']}" in stdout, stdout
     elif stem in ("r1-placement", "h1-h2-hybrid-batches"):  # data read once: only gradients and counts move
         assert set(record["bytes_by_tag"]) <= {"grad_allreduce", "batch"}, record["bytes_by_tag"]
