@@ -194,6 +194,18 @@ class Prediction:
         return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
+def _comm_seconds(sent: dict[str, float], calls: dict[str, float], rates: MachineRates, P: int) -> float:
+    """Σ calls × latency + bytes / bandwidth: sums (gradients, pools) at the all-reduce's, the rest at the
+    all-to-all's (point-to-point sends too)."""
+    if P == 1:
+        return 0.0
+    summed = sum(v for k, v in sent.items() if k == "grad_allreduce" or ".pool." in k)
+    ar_lat, ar_bw = rates.collective("allreduce", P)
+    a2a_lat, a2a_bw = rates.collective("alltoall", P)
+    latency = sum(n * (ar_lat if kind == "allreduce" else a2a_lat) for kind, n in calls.items())
+    return latency + summed / ar_bw + (sum(sent.values()) - summed) / a2a_bw
+
+
 def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, parameters: int,
           rates: MachineRates, width: int, memory_per_rank: float | None,
           task_work: np.ndarray | None = None) -> Prediction:
@@ -234,12 +246,7 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         compute.append(flops / rates.dense(width) + rnn / rates.rnn(width) + sparse / rates.sparse(width)
                        + ops * rates.op_seconds)
         temporal.append(t_tm if r.serial_temporal else 0.0)
-        c = 0.0
-        for kind, n in calls.items():
-            lat, bw = rates.collective("allreduce" if kind == "allreduce" else "alltoall", P)
-            c += n * lat
-        c += sum(sent.values()) / rates.collective("alltoall", P)[1] if P > 1 else 0.0
-        comm.append(c)
+        comm.append(_comm_seconds(sent, calls, rates, P))
         s_rows = r.spatial_rows if r.spatial_saved_rows is None else r.spatial_saved_rows
         t_rows = r.temporal_rows if r.temporal_saved_rows is None else r.temporal_saved_rows
         saved = (sp.saved_per_row * s_rows + tm.saved_per_row * t_rows) / r.saved_divisor

@@ -29,6 +29,8 @@ __all__ = ["ModelWork", "PhaseWork", "model_work"]
 
 #: the phases a strategy places on different rows
 PHASES = ("spatial", "temporal")
+#: what is counted: dense FLOPs, framework calls, sparse nnz × width, fused-RNN FLOPs
+KINDS = ("flops", "ops", "sparse", "rnn")
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,13 @@ class _Count(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.phase = "backward"  # outside the forward's phases
-        self.ops = dict.fromkeys((*PHASES, "backward"), 0.0)
-        self.sparse = dict.fromkeys((*PHASES, "backward"), 0.0)
-        self.flops = dict.fromkeys((*PHASES, "backward"), 0.0)
-        self.rnn = dict.fromkeys((*PHASES, "backward"), 0.0)
+        #: kind (``flops``, ``ops``, ``sparse``, ``rnn``) -> bucket -> count
+        self.counts = {k: dict.fromkeys((*PHASES, "backward"), 0.0) for k in KINDS}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self.ops[self.phase] += 1
+        c = self.counts
+        c["ops"][self.phase] += 1
         name = func.__name__.split(".")[0]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         sparse = [a for a in tensors if a.layout != torch.strided]
@@ -91,15 +92,15 @@ class _Count(TorchDispatchMode):
             x, w_ih, w_hh = args[0], args[1], args[2]
             steps_rows = x.numel() // x.shape[-1]
             # 2 FLOPs per multiply-add of both products; the backward computes two such products per weight
-            self.rnn[self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
+            c["rnn"][self.phase] += (2 if name.endswith("backward") else 1) * 2 * steps_rows * (
                 w_ih.numel() + w_hh.numel())
         elif sparse:
             dense = [a for a in tensors if a.layout == torch.strided and a.dim() == 2]
             if dense and name in ("mm", "addmm", "_sparse_mm", "_sparse_addmm", "_sparse_csr_mm", "sparse_mm"):
                 nnz = sparse[0]._nnz() if sparse[0].layout == torch.sparse_coo else sparse[0].values().numel()
-                self.sparse[self.phase] += nnz * dense[0].shape[-1]
+                c["sparse"][self.phase] += nnz * dense[0].shape[-1]
         elif func._overloadpacket in flop_registry:
-            self.flops[self.phase] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
+            c["flops"][self.phase] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
         return out
 
 
@@ -184,11 +185,12 @@ def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: in
         loss.backward()
     out = {}
     for ph in PHASES:
-        share = {k: count.__dict__[k][ph] / total if (total := sum(count.__dict__[k][p] for p in PHASES)) else
-                 float(ph == "spatial") for k in ("flops", "ops", "sparse", "rnn")}
-        out[ph] = tuple(count.__dict__[k][ph] + count.__dict__[k]["backward"] * share[k]
-                        for k in ("flops", "ops", "sparse")) + (layout.saved[ph],
-                                                                 count.rnn[ph] + count.rnn["backward"] * share["rnn"])
+        split = {}
+        for k in KINDS:
+            bucket = count.counts[k]
+            forward = sum(bucket[p] for p in PHASES)
+            split[k] = bucket[ph] + bucket["backward"] * (bucket[ph] / forward if forward else float(ph == "spatial"))
+        out[ph] = (split["flops"], split["ops"], split["sparse"], layout.saved[ph], split["rnn"])
     return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state
 
 
@@ -262,7 +264,7 @@ def seconds_per_call(name: str = "cdgcn", repeats: int = 5) -> float:
 
     count = _Count()
     once(count)
-    calls = sum(count.ops.values())
+    calls = sum(count.counts["ops"].values())
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
