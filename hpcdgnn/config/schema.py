@@ -158,7 +158,7 @@ class StrategyConfig:
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
     ``sequences`` (ReInc §3.4, R1/R4), ``hybrid`` (DynaHB §4–5, H1–H5), ``memory`` (DistTGL §3.2, M2; event
-    streams)."""
+    streams); ``auto``: the planner picks one of the full-batch ones at start (``python -m hpcdgnn plan``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
