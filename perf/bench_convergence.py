@@ -2,7 +2,7 @@
 
     python perf/bench_convergence.py [--datasets collegemsg bitcoinalpha email tennis] [--models tgcn_cell ...]
                                      [--systems snapshot vertex dbos dbov bvr hybrid] [--ranks 1 2]
-                                     [--epochs 60] [--patience 10] [--ablation] [--out DIR]
+                                     [--epochs 60] [--patience 10] [--ablation] [--seed 0] [--out DIR]
 
 Every (dataset, model, system, P) trains ``--epochs`` epochs, split [0.4, 0.1, 0.5] (§6.1), and reports Table
 2's columns from its metrics.jsonl: ST (mean seconds an epoch, slowest rank), #CN (the epoch the validation MSE
@@ -90,13 +90,14 @@ def prepare(name: str, cache: Path) -> Path:
     return out
 
 
-def run(data: Path, model: str, strategy: dict, ranks: int, epochs: int, out: Path) -> list[dict] | str:
+def run(data: Path, model: str, strategy: dict, ranks: int, epochs: int, out: Path, seed: int = 0
+        ) -> list[dict] | str:
     """Train; the epoch records, or the error line of a refused combination."""
     import yaml
 
     job = {"data": {"path": str(data)}, "model": {"name": model, "hidden": 32, "layers": LAYERS[model]},
            "task": {"name": "regression", "horizon": 1, "split": [0.4, 0.1, 0.5]},
-           "train": {"epochs": epochs, "lr": 0.01, "seed": 0, "threads": max(1, (os.cpu_count() or 2) // ranks)},
+           "train": {"epochs": epochs, "lr": 0.01, "seed": seed, "threads": max(1, (os.cpu_count() or 2) // ranks)},
            "strategy": strategy, "output": {"dir": str(out.parent)}, "checkpoint": {"every": 0}}
     path = out.with_suffix(".yaml")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +140,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--patience", type=int, default=10)
     ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--seed", type=int, default=0, help="train.seed of every run (initial weights, batches, DQN)")
     ap.add_argument("--out", type=Path, default=REPO / "perf" / "results" / "convergence")
     args = ap.parse_args()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -151,13 +153,13 @@ def main() -> int:
                 plan = [(s, systems(model)[s]) for s in args.systems]
                 if args.ablation and name == args.datasets[0] and model == args.models[0]:
                     plan += ablation(model)
-                results = {label: run(data, model, strat, P, args.epochs, work / f"{name}-{model}-p{P}-{i}")
+                results = {label: run(data, model, strat, P, args.epochs, work / f"{name}-{model}-p{P}-{i}", args.seed)
                            for i, (label, strat) in enumerate(plan)}
                 full = results.get("snapshot") or results.get("full batch")
                 target = None if isinstance(full, str) or full is None else 1.05 * min(r["val_loss"] for r in full)
                 base = None
                 for label, recs in results.items():
-                    row = {"dataset": name, "model": model, "P": P, "system": label}
+                    row = {"dataset": name, "model": model, "P": P, "system": label, "seed": args.seed}
                     if isinstance(recs, str):
                         row["refused"] = recs
                     else:
