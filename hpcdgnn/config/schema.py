@@ -21,6 +21,7 @@ __all__ = [
     "ChunkOptions",
     "SequencesOptions",
     "AutoOptions",
+    "GridOptions",
     "MemoryOptions",
     "RENAMED_KEYS",
     "CommConfig",
@@ -158,7 +159,8 @@ class StrategyConfig:
     name: str = "snapshot"
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
     ``sequences`` (ReInc §3.4, R1/R4), ``hybrid`` (DynaHB §4–5, H1–H5), ``memory`` (DistTGL §3.2, M2; event
-    streams); ``auto``: the planner picks one of the full-batch ones at start (``python -m hpcdgnn plan``)."""
+    streams), ``grid`` (snapshot × vertex ranks, IBM §6.5's future work); ``auto``: the planner picks one of the
+    full-batch ones at start (``python -m hpcdgnn plan``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,6 +364,27 @@ class AveragingConfig:
             raise ValueError("every_s: must be > 0 (seconds between averaging rounds)")
         if self.every_steps < 0:
             raise ValueError("every_steps: must be >= 0 (0 = rounds by every_s)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridOptions(StrategyConfig):
+    """``strategy: {name: grid}``: a snapshot × vertex grid of Ps · Pv = P ranks (IBM §6.5's future work): the
+    snapshots split over Ps groups as under ``snapshot``, each snapshot's rows over the Pv ranks of its group
+    with a halo exchange as under ``vertex``; every vertex's timeline on one rank of its column for the RNN."""
+
+    name: str = "grid"
+    snapshot_ranks: int = 0
+    """Ps, the snapshot groups; 0: P / ``vertex_ranks``, or with both 0 the largest divisor of P not above T."""
+    vertex_ranks: int = 0
+    """Pv, the ranks splitting each snapshot's rows; 0: P / ``snapshot_ranks``."""
+    layout: Literal["cyclic", "block"] = "cyclic"
+    """Snapshots over the groups: t on group t mod Ps, or contiguous runs."""
+    stale: StaleConfig = field(default_factory=StaleConfig)
+    """Stale aggregation of the halo rows within a group (DGC §5.2, SPEC D3), as for ``vertex``."""
+
+    def __post_init__(self) -> None:
+        if self.snapshot_ranks < 0 or self.vertex_ranks < 0:
+            raise ValueError("snapshot_ranks, vertex_ranks: must be >= 1 (0 = derived from P)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -74,7 +74,7 @@ def run_plan(args: argparse.Namespace) -> int:
                f"{'compute s':>10} {'comm s':>9} {'epoch s':>9}  note"
         print(head)
         for p in preds:
-            name = p.strategy + (f" (blocks {p.options['blocks']})" if p.options.get("blocks", 1) > 1 else "")
+            name = label(p, short=True)
             mark = "  <- pick" if p.picked else ""
             note = "; ".join(p.notes[:1]) if p.epoch_s != p.epoch_s else ("does not fit" if not p.fits else "")
             print(f"{p.num_ranks:>4}  {name:<22} {_mib(p.memory_bytes):>15} {_mib(p.bytes_per_epoch):>11} "
@@ -93,9 +93,14 @@ def size_text(nbytes: float) -> str:
     return f"{nbytes:,.0f} B"
 
 
-def label(p) -> str:
-    """A prediction's strategy, with its checkpoint blocks when there are several."""
-    return p.strategy + (f" (strategy.blocks: {p.options['blocks']})" if p.options.get("blocks", 1) > 1 else "")
+def label(p, short: bool = False) -> str:
+    """A prediction's strategy, with its checkpoint blocks when there are several, or its grid's sides."""
+    o = p.options
+    if o.get("blocks", 1) > 1:
+        return p.strategy + (f" (blocks {o['blocks']})" if short else f" (strategy.blocks: {o['blocks']})")
+    if o.get("snapshot_ranks"):
+        return p.strategy + f" {o['snapshot_ranks']}x{o['vertex_ranks']}"
+    return p.strategy
 
 
 def nothing_fits(preds, P: int, budget: float | None) -> str:

@@ -258,6 +258,7 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
     lam = max(compute) / min(compute) if min(compute) > 0 else float("inf")
     fits = memory_per_rank is None or bool(max(memory) <= memory_per_rank)
     top = int(np.argmax(memory))
+    tags = {k: v for k, v in tags.items() if v}  # a tag that moves nothing is left out
     return Prediction(strategy=strategy, options=options, num_ranks=P, memory_bytes=memory[top],
                       memory_by_rank=memory, memory_parts=parts[top], bytes_per_epoch=sum(tags.values()),
                       bytes_by_tag=tags, balance=lam, compute_s=max(compute), comm_s=max(comm), epoch_s=epoch,

@@ -3,7 +3,8 @@
 Rank 0 only; nothing trains. For each strategy of the job's regime that has a cost model (``cost`` beside its
 ``make_plan``), the planner makes the plan the run would make, asks the strategy for its per-rank work and
 traffic and prices it (:func:`~hpcdgnn.planner.cost.price`). ``snapshot`` also comes with the fewest checkpoint
-blocks (IBM §3.1) that fit the memory budget when one block does not. The pick is the fastest predicted epoch
+blocks (IBM §3.1) that fit the memory budget when one block does not (``Strategy.smaller``), and ``grid``
+with every Ps × Pv factorisation of P the job leaves open (``Strategy.variants``). The pick is the fastest predicted epoch
 among those that fit.
 """
 
@@ -98,26 +99,19 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
             except ConfigError as e:
                 out.append(_unpriced(name, opts, P, f"does not apply: {str(e).removeprefix('None: ')}"))
                 continue
-            pred = _priced(cls, variant, manifest, graph, P, work, params, rates, memory_per_rank)
-            out.append(pred)
-            if name == "snapshot" and not pred.fits and getattr(opts, "blocks", 1) == 1:
-                for nb in _block_counts(manifest.num_snapshots):
-                    blocked = replace(variant, strategy=replace(opts, blocks=nb))
-                    bp = _priced(cls, blocked, manifest, graph, P, work, params, rates, memory_per_rank)
-                    if bp.fits or nb == manifest.num_snapshots:
-                        out.append(bp)
+            for each in cls.variants(opts, P, manifest):
+                job_v = replace(job, strategy=each)
+                pred = _priced(cls, job_v, manifest, graph, P, work, params, rates, memory_per_rank)
+                out.append(pred)
+                tries = [] if pred.fits else cls.smaller(each, manifest)
+                for i, less in enumerate(tries):  # the first that fits, or the last (the smallest) when none does
+                    lp = _priced(cls, replace(job, strategy=less), manifest, graph, P, work, params, rates,
+                                 memory_per_rank)
+                    if lp.fits or i == len(tries) - 1:
+                        out.append(lp)
                         break
         choose([p for p in out if p.num_ranks == P])
     return out
-
-
-def _block_counts(T: int) -> list[int]:
-    """2, 4, 8, … below T, then T."""
-    nb, out = 2, []
-    while nb < T:
-        out.append(nb)
-        nb *= 2
-    return [*out, T]
 
 
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:

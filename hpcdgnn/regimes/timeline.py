@@ -1,5 +1,5 @@
 """The snapshot-timeline regime: T snapshots over one vertex universe (SPEC families A and B): full batch
-(``snapshot``, ``pss``, ``vertex``, ``chunk``), sampled sequences (``sequences``, ReInc §3) and hybrid batches
+(``snapshot``, ``pss``, ``vertex``, ``chunk``, ``grid``), sampled sequences (``sequences``, ReInc §3) and hybrid batches
 (``hybrid``, DynaHB §4–5); ``auto`` has the planner pick one of them at start (:mod:`hpcdgnn.planner`)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from hpcdgnn.config.schema import (
     AutoOptions,
     ChunkOptions,
+    GridOptions,
     HybridOptions,
     JobConfig,
     PSSOptions,
@@ -67,6 +68,7 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
     from hpcdgnn.strategies import get_strategy
 
     m, s = job.model, job.strategy.name
+    get_strategy(s).check_job(job, num_ranks, where)
     if isinstance(m, GraphCellOptions) and m.encoder_decoder and \
             (job.task.name != _FORECAST["task"] or s != _FORECAST["strategy"]):
         raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
@@ -95,7 +97,7 @@ TIMELINE = register_regime(RegimeSpec(
     models={name: model_options(name) for name in available_models()},
     tasks={name: task_class(name).options for name in ("link_prediction", "node_classification", "regression")},
     strategies={"snapshot": SnapshotOptions, "pss": PSSOptions, "vertex": VertexOptions, "chunk": ChunkOptions,
-                "sequences": SequencesOptions, "hybrid": HybridOptions, "auto": AutoOptions},
+                "grid": GridOptions, "sequences": SequencesOptions, "hybrid": HybridOptions, "auto": AutoOptions},
     load_manifest=load_manifest,
     build_model=build_model,
     build_task=build_task,

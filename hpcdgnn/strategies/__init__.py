@@ -3,6 +3,7 @@
 from hpcdgnn.strategies.auto import AutoStrategy
 from hpcdgnn.strategies.base import Strategy, StrategyContext
 from hpcdgnn.strategies.chunk import ChunkStrategy
+from hpcdgnn.strategies.grid import GridStrategy
 from hpcdgnn.strategies.hybrid import HybridStrategy
 from hpcdgnn.strategies.memory import MemoryStrategy
 from hpcdgnn.strategies.pss import PSSStrategy
@@ -14,6 +15,7 @@ from hpcdgnn.strategies.vertex import VertexStrategy
 __all__ = [
     "AutoStrategy",
     "ChunkStrategy",
+    "GridStrategy",
     "HybridStrategy",
     "MemoryStrategy",
     "PSSStrategy",

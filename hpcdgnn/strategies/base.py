@@ -141,6 +141,20 @@ class Strategy(Generic[B]):
         self.task: Any = None
 
     @classmethod
+    def check_job(cls, job: JobConfig, num_ranks: int, where: str | None) -> None:
+        """Refuse (one line, ConfigError) options that cannot work at ``num_ranks``; before the plan, on rank 0."""
+
+    @classmethod
+    def variants(cls, opts: Any, num_ranks: int, manifest: Manifest) -> list[Any]:
+        """The option sets the planner prices for this strategy at ``num_ranks`` (the job's own by default)."""
+        return [opts]
+
+    @classmethod
+    def smaller(cls, opts: Any, manifest: Manifest) -> list[Any]:
+        """Option sets using less memory per rank, in order, that the planner tries when ``opts`` does not fit."""
+        return []
+
+    @classmethod
     def resolve(cls, job: JobConfig, where: str, num_ranks: int, budget: float, device: str
                 ) -> tuple[JobConfig, dict | None]:
         """Rank 0, before the plan: the job this strategy trains (itself), and what ``plan.json`` adds (None)."""

@@ -90,6 +90,19 @@ class SnapshotStrategy(FullBatchStrategy):
         return num_ranks == 1
 
     @classmethod
+    def smaller(cls, opts, manifest) -> list:
+        """Checkpoint blocks 2, 4, 8, … below T, then T (IBM §3.1): activations of one block at a time."""
+        import dataclasses
+
+        if getattr(opts, "blocks", 1) != 1:
+            return []
+        T, nb, out = manifest.num_snapshots, 2, []
+        while nb < T:
+            out.append(nb)
+            nb *= 2
+        return [dataclasses.replace(opts, blocks=b) for b in [*out, T] if b > 1]
+
+    @classmethod
     def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
         """The planner's per-rank work and traffic under ``plan`` (:func:`snapshot_cost`)."""
         return snapshot_cost(plan, job, manifest, graph)

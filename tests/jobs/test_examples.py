@@ -36,7 +36,7 @@ EXPECTED = {
     "s5-smoothing.yaml", "s6-vertex-halo.yaml", "s6-pss.yaml", "d1-graph-chunks.yaml", "d2-chunk-fusion.yaml",
     "d3-stale-aggregation.yaml", "r1-placement.yaml", "r2-incremental.yaml", "r3-reuse.yaml",
     "r4-seq-first-sampling.yaml", "h1-h2-hybrid-batches.yaml", "h3-h5-dynahb.yaml",
-    "m1-tgn.yaml", "m2-memory-parallelism.yaml", "p1-planner-auto.yaml",
+    "m1-tgn.yaml", "m2-memory-parallelism.yaml", "p1-planner-auto.yaml", "g1-grid.yaml",
 }
 
 #: CollegeMsg events the tiny datasets are prepared from (237 vertices), and their snapshots
@@ -48,6 +48,7 @@ EVIDENCE = {
     "s3-graph-difference": ("transfer_bytes",),
     "s5-smoothing": ("bytes_by_tag", "time_halo.fwd"),
     "s6-vertex-halo": ("bytes_by_tag", "halo.fwd"),
+    "g1-grid": ("bytes_by_tag", "halo.fwd"),
     "s6-pss": ("bytes_by_tag", "pipeline.fwd"),
     "d1-graph-chunks": ("fusion", "chunks"),
     "d2-chunk-fusion": ("fusion", "time_slots_padded"),
@@ -156,7 +157,7 @@ def _sizes(job) -> list[str]:
 
 
 def test_examples_are_there_and_cover_every_model_and_task():
-    """The 19 files, each a valid job with a header (what, paper section, data, commands), together using
+    """The 20 files, each a valid job with a header (what, paper section, data, commands), together using
     every model and every task the schema names."""
     assert {p.name for p in EXAMPLES} == EXPECTED
     jobs = {p.name: load_job(p, check_paths=False) for p in EXAMPLES}

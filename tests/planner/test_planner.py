@@ -32,8 +32,9 @@ def _plan(launcher, job, *extra):
     ("cdgcn", "link_prediction", {"name": "pss"}),
     ("cdgcn", "node_classification", {"name": "vertex"}),
     ("evolvegcn_h", "node_classification", {"name": "vertex", "partition": "hash"}),
-    ("tgcn", "node_classification", {"name": "chunk", "chunk_size": 16})],
-    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool", "chunk"])
+    ("tgcn", "node_classification", {"name": "chunk", "chunk_size": 16}),
+    ("cdgcn", "node_classification", {"name": "grid", "snapshot_ranks": 3, "vertex_ranks": 1})],
+    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool", "chunk", "grid"])
 def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp_path, model, task, strategy):
     """Every traffic tag of a steady epoch at P = 3 (T = 7, N = 23), predicted from the plan alone."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, task={"name": task},
@@ -42,7 +43,7 @@ def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp
     assert proc.returncode == 0, proc.stderr
     measured = {k: v for k, v in read_metrics(tmp_path / "run")[-1]["bytes_by_tag"].items() if v}
     pred = [p for p in _plan(launcher, job, "--ranks", "3", "--strategies", strategy["name"])
-            if p["options"].get("blocks", 1) == strategy.get("blocks", 1)][0]
+            if all(p["options"].get(k) == v for k, v in strategy.items())][0]
     assert measured and {k: int(v) for k, v in pred["bytes_by_tag"].items()} == measured
 
 
@@ -55,7 +56,10 @@ def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_da
     assert proc.stdout.count("<- pick") == 3 and "no cost model yet" in proc.stdout
     preds = _plan(launcher, job, "--ranks", "1", "3")
     priced = {(p["strategy"], p["num_ranks"]): p for p in preds if p["epoch_s"] is not None}
-    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk"}
+    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk", "grid"}
+    # the grid at every factorisation of P = 3 the job leaves open: 1 x 3 and 3 x 1
+    assert sorted((p["options"]["snapshot_ranks"], p["options"]["vertex_ranks"]) for p in preds
+                  if p["strategy"] == "grid" and p["num_ranks"] == 3) == [(1, 3), (3, 1)]
     assert priced[("snapshot", 1)]["bytes_per_epoch"] == 0 < priced[("snapshot", 3)]["bytes_per_epoch"]
     assert sum(p["picked"] for p in preds if p["num_ranks"] == 3) == 1
     mem = priced[("snapshot", 3)]
