@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.train.test_exactness import _losses
 from tests.conftest import write_job
+from tests.train.test_exactness import _losses
 
 
 # 1 x Pv is vertex partitioning (halo, no RNN move), Ps x 1 snapshot partitioning (RNN moves, no halo);
