@@ -4,8 +4,8 @@ Rank 0 only; nothing trains. For each strategy of the job's regime that has a co
 ``make_plan``), the planner makes the plan the run would make, asks the strategy for its per-rank work and
 traffic and prices it (:func:`~hpcdgnn.planner.cost.price`). ``snapshot`` also comes with the fewest checkpoint
 blocks (IBM §3.1) that fit the memory budget when one block does not (``Strategy.smaller``), and ``grid``
-with every Ps × Pv factorisation of P the job leaves open (``Strategy.variants``). The pick is the fastest predicted epoch
-among those that fit.
+with every Ps × Pv factorisation of P the job leaves open (``Strategy.variants``). The pick is the fastest
+predicted epoch among those that fit.
 """
 
 from __future__ import annotations
