@@ -113,12 +113,12 @@ def p1_verdict(ratios: dict[str, dict[int, float]], tolerance: float = P1_TOLERA
 
 
 def _default_strategies() -> list[str]:
-    """Every registered strategy, the snapshot strategy (the reference) first."""
+    """Every registered strategy that trains (not ``auto``, a choice of one), the snapshot strategy first."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import hpcdgnn.strategies  # noqa: F401  (registers them)
-    from hpcdgnn.strategies.registry import available_strategies
+    from hpcdgnn.strategies.registry import available_strategies, get_strategy
 
-    names = available_strategies()
+    names = [s for s in available_strategies() if not get_strategy(s).picks_another]
     return sorted(names, key=lambda s: (s != "snapshot", s))
 
 

@@ -13,7 +13,10 @@ Generic over the batch type (:class:`FullBatch`, :class:`SampleBatch`, :class:`E
         strategy.evaluate(model, task, epoch)
         strategy.report(epoch, train_loss)
 
-plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``close``. Strategies:
+plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``close``; and before the plan, on
+rank 0, ``check_job`` (options that cannot work at P), ``resolve`` (``auto``: the job with the planner's pick),
+``variants`` / ``smaller`` (the option sets the planner prices; a strategy's ``cost`` gives its per-rank work,
+:mod:`hpcdgnn.planner`). Strategies:
 
 * ``snapshot`` — S1 snapshot partitioning (IBM §4.2), S2 checkpoint blocks (§3.1), S3 graph differences (§3.2);
 * ``pss`` — contiguous snapshots, RNN state pipelined rank to rank (DGC §2.1);
@@ -23,7 +26,9 @@ plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``
   R3 reuse caches (§3.1, §3.3);
 * ``hybrid`` — H1 load-aware partition (DynaHB §4.1–4.2), H2 hybrid batches (Def. 3), H3 batch-size adjuster
   (§5.1), H5 asynchronous model averaging (Alg. 2);
-* ``memory`` — M2 i×j×k parallelism over an event stream (DistTGL §3.2–3.3), M1 pre-training (§3.1).
+* ``memory`` — M2 i×j×k parallelism over an event stream (DistTGL §3.2–3.3), M1 pre-training (§3.1);
+* ``grid`` — snapshot groups × vertex ranges (IBM §6.5's future work), run by ``chunk``'s machinery;
+* ``auto`` — the planner's pick of one of the above (trains nothing itself).
 """
 
 from __future__ import annotations

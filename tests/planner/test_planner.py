@@ -78,6 +78,7 @@ def test_plan_refuses_bad_input_in_one_line(launcher, small_dataset, tmp_path, a
     assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
 
 
+@pytest.mark.quick(strategy="auto")
 def test_auto_trains_with_the_pick_and_reports_it(launcher, small_dataset, tmp_path):
     """``strategy: auto`` at P = 2: the first lines name the pick and its predicted figures, ``plan.json`` holds
     every prediction, ``config.resolved.yaml`` the strategy trained with, options of a strategy not picked are

@@ -8,7 +8,9 @@ from hpcdgnn.strategies import available_strategies, get_strategy
 from hpcdgnn.strategies.base import Batch, EventBatch, FullBatch, SampleBatch, Strategy
 
 CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", "step", "sync_gradients", "evaluate",
-            "report", "usage", "state_dict", "load_state_dict", "rebalanced_plan", "close"}
+            "report", "usage", "state_dict", "load_state_dict", "rebalanced_plan", "close",
+            # before the plan, on rank 0: the job's checks, and what the planner prices or resolves
+            "check_job", "variants", "smaller", "resolve"}
 
 
 def _public_methods(cls) -> set[str]:
@@ -30,9 +32,11 @@ def _batch_type(cls) -> type:
 
 
 def test_every_strategy_names_its_batch_type():
-    kinds = {name: _batch_type(get_strategy(name)) for name in available_strategies()}
+    """Every strategy that trains (``auto`` resolves to one of them before anything trains)."""
+    kinds = {name: _batch_type(get_strategy(name)) for name in available_strategies()
+             if not get_strategy(name).picks_another}
     assert all(issubclass(b, Batch) for b in kinds.values()), kinds
-    assert {kinds[n] for n in ("snapshot", "pss", "vertex", "chunk")} == {FullBatch}
+    assert {kinds[n] for n in ("snapshot", "pss", "vertex", "chunk", "grid")} == {FullBatch}
     assert kinds["sequences"] is kinds["hybrid"] is SampleBatch and kinds["memory"] is EventBatch
     # full_batch (the footprint's and the exactness tests' question) follows from the batch type
     assert all(get_strategy(n).full_batch == (b is FullBatch) for n, b in kinds.items())
