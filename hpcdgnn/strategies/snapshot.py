@@ -94,7 +94,7 @@ class SnapshotStrategy(FullBatchStrategy):
         """Checkpoint blocks 2, 4, 8, … below T, then T (IBM §3.1): activations of one block at a time."""
         import dataclasses
 
-        if getattr(opts, "blocks", 1) != 1:
+        if getattr(opts, "blocks", None) != 1:  # blocked already, or a strategy without blocks (pss)
             return []
         T, nb, out = manifest.num_snapshots, 2, []
         while nb < T:

@@ -104,11 +104,15 @@ def test_yaml_off_is_the_word_off(tmp_path):
 # error (one line naming the key, the strategy and the strategies that accept it), never silently ignored
 STRATEGY_OPTIONS = [
     ("blocks: 2", "blocks", ["snapshot"]),
-    ("layout: block", "layout", ["snapshot"]),
+    ("layout: block", "layout", ["grid", "snapshot"]),
     ("balance: count", "balance", ["pss", "snapshot"]),
     ("transfer: base", "transfer", ["pss", "snapshot"]),
     ("partition: hash", "partition", ["hybrid", "vertex"]),
-    ("stale: {mode: adaptive}", "stale", ["chunk", "vertex"]),
+    ("stale: {mode: adaptive}", "stale", ["chunk", "grid", "vertex"]),
+    ("snapshot_ranks: 2", "snapshot_ranks", ["grid"]),
+    ("vertex_ranks: 2", "vertex_ranks", ["grid"]),
+    ("candidates: [snapshot]", "candidates", ["auto"]),
+    ("memory_per_rank: 1GiB", "memory_per_rank", ["auto"]),
     ("chunk_size: 8", "chunk_size", ["chunk"]),
     ("sequences: active", "sequences", ["chunk"]),
     ("fusion: off", "fusion", ["chunk"]),

@@ -58,7 +58,7 @@ def test_options_live_with_their_model(tmp_path, small_dataset):
     ({"model": {"name": "tgn"}}, "model.name: tgn needs task.name: temporal_link_prediction and strategy.name: "
                                  r"memory, not task.name: link_prediction, strategy.name: snapshot \(the event-stream"),
     ({"strategy": {"name": "memory"}}, "model.name: cdgcn needs strategy.name: snapshot or pss or vertex or chunk or "
-                                       r"sequences or hybrid or auto, not strategy.name: memory \(the "
+                                       r"grid or sequences or hybrid or auto, not strategy.name: memory \(the "
                                        "snapshot-timeline regime"),
     ({"task": {"name": "temporal_link_prediction"}}, "model.name: cdgcn needs task.name: link_prediction or"),
 ])
