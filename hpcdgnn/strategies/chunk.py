@@ -316,10 +316,11 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     from hpcdgnn.nn.layout import moves_aggregation
     from hpcdgnn.nn.models import meta_layers
     from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, halo_counts, halo_traffic, pool_traffic
+    from hpcdgnn.regimes.base import item_bytes
 
     P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
     layers = meta_layers(job.model, F)
-    item = 4 if job.train.dtype == "float32" else 8
+    item = item_bytes(job)
     c = plan.chunks
     owner = appearance_owner(c.chunk, c.chunk_owner, c.rnn_owner)  # (T, N)
     halo, nnz = halo_counts(graph, lambda t, v: owner[t, v], P)

@@ -599,10 +599,11 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
     from hpcdgnn.nn.layout import moves_aggregation
     from hpcdgnn.nn.models import meta_layers
     from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, pool_traffic
+    from hpcdgnn.regimes.base import item_bytes
 
     P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
     layers = meta_layers(job.model, F)
-    item = 4 if job.train.dtype == "float32" else 8
+    item = item_bytes(job)
     causal = all(ly.causal for ly in layers)
     horizon = plan.horizon if causal else T - 1
     precomputed = layers[0].precomputable

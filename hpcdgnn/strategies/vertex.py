@@ -122,10 +122,11 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     task's fetch of pair endpoints depends on the drawn negatives and is not predicted."""
     from hpcdgnn.nn.models import meta_layers
     from hpcdgnn.planner.cost import RankWork, adjacency_bytes, halo_counts, halo_traffic, pool_traffic
+    from hpcdgnn.regimes.base import item_bytes
 
     P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
     layers = meta_layers(job.model, F)
-    item = 4 if job.train.dtype == "float32" else 8
+    item = item_bytes(job)
     order = np.asarray(plan.vertex_order if plan.vertex_order is not None else range(N), dtype=np.int64)
     part = np.empty(N, dtype=np.int64)
     part[order] = np.repeat(np.arange(P), np.diff(plan.vertex_bounds))
