@@ -1,4 +1,4 @@
-"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile|plan|calibrate``.
+"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile|plan|calibrate|check|export|report``.
 
 ``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``). An exception on any rank
 prints ``rank R/P: <traceback>`` and calls ``MPI_Abort``, so no rank waits forever in a collective; user errors
@@ -11,7 +11,15 @@ import argparse
 import sys
 import traceback
 
-from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_USAGE, CommFailure, ConfigError, HpcdgnnError, StalledError
+from hpcdgnn.errors import (
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    CommFailure,
+    ConfigError,
+    HpcdgnnError,
+    StalledError,
+    out_of_memory,
+)
 
 __all__ = ["main"]
 
@@ -29,14 +37,6 @@ def _install_abort_hook(comm) -> None:
     sys.excepthook = hook
 
 
-def _out_of_memory(e: BaseException) -> str | None:
-    """What an allocation that failed said (numpy's MemoryError, torch's CPU or CUDA allocator), else None."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
-        return text[:200]
-    return None
-
-
 def _env_switches() -> list[str]:
     """The kernel switch that changes a run's arithmetic as ``VAR=value`` (its meaning, not spelling), compared
     across ranks: mpirun passes a variable to other nodes only with ``-x``."""
@@ -49,7 +49,8 @@ def _env_switches() -> list[str]:
 def _cmd_run(args: argparse.Namespace) -> int:
     from hpcdgnn import preemption
 
-    stop = preemption.install()  # before the heavy imports: a scheduler's early warning must not kill us
+    # before the heavy imports: a scheduler's early warning must not kill us; a second SIGINT/SIGTERM stops at once
+    stop = preemption.install(at_once=True)
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.train import run_training
@@ -100,14 +101,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # raised on this rank alone: the others may be waiting in a collective
         return _rank_error(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
     except (MemoryError, RuntimeError) as e:
-        # one allocation larger than the node: sizes from the job
-        detail = _out_of_memory(e)
+        # one allocation larger than the node during the set-up (in training run_training names the job's keys)
+        detail = out_of_memory(e)
         if detail is None:
             raise
         return _rank_error(comm.rank, comm.size, comm.abort,
-                           f"out of memory ({detail}); the job needs more than this rank has: lower model.hidden, "
-                           "model.layers, model.order, task.negatives or task.decoder_hidden, or spread it over more "
-                           "ranks or nodes")
+                           f"out of memory ({detail}) during the set-up; the job needs more than this rank has: "
+                           "lower its sizes (model.hidden, task.negatives; TGN: model.neighbors, task.eval_negatives, "
+                           "task.batch_events), or spread it over more ranks or nodes")
     return 0
 
 
@@ -128,7 +129,8 @@ _EXIT_CODES = """exit codes:
       comm.timeout_s, or a rank did not start hpcdgnn within $HPCDGNN_START_TIMEOUT s after MPI_Init
       (default 600; another MPI program in an MPMD launch) (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
-      (a new run stopped during its set-up has none: run it again)"""
+      (a new run stopped during its set-up has none: run it again)
+  130 / 143  a second SIGINT / SIGTERM: stopped at once, no checkpoint of that epoch (the newest one stays)"""
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -150,6 +152,20 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from hpcdgnn.profile.command import run_profile
 
     return run_profile(args)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """Export a run's records and model (issue 60); imports torch only for --tensorboard and --model-only."""
+    from hpcdgnn.metrics.export import run_export
+
+    return run_export(args)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """Learning curves and time split of runs (issue 60)."""
+    from hpcdgnn.metrics.report import run_report
+
+    return run_report(args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -238,6 +254,38 @@ def _parser() -> argparse.ArgumentParser:
                         "mpirun -np P the all-reduce and all-to-all; merge them into this machine's rates file.")
     add_calibrate_arguments(ca)
     ca.set_defaults(func=_cmd_calibrate)
+
+    from hpcdgnn.config.check import add_check_arguments, run_check
+
+    ck = sub.add_parser("check", help="a dry run: the resolved job, its plan and memory per rank, or the run's error",
+                        description="Check a job for P ranks as a run's set-up would, without training: print the "
+                        "configuration with every default filled in, the plan's per-rank table and the memory per "
+                        "rank; a job a run would refuse gets that run's one-line error (exit 2).\n"
+                        "  python -m hpcdgnn check job.yaml --ranks 128 --memory-per-rank 16GiB\n"
+                        "  python -m hpcdgnn check --schema > hpcdgnn-job.schema.json   (for editors)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_check_arguments(ck)
+    ck.set_defaults(func=run_check)
+
+    ex = sub.add_parser("export", help="a run's epoch records as CSV or TensorBoard scalars; its model as a plain file",
+                        description="Write what a run made in the formats other tools read:\n"
+                        "  python -m hpcdgnn export RUNDIR --csv metrics.csv --tensorboard tb/\n"
+                        "  python -m hpcdgnn export RUNDIR --model-only model.pt",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ex.add_argument("rundir", help="a run directory")
+    ex.add_argument("--csv", metavar="FILE", help="the epoch records, one CSV row each (nested keys dotted)")
+    ex.add_argument("--tensorboard", metavar="DIR", help="the epoch records as TensorBoard scalars (step = epoch)")
+    ex.add_argument("--model-only", metavar="FILE",
+                    help="the trained model and task head: state_dicts and what builds them (no trainer needed)")
+    ex.set_defaults(func=_cmd_export)
+
+    rp = sub.add_parser("report", help="learning curves and the per-epoch time split of runs (PNG)",
+                        description="Draw curves.png (loss, validation and test metrics per epoch, one line per run) "
+                        "and time_split.png (the slowest rank's load / compute / exposed communication per epoch) "
+                        "into --out. Scaling plots over P: perf/scaling.py.")
+    rp.add_argument("rundirs", nargs="+", metavar="RUNDIR", help="run directories")
+    rp.add_argument("--out", default="report", help="directory of the PNGs (default report/)")
+    rp.set_defaults(func=_cmd_report)
     return p
 
 
@@ -268,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hpcdgnn: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (MemoryError, RuntimeError) as e:  # e.g. generate --vertices 10**12: numpy's MemoryError
-        detail = _out_of_memory(e)
+        detail = out_of_memory(e)
         if detail is None:
             raise
         print(f"hpcdgnn: error: {args.command}: out of memory ({detail}); ask for less (sizes, --snapshots)",

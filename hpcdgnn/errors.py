@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "CommFailure", "StalledError", "PeerLostError",
-           "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "nearest_existing", "not_a_directory", "short_repr"]
+           "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "nearest_existing", "not_a_directory", "out_of_memory",
+           "short_repr"]
 
 # bounded *while* built: a YAML alias bomb's full repr() would never finish
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -29,6 +30,14 @@ def nearest_existing(path: str | Path) -> Path:
     while not there.exists() and there != there.parent:
         there = there.parent
     return there
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """What an allocation that failed said (numpy's MemoryError, torch's CPU or CUDA allocator), else None."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
+        return text[:200]
+    return None
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

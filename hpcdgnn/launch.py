@@ -224,14 +224,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def relay_signals(proc: subprocess.Popen) -> int:
-    """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n)."""
+    """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n, and
+    for a second SIGTERM/SIGINT n, which stops mpirun at once)."""
     asked: list[str] = []
+    again: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if signum in (signal.SIGTERM, signal.SIGINT):
             if asked:
-                sys.stderr.write(f"hpcdgnn-mpirun: {name} again: stopping mpirun now\n")
+                sys.stderr.write(f"hpcdgnn-mpirun: {name} again: stopping mpirun now (exit {128 + signum})\n")
+                again.append(signum)
                 proc.send_signal(signal.SIGTERM)
                 return
             asked.append(name)
@@ -243,6 +246,8 @@ def relay_signals(proc: subprocess.Popen) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
         signal.signal(sig, on_signal)
     rc = proc.wait()  # PEP 475: the wait resumes after each handler
+    if again:  # mpirun answers SIGTERM with 1, a crash's code: say it was the second signal (130, 143)
+        return 128 + again[0]
     return rc if rc >= 0 else 128 - rc
 
 

@@ -7,23 +7,41 @@ and exit with ``EXIT_PREEMPTED``. :func:`hold` blocks the signals from the first
 
 from __future__ import annotations
 
+import os
 import signal
 
-__all__ = ["PreemptionFlag", "hold", "install", "reset"]
+__all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "hold", "install", "reset"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
-class PreemptionFlag:
-    """Records the first pre-emption signal received."""
+#: a second SIGINT / SIGTERM stops a command-line run at once with the shell's code for the signal, 128 + n (130,
+#: 143): no checkpoint (the newest one stays), and not a crash's 1
+EXIT_SIGNALLED_AGAIN = {signal.SIGINT: 128 + signal.SIGINT, signal.SIGTERM: 128 + signal.SIGTERM}
 
-    def __init__(self) -> None:
+
+class PreemptionFlag:
+    """Records the first pre-emption signal received.
+
+    Args:
+        at_once: a second SIGINT or SIGTERM ends the process at once (the command line); else (a library caller)
+            a second SIGINT raises ``KeyboardInterrupt`` and a second SIGTERM is only recorded.
+    """
+
+    def __init__(self, at_once: bool = False) -> None:
         self.raised = False
         self.name = ""
+        self.at_once = at_once
 
     def handle(self, signum: int, frame: object) -> None:
-        """Signal handler: remember, do nothing else (it may interrupt anything)."""
-        if signum == signal.SIGINT and self.name == "SIGINT":
+        """Signal handler: remember, do nothing else (it may interrupt anything) — but a second SIGINT/SIGTERM."""
+        again = self.raised and signum in EXIT_SIGNALLED_AGAIN
+        if again and self.at_once:
+            code = EXIT_SIGNALLED_AGAIN[signal.Signals(signum)]
+            os.write(2, f"hpcdgnn: {signal.Signals(signum).name} again: stopped at once, no checkpoint of this epoch "
+                        f"(the newest one stays; resume with --resume RUNDIR), exit {code}\n".encode())
+            os._exit(code)  # not sys.exit: the handler may have interrupted a collective or a write
+        if again and signum == signal.SIGINT:
             signal.default_int_handler(signum, frame)  # Ctrl-C again: stop now (KeyboardInterrupt)
         self.raised = True
         self.name = signal.Signals(signum).name
@@ -34,11 +52,12 @@ _FLAG: PreemptionFlag | None = None
 _PREVIOUS: dict[signal.Signals, object] = {}
 
 
-def install() -> PreemptionFlag:
-    """Install the SIGTERM/SIGUSR1/SIGINT handlers once per process; return the flag."""
+def install(at_once: bool = False) -> PreemptionFlag:
+    """Install the SIGTERM/SIGUSR1/SIGINT handlers once per process; return the flag (``at_once``: see
+    :class:`PreemptionFlag`; the first caller decides)."""
     global _FLAG
     if _FLAG is None:
-        _FLAG = PreemptionFlag()
+        _FLAG = PreemptionFlag(at_once)
         try:
             for sig in _SIGNALS:
                 _PREVIOUS[sig] = signal.getsignal(sig)

@@ -317,6 +317,47 @@ class Launcher:
             return run_in_process(args[2:], mpi_env(), cwd or REPO)
         return run_launched(self.command(np_, args), timeout=timeout, env=mpi_env(), cwd=cwd or REPO)
 
+    def run_many(self, np_: int | None, commands: list[list[str]], timeout: float = 180,
+                 cwd: Path | None = None) -> list[subprocess.CompletedProcess]:
+        """Run several ``-m hpcdgnn ...`` command lines (each without ``-m hpcdgnn``) one after another in one
+        launch of ``np_`` ranks (tests/multirun.py: the ranks import torch once, not once per command); one
+        finished process per command, its stdout and stderr those of its ranks in rank order, its exit status
+        the largest of theirs. ``timeout`` is per command. ``np_=None``: each in this process.
+
+        For runs whose comparison does not depend on their processes: a resume compared with an uninterrupted run
+        runs in a launch of its own (a fresh process, as after a pre-emption, so nothing an earlier run left in
+        the process can stand in for a missing restore), as do runs compared for repeating across processes, and
+        runs expected to fail."""
+        if np_ is None:
+            return [run_in_process(list(c), mpi_env(), cwd or REPO) for c in commands]
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="multirun-") as tmp:
+            spec = Path(tmp) / "spec.json"
+            spec.write_text(json.dumps({"commands": [list(map(str, c)) for c in commands], "out": tmp}))
+            launch = run_launched(self.command(np_, [str(REPO / "tests" / "multirun.py"), str(spec)]),
+                                  timeout=timeout * len(commands), env=mpi_env(), cwd=cwd or REPO)
+
+            def text(i: int, ext: str, rank: int) -> str | None:
+                f = Path(tmp) / f"{i}.rank{rank}.{ext}"
+                return f.read_text() if f.exists() else None
+
+            done = []
+            for i, c in enumerate(commands):
+                codes = [int(rc) for rc in (text(i, "rc", r) for r in range(np_)) if rc is not None]
+                out = "".join(text(i, "out", r) or "" for r in range(np_))
+                err = "".join(text(i, "err", r) or "" for r in range(np_))
+                if len(codes) < np_:  # the launch ended in this command or before it
+                    code = launch.returncode or 1
+                    out, err = out + launch.stdout, err + launch.stderr + (
+                        f"\n(multirun: command {i} of {len(commands)} did not finish on every rank; launch exit "
+                        f"{launch.returncode})")
+                else:
+                    code = max(codes)
+                done.append(subprocess.CompletedProcess([sys.executable, "-m", "hpcdgnn", *map(str, c)], code,
+                                                        out, err))
+            return done
+
 
 @pytest.fixture(scope="session")
 def launcher() -> Launcher:

@@ -1,6 +1,6 @@
 """Typed, strict job configuration (YAML sections -> frozen dataclasses)."""
 
-from hpcdgnn.config.load import apply_overrides, job_to_dict, load_job, validate_job
+from hpcdgnn.config.load import apply_overrides, job_to_dict, load_job, load_job_dict, validate_job
 from hpcdgnn.config.schema import (
     CommConfig,
     DataConfig,
@@ -24,5 +24,6 @@ __all__ = [
     "apply_overrides",
     "job_to_dict",
     "load_job",
+    "load_job_dict",
     "validate_job",
 ]

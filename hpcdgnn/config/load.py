@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import math
 import re
 import types
@@ -224,6 +225,9 @@ def validate_job(job: JobConfig, file: str) -> None:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():
         raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {not_a_directory(job.data.path)}")
+    if job.output.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(f"{file}: output.tensorboard: needs the tensorboard package (pip install tensorboard, or "
+                          "hpcdgnn[tensorboard]); or leave the key out and export later (python -m hpcdgnn export)")
 
 
 def _older_resolved(raw: dict) -> dict:
@@ -252,6 +256,12 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
         raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as e:
         raise ConfigError(f"{file}: not valid YAML: {' '.join(str(e).split())}") from None
+    return load_job_dict(raw, file, overrides, check_paths, resolved)
+
+
+def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check_paths: bool = True,
+                  resolved: bool = False) -> JobConfig:
+    """:func:`load_job` of a job already read (``file`` names it in messages)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -13,10 +13,11 @@ import inspect
 import re
 import sys
 import textwrap
+import types
 import typing
 from types import ModuleType
 
-__all__ = ["render", "keys", "main"]
+__all__ = ["json_schema", "keys", "main", "render"]
 
 COMMAND = "python -m hpcdgnn.config.reference > docs/configuration.md"
 
@@ -223,6 +224,74 @@ def _rows(prefix: str, cls: type, defaults: object | None, skip: set[str]) -> li
         else:
             rows.append((key, type_text(f.type), default_text(value), _one_line(doc)))
     return rows
+
+
+def _json_type(tp: object) -> dict:
+    """The JSON Schema of a field's type, as the loader checks it (hpcdgnn/config/load.py: ``_check_value``)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _json_type(args[0])}
+        return {"type": "array", "prefixItems": [_json_type(a) for a in args], "minItems": len(args),
+                "maxItems": len(args)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": {"type": ["object", "null"]}}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_json_type(a) for a in args]}
+    if dataclasses.is_dataclass(tp):
+        return _json_object(tp)
+    simple = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string"}
+    if tp in simple:
+        return {"type": simple[tp]}
+    raise TypeError(f"no JSON Schema for the config type {tp}")
+
+
+def _json_object(cls: type, name: str | None = None) -> dict:
+    """A dataclass as a closed JSON object: its fields with their types, defaults and attribute docstrings."""
+    docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    props = {}
+    for f in dataclasses.fields(cls):
+        prop = _json_type(hints[f.name])
+        value = _default(f)
+        if f.name == "name" and name is not None:
+            prop = {"const": name}
+        elif value is not dataclasses.MISSING and not dataclasses.is_dataclass(value):
+            prop["default"] = list(value) if isinstance(value, tuple) else value
+        if docs.get(f.name):
+            prop["description"] = _one_line(docs[f.name])
+        props[f.name] = prop
+    required = [f.name for f in dataclasses.fields(cls) if _default(f) is dataclasses.MISSING]
+    out = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        out["required"] = required
+    if class_doc(cls):
+        out["description"] = _one_line(class_doc(cls))
+    return out
+
+
+def json_schema(module: ModuleType | None = None) -> dict:
+    """A JSON Schema (2020-12) of the job file: each section a closed object; ``model``, ``task`` and ``strategy``
+    one object per name (``name`` may be left out for the default's). Editors use it to complete and check keys;
+    the loader stays the authority (cross-key rules are not in it)."""
+    module = module or _schema()
+    sets = option_sets(module)
+    props = {}
+    for key, cls, default in _sections(module):
+        if key in sets:
+            default_name = getattr(default, "name", None)
+            variants = []
+            for name, options in sets[key].items():
+                obj = _json_object(options, name)
+                if name != default_name:
+                    obj["required"] = sorted({*obj.get("required", []), "name"})
+                variants.append(obj)
+            props[key] = {"oneOf": variants}
+        else:
+            props[key] = _json_object(cls)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "hpcdgnn job",
+            "type": "object", "properties": props, "required": ["data"], "additionalProperties": False}
 
 
 def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:

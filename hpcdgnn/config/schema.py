@@ -520,10 +520,20 @@ class OutputConfig:
     """Parent of run directories; each run gets ``<dir>/<job>-<timestamp>`` unless ``--output`` names one."""
     log_every: int = 1
     """Print the epoch line every this many epochs (metrics.jsonl always gets every epoch)."""
+    progress_seconds: float = 30.0
+    """An epoch of mini-batches (``sequences``, ``hybrid``, ``memory``) that runs longer than this says how many
+    batches it has trained, on stderr (rank 0): a bar on a terminal, a plain line every this many seconds in a
+    batch log; 0 = never. (``prepare``, ``generate`` and the shard check: ``$HPCDGNN_PROGRESS_SECONDS``.)"""
+    tensorboard: str = ""
+    """Rank 0 also writes each epoch's numbers as TensorBoard scalars into this directory, as ``python -m hpcdgnn
+    export RUNDIR --tensorboard DIR`` would (step = epoch; needs the tensorboard package); empty = off. A resumed
+    run appends its epochs in a new event file."""
 
     def __post_init__(self) -> None:
         if self.log_every < 1:
             raise ValueError("log_every: must be >= 1")
+        if self.progress_seconds < 0:
+            raise ValueError("progress_seconds: must be >= 0 (0 = never)")
 
 
 @dataclass(frozen=True, kw_only=True)

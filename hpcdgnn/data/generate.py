@@ -127,6 +127,7 @@ def generate_dataset(
         edge_life=edge_life,
         mtransform_window=mtransform,
         shard_snapshots=shard_size,
+        expected_snapshots=snapshots,
         source={
             "generator": "ibm-6.3-uniform" if uniform else "dgc-7.3.1-nonuniform",
             **({} if uniform else {"spatial_spread": float(spatial_spread), "temporal_spread": float(temporal_spread)}),

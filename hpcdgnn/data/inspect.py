@@ -38,6 +38,7 @@ from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.writer import shard_file_problem
 from hpcdgnn.errors import DataError
+from hpcdgnn.progress import Progress
 
 __all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset", "inspect_events"]
 
@@ -219,7 +220,8 @@ def _shard_snapshots(
 ) -> Iterator[tuple[int, Any]]:
     """Yield ``(t, result or None)`` for every snapshot, shard by shard, one snapshot in memory."""
     checker = checker or _SnapshotChecker(m, problems)
-    for info in m.shards:
+    progress = Progress(f"{root}: shards checked", len(m.shards))
+    for info in progress.iterate(m.shards):
         path = root / "shards" / info.file
         ts = range(info.t_start, info.t_stop)
         if not path.is_file():
@@ -390,7 +392,8 @@ def _scan_events(root: Path, m: EventManifest, problems: list[str], checksums: b
     cuts = {i for name in SPLIT_NAMES for i in m.split[name]}
     probes = {c - 1 for c in cuts if c > 0} | {c for c in cuts if c < m.num_events}
     at: dict[int, float] = {}
-    for scan in scan_event_shards(root, m, problems, checksums=checksums):
+    progress = Progress(f"{root}: shards checked", len(m.shards))
+    for scan in progress.iterate(scan_event_shards(root, m, problems, checksums=checksums)):
         if scan.t is None:
             complete = False
             continue

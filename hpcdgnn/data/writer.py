@@ -35,6 +35,7 @@ from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.errors import DataError, nearest_existing
 from hpcdgnn.indices import index_dtype as index_dtype_for
+from hpcdgnn.progress import Progress
 
 __all__ = [
     "RawSnapshot",
@@ -462,6 +463,14 @@ def _check_options(root: str | Path, n: int, weights: str, edge_life: int, mtran
         raise DataError(f"{root}: weights must be 'ones', 'count' or 'given' (got {weights!r})")
 
 
+def _known_length(items) -> int | None:
+    """``len(items)`` for a sized collection (a generator's length is unknown)."""
+    try:
+        return len(items)
+    except TypeError:
+        return None
+
+
 def write_dataset(
     root: str | Path,
     snapshots: Iterable[RawSnapshot],
@@ -479,6 +488,7 @@ def write_dataset(
     vertex_ids: np.ndarray | None = None,
     source: dict[str, Any] | None = None,
     force: bool = False,
+    expected_snapshots: int | None = None,
 ) -> Manifest:
     """Write a dataset directory from raw snapshots streamed in time order; return its manifest.
 
@@ -498,6 +508,7 @@ def write_dataset(
         vertex_ids: the user's id of each vertex, stored in ``vertices.h5``.
         source: provenance recorded in the manifest.
         force: replace a non-empty ``root``.
+        expected_snapshots: T when the caller knows it (``snapshots`` may be a generator), for the progress bar.
     """
     n = int(num_vertices)
     _check_options(root, n, weights, edge_life, mtransform_window, shard_snapshots)
@@ -509,8 +520,10 @@ def write_dataset(
                              feature_names=feature_names, num_classes=num_classes, targets=targets)
     t = -1
     try:
-        for t, raw in enumerate(snapshots):
-            writer.write(t, raw)
+        with Progress(f"{root}: snapshots written", expected_snapshots or _known_length(snapshots)) as progress:
+            for t, raw in enumerate(snapshots):
+                writer.write(t, raw)
+                progress.update()
         sink.close(t + 1)
         if t < 0:
             raise DataError(f"{root}: the input produced no snapshots")

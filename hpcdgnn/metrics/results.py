@@ -29,8 +29,13 @@ def _clean(v: Any) -> Any:
     return v
 
 
+#: run directories this process made (rank 0): a refused new run removes only those, never one the user made
+MADE_RUN_DIRS: set[Path] = set()
+
+
 def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
-    """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run."""
+    """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run.
+    One it creates is recorded in :data:`MADE_RUN_DIRS`."""
     if output is not None:
         if not output.strip():
             raise ConfigError("--output: an empty path; give the run directory, or leave --output out")
@@ -40,7 +45,9 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
         if p.exists() and any(p.iterdir()):
             raise ConfigError(f"--output {output}: directory exists and is not empty; a run never overwrites another")
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            if not p.exists():
+                p.mkdir(parents=True)
+                MADE_RUN_DIRS.add(p.resolve())
         except OSError as e:
             raise ConfigError(f"--output {output}: cannot create the run directory: {e.strerror or e}") from None
         return p
@@ -50,6 +57,7 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
     while True:
         try:
             p.mkdir(parents=True, exist_ok=False)
+            MADE_RUN_DIRS.add(p.resolve())
             return p
         except FileExistsError:
             if not p.exists():  # a parent is a file (pathlib says FileExistsError for it too)
@@ -80,9 +88,14 @@ def read_epoch_records(path: Path) -> list[dict]:
 class RunDirectory:
     """Writer of the run directory files (rank 0 only)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, tensorboard: str = "") -> None:
         self.path = Path(path)
         self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
+        self._tensorboard = None
+        if tensorboard:  # output.tensorboard: imported only when asked for
+            from hpcdgnn.metrics.export import TensorBoardLog
+
+            self._tensorboard = TensorBoardLog(tensorboard)
 
     def save_config(self, resolved: dict) -> None:
         """Write ``config.resolved.yaml``."""
@@ -90,7 +103,10 @@ class RunDirectory:
 
     def append_epoch(self, record: dict) -> None:
         """Append one line to ``metrics.jsonl`` (flushed at once, so a killed job keeps its epochs)."""
-        self._metrics.write(json.dumps(_clean(record)) + "\n")
+        clean = _clean(record)
+        self._metrics.write(json.dumps(clean) + "\n")
+        if self._tensorboard is not None:
+            self._tensorboard.write(json.loads(json.dumps(clean)))  # the values metrics.jsonl holds
 
     def save_summary(self, summary: dict) -> None:
         """Write ``summary.json`` atomically."""
@@ -99,5 +115,7 @@ class RunDirectory:
         os.replace(tmp, self.path / "summary.json")
 
     def close(self) -> None:
-        """Close the metrics file."""
+        """Close the metrics file (and the TensorBoard writer)."""
         self._metrics.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()

@@ -21,15 +21,18 @@ def build_model(job: JobConfig, manifest) -> TGN:
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Lower bounds of a rank's bytes: parameters and one batch's (2 + negatives) · batch_events embeddings of
-    width hidden, each reading ``neighbors`` messages of width ``memory_dim`` (evaluation likewise)."""
+    """Lower bounds of a rank's bytes: parameters, and one batch's roots — (2 + negatives) · batch_events of them
+    in training, (2 + eval_negatives) · batch_events in evaluation — each holding its memory and embedding and the
+    ``neighbors`` messages its attention reads at once (a neighbour's memory, the edge's features, Δt's code)."""
     m, task = job.model, job.task
     b = task.batch_events
-    train = (2 + task.negatives) * b * (m.hidden + m.neighbors * m.memory_dim)
-    evaluation = (1 + task.eval_negatives) * b * m.hidden
+    per_root = m.memory_dim + m.hidden + m.neighbors * (m.memory_dim + getattr(manifest, "edge_feature_dim", 0)
+                                                       + getattr(m, "time_dim", 0))
+    train, evaluation = (2 + task.negatives) * b * per_root, (2 + task.eval_negatives) * b * per_root
+    keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
     return {"parameters": parameter_bytes(job, 0, 2, 1, 0),
             "tgn batch": (item_bytes(job) * max(train, evaluation),
-                          "task.negatives, task.eval_negatives, model.neighbors, task.batch_events")}
+                          f"{keys}, model.neighbors, task.batch_events, model.memory_dim")}
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:

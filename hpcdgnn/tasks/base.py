@@ -166,6 +166,14 @@ class Task(nn.Module):
         raise NotImplementedError
 
     @staticmethod
+    def check(cfg, manifest) -> None:
+        """Refuse, before any plan or run directory, what this dataset cannot serve (one line naming the key).
+
+        Raises:
+            ConfigError, DataError: e.g. targets the dataset lacks, a horizon past T, more negatives than candidates.
+        """
+
+    @staticmethod
     def footprint(cfg, manifest, hidden: int) -> tuple[int, int]:
         """Lower bounds for :mod:`hpcdgnn.train.footprint`: (head weights at width ``hidden``,
         bytes of one step's examples held at once); none by default."""

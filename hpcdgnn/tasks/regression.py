@@ -20,7 +20,19 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
 
-__all__ = ["Regression", "RegressionOptions", "MAPE_EPS", "num_steps"]
+__all__ = ["Regression", "RegressionOptions", "MAPE_EPS", "check_horizon", "num_steps"]
+
+
+def check_horizon(horizon: int, num_snapshots: int) -> None:
+    """Refuse a forecast horizon H beyond the dataset's T (before a plan blames its window or steps on it).
+
+    Raises:
+        ConfigError: naming ``task.horizon``.
+    """
+    if horizon > num_snapshots:
+        raise ConfigError(f"task.horizon: {horizon} exceeds the dataset's T = {num_snapshots} snapshots; choose at "
+                          f"most {num_snapshots}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RegressionOptions(TaskConfig):
@@ -59,16 +71,20 @@ class Regression(Task):
     in_place = True
     options = RegressionOptions
 
-    def __init__(self, cfg: RegressionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
-        super().__init__()
+    @staticmethod
+    def check(cfg: RegressionOptions, manifest: Manifest) -> None:
+        """The dataset carries float node targets, and H <= T."""
         if not manifest.has_targets:
             raise DataError(
                 "task.name: regression needs float node targets, but the dataset has none; prepare it with "
                 "--format pygt-json (keeps the signal) or --targets next_degree (snap, jodie)"
             )
-        T, H = manifest.num_snapshots, cfg.horizon
-        if H > T:
-            raise ConfigError(f"task.horizon: {H} exceeds the dataset's T = {T} snapshots; choose at most {T}")
+        check_horizon(cfg.horizon, manifest.num_snapshots)
+
+    def __init__(self, cfg: RegressionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
+        super().__init__()
+        self.check(cfg, manifest)
+        H = cfg.horizon
         self.manifest, self.horizon = manifest, H
         self.head = nn.Linear(emb_features, H)
         self.ranges = split_steps(num_steps(cfg, manifest), cfg.split)

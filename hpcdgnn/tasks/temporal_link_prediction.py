@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.config.schema import TaskConfig
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.tasks.base import SPLITS, Scored, Task, TaskBatch
 
 __all__ = ["EventEmbeddings", "TemporalLinkPrediction", "TemporalLinkPredictionOptions", "average_precision"]
@@ -78,6 +79,17 @@ class TemporalLinkPrediction(Task):
         self.src_fc, self.dst_fc, self.out_fc = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, 1)
         self.negatives, self.eval_negatives = cfg.negatives, cfg.eval_negatives
         self.train_events = 0
+
+    @staticmethod
+    def check(cfg, manifest) -> None:
+        """Negatives are drawn from the stream's candidate destinations (with replacement): more of them per event
+        than there are candidates ranks a positive against repeats (and can only exhaust memory)."""
+        candidates = manifest.num_vertices - manifest.num_sources if manifest.bipartite else manifest.num_vertices
+        for key in ("negatives", "eval_negatives"):
+            m = getattr(cfg, key)
+            if m > candidates:
+                raise ConfigError(f"task.{key}: {m} exceeds the stream's {candidates} candidate destinations "
+                                  f"(negatives are drawn from them); choose at most {candidates}")
 
     @staticmethod
     def train_horizon(cfg, manifest) -> int:

@@ -148,8 +148,27 @@ def load_shared(ckpt: Path) -> dict[str, Any]:
     """
     try:
         return torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
-    except (OSError, ValueError, pickle.UnpicklingError, RuntimeError) as e:
-        raise DataError(f"{ckpt}: cannot read checkpoint: {e}") from None
+    except (OSError, ValueError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        raise unreadable(ckpt, ckpt / "state.pt", e) from None
+
+
+def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
+    """A checkpoint file that cannot be read (truncated, corrupt, missing): which one, and what to do instead of
+    the codec's words — resume from the next older complete checkpoint, which ``checkpoint.keep`` kept."""
+    if isinstance(e, FileNotFoundError):
+        why = "missing"
+    elif isinstance(e, PermissionError | IsADirectoryError):
+        why = f"unreadable ({e.strerror or e})"
+    else:  # torch's reader says a truncated zip in many ways (an OSError's "Invalid argument" among them)
+        why = "corrupt or truncated"
+    older = [d for d in Path(ckpt).parent.glob("epoch-*")
+             if d.is_dir() and d.name < Path(ckpt).name and (d / _COMPLETE).is_file()]
+    if older:
+        fix = (f"move {ckpt} aside and resume again: the next older complete checkpoint, {max(older).name}, is "
+               "used (checkpoint.keep sets how many are kept)")
+    else:
+        fix = "no older complete checkpoint is left (checkpoint.keep sets how many are kept): start the run again"
+    return DataError(f"{file}: checkpoint file {why}; {fix}")
 
 
 def load_state(ckpt: Path, rank: int, num_ranks: int,
@@ -166,12 +185,17 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
         meta = json.loads((ckpt / _COMPLETE).read_text())
         old_p = int(meta["num_ranks"])
         if old_p < 1:
-            raise ValueError(f"num_ranks {old_p} in {_COMPLETE}")
-        mine = torch.load(ckpt / _rank_file(rank % old_p), map_location="cpu", weights_only=False)
-        if old_p != num_ranks:
-            mine["strategy"] = {}
-    except (OSError, ValueError, KeyError, pickle.UnpicklingError, RuntimeError) as e:
-        raise DataError(f"{ckpt}: cannot read checkpoint: {e}") from None
+            raise ValueError(f"num_ranks {old_p}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{ckpt / _COMPLETE}: not a checkpoint's COMPLETE record ({e}); move {ckpt} aside and "
+                        "resume again: the next older complete checkpoint is used") from None
+    mine_file = ckpt / _rank_file(rank % old_p)
+    try:
+        mine = torch.load(mine_file, map_location="cpu", weights_only=False)
+    except (OSError, ValueError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        raise unreadable(ckpt, mine_file, e) from None
+    if old_p != num_ranks:
+        mine["strategy"] = {}
     return state, mine
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["check_footprint", "lower_bound"]
+__all__ = ["check_footprint", "lower_bound", "out_of_memory_error"]
 
 
 def lower_bound(job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
@@ -36,3 +36,13 @@ def check_footprint(job, manifest, num_ranks: int, available: int, where: str) -
         f"by {keys}) and this rank has {available / 2**30:,.1f} GiB (its share of the node's memory); lower those "
         "or spread the job over more ranks or nodes"
     )
+
+
+def out_of_memory_error(job, manifest, num_ranks: int, detail: str) -> ConfigError:
+    """The one line for an allocation larger than the rank has: the keys that size this job's terms (its
+    regime's, e.g. ``model.neighbors`` and ``task.eval_negatives`` for TGN), most demanding first."""
+    parts = sorted(lower_bound(job, manifest, num_ranks).values(), key=lambda p: -p[0])
+    keys = list(dict.fromkeys(k.strip() for _, ks in parts for k in ks.split(",") if k.strip()))
+    return ConfigError(f"out of memory ({detail}); the job needs more than this rank has: lower "
+                       f"{', '.join(keys) or 'its sizes'}, or spread it over more ranks or nodes")
+

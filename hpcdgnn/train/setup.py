@@ -33,11 +33,13 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
+from hpcdgnn.metrics.results import MADE_RUN_DIRS
 from hpcdgnn.nn.models import DGNN
 from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
 from hpcdgnn.regimes import job_regime, regime_of, regimes
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
+from hpcdgnn.tasks import task_class
 from hpcdgnn.train.checkpoint import (
     RUN_ID_FILE,
     check_owner,
@@ -171,7 +173,6 @@ def _check_device_agreement(comm: Communicator, device: torch.device, job: JobCo
     Mixed devices would run different set-up collectives (a hang); ``HPCDGNN_BUCKET_BYTES`` sets the decoder's
     summation order and reaches other nodes only with ``mpirun -x``.
     """
-    from hpcdgnn.tasks import task_class
     from hpcdgnn.tasks.link_prediction import bucket_bytes, decoder_bucket_bytes
 
     decoder = task_class(job.task.name).buckets_pairs
@@ -327,12 +328,14 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: di
     os.replace(new, path)
 
 
-def _discard_new_run(run_dir: Path, job: JobConfig, named: bool) -> None:
-    """Rank 0: undo :func:`_save_run_files` for a new run refused after it (a ``named`` directory stays)."""
+def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
+    """Rank 0: undo :func:`_save_run_files` for a new run refused after it; the run directory goes too when this
+    process made it (``--output`` naming an empty directory the user made keeps it)."""
     for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
         with suppress(OSError):  # a cleanup: the run's own error is the one to report
             (run_dir / name).unlink(missing_ok=True)
-    for d in ([] if job.checkpoint.dir else [run_dir / "checkpoints"]) + ([] if named else [run_dir]):
+    made = run_dir.resolve() in MADE_RUN_DIRS
+    for d in ([] if job.checkpoint.dir else [run_dir / "checkpoints"]) + ([run_dir] if made else []):
         with suppress(OSError):  # not there, or not empty: then it stays
             d.rmdir()
 
@@ -373,18 +376,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, saved_job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
-        cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
-        budget = torch.cuda.get_device_properties(0).total_memory if cuda else host_share
-        job, kept["planner"] = get_strategy(job.strategy.name).resolve(job, job_path or resume, comm.size, budget,
-                                                                        "cuda" if cuda else "cpu")
-        check_model_strategy(job, job_path or resume, comm.size)
-        if job.debug.fail_rank >= comm.size:  # a fault meant to be injected must not silently never come
-            raise ConfigError(f"{job_path or resume}: debug.fail_rank: {job.debug.fail_rank} but the job has "
-                              f"{comm.size} rank{'s' if comm.size != 1 else ''} (0 .. {comm.size - 1})")
-        manifest = load_dataset_manifest(job, job_path or resume)
-        if not (job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()):
-            # before the plan, whose cost model walks every layer
-            check_footprint(job, manifest, comm.size, host_share, job_path or resume)
+        job, manifest, kept["planner"] = check_job(job, job_path or resume, comm.size, host_share)
         fingerprint = dataset_fingerprint(job.data.path)
         plan = None
         if ckpt is not None:
@@ -396,7 +388,16 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                 plan = saved
         check_dataset(job.data.path, checksums=job.data.validate == "checksum")
         if plan is None:
-            plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+            try:
+                plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+            except ConfigError as e:
+                made_on = getattr(kept.get("shared", {}).get("plan"), "num_ranks", None)
+                if made_on is None or made_on == comm.size:
+                    raise
+                # a resume keeps its strategy's options: say to come back on the run's own rank count
+                raise ConfigError(f"{resume}: the run was made on {made_on} ranks and strategy "
+                                  f"{job.strategy.name} cannot plan it for {comm.size} ({e}); resume it on {made_on} "
+                                  "ranks") from None
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
             try:
                 ckpt_dir = check_checkpoint_dir(job, job_path)
@@ -411,6 +412,40 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
     return (*root_then_bcast(comm, on_root), kept.get("shared"))
+
+
+def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: float,
+              device_memory: float | None = None) -> tuple[JobConfig, Manifest, dict | None]:
+    """What a new or resumed run checks of its job before the plan (rank 0; ``python -m hpcdgnn check`` too):
+    ``strategy: auto`` resolved, model × strategy × P, the dataset's kind, the host memory's lower bound.
+
+    Args:
+        job: the loaded job.
+        where: the job file (or resumed run), for messages.
+        num_ranks: P.
+        host_share: bytes of host memory one rank may use.
+        device_memory: a GPU's bytes (default: this machine's first GPU, when the job runs on one).
+
+    Returns:
+        The job (the planner's pick for ``auto``), its dataset's manifest, the planner's record (or None).
+
+    Raises:
+        ConfigError, DataError: one line naming the key or file.
+    """
+    cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
+    if cuda and device_memory is None:
+        device_memory = torch.cuda.get_device_properties(0).total_memory
+    budget = device_memory if cuda else host_share
+    job, planner = get_strategy(job.strategy.name).resolve(job, where, num_ranks, budget, "cuda" if cuda else "cpu")
+    check_model_strategy(job, where, num_ranks)
+    if job.debug.fail_rank >= num_ranks:  # a fault meant to be injected must not silently never come
+        raise ConfigError(f"{where}: debug.fail_rank: {job.debug.fail_rank} but the job has "
+                          f"{num_ranks} rank{'s' if num_ranks != 1 else ''} (0 .. {num_ranks - 1})")
+    manifest = load_dataset_manifest(job, where)
+    task_class(job.task.name).check(job.task, manifest)  # what this dataset cannot serve, before any plan
+    if not cuda:  # before the plan, whose cost model walks every layer (a GPU job is checked on its device)
+        check_footprint(job, manifest, num_ranks, host_share, where)
+    return job, manifest, planner
 
 
 def load_dataset_manifest(job: JobConfig, where: str | None):
@@ -564,8 +599,6 @@ def _check_kernels(job: JobConfig, manifest: Manifest, dtype: torch.dtype, devic
     strategy's set-up, where the job may take them (:func:`hpcdgnn.ops.kernels.used_by`: a small job never loads
     numba); a kernel that fails its check on any rank sends every rank to the torch paths (one warning line), never
     a crash mid-epoch."""
-    from hpcdgnn.tasks import task_class
-
     # snapshots (their edges), or events: bounds of any one call's steps and pairs (a pair decoder's tasks only)
     edges = sum(getattr(manifest, "snapshot_edges", None) or []) + getattr(manifest, "num_events", 0)
     pairs = edges * (1 + getattr(job.task, "negatives", 1)) if task_class(job.task.name).buckets_pairs else 0
@@ -633,5 +666,5 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
                    start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial)
     except HpcdgnnError:
         if ckpt is None and comm.rank == 0:  # a refused new run leaves no directory behind
-            _discard_new_run(run_dir, job, named=output is not None)
+            _discard_new_run(run_dir, job)
         raise

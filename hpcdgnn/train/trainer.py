@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
@@ -40,8 +41,10 @@ from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.ops import kernels
+from hpcdgnn.progress import Progress
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
+from hpcdgnn.train.footprint import out_of_memory, out_of_memory_error
 from hpcdgnn.train.loop import train_batches
 from hpcdgnn.train.setup import (
     Run,
@@ -58,11 +61,14 @@ __all__ = ["run_training", "TrainResult", "train_epoch"]
 
 @dataclass
 class TrainResult:
-    """What a finished run returns: its run directory and this attempt's losses (every rank)."""
+    """What a finished run returns: its run directory, this attempt's losses and the trained model and task head
+    (every rank)."""
 
     run_dir: Path
     losses: list[float]
     preempted: bool = False
+    model: torch.nn.Module | None = None
+    task: torch.nn.Module | None = None
 
     @property
     def metrics(self) -> list[dict]:
@@ -95,8 +101,12 @@ class _FaultInjector:
 def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter) -> tuple[np.ndarray, float]:
     """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm)."""
     meter.reset_peak()
+    batches = run.strategy.batches(epoch)
+    seconds = run.job.output.progress_seconds
+    if run.strategy.comm.rank == 0 and seconds > 0:  # an epoch of many mini-batches says how far it is
+        batches = Progress(f"epoch {epoch}: batches trained", seconds=seconds).iterate(batches)
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
-                                     run.strategy.batches(epoch), run.train_count, meter)
+                                     batches, run.train_count, meter)
     evaluated = run.strategy.evaluate(run.model, task, epoch)
     if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
@@ -212,7 +222,13 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     with HeldLines(log) as held:  # set-up's detail lines follow the start line, which needs the built run
         run = build_run(job_path, overrides, output, comm, resume)
         held.release(*_banner(run, comm))
-    return _train(run, comm, log, stop)
+    try:
+        return _train(run, comm, log, stop)
+    except (MemoryError, RuntimeError) as e:  # one allocation larger than the rank: name this job's size keys
+        detail = out_of_memory(e)
+        if detail is None:
+            raise
+        raise out_of_memory_error(run.job, run.manifest, comm.size, detail) from None
 
 
 def _of_missing_ranks(files, size: int) -> list[Path]:
@@ -288,7 +304,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)
         totals.add_file(run.run_dir / "metrics.jsonl")
-    rd = RunDirectory(run.run_dir) if comm.rank == 0 else None
+    rd = RunDirectory(run.run_dir, job.output.tensorboard) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
@@ -356,4 +372,4 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         raise diverged
     if rd is not None and not preempted:
         log.info(_done_line(run, totals, len(losses)))
-    return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted)
+    return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted, run.model, run.task)

@@ -17,7 +17,7 @@ import pytest
 from hpcdgnn.comm.buckets import bucket_bounds
 from hpcdgnn.config.schema import CommConfig
 from tests.conftest import REPO, assert_same_run, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses_many
 
 
 def test_bucket_bounds_cover_in_order_without_empties():
@@ -43,8 +43,8 @@ def test_buckets_equal_flat_allreduce(launcher, small_dataset, tmp_path, model, 
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
                     train={"dtype": "float64", "epochs": 4}, strategy=strategy)
     for P in (2, 3):
-        flat, _ = _losses(launcher, P, job, tmp_path / f"flat{P}")
-        got, recs = _losses(launcher, P, job, tmp_path / f"b{P}", "comm.grad_buckets=3")
+        (flat, _), (got, recs) = _losses_many(launcher, P, [(job, tmp_path / f"flat{P}", ()),
+                                                            (job, tmp_path / f"b{P}", ("comm.grad_buckets=3",))])
         if P == 2:
             assert_same_run(got, flat)
         else:

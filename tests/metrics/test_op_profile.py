@@ -15,12 +15,14 @@ def test_a_profiled_epoch_writes_every_ranks_operators_and_changes_no_result(lau
     """P = 3 (T = 7, N = 23: neither divisible): each rank writes its operator table and records for epoch 2,
     the record of that epoch alone is flagged, the summary's steady median leaves it out, and the losses are
     those of the same job unprofiled."""
-    runs, procs = {}, {}
+    runs, commands = {}, []
     for name, debug in (("plain", {}), ("profiled", {"profile_epoch": 2})):
         job = write_job(tmp_path / f"{name}.yaml", small_dataset, train={"epochs": 3, "warmup_epochs": 0},
                         debug=debug)
         runs[name] = tmp_path / name
-        procs[name] = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(runs[name])])
+        commands.append(["run", str(job), "--output", str(runs[name])])
+    procs = dict(zip(runs, launcher.run_many(3, commands), strict=True))  # one launch, the plain run first
+    for name in runs:
         assert procs[name].returncode == 0, procs[name].stderr
     out = runs["profiled"]
     assert "epoch 2 profiled" in procs["profiled"].stdout + procs["profiled"].stderr
@@ -64,22 +66,25 @@ def test_a_resume_past_the_profiled_epoch_says_that_it_profiles_nothing(launcher
     and makes no profile; a resume of a run that did profile that epoch says nothing of it."""
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2}, checkpoint={"every": 1})
     run = tmp_path / "run"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
-    assert proc.returncode == 0, proc.stderr
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=3",
-                            "debug.profile_epoch=1"])
+    profiled = write_job(tmp_path / "profiled.yaml", small_dataset, train={"epochs": 2}, checkpoint={"every": 1},
+                         debug={"profile_epoch": 1})
+    # one launch: each of the two runs, then its resume (the commands run in order; the runs' directories differ)
+    procs = launcher.run_many(2, [
+        ["run", str(job), "--output", str(run)],
+        ["run", "--resume", str(run), "--set", "train.epochs=3", "debug.profile_epoch=1"],
+        ["run", str(profiled), "--output", str(tmp_path / "profiled")],
+        ["run", "--resume", str(tmp_path / "profiled"), "--set", "train.epochs=3"]])
+    assert procs[0].returncode == 0, procs[0].stderr
+    proc = procs[1]
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     assert "debug.profile_epoch: epoch 1 ran before the checkpoint this run resumes from (epoch 2)" in out
     assert out.count("debug.profile_epoch") == 1  # rank 0's line alone
     assert not (run / "profile").exists()
 
-    profiled = write_job(tmp_path / "profiled.yaml", small_dataset, train={"epochs": 2}, checkpoint={"every": 1},
-                         debug={"profile_epoch": 1})
     run = tmp_path / "profiled"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(profiled), "--output", str(run)])
-    assert proc.returncode == 0, proc.stderr
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=3"])
+    assert procs[2].returncode == 0, procs[2].stderr
+    proc = procs[3]
     assert proc.returncode == 0, proc.stderr
     assert "debug.profile_epoch" not in proc.stdout + proc.stderr
     assert json.loads((run / "profile" / "rank0.json").read_text())["epoch"] == 1

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import make_dataset, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 
 # CD-GCN under chunk at P = 3 against P = 1: the exact run of tests/strategies/test_stale.py and
@@ -49,11 +49,11 @@ def test_fusion_on_and_off_give_identical_outputs(launcher, small_dataset, tmp_p
     """Spatial fusion (DGC §5.1.1) changes how rows are loaded, never what is computed."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"},
                     strategy={"name": "chunk", "chunk_size": 4})
-    off, recs_off = _losses(launcher, 3, job, tmp_path / "off", "strategy.fusion=off")
-    runs = {"all": ["strategy.fusion=on"], "capped": ["strategy.fusion=on", "strategy.fusion_memory_mb=0.004"]}
+    runs = {"off": ["strategy.fusion=off"], "all": ["strategy.fusion=on"],
+            "capped": ["strategy.fusion=on", "strategy.fusion_memory_mb=0.004"]}
+    (off, recs_off), *ons = _losses_many(launcher, 3, [(job, tmp_path / name, o) for name, o in runs.items()])
     groups, caps = {}, {}
-    for name, overrides in runs.items():
-        on, recs = _losses(launcher, 3, job, tmp_path / name, *overrides)
+    for name, (on, recs) in zip(list(runs)[1:], ons, strict=True):
         assert on[0, 0] == off[0, 0], name  # the first forward is bit-identical
         np.testing.assert_allclose(on, off, rtol=1e-12, err_msg=name)
         fusion, unfused = recs[0]["fusion"], recs_off[0]["fusion"]
@@ -77,8 +77,8 @@ def test_active_sequences_temporal_fusion_is_exact(launcher, small_dataset, tmp_
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     full, _ = _losses(launcher, None, job, tmp_path / "all", "strategy.sequences=all")
     assert not np.allclose(ref[:, 0], full[:, 0]), "sequences: active changed nothing: the test is vacuous"
-    fused, recs = _losses(launcher, 3, job, tmp_path / "on", "strategy.fusion=on")
-    padded, recs_off = _losses(launcher, 3, job, tmp_path / "off", "strategy.fusion=off")
+    (fused, recs), (padded, recs_off) = _losses_many(launcher, 3, [(job, tmp_path / "on", ("strategy.fusion=on",)),
+                                                                   (job, tmp_path / "off", ("strategy.fusion=off",))])
     np.testing.assert_allclose(fused, ref, rtol=1e-6)
     np.testing.assert_allclose(padded, fused, rtol=1e-12)
     on, off = recs[0]["fusion"], recs_off[0]["fusion"]

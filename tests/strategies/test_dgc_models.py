@@ -12,7 +12,7 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.models import build_model
 from hpcdgnn.ops.sparse import gcn_norm
 from tests.conftest import make_dataset, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 RUNS = {
     "snapshot": ["strategy.name=snapshot"],
@@ -28,8 +28,8 @@ def test_exact_under_every_strategy(launcher, small_dataset, tmp_path, model):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     assert not np.isclose(ref[0, 0], ref[-1, 0], rtol=1e-6), "loss did not move: the comparison is vacuous"
-    for name, overrides in RUNS.items():
-        got, recs = _losses(launcher, 3, job, tmp_path / name, *overrides)
+    gots = _losses_many(launcher, 3, [(job, tmp_path / name, overrides) for name, overrides in RUNS.items()])
+    for name, (got, recs) in zip(RUNS, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} {name}")
         if name in ("vertex", "chunk"):
             # layer 0 of DySAT aggregates X with attention, so even one layer needs the halo
@@ -42,8 +42,9 @@ def test_exact_with_more_ranks_than_snapshots_and_vertices(launcher, tmp_path, m
     data = make_dataset(tmp_path / "two", T=2, N=2, m=3)
     job = write_job(tmp_path / "job.yaml", data, model={"name": model}, task={"name": "node_classification"})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
-    for name in ("snapshot", "pss", "vertex", "chunk"):
-        got, _ = _losses(launcher, 3, job, tmp_path / name, *RUNS[name])
+    names = ("snapshot", "pss", "vertex", "chunk")
+    gots = _losses_many(launcher, 3, [(job, tmp_path / name, RUNS[name]) for name in names])
+    for name, (got, _) in zip(names, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} {name}")
 
 

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from tests.conftest import REPO, mpi_env, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses_many
 
 GRAPH = ["gconv_lstm", "gconv_gru", "dcrnn", "gcrn_m1"]
 
@@ -60,10 +60,10 @@ def test_graph_rnn_models_one_rank_and_pipelined(launcher, small_dataset, tmp_pa
         assert ref.shape == (3, 2) and np.all(np.isfinite(ref)) and not np.allclose(ref[0, 0], ref[-1, 0], rtol=1e-9)
         np.testing.assert_allclose(val, ref, rtol=1e-9, err_msg=f"{model} {kind}")
     # the state pipelined through 3 ranks of whole snapshots (T = 7: 3, 2, 2), and tgcn_cell on vertex ranges
-    for model, strategy, P in (("gconv_lstm", "pss", 3), ("tgcn_cell", "pss", 3), ("tgcn_cell", "vertex", 2)):
-        job, _ = runs[(model, strategy if strategy == "pss" else "vertex")]
-        val, _ = _losses(launcher, P, job, tmp_path / f"{model}-{strategy}-p{P}")
-        np.testing.assert_allclose(val, got[(model, "ref")], rtol=1e-9, err_msg=f"{model} {strategy} P={P}")
+    for P, cases in ((3, [("gconv_lstm", "pss"), ("tgcn_cell", "pss")]), (2, [("tgcn_cell", "vertex")])):
+        vals = _losses_many(launcher, P, [(runs[(m, s)][0], tmp_path / f"{m}-{s}-p{P}", ()) for m, s in cases])
+        for (model, strategy), (val, _) in zip(cases, vals, strict=True):
+            np.testing.assert_allclose(val, got[(model, "ref")], rtol=1e-9, err_msg=f"{model} {strategy} P={P}")
 
 
 def test_step_graph_models_refused_where_the_time_encoder_sees_vertex_ranges(launcher, small_dataset, tmp_path):

@@ -32,7 +32,7 @@ from tests.strategies.test_sequences_cells import (
     signal_dataset,
     small,  # noqa: F401 (a fixture)
 )
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 #: one batch of the whole training timeline × every vertex: full-batch training
 ANCHOR = ["strategy.name=hybrid", "strategy.snapshot_fractions=[1.0]", "strategy.vertex_fractions=[1.0]",
@@ -189,13 +189,17 @@ def test_async_averaging(launcher, sparse, tmp_path):
     sync, _ = _losses(launcher, None, job, tmp_path / "sync", *RANDOM)
     one, _ = _losses(launcher, None, job, tmp_path / "a1", *RANDOM, *ASYNC)
     np.testing.assert_array_equal(one, sync)
-    runs = [_losses(launcher, 3, job, tmp_path / f"a3-{i}", *RANDOM, *ASYNC) for i in (1, 2)]
+    # the two runs compared for determinism in launches of their own (fresh processes: another hash seed, other
+    # addresses); the second shares its launch with the rounds-by-time run
+    timed_over = (*RANDOM, "strategy.averaging.mode=async", "strategy.averaging.every_s=0.001")
+    runs = [_losses(launcher, 3, job, tmp_path / "a3-1", *RANDOM, *ASYNC)]
+    second, (timed, recs) = _losses_many(launcher, 3, [(job, tmp_path / "a3-2", (*RANDOM, *ASYNC)),
+                                                       (job, tmp_path / "timed", timed_over)])
+    runs.append(second)
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     assert all(r["hybrid"]["replicas_equal"] and r["hybrid"]["rounds"] >= 2 for r in runs[0][1])
     assert "averaging" in runs[0][1][0]["bytes_by_tag"] and "grad_allreduce" not in runs[0][1][0]["bytes_by_tag"]
     assert not np.allclose(runs[0][0][:, 0], one[:, 0], rtol=1e-9)  # an approximation: it must differ
-    timed, recs = _losses(launcher, 3, job, tmp_path / "timed", *RANDOM, "strategy.averaging.mode=async",
-                          "strategy.averaging.every_s=0.001")
     assert np.all(np.isfinite(timed)) and all(r["hybrid"]["replicas_equal"] for r in recs)
 
 
@@ -236,7 +240,8 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
     rebuilt from their serials); generator threads train as well."""
     job = _four_epochs(tmp_path, sparse)
     one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *RESERVOIR)
-    three, recs = _losses(launcher, 3, job, tmp_path / "p3", *RESERVOIR)
+    (three, recs), (threaded, recs_t) = _losses_many(launcher, 3, [
+        (job, tmp_path / "p3", RESERVOIR), (job, tmp_path / "threads", (*RESERVOIR, "strategy.reservoir.threads=2"))])
     np.testing.assert_allclose(three, one, rtol=1e-9)
     actions = [r["hybrid"]["actions"] for r in recs1]
     assert actions == [r["hybrid"]["actions"] for r in recs]
@@ -250,7 +255,6 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
     resumed = read_metrics(part)
     assert [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in resumed] == \
         [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in recs]
-    threaded, recs_t = _losses(launcher, 3, job, tmp_path / "threads", *RESERVOIR, "strategy.reservoir.threads=2")
     assert np.all(np.isfinite(threaded)) and recs_t[-1]["hybrid"]["reservoir"]["generator_seconds"] > 0
 
 
@@ -258,8 +262,8 @@ def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, tm
     """``closure: lhop`` (the paper's L hops) runs DCRNN's cells on the subgraph those rows induce: fewer rows read
     than the exact receptive closure, and losses near, not equal to, the exact ones."""
     job = _job(tmp_path, sparse, "dcrnn")
-    exact, recs = _losses(launcher, 3, job, tmp_path / "receptive", *RANDOM)
-    near, recs_l = _losses(launcher, 3, job, tmp_path / "lhop", *RANDOM, "strategy.closure=lhop")
+    (exact, recs), (near, recs_l) = _losses_many(launcher, 3, [
+        (job, tmp_path / "receptive", RANDOM), (job, tmp_path / "lhop", (*RANDOM, "strategy.closure=lhop"))])
     assert recs_l[0]["hybrid"]["replication"] < recs[0]["hybrid"]["replication"]
     assert not np.allclose(near[:, 0], exact[:, 0], rtol=1e-9)
     np.testing.assert_allclose(near[:, 0], exact[:, 0], rtol=0.2)

@@ -12,7 +12,7 @@ import pytest
 
 from hpcdgnn.data.events import write_events
 from tests.conftest import REPO, assert_same_run, read_metrics, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 EVENTS = 1300  # train 910: batches of 100 -> 10 (the last one short), of 101 -> 9 and one of a single event
 
@@ -71,19 +71,26 @@ def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
     memory in it, the static table in the model) ends as the straight run does, bit for bit: the resumed
     process does not pre-train the table again over the restored one."""
     job = _job(tmp_path, college)
-    _, recs = _losses(launcher, 2, job, tmp_path / "ep", "strategy.epoch=2")
+    static = ("model.static_memory=on", "model.static_pretrain_epochs=1")
+    part = tmp_path / "part"
+    # one launch for the three runs; the resume in a launch of its own: a fresh process, as after a pre-emption
+    procs = launcher.run_many(2, [
+        ["run", str(job), "--output", str(tmp_path / "ep"), "--set", "strategy.epoch=2"],
+        ["run", str(job), "--output", str(tmp_path / "mem"), "--set", "strategy.memory=2", "train.epochs=3", *static],
+        ["run", str(job), "--output", str(part), "--set", "strategy.memory=2", "train.epochs=2", "checkpoint.every=1",
+         *static]])
+    procs.append(launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=3"]))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = read_metrics(tmp_path / "ep")
     assert [r["memory"]["train_events"] for r in recs] == [1820, 1820] and recs[-1]["memory"]["config"] == "1x2x1"
     assert np.isfinite(recs[-1]["val_mrr"])
-    static = ("model.static_memory=on", "model.static_pretrain_epochs=1")
-    straight, recs = _losses(launcher, 2, job, tmp_path / "mem", "strategy.memory=2", "train.epochs=3", *static)
+    recs = read_metrics(tmp_path / "mem")
+    straight = [r["loss"] for r in recs]
     assert [r["memory"]["train_events"] for r in recs] == [910] * 3 and np.isfinite(recs[-1]["test_mrr"])
-    part = tmp_path / "part"
-    _losses(launcher, 2, job, part, "strategy.memory=2", "train.epochs=2", "checkpoint.every=1", *static)
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=3"])
-    assert proc.returncode == 0, proc.stderr
-    assert "pre-training skipped" in proc.stdout + proc.stderr
+    assert "pre-training skipped" in procs[-1].stdout + procs[-1].stderr  # the resume
     resumed = read_metrics(part)
-    assert [r["loss"] for r in resumed] == list(straight[:, 0])
+    assert [r["loss"] for r in resumed] == straight
     assert resumed[-1]["val_mrr"] == recs[-1]["val_mrr"] and resumed[-1]["test_ap"] == recs[-1]["test_ap"]
 
 
@@ -160,8 +167,8 @@ def test_grad_buckets_after_static_pretraining(launcher, college, tmp_path):
     model's gradients would never be reduced and the replicas would drift): P = 2 equals the flat all-reduce."""
     job = _job(tmp_path, college)
     over = ("model.static_memory=on", "model.static_pretrain_epochs=1", "strategy.minibatch=2")
-    flat, _ = _losses(launcher, 2, job, tmp_path / "flat", *over)
-    got, _ = _losses(launcher, 2, job, tmp_path / "b", *over, "comm.grad_buckets=3")
+    (flat, _), (got, _) = _losses_many(launcher, 2, [(job, tmp_path / "flat", over),
+                                                     (job, tmp_path / "b", (*over, "comm.grad_buckets=3"))])
     assert_same_run(got, flat)
 
 

@@ -19,7 +19,7 @@ import pytest
 from hpcdgnn.comm.communicator import CommStats
 from hpcdgnn.config.schema import SnapshotOptions
 from tests.conftest import SMALL_N, SMALL_T, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 
 @pytest.mark.parametrize("model", ["cdgcn"])  # tmgcn: test_overlap_with_checkpoint_blocks
@@ -29,9 +29,11 @@ def test_overlap_is_exact(launcher, small_dataset, tmp_path, model):
     assert SMALL_T % 2 and SMALL_T % 3 and SMALL_N % 2 and SMALL_N % 3
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"dtype": "float64"})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain", "strategy.overlap_chunks=4")
-    _, recs1 = _losses(launcher, 2, job, tmp_path / "p2-k1")
+    (_, recs1), p2 = _losses_many(launcher, 2, [(job, tmp_path / "p2-k1", ()),
+                                                (job, tmp_path / "p2-k4", ("strategy.overlap_chunks=4",))])
     for P, K in ((2, 4), (3, 50)):
-        got, recs = _losses(launcher, P, job, tmp_path / f"p{P}-k{K}", f"strategy.overlap_chunks={K}")
+        got, recs = p2 if P == 2 else _losses(launcher, P, job, tmp_path / f"p{P}-k{K}",
+                                              f"strategy.overlap_chunks={K}")
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} P={P} K={K}")
         if P == 2:
             assert [r["bytes_by_tag"] for r in recs] == [r["bytes_by_tag"] for r in recs1]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SMALL_N, make_dataset, write_job
-from tests.train.test_exactness import MODELS, _losses
+from tests.train.test_exactness import MODELS, _losses, _losses_many
 
 
 # LSTM state and weight state pipelined; CD-GCN's (its bytes checked too) is pss's case in the quick subset
@@ -27,9 +27,9 @@ def test_pss_is_exact(launcher, small_dataset, tmp_path, model):
 def test_pss_more_ranks_than_snapshots(launcher, tmp_path):
     """P = 3 > T = 2: the idle rank passes the state through, forward and backward."""
     data = make_dataset(tmp_path / "tiny", T=2, N=11, m=20)
-    for model in MODELS:
-        job = write_job(tmp_path / f"{model}.yaml", data, model={"name": model}, task={"name": "node_classification"},
-                        strategy={"name": "pss"})
-        ref, _ = _losses(launcher, None, job, tmp_path / f"{model}-plain")
-        got, _ = _losses(launcher, 3, job, tmp_path / f"{model}-p3")
+    jobs = {m: write_job(tmp_path / f"{m}.yaml", data, model={"name": m}, task={"name": "node_classification"},
+                         strategy={"name": "pss"}) for m in MODELS}
+    refs = _losses_many(launcher, None, [(job, tmp_path / f"{m}-plain", ()) for m, job in jobs.items()])
+    gots = _losses_many(launcher, 3, [(job, tmp_path / f"{m}-p3", ()) for m, job in jobs.items()])
+    for model, (ref, _), (got, _) in zip(MODELS, refs, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=model)

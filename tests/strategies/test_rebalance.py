@@ -16,7 +16,7 @@ from hpcdgnn.config import load_job
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.partition.timeline import EVAL_SCALE_LIMIT, fit_eval_scale, plan_snapshots, rebalanced_plan
 from tests.conftest import assert_same_run, read_metrics, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 
 def test_fit_recovers_the_eval_cost_ratio():
@@ -120,8 +120,8 @@ def test_recut_setup_bytes_are_counted(launcher, small_dataset, tmp_path):
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tmgcn"},
                     strategy={"name": "snapshot", "layout": "block", "balance": "measured", "transfer": "base"},
                     train={"epochs": 5, "warmup_epochs": 1})
-    _losses(launcher, 2, job, tmp_path / "cut", "debug.measured_compute=[1.0,6.0]")
-    _losses(launcher, 2, job, tmp_path / "uncut", "strategy.balance=work")
+    _losses_many(launcher, 2, [(job, tmp_path / "cut", ("debug.measured_compute=[1.0,6.0]",)),
+                               (job, tmp_path / "uncut", ("strategy.balance=work",))])
     assert (tmp_path / "cut" / "plan.before-epoch-4.json").exists()
     cut, uncut = (json.loads((tmp_path / d / "summary.json").read_text())["transfer"]["setup_bytes"]
                   for d in ("cut", "uncut"))
@@ -134,10 +134,15 @@ def test_recut_survives_resume_bit_for_bit(launcher, small_dataset, tmp_path):
                     strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
                     train={"epochs": 6, "warmup_epochs": 1}, checkpoint={"every": 1})
     force = "debug.measured_compute=[1.0,6.0]"
-    full, _ = _losses(launcher, 2, job, tmp_path / "full", force)
-    _losses(launcher, 2, job, tmp_path / "part", force, "train.epochs=5")
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set", "train.epochs=6"])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # one launch for the straight run and the stopped one; the resume in a fresh process, as after a pre-emption
+    procs = launcher.run_many(2, [
+        ["run", str(job), "--output", str(tmp_path / "full"), "--set", force],
+        ["run", str(job), "--output", str(tmp_path / "part"), "--set", force, "train.epochs=5"]])
+    procs.append(launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set",
+                                  "train.epochs=6"]))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    full = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "full")])
     resumed = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "part")])
     assert_same_run(resumed, full)
     assert (json.loads((tmp_path / "part" / "plan.json").read_text())["snapshot_bounds"]

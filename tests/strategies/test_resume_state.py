@@ -119,12 +119,14 @@ def test_resume_on_other_rank_count_is_refused(launcher, stale_runs, tmp_path):
     assert (run / "metrics.jsonl").read_text() == before  # nothing was trained or truncated
 
 
-def _straight_and_resumed(launcher, job: Path, where: Path, epochs: int, at: int, resume_argv=None, between=None):
-    """``epochs`` straight at P = 2 with checkpoints every ``at``; a copy cut back to ``at`` and resumed with
-    ``resume_argv`` (default ``-m hpcdgnn``) after ``between()``: (straight records, resumed records, output)."""
+def _straight_and_resumed(launcher, job: Path, where: Path, epochs: int, at: int, resume_argv=None, between=None,
+                          first=()):
+    """``epochs`` straight at P = 2 with checkpoints every ``at`` (in one launch after the ``python -m hpcdgnn``
+    command lines ``first``, each to finish normally); a copy cut back to ``at`` and resumed with ``resume_argv``
+    (default ``-m hpcdgnn``) after ``between()``: (straight records, resumed records, output)."""
     straight = where / "straight"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight)])
-    assert proc.returncode == 0, proc.stderr
+    for proc in launcher.run_many(2, [*first, ["run", str(job), "--output", str(straight)]]):
+        assert proc.returncode == 0, proc.stderr
     part = Path(shutil.copytree(straight, where / "part"))
     for ck in (part / "checkpoints").glob("epoch-*"):
         if int(ck.name.split("-")[1]) > at:
@@ -181,11 +183,10 @@ def test_resume_keeps_the_plan_when_the_predictor_file_changed(launcher, small_d
                     strategy={"name": "chunk", "chunk_size": 4, "workload": "mlp", "predictor": str(pred)},
                     checkpoint={"every": 2})
     cut = tmp_path / "cut-by-other"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(cut), "--set", "train.epochs=1",
-                            f"strategy.predictor={other}"])
-    assert proc.returncode == 0, proc.stderr
+    # the run cut by the other predictor in the straight run's launch, before it
+    first = [["run", str(job), "--output", str(cut), "--set", "train.epochs=1", f"strategy.predictor={other}"]]
     straight, resumed, _ = _straight_and_resumed(launcher, job, tmp_path, 4, 2,
-                                                 between=lambda: shutil.copyfile(other, pred))
+                                                 between=lambda: shutil.copyfile(other, pred), first=first)
     assert (cut / "plan.json").read_text() != (tmp_path / "straight" / "plan.json").read_text(), "same cut"
     assert (tmp_path / "part" / "plan.json").read_text() == (tmp_path / "straight" / "plan.json").read_text()
     _same_records(straight, resumed, 2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.conftest import read_metrics, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 #: overlapping windows (L = 3, stride 1), full neighbourhoods in the first layer: Ã_t·X_t is shared
 SEQ = {"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 0]}
@@ -44,8 +44,8 @@ def test_reuse_changes_nothing_at_three_ranks(launcher, small_dataset, tmp_path)
     """P = 3 (windows split over ranks, each with its own cache of one entry): on equals off; the ranks'
     counters are summed."""
     job = _job(tmp_path, small_dataset)
-    off, _ = _losses(launcher, 3, job, tmp_path / "off", "strategy.reuse=off")
-    on, recs = _losses(launcher, 3, job, tmp_path / "on", ONE_ENTRY)
+    (off, _), (on, recs) = _losses_many(launcher, 3, [(job, tmp_path / "off", ("strategy.reuse=off",)),
+                                                      (job, tmp_path / "on", (ONE_ENTRY,))])
     np.testing.assert_allclose(on, off, rtol=1e-12)
     r = recs[-1]["reuse"]
     assert r["hits"] > 0 and r["misses"] > 0 and r["unplanned"] == 0
@@ -61,14 +61,13 @@ def test_resume_continues_with_the_checkpoints_cache(launcher, small_dataset, tm
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn"}, strategy=SEQ, train={"epochs": 4})
     three = f"strategy.cache_mb={3 * 368 / 2**20 + 1e-9:.9f}"  # 3 of the 6 snapshots' Ã_t·X_t: it evicts
     straight, part = tmp_path / "straight", tmp_path / "part"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight), "--set", three])
-    assert proc.returncode == 0, proc.stderr
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(part), "--set", three,
-                            "train.epochs=2"])
-    assert proc.returncode == 0, proc.stderr
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=4"])
-    assert proc.returncode == 0, proc.stderr
-    assert "reuse cache: the checkpoint holds none" not in proc.stdout + proc.stderr
+    procs = launcher.run_many(2, [["run", str(job), "--output", str(straight), "--set", three],
+                                  ["run", str(job), "--output", str(part), "--set", three, "train.epochs=2"]])
+    # the resume in a fresh process, as after a pre-emption: nothing of the first runs' processes can help it
+    procs.append(launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=4"]))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr
+    assert "reuse cache: the checkpoint holds none" not in procs[-1].stdout + procs[-1].stderr  # the resume
     a, b = read_metrics(straight), read_metrics(part)
     assert [r["epoch"] for r in a] == [r["epoch"] for r in b] == [1, 2, 3, 4]
     assert all(r["reuse"]["evictions"] > 0 for r in a), [r["reuse"] for r in a]

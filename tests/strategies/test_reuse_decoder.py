@@ -25,7 +25,7 @@ from hpcdgnn.tasks import build_task
 from tests.conftest import make_dataset, write_job
 from tests.strategies.test_sequences import exits_2_with_one_line
 from tests.strategies.test_sequences_cells import _full, _FullLayout, _OneRank, _setup, small, sparse  # noqa: F401
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 H = 3
 
@@ -88,9 +88,9 @@ def test_snapshot_form_reuse_changes_nothing_and_p3_reproduces_one_rank(launcher
     on1, recs1 = _losses(launcher, None, job, tmp_path / "on1")
     assert np.all(np.isfinite(on1)) and on1[0, 0] != on1[-1, 0]
     np.testing.assert_allclose(on1, off1, rtol=1e-12)
-    on3, recs3 = _losses(launcher, 3, job, tmp_path / "on3")
+    (on3, recs3), (off3, _) = _losses_many(launcher, 3, [(job, tmp_path / "on3", ()),
+                                                         (job, tmp_path / "off3", ("strategy.reuse=off",))])
     np.testing.assert_allclose(on3, on1, rtol=1e-9)
-    off3, _ = _losses(launcher, 3, job, tmp_path / "off3", "strategy.reuse=off")
     np.testing.assert_allclose(off3, on3, rtol=1e-12)
     assert recs3[-1]["val_mae"] == pytest.approx(recs1[-1]["val_mae"], rel=1e-9)
     assert set(recs3[-1]["bytes_by_tag"]) <= {"grad_allreduce", "batch"}

@@ -12,7 +12,7 @@ import torch
 from hpcdgnn.ops.sparse import gcn_norm
 from tests.conftest import make_dataset, write_job
 from tests.tasks.test_regression import chickenpox  # noqa: F401 (a fixture: a cut of chickenpox with targets)
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 SEQ = {"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2]}
 
@@ -37,12 +37,13 @@ def test_fetch_placement_moves_snapshots_and_changes_nothing(launcher, small_dat
     """``fetch`` reads only a rank's block and pulls the window's other snapshots each epoch (bytes
     counted); the losses are those of ``overlap``. node_first orders samples differently, still P-invariant."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"}, strategy=SEQ)
-    ref, _ = _losses(launcher, 3, job, tmp_path / "overlap")
-    got, recs = _losses(launcher, 3, job, tmp_path / "fetch", "strategy.placement=fetch")
+    node_first = ("strategy.order=node_first", "strategy.batch_samples=3")
+    (ref, _), (got, recs), (three, _) = _losses_many(launcher, 3, [
+        (job, tmp_path / "overlap", ()), (job, tmp_path / "fetch", ("strategy.placement=fetch",)),
+        (job, tmp_path / "nf3", node_first)])
     np.testing.assert_allclose(got, ref, rtol=1e-12)
     assert all(r["bytes_by_tag"].get("placement.fetch", 0) > 0 for r in recs)
-    one, _ = _losses(launcher, None, job, tmp_path / "nf1", "strategy.order=node_first", "strategy.batch_samples=3")
-    three, _ = _losses(launcher, 3, job, tmp_path / "nf3", "strategy.order=node_first", "strategy.batch_samples=3")
+    one, _ = _losses(launcher, None, job, tmp_path / "nf1", *node_first)
     np.testing.assert_allclose(three, one, rtol=1e-9)
     assert not np.allclose(one, ref, rtol=1e-6)  # a different order of optimizer steps
 

@@ -28,7 +28,7 @@ from hpcdgnn.strategies.sequences import SampleLayout, SequencesStrategy
 from hpcdgnn.tasks import build_task
 from hpcdgnn.train.setup import check_model_strategy
 from tests.conftest import write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 T, N, F, M = 8, 61, 3, 45
 CELLS = ["gconv_lstm", "gconv_gru", "dcrnn", "gcrn_m1"]
@@ -183,13 +183,16 @@ def test_encoder_decoder_sample_equals_full_graph(sparse, tmp_path, model, teach
 def test_gconv_gru_and_dcrnn_p3_reproduce_one_rank(launcher, small, tmp_path):
     """T = 8, N = 23, node batches of 8 (the last one short): 3 ranks give one rank's trajectory; dcrnn
     with sampled fanouts (the draw depends on the sample, never on P)."""
-    for model, extra in (("gconv_gru", {"fanouts": []}), ("dcrnn", {"fanouts": [3, 2]})):
-        job = write_job(tmp_path / f"{model}.yaml", small, model={"name": model, "order": 2},
-                        task={"name": "regression", "horizon": 2}, train={"epochs": 2},
-                        strategy={"name": "sequences", "window": 3, "batch_vertices": 8, **extra})
-        ref, _ = _losses(launcher, None, job, tmp_path / f"{model}-p1")
+    models = {"gconv_gru": {"fanouts": []}, "dcrnn": {"fanouts": [3, 2]}}
+    jobs = {model: write_job(tmp_path / f"{model}.yaml", small, model={"name": model, "order": 2},
+                             task={"name": "regression", "horizon": 2}, train={"epochs": 2},
+                             strategy={"name": "sequences", "window": 3, "batch_vertices": 8, **extra})
+            for model, extra in models.items()}
+    refs = _losses_many(launcher, None, [(job, tmp_path / f"{m}-p1", ()) for m, job in jobs.items()])
+    for ref, _ in refs:
         assert ref.shape == (2, 2) and np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
-        got, recs = _losses(launcher, 3, job, tmp_path / f"{model}-p3")
+    gots = _losses_many(launcher, 3, [(job, tmp_path / f"{m}-p3", ()) for m, job in jobs.items()])
+    for model, (ref, _), (got, recs) in zip(models, refs, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=model)
         assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "batch"}
 

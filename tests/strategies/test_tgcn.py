@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.conftest import write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 
 def test_tgcn_exact_under_every_strategy(launcher, small_dataset, tmp_path):
@@ -18,8 +18,8 @@ def test_tgcn_exact_under_every_strategy(launcher, small_dataset, tmp_path):
         "pss": ["strategy.name=pss"],
         "vertex": ["strategy.name=vertex", "strategy.partition=hash"],
     }
-    for name, overrides in runs.items():
-        got, recs = _losses(launcher, 3, job, tmp_path / name, *overrides)
+    gots = _losses_many(launcher, 3, [(job, tmp_path / name, overrides) for name, overrides in runs.items()])
+    for name, (got, recs) in zip(runs, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=name)
         if name == "snapshot":
             # only the last layer has a GRU, so one layer's pair of redistributions moves data

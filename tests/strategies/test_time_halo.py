@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SMALL_N, SMALL_T, write_job
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 HIDDEN, LAYERS = 6, 2
 
@@ -24,7 +24,8 @@ def test_time_halo_equals_one_process_and_redistribution(launcher, small_dataset
                     strategy={"balance": balance})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     assert not np.allclose(ref[0, 0], ref[-1, 0], rtol=1e-6), "loss did not move: the comparison is vacuous"
-    got, recs = _losses(launcher, 3, job, tmp_path / "halo")
+    (got, recs), (red, recs_off) = _losses_many(launcher, 3, [
+        (job, tmp_path / "halo", ()), (job, tmp_path / "redistribute", ("strategy.time_halo=off",))])
     # the same rows summed in the same order: equal far below the strategies' 1e-6
     np.testing.assert_allclose(got, ref, rtol=1e-12, err_msg=f"time halo, w={window}")
     tags = recs[0]["bytes_by_tag"]
@@ -34,7 +35,6 @@ def test_time_halo_equals_one_process_and_redistribution(launcher, small_dataset
     assert 0 < halo <= (3 - 1) * (window - 1) * SMALL_N * HIDDEN * 8 * LAYERS
     assert tags["time_halo.bwd"] == halo
 
-    red, recs_off = _losses(launcher, 3, job, tmp_path / "redistribute", "strategy.time_halo=off")
     np.testing.assert_allclose(red, ref, rtol=1e-6)
     assert recs_off[0]["bytes_by_tag"]["redistribute.fwd"] > halo  # T = 7: the halo is 4-6 of 7 snapshots
 

@@ -26,7 +26,7 @@ from hpcdgnn.tasks.base import Scored
 from hpcdgnn.tasks.regression import MAPE_EPS, Regression, RegressionOptions
 from tests.conftest import SHARED_DATA, make_dataset, write_job
 from tests.tasks.conftest import FakeComm
-from tests.train.test_exactness import _losses
+from tests.train.test_exactness import _losses, _losses_many
 
 T, N, F, H = 6, 7, 3, 2
 CFG = RegressionOptions(split=(0.5, 0.25, 0.25), horizon=H)
@@ -175,8 +175,9 @@ def test_p3_reproduces_p1_snapshot_and_vertex(launcher, chickenpox, tmp_path):
     ref, recs = _losses(launcher, None, job, tmp_path / "p1")
     assert len(ref) == 3 and np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
     assert {"val_mae", "test_rmse", "train_mape"} <= set(recs[0])
-    for strategy in ("snapshot", "vertex"):
-        got, recs3 = _losses(launcher, 3, job, tmp_path / f"p3-{strategy}", f"strategy.name={strategy}")
+    strategies = ("snapshot", "vertex")
+    gots = _losses_many(launcher, 3, [(job, tmp_path / f"p3-{s}", (f"strategy.name={s}",)) for s in strategies])
+    for strategy, (got, recs3) in zip(strategies, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=strategy)
         assert recs3[-1]["val_mae"] == pytest.approx(recs[-1]["val_mae"], rel=1e-9)
 

@@ -31,7 +31,7 @@ def test_a_complete_file_with_no_ranks_is_an_unreadable_checkpoint(tmp_path):
     torch.save({"epoch": 2}, ckpt / "state.pt")
     torch.save({"rng": None, "strategy": {}}, ckpt / "rank-00000.pt")
     (ckpt / "COMPLETE").write_text(json.dumps({"epoch": 2, "num_ranks": 0}))
-    with pytest.raises(DataError, match=r"epoch-000002: cannot read checkpoint: num_ranks 0 in COMPLETE"):
+    with pytest.raises(DataError, match=r"epoch-000002/COMPLETE: not a checkpoint.s COMPLETE record \(num_ranks 0\)"):
         checkpoint.load_state(ckpt, 0, 1)
 
 

@@ -23,13 +23,19 @@ def _losses(launcher, np_, job, out, *overrides):
     """Per-epoch [loss, gradient norm] pairs of a run (Adam hides a wrong gradient scale from the
     loss trajectory, so the norm of the summed gradient is compared too).
     """
-    args = ["-m", "hpcdgnn", "run", str(job), "--output", str(out)]
-    if overrides:
-        args += ["--set", *overrides]
-    proc = launcher.run(np_, args)
-    assert proc.returncode == 0, f"P={np_} failed:\n{proc.stdout}\n{proc.stderr}"
-    recs = read_metrics(out)
-    return np.array([[r["loss"], r["grad_norm"]] for r in recs]), recs
+    return _losses_many(launcher, np_, [(job, out, overrides)])[0]
+
+
+def _losses_many(launcher, np_, runs):
+    """:func:`_losses` of several runs ``(job, out, overrides)`` at one P, in one launch (``Launcher.run_many``)."""
+    commands = [["run", str(job), "--output", str(out), *(["--set", *overrides] if overrides else [])]
+                for job, out, overrides in runs]
+    results = []
+    for (job, out, _), proc in zip(runs, launcher.run_many(np_, commands), strict=True):
+        assert proc.returncode == 0, f"P={np_} {job} failed:\n{proc.stdout}\n{proc.stderr}"
+        recs = read_metrics(out)
+        results.append((np.array([[r["loss"], r["grad_norm"]] for r in recs]), recs))
+    return results
 
 
 # every model in float64; float32 (a looser tolerance, the same code path) on one of them; CD-GCN in float64 is
@@ -127,10 +133,11 @@ def test_destination_buckets_keep_the_trajectory(launcher, small_dataset, tmp_pa
 def test_more_ranks_than_snapshots_and_node_classification(launcher, tmp_path):
     """P = 3 > T = 2: idle ranks take part in every collective, forward and backward."""
     data = make_dataset(tmp_path / "tiny", T=2, N=11, m=20)
-    for model in MODELS:
-        job = write_job(tmp_path / f"{model}.yaml", data, model={"name": model}, task={"name": "node_classification"})
-        ref, _ = _losses(launcher, None, job, tmp_path / f"{model}-plain")
-        got, _ = _losses(launcher, 3, job, tmp_path / f"{model}-p3")
+    jobs = {m: write_job(tmp_path / f"{m}.yaml", data, model={"name": m}, task={"name": "node_classification"})
+            for m in MODELS}
+    refs = _losses_many(launcher, None, [(job, tmp_path / f"{m}-plain", ()) for m, job in jobs.items()])
+    gots = _losses_many(launcher, 3, [(job, tmp_path / f"{m}-p3", ()) for m, job in jobs.items()])
+    for model, (ref, _), (got, _) in zip(MODELS, refs, gots, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=model)
 
 
@@ -148,11 +155,12 @@ def test_block_layouts_are_exact(launcher, small_dataset, tmp_path, balance):
     """Contiguous snapshot blocks (IBM §4.2), work- or count-balanced, reproduce P = 1 too."""
     layout = f"block-{balance}"
     strategy = {"layout": "block", "balance": balance}
-    for model in ("cdgcn", "tmgcn"):
-        job = write_job(tmp_path / f"{model}.yaml", small_dataset, model={"name": model}, strategy=strategy)
-        ref, _ = _losses(launcher, None, job, tmp_path / f"{model}-plain")
-        for P in (2, 3):
-            got, _ = _losses(launcher, P, job, tmp_path / f"{model}-p{P}")
+    models = ("cdgcn", "tmgcn")
+    jobs = {m: write_job(tmp_path / f"{m}.yaml", small_dataset, model={"name": m}, strategy=strategy) for m in models}
+    refs = _losses_many(launcher, None, [(job, tmp_path / f"{m}-plain", ()) for m, job in jobs.items()])
+    for P in (2, 3):
+        gots = _losses_many(launcher, P, [(job, tmp_path / f"{m}-p{P}", ()) for m, job in jobs.items()])
+        for model, (ref, _), (got, _) in zip(models, refs, gots, strict=True):
             np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} {layout} P={P}")
 
 
@@ -163,7 +171,8 @@ def test_checkpoint_blocks_match_unblocked(launcher, small_dataset, tmp_path, mo
     """
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model})
     ref, _ = _losses(launcher, None, job, tmp_path / "nb1")
-    for nb, P in ((2, None), (3, 3), (5, 3)):  # every nb once, P = 1 and P = 3 (the full grid: 7 launches a model)
-        assert SMALL_T % nb
-        got, _ = _losses(launcher, P, job, tmp_path / f"nb{nb}-p{P}", f"strategy.blocks={nb}")
-        np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} nb={nb} P={P}")
+    for P, nbs in ((None, (2,)), (3, (3, 5))):  # every nb once, P = 1 and P = 3 (the full grid: 7 runs a model)
+        assert all(SMALL_T % nb for nb in nbs)
+        gots = _losses_many(launcher, P, [(job, tmp_path / f"nb{nb}-p{P}", (f"strategy.blocks={nb}",)) for nb in nbs])
+        for nb, (got, _) in zip(nbs, gots, strict=True):
+            np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} nb={nb} P={P}")

@@ -67,10 +67,17 @@ def test_the_event_regime_bounds_its_batch():
                              batch_events=600, split=(0.7, 0.15, 0.15)),
         train=SimpleNamespace(dtype="float32"), strategy=SimpleNamespace(name="memory"))
     manifest = SimpleNamespace(num_vertices=1000, edge_feature_dim=4)
-    with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, task.eval_negatives, model.neighbors"):
-        check_footprint(job, manifest, 1, 2**34, "job.yaml")
+    with pytest.raises(Exception, match=r"tgn batch .* set by task.eval_negatives, model.neighbors, task.batch_events"):
+        check_footprint(job, manifest, 1, 2**34, "job.yaml")  # evaluation's 49 negatives outweigh training's 1
     job.model.neighbors = 10
     check_footprint(job, manifest, 1, 2**34, "job.yaml")  # the default sizes pass
+    # evaluation's roots read their neighbours' messages too: many negatives are refused, naming the key
+    job.task.eval_negatives = 100_000
+    with pytest.raises(Exception, match=r"tgn batch .* set by task.eval_negatives, model.neighbors"):
+        check_footprint(job, manifest, 1, 2**34, "job.yaml")
+    job.task.eval_negatives, job.task.negatives = 49, 100_000
+    with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, model.neighbors"):
+        check_footprint(job, manifest, 1, 2**34, "job.yaml")
 
 
 @pytest.mark.mpi  # python -m hpcdgnn run (P = 1)

@@ -73,10 +73,10 @@ def test_resume_reproduces_straight_run(launcher, tmp_path, small_dataset, model
     """6 epochs straight == 3 epochs, then --resume for 3 more: same losses, bitwise-equal parameters."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, train={"epochs": 6})
     straight, part = tmp_path / "straight", tmp_path / "part"
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight)])
-    assert proc.returncode == 0, proc.stderr
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(part), "--set", "train.epochs=3"])
-    assert proc.returncode == 0, proc.stderr
+    # one launch for the straight and the 3-epoch run; the resume in a launch of its own (after the check below)
+    for proc in launcher.run_many(2, [["run", str(job), "--output", str(straight)],
+                                      ["run", str(job), "--output", str(part), "--set", "train.epochs=3"]]):
+        assert proc.returncode == 0, proc.stderr
     assert latest_checkpoint(part / "checkpoints").name == "epoch-000003"
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(part), "--set", "train.epochs=6"])
     assert proc.returncode == 0, proc.stderr
@@ -168,12 +168,11 @@ def test_sigusr1_checkpoints_and_resume_matches(launcher, tmp_path, small_datase
     assert "pre-empted (SIGUSR1)" in out + err
     assert [r["epoch"] for r in read_metrics(run)] == list(range(1, stopped + 1))
 
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", f"train.epochs={stopped + 3}"])
-    assert proc.returncode == 0, proc.stderr
     straight = tmp_path / "straight"
-    proc = launcher.run(
-        2, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight), "--set", f"train.epochs={stopped + 3}"]
-    )
-    assert proc.returncode == 0, proc.stderr
+    # one launch: the resume, then the uninterrupted run
+    for proc in launcher.run_many(2, [["run", "--resume", str(run), "--set", f"train.epochs={stopped + 3}"],
+                                      ["run", str(job), "--output", str(straight),
+                                       "--set", f"train.epochs={stopped + 3}"]]):
+        assert proc.returncode == 0, proc.stderr
     assert_same_run([r["loss"] for r in read_metrics(run)], [r["loss"] for r in read_metrics(straight)])
     _assert_same_state(_final_state(run), _final_state(straight))

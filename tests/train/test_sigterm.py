@@ -96,3 +96,42 @@ def test_a_signal_during_the_set_up_stops_before_the_first_epoch(launcher, tmp_p
     assert latest_checkpoint(run / "checkpoints") is None
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "preempted" and summary["epochs"] == 0
+
+
+def _until_epochs(run, proc, n: int) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        m = run / "metrics.jsonl"
+        if m.is_file() and len(m.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {n} epochs in {run}: {proc.poll()}")
+
+
+@pytest.mark.mpi  # a training run (P = 1), or hpcdgnn-mpirun -np 2
+@pytest.mark.parametrize(("sig", "ranks"), [(signal.SIGINT, 1), (signal.SIGTERM, 2)])
+def test_a_second_signal_stops_at_once_with_its_own_code(tmp_path, small_dataset, sig, ranks):
+    """The first signal asks for a checkpoint at the epoch boundary; a second one, before it, stops the run at once
+    with 128 + n (130, 143), not a crash's 1, and says so; the newest checkpoint stays. Each epoch sleeps 2 s
+    (debug.delay_seconds) so the second signal lands inside it. P = 1: the rank's own handler; P = 2: through
+    hpcdgnn-mpirun, whose mpirun would say 1."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1000},
+                    checkpoint={"every": 1}, debug={"delay_rank": 0, "delay_seconds": 2.0})
+    env = mpi_env()
+    for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        env.pop(var)  # the launcher adds what this machine needs
+    launch = [] if ranks == 1 else [sys.executable, "-m", "hpcdgnn.launch", "-np", str(ranks)]
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*launch, sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        _until_epochs(run, proc, 1)
+        proc.send_signal(sig)
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-3000:])
+    assert f"{sig.name} again" in err, err[-2000:]
+    assert latest_checkpoint(run / "checkpoints") is not None  # epoch 1's, untouched

@@ -218,6 +218,17 @@ def prepare_dataset(
     opts = PrepareOptions(**options)
     _check_options(path, fmt, opts)
     prepared: PreparedInput = FORMATS[fmt](path, opts)
+    return write_prepared(prepared, opts, output, path, fmt, _provenance(path, fmt, opts, prepared))
+
+
+def write_prepared(prepared: PreparedInput, opts: PrepareOptions, output: str | Path, where: Path, fmt: str,
+                   source: dict[str, Any]) -> Manifest:
+    """Write a parsed input (a file's, or arrays' from :mod:`hpcdgnn.data.adapters`) as a snapshot dataset:
+    the derived labels and targets, the size estimate and its limits, then the shards.
+
+    Raises:
+        DataError: naming ``where``: an output over the size limits without ``allow_large``, no room for it.
+    """
     snapshots, num_classes, targets = _derived_tasks(prepared, opts)
     estimate = estimate_output(
         prepared,
@@ -227,7 +238,7 @@ def prepare_dataset(
         smoothing_window=max(opts.edge_life, opts.mtransform),
         shard_size=opts.shard_size,
     )
-    _check_size(path, fmt, opts, estimate)
+    _check_size(where, fmt, opts, estimate)
     if estimate is not None:
         check_room(output, estimate.bytes)
     return write_dataset(
@@ -244,8 +255,9 @@ def prepare_dataset(
         targets=targets,
         shard_snapshots=opts.shard_size,
         vertex_ids=prepared.vertex_ids,
-        source=_provenance(path, fmt, opts, prepared),
+        source=source,
         force=opts.force,
+        expected_snapshots=len(prepared.snapshot_edges) if prepared.snapshot_edges is not None else None,
     )
 
 

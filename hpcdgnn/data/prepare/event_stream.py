@@ -213,9 +213,21 @@ def prepare_events(input_path: str | Path, fmt: str, output: str | Path, **optio
     path = Path(input_path)
     opts = _check(path, fmt, options)
     parsed = EVENT_FORMATS[fmt](path, opts)
+    provenance = {"input": str(path.resolve()), "input_bytes": path.stat().st_size, "input_sha256": file_sha256(path),
+                  "format": fmt}
+    return write_parsed(parsed, opts, output, path, provenance)
+
+
+def write_parsed(parsed: ParsedEvents, opts: EventOptions, output: str | Path, where: Path,
+                 provenance: dict[str, Any]) -> EventManifest:
+    """Write parsed events (a file's, or arrays' from :mod:`hpcdgnn.data.adapters`) as an event dataset.
+
+    Raises:
+        DataError: naming ``where``: an edge feature that does not fit in float32.
+    """
     if parsed.inversions:
         print(
-            f"hpcdgnn prepare: warning: {path}: {parsed.inversions} adjacent time inversion(s) in the input;"
+            f"hpcdgnn prepare: warning: {where}: {parsed.inversions} adjacent time inversion(s) in the input;"
             " events sorted stably by time (manifest: sorted_input false)",
             file=sys.stderr,
             flush=True,
@@ -223,16 +235,13 @@ def prepare_events(input_path: str | Path, fmt: str, output: str | Path, **optio
     if parsed.efeat is not None and not np.isfinite(parsed.efeat).all():
         k, j = (int(x) for x in np.argwhere(~np.isfinite(parsed.efeat))[0])
         raise DataError(
-            f"{path}: edge feature {parsed.feature_names[j]!r} of event {k} (in time order) does not fit in float32"
+            f"{where}: edge feature {parsed.feature_names[j]!r} of event {k} (in time order) does not fit in float32"
         )
     split = DEFAULT_SPLIT if opts.split is None else tuple(opts.split)
     shard_events = DEFAULT_SHARD_EVENTS if opts.shard_events is None else opts.shard_events
     e = int(parsed.time.shape[0])
     source = {
-        "input": str(path.resolve()),
-        "input_bytes": path.stat().st_size,
-        "input_sha256": file_sha256(path),
-        "format": fmt,
+        **provenance,
         "kind": "events",
         "options": {
             "split": list(split),

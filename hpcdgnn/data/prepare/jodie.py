@@ -95,6 +95,21 @@ def _what(key: str, names: dict[str, str]) -> str:
     return f"{key} (column {name})" if name.isdigit() else f"{key} column {name!r}"
 
 
+def check_width(path: Path, header: list[str] | None, names: dict[str, str], lineno: int, width: int) -> None:
+    """Refuse a header whose field count is not the rows': a named feature would be dropped, or the label read
+    as a feature. JODIE's own header (``...,state_label,comma_separated_list_of_features``) names no features
+    one by one and is exempt.
+
+    Raises:
+        DataError: both counts, the header's and line ``lineno``'s.
+    """
+    if header is None or tuple(names.values()) == _LEGACY or len(header) == width:
+        return
+    raise DataError(f"{path}:{lineno}: {width} fields, but the header names {len(header)} "
+                    f"({describe_header(header)}); a named column would be dropped or the label read as a feature: "
+                    "make the header and the rows agree (or map the columns with --columns)")
+
+
 def _data_rows(
     path: Path, columns: dict[str, str] | None
 ) -> tuple[Iterator[tuple[int, str]], dict[str, int], dict[str, str], str | None]:
@@ -271,6 +286,8 @@ def parse_jodie_events(
             if width < need:
                 fields = ",".join(names[k] for k in index)
                 raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {width}")
+            if columns is None:
+                check_width(path, header, names, lineno, width)
             named = header if header is not None else []
             fcols = [
                 j for j in range(width) if j not in mapped and not (j < len(named) and named[j].lower() in not_features)

@@ -1,0 +1,229 @@
+"""The Python API: ``hpcdgnn.train(job)`` and ``hpcdgnn.load_run(RUNDIR)``.
+
+``hpcdgnn.train`` runs what ``python -m hpcdgnn run`` runs, in the calling process: at P = 1 in a notebook or a
+script, and under ``mpirun -np P python script.py`` as the same call on every rank (SPMD, like the command).
+Both return a :class:`TrainedRun`: the run directory, its epoch records and summary, and the trained model.
+
+Errors are exceptions (:class:`hpcdgnn.errors.HpcdgnnError` and its kinds, each one line naming the key, file or
+rank), not exit codes. Under MPI an error every rank meets is raised on every rank; one a rank meets alone, or a
+crash, prints ``rank R/P: ...`` and ends the whole job (``MPI_Abort``) as the command does, since the other
+ranks would wait for it in a collective.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcdgnn.errors import CommFailure, ConfigError, DataError, HpcdgnnError
+
+__all__ = ["TrainedRun", "load_run", "train"]
+
+
+@dataclass
+class TrainedRun:
+    """A run: its directory and what it wrote there, and the trained model.
+
+    Attributes:
+        dir: the run directory, absolute (``metrics.jsonl``, ``summary.json``, ``plan.json``, ``checkpoints/``).
+        preempted: the run stopped at a signal (SIGINT, a notebook's interrupt, included) after checkpointing;
+            ``hpcdgnn.train(..., resume=run.dir)`` continues it.
+    """
+
+    dir: Path
+    preempted: bool = False
+    _model: Any = field(default=None, repr=False)
+    _task: Any = field(default=None, repr=False)
+
+    @property
+    def metrics(self) -> list[dict]:
+        """The epoch records (``metrics.jsonl``): loss, metrics, time split, bytes sent per epoch."""
+        from hpcdgnn.metrics.results import read_epoch_records
+
+        return read_epoch_records(self.dir / "metrics.jsonl")
+
+    @property
+    def losses(self) -> list[float]:
+        """The training loss of every epoch."""
+        return [r["loss"] for r in self.metrics]
+
+    @property
+    def summary(self) -> dict:
+        """``summary.json``: totals, the best and final metrics, the time split, memory."""
+        import json
+
+        return json.loads(self._file("summary.json").read_text())
+
+    @cached_property
+    def job(self):
+        """The job as it ran, every default filled in (:class:`hpcdgnn.config.JobConfig`, ``config.resolved.yaml``)."""
+        from hpcdgnn.config import load_job
+
+        return load_job(self._file("config.resolved.yaml"), check_paths=False, resolved=True)
+
+    @property
+    def model(self):
+        """The trained model (``torch.nn.Module``): the caller's own after :func:`train`, else built from the job
+        and loaded from the newest checkpoint (which needs the job's dataset, for its sizes)."""
+        if self._model is None:
+            self._load()
+        return self._model
+
+    @property
+    def task(self):
+        """The task's trained head (the link decoder, the classifier), loaded like :attr:`model`."""
+        if self._task is None:
+            self._load()
+        return self._task
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The newest complete checkpoint directory, or None."""
+        from hpcdgnn.train.checkpoint import latest_checkpoint
+
+        job = self.job
+        return latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints")
+
+    def _file(self, name: str) -> Path:
+        path = self.dir / name
+        if not path.is_file():
+            raise DataError(f"{self.dir}: not a finished hpcdgnn run directory (no {name})")
+        return path
+
+    def _load(self) -> None:
+        import torch
+
+        from hpcdgnn.regimes import regime_of
+        from hpcdgnn.train.checkpoint import load_shared
+        from hpcdgnn.train.setup import load_dataset_manifest
+
+        ckpt = self.checkpoint
+        if ckpt is None:
+            raise DataError(f"{self.dir}: the run has no complete checkpoint to load the model from")
+        job = self.job
+        manifest = load_dataset_manifest(job, str(self.dir))
+        regime = regime_of("model", job.model.name)
+        dtype = {"float32": torch.float32, "float64": torch.float64}[job.train.dtype]
+        model = regime.build_model(job, manifest).to(dtype)
+        task = regime.build_task(job.task, manifest, model.out_features, job.train.seed).to(dtype)
+        if getattr(model, "predicts_targets", False):
+            task.predict_in_model()
+        state = load_shared(ckpt)
+        model.load_state_dict(state["model"])
+        task.load_state_dict(state["task"])
+        self._model, self._task = model.eval(), task.eval()
+
+
+def load_run(run_dir: str | os.PathLike) -> TrainedRun:
+    """A finished (or pre-empted) run, from its directory: what :func:`train` returned for it.
+
+    Raises:
+        DataError: ``run_dir`` is not a run directory (names the missing file).
+    """
+    run = TrainedRun(Path(run_dir).absolute())
+    run._file("config.resolved.yaml")
+    return run
+
+
+@contextmanager
+def _job_file(job: str | os.PathLike | Mapping, name: str):
+    """The job as a YAML path: a path as it is, a mapping written to ``<tmp>/<name>.yaml`` (the run directory
+    is named after it) and removed afterwards."""
+    if not isinstance(job, Mapping):
+        yield str(job), None
+        return
+    with tempfile.TemporaryDirectory(prefix="hpcdgnn-job-") as tmp:
+        path = Path(tmp) / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(dict(job), sort_keys=False))
+        yield str(path), str(path)
+
+
+def train(job: str | os.PathLike | Mapping, *, overrides: Sequence[str] = (), output: str | os.PathLike | None = None,
+          resume: str | os.PathLike | None = None, name: str = "job") -> TrainedRun:
+    """Train a job in this process (every rank calls it under ``mpirun``), as ``python -m hpcdgnn run`` does.
+
+    Args:
+        job: a job YAML path, or the job as a mapping of sections (``{"data": {"path": ...}, "model": ...}``,
+            the YAML's keys; relative paths are relative to the working directory). None with ``resume``.
+        overrides: ``section.key=value`` items, as ``--set`` takes them.
+        output: the run directory (new or empty); default ``output.dir/<name>-<timestamp>``.
+        resume: continue the run in this directory from its newest checkpoint.
+        name: a mapping job's name (the run directory's prefix).
+
+    Returns:
+        The run, with its trained model (:class:`TrainedRun`).
+
+    Raises:
+        HpcdgnnError: a bad job, dataset or plan (one line), or a diverged run (every rank).
+    """
+    from hpcdgnn import preemption
+    from hpcdgnn.comm import Communicator
+    from hpcdgnn.comm.world import abort_world, check_world_size, start_timeout, world_rank_size
+    from hpcdgnn.errors import StalledError
+    from hpcdgnn.train.collective import collective_error
+    from hpcdgnn.train.trainer import run_training
+
+    stop = preemption.install()
+    try:
+        with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
+            try:
+                comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
+            except StalledError as e:
+                rank, size = world_rank_size()
+                _fail_alone(rank, size, abort_world, str(e))
+                raise
+            try:
+                wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
+                if wrong:
+                    raise collective_error(ConfigError(wrong))
+                result = run_training(job_path, list(overrides), None if output is None else str(output), comm,
+                                      resume=None if resume is None else str(resume))
+                comm.barrier(tag="api.done")  # every rank returns once rank 0 has written summary.json
+            except (HpcdgnnError, CommFailure) as e:
+                if comm.size > 1 and not getattr(e, "collective", False):
+                    _fail_alone(comm.rank, comm.size, comm.abort, str(e))
+                raise _named(e, written) from None
+            except BaseException:
+                if comm.size > 1:  # a crash on this rank: the others may wait in a collective
+                    sys.stderr.write(f"rank {comm.rank}/{comm.size}: {traceback.format_exc()}")
+                    sys.stderr.flush()
+                    comm.abort(1)
+                raise
+            finally:
+                comm.close()
+    finally:
+        preemption.reset()  # a notebook's interrupt is its own again
+    return TrainedRun(Path(result.run_dir).absolute(), result.preempted, result.model, result.task)
+
+
+@contextmanager
+def _no_job():
+    yield None, None
+
+
+def _fail_alone(rank: int, size: int, abort, message: str) -> None:
+    """An error this rank met alone under MPI: its line with the rank, then end every rank."""
+    if size > 1:
+        print(f"[rank {rank}] hpcdgnn: error: {message}", file=sys.stderr, flush=True)
+        abort(2)
+
+
+def _named(e: BaseException, written: str | None) -> BaseException:
+    """``e`` with a mapping job's temporary file called what it is."""
+    if written is None or written not in str(e):
+        return e
+    named = type(e)(str(e).replace(written, "job (mapping)"))
+    for attr in ("collective", "exit_code"):
+        if attr in vars(e):
+            setattr(named, attr, vars(e)[attr])
+    return named

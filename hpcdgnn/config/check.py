@@ -1,0 +1,144 @@
+"""``python -m hpcdgnn check JOB.yaml --ranks P``: what a run of the job would start with, without training.
+
+It runs the checks and the plan of a run's set-up (:func:`hpcdgnn.train.setup.check_job`, the dataset's shard
+check, the strategy's ``make_plan``) in one process for P ranks, and prints the resolved configuration, the
+plan's per-rank table and each rank's memory: the lower bound the run refuses a job by, and the planner's
+predicted peak where the strategy has a cost model. A job a run would refuse gets the run's one-line error and
+exit 2. ``--schema`` prints a JSON Schema of the job file instead (for editors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import yaml
+
+__all__ = ["add_check_arguments", "run_check"]
+
+
+def add_check_arguments(p: argparse.ArgumentParser) -> None:
+    """``check``'s options."""
+    p.add_argument("job", nargs="?", help="job YAML")
+    p.add_argument("--ranks", type=int, default=1, metavar="P", help="the rank count the job would run on")
+    p.add_argument("--ranks-per-node", type=int, metavar="R",
+                   help="ranks sharing this machine's memory (default: min(P, its CPUs)); a run divides a node's "
+                        "available memory by its ranks there")
+    p.add_argument("--memory-per-rank", metavar="SIZE", help="each rank's host memory instead, e.g. 16GiB")
+    p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE", help="override YAML keys")
+    p.add_argument("--json", action="store_true", help="print the same as JSON")
+    p.add_argument("--schema", action="store_true", help="print a JSON Schema of the job file and exit")
+
+
+def _host_share(args: argparse.Namespace) -> tuple[float, str]:
+    """Bytes of host memory per rank, and where the figure comes from."""
+    from hpcdgnn.comm.world import _available_memory
+    from hpcdgnn.planner.command import parse_size
+
+    if args.memory_per_rank:
+        return parse_size(args.memory_per_rank, "--memory-per-rank"), "--memory-per-rank"
+    per_node = args.ranks_per_node or min(args.ranks, os.cpu_count() or 1)
+    return _available_memory() / per_node, f"this machine's available memory / {per_node} ranks"
+
+
+def _cell(value) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(str, value[:4])) + (", ..." if len(value) > 4 else "") + "]"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _plan_table(plan) -> list[str]:
+    """One line per rank of the plan's ``ranks`` (what each owns and its estimated work)."""
+    rows = getattr(plan, "ranks", None)
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return [json.dumps(plan.to_json(), default=str)[:400]]
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[str(p)] + [_cell(r.get(k, "")) for k in keys] for p, r in enumerate(rows)]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(["rank", *keys])]
+    line = lambda cs: "  ".join(c.rjust(w) for c, w in zip(cs, widths, strict=True))  # noqa: E731
+    return [line(["rank", *keys]), *(line(c) for c in cells)]
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Check the job for ``--ranks`` P as a run's set-up would, print what it would start with; 0, or the error."""
+    from hpcdgnn.config import job_to_dict, load_job
+    from hpcdgnn.errors import ConfigError
+
+    if args.schema:
+        from hpcdgnn.config.reference import json_schema
+
+        json.dump(json_schema(), sys.stdout, indent=1)
+        print()
+        return 0
+    if not args.job:
+        raise ConfigError("check: give a job YAML (or --schema)")
+    if args.ranks < 1:
+        raise ConfigError(f"check --ranks: {args.ranks}; a job runs on at least 1 rank")
+
+    from hpcdgnn.data.validate import check_dataset
+    from hpcdgnn.strategies import get_strategy
+    from hpcdgnn.train.footprint import lower_bound
+    from hpcdgnn.train.setup import check_job
+
+    P = args.ranks
+    share, share_from = _host_share(args)
+    job, manifest, planner = check_job(load_job(args.job, args.set or []), args.job, P, share)
+    check_dataset(job.data.path, checksums=job.data.validate == "checksum")
+    plan = get_strategy(job.strategy.name).make_plan(manifest, P, job)
+    bound = lower_bound(job, manifest, P)
+    predicted = _predicted(job, manifest, P, share)
+    report = {
+        "job": args.job, "num_ranks": P, "config": job_to_dict(job), "plan": plan.to_json(),
+        "memory": {"host_share_bytes": share, "host_share_from": share_from,
+                   "lower_bound_bytes": sum(b for b, _ in bound.values()),
+                   "lower_bound_parts": {k: {"bytes": b, "set_by": keys} for k, (b, keys) in bound.items()},
+                   "predicted": predicted},
+        "planner": planner,
+    }
+    if args.json:
+        json.dump(report, sys.stdout, indent=1, default=str)
+        print()
+        return 0
+    mib = lambda b: f"{b / 2**20:,.2f} MiB"  # noqa: E731
+    print(f"check of {args.job} at P = {P}: a run would start (nothing trained)")
+    print("\n# resolved configuration (every default filled in)")
+    print(yaml.safe_dump(report["config"], sort_keys=False).rstrip())
+    print(f"\n# plan: strategy {job.strategy.name}, {P} rank{'s' if P != 1 else ''}")
+    print("\n".join(_plan_table(plan)))
+    mem = report["memory"]
+    print(f"\n# memory per rank (host share {mib(share)}: {share_from})")
+    parts = ", ".join(f"{k} {mib(b)}" for k, (b, _) in bound.items())
+    print(f"lower bound {mib(mem['lower_bound_bytes'])} ({parts}): a run refuses the job above its share")
+    if predicted is not None:
+        ranks = predicted["by_rank"]
+        print(f"predicted peak {mib(predicted['bytes'])} on the most loaded rank (planner: "
+              + ", ".join(f"{k} {mib(v)}" for k, v in predicted["parts"].items()) + f"; rates {predicted['rates']})")
+        print("  by rank: " + " ".join(f"{r}:{b / 2**20:,.1f}" for r, b in enumerate(ranks)) + " MiB")
+    return 0
+
+
+def _predicted(job, manifest, P: int, share: float) -> dict | None:
+    """The planner's predicted peak of this strategy at P (None where it has no cost model)."""
+    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.rates import load_rates
+    from hpcdgnn.strategies import get_strategy
+
+    if not hasattr(get_strategy(job.strategy.name), "cost"):
+        return None
+    rates = load_rates("cpu", job.train.dtype)
+    preds = [p for p in plan_job(job, manifest, job.data.path, [P], rates, [job.strategy.name], share)
+             if p.options == plan_options(job)]
+    if not preds or preds[0].memory_bytes != preds[0].memory_bytes:
+        return None
+    p = preds[0]
+    return {"bytes": p.memory_bytes, "by_rank": list(p.memory_by_rank), "parts": dict(p.memory_parts),
+            "rates": rates.source}
+
+
+def plan_options(job) -> dict:
+    """The job's strategy options as the planner records them."""
+    from dataclasses import asdict
+
+    return asdict(job.strategy)

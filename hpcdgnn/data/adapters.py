@@ -1,0 +1,239 @@
+"""Datasets from data already in memory: arrays, PyG's ``TemporalData``, PyTorch Geometric Temporal's signals.
+
+Each writes what ``python -m hpcdgnn prepare`` writes (the same writer, the same options), so every strategy
+reads it; none imports PyG or PyG Temporal (their objects are read by their attributes), so neither is a
+dependency. Vertex ids are taken as given, 0..N-1 (``prepare`` remaps a file's ids; arrays are assumed to be
+numbered already, as PyG's are).
+
+* :func:`from_arrays` — timestamped interactions ``(src, dst, t)`` → snapshots (cut by ``snapshots``,
+  ``window`` or ``events_per_snapshot``, as ``prepare``) or, with ``kind="events"``, an event stream.
+* :func:`from_temporal_data` — PyG's ``TemporalData`` (``src``, ``dst``, ``t``, ``msg``) → an event stream.
+* :func:`from_signal` — PyG Temporal's ``StaticGraphTemporalSignal`` / ``DynamicGraphTemporalSignal``
+  (``edge_index`` / ``edge_indices``, ``edge_weight`` / ``edge_weights``, ``features``, ``targets``) → one
+  snapshot per signal step with its node features and regression targets (or class labels).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpcdgnn.errors import DataError
+
+__all__ = ["from_arrays", "from_signal", "from_temporal_data"]
+
+
+def _numpy(value: Any, name: str, where: str) -> np.ndarray:
+    """A torch tensor, list or array as a numpy array."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"{where}: {name}: not an array ({e})") from None
+
+
+def _ids(value: Any, name: str, where: str, num_vertices: int | None) -> np.ndarray:
+    a = _numpy(value, name, where)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise DataError(f"{where}: {name}: expected a 1-D array of integer vertex ids, got shape {a.shape} "
+                        f"dtype {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and a.min() < 0:
+        raise DataError(f"{where}: {name}: negative vertex id {int(a.min())} (at {int(np.argmin(a))})")
+    if num_vertices is not None and a.size and a.max() >= num_vertices:
+        raise DataError(f"{where}: {name}: vertex id {int(a.max())} (at {int(np.argmax(a))}) is beyond "
+                        f"num_vertices {num_vertices} (ids are 0 .. N-1)")
+    return a
+
+
+def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Checked (src, dst, t) and N."""
+    s, d = _ids(src, "src", where, num_vertices), _ids(dst, "dst", where, num_vertices)
+    times = _numpy(t, "t", where)
+    if not (s.shape == d.shape == times.shape):
+        raise DataError(f"{where}: src, dst and t differ in length ({s.shape[0]}, {d.shape[0]}, "
+                        f"{times.reshape(-1).shape[0]}); one entry per interaction")
+    if s.size == 0:
+        raise DataError(f"{where}: no interactions")
+    if times.dtype.kind not in "iuf":
+        raise DataError(f"{where}: t: expected numbers, got dtype {times.dtype}")
+    if times.dtype.kind == "f" and not np.isfinite(times).all():
+        k = int(np.argwhere(~np.isfinite(times))[0][0])
+        raise DataError(f"{where}: t: {times[k]} at {k} is not a finite time")
+    if times.min() < 0:
+        raise DataError(f"{where}: t: negative time {times.min()} (at {int(np.argmin(times))}); times count from 0 "
+                        "or an epoch")
+    times = times.astype(np.int64) if times.dtype.kind in "iu" else times.astype(np.float64)
+    n = int(num_vertices) if num_vertices is not None else int(max(s.max(), d.max())) + 1
+    return s, d, times, n
+
+
+def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num_vertices: int | None = None,
+                weight=None, edge_features=None, feature_names: list[str] | None = None, **options: Any):
+    """Write timestamped interactions as a dataset, as ``prepare`` would from a file holding them.
+
+    Args:
+        src: (E,) integer source vertex ids in 0 .. N-1 (numpy, torch or lists).
+        dst: (E,) integer destination vertex ids, likewise.
+        t: (E,) non-negative times (any order: sorted stably, as ``prepare`` does).
+        output: the dataset directory (new or empty; ``force=True`` replaces one).
+        kind: ``"snapshots"`` or ``"events"``.
+        num_vertices: N (default: the largest id + 1).
+        weight: (E,) edge weights (snapshots, with ``weights="given"``).
+        edge_features: (E, D) per-event features (events).
+        feature_names: the D features' names (events).
+        **options: ``prepare``'s options of that kind: ``snapshots``, ``window``, ``events_per_snapshot``,
+            ``undirected``, ``weights``, ``labels``, ``targets``, ``shard_size``... (snapshots);
+            ``split``, ``shard_events``, ``time_unit`` (events).
+
+    Returns:
+        The dataset's manifest.
+
+    Raises:
+        DataError: one line naming the array and the entry: ids beyond N or negative, negative or non-finite
+            times, lengths that differ; or an option of the other kind. Nothing is written.
+    """
+    from hpcdgnn.data.prepare import KINDS, PrepareOptions, _check_options, write_prepared
+    from hpcdgnn.data.prepare._common import PreparedInput, slice_events
+    from hpcdgnn.data.prepare.event_stream import EVENT_ONLY_OPTIONS, ParsedEvents, _check, option_flag, write_parsed
+    from hpcdgnn.data.prepare.snap import EdgeList, _snapshots, slicing_kwargs, snapshot_counts
+    from hpcdgnn.data.writer import check_output
+
+    where = Path("from_arrays")
+    if kind not in KINDS:
+        raise DataError(f"{where}: unknown kind {kind!r}; choose from {', '.join(KINDS)}")
+    s, d, times, n = _edges(src, dst, t, str(where), num_vertices)
+    w = None if weight is None else _numpy(weight, "weight", str(where)).astype(np.float64)
+    if w is not None and w.shape != s.shape:
+        raise DataError(f"{where}: weight: {w.reshape(-1).shape[0]} weights for {s.shape[0]} interactions")
+    check_output(output, bool(options.get("force", False)), ())
+    provenance = {"input": "arrays (hpcdgnn.data.adapters)", "format": "arrays"}
+    if kind == "events":
+        opts = _check(where, "snap", options)
+        if w is not None:
+            raise DataError(f"{where}: weight: an event stream keeps per-event values as edge_features")
+        order = np.argsort(times, kind="stable")
+        feats = None
+        if edge_features is not None:
+            feats = _numpy(edge_features, "edge_features", str(where)).astype(np.float32)
+            feats = feats.reshape(-1, 1) if feats.ndim == 1 else feats
+            if feats.ndim != 2 or feats.shape[0] != s.shape[0]:
+                raise DataError(f"{where}: edge_features: shape {feats.shape}, expected ({s.shape[0]}, D)")
+            feats = feats[order]
+        names = list(feature_names) if feature_names is not None else \
+            [f"f{i}" for i in range(0 if feats is None else feats.shape[1])]
+        if feats is not None and len(names) != feats.shape[1]:
+            raise DataError(f"{where}: feature_names: {len(names)} names for {feats.shape[1]} edge features")
+        parsed = ParsedEvents(src=s[order], dst=d[order], time=times[order], efeat=feats, feature_names=names,
+                              vertex_ids=np.arange(n), bipartite=False, num_sources=n,
+                              inversions=int(np.count_nonzero(times[1:] < times[:-1])))
+        return write_parsed(parsed, opts, output, where, provenance)
+    for name, default in EVENT_ONLY_OPTIONS.items():
+        if options.pop(name, default) != default:
+            raise DataError(f"{where}: {option_flag(name).lstrip('-').replace('-', '_')} applies only to "
+                            "kind='events'")
+    if edge_features is not None:
+        raise DataError(f"{where}: edge_features: snapshots carry node features, not per-event ones "
+                        "(kind='events' keeps them)")
+    opts = PrepareOptions(**options)
+    _check_options(where, "snap", opts)
+    if opts.weights == "given" and w is None:
+        raise DataError(f"{where}: weights='given' needs weight=")
+    edges = EdgeList(s, d, times, w, np.arange(n))
+    slices = slice_events(edges.time, where, **slicing_kwargs(opts))
+    prepared = PreparedInput(
+        num_vertices=n, snapshots=_snapshots(edges, slices), vertex_ids=edges.vertex_ids,
+        has_weights=w is not None, source={"events": int(s.shape[0]), "time_min": float(edges.time[0]),
+                                           "time_max": float(edges.time[-1])},
+        **snapshot_counts(edges.src, edges.dst, n, slices, opts))
+    return write_prepared(prepared, opts, output, where, "snap", {**provenance, **prepared.source,
+                                                                  "options": {k: v for k, v in vars(opts).items()
+                                                                              if k not in ("force", "allow_large")}})
+
+
+def from_temporal_data(data, output: str | Path, **options: Any):
+    """PyG's ``TemporalData`` (``src``, ``dst``, ``t``, optional ``msg``) as an event stream.
+
+    Args:
+        data: a ``torch_geometric.data.TemporalData`` (or anything with those attributes).
+        output: the dataset directory.
+        **options: ``split``, ``shard_events``, ``time_unit``, ``force``; ``num_vertices`` (default
+            ``data.num_nodes``).
+    """
+    for key in ("src", "dst", "t"):
+        if getattr(data, key, None) is None:
+            raise DataError(f"from_temporal_data: the data has no {key!r} (a TemporalData has src, dst, t, msg)")
+    msg = getattr(data, "msg", None)
+    if msg is not None and (getattr(msg, "ndim", 2) < 2 or msg.shape[1] == 0):
+        msg = None
+    n = options.pop("num_vertices", getattr(data, "num_nodes", None))
+    return from_arrays(data.src, data.dst, data.t, output, kind="events", num_vertices=n, edge_features=msg,
+                       **options)
+
+
+def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8):
+    """A PyG Temporal signal as snapshots: step k's graph, its node features as X and its targets.
+
+    Args:
+        signal: a ``StaticGraphTemporalSignal`` (``edge_index``, ``edge_weight``) or a
+            ``DynamicGraphTemporalSignal`` (``edge_indices``, ``edge_weights``), with ``features`` and ``targets``
+            (one (N, F) and one (N,) array per step).
+        output: the dataset directory.
+        labels: the targets are integer classes (node classification), not regression targets.
+        force: replace a non-empty ``output``.
+        shard_size: snapshots per shard file.
+
+    Raises:
+        DataError: steps that disagree in N or F, targets of another length, edges beyond N; nothing written.
+    """
+    from hpcdgnn.data.writer import RawSnapshot, check_output, write_dataset
+
+    where = "from_signal"
+    features, targets = list(getattr(signal, "features", []) or []), list(getattr(signal, "targets", []) or [])
+    if not features:
+        raise DataError(f"{where}: the signal has no features (a PyG Temporal signal has features and targets)")
+    if targets and len(targets) != len(features):
+        raise DataError(f"{where}: {len(features)} feature steps but {len(targets)} target steps")
+    dynamic = hasattr(signal, "edge_indices")
+    edge_index = signal.edge_indices if dynamic else [signal.edge_index] * len(features)
+    edge_weight = (signal.edge_weights if dynamic else [signal.edge_weight] * len(features))
+    if len(edge_index) != len(features):
+        raise DataError(f"{where}: {len(edge_index)} edge sets for {len(features)} steps")
+    xs = [_numpy(x, f"features[{k}]", where).astype(np.float32) for k, x in enumerate(features)]
+    n, f = xs[0].shape if xs[0].ndim == 2 else (None, None)
+    for k, x in enumerate(xs):
+        if x.ndim != 2 or x.shape != (n, f):
+            raise DataError(f"{where}: features[{k}] has shape {x.shape}; step 0's is ({n}, {f}) (every step "
+                            "must have the same N and F)")
+    check_output(output, force, ())
+
+    def snapshots():
+        for k, x in enumerate(xs):
+            ei = _numpy(edge_index[k], f"edge_index[{k}]", where)
+            if ei.ndim != 2 or ei.shape[0] != 2:
+                raise DataError(f"{where}: edge_index[{k}]: shape {ei.shape}, expected (2, E)")
+            src, dst = _ids(ei[0], f"edge_index[{k}][0]", where, n), _ids(ei[1], f"edge_index[{k}][1]", where, n)
+            w = None if edge_weight[k] is None else _numpy(edge_weight[k], f"edge_weight[{k}]", where).astype(float)
+            y = None
+            lab = None
+            if targets:
+                y = _numpy(targets[k], f"targets[{k}]", where).reshape(-1)
+                if y.shape[0] != n:
+                    raise DataError(f"{where}: targets[{k}] has {y.shape[0]} values for N = {n} vertices")
+                if labels:
+                    lab, y = y.astype(np.int64), None
+                else:
+                    y = y.astype(np.float64)
+            yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(k), float(k + 1)))
+
+    has_w = edge_weight[0] is not None
+    num_classes = int(max(int(np.max(_numpy(y, "targets", where))) for y in targets)) + 1 if labels and targets \
+        else 0
+    return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
+                         feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
+                         targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
+                         source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal"},
+                         force=force)

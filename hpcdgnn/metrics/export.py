@@ -1,0 +1,204 @@
+"""A run's epoch records as a flat table (CSV) and as TensorBoard scalars; the trained model as a plain file.
+
+``python -m hpcdgnn export RUNDIR --csv FILE --tensorboard DIR --model-only FILE``. The records of
+``metrics.jsonl`` nest (``time.compute.max``, ``per_rank.compute[r]``); both writers flatten them the same
+way: dotted keys, list items by index (``per_rank.compute.2``). TensorBoard's tags use ``/`` for the dots and
+the epoch as the step. Nothing here is imported by a run that does not ask for it (``output.tensorboard``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import pickle
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hpcdgnn.errors import ConfigError, DataError
+
+__all__ = ["flatten", "write_csv", "write_tensorboard", "TensorBoardLog", "export_model", "load_model"]
+
+#: the exported model file's format tag (``torch.load(FILE)["format"]``)
+MODEL_FORMAT = "hpcdgnn.model/1"
+
+
+def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"time": {"compute": {"max": 1.0}}, "per_rank": {"compute": [1, 2]}}`` →
+    ``{"time.compute.max": 1.0, "per_rank.compute.0": 1, "per_rank.compute.1": 2}``, in the record's order."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, list | tuple):
+            out.update(flatten({str(i): v for i, v in enumerate(value)}, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _new_file(path: str | Path, what: str) -> Path:
+    """``path``, refused when something is there already (an export never overwrites)."""
+    p = Path(path)
+    if p.exists():
+        raise ConfigError(f"{what} {path}: exists; an export never overwrites a file (give a new path)")
+    if not p.parent.is_dir():
+        raise ConfigError(f"{what} {path}: no directory {p.parent}")
+    return p
+
+
+def write_csv(records: list[dict], path: str | Path) -> list[str]:
+    """One row per epoch record, one column per flattened key (the union over the records, in first-seen order);
+    a key an epoch lacks is empty. Returns the columns."""
+    out = _new_file(path, "--csv")
+    rows = [flatten(r) for r in records]
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    return columns
+
+
+def scalars(record: dict) -> Iterable[tuple[str, float]]:
+    """The record's numbers as (TensorBoard tag, value): booleans as 0/1; None and text left out."""
+    for key, value in flatten(record).items():
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, int | float) and math.isfinite(value) and key != "epoch":
+            yield key.replace(".", "/"), float(value)
+
+
+def _summary_writer(logdir: str | Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:  # torch's writer needs the tensorboard package
+        raise ConfigError(f"TensorBoard output {logdir}: needs the tensorboard package ({e}); "
+                          "pip install tensorboard (or hpcdgnn[tensorboard])") from None
+    return SummaryWriter(log_dir=str(logdir))
+
+
+def write_tensorboard(records: list[dict], logdir: str | Path) -> int:
+    """Every record's numbers as TensorBoard scalars at step = its epoch; returns how many were written.
+
+    Raises:
+        ConfigError: the tensorboard package is missing, or ``logdir`` holds event files already.
+    """
+    logdir = Path(logdir)
+    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
+        raise ConfigError(f"--tensorboard {logdir}: holds event files already; an export never adds to another "
+                          "run's curves (give a new directory)")
+    log = TensorBoardLog(logdir)
+    n = sum(log.write(r) for r in records)
+    log.close()
+    return n
+
+
+class TensorBoardLog:
+    """Rank 0's live TensorBoard writer (``output.tensorboard``): one epoch record at a time."""
+
+    def __init__(self, logdir: str | Path) -> None:
+        self.writer = _summary_writer(logdir)
+
+    def write(self, record: dict) -> int:
+        """Add the record's scalars at its epoch; flushed, so TensorBoard shows a running job's epochs."""
+        n = 0
+        for tag, value in scalars(record):
+            self.writer.add_scalar(tag, value, global_step=int(record["epoch"]))
+            n += 1
+        self.writer.flush()
+        return n
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self.writer.close()
+
+
+def export_model(run, path: str | Path) -> dict:
+    """Write the run's trained model and task head as plain ``state_dict``s with what builds them again.
+
+    The file (``torch.save``) holds ``format``, ``config`` (the resolved job's ``model`` and ``task``
+    sections and ``train.dtype``), ``dataset`` (the sizes the modules are built for), ``model`` and ``task``
+    (``state_dict``s); :func:`load_model` builds the modules from it with no dataset, run directory or trainer.
+    """
+    import torch
+
+    from hpcdgnn.config import job_to_dict
+
+    out = _new_file(path, "--model-only")
+    job = run.job
+    manifest = _manifest_sizes(run)
+    resolved = job_to_dict(job)
+    blob = {"format": MODEL_FORMAT, "config": {k: resolved[k] for k in ("model", "task")} |
+            {"train": {"dtype": job.train.dtype, "seed": job.train.seed}},
+            "dataset": manifest, "model": run.model.state_dict(), "task": run.task.state_dict()}
+    torch.save(blob, out)
+    return blob
+
+
+def _manifest_sizes(run) -> dict:
+    """The dataset's scalar figures (N, T, F, classes, whether it has targets, ...): what the model and the task
+    head are built from, without its arrays."""
+    from hpcdgnn.train.setup import load_dataset_manifest
+
+    m = load_dataset_manifest(run.job, str(run.dir))
+    names = [n for n in dir(m) if not n.startswith("_")]
+    return {n: getattr(m, n) for n in names if isinstance(getattr(m, n, None), bool | int | float | str)}
+
+
+def load_model(path: str | Path):
+    """``(model, task)`` from an exported file, in evaluation mode, on the CPU.
+
+    Raises:
+        DataError: not an exported model file (names it).
+    """
+    import types
+
+    import torch
+
+    from hpcdgnn.config import load_job_dict
+    from hpcdgnn.regimes import regime_of
+
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        if blob.get("format") != MODEL_FORMAT:
+            raise ValueError(f"format {blob.get('format')!r}")
+    except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
+        raise DataError(f"{path}: not a model file of `hpcdgnn export --model-only` ({e})") from None
+    job = load_job_dict({"data": {"path": "."}, **blob["config"]}, str(path))
+    sizes = types.SimpleNamespace(**blob["dataset"])
+    regime = regime_of("model", job.model.name)
+    dtype = getattr(torch, job.train.dtype)
+    model = regime.build_model(job, sizes).to(dtype)
+    task = regime.build_task(job.task, sizes, model.out_features, job.train.seed).to(dtype)
+    if getattr(model, "predicts_targets", False):
+        task.predict_in_model()
+    model.load_state_dict(blob["model"])
+    task.load_state_dict(blob["task"])
+    return model.eval(), task.eval()
+
+
+def run_export(args) -> int:
+    """``export``: the CSV, TensorBoard and model files asked for, each refused (one line) if it exists."""
+    from hpcdgnn.api import load_run
+
+    run = load_run(args.rundir)
+    records = run.metrics
+    if not records:
+        raise DataError(f"{args.rundir}: metrics.jsonl has no epoch records")
+    if not (args.csv or args.tensorboard or args.model_only):
+        raise ConfigError("export: say what to write: --csv FILE, --tensorboard DIR and/or --model-only FILE")
+    if args.csv:
+        cols = write_csv(records, args.csv)
+        print(f"{args.csv}: {len(records)} epochs x {len(cols)} columns")
+    if args.tensorboard:
+        n = write_tensorboard(records, args.tensorboard)
+        print(f"{args.tensorboard}: {n} scalars over {len(records)} epochs (tensorboard --logdir {args.tensorboard})")
+    if args.model_only:
+        if run.checkpoint is None:
+            raise DataError(f"{args.rundir}: the run has no complete checkpoint to export the model from")
+        blob = export_model(run, args.model_only)
+        print(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} head "
+              "(hpcdgnn.metrics.export.load_model)")
+    return 0

@@ -1,0 +1,93 @@
+"""``python -m hpcdgnn report RUNDIR... --out DIR``: learning curves and the per-epoch time split as PNGs.
+
+``curves.png``: the training loss and every validation / test metric per epoch, one line per run.
+``time_split.png``: per run, the slowest rank's load, compute and exposed communication per epoch, stacked
+(what the epoch line prints; load + compute + exposed = epoch). Scaling plots over many P are
+``perf/scaling.py``'s. Needs matplotlib (``pip install hpcdgnn[perf]``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpcdgnn.errors import ConfigError
+
+__all__ = ["learning_curves", "run_report"]
+
+#: the slowest rank's time split, as stacked (load + compute + comm_exposed = epoch)
+SPLIT = ("load", "compute", "comm_exposed")
+
+
+def learning_curves(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """``loss`` and each ``val_*`` / ``test_*`` metric with a value, as (epoch, value) pairs."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for r in records:
+        for key, value in r.items():
+            wanted = key == "loss" or key.startswith(("val_", "test_"))
+            if wanted and isinstance(value, int | float) and not isinstance(value, bool):
+                curves.setdefault(key, []).append((r["epoch"], float(value)))
+    return curves
+
+
+def run_report(args) -> int:
+    """Draw the two figures of the runs in ``args.rundirs`` into ``args.out``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ConfigError(f"report: needs matplotlib ({e}); pip install matplotlib (or hpcdgnn[perf])") from None
+    from hpcdgnn.api import load_run
+    from hpcdgnn.errors import DataError
+
+    runs = [load_run(d) for d in args.rundirs]
+    records = {r.dir.name: r.metrics for r in runs}
+    empty = [name for name, recs in records.items() if not recs]
+    if empty:
+        raise DataError(f"report: {', '.join(empty)}: metrics.jsonl has no epoch records")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    made = [out / "curves.png", out / "time_split.png"]
+    there = [p for p in made if p.exists()]
+    if there:
+        raise ConfigError(f"report --out {out}: {there[0].name} exists; a report never overwrites (give a new --out)")
+
+    curves = {name: learning_curves(recs) for name, recs in records.items()}
+    keys = list(dict.fromkeys(k for c in curves.values() for k in c))
+    cols = min(4, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        for name, c in curves.items():
+            if key in c:
+                ax.plot(*zip(*c[key], strict=True), marker=".", label=name)
+        ax.set_title(key)
+        ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(made[0], dpi=120)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(len(records), 1, figsize=(8, 2.6 * len(records)), squeeze=False)
+    for ax, (name, recs) in zip(axes[:, 0], records.items(), strict=True):
+        epochs = [r["epoch"] for r in recs]
+        bottom = [0.0] * len(recs)
+        for part in SPLIT:
+            values = [float(r.get("slowest", {}).get(part) or 0.0) for r in recs]
+            ax.bar(epochs, values, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        ax.set_title(f"{name}: the slowest rank's epoch")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("seconds")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(made[1], dpi=120)
+    plt.close(fig)
+    for p in made:
+        print(p)
+    return 0

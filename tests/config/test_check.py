@@ -1,0 +1,78 @@
+"""``python -m hpcdgnn check`` (a dry run: what a run would start with, or its error) and ``check --schema``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hpcdgnn.__main__ import main
+from tests.conftest import REPO, mpi_env, run_in_process, write_job
+
+
+def _check(capsys, *args) -> tuple[int, str, str]:
+    code = main(["check", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_prints_what_the_run_then_starts_with(tmp_path, small_dataset, capsys):
+    """The resolved configuration and the plan are those the run writes (config.resolved.yaml, plan.json)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={"name": "vertex"})
+    code, out, err = _check(capsys, job, "--ranks", 1, "--json")
+    assert code == 0, err
+    checked = json.loads(out)
+    run = run_in_process(["run", str(job), "--output", str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert checked["config"] == yaml.safe_load((tmp_path / "run" / "config.resolved.yaml").read_text())
+    assert checked["plan"] == json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert checked["memory"]["lower_bound_bytes"] > 0 and checked["memory"]["predicted"]["bytes"] > 0
+
+    code, out, _ = _check(capsys, job, "--ranks", 3, "--memory-per-rank", "1GiB")
+    assert code == 0
+    assert "# resolved configuration" in out and "name: vertex" in out
+    table = out.split("# plan: strategy vertex, 3 ranks\n")[1].split("\n\n")[0].splitlines()
+    assert table[0].split()[0] == "rank" and [r.split()[0] for r in table[1:]] == ["0", "1", "2"]
+    assert "host share 1,024.00 MiB: --memory-per-rank" in out and "predicted peak" in out
+    assert not (tmp_path / "runs").exists(), "a check makes no run directory"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--ranks", "2", "--set", "strategy.name=grid", "strategy.snapshot_ranks=2", "strategy.vertex_ranks=2"],
+     "snapshot_ranks × vertex_ranks = 2 × 2 = 4, but the job has P = 2 ranks"),
+    (["--ranks", "2", "--memory-per-rank", "1KiB"], "this job needs at least"),
+    (["--set", "model.hiden=3"], "model.hiden: unknown option of model 'cdgcn'; did you mean 'hidden'?"),
+    (["--ranks", "0"], "check --ranks: 0"),
+])
+def test_a_job_a_run_would_refuse_gets_its_one_line_error(tmp_path, small_dataset, capsys, args, message):
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    code, out, err = _check(capsys, job, *args)
+    assert code == 2 and out == "", out
+    assert err.count("\n") == 1 and err.startswith("hpcdgnn: error: ") and message in err, err
+
+
+def test_check_without_a_job_says_so(capsys):
+    code, _, err = _check(capsys)
+    assert code == 2 and "check: give a job YAML (or --schema)" in err
+
+
+def test_the_schema_accepts_every_shipped_job_and_rejects_what_the_loader_rejects(capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    code, out, _ = _check(capsys, "--schema")
+    assert code == 0
+    schema = json.loads(out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    jobs = sorted(REPO.glob("jobs/*.yaml")) + sorted(REPO.glob("jobs/examples/*.yaml"))
+    assert len(jobs) > 20
+    for path in jobs:
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert not errors, (path.name, errors[:3])
+    good = {"data": {"path": "d"}, "model": {"name": "tgcn", "hidden": 8}, "strategy": {"blocks": 2}}
+    assert validator.is_valid(good)
+    for bad in ({"data": {"path": "d"}, "model": {"name": "cdgcn", "hiden": 8}},   # a misspelt key
+                {"data": {"path": "d"}, "train": {"epochs": "3"}},                 # "3" is not an integer
+                {"data": {"path": "d"}, "strategy": {"name": "pss", "blocks": 2}},  # another strategy's option
+                {"model": {"name": "cdgcn"}}):                                     # no data
+        assert not validator.is_valid(bad), bad

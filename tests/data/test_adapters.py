@@ -1,0 +1,137 @@
+"""hpcdgnn.data.adapters: datasets from arrays, PyG's TemporalData and PyG Temporal's signals, written as
+``prepare`` writes them (``inspect --json`` of the result against the source), and refused in one line when the
+source cannot be represented (nothing written)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from hpcdgnn.__main__ import main
+from hpcdgnn.data.adapters import from_arrays, from_signal, from_temporal_data
+from hpcdgnn.errors import DataError
+from tests.conftest import mpi_env, read_metrics, run_in_process, write_job
+
+E, N = 400, 37
+
+
+def _events(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, N, E), rng.integers(0, N, E), np.sort(rng.integers(0, 10_000, E))
+
+
+def _inspect(path, capsys) -> dict:
+    assert main(["inspect", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_arrays_give_the_dataset_prepare_gives_for_the_same_file(tmp_path, capsys):
+    src, dst, t = _events()
+    src[0], dst[0] = N - 1, 0  # every id 0..N-1 appears: prepare's remap keeps N
+    raw = tmp_path / "edges.txt"
+    raw.write_text("".join(f"{a} {b} {c}\n" for a, b, c in zip(src, dst, t, strict=True)))
+    assert main(["prepare", str(raw), "--format", "snap", "--snapshots", "6", "--output", str(tmp_path / "file")]) == 0
+    m = from_arrays(torch.from_numpy(src), dst.tolist(), t, tmp_path / "arrays", snapshots=6, num_vertices=N)
+    capsys.readouterr()
+    a, b = _inspect(tmp_path / "arrays", capsys), _inspect(tmp_path / "file", capsys)
+    assert (m.num_vertices, m.num_snapshots) == (a["num_vertices"], a["num_snapshots"])
+    for key in ("num_vertices", "num_snapshots", "num_features", "nnz", "edges", "valid"):
+        assert a[key] == b[key], key
+    assert a["edges"]["total"] == len({(x, y, k) for x, y, k in zip(src, dst, np.minimum(t * 6 // t.max(), 5),
+                                                                      strict=True)})
+
+
+def test_arrays_as_an_event_stream_keep_every_event_and_its_features(tmp_path, capsys):
+    src, dst, t = _events(1)
+    feats = np.random.default_rng(2).standard_normal((E, 3)).astype(np.float32)
+    m = from_arrays(src, dst, t, tmp_path / "ev", kind="events", edge_features=feats, split=[0.6, 0.2, 0.2])
+    info = _inspect(tmp_path / "ev", capsys)
+    assert info["num_events"] == m.num_events == E and info["edge_feature_dim"] == 3
+    assert info["num_vertices"] == int(max(src.max(), dst.max())) + 1
+    assert m.split["train"] == (0, 240)
+
+
+def test_temporal_data_and_a_signal_train(tmp_path):
+    """Both adapters' datasets train (one rank, in this process): their format is prepare's."""
+    src, dst, t = _events(3)
+    data = SimpleNamespace(src=torch.from_numpy(src), dst=torch.from_numpy(dst), t=torch.from_numpy(t),
+                           msg=torch.randn(E, 2), num_nodes=N)  # PyG's TemporalData's attributes
+    from_temporal_data(data, tmp_path / "tgn")
+    sig = _static_signal()
+    from_signal(sig, tmp_path / "sig")
+    for name, sections in (("tgn", dict(model={"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8,
+                                              "time_dim": 4, "neighbors": 4},
+                                       task={"name": "temporal_link_prediction", "batch_events": 100,
+                                             "eval_negatives": 4}, strategy={"name": "memory"})),
+                           ("sig", dict(model={"name": "tgcn"}, task={"name": "regression"},
+                                        strategy={"name": "vertex"}))):
+        job = write_job(tmp_path / f"{name}.yaml", tmp_path / name, train={"epochs": 2}, **sections)
+        proc = run_in_process(["run", str(job), "--output", str(tmp_path / f"run-{name}")], mpi_env(), tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert len(read_metrics(tmp_path / f"run-{name}")) == 2
+
+
+def _static_signal(steps=6, n=9, f=3, seed=4):
+    rng = np.random.default_rng(seed)
+    return SimpleNamespace(edge_index=rng.integers(0, n, (2, 20)), edge_weight=rng.uniform(0.5, 1, 20),
+                           features=[rng.standard_normal((n, f)) for _ in range(steps)],
+                           targets=[rng.standard_normal(n) for _ in range(steps)])
+
+
+def test_signals_static_and_dynamic_keep_features_and_targets(tmp_path, capsys):
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+
+    sig = _static_signal()
+    from_signal(sig, tmp_path / "static")
+    info = _inspect(tmp_path / "static", capsys)
+    assert (info["num_vertices"], info["num_snapshots"], info["num_features"]) == (9, 6, 3)
+    m = load_manifest(tmp_path / "static")
+    with ShardReader(tmp_path / "static", m) as reader:
+        for k in range(6):
+            np.testing.assert_allclose(reader.read_targets(k), sig.targets[k])
+    rng = np.random.default_rng(5)
+    dyn = SimpleNamespace(edge_indices=[rng.integers(0, 9, (2, 5 + k)) for k in range(4)],
+                          edge_weights=[None] * 4, features=[rng.standard_normal((9, 2)) for _ in range(4)],
+                          targets=[rng.integers(0, 3, 9) for _ in range(4)])
+    from_signal(dyn, tmp_path / "dynamic", labels=True)
+    info = _inspect(tmp_path / "dynamic", capsys)
+    assert (info["num_snapshots"], info["num_classes"]) == (4, 3)
+    assert info["edges"]["total"] == sum(len({(a, b) for a, b in e.T}) for e in dyn.edge_indices)
+
+
+def test_the_real_libraries_when_installed(tmp_path, capsys):
+    """PyG's TemporalData and PyG Temporal's signal classes themselves (skipped without the libraries)."""
+    pyg = pytest.importorskip("torch_geometric.data", reason="PyTorch Geometric is not installed (an extra)")
+    src, dst, t = _events(6)
+    from_temporal_data(pyg.TemporalData(src=torch.from_numpy(src), dst=torch.from_numpy(dst),
+                                        t=torch.from_numpy(t), msg=torch.randn(E, 4)), tmp_path / "pyg")
+    assert _inspect(tmp_path / "pyg", capsys)["num_events"] == E
+    pygt = pytest.importorskip("torch_geometric_temporal.signal", reason="PyG Temporal is not installed (an extra)")
+    s = _static_signal()
+    from_signal(pygt.StaticGraphTemporalSignal(s.edge_index, s.edge_weight, s.features, s.targets), tmp_path / "t")
+    assert _inspect(tmp_path / "t", capsys)["num_snapshots"] == 6
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda out: from_arrays([0, 5], [1, 2], [0, 1], out, num_vertices=4), "src: vertex id 5 (at 1) is beyond"),
+    (lambda out: from_arrays([0, 1], [1, 2], [3, -1], out), "t: negative time -1"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, np.nan], out), "t: nan at 1 is not a finite time"),
+    (lambda out: from_arrays([0, 1], [1], [0, 1], out), "differ in length"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, split=[0.5, 0.25, 0.25]), "applies only to kind='events'"),
+    (lambda out: from_signal(SimpleNamespace(edge_index=np.zeros((2, 1), int), edge_weight=None,
+                                             features=[np.zeros((3, 2)), np.zeros((4, 2))], targets=[]), out),
+     "features[1] has shape (4, 2); step 0's is (3, 2)"),
+    (lambda out: from_signal(SimpleNamespace(edge_index=np.array([[0], [7]]), edge_weight=None,
+                                             features=[np.zeros((3, 2))], targets=[np.zeros(3)]), out),
+     "edge_index[0][1]: vertex id 7 (at 0) is beyond num_vertices 3"),
+])
+def test_what_cannot_be_represented_is_one_line_and_writes_nothing(tmp_path, call, words):
+    with pytest.raises(DataError) as e:
+        call(tmp_path / "out")
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,150 @@
+"""``python -m hpcdgnn export``: the epoch records as CSV and TensorBoard scalars (and ``output.tensorboard`` live),
+read back with the standard readers; the model as a plain file that builds again without the trainer."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import hpcdgnn
+from hpcdgnn.__main__ import main
+from hpcdgnn.data.events import write_events
+from hpcdgnn.data.writer import RawSnapshot, write_dataset
+from hpcdgnn.metrics.export import flatten, load_model
+from tests.conftest import REPO, mpi_env, read_metrics, run_in_process, write_job
+
+
+def _train(tmp_path, data, name="run", **sections):
+    job = write_job(tmp_path / f"{name}.yaml", data, **sections)
+    proc = run_in_process(["run", str(job), "--output", str(tmp_path / name)], mpi_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / name
+
+
+def _tensorboard_scalars(logdir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the event files under ``logdir``, read by TensorBoard's own reader."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = accumulator.EventAccumulator(str(logdir), size_guidance={accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _expected_scalars(records) -> dict[str, list[tuple[int, float]]]:
+    want: dict[str, list[tuple[int, float]]] = {}
+    for r in records:
+        for key, value in flatten(r).items():
+            if key != "epoch" and isinstance(value, int | float):
+                # TensorBoard stores a scalar as float32
+                want.setdefault(key.replace(".", "/"), []).append((r["epoch"], float(np.float32(value))))
+    return want
+
+
+def test_csv_and_tensorboard_hold_every_number_of_metrics_jsonl(tmp_path, small_dataset, capsys):
+    pytest.importorskip("tensorboard")
+    live = tmp_path / "live-tb"
+    run = _train(tmp_path, small_dataset, output={"tensorboard": str(live)}, strategy={"name": "vertex"})
+    records = read_metrics(run)
+    assert main(["export", str(run), "--csv", str(tmp_path / "m.csv"), "--tensorboard", str(tmp_path / "tb")]) == 0
+    assert "3 epochs" in capsys.readouterr().out
+
+    with open(tmp_path / "m.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(records) == 3
+    for row, record in zip(rows, records, strict=True):
+        flat = flatten(record)
+        assert list(row) == list(flat)  # every nested key, dotted, in the record's order
+        assert "time.compute.max" in row and "per_rank.compute.0" in row and "bytes_by_tag.grad_allreduce" in row
+        for key, value in flat.items():
+            if isinstance(value, bool) or value is None:
+                assert row[key] == ("" if value is None else str(value)), key
+            elif isinstance(value, int | float):
+                assert float(row[key]) == value, key  # Python writes floats to round-trip exactly
+
+    want = _expected_scalars(records)
+    assert "loss" in want and "time/comm/max" in want
+    for logdir in (tmp_path / "tb", live):  # exported after the run, and written live by rank 0
+        got = _tensorboard_scalars(logdir)
+        assert got.keys() == want.keys(), set(got) ^ set(want)
+        for tag in want:
+            assert got[tag] == want[tag], tag
+
+
+def _regression_data(root):
+    rng = np.random.default_rng(3)
+    T, N = 5, 9
+    snaps = (RawSnapshot(rng.integers(0, N, 12), rng.integers(0, N, 12), targets=rng.standard_normal(N))
+             for _ in range(T))
+    write_dataset(root, snaps, num_vertices=N, targets="signal")
+    return root
+
+
+def _event_data(root):
+    with gzip.open(REPO / "inputs" / "CollegeMsg.txt.gz", "rt") as f:
+        rows = np.loadtxt(f, dtype=np.int64, max_rows=400)
+    ids, inv = np.unique(rows[:, :2], return_inverse=True)
+    inv = inv.reshape(-1, 2)
+    write_events(root, inv[:, 0], inv[:, 1], (rows[:, 2] - rows[0, 2]) / 86400.0, None, num_vertices=ids.shape[0],
+                 bipartite=False, num_sources=None, feature_names=None, original_ids=ids)
+    return root
+
+
+@pytest.mark.parametrize("case", ["link_prediction", "node_classification", "regression", "tgn"])
+def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset, case):
+    if case == "regression":
+        run = _train(tmp_path, _regression_data(tmp_path / "reg"), model={"name": "tgcn"},
+                     task={"name": "regression"})
+    elif case == "tgn":
+        run = _train(tmp_path, _event_data(tmp_path / "events"), train={"epochs": 1},
+                     model={"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 4},
+                     task={"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 4},
+                     strategy={"name": "memory"})
+    else:
+        run = _train(tmp_path, small_dataset, model={"name": "evolvegcn_o"}, task={"name": case})
+    assert main(["export", str(run), "--model-only", str(tmp_path / "model.pt")]) == 0
+    trained = hpcdgnn.load_run(run)
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "model.pt").rename(tmp_path / "moved" / "model.pt")  # the file alone: no run, no dataset
+    model, task = load_model(tmp_path / "moved" / "model.pt")
+    for mine, theirs in ((model, trained.model), (task, trained.task)):
+        a, b = mine.state_dict(), theirs.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        assert not mine.training
+    assert type(model) is type(trained.model) and type(task) is type(trained.task)
+
+
+def test_bad_exports_are_one_line_and_write_nothing(tmp_path, small_dataset, capsys):
+    run = _train(tmp_path, small_dataset)
+    existing = tmp_path / "mine.csv"
+    existing.write_text("the user's own file\n")
+    for args, words in [
+        ([str(tmp_path / "nowhere"), "--csv", str(tmp_path / "x.csv")], "not a finished hpcdgnn run directory"),
+        ([str(run), "--csv", str(existing)], "exists; an export never overwrites"),
+        ([str(run)], "say what to write"),
+        ([str(run), "--csv", str(tmp_path / "no" / "dir.csv")], "no directory"),
+    ]:
+        assert main(["export", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, (args, err)
+    assert existing.read_text() == "the user's own file\n"
+    assert not (tmp_path / "x.csv").exists()
+    (tmp_path / "notamodel.pt").write_bytes(b"junk")
+    with pytest.raises(hpcdgnn.errors.DataError, match="notamodel.pt: not a model file"):
+        load_model(tmp_path / "notamodel.pt")
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_dataset, capsys):
+    pytest.importorskip("matplotlib")
+    a = _train(tmp_path, small_dataset, name="a")
+    b = _train(tmp_path, small_dataset, name="b", model={"name": "tmgcn"})
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "rep")]) == 0
+    for name in ("curves.png", "time_split.png"):
+        png = (tmp_path / "rep" / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
+    assert main(["report", str(a), "--out", str(tmp_path / "rep")]) == 2  # never overwrites
+    assert "curves.png exists" in capsys.readouterr().err

@@ -1,0 +1,103 @@
+"""README.md's "From Python" example runs as written, in this process and as the same call on 2 ranks, and
+``hpcdgnn.train`` / ``hpcdgnn.load_run`` keep their promises (hpcdgnn/api.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import hpcdgnn
+from hpcdgnn.errors import ConfigError, DataError
+from tests.conftest import REPO, read_metrics, write_job
+
+SECTION = "## From Python"
+
+
+def python_example() -> str:
+    """The ```python block of the README's "From Python" section."""
+    text = (REPO / "README.md").read_text()
+    start = text.index(SECTION + "\n")
+    body = text[start: text.find("\n## ", start + len(SECTION))]
+    (block,) = re.findall(r"^```python\n(.*?)^```$", body, flags=re.S | re.M)
+    return block
+
+
+@pytest.fixture
+def checkout(tmp_path, small_dataset, monkeypatch):
+    """A scratch directory where the example's ``inputs/collegemsg`` is a small snapshot dataset."""
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "collegemsg").symlink_to(small_dataset, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_readme_example_runs_in_this_process(checkout, capsys):
+    namespace: dict = {}
+    exec(compile(python_example(), "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    run = namespace["run"]
+    assert run.dir.parent == checkout / "runs" and run.dir.name.startswith("notebook-")
+    assert len(run.losses) == 3 and run.summary["status"] == "completed"
+    assert run.losses == [r["loss"] for r in read_metrics(run.dir)]
+    # the model load_run rebuilt from the checkpoint is the one train returned
+    again = namespace["again"]
+    for mine, theirs in ((run.model, again.model), (run.task, again.task)):
+        a, b = mine.state_dict(), theirs.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert str(run.dir) in capsys.readouterr().out
+
+
+@pytest.mark.mpi
+def test_the_same_call_on_two_ranks_gives_the_one_process_run(checkout, launcher):
+    """Every rank of ``mpirun -np 2 python script.py`` calls the example; the losses are one process's (float32)."""
+    (checkout / "example.py").write_text(python_example())
+    alone = launcher.run(None, [str(checkout / "example.py")], cwd=checkout)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    both = launcher.run(2, [str(checkout / "example.py")], cwd=checkout)
+    assert both.returncode == 0, both.stderr[-3000:]
+    one, two = (hpcdgnn.load_run(d) for d in sorted((checkout / "runs").iterdir(), key=os.path.getmtime))
+    assert one.summary["environment"]["num_ranks"] == 1 and two.summary["environment"]["num_ranks"] == 2
+    np.testing.assert_allclose(two.losses, one.losses, rtol=1e-4)
+    assert both.stdout.count("done: 3 epochs") == 1  # rank 0 logs
+
+
+def test_a_path_job_with_overrides_and_the_mapping_job_give_one_run(tmp_path, small_dataset, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 5})
+    by_path = hpcdgnn.train(path, overrides=["train.epochs=2"], output=tmp_path / "a")
+    import yaml
+
+    job = yaml.safe_load(path.read_text())
+    job["train"]["epochs"] = 2
+    by_dict = hpcdgnn.train(job, output=tmp_path / "b")
+    assert by_path.dir == tmp_path / "a" and len(by_path.losses) == 2
+    assert by_dict.job.train.epochs == 2
+    np.testing.assert_array_equal(by_path.losses, by_dict.losses)
+    resumed = hpcdgnn.train(None, resume=by_path.dir, overrides=["train.epochs=3"])
+    assert resumed.dir == by_path.dir and len(resumed.losses) == 3
+
+
+def test_bad_jobs_and_run_directories_are_one_line_errors(tmp_path, small_dataset, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^job \(mapping\): model\.nam: unknown option.*did you mean 'name'") as e:
+        hpcdgnn.train({"data": {"path": str(small_dataset)}, "model": {"nam": "cdgcn"}})
+    assert "\n" not in str(e.value) and "hpcdgnn-job-" not in str(e.value)
+    with pytest.raises(ConfigError, match="data.path"):
+        hpcdgnn.train({"data": {"path": "no/such/dataset"}})
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing left behind
+    with pytest.raises(DataError, match=f"{tmp_path}: not a finished hpcdgnn run directory"):
+        hpcdgnn.load_run(tmp_path)
+
+
+def test_importing_hpcdgnn_loads_no_torch():
+    """The API is imported on first use: ``prepare`` and the other commands start without torch."""
+    import subprocess
+
+    code = "import hpcdgnn, sys; assert 'torch' not in sys.modules and 'hpcdgnn.api' not in sys.modules; " \
+           "hpcdgnn.load_run; assert 'hpcdgnn.api' in sys.modules and 'torch' not in sys.modules"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr

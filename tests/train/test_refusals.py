@@ -1,0 +1,124 @@
+"""Refusals found by trying the new regimes (issue 61 §4): the key at fault is named, and a refused new run
+leaves no run directory it made behind (one the user made stays)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcdgnn.data.writer import RawSnapshot, write_dataset
+from tests.conftest import mpi_env, run_in_process, write_job
+
+
+def _regression_data(root, T=5, N=9):
+    rng = np.random.default_rng(3)
+    snaps = (RawSnapshot(rng.integers(0, N, 12), rng.integers(0, N, 12), targets=rng.standard_normal(N))
+             for _ in range(T))
+    write_dataset(root, snaps, num_vertices=N, targets="signal")
+    return root
+
+
+def _refused(tmp_path, job, output):
+    proc = run_in_process(["run", str(job), "--output", str(output)], mpi_env(), tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("hpcdgnn: error: "), proc.stderr
+    return proc.stderr
+
+
+def test_a_horizon_beyond_t_is_named_under_sequences(tmp_path):
+    data = _regression_data(tmp_path / "reg")
+    job = write_job(tmp_path / "job.yaml", data, model={"name": "tgcn"}, task={"name": "regression", "horizon": 9},
+                    strategy={"name": "sequences", "window": 3})
+    err = _refused(tmp_path, job, tmp_path / "out")
+    assert "task.horizon: 9 exceeds the dataset's T = 5 snapshots" in err and "strategy.window" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_refused_runs_leave_no_directory_they_made(tmp_path, small_dataset):
+    jobs = {
+        "no-targets": write_job(tmp_path / "a.yaml", small_dataset, model={"name": "tgcn"},
+                                task={"name": "regression"}),
+        "cache": write_job(tmp_path / "b.yaml", small_dataset, model={"name": "tgcn"},
+                           strategy={"name": "sequences", "window": 3, "cache_mb": 0}),
+    }
+    for name, job in jobs.items():
+        _refused(tmp_path, job, tmp_path / "runs" / name)
+        assert not (tmp_path / "runs" / name).exists(), name
+    mine = tmp_path / "mine"
+    mine.mkdir()  # the user's own empty directory: kept
+    _refused(tmp_path, jobs["cache"], mine)
+    assert mine.is_dir() and not any(mine.iterdir())
+    # the default run directory (output.dir/<job>-<time>) goes too
+    proc = run_in_process(["run", str(jobs["no-targets"])], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and not any((tmp_path / "runs").glob("a-*"))
+
+
+def _events(root, n=400):
+    import gzip
+
+    from hpcdgnn.data.events import write_events
+    from tests.conftest import REPO
+
+    with gzip.open(REPO / "inputs" / "CollegeMsg.txt.gz", "rt") as f:
+        rows = np.loadtxt(f, dtype=np.int64, max_rows=n)
+    ids, inv = np.unique(rows[:, :2], return_inverse=True)
+    inv = inv.reshape(-1, 2)
+    write_events(root, inv[:, 0], inv[:, 1], (rows[:, 2] - rows[0, 2]) / 86400.0, None, num_vertices=ids.shape[0],
+                 bipartite=False, num_sources=None, feature_names=None, original_ids=ids)
+    return root, int(ids.shape[0])
+
+
+TGN = {"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 4}
+
+
+def test_more_negatives_than_candidate_destinations_are_refused(tmp_path):
+    data, n = _events(tmp_path / "ev")
+    job = write_job(tmp_path / "job.yaml", data, model=TGN, strategy={"name": "memory"},
+                    task={"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 100_000})
+    err = _refused(tmp_path, job, tmp_path / "out")
+    assert f"task.eval_negatives: 100000 exceeds the stream's {n} candidate destinations" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_checkpoint_names_its_file_and_the_older_one(tmp_path, small_dataset):
+    job = write_job(tmp_path / "job.yaml", small_dataset, checkpoint={"every": 1, "keep": 2})
+    proc = run_in_process(["run", str(job), "--output", str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    newest = tmp_path / "run" / "checkpoints" / "epoch-000003"
+    for name in ("state.pt", "rank-00000.pt"):
+        intact = (newest / name).read_bytes()
+        (newest / name).write_bytes(intact[: len(intact) // 3])  # truncated, as by a full disk
+        proc = run_in_process(["run", "--resume", str(tmp_path / "run"), "--set", "train.epochs=4"], mpi_env(),
+                              tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"{newest / name}: checkpoint file corrupt or truncated; move {newest} aside and resume again: " \
+               "the next older complete checkpoint, epoch-000002, is used" in proc.stderr, proc.stderr
+        (newest / name).write_bytes(intact)
+
+
+def test_a_jodie_header_that_disagrees_with_its_rows_is_refused(tmp_path, capsys):
+    from hpcdgnn.__main__ import main
+
+    for header, rows, words in (("u,i,ts,label,f1", "1,2,10,0,0.5,0.7", "6 fields, but the header names 5"),
+                                ("u,i,ts,label,f1,f2", "1,2,10,0,0.5", "5 fields, but the header names 6")):
+        raw = tmp_path / "x.csv"
+        raw.write_text(f"{header}\n{rows}\n{rows}\n")
+        assert main(["prepare", str(raw), "--format", "jodie", "--kind", "events", "--output",
+                     str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert f"{raw}:2: {words}" in err and err.count("\n") == 1, err
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.mpi  # a run at P = 2
+def test_resuming_a_memory_run_on_another_rank_count_says_to_use_its_own(tmp_path, launcher):
+    data, _ = _events(tmp_path / "ev")
+    job = write_job(tmp_path / "job.yaml", data, model=TGN, train={"epochs": 1},
+                    strategy={"name": "memory", "minibatch": 2},
+                    task={"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 4})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
+    assert proc.returncode == 0, proc.stderr
+    proc = run_in_process(["run", "--resume", str(tmp_path / "run"), "--set", "train.epochs=2"], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "the run was made on 2 ranks and strategy memory cannot plan it for 1" in proc.stderr
+    assert proc.stderr.rstrip().endswith("resume it on 2 ranks")
