@@ -5,9 +5,9 @@ script, and under ``mpirun -np P python script.py`` as the same call on every ra
 Both return a :class:`TrainedRun`: the run directory, its epoch records and summary, and the trained model.
 
 Errors are exceptions (:class:`hpcdgnn.errors.HpcdgnnError` and its kinds, each one line naming the key, file or
-rank), not exit codes. Under MPI an error every rank meets is raised on every rank; one a rank meets alone, or a
-crash, prints ``rank R/P: ...`` and ends the whole job (``MPI_Abort``) as the command does, since the other
-ranks would wait for it in a collective.
+rank), not exit codes. Under MPI an error every rank meets is raised on every rank; one a rank meets alone prints
+``[rank R] hpcdgnn: error: ...`` and a crash ``rank R/P: <traceback>``, and either ends the whole job
+(``MPI_Abort``) as the command does, since the other ranks would wait for it in a collective.
 """
 
 from __future__ import annotations
@@ -127,6 +127,12 @@ class TrainedRun:
 def load_run(run_dir: str | os.PathLike) -> TrainedRun:
     """A finished (or pre-empted) run, from its directory: what :func:`train` returned for it.
 
+    Args:
+        run_dir: the run directory (``config.resolved.yaml``, ``metrics.jsonl``, ``checkpoints/``).
+
+    Returns:
+        The run; its model and task head are loaded from the newest checkpoint when first asked for.
+
     Raises:
         DataError: ``run_dir`` is not a run directory (names the missing file).
     """
@@ -148,8 +154,9 @@ def _job_file(job: str | os.PathLike | Mapping, name: str):
         yield str(path), str(path)
 
 
-def train(job: str | os.PathLike | Mapping, *, overrides: Sequence[str] = (), output: str | os.PathLike | None = None,
-          resume: str | os.PathLike | None = None, name: str = "job") -> TrainedRun:
+def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] = (),
+          output: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
+          name: str = "job") -> TrainedRun:
     """Train a job in this process (every rank calls it under ``mpirun``), as ``python -m hpcdgnn run`` does.
 
     Args:
@@ -180,7 +187,7 @@ def train(job: str | os.PathLike | Mapping, *, overrides: Sequence[str] = (), ou
                 comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
             except StalledError as e:
                 rank, size = world_rank_size()
-                _fail_alone(rank, size, abort_world, str(e))
+                _fail_alone(rank, size, abort_world, str(e), e.exit_code)
                 raise
             try:
                 wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
@@ -191,7 +198,7 @@ def train(job: str | os.PathLike | Mapping, *, overrides: Sequence[str] = (), ou
                 comm.barrier(tag="api.done")  # every rank returns once rank 0 has written summary.json
             except (HpcdgnnError, CommFailure) as e:
                 if comm.size > 1 and not getattr(e, "collective", False):
-                    _fail_alone(comm.rank, comm.size, comm.abort, str(e))
+                    _fail_alone(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
                 raise _named(e, written) from None
             except BaseException:
                 if comm.size > 1:  # a crash on this rank: the others may wait in a collective
@@ -211,11 +218,11 @@ def _no_job():
     yield None, None
 
 
-def _fail_alone(rank: int, size: int, abort, message: str) -> None:
-    """An error this rank met alone under MPI: its line with the rank, then end every rank."""
+def _fail_alone(rank: int, size: int, abort, message: str, code: int) -> None:
+    """An error this rank met alone under MPI: its line with the rank, then end every rank with ``code``."""
     if size > 1:
         print(f"[rank {rank}] hpcdgnn: error: {message}", file=sys.stderr, flush=True)
-        abort(2)
+        abort(code)
 
 
 def _named(e: BaseException, written: str | None) -> BaseException:

@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcdgnn.errors import EXIT_PREEMPTED
+
 __all__ = ["Launch", "LaunchError", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
 
 ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
@@ -246,8 +248,8 @@ def relay_signals(proc: subprocess.Popen) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
         signal.signal(sig, on_signal)
     rc = proc.wait()  # PEP 475: the wait resumes after each handler
-    if again:  # mpirun answers SIGTERM with 1, a crash's code: say it was the second signal (130, 143)
-        return 128 + again[0]
+    if again and rc not in (0, EXIT_PREEMPTED):  # mpirun answers SIGTERM with 1, a crash's code: say it was the
+        return 128 + again[0]                     # second signal (130, 143) — unless the ranks had checkpointed
     return rc if rc >= 0 else 128 - rc
 
 

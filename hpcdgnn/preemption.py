@@ -35,7 +35,9 @@ class PreemptionFlag:
 
     def handle(self, signum: int, frame: object) -> None:
         """Signal handler: remember, do nothing else (it may interrupt anything) — but a second SIGINT/SIGTERM."""
-        again = self.raised and signum in EXIT_SIGNALLED_AGAIN
+        # a repeat of SIGINT/SIGTERM only: SIGUSR1 (a scheduler's early warning, hpcdgnn-mpirun's relay) followed by
+        # the scheduler's SIGTERM must still checkpoint
+        again = self.name in ("SIGINT", "SIGTERM") and signum in EXIT_SIGNALLED_AGAIN
         if again and self.at_once:
             code = EXIT_SIGNALLED_AGAIN[signal.Signals(signum)]
             os.write(2, f"hpcdgnn: {signal.Signals(signum).name} again: stopped at once, no checkpoint of this epoch "
@@ -60,8 +62,9 @@ def install(at_once: bool = False) -> PreemptionFlag:
         _FLAG = PreemptionFlag(at_once)
         try:
             for sig in _SIGNALS:
-                _PREVIOUS[sig] = signal.getsignal(sig)
+                previous = signal.getsignal(sig)
                 signal.signal(sig, _FLAG.handle)
+                _PREVIOUS[sig] = previous  # only once replaced: reset() puts back what it replaced
         except ValueError:  # not the main thread: leave signals alone
             return _FLAG
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
@@ -72,10 +75,14 @@ def reset() -> None:
     """Put back the handlers :func:`install` replaced and forget the flag: a process that trains again (a library
     caller, the tests' in-process runs) gets a fresh one."""
     global _FLAG
-    for sig, handler in _PREVIOUS.items():
-        signal.signal(sig, handler)
-    _PREVIOUS.clear()
-    _FLAG = None
+    try:
+        for sig, handler in _PREVIOUS.items():
+            signal.signal(sig, handler)
+    except ValueError:  # not the main thread (install() then replaced nothing either)
+        pass
+    finally:
+        _PREVIOUS.clear()
+        _FLAG = None
 
 
 def hold() -> None:

@@ -2,10 +2,10 @@
 
 ``prepare`` and ``generate`` (snapshots written), the shard check (shards hashed) and an epoch of many
 mini-batches (batches trained, rank 0) report through :class:`Progress`. On a terminal it redraws one line
-(carriage returns) from half a second on; anywhere else — a SLURM or LSF log — it writes a plain line every
-``seconds`` (``output.progress_seconds`` for runs, ``$HPCDGNN_PROGRESS_SECONDS`` for the commands; default 30,
-0 = off), so short work prints nothing and a log never fills with redraws. It writes to stderr: stdout keeps
-the epoch lines that scripts read.
+(carriage returns) once the work has taken half a second (or ``seconds``, when less); anywhere else — a SLURM or
+LSF log — it writes a plain line every ``seconds`` (``output.progress_seconds`` for runs,
+``$HPCDGNN_PROGRESS_SECONDS`` for the commands; default 30, 0 = off), so short work prints nothing and a log never
+fills with redraws. It writes to stderr: stdout keeps the epoch lines that scripts read.
 """
 
 from __future__ import annotations
@@ -90,26 +90,32 @@ class Progress:
             self.stream.flush()
             self.last, self.shown = now, True
 
-    def close(self) -> None:
-        """End the bar's line; a log that got lines gets the final count."""
+    def close(self, done: bool = True) -> None:
+        """End the bar's line; a log that got lines gets the final count (``done``: the work completed)."""
         if not self.shown:
             return
         now = time.monotonic()
-        self.stream.write(self._bar(now) + "\n" if self.tty else self._text(now) + " (done)\n")
+        if self.tty:
+            self.stream.write(self._bar(now) + "\n")
+        else:
+            self.stream.write(self._text(now) + (" (done)\n" if done else " (stopped)\n"))
         self.stream.flush()
         self.shown = False
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(exc_type is None)
 
     def iterate(self, items: Iterable[T]) -> Iterator[T]:
-        """Yield ``items``, counting each once it is done (when the next is asked for), then :meth:`close`."""
+        """Yield ``items``, counting each once it is done (when the next is asked for), then :meth:`close` (the
+        final count only when they all came: work that raised ends the bar's line, no more)."""
+        done = False
         try:
             for item in items:
                 yield item
                 self.update()
+            done = True
         finally:
-            self.close()
+            self.close(done)

@@ -115,6 +115,11 @@ def memory_share(comm, device: torch.device) -> int:
         mine = str(getattr(props, "uuid", device.index))
         sharing = sum(u == mine for u in node.allgather_obj(mine, tag="setup"))
         return props.total_memory // max(1, sharing)
+    return node_memory() // max(1, node.size)
+
+
+def node_memory() -> int:
+    """Bytes of host memory the ranks of this node share: its RAM, or the job's cgroup limit when lower."""
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     limit = _cgroup_limit()
-    return min(ram, limit if limit is not None else ram) // max(1, node.size)
+    return min(ram, limit if limit is not None else ram)

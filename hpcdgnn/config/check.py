@@ -3,8 +3,10 @@
 It runs the checks and the plan of a run's set-up (:func:`hpcdgnn.train.setup.check_job`, the dataset's shard
 check, the strategy's ``make_plan``) in one process for P ranks, and prints the resolved configuration, the
 plan's per-rank table and each rank's memory: the lower bound the run refuses a job by, and the planner's
-predicted peak where the strategy has a cost model. A job a run would refuse gets the run's one-line error and
-exit 2. ``--schema`` prints a JSON Schema of the job file instead (for editors).
+predicted peak where the strategy has a cost model. A job those checks refuse gets the run's one-line error and
+exit 2; what a run checks only once it holds its ranks and directories (the output and checkpoint directories,
+the devices, the training examples its split leaves) is not checked here. ``--schema`` prints a JSON Schema of
+the job file instead (for editors).
 """
 
 from __future__ import annotations
@@ -24,23 +26,38 @@ def add_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", nargs="?", help="job YAML")
     p.add_argument("--ranks", type=int, default=1, metavar="P", help="the rank count the job would run on")
     p.add_argument("--ranks-per-node", type=int, metavar="R",
-                   help="ranks sharing this machine's memory (default: min(P, its CPUs)); a run divides a node's "
-                        "available memory by its ranks there")
-    p.add_argument("--memory-per-rank", metavar="SIZE", help="each rank's host memory instead, e.g. 16GiB")
+                   help="ranks sharing a node like this machine (default: min(P, its CPUs)); a run divides the "
+                        "node's RAM (or its cgroup limit) among its ranks there")
+    p.add_argument("--memory-per-rank", metavar="SIZE",
+                   help="each rank's memory instead, e.g. 16GiB: the host's, or the GPU's for a GPU job")
     p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE", help="override YAML keys")
     p.add_argument("--json", action="store_true", help="print the same as JSON")
     p.add_argument("--schema", action="store_true", help="print a JSON Schema of the job file and exit")
 
 
-def _host_share(args: argparse.Namespace) -> tuple[float, str]:
-    """Bytes of host memory per rank, and where the figure comes from."""
-    from hpcdgnn.comm.world import _available_memory
+def _budgets(args: argparse.Namespace, job) -> tuple[float, float | None, str]:
+    """Host bytes per rank, a GPU's bytes (None for a CPU job), and where they come from — as a run divides them:
+    the node's RAM (or cgroup limit) over its ranks, the GPU's memory (``--memory-per-rank`` replaces either)."""
+    import torch
+
+    from hpcdgnn.comm.device import node_memory
+    from hpcdgnn.errors import ConfigError
     from hpcdgnn.planner.command import parse_size
 
-    if args.memory_per_rank:
-        return parse_size(args.memory_per_rank, "--memory-per-rank"), "--memory-per-rank"
+    given = parse_size(args.memory_per_rank, "--memory-per-rank") if args.memory_per_rank else None
     per_node = args.ranks_per_node or min(args.ranks, os.cpu_count() or 1)
-    return _available_memory() / per_node, f"this machine's available memory / {per_node} ranks"
+    host = given if given is not None else node_memory() / per_node
+    cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
+    if not cuda:
+        return host, None, ("--memory-per-rank" if given is not None else
+                            f"this machine's memory / {per_node} ranks (train.device: {job.train.device} runs on "
+                            "the CPU here)")
+    if given is not None:
+        return host, given, "--memory-per-rank, as each rank's GPU memory"
+    if not torch.cuda.is_available():
+        raise ConfigError("check: train.device: cuda, and this machine has no GPU; give --memory-per-rank (the "
+                          "memory of one rank's GPU)")
+    return host, float(torch.cuda.get_device_properties(0).total_memory), "this machine's GPU 0"
 
 
 def _cell(value) -> str:
@@ -83,8 +100,9 @@ def run_check(args: argparse.Namespace) -> int:
     from hpcdgnn.train.setup import check_job
 
     P = args.ranks
-    share, share_from = _host_share(args)
-    job, manifest, planner = check_job(load_job(args.job, args.set or []), args.job, P, share)
+    job = load_job(args.job, args.set or [])
+    share, device_memory, share_from = _budgets(args, job)
+    job, manifest, planner = check_job(job, args.job, P, share, device_memory)
     check_dataset(job.data.path, checksums=job.data.validate == "checksum")
     plan = get_strategy(job.strategy.name).make_plan(manifest, P, job)
     bound = lower_bound(job, manifest, P)

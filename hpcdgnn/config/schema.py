@@ -521,9 +521,10 @@ class OutputConfig:
     log_every: int = 1
     """Print the epoch line every this many epochs (metrics.jsonl always gets every epoch)."""
     progress_seconds: float = 30.0
-    """An epoch of mini-batches (``sequences``, ``hybrid``, ``memory``) that runs longer than this says how many
-    batches it has trained, on stderr (rank 0): a bar on a terminal, a plain line every this many seconds in a
-    batch log; 0 = never. (``prepare``, ``generate`` and the shard check: ``$HPCDGNN_PROGRESS_SECONDS``.)"""
+    """An epoch of mini-batches (``sequences``, ``hybrid``, ``memory``) says how many batches it has trained, on
+    stderr (rank 0): in a batch log a plain line every this many seconds (an epoch shorter than this prints
+    nothing), on a terminal a bar from half a second on; 0 = never. (``prepare``, ``generate`` and the shard
+    check: ``$HPCDGNN_PROGRESS_SECONDS``.)"""
     tensorboard: str = ""
     """Rank 0 also writes each epoch's numbers as TensorBoard scalars into this directory, as ``python -m hpcdgnn
     export RUNDIR --tensorboard DIR`` would (step = epoch; needs the tensorboard package); empty = off. A resumed

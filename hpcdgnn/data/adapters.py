@@ -112,9 +112,18 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     check_output(output, bool(options.get("force", False)), ())
     provenance = {"input": "arrays (hpcdgnn.data.adapters)", "format": "arrays"}
     if kind == "events":
+        if options.get("columns") is not None:
+            raise DataError(f"{where}: columns: arrays have no columns to map")
         opts = _check(where, "snap", options)
         if w is not None:
             raise DataError(f"{where}: weight: an event stream keeps per-event values as edge_features")
+        num_sources = n
+        if opts.bipartite:  # sources 0..S-1, destinations S..N-1 (PyG's JODIE TemporalData numbers them so)
+            num_sources = int(s.max()) + 1
+            if d.min() < num_sources:
+                raise DataError(f"{where}: bipartite: destination id {int(d.min())} (at {int(np.argmin(d))}) is "
+                                f"below the sources' 0 .. {num_sources - 1}; number sources first, then "
+                                "destinations")
         order = np.argsort(times, kind="stable")
         feats = None
         if edge_features is not None:
@@ -128,7 +137,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         if feats is not None and len(names) != feats.shape[1]:
             raise DataError(f"{where}: feature_names: {len(names)} names for {feats.shape[1]} edge features")
         parsed = ParsedEvents(src=s[order], dst=d[order], time=times[order], efeat=feats, feature_names=names,
-                              vertex_ids=np.arange(n), bipartite=False, num_sources=n,
+                              vertex_ids=np.arange(n), bipartite=opts.bipartite, num_sources=num_sources,
                               inversions=int(np.count_nonzero(times[1:] < times[:-1])))
         return write_parsed(parsed, opts, output, where, provenance)
     for name, default in EVENT_ONLY_OPTIONS.items():
@@ -154,14 +163,22 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
                                                                               if k not in ("force", "allow_large")}})
 
 
-def from_temporal_data(data, output: str | Path, **options: Any):
+def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = None, **options: Any):
     """PyG's ``TemporalData`` (``src``, ``dst``, ``t``, optional ``msg``) as an event stream.
 
     Args:
         data: a ``torch_geometric.data.TemporalData`` (or anything with those attributes).
         output: the dataset directory.
+        bipartite: sources and destinations are separate sets (negatives are drawn from the destinations);
+            default: when every destination id is above every source id, as in PyG's JODIE datasets.
         **options: ``split``, ``shard_events``, ``time_unit``, ``force``; ``num_vertices`` (default
             ``data.num_nodes``).
+
+    Returns:
+        The event dataset's manifest.
+
+    Raises:
+        DataError: as :func:`from_arrays`, or the data lacks ``src``, ``dst`` or ``t``.
     """
     for key in ("src", "dst", "t"):
         if getattr(data, key, None) is None:
@@ -170,8 +187,11 @@ def from_temporal_data(data, output: str | Path, **options: Any):
     if msg is not None and (getattr(msg, "ndim", 2) < 2 or msg.shape[1] == 0):
         msg = None
     n = options.pop("num_vertices", getattr(data, "num_nodes", None))
+    if bipartite is None:
+        src, dst = _numpy(data.src, "src", "from_temporal_data"), _numpy(data.dst, "dst", "from_temporal_data")
+        bipartite = bool(src.size and dst.min() > src.max())
     return from_arrays(data.src, data.dst, data.t, output, kind="events", num_vertices=n, edge_features=msg,
-                       **options)
+                       bipartite=bipartite, **options)
 
 
 def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8):

@@ -70,13 +70,13 @@ def scalars(record: dict) -> Iterable[tuple[str, float]]:
             yield key.replace(".", "/"), float(value)
 
 
-def _summary_writer(logdir: str | Path):
+def _summary_writer(logdir: str | Path, purge_step: int | None = None):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:  # torch's writer needs the tensorboard package
         raise ConfigError(f"TensorBoard output {logdir}: needs the tensorboard package ({e}); "
                           "pip install tensorboard (or hpcdgnn[tensorboard])") from None
-    return SummaryWriter(log_dir=str(logdir))
+    return SummaryWriter(log_dir=str(logdir), purge_step=purge_step)
 
 
 def write_tensorboard(records: list[dict], logdir: str | Path) -> int:
@@ -98,8 +98,10 @@ def write_tensorboard(records: list[dict], logdir: str | Path) -> int:
 class TensorBoardLog:
     """Rank 0's live TensorBoard writer (``output.tensorboard``): one epoch record at a time."""
 
-    def __init__(self, logdir: str | Path) -> None:
-        self.writer = _summary_writer(logdir)
+    def __init__(self, logdir: str | Path, purge_step: int | None = None) -> None:
+        """``purge_step``: a resumed run's first epoch; TensorBoard drops the steps from it on that the stopped run
+        wrote (they are trained again)."""
+        self.writer = _summary_writer(logdir, purge_step)
 
     def write(self, record: dict) -> int:
         """Add the record's scalars at its epoch; flushed, so TensorBoard shows a running job's epochs."""

@@ -42,7 +42,10 @@ def run_report(args) -> int:
     from hpcdgnn.errors import DataError
 
     runs = [load_run(d) for d in args.rundirs]
-    records = {r.dir.name: r.metrics for r in runs}
+    # a run's label: its directory's name, or its path where two runs share a name (sweeps' p2/, p4/ ...)
+    names = [r.dir.name for r in runs]
+    labels = [r.dir.name if names.count(r.dir.name) == 1 else str(d) for r, d in zip(runs, args.rundirs, strict=True)]
+    records = dict(zip(labels, (r.metrics for r in runs), strict=True))
     empty = [name for name, recs in records.items() if not recs]
     if empty:
         raise DataError(f"report: {', '.join(empty)}: metrics.jsonl has no epoch records")

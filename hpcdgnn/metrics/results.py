@@ -88,14 +88,14 @@ def read_epoch_records(path: Path) -> list[dict]:
 class RunDirectory:
     """Writer of the run directory files (rank 0 only)."""
 
-    def __init__(self, path: Path, tensorboard: str = "") -> None:
+    def __init__(self, path: Path, tensorboard: str = "", start_epoch: int = 0) -> None:
         self.path = Path(path)
         self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
         self._tensorboard = None
         if tensorboard:  # output.tensorboard: imported only when asked for
             from hpcdgnn.metrics.export import TensorBoardLog
 
-            self._tensorboard = TensorBoardLog(tensorboard)
+            self._tensorboard = TensorBoardLog(tensorboard, purge_step=start_epoch + 1 if start_epoch else None)
 
     def save_config(self, resolved: dict) -> None:
         """Write ``config.resolved.yaml``."""
@@ -106,7 +106,7 @@ class RunDirectory:
         clean = _clean(record)
         self._metrics.write(json.dumps(clean) + "\n")
         if self._tensorboard is not None:
-            self._tensorboard.write(json.loads(json.dumps(clean)))  # the values metrics.jsonl holds
+            self._tensorboard.write(clean)  # the values metrics.jsonl holds
 
     def save_summary(self, summary: dict) -> None:
         """Write ``summary.json`` atomically."""

@@ -21,18 +21,20 @@ def build_model(job: JobConfig, manifest) -> TGN:
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Lower bounds of a rank's bytes: parameters, and one batch's roots — (2 + negatives) · batch_events of them
-    in training, (2 + eval_negatives) · batch_events in evaluation — each holding its memory and embedding and the
-    ``neighbors`` messages its attention reads at once (a neighbour's memory, the edge's features, Δt's code)."""
-    m, task = job.model, job.task
+    """Lower bounds of a rank's bytes: parameters, and one batch slice's roots — (2 + negatives) per event of its
+    ⌈batch_events / minibatch⌉ in training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch ·
+    epoch)⌉ in evaluation — each holding its memory and embedding and, for each of its ``neighbors`` slots, the
+    edge's features and the attention's key and value (what exists for every slot, filled or padded)."""
+    m, task, s = job.model, job.task, job.strategy
     b = task.batch_events
-    per_root = m.memory_dim + m.hidden + m.neighbors * (m.memory_dim + getattr(manifest, "edge_feature_dim", 0)
-                                                       + getattr(m, "time_dim", 0))
-    train, evaluation = (2 + task.negatives) * b * per_root, (2 + task.eval_negatives) * b * per_root
+    i, j = getattr(s, "minibatch", 1), getattr(s, "epoch", 1)
+    per_root = m.memory_dim + m.hidden + m.neighbors * (getattr(manifest, "edge_feature_dim", 0) + 2 * m.hidden)
+    train = (2 + task.negatives) * -(-b // i) * per_root
+    evaluation = (2 + task.eval_negatives) * -(-b // (i * j)) * per_root
     keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
     return {"parameters": parameter_bytes(job, 0, 2, 1, 0),
             "tgn batch": (item_bytes(job) * max(train, evaluation),
-                          f"{keys}, model.neighbors, task.batch_events, model.memory_dim")}
+                          f"{keys}, model.neighbors, task.batch_events, model.hidden")}
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:

@@ -140,6 +140,11 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return max(done, key=lambda d: d.name, default=None)
 
 
+#: what reading a damaged checkpoint file raises (torch's zip reader, the unpickler, a wrong object inside)
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, IndexError, EOFError,
+               pickle.UnpicklingError, RuntimeError)
+
+
 def load_shared(ckpt: Path) -> dict[str, Any]:
     """The shared state (``state.pt``) of checkpoint ``ckpt``, without the (possibly large) rank states.
 
@@ -147,14 +152,23 @@ def load_shared(ckpt: Path) -> dict[str, Any]:
         DataError: an unreadable checkpoint (names the file).
     """
     try:
-        return torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
-    except (OSError, ValueError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+        if not isinstance(state, dict):
+            raise TypeError(f"holds a {type(state).__name__}, not a checkpoint's state")
+    except _UNREADABLE as e:
         raise unreadable(ckpt, ckpt / "state.pt", e) from None
+    return state
 
 
 def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
     """A checkpoint file that cannot be read (truncated, corrupt, missing): which one, and what to do instead of
-    the codec's words — resume from the next older complete checkpoint, which ``checkpoint.keep`` kept."""
+    the codec's words — resume from the next older complete checkpoint, which ``checkpoint.keep`` kept.
+
+    Args:
+        ckpt: the checkpoint directory (``epoch-NNNNNN``).
+        file: its file that failed.
+        e: what reading it raised.
+    """
     if isinstance(e, FileNotFoundError):
         why = "missing"
     elif isinstance(e, PermissionError | IsADirectoryError):
@@ -192,7 +206,9 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
     mine_file = ckpt / _rank_file(rank % old_p)
     try:
         mine = torch.load(mine_file, map_location="cpu", weights_only=False)
-    except (OSError, ValueError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        if not isinstance(mine, dict):
+            raise TypeError(f"holds a {type(mine).__name__}, not a rank's state")
+    except _UNREADABLE as e:
         raise unreadable(ckpt, mine_file, e) from None
     if old_p != num_ranks:
         mine["strategy"] = {}

@@ -33,7 +33,7 @@ from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.errors import ConfigError, out_of_memory
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
 from hpcdgnn.metrics.log import HeldLines
@@ -44,7 +44,7 @@ from hpcdgnn.ops import kernels
 from hpcdgnn.progress import Progress
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
-from hpcdgnn.train.footprint import out_of_memory, out_of_memory_error
+from hpcdgnn.train.footprint import out_of_memory_error
 from hpcdgnn.train.loop import train_batches
 from hpcdgnn.train.setup import (
     Run,
@@ -304,7 +304,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)
         totals.add_file(run.run_dir / "metrics.jsonl")
-    rd = RunDirectory(run.run_dir, job.output.tensorboard) if comm.rank == 0 else None
+    rd = RunDirectory(run.run_dir, job.output.tensorboard, run.start_epoch) if comm.rank == 0 else None
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)

@@ -135,3 +135,16 @@ def test_what_cannot_be_represented_is_one_line_and_writes_nothing(tmp_path, cal
         call(tmp_path / "out")
     assert words in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_jodie_like_temporal_data_stays_bipartite(tmp_path):
+    """Sources numbered first and destinations after them (PyG's JODIE datasets): a bipartite stream, whose
+    negatives are drawn from the destinations; an id order that breaks it is refused when asked for."""
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, 5, 50), rng.integers(5, 12, 50)
+    data = SimpleNamespace(src=torch.from_numpy(src), dst=torch.from_numpy(dst), t=torch.arange(50), msg=None,
+                           num_nodes=12)
+    m = from_temporal_data(data, tmp_path / "bip")
+    assert m.bipartite and m.num_sources == int(src.max()) + 1
+    with pytest.raises(DataError, match="bipartite: destination id 0 .* is below the sources'"):
+        from_arrays([3, 4], [0, 9], [0, 1], tmp_path / "bad", kind="events", bipartite=True)
