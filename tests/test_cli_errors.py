@@ -75,7 +75,7 @@ def test_a_dataset_too_short_to_train_on_is_named(tmp_path):
     job = write_job(tmp_path / "job.yaml", data)
     line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r")))
     assert f"leaves no training examples in data.path {data} (T = 1: too few snapshots" in line, line
-    assert list((tmp_path / "r").iterdir()) == []  # the directory named by --output stays, emptied
+    assert not (tmp_path / "r").exists()  # the run made the directory --output named: it goes (issue 61 §4.5)
     # a run directory of its own (output.dir) is not left behind for a run that never trained
     job = write_job(tmp_path / "job.yaml", data, output={"dir": str(tmp_path / "runs")})
     _one_line(_hpcdgnn("run", str(job)))
@@ -212,7 +212,7 @@ def test_a_run_directory_another_rank_does_not_see_is_refused_at_the_start(launc
                     "on a file system every node shares, at the same path (a relative path is taken from each "
                     "rank's working directory)"), line
     assert "epoch" not in proc.stdout, proc.stdout
-    assert list((tmp_path / "a" / "runs" / "x").iterdir()) == []  # rank 0's files are gone: the same command runs
+    assert not (tmp_path / "a" / "runs" / "x").exists()  # rank 0 made it and removed it: the same command runs
     # with checkpoint.dir on a path every rank sees, only rank 0 writes the run directory: the run is fine
     cmd = [*cmd[:cmd.index(":")], "--set", f"checkpoint.dir={tmp_path / 'ckpt'}", ":",
            *cmd[cmd.index(":") + 1:], "--set", f"checkpoint.dir={tmp_path / 'ckpt'}"]
@@ -280,7 +280,7 @@ def test_bucket_bytes_are_compared_by_meaning(launcher, tmp_path, small_dataset)
     assert line == (f"hpcdgnn: error: environment HPCDGNN_BUCKET_BYTES: rank 0 orders the decoder's pairs in buckets "
                     f"of {BUCKET_BYTES} bytes, rank 1 of 2 in 1024 (0: none): every rank must order them alike (set "
                     "it for every rank, e.g. mpirun -x HPCDGNN_BUCKET_BYTES, or for none)"), line
-    assert list((tmp_path / "other").iterdir()) == []  # a refused new run leaves nothing in its directory
+    assert not (tmp_path / "other").exists()  # a refused new run leaves no directory it made
 
 
 def test_the_memory_check_takes_the_smallest_node(launcher, tmp_path, small_dataset):
