@@ -27,7 +27,7 @@ import yaml
 
 from hpcdgnn.errors import CommFailure, ConfigError, DataError, HpcdgnnError
 
-__all__ = ["TrainedRun", "load_run", "train"]
+__all__ = ["TrainedRun", "build_trained", "load_run", "train"]
 
 
 @dataclass
@@ -101,27 +101,43 @@ class TrainedRun:
         return path
 
     def _load(self) -> None:
-        import torch
-
-        from hpcdgnn.regimes import regime_of
         from hpcdgnn.train.checkpoint import load_shared
         from hpcdgnn.train.setup import load_dataset_manifest
 
         ckpt = self.checkpoint
         if ckpt is None:
             raise DataError(f"{self.dir}: the run has no complete checkpoint to load the model from")
-        job = self.job
-        manifest = load_dataset_manifest(job, str(self.dir))
-        regime = regime_of("model", job.model.name)
-        dtype = {"float32": torch.float32, "float64": torch.float64}[job.train.dtype]
-        model = regime.build_model(job, manifest).to(dtype)
-        task = regime.build_task(job.task, manifest, model.out_features, job.train.seed).to(dtype)
-        if getattr(model, "predicts_targets", False):
-            task.predict_in_model()
         state = load_shared(ckpt)
-        model.load_state_dict(state["model"])
-        task.load_state_dict(state["task"])
-        self._model, self._task = model.eval(), task.eval()
+        self._model, self._task = build_trained(self.job, load_dataset_manifest(self.job, str(self.dir)),
+                                                state["model"], state["task"])
+
+
+def build_trained(job, sizes, model_state: dict, task_state: dict):
+    """The job's model and task head built for a dataset's ``sizes`` (its manifest, or the figures an exported
+    model file keeps) with trained weights loaded, in evaluation mode, on the CPU.
+
+    Args:
+        job: the resolved job (:class:`hpcdgnn.config.JobConfig`).
+        sizes: the manifest, or an object with its scalar fields (N, T, F, classes...).
+        model_state: the model's ``state_dict``.
+        task_state: the task head's ``state_dict``.
+
+    Returns:
+        ``(model, task)``.
+    """
+    import torch
+
+    from hpcdgnn.regimes import regime_of
+
+    regime = regime_of("model", job.model.name)
+    dtype = getattr(torch, job.train.dtype)
+    model = regime.build_model(job, sizes).to(dtype)
+    task = regime.build_task(job.task, sizes, model.out_features, job.train.seed).to(dtype)
+    if getattr(model, "predicts_targets", False):  # a sequence-to-sequence model needs no head
+        task.predict_in_model()
+    model.load_state_dict(model_state)
+    task.load_state_dict(task_state)
+    return model.eval(), task.eval()
 
 
 def load_run(run_dir: str | os.PathLike) -> TrainedRun:

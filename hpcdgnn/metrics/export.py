@@ -159,8 +159,8 @@ def load_model(path: str | Path):
 
     import torch
 
+    from hpcdgnn.api import build_trained
     from hpcdgnn.config import load_job_dict
-    from hpcdgnn.regimes import regime_of
 
     try:
         blob = torch.load(path, map_location="cpu", weights_only=False)
@@ -168,17 +168,8 @@ def load_model(path: str | Path):
             raise ValueError(f"format {blob.get('format')!r}")
     except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
         raise DataError(f"{path}: not a model file of `hpcdgnn export --model-only` ({e})") from None
-    job = load_job_dict({"data": {"path": "."}, **blob["config"]}, str(path))
-    sizes = types.SimpleNamespace(**blob["dataset"])
-    regime = regime_of("model", job.model.name)
-    dtype = getattr(torch, job.train.dtype)
-    model = regime.build_model(job, sizes).to(dtype)
-    task = regime.build_task(job.task, sizes, model.out_features, job.train.seed).to(dtype)
-    if getattr(model, "predicts_targets", False):
-        task.predict_in_model()
-    model.load_state_dict(blob["model"])
-    task.load_state_dict(blob["task"])
-    return model.eval(), task.eval()
+    job = load_job_dict({"data": {"path": "."}, **blob["config"]}, str(path), check_paths=False)
+    return build_trained(job, types.SimpleNamespace(**blob["dataset"]), blob["model"], blob["task"])
 
 
 def run_export(args) -> int:
