@@ -48,6 +48,9 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
             if not p.exists():
                 p.mkdir(parents=True)
                 MADE_RUN_DIRS.add(p.resolve())
+        except FileExistsError:  # another run made it since exists(): claim_run_dir says which of them has it
+            if not p.is_dir():
+                raise ConfigError(f"--output {output}: is a file; a run writes into a new or empty directory") from None
         except OSError as e:
             raise ConfigError(f"--output {output}: cannot create the run directory: {e.strerror or e}") from None
         return p

@@ -25,3 +25,24 @@ def test_run_directory_refusals_are_one_line(tmp_path):
     second = choose_run_dir(None, str(tmp_path / "runs"), "job")  # the same second: a new name, never the same
     assert first != second and first.is_dir() and second.is_dir()
     assert choose_run_dir(str(tmp_path / "new" / "run"), "unused", "job").is_dir()
+
+
+def test_an_output_directory_another_run_makes_meanwhile_is_not_ours(tmp_path, monkeypatch):
+    """--output names a directory that another run creates between our exists() and mkdir(): no plain OS error;
+    the directory is not recorded as ours (a refusal must not remove it), and claim_run_dir then decides."""
+    import pathlib
+
+    from hpcdgnn.metrics.results import MADE_RUN_DIRS, choose_run_dir
+
+    target = tmp_path / "out"
+    real_mkdir = pathlib.Path.mkdir
+
+    def raced(self, *args, **kwargs):
+        if self == target:
+            real_mkdir(self)  # the other run wins
+            raise FileExistsError(17, "File exists", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", raced)
+    assert choose_run_dir(str(target), "runs", "job") == target
+    assert target.is_dir() and target.resolve() not in MADE_RUN_DIRS
