@@ -96,7 +96,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         DataError: one line naming the array and the entry: ids beyond N or negative, negative or non-finite
             times, lengths that differ; or an option of the other kind. Nothing is written.
     """
-    from hpcdgnn.data.prepare import KINDS, PrepareOptions, _check_options, write_prepared
+    from hpcdgnn.data.prepare import KINDS, PrepareOptions, _check_options, options_used, write_prepared
     from hpcdgnn.data.prepare._common import PreparedInput, slice_events
     from hpcdgnn.data.prepare.event_stream import EVENT_ONLY_OPTIONS, ParsedEvents, _check, option_flag, write_parsed
     from hpcdgnn.data.prepare.snap import EdgeList, _snapshots, slicing_kwargs, snapshot_counts
@@ -158,9 +158,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         has_weights=w is not None, source={"events": int(s.shape[0]), "time_min": float(edges.time[0]),
                                            "time_max": float(edges.time[-1])},
         **snapshot_counts(edges.src, edges.dst, n, slices, opts))
-    return write_prepared(prepared, opts, output, where, "snap", {**provenance, **prepared.source,
-                                                                  "options": {k: v for k, v in vars(opts).items()
-                                                                              if k not in ("force", "allow_large")}})
+    return write_prepared(prepared, opts, output, where, "snap",
+                          {**provenance, **prepared.source, "options": options_used(opts)})
 
 
 def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = None, **options: Any):

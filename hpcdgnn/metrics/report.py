@@ -29,6 +29,22 @@ def learning_curves(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
     return curves
 
 
+def _label(ax, title: str, ylabel: str = "") -> None:
+    """Title, whole epochs along x, and the y unit."""
+    ax.set_title(title)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+
+
+def _save(plt, fig, axes, path: Path) -> None:
+    """One legend (the first panel's), the PNG, the figure freed."""
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def run_report(args) -> int:
     """Draw the two figures of the runs in ``args.rundirs`` into ``args.out``."""
     try:
@@ -67,13 +83,8 @@ def run_report(args) -> int:
         for name, c in curves.items():
             if key in c:
                 ax.plot(*zip(*c[key], strict=True), marker=".", label=name)
-        ax.set_title(key)
-        ax.set_xlabel("epoch")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0][0].legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(made[0], dpi=120)
-    plt.close(fig)
+        _label(ax, key)
+    _save(plt, fig, axes, made[0])
 
     fig, axes = plt.subplots(len(records), 1, figsize=(8, 2.6 * len(records)), squeeze=False)
     for ax, (name, recs) in zip(axes[:, 0], records.items(), strict=True):
@@ -83,14 +94,8 @@ def run_report(args) -> int:
             values = [float(r.get("slowest", {}).get(part) or 0.0) for r in recs]
             ax.bar(epochs, values, bottom=bottom, label=part)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-        ax.set_title(f"{name}: the slowest rank's epoch")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("seconds")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0][0].legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(made[1], dpi=120)
-    plt.close(fig)
+        _label(ax, f"{name}: the slowest rank's epoch", "seconds")
+    _save(plt, fig, axes, made[1])
     for p in made:
         print(p)
     return 0

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.tasks import task_class
-from hpcdgnn.tasks.regression import check_horizon
 
 __all__ = ["Sequence", "decoder_reach", "plan_sequences", "sequences_of"]
 
@@ -55,7 +54,6 @@ def decoder_reach(job) -> int:
 def plan_sequences(manifest, num_ranks: int, job) -> PartitionPlan:
     """R1's plan, after checking window, fanouts and that a training sequence exists (ConfigError otherwise)."""
     o, T, N, P = job.strategy, manifest.num_snapshots, manifest.num_vertices, num_ranks
-    check_horizon(getattr(job.task, "horizon", 1), T)  # the task's own limit first: the window is not at fault
     if o.window > T:
         raise ConfigError(f"strategy.window: {o.window} snapshots, but the dataset has only T = {T}; "
                           f"choose a window of at most {T}")

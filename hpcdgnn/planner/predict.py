@@ -73,6 +73,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     """
     from hpcdgnn.regimes import regime_of
     from hpcdgnn.strategies import get_strategy
+    from hpcdgnn.tasks import task_class
 
     known = candidates(job)
     names = strategies or known
@@ -81,6 +82,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
         raise ConfigError(f"plan --strategies: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     if any(p < 1 for p in ranks):
         raise ConfigError(f"plan --ranks: every P must be >= 1 (got {' '.join(map(str, ranks))})")
+    task_class(job.task.name).check(job.task, manifest)  # what the data cannot serve, before any plan blames one
     regime = regime_of("model", job.model.name)
     graph = GraphStats(manifest, data_root)
     work = model_work(job.model, manifest.num_features, job.train.dtype)

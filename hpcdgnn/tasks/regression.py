@@ -20,18 +20,7 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
 
-__all__ = ["Regression", "RegressionOptions", "MAPE_EPS", "check_horizon", "num_steps"]
-
-
-def check_horizon(horizon: int, num_snapshots: int) -> None:
-    """Refuse a forecast horizon H beyond the dataset's T (before a plan blames its window or steps on it).
-
-    Raises:
-        ConfigError: naming ``task.horizon``.
-    """
-    if horizon > num_snapshots:
-        raise ConfigError(f"task.horizon: {horizon} exceeds the dataset's T = {num_snapshots} snapshots; choose at "
-                          f"most {num_snapshots}")
+__all__ = ["Regression", "RegressionOptions", "MAPE_EPS", "num_steps"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +68,9 @@ class Regression(Task):
                 "task.name: regression needs float node targets, but the dataset has none; prepare it with "
                 "--format pygt-json (keeps the signal) or --targets next_degree (snap, jodie)"
             )
-        check_horizon(cfg.horizon, manifest.num_snapshots)
+        if cfg.horizon > manifest.num_snapshots:
+            raise ConfigError(f"task.horizon: {cfg.horizon} exceeds the dataset's T = {manifest.num_snapshots} "
+                              f"snapshots; choose at most {manifest.num_snapshots}")
 
     def __init__(self, cfg: RegressionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()

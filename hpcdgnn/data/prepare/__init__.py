@@ -174,16 +174,20 @@ def _derived_tasks(prepared: PreparedInput, opts: PrepareOptions) -> tuple[Itera
     return snapshots, num_classes, targets
 
 
+def options_used(opts: PrepareOptions) -> dict[str, Any]:
+    """The options a dataset records in its ``source``: all but ``force`` and ``allow_large``, which say how to
+    write, not what."""
+    return {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("force", "allow_large")}
+
+
 def _provenance(path: Path, fmt: str, opts: PrepareOptions, prepared: PreparedInput) -> dict[str, Any]:
     """The manifest's ``source``: the input file (path, size, sha256), the format and the options used."""
-    # force and allow_large say how to write, not what: they stay out of the provenance
-    options_used = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("force", "allow_large")}
     return {
         "input": str(path.resolve()),
         "input_bytes": path.stat().st_size,
         "input_sha256": file_sha256(path),
         "format": fmt,
-        "options": options_used,
+        "options": options_used(opts),
         **prepared.source,
     }
 
