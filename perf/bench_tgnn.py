@@ -39,10 +39,8 @@ Measured, per configuration:
 
 With several ``--seeds`` every configuration runs once per seed; the table shows the means and the sample
 standard deviation of the test MRR over the seeds (±). Use them: one seed's ΔMRR is mostly run-to-run
-spread. Training with event times in seconds is chaotic at the rounding level — the trainable time-encoding
-frequencies w multiply Δt (up to 10^9 s with Unix times), so a last-bit difference in a gradient sum grows
-about 10^4-fold per Adam step — and 2×1×1, identical to 1×1×1 in exact arithmetic (and bit-for-bit in its
-first step), ends a few epochs later with an MRR as different as another seed's, in float64 too.
+spread. 2×1×1 reproduces 1×1×1 to rounding with the default fixed time encoding; with TGAT's learnable one
+(``model.time_encoding: learnable``) on raw seconds it does not (``perf/bench_time_encoding.py``).
 
 On this machine (2 cores, shared), P = 4 runs 4 single-threaded ranks on 2 cores: oversubscribed, so its
 events/s measure the strategy's overhead under time-slicing, not scaling; such rows are marked. P = 2 fits
@@ -108,15 +106,15 @@ def jodie_csv(dst: Path, max_events: int | None, features: int = 4) -> Path:
     return dst
 
 
-def prepare(name: str, work: Path, max_events: int | None) -> tuple[Path, dict]:
-    """Prepare one input as an event dataset; its directory and manifest."""
-    out = work / f"data-{name}"
+def prepare(name: str, work: Path, max_events: int | None, *options: str) -> tuple[Path, dict]:
+    """Prepare one input as an event dataset (with prepare's further ``options``); its directory and manifest."""
+    out = work / f"data-{name}{''.join(options).replace('-', '')}"
     if name == "jodie":
         raw, fmt = jodie_csv(work / "jodie-synthetic.csv", max_events), "jodie"
     else:
         raw, fmt = cut_copy(raw_path(name), work / f"{name}-cut.txt", max_events), "snap"
     proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "prepare", str(raw), "--format", fmt, "--kind", "events",
-                           "--output", str(out)], capture_output=True, text=True, cwd=REPO)
+                           "--output", str(out), *options], capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         sys.exit(f"prepare {name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return out, json.loads((out / "manifest.json").read_text())

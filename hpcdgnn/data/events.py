@@ -60,6 +60,7 @@ __all__ = [
     "read_events_per_node",
     "write_events",
     "split_ranges",
+    "median_time_gap",
     "check_split_fractions",
     "scan_event_shards",
     "event_shard_name",
@@ -116,6 +117,9 @@ class EventManifest:
     shards: list[EventShardInfo]
     sorted_input: bool
     source: dict[str, Any] = field(default_factory=dict)
+    time_gap: float | None = None
+    """The median positive gap between consecutive training events (:func:`median_time_gap`), the time unit of
+    TGN's ``model.time_scale: auto``; None in directories written before it was recorded."""
     format: str = EVENTS_FORMAT
     version: int = EVENTS_VERSION
 
@@ -149,6 +153,7 @@ class EventManifest:
             ],
             "sorted_input": self.sorted_input,
             "source": dict(self.source),
+            **({} if self.time_gap is None else {"time_gap": float(self.time_gap)}),
         }
 
 
@@ -193,7 +198,7 @@ _REQUIRED = (
     "shards",
     "sorted_input",
 )
-_KNOWN = (*_REQUIRED, "source")
+_KNOWN = (*_REQUIRED, "source", "time_gap")
 
 
 def _read_raw(root: str | Path) -> tuple[Path, Any]:
@@ -278,6 +283,8 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
             f"'split' must be train [0, a], val [a, b], test [b, E] with 0 <= a <= b <= E = {e},"
             f" got {_short(sp)}"
         )
+    if "time_gap" in raw and not (_is_number(raw["time_gap"]) and raw["time_gap"] > 0):
+        return f"'time_gap' must be a positive number, got {_short(raw['time_gap'])}"
     if "source" in raw and not isinstance(raw["source"], dict):
         return f"'source' must be an object, got {_short(raw['source'])}"
     shards = raw["shards"]
@@ -320,6 +327,7 @@ def load_event_manifest(root: str | Path) -> EventManifest:
         shards=[EventShardInfo(**sh) for sh in raw["shards"]],
         sorted_input=raw["sorted_input"],
         source=dict(raw.get("source", {})),
+        time_gap=None if raw.get("time_gap") is None else float(raw["time_gap"]),
         format=raw["format"],
         version=raw["version"],
     )
@@ -651,6 +659,17 @@ def _checked_events(
     return draft, src, dst, t, feats
 
 
+def median_time_gap(t: np.ndarray) -> float | None:
+    """The median of the positive gaps t_{e+1} − t_e between consecutive events (None when every event is
+    simultaneous): the stream's own time unit, so that Δt / gap reads the same whatever unit the file counts in.
+
+    Shapes:
+        t (E,) non-decreasing -> a float."""
+    gaps = np.diff(np.asarray(t, dtype=np.float64))
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if gaps.shape[0] else None
+
+
 def _checked_split(
     root: Path, split: Mapping[str, Sequence[int]] | Sequence[float], t: np.ndarray, e: int
 ) -> dict[str, tuple[int, int]]:
@@ -745,7 +764,7 @@ def write_events(
         shards = _write_event_shards(tmp, src, dst, t, feats, index_dtype, shard_events)
         write_vertex_ids(tmp, original_ids, n)
         manifest = replace(draft, time_range=(float(t[0]), float(t[-1])), split=ranges, shards=shards,
-                           source=dict(source or {}))
+                           source=dict(source or {}), time_gap=median_time_gap(t[: ranges["train"][1]]))
         save_event_manifest(tmp, manifest)
         replace_dir(tmp, root, force)
         return manifest

@@ -425,7 +425,8 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
     Returns:
         A JSON-ready dict: ``kind`` ("events"), ``root``, ``num_vertices``, ``num_events``,
         ``edge_feature_dim``, ``edge_feature_names``, ``bipartite``, ``num_sources``,
-        ``time_range``, ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
+        ``time_range``, ``time_gap`` (the manifest's median gap between training events, TGN's time unit; None
+        when not recorded), ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
         t_last}}``), ``shards``, ``bytes``, ``checksums_verified``, ``events_per_shard``,
         ``distinct_pairs``, ``repeated_pair_fraction`` (1 - distinct / E), ``problems``, ``valid``.
 
@@ -464,6 +465,7 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
         "bipartite": m.bipartite,
         "num_sources": m.num_sources,
         "time_range": [lo, hi],
+        "time_gap": m.time_gap,
         "sorted_input": m.sorted_input,
         "split": split,
         "shards": len(m.shards),
@@ -511,7 +513,8 @@ def format_events_report(r: dict[str, Any]) -> str:
         f"  vertices N = {r['num_vertices']:,}   events E = {e:,}   edge features D = {r['edge_feature_dim']}"
         + (f" ({feat})" if names else ""),
         f"  {graph}; input {'in time order' if r['sorted_input'] else 'sorted by time (was out of order)'}",
-        f"  time      {_fmt_time(r['time_range'][0])} .. {_fmt_time(r['time_range'][1])}",
+        f"  time      {_fmt_time(r['time_range'][0])} .. {_fmt_time(r['time_range'][1])}; median gap between"
+        f" training events {'not recorded' if r['time_gap'] is None else _fmt_time(r['time_gap'])}",
         f"  split     {split}",
         f"  shards    {r['shards']} files, {r['bytes'] / 2**20:,.1f} MiB"
         + ("" if r["checksums_verified"] else " (checksums not verified)")

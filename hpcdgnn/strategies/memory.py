@@ -255,7 +255,8 @@ class MemoryStrategy(Strategy[EventBatch]):
                     ap = None
                     if self.group is None or self.group.rank == 0:
                         allp = np.concatenate([s[0] for s in parts_scores])
-                        alln = np.concatenate([s[1].reshape(-1) for s in parts_scores])
+                        # TGL's and PyG's AP: each positive against its first negative
+                        alln = np.concatenate([s[1][:, 0] for s in parts_scores])
                         labels = np.r_[np.ones(allp.shape[0]), np.zeros(alln.shape[0])]
                         ap = average_precision(np.r_[allp, alln], labels)
                     stats += task.eval_stats(split, pos, neg, ap)

@@ -24,6 +24,7 @@ from hpcdgnn.data.events import (
     EventStream,
     dataset_kind,
     load_event_manifest,
+    median_time_gap,
     read_events,
     save_event_manifest,
     split_ranges,
@@ -402,6 +403,7 @@ def test_corrupt_shard_fails_validate_naming_it(clean_events, tmp_path, capsys, 
         ),
         (lambda raw: raw.update(edge_feature_names=["a"]), "'edge_feature_names' has 1 names"),
         (lambda raw: raw.update(extra=1), "unknown key 'extra'"),
+        (lambda raw: raw.update(time_gap=0), "'time_gap' must be a positive number"),
     ],
 )
 def test_manifest_faults_are_one_line(clean_events, tmp_path, edit, match):
@@ -429,6 +431,13 @@ def test_write_events_checks_and_manifest_round_trip(clean_events, tmp_path):
     t = np.array([1.0, 2.0, 2.0])
     m = write_events(tmp_path / "ok", np.array([0, 1, 1]), np.array([2, 3, 2]), t, None, **kw)
     assert m.split["val"] == (2, 3) and read_events(tmp_path / "ok").efeat.shape == (3, 0)
+    # the median positive gap between training events (events 0, 1: one gap of 1); none when all are simultaneous
+    assert m.time_gap == 1.0 and load_event_manifest(tmp_path / "ok").time_gap == 1.0
+    assert median_time_gap(np.array([0.0, 0.0, 3.0, 3.0, 4.0, 10.0])) == 3.0 and median_time_gap(np.ones(4)) is None
+    raw = json.loads((tmp_path / "ok" / "manifest.json").read_text())
+    del raw["time_gap"]  # a directory written before the key: read, with the gap unknown
+    (tmp_path / "ok" / "manifest.json").write_text(json.dumps(raw))
+    assert load_event_manifest(tmp_path / "ok").time_gap is None
     with pytest.raises(DataError, match=r"'src' has a vertex id outside \[0, 2\) \(bipartite"):
         write_events(tmp_path / "bad1", np.array([0, 2, 1]), np.array([2, 3, 2]), t, None, **kw)
     with pytest.raises(DataError, match=r"'t' decreases at event 2"):

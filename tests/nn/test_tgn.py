@@ -286,6 +286,21 @@ def test_static_only_mode():
         model(static=False)(inp)
 
 
+def test_time_encoding_fixed_by_default_learnable_on_request():
+    """Φ's w, b are buffers by default (GraphMixer's fixed encoder: saved, converted with the model, never given a
+    gradient); ``time_learnable`` makes them TGAT's parameters, which the loss then moves. Both start equal."""
+    fixed = TGN(N, D, MEM, TDIM, HID, HEADS, static_memory=False).double()
+    learn = TGN(N, D, MEM, TDIM, HID, HEADS, static_memory=False, time_learnable=True).double()
+    assert {"time.w", "time.b"} <= set(fixed.state_dict()) and fixed.time.w.dtype == torch.float64
+    assert not any(n.startswith("time.") for n, _ in fixed.named_parameters())
+    assert {n for n, _ in learn.named_parameters() if n.startswith("time.")} == {"time.w", "time.b"}
+    torch.testing.assert_close(fixed.time.w, learn.time.w)
+    dt = torch.tensor([0.0, 1.0, 3.0e6], dtype=torch.float64)
+    torch.testing.assert_close(fixed.time(dt), torch.cos(dt[:, None] * fixed.time.w))
+    learn.time(dt).sum().backward()
+    assert learn.time.w.grad.abs().sum() > 0
+
+
 # -- 4. AP and MRR -------------------------------------------------------------------------------------------
 
 

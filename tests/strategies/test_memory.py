@@ -17,19 +17,30 @@ from tests.train.test_exactness import _losses, _losses_many
 EVENTS = 1300  # train 910: batches of 100 -> 10 (the last one short), of 101 -> 9 and one of a single event
 
 
-@pytest.fixture(scope="module")
-def college(tmp_path_factory):
-    """The first 1300 events of CollegeMsg (bundled in inputs/), times in days, 2 random edge features."""
+def _college(root, seconds_per_unit: float):
+    """The first 1300 events of CollegeMsg (bundled in inputs/), times in ``seconds_per_unit``, 2 random edge
+    features."""
     with gzip.open(REPO / "inputs" / "CollegeMsg.txt.gz", "rt") as f:
         rows = np.loadtxt(f, dtype=np.int64, max_rows=EVENTS)
     ids, inv = np.unique(rows[:, :2], return_inverse=True)
     inv = inv.reshape(-1, 2)
-    t = (rows[:, 2] - rows[0, 2]) / 86400.0
+    t = (rows[:, 2] - rows[0, 2]) / seconds_per_unit
     feat = np.random.default_rng(0).standard_normal((EVENTS, 2)).astype(np.float32)
-    root = tmp_path_factory.mktemp("events") / "college"
     write_events(root, inv[:, 0], inv[:, 1], t, feat, num_vertices=ids.shape[0], bipartite=False, num_sources=None,
                  feature_names=["f0", "f1"], original_ids=ids, shard_events=500)
     return root
+
+
+@pytest.fixture(scope="module")
+def college(tmp_path_factory):
+    """CollegeMsg's first events, times in days."""
+    return _college(tmp_path_factory.mktemp("events") / "college", 86400.0)
+
+
+@pytest.fixture(scope="module")
+def college_seconds(tmp_path_factory):
+    """The same events in the file's raw seconds (gaps up to ~10^6 s, as every SNAP, JODIE and TGB stream)."""
+    return _college(tmp_path_factory.mktemp("events") / "college-s", 1.0)
 
 
 def _job(tmp_path, data, **strategy):
@@ -41,28 +52,47 @@ def _job(tmp_path, data, **strategy):
 
 
 @pytest.mark.quick(strategy="memory")  # the memory strategy's case in the quick subset
-def test_minibatch_parallelism_reproduces_one_rank(launcher, college, tmp_path):
+def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_seconds, tmp_path):
     """i ranks splitting each batch of 100 events give one rank's losses, gradient norms, MRR and AP
-    (float64), with the static node memory pre-trained first; only gradients and the memory-order
-    barriers cross ranks."""
-    job = _job(tmp_path, college)
+    (float64, to 1e-9 over 2 epochs), with the static node memory pre-trained first; only gradients and the
+    memory-order barriers cross ranks. On raw-second timestamps with the default fixed time encoding, and in
+    days with TGAT's learnable one (on raw seconds its trained frequencies amplify the slices' rounding)."""
+    job = _job(tmp_path, college_seconds)
     # batches of 101: the last training batch holds 1 event, so at i = 2, 3 some ranks get an empty slice
     over = ("model.static_memory=on", "model.static_pretrain_epochs=1", "task.batch_events=101")
-    ref, recs1 = _losses(launcher, None, job, tmp_path / "p1", *over)
-    assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
-    assert 0 < recs1[-1]["val_mrr"] <= 1 and 0 < recs1[-1]["test_ap"] <= 1
-    assert recs1[-1]["memory"]["train_events"] == 910
+    learnable = (f"data.path={college}", "model.time_encoding=learnable", "model.time_scale=1")
+
+    def runs(tag, *more):
+        return [(job, tmp_path / f"{tag}", (*over, *more)), (job, tmp_path / f"{tag}-learnable", (*over, *learnable, *more))]
+
+    refs = _losses_many(launcher, None, runs("p1"))
+    for ref, recs1 in refs:
+        assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
+        assert 0 < recs1[-1]["val_mrr"] <= 1 and 0 < recs1[-1]["test_ap"] <= 1
+        assert recs1[-1]["memory"]["train_events"] == 910
     for i in (2, 3):
-        got, recs = _losses(launcher, i, job, tmp_path / f"p{i}", *over, f"strategy.minibatch={i}")
-        np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"i={i}")
-        for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
-            assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, key)
-        assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "memory.order", "memory.eval"}
+        for (ref, recs1), (got, recs), name in zip(
+                refs, _losses_many(launcher, i, runs(f"p{i}", f"strategy.minibatch={i}")), ("fixed", "learnable")):
+            np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=f"i={i} {name}")
+            for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
+                assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, name, key)
+            assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "memory.order", "memory.eval"}
         # the group's one node memory is counted once over ranks (every rank reported it); the float64 features
         # are each rank's own copy (float32 ones would be the node's mapped copy, counted once too)
         engine = [json.loads((d / "summary.json").read_text())["memory"]["engine_bytes"]
                   for d in (tmp_path / "p1", tmp_path / f"p{i}")]
         assert sum(engine[1]) == engine[0][0] + (i - 1) * EVENTS * 2 * 8, (i, engine)
+
+
+def test_time_encoding_reads_the_same_in_any_unit(launcher, college, college_seconds, tmp_path):
+    """``model.time_scale: auto`` counts Δt in the stream's median gap between events (the manifest's time_gap),
+    so the same stream in seconds and in days trains to the same losses; with ``time_scale: 1`` it does not."""
+    job = _job(tmp_path, college_seconds)
+    runs = [(job, tmp_path / f"{unit}{scale}", (f"data.path={path}", f"model.time_scale={scale}"))
+            for unit, path in (("s", college_seconds), ("d", college)) for scale in ("auto", 1)]
+    (s_auto, _), (s_one, _), (d_auto, _), (d_one, _) = _losses_many(launcher, None, runs)
+    np.testing.assert_allclose(d_auto, s_auto, rtol=1e-9)
+    assert not np.allclose(d_one, s_one, rtol=1e-3)
 
 
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):

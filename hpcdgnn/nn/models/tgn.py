@@ -6,12 +6,17 @@ For root occurrences (v_r, t_r) and their ``k`` most recent neighbours u_rj (eve
     q_r  = W_q [h_{v_r} ‖ Φ(0)],   k_rj, v_rj = W_k, W_v [h_{u_rj} ‖ e_rj ‖ Φ(t_r − t_rj)]
     α_r  = softmax_j(LeakyReLU_0.2(q_r · k_rj))   per head, over real neighbours only
     z_r  = LayerNorm(ReLU(W_o [Σ_j α_rj v_rj ‖ h_{v_r}]))
-    Φ(Δt) = cos(Δt·w + b),  w = 10^{-linspace(0, 9, time_dim)},  b = 0 (TGAT)
+    Φ(Δt) = cos((Δt/s)·w + b),  w = 10^{-linspace(0, 9, time_dim)},  b = 0 (TGAT's initialisation)
+
+w and b stay fixed by default (GraphMixer §3.1's fixed encoder): trained, as in TGAT, their gradients carry
+Δt, so on raw-second timestamps a rounding difference between two rank counts grows through training. s is
+the stream's median gap between events by default, so Φ is the same whatever unit the timestamps count in.
 
 S is DistTGL §3.1's static memory. No dropout (runs on any number of ranks compare exactly)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -35,6 +40,15 @@ class TGNOptions(ModelConfig):
     """Width of the node memory s_v (DistTGL §4.0.1 and TGN use 100)."""
     time_dim: int = 100
     """Width of the TGAT time encoding Φ(Δt) = cos(Δt·w + b)."""
+    time_scale: float | Literal["auto"] = "auto"
+    """s in Φ((Δt/s)): ``auto`` = the median positive gap between consecutive training events (the manifest's
+    ``time_gap``; 1 for a directory prepared before it was recorded), so that Φ is the same in any time unit; a
+    number = that many time units (1: Δt as stored, TGAT's and DistTGL's convention)."""
+    time_encoding: Literal["fixed", "learnable"] = "fixed"
+    """``fixed``: w = 10^{-linspace(0, 9, time_dim)}, b = 0 never trained (GraphMixer §3.1); ``learnable``: TGAT's
+    trained w, b (DistTGL, TGL), whose gradients scale with Δt/s: well conditioned only while Δt/s stays small
+    (e.g. days with ``time_scale: 1``); otherwise ``minibatch: i`` departs from one rank by rounding grown through
+    training."""
     neighbors: int = 10
     """Most recent temporal neighbours the attention layer reads per node (DistTGL: 10)."""
     heads: int = 2
@@ -48,6 +62,8 @@ class TGNOptions(ModelConfig):
         super().__post_init__()
         if min(self.memory_dim, self.time_dim, self.neighbors, self.heads) < 1:
             raise ValueError("memory_dim, time_dim, neighbors, heads: must be >= 1")
+        if self.time_scale != "auto" and (isinstance(self.time_scale, bool) or not 0 < self.time_scale < math.inf):
+            raise ValueError(f"time_scale: must be auto or a positive number, got {self.time_scale!r}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden: {self.hidden} is not a multiple of heads: {self.heads}")
         if self.static_pretrain_epochs < 0:
@@ -55,23 +71,31 @@ class TGNOptions(ModelConfig):
 
 
 class TimeEncoding(nn.Module):
-    """TGAT's Φ(Δt) = cos(Δt·w + b) (TGL's ``TimeEncode``; DistTGL §2.1), w = 10^{-linspace(0, 9, dim)}, b = 0.
+    """TGAT's Φ(Δt) = cos((Δt/s)·w + b) (TGL's ``TimeEncode``; DistTGL §2.1), w = 10^{-linspace(0, 9, dim)},
+    b = 0 at the start; trained (TGAT) or fixed (GraphMixer §3.1).
 
     Args:
         dim: the encoding's width.
+        learnable: train w and b; otherwise they are buffers (saved with the model, never updated).
+        scale: s, the time unit Δt is counted in.
 
     Shapes:
         Δt (*) -> Φ (*, dim).
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, learnable: bool = True, scale: float = 1.0) -> None:
         super().__init__()
-        self.w = nn.Parameter(torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float64)).float())
-        self.b = nn.Parameter(torch.zeros(dim))
+        self.scale = float(scale)
+        w = torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float64)).float()
+        if learnable:
+            self.w, self.b = nn.Parameter(w), nn.Parameter(torch.zeros(dim))
+        else:
+            self.register_buffer("w", w)
+            self.register_buffer("b", torch.zeros(dim))
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
-        """The encoding cos(Δt·w + b) of each Δt in ``dt``, shape ``dt.shape + (dim,)``."""
-        return torch.cos(dt.unsqueeze(-1) * self.w + self.b)
+        """The encoding cos((Δt/s)·w + b) of each Δt in ``dt``, shape ``dt.shape + (dim,)``."""
+        return torch.cos((dt.unsqueeze(-1) / self.scale) * self.w + self.b)
 
 
 @dataclass
@@ -117,17 +141,19 @@ class TGN(nn.Module):
         hidden: the width of z_r (``model.hidden``), a multiple of ``heads``.
         heads: attention heads (``model.heads``).
         static_memory: add the static table S (N, d).
+        time_learnable: train Φ's w and b (TGAT) rather than keep them fixed (GraphMixer).
+        time_scale: s, the unit of Δt in Φ.
 
     Shapes:
         R roots with k neighbours (:class:`TGNInput`) -> z (R, hidden), s'_v(t_r) (R, d) or None."""
 
     def __init__(self, num_vertices: int, edge_dim: int, memory_dim: int, time_dim: int, hidden: int, heads: int,
-                 static_memory: bool) -> None:
+                 static_memory: bool, time_learnable: bool = False, time_scale: float = 1.0) -> None:
         super().__init__()
         self.memory_dim, self.edge_dim, self.hidden, self.heads = memory_dim, edge_dim, hidden, heads
         self.mail_dim = 2 * memory_dim + edge_dim
         self.out_features = hidden
-        self.time = TimeEncoding(time_dim)
+        self.time = TimeEncoding(time_dim, time_learnable, time_scale)
         self.updater = nn.GRUCell(self.mail_dim + time_dim, memory_dim)
         self.static = nn.Parameter(torch.randn(num_vertices, memory_dim) * 0.1) if static_memory else None
         self.w_q = nn.Linear(memory_dim + time_dim, hidden)
