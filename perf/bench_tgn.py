@@ -3,7 +3,7 @@
     python perf/bench_tgn.py --against pyg [--inputs college email jodie generated] [--max-events N]
                              [--generated-events 1000000] [--epochs 2] [--width 100] [--neighbors 10]
                              [--batch 200] [--eval-negatives 49] [--threads 1] [--configs 1x1x1 2x1x1 1x1x2]
-                             [--device cpu|cuda]
+                             [--device cpu|cuda] [--before DIR...]
 
 PyG's side is its ``examples/tgn.py`` model, written here against PyG's API: ``TGNMemory`` (IdentityMessage,
 LastAggregator), a ``TransformerConv`` attention embedding (2 heads, dropout 0.1, edge attributes = time
@@ -207,8 +207,9 @@ def run_pyg(data: Path, args) -> list[dict]:
     return recs
 
 
-def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args) -> list[dict]:
-    """hpcdgnn's TGN on i·j·k ranks; one record per epoch (the slowest rank's training and evaluation time)."""
+def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path | None = None) -> list[dict]:
+    """hpcdgnn's TGN on i·j·k ranks (from ``tree``'s code when given); one record per epoch (the slowest rank's
+    training and evaluation time)."""
     i, j, k = parse_config(config)
     w = args.width
     job = {"data": {"path": str(data)},
@@ -219,7 +220,7 @@ def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args) -> list[di
            "strategy": {"name": "memory", "minibatch": i, "epoch": j, "memory": k},
            "train": {"epochs": args.epochs, "threads": args.threads, "dtype": "float32", "lr": 1e-4, "seed": 0,
                      "device": args.device}}
-    recs = run_job(job, i * j * k, work, f"{name}-{config}")
+    recs = run_job(job, i * j * k, work, f"{name}-{config}-{tree.name if tree else 'this'}", tree)
     out = []
     for r in recs:
         ev = r["memory"]["eval_seconds"]
@@ -251,6 +252,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--configs", nargs="+", default=["1x1x1"], help="hpcdgnn's i×j×k layouts, IxJxK")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--before", type=Path, nargs="*", default=[],
+                    help="other checkouts of hpcdgnn (git worktree add DIR COMMIT) whose 1x1x1 runs as extra rows")
     args = ap.parse_args()
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     cores = len(os.sched_getaffinity(0))
@@ -278,6 +281,8 @@ def main() -> None:
                   f"D={manifest['edge_feature_dim']} bipartite={str(manifest['bipartite']).lower()} "
                   f"train/val+test={n_train}/{n_eval}", flush=True)
             rows = {"pyg TGN": run_pyg(data, args)}
+            for tree in args.before:
+                rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve())
             for config in args.configs:
                 rows[f"hpcdgnn {config}"] = run_hpcdgnn(data, work, name, config, args)
             print(f"{'system':16s} {'train s':>8s} {'train ev/s':>10s} {'eval s':>7s} {'eval ev/s':>9s} "

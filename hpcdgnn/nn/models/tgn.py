@@ -181,28 +181,31 @@ class TGN(nn.Module):
         h_u, s_u = self._node_states(n_s[new], t_s[new], inp)
         dev = self.w_q.weight.device
         idx = torch.from_numpy(inv).to(dev)
-        h = h_u[idx]
+        h_root = h_u[idx[:R]]
         s_new = None if s_u is None else s_u[idx[:R]]
-        h_root, h_nbr_real = h[:R], h[R:]
-        dtype = h.dtype
+        d, H, heads = self.memory_dim, self.hidden, self.heads
+        width = H // heads
         real_t = torch.from_numpy(real).to(dev)
-        key_in = torch.cat([
-            h_nbr_real,
-            inp.neighbor_feat.reshape(R * k, -1)[real_t],
-            self.time(torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dev, dtype)),
-        ], dim=1)
-        heads, width = self.heads, self.hidden // self.heads
-        q = self.w_q(torch.cat([h_root, self.time(h.new_zeros(R))], dim=1)).view(R, heads, width)
-        K = h.new_zeros(R * k, self.hidden).index_copy(0, real_t, self.w_k(key_in))
-        V = h.new_zeros(R * k, self.hidden).index_copy(0, real_t, self.w_v(key_in))
-        K, V = K.view(R, k, heads, width), V.view(R, k, heads, width)
-        logits = nn.functional.leaky_relu((q.unsqueeze(1) * K).sum(-1), 0.2)
-        mask = torch.from_numpy(nb.mask).to(dev).unsqueeze(-1)
-        # masked slots get -inf; a root without neighbours gets zeros (no NaN in the backward)
+        S = real.shape[0]
+        # W_{k,v} [h_u ‖ e ‖ Φ] = W^h h_u + W^{eΦ} [e ‖ Φ]: the memory part once per distinct occurrence, not per
+        # slot (a node at one time fills many slots), and keys and values in one product
+        w_kv, b_kv = torch.cat([self.w_k.weight, self.w_v.weight]), torch.cat([self.w_k.bias, self.w_v.bias])
+        dt = torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dev, h_u.dtype)
+        rest = torch.cat([inp.neighbor_feat.reshape(R * k, -1)[real_t], self.time(dt)], dim=1)
+        kv = torch.addmm(b_kv, rest, w_kv[:, d:].t()) + nn.functional.linear(h_u, w_kv[:, :d])[idx[R:]]
+        # Φ(0) = cos(b) is one row for every root: its share of the query once
+        phi0 = self.time(h_u.new_zeros(1))
+        q = nn.functional.linear(h_root, self.w_q.weight[:, :d]) + nn.functional.linear(
+            phi0, self.w_q.weight[:, d:], self.w_q.bias)
+        # attention over the real slots only; padded slots are -inf logits, a root without neighbours all zeros
+        slot_root = torch.from_numpy(real // k).to(dev)
+        logits_real = nn.functional.leaky_relu(
+            (q.view(R, heads, width)[slot_root] * kv[:, :H].view(S, heads, width)).sum(-1), 0.2)
+        logits = logits_real.new_full((R * k, heads), float("-inf")).index_put((real_t,), logits_real)
         empty = torch.from_numpy(~nb.mask.any(1)).to(dev).view(R, 1, 1)
-        logits = logits.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
-        alpha = torch.softmax(logits, dim=1) * mask
-        agg = (alpha.unsqueeze(-1) * V).sum(1).reshape(R, self.hidden)
+        alpha = torch.softmax(logits.view(R, k, heads).masked_fill(empty, 0.0), dim=1).view(R * k, heads)[real_t]
+        agg = kv.new_zeros(R, heads, width).index_add(
+            0, slot_root, alpha.unsqueeze(-1) * kv[:, H:].view(S, heads, width)).view(R, H)
         z = self.norm(torch.relu(self.w_out(torch.cat([agg, h_root], dim=1))))
         return z, s_new
 
