@@ -286,6 +286,17 @@ def test_static_only_mode():
         model(static=False)(inp)
 
 
+def test_memory_update_is_the_gru_cell():
+    """``TGN._gru`` (mail and memory products once per node, gathered per occurrence) is ``nn.GRUCell`` on
+    [mail ‖ Φ] and s, row by row."""
+    net = model()
+    g = torch.Generator().manual_seed(3)
+    mail, mem = torch.randn(5, 2 * MEM + D, generator=g).double(), torch.randn(5, MEM, generator=g).double()
+    rows = torch.tensor([0, 3, 3, 4, 1, 0])
+    phi = torch.randn(rows.shape[0], TDIM, generator=g).double()
+    same(net._gru(mail, mem, rows, phi), net.updater(torch.cat([mail[rows], phi], 1), mem[rows]))
+
+
 def test_time_encoding_fixed_by_default_learnable_on_request():
     """Φ's w, b are buffers by default (GraphMixer's fixed encoder: saved, converted with the model, never given a
     gradient); ``time_learnable`` makes them TGAT's parameters, which the loss then moves. Both start equal."""

@@ -95,7 +95,7 @@ class TimeEncoding(nn.Module):
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
         """The encoding cos((Δt/s)·w + b) of each Δt in ``dt``, shape ``dt.shape + (dim,)``."""
-        return torch.cos((dt.unsqueeze(-1) / self.scale) * self.w + self.b)
+        return torch.cos(torch.addcmul(self.b, (dt / self.scale).unsqueeze(-1), self.w))
 
 
 @dataclass
@@ -192,7 +192,7 @@ class TGN(nn.Module):
         w_kv, b_kv = torch.cat([self.w_k.weight, self.w_v.weight]), torch.cat([self.w_k.bias, self.w_v.bias])
         dt = torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dev, h_u.dtype)
         rest = torch.cat([inp.neighbor_feat.reshape(R * k, -1)[real_t], self.time(dt)], dim=1)
-        kv = torch.addmm(b_kv, rest, w_kv[:, d:].t()) + nn.functional.linear(h_u, w_kv[:, :d])[idx[R:]]
+        kv = torch.addmm(nn.functional.linear(h_u, w_kv[:, :d], b_kv)[idx[R:]], rest, w_kv[:, d:].t())
         # Φ(0) = cos(b) is one row for every root: its share of the query once
         phi0 = self.time(h_u.new_zeros(1))
         q = nn.functional.linear(h_root, self.w_q.weight[:, :d]) + nn.functional.linear(
@@ -229,10 +229,9 @@ class TGN(nn.Module):
         m = mail.shape[1]
         gi_node = nn.functional.linear(mail, g.weight_ih[:, :m], g.bias_ih)
         gh = nn.functional.linear(mem, g.weight_hh, g.bias_hh)[rows]
-        gi = gi_node[rows] + nn.functional.linear(phi, g.weight_ih[:, m:])
-        i_r, i_z, i_n = gi.chunk(3, 1)
-        h_r, h_z, h_n = gh.chunk(3, 1)
-        r = torch.sigmoid(i_r + h_r)
-        z = torch.sigmoid(i_z + h_z)
-        n = torch.tanh(i_n + r * h_n)
-        return (1 - z) * n + z * mem[rows]
+        gi = torch.addmm(gi_node[rows], phi, g.weight_ih[:, m:].t())
+        # PyTorch's GRUCell: r, z = σ(gi + gh) on the first 2d columns; n = tanh(i_n + r·h_n); (1 − z)·n + z·s
+        d = mem.shape[1]
+        r, z = torch.sigmoid(gi[:, : 2 * d] + gh[:, : 2 * d]).chunk(2, 1)
+        n = torch.tanh(torch.addcmul(gi[:, 2 * d :], r, gh[:, 2 * d :]))
+        return torch.addcmul(n, z, mem[rows] - n)
