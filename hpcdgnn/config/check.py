@@ -143,7 +143,8 @@ def _predicted(job, manifest, P: int, share: float) -> dict | None:
     from hpcdgnn.planner.rates import load_rates
     from hpcdgnn.strategies import get_strategy
 
-    if not hasattr(get_strategy(job.strategy.name), "cost"):
+    cls = get_strategy(job.strategy.name)
+    if not hasattr(cls, "cost") and not hasattr(cls, "predict"):
         return None
     rates = load_rates("cpu", job.train.dtype)
     preds = [p for p in plan_job(job, manifest, job.data.path, [P], rates, [job.strategy.name], share)

@@ -68,8 +68,10 @@ def run_plan(args: argparse.Namespace) -> int:
                    "predictions": [p.to_json() for p in preds]}, sys.stdout, indent=1, default=float)
         print()
     else:
-        print(f"plan of {args.job}: N = {manifest.num_vertices}, T = {manifest.num_snapshots}, "
-              f"model {job.model.name}, rates: {rates.source}")
+        size = (f"T = {manifest.num_snapshots}" if hasattr(manifest, "num_snapshots")
+                else f"E = {manifest.num_events}")
+        print(f"plan of {args.job}: N = {manifest.num_vertices}, {size}, model {job.model.name}, "
+              f"rates: {rates.source}")
         head = f"{'P':>4}  {'strategy':<22} {'memory/rank MiB':>15} {'MiB/epoch':>11} {'λ':>6} " \
                f"{'compute s':>10} {'comm s':>9} {'epoch s':>9}  note"
         print(head)
@@ -100,6 +102,8 @@ def label(p, short: bool = False) -> str:
         return p.strategy + (f" (blocks {o['blocks']})" if short else f" (strategy.blocks: {o['blocks']})")
     if o.get("snapshot_ranks"):
         return p.strategy + f" {o['snapshot_ranks']}x{o['vertex_ranks']}"
+    if "minibatch" in o:
+        return p.strategy + f" {o['minibatch']}x{o['epoch']}x{o['memory']}"
     return p.strategy
 
 

@@ -85,7 +85,9 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     task_class(job.task.name).check(job.task, manifest)  # what the data cannot serve, before any plan blames one
     regime = regime_of("model", job.model.name)
     graph = GraphStats(manifest, data_root)
-    work = model_work(job.model, manifest.num_features, job.train.dtype)
+    # a snapshot model's counted work; a strategy that prices itself (``predict``: the event regime) needs none
+    work = None if all(hasattr(get_strategy(s), "predict") for s in names) else model_work(
+        job.model, manifest.num_features, job.train.dtype)
     params = parameter_count(job, manifest)
     out: list[Prediction] = []
     for P in ranks:
@@ -93,7 +95,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
             cls = get_strategy(name)
             opts = _options(job, name, given)
             variant = replace(job, strategy=opts)
-            if not hasattr(cls, "cost"):
+            if not hasattr(cls, "cost") and not hasattr(cls, "predict"):
                 out.append(_unpriced(name, opts, P, "no cost model yet"))
                 continue
             try:
@@ -118,6 +120,11 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
 
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:
     plan = cls.make_plan(manifest, P, job)
+    if hasattr(cls, "predict"):
+        pred = cls.predict(plan, job, manifest, graph.root, params, rates, memory_per_rank)
+        if rates.source == "defaults":
+            pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
+        return pred
     ranks = cls.cost(plan, job, manifest, graph, work)
     from hpcdgnn.tasks import task_class
 

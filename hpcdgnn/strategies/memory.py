@@ -73,6 +73,21 @@ class MemoryStrategy(Strategy[EventBatch]):
         """The i×j×k layout and the k time segments (:func:`hpcdgnn.partition.events.plan_memory`)."""
         return plan_memory(manifest, num_ranks, job)
 
+    @classmethod
+    def variants(cls, opts, num_ranks: int, manifest) -> list:
+        """The job's i×j×k when it multiplies to P, else the exact layout i = P."""
+        from dataclasses import replace
+
+        ok = opts.minibatch * opts.epoch * opts.memory == num_ranks
+        return [opts if ok else replace(opts, minibatch=num_ranks, epoch=1, memory=1)]
+
+    @classmethod
+    def predict(cls, plan: MemoryPlan, job, manifest, data_root: str, parameters: int, rates, memory_per_rank):
+        """The planner's figures for ``plan`` (:func:`hpcdgnn.planner.events.predict_memory`)."""
+        from hpcdgnn.planner.events import predict_memory
+
+        return predict_memory(plan, job, manifest, data_root, parameters, rates, memory_per_rank)
+
     def setup(self, plan: MemoryPlan, model, task, reader) -> Scored:
         """Read the whole stream, build the temporal CSR, this rank's (a, b, c) and its group's memory."""
         from hpcdgnn.data.events import read_events_per_node

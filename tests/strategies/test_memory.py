@@ -10,7 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from hpcdgnn.data.events import write_events
+from hpcdgnn.config import load_job
+from hpcdgnn.data.events import load_event_manifest, write_events
+from hpcdgnn.planner.predict import plan_job
+from hpcdgnn.planner.rates import MachineRates
 from tests.conftest import REPO, assert_same_run, read_metrics, write_job
 from tests.train.test_exactness import _losses, _losses_many
 
@@ -66,6 +69,11 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
         return [(job, tmp_path / f"{tag}", (*over, *more)), (job, tmp_path / f"{tag}-learnable", (*over, *learnable, *more))]
 
     refs = _losses_many(launcher, None, runs("p1"))
+    # the planner's inputs are what the run reports holding: the node memory, stream, index and features
+    one = json.loads((tmp_path / "p1" / "summary.json").read_text())["memory"]
+    pred = plan_job(load_job(job, list(over)), load_event_manifest(college_seconds), str(college_seconds), [1],
+                    MachineRates())[0]
+    assert pred.memory_parts["inputs"] == one["engine_bytes"][0] + one["host_payload_bytes"][0]
     for ref, recs1 in refs:
         assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
         assert 0 < recs1[-1]["val_mrr"] <= 1 and 0 < recs1[-1]["test_ap"] <= 1
@@ -77,6 +85,13 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
             for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
                 assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, name, key)
             assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "memory.order", "memory.eval"}
+            # the planner's prediction of the same job (hpcdgnn plan): the gradient bytes exactly, the scores to 1 %
+            data = college_seconds if name == "fixed" else college
+            more = [*over, *(learnable if name == "learnable" else ()), f"strategy.minibatch={i}"]
+            pred = plan_job(load_job(job, more), load_event_manifest(data), str(data), [i], MachineRates())[0]
+            measured = recs[-1]["bytes_by_tag"]
+            assert pred.bytes_by_tag["grad_allreduce"] == measured["grad_allreduce"], (i, name, measured)
+            assert pred.bytes_by_tag["memory.eval"] == pytest.approx(measured["memory.eval"], rel=0.01)
         # the group's one node memory is counted once over ranks (every rank reported it); the float64 features
         # are each rank's own copy (float32 ones would be the node's mapped copy, counted once too)
         engine = [json.loads((d / "summary.json").read_text())["memory"]["engine_bytes"]
@@ -93,6 +108,23 @@ def test_time_encoding_reads_the_same_in_any_unit(launcher, college, college_sec
     (s_auto, _), (s_one, _), (d_auto, _), (d_one, _) = _losses_many(launcher, None, runs)
     np.testing.assert_allclose(d_auto, s_auto, rtol=1e-9)
     assert not np.allclose(d_one, s_one, rtol=1e-3)
+
+
+def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
+    """``hpcdgnn plan`` on a TGN job: one priced row per P (i = P when the job's i·j·k does not multiply to it),
+    the node memory, stream and index as inputs (what a run reports as engine + host bytes), no traceback."""
+    from hpcdgnn.__main__ import main
+
+    job = _job(tmp_path, college, epoch=2)
+    assert main(["plan", str(job), "--ranks", "1", "2", "3"]) == 0
+    out = capsys.readouterr().out
+    for row in ("memory 1x1x1", "memory 1x2x1", "memory 3x1x1"):
+        assert row in out, out
+    pred = plan_job(load_job(job, []), load_event_manifest(college), str(college), [1], MachineRates())[0]
+    m = load_event_manifest(college)
+    node_memory = m.num_vertices * (8 + 2 * 8 + 2) * 8 + m.num_vertices * 8
+    stream = m.num_events * (24 + 2 * 8)
+    assert pred.memory_parts["inputs"] > node_memory + stream and pred.fits and pred.epoch_s > 0
 
 
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):

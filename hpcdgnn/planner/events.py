@@ -1,0 +1,131 @@
+"""The event regime's cost model: ``strategy: memory`` (DistTGL §3.2) at i×j×k priced from the stream.
+
+Per steady epoch, on the most loaded rank (the module docstring of :mod:`hpcdgnn.planner.cost` gives the time
+model; this one counts TGN's work instead of a snapshot model's):
+
+* **work**: trainer (a, b, c) embeds (2 + ``task.negatives``) roots for each of its 1/i of segment c's events;
+  the group that evaluates embeds (2 + ``task.eval_negatives``) roots for each of its 1/(i·j) of the validation
+  and test events, forward only. A root reads s̄ real neighbour slots — s̄ = E[min(k, events the node had
+  before t)], over the positives' endpoints and over uniform negatives at 32 times of the stream — and updates
+  1 + s̄ memories (an upper bound: the run updates each distinct (node, time) once). Multiply-adds per root:
+  (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
+  (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
+* **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
+  size × iterations, exact), the evaluating group's scores (``memory.eval``: 8·(1 + m) bytes per event plus
+  the pickled envelope per batch and rank); ``memory.order`` barriers move no bytes (their latency counts).
+* **memory**: the node memory (N × (d + mail) values and N update times), the stream, the temporal CSR and
+  the edge features as inputs; parameters with gradients and Adam's moments; one training slice's saved
+  activations, (1 + s̄)·(8d + d_t) + s̄·(D + d_t + 3H) + 3H + d values per root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+
+from hpcdgnn.planner.cost import Prediction
+from hpcdgnn.planner.rates import MachineRates
+
+__all__ = ["mean_slots", "predict_memory"]
+
+#: bytes pickle adds around one rank's (pos, neg) score arrays in ``allgather_obj`` (measured: 187 bytes at P = 2, 3)
+_ENVELOPE = 187
+#: framework calls per batch (forward ~40 tensor operations, backward and Adam ~3× that)
+_CALLS = {"train": 160, "eval": 45}
+
+
+def mean_slots(src: np.ndarray, dst: np.ndarray, t: np.ndarray, k: int, lo: int, hi: int,
+               events: tuple[int, int], samples: int = 32) -> tuple[float, float]:
+    """(s̄ of the positives' endpoints, s̄ of a uniform negative in [lo, hi)) over ``events`` [a, b).
+
+    Shapes:
+        src, dst, t (E,) in time order."""
+    a, b = events
+    if b <= a:
+        return 0.0, 0.0
+    nodes = np.stack([src, dst], 1).reshape(-1)
+    tt = np.repeat(t, 2)
+    # each endpoint's events strictly before t: its place among its own occurrences sorted by time, counted to
+    # the first of its occurrences at t
+    order = np.lexsort((tt, nodes))
+    ns, ts = nodes[order], tt[order]
+    first_of_node = np.searchsorted(ns, ns, side="left")
+    new = np.r_[True, (ns[1:] != ns[:-1]) | (ts[1:] != ts[:-1])]
+    first_at_t = np.maximum.accumulate(np.where(new, np.arange(ns.shape[0]), 0))
+    seen = np.empty_like(nodes)
+    seen[order] = first_at_t - first_of_node
+    pos = float(np.minimum(seen[2 * a : 2 * b], k).mean())
+    cuts = np.linspace(a, b - 1, min(samples, b - a)).astype(np.int64)
+    neg = []
+    for c in cuts:
+        before = np.searchsorted(t, t[c], side="left")
+        deg = np.bincount(nodes[: 2 * before], minlength=hi)[lo:hi]
+        neg.append(float(np.minimum(deg, k).mean()))
+    return pos, float(np.mean(neg))
+
+
+def predict_memory(plan, job, manifest, data_root: str, parameters: int, rates: MachineRates,
+                   memory_per_rank: float | None) -> Prediction:
+    """The :class:`~hpcdgnn.planner.cost.Prediction` of ``strategy: memory`` under ``plan`` (module docstring)."""
+    from hpcdgnn.data.events import read_events
+    from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
+
+    m, task = job.model, job.task
+    item = 8 if job.train.dtype == "float64" else 4
+    i, j, k, P = plan.minibatch, plan.epoch, plan.memory, plan.num_ranks
+    ev = read_events(data_root, manifest)
+    n, e, D = manifest.num_vertices, manifest.num_events, manifest.edge_feature_dim
+    lo, hi = (manifest.num_sources, n) if manifest.bipartite else (0, n)
+    d, dt, H = m.memory_dim, m.time_dim, m.hidden
+    mail = 2 * d + D
+
+    def per_root(slots: float) -> float:
+        return 2.0 * ((1 + slots) * (dt + mail + d) * 3 * d + slots * (d + D + dt) * 2 * H + (d + dt) * H
+                      + (H + d) * H + H * H)
+
+    tr = tuple(manifest.split["train"])
+    ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
+    s_pos, s_neg = mean_slots(ev.src, ev.dst, ev.t, m.neighbors, lo, hi, tr)
+    e_pos, e_neg = mean_slots(ev.src, ev.dst, ev.t, m.neighbors, lo, hi, (ev_lo, ev_hi))
+    train_root = (2 * per_root(s_pos) + task.negatives * per_root(s_neg)) * 3
+    eval_root = 2 * per_root(e_pos) + task.eval_negatives * per_root(e_neg)
+    seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
+                     for b0, b1 in plan.segments)
+    n_eval = ev_hi - ev_lo
+    eval_batches = plan.batches("val") + plan.batches("test")
+    train_flops = seg_events / i * train_root
+    eval_flops = n_eval / (i * j) * eval_root
+    iters = plan.iterations()
+    compute = ((train_flops + eval_flops) / rates.dense(H)
+               + (iters * _CALLS["train"] + eval_batches * _CALLS["eval"]) * rates.op_seconds)
+    grad = parameters * item
+    tags: dict[str, float] = {}
+    comm = 0.0
+    if P > 1:
+        tags["grad_allreduce"] = P * iters * grad
+        ar_lat, ar_bw = rates.collective("allreduce", P)
+        comm += iters * (ar_lat + grad / ar_bw)
+    if i * j > 1:
+        tags["memory.eval"] = 8.0 * (1 + task.eval_negatives) * n_eval + _ENVELOPE * eval_batches * i * j
+        a2a_lat, a2a_bw = rates.collective("alltoall", i * j)
+        comm += (iters + 2 * eval_batches) * a2a_lat + tags["memory.eval"] / (i * j) / a2a_bw
+    node_memory = n * (d + mail) * item + n * 8
+    stream = e * (8 + 8 + 8) + e * D * item  # src, dst as int64, t float64; the features at train.dtype
+    csr = TemporalNeighbors(ev.src, ev.dst, n).nbytes()
+    inputs = float(node_memory + stream + csr)
+    # saved for the backward per training root: each memory update's gates, gathered rows and Φ, each slot's
+    # edge features, Φ, key, value and gathered query, the root's query, aggregate and output
+    saved = ((1 + s_pos) * (8 * d + dt) + s_pos * (D + dt + 3 * H) + 3 * H + d)
+    activations = float(item * saved * (2 + task.negatives) * -(-plan.batch_events // i))
+    memory = inputs + activations + 4.0 * grad
+    notes = ["memory updates per root counted as 1 + s̄ (the run updates each distinct (node, time) once)"]
+    if j > 1 or k > 1:
+        notes.append("epoch and memory parallelism are approximate (DistTGL §3.2.2–3.2.3)")
+    return Prediction(strategy="memory", options=asdict(job.strategy),
+                      # the node's one copy of memory, stream and index is counted on its first rank: the most loaded
+                      num_ranks=P, memory_bytes=memory, memory_by_rank=[memory] * P,
+                      memory_parts={"inputs": inputs, "activations": activations, "parameters": 4.0 * grad},
+                      bytes_per_epoch=sum(tags.values()), bytes_by_tag=tags, balance=1.0, compute_s=compute,
+                      comm_s=comm, epoch_s=compute + comm, notes=notes,
+                      fits=memory_per_rank is None or memory <= memory_per_rank)
