@@ -3,6 +3,7 @@
     python perf/bench_convergence.py [--datasets collegemsg bitcoinalpha email tennis] [--models tgcn_cell ...]
                                      [--systems snapshot vertex dbos dbov bvr hybrid] [--ranks 1 2]
                                      [--epochs 60] [--patience 10] [--ablation] [--seed 0] [--out DIR]
+                                     [--reward-time measured|work] [--round-steps N]
 
 Every (dataset, model, system, P) trains ``--epochs`` epochs, split [0.4, 0.1, 0.5] (§6.1), and reports Table
 2's columns from its metrics.jsonl: ST (mean seconds an epoch, slowest rank), #CN (the epoch the validation MSE
@@ -56,8 +57,9 @@ LAYERS = {"tgcn_cell": 1, "dcrnn": 1, "evolvegcn_o": 2}
 HYBRID = {"name": "hybrid", "snapshot_fractions": [0.1, 0.2, 0.3], "vertex_fractions": [0.01, 0.05, 0.1, 0.2]}
 
 
-def systems(model: str) -> dict[str, dict]:
-    """The strategy section of each system for ``model``."""
+def systems(model: str, reward_time: str = "measured", round_steps: int = 0) -> dict[str, dict]:
+    """The strategy section of each system for ``model`` (``hybrid`` only: the DQN's ``reward_time``, averaging
+    rounds every ``round_steps`` steps, 0 = every 0.5 s)."""
     fixed = {"adjuster": {"kind": "fixed"}}
     return {
         "snapshot": {"name": FULL[model]},
@@ -66,8 +68,8 @@ def systems(model: str) -> dict[str, dict]:
         "dbov": {"name": "hybrid", "snapshot_fractions": [1.0], "vertex_fractions": [0.05], **fixed},
         "bvr": {"name": "hybrid", "snapshot_fractions": [1.0], "vertex_fractions": [0.05], **fixed,
                 "reservoir": {"mode": "on"}},
-        "hybrid": {**HYBRID, "adjuster": {"kind": "dqn"}, "reservoir": {"mode": "on"},
-                   "averaging": {"mode": "async", "every_s": 0.5}},
+        "hybrid": {**HYBRID, "adjuster": {"kind": "dqn", "reward_time": reward_time}, "reservoir": {"mode": "on"},
+                   "averaging": {"mode": "async", "every_s": 0.5, "every_steps": round_steps}},
     }
 
 
@@ -141,6 +143,11 @@ def main() -> int:
     ap.add_argument("--patience", type=int, default=10)
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--seed", type=int, default=0, help="train.seed of every run (initial weights, batches, DQN)")
+    ap.add_argument("--reward-time", choices=["measured", "work"], default="measured",
+                    help="hybrid's DQN reward time: wall-clock steps, or the batch's Def. 2 load")
+    ap.add_argument("--round-steps", type=int, default=0,
+                    help="hybrid's averaging rounds (and DQN decisions) every N steps; 0 = every 0.5 s. With "
+                         "--reward-time work a seed then fixes the whole run")
     ap.add_argument("--out", type=Path, default=REPO / "perf" / "results" / "convergence")
     args = ap.parse_args()
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -150,7 +157,7 @@ def main() -> int:
         data = prepare(name, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-convergence-data")
         for model in args.models:
             for P in args.ranks:
-                plan = [(s, systems(model)[s]) for s in args.systems]
+                plan = [(s, systems(model, args.reward_time, args.round_steps)[s]) for s in args.systems]
                 if args.ablation and name == args.datasets[0] and model == args.models[0]:
                     plan += ablation(model)
                 results = {label: run(data, model, strat, P, args.epochs, work / f"{name}-{model}-p{P}-{i}", args.seed)

@@ -16,7 +16,7 @@ __all__ = ["EVENTS"]
 def build_model(job: JobConfig, manifest) -> TGN:
     """TGN over the stream's N nodes and D edge features, Δt in the stream's own unit (``model.time_scale``)."""
     m = job.model
-    scale = (manifest.time_gap or 1.0) if m.time_scale == "auto" else m.time_scale
+    scale = (getattr(manifest, "time_gap", None) or 1.0) if m.time_scale == "auto" else m.time_scale
     return TGN(manifest.num_vertices, manifest.edge_feature_dim, m.memory_dim, m.time_dim, m.hidden, m.heads,
                m.static_memory == "on", m.time_encoding == "learnable", scale)
 
