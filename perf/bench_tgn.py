@@ -226,7 +226,8 @@ def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path
         ev = r["memory"]["eval_seconds"]
         out.append({"train_s": r["time"]["epoch"]["max"] - ev, "eval_s": ev, "loss": r["loss"],
                     **{key: r[key] for key in ("val_mrr", "test_mrr", "val_ap", "test_ap")}})
-        print(f"  hpcdgnn {config}{' @' + tree.name if tree else ''} epoch {r['epoch']}: train {out[-1]['train_s']:.1f} s, eval {ev:.1f} s, "
+        where = f" @{tree.name}" if tree else ""
+        print(f"  hpcdgnn {config}{where} epoch {r['epoch']}: train {out[-1]['train_s']:.1f} s, eval {ev:.1f} s, "
               f"loss {r['loss']:.4f}, test AP {r['test_ap']:.4f}, MRR {r['test_mrr']:.4f}", flush=True)
     return out
 

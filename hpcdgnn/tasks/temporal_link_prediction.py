@@ -2,7 +2,8 @@
 
 TGL's predictor ``s(u, v) = W_o ReLU(W_s z_u + W_d z_v)``; loss ``softplus(−s(u, v)) + mean_j softplus(s(u, n_j))``
 summed over events. MRR ranks each positive against ``task.eval_negatives``; AP is per global batch of the
-positives and the first negative of each (one negative per positive, as TGL's ``val_ap`` and PyG's TGN example). Scores are rounded to 9 decimals so exact ties tie on every rank count.
+positives and the first negative of each (one negative per positive, as TGL's ``val_ap`` and PyG's TGN
+example). Scores are rounded to 9 decimals so exact ties tie on every rank count.
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
     learnable = (f"data.path={college}", "model.time_encoding=learnable", "model.time_scale=1")
 
     def runs(tag, *more):
-        return [(job, tmp_path / f"{tag}", (*over, *more)), (job, tmp_path / f"{tag}-learnable", (*over, *learnable, *more))]
+        return [(job, tmp_path / f"{tag}", (*over, *more)),
+                (job, tmp_path / f"{tag}-learnable", (*over, *learnable, *more))]
 
     refs = _losses_many(launcher, None, runs("p1"))
     # the planner's inputs are what the run reports holding: the node memory, stream, index and features
@@ -80,7 +81,8 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
         assert recs1[-1]["memory"]["train_events"] == 910
     for i in (2, 3):
         for (ref, recs1), (got, recs), name in zip(
-                refs, _losses_many(launcher, i, runs(f"p{i}", f"strategy.minibatch={i}")), ("fixed", "learnable")):
+                refs, _losses_many(launcher, i, runs(f"p{i}", f"strategy.minibatch={i}")), ("fixed", "learnable"),
+                strict=True):
             np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=f"i={i} {name}")
             for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
                 assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, name, key)
