@@ -67,6 +67,12 @@ class TemporalNeighbors:
             setattr(out, k, arrays[k])
         return out
 
+    @staticmethod
+    def index_bytes(num_events: int, num_vertices: int) -> int:
+        """What :meth:`nbytes` is for a stream of E events over N vertices, without building it: ``key``,
+        ``neighbor``, ``event`` (2E int64 each) and ``start`` (N int64)."""
+        return 3 * 2 * int(num_events) * 8 + int(num_vertices) * 8
+
     def nbytes(self) -> int:
         """Bytes of the index's arrays."""
         return int(sum(a.nbytes for a in self.arrays().values()))

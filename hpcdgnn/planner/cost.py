@@ -122,6 +122,8 @@ class GraphStats:
     def __init__(self, manifest, data_root: str) -> None:
         self.manifest, self.root = manifest, data_root
         self._csr: list[tuple[np.ndarray, np.ndarray]] | None = None
+        #: figures a cost model derives from the data once for every P and variant it prices, by key
+        self.derived: dict = {}
 
     @property
     def adjacency_nnz(self) -> np.ndarray:

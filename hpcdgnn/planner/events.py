@@ -24,12 +24,12 @@ from dataclasses import asdict
 
 import numpy as np
 
-from hpcdgnn.planner.cost import Prediction
+from hpcdgnn.planner.cost import GraphStats, Prediction
 from hpcdgnn.planner.rates import MachineRates
 
 __all__ = ["mean_slots", "predict_memory"]
 
-#: bytes pickle adds around one rank's (pos, neg) score arrays in ``allgather_obj`` (measured: 187 bytes at P = 2, 3)
+#: bytes pickle wraps around one rank's (pos, neg) score arrays in ``allgather_obj`` (two float64 arrays)
 _ENVELOPE = 187
 #: framework calls per batch (forward ~40 tensor operations, backward and Adam ~3× that)
 _CALLS = {"train": 160, "eval": 45}
@@ -65,18 +65,31 @@ def mean_slots(src: np.ndarray, dst: np.ndarray, t: np.ndarray, k: int, lo: int,
     return pos, float(np.mean(neg))
 
 
-def predict_memory(plan, job, manifest, data_root: str, parameters: int, rates: MachineRates,
+def _slots(graph: GraphStats, k: int) -> tuple[float, float, float, float]:
+    """(s̄ train positives, s̄ train negatives, s̄ evaluation positives, s̄ evaluation negatives) at k
+    neighbours: the stream read once per ``graph`` (every P and variant of a plan shares it)."""
+    key = ("events.slots", k)
+    if key not in graph.derived:
+        from hpcdgnn.data.events import read_events
+
+        m = graph.manifest
+        ev = read_events(graph.root, m)
+        lo, hi = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
+        evaluation = (m.split["val"][0], m.split["test"][1])
+        graph.derived[key] = (*mean_slots(ev.src, ev.dst, ev.t, k, lo, hi, tuple(m.split["train"])),
+                              *mean_slots(ev.src, ev.dst, ev.t, k, lo, hi, evaluation))
+    return graph.derived[key]
+
+
+def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rates: MachineRates,
                    memory_per_rank: float | None) -> Prediction:
     """The :class:`~hpcdgnn.planner.cost.Prediction` of ``strategy: memory`` under ``plan`` (module docstring)."""
-    from hpcdgnn.data.events import read_events
     from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
 
     m, task = job.model, job.task
     item = 8 if job.train.dtype == "float64" else 4
     i, j, k, P = plan.minibatch, plan.epoch, plan.memory, plan.num_ranks
-    ev = read_events(data_root, manifest)
     n, e, D = manifest.num_vertices, manifest.num_events, manifest.edge_feature_dim
-    lo, hi = (manifest.num_sources, n) if manifest.bipartite else (0, n)
     d, dt, H = m.memory_dim, m.time_dim, m.hidden
     mail = 2 * d + D
 
@@ -84,10 +97,8 @@ def predict_memory(plan, job, manifest, data_root: str, parameters: int, rates: 
         return 2.0 * ((1 + slots) * (dt + mail + d) * 3 * d + slots * (d + D + dt) * 2 * H + (d + dt) * H
                       + (H + d) * H + H * H)
 
-    tr = tuple(manifest.split["train"])
     ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
-    s_pos, s_neg = mean_slots(ev.src, ev.dst, ev.t, m.neighbors, lo, hi, tr)
-    e_pos, e_neg = mean_slots(ev.src, ev.dst, ev.t, m.neighbors, lo, hi, (ev_lo, ev_hi))
+    s_pos, s_neg, e_pos, e_neg = _slots(graph, m.neighbors)
     train_root = (2 * per_root(s_pos) + task.negatives * per_root(s_neg)) * 3
     eval_root = 2 * per_root(e_pos) + task.eval_negatives * per_root(e_neg)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
@@ -112,7 +123,7 @@ def predict_memory(plan, job, manifest, data_root: str, parameters: int, rates: 
         comm += (iters + 2 * eval_batches) * a2a_lat + tags["memory.eval"] / (i * j) / a2a_bw
     node_memory = n * (d + mail) * item + n * 8
     stream = e * (8 + 8 + 8) + e * D * item  # src, dst as int64, t float64; the features at train.dtype
-    csr = TemporalNeighbors(ev.src, ev.dst, n).nbytes()
+    csr = TemporalNeighbors.index_bytes(e, n)
     inputs = float(node_memory + stream + csr)
     # saved for the backward per training root: each memory update's gates, gathered rows and Φ, each slot's
     # edge features, Φ, key, value and gathered query, the root's query, aggregate and output

@@ -121,7 +121,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:
     plan = cls.make_plan(manifest, P, job)
     if hasattr(cls, "predict"):
-        pred = cls.predict(plan, job, manifest, graph.root, params, rates, memory_per_rank)
+        pred = cls.predict(plan, job, manifest, graph, params, rates, memory_per_rank)
         if rates.source == "defaults":
             pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
         return pred

@@ -82,11 +82,11 @@ class MemoryStrategy(Strategy[EventBatch]):
         return [opts if ok else replace(opts, minibatch=num_ranks, epoch=1, memory=1)]
 
     @classmethod
-    def predict(cls, plan: MemoryPlan, job, manifest, data_root: str, parameters: int, rates, memory_per_rank):
+    def predict(cls, plan: MemoryPlan, job, manifest, graph, parameters: int, rates, memory_per_rank):
         """The planner's figures for ``plan`` (:func:`hpcdgnn.planner.events.predict_memory`)."""
         from hpcdgnn.planner.events import predict_memory
 
-        return predict_memory(plan, job, manifest, data_root, parameters, rates, memory_per_rank)
+        return predict_memory(plan, job, manifest, graph, parameters, rates, memory_per_rank)
 
     def setup(self, plan: MemoryPlan, model, task, reader) -> Scored:
         """Read the whole stream, build the temporal CSR, this rank's (a, b, c) and its group's memory."""

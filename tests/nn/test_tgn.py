@@ -76,6 +76,12 @@ def test_recent_matches_a_loop(k):
         assert n == min(k, len(full))
 
 
+def test_index_bytes_without_building_the_index():
+    """``TemporalNeighbors.index_bytes`` (the planner's figure) is what a built index holds."""
+    src, dst, _, _ = stream(2)
+    assert TemporalNeighbors.index_bytes(src.shape[0], N) == TemporalNeighbors(src, dst, N).nbytes()
+
+
 def test_recent_empty_stream_and_history():
     empty = TemporalNeighbors(np.zeros(0, np.int64), np.zeros(0, np.int64), 3)
     b = empty.recent(np.array([0, 2]), np.array([0, 0]), 2)
