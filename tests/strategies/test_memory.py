@@ -129,6 +129,20 @@ def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     assert pred.memory_parts["inputs"] > node_memory + stream and pred.fits and pred.epoch_s > 0
 
 
+@pytest.mark.parametrize(("over", "words"), [
+    ("model.time_scale=-1", "model.time_scale: must be auto or a positive number"),
+    ("model.time_scale=0", "model.time_scale: must be auto or a positive number"),
+    ("model.time_encoding=trained", "model.time_encoding: 'trained' is not allowed; choose from fixed, learnable"),
+])
+def test_bad_time_encoding_keys_are_one_line(college, tmp_path, capsys, over, words):
+    """The time encoding's keys are checked before anything runs: one line naming the key, exit 2."""
+    from hpcdgnn.__main__ import main
+
+    assert main(["check", str(_job(tmp_path, college)), "--ranks", "1", "--set", over]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and words in err[0], err
+
+
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
     """1×2×1 trains every positive batch twice (two negative sets); 1×1×2 walks two time segments with two
     memories; a 1×1×2 run with a pre-trained static memory resumed from its epoch-2 checkpoint (each group's
