@@ -1,4 +1,5 @@
-"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile|plan|calibrate|check|export|report``.
+"""Command line: ``python -m hpcdgnn run|prepare|generate|inspect|validate|profile|plan|calibrate|check|export|report|
+embed|predict``.
 
 ``run`` is the SPMD entry point (``mpirun -np P python -m hpcdgnn run job.yaml``). An exception on any rank
 prints ``rank R/P: <traceback>`` and calls ``MPI_Abort``, so no rank waits forever in a collective; user errors
@@ -46,14 +47,18 @@ def _env_switches() -> list[str]:
     return [f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _spmd(command: list[str], body) -> int:
+    """Run ``body(comm)`` on every rank of the MPI job (``run``, ``embed``, ``predict``): its exit status.
+
+    An error every rank meets is one line from rank 0; one a rank meets alone is its line with the rank, then
+    ``MPI_Abort`` (the others may wait in a collective); a crash prints ``rank R/P: <traceback>`` and aborts.
+    """
     from hpcdgnn import preemption
 
     # before the heavy imports: a scheduler's early warning must not kill us; a second SIGINT/SIGTERM stops at once
     stop = preemption.install(at_once=True)
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
-    from hpcdgnn.train import run_training
 
     try:  # no hang when a rank runs another MPI program (MPMD)
         comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
@@ -76,23 +81,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if wrong_world:
             raise collective_error(ConfigError(wrong_world))
         if comm.size > 1:
-            command = _env_switches()
-            command += ["run", *([args.job] if args.job else []), *(["--set", *args.set] if args.set else []),
-                        *(["--output", args.output] if args.output else []),
-                        *(["--resume", args.resume] if args.resume else [])]
-            differ = check_same_command(comm, command)
+            differ = check_same_command(comm, _env_switches() + command)
             if differ:
                 raise collective_error(ConfigError(differ))
-        if not args.job and not args.resume:
-            raise collective_error(ConfigError("run: give a job YAML, or --resume RUNDIR"))
-        if args.resume and args.output:
-            raise collective_error(
-                ConfigError("run: --output and --resume exclude each other (a resumed run stays in its directory)")
-            )
-        result = run_training(args.job, args.set or [], args.output, comm, resume=args.resume)
+        code = body(comm)
         comm.close()
-        if result.preempted:
-            return EXIT_PREEMPTED
+        return code
     except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
             if comm.rank == 0:
@@ -109,7 +103,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
                            f"out of memory ({detail}) during the set-up; the job needs more than this rank has: "
                            "lower its sizes (model.hidden, task.negatives; TGN: model.neighbors, task.eval_negatives, "
                            "task.batch_events), or spread it over more ranks or nodes")
-    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from hpcdgnn.train import run_training
+    from hpcdgnn.train.collective import collective_error
+
+    def body(comm) -> int:
+        if not args.job and not args.resume:
+            raise collective_error(ConfigError("run: give a job YAML, or --resume RUNDIR"))
+        if args.resume and args.output:
+            raise collective_error(
+                ConfigError("run: --output and --resume exclude each other (a resumed run stays in its directory)")
+            )
+        result = run_training(args.job, args.set or [], args.output, comm, resume=args.resume)
+        return EXIT_PREEMPTED if result.preempted else 0
+
+    return _spmd(["run", *([args.job] if args.job else []), *(["--set", *args.set] if args.set else []),
+                  *(["--output", args.output] if args.output else []),
+                  *(["--resume", args.resume] if args.resume else [])], body)
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    """Write a trained run's Z_t (issue 60); under mpirun the strategy's own distributed forward."""
+    from hpcdgnn.embed import run_embed
+
+    return _spmd(["embed", args.rundir, args.output, args.split, *(args.set or [])], lambda comm: run_embed(args, comm))
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    """Score pairs or predict node targets with a trained run (issue 60)."""
+    from hpcdgnn.embed import run_predict
+
+    return _spmd(["predict", args.rundir, args.output, args.pairs or "", args.split, *(args.set or [])],
+                 lambda comm: run_predict(args, comm))
 
 
 def _rank_error(rank: int, size: int, abort, message: str, code: int = EXIT_USAGE) -> int:
@@ -279,6 +306,25 @@ def _parser() -> argparse.ArgumentParser:
                     help="the trained model and task head: state_dicts and what builds them (no trainer needed)")
     ex.set_defaults(func=_cmd_export)
 
+    from hpcdgnn.embed import add_embed_arguments, add_predict_arguments
+
+    em = sub.add_parser("embed", help="write a trained run's node embeddings Z_t (HDF5 or npz)",
+                        description="Compute Z_t with the run's newest checkpoint (under mpirun: its strategy's "
+                        "distributed forward on P ranks) and write them, with the metrics of that pass.\n"
+                        "  python -m hpcdgnn embed RUNDIR --split test --output z.h5",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_embed_arguments(em)
+    em.set_defaults(func=_cmd_embed)
+    pd = sub.add_parser("predict", help="score (u, v, t) pairs, or predict node targets, with a trained run",
+                        description="Link prediction: the probability that each (u, v) of --pairs is an edge of "
+                        "snapshot t+1 given Z_t (CSV u,v,t,score). Node tasks: the head's output per vertex and "
+                        "step of --split (the layout of embed's file).\n"
+                        "  python -m hpcdgnn predict RUNDIR --pairs pairs.csv --output scores.csv\n"
+                        "  python -m hpcdgnn predict RUNDIR --split test --output y.h5",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_predict_arguments(pd)
+    pd.set_defaults(func=_cmd_predict)
+
     rp = sub.add_parser("report", help="learning curves and the per-epoch time split of runs (PNG)",
                         description="Draw curves.png (loss, validation and test metrics per epoch, one line per run) "
                         "and time_split.png (the slowest rank's load / compute / exposed communication per epoch) "
@@ -296,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
 
         preemption.hold()
     args = _parser().parse_args(argv)
-    if args.command == "run":
+    if args.command in ("run", "embed", "predict"):
         # checked before MPI starts: a bad value is one line and exit 2, not a mid-epoch abort
         try:
             from hpcdgnn.comm.world import start_timeout

@@ -20,7 +20,8 @@ __all__ = ["Progress", "default_seconds"]
 
 T = TypeVar("T")
 
-#: a terminal's bar appears once work has taken this long, and is redrawn at most this often
+#: a terminal's bar appears once work has taken this long, and is redrawn at most this often (both at most the
+#: period of plain lines, ``seconds``)
 _BAR_DELAY, _BAR_EVERY = 0.5, 0.1
 _WIDTH = 30
 
@@ -81,7 +82,7 @@ class Progress:
             return
         now = time.monotonic()
         if self.tty:
-            if now - self.start >= min(_BAR_DELAY, self.seconds) and now - self.last >= _BAR_EVERY:
+            if now - self.start >= min(_BAR_DELAY, self.seconds) and now - self.last >= min(_BAR_EVERY, self.seconds):
                 self.stream.write(self._bar(now))
                 self.stream.flush()
                 self.last, self.shown = now, True

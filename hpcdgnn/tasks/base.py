@@ -155,6 +155,18 @@ class Task(nn.Module):
     in_place: bool = False
     """Whether the task scores rows where they live (:class:`RowShard`) under vertex-partitioning strategies."""
 
+    predicts: str = "nodes"
+    """What ``predict`` makes of Z_t: ``nodes`` (an output per vertex) or ``pairs`` (a score per (u, v))."""
+
+    def predict(self, z: torch.Tensor, src: torch.Tensor | None = None,
+                dst: torch.Tensor | None = None) -> torch.Tensor:
+        """The trained head on Z_t, for ``predict``: per vertex (N, ·), or per pair (K,) of ``src``, ``dst``.
+
+        Shapes:
+            z: (N, F); src, dst: (K,) vertex ids.
+        """
+        raise NotImplementedError
+
     @staticmethod
     def train_horizon(cfg, manifest) -> int:
         """The last snapshot whose embedding enters the training loss (-1 if none); no autograd needed past it."""

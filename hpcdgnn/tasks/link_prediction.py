@@ -222,6 +222,7 @@ class LinkPrediction(Task):
     metric = "auc"
     in_place = True
     buckets_pairs = True
+    predicts = "pairs"
     options = LinkPredictionOptions
 
     def __init__(self, cfg: LinkPredictionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
@@ -248,6 +249,11 @@ class LinkPrediction(Task):
     def reset_parameters(self) -> None:
         """Reset the decoder MLP."""
         self.decoder.reset_parameters()
+
+    def predict(self, z: torch.Tensor, src: torch.Tensor | None = None,
+                dst: torch.Tensor | None = None) -> torch.Tensor:
+        """σ(decoder(z_u, z_v)): the probability (K,) that edge u -> v appears in snapshot t+1, given Z_t ``z``."""
+        return torch.sigmoid(self.decoder(z, src.to(z.device), dst.to(z.device)))
 
     @staticmethod
     def train_horizon(cfg: LinkPredictionOptions, manifest: Manifest) -> int:

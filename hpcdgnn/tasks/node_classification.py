@@ -56,6 +56,11 @@ class NodeClassification(Task):
         """Reset the linear head."""
         self.head.reset_parameters()
 
+    def predict(self, z: torch.Tensor, src: torch.Tensor | None = None,
+                dst: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(head(Z_t)): (N, C) class probabilities of every vertex at t."""
+        return torch.softmax(self.head(z), dim=-1)
+
     @staticmethod
     def train_horizon(cfg: NodeClassificationOptions, manifest: Manifest) -> int:
         """Last training snapshot."""

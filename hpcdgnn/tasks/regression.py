@@ -104,6 +104,11 @@ class Regression(Task):
         out[idx.cpu()] = y.detach().cpu().to(torch.float64)
         return out.view(-1, self.horizon)
 
+    def predict(self, z: torch.Tensor, src: torch.Tensor | None = None,
+                dst: torch.Tensor | None = None) -> torch.Tensor:
+        """Ŷ_t = head(Z_t): the (N, H) predicted targets of t .. t+H-1, in the dataset's units."""
+        return self.head(z)
+
     @staticmethod
     def train_horizon(cfg: RegressionOptions, manifest: Manifest) -> int:
         """Last training step (its Z_t is the last embedding in the loss)."""

@@ -1,0 +1,329 @@
+"""Use what a run trained: ``embed`` writes Z_t, ``predict`` scores pairs or node targets (issue 60).
+
+Both run the checkpoint's forward on this job's ranks (:mod:`hpcdgnn.train.inference`; under ``mpirun`` the
+strategy's own distributed pass), gather each step's rows on rank 0, which writes the file — one step at a time,
+so rank 0 holds one N × F block, not the timeline.
+
+The embeddings file (HDF5 ``.h5`` / ``.hdf5``, or NumPy ``.npz``):
+
+* ``embeddings`` (S, N, F): Z_t of each step, in the run's dtype; rows no rank computed are NaN;
+* ``steps`` (S,): the snapshot t of each Z_t (Z_t scores snapshot t+1's edges in link prediction);
+* ``computed`` (S, N) bool: the rows computed (all, except under ``sequences``, whose samples read some);
+* ``meta``: JSON — run directory, checkpoint, its epoch E, the epoch whose negatives the pass drew, the split,
+  P, and the metrics of that pass (``hpcdgnn.train.inference`` says which recorded figures they equal).
+
+``predict`` writes ``u,v,t,score`` rows (CSV; score = the decoder's probability that edge (u, v) appears in
+snapshot t+1 given Z_t), or for node tasks a file of the same layout as ``embed``'s whose ``embeddings`` are the
+head's outputs (regression: the H predicted targets; classification: class probabilities).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hpcdgnn.errors import ConfigError, DataError
+
+__all__ = ["EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "read_embeddings", "run_embed",
+           "run_predict", "score_embeddings"]
+
+_SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".npz": "npz"}
+
+
+def add_embed_arguments(p: argparse.ArgumentParser) -> None:
+    """``embed``'s options."""
+    p.add_argument("rundir", help="a run directory with a checkpoint")
+    p.add_argument("--output", required=True, metavar="FILE", help="a new .h5 / .hdf5 or .npz file")
+    p.add_argument("--split", choices=["train", "val", "test", "all"], default="test",
+                   help="the steps whose Z_t to write (default test)")
+    p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
+                   help="e.g. data.path=NEW for a moved dataset, train.device=cpu")
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    """``predict``'s options."""
+    p.add_argument("rundir", help="a run directory with a checkpoint")
+    p.add_argument("--output", required=True, metavar="FILE",
+                   help="a new file: .csv for --pairs; .h5 / .hdf5 / .npz for node targets")
+    p.add_argument("--pairs", metavar="FILE",
+                   help="link prediction: (u, v, t) rows to score, a .npy (K, 3) integer array or a text file of "
+                   "three integer columns (comma or blank separated, '#' comments)")
+    p.add_argument("--split", choices=["train", "val", "test", "all"], default="test",
+                   help="node tasks: the steps to predict (default test)")
+    p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
+                   help="e.g. data.path=NEW for a moved dataset, train.device=cpu")
+
+
+def _new_file(path: str, suffixes: dict[str, str], option: str = "--output") -> str:
+    """The format of a file the command will create; refuse an existing file or a missing directory."""
+    p = Path(path)
+    fmt = suffixes.get(p.suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"{option} {path}: give a file ending in {' / '.join(sorted(suffixes))}")
+    if p.exists():
+        raise ConfigError(f"{option} {path}: exists; nothing is overwritten (give a new name)")
+    if not p.absolute().parent.is_dir():
+        raise ConfigError(f"{option} {path}: no directory {p.absolute().parent}")
+    return fmt
+
+
+@dataclass
+class EmbeddingFile:
+    """An ``embed`` (or node ``predict``) file read back: see the module docstring."""
+
+    embeddings: np.ndarray
+    steps: np.ndarray
+    computed: np.ndarray
+    meta: dict
+
+
+def read_embeddings(path: str | os.PathLike) -> EmbeddingFile:
+    """Read an ``embed`` file (HDF5 or npz) whole."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".npz":
+            with np.load(path) as f:
+                return EmbeddingFile(f["embeddings"], f["steps"], f["computed"], json.loads(str(f["meta"])))
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            return EmbeddingFile(f["embeddings"][()], f["steps"][()], f["computed"][()], json.loads(f.attrs["meta"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise DataError(f"{path}: not an hpcdgnn embeddings file ({e})") from None
+
+
+class _Writer:
+    """Rank 0's file, written step by step under a temporary name and renamed when complete."""
+
+    def __init__(self, path: str, fmt: str, num_steps: int) -> None:
+        self.path, self.fmt, self.num_steps = Path(path), fmt, num_steps
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.f, self.parts, self.k = None, [], 0
+
+    def add(self, z: np.ndarray, computed: np.ndarray) -> None:
+        if self.fmt == "npz":
+            self.parts.append((z, computed))
+        else:
+            if self.f is None:
+                import h5py
+
+                self.f = h5py.File(self.tmp, "w")
+                self.f.create_dataset("embeddings", (self.num_steps, *z.shape), dtype=z.dtype)
+                self.f.create_dataset("computed", (self.num_steps, z.shape[0]), dtype=bool)
+            self.f["embeddings"][self.k] = z
+            self.f["computed"][self.k] = computed
+        self.k += 1
+
+    def close(self, steps: list[int], meta: dict) -> None:
+        if self.fmt == "npz":
+            with open(self.tmp, "wb") as f:
+                np.savez(f, embeddings=np.stack([z for z, _ in self.parts]),
+                         computed=np.stack([c for _, c in self.parts]), steps=np.asarray(steps, dtype=np.int64),
+                         meta=np.asarray(json.dumps(meta)))
+        else:
+            self.f.create_dataset("steps", data=np.asarray(steps, dtype=np.int64))
+            self.f.attrs["meta"] = json.dumps(meta)
+            self.f.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        if self.f is not None:
+            self.f.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def _meta(tr, split: str, epoch: int, metrics: dict) -> dict:
+    return {"run_dir": str(tr.run_dir.absolute()), "checkpoint": tr.checkpoint.name, "checkpoint_epoch": tr.epoch,
+            "draw_epoch": epoch, "split": split, "ranks": tr.comm.size, "model": tr.job.model.name,
+            "strategy": tr.job.strategy.name, "dtype": tr.job.train.dtype,
+            "metrics": {k: v for k, v in metrics.items() if not k.startswith("train_") or split in ("train", "all")}}
+
+
+def _write_steps(tr, recorder, steps: list[int], writer: _Writer | None, transform=None) -> None:
+    """Gather each step on rank 0 and write it there (``transform``: rows → what to write, e.g. a head)."""
+    from hpcdgnn.train.inference import gather_step
+
+    try:
+        for t in steps:
+            got = gather_step(recorder, tr.comm, t)
+            if writer is not None:
+                z, computed = got
+                writer.add(z if transform is None else transform(t, z), computed)
+    except BaseException:
+        if writer is not None:
+            writer.discard()
+        raise
+
+
+def _metric_line(metrics: dict, split: str) -> str:
+    names = ("val", "test") if split == "all" else (split,)
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.split("_")[0] in names)
+
+
+def run_embed(args: argparse.Namespace, comm) -> int:
+    """``python -m hpcdgnn embed RUNDIR --output FILE [--split S]`` on every rank (collective)."""
+    from hpcdgnn.train.collective import agree
+    from hpcdgnn.train.inference import open_trained, pass_steps, recorded_pass
+
+    kept: dict = {}
+
+    def before(job) -> None:  # rank 0, before any set-up
+        kept["fmt"] = _new_file(args.output, _SUFFIXES)
+
+    tr = open_trained(args.rundir, comm, "embed", args.set or [], before)
+    steps = agree(comm, lambda: pass_steps(tr, args.split))
+    metrics, epoch, recorder = recorded_pass(tr, steps)
+    writer = _Writer(args.output, kept["fmt"], len(steps)) if comm.rank == 0 else None
+    _write_steps(tr, recorder, steps, writer)
+    if writer is not None:
+        writer.close(steps, _meta(tr, args.split, epoch, metrics))
+        print(f"embed: Z_t of {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} × "
+              f"F = {recorder.width} from {tr.checkpoint.name} on {comm.size} rank(s) -> {args.output}; "
+              f"{_metric_line(metrics, args.split)}", flush=True)
+    return 0
+
+
+def _read_pairs(path: str, num_vertices: int, num_steps: int) -> np.ndarray:
+    """(K, 3) int64 rows (u, v, t) of a ``--pairs`` file; a bad row is one line naming the file and row."""
+    try:
+        if path.lower().endswith(".npy"):
+            pairs = np.load(path, allow_pickle=False)
+        else:
+            with open(path) as f:
+                text = f.read().replace(",", " ")
+            pairs = np.loadtxt(text.splitlines(), dtype=np.float64, comments="#", ndmin=2)
+    except (OSError, ValueError) as e:
+        raise DataError(f"--pairs {path}: unreadable ({str(e).strip().splitlines()[0]})") from None
+    if pairs.ndim != 2 or pairs.shape[1] != 3 or pairs.shape[0] == 0:
+        raise DataError(f"--pairs {path}: want rows of three columns u, v, t; found shape {tuple(pairs.shape)}")
+    if not np.array_equal(pairs, np.round(pairs)):
+        raise DataError(f"--pairs {path}: row {int(np.flatnonzero((pairs != np.round(pairs)).any(1))[0])}: "
+                        "u, v, t must be integers")
+    pairs = pairs.astype(np.int64)
+    for col, name, bound in ((0, "u", num_vertices), (1, "v", num_vertices), (2, "t", num_steps)):
+        bad = np.flatnonzero((pairs[:, col] < 0) | (pairs[:, col] >= bound))
+        if bad.size:
+            raise DataError(f"--pairs {path}: row {int(bad[0])}: {name} = {int(pairs[bad[0], col])} is outside "
+                            f"0 .. {bound - 1}")
+    return pairs
+
+
+def run_predict(args: argparse.Namespace, comm) -> int:
+    """``python -m hpcdgnn predict RUNDIR --output FILE (--pairs FILE | --split S)`` on every rank."""
+    import torch
+
+    from hpcdgnn.train.collective import agree, collective_error
+    from hpcdgnn.train.inference import open_trained, pass_steps, recorded_pass
+
+    kept: dict = {}
+
+    def before(job) -> None:  # rank 0, with the job loaded and before any set-up
+        from hpcdgnn.regimes import regime_of
+        from hpcdgnn.tasks import task_class
+
+        pairs_task = task_class(job.task.name).predicts == "pairs"
+        if pairs_task != bool(args.pairs):
+            raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name} "
+                              + ("scores pairs: give --pairs FILE" if pairs_task else
+                                 "predicts node targets: give --split, not --pairs"))
+        kept["fmt"] = _new_file(args.output, {".csv": "csv"} if pairs_task else _SUFFIXES)
+        if pairs_task:
+            manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
+            kept["pairs"] = _read_pairs(args.pairs, manifest.num_vertices, manifest.num_snapshots)
+
+    tr = open_trained(args.rundir, comm, "predict", args.set or [], before)
+    pairs = comm.bcast_obj(kept.get("pairs"), tag="setup")
+    if pairs is not None:
+        steps = sorted(int(t) for t in np.unique(pairs[:, 2]))
+        usable = set(agree(comm, lambda: pass_steps(tr, "all")))
+        missing = [t for t in steps if t not in usable]
+        if missing:  # every rank knows the same: all refuse
+            why = "" if tr.strategy.full_batch else " (its evaluation pass)"
+            raise collective_error(ConfigError(f"--pairs {args.pairs}: t = {missing[0]}: strategy "
+                                               f"{tr.job.strategy.name} computes Z_t of steps {min(usable)} .. "
+                                               f"{max(usable)} only{why}"))
+    else:
+        steps = agree(comm, lambda: pass_steps(tr, args.split))
+    metrics, epoch, recorder = recorded_pass(tr, steps)
+    task = tr.task
+
+    def head(t: int, z: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return task.predict(torch.from_numpy(z).to(task_device)).cpu().numpy()
+
+    task_device = next((p.device for p in task.parameters()), torch.device("cpu"))
+    if pairs is None:
+        writer = _Writer(args.output, kept.get("fmt"), len(steps)) if comm.rank == 0 else None
+        _write_steps(tr, recorder, steps, writer, head)
+        if writer is not None:
+            writer.close(steps, _meta(tr, args.split, epoch, metrics))
+            print(f"predict: {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} -> {args.output}",
+                  flush=True)
+        return 0
+    scores = np.full(pairs.shape[0], np.nan)
+    from hpcdgnn.train.inference import gather_step
+
+    for t in steps:
+        got = gather_step(recorder, tr.comm, t)
+        if got is None:
+            continue
+        z, computed = got
+        rows = np.flatnonzero(pairs[:, 2] == t)
+        u, v = pairs[rows, 0], pairs[rows, 1]
+        lost = np.flatnonzero(~(computed[u] & computed[v]))
+        if lost.size:
+            k = lost[0]
+            vertex = int(u[k]) if not computed[u[k]] else int(v[k])
+            raise DataError(f"--pairs {args.pairs}: row {int(rows[k])}: strategy {tr.job.strategy.name} did not "
+                            f"compute Z_{t} of vertex {vertex} (its samples read other vertices); predict with a "
+                            "full-batch strategy of the same model (--set strategy.name=snapshot)")
+        with torch.no_grad():
+            scores[rows] = task.predict(torch.from_numpy(z).to(task_device), torch.from_numpy(u),
+                                        torch.from_numpy(v)).cpu().numpy()
+    if comm.rank == 0:
+        tmp = Path(args.output + ".tmp")
+        with open(tmp, "w") as f:
+            f.write("u,v,t,score\n")
+            for (u, v, t), s in zip(pairs.tolist(), scores.tolist(), strict=True):
+                f.write(f"{u},{v},{t},{s!r}\n")
+        os.replace(tmp, args.output)
+        print(f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
+              f"{comm.size} rank(s) -> {args.output}", flush=True)
+    return 0
+
+
+def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=None) -> dict[str, float]:
+    """The metrics of an ``embed`` file's Z_t recomputed by the run's trained head on one process.
+
+    Draws the negatives of the file's ``draw_epoch`` over whole snapshots, as full-batch strategies score;
+    a sampled strategy's per-sample negatives are not in the file, so its metrics differ.
+
+    Args:
+        run_dir: the run that trained the head.
+        path: the ``embed`` file.
+        comm: a one-rank :class:`~hpcdgnn.comm.Communicator` (the task's set-up sums its counts over it).
+    """
+    import torch
+
+    from hpcdgnn.api import load_run
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.tasks.base import Embeddings, Scored
+    from hpcdgnn.train.setup import load_dataset_manifest
+
+    f = read_embeddings(path)
+    run = load_run(run_dir)
+    job = run.job
+    manifest = load_dataset_manifest(job, str(run_dir))
+    task = run.task
+    steps = [int(t) for t in f.steps]
+    with ShardReader(job.data.path, manifest) as reader:
+        task.setup(reader, Scored(snapshots=tuple(steps)), comm)
+    emb = Embeddings({t: torch.from_numpy(f.embeddings[k]) for k, t in enumerate(steps)})
+    with torch.no_grad():
+        stats = task(emb, int(f.meta["draw_epoch"])).stats
+    return task.metrics(stats)

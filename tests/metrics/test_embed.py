@@ -1,0 +1,155 @@
+"""``python -m hpcdgnn embed`` and ``predict``: Z_t of a trained run, the same file at P = 1 and P = 3, metrics that
+are the trainer's own and that the saved head recomputes from the file; pairs and node targets scored; bad input
+one line, nothing written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import hpcdgnn
+from hpcdgnn.comm import Communicator
+from hpcdgnn.embed import read_embeddings, score_embeddings
+from tests.conftest import mpi_env, read_metrics, run_in_process, write_job
+from tests.metrics.test_export import _event_data, _regression_data
+
+
+def _cli(tmp_path, *args):
+    return run_in_process([str(a) for a in args], mpi_env(), tmp_path)
+
+
+def _train(tmp_path, data, name, **sections):
+    job = write_job(tmp_path / f"{name}.yaml", data, train={"epochs": 2}, **sections)
+    proc = _cli(tmp_path, "run", job, "--output", tmp_path / name)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / name
+
+
+def _close(a: dict, b: dict, keys) -> None:
+    for k in keys:
+        assert a[k] == pytest.approx(b[k], rel=1e-12, abs=1e-12), k
+
+
+@pytest.mark.mpi
+def test_embed_and_predict_write_the_same_at_p1_and_p3_and_the_trainers_metrics(tmp_path, small_dataset,
+                                                                                 launcher):
+    full = _train(tmp_path, small_dataset, "full")
+    vertex = _train(tmp_path, small_dataset, "vertex", strategy={"name": "vertex"})
+    seq = _train(tmp_path, small_dataset, "seq", strategy={"name": "sequences", "window": 2})
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("# u, v, t\n0,1,5\n3 9 2\n22,0,5\n")
+
+    def commands(p: int) -> list[list[str]]:
+        return [[str(a) for a in args] for args in (
+            ["embed", full, "--split", "all", "--output", tmp_path / f"full{p}.h5"],
+            ["embed", vertex, "--output", tmp_path / f"vertex{p}.npz"],
+            ["embed", seq, "--output", tmp_path / f"seq{p}.npz"],
+            ["predict", full, "--pairs", pairs, "--output", tmp_path / f"scores{p}.csv"])]
+
+    # another full-timeline strategy of the same model computes the same Z_t
+    switched = ["embed", vertex, "--set", "strategy.name=snapshot", "--output", tmp_path / "switched.npz"]
+    for args in [*commands(1), switched]:
+        proc = _cli(tmp_path, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+    for proc in launcher.run_many(3, commands(3), cwd=tmp_path):
+        assert proc.returncode == 0, proc.stderr
+
+    for name, ext in (("full", "h5"), ("vertex", "npz"), ("seq", "npz")):
+        a, b = read_embeddings(tmp_path / f"{name}1.{ext}"), read_embeddings(tmp_path / f"{name}3.{ext}")
+        assert a.embeddings.dtype == np.float64 and a.computed.all() and b.computed.all()
+        np.testing.assert_array_equal(a.steps, b.steps)
+        np.testing.assert_allclose(b.embeddings, a.embeddings, rtol=0, atol=1e-12)
+        assert (a.meta["ranks"], b.meta["ranks"]) == (1, 3)
+    np.testing.assert_allclose(read_embeddings(tmp_path / "switched.npz").embeddings,
+                               read_embeddings(tmp_path / "vertex1.npz").embeddings, rtol=0, atol=1e-12)
+    z = read_embeddings(tmp_path / "full1.h5")
+    assert z.steps.tolist() == list(range(6)) and z.embeddings.shape == (6, 23, 6)  # T = 7: Z_6 scores nothing
+
+    # a full-batch strategy's metrics come in the next epoch's forward: a resumed epoch 3 prints them
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full, resumed)
+    proc = _cli(tmp_path, "run", "--resume", resumed, "--set", "train.epochs=3")
+    assert proc.returncode == 0, proc.stderr
+    assert z.meta["draw_epoch"] == 3 and z.meta["checkpoint_epoch"] == 2
+    _close(z.meta["metrics"], read_metrics(resumed)[-1], ["val_auc", "val_loss", "test_auc", "test_loss"])
+    # and the saved decoder recomputes them from the written Z_t
+    comm = Communicator.start(60)
+    _close(score_embeddings(full, tmp_path / "full1.h5", comm), z.meta["metrics"], ["test_auc", "test_loss"])
+    # sequences: the evaluation pass after the last update, summary.json's final figures
+    s = read_embeddings(tmp_path / "seq1.npz")
+    final = json.loads((seq / "summary.json").read_text())["final"]
+    _close(s.meta["metrics"], final, ["test_auc", "test_loss"])
+    assert s.steps.tolist() == [5]
+
+    # predict: σ(decoder(z_u, z_v)) of Z_t, the same at P = 1 and 3
+    rows = [list(csv.DictReader(open(tmp_path / f"scores{p}.csv"))) for p in (1, 3)]
+    assert rows[0] == rows[1] and [(r["u"], r["v"], r["t"]) for r in rows[0]] == [("0", "1", "5"), ("3", "9", "2"),
+                                                                                  ("22", "0", "5")]
+    decoder = hpcdgnn.load_run(full).task.decoder
+    step = {int(t): k for k, t in enumerate(z.steps)}
+    for r in rows[0]:
+        zt = torch.from_numpy(z.embeddings[step[int(r["t"])]])
+        with torch.no_grad():
+            want = torch.sigmoid(decoder(zt, torch.tensor([int(r["u"])]), torch.tensor([int(r["v"])])))
+        assert float(r["score"]) == pytest.approx(float(want), rel=1e-12)
+
+
+@pytest.mark.parametrize("task", ["node_classification", "regression"])
+def test_predict_applies_the_trained_head_to_the_embedded_rows(tmp_path, small_dataset, task):
+    if task == "regression":
+        run = _train(tmp_path, _regression_data(tmp_path / "reg"), "run", model={"name": "tgcn"},
+                     task={"name": task})
+    else:
+        run = _train(tmp_path, small_dataset, "run", task={"name": task})
+    for args in (["embed", run, "--output", tmp_path / "z.npz"],
+                 ["predict", run, "--split", "test", "--output", tmp_path / "p.h5"]):
+        proc = _cli(tmp_path, *args)
+        assert proc.returncode == 0, proc.stderr
+    z, p = read_embeddings(tmp_path / "z.npz"), read_embeddings(tmp_path / "p.h5")
+    with torch.no_grad():
+        out = hpcdgnn.load_run(run).task.head(torch.from_numpy(z.embeddings))
+    want = (torch.softmax(out, -1) if task == "node_classification" else out).numpy()
+    np.testing.assert_allclose(p.embeddings, want, rtol=1e-12)
+    if task == "node_classification":  # probabilities
+        np.testing.assert_allclose(p.embeddings.sum(-1), 1.0, rtol=1e-12)
+    assert p.meta["metrics"] == z.meta["metrics"]
+
+
+def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_dataset):
+    run = _train(tmp_path, small_dataset, "full")
+    events = _train(tmp_path, _event_data(tmp_path / "events"), "tgn",
+                    model={"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 4},
+                    task={"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 4},
+                    strategy={"name": "memory"})
+    (tmp_path / "empty").mkdir()
+    no_ckpt = tmp_path / "no-ckpt"
+    shutil.copytree(run, no_ckpt, ignore=shutil.ignore_patterns("checkpoints"))
+    exists = tmp_path / "exists.h5"
+    exists.write_text("mine")
+    pairs = tmp_path / "pairs.csv"
+    cases = [
+        (["embed", tmp_path / "empty", "--output", tmp_path / "a.h5"], "not a run directory"),
+        (["embed", no_ckpt, "--output", tmp_path / "a.h5"], "no complete checkpoint"),
+        (["embed", run, "--output", exists], "exists; nothing is overwritten"),
+        (["embed", run, "--output", tmp_path / "a.txt"], "give a file ending in"),
+        (["embed", events, "--output", tmp_path / "a.h5"], "model.name: tgn: embed cannot serve this run"),
+        (["predict", run, "--split", "test", "--output", tmp_path / "a.csv"], "scores pairs: give --pairs"),
+        (["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], "unreadable"),
+    ]
+    for text, want in (("0,1\n", "three columns"), ("0,1,7\n", "t = 7 is outside 0 .. 6"),
+                       ("0,23,1\n", "v = 23 is outside 0 .. 22"), ("0,1.5,1\n", "must be integers")):
+        cases.append((["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], want, text))
+    for case in cases:
+        args, want = case[:2]
+        if len(case) == 3:
+            pairs.write_text(case[2])
+        proc = _cli(tmp_path, *args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and want in lines[0], (args, proc.stderr)
+    assert exists.read_text() == "mine"
+    assert not any(tmp_path.glob("a.*"))
