@@ -7,7 +7,8 @@ so rank 0 holds one N × F block, not the timeline.
 The embeddings file (HDF5 ``.h5`` / ``.hdf5``, or NumPy ``.npz``):
 
 * ``embeddings`` (S, N, F): Z_t of each step, in the run's dtype; rows no rank computed are NaN;
-* ``steps`` (S,): the snapshot t of each Z_t (Z_t scores snapshot t+1's edges in link prediction);
+* ``steps`` (S,): the snapshot t of each Z_t (Z_t scores snapshot t+1's edges in link prediction); in the event
+  regime 0, 1, 2 = every vertex's z after the training, validation, test events;
 * ``computed`` (S, N) bool: the rows computed (all, except under ``sequences``, whose samples read some);
 * ``meta``: JSON — run directory, checkpoint, its epoch E, the epoch whose negatives the pass drew, the split,
   P, and the metrics of that pass (``hpcdgnn.train.inference`` says which recorded figures they equal).
@@ -226,7 +227,12 @@ def run_predict(args: argparse.Namespace, comm) -> int:
         from hpcdgnn.regimes import regime_of
         from hpcdgnn.tasks import task_class
 
-        pairs_task = task_class(job.task.name).predicts == "pairs"
+        predicts = task_class(job.task.name).predicts
+        if not predicts:
+            raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name}: predict does not serve it (a "
+                              "pair's score needs the node memory at the pair's time); embed writes every vertex's z "
+                              "at the end of each split")
+        pairs_task = predicts == "pairs"
         if pairs_task != bool(args.pairs):
             raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name} "
                               + ("scores pairs: give --pairs FILE" if pairs_task else

@@ -48,8 +48,6 @@ class RegimeSpec:
     build_task: Callable[[Any, Any, int, int], Any]
     footprint: Callable[[JobConfig, Any, int], dict[str, tuple[int, str]]]
     check: Callable[[JobConfig, str | None, int], None]
-    #: ``embed`` / ``predict``: what a run of this regime cannot write yet (None: Z_t per snapshot and vertex)
-    no_embeddings: str | None = None
 
     def names(self, section: Section) -> tuple[str, ...]:
         """The names this regime registers for ``model``, ``task`` or ``strategy``."""

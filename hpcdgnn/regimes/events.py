@@ -59,5 +59,4 @@ EVENTS = register_regime(RegimeSpec(
     build_task=build_task,
     footprint=footprint,
     check=check,
-    no_embeddings="TGN's per-vertex embeddings at the end of each split are not written yet",
 ))

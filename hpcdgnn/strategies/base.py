@@ -134,6 +134,11 @@ class Strategy(Generic[B]):
     name: ClassVar[str] = ""
     #: one batch per epoch (reproduces every other full-batch strategy's losses)
     full_batch: ClassVar[bool] = False
+    #: the splits whose Z_t the pass that computes a checkpoint's metrics yields (``embed``; see
+    #: :mod:`hpcdgnn.train.inference`): a full batch all of them
+    embeds: ClassVar[tuple[str, ...]] = ("train", "val", "test")
+    #: the evaluation pass reads per-rank state only the run's own P restores (the event regime's node memory)
+    evaluates_rank_state: ClassVar[bool] = False
     #: what the set-up does, in a few words (start line)
     setup_work: ClassVar[str] = "read + normalise + precompute Ã·X"
     #: a choice of another strategy (``auto``), replaced by :meth:`resolve` before anything trains

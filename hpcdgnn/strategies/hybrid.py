@@ -102,6 +102,9 @@ class HybridLayout(SampleLayout):
 class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
     """Hybrid batches over load-partitioned vertices, one model replica per rank."""
 
+    #: its evaluation pass embeds the validation and test steps (training samples run with changing weights)
+    embeds = ("val", "test")
+
     setup_work = "read the closure's rows + normalise"
 
     @classmethod

@@ -67,6 +67,8 @@ class MemoryStrategy(Strategy[EventBatch]):
     """DistTGL's i×j×k parallelism."""
 
     setup_work = "read the event stream + temporal neighbour index"
+    #: the evaluation starts from the group's node memory, which a checkpoint keeps per rank
+    evaluates_rank_state = True
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> MemoryPlan:
@@ -255,7 +257,11 @@ class MemoryStrategy(Strategy[EventBatch]):
         part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
         backup = self.memory.state() if self.memory.leader else None
         m = self.ctx.job.task.eval_negatives
+        # embed's recorder (hpcdgnn.train.inference) asks for every vertex's z at the end of each split
+        record = getattr(task, "record_nodes", None)
         with torch.no_grad():
+            if record is not None:
+                self._embed_vertices(model, "train", part, parts, record)
             for split in ("val", "test"):
                 for q in range(p.batches(split)):
                     work = self._work(split, q, 0, 0, part, parts, m)
@@ -275,11 +281,33 @@ class MemoryStrategy(Strategy[EventBatch]):
                         labels = np.r_[np.ones(allp.shape[0]), np.zeros(alln.shape[0])]
                         ap = average_precision(np.r_[allp, alln], labels)
                     stats += task.eval_stats(split, pos, neg, ap)
+                if record is not None:
+                    self._embed_vertices(model, split, part, parts, record)
         if self.memory.leader:
             self.memory.load(backup)
         self._order()
         self._eval_seconds = time.perf_counter() - t0
         return stats
+
+    def _embed_vertices(self, model, split: str, part: int, parts: int, record) -> None:
+        """z_v(t) of slice ``part``/``parts`` of the vertices, t the time of the split's last event, from the
+        memory and the neighbours of every event up to it (TGN §3.1's embedding at query time): ``record(step,
+        vertices, z)`` with step 0, 1, 2 for train, val, test."""
+        lo, hi = self.plan.split[split]
+        end = hi if hi > lo else lo  # an empty split: the state after the one before
+        t_end = self.t[end - 1] if end else 0.0
+        v0, v1 = _slice(0, self.ctx.manifest.num_vertices, part, parts)
+        chunk = max(1, self.ctx.job.task.batch_events)
+        for a in range(v0, v1, chunk):
+            roots = np.arange(a, min(a + chunk, v1), dtype=np.int64)
+            nb = self.neighbors.recent(roots, np.full(roots.shape[0], end, dtype=np.int64), self.k_neighbors)
+            unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
+            feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
+            inp = TGNInput(roots, np.full(roots.shape[0], t_end, dtype=self.t.dtype), nb, self.t[nb.events], feat,
+                           unique, self.memory.read(unique, self.ctx.device))
+            z, _ = model(inp)
+            record(("train", "val", "test").index(split), roots, z)
+        self._order()  # every slice read before the next batch's writes, or the leader's restore, change the memory
 
     def report(self, epoch: int, train_loss: float) -> dict[str, Any]:
         """Events trained on and the evaluation seconds (throughput = train_events / (epoch − eval))."""

@@ -66,6 +66,9 @@ class _KnownProduct:
 class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
     """Sliding-window sequences × node batches, one model replica per rank."""
 
+    #: its evaluation pass embeds the validation and test steps (training samples run with changing weights)
+    embeds = ("val", "test")
+
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
         """Graph-recurrent cells run at any P: each sample gets every step's graph over its receptive field."""

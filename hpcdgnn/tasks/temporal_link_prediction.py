@@ -73,6 +73,8 @@ class TemporalLinkPrediction(Task):
 
     metric = "mrr"
     options = TemporalLinkPredictionOptions
+    #: ``predict`` does not serve it: a pair's score needs the memory at the pair's own time
+    predicts = ""
 
     def __init__(self, cfg: TemporalLinkPredictionOptions, manifest, emb_features: int, seed: int) -> None:
         super().__init__()
@@ -96,6 +98,11 @@ class TemporalLinkPrediction(Task):
     def train_horizon(cfg, manifest) -> int:
         """No snapshot enters the training loss (the task scores events): -1."""
         return -1
+
+    @staticmethod
+    def steps(cfg, manifest) -> list[range]:
+        """The states ``embed`` writes: step 0, 1, 2 = every vertex's z after the training, validation, test events."""
+        return [range(0, 1), range(1, 2), range(2, 3)]
 
     @staticmethod
     def snapshot_work(cfg, manifest) -> np.ndarray:

@@ -9,9 +9,10 @@ every Z_t the strategy hands it:
 * a full-batch strategy computes its metrics in the forward of the next epoch (the loss and the evaluation
   splits share one forward, before the update): the pass is epoch E + 1's forward and backward, without the
   optimizer step, so its metrics are those a resumed run prints for epoch E + 1;
-* a strategy with an evaluation pass after its updates (``sequences``, ``hybrid``) computes them in epoch E's
-  :meth:`~hpcdgnn.strategies.Strategy.evaluate`: the pass is that, and its metrics are ``summary.json``'s final
-  ones. It scores the validation and test steps only, and (``sequences``) only the vertices its samples read.
+* a strategy with an evaluation pass after its updates (``sequences``, ``hybrid``, ``memory``) computes them in
+  epoch E's :meth:`~hpcdgnn.strategies.Strategy.evaluate`: the pass is that, and its metrics are
+  ``summary.json``'s final ones. It yields Z_t of the splits of ``Strategy.embeds``; ``memory`` hands every
+  vertex's z at the end of each split to the recorder's ``record_nodes``.
 
 Z_t reaches the recorder in the form the strategy scores it (:class:`~hpcdgnn.tasks.base.Embeddings` of whole
 snapshots, rows in place, samples); :func:`gather_step` brings step t's rows from every rank to rank 0.
@@ -34,7 +35,6 @@ from hpcdgnn.config.load import load_job_dict, override_of
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.regimes import regime_of
 from hpcdgnn.strategies import Strategy, get_strategy
 from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, ShardedEmbeddings
 from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared
@@ -88,8 +88,8 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
             that must not exist); raise a :class:`~hpcdgnn.errors.HpcdgnnError` to refuse.
 
     Raises:
-        ConfigError, DataError: not a run directory, no checkpoint, a regime without embeddings, another
-            dataset than the run's (one line, on every rank).
+        ConfigError, DataError: not a run directory, no checkpoint, another dataset than the run's, a stateful
+            strategy on another P (one line, on every rank).
     """
     where = f"{command} {run_dir}"
     host_share = min(comm.allgather_obj(memory_share(comm, torch.device("cpu")), tag="setup"))
@@ -104,9 +104,6 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
             raw["strategy"] = {}  # another strategy of the same model computes the same Z_t, with its own options
         job = load_job_dict(raw, str(saved), list(overrides), check_paths=False, resolved=True)
         kept["same_strategy"] = job.strategy == load_job(saved, check_paths=False, resolved=True).strategy
-        refused = regime_of("model", job.model.name).no_embeddings
-        if refused:
-            raise ConfigError(f"{where}: model.name: {job.model.name}: {command} cannot serve this run ({refused})")
         root = Path(job.checkpoint.dir) if job.checkpoint.dir else Path(run_dir) / "checkpoints"
         ckpt = latest_checkpoint(root)
         if ckpt is None:
@@ -123,7 +120,12 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
         if recorded is not None and recorded != dataset_fingerprint(job.data.path):
             raise DataError(f"{where}: data.path: {job.data.path} is not the dataset the run trained on (its "
                             f"manifest.json differs from the one {ckpt.name} recorded)")
-        plan = shared.get("plan") if kept["same_strategy"] else None
+        saved_plan = shared.get("plan")
+        made_on = getattr(saved_plan, "num_ranks", comm.size)
+        if made_on != comm.size and get_strategy(job.strategy.name).evaluates_rank_state:
+            raise ConfigError(f"{where}: strategy {job.strategy.name} keeps state per rank; launch {command} on the "
+                              f"run's {made_on} rank{'s' if made_on != 1 else ''}")
+        plan = saved_plan if kept["same_strategy"] else None
         if plan is None or plan.num_ranks != comm.size:  # the run's own plan on its P: another cut rounds otherwise
             plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
         return job, manifest, plan, str(ckpt), kept["same_strategy"]
@@ -165,6 +167,11 @@ class _Recorder:
         if t in self.steps and rows.shape[0]:
             self.rows.setdefault(t, []).append((vertices, rows.detach().to("cpu", copy=True)))
 
+    def record_nodes(self, step: int, vertices: np.ndarray, z: torch.Tensor) -> None:
+        """Rows ``z`` of ``vertices`` at ``step``, from a strategy that embeds vertices outside the task's batches
+        (the event regime's memory strategy: every vertex at the end of each split)."""
+        self._keep(step, vertices, z)
+
     def __call__(self, emb, epoch: int):
         if isinstance(emb, ShardedEmbeddings):
             shard = emb.shard
@@ -202,12 +209,13 @@ def pass_steps(trained: Trained, split: str) -> list[int]:
         ConfigError: a training split under a strategy whose evaluation pass scores only the others.
     """
     ranges = trained.task.steps(trained.job.task, trained.manifest)
+    has = trained.strategy.embeds
     if split == "all":
-        wanted = list(SPLITS) if trained.strategy.full_batch else ["val", "test"]
+        wanted = list(has)
     else:
-        if split == "train" and not trained.strategy.full_batch:
-            raise ConfigError(f"--split train: strategy {trained.job.strategy.name} computes Z_t of the validation "
-                              "and test steps only after training (its evaluation pass); ask for val or test")
+        if split not in has:
+            raise ConfigError(f"--split {split}: strategy {trained.job.strategy.name} computes Z_t of the "
+                              f"{' and '.join(has)} steps only (its evaluation pass); ask for {' or '.join(has)}")
         wanted = [split]
     return sorted(t for s in wanted for t in ranges[SPLITS.index(s)])
 

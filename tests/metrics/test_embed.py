@@ -30,6 +30,11 @@ def _train(tmp_path, data, name, **sections):
     return tmp_path / name
 
 
+_TGN = {"model": {"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 4},
+        "task": {"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 4},
+        "strategy": {"name": "memory"}}
+
+
 def _close(a: dict, b: dict, keys) -> None:
     for k in keys:
         assert a[k] == pytest.approx(b[k], rel=1e-12, abs=1e-12), k
@@ -43,13 +48,17 @@ def test_embed_and_predict_write_the_same_at_p1_and_p3_and_the_trainers_metrics(
     seq = _train(tmp_path, small_dataset, "seq", strategy={"name": "sequences", "window": 2})
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("# u, v, t\n0,1,5\n3 9 2\n22,0,5\n")
+    tgn = write_job(tmp_path / "tgn.yaml", _event_data(tmp_path / "events"), train={"epochs": 2}, **_TGN)
 
     def commands(p: int) -> list[list[str]]:
         return [[str(a) for a in args] for args in (
             ["embed", full, "--split", "all", "--output", tmp_path / f"full{p}.h5"],
             ["embed", vertex, "--output", tmp_path / f"vertex{p}.npz"],
             ["embed", seq, "--output", tmp_path / f"seq{p}.npz"],
-            ["predict", full, "--pairs", pairs, "--output", tmp_path / f"scores{p}.csv"])]
+            ["predict", full, "--pairs", pairs, "--output", tmp_path / f"scores{p}.csv"],
+            # the event regime: trained on p ranks (i = p), every vertex's z at the end of each split
+            ["run", tgn, "--set", f"strategy.minibatch={p}", "--output", tmp_path / f"tgn{p}"],
+            ["embed", tmp_path / f"tgn{p}", "--split", "all", "--output", tmp_path / f"tgn{p}.h5"])]
 
     # another full-timeline strategy of the same model computes the same Z_t
     switched = ["embed", vertex, "--set", "strategy.name=snapshot", "--output", tmp_path / "switched.npz"]
@@ -59,7 +68,7 @@ def test_embed_and_predict_write_the_same_at_p1_and_p3_and_the_trainers_metrics(
     for proc in launcher.run_many(3, commands(3), cwd=tmp_path):
         assert proc.returncode == 0, proc.stderr
 
-    for name, ext in (("full", "h5"), ("vertex", "npz"), ("seq", "npz")):
+    for name, ext in (("full", "h5"), ("vertex", "npz"), ("seq", "npz"), ("tgn", "h5")):
         a, b = read_embeddings(tmp_path / f"{name}1.{ext}"), read_embeddings(tmp_path / f"{name}3.{ext}")
         assert a.embeddings.dtype == np.float64 and a.computed.all() and b.computed.all()
         np.testing.assert_array_equal(a.steps, b.steps)
@@ -85,6 +94,15 @@ def test_embed_and_predict_write_the_same_at_p1_and_p3_and_the_trainers_metrics(
     final = json.loads((seq / "summary.json").read_text())["final"]
     _close(s.meta["metrics"], final, ["test_auc", "test_loss"])
     assert s.steps.tolist() == [5]
+
+    # TGN: steps are the ends of train, val, test; the evaluation pass after the last update, so summary's metrics
+    e = read_embeddings(tmp_path / "tgn3.h5")
+    assert e.steps.tolist() == [0, 1, 2] and e.embeddings.shape[::2] == (3, 8) and e.computed.all()
+    _close(e.meta["metrics"], json.loads((tmp_path / "tgn3" / "summary.json").read_text())["final"],
+           ["val_mrr", "test_mrr", "test_ap"])
+    # its node memory lives on the run's ranks
+    proc = _cli(tmp_path, "embed", tmp_path / "tgn3", "--output", tmp_path / "tgn-p1.h5")
+    assert proc.returncode == 2 and "keeps state per rank; launch embed on the run's 3 ranks" in proc.stderr
 
     # predict: σ(decoder(z_u, z_v)) of Z_t, the same at P = 1 and 3
     rows = [list(csv.DictReader(open(tmp_path / f"scores{p}.csv"))) for p in (1, 3)]
@@ -122,10 +140,7 @@ def test_predict_applies_the_trained_head_to_the_embedded_rows(tmp_path, small_d
 
 def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_dataset):
     run = _train(tmp_path, small_dataset, "full")
-    events = _train(tmp_path, _event_data(tmp_path / "events"), "tgn",
-                    model={"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 4},
-                    task={"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 4},
-                    strategy={"name": "memory"})
+    events = _train(tmp_path, _event_data(tmp_path / "events"), "tgn", **_TGN)
     (tmp_path / "empty").mkdir()
     no_ckpt = tmp_path / "no-ckpt"
     shutil.copytree(run, no_ckpt, ignore=shutil.ignore_patterns("checkpoints"))
@@ -137,7 +152,9 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
         (["embed", no_ckpt, "--output", tmp_path / "a.h5"], "no complete checkpoint"),
         (["embed", run, "--output", exists], "exists; nothing is overwritten"),
         (["embed", run, "--output", tmp_path / "a.txt"], "give a file ending in"),
-        (["embed", events, "--output", tmp_path / "a.h5"], "model.name: tgn: embed cannot serve this run"),
+        (["predict", events, "--split", "test", "--output", tmp_path / "a.h5"], "predict does not serve it"),
+        (["embed", run, "--set", "strategy.name=sequences", "--split", "train", "--output", tmp_path / "a.h5"],
+         "--split train: strategy sequences computes Z_t of the val and test steps only"),
         (["predict", run, "--split", "test", "--output", tmp_path / "a.csv"], "scores pairs: give --pairs"),
         (["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], "unreadable"),
     ]
