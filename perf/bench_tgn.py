@@ -3,7 +3,7 @@
     python perf/bench_tgn.py --against pyg [--inputs college email jodie generated] [--max-events N]
                              [--generated-events 1000000] [--epochs 2] [--width 100] [--neighbors 10]
                              [--batch 200] [--eval-negatives 49] [--threads 1] [--configs 1x1x1 2x1x1 1x1x2]
-                             [--device cpu|cuda] [--before DIR...]
+                             [--device cpu|cuda] [--before DIR...] [--eval-protocol per_event per_batch]
 
 PyG's side is its ``examples/tgn.py`` model, written here against PyG's API: ``TGNMemory`` (IdentityMessage,
 LastAggregator), a ``TransformerConv`` attention embedding (2 heads, dropout 0.1, edge attributes = time
@@ -18,6 +18,9 @@ Both evaluate the same way after every epoch, continuing the memory through vali
 positive against ``--eval-negatives`` uniform negative destinations, MRR = mean 1/(1 + #negatives scoring
 above it); AP per batch of the positives against their first negative (one per positive, as PyG's example
 and TGL), averaged over batches (``hpcdgnn.tasks.temporal_link_prediction.average_precision`` for both).
+PyG embeds each distinct node of a batch once; hpcdgnn does so with ``task.eval_protocol: per_batch`` and
+embeds every ranked node at its own event's time with ``per_event`` (TGL's, the default): ``--eval-protocol``
+runs hpcdgnn under each given one.
 
 Inputs (each prepared with ``python -m hpcdgnn prepare --kind events``, timestamps in seconds as in the file;
 both systems read the prepared events and its 70/15/15 chronological split):
@@ -207,7 +210,8 @@ def run_pyg(data: Path, args) -> list[dict]:
     return recs
 
 
-def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path | None = None) -> list[dict]:
+def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path | None = None,
+                protocol: str | None = None) -> list[dict]:
     """hpcdgnn's TGN on i·j·k ranks (from ``tree``'s code when given); one record per epoch (the slowest rank's
     training and evaluation time)."""
     i, j, k = parse_config(config)
@@ -216,11 +220,11 @@ def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path
            "model": {"name": "tgn", "hidden": w, "memory_dim": w, "time_dim": w, "neighbors": args.neighbors,
                      "heads": 2},
            "task": {"name": "temporal_link_prediction", "batch_events": args.batch, "negatives": 1,
-                    "eval_negatives": args.eval_negatives},
+                    "eval_negatives": args.eval_negatives, **({"eval_protocol": protocol} if protocol else {})},
            "strategy": {"name": "memory", "minibatch": i, "epoch": j, "memory": k},
            "train": {"epochs": args.epochs, "threads": args.threads, "dtype": "float32", "lr": 1e-4, "seed": 0,
                      "device": args.device}}
-    recs = run_job(job, i * j * k, work, f"{name}-{config}-{tree.name if tree else 'this'}", tree)
+    recs = run_job(job, i * j * k, work, f"{name}-{config}-{protocol}-{tree.name if tree else 'this'}", tree)
     out = []
     for r in recs:
         ev = r["memory"]["eval_seconds"]
@@ -255,6 +259,8 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--before", type=Path, nargs="*", default=[],
                     help="other checkouts of hpcdgnn (git worktree add DIR COMMIT) whose 1x1x1 runs as extra rows")
+    ap.add_argument("--eval-protocol", nargs="+", choices=["per_event", "per_batch"], default=["per_event"],
+                    help="hpcdgnn's task.eval_protocol, one row set each (default per_event)")
     args = ap.parse_args()
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     cores = len(os.sched_getaffinity(0))
@@ -284,15 +290,17 @@ def main() -> None:
             rows = {"pyg TGN": run_pyg(data, args)}
             for tree in args.before:
                 rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve())
-            for config in args.configs:
-                rows[f"hpcdgnn {config}"] = run_hpcdgnn(data, work, name, config, args)
-            print(f"{'system':16s} {'train s':>8s} {'train ev/s':>10s} {'eval s':>7s} {'eval ev/s':>9s} "
+            for protocol in args.eval_protocol:
+                for config in args.configs:
+                    label = f"hpcdgnn {config}" + (f" {protocol}" if len(args.eval_protocol) > 1 else "")
+                    rows[label] = run_hpcdgnn(data, work, name, config, args, protocol=protocol)
+            print(f"{'system':26s} {'train s':>8s} {'train ev/s':>10s} {'eval s':>7s} {'eval ev/s':>9s} "
                   f"{'loss':>7s} {'test AP':>7s} {'test MRR':>8s} {'train ×pyg':>10s} {'eval ×pyg':>9s}")
             base = rows["pyg TGN"]
             for label, recs in rows.items():
                 tr, evs = steady(recs, "train_s"), steady(recs, "eval_s")
                 last = recs[-1]
-                print(f"{label:16s} {tr:8.1f} {n_train / tr:10.0f} {evs:7.1f} {n_eval / evs:9.0f} {last['loss']:7.4f} "
+                print(f"{label:26s} {tr:8.1f} {n_train / tr:10.0f} {evs:7.1f} {n_eval / evs:9.0f} {last['loss']:7.4f} "
                       f"{last['test_ap']:7.4f} {last['test_mrr']:8.4f} {steady(base, 'train_s') / tr:9.2f}× "
                       f"{steady(base, 'eval_s') / evs:8.2f}×", flush=True)
 

@@ -50,6 +50,8 @@ class _Work:
     """Nodes later slices of the same batch write (this slice leaves them)."""
     negatives: int
     inp: TGNInput
+    scored: np.ndarray | None = None
+    """``per_batch`` evaluation: the root of each scored row [sources, destinations, negatives]; None: rows = roots."""
 
 
 @dataclass
@@ -148,14 +150,24 @@ class MemoryStrategy(Strategy[EventBatch]):
         rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
         neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ev = np.arange(s0, s1)
-        roots = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
-        root_t = np.concatenate([self.t[ev], self.t[ev], np.repeat(self.t[ev], negatives)])
+        ranked = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
+        scored = None
+        if split != "train" and self.ctx.job.task.eval_protocol == "per_batch":
+            # the events' own roots update the memory as always; what is ranked: each distinct node once, at the
+            # batch's first time (independent of the slicing: any P scores the same)
+            distinct, scored = np.unique(ranked, return_inverse=True)
+            roots = np.concatenate([self.src[ev], self.dst[ev], distinct])
+            root_t = np.concatenate([self.t[ev], self.t[ev], np.full(distinct.shape[0], self.t[lo])])
+            scored = scored.reshape(-1) + 2 * ev.shape[0]
+        else:
+            roots = ranked
+            root_t = np.concatenate([self.t[ev], self.t[ev], np.repeat(self.t[ev], negatives)])
         nb = self.neighbors.recent(roots, np.searchsorted(self.t, root_t, side="left"), self.k_neighbors)
         unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
         later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
-        return _Work(split, q, ev, later, negatives, inp)
+        return _Work(split, q, ev, later, negatives, inp, scored)
 
     def _static(self, key: tuple) -> _Work:
         """``_work(*key)``, from the prefetch thread when prefetched."""
@@ -268,6 +280,8 @@ class MemoryStrategy(Strategy[EventBatch]):
                     work.inp.memory = self.memory.read(work.inp.unique, self.ctx.device)
                     self._order()
                     z, s_new = model(work.inp)
+                    if work.scored is not None:  # per_batch: each ranked row from its node's one root
+                        z = z[torch.from_numpy(work.scored).to(z.device)]
                     pos, neg = task.scores(EventEmbeddings(z, work.events.shape[0], m))
                     self._write(work, s_new)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()

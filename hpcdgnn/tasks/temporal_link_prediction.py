@@ -9,6 +9,7 @@ example). Scores are rounded to 9 decimals so exact ties tie on every rank count
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -34,6 +35,12 @@ class TemporalLinkPredictionOptions(TaskConfig):
     """Events per global mini-batch, in time order (TGL's and DistTGL's 600)."""
     eval_negatives: int = 49
     """Negatives ranked against each positive for the MRR (fixed by ``train.seed``)."""
+    eval_protocol: Literal["per_event", "per_batch"] = "per_event"
+    """How evaluation embeds what it ranks: ``per_event`` (TGL) embeds each source, destination and negative at
+    its own event's time, one root each; ``per_batch`` (PyG's TGN example) embeds each distinct node of a global
+    batch once, at the time of the batch's first event, from the memory and neighbours before it: at most N roots
+    a batch instead of (2 + eval_negatives) per event, an earlier view of the batch's later events. Training and
+    the memory's updates are the same under both."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
