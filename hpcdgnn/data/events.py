@@ -7,6 +7,8 @@ straddle two splits) are specified in docs/data.md, "Event-stream datasets"::
 
     DIR/manifest.json, DIR/vertices.h5, DIR/shards/events-00000.h5 ...
     shard: src, dst int32|int64 (n,); t float64 (n,); efeat float32 (n, D) when D > 0
+    DIR/eval_negatives.h5 (optional): val/offsets, val/dst, test/offsets, test/dst -- each evaluation event's
+        fixed negative destinations (the Temporal Graph Benchmark's), event i's in dst[offsets[i]:offsets[i+1]]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "save_event_manifest",
     "read_events",
     "read_events_per_node",
+    "read_eval_negatives",
     "write_events",
     "split_ranges",
     "median_time_gap",
@@ -120,6 +123,9 @@ class EventManifest:
     time_gap: float | None = None
     """The median positive gap between consecutive training events (:func:`median_time_gap`), the time unit of
     TGN's ``model.time_scale: auto``; None in directories written before it was recorded."""
+    eval_negatives: dict[str, Any] | None = None
+    """Fixed evaluation negatives (``eval_negatives.h5``): ``{"file", "bytes", "sha256", "origin", "val", "test"}``
+    with the negatives' total per split; None: evaluation draws them (``task.eval_negatives``)."""
     format: str = EVENTS_FORMAT
     version: int = EVENTS_VERSION
 
@@ -154,6 +160,7 @@ class EventManifest:
             "sorted_input": self.sorted_input,
             "source": dict(self.source),
             **({} if self.time_gap is None else {"time_gap": float(self.time_gap)}),
+            **({} if self.eval_negatives is None else {"eval_negatives": dict(self.eval_negatives)}),
         }
 
 
@@ -198,7 +205,7 @@ _REQUIRED = (
     "shards",
     "sorted_input",
 )
-_KNOWN = (*_REQUIRED, "source", "time_gap")
+_KNOWN = (*_REQUIRED, "source", "time_gap", "eval_negatives")
 
 
 def _read_raw(root: str | Path) -> tuple[Path, Any]:
@@ -285,6 +292,12 @@ def _schema_problem(raw: dict[str, Any]) -> str | None:
         )
     if "time_gap" in raw and not (_is_number(raw["time_gap"]) and raw["time_gap"] > 0):
         return f"'time_gap' must be a positive number, got {_short(raw['time_gap'])}"
+    neg = raw.get("eval_negatives")
+    if neg is not None and not (isinstance(neg, dict) and isinstance(neg.get("file"), str)
+                                and isinstance(neg.get("sha256"), str) and isinstance(neg.get("origin"), str)
+                                and all(_is_int(neg.get(k)) for k in ("bytes", "val", "test"))):
+        return (f"'eval_negatives' must be {{file, bytes, sha256, origin, val, test}} (integers: bytes and the "
+                f"per-split totals), got {_short(neg)}")
     if "source" in raw and not isinstance(raw["source"], dict):
         return f"'source' must be an object, got {_short(raw['source'])}"
     shards = raw["shards"]
@@ -328,6 +341,7 @@ def load_event_manifest(root: str | Path) -> EventManifest:
         sorted_input=raw["sorted_input"],
         source=dict(raw.get("source", {})),
         time_gap=None if raw.get("time_gap") is None else float(raw["time_gap"]),
+        eval_negatives=raw.get("eval_negatives"),
         format=raw["format"],
         version=raw["version"],
     )
@@ -726,6 +740,8 @@ def write_events(
     source: dict[str, Any] | None = None,
     force: bool = False,
     sorted_input: bool = True,
+    eval_negatives: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    negatives_origin: str = "",
 ) -> EventManifest:
     """Write an event dataset directory from time-sorted events (the caller sorts); return its manifest.
 
@@ -745,6 +761,9 @@ def write_events(
         source: provenance recorded in the manifest.
         force: replace a non-empty ``output``.
         sorted_input: whether the raw input is time-ordered (recorded in the manifest).
+        eval_negatives: ``{"val": (offsets, dst), "test": (offsets, dst)}``: the fixed negative destinations of
+            each validation and test event, in split order (offsets (E_split + 1,), dst ids in ``[0, N)``).
+        negatives_origin: where they come from (e.g. ``tgb:tgbl-wiki``), recorded in the manifest.
 
     Raises:
         DataError: inconsistent arrays or options, or a non-empty ``output`` without ``force``.
@@ -763,8 +782,11 @@ def write_events(
     try:
         shards = _write_event_shards(tmp, src, dst, t, feats, index_dtype, shard_events)
         write_vertex_ids(tmp, original_ids, n)
+        negatives = None if eval_negatives is None else _write_eval_negatives(
+            root, tmp, eval_negatives, ranges, n, index_dtype, negatives_origin)
         manifest = replace(draft, time_range=(float(t[0]), float(t[-1])), split=ranges, shards=shards,
-                           source=dict(source or {}), time_gap=median_time_gap(t[: ranges["train"][1]]))
+                           source=dict(source or {}), time_gap=median_time_gap(t[: ranges["train"][1]]),
+                           eval_negatives=negatives)
         save_event_manifest(tmp, manifest)
         replace_dir(tmp, root, force)
         return manifest
@@ -774,3 +796,62 @@ def write_events(
         if full is not None:
             raise full from None
         raise
+
+
+EVAL_NEGATIVES_FILE = "eval_negatives.h5"
+
+
+def _negatives_problem(offsets: np.ndarray, dst: np.ndarray, events: int, n: int) -> str | None:
+    """What is wrong with one split's (offsets, dst), or None."""
+    if offsets.ndim != 1 or offsets.shape[0] != events + 1:
+        return f"offsets has shape {offsets.shape}, expected ({events + 1},) for the split's {events} events"
+    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != dst.shape[0]:
+        return "offsets must rise from 0 to len(dst)"
+    if dst.shape[0] and (dst.min() < 0 or dst.max() >= n):
+        return f"a negative destination lies outside 0 .. {n - 1}"
+    return None
+
+
+def _write_eval_negatives(root: Path, tmp: Path, negatives: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                          ranges: dict[str, tuple[int, int]], n: int, index_dtype: np.dtype,
+                          origin: str) -> dict[str, Any]:
+    """Write ``eval_negatives.h5`` into ``tmp``; its manifest entry."""
+    path = tmp / EVAL_NEGATIVES_FILE
+    totals = {}
+    with h5py.File(path, "w") as f:
+        for split in ("val", "test"):
+            offsets, dst = (np.asarray(x, dtype=np.int64) for x in negatives[split])
+            problem = _negatives_problem(offsets, dst, ranges[split][1] - ranges[split][0], n)
+            if problem:
+                raise DataError(f"{root}: eval_negatives {split}: {problem}")
+            f.create_dataset(f"{split}/offsets", data=offsets)
+            f.create_dataset(f"{split}/dst", data=dst.astype(index_dtype))
+            totals[split] = int(dst.shape[0])
+    return {"file": EVAL_NEGATIVES_FILE, "bytes": path.stat().st_size, "sha256": file_sha256(path),
+            "origin": origin, **totals}
+
+
+def read_eval_negatives(root: str | Path, manifest: EventManifest) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The fixed ``{"val": (offsets, dst), "test": (offsets, dst)}`` of an event dataset (int64 arrays).
+
+    Raises:
+        DataError: the file is missing, of another size than the manifest says, or inconsistent (names it).
+    """
+    entry = manifest.eval_negatives
+    path = Path(root) / entry["file"]
+    if not path.is_file() or path.stat().st_size != entry["bytes"]:
+        found = "missing" if not path.is_file() else f"{path.stat().st_size} bytes, manifest says {entry['bytes']}"
+        raise DataError(f"{path}: the dataset's fixed evaluation negatives are {found}; prepare the dataset again")
+    out = {}
+    try:
+        with h5py.File(path, "r") as f:
+            for split in ("val", "test"):
+                offsets, dst = f[f"{split}/offsets"][()].astype(np.int64), f[f"{split}/dst"][()].astype(np.int64)
+                lo, hi = manifest.split[split]
+                problem = _negatives_problem(offsets, dst, hi - lo, manifest.num_vertices)
+                if problem:
+                    raise DataError(f"{path}: {split}: {problem}")
+                out[split] = (offsets, dst)
+    except (OSError, KeyError) as e:
+        raise DataError(f"{path}: unreadable ({_one_line(e)}); prepare the dataset again") from None
+    return out

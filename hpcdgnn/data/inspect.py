@@ -426,7 +426,8 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
         A JSON-ready dict: ``kind`` ("events"), ``root``, ``num_vertices``, ``num_events``,
         ``edge_feature_dim``, ``edge_feature_names``, ``bipartite``, ``num_sources``,
         ``time_range``, ``time_gap`` (the manifest's median gap between training events, TGN's time unit; None
-        when not recorded), ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
+        when not recorded), ``eval_negatives`` (``{origin, val, test}``: fixed negatives per split, or None),
+        ``sorted_input``, ``split`` (``{name: {start, stop, events, t_first,
         t_last}}``), ``shards``, ``bytes``, ``checksums_verified``, ``events_per_shard``,
         ``distinct_pairs``, ``repeated_pair_fraction`` (1 - distinct / E), ``problems``, ``valid``.
 
@@ -466,6 +467,8 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
         "num_sources": m.num_sources,
         "time_range": [lo, hi],
         "time_gap": m.time_gap,
+        "eval_negatives": None if m.eval_negatives is None else {
+            "origin": m.eval_negatives["origin"], "val": m.eval_negatives["val"], "test": m.eval_negatives["test"]},
         "sorted_input": m.sorted_input,
         "split": split,
         "shards": len(m.shards),
@@ -521,6 +524,11 @@ def format_events_report(r: dict[str, Any]) -> str:
         + f"; events per shard {_fmt_summary(r['events_per_shard'])}",
         f"  pairs     {pairs}",
     ]
+    neg = r.get("eval_negatives")
+    if neg:
+        per = {k: neg[k] / r["split"][k]["events"] if r["split"][k]["events"] else 0.0 for k in ("val", "test")}
+        lines.append(f"  negatives fixed ({neg['origin']}): val {neg['val']:,} ({per['val']:.1f} per event), "
+                     f"test {neg['test']:,} ({per['test']:.1f} per event)")
     return "\n".join(lines + _validity_lines(r))
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hpcdgnn.data.events import read_eval_negatives
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import TGNInput
 from hpcdgnn.partition.events import MemoryPlan, plan_memory
@@ -52,6 +53,8 @@ class _Work:
     inp: TGNInput
     scored: np.ndarray | None = None
     """``per_batch`` evaluation: the root of each scored row [sources, destinations, negatives]; None: rows = roots."""
+    valid: np.ndarray | None = None
+    """(n, negatives) fixed negatives (TGB's, a varying count per event): which columns are real, not padding."""
 
 
 @dataclass
@@ -130,6 +133,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         self.load_seconds += time.perf_counter() - t0
         self._train_events = 0
         self._eval_seconds = 0.0
+        #: the dataset's fixed evaluation negatives (TGB), else None: drawn per batch from the seed
+        self.fixed = read_eval_negatives(self.ctx.data_root, m) if getattr(m, "eval_negatives", None) else None
         return Scored(events={s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")})
 
     def _engine_bytes(self) -> int:
@@ -147,9 +152,14 @@ class MemoryStrategy(Strategy[EventBatch]):
         """Slice ``part``/``parts`` of batch q, its negatives (seeded by the batch, never P) and neighbours."""
         lo, hi = self.plan.batch_events_range(split, q)
         s0, s1 = _slice(lo, hi, part, parts)
-        rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
-        neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ev = np.arange(s0, s1)
+        valid = None
+        if split != "train" and self.fixed is not None:
+            neg, valid = self._fixed_negatives(split, ev)
+            negatives = neg.shape[1]
+        else:
+            rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
+            neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ranked = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
         scored = None
         if split != "train" and self.ctx.job.task.eval_protocol == "per_batch":
@@ -167,7 +177,21 @@ class MemoryStrategy(Strategy[EventBatch]):
         later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
-        return _Work(split, q, ev, later, negatives, inp, scored)
+        return _Work(split, q, ev, later, negatives, inp, scored, valid)
+
+    def _fixed_negatives(self, split: str, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Events ``ev``'s fixed negatives as an (n, m) array, m the slice's largest count, and which are real:
+        a shorter row is padded with its first negative (its own destination when it has none)."""
+        offsets, pool = self.fixed[split]
+        i = ev - self.plan.split[split][0]
+        counts = offsets[i + 1] - offsets[i]
+        m = max(1, int(counts.max(initial=1)))
+        cols = np.arange(m)
+        valid = cols[None, :] < counts[:, None]
+        pick = np.where(valid, offsets[i][:, None] + cols[None, :], offsets[i][:, None])
+        neg = pool[np.minimum(pick, max(pool.shape[0] - 1, 0))] if pool.shape[0] else np.zeros(pick.shape, np.int64)
+        neg[counts == 0] = self.dst[ev][counts == 0, None]
+        return neg, valid
 
     def _static(self, key: tuple) -> _Work:
         """``_work(*key)``, from the prefetch thread when prefetched."""
@@ -282,7 +306,7 @@ class MemoryStrategy(Strategy[EventBatch]):
                     z, s_new = model(work.inp)
                     if work.scored is not None:  # per_batch: each ranked row from its node's one root
                         z = z[torch.from_numpy(work.scored).to(z.device)]
-                    pos, neg = task.scores(EventEmbeddings(z, work.events.shape[0], m))
+                    pos, neg = task.scores(EventEmbeddings(z, work.events.shape[0], work.negatives))
                     self._write(work, s_new)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
@@ -294,7 +318,7 @@ class MemoryStrategy(Strategy[EventBatch]):
                         alln = np.concatenate([s[1][:, 0] for s in parts_scores])
                         labels = np.r_[np.ones(allp.shape[0]), np.zeros(alln.shape[0])]
                         ap = average_precision(np.r_[allp, alln], labels)
-                    stats += task.eval_stats(split, pos, neg, ap)
+                    stats += task.eval_stats(split, pos, neg, ap, work.valid)
                 if record is not None:
                     self._embed_vertices(model, split, part, parts, record)
         if self.memory.leader:

@@ -1,7 +1,8 @@
 """Temporal link prediction on an event stream (DistTGL §4, TGL): BCE in training, MRR and AP in evaluation.
 
 TGL's predictor ``s(u, v) = W_o ReLU(W_s z_u + W_d z_v)``; loss ``softplus(−s(u, v)) + mean_j softplus(s(u, n_j))``
-summed over events. MRR ranks each positive against ``task.eval_negatives``; AP is per global batch of the
+summed over events. MRR ranks each positive against ``task.eval_negatives`` (a dataset with fixed negatives,
+TGB's, against its own, ties counting half as TGB's evaluator does); AP is per global batch of the
 positives and the first negative of each (one negative per positive, as TGL's ``val_ap`` and PyG's TGN
 example). Scores are rounded to 9 decimals so exact ties tie on every rank count.
 """
@@ -89,6 +90,8 @@ class TemporalLinkPrediction(Task):
         self.src_fc, self.dst_fc, self.out_fc = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, 1)
         self.negatives, self.eval_negatives = cfg.negatives, cfg.eval_negatives
         self.train_events = 0
+        #: a dataset with fixed evaluation negatives (TGB) is ranked as TGB ranks: ties count half
+        self.ties_half = getattr(manifest, "eval_negatives", None) is not None
 
     @staticmethod
     def check(cfg, manifest) -> None:
@@ -144,12 +147,22 @@ class TemporalLinkPrediction(Task):
         """Length of the metric sums (layout in the ``_TRAIN``/``_EVAL`` comment)."""
         return _TRAIN + _EVAL * (len(SPLITS) - 1)
 
-    def eval_stats(self, split: str, pos: np.ndarray, neg: np.ndarray, batch_ap: float | None) -> np.ndarray:
-        """Metric sums of one evaluation slice: reciprocal ranks of ``pos`` (n,) against ``neg`` (n, m), and
-        ``batch_ap`` (one rank per batch, else None)."""
+    def eval_stats(self, split: str, pos: np.ndarray, neg: np.ndarray, batch_ap: float | None,
+                   valid: np.ndarray | None = None) -> np.ndarray:
+        """Metric sums of one evaluation slice: reciprocal ranks of ``pos`` (n,) against ``neg`` (n, m) — only its
+        ``valid`` entries when given (fixed negatives of varying count) — and ``batch_ap`` (one rank per batch,
+        else None).
+
+        rank = 1 + #(negatives above); with fixed negatives TGB's (``tgb/linkproppred/evaluate.py``):
+        1 + (#above + #at or above) / 2."""
         stats = np.zeros(self.stats_width())
         b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)
-        stats[b] = float(np.sum(1.0 / (1.0 + (_quantized(neg) > _quantized(pos)[:, None]).sum(1))))
+        qn, qp = _quantized(neg), _quantized(pos)[:, None]
+        keep = np.ones(qn.shape, dtype=bool) if valid is None else valid
+        rank = 1.0 + ((qn > qp) & keep).sum(1)
+        if self.ties_half:
+            rank = 1.0 + 0.5 * (((qn > qp) & keep).sum(1) + ((qn >= qp) & keep).sum(1))
+        stats[b] = float(np.sum(1.0 / rank))
         stats[b + 1] = pos.shape[0]
         if batch_ap is not None:
             stats[b + 2], stats[b + 3] = batch_ap, 1.0

@@ -361,7 +361,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         " or (--kind events) into a time-sorted event stream for TGN."
     )
     parser.add_argument("input", metavar="INPUT", help="raw input file; plain, .gz, .xz or .bz2 (detected by content)")
-    parser.add_argument("--format", required=True, choices=list(FORMATS), help="input format")
+    parser.add_argument("--format", required=True, choices=[*FORMATS, "tgb"],
+                        help="input format; tgb: INPUT is a Temporal Graph Benchmark tgbl-* dataset directory, "
+                        "prepared as events with TGB's split and fixed evaluation negatives")
     parser.add_argument("--output", required=True, metavar="DIR", help="dataset directory to create")
     parser.add_argument(
         "--kind",
@@ -390,7 +392,33 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     """Run ``hpcdgnn prepare`` from parsed arguments; print a one-line summary and return 0."""
-    m = prepare_dataset(
+    if args.format == "tgb":
+        from hpcdgnn.data.prepare.tgb import prepare_tgb
+
+        m = prepare_tgb(args.input, args.output, force=args.force)
+    else:
+        m = _prepare_from_args(args)
+    if isinstance(m, EventManifest):
+        sizes = " ".join(f"{k}={b - a}" for k, (a, b) in m.split.items())
+        fixed = f" fixed evaluation negatives ({m.eval_negatives['origin']})" if m.eval_negatives else ""
+        print(
+            f"prepared {args.output}: N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim} "
+            f"bipartite={str(m.bipartite).lower()} {sizes} shards={len(m.shards)}{fixed}"
+        )
+        return 0
+    print(
+        f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
+        f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"
+    )
+    note = empty_snapshots_note(m.snapshot_edges)
+    if note:
+        print(f"hpcdgnn prepare: warning: {args.output}: {note}", file=sys.stderr)
+    return 0
+
+
+def _prepare_from_args(args: argparse.Namespace):
+    """:func:`prepare_dataset` with the command line's options."""
+    return prepare_dataset(
         args.input,
         args.format,
         args.output,
@@ -415,18 +443,3 @@ def run_prepare(args: argparse.Namespace) -> int:
         columns=args.columns,
         allow_large=args.allow_large,
     )
-    if isinstance(m, EventManifest):
-        sizes = " ".join(f"{k}={b - a}" for k, (a, b) in m.split.items())
-        print(
-            f"prepared {args.output}: N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim} "
-            f"bipartite={str(m.bipartite).lower()} {sizes} shards={len(m.shards)}"
-        )
-        return 0
-    print(
-        f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
-        f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"
-    )
-    note = empty_snapshots_note(m.snapshot_edges)
-    if note:
-        print(f"hpcdgnn prepare: warning: {args.output}: {note}", file=sys.stderr)
-    return 0

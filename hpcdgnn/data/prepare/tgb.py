@@ -1,0 +1,169 @@
+"""The Temporal Graph Benchmark's link-prediction datasets (``tgbl-*``) as event streams with their fixed
+evaluation negatives (issue 60 item 3): ``python -m hpcdgnn prepare DIR --format tgb --output OUT``.
+
+TGB (Huang et al., NeurIPS 2023; ``shenyangHuang/TGB``, ``tgb/linkproppred/dataset.py``) keeps a dataset in a
+directory ``tgbl_NAME/`` (what ``LinkPropPredDataset(name, root)`` downloads) holding ``tgbl-NAME_edgelist[_v2].csv``
+and the validation and test negatives ``tgbl-NAME_{val,test}_ns[_v2].pkl``: pickled dicts (src, dst, t) -> the
+negative destinations of that positive, in TGB's node ids. They are read here as TGB reads them
+(``tgb/utils/pre_process.py``), so ids, times, the split and the negatives are TGB's:
+
+* wiki, subreddit, uci, enron, lastfm (``load_edgelist_wiki``; JODIE's ``user_id,item_id,timestamp,state_label,
+  features...``): src = user, dst = item + max(user) + 1 (bipartite, S = max(user) + 1), t = int(timestamp),
+  edge features = the feature columns;
+* coin, review (``csv_to_pd_data_sc``; ``time,src,dst,weight``): ids numbered in first-seen order, a row's src
+  before its dst, one id space; t = int(time); one edge feature log2(weight), a weight of 0 read as 1;
+* the split at TGB's time quantiles: train t <= q(0.70), validation q(0.70) < t <= q(0.85), test after.
+
+Evaluation then ranks each validation and test positive against its own fixed negatives with TGB's MRR
+(``tgb/linkproppred/evaluate.py``: rank = (#negatives above + #negatives at or above) / 2 + 1).
+"""
+
+from __future__ import annotations
+
+import csv
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from hpcdgnn.data.events import EventManifest, write_events
+from hpcdgnn.errors import DataError
+
+__all__ = ["prepare_tgb", "read_tgb"]
+
+#: datasets read with ``load_edgelist_wiki`` (bipartite JODIE csv)
+_JODIE_LIKE = ("wiki", "subreddit", "uci", "enron", "lastfm")
+#: datasets read with ``csv_to_pd_data_sc`` (time, src, dst, weight; first-seen ids)
+_WEIGHTED = ("coin", "review")
+#: TGB's validation and test fractions (``generate_splits``)
+_VAL, _TEST = 0.15, 0.15
+
+
+class _NumpyOnly(pickle.Unpickler):
+    """Unpickles dicts, tuples, numbers and numpy arrays only: a pickle from elsewhere cannot run code."""
+
+    _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+                ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+                ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"),
+                ("numpy._core.numeric", "_frombuffer"), ("builtins", "tuple"), ("builtins", "dict")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not a numpy array or number")
+
+
+def _files(root: Path) -> tuple[str, Path, Path, Path]:
+    """(short name, edge list, validation negatives, test negatives) of a TGB dataset directory."""
+    found = sorted(root.glob("tgbl-*_edgelist*.csv"))
+    if not found:
+        raise DataError(f"{root}: no tgbl-NAME_edgelist[_v2].csv here; give TGB's dataset directory (e.g. "
+                        "datasets/tgbl_wiki)")
+    edges = found[-1]
+    stem, _, suffix = edges.stem.partition("_edgelist")
+    name = stem.removeprefix("tgbl-")
+    val, test = (root / f"{stem}_{s}_ns{suffix}.pkl" for s in ("val", "test"))
+    for path in (val, test):
+        if not path.is_file():
+            raise DataError(f"{path}: missing; TGB's negatives file of {stem} (download it with the dataset)")
+    if name not in _JODIE_LIKE + _WEIGHTED:
+        raise DataError(f"{edges}: tgbl-{name} is not read yet (supported: "
+                        f"{', '.join('tgbl-' + x for x in _JODIE_LIKE + _WEIGHTED)})")
+    return name, edges, val, test
+
+
+def _rows(path: Path) -> list[list[str]]:
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))[1:]  # TGB skips the header line
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: unreadable ({e})") from None
+    if not rows:
+        raise DataError(f"{path}: no events after the header")
+    return rows
+
+
+def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]:
+    """(src, dst, t, features, N, S, feature names) in TGB's ids and file order."""
+    rows = _rows(path)
+    try:
+        if name in _JODIE_LIKE:
+            width = len(rows[0])
+            bad = next((i for i, r in enumerate(rows) if len(r) != width), None)
+            if bad is not None or width < 4:
+                raise ValueError(f"row {(bad or 0) + 2} has {len(rows[bad or 0])} columns, expected {width} >= 4")
+            src = np.array([int(r[0]) for r in rows], dtype=np.int64)
+            s = int(src.max()) + 1
+            dst = np.array([int(r[1]) for r in rows], dtype=np.int64) + s
+            t = np.array([float(r[2]) for r in rows]).astype(np.int64)
+            feat = np.array([[float(x) for x in r[4:]] for r in rows], dtype=np.float32).reshape(len(rows), -1)
+            return src, dst, t, feat, int(dst.max()) + 1, s, [f"f{i}" for i in range(feat.shape[1])]
+        ids: dict[str, int] = {}
+        src, dst, t = (np.empty(len(rows), dtype=np.int64) for _ in range(3))
+        w = np.empty(len(rows))
+        for i, r in enumerate(rows):
+            src[i] = ids.setdefault(r[1], len(ids))
+            dst[i] = ids.setdefault(r[2], len(ids))
+            t[i], x = int(float(r[0])), float(r[3])
+            w[i] = np.log2(1.0 if x == 0 else x)
+        return src, dst, t, w.astype(np.float32)[:, None], len(ids), len(ids), ["log2_weight"]
+    except (ValueError, IndexError) as e:
+        raise DataError(f"{path}: not TGB's tgbl-{name} edge list ({e})") from None
+
+
+def _negatives(path: Path, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
+               n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, dst) of each event (src[i], dst[i], t[i])'s negatives in ``path``'s dict."""
+    try:
+        with open(path, "rb") as f:
+            table = _NumpyOnly(f).load()
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError) as e:
+        raise DataError(f"{path}: not TGB's negatives pickle ({e})") from None
+    if not isinstance(table, dict):
+        raise DataError(f"{path}: not TGB's negatives pickle (a {type(table).__name__}, not a dict)")
+    table = {tuple(int(x) for x in key): value for key, value in table.items()}
+    parts = []
+    for i, key in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
+        got = table.get(key)
+        if got is None:
+            raise DataError(f"{path}: no negatives for evaluation event {i} (src {key[0]}, dst {key[1]}, t {key[2]}); "
+                            "the pickle belongs to another dataset or version")
+        parts.append(np.asarray(got).astype(np.int64).reshape(-1))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([p.shape[0] for p in parts], out=offsets[1:])
+    out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if out.shape[0] and (out.min() < 0 or out.max() >= n):
+        raise DataError(f"{path}: a negative destination lies outside TGB's ids 0 .. {n - 1}")
+    return offsets, out
+
+
+def read_tgb(root: str | Path):
+    """A TGB dataset directory as TGB reads it: ``(name, src, dst, t, features, N, S, feature names, split,
+    {"val": (offsets, dst), "test": ...}, the edge list's path, whether the file was in time order)``; events
+    stably sorted by time, ``split`` as event index ranges."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: not a directory; give TGB's dataset directory (e.g. datasets/tgbl_wiki)")
+    name, edges, val_path, test_path = _files(root)
+    src, dst, t, feat, n, s, names = _edges(name, edges)
+    in_order = bool(np.all(np.diff(t) >= 0))
+    order = np.argsort(t, kind="stable")
+    src, dst, t, feat = src[order], dst[order], t[order], feat[order]
+    val_time, test_time = np.quantile(t, [1 - _VAL - _TEST, 1 - _TEST])
+    a, b = int(np.searchsorted(t, val_time, "right")), int(np.searchsorted(t, test_time, "right"))
+    split = {"train": (0, a), "val": (a, b), "test": (b, t.shape[0])}
+    negatives = {k: _negatives(p, src[lo:hi], dst[lo:hi], t[lo:hi], n)
+                 for k, p in (("val", val_path), ("test", test_path)) for lo, hi in [split[k]]}
+    return name, src, dst, t, feat, n, s, names, split, negatives, edges, in_order
+
+
+def prepare_tgb(input_dir: str | Path, output: str | Path, force: bool = False) -> EventManifest:
+    """``prepare DIR --format tgb``: write TGB's dataset in ``DIR`` as an event dataset at ``output``."""
+    name, src, dst, t, feat, n, s, names, split, negatives, edges, in_order = read_tgb(input_dir)
+    bipartite = s < n
+    return write_events(output, src, dst, t.astype(np.float64), feat if feat.shape[1] else None, num_vertices=n,
+                        bipartite=bipartite, num_sources=s if bipartite else None, feature_names=names,
+                        original_ids=None, split=split, source={"path": str(Path(edges).absolute()),
+                                                                "format": "tgb", "dataset": f"tgbl-{name}"},
+                        force=force, sorted_input=in_order, eval_negatives=negatives,
+                        negatives_origin=f"tgb:tgbl-{name}")

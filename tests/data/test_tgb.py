@@ -1,0 +1,179 @@
+"""``prepare --format tgb``: a Temporal Graph Benchmark dataset directory read as TGB reads it (ids, times, split
+by its time quantiles, the fixed validation and test negatives), and evaluation ranking each positive against
+its own negatives with TGB's MRR (ties count half) — exact at P = 3, under both evaluation protocols."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from hpcdgnn.data.events import load_event_manifest, read_eval_negatives, read_events
+from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction, TemporalLinkPredictionOptions
+from tests.conftest import mpi_env, read_metrics, run_in_process, write_job
+
+USERS, ITEMS, EVENTS = 7, 5, 60
+
+
+def _wiki_like(root, negatives_of):
+    """A tgbl-wiki directory in TGB's v2 layout: JODIE csv (user, item, float seconds, label, 3 features) and
+    the ns pickles {(src, dst, t): negatives} in TGB's ids (items shifted past the users); ``negatives_of(i,
+    dst)`` gives event i's list. Returns TGB's (src, dst, t) per event, in file (= time) order."""
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    user, item = rng.integers(0, USERS, EVENTS), rng.integers(0, ITEMS, EVENTS)
+    user[0], item[0] = USERS - 1, ITEMS - 1  # every id range used
+    t = np.cumsum(rng.integers(1, 50, EVENTS)) + rng.random(EVENTS)  # distinct, fractional (TGB truncates)
+    feat = rng.standard_normal((EVENTS, 3))
+    lines = ["user_id,item_id,timestamp,state_label,comma_separated_list_of_features"]
+    lines += [f"{u},{i},{float(s)!r},0,{','.join(repr(float(x)) for x in f)}"
+              for u, i, s, f in zip(user, item, t, feat, strict=True)]
+    (root / "tgbl-wiki_edgelist_v2.csv").write_text("\n".join(lines) + "\n")
+    src, dst, ts = user, item + USERS, t.astype(np.int64)
+    val_t, test_t = np.quantile(ts, [0.70, 0.85])  # TGB's generate_splits
+    for split, mask in (("val", (ts > val_t) & (ts <= test_t)), ("test", ts > test_t)):
+        table = {(np.int64(src[i]), np.int64(dst[i]), np.int64(ts[i])): np.asarray(negatives_of(i, dst[i]))
+                 for i in np.flatnonzero(mask)}
+        with open(root / f"tgbl-wiki_{split}_ns_v2.pkl", "wb") as f:
+            pickle.dump(table, f)
+    return src, dst, ts, feat
+
+
+def _prepare(tmp_path, root, name="data"):
+    proc = run_in_process(["prepare", str(root), "--format", "tgb", "--output", str(tmp_path / name)], mpi_env(),
+                          tmp_path)
+    return proc, tmp_path / name
+
+
+def test_prepare_reads_ids_times_split_and_negatives_as_tgb(tmp_path):
+    def negs(i, d):  # a varying count, never the positive itself
+        return [v for v in range(USERS, USERS + ITEMS) if v != d][: 1 + i % 4]
+
+    src, dst, ts, feat = _wiki_like(tmp_path / "tgbl_wiki", negs)
+    proc, data = _prepare(tmp_path, tmp_path / "tgbl_wiki")
+    assert proc.returncode == 0, proc.stderr
+    assert "fixed evaluation negatives (tgb:tgbl-wiki)" in proc.stdout
+    m = load_event_manifest(data)
+    assert (m.num_vertices, m.num_sources, m.bipartite, m.num_events) == (USERS + ITEMS, USERS, True, EVENTS)
+    ev = read_events(data, m)
+    np.testing.assert_array_equal(ev.src, src)
+    np.testing.assert_array_equal(ev.dst, dst)
+    np.testing.assert_array_equal(ev.t, ts)
+    np.testing.assert_allclose(ev.efeat, feat, rtol=1e-6)
+    val_t, test_t = np.quantile(ts, [0.70, 0.85])
+    assert m.split == {"train": (0, int((ts <= val_t).sum())), "val": (int((ts <= val_t).sum()),
+                       int((ts <= test_t).sum())), "test": (int((ts <= test_t).sum()), EVENTS)}
+    fixed = read_eval_negatives(data, m)
+    for split in ("val", "test"):
+        offsets, pool = fixed[split]
+        lo, hi = m.split[split]
+        for k, i in enumerate(range(lo, hi)):
+            assert pool[offsets[k]:offsets[k + 1]].tolist() == negs(i, dst[i]), (split, i)
+    report = json.loads(run_in_process(["inspect", str(data), "--json"], mpi_env(), tmp_path).stdout)
+    assert report["eval_negatives"]["origin"] == "tgb:tgbl-wiki" and report["valid"]
+
+
+def test_prepare_reads_a_weighted_tgb_file_with_first_seen_ids(tmp_path):
+    root = tmp_path / "tgbl_coin"
+    root.mkdir()
+    rows = [(10, "0xa", "0xb", 2.0), (11, "0xb", "0xc", 0.0), (12, "0xa", "0xc", 8.0), (13, "0xd", "0xa", 1.0)] * 5
+    rows = [(t + 10 * k, s, d, w) for k, (t, s, d, w) in enumerate(rows)]
+    (root / "tgbl-coin_edgelist_v2.csv").write_text(
+        "time,src,dst,weight\n" + "".join(f"{t},{s},{d},{w}\n" for t, s, d, w in rows))
+    ids = {"0xa": 0, "0xb": 1, "0xc": 2, "0xd": 3}  # first seen, a row's source before its destination
+    ts = np.array([r[0] for r in rows])
+    val_t, test_t = np.quantile(ts, [0.70, 0.85])
+    for split, keep in (("val", (ts > val_t) & (ts <= test_t)), ("test", ts > test_t)):
+        table = {(ids[rows[i][1]], ids[rows[i][2]], rows[i][0]): np.array([0, 1]) for i in np.flatnonzero(keep)}
+        with open(root / f"tgbl-coin_{split}_ns_v2.pkl", "wb") as f:
+            pickle.dump(table, f)
+    proc, data = _prepare(tmp_path, root)
+    assert proc.returncode == 0, proc.stderr
+    m = load_event_manifest(data)
+    ev = read_events(data, m)
+    assert (m.num_vertices, m.bipartite, m.edge_feature_names) == (4, False, ["log2_weight"])
+    np.testing.assert_array_equal(ev.src, [ids[r[1]] for r in rows])
+    np.testing.assert_array_equal(ev.dst, [ids[r[2]] for r in rows])
+    np.testing.assert_allclose(ev.efeat[:, 0], [np.log2(1.0 if r[3] == 0 else r[3]) for r in rows])
+
+
+def test_mrr_is_tgbs_formula_over_each_events_own_negatives():
+    """rank = 1 + (#above + #at or above) / 2 over the real columns only (TGB's evaluator)."""
+    rng = np.random.default_rng(0)
+    pos = rng.integers(0, 4, 40).astype(float)  # integers: many ties
+    neg = rng.integers(0, 4, (40, 6)).astype(float)
+    valid = rng.random((40, 6)) < 0.7
+    manifest = type("M", (), {"eval_negatives": {"origin": "tgb"}})()
+    task = TemporalLinkPrediction(TemporalLinkPredictionOptions(), manifest, 4, 0)
+    got = task.eval_stats("val", pos, neg, None, valid)
+    want = sum(1.0 / (1 + 0.5 * ((n[v] > p).sum() + (n[v] >= p).sum()))
+               for p, n, v in zip(pos, neg, valid, strict=True))
+    assert got[2] == pytest.approx(want, rel=1e-12) and got[3] == 40
+
+
+@pytest.mark.mpi
+def test_a_positive_against_copies_of_itself_ranks_as_tgb_ranks_ties_at_any_p(tmp_path, launcher):
+    """Event i's negatives are 1 + i % 3 copies of its own destination: every one ties, so TGB's MRR is
+    mean(1 / (1 + (1 + i % 3) / 2)) whatever the model learned — under both evaluation protocols, at P = 1 and 3."""
+    _, dst, _, _ = _wiki_like(tmp_path / "tgbl_wiki", lambda i, d: [d] * (1 + i % 3))
+    proc, data = _prepare(tmp_path, tmp_path / "tgbl_wiki")
+    assert proc.returncode == 0, proc.stderr
+    m = load_event_manifest(data)
+    want = {s: float(np.mean([1 / (1 + (1 + i % 3) / 2) for i in range(*m.split[s])])) for s in ("val", "test")}
+    job = write_job(tmp_path / "job.yaml", data, train={"epochs": 1},
+                    model={"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 3},
+                    task={"name": "temporal_link_prediction", "batch_events": 7, "eval_negatives": 2},
+                    strategy={"name": "memory"})
+
+    def commands(p: int) -> list[list[str]]:
+        return [["run", str(job), "--set", f"strategy.minibatch={p}", f"task.eval_protocol={proto}", "--output",
+                 str(tmp_path / f"{proto}{p}")] for proto in ("per_event", "per_batch")]
+
+    for args in commands(1):
+        proc = run_in_process(args, mpi_env(), tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    for proc in launcher.run_many(3, commands(3), cwd=tmp_path):
+        assert proc.returncode == 0, proc.stderr
+    for run in ("per_event1", "per_batch1", "per_event3", "per_batch3"):
+        last = read_metrics(tmp_path / run)[-1]
+        for s in ("val", "test"):
+            assert last[f"{s}_mrr"] == pytest.approx(want[s], rel=1e-12), (run, s)
+
+
+@pytest.mark.parametrize(("case", "words"), [
+    ("no-negatives", "tgbl-wiki_val_ns_v2.pkl: missing"),
+    ("code", "not TGB's negatives pickle (posix.system is not a numpy array or number)"),
+    ("other-dataset", "no negatives for evaluation event"),
+    ("flight", "tgbl-flight is not read yet"),
+    ("empty", "no tgbl-NAME_edgelist"),
+])
+def test_bad_tgb_directories_are_one_line_and_write_nothing(tmp_path, case, words):
+    root = tmp_path / "tgbl_wiki"
+    if case == "empty":
+        root.mkdir()
+    elif case == "flight":
+        root.mkdir()
+        (root / "tgbl-flight_edgelist_v2.csv").write_text("day,src,dst,callsign,typecode\n1,a,b,c,d\n")
+        for s in ("val", "test"):
+            (root / f"tgbl-flight_{s}_ns_v2.pkl").write_bytes(pickle.dumps({}))
+    else:
+        _wiki_like(root, lambda i, d: [d])
+        if case == "no-negatives":
+            (root / "tgbl-wiki_val_ns_v2.pkl").unlink()
+        elif case == "code":
+            class Boom:
+                def __reduce__(self):
+                    import os
+
+                    return os.system, ("echo pwned",)
+
+            (root / "tgbl-wiki_val_ns_v2.pkl").write_bytes(pickle.dumps(Boom()))
+        else:
+            (root / "tgbl-wiki_val_ns_v2.pkl").write_bytes(pickle.dumps({(0, 1, 2): np.array([1])}))
+    proc, data = _prepare(tmp_path, root)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+    assert "pwned" not in proc.stdout + proc.stderr
+    assert not data.exists()
