@@ -297,13 +297,16 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="a run's epoch records as CSV or TensorBoard scalars; its model as a plain file",
                         description="Write what a run made in the formats other tools read:\n"
                         "  python -m hpcdgnn export RUNDIR --csv metrics.csv --tensorboard tb/\n"
-                        "  python -m hpcdgnn export RUNDIR --model-only model.pt",
+                        "  python -m hpcdgnn export RUNDIR --model-only model.pt [--to pygt]",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ex.add_argument("rundir", help="a run directory")
     ex.add_argument("--csv", metavar="FILE", help="the epoch records, one CSV row each (nested keys dotted)")
     ex.add_argument("--tensorboard", metavar="DIR", help="the epoch records as TensorBoard scalars (step = epoch)")
     ex.add_argument("--model-only", metavar="FILE",
                     help="the trained model and task head: state_dicts and what builds them (no trainer needed)")
+    ex.add_argument("--to", choices=["hpcdgnn", "pygt"], default="hpcdgnn",
+                    help="--model-only's form: hpcdgnn's modules (default), or PyG Temporal's cells with the same "
+                    "weights (gconv_gru, gconv_lstm, tgcn_cell)")
     ex.set_defaults(func=_cmd_export)
 
     from hpcdgnn.embed import add_embed_arguments, add_predict_arguments

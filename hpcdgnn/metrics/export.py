@@ -1,6 +1,6 @@
 """A run's epoch records as a flat table (CSV) and as TensorBoard scalars; the trained model as a plain file.
 
-``python -m hpcdgnn export RUNDIR --csv FILE --tensorboard DIR --model-only FILE``. The records of
+``python -m hpcdgnn export RUNDIR --csv FILE --tensorboard DIR --model-only FILE [--to pygt]``. The records of
 ``metrics.jsonl`` nest (``time.compute.max``, ``per_rank.compute[r]``); both writers flatten them the same
 way: dotted keys, list items by index (``per_rank.compute.2``). TensorBoard's tags use ``/`` for the dots and
 the epoch as the step. Nothing here is imported by a run that does not ask for it (``output.tensorboard``).
@@ -17,7 +17,8 @@ from typing import Any
 
 from hpcdgnn.errors import ConfigError, DataError
 
-__all__ = ["flatten", "write_csv", "write_tensorboard", "TensorBoardLog", "export_model", "load_model"]
+__all__ = ["flatten", "write_csv", "write_tensorboard", "TensorBoardLog", "export_model", "export_pygt", "load_model",
+           "load_pygt"]
 
 #: the exported model file's format tag (``torch.load(FILE)["format"]``)
 MODEL_FORMAT = "hpcdgnn.model/1"
@@ -139,6 +140,61 @@ def export_model(run, path: str | Path) -> dict:
     return blob
 
 
+#: the ``--to pygt`` file's format tag
+PYGT_FORMAT = "hpcdgnn.pygt/1"
+
+
+def export_pygt(run, path: str | Path) -> dict:
+    """Write the run's graph-RNN layers as PyTorch Geometric Temporal cells: per layer the cell's class name, its
+    constructor arguments and a ``state_dict`` it loads strictly (each layer's ``to_pygt``).
+
+    :func:`load_pygt` builds them; step t runs ``h_l = cell_l(h_{l-1}, edge_index, edge_weight, h_l)`` (GConvLSTM
+    also carries C) from h_{-1} = X_t and zero states, with hpcdgnn's A_t as PyG edges (``edge_index`` = [col;
+    row], so messages flow into the row's vertex, self-loops removed); the last layer's h is Z_t.
+
+    Raises:
+        ConfigError: a model with a layer that no PyG Temporal cell computes the same.
+    """
+    import torch
+
+    out = _new_file(path, "--model-only")
+    model, name = run.model, run.job.model.name
+    layers = []
+    for layer in model.layers:
+        if not hasattr(layer, "to_pygt"):
+            raise ConfigError(f"export --to pygt: model.name: {name} has no PyG Temporal cell computing the same "
+                              "(those that do: gconv_gru, gconv_lstm (symmetric graphs), tgcn_cell)")
+        cls, kwargs, state = layer.to_pygt()
+        layers.append({"class": cls, "kwargs": kwargs, "state_dict": state})
+    blob = {"format": PYGT_FORMAT, "model": name, "dtype": run.job.train.dtype, "layers": layers}
+    torch.save(blob, out)
+    return blob
+
+
+def load_pygt(path: str | Path) -> list:
+    """The PyG Temporal cells of an ``export --to pygt`` file, weights loaded (strict), in its dtype.
+
+    Raises:
+        DataError: not such a file; ImportError: PyG Temporal is not installed.
+    """
+    import torch
+
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        if blob.get("format") != PYGT_FORMAT:
+            raise ValueError(f"format {blob.get('format')!r}")
+    except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
+        raise DataError(f"{path}: not a file of `hpcdgnn export --model-only FILE --to pygt` ({e})") from None
+    from torch_geometric_temporal.nn import recurrent
+
+    cells = []
+    for layer in blob["layers"]:
+        cell = getattr(recurrent, layer["class"])(**layer["kwargs"]).to(getattr(torch, blob["dtype"]))
+        cell.load_state_dict(layer["state_dict"], strict=True)
+        cells.append(cell.eval())
+    return cells
+
+
 def _manifest_sizes(run) -> dict:
     """The dataset's scalar figures (N, T, F, classes, whether it has targets, ...): what the model and the task
     head are built from, without its arrays."""
@@ -191,7 +247,12 @@ def run_export(args) -> int:
     if args.model_only:
         if run.checkpoint is None:
             raise DataError(f"{args.rundir}: the run has no complete checkpoint to export the model from")
-        blob = export_model(run, args.model_only)
-        print(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} head "
-              "(hpcdgnn.metrics.export.load_model)")
+        if getattr(args, "to", "hpcdgnn") == "pygt":
+            blob = export_pygt(run, args.model_only)
+            print(f"{args.model_only}: {len(blob['layers'])} PyG Temporal {blob['layers'][0]['class']} cell(s) of "
+                  f"{blob['model']} (hpcdgnn.metrics.export.load_pygt)")
+        else:
+            blob = export_model(run, args.model_only)
+            print(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} "
+                  "head (hpcdgnn.metrics.export.load_model)")
     return 0

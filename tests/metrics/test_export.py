@@ -150,3 +150,61 @@ def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
     assert main(["report", str(a), "--out", str(tmp_path / "rep")]) == 2  # never overwrites
     assert "curves.png exists" in capsys.readouterr().err
+
+
+# --- --to pygt: PyG Temporal's cells with the trained weights --------------------------------------------------
+
+
+def _symmetric_data(root, T=6, N=11):
+    """Undirected random snapshots (PyG's ChebConv equals hpcdgnn's on symmetric A_t), with degree features."""
+    rng = np.random.default_rng(4)
+    snaps = (RawSnapshot(rng.integers(0, N, 20), rng.integers(0, N, 20)) for _ in range(T))
+    write_dataset(root, snaps, num_vertices=N, directed=False)
+    return root
+
+
+@pytest.mark.parametrize("model", ["gconv_gru", "gconv_lstm", "tgcn_cell"])
+def test_pygt_cells_with_the_exported_weights_give_the_embedded_z(tmp_path, model):
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.data.snapshot import csr_rows
+    from hpcdgnn.embed import read_embeddings
+    from hpcdgnn.metrics.export import load_pygt
+    from tests.nn.test_graph_rnn import _pygt
+
+    _pygt()  # skips without PyG Temporal (never a dependency)
+    data = _symmetric_data(tmp_path / "data")
+    run = _train(tmp_path, data, model={"name": model, "layers": 2, "hidden": 5,
+                                        **({} if model == "tgcn_cell" else {"order": 3})})
+    for args in (["export", run, "--model-only", tmp_path / "cells.pt", "--to", "pygt"],
+                 ["embed", run, "--split", "all", "--output", tmp_path / "z.npz"]):
+        proc = run_in_process([str(a) for a in args], mpi_env(), tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    cells, z = load_pygt(tmp_path / "cells.pt"), read_embeddings(tmp_path / "z.npz")
+    m = load_manifest(data)
+    dt = torch.float64
+    state = [(torch.zeros(m.num_vertices, 5, dtype=dt),) * 2 for _ in cells]  # PyGT's None state is float32
+    zs = []
+    with ShardReader(str(data), m) as reader, torch.no_grad():
+        for t in range(m.num_snapshots):
+            s = reader.read(t)
+            rows, cols = csr_rows(s.indptr), s.indices.astype(np.int64)
+            keep = rows != cols  # hpcdgnn's A_t: row u sums over its out-edges, PyG into edge_index[1]
+            ei = torch.from_numpy(np.stack([cols[keep], rows[keep]]))
+            ew = torch.from_numpy(s.weights[keep].astype(np.float64))
+            h = torch.from_numpy(s.x).to(dt)
+            for li, cell in enumerate(cells):
+                hs, cs = state[li]
+                state[li] = cell(h, ei, ew, hs, cs) if model == "gconv_lstm" else (cell(h, ei, ew, hs), cs)
+                h = state[li][0]
+            zs.append(h)
+    theirs = torch.stack(zs)[z.steps.tolist()].numpy()
+    np.testing.assert_allclose(theirs, z.embeddings, rtol=0, atol=1e-12)
+
+
+def test_to_pygt_refuses_a_model_without_a_pygt_cell(tmp_path, small_dataset):
+    run = _train(tmp_path, small_dataset)
+    proc = run_in_process(["export", str(run), "--model-only", str(tmp_path / "x.pt"), "--to", "pygt"], mpi_env(),
+                          tmp_path)
+    assert proc.returncode == 2 and "model.name: cdgcn has no PyG Temporal cell" in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.pt").exists()

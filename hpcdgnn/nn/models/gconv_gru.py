@@ -55,6 +55,24 @@ class GConvGRULayer(GraphRecurrentLayer):
         """Blocks of the basis: K (T_0 … T_{K-1})."""
         return self.order
 
+    def to_pygt(self) -> tuple[str, dict, dict[str, torch.Tensor]]:
+        """PyG Temporal's ``GConvGRU`` with this cell's weights: (class name, constructor kwargs, state_dict).
+
+        Gate g of (z, r, h): ``conv_x_g.lins.k`` = rows k of ``w_x``'s block g, transposed; ``conv_h_{z,r}`` from
+        ``w_hzr``, ``conv_h_h`` from ``w_hh``; the gate's bias on ``conv_x_g``. Equal outputs (1e-12 in float64)
+        where every A_t is symmetric: PyG's ChebConv takes degrees on the sending side."""
+        F, H, K = self.in_features, self.out_features, self.order
+        out = {}
+        for g, n in enumerate("zrh"):
+            for k in range(K):
+                out[f"conv_x_{n}.lins.{k}.weight"] = self.w_x[k * F : (k + 1) * F, g * H : (g + 1) * H].T
+                wh = self.w_hzr[k * H : (k + 1) * H, g * H : (g + 1) * H] if g < 2 else self.w_hh[k * H : (k + 1) * H]
+                out[f"conv_h_{n}.lins.{k}.weight"] = wh.T
+            out[f"conv_x_{n}.bias"] = self.bias[g * H : (g + 1) * H]
+            out[f"conv_h_{n}.bias"] = self.bias.new_zeros(H)
+        kwargs = {"in_channels": F, "out_channels": H, "K": K, "normalization": "sym", "bias": True}
+        return "GConvGRU", kwargs, {k: v.detach().clone() for k, v in out.items()}
+
     def reset_parameters(self) -> None:
         """Glorot filters (PyG's init of each convolution weight), zero bias."""
         H = self.out_features

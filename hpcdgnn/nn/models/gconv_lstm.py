@@ -60,6 +60,25 @@ class GConvLSTMLayer(GraphRecurrentLayer):
         self.w_c = nn.Parameter(torch.empty(3, H))
         self.reset_parameters()
 
+    def to_pygt(self) -> tuple[str, dict, dict[str, torch.Tensor]]:
+        """PyG Temporal's ``GConvLSTM`` with this cell's weights: (class name, constructor kwargs, state_dict).
+
+        Gate g of (i, f, c, o): ``conv_x_g.lins.k`` = rows k of ``w_x``'s block g, transposed (likewise ``w_h``);
+        the gate's bias in ``b_g`` (the convolutions' own biases zero); peepholes ``w_c_{i,f,o}``. Equal outputs
+        (1e-12 in float64) where every A_t is symmetric: PyG's ChebConv takes degrees on the sending side."""
+        F, H, K = self.in_features, self.out_features, self.order
+        out = {}
+        for g, n in enumerate("ifco"):
+            for k in range(K):
+                out[f"conv_x_{n}.lins.{k}.weight"] = self.w_x[k * F : (k + 1) * F, g * H : (g + 1) * H].T
+                out[f"conv_h_{n}.lins.{k}.weight"] = self.w_h[k * H : (k + 1) * H, g * H : (g + 1) * H].T
+            out[f"conv_x_{n}.bias"] = out[f"conv_h_{n}.bias"] = self.bias.new_zeros(H)
+            out[f"b_{n}"] = self.bias[g * H : (g + 1) * H].reshape(1, H)
+        for j, n in enumerate("ifo"):
+            out[f"w_c_{n}"] = self.w_c[j : j + 1]
+        kwargs = {"in_channels": F, "out_channels": H, "K": K, "normalization": "sym", "bias": True}
+        return "GConvLSTM", kwargs, {k: v.detach().clone() for k, v in out.items()}
+
     def reset_parameters(self) -> None:
         """Glorot filters and peepholes (PyGT's init), zero bias."""
         H = self.out_features

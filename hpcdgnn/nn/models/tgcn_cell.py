@@ -41,6 +41,23 @@ class TGCNCellLayer(DynamicLayer):
         self.w_h = nn.Parameter(torch.empty(H, 3 * H))
         self.reset_parameters()
 
+    def to_pygt(self) -> tuple[str, dict, dict[str, torch.Tensor]]:
+        """PyG Temporal's ``TGCN`` with this cell's weights: (class name, constructor kwargs, state_dict).
+
+        Gate g of PyGT's (z, r, h) = ours (u, r, c): ``conv_g.lin`` = ``w_x``'s block g transposed (bias zero),
+        ``linear_g`` = [I ‖ block g of ``w_h``ᵀ] with the gate's bias. Equal outputs (1e-12 in float64) on any graph
+        given edges without self-loops (PyG keeps an input self-loop's weight instead of adding 1)."""
+        F, H = self.in_features, self.out_features
+        out = {}
+        eye = torch.eye(H, dtype=self.w_h.dtype, device=self.w_h.device)
+        for g, n in enumerate("zrh"):
+            out[f"conv_{n}.lin.weight"] = self.w_x[:, g * H : (g + 1) * H].T
+            out[f"conv_{n}.bias"] = self.bias.new_zeros(H)
+            out[f"linear_{n}.weight"] = torch.cat([eye, self.w_h[:, g * H : (g + 1) * H].T], dim=1)
+            out[f"linear_{n}.bias"] = self.bias[g * H : (g + 1) * H]
+        kwargs = {"in_channels": F, "out_channels": H, "improved": False, "cached": False, "add_self_loops": True}
+        return "TGCN", kwargs, {k: v.detach().clone() for k, v in out.items()}
+
     def reset_parameters(self) -> None:
         """Glorot for the GCN part (PyG's GCNConv init), torch Linear's bounds for the state part and bias."""
         H = self.out_features
