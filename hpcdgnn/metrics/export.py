@@ -179,12 +179,7 @@ def load_pygt(path: str | Path) -> list:
     """
     import torch
 
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-        if blob.get("format") != PYGT_FORMAT:
-            raise ValueError(f"format {blob.get('format')!r}")
-    except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
-        raise DataError(f"{path}: not a file of `hpcdgnn export --model-only FILE --to pygt` ({e})") from None
+    blob = _exported(path, PYGT_FORMAT, "a file of `hpcdgnn export --model-only FILE --to pygt`")
     from torch_geometric_temporal.nn import recurrent
 
     cells = []
@@ -193,6 +188,19 @@ def load_pygt(path: str | Path) -> list:
         cell.load_state_dict(layer["state_dict"], strict=True)
         cells.append(cell.eval())
     return cells
+
+
+def _exported(path: str | Path, fmt: str, what: str) -> dict:
+    """An exported file's contents, checked to be of format ``fmt``; a DataError naming the file otherwise."""
+    import torch
+
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        if blob.get("format") != fmt:
+            raise ValueError(f"format {blob.get('format')!r}")
+    except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
+        raise DataError(f"{path}: not {what} ({e})") from None
+    return blob
 
 
 def _manifest_sizes(run) -> dict:
@@ -213,17 +221,10 @@ def load_model(path: str | Path):
     """
     import types
 
-    import torch
-
     from hpcdgnn.api import build_trained
     from hpcdgnn.config import load_job_dict
 
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
-        if blob.get("format") != MODEL_FORMAT:
-            raise ValueError(f"format {blob.get('format')!r}")
-    except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
-        raise DataError(f"{path}: not a model file of `hpcdgnn export --model-only` ({e})") from None
+    blob = _exported(path, MODEL_FORMAT, "a model file of `hpcdgnn export --model-only`")
     job = load_job_dict({"data": {"path": "."}, **blob["config"]}, str(path), check_paths=False)
     return build_trained(job, types.SimpleNamespace(**blob["dataset"]), blob["model"], blob["task"])
 

@@ -5,8 +5,9 @@ model; this one counts TGN's work instead of a snapshot model's):
 
 * **work**: trainer (a, b, c) embeds (2 + ``task.negatives``) roots for each of its 1/i of segment c's events;
   the group that evaluates embeds (2 + ``task.eval_negatives``) roots for each of its 1/(i·j) of the validation
-  and test events, forward only. A root reads s̄ real neighbour slots — s̄ = E[min(k, events the node had
-  before t)], over the positives' endpoints and over uniform negatives at 32 times of the stream — and updates
+  and test events, forward only (``eval_protocol: per_batch``: 2 per event plus the expected distinct nodes of
+  a batch's draws; a dataset's fixed negatives: their mean count per event). A root reads s̄ real neighbour
+  slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and over uniform negatives at 32 times of the stream — and updates
   1 + s̄ memories (an upper bound: the run updates each distinct (node, time) once). Multiply-adds per root:
   (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
   (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
@@ -100,7 +101,16 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
     s_pos, s_neg, e_pos, e_neg = _slots(graph, m.neighbors)
     train_root = (2 * per_root(s_pos) + task.negatives * per_root(s_neg)) * 3
-    eval_root = 2 * per_root(e_pos) + task.eval_negatives * per_root(e_neg)
+    fixed = getattr(manifest, "eval_negatives", None)  # TGB's: their mean count per event
+    negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
+    if task.eval_protocol == "per_batch":
+        # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
+        b = task.batch_events
+        cand = n - manifest.num_sources if manifest.bipartite else n
+        distinct = cand * (1.0 - (1.0 - 1.0 / cand) ** (b * (2 + negs)))
+        eval_root = 2 * per_root(e_pos) + distinct / b * per_root(e_neg)
+    else:
+        eval_root = 2 * per_root(e_pos) + negs * per_root(e_neg)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
                      for b0, b1 in plan.segments)
     n_eval = ev_hi - ev_lo
@@ -118,7 +128,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         ar_lat, ar_bw = rates.collective("allreduce", P)
         comm += iters * (ar_lat + grad / ar_bw)
     if i * j > 1:
-        tags["memory.eval"] = 8.0 * (1 + task.eval_negatives) * n_eval + _ENVELOPE * eval_batches * i * j
+        tags["memory.eval"] = 8.0 * (1 + negs) * n_eval + _ENVELOPE * eval_batches * i * j
         a2a_lat, a2a_bw = rates.collective("alltoall", i * j)
         comm += (iters + 2 * eval_batches) * a2a_lat + tags["memory.eval"] / (i * j) / a2a_bw
     node_memory = n * (d + mail) * item + n * 8
