@@ -7,8 +7,9 @@ model; this one counts TGN's work instead of a snapshot model's):
   the group that evaluates embeds (2 + ``task.eval_negatives``) roots for each of its 1/(i·j) of the validation
   and test events, forward only (``eval_protocol: per_batch``: 2 per event plus the expected distinct nodes of
   a batch's draws; a dataset's fixed negatives: their mean count per event). A root reads s̄ real neighbour
-  slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and over uniform negatives at 32 times of the stream — and updates
-  1 + s̄ memories (an upper bound: the run updates each distinct (node, time) once). Multiply-adds per root:
+  slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and over uniform
+  negatives at 32 times of the stream — and updates 1 + s̄ memories (an upper bound: the run updates each
+  distinct (node, time) once). Multiply-adds per root:
   (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
   (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
