@@ -47,16 +47,28 @@ def _env_switches() -> list[str]:
     return [f"HPCDGNN_KERNELS={mode}"] if mode != "numba" else []
 
 
-def _spmd(command: list[str], body) -> int:
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _spmd(command: list[str], body, preemptible: bool = True) -> int:
     """Run ``body(comm)`` on every rank of the MPI job (``run``, ``embed``, ``predict``): its exit status.
 
     An error every rank meets is one line from rank 0; one a rank meets alone is its line with the rank, then
     ``MPI_Abort`` (the others may wait in a collective); a crash prints ``rank R/P: <traceback>`` and aborts.
+    ``preemptible`` (``run``): a first SIGTERM/SIGINT asks for a checkpoint, a second stops at once; otherwise
+    (``embed``, ``predict``) the first stops: what was being written is removed, exit 130.
     """
+    import signal
+
     from hpcdgnn import preemption
 
-    # before the heavy imports: a scheduler's early warning must not kill us; a second SIGINT/SIGTERM stops at once
-    stop = preemption.install(at_once=True)
+    if preemptible:
+        # before the heavy imports: a scheduler's early warning must not kill us; a second signal stops at once
+        stop = preemption.install(at_once=True)
+    else:
+        signal.signal(signal.SIGTERM, _interrupt)
+        stop = preemption.PreemptionFlag()
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
 
@@ -87,6 +99,12 @@ def _spmd(command: list[str], body) -> int:
         code = body(comm)
         comm.close()
         return code
+    except KeyboardInterrupt:
+        if preemptible:
+            raise
+        # every rank gets the signal from mpirun or the scheduler; a rank that did not is ended by the abort
+        return _rank_error(comm.rank, comm.size, comm.abort, f"{command[0]}: stopped by a signal; nothing written",
+                           130)
     except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
             if comm.rank == 0:
@@ -128,7 +146,8 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     """Write a trained run's Z_t (issue 60); under mpirun the strategy's own distributed forward."""
     from hpcdgnn.embed import run_embed
 
-    return _spmd(["embed", args.rundir, args.output, args.split, *(args.set or [])], lambda comm: run_embed(args, comm))
+    return _spmd(["embed", args.rundir, args.output, args.split, *(args.set or [])], lambda comm: run_embed(args, comm),
+                 preemptible=False)
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -136,7 +155,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from hpcdgnn.embed import run_predict
 
     return _spmd(["predict", args.rundir, args.output, args.pairs or "", args.split, *(args.set or [])],
-                 lambda comm: run_predict(args, comm))
+                 lambda comm: run_predict(args, comm), preemptible=False)
 
 
 def _rank_error(rank: int, size: int, abort, message: str, code: int = EXIT_USAGE) -> int:

@@ -1,8 +1,8 @@
 """Use what a run trained: ``embed`` writes Z_t, ``predict`` scores pairs or node targets (issue 60).
 
 Both run the checkpoint's forward on this job's ranks (:mod:`hpcdgnn.train.inference`; under ``mpirun`` the
-strategy's own distributed pass), gather each step's rows on rank 0, which writes the file — one step at a time,
-so rank 0 holds one N × F block, not the timeline.
+strategy's own distributed pass; each rank keeps its rows of the asked steps), then gather the steps one at a
+time on rank 0, which streams them into an HDF5 file (``.npz`` is written at the end: rank 0 holds it whole).
 
 The embeddings file (HDF5 ``.h5`` / ``.hdf5``, or NumPy ``.npz``):
 
@@ -21,6 +21,7 @@ head's outputs (regression: the H predicted targets; classification: class proba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -68,8 +69,14 @@ def _new_file(path: str, suffixes: dict[str, str], option: str = "--output") -> 
         raise ConfigError(f"{option} {path}: give a file ending in {' / '.join(sorted(suffixes))}")
     if p.exists():
         raise ConfigError(f"{option} {path}: exists; nothing is overwritten (give a new name)")
-    if not p.absolute().parent.is_dir():
-        raise ConfigError(f"{option} {path}: no directory {p.absolute().parent}")
+    parent = p.absolute().parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"{option} {path}: the directory {parent} is not writable")
+    if p.with_name(p.name + ".tmp").exists():
+        raise ConfigError(f"{option} {path}: {p.name}.tmp exists (another embed or predict writing it?); remove it "
+                          "or give a new name")
     return fmt
 
 
@@ -98,6 +105,10 @@ def read_embeddings(path: str | os.PathLike) -> EmbeddingFile:
         raise DataError(f"{path}: not an hpcdgnn embeddings file ({e})") from None
 
 
+def _unwritable(path, e: OSError) -> DataError:
+    return DataError(f"--output {path}: cannot write it ({e.strerror or e}); nothing was written")
+
+
 class _Writer:
     """Rank 0's file, written step by step under a temporary name and renamed when complete."""
 
@@ -107,6 +118,15 @@ class _Writer:
         self.f, self.parts, self.k = None, [], 0
 
     def add(self, z: np.ndarray, computed: np.ndarray) -> None:
+        try:
+            self._add(z, computed)
+        except BaseException as e:  # a full disk, or a signal: nothing half written stays
+            self.discard()
+            if isinstance(e, OSError):
+                raise _unwritable(self.path, e) from None
+            raise
+
+    def _add(self, z: np.ndarray, computed: np.ndarray) -> None:
         if self.fmt == "npz":
             self.parts.append((z, computed))
         else:
@@ -121,6 +141,15 @@ class _Writer:
         self.k += 1
 
     def close(self, steps: list[int], meta: dict) -> None:
+        try:
+            self._close(steps, meta)
+        except BaseException as e:  # a full disk, or a signal: nothing half written stays
+            self.discard()
+            if isinstance(e, OSError):
+                raise _unwritable(self.path, e) from None
+            raise
+
+    def _close(self, steps: list[int], meta: dict) -> None:
         if self.fmt == "npz":
             with open(self.tmp, "wb") as f:
                 np.savez(f, embeddings=np.stack([z for z, _ in self.parts]),
@@ -134,7 +163,9 @@ class _Writer:
 
     def discard(self) -> None:
         if self.f is not None:
-            self.f.close()
+            with contextlib.suppress(Exception):  # already failing: the file goes, whatever state it is in
+                self.f.close()
+            self.f = None
         self.tmp.unlink(missing_ok=True)
 
 
@@ -274,9 +305,10 @@ def run_predict(args: argparse.Namespace, comm) -> int:
     scores = np.full(pairs.shape[0], np.nan)
     from hpcdgnn.train.inference import gather_step
 
+    problem = None
     for t in steps:
         got = gather_step(recorder, tr.comm, t)
-        if got is None:
+        if got is None or problem:
             continue
         z, computed = got
         rows = np.flatnonzero(pairs[:, 2] == t)
@@ -285,22 +317,37 @@ def run_predict(args: argparse.Namespace, comm) -> int:
         if lost.size:
             k = lost[0]
             vertex = int(u[k]) if not computed[u[k]] else int(v[k])
-            raise DataError(f"--pairs {args.pairs}: row {int(rows[k])}: strategy {tr.job.strategy.name} did not "
-                            f"compute Z_{t} of vertex {vertex} (its samples read other vertices); predict with a "
-                            "full-batch strategy of the same model (--set strategy.name=snapshot)")
+            problem = (f"--pairs {args.pairs}: row {int(rows[k])}: strategy {tr.job.strategy.name} did not compute "
+                       f"Z_{t} of vertex {vertex} (its samples read other vertices); predict with a full-batch "
+                       "strategy of the same model (--set strategy.name=snapshot)")
+            continue
         with torch.no_grad():
             scores[rows] = task.predict(torch.from_numpy(z).to(task_device), torch.from_numpy(u),
                                         torch.from_numpy(v)).cpu().numpy()
+    problem = comm.bcast_obj(problem, tag="embed")  # rank 0 found it: every rank refuses together
+    if problem:
+        raise collective_error(DataError(problem))
     if comm.rank == 0:
-        tmp = Path(args.output + ".tmp")
+        _write_scores(args.output, pairs, scores)
+        print(f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
+              f"{comm.size} rank(s) -> {args.output}", flush=True)
+    return 0
+
+
+def _write_scores(path: str, pairs: np.ndarray, scores: np.ndarray) -> None:
+    """``u,v,t,score`` rows, written under a temporary name and renamed when complete."""
+    tmp = Path(path + ".tmp")
+    try:
         with open(tmp, "w") as f:
             f.write("u,v,t,score\n")
             for (u, v, t), s in zip(pairs.tolist(), scores.tolist(), strict=True):
                 f.write(f"{u},{v},{t},{s!r}\n")
-        os.replace(tmp, args.output)
-        print(f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
-              f"{comm.size} rank(s) -> {args.output}", flush=True)
-    return 0
+        os.replace(tmp, path)
+    except BaseException as e:  # a full disk, or a signal: nothing half written stays
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise _unwritable(path, e) from None
+        raise
 
 
 def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=None) -> dict[str, float]:

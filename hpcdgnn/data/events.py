@@ -832,7 +832,8 @@ def _write_eval_negatives(root: Path, tmp: Path, negatives: Mapping[str, tuple[n
 
 
 def read_eval_negatives(root: str | Path, manifest: EventManifest) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The fixed ``{"val": (offsets, dst), "test": (offsets, dst)}`` of an event dataset (int64 arrays).
+    """The fixed ``{"val": (offsets, dst), "test": (offsets, dst)}`` of an event dataset (offsets int64, dst in
+    the stream's index dtype).
 
     Raises:
         DataError: the file is missing, of another size than the manifest says, or inconsistent (names it).
@@ -846,7 +847,7 @@ def read_eval_negatives(root: str | Path, manifest: EventManifest) -> dict[str, 
     try:
         with h5py.File(path, "r") as f:
             for split in ("val", "test"):
-                offsets, dst = f[f"{split}/offsets"][()].astype(np.int64), f[f"{split}/dst"][()].astype(np.int64)
+                offsets, dst = f[f"{split}/offsets"][()].astype(np.int64), f[f"{split}/dst"][()]
                 lo, hi = manifest.split[split]
                 problem = _negatives_problem(offsets, dst, hi - lo, manifest.num_vertices)
                 if problem:

@@ -237,6 +237,8 @@ def run_export(args) -> int:
     records = run.metrics
     if not records:
         raise DataError(f"{args.rundir}: metrics.jsonl has no epoch records")
+    if getattr(args, "to", "hpcdgnn") == "pygt" and not args.model_only:
+        raise ConfigError("export --to pygt: give --model-only FILE, the file to write the cells into")
     if not (args.csv or args.tensorboard or args.model_only):
         raise ConfigError("export: say what to write: --csv FILE, --tensorboard DIR and/or --model-only FILE")
     if args.csv:

@@ -137,8 +137,6 @@ class Strategy(Generic[B]):
     #: the splits whose Z_t the pass that computes a checkpoint's metrics yields (``embed``; see
     #: :mod:`hpcdgnn.train.inference`): a full batch all of them
     embeds: ClassVar[tuple[str, ...]] = ("train", "val", "test")
-    #: the evaluation pass reads per-rank state only the run's own P restores (the event regime's node memory)
-    evaluates_rank_state: ClassVar[bool] = False
     #: what the set-up does, in a few words (start line)
     setup_work: ClassVar[str] = "read + normalise + precompute Ã·X"
     #: a choice of another strategy (``auto``), replaced by :meth:`resolve` before anything trains
@@ -153,6 +151,13 @@ class Strategy(Generic[B]):
     @classmethod
     def check_job(cls, job: JobConfig, num_ranks: int, where: str | None) -> None:
         """Refuse (one line, ConfigError) options that cannot work at ``num_ranks``; before the plan, on rank 0."""
+
+    @classmethod
+    def keeps_rank_state(cls, opts: Any) -> bool:
+        """Whether a pass of these options reads per-rank state that only the run's own P and options restore
+        from a checkpoint (stale-aggregation caches here; the event regime's node memory)."""
+        stale = getattr(opts, "stale", None)
+        return stale is not None and stale.mode != "off"
 
     @classmethod
     def variants(cls, opts: Any, num_ranks: int, manifest: Manifest) -> list[Any]:

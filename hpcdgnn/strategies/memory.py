@@ -72,8 +72,11 @@ class MemoryStrategy(Strategy[EventBatch]):
     """DistTGL's i×j×k parallelism."""
 
     setup_work = "read the event stream + temporal neighbour index"
-    #: the evaluation starts from the group's node memory, which a checkpoint keeps per rank
-    evaluates_rank_state = True
+
+    @classmethod
+    def keeps_rank_state(cls, opts) -> bool:
+        """Always: the evaluation starts from the group's node memory, which a checkpoint keeps per rank."""
+        return True
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> MemoryPlan:
@@ -133,8 +136,17 @@ class MemoryStrategy(Strategy[EventBatch]):
         self.load_seconds += time.perf_counter() - t0
         self._train_events = 0
         self._eval_seconds = 0.0
-        #: the dataset's fixed evaluation negatives (TGB), else None: drawn per batch from the seed
-        self.fixed = read_eval_negatives(self.ctx.data_root, m) if getattr(m, "eval_negatives", None) else None
+        #: the dataset's fixed evaluation negatives (TGB), one copy per node; else None: drawn from the seed
+        self.fixed = None
+        if getattr(m, "eval_negatives", None):
+            def flat() -> dict[str, np.ndarray]:
+                return {f"{s}.{k}": a for s, pair in read_eval_negatives(self.ctx.data_root, m).items()
+                        for k, a in zip(("offsets", "dst"), pair, strict=True)}
+
+            arrays, windows = self.comm.world.share_per_node(flat, "fixed evaluation negatives")
+            self._event_windows += windows
+            self.fixed = {s: (arrays[f"{s}.offsets"], arrays[f"{s}.dst"]) for s in ("val", "test")}
+            self._fixed_counted = first_on_node or not windows
         return Scored(events={s: plan.split[s][1] - plan.split[s][0] for s in ("train", "val", "test")})
 
     def _engine_bytes(self) -> int:
@@ -146,7 +158,9 @@ class MemoryStrategy(Strategy[EventBatch]):
     def _host_bytes(self) -> int:
         """The stream and the temporal CSR, counted on one rank per node where shared."""
         stream, csr = self._host_counted
-        return int((self.src.nbytes + self.dst.nbytes + self.t.nbytes) * stream + self.neighbors.nbytes() * csr)
+        fixed = sum(a.nbytes for pair in self.fixed.values() for a in pair) if self.fixed else 0
+        return int((self.src.nbytes + self.dst.nbytes + self.t.nbytes) * stream + self.neighbors.nbytes() * csr
+                   + fixed * getattr(self, "_fixed_counted", True))
 
     def _work(self, split: str, q: int, epoch: int, negset: int, part: int, parts: int, negatives: int) -> _Work:
         """Slice ``part``/``parts`` of batch q, its negatives (seeded by the batch, never P) and neighbours."""

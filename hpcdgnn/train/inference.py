@@ -122,15 +122,20 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
                             f"manifest.json differs from the one {ckpt.name} recorded)")
         saved_plan = shared.get("plan")
         made_on = getattr(saved_plan, "num_ranks", comm.size)
-        if made_on != comm.size and get_strategy(job.strategy.name).evaluates_rank_state:
-            raise ConfigError(f"{where}: strategy {job.strategy.name} keeps state per rank; launch {command} on the "
-                              f"run's {made_on} rank{'s' if made_on != 1 else ''}")
+        if get_strategy(job.strategy.name).keeps_rank_state(job.strategy):
+            if made_on != comm.size:
+                raise ConfigError(f"{where}: strategy {job.strategy.name} keeps state per rank; launch {command} on "
+                                  f"the run's {made_on} rank{'s' if made_on != 1 else ''}")
+            if not kept["same_strategy"]:
+                raise ConfigError(f"{where}: --set strategy...: strategy {job.strategy.name} keeps state per rank for "
+                                  f"the run's own strategy options; {command} without changing them")
         plan = saved_plan if kept["same_strategy"] else None
         if plan is None or plan.num_ranks != comm.size:  # the run's own plan on its P: another cut rounds otherwise
             plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
-        return job, manifest, plan, str(ckpt), kept["same_strategy"]
+        # the run's own strategy, options and P: each rank restores its own state (a collective for some)
+        return job, manifest, plan, str(ckpt), kept["same_strategy"] and made_on == comm.size
 
-    job, manifest, plan, ckpt_s, same_strategy = root_then_bcast(comm, on_root)
+    job, manifest, plan, ckpt_s, own_state = root_then_bcast(comm, on_root)
     ckpt = Path(ckpt_s)
     torch.set_num_threads(threads_per_rank(comm, job.train.threads))
     dtype = _dtype(job)
@@ -142,13 +147,28 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
     _check_kernels(job, manifest, dtype, device, comm)
     strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, epoch)
     strategy.attach_optimizer(opt)
-    if same_strategy and mine.get("strategy") is not None:  # the run's own P: a stateful strategy goes on
+    if own_state and mine.get("strategy") is not None:  # a stateful strategy goes on
         agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
     return Trained(job, manifest, Path(run_dir), ckpt, epoch, model, task, params, strategy, comm)
 
 
 #: the MPI tag of a step's rows sent to rank 0
 _EMBED_TAG = 61
+#: the most bytes of rows one message carries (pickled messages are limited to 2 GiB)
+_PIECE_BYTES = 256 << 20
+
+
+def _rows_of(vertices: np.ndarray | None, a: int, b: int, n: int) -> np.ndarray | None:
+    """The vertices of rows [a, b) of a piece whose rows are ``vertices`` (None: all n, in order)."""
+    if vertices is None:
+        return None if (a, b) == (0, n) else np.arange(a, b)
+    return vertices[a:b]
+
+
+def _chunks(z: torch.Tensor) -> list[tuple[int, int]]:
+    """Row ranges of ``z`` of at most :data:`_PIECE_BYTES` each."""
+    per = max(1, _PIECE_BYTES // max(1, z.shape[1] * z.element_size()))
+    return [(a, min(a + per, z.shape[0])) for a in range(0, z.shape[0], per)]
 
 
 class _Recorder:
@@ -217,7 +237,10 @@ def pass_steps(trained: Trained, split: str) -> list[int]:
             raise ConfigError(f"--split {split}: strategy {trained.job.strategy.name} computes Z_t of the "
                               f"{' and '.join(has)} steps only (its evaluation pass); ask for {' or '.join(has)}")
         wanted = [split]
-    return sorted(t for s in wanted for t in ranges[SPLITS.index(s)])
+    steps = sorted(t for s in wanted for t in ranges[SPLITS.index(s)])
+    if not steps:
+        raise ConfigError(f"--split {split}: task.split {list(trained.job.task.split)} gives it no steps")
+    return steps
 
 
 def recorded_pass(trained: Trained, steps: list[int]) -> tuple[dict[str, float], int, _Recorder]:
@@ -248,11 +271,16 @@ def recorded_pass(trained: Trained, steps: list[int]) -> tuple[dict[str, float],
 def gather_step(recorder: _Recorder, comm: Communicator, t: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Z_t from every rank on rank 0 (collective): ``(Z (N, F), computed (N,) bool)``, rows no rank computed
     NaN and False; None on other ranks."""
-    mine = [(v, z.numpy()) for v, z in recorder.rows.pop(t, [])]
-    if comm.rank != 0:  # point to point: only rank 0 holds the step
-        comm.wait_all([comm.isend_obj(mine, 0, _EMBED_TAG, "embed")], "embed")
+    mine = [(_rows_of(v, a, b, z.shape[0]), z[a:b].numpy()) for v, z in recorder.rows.pop(t, [])
+            for a, b in _chunks(z)]
+    if comm.rank != 0:  # point to point: only rank 0 holds the step; pieces below MPI's 2 GiB message size
+        comm.wait_all([comm.isend_obj(len(mine), 0, _EMBED_TAG, "embed")], "embed")
+        for piece in mine:
+            comm.wait_all([comm.isend_obj(piece, 0, _EMBED_TAG, "embed")], "embed")
         return None
-    pieces = mine + [p for r in range(1, comm.size) for p in comm.recv_obj(r, _EMBED_TAG, "embed")]
+    pieces = list(mine)
+    for r in range(1, comm.size):
+        pieces += [comm.recv_obj(r, _EMBED_TAG, "embed") for _ in range(comm.recv_obj(r, _EMBED_TAG, "embed"))]
     dtype = next((z.dtype for _, z in pieces), np.float64)
     z_t = np.full((recorder.n, recorder.width), np.nan, dtype=dtype)
     computed = np.zeros(recorder.n, dtype=bool)

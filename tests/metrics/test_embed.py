@@ -157,7 +157,12 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
          "--split train: strategy sequences computes Z_t of the val and test steps only"),
         (["predict", run, "--split", "test", "--output", tmp_path / "a.csv"], "scores pairs: give --pairs"),
         (["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], "unreadable"),
+        (["embed", run, "--output", tmp_path / "a.npz"], "a.npz.tmp exists"),
+        # the node memory and its partition are the run's own: another i x j x k cannot restore them
+        (["embed", events, "--set", "strategy.minibatch=2", "--split", "test", "--output", tmp_path / "a.h5"],
+         "keeps state per rank for the run's own strategy options"),
     ]
+    (tmp_path / "a.npz.tmp").write_text("another writer's")
     for text, want in (("0,1\n", "three columns"), ("0,1,7\n", "t = 7 is outside 0 .. 6"),
                        ("0,23,1\n", "v = 23 is outside 0 .. 22"), ("0,1.5,1\n", "must be integers")):
         cases.append((["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], want, text))
@@ -169,4 +174,5 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and want in lines[0], (args, proc.stderr)
     assert exists.read_text() == "mine"
-    assert not any(tmp_path.glob("a.*"))
+    assert (tmp_path / "a.npz.tmp").read_text() == "another writer's"
+    assert sorted(p.name for p in tmp_path.glob("a.*")) == ["a.npz.tmp"]

@@ -208,3 +208,6 @@ def test_to_pygt_refuses_a_model_without_a_pygt_cell(tmp_path, small_dataset):
                           tmp_path)
     assert proc.returncode == 2 and "model.name: cdgcn has no PyG Temporal cell" in proc.stderr, proc.stderr
     assert not (tmp_path / "x.pt").exists()
+    proc = run_in_process(["export", str(run), "--csv", str(tmp_path / "m.csv"), "--to", "pygt"], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and "--to pygt: give --model-only FILE" in proc.stderr, proc.stderr
+    assert not (tmp_path / "m.csv").exists()

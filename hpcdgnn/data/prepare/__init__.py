@@ -395,7 +395,9 @@ def run_prepare(args: argparse.Namespace) -> int:
     if args.format == "tgb":
         from hpcdgnn.data.prepare.tgb import prepare_tgb
 
-        m = prepare_tgb(args.input, args.output, force=args.force)
+        _check_tgb_options(args)
+        m = prepare_tgb(args.input, args.output, force=args.force, shard_events=args.shard_events,
+                        time_unit=args.time_unit)
     else:
         m = _prepare_from_args(args)
     if isinstance(m, EventManifest):
@@ -414,6 +416,23 @@ def run_prepare(args: argparse.Namespace) -> int:
     if note:
         print(f"hpcdgnn prepare: warning: {args.output}: {note}", file=sys.stderr)
     return 0
+
+
+#: the options ``--format tgb`` takes beside its input and output (TGB fixes ids, split and features)
+_TGB_OPTIONS = ("force", "shard_events", "time_unit", "allow_large")
+
+
+def _check_tgb_options(args: argparse.Namespace) -> None:
+    """Refuse (one line) an option ``--format tgb`` would not use: every other one left at its default."""
+    fresh = argparse.ArgumentParser()
+    add_prepare_arguments(fresh)
+    defaults = vars(fresh.parse_args([args.input, "--format", "tgb", "--output", args.output]))
+    given = [k for k, v in defaults.items() if k not in (*_TGB_OPTIONS, "input", "format", "output")
+             and getattr(args, k, v) != v]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise DataError(f"{args.input}: {flag} does not apply to --format tgb (TGB's own ids, times, split and "
+                        "features are kept; --shard-events and --time-unit do apply)")
 
 
 def _prepare_from_args(args: argparse.Namespace):

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import csv
 import pickle
+from array import array
 from pathlib import Path
 
 import numpy as np
 
-from hpcdgnn.data.events import EventManifest, write_events
+from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, EventManifest, write_events
 from hpcdgnn.errors import DataError
 
 __all__ = ["prepare_tgb", "read_tgb"]
@@ -72,43 +73,47 @@ def _files(root: Path) -> tuple[str, Path, Path, Path]:
     return name, edges, val, test
 
 
-def _rows(path: Path) -> list[list[str]]:
+def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]:
+    """(src, dst, t, features, N, S, feature names) in TGB's ids and file order, read row by row into typed
+    arrays (a tgbl file has up to tens of millions of rows)."""
+    ids: dict[str, int] = {}
+    src, dst, t = array("q"), array("q"), array("q")
+    feat = array("f")
+    width = None
+    line = 1
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))[1:]  # TGB skips the header line
+            rows = csv.reader(f)
+            next(rows, None)  # TGB skips the header line
+            for line, r in enumerate(rows, start=2):
+                if name in _JODIE_LIKE:  # user_id,item_id,timestamp,state_label,features...
+                    if width is None:
+                        width = len(r)
+                    if len(r) != width or width < 4:
+                        raise ValueError(f"line {line} has {len(r)} columns, expected {width} >= 4")
+                    src.append(int(r[0]))
+                    dst.append(int(r[1]))
+                    t.append(int(float(r[2])))
+                    feat.extend(float(x) for x in r[4:])
+                else:  # time,src,dst,weight: first-seen ids, a row's source before its destination
+                    src.append(ids.setdefault(r[1], len(ids)))
+                    dst.append(ids.setdefault(r[2], len(ids)))
+                    t.append(int(float(r[0])))
+                    w = float(r[3])
+                    feat.append(float(np.log2(1.0 if w == 0 else w)))
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: unreadable ({e})") from None
-    if not rows:
-        raise DataError(f"{path}: no events after the header")
-    return rows
-
-
-def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]:
-    """(src, dst, t, features, N, S, feature names) in TGB's ids and file order."""
-    rows = _rows(path)
-    try:
-        if name in _JODIE_LIKE:
-            width = len(rows[0])
-            bad = next((i for i, r in enumerate(rows) if len(r) != width), None)
-            if bad is not None or width < 4:
-                raise ValueError(f"row {(bad or 0) + 2} has {len(rows[bad or 0])} columns, expected {width} >= 4")
-            src = np.array([int(r[0]) for r in rows], dtype=np.int64)
-            s = int(src.max()) + 1
-            dst = np.array([int(r[1]) for r in rows], dtype=np.int64) + s
-            t = np.array([float(r[2]) for r in rows]).astype(np.int64)
-            feat = np.array([[float(x) for x in r[4:]] for r in rows], dtype=np.float32).reshape(len(rows), -1)
-            return src, dst, t, feat, int(dst.max()) + 1, s, [f"f{i}" for i in range(feat.shape[1])]
-        ids: dict[str, int] = {}
-        src, dst, t = (np.empty(len(rows), dtype=np.int64) for _ in range(3))
-        w = np.empty(len(rows))
-        for i, r in enumerate(rows):
-            src[i] = ids.setdefault(r[1], len(ids))
-            dst[i] = ids.setdefault(r[2], len(ids))
-            t[i], x = int(float(r[0])), float(r[3])
-            w[i] = np.log2(1.0 if x == 0 else x)
-        return src, dst, t, w.astype(np.float32)[:, None], len(ids), len(ids), ["log2_weight"]
     except (ValueError, IndexError) as e:
-        raise DataError(f"{path}: not TGB's tgbl-{name} edge list ({e})") from None
+        raise DataError(f"{path}: line {line}: not TGB's tgbl-{name} edge list ({e})") from None
+    if not src:
+        raise DataError(f"{path}: no events after the header")
+    s_, d_, t_ = (np.frombuffer(a, dtype=np.int64) for a in (src, dst, t))
+    f_ = np.frombuffer(feat, dtype=np.float32).reshape(len(src), -1)
+    if name in _JODIE_LIKE:  # items after the users: bipartite, S = max(user) + 1
+        s = int(s_.max()) + 1
+        d_ = d_ + s
+        return s_, d_, t_, f_, int(d_.max()) + 1, s, [f"f{i}" for i in range(f_.shape[1])]
+    return s_, d_, t_, f_, len(ids), len(ids), ["log2_weight"]
 
 
 def _negatives(path: Path, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
@@ -157,11 +162,15 @@ def read_tgb(root: str | Path):
     return name, src, dst, t, feat, n, s, names, split, negatives, edges, in_order
 
 
-def prepare_tgb(input_dir: str | Path, output: str | Path, force: bool = False) -> EventManifest:
-    """``prepare DIR --format tgb``: write TGB's dataset in ``DIR`` as an event dataset at ``output``."""
+def prepare_tgb(input_dir: str | Path, output: str | Path, force: bool = False, shard_events: int | None = None,
+                time_unit: float | None = None) -> EventManifest:
+    """``prepare DIR --format tgb``: write TGB's dataset in ``DIR`` as an event dataset at ``output``
+    (``time_unit``: divide the times by it, after the negatives were looked up by TGB's integer times)."""
     name, src, dst, t, feat, n, s, names, split, negatives, edges, in_order = read_tgb(input_dir)
     bipartite = s < n
-    return write_events(output, src, dst, t.astype(np.float64), feat if feat.shape[1] else None, num_vertices=n,
+    times = t.astype(np.float64) / (time_unit or 1.0)
+    return write_events(output, src, dst, times, feat if feat.shape[1] else None, num_vertices=n,
+                        shard_events=shard_events or DEFAULT_SHARD_EVENTS,
                         bipartite=bipartite, num_sources=s if bipartite else None, feature_names=names,
                         original_ids=None, split=split, source={"path": str(Path(edges).absolute()),
                                                                 "format": "tgb", "dataset": f"tgbl-{name}"},
