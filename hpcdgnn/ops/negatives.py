@@ -3,13 +3,16 @@
 Step t's pairs of an epoch are a function of (seed, epoch, t) alone, so any rank draws any step, identically,
 at any rank count (the exactness of every strategy rests on it). :func:`draw_negatives_joined` draws many steps
 into one array; its reference is :func:`draw_negatives` step by step (``tests/ops/test_references.py``).
+:func:`draw_negatives_on` computes the same pairs in torch on an accelerator (tested equal to the host's).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-__all__ = ["draw_negatives", "draw_negatives_joined", "draw_negatives_steps", "negatives_key"]
+__all__ = ["draw_negatives", "draw_negatives_joined", "draw_negatives_on", "draw_negatives_steps",
+           "negatives_key"]
 
 #: splitmix64 (Steele, Lea & Flood 2014): the stream's increment and its finaliser's multipliers
 _GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -78,3 +81,59 @@ def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices:
 def draw_negatives(seed: int, epoch: int, t: int, num_vertices: int, m: int) -> np.ndarray:
     """Step t's m negative pairs of ``epoch``, (2, m) ordered by source (:func:`draw_negatives_steps`)."""
     return draw_negatives_steps(seed, epoch, [t], num_vertices, [m])[0]
+
+
+def _signed(x: int) -> int:
+    """A 64-bit constant as torch's int64 holds its bits."""
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _shr(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's ``>>`` is arithmetic)."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def draw_negatives_on(seed: int, epoch: int, steps: list[int], num_vertices: int, counts: list[int],
+                      offsets: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """:func:`draw_negatives_joined` computed on ``device``: the same pairs, bit for bit, as (src, dst) int64
+    tensors there, and ``bounds``.
+
+    splitmix64 in int64 arithmetic, which wraps as uint64 does (two's complement); shifts masked to be logical.
+    A GPU draws a step's pairs without the host drawing or copying them.
+
+    Shapes:
+        src, dst: (Σ counts,); bounds: (len(steps) + 1,).
+    """
+    if not 1 <= num_vertices < 1 << 32:
+        raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    total = int(bounds[-1])
+    if total == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return empty, empty.clone(), bounds
+
+    def per_draw(values: list[int]) -> torch.Tensor:  # each step's value on each of its 2·m draws
+        return torch.repeat_interleave(torch.tensor(values, dtype=torch.int64, device=device),
+                                       torch.tensor([2 * m for m in counts], device=device), output_size=2 * total)
+
+    # draw i of step j is counter i + 1 of step j's stream (each step's 2m draws: m sources, then m destinations)
+    first = torch.repeat_interleave(torch.tensor(2 * bounds[:-1], device=device),
+                                    torch.tensor([2 * m for m in counts], device=device), output_size=2 * total)
+    i = torch.arange(1, 2 * total + 1, dtype=torch.int64, device=device) - first
+    z = i * _signed(_GAMMA) + per_draw([_signed(negatives_key(seed, epoch, t)) for t in steps])
+    z = (z ^ _shr(z, 30)) * _signed(_MIX1)
+    z = (z ^ _shr(z, 27)) * _signed(_MIX2)
+    z = z ^ _shr(z, 31)
+    n = num_vertices
+    v = _shr(_shr(z, 32) * n + _shr((z & 0xFFFFFFFF) * n, 32), 32)
+    # per step: its first m draws are sources (sorted), its last m destinations
+    step = torch.repeat_interleave(torch.arange(len(counts), device=device),
+                                   torch.tensor([2 * m for m in counts], device=device), output_size=2 * total)
+    is_src = i <= per_draw([*counts])
+    src_key = torch.sort(step[is_src] * n + v[is_src]).values  # steps stay in order, each one's sources sorted
+    src_step = src_key // n
+    off = torch.tensor(offsets, dtype=torch.int64, device=device)
+    src = src_key - src_step * n + off[src_step]
+    dst = v[~is_src] + off[step[~is_src]]
+    return src, dst, bounds

@@ -20,7 +20,7 @@ from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.indices import index_dtype
 from hpcdgnn.nn.layout import phase_head, phase_view
 from hpcdgnn.ops import decoder, kernels
-from hpcdgnn.ops.negatives import draw_negatives, draw_negatives_joined
+from hpcdgnn.ops.negatives import draw_negatives, draw_negatives_joined, draw_negatives_on
 from hpcdgnn.tasks.base import (
     SPLITS,
     Embeddings,
@@ -156,6 +156,30 @@ def pairs_by_step(pos: tuple[np.ndarray, np.ndarray, np.ndarray], neg: tuple[np.
         order = _bucket_order(dst, pos[2] + neg[2], firsts, shift, vertices)
         src, dst, label = src[order], dst[order], label[order]
     return src, dst, torch.from_numpy(label)
+
+
+def pairs_by_step_on(pos: tuple[torch.Tensor, torch.Tensor, np.ndarray],
+                     neg: tuple[torch.Tensor, torch.Tensor, np.ndarray],
+                     index_dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`pairs_by_step` without buckets, on the pairs' device: each step's positives, then its negatives.
+
+    Shapes:
+        pos, neg: (src (K,), dst (K,), bounds (steps + 1,) on the host); returns src, dst (K_pos + K_neg,) and
+        label (K_pos + K_neg,) float32 on the pairs' device.
+    """
+    device = pos[0].device
+    lengths = np.stack([np.diff(pos[2]), np.diff(neg[2])], axis=1).reshape(-1)  # pos_0, neg_0, pos_1, ...
+    starts = np.stack([pos[2][:-1], pos[2][-1] + neg[2][:-1]], axis=1).reshape(-1)  # where each run is in [pos; neg]
+    total = int(lengths.sum())
+    runs = torch.from_numpy(lengths).to(device)
+    # k-th pair of the output = element starts[run] + (k - run's first output position) of [pos; neg]
+    shift = torch.from_numpy(starts - (np.cumsum(lengths) - lengths)).to(device)
+    take = torch.repeat_interleave(shift, runs, output_size=total) + torch.arange(total, device=device)
+    src = torch.cat([pos[0], neg[0]])[take].to(index_dtype)
+    dst = torch.cat([pos[1], neg[1]])[take].to(index_dtype)
+    label = torch.repeat_interleave(torch.tensor([1.0, 0.0], device=device).repeat(lengths.shape[0] // 2), runs,
+                                    output_size=total)
+    return src, dst, label
 
 
 #: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
@@ -343,6 +367,9 @@ class LinkPrediction(Task):
     def _pairs(self, steps: list[int], where: dict[int, int], n: int, epoch: int):
         """(src, dst, label) of every scored pair of ``steps``, rows ``where[t] * n + v``; positives cached."""
         firsts, shift = [where[t] * n for t in steps], self._bucket_shift(n)
+        device = self.decoder.lin1.weight.device
+        if device.type != "cpu" and _last_bucket(shift, n) == 0:
+            return self._pairs_on(steps, firsts, n, epoch, device)
         key = (tuple(steps), tuple(where[t] for t in steps), n, shift)  # the shift follows the decoder's device
         fixed = self._fixed.get(key)
         if fixed is None:
@@ -354,6 +381,21 @@ class LinkPrediction(Task):
         src, dst, label = pairs_by_step(fixed, negatives, firsts, shift, n,
                                         pair_index_dtype(max(firsts, default=0) + n))
         return torch.from_numpy(src), torch.from_numpy(dst), label
+
+    def _pairs_on(self, steps: list[int], firsts: list[int], n: int, epoch: int, device: torch.device):
+        """:meth:`_pairs` built on ``device`` (an accelerator; no buckets): the positives kept there, the negatives
+        drawn there (:func:`draw_negatives_on`, the host's pairs bit for bit); nothing is copied per epoch."""
+        key = (tuple(steps), tuple(firsts), n, device)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            if len(self._fixed) >= 64:
+                self._fixed.clear()
+            src, dst, bounds = concat_steps([self._positives(t, f) for t, f in zip(steps, firsts, strict=True)])
+            fixed = self._fixed[key] = (torch.from_numpy(src).to(device), torch.from_numpy(dst).to(device), bounds)
+        counts = [self._negative_count(t) for t in steps]
+        negatives = draw_negatives_on(self.seed, epoch, steps, self.manifest.num_vertices, counts, firsts, device)
+        dtype = torch.int32 if pair_index_dtype(max(firsts, default=0) + n) == np.int32 else torch.int64
+        return pairs_by_step_on(fixed, negatives, dtype)
 
     def _setup_in_place(self, reader, shard: RowShard, comm) -> None:
         """Rows where they live: choose where pairs are scored (both exact), keep the positives.

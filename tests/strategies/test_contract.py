@@ -10,7 +10,9 @@ from hpcdgnn.strategies.base import Batch, EventBatch, FullBatch, SampleBatch, S
 CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", "step", "sync_gradients", "evaluate",
             "report", "usage", "state_dict", "load_state_dict", "rebalanced_plan", "close",
             # before the plan, on rank 0: the job's checks, and what the planner prices or resolves
-            "check_job", "variants", "smaller", "resolve"}
+            "check_job", "variants", "smaller", "resolve",
+            # whether a checkpoint's per-rank state binds embed/predict to the run's own P and options
+            "keeps_rank_state"}
 
 
 def _public_methods(cls) -> set[str]:
