@@ -302,7 +302,9 @@ class AdjusterConfig:
     """(snapshot fraction, vertex fraction), one of the action space; null = the paper's 20 % × 5 % where it is
     one, else the middle action."""
     reward_time: Literal["measured", "work"] = "measured"
-    """``dqn``: the reward's time, the slowest rank's seconds (the paper's) or the batch's load (reproducible)."""
+    """``dqn``: the reward's time, the slowest rank's seconds (the paper's) or the batch's load (reproducible;
+    under ``averaging.mode: async`` with ``averaging.every_steps``, as rounds by ``every_s`` fall at other steps
+    from run to run)."""
     gamma: float = 0.99
     """``dqn``: discount γ, in [0, 1)."""
     epsilon: float = 1.0
