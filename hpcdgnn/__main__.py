@@ -67,7 +67,9 @@ def _spmd(command: list[str], body, preemptible: bool = True) -> int:
         # before the heavy imports: a scheduler's early warning must not kill us; a second signal stops at once
         stop = preemption.install(at_once=True)
     else:
-        signal.signal(signal.SIGTERM, _interrupt)
+        # SIGUSR1: hpcdgnn-mpirun's form of a first SIGTERM/SIGINT (a scheduler's early warning, too)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, _interrupt)
         stop = preemption.PreemptionFlag()
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
@@ -103,8 +105,8 @@ def _spmd(command: list[str], body, preemptible: bool = True) -> int:
         if preemptible:
             raise
         # every rank gets the signal from mpirun or the scheduler; a rank that did not is ended by the abort
-        return _rank_error(comm.rank, comm.size, comm.abort, f"{command[0]}: stopped by a signal; nothing written",
-                           130)
+        return _rank_error(comm.rank, comm.size, comm.abort, f"{command[0]}: stopped by a signal; no partial "
+                           "output is left", 130)
     except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
             if comm.rank == 0:

@@ -240,8 +240,9 @@ def relay_signals(proc: subprocess.Popen) -> int:
                 proc.send_signal(signal.SIGTERM)
                 return
             asked.append(name)
-            sys.stderr.write(f"hpcdgnn-mpirun: {name}: the ranks checkpoint and stop at the next epoch boundary "
-                             f"(exit 75); {name} again stops them at once\n")
+            sys.stderr.write(f"hpcdgnn-mpirun: {name}: passed to the ranks as SIGUSR1 (a run checkpoints and stops at "
+                             f"the next epoch boundary, exit 75; embed and predict stop, exit 130); {name} again "
+                             "stops them at once\n")
             signum = signal.SIGUSR1
         proc.send_signal(signum)
 

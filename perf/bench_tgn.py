@@ -4,6 +4,8 @@
                              [--generated-events 1000000] [--epochs 2] [--width 100] [--neighbors 10]
                              [--batch 200] [--eval-negatives 49] [--threads 1] [--configs 1x1x1 2x1x1 1x1x2]
                              [--device cpu|cuda] [--before DIR...] [--eval-protocol per_event per_batch]
+                             [--train-protocol per_event per_batch]
+                             [--ceiling]
 
 PyG's side is its ``examples/tgn.py`` model, written here against PyG's API: ``TGNMemory`` (IdentityMessage,
 LastAggregator), a ``TransformerConv`` attention embedding (2 heads, dropout 0.1, edge attributes = time
@@ -35,8 +37,10 @@ An input without edge features gives PyG's side one all-zero feature (its messag
 
 Per system and input: seconds per training epoch and events/s (mean over epochs after the first, which is
 warm-up; every epoch when there is one), seconds per evaluation pass (validation + test) and its events/s,
-the last epoch's loss, test AP and test MRR; then hpcdgnn's events/s over PyG's. A benchmark measures; it
-asserts nothing and writes nothing into the repository.
+the last epoch's loss, test AP and test MRR; then hpcdgnn's events/s over PyG's. ``--ceiling`` adds, per
+configuration of P > 1 ranks, its training speed-up over hpcdgnn's 1x1x1 beside the node's ceiling at P (P
+copies of the 1x1x1 run at once, as ``perf/scaling.py --ceiling``): the share of what this node allows.
+A benchmark measures; it asserts nothing and writes nothing into the repository.
 """
 
 from __future__ import annotations
@@ -211,29 +215,51 @@ def run_pyg(data: Path, args) -> list[dict]:
 
 
 def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path | None = None,
-                protocol: str | None = None) -> list[dict]:
+                protocol: tuple[str, str] | None = None, copy: int | None = None) -> list[dict]:
     """hpcdgnn's TGN on i·j·k ranks (from ``tree``'s code when given); one record per epoch (the slowest rank's
-    training and evaluation time)."""
+    training and evaluation time). ``copy``: one of several runs at once (its own run directory)."""
     i, j, k = parse_config(config)
     w = args.width
     job = {"data": {"path": str(data)},
            "model": {"name": "tgn", "hidden": w, "memory_dim": w, "time_dim": w, "neighbors": args.neighbors,
                      "heads": 2},
            "task": {"name": "temporal_link_prediction", "batch_events": args.batch, "negatives": 1,
-                    "eval_negatives": args.eval_negatives, **({"eval_protocol": protocol} if protocol else {})},
+                    "eval_negatives": args.eval_negatives,
+                    **({"train_protocol": protocol[0], "eval_protocol": protocol[1]} if protocol else {})},
            "strategy": {"name": "memory", "minibatch": i, "epoch": j, "memory": k},
            "train": {"epochs": args.epochs, "threads": args.threads, "dtype": "float32", "lr": 1e-4, "seed": 0,
                      "device": args.device}}
-    recs = run_job(job, i * j * k, work, f"{name}-{config}-{protocol}-{tree.name if tree else 'this'}", tree)
+    tag = (f"{name}-{config}-{'-'.join(protocol or ())}-{tree.name if tree else 'this'}"
+           + (f"-copy{copy}" if copy is not None else ""))
+    recs = run_job(job, i * j * k, work, tag, tree)
     out = []
     for r in recs:
         ev = r["memory"]["eval_seconds"]
         out.append({"train_s": r["time"]["epoch"]["max"] - ev, "eval_s": ev, "loss": r["loss"],
                     **{key: r[key] for key in ("val_mrr", "test_mrr", "val_ap", "test_ap")}})
-        where = f" @{tree.name}" if tree else ""
+        where = (f" @{tree.name}" if tree else "") + (f" (copy {copy})" if copy is not None else "")
         print(f"  hpcdgnn {config}{where} epoch {r['epoch']}: train {out[-1]['train_s']:.1f} s, eval {ev:.1f} s, "
               f"loss {r['loss']:.4f}, test AP {r['test_ap']:.4f}, MRR {r['test_mrr']:.4f}", flush=True)
     return out
+
+
+_CEILINGS: dict[tuple, float] = {}
+
+
+def ceiling(data: Path, work: Path, name: str, P: int, args, protocol: tuple[str, str]) -> float:
+    """The node's ceiling at P (as ``perf/scaling.py --ceiling``): P copies of the 1x1x1 run at once, no MPI
+    between them; P · t(1) / t(slowest copy) with t(1) measured alone just before (once per P and protocol)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if (name, P, protocol) in _CEILINGS:
+        return _CEILINGS[(name, P, protocol)]
+    alone = steady(run_hpcdgnn(data, work, name, "1x1x1", args, protocol=protocol, copy=100 * P), "train_s")
+    with ThreadPoolExecutor(P) as pool:
+        runs = list(pool.map(lambda c: run_hpcdgnn(data, work, name, "1x1x1", args, protocol=protocol,
+                                                   copy=100 * P + 1 + c),
+                             range(P)))
+    _CEILINGS[(name, P, protocol)] = P * alone / max(steady(r, "train_s") for r in runs)
+    return _CEILINGS[(name, P, protocol)]
 
 
 def steady(recs: list[dict], key: str) -> float:
@@ -261,6 +287,11 @@ def main() -> None:
                     help="other checkouts of hpcdgnn (git worktree add DIR COMMIT) whose 1x1x1 runs as extra rows")
     ap.add_argument("--eval-protocol", nargs="+", choices=["per_event", "per_batch"], default=["per_event"],
                     help="hpcdgnn's task.eval_protocol, one row set each (default per_event)")
+    ap.add_argument("--train-protocol", nargs="+", choices=["per_event", "per_batch"], default=["per_event"],
+                    help="hpcdgnn's task.train_protocol, one row set each (default per_event)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also run P copies of 1x1x1 at once per P of --configs (the node's ceiling, training "
+                    "time) and print each config's training speed-up over 1x1x1 as a share of it")
     args = ap.parse_args()
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     cores = len(os.sched_getaffinity(0))
@@ -290,19 +321,53 @@ def main() -> None:
             rows = {"pyg TGN": run_pyg(data, args)}
             for tree in args.before:
                 rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve())
-            for protocol in args.eval_protocol:
+            for protocol in _protocols(args):
                 for config in args.configs:
-                    label = f"hpcdgnn {config}" + (f" {protocol}" if len(args.eval_protocol) > 1 else "")
-                    rows[label] = run_hpcdgnn(data, work, name, config, args, protocol=protocol)
-            print(f"{'system':26s} {'train s':>8s} {'train ev/s':>10s} {'eval s':>7s} {'eval ev/s':>9s} "
+                    rows[f"hpcdgnn {config}{_suffix(protocol, args)}"] = run_hpcdgnn(data, work, name, config, args,
+                                                                                  protocol=protocol)
+            print(f"{'system':30s} {'train s':>8s} {'train ev/s':>10s} {'eval s':>7s} {'eval ev/s':>9s} "
                   f"{'loss':>7s} {'test AP':>7s} {'test MRR':>8s} {'train ×pyg':>10s} {'eval ×pyg':>9s}")
             base = rows["pyg TGN"]
             for label, recs in rows.items():
                 tr, evs = steady(recs, "train_s"), steady(recs, "eval_s")
                 last = recs[-1]
-                print(f"{label:26s} {tr:8.1f} {n_train / tr:10.0f} {evs:7.1f} {n_eval / evs:9.0f} {last['loss']:7.4f} "
+                print(f"{label:30s} {tr:8.1f} {n_train / tr:10.0f} {evs:7.1f} {n_eval / evs:9.0f} {last['loss']:7.4f} "
                       f"{last['test_ap']:7.4f} {last['test_mrr']:8.4f} {steady(base, 'train_s') / tr:9.2f}× "
                       f"{steady(base, 'eval_s') / evs:8.2f}×", flush=True)
+            if args.ceiling:
+                _print_ceilings(rows, data, work, name, args)
+
+
+def _print_ceilings(rows: dict, data: Path, work: Path, name: str, args) -> None:
+    """Each configuration's training speed-up over 1x1x1 (same protocol) against the node's ceiling at its P."""
+    print(f"{'configuration':30s} {'P':>2s} {'speed-up':>8s} {'ceiling':>7s} {'share':>6s}   (training, over 1x1x1)")
+    for protocol in _protocols(args):
+        suffix = _suffix(protocol, args)
+        one = rows.get(f"hpcdgnn 1x1x1{suffix}")
+        if one is None:
+            print("  (no 1x1x1 row: add 1x1x1 to --configs)")
+            return
+        for config in args.configs:
+            i, j, k = parse_config(config)
+            if i * j * k == 1:
+                continue
+            top = ceiling(data, work, name, i * j * k, args, protocol)
+            speed = steady(one, "train_s") / steady(rows[f"hpcdgnn {config}{suffix}"], "train_s")
+            label = f"hpcdgnn {config}{suffix}"
+            print(f"{label:30s} {i * j * k:2d} {speed:7.2f}× {top:6.2f}× {speed / top:6.0%}",
+                  flush=True)
+
+
+def _protocols(args) -> list[tuple[str, str]]:
+    """Every (train_protocol, eval_protocol) asked for."""
+    return [(tp, ep) for tp in args.train_protocol for ep in args.eval_protocol]
+
+
+def _suffix(protocol: tuple[str, str], args) -> str:
+    """A row label's protocol part: empty when one combination runs."""
+    if len(_protocols(args)) == 1:
+        return ""
+    return f" t:{protocol[0].removeprefix('per_')} e:{protocol[1].removeprefix('per_')}"
 
 
 if __name__ == "__main__":

@@ -99,7 +99,8 @@ def draw_negatives_on(seed: int, epoch: int, steps: list[int], num_vertices: int
     tensors there, and ``bounds``.
 
     splitmix64 in int64 arithmetic, which wraps as uint64 does (two's complement); shifts masked to be logical.
-    A GPU draws a step's pairs without the host drawing or copying them.
+    One small host-to-device copy per call (each step's key, count, first pair and offset) and no result-sized
+    sync: a GPU draws the pairs without the host drawing or copying them.
 
     Shapes:
         src, dst: (Σ counts,); bounds: (len(steps) + 1,).
@@ -112,28 +113,23 @@ def draw_negatives_on(seed: int, epoch: int, steps: list[int], num_vertices: int
     if total == 0:
         empty = torch.zeros(0, dtype=torch.int64, device=device)
         return empty, empty.clone(), bounds
-
-    def per_draw(values: list[int]) -> torch.Tensor:  # each step's value on each of its 2·m draws
-        return torch.repeat_interleave(torch.tensor(values, dtype=torch.int64, device=device),
-                                       torch.tensor([2 * m for m in counts], device=device), output_size=2 * total)
-
-    # draw i of step j is counter i + 1 of step j's stream (each step's 2m draws: m sources, then m destinations)
-    first = torch.repeat_interleave(torch.tensor(2 * bounds[:-1], device=device),
-                                    torch.tensor([2 * m for m in counts], device=device), output_size=2 * total)
-    i = torch.arange(1, 2 * total + 1, dtype=torch.int64, device=device) - first
-    z = i * _signed(_GAMMA) + per_draw([_signed(negatives_key(seed, epoch, t)) for t in steps])
-    z = (z ^ _shr(z, 30)) * _signed(_MIX1)
-    z = (z ^ _shr(z, 27)) * _signed(_MIX2)
-    z = z ^ _shr(z, 31)
+    per_step = torch.from_numpy(np.stack([
+        np.asarray([_signed(negatives_key(seed, epoch, t)) for t in steps], dtype=np.int64),
+        np.asarray(counts, dtype=np.int64), bounds[:-1], np.asarray(offsets, dtype=np.int64)])).to(device)
+    keys, m, first, off = per_step.unbind(0)
+    step = torch.repeat_interleave(torch.arange(len(counts), device=device), m, output_size=total)
+    within = torch.arange(total, device=device) - first[step]
     n = num_vertices
-    v = _shr(_shr(z, 32) * n + _shr((z & 0xFFFFFFFF) * n, 32), 32)
-    # per step: its first m draws are sources (sorted), its last m destinations
-    step = torch.repeat_interleave(torch.arange(len(counts), device=device),
-                                   torch.tensor([2 * m for m in counts], device=device), output_size=2 * total)
-    is_src = i <= per_draw([*counts])
-    src_key = torch.sort(step[is_src] * n + v[is_src]).values  # steps stay in order, each one's sources sorted
-    src_step = src_key // n
-    off = torch.tensor(offsets, dtype=torch.int64, device=device)
-    src = src_key - src_step * n + off[src_step]
-    dst = v[~is_src] + off[step[~is_src]]
+
+    def vertices(counter: torch.Tensor) -> torch.Tensor:  # ⌊mix(key + counter·γ) · N / 2^64⌋ (:func:`_draws`)
+        z = counter * _signed(_GAMMA) + keys[step]
+        z = (z ^ _shr(z, 30)) * _signed(_MIX1)
+        z = (z ^ _shr(z, 27)) * _signed(_MIX2)
+        z = z ^ _shr(z, 31)
+        return _shr(_shr(z, 32) * n + _shr((z & 0xFFFFFFFF) * n, 32), 32)
+
+    # step j's stream: its first m_j draws are the sources (sorted), the next m_j the destinations
+    src_key = torch.sort(step * n + vertices(within + 1)).values  # steps stay in order, each one's sources sorted
+    src = src_key - step * n + off[step]
+    dst = vertices(within + 1 + m[step]) + off[step]
     return src, dst, bounds

@@ -9,7 +9,9 @@ model; this one counts TGN's work instead of a snapshot model's):
   a batch's draws; a dataset's fixed negatives: their mean count per event). A root reads s̄ real neighbour
   slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and over uniform
   negatives at 32 times of the stream — and updates 1 + s̄ memories (an upper bound: the run updates each
-  distinct (node, time) once). Multiply-adds per root:
+  distinct (node, time) once). ``train_protocol: per_batch``: the expected distinct nodes of a batch's
+  b (2 + negatives) draws, as if uniform (an upper bound for a stream whose endpoints repeat), each with the
+  events' mean s̄. Multiply-adds per root:
   (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
   (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
@@ -101,15 +103,24 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
 
     ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
     s_pos, s_neg, e_pos, e_neg = _slots(graph, m.neighbors)
-    train_root = (2 * per_root(s_pos) + task.negatives * per_root(s_neg)) * 3
+    b, cand = task.batch_events, n - manifest.num_sources if manifest.bipartite else n
+
+    def distinct(draws: float) -> float:  # expected distinct nodes of ``draws`` uniform draws from the candidates
+        return cand * (1.0 - (1.0 - 1.0 / cand) ** draws)
+
+    tm = task.negatives
+    # roots a training event embeds, and how many of them a slice of one batch holds
+    train_roots, slice_roots = 2.0 + tm, (2.0 + tm) * -(-plan.batch_events // i)
+    if task.train_protocol == "per_batch":  # each distinct node of a (slice of a) batch once, s̄ slots between
+        s_pos = s_neg = (2 * s_pos + tm * s_neg) / (2 + tm)
+        train_roots = distinct(b * (2 + tm)) / b
+        slice_roots = distinct(slice_roots)
+    train_root = (2 * per_root(s_pos) + tm * per_root(s_neg)) * 3 * train_roots / (2 + tm)
     fixed = getattr(manifest, "eval_negatives", None)  # TGB's: their mean count per event
     negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
-        b = task.batch_events
-        cand = n - manifest.num_sources if manifest.bipartite else n
-        distinct = cand * (1.0 - (1.0 - 1.0 / cand) ** (b * (2 + negs)))
-        eval_root = 2 * per_root(e_pos) + distinct / b * per_root(e_neg)
+        eval_root = 2 * per_root(e_pos) + distinct(b * (2 + negs)) / b * per_root(e_neg)
     else:
         eval_root = 2 * per_root(e_pos) + negs * per_root(e_neg)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
@@ -139,7 +150,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     # saved for the backward per training root: each memory update's gates, gathered rows and Φ, each slot's
     # edge features, Φ, key, value and gathered query, the root's query, aggregate and output
     saved = ((1 + s_pos) * (8 * d + dt) + s_pos * (D + dt + 3 * H) + 3 * H + d)
-    activations = float(item * saved * (2 + task.negatives) * -(-plan.batch_events // i))
+    activations = float(item * saved * slice_roots)
     memory = inputs + activations + 4.0 * grad
     notes = ["memory updates per root counted as 1 + s̄ (the run updates each distinct (node, time) once)"]
     if j > 1 or k > 1:

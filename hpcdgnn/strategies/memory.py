@@ -52,14 +52,23 @@ class _Work:
     negatives: int
     inp: TGNInput
     scored: np.ndarray | None = None
-    """``per_batch`` evaluation: the root of each scored row [sources, destinations, negatives]; None: rows = roots."""
+    """``per_batch``: the root of each scored row [sources, destinations, negatives]; None: rows = roots."""
     valid: np.ndarray | None = None
     """(n, negatives) fixed negatives (TGB's, a varying count per event): which columns are real, not padding."""
+    writes: np.ndarray | None = None
+    """``per_batch`` training: the root whose updated memory each event's source, then destination, writes;
+    None: roots 0..2n-1 (the events' own)."""
 
 
 @dataclass
 class _StaticBatch(EventBatch):
     """A batch of the static-memory pre-training phase: batch ``iteration`` of the training split, whole."""
+
+
+def _rows(z: torch.Tensor, work: _Work) -> torch.Tensor:
+    """The embeddings of the scored rows [sources, destinations, negatives]: ``per_batch``, each from its node's
+    one root; else the roots themselves."""
+    return z if work.scored is None else z[torch.from_numpy(work.scored).to(z.device)]
 
 
 def _slice(lo: int, hi: int, part: int, parts: int) -> tuple[int, int]:
@@ -175,8 +184,16 @@ class MemoryStrategy(Strategy[EventBatch]):
             rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
             neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ranked = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
-        scored = None
-        if split != "train" and self.ctx.job.task.eval_protocol == "per_batch":
+        scored = writes = None
+        task = self.ctx.job.task
+        if split == "train" and task.train_protocol == "per_batch":
+            # PyG's TGN: each distinct node of the slice once, at the global batch's first time, from the memory
+            # and neighbours before it; its one memory update is what its events write (any slicing alike)
+            roots, scored = np.unique(ranked, return_inverse=True)
+            root_t = np.full(roots.shape[0], self.t[lo])
+            scored = scored.reshape(-1)
+            writes = scored[: 2 * ev.shape[0]]
+        elif split != "train" and task.eval_protocol == "per_batch":
             # the events' own roots update the memory as always; what is ranked: each distinct node once, at the
             # batch's first time (independent of the slicing: any P scores the same)
             distinct, scored = np.unique(ranked, return_inverse=True)
@@ -191,7 +208,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
-        return _Work(split, q, ev, later, negatives, inp, scored, valid)
+        return _Work(split, q, ev, later, negatives, inp, scored, valid, writes)
 
     def _fixed_negatives(self, split: str, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Events ``ev``'s fixed negatives as an (n, m) array, m the slice's largest count, and which are real:
@@ -225,6 +242,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         if n == 0:
             return
         s = s_new.detach().cpu()
+        if work.writes is not None:
+            s = s[torch.from_numpy(work.writes)]
         su, sv = s[:n], s[n : 2 * n]
         e = self.efeat[torch.from_numpy(ev)]
         nodes = np.stack([self.src[ev], self.dst[ev]], 1).reshape(-1)
@@ -287,7 +306,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         if 0 <= g - self.b < hi - lo:
             work = self._fifo.popleft()
             z, s_new = model(work.inp)
-            out = task(EventEmbeddings(z, work.events.shape[0], m), batch.epoch)
+            out = task(EventEmbeddings(_rows(z, work), work.events.shape[0], m), batch.epoch)
             (out.loss_sum * scale).backward()
             stats = out.stats
             self._train_events += work.events.shape[0]
@@ -318,9 +337,7 @@ class MemoryStrategy(Strategy[EventBatch]):
                     work.inp.memory = self.memory.read(work.inp.unique, self.ctx.device)
                     self._order()
                     z, s_new = model(work.inp)
-                    if work.scored is not None:  # per_batch: each ranked row from its node's one root
-                        z = z[torch.from_numpy(work.scored).to(z.device)]
-                    pos, neg = task.scores(EventEmbeddings(z, work.events.shape[0], work.negatives))
+                    pos, neg = task.scores(EventEmbeddings(_rows(z, work), work.events.shape[0], work.negatives))
                     self._write(work, s_new)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
@@ -403,7 +420,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         m = self.ctx.job.task.negatives
         work = self._work("train", batch.iteration, -batch.epoch, 0, self.comm.rank, self.comm.size, m)
         z, _ = model(work.inp)
-        out = task(EventEmbeddings(z, work.events.shape[0], m), 0)
+        out = task(EventEmbeddings(_rows(z, work), work.events.shape[0], m), 0)
         (out.loss_sum * scale).backward()
         return out.stats
 

@@ -163,6 +163,8 @@ def pairs_by_step_on(pos: tuple[torch.Tensor, torch.Tensor, np.ndarray],
                      index_dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`pairs_by_step` without buckets, on the pairs' device: each step's positives, then its negatives.
 
+    One small host-to-device copy (the runs' lengths and starts) and no result-sized sync.
+
     Shapes:
         pos, neg: (src (K,), dst (K,), bounds (steps + 1,) on the host); returns src, dst (K_pos + K_neg,) and
         label (K_pos + K_neg,) float32 on the pairs' device.
@@ -171,15 +173,13 @@ def pairs_by_step_on(pos: tuple[torch.Tensor, torch.Tensor, np.ndarray],
     lengths = np.stack([np.diff(pos[2]), np.diff(neg[2])], axis=1).reshape(-1)  # pos_0, neg_0, pos_1, ...
     starts = np.stack([pos[2][:-1], pos[2][-1] + neg[2][:-1]], axis=1).reshape(-1)  # where each run is in [pos; neg]
     total = int(lengths.sum())
-    runs = torch.from_numpy(lengths).to(device)
     # k-th pair of the output = element starts[run] + (k - run's first output position) of [pos; neg]
-    shift = torch.from_numpy(starts - (np.cumsum(lengths) - lengths)).to(device)
+    runs, shift = torch.from_numpy(np.stack([lengths, starts - (np.cumsum(lengths) - lengths)])).to(device).unbind(0)
     take = torch.repeat_interleave(shift, runs, output_size=total) + torch.arange(total, device=device)
     src = torch.cat([pos[0], neg[0]])[take].to(index_dtype)
     dst = torch.cat([pos[1], neg[1]])[take].to(index_dtype)
-    label = torch.repeat_interleave(torch.tensor([1.0, 0.0], device=device).repeat(lengths.shape[0] // 2), runs,
-                                    output_size=total)
-    return src, dst, label
+    positive = (torch.arange(lengths.shape[0], device=device) % 2 == 0).to(torch.float32)
+    return src, dst, torch.repeat_interleave(positive, runs, output_size=total)
 
 
 #: metric sums per split: loss, pairs, correct, then the positive and the negative AUC histograms
@@ -368,7 +368,7 @@ class LinkPrediction(Task):
         """(src, dst, label) of every scored pair of ``steps``, rows ``where[t] * n + v``; positives cached."""
         firsts, shift = [where[t] * n for t in steps], self._bucket_shift(n)
         device = self.decoder.lin1.weight.device
-        if device.type != "cpu" and _last_bucket(shift, n) == 0:
+        if device.type == "cuda" and _last_bucket(shift, n) == 0:
             return self._pairs_on(steps, firsts, n, epoch, device)
         key = (tuple(steps), tuple(where[t] for t in steps), n, shift)  # the shift follows the decoder's device
         fixed = self._fixed.get(key)
@@ -383,8 +383,8 @@ class LinkPrediction(Task):
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
     def _pairs_on(self, steps: list[int], firsts: list[int], n: int, epoch: int, device: torch.device):
-        """:meth:`_pairs` built on ``device`` (an accelerator; no buckets): the positives kept there, the negatives
-        drawn there (:func:`draw_negatives_on`, the host's pairs bit for bit); nothing is copied per epoch."""
+        """:meth:`_pairs` built on ``device`` (a GPU; no buckets): the positives kept there, the negatives drawn there
+        (:func:`draw_negatives_on`, the host's pairs bit for bit); per epoch the host sends a few numbers per step."""
         key = (tuple(steps), tuple(firsts), n, device)
         fixed = self._fixed.get(key)
         if fixed is None:

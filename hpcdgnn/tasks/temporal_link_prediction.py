@@ -42,6 +42,12 @@ class TemporalLinkPredictionOptions(TaskConfig):
     batch once, at the time of the batch's first event, from the memory and neighbours before it: at most N roots
     a batch instead of (2 + eval_negatives) per event, an earlier view of the batch's later events. Training and
     the memory's updates are the same under both."""
+    train_protocol: Literal["per_event", "per_batch"] = "per_event"
+    """How training embeds its roots: ``per_event`` (TGL, DistTGL) embeds and updates each source, destination
+    and negative at its own event's time; ``per_batch`` (PyG's TGN example) each distinct node of a global batch
+    once, at the batch's first time, from the memory and neighbours before it, and that one updated memory is
+    what the node's events write: fewer roots and memory updates a batch (at most N), an earlier view of the
+    batch's later events. Exact across i (``minibatch``) under both."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

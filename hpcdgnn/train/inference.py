@@ -103,7 +103,8 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
         if override_of("strategy.name", list(overrides)) and isinstance(raw, dict):
             raw["strategy"] = {}  # another strategy of the same model computes the same Z_t, with its own options
         job = load_job_dict(raw, str(saved), list(overrides), check_paths=False, resolved=True)
-        kept["same_strategy"] = job.strategy == load_job(saved, check_paths=False, resolved=True).strategy
+        run_strategy = load_job(saved, check_paths=False, resolved=True).strategy
+        kept["same_strategy"] = job.strategy == run_strategy
         root = Path(job.checkpoint.dir) if job.checkpoint.dir else Path(run_dir) / "checkpoints"
         ckpt = latest_checkpoint(root)
         if ckpt is None:
@@ -127,8 +128,10 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
                 raise ConfigError(f"{where}: strategy {job.strategy.name} keeps state per rank; launch {command} on "
                                   f"the run's {made_on} rank{'s' if made_on != 1 else ''}")
             if not kept["same_strategy"]:
-                raise ConfigError(f"{where}: --set strategy...: strategy {job.strategy.name} keeps state per rank for "
-                                  f"the run's own strategy options; {command} without changing them")
+                changed = [f"strategy.{k}" for k, v in vars(job.strategy).items() if getattr(run_strategy, k, v) != v]
+                raise ConfigError(f"{where}: --set {', '.join(changed) or 'strategy'}: strategy {job.strategy.name} "
+                                  f"keeps state per rank for the run's own strategy options; {command} without "
+                                  "changing them")
         plan = saved_plan if kept["same_strategy"] else None
         if plan is None or plan.num_ranks != comm.size:  # the run's own plan on its P: another cut rounds otherwise
             plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)

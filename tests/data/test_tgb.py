@@ -180,11 +180,17 @@ def test_bad_tgb_directories_are_one_line_and_write_nothing(tmp_path, case, word
 
 
 def test_prepare_tgb_refuses_an_option_it_would_not_use(tmp_path):
+    """A snapshot or split option is refused in one line (TGB fixes them); ``--kind events`` is what TGB's
+    streams are, so it may be said."""
     root = tmp_path / "tgbl_wiki"
     _wiki_like(root, lambda i, d: [d])
-    proc = run_in_process(["prepare", str(root), "--format", "tgb", "--output", str(tmp_path / "data"),
-                           "--split", "0.5", "0.25", "0.25"], mpi_env(), tmp_path)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "--split does not apply to --format tgb" in lines[0], \
-        proc.stderr
-    assert not (tmp_path / "data").exists()
+    for extra, flag in ((["--split", "0.5", "0.25", "0.25"], "--split"), (["--allow-large"], "--allow-large")):
+        proc = run_in_process(["prepare", str(root), "--format", "tgb", "--output", str(tmp_path / "data"), *extra],
+                              mpi_env(), tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and f"{flag} does not apply to --format tgb" in lines[0], \
+            proc.stderr
+        assert not (tmp_path / "data").exists()
+    proc = run_in_process(["prepare", str(root), "--format", "tgb", "--kind", "events", "--output",
+                           str(tmp_path / "data")], mpi_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr

@@ -160,7 +160,7 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
         (["embed", run, "--output", tmp_path / "a.npz"], "a.npz.tmp exists"),
         # the node memory and its partition are the run's own: another i x j x k cannot restore them
         (["embed", events, "--set", "strategy.minibatch=2", "--split", "test", "--output", tmp_path / "a.h5"],
-         "keeps state per rank for the run's own strategy options"),
+         "--set strategy.minibatch: strategy memory keeps state per rank for the run's own strategy options"),
     ]
     (tmp_path / "a.npz.tmp").write_text("another writer's")
     for text, want in (("0,1\n", "three columns"), ("0,1,7\n", "t = 7 is outside 0 .. 6"),

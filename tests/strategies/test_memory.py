@@ -60,23 +60,27 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
     (float64, to 1e-9 over 2 epochs), with the static node memory pre-trained first; only gradients and the
     memory-order barriers cross ranks. On raw-second timestamps with the default fixed time encoding, and in
     days with TGAT's learnable one (on raw seconds its trained frequencies amplify the slices' rounding); and
-    under PyG's per-batch evaluation protocol, whose ranks do not depend on how a batch is sliced."""
+    under PyG's per-batch evaluation and training protocols, whose roots do not depend on how a batch is sliced."""
     job = _job(tmp_path, college_seconds)
     # batches of 101: the last training batch holds 1 event, so at i = 2, 3 some ranks get an empty slice
     over = ("model.static_memory=on", "model.static_pretrain_epochs=1", "task.batch_events=101")
     learnable = (f"data.path={college}", "model.time_encoding=learnable", "model.time_scale=1")
 
     per_batch = ("task.eval_protocol=per_batch",)
+    train_batch = ("task.train_protocol=per_batch",)
 
     def runs(tag, *more):
         return [(job, tmp_path / f"{tag}", (*over, *more)),
                 (job, tmp_path / f"{tag}-learnable", (*over, *learnable, *more)),
-                (job, tmp_path / f"{tag}-per-batch", (*over, *per_batch, *more))]
+                (job, tmp_path / f"{tag}-per-batch", (*over, *per_batch, *more)),
+                (job, tmp_path / f"{tag}-train-per-batch", (*over, *train_batch, *more))]
 
     refs = _losses_many(launcher, None, runs("p1"))
     # PyG's evaluation protocol ranks other views of the same negatives; training is the same
     np.testing.assert_array_equal(refs[2][0], refs[0][0])
     assert refs[2][1][-1]["test_mrr"] != refs[0][1][-1]["test_mrr"]
+    # PyG's training protocol embeds other roots: other losses, exact across i all the same (below)
+    assert not np.allclose(refs[3][0], refs[0][0], rtol=1e-3)
     # the planner's inputs are what the run reports holding: the node memory, stream, index and features
     one = json.loads((tmp_path / "p1" / "summary.json").read_text())["memory"]
     pred = plan_job(load_job(job, list(over)), load_event_manifest(college_seconds), str(college_seconds), [1],
@@ -89,14 +93,15 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
     for i in (2, 3):
         for (ref, recs1), (got, recs), name in zip(
                 refs, _losses_many(launcher, i, runs(f"p{i}", f"strategy.minibatch={i}")),
-                ("fixed", "learnable", "per_batch"), strict=True):
+                ("fixed", "learnable", "per_batch", "train_per_batch"), strict=True):
             np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=f"i={i} {name}")
             for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
                 assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, name, key)
             assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "memory.order", "memory.eval"}
             # the planner's prediction of the same job (hpcdgnn plan): the gradient bytes exactly, the scores to 1 %
             data = college_seconds if name == "fixed" else college
-            more = [*over, *{"learnable": learnable, "per_batch": per_batch}.get(name, ()), f"strategy.minibatch={i}"]
+            extra = {"learnable": learnable, "per_batch": per_batch, "train_per_batch": train_batch}.get(name, ())
+            more = [*over, *extra, f"strategy.minibatch={i}"]
             pred = plan_job(load_job(job, more), load_event_manifest(data), str(data), [i], MachineRates())[0]
             measured = recs[-1]["bytes_by_tag"]
             assert pred.bytes_by_tag["grad_allreduce"] == measured["grad_allreduce"], (i, name, measured)

@@ -564,25 +564,30 @@ def test_destination_buckets_change_the_loss_by_rounding_only(task_data, monkeyp
         make_task(m)
 
 
+_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", _DEVICES)
 @pytest.mark.parametrize("n", [1, 300, 100_000, (1 << 32) - 1])
-def test_negatives_drawn_on_a_device_are_the_hosts_bit_for_bit(n):
+def test_negatives_drawn_on_a_device_are_the_hosts_bit_for_bit(n, device):
     """:func:`draw_negatives_on` (torch int64 splitmix64, what a GPU runs) gives the host's pairs exactly, for
-    empty steps, one vertex and N near 2^32 (where the 64-bit products wrap)."""
+    empty steps, one vertex and N near 2^32 (where the 64-bit products wrap); on a GPU where there is one."""
     from hpcdgnn.ops.negatives import draw_negatives_joined, draw_negatives_on
 
     steps, counts = [4, 0, 9, 2, 7], [50, 0, 3000, 1, 400]
     offsets = [0, 10, 20, 5, 1 << 33]
     want, bounds = draw_negatives_joined(5, 3, steps, n, counts, offsets)
-    src, dst, got_bounds = draw_negatives_on(5, 3, steps, n, counts, offsets, torch.device("cpu"))
+    src, dst, got_bounds = draw_negatives_on(5, 3, steps, n, counts, offsets, torch.device(device))
     np.testing.assert_array_equal(got_bounds, bounds)
-    assert src.dtype == dst.dtype == torch.int64
-    np.testing.assert_array_equal(src.numpy(), want[0])
-    np.testing.assert_array_equal(dst.numpy(), want[1])
-    empty = draw_negatives_on(5, 3, [1], n, [0], [0], torch.device("cpu"))
+    assert src.dtype == dst.dtype == torch.int64 and src.device.type == device
+    np.testing.assert_array_equal(src.cpu().numpy(), want[0])
+    np.testing.assert_array_equal(dst.cpu().numpy(), want[1])
+    empty = draw_negatives_on(5, 3, [1], n, [0], [0], torch.device(device))
     assert empty[0].shape == empty[1].shape == (0,)
 
 
-def test_pairs_built_on_the_decoders_device_are_the_hosts_without_buckets(task_data, monkeypatch):
+@pytest.mark.parametrize("device", _DEVICES)
+def test_pairs_built_on_the_decoders_device_are_the_hosts_without_buckets(task_data, monkeypatch, device):
     """A decoder off the CPU gets every step's (src, dst, label) built where it runs (``_pairs_on``): the same
     pairs, order and index dtype as the host's unbucketed ones, for the training steps and for a split whose rows
     start mid-block; positives cached there, negatives new each epoch."""
@@ -592,13 +597,13 @@ def test_pairs_built_on_the_decoders_device_are_the_hosts_without_buckets(task_d
     monkeypatch.setenv("HPCDGNN_BUCKET_BYTES", "0")
     task = make_task(m)
     task.setup(reader, Scored(snapshots=tuple(list(range(T)))), comm=None)
-    device = torch.device("cpu")  # the device path's arithmetic, run here
+    device = torch.device(device)  # on the CPU: the GPU path's arithmetic, run here
     for steps, where in ((list(task.ranges[0]), {t: t for t in range(T)}), ([4, 5], {4: 1, 5: 0})):
         for epoch in (0, 3):
             host = task._pairs(steps, where, N, epoch)
             got = task._pairs_on(steps, [where[t] * N for t in steps], N, epoch, device)
             for a, b in zip(host, got, strict=True):
-                assert a.dtype == b.dtype and torch.equal(a, b), (steps, epoch)
+                assert a.dtype == b.dtype and torch.equal(a, b.cpu()), (steps, epoch)
     assert not torch.equal(task._pairs_on([0], [0], N, 0, device)[1], task._pairs_on([0], [0], N, 1, device)[1])
     # the interleaving alone, on uneven runs with an empty one
     pos = (np.arange(5), np.arange(5) + 100, np.array([0, 2, 2, 5]))

@@ -419,16 +419,17 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 #: the options ``--format tgb`` takes beside its input and output (TGB fixes ids, split and features)
-_TGB_OPTIONS = ("force", "shard_events", "time_unit", "allow_large")
+_TGB_OPTIONS = ("input", "format", "output", "force", "shard_events", "time_unit")
 
 
 def _check_tgb_options(args: argparse.Namespace) -> None:
-    """Refuse (one line) an option ``--format tgb`` would not use: every other one left at its default."""
+    """Refuse (one line) an option ``--format tgb`` would not use: every other one left at its default
+    (``--kind events`` may be said: it is what TGB's streams are)."""
     fresh = argparse.ArgumentParser()
     add_prepare_arguments(fresh)
-    defaults = vars(fresh.parse_args([args.input, "--format", "tgb", "--output", args.output]))
-    given = [k for k, v in defaults.items() if k not in (*_TGB_OPTIONS, "input", "format", "output")
-             and getattr(args, k, v) != v]
+    defaults = vars(fresh.parse_args(["INPUT", "--output", "OUTPUT"]))  # placeholders: only the defaults count
+    given = [k for k, v in defaults.items() if k not in _TGB_OPTIONS and getattr(args, k, v) != v
+             and not (k == "kind" and args.kind == "events")]
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise DataError(f"{args.input}: {flag} does not apply to --format tgb (TGB's own ids, times, split and "
