@@ -427,7 +427,8 @@ def _check_tgb_options(args: argparse.Namespace) -> None:
     (``--kind events`` may be said: it is what TGB's streams are)."""
     fresh = argparse.ArgumentParser()
     add_prepare_arguments(fresh)
-    defaults = vars(fresh.parse_args(["INPUT", "--output", "OUTPUT"]))  # placeholders: only the defaults count
+    # placeholders: only the defaults count (a path of the user's starting with '-' would not parse)
+    defaults = vars(fresh.parse_args(["INPUT", "--format", "tgb", "--output", "OUTPUT"]))
     given = [k for k, v in defaults.items() if k not in _TGB_OPTIONS and getattr(args, k, v) != v
              and not (k == "kind" and args.kind == "events")]
     if given:
