@@ -117,14 +117,21 @@ class _Writer:
         self.tmp = self.path.with_name(self.path.name + ".tmp")
         self.f, self.parts, self.k = None, [], 0
 
-    def add(self, z: np.ndarray, computed: np.ndarray) -> None:
+    @contextlib.contextmanager
+    def _or_discard(self):
+        """On any failure (a full disk, a signal) the temporary file goes: nothing half written stays."""
         try:
-            self._add(z, computed)
-        except BaseException as e:  # a full disk, or a signal: nothing half written stays
+            yield
+        except BaseException as e:
             self.discard()
             if isinstance(e, OSError):
                 raise _unwritable(self.path, e) from None
             raise
+
+    def add(self, z: np.ndarray, computed: np.ndarray) -> None:
+        """Append step ``k``'s rows."""
+        with self._or_discard():
+            self._add(z, computed)
 
     def _add(self, z: np.ndarray, computed: np.ndarray) -> None:
         if self.fmt == "npz":
@@ -141,13 +148,9 @@ class _Writer:
         self.k += 1
 
     def close(self, steps: list[int], meta: dict) -> None:
-        try:
+        """Write the steps and metadata, then rename the file into place."""
+        with self._or_discard():
             self._close(steps, meta)
-        except BaseException as e:  # a full disk, or a signal: nothing half written stays
-            self.discard()
-            if isinstance(e, OSError):
-                raise _unwritable(self.path, e) from None
-            raise
 
     def _close(self, steps: list[int], meta: dict) -> None:
         if self.fmt == "npz":
