@@ -319,8 +319,10 @@ def main() -> None:
                   f"D={manifest['edge_feature_dim']} bipartite={str(manifest['bipartite']).lower()} "
                   f"train/val+test={n_train}/{n_eval}", flush=True)
             rows = {"pyg TGN": run_pyg(data, args)}
+            first = _protocols(args)[0]  # the older tree's rows: the first protocols (keys only when not default)
             for tree in args.before:
-                rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve())
+                rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve(),
+                                                            None if first == ("per_event",) * 2 else first)
             for protocol in _protocols(args):
                 for config in args.configs:
                     rows[f"hpcdgnn {config}{_suffix(protocol, args)}"] = run_hpcdgnn(data, work, name, config, args,

@@ -3,15 +3,15 @@
 Per steady epoch, on the most loaded rank (the module docstring of :mod:`hpcdgnn.planner.cost` gives the time
 model; this one counts TGN's work instead of a snapshot model's):
 
-* **work**: trainer (a, b, c) embeds (2 + ``task.negatives``) roots for each of its 1/i of segment c's events;
-  the group that evaluates embeds (2 + ``task.eval_negatives``) roots for each of its 1/(i·j) of the validation
-  and test events, forward only (``eval_protocol: per_batch``: 2 per event plus the expected distinct nodes of
-  a batch's draws; a dataset's fixed negatives: their mean count per event). A root reads s̄ real neighbour
-  slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and over uniform
-  negatives at 32 times of the stream — and updates 1 + s̄ memories (an upper bound: the run updates each
-  distinct (node, time) once). ``train_protocol: per_batch``: the expected distinct nodes of a batch's
-  b (2 + negatives) draws, as if uniform (an upper bound for a stream whose endpoints repeat), each with the
-  events' mean s̄. Multiply-adds per root:
+* **work**: trainer (a, b, c) embeds (2 + ``task.negatives``) roots for each of its 1/i of segment c's events; the
+  group that evaluates embeds (2 + ``task.eval_negatives``) roots for each of its 1/(i·j) of the validation and test
+  events, forward only (``eval_protocol: per_batch``: 2 per event without neighbours, which only update the memory,
+  plus the expected distinct nodes of a batch's draws; a dataset's fixed negatives: their mean count per event). A
+  root reads s̄ real neighbour slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and
+  over uniform negatives at 32 times of the stream — and updates 1 + s̄ memories (an upper bound: the run updates each
+  distinct (node, time) once). ``train_protocol: per_batch``: the expected distinct nodes of a batch's b (2 +
+  negatives) draws, as if uniform (an upper bound for a stream whose endpoints repeat), each with the events' mean s̄.
+  Multiply-adds per root:
   (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
   (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
@@ -120,7 +120,8 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
-        eval_root = 2 * per_root(e_pos) + distinct(b * (2 + negs)) / b * per_root(e_neg)
+        # the events' own roots only update the memory (no neighbours); the distinct nodes are embedded
+        eval_root = 2 * per_root(0.0) + distinct(b * (2 + negs)) / b * per_root(e_neg)
     else:
         eval_root = 2 * per_root(e_pos) + negs * per_root(e_neg)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]

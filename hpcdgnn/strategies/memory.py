@@ -203,7 +203,11 @@ class MemoryStrategy(Strategy[EventBatch]):
         else:
             roots = ranked
             root_t = np.concatenate([self.t[ev], self.t[ev], np.repeat(self.t[ev], negatives)])
-        nb = self.neighbors.recent(roots, np.searchsorted(self.t, root_t, side="left"), self.k_neighbors)
+        cut = np.searchsorted(self.t, root_t, side="left")
+        if split != "train" and scored is not None:
+            # the events' own roots only update the memory (nothing ranks their z): no neighbours to embed them
+            cut[: 2 * ev.shape[0]] = 0
+        nb = self.neighbors.recent(roots, cut, self.k_neighbors)
         unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
         later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]

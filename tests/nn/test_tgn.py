@@ -14,7 +14,11 @@ from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput
 from hpcdgnn.strategies.memory import MemoryPlan, MemoryStrategy, _Work
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.tasks.base import SPLITS
-from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction, average_precision
+from hpcdgnn.tasks.temporal_link_prediction import (
+    TemporalLinkPrediction,
+    TemporalLinkPredictionOptions,
+    average_precision,
+)
 
 N, D, MEM, TDIM, HID, HEADS, K = 14, 3, 6, 4, 8, 2, 4
 
@@ -129,7 +133,7 @@ def strategy_like(src, dst, t, efeat, batch_events=20, seed=7):
     s.seed, s.k_neighbors, s.dst_range = seed, K, (0, N)
     s.src, s.dst, s.t = src, dst, t
     s.efeat = s.efeat_dev = torch.from_numpy(efeat)
-    s.ctx = SimpleNamespace(device=torch.device("cpu"))
+    s.ctx = SimpleNamespace(device=torch.device("cpu"), job=SimpleNamespace(task=TemporalLinkPredictionOptions()))
     s.neighbors = TemporalNeighbors(src, dst, N)
     return s
 
