@@ -105,8 +105,17 @@ def read_embeddings(path: str | os.PathLike) -> EmbeddingFile:
         raise DataError(f"{path}: not an hpcdgnn embeddings file ({e})") from None
 
 
-def _unwritable(path, e: OSError) -> DataError:
-    return DataError(f"--output {path}: cannot write it ({e.strerror or e}); nothing was written")
+@contextlib.contextmanager
+def _or_removed(path, remove):
+    """On any failure (a full disk, a signal) ``remove()`` the temporary file: nothing half written of ``path``
+    stays; an OSError becomes one line naming ``path``."""
+    try:
+        yield
+    except BaseException as e:
+        remove()
+        if isinstance(e, OSError):
+            raise DataError(f"--output {path}: cannot write it ({e.strerror or e}); nothing was written") from None
+        raise
 
 
 class _Writer:
@@ -117,20 +126,9 @@ class _Writer:
         self.tmp = self.path.with_name(self.path.name + ".tmp")
         self.f, self.parts, self.k = None, [], 0
 
-    @contextlib.contextmanager
-    def _or_discard(self):
-        """On any failure (a full disk, a signal) the temporary file goes: nothing half written stays."""
-        try:
-            yield
-        except BaseException as e:
-            self.discard()
-            if isinstance(e, OSError):
-                raise _unwritable(self.path, e) from None
-            raise
-
     def add(self, z: np.ndarray, computed: np.ndarray) -> None:
         """Append step ``k``'s rows."""
-        with self._or_discard():
+        with _or_removed(self.path, self.discard):
             self._add(z, computed)
 
     def _add(self, z: np.ndarray, computed: np.ndarray) -> None:
@@ -149,7 +147,7 @@ class _Writer:
 
     def close(self, steps: list[int], meta: dict) -> None:
         """Write the steps and metadata, then rename the file into place."""
-        with self._or_discard():
+        with _or_removed(self.path, self.discard):
             self._close(steps, meta)
 
     def _close(self, steps: list[int], meta: dict) -> None:
@@ -340,17 +338,12 @@ def run_predict(args: argparse.Namespace, comm) -> int:
 def _write_scores(path: str, pairs: np.ndarray, scores: np.ndarray) -> None:
     """``u,v,t,score`` rows, written under a temporary name and renamed when complete."""
     tmp = Path(path + ".tmp")
-    try:
+    with _or_removed(path, lambda: tmp.unlink(missing_ok=True)):
         with open(tmp, "w") as f:
             f.write("u,v,t,score\n")
             for (u, v, t), s in zip(pairs.tolist(), scores.tolist(), strict=True):
                 f.write(f"{u},{v},{t},{s!r}\n")
         os.replace(tmp, path)
-    except BaseException as e:  # a full disk, or a signal: nothing half written stays
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise _unwritable(path, e) from None
-        raise
 
 
 def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=None) -> dict[str, float]:

@@ -52,6 +52,15 @@ def draw_negatives_steps(seed: int, epoch: int, steps: list[int], num_vertices: 
     return [pairs[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def _bounds(num_vertices: int, counts: list[int]) -> np.ndarray:
+    """Each step's first pair in the joined array (and the total last), after checking the generator's N."""
+    if not 1 <= num_vertices < 1 << 32:
+        raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    return bounds
+
+
 def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices: int, counts: list[int],
                           offsets: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Step ``steps[j]``'s ``counts[j]`` uniform negative pairs of ``epoch``, sources sorted, as one
@@ -59,11 +68,8 @@ def draw_negatives_joined(seed: int, epoch: int, steps: list[int], num_vertices:
 
     Each step's splitmix64 stream is keyed by :func:`negatives_key`: any rank draws any step alone, identically.
     """
-    if not 1 <= num_vertices < 1 << 32:
-        raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
+    bounds = _bounds(num_vertices, counts)
     keys = [negatives_key(seed, epoch, t) for t in steps]
-    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=bounds[1:])
     offsets = [0] * len(counts) if offsets is None else offsets
     out = np.empty((2, int(bounds[-1])), dtype=np.int64)
     for key, m, a, off in zip(keys, counts, bounds[:-1], offsets, strict=True):
@@ -105,10 +111,7 @@ def draw_negatives_on(seed: int, epoch: int, steps: list[int], num_vertices: int
     Shapes:
         src, dst: (Σ counts,); bounds: (len(steps) + 1,).
     """
-    if not 1 <= num_vertices < 1 << 32:
-        raise ValueError(f"draw_negatives: N = {num_vertices} vertices; the generator takes 1 <= N < 2^32")
-    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=bounds[1:])
+    bounds = _bounds(num_vertices, counts)
     total = int(bounds[-1])
     if total == 0:
         empty = torch.zeros(0, dtype=torch.int64, device=device)

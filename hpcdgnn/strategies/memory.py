@@ -146,7 +146,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         self._train_events = 0
         self._eval_seconds = 0.0
         #: the dataset's fixed evaluation negatives (TGB), one copy per node; else None: drawn from the seed
-        self.fixed = None
+        self.fixed, self._fixed_counted = None, True
         if getattr(m, "eval_negatives", None):
             def flat() -> dict[str, np.ndarray]:
                 return {f"{s}.{k}": a for s, pair in read_eval_negatives(self.ctx.data_root, m).items()
@@ -169,7 +169,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         stream, csr = self._host_counted
         fixed = sum(a.nbytes for pair in self.fixed.values() for a in pair) if self.fixed else 0
         return int((self.src.nbytes + self.dst.nbytes + self.t.nbytes) * stream + self.neighbors.nbytes() * csr
-                   + fixed * getattr(self, "_fixed_counted", True))
+                   + fixed * self._fixed_counted)
 
     def _work(self, split: str, q: int, epoch: int, negset: int, part: int, parts: int, negatives: int) -> _Work:
         """Slice ``part``/``parts`` of batch q, its negatives (seeded by the batch, never P) and neighbours."""
@@ -185,6 +185,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ranked = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
         scored = writes = None
+        bare = 0  # the first ``bare`` roots only update the memory: they read no neighbours
         task = self.ctx.job.task
         if split == "train" and task.train_protocol == "per_batch":
             # PyG's TGN: each distinct node of the slice once, at the global batch's first time, from the memory
@@ -200,13 +201,12 @@ class MemoryStrategy(Strategy[EventBatch]):
             roots = np.concatenate([self.src[ev], self.dst[ev], distinct])
             root_t = np.concatenate([self.t[ev], self.t[ev], np.full(distinct.shape[0], self.t[lo])])
             scored = scored.reshape(-1) + 2 * ev.shape[0]
+            bare = 2 * ev.shape[0]  # nothing ranks the events' own roots' z
         else:
             roots = ranked
             root_t = np.concatenate([self.t[ev], self.t[ev], np.repeat(self.t[ev], negatives)])
         cut = np.searchsorted(self.t, root_t, side="left")
-        if split != "train" and scored is not None:
-            # the events' own roots only update the memory (nothing ranks their z): no neighbours to embed them
-            cut[: 2 * ev.shape[0]] = 0
+        cut[:bare] = 0
         nb = self.neighbors.recent(roots, cut, self.k_neighbors)
         unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
         later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))

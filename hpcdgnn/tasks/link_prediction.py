@@ -370,28 +370,31 @@ class LinkPrediction(Task):
         device = self.decoder.lin1.weight.device
         if device.type == "cuda" and _last_bucket(shift, n) == 0:
             return self._pairs_on(steps, firsts, n, epoch, device)
-        key = (tuple(steps), tuple(where[t] for t in steps), n, shift)  # the shift follows the decoder's device
-        fixed = self._fixed.get(key)
-        if fixed is None:
-            if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
-                self._fixed.clear()
-            fixed = self._fixed[key] = in_buckets(
-                concat_steps([self._positives(t, f) for t, f in zip(steps, firsts, strict=True)]), firsts, shift, n)
+        # the shift follows the decoder's device
+        fixed = self._kept_positives((tuple(steps), tuple(where[t] for t in steps), n, shift), lambda: in_buckets(
+            concat_steps([self._positives(t, f) for t, f in zip(steps, firsts, strict=True)]), firsts, shift, n))
         negatives = self._negatives_joined(steps, epoch, firsts)
         src, dst, label = pairs_by_step(fixed, negatives, firsts, shift, n,
                                         pair_index_dtype(max(firsts, default=0) + n))
         return torch.from_numpy(src), torch.from_numpy(dst), label
 
+    def _kept_positives(self, key: tuple, build):
+        """The positives of ``key`` (steps, where, N, and the bucket shift or device), built once."""
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            if len(self._fixed) >= 64:  # mini-batch strategies vary the steps: keep the cache bounded
+                self._fixed.clear()
+            fixed = self._fixed[key] = build()
+        return fixed
+
     def _pairs_on(self, steps: list[int], firsts: list[int], n: int, epoch: int, device: torch.device):
         """:meth:`_pairs` built on ``device`` (a GPU; no buckets): the positives kept there, the negatives drawn there
         (:func:`draw_negatives_on`, the host's pairs bit for bit); per epoch the host sends a few numbers per step."""
-        key = (tuple(steps), tuple(firsts), n, device)
-        fixed = self._fixed.get(key)
-        if fixed is None:
-            if len(self._fixed) >= 64:
-                self._fixed.clear()
+        def build():
             src, dst, bounds = concat_steps([self._positives(t, f) for t, f in zip(steps, firsts, strict=True)])
-            fixed = self._fixed[key] = (torch.from_numpy(src).to(device), torch.from_numpy(dst).to(device), bounds)
+            return torch.from_numpy(src).to(device), torch.from_numpy(dst).to(device), bounds
+
+        fixed = self._kept_positives((tuple(steps), tuple(firsts), n, device), build)
         counts = [self._negative_count(t) for t in steps]
         negatives = draw_negatives_on(self.seed, epoch, steps, self.manifest.num_vertices, counts, firsts, device)
         dtype = torch.int32 if pair_index_dtype(max(firsts, default=0) + n) == np.int32 else torch.int64
