@@ -144,7 +144,10 @@ class Watchdog:
         silent = [r for r, (age, _) in stalled.items() if age > self.timeout]
         computing = [r for r, (_, st) in stalled.items() if not st["current"]]
         culprits = silent or computing or sorted(stalled)  # everyone waiting: a mismatched collective
-        text = "; ".join(_describe(r, states[r][1], states[r][0] if r in silent else None) for r in culprits)
+        # Two missed beats already say the process itself is not running (stopped, swapped out), which the
+        # user needs to tell from a rank that is only slow; its idle time can pass the timeout before its silence.
+        text = "; ".join(_describe(r, states[r][1], states[r][0] if states[r][0] > 2 * self.interval else None)
+                         for r in culprits)
         waiting = sorted({st["current"] for r, (_, st) in states.items() if r not in culprits and st["current"]})
         if waiting:
             text += f"; the other ranks wait in {', '.join(repr(c) for c in waiting)}"
