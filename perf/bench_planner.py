@@ -1,7 +1,7 @@
 """The planner's accuracy: predicted against measured epoch time, bytes and memory of every strategy (issue 59).
 
     python perf/bench_planner.py [--datasets uniform skewed email bitcoinalpha] [--ranks 2 4]
-                                 [--model cdgcn] [--task link_prediction] [--epochs 4]
+                                 [--model cdgcn] [--task link_prediction] [--epochs 4] [--strategies ...]
                                  [--rates FILE] [--out DIR]
 
 For each dataset and P, ``python -m hpcdgnn plan`` predicts every strategy with a cost model (the planner's
@@ -9,7 +9,8 @@ For each dataset and P, ``python -m hpcdgnn plan`` predicts every strategy with 
 machine's cores: labelled). Measured: the median steady epoch (slowest rank), the last epoch's ``bytes_sent``
 less the task's ``task.*`` traffic (a link-prediction task's fetch of pair endpoints under ``vertex`` depends on
 the drawn negatives, and is not predicted), and the largest rank's ``engine_peak_bytes`` (inputs + activation
-peak; the prediction's ``inputs`` + ``activations``, parameters apart). Printed side by side with their ratios,
+peak; the prediction's ``inputs`` + ``activations``, parameters apart; a sampled strategy's host-held snapshots,
+``host_payload_bytes``, beside its ``host`` part). Printed side by side with their ratios,
 and for each P whether the planner's pick is within 10 % of the fastest measured strategy. Datasets: IBM §6.3
 generator graphs (uniform, and DGC §7.3.1's skewed spreads), email-Eu-core and soc-sign-bitcoinalpha from
 ../shared/data. Results (JSON and the table) go to ``--out`` (default perf/results/planner/).
@@ -45,10 +46,11 @@ def dataset(name: str, cache: Path) -> Path:
     return prepare(name, cache)
 
 
-def predict(job: Path, P: int, rates: str | None) -> list[dict]:
-    """``plan --json`` of ``job`` at P: the priced predictions."""
+def predict(job: Path, P: int, rates: str | None, strategies: list[str] | None = None) -> list[dict]:
+    """``plan --json`` of ``job`` at P: the priced predictions (of ``strategies`` only, when given)."""
     cmd = [sys.executable, "-m", "hpcdgnn", "plan", str(job), "--ranks", str(P), "--json"]
     cmd += ["--rates", rates] if rates else []
+    cmd += ["--strategies", *strategies] if strategies else []
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=run_env(), check=True)
     return [p for p in json.loads(proc.stdout)["predictions"] if p["epoch_s"] is not None]
 
@@ -66,7 +68,15 @@ def measure(job: Path, P: int, out: Path) -> dict:
     # a link-prediction task's fetch of pair endpoints (vertex) depends on the drawn negatives: not predicted
     task = sum(v for k, v in tags.items() if k.startswith("task."))
     return {"epoch_s": steady[len(steady) // 2], "bytes": recs[-1]["bytes_sent"] - task, "task_bytes": task,
-            "engine_peak": max(mem["engine_peak_bytes"])}
+            "engine_peak": max(mem["engine_peak_bytes"]),
+            "with_host": max(e + h for e, h in zip(mem["engine_peak_bytes"], mem["host_payload_bytes"], strict=True))}
+
+
+def memory_pair(p: dict, m: dict) -> tuple[float, int]:
+    """(predicted, measured) memory less parameters: a sampled strategy's inputs are host-held (``host``)."""
+    parts = p["memory_parts"]
+    pred = parts["inputs"] + parts["activations"] + parts.get("host", 0.0)
+    return pred, m["with_host"] if "host" in parts else m["engine_peak"]
 
 
 def main() -> int:
@@ -78,6 +88,8 @@ def main() -> int:
     ap.add_argument("--task", default="link_prediction")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--rates", help="rates file (default: this machine's, else defaults)")
+    ap.add_argument("--strategies", nargs="+", help="only these strategies (default: every one with a cost model; "
+                    "the pick is then among these)")
     ap.add_argument("--out", default=str(REPO / "perf" / "results" / "planner"))
     args = ap.parse_args()
     out_dir = Path(args.out)
@@ -95,7 +107,7 @@ def main() -> int:
                                                             "dtype": "float32", "threads": 1}}
             job = cache / f"plan-{name}-p{P}.yaml"
             job.write_text(yaml.safe_dump(base))
-            preds = predict(job, P, args.rates)
+            preds = predict(job, P, args.rates, args.strategies)
             for p in preds:
                 opts = {k: v for k, v in p["options"].items()}
                 sjob = cache / f"plan-{name}-p{P}-{p['strategy']}-{opts.get('blocks', 1)}.yaml"
@@ -108,8 +120,8 @@ def main() -> int:
                 print(f"{name:<12} P={P}{'*' if P > cores else ' '} {p['strategy']:<9} "
                       f"epoch {p['epoch_s']:.4f}/{mm if mm is None else round(mm, 4)} s  "
                       f"bytes {p['bytes_per_epoch']:.0f}/{m.get('bytes')}  "
-                      f"mem {p['memory_parts']['inputs'] + p['memory_parts']['activations']:.0f}/"
-                      f"{m.get('engine_peak')}{'  <- pick' if p['picked'] else ''}", flush=True)
+                      f"mem {'%.0f/%s' % memory_pair(p, m) if 'error' not in m else '-'}"
+                      f"{'  <- pick' if p['picked'] else ''}", flush=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (out_dir / f"{stamp}.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [f"{'dataset':<12} {'P':>3} {'strategy':<18} {'epoch pred s':>12} {'meas s':>8} {'ratio':>6} "
@@ -119,13 +131,13 @@ def main() -> int:
         if "error" in m:
             lines.append(f"{r['dataset']:<12} {r['P']:>3} {r['strategy']:<18} failed: {m['error']}")
             continue
-        mem = p["memory_parts"]["inputs"] + p["memory_parts"]["activations"]
+        mem, meas = memory_pair(p, m)
         label = r["strategy"] + (f" nb={r['blocks']}" if r["blocks"] > 1 else "") + (" *" if r["picked"] else "")
         lines.append(f"{r['dataset']:<12} {r['P']:>2}{'+' if r['oversubscribed'] else ' '} {label:<18} "
                      f"{p['epoch_s']:>12.4f} {m['epoch_s']:>8.4f} {p['epoch_s'] / m['epoch_s']:>6.2f} "
                      f"{p['bytes_per_epoch']:>11.0f} {m['bytes']:>11} "
                      f"{(p['bytes_per_epoch'] / m['bytes'] if m['bytes'] else float('nan')):>7.3f} "
-                     f"{mem:>10.0f} {m['engine_peak']:>10} {mem / m['engine_peak']:>6.2f}")
+                     f"{mem:>10.0f} {meas:>10} {mem / meas:>6.2f}")
     for name in args.datasets:
         for P in args.ranks:
             got = [r for r in rows if r["dataset"] == name and r["P"] == P and "error" not in r["measured"]]

@@ -41,6 +41,12 @@ class Communicator:
         self._attach(MPI, (comm or MPI.COMM_WORLD).Dup(), CommStats())
 
     @classmethod
+    def alone(cls) -> Communicator:
+        """This process alone (``MPI_COMM_SELF``): work rank 0 does by itself (the planner's counts) must not
+        make a collective of ``COMM_WORLD``, which the other ranks would never join."""
+        return cls(init_mpi().COMM_SELF)
+
+    @classmethod
     def start(cls, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> Communicator:
         """The world's communicator, made once every rank runs hpcdgnn.
 

@@ -185,6 +185,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.planner.work import seconds_per_call
 
     rates.op_seconds = seconds_per_call()
+    from hpcdgnn.planner.samples import seconds_per_sampled_entry
+
+    rates.sample_seconds = seconds_per_sampled_entry()
     if dev.type == "cuda":
         host = torch.empty(1 << 26, dtype=torch.uint8).pin_memory()
         rates.h2d_bandwidth = host.numel() / _best(lambda: (host.to(dev, non_blocking=True), sync()))
@@ -194,6 +197,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             for w in args.widths:
                 table[str(w)] = float(comm.allreduce_array([table[str(w)]], op="min", tag="setup")[0])
         rates.op_seconds = float(comm.allreduce_array([rates.op_seconds], op="max", tag="setup")[0])
+        rates.sample_seconds = float(comm.allreduce_array([rates.sample_seconds], op="max", tag="setup")[0])
         small, big = torch.zeros(1, dtype=torch.float64), torch.zeros(1 << 20, dtype=torch.float64)
         lat = _best(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
         t_big = _best(lambda: comm.allreduce_(big, "sum", tag="setup"))
@@ -213,7 +217,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
             print(f"  width {w:>4}: dense {rates.dense_flops[str(w)] / 1e9:8.2f} GFLOP/s, "
                   f"RNN {rates.rnn_flops[str(w)] / 1e9:8.2f} GFLOP/s, sparse {rates.sparse_rate[str(w)] / 1e6:8.1f} "
                   "M nnz·w/s")
-        print(f"  one framework call: {rates.op_seconds * 1e6:.2f} µs")
+        print(f"  one framework call: {rates.op_seconds * 1e6:.2f} µs; the sampler: {rates.sample_seconds * 1e9:.0f} "
+              "ns per entry scanned")
         if P > 1:
             print(f"  all-reduce: {rates.allreduce[str(P)][0] * 1e6:.1f} µs + {rates.allreduce[str(P)][1] / 1e9:.2f} "
                   f"GB/s; all-to-all: {rates.alltoall[str(P)][0] * 1e6:.1f} µs + "

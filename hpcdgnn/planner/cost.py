@@ -8,7 +8,8 @@ shares — the gradient all-reduce, parameters with Adam's moments, the model's 
 (:mod:`~hpcdgnn.planner.work`) — and prices it with the machine's rates (:mod:`~hpcdgnn.planner.rates`).
 
 Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nnz·width / sparse rate +
-framework calls × call time; communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
+framework calls × call time (+ a sampled strategy's host-side sampler: entries scanned × seconds per entry);
+communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
 epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
 rank to rank (``pss``), the other ranks' time-encoder seconds it waits for. λ = max/min compute.
 """
@@ -22,8 +23,8 @@ import numpy as np
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import ModelWork
 
-__all__ = ["GraphStats", "Prediction", "RankWork", "adjacency_bytes", "add", "halo_counts", "halo_traffic",
-           "pool_traffic", "price"]
+__all__ = ["Counted", "GraphStats", "Prediction", "RankWork", "adjacency_bytes", "add", "halo_counts",
+           "halo_traffic", "pool_traffic", "price"]
 
 
 def add(d: dict[str, float], key: str, value: float) -> None:
@@ -87,6 +88,33 @@ def pool_traffic(layers, steps: int, num_ranks: int, itemsize: int, ranks: list[
 
 
 @dataclass
+class Counted:
+    """Work a strategy adds up itself, sample by sample and layer by layer (a sampled strategy's layers run on
+    rows of their own), in :class:`~hpcdgnn.planner.work.PhaseWork`'s units."""
+
+    flops: float = 0.0
+    rnn: float = 0.0
+    """FLOPs of fused RNN layers."""
+    sparse: float = 0.0
+    """nnz × width."""
+    ops: float = 0.0
+    """Framework calls."""
+    entries: float = 0.0
+    """Entries of Ã_t the host-side sampler scans building the samples' blocks (priced at ``sample_seconds``)."""
+
+    def __iadd__(self, other: Counted) -> Counted:
+        for k in self.__dataclass_fields__:
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+        return self
+
+    def scaled(self, factor: float | dict[str, float]) -> Counted:
+        """Every kind × ``factor``, or × ``factor.get(kind, 1)`` (the forward's share, for a pass without
+        gradients: the sampler's work stays whole)."""
+        f = factor if isinstance(factor, dict) else dict.fromkeys(self.__dataclass_fields__, factor)
+        return Counted(**{k: getattr(self, k) * f.get(k, 1.0) for k in self.__dataclass_fields__})
+
+
+@dataclass
 class RankWork:
     """What one rank does in one steady epoch under a plan."""
 
@@ -98,6 +126,8 @@ class RankWork:
     temporal_steps: float = 0.0
     resident_bytes: float = 0.0
     """Inputs held for the whole epoch: this rank's Ã_t (and transpose), the first layer's input, ..."""
+    host_bytes: float = 0.0
+    """Inputs a sampled strategy holds on the host and samples from (``summary.json``'s ``host_payload_bytes``)."""
     saved_divisor: float = 1.0
     """Checkpoint blocks: activations of one block of the timeline are held at once (IBM §3.1)."""
     spatial_saved_rows: float | None = None
@@ -114,6 +144,16 @@ class RankWork:
     """Snapshots whose task examples this rank scores whole."""
     scored_share: float = 0.0
     """The share of every snapshot's examples it scores in place (its rows)."""
+    counted: Counted | None = None
+    """Training work the strategy counted itself (sampled strategies); replaces the row and step terms above."""
+    evaluation: Counted | None = None
+    """A separate evaluation pass after training (sampled strategies), counted likewise. Every rank waits for
+    the slowest one's at the epoch's metrics, as it waits for the slowest training at the gradient all-reduce:
+    the epoch costs the two maxima, not the largest sum."""
+    saved_bytes: float | None = None
+    """Peak bytes autograd holds, where the strategy counted them itself (one sample's, for sampled ones)."""
+    optimizer_steps: float = 1.0
+    """Optimizer steps per epoch: the gradient all-reduce runs once per step."""
 
 
 class GraphStats:
@@ -122,6 +162,7 @@ class GraphStats:
     def __init__(self, manifest, data_root: str) -> None:
         self.manifest, self.root = manifest, data_root
         self._csr: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._raw_bytes: list[int] = []
         #: figures a cost model derives from the data once for every P and variant it prices, by key
         self.derived: dict = {}
 
@@ -137,6 +178,12 @@ class GraphStats:
         indptr, _ = self.csr()[t]
         return np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
 
+    @property
+    def raw_bytes(self) -> list[int]:
+        """(T,) bytes of each snapshot's A_t as read (row pointers, columns, weights)."""
+        self.csr()
+        return self._raw_bytes
+
     def csr(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every snapshot's (indptr, indices), read once."""
         if self._csr is None:
@@ -148,6 +195,7 @@ class GraphStats:
                 for t in range(self.manifest.num_snapshots):
                     s = reader.read(t)
                     self._csr.append((np.asarray(s.indptr, dtype=np.int64), np.asarray(s.indices, dtype=np.int64)))
+                    self._raw_bytes.append(int(s.indptr.nbytes + s.indices.nbytes + s.weights.nbytes))
             finally:
                 reader.close()
         return self._csr
@@ -166,7 +214,8 @@ class Prediction:
     memory_by_rank: list[float]
     memory_parts: dict[str, float]
     """The most loaded rank's ``inputs`` (``summary.json``'s ``engine_bytes``), ``activations``
-    (``activation_peak_bytes``) and ``parameters`` (weights, gradients, Adam's two moments)."""
+    (``activation_peak_bytes``), ``parameters`` (weights, gradients, Adam's two moments) and, for a sampled
+    strategy, ``host`` (``host_payload_bytes``: the snapshots it samples from)."""
     bytes_per_epoch: float
     """All ranks, one steady epoch (as ``metrics.jsonl``'s ``bytes_sent``)."""
     bytes_by_tag: dict[str, float]
@@ -208,6 +257,12 @@ def _comm_seconds(sent: dict[str, float], calls: dict[str, float], rates: Machin
     return latency + summed / ar_bw + (sum(sent.values()) - summed) / a2a_bw
 
 
+def _seconds(c: Counted, rates: MachineRates, width: int) -> float:
+    """Counted work in seconds at the machine's rates (the module docstring's compute)."""
+    return (c.flops / rates.dense(width) + c.rnn / rates.rnn(width) + c.sparse / rates.sparse(width)
+            + c.ops * rates.op_seconds + c.entries * rates.sample_seconds)
+
+
 def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, parameters: int,
           rates: MachineRates, width: int, memory_per_rank: float | None,
           task_work: np.ndarray | None = None) -> Prediction:
@@ -227,36 +282,40 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
     P, item = len(ranks), work.itemsize
     grad = parameters * item
     tags: dict[str, float] = {}
-    compute, comm, temporal, memory, parts = [], [], [], [], []
+    compute, evaluation, comm, temporal, memory, parts = [], [], [], [], [], []
     for r in ranks:
         sent = dict(r.sent)
         calls = dict(r.calls)
         if P > 1:
-            sent["grad_allreduce"] = sent.get("grad_allreduce", 0.0) + grad
-            calls["allreduce"] = calls.get("allreduce", 0.0) + 1
+            sent["grad_allreduce"] = sent.get("grad_allreduce", 0.0) + grad * r.optimizer_steps
+            calls["allreduce"] = calls.get("allreduce", 0.0) + r.optimizer_steps
         for k, v in sent.items():
             tags[k] = tags.get(k, 0.0) + v
         sp, tm = work.spatial, work.temporal
-        flops = sp.flops(r.spatial_rows, r.spatial_steps) + tm.flops(r.temporal_rows, r.temporal_steps)
-        sparse = sp.sparse_per_nnz * r.spatial_nnz
-        ops = sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps)
-        rnn = sp.rnn_flops_per_row * r.spatial_rows + tm.rnn_flops_per_row * r.temporal_rows
+        c = r.counted if r.counted is not None else Counted(
+            sp.flops(r.spatial_rows, r.spatial_steps) + tm.flops(r.temporal_rows, r.temporal_steps),
+            sp.rnn_flops_per_row * r.spatial_rows + tm.rnn_flops_per_row * r.temporal_rows,
+            sp.sparse_per_nnz * r.spatial_nnz, sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps))
         t_tm = (tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.rnn_flops_per_row *
                 r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
         if task_work is not None:
-            flops += 2.0 * (float(np.sum(task_work[r.scored])) + r.scored_share * float(np.sum(task_work)))
-        compute.append(flops / rates.dense(width) + rnn / rates.rnn(width) + sparse / rates.sparse(width)
-                       + ops * rates.op_seconds)
+            c = c.scaled(1.0)
+            c.flops += 2.0 * (float(np.sum(task_work[r.scored])) + r.scored_share * float(np.sum(task_work)))
+        compute.append(_seconds(c, rates, width))
+        evaluation.append(0.0 if r.evaluation is None else _seconds(r.evaluation, rates, width))
         temporal.append(t_tm if r.serial_temporal else 0.0)
         comm.append(_comm_seconds(sent, calls, rates, P))
         s_rows = r.spatial_rows if r.spatial_saved_rows is None else r.spatial_saved_rows
         t_rows = r.temporal_rows if r.temporal_saved_rows is None else r.temporal_saved_rows
-        saved = (sp.saved_per_row * s_rows + tm.saved_per_row * t_rows) / r.saved_divisor
-        memory.append(r.resident_bytes + 4 * grad + saved)
-        parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad})
+        saved = (sp.saved_per_row * s_rows + tm.saved_per_row * t_rows) / r.saved_divisor \
+            if r.saved_bytes is None else r.saved_bytes
+        memory.append(r.resident_bytes + r.host_bytes + 4 * grad + saved)
+        parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad,
+                      **({"host": r.host_bytes} if r.host_bytes else {})})
     # a pipelined time encoder: the slowest rank also waits for every other rank's stretch
     serial = sum(temporal) - max(temporal) if any(temporal) else 0.0
-    epoch = max(c + m for c, m in zip(compute, comm, strict=True)) + serial
+    epoch = max(c + m for c, m in zip(compute, comm, strict=True)) + serial + max(evaluation)
+    compute = [c + e for c, e in zip(compute, evaluation, strict=True)]
     lam = max(compute) / min(compute) if min(compute) > 0 else float("inf")
     fits = memory_per_rank is None or bool(max(memory) <= memory_per_rank)
     top = int(np.argmax(memory))

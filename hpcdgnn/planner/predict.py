@@ -5,7 +5,7 @@ Rank 0 only; nothing trains. For each strategy of the job's regime that has a co
 traffic and prices it (:func:`~hpcdgnn.planner.cost.price`). ``snapshot`` also comes with the fewest checkpoint
 blocks (IBM §3.1) that fit the memory budget when one block does not (``Strategy.smaller``), and ``grid``
 with every Ps × Pv factorisation of P the job leaves open (``Strategy.variants``). The pick is the fastest
-predicted epoch among those that fit.
+predicted epoch among those that fit; a sampled strategy only when named (:func:`_pickable`).
 """
 
 from __future__ import annotations
@@ -114,8 +114,27 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
                     if lp.fits or i == len(tries) - 1:
                         out.append(lp)
                         break
-        choose([p for p in out if p.num_ranks == P])
+        choose(_pickable([p for p in out if p.num_ranks == P], named=strategies is not None))
     return out
+
+
+def _pickable(predictions: list[Prediction], named: bool) -> list[Prediction]:
+    """What the pick is among: every prediction when the strategies were named; else the full-batch ones where any
+    applies. A sampled strategy (``sequences``, ``hybrid``) trains another trajectory than the full batch (its
+    windows, batches and, for ``hybrid``, averaging), so it is a choice of the user's, not of the planner's:
+    priced, shown, and picked only when named."""
+    from hpcdgnn.strategies import get_strategy
+
+    if named:
+        return predictions
+    full = [p for p in predictions if get_strategy(p.strategy).full_batch]
+    if not any(p.fits and p.epoch_s == p.epoch_s for p in full):
+        return predictions
+    for p in predictions:
+        if not get_strategy(p.strategy).full_batch and p.epoch_s == p.epoch_s:
+            p.notes.append("not picked unless named (plan --strategies, strategy.candidates): a sampled strategy "
+                           "trains another trajectory than the full batch")
+    return full
 
 
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:

@@ -45,6 +45,8 @@ class MachineRates:
     """P -> [latency s, bandwidth bytes/s] of a sum all-reduce (default 2e-5 s, 5e9 B/s)."""
     alltoall: dict[str, list[float]] = field(default_factory=dict)
     """P -> [latency s, bandwidth bytes/s per rank] of an all-to-all-v (default 3e-5 s, 5e9 B/s)."""
+    sample_seconds: float = 1.5e-7
+    """Seconds per entry of Ã_t the host-side sampler scans building a sample's block (``sequences``)."""
     h2d_bandwidth: float = 2.0e10
     """Host-to-device bytes/s (GPU; 0 on a CPU)."""
     machine: dict = field(default_factory=dict)

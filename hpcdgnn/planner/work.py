@@ -6,11 +6,13 @@ and the bytes autograd saves, per row and per step of the spatial (GCN) and temp
 a dispatch mode that adds up ``torch.utils.flop_counter``'s FLOPs of every dense op, nnz × width of every
 sparse product, and one per op, while :class:`~hpcdgnn.metrics.memory.SavedTensorMeter` measures the saved
 bytes. Three sizes separate the per-row, per-step and fixed terms: ``c(S, n) = a·S·n + b·S + d``. Machine
-rates (:mod:`hpcdgnn.planner.rates`) turn them into seconds.
+rates (:mod:`hpcdgnn.planner.rates`) turn them into seconds. The counts are kept per layer as well: a sampled
+strategy runs each layer on rows of its own (a mini-batch's layer l outputs the rows layer l + 1 reads).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -67,18 +69,23 @@ class ModelWork:
     itemsize: int
     state_per_row: tuple[float, ...] = ()
     """Per layer: values of the time encoder's final state per vertex row (what ``pss`` passes on)."""
+    layers: tuple[tuple[PhaseWork, PhaseWork], ...] = ()
+    """Per layer: its (spatial, temporal) share of :attr:`spatial` and :attr:`temporal`."""
+    forward_share: dict[str, float] | None = None
+    """Per counted kind (``flops``, ``ops``, ``sparse``, ``rnn``): the forward's share of forward + backward
+    (what a pass without gradients, such as evaluation, costs)."""
 
 
 class _Count(TorchDispatchMode):
     """Counts dense FLOPs (``torch.utils.flop_counter``'s formulas, for ops on strided tensors only: its
     ``mm`` formula would price a sparse product as dense), sparse work (nnz × width) and framework calls into the
-    bucket :attr:`phase` names (``backward`` outside the forward's phases)."""
+    bucket :attr:`phase` names: (phase, layer) in the forward, ``backward`` outside it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.phase = "backward"  # outside the forward's phases
+        self.phase: str | tuple[str, int] = "backward"  # outside the forward's phases
         #: kind (``flops``, ``ops``, ``sparse``, ``rnn``) -> bucket -> count
-        self.counts = {k: dict.fromkeys((*PHASES, "backward"), 0.0) for k in KINDS}
+        self.counts: dict[str, dict] = {k: defaultdict(float) for k in KINDS}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -114,16 +121,19 @@ class _Micro(Layout):
         self.adj = adj or [gcn_norm(g.t, g.indptr, g.indices, g.values.double(), xs.dtype) for g in graphs]
         #: the first layer's Ã·X, a constant every full-batch strategy computes once (SPEC S4)
         self.ax0 = torch.stack([LocalGraph(a).propagate(x) for a, x in zip(self.adj, xs, strict=True)])
-        self.saved = dict.fromkeys(PHASES, 0.0)
+        #: (phase, layer) -> bytes autograd saved
+        self.saved: dict[tuple[str, int], float] = defaultdict(float)
         self.state: dict[int, float] = {}
+        #: the pools' communicator: this process only (the planner runs on rank 0 alone under ``strategy: auto``)
+        self.alone = None
 
-    def _phase(self, phase: str, fn):
+    def _phase(self, phase: str, li: int, fn):
         if self.meter is None:  # timed, not counted
             return fn()
-        self.count.phase = phase
+        self.count.phase = (phase, li)
         before = self.meter.current
         out = fn()
-        self.saved[phase] += self.meter.current - before
+        self.saved[(phase, li)] += self.meter.current - before
         self.count.phase = "backward"
         return out
 
@@ -135,10 +145,11 @@ class _Micro(Layout):
                 hs = self.xs.unbind(0) if h is None else h.unbind(0)
                 ax = torch.stack([layer.aggregate(LocalGraph(a), x) for a, x in zip(self.adj, hs, strict=True)])
             return layer.spatial_steps(ax, list(range(self.start, self.stop)), tparams)
-        return self._phase("spatial", run)
+        return self._phase("spatial", li, run)
 
     def encode(self, layer, li, y, state):
-        z, state = self._phase("temporal", lambda: layer.temporal(y, state, **self.temporal_kwargs(layer, li)))
+        z, state = self._phase("temporal", li,
+                               lambda: layer.temporal(y, state, **self.temporal_kwargs(layer, li)))
         if self.meter is None:
             return z, state
         leaves = [x for x in tree_leaves(state) if isinstance(x, torch.Tensor)]
@@ -153,7 +164,9 @@ class _Micro(Layout):
 
         x = self.xs if h is None else h
         n = x.shape[1]
-        return x.reshape(-1, x.shape[-1]), np.arange(x.shape[0] * n, dtype=np.int64), n, Communicator()
+        if self.alone is None:
+            self.alone = Communicator.alone()
+        return x.reshape(-1, x.shape[-1]), np.arange(x.shape[0] * n, dtype=np.int64), n, self.alone
 
     def output(self, h):
         self.last = h
@@ -172,7 +185,8 @@ def _graphs(S: int, n: int, degree: int, seed: int) -> list[StepGraph]:
 
 
 def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: int):
-    """One forward + backward over S snapshots of n vertices: per phase (flops, calls, sparse, saved), nnz/step.
+    """One forward + backward over S snapshots of n vertices: per phase, and per (phase, layer), the tuple
+    (flops, calls, sparse, saved, rnn); nnz per step; the state per row; the forward's share per kind.
 
     The backward's FLOPs, calls and sparse work are shared out in the forward's proportions."""
     torch.manual_seed(0)
@@ -183,15 +197,25 @@ def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: in
         emb = model(layout)
         loss = sum(z.sum() for z in emb.values())
         loss.backward()
-    out = {}
-    for ph in PHASES:
+    keys = [(ph, li) for ph in PHASES for li in range(len(model.layers))]
+    out: dict = {}
+    share = {}
+    for k in KINDS:
+        bucket = count.counts[k]
+        forward = sum(bucket[key] for key in keys)
+        share[k] = forward / (forward + bucket["backward"]) if forward + bucket["backward"] else 1.0
+    for key in keys:
         split = {}
         for k in KINDS:
             bucket = count.counts[k]
-            forward = sum(bucket[p] for p in PHASES)
-            split[k] = bucket[ph] + bucket["backward"] * (bucket[ph] / forward if forward else float(ph == "spatial"))
-        out[ph] = (split["flops"], split["ops"], split["sparse"], layout.saved[ph], split["rnn"])
-    return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state
+            forward = sum(bucket[x] for x in keys)
+            # no forward work of this kind: the backward's (if any) goes to the first layer's spatial phase
+            first = float(key == ("spatial", 0))
+            split[k] = bucket[key] + bucket["backward"] * (bucket[key] / forward if forward else first)
+        out[key] = (split["flops"], split["ops"], split["sparse"], layout.saved[key], split["rnn"])
+    for ph in PHASES:
+        out[ph] = tuple(sum(out[(p, li)][i] for p, li in keys if p == ph) for i in range(5))
+    return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state, share
 
 
 @lru_cache(maxsize=64)
@@ -206,21 +230,24 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
     for S, n in ((S1, n1), (S1, n2), (S2, n1)):
         model.zero_grad(set_to_none=True)
         runs[(S, n)] = _run(model, S, n, in_features, dtype, degree)
-    phases = {}
-    for ph in PHASES:
+    nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
+
+    def fit(key) -> PhaseWork:
         (f11, o11, s11, v11, r11), (f12, _, s12, v12, r12), (_, o21, _, _, _) = (
-            runs[k][0][ph] for k in ((S1, n1), (S1, n2), (S2, n1)))
-        nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
+            runs[k][0][key] for k in ((S1, n1), (S1, n2), (S2, n1)))
         per_row = max(0.0, (f12 - f11) / (S1 * (n2 - n1)))
         per_step = max(0.0, (f11 - per_row * S1 * n1) / S1)
         sparse = max(0.0, (s12 - s11) / (S1 * (nnz2 - nnz1)))
         ops_step = max(0.0, (o21 - o11) / (S2 - S1))
-        phases[ph] = PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1),
-                               max(0.0, (v12 - v11) / (S1 * (n2 - n1))), max(0.0, (r12 - r11) / (S1 * (n2 - n1))))
+        return PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1),
+                         max(0.0, (v12 - v11) / (S1 * (n2 - n1))), max(0.0, (r12 - r11) / (S1 * (n2 - n1))))
+
     params = sum(p.numel() for p in model.parameters())
-    state = runs[(S1, n1)][2]
-    return ModelWork(phases["spatial"], phases["temporal"], params, torch.empty(0, dtype=dtype).element_size(),
-                     tuple(state.get(li, 0.0) for li in range(len(model.layers))))
+    state, share = runs[(S1, n1)][2], runs[(S1, n2)][3]
+    L = len(model.layers)
+    return ModelWork(fit("spatial"), fit("temporal"), params, torch.empty(0, dtype=dtype).element_size(),
+                     tuple(state.get(li, 0.0) for li in range(L)),
+                     tuple((fit(("spatial", li)), fit(("temporal", li))) for li in range(L)), share)
 
 
 def model_work(model_config, in_features: int, dtype: str, degree: int = 4) -> ModelWork:

@@ -44,7 +44,7 @@ from hpcdgnn.strategies.registry import register_strategy
 from hpcdgnn.strategies.sample_layout import SampleLayout
 from hpcdgnn.strategies.sampling import HostSnapshot, RowsStepGraph, SampleGraphs, _expand, graph_cells
 
-__all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sequences_of"]
+__all__ = ["RowsStepGraph", "SequencesStrategy", "SampleLayout", "sampling_of", "sequences_of"]
 
 
 class _KnownProduct:
@@ -62,8 +62,67 @@ class _KnownProduct:
         return getattr(self._adj, name)
 
 
+def sampling_of(model: DGNN, job) -> dict:
+    """How a ``sequences`` job's samples run ``model`` (the attributes :class:`SampleGraphs` and
+    :class:`SampleLayout` read); the planner's count of a sample's rows reads the same."""
+    o, L = job.strategy, len(model.layers)
+    decoder = list(model.decoder) if isinstance(model, EncoderDecoder) else None
+    cells = graph_cells(model, job)
+    #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
+    fanout = (list(o.fanouts) or [0] * L)[::-1]
+    return {
+        #: graph-recurrent cells: each sample runs every layer over its receptive field's rows
+        "cells": cells, "encoder": list(model.layers), "decoder": decoder,
+        "horizon": model.horizon if decoder is not None else 0, "num_layers": L, "fanout": fanout,
+        #: R3: layer 0's Ã_t·X_t (full neighbourhoods) is read from the reuse cache
+        "reads_ax": bool(model.layers[0].precomputable and fanout[0] == 0 and o.reuse == "on"),
+        #: R3: the first cell's input basis of X_t (full neighbourhoods) is read from the reuse cache
+        "reads_basis": bool(cells and not any(fanout) and o.reuse == "on"),
+        #: the decoder's snapshot form (ReInc §3.1): teacher-forced steps read X_{t+d} on G_{t+d}
+        "reads_snapshots": decoder is not None and job.model.decoder_input == "snapshots"}
+
+
+class SequenceSamples:
+    """Mixin: the epoch's samples (R4) and their draws, from ``N``, ``opts`` (the strategy's options), ``seqs``,
+    ``ctx.job`` and :func:`sampling_of`'s attributes; the strategy trains them and the planner counts their rows
+    (:mod:`hpcdgnn.planner.samples`)."""
+
+    def node_batches(self, epoch: int) -> list[np.ndarray]:
+        """The epoch's node batches: a permutation seeded by (seed, epoch) cut into ``batch_vertices``."""
+        N, B = self.N, self.opts.batch_vertices or self.N
+        perm = np.random.default_rng([self.ctx.job.train.seed, epoch, 0x5E05]).permutation(N)
+        return [np.sort(perm[i : i + B]) for i in range(0, N, B)]
+
+    def _samples(self, epoch: int, split: int) -> list[tuple[Sequence, int]]:
+        """The epoch's (sequence, node batch) samples of ``split`` over all ranks, in ``order``."""
+        seqs = [s for s in self.seqs if s.split == split]
+        nb = len(self.node_batches(epoch)) if seqs else 0
+        if self.opts.order == "seq_first":
+            return [(s, b) for b in range(nb) for s in seqs]
+        return [(s, b) for s in seqs for b in range(nb)]
+
+    def teacher_draws(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[bool]:
+        """Which decoder steps are teacher-forced, drawn from (seed, epoch, sequence, node batch), never P."""
+        p = self.ctx.job.model.teacher_forcing
+        if not train or p <= 0:
+            return [False] * self.horizon
+        draw = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0x7EAC]).random(self.horizon)
+        return [d > 0 and bool(draw[d] < p) for d in range(self.horizon)]
+
+    def decoder_steps(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int | None]:
+        """The snapshot each decoder step reads (ReInc §3.1): t + d when teacher-forced or d = 0, else None."""
+        if not self.reads_snapshots:
+            return [None] * self.horizon
+        teach = self.teacher_draws(epoch, seq, b, train)
+        return [seq.t + d if d == 0 or teach[d] else None for d in range(self.horizon)]
+
+    def _rng(self, epoch: int, seq: Sequence, b: int, train: bool) -> np.random.Generator:
+        """The neighbour sampler of one sample: seeded by (seed, epoch, sequence, node batch), never by P."""
+        return np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0 if train else 1, 0x5A])
+
+
 @register_strategy("sequences")
-class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
+class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
     """Sliding-window sequences × node batches, one model replica per rank."""
 
     #: its evaluation pass embeds the validation and test steps (training samples run with changing weights)
@@ -79,17 +138,20 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         """Consecutive blocks of sequences per rank (R1), and the snapshots each holds."""
         return plan_sequences(manifest, num_ranks, job)
 
+    @classmethod
+    def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
+        """The planner's per-rank work and traffic under ``plan``: samples counted by this sampler
+        (:func:`~hpcdgnn.planner.samples.sequences_cost`)."""
+        from hpcdgnn.planner.samples import sequences_cost
+
+        return sequences_cost(plan, job, manifest, graph, work)
+
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the snapshots of my sequences (``overlap``) or of my block (``fetch``); normalise them."""
         o, job, me = self.ctx.job.strategy, self.ctx.job, self.comm.rank
-        #: graph-recurrent cells: each sample runs every layer over its receptive field's rows
-        self.cells = graph_cells(model, job)
-        self.encoder = list(model.layers)
-        self.decoder = list(model.decoder) if isinstance(model, EncoderDecoder) else None
-        self.horizon = model.horizon if isinstance(model, EncoderDecoder) else 0
+        vars(self).update(sampling_of(model, job))
         self._targets: dict[int, torch.Tensor] = {}
         self.plan, self.N, self.opts = plan, plan.num_vertices, o
-        self.num_layers = len(model.layers)
         self.seqs = sequences_of(self.ctx.manifest, job)
         a, b = plan.ranks[me]["sequences"]
         self.mine = self.seqs[a:b]
@@ -107,14 +169,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
                 self.host[t].raw = (snap.indptr, snap.indices, snap.weights)
             raw.append(snap)
         self._fetched: dict[int, HostSnapshot] = {}
-        #: (fanout per layer, input layer first): the PyG order of the option reversed; 0 = every neighbour
-        self.fanout = (list(o.fanouts) or [0] * self.num_layers)[::-1]
-        #: R3: layer 0's Ã_t·X_t (full neighbourhoods) is read from the reuse cache
-        self.reads_ax = bool(model.layers[0].precomputable and self.fanout[0] == 0 and o.reuse == "on")
-        #: R3: the first cell's input basis of X_t (full neighbourhoods) is read from the reuse cache
-        self.reads_basis = bool(self.cells and not any(self.fanout) and o.reuse == "on")
-        #: the decoder's snapshot form (ReInc §3.1): teacher-forced steps read X_{t+d} on G_{t+d}
-        self.reads_snapshots = self.decoder is not None and job.model.decoder_input == "snapshots"
         self.cache: ReuseCache | None = None
         self._incremental: dict | None = None
         self._r2: tuple[int, IncrementalAggregator] | None = None
@@ -172,21 +226,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
             return ("global", 0, t, "all")
         cell = self.encoder[0]
         return ("global", 0, t, ("basis", type(cell).__name__, cell.order))
-
-    def teacher_draws(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[bool]:
-        """Which decoder steps are teacher-forced, drawn from (seed, epoch, sequence, node batch), never P."""
-        p = self.ctx.job.model.teacher_forcing
-        if not train or p <= 0:
-            return [False] * self.horizon
-        draw = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0x7EAC]).random(self.horizon)
-        return [d > 0 and bool(draw[d] < p) for d in range(self.horizon)]
-
-    def decoder_steps(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int | None]:
-        """The snapshot each decoder step reads (ReInc §3.1): t + d when teacher-forced or d = 0, else None."""
-        if not self.reads_snapshots:
-            return [None] * self.horizon
-        teach = self.teacher_draws(epoch, seq, b, train)
-        return [seq.t + d if d == 0 or teach[d] else None for d in range(self.horizon)]
 
     def _input_reads(self, epoch: int, seq: Sequence, b: int, train: bool) -> list[int]:
         """The snapshots whose input aggregation one sample reads, in order: its window's, then its decoder's."""
@@ -362,20 +401,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
                     self._fetched[t] = HostSnapshot(crow, col, val, x, raw)
         self.comm.wait_all(sends, "placement.fetch")
 
-    def node_batches(self, epoch: int) -> list[np.ndarray]:
-        """The epoch's node batches: a permutation seeded by (seed, epoch) cut into ``batch_vertices``."""
-        N, B = self.N, self.opts.batch_vertices or self.N
-        perm = np.random.default_rng([self.ctx.job.train.seed, epoch, 0x5E05]).permutation(N)
-        return [np.sort(perm[i : i + B]) for i in range(0, N, B)]
-
-    def _samples(self, epoch: int, split: int) -> list[tuple[Sequence, int]]:
-        """The epoch's (sequence, node batch) samples of ``split`` over all ranks, in ``order``."""
-        seqs = [s for s in self.seqs if s.split == split]
-        nb = len(self.node_batches(epoch)) if seqs else 0
-        if self.opts.order == "seq_first":
-            return [(s, b) for b in range(nb) for s in seqs]
-        return [(s, b) for s in seqs for b in range(nb)]
-
     def batches(self, epoch: int) -> Iterator[SampleBatch]:
         """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'."""
         if self.opts.placement == "fetch":
@@ -394,10 +419,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
             count = sum(self.task.sample_examples(s.t, nodes[b], epoch) for s, b in local)
             examples = float(self.comm.allreduce_array([count], tag="batch")[0])
             yield SampleBatch(epoch, g // Q, examples if examples > 0 else 1.0, [(s, nodes[b], b) for s, b in local])
-
-    def _rng(self, epoch: int, seq: Sequence, b: int, train: bool) -> np.random.Generator:
-        """The neighbour sampler of one sample: seeded by (seed, epoch, sequence, node batch), never by P."""
-        return np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, b, 0 if train else 1, 0x5A])
 
     def _run(self, model: DGNN, task, epoch: int, seq: Sequence, batch: np.ndarray, b: int, train: bool):
         vertices = task.sample_vertices(seq.t, batch, epoch)
@@ -432,5 +453,6 @@ class SequencesStrategy(SampleGraphs, Strategy[SampleBatch]):
         return stats if stats is not None else self._zero_stats(model, task, epoch)
 
     def _host_bytes(self) -> int:
-        """Snapshots held on the host (read and fetched)."""
-        return sum(h.nbytes for h in self.host.values()) + sum(h.nbytes for h in self._fetched.values())
+        """Snapshots held on the host (read and fetched), and the reuse cache's entries."""
+        cached = 0 if self.cache is None else self.cache.bytes
+        return sum(h.nbytes for h in self.host.values()) + sum(h.nbytes for h in self._fetched.values()) + cached

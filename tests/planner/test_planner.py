@@ -24,7 +24,7 @@ def _plan(launcher, job, *extra):
 
 # one case per traffic the cost model predicts: redistribution (and its horizon-cut backward), checkpoint
 # blocks, TM-GCN's time halo, the pss pipeline, vertex halos (range and hash), EvolveGCN-H's pools, chunks'
-# halo and RNN-owner exchanges
+# halo and RNN-owner exchanges, a sampled strategy's steps (gradients and example counts) and fetched snapshots
 @pytest.mark.parametrize(("model", "task", "strategy"), [
     ("cdgcn", "link_prediction", {"name": "snapshot"}),
     ("tgcn", "link_prediction", {"name": "snapshot", "blocks": 2}),
@@ -33,8 +33,11 @@ def _plan(launcher, job, *extra):
     ("cdgcn", "node_classification", {"name": "vertex"}),
     ("evolvegcn_h", "node_classification", {"name": "vertex", "partition": "hash"}),
     ("tgcn", "node_classification", {"name": "chunk", "chunk_size": 16}),
-    ("cdgcn", "node_classification", {"name": "grid", "snapshot_ranks": 3, "vertex_ranks": 1})],
-    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool", "chunk", "grid"])
+    ("cdgcn", "node_classification", {"name": "grid", "snapshot_ranks": 3, "vertex_ranks": 1}),
+    ("tgcn", "node_classification", {"name": "sequences", "window": 3, "batch_vertices": 8, "batch_samples": 2}),
+    ("tgcn_cell", "link_prediction", {"name": "sequences", "window": 3, "placement": "fetch", "batch_vertices": 10})],
+    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool", "chunk", "grid",
+         "sequences", "sequences-fetch-cells"])
 def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp_path, model, task, strategy):
     """Every traffic tag of a steady epoch at P = 3 (T = 7, N = 23), predicted from the plan alone."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, task={"name": task},
@@ -48,15 +51,20 @@ def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp
 
 
 def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_dataset, tmp_path):
-    """Table and JSON: each full-batch strategy priced at each P (sampled ones say they have no model yet), one
-    pick per P; bytes grow with P for the snapshot strategy; one rank moves nothing."""
+    """Table and JSON: each strategy priced at each P (hybrid says it has no model yet), one pick per P, a
+    full-batch one unless a sampled one is named; bytes grow with P for the snapshot strategy; one rank moves
+    nothing."""
     job = write_job(tmp_path / "job.yaml", small_dataset)
     proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), "--ranks", "1", "2", "3"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("<- pick") == 3 and "no cost model yet" in proc.stdout
     preds = _plan(launcher, job, "--ranks", "1", "3")
     priced = {(p["strategy"], p["num_ranks"]): p for p in preds if p["epoch_s"] is not None}
-    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk", "grid"}
+    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk", "grid", "sequences"}
+    assert not any(p["picked"] for p in preds if p["strategy"] == "sequences")
+    assert all("not picked unless named" in " ".join(p["notes"]) for p in preds if p["strategy"] == "sequences")
+    named = _plan(launcher, job, "--ranks", "3", "--strategies", "sequences", "snapshot")
+    assert sum(p["picked"] for p in named) == 1 and all(p["epoch_s"] > 0 for p in named)
     # the grid at every factorisation of P = 3 the job leaves open: 1 x 3 and 3 x 1
     assert sorted((p["options"]["snapshot_ranks"], p["options"]["vertex_ranks"]) for p in preds
                   if p["strategy"] == "grid" and p["num_ranks"] == 3) == [(1, 3), (3, 1)]
@@ -106,6 +114,16 @@ def test_auto_trains_with_the_pick_and_reports_it(launcher, small_dataset, tmp_p
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_auto_with_a_pooling_model_does_not_hang(launcher, small_dataset, tmp_path):
+    """EvolveGCN-H's counted top-k pools ran a collective on ``COMM_WORLD`` from rank 0 alone (the planner's counts
+    under ``strategy: auto``), which the other ranks never joined: P = 2 hung before training."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "evolvegcn_h"},
+                    task={"name": "node_classification"}, strategy={"name": "auto"}, train={"epochs": 1})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")], timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "strategy: auto picked" in proc.stdout
+
+
 def test_auto_refuses_unknown_strategies_and_options(launcher, small_dataset, tmp_path):
     for strategy, says in [({"name": "auto", "options": {"vertex": {"partitoin": "hash"}}},
                             "strategy.options.vertex.partitoin: unknown option of strategy 'vertex'"),
@@ -149,7 +167,7 @@ def test_model_work_extrapolates_to_a_larger_graph(name):
     model = build_model(name, 3, 8, 2).to(torch.float64)
     assert work.parameters == sum(p.numel() for p in model.parameters())
     S, n = 3, 150
-    counted, nnz, _ = _run(model, S, n, 3, torch.float64, 4)
+    counted, nnz, _, _ = _run(model, S, n, 3, torch.float64, 4)
     for ph, pw in (("spatial", work.spatial), ("temporal", work.temporal)):
         flops, _, sparse, saved, rnn = counted[ph]
         assert pw.flops(S * n, S) == pytest.approx(flops, rel=0.05, abs=1.0)
@@ -158,3 +176,25 @@ def test_model_work_extrapolates_to_a_larger_graph(name):
         assert pw.rnn_flops_per_row * S * n == pytest.approx(rnn, rel=0.05, abs=1.0)
     hidden_state = {"cdgcn": [16, 16], "tgcn": [0, 8], "evolvegcn_h": [0, 0]}[name]
     assert list(work.state_per_row) == hidden_state
+
+
+@pytest.mark.parametrize("name", ["cdgcn", "tgcn", "evolvegcn_o"])
+def test_model_work_per_layer_adds_up_to_the_phases(name):
+    """The per-layer counts a sampled strategy prices add up to the whole model's, layer by layer as counted on a
+    larger graph; the forward's share of each kind lies in (0, 1]."""
+    opts = model_options(name)(name=name, hidden=8)
+    work = model_work(opts, 3, "float64")
+    assert len(work.layers) == opts.layers
+    model = build_model(name, 3, 8, 2).to(torch.float64)
+    S, n = 3, 150
+    counted, nnz, _, share = _run(model, S, n, 3, torch.float64, 4)
+    for i, ph in enumerate(("spatial", "temporal")):
+        total = getattr(work, ph)
+        assert sum(lw[i].flops(S * n, S) for lw in work.layers) == pytest.approx(total.flops(S * n, S), rel=0.02,
+                                                                                  abs=1.0)
+        for li, lw in enumerate(work.layers):
+            flops, _, sparse, _, _ = counted[(ph, li)]
+            assert lw[i].flops(S * n, S) == pytest.approx(flops, rel=0.05, abs=1.0)
+            assert lw[i].sparse_per_nnz * nnz * S == pytest.approx(sparse, rel=0.02, abs=1.0)
+    assert all(0 < v <= 1 for v in work.forward_share.values())
+    assert work.forward_share == pytest.approx(share, abs=0.05)
