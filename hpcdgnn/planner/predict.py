@@ -105,7 +105,11 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
                 continue
             for each in cls.variants(opts, P, manifest):
                 job_v = replace(job, strategy=each)
-                pred = _priced(cls, job_v, manifest, graph, P, work, params, rates, memory_per_rank)
+                try:  # the plan refuses options that cannot work at this P (one line), as the run would
+                    pred = _priced(cls, job_v, manifest, graph, P, work, params, rates, memory_per_rank)
+                except ConfigError as e:
+                    out.append(_unpriced(name, each, P, f"does not apply: {str(e).removeprefix('None: ')}"))
+                    continue
                 out.append(pred)
                 tries = [] if pred.fits else cls.smaller(each, manifest)
                 for i, less in enumerate(tries):  # the first that fits, or the last (the smallest) when none does
@@ -116,6 +120,10 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
                         break
         choose(_pickable([p for p in out if p.num_ranks == P], named=strategies is not None))
     return out
+
+
+#: what a sampled strategy's prediction says when the planner did not consider it for the pick
+SAMPLED_NOTE = "sampled: picked only when named (--strategies, strategy.candidates)"
 
 
 def _pickable(predictions: list[Prediction], named: bool) -> list[Prediction]:
@@ -132,8 +140,7 @@ def _pickable(predictions: list[Prediction], named: bool) -> list[Prediction]:
         return predictions
     for p in predictions:
         if not get_strategy(p.strategy).full_batch and p.epoch_s == p.epoch_s:
-            p.notes.append("not picked unless named (plan --strategies, strategy.candidates): a sampled strategy "
-                           "trains another trajectory than the full batch")
+            p.notes.append(SAMPLED_NOTE)
     return full
 
 

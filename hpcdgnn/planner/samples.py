@@ -31,10 +31,11 @@ import torch
 
 from hpcdgnn.planner.cost import Counted, GraphStats, RankWork, add
 from hpcdgnn.planner.work import ModelWork
+from hpcdgnn.strategies.hybrid import HybridBatches, hybrid_of
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _submatrix
 from hpcdgnn.strategies.sequences import SequenceSamples, sampling_of
 
-__all__ = ["MAX_SEQUENCES", "PER_SEQUENCE", "seconds_per_sampled_entry", "sequences_cost"]
+__all__ = ["DRAWS", "MAX_SEQUENCES", "PER_SEQUENCE", "hybrid_cost", "seconds_per_sampled_entry", "sequences_cost"]
 
 #: sequences counted per split (evenly spaced); the others are priced as their nearest counted one
 MAX_SEQUENCES = 32
@@ -42,14 +43,13 @@ MAX_SEQUENCES = 32
 PER_SEQUENCE = 4
 
 
-class _Counter(SequenceSamples, SampleGraphs):
-    """The sampler over the snapshots' structure (all-ones weights: a sample's rows and entries do not depend
-    on the values), on rank 0: what :class:`~hpcdgnn.strategies.sequences.SequencesStrategy` samples."""
+class _Structure(SampleGraphs):
+    """The snapshots' structure as a sampler's host (all-ones weights: a sample's rows and entries do not depend
+    on the values), on rank 0; subclasses add a strategy's sample draws."""
 
-    def __init__(self, graph: GraphStats, job, manifest, model, task, seqs) -> None:
-        self.graph, self.N, self.opts, self.seqs, self.task = graph, manifest.num_vertices, job.strategy, seqs, task
+    def __init__(self, graph: GraphStats, job, manifest, task) -> None:
+        self.graph, self.opts, self.task = graph, job.strategy, task
         self.ctx = SimpleNamespace(job=job, manifest=manifest, dtype=torch.float64, device=torch.device("cpu"))
-        vars(self).update(sampling_of(model, job))
         self._host: dict[int, HostSnapshot] = {}
         self._targets: dict[int, torch.Tensor] = {}
 
@@ -64,14 +64,9 @@ class _Counter(SequenceSamples, SampleGraphs):
                                          None, raw=(indptr, indices, ones))
         return self._host[t]
 
-    def count(self, seq, b: int, nodes: np.ndarray, work: ModelWork, epoch: int, train: bool,
-              in_features: int) -> tuple[Counted, float]:
-        """One sample's (forward and backward work, bytes autograd saves)."""
-        from hpcdgnn.strategies.sample_layout import SampleLayout
-
-        vertices = self.task.sample_vertices(seq.t, nodes, epoch)
-        layout = SampleLayout(self, seq, nodes, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b,
-                              train=train)
+    def work_of(self, layout, work: ModelWork, in_features: int) -> tuple[Counted, float]:
+        """One sample's (forward and backward work, bytes autograd saves) from its built ``layout``."""
+        seq = layout.seq
         S, L = seq.stop - seq.start, self.num_layers
         steps = range(seq.start, seq.stop)
         if layout.cells is not None:  # every layer over U, on Ã_t restricted to U
@@ -85,15 +80,87 @@ class _Counter(SequenceSamples, SampleGraphs):
             entries = [0 if a is None else a.a.values().numel() for a in layout.adj]
             scanned = sum(_row_entries(self.snapshot(t).crow, layout.rows[li + 1]) for t in steps
                           for li in range(L) if layout.adj[li] is not None)
-        out, saved = Counted(entries=float(scanned)), 0.0
+        model, saved = Counted(), 0.0
         for li, (sp, tm) in enumerate(work.layers):
-            out += Counted(sp.flops(rows[li], S) + tm.flops(rows[li], S),
-                           (sp.rnn_flops_per_row + tm.rnn_flops_per_row) * rows[li],
-                           sp.sparse_per_nnz * entries[li], sp.ops(S) + tm.ops(S))
+            model += Counted(sp.flops(rows[li], S) + tm.flops(rows[li], S),
+                             (sp.rnn_flops_per_row + tm.rnn_flops_per_row) * rows[li],
+                             sp.sparse_per_nnz * entries[li], sp.ops(S) + tm.ops(S))
             saved += (sp.saved_per_row + tm.saved_per_row) * rows[li]
+        if not layout.train:  # without gradients: the forward's share, nothing saved
+            model, saved = model.scaled(work.forward_share), 0.0
+        out = Counted(entries=float(scanned))
+        out += model
         if layout.cells is None and self.encoder[0].precomputable and not self.reads_ax:
-            out.sparse += entries[0] * in_features  # Ã_t·X_t, which the counted model reads precomputed
+            out.sparse += entries[0] * in_features  # Ã_t·X_t (forward only), which the counted model precomputes
+        out += self._head(layout, steps)
         return out, saved
+
+    def _head(self, layout, steps) -> Counted:
+        """The task's scoring of the layout's output, counted (its forward, and its backward when training): the
+        examples a sample scores and, on small graphs, the calls per scored step are no smaller than the
+        model's."""
+        from hpcdgnn.planner.work import counted
+
+        rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
+        params = list(self.task.parameters())
+        dtype = params[0].dtype if params else torch.float32
+        train = layout.train
+
+        def run() -> None:
+            h = torch.randn(steps.stop - steps.start, rows, self.out_features, dtype=dtype, requires_grad=train)
+            out = layout.output(h)
+            loss = None
+            for emb in out if isinstance(out, list) else [out]:
+                if self._scores(emb.t, train):
+                    r = self.task(emb, 1)
+                    if train:
+                        loss = r.loss_sum if loss is None else loss + r.loss_sum
+                    else:
+                        r.stats  # noqa: B018 -- evaluation is scored when its sums are read
+            if loss is not None:
+                loss.backward()
+
+        flops, ops = counted(run)
+        return Counted(flops=flops, ops=ops)
+
+    def _scores(self, t: int, train: bool) -> bool:
+        """Whether the task scores an output at step t (a sequence scores its one output)."""
+        return True
+
+
+class _Sequences(SequenceSamples, _Structure):
+    """What :class:`~hpcdgnn.strategies.sequences.SequencesStrategy` samples."""
+
+    def __init__(self, graph: GraphStats, job, manifest, model, task, seqs) -> None:
+        super().__init__(graph, job, manifest, task)
+        self.N, self.seqs = manifest.num_vertices, seqs
+        self.out_features = getattr(model, "out_features", job.model.hidden)
+        vars(self).update(sampling_of(model, job))
+
+    def count(self, seq, b: int, nodes: np.ndarray, work: ModelWork, epoch: int, train: bool,
+              in_features: int) -> tuple[Counted, float]:
+        """One sample's (forward and backward work, bytes autograd saves)."""
+        from hpcdgnn.strategies.sample_layout import SampleLayout
+
+        vertices = self.task.sample_vertices(seq.t, nodes, epoch)
+        layout = SampleLayout(self, seq, nodes, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b,
+                              train=train)
+        return self.work_of(layout, work, in_features)
+
+
+class _Hybrid(HybridBatches, _Structure):
+    """What :class:`~hpcdgnn.strategies.hybrid.HybridStrategy` draws (its closure is the whole graph here: the
+    rows a batch reads lie in it, exactly under ``closure: receptive``; under ``lhop`` a cell's rows are an upper
+    bound)."""
+
+    def __init__(self, graph: GraphStats, job, manifest, model, task, plan) -> None:
+        super().__init__(graph, job, manifest, task)
+        self.out_features = getattr(model, "out_features", job.model.hidden)
+        vars(self).update(hybrid_of(plan, model, job, manifest))
+
+    def _scores(self, t: int, train: bool) -> bool:
+        """Whether the batch's (training) or the evaluation's (validation, test) loss reads step t."""
+        return any(t in self.ranges[s] for s in ((0,) if train else (1, 2)))
 
 
 def _row_entries(crow: np.ndarray, rows: np.ndarray) -> int:
@@ -140,7 +207,7 @@ def _spaced(seqs: list, at_most: int) -> list:
     return [seqs[i] for i in sorted({round(k * (len(seqs) - 1) / (at_most - 1)) for k in range(at_most)})]
 
 
-def _per_sequence(counter: _Counter, work: ModelWork, split: int, in_features: int) -> dict[int, tuple]:
+def _per_sequence(counter: _Sequences, work: ModelWork, split: int, in_features: int) -> dict[int, tuple]:
     """{sequence index: (mean work of one of its samples, largest saved bytes)} for every sequence of ``split``,
     counted on the spaced ones (epoch 1's node batches) and carried to the rest from the nearest."""
     seqs = [s for s in counter.seqs if s.split == split]
@@ -158,6 +225,46 @@ def _per_sequence(counter: _Counter, work: ModelWork, split: int, in_features: i
         counted[seq.index] = (total.scaled(1.0 / len(set(picks.tolist()))), peak)
     done = np.asarray(sorted(counted))
     return {s.index: counted[int(done[np.abs(done - s.index).argmin()])] for s in seqs}
+
+
+def _model_and_task(graph: GraphStats, job, manifest):
+    """The job's model and task on this process's CPU, the task set up over every snapshot (the vertices a
+    link-prediction sample reads are its targets' destinations)."""
+    from hpcdgnn.comm.communicator import Communicator
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.regimes import regime_of
+    from hpcdgnn.tasks.base import Scored
+
+    regime = regime_of("model", job.model.name)
+    model = regime.build_model(job, manifest)
+    task = regime.build_task(job.task, manifest, getattr(model, "out_features", job.model.hidden), job.train.seed)
+    reader = ShardReader(graph.root, manifest)
+    try:
+        task.setup(reader, Scored(snapshots=tuple(range(manifest.num_snapshots))), Communicator.alone())
+    finally:
+        reader.close()
+    return model, task
+
+
+def _step_work(model, task) -> Counted:
+    """One optimizer step as the batch loop runs it (:func:`~hpcdgnn.train.loop.train_batches`): the gradient
+    norm, Adam's update and clearing the gradients, counted on the job's parameters."""
+    from hpcdgnn.optim import Adam
+    from hpcdgnn.planner.work import counted
+
+    params = [p for m in (model, task) for p in m.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt = Adam(params, lr=1e-3)
+    opt.step()  # a steady step: the moments exist
+
+    def run() -> None:
+        float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    flops, ops = counted(run)
+    return Counted(flops=flops, ops=ops)
 
 
 def _snapshot_bytes(graph: GraphStats, t: int, N: int, F: int, item: int, cells: bool) -> float:
@@ -183,29 +290,18 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
     Shapes:
         one :class:`~hpcdgnn.planner.cost.RankWork` per rank.
     """
-    from hpcdgnn.comm.communicator import Communicator
-    from hpcdgnn.data.shard_reader import ShardReader
     from hpcdgnn.partition.sequences import sequences_of
-    from hpcdgnn.regimes import regime_of
     from hpcdgnn.regimes.base import item_bytes
-    from hpcdgnn.tasks.base import Scored
 
-    o, P, T, N, F = job.strategy, plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
+    o, P, N, F = job.strategy, plan.num_ranks, plan.num_vertices, manifest.num_features
     item, seqs = item_bytes(job), sequences_of(manifest, job)
     key = ("sequences", repr(o), job.model, job.task, job.train.seed)
     if key not in graph.derived:  # the samples' counts do not depend on P: once for every P the plan prices
-        regime = regime_of("model", job.model.name)
-        model = regime.build_model(job, manifest)
-        task = regime.build_task(job.task, manifest, getattr(model, "out_features", job.model.hidden),
-                                 job.train.seed)
-        reader = ShardReader(graph.root, manifest)
-        try:  # the destinations a link-prediction sample reads come from its targets
-            task.setup(reader, Scored(snapshots=tuple(range(T))), Communicator.alone())
-        finally:
-            reader.close()
-        counter = _Counter(graph, job, manifest, model, task, seqs)
-        graph.derived[key] = (counter, [_per_sequence(counter, work, split, F) for split in (0, 1, 2)])
-    counter, by_split = graph.derived[key]
+        model, task = _model_and_task(graph, job, manifest)
+        counter = _Sequences(graph, job, manifest, model, task, seqs)
+        graph.derived[key] = (counter, [_per_sequence(counter, work, split, F) for split in (0, 1, 2)],
+                              _step_work(model, task))
+    counter, by_split, step = graph.derived[key]
     nb = len(counter.node_batches(1))
     train = sum(s.split == 0 for s in seqs) * nb
     Q = o.batch_samples or sum(s.split == 0 for s in seqs)
@@ -218,15 +314,15 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
     for p, r in enumerate(plan.ranks):
         a, b = r["sequences"]
         mine = seqs[a:b]
-        done, evaluation, peak = Counted(), Counted(), 0.0
+        done, evaluation, peak = step.scaled(steps), Counted(), 0.0
         for s in mine:
             if s.split >= 0 and s.index in by_split[s.split]:
                 c, saved = by_split[s.split][s.index]
                 if s.split == 0:
                     done += c.scaled(nb)
                     peak = max(peak, saved)
-                else:  # without gradients
-                    evaluation += c.scaled(nb).scaled(work.forward_share)
+                else:
+                    evaluation += c.scaled(nb)
         lo, hi = r["window_snapshots"]
         held = set(range(lo, hi)) | (set(range(own[p], own[p + 1])) if o.placement == "fetch" else set())
         resident = sum(_snapshot_bytes(graph, t, N, F, item, counter.cells) for t in held)
@@ -250,3 +346,113 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
                         sum(_snapshot_bytes(graph, t, N, F, item, counter.cells) for t in need))
                     add(ranks[p].calls, "p2p", 1)
     return ranks
+
+
+#: hybrid batches counted per action (the first steps of epoch 1)
+DRAWS = 8
+
+
+def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list[RankWork]:
+    """Per-rank work, memory and traffic of one steady epoch of ``hybrid`` under ``plan`` (DynaHB §4–5).
+
+    Each step every rank runs its targets of one global batch (H2) over the batch's window: :data:`DRAWS` batches
+    of each action in use (the start action under ``adjuster.kind: fixed``, else every action, equally likely,
+    as ``steps_per_epoch`` assumes) are counted, rank by rank, and a rank's epoch is ``steps`` × its mean.
+    Evaluation runs each rank's vertices over the whole timeline, forward only. Memory: the closure's rows of
+    every snapshot (``closure``: the receptive field, or L hops), X_t and Ã_t·X_t held on the host, and the
+    largest counted batch's activations. Bytes: under ``averaging.mode: allreduce`` the gradients and the step's
+    example count every step (and the adjuster's loss and work under ``dqn``); under ``async`` one all-reduce of
+    the parameters, both Adam moments and a count per round — ``every_steps``: ⌊steps / K⌋ + 1 rounds (the epoch
+    ends with one); ``every_s`` depends on time, priced as one round.
+
+    Args:
+        plan: the ``hybrid`` plan (H1: each rank's vertices, the load order).
+        job: the typed job.
+        manifest: its dataset's manifest.
+        graph: the dataset's structure.
+        work: the model's counted work, per layer.
+    """
+    from hpcdgnn.partition.sequences import Sequence
+    from hpcdgnn.planner.predict import parameter_count
+    from hpcdgnn.regimes.base import item_bytes
+    from hpcdgnn.strategies.hybrid import _hops
+    from hpcdgnn.tasks.base import Task
+
+    o, P, N, F = job.strategy, plan.num_ranks, plan.num_vertices, manifest.num_features
+    item = item_bytes(job)
+    key = ("hybrid", job.model, job.task, job.train.seed)
+    if key not in graph.derived:
+        model, task = _model_and_task(graph, job, manifest)
+        graph.derived[key] = (model, task, _step_work(model, task))
+    model, task, step = graph.derived[key]
+    h = _Hybrid(graph, job, manifest, model, task, plan)
+    steps = h.steps_per_epoch()
+    used = [o.start_action()] if o.adjuster.kind == "fixed" else list(range(len(h.actions)))
+    train = [step.scaled(steps) for _ in range(P)]
+    peak = [0.0] * P
+    for a in used:
+        for g in range(min(DRAWS, steps)):
+            start, targets = h.draw(1, g, a)
+            seq = Sequence(g, start, start + h.sizes(a)[0], 0)
+            for p in range(P):
+                mine = targets[h.owner[targets] == p]
+                if mine.shape[0]:
+                    c, saved = h.work_of(h._layout(task, 1, seq, mine, (0,)), work, F)
+                    train[p] += c.scaled(steps / (len(used) * min(DRAWS, steps)))
+                    peak[p] = max(peak[p], saved)
+    wide = type(task).sample_vertices is not Task.sample_vertices
+    union = _union_csr(graph, h.stop, N)
+    allreduce = o.averaging.mode == "allreduce"
+    ranks = []
+    for p in range(P):
+        mine = np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64))
+        evaluation = Counted()
+        if mine.shape[0] and h.stop:
+            evaluation, _ = h.work_of(h._layout(task, 1, Sequence(0, 0, h.stop, 1), mine, (1, 2)), work, F)
+        seeds = np.arange(N) if wide else mine
+        if h.cells and o.closure == "receptive":
+            rows = h.cell_rows(Sequence(0, 0, h.stop, 0), seeds, np.random.default_rng(0), None, True)
+        else:
+            rows = _hops(union[0], union[1], seeds, h.num_layers)
+        host = sum(_closure_bytes(graph, t, rows, N, F, item, h.cells, h.reads_ax) for t in range(h.stop))
+        w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p], host_bytes=host,
+                     optimizer_steps=steps if allreduce else 0, scored=list(range(h.stop)) if p == 0 else [])
+        if P > 1 and allreduce:
+            per_step = 8.0 + (16.0 if o.adjuster.kind == "dqn" else 0.0) + \
+                (8.0 if o.adjuster.kind == "dqn" and o.adjuster.reward_time == "measured" else 0.0)
+            for tag, n in (("batch", 8.0), ("adjuster", per_step - 8.0)):
+                if n:
+                    add(w.sent, tag, n * steps)
+                    add(w.calls, "allreduce", steps)
+        elif P > 1:
+            every = o.averaging.every_steps
+            rounds = steps // every + 1 if every else 1
+            add(w.sent, "averaging", rounds * (3 * parameter_count(job, manifest) + 1) * item)
+            add(w.calls, "allreduce", 2 * rounds)  # the round's barrier and all-reduce
+            if o.adjuster.kind == "dqn":
+                add(w.sent, "adjuster", rounds * 5 * 8.0)
+        ranks.append(w)
+    return ranks
+
+
+def _union_csr(graph: GraphStats, stop: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of the union of snapshots 0..stop-1's edges (the L-hop closure's graph)."""
+    keys = [np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr)) * N + indices
+            for indptr, indices in graph.csr()[:stop]]
+    keys = np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+    src, dst = np.divmod(keys, N)
+    return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))]), dst
+
+
+def _closure_bytes(graph: GraphStats, t: int, rows: np.ndarray, N: int, F: int, item: int, cells: bool,
+                   reads_ax: bool) -> float:
+    """One snapshot as ``hybrid`` holds it: Ã_t's CSR over the closure's rows (float64 values, a self-loop on
+    every row), X_t (N × F, zero outside the closure), A_t's rows as read for cells, and Ã_t·X_t (N × F)."""
+    from hpcdgnn.indices import torch_index_dtype
+
+    indptr, _ = graph.csr()[t]
+    deg = int((indptr[rows + 1] - indptr[rows]).sum())
+    nnz = deg + N
+    index = torch.empty(0, dtype=torch_index_dtype(max(nnz, N))).element_size()
+    raw = (N + 1) * 8 + deg * 8 + deg * 8 if cells else 0
+    return (N + 1 + nnz) * index + nnz * 8 + N * F * item + raw + (N * F * item if reads_ax else 0)

@@ -27,7 +27,7 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.ops.sparse import gcn_norm
 
-__all__ = ["ModelWork", "PhaseWork", "model_work"]
+__all__ = ["ModelWork", "PhaseWork", "counted", "model_work"]
 
 #: the phases a strategy places on different rows
 PHASES = ("spatial", "temporal")
@@ -248,6 +248,15 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
     return ModelWork(fit("spatial"), fit("temporal"), params, torch.empty(0, dtype=dtype).element_size(),
                      tuple(state.get(li, 0.0) for li in range(L)),
                      tuple((fit(("spatial", li)), fit(("temporal", li))) for li in range(L)), share)
+
+
+def counted(fn) -> tuple[float, float]:
+    """(dense FLOPs, framework calls) of ``fn()`` and any backward it runs, counted as the model's are: what
+    a sampled strategy's task head and optimizer step cost per sample and per step."""
+    count = _Count()
+    with count:
+        fn()
+    return sum(count.counts["flops"].values()), sum(count.counts["ops"].values())
 
 
 def model_work(model_config, in_features: int, dtype: str, degree: int = 4) -> ModelWork:

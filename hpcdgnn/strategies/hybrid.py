@@ -52,7 +52,7 @@ from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _expand, gra
 from hpcdgnn.tasks import task_class
 from hpcdgnn.tasks.base import SampleEmbeddings, Task
 
-__all__ = ["HybridLayout", "HybridSample", "HybridStrategy", "action_sizes"]
+__all__ = ["HybridBatches", "HybridLayout", "HybridSample", "HybridStrategy", "action_sizes", "hybrid_of"]
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,73 @@ class HybridLayout(SampleLayout):
                 for k, t in enumerate(range(self.seq.start, self.seq.stop))]
 
 
+def hybrid_of(plan: PartitionPlan, model: DGNN, job, manifest) -> dict:
+    """How a ``hybrid`` job's batches are drawn and run (the attributes :class:`HybridBatches`,
+    :class:`SampleGraphs` and :class:`HybridLayout` read); the planner's count of a batch's rows reads the same."""
+    N, o = plan.num_vertices, job.strategy
+    cells = graph_cells(model, job)
+    owner = np.empty(N, dtype=np.int64)
+    for p in range(plan.num_ranks):
+        owner[plan.vertices_of(p)] = p
+    ranges = task_class(job.task.name).steps(job.task, manifest)
+    return {
+        "N": N, "T": plan.num_snapshots, "cells": cells, "encoder": list(model.layers), "decoder": None,
+        "horizon": 0, "num_layers": len(model.layers),
+        "fanout": [0] * len(model.layers),  # DynaHB samples targets, never neighbours
+        #: S4 (IBM §5.5): a plain GCN first layer reads Ã_t·X_t, computed once at set-up for the rows read
+        "reads_ax": bool(model.layers[0].precomputable) and not cells, "reads_basis": False,
+        "reads_snapshots": False, "owner": owner, "load_order": np.asarray(plan.load_order, dtype=np.int64),
+        "strata": balanced_bounds(N, o.groups), "ranges": ranges, "train_stop": ranges[0].stop,
+        "stop": max(r.stop for r in ranges if len(r)) if any(len(r) for r in ranges) else 0,
+        "actions": o.actions()}
+
+
+class HybridBatches:
+    """Mixin: H2's batches (Def. 3, §4.2) and their layouts, from :func:`hybrid_of`'s attributes, ``opts`` (the
+    strategy's options) and ``ctx.job``; the strategy trains them and the planner counts their rows
+    (:mod:`hpcdgnn.planner.samples`)."""
+
+    def sizes(self, action: int) -> tuple[int, int]:
+        """(N_S, N_V) of ``action``."""
+        return action_sizes(self.actions[action], self.N, self.train_stop, self.T)
+
+    def draw(self, epoch: int, index: int, action: int) -> tuple[int, np.ndarray]:
+        """Batch ``index``'s window start and its global targets (ascending): a function of (seed, epoch, index,
+        action), N_V / N_bg from each stratum of the load order (§4.2)."""
+        return self._draw(np.random.default_rng([self.ctx.job.train.seed, epoch, index, action, 0x4B]), action)
+
+    def _draw(self, rng: np.random.Generator, action: int) -> tuple[int, np.ndarray]:
+        n_s, n_v = self.sizes(action)
+        start = int(rng.integers(0, self.train_stop - n_s + 1))
+        per = np.diff(balanced_bounds(n_v, len(self.strata) - 1))
+        picks = []
+        for k, want in enumerate(per):
+            lo, hi = self.strata[k], self.strata[k + 1]
+            picks.append(self.load_order[lo + rng.choice(hi - lo, min(int(want), hi - lo), replace=False)])
+        return start, np.sort(np.concatenate(picks))
+
+    def steps_per_epoch(self) -> int:
+        """``steps_per_epoch``, or one expected pass: N·T_train / E[N_S·N_V] over the actions in use."""
+        if self.opts.steps_per_epoch:
+            return self.opts.steps_per_epoch
+        used = [self.opts.start_action()] if self.opts.adjuster.kind == "fixed" else range(len(self.actions))
+        mean = np.mean([math.prod(self.sizes(a)) for a in used])
+        return max(1, math.ceil(self.N * self.train_stop / mean))
+
+    def _steps(self, seq: Sequence, splits: tuple[int, ...]) -> list[int]:
+        """The window's steps in ``splits``."""
+        return [t for t in range(seq.start, seq.stop) if any(t in self.ranges[s] for s in splits)]
+
+    def _layout(self, task, epoch: int, seq: Sequence, targets: np.ndarray, splits: tuple[int, ...]) -> HybridLayout:
+        """The window's layout over ``targets`` and the vertices the task reads besides them."""
+        reads = (task.sample_vertices(t, targets, epoch) for t in self._steps(seq, splits))
+        vertices = np.unique(np.concatenate([targets, *reads]))
+        rng = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, 0x5A])
+        return HybridLayout(self, seq, targets, vertices, rng, epoch=epoch, b=seq.index, train=splits == (0,))
+
+
 @register_strategy("hybrid")
-class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
+class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     """Hybrid batches over load-partitioned vertices, one model replica per rank."""
 
     #: its evaluation pass embeds the validation and test steps (training samples run with changing weights)
@@ -111,6 +176,14 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
     def step_graphs_at(cls, num_ranks: int) -> bool:
         """Graph-recurrent cells run at any P: a batch gets every step's graph over its receptive rows."""
         return True
+
+    @classmethod
+    def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
+        """The planner's per-rank work and traffic under ``plan``: batches counted by this strategy's draws and
+        layouts (:func:`~hpcdgnn.planner.samples.hybrid_cost`)."""
+        from hpcdgnn.planner.samples import hybrid_cost
+
+        return hybrid_cost(plan, job, manifest, graph, work)
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
@@ -138,25 +211,9 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         """Read my vertices' closure once (H1); keep the load order and owners for drawing batches (H2)."""
         job, o, me = self.ctx.job, self.ctx.job.strategy, self.comm.rank
         self.plan, self.opts, self.task = plan, o, task
-        self.N, self.T = plan.num_vertices, plan.num_snapshots
-        self.cells = graph_cells(model, job)
-        self.encoder, self.decoder, self.horizon = list(model.layers), None, 0
-        self.num_layers = len(model.layers)
-        self.fanout = [0] * self.num_layers  # DynaHB samples targets, never neighbours
-        #: S4 (IBM §5.5): a plain GCN first layer reads Ã_t·X_t, computed once at set-up for the rows read
-        self.reads_ax = bool(model.layers[0].precomputable) and not self.cells
-        self.reads_basis = self.reads_snapshots = False
+        vars(self).update(hybrid_of(plan, model, job, self.ctx.manifest))
         self._targets: dict[int, torch.Tensor] = {}
-        self.owner = np.empty(self.N, dtype=np.int64)
-        for p in range(plan.num_ranks):
-            self.owner[plan.vertices_of(p)] = p
         self.mine = np.sort(np.asarray(plan.vertices_of(me), dtype=np.int64))
-        self.load_order = np.asarray(plan.load_order, dtype=np.int64)
-        self.strata = balanced_bounds(self.N, o.groups)
-        self.ranges = task_class(job.task.name).steps(job.task, self.ctx.manifest)
-        self.train_stop = self.ranges[0].stop
-        self.stop = max(r.stop for r in self.ranges if len(r)) if any(len(r) for r in self.ranges) else 0
-        self.actions = o.actions()
         # a task whose samples read vertices besides the batch (link prediction's destinations and negatives)
         # may read any row: its closure is every vertex
         wide = type(task).sample_vertices is not Task.sample_vertices
@@ -245,35 +302,6 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         if self.opts.closure == "lhop" and getattr(self, "read_rows", None) is not None:
             rows = np.intersect1d(rows, self.read_rows)
         return rows
-
-    # ---- H2: hybrid batches
-
-    def sizes(self, action: int) -> tuple[int, int]:
-        """(N_S, N_V) of ``action``."""
-        return action_sizes(self.actions[action], self.N, self.train_stop, self.T)
-
-    def draw(self, epoch: int, index: int, action: int) -> tuple[int, np.ndarray]:
-        """Batch ``index``'s window start and its global targets (ascending): a function of (seed, epoch, index,
-        action), N_V / N_bg from each stratum of the load order (§4.2)."""
-        return self._draw(np.random.default_rng([self.ctx.job.train.seed, epoch, index, action, 0x4B]), action)
-
-    def _draw(self, rng: np.random.Generator, action: int) -> tuple[int, np.ndarray]:
-        n_s, n_v = self.sizes(action)
-        start = int(rng.integers(0, self.train_stop - n_s + 1))
-        per = np.diff(balanced_bounds(n_v, len(self.strata) - 1))
-        picks = []
-        for k, want in enumerate(per):
-            lo, hi = self.strata[k], self.strata[k + 1]
-            picks.append(self.load_order[lo + rng.choice(hi - lo, min(int(want), hi - lo), replace=False)])
-        return start, np.sort(np.concatenate(picks))
-
-    def steps_per_epoch(self) -> int:
-        """``steps_per_epoch``, or one expected pass: N·T_train / E[N_S·N_V] over the actions in use."""
-        if self.opts.steps_per_epoch:
-            return self.opts.steps_per_epoch
-        used = [self.opts.start_action()] if self.opts.adjuster.kind == "fixed" else range(len(self.actions))
-        mean = np.mean([math.prod(self.sizes(a)) for a in used])
-        return max(1, math.ceil(self.N * self.train_stop / mean))
 
     def batches(self, epoch: int) -> Iterator[SampleBatch]:
         """The epoch's hybrid batches; each rank keeps the targets it owns.
@@ -445,17 +473,6 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         moments = [opt.state[i][k] for i in range(len(opt.params)) if i in opt.state for k in ("exp_avg", "exp_avg_sq")]
         return [*opt.params, *moments]
 
-    def _steps(self, seq: Sequence, splits: tuple[int, ...]) -> list[int]:
-        """The window's steps in ``splits``."""
-        return [t for t in range(seq.start, seq.stop) if any(t in self.ranges[s] for s in splits)]
-
-    def _layout(self, task, epoch: int, seq: Sequence, targets: np.ndarray, splits: tuple[int, ...]) -> HybridLayout:
-        """The window's layout over ``targets`` and the vertices the task reads besides them."""
-        reads = (task.sample_vertices(t, targets, epoch) for t in self._steps(seq, splits))
-        vertices = np.unique(np.concatenate([targets, *reads]))
-        rng = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, 0x5A])
-        return HybridLayout(self, seq, targets, vertices, rng, epoch=epoch, b=seq.index, train=splits == (0,))
-
     def _run(self, model: DGNN, task, epoch: int, sample: HybridSample, splits: tuple[int, ...]):
         """Forward of one window over ``sample.targets``; the task's loss and sums over steps of ``splits``."""
         steps = self._steps(sample.seq, splits)
@@ -554,5 +571,5 @@ class HybridStrategy(SampleGraphs, Strategy[SampleBatch]):
         return {"rounds": self._rounds, "replicas_equal": len(set(self.comm.allgather_obj(digest, tag="metrics"))) == 1}
 
     def _host_bytes(self) -> int:
-        """The closure's rows held on the host."""
-        return sum(h.nbytes for h in self.host.values())
+        """The closure's rows held on the host, and Ã_t·X_t (S4)."""
+        return sum(h.nbytes for h in self.host.values()) + sum(a.numel() * a.element_size() for a in self._ax.values())
