@@ -397,7 +397,8 @@ class AutoOptions(StrategyConfig):
 
     name: str = "auto"
     candidates: tuple[str, ...] = ()
-    """Strategies it may pick (default: every one of the regime with a cost model)."""
+    """Strategies it may pick (default: the regime's full-batch ones; a sampled one, ``sequences`` or ``hybrid``,
+    trains another trajectory and is picked only when listed here)."""
     memory_per_rank: str = ""
     """Each rank's budget, e.g. ``16GiB``; empty: the rank's share of the node's memory (of the GPU's on ``cuda``)."""
     options: dict[str, dict] = field(default_factory=dict)

@@ -1,24 +1,26 @@
-"""The cost of a sampled strategy (``sequences``, ReInc §3.4): its samples' rows counted without training.
+"""The cost of the sampled strategies (``sequences``, ReInc §3.4; ``hybrid``, DynaHB §4–5): their samples' rows
+counted without training.
 
 A full-batch strategy's rows follow from its plan; a sample's follow from the sampler. Layer l of a sample runs
 on the rows layer l + 1 reads (its batch's neighbours, drawn by ``fanouts``), and a graph-recurrent cell on the
 receptive closure of the scored rows (:class:`~hpcdgnn.strategies.sampling.SampleGraphs`). So rank 0 builds
-each counted sample's :class:`~hpcdgnn.strategies.sample_layout.SampleLayout` — the strategy's own row logic —
-over the snapshots' structure alone (no features, no model run), and prices every layer on its own rows with
-the model's per-layer counted work (:attr:`~hpcdgnn.planner.work.ModelWork.layers`):
+each counted sample's :class:`~hpcdgnn.strategies.sample_layout.SampleLayout` with the strategy's own draws and
+row logic, over the snapshots' structure alone (no features), and prices every layer on its own rows with the
+model's per-layer counted work (:attr:`~hpcdgnn.planner.work.ModelWork.layers`):
 
-    work(sample) = Σ_l  flops_l(S·n_l, S) + sparse_l · nnz_l + calls_l(S),     saved(sample) likewise,
+    work(sample) = Σ_l [flops_l(S·n_l, S) + sparse_l · nnz_l + calls_l(S)] + head + entries · sample_seconds,
 
-with S the window, n_l the rows layer l outputs and nnz_l the entries of its sampled block (layer 0 of a GCN
-with ``reuse: off`` also aggregates Ã_t·X_t itself: nnz_0·F more, forward only). Samples run one at a time, so
-the activation peak is the largest sample's. Evaluation samples cost their forward share. Counting every
-sample of a large graph would cost a training epoch, so evenly spaced sequences (at most
-:data:`MAX_SEQUENCES` per split) each count :data:`PER_SEQUENCE` node batches of epoch 1, and every sequence
-is priced as its nearest counted one.
+with S the window, n_l the rows layer l outputs and nnz_l the entries of its block (layer 0 of a GCN that
+aggregates Ã_t·X_t per sample adds nnz_0·F, forward only). ``head`` is the task's scoring of the sample's
+output, run and counted on random rows (its examples and calls); ``entries`` are those the host-side sampler
+scans building the blocks. Each optimizer step adds the gradient norm and Adam's update, counted likewise. A
+sample without gradients (evaluation) costs the forward's share. Samples run one at a time: the activation peak
+is the largest counted sample's.
 
-The traffic is exact: each optimizer step all-reduces the gradients and the step's example count (8 bytes), and
-``placement: fetch`` sends each snapshot a later rank's windows need (Ã_t's CSR, X_t, and A_t as read for
-graph-recurrent cells) once an epoch.
+What is counted: ``sequences`` — evenly spaced sequences (at most :data:`MAX_SEQUENCES` per split), each with
+:data:`PER_SEQUENCE` node batches of epoch 1, every sequence priced as its nearest counted one; ``hybrid`` — the
+first :data:`DRAWS` batches of each action in use, split by owner, and each rank's evaluation pass.
+Traffic is exact (tested against runs at P = 3): see :func:`sequences_cost` and :func:`hybrid_cost`.
 """
 
 from __future__ import annotations
@@ -279,6 +281,11 @@ def _snapshot_bytes(graph: GraphStats, t: int, N: int, F: int, item: int, cells:
 
 def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list[RankWork]:
     """Per-rank work, memory and traffic of one steady epoch of ``sequences`` under ``plan`` (module docstring).
+
+    Memory: the snapshots a rank holds (its windows', and under ``placement: fetch`` its own block too) and the
+    reuse cache (R3), on the host. Bytes: each of the ⌈samples / ``batch_samples``⌉ steps all-reduces the
+    gradients and its example count (8 bytes); ``fetch`` sends each snapshot a later rank's windows need once an
+    epoch (Ã_t's CSR, X_t, and A_t as read for graph-recurrent cells).
 
     Args:
         plan: the ``sequences`` plan (R1: each rank's block of sequences and the snapshots it holds).
