@@ -307,7 +307,11 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         comm.append(_comm_seconds(sent, calls, rates, P))
         s_rows = r.spatial_rows if r.spatial_saved_rows is None else r.spatial_saved_rows
         t_rows = r.temporal_rows if r.temporal_saved_rows is None else r.temporal_saved_rows
+        # per-vertex terms once (a block's recurrence is one sequence per vertex), per-row ones of one block
+        vertices = (r.spatial_rows / r.spatial_steps if r.spatial_steps else 0.0,
+                    r.temporal_rows / r.temporal_steps if r.temporal_steps else 0.0)
         saved = (sp.saved_per_row * s_rows + tm.saved_per_row * t_rows) / r.saved_divisor \
+            + sp.saved_per_vertex * vertices[0] + tm.saved_per_vertex * vertices[1] \
             if r.saved_bytes is None else r.saved_bytes
         memory.append(r.resident_bytes + r.host_bytes + 4 * grad + saved)
         parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad,

@@ -87,7 +87,7 @@ class _Structure(SampleGraphs):
             model += Counted(sp.flops(rows[li], S) + tm.flops(rows[li], S),
                              (sp.rnn_flops_per_row + tm.rnn_flops_per_row) * rows[li],
                              sp.sparse_per_nnz * entries[li], sp.ops(S) + tm.ops(S))
-            saved += (sp.saved_per_row + tm.saved_per_row) * rows[li]
+            saved += sp.saved(rows[li], rows[li] / S) + tm.saved(rows[li], rows[li] / S)
         if not layout.train:  # without gradients: the forward's share, nothing saved
             model, saved = model.scaled(work.forward_share), 0.0
         out = Counted(entries=float(scanned))

@@ -49,6 +49,13 @@ class PhaseWork:
     """Bytes autograd keeps per row until the backward."""
     rnn_flops_per_row: float = 0.0
     """FLOPs of torch's fused RNN layers (priced at the measured RNN rate, not the GEMM rate)."""
+    saved_per_vertex: float = 0.0
+    """Bytes autograd keeps per vertex whatever the number of steps (a fused RNN's per-sequence states and
+    workspace): with :attr:`saved_per_row`, ``a·S·n + c·n`` for n vertices over S steps."""
+
+    def saved(self, rows: float, vertices: float) -> float:
+        """Bytes autograd keeps for ``rows`` (step, vertex) rows of ``vertices`` vertices."""
+        return self.saved_per_row * rows + self.saved_per_vertex * vertices
 
     def flops(self, rows: float, steps: float) -> float:
         """Dense FLOPs (but fused RNN layers') of ``rows`` rows over ``steps`` steps."""
@@ -227,20 +234,23 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
     model = build_from_options(opts, in_features).to(dtype)
     S1, S2, n1, n2 = 2, 4, 32, 64
     runs = {}
-    for S, n in ((S1, n1), (S1, n2), (S2, n1)):
+    for S, n in ((S1, n1), (S1, n2), (S2, n1), (S2, n2)):
         model.zero_grad(set_to_none=True)
         runs[(S, n)] = _run(model, S, n, in_features, dtype, degree)
     nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
 
     def fit(key) -> PhaseWork:
-        (f11, o11, s11, v11, r11), (f12, _, s12, v12, r12), (_, o21, _, _, _) = (
-            runs[k][0][key] for k in ((S1, n1), (S1, n2), (S2, n1)))
+        (f11, o11, s11, v11, r11), (f12, _, s12, v12, r12), (_, o21, _, v21, _), (_, _, _, v22, _) = (
+            runs[k][0][key] for k in ((S1, n1), (S1, n2), (S2, n1), (S2, n2)))
         per_row = max(0.0, (f12 - f11) / (S1 * (n2 - n1)))
         per_step = max(0.0, (f11 - per_row * S1 * n1) / S1)
         sparse = max(0.0, (s12 - s11) / (S1 * (nnz2 - nnz1)))
         ops_step = max(0.0, (o21 - o11) / (S2 - S1))
-        return PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1),
-                         max(0.0, (v12 - v11) / (S1 * (n2 - n1))), max(0.0, (r12 - r11) / (S1 * (n2 - n1))))
+        # saved bytes a·S·n + c·n (+ terms without n): the slope in n at two S separates a from c
+        saved_row = max(0.0, ((v22 - v21) - (v12 - v11)) / ((S2 - S1) * (n2 - n1)))
+        saved_vertex = max(0.0, (v12 - v11) / (n2 - n1) - saved_row * S1)
+        return PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1), saved_row,
+                         max(0.0, (r12 - r11) / (S1 * (n2 - n1))), saved_vertex)
 
     params = sum(p.numel() for p in model.parameters())
     state, share = runs[(S1, n1)][2], runs[(S1, n2)][3]
