@@ -2,10 +2,11 @@
 
 The planner needs, for any registered model, the dense work, the sparse work, the number of framework calls
 and the bytes autograd saves, per row and per step of the spatial (GCN) and temporal (RNN) phases. They are
-*counted*, not timed: the model runs forward and backward over whole random snapshots at three sizes under
-a dispatch mode that adds up ``torch.utils.flop_counter``'s FLOPs of every dense op, nnz × width of every
+*counted*, not timed: the model runs forward and backward over whole random snapshots at four sizes (S, n)
+under a dispatch mode that adds up ``torch.utils.flop_counter``'s FLOPs of every dense op, nnz × width of every
 sparse product, and one per op, while :class:`~hpcdgnn.metrics.memory.SavedTensorMeter` measures the saved
-bytes. Three sizes separate the per-row, per-step and fixed terms: ``c(S, n) = a·S·n + b·S + d``. Machine
+bytes. The sizes separate the per-row, per-step and fixed terms: ``c(S, n) = a·S·n + b·S + d``, and for saved
+bytes the per-vertex term a fused RNN keeps whatever S: ``a·S·n + c·n``. Machine
 rates (:mod:`hpcdgnn.planner.rates`) turn them into seconds. The counts are kept per layer as well: a sampled
 strategy runs each layer on rows of its own (a mini-batch's layer l outputs the rows layer l + 1 reads).
 """
