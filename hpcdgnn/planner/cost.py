@@ -11,7 +11,8 @@ Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nn
 framework calls × call time (+ a sampled strategy's host-side sampler: entries scanned × seconds per entry);
 communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
 epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
-rank to rank (``pss``), the other ranks' time-encoder seconds it waits for. λ = max/min compute.
+rank to rank (``pss``), the other ranks' time-encoder seconds it waits for, plus the slowest rank's separate
+evaluation pass (sampled strategies). λ = max/min compute.
 """
 
 from __future__ import annotations

@@ -332,12 +332,11 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
                     evaluation += c.scaled(nb)
         lo, hi = r["window_snapshots"]
         held = set(range(lo, hi)) | (set(range(own[p], own[p + 1])) if o.placement == "fetch" else set())
-        resident = sum(_snapshot_bytes(graph, t, N, F, item, counter.cells) for t in held)
-        if counter.reads_ax or counter.reads_basis:
-            reads = len(set(range(lo, hi)))
-            resident += min(reads, int(o.cache_mb * 2**20) // max(entry, 1)) * entry
-        w = RankWork(counted=done, evaluation=evaluation, saved_bytes=peak, optimizer_steps=steps, host_bytes=resident,
-                     scored=[s.t for s in mine])
+        host = sum(_snapshot_bytes(graph, t, N, F, item, counter.cells) for t in held)
+        if counter.reads_ax or counter.reads_basis:  # the reuse cache: an entry per snapshot read, up to cache_mb
+            host += min(hi - lo, int(o.cache_mb * 2**20) // max(entry, 1)) * entry
+        # the task's scoring is in the counted samples (``_head``), not in the planner's per-snapshot task work
+        w = RankWork(counted=done, evaluation=evaluation, saved_bytes=peak, optimizer_steps=steps, host_bytes=host)
         if P > 1:
             add(w.sent, "batch", 8.0 * steps)
             add(w.calls, "allreduce", steps)
@@ -423,7 +422,7 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
             rows = _hops(union[0], union[1], seeds, h.num_layers)
         host = sum(_closure_bytes(graph, t, rows, N, F, item, h.cells, h.reads_ax) for t in range(h.stop))
         w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p], host_bytes=host,
-                     optimizer_steps=steps if allreduce else 0, scored=list(range(h.stop)) if p == 0 else [])
+                     optimizer_steps=steps if allreduce else 0)
         if P > 1 and allreduce:
             per_step = 8.0 + (16.0 if o.adjuster.kind == "dqn" else 0.0) + \
                 (8.0 if o.adjuster.kind == "dqn" and o.adjuster.reward_time == "measured" else 0.0)
