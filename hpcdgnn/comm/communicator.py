@@ -25,12 +25,18 @@ from hpcdgnn.comm.stats import CommStats, TagStats, payload_bytes
 from hpcdgnn.comm.world import World, await_world, init_mpi
 from hpcdgnn.errors import PeerLostError, StalledError
 
-__all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats", "payload_bytes"]
+__all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats", "alone", "payload_bytes"]
 
 
 def _mpi_buffer(t: torch.Tensor) -> Any:
     """A numpy view of a contiguous CPU tensor, or a CUDA tensor itself (CUDA-aware MPI)."""
     return t.numpy() if t.device.type == "cpu" else t
+
+
+def alone() -> Communicator:
+    """A communicator of this process alone (``MPI_COMM_SELF``): what rank 0 computes by itself (the planner's
+    counts under ``strategy: auto``) must not run a collective on ``COMM_WORLD``, which no other rank joins."""
+    return Communicator(init_mpi().COMM_SELF)
 
 
 class Communicator:
@@ -39,12 +45,6 @@ class Communicator:
     def __init__(self, comm: Any = None) -> None:
         MPI = init_mpi()
         self._attach(MPI, (comm or MPI.COMM_WORLD).Dup(), CommStats())
-
-    @classmethod
-    def alone(cls) -> Communicator:
-        """This process alone (``MPI_COMM_SELF``): work rank 0 does by itself (the planner's counts) must not
-        make a collective of ``COMM_WORLD``, which the other ranks would never join."""
-        return cls(init_mpi().COMM_SELF)
 
     @classmethod
     def start(cls, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> Communicator:

@@ -232,7 +232,7 @@ def _per_sequence(counter: _Sequences, work: ModelWork, split: int, in_features:
 def _model_and_task(graph: GraphStats, job, manifest):
     """The job's model and task on this process's CPU, the task set up over every snapshot (the vertices a
     link-prediction sample reads are its targets' destinations)."""
-    from hpcdgnn.comm.communicator import Communicator
+    from hpcdgnn.comm.communicator import alone
     from hpcdgnn.data.shard_reader import ShardReader
     from hpcdgnn.regimes import regime_of
     from hpcdgnn.tasks.base import Scored
@@ -242,7 +242,7 @@ def _model_and_task(graph: GraphStats, job, manifest):
     task = regime.build_task(job.task, manifest, getattr(model, "out_features", job.model.hidden), job.train.seed)
     reader = ShardReader(graph.root, manifest)
     try:
-        task.setup(reader, Scored(snapshots=tuple(range(manifest.num_snapshots))), Communicator.alone())
+        task.setup(reader, Scored(snapshots=tuple(range(manifest.num_snapshots))), alone())
     finally:
         reader.close()
     return model, task

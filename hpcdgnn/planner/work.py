@@ -133,7 +133,7 @@ class _Micro(Layout):
         self.saved: dict[tuple[str, int], float] = defaultdict(float)
         self.state: dict[int, float] = {}
         #: the pools' communicator: this process only (the planner runs on rank 0 alone under ``strategy: auto``)
-        self.alone = None
+        self.own = None
 
     def _phase(self, phase: str, li: int, fn):
         if self.meter is None:  # timed, not counted
@@ -168,13 +168,13 @@ class _Micro(Layout):
         return self.graphs
 
     def pool_input(self, li, h):
-        from hpcdgnn.comm.communicator import Communicator
+        from hpcdgnn.comm.communicator import alone
 
         x = self.xs if h is None else h
         n = x.shape[1]
-        if self.alone is None:
-            self.alone = Communicator.alone()
-        return x.reshape(-1, x.shape[-1]), np.arange(x.shape[0] * n, dtype=np.int64), n, self.alone
+        if self.own is None:
+            self.own = alone()
+        return x.reshape(-1, x.shape[-1]), np.arange(x.shape[0] * n, dtype=np.int64), n, self.own
 
     def output(self, h):
         self.last = h
