@@ -154,7 +154,8 @@ class RankWork:
     saved_bytes: float | None = None
     """Peak bytes autograd holds, where the strategy counted them itself (one sample's, for sampled ones)."""
     optimizer_steps: float = 1.0
-    """Optimizer steps per epoch: the gradient all-reduce runs once per step."""
+    """Gradient all-reduces per epoch: one per optimizer step (none under ``hybrid``'s ``async`` averaging,
+    whose ranks step on their own gradients)."""
 
 
 class GraphStats:
@@ -164,6 +165,8 @@ class GraphStats:
         self.manifest, self.root = manifest, data_root
         self._csr: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._raw_bytes: list[int] = []
+        self._entry_bytes: list[int] = []
+        self._loops: dict[int, np.ndarray] = {}
         #: figures a cost model derives from the data once for every P and variant it prices, by key
         self.derived: dict = {}
 
@@ -171,13 +174,23 @@ class GraphStats:
     def adjacency_nnz(self) -> np.ndarray:
         """(T,) stored entries of Ã_t: A_t's edges without self-loops, plus one self-loop per vertex."""
         if self._csr is not None:
-            return np.asarray([int(np.sum(self._rows_of(t) != c)) + self.manifest.num_vertices
-                               for t, (_, c) in enumerate(self._csr)], dtype=np.int64)
+            N = self.manifest.num_vertices
+            return np.asarray([c.shape[0] - self.self_loops(t).shape[0] + N for t, (_, c) in enumerate(self._csr)],
+                              dtype=np.int64)
         return np.asarray(self.manifest.snapshot_nnz, dtype=np.int64) + self.manifest.num_vertices
 
-    def _rows_of(self, t: int) -> np.ndarray:
-        indptr, _ = self.csr()[t]
-        return np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+    def self_loops(self, t: int) -> np.ndarray:
+        """The vertices whose row of A_t holds a self-loop (ascending; found once per snapshot)."""
+        if t not in self._loops:
+            indptr, indices = self.csr()[t]
+            rows = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
+            self._loops[t] = np.unique(rows[rows == indices])
+        return self._loops[t]
+
+    def entry_bytes(self, t: int) -> int:
+        """Bytes of one stored entry of A_t as read (its column index and weight)."""
+        self.csr()
+        return self._entry_bytes[t]
 
     @property
     def raw_bytes(self) -> list[int]:
@@ -197,6 +210,7 @@ class GraphStats:
                     s = reader.read(t)
                     self._csr.append((np.asarray(s.indptr, dtype=np.int64), np.asarray(s.indices, dtype=np.int64)))
                     self._raw_bytes.append(int(s.indptr.nbytes + s.indices.nbytes + s.weights.nbytes))
+                    self._entry_bytes.append(int(s.indices.itemsize + s.weights.itemsize))
             finally:
                 reader.close()
         return self._csr

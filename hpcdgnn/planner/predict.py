@@ -127,16 +127,17 @@ SAMPLED_NOTE = "sampled: picked only when named (--strategies, strategy.candidat
 
 
 def _pickable(predictions: list[Prediction], named: bool) -> list[Prediction]:
-    """What the pick is among: every prediction when the strategies were named; else the full-batch ones where any
-    applies. A sampled strategy (``sequences``, ``hybrid``) trains another trajectory than the full batch (its
-    windows, batches and, for ``hybrid``, averaging), so it is a choice of the user's, not of the planner's:
-    priced, shown, and picked only when named."""
+    """What the pick is among: every prediction when the strategies were named; else the full-batch ones (all
+    of them in a regime without any, the event regime). A sampled strategy (``sequences``, ``hybrid``) trains
+    another trajectory than the full batch (its windows, batches and, for ``hybrid``, averaging), so it is a
+    choice of the user's, not of the planner's: priced, shown, and picked only when named — also when no
+    full-batch strategy fits (then nothing is picked, and the refusal says what would fit)."""
     from hpcdgnn.strategies import get_strategy
 
     if named:
         return predictions
     full = [p for p in predictions if get_strategy(p.strategy).full_batch]
-    if not any(p.fits and p.epoch_s == p.epoch_s for p in full):
+    if not full:
         return predictions
     for p in predictions:
         if not get_strategy(p.strategy).full_batch and p.epoch_s == p.epoch_s:
@@ -213,8 +214,12 @@ def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: floa
     from hpcdgnn.config.load import build_options
     from hpcdgnn.planner.command import nothing_fits
     from hpcdgnn.planner.rates import load_rates
+    from hpcdgnn.strategies import get_strategy
 
     names, given, budget = auto_inputs(job, where)
+    # only what it may pick is priced: a sampled strategy is counted sample by sample on rank 0 while the other
+    # ranks wait, for a pick it may not make unless named
+    names = names or [s for s in candidates(job) if get_strategy(s).full_batch] or None
     budget = default_budget if budget is None else budget
     preds = plan_job(job, manifest, job.data.path, [num_ranks], load_rates(device, job.train.dtype), names,
                      budget, given)

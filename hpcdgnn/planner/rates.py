@@ -46,7 +46,8 @@ class MachineRates:
     alltoall: dict[str, list[float]] = field(default_factory=dict)
     """P -> [latency s, bandwidth bytes/s per rank] of an all-to-all-v (default 3e-5 s, 5e9 B/s)."""
     sample_seconds: float = 1.5e-7
-    """Seconds per entry of Ã_t the host-side sampler scans building a sample's block (``sequences``)."""
+    """Seconds per entry of Ã_t the host-side sampler scans building a sample's block (``sequences``,
+    ``hybrid``)."""
     h2d_bandwidth: float = 2.0e10
     """Host-to-device bytes/s (GPU; 0 on a CPU)."""
     machine: dict = field(default_factory=dict)

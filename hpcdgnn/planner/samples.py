@@ -19,7 +19,8 @@ is the largest counted sample's.
 
 What is counted: ``sequences`` — evenly spaced sequences (at most :data:`MAX_SEQUENCES` per split), each with
 :data:`PER_SEQUENCE` node batches of epoch 1, every sequence priced as its nearest counted one; ``hybrid`` — the
-first :data:`DRAWS` batches of each action in use, split by owner, and each rank's evaluation pass.
+first batches of each action in use (:data:`DRAWS` shared among them, at least 2 each), split by owner, the task
+scoring counted once per batch, and each rank's evaluation pass.
 Traffic is exact (tested against runs at P = 3): see :func:`sequences_cost` and :func:`hybrid_cost`.
 """
 
@@ -66,8 +67,10 @@ class _Structure(SampleGraphs):
                                          None, raw=(indptr, indices, ones))
         return self._host[t]
 
-    def work_of(self, layout, work: ModelWork, in_features: int) -> tuple[Counted, float]:
-        """One sample's (forward and backward work, bytes autograd saves) from its built ``layout``."""
+    def work_of(self, layout, work: ModelWork, in_features: int, head: Counted | None = None
+                ) -> tuple[Counted, float]:
+        """One sample's (forward and backward work, bytes autograd saves) from its built ``layout``; ``head``:
+        its task scoring when already known (else run and counted)."""
         seq = layout.seq
         S, L = seq.stop - seq.start, self.num_layers
         steps = range(seq.start, seq.stop)
@@ -94,7 +97,7 @@ class _Structure(SampleGraphs):
         out += model
         if layout.cells is None and self.encoder[0].precomputable and not self.reads_ax:
             out.sparse += entries[0] * in_features  # Ã_t·X_t (forward only), which the counted model precomputes
-        out += self._head(layout, steps)
+        out += self._head(layout, steps) if head is None else head
         return out, saved
 
     def _head(self, layout, steps) -> Counted:
@@ -210,21 +213,23 @@ def _spaced(seqs: list, at_most: int) -> list:
 
 
 def _per_sequence(counter: _Sequences, work: ModelWork, split: int, in_features: int) -> dict[int, tuple]:
-    """{sequence index: (mean work of one of its samples, largest saved bytes)} for every sequence of ``split``,
-    counted on the spaced ones (epoch 1's node batches) and carried to the rest from the nearest."""
+    """{sequence index: (work of all its samples in an epoch, largest saved bytes of one)} for every sequence of
+    ``split``: counted on the spaced ones over evenly spaced node batches of epoch 1, scaled by vertices (the last
+    batch may be short), and carried to the rest from the nearest counted sequence."""
     seqs = [s for s in counter.seqs if s.split == split]
     if not seqs:
         return {}
     nodes = counter.node_batches(1)
-    picks = np.linspace(0, len(nodes) - 1, min(PER_SEQUENCE, len(nodes))).round().astype(int)
+    picks = sorted(set(np.linspace(0, len(nodes) - 1, min(PER_SEQUENCE, len(nodes))).round().astype(int).tolist()))
+    share = counter.N / sum(nodes[b].shape[0] for b in picks)
     counted = {}
     for seq in _spaced(seqs, MAX_SEQUENCES):
         total, peak = Counted(), 0.0
-        for b in sorted(set(picks.tolist())):
+        for b in picks:
             c, saved = counter.count(seq, b, nodes[b], work, 1, split == 0, in_features)
             total += c
             peak = max(peak, saved)
-        counted[seq.index] = (total.scaled(1.0 / len(set(picks.tolist()))), peak)
+        counted[seq.index] = (total.scaled(share), peak)
     done = np.asarray(sorted(counted))
     return {s.index: counted[int(done[np.abs(done - s.index).argmin()])] for s in seqs}
 
@@ -269,14 +274,19 @@ def _step_work(model, task) -> Counted:
     return Counted(flops=flops, ops=ops)
 
 
-def _snapshot_bytes(graph: GraphStats, t: int, N: int, F: int, item: int, cells: bool) -> float:
-    """A held snapshot (:class:`HostSnapshot`): Ã_t's CSR (float64 values, indices as
-    :func:`~hpcdgnn.ops.sparse.csr_tensor` stores them), X_t, and A_t as read for cells."""
+def _held(nnz: int, N: int, F: int, item: int) -> float:
+    """Ã_t's CSR as a strategy holds it (float64 values, indices as :func:`~hpcdgnn.ops.sparse.csr_tensor`
+    stores them) and X_t (N × F)."""
     from hpcdgnn.indices import torch_index_dtype
 
-    nnz = int(graph.adjacency_nnz[t])
     index = torch.empty(0, dtype=torch_index_dtype(max(nnz, N))).element_size()
-    return (N + 1 + nnz) * index + nnz * 8 + N * F * item + (graph.raw_bytes[t] if cells else 0)
+    return (N + 1 + nnz) * index + nnz * 8 + N * F * item
+
+
+def _snapshot_bytes(graph: GraphStats, nnz: np.ndarray, t: int, N: int, F: int, item: int, cells: bool) -> float:
+    """A held snapshot (:class:`HostSnapshot`): Ã_t (``nnz``: :attr:`GraphStats.adjacency_nnz`), X_t, and A_t
+    as read for graph-recurrent cells."""
+    return _held(int(nnz[t]), N, F, item) + (graph.raw_bytes[t] if cells else 0)
 
 
 def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list[RankWork]:
@@ -316,7 +326,7 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
     entry = N * F * item  # a reuse-cache entry: Ã_t·X_t (N × F)
     if counter.reads_basis:
         entry = N * counter.encoder[0].w_x.shape[0] * item
-    own = plan.snapshot_bounds
+    own, nnz = plan.snapshot_bounds, graph.adjacency_nnz
     ranks = []
     for p, r in enumerate(plan.ranks):
         a, b = r["sequences"]
@@ -326,13 +336,13 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
             if s.split >= 0 and s.index in by_split[s.split]:
                 c, saved = by_split[s.split][s.index]
                 if s.split == 0:
-                    done += c.scaled(nb)
+                    done += c
                     peak = max(peak, saved)
                 else:
-                    evaluation += c.scaled(nb)
+                    evaluation += c
         lo, hi = r["window_snapshots"]
         held = set(range(lo, hi)) | (set(range(own[p], own[p + 1])) if o.placement == "fetch" else set())
-        host = sum(_snapshot_bytes(graph, t, N, F, item, counter.cells) for t in held)
+        host = sum(_snapshot_bytes(graph, nnz, t, N, F, item, counter.cells) for t in held)
         if counter.reads_ax or counter.reads_basis:  # the reuse cache: an entry per snapshot read, up to cache_mb
             host += min(hi - lo, int(o.cache_mb * 2**20) // max(entry, 1)) * entry
         # the task's scoring is in the counted samples (``_head``), not in the planner's per-snapshot task work
@@ -349,21 +359,22 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
                         if q != p and not own[q] <= t < own[q + 1]]
                 if need:
                     add(ranks[p].sent, "placement.fetch",
-                        sum(_snapshot_bytes(graph, t, N, F, item, counter.cells) for t in need))
+                        sum(_snapshot_bytes(graph, nnz, t, N, F, item, counter.cells) for t in need))
                     add(ranks[p].calls, "p2p", 1)
     return ranks
 
 
-#: hybrid batches counted per action (the first steps of epoch 1)
-DRAWS = 8
+#: hybrid batches counted (the first steps of epoch 1), shared among the actions in use, at least 2 each
+DRAWS = 16
 
 
 def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list[RankWork]:
     """Per-rank work, memory and traffic of one steady epoch of ``hybrid`` under ``plan`` (DynaHB §4–5).
 
-    Each step every rank runs its targets of one global batch (H2) over the batch's window: :data:`DRAWS` batches
-    of each action in use (the start action under ``adjuster.kind: fixed``, else every action, equally likely,
-    as ``steps_per_epoch`` assumes) are counted, rank by rank, and a rank's epoch is ``steps`` × its mean.
+    Each step every rank runs its targets of one global batch (H2) over the batch's window: the first batches of
+    each action in use (the start action under ``adjuster.kind: fixed``, else every action, equally likely, as
+    ``steps_per_epoch`` assumes; :data:`DRAWS` in all, at least 2 each) are counted rank by rank, and a rank's
+    epoch is ``steps`` × its mean. The reservoir (H4) is neither priced nor held in memory here.
     Evaluation runs each rank's vertices over the whole timeline, forward only. Memory: the closure's rows of
     every snapshot (``closure``: the receptive field, or L hops), X_t and Ã_t·X_t held on the host, and the
     largest counted batch's activations. Bytes: under ``averaging.mode: allreduce`` the gradients and the step's
@@ -396,44 +407,60 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
     used = [o.start_action()] if o.adjuster.kind == "fixed" else list(range(len(h.actions)))
     train = [step.scaled(steps) for _ in range(P)]
     peak = [0.0] * P
+    draws = min(max(2, DRAWS // len(used)), steps)
     for a in used:
-        for g in range(min(DRAWS, steps)):
+        for g in range(draws):
             start, targets = h.draw(1, g, a)
             seq = Sequence(g, start, start + h.sizes(a)[0], 0)
+            first = None  # (its head, its rows): a rank's scoring costs the same calls, FLOPs by its rows
             for p in range(P):
                 mine = targets[h.owner[targets] == p]
                 if mine.shape[0]:
-                    c, saved = h.work_of(h._layout(task, 1, seq, mine, (0,)), work, F)
-                    train[p] += c.scaled(steps / (len(used) * min(DRAWS, steps)))
+                    layout = h._layout(task, 1, seq, mine, (0,))
+                    rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
+                    if first is None:
+                        first = (h._head(layout, range(seq.start, seq.stop)), rows)
+                    head = Counted(flops=first[0].flops * rows / max(first[1], 1), ops=first[0].ops)
+                    c, saved = h.work_of(layout, work, F, head)
+                    train[p] += c.scaled(steps / (len(used) * draws))
                     peak[p] = max(peak[p], saved)
+    # a task whose samples read other vertices (link prediction) reads every row: one closure for all ranks
     wide = type(task).sample_vertices is not Task.sample_vertices
-    union = _union_csr(graph, h.stop, N)
+
+    def host_bytes(seeds: np.ndarray) -> float:
+        """The closure of ``seeds`` as every snapshot holds it (H1, ``HybridStrategy._read_closure``)."""
+        if h.cells and o.closure == "receptive":
+            rows = h.cell_rows(Sequence(0, 0, h.stop, 0), seeds, np.random.default_rng(0), None, True)
+        else:
+            if ("hybrid.union", h.stop) not in graph.derived:
+                graph.derived[("hybrid.union", h.stop)] = _union_csr(graph, h.stop, N)
+            indptr, indices = graph.derived[("hybrid.union", h.stop)]
+            rows = _hops(indptr, indices, seeds, h.num_layers)
+        return sum(_closure_bytes(graph, t, rows, N, F, item, h.cells, h.reads_ax) for t in range(h.stop))
+
+    everything = host_bytes(np.arange(N)) if wide else None
     allreduce = o.averaging.mode == "allreduce"
+    dqn, measured = o.adjuster.kind == "dqn", o.adjuster.reward_time == "measured"
+    round_bytes = (3 * parameter_count(job, manifest) + 1) * item  # parameters, both moments, a count
     ranks = []
     for p in range(P):
         mine = np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64))
         evaluation = Counted()
         if mine.shape[0] and h.stop:
             evaluation, _ = h.work_of(h._layout(task, 1, Sequence(0, 0, h.stop, 1), mine, (1, 2)), work, F)
-        seeds = np.arange(N) if wide else mine
-        if h.cells and o.closure == "receptive":
-            rows = h.cell_rows(Sequence(0, 0, h.stop, 0), seeds, np.random.default_rng(0), None, True)
-        else:
-            rows = _hops(union[0], union[1], seeds, h.num_layers)
-        host = sum(_closure_bytes(graph, t, rows, N, F, item, h.cells, h.reads_ax) for t in range(h.stop))
-        w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p], host_bytes=host,
-                     optimizer_steps=steps if allreduce else 0)
+        # ``optimizer_steps``: the steps whose gradients are all-reduced (none under async; Adam still steps)
+        w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p],
+                     host_bytes=everything if wide else host_bytes(mine), optimizer_steps=steps if allreduce else 0)
         if P > 1 and allreduce:
-            per_step = 8.0 + (16.0 if o.adjuster.kind == "dqn" else 0.0) + \
-                (8.0 if o.adjuster.kind == "dqn" and o.adjuster.reward_time == "measured" else 0.0)
-            for tag, n in (("batch", 8.0), ("adjuster", per_step - 8.0)):
-                if n:
-                    add(w.sent, tag, n * steps)
-                    add(w.calls, "allreduce", steps)
+            add(w.sent, "batch", 8.0 * steps)
+            add(w.calls, "allreduce", steps)
+            if dqn:  # the step's loss and work, and under ``measured`` the slowest step's seconds
+                add(w.sent, "adjuster", (16.0 + 8.0 * measured) * steps)
+                add(w.calls, "allreduce", (1 + measured) * steps)
         elif P > 1:
             every = o.averaging.every_steps
             rounds = steps // every + 1 if every else 1
-            add(w.sent, "averaging", rounds * (3 * parameter_count(job, manifest) + 1) * item)
+            add(w.sent, "averaging", rounds * round_bytes)
             add(w.calls, "allreduce", 2 * rounds)  # the round's barrier and all-reduce
             if o.adjuster.kind == "dqn":
                 add(w.sent, "adjuster", rounds * 5 * 8.0)
@@ -452,13 +479,12 @@ def _union_csr(graph: GraphStats, stop: int, N: int) -> tuple[np.ndarray, np.nda
 
 def _closure_bytes(graph: GraphStats, t: int, rows: np.ndarray, N: int, F: int, item: int, cells: bool,
                    reads_ax: bool) -> float:
-    """One snapshot as ``hybrid`` holds it: Ã_t's CSR over the closure's rows (float64 values, a self-loop on
-    every row), X_t (N × F, zero outside the closure), A_t's rows as read for cells, and Ã_t·X_t (N × F)."""
-    from hpcdgnn.indices import torch_index_dtype
-
+    """One snapshot as ``hybrid`` holds it (``_host``): Ã_t over the closure's ``rows`` (their edges without
+    self-loops, and a self-loop on every row), X_t (N × F, zero outside the closure), for cells A_t's rows as
+    read (int64 row pointers over N, stored columns and weights), and Ã_t·X_t (N × F) when S4 reads it."""
     indptr, _ = graph.csr()[t]
-    deg = int((indptr[rows + 1] - indptr[rows]).sum())
-    nnz = deg + N
-    index = torch.empty(0, dtype=torch_index_dtype(max(nnz, N))).element_size()
-    raw = (N + 1) * 8 + deg * 8 + deg * 8 if cells else 0
-    return (N + 1 + nnz) * index + nnz * 8 + N * F * item + raw + (N * F * item if reads_ax else 0)
+    entries = int((indptr[rows + 1] - indptr[rows]).sum())
+    loops = graph.self_loops(t)
+    looped = int(np.isin(loops, rows, assume_unique=True).sum())
+    raw = (N + 1) * 8 + entries * graph.entry_bytes(t) if cells else 0
+    return _held(entries - looped + N, N, F, item) + raw + (N * F * item if reads_ax else 0)

@@ -87,7 +87,8 @@ class ModelWork:
 class _Count(TorchDispatchMode):
     """Counts dense FLOPs (``torch.utils.flop_counter``'s formulas, for ops on strided tensors only: its
     ``mm`` formula would price a sparse product as dense), sparse work (nnz × width) and framework calls into the
-    bucket :attr:`phase` names: (phase, layer) in the forward, ``backward`` outside it."""
+    bucket :attr:`phase` names: (phase, layer) in the forward's phases, ``forward`` between them, ``backward``
+    after."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -142,7 +143,7 @@ class _Micro(Layout):
         before = self.meter.current
         out = fn()
         self.saved[(phase, li)] += self.meter.current - before
-        self.count.phase = "backward"
+        self.count.phase = "forward"  # the forward's work outside the phases (EvolveGCN's weight RNN, pools)
         return out
 
     def spatial(self, layer, li, h, tparams):
@@ -202,24 +203,28 @@ def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: in
     count, meter = _Count(), SavedTensorMeter()
     layout = _Micro(graphs, torch.randn(S, n, in_features, dtype=dtype), count, meter, len(model.layers))
     with count, meter:
+        count.phase = "forward"
         emb = model(layout)
         loss = sum(z.sum() for z in emb.values())
+        count.phase = "backward"
         loss.backward()
     keys = [(ph, li) for ph in PHASES for li in range(len(model.layers))]
     out: dict = {}
     share = {}
     for k in KINDS:
         bucket = count.counts[k]
-        forward = sum(bucket[key] for key in keys)
+        forward = sum(bucket[key] for key in keys) + bucket["forward"]
         share[k] = forward / (forward + bucket["backward"]) if forward + bucket["backward"] else 1.0
     for key in keys:
         split = {}
         for k in KINDS:
             bucket = count.counts[k]
             forward = sum(bucket[x] for x in keys)
-            # no forward work of this kind: the backward's (if any) goes to the first layer's spatial phase
+            # the work outside the phases (backward, and forward between phases) is shared out in the phases'
+            # proportions; with no phase work of this kind it goes to the first layer's spatial phase
             first = float(key == ("spatial", 0))
-            split[k] = bucket[key] + bucket["backward"] * (bucket[key] / forward if forward else first)
+            rest = bucket["backward"] + bucket["forward"]
+            split[k] = bucket[key] + rest * (bucket[key] / forward if forward else first)
         out[key] = (split["flops"], split["ops"], split["sparse"], layout.saved[key], split["rnn"])
     for ph in PHASES:
         out[ph] = tuple(sum(out[(p, li)][i] for p, li in keys if p == ph) for i in range(5))

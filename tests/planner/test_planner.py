@@ -217,3 +217,40 @@ def test_model_work_per_layer_adds_up_to_the_phases(name):
             assert lw[i].sparse_per_nnz * nnz * S == pytest.approx(sparse, rel=0.02, abs=1.0)
     assert all(0 < v <= 1 for v in work.forward_share.values())
     assert work.forward_share == pytest.approx(share, abs=0.05)
+    # against a count of the forward alone (EvolveGCN's weight RNN runs between the phases: still forward)
+    from hpcdgnn.metrics.memory import SavedTensorMeter
+    from hpcdgnn.planner.work import _Count, _graphs, _Micro
+
+    totals = []
+    for backward in (False, True):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        count = _Count()
+        layout = _Micro(_graphs(S, n, 4, 1), torch.randn(S, n, 3, dtype=torch.float64), count, SavedTensorMeter(),
+                        len(model.layers))
+        with count:
+            out = model(layout)
+            if backward:
+                sum(z.sum() for z in out.values()).backward()
+        totals.append(sum(count.counts["ops"].values()))
+    # (the share varies with the graph's size: the fit's graphs are smaller than this one)
+    assert work.forward_share["ops"] == pytest.approx(totals[0] / totals[1], abs=0.1)
+
+
+def test_a_sampled_strategy_is_never_the_unnamed_pick():
+    """Unnamed, the pick is among the full-batch strategies only — also when none of them fits (nothing is
+    picked then: a sampled strategy trains another trajectory, so the user names it)."""
+    from hpcdgnn.planner.cost import Prediction
+    from hpcdgnn.planner.predict import _pickable, choose
+
+    def pred(name, fits, epoch):
+        return Prediction(strategy=name, options={}, num_ranks=2, memory_bytes=1.0, memory_by_rank=[1.0],
+                          memory_parts={}, bytes_per_epoch=0.0, bytes_by_tag={}, balance=1.0, compute_s=epoch,
+                          comm_s=0.0, epoch_s=epoch, fits=fits)
+
+    for fits in (True, False):
+        preds = [pred("snapshot", fits, 2.0), pred("vertex", fits, 3.0), pred("hybrid", True, 1.0)]
+        pick = choose(_pickable(preds, named=False))
+        assert (pick.strategy if pick else None) == ("snapshot" if fits else None)
+        assert "picked only when named" in preds[2].notes[0]
+    assert choose(_pickable([pred("snapshot", True, 2.0), pred("hybrid", True, 1.0)], named=True)).strategy == "hybrid"
