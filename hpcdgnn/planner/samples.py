@@ -34,7 +34,7 @@ import torch
 
 from hpcdgnn.planner.cost import Counted, GraphStats, RankWork, add
 from hpcdgnn.planner.work import ModelWork
-from hpcdgnn.strategies.hybrid import HybridBatches, hybrid_of
+from hpcdgnn.strategies.hybrid import HybridBatches, hybrid_of, union_csr
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _submatrix
 from hpcdgnn.strategies.sequences import SequenceSamples, sampling_of
 
@@ -58,13 +58,9 @@ class _Structure(SampleGraphs):
 
     def snapshot(self, t: int) -> HostSnapshot:
         if t not in self._host:
-            from hpcdgnn.ops.sparse import gcn_norm
-
             indptr, indices = self.graph.csr()[t]
             ones = np.ones(indices.shape[0])
-            a = gcn_norm(t, indptr, indices, ones, torch.float64).a
-            self._host[t] = HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
-                                         None, raw=(indptr, indices, ones))
+            self._host[t] = HostSnapshot.normalised(t, indptr, indices, ones, None, (indptr, indices, ones))
         return self._host[t]
 
     def work_of(self, layout, work: ModelWork, in_features: int, head: Counted | None = None
@@ -101,9 +97,11 @@ class _Structure(SampleGraphs):
         return out, saved
 
     def _head(self, layout, steps) -> Counted:
-        """The task's scoring of the layout's output, counted (its forward, and its backward when training): the
-        examples a sample scores and, on small graphs, the calls per scored step are no smaller than the
-        model's."""
+        """The task's scoring of the layout's output at the steps it scores (:meth:`_scores`), run on random rows
+        of the output's shape and counted (dense FLOPs, calls): forward, and backward when the layout trains.
+
+        Shapes:
+            output (S, rows, out_features), rows the layout's vertices (cells: U) -> Counted(flops, ops)."""
         from hpcdgnn.planner.work import counted
 
         rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
@@ -179,16 +177,13 @@ def seconds_per_sampled_entry(repeats: int = 5) -> float:
     random snapshots (N = 4,096, 8 neighbours)."""
     import time
 
-    from hpcdgnn.ops.sparse import gcn_norm
-
     n, degree, S = 4096, 8, 4
     rng = np.random.default_rng(0)
     snaps = []
     for t in range(S):
         indices = np.sort(rng.integers(0, n, (n, degree)), axis=1).reshape(-1)
         indptr = np.arange(0, n * degree + 1, degree, dtype=np.int64)
-        a = gcn_norm(t, indptr, indices, np.ones(indices.shape[0]), torch.float64).a
-        snaps.append(HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(), None))
+        snaps.append(HostSnapshot.normalised(t, indptr, indices, np.ones(indices.shape[0]), None))
 
     class _Host(SampleGraphs):
         ctx = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"))
@@ -258,6 +253,7 @@ def _step_work(model, task) -> Counted:
     norm, Adam's update and clearing the gradients, counted on the job's parameters."""
     from hpcdgnn.optim import Adam
     from hpcdgnn.planner.work import counted
+    from hpcdgnn.train.loop import grad_norm
 
     params = [p for m in (model, task) for p in m.parameters() if p.requires_grad]
     for p in params:
@@ -266,7 +262,7 @@ def _step_work(model, task) -> Counted:
     opt.step()  # a steady step: the moments exist
 
     def run() -> None:
-        float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
+        grad_norm(params)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -392,7 +388,6 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
     from hpcdgnn.partition.sequences import Sequence
     from hpcdgnn.planner.predict import parameter_count
     from hpcdgnn.regimes.base import item_bytes
-    from hpcdgnn.strategies.hybrid import _hops
     from hpcdgnn.tasks.base import Task
 
     o, P, N, F = job.strategy, plan.num_ranks, plan.num_vertices, manifest.num_features
@@ -427,15 +422,16 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
     # a task whose samples read other vertices (link prediction) reads every row: one closure for all ranks
     wide = type(task).sample_vertices is not Task.sample_vertices
 
+    def union() -> tuple[np.ndarray, np.ndarray]:  # once for every rank and P
+        if ("hybrid.union", h.stop) not in graph.derived:
+            edges = [(np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr)), indices)
+                     for indptr, indices in graph.csr()[: h.stop]]
+            graph.derived[("hybrid.union", h.stop)] = union_csr(edges, N)
+        return graph.derived[("hybrid.union", h.stop)]
+
     def host_bytes(seeds: np.ndarray) -> float:
         """The closure of ``seeds`` as every snapshot holds it (H1, ``HybridStrategy._read_closure``)."""
-        if h.cells and o.closure == "receptive":
-            rows = h.cell_rows(Sequence(0, 0, h.stop, 0), seeds, np.random.default_rng(0), None, True)
-        else:
-            if ("hybrid.union", h.stop) not in graph.derived:
-                graph.derived[("hybrid.union", h.stop)] = _union_csr(graph, h.stop, N)
-            indptr, indices = graph.derived[("hybrid.union", h.stop)]
-            rows = _hops(indptr, indices, seeds, h.num_layers)
+        rows = h.closure(seeds, union)
         return sum(_closure_bytes(graph, t, rows, N, F, item, h.cells, h.reads_ax) for t in range(h.stop))
 
     everything = host_bytes(np.arange(N)) if wide else None
@@ -466,15 +462,6 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
                 add(w.sent, "adjuster", rounds * 5 * 8.0)
         ranks.append(w)
     return ranks
-
-
-def _union_csr(graph: GraphStats, stop: int, N: int) -> tuple[np.ndarray, np.ndarray]:
-    """(indptr, indices) of the union of snapshots 0..stop-1's edges (the L-hop closure's graph)."""
-    keys = [np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr)) * N + indices
-            for indptr, indices in graph.csr()[:stop]]
-    keys = np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
-    src, dst = np.divmod(keys, N)
-    return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))]), dst
 
 
 def _closure_bytes(graph: GraphStats, t: int, rows: np.ndarray, N: int, F: int, item: int, cells: bool,

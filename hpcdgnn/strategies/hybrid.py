@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +39,7 @@ import torch
 
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models.base import DGNN
-from hpcdgnn.ops.sparse import csr_tensor, gcn_norm
+from hpcdgnn.ops.sparse import csr_tensor
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.partition.sequences import Sequence
@@ -82,6 +82,17 @@ def _hops(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, k: int) ->
             break
         out = np.union1d(out, frontier)
     return out
+
+
+def union_csr(edges: list[tuple[np.ndarray, np.ndarray]], num_vertices: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of the union of the snapshots' ``edges`` (src, dst), each edge once.
+
+    Shapes:
+        edges: T pairs of (E_t,) int64 arrays -> indptr (N + 1,), indices (E_∪,)."""
+    N = num_vertices
+    keys = np.unique(np.concatenate([src * N + dst for src, dst in edges])) if edges else np.zeros(0, np.int64)
+    src, dst = np.divmod(keys, N)
+    return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))]), dst
 
 
 class HybridLayout(SampleLayout):
@@ -150,6 +161,16 @@ class HybridBatches:
         used = [self.opts.start_action()] if self.opts.adjuster.kind == "fixed" else range(len(self.actions))
         mean = np.mean([math.prod(self.sizes(a)) for a in used])
         return max(1, math.ceil(self.N * self.train_stop / mean))
+
+    def closure(self, seeds: np.ndarray, union: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """H1's rows of ``seeds``' outputs in snapshots 0..stop-1, ascending: with ``closure: receptive`` and
+        graph-recurrent cells their receptive closure (:meth:`SampleGraphs.cell_rows`, every step scored), else L
+        hops over ``union()``, the union of the snapshots' edges as (indptr, indices): a vertex's recurrence
+        between layers runs through every step, so a row a layer needs at one step it needs at all."""
+        if self.cells and self.opts.closure == "receptive":
+            return self.cell_rows(Sequence(0, 0, self.stop, 0), seeds, np.random.default_rng(0), None, True)
+        indptr, indices = union()
+        return _hops(indptr, indices, seeds, self.num_layers)
 
     def _steps(self, seq: Sequence, splits: tuple[int, ...]) -> list[int]:
         """The window's steps in ``splits``."""
@@ -255,14 +276,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             for t, (src, dst) in enumerate(edges):  # the cells' operators need only the pattern
                 indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))])
                 self.host[t] = HostSnapshot(None, None, None, None, raw=(indptr, dst, np.ones(dst.shape[0])))
-            rows = self.cell_rows(Sequence(0, 0, T, 0), seeds, np.random.default_rng(0), None, True)
-        else:
-            # L hops over the union of the snapshots' edges: a vertex's recurrence between layers runs through
-            # every step, so a row a layer needs at one step it needs at all
-            keys = np.unique(np.concatenate([src * N + dst for src, dst in edges])) if edges else np.zeros(0, np.int64)
-            src, dst = np.divmod(keys, N)
-            rows = _hops(np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))]), dst, seeds,
-                         self.num_layers)
+        rows = self.closure(seeds, lambda: union_csr(edges, N))
         self.cache_bytes = 0
         self._ax: dict[int, torch.Tensor] = {}
         for t in range(T):
@@ -287,10 +301,9 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         x[rows] = block.x
         self.cache_bytes += block.indptr.nbytes + block.indices.nbytes + block.weights.nbytes + block.x.nbytes
         # Ã's rows in the closure are exact: their entries' degrees are rows read too
-        a = gcn_norm(block.t, indptr, block.indices, block.weights, torch.float64).a
         raw = (indptr, block.indices, block.weights) if self.cells else None
-        return HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
-                            torch.from_numpy(x).to(self.ctx.dtype), raw)
+        return HostSnapshot.normalised(block.t, indptr, block.indices, block.weights,
+                                       torch.from_numpy(x).to(self.ctx.dtype), raw)
 
     def snapshot(self, t: int) -> HostSnapshot:
         """Snapshot t's rows read at set-up."""

@@ -23,7 +23,7 @@ import torch
 from hpcdgnn.comm.stats import payload_bytes
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.layout import StepGraph
-from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_tensor
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_tensor, gcn_norm
 from hpcdgnn.partition.sequences import Sequence
 from hpcdgnn.tasks.base import SampleEmbeddings
 
@@ -45,6 +45,17 @@ class HostSnapshot:
     def nbytes(self) -> int:
         """Bytes held (arrays and tensors)."""
         return payload_bytes((self.crow, self.col, self.val, self.x, self.raw))
+
+    @classmethod
+    def normalised(cls, t: int, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray,
+                   x: torch.Tensor | None, raw: tuple | None = None) -> HostSnapshot:
+        """Snapshot t with Ã_t = D̃^-1/2 (A_t + I) D̃^-1/2 of the CSR A_t (:func:`~hpcdgnn.ops.sparse.gcn_norm`,
+        float64), features ``x`` and ``raw`` (A_t as read, for graph-recurrent cells).
+
+        Shapes:
+            indptr (N + 1,), indices and weights (nnz,), x (N, F) or None."""
+        a = gcn_norm(t, indptr, indices, weights, torch.float64).a
+        return cls(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(), x, raw)
 
 
 def graph_cells(model, job) -> bool:

@@ -200,9 +200,8 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
     def _read(self, reader, t: int):
         """Snapshot t as read (raw CSR) and on the host for sampling (:class:`HostSnapshot`)."""
         snap = reader.read(t)
-        a = gcn_norm(t, snap.indptr, snap.indices, snap.weights, torch.float64).a
-        return HostSnapshot(a.crow_indices().numpy(), a.col_indices().numpy(), a.values().numpy(),
-                             torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype)), snap
+        x = torch.from_numpy(np.ascontiguousarray(snap.x)).to(self.ctx.dtype)
+        return HostSnapshot.normalised(t, snap.indptr, snap.indices, snap.weights, x), snap
 
     def _precompute(self, ts: list[int], raw: list) -> dict[int, torch.Tensor]:
         """Ã_t·X_t (N, F) of consecutive snapshots ``ts``: by R2's Eq. 2 or from scratch, in float64."""

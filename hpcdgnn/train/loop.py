@@ -12,7 +12,12 @@ import torch
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.optim import Adam
 
-__all__ = ["pretrain", "train_batches"]
+__all__ = ["grad_norm", "pretrain", "train_batches"]
+
+
+def grad_norm(params: list[torch.nn.Parameter]) -> float:
+    """‖∇‖₂ over every parameter's gradient, summed in float64 (the same on every rank after the all-reduce)."""
+    return float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
 
 
 def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optimizer, batches: Iterable,
@@ -23,17 +28,17 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
     Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the same on
     every rank: a check of exactness that Adam's scale-free update would hide.
     """
-    stats, grad_norm = None, 0.0
+    stats, norm = None, 0.0
     for batch in batches:
         optimizer.zero_grad(set_to_none=True)
         scale = 1.0 / (examples if batch.examples is None else batch.examples)
         with meter if meter is not None else nullcontext():
             batch_stats = strategy.step(model, task, batch, scale)
         strategy.sync_gradients(params)
-        grad_norm = float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
+        norm = grad_norm(params)
         optimizer.step()
         stats = batch_stats if stats is None else stats + batch_stats
-    return stats, grad_norm
+    return stats, norm
 
 
 def pretrain(strategy, comm, lr: float) -> None:
