@@ -132,7 +132,8 @@ def horizon_temporal(layer, y: torch.Tensor, state, grad_steps: int,
 
     Causal layers get no training gradient after the horizon. ``graphs``: step graphs for ``graph_recurrent`` layers."""
     def run(a: int, b: int | None, state):
-        part = y if (a, b) == (0, None) else y[a:b]
+        # the autograd head itself where the block remembers it: a slice would keep the tail's storage saved
+        part = y if (a, b) == (0, None) else phase_head(y, b) if a == 0 else y[a:b]
         if graphs is None:
             return layer.temporal(part, state)
         return layer.temporal(part, state, graphs=list(graphs)[a:b])

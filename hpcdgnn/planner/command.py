@@ -189,6 +189,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.planner.samples import seconds_per_sampled_entry
 
     rates.sample_seconds = seconds_per_sampled_entry()
+    from hpcdgnn.planner.work import seconds_per_pair
+
+    rates.pair_seconds, rates.drawn_pair_seconds, rates.placed_pair_seconds = seconds_per_pair()
     if dev.type == "cuda":
         host = torch.empty(1 << 26, dtype=torch.uint8).pin_memory()
         rates.h2d_bandwidth = host.numel() / _best(lambda: (host.to(dev, non_blocking=True), sync()))
@@ -198,7 +201,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
             for w in args.widths:
                 table[str(w)] = float(comm.allreduce_array([table[str(w)]], op="min", tag="setup")[0])
         rates.op_seconds = float(comm.allreduce_array([rates.op_seconds], op="max", tag="setup")[0])
-        rates.sample_seconds = float(comm.allreduce_array([rates.sample_seconds], op="max", tag="setup")[0])
+        for key in ("sample_seconds", "pair_seconds", "drawn_pair_seconds", "placed_pair_seconds"):
+            setattr(rates, key, float(comm.allreduce_array([getattr(rates, key)], op="max", tag="setup")[0]))
         small, big = torch.zeros(1, dtype=torch.float64), torch.zeros(1 << 20, dtype=torch.float64)
         lat = _best(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
         t_big = _best(lambda: comm.allreduce_(big, "sum", tag="setup"))
@@ -220,6 +224,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
                   "M nnz·w/s")
         print(f"  one framework call: {rates.op_seconds * 1e6:.2f} µs; the sampler: {rates.sample_seconds * 1e9:.0f} "
               "ns per entry scanned")
+        print(f"  a scored pair: {rates.pair_seconds * 1e9:.0f} ns from whole snapshots; in place "
+              f"{rates.drawn_pair_seconds * 1e9:.0f} ns per pair drawn + {rates.placed_pair_seconds * 1e9:.0f} ns "
+              "per pair kept")
         if P > 1:
             print(f"  all-reduce: {rates.allreduce[str(P)][0] * 1e6:.1f} µs + {rates.allreduce[str(P)][1] / 1e9:.2f} "
                   f"GB/s; all-to-all: {rates.alltoall[str(P)][0] * 1e6:.1f} µs + "

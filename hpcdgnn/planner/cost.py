@@ -8,7 +8,8 @@ shares — the gradient all-reduce, parameters with Adam's moments, the model's 
 (:mod:`~hpcdgnn.planner.work`) — and prices it with the machine's rates (:mod:`~hpcdgnn.planner.rates`).
 
 Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nnz·width / sparse rate +
-framework calls × call time (+ a sampled strategy's host-side sampler: entries scanned × seconds per entry);
+framework calls × call time (+ a sampled strategy's host-side sampler: entries scanned × seconds per entry; + a
+pair task's pairs × seconds per pair, :func:`_pair_seconds`);
 communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
 epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
 rank to rank (``pss``), the other ranks' time-encoder seconds it waits for, plus the slowest rank's separate
@@ -24,7 +25,7 @@ import numpy as np
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import ModelWork
 
-__all__ = ["Counted", "GraphStats", "Prediction", "RankWork", "adjacency_bytes", "add", "halo_counts",
+__all__ = ["Counted", "GraphStats", "HeadCost", "Prediction", "RankWork", "adjacency_bytes", "add", "halo_counts",
            "halo_traffic", "pool_traffic", "price"]
 
 
@@ -278,9 +279,70 @@ def _seconds(c: Counted, rates: MachineRates, width: int) -> float:
             + c.ops * rates.op_seconds + c.entries * rates.sample_seconds)
 
 
+@dataclass(frozen=True)
+class HeadCost:
+    """What the task head costs per snapshot it scores, from the task's own figures (:meth:`of`)."""
+
+    work: np.ndarray
+    """(T,) multiply-adds of scoring each snapshot's examples (``Task.snapshot_work``)."""
+    pairs: np.ndarray | None
+    """(T,) pairs scored from each snapshot (``Task.scored_pairs``), or None: a task that scores vertices."""
+    train: np.ndarray
+    """(T,) whether Z_t's examples train (t up to the task's horizon)."""
+    saved_per_row: float
+    saved_per_pair: float
+    """Bytes autograd keeps per training row the head reads and per training pair (``Task.saved_bytes``)."""
+    num_vertices: int
+
+    @classmethod
+    def of(cls, job, manifest, emb_features: int, itemsize: int) -> HeadCost:
+        """The job's task head on ``emb_features``-wide embeddings of ``itemsize``-byte values."""
+        from hpcdgnn.tasks import task_class
+
+        task = task_class(job.task.name)
+        train = np.arange(manifest.num_snapshots) <= task.train_horizon(job.task, manifest)
+        per_row, per_pair = task.saved_bytes(job.task, emb_features, itemsize)
+        return cls(task.snapshot_work(job.task, manifest), task.scored_pairs(job.task, manifest), train, per_row,
+                   per_pair, manifest.num_vertices)
+
+    def seconds(self, r: RankWork, rates: MachineRates, P: int) -> float:
+        """Host and framework seconds of the pairs rank ``r`` scores, at the machine's ``pair_seconds`` from whole
+        snapshots; in place every rank draws all pairs and scores its share (``drawn_pair_seconds``,
+        ``placed_pair_seconds``; by source row, the upper bound: scored by step it draws only its steps'); one
+        rank alone scores whole snapshots."""
+        if self.pairs is None:
+            return 0.0
+        whole, every = float(np.sum(self.pairs[r.scored])), float(np.sum(self.pairs))
+        if not r.scored_share:
+            return rates.pair_seconds * whole
+        if P == 1:
+            return rates.pair_seconds * (whole + every)
+        return rates.pair_seconds * whole + (rates.drawn_pair_seconds + rates.placed_pair_seconds * r.scored_share) \
+            * every
+
+    def saved(self, r: RankWork, P: int) -> float:
+        """Bytes the head keeps for the backward on rank ``r``: the training rows it scores whole, or in place
+        its whole block of rows (the rows it reads are views of it) and the rows it fetches — the expected
+        distinct endpoints of its pairs among the other ranks' rows, as if drawn uniformly (an upper bound)."""
+        T, N = self.train.shape[0], self.num_vertices
+        rows = N * float(np.sum(self.train[r.scored]))
+        pairs = float(np.sum(self.pairs[r.scored] * self.train[r.scored])) if self.pairs is not None else 0.0
+        if r.scored_share and P == 1:
+            rows += N * float(np.sum(self.train))
+            pairs += float(np.sum(self.pairs * self.train)) if self.pairs is not None else 0.0
+        elif r.scored_share:
+            rows += r.scored_share * T * N
+            if self.pairs is not None:
+                mine = r.scored_share * float(np.sum(self.pairs * self.train))
+                other = (1.0 - r.scored_share) * T * N
+                rows += other * -np.expm1(-r.scored_share * float(np.sum(self.pairs)) / other) if other else 0.0
+                pairs += mine
+        return self.saved_per_row * rows + self.saved_per_pair * pairs
+
+
 def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, parameters: int,
           rates: MachineRates, width: int, memory_per_rank: float | None,
-          task_work: np.ndarray | None = None) -> Prediction:
+          head: HeadCost | None = None) -> Prediction:
     """Turn per-rank work into a :class:`Prediction` (the module docstring's time and memory model).
 
     Args:
@@ -292,7 +354,7 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         rates: the machine's rates.
         width: the model's hidden width (selects the measured product rates).
         memory_per_rank: the budget a rank has, or None (no limit).
-        task_work: multiply-adds of scoring each snapshot's examples (``Task.snapshot_work``), or None.
+        head: what the task head costs per snapshot it scores (:class:`HeadCost`), or None.
     """
     P, item = len(ranks), work.itemsize
     grad = parameters * item
@@ -313,10 +375,10 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
             sp.sparse_per_nnz * r.spatial_nnz, sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps))
         t_tm = (tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.rnn_flops_per_row *
                 r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
-        if task_work is not None:
+        if head is not None:
             c = c.scaled(1.0)
-            c.flops += 2.0 * (float(np.sum(task_work[r.scored])) + r.scored_share * float(np.sum(task_work)))
-        compute.append(_seconds(c, rates, width))
+            c.flops += 2.0 * (float(np.sum(head.work[r.scored])) + r.scored_share * float(np.sum(head.work)))
+        compute.append(_seconds(c, rates, width) + (head.seconds(r, rates, P) if head is not None else 0.0))
         evaluation.append(0.0 if r.evaluation is None else _seconds(r.evaluation, rates, width))
         temporal.append(t_tm if r.serial_temporal else 0.0)
         comm.append(_comm_seconds(sent, calls, rates, P))
@@ -328,6 +390,8 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         saved = (sp.saved_per_row * s_rows + tm.saved_per_row * t_rows) / r.saved_divisor \
             + sp.saved_per_vertex * vertices[0] + tm.saved_per_vertex * vertices[1] \
             if r.saved_bytes is None else r.saved_bytes
+        if head is not None and r.saved_bytes is None:  # a sampled strategy's own count holds its head's
+            saved += head.saved(r, P)
         memory.append(r.resident_bytes + r.host_bytes + 4 * grad + saved)
         parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad,
                       **({"host": r.host_bytes} if r.host_bytes else {})})

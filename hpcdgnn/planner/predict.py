@@ -15,7 +15,7 @@ from dataclasses import asdict, replace
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.planner.cost import GraphStats, Prediction, price
+from hpcdgnn.planner.cost import GraphStats, HeadCost, Prediction, price
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import model_work
 
@@ -153,11 +153,9 @@ def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) 
             pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
         return pred
     ranks = cls.cost(plan, job, manifest, graph, work)
-    from hpcdgnn.tasks import task_class
-
-    task_work = task_class(job.task.name).snapshot_work(job.task, manifest)
+    head = HeadCost.of(job, manifest, work.out_features, work.itemsize)
     pred = price(job.strategy.name, asdict(job.strategy), ranks, work, params, rates, job.model.hidden,
-                 memory_per_rank, task_work)
+                 memory_per_rank, head)
     if rates.source == "defaults":
         pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
     return pred

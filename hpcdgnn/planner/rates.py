@@ -48,6 +48,13 @@ class MachineRates:
     sample_seconds: float = 1.5e-7
     """Seconds per entry of Ã_t the host-side sampler scans building a sample's block (``sequences``,
     ``hybrid``)."""
+    pair_seconds: float = 6.0e-8
+    """Host and framework seconds per pair a pair task (link prediction) scores from whole snapshots: drawing its
+    negatives, ordering, scoring forward and backward (the decoder's multiply-adds apart)."""
+    drawn_pair_seconds: float = 2.0e-8
+    placed_pair_seconds: float = 9.0e-8
+    """Scoring in place (rows where they live): each rank draws every pair of every step (``drawn``, per pair of
+    all ranks) and scores those with a source row of its own (``placed``, per pair it keeps)."""
     h2d_bandwidth: float = 2.0e10
     """Host-to-device bytes/s (GPU; 0 on a CPU)."""
     machine: dict = field(default_factory=dict)

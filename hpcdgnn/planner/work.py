@@ -82,6 +82,8 @@ class ModelWork:
     forward_share: dict[str, float] | None = None
     """Per counted kind (``flops``, ``ops``, ``sparse``, ``rnn``): the forward's share of forward + backward
     (what a pass without gradients, such as evaluation, costs)."""
+    out_features: int = 0
+    """Width of the model's output Z_t (what the task head reads)."""
 
 
 class _Count(TorchDispatchMode):
@@ -263,7 +265,8 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
     L = len(model.layers)
     return ModelWork(fit("spatial"), fit("temporal"), params, torch.empty(0, dtype=dtype).element_size(),
                      tuple(state.get(li, 0.0) for li in range(L)),
-                     tuple((fit(("spatial", li)), fit(("temporal", li))) for li in range(L)), share)
+                     tuple((fit(("spatial", li)), fit(("temporal", li))) for li in range(L)), share,
+                     getattr(model, "out_features", opts.hidden))
 
 
 def counted(fn) -> tuple[float, float]:
@@ -323,3 +326,62 @@ def seconds_per_call(name: str = "cdgcn", repeats: int = 5) -> float:
         once(None)
         best = min(best, time.perf_counter() - t0)
     return best / max(calls, 1.0)
+
+
+def seconds_per_pair(repeats: int = 5) -> tuple[float, float, float]:
+    """Wall seconds per scored pair of the link-prediction head, forward and backward with its evaluation
+    splits (``calibrate``'s ``pair_seconds``, ``drawn_pair_seconds``, ``placed_pair_seconds``).
+
+    Whole snapshots: :meth:`LinkPrediction.forward` on a (T, N, F) block, per pair. In place, the time is
+    ``drawn·M + placed·M/P`` for M pairs of all steps (every rank draws all of them and keeps those whose
+    source row it holds): measured as rank 0 of P = 2 and 4 with a row fetch that finds owners and rows, as
+    ``fetch_rows`` does, without sending. Widths 4: the decoder's multiply-adds are priced apart (FLOPs).
+    """
+    import time
+    from types import SimpleNamespace
+
+    from hpcdgnn.tasks.base import Embeddings, RowShard, ShardedEmbeddings
+    from hpcdgnn.tasks.link_prediction import LinkPrediction, LinkPredictionOptions
+
+    N, T, E, F = 4096, 8, 16384, 4
+    rng = np.random.default_rng(0)
+    task = LinkPrediction(LinkPredictionOptions(decoder_hidden=F), SimpleNamespace(
+        num_vertices=N, num_snapshots=T, snapshot_edges=[E] * T), F, 0)
+    for t in range(T - 1):
+        task.targets[t] = (torch.from_numpy(rng.integers(0, N, E)), torch.from_numpy(rng.integers(0, N, E)))
+    M = (T - 1) * E * 2
+
+    def best(emb) -> float:
+        out = float("inf")
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            scored = task.forward(emb(), 1)
+            scored.loss_sum.backward()
+            _ = scored.stats  # the evaluation splits are scored when read
+            out = min(out, time.perf_counter() - t0)
+        return out
+
+    z = torch.randn(T, N, F, requires_grad=True)
+    whole = best(lambda: Embeddings.of_block(z, list(range(T)))) / M
+    placed = {}
+    for P in (2, 4):
+        n = N // P
+        keys = (np.arange(T)[:, None] * N + np.arange(n)[None, :]).reshape(-1)
+
+        def owner(k, n=n, P=P):
+            return np.minimum(k % N // n, P - 1)
+
+        def local(k, n=n):
+            return k // N * n + k % N
+
+        def fetch(k):
+            owner(k), local(k)
+            return torch.zeros(k.shape[0], F)
+
+        task.shard, task.by_source, task._steps = RowShard(keys, N, 0, owner, local, list(range(T)), P), True, \
+            sorted(task.targets)
+        task._fixed.clear()
+        rows = torch.randn(T * n, F, requires_grad=True)
+        placed[P] = best(lambda rows=rows, fetch=fetch: ShardedEmbeddings(task.shard, rows, fetch)) / M
+    kept = max(0.0, (placed[2] - placed[4]) * 4)  # t/M = drawn + kept/P at P = 2 and 4
+    return whole, max(0.0, placed[2] - kept / 2), kept

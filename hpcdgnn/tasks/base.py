@@ -178,6 +178,18 @@ class Task(nn.Module):
         raise NotImplementedError
 
     @staticmethod
+    def scored_pairs(cfg, manifest) -> np.ndarray | None:
+        """(T,) pairs (positive and negative) scored from Z_t per epoch, or None for a task that scores vertices
+        (what the planner prices at the machine's seconds per pair)."""
+        return None
+
+    @staticmethod
+    def saved_bytes(cfg, emb_features: int, itemsize: int) -> tuple[float, float]:
+        """(per row, per training example) bytes autograd keeps for the head's backward: by default the rows the
+        head reads (its first product saves its input), nothing per example."""
+        return float(emb_features * itemsize), 0.0
+
+    @staticmethod
     def check(cfg, manifest) -> None:
         """Refuse, before any plan or run directory, what this dataset cannot serve (one line naming the key).
 

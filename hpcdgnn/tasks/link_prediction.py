@@ -296,16 +296,27 @@ class LinkPrediction(Task):
         return 2 * hidden * cfg.decoder_hidden, pairs
 
     @staticmethod
+    def scored_pairs(cfg: LinkPredictionOptions, manifest: Manifest) -> np.ndarray:
+        """(T,) pairs Z_t scores: the edges of t + 1, each with ``negatives`` negatives (none for the last t)."""
+        pairs = np.zeros(manifest.num_snapshots)
+        pairs[:-1] = np.asarray(manifest.snapshot_edges[1:], dtype=np.float64) * (1 + cfg.negatives)
+        return pairs
+
+    @staticmethod
+    def saved_bytes(cfg: LinkPredictionOptions, emb_features: int, itemsize: int) -> tuple[float, float]:
+        """Per row: Z and the gradients of both projections (the compiled loss, :func:`decoder.edge_bce`); in
+        torch ops the projections instead, and per pair its two indices, logit and label."""
+        per_row = float((emb_features + 2 * cfg.decoder_hidden) * itemsize)
+        return (per_row, 0.0) if kernels.expected() else (per_row, 16.0 + 2 * itemsize)
+
+    @staticmethod
     def snapshot_work(cfg: LinkPredictionOptions, manifest: Manifest) -> np.ndarray:
         """Per-pair work of scoring each snapshot: hidden × (5 train, 2.7 compiled, 1 eval) + 4 (empirical)."""
-        T = manifest.num_snapshots
-        train = split_steps(T - 1, cfg.split)[0]
+        train = split_steps(manifest.num_snapshots - 1, cfg.split)[0]
         factor = 2.7 if kernels.expected() else 5.0
-        work = np.zeros(T)
-        for t in range(T - 1):
-            pairs = manifest.snapshot_edges[t + 1] * (1 + cfg.negatives)
-            work[t] = pairs * (cfg.decoder_hidden * (factor if t in train else 1.0) + 4.0)
-        return work
+        per = np.full(manifest.num_snapshots, cfg.decoder_hidden + 4.0)
+        per[train.start : train.stop] = cfg.decoder_hidden * factor + 4.0
+        return LinkPrediction.scored_pairs(cfg, manifest) * per
 
     def _split_of(self, step: int) -> int:
         for i, r in enumerate(self.ranges):
@@ -423,7 +434,7 @@ class LinkPrediction(Task):
         for self.by_source in (True, False):
             self._steps = [t for t in sorted(self.targets) if self.by_source or t % shard.num_ranks == shard.rank]
             self._fixed.clear()
-            counts.append(self._fetched(self._pairs_in_place(1)).shape[0])
+            counts.append(self._rows_of(self._pairs_in_place(1))[0].shape[0])
         by_source, by_step = comm.allreduce_array(counts, tag="setup")
         self.by_source = bool(by_source < by_step)
         self._steps = [t for t in sorted(self.targets) if self.by_source or t % shard.num_ranks == shard.rank]
@@ -473,32 +484,40 @@ class LinkPrediction(Task):
         S = rows.shape[0] // N
         return Embeddings.of_block(phase_view(rows, (S, N, rows.shape[-1])), list(range(S)))
 
-    def _fetched(self, pairs: dict) -> np.ndarray:
-        """The keys of the rows ``pairs`` read that are not mine, ascending, once each."""
-        ends = [p[1] for p in pairs.values()] + ([] if self.by_source else [p[0] for p in pairs.values()])
-        keys = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
-        return np.unique(keys[~self.shard.mine(keys)])
+    def _rows_of(self, pairs: dict) -> tuple[np.ndarray, dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+        """The keys of the rows ``pairs`` read that are not mine (ascending, once each), and each split's (src, dst)
+        rows in ``[my rows ; those rows]``.
+
+        Every end's owner is found once, and the fetched rows' positions come from the same sort that makes
+        them unique: these per-epoch passes over every pair are what in-place scoring adds to the model's work.
+        """
+        shard, R = self.shard, self.shard.keys.shape[0]
+        empty = np.zeros(0, dtype=np.int64)
+        src = np.concatenate([p[0] for p in pairs.values()]) if pairs else empty
+        dst = np.concatenate([p[1] for p in pairs.values()]) if pairs else empty
+        # by source row, the sources are mine (kept so): only destinations may lack
+        keys = dst if self.by_source else np.concatenate([src, dst])
+        lacking = ~shard.mine(keys)
+        at = np.empty(keys.shape[0], dtype=np.int64)
+        at[~lacking] = shard.local_of(keys[~lacking])
+        need, inverse = np.unique(keys[lacking], return_inverse=True)
+        at[lacking] = R + inverse.reshape(-1)
+        src_at, dst_at = (shard.local_of(src), at) if self.by_source else (at[: src.shape[0]], at[src.shape[0] :])
+        bounds = np.cumsum([0] + [p[0].shape[0] for p in pairs.values()])
+        return need, {s: (torch.from_numpy(src_at[a:b]), torch.from_numpy(dst_at[a:b]))
+                      for s, a, b in zip(pairs, bounds[:-1], bounds[1:], strict=True)}
 
     def _forward_in_place(self, emb: ShardedEmbeddings, epoch: int) -> TaskBatch:
         """My pairs scored on my rows plus the rows I lack, fetched once for all splits, then as :meth:`forward`."""
-        shard, rows = self.shard, emb.rows
+        rows = emb.rows
         pairs = self._pairs_in_place(epoch)
-        need = self._fetched(pairs)
+        need, at = self._rows_of(pairs)
         fetched = emb.fetch(need)  # collective: every rank, once, even with nothing to fetch
         loss_sum = (sum(p.sum() for p in self.decoder.parameters()) + rows.sum() + fetched.sum()) * 0.0
         if not pairs:
             return TaskBatch(loss_sum, np.zeros(3 * _WIDTH))
         z = torch.cat([rows, fetched]) if need.size else rows
-        R = rows.shape[0]
-
-        def index(keys: np.ndarray) -> torch.Tensor:  # row of each key in [my rows ; fetched]
-            at = shard.local_of(keys)
-            if need.size:
-                lacking = ~shard.mine(keys)
-                at[lacking] = R + np.searchsorted(need, keys[lacking])
-            return torch.from_numpy(at)
-
-        scored = {s: (index(src), index(dst), label) for s, (src, dst, label) in pairs.items()}
+        scored = {s: (*at[s], label) for s, (_, _, label) in pairs.items()}
         return self._score(dict.fromkeys(scored, z), scored, loss_sum, rows.device, rows.dtype)
 
     # -- mini-batch samples (the sequences strategy) --

@@ -16,7 +16,16 @@ import torch
 
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.nn.conv.graph import LocalGraph
-from hpcdgnn.nn.layout import Layout, RowLayout, phase_head, phase_join, phase_join_into, phase_view, relu_into
+from hpcdgnn.nn.layout import (
+    Layout,
+    RowLayout,
+    horizon_temporal,
+    phase_head,
+    phase_join,
+    phase_join_into,
+    phase_view,
+    relu_into,
+)
 from hpcdgnn.nn.models import available_models, build_model, needs_step_graphs
 from hpcdgnn.nn.pool import topk_pool_reference
 from hpcdgnn.ops.sparse import NormalizedAdjacency, gcn_norm, sorted_csr
@@ -260,3 +269,28 @@ def test_phase_view_keeps_the_remembered_head():
     assert not hasattr(odd, "_phase_head")
     joined.add_(0)  # changed in place: the memo is stale, the view slices
     assert not hasattr(phase_view(joined, (T, n, F)), "_phase_head")
+
+
+def test_the_time_encoder_before_the_horizon_saves_the_head_not_the_block():
+    """Past the training horizon the time encoder runs without autograd; before it, what it keeps for the
+    backward is the head's storage alone, also when its input was joined from phases (a slice of the join
+    would keep the whole block, tail included, until the backward)."""
+    from types import SimpleNamespace
+
+    from hpcdgnn.metrics.memory import SavedTensorMeter
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 4).double()
+    layer = SimpleNamespace(temporal=lambda y, state: lstm(y, state))
+    T, k, n = 9, 3, 50
+    x = torch.randn(T, n, 4, dtype=torch.float64, requires_grad=True)
+    head = x[:k] * 2
+    with torch.no_grad():
+        tail = x[k:] * 2
+    saved = []
+    for y, steps in ((phase_join(head, tail), k), (head, None)):
+        with SavedTensorMeter() as meter:
+            z, _ = horizon_temporal(layer, y, None, steps) if steps else lstm(y)
+        saved.append(meter.peak)
+        assert torch.equal(z[:k], lstm(torch.cat([head, tail]))[0][:k])
+    assert saved[0] == saved[1]

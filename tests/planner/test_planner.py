@@ -158,6 +158,7 @@ def test_calibrate_under_mpirun_writes_rates_the_plan_reads(launcher, small_data
     rates = json.loads(out.read_text())
     assert rates["dense_flops"]["8"] > 0 and rates["sparse_rate"]["8"] > 0 and rates["op_seconds"] > 0
     assert all(lat > 0 and bw > 0 for lat, bw in (rates["allreduce"]["2"], rates["alltoall"]["2"]))
+    assert min(rates["pair_seconds"], rates["drawn_pair_seconds"], rates["placed_pair_seconds"]) > 0
     job = write_job(tmp_path / "job.yaml", small_dataset)
     preds = _plan(launcher, job, "--ranks", "2", "--rates", str(out))
     assert all("default machine rates" not in " ".join(p["notes"]) for p in preds)
@@ -254,3 +255,28 @@ def test_a_sampled_strategy_is_never_the_unnamed_pick():
         assert (pick.strategy if pick else None) == ("snapshot" if fits else None)
         assert "picked only when named" in preds[2].notes[0]
     assert choose(_pickable([pred("snapshot", True, 2.0), pred("hybrid", True, 1.0)], named=True)).strategy == "hybrid"
+
+
+def test_the_task_head_is_priced_where_its_examples_are_scored():
+    """A pair task's host seconds: per pair of the snapshots a rank scores whole; in place every rank draws
+    all pairs and scores its share (one rank alone: whole snapshots). Its saved bytes: the training rows scored
+    whole, or in place the rank's whole block of rows plus the expected distinct rows it fetches; a task that
+    scores vertices has no pair seconds."""
+    from hpcdgnn.planner.cost import HeadCost, RankWork
+    from hpcdgnn.planner.rates import MachineRates
+
+    pairs, N = np.array([10.0, 20.0, 30.0, 0.0]), 5
+    head = HeadCost(work=np.zeros(4), pairs=pairs, train=np.array([True, True, False, False]), saved_per_row=8.0,
+                    saved_per_pair=2.0, num_vertices=N)
+    rates = MachineRates(pair_seconds=1.0, drawn_pair_seconds=0.1, placed_pair_seconds=2.0)
+    whole, placed = RankWork(scored=[0, 2]), RankWork(scored_share=0.5)
+    assert head.seconds(whole, rates, 2) == 40.0
+    assert head.saved(whole, 2) == 8.0 * N * 1 + 2.0 * 10.0  # t = 2 is not a training snapshot
+    assert head.seconds(placed, rates, 2) == pytest.approx(0.1 * 60 + 2.0 * 0.5 * 60)
+    other = 0.5 * 4 * N  # rows of the other rank
+    fetched = other * (1 - np.exp(-0.5 * 60 / other))
+    assert head.saved(placed, 2) == pytest.approx(8.0 * (0.5 * 4 * N + fetched) + 2.0 * 0.5 * 30)
+    alone = RankWork(scored_share=1.0)
+    assert head.seconds(alone, rates, 1) == 60.0 and head.saved(alone, 1) == 8.0 * N * 2 + 2.0 * 30
+    nodes = HeadCost(np.zeros(4), None, head.train, 8.0, 0.0, N)
+    assert nodes.seconds(whole, rates, 2) == 0.0 and nodes.saved(whole, 2) == 8.0 * N
