@@ -9,7 +9,7 @@ shares — the gradient all-reduce, parameters with Adam's moments, the model's 
 
 Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nnz·width / sparse rate +
 framework calls × call time (+ a sampled strategy's host-side sampler: entries scanned × seconds per entry; + a
-pair task's pairs × seconds per pair, :func:`_pair_seconds`);
+pair task's pairs × seconds per pair, :meth:`HeadCost.seconds`);
 communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
 epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
 rank to rank (``pss``), the other ranks' time-encoder seconds it waits for, plus the slowest rank's separate
