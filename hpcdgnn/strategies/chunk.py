@@ -21,7 +21,7 @@ from hpcdgnn.comm.device import memory_share
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.conv.graph import RowGroups
-from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation
+from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation, phase_join
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
 from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
@@ -285,8 +285,18 @@ class ChunkLayout(HaloLayout):
         return self.s.to_rnn.forward(y).view(self.s.T, self.s.R, y.shape[-1])
 
     def encode(self, layer, li: int, y: torch.Tensor, state):
-        """The time encoder over every step, or only the active ones; after the transform if it moved."""
-        if li in self._moved:
+        """The time encoder over every step, or only the active ones; after the transform if it moved.
+
+        Every step: the steps before the training horizon apart (a copy) and those after it without autograd,
+        joined as phases, so that what the transform and the time encoder save is the head's rows only (a
+        slice would keep the whole (T, R, F) block alive until the backward)."""
+        k, moved = self.s.grad_steps, li in self._moved
+        if self.s._seq is None and torch.is_grad_enabled() and 0 < k < y.shape[0]:
+            head = y[:k].clone()
+            with torch.no_grad():  # past the horizon no step gets a gradient (as horizon_temporal runs them)
+                tail = layer.spatial_steps(y[k:], [], None) if moved else y[k:]
+            y = phase_join(layer.spatial_steps(head, [], None) if moved else head, tail)
+        elif moved:
             y = layer.spatial_steps(y, [], None)
         return self.s._time_encoder(layer, y), None
 
