@@ -144,8 +144,8 @@ class RankWork:
     """The time encoder waits for the previous rank's state (``pss``)."""
     scored: list[int] = field(default_factory=list)
     """Snapshots whose task examples this rank scores whole."""
-    scored_share: float = 0.0
-    """The share of every snapshot's examples it scores in place (its rows)."""
+    scored_rows: np.ndarray | None = None
+    """(T,) rows of each step whose examples it scores in place (where they live), or None."""
     counted: Counted | None = None
     """Training work the strategy counted itself (sampled strategies); replaces the row and step terms above."""
     evaluation: Counted | None = None
@@ -305,6 +305,10 @@ class HeadCost:
         return cls(task.snapshot_work(job.task, manifest), task.scored_pairs(job.task, manifest), train, per_row,
                    per_pair, manifest.num_vertices)
 
+    def _placed(self, r: RankWork) -> np.ndarray:
+        """(T,) the share of each step's examples rank ``r`` scores in place: its rows of the step (by source row)."""
+        return r.scored_rows / self.num_vertices
+
     def seconds(self, r: RankWork, rates: MachineRates, P: int) -> float:
         """Host and framework seconds of the pairs rank ``r`` scores, at the machine's ``pair_seconds`` from whole
         snapshots; in place every rank draws all pairs and scores its share (``drawn_pair_seconds``,
@@ -313,30 +317,30 @@ class HeadCost:
         if self.pairs is None:
             return 0.0
         whole, every = float(np.sum(self.pairs[r.scored])), float(np.sum(self.pairs))
-        if not r.scored_share:
+        if r.scored_rows is None:
             return rates.pair_seconds * whole
         if P == 1:
             return rates.pair_seconds * (whole + every)
-        return rates.pair_seconds * whole + (rates.drawn_pair_seconds + rates.placed_pair_seconds * r.scored_share) \
-            * every
+        kept = float(np.sum(self.pairs * self._placed(r)))
+        return rates.pair_seconds * whole + rates.drawn_pair_seconds * every + rates.placed_pair_seconds * kept
 
     def saved(self, r: RankWork, P: int) -> float:
         """Bytes the head keeps for the backward on rank ``r``: the training rows it scores whole, or in place
-        its whole block of rows (the rows it reads are views of it) and the rows it fetches — the expected
-        distinct endpoints of its pairs among the other ranks' rows, as if drawn uniformly (an upper bound)."""
-        T, N = self.train.shape[0], self.num_vertices
+        its whole block of rows (the rows it reads are views of it) and the rows it fetches — of step t, the
+        distinct destinations of its pairs among the N − r_t rows it lacks, as if drawn uniformly (by source
+        row: an upper bound where the run scores by step)."""
+        N = self.num_vertices
         rows = N * float(np.sum(self.train[r.scored]))
         pairs = float(np.sum(self.pairs[r.scored] * self.train[r.scored])) if self.pairs is not None else 0.0
-        if r.scored_share and P == 1:
+        if r.scored_rows is not None and P == 1:
             rows += N * float(np.sum(self.train))
             pairs += float(np.sum(self.pairs * self.train)) if self.pairs is not None else 0.0
-        elif r.scored_share:
-            rows += r.scored_share * T * N
+        elif r.scored_rows is not None:
+            rows += float(np.sum(r.scored_rows))
             if self.pairs is not None:
-                mine = r.scored_share * float(np.sum(self.pairs * self.train))
-                other = (1.0 - r.scored_share) * T * N
-                rows += other * -np.expm1(-r.scored_share * float(np.sum(self.pairs)) / other) if other else 0.0
-                pairs += mine
+                share = self._placed(r)
+                rows += float(np.sum((N - r.scored_rows) * -np.expm1(-self.pairs * share / N)))
+                pairs += float(np.sum(self.pairs * self.train * share))
         return self.saved_per_row * rows + self.saved_per_pair * pairs
 
 
@@ -377,7 +381,8 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
                 r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
         if head is not None:
             c = c.scaled(1.0)
-            c.flops += 2.0 * (float(np.sum(head.work[r.scored])) + r.scored_share * float(np.sum(head.work)))
+            placed = float(np.sum(head.work * head._placed(r))) if r.scored_rows is not None else 0.0
+            c.flops += 2.0 * (float(np.sum(head.work[r.scored])) + placed)
         compute.append(_seconds(c, rates, width) + (head.seconds(r, rates, P) if head is not None else 0.0))
         evaluation.append(0.0 if r.evaluation is None else _seconds(r.evaluation, rates, width))
         temporal.append(t_tm if r.serial_temporal else 0.0)

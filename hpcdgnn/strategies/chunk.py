@@ -328,7 +328,7 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     from hpcdgnn.planner.cost import RankWork, add, adjacency_bytes, halo_counts, halo_traffic, pool_traffic
     from hpcdgnn.regimes.base import item_bytes
 
-    P, T, N, F = plan.num_ranks, plan.num_snapshots, plan.num_vertices, manifest.num_features
+    P, T, F = plan.num_ranks, plan.num_snapshots, manifest.num_features
     layers = meta_layers(job.model, F)
     item = item_bytes(job)
     c = plan.chunks
@@ -349,7 +349,8 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     for q in range(P):
         r = RankWork(spatial_rows=rows[q], spatial_steps=T, spatial_nnz=nnz[q], spatial_saved_rows=head[q],
                      temporal_rows=T * R[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0,
-                     temporal_saved_rows=grad_steps * R[q] if mixing else 0.0, scored_share=rows[q] / (T * N))
+                     temporal_saved_rows=grad_steps * R[q] if mixing else 0.0,
+                     scored_rows=(owner == q).sum(axis=1).astype(np.float64))
         r.resident_bytes = adjacency_bytes(rows[q], nnz[q], item) + rows[q] * F * item
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)

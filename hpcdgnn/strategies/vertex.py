@@ -140,7 +140,7 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
         r = RankWork(spatial_rows=T * n[q], spatial_steps=T, spatial_nnz=nnz[q],
                      temporal_rows=T * n[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0,
                      spatial_saved_rows=grad_steps * n[q], temporal_saved_rows=grad_steps * n[q] if mixing else 0.0,
-                     scored_share=n[q] / N)
+                     scored_rows=np.full(T, float(n[q])))
         r.resident_bytes = adjacency_bytes(T * n[q], nnz[q], item) + T * n[q] * F * item
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)

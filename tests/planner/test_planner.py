@@ -259,9 +259,10 @@ def test_a_sampled_strategy_is_never_the_unnamed_pick():
 
 def test_the_task_head_is_priced_where_its_examples_are_scored():
     """A pair task's host seconds: per pair of the snapshots a rank scores whole; in place every rank draws
-    all pairs and scores its share (one rank alone: whole snapshots). Its saved bytes: the training rows scored
-    whole, or in place the rank's whole block of rows plus the expected distinct rows it fetches; a task that
-    scores vertices has no pair seconds."""
+    all pairs and scores those of its rows (one rank alone: whole snapshots). Its saved bytes: the training rows
+    scored whole, or in place the rank's whole block of rows plus, per step, the expected distinct destinations
+    among the rows it lacks (none where it holds the whole step); a task that scores vertices has no pair
+    seconds."""
     from hpcdgnn.planner.cost import HeadCost, RankWork
     from hpcdgnn.planner.rates import MachineRates
 
@@ -269,14 +270,15 @@ def test_the_task_head_is_priced_where_its_examples_are_scored():
     head = HeadCost(work=np.zeros(4), pairs=pairs, train=np.array([True, True, False, False]), saved_per_row=8.0,
                     saved_per_pair=2.0, num_vertices=N)
     rates = MachineRates(pair_seconds=1.0, drawn_pair_seconds=0.1, placed_pair_seconds=2.0)
-    whole, placed = RankWork(scored=[0, 2]), RankWork(scored_share=0.5)
+    whole = RankWork(scored=[0, 2])
     assert head.seconds(whole, rates, 2) == 40.0
     assert head.saved(whole, 2) == 8.0 * N * 1 + 2.0 * 10.0  # t = 2 is not a training snapshot
-    assert head.seconds(placed, rates, 2) == pytest.approx(0.1 * 60 + 2.0 * 0.5 * 60)
-    other = 0.5 * 4 * N  # rows of the other rank
-    fetched = other * (1 - np.exp(-0.5 * 60 / other))
-    assert head.saved(placed, 2) == pytest.approx(8.0 * (0.5 * 4 * N + fetched) + 2.0 * 0.5 * 30)
-    alone = RankWork(scored_share=1.0)
+    rows = np.array([2.0, 2.0, 5.0, 0.0])  # two rows of steps 0 and 1, all of step 2
+    placed = RankWork(scored_rows=rows)
+    assert head.seconds(placed, rates, 2) == pytest.approx(0.1 * 60 + 2.0 * (10 * 0.4 + 20 * 0.4 + 30))
+    fetched = 3 * (1 - np.exp(-10 * 0.4 / N)) + 3 * (1 - np.exp(-20 * 0.4 / N))  # step 2: it lacks none
+    assert head.saved(placed, 2) == pytest.approx(8.0 * (rows.sum() + fetched) + 2.0 * (10 * 0.4 + 20 * 0.4))
+    alone = RankWork(scored_rows=np.full(4, float(N)))
     assert head.seconds(alone, rates, 1) == 60.0 and head.saved(alone, 1) == 8.0 * N * 2 + 2.0 * 30
     nodes = HeadCost(np.zeros(4), None, head.train, 8.0, 0.0, N)
     assert nodes.seconds(whole, rates, 2) == 0.0 and nodes.saved(whole, 2) == 8.0 * N
