@@ -291,7 +291,8 @@ class HeadCost:
     """(T,) whether Z_t's examples train (t up to the task's horizon)."""
     saved_per_row: float
     saved_per_pair: float
-    """Bytes autograd keeps per training row the head reads and per training pair (``Task.saved_bytes``)."""
+    """Bytes autograd keeps per row the head reads (the training snapshots' scored whole; in place, every row
+    it holds and fetches) and per training pair (``Task.saved_bytes``)."""
     num_vertices: int
 
     @classmethod
@@ -326,7 +327,7 @@ class HeadCost:
 
     def saved(self, r: RankWork, P: int) -> float:
         """Bytes the head keeps for the backward on rank ``r``: the training rows it scores whole, or in place
-        its whole block of rows (the rows it reads are views of it) and the rows it fetches — of step t, the
+        every row it holds, of every step, and the rows it fetches (it scores one block of both) — of step t, the
         distinct destinations of its pairs among the N − r_t rows it lacks, as if drawn uniformly (by source
         row: an upper bound where the run scores by step)."""
         N = self.num_vertices

@@ -296,6 +296,7 @@ class ChunkLayout(HaloLayout):
             with torch.no_grad():  # past the horizon no step gets a gradient (as horizon_temporal runs them)
                 tail = layer.spatial_steps(y[k:], [], None) if moved else y[k:]
             y = phase_join(layer.spatial_steps(head, [], None) if moved else head, tail)
+            del head, tail  # the joined copy is what the encoder reads: a view kept here would hold the block
         elif moved:
             y = layer.spatial_steps(y, [], None)
         return self.s._time_encoder(layer, y), None
