@@ -7,7 +7,6 @@ import json
 import math
 import re
 import sys
-import time
 
 from hpcdgnn.errors import ConfigError
 
@@ -137,16 +136,6 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
                 "with the ranks per node your jobs use.")
 
 
-def _best(fn, repeats: int = 5) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def run_calibrate(args: argparse.Namespace) -> int:
     """Measure this machine's rates (and, under mpirun, the collectives at this P); merge them into the file."""
     import torch
@@ -155,6 +144,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.ops.sparse import sorted_csr
     from hpcdgnn.partition.workload import machine_info
     from hpcdgnn.planner.rates import load_rates, rates_path, save_rates
+    from hpcdgnn.planner.samples import seconds_per_sampled_entry
+    from hpcdgnn.planner.work import best_seconds, seconds_per_call, seconds_per_pair
 
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -167,13 +158,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
     rows = 1 << 14
     for w in args.widths:
         a, b = torch.randn(rows, w, dtype=dtype, device=dev), torch.randn(w, w, dtype=dtype, device=dev)
-        rates.dense_flops[str(w)] = 2.0 * rows * w * w / _best(lambda a=a, b=b: (a @ b, sync()))
+        rates.dense_flops[str(w)] = 2.0 * rows * w * w / best_seconds(lambda a=a, b=b: (a @ b, sync()))
         n, deg = 1 << 14, 8
         r = torch.arange(n).repeat_interleave(deg)
         c = torch.randint(0, n, (n * deg,))
         adj = sorted_csr(r, c, torch.rand(n * deg, dtype=dtype), (n, n)).to(dev)
         x = torch.randn(n, w, dtype=dtype, device=dev)
-        rates.sparse_rate[str(w)] = adj.values().numel() * w / _best(lambda adj=adj, x=x: (adj @ x, sync()))
+        rates.sparse_rate[str(w)] = adj.values().numel() * w / best_seconds(lambda adj=adj, x=x: (adj @ x, sync()))
         lstm = torch.nn.LSTM(w, w).to(dev, dtype)
         seq = torch.randn(8, 2048, w, dtype=dtype, device=dev, requires_grad=True)
 
@@ -182,19 +173,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
             sync()
         # the forward's 2·rows·(|W_ih| + |W_hh|) FLOPs and twice that backward, as planner/work.py counts them
         rnn_flops = 3 * 2 * 8 * 2048 * (lstm.weight_ih_l0.numel() + lstm.weight_hh_l0.numel())
-        rates.rnn_flops[str(w)] = rnn_flops / _best(rnn)
-    from hpcdgnn.planner.work import seconds_per_call
-
+        rates.rnn_flops[str(w)] = rnn_flops / best_seconds(rnn)
     rates.op_seconds = seconds_per_call()
-    from hpcdgnn.planner.samples import seconds_per_sampled_entry
-
     rates.sample_seconds = seconds_per_sampled_entry()
-    from hpcdgnn.planner.work import seconds_per_pair
-
     rates.pair_seconds, rates.drawn_pair_seconds, rates.placed_pair_seconds = seconds_per_pair()
     if dev.type == "cuda":
         host = torch.empty(1 << 26, dtype=torch.uint8).pin_memory()
-        rates.h2d_bandwidth = host.numel() / _best(lambda: (host.to(dev, non_blocking=True), sync()))
+        rates.h2d_bandwidth = host.numel() / best_seconds(lambda: (host.to(dev, non_blocking=True), sync()))
     P = comm.size
     if P > 1:  # every rank measured at once (a loaded node): keep the slowest rank's rates
         for table in (rates.dense_flops, rates.rnn_flops, rates.sparse_rate):
@@ -204,15 +189,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
         for key in ("sample_seconds", "pair_seconds", "drawn_pair_seconds", "placed_pair_seconds"):
             setattr(rates, key, float(comm.allreduce_array([getattr(rates, key)], op="max", tag="setup")[0]))
         small, big = torch.zeros(1, dtype=torch.float64), torch.zeros(1 << 20, dtype=torch.float64)
-        lat = _best(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
-        t_big = _best(lambda: comm.allreduce_(big, "sum", tag="setup"))
+        lat = best_seconds(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
+        t_big = best_seconds(lambda: comm.allreduce_(big, "sum", tag="setup"))
         rates.allreduce[str(P)] = [lat, big.numel() * 8 / max(t_big - lat, 1e-9)]
         rows_each = (1 << 17) // P
         send = torch.zeros(rows_each * P, 1, dtype=torch.float64)
         counts = [rows_each] * P
-        lat = _best(lambda: comm.exchange.alltoallv(torch.zeros(P, 1, dtype=torch.float64), [1] * P, [1] * P,
+        lat = best_seconds(lambda: comm.exchange.alltoallv(torch.zeros(P, 1, dtype=torch.float64), [1] * P, [1] * P,
                                                     tag="setup"), 20)
-        t_big = _best(lambda: comm.exchange.alltoallv(send, counts, counts, tag="setup"))
+        t_big = best_seconds(lambda: comm.exchange.alltoallv(send, counts, counts, tag="setup"))
         rates.alltoall[str(P)] = [lat, rows_each * (P - 1) * 8 / max(t_big - lat, 1e-9)]
     rates.machine = machine_info(args.device)
     if comm.rank == 0:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.planner.cost import Counted, GraphStats, RankWork, add
-from hpcdgnn.planner.work import ModelWork
+from hpcdgnn.planner.work import ModelWork, best_seconds
 from hpcdgnn.strategies.hybrid import HybridBatches, hybrid_of, union_csr
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _submatrix
 from hpcdgnn.strategies.sequences import SequenceSamples, sampling_of
@@ -175,8 +175,6 @@ def seconds_per_sampled_entry(repeats: int = 5) -> float:
     """Wall seconds per entry the sampler scans building one sample's block (``calibrate``'s
     ``sample_seconds``): :meth:`~hpcdgnn.strategies.sampling.SampleGraphs.sampled_block` over every row of four
     random snapshots (N = 4,096, 8 neighbours)."""
-    import time
-
     n, degree, S = 4096, 8, 4
     rng = np.random.default_rng(0)
     snaps = []
@@ -192,12 +190,8 @@ def seconds_per_sampled_entry(repeats: int = 5) -> float:
             return snaps[t]
 
     host, rows = _Host(), np.arange(n)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        host.sampled_block(0, S, rows, 0, rng)
-        best = min(best, time.perf_counter() - t0)
-    return best / sum(_row_entries(h.crow, rows) for h in snaps)
+    return best_seconds(lambda: host.sampled_block(0, S, rows, 0, rng), repeats) / sum(
+        _row_entries(h.crow, rows) for h in snaps)
 
 
 def _spaced(seqs: list, at_most: int) -> list:

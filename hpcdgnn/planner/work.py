@@ -269,6 +269,19 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
                      getattr(model, "out_features", opts.hidden))
 
 
+def best_seconds(fn, repeats: int = 5) -> float:
+    """The fastest of ``repeats`` timed calls of ``fn()`` after one untimed (warm-up) call, in wall seconds."""
+    import time
+
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def counted(fn) -> tuple[float, float]:
     """(dense FLOPs, framework calls) of ``fn()`` and any backward it runs, counted as the model's are: what
     a sampled strategy's task head and optimizer step cost per sample and per step."""
@@ -298,8 +311,6 @@ def seconds_per_call(name: str = "cdgcn", repeats: int = 5) -> float:
 
     On a tiny graph the arithmetic is nothing: what an op costs there (dispatch, autograd, the Python around
     it) is what every op of a small real graph pays, in the units :class:`PhaseWork` counts."""
-    import time
-
     from hpcdgnn.nn.models import build_from_options, model_options
 
     model = build_from_options(model_options(name)(name=name, hidden=4), 2).to(torch.float32)
@@ -320,12 +331,7 @@ def seconds_per_call(name: str = "cdgcn", repeats: int = 5) -> float:
     count = _Count()
     once(count)
     calls = sum(count.counts["ops"].values())
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        once(None)
-        best = min(best, time.perf_counter() - t0)
-    return best / max(calls, 1.0)
+    return best_seconds(lambda: once(None), repeats) / max(calls, 1.0)
 
 
 def seconds_per_pair(repeats: int = 5) -> tuple[float, float, float]:
@@ -337,7 +343,6 @@ def seconds_per_pair(repeats: int = 5) -> tuple[float, float, float]:
     source row it holds): measured as rank 0 of P = 2 and 4 with a row fetch that finds owners and rows, as
     ``fetch_rows`` does, without sending. Widths 4: the decoder's multiply-adds are priced apart (FLOPs).
     """
-    import time
     from types import SimpleNamespace
 
     from hpcdgnn.tasks.base import Embeddings, RowShard, ShardedEmbeddings
@@ -352,14 +357,11 @@ def seconds_per_pair(repeats: int = 5) -> tuple[float, float, float]:
     M = (T - 1) * E * 2
 
     def best(emb) -> float:
-        out = float("inf")
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
+        def once():
             scored = task.forward(emb(), 1)
             scored.loss_sum.backward()
             _ = scored.stats  # the evaluation splits are scored when read
-            out = min(out, time.perf_counter() - t0)
-        return out
+        return best_seconds(once, repeats)
 
     z = torch.randn(T, N, F, requires_grad=True)
     whole = best(lambda: Embeddings.of_block(z, list(range(T)))) / M
