@@ -52,9 +52,9 @@ class MachineRates:
     """Host and framework seconds per pair a pair task (link prediction) scores from whole snapshots: drawing its
     negatives, ordering, scoring forward and backward (the decoder's multiply-adds apart)."""
     drawn_pair_seconds: float = 2.0e-8
+    """Scoring in place (rows where they live): seconds per pair of all ranks, every one of which each rank draws."""
     placed_pair_seconds: float = 9.0e-8
-    """Scoring in place (rows where they live): each rank draws every pair of every step (``drawn``, per pair of
-    all ranks) and scores those with a source row of its own (``placed``, per pair it keeps)."""
+    """Scoring in place: seconds per pair a rank keeps (a source row of its own) and scores."""
     h2d_bandwidth: float = 2.0e10
     """Host-to-device bytes/s (GPU; 0 on a CPU)."""
     machine: dict = field(default_factory=dict)

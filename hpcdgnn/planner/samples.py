@@ -21,7 +21,7 @@ What is counted: ``sequences`` — evenly spaced sequences (at most :data:`MAX_S
 :data:`PER_SEQUENCE` node batches of epoch 1, every sequence priced as its nearest counted one; ``hybrid`` — the
 first batches of each action in use (:data:`DRAWS` shared among them, at least 2 each), split by owner, the task
 scoring counted once per batch, and each rank's evaluation pass.
-Traffic is exact (tested against runs at P = 3): see :func:`sequences_cost` and :func:`hybrid_cost`.
+Traffic per step and round: see :func:`sequences_cost` and :func:`hybrid_cost`.
 """
 
 from __future__ import annotations
@@ -50,10 +50,12 @@ class _Structure(SampleGraphs):
     """The snapshots' structure as a sampler's host (all-ones weights: a sample's rows and entries do not depend
     on the values), on rank 0; subclasses add a strategy's sample draws."""
 
-    def __init__(self, graph: GraphStats, job, manifest, task) -> None:
+    def __init__(self, graph: GraphStats, job, manifest, model, task) -> None:
         self.graph, self.opts, self.task = graph, job.strategy, task
+        self.out_features = getattr(model, "out_features", job.model.hidden)
         self.ctx = SimpleNamespace(job=job, manifest=manifest, dtype=torch.float64, device=torch.device("cpu"))
-        self._host: dict[int, HostSnapshot] = {}
+        #: the normalised structure of each snapshot, shared by every sampled strategy and P priced
+        self._host: dict[int, HostSnapshot] = graph.derived.setdefault(("structure",), {})
         self._targets: dict[int, torch.Tensor] = {}
 
     def snapshot(self, t: int) -> HostSnapshot:
@@ -135,9 +137,8 @@ class _Sequences(SequenceSamples, _Structure):
     """What :class:`~hpcdgnn.strategies.sequences.SequencesStrategy` samples."""
 
     def __init__(self, graph: GraphStats, job, manifest, model, task, seqs) -> None:
-        super().__init__(graph, job, manifest, task)
+        super().__init__(graph, job, manifest, model, task)
         self.N, self.seqs = manifest.num_vertices, seqs
-        self.out_features = getattr(model, "out_features", job.model.hidden)
         vars(self).update(sampling_of(model, job))
 
     def count(self, seq, b: int, nodes: np.ndarray, work: ModelWork, epoch: int, train: bool,
@@ -157,8 +158,7 @@ class _Hybrid(HybridBatches, _Structure):
     bound)."""
 
     def __init__(self, graph: GraphStats, job, manifest, model, task, plan) -> None:
-        super().__init__(graph, job, manifest, task)
-        self.out_features = getattr(model, "out_features", job.model.hidden)
+        super().__init__(graph, job, manifest, model, task)
         vars(self).update(hybrid_of(plan, model, job, manifest))
 
     def _scores(self, t: int, train: bool) -> bool:
@@ -225,7 +225,11 @@ def _per_sequence(counter: _Sequences, work: ModelWork, split: int, in_features:
 
 def _model_and_task(graph: GraphStats, job, manifest):
     """The job's model and task on this process's CPU, the task set up over every snapshot (the vertices a
-    link-prediction sample reads are its targets' destinations)."""
+    link-prediction sample reads are its targets' destinations), and one optimizer step's work
+    (:func:`_step_work`): made once for every sampled strategy and P priced."""
+    key = ("model and task", job.model, job.task, job.train.seed)
+    if key in graph.derived:
+        return graph.derived[key]
     from hpcdgnn.comm.communicator import alone
     from hpcdgnn.data.shard_reader import ShardReader
     from hpcdgnn.regimes import regime_of
@@ -239,7 +243,8 @@ def _model_and_task(graph: GraphStats, job, manifest):
         task.setup(reader, Scored(snapshots=tuple(range(manifest.num_snapshots))), alone())
     finally:
         reader.close()
-    return model, task
+    graph.derived[key] = (model, task, _step_work(model, task))
+    return graph.derived[key]
 
 
 def _step_work(model, task) -> Counted:
@@ -304,14 +309,14 @@ def sequences_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> l
     item, seqs = item_bytes(job), sequences_of(manifest, job)
     key = ("sequences", repr(o), job.model, job.task, job.train.seed)
     if key not in graph.derived:  # the samples' counts do not depend on P: once for every P the plan prices
-        model, task = _model_and_task(graph, job, manifest)
+        model, task, step = _model_and_task(graph, job, manifest)
         counter = _Sequences(graph, job, manifest, model, task, seqs)
-        graph.derived[key] = (counter, [_per_sequence(counter, work, split, F) for split in (0, 1, 2)],
-                              _step_work(model, task))
+        graph.derived[key] = (counter, [_per_sequence(counter, work, split, F) for split in (0, 1, 2)], step)
     counter, by_split, step = graph.derived[key]
     nb = len(counter.node_batches(1))
-    train = sum(s.split == 0 for s in seqs) * nb
-    Q = o.batch_samples or sum(s.split == 0 for s in seqs)
+    training = sum(s.split == 0 for s in seqs)
+    train = training * nb
+    Q = o.batch_samples or training
     steps = math.ceil(train / Q)
     entry = N * F * item  # a reuse-cache entry: Ã_t·X_t (N × F)
     if counter.reads_basis:
@@ -380,17 +385,12 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
         work: the model's counted work, per layer.
     """
     from hpcdgnn.partition.sequences import Sequence
-    from hpcdgnn.planner.predict import parameter_count
     from hpcdgnn.regimes.base import item_bytes
     from hpcdgnn.tasks.base import Task
 
     o, P, N, F = job.strategy, plan.num_ranks, plan.num_vertices, manifest.num_features
     item = item_bytes(job)
-    key = ("hybrid", job.model, job.task, job.train.seed)
-    if key not in graph.derived:
-        model, task = _model_and_task(graph, job, manifest)
-        graph.derived[key] = (model, task, _step_work(model, task))
-    model, task, step = graph.derived[key]
+    model, task, step = _model_and_task(graph, job, manifest)
     h = _Hybrid(graph, job, manifest, model, task, plan)
     steps = h.steps_per_epoch()
     used = [o.start_action()] if o.adjuster.kind == "fixed" else list(range(len(h.actions)))
@@ -431,7 +431,8 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
     everything = host_bytes(np.arange(N)) if wide else None
     allreduce = o.averaging.mode == "allreduce"
     dqn, measured = o.adjuster.kind == "dqn", o.adjuster.reward_time == "measured"
-    round_bytes = (3 * parameter_count(job, manifest) + 1) * item  # parameters, both moments, a count
+    params = sum(p.numel() for m in (model, task) for p in m.parameters() if p.requires_grad)
+    round_bytes = (3 * params + 1) * item  # parameters, both moments, a count
     ranks = []
     for p in range(P):
         mine = np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64))
@@ -452,7 +453,7 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
             rounds = steps // every + 1 if every else 1
             add(w.sent, "averaging", rounds * round_bytes)
             add(w.calls, "allreduce", 2 * rounds)  # the round's barrier and all-reduce
-            if o.adjuster.kind == "dqn":
+            if dqn:
                 add(w.sent, "adjuster", rounds * 5 * 8.0)
         ranks.append(w)
     return ranks
@@ -464,7 +465,7 @@ def _closure_bytes(graph: GraphStats, t: int, rows: np.ndarray, N: int, F: int, 
     self-loops, and a self-loop on every row), X_t (N × F, zero outside the closure), for cells A_t's rows as
     read (int64 row pointers over N, stored columns and weights), and Ã_t·X_t (N × F) when S4 reads it."""
     indptr, _ = graph.csr()[t]
-    entries = int((indptr[rows + 1] - indptr[rows]).sum())
+    entries = _row_entries(indptr, rows)
     loops = graph.self_loops(t)
     looped = int(np.isin(loops, rows, assume_unique=True).sum())
     raw = (N + 1) * 8 + entries * graph.entry_bytes(t) if cells else 0
