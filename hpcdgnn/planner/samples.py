@@ -386,14 +386,13 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
     """
     from hpcdgnn.partition.sequences import Sequence
     from hpcdgnn.regimes.base import item_bytes
-    from hpcdgnn.tasks.base import Task
 
     o, P, N, F = job.strategy, plan.num_ranks, plan.num_vertices, manifest.num_features
     item = item_bytes(job)
     model, task, step = _model_and_task(graph, job, manifest)
     h = _Hybrid(graph, job, manifest, model, task, plan)
     steps = h.steps_per_epoch()
-    used = [o.start_action()] if o.adjuster.kind == "fixed" else list(range(len(h.actions)))
+    used = h.used_actions()
     train = [step.scaled(steps) for _ in range(P)]
     peak = [0.0] * P
     draws = min(max(2, DRAWS // len(used)), steps)
@@ -414,7 +413,7 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
                     train[p] += c.scaled(steps / (len(used) * draws))
                     peak[p] = max(peak[p], saved)
     # a task whose samples read other vertices (link prediction) reads every row: one closure for all ranks
-    wide = type(task).sample_vertices is not Task.sample_vertices
+    wide = task.reads_beyond_batch()
 
     def union() -> tuple[np.ndarray, np.ndarray]:  # once for every rank and P
         if ("hybrid.union", h.stop) not in graph.derived:

@@ -50,7 +50,7 @@ from hpcdgnn.strategies.reservoir import BatchReservoir, Stored
 from hpcdgnn.strategies.sample_layout import SampleLayout
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _expand, graph_cells
 from hpcdgnn.tasks import task_class
-from hpcdgnn.tasks.base import SampleEmbeddings, Task
+from hpcdgnn.tasks.base import SampleEmbeddings
 
 __all__ = ["HybridBatches", "HybridLayout", "HybridSample", "HybridStrategy", "action_sizes", "hybrid_of"]
 
@@ -154,12 +154,15 @@ class HybridBatches:
             picks.append(self.load_order[lo + rng.choice(hi - lo, min(int(want), hi - lo), replace=False)])
         return start, np.sort(np.concatenate(picks))
 
+    def used_actions(self) -> list[int]:
+        """The actions a run may take: the start action under ``adjuster.kind: fixed``, else every one."""
+        return [self.opts.start_action()] if self.opts.adjuster.kind == "fixed" else list(range(len(self.actions)))
+
     def steps_per_epoch(self) -> int:
         """``steps_per_epoch``, or one expected pass: N·T_train / E[N_S·N_V] over the actions in use."""
         if self.opts.steps_per_epoch:
             return self.opts.steps_per_epoch
-        used = [self.opts.start_action()] if self.opts.adjuster.kind == "fixed" else range(len(self.actions))
-        mean = np.mean([math.prod(self.sizes(a)) for a in used])
+        mean = np.mean([math.prod(self.sizes(a)) for a in self.used_actions()])
         return max(1, math.ceil(self.N * self.train_stop / mean))
 
     def closure(self, seeds: np.ndarray, union: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -219,7 +222,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
                               f"draws N_V = {small} targets, fewer than P × groups = {num_ranks} × {o.groups} = "
                               f"{num_ranks * o.groups}: some rank's groups would train nothing; raise it or lower "
                               "strategy.groups")
-        if o.reservoir.mode == "on" and task_class(job.task.name).sample_vertices is not Task.sample_vertices:
+        if o.reservoir.mode == "on" and task_class(job.task.name).reads_beyond_batch():
             raise ConfigError(f"strategy.reservoir.mode: on stores batches for the node tasks; task.name: "
                               f"{job.task.name} draws the vertices it reads each epoch; set reservoir.mode: off")
         a, stall = o.averaging, job.comm.stall_timeout_s
@@ -237,7 +240,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self.mine = np.sort(np.asarray(plan.vertices_of(me), dtype=np.int64))
         # a task whose samples read vertices besides the batch (link prediction's destinations and negatives)
         # may read any row: its closure is every vertex
-        wide = type(task).sample_vertices is not Task.sample_vertices
+        wide = task.reads_beyond_batch()
         self.host: dict[int, HostSnapshot] = {}
         edges = [reader.edges(t) for t in range(self.stop)]
         #: Alg. 1's loads as the plan computed them, for ``reward_time: work`` only

@@ -220,6 +220,12 @@ class Task(nn.Module):
         """Vertices whose Z_t a sample scoring ``batch`` at step t reads (ascending; ⊇ ``batch``)."""
         return batch
 
+    @classmethod
+    def reads_beyond_batch(cls) -> bool:
+        """Whether a sample reads vertices besides its batch (:meth:`sample_vertices` overridden: link prediction's
+        destinations and negatives, drawn each epoch), so that any row may be read."""
+        return cls.sample_vertices is not Task.sample_vertices
+
     def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
         """Training examples of a sample scoring ``batch`` at step t (0 when t is not a training step)."""
         raise NotImplementedError
