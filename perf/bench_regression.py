@@ -2,18 +2,20 @@
 
     python perf/bench_regression.py --before 4f770ce [--after WORKTREE] [--vertices 16384] [--snapshots 32]
                                     [--density 3] [--ranks 2] [--epochs 5] [--repeat 3] [--models cdgcn tmgcn]
+                                    [--spatial-spread 0 --temporal-spread 0] [--strategies LABEL ...]
 
 ``--before`` is a git commit (or tag, branch) of this repository: its tree is
 exported with ``git archive`` into a temporary directory (nothing in the
 checkout changes) and run from there through ``PYTHONPATH``; ``--after`` is the
-working tree (default) or another commit. One generated graph (IBM §6.3) serves
+working tree (default) or another commit. One generated graph (IBM §6.3; with
+``--spatial-spread``/``--temporal-spread`` DGC §7.3.1's skewed variant) serves
 both. For every model and strategy configuration — snapshot (cyclic), snapshot
-with 4 checkpoint blocks, pss, vertex (range), chunk — each repeat runs before
-and after back to back, in alternating order, so a slow spell of this shared
-machine hits both alike; the fastest repeat's median steady epoch (slowest
-rank) counts. Prints one row per configuration: both times, after / before,
-and whether the final losses agree bit for bit (the refactor promise) or only
-to 1e-6.
+with 4 checkpoint blocks, pss, vertex (range), chunk (``chunk default``: each
+tree's default ``chunk_size``) — each repeat runs before and after back to
+back, in alternating order, so a slow spell of this shared machine hits both
+alike; the fastest repeat's median steady epoch (slowest rank) counts. Prints
+one row per configuration: both times, after / before, and whether the final
+losses agree bit for bit (the refactor promise) or only to 1e-6.
 
 Jobs are written in the key layout each tree understands: release 0.2 moved
 ``train.blocks`` / ``train.transfer`` / ``stale`` under ``strategy:``.
@@ -41,6 +43,7 @@ CONFIGS = [
     ("pss", {"name": "pss"}, {}),
     ("vertex", {"name": "vertex"}, {}),
     ("chunk", {"name": "chunk", "chunk_size": 256}, {}),
+    ("chunk default", {"name": "chunk"}, {}),
 ]
 
 
@@ -88,6 +91,8 @@ def main() -> None:
     ap.add_argument("--vertices", type=int, default=16384)
     ap.add_argument("--snapshots", type=int, default=32)
     ap.add_argument("--density", type=float, default=3.0)
+    ap.add_argument("--spatial-spread", type=float, default=0.0)
+    ap.add_argument("--temporal-spread", type=float, default=0.0)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=5, help="epochs per run; the first is warm-up")
     ap.add_argument("--repeat", type=int, default=3)
@@ -99,8 +104,9 @@ def main() -> None:
         before = export_tree(args.before, work / "before")
         after = export_tree(args.after, work / "after") if args.after else REPO
         data = work / "graph"
-        generate_graph(data, args.vertices, args.snapshots, args.density)
-        print(f"graph N={args.vertices} T={args.snapshots} density={args.density}; P={args.ranks}, 1 thread/rank, "
+        generate_graph(data, args.vertices, args.snapshots, args.density, args.spatial_spread, args.temporal_spread)
+        print(f"graph N={args.vertices} T={args.snapshots} density={args.density} spreads={args.spatial_spread}/"
+              f"{args.temporal_spread}; P={args.ranks}, 1 thread/rank, "
               f"{len(os.sched_getaffinity(0))} cores here; before {args.before}, after {args.after or 'working tree'}")
         print(f"{'model':8s} {'strategy':14s} {'before s':>9s} {'after s':>9s} {'after/before':>13s}  losses")
         for model in args.models:

@@ -217,8 +217,9 @@ class ChunkOptions(StrategyConfig):
     """``strategy: {name: chunk}``: vertex appearances partitioned by DGC's chunks (§4, SPEC D1), fusion (D2)."""
 
     name: str = "chunk"
-    chunk_size: int = 4096
-    """Largest chunk, in vertex appearances (DGC §4.1's size cap)."""
+    chunk_size: int | Literal["auto"] = "auto"
+    """Largest chunk, in vertex appearances (DGC §4.1's size cap); ``auto``: min(4096, ⌈A / 4P⌉) for A active
+    appearances, so that Alg. 1 can balance P ranks."""
     sequences: Literal["all", "active"] = "all"
     """Time encoder over ``all`` snapshots (exact against other strategies) or only ``active`` ones (DGC §5.1.2; a
     different model, GRU/LSTM encoders only)."""
@@ -234,8 +235,8 @@ class ChunkOptions(StrategyConfig):
     """Stale aggregation of halo rows (DGC §5.2, SPEC D3), as for ``vertex``."""
 
     def __post_init__(self) -> None:
-        if self.chunk_size < 1:
-            raise ValueError("chunk_size: must be >= 1")
+        if self.chunk_size != "auto" and self.chunk_size < 1:
+            raise ValueError("chunk_size: must be >= 1 or auto")
         if self.fusion_memory_mb != "auto" and not self.fusion_memory_mb > 0:
             raise ValueError("fusion_memory_mb: must be > 0")
         if self.predictor is not None and self.workload != "mlp":

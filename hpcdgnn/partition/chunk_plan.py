@@ -1,6 +1,7 @@
 """The chunk plan (D1, DGC §4): chunks by label propagation, assigned to ranks by Alg. 1 / Eq. 3.
 
-An inactive appearance (v, t) goes to v's RNN owner, the rank owning most of v's appearances.
+An inactive appearance (v, t) goes to v's RNN owner, which runs v's time encoder: the rank owning most of v's
+appearances, within a balanced share of the time encoder's rows (:func:`~hpcdgnn.partition.chunks.assign_rnn_owners`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,14 @@ import numpy as np
 
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
-from hpcdgnn.partition.chunks import assign_chunks, build_supergraph, chunk_stats, label_propagation
+from hpcdgnn.partition.chunks import (
+    assign_chunks,
+    assign_rnn_owners,
+    build_supergraph,
+    chunk_stats,
+    default_chunk_size,
+    label_propagation,
+)
 from hpcdgnn.partition.plan import ChunkAssignment, PartitionPlan
 from hpcdgnn.partition.timeline import train_horizon
 
@@ -31,15 +39,16 @@ def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | 
         snaps = [reader.edges(t) for t in range(T)]
     L, H, F = job.model.layers, job.model.hidden, manifest.num_features
     g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
-    labels, iters = label_propagation(g, max_size=job.strategy.chunk_size)
+    cap = job.strategy.chunk_size
+    labels, iters = label_propagation(g, max_size=default_chunk_size(g.num_nodes, P) if cap == "auto" else cap)
     stats = chunk_stats(g, labels)
     work = chunk_work(job, F, g, labels, stats)  # DGC §4.2: count, or the profiled MLPs
     chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
     chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, -1 when inactive
     chunk[g.time, g.vertex] = labels
-    counts = np.zeros((N, P), dtype=np.int64)
-    np.add.at(counts, (g.vertex, chunk_owner[labels]), 1)
-    rnn_owner = np.where(counts.sum(1) > 0, counts.argmax(1), np.arange(N) % P)
+    # the time encoder's rows per vertex: all T steps, or (sequences: active) its active appearances
+    rows = np.full(N, float(T)) if job.strategy.sequences == "all" else np.bincount(g.vertex, minlength=N) * 1.0
+    rnn_owner = assign_rnn_owners(g.vertex, chunk_owner[labels], rows, P)
     owner = appearance_owner(chunk, chunk_owner, rnn_owner)
     load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
     ranks = [{"appearances": int((owner == p).sum()), "rnn_vertices": int((rnn_owner == p).sum()),

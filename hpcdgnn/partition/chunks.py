@@ -3,7 +3,8 @@
 Super-graph nodes are vertex appearances ``(v, t)`` in Eq. 1 order; spatial edges weigh
 GCN layers × feature width, virtual temporal edges (consecutive appearances of v) RNN
 layers × hidden width. :func:`assign_chunks` breaks Eq. 3's ties (all scores are 0 at the
-start) toward the least-loaded rank, not the first.
+start) toward the least-loaded rank, not the first. :func:`default_chunk_size` and :func:`assign_rnn_owners`
+are ours (DGC fixes neither the cap nor where an inactive appearance's time encoder runs).
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks", "load_divergence"]
+__all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks", "assign_rnn_owners",
+           "default_chunk_size", "load_divergence"]
+
+#: ``strategy.chunk_size: auto``'s largest cap, in appearances
+MAX_AUTO_CHUNK = 4096
+#: ``auto`` keeps chunks at most 1/PIECES of a rank's share of the appearances
+PIECES = 4
 
 
 @dataclass
@@ -178,6 +185,76 @@ def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.
         m = best[np.argmin(load[best])]
         owner[c] = m
         load[m] += work[c]
+    return owner
+
+
+def default_chunk_size(appearances: int, num_ranks: int) -> int:
+    """``strategy.chunk_size: auto``: min(4096, ⌈A / (4P)⌉) for A active appearances over P ranks.
+
+    Alg. 1 places chunks largest first, so (like any longest-first greedy) its slowest rank carries at most the
+    mean load plus one chunk: chunks of at most a quarter of a rank's share keep it within about 25 % of the
+    mean, where a fixed cap lets a few chunks larger than a rank's share decide λ as P grows.
+    """
+    return int(max(1, min(MAX_AUTO_CHUNK, -(-int(appearances) // (PIECES * max(int(num_ranks), 1))))))
+
+
+def assign_rnn_owners(vertex: np.ndarray, rank: np.ndarray, weight: np.ndarray, num_ranks: int) -> np.ndarray:
+    """Each vertex's RNN owner: the rank holding most of its active appearances, within a balanced load.
+
+    The time encoder runs after the GCN and an all-to-all, so its load is balanced on its own: rank p's load
+    Σ_{owner(v)=p} weight[v] stays within the mean plus the heaviest vertex (plus one more where the last
+    fill straddles). Vertices propose to the ranks holding their appearances, most appearances first and the
+    strongest claims first; a rank accepts while its load fits, the rest propose to their next such rank.
+    Vertices left over (no active appearance, or every such rank full) fill the room below the mean in vertex
+    order; those without rows to encode are dealt round-robin.
+
+    Args:
+        vertex: the vertex of every active appearance.
+        rank: the rank holding that appearance (its chunk's rank).
+        weight: the time encoder's rows of each vertex (T, or its active appearances under ``sequences:
+            active``).
+        num_ranks: P.
+
+    Shapes:
+        vertex, rank: (A,) integer; weight: (N,); returns (N,) int64 ranks.
+    """
+    N, P = weight.shape[0], int(num_ranks)
+    weight = np.asarray(weight, dtype=np.float64)
+    owner = np.full(N, -1, dtype=np.int64)
+    if N == 0:
+        return owner
+    cap = weight.sum() / P + weight.max()
+    load = np.zeros(P)
+    # (vertex, rank, appearances there), each vertex's ranks most appearances first
+    pairs, count = np.unique(np.asarray(vertex, np.int64) * P + np.asarray(rank, np.int64), return_counts=True)
+    pv, pr = pairs // P, pairs % P
+    o = np.lexsort((pr, -count, pv))
+    pv, pr, count = pv[o], pr[o], count[o]
+    first = np.searchsorted(pv, np.arange(N + 1))
+    degree = np.diff(first)
+    for k in range(int(degree.max()) if pv.shape[0] else 0):
+        free = np.flatnonzero((owner < 0) & (degree > k))
+        if free.shape[0] == 0:
+            break
+        at = first[free] + k
+        q, c = pr[at], count[at]
+        # per rank, its proposals strongest first; it accepts the prefix whose weights fit under the cap
+        o = np.lexsort((free, -c, q))
+        fo, qo = free[o], q[o]
+        starts = np.flatnonzero(np.concatenate([[True], qo[1:] != qo[:-1]]))
+        csum = np.cumsum(weight[fo])
+        before = np.repeat(csum[starts] - weight[fo][starts], np.diff(np.concatenate([starts, [fo.shape[0]]])))
+        ok = load[qo] + (csum - before) <= cap
+        owner[fo[ok]] = qo[ok]
+        load += np.bincount(qo[ok], weights=weight[fo[ok]], minlength=P)
+    rest = np.flatnonzero(owner < 0)
+    light, heavy = rest[weight[rest] == 0], rest[weight[rest] > 0]
+    owner[light] = np.arange(light.shape[0]) % P  # no rows for the time encoder (sequences: active): dealt
+    if heavy.shape[0]:
+        # the room below the mean (it holds their weight), filled in vertex order: each goes where its share ends
+        room = np.cumsum(np.maximum(weight.sum() / P - load, 0.0))
+        ends = np.cumsum(weight[heavy]) * (room[-1] / weight[heavy].sum())
+        owner[heavy] = np.minimum(np.searchsorted(room, ends), P - 1)
     return owner
 
 

@@ -6,8 +6,10 @@ import numpy as np
 
 from hpcdgnn.partition.chunks import (
     assign_chunks,
+    assign_rnn_owners,
     build_supergraph,
     chunk_stats,
+    default_chunk_size,
     label_propagation,
     load_divergence,
 )
@@ -81,3 +83,78 @@ def test_assignment_balances_and_keeps_neighbours_together():
     # no communication at all: least-loaded placement of decreasing workloads (LPT)
     owner = assign_chunks(np.array([7.0, 5.0, 4.0, 3.0, 1.0]), (np.zeros(0, int), np.zeros(0, int), np.zeros(0)), 2)
     assert load_divergence(owner, np.array([7.0, 5.0, 4.0, 3.0, 1.0]), 2) == 1.0
+
+
+def test_auto_chunk_size_keeps_chunks_below_a_quarter_of_a_ranks_share():
+    assert default_chunk_size(20_000, 8) == 625  # ⌈20000 / 32⌉
+    assert default_chunk_size(20_001, 8) == 626
+    assert default_chunk_size(10**9, 2) == 4096  # the old fixed cap bounds it on large graphs
+    assert default_chunk_size(3, 8) == 1 and default_chunk_size(0, 1) == 1
+
+
+def _appearances(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(vertex, rank) of every active appearance, from a (N, P) count table."""
+    v, p = np.nonzero(counts)
+    reps = counts[v, p]
+    return np.repeat(v, reps), np.repeat(p, reps)
+
+
+def test_rnn_owner_is_the_majority_rank_while_that_stays_balanced():
+    # vertex v has 3 appearances on rank v mod 3 and 1 on the next: majorities are balanced
+    N, P = 9, 3
+    counts = np.zeros((N, P), dtype=np.int64)
+    counts[np.arange(N), np.arange(N) % P] = 3
+    counts[np.arange(N), (np.arange(N) + 1) % P] = 1
+    owner = assign_rnn_owners(*_appearances(counts), np.full(N, 5.0), P)
+    assert owner.tolist() == (np.arange(N) % P).tolist()
+
+
+def test_rnn_owners_spread_when_every_vertex_lives_on_one_rank():
+    # every vertex's appearances on rank 0 (one giant chunk): the old majority rule gave rank 0 every time
+    # encoder; balanced, each rank runs ⌈N/P⌉ or ⌊N/P⌋ vertices and rank 0 keeps the ones with most there
+    N, P, T = 11, 3, 6
+    counts = np.zeros((N, P), dtype=np.int64)
+    counts[:, 0] = np.arange(N) % 5 + 1
+    counts[:, 1] = (np.arange(N) % 5 + 1) // 2  # each vertex's second choice: rank 1
+    owner = assign_rnn_owners(*_appearances(counts), np.full(N, float(T)), P)
+    per_rank = np.bincount(owner, minlength=P)
+    assert per_rank.max() - per_rank.min() <= 1 and per_rank.sum() == N
+    assert counts[owner == 0, 0].min() >= counts[owner != 0, 0].max()  # strongest claims win rank 0
+    kept = (owner == 0) | (counts[np.arange(N), owner] > 0)
+    assert kept.sum() > per_rank[0]  # a vertex rank 0 refuses goes to its next rank, not anywhere
+
+
+def test_rnn_owners_of_vertices_without_appearances_fill_the_rest():
+    N, P = 10, 4
+    counts = np.zeros((N, P), dtype=np.int64)
+    counts[0, 2] = 4
+    owner = assign_rnn_owners(*_appearances(counts), np.full(N, 8.0), P)
+    assert owner[0] == 2
+    assert np.bincount(owner, minlength=P).max() - np.bincount(owner, minlength=P).min() <= 1
+    # weightless vertices (sequences: active, nothing active) are dealt round-robin; nothing is lost
+    owner = assign_rnn_owners(*_appearances(counts), np.where(np.arange(N) == 0, 4.0, 0.0), P)
+    assert owner[0] == 2 and np.bincount(owner[1:], minlength=P).max() <= 3
+    assert assign_rnn_owners(np.zeros(0, int), np.zeros(0, int), np.zeros(0), 3).shape == (0,)
+
+
+def test_chunk_plan_of_a_skewed_graph_balances_chunks_and_time_encoders(tmp_path):
+    """DGC §7.3.1's skewed generator graph at P = 8: a fixed 4096 cap left chunks larger than a rank's share
+    and one rank running most time encoders (λ ≈ 42 predicted); with the auto cap and balanced RNN owners every
+    chunk is at most a quarter of a rank's share and every rank runs N/P time encoders."""
+    from hpcdgnn.config.schema import DataConfig, JobConfig
+    from hpcdgnn.data.generate import generate_dataset
+    from hpcdgnn.partition.chunk_plan import plan_chunks
+    from hpcdgnn.regimes import options_class
+
+    m = generate_dataset(tmp_path / "skewed", 1024, 8, 4.0, seed=1, spatial_spread=0.8, temporal_spread=0.5)
+    P = 8
+    job = JobConfig(data=DataConfig(path=str(tmp_path / "skewed")),
+                    strategy=options_class("strategy", "chunk")(name="chunk"))
+    plan = plan_chunks(m, P, job)
+    c = plan.chunks
+    active = int((c.chunk >= 0).sum())
+    assert np.bincount(c.chunk[c.chunk >= 0]).max() <= default_chunk_size(active, P)
+    R = np.bincount(c.rnn_owner, minlength=P)
+    assert R.max() <= 1024 / P + 1 and R.sum() == 1024
+    work = [r["chunk_work"] for r in plan.ranks]  # Alg. 1's loads (count: appearances + spatial edges)
+    assert max(work) / min(work) < 1.6  # 2146 with the fixed cap of 4096
