@@ -4,7 +4,7 @@
                              [--generated-events 1000000] [--epochs 2] [--width 100] [--neighbors 10]
                              [--batch 200] [--eval-negatives 49] [--threads 1] [--configs 1x1x1 2x1x1 1x1x2]
                              [--device cpu|cuda] [--before DIR...] [--eval-protocol per_event per_batch]
-                             [--train-protocol per_event per_batch]
+                             [--train-protocol per_event per_batch] [--memory-time query event]
                              [--ceiling]
 
 PyG's side is its ``examples/tgn.py`` model, written here against PyG's API: ``TGNMemory`` (IdentityMessage,
@@ -22,7 +22,9 @@ above it); AP per batch of the positives against their first negative (one per p
 and TGL), averaged over batches (``hpcdgnn.tasks.temporal_link_prediction.average_precision`` for both).
 PyG embeds each distinct node of a batch once; hpcdgnn does so with ``task.eval_protocol: per_batch`` and
 embeds every ranked node at its own event's time with ``per_event`` (TGL's, the default): ``--eval-protocol``
-runs hpcdgnn under each given one.
+runs hpcdgnn under each given one. ``--memory-time`` likewise runs ``model.memory_time``: ``query`` (TGL's time
+term, the default) and ``event`` (TGN's and PyG's: the gap of the mail's own event; evaluation then applies each
+mail once, as PyG's ``TGNMemory`` does outside training).
 
 Inputs (each prepared with ``python -m hpcdgnn prepare --kind events``, timestamps in seconds as in the file;
 both systems read the prepared events and its 70/15/15 chronological split):
@@ -222,7 +224,7 @@ def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path
     w = args.width
     job = {"data": {"path": str(data)},
            "model": {"name": "tgn", "hidden": w, "memory_dim": w, "time_dim": w, "neighbors": args.neighbors,
-                     "heads": 2},
+                     "heads": 2, **({"memory_time": "event"} if protocol and protocol[2] == "event" else {})},
            "task": {"name": "temporal_link_prediction", "batch_events": args.batch, "negatives": 1,
                     "eval_negatives": args.eval_negatives,
                     **({"train_protocol": protocol[0], "eval_protocol": protocol[1]} if protocol else {})},
@@ -289,6 +291,8 @@ def main() -> None:
                     help="hpcdgnn's task.eval_protocol, one row set each (default per_event)")
     ap.add_argument("--train-protocol", nargs="+", choices=["per_event", "per_batch"], default=["per_event"],
                     help="hpcdgnn's task.train_protocol, one row set each (default per_event)")
+    ap.add_argument("--memory-time", nargs="+", choices=["query", "event"], default=["query"],
+                    help="hpcdgnn's model.memory_time, one row set each (default query)")
     ap.add_argument("--ceiling", action="store_true",
                     help="also run P copies of 1x1x1 at once per P of --configs (the node's ceiling, training "
                     "time) and print each config's training speed-up over 1x1x1 as a share of it")
@@ -322,7 +326,8 @@ def main() -> None:
             first = _protocols(args)[0]  # the older tree's rows: the first protocols (keys only when not default)
             for tree in args.before:
                 rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve(),
-                                                            None if first == ("per_event",) * 2 else first)
+                                                            None if first == ("per_event", "per_event", "query")
+                                                            else first)
             for protocol in _protocols(args):
                 for config in args.configs:
                     rows[f"hpcdgnn {config}{_suffix(protocol, args)}"] = run_hpcdgnn(data, work, name, config, args,
@@ -361,15 +366,16 @@ def _print_ceilings(rows: dict, data: Path, work: Path, name: str, args) -> None
 
 
 def _protocols(args) -> list[tuple[str, str]]:
-    """Every (train_protocol, eval_protocol) asked for."""
-    return [(tp, ep) for tp in args.train_protocol for ep in args.eval_protocol]
+    """Every (train_protocol, eval_protocol, memory_time) asked for."""
+    return [(tp, ep, mt) for tp in args.train_protocol for ep in args.eval_protocol for mt in args.memory_time]
 
 
 def _suffix(protocol: tuple[str, str], args) -> str:
     """A row label's protocol part: empty when one combination runs."""
     if len(_protocols(args)) == 1:
         return ""
-    return f" t:{protocol[0].removeprefix('per_')} e:{protocol[1].removeprefix('per_')}"
+    return (f" t:{protocol[0].removeprefix('per_')} e:{protocol[1].removeprefix('per_')}"
+            + (" m:event" if protocol[2] == "event" else ""))
 
 
 if __name__ == "__main__":

@@ -14,12 +14,15 @@ model; this one counts TGN's work instead of a snapshot model's):
   Multiply-adds per root:
   (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
   (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
+  ``model.memory_time: event``: an evaluated event updates 2 memories (its endpoints' mails, applied when
+  written) and an embedded root none, plus one pass over the N pending mails.
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
   size × iterations, exact), the evaluating group's scores (``memory.eval``: 8·(1 + m) bytes per event plus
   the pickled envelope per batch and rank); ``memory.order`` barriers move no bytes (their latency counts).
-* **memory**: the node memory (N × (d + mail) values and N update times), the stream, the temporal CSR and
-  the edge features as inputs; parameters with gradients and Adam's moments; one training slice's saved
-  activations, (1 + s̄)·(8d + d_t) + s̄·(D + d_t + 3H) + 3H + d values per root.
+* **memory**: the node memory (N × (d + mail) values, N update times, N mail gaps under ``memory_time:
+  event``), the stream, the temporal CSR and the edge features as inputs; parameters with gradients and Adam's
+  moments; one training slice's saved activations, (1 + s̄)·(8d + d_t) + s̄·(D + d_t + 3H) + 3H + d values per
+  root.
 """
 
 from __future__ import annotations
@@ -97,9 +100,11 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     d, dt, H = m.memory_dim, m.time_dim, m.hidden
     mail = 2 * d + D
 
-    def per_root(slots: float) -> float:
-        return 2.0 * ((1 + slots) * (dt + mail + d) * 3 * d + slots * (d + D + dt) * 2 * H + (d + dt) * H
-                      + (H + d) * H + H * H)
+    gru = (dt + mail + d) * 3 * d
+
+    def per_root(slots: float, updates: float | None = None) -> float:
+        updates = 1 + slots if updates is None else updates
+        return 2.0 * (updates * gru + slots * (d + D + dt) * 2 * H + (d + dt) * H + (H + d) * H + H * H)
 
     ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
     s_pos, s_neg, e_pos, e_neg = _slots(graph, m.neighbors)
@@ -118,18 +123,21 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     train_root = (2 * per_root(s_pos) + tm * per_root(s_neg)) * 3 * train_roots / (2 + tm)
     fixed = getattr(manifest, "eval_negatives", None)  # TGB's: their mean count per event
     negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
+    # memory_time: event: evaluation applies each written mail once (2 updates an event), not at every read
+    eager = m.memory_time == "event"
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
         # the events' own roots only update the memory (no neighbours); the distinct nodes are embedded
-        eval_root = 2 * per_root(0.0) + distinct(b * (2 + negs)) / b * per_root(e_neg)
+        eval_root = (2 * per_root(0.0, 1.0 if eager else None)
+                     + distinct(b * (2 + negs)) / b * per_root(e_neg, 0.0 if eager else None))
     else:
-        eval_root = 2 * per_root(e_pos) + negs * per_root(e_neg)
+        eval_root = (2 * per_root(e_pos, 1.0 if eager else None) + negs * per_root(e_neg, 0.0 if eager else None))
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
                      for b0, b1 in plan.segments)
     n_eval = ev_hi - ev_lo
     eval_batches = plan.batches("val") + plan.batches("test")
     train_flops = seg_events / i * train_root
-    eval_flops = n_eval / (i * j) * eval_root
+    eval_flops = n_eval / (i * j) * eval_root + (2.0 * n * gru / (i * j) if eager else 0.0)  # + pending mails
     iters = plan.iterations()
     compute = ((train_flops + eval_flops) / rates.dense(H)
                + (iters * _CALLS["train"] + eval_batches * _CALLS["eval"]) * rates.op_seconds)
@@ -144,7 +152,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         tags["memory.eval"] = 8.0 * (1 + negs) * n_eval + _ENVELOPE * eval_batches * i * j
         a2a_lat, a2a_bw = rates.collective("alltoall", i * j)
         comm += (iters + 2 * eval_batches) * a2a_lat + tags["memory.eval"] / (i * j) / a2a_bw
-    node_memory = n * (d + mail) * item + n * 8
+    node_memory = n * (d + mail) * item + n * 8 * (2 if eager else 1)  # times (and mails' gaps)
     stream = e * (8 + 8 + 8) + e * D * item  # src, dst as int64, t float64; the features at train.dtype
     csr = TemporalNeighbors.index_bytes(e, n)
     inputs = float(node_memory + stream + csr)

@@ -18,7 +18,7 @@ def build_model(job: JobConfig, manifest) -> TGN:
     m = job.model
     scale = (getattr(manifest, "time_gap", None) or 1.0) if m.time_scale == "auto" else m.time_scale
     return TGN(manifest.num_vertices, manifest.edge_feature_dim, m.memory_dim, m.time_dim, m.hidden, m.heads,
-               m.static_memory == "on", m.time_encoding == "learnable", scale)
+               m.static_memory == "on", m.time_encoding == "learnable", scale, m.memory_time == "event")
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:

@@ -1,12 +1,12 @@
 """D1 partitioning by graph chunks (DGC §4), D2 chunk fusion (§5.1), D3 stale aggregation (§5.2).
 
-Rank 0 builds the spatio-temporal super-graph, cuts it by size-capped label propagation and assigns chunks by
-Alg. 1 / Eq. 3 (:mod:`hpcdgnn.partition.chunks`); an inactive (v, t) goes to v's *RNN owner* (the rank owning
-most of v's active appearances within a balanced share of time-encoder rows). Per layer, exactly: the GCN rows come from a halo all-to-all as under
-:mod:`~hpcdgnn.strategies.vertex`, and an index all-to-all moves each appearance to v's RNN owner and back (rows
-already there move nothing). Spatial fusion (D2, §5.1.1) aggregates groups of chunks under
-``fusion_memory_mb``; ``sequences: active`` runs the time encoder over active appearances only, packed end to
-end by temporal fusion (§5.1.2, Eq. 4–5). Stale aggregation (D3) applies to the GCN halo only.
+Rank 0 builds the spatio-temporal super-graph, cuts it by size-capped label propagation and assigns chunks by Alg.
+1 / Eq. 3 (:mod:`hpcdgnn.partition.chunks`); an inactive (v, t) goes to v's *RNN owner* (the rank owning most of
+v's active appearances within a balanced share of time-encoder rows). Per layer, exactly: the GCN rows come from a
+halo all-to-all as under :mod:`~hpcdgnn.strategies.vertex`, and an index all-to-all moves each appearance to v's
+RNN owner and back (rows already there move nothing). Spatial fusion (D2, §5.1.1) aggregates groups of chunks under
+``fusion_memory_mb``; ``sequences: active`` runs the time encoder over active appearances only, packed end to end
+by temporal fusion (§5.1.2, Eq. 4–5). Stale aggregation (D3) applies to the GCN halo only.
 """
 
 from __future__ import annotations

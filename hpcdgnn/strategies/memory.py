@@ -81,6 +81,9 @@ class MemoryStrategy(Strategy[EventBatch]):
     """DistTGL's i×j×k parallelism."""
 
     setup_work = "read the event stream + temporal neighbour index"
+    #: under ``memory_time: event`` evaluation applies each mail once, when written (False: at every read, as
+    #: training does; the same values — tests compare the two)
+    eager = True
 
     @classmethod
     def keeps_rank_state(cls, opts) -> bool:
@@ -138,7 +141,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         self.group = self.comm.split(self.c) if self.comm.size > 1 else None
         np_dtype = np.float64 if self.ctx.dtype == torch.float64 else np.float32
         self.memory = NodeMemory(self.group, m.num_vertices, model.memory_dim, model.mail_dim, np_dtype,
-                                 t0=float(self.t[0]) if self.t.shape[0] else 0.0)
+                                 t0=float(self.t[0]) if self.t.shape[0] else 0.0, gaps=model.event_time)
         self.pool = ThreadPoolExecutor(1) if job.strategy.prefetch == "on" else None
         self._fifo: deque[_Work] = deque()
         self._next: tuple[tuple, Future] | None = None
@@ -240,8 +243,10 @@ class MemoryStrategy(Strategy[EventBatch]):
         if self.pool is not None and key is not None:
             self._next = (key, self.pool.submit(self._work, *key))
 
-    def _write(self, work: _Work, s_new: torch.Tensor) -> None:
-        """Write memories and mails of the slice's positive events (each node's last occurrence, TGL order)."""
+    def _write(self, work: _Work, s_new: torch.Tensor, apply=None) -> None:
+        """Write memories and mails of the slice's positive events (each node's last occurrence, TGL order);
+        ``apply`` (evaluation under ``memory_time: event``): the model's ``apply_mail``, run on the written rows at
+        once, so that reads find them updated (gap NaN) instead of each read updating them again."""
         ev, n = work.events, work.events.shape[0]
         if n == 0:
             return
@@ -257,8 +262,13 @@ class MemoryStrategy(Strategy[EventBatch]):
         rev_unique, rev_first = np.unique(nodes[::-1], return_index=True)
         last = 2 * n - 1 - rev_first
         keep = ~np.isin(rev_unique, work.later, assume_unique=True)
-        last = last[keep]
-        self.memory.write(rev_unique[keep], mem[last].numpy(), times[last], mail[last].numpy())
+        last, nodes = last[keep], rev_unique[keep]
+        if apply is None:
+            self.memory.write(nodes, mem[last].numpy(), times[last], mail[last].numpy())
+            return
+        gap = times[last] - self.memory.times[nodes]
+        new = apply(mail[last].to(self.ctx.device), mem[last].to(self.ctx.device), gap).cpu()
+        self.memory.write(nodes, new.numpy(), times[last], mail[last].numpy(), np.full(nodes.shape[0], np.nan))
 
     def _order(self) -> None:
         """The group barrier between an iteration's reads and its writes (§3.3)."""
@@ -330,9 +340,13 @@ class MemoryStrategy(Strategy[EventBatch]):
         part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
         backup = self.memory.state() if self.memory.leader else None
         m = self.ctx.job.task.eval_negatives
+        # memory_time: event: every mail applied once (the pending ones now, each new one when written)
+        apply = model.apply_mail if model.event_time and self.eager else None
         # embed's recorder (hpcdgnn.train.inference) asks for every vertex's z at the end of each split
         record = getattr(task, "record_nodes", None)
         with torch.no_grad():
+            if apply is not None:
+                self._apply_pending(apply, part, parts)
             if record is not None:
                 self._embed_vertices(model, "train", part, parts, record)
             for split in ("val", "test"):
@@ -342,7 +356,7 @@ class MemoryStrategy(Strategy[EventBatch]):
                     self._order()
                     z, s_new = model(work.inp)
                     pos, neg = task.scores(EventEmbeddings(_rows(z, work), work.events.shape[0], work.negatives))
-                    self._write(work, s_new)
+                    self._write(work, s_new, apply)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
                         (pos, neg), tag="memory.eval")  # also orders these writes before the next reads
@@ -361,6 +375,19 @@ class MemoryStrategy(Strategy[EventBatch]):
         self._order()
         self._eval_seconds = time.perf_counter() - t0
         return stats
+
+    def _apply_pending(self, apply, part: int, parts: int) -> None:
+        """Apply the pending mail of every node of slice ``part``/``parts`` (``memory_time: event``'s evaluation),
+        then wait for the group: each node's row changes value-for-value nothing, only when its update runs."""
+        v0, v1 = _slice(0, self.ctx.manifest.num_vertices, part, parts)
+        nodes = np.arange(v0, v1)[~np.isnan(self.memory.gaps[v0:v1])]
+        step = 65536  # rows per product: bounded temporaries at any N
+        for a in range(0, nodes.shape[0], step):
+            rows = self.memory.read(nodes[a : a + step], self.ctx.device)
+            new = apply(rows.mail, rows.mem, rows.gap).cpu().numpy()
+            self.memory.write(nodes[a : a + step], new, rows.mem_ts, rows.mail.cpu().numpy(),
+                              np.full(new.shape[0], np.nan))
+        self._order()
 
     def _embed_vertices(self, model, split: str, part: int, parts: int, record) -> None:
         """z_v(t) of slice ``part``/``parts`` of the vertices, t the time of the split's last event, from the

@@ -1,9 +1,11 @@
 """One copy of the node memory of a memory group: states, last-update times, mailboxes (DistTGL §3.3, SPEC M2).
 
-A row per node: memory s_v, one mail [s_u ‖ s_v ‖ e] (most-recent COMB), and τ_v in float64 (Unix-second
-times overflow float32's mantissa). τ starts at the stream's first time ``t0``, not 0, so the first Δt is not
-≈ 1e9. With several ranks per group the rows live once per node in an MPI-3 shared window
-(``MPI.Win.Allocate_shared``); the strategy orders accesses with barriers, this class only moves rows.
+A row per node: memory s_v, one mail [s_u ‖ s_v ‖ e] (most-recent COMB), and τ_v in float64 (Unix-second times
+overflow float32's mantissa). τ starts at the stream's first time ``t0``, not 0, so the first Δt is not ≈ 1e9.
+Under ``model.memory_time: event`` also the mail's gap τ_v − τ_v⁻ (0 before v's first event; NaN once the mail is
+applied to s_v, which only evaluation does). With several ranks per group the rows live once per node in an MPI-3
+shared window (``MPI.Win.Allocate_shared``); the strategy orders accesses with barriers, this class only moves
+rows.
 """
 
 from __future__ import annotations
@@ -26,57 +28,74 @@ class NodeMemory:
     """The memory copy of one group (``group`` None or size 1: private arrays); mail width 2d + D."""
 
     def __init__(self, group: Communicator | None, num_vertices: int, memory_dim: int, mail_dim: int,
-                 dtype: np.dtype, t0: float = 0.0) -> None:
+                 dtype: np.dtype, t0: float = 0.0, gaps: bool = False) -> None:
         self.group, self.d, self.t0 = group, memory_dim, float(t0)
         shape = (num_vertices, memory_dim + mail_dim)
         self._windows: list[Any] = []
+        self.gaps: np.ndarray | None = None
         if group is None or group.size == 1:
             self.values, self.times = np.zeros(shape, dtype=dtype), np.full(num_vertices, self.t0)
+            self.gaps = np.zeros(num_vertices) if gaps else None
             self.leader = True
         else:
             try:
                 self.values, wv = group.world.shared_array(shape, dtype, "strategy memory group")
                 self.times, wt = group.world.shared_array((num_vertices,), np.float64, "strategy memory group")
+                self._windows = [wv, wt]
+                if gaps:
+                    self.gaps, wg = group.world.shared_array((num_vertices,), np.float64, "strategy memory group")
+                    self._windows.append(wg)
             except RuntimeError as e:
                 raise ConfigError(f"rank {group.rank} of a memory group: {e}") from None
-            self._windows = [wv, wt]
             self.leader = group.rank == 0
             self.reset()
             group.barrier(tag="setup")
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the rows and their update times."""
-        return int(self.values.nbytes + self.times.nbytes)
+        """Bytes of the rows, their update times and (``memory_time: event``) their mails' gaps."""
+        return int(self.values.nbytes + self.times.nbytes + (0 if self.gaps is None else self.gaps.nbytes))
 
     def reset(self) -> None:
-        """Zero every row, τ = t0 (the group leader; the caller's next barrier publishes it)."""
+        """Zero every row (and gap), τ = t0 (the group leader; the caller's next barrier publishes it)."""
         if self.leader:
             self.values[:] = 0
             self.times[:] = self.t0
+            if self.gaps is not None:
+                self.gaps[:] = 0.0
 
     def read(self, nodes: np.ndarray, device: torch.device = _CPU) -> MemoryRows:
         """Copies of the rows of ``nodes`` (ascending, unique), on ``device`` (times stay on the host)."""
         rows = self.values[nodes]
         t = torch.from_numpy(rows).to(device)
-        return MemoryRows(mem=t[:, : self.d], mem_ts=self.times[nodes].copy(), mail=t[:, self.d :])
+        return MemoryRows(mem=t[:, : self.d], mem_ts=self.times[nodes].copy(), mail=t[:, self.d :],
+                          gap=None if self.gaps is None else self.gaps[nodes].copy())
 
-    def write(self, nodes: np.ndarray, mem: np.ndarray, times: np.ndarray, mail: np.ndarray) -> None:
-        """Set the rows of ``nodes`` (unique) to memory ``mem``, update time ``times`` and mail ``mail``."""
+    def write(self, nodes: np.ndarray, mem: np.ndarray, times: np.ndarray, mail: np.ndarray,
+              gaps: np.ndarray | None = None) -> None:
+        """Set the rows of ``nodes`` (unique) to memory ``mem``, update time ``times``, mail ``mail`` and (with
+        gaps kept) the mail's gap ``gaps``: by default each node's time since its last update, τ_new − τ_old."""
         if nodes.shape[0]:
+            if self.gaps is not None:
+                self.gaps[nodes] = times - self.times[nodes] if gaps is None else gaps
             self.values[nodes, : self.d] = mem
             self.values[nodes, self.d :] = mail
             self.times[nodes] = times
 
     def state(self) -> dict[str, np.ndarray]:
         """A copy of every row (for checkpoints)."""
-        return {"values": self.values.copy(), "times": self.times.copy()}
+        out = {"values": self.values.copy(), "times": self.times.copy()}
+        if self.gaps is not None:
+            out["gaps"] = self.gaps.copy()
+        return out
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """Set every row from :meth:`state`'s dict (the group leader writes; as :meth:`reset`)."""
         if self.leader:
             self.values[:] = state["values"]
             self.times[:] = state["times"]
+            if self.gaps is not None:
+                self.gaps[:] = state["gaps"]
 
     def close(self) -> None:
         """Free the shared-memory windows (none with private arrays)."""

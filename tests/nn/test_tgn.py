@@ -307,6 +307,30 @@ def test_memory_update_is_the_gru_cell():
     same(net._gru(mail, mem, rows, phi), net.updater(torch.cat([mail[rows], phi], 1), mem[rows]))
 
 
+def test_event_time_update_reads_the_mails_gap_not_the_query_time():
+    """``memory_time: event``: s' = GRUCell([m ‖ Φ(gap)], s) whatever the occurrence's time (TGN §3.1, PyG), a
+    row whose mail is applied (gap NaN) keeps its s; ``query`` (TGL) moves with the query time."""
+    torch.manual_seed(0)
+    net = TGN(N, D, MEM, TDIM, HID, HEADS, static_memory=False, event_time=True).double()
+    src, dst, t, efeat = stream(4)
+    roots = np.array([0, 1, 2, 1])
+    inp = build_input(src, dst, t, efeat, roots, np.array([10.0, 10.0, 10.0, 25.0]))
+    gap = np.random.default_rng(1).uniform(0, 3, inp.unique.shape[0])
+    gap[np.searchsorted(inp.unique, 2)] = np.nan  # node 2's mail already applied
+    inp.memory.gap = gap
+    m = inp.memory
+    rows = np.searchsorted(inp.unique, roots)
+    _, s_new = net(inp)
+    want = net.updater(torch.cat([m.mail, net.time(torch.from_numpy(np.nan_to_num(gap)))], 1), m.mem)
+    for r, row in zip(range(4), rows, strict=True):
+        same(s_new[r], m.mem[row] if roots[r] == 2 else want[row], roots[r])
+    same(s_new[1], s_new[3])  # node 1 at times 10 and 25: one value
+    net.event_time = False
+    inp.memory.gap = None
+    _, s_query = net(inp)
+    assert not torch.allclose(s_query[1], s_query[3])
+
+
 def test_time_encoding_fixed_by_default_learnable_on_request():
     """Φ's w, b are buffers by default (GraphMixer's fixed encoder: saved, converted with the model, never given a
     gradient); ``time_learnable`` makes them TGAT's parameters, which the loss then moves. Both start equal."""
@@ -420,6 +444,25 @@ def test_node_memory_round_trip():
     assert not nm.values.any() and not nm.times.any()
     nm.write(np.zeros(0, np.int64), np.zeros((0, MEM)), np.zeros(0), np.zeros((0, 2 * MEM + D)))
     nm.close()
+
+
+def test_node_memory_keeps_each_mails_gap_under_event_time():
+    """With gaps (``memory_time: event``): 0 before a node's first mail, τ_new − τ_old on each write (or the
+    writer's own, NaN for an applied mail), saved, restored and reset with the rows; 8 bytes a node more."""
+    nm = NodeMemory(None, N, MEM, 2 * MEM + D, np.float64, t0=1.0, gaps=True)
+    assert nm.nbytes == N * (3 * MEM + D) * 8 + 2 * N * 8
+    np.testing.assert_array_equal(nm.read(np.array([2])).gap, [0.0])
+    row = np.ones((1, MEM)), np.ones((1, 2 * MEM + D))
+    nm.write(np.array([2]), row[0], np.array([4.0]), row[1])
+    nm.write(np.array([2]), row[0], np.array([6.5]), row[1])
+    np.testing.assert_array_equal(nm.read(np.array([2, 3])).gap, [2.5, 0.0])
+    state = nm.state()
+    nm.write(np.array([2]), row[0], np.array([9.0]), row[1], np.array([np.nan]))
+    assert np.isnan(nm.read(np.array([2])).gap[0])
+    nm.load(state)
+    np.testing.assert_array_equal(nm.read(np.array([2])).gap, [2.5])
+    nm.reset()
+    assert not nm.gaps.any() and NodeMemory(None, N, MEM, 2 * MEM + D, np.float64).read(np.array([0])).gap is None
 
 
 def test_write_keeps_each_nodes_last_occurrence_and_leaves_later_nodes():

@@ -68,12 +68,14 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
 
     per_batch = ("task.eval_protocol=per_batch",)
     train_batch = ("task.train_protocol=per_batch",)
+    event = ("model.memory_time=event", "task.eval_protocol=per_batch")  # TGN's own time term, applied eagerly
 
     def runs(tag, *more):
         return [(job, tmp_path / f"{tag}", (*over, *more)),
                 (job, tmp_path / f"{tag}-learnable", (*over, *learnable, *more)),
                 (job, tmp_path / f"{tag}-per-batch", (*over, *per_batch, *more)),
-                (job, tmp_path / f"{tag}-train-per-batch", (*over, *train_batch, *more))]
+                (job, tmp_path / f"{tag}-train-per-batch", (*over, *train_batch, *more)),
+                (job, tmp_path / f"{tag}-event", (*over, *event, *more))]
 
     refs = _losses_many(launcher, None, runs("p1"))
     # PyG's evaluation protocol ranks other views of the same negatives; training is the same
@@ -81,11 +83,15 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
     assert refs[2][1][-1]["test_mrr"] != refs[0][1][-1]["test_mrr"]
     # PyG's training protocol embeds other roots: other losses, exact across i all the same (below)
     assert not np.allclose(refs[3][0], refs[0][0], rtol=1e-3)
-    # the planner's inputs are what the run reports holding: the node memory, stream, index and features
-    one = json.loads((tmp_path / "p1" / "summary.json").read_text())["memory"]
-    pred = plan_job(load_job(job, list(over)), load_event_manifest(college_seconds), str(college_seconds), [1],
-                    MachineRates())[0]
-    assert pred.memory_parts["inputs"] == one["engine_bytes"][0] + one["host_payload_bytes"][0]
+    # the event-time memory update is another model: other losses from the second batch on
+    assert not np.allclose(refs[4][0], refs[2][0], rtol=1e-3)
+    # the planner's inputs are what the run reports holding: the node memory (with its gaps), stream, index and
+    # features
+    for tag, more in (("p1", ()), ("p1-event", event)):
+        one = json.loads((tmp_path / tag / "summary.json").read_text())["memory"]
+        pred = plan_job(load_job(job, [*over, *more]), load_event_manifest(college_seconds), str(college_seconds),
+                        [1], MachineRates())[0]
+        assert pred.memory_parts["inputs"] == one["engine_bytes"][0] + one["host_payload_bytes"][0], tag
     for ref, recs1 in refs:
         assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
         assert 0 < recs1[-1]["val_mrr"] <= 1 and 0 < recs1[-1]["test_ap"] <= 1
@@ -93,14 +99,15 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
     for i in (2, 3):
         for (ref, recs1), (got, recs), name in zip(
                 refs, _losses_many(launcher, i, runs(f"p{i}", f"strategy.minibatch={i}")),
-                ("fixed", "learnable", "per_batch", "train_per_batch"), strict=True):
+                ("fixed", "learnable", "per_batch", "train_per_batch", "event"), strict=True):
             np.testing.assert_allclose(got, ref, rtol=1e-9, err_msg=f"i={i} {name}")
             for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
                 assert recs[-1][key] == pytest.approx(recs1[-1][key], rel=1e-9), (i, name, key)
             assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "memory.order", "memory.eval"}
             # the planner's prediction of the same job (hpcdgnn plan): the gradient bytes exactly, the scores to 1 %
             data = college_seconds if name == "fixed" else college
-            extra = {"learnable": learnable, "per_batch": per_batch, "train_per_batch": train_batch}.get(name, ())
+            extra = {"learnable": learnable, "per_batch": per_batch, "train_per_batch": train_batch,
+                     "event": event}.get(name, ())
             more = [*over, *extra, f"strategy.minibatch={i}"]
             pred = plan_job(load_job(job, more), load_event_manifest(data), str(data), [i], MachineRates())[0]
             measured = recs[-1]["bytes_by_tag"]
@@ -122,6 +129,29 @@ def test_time_encoding_reads_the_same_in_any_unit(launcher, college, college_sec
     (s_auto, _), (s_one, _), (d_auto, _), (d_one, _) = _losses_many(launcher, None, runs)
     np.testing.assert_allclose(d_auto, s_auto, rtol=1e-9)
     assert not np.allclose(d_one, s_one, rtol=1e-3)
+
+
+@pytest.mark.parametrize("protocol", ["per_event", "per_batch"])
+def test_event_time_evaluation_applies_each_mail_once_to_the_same_scores(college_seconds, tmp_path, monkeypatch,
+                                                                        protocol):
+    """Under ``model.memory_time: event`` a node's updated memory depends on its stored row alone, so evaluation
+    applies each mail when it is written instead of at every read: the same MRR and AP (float64), bit for bit
+    here, as updating at each read (``MemoryStrategy.eager`` off), and the training it follows is untouched."""
+    import hpcdgnn
+    from hpcdgnn.strategies.memory import MemoryStrategy
+
+    job = _job(tmp_path, college_seconds)
+    over = ["model.memory_time=event", f"task.eval_protocol={protocol}"]
+    recs = {}
+    for eager in (True, False):
+        monkeypatch.setattr(MemoryStrategy, "eager", eager)
+        hpcdgnn.train(job, overrides=over, output=tmp_path / f"eager-{eager}")
+        recs[eager] = read_metrics(tmp_path / f"eager-{eager}")
+    for a, b in zip(recs[True], recs[False], strict=True):
+        assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"]
+        for key in ("val_mrr", "test_mrr", "val_ap", "test_ap"):
+            assert a[key] == pytest.approx(b[key], rel=1e-12, abs=1e-15), key
+    assert 0 < recs[True][-1]["test_mrr"] < 1
 
 
 def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):

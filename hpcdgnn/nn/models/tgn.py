@@ -3,6 +3,7 @@
 For root occurrences (v_r, t_r) and their ``k`` most recent neighbours u_rj (events before t_r)::
 
     s'_w(t) = GRUCell([m_w ‖ Φ(t − τ_w)], s_w),   h_w(t) = s'_w(t) [+ S_w]       (memory updater, no BPTT)
+    (memory_time: event)  s'_w = GRUCell([m_w ‖ Φ(τ_w − τ_w⁻)], s_w)          (τ_w⁻: w's event before τ_w)
     q_r  = W_q [h_{v_r} ‖ Φ(0)],   k_rj, v_rj = W_k, W_v [h_{u_rj} ‖ e_rj ‖ Φ(t_r − t_rj)]
     α_r  = softmax_j(LeakyReLU_0.2(q_r · k_rj))   per head, over real neighbours only
     z_r  = LayerNorm(ReLU(W_o [Σ_j α_rj v_rj ‖ h_{v_r}]))
@@ -11,6 +12,12 @@ For root occurrences (v_r, t_r) and their ``k`` most recent neighbours u_rj (eve
 w and b stay fixed by default (GraphMixer §3.1's fixed encoder): trained, as in TGAT, their gradients carry
 Δt, so on raw-second timestamps a rounding difference between two rank counts grows through training. s is
 the stream's median gap between events by default, so Φ is the same whatever unit the timestamps count in.
+
+The time term of the memory update is TGL's and DistTGL's (§2.1) by default, the time since the mail at each
+read, t − τ_w; with ``memory_time: event`` it is TGN's own (Rossi et al. §3.1, PyG's ``TGNMemory``), the gap
+between w's mail and its event before, fixed when the mail is written: s'_w then depends on the stored row
+alone, so a pass without gradients (evaluation) can apply each mail once, when it is written, instead of at
+every read of w (:class:`MemoryRows`' ``gap`` NaN: applied).
 
 S is DistTGL §3.1's static memory. No dropout (runs on any number of ranks compare exactly)."""
 
@@ -49,6 +56,11 @@ class TGNOptions(ModelConfig):
     trained w, b (DistTGL, TGL), whose gradients scale with Δt/s: well conditioned only while Δt/s stays small
     (e.g. days with ``time_scale: 1``); otherwise ``minibatch: i`` departs from one rank by rounding grown through
     training."""
+    memory_time: Literal["query", "event"] = "query"
+    """The memory update's time term: ``query``, Φ(t − τ_w) of the time since w's mail at each read (TGL,
+    DistTGL §2.1); ``event``, Φ(τ_w − τ_w⁻) of the gap between w's mail and its event before (TGN §3.1, PyG's
+    ``TGNMemory``), which evaluation applies once per mail instead of at every read (faster with many
+    negatives)."""
     neighbors: int = 10
     """Most recent temporal neighbours the attention layer reads per node (DistTGL: 10)."""
     heads: int = 2
@@ -100,11 +112,14 @@ class TimeEncoding(nn.Module):
 
 @dataclass
 class MemoryRows:
-    """The memory of ``TGNInput.unique`` as read at the batch start: s (U, d), τ (U,) float64, mail (U, m)."""
+    """The memory of ``TGNInput.unique`` as read at the batch start: s (U, d), τ (U,) float64, mail (U, m), and
+    under ``memory_time: event`` the mail's gap τ_w − τ_w⁻ (U,) float64, NaN where the mail is already applied
+    to s (None under ``query``)."""
 
     mem: torch.Tensor
     mem_ts: np.ndarray
     mail: torch.Tensor
+    gap: np.ndarray | None = None
 
 
 @dataclass
@@ -143,14 +158,17 @@ class TGN(nn.Module):
         static_memory: add the static table S (N, d).
         time_learnable: train Φ's w and b (TGAT) rather than keep them fixed (GraphMixer).
         time_scale: s, the unit of Δt in Φ.
+        event_time: ``memory_time: event``'s time term (the mail's gap) rather than the query's.
 
     Shapes:
         R roots with k neighbours (:class:`TGNInput`) -> z (R, hidden), s'_v(t_r) (R, d) or None."""
 
     def __init__(self, num_vertices: int, edge_dim: int, memory_dim: int, time_dim: int, hidden: int, heads: int,
-                 static_memory: bool, time_learnable: bool = False, time_scale: float = 1.0) -> None:
+                 static_memory: bool, time_learnable: bool = False, time_scale: float = 1.0,
+                 event_time: bool = False) -> None:
         super().__init__()
         self.memory_dim, self.edge_dim, self.hidden, self.heads = memory_dim, edge_dim, hidden, heads
+        self.event_time = bool(event_time)
         self.mail_dim = 2 * memory_dim + edge_dim
         self.out_features = hidden
         self.time = TimeEncoding(time_dim, time_learnable, time_scale)
@@ -219,9 +237,30 @@ class TGN(nn.Module):
             return static, None
         rows = np.searchsorted(inp.unique, nodes)
         m = inp.memory
-        dt = torch.from_numpy(t - m.mem_ts[rows]).to(dev, m.mem.dtype)
-        s_new = self._gru(m.mail, m.mem, torch.from_numpy(rows).to(dev), self.time(dt))
+        if m.gap is None:
+            dt = torch.from_numpy(t - m.mem_ts[rows]).to(dev, m.mem.dtype)
+            s_new = self._gru(m.mail, m.mem, torch.from_numpy(rows).to(dev), self.time(dt))
+        else:  # the time of each node's row alone: its update once per node, whatever the occurrences' times
+            s_new = self.apply_mail(m.mail, m.mem, m.gap)[torch.from_numpy(rows).to(dev)]
         return (s_new if static is None else s_new + static), s_new
+
+    def apply_mail(self, mail: torch.Tensor, mem: torch.Tensor, gap: np.ndarray) -> torch.Tensor:
+        """``memory_time: event``'s s' = GRUCell([m ‖ Φ(gap)], s) of every row; a row whose gap is NaN (its mail
+        already applied) keeps s.
+
+        Shapes:
+            mail (U, mail_dim), mem (U, d), gap (U,) float64 -> (U, d)."""
+        pending = ~np.isnan(gap)
+        dev = mem.device
+        if pending.all():
+            rows = torch.arange(mem.shape[0], device=dev)
+            return self._gru(mail, mem, rows, self.time(torch.from_numpy(gap).to(dev, mem.dtype)))
+        out = mem.clone()
+        if pending.any():
+            at = torch.from_numpy(np.flatnonzero(pending)).to(dev)
+            out[at] = self._gru(mail[at], mem[at], torch.arange(at.shape[0], device=dev),
+                                self.time(torch.from_numpy(gap[pending]).to(dev, mem.dtype)))
+        return out
 
     def _gru(self, mail: torch.Tensor, mem: torch.Tensor, rows: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
         """``self.updater`` on [mail[rows] ‖ phi] and mem[rows], the mail and memory products once per node."""
