@@ -274,7 +274,8 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--window", type=int, default=3, help="TM-GCN window, model.window (default 3)")
     pf.add_argument("--samples", type=int, default=600, help="random chunks to time (default 600; 20%% held out)")
     pf.add_argument("--max-size", type=int, default=4096,
-                    help="largest random chunk in appearances, as strategy.chunk_size (default 4096)")
+                    help="largest random chunk in appearances (default 4096, the largest strategy.chunk_size: auto "
+                    "takes)")
     pf.add_argument("--data", metavar="DIR", help="draw the chunks from this dataset instead of a generated graph")
     pf.add_argument("--vertices", type=int, default=2048, help="generated graph: N (default 2048)")
     pf.add_argument("--snapshots", type=int, default=32, help="generated graph: T (default 32)")
