@@ -40,7 +40,8 @@ def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | 
     L, H, F = job.model.layers, job.model.hidden, manifest.num_features
     g = build_supergraph(snaps, N, spatial_weight=L * max(F, H), temporal_weight=L * H)
     cap = job.strategy.chunk_size
-    labels, iters = label_propagation(g, max_size=default_chunk_size(g.num_nodes, P) if cap == "auto" else cap)
+    cap = default_chunk_size(g.num_nodes, P) if cap == "auto" else cap
+    labels, iters = label_propagation(g, max_size=cap)
     stats = chunk_stats(g, labels)
     work = chunk_work(job, F, g, labels, stats)  # DGC §4.2: count, or the profiled MLPs
     chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
@@ -55,7 +56,7 @@ def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | 
               "chunk_work": float(load[p])} for p in range(P)]
     chunks = ChunkAssignment(chunk=chunk, chunk_owner=chunk_owner, rnn_owner=rnn_owner,
                              num_chunks=int(stats["num_chunks"]), lp_iterations=int(iters),
-                             cut_fraction=stats["cut_weight"] / max(stats["total_weight"], 1e-300))
+                             cut_fraction=stats["cut_weight"] / max(stats["total_weight"], 1e-300), size_cap=int(cap))
     # no vertex ranges here (appearances are owned one by one); the task scores t on rank t mod P
     return PartitionPlan(kind="chunk", num_ranks=P, num_snapshots=T, num_vertices=N,
                          snapshot_owner=[t % P for t in range(T)], vertex_bounds=[0] * (P + 1),

@@ -55,15 +55,19 @@ class ChunkAssignment:
     chunk_owner: np.ndarray
     """(C,) rank of each chunk (Alg. 1 / Eq. 3)."""
     rnn_owner: np.ndarray
-    """(N,) RNN owner of each vertex: the rank holding most of its active appearances."""
+    """(N,) RNN owner of each vertex: the rank holding most of its active appearances, within a balanced share
+    (:func:`~hpcdgnn.partition.chunks.assign_rnn_owners`)."""
     num_chunks: int
     lp_iterations: int
     cut_fraction: float
     """Weight of the super-graph's edges between chunks over the total (DGC §4.1)."""
+    size_cap: int = 0
+    """The largest chunk label propagation allowed, in appearances (``chunk_size``, resolved when ``auto``)."""
 
     def summary(self) -> dict:
         """What ``plan.json`` records of the chunks."""
-        return {"num_chunks": self.num_chunks, "lp_iterations": self.lp_iterations, "cut_fraction": self.cut_fraction}
+        return {"num_chunks": self.num_chunks, "lp_iterations": self.lp_iterations, "cut_fraction": self.cut_fraction,
+                "size_cap": self.size_cap}
 
 
 @dataclass(frozen=True, kw_only=True)
