@@ -202,11 +202,10 @@ def assign_rnn_owners(vertex: np.ndarray, rank: np.ndarray, weight: np.ndarray, 
     """Each vertex's RNN owner: the rank holding most of its active appearances, within a balanced load.
 
     The time encoder runs after the GCN and an all-to-all, so its load is balanced on its own: rank p's load
-    Σ_{owner(v)=p} weight[v] stays within the mean plus the heaviest vertex (plus one more where the last
-    fill straddles). Vertices propose to the ranks holding their appearances, most appearances first and the
-    strongest claims first; a rank accepts while its load fits, the rest propose to their next such rank.
-    Vertices left over (no active appearance, or every such rank full) fill the room below the mean in vertex
-    order; those without rows to encode are dealt round-robin.
+    Σ_{owner(v)=p} weight[v] stays within the mean plus the heaviest vertex. Vertices propose to the ranks holding
+    their appearances, most appearances first and the strongest claims first; a rank accepts while its load fits,
+    the rest propose to their next such rank. Vertices left over (no active appearance, or every such rank full)
+    fill the room below the mean in vertex order; those without rows to encode are dealt round-robin.
 
     Args:
         vertex: the vertex of every active appearance.
@@ -254,7 +253,7 @@ def assign_rnn_owners(vertex: np.ndarray, rank: np.ndarray, weight: np.ndarray, 
         # the room below the mean (it holds their weight), filled in vertex order: each goes where its share ends
         room = np.cumsum(np.maximum(weight.sum() / P - load, 0.0))
         ends = np.cumsum(weight[heavy]) * (room[-1] / weight[heavy].sum())
-        owner[heavy] = np.minimum(np.searchsorted(room, ends), P - 1)
+        owner[heavy] = np.searchsorted(room, np.minimum(ends, room[-1]))  # the last end may round past room
     return owner
 
 

@@ -379,6 +379,7 @@ class MemoryStrategy(Strategy[EventBatch]):
     def _apply_pending(self, apply, part: int, parts: int) -> None:
         """Apply the pending mail of every node of slice ``part``/``parts`` (``memory_time: event``'s evaluation),
         then wait for the group: each node's row changes value-for-value nothing, only when its update runs."""
+        self._order()  # the leader's backup of the shared rows is complete before any rank rewrites them
         v0, v1 = _slice(0, self.ctx.manifest.num_vertices, part, parts)
         nodes = np.arange(v0, v1)[~np.isnan(self.memory.gaps[v0:v1])]
         step = 65536  # rows per product: bounded temporaries at any N

@@ -91,6 +91,10 @@ class NodeMemory:
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """Set every row from :meth:`state`'s dict (the group leader writes; as :meth:`reset`)."""
+        if ("gaps" in state) != (self.gaps is not None):
+            raise ConfigError("model.memory_time: the saved node memory was written under "
+                              f"{'event' if 'gaps' in state else 'query'}, this job sets "
+                              f"{'event' if self.gaps is not None else 'query'}; keep the run's model")
         if self.leader:
             self.values[:] = state["values"]
             self.times[:] = state["times"]

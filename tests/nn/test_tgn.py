@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hpcdgnn.data.temporal_neighbors import NeighborBlock, TemporalNeighbors
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput
 from hpcdgnn.strategies.memory import MemoryPlan, MemoryStrategy, _Work
 from hpcdgnn.strategies.node_memory import NodeMemory
@@ -463,6 +464,12 @@ def test_node_memory_keeps_each_mails_gap_under_event_time():
     np.testing.assert_array_equal(nm.read(np.array([2])).gap, [2.5])
     nm.reset()
     assert not nm.gaps.any() and NodeMemory(None, N, MEM, 2 * MEM + D, np.float64).read(np.array([0])).gap is None
+    # a checkpoint of the other time term is refused in one line naming the key, both ways
+    query = NodeMemory(None, N, MEM, 2 * MEM + D, np.float64)
+    with pytest.raises(ConfigError, match=r"model.memory_time: .* written under query, this job sets event"):
+        nm.load(query.state())
+    with pytest.raises(ConfigError, match=r"model.memory_time: .* written under event, this job sets query"):
+        query.load(state)
 
 
 def test_write_keeps_each_nodes_last_occurrence_and_leaves_later_nodes():

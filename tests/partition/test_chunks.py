@@ -137,6 +137,26 @@ def test_rnn_owners_of_vertices_without_appearances_fill_the_rest():
     assert assign_rnn_owners(np.zeros(0, int), np.zeros(0, int), np.zeros(0), 3).shape == (0,)
 
 
+def test_rnn_owner_loads_stay_within_the_mean_plus_the_heaviest_vertex():
+    """The bound of :func:`assign_rnn_owners` on adversarial inputs: skewed, zero and heavy-tailed weights, every
+    appearance on one rank; and the case where the last leftover's end rounded past the room (it went to a full
+    rank)."""
+    owner = assign_rnn_owners(np.array([2, 0, 2]), np.array([2, 2, 0]), np.array([0.3, 0.3, 0.1]), 3)
+    load = np.bincount(owner, weights=[0.3, 0.3, 0.1], minlength=3)
+    assert load.max() <= 0.7 / 3 + 0.3 + 1e-12
+    rng = np.random.default_rng(0)
+    for case in range(300):
+        N, P = int(rng.integers(1, 60)), int(rng.integers(1, 9))
+        A = int(rng.integers(0, 4 * N))
+        v = rng.integers(0, N, A)
+        r = np.zeros(A, np.int64) if case % 3 == 0 else rng.integers(0, P, A)
+        w = [rng.pareto(1.5, N), np.zeros(N), rng.integers(0, 3, N).astype(float)][case % 3] + (case % 2) * 0.5
+        owner = assign_rnn_owners(v, r, w, P)
+        assert owner.shape == (N,) and owner.min() >= 0 and owner.max() < P
+        load = np.bincount(owner, weights=w, minlength=P)
+        assert load.max() <= w.sum() / P + w.max() + 1e-9 * max(w.sum(), 1.0), case
+
+
 def test_chunk_plan_of_a_skewed_graph_balances_chunks_and_time_encoders(tmp_path):
     """DGC §7.3.1's skewed generator graph at P = 8: a fixed 4096 cap left chunks larger than a rank's share
     and one rank running most time encoders (λ ≈ 42 predicted); with the auto cap and balanced RNN owners every
