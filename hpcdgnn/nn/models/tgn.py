@@ -210,20 +210,24 @@ class TGN(nn.Module):
         w_kv, b_kv = torch.cat([self.w_k.weight, self.w_v.weight]), torch.cat([self.w_k.bias, self.w_v.bias])
         dt = torch.from_numpy((np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]).to(dev, h_u.dtype)
         rest = torch.cat([inp.neighbor_feat.reshape(R * k, -1)[real_t], self.time(dt)], dim=1)
-        kv = torch.addmm(nn.functional.linear(h_u, w_kv[:, :d], b_kv)[idx[R:]], rest, w_kv[:, d:].t())
+        # split, not slices: a split's backward joins the pieces' gradients once, where each slice's backward
+        # zero-fills a whole-width gradient and adds it to the others
+        w_kv_h, w_kv_rest = w_kv.split([d, w_kv.shape[1] - d], dim=1)
+        kv = torch.addmm(nn.functional.linear(h_u, w_kv_h, b_kv)[idx[R:]], rest, w_kv_rest.t())
+        k_real, v_real = kv.split(H, dim=1)
         # Φ(0) = cos(b) is one row for every root: its share of the query once
         phi0 = self.time(h_u.new_zeros(1))
-        q = nn.functional.linear(h_root, self.w_q.weight[:, :d]) + nn.functional.linear(
-            phi0, self.w_q.weight[:, d:], self.w_q.bias)
+        w_q_h, w_q_phi = self.w_q.weight.split([d, self.w_q.weight.shape[1] - d], dim=1)
+        q = nn.functional.linear(h_root, w_q_h) + nn.functional.linear(phi0, w_q_phi, self.w_q.bias)
         # attention over the real slots only; padded slots are -inf logits, a root without neighbours all zeros
         slot_root = torch.from_numpy(real // k).to(dev)
         logits_real = nn.functional.leaky_relu(
-            (q.view(R, heads, width)[slot_root] * kv[:, :H].view(S, heads, width)).sum(-1), 0.2)
+            (q.view(R, heads, width)[slot_root] * k_real.view(S, heads, width)).sum(-1), 0.2)
         logits = logits_real.new_full((R * k, heads), float("-inf")).index_put((real_t,), logits_real)
         empty = torch.from_numpy(~nb.mask.any(1)).to(dev).view(R, 1, 1)
         alpha = torch.softmax(logits.view(R, k, heads).masked_fill(empty, 0.0), dim=1).view(R * k, heads)[real_t]
         agg = kv.new_zeros(R, heads, width).index_add(
-            0, slot_root, alpha.unsqueeze(-1) * kv[:, H:].view(S, heads, width)).view(R, H)
+            0, slot_root, alpha.unsqueeze(-1) * v_real.view(S, heads, width)).view(R, H)
         z = self.norm(torch.relu(self.w_out(torch.cat([agg, h_root], dim=1))))
         return z, s_new
 
@@ -266,11 +270,13 @@ class TGN(nn.Module):
         """``self.updater`` on [mail[rows] ‖ phi] and mem[rows], the mail and memory products once per node."""
         g = self.updater
         m = mail.shape[1]
-        gi_node = nn.functional.linear(mail, g.weight_ih[:, :m], g.bias_ih)
+        w_mail, w_phi = g.weight_ih.split([m, g.weight_ih.shape[1] - m], dim=1)  # split: see forward
+        gi_node = nn.functional.linear(mail, w_mail, g.bias_ih)
         gh = nn.functional.linear(mem, g.weight_hh, g.bias_hh)[rows]
-        gi = torch.addmm(gi_node[rows], phi, g.weight_ih[:, m:].t())
+        gi = torch.addmm(gi_node[rows], phi, w_phi.t())
         # PyTorch's GRUCell: r, z = σ(gi + gh) on the first 2d columns; n = tanh(i_n + r·h_n); (1 − z)·n + z·s
         d = mem.shape[1]
-        r, z = torch.sigmoid(gi[:, : 2 * d] + gh[:, : 2 * d]).chunk(2, 1)
-        n = torch.tanh(torch.addcmul(gi[:, 2 * d :], r, gh[:, 2 * d :]))
+        (gi_rz, gi_n), (gh_rz, gh_n) = gi.split([2 * d, d], 1), gh.split([2 * d, d], 1)
+        r, z = torch.sigmoid(gi_rz + gh_rz).chunk(2, 1)
+        n = torch.tanh(torch.addcmul(gi_n, r, gh_n))
         return torch.addcmul(n, z, mem[rows] - n)
