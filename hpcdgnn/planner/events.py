@@ -125,13 +125,13 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
     # memory_time: event: evaluation applies each written mail once (2 updates an event), not at every read
     eager = m.memory_time == "event"
+    own, read = (1.0, 0.0) if eager else (None, None)  # memory updates of an event's own roots, of a read one
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
         # the events' own roots only update the memory (no neighbours); the distinct nodes are embedded
-        eval_root = (2 * per_root(0.0, 1.0 if eager else None)
-                     + distinct(b * (2 + negs)) / b * per_root(e_neg, 0.0 if eager else None))
+        eval_root = 2 * per_root(0.0, own) + distinct(b * (2 + negs)) / b * per_root(e_neg, read)
     else:
-        eval_root = (2 * per_root(e_pos, 1.0 if eager else None) + negs * per_root(e_neg, 0.0 if eager else None))
+        eval_root = 2 * per_root(e_pos, own) + negs * per_root(e_neg, read)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
                      for b0, b1 in plan.segments)
     n_eval = ev_hi - ev_lo

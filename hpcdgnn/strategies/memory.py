@@ -245,8 +245,8 @@ class MemoryStrategy(Strategy[EventBatch]):
 
     def _write(self, work: _Work, s_new: torch.Tensor, apply=None) -> None:
         """Write memories and mails of the slice's positive events (each node's last occurrence, TGL order);
-        ``apply`` (evaluation under ``memory_time: event``): the model's ``apply_mail``, run on the written rows at
-        once, so that reads find them updated (gap NaN) instead of each read updating them again."""
+        ``apply`` (evaluation under ``memory_time: event``, :meth:`_applier`): run on the written rows at once, so
+        that reads find them updated instead of each read updating them again."""
         ev, n = work.events, work.events.shape[0]
         if n == 0:
             return
@@ -262,13 +262,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         rev_unique, rev_first = np.unique(nodes[::-1], return_index=True)
         last = 2 * n - 1 - rev_first
         keep = ~np.isin(rev_unique, work.later, assume_unique=True)
-        last, nodes = last[keep], rev_unique[keep]
-        if apply is None:
-            self.memory.write(nodes, mem[last].numpy(), times[last], mail[last].numpy())
-            return
-        gap = times[last] - self.memory.times[nodes]
-        new = apply(mail[last].to(self.ctx.device), mem[last].to(self.ctx.device), gap).cpu()
-        self.memory.write(nodes, new.numpy(), times[last], mail[last].numpy(), np.full(nodes.shape[0], np.nan))
+        last = last[keep]
+        self.memory.write(rev_unique[keep], mem[last].numpy(), times[last], mail[last].numpy(), apply)
 
     def _order(self) -> None:
         """The group barrier between an iteration's reads and its writes (§3.3)."""
@@ -341,7 +336,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         backup = self.memory.state() if self.memory.leader else None
         m = self.ctx.job.task.eval_negatives
         # memory_time: event: every mail applied once (the pending ones now, each new one when written)
-        apply = model.apply_mail if model.event_time and self.eager else None
+        apply = self._applier(model) if model.event_time and self.eager else None
         # embed's recorder (hpcdgnn.train.inference) asks for every vertex's z at the end of each split
         record = getattr(task, "record_nodes", None)
         with torch.no_grad():
@@ -376,18 +371,17 @@ class MemoryStrategy(Strategy[EventBatch]):
         self._eval_seconds = time.perf_counter() - t0
         return stats
 
+    def _applier(self, model):
+        """``model.apply_mail`` on this rank's device, from and to host tensors (:meth:`NodeMemory.write`)."""
+        dev = self.ctx.device
+        return lambda mail, mem, gap: model.apply_mail(mail.to(dev), mem.to(dev), gap).cpu()
+
     def _apply_pending(self, apply, part: int, parts: int) -> None:
         """Apply the pending mail of every node of slice ``part``/``parts`` (``memory_time: event``'s evaluation),
         then wait for the group: each node's row changes value-for-value nothing, only when its update runs."""
         self._order()  # the leader's backup of the shared rows is complete before any rank rewrites them
         v0, v1 = _slice(0, self.ctx.manifest.num_vertices, part, parts)
-        nodes = np.arange(v0, v1)[~np.isnan(self.memory.gaps[v0:v1])]
-        step = 65536  # rows per product: bounded temporaries at any N
-        for a in range(0, nodes.shape[0], step):
-            rows = self.memory.read(nodes[a : a + step], self.ctx.device)
-            new = apply(rows.mail, rows.mem, rows.gap).cpu().numpy()
-            self.memory.write(nodes[a : a + step], new, rows.mem_ts, rows.mail.cpu().numpy(),
-                              np.full(new.shape[0], np.nan))
+        self.memory.apply_pending(np.arange(v0, v1), apply)
         self._order()
 
     def _embed_vertices(self, model, split: str, part: int, parts: int, record) -> None:

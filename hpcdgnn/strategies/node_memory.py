@@ -10,6 +10,7 @@ rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,15 +73,29 @@ class NodeMemory:
                           gap=None if self.gaps is None else self.gaps[nodes].copy())
 
     def write(self, nodes: np.ndarray, mem: np.ndarray, times: np.ndarray, mail: np.ndarray,
-              gaps: np.ndarray | None = None) -> None:
-        """Set the rows of ``nodes`` (unique) to memory ``mem``, update time ``times``, mail ``mail`` and (with
-        gaps kept) the mail's gap ``gaps``: by default each node's time since its last update, τ_new − τ_old."""
+              apply: Callable | None = None) -> None:
+        """Set the rows of ``nodes`` (unique) to memory ``mem``, update time ``times`` and mail ``mail``; with gaps
+        kept, each mail's gap τ_new − τ_old. ``apply(mail, mem, gap) -> mem'`` (CPU tensors; evaluation under
+        ``memory_time: event``) stores the rows with their mails already applied (gap NaN)."""
         if nodes.shape[0]:
             if self.gaps is not None:
-                self.gaps[nodes] = times - self.times[nodes] if gaps is None else gaps
+                gap = times - self.times[nodes]
+                if apply is not None:
+                    mem = apply(torch.from_numpy(mail), torch.from_numpy(mem), gap).numpy()
+                    gap = np.full(nodes.shape[0], np.nan)
+                self.gaps[nodes] = gap
             self.values[nodes, : self.d] = mem
             self.values[nodes, self.d :] = mail
             self.times[nodes] = times
+
+    def apply_pending(self, nodes: np.ndarray, apply: Callable, step: int = 65536) -> None:
+        """Apply the pending mail of each of ``nodes`` (gap not NaN) to its memory, ``step`` rows per call of
+        ``apply(mail, mem, gap) -> mem'`` (bounded temporaries at any N); τ and the mails stay."""
+        nodes = nodes[~np.isnan(self.gaps[nodes])]
+        for a in range(0, nodes.shape[0], step):
+            rows = self.read(nodes[a : a + step])
+            self.values[nodes[a : a + step], : self.d] = apply(rows.mail, rows.mem, rows.gap).numpy()
+            self.gaps[nodes[a : a + step]] = np.nan
 
     def state(self) -> dict[str, np.ndarray]:
         """A copy of every row (for checkpoints)."""

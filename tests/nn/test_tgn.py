@@ -448,8 +448,8 @@ def test_node_memory_round_trip():
 
 
 def test_node_memory_keeps_each_mails_gap_under_event_time():
-    """With gaps (``memory_time: event``): 0 before a node's first mail, τ_new − τ_old on each write (or the
-    writer's own, NaN for an applied mail), saved, restored and reset with the rows; 8 bytes a node more."""
+    """With gaps (``memory_time: event``): 0 before a node's first mail, τ_new − τ_old on each write (NaN where the
+    write applied the mail, then stored applied), saved, restored and reset with the rows; 8 bytes a node more."""
     nm = NodeMemory(None, N, MEM, 2 * MEM + D, np.float64, t0=1.0, gaps=True)
     assert nm.nbytes == N * (3 * MEM + D) * 8 + 2 * N * 8
     np.testing.assert_array_equal(nm.read(np.array([2])).gap, [0.0])
@@ -458,7 +458,8 @@ def test_node_memory_keeps_each_mails_gap_under_event_time():
     nm.write(np.array([2]), row[0], np.array([6.5]), row[1])
     np.testing.assert_array_equal(nm.read(np.array([2, 3])).gap, [2.5, 0.0])
     state = nm.state()
-    nm.write(np.array([2]), row[0], np.array([9.0]), row[1], np.array([np.nan]))
+    nm.write(np.array([2]), row[0], np.array([9.0]), row[1], apply=lambda mail, mem, gap: mem + 1)
+    np.testing.assert_array_equal(nm.read(np.array([2])).mem.numpy(), row[0] + 1)
     assert np.isnan(nm.read(np.array([2])).gap[0])
     nm.load(state)
     np.testing.assert_array_equal(nm.read(np.array([2])).gap, [2.5])
