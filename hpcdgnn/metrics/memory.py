@@ -7,6 +7,8 @@ import torch
 
 __all__ = ["SavedTensorMeter"]
 
+_PARAMETER, _STRIDED = torch.nn.Parameter, torch.strided
+
 
 class _Holder:
     """Keeps a saved tensor; releases its storage's bytes from the meter when the graph drops it."""
@@ -30,8 +32,12 @@ class SavedTensorMeter:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def _pack(self, t: torch.Tensor):
-        if isinstance(t, torch.nn.Parameter) or t.numel() == 0 or t.layout != torch.strided:
-            return t  # parameters are not activations; sparse inputs are resident data
+        # parameters are not activations; sparse inputs are resident data. The class test first: it runs for
+        # every saved tensor of every step, and isinstance(t, Parameter) is a Python-level check
+        cls = t.__class__
+        if (cls is _PARAMETER or (cls is not torch.Tensor and isinstance(t, _PARAMETER)) or t.layout is not _STRIDED
+                or not t.numel()):
+            return t
         storage = t.untyped_storage()
         key = storage.data_ptr()
         entry = self._refs.get(key)

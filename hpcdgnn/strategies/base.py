@@ -218,6 +218,11 @@ class Strategy(Generic[B]):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         if not grads:
             return
+        if self.comm.size == 1:  # the sum is the gradient itself: no flat copy; the call keeps the tag counted
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
+            self.comm.allreduce_(grads[0], "sum", tag="grad_allreduce")
+            return
         flat = torch.cat([g.reshape(-1) for g in grads])
         self.comm.allreduce_(flat, "sum", tag="grad_allreduce")
         offset = 0

@@ -28,7 +28,7 @@ import torch
 
 from hpcdgnn.data.events import read_eval_negatives
 from hpcdgnn.metrics.log import get_logger
-from hpcdgnn.nn.models.tgn import TGNInput
+from hpcdgnn.nn.models.tgn import TGNInput, occurrences
 from hpcdgnn.partition.events import MemoryPlan, plan_memory
 from hpcdgnn.strategies.base import EventBatch, Pretraining, Scored, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
@@ -41,23 +41,33 @@ _SPLIT_CODE = {"train": 0, "val": 1, "test": 2, "pretrain": 3}
 
 
 @dataclass
+class _Writes:
+    """What a slice writes after its step (TGL's order: each node's last occurrence among the slice's event
+    endpoints, nodes that a later slice of the batch writes left to it): per written node, its time, the root
+    whose updated memory s' it stores, the root of the event's other endpoint and the event (the mail
+    [s'_self ‖ s'_other ‖ e])."""
+
+    nodes: np.ndarray
+    times: np.ndarray
+    own: np.ndarray
+    other: np.ndarray
+    events: np.ndarray
+
+
+@dataclass
 class _Work:
     """One rank's slice of one batch: its events and the model input (memory filled in when read)."""
 
     split: str
     batch: int
     events: np.ndarray
-    later: np.ndarray
-    """Nodes later slices of the same batch write (this slice leaves them)."""
+    writes: _Writes
     negatives: int
     inp: TGNInput
     scored: np.ndarray | None = None
     """``per_batch``: the root of each scored row [sources, destinations, negatives]; None: rows = roots."""
     valid: np.ndarray | None = None
     """(n, negatives) fixed negatives (TGB's, a varying count per event): which columns are real, not padding."""
-    writes: np.ndarray | None = None
-    """``per_batch`` training: the root whose updated memory each event's source, then destination, writes;
-    None: roots 0..2n-1 (the events' own)."""
 
 
 @dataclass
@@ -65,10 +75,14 @@ class _StaticBatch(EventBatch):
     """A batch of the static-memory pre-training phase: batch ``iteration`` of the training split, whole."""
 
 
-def _rows(z: torch.Tensor, work: _Work) -> torch.Tensor:
-    """The embeddings of the scored rows [sources, destinations, negatives]: ``per_batch``, each from its node's
-    one root; else the roots themselves."""
-    return z if work.scored is None else z[torch.from_numpy(work.scored).to(z.device)]
+def _embeddings(z: torch.Tensor, work: _Work, negatives: int) -> EventEmbeddings:
+    """The scored rows [sources, destinations, negatives] of the slice: ``per_batch``, each its node's one root
+    (z's rows from the first scored one on, by index); else the roots themselves."""
+    n = work.events.shape[0]
+    if work.scored is None:
+        return EventEmbeddings(z, n, negatives)
+    first = int(work.scored.min()) if work.scored.size else 0
+    return EventEmbeddings(z[first:], n, negatives, torch.from_numpy(work.scored - first).to(z.device))
 
 
 def _slice(lo: int, hi: int, part: int, parts: int) -> tuple[int, int]:
@@ -187,7 +201,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
             neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ranked = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
-        scored = writes = None
+        scored = roots_of = None
         bare = 0  # the first ``bare`` roots only update the memory: they read no neighbours
         task = self.ctx.job.task
         if split == "train" and task.train_protocol == "per_batch":
@@ -196,7 +210,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             roots, scored = np.unique(ranked, return_inverse=True)
             root_t = np.full(roots.shape[0], self.t[lo])
             scored = scored.reshape(-1)
-            writes = scored[: 2 * ev.shape[0]]
+            roots_of = scored[: 2 * ev.shape[0]]  # the root whose s' each source, then destination, writes
         elif split != "train" and task.eval_protocol == "per_batch":
             # the events' own roots update the memory as always; what is ranked: each distinct node once, at the
             # batch's first time (independent of the slicing: any P scores the same)
@@ -212,10 +226,26 @@ class MemoryStrategy(Strategy[EventBatch]):
         cut[:bare] = 0
         nb = self.neighbors.recent(roots, cut, self.k_neighbors)
         unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
-        later = np.unique(np.concatenate([self.src[s1:hi], self.dst[s1:hi]]))
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
-        return _Work(split, q, ev, later, negatives, inp, scored, valid, writes)
+        # the model's row plan and the writes, here (in the prefetch thread when prefetched), not in the step
+        inp.occurrences = occurrences(inp, not self.model.event_time)
+        writes = self._writes(ev, np.concatenate([self.src[s1:hi], self.dst[s1:hi]]), roots_of)
+        return _Work(split, q, ev, writes, negatives, inp, scored, valid)
+
+    def _writes(self, ev: np.ndarray, later: np.ndarray, roots_of: np.ndarray | None) -> _Writes:
+        """:class:`_Writes` of events ``ev``, leaving the ``later`` slices' nodes; ``roots_of``: the root of each
+        source, then destination (None: roots 0..2n−1, the events' own)."""
+        n = ev.shape[0]
+        nodes = np.stack([self.src[ev], self.dst[ev]], 1).reshape(-1)  # endpoint p = 2i + side, in event order
+        rev_unique, rev_first = np.unique(nodes[::-1], return_index=True)
+        keep = ~np.isin(rev_unique, later)
+        p = (2 * n - 1 - rev_first)[keep]
+        i, side = p // 2, p % 2
+        own, other = side * n + i, (1 - side) * n + i
+        if roots_of is not None:
+            own, other = roots_of[own], roots_of[other]
+        return _Writes(rev_unique[keep], self.t[ev][i], own, other, ev[i])
 
     def _fixed_negatives(self, split: str, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Events ``ev``'s fixed negatives as an (n, m) array, m the slice's largest count, and which are real:
@@ -247,23 +277,14 @@ class MemoryStrategy(Strategy[EventBatch]):
         """Write memories and mails of the slice's positive events (each node's last occurrence, TGL order);
         ``apply`` (evaluation under ``memory_time: event``, :meth:`_applier`): run on the written rows at once, so
         that reads find them updated instead of each read updating them again."""
-        ev, n = work.events, work.events.shape[0]
-        if n == 0:
+        w = work.writes
+        if w.nodes.shape[0] == 0:
             return
         s = s_new.detach().cpu()
-        if work.writes is not None:
-            s = s[torch.from_numpy(work.writes)]
-        su, sv = s[:n], s[n : 2 * n]
-        e = self.efeat[torch.from_numpy(ev)]
-        nodes = np.stack([self.src[ev], self.dst[ev]], 1).reshape(-1)
-        mem = torch.stack([su, sv], 1).reshape(2 * n, -1)
-        mail = torch.stack([torch.cat([su, sv, e], 1), torch.cat([sv, su, e], 1)], 1).reshape(2 * n, -1)
-        times = np.repeat(self.t[ev], 2)
-        rev_unique, rev_first = np.unique(nodes[::-1], return_index=True)
-        last = 2 * n - 1 - rev_first
-        keep = ~np.isin(rev_unique, work.later, assume_unique=True)
-        last = last[keep]
-        self.memory.write(rev_unique[keep], mem[last].numpy(), times[last], mail[last].numpy(), apply)
+        own = s.index_select(0, torch.from_numpy(w.own))
+        mail = torch.cat([own, s.index_select(0, torch.from_numpy(w.other)),
+                          self.efeat.index_select(0, torch.from_numpy(w.events))], 1)
+        self.memory.write(w.nodes, own.numpy(), w.times, mail.numpy(), apply)
 
     def _order(self) -> None:
         """The group barrier between an iteration's reads and its writes (§3.3)."""
@@ -315,7 +336,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         if 0 <= g - self.b < hi - lo:
             work = self._fifo.popleft()
             z, s_new = model(work.inp)
-            out = task(EventEmbeddings(_rows(z, work), work.events.shape[0], m), batch.epoch)
+            out = task(_embeddings(z, work, m), batch.epoch)
             (out.loss_sum * scale).backward()
             stats = out.stats
             self._train_events += work.events.shape[0]
@@ -339,18 +360,22 @@ class MemoryStrategy(Strategy[EventBatch]):
         apply = self._applier(model) if model.event_time and self.eager else None
         # embed's recorder (hpcdgnn.train.inference) asks for every vertex's z at the end of each split
         record = getattr(task, "record_nodes", None)
+        keys = [(split, q, 0, 0, part, parts, m) for split in ("val", "test") for q in range(p.batches(split))]
+        at = 0
+        self._prefetch(keys[0] if keys else None)  # each batch's neighbours and plan while the one before runs
         with torch.no_grad():
             if apply is not None:
                 self._apply_pending(apply, part, parts)
             if record is not None:
                 self._embed_vertices(model, "train", part, parts, record)
             for split in ("val", "test"):
-                for q in range(p.batches(split)):
-                    work = self._work(split, q, 0, 0, part, parts, m)
+                for _ in range(p.batches(split)):
+                    work, at = self._static(keys[at]), at + 1
+                    self._prefetch(keys[at] if at < len(keys) else None)
                     work.inp.memory = self.memory.read(work.inp.unique, self.ctx.device)
                     self._order()
                     z, s_new = model(work.inp)
-                    pos, neg = task.scores(EventEmbeddings(_rows(z, work), work.events.shape[0], work.negatives))
+                    pos, neg = task.scores(_embeddings(z, work, work.negatives))
                     self._write(work, s_new, apply)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
@@ -446,7 +471,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         m = self.ctx.job.task.negatives
         work = self._work("train", batch.iteration, -batch.epoch, 0, self.comm.rank, self.comm.size, m)
         z, _ = model(work.inp)
-        out = task(EventEmbeddings(_rows(z, work), work.events.shape[0], m), 0)
+        out = task(_embeddings(z, work, m), 0)
         (out.loss_sum * scale).backward()
         return out.stats
 

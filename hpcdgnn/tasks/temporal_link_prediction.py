@@ -59,11 +59,14 @@ _TRAIN, _EVAL = 2, 4
 
 @dataclass
 class EventEmbeddings:
-    """Root embeddings of one batch slice: rows [sources (n), destinations (n), negatives (n·m, positive-major)]."""
+    """Root embeddings of one batch slice: rows [sources (n), destinations (n), negatives (n·m, positive-major)],
+    ``z`` itself, or ``z[index]`` when ``index`` is given (one row per distinct node, each scored row naming its
+    node's: the destination projection then runs once per node, not once per pair)."""
 
     z: torch.Tensor
     n: int
     negatives: int
+    index: torch.Tensor | None = None
 
 
 def _quantized(scores: np.ndarray) -> np.ndarray:
@@ -135,10 +138,14 @@ class TemporalLinkPrediction(Task):
 
     def scores(self, emb: EventEmbeddings) -> tuple[torch.Tensor, torch.Tensor]:
         """Scores (n,) of the positives and (n, m) of their negatives."""
-        n, m, z = emb.n, emb.negatives, emb.z
-        hs = self.src_fc(z[:n])
-        pos = self.out_fc(torch.relu(hs + self.dst_fc(z[n : 2 * n]))).view(n)
-        neg = self.out_fc(torch.relu(hs.repeat_interleave(m, 0) + self.dst_fc(z[2 * n :]))).view(n, m)
+        n, m, z, index = emb.n, emb.negatives, emb.z, emb.index
+        if index is None:
+            hs, hd = self.src_fc(z[:n]), self.dst_fc(z[n:])
+        else:
+            hs, hd = self.src_fc(z.index_select(0, index[:n])), self.dst_fc(z).index_select(0, index[n:])
+        pos = self.out_fc(torch.relu(hs + hd[:n])).view(n)
+        # broadcast, not repeat_interleave: the same sums without an (n·m, h) copy of hs
+        neg = self.out_fc(torch.relu(hs.unsqueeze(1) + hd[n:].view(n, m, hd.shape[1]))).view(n, m)
         return pos, neg
 
     def forward(self, emb: EventEmbeddings, epoch: int) -> TaskBatch:

@@ -136,6 +136,7 @@ def strategy_like(src, dst, t, efeat, batch_events=20, seed=7):
     s.efeat = s.efeat_dev = torch.from_numpy(efeat)
     s.ctx = SimpleNamespace(device=torch.device("cpu"), job=SimpleNamespace(task=TemporalLinkPredictionOptions()))
     s.neighbors = TemporalNeighbors(src, dst, N)
+    s.model = SimpleNamespace(event_time=False)  # which occurrences _work plans for the model's forward
     return s
 
 
@@ -152,7 +153,19 @@ def test_helper_mirrors_strategy_work():
     assert torch.equal(mine.neighbor_feat, w.inp.neighbor_feat)
     np.testing.assert_array_equal(w.events, np.arange(80, 90))
     assert w.inp.roots.shape[0] == 10 * (2 + 3)
-    np.testing.assert_array_equal(w.later, np.unique(np.r_[src[90:100], dst[90:100]]))
+    # the writes: each endpoint's last occurrence in event order (source before destination), nodes of the
+    # batch's later slice [90, 100) left to it; own/other: the roots holding the two endpoints' s'
+    later = set(np.r_[src[90:100], dst[90:100]].tolist())
+    last = {}
+    for i, e in enumerate(range(80, 90)):
+        for side, v in ((0, src[e]), (1, dst[e])):
+            last[int(v)] = (e, side * 10 + i, (1 - side) * 10 + i)
+    want = sorted((v, *x) for v, x in last.items() if v not in later)
+    assert want and len(want) < len(last)  # both kinds occur
+    got = list(zip(w.writes.nodes.tolist(), w.writes.events.tolist(), w.writes.own.tolist(), w.writes.other.tolist(),
+                   strict=True))
+    assert got == want
+    np.testing.assert_array_equal(w.writes.times, t[w.writes.events])
 
 
 def batch_roots(src, dst, t, lo, hi, negatives=2, seed=11):
@@ -490,7 +503,7 @@ def test_write_keeps_each_nodes_last_occurrence_and_leaves_later_nodes():
     later = np.unique(np.r_[src[7:], dst[7:]])  # {2, 5, 6, 7}
     n, negs = ev.shape[0], 2
     s_new = torch.arange(n * (2 + negs), dtype=torch.float64).repeat_interleave(MEM).view(-1, MEM)  # row r = r
-    work = _Work("train", 0, ev, later, negs, None)
+    work = _Work("train", 0, ev, s._writes(ev, np.r_[src[7:], dst[7:]], None), negs, None)
     s._write(work, s_new)
     # expected, by a loop over u0 v0 u1 v1 … (each node: its last occurrence)
     want = {}
@@ -510,4 +523,5 @@ def test_write_keeps_each_nodes_last_occurrence_and_leaves_later_nodes():
     # node 3 (self-loop at event 3, then source of event 4) takes event 4; node 0 (dst of event 6) event 6
     assert s.memory.times[3] == 40 and s.memory.times[0] == 60 and s.memory.times[1] == 60
     # nothing written for an empty slice
-    s._write(_Work("train", 0, np.zeros(0, np.int64), later, negs, None), s_new[:0])
+    none = np.zeros(0, np.int64)
+    s._write(_Work("train", 0, none, s._writes(none, later, None), negs, None), s_new[:0])
