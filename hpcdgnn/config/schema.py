@@ -479,7 +479,8 @@ class MemoryOptions(StrategyConfig):
     memory: int = 1
     """k: node-memory copies, each from its own time segment (§3.2.3; approximate); weights synchronised."""
     prefetch: Literal["on", "off"] = "on"
-    """Sample the next mini-batch's neighbours and negatives on a background thread while this one trains."""
+    """Build the next batch's neighbours, negatives, row plan and memory writes on a background thread while this
+    one trains or is evaluated (one batch's input more in memory; ``off`` builds each in turn)."""
 
     def __post_init__(self) -> None:
         if min(self.minibatch, self.epoch, self.memory) < 1:

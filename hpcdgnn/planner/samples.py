@@ -13,7 +13,8 @@ model's per-layer counted work (:attr:`~hpcdgnn.planner.work.ModelWork.layers`):
 with S the window, n_l the rows layer l outputs and nnz_l the entries of its block (layer 0 of a GCN that
 aggregates Ã_t·X_t per sample adds nnz_0·F, forward only). ``head`` is the task's scoring of the sample's
 output, run and counted on random rows (its examples and calls); ``entries`` are those the host-side sampler
-scans building the blocks. Each optimizer step adds the gradient norm and Adam's update, counted likewise. A
+scans building the blocks. Each optimizer step adds Adam's update, counted likewise (the gradient norm runs
+once per epoch). A
 sample without gradients (evaluation) costs the forward's share. Samples run one at a time: the activation peak
 is the largest counted sample's.
 
@@ -248,11 +249,10 @@ def _model_and_task(graph: GraphStats, job, manifest):
 
 
 def _step_work(model, task) -> Counted:
-    """One optimizer step as the batch loop runs it (:func:`~hpcdgnn.train.loop.train_batches`): the gradient
-    norm, Adam's update and clearing the gradients, counted on the job's parameters."""
+    """One optimizer step as the batch loop runs it (:func:`~hpcdgnn.train.loop.train_batches`): Adam's update
+    and clearing the gradients, counted on the job's parameters (the gradient norm runs once per epoch)."""
     from hpcdgnn.optim import Adam
     from hpcdgnn.planner.work import counted
-    from hpcdgnn.train.loop import grad_norm
 
     params = [p for m in (model, task) for p in m.parameters() if p.requires_grad]
     for p in params:
@@ -261,7 +261,6 @@ def _step_work(model, task) -> Counted:
     opt.step()  # a steady step: the moments exist
 
     def run() -> None:
-        grad_norm(params)
         opt.step()
         opt.zero_grad(set_to_none=True)
 

@@ -134,6 +134,7 @@ class TGNInput:
         neighbor_feat: (R, k, D) edge features of those events.
         unique: (U,) ascending node ids whose memory ``memory`` holds (every root and real neighbour).
         memory: their memory rows; None with the dynamic memory off (static pre-training).
+        occurrences: the forward's row plan, when built ahead.
     """
 
     roots: np.ndarray
@@ -236,12 +237,15 @@ class TGN(nn.Module):
         if R == 0:  # an empty slice (a batch shorter than its ranks): nothing to embed, nothing to write
             z = self.w_out.weight.new_zeros(0, self.hidden)
             return z, None if inp.memory is None else z.new_zeros(0, self.memory_dim)
-        occ = inp.occurrences if inp.occurrences is not None else occurrences(inp, not self.event_time)
+        occ = inp.occurrences
+        by_time = inp.memory is not None and inp.memory.gap is None  # the update reads the query time
+        if occ is None or (by_time and occ.times is None):
+            occ = occurrences(inp, by_time or not self.event_time)
         h_u, s_u = self._node_states(occ, inp)
         dev = self.w_q.weight.device
         idx = torch.from_numpy(occ.inv).to(dev)
-        # index_select rather than x[idx]: a third of the gather's time and its backward an index_add, not an
-        # accumulating index_put (the same sums in the same order)
+        # index_select rather than x[idx]: on CPU a third of the gather's time, and its backward an index_add
+        # instead of an accumulating index_put (the same sums in the same order)
         h_root = h_u.index_select(0, idx[:R])
         s_new = None if s_u is None else s_u.index_select(0, idx[:R])
         d, H, heads = self.memory_dim, self.hidden, self.heads
