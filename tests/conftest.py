@@ -8,10 +8,12 @@ harness, never in the user's way.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -249,12 +251,44 @@ def mpi_env() -> dict[str, str]:
 LAUNCHER_FLAKES = ("PMIx server's listener thread failed to start",)
 
 
+class LaunchTimeout(subprocess.TimeoutExpired):
+    """A launched command ran past its timeout: its whole process group was killed; the message ends with the
+    tail of what it had printed (which rank got how far), where ``TimeoutExpired`` says only the command."""
+
+    def __str__(self) -> str:
+        def tail(data) -> str:
+            text = data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+            return text[-3000:] if text.strip() else "(nothing)"
+
+        return f"{super().__str__()}; its stdout so far: {tail(self.stdout)}\nits stderr so far: {tail(self.stderr)}"
+
+
+def _run_group(cmd: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)`` in a session of its own,
+    so that a timeout kills every process the launcher started (ranks left behind would slow every later test)
+    and raises :class:`LaunchTimeout` with the output so far."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            try:  # a process that left the group may still hold the pipes: give up on them after a while
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                out, err = "", ""
+            raise LaunchTimeout(cmd, timeout, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_launched(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)``, run once more if the MPI launcher
-    itself failed to start (:data:`LAUNCHER_FLAKES`); any other failure is returned as it is."""
-    out = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)`` (:func:`_run_group`: a timeout kills the
+    launch's whole process group and reports its output so far), run once more if the MPI launcher itself
+    failed to start (:data:`LAUNCHER_FLAKES`); any other failure is returned as it is."""
+    out = _run_group(cmd, **kwargs)
     if out.returncode != 0 and any(f in out.stdout + out.stderr for f in LAUNCHER_FLAKES):
-        out = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+        out = _run_group(cmd, **kwargs)
     return out
 
 
