@@ -28,7 +28,7 @@ import torch
 
 from hpcdgnn.data.events import read_eval_negatives
 from hpcdgnn.metrics.log import get_logger
-from hpcdgnn.nn.models.tgn import TGNInput, occurrences
+from hpcdgnn.nn.models.tgn import TGNInput
 from hpcdgnn.partition.events import MemoryPlan, plan_memory
 from hpcdgnn.strategies.base import EventBatch, Pretraining, Scored, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
@@ -229,7 +229,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
         # the model's row plan and the writes, here (in the prefetch thread when prefetched), not in the step
-        inp.occurrences = occurrences(inp, not self.model.event_time)
+        inp.occurrences = self.model.plan(inp)
         writes = self._writes(ev, np.concatenate([self.src[s1:hi], self.dst[s1:hi]]), roots_of)
         return _Work(split, q, ev, writes, negatives, inp, scored, valid)
 

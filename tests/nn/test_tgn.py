@@ -136,7 +136,7 @@ def strategy_like(src, dst, t, efeat, batch_events=20, seed=7):
     s.efeat = s.efeat_dev = torch.from_numpy(efeat)
     s.ctx = SimpleNamespace(device=torch.device("cpu"), job=SimpleNamespace(task=TemporalLinkPredictionOptions()))
     s.neighbors = TemporalNeighbors(src, dst, N)
-    s.model = SimpleNamespace(event_time=False)  # which occurrences _work plans for the model's forward
+    s.model = model(False)  # _work builds the model's row plan
     return s
 
 

@@ -237,10 +237,7 @@ class TGN(nn.Module):
         if R == 0:  # an empty slice (a batch shorter than its ranks): nothing to embed, nothing to write
             z = self.w_out.weight.new_zeros(0, self.hidden)
             return z, None if inp.memory is None else z.new_zeros(0, self.memory_dim)
-        occ = inp.occurrences
-        by_time = inp.memory is not None and inp.memory.gap is None  # the update reads the query time
-        if occ is None or (by_time and occ.times is None):
-            occ = occurrences(inp, by_time or not self.event_time)
+        occ = inp.occurrences if inp.occurrences is not None else self.plan(inp)
         h_u, s_u = self._node_states(occ, inp)
         dev = self.w_q.weight.device
         idx = torch.from_numpy(occ.inv).to(dev)
@@ -279,6 +276,11 @@ class TGN(nn.Module):
         z = self.norm(torch.relu(self.w_out(torch.cat([agg, h_root], dim=1))))
         return z, s_new
 
+    def plan(self, inp: TGNInput) -> Occurrences:
+        """The forward's row plan of ``inp`` (:func:`occurrences`): per distinct (node, time) under ``memory_time:
+        query`` (the update reads the query time), per node under ``event``; a strategy may build it ahead."""
+        return occurrences(inp, by_time=not self.event_time)
+
     def _node_states(self, occ: Occurrences, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The state h of each occurrence (updated memory, plus static; or the static memory alone) and s' or None."""
         dev = self.w_q.weight.device
@@ -289,6 +291,8 @@ class TGN(nn.Module):
             return static, None
         m = inp.memory
         if m.gap is None:
+            if occ.times is None:
+                raise RuntimeError("TGN under memory_time: event read a node memory without mail gaps")
             dt = torch.from_numpy(occ.times - m.mem_ts[occ.rows]).to(dev, m.mem.dtype)
             s_new = self._gru(m.mail, m.mem, torch.from_numpy(occ.rows).to(dev), self.time(dt))
         else:  # the time of each node's row alone: its update once per node, whatever the occurrences' times
