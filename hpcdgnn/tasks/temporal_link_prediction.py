@@ -144,8 +144,10 @@ class TemporalLinkPrediction(Task):
         else:
             hs, hd = self.src_fc(z.index_select(0, index[:n])), self.dst_fc(z).index_select(0, index[n:])
         pos = self.out_fc(torch.relu(hs + hd[:n])).view(n)
-        # broadcast, not repeat_interleave: the same sums without an (n·m, h) copy of hs
-        neg = self.out_fc(torch.relu(hs.unsqueeze(1) + hd[n:].view(n, m, hd.shape[1]))).view(n, m)
+        # broadcast, not repeat_interleave: the same sums without an (n·m, h) copy of hs; in place in hd's
+        # negative rows (nothing reads them after; the sum's and relu's backward need no input), two (n·m, h)
+        # buffers fewer
+        neg = self.out_fc(hd[n:].view(n, m, hd.shape[1]).add_(hs.unsqueeze(1)).relu_()).view(n, m)
         return pos, neg
 
     def forward(self, emb: EventEmbeddings, epoch: int) -> TaskBatch:

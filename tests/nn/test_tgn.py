@@ -345,6 +345,77 @@ def test_event_time_update_reads_the_mails_gap_not_the_query_time():
     assert not torch.allclose(s_query[1], s_query[3])
 
 
+def reference_forward(net: TGN, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor]:
+    """TGN-attn root by root, as the model docstring writes it (no shared products, no split weights):
+    h = GRUCell([mail ‖ Φ(Δ)], s) (+ static), Δ = t_r − τ (``query``) or the mail's gap (``event``, NaN: s);
+    per head α = softmax_j LeakyReLU(q·k_j), q = W_q [h_r ‖ Φ(0)], k_j, v_j = W_{k,v} [h_j ‖ e_j ‖ Φ(t_r − t_j)];
+    z = LayerNorm(ReLU(W_out [Σ_j α_j v_j ‖ h_r]))."""
+    m, nb = inp.memory, inp.neighbors
+    heads, w = net.heads, net.hidden // net.heads
+
+    def state(v: int, t: float) -> tuple[torch.Tensor, torch.Tensor]:
+        row = int(np.searchsorted(inp.unique, v))
+        if m.gap is not None and np.isnan(m.gap[row]):
+            s = m.mem[row]
+        else:
+            dt = m.gap[row] if m.gap is not None else t - m.mem_ts[row]
+            phi = net.time(torch.tensor([dt], dtype=torch.float64))[0]
+            s = net.updater(torch.cat([m.mail[row], phi])[None], m.mem[row][None])[0]
+        return (s if net.static is None else s + net.static[v]), s
+
+    zs, ss = [], []
+    for r, (v, t) in enumerate(zip(inp.roots.tolist(), inp.root_t.tolist(), strict=True)):
+        h, s = state(v, t)
+        q = net.w_q(torch.cat([h, net.time(torch.zeros(1, dtype=torch.float64))[0]])).view(heads, w)
+        agg = torch.zeros(heads, w, dtype=torch.float64)
+        slots = np.flatnonzero(nb.mask[r])
+        if slots.size:
+            kin = torch.stack([torch.cat([state(int(nb.nodes[r, j]), t)[0], inp.neighbor_feat[r, j],
+                                          net.time(torch.tensor([t - inp.neighbor_t[r, j]], dtype=torch.float64))[0]])
+                               for j in slots])
+            k, val = net.w_k(kin).view(-1, heads, w), net.w_v(kin).view(-1, heads, w)
+            alpha = torch.softmax(torch.nn.functional.leaky_relu((k * q).sum(-1), 0.2), dim=0)
+            agg = (alpha.unsqueeze(-1) * val).sum(0)
+        zs.append(net.norm(torch.relu(net.w_out(torch.cat([agg.reshape(-1), h])))))
+        ss.append(s)
+    return torch.stack(zs), torch.stack(ss)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("event_time", [False, True])
+def test_forward_is_the_equation_root_by_root(static, event_time):
+    """The forward's shared products (memory products once per node, keys and values in one buffer, W_out and
+    W_{k,v} split by input part, empty roots) give :func:`reference_forward`'s z and s' to float64 rounding,
+    with edge features, padded slots and roots without neighbours; and the link predictor's scores are
+    out_fc(ReLU(src_fc z_u + dst_fc z_v)) pair by pair."""
+    torch.manual_seed(1)
+    net = TGN(N, D, MEM, TDIM, HID, HEADS, static, event_time=event_time).double()
+    src, dst, t, efeat = stream(12)
+    roots, root_t = batch_roots(src, dst, t, 60, 75, negatives=3)
+    roots, root_t = np.r_[roots, N - 1], np.r_[root_t, t[-1]]  # a node with no events: no neighbours
+    inp = build_input(src, dst, t, efeat, roots, root_t)
+    assert (~inp.neighbors.mask).any() and inp.neighbors.mask.all(1).any() and not inp.neighbors.mask[-1].any()
+    if event_time:
+        gap = np.random.default_rng(2).uniform(0, 3, inp.unique.shape[0])
+        gap[::3] = np.nan  # mails already applied
+        inp.memory.gap = gap
+    with torch.no_grad():
+        z, s_new = net(inp)
+        z_ref, s_ref = reference_forward(net, inp)
+    same(z, z_ref)
+    same(s_new, s_ref)
+    # the scores of n = 15 events with m = 3 negatives each, from rows [sources, destinations, negatives]
+    from hpcdgnn.tasks.temporal_link_prediction import EventEmbeddings
+
+    task = TemporalLinkPrediction(TemporalLinkPredictionOptions(), SimpleNamespace(), HID, 0).double()
+    n, m = 15, 3
+    with torch.no_grad():
+        pos, neg = task.scores(EventEmbeddings(z[: n * (2 + m)], n, m))
+        pair = lambda u, v: task.out_fc(torch.relu(task.src_fc(z[u]) + task.dst_fc(z[v])))[0]  # noqa: E731
+        same(pos, torch.stack([pair(i, n + i) for i in range(n)]))
+        same(neg, torch.stack([torch.stack([pair(i, 2 * n + i * m + j) for j in range(m)]) for i in range(n)]))
+
+
 def test_time_encoding_fixed_by_default_learnable_on_request():
     """Φ's w, b are buffers by default (GraphMixer's fixed encoder: saved, converted with the model, never given a
     gradient); ``time_learnable`` makes them TGAT's parameters, which the loss then moves. Both start equal."""

@@ -253,11 +253,15 @@ class TGN(nn.Module):
         # slot (a node at one time fills many slots), and keys and values in one product
         w_kv, b_kv = torch.cat([self.w_k.weight, self.w_v.weight]), torch.cat([self.w_k.bias, self.w_v.bias])
         dt = torch.from_numpy(occ.dt).to(dev, h_u.dtype)
-        rest = torch.cat([inp.neighbor_feat.reshape(R * k, -1).index_select(0, real_t), self.time(dt)], dim=1)
         # split, not slices: a split's backward joins the pieces' gradients once, where each slice's backward
         # zero-fills a whole-width gradient and adds it to the others
-        w_kv_h, w_kv_rest = w_kv.split([d, w_kv.shape[1] - d], dim=1)
-        kv = torch.addmm(nn.functional.linear(h_u, w_kv_h, b_kv).index_select(0, idx[R:]), rest, w_kv_rest.t())
+        w_kv_h, w_kv_e, w_kv_phi = w_kv.split([d, self.edge_dim, w_kv.shape[1] - d - self.edge_dim], dim=1)
+        # each part's product accumulated in place into the gathered memory part (one (S, 2H) buffer, no copy of
+        # it into a new output, no [e ‖ Φ] concatenation): the slot-sized passes bound this layer's time
+        kv = nn.functional.linear(h_u, w_kv_h, b_kv).index_select(0, idx[R:])
+        if self.edge_dim:
+            kv.addmm_(inp.neighbor_feat.reshape(R * k, -1).index_select(0, real_t), w_kv_e.t())
+        kv.addmm_(self.time(dt), w_kv_phi.t())
         k_real, v_real = kv.split(H, dim=1)
         # Φ(0) = cos(b) is one row for every root: its share of the query once
         phi0 = self.time(h_u.new_zeros(1))
@@ -273,7 +277,8 @@ class TGN(nn.Module):
             0, real_t)
         agg = kv.new_zeros(R, heads, width).index_add(
             0, slot_root, alpha.unsqueeze(-1) * v_real.view(S, heads, width)).view(R, H)
-        z = self.norm(torch.relu(self.w_out(torch.cat([agg, h_root], dim=1))))
+        w_out_agg, w_out_h = self.w_out.weight.split([H, d], dim=1)  # W_out [agg ‖ h] without the concatenation
+        z = self.norm(torch.relu_(torch.addmm(self.w_out.bias, agg, w_out_agg.t()).addmm_(h_root, w_out_h.t())))
         return z, s_new
 
     def plan(self, inp: TGNInput) -> Occurrences:
