@@ -336,7 +336,7 @@ class TGN(nn.Module):
 
         gi_node = nn.functional.linear(mail, w_mail, g.bias_ih)
         gh = at(nn.functional.linear(mem, g.weight_hh, g.bias_hh))
-        gi = torch.addmm(at(gi_node), phi, w_phi.t())
+        gi = at(gi_node).addmm_(phi, w_phi.t())  # in place in a fresh buffer: no (rows, 3d) copy (see forward)
         # PyTorch's GRUCell: r, z = σ(gi + gh) on the first 2d columns; n = tanh(i_n + r·h_n); (1 − z)·n + z·s
         d = mem.shape[1]
         (gi_rz, gi_n), (gh_rz, gh_n) = gi.split([2 * d, d], 1), gh.split([2 * d, d], 1)
