@@ -1,13 +1,17 @@
-"""Adam (Kingma & Ba, ICLR 2015), the optimiser every strategy steps, as ``torch.optim.Adam`` computes it.
+"""Adam (Kingma & Ba, ICLR 2015), the optimiser every strategy steps, as ``torch.optim.Adam(fused=True)``
+computes it.
 
 Not ``torch.optim.Adam`` itself: building any ``torch.optim.Optimizer`` imports ``torch._dynamo``, costing every
-rank about an ``import torch`` of start-up CPU and tens of MiB. The arithmetic is torch's ``_foreach_*``
-multi-tensor path, per (device, dtype) group, bit for bit (``tests/train/test_optim.py``)::
+rank about an ``import torch`` of start-up CPU and tens of MiB. The arithmetic is torch's fused kernel
+(``torch._fused_adam_``, CPU and CUDA), per (device, dtype) group, bit for bit (``tests/train/test_optim.py``)::
 
-    m ← lerp(m, g, 1 − β1);  v ← β2·v + (1 − β2)·g²;  s = lr / (1 − β1^t)
-    p ← p − s · m / (√v / √(1 − β2^t) + ε)
+    m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²
+    p ← p − lr / (1 − β1^t) · m / (√v / √(1 − β2^t) + ε)
 
-with t a float32 step count per parameter; ``state_dict`` has torch's layout.
+with t a float32 step count per parameter on its device; ``state_dict`` has torch's layout. Fused rather than
+the ``_foreach_*`` path (torch's default): one pass over each parameter and its moments instead of seven,
+agreeing with it to rounding. Each element's update reads only its own values, so a parameter updates alike
+whatever its size or slicing (P-invariance keeps to the bit).
 """
 
 from __future__ import annotations
@@ -52,38 +56,28 @@ class Adam:
     @torch.no_grad()
     def step(self) -> None:
         """One Adam update of every parameter that has a gradient."""
-        beta1, beta2 = self.betas
         groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            if i not in self.state:  # lazily, as torch: the step count is a float32 CPU scalar
-                self.state[i] = {"step": torch.tensor(0.0, dtype=torch.float32),
+            if i not in self.state:  # lazily, as torch: the fused kernel's float32 step count on the device
+                self.state[i] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),
                                  "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                                  "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
             groups.setdefault((p.device, p.dtype), []).append(i)
         for index in groups.values():
-            params = [self.params[i] for i in index]
-            grads = [p.grad for p in params]
-            exp_avgs = [self.state[i]["exp_avg"] for i in index]
-            exp_avg_sqs = [self.state[i]["exp_avg_sq"] for i in index]
-            steps = [self.state[i]["step"] for i in index]
+            states = [self.state[i] for i in index]
+            steps = [s["step"] for s in states]
             torch._foreach_add_(steps, 1)
-            torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-            torch._foreach_mul_(exp_avg_sqs, beta2)
-            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-            counts = [s.item() for s in steps]
-            step_size = [(self.lr / (1 - beta1**t)) * -1 for t in counts]
-            bias_correction2_sqrt = [(1 - beta2**t) ** 0.5 for t in counts]
-            denom = torch._foreach_sqrt(exp_avg_sqs)
-            torch._foreach_div_(denom, bias_correction2_sqrt)
-            torch._foreach_add_(denom, self.eps)
-            torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
+            torch._fused_adam_([self.params[i] for i in index], [self.params[i].grad for i in index],
+                               [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
+                               amsgrad=False, lr=self.lr, beta1=self.betas[0], beta2=self.betas[1],
+                               weight_decay=0.0, eps=self.eps, maximize=False)
 
     def _group(self) -> dict[str, Any]:
         """Torch's ``param_groups[0]`` entry for these settings (its flags, so a torch optimizer loads it)."""
         return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "weight_decay": 0, "amsgrad": False,
-                "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None,
+                "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": True,
                 "decoupled_weight_decay": False, "params": list(range(len(self.params)))}
 
     def state_dict(self) -> dict[str, Any]:
@@ -110,7 +104,7 @@ class Adam:
                 raise ValueError(f"loaded optimizer state names parameter {pid!r}, which no group holds")
             i = position[pid]
             p = self.params[i]
-            entry = {"step": torch.as_tensor(saved["step"], dtype=torch.float32).detach().clone().cpu()}
+            entry = {"step": torch.as_tensor(saved["step"], dtype=torch.float32).detach().clone().to(p.device)}
             for key in ("exp_avg", "exp_avg_sq"):
                 t = saved[key]
                 if tuple(t.shape) != tuple(p.shape):
