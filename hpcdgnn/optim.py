@@ -104,7 +104,7 @@ class Adam:
                 raise ValueError(f"loaded optimizer state names parameter {pid!r}, which no group holds")
             i = position[pid]
             p = self.params[i]
-            entry = {"step": torch.as_tensor(saved["step"], dtype=torch.float32).detach().clone().to(p.device)}
+            entry = {"step": torch.as_tensor(saved["step"], dtype=torch.float32).detach().to(p.device, copy=True)}
             for key in ("exp_avg", "exp_avg_sq"):
                 t = saved[key]
                 if tuple(t.shape) != tuple(p.shape):

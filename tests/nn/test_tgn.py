@@ -16,6 +16,7 @@ from hpcdgnn.strategies.memory import MemoryPlan, MemoryStrategy, _Work
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.tasks.base import SPLITS
 from hpcdgnn.tasks.temporal_link_prediction import (
+    EventEmbeddings,
     TemporalLinkPrediction,
     TemporalLinkPredictionOptions,
     average_precision,
@@ -405,13 +406,14 @@ def test_forward_is_the_equation_root_by_root(static, event_time):
     same(z, z_ref)
     same(s_new, s_ref)
     # the scores of n = 15 events with m = 3 negatives each, from rows [sources, destinations, negatives]
-    from hpcdgnn.tasks.temporal_link_prediction import EventEmbeddings
-
     task = TemporalLinkPrediction(TemporalLinkPredictionOptions(), SimpleNamespace(), HID, 0).double()
     n, m = 15, 3
+
+    def pair(u: int, v: int) -> torch.Tensor:
+        return task.out_fc(torch.relu(task.src_fc(z[u]) + task.dst_fc(z[v])))[0]
+
     with torch.no_grad():
         pos, neg = task.scores(EventEmbeddings(z[: n * (2 + m)], n, m))
-        pair = lambda u, v: task.out_fc(torch.relu(task.src_fc(z[u]) + task.dst_fc(z[v])))[0]  # noqa: E731
         same(pos, torch.stack([pair(i, n + i) for i in range(n)]))
         same(neg, torch.stack([torch.stack([pair(i, 2 * n + i * m + j) for j in range(m)]) for i in range(n)]))
 
