@@ -25,13 +25,16 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     """Lower bounds of a rank's bytes: parameters, and one batch slice's roots — (2 + negatives) per event of its
     ⌈batch_events / minibatch⌉ in training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch ·
     epoch)⌉ in evaluation — each holding its memory and embedding and, for each of its ``neighbors`` slots, the
-    edge's features and the attention's key and value (what exists for every slot, filled or padded)."""
+    edge's features and the attention's key and value (what exists for every slot, filled or padded; evaluation's
+    dense batches hold the slot's memory row and Φ instead of key and value, whichever is less)."""
     m, task, s = job.model, job.task, job.strategy
     b = task.batch_events
     i, j = getattr(s, "minibatch", 1), getattr(s, "epoch", 1)
-    per_root = m.memory_dim + m.hidden + m.neighbors * (getattr(manifest, "edge_feature_dim", 0) + 2 * m.hidden)
+    D = getattr(manifest, "edge_feature_dim", 0)
+    per_root = m.memory_dim + m.hidden + m.neighbors * (D + 2 * m.hidden)
+    per_eval_root = m.memory_dim + m.hidden + m.neighbors * (D + min(2 * m.hidden, m.memory_dim + m.time_dim))
     train = (2 + task.negatives) * -(-b // i) * per_root
-    evaluation = (2 + task.eval_negatives) * -(-b // (i * j)) * per_root
+    evaluation = (2 + task.eval_negatives) * -(-b // (i * j)) * per_eval_root
     keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
     return {"parameters": parameter_bytes(job, 0, 2, 1, 0),
             "tgn batch": (item_bytes(job) * max(train, evaluation),

@@ -229,7 +229,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
         # the model's row plan and the writes, here (in the prefetch thread when prefetched), not in the step
-        inp.occurrences = self.model.plan(inp)
+        # evaluation's batches (many roots, no backward) attend full neighbourhoods as dense batches
+        inp.occurrences = self.model.plan(inp, dense=split != "train")
         writes = self._writes(ev, np.concatenate([self.src[s1:hi], self.dst[s1:hi]]), roots_of)
         return _Work(split, q, ev, writes, negatives, inp, scored, valid)
 

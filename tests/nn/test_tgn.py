@@ -384,10 +384,12 @@ def reference_forward(net: TGN, inp: TGNInput) -> tuple[torch.Tensor, torch.Tens
 
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("event_time", [False, True])
-def test_forward_is_the_equation_root_by_root(static, event_time):
+@pytest.mark.parametrize("dense", [False, True])
+def test_forward_is_the_equation_root_by_root(static, event_time, dense):
     """The forward's shared products (memory products once per node, keys and values in one buffer, W_out and
-    W_{k,v} split by input part, empty roots) give :func:`reference_forward`'s z and s' to float64 rounding,
-    with edge features, padded slots and roots without neighbours; and the link predictor's scores are
+    W_{k,v} split by input part, empty roots; with ``dense``, the roots with k real neighbours attending through
+    W_kᵀ q and W_v Σ α x) give :func:`reference_forward`'s z and s' to float64 rounding, with edge features,
+    padded slots and roots without neighbours; and the link predictor's scores are
     out_fc(ReLU(src_fc z_u + dst_fc z_v)) pair by pair."""
     torch.manual_seed(1)
     net = TGN(N, D, MEM, TDIM, HID, HEADS, static, event_time=event_time).double()
@@ -400,6 +402,8 @@ def test_forward_is_the_equation_root_by_root(static, event_time):
         gap = np.random.default_rng(2).uniform(0, 3, inp.unique.shape[0])
         gap[::3] = np.nan  # mails already applied
         inp.memory.gap = gap
+    inp.occurrences = net.plan(inp, dense=dense)
+    assert inp.occurrences.full.shape[0] == (inp.neighbors.mask.all(1).sum() if dense else 0)
     with torch.no_grad():
         z, s_new = net(inp)
         z_ref, s_ref = reference_forward(net, inp)
@@ -416,6 +420,36 @@ def test_forward_is_the_equation_root_by_root(static, event_time):
         pos, neg = task.scores(EventEmbeddings(z[: n * (2 + m)], n, m))
         same(pos, torch.stack([pair(i, n + i) for i in range(n)]))
         same(neg, torch.stack([torch.stack([pair(i, 2 * n + i * m + j) for j in range(m)]) for i in range(n)]))
+
+
+@pytest.mark.parametrize("which", ["full", "mixed", "padded"])
+def test_dense_attention_has_the_per_slot_values_and_gradients(which):
+    """A plan with ``dense`` (evaluation's) gives the per-slot plan's z and every parameter's gradient to float64
+    rounding, whether all roots, some or none have k real neighbours; without a plan the forward picks dense
+    exactly when gradients are off."""
+    torch.manual_seed(3)
+    net = TGN(N, D, MEM, TDIM, HID, HEADS, False, time_learnable=True).double()
+    src, dst, t, efeat = stream(13)
+    roots, root_t = batch_roots(src, dst, t, 100, 130, negatives=2)
+    full = build_input(src, dst, t, efeat, roots, root_t).neighbors.mask.all(1)
+    assert full.any() and not full.all()
+    keep = {"full": full, "mixed": np.ones_like(full), "padded": ~full}[which]
+    inp = build_input(src, dst, t, efeat, roots[keep], root_t[keep])
+    out = {}
+    for dense in (False, True):
+        inp.occurrences = net.plan(inp, dense=dense)
+        net.zero_grad()
+        z, _ = net(inp)
+        (z * torch.linspace(-1, 1, z.numel(), dtype=z.dtype).view_as(z)).sum().backward()
+        out[dense] = z.detach(), {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+    same(out[True][0], out[False][0])
+    assert out[True][1].keys() == out[False][1].keys() and "w_k.weight" in out[True][1]
+    for name, grad in out[False][1].items():
+        same(out[True][1][name], grad, name)
+    inp.occurrences = None
+    with torch.no_grad():
+        assert net.plan(inp).full.shape[0] == full[keep].sum()
+    assert net.plan(inp).full.shape[0] == 0
 
 
 def test_time_encoding_fixed_by_default_learnable_on_request():

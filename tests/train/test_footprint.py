@@ -62,7 +62,8 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
 
 def test_the_event_regime_bounds_its_batch():
     job = SimpleNamespace(
-        model=SimpleNamespace(name="tgn", hidden=100, layers=1, order=2, memory_dim=100, neighbors=10**8),
+        model=SimpleNamespace(name="tgn", hidden=100, layers=1, order=2, memory_dim=100, time_dim=100,
+                             neighbors=10**8),
         task=SimpleNamespace(name="temporal_link_prediction", decoder_hidden=16, negatives=1, eval_negatives=49,
                              batch_events=600, split=(0.7, 0.15, 0.15)),
         train=SimpleNamespace(dtype="float32"), strategy=SimpleNamespace(name="memory"))

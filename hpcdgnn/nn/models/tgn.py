@@ -153,46 +153,64 @@ class Occurrences:
     """Where :meth:`TGN.forward`'s rows come from: a function of a :class:`TGNInput`'s roots and neighbours alone
     (numpy), so that a strategy can build it off the critical path.
 
+    The forward attends in two ways (the same equation, module docstring): a root whose ``k`` slots are all real
+    neighbours (``full``) as one dense (k × ·) batch, the others (``part``) over their real slots alone.
+
     Attributes:
-        real: (S,) flat slots r·k + j of the real neighbours.
-        slot_root: (S,) each one's root r.
-        dt: (S,) float64 t_r − t_rj.
-        empty: (R,) roots without a real neighbour.
+        full: (F,) the roots whose k slots are all real, ascending.
+        part: (R − F,) the other roots, ascending.
+        slots: (S,) flat slots r·k + j of the real neighbours: the full roots' k each, then the other roots'.
+        dt: (S,) float64 t_r − t_rj of each.
+        part_root: (S − F·k,) the slots of ``part``: each one's root, as a row of ``part``.
+        part_pos: (S − F·k,) and its place p·k + j among ``part``'s padded slots.
+        part_empty: (R − F,) roots of ``part`` without a real neighbour.
         nodes, times: (O,) the distinct occurrences (node, time) whose state h is computed: one per distinct
             (node, time) under ``memory_time: query`` (the update depends on t; TGL deduplicates the same way);
             ``TGNInput.unique`` with times None under ``event`` (the update does not).
         rows: (O,) each occurrence's row in ``TGNInput.unique``; None: the identity (``event``).
-        inv: (R + S,) the occurrence of each root, then of each real slot.
+        inv: (R + S,) the occurrence of each root, then of each slot of ``slots``.
     """
 
-    real: np.ndarray
-    slot_root: np.ndarray
+    full: np.ndarray
+    part: np.ndarray
+    slots: np.ndarray
     dt: np.ndarray
-    empty: np.ndarray
+    part_root: np.ndarray
+    part_pos: np.ndarray
+    part_empty: np.ndarray
     nodes: np.ndarray
     times: np.ndarray | None
     rows: np.ndarray | None
     inv: np.ndarray
 
 
-def occurrences(inp: TGNInput, by_time: bool) -> Occurrences:
-    """:class:`Occurrences` of ``inp``; ``by_time``: distinct (node, time) (``memory_time: query``), else nodes."""
+def occurrences(inp: TGNInput, by_time: bool, dense: bool = False) -> Occurrences:
+    """:class:`Occurrences` of ``inp``; ``by_time``: distinct (node, time) (``memory_time: query``), else nodes;
+    ``dense``: the roots with k real neighbours attend as dense batches (``full``), else every root over its real
+    slots (``part``)."""
     nb = inp.neighbors
     R, k = nb.mask.shape
-    real = np.flatnonzero(nb.mask.reshape(-1))
-    occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[real]])
-    dt = (np.repeat(inp.root_t, k) - inp.neighbor_t.reshape(-1))[real]
-    empty = ~nb.mask.any(1)
+    is_full = nb.mask.all(1) if dense else np.zeros(R, dtype=bool)
+    full, part = np.flatnonzero(is_full), np.flatnonzero(~is_full)
+    part_mask = nb.mask[part]
+    part_pos = np.flatnonzero(part_mask.reshape(-1))
+    slots = np.concatenate([(full[:, None] * k + np.arange(k)).reshape(-1), part[part_pos // k] * k + part_pos % k])
+    occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[slots]])
+    slot_t = inp.root_t[slots // k]
+    dt = slot_t - inp.neighbor_t.reshape(-1)[slots]
+    plan = dict(full=full, part=part, slots=slots, dt=dt, part_root=part_pos // k,
+                part_pos=part_pos, part_empty=~part_mask.any(1))
     if not by_time:
-        return Occurrences(real, real // k, dt, empty, inp.unique, None, None, np.searchsorted(inp.unique, occ_nodes))
-    occ_t = np.concatenate([inp.root_t, np.repeat(inp.root_t, k)[real]])
-    order = np.lexsort((occ_t, occ_nodes))
-    n_s, t_s = occ_nodes[order], occ_t[order]
-    new = np.r_[True, (n_s[1:] != n_s[:-1]) | (t_s[1:] != t_s[:-1])] if order.shape[0] else np.zeros(0, bool)
-    inv = np.empty(order.shape[0], dtype=np.int64)
-    inv[order] = np.cumsum(new) - 1
+        return Occurrences(**plan, nodes=inp.unique, times=None, rows=None,
+                           inv=np.searchsorted(inp.unique, occ_nodes))
+    occ_t = np.concatenate([inp.root_t, slot_t])
+    lex = np.lexsort((occ_t, occ_nodes))
+    n_s, t_s = occ_nodes[lex], occ_t[lex]
+    new = np.r_[True, (n_s[1:] != n_s[:-1]) | (t_s[1:] != t_s[:-1])] if lex.shape[0] else np.zeros(0, bool)
+    inv = np.empty(lex.shape[0], dtype=np.int64)
+    inv[lex] = np.cumsum(new) - 1
     nodes = n_s[new]
-    return Occurrences(real, real // k, dt, empty, nodes, t_s[new], np.searchsorted(inp.unique, nodes), inv)
+    return Occurrences(**plan, nodes=nodes, times=t_s[new], rows=np.searchsorted(inp.unique, nodes), inv=inv)
 
 
 class TGN(nn.Module):
@@ -243,48 +261,108 @@ class TGN(nn.Module):
         idx = torch.from_numpy(occ.inv).to(dev)
         # index_select rather than x[idx]: on CPU a third of the gather's time, and its backward an index_add
         # instead of an accumulating index_put (the same sums in the same order)
-        h_root = h_u.index_select(0, idx[:R])
         s_new = None if s_u is None else s_u.index_select(0, idx[:R])
-        d, H, heads = self.memory_dim, self.hidden, self.heads
-        width = H // heads
-        real_t = torch.from_numpy(occ.real).to(dev)
-        S = occ.real.shape[0]
-        # W_{k,v} [h_u ‖ e ‖ Φ] = W^h h_u + W^{eΦ} [e ‖ Φ]: the memory part once per distinct occurrence, not per
-        # slot (a node at one time fills many slots), and keys and values in one product
+        # the roots with k real neighbours, then the others: each part's roots, slots, Φ and edge features
+        F, S = occ.full.shape[0], occ.slots.shape[0]
+        split = [F * k, S - F * k]
+        slot_occ, phi = idx[R:].split(split), self.time(torch.from_numpy(occ.dt).to(dev, h_u.dtype)).split(split)
+        e = [None, None]
+        if self.edge_dim:
+            feat = inp.neighbor_feat.reshape(R * k, -1)
+            e = (feat if F == R else feat.index_select(0, torch.from_numpy(occ.slots).to(dev))).split(split)
+        rows = [torch.from_numpy(r).to(dev) for r in (occ.full, occ.part)] if 0 < F < R else [None, None]
+        z = []
+        if F:
+            h_r = h_u.index_select(0, idx[:R] if F == R else idx[:R].index_select(0, rows[0]))
+            agg = self._attend_full(self._query(h_r), h_u.index_select(0, slot_occ[0]), e[0], phi[0], k)
+            z.append(self._output(agg, h_r))
+        if F < R:
+            h_r = h_u.index_select(0, idx[:R] if F == 0 else idx[:R].index_select(0, rows[1]))
+            agg = self._attend_part(self._query(h_r), h_u, slot_occ[1], e[1], phi[1], occ, k)
+            z.append(self._output(agg, h_r))
+        if len(z) == 1:
+            return z[0], s_new
+        return z[0].new_empty(R, self.hidden).index_copy_(0, rows[0], z[0]).index_copy_(0, rows[1], z[1]), s_new
+
+    def _query(self, h: torch.Tensor) -> torch.Tensor:
+        """The query W_q [h ‖ Φ(0)] of roots with states ``h`` (R, d) -> (R, H); Φ(0) = cos(b) is one row for
+        every root: its share once."""
+        d = self.memory_dim
+        w_h, w_phi = self.w_q.weight.split([d, self.w_q.weight.shape[1] - d], dim=1)
+        return nn.functional.linear(h, w_h) + nn.functional.linear(self.time(h.new_zeros(1)), w_phi, self.w_q.bias)
+
+    def _output(self, agg: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The embedding LayerNorm(ReLU(W_out [agg ‖ h])), without the concatenation: (R, H), (R, d) -> (R, H)."""
+        w_agg, w_h = self.w_out.weight.split([self.hidden, self.memory_dim], dim=1)
+        return self.norm(torch.relu_(torch.addmm(self.w_out.bias, agg, w_agg.t()).addmm_(h, w_h.t())))
+
+    def _attend_full(self, q: torch.Tensor, h: torch.Tensor, e: torch.Tensor | None, phi: torch.Tensor,
+                     k: int) -> torch.Tensor:
+        """The attention's aggregate Σ_j α_rj v_rj of roots with k real neighbours each, as dense batches.
+
+        Per head, q·(W_k x + b_k) = (W_kᵀ q)·x + q·b_k and Σ_j α_j (W_v x_j + b_v) = W_v (Σ_j α_j x_j) + b_v: the
+        products with the weights once per root instead of once per slot (k× fewer multiply-adds), the slots'
+        share (k × width)·(width × heads) batched products (as GAT implementations reassociate aᵀ W x).
+
+        Shapes:
+            q (F, H), slot rows h (F·k, d), e (F·k, D) or None, phi (F·k, d_t) -> (F, H)."""
+        heads, H = self.heads, self.hidden
+        F, width = q.shape[0], H // heads
+        x = [part.view(F, k, -1) for part in (h, e, phi) if part is not None]  # x_rj = [h_u ‖ e ‖ Φ], uncat
+        sizes = [part.shape[2] for part in x]
+        q = q.view(F, heads, width)
+        w_k = self.w_k.weight.view(heads, width, -1).split(sizes, dim=2)
+        w_v = self.w_v.weight.view(heads, width, -1).split(sizes, dim=2)
+        logits = (q * self.w_k.bias.view(heads, width)).sum(-1).unsqueeze(1).repeat(1, k, 1)  # (F, k, heads)
+        for part, w in zip(x, w_k, strict=True):
+            logits.baddbmm_(part, torch.einsum("rhw,hwx->rhx", q, w).transpose(1, 2))
+        weights = torch.softmax(nn.functional.leaky_relu(logits, 0.2), dim=1).transpose(1, 2)  # (F, heads, k)
+        agg = self.w_v.bias.view(heads, width)
+        for part, w in zip(x, w_v, strict=True):
+            agg = agg + torch.einsum("rhx,hwx->rhw", torch.bmm(weights, part), w)
+        return agg.reshape(F, H)
+
+    def _attend_part(self, q: torch.Tensor, h_u: torch.Tensor, slot_occ: torch.Tensor, e: torch.Tensor | None,
+                     phi: torch.Tensor, occ: Occurrences, k: int) -> torch.Tensor:
+        """The aggregate Σ_j α_rj v_rj of roots with padded slots, over their real slots alone (a root without
+        neighbours: 0); keys and values are W_{k,v} [h_u ‖ e ‖ Φ] = W^h h_u + W^{eΦ} [e ‖ Φ], the memory part once
+        per distinct occurrence (a node at one time fills many slots), keys and values in one product.
+
+        Shapes:
+            q (P, H), h_u (O, d), slot_occ (S_p,) the occurrence of each real slot, e (S_p, D) or None,
+            phi (S_p, d_t) -> (P, H)."""
+        d, heads, H = self.memory_dim, self.heads, self.hidden
+        P, S, width = q.shape[0], slot_occ.shape[0], H // heads
+        dev = q.device
         w_kv, b_kv = torch.cat([self.w_k.weight, self.w_v.weight]), torch.cat([self.w_k.bias, self.w_v.bias])
-        dt = torch.from_numpy(occ.dt).to(dev, h_u.dtype)
         # split, not slices: a split's backward joins the pieces' gradients once, where each slice's backward
         # zero-fills a whole-width gradient and adds it to the others
         w_kv_h, w_kv_e, w_kv_phi = w_kv.split([d, self.edge_dim, w_kv.shape[1] - d - self.edge_dim], dim=1)
         # each part's product accumulated in place into the gathered memory part (one (S, 2H) buffer, no copy of
         # it into a new output, no [e ‖ Φ] concatenation): the slot-sized passes bound this layer's time
-        kv = nn.functional.linear(h_u, w_kv_h, b_kv).index_select(0, idx[R:])
-        if self.edge_dim:
-            kv.addmm_(inp.neighbor_feat.reshape(R * k, -1).index_select(0, real_t), w_kv_e.t())
-        kv.addmm_(self.time(dt), w_kv_phi.t())
+        kv = nn.functional.linear(h_u, w_kv_h, b_kv).index_select(0, slot_occ)
+        if e is not None:
+            kv.addmm_(e, w_kv_e.t())
+        kv.addmm_(phi, w_kv_phi.t())
         k_real, v_real = kv.split(H, dim=1)
-        # Φ(0) = cos(b) is one row for every root: its share of the query once
-        phi0 = self.time(h_u.new_zeros(1))
-        w_q_h, w_q_phi = self.w_q.weight.split([d, self.w_q.weight.shape[1] - d], dim=1)
-        q = nn.functional.linear(h_root, w_q_h) + nn.functional.linear(phi0, w_q_phi, self.w_q.bias)
         # attention over the real slots only; padded slots are -inf logits, a root without neighbours all zeros
-        slot_root = torch.from_numpy(occ.slot_root).to(dev)
+        slot_root, pos = torch.from_numpy(occ.part_root).to(dev), torch.from_numpy(occ.part_pos).to(dev)
         logits_real = nn.functional.leaky_relu(
-            (q.view(R, heads, width).index_select(0, slot_root) * k_real.view(S, heads, width)).sum(-1), 0.2)
-        logits = logits_real.new_full((R * k, heads), float("-inf")).index_copy(0, real_t, logits_real)
-        empty = torch.from_numpy(occ.empty).to(dev).view(R, 1, 1)
-        alpha = torch.softmax(logits.view(R, k, heads).masked_fill(empty, 0.0), dim=1).view(R * k, heads).index_select(
-            0, real_t)
-        agg = kv.new_zeros(R, heads, width).index_add(
-            0, slot_root, alpha.unsqueeze(-1) * v_real.view(S, heads, width)).view(R, H)
-        w_out_agg, w_out_h = self.w_out.weight.split([H, d], dim=1)  # W_out [agg ‖ h] without the concatenation
-        z = self.norm(torch.relu_(torch.addmm(self.w_out.bias, agg, w_out_agg.t()).addmm_(h_root, w_out_h.t())))
-        return z, s_new
+            (q.view(P, heads, width).index_select(0, slot_root) * k_real.view(S, heads, width)).sum(-1), 0.2)
+        logits = logits_real.new_full((P * k, heads), float("-inf")).index_copy(0, pos, logits_real)
+        empty = torch.from_numpy(occ.part_empty).to(dev).view(P, 1, 1)
+        alpha = torch.softmax(logits.view(P, k, heads).masked_fill(empty, 0.0), dim=1).view(P * k, heads).index_select(
+            0, pos)
+        return kv.new_zeros(P, heads, width).index_add(
+            0, slot_root, alpha.unsqueeze(-1) * v_real.view(S, heads, width)).view(P, H)
 
-    def plan(self, inp: TGNInput) -> Occurrences:
+    def plan(self, inp: TGNInput, dense: bool | None = None) -> Occurrences:
         """The forward's row plan of ``inp`` (:func:`occurrences`): per distinct (node, time) under ``memory_time:
-        query`` (the update reads the query time), per node under ``event``; a strategy may build it ahead."""
-        return occurrences(inp, by_time=not self.event_time)
+        query`` (the update reads the query time), per node under ``event``; a strategy may build it ahead.
+
+        ``dense``: attend roots with k real neighbours as dense batches (fewer multiply-adds a root, more
+        operations a batch: for evaluation's large batches without gradients); None: when gradients are off."""
+        return occurrences(inp, not self.event_time, not torch.is_grad_enabled() if dense is None else dense)
 
     def _node_states(self, occ: Occurrences, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The state h of each occurrence (updated memory, plus static; or the static memory alone) and s' or None."""
