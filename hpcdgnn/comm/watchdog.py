@@ -4,7 +4,8 @@ MPI has no timeout, so one stopped rank leaves all others waiting forever. One d
 own duplicate communicator so its messages never match training collectives: ranks > 0 send rank 0 heartbeats
 (completed calls, current tag, seconds without progress) and rank 0 answers. Whoever sees a rank silent or
 without progress for ``timeout`` prints one line naming it and calls ``MPI_Abort`` (``EXIT_STALLED``).
-Ranks merely waiting in a collective are named only when all wait (a mismatched collective). Only durations
+Ranks merely waiting in a collective are named only when no rank is silent, computing or stopped (missed two
+beats): then all wait (a mismatched collective). Only durations
 cross the wire: node clocks need not agree. Needs ``MPI_THREAD_MULTIPLE``.
 """
 
@@ -33,6 +34,20 @@ def _describe(rank: int, st: dict[str, Any], silent: float | None) -> str:
     where = f"in collective '{st['current']}'" if st["current"] else "computing, after its last collective"
     heard = f", not heard from for {silent:.1f} s" if silent is not None else ""
     return f"rank {rank} ({where}, no progress for {st['idle']:.1f} s{heard}, {st['completed']} calls done)"
+
+
+def _culprits(states: dict[int, tuple[float, dict[str, Any]]], timeout: float, interval: float) -> list[int]:
+    """The ranks to name, from each rank's (seconds since its last beat, progress as of now); none while no rank
+    is stalled (no progress, or not heard from, for ``timeout``). In order: ranks silent past the timeout; stalled
+    ranks computing; ranks that missed two beats (a stopped process: a rank waiting on it in a collective can
+    pass the timeout before its silence does); else every stalled rank (all wait: a mismatched collective)."""
+    stalled = sorted(r for r, (age, st) in states.items() if st["idle"] > timeout or age > timeout)
+    if not stalled:
+        return []
+    silent = [r for r in stalled if states[r][0] > timeout]
+    computing = [r for r in stalled if not states[r][1]["current"]]
+    missed = sorted(r for r, (age, _) in states.items() if age > 2 * interval)
+    return silent or computing or missed or stalled
 
 
 class Watchdog:
@@ -138,12 +153,9 @@ class Watchdog:
             if r not in gone:
                 age = now - t
                 states[r] = (age, dict(st, idle=st["idle"] + age, in_call=st["in_call"] + age if st["current"] else 0))
-        stalled = {r: v for r, v in states.items() if v[1]["idle"] > self.timeout or v[0] > self.timeout}
-        if not stalled:
+        culprits = _culprits(states, self.timeout, self.interval)
+        if not culprits:
             return
-        silent = [r for r, (age, _) in stalled.items() if age > self.timeout]
-        computing = [r for r, (_, st) in stalled.items() if not st["current"]]
-        culprits = silent or computing or sorted(stalled)  # everyone waiting: a mismatched collective
         # Two missed beats already say the process itself is not running (stopped, swapped out), which the
         # user needs to tell from a rank that is only slow; its idle time can pass the timeout before its silence.
         text = "; ".join(_describe(r, states[r][1], states[r][0] if states[r][0] > 2 * self.interval else None)
