@@ -5,8 +5,8 @@ own duplicate communicator so its messages never match training collectives: ran
 (completed calls, current tag, seconds without progress) and rank 0 answers. Whoever sees a rank silent or
 without progress for ``timeout`` prints one line naming it and calls ``MPI_Abort`` (``EXIT_STALLED``).
 Ranks merely waiting in a collective are named only when no rank is silent, computing or stopped (missed two
-beats): then all wait (a mismatched collective). Only durations
-cross the wire: node clocks need not agree. Needs ``MPI_THREAD_MULTIPLE``.
+beats): then all wait (a mismatched collective). Only durations cross the wire: node clocks need not agree.
+Needs ``MPI_THREAD_MULTIPLE``.
 """
 
 from __future__ import annotations
