@@ -425,8 +425,8 @@ def test_forward_is_the_equation_root_by_root(static, event_time, dense):
 @pytest.mark.parametrize("which", ["full", "mixed", "padded"])
 def test_dense_attention_has_the_per_slot_values_and_gradients(which):
     """A plan with ``dense`` (evaluation's) gives the per-slot plan's z and every parameter's gradient to float64
-    rounding, whether all roots, some or none have k real neighbours; without a plan the forward picks dense
-    exactly when gradients are off."""
+    rounding, whether all roots, some or none have k real neighbours; ``plan`` without ``dense`` (the forward's
+    when no plan is given) picks dense exactly when gradients are off."""
     torch.manual_seed(3)
     net = TGN(N, D, MEM, TDIM, HID, HEADS, False, time_learnable=True).double()
     src, dst, t, efeat = stream(13)
