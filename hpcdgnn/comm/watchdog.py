@@ -4,8 +4,8 @@ MPI has no timeout, so one stopped rank leaves all others waiting forever. One d
 own duplicate communicator so its messages never match training collectives: ranks > 0 send rank 0 heartbeats
 (completed calls, current tag, seconds without progress) and rank 0 answers. Whoever sees a rank silent or
 without progress for ``timeout`` prints one line naming it and calls ``MPI_Abort`` (``EXIT_STALLED``).
-Ranks merely waiting in a collective are named only when no rank is silent, computing or stopped (missed two
-beats): then all wait (a mismatched collective). Only durations cross the wire: node clocks need not agree.
+Ranks merely waiting in a collective are named only when no rank is silent, stalled while computing, or stopped
+(missed two beats): then all wait (a mismatched collective). Only durations cross the wire: node clocks need not agree.
 Needs ``MPI_THREAD_MULTIPLE``.
 """
 

@@ -25,8 +25,9 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     """Lower bounds of a rank's bytes: parameters, and one batch slice's roots — (2 + negatives) per event of its
     ⌈batch_events / minibatch⌉ in training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch ·
     epoch)⌉ in evaluation — each holding its memory and embedding and, for each of its ``neighbors`` slots, the
-    edge's features and the attention's key and value (what exists for every slot, filled or padded; evaluation's
-    dense batches hold the slot's memory row and Φ instead of key and value, whichever is less)."""
+    edge's features and the attention's key and value (counted for every slot, filled or padded: an estimate
+    where neighbourhoods are sparse; evaluation's dense batches hold the slot's memory row and Φ instead of key
+    and value, whichever is less)."""
     m, task, s = job.model, job.task, job.strategy
     b = task.batch_events
     i, j = getattr(s, "minibatch", 1), getattr(s, "epoch", 1)
@@ -38,7 +39,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
     return {"parameters": parameter_bytes(job, 0, 2, 1, 0),
             "tgn batch": (item_bytes(job) * max(train, evaluation),
-                          f"{keys}, model.neighbors, task.batch_events, model.hidden")}
+                          f"{keys}, model.neighbors, task.batch_events, model.hidden"
+                          + (", model.memory_dim, model.time_dim" if keys == "task.eval_negatives" else ""))}
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:

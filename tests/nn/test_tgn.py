@@ -167,6 +167,12 @@ def test_helper_mirrors_strategy_work():
                    strict=True))
     assert got == want
     np.testing.assert_array_equal(w.writes.times, t[w.writes.events])
+    # training's plan attends every root per slot; evaluation's attends the full neighbourhoods densely
+    assert w.inp.neighbors.mask.all(1).any() and w.inp.occurrences.full.size == 0
+    s.plan = MemoryPlan("memory", 1, 1, 1, 1, 20, {"train": [0, 100], "val": [100, 160], "test": [160, 160]})
+    s.fixed = None  # no dataset-fixed negatives: drawn from the seed
+    v = s._work("val", 1, 1, 0, 0, 1, 3)
+    assert v.inp.occurrences.full.size == v.inp.neighbors.mask.all(1).sum() > 0
 
 
 def batch_roots(src, dst, t, lo, hi, negatives=2, seed=11):

@@ -96,3 +96,20 @@ def test_an_allocation_that_fails_anyway_is_one_line_naming_the_sizes(small_data
     errors = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "out of memory (" in errors[0] and "task.negatives" in errors[0], errors[0]
+
+
+def test_an_evaluation_slot_is_bounded_by_the_smaller_of_key_value_and_row_phi():
+    """Evaluation's slots hold key and value (2H) on the per-slot path, the memory row and Φ (d + d_t) on the dense
+    one: the bound counts the smaller, and names the widths that set it."""
+    from hpcdgnn.regimes.events import footprint
+
+    model = SimpleNamespace(name="tgn", hidden=100, memory_dim=20, time_dim=10, neighbors=10)
+    task = SimpleNamespace(negatives=1, eval_negatives=49, batch_events=600)
+    job = SimpleNamespace(model=model, task=task, train=SimpleNamespace(dtype="float32"),
+                          strategy=SimpleNamespace(name="memory"))
+    manifest = SimpleNamespace(num_vertices=1000, edge_feature_dim=4)
+    nbytes, keys = footprint(job, manifest, 1)["tgn batch"]
+    assert nbytes == 4 * 51 * 600 * (20 + 100 + 10 * (4 + 20 + 10))
+    assert "model.memory_dim, model.time_dim" in keys
+    model.memory_dim = model.time_dim = 150  # now 2H = 200 < d + d_t = 300
+    assert footprint(job, manifest, 1)["tgn batch"][0] == 4 * 51 * 600 * (150 + 100 + 10 * (4 + 200))

@@ -302,7 +302,8 @@ class TGN(nn.Module):
 
         Per head, q·(W_k x + b_k) = (W_kᵀ q)·x + q·b_k and Σ_j α_j (W_v x_j + b_v) = W_v (Σ_j α_j x_j) + b_v: the
         products with the weights once per root instead of once per slot (k× fewer multiply-adds), the slots'
-        share (k × width)·(width × heads) batched products (as GAT implementations reassociate aᵀ W x).
+        share (k × w_x)·(w_x × heads) batched products for each part x of width w_x (d, D, d_t), as GAT
+        implementations reassociate aᵀ W x.
 
         Shapes:
             q (F, H), slot rows h (F·k, d), e (F·k, D) or None, phi (F·k, d_t) -> (F, H)."""
@@ -361,7 +362,8 @@ class TGN(nn.Module):
         query`` (the update reads the query time), per node under ``event``; a strategy may build it ahead.
 
         ``dense``: attend roots with k real neighbours as dense batches (fewer multiply-adds a root, more
-        operations a batch: for evaluation's large batches without gradients); None: when gradients are off."""
+        operations a batch: for evaluation's large batches without gradients); None: when gradients are off on
+        the calling thread (grad mode is per thread: a plan built ahead in another thread passes ``dense``)."""
         return occurrences(inp, not self.event_time, not torch.is_grad_enabled() if dense is None else dense)
 
     def _node_states(self, occ: Occurrences, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
