@@ -36,18 +36,19 @@ def _describe(rank: int, st: dict[str, Any], silent: float | None) -> str:
     return f"rank {rank} ({where}, no progress for {st['idle']:.1f} s{heard}, {st['completed']} calls done)"
 
 
-def _culprits(states: dict[int, tuple[float, dict[str, Any]]], timeout: float, interval: float) -> list[int]:
+def _culprits(states: dict[int, tuple[float, dict[str, Any]]], timeout: float, missed: float) -> list[int]:
     """The ranks to name, from each rank's (seconds since its last beat, progress as of now); none while no rank
     is stalled (no progress, or not heard from, for ``timeout``). In order: ranks silent past the timeout; stalled
-    ranks computing; ranks that missed two beats (a stopped process: a rank waiting on it in a collective can
-    pass the timeout before its silence does); else every stalled rank (all wait: a mismatched collective)."""
+    ranks computing; ranks not heard from for ``missed`` seconds (two beats: a stopped process, on which a rank
+    waiting in a collective can pass the timeout before its silence does); else every stalled rank (all wait: a
+    mismatched collective)."""
     stalled = sorted(r for r, (age, st) in states.items() if st["idle"] > timeout or age > timeout)
     if not stalled:
         return []
     silent = [r for r in stalled if states[r][0] > timeout]
     computing = [r for r in stalled if not states[r][1]["current"]]
-    missed = sorted(r for r, (age, _) in states.items() if age > 2 * interval)
-    return silent or computing or missed or stalled
+    stopped = sorted(r for r, (age, _) in states.items() if age > missed)
+    return silent or computing or stopped or stalled
 
 
 class Watchdog:
@@ -56,6 +57,7 @@ class Watchdog:
     def __init__(self, comm, timeout: float, log=None) -> None:
         self.comm, self.timeout = comm, float(timeout)
         self.interval = max(0.2, min(self.timeout / 4, 30.0))
+        self.missed = 2 * self.interval  # two beats missed: the process itself is not running
         self.poll = min(0.1, self.interval / 4)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -153,12 +155,12 @@ class Watchdog:
             if r not in gone:
                 age = now - t
                 states[r] = (age, dict(st, idle=st["idle"] + age, in_call=st["in_call"] + age if st["current"] else 0))
-        culprits = _culprits(states, self.timeout, self.interval)
+        culprits = _culprits(states, self.timeout, self.missed)
         if not culprits:
             return
         # Two missed beats already say the process itself is not running (stopped, swapped out), which the
         # user needs to tell from a rank that is only slow; its idle time can pass the timeout before its silence.
-        text = "; ".join(_describe(r, states[r][1], states[r][0] if states[r][0] > 2 * self.interval else None)
+        text = "; ".join(_describe(r, states[r][1], states[r][0] if states[r][0] > self.missed else None)
                          for r in culprits)
         waiting = sorted({st["current"] for r, (_, st) in states.items() if r not in culprits and st["current"]})
         if waiting:

@@ -86,10 +86,10 @@ def test_the_culprit_is_the_stopped_rank_not_the_one_waiting_for_it():
     (two 1 s beats missed, not yet the timeout): rank 2 is named (the race the mpirun test above can hit)."""
     race = {0: (0.0, _st("time_halo.bwd", 4.1)), 1: (0.3, _st("time_halo.fwd", 3.0)),
             2: (3.5, _st("time_halo.fwd", 3.5))}
-    assert _culprits(race, 4.0, 1.0) == [2]
+    assert _culprits(race, 4.0, 2.0) == [2]
     # nobody past the timeout: nobody named, however long a beat is late
-    assert _culprits({0: (0.0, _st("a", 1.0)), 1: (3.9, _st("a", 3.9))}, 4.0, 1.0) == []
+    assert _culprits({0: (0.0, _st("a", 1.0)), 1: (3.9, _st("a", 3.9))}, 4.0, 2.0) == []
     # silence past the timeout first, then a stalled rank computing, then every stalled rank (all waiting)
-    assert _culprits({0: (0.0, _st("", 5.0)), 1: (4.5, _st("a", 4.5))}, 4.0, 1.0) == [1]
-    assert _culprits({0: (0.0, _st("a", 5.0)), 1: (0.2, _st("", 4.5)), 2: (0.1, _st("a", 4.4))}, 4.0, 1.0) == [1]
-    assert _culprits({0: (0.0, _st("a", 5.0)), 1: (0.2, _st("b", 4.5)), 2: (0.1, _st("a", 1.0))}, 4.0, 1.0) == [0, 1]
+    assert _culprits({0: (0.0, _st("", 5.0)), 1: (4.5, _st("a", 4.5))}, 4.0, 2.0) == [1]
+    assert _culprits({0: (0.0, _st("a", 5.0)), 1: (0.2, _st("", 4.5)), 2: (0.1, _st("a", 4.4))}, 4.0, 2.0) == [1]
+    assert _culprits({0: (0.0, _st("a", 5.0)), 1: (0.2, _st("b", 4.5)), 2: (0.1, _st("a", 1.0))}, 4.0, 2.0) == [0, 1]

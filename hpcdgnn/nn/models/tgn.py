@@ -270,16 +270,16 @@ class TGN(nn.Module):
         if self.edge_dim:
             feat = inp.neighbor_feat.reshape(R * k, -1)
             e = (feat if F == R else feat.index_select(0, torch.from_numpy(occ.slots).to(dev))).split(split)
-        rows = [torch.from_numpy(r).to(dev) for r in (occ.full, occ.part)] if 0 < F < R else [None, None]
+        # each part's roots' states: [full, part], or one entry when every root is in one part
+        rows = [torch.from_numpy(r).to(dev) for r in (occ.full, occ.part)] if 0 < F < R else [None]
+        h_r = [h_u.index_select(0, idx[:R] if r is None else idx[:R].index_select(0, r)) for r in rows]
         z = []
         if F:
-            h_r = h_u.index_select(0, idx[:R] if F == R else idx[:R].index_select(0, rows[0]))
-            agg = self._attend_full(self._query(h_r), h_u.index_select(0, slot_occ[0]), e[0], phi[0], k)
-            z.append(self._output(agg, h_r))
+            agg = self._attend_full(self._query(h_r[0]), h_u.index_select(0, slot_occ[0]), e[0], phi[0], k)
+            z.append(self._output(agg, h_r[0]))
         if F < R:
-            h_r = h_u.index_select(0, idx[:R] if F == 0 else idx[:R].index_select(0, rows[1]))
-            agg = self._attend_part(self._query(h_r), h_u, slot_occ[1], e[1], phi[1], occ, k)
-            z.append(self._output(agg, h_r))
+            agg = self._attend_part(self._query(h_r[-1]), h_u, slot_occ[1], e[1], phi[1], occ, k)
+            z.append(self._output(agg, h_r[-1]))
         if len(z) == 1:
             return z[0], s_new
         return z[0].new_empty(R, self.hidden).index_copy_(0, rows[0], z[0]).index_copy_(0, rows[1], z[1]), s_new
