@@ -11,7 +11,7 @@ import torch
 
 from hpcdgnn.data.temporal_neighbors import NeighborBlock, TemporalNeighbors
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput
+from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput, dense_min
 from hpcdgnn.strategies.memory import MemoryPlan, MemoryStrategy, _Work
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.tasks.base import SPLITS
@@ -167,12 +167,15 @@ def test_helper_mirrors_strategy_work():
                    strict=True))
     assert got == want
     np.testing.assert_array_equal(w.writes.times, t[w.writes.events])
-    # training's plan attends every root per slot; evaluation's attends the full neighbourhoods densely
-    assert w.inp.neighbors.mask.all(1).any() and w.inp.occurrences.full.size == 0
+    # training's plan attends every root per slot; evaluation's attends roots with ≥ k/2 real neighbours densely
+    real = w.inp.neighbors.mask.sum(1)
+    assert (real >= dense_min(w.inp.neighbors.mask.shape[1])).any()
+    assert w.inp.occurrences.dense.size == 0 and w.inp.occurrences.part_read is None
     s.plan = MemoryPlan("memory", 1, 1, 1, 1, 20, {"train": [0, 100], "val": [100, 160], "test": [160, 160]})
     s.fixed = None  # no dataset-fixed negatives: drawn from the seed
     v = s._work("val", 1, 1, 0, 0, 1, 3)
-    assert v.inp.occurrences.full.size == v.inp.neighbors.mask.all(1).sum() > 0
+    mask = v.inp.neighbors.mask
+    assert v.inp.occurrences.dense.size == (mask.sum(1) >= dense_min(mask.shape[1])).sum() > 0
 
 
 def batch_roots(src, dst, t, lo, hi, negatives=2, seed=11):
@@ -393,23 +396,29 @@ def reference_forward(net: TGN, inp: TGNInput) -> tuple[torch.Tensor, torch.Tens
 @pytest.mark.parametrize("dense", [False, True])
 def test_forward_is_the_equation_root_by_root(static, event_time, dense):
     """The forward's shared products (memory products once per node, keys and values in one buffer, W_out and
-    W_{k,v} split by input part, empty roots; with ``dense``, the roots with k real neighbours attending through
-    W_kᵀ q and W_v Σ α x) give :func:`reference_forward`'s z and s' to float64 rounding, with edge features,
+    W_{k,v} split by input part, empty roots; with ``dense``, the roots with at least half their slots real
+    attending through W_kᵀ q and W_v Σ α x, padded slots masked, the others' keys and values for the
+    occurrences they read alone) give :func:`reference_forward`'s z and s' to float64 rounding, with edge features,
     padded slots and roots without neighbours; and the link predictor's scores are
     out_fc(ReLU(src_fc z_u + dst_fc z_v)) pair by pair."""
     torch.manual_seed(1)
     net = TGN(N, D, MEM, TDIM, HID, HEADS, static, event_time=event_time).double()
     src, dst, t, efeat = stream(12)
     roots, root_t = batch_roots(src, dst, t, 60, 75, negatives=3)
-    roots, root_t = np.r_[roots, N - 1], np.r_[root_t, t[-1]]  # a node with no events: no neighbours
+    # the stream's first events' endpoints (few neighbours yet), and a node with no events (none)
+    roots, root_t = np.r_[roots, src[1:12], dst[1:12], N - 1], np.r_[root_t, t[1:12], t[1:12], t[-1]]
     inp = build_input(src, dst, t, efeat, roots, root_t)
-    assert (~inp.neighbors.mask).any() and inp.neighbors.mask.all(1).any() and not inp.neighbors.mask[-1].any()
+    real = inp.neighbors.mask.sum(1)
+    assert {0, 1, K} <= set(real.tolist()) and ((real >= dense_min(K)) & (real < K)).any() and real[-1] == 0
     if event_time:
         gap = np.random.default_rng(2).uniform(0, 3, inp.unique.shape[0])
         gap[::3] = np.nan  # mails already applied
         inp.memory.gap = gap
     inp.occurrences = net.plan(inp, dense=dense)
-    assert inp.occurrences.full.shape[0] == (inp.neighbors.mask.all(1).sum() if dense else 0)
+    assert inp.occurrences.dense.shape[0] == ((real >= dense_min(K)).sum() if dense else 0)
+    if dense:  # dense roots with padded slots, and part roots that read fewer than all occurrences
+        assert inp.occurrences.pad is not None and inp.occurrences.pad.any()
+        assert inp.occurrences.part_read is not None
     with torch.no_grad():
         z, s_new = net(inp)
         z_ref, s_ref = reference_forward(net, inp)
@@ -428,18 +437,21 @@ def test_forward_is_the_equation_root_by_root(static, event_time, dense):
         same(neg, torch.stack([torch.stack([pair(i, 2 * n + i * m + j) for j in range(m)]) for i in range(n)]))
 
 
-@pytest.mark.parametrize("which", ["full", "mixed", "padded"])
+@pytest.mark.parametrize("which", ["full", "dense_padded", "part", "mixed"])
 def test_dense_attention_has_the_per_slot_values_and_gradients(which):
     """A plan with ``dense`` (evaluation's) gives the per-slot plan's z and every parameter's gradient to float64
-    rounding, whether all roots, some or none have k real neighbours; ``plan`` without ``dense`` (the forward's
-    when no plan is given) picks dense exactly when gradients are off."""
+    rounding, whether the roots have k real neighbours, at least :func:`dense_min` of them (dense with padded
+    slots), fewer (per slot, keys and values for the occurrences read alone) or a mix; ``plan`` without ``dense``
+    (the forward's when no plan is given) picks dense exactly when gradients are off."""
     torch.manual_seed(3)
     net = TGN(N, D, MEM, TDIM, HID, HEADS, False, time_learnable=True).double()
     src, dst, t, efeat = stream(13)
     roots, root_t = batch_roots(src, dst, t, 100, 130, negatives=2)
-    full = build_input(src, dst, t, efeat, roots, root_t).neighbors.mask.all(1)
-    assert full.any() and not full.all()
-    keep = {"full": full, "mixed": np.ones_like(full), "padded": ~full}[which]
+    roots, root_t = np.r_[roots, src[1:12], dst[1:12]], np.r_[root_t, t[1:12], t[1:12]]  # and few neighbours
+    real = build_input(src, dst, t, efeat, roots, root_t).neighbors.mask.sum(1)
+    kinds = {"full": real == K, "dense_padded": (real >= dense_min(K)) & (real < K), "part": real < dense_min(K)}
+    assert all(kind.any() for kind in kinds.values()), {name: kind.sum() for name, kind in kinds.items()}
+    keep = kinds.get(which, np.ones_like(real, dtype=bool))
     inp = build_input(src, dst, t, efeat, roots[keep], root_t[keep])
     out = {}
     for dense in (False, True):
@@ -454,8 +466,8 @@ def test_dense_attention_has_the_per_slot_values_and_gradients(which):
         same(out[True][1][name], grad, name)
     inp.occurrences = None
     with torch.no_grad():
-        assert net.plan(inp).full.shape[0] == full[keep].sum()
-    assert net.plan(inp).full.shape[0] == 0
+        assert net.plan(inp).dense.shape[0] == (real[keep] >= dense_min(K)).sum()
+    assert net.plan(inp).dense.shape[0] == 0
 
 
 def test_time_encoding_fixed_by_default_learnable_on_request():

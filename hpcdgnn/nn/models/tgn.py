@@ -36,7 +36,7 @@ from hpcdgnn.config.schema import ModelConfig
 if TYPE_CHECKING:
     from hpcdgnn.data.temporal_neighbors import NeighborBlock
 
-__all__ = ["MemoryRows", "Occurrences", "TGN", "TGNInput", "TGNOptions", "TimeEncoding", "occurrences"]
+__all__ = ["MemoryRows", "Occurrences", "TGN", "TGNInput", "TGNOptions", "TimeEncoding", "dense_min", "occurrences"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,14 +153,17 @@ class Occurrences:
     """Where :meth:`TGN.forward`'s rows come from: a function of a :class:`TGNInput`'s roots and neighbours alone
     (numpy), so that a strategy can build it off the critical path.
 
-    The forward attends in two ways (the same equation, module docstring): a root whose ``k`` slots are all real
-    neighbours (``full``) as one dense (k × ·) batch, the others (``part``) over their real slots alone.
+    The forward attends in two ways (the same equation, module docstring): a root with at least
+    :func:`dense_min` real neighbours (``dense``) as one dense (k × ·) batch, its padded slots masked; the others
+    (``part``) over their real slots alone. Which way depends on the root alone, so any slicing of a batch
+    computes a root the same way.
 
     Attributes:
-        full: (F,) the roots whose k slots are all real, ascending.
+        dense: (F,) the roots attending as dense batches, ascending.
         part: (R − F,) the other roots, ascending.
-        slots: (S,) flat slots r·k + j of the real neighbours: the full roots' k each, then the other roots'.
-        dt: (S,) float64 t_r − t_rj of each.
+        slots: (S,) flat slots r·k + j: the dense roots' k each (padded ones too), then the other roots' real ones.
+        pad: (F·k,) the dense roots' padded slots, or None when there are none.
+        dt: (S,) float64 t_r − t_rj of each (0 on a padded slot).
         part_root: (S − F·k,) the slots of ``part``: each one's root, as a row of ``part``.
         part_pos: (S − F·k,) and its place p·k + j among ``part``'s padded slots.
         part_empty: (R − F,) roots of ``part`` without a real neighbour.
@@ -168,12 +171,15 @@ class Occurrences:
             (node, time) under ``memory_time: query`` (the update depends on t; TGL deduplicates the same way);
             ``TGNInput.unique`` with times None under ``event`` (the update does not).
         rows: (O,) each occurrence's row in ``TGNInput.unique``; None: the identity (``event``).
-        inv: (R + S,) the occurrence of each root, then of each slot of ``slots``.
+        inv: (R + S,) the occurrence of each root, then of each slot of ``slots`` (a padded slot: its root's).
+        part_read: (O_p,) ascending, the occurrences ``part``'s slots read, and ``part_inv`` (S − F·k,) each slot's
+            row in it; None (a plan without ``dense``, or when they read every occurrence): every occurrence.
     """
 
-    full: np.ndarray
+    dense: np.ndarray
     part: np.ndarray
     slots: np.ndarray
+    pad: np.ndarray | None
     dt: np.ndarray
     part_root: np.ndarray
     part_pos: np.ndarray
@@ -182,35 +188,56 @@ class Occurrences:
     times: np.ndarray | None
     rows: np.ndarray | None
     inv: np.ndarray
+    part_read: np.ndarray | None = None
+    part_inv: np.ndarray | None = None
+
+
+def dense_min(k: int) -> int:
+    """The real neighbours, of ``k`` slots, from which a root attends as a dense batch: half of them. Below it the
+    padded slots' passes cost more than the per-slot products they replace (perf/results/tgn-vs-pyg)."""
+    return max(1, (k + 1) // 2)
 
 
 def occurrences(inp: TGNInput, by_time: bool, dense: bool = False) -> Occurrences:
     """:class:`Occurrences` of ``inp``; ``by_time``: distinct (node, time) (``memory_time: query``), else nodes;
-    ``dense``: the roots with k real neighbours attend as dense batches (``full``), else every root over its real
-    slots (``part``)."""
+    ``dense``: the roots with at least :func:`dense_min` real neighbours attend as dense batches, and the other
+    roots' keys and values are computed for the occurrences they read alone (evaluation's plan), else every root
+    over its real slots (training's)."""
     nb = inp.neighbors
     R, k = nb.mask.shape
-    is_full = nb.mask.all(1) if dense else np.zeros(R, dtype=bool)
-    full, part = np.flatnonzero(is_full), np.flatnonzero(~is_full)
+    is_dense = nb.mask.sum(1) >= dense_min(k) if dense else np.zeros(R, dtype=bool)
+    dense_roots, part = np.flatnonzero(is_dense), np.flatnonzero(~is_dense)
+    F = dense_roots.shape[0]
     part_mask = nb.mask[part]
     part_pos = np.flatnonzero(part_mask.reshape(-1))
-    slots = np.concatenate([(full[:, None] * k + np.arange(k)).reshape(-1), part[part_pos // k] * k + part_pos % k])
-    occ_nodes = np.concatenate([inp.roots, nb.nodes.reshape(-1)[slots]])
+    slots = np.concatenate([(dense_roots[:, None] * k + np.arange(k)).reshape(-1),
+                            part[part_pos // k] * k + part_pos % k])
+    real = nb.mask.reshape(-1)[slots]
+    # a padded slot of a dense root reads its root's own occurrence (no new (node, time)) at Δt = 0: finite rows
+    # that its zero weight leaves out of the sums
+    occ_nodes = np.concatenate([inp.roots, np.where(real, nb.nodes.reshape(-1)[slots], inp.roots[slots // k])])
     slot_t = inp.root_t[slots // k]
-    dt = slot_t - inp.neighbor_t.reshape(-1)[slots]
-    plan = dict(full=full, part=part, slots=slots, dt=dt, part_root=part_pos // k,
+    plan = dict(dense=dense_roots, part=part, slots=slots, pad=None if real.all() else ~real[: F * k],
+                dt=np.where(real, slot_t - inp.neighbor_t.reshape(-1)[slots], 0.0), part_root=part_pos // k,
                 part_pos=part_pos, part_empty=~part_mask.any(1))
     if not by_time:
-        return Occurrences(**plan, nodes=inp.unique, times=None, rows=None,
-                           inv=np.searchsorted(inp.unique, occ_nodes))
-    occ_t = np.concatenate([inp.root_t, slot_t])
-    lex = np.lexsort((occ_t, occ_nodes))
-    n_s, t_s = occ_nodes[lex], occ_t[lex]
-    new = np.r_[True, (n_s[1:] != n_s[:-1]) | (t_s[1:] != t_s[:-1])] if lex.shape[0] else np.zeros(0, bool)
-    inv = np.empty(lex.shape[0], dtype=np.int64)
-    inv[lex] = np.cumsum(new) - 1
-    nodes = n_s[new]
-    return Occurrences(**plan, nodes=nodes, times=t_s[new], rows=np.searchsorted(inp.unique, nodes), inv=inv)
+        occ = Occurrences(**plan, nodes=inp.unique, times=None, rows=None, inv=np.searchsorted(inp.unique, occ_nodes))
+    else:
+        occ_t = np.concatenate([inp.root_t, slot_t])
+        lex = np.lexsort((occ_t, occ_nodes))
+        n_s, t_s = occ_nodes[lex], occ_t[lex]
+        new = np.r_[True, (n_s[1:] != n_s[:-1]) | (t_s[1:] != t_s[:-1])] if lex.shape[0] else np.zeros(0, bool)
+        inv = np.empty(lex.shape[0], dtype=np.int64)
+        inv[lex] = np.cumsum(new) - 1
+        nodes = n_s[new]
+        occ = Occurrences(**plan, nodes=nodes, times=t_s[new], rows=np.searchsorted(inp.unique, nodes), inv=inv)
+    if dense:
+        # the part roots' memory share of keys and values for the occurrences their slots read: with the dense
+        # roots' neighbours and the roots themselves left out, fewer than all
+        read, read_inv = np.unique(occ.inv[R + F * k:], return_inverse=True)
+        if read.shape[0] < occ.nodes.shape[0]:
+            occ.part_read, occ.part_inv = read, read_inv
+    return occ
 
 
 class TGN(nn.Module):
@@ -262,20 +289,23 @@ class TGN(nn.Module):
         # index_select rather than x[idx]: on CPU a third of the gather's time, and its backward an index_add
         # instead of an accumulating index_put (the same sums in the same order)
         s_new = None if s_u is None else s_u.index_select(0, idx[:R])
-        # the roots with k real neighbours, then the others: each part's roots, slots, Φ and edge features
-        F, S = occ.full.shape[0], occ.slots.shape[0]
+        # the dense roots, then the others: each part's roots, slots, Φ and edge features
+        F, S = occ.dense.shape[0], occ.slots.shape[0]
         split = [F * k, S - F * k]
         slot_occ, phi = idx[R:].split(split), self.time(torch.from_numpy(occ.dt).to(dev, h_u.dtype)).split(split)
         e = [None, None]
         if self.edge_dim:
             feat = inp.neighbor_feat.reshape(R * k, -1)
             e = (feat if F == R else feat.index_select(0, torch.from_numpy(occ.slots).to(dev))).split(split)
-        # each part's roots' states: [full, part], or one entry when every root is in one part
-        rows = [torch.from_numpy(r).to(dev) for r in (occ.full, occ.part)] if 0 < F < R else [None]
+        # each part's roots' states: [dense, part], or one entry when every root is in one part
+        rows = [torch.from_numpy(r).to(dev) for r in (occ.dense, occ.part)] if 0 < F < R else [None]
         h_r = [h_u.index_select(0, idx[:R] if r is None else idx[:R].index_select(0, r)) for r in rows]
         z = []
         if F:
-            agg = self._attend_full(self._query(h_r[0]), h_u.index_select(0, slot_occ[0]), e[0], phi[0], k)
+            pad = None if occ.pad is None else torch.from_numpy(occ.pad).to(dev).view(F, k, 1)
+            # a padded slot's features may be anything (NaN): zeroed, as its weight is
+            e_dense = e[0] if e[0] is None or pad is None else e[0].masked_fill(pad.view(F * k, 1), 0.0)
+            agg = self._attend_dense(self._query(h_r[0]), h_u.index_select(0, slot_occ[0]), e_dense, phi[0], k, pad)
             z.append(self._output(agg, h_r[0]))
         if F < R:
             agg = self._attend_part(self._query(h_r[-1]), h_u, slot_occ[1], e[1], phi[1], occ, k)
@@ -296,9 +326,10 @@ class TGN(nn.Module):
         w_agg, w_h = self.w_out.weight.split([self.hidden, self.memory_dim], dim=1)
         return self.norm(torch.relu_(torch.addmm(self.w_out.bias, agg, w_agg.t()).addmm_(h, w_h.t())))
 
-    def _attend_full(self, q: torch.Tensor, h: torch.Tensor, e: torch.Tensor | None, phi: torch.Tensor,
-                     k: int) -> torch.Tensor:
-        """The attention's aggregate Σ_j α_rj v_rj of roots with k real neighbours each, as dense batches.
+    def _attend_dense(self, q: torch.Tensor, h: torch.Tensor, e: torch.Tensor | None, phi: torch.Tensor,
+                      k: int, pad: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention's aggregate Σ_j α_rj v_rj of roots attending as dense batches of k slots, the padded ones
+        (``pad``) with weight 0.
 
         Per head, q·(W_k x + b_k) = (W_kᵀ q)·x + q·b_k and Σ_j α_j (W_v x_j + b_v) = W_v (Σ_j α_j x_j) + b_v: the
         products with the weights once per root instead of once per slot (k× fewer multiply-adds), the slots'
@@ -306,7 +337,8 @@ class TGN(nn.Module):
         implementations reassociate aᵀ W x.
 
         Shapes:
-            q (F, H), slot rows h (F·k, d), e (F·k, D) or None, phi (F·k, d_t) -> (F, H)."""
+            q (F, H), slot rows h (F·k, d), e (F·k, D) or None, phi (F·k, d_t), pad (F, k, 1) bool or None
+            -> (F, H)."""
         heads, H = self.heads, self.hidden
         F, width = q.shape[0], H // heads
         x = [part.view(F, k, -1) for part in (h, e, phi) if part is not None]  # x_rj = [h_u ‖ e ‖ Φ], uncat
@@ -317,7 +349,10 @@ class TGN(nn.Module):
         logits = (q * self.w_k.bias.view(heads, width)).sum(-1).unsqueeze(1).repeat(1, k, 1)  # (F, k, heads)
         for part, w in zip(x, w_k, strict=True):
             logits.baddbmm_(part, torch.einsum("rhw,hwx->rhx", q, w).transpose(1, 2))
-        weights = torch.softmax(nn.functional.leaky_relu(logits, 0.2), dim=1).transpose(1, 2)  # (F, heads, k)
+        logits = nn.functional.leaky_relu(logits, 0.2)
+        if pad is not None:
+            logits = logits.masked_fill(pad, float("-inf"))
+        weights = torch.softmax(logits, dim=1).transpose(1, 2)  # (F, heads, k)
         agg = self.w_v.bias.view(heads, width)
         for part, w in zip(x, w_v, strict=True):
             agg = agg + torch.einsum("rhx,hwx->rhw", torch.bmm(weights, part), w)
@@ -325,9 +360,10 @@ class TGN(nn.Module):
 
     def _attend_part(self, q: torch.Tensor, h_u: torch.Tensor, slot_occ: torch.Tensor, e: torch.Tensor | None,
                      phi: torch.Tensor, occ: Occurrences, k: int) -> torch.Tensor:
-        """The aggregate Σ_j α_rj v_rj of roots with padded slots, over their real slots alone (a root without
-        neighbours: 0); keys and values are W_{k,v} [h_u ‖ e ‖ Φ] = W^h h_u + W^{eΦ} [e ‖ Φ], the memory part once
-        per distinct occurrence (a node at one time fills many slots), keys and values in one product.
+        """The aggregate Σ_j α_rj v_rj of the roots not attending densely, over their real slots alone (a root
+        without neighbours: 0); keys and values are W_{k,v} [h_u ‖ e ‖ Φ] = W^h h_u + W^{eΦ} [e ‖ Φ], the memory
+        part once per distinct occurrence (a node at one time fills many slots; those ``occ.part_read`` when
+        given), keys and values in one product.
 
         Shapes:
             q (P, H), h_u (O, d), slot_occ (S_p,) the occurrence of each real slot, e (S_p, D) or None,
@@ -341,7 +377,11 @@ class TGN(nn.Module):
         w_kv_h, w_kv_e, w_kv_phi = w_kv.split([d, self.edge_dim, w_kv.shape[1] - d - self.edge_dim], dim=1)
         # each part's product accumulated in place into the gathered memory part (one (S, 2H) buffer, no copy of
         # it into a new output, no [e ‖ Φ] concatenation): the slot-sized passes bound this layer's time
-        kv = nn.functional.linear(h_u, w_kv_h, b_kv).index_select(0, slot_occ)
+        if occ.part_read is None:
+            kv = nn.functional.linear(h_u, w_kv_h, b_kv).index_select(0, slot_occ)
+        else:
+            read, read_inv = (torch.from_numpy(a).to(dev) for a in (occ.part_read, occ.part_inv))
+            kv = nn.functional.linear(h_u.index_select(0, read), w_kv_h, b_kv).index_select(0, read_inv)
         if e is not None:
             kv.addmm_(e, w_kv_e.t())
         kv.addmm_(phi, w_kv_phi.t())
@@ -361,8 +401,9 @@ class TGN(nn.Module):
         """The forward's row plan of ``inp`` (:func:`occurrences`): per distinct (node, time) under ``memory_time:
         query`` (the update reads the query time), per node under ``event``; a strategy may build it ahead.
 
-        ``dense``: attend roots with k real neighbours as dense batches (fewer multiply-adds a root, more
-        operations a batch: for evaluation's large batches without gradients); None: when gradients are off on
+        ``dense``: attend roots with at least :func:`dense_min` real neighbours as dense batches (fewer
+        multiply-adds a root, more operations a batch: for evaluation's large batches without gradients) and the
+        others' keys and values for the occurrences they read alone; None: when gradients are off on
         the calling thread (grad mode is per thread: a plan built ahead in another thread passes ``dense``)."""
         return occurrences(inp, not self.event_time, not torch.is_grad_enabled() if dense is None else dense)
 
