@@ -9,6 +9,8 @@ print one line and exit 2; a pre-empted run checkpoints and exits 75 (``EXIT_PRE
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import traceback
 
@@ -23,6 +25,9 @@ from hpcdgnn.errors import (
 )
 
 __all__ = ["main"]
+
+#: a command whose reader closed the pipe (``inspect --json | head``) exits as a process killed by SIGPIPE would
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def _install_abort_hook(comm) -> None:
@@ -382,10 +387,15 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return args.func(args)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
+        return code
     except HpcdgnnError as e:
         print(f"hpcdgnn: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `inspect --json | head`: the reader left; stop as a shell tool does, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_BROKEN_PIPE
     except (MemoryError, RuntimeError) as e:  # e.g. generate --vertices 10**12: numpy's MemoryError
         detail = out_of_memory(e)
         if detail is None:

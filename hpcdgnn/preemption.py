@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "hold", "install", "reset"]
+__all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "hold", "install", "requested", "reset"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -69,6 +69,11 @@ def install(at_once: bool = False) -> PreemptionFlag:
             return _FLAG
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
+
+
+def requested() -> bool:
+    """Whether this process has received a pre-emption signal (False before :func:`install`)."""
+    return _FLAG is not None and _FLAG.raised
 
 
 def reset() -> None:

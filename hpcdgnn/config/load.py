@@ -29,6 +29,17 @@ def _did_you_mean(key: str, choices: list[str]) -> str:
     return f"did you mean '{close[0]}'?" if close else f"choose from {', '.join(sorted(choices))}"
 
 
+def _describe(tp: Any) -> str:
+    """A schema type in words for an error line: ``float | Literal['auto']`` -> ``a number or auto``."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return " or ".join(map(str, typing.get_args(tp)))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    words = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
+    return words.get(tp, "a list" if origin is tuple else str(tp))
+
+
 def _check_value(value: Any, tp: Any, where: str) -> Any:
     """Return ``value`` if it matches type ``tp`` exactly, else raise ``ValueError``."""
     origin = typing.get_origin(tp)
@@ -60,7 +71,7 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
                 return _check_value(value, a, where)
             except ValueError:
                 pass
-        raise ValueError(f"{short_repr(value)} has the wrong type ({tp})")
+        raise ValueError(f"expected {_describe(tp)}, got {type(value).__name__} {short_repr(value)}")
     if tp is type(None):
         if value is not None:
             raise ValueError(f"expected null, got {short_repr(value)}")

@@ -119,6 +119,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.epochs < 1:
             raise ValueError("epochs: must be >= 1")
+        if self.seed < 0:  # numpy's generators take none
+            raise ValueError("seed: must be >= 0")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
         if self.lr / (1 - ADAM_BETAS[0]) > _FLOAT_MAX[self.dtype]:
@@ -483,8 +485,9 @@ class MemoryOptions(StrategyConfig):
     one trains or is evaluated (one batch's input more in memory; ``off`` builds each in turn)."""
 
     def __post_init__(self) -> None:
-        if min(self.minibatch, self.epoch, self.memory) < 1:
-            raise ValueError("minibatch, epoch, memory: must be >= 1 (i·j·k must equal the number of ranks)")
+        for key in ("minibatch", "epoch", "memory"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be >= 1 (i·j·k must equal the number of ranks)")
 
 
 #: Keys renamed in hpcdgnn 0.2: old dotted key -> new one (a job with the old key is told where it went).

@@ -156,7 +156,9 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
         tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
         (tmp / "shards").mkdir()
     except OSError as e:
-        raise DataError(f"{root}: cannot create the output here: {e.strerror or e}") from None
+        there = nearest_existing(root.parent)
+        why = f"{there} is a file, not a directory" if not there.is_dir() else e.strerror or e
+        raise DataError(f"{root}: cannot create the output here: {why}") from None
     return tmp
 
 

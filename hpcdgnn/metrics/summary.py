@@ -140,6 +140,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
                 "seconds": totals.seconds_summed(),
                 "bytes_sent": totals.bytes_sent,
                 "setup_seconds": run.setup_seconds,
+                "pretrain_seconds": run.pretrain_seconds,
             },
             "transfer": {
                 "mode": getattr(run.job.strategy, "transfer", None),  # strategies with S3 only

@@ -83,7 +83,7 @@ def run_plan(args: argparse.Namespace) -> int:
                   f"{p.balance:>6.2f} {p.compute_s:>10.4f} {p.comm_s:>9.4f} {p.epoch_s:>9.4f}  {note}{mark}")
     for P in args.ranks:
         if not any(p.picked for p in preds if p.num_ranks == P):
-            raise ConfigError(nothing_fits(preds, P, budget))
+            raise ConfigError(nothing_fits(preds, P, budget, job, manifest))
     return 0
 
 
@@ -107,8 +107,12 @@ def label(p, short: bool = False) -> str:
     return p.strategy
 
 
-def nothing_fits(preds, P: int, budget: float | None) -> str:
-    """One line: by how much the closest strategy misses the budget, and what would fit."""
+def nothing_fits(preds, P: int, budget: float | None, job, manifest) -> str:
+    """One line: by how much the closest strategy misses the budget, and what would fit (naming the keys that size
+    the job's parameters, from its regime's footprint)."""
+    from hpcdgnn.regimes import regime_of
+
+    parameter_keys = regime_of("model", job.model.name).footprint(job, manifest, P)["parameters"][1]
     priced = [p for p in preds if p.num_ranks == P and p.memory_bytes == p.memory_bytes]
     if not priced:
         why = "; ".join(f"{p.strategy}: {p.notes[0]}" for p in preds if p.num_ranks == P and p.notes)
@@ -116,10 +120,11 @@ def nothing_fits(preds, P: int, budget: float | None) -> str:
     best = min(priced, key=lambda p: p.memory_bytes)
     fixed = best.memory_parts.get("parameters", 0.0)  # every rank holds the whole model
     if fixed >= budget:
-        hint = f"its parameters with Adam's moments alone need {size_text(fixed)}: lower model.hidden or model.layers"
+        hint = f"its parameters with Adam's moments alone need {size_text(fixed)}: lower {parameter_keys}"
     else:
         more = math.ceil(P * (best.memory_bytes - fixed) / (budget - fixed))
-        hint = f"spread over about P = {more} ranks it would fit (inputs and activations divide), or lower model.hidden"
+        hint = (f"spread over about P = {more} ranks it would fit (inputs and activations divide), or lower "
+                f"{parameter_keys}")
     return (f"plan: no strategy fits {size_text(budget)} per rank at P = {P}: the smallest, {label(best)}, needs "
             f"{size_text(best.memory_bytes)} ({size_text(best.memory_bytes - budget)} over); {hint}")
 

@@ -223,7 +223,8 @@ def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: floa
                      budget, given)
     pick = next((p for p in preds if p.picked), None)
     if pick is None:
-        raise ConfigError(f"{where}: strategy: auto: " + nothing_fits(preds, num_ranks, budget).removeprefix("plan: "))
+        raise ConfigError(f"{where}: strategy: auto: "
+                          + nothing_fits(preds, num_ranks, budget, job, manifest).removeprefix("plan: "))
     chosen = build_options("strategy", pick.strategy, {k: v for k, v in pick.options.items() if k != "name"},
                            "strategy", where)
     return replace(job, strategy=chosen), preds, pick, [n for n in given if n != pick.strategy]

@@ -48,6 +48,8 @@ class RegimeSpec:
     build_task: Callable[[Any, Any, int, int], Any]
     footprint: Callable[[JobConfig, Any, int], dict[str, tuple[int, str]]]
     check: Callable[[JobConfig, str | None, int], None]
+    #: in the warning that the validation split is empty: why it can be, and what to change
+    empty_split: str = ""
 
     def names(self, section: Section) -> tuple[str, ...]:
         """The names this regime registers for ``model``, ``task`` or ``strategy``."""
@@ -112,9 +114,12 @@ def item_bytes(job: JobConfig) -> int:
     return 8 if job.train.dtype == "float64" else 4
 
 
-def parameter_bytes(job: JobConfig, in_features: int, layers: int, k: int, head: int) -> tuple[int, str]:
+def parameter_bytes(job: JobConfig, in_features: int, layers: int, k: int, head: int,
+                    weights: int | None = None,
+                    keys: str = "model.hidden, model.layers, model.order, task.decoder_hidden") -> tuple[int, str]:
     """Footprint term: parameters with Adam's two moments (F × hidden, ``layers`` - 1 times ``k`` hidden × hidden,
-    ``head``), and the keys that set them."""
+    ``head``; or ``weights`` counted by the regime), and the keys that set them."""
     h = job.model.hidden
-    weights = in_features * h + (layers - 1) * k * h * h + head
-    return 3 * item_bytes(job) * weights, "model.hidden, model.layers, model.order, task.decoder_hidden"
+    if weights is None:
+        weights = in_features * h + (layers - 1) * k * h * h + head
+    return 3 * item_bytes(job) * weights, keys

@@ -22,7 +22,8 @@ def build_model(job: JobConfig, manifest) -> TGN:
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Lower bounds of a rank's bytes: parameters, and one batch slice's roots — (2 + negatives) per event of its
+    """Lower bounds of a rank's bytes: parameters (TGN's and its link predictor's, with Adam's moments), and one
+    batch slice's roots — (2 + negatives) per event of its
     ⌈batch_events / minibatch⌉ in training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch ·
     epoch)⌉ in evaluation — each holding its memory and embedding and, for each of its ``neighbors`` slots, the
     edge's features and the attention's key and value (counted for every slot, filled or padded: an estimate
@@ -37,7 +38,15 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     train = (2 + task.negatives) * -(-b // i) * per_root
     evaluation = (2 + task.eval_negatives) * -(-b // (i * j)) * per_eval_root
     keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
-    return {"parameters": parameter_bytes(job, 0, 2, 1, 0),
+    # TGN's weights: a trained Φ's w and b; the GRU on [mail ‖ Φ] (mail = 2d + D) and s; W_q, W_k, W_v; W_out and
+    # the LayerNorm; the static table; then the link predictor's src_fc, dst_fc and out_fc
+    d, dt, H = m.memory_dim, m.time_dim, m.hidden
+    static = m.static_memory == "on"
+    weights = (2 * dt * (m.time_encoding == "learnable") + 3 * d * (3 * d + D + dt + 2) + (d + dt + 1) * H
+               + 2 * (d + D + dt + 1) * H + (H + d + 3) * H + static * manifest.num_vertices * d
+               + 2 * (H + 1) * H + H + 1)
+    widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" if static else "")
+    return {"parameters": parameter_bytes(job, 0, 0, 0, 0, weights, widths),
             "tgn batch": (item_bytes(job) * max(train, evaluation),
                           f"{keys}, model.neighbors, task.batch_events, model.hidden"
                           + (", model.memory_dim, model.time_dim" if keys == "task.eval_negatives" else ""))}
@@ -64,4 +73,6 @@ EVENTS = register_regime(RegimeSpec(
     build_task=build_task,
     footprint=footprint,
     check=check,
+    empty_split="the stream's validation split holds no events (see 'python -m hpcdgnn inspect'; events at one "
+                "time stay in one split): prepare it again with a larger validation share of --split",
 ))

@@ -148,7 +148,7 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
     state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, kept.get("shared")))
     epoch = int(state["epoch"])
     _check_kernels(job, manifest, dtype, device, comm)
-    strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, epoch)
+    strategy, _ = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, epoch)
     strategy.attach_optimizer(opt)
     if own_state and mine.get("strategy") is not None:  # a stateful strategy goes on
         agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))

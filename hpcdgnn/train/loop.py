@@ -9,6 +9,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+from hpcdgnn import preemption
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.optim import Adam
 
@@ -42,11 +43,15 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
     return stats, (grad_norm(params) if stats is not None else 0.0)
 
 
-def pretrain(strategy, comm, lr: float) -> None:
-    """Run the strategy's pre-training phase, if any, with its own Adam; then let it keep what it made."""
+def pretrain(strategy, comm, lr: float) -> float:
+    """Run the strategy's pre-training phase, if any, with its own Adam; then let it keep what it made. A
+    pre-emption signal to any rank stops it at an epoch boundary, unfinished (the set-up then stops the run).
+
+    Returns:
+        Its seconds (0 without one)."""
     phase = strategy.pretraining()
     if phase is None:
-        return
+        return 0.0
     t0 = time.perf_counter()
     params = [p for mod in (phase.model, phase.task) for p in mod.parameters()]
     optimizer = Adam(params, lr=lr)
@@ -55,7 +60,14 @@ def pretrain(strategy, comm, lr: float) -> None:
         stats, _ = train_batches(strategy, phase.model, phase.task, params, optimizer, phase.batches(epoch),
                                  phase.examples)
         losses.append(phase.task.metrics(comm.allreduce_array(stats))["train_loss"])
+        # the grace period of a pre-emption may not hold the remaining epochs: agree on stopping now
+        if epoch < phase.epochs and comm.allreduce_array([float(preemption.requested())], tag="setup")[0] > 0:
+            if comm.rank == 0:
+                get_logger().info(f"{phase.name} pre-training stopped by a signal after epoch {epoch} of "
+                                  f"{phase.epochs}")
+            return time.perf_counter() - t0
     phase.finish()
     if comm.rank == 0:
         get_logger().info(f"{phase.name} pre-trained: {phase.epochs} epoch(s), loss {losses[0]:.4f} -> "
                           f"{losses[-1]:.4f}, {time.perf_counter() - t0:.2f}s")
+    return time.perf_counter() - t0

@@ -84,6 +84,8 @@ class Run:
     """:func:`dataset_fingerprint` of the data as loaded (rank 0)."""
     initial_checksum: str | None = None
     """The parameters' checksum before epoch 1 (rank 0; a resumed run's from its checkpoint, or None)."""
+    pretrain_seconds: float = 0.0
+    """The strategy's pre-training phase (TGN's static memory), apart from ``setup_seconds``."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
@@ -495,18 +497,18 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
 
 def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,
-                    start_epoch: int = 0) -> Strategy:
-    """The strategy of ``plan`` with this rank's data read, then its pre-training phase, if any."""
+                    start_epoch: int = 0) -> tuple[Strategy, float]:
+    """The strategy of ``plan`` with this rank's data read, then its pre-training phase, if any, and that
+    phase's seconds (0 without one)."""
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
                                                                start_epoch))
 
-    def setup() -> None:
+    def setup() -> float:
         with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
             task.setup(reader, strategy.setup(plan, model, task, reader), comm)
-        pretrain(strategy, comm, job.train.lr)
+        return pretrain(strategy, comm, job.train.lr)
 
-    agree(comm, setup)
-    return strategy
+    return strategy, agree(comm, setup)
 
 
 #: ``balance: measured`` re-cuts after this epoch at the earliest, so one slow early epoch cannot decide the cut
@@ -563,11 +565,12 @@ def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
     task = _fresh_task(run)
     run.strategy = run.task = None  # type: ignore[assignment]
     gc.collect()  # strategies hold reference cycles: free the old arrays now
-    run.strategy = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan, run.model, task,
-                                   epoch)
+    run.strategy, pretrained = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan,
+                                               run.model, task, epoch)
     run.plan, run.task = plan, task
     # no epoch record counts the second setup, so summary.json's setup figures do
-    run.setup_seconds += time.perf_counter() - t0
+    run.setup_seconds += time.perf_counter() - t0 - pretrained
+    run.pretrain_seconds += pretrained
     run.setup_transfer += run.strategy.usage().transfer_bytes
     if comm.rank == 0:
         _save_run_files(run.run_dir, run.job, plan, epoch)
@@ -648,9 +651,9 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
 
         _check_kernels(job, manifest, dtype, device, comm)
         t_setup = time.perf_counter()
-        strategy = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
+        strategy, pretrained = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
         strategy.attach_optimizer(opt)
-        setup_seconds = time.perf_counter() - t_setup
+        setup_seconds = time.perf_counter() - t_setup - pretrained
         if mine is not None:
             agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
             if comm.rank == 0:  # only an accepted resume changes the run directory
@@ -663,7 +666,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
                           "labels)")
             )
         return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
-                   start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial)
+                   start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial,
+                   pretrained)
     except HpcdgnnError:
         if ckpt is None and comm.rank == 0:  # a refused new run leaves no directory behind
             _discard_new_run(run_dir, job)

@@ -42,6 +42,7 @@ from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.ops import kernels
 from hpcdgnn.progress import Progress
+from hpcdgnn.regimes import job_regime
 from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.footprint import out_of_memory_error
@@ -143,7 +144,9 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
     ]
     from hpcdgnn.allocator import describe
 
+    pretrained = f", pre-training {run.pretrain_seconds:.2f}s" if run.pretrain_seconds else ""
     lines.append(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s ({run.strategy.setup_work})"
+                 f"{pretrained}"
                  f"   host allocator: {describe()}")
     if run.start_epoch:
         lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
@@ -153,8 +156,9 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
 class _Health:
     """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss."""
 
-    def __init__(self, log, metric: str) -> None:
+    def __init__(self, log, metric: str, empty_split: str) -> None:
         self.log, self.metric, self.first, self.said = log, metric, None, set()
+        self.empty_split = empty_split
 
     def check(self, record: dict) -> None:
         loss = record["train_loss"]
@@ -163,8 +167,7 @@ class _Health:
             val = record.get(f"val_{self.metric}")
             if val is None or not np.isfinite(val):  # NaN in the record (null in metrics.jsonl): no examples
                 self._warn("empty-val", f"warning: the validation split is empty (val_{self.metric} is '-'): "
-                           "task.split's validation snapshots hold no examples (too few snapshots, or empty ones: see "
-                           "'python -m hpcdgnn inspect'); widen it or cut the data by events")
+                           f"{self.empty_split}")
         if loss is None:
             self._warn("nan", f"warning: no training loss in epoch {record['epoch']}")
         elif np.isfinite(loss) and self.first is not None and np.isfinite(self.first) \
@@ -292,8 +295,9 @@ def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
     final = totals.final or {}
     m = run.task.metric
     scores = "".join(f", {k} {fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
-    done = (f"epochs {run.start_epoch + 1}-{final['epoch']} (resumed after epoch {run.start_epoch})"
-            if run.start_epoch and epochs_run else f"{epochs_run} epochs")
+    span = (f"epoch {final['epoch']}" if final["epoch"] == run.start_epoch + 1 else
+            f"epochs {run.start_epoch + 1}-{final['epoch']}") if run.start_epoch and epochs_run else ""
+    done = f"{span} (resumed after epoch {run.start_epoch})" if span else f"{epochs_run} epochs"
     return f"done: {done}{scores}; results in {run.run_dir}"
 
 
@@ -313,7 +317,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
                              run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
-    policy, health = _CheckpointPolicy(job.checkpoint), _Health(log, run.task.metric)
+    policy = _CheckpointPolicy(job.checkpoint)
+    health = _Health(log, run.task.metric, job_regime(job, run.job_path).empty_split)
     # this attempt's losses (every rank) as C doubles, NaN for None
     losses = array("d")
     diverged: ConfigError | None = None

@@ -206,6 +206,19 @@ def test_split_never_straddles_equal_times():
     assert split_ranges(np.zeros(4), (0.7, 0.15, 0.15)) == {"train": (0, 4), "val": (4, 4), "test": (4, 4)}
 
 
+def test_prepare_warns_of_an_empty_evaluation_split(tmp_path, capsys):
+    """Events at one time stay in one split, so a stream of few distinct times can leave validation and test
+    empty: prepare says so on stderr (a run would only say its validation split is empty), naming --split."""
+    raw = tmp_path / "e.txt"
+    raw.write_text("".join(f"{i % 5} {(i + 1) % 5} 7\n" for i in range(40)))
+    assert main(["prepare", str(raw), "--format", "snap", "--kind", "events", "--output", str(tmp_path / "a")]) == 0
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "no val and no test events" in err[0] and "--split" in err[0], err
+    raw.write_text("".join(f"{i % 5} {(i + 1) % 5} {i}\n" for i in range(40)))
+    assert main(["prepare", str(raw), "--format", "snap", "--kind", "events", "--output", str(tmp_path / "b")]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- options
 
 
@@ -223,6 +236,8 @@ def test_output_guard_and_option_errors(tmp_path, capsys):
     with pytest.raises(DataError, match=r"output is not a dataset directory \(mine.txt\)"):
         prepare_dataset(raw, "snap", out, kind="events", force=True)
     assert (out / "mine.txt").read_text() == "user data"
+    with pytest.raises(DataError, match=r"cannot create the output here: .*e.txt is a file, not a directory"):
+        prepare_dataset(raw, "snap", raw / "sub", kind="events")
     prepare_dataset(raw, "snap", tmp_path / "ds", snapshots=2)
     prepare_dataset(raw, "snap", tmp_path / "ds", kind="events", force=True)  # an earlier dataset: replaced
     assert dataset_kind(tmp_path / "ds") == "events"

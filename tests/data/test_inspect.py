@@ -146,3 +146,22 @@ def test_missing_manifest(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=r"manifest\.json: missing"):
         inspect_dataset(tmp_path / "empty")
+
+
+def test_a_reader_that_leaves_ends_inspect_quietly(tmp_path):
+    """``inspect --json | head``: the pipe closed before inspect writes ends it with SIGPIPE's shell code and no
+    traceback (a shell tool's behaviour), not a BrokenPipeError traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from hpcdgnn.__main__ import EXIT_BROKEN_PIPE
+    from tests.conftest import REPO
+
+    root = _dataset(tmp_path / "d")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command starts
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "inspect", str(root), "--json"], stdout=write,
+                          stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=120)
+    os.close(write)
+    assert proc.returncode == EXIT_BROKEN_PIPE and proc.stderr == "", proc.stderr

@@ -135,3 +135,11 @@ def test_a_run_resolved_by_an_older_hpcdgnn_still_loads(tmp_path, small_dataset)
     assert (job.model.name, job.model.hidden, job.model.layers) == ("cdgcn", 6, 2)
     with pytest.raises(ConfigError, match="model.heads: not an option of model 'cdgcn'"):
         load_job(path, [])
+
+
+def test_every_regime_says_how_to_fill_an_empty_validation_split():
+    """The run's empty-validation warning gives the regime's remedy: task.split for snapshots; for an event
+    stream, whose split is fixed at prepare, prepare's --split (task.split is refused there)."""
+    hints = {r.data_kind: r.empty_split for r in regimes()}
+    assert "task.split" in hints["snapshots"] and "prepare" in hints["events"] and "--split" in hints["events"]
+    assert "task.split" not in hints["events"]

@@ -169,6 +169,11 @@ def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     node_memory = m.num_vertices * (8 + 2 * 8 + 2) * 8 + m.num_vertices * 8
     stream = m.num_events * (24 + 2 * 8)
     assert pred.memory_parts["inputs"] > node_memory + stream and pred.fits and pred.epoch_s > 0
+    # a budget that nothing fits names TGN's widths, not a GCN's layers
+    assert main(["plan", str(job), "--ranks", "1", "--memory-per-rank", "1KiB"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "lower model.memory_dim, model.hidden, model.time_dim" in err[0], err
+    assert "model.layers" not in err[0]
 
 
 @pytest.mark.parametrize(("over", "words"), [
@@ -206,12 +211,33 @@ def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
     assert [r["memory"]["train_events"] for r in recs] == [1820, 1820] and recs[-1]["memory"]["config"] == "1x2x1"
     assert np.isfinite(recs[-1]["val_mrr"])
     recs = read_metrics(tmp_path / "mem")
+    # the pre-training's seconds apart from the set-up's, in the start line and in summary.json
+    totals = json.loads((tmp_path / "mem" / "summary.json").read_text())["totals"]
+    assert totals["pretrain_seconds"] > 0 and ", pre-training " in procs[1].stdout
+    assert json.loads((tmp_path / "ep" / "summary.json").read_text())["totals"]["pretrain_seconds"] == 0
     straight = [r["loss"] for r in recs]
     assert [r["memory"]["train_events"] for r in recs] == [910] * 3 and np.isfinite(recs[-1]["test_mrr"])
     assert "pre-training skipped" in procs[-1].stdout + procs[-1].stderr  # the resume
+    assert "done: epoch 3 (resumed after epoch 2)" in procs[-1].stdout
     resumed = read_metrics(part)
     assert [r["loss"] for r in resumed] == straight
     assert resumed[-1]["val_mrr"] == recs[-1]["val_mrr"] and resumed[-1]["test_ap"] == recs[-1]["test_ap"]
+
+
+def test_a_signal_stops_the_static_pretraining_at_an_epoch_boundary(launcher, college, tmp_path):
+    """SIGUSR1 on rank 1 of 2 before its set-up: the static memory's pre-training stops after its first of 5
+    epochs (a scheduler's grace period may not hold them all), and the job stops before any epoch, exit 75."""
+    from hpcdgnn.errors import EXIT_PREEMPTED
+
+    job = _job(tmp_path, college)
+    run = tmp_path / "run"
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "preempted_in_setup.py"), "1", "--", "run", str(job),
+                            "--output", str(run), "--set", "model.static_memory=on",
+                            "model.static_pretrain_epochs=5", "strategy.minibatch=2"])
+    assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
+    assert "static node memory pre-training stopped by a signal after epoch 1 of 5" in proc.stdout, proc.stdout
+    assert "pre-trained" not in proc.stdout and "during the set-up, before any epoch" in proc.stdout
+    assert read_metrics(run) == []
 
 
 @pytest.mark.parametrize("over, words", [

@@ -27,7 +27,7 @@ def _record(epoch, loss, val):
 
 def test_health_warns_once_each(caplog):
     log = logging.getLogger("test-health")
-    health = _Health(log, "auc")
+    health = _Health(log, "auc", "the regime's hint")
     with caplog.at_level(logging.WARNING, logger="test-health"):
         health.check(_record(1, 0.69, float("nan")))  # NaN in the record (its split's snapshots have no edges)
         health.check(_record(2, 0.7, None))
@@ -36,9 +36,9 @@ def test_health_warns_once_each(caplog):
         health.check(_record(5, float("nan"), 0.5))  # no warning: a loss that is not finite ends the run
     text = [r.getMessage() for r in caplog.records]
     assert len(text) == 2, text
-    assert "validation split is empty" in text[0]
+    assert "validation split is empty" in text[0] and text[0].endswith("the regime's hint")
     assert "grew from 0.69 to 1e+34 by epoch 3" in text[1]
-    quiet = _Health(log, "auc")
+    quiet = _Health(log, "auc", "")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="test-health"):
         for e, loss in enumerate([0.69, 0.5, 0.8, 0.6], 1):

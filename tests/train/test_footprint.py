@@ -63,7 +63,7 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
 def test_the_event_regime_bounds_its_batch():
     job = SimpleNamespace(
         model=SimpleNamespace(name="tgn", hidden=100, layers=1, order=2, memory_dim=100, time_dim=100,
-                             neighbors=10**8),
+                             neighbors=10**8, static_memory="off", time_encoding="fixed"),
         task=SimpleNamespace(name="temporal_link_prediction", decoder_hidden=16, negatives=1, eval_negatives=49,
                              batch_events=600, split=(0.7, 0.15, 0.15)),
         train=SimpleNamespace(dtype="float32"), strategy=SimpleNamespace(name="memory"))
@@ -103,7 +103,8 @@ def test_an_evaluation_slot_is_bounded_by_the_smaller_of_key_value_and_row_phi()
     one: the bound counts the smaller, and names the widths that set it."""
     from hpcdgnn.regimes.events import footprint
 
-    model = SimpleNamespace(name="tgn", hidden=100, memory_dim=20, time_dim=10, neighbors=10)
+    model = SimpleNamespace(name="tgn", hidden=100, memory_dim=20, time_dim=10, neighbors=10, static_memory="off",
+                            time_encoding="fixed")
     task = SimpleNamespace(negatives=1, eval_negatives=49, batch_events=600)
     job = SimpleNamespace(model=model, task=task, train=SimpleNamespace(dtype="float32"),
                           strategy=SimpleNamespace(name="memory"))
@@ -113,3 +114,25 @@ def test_an_evaluation_slot_is_bounded_by_the_smaller_of_key_value_and_row_phi()
     assert "model.memory_dim, model.time_dim" in keys
     model.memory_dim = model.time_dim = 150  # now 2H = 200 < d + d_t = 300
     assert footprint(job, manifest, 1)["tgn batch"][0] == 4 * 51 * 600 * (150 + 100 + 10 * (4 + 200))
+
+
+@pytest.mark.parametrize(("static", "encoding", "dtype"), [("off", "fixed", "float32"), ("on", "learnable", "float64")])
+def test_the_event_regime_counts_tgn_parameters_exactly(static, encoding, dtype):
+    """The parameters term is TGN's and its link predictor's parameters (static table included) with Adam's two
+    moments, and names TGN's widths, not a GCN's layers."""
+    from hpcdgnn.nn.models.tgn import TGN
+    from hpcdgnn.regimes.events import footprint
+    from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction, TemporalLinkPredictionOptions
+
+    model = SimpleNamespace(name="tgn", hidden=12, memory_dim=7, time_dim=5, neighbors=3, heads=2,
+                            static_memory=static, time_encoding=encoding)
+    job = SimpleNamespace(model=model, task=SimpleNamespace(negatives=1, eval_negatives=9, batch_events=50),
+                          train=SimpleNamespace(dtype=dtype), strategy=SimpleNamespace(name="memory"))
+    manifest = SimpleNamespace(num_vertices=31, edge_feature_dim=4)
+    net = TGN(31, 4, 7, 5, 12, 2, static == "on", encoding == "learnable")
+    head = TemporalLinkPrediction(TemporalLinkPredictionOptions(), SimpleNamespace(), 12, 0)
+    count = sum(p.numel() for mod in (net, head) for p in mod.parameters())
+    nbytes, keys = footprint(job, manifest, 1)["parameters"]
+    assert nbytes == 3 * (8 if dtype == "float64" else 4) * count
+    assert "model.memory_dim" in keys and "model.layers" not in keys
+    assert ("model.static_memory" in keys) == (static == "on")

@@ -407,6 +407,11 @@ def run_prepare(args: argparse.Namespace) -> int:
             f"prepared {args.output}: N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim} "
             f"bipartite={str(m.bipartite).lower()} {sizes} shards={len(m.shards)}{fixed}"
         )
+        empty = [k for k in ("val", "test") if m.split[k][1] <= m.split[k][0]]
+        if empty:  # events at one time stay in one split: a cut inside a run of ties moves forward past it
+            print(f"hpcdgnn prepare: warning: {args.output}: no {' and no '.join(empty)} events (split {sizes}; "
+                  "events at one time stay in one split): give --split a larger share to "
+                  f"{' and '.join(empty)}", file=sys.stderr)
         return 0
     print(
         f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "

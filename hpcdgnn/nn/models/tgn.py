@@ -72,8 +72,9 @@ class TGNOptions(ModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if min(self.memory_dim, self.time_dim, self.neighbors, self.heads) < 1:
-            raise ValueError("memory_dim, time_dim, neighbors, heads: must be >= 1")
+        for key in ("memory_dim", "time_dim", "neighbors", "heads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be >= 1")
         if self.time_scale != "auto" and (isinstance(self.time_scale, bool) or not 0 < self.time_scale < math.inf):
             raise ValueError(f"time_scale: must be auto or a positive number, got {self.time_scale!r}")
         if self.hidden % self.heads:
