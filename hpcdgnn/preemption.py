@@ -41,7 +41,8 @@ class PreemptionFlag:
         if again and self.at_once:
             code = EXIT_SIGNALLED_AGAIN[signal.Signals(signum)]
             os.write(2, f"hpcdgnn: {signal.Signals(signum).name} again: stopped at once, no checkpoint of this epoch "
-                        f"(the newest one stays; resume with --resume RUNDIR), exit {code}\n".encode())
+                        f"(the newest one, if any, stays: resume from it with --resume RUNDIR), exit {code}\n"
+                        .encode())
             os._exit(code)  # not sys.exit: the handler may have interrupted a collective or a write
         if again and signum == signal.SIGINT:
             signal.default_int_handler(signum, frame)  # Ctrl-C again: stop now (KeyboardInterrupt)

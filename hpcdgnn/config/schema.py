@@ -389,7 +389,7 @@ class GridOptions(StrategyConfig):
 
     def __post_init__(self) -> None:
         if self.snapshot_ranks < 0 or self.vertex_ranks < 0:
-            raise ValueError("snapshot_ranks, vertex_ranks: must be >= 1 (0 = derived from P)")
+            raise ValueError("snapshot_ranks, vertex_ranks: must be >= 0 (0 = derived from P)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,7 +77,11 @@ def _summary_writer(logdir: str | Path, purge_step: int | None = None):
     except ImportError as e:  # torch's writer needs the tensorboard package
         raise ConfigError(f"TensorBoard output {logdir}: needs the tensorboard package ({e}); "
                           "pip install tensorboard (or hpcdgnn[tensorboard])") from None
-    return SummaryWriter(log_dir=str(logdir), purge_step=purge_step)
+    try:
+        return SummaryWriter(log_dir=str(logdir), purge_step=purge_step)
+    except OSError as e:  # a file where the directory should be, a read-only or pseudo file system
+        why = "is a file, not a directory" if Path(logdir).is_file() else (e.strerror or str(e))
+        raise ConfigError(f"TensorBoard output {logdir}: {why}; give a directory for the event files") from None
 
 
 def write_tensorboard(records: list[dict], logdir: str | Path) -> int:

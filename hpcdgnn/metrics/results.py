@@ -93,12 +93,12 @@ class RunDirectory:
 
     def __init__(self, path: Path, tensorboard: str = "", start_epoch: int = 0) -> None:
         self.path = Path(path)
-        self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
         self._tensorboard = None
-        if tensorboard:  # output.tensorboard: imported only when asked for
+        if tensorboard:  # output.tensorboard: imported only when asked for; first, so a refusal leaves no file
             from hpcdgnn.metrics.export import TensorBoardLog
 
             self._tensorboard = TensorBoardLog(tensorboard, purge_step=start_epoch + 1 if start_epoch else None)
+        self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
 
     def save_config(self, resolved: dict) -> None:
         """Write ``config.resolved.yaml``."""

@@ -16,7 +16,7 @@ from hpcdgnn.config.schema import JobConfig, ModelConfig, StrategyConfig, TaskCo
 from hpcdgnn.errors import ConfigError, short_repr
 
 __all__ = ["RegimeSpec", "register_regime", "regimes", "options_class", "regime_of", "names", "job_regime",
-           "item_bytes", "parameter_bytes"]
+           "counted_parameters", "item_bytes", "parameter_bytes"]
 
 Section = Literal["model", "task", "strategy"]
 
@@ -114,12 +114,15 @@ def item_bytes(job: JobConfig) -> int:
     return 8 if job.train.dtype == "float64" else 4
 
 
-def parameter_bytes(job: JobConfig, in_features: int, layers: int, k: int, head: int,
-                    weights: int | None = None,
-                    keys: str = "model.hidden, model.layers, model.order, task.decoder_hidden") -> tuple[int, str]:
-    """Footprint term: parameters with Adam's two moments (F × hidden, ``layers`` - 1 times ``k`` hidden × hidden,
-    ``head``; or ``weights`` counted by the regime), and the keys that set them."""
-    h = job.model.hidden
-    if weights is None:
-        weights = in_features * h + (layers - 1) * k * h * h + head
+def parameter_bytes(job: JobConfig, weights: int, keys: str) -> tuple[int, str]:
+    """Footprint term: ``weights`` parameters with Adam's two moments, and the keys that set them."""
     return 3 * item_bytes(job) * weights, keys
+
+
+def counted_parameters(*build: Callable[[], Any]) -> int:
+    """The parameters of the modules each ``build`` makes, made on the meta device: exact for any model and
+    option, without memory or initialisation (a job too large for the node is refused before it is built)."""
+    import torch
+
+    with torch.device("meta"):
+        return sum(p.numel() for make in build for p in make().parameters())

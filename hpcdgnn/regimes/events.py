@@ -7,7 +7,7 @@ from hpcdgnn.config.schema import JobConfig, MemoryOptions
 from hpcdgnn.data.events import load_event_manifest
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models.tgn import TGN, TGNOptions
-from hpcdgnn.regimes.base import RegimeSpec, item_bytes, parameter_bytes, register_regime
+from hpcdgnn.regimes.base import RegimeSpec, counted_parameters, item_bytes, parameter_bytes, register_regime
 from hpcdgnn.tasks import build_task, task_class
 
 __all__ = ["EVENTS"]
@@ -22,13 +22,13 @@ def build_model(job: JobConfig, manifest) -> TGN:
 
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
-    """Lower bounds of a rank's bytes: parameters (TGN's and its link predictor's, with Adam's moments), and one
-    batch slice's roots — (2 + negatives) per event of its
-    ⌈batch_events / minibatch⌉ in training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch ·
-    epoch)⌉ in evaluation — each holding its memory and embedding and, for each of its ``neighbors`` slots, the
-    edge's features and the attention's key and value (counted for every slot, filled or padded: an estimate
-    where neighbourhoods are sparse; evaluation's dense batches hold the slot's memory row and Φ instead of key
-    and value, whichever is less)."""
+    """Lower bounds of a rank's bytes: parameters (TGN's and its link predictor's, counted exactly, with Adam's
+    moments), and one batch slice's roots — (2 + negatives) per event of its ⌈batch_events / minibatch⌉ in
+    training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch · epoch)⌉ in evaluation — each
+    holding its memory and embedding and, for each of its ``neighbors`` slots, the edge's features and the
+    attention's key and value (counted for every slot, filled or padded: an estimate where neighbourhoods are
+    sparse; evaluation's dense batches hold the slot's memory row and Φ instead of key and value, whichever is
+    less)."""
     m, task, s = job.model, job.task, job.strategy
     b = task.batch_events
     i, j = getattr(s, "minibatch", 1), getattr(s, "epoch", 1)
@@ -38,15 +38,10 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     train = (2 + task.negatives) * -(-b // i) * per_root
     evaluation = (2 + task.eval_negatives) * -(-b // (i * j)) * per_eval_root
     keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
-    # TGN's weights: a trained Φ's w and b; the GRU on [mail ‖ Φ] (mail = 2d + D) and s; W_q, W_k, W_v; W_out and
-    # the LayerNorm; the static table; then the link predictor's src_fc, dst_fc and out_fc
-    d, dt, H = m.memory_dim, m.time_dim, m.hidden
-    static = m.static_memory == "on"
-    weights = (2 * dt * (m.time_encoding == "learnable") + 3 * d * (3 * d + D + dt + 2) + (d + dt + 1) * H
-               + 2 * (d + D + dt + 1) * H + (H + d + 3) * H + static * manifest.num_vertices * d
-               + 2 * (H + 1) * H + H + 1)
-    widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" if static else "")
-    return {"parameters": parameter_bytes(job, 0, 0, 0, 0, weights, widths),
+    weights = counted_parameters(lambda: build_model(job, manifest),
+                                 lambda: build_task(job.task, manifest, m.hidden, 0))
+    widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" * (m.static_memory == "on"))
+    return {"parameters": parameter_bytes(job, weights, widths),
             "tgn batch": (item_bytes(job) * max(train, evaluation),
                           f"{keys}, model.neighbors, task.batch_events, model.hidden"
                           + (", model.memory_dim, model.time_dim" if keys == "task.eval_negatives" else ""))}

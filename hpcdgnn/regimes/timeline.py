@@ -26,7 +26,7 @@ from hpcdgnn.nn.models import (
     model_options,
     needs_step_graphs,
 )
-from hpcdgnn.regimes.base import RegimeSpec, item_bytes, parameter_bytes, register_regime
+from hpcdgnn.regimes.base import RegimeSpec, counted_parameters, item_bytes, parameter_bytes, register_regime
 from hpcdgnn.tasks import build_task, task_class
 
 __all__ = ["TIMELINE"]
@@ -43,6 +43,21 @@ def build_model(job: JobConfig, manifest):
     return build_from_options(m, manifest.num_features)
 
 
+def model_parameters(job: JobConfig, manifest) -> int:
+    """The parameters of :func:`build_model`'s model, counted on the meta device; of L > 2 layers (F -> H, then
+    L - 1 alike H -> H, in the encoder and the decoder alike) from its first two, so a deep stack is not built."""
+    from dataclasses import replace
+
+    def count(layers: int) -> int:
+        return counted_parameters(lambda: build_model(replace(job, model=replace(job.model, layers=layers)), manifest))
+
+    L = job.model.layers
+    if L <= 2:
+        return count(L)
+    one, two = count(1), count(2)
+    return one + (L - 1) * (two - one)
+
+
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
     """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters, full-batch activations of
     T·N/P rows (one checkpoint block's, IBM §3.1), and one step's task examples."""
@@ -51,7 +66,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     m, task = job.model, job.task
     k = getattr(m, "order", 1)  # the K basis terms of a Chebyshev or diffusion cell's layers, else 1
     head, pairs = task_class(task.name).footprint(task, manifest, m.hidden)
-    parts = {"parameters": parameter_bytes(job, manifest.num_features, m.layers, k, head)}
+    keys = "model.hidden, model.layers" + (", model.order" if hasattr(m, "order") else "") + ", task.decoder_hidden"
+    parts = {"parameters": parameter_bytes(job, model_parameters(job, manifest) + head, keys)}
     if get_strategy(job.strategy.name).full_batch:
         rows = manifest.num_snapshots * manifest.num_vertices // num_ranks // max(1, getattr(job.strategy, "blocks", 1))
         per_row = m.hidden + task.split[0] * (m.layers - 1) * k * m.hidden

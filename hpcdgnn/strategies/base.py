@@ -141,6 +141,9 @@ class Strategy(Generic[B]):
     setup_work: ClassVar[str] = "read + normalise + precompute Ã·X"
     #: a choice of another strategy (``auto``), replaced by :meth:`resolve` before anything trains
     picks_another: ClassVar[bool] = False
+    #: :meth:`state_dict` is the same on every rank (agreed choices, global batch serials): a resume on another
+    #: number of ranks restores it; else that resume gets none
+    replicated_state: ClassVar[bool] = False
 
     def __init__(self, ctx: StrategyContext) -> None:
         self.ctx = ctx
@@ -259,7 +262,8 @@ class Strategy(Generic[B]):
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` after ``setup`` on resume (empty when P changed)."""
+        """Restore :meth:`state_dict` after ``setup`` on resume (empty when P changed, unless
+        :attr:`replicated_state`)."""
         if state:
             raise NotImplementedError(f"strategy {self.name!r} saved state it cannot restore")
 

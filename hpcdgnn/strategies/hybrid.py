@@ -195,6 +195,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     embeds = ("val", "test")
 
     setup_work = "read the closure's rows + normalise"
+    replicated_state = True
 
     @classmethod
     def step_graphs_at(cls, num_ranks: int) -> bool:
@@ -555,7 +556,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         super().close()
 
     def state_dict(self) -> dict:
-        """The adjuster's state (H3: a DQN's network, replay, ε and RNG) and the reservoir's serials (H4)."""
+        """The adjuster's state (H3: a DQN's network, replay, ε and RNG) and the reservoir's serials (H4): the same
+        on every rank (:attr:`replicated_state`)."""
         rsv = self.reservoir
         return {"adjuster": self.adjuster.state_dict(),
                 "reservoir": None if rsv is None else [[b.serial for b in store] for store in rsv.stores]}

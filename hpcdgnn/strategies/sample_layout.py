@@ -68,7 +68,12 @@ class SampleLayout(Layout):
             idx = torch.from_numpy(self.rows[0])
             h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in range(self.start, self.stop)])
             h = h.to(self.s.ctx.device)
-        ax = layer.aggregate(LocalGraph(self.adj[li]), h.reshape(-1, h.shape[-1]))
+        # the block's columns are the rows it reads (ascending, each step's apart): where each output row's own
+        # vertex is among them, for a layer that reads it (GAT)
+        cols = self.rows[li]
+        own = (np.arange(S)[:, None] * cols.shape[0] + np.searchsorted(cols, self.rows[li + 1])).reshape(-1)
+        graph = LocalGraph(self.adj[li], own=torch.from_numpy(own).to(self.s.ctx.device))
+        ax = layer.aggregate(graph, h.reshape(-1, h.shape[-1]))
         return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)
 
     def _cell_input(self, graph: RowsStepGraph, part: str) -> torch.Tensor:

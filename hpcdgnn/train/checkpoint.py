@@ -31,7 +31,7 @@ import torch
 from hpcdgnn.errors import DataError
 
 __all__ = ["CheckpointManager", "check_owner", "claim_run_dir", "ensure_run_id", "latest_checkpoint", "load_shared",
-           "load_state", "read_run_id", "restore_rng"]
+           "load_state", "read_run_id", "restore_rng", "strategy_state"]
 
 _COMPLETE = "COMPLETE"
 RUN_ID_FILE = "run_id"
@@ -189,7 +189,8 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
                shared: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(shared state, this rank's ``rng`` and ``strategy`` state) of ``ckpt``; ``shared``: if already read.
 
-    On another rank count rank r gets rank ``r mod P_old``'s RNG state and no strategy state.
+    On another rank count rank r gets rank ``r mod P_old``'s RNG and strategy state, and ``mine["num_ranks"]``
+    says it (:func:`strategy_state` keeps the latter only for a strategy whose state every rank shares).
 
     Raises:
         DataError: an unreadable checkpoint (names the file).
@@ -210,9 +211,15 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
             raise TypeError(f"holds a {type(mine).__name__}, not a rank's state")
     except _UNREADABLE as e:
         raise unreadable(ckpt, mine_file, e) from None
-    if old_p != num_ranks:
-        mine["strategy"] = {}
+    mine["num_ranks"] = old_p
     return state, mine
+
+
+def strategy_state(mine: dict[str, Any], strategy, num_ranks: int) -> dict[str, Any]:
+    """The strategy state of :func:`load_state`'s ``mine`` this run restores: all of it on the checkpoint's rank
+    count, or for a strategy whose state is the same on every rank (``replicated_state``); else none."""
+    same = mine.get("num_ranks", num_ranks) == num_ranks
+    return (mine.get("strategy") or {}) if same or type(strategy).replicated_state else {}
 
 
 class CheckpointManager:

@@ -31,7 +31,7 @@ from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
-from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, nearest_existing
+from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, nearest_existing
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.metrics.results import MADE_RUN_DIRS
 from hpcdgnn.nn.models import DGNN
@@ -49,6 +49,7 @@ from hpcdgnn.train.checkpoint import (
     load_shared,
     load_state,
     restore_rng,
+    strategy_state,
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 from hpcdgnn.train.footprint import check_footprint
@@ -272,14 +273,17 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
                      job_path: str | None) -> None:
     """Refuse (one line: key, old and new value) any change outside :data:`_RESUMABLE`."""
     before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
-    for key in sorted(set(before) | set(after)):
-        if before.get(key) != after.get(key) and not key.startswith(_RESUMABLE):
-            raise ConfigError(
-                f"{_changed_by(key, overrides, job_path)}: is {after.get(key)!r} but the run in {resume} used "
-                f"{before.get(key)!r}; a resumed run may change only train.epochs, train.threads, train.device, "
-                "data.validate, comm, output, checkpoint and debug, and data.path to the same dataset moved "
-                "(start a new run for anything else)"
-            )
+    changed = [k for k in sorted(set(before) | set(after))
+               if before.get(k) != after.get(k) and not k.startswith(_RESUMABLE)]
+    if changed:  # a key a --set names first: the change the user asked for, not one it brought along
+        key = next((k for k in changed if override_of(k, overrides)), changed[0])
+        raise _not_resumable(_changed_by(key, overrides, job_path), after.get(key), before.get(key), resume)
+
+
+def _not_resumable(who: str, new: object, old: object, resume: str) -> ConfigError:
+    return ConfigError(f"{who}: is {new!r} but the run in {resume} used {old!r}; a resumed run may change only "
+                       "train.epochs, train.threads, train.device, data.validate, comm, output, checkpoint and debug, "
+                       "and data.path to the same dataset moved (start a new run for anything else)")
 
 
 def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, JobConfig, Path, Path]:
@@ -289,7 +293,16 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     if not saved_path.is_file():
         raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
     saved = load_job(saved_path, check_paths=False, resolved=True)  # the dataset may have moved
-    job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
+    try:
+        job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
+    except ConfigError:
+        # a --set the saved run's other keys do not fit (strategy.name: vertex over a snapshot run's options):
+        # the change itself is what a resume refuses
+        old = _flatten(job_to_dict(saved))
+        for key, _, value in (o.partition("=") for o in overrides):
+            if not key.startswith(_RESUMABLE) and job_path is None and str(old.get(key)) != value:
+                raise _not_resumable(f"--set {key}", value, old.get(key), resume) from None
+        raise
     check_resume_job(saved, job, resume, overrides, job_path)
     if not (Path(job.data.path) / "manifest.json").is_file():
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
@@ -392,6 +405,9 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         if plan is None:
             try:
                 plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
+            except PlanError as e:  # "key: problem": the file or the --set that gave the key
+                where = job_path or resume
+                raise PlanError(blame_override(f"{where}: {e}", where, overrides) if where else str(e)) from None
             except ConfigError as e:
                 made_on = getattr(kept.get("shared", {}).get("plan"), "num_ranks", None)
                 if made_on is None or made_on == comm.size:
@@ -436,6 +452,10 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
     """
     cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
     if cuda and device_memory is None:
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{where}: train.device: cuda, and this machine has no CUDA device (torch "
+                              f"{torch.__version__}, CUDA_VISIBLE_DEVICES="
+                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use auto or cpu")
         device_memory = torch.cuda.get_device_properties(0).total_memory
     budget = device_memory if cuda else host_share
     job, planner = get_strategy(job.strategy.name).resolve(job, where, num_ranks, budget, "cuda" if cuda else "cpu")
@@ -444,7 +464,10 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
         raise ConfigError(f"{where}: debug.fail_rank: {job.debug.fail_rank} but the job has "
                           f"{num_ranks} rank{'s' if num_ranks != 1 else ''} (0 .. {num_ranks - 1})")
     manifest = load_dataset_manifest(job, where)
-    task_class(job.task.name).check(job.task, manifest)  # what this dataset cannot serve, before any plan
+    try:  # what this dataset cannot serve, before any plan
+        task_class(job.task.name).check(job.task, manifest)
+    except (ConfigError, DataError) as e:
+        raise type(e)(f"{where}: {e}" if where else str(e)) from None
     if not cuda:  # before the plan, whose cost model walks every layer (a GPU job is checked on its device)
         check_footprint(job, manifest, num_ranks, host_share, where)
     return job, manifest, planner
@@ -655,7 +678,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         strategy.attach_optimizer(opt)
         setup_seconds = time.perf_counter() - t_setup - pretrained
         if mine is not None:
-            agree(comm, lambda: strategy.load_state_dict(mine["strategy"]))
+            agree(comm, lambda: strategy.load_state_dict(strategy_state(mine, strategy, comm.size)))
             if comm.rank == 0:  # only an accepted resume changes the run directory
                 _save_run_files(run_dir, job, plan, start)
         train_count = task.global_train_count()

@@ -33,7 +33,7 @@ from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
-from hpcdgnn.errors import ConfigError, out_of_memory
+from hpcdgnn.errors import ConfigError, HpcdgnnError, out_of_memory
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
 from hpcdgnn.metrics.log import HeldLines
@@ -49,6 +49,7 @@ from hpcdgnn.train.footprint import out_of_memory_error
 from hpcdgnn.train.loop import train_batches
 from hpcdgnn.train.setup import (
     Run,
+    _discard_new_run,
     build_run,
     calibration_epochs,
     measured_plan,
@@ -308,7 +309,12 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)
         totals.add_file(run.run_dir / "metrics.jsonl")
-    rd = RunDirectory(run.run_dir, job.output.tensorboard, run.start_epoch) if comm.rank == 0 else None
+    try:
+        rd = RunDirectory(run.run_dir, job.output.tensorboard, run.start_epoch) if comm.rank == 0 else None
+    except HpcdgnnError:  # e.g. an event-file directory that cannot be made: a new run leaves nothing behind
+        if not run.start_epoch:
+            _discard_new_run(run.run_dir, job)
+        raise
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",
                                     job.checkpoint.keep, comm, read_run_id(run.run_dir) if comm.rank == 0 else None)
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)

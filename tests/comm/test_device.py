@@ -74,3 +74,16 @@ def test_memory_share_on_the_cpu_is_the_node_memory_over_its_ranks():
     share = memory_share(comm, torch.device("cpu"))
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert 0 < share <= ram // comm.world.local_rank_size()[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is of a machine without a GPU")
+def test_a_cuda_job_without_a_gpu_is_one_line(launcher, small_dataset, tmp_path):
+    """``train.device: cuda`` where torch sees no GPU: one line naming the key, exit 2, no run directory left."""
+    from tests.conftest import write_job
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"device": "cuda", "epochs": 1})
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "train.device: cuda, and this machine has no CUDA device" in lines[0]
+    assert not (tmp_path / "run").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import importlib.util
 import json
 
 import numpy as np
@@ -128,6 +129,8 @@ def test_bad_exports_are_one_line_and_write_nothing(tmp_path, small_dataset, cap
         ([str(run), "--csv", str(existing)], "exists; an export never overwrites"),
         ([str(run)], "say what to write"),
         ([str(run), "--csv", str(tmp_path / "no" / "dir.csv")], "no directory"),
+        *([([str(run), "--tensorboard", str(existing)], "mine.csv: is a file, not a directory")]
+          if importlib.util.find_spec("tensorboard") else []),
     ]:
         assert main(["export", *args]) == 2, args
         err = capsys.readouterr().err
@@ -138,6 +141,13 @@ def test_bad_exports_are_one_line_and_write_nothing(tmp_path, small_dataset, cap
     with pytest.raises(hpcdgnn.errors.DataError, match="notamodel.pt: not a model file"):
         load_model(tmp_path / "notamodel.pt")
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    if importlib.util.find_spec("tensorboard"):  # a run's output.tensorboard on a file: refused before it starts
+        job = write_job(tmp_path / "tb.yaml", small_dataset, output={"tensorboard": str(existing)})
+        proc = run_in_process(["run", str(job), "--output", str(tmp_path / "tb")], mpi_env(), tmp_path)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "output.tensorboard" in lines[0], proc.stderr
+        assert "is a file, not a directory" in lines[0] and not (tmp_path / "tb").exists()
+        assert existing.read_text() == "the user's own file\n"
 
 
 def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_dataset, capsys):

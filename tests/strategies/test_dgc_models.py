@@ -97,6 +97,29 @@ def test_gat_with_a_halo_equals_the_whole_graph():
     torch.testing.assert_close(gat(LocalGraph(part, gather), h[:5]), whole[:5])
 
 
+def test_gat_over_a_sampled_block_equals_the_whole_graph():
+    """A sampled block (``sequences``, ``hybrid``): output rows anywhere in the graph over the ascending columns
+    they read, each row's own vertex found through ``own``: the whole graph's rows, unchanged."""
+    from hpcdgnn.ops.sparse import NormalizedAdjacency, sorted_csr
+
+    torch.manual_seed(2)
+    adj, _ = _graph(12, 3)
+    gat = GATConv(3, 4).double()
+    h = torch.randn(12, 3, dtype=torch.float64)
+    whole = gat(LocalGraph(adj), h)
+    rows = np.array([7, 2, 10])
+    a = adj.a.to_dense()[torch.from_numpy(rows)]
+    cols = np.flatnonzero(a.abs().sum(0).numpy())  # ascending, ⊇ rows (self-loops)
+    block = a[:, torch.from_numpy(cols)]
+    keep = block.nonzero()
+    v = block[keep[:, 0], keep[:, 1]]
+    sub = NormalizedAdjacency(-1, sorted_csr(keep[:, 0], keep[:, 1], v, tuple(block.shape)),
+                              sorted_csr(keep[:, 1], keep[:, 0], v, (block.shape[1], block.shape[0])))
+    own = torch.from_numpy(np.searchsorted(cols, rows))
+    got = gat(LocalGraph(sub, own=own), h[torch.from_numpy(cols)])
+    torch.testing.assert_close(got, whole[torch.from_numpy(rows)])
+
+
 def test_dysat_temporal_is_causal_and_continues_from_its_state():
     torch.manual_seed(2)
     layer = build_model("dysat", 3, 4, 1, 1).double().layers[0]

@@ -117,7 +117,7 @@ def test_one_full_batch_reproduces_full_batch_models_at_p3(launcher, dense, tmp_
 
 
 @pytest.mark.parametrize(("model", "task"), [("tgcn_cell", "regression"), ("dcrnn", "regression"),
-                                             ("cdgcn", "link_prediction")])
+                                             ("cdgcn", "link_prediction"), ("dysat", "regression")])
 def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, tmp_path, model, task):
     job = _job(tmp_path, sparse, model, task)
     one, recs1 = _losses(launcher, None, job, tmp_path / "p1", *RANDOM)
@@ -255,6 +255,15 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
     resumed = read_metrics(part)
     assert [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in resumed] == \
         [(r["loss"], r["grad_norm"], r["hybrid"]["actions"]) for r in recs]
+    # on another rank count too: the adjuster and the stores are the same on every rank, and come back
+    other = Path(shutil.copytree(part, tmp_path / "other"))
+    shutil.rmtree(other / "checkpoints" / "epoch-000004")
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(other)])
+    assert proc.returncode == 0, proc.stderr
+    moved = read_metrics(other)
+    np.testing.assert_allclose([[r["loss"], r["grad_norm"]] for r in moved],
+                               [[r["loss"], r["grad_norm"]] for r in recs], rtol=1e-9)
+    assert [r["hybrid"]["actions"] for r in moved] == [r["hybrid"]["actions"] for r in recs]
     assert np.all(np.isfinite(threaded)) and recs_t[-1]["hybrid"]["reservoir"]["generator_seconds"] > 0
 
 

@@ -33,6 +33,17 @@ def test_link_prediction_p3_reproduces_one_rank(launcher, small_dataset, tmp_pat
         assert set(recs[-1]["bytes_by_tag"]) <= {"grad_allreduce", "batch"}, recs[-1]["bytes_by_tag"]
 
 
+def test_attention_over_sampled_blocks_p3_reproduces_one_rank(launcher, small_dataset, tmp_path):
+    """DySAT's structural attention reads each output row's own vertex among a sampled block's columns (not the
+    first rows, as in a whole snapshot): node batches of 8 with sampled neighbours train, and 3 ranks give one
+    rank's losses (float64)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "dysat"}, strategy=SEQ)
+    ref, _ = _losses(launcher, None, job, tmp_path / "p1")
+    assert np.all(np.isfinite(ref)) and ref[0, 0] != ref[-1, 0]
+    got, _ = _losses(launcher, 3, job, tmp_path / "p3")
+    np.testing.assert_allclose(got, ref, rtol=1e-9)
+
+
 def test_fetch_placement_moves_snapshots_and_changes_nothing(launcher, small_dataset, tmp_path):
     """``fetch`` reads only a rank's block and pulls the window's other snapshots each epoch (bytes
     counted); the losses are those of ``overlap``. node_first orders samples differently, still P-invariant."""

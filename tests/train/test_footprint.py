@@ -44,6 +44,8 @@ def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_pat
     ("model.hidden=1000000", "parameters"),  # was killed (exit 137) building the model for the plan
     ("model.layers=100000", "activations"),  # was killed by the kernel mid set-up
     ("task.negatives=100000000000", "pairs"),  # was a numpy MemoryError traceback
+    # one layer of a K-term cell: its K bases' weights (a trial's 2.4·10⁹ parameters were killed by the kernel)
+    ("model.name=gconv_gru model.layers=1 model.order=100000000 strategy.name=pss", "parameters"),
 ])
 @pytest.mark.parametrize("ranks", [None, 2])
 def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_dataset, launcher, tmp_path,
@@ -51,8 +53,8 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
     """The data are small (T = 7, N = 5000), so the bound needs absurd sizes here; on a real graph a digit too
     many does it."""
     job = write_job(tmp_path / "job.yaml", wide_dataset)
-    proc = launcher.run(ranks, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", override],
-                        timeout=120)
+    proc = launcher.run(ranks, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set",
+                                *override.split()], timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -60,25 +62,31 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
     assert "its share of the node's memory" in errors[0], errors[0]
 
 
+#: an event stream's sizes as the event regime's footprint reads them
+MANIFEST = SimpleNamespace(num_vertices=1000, edge_feature_dim=4, time_gap=1.0)
+
+
+def _tgn_job(dtype: str = "float32", negatives: int = 1, eval_negatives: int = 49, **model):
+    """A TGN job's sections as the footprint reads them (hidden 100, widths 100, batches of 600 events)."""
+    from hpcdgnn.nn.models.tgn import TGNOptions
+    from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPredictionOptions
+
+    return SimpleNamespace(model=TGNOptions(**{"name": "tgn", "hidden": 100, **model}),
+                           task=TemporalLinkPredictionOptions(negatives=negatives, eval_negatives=eval_negatives,
+                                                              batch_events=600),
+                           train=SimpleNamespace(dtype=dtype), strategy=SimpleNamespace(name="memory"))
+
+
 def test_the_event_regime_bounds_its_batch():
-    job = SimpleNamespace(
-        model=SimpleNamespace(name="tgn", hidden=100, layers=1, order=2, memory_dim=100, time_dim=100,
-                             neighbors=10**8, static_memory="off", time_encoding="fixed"),
-        task=SimpleNamespace(name="temporal_link_prediction", decoder_hidden=16, negatives=1, eval_negatives=49,
-                             batch_events=600, split=(0.7, 0.15, 0.15)),
-        train=SimpleNamespace(dtype="float32"), strategy=SimpleNamespace(name="memory"))
-    manifest = SimpleNamespace(num_vertices=1000, edge_feature_dim=4)
+    job = _tgn_job(neighbors=10**8)
     with pytest.raises(Exception, match=r"tgn batch .* set by task.eval_negatives, model.neighbors, task.batch_events"):
-        check_footprint(job, manifest, 1, 2**34, "job.yaml")  # evaluation's 49 negatives outweigh training's 1
-    job.model.neighbors = 10
-    check_footprint(job, manifest, 1, 2**34, "job.yaml")  # the default sizes pass
+        check_footprint(job, MANIFEST, 1, 2**34, "job.yaml")  # evaluation's 49 negatives outweigh training's 1
+    check_footprint(_tgn_job(), MANIFEST, 1, 2**34, "job.yaml")  # the default sizes pass
     # evaluation's roots read their neighbours' messages too: many negatives are refused, naming the key
-    job.task.eval_negatives = 100_000
     with pytest.raises(Exception, match=r"tgn batch .* set by task.eval_negatives, model.neighbors"):
-        check_footprint(job, manifest, 1, 2**34, "job.yaml")
-    job.task.eval_negatives, job.task.negatives = 49, 100_000
+        check_footprint(_tgn_job(eval_negatives=100_000), MANIFEST, 1, 2**34, "job.yaml")
     with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, model.neighbors"):
-        check_footprint(job, manifest, 1, 2**34, "job.yaml")
+        check_footprint(_tgn_job(negatives=100_000), MANIFEST, 1, 2**34, "job.yaml")
 
 
 @pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
@@ -103,17 +111,11 @@ def test_an_evaluation_slot_is_bounded_by_the_smaller_of_key_value_and_row_phi()
     one: the bound counts the smaller, and names the widths that set it."""
     from hpcdgnn.regimes.events import footprint
 
-    model = SimpleNamespace(name="tgn", hidden=100, memory_dim=20, time_dim=10, neighbors=10, static_memory="off",
-                            time_encoding="fixed")
-    task = SimpleNamespace(negatives=1, eval_negatives=49, batch_events=600)
-    job = SimpleNamespace(model=model, task=task, train=SimpleNamespace(dtype="float32"),
-                          strategy=SimpleNamespace(name="memory"))
-    manifest = SimpleNamespace(num_vertices=1000, edge_feature_dim=4)
-    nbytes, keys = footprint(job, manifest, 1)["tgn batch"]
+    nbytes, keys = footprint(_tgn_job(memory_dim=20, time_dim=10), MANIFEST, 1)["tgn batch"]
     assert nbytes == 4 * 51 * 600 * (20 + 100 + 10 * (4 + 20 + 10))
     assert "model.memory_dim, model.time_dim" in keys
-    model.memory_dim = model.time_dim = 150  # now 2H = 200 < d + d_t = 300
-    assert footprint(job, manifest, 1)["tgn batch"][0] == 4 * 51 * 600 * (150 + 100 + 10 * (4 + 200))
+    job = _tgn_job(memory_dim=150, time_dim=150)  # now 2H = 200 < d + d_t = 300
+    assert footprint(job, MANIFEST, 1)["tgn batch"][0] == 4 * 51 * 600 * (150 + 100 + 10 * (4 + 200))
 
 
 @pytest.mark.parametrize(("static", "encoding", "dtype"), [("off", "fixed", "float32"), ("on", "learnable", "float64")])
@@ -124,15 +126,25 @@ def test_the_event_regime_counts_tgn_parameters_exactly(static, encoding, dtype)
     from hpcdgnn.regimes.events import footprint
     from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction, TemporalLinkPredictionOptions
 
-    model = SimpleNamespace(name="tgn", hidden=12, memory_dim=7, time_dim=5, neighbors=3, heads=2,
-                            static_memory=static, time_encoding=encoding)
-    job = SimpleNamespace(model=model, task=SimpleNamespace(negatives=1, eval_negatives=9, batch_events=50),
-                          train=SimpleNamespace(dtype=dtype), strategy=SimpleNamespace(name="memory"))
-    manifest = SimpleNamespace(num_vertices=31, edge_feature_dim=4)
-    net = TGN(31, 4, 7, 5, 12, 2, static == "on", encoding == "learnable")
-    head = TemporalLinkPrediction(TemporalLinkPredictionOptions(), SimpleNamespace(), 12, 0)
+    job = _tgn_job(dtype, hidden=12, memory_dim=7, time_dim=5, neighbors=3, static_memory=static,
+                   time_encoding=encoding)
+    net = TGN(MANIFEST.num_vertices, 4, 7, 5, 12, 2, static == "on", encoding == "learnable")
+    head = TemporalLinkPrediction(TemporalLinkPredictionOptions(), MANIFEST, 12, 0)
     count = sum(p.numel() for mod in (net, head) for p in mod.parameters())
-    nbytes, keys = footprint(job, manifest, 1)["parameters"]
+    nbytes, keys = footprint(job, MANIFEST, 1)["parameters"]
     assert nbytes == 3 * (8 if dtype == "float64" else 4) * count
     assert "model.memory_dim" in keys and "model.layers" not in keys
     assert ("model.static_memory" in keys) == (static == "on")
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_every_snapshot_model_s_parameters_are_counted_exactly(small_dataset, tmp_path, layers):
+    """The parameters term counts the model the run builds (on the meta device; a deep stack from its first two
+    layers), for every model: what the run's summary reports, less the task head's."""
+    from hpcdgnn.nn.models import available_models
+    from hpcdgnn.regimes.timeline import build_model, model_parameters
+
+    manifest = load_manifest(small_dataset)
+    for name in available_models():
+        job = load_job(write_job(tmp_path / f"{name}.yaml", small_dataset, model={"name": name, "layers": layers}))
+        assert model_parameters(job, manifest) == sum(p.numel() for p in build_model(job, manifest).parameters())

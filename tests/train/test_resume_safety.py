@@ -36,6 +36,7 @@ def finished_run(tmp_path_factory, small_dataset, launcher):
 @pytest.mark.parametrize(("key", "value", "old"), [
     ("train.lr", "0.5", "0.01"),
     ("model.hidden", "8", "6"),
+    ("strategy.name", "vertex", "'snapshot'"),  # the saved run's other strategy keys do not fit vertex
     ("data.path", None, None),  # the other dataset
 ])
 def test_resume_refuses_changes(finished_run, launcher, with_job_file, key, value, old):

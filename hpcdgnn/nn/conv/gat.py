@@ -27,7 +27,8 @@ class GATConv(nn.Module):
         negative_slope: the LeakyReLU's slope for negative scores.
 
     Shapes:
-        ``graph`` n rows over n + halo columns, ``h`` (n, F) -> (n, F')."""
+        ``graph`` n rows over n + halo columns, ``h`` (n, F) -> (n, F'); or, with ``graph.own``, n rows over the
+        columns ``h`` (c, F) fills -> (n, F')."""
 
     def __init__(self, in_features: int, out_features: int, negative_slope: float = 0.2) -> None:
         super().__init__()
@@ -49,9 +50,10 @@ class GATConv(nn.Module):
         m = self.lin(h)
         msg = graph.gather(torch.cat([m, (m * self.att_src).sum(-1, keepdim=True)], dim=-1))
         row, col = graph.edges()
-        score = (m * self.att_dst).sum(-1)[row] + msg[col, -1]
+        n = graph.num_rows
+        own = m if graph.own is None else msg[graph.own, :-1]  # each row's own W h_i
+        score = (own[:n] * self.att_dst).sum(-1)[row] + msg[col, -1]
         score = torch.nn.functional.leaky_relu(score, self.negative_slope)
-        n = m.shape[0]
         with torch.no_grad():
             top = score.new_full((n,), float("-inf")).scatter_reduce(0, row, score, "amax")
         w = torch.exp(score - top[row])

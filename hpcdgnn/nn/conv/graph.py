@@ -100,12 +100,16 @@ def _identity(m: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LocalGraph:
-    """Rows ``0..n-1`` of Ã over ``n + halo`` columns and the gather into those columns."""
+    """Rows ``0..n-1`` of Ã over ``n + halo`` columns and the gather into those columns; or, for a sampled
+    block (``own`` set), its output rows over the columns of the rows it reads."""
 
     adj: NormalizedAdjacency
     gather: Callable[[torch.Tensor], torch.Tensor] = _identity
     #: when set, :meth:`propagate` aggregates group by group (fused chunks, DGC §5.1.1)
     groups: RowGroups | None = None
+    #: (n,) the column holding each row's own vertex, for a layer that reads it (GAT's destination term); None:
+    #: row i's is column i (own rows first)
+    own: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
