@@ -141,8 +141,9 @@ class Strategy(Generic[B]):
     setup_work: ClassVar[str] = "read + normalise + precompute Ã·X"
     #: a choice of another strategy (``auto``), replaced by :meth:`resolve` before anything trains
     picks_another: ClassVar[bool] = False
-    #: :meth:`state_dict` is the same on every rank (agreed choices, global batch serials): a resume on another
-    #: number of ranks restores it; else that resume gets none
+    #: :meth:`state_dict` is the same on every rank, or any rank's serves every rank (agreed choices, global batch
+    #: serials): a resume on another number of ranks restores rank r mod P_old's on rank r; else that resume gets
+    #: none
     replicated_state: ClassVar[bool] = False
 
     def __init__(self, ctx: StrategyContext) -> None:

@@ -556,8 +556,9 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         super().close()
 
     def state_dict(self) -> dict:
-        """The adjuster's state (H3: a DQN's network, replay, ε and RNG) and the reservoir's serials (H4): the same
-        on every rank (:attr:`replicated_state`)."""
+        """The adjuster's state (H3: a DQN's network, replay, ε and RNG), the same on every rank, and the reservoir's
+        serials (H4): the same on every rank with ``reservoir.threads: 0``, else each rank's own, any of which
+        serves any rank (:attr:`replicated_state`)."""
         rsv = self.reservoir
         return {"adjuster": self.adjuster.state_dict(),
                 "reservoir": None if rsv is None else [[b.serial for b in store] for store in rsv.stores]}

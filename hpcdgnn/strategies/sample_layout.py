@@ -21,7 +21,16 @@ from hpcdgnn.tasks.base import SampleEmbeddings
 if TYPE_CHECKING:
     from hpcdgnn.strategies.sequences import SequencesStrategy
 
-__all__ = ["SampleLayout"]
+__all__ = ["SampleLayout", "own_columns"]
+
+
+def own_columns(rows: np.ndarray, cols: np.ndarray, steps: int) -> np.ndarray:
+    """The column of each output row's own vertex in a sampled block (:meth:`SampleGraphs.sampled_block`): its
+    columns are the ``cols`` it reads (ascending, ⊇ ``rows``), each step's apart.
+
+    Shapes:
+        rows (n,), cols (C,) -> (steps·n,), step s's rows first at s·C + their place in cols."""
+    return (np.arange(steps)[:, None] * cols.shape[0] + np.searchsorted(cols, rows)).reshape(-1)
 
 
 class SampleLayout(Layout):
@@ -68,10 +77,7 @@ class SampleLayout(Layout):
             idx = torch.from_numpy(self.rows[0])
             h = torch.stack([self.s.snapshot(t).x.index_select(0, idx) for t in range(self.start, self.stop)])
             h = h.to(self.s.ctx.device)
-        # the block's columns are the rows it reads (ascending, each step's apart): where each output row's own
-        # vertex is among them, for a layer that reads it (GAT)
-        cols = self.rows[li]
-        own = (np.arange(S)[:, None] * cols.shape[0] + np.searchsorted(cols, self.rows[li + 1])).reshape(-1)
+        own = own_columns(self.rows[li + 1], self.rows[li], S)  # for a layer that reads it (GAT)
         graph = LocalGraph(self.adj[li], own=torch.from_numpy(own).to(self.s.ctx.device))
         ax = layer.aggregate(graph, h.reshape(-1, h.shape[-1]))
         return layer.spatial_steps(ax.view(S, n, ax.shape[-1]), steps, tparams)

@@ -218,7 +218,7 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
 def strategy_state(mine: dict[str, Any], strategy, num_ranks: int) -> dict[str, Any]:
     """The strategy state of :func:`load_state`'s ``mine`` this run restores: all of it on the checkpoint's rank
     count, or for a strategy whose state is the same on every rank (``replicated_state``); else none."""
-    same = mine.get("num_ranks", num_ranks) == num_ranks
+    same = mine.get("num_ranks") == num_ranks  # unknown: another count, as the safe reading
     return (mine.get("strategy") or {}) if same or type(strategy).replicated_state else {}
 
 

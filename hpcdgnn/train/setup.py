@@ -286,6 +286,10 @@ def _not_resumable(who: str, new: object, old: object, resume: str) -> ConfigErr
                        "and data.path to the same dataset moved (start a new run for anything else)")
 
 
+#: the keys that choose a section's options class
+_NAMES = ("model.name", "task.name", "strategy.name")
+
+
 def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, JobConfig, Path, Path]:
     """Job, saved job (before ``--set``), run directory and newest checkpoint of ``run --resume RUNDIR``."""
     run_dir = Path(resume)
@@ -296,11 +300,12 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     try:
         job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
     except ConfigError:
-        # a --set the saved run's other keys do not fit (strategy.name: vertex over a snapshot run's options):
-        # the change itself is what a resume refuses
+        # another model, task or strategy name, whose options the saved section's other keys do not fit
+        # (strategy.name: vertex over a snapshot run's): the change itself is what a resume refuses; any other
+        # error (a misspelt key, a wrong type) is the loader's own
         old = _flatten(job_to_dict(saved))
         for key, _, value in (o.partition("=") for o in overrides):
-            if not key.startswith(_RESUMABLE) and job_path is None and str(old.get(key)) != value:
+            if job_path is None and key in _NAMES and yaml.safe_load(value) != old.get(key):
                 raise _not_resumable(f"--set {key}", value, old.get(key), resume) from None
         raise
     check_resume_job(saved, job, resume, overrides, job_path)
@@ -391,7 +396,11 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, saved_job, run_dir, ckpt = _resume_job(resume, job_path, overrides)
         else:
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
-        job, manifest, kept["planner"] = check_job(job, job_path or resume, comm.size, host_share)
+        try:
+            job, manifest, kept["planner"] = check_job(job, job_path or resume, comm.size, host_share)
+        except (ConfigError, DataError) as e:  # "FILE: key: problem" -> "--set key: problem" when --set gave it
+            where = job_path or resume
+            raise type(e)(blame_override(str(e), where, overrides) if where else str(e)) from None
         fingerprint = dataset_fingerprint(job.data.path)
         plan = None
         if ckpt is not None:

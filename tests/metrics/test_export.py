@@ -150,6 +150,22 @@ def test_bad_exports_are_one_line_and_write_nothing(tmp_path, small_dataset, cap
         assert existing.read_text() == "the user's own file\n"
 
 
+def test_an_event_file_writer_that_fails_leaves_no_run_directory(tmp_path, small_dataset, monkeypatch):
+    """Past the job's checks (a path on a read-only or pseudo file system): the writer's failure is one line and
+    a new run leaves neither its directory nor a metrics.jsonl behind."""
+    pytest.importorskip("tensorboard")
+
+    def refuse(logdir, purge_step=None):
+        raise hpcdgnn.errors.ConfigError(f"TensorBoard output {logdir}: Read-only file system")
+
+    monkeypatch.setattr("hpcdgnn.metrics.export.TensorBoardLog", refuse)
+    job = write_job(tmp_path / "tb.yaml", small_dataset, output={"tensorboard": str(tmp_path / "events")})
+    proc = run_in_process(["run", str(job), "--output", str(tmp_path / "run")], mpi_env(), tmp_path)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Read-only file system" in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_dataset, capsys):
     pytest.importorskip("matplotlib")
     a = _train(tmp_path, small_dataset, name="a")

@@ -71,7 +71,7 @@ def test_job_with_the_mlp_workload_trains_and_a_missing_predictor_is_one_line(la
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(missing) in lines[0] and "python -m hpcdgnn profile --model cdgcn" in lines[0]
-    assert lines[0].startswith("hpcdgnn: error: strategy.workload: mlp needs the workload predictor")
+    assert lines[0].startswith(f"hpcdgnn: error: {job}: strategy.workload: mlp needs the workload predictor")
     assert not (tmp_path / "run2").exists()
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from hpcdgnn.ops.sparse import gcn_norm
+from hpcdgnn.strategies.sample_layout import own_columns
 from tests.conftest import make_dataset, write_job
 from tests.tasks.test_regression import chickenpox  # noqa: F401 (a fixture: a cut of chickenpox with targets)
 from tests.train.test_exactness import _losses, _losses_many
@@ -106,10 +107,13 @@ def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
     rows = np.array([0, 3, 4, 17, 29])
     adj, cols = s.sampled_block(1, 4, rows, 0, np.random.default_rng(0))
     a = adj.a.to_dense()
+    own = own_columns(rows, cols, 3)  # where each output row's own vertex is (what GAT's destination term reads)
     for i, t in enumerate(range(1, 4)):
         blk = a[i * 5 : (i + 1) * 5, i * len(cols) : (i + 1) * len(cols)]
         torch.testing.assert_close(blk, dense[t][rows][:, cols], rtol=0, atol=0)
         assert np.all(np.isin(np.flatnonzero(dense[t][rows].sum(0).numpy()), cols))
+        for j, v in enumerate(rows):
+            assert a[i * 5 + j, own[i * 5 + j]] == dense[t][v, v] != 0 and cols[own[i * 5 + j] - i * len(cols)] == v
     adj, cols = s.sampled_block(1, 4, rows, 2, np.random.default_rng(0))
     a = adj.a.to_dense()
     for i, t in enumerate(range(1, 4)):

@@ -195,4 +195,11 @@ def test_p3_dataset_without_targets_exits_2(launcher, tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
     assert len(lines) == 1, proc.stderr
     assert "task.name: regression needs float node targets" in lines[0] and "Traceback" not in proc.stderr
+    assert f"{job}: task.name" in lines[0]  # the file that asked for it
     assert time.monotonic() - t0 < 60
+    # asked for by a --set: the line names the --set
+    job = write_job(tmp_path / "lp.yaml", data)
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--set", "task.name=regression"])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "--set task.name: regression needs float node targets" in lines[0], lines[0]

@@ -140,11 +140,17 @@ def test_the_event_regime_counts_tgn_parameters_exactly(static, encoding, dtype)
 @pytest.mark.parametrize("layers", [1, 3])
 def test_every_snapshot_model_s_parameters_are_counted_exactly(small_dataset, tmp_path, layers):
     """The parameters term counts the model the run builds (on the meta device; a deep stack from its first two
-    layers), for every model: what the run's summary reports, less the task head's."""
+    layers), for every model, K-term cells at another order and as encoder–decoders, TM-GCN at another window."""
     from hpcdgnn.nn.models import available_models
     from hpcdgnn.regimes.timeline import build_model, model_parameters
 
     manifest = load_manifest(small_dataset)
-    for name in available_models():
-        job = load_job(write_job(tmp_path / f"{name}.yaml", small_dataset, model={"name": name, "layers": layers}))
-        assert model_parameters(job, manifest) == sum(p.numel() for p in build_model(job, manifest).parameters())
+    cases = [({"name": name}, {}) for name in available_models()]
+    cases += [({"name": name, "order": 3, "encoder_decoder": True}, {"name": "regression"})
+              for name in ("gconv_gru", "gconv_lstm", "gcrn_m1", "dcrnn")]
+    cases.append(({"name": "tmgcn", "window": 5}, {}))
+    for model, task in cases:
+        job = load_job(write_job(tmp_path / "job.yaml", small_dataset, model={**model, "layers": layers},
+                                 **({"task": task} if task else {})))
+        counted = model_parameters(job, manifest)
+        assert counted == sum(p.numel() for p in build_model(job, manifest).parameters()), model

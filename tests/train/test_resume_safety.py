@@ -37,6 +37,7 @@ def finished_run(tmp_path_factory, small_dataset, launcher):
     ("train.lr", "0.5", "0.01"),
     ("model.hidden", "8", "6"),
     ("strategy.name", "vertex", "'snapshot'"),  # the saved run's other strategy keys do not fit vertex
+    ("model.hiden", "8", None),  # a misspelt key: the loader's own line, not a resume refusal
     ("data.path", None, None),  # the other dataset
 ])
 def test_resume_refuses_changes(finished_run, launcher, with_job_file, key, value, old):
@@ -53,6 +54,8 @@ def test_resume_refuses_changes(finished_run, launcher, with_job_file, key, valu
     line = errors[0]
     if key == "data.path":  # a resume may name its dataset anew (it moved), not other data
         assert f"data.path: {value} is not the dataset the run trained on" in line, line
+    elif old is None:
+        assert "did you mean 'hidden'" in line and "a resumed run may change only" not in line, line
     else:
         assert f"--set {key}: is " in line and "a resumed run may change only" in line, line
         assert repr(value) in line or value in line, line
