@@ -9,11 +9,13 @@ model; this one counts TGN's work instead of a snapshot model's):
   plus the expected distinct nodes of a batch's draws; a dataset's fixed negatives: their mean count per event). A
   root reads s̄ real neighbour slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and
   over uniform negatives at 32 times of the stream — and updates 1 + s̄ memories (an upper bound: the run updates each
-  distinct (node, time) once). ``train_protocol: per_batch``: the expected distinct nodes of a batch's b (2 +
-  negatives) draws, as if uniform (an upper bound for a stream whose endpoints repeat), each with the events' mean s̄.
-  Multiply-adds per root:
-  (1 + s̄)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H (keys, values) +
-  (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
+  distinct (node, time) once); in training under ``train_protocol: per_batch`` (one time a slice) or
+  ``memory_time: event`` (an update that ignores the time) the slice's expected distinct nodes among its roots
+  and their neighbours instead, as if uniform over N. ``train_protocol: per_batch``: the expected distinct
+  nodes of a batch's b (2 + negatives) draws, as if uniform (an upper bound for a stream whose endpoints
+  repeat), each with the events' mean s̄. Multiply-adds per root:
+  (1 + s̄, or the updates above)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H
+  (keys, values) + (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
   ``model.memory_time: event``: an evaluated event updates 2 memories (its endpoints' mails, applied when
   written) and an embedded root none, plus one pass over the N pending mails.
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
@@ -120,11 +122,18 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         s_pos = s_neg = (2 * s_pos + tm * s_neg) / (2 + tm)
         train_roots = distinct(b * (2 + tm)) / b
         slice_roots = distinct(slice_roots)
-    train_root = (2 * per_root(s_pos) + tm * per_root(s_neg)) * 3 * train_roots / (2 + tm)
+    # a slice's memory updates: one per distinct (node, time), so per root 1 + s̄ when each root has its own time
+    # (per_event under memory_time: query); one time for the whole slice (per_batch) or an update that ignores
+    # the time (event): the expected distinct nodes of its roots and their neighbours, as if uniform over N
+    eager = m.memory_time == "event"
+    updates = None
+    if eager or task.train_protocol == "per_batch":
+        rows = slice_roots * (1 + (2 * s_pos + tm * s_neg) / (2 + tm))
+        updates = n * (1.0 - (1.0 - 1.0 / n) ** rows) / max(slice_roots, 1.0)
+    train_root = (2 * per_root(s_pos, updates) + tm * per_root(s_neg, updates)) * 3 * train_roots / (2 + tm)
     fixed = getattr(manifest, "eval_negatives", None)  # TGB's: their mean count per event
     negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
     # memory_time: event: evaluation applies each written mail once (2 updates an event), not at every read
-    eager = m.memory_time == "event"
     own, read = (1.0, 0.0) if eager else (None, None)  # memory updates of an event's own roots, of a read one
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
@@ -161,7 +170,8 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     saved = ((1 + s_pos) * (8 * d + dt) + s_pos * (D + dt + 3 * H) + 3 * H + d)
     activations = float(item * saved * slice_roots)
     memory = inputs + activations + 4.0 * grad
-    notes = ["memory updates per root counted as 1 + s̄ (the run updates each distinct (node, time) once)"]
+    notes = ["memory updates per root counted as 1 + s̄ (the run updates each distinct (node, time) once)"
+             if updates is None else "memory updates: the distinct nodes of a slice's roots and neighbours"]
     if j > 1 or k > 1:
         notes.append("epoch and memory parallelism are approximate (DistTGL §3.2.2–3.2.3)")
     return Prediction(strategy="memory", options=asdict(job.strategy),

@@ -169,6 +169,11 @@ def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     node_memory = m.num_vertices * (8 + 2 * 8 + 2) * 8 + m.num_vertices * 8
     stream = m.num_events * (24 + 2 * 8)
     assert pred.memory_parts["inputs"] > node_memory + stream and pred.fits and pred.epoch_s > 0
+    # memory updates: 1 + s̄ per root where each root has its own time; else the slice's distinct nodes, fewer
+    assert "1 + s̄" in pred.notes[0]
+    for over in ("model.memory_time=event", "task.train_protocol=per_batch"):
+        other = plan_job(load_job(job, [over]), m, str(college), [1], MachineRates())[0]
+        assert "distinct nodes" in other.notes[0] and other.compute_s < pred.compute_s, over
     # a budget that nothing fits names TGN's widths, not a GCN's layers
     assert main(["plan", str(job), "--ranks", "1", "--memory-per-rank", "1KiB"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
