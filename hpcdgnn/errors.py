@@ -5,13 +5,14 @@ Anything else is a bug and takes the abort path in ``hpcdgnn.__main__`` (traceba
 
 from __future__ import annotations
 
+import os
 import reprlib
 from pathlib import Path
 from typing import Any
 
 __all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "CommFailure", "StalledError", "PeerLostError",
-           "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "nearest_existing", "not_a_directory", "out_of_memory",
-           "short_repr"]
+           "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "cannot_create", "nearest_existing", "not_a_directory",
+           "out_of_memory", "short_repr"]
 
 # bounded *while* built: a YAML alias bomb's full repr() would never finish
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -30,6 +31,15 @@ def nearest_existing(path: str | Path) -> Path:
     while not there.exists() and there != there.parent:
         there = there.parent
     return there
+
+
+def cannot_create(path: str | Path) -> str | None:
+    """Why a directory at ``path`` cannot be made (its nearest existing ancestor is a file, or not writable),
+    else None."""
+    there = nearest_existing(path)
+    if not there.is_dir():
+        return f"{there} is a file, not a directory"
+    return None if os.access(there, os.W_OK | os.X_OK) else f"{there} is not writable"
 
 
 def out_of_memory(e: BaseException) -> str | None:

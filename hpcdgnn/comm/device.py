@@ -13,7 +13,7 @@ import torch
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["LOCAL_RANK_VARIABLES", "cpu_affinity", "local_rank_from_env", "memory_share", "node_cpu_sets",
+__all__ = ["LOCAL_RANK_VARIABLES", "cpu_affinity", "cuda_seen", "local_rank_from_env", "memory_share", "node_cpu_sets",
            "select_device"]
 
 #: Local-rank variables of common launchers, in the order tried.
@@ -46,6 +46,11 @@ def _local_rank(comm) -> int:
         return comm.rank if found is None else found
 
 
+def cuda_seen() -> str:
+    """What a line saying this process sees no GPU adds: the torch build and ``CUDA_VISIBLE_DEVICES``."""
+    return f"torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
+
+
 def select_device(requested: str, comm, cuda_available: bool | None = None,
                   gpu_count: int | None = None) -> torch.device:
     """The device for this rank (``cuda_available``, ``gpu_count``: None asks torch).
@@ -58,10 +63,7 @@ def select_device(requested: str, comm, cuda_available: bool | None = None,
     available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if not available:
         if requested == "cuda":
-            raise ConfigError(
-                f"train.device: cuda requested but rank {comm.rank} sees no CUDA device "
-                f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
-            )
+            raise ConfigError(f"train.device: cuda requested but rank {comm.rank} sees no CUDA device ({cuda_seen()})")
         return torch.device("cpu")
     count = torch.cuda.device_count() if gpu_count is None else gpu_count
     if count <= 1:

@@ -7,7 +7,6 @@ import dataclasses
 import difflib
 import importlib.util
 import math
-import os
 import re
 import types
 import typing
@@ -17,7 +16,7 @@ from typing import Any
 import yaml
 
 from hpcdgnn.config.schema import RENAMED_KEYS, JobConfig, ModelConfig, StrategyConfig, TaskConfig
-from hpcdgnn.errors import ConfigError, nearest_existing, not_a_directory, short_repr
+from hpcdgnn.errors import ConfigError, cannot_create, not_a_directory, short_repr
 
 __all__ = ["load_job", "apply_overrides", "blame_override", "job_to_dict", "override_of", "validate_job"]
 
@@ -240,12 +239,10 @@ def validate_job(job: JobConfig, file: str) -> None:
     if job.output.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(f"{file}: output.tensorboard: needs the tensorboard package (pip install tensorboard, or "
                           "hpcdgnn[tensorboard]); or leave the key out and export later (python -m hpcdgnn export)")
-    if job.output.tensorboard:
-        there = nearest_existing(job.output.tensorboard)
-        if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
-            why = "is a file, not a directory" if not there.is_dir() else "is not writable"
-            raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard}: {there} {why}; give a "
-                              "directory for the event files")
+    why = job.output.tensorboard and cannot_create(job.output.tensorboard)
+    if why:
+        raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard}: {why}; give a directory for the "
+                          "event files")
 
 
 def _older_resolved(raw: dict) -> dict:

@@ -33,7 +33,7 @@ import numpy as np
 
 from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
-from hpcdgnn.errors import DataError, nearest_existing
+from hpcdgnn.errors import DataError, cannot_create, nearest_existing
 from hpcdgnn.indices import index_dtype as index_dtype_for
 from hpcdgnn.progress import Progress
 
@@ -156,9 +156,8 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
         tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
         (tmp / "shards").mkdir()
     except OSError as e:
-        there = nearest_existing(root.parent)
-        why = f"{there} is a file, not a directory" if not there.is_dir() else e.strerror or e
-        raise DataError(f"{root}: cannot create the output here: {why}") from None
+        raise DataError(f"{root}: cannot create the output here: {cannot_create(root.parent) or e.strerror or e}") \
+            from None
     return tmp
 
 

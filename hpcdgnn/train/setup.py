@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from hpcdgnn.comm.communicator import Communicator
-from hpcdgnn.comm.device import cpu_affinity, memory_share, node_cpu_sets, select_device
+from hpcdgnn.comm.device import cpu_affinity, cuda_seen, memory_share, node_cpu_sets, select_device
 from hpcdgnn.comm.world import name_ranks
 from hpcdgnn.config import job_to_dict, load_job
 from hpcdgnn.config.load import blame_override, override_of
@@ -31,7 +31,7 @@ from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
-from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, nearest_existing
+from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, cannot_create
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.metrics.results import MADE_RUN_DIRS
 from hpcdgnn.nn.models import DGNN
@@ -234,10 +234,9 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
-    there = nearest_existing(root)
-    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
-        why = "not a directory" if not there.is_dir() else "not writable"
-        raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {there} is {why}")
+    why = cannot_create(root)
+    if why:
+        raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {why}")
     return root
 
 
@@ -284,6 +283,14 @@ def _not_resumable(who: str, new: object, old: object, resume: str) -> ConfigErr
     return ConfigError(f"{who}: is {new!r} but the run in {resume} used {old!r}; a resumed run may change only "
                        "train.epochs, train.threads, train.device, data.validate, comm, output, checkpoint and debug, "
                        "and data.path to the same dataset moved (start a new run for anything else)")
+
+
+def _blamed(e: HpcdgnnError, where: str | None, overrides: list[str], prefix: bool = False) -> HpcdgnnError:
+    """``e``'s ``FILE: key: problem`` as ``--set key: problem`` when a ``--set`` gave the key; ``prefix``: its
+    message is ``key: problem``, without the file."""
+    if not where:
+        return e
+    return type(e)(blame_override(f"{where}: {e}" if prefix else str(e), where, overrides))
 
 
 #: the keys that choose a section's options class
@@ -398,9 +405,8 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             job, saved_job, run_dir, ckpt = load_job(job_path, overrides), None, None, None
         try:
             job, manifest, kept["planner"] = check_job(job, job_path or resume, comm.size, host_share)
-        except (ConfigError, DataError) as e:  # "FILE: key: problem" -> "--set key: problem" when --set gave it
-            where = job_path or resume
-            raise type(e)(blame_override(str(e), where, overrides) if where else str(e)) from None
+        except (ConfigError, DataError) as e:
+            raise _blamed(e, job_path or resume, overrides) from None
         fingerprint = dataset_fingerprint(job.data.path)
         plan = None
         if ckpt is not None:
@@ -414,9 +420,8 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         if plan is None:
             try:
                 plan = get_strategy(job.strategy.name).make_plan(manifest, comm.size, job)
-            except PlanError as e:  # "key: problem": the file or the --set that gave the key
-                where = job_path or resume
-                raise PlanError(blame_override(f"{where}: {e}", where, overrides) if where else str(e)) from None
+            except PlanError as e:
+                raise _blamed(e, job_path or resume, overrides, prefix=True) from None
             except ConfigError as e:
                 made_on = getattr(kept.get("shared", {}).get("plan"), "num_ranks", None)
                 if made_on is None or made_on == comm.size:
@@ -462,9 +467,8 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
     cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
     if cuda and device_memory is None:
         if not torch.cuda.is_available():
-            raise ConfigError(f"{where}: train.device: cuda, and this machine has no CUDA device (torch "
-                              f"{torch.__version__}, CUDA_VISIBLE_DEVICES="
-                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use auto or cpu")
+            raise ConfigError(f"{where}: train.device: cuda, and this machine has no CUDA device ({cuda_seen()}); "
+                              "use auto or cpu")
         device_memory = torch.cuda.get_device_properties(0).total_memory
     budget = device_memory if cuda else host_share
     job, planner = get_strategy(job.strategy.name).resolve(job, where, num_ranks, budget, "cuda" if cuda else "cpu")
