@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.ops.sparse import csr_tensor
 from hpcdgnn.partition.load_aware import plan_hybrid, vertex_loads
@@ -212,17 +213,14 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
-        """H1's plan, after refusing a vertex batch too small for every rank's groups, a reservoir for a task
-        that reads other vertices each epoch, or T_mu at or above the watchdog's timeout (ConfigError).
+        """H1's plan, after refusing a reservoir for a task that reads other vertices each epoch, or T_mu at or
+        above the watchdog's timeout (ConfigError).
 
-        The encoder–decoder is refused earlier, by the regime (it forecasts under ``sequences`` only)."""
-        o, N = job.strategy, manifest.num_vertices
-        small = min(max(1, round(f * N)) for f in o.vertex_fractions)
-        if small < num_ranks * o.groups:
-            raise ConfigError(f"strategy.vertex_fractions: the smallest, {min(o.vertex_fractions):g} of N = {N}, "
-                              f"draws N_V = {small} targets, fewer than P × groups = {num_ranks} × {o.groups} = "
-                              f"{num_ranks * o.groups}: some rank's groups would train nothing; raise it or lower "
-                              "strategy.groups")
+        The encoder–decoder is refused earlier, by the regime (it forecasts under ``sequences`` only). A vertex
+        batch smaller than P × groups is not refused (:meth:`setup` warns): ranks then own no target in some
+        batches and wait for the others, which costs time, not correctness, and refusing made the defaults
+        (1 % of N, 4 groups) fail at P = 3 on graphs of fewer than 1,200 vertices."""
+        o = job.strategy
         if o.reservoir.mode == "on" and task_class(job.task.name).reads_beyond_batch():
             raise ConfigError(f"strategy.reservoir.mode: on stores batches for the node tasks; task.name: "
                               f"{job.task.name} draws the vertices it reads each epoch; set reservoir.mode: off")
@@ -250,6 +248,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self.loads = vertex_loads(edges + [reader.edges(t) for t in range(self.stop, self.T)], self.N,
                                       job.model.layers)
         self.read_rows = self._read_closure(reader, edges, np.arange(self.N) if wide else self.mine)
+        self._warn_small_batches()
         mib = self.cache_bytes / 2**20
         if o.max_cache_mb and mib > o.max_cache_mb:  # local: agree() carries it to every rank
             raise ConfigError(f"strategy.max_cache_mb: rank {me}'s closure holds {mib:.4g} MiB "
@@ -272,6 +271,17 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self.reservoir = BatchReservoir(o.reservoir, caps, self._build)
         self._pending, self._since, self._steps_since, self._rounds = None, None, 0, 0
         return Scored(snapshots=tuple(range(self.stop)))
+
+    def _warn_small_batches(self) -> None:
+        """Rank 0 warns once when the smallest vertex batch draws fewer than P × groups targets: each group then
+        gives fewer targets than there are ranks, so in its batches some ranks own none and wait."""
+        o, P = self.opts, self.comm.size
+        used = [self.sizes(a)[1] for a in self.used_actions()]
+        if self.comm.rank == 0 and min(used) < P * o.groups:
+            get_logger().warning(
+                f"warning: strategy.vertex_fractions: the smallest batch in use draws N_V = {min(used)} of N = "
+                f"{self.N} targets, fewer than P × groups = {P} × {o.groups}: in its batches some ranks own no "
+                "target and wait (the trajectory is unchanged); raise the fraction or lower strategy.groups")
 
     def _read_closure(self, reader, edges: list, seeds: np.ndarray) -> np.ndarray:
         """Read the rows of ``seeds``' closure in snapshots 0..len(edges)-1 (H1, ``ShardReader.read_rows``)."""

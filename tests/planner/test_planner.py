@@ -64,19 +64,19 @@ def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp
 
 
 def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_dataset, tmp_path):
-    """Table and JSON: each strategy priced at each P (hybrid's default batch is too small for this graph: it
-    says why), one pick per P, a full-batch one unless a sampled one is named; bytes grow with P for the
-    snapshot strategy; one rank moves nothing."""
+    """Table and JSON: each strategy priced at each P, one pick per P, a full-batch one unless a sampled one is
+    named; bytes grow with P for the snapshot strategy; one rank moves nothing."""
     job = write_job(tmp_path / "job.yaml", small_dataset)
     proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), "--ranks", "1", "2", "3"])
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("<- pick") == 3 and "does not apply: strategy.vertex_fractions" in proc.stdout
-    assert proc.stdout.count("sampled: picked only when named") == 3
+    assert proc.stdout.count("<- pick") == 3
+    assert proc.stdout.count("sampled: picked only when named") == 6  # sequences and hybrid at each P
     preds = _plan(launcher, job, "--ranks", "1", "3")
     priced = {(p["strategy"], p["num_ranks"]): p for p in preds if p["epoch_s"] is not None}
-    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk", "grid", "sequences"}
-    assert not any(p["picked"] for p in preds if p["strategy"] == "sequences")
-    assert all("picked only when named" in " ".join(p["notes"]) for p in preds if p["strategy"] == "sequences")
+    assert {s for s, _ in priced} == {"snapshot", "pss", "vertex", "chunk", "grid", "sequences", "hybrid"}
+    sampled = [p for p in preds if p["strategy"] in ("sequences", "hybrid")]
+    assert not any(p["picked"] for p in sampled)
+    assert all("picked only when named" in " ".join(p["notes"]) for p in sampled)
     named = _plan(launcher, job, "--ranks", "3", "--strategies", "sequences", "snapshot")
     assert sum(p["picked"] for p in named) == 1 and all(p["epoch_s"] > 0 for p in named)
     # the grid at every factorisation of P = 3 the job leaves open: 1 x 3 and 3 x 1
