@@ -16,6 +16,9 @@ model; this one counts TGN's work instead of a snapshot model's):
   repeat), each with the events' mean s̄. Multiply-adds per root:
   (1 + s̄, or the updates above)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H
   (keys, values) + (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
+  Outside training a root with at least ⌈k/2⌉ real slots (``tgn.dense_min``) attends as a dense batch: its keys
+  and values cost 2(d + D + d_t)·H (the weights once) + 2k·(d + D + d_t)·heads (every slot, padded ones too); the
+  share of such roots and the others' s̄ come from the same counts as s̄.
   ``model.memory_time: event``: an evaluated event updates 2 memories (its endpoints' mails, applied when
   written) and an embedded root none, plus one pass over the N pending mails.
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
@@ -44,15 +47,28 @@ _ENVELOPE = 187
 _CALLS = {"train": 160, "eval": 45}
 
 
+def slot_stats(slots: np.ndarray, k: int) -> tuple[float, float, float]:
+    """(s̄, the share of roots with at least :func:`~hpcdgnn.nn.models.tgn.dense_min` real slots, which attend
+    densely outside training, and the others' s̄) of roots with ``slots`` real neighbour slots of ``k``."""
+    from hpcdgnn.nn.models.tgn import dense_min
+
+    if slots.shape[0] == 0:
+        return 0.0, 0.0, 0.0
+    dense = slots >= dense_min(k)
+    part = slots[~dense]
+    return float(slots.mean()), float(dense.mean()), float(part.mean()) if part.shape[0] else 0.0
+
+
 def mean_slots(src: np.ndarray, dst: np.ndarray, t: np.ndarray, k: int, lo: int, hi: int,
-               events: tuple[int, int], samples: int = 32) -> tuple[float, float]:
-    """(s̄ of the positives' endpoints, s̄ of a uniform negative in [lo, hi)) over ``events`` [a, b).
+               events: tuple[int, int], samples: int = 32) -> tuple[tuple[float, float, float], ...]:
+    """:func:`slot_stats` of the positives' endpoints and of a uniform negative in [lo, hi) over ``events``
+    [a, b).
 
     Shapes:
         src, dst, t (E,) in time order."""
     a, b = events
     if b <= a:
-        return 0.0, 0.0
+        return (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)
     nodes = np.stack([src, dst], 1).reshape(-1)
     tt = np.repeat(t, 2)
     # each endpoint's events strictly before t: its place among its own occurrences sorted by time, counted to
@@ -64,19 +80,18 @@ def mean_slots(src: np.ndarray, dst: np.ndarray, t: np.ndarray, k: int, lo: int,
     first_at_t = np.maximum.accumulate(np.where(new, np.arange(ns.shape[0]), 0))
     seen = np.empty_like(nodes)
     seen[order] = first_at_t - first_of_node
-    pos = float(np.minimum(seen[2 * a : 2 * b], k).mean())
+    pos = slot_stats(np.minimum(seen[2 * a : 2 * b], k), k)
     cuts = np.linspace(a, b - 1, min(samples, b - a)).astype(np.int64)
     neg = []
     for c in cuts:
         before = np.searchsorted(t, t[c], side="left")
-        deg = np.bincount(nodes[: 2 * before], minlength=hi)[lo:hi]
-        neg.append(float(np.minimum(deg, k).mean()))
-    return pos, float(np.mean(neg))
+        neg.append(np.minimum(np.bincount(nodes[: 2 * before], minlength=hi)[lo:hi], k))
+    return pos, slot_stats(np.concatenate(neg), k)
 
 
-def _slots(graph: GraphStats, k: int) -> tuple[float, float, float, float]:
-    """(s̄ train positives, s̄ train negatives, s̄ evaluation positives, s̄ evaluation negatives) at k
-    neighbours: the stream read once per ``graph`` (every P and variant of a plan shares it)."""
+def _slots(graph: GraphStats, k: int) -> tuple[tuple[float, float, float], ...]:
+    """:func:`slot_stats` of training positives, training negatives, evaluation positives and evaluation
+    negatives at k neighbours: the stream read once per ``graph`` (every P and variant of a plan shares it)."""
     key = ("events.slots", k)
     if key not in graph.derived:
         from hpcdgnn.data.events import read_events
@@ -108,8 +123,19 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         updates = 1 + slots if updates is None else updates
         return 2.0 * (updates * gru + slots * (d + D + dt) * 2 * H + (d + dt) * H + (H + d) * H + H * H)
 
+    def evaluated(stats: tuple[float, float, float], updates: float | None) -> float:
+        """An evaluated root's forward: dense for the share with at least dense_min real slots (the weights once
+        per root, every one of the k slots through the heads), per slot for the others."""
+        mean, share, part = stats
+        full = (mean - (1.0 - share) * part) / share if share else 0.0  # the dense roots' s̄
+        width = d + D + dt
+        dense = 2.0 * ((1 + full if updates is None else updates) * gru + 2 * width * H
+                       + 2 * m.neighbors * width * m.heads + (d + dt) * H + (H + d) * H + H * H)
+        return share * dense + (1.0 - share) * per_root(part, updates)
+
     ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
-    s_pos, s_neg, e_pos, e_neg = _slots(graph, m.neighbors)
+    tp, tn, e_pos, e_neg = _slots(graph, m.neighbors)
+    s_pos, s_neg = tp[0], tn[0]
     b, cand = task.batch_events, n - manifest.num_sources if manifest.bipartite else n
 
     def distinct(draws: float) -> float:  # expected distinct nodes of ``draws`` uniform draws from the candidates
@@ -138,9 +164,9 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
         # the events' own roots only update the memory (no neighbours); the distinct nodes are embedded
-        eval_root = 2 * per_root(0.0, own) + distinct(b * (2 + negs)) / b * per_root(e_neg, read)
+        eval_root = 2 * per_root(0.0, own) + distinct(b * (2 + negs)) / b * evaluated(e_neg, read)
     else:
-        eval_root = 2 * per_root(e_pos, own) + negs * per_root(e_neg, read)
+        eval_root = 2 * evaluated(e_pos, own) + negs * evaluated(e_neg, read)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
                      for b0, b1 in plan.segments)
     n_eval = ev_hi - ev_lo

@@ -154,6 +154,20 @@ def test_event_time_evaluation_applies_each_mail_once_to_the_same_scores(college
     assert 0 < recs[True][-1]["test_mrr"] < 1
 
 
+def test_slot_counts_split_roots_into_dense_and_per_slot():
+    """The planner's evaluated roots: those with at least ⌈k/2⌉ real slots attend densely (``tgn.dense_min``);
+    the rest are priced per slot at their own s̄."""
+    from hpcdgnn.planner.events import mean_slots, slot_stats
+
+    mean, share, part = slot_stats(np.array([0, 2, 5, 10, 10]), 10)
+    assert (mean, share, part) == (pytest.approx(5.4), pytest.approx(0.6), pytest.approx(1.0))
+    assert slot_stats(np.array([3, 3]), 5) == (3.0, 1.0, 0.0) and slot_stats(np.zeros(0), 5) == (0.0, 0.0, 0.0)
+    # node 0 meets 1, 2, 3 in turn: at the 4th event its endpoints had 3 and 0 events before, k = 2
+    src, dst, t = np.array([0, 0, 0, 0]), np.array([1, 2, 3, 4]), np.arange(4.0)
+    pos, _ = mean_slots(src, dst, t, 2, 0, 5, (3, 4))
+    assert pos == (1.0, 0.5, 0.0)
+
+
 def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     """``hpcdgnn plan`` on a TGN job: one priced row per P (i = P when the job's i·j·k does not multiply to it),
     the node memory, stream and index as inputs (what a run reports as engine + host bytes), no traceback."""
