@@ -4,7 +4,8 @@
   the rows :meth:`SequencesStrategy.cell_rows` derives, each step's whole-snapshot operator restricted to
   them — equal full-graph computation of the window restricted to the batch (1e-10), for every cell and for
   the encoder–decoder (teacher forcing 1 and 0), while those rows are fewer than N; sampled fanouts give a
-  subset of those rows, the same for the same sample;
+  subset of those rows, the same for the same sample; DySAT's GAT over a batch's sampled block reads each
+  output row's own column (a batch's rows equal those of a sample of every vertex);
 * under ``mpirun -np 3``: gconv_gru (full neighbourhoods) and dcrnn (sampled) reproduce one rank's loss and
   gradient-norm trajectory (rtol 1e-9);
 * the configuration errors of the encoder–decoder and the cells' error text (no MPI).
@@ -73,11 +74,14 @@ def small(tmp_path_factory):
 
 
 def _setup(data, tmp_path, model: str, order: int, fanouts: list[int], encoder_decoder: bool = False,
-           teacher: float = 0.5, window: int = 3, horizon: int = 3, decoder_input: str = "targets"):
-    """A one-process ``sequences`` strategy, its model (float64) and the regression task, set up."""
+           teacher: float = 0.5, window: int = 3, horizon: int = 3, decoder_input: str = "targets",
+           cell: bool = True):
+    """A one-process ``sequences`` strategy, its model (float64) and the regression task, set up (``cell``: a
+    graph-recurrent cell's options)."""
     path = write_job(tmp_path / f"{model}.yaml", data,
-                     model={"name": model, "hidden": 4, "order": order, "encoder_decoder": encoder_decoder,
-                            "teacher_forcing": teacher, "decoder_input": decoder_input},
+                     model={"name": model, "hidden": 4, **({"order": order, "encoder_decoder": encoder_decoder,
+                                                            "teacher_forcing": teacher, "decoder_input": decoder_input}
+                                                           if cell else {})},
                      task={"name": "regression", "horizon": horizon},
                      strategy={"name": "sequences", "window": window, "batch_vertices": 7, "fanouts": fanouts})
     job = load_job(path, [])
@@ -153,6 +157,30 @@ def test_full_neighbourhood_sample_equals_full_graph(sparse, tmp_path, monkeypat
     a = s.cell_rows(seq, batch, s._rng(1, seq, 1, True))
     assert np.array_equal(a, s.cell_rows(seq, batch, s._rng(1, seq, 1, True)))
     assert np.all(np.isin(a, layout.cells)) and a.shape[0] < layout.cells.shape[0]
+
+
+def test_dysat_sample_reads_each_rows_own_column(sparse, tmp_path, monkeypatch):
+    """DySAT's GAT attends from each output row's own vertex (``LocalGraph.own``): over full neighbourhoods a
+    batch of 7 vertices gets the rows the same model gives them in a sample of every vertex (1e-10), whose
+    own columns are the identity; with each row's own column taken as its place among the columns (the
+    batch's ascending columns are not the batch first), it does not."""
+    import hpcdgnn.strategies.sample_layout as sample_layout
+
+    s, net, _ = _setup(sparse, tmp_path, "dysat", 1, [], cell=False)
+    seq = next(q for q in s.seqs if q.split == 0 and q.start > 0)
+    batch = s.node_batches(1)[1]
+    every = np.arange(N)
+    ref = net(SampleLayout(s, seq, every, every, s._rng(1, seq, 1, True), epoch=1, b=1, train=True)).rows
+
+    def sample():
+        return net(SampleLayout(s, seq, batch, batch, s._rng(1, seq, 1, True), epoch=1, b=1, train=True)).rows
+
+    assert batch.shape[0] < N and not np.array_equal(batch, np.arange(batch.shape[0]))
+    torch.testing.assert_close(sample(), ref[torch.from_numpy(batch)], rtol=0, atol=1e-10)
+    monkeypatch.setattr(sample_layout, "own_columns",
+                        lambda rows, cols, steps: (np.arange(steps)[:, None] * cols.shape[0]
+                                                   + np.arange(rows.shape[0])).reshape(-1))
+    assert (sample() - ref[torch.from_numpy(batch)]).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("teacher", [1.0, 0.0])
