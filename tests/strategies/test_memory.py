@@ -168,6 +168,23 @@ def test_slot_counts_split_roots_into_dense_and_per_slot():
     assert pos == (1.0, 0.5, 0.0)
 
 
+def test_batch_nodes_count_distinct_roots_and_their_recent_neighbours():
+    """The planner's count of a batch's distinct roots and memory rows, on the stream (not as if uniform): events
+    0–1 → 1, 1 → 2, then a batch of 0 → 3, 2 → 3: roots {0, 2, 3}, their latest neighbours before the batch
+    add node 1 (for 0 and for 2), node 3 has none."""
+    from hpcdgnn.data.temporal_neighbors import TemporalNeighbors
+    from hpcdgnn.planner.events import batch_nodes
+
+    src, dst = np.array([0, 1, 0, 2]), np.array([1, 2, 3, 3])
+    index = TemporalNeighbors(src, dst, 5)
+    assert batch_nodes(index, src, dst, (2, 4), 2, 0, 0, 5, 1) == (3.0, 4.0)
+    assert batch_nodes(index, src, dst, (2, 4), 2, 0, 0, 5, 0) == (3.0, 3.0)  # k = 0: the roots alone
+    assert batch_nodes(index, src, dst, (4, 4), 2, 0, 0, 5, 1) == (0.0, 0.0)
+    # uniform negatives join the roots: 2 events × 3 draws from 5 nodes reach at most all 5
+    roots, rows = batch_nodes(index, src, dst, (2, 4), 2, 3, 0, 5, 1)
+    assert 3 <= roots <= 5 and roots <= rows <= 5
+
+
 def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     """``hpcdgnn plan`` on a TGN job: one priced row per P (i = P when the job's i·j·k does not multiply to it),
     the node memory, stream and index as inputs (what a run reports as engine + host bytes), no traceback."""
