@@ -41,7 +41,7 @@ import numpy as np
 from hpcdgnn.planner.cost import GraphStats, Prediction
 from hpcdgnn.planner.rates import MachineRates
 
-__all__ = ["batch_nodes", "mean_slots", "predict_memory"]
+__all__ = ["batch_nodes", "mean_slots", "predict_memory", "slot_stats"]
 
 #: bytes pickle wraps around one rank's (pos, neg) score arrays in ``allgather_obj`` (two float64 arrays)
 _ENVELOPE = 187
