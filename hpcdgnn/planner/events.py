@@ -6,7 +6,8 @@ model; this one counts TGN's work instead of a snapshot model's):
 * **work**: trainer (a, b, c) embeds (2 + ``task.negatives``) roots for each of its 1/i of segment c's events; the
   group that evaluates embeds (2 + ``task.eval_negatives``) roots for each of its 1/(i·j) of the validation and test
   events, forward only (``eval_protocol: per_batch``: 2 per event without neighbours, which only update the memory,
-  plus the expected distinct nodes of a batch's draws; a dataset's fixed negatives: their mean count per event). A
+  plus a slice's distinct nodes among its endpoints and uniform negatives, counted as below on the evaluation
+  events; a dataset's fixed negatives: their mean count per event). A
   root reads s̄ real neighbour slots — s̄ = E[min(k, events the node had before t)], over the positives' endpoints and
   over uniform negatives at 32 times of the stream — and updates 1 + s̄ memories (an upper bound: the run updates each
   distinct (node, time) once); in training under ``train_protocol: per_batch`` (one time a slice) or
@@ -52,13 +53,23 @@ _CALLS = {"train": 160, "eval": 45}
 def slot_stats(slots: np.ndarray, k: int) -> tuple[float, float, float]:
     """(s̄, the share of roots with at least :func:`~hpcdgnn.nn.models.tgn.dense_min` real slots, which attend
     densely outside training, and the others' s̄) of roots with ``slots`` real neighbour slots of ``k``."""
+    return _stats(_slot_sums(slots, k))
+
+
+def _slot_sums(slots: np.ndarray, k: int) -> np.ndarray:
+    """[roots, their slots, dense roots, the other roots' slots]: what :func:`slot_stats` reads, summable."""
     from hpcdgnn.nn.models.tgn import dense_min
 
-    if slots.shape[0] == 0:
-        return 0.0, 0.0, 0.0
     dense = slots >= dense_min(k)
-    part = slots[~dense]
-    return float(slots.mean()), float(dense.mean()), float(part.mean()) if part.shape[0] else 0.0
+    return np.array([slots.shape[0], slots.sum(), dense.sum(), slots[~dense].sum()], dtype=np.float64)
+
+
+def _stats(sums: np.ndarray) -> tuple[float, float, float]:
+    """:func:`slot_stats` from :func:`_slot_sums`."""
+    n, total, dense, part = (float(x) for x in sums)
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    return total / n, dense / n, part / (n - dense) if n > dense else 0.0
 
 
 def mean_slots(src: np.ndarray, dst: np.ndarray, t: np.ndarray, k: int, lo: int, hi: int,
@@ -84,11 +95,11 @@ def mean_slots(src: np.ndarray, dst: np.ndarray, t: np.ndarray, k: int, lo: int,
     seen[order] = first_at_t - first_of_node
     pos = slot_stats(np.minimum(seen[2 * a : 2 * b], k), k)
     cuts = np.linspace(a, b - 1, min(samples, b - a)).astype(np.int64)
-    neg = []
+    neg = np.zeros(4)  # summed per cut: 32 arrays of N counts would not fit beside a TGB-sized graph
     for c in cuts:
         before = np.searchsorted(t, t[c], side="left")
-        neg.append(np.minimum(np.bincount(nodes[: 2 * before], minlength=hi)[lo:hi], k))
-    return pos, slot_stats(np.concatenate(neg), k)
+        neg += _slot_sums(np.minimum(np.bincount(nodes[: 2 * before], minlength=hi)[lo:hi], k), k)
+    return pos, _stats(neg)
 
 
 def batch_nodes(neighbors, src: np.ndarray, dst: np.ndarray, events: tuple[int, int], size: int, negatives: int,
@@ -138,13 +149,15 @@ def _stream(graph: GraphStats):
     return graph.derived["events.stream"]
 
 
-def _batch_nodes(graph: GraphStats, size: int, negatives: int, k: int) -> tuple[float, float]:
-    """:func:`batch_nodes` over the training events (cached per ``graph``)."""
-    key = ("events.batch", size, negatives, k)
+def _batch_nodes(graph: GraphStats, size: int, negatives: int, k: int, split: str = "train") -> tuple[float, float]:
+    """:func:`batch_nodes` over the training events, or (``split="eval"``) the validation and test events
+    (cached per ``graph``)."""
+    key = ("events.batch", split, size, negatives, k)
     if key not in graph.derived:
         m = graph.manifest
         (ev, index), lo_hi = _stream(graph), (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
-        graph.derived[key] = batch_nodes(index, ev.src, ev.dst, tuple(m.split["train"]), size, negatives, *lo_hi, k)
+        events = tuple(m.split["train"]) if split == "train" else (m.split["val"][0], m.split["test"][1])
+        graph.derived[key] = batch_nodes(index, ev.src, ev.dst, events, size, negatives, *lo_hi, k)
     return graph.derived[key]
 
 
@@ -193,11 +206,6 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
     tp, tn, e_pos, e_neg = _slots(graph, m.neighbors)
     s_pos, s_neg = tp[0], tn[0]
-    b, cand = task.batch_events, n - manifest.num_sources if manifest.bipartite else n
-
-    def distinct(draws: float) -> float:  # expected distinct nodes of ``draws`` uniform draws from the candidates
-        return cand * (1.0 - (1.0 - 1.0 / cand) ** draws)
-
     tm = task.negatives
     # roots a training event embeds, and how many of them a slice of one batch holds
     slice_events = -(-plan.batch_events // i)
@@ -211,7 +219,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         roots, rows = _batch_nodes(graph, slice_events, tm, m.neighbors)
         if per_batch:  # each distinct node of a (slice of a) batch once, s̄ slots between
             s_pos = s_neg = (2 * s_pos + tm * s_neg) / (2 + tm)
-            train_roots = _batch_nodes(graph, b, tm, m.neighbors)[0] / b
+            train_roots = roots / slice_events  # the run takes each slice's distinct roots
             slice_roots = roots
         updates = rows / max(slice_roots, 1.0)
     train_root = (2 * per_root(s_pos, updates) + tm * per_root(s_neg, updates)) * 3 * train_roots / (2 + tm)
@@ -222,7 +230,9 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     if task.eval_protocol == "per_batch":
         # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
         # the events' own roots only update the memory (no neighbours); the distinct nodes are embedded
-        eval_root = 2 * per_root(0.0, own) + distinct(b * (2 + negs)) / b * evaluated(e_neg, read)
+        eval_events = -(-plan.batch_events // (i * j))  # a slice: its distinct roots, counted on the stream
+        eval_roots = _batch_nodes(graph, eval_events, round(negs), m.neighbors, "eval")[0] / eval_events
+        eval_root = 2 * per_root(0.0, own) + eval_roots * evaluated(e_neg, read)
     else:
         eval_root = 2 * evaluated(e_pos, own) + negs * evaluated(e_neg, read)
     seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]

@@ -274,13 +274,13 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     def _warn_small_batches(self) -> None:
         """Rank 0 warns once when the smallest vertex batch draws fewer than P × groups targets: each group then
-        gives fewer targets than there are ranks, so in its batches some ranks own none and wait."""
+        gives fewer targets than there are ranks, so in its batches a rank may own none and wait."""
         o, P = self.opts, self.comm.size
         used = [self.sizes(a)[1] for a in self.used_actions()]
         if self.comm.rank == 0 and min(used) < P * o.groups:
             get_logger().warning(
                 f"warning: strategy.vertex_fractions: the smallest batch in use draws N_V = {min(used)} of N = "
-                f"{self.N} targets, fewer than P × groups = {P} × {o.groups}: in its batches some ranks own no "
+                f"{self.N} targets, fewer than P × groups = {P} × {o.groups}: in its batches a rank may own no "
                 "target and wait (the trajectory is unchanged); raise the fraction or lower strategy.groups")
 
     def _read_closure(self, reader, edges: list, seeds: np.ndarray) -> np.ndarray:

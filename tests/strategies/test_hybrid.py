@@ -178,7 +178,7 @@ def test_batches_smaller_than_p_times_groups_run_p_invariant_with_a_warning(laun
     np.testing.assert_allclose(three, one, rtol=1e-9)
     warned = [line for line in proc.stdout.splitlines() if "fewer than P × groups" in line]
     assert warned == ["[rank 0] warning: strategy.vertex_fractions: the smallest batch in use draws N_V = 3 of "
-                      "N = 61 targets, fewer than P × groups = 3 × 2: in its batches some ranks own no target and "
+                      "N = 61 targets, fewer than P × groups = 3 × 2: in its batches a rank may own no target and "
                       "wait (the trajectory is unchanged); raise the fraction or lower strategy.groups"], proc.stdout
 
 
