@@ -130,6 +130,12 @@ class EventManifest:
     version: int = EVENTS_VERSION
 
     @property
+    def destinations(self) -> tuple[int, int]:
+        """[lo, hi): the nodes an event's destination, and so a negative, is drawn from (the items of a bipartite
+        stream, every node otherwise)."""
+        return (self.num_sources, self.num_vertices) if self.bipartite else (0, self.num_vertices)
+
+    @property
     def index_dtype(self) -> np.dtype:
         """The dtype of the shards' ``src``/``dst``: int32 when N < 2^31, else int64."""
         return indices.index_dtype(self.num_vertices)

@@ -14,9 +14,8 @@ model; this one counts TGN's work instead of a snapshot model's):
   ``memory_time: event`` (an update that ignores the time) the slice's distinct nodes among its roots and their
   k most recent neighbours instead. ``train_protocol: per_batch``: a batch's (a slice's) distinct roots among
   its endpoints and uniform negatives, each with the events' mean s̄. Both are counted on up to 32 batches
-  spread over the training events (:func:`batch_nodes`; uniform negatives drawn with seed 0): the endpoints of
-  a stream repeat, and counting draws as if uniform over N over-counted 1.7× (roots) and 2.8× (with
-  neighbours) on CollegeMsg. Multiply-adds per root:
+  spread over the training events (:func:`batch_nodes`; uniform negatives drawn with seed 0), since a stream's
+  endpoints repeat. Multiply-adds per root:
   (1 + s̄, or the updates above)·(d_t + mail + d)·3d (GRU: time, mail and memory products) + s̄·(d + D + d_t)·2H
   (keys, values) + (d + d_t)·H (query) + (H + d)·H (output) + H² (decoder); training counts 3× forward (backward ≈ 2×).
   Outside training a root with at least ⌈k/2⌉ real slots (``tgn.dense_min``) attends as a dense batch: its keys
@@ -137,6 +136,11 @@ def batch_nodes(neighbors, src: np.ndarray, dst: np.ndarray, events: tuple[int, 
     return float(np.mean(roots_n)), float(np.mean(rows_n))
 
 
+def _evaluation(manifest) -> tuple[int, int]:
+    """[a, b): the validation and test events."""
+    return manifest.split["val"][0], manifest.split["test"][1]
+
+
 def _stream(graph: GraphStats):
     """The stream and its temporal neighbour index, read once per ``graph``."""
     if "events.stream" not in graph.derived:
@@ -155,9 +159,9 @@ def _batch_nodes(graph: GraphStats, size: int, negatives: int, k: int, split: st
     key = ("events.batch", split, size, negatives, k)
     if key not in graph.derived:
         m = graph.manifest
-        (ev, index), lo_hi = _stream(graph), (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
-        events = tuple(m.split["train"]) if split == "train" else (m.split["val"][0], m.split["test"][1])
-        graph.derived[key] = batch_nodes(index, ev.src, ev.dst, events, size, negatives, *lo_hi, k)
+        ev, index = _stream(graph)
+        events = tuple(m.split["train"]) if split == "train" else _evaluation(m)
+        graph.derived[key] = batch_nodes(index, ev.src, ev.dst, events, size, negatives, *m.destinations, k)
     return graph.derived[key]
 
 
@@ -168,10 +172,9 @@ def _slots(graph: GraphStats, k: int) -> tuple[tuple[float, float, float], ...]:
     if key not in graph.derived:
         m = graph.manifest
         ev = _stream(graph)[0]
-        lo, hi = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
-        evaluation = (m.split["val"][0], m.split["test"][1])
+        lo, hi = m.destinations
         graph.derived[key] = (*mean_slots(ev.src, ev.dst, ev.t, k, lo, hi, tuple(m.split["train"])),
-                              *mean_slots(ev.src, ev.dst, ev.t, k, lo, hi, evaluation))
+                              *mean_slots(ev.src, ev.dst, ev.t, k, lo, hi, _evaluation(m)))
     return graph.derived[key]
 
 
@@ -189,21 +192,21 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
 
     gru = (dt + mail + d) * 3 * d
 
-    def per_root(slots: float, updates: float | None = None) -> float:
+    def per_root(slots: float, updates: float | None = None, dense: bool = False) -> float:
+        """A root's forward FLOPs; ``dense``: its keys and values as a dense batch (the weights once, all k slots
+        through the heads) instead of per slot."""
         updates = 1 + slots if updates is None else updates
-        return 2.0 * (updates * gru + slots * (d + D + dt) * 2 * H + (d + dt) * H + (H + d) * H + H * H)
+        kv = 2 * H + 2 * m.neighbors * m.heads if dense else slots * 2 * H
+        return 2.0 * (updates * gru + kv * (d + D + dt) + (d + dt) * H + (H + d) * H + H * H)
 
     def evaluated(stats: tuple[float, float, float], updates: float | None) -> float:
-        """An evaluated root's forward: dense for the share with at least dense_min real slots (the weights once
-        per root, every one of the k slots through the heads), per slot for the others."""
+        """An evaluated root's forward: dense for the share with at least dense_min real slots, per slot for
+        the others."""
         mean, share, part = stats
         full = (mean - (1.0 - share) * part) / share if share else 0.0  # the dense roots' s̄
-        width = d + D + dt
-        dense = 2.0 * ((1 + full if updates is None else updates) * gru + 2 * width * H
-                       + 2 * m.neighbors * width * m.heads + (d + dt) * H + (H + d) * H + H * H)
-        return share * dense + (1.0 - share) * per_root(part, updates)
+        return share * per_root(full, updates, dense=True) + (1.0 - share) * per_root(part, updates)
 
-    ev_lo, ev_hi = manifest.split["val"][0], manifest.split["test"][1]
+    ev_lo, ev_hi = _evaluation(manifest)
     tp, tn, e_pos, e_neg = _slots(graph, m.neighbors)
     s_pos, s_neg = tp[0], tn[0]
     tm = task.negatives
@@ -228,8 +231,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     # memory_time: event: evaluation applies each written mail once (2 updates an event), not at every read
     own, read = (1.0, 0.0) if eager else (None, None)  # memory updates of an event's own roots, of a read one
     if task.eval_protocol == "per_batch":
-        # each distinct node of a batch once: of b (2 + m) draws from M candidates, M (1 - (1 - 1/M)^(b (2 + m)))
-        # the events' own roots only update the memory (no neighbours); the distinct nodes are embedded
+        # the events' own roots only update the memory (no neighbours); a slice's distinct nodes are embedded
         eval_events = -(-plan.batch_events // (i * j))  # a slice: its distinct roots, counted on the stream
         eval_roots = _batch_nodes(graph, eval_events, round(negs), m.neighbors, "eval")[0] / eval_events
         eval_root = 2 * per_root(0.0, own) + eval_roots * evaluated(e_neg, read)

@@ -217,9 +217,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         above the watchdog's timeout (ConfigError).
 
         The encoder–decoder is refused earlier, by the regime (it forecasts under ``sequences`` only). A vertex
-        batch smaller than P × groups is not refused (:meth:`setup` warns): ranks then own no target in some
-        batches and wait for the others, which costs time, not correctness, and refusing made the defaults
-        (1 % of N, 4 groups) fail at P = 3 on graphs of fewer than 1,200 vertices."""
+        batch smaller than P × groups is not refused (:meth:`setup` warns): a rank then may own no target of a
+        batch and waits, which costs time, not correctness."""
         o = job.strategy
         if o.reservoir.mode == "on" and task_class(job.task.name).reads_beyond_batch():
             raise ConfigError(f"strategy.reservoir.mode: on stores batches for the node tasks; task.name: "
@@ -276,10 +275,12 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         """Rank 0 warns once when the smallest vertex batch draws fewer than P × groups targets: each group then
         gives fewer targets than there are ranks, so in its batches a rank may own none and wait."""
         o, P = self.opts, self.comm.size
-        used = [self.sizes(a)[1] for a in self.used_actions()]
-        if self.comm.rank == 0 and min(used) < P * o.groups:
+        if self.comm.rank != 0:
+            return
+        smallest = min(self.sizes(a)[1] for a in self.used_actions())
+        if smallest < P * o.groups:
             get_logger().warning(
-                f"warning: strategy.vertex_fractions: the smallest batch in use draws N_V = {min(used)} of N = "
+                f"warning: strategy.vertex_fractions: the smallest batch in use draws N_V = {smallest} of N = "
                 f"{self.N} targets, fewer than P × groups = {P} × {o.groups}: in its batches a rank may own no "
                 "target and wait (the trajectory is unchanged); raise the fraction or lower strategy.groups")
 

@@ -148,7 +148,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         mapped = bool(stream_windows) and ev.efeat.size > 0 and np.shares_memory(self.efeat.numpy(), ev.efeat)
         self._efeat_counted = first_on_node or not mapped
         self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
-        self.dst_range = (m.num_sources, m.num_vertices) if m.bipartite else (0, m.num_vertices)
+        self.dst_range = m.destinations
         i, j = plan.minibatch, plan.epoch
         r = self.comm.rank
         self.a, self.b, self.c = r % i, (r // i) % j, r // (i * j)

@@ -106,7 +106,8 @@ class TemporalLinkPrediction(Task):
     def check(cfg, manifest) -> None:
         """Negatives are drawn from the stream's candidate destinations (with replacement): more of them per event
         than there are candidates ranks a positive against repeats (and can only exhaust memory)."""
-        candidates = manifest.num_vertices - manifest.num_sources if manifest.bipartite else manifest.num_vertices
+        lo, hi = manifest.destinations
+        candidates = hi - lo
         for key in ("negatives", "eval_negatives"):
             m = getattr(cfg, key)
             if m > candidates:
