@@ -11,7 +11,7 @@ import torch
 
 from hpcdgnn.data.temporal_neighbors import NeighborBlock, TemporalNeighbors
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput, dense_min
+from hpcdgnn.nn.models.tgn import TGN, MemoryRows, TGNInput, TimeEncoding, dense_min
 from hpcdgnn.strategies.memory import MemoryPlan, MemoryStrategy, _Work
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.tasks.base import SPLITS
@@ -485,6 +485,32 @@ def test_time_encoding_fixed_by_default_learnable_on_request():
     torch.testing.assert_close(fixed.time(dt), torch.cos(dt[:, None] * fixed.time.w))
     learn.time(dt).sum().backward()
     assert learn.time.w.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_time_encoding_float32_is_the_cosine_of_its_argument_to_an_ulp(threads):
+    """Φ in float32 without gradients (numpy's cosine on one thread, torch's otherwise) is cos of its float32
+    argument (Δt/s)·w + b to an ulp, also where the argument is far beyond SLEEF's fast reduction (|x| up to
+    ~10⁷), and equals torch's cosine to an ulp; a learnable Φ keeps torch's cosine and its gradient."""
+    enc = TGN(N, D, MEM, TDIM, HID, HEADS, static_memory=False, time_scale=3.0).time
+    dt = torch.from_numpy(np.random.default_rng(0).uniform(0.0, 3.0e7, 4000)).float()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            phi = enc(dt)
+    finally:
+        torch.set_num_threads(before)
+    arg = torch.addcmul(enc.b, (dt / 3.0).unsqueeze(-1), enc.w)
+    assert phi.dtype == torch.float32 and phi.shape == (4000, TDIM) and arg.abs().max() > 1.0e6
+    ulp = torch.finfo(torch.float32).eps
+    torch.testing.assert_close(phi.double(), torch.cos(arg.double()), rtol=0, atol=ulp)
+    torch.testing.assert_close(phi, torch.cos(arg), rtol=0, atol=ulp)
+    learn = TimeEncoding(TDIM, learnable=True, scale=3.0)
+    out = learn(dt[:5])
+    out.sum().backward()
+    torch.testing.assert_close(out.detach(), torch.cos(arg[:5]), rtol=0, atol=0)
+    assert learn.w.grad.abs().sum() > 0
 
 
 # -- 4. AP and MRR -------------------------------------------------------------------------------------------
