@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryRows", "Occurrences", "TGN", "TGNInput", "TGNOptions", "TimeEncoding", "dense_min", "occurrences"]
 
-#: dtypes whose cosine :class:`TimeEncoding` takes from numpy on one CPU thread
-_NUMPY_COS = (torch.float32, torch.float64)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,10 +110,11 @@ class TimeEncoding(nn.Module):
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
         """The encoding cos((Δt/s)·w + b) of each Δt in ``dt``, shape ``dt.shape + (dim,)``."""
         x = torch.addcmul(self.b, (dt / self.scale).unsqueeze(-1), self.w)
-        if x.device.type == "cpu" and not x.requires_grad and x.dtype in _NUMPY_COS and torch.get_num_threads() == 1:
+        if x.device.type == "cpu" and not x.requires_grad and x.dtype == torch.float32 and torch.get_num_threads() == 1:
             # numpy's SIMD cosine, within an ulp of torch's: torch's (SLEEF) switches to a slow exact argument
             # reduction beyond |x| ≈ 4·10⁴, which the high frequencies of old neighbours reach on long streams;
-            # numpy's fast reduction goes further. One thread only: numpy has no intra-op threads
+            # numpy's fast reduction goes further. float32 only (numpy's float64 cosine is the slower one), one
+            # thread only (numpy has no intra-op threads)
             np.cos(x.numpy(), out=x.numpy())
             return x
         return torch.cos(x)
