@@ -256,6 +256,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self._stat_width: int | None = None
         self.scored_step = self.ranges[0][0]
         self._used = np.zeros(len(self.actions), dtype=np.int64)
+        self._idle = 0  # this epoch's batches in which I own no target
         self._optimizer = None
         self.adjuster = BatchAdjuster(o.adjuster, len(self.actions), o.start_action(), job.train.seed)
         self._loss_sum = 0.0
@@ -338,6 +339,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         and joins averaging rounds (H5); the epoch ends with rounds until every rank has finished its steps."""
         asynchronous = self.opts.averaging.mode == "async"
         self._used = np.zeros(len(self.actions), dtype=np.int64)
+        self._idle = 0
         self._rounds = 0
         self._picks = dict.fromkeys(("reused", "snapshot", "fresh", "p"), 0.0)
         if self.reservoir is not None and self._snapshot_mb is None:
@@ -353,6 +355,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             # async: the loss over local examples, no collective per step
             examples = count if asynchronous else float(self.comm.allreduce_array([count], tag="batch")[0])
             samples = [HybridSample(seq, mine, a, layout)] if mine.shape[0] else []
+            self._idle += not samples
             self._loss_sum = 0.0
             yield SampleBatch(epoch, g, examples if examples > 0 else 1.0, samples)
             # resumed after the optimizer step
@@ -535,12 +538,14 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
 
     def report(self, epoch: int, train_loss: float) -> dict:
         """H1's figures: closure bytes per rank, replication Σ|P_p ∪ C_p| / N, load imbalance λ = max / min;
-        the epoch's steps and how often each action (snapshot fraction × vertex fraction) ran."""
-        rows = self.comm.allgather_obj((int(self.read_rows.shape[0]), int(self.cache_bytes)), tag="metrics")
+        the epoch's steps, how often each action (snapshot fraction × vertex fraction) ran, and per rank the
+        steps in which it owned no target (it waited: batches smaller than P × groups)."""
+        rows = self.comm.allgather_obj((int(self.read_rows.shape[0]), int(self.cache_bytes), self._idle),
+                                       tag="metrics")
         loads = [r["load"] for r in self.plan.ranks]
-        return {"hybrid": {"cache_bytes": [b for _, b in rows], "replication": sum(n for n, _ in rows) / self.N,
+        return {"hybrid": {"cache_bytes": [b for _, b, _ in rows], "replication": sum(n for n, _, _ in rows) / self.N,
                            "load_imbalance": max(loads) / min(loads) if min(loads) > 0 else float("inf"),
-                           "steps": int(self._used.sum()),
+                           "steps": int(self._used.sum()), "idle_steps": [i for _, _, i in rows],
                            "actions": {f"{a[0]:g}x{a[1]:g}": int(n) for a, n in zip(self.actions, self._used,
                                                                                    strict=True) if n},
                            **({"epsilon": self.adjuster.epsilon} if self.opts.adjuster.kind == "dqn" else {}),

@@ -165,9 +165,9 @@ def test_the_plan_refuses(dense, tmp_path, override, error):
 
 
 def test_batches_smaller_than_p_times_groups_run_p_invariant_with_a_warning(launcher, sparse, tmp_path):
-    """N_V = 3 targets in 2 groups at P = 3: some ranks own no target in a batch and wait; the trajectory is
-    P = 1's, and rank 0 says so once (the defaults, 1 % of N in 4 groups, meet this on graphs under ~1,200
-    vertices)."""
+    """N_V = 3 targets in 2 groups at P = 3: some ranks own no target in a batch and wait (counted per rank in
+    the record's ``idle_steps``); the trajectory is P = 1's, and rank 0 says so once (the defaults, 1 % of N in
+    4 groups, meet this on graphs under ~1,200 vertices)."""
     job = _job(tmp_path, sparse)
     tiny = ["strategy.name=hybrid", "strategy.snapshot_fractions=[0.3]", "strategy.vertex_fractions=[0.05]",
             "strategy.groups=2", "strategy.adjuster.kind=fixed", "strategy.adjuster.start=[0.3,0.05]"]
@@ -176,6 +176,11 @@ def test_batches_smaller_than_p_times_groups_run_p_invariant_with_a_warning(laun
     assert proc.returncode == 0, proc.stderr
     three = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "p3")])
     np.testing.assert_allclose(three, one, rtol=1e-9)
+    idle = [r["hybrid"]["idle_steps"] for r in read_metrics(tmp_path / "p3")]
+    steps = [r["hybrid"]["steps"] for r in read_metrics(tmp_path / "p3")]
+    assert all(len(i) == 3 and max(i) <= s for i, s in zip(idle, steps, strict=True)), (idle, steps)
+    assert sum(map(sum, idle)) > 0, idle  # some batch did leave a rank without a target
+    assert all(r["hybrid"]["idle_steps"] == [0] for r in read_metrics(tmp_path / "p1"))
     warned = [line for line in proc.stdout.splitlines() if "fewer than P × groups" in line]
     assert warned == ["[rank 0] warning: strategy.vertex_fractions: the smallest batch in use draws N_V = 3 of "
                       "N = 61 targets, fewer than P × groups = 3 × 2: in its batches a rank may own no target and "
