@@ -539,7 +539,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     def report(self, epoch: int, train_loss: float) -> dict:
         """H1's figures: closure bytes per rank, replication Σ|P_p ∪ C_p| / N, load imbalance λ = max / min;
         the epoch's steps, how often each action (snapshot fraction × vertex fraction) ran, and per rank the
-        steps in which it owned no target (it waited: batches smaller than P × groups)."""
+        steps in which it owned no target and waited (likely when a batch has fewer than P × groups targets;
+        possible in any, targets being drawn at random within each stratum)."""
         rows = self.comm.allgather_obj((int(self.read_rows.shape[0]), int(self.cache_bytes), self._idle),
                                        tag="metrics")
         loads = [r["load"] for r in self.plan.ranks]

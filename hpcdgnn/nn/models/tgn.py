@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["MemoryRows", "Occurrences", "TGN", "TGNInput", "TGNOptions", "TimeEncoding", "dense_min", "occurrences"]
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class TGNOptions(ModelConfig):
     """``model: {name: tgn}`` options: TGN-attn's widths and DistTGL's static node memory (§2.1, §3.1)."""
