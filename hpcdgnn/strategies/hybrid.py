@@ -541,12 +541,12 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         the epoch's steps, how often each action (snapshot fraction × vertex fraction) ran, and per rank the
         steps in which it owned no target and waited (likely when a batch has fewer than P × groups targets;
         possible in any, targets being drawn at random within each stratum)."""
-        rows = self.comm.allgather_obj((int(self.read_rows.shape[0]), int(self.cache_bytes), self._idle),
-                                       tag="metrics")
+        read, cache, idle = zip(*self.comm.allgather_obj(
+            (int(self.read_rows.shape[0]), int(self.cache_bytes), self._idle), tag="metrics"), strict=True)
         loads = [r["load"] for r in self.plan.ranks]
-        return {"hybrid": {"cache_bytes": [b for _, b, _ in rows], "replication": sum(n for n, _, _ in rows) / self.N,
+        return {"hybrid": {"cache_bytes": list(cache), "replication": sum(read) / self.N,
                            "load_imbalance": max(loads) / min(loads) if min(loads) > 0 else float("inf"),
-                           "steps": int(self._used.sum()), "idle_steps": [i for _, _, i in rows],
+                           "steps": int(self._used.sum()), "idle_steps": list(idle),
                            "actions": {f"{a[0]:g}x{a[1]:g}": int(n) for a, n in zip(self.actions, self._used,
                                                                                    strict=True) if n},
                            **({"epsilon": self.adjuster.epsilon} if self.opts.adjuster.kind == "dqn" else {}),

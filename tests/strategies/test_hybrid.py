@@ -174,10 +174,10 @@ def test_batches_smaller_than_p_times_groups_run_p_invariant_with_a_warning(laun
     one, _ = _losses(launcher, None, job, tmp_path / "p1", *tiny)
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "p3"), "--set", *tiny])
     assert proc.returncode == 0, proc.stderr
-    three = np.array([[r["loss"], r["grad_norm"]] for r in read_metrics(tmp_path / "p3")])
+    recs = read_metrics(tmp_path / "p3")
+    three = np.array([[r["loss"], r["grad_norm"]] for r in recs])
     np.testing.assert_allclose(three, one, rtol=1e-9)
-    idle = [r["hybrid"]["idle_steps"] for r in read_metrics(tmp_path / "p3")]
-    steps = [r["hybrid"]["steps"] for r in read_metrics(tmp_path / "p3")]
+    idle, steps = [r["hybrid"]["idle_steps"] for r in recs], [r["hybrid"]["steps"] for r in recs]
     assert all(len(i) == 3 and max(i) <= s for i, s in zip(idle, steps, strict=True)), (idle, steps)
     assert sum(map(sum, idle)) > 0, idle  # some batch did leave a rank without a target
     assert all(r["hybrid"]["idle_steps"] == [0] for r in read_metrics(tmp_path / "p1"))
