@@ -5,7 +5,7 @@
                              [--batch 200] [--eval-negatives 49] [--threads 1] [--configs 1x1x1 2x1x1 1x1x2]
                              [--device cpu|cuda] [--before DIR...] [--eval-protocol per_event per_batch]
                              [--train-protocol per_event per_batch] [--memory-time query event]
-                             [--ceiling]
+                             [--ceiling] [--repeat 1]
 
 PyG's side is its ``examples/tgn.py`` model, written here against PyG's API: ``TGNMemory`` (IdentityMessage,
 LastAggregator), a ``TransformerConv`` attention embedding (2 heads, dropout 0.1, edge attributes = time
@@ -39,7 +39,10 @@ An input without edge features gives PyG's side one all-zero feature (its messag
 
 Per system and input: seconds per training epoch and events/s (mean over epochs after the first, which is
 warm-up; every epoch when there is one), seconds per evaluation pass (validation + test) and its events/s,
-the last epoch's loss, test AP and test MRR; then hpcdgnn's events/s over PyG's. ``--ceiling`` adds, per
+the last epoch's loss, test AP and test MRR; then hpcdgnn's events/s over PyG's. ``--repeat R`` runs every
+row R times, the rows alternating within each round so that a slow spell of a shared machine hits them alike:
+seconds are then medians over the rounds, and each ratio is the median of the rounds' own ratios, followed by
+its range [min–max] (the spread to read a ratio against). ``--ceiling`` adds, per
 configuration of P > 1 ranks, its training speed-up over hpcdgnn's 1x1x1 beside the node's ceiling at P (P
 copies of the 1x1x1 run at once, as ``perf/scaling.py --ceiling``): the share of what this node allows.
 A benchmark measures; it asserts nothing and writes nothing into the repository.
@@ -217,9 +220,10 @@ def run_pyg(data: Path, args) -> list[dict]:
 
 
 def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path | None = None,
-                protocol: tuple[str, str] | None = None, copy: int | None = None) -> list[dict]:
+                protocol: tuple[str, str] | None = None, copy: int | None = None, rnd: int = 0) -> list[dict]:
     """hpcdgnn's TGN on i·j·k ranks (from ``tree``'s code when given); one record per epoch (the slowest rank's
-    training and evaluation time). ``copy``: one of several runs at once (its own run directory)."""
+    training and evaluation time). ``copy``: one of several runs at once; ``rnd``: the round of ``--repeat``
+    (each its own run directory)."""
     i, j, k = parse_config(config)
     w = args.width
     job = {"data": {"path": str(data)},
@@ -232,14 +236,15 @@ def run_hpcdgnn(data: Path, work: Path, name: str, config: str, args, tree: Path
            "train": {"epochs": args.epochs, "threads": args.threads, "dtype": "float32", "lr": 1e-4, "seed": 0,
                      "device": args.device}}
     tag = (f"{name}-{config}-{'-'.join(protocol or ())}-{tree.name if tree else 'this'}"
-           + (f"-copy{copy}" if copy is not None else ""))
+           + (f"-copy{copy}" if copy is not None else "") + (f"-round{rnd}" if rnd else ""))
     recs = run_job(job, i * j * k, work, tag, tree)
     out = []
     for r in recs:
         ev = r["memory"]["eval_seconds"]
         out.append({"train_s": r["time"]["epoch"]["max"] - ev, "eval_s": ev, "loss": r["loss"],
                     **{key: r[key] for key in ("val_mrr", "test_mrr", "val_ap", "test_ap")}})
-        where = (f" @{tree.name}" if tree else "") + (f" (copy {copy})" if copy is not None else "")
+        where = ((f" @{tree.name}" if tree else "") + (f" (copy {copy})" if copy is not None else "")
+                 + (f" (round {rnd})" if rnd else ""))
         print(f"  hpcdgnn {config}{where} epoch {r['epoch']}: train {out[-1]['train_s']:.1f} s, eval {ev:.1f} s, "
               f"loss {r['loss']:.4f}, test AP {r['test_ap']:.4f}, MRR {r['test_mrr']:.4f}", flush=True)
     return out
@@ -269,6 +274,18 @@ def steady(recs: list[dict], key: str) -> float:
     return float(np.mean([r[key] for r in (recs[1:] or recs)]))
 
 
+def median(rounds: list[list[dict]], key: str) -> float:
+    """Median over ``--repeat``'s rounds of each round's :func:`steady` ``key``."""
+    return float(np.median([steady(recs, key) for recs in rounds]))
+
+
+def ratios(base: list[list[dict]], rounds: list[list[dict]], key: str) -> tuple[float, float, float]:
+    """Median, min and max over the rounds of ``base``'s seconds over ``rounds``' in the same round (how many
+    times faster ``rounds`` ran)."""
+    r = [steady(b, key) / steady(x, key) for b, x in zip(base, rounds, strict=True)]
+    return float(np.median(r)), min(r), max(r)
+
+
 def main() -> None:
     """Prepare each input, run PyG and hpcdgnn on it, print one table per input."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -296,7 +313,11 @@ def main() -> None:
     ap.add_argument("--ceiling", action="store_true",
                     help="also run P copies of 1x1x1 at once per P of --configs (the node's ceiling, training "
                     "time) and print each config's training speed-up over 1x1x1 as a share of it")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of every row, alternating the rows within a round; medians and ratio ranges")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat: must be >= 1")
     os.environ.setdefault("OMPI_MCA_osc", "^ucx")
     cores = len(os.sched_getaffinity(0))
     print(f"{cores} cores; {args.threads} torch thread(s) per process; width {args.width}, {args.neighbors} "
@@ -322,25 +343,32 @@ def main() -> None:
             print(f"\n{name}: N={manifest['num_vertices']} E={manifest['num_events']} "
                   f"D={manifest['edge_feature_dim']} bipartite={str(manifest['bipartite']).lower()} "
                   f"train/val+test={n_train}/{n_eval}", flush=True)
-            rows = {"pyg TGN": run_pyg(data, args)}
+            rows: dict[str, list[list[dict]]] = {}  # label -> one list of epoch records per round
             first = _protocols(args)[0]  # the older tree's rows: the first protocols (keys only when not default)
-            for tree in args.before:
-                rows[f"hpcdgnn @{tree.name}"] = run_hpcdgnn(data, work, name, "1x1x1", args, tree.resolve(),
-                                                            None if first == ("per_event", "per_event", "query")
-                                                            else first)
-            for protocol in _protocols(args):
-                for config in args.configs:
-                    rows[f"hpcdgnn {config}{_suffix(protocol, args)}"] = run_hpcdgnn(data, work, name, config, args,
-                                                                                  protocol=protocol)
+            for rnd in range(args.repeat):
+                rows.setdefault("pyg TGN", []).append(run_pyg(data, args))
+                for tree in args.before:
+                    rows.setdefault(f"hpcdgnn @{tree.name}", []).append(run_hpcdgnn(
+                        data, work, name, "1x1x1", args, tree.resolve(),
+                        None if first == ("per_event", "per_event", "query") else first, rnd=rnd))
+                for protocol in _protocols(args):
+                    for config in args.configs:
+                        rows.setdefault(f"hpcdgnn {config}{_suffix(protocol, args)}", []).append(
+                            run_hpcdgnn(data, work, name, config, args, protocol=protocol, rnd=rnd))
+            spread = args.repeat > 1
             print(f"{'system':30s} {'train s':>8s} {'train ev/s':>10s} {'eval s':>7s} {'eval ev/s':>9s} "
-                  f"{'loss':>7s} {'test AP':>7s} {'test MRR':>8s} {'train ×pyg':>10s} {'eval ×pyg':>9s}")
+                  f"{'loss':>7s} {'test AP':>7s} {'test MRR':>8s} {'train ×pyg':>{23 if spread else 10}s} "
+                  f"{'eval ×pyg':>{22 if spread else 9}s}")
             base = rows["pyg TGN"]
-            for label, recs in rows.items():
-                tr, evs = steady(recs, "train_s"), steady(recs, "eval_s")
-                last = recs[-1]
+            for label, rounds in rows.items():
+                tr, evs = median(rounds, "train_s"), median(rounds, "eval_s")
+                last = rounds[-1][-1]
+                cells = []
+                for key, width in (("train_s", 9), ("eval_s", 8)):
+                    mid, lo, hi = ratios(base, rounds, key)
+                    cells.append(f"{mid:{width}.2f}×" + (f" [{lo:.2f}–{hi:.2f}]" if spread else ""))
                 print(f"{label:30s} {tr:8.1f} {n_train / tr:10.0f} {evs:7.1f} {n_eval / evs:9.0f} {last['loss']:7.4f} "
-                      f"{last['test_ap']:7.4f} {last['test_mrr']:8.4f} {steady(base, 'train_s') / tr:9.2f}× "
-                      f"{steady(base, 'eval_s') / evs:8.2f}×", flush=True)
+                      f"{last['test_ap']:7.4f} {last['test_mrr']:8.4f} {cells[0]} {cells[1]}", flush=True)
             if args.ceiling:
                 _print_ceilings(rows, data, work, name, args)
 
@@ -359,7 +387,7 @@ def _print_ceilings(rows: dict, data: Path, work: Path, name: str, args) -> None
             if i * j * k == 1:
                 continue
             top = ceiling(data, work, name, i * j * k, args, protocol)
-            speed = steady(one, "train_s") / steady(rows[f"hpcdgnn {config}{suffix}"], "train_s")
+            speed = ratios(one, rows[f"hpcdgnn {config}{suffix}"], "train_s")[0]
             label = f"hpcdgnn {config}{suffix}"
             print(f"{label:30s} {i * j * k:2d} {speed:7.2f}× {top:6.2f}× {speed / top:6.0%}",
                   flush=True)
