@@ -203,7 +203,8 @@ def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: floa
 
     Returns:
         (the job with the picked strategy's typed options, every prediction, the picked one, the strategies
-        whose ``options`` went unused).
+        whose ``options`` went unused, the memory budget per rank the pick was made for: the job's
+        ``strategy.memory_per_rank``, else ``default_budget``).
 
     Raises:
         ConfigError: an unknown strategy in ``candidates`` or ``options``, a wrong option, a bad
@@ -227,4 +228,4 @@ def resolve_auto(job, manifest, num_ranks: int, where: str, default_budget: floa
                           + nothing_fits(preds, num_ranks, budget, job, manifest).removeprefix("plan: "))
     chosen = build_options("strategy", pick.strategy, {k: v for k, v in pick.options.items() if k != "name"},
                            "strategy", where)
-    return replace(job, strategy=chosen), preds, pick, [n for n in given if n != pick.strategy]
+    return replace(job, strategy=chosen), preds, pick, [n for n in given if n != pick.strategy], budget

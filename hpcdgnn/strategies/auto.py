@@ -31,7 +31,7 @@ class AutoStrategy(Strategy):
         from hpcdgnn.regimes import regime_of
 
         manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
-        chosen, preds, pick, unused = resolve_auto(job, manifest, num_ranks, where, budget, device)
+        chosen, preds, pick, unused, budget = resolve_auto(job, manifest, num_ranks, where, budget, device)
         log = get_logger()
         log.info(f"strategy: auto picked {label(pick)} at P = {num_ranks}: predicted epoch {pick.epoch_s:.4g} s "
                  f"(compute {pick.compute_s:.4g} s, communication {pick.comm_s:.4g} s), "

@@ -102,11 +102,12 @@ def test_plan_refuses_bad_input_in_one_line(launcher, small_dataset, tmp_path, a
 
 @pytest.mark.quick(strategy="auto")
 def test_auto_trains_with_the_pick_and_reports_it(launcher, small_dataset, tmp_path):
-    """``strategy: auto`` at P = 2: the first lines name the pick and its predicted figures, ``plan.json`` holds
-    every prediction, ``config.resolved.yaml`` the strategy trained with, options of a strategy not picked are
-    reported; the losses equal those of the picked strategy named directly."""
+    """``strategy: auto`` at P = 2: the first lines name the pick and its predicted figures against the job's
+    ``memory_per_rank`` (not the rank's default share), ``plan.json`` holds every prediction and that budget,
+    ``config.resolved.yaml`` the strategy trained with, options of a strategy not picked are reported; the losses
+    equal those of the picked strategy named directly."""
     job = write_job(tmp_path / "job.yaml", small_dataset,
-                    strategy={"name": "auto", "candidates": ["vertex", "snapshot"],
+                    strategy={"name": "auto", "candidates": ["vertex", "snapshot"], "memory_per_rank": "3GiB",
                               "options": {"vertex": {"partition": "hash"}, "snapshot": {"blocks": 2}}})
     proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "auto")])
     assert proc.returncode == 0, proc.stderr
@@ -115,6 +116,7 @@ def test_auto_trains_with_the_pick_and_reports_it(launcher, small_dataset, tmp_p
     assert picked in ("vertex", "snapshot")
     assert {p["strategy"] for p in plan["planner"]["predictions"]} == {"vertex", "snapshot"}
     assert f"strategy: auto picked {picked}" in proc.stdout
+    assert "per rank of 3.00 GiB" in proc.stdout and plan["planner"]["memory_per_rank"] == 3 * 2**30, proc.stdout
     other = "snapshot" if picked == "vertex" else "vertex"
     assert f"strategy.options.{other}: not used (auto picked {picked})" in proc.stdout
     resolved = (tmp_path / "auto" / "config.resolved.yaml").read_text()
