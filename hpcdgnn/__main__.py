@@ -183,7 +183,8 @@ _EXIT_CODES = """exit codes:
       (default 600; another MPI program in an MPMD launch) (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
       (a new run stopped during its set-up has none: run it again)
-  130 / 143  a second SIGINT / SIGTERM: stopped at once, no checkpoint of that epoch (the newest one stays)"""
+  130 / 143  a SIGINT / SIGTERM after a first SIGINT or SIGTERM: stopped at once, no checkpoint of that epoch
+      (the newest one stays); after a SIGUSR1 (a scheduler's warning) a SIGTERM still checkpoints (75)"""
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

@@ -135,7 +135,7 @@ class TrainConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StaleConfig:
-    """``strategy.stale:`` (vertex, chunk) adaptive stale aggregation of halo rows (DGC §5.2, SPEC D3); approximate.
+    """``strategy.stale:`` (vertex, chunk, grid) adaptive stale aggregation of halo rows (DGC §5.2, SPEC D3); approximate.
 
     A row is resent only if it moved more than θ_r (L2) since last sent. θ_r = ``theta`` · D_r
     (``static``) or ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) (``adaptive``; D_r: largest move in epoch
@@ -174,7 +174,8 @@ class SnapshotOptions(StrategyConfig):
     block where ``time_halo`` applies (TM-GCN without ``blocks``), else cyclic."""
     balance: Literal["count", "work", "measured"] = "work"
     """With ``layout: block``: equal count (IBM's T/P), equal estimated work, or ``measured`` (work, then re-cut
-    once after the warm-up from per-rank compute times; docs/how-it-works.md)."""
+    once after the warm-up from per-rank compute times; docs/how-it-works.md; refused with cyclic ownership or
+    ``blocks`` > 1, which have no cut to move)."""
     blocks: int = 1
     """Gradient-checkpoint blocks nb (IBM §3.1, S2): re-run each block's forward in the backward; 1 = off."""
     transfer: Literal["base", "graph_difference"] = "graph_difference"

@@ -95,12 +95,16 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
                           f"strategy.name: {s} samples; use a full-batch strategy (snapshot, pss, vertex or chunk)")
     if not needs_step_graphs(m.name):
         return
-    can = getattr(get_strategy(s), "step_graphs_at", None)
-    if can is None or not can(num_ranks):
+    def can(name: str) -> bool:
+        return getattr(get_strategy(name), "step_graphs_at", lambda _: False)(num_ranks)
+
+    if not can(s):
+        ranks = f"{num_ranks} rank{'s' if num_ranks != 1 else ''}"
         raise ConfigError(
             f"{where}: model.name: {m.name} convolves its recurrent state over each snapshot's graph, which "
-            f"strategy.name: {s} cannot give its time encoder at {num_ranks} rank{'s' if num_ranks != 1 else ''}; "
-            "use strategy.name: pss or sequences (any number of ranks), or snapshot on 1 rank"
+            f"strategy.name: {s} cannot give its time encoder at {ranks}; use strategy.name: "
+            f"{' or '.join(n for n in TIMELINE.strategies if can(n))} at {ranks}"
+            + (", or snapshot on 1 rank" if num_ranks > 1 else "")
         )
 
 

@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflat
 from hpcdgnn.comm.autograd import ChunkBoxes, pipelined_exchange, redistribute, time_halo
 from hpcdgnn.data.graph_diff import CSRSnapshot
 from hpcdgnn.data.transfer import SnapshotTransfer
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import (
     Layout,
@@ -76,6 +77,24 @@ class SnapshotStrategy(FullBatchStrategy):
     def plan_layout(cls, job) -> str:
         """The layout this strategy's plans have."""
         return cls.resolved_layout(job)
+
+    @classmethod
+    def check_job(cls, job, num_ranks: int, where: str | None) -> None:
+        """Refuse ``balance: measured`` where there is no cut to move (cyclic ownership, checkpoint blocks): it
+        would change nothing but flag its calibration epochs as warm-up."""
+        opts = job.strategy
+        blocks = getattr(opts, "blocks", 1)
+        if opts.balance != "measured":
+            return
+        if blocks > 1:
+            why = f"strategy.blocks: {blocks} fixes the cut"
+        elif cls.plan_layout(job) == "cyclic":
+            why = "the layout is cyclic" + (f" (layout: auto, for model {job.model.name})" if opts.layout == "auto"
+                                            else "")
+        else:
+            return
+        raise ConfigError(f"{where + ': ' if where else ''}strategy.balance: measured re-cuts contiguous blocks of "
+                          f"snapshots (layout: block, blocks: 1), and {why}; set those, or balance: work")
 
     @staticmethod
     def resolved_layout(job) -> str:

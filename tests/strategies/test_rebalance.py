@@ -64,6 +64,31 @@ def test_rebalanced_plan_moves_the_cut_towards_the_measured_load(tmp_path, small
     assert rebalanced_plan(plan, manifest, job, [1.0, 6.0], "cyclic") is None
 
 
+@pytest.mark.parametrize(("model", "strategy", "says"), [
+    ("tmgcn", {"layout": "cyclic"}, "and the layout is cyclic; set those"),
+    ("cdgcn", {"layout": "auto"}, "and the layout is cyclic (layout: auto, for model cdgcn)"),
+    ("tmgcn", {"layout": "block", "blocks": 2}, "and strategy.blocks: 2 fixes the cut"),
+    ("tmgcn", {"layout": "block"}, None),
+    ("tmgcn", {"layout": "auto"}, None),  # banded: auto is block
+    ("cdgcn", {"name": "pss"}, None),
+])
+def test_measured_is_refused_where_there_is_no_cut_to_move(tmp_path, small_dataset, model, strategy, says):
+    """A ``balance: measured`` that could move nothing (cyclic ownership, checkpoint blocks) is one line naming
+    the key, not a run whose calibration epochs are flagged warm-up for nothing."""
+    from hpcdgnn.errors import ConfigError
+    from hpcdgnn.train.setup import check_model_strategy
+
+    path = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                     strategy={"name": "snapshot", "balance": "measured", **strategy})
+    job = load_job(path, [])
+    if says is None:
+        check_model_strategy(job, str(path), 2)
+        return
+    with pytest.raises(ConfigError, match="strategy.balance: measured re-cuts contiguous blocks") as err:
+        check_model_strategy(job, str(path), 2)
+    assert str(err.value).startswith(f"{path}: ") and says in str(err.value)
+
+
 @pytest.mark.parametrize(("balance", "warmup", "epochs", "cut", "flagged"), [
     ("measured", 1, 5, 4, 4),  # the median of epochs 2-4 at least, however short the warm-up asked
     ("measured", 0, 5, 4, 4),

@@ -245,7 +245,8 @@ def test_encoder_decoder_p3_reproduces_one_rank(launcher, small, tmp_path):
     ({"name": "dcrnn", "encoder_decoder": True}, {"task": {"name": "link_prediction"}},
      "forecasts task.name: regression"),
     ({"name": "dcrnn", "encoder_decoder": True}, {"strategy": {"name": "pss"}}, "strategy.name: sequences, not"),
-    ({"name": "gconv_gru"}, {"strategy": {"name": "vertex"}}, "use strategy.name: pss or sequences"),
+    ({"name": "gconv_gru"}, {"strategy": {"name": "vertex"}},
+     "use strategy.name: pss or sequences or hybrid at 2 ranks, or snapshot on 1 rank"),
 ])
 def test_config_errors(small, tmp_path, model, sets, needle):
     sections = {"task": {"name": "regression"}, "strategy": {"name": "sequences"}}

@@ -1,4 +1,4 @@
-"""Adaptive stale aggregation (DGC §5.2, SPEC D3) on the halo exchanges of the vertex and chunk strategies."""
+"""Adaptive stale aggregation (DGC §5.2, SPEC D3) on the halo exchanges of the vertex, chunk and grid strategies."""
 
 from __future__ import annotations
 
@@ -79,10 +79,11 @@ def test_fetch_caches_resume_only_on_the_partition_they_were_built_for():
     assert other._got == {}  # nothing half-loaded
 
 
-@pytest.fixture(scope="module", params=[{"name": "vertex", "partition": "hash"}, {"name": "chunk", "chunk_size": 8}],
-                ids=["vertex", "chunk"])
+@pytest.fixture(scope="module", params=[{"name": "vertex", "partition": "hash"}, {"name": "chunk", "chunk_size": 8},
+                                        {"name": "grid", "snapshot_ranks": 1, "vertex_ranks": 3}],
+                ids=["vertex", "chunk", "grid"])
 def exact(request, launcher, small_dataset, tmp_path_factory):
-    """The exact run of each strategy with a stale-capable halo (vertex S6, chunk D1)."""
+    """The exact run of each strategy with a stale-capable halo (vertex S6, chunk D1, the grid's rows G1)."""
     tmp = tmp_path_factory.mktemp("stale")
     job = write_job(tmp / "job.yaml", small_dataset, model={"name": "cdgcn"}, train={"epochs": 5},
                     strategy=request.param)
