@@ -264,10 +264,32 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
     # saved for the backward per training root: each memory update's gates, gathered rows and Φ, each slot's
     # edge features, Φ, key, value and gathered query, the root's query, aggregate and output
     saved = ((1 + s_pos) * (8 * d + dt) + s_pos * (D + dt + 3 * H) + 3 * H + d)
-    activations = float(item * saved * slice_roots)
+    training = float(item * saved * slice_roots)
+
+    # evaluation keeps nothing for a backward but runs a whole slice of (2 + eval_negatives) roots an event at once:
+    # alive together, each occurrence's state row and, where it is updated at the read (memory_time: query), its
+    # Φ and the GRU's input and hidden products and gates (10d + dt); each slot's state row, Φ and features; each
+    # root's query, aggregate and embedding; each scored pair's destination product and its gathered copy.
+    # Occurrences are the distinct (node, time) of the slice's roots and neighbours: per event under per_event's
+    # own times with query, per slice otherwise (counted on the stream)
+    slice_eval = -(-plan.batch_events // (i * j))
+    if task.eval_protocol == "per_batch":
+        eval_held, eval_s = _batch_nodes(graph, slice_eval, round(negs), m.neighbors, "eval")[0], e_neg[0]
+    else:
+        eval_held = slice_eval * (2 + negs)
+        eval_s = (2 * e_pos[0] + negs * e_neg[0]) / (2 + negs)
+    if task.eval_protocol == "per_event" and not eager:
+        occurrences = slice_eval * _batch_nodes(graph, 1, round(negs), m.neighbors, "eval")[1]
+    else:
+        occurrences = _batch_nodes(graph, slice_eval, round(negs), m.neighbors, "eval")[1]
+    evaluation = float(item * (occurrences * (d + (0 if eager else 10 * d + dt))
+                               + eval_held * (eval_s * (d + dt + D) + 3 * H + d) + slice_eval * (2 + negs) * 2 * H))
+    activations = max(training, evaluation)
     memory = inputs + activations + 4.0 * grad
     notes = ["memory updates per root counted as 1 + s̄ (the run updates each distinct (node, time) once)"
              if updates is None else "memory updates: the distinct nodes of a slice's roots and neighbours"]
+    if evaluation > training:
+        notes.append("activations: an evaluation slice's roots (task.eval_negatives) hold more than training's")
     if j > 1 or k > 1:
         notes.append("epoch and memory parallelism are approximate (DistTGL §3.2.2–3.2.3)")
     return Prediction(strategy="memory", options=asdict(job.strategy),

@@ -24,19 +24,23 @@ def build_model(job: JobConfig, manifest) -> TGN:
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
     """Lower bounds of a rank's bytes: parameters (TGN's and its link predictor's, counted exactly, with Adam's
     moments), and one batch slice's roots — (2 + negatives) per event of its ⌈batch_events / minibatch⌉ in
-    training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch · epoch)⌉ in evaluation — each
-    holding its memory and embedding and, for each of its ``neighbors`` slots, the edge's features and the
-    attention's key and value (counted for every slot, filled or padded: an estimate where neighbourhoods are
-    sparse; evaluation's dense batches hold the slot's memory row and Φ instead of key and value, whichever is
-    less)."""
+    training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch · epoch)⌉ in evaluation, at most
+    N under a ``per_batch`` protocol (each node once) — each holding its memory and embedding and, for each of
+    its ``neighbors`` slots, the edge's features and the attention's key and value (counted for every slot,
+    filled or padded: an estimate where neighbourhoods are sparse; evaluation's dense batches hold the slot's
+    memory row and Φ instead of key and value, whichever is less), and evaluation's scored pairs their
+    destination's product row."""
     m, task, s = job.model, job.task, job.strategy
-    b = task.batch_events
+    b, n = task.batch_events, manifest.num_vertices
     i, j = getattr(s, "minibatch", 1), getattr(s, "epoch", 1)
     D = getattr(manifest, "edge_feature_dim", 0)
     per_root = m.memory_dim + m.hidden + m.neighbors * (D + 2 * m.hidden)
     per_eval_root = m.memory_dim + m.hidden + m.neighbors * (D + min(2 * m.hidden, m.memory_dim + m.time_dim))
-    train = (2 + task.negatives) * -(-b // i) * per_root
-    evaluation = (2 + task.eval_negatives) * -(-b // (i * j)) * per_eval_root
+    train_roots = (2 + task.negatives) * -(-b // i)
+    pairs = (2 + task.eval_negatives) * -(-b // (i * j))
+    eval_roots = min(pairs, n) if task.eval_protocol == "per_batch" else pairs
+    train = (min(train_roots, n) if task.train_protocol == "per_batch" else train_roots) * per_root
+    evaluation = eval_roots * per_eval_root + pairs * m.hidden
     keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
     weights = counted_parameters(lambda: build_model(job, manifest),
                                  lambda: build_task(job.task, manifest, m.hidden, 0))

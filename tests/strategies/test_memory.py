@@ -212,6 +212,25 @@ def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     assert "model.layers" not in err[0]
 
 
+@pytest.mark.parametrize("protocol", ["per_event", "per_batch"])
+def test_planned_peak_counts_evaluation_and_is_above_the_refusal_bound(college, tmp_path, protocol):
+    """Evaluation holds no autograd state but a whole slice of (2 + eval_negatives) roots an event: the planner's
+    activations grow with ``task.eval_negatives`` once they outweigh training's, say so in a note, and stay at
+    or above the lower bound ``check`` refuses a job by (``tgn batch``), which once exceeded the planned peak."""
+    from hpcdgnn.regimes.events import footprint
+
+    job, m = _job(tmp_path, college), load_event_manifest(college)
+    peaks = []
+    for negs in (1, 99, 250):
+        over = [f"task.eval_negatives={negs}", f"task.train_protocol={protocol}", f"task.eval_protocol={protocol}"]
+        loaded = load_job(job, over)
+        pred = plan_job(loaded, m, str(college), [1], MachineRates())[0]
+        assert pred.memory_parts["activations"] >= footprint(loaded, m, 1)["tgn batch"][0], (negs, pred.memory_parts)
+        peaks.append(pred.memory_parts["activations"])
+        assert negs < 250 or any("task.eval_negatives" in note for note in pred.notes), pred.notes
+    assert peaks[0] < peaks[1] < peaks[2]
+
+
 @pytest.mark.parametrize(("over", "words"), [
     ("model.time_scale=-1", "model.time_scale: must be auto or a positive number"),
     ("model.time_scale=0", "model.time_scale: must be auto or a positive number"),

@@ -66,14 +66,16 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
 MANIFEST = SimpleNamespace(num_vertices=1000, edge_feature_dim=4, time_gap=1.0)
 
 
-def _tgn_job(dtype: str = "float32", negatives: int = 1, eval_negatives: int = 49, **model):
+def _tgn_job(dtype: str = "float32", negatives: int = 1, eval_negatives: int = 49, protocol: str = "per_event",
+             **model):
     """A TGN job's sections as the footprint reads them (hidden 100, widths 100, batches of 600 events)."""
     from hpcdgnn.nn.models.tgn import TGNOptions
     from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPredictionOptions
 
     return SimpleNamespace(model=TGNOptions(**{"name": "tgn", "hidden": 100, **model}),
                            task=TemporalLinkPredictionOptions(negatives=negatives, eval_negatives=eval_negatives,
-                                                              batch_events=600),
+                                                              batch_events=600, train_protocol=protocol,
+                                                              eval_protocol=protocol),
                            train=SimpleNamespace(dtype=dtype), strategy=SimpleNamespace(name="memory"))
 
 
@@ -112,10 +114,21 @@ def test_an_evaluation_slot_is_bounded_by_the_smaller_of_key_value_and_row_phi()
     from hpcdgnn.regimes.events import footprint
 
     nbytes, keys = footprint(_tgn_job(memory_dim=20, time_dim=10), MANIFEST, 1)["tgn batch"]
-    assert nbytes == 4 * 51 * 600 * (20 + 100 + 10 * (4 + 20 + 10))
+    # each root's rows, and each scored pair's destination product (H)
+    assert nbytes == 4 * 51 * 600 * (20 + 100 + 10 * (4 + 20 + 10) + 100)
     assert "model.memory_dim, model.time_dim" in keys
     job = _tgn_job(memory_dim=150, time_dim=150)  # now 2H = 200 < d + d_t = 300
-    assert footprint(job, MANIFEST, 1)["tgn batch"][0] == 4 * 51 * 600 * (150 + 100 + 10 * (4 + 200))
+    assert footprint(job, MANIFEST, 1)["tgn batch"][0] == 4 * 51 * 600 * (150 + 100 + 10 * (4 + 200) + 100)
+
+
+def test_per_batch_protocols_embed_each_node_once_at_most():
+    """Under ``per_batch`` a slice embeds each distinct node once: its roots are at most N (1,000 here, of the
+    51 × 600 pairs scored), which the bound counts; the scored pairs still each hold a product row."""
+    from hpcdgnn.regimes.events import footprint
+
+    nbytes = footprint(_tgn_job(memory_dim=20, time_dim=10, protocol="per_batch"), MANIFEST, 1)["tgn batch"][0]
+    assert nbytes == 4 * (1000 * (20 + 100 + 10 * (4 + 20 + 10)) + 51 * 600 * 100)
+    assert nbytes < footprint(_tgn_job(memory_dim=20, time_dim=10), MANIFEST, 1)["tgn batch"][0] / 4
 
 
 @pytest.mark.parametrize(("static", "encoding", "dtype"), [("off", "fixed", "float32"), ("on", "learnable", "float64")])
