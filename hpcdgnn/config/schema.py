@@ -135,7 +135,8 @@ class TrainConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StaleConfig:
-    """``strategy.stale:`` (vertex, chunk, grid) adaptive stale aggregation of halo rows (DGC §5.2, SPEC D3); approximate.
+    """``strategy.stale:`` (vertex, chunk, grid) adaptive stale aggregation of halo rows (DGC §5.2, SPEC D3);
+    approximate.
 
     A row is resent only if it moved more than θ_r (L2) since last sent. θ_r = ``theta`` · D_r
     (``static``) or ``theta`` · D_r · tanh(norm(l_{r-1}) / 2) (``adaptive``; D_r: largest move in epoch
