@@ -17,8 +17,8 @@ dependency of hpcdgnn: install it beside the project (``pip install torch_geomet
 lr 1e-4, float32, per configuration i×j×k of ``--configs`` on i·j·k ranks (``perf/bench_tgnn.py``).
 
 Both evaluate the same way after every epoch, continuing the memory through validation then test: each
-positive against ``--eval-negatives`` uniform negative destinations, MRR = mean 1/(1 + #negatives scoring
-above it); AP per batch of the positives against their first negative (one per positive, as PyG's example
+positive against ``--eval-negatives`` uniform negative destinations, MRR = mean 1/rank with rank = 1 +
+(#negatives scoring above it + #at or above) / 2 (TGB's, hpcdgnn's: a tie counts half); AP per batch of the positives against their first negative (one per positive, as PyG's example
 and TGL), averaged over batches (``hpcdgnn.tasks.temporal_link_prediction.average_precision`` for both).
 PyG embeds each distinct node of a batch once; hpcdgnn does so with ``task.eval_protocol: per_batch`` and
 embeds every ranked node at its own event's time with ``per_event`` (TGL's, the default): ``--eval-protocol``
@@ -198,7 +198,8 @@ def run_pyg(data: Path, args) -> list[dict]:
             zs = z[assoc[src]]
             pos_out = link_pred(zs, z[assoc[pos]]).view(b)
             neg_out = link_pred(zs.repeat_interleave(k, 0), z[assoc[neg.reshape(-1)]]).view(b, k)
-            rr.append((1.0 / (1.0 + (neg_out > pos_out[:, None]).sum(1).double())).cpu())
+            above = (neg_out > pos_out[:, None]).sum(1).double() + (neg_out >= pos_out[:, None]).sum(1).double()
+            rr.append((1.0 / (1.0 + 0.5 * above)).cpu())
             aps.append(average_precision(torch.cat([pos_out, neg_out[:, 0]]).double().cpu().numpy(),
                                          np.r_[np.ones(b), np.zeros(b)]))
             memory.update_state(src, pos, bt, msg)

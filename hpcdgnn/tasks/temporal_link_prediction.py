@@ -2,7 +2,8 @@
 
 TGL's predictor ``s(u, v) = W_o ReLU(W_s z_u + W_d z_v)``; loss ``softplus(−s(u, v)) + mean_j softplus(s(u, n_j))``
 summed over events. MRR ranks each positive against ``task.eval_negatives`` (a dataset with fixed negatives,
-TGB's, against its own, ties counting half as TGB's evaluator does); AP is per global batch of the
+TGB's, against its own), a negative tied with it counting half, as TGB's evaluator does (a model that scores
+everything alike ranks its positives in the middle, not first); AP is per global batch of the
 positives and the first negative of each (one negative per positive, as TGL's ``val_ap`` and PyG's TGN
 example). Scores are rounded to 9 decimals so exact ties tie on every rank count.
 """
@@ -99,8 +100,6 @@ class TemporalLinkPrediction(Task):
         self.src_fc, self.dst_fc, self.out_fc = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, 1)
         self.negatives, self.eval_negatives = cfg.negatives, cfg.eval_negatives
         self.train_events = 0
-        #: a dataset with fixed evaluation negatives (TGB) is ranked as TGB ranks: ties count half
-        self.ties_half = getattr(manifest, "eval_negatives", None) is not None
 
     @staticmethod
     def check(cfg, manifest) -> None:
@@ -169,15 +168,12 @@ class TemporalLinkPrediction(Task):
         ``valid`` entries when given (fixed negatives of varying count) — and ``batch_ap`` (one rank per batch,
         else None).
 
-        rank = 1 + #(negatives above); with fixed negatives TGB's (``tgb/linkproppred/evaluate.py``):
-        1 + (#above + #at or above) / 2."""
+        rank = 1 + (#negatives above + #at or above) / 2, TGB's (``tgb/linkproppred/evaluate.py``)."""
         stats = np.zeros(self.stats_width())
         b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)
         qn, qp = _quantized(neg), _quantized(pos)[:, None]
         keep = np.ones(qn.shape, dtype=bool) if valid is None else valid
-        rank = 1.0 + ((qn > qp) & keep).sum(1)
-        if self.ties_half:
-            rank = 1.0 + 0.5 * (((qn > qp) & keep).sum(1) + ((qn >= qp) & keep).sum(1))
+        rank = 1.0 + 0.5 * (((qn > qp) & keep).sum(1) + ((qn >= qp) & keep).sum(1))
         stats[b] = float(np.sum(1.0 / rank))
         stats[b + 1] = pos.shape[0]
         if batch_ap is not None:

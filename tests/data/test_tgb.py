@@ -113,6 +113,18 @@ def test_mrr_is_tgbs_formula_over_each_events_own_negatives():
     assert got[2] == pytest.approx(want, rel=1e-12) and got[3] == 40
 
 
+def test_ties_count_half_on_every_stream():
+    """Without fixed negatives too: a scorer that gives every pair the same score ranks each positive in the
+    middle of its m negatives (MRR 1 / (1 + m / 2)), not first (it read 1.0, a perfect score)."""
+    task = TemporalLinkPrediction(TemporalLinkPredictionOptions(), type("M", (), {})(), 4, 0)
+    m = 9
+    got = task.eval_stats("val", np.zeros(5), np.zeros((5, m)), None)
+    assert got[2] / got[3] == pytest.approx(1 / (1 + m / 2), rel=1e-12)
+    # a positive strictly above every negative still ranks first, strictly below last
+    got = task.eval_stats("val", np.array([1.0, -1.0]), np.zeros((2, m)), None)
+    assert got[2] == pytest.approx(1.0 + 1 / (1 + m), rel=1e-12)
+
+
 @pytest.mark.mpi
 def test_a_positive_against_copies_of_itself_ranks_as_tgb_ranks_ties_at_any_p(tmp_path, launcher):
     """Event i's negatives are 1 + i % 3 copies of its own destination: every one ties, so TGB's MRR is

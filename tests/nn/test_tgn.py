@@ -559,14 +559,14 @@ def test_average_precision_by_hand():
     assert average_precision(np.array([0.1, 0.9]), np.array([1, 0])) == pytest.approx(0.5)
 
 
-def test_mrr_slot_ties_do_not_count_against_the_positive():
+def test_mrr_slot_ties_count_half():
     task = TemporalLinkPrediction(SimpleNamespace(negatives=1, eval_negatives=3), None, 4, 0)
     pos = np.array([0.5, 0.2, 0.9, 0.0])
-    neg = np.array([[0.1, 0.5, 0.7],          # one above (the tie does not count): 1/2
-                    [0.3, 0.3, 0.2],          # two above, one tie: 1/3
-                    [0.2, 0.1, 0.9 + 1e-12],  # a tie below 1e-9: 1
-                    [0.1, 0.2, 0.3]])         # all above: 1/4
-    want = 0.5 + 1 / 3 + 1 + 0.25
+    neg = np.array([[0.1, 0.5, 0.7],          # one above, one tie: rank 1 + (1 + 2) / 2
+                    [0.3, 0.3, 0.2],          # two above, one tie: 1 + (2 + 3) / 2
+                    [0.2, 0.1, 0.9 + 1e-12],  # a tie below 1e-9: 1 + (0 + 1) / 2
+                    [0.1, 0.2, 0.3]])         # all above: 4
+    want = 1 / 2.5 + 1 / 3.5 + 1 / 1.5 + 0.25
     for split in ("val", "test"):
         st = task.eval_stats(split, pos, neg, None)
         b = 2 + 4 * (SPLITS.index(split) - 1)
