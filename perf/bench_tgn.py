@@ -18,8 +18,9 @@ lr 1e-4, float32, per configuration i×j×k of ``--configs`` on i·j·k ranks (`
 
 Both evaluate the same way after every epoch, continuing the memory through validation then test: each
 positive against ``--eval-negatives`` uniform negative destinations, MRR = mean 1/rank with rank = 1 +
-(#negatives scoring above it + #at or above) / 2 (TGB's, hpcdgnn's: a tie counts half); AP per batch of the positives against their first negative (one per positive, as PyG's example
-and TGL), averaged over batches (``hpcdgnn.tasks.temporal_link_prediction.average_precision`` for both).
+(#negatives scoring above it + #at or above) / 2 (TGB's, hpcdgnn's: a tie counts half); AP per batch of
+the positives against their first negative (one per positive, as PyG's example and TGL), averaged over
+batches (``hpcdgnn.tasks.temporal_link_prediction.average_precision`` for both).
 PyG embeds each distinct node of a batch once; hpcdgnn does so with ``task.eval_protocol: per_batch`` and
 embeds every ranked node at its own event's time with ``per_event`` (TGL's, the default): ``--eval-protocol``
 runs hpcdgnn under each given one. ``--memory-time`` likewise runs ``model.memory_time``: ``query`` (TGL's time
