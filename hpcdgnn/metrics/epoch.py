@@ -95,7 +95,11 @@ class EpochRecorder:
         load = usage.load_seconds - self._usage_before.load_seconds
         split = [wall, load, max(0.0, wall - load - exposed), comm_s]
 
-        metrics = self.task.metrics(self.comm.allreduce_array(stats))
+        total = self.comm.allreduce_array(stats)
+        metrics = self.task.metrics(total)
+        #: the epoch's metric sums were all finite: a NaN mean then means no examples (a sampled epoch whose
+        #: batches held none), not a diverged run, whose sums are not finite
+        self.sums_finite = bool(np.all(np.isfinite(total)))
         blocked, each_late = exchanges.each(last_arrivals(self.comm, exchanges))
         late = None if each_late is None else exchanges.per_tag(each_late)
         if self.trace is not None:

@@ -155,13 +155,16 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
 
 
 class _Health:
-    """Warnings a user must not miss (rank 0, once each): an empty validation split, a growing loss."""
+    """Warnings a user must not miss (rank 0, once each): an empty validation split, an epoch without training
+    examples, a growing loss."""
 
     def __init__(self, log, metric: str, empty_split: str) -> None:
         self.log, self.metric, self.first, self.said = log, metric, None, set()
         self.empty_split = empty_split
 
-    def check(self, record: dict) -> None:
+    def check(self, record: dict, sums_finite: bool = False) -> None:
+        """``sums_finite``: the epoch's metric sums were finite, so a NaN loss means no examples (else the run
+        diverged, which ends it with its own line)."""
         loss = record["train_loss"]
         if self.first is None:
             self.first = loss
@@ -169,8 +172,9 @@ class _Health:
             if val is None or not np.isfinite(val):  # NaN in the record (null in metrics.jsonl): no examples
                 self._warn("empty-val", f"warning: the validation split is empty (val_{self.metric} is '-'): "
                            f"{self.empty_split}")
-        if loss is None:
-            self._warn("nan", f"warning: no training loss in epoch {record['epoch']}")
+        if loss is None or not np.isfinite(loss) and sums_finite:
+            self._warn("nan", f"warning: epoch {record['epoch']}'s batches held no training examples (its loss is "
+                       "'-'); sampled batches may, on a small graph: raise the batch's fractions or sizes")
         elif np.isfinite(loss) and self.first is not None and np.isfinite(self.first) \
                 and loss > 100 * max(abs(self.first), 1e-12):
             self._warn("grow", f"warning: the training loss grew from {self.first:.4g} to {loss:.4g} by epoch "
@@ -350,9 +354,10 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             rd.append_epoch(record)
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
                 log.info(recorder.line(record))
-            health.check(record)
+            health.check(record, recorder.sums_finite)
         loss = record["train_loss"]
-        if loss is not None and not np.isfinite(loss):  # the same global loss on every rank: all stop here
+        # the same global sums on every rank: all stop here (a NaN mean of finite sums: the epoch had no examples)
+        if loss is not None and not np.isfinite(loss) and not recorder.sums_finite:
             diverged = _diverged(run, checkpoints, epoch, loss)
             break
         if epoch in calibrating and (prof is None or not measured and epoch == calibrating[-1]):

@@ -187,6 +187,23 @@ def test_batches_smaller_than_p_times_groups_run_p_invariant_with_a_warning(laun
                       "wait (the trajectory is unchanged); raise the fraction or lower strategy.groups"], proc.stdout
 
 
+def test_an_epoch_without_training_examples_is_not_a_diverged_run(launcher, sparse, tmp_path):
+    """One target vertex in one batch an epoch: link prediction's batch may hold no positive pair, so the epoch's
+    loss is 0 / 0. That was reported as divergence (exit 2, status ``diverged``, "lower train.lr"): the run now
+    goes on, the epoch's loss is null in metrics.jsonl, and rank 0 warns once."""
+    import json
+
+    job = _job(tmp_path, sparse, model="tgcn_cell", task="link_prediction")
+    tiny = ["strategy.name=hybrid", "strategy.snapshot_fractions=[0.2]", "strategy.vertex_fractions=[0.01]",
+            "strategy.steps_per_epoch=1", "strategy.adjuster.kind=fixed", "train.epochs=6"]
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", *tiny])
+    assert proc.returncode == 0, proc.stderr
+    losses = [r["loss"] for r in read_metrics(tmp_path / "run")]
+    assert len(losses) == 6 and None in losses and any(x is not None for x in losses), losses
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+    assert proc.stdout.count("batches held no training examples") == 1, proc.stdout
+
+
 @pytest.mark.parametrize(("override", "needle"), [
     ("strategy.vertex_fractions=[0.5] strategy.max_cache_mb=0.001", "strategy.max_cache_mb: rank 0's closure holds"),
     ("strategy.vertex_fractions=[0.5] strategy.reservoir.mode=on strategy.reservoir.max_mb=0.0001",

@@ -34,10 +34,13 @@ def test_health_warns_once_each(caplog):
         health.check(_record(3, 1e34, 0.5))
         health.check(_record(4, 1e35, 0.5))
         health.check(_record(5, float("nan"), 0.5))  # no warning: a loss that is not finite ends the run
+        health.check(_record(6, float("nan"), 0.5), sums_finite=True)  # finite sums: no training examples
+        health.check(_record(7, float("nan"), 0.5), sums_finite=True)
     text = [r.getMessage() for r in caplog.records]
-    assert len(text) == 2, text
+    assert len(text) == 3, text
     assert "validation split is empty" in text[0] and text[0].endswith("the regime's hint")
     assert "grew from 0.69 to 1e+34 by epoch 3" in text[1]
+    assert "epoch 6's batches held no training examples" in text[2]
     quiet = _Health(log, "auc", "")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="test-health"):
