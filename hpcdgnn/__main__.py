@@ -56,6 +56,19 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGINT during a one-process command (prepare, generate, …): unwinds like Ctrl-C, so that what
+    the command was writing is removed on the way out (the writers' ``except BaseException``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signalled(signum, frame) -> None:
+    raise _Signalled(signum)
+
+
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
     """Run ``body(comm)`` on every rank of the MPI job (``run``, ``embed``, ``predict``): its exit status.
 
@@ -387,10 +400,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hpcdgnn: error: {e}", file=sys.stderr)
             return EXIT_USAGE
         return args.func(args)
+    import signal
+
+    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind
+    before = {sig: signal.signal(sig, _signalled) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         code = args.func(args)
         sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
         return code
+    except KeyboardInterrupt as e:
+        n = getattr(e, "signum", signal.SIGINT)
+        print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}; nothing it was writing is left",
+              file=sys.stderr)
+        return 128 + n
     except HpcdgnnError as e:
         print(f"hpcdgnn: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -404,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hpcdgnn: error: {args.command}: out of memory ({detail}); ask for less (sizes, --snapshots)",
               file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,25 @@ def test_generate_beyond_memory_is_one_line(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
+def test_a_signal_while_writing_a_dataset_removes_what_it_wrote(tmp_path, sig, name):
+    """``scancel`` (SIGTERM) during ``generate`` or ``prepare`` ended the process where it stood, leaving its hidden
+    ``.NAME.tmp-*`` directory (hundreds of MiB) beside the output; Ctrl-C printed a traceback. Now: one line,
+    exit 128 + n, nothing left."""
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(tmp_path / "g"),
+                             "--vertices", "400000", "--snapshots", "128", "--density", "3", "--seed", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".g.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.glob(".g.tmp-*")), "generate finished before it could be signalled"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines() == [f"hpcdgnn: generate: stopped by {name}; nothing it was writing is left"], err
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
 def test_profile_threads_are_bounded_like_train_threads(tmp_path):
     """``profile --threads 100000`` crashed torch (a segfault)."""
     line = _one_line(_hpcdgnn("profile", "--threads", "100000", "--out", str(tmp_path / "p.pt")))
