@@ -218,6 +218,37 @@ def prepare_events(input_path: str | Path, fmt: str, output: str | Path, **optio
     return write_parsed(parsed, opts, output, path, provenance)
 
 
+def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
+    """The events' times in ``unit`` as the float64 the dataset stores; integers past 2^53 (nanosecond clocks)
+    divided by an integral unit exactly (quotient, then remainder), so that no two distinct times merge.
+
+    Raises:
+        DataError: naming ``where``: distinct integer times that float64 would merge (no unit, or one too fine).
+    """
+    unit = unit or 1.0
+    if t.dtype.kind not in "iu":
+        return t.astype(np.float64) / unit
+    if float(unit).is_integer():
+        q, r = np.divmod(t, int(unit))
+        out = q.astype(np.float64) + r.astype(np.float64) / unit
+    else:
+        out = t.astype(np.float64) / unit
+    # sorted by time: distinct values are the non-zero steps
+    merged = int(np.count_nonzero(np.diff(t))) - int(np.count_nonzero(np.diff(out)))
+    if merged > 0:
+        per = "" if unit == 1.0 else f" in units of {unit:g}"
+        raise DataError(f"{where}: {merged} distinct times would merge as float64 (they reach "
+                        f"{float(np.abs(out).max()):.4g}{per}; float64 tells apart ~16 significant digits): count "
+                        "them from an origin of your own (subtract the first time), or in a coarser --time-unit "
+                        "(e.g. 1e9: nanoseconds in seconds, where times under ~1e-7 s apart merge)")
+    if unit == 1.0 and np.abs(t).max() > 2**53:  # distinct still, but rounded: their gaps move
+        err = int(np.abs((t - out.astype(t.dtype)).astype(np.int64)).max())  # wrap-around: the signed difference
+        print(f"hpcdgnn prepare: warning: {where}: times reach {float(np.abs(t).max()):.4g}, past 2^53: stored "
+              f"rounded to float64 (by up to {err:g}); --time-unit (e.g. 1e9 for nanoseconds) keeps their gaps",
+              file=sys.stderr, flush=True)
+    return out
+
+
 def write_parsed(parsed: ParsedEvents, opts: EventOptions, output: str | Path, where: Path,
                  provenance: dict[str, Any]) -> EventManifest:
     """Write parsed events (a file's, or arrays' from :mod:`hpcdgnn.data.adapters`) as an event dataset.
@@ -237,6 +268,7 @@ def write_parsed(parsed: ParsedEvents, opts: EventOptions, output: str | Path, w
         raise DataError(
             f"{where}: edge feature {parsed.feature_names[j]!r} of event {k} (in time order) does not fit in float32"
         )
+    times = _float_times(parsed.time, opts.time_unit, where)
     split = DEFAULT_SPLIT if opts.split is None else tuple(opts.split)
     shard_events = DEFAULT_SHARD_EVENTS if opts.shard_events is None else opts.shard_events
     e = int(parsed.time.shape[0])
@@ -259,7 +291,7 @@ def write_parsed(parsed: ParsedEvents, opts: EventOptions, output: str | Path, w
         output,
         parsed.src,
         parsed.dst,
-        parsed.time.astype(np.float64) / (opts.time_unit or 1.0),
+        times,
         parsed.efeat,
         num_vertices=parsed.num_vertices,
         bipartite=parsed.bipartite,
