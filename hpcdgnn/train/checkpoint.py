@@ -181,7 +181,8 @@ def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
         fix = (f"move {ckpt} aside and resume again: the next older complete checkpoint, {max(older).name}, is "
                "used (checkpoint.keep sets how many are kept)")
     else:
-        fix = "no older complete checkpoint is left (checkpoint.keep sets how many are kept): start the run again"
+        fix = ("no older complete checkpoint is left (checkpoint.keep sets how many are kept): start the run again "
+               "with another --output")
     return DataError(f"{file}: checkpoint file {why}; {fix}")
 
 

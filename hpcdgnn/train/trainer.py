@@ -281,7 +281,8 @@ def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.Pree
     preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
     if preempted:
         hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
-                "no checkpoint yet: run the job again (the job scripts start it over)")
+                f"no checkpoint yet: run the job again with another --output, or after removing {run.run_dir} "
+                "(the job scripts move it aside and start over)")
         log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; {hint}")
     return preempted
 

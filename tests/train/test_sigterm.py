@@ -91,7 +91,7 @@ def test_a_signal_during_the_set_up_stops_before_the_first_epoch(launcher, tmp_p
                             "--output", str(run)])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
     assert ("pre-empted (a signal to another rank) during the set-up, before any epoch; no checkpoint yet: run the"
-            " job again" in proc.stdout)
+            f" job again with another --output, or after removing {run}" in proc.stdout)
     assert read_metrics(run) == []
     assert latest_checkpoint(run / "checkpoints") is None
     summary = json.loads((run / "summary.json").read_text())
