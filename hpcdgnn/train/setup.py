@@ -425,7 +425,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             except ConfigError as e:
                 made_on = getattr(kept.get("shared", {}).get("plan"), "num_ranks", None)
                 if made_on is None or made_on == comm.size:
-                    raise
+                    raise _blamed(e, job_path or resume, overrides, prefix=True) from None
                 # a resume keeps its strategy's options: say to come back on the run's own rank count
                 raise ConfigError(f"{resume}: the run was made on {made_on} ranks and strategy "
                                   f"{job.strategy.name} cannot plan it for {comm.size} ({e}); resume it on {made_on} "

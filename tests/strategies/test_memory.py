@@ -312,6 +312,8 @@ def test_bad_layout_p3_exits_2_with_one_line(launcher, college, tmp_path, monkey
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcdgnn: error:")]
     assert len(errors) == 1 and words in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    # the plan's refusals name where the key came from (here: a --set), as the loader's do
+    assert "window" in words or errors[0].startswith("hpcdgnn: error: --set "), errors[0]
 
 
 def test_fault_on_one_rank_of_a_memory_group_ends_the_job(launcher, college, tmp_path):
