@@ -274,8 +274,10 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
     before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
     changed = [k for k in sorted(set(before) | set(after))
                if before.get(k) != after.get(k) and not k.startswith(_RESUMABLE)]
-    if changed:  # a key a --set names first: the change the user asked for, not one it brought along
-        key = next((k for k in changed if override_of(k, overrides)), changed[0])
+    if changed:  # a key a --set names first: the change the user asked for, not one it brought along; then a
+        # section's name (another model brings other keys: name the model, not a key it lacks)
+        key = next((k for k in changed if override_of(k, overrides)),
+                   next((k for k in changed if k.endswith(".name")), changed[0]))
         raise _not_resumable(_changed_by(key, overrides, job_path), after.get(key), before.get(key), resume)
 
 

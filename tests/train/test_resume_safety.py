@@ -64,6 +64,17 @@ def test_resume_refuses_changes(finished_run, launcher, with_job_file, key, valu
     assert _fingerprint(run) == before, "a refused resume changed the run directory"
 
 
+def test_resume_with_another_models_job_file_names_the_model(finished_run, launcher, small_dataset):
+    """A job file of another model brings other model keys: the refusal names model.name (it named the first
+    key the other model lacks, e.g. ``model.heads: is None``)."""
+    root, job, run, other = finished_run
+    gru = write_job(root / "gru.yaml", small_dataset, model={"name": "tgcn_cell", "hidden": 4}, train={"epochs": 4})
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(gru), "--resume", str(run)], timeout=60)
+    errors = [line for line in proc.stderr.splitlines() if "hpcdgnn: error:" in line]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert f"{gru}: model.name: is 'tgcn_cell' but the run in {run} used " in errors[0], errors[0]
+
+
 def test_resume_allowed_change_then_refused_one_keeps_run_usable(finished_run, launcher):
     """A refused resume must not spoil a correct one afterwards (it used to rewrite the saved config)."""
     root, job, run, other = finished_run
