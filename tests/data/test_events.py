@@ -254,7 +254,6 @@ def test_output_guard_and_option_errors(tmp_path, capsys):
         (["--labels", "next_activity"], "--labels"),
         (["--targets", "next_degree"], "--targets"),
         (["--shard-size", "2"], "--shard-size"),
-        (["--allow-large"], "--allow-large"),
     ):
         assert main([*base, "--kind", "events", *extra]) == 2
         lines = _error_lines(capsys)
@@ -476,6 +475,21 @@ def test_time_unit_rescales_the_timestamps(tmp_path):
             prepare_dataset(raw, "snap", tmp_path / "x", kind="events", time_unit=bad)
     with pytest.raises(DataError, match="--time-unit applies only to --kind events"):
         prepare_dataset(raw, "snap", tmp_path / "x", time_unit=60)
+
+
+def test_more_shard_files_than_the_limit_need_allow_large(tmp_path, monkeypatch):
+    """``--shard-events 5`` on CollegeMsg wrote 11,967 files without a word, where a snapshot dataset over 10,000
+    files is refused: the same limit (lowered here), the same way past it."""
+    from hpcdgnn.data.prepare import event_stream
+
+    monkeypatch.setattr(event_stream, "MAX_OUTPUT_FILES", 10)
+    raw = tmp_path / "e.txt"
+    raw.write_text("".join(f"{k % 4} {k % 3 + 4} {k}\n" for k in range(40)))
+    with pytest.raises(DataError, match=r"--shard-events 4 would write 12 files for 40 events, over the limit of 10"):
+        prepare_dataset(raw, "snap", tmp_path / "many", kind="events", shard_events=4)
+    assert not (tmp_path / "many").exists()
+    m = prepare_dataset(raw, "snap", tmp_path / "many", kind="events", shard_events=4, allow_large=True)
+    assert m.num_events == 40 and len(list((tmp_path / "many" / "shards").iterdir())) == 10
 
 
 def test_nanosecond_clocks_keep_distinct_times_or_are_refused(tmp_path, capsys):

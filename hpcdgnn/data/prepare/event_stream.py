@@ -31,6 +31,7 @@ from hpcdgnn.data.events import (
     write_events,
 )
 from hpcdgnn.data.prepare._common import PrepareOptions, parse_columns, remap_ids
+from hpcdgnn.data.prepare._estimate import MAX_OUTPUT_FILES
 from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, parse_jodie_events
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, parse_edge_list
 from hpcdgnn.data.writer import file_sha256
@@ -67,15 +68,17 @@ class EventOptions:
     """--columns: as for snapshots (snap, jodie)."""
     force: bool = False
     """--force: replace a non-empty output directory."""
+    allow_large: bool = False
+    """--allow-large: write more shard files than the limit of :mod:`._estimate` (``--shard-events`` too small)."""
 
 
 #: ``--kind events`` options (and their defaults) that ``--kind snapshots`` refuses.
 EVENT_ONLY_OPTIONS = {"split": None, "shard_events": None, "bipartite": False, "time_unit": None}
 
 #: Snapshot options (and their defaults) that ``--kind events`` refuses: every field of
-#: :class:`PrepareOptions` except the shared ``columns`` and ``force``.
+#: :class:`PrepareOptions` except the shared ``columns``, ``force`` and ``allow_large``.
 SNAPSHOT_ONLY_OPTIONS = {
-    f.name: f.default for f in dataclasses.fields(PrepareOptions) if f.name not in ("columns", "force")
+    f.name: f.default for f in dataclasses.fields(PrepareOptions) if f.name not in ("columns", "force", "allow_large")
 }
 
 
@@ -272,6 +275,11 @@ def write_parsed(parsed: ParsedEvents, opts: EventOptions, output: str | Path, w
     split = DEFAULT_SPLIT if opts.split is None else tuple(opts.split)
     shard_events = DEFAULT_SHARD_EVENTS if opts.shard_events is None else opts.shard_events
     e = int(parsed.time.shape[0])
+    files = -(-e // shard_events) + 2  # the shards, vertices.h5, manifest.json
+    if files > MAX_OUTPUT_FILES and not opts.allow_large:  # parallel file systems slow down on many small files
+        raise DataError(f"{where}: --shard-events {shard_events} would write {files:,} files for {e:,} events, over "
+                        f"the limit of {MAX_OUTPUT_FILES:,}; use a larger --shard-events (default "
+                        f"{DEFAULT_SHARD_EVENTS:,}), or pass --allow-large to write them anyway")
     source = {
         **provenance,
         "kind": "events",
