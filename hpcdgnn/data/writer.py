@@ -408,7 +408,14 @@ class _SnapshotWriter:
             indptr, indices = _csr(*_split_keys(a_keys, n), n, index_dtype)
         g.create_dataset("indptr", data=indptr)
         g.create_dataset("indices", data=indices)
-        g.create_dataset("weights", data=a_w.astype(np.float32))
+        with np.errstate(over="ignore"):
+            w32 = a_w.astype(np.float32)
+        if not np.isfinite(w32).all():  # a weight past float32 (or summed past it by --edge-life): inf in the shard
+            k = int(np.flatnonzero(~np.isfinite(w32))[0])
+            raise DataError(f"{root}: snapshot {t}: edge weight {float(a_w[k]):.4g} does not fit in float32 (up to "
+                            f"{float(np.finfo(np.float32).max):.3g}); rescale the input's weights, or use --weights "
+                            "count")
+        g.create_dataset("weights", data=w32)
         g.create_dataset("x", data=x)
         g.create_dataset("active", data=active)
         if self.num_classes > 0:

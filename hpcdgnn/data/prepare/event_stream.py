@@ -124,7 +124,8 @@ def _read_snap(path: Path, opts: EventOptions) -> ParsedEvents:
         source.update(sources=num_sources, destinations=int(d_used.shape[0]))
     if columns is not None:
         source["columns"] = columns
-    efeat = None if edges.weight is None else edges.weight.astype(np.float32).reshape(-1, 1)
+    with np.errstate(over="ignore"):  # a weight past float32 becomes inf, refused in one line by write_parsed
+        efeat = None if edges.weight is None else edges.weight.astype(np.float32).reshape(-1, 1)
     return ParsedEvents(
         src=src,
         dst=dst,
