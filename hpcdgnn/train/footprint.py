@@ -31,10 +31,14 @@ def check_footprint(job, manifest, num_ranks: int, available: int, where: str) -
     if need <= available:
         return
     name, (most, keys) = max(parts.items(), key=lambda kv: kv[1][0])
+    # more ranks are advice only where they shrink the term (not the parameters every rank holds whole, nor a
+    # batch whose split the job's own keys set)
+    wider = lower_bound(job, manifest, 2 * num_ranks).get(name, (most, ""))[0]
+    spread = " or spread the job over more ranks or nodes" if wider < most else ""
     raise ConfigError(
         f"{where}: this job needs at least {need / 2**30:,.1f} GiB per rank ({name} {most / 2**30:,.1f} GiB, set "
-        f"by {keys}) and this rank has {available / 2**30:,.1f} GiB (its share of the node's memory); lower those "
-        "or spread the job over more ranks or nodes"
+        f"by {keys}) and this rank has {available / 2**30:,.1f} GiB (its share of the node's memory); lower those"
+        + spread
     )
 
 

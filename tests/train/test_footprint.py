@@ -60,6 +60,9 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "this job needs at least" in errors[0] and f"({term} " in errors[0], errors[0]
     assert "its share of the node's memory" in errors[0], errors[0]
+    # more ranks are advice where they shrink the term: not for the parameters every rank holds whole
+    if term != "pairs":
+        assert ("spread the job over more ranks" in errors[0]) is (term == "activations"), errors[0]
 
 
 #: an event stream's sizes as the event regime's footprint reads them
@@ -87,8 +90,9 @@ def test_the_event_regime_bounds_its_batch():
     # evaluation's roots read their neighbours' messages too: many negatives are refused, naming the key
     with pytest.raises(Exception, match=r"tgn batch .* set by task.eval_negatives, model.neighbors"):
         check_footprint(_tgn_job(eval_negatives=100_000), MANIFEST, 1, 2**34, "job.yaml")
-    with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, model.neighbors"):
+    with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, model.neighbors") as err:
         check_footprint(_tgn_job(negatives=100_000), MANIFEST, 1, 2**34, "job.yaml")
+    assert "more ranks" not in str(err.value)  # a batch slice is the keys' (strategy.minibatch), not P's
 
 
 @pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
