@@ -6,7 +6,7 @@ rules raise ``ValueError`` in ``__post_init__``, which ``load_job`` prefixes wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 __all__ = [
@@ -330,6 +330,8 @@ class AdjusterConfig:
             raise ValueError("epsilon_min: must be in [0, epsilon] and epsilon in [0, 1]")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
+        _only_with(self, ("reward_time", "gamma", "epsilon", "epsilon_decay", "epsilon_min", "lr"),
+                   self.kind == "dqn", "kind: dqn")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,6 +354,7 @@ class ReservoirConfig:
             raise ValueError("max_mb: must be > 0 (MiB per rank)")
         if not self.max_batch_mb >= 0:
             raise ValueError("max_batch_mb: must be >= 0 (MiB; 0 = never a snapshot batch)")
+        _only_with(self, ("threads", "max_mb", "max_batch_mb"), self.mode == "on", "mode: on")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,6 +374,19 @@ class AveragingConfig:
             raise ValueError("every_s: must be > 0 (seconds between averaging rounds)")
         if self.every_steps < 0:
             raise ValueError("every_steps: must be >= 0 (0 = rounds by every_s)")
+        _only_with(self, ("every_s", "every_steps"), self.mode == "async", "mode: async")
+
+
+def _only_with(cfg, names: tuple[str, ...], applies: bool, when: str) -> None:
+    """Refuse a key of ``cfg`` set away from its default where it would be ignored (the config is strict: an
+    option that changes nothing is an error, not a silent no-op)."""
+    if applies:
+        return
+    default = {f.name: f.default for f in fields(cfg)}
+    for name in names:
+        if getattr(cfg, name) != default[name]:
+            raise ValueError(f"{name}: applies only with {when}, which this section does not set; remove it or set "
+                             f"{when}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -143,6 +143,11 @@ def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, 
     ("strategy.averaging.every_s=0", "every_s: must be > 0"),
     ("strategy.averaging.every_steps=-1", "every_steps: must be >= 0"),
     ("strategy.reservoir.threads=-1", "threads: must be >= 0"),
+    # a key its section's mode would ignore is refused (strict config), not accepted to change nothing
+    ("strategy.adjuster.kind=random strategy.adjuster.gamma=0.5", "gamma: applies only with kind: dqn"),
+    ("strategy.adjuster.kind=fixed strategy.adjuster.epsilon=0.5", "epsilon: applies only with kind: dqn"),
+    ("strategy.reservoir.threads=2", "threads: applies only with mode: on"),
+    ("strategy.averaging.every_steps=4", "every_steps: applies only with mode: async"),
 ])
 def test_bad_options_are_config_errors(dense, tmp_path, override, error):
     with pytest.raises(ConfigError, match=re.escape(error)):
