@@ -197,7 +197,8 @@ _EXIT_CODES = """exit codes:
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
       (a new run stopped during its set-up has none: run it again with another --output)
   130 / 143  a SIGINT / SIGTERM after a first SIGINT or SIGTERM: stopped at once, no checkpoint of that epoch
-      (the newest one stays); after a SIGUSR1 (a scheduler's warning) a SIGTERM still checkpoints (75)"""
+      (the newest one stays); after a SIGUSR1 (a scheduler's warning) a SIGTERM still checkpoints (75);
+      the other commands (prepare, generate, ...) stop at the first, prepare and generate leaving nothing"""
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -402,16 +403,24 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     import signal
 
-    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind
-    before = {sig: signal.signal(sig, _signalled) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind; a
+    # signal the process was started ignoring (`cmd &` in a script) stays ignored
+    before = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                before[sig] = signal.signal(sig, _signalled)
+        except ValueError:  # main() called from another thread: Python's own handling stays
+            break
     try:
         code = args.func(args)
         sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
         return code
     except KeyboardInterrupt as e:
         n = getattr(e, "signum", signal.SIGINT)
-        print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}; nothing it was writing is left",
-              file=sys.stderr)
+        # the dataset writers remove their hidden directory on the way out; the other commands write in place
+        kept = "; nothing it was writing is left" if args.command in ("prepare", "generate") else ""
+        print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return 128 + n
     except HpcdgnnError as e:
         print(f"hpcdgnn: error: {e}", file=sys.stderr)

@@ -199,7 +199,9 @@ def run_pyg(data: Path, args) -> list[dict]:
             zs = z[assoc[src]]
             pos_out = link_pred(zs, z[assoc[pos]]).view(b)
             neg_out = link_pred(zs.repeat_interleave(k, 0), z[assoc[neg.reshape(-1)]]).view(b, k)
-            above = (neg_out > pos_out[:, None]).sum(1).double() + (neg_out >= pos_out[:, None]).sum(1).double()
+            # rounded to 9 decimals first, as hpcdgnn's ranks are (tasks.temporal_link_prediction._quantized)
+            qn, qp = torch.round(neg_out.double(), decimals=9), torch.round(pos_out.double(), decimals=9)[:, None]
+            above = (qn > qp).sum(1).double() + (qn >= qp).sum(1).double()
             rr.append((1.0 / (1.0 + 0.5 * above)).cpu())
             aps.append(average_precision(torch.cat([pos_out, neg_out[:, 0]]).double().cpu().numpy(),
                                          np.r_[np.ones(b), np.zeros(b)]))

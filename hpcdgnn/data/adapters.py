@@ -100,7 +100,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     from hpcdgnn.data.prepare._common import PreparedInput, slice_events
     from hpcdgnn.data.prepare.event_stream import EVENT_ONLY_OPTIONS, ParsedEvents, _check, option_flag, write_parsed
     from hpcdgnn.data.prepare.snap import EdgeList, _snapshots, slicing_kwargs, snapshot_counts
-    from hpcdgnn.data.writer import check_output
+    from hpcdgnn.data.writer import as_float32, check_output
 
     where = Path("from_arrays")
     if kind not in KINDS:
@@ -127,7 +127,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         order = np.argsort(times, kind="stable")
         feats = None
         if edge_features is not None:
-            feats = _numpy(edge_features, "edge_features", str(where)).astype(np.float32)
+            feats = as_float32(_numpy(edge_features, "edge_features", str(where)))
             feats = feats.reshape(-1, 1) if feats.ndim == 1 else feats
             if feats.ndim != 2 or feats.shape[0] != s.shape[0]:
                 raise DataError(f"{where}: edge_features: shape {feats.shape}, expected ({s.shape[0]}, D)")

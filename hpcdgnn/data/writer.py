@@ -48,6 +48,7 @@ __all__ = [
     "file_sha256",
     "shard_file_problem",
     "human_bytes",
+    "as_float32",
 ]
 
 DEGREE_FEATURES = ["in_degree", "out_degree"]
@@ -70,6 +71,13 @@ class RawSnapshot:
     labels: np.ndarray | None = None
     time: tuple[float, float] | None = None
     targets: np.ndarray | None = None
+
+
+def as_float32(a: np.ndarray) -> np.ndarray:
+    """``a`` as float32, what a dataset stores; a value past float32 becomes inf without numpy's overflow warning:
+    the writer refuses it in one line that names it."""
+    with np.errstate(over="ignore"):
+        return np.asarray(a).astype(np.float32)
 
 
 def human_bytes(n: float) -> str:
@@ -408,8 +416,7 @@ class _SnapshotWriter:
             indptr, indices = _csr(*_split_keys(a_keys, n), n, index_dtype)
         g.create_dataset("indptr", data=indptr)
         g.create_dataset("indices", data=indices)
-        with np.errstate(over="ignore"):
-            w32 = a_w.astype(np.float32)
+        w32 = as_float32(a_w)
         if not np.isfinite(w32).all():  # a weight past float32 (or summed past it by --edge-life): inf in the shard
             k = int(np.flatnonzero(~np.isfinite(w32))[0])
             raise DataError(f"{root}: snapshot {t}: edge weight {float(a_w[k]):.4g} does not fit in float32 (up to "

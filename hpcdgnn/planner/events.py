@@ -28,8 +28,11 @@ model; this one counts TGN's work instead of a snapshot model's):
   the pickled envelope per batch and rank); ``memory.order`` barriers move no bytes (their latency counts).
 * **memory**: the node memory (N × (d + mail) values, N update times, N mail gaps under ``memory_time:
   event``), the stream, the temporal CSR and the edge features as inputs; parameters with gradients and Adam's
-  moments; one training slice's saved activations, (1 + s̄)·(8d + d_t) + s̄·(D + d_t + 3H) + 3H + d values per
-  root.
+  moments; as activations the larger of one training slice's saved tensors, (1 + s̄)·(8d + d_t) + s̄·(D + d_t +
+  3H) + 3H + d values per root, and what one evaluation slice holds at once (no autograd state, but (2 + m)
+  roots an event): each distinct occurrence's state row and, updated at the read (``memory_time: query``), its
+  Φ and the GRU's products and gates (10d + d_t); each root's s̄ slots' rows, Φ and features and its 3H + d;
+  each scored pair's 2H.
 """
 
 from __future__ import annotations

@@ -41,14 +41,16 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     eval_roots = min(pairs, n) if task.eval_protocol == "per_batch" else pairs
     train = (min(train_roots, n) if task.train_protocol == "per_batch" else train_roots) * per_root
     evaluation = eval_roots * per_eval_root + pairs * m.hidden
-    keys = "task.negatives" if train >= evaluation else "task.eval_negatives"
+    if train >= evaluation:  # capped at N, a per_batch slice no longer grows with its negatives or events
+        keys = ("model.neighbors, model.hidden" if task.train_protocol == "per_batch" and train_roots > n else
+                "task.negatives, model.neighbors, task.batch_events, model.hidden")
+    else:
+        keys = "task.eval_negatives, model.neighbors, task.batch_events, model.hidden, model.memory_dim, model.time_dim"
     weights = counted_parameters(lambda: build_model(job, manifest),
                                  lambda: build_task(job.task, manifest, m.hidden, 0))
     widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" * (m.static_memory == "on"))
     return {"parameters": parameter_bytes(job, weights, widths),
-            "tgn batch": (item_bytes(job) * max(train, evaluation),
-                          f"{keys}, model.neighbors, task.batch_events, model.hidden"
-                          + (", model.memory_dim, model.time_dim" if keys == "task.eval_negatives" else ""))}
+            "tgn batch": (item_bytes(job) * max(train, evaluation), keys)}
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:

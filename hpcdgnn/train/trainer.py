@@ -166,7 +166,7 @@ class _Health:
         """``sums_finite``: the epoch's metric sums were finite, so a NaN loss means no examples (else the run
         diverged, which ends it with its own line)."""
         loss = record["train_loss"]
-        if self.first is None:
+        if self.first is None or not np.isfinite(self.first):  # an epoch without examples is no baseline
             self.first = loss
             val = record.get(f"val_{self.metric}")
             if val is None or not np.isfinite(val):  # NaN in the record (null in metrics.jsonl): no examples

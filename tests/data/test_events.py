@@ -513,6 +513,11 @@ def test_nanosecond_clocks_keep_distinct_times_or_are_refused(tmp_path, capsys):
     m = prepare_dataset(us, "snap", tmp_path / "raw", kind="events")
     assert np.unique(read_events(tmp_path / "raw", m).t).shape[0] == 1000
     assert "past 2^53: stored rounded to float64" in capsys.readouterr().err
+    # a unit too fine to bring them under 2^53 rounds them as well: said too
+    prepare_dataset(us, "snap", tmp_path / "ten", kind="events", time_unit=10)
+    assert "past 2^53 in units of 10: stored rounded to float64" in capsys.readouterr().err
+    prepare_dataset(us, "snap", tmp_path / "huge", kind="events", time_unit=1e19)  # past int64: float division
+    assert "past 2^53: stored rounded" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["snapshots", "events"])

@@ -89,6 +89,18 @@ def test_measured_is_refused_where_there_is_no_cut_to_move(tmp_path, small_datas
     assert str(err.value).startswith(f"{path}: ") and says in str(err.value)
 
 
+def test_the_planner_offers_no_blocked_variant_of_a_measured_snapshot(tmp_path, small_dataset):
+    """``strategy: auto`` under memory pressure tries checkpoint blocks (``smaller``); with ``balance: measured``
+    those would be refused by the check above after the pick, naming a key the user never set."""
+    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+    manifest = load_manifest(small_dataset)
+    assert SnapshotStrategy.smaller(_job(tmp_path, small_dataset).strategy, manifest) == []
+    work = load_job(write_job(tmp_path / "w.yaml", small_dataset, model={"name": "tmgcn"},
+                              strategy={"name": "snapshot", "layout": "block"}))
+    assert [v.blocks for v in SnapshotStrategy.smaller(work.strategy, manifest)][:1] == [2]
+
+
 @pytest.mark.parametrize(("balance", "warmup", "epochs", "cut", "flagged"), [
     ("measured", 1, 5, 4, 4),  # the median of epochs 2-4 at least, however short the warm-up asked
     ("measured", 0, 5, 4, 4),

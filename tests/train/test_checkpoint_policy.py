@@ -41,6 +41,15 @@ def test_health_warns_once_each(caplog):
     assert "validation split is empty" in text[0] and text[0].endswith("the regime's hint")
     assert "grew from 0.69 to 1e+34 by epoch 3" in text[1]
     assert "epoch 6's batches held no training examples" in text[2]
+    # a first epoch without examples is no baseline: the growth is measured from the first finite loss
+    late = _Health(log, "auc", "")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="test-health"):
+        late.check(_record(1, float("nan"), 0.5), sums_finite=True)
+        late.check(_record(2, 0.69, 0.5))
+        late.check(_record(3, 1e34, 0.5))
+    assert [r.getMessage() for r in caplog.records][-1].endswith("grew from 0.69 to 1e+34 by epoch 3: training is "
+                                                                  "diverging; lower train.lr")
     quiet = _Health(log, "auc", "")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="test-health"):

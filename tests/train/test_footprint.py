@@ -133,6 +133,11 @@ def test_per_batch_protocols_embed_each_node_once_at_most():
     nbytes = footprint(_tgn_job(memory_dim=20, time_dim=10, protocol="per_batch"), MANIFEST, 1)["tgn batch"][0]
     assert nbytes == 4 * (1000 * (20 + 100 + 10 * (4 + 20 + 10)) + 51 * 600 * 100)
     assert nbytes < footprint(_tgn_job(memory_dim=20, time_dim=10), MANIFEST, 1)["tgn batch"][0] / 4
+    # training's slice capped at N: its negatives and batch size no longer set the term, so the line does not
+    # name them
+    job = _tgn_job(negatives=100_000, eval_negatives=1, memory_dim=20, time_dim=10, protocol="per_batch")
+    nbytes, keys = footprint(job, MANIFEST, 1)["tgn batch"]
+    assert nbytes == 4 * 1000 * (20 + 100 + 10 * (4 + 200)) and keys == "model.neighbors, model.hidden"
 
 
 @pytest.mark.parametrize(("static", "encoding", "dtype"), [("off", "fixed", "float32"), ("on", "learnable", "float64")])

@@ -34,7 +34,7 @@ from hpcdgnn.data.prepare._common import PrepareOptions, parse_columns, remap_id
 from hpcdgnn.data.prepare._estimate import MAX_OUTPUT_FILES
 from hpcdgnn.data.prepare.jodie import JODIE_COLUMN_KEYS, parse_jodie_events
 from hpcdgnn.data.prepare.snap import SNAP_COLUMN_KEYS, parse_edge_list
-from hpcdgnn.data.writer import file_sha256
+from hpcdgnn.data.writer import as_float32, file_sha256
 from hpcdgnn.errors import DataError
 
 __all__ = [
@@ -124,8 +124,7 @@ def _read_snap(path: Path, opts: EventOptions) -> ParsedEvents:
         source.update(sources=num_sources, destinations=int(d_used.shape[0]))
     if columns is not None:
         source["columns"] = columns
-    with np.errstate(over="ignore"):  # a weight past float32 becomes inf, refused in one line by write_parsed
-        efeat = None if edges.weight is None else edges.weight.astype(np.float32).reshape(-1, 1)
+    efeat = None if edges.weight is None else as_float32(edges.weight).reshape(-1, 1)
     return ParsedEvents(
         src=src,
         dst=dst,
@@ -232,11 +231,13 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
     unit = unit or 1.0
     if t.dtype.kind not in "iu":
         return t.astype(np.float64) / unit
-    if float(unit).is_integer():
-        q, r = np.divmod(t, int(unit))
-        out = q.astype(np.float64) + r.astype(np.float64) / unit
+    exact = float(unit).is_integer() and unit <= np.iinfo(t.dtype).max  # divmod by it in the integers
+    whole = np.divmod(t, t.dtype.type(unit))[0] if exact else t  # the integer part float64 must hold
+    out = whole.astype(np.float64)
+    if exact:
+        out += (t - whole * t.dtype.type(unit)).astype(np.float64) / unit
     else:
-        out = t.astype(np.float64) / unit
+        out /= unit
     # sorted by time: distinct values are the non-zero steps
     merged = int(np.count_nonzero(np.diff(t))) - int(np.count_nonzero(np.diff(out)))
     if merged > 0:
@@ -245,11 +246,14 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
                         f"{float(np.abs(out).max()):.4g}{per}; float64 tells apart ~16 significant digits): count "
                         "them from an origin of your own (subtract the first time), or in a coarser --time-unit "
                         "(e.g. 1e9: nanoseconds in seconds, where times under ~1e-7 s apart merge)")
-    if unit == 1.0 and np.abs(t).max() > 2**53:  # distinct still, but rounded: their gaps move
-        err = int(np.abs((t - out.astype(t.dtype)).astype(np.int64)).max())  # wrap-around: the signed difference
-        print(f"hpcdgnn prepare: warning: {where}: times reach {float(np.abs(t).max()):.4g}, past 2^53: stored "
-              f"rounded to float64 (by up to {err:g}); --time-unit (e.g. 1e9 for nanoseconds) keeps their gaps",
-              file=sys.stderr, flush=True)
+    if np.abs(whole).max() > 2**53:  # distinct still, but their integer part rounded: their gaps move
+        # in the input's units; wrap-around of the integer difference gives its sign
+        err = int(np.abs((whole - whole.astype(np.float64).astype(t.dtype)).astype(np.int64)).max())
+        err = err * (int(unit) if exact else 1)
+        print(f"hpcdgnn prepare: warning: {where}: times reach {float(np.abs(t).max()):.4g}, past 2^53"
+              f"{' in units of ' + format(unit, 'g') if exact and unit != 1.0 else ''}: stored rounded to float64 "
+              f"(by up to {err:g} of the input's units); a coarser --time-unit (e.g. 1e9 for nanoseconds) keeps "
+              "their gaps", file=sys.stderr, flush=True)
     return out
 
 

@@ -41,7 +41,7 @@ from hpcdgnn.data.prepare._common import (
     split_fields,
 )
 from hpcdgnn.data.prepare.snap import slicing_kwargs, snapshot_counts
-from hpcdgnn.data.writer import RawSnapshot
+from hpcdgnn.data.writer import RawSnapshot, as_float32
 from hpcdgnn.errors import DataError
 
 __all__ = ["read_jodie", "parse_jodie_events", "JODIE_COLUMN_KEYS"]
@@ -233,12 +233,6 @@ def read_jodie(path: Path, opts: PrepareOptions) -> PreparedInput:
 _FEATURE_BLOCK = 1 << 15
 
 
-def _float32(block: np.ndarray) -> np.ndarray:
-    """``block`` as stored; a value past float32 becomes inf, which the writer refuses in one line naming it."""
-    with np.errstate(over="ignore"):
-        return block.astype(np.float32)
-
-
 def _feature_block(path: Path, rows: list[list[str]], lines: list[int], names: list[str]) -> np.ndarray:
     """A block of feature tokens as float64 (rows, D); a DataError naming the first bad token's line."""
     try:
@@ -312,12 +306,12 @@ def parse_jodie_events(
             rows.append([parts[j] for j in fcols])
             row_lines.append(lineno)
             if len(rows) == _FEATURE_BLOCK:
-                blocks.append(_float32(_feature_block(path, rows, row_lines, fnames)))
+                blocks.append(as_float32(_feature_block(path, rows, row_lines, fnames)))
                 rows, row_lines = [], []
     if not lines:
         raise DataError(f"{path}: no interactions (empty file or header only)")
     if rows:
-        blocks.append(_float32(_feature_block(path, rows, row_lines, fnames)))
+        blocks.append(as_float32(_feature_block(path, rows, row_lines, fnames)))
     time = parse_numbers(times, lines, path, _what("time", names))
     features = np.concatenate(blocks) if blocks else None
     return users, items, time, features, fnames, names
