@@ -56,18 +56,6 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM or SIGINT during a one-process command (prepare, generate, …): unwinds like Ctrl-C, so that what
-    the command was writing is removed on the way out (the writers' ``except BaseException``)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _signalled(signum, frame) -> None:
-    raise _Signalled(signum)
-
 
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
     """Run ``body(comm)`` on every rank of the MPI job (``run``, ``embed``, ``predict``): its exit status.
@@ -403,13 +391,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     import signal
 
+    from hpcdgnn import preemption
+
     # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind; a
     # signal the process was started ignoring (`cmd &` in a script) stays ignored
     before = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             if signal.getsignal(sig) is not signal.SIG_IGN:
-                before[sig] = signal.signal(sig, _signalled)
+                before[sig] = signal.signal(sig, preemption.stop)
         except ValueError:  # main() called from another thread: Python's own handling stays
             break
     try:
@@ -438,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+        preemption.forget_stop()
 
 
 if __name__ == "__main__":

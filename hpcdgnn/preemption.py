@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "hold", "install", "requested", "reset"]
+__all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold", "install",
+           "requested", "reset", "stop"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -18,6 +19,37 @@ _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 #: a second SIGINT / SIGTERM stops a command-line run at once with the shell's code for the signal, 128 + n (130,
 #: 143): no checkpoint (the newest one stays), and not a crash's 1
 EXIT_SIGNALLED_AGAIN = {signal.SIGINT: 128 + signal.SIGINT, signal.SIGTERM: 128 + signal.SIGTERM}
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGINT during a one-process command (prepare, generate, …): unwinds like Ctrl-C, so that what
+    the command was writing is removed on the way out (the writers' ``except BaseException``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: the signal :func:`stop` received, if any (one-process commands only)
+_STOPPED: list[int] = []
+
+
+def stop(signum: int, frame: object) -> None:
+    """The one-process commands' handler: record the signal and unwind. An exception raised in some C contexts
+    (an import registering an ABC, say) is lost, so the long loops call :func:`check_stop` too."""
+    _STOPPED.append(signum)
+    raise Stopped(signum)
+
+
+def check_stop() -> None:
+    """Raise :class:`Stopped` again if :func:`stop` recorded a signal (a safe point in a long loop)."""
+    if _STOPPED:
+        raise Stopped(_STOPPED[0])
+
+
+def forget_stop() -> None:
+    """Forget a recorded stop signal: a caller of ``main`` in-process (the tests) goes on."""
+    _STOPPED.clear()
 
 
 class PreemptionFlag:

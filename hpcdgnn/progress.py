@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TextIO, TypeVar
 
+from hpcdgnn import preemption
+
 __all__ = ["Progress", "default_seconds"]
 
 T = TypeVar("T")
@@ -76,7 +78,8 @@ class Progress:
         return f"\r[{'#' * done}{'.' * (_WIDTH - done)}] {self._text(now)}"
 
     def update(self, n: int = 1) -> None:
-        """``n`` more units done."""
+        """``n`` more units done (a safe point: a stop signal whose exception was lost is raised here)."""
+        preemption.check_stop()
         self.n += n
         if self.seconds <= 0:
             return

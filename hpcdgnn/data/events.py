@@ -23,7 +23,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcdgnn import indices
+from hpcdgnn import indices, preemption
 from hpcdgnn.data.manifest import (
     EVENTS_FORMAT_NAME,
     FORMAT_NAME,
@@ -716,6 +716,7 @@ def _write_event_shards(
     shards = []
     e = int(t.shape[0])
     for k, lo in enumerate(range(0, e, shard_events)):
+        preemption.check_stop()  # a safe point for a stop signal whose exception was lost
         hi = min(lo + shard_events, e)
         name = event_shard_name(k)
         path = tmp / "shards" / name
