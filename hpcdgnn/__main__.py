@@ -56,7 +56,6 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
     """Run ``body(comm)`` on every rank of the MPI job (``run``, ``embed``, ``predict``): its exit status.
 

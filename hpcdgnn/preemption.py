@@ -2,7 +2,8 @@
 
 The handler only records the signal; the ranks agree on stopping through the per-epoch all-gather, checkpoint
 and exit with ``EXIT_PREEMPTED``. :func:`hold` blocks the signals from the first line of ``main`` until
-:func:`install`, so an early warning is not lost.
+:func:`install`, so an early warning is not lost. The one-process commands (prepare, generate, …) stop at the
+first SIGTERM or SIGINT instead (:func:`stop`, :func:`check_stop`).
 """
 
 from __future__ import annotations
