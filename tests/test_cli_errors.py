@@ -57,6 +57,24 @@ def test_a_signal_while_writing_a_dataset_removes_what_it_wrote(tmp_path, sig, n
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
 
 
+def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
+    """``hpcdgnn prepare … &`` in a script starts with SIGINT ignored, as Python leaves it: the stop handler of
+    the one-process commands must not take it over (a Ctrl-C meant for the script would end the background job)."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(tmp_path / "g"),
+                             "--vertices", "50000", "--snapshots", "32", "--density", "3", "--seed", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".g.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "stopped by" not in err, err
+    assert (tmp_path / "g" / "manifest.json").is_file()
+
+
 def test_profile_threads_are_bounded_like_train_threads(tmp_path):
     """``profile --threads 100000`` crashed torch (a segfault)."""
     line = _one_line(_hpcdgnn("profile", "--threads", "100000", "--out", str(tmp_path / "p.pt")))
