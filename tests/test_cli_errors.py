@@ -33,24 +33,32 @@ def test_generate_beyond_memory_is_one_line(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
-@pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
-def test_a_signal_while_writing_a_dataset_removes_what_it_wrote(tmp_path, sig, name):
-    """``scancel`` (SIGTERM) during ``generate`` or ``prepare`` ended the process where it stood, leaving its hidden
-    ``.NAME.tmp-*`` directory (hundreds of MiB) beside the output; Ctrl-C printed a traceback. Now: one line,
-    exit 128 + n, nothing left — also when the signal lands in an import whose C code drops the exception
-    (numpy.random's, here, in about one run in four: the writer's loop raises it again)."""
+def _generate_signalled_while_writing(tmp_path, sig: int, vertices: int, sigint) -> subprocess.Popen:
+    """``generate`` into ``tmp_path/g`` with SIGINT's disposition ``sigint`` (a shell's default, or ignored), sent
+    ``sig`` once its hidden ``.g.tmp-*`` directory exists (or it finished)."""
     import signal
 
-    # SIGINT as a shell gives it (a pytest-xdist worker may have it ignored, which a child would keep)
     proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(tmp_path / "g"),
-                             "--vertices", "400000", "--snapshots", "128", "--density", "3", "--seed", "0"],
+                             "--vertices", str(vertices), "--snapshots", "128", "--density", "3", "--seed", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob(".g.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert list(tmp_path.glob(".g.tmp-*")), "generate finished before it could be signalled"
     proc.send_signal(sig)
+    return proc
+
+
+@pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
+def test_a_signal_while_writing_a_dataset_removes_what_it_wrote(tmp_path, sig, name):
+    """``scancel`` (SIGTERM) during ``generate`` or ``prepare`` ended the process where it stood, leaving its hidden
+    ``.NAME.tmp-*`` directory beside the output; Ctrl-C printed a traceback. Now: one line, exit 128 + n, nothing
+    left — also when the signal lands in C code that drops the exception (the writer's loop raises it again)."""
+    import signal
+
+    # SIGINT as a shell gives it (a pytest-xdist worker may have it ignored, which a child would keep)
+    proc = _generate_signalled_while_writing(tmp_path, sig, 400_000, signal.SIG_DFL)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + sig, err
     assert err.strip().splitlines() == [f"hpcdgnn: generate: stopped by {name}; nothing it was writing is left"], err
@@ -62,14 +70,7 @@ def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
     the one-process commands must not take it over (a Ctrl-C meant for the script would end the background job)."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(tmp_path / "g"),
-                             "--vertices", "50000", "--snapshots", "32", "--density", "3", "--seed", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".g.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
+    proc = _generate_signalled_while_writing(tmp_path, signal.SIGINT, 50_000, signal.SIG_IGN)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "stopped by" not in err, err
     assert (tmp_path / "g" / "manifest.json").is_file()
