@@ -98,20 +98,26 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
             if not hasattr(cls, "cost") and not hasattr(cls, "predict"):
                 out.append(_unpriced(name, opts, P, "no cost model yet"))
                 continue
-            try:
-                regime.check(variant, None, P)
-            except ConfigError as e:
-                out.append(_unpriced(name, opts, P, f"does not apply: {str(e).removeprefix('None: ')}"))
+            why = _refusal(regime, variant, P)
+            if why:
+                out.append(_unpriced(name, opts, P, why))
                 continue
             for each in cls.variants(opts, P, manifest):
                 job_v = replace(job, strategy=each)
                 try:  # the plan refuses options that cannot work at this P (one line), as the run would
+                    why = _refusal(regime, job_v, P)
                     pred = _priced(cls, job_v, manifest, graph, P, work, params, rates, memory_per_rank)
                 except ConfigError as e:
-                    out.append(_unpriced(name, each, P, f"does not apply: {str(e).removeprefix('None: ')}"))
+                    why = f"does not apply: {str(e).removeprefix('None: ')}"
+                if why:
+                    out.append(_unpriced(name, each, P, why))
                     continue
                 out.append(pred)
-                tries = [] if pred.fits else cls.smaller(each, manifest)
+                # a smaller variant the run's check would refuse (``balance: measured`` with blocks) is never
+                # offered: the pick would then fail at set-up, naming a key the user did not set
+                tries = [] if pred.fits else [
+                    less for less in cls.smaller(each, manifest)
+                    if not _refusal(regime, replace(job, strategy=less), P)]
                 for i, less in enumerate(tries):  # the first that fits, or the last (the smallest) when none does
                     lp = _priced(cls, replace(job, strategy=less), manifest, graph, P, work, params, rates,
                                  memory_per_rank)
@@ -143,6 +149,16 @@ def _pickable(predictions: list[Prediction], named: bool) -> list[Prediction]:
         if not get_strategy(p.strategy).full_batch and p.epoch_s == p.epoch_s:
             p.notes.append(SAMPLED_NOTE)
     return full
+
+
+def _refusal(regime, job, P: int) -> str | None:
+    """Why the run's own check (``regime.check``, with the strategy's ``check_job``) refuses ``job`` at P, as a
+    prediction's note; None when it does not."""
+    try:
+        regime.check(job, None, P)
+    except ConfigError as e:
+        return f"does not apply: {str(e).removeprefix('None: ')}"
+    return None
 
 
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:

@@ -113,8 +113,8 @@ class SnapshotStrategy(FullBatchStrategy):
         """Checkpoint blocks 2, 4, 8, … below T, then T (IBM §3.1): activations of one block at a time."""
         import dataclasses
 
-        if getattr(opts, "blocks", None) != 1 or opts.balance == "measured":  # blocked already, a strategy
-            return []  # without blocks (pss), or a re-cut that blocks would refuse (check_job)
+        if getattr(opts, "blocks", None) != 1:  # blocked already, or a strategy without blocks (pss)
+            return []
         T, nb, out = manifest.num_snapshots, 2, []
         while nb < T:
             out.append(nb)

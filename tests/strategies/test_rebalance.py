@@ -91,14 +91,21 @@ def test_measured_is_refused_where_there_is_no_cut_to_move(tmp_path, small_datas
 
 def test_the_planner_offers_no_blocked_variant_of_a_measured_snapshot(tmp_path, small_dataset):
     """``strategy: auto`` under memory pressure tries checkpoint blocks (``smaller``); with ``balance: measured``
-    those would be refused by the check above after the pick, naming a key the user never set."""
-    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+    those would be refused by the check above after the pick, naming a key the user never set: the planner
+    prices only the smaller variants the run's own check accepts."""
+    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.rates import MachineRates
 
     manifest = load_manifest(small_dataset)
-    assert SnapshotStrategy.smaller(_job(tmp_path, small_dataset).strategy, manifest) == []
-    work = load_job(write_job(tmp_path / "w.yaml", small_dataset, model={"name": "tmgcn"},
-                              strategy={"name": "snapshot", "layout": "block"}))
-    assert [v.blocks for v in SnapshotStrategy.smaller(work.strategy, manifest)][:1] == [2]
+
+    def blocks(balance: str) -> list[int]:
+        job = _job(tmp_path, small_dataset, balance=balance)
+        preds = plan_job(job, manifest, str(small_dataset), [2], MachineRates(), strategies=["snapshot"],
+                         memory_per_rank=1.0)  # one byte: nothing fits, so every smaller variant is tried
+        return [p.options["blocks"] for p in preds]
+
+    assert blocks("work") == [1, manifest.num_snapshots]  # the last (smallest) blocked variant when none fits
+    assert blocks("measured") == [1]
 
 
 @pytest.mark.parametrize(("balance", "warmup", "epochs", "cut", "flagged"), [
