@@ -200,6 +200,25 @@ def test_model_work_extrapolates_to_a_larger_graph(name):
     assert list(work.state_per_row) == hidden_state
 
 
+def test_model_work_of_cdgcn_is_the_hand_count():
+    """Two CD-GCN layers (F = 3 features, F' = 8) in float32, counted against the hand count per (step, vertex) row
+    and per stored entry of Ã_t, forward and backward. Spatial: layer 1's Y_0 W (Ã·X is a constant, so only
+    W's gradient) 2FF' + 2FF'; layer 2's 2F'F' forward, then the gradients of W and of Y_0 2·2F'F'; its Ã·Z
+    and the backward's Ãᵀ·∂ F' + F' per entry. Temporal (oneDNN's fused LSTM, float32 on the CPU): per layer
+    2·4F'(in + F') forward and twice that backward, in = F + F' then 2F'. The other tests compare counts with
+    the same counter on other sizes; this one fails if the counter loses or doubles a product."""
+    F, H = 3, 8
+    work = model_work(model_options("cdgcn")(name="cdgcn", hidden=H, layers=2), F, "float32")
+    assert work.spatial.flops_per_row == pytest.approx(2 * F * H * 2 + 2 * H * H * 3)
+    assert work.spatial.sparse_per_nnz == pytest.approx(H + H)
+    assert work.spatial.flops_per_step == pytest.approx(0.0, abs=1e-6)
+    lstm = [2 * 4 * H * ((F + H) + H), 2 * 4 * H * (2 * H + H)]  # forward, per layer
+    assert work.temporal.rnn_flops_per_row == pytest.approx(3 * sum(lstm))
+    assert [lw[1].rnn_flops_per_row for lw in work.layers] == pytest.approx([3 * f for f in lstm])
+    assert work.forward_share["flops"] == pytest.approx((2 * F * H + 2 * H * H) / (2 * F * H * 2 + 2 * H * H * 3))
+    assert work.forward_share["rnn"] == pytest.approx(1 / 3) and work.forward_share["sparse"] == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize("name", ["cdgcn", "tgcn", "evolvegcn_o"])
 def test_model_work_per_layer_adds_up_to_the_phases(name):
     """The per-layer counts a sampled strategy prices add up to the whole model's, layer by layer as counted on a

@@ -35,6 +35,11 @@ def test_profile_command_writes_a_loadable_predictor(predictor_file):
     assert m["model"] == "cdgcn" and m["hidden"] == [6] and m["features"] == [2] and m["dtype"] == "float64"
     assert m["machine"]["hostname"] and m["machine"]["cpu"] and m["torch"] == torch.__version__
     assert m["samples"]["structure"]["held_out"] == 8 and 0 <= m["mape"]["total"] < 10
+    # what it prints is what it saved (timings of 8 chunks on a shared machine: the value itself is not pinned;
+    # test_fit pins mape's arithmetic)
+    for what, key in (("structure encoder", "structure"), ("time encoder", "time"), ("chunk total", "total")):
+        line = next(s for s in stdout.splitlines() if s.startswith(what))
+        assert f"held-out MAPE {100 * m['mape'][key]:.1f}%" in line, (line, m["mape"])
     assert pred.time is not None
 
 

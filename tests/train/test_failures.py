@@ -32,9 +32,10 @@ def test_bad_shard_ends_every_rank(launcher, tmp_path, small_dataset, fault):
     t0 = time.monotonic()
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job)], timeout=60)
     elapsed = time.monotonic() - t0
-    assert proc.returncode != 0
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])  # a user's error, not a crash's 1
     assert elapsed < 30, f"took {elapsed:.1f}s"
-    assert named in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "hpcdgnn: error:" in line]
+    assert len(errors) == 1 and named in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
 
 

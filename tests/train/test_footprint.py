@@ -28,7 +28,9 @@ def wide_dataset(tmp_path_factory):
 ])
 def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_path, model, strategy, ranks):
     """A job that fits must never be refused: the bound's activations and parameters stay below the measured
-    activation peak of every rank and the parameters with Adam's two moments."""
+    activation peak of every rank and the parameters with Adam's two moments. The measured peak is pinned from
+    the other side by the planner's prediction, counted on its own micro-graphs (``planner.work``), and each
+    rank's peak RSS lies where a Python process with torch does (bytes, not KiB)."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"hidden": 6, **model}, strategy={"name": strategy},
                     train={"epochs": 1, "threads": 1, "dtype": "float64"})
     proc = launcher.run(ranks, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
@@ -38,6 +40,14 @@ def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_pat
     assert 0 < bound["activations"][0] <= min(summary["memory"]["activation_peak_bytes"])
     assert 0 < bound["parameters"][0] <= 3 * 8 * summary["parameters"]["count"]
     assert read_metrics(tmp_path / "run")[-1]["activation_peak_bytes"] >= bound["activations"][0]
+    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.rates import MachineRates
+
+    pred = plan_job(load_job(job), load_manifest(small_dataset), str(small_dataset), [ranks or 1], MachineRates(),
+                    strategies=[strategy])[0]
+    measured = max(summary["memory"]["activation_peak_bytes"])
+    assert 0.67 <= pred.memory_parts["activations"] / measured <= 1.5, (pred.memory_parts, summary["memory"])
+    assert all(64 * 2**20 < b < 16 * 2**30 for b in summary["memory"]["peak_rss_bytes"]), summary["memory"]
 
 
 @pytest.mark.parametrize(("override", "term"), [

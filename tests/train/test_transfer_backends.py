@@ -54,6 +54,9 @@ def test_transfer_bytes_counted(launcher, small_dataset, tmp_path):
     assert summary["transfer"]["setup_bytes"] > 0
     # without blocks the snapshots stay on the device: only the setup moves them
     assert all(r["transfer_bytes"] == 0 for r in flat)
+    # the reloads are the epoch's load time, on every rank; nothing is loaded in an epoch without blocks
+    assert all(r["time"]["load"]["min"] > 0 for r in [*recs, *gd]), [r["time"]["load"] for r in recs]
+    assert all(r["time"]["load"]["max"] == 0 for r in flat), [r["time"]["load"] for r in flat]
 
 
 def test_gloo_backend_matches_mpi(launcher, small_dataset, tmp_path):
