@@ -3,15 +3,17 @@
 Per cell: the module's output over a small random dynamic graph (directed, weighted, with input
 self-loops and a vertex without edges) equals a numpy implementation written gate by gate from the
 cell's docstring (dense L̂, P_f, P_b, Ã; one filter per basis term and gate) to 1e-10; the single-step
-API and a run in two blocks from the carried state give the same; gradcheck on a tiny case. Where PyG
-Temporal is importable (``/tmp/pygt-site`` + ``/tmp/pygt-src``, or ``HPCDGNN_PYGT_PATH``; never a
-project dependency), its GConvLSTM, GConvGRU and TGCN with the same weights give the same outputs.
+API and a run in two blocks from the carried state give the same; gradcheck on a tiny case. PyG Temporal's
+GConvLSTM, GConvGRU and TGCN (never a project dependency): with their weights the cells give their outputs,
+stored in ``pygt_reference.pt`` (PyGT commit adefe44, torch_geometric 2.8.1) and, where PyGT imports
+(``/tmp/pygt-site`` + ``/tmp/pygt-src``, or ``HPCDGNN_PYGT_PATH``), checked against a live run first.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -290,17 +292,40 @@ def test_models_build_with_order_and_refuse_missing_graphs():
 
 
 # --- PyG Temporal with the same weights ------------------------------------------------------------------------
+# PyGT is never a dependency. Its cells' randomised parameters and outputs on this module's inputs are stored
+# (``pygt_reference.pt``, written by ``python -m tests.nn.test_graph_rnn`` where PyGT imports), so the
+# comparison runs everywhere; where PyGT imports, the stored outputs are also checked against a live run.
+
+#: the stored PyGT parameters (state_dict, float64) and outputs per case
+REFERENCE = Path(__file__).with_name("pygt_reference.pt")
+#: case -> (PyGT class, K or None, the inputs' seeds: graphs, features)
+CASES = {"gconv_lstm_2": ("GConvLSTM", 2, 12), "gconv_lstm_3": ("GConvLSTM", 3, 13),
+         "gconv_gru_2": ("GConvGRU", 2, 12), "gconv_gru_3": ("GConvGRU", 3, 13), "tgcn": ("TGCN", None, 21)}
 
 
-def _pygt():
+def _pygt_module():
+    """PyG Temporal's ``nn.recurrent``, or None where it does not import."""
     extra = [p for p in os.environ.get("HPCDGNN_PYGT_PATH", "").split(os.pathsep) if p] or ["/tmp/pygt-site",
                                                                                              "/tmp/pygt-src"]
     if not all(os.path.isdir(d) for d in extra):
-        pytest.skip("PyG Temporal not available (HPCDGNN_PYGT_PATH or /tmp/pygt-site + /tmp/pygt-src)")
+        return None
     for d in extra:  # appended: the project's own packages keep precedence
         if d not in sys.path:
             sys.path.append(d)
-    return pytest.importorskip("torch_geometric_temporal.nn.recurrent")
+    try:
+        import torch_geometric_temporal.nn.recurrent as rec
+    except ImportError:
+        return None
+    return rec
+
+
+def _pygt():
+    """PyG Temporal's ``nn.recurrent``; skips the test where it does not import (HPCDGNN_PYGT_PATH or
+    /tmp/pygt-site + /tmp/pygt-src)."""
+    rec = _pygt_module()
+    if rec is None:
+        pytest.skip("PyG Temporal not available (HPCDGNN_PYGT_PATH or /tmp/pygt-site + /tmp/pygt-src)")
+    return rec
 
 
 def _pyg_edges(a):
@@ -309,80 +334,99 @@ def _pyg_edges(a):
     return torch.from_numpy(np.stack([cols, rows])), torch.from_numpy(_np32(a)[rows, cols])
 
 
-def _randomise(module):
+def _case_inputs(case: str):
+    """The case's T graphs (ChebConv's cells get symmetric ones: PyG's takes D on the sending side; TGCN directed,
+    weighted, without self-loops, which PyG keeps and hpcdgnn drops) and features (T, N, F)."""
+    kind, K, seed = CASES[case]
+    adj = _dense_graphs(seed, symmetric=True) if K else _dense_graphs(seed, self_loops=False)
+    xs = torch.from_numpy(np.random.default_rng(0 if K else 1).standard_normal((T, N, F)))
+    return adj, xs
+
+
+def _run_pygt(rec, case: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """PyGT's cell of ``case`` with parameters uniform in [−0.5, 0.5] (seed 0), its state dict and outputs (T, N, H)."""
+    kind, K, _ = CASES[case]
+    adj, xs = _case_inputs(case)
+    torch.manual_seed(0)
+    cell = (getattr(rec, kind)(F, H, K) if K else getattr(rec, kind)(F, H)).to(DT)
     with torch.no_grad():
-        for q in module.parameters():
+        for q in cell.parameters():
             q.uniform_(-0.5, 0.5)
+        h = c = torch.zeros(N, H, dtype=DT)  # PyGT's default state is float32
+        out = []
+        for t, a in enumerate(adj):
+            ei, ew = _pyg_edges(a)
+            if kind == "GConvLSTM":
+                h, c = cell(xs[t], ei, ew.to(DT), h, c)
+            else:
+                h = cell(xs[t], ei, ew.to(DT), h)
+            out.append(h)
+    return {k: v.detach().clone() for k, v in cell.state_dict().items()}, torch.stack(out)
+
+
+def _reference(case: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The stored PyGT parameters and outputs of ``case``; where PyGT imports, first checked against a live run."""
+    stored = torch.load(REFERENCE, weights_only=True)[case]
+    rec = _pygt_module()
+    if rec is not None:
+        params, out = _run_pygt(rec, case)
+        assert params.keys() == stored["params"].keys()
+        for k, v in params.items():
+            torch.testing.assert_close(v, stored["params"][k], rtol=0, atol=0)
+        torch.testing.assert_close(out, stored["out"], rtol=0, atol=1e-12)
+    return stored["params"], stored["out"]
 
 
 @pytest.mark.parametrize("K", [2, 3])
 def test_gconv_lstm_and_gru_equal_pygt(K):
-    rec = _pygt()
-    adj = _dense_graphs(K + 10, symmetric=True)  # PyG's ChebConv takes D on the sending side: symmetric A
-    xs = torch.from_numpy(np.random.default_rng(0).standard_normal((T, N, F)))
+    """hpcdgnn's GConvLSTM and GConvGRU with PyG Temporal's weights give its outputs to 1e-12 (float64)."""
+    p, want = _reference(f"gconv_lstm_{K}")
+    adj, xs = _case_inputs(f"gconv_lstm_{K}")
     graphs = [_step(t, a) for t, a in enumerate(adj)]
-    torch.manual_seed(0)
-    theirs = rec.GConvLSTM(F, H, K).to(DT)
-    _randomise(theirs)
     ours = GConvLSTMLayer(F, H, K).to(DT)
-    gates = "ifco"
     with torch.no_grad():
-        for g, name in enumerate(gates):
-            cx, ch = getattr(theirs, f"conv_x_{name}"), getattr(theirs, f"conv_h_{name}")
+        for g, name in enumerate("ifco"):
             for k in range(K):
-                ours.w_x[k * F : (k + 1) * F, g * H : (g + 1) * H] = cx.lins[k].weight.T
-                ours.w_h[k * H : (k + 1) * H, g * H : (g + 1) * H] = ch.lins[k].weight.T
-            ours.bias[g * H : (g + 1) * H] = cx.bias + ch.bias + getattr(theirs, f"b_{name}")[0]
-        ours.w_c.copy_(torch.cat([theirs.w_c_i, theirs.w_c_f, theirs.w_c_o]))
+                ours.w_x[k * F : (k + 1) * F, g * H : (g + 1) * H] = p[f"conv_x_{name}.lins.{k}.weight"].T
+                ours.w_h[k * H : (k + 1) * H, g * H : (g + 1) * H] = p[f"conv_h_{name}.lins.{k}.weight"].T
+            ours.bias[g * H : (g + 1) * H] = p[f"conv_x_{name}.bias"] + p[f"conv_h_{name}.bias"] + p[f"b_{name}"][0]
+        ours.w_c.copy_(torch.cat([p["w_c_i"], p["w_c_f"], p["w_c_o"]]))
     z, _ = ours.temporal(xs, None, graphs=graphs)
-    h = c = torch.zeros(N, H, dtype=DT)  # PyGT's default state is float32
-    for t, a in enumerate(adj):
-        ei, ew = _pyg_edges(a)
-        h, c = theirs(xs[t], ei, ew.to(DT), h, c)
-        torch.testing.assert_close(z[t], h, rtol=0, atol=1e-12)
+    torch.testing.assert_close(z, want, rtol=0, atol=1e-12)
 
-    theirs = rec.GConvGRU(F, H, K).to(DT)
-    _randomise(theirs)
+    p, want = _reference(f"gconv_gru_{K}")
+    adj, xs = _case_inputs(f"gconv_gru_{K}")
+    graphs = [_step(t, a) for t, a in enumerate(adj)]
     ours = GConvGRULayer(F, H, K).to(DT)
     with torch.no_grad():
         for g, name in enumerate("zrh"):
-            cx, ch = getattr(theirs, f"conv_x_{name}"), getattr(theirs, f"conv_h_{name}")
             for k in range(K):
-                ours.w_x[k * F : (k + 1) * F, g * H : (g + 1) * H] = cx.lins[k].weight.T
+                ours.w_x[k * F : (k + 1) * F, g * H : (g + 1) * H] = p[f"conv_x_{name}.lins.{k}.weight"].T
                 wh = ours.w_hzr[:, g * H : (g + 1) * H] if g < 2 else ours.w_hh
-                wh[k * H : (k + 1) * H] = ch.lins[k].weight.T
-            ours.bias[g * H : (g + 1) * H] = cx.bias + ch.bias
+                wh[k * H : (k + 1) * H] = p[f"conv_h_{name}.lins.{k}.weight"].T
+            ours.bias[g * H : (g + 1) * H] = p[f"conv_x_{name}.bias"] + p[f"conv_h_{name}.bias"]
     z, _ = ours.temporal(xs, None, graphs=graphs)
-    h = torch.zeros(N, H, dtype=DT)
-    for t, a in enumerate(adj):
-        ei, ew = _pyg_edges(a)
-        h = theirs(xs[t], ei, ew.to(DT), h)
-        torch.testing.assert_close(z[t], h, rtol=0, atol=1e-12)
+    torch.testing.assert_close(z, want, rtol=0, atol=1e-12)
 
 
 def test_tgcn_cell_equals_pygt_tgcn():
-    rec = _pygt()
-    adj = _dense_graphs(21, self_loops=False)  # directed, weighted (PyG keeps input self-loops; hpcdgnn drops them)
-    xs = torch.from_numpy(np.random.default_rng(1).standard_normal((T, N, F)))
-    torch.manual_seed(0)
-    theirs = rec.TGCN(F, H).to(DT)
-    _randomise(theirs)
+    """hpcdgnn's T-GCN cell with PyG Temporal's TGCN weights gives its outputs to 1e-12 (float64)."""
+    p, want = _reference("tgcn")
+    adj, xs = _case_inputs("tgcn")
     ours = TGCNCellLayer(F, H).to(DT)
     with torch.no_grad():
-        for g, (cv, ln) in enumerate([("conv_z", "linear_z"), ("conv_r", "linear_r"), ("conv_h", "linear_h")]):
-            conv_, lin = getattr(theirs, cv), getattr(theirs, ln)
-            left, right = lin.weight[:, :H].T, lin.weight[:, H:].T  # [GCN(X), H] @ Wᵀ
-            ours.w_x[:, g * H : (g + 1) * H] = conv_.lin.weight.T @ left
-            ours.bias[g * H : (g + 1) * H] = conv_.bias @ left + lin.bias
+        for g, name in enumerate("zrh"):
+            w = p[f"linear_{name}.weight"]
+            left, right = w[:, :H].T, w[:, H:].T  # [GCN(X), H] @ Wᵀ
+            ours.w_x[:, g * H : (g + 1) * H] = p[f"conv_{name}.lin.weight"].T @ left
+            ours.bias[g * H : (g + 1) * H] = p[f"conv_{name}.bias"] @ left + p[f"linear_{name}.bias"]
             ours.w_h[:, g * H : (g + 1) * H] = right
-    h, h_ours = torch.zeros(N, H, dtype=DT), None
+    h_ours = None
     for t, a in enumerate(adj):
         g = _step(t, a)
         ax = spmm(gcn_norm(t, g.indptr, g.indices, g.values, DT), xs[t])
         mine, h_ours = ours.cell(ax, h_ours)
-        ei, ew = _pyg_edges(a)
-        h = theirs(xs[t], ei, ew.to(DT), h)
-        torch.testing.assert_close(mine, h, rtol=0, atol=1e-12)
+        torch.testing.assert_close(mine, want[t], rtol=0, atol=1e-12)
 
 
 # --- DGNN.forward over a layout that offers step graphs -------------------------------------------------------
@@ -427,3 +471,15 @@ def test_forward_stacks_the_cells_and_continues_from_layout_states(kind):
     for t in range(T):
         torch.testing.assert_close(whole[t], h[t], rtol=0, atol=0)
         torch.testing.assert_close(emb[t], h[t], rtol=0, atol=1e-13)
+
+
+if __name__ == "__main__":  # python -m tests.nn.test_graph_rnn: store PyGT's parameters and outputs (needs PyGT)
+    _rec = _pygt_module()
+    if _rec is None:
+        sys.exit("PyG Temporal does not import: set HPCDGNN_PYGT_PATH (see perf/bench_pygt.py)")
+    _cases = {}
+    for _case in CASES:
+        _params, _out = _run_pygt(_rec, _case)
+        _cases[_case] = {"params": _params, "out": _out}
+    torch.save(_cases, REFERENCE)
+    print(f"wrote {REFERENCE}")
