@@ -364,7 +364,7 @@ def _run_pygt(rec, case: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     return {k: v.detach().clone() for k, v in cell.state_dict().items()}, torch.stack(out)
 
 
-def _reference(case: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _pygt_reference(case: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The stored PyGT parameters and outputs of ``case``; where PyGT imports, first checked against a live run."""
     stored = torch.load(REFERENCE, weights_only=True)[case]
     rec = _pygt_module()
@@ -380,7 +380,7 @@ def _reference(case: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
 @pytest.mark.parametrize("K", [2, 3])
 def test_gconv_lstm_and_gru_equal_pygt(K):
     """hpcdgnn's GConvLSTM and GConvGRU with PyG Temporal's weights give its outputs to 1e-12 (float64)."""
-    p, want = _reference(f"gconv_lstm_{K}")
+    p, want = _pygt_reference(f"gconv_lstm_{K}")
     adj, xs = _case_inputs(f"gconv_lstm_{K}")
     graphs = [_step(t, a) for t, a in enumerate(adj)]
     ours = GConvLSTMLayer(F, H, K).to(DT)
@@ -394,7 +394,7 @@ def test_gconv_lstm_and_gru_equal_pygt(K):
     z, _ = ours.temporal(xs, None, graphs=graphs)
     torch.testing.assert_close(z, want, rtol=0, atol=1e-12)
 
-    p, want = _reference(f"gconv_gru_{K}")
+    p, want = _pygt_reference(f"gconv_gru_{K}")
     adj, xs = _case_inputs(f"gconv_gru_{K}")
     graphs = [_step(t, a) for t, a in enumerate(adj)]
     ours = GConvGRULayer(F, H, K).to(DT)
@@ -411,7 +411,7 @@ def test_gconv_lstm_and_gru_equal_pygt(K):
 
 def test_tgcn_cell_equals_pygt_tgcn():
     """hpcdgnn's T-GCN cell with PyG Temporal's TGCN weights gives its outputs to 1e-12 (float64)."""
-    p, want = _reference("tgcn")
+    p, want = _pygt_reference("tgcn")
     adj, xs = _case_inputs("tgcn")
     ours = TGCNCellLayer(F, H).to(DT)
     with torch.no_grad():
