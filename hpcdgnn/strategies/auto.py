@@ -3,7 +3,8 @@
 Not a way to train: :meth:`AutoStrategy.resolve` replaces the job's strategy section with the planner's pick
 at the job's P (:func:`hpcdgnn.planner.predict.resolve_auto`) before any plan is made, logs the choice with its
 predicted figures, and hands them to ``plan.json``; the run then trains with the picked strategy, which is also
-what ``config.resolved.yaml`` records (a resumed run keeps it).
+what ``config.resolved.yaml`` records. A resumed run keeps it, whether resumed from the run directory alone or
+with the same job file (its ``auto`` request then must be the one ``plan.json``'s ``planner.request`` records).
 """
 
 from __future__ import annotations
@@ -43,5 +44,8 @@ class AutoStrategy(Strategy):
                 f"{label(p)} {p.epoch_s:.4g} s{'' if p.fits else ' (does not fit)'}" for p in others))
         for name in unused:
             log.info(f"strategy.options.{name}: not used (auto picked {pick.strategy})")
+        from hpcdgnn.config import job_to_dict
+
+        # the request as the job gave it: a resume with the same job file keeps the pick (train.setup)
         return chosen, {"picked": pick.strategy, "options": pick.options, "memory_per_rank": budget,
-                        "predictions": [p.to_json() for p in preds]}
+                        "request": job_to_dict(job)["strategy"], "predictions": [p.to_json() for p in preds]}

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +317,8 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
             if job_path is None and key in _NAMES and yaml.safe_load(value) != old.get(key):
                 raise _not_resumable(f"--set {key}", value, old.get(key), resume) from None
         raise
+    if get_strategy(job.strategy.name).picks_another:
+        job = _resumed_pick(job, saved, run_dir, resume, overrides, job_path)
     check_resume_job(saved, job, resume, overrides, job_path)
     if not (Path(job.data.path) / "manifest.json").is_file():
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
@@ -340,9 +342,37 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     return job, saved, run_dir, ckpt
 
 
+def _planner_record(run_dir: Path) -> dict | None:
+    """What ``strategy: auto`` recorded under ``plan.json``'s ``planner`` key, or None (no auto run)."""
+    with suppress(OSError, ValueError, AttributeError):
+        record = json.loads((run_dir / "plan.json").read_text()).get("planner")
+        return record if isinstance(record, dict) else None
+    return None
+
+
+def _resumed_pick(job: JobConfig, saved: JobConfig, run_dir: Path, resume: str, overrides: list[str],
+                  job_path: str | None) -> JobConfig:
+    """``job`` (``strategy: auto``) resuming the run in ``run_dir``: with the strategy the run picked, when that
+    run was started by the same ``auto`` request (a requeued job script resumes with its own job file; a new pick
+    would change the plan). Raises ConfigError (one line) for a run not started by ``auto`` or another request."""
+    record = _planner_record(run_dir)
+    if record is None:
+        raise _not_resumable(_changed_by("strategy.name", overrides, job_path), job.strategy.name,
+                             saved.strategy.name, resume)
+    asked = json.loads(json.dumps(job_to_dict(job)["strategy"]))  # as plan.json holds it (lists, not tuples)
+    if "request" in record:  # runs made before the request was recorded: any auto request
+        before, after = _flatten(record["request"], "strategy."), _flatten(asked, "strategy.")
+        changed = [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+        if changed:
+            key = next((k for k in changed if override_of(k, overrides)), changed[0])
+            raise _not_resumable(_changed_by(key, overrides, job_path), after.get(key), before.get(key), resume)
+    return replace(job, strategy=saved.strategy)
+
+
 def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: dict | None = None) -> None:
     """Rank 0: write ``config.resolved.yaml`` and ``plan.json`` atomically (the old plan kept when it changed);
-    ``planner``: what ``strategy: auto`` predicted, under ``plan.json``'s ``planner`` key."""
+    ``planner``: what ``strategy: auto`` predicted, under ``plan.json``'s ``planner`` key (kept when a new plan
+    replaces the old: a resume with the job file compares its request with it)."""
     ensure_run_id(run_dir)
     tmp = run_dir / "config.resolved.yaml.tmp"
     tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
@@ -350,6 +380,7 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: di
     path = run_dir / "plan.json"
     new = run_dir / "plan.json.tmp"
     plan.save(new)
+    planner = planner if planner is not None else _planner_record(run_dir)
     if planner is not None:
         new.write_text(json.dumps({**json.loads(new.read_text()), "planner": planner}, indent=1) + "\n")
     if epoch and path.is_file() and path.read_bytes() != new.read_bytes():

@@ -130,6 +130,31 @@ def test_auto_trains_with_the_pick_and_reports_it(launcher, small_dataset, tmp_p
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_an_auto_run_resumes_with_its_own_job_file(launcher, small_dataset, tmp_path):
+    """A job script requeued after a pre-emption resumes with ``run JOB --resume RUNDIR``: with ``strategy: auto``
+    the run goes on with the strategy it picked (a new pick would change the plan), and a resume that changes the
+    ``auto`` request, or brings ``auto`` to a run that did not pick, is one line naming the key."""
+    request = {"name": "auto", "candidates": ["vertex", "snapshot"], "memory_per_rank": "3GiB"}
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=request, train={"epochs": 1})
+    run = str(tmp_path / "auto")
+    assert launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", run]).returncode == 0
+    picked = json.loads((tmp_path / "auto" / "plan.json").read_text())["planner"]["picked"]
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--resume", run, "--set", "train.epochs=2"])
+    assert proc.returncode == 0, proc.stderr
+    assert [r["epoch"] for r in read_metrics(tmp_path / "auto")] == [1, 2]
+    assert f"name: {picked}" in (tmp_path / "auto" / "config.resolved.yaml").read_text()
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--resume", run, "--set", "train.epochs=3",
+                               "strategy.memory_per_rank=2GiB"])
+    lines = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "--set strategy.memory_per_rank: is '2GiB' but the run in" in lines[0] and "'3GiB'" in lines[0], lines
+    plain = write_job(tmp_path / "plain.yaml", small_dataset, strategy={"name": picked}, train={"epochs": 1})
+    assert launcher.run(None, ["-m", "hpcdgnn", "run", str(plain), "--output", str(tmp_path / "plain")]).returncode == 0
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--resume", str(tmp_path / "plain"), "--set",
+                               "train.epochs=2"])
+    assert proc.returncode == 2 and "strategy.name: is 'auto' but the run in" in proc.stderr, proc.stderr
+
+
 def test_auto_with_a_pooling_model_does_not_hang(launcher, small_dataset, tmp_path):
     """EvolveGCN-H's counted top-k pools ran a collective on ``COMM_WORLD`` from rank 0 alone (the planner's counts
     under ``strategy: auto``), which the other ranks never joined: P = 2 hung before training."""
