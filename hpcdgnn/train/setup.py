@@ -87,6 +87,9 @@ class Run:
     """The parameters' checksum before epoch 1 (rank 0; a resumed run's from its checkpoint, or None)."""
     pretrain_seconds: float = 0.0
     """The strategy's pre-training phase (TGN's static memory), apart from ``setup_seconds``."""
+    calibrated: bool | None = False
+    """Whether ``balance: measured`` has had its calibration on this plan (the checkpoint's record; None: a
+    checkpoint from before it was recorded)."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
@@ -584,29 +587,32 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
 MIN_CALIBRATION_EPOCH = 4
 
 
-def calibration_epochs(job: JobConfig, start_epoch: int = 0) -> range:
+def calibration_epochs(job: JobConfig, start_epoch: int = 0, calibrated: bool | None = False) -> range:
     """The epochs whose per-rank compute ``balance: measured`` re-cuts the plan from (empty when none).
 
-    The process's first epoch is left out (compilation, first-touch memory).
+    The process's first epoch is left out (compilation, first-touch memory). A resumed process calibrates when
+    its plan has not been (``calibrated``; None, a checkpoint that does not say: when it starts before the
+    fresh run's window ends), over its own epochs: a run that reached ``train.epochs`` before its calibration
+    and is then extended still re-cuts.
     """
-    if getattr(job.strategy, "balance", None) != "measured":
+    if getattr(job.strategy, "balance", None) != "measured" or calibrated:
         return range(0)
     fresh = max(MIN_CALIBRATION_EPOCH, job.train.warmup_epochs)
     last = max(fresh, start_epoch + MIN_CALIBRATION_EPOCH)
-    if start_epoch >= fresh or job.train.epochs <= last:
+    if (calibrated is None and start_epoch >= fresh) or job.train.epochs <= last:
         return range(0)
     return range(start_epoch + 2, last + 1)
 
 
-def calibration_epoch(job: JobConfig, start_epoch: int = 0) -> int:
+def calibration_epoch(job: JobConfig, start_epoch: int = 0, calibrated: bool | None = False) -> int:
     """The epoch after which ``strategy.balance: measured`` re-cuts the plan (:func:`calibration_epochs`), or 0."""
-    window = calibration_epochs(job, start_epoch)
+    window = calibration_epochs(job, start_epoch, calibrated)
     return window[-1] if window else 0
 
 
-def warmup_epochs(job: JobConfig, start_epoch: int = 0) -> int:
+def warmup_epochs(job: JobConfig, start_epoch: int = 0, calibrated: bool | None = False) -> int:
     """The epochs flagged ``warmup``: ``train.warmup_epochs``, and every epoch up to a balance re-cut."""
-    return max(job.train.warmup_epochs, calibration_epoch(job, start_epoch))
+    return max(job.train.warmup_epochs, calibration_epoch(job, start_epoch, calibrated))
 
 
 def measured_plan(run: Run, compute: list[float], comm: Communicator, log):
@@ -709,11 +715,14 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             share = memory_share(comm, device)
             agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
         model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
-        start, mine, initial = 0, None, None
+        start, mine, initial, calibrated = 0, None, None, False
         if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])
             initial = state.get("initial_checksum")
+            # a re-cut belongs to the checkpoint's plan: on another P the new plan is calibrated again
+            if getattr(state.get("plan"), "num_ranks", None) == comm.size:
+                calibrated = state.get("balance_calibrated")
         checksum = _checksum(params) if comm.rank == 0 else ""
         if ckpt is None:
             initial = checksum
@@ -736,7 +745,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             )
         return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
                    start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial,
-                   pretrained)
+                   pretrained, calibrated)
     except HpcdgnnError:
         if ckpt is None and comm.rank == 0:  # a refused new run leaves no directory behind
             _discard_new_run(run_dir, job)

@@ -125,6 +125,7 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
         "plan": run.plan,
         "config": job_to_dict(run.job),
         "initial_checksum": run.initial_checksum,
+        "balance_calibrated": run.calibrated,
     }
     if checkpoints.comm.rank == 0:
         shared["dataset_sha256"] = run.dataset_sha256
@@ -325,8 +326,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     task = _FaultInjector.wrap(run.task, comm.rank, job.debug)
     mine = _resumed_trace_file(run, comm, log)
     trace = mine if job.debug.trace_exchanges else None
-    recorder = EpochRecorder(comm, run.strategy, run.task, run.device, warmup_epochs(job, run.start_epoch),
-                             run.start_epoch, trace)
+    recorder = EpochRecorder(comm, run.strategy, run.task, run.device,
+                             warmup_epochs(job, run.start_epoch, run.calibrated), run.start_epoch, trace)
     meter, activation_peak = SavedTensorMeter(), 0
     policy = _CheckpointPolicy(job.checkpoint)
     health = _Health(log, run.task.metric, job_regime(job, run.job_path).empty_split)
@@ -334,7 +335,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     losses = array("d")
     diverged: ConfigError | None = None
     # balance: per-rank compute of the calibration epochs
-    calibrating = calibration_epochs(job, run.start_epoch)
+    calibrating = calibration_epochs(job, run.start_epoch, run.calibrated)
     measured: list[list[float]] = []
     # a signal during set-up stops before the first epoch: the grace period may not hold a whole one
     preempted = _preempted_in_setup(run, comm, log, stop)
@@ -366,6 +367,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         if calibrating and epoch == calibrating[-1] and comm.size > 1 and not preempted:
             # before the checkpoint of this epoch, which must hold the new plan
             plan = measured_plan(run, np.median(measured, axis=0).tolist(), comm, log)
+            run.calibrated = True  # the checkpoint records it: a resume does not calibrate this plan again
             if plan is not None:
                 task = recorder.strategy = recorder.task = None  # the old strategy's arrays go first
                 replan(run, plan, epoch, comm, log)
