@@ -48,7 +48,8 @@ class RegimeSpec:
     build_task: Callable[[Any, Any, int, int], Any]
     footprint: Callable[[JobConfig, Any, int], dict[str, tuple[int, str]]]
     check: Callable[[JobConfig, str | None, int], None]
-    #: in the warning that the validation split is empty: why it can be, and what to change
+    #: in the warning that the validation or test split is empty: why it can be, and what to change ({split}:
+    #: the split's name)
     empty_split: str = ""
 
     def names(self, section: Section) -> tuple[str, ...]:

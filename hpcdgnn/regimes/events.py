@@ -74,6 +74,6 @@ EVENTS = register_regime(RegimeSpec(
     build_task=build_task,
     footprint=footprint,
     check=check,
-    empty_split="the stream's validation split holds no events (see 'python -m hpcdgnn inspect'; events at one "
-                "time stay in one split): prepare it again with a larger validation share of --split",
+    empty_split="the stream's {split} split holds no events (see 'python -m hpcdgnn inspect'; events at one "
+                "time stay in one split): prepare it again with a larger {split} share of --split",
 ))

@@ -123,6 +123,6 @@ TIMELINE = register_regime(RegimeSpec(
     build_task=build_task,
     footprint=footprint,
     check=check,
-    empty_split="task.split's validation snapshots hold no examples (too few snapshots, or empty ones: see "
+    empty_split="task.split's {split} snapshots hold no examples (too few snapshots, or empty ones: see "
                 "'python -m hpcdgnn inspect'); widen it or cut the data by events",
 ))

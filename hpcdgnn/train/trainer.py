@@ -156,8 +156,8 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
 
 
 class _Health:
-    """Warnings a user must not miss (rank 0, once each): an empty validation split, an epoch without training
-    examples, a growing loss."""
+    """Warnings a user must not miss (rank 0, once each): an empty validation or test split, an epoch without
+    training examples, a growing loss. ``empty_split``: the regime's hint, with ``{split}`` for the split."""
 
     def __init__(self, log, metric: str, empty_split: str) -> None:
         self.log, self.metric, self.first, self.said = log, metric, None, set()
@@ -169,10 +169,11 @@ class _Health:
         loss = record["train_loss"]
         if self.first is None or not np.isfinite(self.first):  # an epoch without examples is no baseline
             self.first = loss
-            val = record.get(f"val_{self.metric}")
-            if val is None or not np.isfinite(val):  # NaN in the record (null in metrics.jsonl): no examples
-                self._warn("empty-val", f"warning: the validation split is empty (val_{self.metric} is '-'): "
-                           f"{self.empty_split}")
+            for split, name in (("val", "validation"), ("test", "test")):
+                value = record.get(f"{split}_{self.metric}", 0.0 if split == "test" else None)
+                if value is None or not np.isfinite(value):  # NaN in the record (null in metrics.jsonl): no examples
+                    self._warn(f"empty-{split}", f"warning: the {name} split is empty ({split}_{self.metric} is "
+                               f"'-'): {self.empty_split.format(split=name)}")
         if loss is None or not np.isfinite(loss) and sums_finite:
             self._warn("nan", f"warning: epoch {record['epoch']}'s batches held no training examples (its loss is "
                        "'-'); sampled batches may, on a small graph: raise the batch's fractions or sizes")

@@ -42,6 +42,14 @@ def test_health_warns_once_each(caplog):
     assert "grew from 0.69 to 1e+34 by epoch 3" in text[1]
     assert "epoch 6's batches held no training examples" in text[2]
     # a first epoch without examples is no baseline: the growth is measured from the first finite loss
+    # the test split too, with the regime's hint for it
+    both = _Health(log, "auc", "the {split} hint")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="test-health"):
+        both.check({**_record(1, 0.69, 0.5), "test_auc": None})
+        both.check({**_record(2, 0.69, 0.5), "test_auc": float("nan")})
+    text = [r.getMessage() for r in caplog.records]
+    assert text == ["warning: the test split is empty (test_auc is '-'): the test hint"], text
     late = _Health(log, "auc", "")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="test-health"):
