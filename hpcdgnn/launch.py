@@ -46,10 +46,12 @@ PLACEMENT_FLAGS = (
     "-map-by", "--use-hwthread-cpus", "-use-hwthread-cpus", "--npernode", "-npernode", "-N", "--ppr",
 )
 # options or variables with which the user chooses how ranks are bound (the launcher then adds no --bind-to)
-BINDING_FLAGS = ("--bind-to", "-bind-to", "--cpu-set", "-cpu-set", "--cpus-per-proc", "--cpus-per-rank", "--map-by",
-                 "-map-by", "--rankfile", "-rankfile", "-rf")
-BINDING_VARS = ("OMPI_MCA_hwloc_base_binding_policy", "PRTE_MCA_hwloc_default_binding_policy",
-                "PRTE_MCA_hwloc_base_binding_policy")
+# (a --map-by binds only with PE=N: processing elements per rank; else it places, and Open MPI's default binding
+# still applies)
+BINDING_FLAGS = ("--bind-to", "-bind-to", "--cpu-set", "-cpu-set", "--cpus-per-proc", "--cpus-per-rank",
+                 "--rankfile", "-rankfile", "-rf")
+BINDING_PARAMS = ("hwloc_base_binding_policy", "hwloc_default_binding_policy")
+BINDING_VARS = tuple(f"{prefix}_MCA_{p}" for prefix in ("OMPI", "PRTE") for p in BINDING_PARAMS)
 BATCH_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "LSB_JOBID", "PBS_JOBID", "PE_HOSTFILE", "FLUX_JOB_ID")
 # Open MPI options that take a value (the value must not be mistaken for the program); --mca takes two
 _VALUE_FLAGS = frozenset(
@@ -140,6 +142,26 @@ def _chooses_placement(names: set[str]) -> bool:
     return bool(names.intersection(PLACEMENT_FLAGS))
 
 
+def _chooses_binding(args: list[str], names: set[str]) -> bool:
+    """Whether the options before the program bind ranks: a binding option, ``--map-by …:PE=N``, or an MCA
+    binding-policy parameter (``--mca``/``--prtemca``)."""
+    if names.intersection(BINDING_FLAGS):
+        return True
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        name, eq, value = args[i].partition("=")
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if name in ("--map-by", "-map-by") and "PE=" in (value if eq else nxt).upper():
+            return True
+        if name in _TWO_VALUE_FLAGS and not eq:
+            if nxt in BINDING_PARAMS:
+                return True
+            i += 3
+        else:
+            i += 1 if eq or name not in _VALUE_FLAGS and name not in NP_FLAGS else 2
+    return False
+
+
 def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -> bool:
     """Whether ranks may run on other hosts (hosts or hostfiles named, an app file, a DVM, MPMD); if unsure, yes."""
     if names.intersection((*HOST_FLAGS, "--app", "-app", "--dvm", "-dvm")) or ":" in args:
@@ -196,7 +218,7 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
         launch.env["OMPI_MCA_btl"] = "^ofi"  # one node: shared memory carries every message
     if ranks is not None and ranks > cores and not placement and not batch:
         launch.argv.append("--oversubscribe")
-    if not names.intersection(BINDING_FLAGS) and not any(environ.get(v) for v in BINDING_VARS):
+    if not _chooses_binding(args, names) and not any(environ.get(v) for v in BINDING_VARS):
         launch.argv += ["--bind-to", "none"]  # train.threads: 0 then shares the node's cores among its ranks
     launch.argv += args
     return launch

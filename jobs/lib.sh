@@ -416,7 +416,7 @@ hpcdgnn_slurm_launch() {  # RANKS [NODES]: HPCDGNN_LAUNCH for RANKS ranks in thi
     local mpirun=${HPCDGNN_MPIRUN:-mpirun} extra=()
     while IFS= read -r f; do extra+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
     HPCDGNN_LAUNCH=("$mpirun")
-    if [[ " ${extra[*]} " != *" --bind-to "* ]] && _hpcdgnn_is_open_mpi "$mpirun"; then
+    if [[ " ${extra[*]} " != *" --bind-to "* && " ${extra[*]} " != *" --bind-to="* ]] && _hpcdgnn_is_open_mpi "$mpirun"; then
       HPCDGNN_LAUNCH+=(--bind-to none) # Open MPI binds a rank to one core or socket; torch's threads want them all
     fi
     HPCDGNN_LAUNCH+=("${extra[@]}" -np "$ranks")

@@ -10,7 +10,8 @@
 #   HPCDGNN_MPIRUN mpirun to use (default: the venv's, else mpirun on PATH), MPIRUN_FLAGS extra mpirun flags
 #   HPCDGNN_PYTHON, HPCDGNN_SETUP, HPCDGNN_VENV: see jobs/lib.sh
 # The launcher is hpcdgnn-mpirun's (hpcdgnn/launch.py): for Open MPI it sets OMPI_ALLOW_RUN_AS_ROOT=1
-# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when run as root and adds --oversubscribe when NP exceeds the cores.
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when run as root, adds --oversubscribe when NP exceeds the cores and
+# --bind-to none unless MPI_FLAGS bind (docs/jobs.md).
 # kill -USR1 (or Ctrl-C) stops at the next epoch boundary with a checkpoint and exit code 75;
 # run again with RUNDIR=<that directory> to resume. Paths are relative to the repository root.
 set -euo pipefail

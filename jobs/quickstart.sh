@@ -11,5 +11,5 @@ if [ ! -f inputs/collegemsg/manifest.json ]; then
     --output inputs/collegemsg
 fi
 # hpcdgnn-mpirun (hpcdgnn/launch.py): mpirun plus what Open MPI needs here (as root: OMPI_ALLOW_RUN_AS_ROOT*;
-# more ranks than cores: --oversubscribe); nothing added for other MPIs
+# more ranks than cores: --oversubscribe; --bind-to none); nothing added for other MPIs
 exec hpcdgnn-mpirun -np 2 python -m hpcdgnn run jobs/quickstart.yaml "$@"

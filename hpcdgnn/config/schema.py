@@ -595,7 +595,9 @@ class DebugConfig:
     fail_epoch: int = 1
     """Epoch in which ``fail_rank`` raises."""
     measured_compute: tuple[float, ...] = ()
-    """Per-rank compute seconds the ``balance: measured`` re-cut uses instead of timing (to force one)."""
+    """Per-rank compute seconds the ``balance: measured`` re-cut uses instead of timing (to force one: the re-cut
+    fits evaluation's cost against training's from them, so the values must differ between ranks with more and
+    less evaluation work; docs/how-it-works.md)."""
     delay_rank: int = -1
     """Rank that sleeps ``delay_seconds`` per task call (before loss and backward): a straggler; -1 = none."""
     delay_seconds: float = 0.0

@@ -104,11 +104,12 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
                 continue
             for each in cls.variants(opts, P, manifest):
                 job_v = replace(job, strategy=each)
+                why = _refusal(regime, job_v, P) if each is not opts else None  # opts: checked above
                 try:  # the plan refuses options that cannot work at this P (one line), as the run would
-                    why = _refusal(regime, job_v, P)
-                    pred = _priced(cls, job_v, manifest, graph, P, work, params, rates, memory_per_rank)
+                    pred = None if why else _priced(cls, job_v, manifest, graph, P, work, params, rates,
+                                                    memory_per_rank)
                 except ConfigError as e:
-                    why = f"does not apply: {str(e).removeprefix('None: ')}"
+                    why = _does_not_apply(e)
                 if why:
                     out.append(_unpriced(name, each, P, why))
                     continue
@@ -157,8 +158,13 @@ def _refusal(regime, job, P: int) -> str | None:
     try:
         regime.check(job, None, P)
     except ConfigError as e:
-        return f"does not apply: {str(e).removeprefix('None: ')}"
+        return _does_not_apply(e)
     return None
+
+
+def _does_not_apply(e: ConfigError) -> str:
+    """A refusal as a prediction's note (the check ran without a file name: ``None: `` left out)."""
+    return f"does not apply: {str(e).removeprefix('None: ')}"
 
 
 def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) -> Prediction:

@@ -346,10 +346,14 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
 
 
 def _planner_record(run_dir: Path) -> dict | None:
-    """What ``strategy: auto`` recorded under ``plan.json``'s ``planner`` key, or None (no auto run)."""
-    with suppress(OSError, ValueError, AttributeError):
-        record = json.loads((run_dir / "plan.json").read_text()).get("planner")
-        return record if isinstance(record, dict) else None
+    """What ``strategy: auto`` recorded under ``plan.json``'s ``planner`` key, or None (no auto run); runs
+    resumed or re-cut before the record was kept across plan rewrites hold it in a ``plan.before-epoch-N.json``."""
+    older = sorted(run_dir.glob("plan.before-epoch-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in [run_dir / "plan.json", *older]:
+        with suppress(OSError, ValueError, AttributeError):
+            record = json.loads(path.read_text()).get("planner")
+            if isinstance(record, dict):
+                return record
     return None
 
 

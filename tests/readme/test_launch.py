@@ -67,10 +67,10 @@ def test_the_wheel_s_mpirun_skips_libfabric_on_one_node_only():
     [["--hostfile", "hosts"], ["-H", "a,b"], ["--map-by", "ppr:2:node"], ["--oversubscribe"], ["--nooversubscribe"]],
 )
 def test_user_placement_is_left_alone(extra):
-    """The user's own placement options decide the slots (no --oversubscribe); a --map-by also the binding."""
+    """The user's own placement options decide the slots (no --oversubscribe); placing binds nothing."""
     args = [*extra, "-np", "8", "prog"]
-    unbound = [] if extra[0] == "--map-by" else ["--bind-to", "none"]
-    assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={}).argv == ["mpirun", *unbound, *args]
+    assert plan(args, "mpirun", "openmpi", euid=1000, cores=2, environ={}).argv == [
+        "mpirun", "--bind-to", "none", *args]
 
 
 def test_batch_allocations_are_left_alone():
@@ -83,9 +83,12 @@ def test_batch_allocations_are_left_alone():
 
 
 @pytest.mark.parametrize("extra", [["--bind-to", "core"], ["--bind-to=socket"], ["--cpu-set", "0,1"],
-                                   ["-rf", "ranks.txt"], ["--map-by", "slot:PE=4"]])
+                                   ["-rf", "ranks.txt"], ["--map-by", "slot:PE=4"], ["--map-by=ppr:1:node:pe=8"],
+                                   ["-x", "A", "--mca", "hwloc_base_binding_policy", "core"],
+                                   ["--prtemca", "hwloc_default_binding_policy", "none"]])
 def test_the_user_s_binding_is_left_alone(extra):
-    """Binding chosen by an option or Open MPI's variables: no --bind-to added."""
+    """Binding chosen by an option (a --map-by with PE=N binds), an MCA parameter or Open MPI's variables: no
+    --bind-to added."""
     args = [*extra, "-np", "2", "prog"]
     assert plan(args, "mpirun", "openmpi", euid=1000, cores=8, environ={}).argv == ["mpirun", *args]
     for var in ("OMPI_MCA_hwloc_base_binding_policy", "PRTE_MCA_hwloc_default_binding_policy"):

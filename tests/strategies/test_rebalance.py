@@ -134,14 +134,15 @@ def test_calibration_window_of_a_resumed_process(tmp_path, small_dataset):
                              train={"epochs": 8, "warmup_epochs": 1}))
     assert calibration_epochs(job) == range(2, 5)
     assert calibration_epochs(job, 2) == range(4, 7) and warmup_epochs(job, 2) == 6  # its own first left out
-    assert calibration_epochs(job, 4, calibrated=True) == range(0)  # resumed after the re-cut: its plan
-    assert calibration_epochs(job, 4, calibrated=None) == range(0)  # a checkpoint that does not say: as before
     assert calibration_epochs(job, 3) == range(5, 8)  # the re-cut after epoch 7, before the last
-    # a run that stopped at train.epochs before calibrating, extended: it calibrates over its own epochs
-    assert calibration_epochs(job, 4) == range(0)  # 4 + 4 leaves no epoch to train on the new plan
-    longer = replace(job, train=replace(job.train, epochs=9))
+    assert calibration_epochs(job, 4) == range(0)  # 4 + 4 leaves no epoch to train on a new plan
+    # resumed after epoch 4 with epochs to spare: a plan not yet calibrated (a run that reached train.epochs
+    # first) calibrates over the process's own epochs; a calibrated one, or a checkpoint that does not say, not
+    longer = replace(job, train=replace(job.train, epochs=30))
     assert calibration_epochs(longer, 4) == range(6, 9) and warmup_epochs(longer, 4) == 8
-    assert calibration_epochs(longer, 6, calibrated=True) == range(0)
+    assert calibration_epochs(longer, 4, calibrated=True) == range(0) and warmup_epochs(longer, 4, True) == 1
+    assert calibration_epochs(longer, 4, calibrated=None) == range(0)
+    assert calibration_epochs(longer, 2, calibrated=None) == range(4, 7)  # before the fresh window's end
 
 
 @pytest.mark.parametrize(("P", "strategy", "model", "forced"), [
@@ -229,15 +230,15 @@ def test_a_run_extended_before_its_recut_still_recuts(launcher, small_dataset, t
     force = "debug.measured_compute=[1.0,6.0]"
     _losses(launcher, 2, job, tmp_path / "part", force)
     assert not list((tmp_path / "part").glob("plan.before-epoch-*.json"))
-    for epochs in (9, 10):  # the second resume starts after the re-cut
+    for epochs in (9, 14):  # the second resume, after the re-cut, has room for another calibration
         proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "part"), "--set",
                                 f"train.epochs={epochs}", force])
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in (tmp_path / "part").glob("plan.before-epoch-*.json")) == [
         "plan.before-epoch-8.json"]
-    # each process's first epoch is warm-up, and the second's epochs up to its re-cut
+    # each process's first epoch is warm-up, and the second's epochs up to its re-cut (the third calibrates none)
     assert [r["warmup"] for r in read_metrics(tmp_path / "part")] == [True] + [False] * 3 + [True] * 4 + [
-        False, True]
+        False, True] + [False] * 4
 
 
 def test_wrong_number_of_forced_values_is_one_line(launcher, small_dataset, tmp_path):
