@@ -157,6 +157,11 @@ class Strategy(Generic[B]):
         """Refuse (one line, ConfigError) options that cannot work at ``num_ranks``; before the plan, on rank 0."""
 
     @classmethod
+    def check_data(cls, job: JobConfig, manifest: Any, where: str | None) -> None:
+        """Refuse (one line, ConfigError) options that cannot work on this dataset (its sizes); rank 0, before
+        the plan, and in ``python -m hpcdgnn check``: what the set-up would refuse, refused before it."""
+
+    @classmethod
     def keeps_rank_state(cls, opts: Any) -> bool:
         """Whether a pass of these options reads per-rank state that only the run's own P and options restore
         from a checkpoint (stale-aggregation caches here; the event regime's node memory)."""

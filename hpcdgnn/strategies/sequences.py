@@ -82,6 +82,18 @@ def sampling_of(model: DGNN, job) -> dict:
         "reads_snapshots": decoder is not None and job.model.decoder_input == "snapshots"}
 
 
+def _check_cache(o, entry_bytes: int, basis: bool) -> None:
+    """Refuse ``strategy.cache_mb`` below one cache entry of ``entry_bytes`` (one line, ConfigError): the input
+    aggregation Ã_t·X_t or, for graph-recurrent cells (``basis``), the first cell's input basis of X_t."""
+    if int(o.cache_mb * 2**20) >= entry_bytes:
+        return
+    what = ("input basis (the first cell's convolution of X_t, ", "N × B·F") if basis else \
+        ("input aggregation Ã_t·X_t (", "N × F")
+    raise ConfigError(f"strategy.cache_mb: {o.cache_mb:g} MiB cannot hold one snapshot's {what[0]}"
+                      f"{entry_bytes / 2**20:.4g} MiB, {what[1]}), what every sample reads; raise it to at least "
+                      "that, or set strategy.reuse: off")
+
+
 class SequenceSamples:
     """Mixin: the epoch's samples (R4) and their draws, from ``N``, ``opts`` (the strategy's options), ``seqs``,
     ``ctx.job`` and :func:`sampling_of`'s attributes; the strategy trains them and the planner counts their rows
@@ -139,6 +151,24 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         return plan_sequences(manifest, num_ranks, job)
 
     @classmethod
+    def check_data(cls, job, manifest, where: str | None) -> None:
+        """Refuse a reuse cache (R3) smaller than the one entry every sample reads (the model built on meta)."""
+        if job.strategy.reuse != "on":
+            return
+        from hpcdgnn.regimes import regime_of
+
+        with torch.device("meta"):
+            model = regime_of("model", job.model.name).build_model(job, manifest)
+        s = sampling_of(model, job)
+        if s["reads_ax"] or s["reads_basis"]:
+            width = model.layers[0].w_x.shape[0] if s["reads_basis"] else manifest.num_features
+            itemsize = torch.empty(0, dtype=getattr(torch, job.train.dtype)).element_size()
+            try:
+                _check_cache(job.strategy, manifest.num_vertices * width * itemsize, s["reads_basis"])
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+
+    @classmethod
     def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
         """The planner's per-rank work and traffic under ``plan``: samples counted by this sampler
         (:func:`~hpcdgnn.planner.samples.sequences_cost`)."""
@@ -179,13 +209,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
             width = model.layers[0].w_x.shape[0] if self.reads_basis else F
             self._entry_bytes = self.N * width * torch.empty(0, dtype=self.ctx.dtype).element_size()
-            what = ("input basis (the first cell's convolution of X_t", "N × B·F") if self.reads_basis else \
-                ("input aggregation Ã_t·X_t (", "N × F")
-            if int(o.cache_mb * 2**20) < self._entry_bytes:  # the same on every rank: all of them stop
-                raise ConfigError(f"strategy.cache_mb: {o.cache_mb:g} MiB cannot hold one snapshot's {what[0]}"
-                                  f"{', ' if self.reads_basis else ''}{self._entry_bytes / 2**20:.4g} MiB, "
-                                  f"{what[1]}), what every sample reads; raise it to at least that, or set "
-                                  "strategy.reuse: off")
+            _check_cache(o, self._entry_bytes, self.reads_basis)  # the same on every rank: all of them stop
         if o.reuse == "on" and (self.reads_ax or self.cells):  # the cells' local level counts without either
             self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._entry_bytes, 1))
             self._plan(self.ctx.start_epoch + 1)  # set-up's fills are admitted for the epoch that runs next

@@ -521,6 +521,7 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
         task_class(job.task.name).check(job.task, manifest)
     except (ConfigError, DataError) as e:
         raise type(e)(f"{where}: {e}" if where else str(e)) from None
+    get_strategy(job.strategy.name).check_data(job, manifest, where)
     if not cuda:  # before the plan, whose cost model walks every layer (a GPU job is checked on its device)
         check_footprint(job, manifest, num_ranks, host_share, where)
     return job, manifest, planner

@@ -138,6 +138,28 @@ def test_bad_options_exit_2_at_p3(launcher, small_dataset, tmp_path, override, n
     exits_2_with_one_line(launcher, write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ), override, needle)
 
 
+@pytest.mark.parametrize(("model", "cache_mb", "needle"), [
+    ({"name": "cdgcn"}, 0.0001, "input aggregation Ã_t·X_t ("),
+    ({"name": "gcrn_m1", "order": 2}, 0.0001, "input basis (the first cell's convolution of X_t, "),
+    ({"name": "cdgcn"}, 1.0, None),
+])
+def test_check_refuses_the_reuse_cache_the_run_would(small_dataset, tmp_path, capsys, model, cache_mb, needle):
+    """``python -m hpcdgnn check`` refuses, with the run's own line, a reuse cache smaller than the one entry
+    every sample reads (it was refused only at the run's set-up); one that holds it passes."""
+    from hpcdgnn.__main__ import main
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, model=model,
+                    strategy={"name": "sequences", "window": 3, "reuse": "on", "cache_mb": cache_mb})
+    code = main(["check", str(job), "--ranks", "3"])
+    err = capsys.readouterr().err
+    if needle is None:
+        assert code == 0, err
+        return
+    lines = [ln for ln in err.splitlines() if "error" in ln]
+    assert code == 2 and len(lines) == 1, err
+    assert f"{job}: strategy.cache_mb: {cache_mb:g} MiB cannot hold one snapshot's {needle}" in lines[0], lines
+
+
 def exits_2_with_one_line(launcher, job, override: str, needle: str) -> None:
     """``job`` with ``override`` (space-separated ``--set`` items) at P = 3: exit 2, one error line with
     ``needle``, no traceback, no hang."""
