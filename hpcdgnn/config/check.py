@@ -49,9 +49,11 @@ def _budgets(args: argparse.Namespace, job) -> tuple[float, float | None, str]:
     host = given if given is not None else node_memory() / per_node
     cuda = job.train.device == "cuda" or job.train.device == "auto" and torch.cuda.is_available()
     if not cuda:
+        ranks = (f"{per_node} ranks" if args.ranks_per_node else
+                 f"{per_node} ranks a node: min(P, its {os.cpu_count() or 1} CPUs); --ranks-per-node R for R")
         return host, None, ("--memory-per-rank" if given is not None else
-                            f"this machine's memory / {per_node} ranks (train.device: {job.train.device} runs on "
-                            "the CPU here)")
+                            f"this machine's memory / {ranks} (train.device: {job.train.device} runs on the CPU "
+                            "here)")
     if given is not None:
         return host, given, "--memory-per-rank, as each rank's GPU memory"
     if not torch.cuda.is_available():

@@ -76,3 +76,22 @@ def test_the_schema_accepts_every_shipped_job_and_rejects_what_the_loader_reject
                 {"data": {"path": "d"}, "strategy": {"name": "pss", "blocks": 2}},  # another strategy's option
                 {"model": {"name": "cdgcn"}}):                                     # no data
         assert not validator.is_valid(bad), bad
+
+
+def test_the_host_share_says_how_it_was_divided(tmp_path, small_dataset, capsys):
+    """By default the host is divided by min(P, CPUs) ranks a node, and the line says how to give the count that
+    a run oversubscribing this machine would divide by (--ranks-per-node); given, it is used."""
+    import os
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"device": "cpu"})
+    P = (os.cpu_count() or 1) + 1
+    code, out, err = _check(capsys, job, "--ranks", P)
+    assert code == 0, err
+    assert f"/ {P - 1} ranks a node: min(P, its {P - 1} CPUs); --ranks-per-node R for R" in out, out
+    code, out, err = _check(capsys, job, "--ranks", P, "--ranks-per-node", P, "--json")
+    assert code == 0, err
+    from hpcdgnn.comm.device import node_memory
+
+    memory = json.loads(out)["memory"]
+    assert memory["host_share_bytes"] == node_memory() / P and memory["host_share_from"].endswith(
+        f"/ {P} ranks (train.device: cpu runs on the CPU here)")
