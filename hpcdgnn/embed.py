@@ -194,8 +194,11 @@ def _write_steps(tr, recorder, steps: list[int], writer: _Writer | None, transfo
 
 
 def _metric_line(metrics: dict, split: str) -> str:
+    """The split's losses and metrics as ``run``'s epoch line writes them ('-' where the split has no examples)."""
+    from hpcdgnn.metrics.epoch import fmt_metric
+
     names = ("val", "test") if split == "all" else (split,)
-    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.split("_")[0] in names)
+    return ", ".join(f"{k} {fmt_metric(v)}" for k, v in metrics.items() if k.split("_")[0] in names)
 
 
 def run_embed(args: argparse.Namespace, comm) -> int:

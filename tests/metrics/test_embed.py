@@ -176,3 +176,12 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
     assert exists.read_text() == "mine"
     assert (tmp_path / "a.npz.tmp").read_text() == "another writer's"
     assert sorted(p.name for p in tmp_path.glob("a.*")) == ["a.npz.tmp"]
+
+
+def test_the_metric_line_writes_an_empty_split_as_run_does():
+    """``embed``/``predict`` print a split without examples as '-' (as ``run``'s epoch line), not ``nan``."""
+    from hpcdgnn.embed import _metric_line
+
+    metrics = {"val_loss": 0.5, "val_auc": 0.75, "test_loss": float("nan"), "test_auc": None}
+    assert _metric_line(metrics, "all") == "val_loss 0.5000, val_auc 0.7500, test_loss -, test_auc -"
+    assert _metric_line(metrics, "test") == "test_loss -, test_auc -"
