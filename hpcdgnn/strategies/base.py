@@ -14,9 +14,9 @@ Generic over the batch type (:class:`FullBatch`, :class:`SampleBatch`, :class:`E
         strategy.report(epoch, train_loss)
 
 plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``close``; and before the plan, on
-rank 0, ``check_job`` (options that cannot work at P), ``resolve`` (``auto``: the job with the planner's pick),
-``variants`` / ``smaller`` (the option sets the planner prices; a strategy's ``cost`` gives its per-rank work,
-:mod:`hpcdgnn.planner`). Strategies:
+rank 0, ``check_job`` (options that cannot work at P), ``check_data`` (or on the dataset's sizes), ``resolve``
+(``auto``: the job with the planner's pick), ``variants`` / ``smaller`` (the option sets the planner prices; a
+strategy's ``cost`` gives its per-rank work, :mod:`hpcdgnn.planner`). Strategies:
 
 * ``snapshot`` — S1 snapshot partitioning (IBM §4.2), S2 checkpoint blocks (§3.1), S3 graph differences (§3.2);
 * ``pss`` — contiguous snapshots, RNN state pipelined rank to rank (DGC §2.1);
