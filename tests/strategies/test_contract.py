@@ -9,8 +9,9 @@ from hpcdgnn.strategies.base import Batch, EventBatch, FullBatch, SampleBatch, S
 
 CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", "step", "sync_gradients", "evaluate",
             "report", "usage", "state_dict", "load_state_dict", "rebalanced_plan", "close",
-            # before the plan, on rank 0: the job's checks, and what the planner prices or resolves
-            "check_job", "variants", "smaller", "resolve",
+            # before the plan, on rank 0: the job's checks (at P, on the dataset's sizes), and what the planner
+            # prices or resolves
+            "check_job", "check_data", "variants", "smaller", "resolve",
             # whether a checkpoint's per-rank state binds embed/predict to the run's own P and options
             "keeps_rank_state"}
 
