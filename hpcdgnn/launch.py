@@ -133,8 +133,8 @@ def requested_ranks(args: list[str]) -> tuple[int | None, bool]:
     Raises:
         LaunchError: a rank count that is no positive whole number.
     """
-    ranks, names = _options(args)
-    return ranks, _chooses_placement(names)
+    ranks, given = _options(args)
+    return ranks, _chooses_placement(set(given))
 
 
 def _chooses_placement(names: set[str]) -> bool:
@@ -142,24 +142,14 @@ def _chooses_placement(names: set[str]) -> bool:
     return bool(names.intersection(PLACEMENT_FLAGS))
 
 
-def _chooses_binding(args: list[str], names: set[str]) -> bool:
-    """Whether the options before the program bind ranks: a binding option, ``--map-by …:PE=N``, or an MCA
-    binding-policy parameter (``--mca``/``--prtemca``)."""
-    if names.intersection(BINDING_FLAGS):
+def _chooses_binding(given: dict[str, list[str]]) -> bool:
+    """Whether the options given (:func:`_options`' values by name) bind ranks: a binding option, ``--map-by
+    …:PE=N``, or an MCA binding-policy parameter (``--mca``/``--prtemca``)."""
+    if given.keys() & set(BINDING_FLAGS):
         return True
-    i = 0
-    while i < len(args) and args[i].startswith("-"):
-        name, eq, value = args[i].partition("=")
-        nxt = args[i + 1] if i + 1 < len(args) else ""
-        if name in ("--map-by", "-map-by") and "PE=" in (value if eq else nxt).upper():
-            return True
-        if name in _TWO_VALUE_FLAGS and not eq:
-            if nxt in BINDING_PARAMS:
-                return True
-            i += 3
-        else:
-            i += 1 if eq or name not in _VALUE_FLAGS and name not in NP_FLAGS else 2
-    return False
+    if any("PE=" in v.upper() for name in ("--map-by", "-map-by") for v in given.get(name, ())):
+        return True
+    return any(v in BINDING_PARAMS for name in _TWO_VALUE_FLAGS for v in given.get(name, ()))
 
 
 def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -> bool:
@@ -169,15 +159,17 @@ def _may_span_hosts(args: list[str], names: set[str], environ: dict[str, str]) -
     return any("hostfile" in word.lower() for word in [*args, *environ])  # any word: a program's too, to be safe
 
 
-def _options(args: list[str]) -> tuple[int | None, set[str]]:
-    """(ranks asked for, the names of the options given before the program)."""
-    ranks, names, i = None, set(), 0
+def _options(args: list[str]) -> tuple[int | None, dict[str, list[str]]]:
+    """(ranks asked for, the options given before the program: name -> its values, the first word of each
+    (an MCA parameter's name for ``--mca``), "" for a flag)."""
+    ranks, given, i = None, {}, 0
     while i < len(args):
         a = args[i]
         if not a.startswith("-"):
             break
         name, eq, value = a.partition("=")
-        names.add(name)
+        takes = name in _TWO_VALUE_FLAGS or name in _VALUE_FLAGS or name in NP_FLAGS
+        given.setdefault(name, []).append(value if eq else args[i + 1] if takes and i + 1 < len(args) else "")
         if name in NP_FLAGS:
             value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             try:
@@ -197,7 +189,7 @@ def _options(args: list[str]) -> tuple[int | None, set[str]]:
             i += 2
         else:
             i += 1
-    return ranks, names
+    return ranks, given
 
 
 def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ: dict[str, str]) -> Launch:
@@ -211,14 +203,15 @@ def plan(args: list[str], mpirun: str, kind: str, euid: int, cores: int, environ
     wheel = Path(mpirun).parent == Path(sys.executable).parent
     if "OMPI_MCA_osc" not in environ and wheel:
         launch.env["OMPI_MCA_osc"] = "^ucx"
-    ranks, names = _options(args)
+    ranks, given = _options(args)
+    names = set(given)
     placement = _chooses_placement(names)
     batch = [v for v in BATCH_VARS if environ.get(v)]
     if wheel and "OMPI_MCA_btl" not in environ and not batch and not _may_span_hosts(args, names, environ):
         launch.env["OMPI_MCA_btl"] = "^ofi"  # one node: shared memory carries every message
     if ranks is not None and ranks > cores and not placement and not batch:
         launch.argv.append("--oversubscribe")
-    if not _chooses_binding(args, names) and not any(environ.get(v) for v in BINDING_VARS):
+    if not _chooses_binding(given) and not any(environ.get(v) for v in BINDING_VARS):
         launch.argv += ["--bind-to", "none"]  # train.threads: 0 then shares the node's cores among its ranks
     launch.argv += args
     return launch

@@ -82,6 +82,13 @@ def sampling_of(model: DGNN, job) -> dict:
         "reads_snapshots": decoder is not None and job.model.decoder_input == "snapshots"}
 
 
+def _entry_bytes(model: DGNN, basis: bool, N: int, F: int, dtype: torch.dtype) -> int:
+    """Bytes of one reuse-cache entry (R3): Ã_t·X_t (N × F) or, for graph-recurrent cells (``basis``), the first
+    cell's input basis of X_t (N × B·F, the width of its input weight)."""
+    width = model.layers[0].w_x.shape[0] if basis else F
+    return N * width * torch.empty(0, dtype=dtype).element_size()
+
+
 def _check_cache(o, entry_bytes: int, basis: bool) -> None:
     """Refuse ``strategy.cache_mb`` below one cache entry of ``entry_bytes`` (one line, ConfigError): the input
     aggregation Ã_t·X_t or, for graph-recurrent cells (``basis``), the first cell's input basis of X_t."""
@@ -161,10 +168,10 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             model = regime_of("model", job.model.name).build_model(job, manifest)
         s = sampling_of(model, job)
         if s["reads_ax"] or s["reads_basis"]:
-            width = model.layers[0].w_x.shape[0] if s["reads_basis"] else manifest.num_features
-            itemsize = torch.empty(0, dtype=getattr(torch, job.train.dtype)).element_size()
+            entry = _entry_bytes(model, s["reads_basis"], manifest.num_vertices, manifest.num_features,
+                                 getattr(torch, job.train.dtype))
             try:
-                _check_cache(job.strategy, manifest.num_vertices * width * itemsize, s["reads_basis"])
+                _check_cache(job.strategy, entry, s["reads_basis"])
             except ConfigError as e:
                 raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
@@ -207,8 +214,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         self._entry_bytes = 0
         if self.reads_ax or self.reads_basis:
             F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
-            width = model.layers[0].w_x.shape[0] if self.reads_basis else F
-            self._entry_bytes = self.N * width * torch.empty(0, dtype=self.ctx.dtype).element_size()
+            self._entry_bytes = _entry_bytes(model, self.reads_basis, self.N, F, self.ctx.dtype)
             _check_cache(o, self._entry_bytes, self.reads_basis)  # the same on every rank: all of them stop
         if o.reuse == "on" and (self.reads_ax or self.cells):  # the cells' local level counts without either
             self.cache = ReuseCache(int(o.cache_mb * 2**20), o.cache_policy, unit_bytes=max(self._entry_bytes, 1))

@@ -274,11 +274,18 @@ def _changed_by(key: str, overrides: list[str], job_path: str | None) -> str:
 def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: list[str],
                      job_path: str | None) -> None:
     """Refuse (one line: key, old and new value) any change outside :data:`_RESUMABLE`."""
-    before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
+    _refuse_changes(_flatten(job_to_dict(saved)), _flatten(job_to_dict(job)), resume, overrides, job_path,
+                    ignore=_RESUMABLE)
+
+
+def _refuse_changes(before: dict, after: dict, resume: str, overrides: list[str], job_path: str | None,
+                    ignore: tuple[str, ...] = ()) -> None:
+    """Refuse (one line) the first key whose flattened value differs between ``before`` and ``after`` (keys
+    starting with ``ignore`` apart): a key a --set names first (the change the user asked for, not one it
+    brought along), then a section's name (another model brings other keys: name the model, not a key it lacks)."""
     changed = [k for k in sorted(set(before) | set(after))
-               if before.get(k) != after.get(k) and not k.startswith(_RESUMABLE)]
-    if changed:  # a key a --set names first: the change the user asked for, not one it brought along; then a
-        # section's name (another model brings other keys: name the model, not a key it lacks)
+               if before.get(k) != after.get(k) and not (ignore and k.startswith(ignore))]
+    if changed:
         key = next((k for k in changed if override_of(k, overrides)),
                    next((k for k in changed if k.endswith(".name")), changed[0]))
         raise _not_resumable(_changed_by(key, overrides, job_path), after.get(key), before.get(key), resume)
@@ -368,11 +375,8 @@ def _resumed_pick(job: JobConfig, saved: JobConfig, run_dir: Path, resume: str, 
                              saved.strategy.name, resume)
     asked = json.loads(json.dumps(job_to_dict(job)["strategy"]))  # as plan.json holds it (lists, not tuples)
     if "request" in record:  # runs made before the request was recorded: any auto request
-        before, after = _flatten(record["request"], "strategy."), _flatten(asked, "strategy.")
-        changed = [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
-        if changed:
-            key = next((k for k in changed if override_of(k, overrides)), changed[0])
-            raise _not_resumable(_changed_by(key, overrides, job_path), after.get(key), before.get(key), resume)
+        _refuse_changes(_flatten(record["request"], "strategy."), _flatten(asked, "strategy."), resume, overrides,
+                        job_path)
     return replace(job, strategy=saved.strategy)
 
 
