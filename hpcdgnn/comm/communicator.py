@@ -222,8 +222,8 @@ class Communicator:
         send = np.ascontiguousarray(values, dtype=np.float64)
         out = np.empty((self.size, send.shape[0]), dtype=np.float64)
         self._comm.Allgather(send, out)
-        nbytes = send.nbytes if self.size > 1 else 0
-        self._counted(tag, nbytes, nbytes * (self.size - 1), t0)
+        nbytes = send.nbytes * (self.size - 1)  # this rank's vector reaches each other rank (as a broadcast's)
+        self._counted(tag, nbytes, nbytes, t0)
         return out
 
     def isend_obj(self, obj: Any, dest: int, tag: int, name: str) -> Any:
@@ -258,8 +258,8 @@ class Communicator:
         """All-gather a picklable object from every rank."""
         t0 = self.stats.enter(tag)
         out = self._comm.allgather(obj)
-        n = len(pickle.dumps(obj)) if self.size > 1 else 0
-        self._counted(tag, n, 0, t0)
+        n = len(pickle.dumps(obj)) * (self.size - 1)  # this rank's object reaches each other rank
+        self._counted(tag, n, n, t0)
         return out
 
     def barrier(self, tag: str = "barrier") -> None:

@@ -11,6 +11,11 @@ record to ``metrics.jsonl`` and prints one line. Times, each as the slowest rank
   only for tags of all-rank collectives;
 * ``compute``: ``epoch - load - comm_exposed``.
 
+An epoch ends when its last rank has finished its batches and its evaluation: the all-reduce of the metric
+sums closes it, and a rank's wait there (for a rank that evaluates alone, or whose batches ran longer after the
+last training collective) is that rank's ``epoch_end`` communication — exposed, and all of it late (the
+all-reduce carries a few numbers) — though its bytes, the metrics', are not training traffic.
+
 ``debug.trace_exchanges`` appends each epoch's collectives to ``trace/exchanges.rank<r>.jsonl``.
 """
 
@@ -27,7 +32,10 @@ from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks, union_seconds
 from hpcdgnn.metrics.waits import last_arrivals
 
-__all__ = ["EpochRecorder", "fmt_metric"]
+__all__ = ["EPOCH_END", "EpochRecorder", "fmt_metric"]
+
+#: ``comm_by_tag``'s entry for the wait in the epoch's closing all-reduce (module docstring)
+EPOCH_END = "epoch_end"
 
 _MiB = 1024.0 * 1024.0
 
@@ -93,9 +101,14 @@ class EpochRecorder:
         comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag)])
         exposed = sum(v.exposed for v in train_tags.values())
         load = usage.load_seconds - self._usage_before.load_seconds
-        split = [wall, load, max(0.0, wall - load - exposed), comm_s]
-
+        compute = max(0.0, wall - load - exposed)
+        arrived = time.perf_counter()
         total = self.comm.allreduce_array(stats)
+        # the epoch's closing wait (module docstring): without it a rank that finished first would report an
+        # epoch shorter than the last rank's work
+        closing = time.perf_counter() - arrived if self.comm.size > 1 else 0.0
+        exposed += closing
+        split = [wall + closing, load, compute, comm_s + closing]
         metrics = self.task.metrics(total)
         #: the epoch's metric sums were all finite: a NaN mean then means no examples (a sampled epoch whose
         #: batches held none), not a diverged run, whose sums are not finite
@@ -106,7 +119,7 @@ class EpochRecorder:
             self._trace(epoch, exchanges, blocked, each_late)
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
-                                               float(stop_raised), float(checkpoint_due), exposed])
+                                               float(stop_raised), float(checkpoint_due), exposed, closing])
         by_tag: dict[str, int] = {}
         time_by_tag: dict[str, np.ndarray] = {}  # per tag: [seconds, exposed, late (NaN: unknown)]
         # a tag's late time is known where this rank's calls of it were all exchanges of every rank
@@ -118,6 +131,8 @@ class EpochRecorder:
                 by_tag[k] = by_tag.get(k, 0) + b
                 time_by_tag.setdefault(k, np.zeros((len(gathered), 3)))[rank] = (sec, exp, np.nan if lat is None
                                                                                    else lat)
+        if self.comm.size > 1:  # the closing wait: seconds, exposed and late alike, no training bytes
+            time_by_tag[EPOCH_END] = np.repeat(per_rank_all[:, 10:11], 3, axis=1)
         # known on every rank (a rank without the tag waited 0 in it), else no figure for the tag
         known = {k for k, v in time_by_tag.items() if not np.isnan(v[:, 2]).any()}
         late_per_rank = (None if late is None else

@@ -25,7 +25,8 @@ model; this one counts TGN's work instead of a snapshot model's):
   written) and an embedded root none, plus one pass over the N pending mails.
 * **traffic**: the gradient all-reduce every iteration on every rank (``grad_allreduce``: parameters × item
   size × iterations, exact), the evaluating group's scores (``memory.eval``: 8·(1 + m) bytes per event plus
-  the pickled envelope per batch and rank); ``memory.order`` barriers move no bytes (their latency counts).
+  the pickled envelope per batch and rank, each to the group's i·j − 1 other ranks); ``memory.order``
+  barriers move no bytes (their latency counts).
 * **memory**: the node memory (N × (d + mail) values, N update times, N mail gaps under ``memory_time:
   event``), the stream, the temporal CSR and the edge features as inputs; parameters with gradients and Adam's
   moments; as activations the larger of one training slice's saved tensors, (1 + s̄)·(8d + d_t) + s̄·(D + d_t +
@@ -257,7 +258,8 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         ar_lat, ar_bw = rates.collective("allreduce", P)
         comm += iters * (ar_lat + grad / ar_bw)
     if i * j > 1:
-        tags["memory.eval"] = 8.0 * (1 + negs) * n_eval + _ENVELOPE * eval_batches * i * j
+        # every rank's scores reach the group's i·j − 1 others (the communicator's all-gather count)
+        tags["memory.eval"] = (8.0 * (1 + negs) * n_eval + _ENVELOPE * eval_batches * i * j) * (i * j - 1)
         a2a_lat, a2a_bw = rates.collective("alltoall", i * j)
         comm += (iters + 2 * eval_batches) * a2a_lat + tags["memory.eval"] / (i * j) / a2a_bw
     node_memory = n * (d + mail) * item + n * 8 * (2 if eager else 1)  # times (and mails' gaps)

@@ -156,3 +156,25 @@ def test_exchanges_are_kept_only_when_asked_and_compactly():
     stats.blocked("b", 0.5, entry)  # its wait, after the log was taken: lands in that log
     assert len(stats.exchanges) == 0
     assert [len(b) for _, _, b in log.records()][-2:] == [1, 1]
+
+
+def test_the_epoch_ends_with_its_last_rank(launcher, small_dataset, tmp_path):
+    """sequences at P = 3 evaluates the last windows on the rank that holds them, after the last training
+    collective; that rank sleeping in each task call makes it the last by far. Every rank's epoch ends with it
+    (the closing all-reduce's wait, ``comm_by_tag.epoch_end``, is the others' exposed and late time), so the
+    printed epoch, the slowest rank's, is not shorter than the last rank's work."""
+    delay = 0.3
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn_cell"}, train={"epochs": 2},
+                    strategy={"name": "sequences", "window": 3}, debug={"delay_rank": 2, "delay_seconds": delay})
+    _, recs = _losses(launcher, 3, job, tmp_path / "run")
+    for r in recs:
+        epochs = r["per_rank"]["epoch"]
+        assert max(epochs) - min(epochs) < 0.5 * delay, epochs  # only the ranks' start skew between them
+        assert r["slowest"]["epoch"] >= max(epochs) - 0.5 * delay, (r["slowest"], epochs)
+        end = r["comm_by_tag"]["epoch_end"]
+        assert end["late_max"] >= 0.8 * delay and end["late"] == end["exposed"] == end["seconds"], end
+        assert "epoch_end" not in r["bytes_by_tag"]  # the metrics' bytes are not training traffic
+        exposed = np.array(r["per_rank"]["comm_exposed"])
+        assert np.all(exposed <= np.array(r["per_rank"]["comm"]) + 1e-9)
+        assert sum(v["late"] for v in r["comm_by_tag"].values()) == pytest.approx(r["time"]["comm_late"]["mean"],
+                                                                                  rel=1e-9)
