@@ -13,6 +13,7 @@ rank), not exit codes. Under MPI an error every rank meets is raised on every ra
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -164,13 +165,39 @@ def _job_file(job: str | os.PathLike | Mapping, name: str):
     if not isinstance(job, Mapping):
         yield str(job), None
         return
-    with tempfile.TemporaryDirectory(prefix="hpcdgnn-job-") as tmp:
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ConfigError(f"name: {name!r} is not a run name (a non-empty string without '/')")
+    text = yaml.safe_dump(_plain(job, ""), sort_keys=False)
+    with tempfile.TemporaryDirectory(prefix=_JOB_DIR) as tmp:
         path = Path(tmp) / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(dict(job), sort_keys=False))
+        path.write_text(text)
         yield str(path), str(path)
 
 
-def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] = (),
+#: the temporary directory a mapping job is written to (:func:`_job_file`): each rank writes its own
+_JOB_DIR = "hpcdgnn-job-"
+
+
+def _plain(value: Any, key: str) -> Any:
+    """A mapping job's ``value`` at ``key`` as YAML's plain types: paths as strings, numpy scalars and arrays as
+    Python numbers and lists (what a sweep's loop hands over); anything else YAML cannot write is refused,
+    named."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, torch tensors
+    if callable(tolist):
+        return _plain(tolist(), key)
+    raise ConfigError(f"job (mapping): {key}: {type(value).__name__} {value!r} is not a job value "
+                      "(a number, string, bool, path, list or mapping)")
+
+
+def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] | str | Mapping[str, Any] = (),
           output: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
           name: str = "job") -> TrainedRun:
     """Train a job in this process (every rank calls it under ``mpirun``), as ``python -m hpcdgnn run`` does.
@@ -178,7 +205,8 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] =
     Args:
         job: a job YAML path, or the job as a mapping of sections (``{"data": {"path": ...}, "model": ...}``,
             the YAML's keys; relative paths are relative to the working directory). None with ``resume``.
-        overrides: ``section.key=value`` items, as ``--set`` takes them.
+        overrides: ``section.key=value`` items, as ``--set`` takes them (one such string, or a mapping
+            ``{"section.key": value}``).
         output: the run directory (new or empty); default ``output.dir/<name>-<timestamp>``.
         resume: continue the run in this directory from its newest checkpoint.
         name: a mapping job's name (the run directory's prefix).
@@ -196,6 +224,12 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] =
     from hpcdgnn.train.collective import collective_error
     from hpcdgnn.train.trainer import run_training
 
+    if job is None and resume is None:
+        raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
+    if isinstance(overrides, str):  # one item, not its characters
+        overrides = [overrides]
+    elif isinstance(overrides, Mapping):
+        overrides = [f"{k}={_override_value(v)}" for k, v in overrides.items()]
     stop = preemption.install()
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
@@ -241,11 +275,22 @@ def _fail_alone(rank: int, size: int, abort, message: str, code: int) -> None:
         abort(code)
 
 
+def _override_value(value: Any) -> str:
+    """An override mapping's value as ``--set`` reads it (YAML flow): ``[10, 5]``, ``on``, ``0.01``."""
+    return yaml.safe_dump(_plain(value, ""), default_flow_style=True).strip().removesuffix("...").strip()
+
+
 def _named(e: BaseException, written: str | None) -> BaseException:
-    """``e`` with a mapping job's temporary file called what it is."""
-    if written is None or written not in str(e):
+    """``e`` with a mapping job's temporary file called what it is — any rank's: an error rank 0 met and
+    broadcast names rank 0's file."""
+    if written is None:
         return e
-    named = type(e)(str(e).replace(written, "job (mapping)"))
+    pattern = re.escape(str(Path(written).parent.parent)) + "/" + re.escape(_JOB_DIR) + r"[^/\s]+/" + re.escape(
+        Path(written).name)
+    text = re.sub(pattern, "job (mapping)", str(e))
+    if text == str(e):
+        return e
+    named = type(e)(text)
     for attr in ("collective", "exit_code"):
         if attr in vars(e):
             setattr(named, attr, vars(e)[attr])

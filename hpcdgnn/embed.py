@@ -358,7 +358,8 @@ def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=N
     Args:
         run_dir: the run that trained the head.
         path: the ``embed`` file.
-        comm: a one-rank :class:`~hpcdgnn.comm.Communicator` (the task's set-up sums its counts over it).
+        comm: a one-rank :class:`~hpcdgnn.comm.Communicator` (the task's set-up sums its counts over it); None:
+            this process alone (``MPI_COMM_SELF``), also under ``mpirun``.
     """
     import torch
 
@@ -367,6 +368,10 @@ def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=N
     from hpcdgnn.tasks.base import Embeddings, Scored
     from hpcdgnn.train.setup import load_dataset_manifest
 
+    if comm is None:
+        from hpcdgnn.comm.communicator import alone
+
+        comm = alone()
     f = read_embeddings(path)
     run = load_run(run_dir)
     job = run.job

@@ -107,8 +107,9 @@ hpcdgnn_init() {
     set -u
   fi
   local venv=${HPCDGNN_VENV:-.venv}
+  case $venv in /*) ;; *) venv=$PWD/$venv ;; esac  # absolute as given, else under the working directory
   if [ -z "${HPCDGNN_PYTHON:-}" ] && [ -x "$venv/bin/python" ]; then
-    PATH="$PWD/$venv/bin:$PATH"
+    PATH="$venv/bin:$PATH"
     export PATH
   fi
   HPCDGNN_PY=${HPCDGNN_PYTHON:-python}

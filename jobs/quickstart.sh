@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash install.sh
 VENV=${HPCDGNN_VENV:-.venv}
-export PATH="$PWD/$VENV/bin:$PATH"
+case $VENV in /*) ;; *) VENV=$PWD/$VENV ;; esac  # absolute as given, else under the checkout
+export PATH="$VENV/bin:$PATH"
 if [ ! -f inputs/collegemsg/manifest.json ]; then
   python -m hpcdgnn prepare inputs/CollegeMsg.txt.gz --format snap --snapshots 30 --log-features \
     --output inputs/collegemsg

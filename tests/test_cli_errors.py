@@ -169,15 +169,15 @@ def test_another_program_in_the_world_ends_the_job_not_hangs_it(launcher, tmp_pa
         assert all("rank 0 did not answer within 4 s" in ln for ln in errors), errors
     else:
         assert errors == ["[rank 0] hpcdgnn: error: stalled at the start: rank 2 of 3 did not start hpcdgnn within "
-                          "2 s (HPCDGNN_START_TIMEOUT): every rank must run python -m hpcdgnn run (an MPMD launch "
-                          "with another MPI program?)"], errors
+                          "2 s (HPCDGNN_START_TIMEOUT): every rank must run python -m hpcdgnn run, or call "
+                          "hpcdgnn.train (an MPMD launch with another MPI program?)"], errors
     assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("mode, said", [
     ("stop", "pre-empted while the ranks were starting, before any set-up: run the job again"),
     ("stranger", "rank 1 of 2 sent rank 0 another program's message instead of hpcdgnn's start: every rank must "
-                 "run python -m hpcdgnn run (an MPMD launch?)")])
+                 "run python -m hpcdgnn run, or call hpcdgnn.train (an MPMD launch?)")])
 def test_the_start_wait_ends_on_a_signal_or_another_program_s_message(launcher, mode, said):
     """The handshake's other two ends (tests/mpi/await_world_check.py): a pre-emption signal while a rank is
     missing stops the wait 10 s later (not after the 60 s timeout), and a message of another program is not

@@ -230,7 +230,8 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
             MPI.Request.Waitall([world.Isend(ok, dest=r, tag=_HELLO_TAG) for r in range(1, size)])
             return None
         return (f"{name_ranks(strangers)} of {size} sent rank 0 another program's "
-                "message instead of hpcdgnn's start: every rank must run python -m hpcdgnn run (an MPMD launch?)")
+                "message instead of hpcdgnn's start: every rank must run python -m hpcdgnn run, or call hpcdgnn.train "
+                "(an MPMD launch?)")
     if rank != 0:
         return (f"rank 0 did not answer within {2 * timeout_s:g} s (HPCDGNN_START_TIMEOUT x 2): it runs another MPI "
                 "program than hpcdgnn (an MPMD launch?), or reached this point that much later than this rank")
@@ -240,8 +241,8 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
     also = (f"; {name_ranks(strangers)} sent another program's message"
             if strangers else "")
     return (f"{name_ranks(silent)} of {size} did not start hpcdgnn within "
-            f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT){also}: every rank must run python -m hpcdgnn run (an MPMD "
-            "launch with another MPI program?)")
+            f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT){also}: every rank must run python -m hpcdgnn run, or call "
+            "hpcdgnn.train (an MPMD launch with another MPI program?)")
 
 
 def init_mpi() -> Any:

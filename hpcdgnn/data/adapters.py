@@ -94,9 +94,16 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
 
     Raises:
         DataError: one line naming the array and the entry: ids beyond N or negative, negative or non-finite
-            times, lengths that differ; or an option of the other kind. Nothing is written.
+            times, lengths that differ; an unknown option or one of the other kind. Nothing is written.
     """
-    from hpcdgnn.data.prepare import KINDS, PrepareOptions, _check_options, options_used, write_prepared
+    from hpcdgnn.data.prepare import (
+        KINDS,
+        PrepareOptions,
+        _check_options,
+        check_option_names,
+        options_used,
+        write_prepared,
+    )
     from hpcdgnn.data.prepare._common import PreparedInput, slice_events
     from hpcdgnn.data.prepare.event_stream import EVENT_ONLY_OPTIONS, ParsedEvents, _check, option_flag, write_parsed
     from hpcdgnn.data.prepare.snap import EdgeList, _snapshots, slicing_kwargs, snapshot_counts
@@ -105,6 +112,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     where = Path("from_arrays")
     if kind not in KINDS:
         raise DataError(f"{where}: unknown kind {kind!r}; choose from {', '.join(KINDS)}")
+    check_option_names(where, options)
     s, d, times, n = _edges(src, dst, t, str(where), num_vertices)
     w = None if weight is None else _numpy(weight, "weight", str(where)).astype(np.float64)
     if w is not None and w.shape != s.shape:
@@ -195,6 +203,10 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
 
 def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8):
     """A PyG Temporal signal as snapshots: step k's graph, its node features as X and its targets.
+
+    Edge ``(edge_index[0][e], edge_index[1][e])`` becomes entry (u, v) of A_k, which the models aggregate as
+    Ã·X (u sums v's features) where PyG's layers sum at v: on a directed graph pass ``edge_index[[1, 0]]`` to
+    train PyG Temporal's model (docs/data.md, "Edge direction").
 
     Args:
         signal: a ``StaticGraphTemporalSignal`` (``edge_index``, ``edge_weight``) or a

@@ -148,3 +148,17 @@ def test_a_jodie_like_temporal_data_stays_bipartite(tmp_path):
     assert m.bipartite and m.num_sources == int(src.max()) + 1
     with pytest.raises(DataError, match="bipartite: destination id 0 .* is below the sources'"):
         from_arrays([3, 4], [0, 9], [0, 1], tmp_path / "bad", kind="events", bipartite=True)
+
+
+def test_a_misspelt_option_is_one_line_naming_it(tmp_path):
+    """A keyword no kind of dataset has: the option named with the likely one, nothing written — from the
+    adapters and from ``prepare_dataset`` alike (not a TypeError about an internal class)."""
+    from hpcdgnn.data.prepare import prepare_dataset
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text("0 1 5\n1 2 6\n")
+    with pytest.raises(DataError, match=r"^from_arrays: snapshot: unknown option; did you mean 'snapshots'\?$"):
+        from_arrays([0, 1], [1, 2], [5, 6], tmp_path / "a", snapshot=2)
+    with pytest.raises(DataError, match=r"raw.txt: shard_event: unknown option; did you mean 'shard_events'\?$"):
+        prepare_dataset(raw, "snap", tmp_path / "b", kind="events", shard_event=2)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -779,3 +779,13 @@ def test_a_diverged_run_is_not_resumed(fake, tmp_path):
     proc = fake.run("slurm-gpu.sh", SLURM_RESTART_COUNT=1, **_slurm())
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "diverged" in proc.stdout + proc.stderr and fake.log() == []
+
+
+def test_an_absolute_venv_is_found_as_given(tmp_path):
+    """``HPCDGNN_VENV=/abs/path`` (as install.sh and tests/run.sh take it), from another working directory and
+    with no python on PATH: the job library puts that environment's bin first, not ``$PWD/abs/path``."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "HPCDGNN_VENV": sys.prefix}
+    proc = subprocess.run(["bash", "-c", f"set -euo pipefail; source {REPO / 'jobs' / 'lib.sh'}; hpcdgnn_init; "
+                           "command -v python"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(Path(sys.prefix) / "bin" / "python"), proc.stdout

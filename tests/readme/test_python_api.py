@@ -81,6 +81,40 @@ def test_a_path_job_with_overrides_and_the_mapping_job_give_one_run(tmp_path, sm
     assert resumed.dir == by_path.dir and len(resumed.losses) == 3
 
 
+@pytest.mark.mpi
+def test_a_mapping_job_s_error_reads_the_same_on_every_rank(tmp_path, small_dataset, launcher):
+    """Rank 0 finds the bad key and every rank raises it: each names the job as the caller gave it, not rank
+    0's temporary file (which the other ranks never had)."""
+    script = tmp_path / "bad.py"
+    script.write_text(
+        "import hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
+        f"job = {{'data': {{'path': {str(small_dataset)!r}}}, 'train': {{'epochz': 1}}}}\n"
+        "try:\n    hpcdgnn.train(job)\nexcept ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
+    proc = launcher.run(2, [str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    assert len(caught) == 2 and all(line.startswith("CAUGHT job (mapping): train.epochz: unknown key")
+                                    for line in caught), proc.stdout
+
+
+def test_a_sweep_s_values_and_overrides_as_a_script_hands_them_over(tmp_path, small_dataset, monkeypatch):
+    """numpy scalars and paths in a mapping job, one override string, an override mapping: the run they say."""
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "model": {"name": "cdgcn", "hidden": np.int64(5)},
+           "task": {"name": "link_prediction"}, "train": {"epochs": np.int64(3), "lr": np.float32(0.5).item(),
+                                                         "threads": 1}}
+    run = hpcdgnn.train(job, overrides="train.epochs=2", output=tmp_path / "a")
+    assert len(run.losses) == 2 and run.job.model.hidden == 5 and run.job.data.path == str(small_dataset)
+    run = hpcdgnn.train(job, overrides={"train.epochs": 1, "train.seed": np.int64(9)}, output=tmp_path / "b")
+    assert len(run.losses) == 1 and run.job.train.seed == 9
+    with pytest.raises(ConfigError, match=r"^job \(mapping\): model\.hidden: object .* is not a job value"):
+        hpcdgnn.train({**job, "model": {"name": "cdgcn", "hidden": object()}})
+    with pytest.raises(ConfigError, match=r"^job: is None: pass a job .* or resume=RUNDIR$"):
+        hpcdgnn.train(None)
+    with pytest.raises(ConfigError, match=r"^name: 'a/b' is not a run name"):
+        hpcdgnn.train(job, name="a/b")
+
+
 def test_bad_jobs_and_run_directories_are_one_line_errors(tmp_path, small_dataset, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"^job \(mapping\): model\.nam: unknown option.*did you mean 'name'") as e:

@@ -43,6 +43,7 @@ from hpcdgnn.data.prepare._estimate import (
 )
 from hpcdgnn.data.prepare.event_stream import (
     EVENT_ONLY_OPTIONS,
+    EventOptions,
     option_flag,
     prepare_events,
 )
@@ -192,6 +193,16 @@ def _provenance(path: Path, fmt: str, opts: PrepareOptions, prepared: PreparedIn
     }
 
 
+def check_option_names(where: Path, options: dict[str, Any]) -> None:
+    """Refuse an option no kind of dataset has (a misspelt keyword of the Python calls), naming it."""
+    known = {f.name for cls in (PrepareOptions, EventOptions) for f in dataclasses.fields(cls)}
+    for name in options:
+        if name not in known:
+            from hpcdgnn.config.load import _did_you_mean
+
+            raise DataError(f"{where}: {name}: unknown option; {_did_you_mean(name, sorted(known))}")
+
+
 def prepare_dataset(
     input_path: str | Path, fmt: str, output: str | Path, *, kind: str = "snapshots", **options: Any
 ) -> Manifest | EventManifest:
@@ -206,13 +217,13 @@ def prepare_dataset(
             as on the command line; the other kind's options only at their defaults.
 
     Raises:
-        DataError: bad input or options, naming the input file (and line); or an output
+        DataError: bad input or options (an unknown option too), naming the input file (and line); or an output
             estimated over the size limits without ``allow_large`` (nothing is written).
-        TypeError: an unknown keyword in ``options``.
     """
     path = Path(input_path)
     if kind not in KINDS:
         raise DataError(f"{path}: unknown --kind {kind!r}; choose from {', '.join(KINDS)}")
+    check_option_names(path, options)
     check_output(output, bool(options.get("force", False)), (path,))  # before reading: never the input
     if kind == "events":
         return prepare_events(path, fmt, output, **options)

@@ -110,6 +110,11 @@ class StepParams(Mapping):
         return torch.stack([self[t] for t in steps]) if steps else self.stacked[:0]
 
 
+#: where a trained model's outputs on tensors come from (the models run over a strategy's placed rows)
+_ON_TENSORS = ("a run's Z_t come from `python -m hpcdgnn embed RUNDIR`, its predictions from `predict`, and "
+               "`export RUNDIR --to pygt` writes PyG Temporal modules called on (x, edge_index, edge_weight)")
+
+
 class DynamicLayer(nn.Module):
     """One GCN-RNN pair (IBM §2.2).
 
@@ -136,6 +141,12 @@ class DynamicLayer(nn.Module):
     temporal_reach: int | None = None
     writes_out: bool = False
     pool_rows: int = 0
+
+    def forward(self, *args: Any, **kwargs: Any) -> None:
+        """Not a call on tensors: :class:`DGNN` runs a layer's parts (``aggregate``, ``spatial``, ``temporal``) over
+        the rows a strategy placed."""
+        raise TypeError(f"{type(self).__name__} is run by its DGNN over a strategy's rows, not called on tensors: "
+                        f"{_ON_TENSORS}")
 
     def aggregate(self, graph: LocalGraph, h: torch.Tensor) -> torch.Tensor:
         """Neighbourhood aggregation of rows ``h`` (n, in) -> ``ax``; default Ã·[h ; halo] (IBM Eq. 2, §5.5)."""
@@ -219,6 +230,8 @@ class DGNN(nn.Module):
 
     def forward(self, layout: Layout) -> dict[int, torch.Tensor]:
         """The layer loop (IBM §2.2, Fig. 1b) over the rows a strategy placed: ``{t: Z_t}`` for the task."""
+        if isinstance(layout, torch.Tensor):
+            raise TypeError(f"{type(self).__name__}.forward takes a strategy's Layout, not tensors: {_ON_TENSORS}")
         return layout.output(self.run_layers(layout))
 
     def run_layers(self, layout: Layout) -> torch.Tensor:
