@@ -409,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         n = getattr(e, "signum", signal.SIGINT)
         # the dataset writers remove their hidden directory on the way out; the other commands write in place
         kept = "; nothing it was writing is left" if args.command in ("prepare", "generate") else ""
+        if kept:
+            from hpcdgnn.data.writer import remove_temporaries
+
+            remove_temporaries()
         print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return 128 + n
     except HpcdgnnError as e:

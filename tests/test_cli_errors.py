@@ -50,6 +50,23 @@ def _generate_signalled_while_writing(tmp_path, sig: int, vertices: int, sigint)
     return proc
 
 
+def test_a_signal_before_the_writer_s_cleanup_is_in_place_leaves_nothing_either(tmp_path):
+    """The stop lands just after the hidden directory is made, before the writer's own cleanup covers it (here:
+    the shard sink's construction raises as the signal handler would): the command still removes it."""
+    code = ("import sys, hpcdgnn.data.writer as w\n"
+            "def stop(*a, **k):\n    raise KeyboardInterrupt\n"
+            "w._ShardSink.__init__ = stop\n"
+            "from hpcdgnn.__main__ import main\n"
+            f"sys.exit(main(['generate', '--output', {str(tmp_path / 'g')!r}, '--vertices', '50', '--snapshots', "
+            "'2', '--density', '1', '--seed', '0']))\n")
+    script = tmp_path.parent / f"{tmp_path.name}-stop.py"  # the one-process command, patched (no MPI)
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "hpcdgnn: generate: stopped by SIGINT; nothing it was writing is left"
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
 def test_a_signal_while_writing_a_dataset_removes_what_it_wrote(tmp_path, sig, name):
     """``scancel`` (SIGTERM) during ``generate`` or ``prepare`` ended the process where it stood, leaving its hidden

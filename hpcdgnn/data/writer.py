@@ -21,7 +21,9 @@ import errno
 import hashlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -152,6 +154,18 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
                 raise DataError(f"{root}: output {why}")
 
 
+#: this process's hidden dataset directories not yet moved into place (:func:`prepare_output_dir`)
+_TEMPORARIES: set[Path] = set()
+
+
+def remove_temporaries() -> None:
+    """Remove this process's hidden dataset directories not moved into place: a command stopped by a signal
+    leaves none, wherever the signal landed (the writers remove their own on the way out; this catches one that
+    arrived before the writer's cleanup was in place)."""
+    while _TEMPORARIES:
+        shutil.rmtree(_TEMPORARIES.pop(), ignore_errors=True)
+
+
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
     """:func:`check_output`, :func:`check_room` (``nbytes`` when known), then a fresh temporary dir beside it."""
     check_output(root, force)
@@ -160,8 +174,18 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
     root = Path(root)
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        # mkdtemp, not the pid: two nodes on a shared file system may share a pid
-        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+        # a stop signal (SIGTERM, Ctrl-C) waits until the directory is on the list :func:`remove_temporaries`
+        # clears: arriving between its creation and the caller's cleanup it would leave it behind
+        stops = {signal.SIGINT, signal.SIGTERM}
+        held = threading.current_thread() is threading.main_thread()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops) if held else None
+        try:
+            # mkdtemp, not the pid: two nodes on a shared file system may share a pid
+            tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
+            _TEMPORARIES.add(tmp)
+        finally:
+            if held:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         (tmp / "shards").mkdir()
     except OSError as e:
         raise DataError(f"{root}: cannot create the output here: {cannot_create(root.parent) or e.strerror or e}") \
@@ -206,6 +230,7 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         if root.is_dir():
             shutil.rmtree(root) if force else root.rmdir()
         tmp.rename(root)
+        _TEMPORARIES.discard(tmp)
     except OSError as e:
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
