@@ -231,6 +231,7 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     elif isinstance(overrides, Mapping):
         overrides = [f"{k}={_override_value(v)}" for k, v in overrides.items()]
     stop = preemption.install()
+    caller = _CallerState.save()
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
             try:
@@ -260,7 +261,33 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
                 comm.close()
     finally:
         preemption.reset()  # a notebook's interrupt is its own again
-    return TrainedRun(Path(result.run_dir).absolute(), result.preempted, result.model, result.task)
+        caller.restore()
+    model, task = result.model, result.task
+    for module in (model, task):  # as load_run's: ready to evaluate
+        if module is not None:
+            module.eval()
+    return TrainedRun(Path(result.run_dir).absolute(), result.preempted, model, task)
+
+
+@dataclass
+class _CallerState:
+    """What a run sets process-wide (torch's intra-op threads, its global RNG) as the caller had it, put back
+    when :func:`train` returns: a script's own torch work is not changed by having trained."""
+
+    threads: int
+    rng: Any
+
+    @classmethod
+    def save(cls) -> _CallerState:
+        import torch
+
+        return cls(torch.get_num_threads(), torch.random.get_rng_state())
+
+    def restore(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.threads)
+        torch.random.set_rng_state(self.rng)
 
 
 @contextmanager

@@ -103,8 +103,14 @@ def test_a_sweep_s_values_and_overrides_as_a_script_hands_them_over(tmp_path, sm
     job = {"data": {"path": small_dataset}, "model": {"name": "cdgcn", "hidden": np.int64(5)},
            "task": {"name": "link_prediction"}, "train": {"epochs": np.int64(3), "lr": np.float32(0.5).item(),
                                                          "threads": 1}}
+    torch.set_num_threads(2)
+    torch.manual_seed(123)
+    rng = torch.random.get_rng_state()
     run = hpcdgnn.train(job, overrides="train.epochs=2", output=tmp_path / "a")
     assert len(run.losses) == 2 and run.job.model.hidden == 5 and run.job.data.path == str(small_dataset)
+    # the caller's torch as it was (the job ran one thread and its own seed), the model ready to evaluate
+    assert torch.get_num_threads() == 2 and torch.equal(torch.random.get_rng_state(), rng)
+    assert not run.model.training and not hpcdgnn.load_run(run.dir).model.training
     run = hpcdgnn.train(job, overrides={"train.epochs": 1, "train.seed": np.int64(9)}, output=tmp_path / "b")
     assert len(run.losses) == 1 and run.job.train.seed == 9
     with pytest.raises(ConfigError, match=r"^job \(mapping\): model\.hidden: object .* is not a job value"):
