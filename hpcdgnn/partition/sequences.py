@@ -1,8 +1,11 @@
-"""R1's plan (ReInc §3.4.1): sliding-window sequences, P consecutive equal-count blocks of them per rank.
+"""R1's plan (ReInc §3.4.1): sliding-window sequences, P consecutive blocks of them, one per rank.
 
 A sequence is a window of L = ``strategy.window`` snapshots, every ``stride``, whose last
 step is a prediction step; a rank holds its block plus the L - 1 snapshots after it, so
-every sequence is local. Mini-batches are :mod:`hpcdgnn.strategies.sequences`'.
+every sequence is local. The blocks balance work, not counts: a training sequence weighs
+:data:`TRAIN_WEIGHT` evaluation ones (forward and backward against a forward), since the
+validation and test sequences come last and equal counts left the last ranks without training
+work. Mini-batches are :mod:`hpcdgnn.strategies.sequences`'.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
+from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds, weighted_bounds
 from hpcdgnn.tasks import task_class
 
-__all__ = ["Sequence", "decoder_reach", "plan_sequences", "sequences_of"]
+__all__ = ["TRAIN_WEIGHT", "Sequence", "decoder_reach", "plan_sequences", "sequences_of"]
+
+#: a training sequence's work in evaluation sequences: its forward and a backward of about twice that (the
+#: planner's count)
+TRAIN_WEIGHT = 3
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ def plan_sequences(manifest, num_ranks: int, job) -> PartitionPlan:
         raise ConfigError(f"strategy.window: {o.window} with stride {o.stride} leaves no sequence whose last "
                           "step is a training step; shorten the window or widen task.split")
     reach = decoder_reach(job)
-    sb = balanced_bounds(len(seqs), P)
+    sb = weighted_bounds([TRAIN_WEIGHT if s.split == 0 else 1 for s in seqs], P)
     lo = [seqs[sb[p]].start if sb[p] < len(seqs) else T for p in range(P)]
     lo[0] = 0
     own = [*lo, T]
