@@ -248,3 +248,29 @@ def load_job_for(dataset, name: str, options: dict):
     from hpcdgnn.regimes import options_class
 
     return JobConfig(data=DataConfig(path=str(dataset)), strategy=options_class("strategy", name)(name=name, **options))
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_sequence_blocks_balance_work_so_no_rank_is_left_without_training(tmp_path, P):
+    """R1's blocks (T = 30, window 4; the validation and test sequences come last): by count the last of 3
+    ranks held no training sequence; by work (a training sequence weighs TRAIN_WEIGHT evaluation ones) every
+    rank trains and the blocks' work differs by at most one training sequence's."""
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.sequences import TRAIN_WEIGHT, plan_sequences, sequences_of
+    from tests.conftest import make_dataset
+
+    data = make_dataset(tmp_path / "d", 30, 11, 20)
+    job = load_job_for(data, "sequences", {"window": 4})
+    m = load_manifest(data)
+    seqs = sequences_of(m, job)
+    n_train = [s.split for s in seqs].count(0)
+    assert all(s.split == 0 for s in seqs[:n_train]) and len(seqs) - n_train >= 3 * TRAIN_WEIGHT
+    if P == 3:  # the case equal counts got wrong
+        assert all(s.split > 0 for s in seqs[balanced_bounds(len(seqs), P)[-2]:])
+    plan = plan_sequences(m, P, job)
+    work = [sum(TRAIN_WEIGHT if s.split == 0 else 1 for s in seqs[a:b]) for a, b in
+            (r["sequences"] for r in plan.ranks)]
+    assert all(r["train_sequences"] > 0 for r in plan.ranks), plan.ranks
+    assert sum(r["train_sequences"] for r in plan.ranks) == n_train
+    assert sum(work) == n_train * TRAIN_WEIGHT + len(seqs) - n_train
+    assert max(work) - min(work) <= TRAIN_WEIGHT, work
