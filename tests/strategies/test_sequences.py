@@ -171,3 +171,59 @@ def exits_2_with_one_line(launcher, job, override: str, needle: str) -> None:
     lines = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _sequence_job(task: str, window: int, stride: int, split=(0.7, 0.15, 0.15)):
+    """What ``sequences_of`` reads of a job: the strategy's window and stride, the task's name and split."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(strategy=SimpleNamespace(window=window, stride=stride),
+                           task=SimpleNamespace(name=task, split=split))
+
+
+@pytest.mark.parametrize(("task", "T", "window", "stride", "expected"), [
+    # node classification, T = 9: steps 0..8 split [0, 6) / [6, 8) / [8, 9); windows start 0, 2, 4, 6 and the
+    # last, [6, 9), ends at the last prediction step 8 (a test step)
+    ("node_classification", 9, 3, 2, [(0, 3, 0), (2, 5, 0), (4, 7, 1), (6, 9, 2)]),
+    # stride 1, window 4, T = 9: windows [0, 4) .. [5, 9), scored steps 3..8
+    ("node_classification", 9, 4, 1, [(0, 4, 0), (1, 5, 0), (2, 6, 0), (3, 7, 1), (4, 8, 1), (5, 9, 2)]),
+    # the whole series as one window
+    ("node_classification", 9, 9, 3, [(0, 9, 2)]),
+    # link prediction, T = 10: steps 0..8 split [0, 6) / [6, 8) / [8, 9); the window [7, 10) scores t = 9, no
+    # prediction step, so the last sequence is [6, 9)
+    ("link_prediction", 10, 3, 1, [(0, 3, 0), (1, 4, 0), (2, 5, 0), (3, 6, 0), (4, 7, 1), (5, 8, 1), (6, 9, 2)]),
+])
+def test_sequences_of_are_every_window_up_to_the_last_step(task, T, window, stride, expected):
+    """R1's sliding windows (ReInc §3.4.1), by hand: (start, stop, split) of each window whose last step is a
+    prediction step, numbered in time order — the last window reaching the last prediction step included."""
+    from types import SimpleNamespace
+
+    from hpcdgnn.partition.sequences import Sequence, sequences_of
+
+    got = sequences_of(SimpleNamespace(num_snapshots=T), _sequence_job(task, window, stride))
+    assert got == [Sequence(i, a, b, s) for i, (a, b, s) in enumerate(expected)]
+    assert [s.t for s in got] == [b - 1 for _, b, _ in expected]
+
+
+@pytest.mark.parametrize(("order", "expected"), [
+    # seq_first (ReInc §3.4.3): every training sequence for node batch 0, then for node batch 1
+    ("seq_first", [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]),
+    # node_first: every node batch of sequence 0, then of sequence 1, ...
+    ("node_first", [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]),
+])
+def test_sample_order_of_each_option(order, expected):
+    """R4's sample order by hand: 3 training sequences (and one validation one) × 2 node batches (N = 4, batches
+    of 2); each sample is (sequence index, node batch)."""
+    from types import SimpleNamespace
+
+    from hpcdgnn.partition.sequences import Sequence
+    from hpcdgnn.strategies.sequences import SequenceSamples
+
+    s = SequenceSamples()
+    s.N = 4
+    s.opts = SimpleNamespace(order=order, batch_vertices=2)
+    s.ctx = SimpleNamespace(job=SimpleNamespace(train=SimpleNamespace(seed=0)))
+    s.seqs = [Sequence(0, 0, 3, 0), Sequence(1, 1, 4, 0), Sequence(2, 2, 5, 0), Sequence(3, 3, 6, 1)]
+    assert [(q.index, b) for q, b in s._samples(0, 0)] == expected
+    assert [(q.index, b) for q, b in s._samples(0, 1)] == [(3, 0), (3, 1)]  # one sequence: either order
+    assert s._samples(0, 2) == []
