@@ -682,3 +682,42 @@ def test_write_keeps_each_nodes_last_occurrence_and_leaves_later_nodes():
     # nothing written for an empty slice
     none = np.zeros(0, np.int64)
     s._write(_Work("train", 0, none, s._writes(none, later, None), negs, None), s_new[:0])
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_training_loss_averages_softplus_over_the_negatives(m):
+    """The training loss of n events with m negatives each is Σ_i softplus(−pos_i) + Σ_i (1/m) Σ_j softplus(neg_ij)
+    (the negatives' term AVERAGED per event, not summed), computed here in numpy from the task's own scores."""
+    torch.manual_seed(4)
+    task = TemporalLinkPrediction(TemporalLinkPredictionOptions(), SimpleNamespace(), HID, 0).double()
+    n = 5
+    z = torch.randn(n * (2 + m), HID, dtype=torch.float64) * 3
+    with torch.no_grad():
+        pos, neg = task.scores(EventEmbeddings(z.clone(), n, m))
+        out = task(EventEmbeddings(z.clone(), n, m), 1)
+    p, q = pos.numpy(), neg.numpy()
+    assert q.shape == (n, m) and np.ptp(q) > 0.1  # the negatives differ: a sum would differ from the mean
+    want = np.sum(np.log1p(np.exp(-p))) + np.sum(np.log1p(np.exp(q)).sum(1) / m)
+    assert float(out.loss_sum) == pytest.approx(want, rel=1e-12)
+    assert out.stats[0] == pytest.approx(want, rel=1e-12) and out.stats[1] == n
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_forward_is_the_equation_with_a_nonzero_time_phase(dense):
+    """With a non-zero phase b in Φ(Δt) = cos(Δt·w + b) (cos then no longer even), the forward still gives
+    :func:`reference_forward`'s z and s': a neighbour's Δt is t_r − t_j, the root's time minus the neighbour's,
+    never its negative."""
+    torch.manual_seed(6)
+    net = TGN(N, D, MEM, TDIM, HID, HEADS, False).double()
+    with torch.no_grad():
+        net.time.b.copy_(torch.linspace(0.3, 1.2, TDIM, dtype=torch.float64))
+    src, dst, t, efeat = stream(12)
+    roots, root_t = batch_roots(src, dst, t, 60, 75, negatives=3)
+    inp = build_input(src, dst, t, efeat, roots, root_t)
+    assert (inp.neighbors.mask.sum(1) > 0).any()
+    inp.occurrences = net.plan(inp, dense=dense)
+    with torch.no_grad():
+        z, s_new = net(inp)
+        z_ref, s_ref = reference_forward(net, inp)
+    same(z, z_ref)
+    same(s_new, s_ref)
