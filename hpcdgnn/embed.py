@@ -381,6 +381,9 @@ def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=N
     with ShardReader(job.data.path, manifest) as reader:
         task.setup(reader, Scored(snapshots=tuple(steps)), comm)
     emb = Embeddings({t: torch.from_numpy(f.embeddings[k]) for k, t in enumerate(steps)})
+    task.hold_scores(True)  # the AUC's bins as the run's (Task.rebin)
     with torch.no_grad():
         stats = task(emb, int(f.meta["draw_epoch"])).stats
+    stats = task.rebin(comm, stats)
+    task.hold_scores(False)
     return task.metrics(stats)

@@ -81,6 +81,7 @@ class EpochRecorder:
         self._usage_before = self.strategy.usage()
         self.comm.stats.keep_exchanges = True  # for comm_late (and the trace) at the end
         self.comm.stats.take_exchanges()
+        self.task.hold_scores(True)  # the AUC's bins over the epoch's own logits (Task.rebin)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self._t0 = time.perf_counter()
@@ -103,7 +104,7 @@ class EpochRecorder:
         load = usage.load_seconds - self._usage_before.load_seconds
         compute = max(0.0, wall - load - exposed)
         arrived = time.perf_counter()
-        total = self.comm.allreduce_array(stats)
+        total = self.comm.allreduce_array(self.task.rebin(self.comm, stats))
         # the epoch's closing wait (module docstring): without it a rank that finished first would report an
         # epoch shorter than the last rank's work
         closing = time.perf_counter() - arrived if self.comm.size > 1 else 0.0

@@ -240,3 +240,12 @@ class Task(nn.Module):
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
         """Finish metrics from all-reduced ``stats``."""
         raise NotImplementedError
+
+    def hold_scores(self, on: bool) -> None:
+        """Keep what this rank scores from now on for :meth:`rebin` (a task whose metric sums need a second look
+        at the scores, e.g. link prediction's AUC bins); nothing by default."""
+
+    def rebin(self, comm, stats: np.ndarray) -> np.ndarray:
+        """This rank's metric sums finished from the scores kept since :meth:`hold_scores` (collective over
+        ``comm``, called by every rank before the sums are all-reduced); ``stats`` itself by default."""
+        return stats

@@ -34,7 +34,7 @@ from hpcdgnn.tasks.base import (
 )
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "LinkPredictionOptions", "AUC_BINS", "AUC_RANGE", "auc_from_histograms",
-           "decoder_bucket_bytes", "score_stats_torch"]
+           "decoder_bucket_bytes", "rebinned", "score_stats_torch"]
 
 AUC_BINS = 1 << 14
 AUC_RANGE = 16.0
@@ -49,22 +49,60 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
     return float((pos * (neg_below + 0.5 * neg)).sum() / (npos * nneg))
 
 
+def _bins(x: torch.Tensor, positive: torch.Tensor, bins: int, low: float, span: float) -> torch.Tensor:
+    """Each float64 logit's AUC bin ``clip(int64((x - low) / span * bins), 0, bins - 1)`` (numpy's expression,
+    bit for bit), the negatives' shifted by ``bins``."""
+    # a device divisor: CUDA turns division by a host scalar into a reciprocal product, moving bin edges
+    width = torch.tensor(span, dtype=torch.float64, device=x.device)
+    v = (x - low) / width * bins
+    zero = (v != v) | (v >= 9.223372036854775808e18) | (v < 1.0)  # the int64 cast and the clip at 0
+    return torch.where(zero, 0.0, v.clamp(max=bins - 1)).to(torch.int64) + bins * (~positive).to(torch.int64)
+
+
 def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, half_range: float,
                       pos: np.ndarray, neg: np.ndarray) -> int:
     """(correct count) of link-prediction ``logits`` (E,) against the ``positive`` mask, each logit's AUC bin,
     ``clip(int64((x + R) / (2R) * bins), 0, bins - 1)`` in float64 (numpy's expression, bit for bit), added to
     ``pos`` or ``neg``: on the logits' device, one transfer of the counts."""
     x = logits.detach().to(torch.float64)
-    # a device divisor: CUDA turns division by a host scalar into a reciprocal product, moving bin edges
-    width = torch.tensor(2.0 * half_range, dtype=torch.float64, device=x.device)
-    v = (x + half_range) / width * bins
-    zero = (v != v) | (v >= 9.223372036854775808e18) | (v < 1.0)  # the int64 cast and the clip at 0
-    b = torch.where(zero, 0.0, v.clamp(max=bins - 1)).to(torch.int64) + bins * (~positive).to(torch.int64)
+    b = _bins(x, positive, bins, -half_range, 2.0 * half_range)
     correct = torch.where(positive, x > 0, x <= 0).sum().reshape(1)
     counts = torch.cat([torch.bincount(b, minlength=2 * bins), correct]).to("cpu", torch.float64).numpy()
     pos += counts[:bins]
     neg += counts[bins : 2 * bins]
     return int(counts[-1])
+
+
+def rebinned(held: list[tuple[int, torch.Tensor, torch.Tensor]], stats: np.ndarray, comm, splits: int,
+             width: int, bins: int) -> np.ndarray:
+    """``stats`` with each split's AUC histograms binned again over the split's logits' own range on every rank
+    (collective: one all-reduce of 2 numbers per split and a flag): ``bins`` bins over [min, max] instead of the
+    fixed [-R, R], so logits that crowd together (a first epoch's, a bias's) no longer share bins. ``held``: the
+    (split, float64 logits, positive mask) this rank scored since its histograms were last cleared; where their
+    count differs from the pairs ``stats`` counts on any rank (scores ``stats`` does not hold), ``stats`` as it is.
+
+    Layout of ``stats`` per split s: ``[loss, pairs, correct, pos (bins), neg (bins)]`` at ``s * width``."""
+    lo, hi, n = np.full(splits, np.inf), np.full(splits, -np.inf), np.zeros(splits)
+    for s, x, _ in held:
+        finite = x[torch.isfinite(x)]
+        n[s] += x.shape[0]
+        if finite.numel():
+            lo[s], hi[s] = min(lo[s], float(finite.min())), max(hi[s], float(finite.max()))
+    differs = float(any(n[s] != stats[s * width + 1] for s in range(splits)))
+    top = comm.allreduce_array(np.concatenate([-lo, hi, [differs]]), op="max", tag="metrics")
+    if top[-1] > 0:
+        return stats
+    out = stats.copy()
+    counts = {s: torch.zeros(2 * bins, dtype=torch.float64) for s in range(splits)}
+    for s, x, positive in held:
+        low, high = -top[s], top[splits + s]
+        if not low <= high:  # no finite logit on any rank: the fixed bins' rule (every one in bin 0)
+            low, high = 0.0, 0.0
+        span = high - low if high > low else 1.0  # all alike: one bin, ties
+        counts[s] += torch.bincount(_bins(x, positive, bins, low, span), minlength=2 * bins).to("cpu", torch.float64)
+    for s in range(splits):
+        out[s * width + 3 : (s + 1) * width] = counts[s].numpy()
+    return out
 
 
 #: Bytes of decoder destination rows (pv and its gradient) one :func:`pairs_by_step` bucket covers
@@ -268,7 +306,23 @@ class LinkPrediction(Task):
         self._epoch_negatives: tuple[int, dict] = (-1, {})
         #: the pairs' destination buckets (:meth:`_bucket_shift`), read once: every epoch orders alike
         self._bucket_bytes = bucket_bytes()
+        #: (split, logits, positive) scored since :meth:`hold_scores`, for :meth:`rebin`; None: not held
+        self._held: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None
         self.reset_parameters()
+
+    def hold_scores(self, on: bool) -> None:
+        """Keep (``on``) the logits scored from now on for :meth:`rebin`, or stop keeping them; clears what was
+        kept."""
+        self._held = [] if on else None
+
+    def rebin(self, comm, stats: np.ndarray) -> np.ndarray:
+        """This rank's ``stats`` with the AUC histograms binned over each split's own logit range (collective;
+        :func:`rebinned`), from the logits kept since :meth:`hold_scores`; ``stats`` itself when none are kept."""
+        held, self._held = self._held, (None if self._held is None else [])
+        if held is None:
+            return stats
+        return rebinned([(s, x.to(torch.float64), p) for s, x, p in held], stats, comm, len(SPLITS), _WIDTH,
+                        AUC_BINS)
 
     def reset_parameters(self) -> None:
         """Reset the decoder MLP."""
@@ -608,6 +662,8 @@ class LinkPrediction(Task):
             pos, neg = stats[base + 3 : base + 3 + AUC_BINS], stats[base + 3 + AUC_BINS : base + width]
             correct = score_stats_torch(logit, label > 0, AUC_BINS, AUC_RANGE, pos, neg)
             stats[base + 2] += correct
+            if self._held is not None:
+                self._held.append((s, logit.detach(), label > 0))
         return loss_sum
 
     def forward(self, emb: dict[int, torch.Tensor] | ShardedEmbeddings | SampleEmbeddings, epoch: int) -> TaskBatch:

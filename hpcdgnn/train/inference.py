@@ -255,6 +255,7 @@ def recorded_pass(trained: Trained, steps: list[int]) -> tuple[dict[str, float],
     """
     tr = trained
     recorder = _Recorder(tr.task, set(steps), tr.manifest.num_vertices)
+    tr.task.hold_scores(True)  # the AUC's bins as the run's epochs bin them (Task.rebin)
     if tr.strategy.full_batch:
         epoch = tr.epoch + 1
         stats, _ = train_batches(tr.strategy, tr.model, recorder, tr.params, _Frozen(tr.params),
@@ -267,7 +268,8 @@ def recorded_pass(trained: Trained, steps: list[int]) -> tuple[dict[str, float],
     # the width of Z_t, from any rank that computed one (a rank may score nothing)
     recorder.width = int(tr.comm.allreduce_array(
         [max((z.shape[1] for rows in recorder.rows.values() for _, z in rows), default=0)], op="max", tag="embed")[0])
-    metrics = tr.task.metrics(tr.comm.allreduce_array(stats, tag="metrics"))
+    metrics = tr.task.metrics(tr.comm.allreduce_array(tr.task.rebin(tr.comm, stats), tag="metrics"))
+    tr.task.hold_scores(False)
     return metrics, epoch, recorder
 
 

@@ -18,6 +18,7 @@ from hpcdgnn.tasks.link_prediction import (
     LinkPrediction,
     LinkPredictionOptions,
     auc_from_histograms,
+    rebinned,
     score_stats_torch,
 )
 from tests.conftest import auc_test_logits, numpy_score_stats
@@ -49,6 +50,82 @@ def hist(scores: np.ndarray) -> np.ndarray:
 def tie_bound(pos: np.ndarray, neg: np.ndarray) -> float:
     """Documented bound: half the fraction of positive-negative pairs sharing a bin."""
     return float(0.5 * (hist(pos) * hist(neg)).sum() / (pos.size * neg.size))
+
+
+class _Ranks:
+    """The all-reduce (max) over the vectors several simulated ranks pass, in turn: each call of rank r's
+    :func:`rebinned` gets the maximum over every rank's vector of that round."""
+
+    size = 2
+
+    def __init__(self, vectors: list[np.ndarray]) -> None:
+        self.top = np.max(vectors, axis=0)
+
+    def allreduce_array(self, values, op: str, tag: str) -> np.ndarray:
+        assert op == "max" and tag == "metrics"
+        return self.top
+
+
+def _held_and_stats(parts: list[tuple[np.ndarray, np.ndarray]], splits: int = 3):
+    """One rank's held (split, logits, positive) and its fixed-grid stats (the task's layout, split 1 only)."""
+    width = 3 + 2 * AUC_BINS
+    stats, held = np.zeros(splits * width), []
+    for x, positive in parts:
+        logits, pos_mask = torch.from_numpy(x), torch.from_numpy(positive)
+        stats[width + 1] += x.size
+        pos_hist, neg_hist = stats[width + 3: width + 3 + AUC_BINS], stats[width + 3 + AUC_BINS: 2 * width]
+        stats[width + 2] += score_stats_torch(logits, pos_mask, AUC_BINS, AUC_RANGE, pos_hist, neg_hist)
+        held.append((1, logits.to(torch.float64), pos_mask))
+    return held, stats, width
+
+
+def _range_vector(held, stats, width, splits: int = 3) -> np.ndarray:
+    """What :func:`rebinned` all-reduces on a rank (recorded by a one-rank pass whose all-reduce echoes)."""
+    seen = {}
+
+    class Echo:
+        def allreduce_array(self, values, op, tag):
+            seen["v"] = np.asarray(values, dtype=np.float64)
+            return seen["v"]
+
+    rebinned(held, stats, Echo(), splits, width, AUC_BINS)
+    return seen["v"]
+
+
+def test_crowded_logits_get_bins_of_their_own_range_on_any_number_of_ranks():
+    """Logits within 0.015 of each other around -0.3 (as a first epoch's on CollegeMsg) fill 8 of the fixed
+    0.002-wide bins, the positives above the negatives inside each: the fixed-grid AUC counts those pairs as ties
+    and is off by several hundredths; binned over the logits' own [min, max] it is the exact AUC. Two ranks
+    holding halves of the pairs give the same histograms as one rank holding all."""
+    rng = np.random.default_rng(5)
+    width_fixed = 2 * AUC_RANGE / AUC_BINS
+    first = np.floor((-0.3 + AUC_RANGE) / width_fixed)  # 8 fixed bins from about -0.3 on
+    f = rng.random(1200)
+    x = -AUC_RANGE + (first + rng.integers(0, 8, 1200) + f) * width_fixed
+    positive = f > 0.5  # within each fixed bin the positives lie above the negatives: ties there count half
+    exact = exact_auc(x[positive], x[~positive])
+    held, stats, width = _held_and_stats([(x, positive)])
+    fixed = auc_from_histograms(stats[width + 3: width + 3 + AUC_BINS], stats[width + 3 + AUC_BINS: 2 * width])
+    assert abs(fixed - exact) > 0.005  # the case the fixed bins get wrong
+    one = rebinned(held, stats, _Ranks([_range_vector(held, stats, width)]), 3, width, AUC_BINS)
+    got = auc_from_histograms(one[width + 3: width + 3 + AUC_BINS], one[width + 3 + AUC_BINS: 2 * width])
+    assert got == pytest.approx(exact, abs=1e-4)
+    np.testing.assert_array_equal(one[: width + 3], stats[: width + 3])  # loss, pairs, correct untouched
+    halves = [_held_and_stats([(x[:500], positive[:500])]), _held_and_stats([(x[500:], positive[500:])])]
+    ranks = _Ranks([_range_vector(*h) for h in halves])
+    summed = sum(rebinned(*h[:2], ranks, 3, h[2], AUC_BINS) for h in halves)
+    np.testing.assert_array_equal(summed, one)
+
+
+def test_rebinning_keeps_the_fixed_bins_where_the_kept_scores_are_not_the_summed_ones():
+    """Scores kept that the sums do not hold (a pass whose sums were dropped) on any rank: the fixed bins stay,
+    on every rank alike (the flag rides in the all-reduce)."""
+    rng = np.random.default_rng(1)
+    x, positive = rng.normal(size=300), rng.random(300) < 0.5
+    held, stats, width = _held_and_stats([(x, positive)])
+    extra = held + [(1, torch.from_numpy(x[:10]), torch.from_numpy(positive[:10]))]
+    ranks = _Ranks([_range_vector(held, stats, width), _range_vector(extra, stats, width)])
+    assert rebinned(held, stats, ranks, 3, width, AUC_BINS) is stats
 
 
 @pytest.mark.parametrize("seed", range(6))
