@@ -328,6 +328,43 @@ def test_forward_loss_and_metrics_match_independent_computation(task_data):
     assert all(float(p.grad.abs().sum()) > 0 for p in task.decoder.parameters())
 
 
+def test_the_task_keeps_what_it_scored_and_rebins_it(task_data):
+    """With scores held, the forward's logits are kept and :meth:`rebin` bins them over their own range (one
+    rank: its own [min, max]); loss, pairs and correct counts stay; the AUC is then within the new bins' tie
+    bound of the exact one; without holding, or after :meth:`hold_scores` (False), ``stats`` is returned as is."""
+    _, m, reader = task_data
+    task = make_task(m)
+    task.setup(reader, Scored(snapshots=tuple(range(T))), comm=None)
+    emb = _emb(seed=7)
+
+    class One:
+        def allreduce_array(self, values, op, tag):
+            return np.asarray(values, dtype=np.float64)
+
+    first = task(emb, epoch=2).stats
+    assert task.rebin(One(), first) is first  # nothing held: the sums as they are
+    task.hold_scores(True)
+    with torch.no_grad():
+        batch = task(emb, epoch=2)
+    out = task.rebin(One(), batch.stats)
+    assert out is not batch.stats
+    width = 3 + 2 * AUC_BINS
+    *_, logits = _reference(task, emb, 2)
+    met = task.metrics(out)
+    for s, name in enumerate(("train", "val", "test")):
+        np.testing.assert_array_equal(out[s * width: s * width + 3], batch.stats[s * width: s * width + 3])
+        p, n = logits[s]
+        lo, hi = min(p.min(), n.min()), max(p.max(), n.max())
+        step = (hi - lo) / AUC_BINS
+        same = sum(int(((p >= a) & (p < a + step)).sum()) * int(((n >= a) & (n < a + step)).sum())
+                   for a in lo + step * np.arange(AUC_BINS) if ((p >= a) & (p < a + step)).any())
+        assert abs(met[f"{name}_auc"] - exact_auc(p, n)) <= 0.5 * same / (p.size * n.size) + 1e-9
+    task.hold_scores(False)
+    with torch.no_grad():
+        again = task(emb, epoch=2)
+    assert task.rebin(One(), again.stats) is again.stats
+
+
 def test_two_ranks_sum_to_one_rank(task_data):
     """Stats and loss sums split over two 'ranks' add up to the one-rank values (histograms exactly)."""
     _, m, reader = task_data
