@@ -201,12 +201,13 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
                        bipartite=bipartite, **options)
 
 
-def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8):
+def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8,
+                reverse_edges: bool = False):
     """A PyG Temporal signal as snapshots: step k's graph, its node features as X and its targets.
 
     Edge ``(edge_index[0][e], edge_index[1][e])`` becomes entry (u, v) of A_k, which the models aggregate as
-    Ã·X (u sums v's features) where PyG's layers sum at v: on a directed graph pass ``edge_index[[1, 0]]`` to
-    train PyG Temporal's model (docs/data.md, "Edge direction").
+    Ã·X (u sums v's features) where PyG's layers sum at v: on a directed graph ``reverse_edges=True`` trains PyG
+    Temporal's model (docs/data.md, "Edge direction").
 
     Args:
         signal: a ``StaticGraphTemporalSignal`` (``edge_index``, ``edge_weight``) or a
@@ -216,6 +217,7 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
         labels: the targets are integer classes (node classification), not regression targets.
         force: replace a non-empty ``output``.
         shard_size: snapshots per shard file.
+        reverse_edges: store each edge as (v, u), so that a vertex sums its in-neighbours, as PyG's layers do.
 
     Raises:
         DataError: steps that disagree in N or F, targets of another length, edges beyond N; nothing written.
@@ -266,5 +268,6 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
                          feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
                          targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
-                         source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal"},
-                         force=force)
+                         source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal",
+                                 "options": {"reverse_edges": bool(reverse_edges)}},
+                         force=force, reverse=reverse_edges)

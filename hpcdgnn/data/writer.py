@@ -17,6 +17,7 @@ interrupted run never leaves a dataset that looks valid.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import os
@@ -529,6 +530,7 @@ def write_dataset(
     source: dict[str, Any] | None = None,
     force: bool = False,
     expected_snapshots: int | None = None,
+    reverse: bool = False,
 ) -> Manifest:
     """Write a dataset directory from raw snapshots streamed in time order; return its manifest.
 
@@ -549,8 +551,12 @@ def write_dataset(
         source: provenance recorded in the manifest.
         force: replace a non-empty ``root``.
         expected_snapshots: T when the caller knows it (``snapshots`` may be a generator), for the progress bar.
+        reverse: store each edge (u, v) as (v, u), so that Ã·X sums at each edge's destination (PyG's direction).
     """
     n = int(num_vertices)
+    expected_snapshots = expected_snapshots or _known_length(snapshots)
+    if reverse:
+        snapshots = (dataclasses.replace(raw, src=raw.dst, dst=raw.src) for raw in snapshots)
     _check_options(root, n, weights, edge_life, mtransform_window, shard_snapshots)
     root = Path(root)
     tmp = prepare_output_dir(root, force)
@@ -560,7 +566,7 @@ def write_dataset(
                              feature_names=feature_names, num_classes=num_classes, targets=targets)
     t = -1
     try:
-        with Progress(f"{root}: snapshots written", expected_snapshots or _known_length(snapshots)) as progress:
+        with Progress(f"{root}: snapshots written", expected_snapshots) as progress:
             for t, raw in enumerate(snapshots):
                 writer.write(t, raw)
                 progress.update()

@@ -162,3 +162,43 @@ def test_a_misspelt_option_is_one_line_naming_it(tmp_path):
     with pytest.raises(DataError, match=r"raw.txt: shard_event: unknown option; did you mean 'shard_events'\?$"):
         prepare_dataset(raw, "snap", tmp_path / "b", kind="events", shard_event=2)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def _dense(path, t):
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+
+    m = load_manifest(path)
+    with ShardReader(path, m) as reader:
+        s = reader.read(t)
+    a = np.zeros((m.num_vertices, m.num_vertices))
+    rows = np.repeat(np.arange(m.num_vertices), np.diff(s.indptr))
+    a[rows, s.indices] = s.weights
+    return a, s.x
+
+
+def test_reversed_edges_store_the_transposed_graph(tmp_path):
+    """``reverse_edges`` (``prepare --reverse-edges``): every snapshot's A_t is the transpose of the one stored
+    as given (a vertex sums its in-neighbours, PyG's direction), the in/out degree features swap; a signal
+    given reversed edges stores the same graph as ``reverse_edges=True``; the manifest records the option; an
+    event stream refuses it."""
+    rng = np.random.default_rng(2)
+    src, dst, t = rng.integers(0, 7, 40), rng.integers(0, 7, 40), np.sort(rng.uniform(0, 10, 40))
+    keep = src != dst
+    src, dst, t = src[keep], dst[keep], t[keep]
+    plain = from_arrays(src, dst, t, tmp_path / "plain", snapshots=3, num_vertices=7)
+    rev = from_arrays(src, dst, t, tmp_path / "rev", snapshots=3, num_vertices=7, reverse_edges=True)
+    assert rev.source["options"]["reverse_edges"] is True and plain.source["options"]["reverse_edges"] is False
+    for k in range(3):
+        (a, x), (b, y) = _dense(tmp_path / "plain", k), _dense(tmp_path / "rev", k)
+        assert a.any() and not np.array_equal(a, a.T)  # directed: the two differ
+        np.testing.assert_array_equal(b, a.T)
+        np.testing.assert_array_equal(y, x[:, ::-1])  # in/out degrees swap
+    sig = _static_signal()
+    from_signal(sig, tmp_path / "sig-rev", reverse_edges=True)
+    flipped = SimpleNamespace(**{**vars(sig), "edge_index": sig.edge_index[::-1]})
+    from_signal(flipped, tmp_path / "sig-flipped")
+    for k in range(2):
+        np.testing.assert_array_equal(_dense(tmp_path / "sig-rev", k)[0], _dense(tmp_path / "sig-flipped", k)[0])
+    with pytest.raises(DataError, match="reverse.edges applies only to"):
+        from_arrays(src, dst, t, tmp_path / "ev", kind="events", reverse_edges=True)

@@ -271,7 +271,7 @@ def test_option_errors(tmp_path):
     with pytest.raises(DataError, match=r"corrupt compressed input"):
         (tmp_path / "trunc.gz").write_bytes(gzip.compress(TINY.encode())[:20])
         prepare_dataset(tmp_path / "trunc.gz", "snap", out)
-    with pytest.raises(TypeError):
+    with pytest.raises(DataError, match=r"tiny\.txt: snapshot: unknown option; did you mean 'snapshots'\?"):
         prepare_dataset(p, "snap", out, snapshot=3)
     assert not out.exists()
 

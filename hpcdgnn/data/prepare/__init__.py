@@ -261,6 +261,7 @@ def write_prepared(prepared: PreparedInput, opts: PrepareOptions, output: str | 
         snapshots,
         num_vertices=prepared.num_vertices,
         directed=not opts.undirected,
+        reverse=opts.reverse_edges,
         weights=opts.weights,
         edge_life=opts.edge_life,
         mtransform_window=opts.mtransform,
@@ -297,6 +298,11 @@ def _add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--undirected", action="store_true", help="store every edge in both directions (default: directed)"
+    )
+    parser.add_argument(
+        "--reverse-edges", action="store_true",
+        help="store each edge (u, v) as (v, u): a vertex then sums its in-neighbours, as PyG's layers do "
+             "(default: its out-neighbours, the papers' Ã·X)",
     )
     parser.add_argument(
         "--weights",
@@ -468,6 +474,7 @@ def _prepare_from_args(args: argparse.Namespace):
         window=args.window,
         events_per_snapshot=args.events_per_snapshot,
         undirected=args.undirected,
+        reverse_edges=args.reverse_edges,
         weights=args.weights,
         edge_life=args.edge_life,
         mtransform=args.mtransform,

@@ -72,6 +72,9 @@ class PrepareOptions:
     """--events-per-snapshot K: consecutive groups of K time-sorted events."""
     undirected: bool = False
     """--undirected: store every edge in both directions."""
+    reverse_edges: bool = False
+    """--reverse-edges: store each edge (u, v) as (v, u), so that Ã·X sums at each edge's destination, as PyG's
+    layers do (docs/data.md, "Edge direction")."""
     weights: str = "ones"
     """--weights ones|count|given: edge weight before smoothing (writer step 1)."""
     edge_life: int = 1
