@@ -12,6 +12,7 @@ rank), not exit codes. Under MPI an error every rank meets is raised on every ra
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -94,6 +95,37 @@ class TrainedRun:
 
         job = self.job
         return latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints")
+
+    def embed(self, output: str | os.PathLike, split: str = "test", overrides: Sequence[str] = ()):
+        """``python -m hpcdgnn embed``: Z_t of the split's steps from the newest checkpoint, written to ``output``
+        (``.h5`` or ``.npz``, new) and read back (every rank calls it under ``mpirun``, as :func:`train`).
+
+        Returns:
+            :class:`hpcdgnn.embed.EmbeddingFile` (``steps``, ``embeddings`` (S, N, F), ``computed``, ``meta``).
+        """
+        from hpcdgnn.embed import read_embeddings, run_embed
+
+        _check_split(split)
+        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split, set=list(overrides))
+        _on_every_rank(lambda comm: run_embed(args, comm))
+        return read_embeddings(output)
+
+    def predict(self, output: str | os.PathLike, *, pairs: str | os.PathLike | None = None, split: str = "test",
+                overrides: Sequence[str] = ()) -> Path:
+        """``python -m hpcdgnn predict``: link prediction scores ``pairs`` (a file of ``u v t`` rows; ``output`` a
+        ``.csv`` of ``u,v,t,score``); node tasks predict the split's steps (``output`` as :meth:`embed`'s, read with
+        :func:`hpcdgnn.embed.read_embeddings`). Every rank calls it under ``mpirun``.
+
+        Returns:
+            ``output``.
+        """
+        from hpcdgnn.embed import run_predict
+
+        _check_split(split)
+        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split, set=list(overrides),
+                                  pairs=None if pairs is None else str(pairs))
+        _on_every_rank(lambda comm: run_predict(args, comm))
+        return Path(output)
 
     def _file(self, name: str) -> Path:
         path = self.dir / name
@@ -218,10 +250,6 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
         HpcdgnnError: a bad job, dataset or plan (one line), or a diverged run (every rank).
     """
     from hpcdgnn import preemption
-    from hpcdgnn.comm import Communicator
-    from hpcdgnn.comm.world import abort_world, check_world_size, start_timeout, world_rank_size
-    from hpcdgnn.errors import StalledError
-    from hpcdgnn.train.collective import collective_error
     from hpcdgnn.train.trainer import run_training
 
     if job is None and resume is None:
@@ -234,31 +262,9 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     caller = _CallerState.save()
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
-            try:
-                comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
-            except StalledError as e:
-                rank, size = world_rank_size()
-                _fail_alone(rank, size, abort_world, str(e), e.exit_code)
-                raise
-            try:
-                wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
-                if wrong:
-                    raise collective_error(ConfigError(wrong))
-                result = run_training(job_path, list(overrides), None if output is None else str(output), comm,
-                                      resume=None if resume is None else str(resume))
-                comm.barrier(tag="api.done")  # every rank returns once rank 0 has written summary.json
-            except (HpcdgnnError, CommFailure) as e:
-                if comm.size > 1 and not getattr(e, "collective", False):
-                    _fail_alone(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
-                raise _named(e, written) from None
-            except BaseException:
-                if comm.size > 1:  # a crash on this rank: the others may wait in a collective
-                    sys.stderr.write(f"rank {comm.rank}/{comm.size}: {traceback.format_exc()}")
-                    sys.stderr.flush()
-                    comm.abort(1)
-                raise
-            finally:
-                comm.close()
+            result = _on_every_rank(lambda comm: run_training(
+                job_path, list(overrides), None if output is None else str(output), comm,
+                resume=None if resume is None else str(resume)), lambda: stop.raised, written)
     finally:
         preemption.reset()  # a notebook's interrupt is its own again
         caller.restore()
@@ -288,6 +294,52 @@ class _CallerState:
 
         torch.set_num_threads(self.threads)
         torch.random.set_rng_state(self.rng)
+
+
+def _check_split(split: str) -> None:
+    """``embed``/``predict``'s ``--split`` choices."""
+    if split not in _SPLITS:
+        raise ConfigError(f"split: {split!r}; choose from {', '.join(_SPLITS)}")
+
+
+_SPLITS = ("train", "val", "test", "all")
+
+
+def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
+    """``body(comm)`` on every rank of the world (SPMD), returned once every rank has finished it: an error every
+    rank meets is raised on every rank (a mapping job's file named as the caller gave it); one a rank meets alone
+    prints its line with the rank and ends the job, as a crash does with its traceback (the others would wait
+    in a collective)."""
+    from hpcdgnn.comm import Communicator
+    from hpcdgnn.comm.world import abort_world, check_world_size, start_timeout, world_rank_size
+    from hpcdgnn.errors import StalledError
+    from hpcdgnn.train.collective import collective_error
+
+    try:
+        comm = Communicator.start(start_timeout(), stop=stopped)
+    except StalledError as e:
+        rank, size = world_rank_size()
+        _fail_alone(rank, size, abort_world, str(e), e.exit_code)
+        raise
+    try:
+        wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
+        if wrong:
+            raise collective_error(ConfigError(wrong))
+        result = body(comm)
+        comm.barrier(tag="api.done")  # every rank returns once rank 0 has written what the call writes
+        return result
+    except (HpcdgnnError, CommFailure) as e:
+        if comm.size > 1 and not getattr(e, "collective", False):
+            _fail_alone(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
+        raise _named(e, written) from None
+    except BaseException:
+        if comm.size > 1:  # a crash on this rank: the others may wait in a collective
+            sys.stderr.write(f"rank {comm.rank}/{comm.size}: {traceback.format_exc()}")
+            sys.stderr.flush()
+            comm.abort(1)
+        raise
+    finally:
+        comm.close()
 
 
 @contextmanager

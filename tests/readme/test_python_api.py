@@ -81,6 +81,28 @@ def test_a_path_job_with_overrides_and_the_mapping_job_give_one_run(tmp_path, sm
     assert resumed.dir == by_path.dir and len(resumed.losses) == 3
 
 
+def test_a_trained_run_embeds_and_predicts_from_python(tmp_path, small_dataset, monkeypatch):
+    """``run.embed`` and ``run.predict`` write what the commands write (the same file, byte for byte in its
+    arrays) and hand it back; a split the commands do not know is one line."""
+    from hpcdgnn.__main__ import main
+    from hpcdgnn.embed import read_embeddings
+
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2}), output=tmp_path / "r")
+    z = run.embed(tmp_path / "z.npz", split="all")
+    assert main(["embed", str(run.dir), "--output", str(tmp_path / "cli.npz"), "--split", "all"]) == 0
+    cli = read_embeddings(tmp_path / "cli.npz")
+    np.testing.assert_array_equal(z.steps, cli.steps)
+    np.testing.assert_array_equal(z.embeddings, cli.embeddings)
+    assert z.meta["metrics"] == cli.meta["metrics"]
+    (tmp_path / "pairs.txt").write_text("0 1 0\n2 3 1\n")
+    out = run.predict(tmp_path / "s.csv", pairs=tmp_path / "pairs.txt")
+    rows = [line.split(",") for line in out.read_text().splitlines() if line and not line.startswith("u")]
+    assert [r[:3] for r in rows] == [["0", "1", "0"], ["2", "3", "1"]] and all(0 < float(r[3]) < 1 for r in rows)
+    with pytest.raises(ConfigError, match=r"^split: 'tset'; choose from train, val, test, all$"):
+        run.embed(tmp_path / "x.npz", split="tset")
+
+
 @pytest.mark.mpi
 def test_a_mapping_job_s_error_reads_the_same_on_every_rank(tmp_path, small_dataset, launcher):
     """Rank 0 finds the bad key and every rank raises it: each names the job as the caller gave it, not rank
