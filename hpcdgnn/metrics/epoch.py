@@ -65,13 +65,20 @@ class EpochRecorder:
         """Rank ``rank``'s exchange trace in ``run_dir`` (``debug.trace_exchanges``)."""
         return run_dir / "trace" / f"exchanges.rank{rank:05d}.jsonl"
 
-    def _trace(self, epoch: int, exchanges: ExchangeLog, blocked: np.ndarray, late: np.ndarray | None) -> None:
-        """Append this epoch's exchanges to the trace: [tag index, arrival, blocked, late] seconds each."""
+    def _trace(self, epoch: int, exchanges: ExchangeLog, blocked: np.ndarray, late: np.ndarray | None,
+               closing: tuple[float, float] | None) -> None:
+        """Append this epoch's exchanges to the trace: [tag index, arrival, blocked, late] seconds each; the
+        closing wait (arrival, seconds), at P > 1, last, as ``epoch_end``."""
         arrival = exchanges.arrivals - self._t0
         late_or_none = [None] * len(blocked) if late is None else [round(float(w), 6) for w in late]
         rows = [[int(k), round(float(a), 6), round(float(b), 6), w]
                 for k, a, b, w in zip(exchanges.codes, arrival, blocked, late_or_none, strict=True)]
-        line = {"epoch": epoch, "rank": self.comm.rank, "tags": exchanges.names, "exchanges": rows}
+        names = list(exchanges.names)
+        if closing is not None:
+            names.append(EPOCH_END)
+            wait = round(closing[1], 6)
+            rows.append([len(names) - 1, round(closing[0] - self._t0, 6), wait, None if late is None else wait])
+        line = {"epoch": epoch, "rank": self.comm.rank, "tags": names, "exchanges": rows}
         with self.trace.open("a") as f:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
 
@@ -117,7 +124,7 @@ class EpochRecorder:
         blocked, each_late = exchanges.each(last_arrivals(self.comm, exchanges))
         late = None if each_late is None else exchanges.per_tag(each_late)
         if self.trace is not None:
-            self._trace(epoch, exchanges, blocked, each_late)
+            self._trace(epoch, exchanges, blocked, each_late, (arrived, closing) if self.comm.size > 1 else None)
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
                                                float(stop_raised), float(checkpoint_due), exposed, closing])

@@ -42,7 +42,7 @@ def test_overlap_is_exact(launcher, small_dataset, tmp_path, model):
         assert 0 <= t["comm_exposed"]["min"] <= t["comm_exposed"]["max"]
         # the per-tag split adds up to the totals (means over ranks of sums over tags)
         by_tag = recs[-1]["comm_by_tag"]
-        assert set(by_tag) == set(recs[-1]["bytes_by_tag"])
+        assert set(by_tag) == set(recs[-1]["bytes_by_tag"]) | {"epoch_end"}  # the closing wait moves no bytes
         # (the tags' times under way add up to at least the total, which counts time two tags were under way at
         # once only once: a rank's comm never exceeds its epoch)
         assert sum(v["seconds"] for v in by_tag.values()) >= t["comm"]["mean"] * (1 - 1e-9)
