@@ -96,7 +96,8 @@ class TrainedRun:
         job = self.job
         return latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints")
 
-    def embed(self, output: str | os.PathLike, split: str = "test", overrides: Sequence[str] = ()):
+    def embed(self, output: str | os.PathLike, split: str = "test",
+              overrides: Sequence[str] | str | Mapping[str, Any] = ()):
         """``python -m hpcdgnn embed``: Z_t of the split's steps from the newest checkpoint, written to ``output``
         (``.h5`` or ``.npz``, new) and read back (every rank calls it under ``mpirun``, as :func:`train`).
 
@@ -106,12 +107,12 @@ class TrainedRun:
         from hpcdgnn.embed import read_embeddings, run_embed
 
         _check_split(split)
-        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split, set=list(overrides))
+        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split, set=_override_items(overrides))
         _on_every_rank(lambda comm: run_embed(args, comm))
         return read_embeddings(output)
 
     def predict(self, output: str | os.PathLike, *, pairs: str | os.PathLike | None = None, split: str = "test",
-                overrides: Sequence[str] = ()) -> Path:
+                overrides: Sequence[str] | str | Mapping[str, Any] = ()) -> Path:
         """``python -m hpcdgnn predict``: link prediction scores ``pairs`` (a file of ``u v t`` rows; ``output`` a
         ``.csv`` of ``u,v,t,score``); node tasks predict the split's steps (``output`` as :meth:`embed`'s, read with
         :func:`hpcdgnn.embed.read_embeddings`). Every rank calls it under ``mpirun``.
@@ -122,8 +123,8 @@ class TrainedRun:
         from hpcdgnn.embed import run_predict
 
         _check_split(split)
-        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split, set=list(overrides),
-                                  pairs=None if pairs is None else str(pairs))
+        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split,
+                                  set=_override_items(overrides), pairs=None if pairs is None else str(pairs))
         _on_every_rank(lambda comm: run_predict(args, comm))
         return Path(output)
 
@@ -254,20 +255,15 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
 
     if job is None and resume is None:
         raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
-    if isinstance(overrides, str):  # one item, not its characters
-        overrides = [overrides]
-    elif isinstance(overrides, Mapping):
-        overrides = [f"{k}={_override_value(v)}" for k, v in overrides.items()]
+    overrides = _override_items(overrides)
     stop = preemption.install()
-    caller = _CallerState.save()
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
             result = _on_every_rank(lambda comm: run_training(
-                job_path, list(overrides), None if output is None else str(output), comm,
+                job_path, overrides, None if output is None else str(output), comm,
                 resume=None if resume is None else str(resume)), lambda: stop.raised, written)
     finally:
         preemption.reset()  # a notebook's interrupt is its own again
-        caller.restore()
     model, task = result.model, result.task
     for module in (model, task):  # as load_run's: ready to evaluate
         if module is not None:
@@ -277,23 +273,28 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
 
 @dataclass
 class _CallerState:
-    """What a run sets process-wide (torch's intra-op threads, its global RNG) as the caller had it, put back
-    when :func:`train` returns: a script's own torch work is not changed by having trained."""
+    """What a run sets process-wide (torch's intra-op threads, its global RNGs: the CPU's and, once CUDA is in use,
+    every GPU's) as the caller had it, put back when the call returns: a script's own torch work is not changed
+    by having trained, embedded or predicted."""
 
     threads: int
     rng: Any
+    cuda_rng: Any = None
 
     @classmethod
     def save(cls) -> _CallerState:
         import torch
 
-        return cls(torch.get_num_threads(), torch.random.get_rng_state())
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        return cls(torch.get_num_threads(), torch.random.get_rng_state(), cuda)
 
     def restore(self) -> None:
         import torch
 
         torch.set_num_threads(self.threads)
         torch.random.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
 def _check_split(split: str) -> None:
@@ -315,6 +316,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
     from hpcdgnn.errors import StalledError
     from hpcdgnn.train.collective import collective_error
 
+    caller = _CallerState.save()
     try:
         comm = Communicator.start(start_timeout(), stop=stopped)
     except StalledError as e:
@@ -340,6 +342,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
         raise
     finally:
         comm.close()
+        caller.restore()
 
 
 @contextmanager
@@ -352,6 +355,15 @@ def _fail_alone(rank: int, size: int, abort, message: str, code: int) -> None:
     if size > 1:
         print(f"[rank {rank}] hpcdgnn: error: {message}", file=sys.stderr, flush=True)
         abort(code)
+
+
+def _override_items(overrides: Sequence[str] | str | Mapping[str, Any]) -> list[str]:
+    """``--set`` items from a sequence of them, one of them (not its characters), or a mapping of key to value."""
+    if isinstance(overrides, str):
+        return [overrides]
+    if isinstance(overrides, Mapping):
+        return [f"{k}={_override_value(v)}" for k, v in overrides.items()]
+    return list(overrides)
 
 
 def _override_value(value: Any) -> str:

@@ -368,10 +368,14 @@ def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=N
     from hpcdgnn.tasks.base import Embeddings, Scored
     from hpcdgnn.train.setup import load_dataset_manifest
 
-    if comm is None:
+    if comm is None:  # this process alone, freed at the end (MPI caps how many communicators exist)
         from hpcdgnn.comm.communicator import alone
 
-        comm = alone()
+        own = alone()
+        try:
+            return score_embeddings(run_dir, path, own)
+        finally:
+            own.free()
     f = read_embeddings(path)
     run = load_run(run_dir)
     job = run.job
@@ -384,6 +388,4 @@ def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=N
     task.hold_scores(True)  # the AUC's bins as the run's (Task.rebin)
     with torch.no_grad():
         stats = task(emb, int(f.meta["draw_epoch"])).stats
-    stats = task.rebin(comm, stats)
-    task.hold_scores(False)
-    return task.metrics(stats)
+    return task.metrics(task.rebin(comm, stats))

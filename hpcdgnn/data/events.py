@@ -14,7 +14,6 @@ straddle two splits) are specified in docs/data.md, "Event-stream datasets"::
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from hpcdgnn.data.writer import (
     disk_full,
     file_sha256,
     prepare_output_dir,
+    remove_temporary,
     replace_dir,
     shard_file_problem,
     write_vertex_ids,
@@ -798,7 +798,7 @@ def write_events(
         replace_dir(tmp, root, force)
         return manifest
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temporary(tmp)
         full = disk_full(root, exc)
         if full is not None:
             raise full from None

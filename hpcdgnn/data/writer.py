@@ -159,6 +159,12 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
 _TEMPORARIES: set[Path] = set()
 
 
+def remove_temporary(tmp: Path) -> None:
+    """Remove a hidden dataset directory of :func:`prepare_output_dir` that will not be moved into place."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    _TEMPORARIES.discard(tmp)
+
+
 def remove_temporaries() -> None:
     """Remove this process's hidden dataset directories not moved into place: a command stopped by a signal
     leaves none, wherever the signal landed (the writers remove their own on the way out; this catches one that
@@ -580,7 +586,7 @@ def write_dataset(
         return manifest
     except BaseException as e:
         sink.abandon()
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_temporary(tmp)
         full = disk_full(root, e)
         if full is not None:
             raise full from None

@@ -109,12 +109,14 @@ class EpochRecorder:
         comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag)])
         exposed = sum(v.exposed for v in train_tags.values())
         load = usage.load_seconds - self._usage_before.load_seconds
-        compute = max(0.0, wall - load - exposed)
         arrived = time.perf_counter()
         total = self.comm.allreduce_array(self.task.rebin(self.comm, stats))
+        finishing = self.task.rebin_seconds  # the metric sums' own work (AUC bins) is the epoch's compute
         # the epoch's closing wait (module docstring): without it a rank that finished first would report an
         # epoch shorter than the last rank's work
-        closing = time.perf_counter() - arrived if self.comm.size > 1 else 0.0
+        closing = max(0.0, time.perf_counter() - arrived - finishing) if self.comm.size > 1 else 0.0
+        wall += finishing
+        compute = max(0.0, wall - load - exposed)
         exposed += closing
         split = [wall + closing, load, compute, comm_s + closing]
         metrics = self.task.metrics(total)

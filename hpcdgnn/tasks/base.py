@@ -241,6 +241,9 @@ class Task(nn.Module):
         """Finish metrics from all-reduced ``stats``."""
         raise NotImplementedError
 
+    #: seconds the last :meth:`rebin` spent on this rank's own work (outside its collective): the epoch's compute
+    rebin_seconds: float = 0.0
+
     def hold_scores(self, on: bool) -> None:
         """Keep what this rank scores from now on for :meth:`rebin` (a task whose metric sums need a second look
         at the scores, e.g. link prediction's AUC bins); nothing by default."""

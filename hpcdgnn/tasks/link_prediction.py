@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,35 +75,49 @@ def score_stats_torch(logits: torch.Tensor, positive: torch.Tensor, bins: int, h
 
 
 def rebinned(held: list[tuple[int, torch.Tensor, torch.Tensor]], stats: np.ndarray, comm, splits: int,
-             width: int, bins: int) -> np.ndarray:
+             width: int, bins: int, half_range: float) -> tuple[np.ndarray, float]:
     """``stats`` with each split's AUC histograms binned again over the split's logits' own range on every rank
-    (collective: one all-reduce of 2 numbers per split and a flag): ``bins`` bins over [min, max] instead of the
-    fixed [-R, R], so logits that crowd together (a first epoch's, a bias's) no longer share bins. ``held``: the
-    (split, float64 logits, positive mask) this rank scored since its histograms were last cleared; where their
-    count differs from the pairs ``stats`` counts on any rank (scores ``stats`` does not hold), ``stats`` as it is.
+    (collective: one all-reduce of 2 numbers per split and a flag), and the seconds this rank spent outside it.
+
+    ``bins`` bins over [min, max] ∩ [-R, R] instead of the whole fixed [-R, R]: logits that crowd together (a
+    first epoch's, a bias's) no longer share bins, and an outlier is clipped into an end bin as before, never
+    widening the bins beyond the fixed ones. ``held``: the (split, logits, positive mask) this rank scored since
+    its histograms were last cleared; where their count differs from the pairs ``stats`` counts on any rank
+    (scores ``stats`` does not hold), ``stats`` as it is.
 
     Layout of ``stats`` per split s: ``[loss, pairs, correct, pos (bins), neg (bins)]`` at ``s * width``."""
+    start = time.perf_counter()
     lo, hi, n = np.full(splits, np.inf), np.full(splits, -np.inf), np.zeros(splits)
-    for s, x, _ in held:
-        finite = x[torch.isfinite(x)]
-        n[s] += x.shape[0]
-        if finite.numel():
-            lo[s], hi[s] = min(lo[s], float(finite.min())), max(hi[s], float(finite.max()))
-    differs = float(any(n[s] != stats[s * width + 1] for s in range(splits)))
-    top = comm.allreduce_array(np.concatenate([-lo, hi, [differs]]), op="max", tag="metrics")
-    if top[-1] > 0:
-        return stats
-    out = stats.copy()
-    counts = {s: torch.zeros(2 * bins, dtype=torch.float64) for s in range(splits)}
-    for s, x, positive in held:
-        low, high = -top[s], top[splits + s]
-        if not low <= high:  # no finite logit on any rank: the fixed bins' rule (every one in bin 0)
-            low, high = 0.0, 0.0
-        span = high - low if high > low else 1.0  # all alike: one bin, ties
-        counts[s] += torch.bincount(_bins(x, positive, bins, low, span), minlength=2 * bins).to("cpu", torch.float64)
     for s in range(splits):
-        out[s * width + 3 : (s + 1) * width] = counts[s].numpy()
-    return out
+        xs = [x for k, x, _ in held if k == s]
+        n[s] = sum(x.shape[0] for x in xs)
+        ends = []
+        for x in xs:
+            if x.numel():  # each reduction stays on the logits' device: one transfer per split
+                bad = ~torch.isfinite(x)
+                ends.append(torch.stack([x.masked_fill(bad, np.inf).amin(), x.masked_fill(bad, -np.inf).amax()]))
+        if ends:
+            e = torch.stack(ends).to("cpu", torch.float64).numpy()
+            lo[s], hi[s] = e[:, 0].min(), e[:, 1].max()
+    differs = float(any(n[s] != stats[s * width + 1] for s in range(splits)))
+    local = time.perf_counter() - start
+    top = comm.allreduce_array(np.concatenate([-lo, hi, [differs]]), op="max", tag="metrics")
+    start = time.perf_counter()
+    if top[-1] > 0:
+        return stats, local
+    out = stats.copy()
+    for s in range(splits):
+        low, high = max(-top[s], -half_range), min(top[splits + s], half_range)
+        if not low <= high:  # no finite logit on any rank, or all beyond one end: the fixed bins
+            low, high = -half_range, half_range
+        span = high - low if high > low else 1.0  # all alike: one bin, ties
+        counts = torch.zeros(2 * bins, dtype=torch.float64)
+        for k, x, positive in held:
+            if k == s:
+                b = _bins(x.to(torch.float64), positive, bins, low, span)
+                counts += torch.bincount(b, minlength=2 * bins).to("cpu", torch.float64)
+        out[s * width + 3 : (s + 1) * width] = counts.numpy()
+    return out, local + time.perf_counter() - start
 
 
 #: Bytes of decoder destination rows (pv and its gradient) one :func:`pairs_by_step` bucket covers
@@ -317,12 +332,14 @@ class LinkPrediction(Task):
 
     def rebin(self, comm, stats: np.ndarray) -> np.ndarray:
         """This rank's ``stats`` with the AUC histograms binned over each split's own logit range (collective;
-        :func:`rebinned`), from the logits kept since :meth:`hold_scores`; ``stats`` itself when none are kept."""
-        held, self._held = self._held, (None if self._held is None else [])
+        :func:`rebinned`), from the logits kept since :meth:`hold_scores`, which stops keeping; ``stats`` itself
+        when none were kept. :attr:`rebin_seconds`: its own work, outside the collective."""
+        held, self._held = self._held, None
         if held is None:
+            self.rebin_seconds = 0.0
             return stats
-        return rebinned([(s, x.to(torch.float64), p) for s, x, p in held], stats, comm, len(SPLITS), _WIDTH,
-                        AUC_BINS)
+        out, self.rebin_seconds = rebinned(held, stats, comm, len(SPLITS), _WIDTH, AUC_BINS, AUC_RANGE)
+        return out
 
     def reset_parameters(self) -> None:
         """Reset the decoder MLP."""

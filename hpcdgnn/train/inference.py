@@ -269,7 +269,6 @@ def recorded_pass(trained: Trained, steps: list[int]) -> tuple[dict[str, float],
     recorder.width = int(tr.comm.allreduce_array(
         [max((z.shape[1] for rows in recorder.rows.values() for _, z in rows), default=0)], op="max", tag="embed")[0])
     metrics = tr.task.metrics(tr.comm.allreduce_array(tr.task.rebin(tr.comm, stats), tag="metrics"))
-    tr.task.hold_scores(False)
     return metrics, epoch, recorder
 
 

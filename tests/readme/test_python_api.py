@@ -95,6 +95,8 @@ def test_a_trained_run_embeds_and_predicts_from_python(tmp_path, small_dataset, 
     np.testing.assert_array_equal(z.steps, cli.steps)
     np.testing.assert_array_equal(z.embeddings, cli.embeddings)
     assert z.meta["metrics"] == cli.meta["metrics"]
+    again = run.embed(tmp_path / "z2.npz", split="all", overrides="train.device=cpu")  # one string: one item
+    np.testing.assert_array_equal(again.embeddings, z.embeddings)
     (tmp_path / "pairs.txt").write_text("0 1 0\n2 3 1\n")
     out = run.predict(tmp_path / "s.csv", pairs=tmp_path / "pairs.txt")
     rows = [line.split(",") for line in out.read_text().splitlines() if line and not line.startswith("u")]

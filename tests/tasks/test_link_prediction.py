@@ -88,7 +88,7 @@ def _range_vector(held, stats, width, splits: int = 3) -> np.ndarray:
             seen["v"] = np.asarray(values, dtype=np.float64)
             return seen["v"]
 
-    rebinned(held, stats, Echo(), splits, width, AUC_BINS)
+    rebinned(held, stats, Echo(), splits, width, AUC_BINS, AUC_RANGE)
     return seen["v"]
 
 
@@ -107,14 +107,30 @@ def test_crowded_logits_get_bins_of_their_own_range_on_any_number_of_ranks():
     held, stats, width = _held_and_stats([(x, positive)])
     fixed = auc_from_histograms(stats[width + 3: width + 3 + AUC_BINS], stats[width + 3 + AUC_BINS: 2 * width])
     assert abs(fixed - exact) > 0.005  # the case the fixed bins get wrong
-    one = rebinned(held, stats, _Ranks([_range_vector(held, stats, width)]), 3, width, AUC_BINS)
+    one, _ = rebinned(held, stats, _Ranks([_range_vector(held, stats, width)]), 3, width, AUC_BINS, AUC_RANGE)
     got = auc_from_histograms(one[width + 3: width + 3 + AUC_BINS], one[width + 3 + AUC_BINS: 2 * width])
     assert got == pytest.approx(exact, abs=1e-4)
     np.testing.assert_array_equal(one[: width + 3], stats[: width + 3])  # loss, pairs, correct untouched
     halves = [_held_and_stats([(x[:500], positive[:500])]), _held_and_stats([(x[500:], positive[500:])])]
     ranks = _Ranks([_range_vector(*h) for h in halves])
-    summed = sum(rebinned(*h[:2], ranks, 3, h[2], AUC_BINS) for h in halves)
+    summed = sum(rebinned(*h[:2], ranks, 3, h[2], AUC_BINS, AUC_RANGE)[0] for h in halves)
     np.testing.assert_array_equal(summed, one)
+
+
+def test_an_outlier_never_makes_the_bins_coarser_than_the_fixed_ones():
+    """One logit at 1e5 among N(0, 1) scores (a diverging epoch's): bins over the raw [min, max] would put the bulk
+    into a few bins (AUC 0.52 for an exact 0.585); the range is cut to [-R, R], the outlier clipped into the end
+    bin as with the fixed bins, and the AUC stays the fixed bins' or better."""
+    rng = np.random.default_rng(3)
+    x = np.r_[rng.normal(0.3, 1, 4000), rng.normal(0, 1, 4000)]
+    positive = np.r_[np.ones(4000, bool), np.zeros(4000, bool)]
+    x[0] = 1e5
+    exact = exact_auc(x[positive], x[~positive])
+    held, stats, width = _held_and_stats([(x, positive)])
+    fixed = auc_from_histograms(stats[width + 3: width + 3 + AUC_BINS], stats[width + 3 + AUC_BINS: 2 * width])
+    out, _ = rebinned(held, stats, _Ranks([_range_vector(held, stats, width)]), 3, width, AUC_BINS, AUC_RANGE)
+    got = auc_from_histograms(out[width + 3: width + 3 + AUC_BINS], out[width + 3 + AUC_BINS: 2 * width])
+    assert abs(got - exact) <= abs(fixed - exact) + 1e-12 and abs(got - exact) < 1e-3
 
 
 def test_rebinning_keeps_the_fixed_bins_where_the_kept_scores_are_not_the_summed_ones():
@@ -125,7 +141,7 @@ def test_rebinning_keeps_the_fixed_bins_where_the_kept_scores_are_not_the_summed
     held, stats, width = _held_and_stats([(x, positive)])
     extra = held + [(1, torch.from_numpy(x[:10]), torch.from_numpy(positive[:10]))]
     ranks = _Ranks([_range_vector(held, stats, width), _range_vector(extra, stats, width)])
-    assert rebinned(held, stats, ranks, 3, width, AUC_BINS) is stats
+    assert rebinned(held, stats, ranks, 3, width, AUC_BINS, AUC_RANGE)[0] is stats
 
 
 @pytest.mark.parametrize("seed", range(6))
