@@ -299,11 +299,10 @@ class _CallerState:
 
 def _check_split(split: str) -> None:
     """``embed``/``predict``'s ``--split`` choices."""
-    if split not in _SPLITS:
-        raise ConfigError(f"split: {split!r}; choose from {', '.join(_SPLITS)}")
+    from hpcdgnn.embed import PASS_SPLITS
 
-
-_SPLITS = ("train", "val", "test", "all")
+    if split not in PASS_SPLITS:
+        raise ConfigError(f"split: {split!r}; choose from {', '.join(PASS_SPLITS)}")
 
 
 def _on_every_rank(body, stopped=lambda: False, written: str | None = None):

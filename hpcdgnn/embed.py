@@ -31,17 +31,20 @@ import numpy as np
 
 from hpcdgnn.errors import ConfigError, DataError
 
-__all__ = ["EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "read_embeddings", "run_embed",
-           "run_predict", "score_embeddings"]
+__all__ = ["PASS_SPLITS", "EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "read_embeddings",
+           "run_embed", "run_predict", "score_embeddings"]
 
 _SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".npz": "npz"}
+
+#: the steps an embed or predict pass covers (``--split``)
+PASS_SPLITS = ("train", "val", "test", "all")
 
 
 def add_embed_arguments(p: argparse.ArgumentParser) -> None:
     """``embed``'s options."""
     p.add_argument("rundir", help="a run directory with a checkpoint")
     p.add_argument("--output", required=True, metavar="FILE", help="a new .h5 / .hdf5 or .npz file")
-    p.add_argument("--split", choices=["train", "val", "test", "all"], default="test",
+    p.add_argument("--split", choices=PASS_SPLITS, default="test",
                    help="the steps whose Z_t to write (default test)")
     p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
                    help="e.g. data.path=NEW for a moved dataset, train.device=cpu")
@@ -55,7 +58,7 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", metavar="FILE",
                    help="link prediction: (u, v, t) rows to score, a .npy (K, 3) integer array or a text file of "
                    "three integer columns (comma or blank separated, '#' comments)")
-    p.add_argument("--split", choices=["train", "val", "test", "all"], default="test",
+    p.add_argument("--split", choices=PASS_SPLITS, default="test",
                    help="node tasks: the steps to predict (default test)")
     p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
                    help="e.g. data.path=NEW for a moved dataset, train.device=cpu")
@@ -388,4 +391,4 @@ def score_embeddings(run_dir: str | os.PathLike, path: str | os.PathLike, comm=N
     task.hold_scores(True)  # the AUC's bins as the run's (Task.rebin)
     with torch.no_grad():
         stats = task(emb, int(f.meta["draw_epoch"])).stats
-    return task.metrics(task.rebin(comm, stats))
+    return task.metrics(task.rebin(comm, stats)[0])

@@ -169,8 +169,8 @@ def remove_temporaries() -> None:
     """Remove this process's hidden dataset directories not moved into place: a command stopped by a signal
     leaves none, wherever the signal landed (the writers remove their own on the way out; this catches one that
     arrived before the writer's cleanup was in place)."""
-    while _TEMPORARIES:
-        shutil.rmtree(_TEMPORARIES.pop(), ignore_errors=True)
+    for tmp in list(_TEMPORARIES):
+        remove_temporary(tmp)
 
 
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:

@@ -110,8 +110,8 @@ class EpochRecorder:
         exposed = sum(v.exposed for v in train_tags.values())
         load = usage.load_seconds - self._usage_before.load_seconds
         arrived = time.perf_counter()
-        total = self.comm.allreduce_array(self.task.rebin(self.comm, stats))
-        finishing = self.task.rebin_seconds  # the metric sums' own work (AUC bins) is the epoch's compute
+        stats, finishing = self.task.rebin(self.comm, stats)  # finishing the sums (AUC bins): the epoch's compute
+        total = self.comm.allreduce_array(stats)
         # the epoch's closing wait (module docstring): without it a rank that finished first would report an
         # epoch shorter than the last rank's work
         closing = max(0.0, time.perf_counter() - arrived - finishing) if self.comm.size > 1 else 0.0

@@ -241,14 +241,12 @@ class Task(nn.Module):
         """Finish metrics from all-reduced ``stats``."""
         raise NotImplementedError
 
-    #: seconds the last :meth:`rebin` spent on this rank's own work (outside its collective): the epoch's compute
-    rebin_seconds: float = 0.0
-
     def hold_scores(self, on: bool) -> None:
         """Keep what this rank scores from now on for :meth:`rebin` (a task whose metric sums need a second look
         at the scores, e.g. link prediction's AUC bins); nothing by default."""
 
-    def rebin(self, comm, stats: np.ndarray) -> np.ndarray:
+    def rebin(self, comm, stats: np.ndarray) -> tuple[np.ndarray, float]:
         """This rank's metric sums finished from the scores kept since :meth:`hold_scores` (collective over
-        ``comm``, called by every rank before the sums are all-reduced); ``stats`` itself by default."""
-        return stats
+        ``comm``, called by every rank before the sums are all-reduced), and the seconds of its own work outside
+        the collective (the epoch's compute); ``(stats, 0.0)`` by default."""
+        return stats, 0.0

@@ -330,16 +330,14 @@ class LinkPrediction(Task):
         kept."""
         self._held = [] if on else None
 
-    def rebin(self, comm, stats: np.ndarray) -> np.ndarray:
+    def rebin(self, comm, stats: np.ndarray) -> tuple[np.ndarray, float]:
         """This rank's ``stats`` with the AUC histograms binned over each split's own logit range (collective;
-        :func:`rebinned`), from the logits kept since :meth:`hold_scores`, which stops keeping; ``stats`` itself
-        when none were kept. :attr:`rebin_seconds`: its own work, outside the collective."""
+        :func:`rebinned`), from the logits kept since :meth:`hold_scores`, which stops keeping, and the seconds
+        of this rank's own work; ``(stats, 0.0)`` when none were kept."""
         held, self._held = self._held, None
         if held is None:
-            self.rebin_seconds = 0.0
-            return stats
-        out, self.rebin_seconds = rebinned(held, stats, comm, len(SPLITS), _WIDTH, AUC_BINS, AUC_RANGE)
-        return out
+            return stats, 0.0
+        return rebinned(held, stats, comm, len(SPLITS), _WIDTH, AUC_BINS, AUC_RANGE)
 
     def reset_parameters(self) -> None:
         """Reset the decoder MLP."""

@@ -268,7 +268,7 @@ def recorded_pass(trained: Trained, steps: list[int]) -> tuple[dict[str, float],
     # the width of Z_t, from any rank that computed one (a rank may score nothing)
     recorder.width = int(tr.comm.allreduce_array(
         [max((z.shape[1] for rows in recorder.rows.values() for _, z in rows), default=0)], op="max", tag="embed")[0])
-    metrics = tr.task.metrics(tr.comm.allreduce_array(tr.task.rebin(tr.comm, stats), tag="metrics"))
+    metrics = tr.task.metrics(tr.comm.allreduce_array(tr.task.rebin(tr.comm, stats)[0], tag="metrics"))
     return metrics, epoch, recorder
 
 
