@@ -39,6 +39,7 @@ from hpcdgnn.data.writer import (
     file_sha256,
     prepare_output_dir,
     remove_temporary,
+    removed_on_error,
     replace_dir,
     shard_file_problem,
     write_vertex_ids,
@@ -785,24 +786,25 @@ def write_events(
     index_dtype = draft.index_dtype
     shard_events = int(shard_events)
     ids_bytes = 8 * n if original_ids is None else int(np.asarray(original_ids).nbytes)
-    tmp = prepare_output_dir(root, force, e * (2 * np.dtype(index_dtype).itemsize + 8 + 4 * d) + ids_bytes)
-    try:
-        shards = _write_event_shards(tmp, src, dst, t, feats, index_dtype, shard_events)
-        write_vertex_ids(tmp, original_ids, n)
-        negatives = None if eval_negatives is None else _write_eval_negatives(
-            root, tmp, eval_negatives, ranges, n, index_dtype, negatives_origin)
-        manifest = replace(draft, time_range=(float(t[0]), float(t[-1])), split=ranges, shards=shards,
-                           source=dict(source or {}), time_gap=median_time_gap(t[: ranges["train"][1]]),
-                           eval_negatives=negatives)
-        save_event_manifest(tmp, manifest)
-        replace_dir(tmp, root, force)
-        return manifest
-    except BaseException as exc:
-        remove_temporary(tmp)
-        full = disk_full(root, exc)
-        if full is not None:
-            raise full from None
-        raise
+    with removed_on_error():
+        tmp = prepare_output_dir(root, force, e * (2 * np.dtype(index_dtype).itemsize + 8 + 4 * d) + ids_bytes)
+        try:
+            shards = _write_event_shards(tmp, src, dst, t, feats, index_dtype, shard_events)
+            write_vertex_ids(tmp, original_ids, n)
+            negatives = None if eval_negatives is None else _write_eval_negatives(
+                root, tmp, eval_negatives, ranges, n, index_dtype, negatives_origin)
+            manifest = replace(draft, time_range=(float(t[0]), float(t[-1])), split=ranges, shards=shards,
+                               source=dict(source or {}), time_gap=median_time_gap(t[: ranges["train"][1]]),
+                               eval_negatives=negatives)
+            save_event_manifest(tmp, manifest)
+            replace_dir(tmp, root, force)
+            return manifest
+        except BaseException as exc:
+            remove_temporary(tmp)
+            full = disk_full(root, exc)
+            if full is not None:
+                raise full from None
+            raise
 
 
 EVAL_NEGATIVES_FILE = "eval_negatives.h5"

@@ -26,7 +26,8 @@ import signal
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -171,6 +172,20 @@ def remove_temporaries() -> None:
     arrived before the writer's cleanup was in place)."""
     for tmp in list(_TEMPORARIES):
         remove_temporary(tmp)
+
+
+@contextmanager
+def removed_on_error() -> Iterator[None]:
+    """Remove the hidden directories :func:`prepare_output_dir` makes within the block when the block raises
+    anything: a KeyboardInterrupt of the Python API (no command clears the list there) may land between the
+    directory's creation and the writer's own cleanup."""
+    before = set(_TEMPORARIES)
+    try:
+        yield
+    except BaseException:
+        for tmp in _TEMPORARIES - before:
+            remove_temporary(tmp)
+        raise
 
 
 def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None) -> Path:
@@ -565,29 +580,30 @@ def write_dataset(
         snapshots = (dataclasses.replace(raw, src=raw.dst, dst=raw.src) for raw in snapshots)
     _check_options(root, n, weights, edge_life, mtransform_window, shard_snapshots)
     root = Path(root)
-    tmp = prepare_output_dir(root, force)
-    sink = _ShardSink(tmp, n, shard_snapshots)
-    writer = _SnapshotWriter(root, sink, n, directed=directed, weights=weights, edge_life=edge_life,
-                             mtransform_window=mtransform_window, log_features=log_features,
-                             feature_names=feature_names, num_classes=num_classes, targets=targets)
-    t = -1
-    try:
-        with Progress(f"{root}: snapshots written", expected_snapshots) as progress:
-            for t, raw in enumerate(snapshots):
-                writer.write(t, raw)
-                progress.update()
-        sink.close(t + 1)
-        if t < 0:
-            raise DataError(f"{root}: the input produced no snapshots")
-        write_vertex_ids(tmp, vertex_ids, n)
-        manifest = writer.manifest(source)
-        save_manifest(tmp, manifest)
-        replace_dir(tmp, root, force)
-        return manifest
-    except BaseException as e:
-        sink.abandon()
-        remove_temporary(tmp)
-        full = disk_full(root, e)
-        if full is not None:
-            raise full from None
-        raise
+    with removed_on_error():
+        tmp = prepare_output_dir(root, force)
+        sink = _ShardSink(tmp, n, shard_snapshots)
+        writer = _SnapshotWriter(root, sink, n, directed=directed, weights=weights, edge_life=edge_life,
+                                 mtransform_window=mtransform_window, log_features=log_features,
+                                 feature_names=feature_names, num_classes=num_classes, targets=targets)
+        t = -1
+        try:
+            with Progress(f"{root}: snapshots written", expected_snapshots) as progress:
+                for t, raw in enumerate(snapshots):
+                    writer.write(t, raw)
+                    progress.update()
+            sink.close(t + 1)
+            if t < 0:
+                raise DataError(f"{root}: the input produced no snapshots")
+            write_vertex_ids(tmp, vertex_ids, n)
+            manifest = writer.manifest(source)
+            save_manifest(tmp, manifest)
+            replace_dir(tmp, root, force)
+            return manifest
+        except BaseException as e:
+            sink.abandon()
+            remove_temporary(tmp)
+            full = disk_full(root, e)
+            if full is not None:
+                raise full from None
+            raise

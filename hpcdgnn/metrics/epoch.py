@@ -110,6 +110,7 @@ class EpochRecorder:
         exposed = sum(v.exposed for v in train_tags.values())
         load = usage.load_seconds - self._usage_before.load_seconds
         arrived = time.perf_counter()
+        held = self.task.held_bytes()  # before rebin, which lets them go
         stats, finishing = self.task.rebin(self.comm, stats)  # finishing the sums (AUC bins): the epoch's compute
         total = self.comm.allreduce_array(stats)
         # the epoch's closing wait (module docstring): without it a rank that finished first would report an
@@ -129,7 +130,8 @@ class EpochRecorder:
             self._trace(epoch, exchanges, blocked, each_late, (arrived, closing) if self.comm.size > 1 else None)
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
-                                               float(stop_raised), float(checkpoint_due), exposed, closing])
+                                               float(stop_raised), float(checkpoint_due), exposed, closing,
+                                               float(held)])
         by_tag: dict[str, int] = {}
         time_by_tag: dict[str, np.ndarray] = {}  # per tag: [seconds, exposed, late (NaN: unknown)]
         # a tag's late time is known where this rank's calls of it were all exchanges of every rank
@@ -172,6 +174,8 @@ class EpochRecorder:
             **metrics,
             "grad_norm": grad_norm,
             "activation_peak_bytes": int(per_rank_all[:, 4].max()),
+            # the scores a task keeps to the epoch's end (link prediction's logits for its AUC bins)
+            "held_score_bytes": int(per_rank_all[:, 11].max()),
             "time": {k: times[k] for k in (*TIME_SPLIT, *waits)},
             "slowest_rank": times["slowest_rank"],
             "slowest": times["slowest"],

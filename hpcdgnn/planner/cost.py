@@ -14,6 +14,10 @@ communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
 epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
 rank to rank (``pss``), the other ranks' time-encoder seconds it waits for, plus the slowest rank's separate
 evaluation pass (sampled strategies). λ = max/min compute.
+
+Memory model (per rank): resident inputs + parameters with gradients and Adam's two moments + the activations
+autograd saves + the scores the task keeps to the epoch's end (``Task.held_bytes_per_pair`` of every pair the
+rank scores, all splits: link prediction's logits for its AUC bins; ``held_score_bytes`` in a run's record).
 """
 
 from __future__ import annotations
@@ -103,6 +107,9 @@ class Counted:
     """Framework calls."""
     entries: float = 0.0
     """Entries of Ã_t the host-side sampler scans building the samples' blocks (priced at ``sample_seconds``)."""
+    held_pairs: float = 0.0
+    """Scored pairs whose scores the task keeps until the epoch's end (memory, not time: ``HeadCost.held_per_pair``
+    bytes each)."""
 
     def __iadd__(self, other: Counted) -> Counted:
         for k in self.__dataclass_fields__:
@@ -226,12 +233,13 @@ class Prediction:
     num_ranks: int
     memory_bytes: float
     """Predicted peak of the most loaded rank: resident inputs + parameters with gradients and Adam's moments +
-    the activations autograd saves."""
+    the activations autograd saves + the scores the task keeps to the epoch's end."""
     memory_by_rank: list[float]
     memory_parts: dict[str, float]
     """The most loaded rank's ``inputs`` (``summary.json``'s ``engine_bytes``), ``activations``
     (``activation_peak_bytes``), ``parameters`` (weights, gradients, Adam's two moments) and, for a sampled
-    strategy, ``host`` (``host_payload_bytes``: the snapshots it samples from)."""
+    strategy, ``host`` (``host_payload_bytes``: the snapshots it samples from) and, for a task that keeps its
+    scores, ``scores`` (``held_score_bytes``)."""
     bytes_per_epoch: float
     """All ranks, one steady epoch (as ``metrics.jsonl``'s ``bytes_sent``)."""
     bytes_by_tag: dict[str, float]
@@ -294,6 +302,8 @@ class HeadCost:
     """Bytes autograd keeps per row the head reads (the training snapshots' scored whole; in place, every row
     it holds and fetches) and per training pair (``Task.saved_bytes``)."""
     num_vertices: int
+    held_per_pair: float = 0.0
+    """Bytes the task keeps per scored pair, every split, until the epoch's end (``Task.held_bytes_per_pair``)."""
 
     @classmethod
     def of(cls, job, manifest, emb_features: int, itemsize: int) -> HeadCost:
@@ -304,7 +314,7 @@ class HeadCost:
         train = np.arange(manifest.num_snapshots) <= task.train_horizon(job.task, manifest)
         per_row, per_pair = task.saved_bytes(job.task, emb_features, itemsize)
         return cls(task.snapshot_work(job.task, manifest), task.scored_pairs(job.task, manifest), train, per_row,
-                   per_pair, manifest.num_vertices)
+                   per_pair, manifest.num_vertices, task.held_bytes_per_pair(itemsize))
 
     def _placed(self, r: RankWork) -> np.ndarray:
         """(T,) the share of each step's examples rank ``r`` scores in place: its rows of the step (by source row)."""
@@ -324,6 +334,16 @@ class HeadCost:
             return rates.pair_seconds * (whole + every)
         kept = float(np.sum(self.pairs * self._placed(r)))
         return rates.pair_seconds * whole + rates.drawn_pair_seconds * every + rates.placed_pair_seconds * kept
+
+    def held(self, r: RankWork, P: int) -> float:
+        """Bytes of the scores rank ``r`` keeps until the epoch's end: those of every pair it scores, of every
+        split — whole snapshots, and in place its share (by source row), every pair at P = 1."""
+        if self.pairs is None or not self.held_per_pair:
+            return 0.0
+        pairs = float(np.sum(self.pairs[r.scored]))
+        if r.scored_rows is not None:
+            pairs += float(np.sum(self.pairs)) if P == 1 else float(np.sum(self.pairs * self._placed(r)))
+        return self.held_per_pair * pairs
 
     def saved(self, r: RankWork, P: int) -> float:
         """Bytes the head keeps for the backward on rank ``r``: the training rows it scores whole, or in place
@@ -398,9 +418,14 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
             if r.saved_bytes is None else r.saved_bytes
         if head is not None and r.saved_bytes is None:  # a sampled strategy's own count holds its head's
             saved += head.saved(r, P)
-        memory.append(r.resident_bytes + r.host_bytes + 4 * grad + saved)
+        # the kept scores: counted with a sampled strategy's samples, else priced from the pairs it scores
+        held = 0.0
+        if head is not None:
+            held = head.held(r, P) if r.counted is None else head.held_per_pair * (
+                r.counted.held_pairs + (r.evaluation.held_pairs if r.evaluation is not None else 0.0))
+        memory.append(r.resident_bytes + r.host_bytes + 4 * grad + saved + held)
         parts.append({"inputs": r.resident_bytes, "activations": saved, "parameters": 4.0 * grad,
-                      **({"host": r.host_bytes} if r.host_bytes else {})})
+                      **({"host": r.host_bytes} if r.host_bytes else {}), **({"scores": held} if held else {})})
     # a pipelined time encoder: the slowest rank also waits for every other rank's stretch
     serial = sum(temporal) - max(temporal) if any(temporal) else 0.0
     epoch = max(c + m for c, m in zip(compute, comm, strict=True)) + serial + max(evaluation)

@@ -101,10 +101,12 @@ class _Structure(SampleGraphs):
 
     def _head(self, layout, steps) -> Counted:
         """The task's scoring of the layout's output at the steps it scores (:meth:`_scores`), run on random rows
-        of the output's shape and counted (dense FLOPs, calls): forward, and backward when the layout trains.
+        of the output's shape and counted (dense FLOPs, calls): forward, and backward when the layout trains;
+        and the pairs whose scores the task keeps to the epoch's end (``Task.held_bytes``).
 
         Shapes:
-            output (S, rows, out_features), rows the layout's vertices (cells: U) -> Counted(flops, ops)."""
+            output (S, rows, out_features), rows the layout's vertices (cells: U) -> Counted(flops, ops,
+            held_pairs)."""
         from hpcdgnn.planner.work import counted
 
         rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
@@ -126,8 +128,13 @@ class _Structure(SampleGraphs):
             if loss is not None:
                 loss.backward()
 
-        flops, ops = counted(run)
-        return Counted(flops=flops, ops=ops)
+        self.task.hold_scores(True)
+        try:
+            flops, ops = counted(run)
+            per_pair = self.task.held_bytes_per_pair(torch.empty(0, dtype=dtype).element_size())
+            return Counted(flops=flops, ops=ops, held_pairs=self.task.held_bytes() / per_pair if per_pair else 0.0)
+        finally:
+            self.task.hold_scores(False)
 
     def _scores(self, t: int, train: bool) -> bool:
         """Whether the task scores an output at step t (a sequence scores its one output)."""
@@ -407,7 +414,9 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
                     rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
                     if first is None:
                         first = (h._head(layout, range(seq.start, seq.stop)), rows)
-                    head = Counted(flops=first[0].flops * rows / max(first[1], 1), ops=first[0].ops)
+                    share = rows / max(first[1], 1)
+                    head = Counted(flops=first[0].flops * share, ops=first[0].ops,
+                                   held_pairs=first[0].held_pairs * share)
                     c, saved = h.work_of(layout, work, F, head)
                     train[p] += c.scaled(steps / (len(used) * draws))
                     peak[p] = max(peak[p], saved)

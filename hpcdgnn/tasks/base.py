@@ -190,6 +190,12 @@ class Task(nn.Module):
         return float(emb_features * itemsize), 0.0
 
     @staticmethod
+    def held_bytes_per_pair(itemsize: int) -> float:
+        """Bytes kept per scored pair from :meth:`hold_scores` to :meth:`rebin`, i.e. until the epoch's end, for
+        every split (what the planner adds to a rank's memory); none by default."""
+        return 0.0
+
+    @staticmethod
     def check(cfg, manifest) -> None:
         """Refuse, before any plan or run directory, what this dataset cannot serve (one line naming the key).
 
@@ -244,6 +250,10 @@ class Task(nn.Module):
     def hold_scores(self, on: bool) -> None:
         """Keep what this rank scores from now on for :meth:`rebin` (a task whose metric sums need a second look
         at the scores, e.g. link prediction's AUC bins); nothing by default."""
+
+    def held_bytes(self) -> int:
+        """Bytes of the scores kept since :meth:`hold_scores` (``held_score_bytes`` of an epoch's record)."""
+        return 0
 
     def rebin(self, comm, stats: np.ndarray) -> tuple[np.ndarray, float]:
         """This rank's metric sums finished from the scores kept since :meth:`hold_scores` (collective over

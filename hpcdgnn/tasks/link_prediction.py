@@ -330,6 +330,15 @@ class LinkPrediction(Task):
         kept."""
         self._held = [] if on else None
 
+    def held_bytes(self) -> int:
+        """Bytes of the logits and labels kept since :meth:`hold_scores`."""
+        return sum(logit.nbytes + positive.nbytes for _, logit, positive in self._held or ())
+
+    @staticmethod
+    def held_bytes_per_pair(itemsize: int) -> float:
+        """A logit and its label (a bool) per scored pair of every split, until :meth:`rebin`."""
+        return float(itemsize + 1)
+
     def rebin(self, comm, stats: np.ndarray) -> tuple[np.ndarray, float]:
         """This rank's ``stats`` with the AUC histograms binned over each split's own logit range (collective;
         :func:`rebinned`), from the logits kept since :meth:`hold_scores`, which stops keeping, and the seconds

@@ -22,7 +22,7 @@ from hpcdgnn.metrics.waits import late_waits, tag_id
 from tests.conftest import REPO, write_job
 from tests.train.test_exactness import _losses
 
-DELAY = 0.25
+DELAY = 0.5
 
 
 class _TwoRanks:

@@ -202,3 +202,23 @@ def test_reversed_edges_store_the_transposed_graph(tmp_path):
         np.testing.assert_array_equal(_dense(tmp_path / "sig-rev", k)[0], _dense(tmp_path / "sig-flipped", k)[0])
     with pytest.raises(DataError, match="reverse.edges applies only to"):
         from_arrays(src, dst, t, tmp_path / "ev", kind="events", reverse_edges=True)
+
+
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_keyboard_interrupt_just_after_the_hidden_directory_is_made_leaves_nothing(tmp_path, monkeypatch, kind):
+    """Python API: Ctrl-C arriving between the hidden ``.out.tmp-*`` directory's creation and the writer's own
+    cleanup (here: raised by the call right after it) left the directory behind; no command clears it there."""
+    import hpcdgnn.data.events as events
+    import hpcdgnn.data.writer as writer
+
+    made = writer.prepare_output_dir
+
+    def stopped(*args, **kwargs):
+        made(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer if kind == "snapshots" else events, "prepare_output_dir", stopped)
+    src, dst, t = _events()
+    with pytest.raises(KeyboardInterrupt):
+        from_arrays(src, dst, t, tmp_path / "out", kind=kind, **({"snapshots": 3} if kind == "snapshots" else {}))
+    assert list(tmp_path.iterdir()) == []
