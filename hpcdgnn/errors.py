@@ -42,6 +42,15 @@ def cannot_create(path: str | Path) -> str | None:
     return None if os.access(there, os.W_OK | os.X_OK) else f"{there} is not writable"
 
 
+def umask_mode(path: str | Path) -> None:
+    """Give ``path``, made by mkdtemp or mkstemp (0700 / 0600), the mode a plain mkdir or open would (0777 / 0666
+    less the umask): what a user writes is readable by whom the umask lets read it (a group sharing a file system)."""
+    umask = os.umask(0o022)  # read it back; no other way to query it portably
+    os.umask(umask)
+    path = Path(path)
+    path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 def out_of_memory(e: BaseException) -> str | None:
     """What an allocation that failed said (numpy's MemoryError, torch's CPU or CUDA allocator), else None."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -35,6 +35,7 @@ from hpcdgnn.data.manifest import (
     write_manifest_json,
 )
 from hpcdgnn.data.writer import (
+    EVAL_NEGATIVES_FILE,
     disk_full,
     file_sha256,
     prepare_output_dir,
@@ -805,9 +806,6 @@ def write_events(
             if full is not None:
                 raise full from None
             raise
-
-
-EVAL_NEGATIVES_FILE = "eval_negatives.h5"
 
 
 def _negatives_problem(offsets: np.ndarray, dst: np.ndarray, events: int, n: int) -> str | None:

@@ -11,7 +11,8 @@ snapshot is in memory at a time.
 
 Event-stream datasets get :func:`inspect_events`: counts, time range, split sizes,
 distinct pairs, and the checks of :func:`~hpcdgnn.data.events.scan_event_shards` plus
-``time_range`` and split cuts that would separate simultaneous events.
+``time_range``, split cuts that would separate simultaneous events, and fixed evaluation negatives (TGB's) as a
+run reads them, with their sha256.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from hpcdgnn.data.events import (
     EventManifest,
     load_event_manifest,
     manifest_format,
+    read_eval_negatives,
     scan_event_shards,
 )
 from hpcdgnn.data.manifest import Manifest, ShardInfo, empty_snapshots, empty_snapshots_note, load_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
-from hpcdgnn.data.writer import shard_file_problem
+from hpcdgnn.data.writer import file_sha256, shard_file_problem
 from hpcdgnn.errors import DataError
 from hpcdgnn.progress import Progress
 
@@ -439,6 +441,14 @@ def inspect_events(root: str | Path, *, checksums: bool = True) -> dict[str, Any
     problems: list[str] = []
     _check_vertices(root, m, problems)
     first_t, last_t, at, distinct = _scan_events(root, m, problems, checksums)
+    if m.eval_negatives is not None:  # what a run reads of TGB's fixed negatives, checked as it checks them
+        try:
+            read_eval_negatives(root, m)
+            path = root / m.eval_negatives["file"]
+            if checksums and file_sha256(path) != m.eval_negatives["sha256"]:
+                problems.append(f"{path}: sha256 differs from the manifest (file modified or corrupt)")
+        except DataError as e:
+            problems.append(str(e))
     mpath = root / "manifest.json"
     lo, hi = m.time_range
     if first_t is not None and first_t != lo:

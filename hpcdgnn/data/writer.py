@@ -37,7 +37,7 @@ import numpy as np
 
 from hpcdgnn.data.manifest import Manifest, ShardInfo, save_manifest
 from hpcdgnn.data.shard_reader import snapshot_group_name
-from hpcdgnn.errors import DataError, cannot_create, nearest_existing
+from hpcdgnn.errors import DataError, cannot_create, nearest_existing, umask_mode
 from hpcdgnn.indices import index_dtype as index_dtype_for
 from hpcdgnn.progress import Progress
 
@@ -53,6 +53,8 @@ __all__ = [
     "shard_file_problem",
     "human_bytes",
     "as_float32",
+    "EVAL_NEGATIVES_FILE",
+    "removed_on_error",
 ]
 
 DEGREE_FEATURES = ["in_degree", "out_degree"]
@@ -117,8 +119,11 @@ def shard_file_problem(path: Path, info: Any, checksums: bool) -> str | None:
     return None
 
 
+#: An event dataset's fixed evaluation negatives (TGB's), beside its shards.
+EVAL_NEGATIVES_FILE = "eval_negatives.h5"
+
 #: What a dataset directory written here holds; ``--force`` replaces a directory of these names only.
-DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5"})
+DATASET_ENTRIES = frozenset({"manifest.json", "shards", "vertices.h5", EVAL_NEGATIVES_FILE})
 
 
 def _force_refusal(root: Path) -> str | None:
@@ -205,6 +210,7 @@ def prepare_output_dir(root: str | Path, force: bool, nbytes: int | None = None)
             # mkdtemp, not the pid: two nodes on a shared file system may share a pid
             tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
             _TEMPORARIES.add(tmp)
+            umask_mode(tmp)  # not mkdtemp's 0700: the dataset is the user's group's to read
         finally:
             if held:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -434,10 +440,14 @@ class _SnapshotWriter:
         keys, w = _raw_edges(root, t, raw, n, self.weights, self.directed)
         rows, cols = _split_keys(keys, n)
         if raw.x is not None:
-            x = np.asarray(raw.x, dtype=np.float32)
+            x = as_float32(raw.x)
             if x.shape[0] != n or self.names is None or x.shape[1] != len(self.names):
                 expected = f"({n}, {len(self.names or [])})"
                 raise DataError(f"{root}: snapshot {t}: features of shape {x.shape}, expected {expected}")
+            if not np.isfinite(x).all():  # a model would train on NaN; validate refuses such a shard
+                v, j = (int(i) for i in np.argwhere(~np.isfinite(x))[0])
+                raise DataError(f"{root}: snapshot {t}: feature {j} of vertex {v} is {np.asarray(raw.x)[v, j]!r}, not "
+                                "a finite float32; features must be finite numbers within float32's range")
         else:
             x = _degrees(rows, cols, n)
             self.names = self.names or DEGREE_FEATURES

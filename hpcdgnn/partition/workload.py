@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpcdgnn.errors import PlanError
+from hpcdgnn.errors import PlanError, umask_mode
 from hpcdgnn.partition.chunks import SuperGraph
 
 __all__ = [
@@ -258,6 +258,7 @@ class MLPWorkload:
         try:
             with os.fdopen(fd, "wb") as fh:
                 torch.save(payload, fh)
+            umask_mode(tmp)  # not mkstemp's 0600
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

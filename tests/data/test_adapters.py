@@ -222,3 +222,35 @@ def test_a_keyboard_interrupt_just_after_the_hidden_directory_is_made_leaves_not
     with pytest.raises(KeyboardInterrupt):
         from_arrays(src, dst, t, tmp_path / "out", kind=kind, **({"snapshots": 3} if kind == "snapshots" else {}))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e300])
+def test_features_that_are_not_finite_float32_are_refused_naming_the_vertex(tmp_path, bad):
+    """Features of NaN, ±inf or past float32 (1e300) were stored as inf/NaN with exit 0 (``validate`` then refused
+    the dataset): the writer names the snapshot, feature and vertex, and leaves nothing."""
+    from hpcdgnn.data.writer import RawSnapshot, write_dataset
+
+    x = np.ones((4, 2))
+    x[3, 1] = bad
+    snaps = [RawSnapshot(np.array([0, 1]), np.array([1, 2]), x=np.ones((4, 2))), RawSnapshot(
+        np.array([0, 1]), np.array([1, 2]), x=x)]
+    with pytest.raises(DataError) as e:
+        write_dataset(tmp_path / "out", snaps, num_vertices=4, feature_names=["a", "b"])
+    assert "snapshot 1: feature 1 of vertex 3 is" in str(e.value) and "\n" not in str(e.value), e.value
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dataset_directory_takes_the_umask_s_mode_not_mkdtemp_s(tmp_path):
+    """The hidden directory came from mkdtemp (0700) and kept its mode when moved into place: a prepared dataset
+    was unreadable to the user's group on a shared file system."""
+    import os
+    import stat
+
+    old = os.umask(0o027)
+    try:
+        src, dst, t = _events()
+        from_arrays(src, dst, t, tmp_path / "out", snapshots=3)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "out" / "shards").stat().st_mode) == 0o750

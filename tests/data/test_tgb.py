@@ -206,3 +206,24 @@ def test_prepare_tgb_refuses_an_option_it_would_not_use(tmp_path):
     proc = run_in_process(["prepare", str(root), "--format", "tgb", "--kind", "events", "--output",
                            str(tmp_path / "data")], mpi_env(), tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_force_replaces_a_tgb_dataset_and_inspect_checks_its_negatives(tmp_path):
+    """``--force`` refused a dataset ``prepare --format tgb`` had written ("not a dataset directory
+    (eval_negatives.h5)"); ``inspect`` called a dataset valid whose fixed negatives a run refuses."""
+    _wiki_like(tmp_path / "tgbl_wiki", lambda i, d: [d - 1 if d > USERS else d + 1])
+    proc, data = _prepare(tmp_path, tmp_path / "tgbl_wiki")
+    assert proc.returncode == 0, proc.stderr
+    again = run_in_process(["prepare", str(tmp_path / "tgbl_wiki"), "--format", "tgb", "--output", str(data),
+                            "--force"], mpi_env(), tmp_path)
+    assert again.returncode == 0, again.stderr
+    negatives = data / "eval_negatives.h5"
+    import h5py
+
+    with h5py.File(negatives, "r+") as f:  # same size, one negative out of range
+        f["val/dst"][0] = USERS + ITEMS + 5
+    report = json.loads(run_in_process(["inspect", str(data), "--json"], mpi_env(), tmp_path).stdout)
+    assert not report["valid"] and any(str(negatives) in p for p in report["problems"]), report["problems"]
+    negatives.write_bytes(negatives.read_bytes()[:100])
+    report = json.loads(run_in_process(["inspect", str(data), "--json"], mpi_env(), tmp_path).stdout)
+    assert any("100 bytes, manifest says" in p for p in report["problems"]), report["problems"]

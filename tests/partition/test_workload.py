@@ -5,6 +5,8 @@ Making a predictor (random chunks, timing, fitting, ``python -m hpcdgnn profile`
 
 from __future__ import annotations
 
+import os
+import stat
 from types import SimpleNamespace
 
 import numpy as np
@@ -106,6 +108,9 @@ def test_save_load_round_trip_predicts_the_same(tmp_path):
     pred = _tiny_predictor()
     path = pred.save(tmp_path / "sub" / "w.pt")
     assert sorted(p.name for p in path.parent.iterdir()) == ["w.pt"]  # written atomically: no temporary left
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600: the group may read it
     back = MLPWorkload.load(path)
     shapes = layer_shapes("cdgcn", 2, 6, 2)
     a, b = pred.chunk_work(g, labels, stats, shapes), back.chunk_work(g, labels, stats, shapes)
