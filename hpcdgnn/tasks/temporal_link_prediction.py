@@ -104,10 +104,13 @@ class TemporalLinkPrediction(Task):
     @staticmethod
     def check(cfg, manifest) -> None:
         """Negatives are drawn from the stream's candidate destinations (with replacement): more of them per event
-        than there are candidates ranks a positive against repeats (and can only exhaust memory)."""
+        than there are candidates ranks a positive against repeats (and can only exhaust memory). A stream with
+        fixed evaluation negatives (TGB's) ranks against those: ``eval_negatives`` is not drawn."""
         lo, hi = manifest.destinations
         candidates = hi - lo
-        for key in ("negatives", "eval_negatives"):
+        drawn = ("negatives",) if manifest.eval_negatives is not None else (
+            "negatives", "eval_negatives")
+        for key in drawn:
             m = getattr(cfg, key)
             if m > candidates:
                 raise ConfigError(f"task.{key}: {m} exceeds the stream's {candidates} candidate destinations "

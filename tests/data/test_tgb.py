@@ -227,3 +227,22 @@ def test_force_replaces_a_tgb_dataset_and_inspect_checks_its_negatives(tmp_path)
     negatives.write_bytes(negatives.read_bytes()[:100])
     report = json.loads(run_in_process(["inspect", str(data), "--json"], mpi_env(), tmp_path).stdout)
     assert any("100 bytes, manifest says" in p for p in report["problems"]), report["problems"]
+
+
+def test_eval_negatives_beyond_the_candidates_refused_only_where_they_are_drawn(tmp_path):
+    """A TGB stream ranks against its fixed negatives: ``task.eval_negatives`` above its candidate destinations
+    was refused there although no negative is drawn; a stream without fixed negatives still refuses it."""
+    from dataclasses import replace
+
+    from hpcdgnn.errors import ConfigError
+
+    _wiki_like(tmp_path / "tgbl_wiki", lambda i, d: [d - 1 if d > USERS else d + 1])
+    proc, data = _prepare(tmp_path, tmp_path / "tgbl_wiki")
+    assert proc.returncode == 0, proc.stderr
+    m = load_event_manifest(data)
+    TemporalLinkPrediction.check(TemporalLinkPredictionOptions(eval_negatives=ITEMS + 3), m)
+    with pytest.raises(ConfigError, match="task.eval_negatives: 8 exceeds the stream's 5 candidate destinations"):
+        TemporalLinkPrediction.check(TemporalLinkPredictionOptions(eval_negatives=ITEMS + 3),
+                                     replace(m, eval_negatives=None))
+    with pytest.raises(ConfigError, match="task.negatives: 6 exceeds"):
+        TemporalLinkPrediction.check(TemporalLinkPredictionOptions(negatives=ITEMS + 1), m)
