@@ -15,6 +15,7 @@ numbered already, as PyG's are).
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,51 @@ def _numpy(value: Any, name: str, where: str) -> np.ndarray:
         raise DataError(f"{where}: {name}: not an array ({e})") from None
 
 
+def _int64(a: np.ndarray, name: str, where: str) -> np.ndarray:
+    """Integers as int64; a uint64 value past int64 would wrap to a negative one, so it is refused."""
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise DataError(f"{where}: {name}: {int(a.max())} (at {int(np.argmax(a))}) is beyond int64")
+    return a.astype(np.int64)
+
+
+def _whole(value: Any, name: str, where: str) -> int:
+    """A count given as an integer (Python's, numpy's or a torch scalar): "5" or 2.5 would be misread."""
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        v = operator.index(value)
+    except TypeError:
+        raise DataError(f"{where}: {name}: expected a whole number >= 1, got {value!r}") from None
+    if v < 1:
+        raise DataError(f"{where}: {name}: expected a whole number >= 1, got {v}")
+    return v
+
+
+def _floats(value: Any, name: str, where: str) -> np.ndarray:
+    """Numbers as float64: strings and objects are refused (numpy would parse "1.5" and fail on "a")."""
+    a = _numpy(value, name, where)
+    if a.dtype.kind not in "biuf":
+        raise DataError(f"{where}: {name}: expected numbers, got dtype {a.dtype}")
+    return a.astype(np.float64)
+
+
+def _finite(a: np.ndarray, stored: np.ndarray, name: str, where: str) -> None:
+    """Refuse what ``stored`` (``a`` as the dataset keeps it) holds as NaN or inf, naming the entry: only
+    ``validate`` would notice it after the write."""
+    bad = ~np.isfinite(stored)
+    if bad.any():
+        k = tuple(int(i) for i in np.argwhere(bad)[0])
+        v = float(a[k])
+        why = "is not a finite number" if not np.isfinite(v) else f"does not fit in {stored.dtype}"
+        raise DataError(f"{where}: {name}: {v:g} at {k if len(k) > 1 else k[0]} {why}")
+
+
 def _ids(value: Any, name: str, where: str, num_vertices: int | None) -> np.ndarray:
     a = _numpy(value, name, where)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
         raise DataError(f"{where}: {name}: expected a 1-D array of integer vertex ids, got shape {a.shape} "
                         f"dtype {a.dtype}")
-    a = a.astype(np.int64)
+    a = _int64(a, name, where)
     if a.size and a.min() < 0:
         raise DataError(f"{where}: {name}: negative vertex id {int(a.min())} (at {int(np.argmin(a))})")
     if num_vertices is not None and a.size and a.max() >= num_vertices:
@@ -51,6 +91,8 @@ def _ids(value: Any, name: str, where: str, num_vertices: int | None) -> np.ndar
 
 def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Checked (src, dst, t) and N."""
+    if num_vertices is not None:
+        num_vertices = _whole(num_vertices, "num_vertices", where)
     s, d = _ids(src, "src", where, num_vertices), _ids(dst, "dst", where, num_vertices)
     times = _numpy(t, "t", where)
     if not (s.shape == d.shape == times.shape):
@@ -66,8 +108,8 @@ def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarra
     if times.min() < 0:
         raise DataError(f"{where}: t: negative time {times.min()} (at {int(np.argmin(times))}); times count from 0 "
                         "or an epoch")
-    times = times.astype(np.int64) if times.dtype.kind in "iu" else times.astype(np.float64)
-    n = int(num_vertices) if num_vertices is not None else int(max(s.max(), d.max())) + 1
+    times = _int64(times, "t", where) if times.dtype.kind in "iu" else times.astype(np.float64)
+    n = num_vertices if num_vertices is not None else int(max(s.max(), d.max())) + 1
     return s, d, times, n
 
 
@@ -94,7 +136,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
 
     Raises:
         DataError: one line naming the array and the entry: ids beyond N or negative, negative or non-finite
-            times, lengths that differ; an unknown option or one of the other kind. Nothing is written.
+            times, lengths that differ, values past int64, non-numeric or non-finite weights or edge features,
+            negative given weights; an unknown option or one of the other kind. Nothing is written.
     """
     from hpcdgnn.data.prepare import (
         KINDS,
@@ -104,7 +147,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         options_used,
         write_prepared,
     )
-    from hpcdgnn.data.prepare._common import PreparedInput, slice_events
+    from hpcdgnn.data.prepare._common import PreparedInput, check_given_weights, slice_events
     from hpcdgnn.data.prepare.event_stream import EVENT_ONLY_OPTIONS, ParsedEvents, _check, option_flag, write_parsed
     from hpcdgnn.data.prepare.snap import EdgeList, _snapshots, slicing_kwargs, snapshot_counts
     from hpcdgnn.data.writer import as_float32, check_output
@@ -114,9 +157,11 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         raise DataError(f"{where}: unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     check_option_names(where, options)
     s, d, times, n = _edges(src, dst, t, str(where), num_vertices)
-    w = None if weight is None else _numpy(weight, "weight", str(where)).astype(np.float64)
+    w = None if weight is None else _floats(weight, "weight", str(where))
     if w is not None and w.shape != s.shape:
-        raise DataError(f"{where}: weight: {w.reshape(-1).shape[0]} weights for {s.shape[0]} interactions")
+        raise DataError(f"{where}: weight: shape {w.shape}, expected ({s.shape[0]},): one weight per interaction")
+    if w is not None:
+        _finite(w, w, "weight", str(where))
     check_output(output, bool(options.get("force", False)), ())
     provenance = {"input": "arrays (hpcdgnn.data.adapters)", "format": "arrays"}
     if kind == "events":
@@ -135,7 +180,9 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         order = np.argsort(times, kind="stable")
         feats = None
         if edge_features is not None:
-            feats = as_float32(_numpy(edge_features, "edge_features", str(where)))
+            raw = _floats(edge_features, "edge_features", str(where))
+            feats = as_float32(raw)
+            _finite(raw, feats, "edge_features", str(where))
             feats = feats.reshape(-1, 1) if feats.ndim == 1 else feats
             if feats.ndim != 2 or feats.shape[0] != s.shape[0]:
                 raise DataError(f"{where}: edge_features: shape {feats.shape}, expected ({s.shape[0]}, D)")
@@ -159,6 +206,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     _check_options(where, "snap", opts)
     if opts.weights == "given" and w is None:
         raise DataError(f"{where}: weights='given' needs weight=")
+    if opts.weights == "given":
+        check_given_weights(where, [w], "weight", "use weights='ones' or 'count'")
     edges = EdgeList(s, d, times, w, np.arange(n))
     slices = slice_events(edges.time, where, **slicing_kwargs(opts))
     prepared = PreparedInput(
@@ -191,8 +240,8 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
         if getattr(data, key, None) is None:
             raise DataError(f"from_temporal_data: the data has no {key!r} (a TemporalData has src, dst, t, msg)")
     msg = getattr(data, "msg", None)
-    if msg is not None and (getattr(msg, "ndim", 2) < 2 or msg.shape[1] == 0):
-        msg = None
+    if msg is not None and getattr(msg, "ndim", 2) == 2 and msg.shape[1] == 0:
+        msg = None  # a 1-D msg is one feature, as from_arrays takes 1-D edge_features
     n = options.pop("num_vertices", getattr(data, "num_nodes", None))
     if bipartite is None:
         src, dst = _numpy(data.src, "src", "from_temporal_data"), _numpy(data.dst, "dst", "from_temporal_data")
@@ -220,12 +269,18 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
         reverse_edges: store each edge as (v, u), so that a vertex sums its in-neighbours, as PyG's layers do.
 
     Raises:
-        DataError: steps that disagree in N or F, targets of another length, edges beyond N; nothing written.
+        DataError: steps that disagree in N or F, targets of another length, edges beyond N, non-numeric or
+            non-finite features (or past float32), negative edge weights; with ``labels``, targets that are not
+            integers -1 .. C-1 with 2 <= C <= N * steps. Nothing written.
     """
-    from hpcdgnn.data.writer import RawSnapshot, check_output, write_dataset
+    from hpcdgnn.data.prepare._common import check_given_weights
+    from hpcdgnn.data.writer import RawSnapshot, as_float32, check_output, write_dataset
 
     where = "from_signal"
-    features, targets = list(getattr(signal, "features", []) or []), list(getattr(signal, "targets", []) or [])
+    shard_size = _whole(shard_size, "shard_size", where)
+    # list(): a list of steps or one stacked (T, N, F) array alike (``or []`` would ask an array for its truth)
+    features, targets = ([] if v is None else list(v) for v in (getattr(signal, "features", None),
+                                                                getattr(signal, "targets", None)))
     if not features:
         raise DataError(f"{where}: the signal has no features (a PyG Temporal signal has features and targets)")
     if targets and len(targets) != len(features):
@@ -235,12 +290,21 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     edge_weight = (signal.edge_weights if dynamic else [signal.edge_weight] * len(features))
     if len(edge_index) != len(features):
         raise DataError(f"{where}: {len(edge_index)} edge sets for {len(features)} steps")
-    xs = [_numpy(x, f"features[{k}]", where).astype(np.float32) for k, x in enumerate(features)]
+    xs = []
+    for k, x in enumerate(features):
+        raw = _floats(x, f"features[{k}]", where)
+        xs.append(as_float32(raw))
+        _finite(raw, xs[-1], f"features[{k}]", where)
     n, f = xs[0].shape if xs[0].ndim == 2 else (None, None)
     for k, x in enumerate(xs):
         if x.ndim != 2 or x.shape != (n, f):
             raise DataError(f"{where}: features[{k}] has shape {x.shape}; step 0's is ({n}, {f}) (every step "
                             "must have the same N and F)")
+    ys = [_floats(y, f"targets[{k}]", where).reshape(-1) for k, y in enumerate(targets)]
+    for k, y in enumerate(ys):
+        if y.shape[0] != n:
+            raise DataError(f"{where}: targets[{k}] has {y.shape[0]} values for N = {n} vertices")
+    num_classes = _num_classes(ys, n, where) if labels and targets else 0
     check_output(output, force, ())
 
     def snapshots():
@@ -249,25 +313,42 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             if ei.ndim != 2 or ei.shape[0] != 2:
                 raise DataError(f"{where}: edge_index[{k}]: shape {ei.shape}, expected (2, E)")
             src, dst = _ids(ei[0], f"edge_index[{k}][0]", where, n), _ids(ei[1], f"edge_index[{k}][1]", where, n)
-            w = None if edge_weight[k] is None else _numpy(edge_weight[k], f"edge_weight[{k}]", where).astype(float)
+            w = None if edge_weight[k] is None else _floats(edge_weight[k], f"edge_weight[{k}]", where)
+            if w is not None:  # stored as given weights: GCN-normalised, as prepare's --weights given
+                _finite(w, w, f"edge_weight[{k}]", where)
+                check_given_weights(where, [w], f"edge_weight[{k}]", "a signal's edge weights are given weights")
             y = None
             lab = None
             if targets:
-                y = _numpy(targets[k], f"targets[{k}]", where).reshape(-1)
-                if y.shape[0] != n:
-                    raise DataError(f"{where}: targets[{k}] has {y.shape[0]} values for N = {n} vertices")
+                y = ys[k]
                 if labels:
                     lab, y = y.astype(np.int64), None
-                else:
-                    y = y.astype(np.float64)
             yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(k), float(k + 1)))
 
     has_w = edge_weight[0] is not None
-    num_classes = int(max(int(np.max(_numpy(y, "targets", where))) for y in targets)) + 1 if labels and targets \
-        else 0
     return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
                          feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
                          targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
                          source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal",
                                  "options": {"reverse_edges": bool(reverse_edges)}},
                          force=force, reverse=reverse_edges)
+
+
+def _num_classes(ys: list[np.ndarray], n: int, where: str) -> int:
+    """C for class-label targets (integers -1 .. C-1, -1 = none), refusing what casting to int64 would store
+    wrong: a fraction truncated, NaN, a label below -1, fewer than 2 classes, or more classes than the
+    vertices of all steps could show (a stray value, e.g. 1e9, would size C after it)."""
+    for k, y in enumerate(ys):
+        bad = ~np.isfinite(y) | (y != np.round(y)) | (y < -1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise DataError(f"{where}: targets[{k}]: {y[i]:g} at {i} is not a class label (labels=True takes "
+                            "integers 0 .. C-1, and -1 for none)")
+    top = max(float(y.max(initial=-1)) for y in ys)
+    if top < 1:
+        raise DataError(f"{where}: targets: labels=True needs at least 2 classes; the largest label is {top:g}")
+    if top + 1 > n * len(ys):
+        k = next(k for k, y in enumerate(ys) if y.size and y.max() == top)
+        raise DataError(f"{where}: targets[{k}]: label {top:g} at {int(np.argmax(ys[k]))} makes {top + 1:g} classes, "
+                        f"more than the {n * len(ys)} vertex-steps could hold; labels are 0 .. C-1")
+    return int(top) + 1

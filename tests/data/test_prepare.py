@@ -315,7 +315,8 @@ def test_jodie_next_activity_and_errors(tmp_path):
         prepare_dataset(p, "jodie", tmp_path / "b", weights="given")
     bad = _write(tmp_path, "bad.csv", JODIE.replace("3,101,3.0,0", "3,101,3.0,2"))
     with pytest.raises(DataError, match=r"bad\.csv:5: state_label must be 0 or 1"):
-        prepare_dataset(bad, "jodie", tmp_path / "b")
+        prepare_dataset(bad, "jodie", tmp_path / "b", labels="state")
+    prepare_dataset(bad, "jodie", tmp_path / "unlabelled")  # the label column is read only for --labels state
     nohead = _write(tmp_path, "nohead.csv", "\n".join(JODIE.splitlines()[1:]))
     with pytest.raises(DataError, match=r"nohead\.csv:1: expected the JODIE header"):
         prepare_dataset(nohead, "jodie", tmp_path / "b")

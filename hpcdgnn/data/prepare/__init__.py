@@ -115,6 +115,10 @@ def _check_options(path: Path, fmt: str, opts: PrepareOptions) -> None:
         raise DataError(f"{path}: give only one of --snapshots, --window, --events-per-snapshot (got {len(slicing)})")
     if opts.lags is not None and fmt != "pygt-json":
         raise DataError(f"{path}: --lags applies only to --format pygt-json")
+    for name in ("edge_life", "mtransform", "shard_size"):  # the Python API passes them untyped: "2" or 2.5
+        value = getattr(opts, name)
+        if isinstance(value, bool) or not hasattr(value, "__index__"):  # int, numpy's integers
+            raise DataError(f"{path}: {option_flag(name)} must be a whole number (got {value!r})")
     if opts.edge_life < 1 or opts.mtransform < 1:
         raise DataError(f"{path}: --edge-life and --mtransform must be >= 1")
     if opts.edge_life > 1 and opts.mtransform > 1:
@@ -385,7 +389,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kind",
         choices=list(KINDS),
-        default="snapshots",
+        default=None,  # snapshots; None tells --format tgb that --kind snapshots was not asked for
         help="snapshots (default): HDF5 snapshot shards; events: time-sorted events with edge features in "
         "HDF5 shards (continuous-time TGNNs: model.name tgn; snap and jodie only)",
     )
@@ -451,6 +455,9 @@ def _check_tgb_options(args: argparse.Namespace) -> None:
     add_prepare_arguments(fresh)
     # placeholders: only the defaults count (a path of the user's starting with '-' would not parse)
     defaults = vars(fresh.parse_args(["INPUT", "--format", "tgb", "--output", "OUTPUT"]))
+    if args.kind == "snapshots":
+        raise DataError(f"{args.input}: --kind snapshots does not apply to --format tgb: a TGB dataset is an event "
+                        "stream with fixed evaluation negatives (drop --kind, or give --kind events)")
     given = [k for k, v in defaults.items() if k not in _TGB_OPTIONS and getattr(args, k, v) != v
              and not (k == "kind" and args.kind == "events")]
     if given:
@@ -465,7 +472,7 @@ def _prepare_from_args(args: argparse.Namespace):
         args.input,
         args.format,
         args.output,
-        kind=args.kind,
+        kind=args.kind or "snapshots",
         split=args.split,
         shard_events=args.shard_events,
         bipartite=args.bipartite,

@@ -44,6 +44,8 @@ __all__ = [
     "guess_columns",
     "stored_edges_per_slice",
     "concat_snapshots",
+    "check_given_weights",
+    "shorten",
 ]
 
 #: A too-small ``--window`` would otherwise write millions of empty snapshots.
@@ -118,6 +120,20 @@ class PreparedInput:
     """Entries of each A_t after smoothing (the manifest's ``snapshot_nnz``), likewise."""
 
 
+def shorten(token: str, limit: int = 60) -> str:
+    """``token`` cut to ``limit`` characters with '…': an error line echoes input, which may be a megabyte."""
+    return token if len(token) <= limit else token[: limit - 1] + "…"
+
+
+def check_given_weights(path: Path | str, weights: Iterable[np.ndarray], what: str = "--weights given",
+                        fix: str = "use --weights ones or count") -> None:
+    """Refuse negative given weights, naming the smallest: GCN's ``D^{-1/2} A D^{-1/2}`` needs non-negative
+    degrees (one check for every reader and the Python API)."""
+    low = min((float(w.min()) for w in weights if w.size), default=0.0)
+    if low < 0:
+        raise DataError(f"{path}: {what}: negative weights (min {low:g}) cannot be GCN-normalised; {fix}")
+
+
 def read_input_bytes(path: Path) -> bytes:
     """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes, not suffix.
 
@@ -171,12 +187,12 @@ def parse_numbers(tokens: Sequence[str], lines: Sequence[int], path: Path, what:
             try:
                 float(tok)
             except ValueError:
-                raise DataError(f"{path}:{line}: cannot parse {what} {tok!r}") from None
+                raise DataError(f"{path}:{line}: cannot parse {what} {shorten(tok)!r}") from None
         raise  # unreachable: some token failed above
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.argmax(bad))
-        raise DataError(f"{path}:{lines[i]}: {what} {tokens[i]!r} is not a finite number")
+        raise DataError(f"{path}:{lines[i]}: {what} {shorten(tokens[i])!r} is not a finite number")
     return arr
 
 
@@ -203,8 +219,15 @@ class Slice:
     time: tuple[float, float]
 
 
+def _offsets(times: np.ndarray, tmin: int) -> np.ndarray:
+    """``times - tmin`` exactly for sorted int64 ``times``: uint64 when the span passes 2^63, where int64 wraps."""
+    if int(times[-1]) - tmin < 2**63:
+        return times - np.int64(tmin)
+    return times.view(np.uint64) - np.uint64(tmin % 2**64)  # modulo 2^64: exact, as the result is in [0, 2^64)
+
+
 def _exact_index(offset: np.ndarray, num: int, den: int) -> np.ndarray:
-    """``floor(offset * num / den)`` exactly for non-negative int64 ``offset``."""
+    """``floor(offset * num / den)`` exactly for non-negative int64 or uint64 ``offset``."""
     if int(offset.max(initial=0)) * num < 2**62:
         return offset * np.int64(num) // np.int64(den)
     # nanoseconds over years overflow int64 when multiplied by T: Python ints are exact
@@ -265,11 +288,11 @@ def slice_events(
         if T == 1:
             idx = np.zeros(n, dtype=np.int64)
         elif integer:
-            idx = _exact_index(times - tmin, T, int(tmax - tmin))
+            idx = _exact_index(_offsets(times, int(tmin)), T, int(tmax) - int(tmin))
         else:
             idx = np.floor((times - tmin) * float(T) / float(tmax - tmin)).astype(np.int64)
         np.clip(idx, 0, T - 1, out=idx)  # t = tmax lands in slice T-1 (the last slice is closed)
-        span = float(tmax - tmin)
+        span = float(int(tmax) - int(tmin)) if integer else float(tmax - tmin)
         bounds = [(float(tmin) + k * span / T, float(tmin) + (k + 1) * span / T) for k in range(T)]
         bounds[-1] = (bounds[-1][0], float(tmax))
     else:
@@ -279,8 +302,14 @@ def slice_events(
         count = (float(tmax) - float(tmin)) / S  # before any cast: a tiny window overflows int64 (negative T)
         if not np.isfinite(count) or count >= MAX_SNAPSHOTS:
             _check_count(path, MAX_SNAPSHOTS + 1 if not np.isfinite(count) else int(count) + 1)
-        if integer and S.is_integer():
-            idx = (times - tmin) // np.int64(int(S))
+        if integer and S > int(tmax) - int(tmin):  # one slice; such an S may not fit in int64
+            idx = np.zeros(n, dtype=np.int64)
+        elif integer:
+            offset = _offsets(times, int(tmin))
+            if S.is_integer():
+                idx = (offset // offset.dtype.type(int(S))).astype(np.int64)
+            else:
+                idx = np.floor(offset / S).astype(np.int64)
         else:
             idx = np.floor((times - tmin) / S).astype(np.int64)
         T = int(idx[-1]) + 1
@@ -392,7 +421,7 @@ def looks_like_header(first: Sequence[str], second: Sequence[str] | None) -> boo
 
 def describe_header(names: Sequence[str], limit: int = 8) -> str:
     """``'u', 'i', 'ts', ... (176 columns)``: the header as found, shortened for a one-line error."""
-    shown = ", ".join(repr(n) for n in names[:limit])
+    shown = ", ".join(repr(shorten(n)) for n in names[:limit])
     more = f", ... ({len(names)} columns)" if len(names) > limit else f" ({len(names)} columns)"
     return shown + more
 

@@ -246,11 +246,17 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
                         f"{float(np.abs(out).max()):.4g}{per}; float64 tells apart ~16 significant digits): count "
                         "them from an origin of your own (subtract the first time), or in a coarser --time-unit "
                         "(e.g. 1e9: nanoseconds in seconds, where times under ~1e-7 s apart merge)")
-    if np.abs(whole).max() > 2**53:  # distinct still, but their integer part rounded: their gaps move
+    big = whole[(whole > 2**53) | (whole < -(2**53))]  # not np.abs: it wraps at -2^63
+    if big.size:  # distinct still, but their integer part rounded: their gaps move
         # in the input's units; wrap-around of the integer difference gives its sign
-        err = int(np.abs((whole - whole.astype(np.float64).astype(t.dtype)).astype(np.int64)).max())
+        rounded = big.astype(np.float64)
+        fits = rounded < float(np.iinfo(t.dtype).max)  # the largest values round up to 2^63 (2^64): no cast back
+        err = int(np.abs((big[fits] - rounded[fits].astype(t.dtype)).astype(np.int64)).max(initial=0))
+        if not fits.all():  # all of them round to that one float: the farthest is the smallest
+            err = max(err, int(rounded[~fits].max()) - int(big[~fits].min()))
         err = err * (int(unit) if exact else 1)
-        print(f"hpcdgnn prepare: warning: {where}: times reach {float(np.abs(t).max()):.4g}, past 2^53"
+        reach = max(abs(float(t.min())), abs(float(t.max())))
+        print(f"hpcdgnn prepare: warning: {where}: times reach {reach:.4g}, past 2^53"
               f"{' in units of ' + format(unit, 'g') if exact and unit != 1.0 else ''}: stored rounded to float64 "
               f"(by up to {err:g} of the input's units); a coarser --time-unit (e.g. 1e9 for nanoseconds) keeps "
               "their gaps", file=sys.stderr, flush=True)

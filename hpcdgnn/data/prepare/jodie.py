@@ -37,6 +37,7 @@ from hpcdgnn.data.prepare._common import (
     read_input_text,
     remap_ids,
     resolve_columns,
+    shorten,
     slice_events,
     split_fields,
 )
@@ -132,9 +133,10 @@ def _data_rows(
 
 
 def _parse(
-    path: Path, columns: dict[str, str] | None
+    path: Path, columns: dict[str, str] | None, labels: bool = True
 ) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
-    """Columns user, item (tokens), time and state label (None without a label column) of a JODIE csv."""
+    """Columns user, item (tokens), time and state label (None without a label column, or unless ``labels``:
+    a label column that is not used is not checked either) of a JODIE csv."""
     rows, index, names, _ = _data_rows(path, columns)
     users: list[str] = []
     items: list[str] = []
@@ -142,7 +144,7 @@ def _parse(
     states: list[str] = []
     lines: list[int] = []
     iu, ii, it = index["src"], index["dst"], index["time"]
-    il = index.get("label")
+    il = index.get("label") if labels else None
     need = max(index.values()) + 1
     label_name = _what("label", names)
     for lineno, s in rows:
@@ -165,7 +167,7 @@ def _parse(
     bad = (state != 0) & (state != 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise DataError(f"{path}:{lines[i]}: {label_name} must be 0 or 1, got {states[i]!r}")
+        raise DataError(f"{path}:{lines[i]}: {label_name} must be 0 or 1, got {shorten(states[i])!r}")
     return users, items, time, state.astype(np.int64), names
 
 
@@ -190,7 +192,7 @@ def read_jodie(path: Path, opts: PrepareOptions) -> PreparedInput:
     if opts.weights == "given":
         raise DataError(f"{path}: --weights given: JODIE files have no weight column; use ones or count")
     columns = None if opts.columns is None else parse_columns(opts.columns, path, JODIE_COLUMN_KEYS, "jodie")
-    users, items, time, state, names = _parse(path, columns)
+    users, items, time, state, names = _parse(path, columns, labels=opts.labels == "state")
     if opts.labels == "state" and state is None:
         raise DataError(
             f"{path}: --labels state needs a state label column; this file has none"

@@ -30,8 +30,10 @@ from hpcdgnn.data.prepare._common import (
     DEFAULT_LAGS,
     PreparedInput,
     PrepareOptions,
+    check_given_weights,
     concat_snapshots,
     read_input_text,
+    shorten,
     stored_edges_per_slice,
 )
 from hpcdgnn.data.writer import RawSnapshot
@@ -82,10 +84,23 @@ def _array(path: Path, key: str, value: Any, dtype: type, ndim: int, empty: bool
         bad = (arr != np.floor(arr)) | (np.abs(arr) >= 2.0**62)
         if bad.any():
             raise DataError(f"{path}: key {key!r}: {float(arr[bad].flat[0]):g} is not a vertex id (a whole number)")
-    out = arr.astype(dtype)
-    if out.dtype.kind == "f" and not np.isfinite(out).all():
-        raise DataError(f"{path}: key {key!r}: a value beyond the range of {out.dtype}")
-    return out
+    if np.dtype(dtype) == np.float32:
+        _check_float32(path, key, arr)  # before the cast, which would warn
+    return arr.astype(dtype)
+
+
+def _check_float32(path: Path, key: str, arr: np.ndarray) -> None:
+    """Refuse values past float32, the dtype of stored features: they would be stored as inf."""
+    with np.errstate(over="ignore"):
+        bad = ~np.isfinite(arr.astype(np.float32))
+    if bad.any():
+        raise DataError(f"{path}: key {key!r}: {float(arr[bad].flat[0]):g} is beyond the range of float32")
+
+
+def _id_map(node_ids: Any) -> bool:
+    """Whether ``node_ids`` maps each name to a distinct integer id 0..N-1 (JSON may mix in "1" or 1.5)."""
+    return isinstance(node_ids, dict) and all(type(v) is int for v in node_ids.values()) \
+        and sorted(node_ids.values()) == list(range(len(node_ids)))
 
 
 def _holds_bool(value: Any) -> bool:
@@ -153,15 +168,17 @@ def _signal_layout(path: Path, data: dict[str, Any], layout: str, lags: int
     dynamic: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
     if layout == "chickenpox":
         signal = _array(path, "FX", data["FX"], np.float64, 2)
+        _check_float32(path, "FX", signal)
         n = signal.shape[1]
         src, dst = _edges(path, "edges", data["edges"], n)
         dynamic.append((src, dst, None))
         node_ids = _get(path, data, "node_ids") if "node_ids" in data else None
         vertex_ids = np.arange(n)
-        if isinstance(node_ids, dict) and sorted(node_ids.values()) == list(range(n)):
+        if _id_map(node_ids) and len(node_ids) == n:
             vertex_ids = np.array(sorted(node_ids, key=node_ids.get))
     elif layout == "pedalme_london":
         signal = _array(path, "X", data["X"], np.float64, 2)
+        _check_float32(path, "X", signal)
         n = signal.shape[1]
         src, dst = _edges(path, "edges", data["edges"], n)
         w = _array(path, "weights", data["weights"], np.float64, 1) if "weights" in data else None
@@ -180,18 +197,24 @@ def _signal_layout(path: Path, data: dict[str, Any], layout: str, lags: int
         index = {s: i for i, s in enumerate(stops)}
         if len(index) != len(stops):
             raise DataError(f"{path}: key 'nodes': duplicate bus_stop ids")
-        signal = _zscore(_array(path, "nodes[].X.y", series, np.float64, 2).T)
+        y = _array(path, "nodes[].X.y", series, np.float64, 2)
+        _check_float32(path, "nodes[].X.y", y)
+        signal = _zscore(y.T)
         n = signal.shape[1]
         try:
             src = np.array([index[s] for s, _, _ in links], dtype=np.int64)
             dst = np.array([index[d] for _, d, _ in links], dtype=np.int64)
-        except KeyError as e:
-            raise DataError(f"{path}: key 'links': endpoint {e} is not a bus_stop of 'nodes'") from None
+        except (KeyError, TypeError):  # TypeError: a list or dict endpoint, which no dict key can be
+            bad = next(v for lk in links for v in lk[:2] if not isinstance(v, int | float | str) or v not in index)
+            raise DataError(f"{path}: key 'links': endpoint {shorten(json.dumps(bad))} is not a bus_stop of 'nodes'"
+                            ) from None
         w = _array(path, "links[].weight", [lw for _, _, lw in links], np.float64, 1)
         dynamic.append((src, dst, w))
         vertex_ids = np.array(stops, dtype=np.int64)
     else:  # england_covid
-        signal = _zscore(_array(path, "y", data["y"], np.float64, 2))
+        y = _array(path, "y", data["y"], np.float64, 2)
+        _check_float32(path, "y", y)
+        signal = _zscore(y)
         n = signal.shape[1]
         index = _get(path, data, "edge_mapping", "edge_index")
         weight = _get(path, data, "edge_mapping", "edge_weight")
@@ -218,6 +241,8 @@ def _read_signal(path: Path, data: dict[str, Any], layout: str, opts: PrepareOpt
         raise DataError(f"{path}: --lags must be >= 1 (got {lags})")
     signal, dynamic, vertex_ids = _signal_layout(path, data, layout, lags)
     n = signal.shape[1]
+    if n == 0:  # the writer would name its output
+        raise DataError(f"{path}: the signal has no vertices (shape {signal.shape})")
     if signal.shape[0] <= lags:
         raise DataError(f"{path}: {signal.shape[0]} time steps leave no snapshot with --lags {lags}")
     has_weights = dynamic[0][2] is not None
@@ -271,9 +296,13 @@ def _twitter_snapshots(path: Path, data: dict[str, Any], T: int, n: int, with_bi
 def _read_twitter(path: Path, data: dict[str, Any], opts: PrepareOptions) -> PreparedInput:
     if opts.lags is not None:
         raise DataError(f"{path}: --lags applies to lagged-signal datasets, not twitter_tennis (features are given)")
-    T = int(_get(path, data, "time_periods"))
+    T = _get(path, data, "time_periods")
+    if isinstance(T, float) and T.is_integer():
+        T = int(T)
+    if type(T) is not int:  # int() would read 2.7 as 2 and fail on "abc", null or [3]
+        raise DataError(f"{path}: key 'time_periods' is {shorten(json.dumps(T))}, not a whole number of snapshots")
     node_ids = _get(path, data, "node_ids")
-    if not isinstance(node_ids, dict) or sorted(node_ids.values()) != list(range(len(node_ids))):
+    if not _id_map(node_ids) or not node_ids:
         raise DataError(f"{path}: key 'node_ids' must map each name to a distinct id 0..N-1")
     n = len(node_ids)
     if T < 1:
@@ -317,9 +346,7 @@ def _check_weights(path: Path, opts: PrepareOptions, has_weights: bool, weights:
         return
     if not has_weights:
         raise DataError(f"{path}: --weights given: this dataset has no edge weights; use ones or count")
-    low = min((float(w.min()) for w in weights if w.size), default=0.0)
-    if low < 0:
-        raise DataError(f"{path}: --weights given: negative weights (min {low:g}) cannot be GCN-normalised")
+    check_given_weights(path, weights)
 
 
 def read_pygt_json(path: Path, opts: PrepareOptions) -> PreparedInput:
@@ -339,6 +366,9 @@ def read_pygt_json(path: Path, opts: PrepareOptions) -> PreparedInput:
         data = json.loads(read_input_text(path))
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to read (no PyGT layout nests more than a few levels)"
+                        ) from None
     layout = detect_layout(data)
     if layout is None:
         keys = ", ".join(sorted(data)[:8]) if isinstance(data, dict) else type(data).__name__

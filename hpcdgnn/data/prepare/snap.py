@@ -30,6 +30,8 @@ from hpcdgnn.data.prepare._common import (
     PreparedInput,
     PrepareOptions,
     Slice,
+    _is_number,
+    check_given_weights,
     describe_header,
     guess_columns,
     looks_like_header,
@@ -120,7 +122,8 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     if columns is not None:
         return _parse_mapped(path, columns, head, rows)
     # a header's last field is a name where the data has a time: say so, not "cannot parse time"
-    if second is not None and looks_like_header(first[-1:], second[-1:]):
+    # (a file of a header line alone, too: one line without a number)
+    if looks_like_header(first[-1:], second[-1:]) if second is not None else not any(map(_is_number, first)):
         raise _header_error(path, head[0][0], first)
     cols: list[list[str]] | None = None
     lines: list[int] = []
@@ -210,11 +213,7 @@ def read_snap(path: Path, opts: PrepareOptions) -> PreparedInput:
             if columns is not None:
                 raise DataError(f"{path}: --weights given needs weight=COLUMN in --columns")
             raise DataError(f"{path}: --weights given needs a weight column (src dst weight time); this file has 3")
-        if (edges.weight < 0).any():
-            raise DataError(
-                f"{path}: --weights given: negative weights (min {edges.weight.min():g}) cannot be GCN-normalised;"
-                " use --weights ones or count"
-            )
+        check_given_weights(path, [edges.weight])
     slices = slice_events(edges.time, path, **slicing_kwargs(opts))
     source = {"events": int(edges.src.shape[0]), "time_min": float(edges.time[0]), "time_max": float(edges.time[-1])}
     if columns is not None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, EventManifest, write_events
+from hpcdgnn.data.prepare._common import shorten
 from hpcdgnn.errors import DataError
 
 __all__ = ["prepare_tgb", "read_tgb"]
@@ -73,6 +74,14 @@ def _files(root: Path) -> tuple[str, Path, Path, Path]:
     return name, edges, val, test
 
 
+def _time(token: str) -> int:
+    """TGB's ``int(timestamp)``, as a ValueError where int64 cannot hold it (inf, NaN, 1e30)."""
+    t = float(token)
+    if not -(2.0**63) <= t < 2.0**63:
+        raise ValueError(f"timestamp {shorten(token)!r} is not an int64 time")
+    return int(t)
+
+
 def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, list[str]]:
     """(src, dst, t, features, N, S, feature names) in TGB's ids and file order, read row by row into typed
     arrays (a tgbl file has up to tens of millions of rows)."""
@@ -93,27 +102,38 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                         raise ValueError(f"line {line} has {len(r)} columns, expected {width} >= 4")
                     src.append(int(r[0]))
                     dst.append(int(r[1]))
-                    t.append(int(float(r[2])))
+                    t.append(_time(r[2]))
                     feat.extend(float(x) for x in r[4:])
                 else:  # time,src,dst,weight: first-seen ids, a row's source before its destination
                     src.append(ids.setdefault(r[1], len(ids)))
                     dst.append(ids.setdefault(r[2], len(ids)))
-                    t.append(int(float(r[0])))
+                    t.append(_time(r[0]))
                     w = float(r[3])
                     feat.append(float(np.log2(1.0 if w == 0 else w)))
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: unreadable ({e})") from None
-    except (ValueError, IndexError) as e:
-        raise DataError(f"{path}: line {line}: not TGB's tgbl-{name} edge list ({e})") from None
+    except (ValueError, IndexError, OverflowError, csv.Error) as e:  # OverflowError: an id past int64
+        raise DataError(f"{path}: line {line}: not TGB's tgbl-{name} edge list ({shorten(str(e), 120)})") from None
     if not src:
         raise DataError(f"{path}: no events after the header")
     s_, d_, t_ = (np.frombuffer(a, dtype=np.int64) for a in (src, dst, t))
+    for col, ids_ in (("user_id", s_), ("item_id", d_)):  # the writer would name its output, not this file
+        if ids_.min() < 0:
+            raise DataError(f"{path}: line {int(np.argmin(ids_)) + 2}: negative {col} {int(ids_.min())}")
     f_ = np.frombuffer(feat, dtype=np.float32).reshape(len(src), -1)
     if name in _JODIE_LIKE:  # items after the users: bipartite, S = max(user) + 1
         s = int(s_.max()) + 1
         d_ = d_ + s
         return s_, d_, t_, f_, int(d_.max()) + 1, s, [f"f{i}" for i in range(f_.shape[1])]
     return s_, d_, t_, f_, len(ids), len(ids), ["log2_weight"]
+
+
+def _triple(key) -> tuple[int, int, int]:
+    """A pickle key as the (src, dst, t) of integers TGB stores; TypeError or ValueError otherwise."""
+    out = tuple(int(x) for x in key)
+    if len(out) != 3:
+        raise ValueError(key)
+    return out
 
 
 def _negatives(path: Path, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
@@ -126,14 +146,28 @@ def _negatives(path: Path, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
         raise DataError(f"{path}: not TGB's negatives pickle ({e})") from None
     if not isinstance(table, dict):
         raise DataError(f"{path}: not TGB's negatives pickle (a {type(table).__name__}, not a dict)")
-    table = {tuple(int(x) for x in key): value for key, value in table.items()}
+    triples = {}
+    for key, value in table.items():
+        try:
+            triples[_triple(key)] = value
+        except (TypeError, ValueError, OverflowError):
+            raise DataError(f"{path}: not TGB's negatives pickle (key {shorten(repr(key))} is not a (src, dst, t) "
+                            "triple of integers)") from None
+    table = triples
     parts = []
     for i, key in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
         got = table.get(key)
         if got is None:
             raise DataError(f"{path}: no negatives for evaluation event {i} (src {key[0]}, dst {key[1]}, t {key[2]}); "
                             "the pickle belongs to another dataset or version")
-        parts.append(np.asarray(got).astype(np.int64).reshape(-1))
+        try:
+            ids = np.asarray(got, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            ids = np.array([np.nan])
+        if not (np.isfinite(ids) & (ids == np.floor(ids))).all():  # astype(int64) would misread them
+            raise DataError(f"{path}: the negatives of evaluation event {i} ({shorten(repr(got))}) are not "
+                            "integer node ids")
+        parts.append(ids.astype(np.int64))
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum([p.shape[0] for p in parts], out=offsets[1:])
     out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

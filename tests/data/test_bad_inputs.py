@@ -1,0 +1,219 @@
+"""Bad input to ``prepare`` and the Python API: one ``DataError`` line naming the file or array (exit 2 on the
+command line), never a traceback, a RuntimeWarning or silently wrong data (an audit's reproducers, made tiny)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hpcdgnn.__main__ import main
+from hpcdgnn.data.adapters import from_arrays, from_signal, from_temporal_data
+from hpcdgnn.errors import DataError
+
+S, D, T = np.array([0, 1, 2, 3, 4]), np.array([1, 2, 3, 4, 0]), np.array([0, 1, 2, 3, 4])
+
+
+def _refused(args: list[str], capsys, *needles: str) -> str:
+    """``prepare ARGS`` exits 2 with one error line holding every needle."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning reaching the user fails too
+        assert main(["prepare", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(n in err for n in needles), err
+    return err
+
+
+def _prepared(args: list[str], capsys) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["prepare", *args]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- 1. times past int64's range
+
+
+def test_integer_times_spanning_more_than_2_63_are_sliced_exactly(tmp_path, capsys):
+    raw = tmp_path / "so.txt"
+    raw.write_text("1 2 -9000000000000000000\n2 3 9000000000000000000\n3 1 0\n")
+    _prepared([str(raw), "--format", "snap", "--snapshots", "2", "--output", str(tmp_path / "o1")], capsys)
+    m = json.loads((tmp_path / "o1" / "manifest.json").read_text())
+    assert m["snapshot_time"] == [[-9e18, 0.0], [0.0, 9e18]] and m["snapshot_edges"] == [1, 2]
+    for window, count in (("1e18", 19), ("1e19", 2), ("1e20", 1)):
+        _prepared([str(raw), "--format", "snap", "--window", window, "--output", str(tmp_path / window)], capsys)
+        m = json.loads((tmp_path / window / "manifest.json").read_text())
+        assert len(m["snapshot_edges"]) == count and sum(m["snapshot_edges"]) == 3, window
+
+
+def test_event_times_at_int64_max_warn_in_one_line_without_a_numpy_warning(tmp_path, capsys):
+    raw = tmp_path / "ev.txt"
+    raw.write_text("1 2 0\n2 3 1\n3 1 9223372036854775807\n")
+    _prepared([str(raw), "--format", "snap", "--kind", "events", "--output", str(tmp_path / "ev")], capsys)
+
+
+def test_uint64_times_past_int64_are_refused(tmp_path):
+    with pytest.raises(DataError, match=r"from_arrays: t: 9223372036854775813 \(at 4\) is beyond int64"):
+        from_arrays(S, D, np.array([0, 1, 2, 3, 2**63 + 5], np.uint64), tmp_path / "o", snapshots=2)
+
+
+# --------------------------------------------------------------------------- 2. pygt-json
+
+
+def _twitter(**kw):
+    snap = {"edges": [[0, 1]], "weights": [1.0], "X": [[1, 2], [3, 4]], "y": [1, 2]}
+    return {"time_periods": 2, "node_ids": {"a": 0, "b": 1}, "0": snap, "1": snap, **kw}
+
+
+def _chickenpox(**kw):
+    return {"edges": [[0, 1], [1, 0]], "FX": [[float(i), i + 1.0] for i in range(6)], **kw}
+
+
+@pytest.mark.parametrize("doc, needle", [
+    (_twitter(node_ids={"a": 0, "b": "1"}), "key 'node_ids'"),
+    (_twitter(time_periods="abc"), "key 'time_periods' is \"abc\""),
+    (_twitter(time_periods=None), "key 'time_periods' is null"),
+    (_twitter(time_periods=[3]), "key 'time_periods' is [3]"),
+    (_twitter(time_periods=2.7), "key 'time_periods' is 2.7"),  # was read as 2
+    (_chickenpox(FX=[[1e300, 1.0]] + [[1.0, 2.0]] * 5), "key 'FX': 1e+300 is beyond the range of float32"),
+    (_chickenpox(FX=[[]] * 6, edges=[]), "no vertices"),  # was named after the output
+    ({"nodes": [{"bus_stop": 5, "y": [1, 2, 3, 4, 5, 6]}, {"bus_stop": 6, "y": [1, 2, 3, 4, 5, 7]}],
+      "links": [{"source": [0], "target": 6, "weight": 1}]}, "key 'links': endpoint [0]"),
+    ("[" * 200_000, "nested too deeply"),
+], ids=["node_ids", "tp_str", "tp_null", "tp_list", "tp_frac", "fx_float32", "n0", "link_list", "deep"])
+def test_pygt_json_bad_values_are_one_line(tmp_path, capsys, doc, needle):
+    raw = tmp_path / "in.json"
+    raw.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    lags = ["--lags", "2"] if isinstance(doc, dict) and "FX" in doc else []
+    _refused([str(raw), "--format", "pygt-json", *lags, "--output", str(tmp_path / "o")], capsys, str(raw), needle)
+
+
+def test_chickenpox_node_ids_mixing_types_are_ignored_as_any_other_unusable_map(tmp_path, capsys):
+    raw = tmp_path / "in.json"
+    raw.write_text(json.dumps(_chickenpox(node_ids={"a": 0, "b": "1"})))
+    _prepared([str(raw), "--format", "pygt-json", "--lags", "2", "--output", str(tmp_path / "o")], capsys)
+
+
+# --------------------------------------------------------------------------- 2. tgb
+
+
+GOOD = [(u % 3, u % 4, 10 * u, 0, 0.5) for u in range(20)]
+
+
+def _tgb(tmp_path, rows=GOOD, raw=None, table=None):
+    """A tiny tgbl-wiki directory; ``table`` maps the good negatives dict to the one written."""
+    root = tmp_path / "tgbl_wiki"
+    root.mkdir()
+    text = raw if raw is not None else "user_id,item_id,timestamp,state_label,f1\n" + "".join(
+        ",".join(map(str, r)) + "\n" for r in rows)
+    (root / "tgbl-wiki_edgelist_v2.csv").write_text(text)
+    good = {(u, i + 3, t): np.array([3, 4]) for u, i, t, *_ in rows if isinstance(t, int)}
+    for split in ("val", "test"):
+        (root / f"tgbl-wiki_{split}_ns_v2.pkl").write_bytes(pickle.dumps(table(good) if table else good))
+    return root
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(rows=GOOD[:5] + [(1, 1, "inf", 0, 0.5)] + GOOD[5:]), "line 7"),
+    (dict(rows=GOOD[:5] + [(1, 1, "1e30", 0, 0.5)] + GOOD[5:]), "timestamp '1e30' is not an int64 time"),
+    (dict(raw="user_id,item_id,timestamp,state_label,f1\n1,1,100,0," + "1" * 200_000 + "\n"), "field limit"),
+    (dict(rows=[(-3, 1, 5, 0, 0.5)] + GOOD), "edgelist_v2.csv: line 2: negative user_id -3"),
+    (dict(table=lambda t: {5: np.array([1])}), "key 5 is not a (src, dst, t) triple"),
+    (dict(table=lambda t: {("a", "b", "c"): np.array([1])}), "key ('a', 'b', 'c')"),
+    (dict(table=lambda t: {k: np.array(["x"]) for k in t}), "are not integer node ids"),
+    (dict(table=lambda t: {k: np.array([3.5]) for k in t}), "are not integer node ids"),  # was truncated to 3
+], ids=["t_inf", "t_huge", "long_field", "neg_user", "key_int", "key_str", "neg_str", "neg_frac"])
+def test_tgb_bad_values_are_one_line(tmp_path, capsys, kw, needle):
+    root = _tgb(tmp_path, **kw)
+    _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys, needle)
+
+
+def test_tgb_refuses_kind_snapshots(tmp_path, capsys):
+    root = _tgb(tmp_path)
+    _refused([str(root), "--format", "tgb", "--kind", "snapshots", "--output", str(tmp_path / "o")], capsys,
+             "--kind snapshots does not apply to --format tgb")
+    _prepared([str(root), "--format", "tgb", "--kind", "events", "--output", str(tmp_path / "o")], capsys)
+
+
+# --------------------------------------------------------------------------- 2./3. the Python API
+
+
+def _signal(**kw):
+    base = dict(edge_index=np.array([[0, 1, 2], [1, 2, 0]]), edge_weight=None, features=[np.ones((3, 2))] * 2,
+                targets=[np.array([0, 1, 1])] * 2)
+    return SimpleNamespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda o: from_arrays(S, D, T, o, weight=["a"] * 5, snapshots=2), r"weight: expected numbers"),
+    (lambda o: from_arrays(S, D, T, o, kind="events", edge_features=[["a"]] * 5), r"edge_features: expected numbers"),
+    (lambda o: from_arrays(S, D, T, o, num_vertices="5", snapshots=2), r"num_vertices: expected a whole number"),
+    (lambda o: from_arrays(S, D, T, o, num_vertices=5.5, snapshots=2), r"num_vertices: expected a whole number"),
+    (lambda o: from_arrays(S, D, T, o, shard_size="2", snapshots=2), r"--shard-size must be a whole number"),
+    (lambda o: from_arrays(S, D, T, o, weight=[1, -5, 1, 1, 1], weights="given", snapshots=2),
+     r"weight: negative weights \(min -5\)"),
+    (lambda o: from_arrays(S, D, T, o, weight=[1, np.nan, 1, 1, 1], weights="given", snapshots=2),
+     r"weight: nan at 1 is not a finite number"),
+    (lambda o: from_arrays(S, D, T, o, weight=np.ones((5, 1)), snapshots=2), r"weight: shape \(5, 1\)"),
+    (lambda o: from_signal(_signal(), o, shard_size="2"), r"shard_size: expected a whole number"),
+    (lambda o: from_signal(_signal(features=[np.full((3, 2), "a")] * 2), o), r"features\[0\]: expected numbers"),
+    (lambda o: from_signal(_signal(targets=[np.array(["a", "b", "c"])] * 2), o), r"targets\[0\]: expected numbers"),
+    (lambda o: from_signal(_signal(edge_weight=np.array(["a", "b", "c"])), o), r"edge_weight\[0\]: expected num"),
+    (lambda o: from_signal(_signal(edge_weight=np.array([1.0, -1.0, 1.0])), o), r"edge_weight\[0\]: negative"),
+    (lambda o: from_signal(_signal(features=[np.array([[1, np.nan]] * 3)] * 2), o),
+     r"features\[0\]: nan at \(0, 1\) is not a finite number"),
+    (lambda o: from_signal(_signal(features=[np.array([[1, 1e300]] * 3)] * 2), o),
+     r"features\[0\]: 1e\+300 at \(0, 1\) does not fit in float32"),
+    (lambda o: from_signal(_signal(targets=[np.array([0, np.nan, 1])] * 2), o, labels=True),
+     r"targets\[0\]: nan at 1 is not a class label"),
+    (lambda o: from_signal(_signal(targets=[np.array([0.7, 1.6, 0.2])] * 2), o, labels=True),
+     r"targets\[0\]: 0.7 at 0 is not a class label"),
+    (lambda o: from_signal(_signal(targets=[np.zeros(3)] * 2), o, labels=True), r"at least 2 classes"),
+    (lambda o: from_signal(_signal(targets=[np.array([0, 1, -3])] * 2), o, labels=True),
+     r"targets\[0\]: -3 at 2 is not a class label"),
+    (lambda o: from_signal(_signal(targets=[np.array([0, 1, 1e9])] * 2), o, labels=True),
+     r"targets\[0\]: label 1e\+09 at 2 makes 1e\+09 classes"),
+], ids=["w_str", "ef_str", "nv_str", "nv_frac", "shard_str", "w_neg", "w_nan", "w_2d", "sig_shard", "x_str",
+        "y_str", "ew_str", "ew_neg", "x_nan", "x_f32", "lab_nan", "lab_frac", "lab_one", "lab_neg", "lab_huge"])
+def test_api_refuses_what_it_would_store_wrong_in_one_line(tmp_path, call, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match=match):
+            call(tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_stacked_signal_is_its_steps(tmp_path):
+    m = from_signal(_signal(features=np.ones((2, 3, 2)), targets=np.array([[0, 1, 1]] * 2)), tmp_path / "o",
+                    labels=True)
+    assert (m.num_snapshots, m.num_vertices, m.num_features, m.num_classes) == (2, 3, 2, 2)
+
+
+def test_a_1d_msg_is_one_edge_feature_as_in_from_arrays(tmp_path):
+    data = SimpleNamespace(src=S, dst=D, t=T, msg=np.arange(5.0), num_nodes=5)
+    assert from_temporal_data(data, tmp_path / "td").edge_feature_dim == 1
+    assert from_arrays(S, D, T, tmp_path / "a", kind="events", edge_features=np.arange(5.0)).edge_feature_dim == 1
+
+
+# --------------------------------------------------------------------------- 4. messages
+
+
+def test_a_jodie_label_column_is_checked_only_when_used(tmp_path, capsys):
+    raw = tmp_path / "j.csv"
+    raw.write_text("user_id,item_id,timestamp,state_label,f\n1,2,3,2,0.5\n2,3,4,nan,0.1\n")
+    _prepared([str(raw), "--format", "jodie", "--snapshots", "1", "--output", str(tmp_path / "o")], capsys)
+    _refused([str(raw), "--format", "jodie", "--snapshots", "1", "--labels", "state", "--output",
+              str(tmp_path / "o2")], capsys, "j.csv:3: state_label 'nan' is not a finite number")
+
+
+def test_a_header_alone_suggests_columns_and_long_tokens_are_cut(tmp_path, capsys):
+    raw = tmp_path / "h.txt"
+    raw.write_text("src dst time\n")
+    _refused([str(raw), "--format", "snap", "--output", str(tmp_path / "o")], capsys, "--columns src=src")
+    raw.write_text("1 2 " + "9" * 200_000 + "\n")
+    err = _refused([str(raw), "--format", "snap", "--output", str(tmp_path / "o")], capsys, "…' is not a finite")
+    assert len(err) < 300
