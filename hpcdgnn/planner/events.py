@@ -44,6 +44,7 @@ import numpy as np
 
 from hpcdgnn.planner.cost import GraphStats, Prediction
 from hpcdgnn.planner.rates import MachineRates
+from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction
 
 __all__ = ["batch_nodes", "mean_slots", "predict_memory", "slot_stats"]
 
@@ -230,8 +231,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
             slice_roots = roots
         updates = rows / max(slice_roots, 1.0)
     train_root = (2 * per_root(s_pos, updates) + tm * per_root(s_neg, updates)) * 3 * train_roots / (2 + tm)
-    fixed = getattr(manifest, "eval_negatives", None)  # TGB's: their mean count per event
-    negs = (fixed["val"] + fixed["test"]) / max(ev_hi - ev_lo, 1) if fixed else task.eval_negatives
+    negs = TemporalLinkPrediction.ranked_negatives(task, manifest)
     # memory_time: event: evaluation applies each written mail once (2 updates an event), not at every read
     own, read = (1.0, 0.0) if eager else (None, None)  # memory updates of an event's own roots, of a read one
     if task.eval_protocol == "per_batch":

@@ -9,6 +9,7 @@ from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models.tgn import TGN, TGNOptions
 from hpcdgnn.regimes.base import RegimeSpec, counted_parameters, item_bytes, parameter_bytes, register_regime
 from hpcdgnn.tasks import build_task, task_class
+from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction
 
 __all__ = ["EVENTS"]
 
@@ -24,7 +25,8 @@ def build_model(job: JobConfig, manifest) -> TGN:
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
     """Lower bounds of a rank's bytes: parameters (TGN's and its link predictor's, counted exactly, with Adam's
     moments), and one batch slice's roots — (2 + negatives) per event of its ⌈batch_events / minibatch⌉ in
-    training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch · epoch)⌉ in evaluation, at most
+    training, (2 + eval_negatives) per event of its ⌈batch_events / (minibatch · epoch)⌉ in evaluation (a TGB
+    stream's fixed negatives: their mean count), at most
     N under a ``per_batch`` protocol (each node once) — each holding its memory and embedding and, for each of
     its ``neighbors`` slots, the edge's features and the attention's key and value (counted for every slot,
     filled or padded: an estimate where neighbourhoods are sparse; evaluation's dense batches hold the slot's
@@ -37,7 +39,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     per_root = m.memory_dim + m.hidden + m.neighbors * (D + 2 * m.hidden)
     per_eval_root = m.memory_dim + m.hidden + m.neighbors * (D + min(2 * m.hidden, m.memory_dim + m.time_dim))
     train_roots = (2 + task.negatives) * -(-b // i)
-    pairs = (2 + task.eval_negatives) * -(-b // (i * j))
+    ranked = TemporalLinkPrediction.ranked_negatives(task, manifest)
+    pairs = int((2 + ranked) * -(-b // (i * j)))
     eval_roots = min(pairs, n) if task.eval_protocol == "per_batch" else pairs
     train = (min(train_roots, n) if task.train_protocol == "per_batch" else train_roots) * per_root
     evaluation = eval_roots * per_eval_root + pairs * m.hidden
@@ -45,7 +48,8 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
         keys = ("model.neighbors, model.hidden" if task.train_protocol == "per_batch" and train_roots > n else
                 "task.negatives, model.neighbors, task.batch_events, model.hidden")
     else:
-        keys = "task.eval_negatives, model.neighbors, task.batch_events, model.hidden, model.memory_dim, model.time_dim"
+        drawn = "task.eval_negatives, " if manifest.eval_negatives is None else ""  # TGB's are the dataset's
+        keys = f"{drawn}model.neighbors, task.batch_events, model.hidden, model.memory_dim, model.time_dim"
     weights = counted_parameters(lambda: build_model(job, manifest),
                                  lambda: build_task(job.task, manifest, m.hidden, 0))
     widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" * (m.static_memory == "on"))

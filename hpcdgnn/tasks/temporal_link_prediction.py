@@ -117,6 +117,16 @@ class TemporalLinkPrediction(Task):
                                   f"(negatives are drawn from them); choose at most {candidates}")
 
     @staticmethod
+    def ranked_negatives(cfg, manifest) -> float:
+        """Negatives an evaluation positive is ranked against: the stream's fixed ones' (TGB's) mean count per
+        validation and test event, else ``eval_negatives`` (what memory and time estimates price)."""
+        fixed = manifest.eval_negatives
+        if fixed is None:
+            return float(cfg.eval_negatives)
+        events = manifest.split["test"][1] - manifest.split["val"][0]
+        return (fixed["val"] + fixed["test"]) / max(events, 1)
+
+    @staticmethod
     def train_horizon(cfg, manifest) -> int:
         """No snapshot enters the training loss (the task scores events): -1."""
         return -1

@@ -76,7 +76,7 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
 
 
 #: an event stream's sizes as the event regime's footprint reads them
-MANIFEST = SimpleNamespace(num_vertices=1000, edge_feature_dim=4, time_gap=1.0)
+MANIFEST = SimpleNamespace(num_vertices=1000, edge_feature_dim=4, time_gap=1.0, eval_negatives=None)
 
 
 def _tgn_job(dtype: str = "float32", negatives: int = 1, eval_negatives: int = 49, protocol: str = "per_event",
@@ -103,6 +103,12 @@ def test_the_event_regime_bounds_its_batch():
     with pytest.raises(Exception, match=r"tgn batch .* set by task.negatives, model.neighbors") as err:
         check_footprint(_tgn_job(negatives=100_000), MANIFEST, 1, 2**34, "job.yaml")
     assert "more ranks" not in str(err.value)  # a batch slice is the keys' (strategy.minibatch), not P's
+    # a TGB stream ranks against its fixed negatives (here 100,000 an event), whatever task.eval_negatives says
+    tgb = SimpleNamespace(**{**vars(MANIFEST), "eval_negatives": {"val": 10**8, "test": 10**8},
+                             "split": {"train": (0, 8000), "val": (8000, 9000), "test": (9000, 10_000)}})
+    with pytest.raises(Exception, match=r"tgn batch .* set by model.neighbors, task.batch_events") as err:
+        check_footprint(_tgn_job(), tgb, 1, 2**34, "job.yaml")
+    assert "task.eval_negatives" not in str(err.value)
 
 
 @pytest.mark.mpi  # python -m hpcdgnn run (P = 1)
