@@ -112,13 +112,15 @@ def p1_verdict(ratios: dict[str, dict[int, float]], tolerance: float = P1_TOLERA
     return f"P=1 vs snapshot: {within}; slower than {1 + tolerance:.2f}x: {', '.join(slow)}"
 
 
-def _default_strategies() -> list[str]:
-    """Every registered strategy that trains (not ``auto``, a choice of one), the snapshot strategy first."""
+def _default_strategies(model: str) -> list[str]:
+    """Every strategy of ``model``'s regime that trains (not ``auto``, a choice of one), the snapshot strategy
+    first: a snapshot model under the event regime's ``memory`` is refused."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import hpcdgnn.strategies  # noqa: F401  (registers them)
-    from hpcdgnn.strategies.registry import available_strategies, get_strategy
+    from hpcdgnn.regimes import regime_of
+    from hpcdgnn.strategies.registry import get_strategy
 
-    names = [s for s in available_strategies() if not get_strategy(s).picks_another]
+    names = [s for s in regime_of("model", model).names("strategy") if not get_strategy(s).picks_another]
     return sorted(names, key=lambda s: (s != "snapshot", s))
 
 
@@ -131,7 +133,7 @@ def main() -> None:
     ap.add_argument("--density", type=float, default=3.0)
     ap.add_argument("--model", nargs="+", default=["tmgcn"], help="one model or several (a table each)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--strategies", nargs="+", default=None, help="default: every registered strategy")
+    ap.add_argument("--strategies", nargs="+", default=None, help="default: every strategy of the model's regime")
     ap.add_argument("--partition", default="range", help="vertex strategy: range, hash or metis")
     ap.add_argument("--chunk-size", type=int, default=4096, help="chunk strategy: largest chunk (appearances)")
     ap.add_argument("--spatial-spread", type=float, default=0.0, help="generated graph: DGC §7.3.1 δ")
@@ -139,7 +141,6 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up")
     ap.add_argument("--repeat", type=int, default=1, help="runs per (strategy, P), alternating; the fastest counts")
     args = ap.parse_args()
-    strategies = args.strategies or _default_strategies()
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-cmp-") as tmp:
         work = Path(tmp)
         data = Path(args.data) if args.data else work / "graph"
@@ -148,6 +149,7 @@ def main() -> None:
                            args.spatial_spread, args.temporal_spread)
         manifest = json.loads((data / "manifest.json").read_text())
         for model in args.model:
+            strategies = args.strategies or _default_strategies(model)
             table: dict[str, dict[int, dict]] = {}
             for rep in range(args.repeat):
                 for strategy in strategies if rep % 2 == 0 else strategies[::-1]:
