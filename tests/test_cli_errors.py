@@ -351,4 +351,4 @@ def test_the_memory_check_takes_the_smallest_node(launcher, tmp_path, small_data
     proc = launcher.run(3, ["tests/mpi/small_node.py", "2", "0", "--", "run", str(job), "--output",
                             str(tmp_path / "r")], timeout=60)
     line = _one_line(proc)
-    assert "GiB per rank" in line and "and this rank has 0.0 GiB (its share of the node's memory)" in line, line
+    assert "B per rank" in line and "and this rank has 0 B (its share of the node's memory)" in line, line

@@ -73,7 +73,7 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
         per_row = m.hidden + task.split[0] * (m.layers - 1) * k * m.hidden
         parts["activations"] = (int(item_bytes(job) * rows * per_row), "model.hidden, model.layers, model.order")
     if pairs:
-        parts["pairs"] = (pairs, "task.negatives")
+        parts["pairs"] = (pairs, "task.negatives, task.decoder_hidden")
     return parts
 
 

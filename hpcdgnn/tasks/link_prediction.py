@@ -369,9 +369,13 @@ class LinkPrediction(Task):
 
     @staticmethod
     def footprint(cfg: LinkPredictionOptions, manifest: Manifest, hidden: int) -> tuple[int, int]:
-        """Decoder first-layer weights; one step's pairs (largest snapshot × (1 + negatives)) as two int64s."""
-        pairs = 16 * max(manifest.snapshot_edges) * (1 + cfg.negatives) if manifest.snapshot_edges else 0
-        return 2 * hidden * cfg.decoder_hidden, pairs
+        """Decoder first-layer weights; one step's pairs (largest snapshot × (1 + negatives)), each its two int64
+        indices drawn on the host and as tensors, a float32 logit and label (kept to the epoch's end) and, in
+        torch ops (no compiled loss), the decoder's hidden row; and the step's projections of every vertex (two
+        float32 rows of ``decoder_hidden``)."""
+        per_pair = 2 * 16 + 8 + (0 if kernels.expected() else 4 * cfg.decoder_hidden)
+        pairs = max(manifest.snapshot_edges) * (1 + cfg.negatives) if manifest.snapshot_edges else 0
+        return 2 * hidden * cfg.decoder_hidden, pairs * per_pair + 8 * cfg.decoder_hidden * manifest.num_vertices
 
     @staticmethod
     def scored_pairs(cfg: LinkPredictionOptions, manifest: Manifest) -> np.ndarray:

@@ -36,10 +36,16 @@ def check_footprint(job, manifest, num_ranks: int, available: int, where: str) -
     wider = lower_bound(job, manifest, 2 * num_ranks).get(name, (most, ""))[0]
     spread = " or spread the job over more ranks or nodes" if wider < most else ""
     raise ConfigError(
-        f"{where}: this job needs at least {need / 2**30:,.1f} GiB per rank ({name} {most / 2**30:,.1f} GiB, set "
-        f"by {keys}) and this rank has {available / 2**30:,.1f} GiB (its share of the node's memory); lower those"
-        + spread
+        f"{where}: this job needs at least {_size(need)} per rank ({name} {_size(most)}, set by {keys}) and this "
+        f"rank has {_size(available)} (its share of the node's memory); lower those" + spread
     )
+
+
+def _size(nbytes: float) -> str:
+    """GiB with a thousands separator, or below one GiB the unit that shows it (a 1 KiB budget is not 0.0 GiB)."""
+    from hpcdgnn.data.writer import human_bytes
+
+    return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else human_bytes(nbytes)
 
 
 def out_of_memory_error(job, manifest, num_ranks: int, detail: str) -> ConfigError:
