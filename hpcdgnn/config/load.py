@@ -37,7 +37,10 @@ def _describe(tp: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(tp))
     words = {int: "an integer", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
-    return words.get(tp, "a list" if origin is tuple else str(tp))
+    if origin is tuple:  # a fixed length says how many: "a list or null, got list [...]" left it out
+        args = typing.get_args(tp)
+        return "a list" if len(args) == 2 and args[1] is Ellipsis else f"a list of {len(args)} values"
+    return words.get(tp, str(tp))
 
 
 def _check_value(value: Any, tp: Any, where: str) -> Any:

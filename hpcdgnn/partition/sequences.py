@@ -69,8 +69,14 @@ def plan_sequences(manifest, num_ranks: int, job) -> PartitionPlan:
                           "give one per layer (nearest the batch first), or [] for full neighbourhoods")
     seqs = sequences_of(manifest, job)
     if not any(s.split == 0 for s in seqs):
+        # which steps train is the task's (its split, and a forecast's horizon): say so with the window
+        train = task_class(job.task.name).steps(job.task, manifest)[0]
+        steps = f"steps {train.start}..{train.stop - 1}" if len(train) else "none"
+        horizon = getattr(job.task, "horizon", None)
+        by = f"task.split and task.horizon: {horizon}" if horizon is not None else "task.split"
         raise ConfigError(f"strategy.window: {o.window} with stride {o.stride} leaves no sequence whose last "
-                          "step is a training step; shorten the window or widen task.split")
+                          f"step is a training step (the training steps, set by {by}: {steps} of T = {T}); "
+                          "shorten the window, widen task.split" + (" or lower task.horizon" if horizon else ""))
     reach = decoder_reach(job)
     sb = weighted_bounds([TRAIN_WEIGHT if s.split == 0 else 1 for s in seqs], P)
     lo = [seqs[sb[p]].start if sb[p] < len(seqs) else T for p in range(P)]

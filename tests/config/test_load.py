@@ -50,6 +50,9 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
         ("debug: {profile_epoch: -1}\n", [], ["debug.profile_epoch", ">= 0"]),
         ("train: {epochs: 3}\ndebug: {profile_epoch: 4}\n", [], ["debug.profile_epoch", "never runs", "is 3"]),
         ("train: {epochs: 3}\n", ["debug.profile_epoch=9"], ["debug.profile_epoch", "never runs"]),
+        # a fixed-length list says its length (it read "expected a list or null, got list")
+        ("strategy: {name: hybrid, adjuster: {start: [0.2, 0.05, 1]}}\n", [],
+         ["strategy.adjuster.start", "expected a list of 2 values or null, got list [0.2, 0.05, 1]"]),
     ],
 )
 def test_errors_name_file_and_key(tmp_path, small_dataset, text, overrides, needles):

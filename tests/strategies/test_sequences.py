@@ -131,6 +131,9 @@ def test_full_neighbourhood_block_is_the_rows_of_a_tilde(tmp_path):
 
 @pytest.mark.parametrize(("override", "needle"), [
     ("strategy.window=9", "strategy.window: 9 snapshots, but the dataset has only T = 7"),
+    # which steps train is the task's: the line says so (a forecast's horizon too), not the window alone
+    ("strategy.window=6", "strategy.window: 6 with stride 1 leaves no sequence whose last step is a training step "
+                          "(the training steps, set by task.split: steps 0..3 of T = 7)"),
     ("strategy.fanouts=[3]", "strategy.fanouts: 1 values for model.layers: 2"),
     ("strategy.fanouts=[3,0] strategy.cache_mb=0.0001", "strategy.cache_mb: 0.0001 MiB cannot hold one snapshot's"),
 ])
