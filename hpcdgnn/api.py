@@ -18,7 +18,7 @@ import re
 import sys
 import tempfile
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -111,20 +111,21 @@ class TrainedRun:
         _on_every_rank(lambda comm: run_embed(args, comm))
         return read_embeddings(output)
 
-    def predict(self, output: str | os.PathLike, *, pairs: str | os.PathLike | None = None, split: str = "test",
-                overrides: Sequence[str] | str | Mapping[str, Any] = ()) -> Path:
+    def predict(self, output: str | os.PathLike, *, pairs: str | os.PathLike | None = None,
+                split: str | None = None, overrides: Sequence[str] | str | Mapping[str, Any] = ()) -> Path:
         """``python -m hpcdgnn predict``: link prediction scores ``pairs`` (a file of ``u v t`` rows; ``output`` a
-        ``.csv`` of ``u,v,t,score``); node tasks predict the split's steps (``output`` as :meth:`embed`'s, read with
-        :func:`hpcdgnn.embed.read_embeddings`). Every rank calls it under ``mpirun``.
+        ``.csv`` of ``u,v,t,score``); node tasks predict the split's steps (default ``"test"``; ``output`` as
+        :meth:`embed`'s, read with :func:`hpcdgnn.embed.read_embeddings`). Every rank calls it under ``mpirun``.
 
         Returns:
             ``output``.
         """
         from hpcdgnn.embed import run_predict
 
-        _check_split(split)
-        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split,
-                                  set=_override_items(overrides), pairs=None if pairs is None else str(pairs))
+        _check_split("test" if split is None else split)
+        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split="test" if split is None else split,
+                                  split_given=split is not None, set=_override_items(overrides),
+                                  pairs=None if pairs is None else str(pairs))
         _on_every_rank(lambda comm: run_predict(args, comm))
         return Path(output)
 
@@ -221,11 +222,14 @@ def _plain(value: Any, key: str) -> Any:
         return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
+    # exact types: np.float64 and np.str_ subclass float and str, yet YAML's safe writer refuses them
+    if value is None or type(value) in (bool, int, float, str):
         return value
     tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, torch tensors
     if callable(tolist):
-        return _plain(tolist(), key)
+        plain = tolist()
+        if type(plain) is not type(value):  # np.longdouble's is itself: refused below, not recursed on
+            return _plain(plain, key)
     raise ConfigError(f"job (mapping): {key}: {type(value).__name__} {value!r} is not a job value "
                       "(a number, string, bool, path, list or mapping)")
 
@@ -255,6 +259,8 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
 
     if job is None and resume is None:
         raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
+    if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
+        raise ConfigError(f"job: {type(job).__name__} {job!r}: pass a job YAML path or a mapping of sections (a dict)")
     overrides = _override_items(overrides)
     stop = preemption.install()
     try:
@@ -362,7 +368,11 @@ def _override_items(overrides: Sequence[str] | str | Mapping[str, Any]) -> list[
         return [overrides]
     if isinstance(overrides, Mapping):
         return [f"{k}={_override_value(v)}" for k, v in overrides.items()]
-    return list(overrides)
+    items = list(overrides) if isinstance(overrides, Iterable) else None
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise ConfigError(f"overrides: {type(overrides).__name__} {overrides!r}: give a string 'KEY=VALUE', a "
+                          "sequence of such strings or a mapping {KEY: VALUE}")
+    return items
 
 
 def _override_value(value: Any) -> str:

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +59,19 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", metavar="FILE",
                    help="link prediction: (u, v, t) rows to score, a .npy (K, 3) integer array or a text file of "
                    "three integer columns (comma or blank separated, '#' comments)")
-    p.add_argument("--split", choices=PASS_SPLITS, default="test",
-                   help="node tasks: the steps to predict (default test)")
+    p.add_argument("--split", choices=PASS_SPLITS, default="test", action=_SplitGiven,
+                   help="node tasks: the steps to predict (default test); --pairs names each pair's t instead")
     p.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
                    help="e.g. data.path=NEW for a moved dataset, train.device=cpu")
+
+
+class _SplitGiven(argparse.Action):
+    """``--split S`` that also records it was given: with ``--pairs`` it is refused, not silently ignored (the
+    default stays a string, which the command's every-rank argument check joins)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.split_given = True
 
 
 def _new_file(path: str, suffixes: dict[str, str], option: str = "--output") -> str:
@@ -235,10 +245,14 @@ def _read_pairs(path: str, num_vertices: int, num_steps: int) -> np.ndarray:
         else:
             with open(path) as f:
                 text = f.read().replace(",", " ")
-            pairs = np.loadtxt(text.splitlines(), dtype=np.float64, comments="#", ndmin=2)
+            with warnings.catch_warnings():  # an empty file: numpy warns, the shape check below says it in one line
+                warnings.simplefilter("ignore", UserWarning)
+                pairs = np.loadtxt(text.splitlines(), dtype=np.float64, comments="#", ndmin=2)
     except (OSError, ValueError) as e:
         raise DataError(f"--pairs {path}: unreadable ({str(e).strip().splitlines()[0]})") from None
-    if pairs.ndim != 2 or pairs.shape[1] != 3 or pairs.shape[0] == 0:
+    if pairs.size == 0:
+        raise DataError(f"--pairs {path}: no (u, v, t) rows in it")
+    if pairs.ndim != 2 or pairs.shape[1] != 3:
         raise DataError(f"--pairs {path}: want rows of three columns u, v, t; found shape {tuple(pairs.shape)}")
     if not np.array_equal(pairs, np.round(pairs)):
         raise DataError(f"--pairs {path}: row {int(np.flatnonzero((pairs != np.round(pairs)).any(1))[0])}: "
@@ -275,6 +289,9 @@ def run_predict(args: argparse.Namespace, comm) -> int:
             raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name} "
                               + ("scores pairs: give --pairs FILE" if pairs_task else
                                  "predicts node targets: give --split, not --pairs"))
+        if pairs_task and getattr(args, "split_given", False):
+            raise ConfigError(f"predict {args.rundir}: --split {args.split}: only node tasks take it; the rows of "
+                              f"--pairs {args.pairs} name their own step t (drop --split)")
         kept["fmt"] = _new_file(args.output, {".csv": "csv"} if pairs_task else _SUFFIXES)
         if pairs_task:
             manifest = regime_of("model", job.model.name).load_manifest(job.data.path)

@@ -71,12 +71,18 @@ def scalars(record: dict) -> Iterable[tuple[str, float]]:
             yield key.replace(".", "/"), float(value)
 
 
-def _summary_writer(logdir: str | Path, purge_step: int | None = None):
+def _summary_writer_class(logdir: str | Path):
+    """The ``SummaryWriter`` class, or a one-line ConfigError when the tensorboard package it needs is missing."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:  # torch's writer needs the tensorboard package
         raise ConfigError(f"TensorBoard output {logdir}: needs the tensorboard package ({e}); "
                           "pip install tensorboard (or hpcdgnn[tensorboard])") from None
+    return SummaryWriter
+
+
+def _summary_writer(logdir: str | Path, purge_step: int | None = None):
+    SummaryWriter = _summary_writer_class(logdir)
     try:
         return SummaryWriter(log_dir=str(logdir), purge_step=purge_step)
     except OSError as e:  # a file where the directory should be, a read-only or pseudo file system
@@ -90,14 +96,23 @@ def write_tensorboard(records: list[dict], logdir: str | Path) -> int:
     Raises:
         ConfigError: the tensorboard package is missing, or ``logdir`` holds event files already.
     """
-    logdir = Path(logdir)
-    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
-        raise ConfigError(f"--tensorboard {logdir}: holds event files already; an export never adds to another "
-                          "run's curves (give a new directory)")
+    _check_logdir(logdir)
     log = TensorBoardLog(logdir)
     n = sum(log.write(r) for r in records)
     log.close()
     return n
+
+
+def _check_logdir(logdir: str | Path) -> None:
+    """Refuse ``--tensorboard DIR`` before anything is written: a file there, event files there, no package."""
+    logdir = Path(logdir)
+    if logdir.is_file():
+        raise ConfigError(f"TensorBoard output {logdir}: is a file, not a directory; give a directory for the event "
+                          "files")
+    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
+        raise ConfigError(f"--tensorboard {logdir}: holds event files already; an export never adds to another "
+                          "run's curves (give a new directory)")
+    _summary_writer_class(logdir)
 
 
 class TensorBoardLog:
@@ -131,17 +146,22 @@ def export_model(run, path: str | Path) -> dict:
     """
     import torch
 
+    out = _new_file(path, "--model-only")
+    blob = _model_blob(run)
+    torch.save(blob, out)
+    return blob
+
+
+def _model_blob(run) -> dict:
+    """What :func:`export_model` writes (loads the model: refusals come before any file is written)."""
     from hpcdgnn.config import job_to_dict
 
-    out = _new_file(path, "--model-only")
     job = run.job
     manifest = _manifest_sizes(run)
     resolved = job_to_dict(job)
-    blob = {"format": MODEL_FORMAT, "config": {k: resolved[k] for k in ("model", "task")} |
+    return {"format": MODEL_FORMAT, "config": {k: resolved[k] for k in ("model", "task")} |
             {"train": {"dtype": job.train.dtype, "seed": job.train.seed}},
             "dataset": manifest, "model": run.model.state_dict(), "task": run.task.state_dict()}
-    torch.save(blob, out)
-    return blob
 
 
 #: the ``--to pygt`` file's format tag
@@ -162,17 +182,23 @@ def export_pygt(run, path: str | Path) -> dict:
     import torch
 
     out = _new_file(path, "--model-only")
-    model, name = run.model, run.job.model.name
-    layers = []
-    for layer in model.layers:
-        if not hasattr(layer, "to_pygt"):
-            raise ConfigError(f"export --to pygt: model.name: {name} has no PyG Temporal cell computing the same "
-                              "(those that do: gconv_gru, gconv_lstm (symmetric graphs), tgcn_cell)")
-        cls, kwargs, state = layer.to_pygt()
-        layers.append({"class": cls, "kwargs": kwargs, "state_dict": state})
-    blob = {"format": PYGT_FORMAT, "model": name, "dtype": run.job.train.dtype, "layers": layers}
+    blob = _pygt_blob(run)
     torch.save(blob, out)
     return blob
+
+
+def _pygt_blob(run) -> dict:
+    """What :func:`export_pygt` writes; a ConfigError for a model without such cells (TGN has no ``layers``)."""
+    model, name = run.model, run.job.model.name
+    layers = getattr(model, "layers", None)
+    if layers is None or not all(hasattr(layer, "to_pygt") for layer in layers):
+        raise ConfigError(f"export --to pygt: model.name: {name} has no PyG Temporal cell computing the same "
+                          "(those that do: gconv_gru, gconv_lstm (symmetric graphs), tgcn_cell)")
+    cells = []
+    for layer in layers:
+        cls, kwargs, state = layer.to_pygt()
+        cells.append({"class": cls, "kwargs": kwargs, "state_dict": state})
+    return {"format": PYGT_FORMAT, "model": name, "dtype": run.job.train.dtype, "layers": cells}
 
 
 def load_pygt(path: str | Path) -> list:
@@ -241,10 +267,28 @@ def run_export(args) -> int:
     records = run.metrics
     if not records:
         raise DataError(f"{args.rundir}: metrics.jsonl has no epoch records")
-    if getattr(args, "to", "hpcdgnn") == "pygt" and not args.model_only:
+    pygt = getattr(args, "to", "hpcdgnn") == "pygt"
+    if pygt and not args.model_only:
         raise ConfigError("export --to pygt: give --model-only FILE, the file to write the cells into")
     if not (args.csv or args.tensorboard or args.model_only):
         raise ConfigError("export: say what to write: --csv FILE, --tensorboard DIR and/or --model-only FILE")
+    # every output checked (and the model built) before any is written: a refusal leaves no file behind
+    given = [(opt, path) for opt, path in (("--csv", args.csv), ("--tensorboard", args.tensorboard),
+                                           ("--model-only", args.model_only)) if path]
+    for i, (opt, path) in enumerate(given):
+        for other, other_path in given[:i]:
+            if Path(path).resolve() == Path(other_path).resolve():
+                raise ConfigError(f"export: {other} {other_path} and {opt} {path} are the same path; give each "
+                                  "output its own")
+    if args.csv:
+        _new_file(args.csv, "--csv")
+    if args.tensorboard:
+        _check_logdir(args.tensorboard)
+    if args.model_only:
+        _new_file(args.model_only, "--model-only")
+        if run.checkpoint is None:
+            raise DataError(f"{args.rundir}: the run has no complete checkpoint to export the model from")
+        blob = _pygt_blob(run) if pygt else _model_blob(run)
     if args.csv:
         cols = write_csv(records, args.csv)
         print(f"{args.csv}: {len(records)} epochs x {len(cols)} columns")
@@ -252,14 +296,13 @@ def run_export(args) -> int:
         n = write_tensorboard(records, args.tensorboard)
         print(f"{args.tensorboard}: {n} scalars over {len(records)} epochs (tensorboard --logdir {args.tensorboard})")
     if args.model_only:
-        if run.checkpoint is None:
-            raise DataError(f"{args.rundir}: the run has no complete checkpoint to export the model from")
-        if getattr(args, "to", "hpcdgnn") == "pygt":
-            blob = export_pygt(run, args.model_only)
+        import torch
+
+        torch.save(blob, _new_file(args.model_only, "--model-only"))
+        if pygt:
             print(f"{args.model_only}: {len(blob['layers'])} PyG Temporal {blob['layers'][0]['class']} cell(s) of "
                   f"{blob['model']} (hpcdgnn.metrics.export.load_pygt)")
         else:
-            blob = export_model(run, args.model_only)
             print(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} "
                   "head (hpcdgnn.metrics.export.load_model)")
     return 0

@@ -435,9 +435,37 @@ def _checksum(params: list[torch.Tensor]) -> str:
     return h.hexdigest()[:16]
 
 
+def _same_job_everywhere(comm: Communicator, job_path: str | None, overrides: Sequence[str], output: str | None,
+                         resume: str | None) -> None:
+    """Refuse (every rank, one line) a job given differently to some rank: rank 0 reads the job for all, so a job
+    file that differs between nodes, or a Python caller handing each rank its own job, output or overrides,
+    would train rank 0's job without a word."""
+    if comm.size == 1:
+        return
+
+    def digest(value: object) -> str:
+        return hashlib.sha256(repr(value).encode()).hexdigest()
+
+    try:
+        text = Path(job_path).read_bytes() if job_path else b""
+    except OSError as e:
+        text = f"unreadable: {e.strerror or e}".encode()
+    parts = {"the job file's content": digest(text), "the overrides": digest(list(overrides)),
+             "the run directory": digest(output), "the run to resume": digest(resume)}
+    everyone = comm.allgather_obj(parts, tag="setup")
+    for rank, theirs in enumerate(everyone):
+        differ = [what for what, h in theirs.items() if h != everyone[0][what]]
+        if differ:
+            raise collective_error(ConfigError(
+                f"{job_path or resume}: rank {rank} was given another job than rank 0 ({', '.join(differ)} "
+                f"{'differs' if len(differ) == 1 else 'differ'}): every rank must run the same job (the same file, "
+                "overrides and output on every node)"))
+
+
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
     """Rank 0: job, manifest, dataset check, plan, run directory, broadcast (or the error); plus rank 0's
     checkpoint shared state (not broadcast)."""
+    _same_job_everywhere(comm, job_path, overrides, output, resume)
     # the smallest over the ranks: rank 0 checks the job for all, and nodes may differ
     host_share = min(comm.allgather_obj(memory_share(comm, torch.device("cpu")), tag="setup"))
     kept: dict[str, Any] = {}  # rank 0's read of state.pt, so its restore does not read it again

@@ -164,8 +164,12 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
     ]
     (tmp_path / "a.npz.tmp").write_text("another writer's")
     for text, want in (("0,1\n", "three columns"), ("0,1,7\n", "t = 7 is outside 0 .. 6"),
-                       ("0,23,1\n", "v = 23 is outside 0 .. 22"), ("0,1.5,1\n", "must be integers")):
+                       ("0,23,1\n", "v = 23 is outside 0 .. 22"), ("0,1.5,1\n", "must be integers"),
+                       ("", "no (u, v, t) rows"), ("# u, v, t\n", "no (u, v, t) rows")):  # numpy warned on these
         cases.append((["predict", run, "--pairs", pairs, "--output", tmp_path / "a.csv"], want, text))
+    # --split is the node tasks' (a pair's row names its t): with --pairs refused, not ignored
+    cases.append((["predict", run, "--pairs", pairs, "--split", "all", "--output", tmp_path / "a.csv"],
+                  "--split all: only node tasks take it", "0,1,5\n"))
     for case in cases:
         args, want = case[:2]
         if len(case) == 3:

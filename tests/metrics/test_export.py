@@ -253,3 +253,28 @@ def test_to_pygt_refuses_a_model_without_a_pygt_cell(tmp_path, small_dataset):
     proc = run_in_process(["export", str(run), "--csv", str(tmp_path / "m.csv"), "--to", "pygt"], mpi_env(), tmp_path)
     assert proc.returncode == 2 and "--to pygt: give --model-only FILE" in proc.stderr, proc.stderr
     assert not (tmp_path / "m.csv").exists()
+
+
+def test_every_output_is_checked_before_any_is_written(tmp_path, small_dataset):
+    """A TGN run has no ``layers`` (``--to pygt`` crashed on it), and a refused --model-only (the --csv path again,
+    an existing file, a model without PyG cells) came after the CSV was written: now one line and no file."""
+    tgn = _train(tmp_path, _event_data(tmp_path / "events"), name="tgn", train={"epochs": 1},
+                 model={"name": "tgn", "hidden": 8, "heads": 2, "memory_dim": 8, "time_dim": 4, "neighbors": 4},
+                 task={"name": "temporal_link_prediction", "batch_events": 100, "eval_negatives": 4},
+                 strategy={"name": "memory"})
+    existing = tmp_path / "mine.pt"
+    existing.write_text("the user's own file\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    for args, words in [
+        (["--model-only", out / "x.pt", "--to", "pygt"], "model.name: tgn has no PyG Temporal cell"),
+        (["--csv", out / "m.csv", "--model-only", out / "x.pt", "--to", "pygt"], "model.name: tgn has no PyG"),
+        (["--csv", out / "same.x", "--model-only", out / "same.x"], "are the same path"),
+        (["--csv", out / "m.csv", "--tensorboard", out / "m.csv"], "are the same path"),
+        (["--csv", out / "m.csv", "--model-only", existing], "mine.pt: exists; an export never overwrites"),
+    ]:
+        proc = run_in_process(["export", str(tgn), *map(str, args)], mpi_env(), tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], (args, proc.stderr)
+        assert not any(out.iterdir()), (args, list(out.iterdir()))
+    assert existing.read_text() == "the user's own file\n"

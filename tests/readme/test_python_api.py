@@ -103,6 +103,9 @@ def test_a_trained_run_embeds_and_predicts_from_python(tmp_path, small_dataset, 
     assert [r[:3] for r in rows] == [["0", "1", "0"], ["2", "3", "1"]] and all(0 < float(r[3]) < 1 for r in rows)
     with pytest.raises(ConfigError, match=r"^split: 'tset'; choose from train, val, test, all$"):
         run.embed(tmp_path / "x.npz", split="tset")
+    with pytest.raises(ConfigError, match=r"--split test: only node tasks take it"):  # as the command's
+        run.predict(tmp_path / "x.csv", pairs=tmp_path / "pairs.txt", split="test")
+    assert not (tmp_path / "x.csv").exists()
 
 
 @pytest.mark.mpi
@@ -145,6 +148,33 @@ def test_a_sweep_s_values_and_overrides_as_a_script_hands_them_over(tmp_path, sm
         hpcdgnn.train(job, name="a/b")
 
 
+def test_numpy_scalars_of_plain_subtypes_are_written_as_python_values(tmp_path, small_dataset, monkeypatch):
+    """np.float64 and np.str_ subclass float and str, which YAML's safe writer refused (RepresenterError): in a
+    mapping job and in an override mapping they are the Python value, or the job's own one-line error."""
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "model": {"name": np.str_("cdgcn"), "hidden": np.int64(4)},
+           "task": {"name": np.str_("link_prediction")},
+           "train": {"epochs": np.int64(1), "lr": np.float64(0.25), "threads": 1, "reuse_memory": np.bool_(False)}}
+    run = hpcdgnn.train(job, overrides={"train.lr": np.float64(0.5), "model.name": np.str_("cdgcn")},
+                        output=tmp_path / "a")
+    assert run.job.train.lr == 0.5 and run.job.model.name == "cdgcn" and run.job.train.reuse_memory is False
+    with pytest.raises(ConfigError, match=r"^--set train\.epochs: expected an integer, got float 1\.0$"):
+        hpcdgnn.train(job, overrides={"train.epochs": np.float64(1)}, output=tmp_path / "b")
+    with pytest.raises(ConfigError, match=r"^job \(mapping\): train\.lr: longdouble .* is not a job value"):
+        hpcdgnn.train({**job, "train": {"lr": np.longdouble(0.5)}})  # its tolist() is itself: refused, no recursion
+
+
+def test_a_job_or_overrides_of_another_type_is_a_one_line_error(small_dataset):
+    job = {"data": {"path": str(small_dataset)}}
+    for bad in ([1, 2], 5):
+        with pytest.raises(ConfigError, match=rf"^job: {type(bad).__name__} .*: pass a job YAML path or a mapping"):
+            hpcdgnn.train(bad)
+    for bad in (5, [5], b"train.epochs=1"):
+        with pytest.raises(ConfigError, match=r"^overrides: .*: give a string 'KEY=VALUE', a sequence of such "
+                                              r"strings or a mapping"):
+            hpcdgnn.train(job, overrides=bad)
+
+
 def test_bad_jobs_and_run_directories_are_one_line_errors(tmp_path, small_dataset, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"^job \(mapping\): model\.nam: unknown option.*did you mean 'name'") as e:
@@ -165,3 +195,27 @@ def test_importing_hpcdgnn_loads_no_torch():
            "hpcdgnn.load_run; assert 'hpcdgnn.api' in sys.modules and 'torch' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("given", "says"), [
+    ("{'train': {'epochs': 1 + rank}}", "the job file's content differs"),
+    ("{}, output=f'run-{rank}'", "the run directory differs")])
+def test_a_job_given_differently_to_one_rank_is_refused_on_every_rank(tmp_path, small_dataset, launcher, given,
+                                                                       says):
+    """Rank 0 reads the job for all: a caller handing each rank its own job (or output) trained rank 0's without a
+    word. Now every rank raises one line naming the rank and what differs, and no run directory is made."""
+    script = tmp_path / "differ.py"
+    job, _, rest = given.partition(", ")
+    script.write_text(
+        "import os\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"job = {{'data': {{'path': {str(small_dataset)!r}}}, **{job}}}\n"
+        f"try:\n    hpcdgnn.train(job{', ' + rest if rest else ''})\n"
+        "except ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
+    proc = launcher.run(2, [str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    assert len(caught) == 2 and all(f"rank 1 was given another job than rank 0 ({says})" in line
+                                    for line in caught), proc.stdout
+    assert not list(tmp_path.glob("run*")) and not (tmp_path / "runs").exists()
