@@ -34,7 +34,7 @@ want="$PWD $(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/hpcdgnn-mpirun" ] ||
    ! "$VPY" -c "import sys; sys.path.pop(0); import hpcdgnn; sys.exit(not hpcdgnn.__file__.startswith(sys.argv[1] + '/'))" \
      "$PWD" 2>/dev/null; then
-  before=$(cut -d' ' -f1 "$stamp" 2>/dev/null || true)
+  before=$(sed 's/ [^ ]*$//' "$stamp" 2>/dev/null || true)  # the path, which may hold spaces
   if [ -n "$before" ] && [ "$before" != "$PWD" ] && [ -d "$before" ]; then
     # an editable install serves one checkout: say so rather than re-point another checkout's environment quietly
     echo "install.sh: $VENV served the checkout $before; it now serves this one ($PWD)" >&2

@@ -363,7 +363,10 @@ def _fail_alone(rank: int, size: int, abort, message: str, code: int) -> None:
 
 
 def _override_items(overrides: Sequence[str] | str | Mapping[str, Any]) -> list[str]:
-    """``--set`` items from a sequence of them, one of them (not its characters), or a mapping of key to value."""
+    """``--set`` items from a sequence of them, one of them (not its characters), or a mapping of key to value;
+    None: none (as ``output`` and ``resume`` take None)."""
+    if overrides is None:
+        return []
     if isinstance(overrides, str):
         return [overrides]
     if isinstance(overrides, Mapping):

@@ -65,15 +65,18 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
 
     m, task = job.model, job.task
     k = getattr(m, "order", 1)  # the K basis terms of a Chebyshev or diffusion cell's layers, else 1
-    head, pairs = task_class(task.name).footprint(task, manifest, m.hidden)
+    head, pairs, epoch_pairs = task_class(task.name).footprint(task, manifest, m.hidden)
     keys = "model.hidden, model.layers" + (", model.order" if hasattr(m, "order") else "") + ", task.decoder_hidden"
     parts = {"parameters": parameter_bytes(job, model_parameters(job, manifest) + head, keys)}
     if get_strategy(job.strategy.name).full_batch:
         rows = manifest.num_snapshots * manifest.num_vertices // num_ranks // max(1, getattr(job.strategy, "blocks", 1))
         per_row = m.hidden + task.split[0] * (m.layers - 1) * k * m.hidden
         parts["activations"] = (int(item_bytes(job) * rows * per_row), "model.hidden, model.layers, model.order")
+        # every training step's examples are alive until the epoch's backward: the most loaded rank holds at
+        # least their average share (whole snapshots, or in place its rows' share of each)
+        pairs = max(pairs, epoch_pairs // num_ranks) if pairs else 0
     if pairs:
-        parts["pairs"] = (pairs, "task.negatives, task.decoder_hidden")
+        parts["pairs"] = (pairs, "task.negatives")
     return parts
 
 

@@ -204,10 +204,11 @@ class Task(nn.Module):
         """
 
     @staticmethod
-    def footprint(cfg, manifest, hidden: int) -> tuple[int, int]:
-        """Lower bounds for :mod:`hpcdgnn.train.footprint`: (head weights at width ``hidden``,
-        bytes of one step's examples held at once); none by default."""
-        return 0, 0
+    def footprint(cfg, manifest, hidden: int) -> tuple[int, int, int]:
+        """Lower bounds for :mod:`hpcdgnn.train.footprint`: (head weights at width ``hidden``, bytes of one step's
+        examples held at once, bytes of every training step's examples, which a full-batch epoch holds at once
+        over its ranks); none by default."""
+        return 0, 0, 0
 
     def setup(self, reader, scored: Scored, comm) -> None:
         """Read the targets of what this rank scores: whole snapshots, or (:attr:`in_place`) its ``scored.rows``."""

@@ -368,14 +368,15 @@ class LinkPrediction(Task):
         return split_steps(manifest.num_snapshots - 1, cfg.split)
 
     @staticmethod
-    def footprint(cfg: LinkPredictionOptions, manifest: Manifest, hidden: int) -> tuple[int, int]:
-        """Decoder first-layer weights; one step's pairs (largest snapshot × (1 + negatives)), each its two int64
-        indices drawn on the host and as tensors, a float32 logit and label (kept to the epoch's end) and, in
-        torch ops (no compiled loss), the decoder's hidden row; and the step's projections of every vertex (two
-        float32 rows of ``decoder_hidden``)."""
-        per_pair = 2 * 16 + 8 + (0 if kernels.expected() else 4 * cfg.decoder_hidden)
-        pairs = max(manifest.snapshot_edges) * (1 + cfg.negatives) if manifest.snapshot_edges else 0
-        return 2 * hidden * cfg.decoder_hidden, pairs * per_pair + 8 * cfg.decoder_hidden * manifest.num_vertices
+    def footprint(cfg: LinkPredictionOptions, manifest: Manifest, hidden: int) -> tuple[int, int, int]:
+        """Decoder first-layer weights; pairs as two int64 indices each (drawn on the host, shared with their
+        tensors): one step's (the largest snapshot × (1 + negatives), drawn whole even where a sample scores a
+        batch of them), and every training step's (a full-batch epoch's loss scores them all before its
+        backward). Only what must exist: the decoder's hidden layer runs in chunks of pairs, and which rows are
+        projected depends on the strategy."""
+        pairs = LinkPrediction.scored_pairs(cfg, manifest)
+        train = pairs[: LinkPrediction.train_horizon(cfg, manifest) + 1]
+        return 2 * hidden * cfg.decoder_hidden, int(16 * pairs.max(initial=0)), int(16 * train.sum())
 
     @staticmethod
     def scored_pairs(cfg: LinkPredictionOptions, manifest: Manifest) -> np.ndarray:

@@ -435,37 +435,35 @@ def _checksum(params: list[torch.Tensor]) -> str:
     return h.hexdigest()[:16]
 
 
-def _same_job_everywhere(comm: Communicator, job_path: str | None, overrides: Sequence[str], output: str | None,
-                         resume: str | None) -> None:
+def _same_job_everywhere(comm: Communicator, job_path: str | None, overrides: Sequence[str]) -> None:
     """Refuse (every rank, one line) a job given differently to some rank: rank 0 reads the job for all, so a job
-    file that differs between nodes, or a Python caller handing each rank its own job, output or overrides,
-    would train rank 0's job without a word."""
+    file that differs between nodes, or a Python caller handing each rank its own job or overrides, would train
+    rank 0's job without a word. A rank that cannot read the file has no say (only rank 0 needs it), and the run
+    directory is rank 0's choice, so neither is compared."""
     if comm.size == 1:
         return
 
     def digest(value: object) -> str:
-        return hashlib.sha256(repr(value).encode()).hexdigest()
+        return hashlib.sha256(value if isinstance(value, bytes) else repr(value).encode()).hexdigest()
 
     try:
-        text = Path(job_path).read_bytes() if job_path else b""
-    except OSError as e:
-        text = f"unreadable: {e.strerror or e}".encode()
-    parts = {"the job file's content": digest(text), "the overrides": digest(list(overrides)),
-             "the run directory": digest(output), "the run to resume": digest(resume)}
-    everyone = comm.allgather_obj(parts, tag="setup")
-    for rank, theirs in enumerate(everyone):
-        differ = [what for what, h in theirs.items() if h != everyone[0][what]]
+        text = digest(Path(job_path).read_bytes()) if job_path else None
+    except OSError:
+        text = None
+    everyone = comm.allgather_obj((text, digest(list(overrides))), tag="setup")
+    for rank, (theirs, their_overrides) in enumerate(everyone):
+        differ = ["job file content"] * (None not in (theirs, everyone[0][0]) and theirs != everyone[0][0])
+        differ += ["overrides"] * (their_overrides != everyone[0][1])
         if differ:
             raise collective_error(ConfigError(
-                f"{job_path or resume}: rank {rank} was given another job than rank 0 ({', '.join(differ)} "
-                f"{'differs' if len(differ) == 1 else 'differ'}): every rank must run the same job (the same file, "
-                "overrides and output on every node)"))
+                f"{job_path}: rank {rank} was given another job than rank 0 (not the same {' nor '.join(differ)}): "
+                "every rank must run the same job (the same file and overrides on every node)"))
 
 
 def _prepare(job_path: str | None, overrides: list[str], output: str | None, resume: str | None, comm: Communicator):
     """Rank 0: job, manifest, dataset check, plan, run directory, broadcast (or the error); plus rank 0's
     checkpoint shared state (not broadcast)."""
-    _same_job_everywhere(comm, job_path, overrides, output, resume)
+    _same_job_everywhere(comm, job_path, overrides)
     # the smallest over the ranks: rank 0 checks the job for all, and nodes may differ
     host_share = min(comm.allgather_obj(memory_share(comm, torch.device("cpu")), tag="setup"))
     kept: dict[str, Any] = {}  # rank 0's read of state.pt, so its restore does not read it again

@@ -322,7 +322,10 @@ def test_jodie_next_activity_and_errors(tmp_path):
         prepare_dataset(nohead, "jodie", tmp_path / "b")
     short = _write(tmp_path, "short.csv", JODIE + "1,2,3\n")
     with pytest.raises(DataError, match=r"short\.csv:8: expected at least 4 fields"):
-        prepare_dataset(short, "jodie", tmp_path / "b")
+        prepare_dataset(short, "jodie", tmp_path / "b", labels="state")
+    prepare_dataset(short, "jodie", tmp_path / "no-label")  # a row without the label it does not read
+    with pytest.raises(DataError, match=r"shorter\.csv:8: expected at least 3 fields \(user,item,timestamp\)"):
+        prepare_dataset(_write(tmp_path, "shorter.csv", JODIE + "1,2\n"), "jodie", tmp_path / "b")
 
 
 # --------------------------------------------------------------------------- PyGT json

@@ -199,12 +199,12 @@ def test_importing_hpcdgnn_loads_no_torch():
 
 @pytest.mark.mpi
 @pytest.mark.parametrize(("given", "says"), [
-    ("{'train': {'epochs': 1 + rank}}", "the job file's content differs"),
-    ("{}, output=f'run-{rank}'", "the run directory differs")])
+    ("{'train': {'epochs': 1 + rank}}", "not the same job file content"),
+    ("{}, overrides={'train.seed': rank}", "not the same overrides")])
 def test_a_job_given_differently_to_one_rank_is_refused_on_every_rank(tmp_path, small_dataset, launcher, given,
                                                                        says):
-    """Rank 0 reads the job for all: a caller handing each rank its own job (or output) trained rank 0's without a
-    word. Now every rank raises one line naming the rank and what differs, and no run directory is made."""
+    """Rank 0 reads the job for all: a caller handing each rank its own job (or overrides) trained rank 0's without
+    a word. Now every rank raises one line naming the rank and what differs, and no run directory is made."""
     script = tmp_path / "differ.py"
     job, _, rest = given.partition(", ")
     script.write_text(

@@ -115,7 +115,7 @@ def test_the_event_regime_bounds_its_batch():
 def test_an_allocation_that_fails_anyway_is_one_line_naming_the_sizes(small_dataset, tmp_path):
     """Past the bound (which counts only what must exist at once), numpy's MemoryError and torch's allocator
     error end the run in one line, not a traceback: here under a 6 GiB address-space limit."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, task={"negatives": 10_000_000})
+    job = write_job(tmp_path / "job.yaml", small_dataset, task={"negatives": 5_000_000})
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
@@ -194,18 +194,21 @@ def test_every_snapshot_model_s_parameters_are_counted_exactly(small_dataset, tm
         assert counted == sum(p.numel() for p in build_model(job, manifest).parameters()), model
 
 
-def test_link_prediction_pairs_count_what_each_pair_holds(small_dataset, tmp_path):
-    """A trial's ``task.negatives: 100000`` on CollegeMsg (30 snapshots, ~3,000 edges at most) grew past 8 GB at
-    P = 2 and was not refused: the bound counted a pair's two int64 indices alone (4.8 GB). A pair holds them on
-    the host and as tensors, and a logit and label: refused here, naming the keys."""
+def test_a_full_batch_epoch_holds_every_training_step_s_pairs(small_dataset, tmp_path):
+    """A trial's ``task.negatives: 100000`` on CollegeMsg at P = 2 grew past 8 GB unrefused: the bound counted
+    one step's pairs, but a full-batch epoch scores every training step's before its backward. Here 4 training
+    steps of 3,000 edges: 19.2 GB of pair indices, 9.6 GB on the most loaded of 2 ranks at least — refused at
+    8 GiB naming task.negatives; one step's alone (4.8 GB) passed. A sampled strategy's batches score a share."""
     from dataclasses import replace
 
     from hpcdgnn.errors import ConfigError
 
-    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, task={"negatives": 100_000},
-                             train={"dtype": "float32"}))
     m = load_manifest(small_dataset)
     m = replace(m, snapshot_edges=[3000] * m.num_snapshots)
-    with pytest.raises(ConfigError, match=r"\(pairs .* set by task.negatives, task.decoder_hidden\)"):
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, task={"negatives": 100_000}))
+    with pytest.raises(ConfigError, match=r"\(pairs 8\.9 GiB, set by task\.negatives\)"):
         check_footprint(job, m, 2, 8 * 2**30, "job.yaml")
     check_footprint(load_job(write_job(tmp_path / "ok.yaml", small_dataset)), m, 2, 8 * 2**30, "job.yaml")
+    sampled = load_job(write_job(tmp_path / "s.yaml", small_dataset, task={"negatives": 100_000},
+                                 strategy={"name": "sequences", "window": 2}))
+    check_footprint(sampled, m, 2, 8 * 2**30, "job.yaml")  # one step's 4.8 GB: fits

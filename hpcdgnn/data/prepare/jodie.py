@@ -145,12 +145,12 @@ def _parse(
     lines: list[int] = []
     iu, ii, it = index["src"], index["dst"], index["time"]
     il = index.get("label") if labels else None
-    need = max(index.values()) + 1
+    need = max(v for k, v in index.items() if k != "label" or labels) + 1  # a label column unused is not required
     label_name = _what("label", names)
     for lineno, s in rows:
         parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
         if len(parts) < need:
-            fields = ",".join(names[k] for k in index)
+            fields = ",".join(names[k] for k in index if k != "label" or labels)
             raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {len(parts)}")
         users.append(parts[iu].strip())
         items.append(parts[ii].strip())

@@ -129,7 +129,10 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 
 def _triple(key) -> tuple[int, int, int]:
-    """A pickle key as the (src, dst, t) of integers TGB stores; TypeError or ValueError otherwise."""
+    """A pickle key as the (src, dst, t) of integers TGB stores; TypeError or ValueError otherwise (a string too:
+    "123" would read as (1, 2, 3))."""
+    if not isinstance(key, (tuple, list)):
+        raise TypeError(key)
     out = tuple(int(x) for x in key)
     if len(out) != 3:
         raise ValueError(key)
