@@ -141,6 +141,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up")
     ap.add_argument("--repeat", type=int, default=1, help="runs per (strategy, P), alternating; the fastest counts")
     args = ap.parse_args()
+    try:  # before generating a graph: an unknown --model is one line, at once
+        strategies_of = {model: args.strategies or _default_strategies(model) for model in args.model}
+    except KeyError as e:
+        ap.error(str(e.args[0]))
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-cmp-") as tmp:
         work = Path(tmp)
         data = Path(args.data) if args.data else work / "graph"
@@ -149,7 +153,7 @@ def main() -> None:
                            args.spatial_spread, args.temporal_spread)
         manifest = json.loads((data / "manifest.json").read_text())
         for model in args.model:
-            strategies = args.strategies or _default_strategies(model)
+            strategies = strategies_of[model]
             table: dict[str, dict[int, dict]] = {}
             for rep in range(args.repeat):
                 for strategy in strategies if rep % 2 == 0 else strategies[::-1]:
