@@ -15,7 +15,6 @@ numbered already, as PyG's are).
 
 from __future__ import annotations
 
-import operator
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +43,12 @@ def _int64(a: np.ndarray, name: str, where: str) -> np.ndarray:
 
 
 def _whole(value: Any, name: str, where: str) -> int:
-    """A count given as an integer (Python's, numpy's or a torch scalar): "5" or 2.5 would be misread."""
-    try:
-        if isinstance(value, (bool, np.bool_)):
-            raise TypeError
-        v = operator.index(value)
-    except TypeError:
-        raise DataError(f"{where}: {name}: expected a whole number >= 1, got {value!r}") from None
+    """A count given as an integer (:func:`~hpcdgnn.data.prepare._common.whole`) of at least 1."""
+    from hpcdgnn.data.prepare._common import whole
+
+    v = whole(value)
+    if v is None:
+        raise DataError(f"{where}: {name}: expected a whole number >= 1, got {value!r}")
     if v < 1:
         raise DataError(f"{where}: {name}: expected a whole number >= 1, got {v}")
     return v
@@ -67,9 +65,10 @@ def _floats(value: Any, name: str, where: str) -> np.ndarray:
 def _finite(a: np.ndarray, stored: np.ndarray, name: str, where: str) -> None:
     """Refuse what ``stored`` (``a`` as the dataset keeps it) holds as NaN or inf, naming the entry: only
     ``validate`` would notice it after the write."""
-    bad = ~np.isfinite(stored)
-    if bad.any():
-        k = tuple(int(i) for i in np.argwhere(bad)[0])
+    from hpcdgnn.data.writer import first_not_finite
+
+    k = first_not_finite(stored)
+    if k is not None:
         v = float(a[k])
         why = "is not a finite number" if not np.isfinite(v) else f"does not fit in {stored.dtype}"
         raise DataError(f"{where}: {name}: {v:g} at {k if len(k) > 1 else k[0]} {why}")

@@ -39,7 +39,6 @@ from hpcdgnn.data.writer import (
     disk_full,
     file_sha256,
     prepare_output_dir,
-    remove_temporary,
     removed_on_error,
     replace_dir,
     shard_file_problem,
@@ -800,8 +799,7 @@ def write_events(
             save_event_manifest(tmp, manifest)
             replace_dir(tmp, root, force)
             return manifest
-        except BaseException as exc:
-            remove_temporary(tmp)
+        except BaseException as exc:  # the directory: removed_on_error's
             full = disk_full(root, exc)
             if full is not None:
                 raise full from None

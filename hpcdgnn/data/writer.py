@@ -53,6 +53,7 @@ __all__ = [
     "shard_file_problem",
     "human_bytes",
     "as_float32",
+    "first_not_finite",
     "EVAL_NEGATIVES_FILE",
     "removed_on_error",
 ]
@@ -84,6 +85,13 @@ def as_float32(a: np.ndarray) -> np.ndarray:
     the writer refuses it in one line that names it."""
     with np.errstate(over="ignore"):
         return np.asarray(a).astype(np.float32)
+
+
+def first_not_finite(stored: np.ndarray) -> tuple[int, ...] | None:
+    """The index of ``stored``'s first NaN or inf (e.g. a value past float32 once cast by :func:`as_float32`),
+    or None: every reader, the Python API and the writer refuse such a value in one line of their own."""
+    bad = ~np.isfinite(stored)
+    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
 
 
 def human_bytes(n: float) -> str:
@@ -444,8 +452,9 @@ class _SnapshotWriter:
             if x.shape[0] != n or self.names is None or x.shape[1] != len(self.names):
                 expected = f"({n}, {len(self.names or [])})"
                 raise DataError(f"{root}: snapshot {t}: features of shape {x.shape}, expected {expected}")
-            if not np.isfinite(x).all():  # a model would train on NaN; validate refuses such a shard
-                v, j = (int(i) for i in np.argwhere(~np.isfinite(x))[0])
+            bad = first_not_finite(x)  # a model would train on NaN; validate refuses such a shard
+            if bad is not None:
+                v, j = bad
                 raise DataError(f"{root}: snapshot {t}: feature {j} of vertex {v} is {np.asarray(raw.x)[v, j]!r}, not "
                                 "a finite float32; features must be finite numbers within float32's range")
         else:
@@ -611,8 +620,7 @@ def write_dataset(
             replace_dir(tmp, root, force)
             return manifest
         except BaseException as e:
-            sink.abandon()
-            remove_temporary(tmp)
+            sink.abandon()  # its files closed before removed_on_error removes the directory
             full = disk_full(root, e)
             if full is not None:
                 raise full from None

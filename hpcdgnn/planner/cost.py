@@ -327,23 +327,25 @@ class HeadCost:
         rank alone scores whole snapshots."""
         if self.pairs is None:
             return 0.0
-        whole, every = float(np.sum(self.pairs[r.scored])), float(np.sum(self.pairs))
-        if r.scored_rows is None:
-            return rates.pair_seconds * whole
-        if P == 1:
-            return rates.pair_seconds * (whole + every)
-        kept = float(np.sum(self.pairs * self._placed(r)))
+        whole, kept = self._scored(r, P)
+        if r.scored_rows is None or P == 1:
+            return rates.pair_seconds * (whole + kept)
+        every = float(np.sum(self.pairs))
         return rates.pair_seconds * whole + rates.drawn_pair_seconds * every + rates.placed_pair_seconds * kept
 
+    def _scored(self, r: RankWork, P: int) -> tuple[float, float]:
+        """Pairs rank ``r`` scores per epoch, every split: (of whole snapshots, in place — its share by source
+        row, every pair at P = 1)."""
+        whole = float(np.sum(self.pairs[r.scored]))
+        if r.scored_rows is None:
+            return whole, 0.0
+        return whole, float(np.sum(self.pairs)) if P == 1 else float(np.sum(self.pairs * self._placed(r)))
+
     def held(self, r: RankWork, P: int) -> float:
-        """Bytes of the scores rank ``r`` keeps until the epoch's end: those of every pair it scores, of every
-        split — whole snapshots, and in place its share (by source row), every pair at P = 1."""
+        """Bytes of the scores rank ``r`` keeps until the epoch's end: those of every pair it scores."""
         if self.pairs is None or not self.held_per_pair:
             return 0.0
-        pairs = float(np.sum(self.pairs[r.scored]))
-        if r.scored_rows is not None:
-            pairs += float(np.sum(self.pairs)) if P == 1 else float(np.sum(self.pairs * self._placed(r)))
-        return self.held_per_pair * pairs
+        return self.held_per_pair * sum(self._scored(r, P))
 
     def saved(self, r: RankWork, P: int) -> float:
         """Bytes the head keeps for the backward on rank ``r``: the training rows it scores whole, or in place

@@ -31,6 +31,7 @@ from hpcdgnn.data.prepare._common import (
     PreparedInput,
     PrepareOptions,
     parse_columns,
+    whole,
     with_next_activity,
     with_next_degree,
 )
@@ -117,7 +118,7 @@ def _check_options(path: Path, fmt: str, opts: PrepareOptions) -> None:
         raise DataError(f"{path}: --lags applies only to --format pygt-json")
     for name in ("edge_life", "mtransform", "shard_size"):  # the Python API passes them untyped: "2" or 2.5
         value = getattr(opts, name)
-        if isinstance(value, bool) or not hasattr(value, "__index__"):  # int, numpy's integers
+        if whole(value) is None:
             raise DataError(f"{path}: {option_flag(name)} must be a whole number (got {value!r})")
     if opts.edge_life < 1 or opts.mtransform < 1:
         raise DataError(f"{path}: --edge-life and --mtransform must be >= 1")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import operator
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ __all__ = [
     "stored_edges_per_slice",
     "concat_snapshots",
     "check_given_weights",
+    "whole",
     "shorten",
 ]
 
@@ -118,6 +120,17 @@ class PreparedInput:
     """Distinct stored edges per raw snapshot, known up front for the size estimate of :mod:`._estimate`."""
     snapshot_nnz: list[int] | None = None
     """Entries of each A_t after smoothing (the manifest's ``snapshot_nnz``), likewise."""
+
+
+def whole(value: Any) -> int | None:
+    """``value`` as an int where it is an integer (Python's, numpy's, a torch scalar; not a bool), else None: the
+    Python API hands options over untyped, and int() would read "2" or 2.5 as a count."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def shorten(token: str, limit: int = 60) -> str:

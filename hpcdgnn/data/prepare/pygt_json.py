@@ -36,7 +36,7 @@ from hpcdgnn.data.prepare._common import (
     shorten,
     stored_edges_per_slice,
 )
-from hpcdgnn.data.writer import RawSnapshot
+from hpcdgnn.data.writer import RawSnapshot, as_float32, first_not_finite
 from hpcdgnn.errors import DataError
 
 __all__ = ["read_pygt_json", "detect_layout", "LAYOUTS"]
@@ -91,10 +91,9 @@ def _array(path: Path, key: str, value: Any, dtype: type, ndim: int, empty: bool
 
 def _check_float32(path: Path, key: str, arr: np.ndarray) -> None:
     """Refuse values past float32, the dtype of stored features: they would be stored as inf."""
-    with np.errstate(over="ignore"):
-        bad = ~np.isfinite(arr.astype(np.float32))
-    if bad.any():
-        raise DataError(f"{path}: key {key!r}: {float(arr[bad].flat[0]):g} is beyond the range of float32")
+    bad = first_not_finite(as_float32(arr))
+    if bad is not None:
+        raise DataError(f"{path}: key {key!r}: {float(arr[bad]):g} is beyond the range of float32")
 
 
 def _id_map(node_ids: Any) -> bool:
