@@ -4,9 +4,9 @@
 ``__getattr__`` pass-through, so its :class:`~hpcdgnn.comm.stats.CommStats` is complete by construction. Its
 parts ``exchange`` (:class:`~hpcdgnn.comm.exchange.Exchange`) and ``world`` (:class:`~hpcdgnn.comm.world.World`)
 count into the same stats. The training step's
-tensor collectives run over MPI, or ``torch.distributed`` with gloo / nccl (``comm.backend``); set-up, metrics
-and object collectives always use MPI. CUDA buffers go to MPI directly when it is CUDA-aware, else through
-pinned host memory.
+tensor collectives run over MPI, or ``torch.distributed`` with gloo / nccl (``comm.backend``); set-up, metrics,
+control (a pre-emption's agreement) and object collectives always use MPI. CUDA buffers go to MPI directly when
+it is CUDA-aware, else through pinned host memory.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class Communicator:
         t0 = self.stats.enter(tag)
         entered = None
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN}
-        if self.size > 1 and self._dist is not None and not tag.startswith(("setup", "metrics")):
+        if self.size > 1 and self._dist is not None and not tag.startswith(("setup", "metrics", "control")):
             import torch.distributed as dist
 
             buf = tensor.detach().contiguous().to(self._dist_device)

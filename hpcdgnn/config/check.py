@@ -93,8 +93,11 @@ def run_check(args: argparse.Namespace) -> int:
         return 0
     if not args.job:
         raise ConfigError("check: give a job YAML (or --schema)")
-    if args.ranks < 1:
-        raise ConfigError(f"check --ranks: {args.ranks}; a job runs on at least 1 rank")
+    from hpcdgnn.planner.predict import check_ranks
+
+    check_ranks([args.ranks], "check --ranks")
+    if args.ranks_per_node is not None and args.ranks_per_node < 1:
+        raise ConfigError(f"check --ranks-per-node: {args.ranks_per_node}; a node runs at least 1 rank")
 
     from hpcdgnn.data.validate import check_dataset
     from hpcdgnn.strategies import get_strategy

@@ -152,6 +152,7 @@ class StaleConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.theta <= 1:
             raise ValueError("theta: must be in [0, 1] (a fraction of the largest embedding move D_r)")
+        _only_with(self, ("theta",), self.mode != "off", "mode: static or adaptive")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,6 +244,7 @@ class ChunkOptions(StrategyConfig):
             raise ValueError("chunk_size: must be >= 1 or auto")
         if self.fusion_memory_mb != "auto" and not self.fusion_memory_mb > 0:
             raise ValueError("fusion_memory_mb: must be > 0")
+        _only_with(self, ("fusion_memory_mb",), self.fusion == "on", "fusion: on")
         if self.predictor is not None and self.workload != "mlp":
             raise ValueError("predictor: is read only with workload: mlp; remove it or set workload: mlp")
 
@@ -644,6 +646,7 @@ class JobConfig:
     debug: DebugConfig = field(default_factory=DebugConfig)
 
     def __post_init__(self) -> None:
-        if self.debug.profile_epoch > self.train.epochs:
-            raise ValueError(f"debug.profile_epoch: epoch {self.debug.profile_epoch} never runs "
-                             f"(train.epochs is {self.train.epochs})")
+        for key in ("profile_epoch", "fail_epoch"):
+            epoch = getattr(self.debug, key)
+            if epoch > self.train.epochs and (key != "fail_epoch" or self.debug.fail_rank >= 0):
+                raise ValueError(f"debug.{key}: epoch {epoch} never runs (train.epochs is {self.train.epochs})")

@@ -8,7 +8,7 @@ import numpy as np
 __all__ = ["NON_TRAIN_TAGS", "is_train_tag", "summarize_over_ranks", "union_seconds"]
 
 #: Communicator tags that are not training traffic; every other tag counts, so new strategies need no registration.
-NON_TRAIN_TAGS = ("setup", "metrics", "barrier", "checkpoint")
+NON_TRAIN_TAGS = ("setup", "metrics", "barrier", "checkpoint", "control")
 
 
 def is_train_tag(tag: str) -> bool:

@@ -19,7 +19,22 @@ from hpcdgnn.planner.cost import GraphStats, HeadCost, Prediction, price
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import model_work
 
-__all__ = ["auto_inputs", "candidates", "choose", "parameter_count", "plan_job", "resolve_auto"]
+__all__ = ["MAX_RANKS", "auto_inputs", "candidates", "check_ranks", "choose", "parameter_count", "plan_job",
+           "resolve_auto"]
+
+#: the most ranks ``plan`` and ``check`` price: more than any machine runs (a plan holds every rank's part, so
+#: its time and memory grow with P: ~1 ms a rank)
+MAX_RANKS = 1 << 20
+
+
+def check_ranks(ranks: list[int], option: str) -> None:
+    """Refuse (one line, ConfigError) a rank count below 1 or above :data:`MAX_RANKS`; ``option`` names it."""
+    for p in ranks:
+        if p < 1:
+            raise ConfigError(f"{option}: {p}; a job runs on at least 1 rank")
+        if p > MAX_RANKS:
+            raise ConfigError(f"{option}: {p} is more than {MAX_RANKS:,} ranks, more than any machine runs (a plan "
+                              "holds every rank's part)")
 
 
 def candidates(job) -> list[str]:
@@ -80,8 +95,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     unknown = [s for s in names if s not in known]
     if unknown:
         raise ConfigError(f"plan --strategies: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
-    if any(p < 1 for p in ranks):
-        raise ConfigError(f"plan --ranks: every P must be >= 1 (got {' '.join(map(str, ranks))})")
+    check_ranks(ranks, "plan --ranks")
     task_class(job.task.name).check(job.task, manifest)  # what the data cannot serve, before any plan blames one
     regime = regime_of("model", job.model.name)
     graph = GraphStats(manifest, data_root)

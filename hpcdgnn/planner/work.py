@@ -14,7 +14,7 @@ strategy runs each layer on rows of its own (a mini-batch's layer l outputs the 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
 import numpy as np
@@ -195,11 +195,19 @@ def _graphs(S: int, n: int, degree: int, seed: int) -> list[StepGraph]:
     return out
 
 
-def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: int):
-    """One forward + backward over S snapshots of n vertices: per phase, and per (phase, layer), the tuple
-    (flops, calls, sparse, saved, rnn); nnz per step; the state per row; the forward's share per kind.
+@dataclass(frozen=True)
+class _Counts:
+    """One forward + backward's raw counts (:func:`_count`): per kind and bucket, the bytes saved per (phase,
+    layer), nnz per step, the state per row per layer."""
 
-    The backward's FLOPs, calls and sparse work are shared out in the forward's proportions."""
+    counts: dict[str, dict]
+    saved: dict[tuple[str, int], float]
+    nnz: float
+    state: dict[int, float]
+
+
+def _count(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: int) -> _Counts:
+    """Count one forward + backward over S snapshots of n vertices."""
     torch.manual_seed(0)
     graphs = _graphs(S, n, degree, seed=S * 7919 + n)
     count, meter = _Count(), SavedTensorMeter()
@@ -210,41 +218,74 @@ def _run(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: in
         loss = sum(z.sum() for z in emb.values())
         count.phase = "backward"
         loss.backward()
-    keys = [(ph, li) for ph in PHASES for li in range(len(model.layers))]
+    return _Counts({k: dict(v) for k, v in count.counts.items()}, dict(layout.saved),
+                   sum(a.a.values().numel() for a in layout.adj) / S, dict(layout.state))
+
+
+def _run(raw: _Counts, num_layers: int):
+    """:func:`_count`'s counts per phase, and per (phase, layer), as the tuple (flops, calls, sparse, saved, rnn);
+    nnz per step; the state per row; the forward's share per kind.
+
+    The backward's FLOPs, calls and sparse work are shared out in the forward's proportions."""
+    keys = [(ph, li) for ph in PHASES for li in range(num_layers)]
+    counts = {k: defaultdict(float, raw.counts.get(k, {})) for k in KINDS}
     out: dict = {}
     share = {}
     for k in KINDS:
-        bucket = count.counts[k]
+        bucket = counts[k]
         forward = sum(bucket[key] for key in keys) + bucket["forward"]
         share[k] = forward / (forward + bucket["backward"]) if forward + bucket["backward"] else 1.0
     for key in keys:
         split = {}
         for k in KINDS:
-            bucket = count.counts[k]
+            bucket = counts[k]
             forward = sum(bucket[x] for x in keys)
             # the work outside the phases (backward, and forward between phases) is shared out in the phases'
             # proportions; with no phase work of this kind it goes to the first layer's spatial phase
             first = float(key == ("spatial", 0))
             rest = bucket["backward"] + bucket["forward"]
             split[k] = bucket[key] + rest * (bucket[key] / forward if forward else first)
-        out[key] = (split["flops"], split["ops"], split["sparse"], layout.saved[key], split["rnn"])
+        out[key] = (split["flops"], split["ops"], split["sparse"], raw.saved.get(key, 0.0), split["rnn"])
     for ph in PHASES:
         out[ph] = tuple(sum(out[(p, li)][i] for p, li in keys if p == ph) for i in range(5))
-    return out, sum(a.a.values().numel() for a in layout.adj) / S, layout.state, share
+    return out, raw.nnz, raw.state, share
+
+
+#: a cell's basis order K above the second of these is counted at both and extrapolated: every count is linear
+#: in K (each term adds one step of the basis recursion and one block of every gate's weights and GEMMs), and
+#: counting K = 3000 op by op took 23 s
+_COUNTED_ORDERS = (3, 4)
+
+
+def _extrapolated(a, b, t: float):
+    """Return a + t·(b − a) through :class:`_Counts` and its dicts (a key one lacks counts 0 there)."""
+    if isinstance(a, _Counts):
+        return _Counts(*(_extrapolated(getattr(a, f.name), getattr(b, f.name), t) for f in fields(a)))
+    if isinstance(a, dict):
+        return {k: _extrapolated(a.get(k, 0.0), b.get(k, 0.0), t) for k in {**a, **b}}
+    return a + t * (b - a)
 
 
 @lru_cache(maxsize=64)
 def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: str, degree: int) -> ModelWork:
+    from dataclasses import replace
+
     from hpcdgnn.nn.models import build_from_options, model_options
 
     opts = model_options(name)(**dict(options))
     dtype = getattr(torch, dtype_name)
-    model = build_from_options(opts, in_features).to(dtype)
+    K, (k0, k1) = getattr(opts, "order", None), _COUNTED_ORDERS
+    counted = [opts] if K is None or K <= k1 else [replace(opts, order=k0), replace(opts, order=k1)]
+    models = [build_from_options(o, in_features).to(dtype) for o in counted]
+    model = models[-1]
     S1, S2, n1, n2 = 2, 4, 32, 64
     runs = {}
     for S, n in ((S1, n1), (S1, n2), (S2, n1), (S2, n2)):
-        model.zero_grad(set_to_none=True)
-        runs[(S, n)] = _run(model, S, n, in_features, dtype, degree)
+        raw = []
+        for m in models:
+            m.zero_grad(set_to_none=True)
+            raw.append(_count(m, S, n, in_features, dtype, degree))
+        runs[(S, n)] = _run(raw[0] if len(raw) == 1 else _extrapolated(*raw, (K - k0) / (k1 - k0)), len(model.layers))
     nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
 
     def fit(key) -> PhaseWork:
@@ -260,7 +301,8 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
         return PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1), saved_row,
                          max(0.0, (r12 - r11) / (S1 * (n2 - n1))), saved_vertex)
 
-    params = sum(p.numel() for p in model.parameters())
+    params = [sum(p.numel() for p in m.parameters()) for m in models]
+    params = params[0] if len(params) == 1 else round(params[0] + (K - k0) / (k1 - k0) * (params[1] - params[0]))
     state, share = runs[(S1, n1)][2], runs[(S1, n2)][3]
     L = len(model.layers)
     return ModelWork(fit("spatial"), fit("temporal"), params, torch.empty(0, dtype=dtype).element_size(),

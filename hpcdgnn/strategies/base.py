@@ -205,6 +205,13 @@ class Strategy(Generic[B]):
         """Forward, task loss times ``scale``, backward; returns the task's metric sums."""
         raise NotImplementedError
 
+    def stops_between_batches(self) -> bool:
+        """Whether a pre-emption may abandon an epoch between two of its batches: every rank has then drawn the
+        same batch from :meth:`batches` and no rank waits in a collective of the rest of the epoch (an
+        asynchronous exchange would). The run then writes the checkpoint of the epoch's start
+        (``hpcdgnn.train.loop.BatchStop``); False: the epoch runs to its end first."""
+        return False
+
     def evaluate(self, model: DGNN, task: Any, epoch: int) -> np.ndarray | None:
         """Validation / test metric sums from a pass of its own; None when the training pass yields them."""
         return None

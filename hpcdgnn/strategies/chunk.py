@@ -334,7 +334,7 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     item = item_bytes(job)
     c = plan.chunks
     owner = appearance_owner(c.chunk, c.chunk_owner, c.rnn_owner)  # (T, N)
-    halo, nnz = halo_counts(graph, lambda t, v: owner[t, v], P)
+    reads, serves, nnz = halo_counts(graph, lambda t, v: owner[t, v], P)
     precomputed = layers[0].precomputable
     causal = all(ly.causal for ly in layers)
     grad_steps = min(T, plan.horizon + 1) if causal else T
@@ -346,16 +346,17 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     away = owner != c.rnn_owner[None, :]
     out_rows = np.bincount(owner[away], minlength=P)
     in_rows = np.bincount(np.broadcast_to(c.rnn_owner[None, :], owner.shape)[away], minlength=P)
+    scored = np.stack([np.bincount(row, minlength=P) for row in owner], axis=1).astype(np.float64)  # (P, T)
     ranks = []
     for q in range(P):
         r = RankWork(spatial_rows=rows[q], spatial_steps=T, spatial_nnz=nnz[q], spatial_saved_rows=head[q],
                      temporal_rows=T * R[q] if mixing else 0.0, temporal_steps=T if mixing else 0.0,
                      temporal_saved_rows=grad_steps * R[q] if mixing else 0.0,
-                     scored_rows=(owner == q).sum(axis=1).astype(np.float64))
+                     scored_rows=scored[q])
         r.resident_bytes = adjacency_bytes(rows[q], nnz[q], item) + rows[q] * F * item
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)
-    halo_traffic(layers, halo, precomputed, item, ranks)
+    halo_traffic(layers, reads, serves, precomputed, item, ranks)
     if P > 1:
         for li, ly in enumerate(layers):
             if not ly.temporal_mixing:

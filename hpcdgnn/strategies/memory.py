@@ -317,6 +317,10 @@ class MemoryStrategy(Strategy[EventBatch]):
         for g in range(p.iterations()):
             yield EventBatch(epoch, g, self._examples(epoch, g), seg, g)
 
+    def stops_between_batches(self) -> bool:
+        """Yes: an iteration's reads, barrier and writes run within its step; a prefetched batch is dropped."""
+        return True
+
     def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
         """Read memory for batch g, barrier, train on the batch read ``self.b`` iterations earlier; b = 0 writes."""
         if isinstance(batch, _StaticBatch):

@@ -460,6 +460,10 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             out = model(layout)
         return task(out, epoch)
 
+    def stops_between_batches(self) -> bool:
+        """Yes: a batch's only collectives (its example count, the gradient sum) run with the batch."""
+        return True
+
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""
         stats = None

@@ -131,7 +131,7 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     part = np.empty(N, dtype=np.int64)
     part[order] = np.repeat(np.arange(P), np.diff(plan.vertex_bounds))
     n = np.diff(plan.vertex_bounds)
-    halo, nnz = halo_counts(graph, lambda t, v: part[v], P)
+    reads, serves, nnz = halo_counts(graph, lambda t, v: part[v], P)
     precomputed = layers[0].precomputable
     mixing = any(ly.temporal_mixing for ly in layers)
     grad_steps = min(T, plan.horizon + 1) if all(ly.causal for ly in layers) else T
@@ -144,5 +144,5 @@ def vertex_cost(plan: PartitionPlan, job, manifest, graph) -> list:
         r.resident_bytes = adjacency_bytes(T * n[q], nnz[q], item) + T * n[q] * F * item
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)
-    halo_traffic(layers, halo, precomputed, item, ranks)
+    halo_traffic(layers, reads, serves, precomputed, item, ranks)
     return ranks

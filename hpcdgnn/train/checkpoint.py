@@ -16,12 +16,14 @@ every rank, so rank 0 saves them once; a resume is bit for bit.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import pickle
 import random
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,8 @@ import torch
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["CheckpointManager", "check_owner", "claim_run_dir", "ensure_run_id", "latest_checkpoint", "load_shared",
-           "load_state", "read_run_id", "restore_rng", "strategy_state"]
+__all__ = ["CheckpointManager", "HeldCheckpoint", "check_owner", "claim_run_dir", "ensure_run_id",
+           "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state"]
 
 _COMPLETE = "COMPLETE"
 RUN_ID_FILE = "run_id"
@@ -89,7 +91,8 @@ def _epoch_dir(root: Path, epoch: int) -> Path:
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
-    """Write ``obj`` to ``path`` through a ``.part`` file; a failed write (a full disk, a quota) is one line.
+    """Write ``obj`` (or the buffer :func:`_serialised` made of one) to ``path`` through a ``.part`` file; a failed
+    write (a full disk, a quota) is one line.
 
     Raises:
         DataError: names the file and the system's reason.
@@ -97,7 +100,10 @@ def _atomic_save(obj: Any, path: Path) -> None:
     tmp = path.with_name(path.name + ".part")
     try:
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            if isinstance(obj, io.BytesIO):
+                f.write(obj.getbuffer())
+            else:
+                torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -118,6 +124,27 @@ def _atomic_save(obj: Any, path: Path) -> None:
 
 def _rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _serialised(obj: Any) -> io.BytesIO:
+    """``obj`` as the bytes ``torch.save`` writes, in memory: a copy no later change of the live tensors reaches."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf
+
+
+@dataclass(frozen=True)
+class HeldCheckpoint:
+    """A checkpoint's files of this rank, serialised in memory at an epoch boundary and written only if the next
+    epoch is abandoned (a pre-emption between its batches): the run then stops within a batch, yet resumes from
+    the boundary as if that checkpoint had been written there (:meth:`CheckpointManager.hold`). It costs the
+    files' size in host memory (the strategy's state: the node memory on its group's leader)."""
+
+    epoch: int
+    #: ``state.pt`` (rank 0; None on the other ranks)
+    shared: io.BytesIO | None
+    #: this rank's ``rank-XXXXX.pt``: its RNG states at the boundary and its strategy's state
+    rank: io.BytesIO
 
 
 def restore_rng(state: dict[str, Any]) -> None:
@@ -236,17 +263,32 @@ class CheckpointManager:
         owner = _meta(ckpt).get("run_id")
         return owner is None or owner == self.run_id
 
-    def save(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None) -> Path:
-        """Write the checkpoint of ``epoch``: ``shared`` by rank 0, ``strategy_state`` by every rank."""
+    def hold(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None
+             ) -> HeldCheckpoint:
+        """What :meth:`save` would write for ``epoch`` now, kept in memory (no collective, no file)."""
+        return HeldCheckpoint(epoch, _serialised(shared) if self.comm.rank == 0 else None,
+                              _serialised(self._rank_state(strategy_state)))
+
+    @staticmethod
+    def _rank_state(strategy_state: dict[str, Any] | None) -> dict[str, Any]:
+        return {"rng": _rng_state(), "strategy": strategy_state or {}}
+
+    def save(self, epoch: int | None = None, shared: dict[str, Any] | None = None,
+             strategy_state: dict[str, Any] | None = None, held: HeldCheckpoint | None = None) -> Path:
+        """Write the checkpoint of ``epoch``: ``shared`` by rank 0, ``strategy_state`` by every rank; or the files
+        ``held`` (:meth:`hold`) kept of its epoch (collective)."""
+        if held is not None:
+            epoch = held.epoch
         final = _epoch_dir(self.root, epoch)
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while writing
             tmp.mkdir(parents=True)
         self.comm.barrier(tag="checkpoint")
-        _atomic_save({"rng": _rng_state(), "strategy": strategy_state or {}}, tmp / _rank_file(self.comm.rank))
+        _atomic_save(held.rank if held is not None else self._rank_state(strategy_state),
+                     tmp / _rank_file(self.comm.rank))
         if self.comm.rank == 0:
-            _atomic_save(shared, tmp / "state.pt")
+            _atomic_save(held.shared if held is not None else shared, tmp / "state.pt")
         self.comm.barrier(tag="checkpoint")
         if self.comm.rank == 0:
             meta = {"epoch": epoch, "num_ranks": self.comm.size, **({"run_id": self.run_id} if self.run_id else {})}

@@ -48,6 +48,7 @@ from hpcdgnn.train.setup import (
     _restore,
     _setup_strategy,
     check_job,
+    check_trained_job,
     dataset_fingerprint,
     threads_per_rank,
 )
@@ -103,7 +104,9 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
         if override_of("strategy.name", list(overrides)) and isinstance(raw, dict):
             raw["strategy"] = {}  # another strategy of the same model computes the same Z_t, with its own options
         job = load_job_dict(raw, str(saved), list(overrides), check_paths=False, resolved=True)
-        run_strategy = load_job(saved, check_paths=False, resolved=True).strategy
+        run_job = load_job(saved, check_paths=False, resolved=True)
+        check_trained_job(run_job, job, run_dir, list(overrides), command)
+        run_strategy = run_job.strategy
         kept["same_strategy"] = job.strategy == run_strategy
         root = Path(job.checkpoint.dir) if job.checkpoint.dir else Path(run_dir) / "checkpoints"
         ckpt = latest_checkpoint(root)

@@ -13,7 +13,7 @@ from hpcdgnn import preemption
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.optim import Adam
 
-__all__ = ["grad_norm", "pretrain", "train_batches"]
+__all__ = ["BatchStop", "grad_norm", "pretrain", "train_batches"]
 
 
 def grad_norm(params: list[torch.nn.Parameter]) -> float:
@@ -21,16 +21,78 @@ def grad_norm(params: list[torch.nn.Parameter]) -> float:
     return float(torch.sqrt(sum(p.grad.detach().double().pow(2).sum() for p in params)))
 
 
+class BatchStop:
+    """The ranks' agreement on abandoning an epoch between two of its batches for a pre-emption signal, so that a
+    run of long epochs stops within about :attr:`INTERVAL_S` and a batch, not at the epoch's end (a scheduler's
+    grace period may not hold the rest of the epoch).
+
+    Before batch i ≥ 1 (an epoch of one batch never asks: it ends as soon), at indices every rank computes alike,
+    the ranks all-reduce (max) [this rank received a signal, this rank's seconds a batch since the last agreement]:
+    a signal anywhere stops every rank before the same batch; else the next agreement comes after
+    ⌊:attr:`INTERVAL_S` / the slowest rank's seconds a batch⌋ batches (at least one). On one rank the flag is read
+    before every batch. The all-reduce is tagged ``control.stop`` (not training traffic). Only for a strategy that
+    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches`, and only where the epoch's start can be
+    resumed: checkpointed at its boundary, the run's first epoch (nothing to lose), or held in memory by the
+    trainer (which it does when the epoch before took :attr:`HOLD_AFTER_S` or more) and then written.
+
+    Args:
+        comm: the run's communicator.
+        flag: this rank's :class:`~hpcdgnn.preemption.PreemptionFlag`.
+    """
+
+    #: seconds of batches between two agreements (the all-reduce of 16 bytes costs microseconds)
+    INTERVAL_S = 1.0
+    #: an epoch whose predecessor took less (slowest rank) runs to its end unless its start was checkpointed: it
+    #: ends soon after a signal anyway, and holding its start (a ``torch.save`` to memory, ~2 ms for a small
+    #: model) would cost a noticeable share of it
+    HOLD_AFTER_S = 1.0
+
+    def __init__(self, comm, flag: preemption.PreemptionFlag) -> None:
+        self.comm, self.flag = comm, flag
+        #: batches the abandoned epoch trained before its stop (None: not stopped)
+        self.stopped_at: int | None = None
+        self._next, self._last, self._t0 = 1, 0, 0.0
+
+    def begin(self) -> None:
+        """Start an epoch: the first agreement comes before its second batch."""
+        self.stopped_at = None
+        self._next, self._last, self._t0 = 1, 0, time.perf_counter()
+
+    def before(self, index: int) -> bool:
+        """Whether every rank stops before batch ``index`` (collective at the agreed indices)."""
+        if index < self._next:
+            return False
+        if self.comm.size == 1:
+            stop = self.flag.raised
+        else:
+            now = time.perf_counter()
+            raised, slowest = self.comm.allreduce_array(
+                [float(self.flag.raised), (now - self._t0) / (index - self._last)], op="max", tag="control.stop")
+            stop = raised > 0
+            # the same on every rank: the maximum's
+            self._next = index + max(1, min(int(self.INTERVAL_S / max(slowest, 1e-9)), 1 << 30))
+            self._last, self._t0 = index, now
+        if stop:
+            self.stopped_at = index
+        return stop
+
+
 def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optimizer, batches: Iterable,
-                  examples: float, meter=None) -> tuple[np.ndarray | None, float]:
+                  examples: float, meter=None, stop: BatchStop | None = None) -> tuple[np.ndarray | None, float]:
     """One epoch's batches: zero grads, step with loss / global examples, sync gradients, optimizer step.
 
-    ``examples``: the denominator of a full batch; ``meter``: a context manager around each step, or None.
+    ``examples``: the denominator of a full batch; ``meter``: a context manager around each step, or None;
+    ``stop``: asked before each batch but the first whether the ranks abandon the epoch (its ``stopped_at``
+    then says after how many batches; the caller closes ``batches``).
     Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the same on
     every rank: a check of exactness that Adam's scale-free update would hide.
     """
     stats = None
-    for batch in batches:
+    if stop is not None:
+        stop.begin()
+    for index, batch in enumerate(batches):
+        if stop is not None and index and stop.before(index):
+            break
         optimizer.zero_grad(set_to_none=True)
         scale = 1.0 / (examples if batch.examples is None else batch.examples)
         with meter if meter is not None else nullcontext():

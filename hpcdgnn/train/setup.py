@@ -56,7 +56,8 @@ from hpcdgnn.train.footprint import check_footprint
 from hpcdgnn.train.loop import pretrain
 
 __all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "calibration_epochs",
-           "check_model_strategy", "check_resume_job", "measured_plan", "replan", "truncate_metrics", "warmup_epochs"]
+           "check_model_strategy", "check_resume_job", "check_trained_job", "measured_plan", "replan",
+           "truncate_metrics", "warmup_epochs"]
 
 
 @dataclass
@@ -234,7 +235,10 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     if not job.checkpoint.dir:
         return None
     root = Path(job.checkpoint.dir)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{where}: checkpoint.dir: {root} is a file, not a directory; name a new or empty "
+                          "directory")
+    if root.exists() and any(root.iterdir()):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
     why = cannot_create(root)
@@ -278,8 +282,25 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
                     ignore=_RESUMABLE)
 
 
+#: keys (prefixes) that shape a checkpoint's parameters: ``embed`` and ``predict`` keep the run's
+_TRAINED = ("model.", "task.name", "task.decoder_hidden")
+
+
+def check_trained_job(saved: JobConfig, job: JobConfig, run_dir: str, overrides: list[str], command: str) -> None:
+    """Refuse (one line: key, old and new value) a ``--set`` of ``embed``/``predict`` that changes the trained model
+    or task head (:data:`_TRAINED`): ``model.hidden`` ended in a checkpoint that does not fit."""
+    def refusal(who: str, new: object, old: object, resume: str) -> ConfigError:
+        return ConfigError(f"{who}: is {new!r} but the run in {resume} used {old!r}; {command} uses the run's trained "
+                           "model and task head: model.*, task.name and task.decoder_hidden stay the run's")
+
+    before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
+    _refuse_changes({k: v for k, v in before.items() if k.startswith(_TRAINED)},
+                    {k: v for k, v in after.items() if k.startswith(_TRAINED)}, run_dir, overrides, None,
+                    refusal=refusal)
+
+
 def _refuse_changes(before: dict, after: dict, resume: str, overrides: list[str], job_path: str | None,
-                    ignore: tuple[str, ...] = ()) -> None:
+                    ignore: tuple[str, ...] = (), refusal=None) -> None:
     """Refuse (one line) the first key whose flattened value differs between ``before`` and ``after`` (keys
     starting with ``ignore`` apart): a key a --set names first (the change the user asked for, not one it
     brought along), then a section's name (another model brings other keys: name the model, not a key it lacks)."""
@@ -288,7 +309,8 @@ def _refuse_changes(before: dict, after: dict, resume: str, overrides: list[str]
     if changed:
         key = next((k for k in changed if override_of(k, overrides)),
                    next((k for k in changed if k.endswith(".name")), changed[0]))
-        raise _not_resumable(_changed_by(key, overrides, job_path), after.get(key), before.get(key), resume)
+        raise (refusal or _not_resumable)(_changed_by(key, overrides, job_path), after.get(key), before.get(key),
+                                          resume)
 
 
 def _not_resumable(who: str, new: object, old: object, resume: str) -> ConfigError:

@@ -14,7 +14,9 @@ It reads like the figure of the method::
     summary.json (metrics/summary.py)
 
 Dividing by the global example count makes the P-rank gradient the single-process one up to summation order.
-A pre-emption signal rides in the epoch's all-gather, so every rank stops at the same boundary and checkpoints.
+A pre-emption signal rides in the epoch's all-gather, so every rank stops at the same boundary and checkpoints;
+under a strategy of many mini-batches the ranks also agree between batches (loop.BatchStop) and abandon the epoch,
+writing the checkpoint of its start instead.
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.ops import kernels
 from hpcdgnn.progress import Progress
 from hpcdgnn.regimes import job_regime
-from hpcdgnn.train.checkpoint import CheckpointManager, latest_checkpoint, read_run_id
+from hpcdgnn.train.checkpoint import CheckpointManager, HeldCheckpoint, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.footprint import out_of_memory_error
-from hpcdgnn.train.loop import train_batches
+from hpcdgnn.train.loop import BatchStop, train_batches
 from hpcdgnn.train.setup import (
     Run,
     _discard_new_run,
@@ -100,15 +102,22 @@ class _FaultInjector:
         return self.task(emb, epoch)
 
 
-def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter) -> tuple[np.ndarray, float]:
-    """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm)."""
+def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: BatchStop | None = None
+                ) -> tuple[np.ndarray, float]:
+    """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm).
+
+    ``stop``: may abandon the epoch between batches (its ``stopped_at`` is then set; no evaluation pass)."""
     meter.reset_peak()
-    batches = run.strategy.batches(epoch)
+    drawn = batches = run.strategy.batches(epoch)
     seconds = run.job.output.progress_seconds
     if run.strategy.comm.rank == 0 and seconds > 0:  # an epoch of many mini-batches says how far it is
         batches = Progress(f"epoch {epoch}: batches trained", seconds=seconds).iterate(batches)
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
-                                     batches, run.train_count, meter)
+                                     batches, run.train_count, meter, stop)
+    if stop is not None and stop.stopped_at is not None:
+        for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
+            getattr(gen, "close", lambda: None)()
+        return stats, grad_norm
     evaluated = run.strategy.evaluate(run.model, task, epoch)
     if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
@@ -117,7 +126,19 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter) -> tuple[np
 
 def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
     """Every rank writes its part: rank 0 the shared state, each rank its RNG and strategy state."""
-    shared = {
+    return checkpoints.save(epoch, _shared_state(run, checkpoints, epoch), run.strategy.state_dict())
+
+
+def _held(run: Run, checkpoints: CheckpointManager, epoch: int) -> HeldCheckpoint:
+    """The checkpoint of ``epoch`` :func:`_checkpoint` would write now, kept in memory (no collective)."""
+    return checkpoints.hold(epoch, _shared_state(run, checkpoints, epoch), run.strategy.state_dict())
+
+
+def _shared_state(run: Run, checkpoints: CheckpointManager, epoch: int) -> dict:
+    """``state.pt``'s content (rank 0; the other ranks write none of it)."""
+    if checkpoints.comm.rank:
+        return {}
+    return {
         "epoch": epoch,
         "model": run.model.state_dict(),
         "task": run.task.state_dict(),
@@ -126,10 +147,8 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
         "config": job_to_dict(run.job),
         "initial_checksum": run.initial_checksum,
         "balance_calibrated": run.calibrated,
+        "dataset_sha256": run.dataset_sha256,
     }
-    if checkpoints.comm.rank == 0:
-        shared["dataset_sha256"] = run.dataset_sha256
-    return checkpoints.save(epoch, shared if checkpoints.comm.rank == 0 else {}, run.strategy.state_dict())
 
 
 def _banner(run: Run, comm: Communicator) -> list[str]:
@@ -282,11 +301,31 @@ def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.Pree
     """The line saying some rank got a signal during set-up, or None (collective)."""
     preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
     if preempted:
-        hint = (f"resume with --resume {run.run_dir}" if run.start_epoch else
-                f"no checkpoint yet: run the job again with another --output, or after removing {run.run_dir} "
-                "(the job scripts move it aside and start over)")
-        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; {hint}")
+        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; "
+                 f"{_restart_hint(run, bool(run.start_epoch))}")
     return preempted
+
+
+def _restart_hint(run: Run, checkpointed: bool) -> str:
+    """How a pre-empted run goes on: from its newest checkpoint, or (none yet) from the start."""
+    return (f"resume with --resume {run.run_dir}" if checkpointed else
+            f"no checkpoint yet: run the job again with another --output, or after removing {run.run_dir} "
+            "(the job scripts move it aside and start over)")
+
+
+def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.PreemptionFlag, epoch: int,
+               batches: int, held: HeldCheckpoint | None, written: int) -> None:
+    """A pre-emption between epoch ``epoch``'s batches: write the checkpoint of its start if only ``held`` in
+    memory (``written``: the newest checkpoint's epoch, 0 for none), and say so (every rank)."""
+    path = None
+    if held is not None:
+        t0 = time.perf_counter()
+        path = checkpoints.save(held=held)
+        written = held.epoch
+        log.info(f"checkpoint: {path} (epoch {held.epoch}'s end, kept in memory; {time.perf_counter() - t0:.2f} s)")
+    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, after {batches} of its batches "
+             f"(a resume trains it again from its start"
+             + (f", the checkpoint of epoch {written}" if written else "") + f"); {_restart_hint(run, written > 0)}")
 
 
 def _write_epoch_profile(prof, record: dict, run: Run, comm: Communicator, log, epoch: int) -> None:
@@ -342,13 +381,26 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     preempted = _preempted_in_setup(run, comm, log, stop)
     watchdog = Watchdog.start(comm, job.comm.stall_timeout_s, log)
     last = run.start_epoch if preempted else job.train.epochs
+    batch_stop = BatchStop(comm, stop)
+    written = run.start_epoch  # the newest checkpoint's epoch (0: none)
+    seconds = 0.0  # the last epoch's, slowest rank (the same on every rank)
     for epoch in range(run.start_epoch + 1, last + 1):
+        between = run.strategy.stops_between_batches()
+        # the state an abandoned epoch resumes from; serialised now, as the epoch changes it in place
+        held = (_held(run, checkpoints, epoch - 1) if between and written < epoch - 1
+                and seconds >= BatchStop.HOLD_AFTER_S else None)
+        between = between and (written == epoch - 1 or held is not None)
         recorder.begin()
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
-            stats, grad_norm = train_epoch(run, task, epoch, meter)
+            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None)
+        if between and batch_stop.stopped_at is not None:
+            preempted = True
+            _abandoned(run, checkpoints, log, stop, epoch, batch_stop.stopped_at, held, written)
+            break
         activation_peak = max(activation_peak, meter.peak)
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
+        seconds = max(record["per_rank"]["epoch"])
         if prof is not None:
             _write_epoch_profile(prof, record, run, comm, log, epoch)
         losses.append(np.nan if record["train_loss"] is None else record["train_loss"])
@@ -377,6 +429,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         if policy.wanted(epoch, epoch == job.train.epochs, preempted, time_due):
             t0 = time.perf_counter()
             path = _checkpoint(run, checkpoints, epoch)
+            written = epoch
             log.info(policy.written(path, time.perf_counter() - t0, describe=comm.rank == 0))
         if preempted:
             log.info(f"pre-empted ({_signal_name(stop)}): stopped after epoch {epoch}; "

@@ -44,6 +44,9 @@ def test_check_prints_what_the_run_then_starts_with(tmp_path, small_dataset, cap
     (["--ranks", "2", "--memory-per-rank", "1KiB"], "this job needs at least"),
     (["--set", "model.hiden=3"], "model.hiden: unknown option of model 'cdgcn'; did you mean 'hidden'?"),
     (["--ranks", "0"], "check --ranks: 0"),
+    # a plan holds every rank's part: 10^8 ranks never finished
+    (["--ranks", "100000000"], "check --ranks: 100000000 is more than 1,048,576 ranks"),
+    (["--ranks-per-node", "0"], "check --ranks-per-node: 0; a node runs at least 1 rank"),
 ])
 def test_a_job_a_run_would_refuse_gets_its_one_line_error(tmp_path, small_dataset, capsys, args, message):
     job = write_job(tmp_path / "job.yaml", small_dataset)

@@ -50,6 +50,13 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
         ("debug: {profile_epoch: -1}\n", [], ["debug.profile_epoch", ">= 0"]),
         ("train: {epochs: 3}\ndebug: {profile_epoch: 4}\n", [], ["debug.profile_epoch", "never runs", "is 3"]),
         ("train: {epochs: 3}\n", ["debug.profile_epoch=9"], ["debug.profile_epoch", "never runs"]),
+        # a fault that never fires: a test of a failing rank that cannot fail
+        ("train: {epochs: 3}\ndebug: {fail_rank: 1, fail_epoch: 5}\n", [], ["debug.fail_epoch", "never runs", "is 3"]),
+        # the stale threshold and the fusion cap where nothing reads them (they were ignored)
+        ("strategy: {name: vertex, stale: {theta: 0.3}}\n", [],
+         ["strategy.stale.theta", "applies only with mode: static or adaptive"]),
+        ("strategy: {name: chunk, fusion: 'off', fusion_memory_mb: 64}\n", [],
+         ["strategy.fusion_memory_mb", "applies only with fusion: on"]),
         # a fixed-length list says its length (it read "expected a list or null, got list")
         ("strategy: {name: hybrid, adjuster: {start: [0.2, 0.05, 1]}}\n", [],
          ["strategy.adjuster.start", "expected a list of 2 values or null, got list [0.2, 0.05, 1]"]),

@@ -161,6 +161,11 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
         # the node memory and its partition are the run's own: another i x j x k cannot restore them
         (["embed", events, "--set", "strategy.minibatch=2", "--split", "test", "--output", tmp_path / "a.h5"],
          "--set strategy.minibatch: strategy memory keeps state per rank for the run's own strategy options"),
+        # the checkpoint's parameters are the run's model's: said so, not "checkpoint does not fit"
+        (["embed", run, "--set", "model.hidden=8", "--output", tmp_path / "a.h5"],
+         "--set model.hidden: is 8 but the run in"),
+        (["predict", events, "--set", "model.memory_dim=3", "--split", "test", "--output", tmp_path / "a.csv"],
+         "predict uses the run's trained model and task head: model.*, task.name and task.decoder_hidden stay"),
     ]
     (tmp_path / "a.npz.tmp").write_text("another writer's")
     for text, want in (("0,1\n", "three columns"), ("0,1,7\n", "t = 7 is outside 0 .. 6"),

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from hpcdgnn.errors import ConfigError
-from hpcdgnn.nn.models import build_model, model_options
+from hpcdgnn.nn.models import build_from_options, build_model, model_options
 from hpcdgnn.planner.command import parse_size
-from hpcdgnn.planner.work import _run, model_work
+from hpcdgnn.planner.work import _count, _run, model_work
 from tests.conftest import read_metrics, write_job
 
 
@@ -108,7 +108,8 @@ def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_da
 
 @pytest.mark.parametrize(("args", "says"), [
     (["--strategies", "snapshot", "nope"], "unknown nope"),
-    (["--ranks", "0"], "every P must be >= 1"),
+    (["--ranks", "0"], "plan --ranks: 0; a job runs on at least 1 rank"),
+    (["--ranks", "2", str(2**20 + 1)], "plan --ranks: 1048577 is more than 1,048,576 ranks"),
     (["--memory-per-rank", "2KiB"], "no strategy fits 2.00 KiB per rank at P = 1"),
     (["--memory-per-rank", "lots"], "--memory-per-rank: 'lots' is not a size")])
 def test_plan_refuses_bad_input_in_one_line(launcher, small_dataset, tmp_path, args, says):
@@ -217,6 +218,11 @@ def test_parse_size():
             parse_size(bad, "--memory-per-rank")
 
 
+def _counted(model, S: int, n: int):
+    """The planner's per-phase counts of one forward + backward of ``model`` over S snapshots of n vertices."""
+    return _run(_count(model, S, n, 3, torch.float64, 4), len(model.layers))
+
+
 @pytest.mark.parametrize("name", ["cdgcn", "tgcn", "evolvegcn_h"])
 def test_model_work_extrapolates_to_a_larger_graph(name):
     """Counts fitted on three tiny graphs predict a larger graph's counted FLOPs (within 5 %: the backward is
@@ -227,7 +233,7 @@ def test_model_work_extrapolates_to_a_larger_graph(name):
     model = build_model(name, 3, 8, 2).to(torch.float64)
     assert work.parameters == sum(p.numel() for p in model.parameters())
     S, n = 3, 150
-    counted, nnz, _, _ = _run(model, S, n, 3, torch.float64, 4)
+    counted, nnz, _, _ = _counted(model, S, n)
     for ph, pw in (("spatial", work.spatial), ("temporal", work.temporal)):
         flops, _, sparse, saved, rnn = counted[ph]
         assert pw.flops(S * n, S) == pytest.approx(flops, rel=0.05, abs=1.0)
@@ -236,11 +242,34 @@ def test_model_work_extrapolates_to_a_larger_graph(name):
         assert pw.rnn_flops_per_row * S * n == pytest.approx(rnn, rel=0.05, abs=1.0)
     # more steps than the counting graphs had: a fused RNN's per-sequence bytes do not grow with them
     S = 16
-    counted = _run(model, S, n, 3, torch.float64, 4)[0]
+    counted = _counted(model, S, n)[0]
     for ph, pw in (("spatial", work.spatial), ("temporal", work.temporal)):
         assert pw.saved(S * n, n) == pytest.approx(counted[ph][3], rel=0.05, abs=64 * 8)
     hidden_state = {"cdgcn": [16, 16], "tgcn": [0, 8], "evolvegcn_h": [0, 0]}[name]
     assert list(work.state_per_row) == hidden_state
+
+
+@pytest.mark.parametrize("name", ["gconv_gru", "gconv_lstm", "dcrnn", "gcrn_m1"])
+def test_a_cell_s_order_is_counted_at_two_and_extrapolated(name, monkeypatch):
+    """A K-term cell's work is linear in K: counted at K = 3 and 4 and extrapolated (``model.order: 3000`` took
+    23 s op by op), K = 11 gives what counting it does — every per-phase and per-layer figure (the backward's
+    calls too, shared out between layers after the extrapolation), the parameters the model has."""
+    from dataclasses import asdict
+
+    import hpcdgnn.planner.work as work_module
+
+    opts = model_options(name)(name=name, hidden=5, order=11)
+    work = model_work(opts, 3, "float64")
+    assert work.parameters == sum(p.numel() for p in build_from_options(opts, 3).parameters())
+    monkeypatch.setattr(work_module, "_COUNTED_ORDERS", (11, 12))  # K = 11 counted op by op
+    direct = work_module._model_work_cached.__wrapped__(name, tuple(sorted(asdict(opts).items())), 3, "float64", 4)
+
+    def figures(w) -> list[float]:
+        phases = [w.spatial, w.temporal, *(pw for layer in w.layers for pw in layer)]
+        return [getattr(pw, f) for pw in phases for f in pw.__dataclass_fields__] + [*w.state_per_row]
+
+    assert figures(work) == pytest.approx(figures(direct), rel=1e-9, abs=1e-9)
+    assert work.forward_share == pytest.approx(direct.forward_share, rel=1e-9)
 
 
 def test_model_work_of_cdgcn_is_the_hand_count():
@@ -271,7 +300,7 @@ def test_model_work_per_layer_adds_up_to_the_phases(name):
     assert len(work.layers) == opts.layers
     model = build_model(name, 3, 8, 2).to(torch.float64)
     S, n = 3, 150
-    counted, nnz, _, share = _run(model, S, n, 3, torch.float64, 4)
+    counted, nnz, _, share = _counted(model, S, n)
     for i, ph in enumerate(("spatial", "temporal")):
         total = getattr(work, ph)
         assert sum(lw[i].flops(S * n, S) for lw in work.layers) == pytest.approx(total.flops(S * n, S), rel=0.02,

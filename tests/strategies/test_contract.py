@@ -13,7 +13,9 @@ CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", 
             # prices or resolves
             "check_job", "check_data", "variants", "smaller", "resolve",
             # whether a checkpoint's per-rank state binds embed/predict to the run's own P and options
-            "keeps_rank_state"}
+            "keeps_rank_state",
+            # whether a pre-emption may abandon an epoch between its batches (train/loop.py's BatchStop)
+            "stops_between_batches"}
 
 
 def _public_methods(cls) -> set[str]:

@@ -25,6 +25,7 @@ def wide_dataset(tmp_path_factory):
     ({"name": "cdgcn", "layers": 3}, "snapshot", None),
     ({"name": "tmgcn"}, "vertex", 2),
     ({"name": "gconv_gru", "order": 3}, "pss", 3),
+    ({"name": "gconv_lstm", "order": 4, "layers": 1}, "snapshot", None),
 ])
 def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_path, model, strategy, ranks):
     """A job that fits must never be refused: the bound's activations and parameters stay below the measured
@@ -37,7 +38,8 @@ def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_pat
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     bound = lower_bound(load_job(job), load_manifest(small_dataset), ranks or 1)
-    assert 0 < bound["activations"][0] <= min(summary["memory"]["activation_peak_bytes"])
+    assert 0 < bound["activations"][0] + bound.get("basis", (0,))[0] <= min(summary["memory"]["activation_peak_bytes"])
+    assert ("basis" in bound) == model["name"].startswith("gconv")
     assert 0 < bound["parameters"][0] <= 3 * 8 * summary["parameters"]["count"]
     assert read_metrics(tmp_path / "run")[-1]["activation_peak_bytes"] >= bound["activations"][0]
     from hpcdgnn.planner.predict import plan_job
@@ -54,8 +56,9 @@ def test_the_bound_is_below_what_real_runs_hold(small_dataset, launcher, tmp_pat
     ("model.hidden=1000000", "parameters"),  # was killed (exit 137) building the model for the plan
     ("model.layers=100000", "activations"),  # was killed by the kernel mid set-up
     ("task.negatives=100000000000", "pairs"),  # was a numpy MemoryError traceback
-    # one layer of a K-term cell: its K bases' weights (a trial's 2.4·10⁹ parameters were killed by the kernel)
-    ("model.name=gconv_gru model.layers=1 model.order=100000000 strategy.name=pss", "parameters"),
+    # one layer of a K-term cell (a trial's 2.4·10⁹ parameters were killed by the kernel): the K-term bases its
+    # gates read over the rank's rows, larger than the bases' weights
+    ("model.name=gconv_gru model.layers=1 model.order=100000000 strategy.name=pss", "basis"),
 ])
 @pytest.mark.parametrize("ranks", [None, 2])
 def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_dataset, launcher, tmp_path,
@@ -72,7 +75,7 @@ def test_a_size_the_node_cannot_hold_is_one_line_before_anything_is_built(wide_d
     assert "its share of the node's memory" in errors[0], errors[0]
     # more ranks are advice where they shrink the term: not for the parameters every rank holds whole
     if term != "pairs":
-        assert ("spread the job over more ranks" in errors[0]) is (term == "activations"), errors[0]
+        assert ("spread the job over more ranks" in errors[0]) is (term in ("activations", "basis")), errors[0]
 
 
 #: an event stream's sizes as the event regime's footprint reads them
@@ -212,3 +215,19 @@ def test_a_full_batch_epoch_holds_every_training_step_s_pairs(small_dataset, tmp
     sampled = load_job(write_job(tmp_path / "s.yaml", small_dataset, task={"negatives": 100_000},
                                  strategy={"name": "sequences", "window": 2}))
     check_footprint(sampled, m, 2, 8 * 2**30, "job.yaml")  # one step's 4.8 GB: fits
+
+
+def test_a_graph_rnn_cell_s_bases_are_counted(wide_dataset, tmp_path):
+    """A trial's ``model.order: 3000`` (GConvGRU under pss, P = 2) passed the bound and grew past 8 GB: the bound
+    left out the K-term bases the cell's gates read and keep for the backward — its input's (K·F a row) and each
+    training step's of its state (2·K·hidden a GRU layer). Here T·N/P = 17,500 rows of 2 layers hold 7.4 GiB of
+    them at least: refused at 4 GiB naming model.order; order 3 fits."""
+    from hpcdgnn.errors import ConfigError
+
+    m = load_manifest(wide_dataset)
+    job = load_job(write_job(tmp_path / "job.yaml", wide_dataset, model={"name": "gconv_gru", "order": 3000},
+                             strategy={"name": "pss"}))
+    with pytest.raises(ConfigError, match=r"\(basis 7\.4 GiB, set by model\.order, model\.hidden\)"):
+        check_footprint(job, m, 2, 4 * 2**30, "job.yaml")
+    check_footprint(load_job(write_job(tmp_path / "ok.yaml", wide_dataset, model={"name": "gconv_gru", "order": 3},
+                                       strategy={"name": "pss"})), m, 2, 4 * 2**30, "job.yaml")

@@ -131,6 +131,7 @@ def test_a_new_run_refuses_a_used_or_impossible_checkpoint_dir_before_training(s
     (tmp_path / "afile").write_text("x")
     job = write_job(tmp_path / "job.yaml", small_dataset, checkpoint={"every": 1})
     for ck, says in [(used, f"--set checkpoint.dir: {used} exists and is not empty"),
+                     (tmp_path / "afile", f"--set checkpoint.dir: {tmp_path / 'afile'} is a file, not a directory"),
                      (tmp_path / "afile" / "ck", f"checkpoint.dir: cannot create {tmp_path / 'afile' / 'ck'}")]:
         out = tmp_path / f"run-{ck.name}"
         line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(out),

@@ -1,0 +1,39 @@
+"""Run under mpirun: ``python -m hpcdgnn run`` with a pre-emption signal on one rank during one batch.
+
+Usage: mpirun -np P python tests/mpi/preempted_mid_epoch.py RANK EPOCH BATCH HOLD -- ARGS...
+
+Rank RANK sends itself SIGUSR1 (the scheduler's warning) while it trains batch BATCH (0-based) of epoch EPOCH;
+the rest is the real command line. The ranks agree on stopping before every batch here (``BatchStop``'s
+interval 0; a run's default agrees about once a second), so a test knows where the epoch ends. HOLD ``hold``:
+an epoch's start is held in memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``-``: the
+default.
+"""
+
+import os
+import signal
+import sys
+
+from mpi4py import MPI
+
+from hpcdgnn.__main__ import main
+from hpcdgnn.strategies.registry import available_strategies, get_strategy
+from hpcdgnn.train.loop import BatchStop
+
+
+def _signalling(step, rank: int, epoch: int, index: int):
+    def wrapped(self, model, task, batch, scale):
+        if MPI.COMM_WORLD.rank == rank and batch.epoch == epoch and batch.index == index:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return step(self, model, task, batch, scale)
+    return wrapped
+
+
+if __name__ == "__main__":
+    cut = sys.argv.index("--")
+    rank, epoch, index = map(int, sys.argv[1:4])
+    BatchStop.INTERVAL_S = 0.0
+    if sys.argv[4] == "hold":
+        BatchStop.HOLD_AFTER_S = 0.0
+    for cls in {get_strategy(name) for name in available_strategies()}:
+        cls.step = _signalling(cls.step, rank, epoch, index)
+    sys.exit(main(sys.argv[cut + 1:]))

@@ -1,0 +1,122 @@
+"""A pre-emption between the batches of an epoch (``hpcdgnn.train.loop.BatchStop``), under a real mpirun.
+
+Under a strategy of many mini-batches (sequences, memory, hybrid with synchronous averaging) the ranks agree
+between batches: a signal to one rank stops every rank before the same batch, the epoch is abandoned, the run
+writes the checkpoint of its start (serialised in memory at that boundary) unless one was written there, and
+exits 75; a resume trains the epoch again and reproduces the uninterrupted run bit for bit. An epoch abandoned
+before any checkpoint leaves none and says to start over. An epoch after a short one (under
+``BatchStop.HOLD_AFTER_S``) whose start was not checkpointed runs to its end, as does every epoch under
+asynchronous averaging (a round may be in flight between steps) or a full-batch strategy.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hpcdgnn.errors import EXIT_PREEMPTED
+from hpcdgnn.train.checkpoint import latest_checkpoint
+from tests.conftest import REPO, assert_same_run, read_metrics, write_job
+from tests.strategies.test_hybrid import RANDOM, sparse  # noqa: F401 (a fixture)
+from tests.strategies.test_memory import _job as memory_job
+from tests.strategies.test_memory import college  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.mpi
+
+#: signals rank RANK during batch BATCH of epoch EPOCH; the ranks agree before every batch
+MID = str(REPO / "tests" / "mpi" / "preempted_mid_epoch.py")
+SEQ = {"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2], "batch_samples": 1}
+#: no checkpoint at an epoch's end but the last: an abandoned epoch's start is only held in memory
+AT_END = {"every": 0, "every_minutes": 0}
+
+
+def _trajectory(run) -> list[tuple[float, float]]:
+    return [(r["loss"], r["grad_norm"]) for r in read_metrics(run)]
+
+
+def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True):
+    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch``; ``hold``: however short the epochs."""
+    proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), "hold" if hold else "-", "--", "run", str(job),
+                            "--output", str(run), *(["--set", *overrides] if overrides else [])])
+    assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
+    assert json.loads((run / "summary.json").read_text())["status"] == "preempted"
+    return proc.stdout
+
+
+def _resumed_equals_straight(launcher, P: int, job, run, straight, *overrides: str) -> None:
+    done = launcher.run(P, ["-m", "hpcdgnn", "run", "--resume", str(run)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    ref = launcher.run(P, ["-m", "hpcdgnn", "run", str(job), "--output", str(straight),
+                           *(["--set", *overrides] if overrides else [])])
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert len(read_metrics(straight)) == len(read_metrics(run))
+    assert_same_run(_trajectory(run), _trajectory(straight))
+
+
+def test_sequences_stop_between_batches_and_resume_bit_for_bit(launcher, small_dataset, tmp_path):
+    """P = 3, a signal to rank 1 in the second batch of epoch 3 of 4: every rank stops after 2 batches, writes the
+    checkpoint of epoch 2 it held in memory (none was written at epoch 2's end), and the resume's four epochs
+    are the straight run's."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 3, job, run, 1, 3, 1)
+    assert "stopped during epoch 3, after 2 of its batches (a resume trains it again from its start, the " \
+           "checkpoint of epoch 2)" in out, out
+    assert "epoch 2's end, kept in memory" in out, out
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+    _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight")
+
+
+def test_an_abandoned_first_epoch_leaves_no_checkpoint(launcher, small_dataset, tmp_path):
+    """One rank, a signal in epoch 1's first batch: stopped before the second, no checkpoint, and the line says
+    to run the job again (there is nothing to resume)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, checkpoint=AT_END)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 1, job, run, 0, 1, 0)
+    assert "stopped during epoch 1, after 1 of its batches (a resume trains it again from its start); no " \
+           "checkpoint yet: run the job again" in out, out
+    assert read_metrics(run) == [] and latest_checkpoint(run / "checkpoints") is None
+
+
+def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, small_dataset, tmp_path):
+    """P = 2, epochs of milliseconds, none checkpointed: holding an epoch's start would cost a share of it, so a
+    signal in epoch 3 stops the run after it, with its checkpoint, as a full-batch strategy's epoch does."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 2, job, run, 1, 3, 1, hold=False)
+    assert "stopped after epoch 3" in out and "stopped during" not in out, out
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000003"
+
+
+def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path):  # noqa: F811
+    """TGN under i = 2 mini-batch parallelism, checkpointed every epoch: a signal in epoch 2's third iteration
+    stops both ranks there; the checkpoint of epoch 1 written at its end is the one to resume (nothing held), and
+    the node memory and weights resume the straight run exactly."""
+    job = memory_job(tmp_path, college, minibatch=2)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 2, job, run, 0, 2, 2, "checkpoint.every=1")
+    assert "stopped during epoch 2, after 3 of its batches" in out and "the checkpoint of epoch 1)" in out, out
+    assert "kept in memory" not in out, out
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000001"
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "async"])
+def test_hybrid_stops_between_steps_unless_averaging_is_asynchronous(launcher, sparse, tmp_path, mode):  # noqa: F811
+    """Synchronous averaging stops between steps like sequences; asynchronous averaging ends the epoch first (its
+    rounds may be in flight between steps) and checkpoints its end."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
+    over = [*RANDOM, "strategy.steps_per_epoch=4", f"strategy.averaging.mode={mode}"]
+    run = tmp_path / "run"
+    out = _preempted(launcher, 3, job, run, 2, 2, 1, *over)
+    if mode == "async":
+        assert "stopped after epoch 2" in out and "stopped during" not in out, out
+        assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
+        return
+    assert "stopped during epoch 2, after 2 of its batches" in out and "epoch 1's end, kept in memory" in out, out
+    assert [r["epoch"] for r in read_metrics(run)] == [1]
+    _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight", *over)
