@@ -249,13 +249,22 @@ def validate_job(job: JobConfig, file: str) -> None:
 
 
 def _older_resolved(raw: dict) -> dict:
-    """An older ``config.resolved.yaml`` listed every model's keys at their defaults: drop those its model lacks."""
+    """An older ``config.resolved.yaml`` listed every model's keys at their defaults: drop those its model lacks;
+    and it may hold keys that were ignored where they sit and are refused there now (``stale.theta`` with
+    ``stale.mode: off``, ``fusion_memory_mb`` with ``fusion: off``): drop them too, so that the run resumes."""
     from hpcdgnn.regimes import names, options_class
 
     model = raw.get("model")
     if isinstance(model, dict) and model.get("name") in names("model"):
         fields = {f.name for f in dataclasses.fields(options_class("model", model["name"]))}
         raw["model"] = {k: v for k, v in model.items() if k in fields}
+    strategy = raw.get("strategy")
+    if isinstance(strategy, dict):
+        stale = strategy.get("stale")
+        if isinstance(stale, dict) and stale.get("mode", "off") == "off":
+            stale.pop("theta", None)
+        if strategy.get("fusion") == "off":
+            strategy.pop("fusion_memory_mb", None)
     return raw
 
 

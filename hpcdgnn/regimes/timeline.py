@@ -60,8 +60,10 @@ def model_parameters(job: JobConfig, manifest) -> int:
 
 def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
     """Lower bounds of a rank's bytes (:mod:`hpcdgnn.train.footprint`): parameters, full-batch activations of
-    T·N/P rows (one checkpoint block's, IBM §3.1) and a graph-RNN cell's input basis over them, and one step's
-    task examples."""
+    T·N/P rows (one checkpoint block's, IBM §3.1) and the graph-RNN cells' bases over its training steps, and
+    one step's task examples."""
+    from dataclasses import replace
+
     from hpcdgnn.strategies import get_strategy
 
     m, task = job.model, job.task
@@ -71,20 +73,26 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     keys = f"model.hidden, model.layers{order}, task.decoder_hidden"
     parts = {"parameters": parameter_bytes(job, model_parameters(job, manifest) + head, keys)}
     if get_strategy(job.strategy.name).full_batch:
-        rows = manifest.num_snapshots * manifest.num_vertices // num_ranks // max(1, getattr(job.strategy, "blocks", 1))
-        per_row = m.hidden + task.split[0] * (m.layers - 1) * k * m.hidden
-        parts["activations"] = (int(item_bytes(job) * rows * per_row), f"model.hidden, model.layers{order}")
-        # a graph-RNN cell's gates read bases (GraphRecurrentLayer), kept for the backward: its input's over the
-        # rank's steps, one tensor as wide as w_x has rows (K blocks of F_in; 2K - 1 for diffusion), and each
-        # training step's of its state, one per w_h* (GRU: H_{t-1} and H_{t-1} ⊙ R_t), as wide as its rows.
-        # The deeper layers' input bases are the activations' K·hidden. Layers 2..L are alike: two are built.
+        T, N = manifest.num_snapshots, manifest.num_vertices
+        share = num_ranks * max(1, getattr(job.strategy, "blocks", 1))
+        # autograd keeps the steps up to the training horizon (a causal model's later steps run without it), at
+        # most a share split[0] of the T steps counted here; layers 2..L are alike: two are built
+        layers = meta_layers(replace(m, layers=min(m.layers, 2)), manifest.num_features)
+        steps = task.split[0] * T
+        if all(ly.causal for ly in layers):
+            steps = min(steps, task_class(task.name).train_horizon(task, manifest) + 1)
+        rows, kept = T * N // share, steps * N / share
+        activations = rows * m.hidden + kept * (m.layers - 1) * k * m.hidden
+        parts["activations"] = (int(item_bytes(job) * activations), f"model.hidden, model.layers{order}")
+        # a graph-RNN cell's gates read bases (GraphRecurrentLayer), kept for the backward: its input's, one
+        # tensor as wide as w_x has rows (K blocks of F_in; 2K - 1 for diffusion), and each step's of its state
+        # after the first, one per w_h* (GRU: H_{t-1} and H_{t-1} ⊙ R_t), as wide as its rows. The deeper
+        # layers' input bases are the activations' K·hidden.
         if needs_step_graphs(m.name):
-            from dataclasses import replace
-
-            cells = meta_layers(replace(m, layers=min(m.layers, 2)), manifest.num_features)
-            state = [sum(p.shape[0] for name, p in ly.named_parameters() if name.startswith("w_h")) for ly in cells]
-            per_row = cells[0].w_x.shape[0] + task.split[0] * (state[0] + (m.layers - 1) * state[-1])
-            parts["basis"] = (int(item_bytes(job) * rows * per_row), "model.order, model.hidden")
+            state = [sum(p.shape[0] for name, p in ly.named_parameters() if name.startswith("w_h")) for ly in layers]
+            basis = (kept * layers[0].w_x.shape[0]
+                     + max(0.0, steps - 1) * N / share * (state[0] + (m.layers - 1) * state[-1]))
+            parts["basis"] = (int(item_bytes(job) * basis), "model.order, model.hidden")
         # every training step's examples are alive until the epoch's backward: the most loaded rank holds at
         # least their average share (whole snapshots, or in place its rows' share of each)
         pairs = max(pairs, epoch_pairs // num_ranks) if pairs else 0

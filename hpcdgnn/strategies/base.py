@@ -205,11 +205,11 @@ class Strategy(Generic[B]):
         """Forward, task loss times ``scale``, backward; returns the task's metric sums."""
         raise NotImplementedError
 
-    def stops_between_batches(self) -> bool:
-        """Whether a pre-emption may abandon an epoch between two of its batches: every rank has then drawn the
-        same batch from :meth:`batches` and no rank waits in a collective of the rest of the epoch (an
-        asynchronous exchange would). The run then writes the checkpoint of the epoch's start
-        (``hpcdgnn.train.loop.BatchStop``); False: the epoch runs to its end first."""
+    def stops_between_batches(self, epoch: int) -> bool:
+        """Whether a pre-emption may abandon epoch ``epoch`` between two of its batches (the same on every rank):
+        it has more than one, and after drawing the same batch from :meth:`batches` no rank waits in a collective
+        of the rest of the epoch (an asynchronous exchange would). The run then writes the checkpoint of the
+        epoch's start (``hpcdgnn.train.loop.BatchStop``); False: the epoch runs to its end first."""
         return False
 
     def evaluate(self, model: DGNN, task: Any, epoch: int) -> np.ndarray | None:

@@ -520,10 +520,10 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             return layout.last.sum() * 0.0, self._zero_stats(model, task, epoch)
         return loss, stats
 
-    def stops_between_batches(self) -> bool:
-        """Under synchronous averaging: a step's collectives run with it; an asynchronous round may be in
-        flight between steps (H5), and the epoch ends with rounds every rank joins."""
-        return self.opts.averaging.mode != "async"
+    def stops_between_batches(self, epoch: int) -> bool:
+        """Under synchronous averaging, with more than one step: a step's collectives run with it; an
+        asynchronous round may be in flight between steps (H5), and the epoch ends with rounds every rank joins."""
+        return self.opts.averaging.mode != "async" and self.steps_per_epoch() > 1
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of my part of the batch."""

@@ -317,9 +317,10 @@ class MemoryStrategy(Strategy[EventBatch]):
         for g in range(p.iterations()):
             yield EventBatch(epoch, g, self._examples(epoch, g), seg, g)
 
-    def stops_between_batches(self) -> bool:
-        """Yes: an iteration's reads, barrier and writes run within its step; a prefetched batch is dropped."""
-        return True
+    def stops_between_batches(self, epoch: int) -> bool:
+        """With more than one iteration: an iteration's reads, barrier and writes run within its step; a
+        prefetched batch is dropped."""
+        return self.plan.iterations() > 1
 
     def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
         """Read memory for batch g, barrier, train on the batch read ``self.b`` iterations earlier; b = 0 writes."""

@@ -460,9 +460,12 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             out = model(layout)
         return task(out, epoch)
 
-    def stops_between_batches(self) -> bool:
-        """Yes: a batch's only collectives (its example count, the gradient sum) run with the batch."""
-        return True
+    def stops_between_batches(self, epoch: int) -> bool:
+        """Where the epoch has more than one batch (:meth:`batches`: the training samples over ``batch_samples``):
+        a batch's only collectives (its example count, the gradient sum) run with the batch."""
+        train = sum(s.split == 0 for s in self.seqs)
+        samples = train * len(range(0, self.N, self.opts.batch_vertices or self.N))
+        return samples > (self.opts.batch_samples or train)
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""

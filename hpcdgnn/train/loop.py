@@ -29,7 +29,8 @@ class BatchStop:
     Before batch i ≥ 1 (an epoch of one batch never asks: it ends as soon), at indices every rank computes alike,
     the ranks all-reduce (max) [this rank received a signal, this rank's seconds a batch since the last agreement]:
     a signal anywhere stops every rank before the same batch; else the next agreement comes after
-    ⌊:attr:`INTERVAL_S` / the slowest rank's seconds a batch⌋ batches (at least one). On one rank the flag is read
+    ⌊:attr:`INTERVAL_S` / the slowest rank's seconds a batch⌋ batches, at least one and at most twice as many
+    as since the last (1, 3, 7, … at first). On one rank the flag is read
     before every batch. The all-reduce is tagged ``control.stop`` (not training traffic). Only for a strategy that
     :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches`, and only where the epoch's start can be
     resumed: checkpointed at its boundary, the run's first epoch (nothing to lose), or held in memory by the
@@ -69,8 +70,10 @@ class BatchStop:
             raised, slowest = self.comm.allreduce_array(
                 [float(self.flag.raised), (now - self._t0) / (index - self._last)], op="max", tag="control.stop")
             stop = raised > 0
-            # the same on every rank: the maximum's
-            self._next = index + max(1, min(int(self.INTERVAL_S / max(slowest, 1e-9)), 1 << 30))
+            # the same on every rank (the maximum's); the gap at most doubles, so that cheap first batches do not
+            # put the next agreement past a run of dearer ones (or past the epoch's end)
+            gap = min(int(self.INTERVAL_S / max(slowest, 1e-9)), 2 * (index - self._last))
+            self._next = index + max(1, gap)
             self._last, self._t0 = index, now
         if stop:
             self.stopped_at = index

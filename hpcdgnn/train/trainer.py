@@ -66,7 +66,7 @@ __all__ = ["run_training", "TrainResult", "train_epoch"]
 @dataclass
 class TrainResult:
     """What a finished run returns: its run directory, this attempt's losses and the trained model and task head
-    (every rank)."""
+    (every rank; None after an epoch abandoned at a pre-emption: its weights are in no checkpoint)."""
 
     run_dir: Path
     losses: list[float]
@@ -384,17 +384,20 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     batch_stop = BatchStop(comm, stop)
     written = run.start_epoch  # the newest checkpoint's epoch (0: none)
     seconds = 0.0  # the last epoch's, slowest rank (the same on every rank)
+    abandoned = False
     for epoch in range(run.start_epoch + 1, last + 1):
-        between = run.strategy.stops_between_batches()
-        # the state an abandoned epoch resumes from; serialised now, as the epoch changes it in place
+        between = run.strategy.stops_between_batches(epoch)
+        held = None  # the last epoch's copy goes before the next is made
+        recorder.begin()
+        # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place); in the
+        # epoch's time, which it costs
         held = (_held(run, checkpoints, epoch - 1) if between and written < epoch - 1
                 and seconds >= BatchStop.HOLD_AFTER_S else None)
         between = between and (written == epoch - 1 or held is not None)
-        recorder.begin()
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
             stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None)
         if between and batch_stop.stopped_at is not None:
-            preempted = True
+            preempted = abandoned = True
             _abandoned(run, checkpoints, log, stop, epoch, batch_stop.stopped_at, held, written)
             break
         activation_peak = max(activation_peak, meter.peak)
@@ -445,4 +448,6 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         raise diverged
     if rd is not None and not preempted:
         log.info(_done_line(run, totals, len(losses)))
-    return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted, run.model, run.task)
+    # an abandoned epoch's weights are no checkpoint's: the caller loads the newest (api.TrainedRun.model)
+    trained = (None, None) if abandoned else (run.model, run.task)
+    return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted, *trained)

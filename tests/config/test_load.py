@@ -358,3 +358,17 @@ def test_a_dataset_path_given_by_set_is_blamed_on_the_set(tmp_path, small_datase
     (tmp_path / "job2.yaml").write_text(f"data: {{path: {tmp_path / 'nowhere'}}}\n")
     with pytest.raises(ConfigError, match=r"job2\.yaml: data\.path: dataset directory"):
         load_job(tmp_path / "job2.yaml")
+
+
+@pytest.mark.parametrize("strategy", ['{name: vertex, stale: {mode: "off", theta: 0.3}}',
+                                      '{name: chunk, fusion: "off", fusion_memory_mb: 64}'])
+def test_a_run_saved_with_a_key_now_refused_where_it_was_ignored_still_loads(tmp_path, small_dataset, strategy):
+    """``stale.theta`` under ``mode: off`` and ``fusion_memory_mb`` under ``fusion: off`` were ignored, and are
+    refused now: a new job gets the one line, but an older run's ``config.resolved.yaml`` drops them (nothing
+    read them), so that the run resumes and ``embed`` reads it."""
+    p = _job(tmp_path, small_dataset, f"strategy: {strategy}\n")
+    with pytest.raises(ConfigError, match="applies only with"):
+        load_job(p)
+    job = load_job(p, resolved=True)
+    assert job.strategy.name in ("vertex", "chunk")
+    assert getattr(job.strategy, "fusion_memory_mb", "auto") == "auto" and job.strategy.stale.theta == 0.5

@@ -1,12 +1,12 @@
 """Run under mpirun: ``python -m hpcdgnn run`` with a pre-emption signal on one rank during one batch.
 
-Usage: mpirun -np P python tests/mpi/preempted_mid_epoch.py RANK EPOCH BATCH HOLD -- ARGS...
+Usage: mpirun -np P python tests/mpi/preempted_mid_epoch.py RANK EPOCH BATCH OPTIONS -- ARGS...
 
 Rank RANK sends itself SIGUSR1 (the scheduler's warning) while it trains batch BATCH (0-based) of epoch EPOCH;
-the rest is the real command line. The ranks agree on stopping before every batch here (``BatchStop``'s
-interval 0; a run's default agrees about once a second), so a test knows where the epoch ends. HOLD ``hold``:
-an epoch's start is held in memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``-``: the
-default.
+the rest is the real command line. OPTIONS, comma-separated (``-``: none): ``hold``: an epoch's start is held in
+memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``interval=S``: the ranks agree after S
+seconds of batches (``BatchStop.INTERVAL_S``; else 0 here, before every batch, so that a test knows where the
+epoch ends; a run's default is 1).
 """
 
 import os
@@ -32,8 +32,11 @@ if __name__ == "__main__":
     cut = sys.argv.index("--")
     rank, epoch, index = map(int, sys.argv[1:4])
     BatchStop.INTERVAL_S = 0.0
-    if sys.argv[4] == "hold":
-        BatchStop.HOLD_AFTER_S = 0.0
+    for option in sys.argv[4].split(","):
+        if option == "hold":
+            BatchStop.HOLD_AFTER_S = 0.0
+        elif option.startswith("interval="):
+            BatchStop.INTERVAL_S = float(option.partition("=")[2])
     for cls in {get_strategy(name) for name in available_strategies()}:
         cls.step = _signalling(cls.step, rank, epoch, index)
     sys.exit(main(sys.argv[cut + 1:]))

@@ -35,9 +35,12 @@ def _trajectory(run) -> list[tuple[float, float]]:
     return [(r["loss"], r["grad_norm"]) for r in read_metrics(run)]
 
 
-def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True):
-    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch``; ``hold``: however short the epochs."""
-    proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), "hold" if hold else "-", "--", "run", str(job),
+def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True,
+               interval: float = 0.0):
+    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch``; ``hold``: however short the epochs;
+    ``interval``: ``BatchStop.INTERVAL_S`` (0: the ranks agree before every batch)."""
+    options = ",".join(["hold"] * hold + [f"interval={interval}"])
+    proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), options, "--", "run", str(job),
                             "--output", str(run), *(["--set", *overrides] if overrides else [])])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
     assert json.loads((run / "summary.json").read_text())["status"] == "preempted"
@@ -89,6 +92,27 @@ def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, small_dataset, tmp
     assert "stopped after epoch 3" in out and "stopped during" not in out, out
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000003"
+
+
+def test_an_epoch_of_one_batch_is_not_held_and_runs_to_its_end(launcher, small_dataset, tmp_path):
+    """``sequences`` with one batch an epoch (every training sample in it): nothing to stop between, so nothing is
+    held; a signal in epoch 2 stops the run after it."""
+    one = {k: v for k, v in SEQ.items() if k not in ("batch_samples", "batch_vertices")}
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=one, train={"epochs": 3}, checkpoint=AT_END)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 1, job, run, 0, 2, 0)
+    assert "stopped after epoch 2" in out and "kept in memory" not in out and "stopped during" not in out, out
+
+
+def test_the_agreements_follow_dearer_batches_after_cheap_ones(launcher, small_dataset, tmp_path):
+    """A review found the agreements scheduled past the epoch's end: at P = 2 with one sample a batch only one
+    rank works in each, the first agreement measured a cheap batch (~6 ms) and put the next 0.3 s of such
+    batches later — beyond the epoch — while rank 1's batches sleep 50 ms (``debug.delay_rank``). The gap now at
+    most doubles (1, 3, 7, …): a signal in epoch 3's third batch stops the epoch between batches."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END,
+                    debug={"delay_rank": 1, "delay_seconds": 0.05})
+    out = _preempted(launcher, 2, job, tmp_path / "run", 0, 3, 2, interval=0.3)
+    assert "stopped during epoch 3" in out, out
 
 
 def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path):  # noqa: F811
