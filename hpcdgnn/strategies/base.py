@@ -212,8 +212,13 @@ class Strategy(Generic[B]):
         epoch's start (``hpcdgnn.train.loop.BatchStop``); False: the epoch runs to its end first."""
         return False
 
-    def evaluate(self, model: DGNN, task: Any, epoch: int) -> np.ndarray | None:
-        """Validation / test metric sums from a pass of its own; None when the training pass yields them."""
+    def evaluate(self, model: DGNN, task: Any, epoch: int, stop: Callable[[int], bool] | None = None
+                 ) -> np.ndarray | None:
+        """Validation / test metric sums from a pass of its own; None when the training pass yields them.
+
+        ``stop(i)``: where a pass of several batches may be abandoned (``BatchStop.in_evaluation``): asked before
+        its batch i on every rank, in order — a collective at the indices it agrees at — and True abandons the
+        pass (the return value is then unused); a strategy whose ranks do not all run the pass ignores it."""
         return None
 
     def attach_optimizer(self, optimizer: Any) -> None:

@@ -534,8 +534,9 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         (loss * scale).backward()
         return stats
 
-    def evaluate(self, model: DGNN, task, epoch: int) -> np.ndarray:
-        """Validation and test sums: my vertices over the whole timeline from t = 0, without gradient."""
+    def evaluate(self, model: DGNN, task, epoch: int, stop=None) -> np.ndarray:
+        """Validation and test sums: my vertices over the whole timeline from t = 0, without gradient (one pass:
+        ``stop`` is not asked)."""
         if self.mine.shape[0] == 0 or self.stop == 0:
             return self._zero_stats(model, task, epoch)
         with torch.no_grad():

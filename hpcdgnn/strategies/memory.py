@@ -352,10 +352,13 @@ class MemoryStrategy(Strategy[EventBatch]):
                 self.load_seconds += time.perf_counter() - t1
         return stats
 
-    def evaluate(self, model, task, epoch: int) -> np.ndarray:
-        """Validation then test MRR / AP sums from the group whose memory just finished the last segment."""
+    def evaluate(self, model, task, epoch: int, stop=None) -> np.ndarray:
+        """Validation then test MRR / AP sums from the group whose memory just finished the last segment; ``stop``
+        (the base's) is asked before each batch where that group is every rank (``memory: 1``)."""
         t0 = time.perf_counter()
         p, stats = self.plan, np.zeros(task.stats_width())
+        if p.memory > 1:  # one group evaluates while the others wait at the epoch's end: no world agreement
+            stop = None
         if self.c != (p.memory - epoch % p.memory) % p.memory:
             self._eval_seconds = time.perf_counter() - t0
             return stats
@@ -374,8 +377,12 @@ class MemoryStrategy(Strategy[EventBatch]):
                 self._apply_pending(apply, part, parts)
             if record is not None:
                 self._embed_vertices(model, "train", part, parts, record)
+            abandoned = False
             for split in ("val", "test"):
                 for _ in range(p.batches(split)):
+                    abandoned = stop is not None and stop(at)
+                    if abandoned:
+                        break
                     work, at = self._static(keys[at]), at + 1
                     self._prefetch(keys[at] if at < len(keys) else None)
                     work.inp.memory = self.memory.read(work.inp.unique, self.ctx.device)
@@ -394,6 +401,8 @@ class MemoryStrategy(Strategy[EventBatch]):
                         labels = np.r_[np.ones(allp.shape[0]), np.zeros(alln.shape[0])]
                         ap = average_precision(np.r_[allp, alln], labels)
                     stats += task.eval_stats(split, pos, neg, ap, work.valid)
+                if abandoned:
+                    break
                 if record is not None:
                     self._embed_vertices(model, split, part, parts, record)
         if self.memory.leader:

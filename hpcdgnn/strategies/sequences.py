@@ -476,16 +476,19 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             stats = out.stats if stats is None else stats + out.stats
         return stats if stats is not None else self._zero_stats(model, task, batch.epoch)
 
-    def evaluate(self, model: DGNN, task, epoch: int) -> np.ndarray:
-        """Validation and test sums: my sequences of those splits × every node batch, without gradient."""
+    def evaluate(self, model: DGNN, task, epoch: int, stop=None) -> np.ndarray:
+        """Validation and test sums: my sequences of those splits × every node batch, without gradient; ``stop``
+        (the base's) is asked before each sample, every rank's or not."""
         nodes = self.node_batches(epoch)
         stats = None
+        samples = [sample for split in (1, 2) for sample in self._samples(epoch, split)]
         with torch.no_grad():
-            for split in (1, 2):
-                for seq, b in self._samples(epoch, split):
-                    if seq.index in self._mine_ids:
-                        out = self._run(model, task, epoch, seq, nodes[b], b, train=False).stats
-                        stats = out if stats is None else stats + out
+            for i, (seq, b) in enumerate(samples):
+                if stop is not None and stop(i):
+                    break
+                if seq.index in self._mine_ids:
+                    out = self._run(model, task, epoch, seq, nodes[b], b, train=False).stats
+                    stats = out if stats is None else stats + out
         return stats if stats is not None else self._zero_stats(model, task, epoch)
 
     def _host_bytes(self) -> int:

@@ -30,11 +30,11 @@ class BatchStop:
     the ranks all-reduce (max) [this rank received a signal, this rank's seconds a batch since the last agreement]:
     a signal anywhere stops every rank before the same batch; else the next agreement comes after
     ⌊:attr:`INTERVAL_S` / the slowest rank's seconds a batch⌋ batches, at least one and at most twice as many
-    as since the last (1, 3, 7, … at first). On one rank the flag is read
-    before every batch. The all-reduce is tagged ``control.stop`` (not training traffic). Only for a strategy that
-    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches`, and only where the epoch's start can be
-    resumed: checkpointed at its boundary, the run's first epoch (nothing to lose), or held in memory by the
-    trainer (which it does when the epoch before took :attr:`HOLD_AFTER_S` or more) and then written.
+    as since the last (1, 3, 7, … at first). On one rank the flag is read before every batch. The all-reduce is
+    tagged ``control.stop`` (not training traffic). Only in an epoch the strategy
+    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches` in, and only where the epoch's start can be
+    resumed: checkpointed at its boundary, held in memory by the trainer (which it does when the epoch before
+    took :attr:`HOLD_AFTER_S` or more) and then written, or a new run's first epoch (it leaves no checkpoint).
 
     Args:
         comm: the run's communicator.
@@ -52,12 +52,20 @@ class BatchStop:
         self.comm, self.flag = comm, flag
         #: batches the abandoned epoch trained before its stop (None: not stopped)
         self.stopped_at: int | None = None
+        #: the epoch's training batches (set at their end), and whether its evaluation pass is under way
+        self.trained, self.evaluating = 0, False
         self._next, self._last, self._t0 = 1, 0, 0.0
 
     def begin(self) -> None:
         """Start an epoch: the first agreement comes before its second batch."""
-        self.stopped_at = None
+        self.stopped_at, self.trained, self.evaluating = None, 0, False
         self._next, self._last, self._t0 = 1, 0, time.perf_counter()
+
+    def in_evaluation(self, index: int) -> bool:
+        """:meth:`before` batch ``index`` of the epoch's evaluation pass (``Strategy.evaluate``'s ``stop``): its
+        batches count on after the training batches."""
+        self.evaluating = True
+        return self.before(self.trained + index)
 
     def before(self, index: int) -> bool:
         """Whether every rank stops before batch ``index`` (collective at the agreed indices)."""
@@ -86,7 +94,7 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
 
     ``examples``: the denominator of a full batch; ``meter``: a context manager around each step, or None;
     ``stop``: asked before each batch but the first whether the ranks abandon the epoch (its ``stopped_at``
-    then says after how many batches; the caller closes ``batches``).
+    then says after how many batches; the caller closes ``batches``); it counts the batches trained.
     Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the same on
     every rank: a check of exactness that Adam's scale-free update would hide.
     """
@@ -96,6 +104,8 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
     for index, batch in enumerate(batches):
         if stop is not None and index and stop.before(index):
             break
+        if stop is not None:
+            stop.trained = index + 1
         optimizer.zero_grad(set_to_none=True)
         scale = 1.0 / (examples if batch.examples is None else batch.examples)
         with meter if meter is not None else nullcontext():

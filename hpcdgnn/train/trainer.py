@@ -106,7 +106,8 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: Batch
                 ) -> tuple[np.ndarray, float]:
     """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm).
 
-    ``stop``: may abandon the epoch between batches (its ``stopped_at`` is then set; no evaluation pass)."""
+    ``stop``: may abandon the epoch between batches, or between those of the evaluation pass (its ``stopped_at``
+    is then set)."""
     meter.reset_peak()
     drawn = batches = run.strategy.batches(epoch)
     seconds = run.job.output.progress_seconds
@@ -118,7 +119,7 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: Batch
         for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
             getattr(gen, "close", lambda: None)()
         return stats, grad_norm
-    evaluated = run.strategy.evaluate(run.model, task, epoch)
+    evaluated = run.strategy.evaluate(run.model, task, epoch, None if stop is None else stop.in_evaluation)
     if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
     return stats, grad_norm
@@ -314,16 +315,19 @@ def _restart_hint(run: Run, checkpointed: bool) -> str:
 
 
 def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.PreemptionFlag, epoch: int,
-               batches: int, held: HeldCheckpoint | None, written: int) -> None:
-    """A pre-emption between epoch ``epoch``'s batches: write the checkpoint of its start if only ``held`` in
-    memory (``written``: the newest checkpoint's epoch, 0 for none), and say so (every rank)."""
+               batch_stop: BatchStop, held: HeldCheckpoint | None, written: int) -> None:
+    """A pre-emption between epoch ``epoch``'s batches (``batch_stop`` says where): write the checkpoint of its
+    start if only ``held`` in memory (``written``: the newest checkpoint's epoch, 0 for none), and say so (every
+    rank)."""
     path = None
     if held is not None:
         t0 = time.perf_counter()
         path = checkpoints.save(held=held)
         written = held.epoch
         log.info(f"checkpoint: {path} (epoch {held.epoch}'s end, kept in memory; {time.perf_counter() - t0:.2f} s)")
-    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, after {batches} of its batches "
+    where = ("in its evaluation pass" if batch_stop.evaluating else
+             f"after {batch_stop.stopped_at} of its batches")
+    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} "
              f"(a resume trains it again from its start"
              + (f", the checkpoint of epoch {written}" if written else "") + f"); {_restart_hint(run, written > 0)}")
 
@@ -398,7 +402,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None)
         if between and batch_stop.stopped_at is not None:
             preempted = abandoned = True
-            _abandoned(run, checkpoints, log, stop, epoch, batch_stop.stopped_at, held, written)
+            _abandoned(run, checkpoints, log, stop, epoch, batch_stop, held, written)
             break
         activation_peak = max(activation_peak, meter.peak)
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,

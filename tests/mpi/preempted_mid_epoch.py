@@ -6,7 +6,7 @@ Rank RANK sends itself SIGUSR1 (the scheduler's warning) while it trains batch B
 the rest is the real command line. OPTIONS, comma-separated (``-``: none): ``hold``: an epoch's start is held in
 memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``interval=S``: the ranks agree after S
 seconds of batches (``BatchStop.INTERVAL_S``; else 0 here, before every batch, so that a test knows where the
-epoch ends; a run's default is 1).
+epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead.
 """
 
 import os
@@ -28,15 +28,27 @@ def _signalling(step, rank: int, epoch: int, index: int):
     return wrapped
 
 
+def _signalling_evaluation(evaluate, rank: int, epoch: int):
+    def wrapped(self, model, task, at, *args, **kwargs):
+        if MPI.COMM_WORLD.rank == rank and at == epoch:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return evaluate(self, model, task, at, *args, **kwargs)
+    return wrapped
+
+
 if __name__ == "__main__":
     cut = sys.argv.index("--")
     rank, epoch, index = map(int, sys.argv[1:4])
     BatchStop.INTERVAL_S = 0.0
-    for option in sys.argv[4].split(","):
+    options = sys.argv[4].split(",")
+    for option in options:
         if option == "hold":
             BatchStop.HOLD_AFTER_S = 0.0
         elif option.startswith("interval="):
             BatchStop.INTERVAL_S = float(option.partition("=")[2])
     for cls in {get_strategy(name) for name in available_strategies()}:
-        cls.step = _signalling(cls.step, rank, epoch, index)
+        if "eval" in options:
+            cls.evaluate = _signalling_evaluation(cls.evaluate, rank, epoch)
+        else:
+            cls.step = _signalling(cls.step, rank, epoch, index)
     sys.exit(main(sys.argv[cut + 1:]))

@@ -36,10 +36,11 @@ def _trajectory(run) -> list[tuple[float, float]]:
 
 
 def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True,
-               interval: float = 0.0):
-    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch``; ``hold``: however short the epochs;
-    ``interval``: ``BatchStop.INTERVAL_S`` (0: the ranks agree before every batch)."""
-    options = ",".join(["hold"] * hold + [f"interval={interval}"])
+               interval: float = 0.0, evaluation: bool = False):
+    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch`` (``evaluation``: as its evaluation pass
+    starts); ``hold``: however short the epochs; ``interval``: ``BatchStop.INTERVAL_S`` (0: the ranks agree
+    before every batch)."""
+    options = ",".join(["hold"] * hold + [f"interval={interval}"] + ["eval"] * evaluation)
     proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), options, "--", "run", str(job),
                             "--output", str(run), *(["--set", *overrides] if overrides else [])])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
@@ -126,6 +127,26 @@ def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path): 
     assert "kept in memory" not in out, out
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000001"
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+
+
+@pytest.mark.parametrize("split", [(1, 2), (2, 1)])
+def test_the_event_regime_s_evaluation_pass_stops_between_batches(launcher, college, tmp_path, split):  # noqa: F811
+    """TGN's evaluation pass (49 negatives an event: on large streams as long as the training) is abandoned
+    between its batches too, where every rank evaluates (``memory: 1``), at i = 2 and at j = 2 (epoch
+    parallelism); the resume reproduces the straight run. Under ``memory: k > 1`` one group evaluates while the
+    others wait: that pass runs to its end."""
+    i, j = split
+    job = memory_job(tmp_path, college, minibatch=i, epoch=j)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 2, job, run, 1, 2, 0, "checkpoint.every=1", evaluation=True)
+    assert "stopped during epoch 2, in its evaluation pass" in out and "the checkpoint of epoch 1)" in out, out
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+
+
+def test_one_memory_group_s_evaluation_runs_to_its_end(launcher, college, tmp_path):  # noqa: F811
+    job = memory_job(tmp_path, college, memory=2)
+    out = _preempted(launcher, 2, job, tmp_path / "run", 1, 2, 0, "checkpoint.every=1", evaluation=True)
+    assert "stopped after epoch 2" in out and "stopped during" not in out, out
 
 
 @pytest.mark.parametrize("mode", ["allreduce", "async"])
