@@ -110,12 +110,12 @@ def epochs_ab(before: _Shim, job: str, epochs: int, sets: list[str]) -> None:
     times: dict[str, list[float]] = {"before": [], "now": []}
     train_epoch = trainer.train_epoch
 
-    def alternating(run, task, epoch, meter):
+    def alternating(run, task, epoch, meter, stop=None):
         which = "before" if epoch % 2 else "now"
         kernels._compile()
         kernels._kernels = before if which == "before" else now
         t0 = time.perf_counter()
-        out = train_epoch(run, task, epoch, meter)
+        out = train_epoch(run, task, epoch, meter, stop)
         if epoch > 4:
             times[which].append(time.perf_counter() - t0)
         return out
@@ -373,13 +373,13 @@ def rule_worker(spec_path: str, argv: list[str]) -> int:
     records = []
     train_epoch = trainer.train_epoch
 
-    def cycling(run, task, epoch, meter):
+    def cycling(run, task, epoch, meter, stop=None):
         v = variants[_variant_of(epoch, len(variants))]
         os.environ["HPCDGNN_KERNELS_SKIP"] = ",".join(v["skip"])
         current["bptt"] = v.get("bptt")
         before = kernels.calls()
         t0 = time.perf_counter()
-        out = train_epoch(run, task, epoch, meter)
+        out = train_epoch(run, task, epoch, meter, stop)
         seconds = time.perf_counter() - t0
         calls = {k: n - before.get(k, 0) for k, n in kernels.calls().items() if n != before.get(k, 0)}
         records.append({"epoch": epoch, "variant": v["name"], "seconds": seconds, "calls": calls})

@@ -478,15 +478,19 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
 
     def evaluate(self, model: DGNN, task, epoch: int, stop=None) -> np.ndarray:
         """Validation and test sums: my sequences of those splits × every node batch, without gradient; ``stop``
-        (the base's) is asked before each sample, every rank's or not."""
+        (the base's) is asked before each round of one sample of every rank's own — a rank waits for no other's
+        (ranks own different splits' sequences)."""
         nodes = self.node_batches(epoch)
         stats = None
-        samples = [sample for split in (1, 2) for sample in self._samples(epoch, split)]
+        mine = [(seq, b) for split in (1, 2) for seq, b in self._samples(epoch, split) if seq.index in self._mine_ids]
+        rounds = len(mine) if stop is None else int(self.comm.allreduce_array([len(mine)], "max",
+                                                                               tag="control.stop")[0])
         with torch.no_grad():
-            for i, (seq, b) in enumerate(samples):
-                if stop is not None and stop(i):
+            for r in range(rounds):
+                if stop is not None and stop(r):
                     break
-                if seq.index in self._mine_ids:
+                if r < len(mine):
+                    seq, b = mine[r]
                     out = self._run(model, task, epoch, seq, nodes[b], b, train=False).stats
                     stats = out if stats is None else stats + out
         return stats if stats is not None else self._zero_stats(model, task, epoch)

@@ -119,7 +119,8 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: Batch
         for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
             getattr(gen, "close", lambda: None)()
         return stats, grad_norm
-    evaluated = run.strategy.evaluate(run.model, task, epoch, None if stop is None else stop.in_evaluation)
+    # a strategy without a pass of several batches to stop in need not take ``stop``
+    evaluated = run.strategy.evaluate(run.model, task, epoch, **({} if stop is None else {"stop": stop.in_evaluation}))
     if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
     return stats, grad_norm
@@ -325,7 +326,7 @@ def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.P
         path = checkpoints.save(held=held)
         written = held.epoch
         log.info(f"checkpoint: {path} (epoch {held.epoch}'s end, kept in memory; {time.perf_counter() - t0:.2f} s)")
-    where = ("in its evaluation pass" if batch_stop.evaluating else
+    where = (f"in its evaluation pass, after all {batch_stop.trained} of its batches" if batch_stop.evaluating else
              f"after {batch_stop.stopped_at} of its batches")
     log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} "
              f"(a resume trains it again from its start"

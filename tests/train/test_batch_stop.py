@@ -139,8 +139,20 @@ def test_the_event_regime_s_evaluation_pass_stops_between_batches(launcher, coll
     job = memory_job(tmp_path, college, minibatch=i, epoch=j)
     run = tmp_path / "run"
     out = _preempted(launcher, 2, job, run, 1, 2, 0, "checkpoint.every=1", evaluation=True)
-    assert "stopped during epoch 2, in its evaluation pass" in out and "the checkpoint of epoch 1)" in out, out
+    assert "stopped during epoch 2, in its evaluation pass, after all" in out, out
+    assert "the checkpoint of epoch 1)" in out, out
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+
+
+def test_sequences_evaluation_stops_between_rounds(launcher, small_dataset, tmp_path):
+    """P = 3, the signal to the last rank as epoch 3's evaluation starts: the ranks agree between rounds of one
+    sample of each rank's own (ranks own different splits' sequences: agreeing on a global sample index made the
+    pass run rank after rank), stop there, and the resume reproduces the straight run."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 3, job, run, 2, 3, 0, evaluation=True)
+    assert "stopped during epoch 3, in its evaluation pass, after all" in out and "epoch 2's end, kept" in out, out
+    _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight")
 
 
 def test_one_memory_group_s_evaluation_runs_to_its_end(launcher, college, tmp_path):  # noqa: F811
