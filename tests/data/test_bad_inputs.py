@@ -122,11 +122,15 @@ def _tgb(tmp_path, rows=GOOD, raw=None, table=None):
     (dict(rows=GOOD[:5] + [(1, 1, "1e30", 0, 0.5)] + GOOD[5:]), "timestamp '1e30' is not an int64 time"),
     (dict(raw="user_id,item_id,timestamp,state_label,f1\n1,1,100,0," + "1" * 200_000 + "\n"), "field limit"),
     (dict(rows=[(-3, 1, 5, 0, 0.5)] + GOOD), "edgelist_v2.csv: line 2: negative user_id -3"),
+    # a quoted field spanning lines: the physical line, not the row's number
+    (dict(raw="user_id,item_id,timestamp,state_label,f1\n1,2,10,0,\"0.5\n\"\n1,-4,20,0,0.5\n"),
+     "edgelist_v2.csv: line 4: negative item_id -4"),
     (dict(table=lambda t: {5: np.array([1])}), "key 5 is not a (src, dst, t) triple"),
     (dict(table=lambda t: {("a", "b", "c"): np.array([1])}), "key ('a', 'b', 'c')"),
     (dict(table=lambda t: {k: np.array(["x"]) for k in t}), "are not integer node ids"),
     (dict(table=lambda t: {k: np.array([3.5]) for k in t}), "are not integer node ids"),  # was truncated to 3
-], ids=["t_inf", "t_huge", "long_field", "neg_user", "key_int", "key_str", "neg_str", "neg_frac"])
+], ids=["t_inf", "t_huge", "long_field", "neg_user", "neg_item_after_a_two_line_row", "key_int", "key_str",
+        "neg_str", "neg_frac"])
 def test_tgb_bad_values_are_one_line(tmp_path, capsys, kw, needle):
     root = _tgb(tmp_path, **kw)
     _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys, needle)

@@ -94,12 +94,16 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         with open(path, newline="") as f:
             rows = csv.reader(f)
             next(rows, None)  # TGB skips the header line
-            for line, r in enumerate(rows, start=2):
+            for r in rows:
+                line = rows.line_num  # the row's last physical line (a quoted field may span several)
                 if name in _JODIE_LIKE:  # user_id,item_id,timestamp,state_label,features...
                     if width is None:
                         width = len(r)
                     if len(r) != width or width < 4:
                         raise ValueError(f"line {line} has {len(r)} columns, expected {width} >= 4")
+                    for col, v in (("user_id", int(r[0])), ("item_id", int(r[1]))):
+                        if v < 0:  # the writer would name its output, not this file
+                            raise DataError(f"{path}: line {line}: negative {col} {v}")
                     src.append(int(r[0]))
                     dst.append(int(r[1]))
                     t.append(_time(r[2]))
@@ -117,9 +121,6 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     if not src:
         raise DataError(f"{path}: no events after the header")
     s_, d_, t_ = (np.frombuffer(a, dtype=np.int64) for a in (src, dst, t))
-    for col, ids_ in (("user_id", s_), ("item_id", d_)):  # the writer would name its output, not this file
-        if ids_.min() < 0:
-            raise DataError(f"{path}: line {int(np.argmin(ids_)) + 2}: negative {col} {int(ids_.min())}")
     f_ = np.frombuffer(feat, dtype=np.float32).reshape(len(src), -1)
     if name in _JODIE_LIKE:  # items after the users: bipartite, S = max(user) + 1
         s = int(s_.max()) + 1
