@@ -18,7 +18,7 @@ counts, not rank counts. Unbound, every rank gets the node's cores divided by it
 
 Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
-checkpoints at the next epoch boundary, exit 75); a second one sends SIGTERM.
+checkpoints at the next epoch boundary or between mini-batches, exit 75); a second one sends SIGTERM.
 """
 
 from __future__ import annotations
@@ -269,8 +269,8 @@ def relay_signals(proc: subprocess.Popen) -> int:
                 return
             asked.append(name)
             sys.stderr.write(f"hpcdgnn-mpirun: {name}: passed to the ranks as SIGUSR1 (a run checkpoints and stops at "
-                             f"the next epoch boundary, exit 75; embed and predict stop, exit 130); {name} again "
-                             "stops them at once\n")
+                             f"the next epoch boundary or between mini-batches, exit 75; embed and predict stop, exit "
+                             f"130); {name} again stops them at once\n")
             signum = signal.SIGUSR1
         proc.send_signal(signum)
 

@@ -1,4 +1,5 @@
-"""Pre-emption signals: SIGTERM, SIGUSR1 or SIGINT ask a run to stop at the next epoch boundary.
+"""Pre-emption signals: SIGTERM, SIGUSR1 or SIGINT ask a run to stop at the next epoch boundary (or, in an
+epoch of mini-batches, between two of them: ``hpcdgnn.train.loop.BatchStop``).
 
 The handler only records the signal; the ranks agree on stopping through the per-epoch all-gather, checkpoint
 and exit with ``EXIT_PREEMPTED``. :func:`hold` blocks the signals from the first line of ``main`` until
