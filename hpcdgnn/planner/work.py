@@ -279,13 +279,17 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
     models = [build_from_options(o, in_features).to(dtype) for o in counted]
     model = models[-1]
     S1, S2, n1, n2 = 2, 4, 32, 64
+
+    def at_k(values: list):  # the job's K: counted, or extrapolated from k0 and k1
+        return values[0] if len(values) == 1 else _extrapolated(*values, (K - k0) / (k1 - k0))
+
     runs = {}
     for S, n in ((S1, n1), (S1, n2), (S2, n1), (S2, n2)):
         raw = []
         for m in models:
             m.zero_grad(set_to_none=True)
             raw.append(_count(m, S, n, in_features, dtype, degree))
-        runs[(S, n)] = _run(raw[0] if len(raw) == 1 else _extrapolated(*raw, (K - k0) / (k1 - k0)), len(model.layers))
+        runs[(S, n)] = _run(at_k(raw), len(model.layers))
     nnz1, nnz2 = runs[(S1, n1)][1], runs[(S1, n2)][1]
 
     def fit(key) -> PhaseWork:
@@ -301,8 +305,7 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
         return PhaseWork(per_row, per_step, sparse, ops_step, max(0.0, o11 - ops_step * S1), saved_row,
                          max(0.0, (r12 - r11) / (S1 * (n2 - n1))), saved_vertex)
 
-    params = [sum(p.numel() for p in m.parameters()) for m in models]
-    params = params[0] if len(params) == 1 else round(params[0] + (K - k0) / (k1 - k0) * (params[1] - params[0]))
+    params = round(at_k([sum(p.numel() for p in m.parameters()) for m in models]))
     state, share = runs[(S1, n1)][2], runs[(S1, n2)][3]
     L = len(model.layers)
     return ModelWork(fit("spatial"), fit("temporal"), params, torch.empty(0, dtype=dtype).element_size(),

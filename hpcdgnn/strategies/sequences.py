@@ -442,7 +442,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             self._plan(epoch)
         nodes = self.node_batches(epoch)
         samples = self._samples(epoch, 0)
-        Q = self.opts.batch_samples or sum(s.split == 0 for s in self.seqs)
+        Q = self._samples_per_batch()
         for g in range(0, len(samples), Q):
             local = [(s, b) for s, b in samples[g : g + Q] if s.index in self._mine_ids]
             count = sum(self.task.sample_examples(s.t, nodes[b], epoch) for s, b in local)
@@ -460,12 +460,14 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             out = model(layout)
         return task(out, epoch)
 
+    def _samples_per_batch(self) -> int:
+        """Q: ``batch_samples``, or the training sequences' count (one node batch's samples a batch)."""
+        return self.opts.batch_samples or sum(s.split == 0 for s in self.seqs)
+
     def stops_between_batches(self, epoch: int) -> bool:
-        """Where the epoch has more than one batch (:meth:`batches`: the training samples over ``batch_samples``):
-        a batch's only collectives (its example count, the gradient sum) run with the batch."""
-        train = sum(s.split == 0 for s in self.seqs)
-        samples = train * len(range(0, self.N, self.opts.batch_vertices or self.N))
-        return samples > (self.opts.batch_samples or train)
+        """Where the epoch has more than one batch (:meth:`batches`): a batch's only collectives (its example
+        count, the gradient sum) run with the batch."""
+        return len(self._samples(epoch, 0)) > self._samples_per_batch()
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""

@@ -320,7 +320,6 @@ def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.P
     """A pre-emption between epoch ``epoch``'s batches (``batch_stop`` says where): write the checkpoint of its
     start if only ``held`` in memory (``written``: the newest checkpoint's epoch, 0 for none), and say so (every
     rank)."""
-    path = None
     if held is not None:
         t0 = time.perf_counter()
         path = checkpoints.save(held=held)
