@@ -253,7 +253,7 @@ def _run(raw: _Counts, num_layers: int):
 
 #: a cell's basis order K above the second of these is counted at both and extrapolated: every count is linear
 #: in K (each term adds one step of the basis recursion and one block of every gate's weights and GEMMs), and
-#: counting K = 3000 op by op took 23 s
+#: counting a large K op by op takes minutes (perf/results/planner/)
 _COUNTED_ORDERS = (3, 4)
 
 

@@ -44,8 +44,8 @@ class BatchStop:
     #: seconds of batches between two agreements (the all-reduce of 16 bytes costs microseconds)
     INTERVAL_S = 1.0
     #: an epoch whose predecessor took less (slowest rank) runs to its end unless its start was checkpointed: it
-    #: ends soon after a signal anyway, and holding its start (a ``torch.save`` to memory, ~2 ms for a small
-    #: model) would cost a noticeable share of it
+    #: ends soon after a signal anyway, and holding its start (a ``torch.save`` to memory) would cost a
+    #: noticeable share of it (perf/results/preemption/)
     HOLD_AFTER_S = 1.0
 
     def __init__(self, comm, flag: preemption.PreemptionFlag) -> None:
