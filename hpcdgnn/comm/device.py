@@ -71,30 +71,56 @@ def select_device(requested: str, comm, cuda_available: bool | None = None,
     return torch.device("cuda", _local_rank(comm) % count)
 
 
-def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
-    """The tightest cgroup (v1 or v2) memory limit of this process, or None (SLURM and LSF confine jobs so)."""
-    limits = []
+def _cgroups(root: str, proc: str) -> list[tuple[int, Path, str]]:
+    """(limit, directory, usage file's name) of every cgroup (v1 or v2) above this process that limits its
+    memory (SLURM and LSF confine jobs so)."""
+    found = []
     try:
         lines = Path(proc).read_text().splitlines()
     except OSError:
-        return None
+        return found
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":  # v2: one unified hierarchy
-            base, name = root, "memory.max"
+            base, name, usage = root, "memory.max", "memory.current"
         elif "memory" in controllers.split(","):
-            base, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
+            base, name, usage = os.path.join(root, "memory"), "memory.limit_in_bytes", "memory.usage_in_bytes"
         else:
             continue
         parts = [p for p in path.split("/") if p]
         for depth in range(len(parts), -1, -1):
+            where = Path(base, *parts[:depth])
             try:
-                value = Path(base, *parts[:depth], name).read_text().strip()
+                value = (where / name).read_text().strip()
             except OSError:
                 continue
             if value.isdigit():
-                limits.append(int(value))
-    return min(limits) if limits else None
+                found.append((int(value), where, usage))
+    return found
+
+
+def _cgroup_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
+    """The tightest cgroup memory limit of this process, or None."""
+    return min((limit for limit, _, _ in _cgroups(root, proc)), default=None)
+
+
+def node_available(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup",
+                   meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes of host memory this node's ranks could still allocate now: the system's ``MemAvailable``, or less
+    where a cgroup's limit minus its usage is; None where the system says neither."""
+    free = []
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, where, usage in _cgroups(root, proc):
+        try:
+            free.append(max(0, limit - int((where / usage).read_text().strip())))
+        except (OSError, ValueError):
+            continue
+    return min(free, default=None)
 
 
 def cpu_affinity() -> list[int]:

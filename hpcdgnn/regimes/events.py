@@ -31,7 +31,9 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     its ``neighbors`` slots, the edge's features and the attention's key and value (counted for every slot,
     filled or padded: an estimate where neighbourhoods are sparse; evaluation's dense batches hold the slot's
     memory row and Φ instead of key and value, whichever is less), and evaluation's scored pairs their
-    destination's product row."""
+    destination's product row; and the node memory (:class:`~hpcdgnn.strategies.node_memory.NodeMemory`: N rows of
+    d + mail values, N times, N mails' gaps under ``memory_time: event``), one copy a memory group shared by at
+    most its i·j ranks."""
     m, task, s = job.model, job.task, job.strategy
     b, n = task.batch_events, manifest.num_vertices
     i, j = getattr(s, "minibatch", 1), getattr(s, "epoch", 1)
@@ -53,8 +55,10 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     weights = counted_parameters(lambda: build_model(job, manifest),
                                  lambda: build_task(job.task, manifest, m.hidden, 0))
     widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" * (m.static_memory == "on"))
+    rows = n * (m.memory_dim + 2 * m.memory_dim + D) * item_bytes(job) + n * 8 * (2 if m.memory_time == "event" else 1)
     return {"parameters": parameter_bytes(job, weights, widths),
-            "tgn batch": (item_bytes(job) * max(train, evaluation), keys)}
+            "tgn batch": (item_bytes(job) * max(train, evaluation), keys),
+            "node memory": (-(-rows // (i * j)), "model.memory_dim (with the stream's N nodes)")}
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:

@@ -491,8 +491,10 @@ class MemoryStrategy(Strategy[EventBatch]):
         return out.stats
 
     def state_dict(self) -> dict[str, Any]:
-        """The group's memory (its leader's copy; the other ranks of the group map the same rows)."""
-        return {"memory": self.memory.state()} if self.memory.leader else {}
+        """The group's memory (its leader's copy; the other ranks of the group map the same rows): the live arrays,
+        which the checkpoint serialises before any rank of the group writes again (the next epoch's first write
+        waits for the leader at the group's barrier)."""
+        return {"memory": self.memory.state(copy=False)} if self.memory.leader else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the group's memory from :meth:`state_dict` (empty on non-leaders), then the group barrier."""

@@ -97,12 +97,13 @@ class NodeMemory:
             self.values[nodes[a : a + step], : self.d] = apply(rows.mail, rows.mem, rows.gap).numpy()
             self.gaps[nodes[a : a + step]] = np.nan
 
-    def state(self) -> dict[str, np.ndarray]:
-        """A copy of every row (for checkpoints)."""
-        out = {"values": self.values.copy(), "times": self.times.copy()}
+    def state(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """Every row, its time (and gap): copies, or with ``copy=False`` the arrays themselves — for a checkpoint
+        serialised before the next write, which a copy of the node memory would only double."""
+        out = {"values": self.values, "times": self.times}
         if self.gaps is not None:
-            out["gaps"] = self.gaps.copy()
-        return out
+            out["gaps"] = self.gaps
+        return {k: a.copy() for k, a in out.items()} if copy else out
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """Set every row from :meth:`state`'s dict (the group leader writes; as :meth:`reset`)."""

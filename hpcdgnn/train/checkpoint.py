@@ -22,6 +22,7 @@ import os
 import pickle
 import random
 import shutil
+import types
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import torch
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["CheckpointManager", "HeldCheckpoint", "check_owner", "claim_run_dir", "ensure_run_id",
+__all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
            "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state"]
 
 _COMPLETE = "COMPLETE"
@@ -103,7 +104,7 @@ def _atomic_save(obj: Any, path: Path) -> None:
             if isinstance(obj, io.BytesIO):
                 f.write(obj.getbuffer())
             else:
-                torch.save(obj, f)
+                _save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -122,6 +123,42 @@ def _atomic_save(obj: Any, path: Path) -> None:
         raise DataError(f"cannot write checkpoint file {path}: {why} ({hint})") from None
 
 
+#: numpy arrays at least this large are written as tensor storages (:class:`_ArrayPickler`); smaller ones pickle
+#: as usual (a storage record each would cost more than it saves)
+_STORAGE_BYTES = 1 << 16
+#: the numpy types a tensor storage holds as they are (``torch.from_numpy``)
+_STORABLE = frozenset(np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
+                                              np.float32, np.float64, np.complex64, np.complex128))
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    """A numpy array :class:`_ArrayPickler` wrote as tensor ``t`` (unpickling: a view of the loaded storage)."""
+    return t.numpy()
+
+
+class _ArrayPickler(pickle.Pickler):
+    """The pickler under ``torch.save``, writing each large numpy array (the node memory, a plan's vertex arrays) as
+    a tensor storage: streamed into the file as it is. Pickled as usual, an array is first copied several times
+    whole (``tobytes``, then pickle's own buffers: ~6x its size in transient host memory at protocol 2); loaded,
+    it is a numpy array again (:func:`_array`), so readers see no difference."""
+
+    def reducer_override(self, obj):
+        if (type(obj) is np.ndarray and obj.nbytes >= _STORAGE_BYTES and obj.dtype in _STORABLE
+                and obj.dtype.isnative and obj.flags.c_contiguous and obj.flags.writeable):
+            return _array, (torch.from_numpy(obj),)
+        return NotImplemented
+
+
+#: what ``torch.save`` takes as its ``pickle_module`` (it reads ``Pickler`` and ``__name__``)
+_PICKLE = types.ModuleType("hpcdgnn_checkpoint_pickle")
+_PICKLE.Pickler = _ArrayPickler
+
+
+def _save(obj: Any, f) -> None:
+    """``torch.save`` of ``obj`` to ``f``, large numpy arrays as storages (:class:`_ArrayPickler`)."""
+    torch.save(obj, f, pickle_module=_PICKLE)
+
+
 def _rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
 
@@ -129,7 +166,7 @@ def _rng_state() -> dict[str, Any]:
 def _serialised(obj: Any) -> io.BytesIO:
     """``obj`` as the bytes ``torch.save`` writes, in memory: a copy no later change of the live tensors reaches."""
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    _save(obj, buf)
     return buf
 
 
@@ -145,6 +182,20 @@ class HeldCheckpoint:
     shared: io.BytesIO | None
     #: this rank's ``rank-XXXXX.pt``: its RNG states at the boundary and its strategy's state
     rank: io.BytesIO
+
+
+def array_bytes(obj: Any) -> int:
+    """Bytes of the tensors and numpy arrays in ``obj`` (through dicts, lists and tuples): about what serialising
+    it takes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        return sum(array_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(array_bytes(v) for v in obj)
+    return 0
 
 
 def restore_rng(state: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ import torch
 
 from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.comm.device import node_available, node_memory
 from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
 from hpcdgnn.errors import ConfigError, HpcdgnnError, out_of_memory
@@ -45,7 +46,7 @@ from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.ops import kernels
 from hpcdgnn.progress import Progress
 from hpcdgnn.regimes import job_regime
-from hpcdgnn.train.checkpoint import CheckpointManager, HeldCheckpoint, latest_checkpoint, read_run_id
+from hpcdgnn.train.checkpoint import CheckpointManager, HeldCheckpoint, array_bytes, latest_checkpoint, read_run_id
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.footprint import out_of_memory_error
 from hpcdgnn.train.loop import BatchStop, train_batches
@@ -134,6 +135,30 @@ def _checkpoint(run: Run, checkpoints: CheckpointManager, epoch: int) -> Path:
 def _held(run: Run, checkpoints: CheckpointManager, epoch: int) -> HeldCheckpoint:
     """The checkpoint of ``epoch`` :func:`_checkpoint` would write now, kept in memory (no collective)."""
     return checkpoints.hold(epoch, _shared_state(run, checkpoints, epoch), run.strategy.state_dict())
+
+
+#: the most a node's ranks may hold of an epoch's start (:func:`_held`), as shares of the node's memory and of what
+#: it has free when first asked: beyond, the copy could take the run out of memory, which a stop between batches
+#: is not worth (a checkpoint at every boundary, ``checkpoint.every: 1``, stops between them without a copy)
+HOLD_OF_NODE, HOLD_OF_FREE = 0.25, 0.5
+
+
+def _hold_fits(run: Run, comm: Communicator, log) -> bool:
+    """Whether every node can hold its ranks' copies of the checkpoint an abandoned epoch resumes from (the
+    strategy's state: a memory group's node memory on its leader; the model and Adam's moments on rank 0) within
+    :data:`HOLD_OF_NODE` and :data:`HOLD_OF_FREE` (collective; rank 0 says when not)."""
+    mine = array_bytes(run.strategy.state_dict())
+    if comm.rank == 0:
+        mine += array_bytes([run.model.state_dict(), run.task.state_dict(), run.optimizer.state_dict()])
+    held = sum(comm.world.node().allgather_obj(mine, tag="control.stop"))
+    free = node_available()
+    fits = held <= HOLD_OF_NODE * node_memory() and (free is None or held <= HOLD_OF_FREE * free)
+    fits = comm.allreduce_array([float(fits)], op="min", tag="control.stop")[0] > 0
+    if not fits and comm.rank == 0:
+        log.info(f"pre-emption: this run's epochs end before a signal stops it (holding an epoch's start in memory "
+                 f"would take {held / 2**30:.2f} GiB on a node: more than {HOLD_OF_NODE:.0%} of its memory or "
+                 f"{HOLD_OF_FREE:.0%} of what it has free); checkpoint.every: 1 lets it stop between batches")
+    return fits
 
 
 def _shared_state(run: Run, checkpoints: CheckpointManager, epoch: int) -> dict:
@@ -389,14 +414,17 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     written = run.start_epoch  # the newest checkpoint's epoch (0: none)
     seconds = 0.0  # the last epoch's, slowest rank (the same on every rank)
     abandoned = False
+    hold_fits: bool | None = None  # asked once, at the first epoch that would hold its start
     for epoch in range(run.start_epoch + 1, last + 1):
         between = run.strategy.stops_between_batches(epoch)
         held = None  # the last epoch's copy goes before the next is made
         recorder.begin()
         # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place); in the
         # epoch's time, which it costs
-        held = (_held(run, checkpoints, epoch - 1) if between and written < epoch - 1
-                and seconds >= BatchStop.HOLD_AFTER_S else None)
+        hold = between and written < epoch - 1 and seconds >= BatchStop.HOLD_AFTER_S
+        if hold and hold_fits is None:  # the same condition on every rank: all reach the collective
+            hold_fits = _hold_fits(run, comm, log)
+        held = _held(run, checkpoints, epoch - 1) if hold and hold_fits else None
         between = between and (written == epoch - 1 or held is not None)
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
             stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None)

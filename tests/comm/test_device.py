@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from hpcdgnn.comm import Communicator
-from hpcdgnn.comm.device import LOCAL_RANK_VARIABLES, _cgroup_limit, local_rank_from_env, memory_share, select_device
+from hpcdgnn.comm.device import (
+    LOCAL_RANK_VARIABLES,
+    _cgroup_limit,
+    local_rank_from_env,
+    memory_share,
+    node_available,
+    select_device,
+)
 from hpcdgnn.errors import ConfigError
 
 
@@ -87,3 +94,24 @@ def test_a_cuda_job_without_a_gpu_is_one_line(launcher, small_dataset, tmp_path)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "train.device: cuda, and this machine has no CUDA device" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_node_available_is_the_least_of_memavailable_and_each_limit_less_its_usage(tmp_path):
+    """What a node's ranks could still allocate (whether holding an epoch's start fits): the system's
+    ``MemAvailable``, or a cgroup's limit less its usage where that is less (v2 ``memory.current``, v1
+    ``memory.usage_in_bytes``); None where the system says neither."""
+    root, proc, meminfo = tmp_path / "cgroup", tmp_path / "self-cgroup", tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16000000 kB\nMemAvailable:    4000000 kB\n")
+    (root / "job_7").mkdir(parents=True)
+    (root / "job_7" / "memory.max").write_text(f"{6 << 30}\n")
+    (root / "job_7" / "memory.current").write_text(f"{5 << 30}\n")
+    proc.write_text("0::/job_7\n")
+    assert node_available(str(root), str(proc), str(meminfo)) == 1 << 30
+    (root / "job_7" / "memory.current").write_text("0\n")
+    assert node_available(str(root), str(proc), str(meminfo)) == 4000000 * 1024
+    (root / "memory" / "slurm").mkdir(parents=True)  # v1
+    (root / "memory" / "slurm" / "memory.limit_in_bytes").write_text(f"{2 << 30}\n")
+    (root / "memory" / "slurm" / "memory.usage_in_bytes").write_text(f"{(2 << 30) - 4096}\n")
+    proc.write_text("4:memory:/slurm\n")
+    assert node_available(str(root), str(proc), str(meminfo)) == 4096
+    assert node_available(str(root), str(tmp_path / "none"), str(tmp_path / "none")) is None

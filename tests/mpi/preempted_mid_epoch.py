@@ -6,7 +6,8 @@ Rank RANK sends itself SIGUSR1 (the scheduler's warning) while it trains batch B
 the rest is the real command line. OPTIONS, comma-separated (``-``: none): ``hold``: an epoch's start is held in
 memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``interval=S``: the ranks agree after S
 seconds of batches (``BatchStop.INTERVAL_S``; else 0 here, before every batch, so that a test knows where the
-epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead.
+epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead;
+``nofit``: no hold fits a node's memory (``trainer.HOLD_OF_NODE`` 0).
 """
 
 import os
@@ -17,6 +18,7 @@ from mpi4py import MPI
 
 from hpcdgnn.__main__ import main
 from hpcdgnn.strategies.registry import available_strategies, get_strategy
+from hpcdgnn.train import trainer
 from hpcdgnn.train.loop import BatchStop
 
 
@@ -44,6 +46,8 @@ if __name__ == "__main__":
     for option in options:
         if option == "hold":
             BatchStop.HOLD_AFTER_S = 0.0
+        elif option == "nofit":
+            trainer.HOLD_OF_NODE = 0.0
         elif option.startswith("interval="):
             BatchStop.INTERVAL_S = float(option.partition("=")[2])
     for cls in {get_strategy(name) for name in available_strategies()}:

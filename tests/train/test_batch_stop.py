@@ -36,11 +36,11 @@ def _trajectory(run) -> list[tuple[float, float]]:
 
 
 def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True,
-               interval: float = 0.0, evaluation: bool = False):
+               interval: float = 0.0, evaluation: bool = False, fits: bool = True):
     """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch`` (``evaluation``: as its evaluation pass
     starts); ``hold``: however short the epochs; ``interval``: ``BatchStop.INTERVAL_S`` (0: the ranks agree
-    before every batch)."""
-    options = ",".join(["hold"] * hold + [f"interval={interval}"] + ["eval"] * evaluation)
+    before every batch); ``fits``: False, as if no node had room for a hold."""
+    options = ",".join(["hold"] * hold + [f"interval={interval}"] + ["eval"] * evaluation + ["nofit"] * (not fits))
     proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), options, "--", "run", str(job),
                             "--output", str(run), *(["--set", *overrides] if overrides else [])])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
@@ -127,6 +127,27 @@ def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path): 
     assert "kept in memory" not in out, out
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000001"
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_the_node_memory_is_held_where_it_fits(launcher, college, tmp_path, fits):  # noqa: F811
+    """TGN at i = 2, no checkpoint but at the end: the start of epoch 2 — the node memory on the group's leader
+    with the weights — is held in memory and written at a signal in its third iteration, and the resume
+    reproduces the straight run. Where no node has room for the copy (here: none is allowed) rank 0 says so once
+    and a signal lets the epoch end, with its checkpoint."""
+    job = memory_job(tmp_path, college, minibatch=2)
+    run = tmp_path / "run"
+    over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
+    out = _preempted(launcher, 2, job, run, 1, 2, 2, *over, fits=fits)
+    fit_line = "pre-emption: this run's epochs end before a signal stops it (holding an epoch's start in memory"
+    if not fits:
+        assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets it stop between batches" in out, out
+        assert "stopped after epoch 2" in out and "stopped during" not in out, out
+        assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+        return
+    assert fit_line not in out, out
+    assert "stopped during epoch 2, after 3 of its batches" in out and "epoch 1's end, kept in memory" in out, out
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 
 @pytest.mark.parametrize("split", [(1, 2), (2, 1)])

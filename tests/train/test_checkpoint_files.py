@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import zipfile
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ from hpcdgnn.train import checkpoint
 def test_a_short_write_is_one_line_naming_the_file_and_leaves_no_part_file(tmp_path, monkeypatch):
     """torch reports a full disk as its own internals ("unexpected pos 19328 vs 19280"); we say the file and
     how much room is left, and clean the ``.part`` file up."""
-    def short_write(obj, f):
+    def short_write(obj, f, **kwargs):
         f.write(b"x" * 10)
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 19328 vs 19280")
 
@@ -76,3 +78,26 @@ def test_a_checkpoint_directory_gone_is_not_called_a_full_disk(tmp_path):
     with pytest.raises(DataError, match=r"cannot write checkpoint file .*rank-00001\.pt: No such file or directory "
                                         r"\(removed meanwhile, or not on a file system this rank's node shares\?\)"):
         checkpoint._atomic_save({"a": 1}, tmp_path / "gone" / "rank-00001.pt")
+
+
+def test_large_numpy_arrays_are_written_as_storages_and_read_back_as_numpy(tmp_path):
+    """``torch.save`` pickles a numpy array after copying it whole several times (~6× a node memory's size in
+    transient host memory); at 64 KiB or more a contiguous array of a tensor's dtype is written as a tensor
+    storage instead — a record of its own bytes, streamed — and read back as the same numpy array, in a file
+    and in a checkpoint held in memory. Small, strided and object arrays pickle as before."""
+    big = np.arange(3 * 2**14, dtype=np.float32).reshape(-1, 3)
+    times = np.linspace(0.0, 1.0, 2**14)
+    state = {"memory": {"values": big, "times": times}, "rows": [np.arange(4), big[::2]],
+             "objects": np.array([1, "a"], dtype=object)}
+    checkpoint._atomic_save(state, tmp_path / "rank.pt")
+    with zipfile.ZipFile(tmp_path / "rank.pt") as z:
+        records = sorted(i.file_size for i in z.infolist() if "/data/" in i.filename)
+    assert records == sorted([big.nbytes, times.nbytes])
+    held = checkpoint._serialised(state)
+    held.seek(0)
+    for back in (torch.load(tmp_path / "rank.pt", weights_only=False), torch.load(held, weights_only=False)):
+        pairs = [(back["memory"]["values"], big), (back["memory"]["times"], times), (back["rows"][0], np.arange(4)),
+                 (back["rows"][1], big[::2]), (back["objects"], state["objects"])]
+        for got, want in pairs:
+            assert type(got) is np.ndarray and got.dtype == want.dtype and got.flags.writeable
+            np.testing.assert_array_equal(got, want)

@@ -8,10 +8,12 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from hpcdgnn.config import load_job
 from hpcdgnn.data.manifest import load_manifest
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.train.footprint import check_footprint, lower_bound
 from tests.conftest import REPO, make_dataset, mpi_env, read_metrics, write_job
 
@@ -234,3 +236,21 @@ def test_a_graph_rnn_cell_s_bases_are_counted(wide_dataset, tmp_path):
         check_footprint(job, m, 2, 4 * 2**30, "job.yaml")
     check_footprint(load_job(write_job(tmp_path / "ok.yaml", wide_dataset, model={"name": "gconv_gru", "order": 3},
                                        strategy={"name": "pss"})), m, 2, 4 * 2**30, "job.yaml")
+
+
+@pytest.mark.parametrize("memory_time", ["query", "event"])
+def test_the_event_regime_counts_the_node_memory_a_group_shares(memory_time):
+    """The node memory (N rows of d + mail values, N update times, N mail gaps under ``memory_time: event``) is
+    one copy a memory group, shared by at most its i·j ranks; on a stream of 10^9 nodes it is the term a refusal
+    names."""
+    from hpcdgnn.regimes.events import footprint
+    from hpcdgnn.strategies.node_memory import NodeMemory
+
+    job = _tgn_job(memory_dim=20, memory_time=memory_time)
+    rows = NodeMemory(None, 1000, 20, 2 * 20 + 4, np.float32, gaps=memory_time == "event").nbytes
+    assert footprint(job, MANIFEST, 1)["node memory"] == (rows, "model.memory_dim (with the stream's N nodes)")
+    job.strategy = SimpleNamespace(name="memory", minibatch=2, epoch=3, memory=2)
+    assert footprint(job, MANIFEST, 12)["node memory"][0] == -(-rows // 6)
+    huge = SimpleNamespace(**{**vars(MANIFEST), "num_vertices": 10**9})
+    with pytest.raises(ConfigError, match=r"node memory .*, set by model.memory_dim \(with the stream's N nodes\)"):
+        check_footprint(_tgn_job(memory_time=memory_time), huge, 1, 2**34, "job.yaml")
