@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -52,7 +53,7 @@ class TrainedRun:
         """The epoch records (``metrics.jsonl``): loss, metrics, time split, bytes sent per epoch."""
         from hpcdgnn.metrics.results import read_epoch_records
 
-        return read_epoch_records(self.dir / "metrics.jsonl")
+        return read_epoch_records(self._file("metrics.jsonl"))
 
     @property
     def losses(self) -> list[float]:
@@ -107,7 +108,8 @@ class TrainedRun:
         from hpcdgnn.embed import read_embeddings, run_embed
 
         _check_split(split)
-        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split=split, set=_override_items(overrides))
+        output = _path_argument(output, "output", required=True)
+        args = argparse.Namespace(rundir=str(self.dir), output=output, split=split, set=_override_items(overrides))
         _on_every_rank(lambda comm: run_embed(args, comm))
         return read_embeddings(output)
 
@@ -123,9 +125,9 @@ class TrainedRun:
         from hpcdgnn.embed import run_predict
 
         _check_split("test" if split is None else split)
-        args = argparse.Namespace(rundir=str(self.dir), output=str(output), split="test" if split is None else split,
-                                  split_given=split is not None, set=_override_items(overrides),
-                                  pairs=None if pairs is None else str(pairs))
+        output, pairs = _path_argument(output, "output", required=True), _path_argument(pairs, "pairs")
+        args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
+                                  split_given=split is not None, set=_override_items(overrides), pairs=pairs)
         _on_every_rank(lambda comm: run_predict(args, comm))
         return Path(output)
 
@@ -135,16 +137,40 @@ class TrainedRun:
             raise DataError(f"{self.dir}: not a finished hpcdgnn run directory (no {name})")
         return path
 
-    def _load(self) -> None:
-        from hpcdgnn.train.checkpoint import load_shared
+    @property
+    def sizes(self) -> dict[str, Any]:
+        """The dataset's scalar figures the model is built for (N, T, F, classes, …): the newest checkpoint's, so
+        that the model loads without the dataset; a checkpoint older than them reads them from the dataset."""
+        return self._sizes(self._saved())
+
+    def _sizes(self, state: dict[str, Any]) -> dict[str, Any]:
+        """:attr:`sizes` of a checkpoint's shared ``state``."""
+        from hpcdgnn.data.manifest import manifest_sizes
         from hpcdgnn.train.setup import load_dataset_manifest
+
+        sizes = state.get("sizes")
+        if sizes is not None:
+            return sizes
+        try:
+            return manifest_sizes(load_dataset_manifest(self.job, str(self.dir)))
+        except HpcdgnnError as e:
+            raise type(e)(f"{e} (this run's checkpoint predates the sizes it now keeps: they come from its dataset, "
+                          f"data.path in {self.dir / 'config.resolved.yaml'}, relative to the working directory)"
+                          ) from None
+
+    def _saved(self) -> dict[str, Any]:
+        """The newest checkpoint's shared state (model, task head, sizes)."""
+        from hpcdgnn.train.checkpoint import load_shared
 
         ckpt = self.checkpoint
         if ckpt is None:
             raise DataError(f"{self.dir}: the run has no complete checkpoint to load the model from")
-        state = load_shared(ckpt)
-        self._model, self._task = build_trained(self.job, load_dataset_manifest(self.job, str(self.dir)),
-                                                state["model"], state["task"])
+        return load_shared(ckpt)
+
+    def _load(self) -> None:
+        state = self._saved()
+        self._model, self._task = build_trained(self.job, SimpleNamespace(**self._sizes(state)), state["model"],
+                                                state["task"])
 
 
 def build_trained(job, sizes, model_state: dict, task_state: dict):
@@ -187,9 +213,17 @@ def load_run(run_dir: str | os.PathLike) -> TrainedRun:
     Raises:
         DataError: ``run_dir`` is not a run directory (names the missing file).
     """
-    run = TrainedRun(Path(run_dir).absolute())
+    run = TrainedRun(Path(_path_argument(run_dir, "run_dir")).absolute())
     run._file("config.resolved.yaml")
     return run
+
+
+def _path_argument(value: Any, name: str, required: bool = False) -> str | None:
+    """A path argument as a string (None stays None unless ``required``); another type is refused in one line
+    naming ``name``."""
+    if isinstance(value, str | os.PathLike) or value is None and not required:
+        return None if value is None else os.fspath(value)
+    raise ConfigError(f"{name}: {type(value).__name__} {value!r} is not a path (give a str or os.PathLike)")
 
 
 @contextmanager
@@ -261,13 +295,16 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
         raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
     if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
         raise ConfigError(f"job: {type(job).__name__} {job!r}: pass a job YAML path or a mapping of sections (a dict)")
+    output, resume = _path_argument(output, "output"), _path_argument(resume, "resume")
+    if output is not None and resume is not None:  # as the command's --output and --resume
+        raise ConfigError(f"output={output!r} and resume={resume!r} exclude each other: a resumed run goes on in "
+                          "its own directory")
     overrides = _override_items(overrides)
     stop = preemption.install()
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
-            result = _on_every_rank(lambda comm: run_training(
-                job_path, overrides, None if output is None else str(output), comm,
-                resume=None if resume is None else str(resume)), lambda: stop.raised, written)
+            result = _on_every_rank(lambda comm: run_training(job_path, overrides, output, comm, resume=resume),
+                                    lambda: stop.raised, written)
     finally:
         preemption.reset()  # a notebook's interrupt is its own again
     model, task = result.model, result.task

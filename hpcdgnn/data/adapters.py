@@ -15,6 +15,8 @@ numbered already, as PyG's are).
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +195,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         parsed = ParsedEvents(src=s[order], dst=d[order], time=times[order], efeat=feats, feature_names=names,
                               vertex_ids=np.arange(n), bipartite=opts.bipartite, num_sources=num_sources,
                               inversions=int(np.count_nonzero(times[1:] < times[:-1])))
-        return write_parsed(parsed, opts, output, where, provenance)
+        return _noted(write_parsed(parsed, opts, output, where, provenance), output)
     for name, default in EVENT_ONLY_OPTIONS.items():
         if options.pop(name, default) != default:
             raise DataError(f"{where}: {option_flag(name).lstrip('-').replace('-', '_')} applies only to "
@@ -214,8 +216,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         has_weights=w is not None, source={"events": int(s.shape[0]), "time_min": float(edges.time[0]),
                                            "time_max": float(edges.time[-1])},
         **snapshot_counts(edges.src, edges.dst, n, slices, opts))
-    return write_prepared(prepared, opts, output, where, "snap",
-                          {**provenance, **prepared.source, "options": options_used(opts)})
+    return _noted(write_prepared(prepared, opts, output, where, "snap",
+                                 {**provenance, **prepared.source, "options": options_used(opts)}), output)
 
 
 def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = None, **options: Any):
@@ -325,12 +327,25 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(k), float(k + 1)))
 
     has_w = edge_weight[0] is not None
-    return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
-                         feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
-                         targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
-                         source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal",
-                                 "options": {"reverse_edges": bool(reverse_edges)}},
-                         force=force, reverse=reverse_edges)
+    return _noted(write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
+                                feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
+                                targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
+                                source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)",
+                                        "format": "signal", "options": {"reverse_edges": bool(reverse_edges)}},
+                                force=force, reverse=reverse_edges), output)
+
+
+def _noted(manifest, output):
+    """``manifest``, after a Python warning of what ``prepare`` warns of (:func:`~hpcdgnn.data.prepare.
+    dataset_note`), in the adapters' words."""
+    from hpcdgnn.data.prepare import dataset_note
+
+    note = dataset_note(manifest)
+    if note:
+        # prepare's flags as the adapters' keyword arguments: --events-per-snapshot -> events_per_snapshot=
+        keywords = re.sub(r"--([a-z][a-z-]*)", lambda flag: flag.group(1).replace("-", "_") + "=", note)
+        warnings.warn(f"{output}: {keywords}", UserWarning, stacklevel=3)
+    return manifest
 
 
 def _num_classes(ys: list[np.ndarray], n: int, where: str) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "empty_snapshots",
     "empty_snapshots_note",
     "load_manifest",
+    "manifest_sizes",
     "save_manifest",
     "MANIFEST_NAME",
     "FORMAT_NAME",
@@ -32,6 +33,13 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+
+
+def manifest_sizes(manifest: Any) -> dict[str, Any]:
+    """A manifest's scalar figures (either kind's: N, T, F, classes, whether it has targets, …) — what a model and
+    its task head are built from, without the arrays (a checkpoint and an exported model keep them)."""
+    names = [n for n in dir(manifest) if not n.startswith("_")]
+    return {n: getattr(manifest, n) for n in names if isinstance(getattr(manifest, n, None), bool | int | float | str)}
 FORMAT_NAME = "hpcdgnn-snapshots"
 FORMAT_VERSION = 1
 

@@ -161,7 +161,9 @@ def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] =
         if src == where or where in src.parents:
             raise DataError(f"{root}: output would replace the input {path}; choose another --output")
     if root.exists():
-        if not force and (not root.is_dir() or any(root.iterdir())):
+        if not force and not root.is_dir():  # even an empty one: "not empty" would send its user looking
+            raise DataError(f"{root}: output is a file, not a directory; choose another --output")
+        if not force and any(root.iterdir()):
             raise DataError(f"{root}: output exists and is not empty; choose another --output or pass --force")
         if force and (not root.is_dir() or any(root.iterdir())):
             why = _force_refusal(root)

@@ -157,7 +157,7 @@ def _model_blob(run) -> dict:
     from hpcdgnn.config import job_to_dict
 
     job = run.job
-    manifest = _manifest_sizes(run)
+    manifest = run.sizes
     resolved = job_to_dict(job)
     return {"format": MODEL_FORMAT, "config": {k: resolved[k] for k in ("model", "task")} |
             {"train": {"dtype": job.train.dtype, "seed": job.train.seed}},
@@ -231,16 +231,6 @@ def _exported(path: str | Path, fmt: str, what: str) -> dict:
     except (OSError, ValueError, AttributeError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
         raise DataError(f"{path}: not {what} ({e})") from None
     return blob
-
-
-def _manifest_sizes(run) -> dict:
-    """The dataset's scalar figures (N, T, F, classes, whether it has targets, ...): what the model and the task
-    head are built from, without its arrays."""
-    from hpcdgnn.train.setup import load_dataset_manifest
-
-    m = load_dataset_manifest(run.job, str(run.dir))
-    names = [n for n in dir(m) if not n.startswith("_")]
-    return {n: getattr(m, n) for n in names if isinstance(getattr(m, n, None), bool | int | float | str)}
 
 
 def load_model(path: str | Path):

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.errors import ConfigError, DataError
 
 __all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "read_epoch_records"]
 
@@ -74,13 +74,27 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
 
 
 def iter_epoch_records(path: Path) -> Iterator[dict]:
-    """The epoch records of a ``metrics.jsonl``, one at a time (none when there is no file)."""
+    """The epoch records of a ``metrics.jsonl``, one at a time (none when there is no file). A last line cut short
+    (no newline: a job killed while writing it) is left out, as a resume drops it.
+
+    Raises:
+        DataError: a line that is not an epoch record (names the file and the line).
+    """
     if not Path(path).is_file():
         return
     with open(path) as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError(f"a JSON {type(record).__name__}, not an object")
+            except ValueError as e:
+                if not line.endswith("\n") and isinstance(e, json.JSONDecodeError):
+                    return
+                raise DataError(f"{path}: line {number}: not an epoch record ({e})") from None
+            yield record
 
 
 def read_epoch_records(path: Path) -> list[dict]:

@@ -1,13 +1,16 @@
-"""The training loop; called, ``hpcdgnn.train(job)`` (:func:`hpcdgnn.api.train`): the Python API's entry point.
+"""The training loop; called, ``hpcdgnn.train(job, *, overrides=(), output=None, resume=None, name="job")`` is
+:func:`hpcdgnn.api.train`, the Python API's entry point (its description follows below).
 
 ``hpcdgnn.train`` names this package, so the package itself is made callable (a module subclass with
-``__call__``) instead of renaming it or shadowing it: ``import hpcdgnn.train.trainer`` anywhere would put the
-package back over a function of that name.
+``__call__``, and ``__signature__`` for ``inspect`` and notebooks) instead of renaming it or shadowing it:
+``import hpcdgnn.train.trainer`` anywhere would put the package back over a function of that name.
 """
 
+import inspect
 import sys
 import types
 
+from hpcdgnn import api
 from hpcdgnn.train.collective import agree, root_then_bcast
 from hpcdgnn.train.trainer import TrainResult, run_training
 
@@ -15,11 +18,15 @@ __all__ = ["TrainResult", "agree", "root_then_bcast", "run_training"]
 
 
 class _CallablePackage(types.ModuleType):
-    def __call__(self, job, **kwargs):
-        """:func:`hpcdgnn.api.train`."""
-        from hpcdgnn.api import train
+    def __call__(self, *args, **kwargs):
+        """:func:`hpcdgnn.api.train` (its own errors name ``train()``)."""
+        return api.train(*args, **kwargs)
 
-        return train(job, **kwargs)
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(api.train)
 
 
 sys.modules[__name__].__class__ = _CallablePackage
+# help(hpcdgnn.train) shows the call's description after the package's
+__doc__ = f"{__doc__}\nhpcdgnn.train{inspect.signature(api.train)}\n\n{inspect.cleandoc(api.train.__doc__)}\n"

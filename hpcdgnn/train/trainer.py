@@ -36,6 +36,7 @@ from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import node_available, node_memory
 from hpcdgnn.comm.watchdog import Watchdog
 from hpcdgnn.config import job_to_dict
+from hpcdgnn.data.manifest import manifest_sizes
 from hpcdgnn.errors import ConfigError, HpcdgnnError, out_of_memory
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
@@ -67,7 +68,8 @@ __all__ = ["run_training", "TrainResult", "train_epoch"]
 @dataclass
 class TrainResult:
     """What a finished run returns: its run directory, this attempt's losses and the trained model and task head
-    (every rank; None after an epoch abandoned at a pre-emption: its weights are in no checkpoint)."""
+    (every rank; None after an epoch abandoned at a pre-emption, or a pre-emption before the first epoch: those
+    weights are in no checkpoint)."""
 
     run_dir: Path
     losses: list[float]
@@ -175,6 +177,7 @@ def _shared_state(run: Run, checkpoints: CheckpointManager, epoch: int) -> dict:
         "initial_checksum": run.initial_checksum,
         "balance_calibrated": run.calibrated,
         "dataset_sha256": run.dataset_sha256,
+        "sizes": manifest_sizes(run.manifest),  # a trained model is built again without the dataset (api)
     }
 
 
@@ -480,6 +483,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         raise diverged
     if rd is not None and not preempted:
         log.info(_done_line(run, totals, len(losses)))
-    # an abandoned epoch's weights are no checkpoint's: the caller loads the newest (api.TrainedRun.model)
-    trained = (None, None) if abandoned else (run.model, run.task)
+    # an abandoned epoch's weights are no checkpoint's, nor are a new run's stopped in its set-up (initial ones):
+    # the caller loads the newest checkpoint, if any (api.TrainedRun.model)
+    trained = (None, None) if abandoned or preempted and not losses else (run.model, run.task)
     return TrainResult(run.run_dir, [None if np.isnan(v) else v for v in losses], preempted, *trained)

@@ -254,3 +254,18 @@ def test_a_dataset_directory_takes_the_umask_s_mode_not_mkdtemp_s(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o750
     assert stat.S_IMODE((tmp_path / "out" / "shards").stat().st_mode) == 0o750
+
+
+def test_the_adapters_warn_of_what_prepare_warns_of(tmp_path, capsys):
+    """Snapshots without edges, an event stream without validation or test events: ``prepare`` warns on stderr,
+    the adapters with a Python warning in their own keywords (``events_per_snapshot=``, ``split=``)."""
+    src, dst, t = np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0]), np.array([0, 1, 2, 3])
+    raw = tmp_path / "e.txt"
+    raw.write_text("".join(f"{a} {b} {c}\n" for a, b, c in zip(src, dst, t, strict=True)))
+    assert main(["prepare", str(raw), "--format", "snap", "--snapshots", "100", "--output", str(tmp_path / "f")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "96 of 100 snapshots have no edges" in err and "(--events-per-snapshot)" in err
+    with pytest.warns(UserWarning, match=r"arrays: 96 of 100 snapshots have no edges .* \(events_per_snapshot=\)"):
+        from_arrays(src, dst, t, tmp_path / "arrays", snapshots=100)
+    with pytest.warns(UserWarning, match=r"ev: no val and no test events .*: give split= a larger share"):
+        from_arrays(src, dst, np.zeros(4), tmp_path / "ev", kind="events")

@@ -238,6 +238,9 @@ def test_output_guard_and_option_errors(tmp_path, capsys):
     assert (out / "mine.txt").read_text() == "user data"
     with pytest.raises(DataError, match=r"cannot create the output here: .*e.txt is a file, not a directory"):
         prepare_dataset(raw, "snap", raw / "sub", kind="events")
+    (tmp_path / "empty").touch()  # an empty file was "not empty"
+    with pytest.raises(DataError, match=r"empty: output is a file, not a directory; choose another --output$"):
+        prepare_dataset(raw, "snap", tmp_path / "empty", kind="events")
     prepare_dataset(raw, "snap", tmp_path / "ds", snapshots=2)
     prepare_dataset(raw, "snap", tmp_path / "ds", kind="events", force=True)  # an earlier dataset: replaced
     assert dataset_kind(tmp_path / "ds") == "events"

@@ -219,3 +219,89 @@ def test_a_job_given_differently_to_one_rank_is_refused_on_every_rank(tmp_path, 
     assert len(caught) == 2 and all(f"rank 1 was given another job than rank 0 ({says})" in line
                                     for line in caught), proc.stdout
     assert not list(tmp_path.glob("run*")) and not (tmp_path / "runs").exists()
+
+
+def test_train_shows_its_signature_and_names_itself_in_type_errors():
+    """``hpcdgnn.train`` is a callable package: ``inspect`` and ``help`` show :func:`hpcdgnn.api.train`'s
+    signature and description, and a wrong call's TypeError names ``train()``, not the package's class."""
+    import inspect
+    import pydoc
+
+    from hpcdgnn import api
+
+    assert inspect.signature(hpcdgnn.train) == inspect.signature(api.train)
+    assert "resume: continue the run in this directory" in pydoc.render_doc(hpcdgnn.train)
+    with pytest.raises(TypeError, match=r"^train\(\) missing 1 required positional argument: 'job'$"):
+        hpcdgnn.train()
+    with pytest.raises(TypeError, match=r"^train\(\) takes 1 positional argument but 2 were given$"):
+        hpcdgnn.train({}, "out")
+
+
+def test_path_arguments_of_another_type_and_output_with_resume_are_one_line_errors(tmp_path, small_dataset,
+                                                                                     monkeypatch):
+    """``output=5`` trained into ./5; ``load_run(5)`` raised pathlib's TypeError; ``output`` with ``resume``
+    trained on in the resumed run's directory without a word (the command refuses the pair)."""
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": str(small_dataset)}}
+    with pytest.raises(ConfigError, match=r"^output: int 5 is not a path \(give a str or os\.PathLike\)$"):
+        hpcdgnn.train(job, output=5)
+    with pytest.raises(ConfigError, match=r"^resume: list \['r'\] is not a path"):
+        hpcdgnn.train(None, resume=["r"])
+    with pytest.raises(ConfigError, match=r"^run_dir: int 5 is not a path"):
+        hpcdgnn.load_run(5)
+    with pytest.raises(ConfigError, match=r"^output='b' and resume='a' exclude each other: a resumed run goes on "
+                                          r"in its own directory$"):
+        hpcdgnn.train(None, resume="a", output="b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_model_loads_without_the_dataset_and_damaged_records_are_named(tmp_path, small_dataset, monkeypatch):
+    """A run's checkpoint keeps the dataset's sizes: ``load_run(...).model`` builds the model from another working
+    directory, with the (relative) dataset gone. A ``metrics.jsonl`` line that is not a record is one line naming
+    the file and the line (a last line cut short by a kill is left out); a run directory without the file says
+    so."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset, data)
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train({"data": {"path": "data"}, "train": {"epochs": 2}}, output="r")
+    shutil.rmtree(data)
+    monkeypatch.chdir(tmp_path / "r")
+    loaded = hpcdgnn.load_run(tmp_path / "r")
+    for a, b in zip(loaded.model.parameters(), run.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert loaded.sizes["num_vertices"] == run.sizes["num_vertices"] > 0
+    records = tmp_path / "r" / "metrics.jsonl"
+    lines = records.read_text().splitlines(keepends=True)
+    records.write_text(lines[0] + '{"epoch": 2, "lo')  # a kill while writing the last
+    assert len(loaded.losses) == 1
+    records.write_text('{"epoch": 1, "lo\n' + lines[1])
+    with pytest.raises(DataError, match=rf"^{records}: line 1: not an epoch record \(Invalid control character"):
+        _ = loaded.losses
+    records.unlink()
+    with pytest.raises(DataError, match=r"not a finished hpcdgnn run directory \(no metrics.jsonl\)"):
+        _ = loaded.metrics
+
+
+def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_dataset, monkeypatch):
+    """A signal during the set-up stops a new run before its first epoch: its weights are the initial ones and in
+    no checkpoint, so ``model`` says there is none (as after an epoch abandoned between batches), not the
+    untrained module."""
+    import os
+    import signal
+
+    from hpcdgnn.train import trainer
+
+    built = trainer.build_run
+
+    def signalled(*args, **kwargs):
+        run = built(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # the handler hpcdgnn.train installed takes it
+        return run
+
+    monkeypatch.setattr(trainer, "build_run", signalled)
+    run = hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 2}}, output=tmp_path / "r")
+    assert run.preempted and run.losses == [] and run.checkpoint is None
+    with pytest.raises(DataError, match=r"the run has no complete checkpoint to load the model from"):
+        _ = run.model

@@ -429,20 +429,29 @@ def run_prepare(args: argparse.Namespace) -> int:
             f"prepared {args.output}: N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim} "
             f"bipartite={str(m.bipartite).lower()} {sizes} shards={len(m.shards)}{fixed}"
         )
-        empty = [k for k in ("val", "test") if m.split[k][1] <= m.split[k][0]]
-        if empty:  # events at one time stay in one split: a cut inside a run of ties moves forward past it
-            print(f"hpcdgnn prepare: warning: {args.output}: no {' and no '.join(empty)} events (split {sizes}; "
-                  "events at one time stay in one split): give --split a larger share to "
-                  f"{' and '.join(empty)}", file=sys.stderr)
-        return 0
-    print(
-        f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
-        f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"
-    )
-    note = empty_snapshots_note(m.snapshot_edges)
+    else:
+        print(
+            f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
+            f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"
+        )
+    note = dataset_note(m)
     if note:
         print(f"hpcdgnn prepare: warning: {args.output}: {note}", file=sys.stderr)
     return 0
+
+
+def dataset_note(m: Manifest | EventManifest) -> str | None:
+    """What a new dataset ``m`` may surprise its user with (``prepare`` warns, the adapters too): snapshots
+    without edges, or an event stream's empty validation or test split; else None."""
+    if not isinstance(m, EventManifest):
+        return empty_snapshots_note(m.snapshot_edges)
+    empty = [k for k in ("val", "test") if m.split[k][1] <= m.split[k][0]]
+    if not empty:
+        return None
+    # events at one time stay in one split: a cut inside a run of ties moves forward past it
+    sizes = " ".join(f"{k}={b - a}" for k, (a, b) in m.split.items())
+    return (f"no {' and no '.join(empty)} events (split {sizes}; events at one time stay in one split): give "
+            f"--split a larger share to {' and '.join(empty)}")
 
 
 #: the options ``--format tgb`` takes beside its input and output (TGB fixes ids, split and features)
