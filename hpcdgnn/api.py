@@ -420,16 +420,25 @@ def _override_value(value: Any) -> str:
     return yaml.safe_dump(_plain(value, ""), default_flow_style=True).strip().removesuffix("...").strip()
 
 
+#: the commands' options as this API's arguments, in the messages the two share: (pattern, replacement)
+_ARGUMENTS = ((re.compile(r"--set (?=\S)"), "overrides: "), (re.compile(r"--set\b"), "overrides"),
+              (re.compile(r"--(output|resume|pairs|split) (?=\S)"), r"\1="),
+              (re.compile(r"--(output|resume|pairs|split)\b"), r"\1"))
+
+
 def _named(e: BaseException, written: str | None) -> BaseException:
-    """``e`` with a mapping job's temporary file called what it is — any rank's: an error rank 0 met and
-    broadcast names rank 0's file."""
-    if written is None:
-        return e
-    pattern = re.escape(str(Path(written).parent.parent)) + "/" + re.escape(_JOB_DIR) + r"[^/\s]+/" + re.escape(
-        Path(written).name)
-    text = re.sub(pattern, "job (mapping)", str(e))
+    """``e`` in this API's words: a mapping job's temporary file called what it is — any rank's: an error rank 0
+    met and broadcast names rank 0's file — and the commands' ``--set``, ``--output``, … as the arguments
+    ``overrides``, ``output=``, …; raised without the internal frames (the message says it all)."""
+    text = str(e)
+    if written is not None:
+        pattern = re.escape(str(Path(written).parent.parent)) + "/" + re.escape(_JOB_DIR) + r"[^/\s]+/" + \
+            re.escape(Path(written).name)
+        text = re.sub(pattern, "job (mapping)", text)
+    for pattern, words in _ARGUMENTS:
+        text = pattern.sub(words, text)
     if text == str(e):
-        return e
+        return e.with_traceback(None)
     named = type(e)(text)
     for attr in ("collective", "exit_code"):
         if attr in vars(e):

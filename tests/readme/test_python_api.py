@@ -103,7 +103,7 @@ def test_a_trained_run_embeds_and_predicts_from_python(tmp_path, small_dataset, 
     assert [r[:3] for r in rows] == [["0", "1", "0"], ["2", "3", "1"]] and all(0 < float(r[3]) < 1 for r in rows)
     with pytest.raises(ConfigError, match=r"^split: 'tset'; choose from train, val, test, all$"):
         run.embed(tmp_path / "x.npz", split="tset")
-    with pytest.raises(ConfigError, match=r"--split test: only node tasks take it"):  # as the command's
+    with pytest.raises(ConfigError, match=r"split=test: only node tasks take it"):  # the command's, in its words
         run.predict(tmp_path / "x.csv", pairs=tmp_path / "pairs.txt", split="test")
     assert not (tmp_path / "x.csv").exists()
 
@@ -158,7 +158,7 @@ def test_numpy_scalars_of_plain_subtypes_are_written_as_python_values(tmp_path, 
     run = hpcdgnn.train(job, overrides={"train.lr": np.float64(0.5), "model.name": np.str_("cdgcn")},
                         output=tmp_path / "a")
     assert run.job.train.lr == 0.5 and run.job.model.name == "cdgcn" and run.job.train.reuse_memory is False
-    with pytest.raises(ConfigError, match=r"^--set train\.epochs: expected an integer, got float 1\.0$"):
+    with pytest.raises(ConfigError, match=r"^overrides: train\.epochs: expected an integer, got float 1\.0$"):
         hpcdgnn.train(job, overrides={"train.epochs": np.float64(1)}, output=tmp_path / "b")
     with pytest.raises(ConfigError, match=r"^job \(mapping\): train\.lr: longdouble .* is not a job value"):
         hpcdgnn.train({**job, "train": {"lr": np.longdouble(0.5)}})  # its tolist() is itself: refused, no recursion
@@ -305,3 +305,22 @@ def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_datase
     assert run.preempted and run.losses == [] and run.checkpoint is None
     with pytest.raises(DataError, match=r"the run has no complete checkpoint to load the model from"):
         _ = run.model
+
+
+def test_errors_name_the_api_s_arguments_without_internal_frames(tmp_path, small_dataset, monkeypatch):
+    """The commands' messages, in this API's words (``overrides``, ``output=``, ``resume=``) and without the
+    frames of hpcdgnn's internals, for a YAML job as for a mapping one."""
+    import traceback
+
+    monkeypatch.chdir(tmp_path)
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    with pytest.raises(ConfigError, match=r"^overrides: train\.epochz: unknown key; did you mean .epochs.\?$") as e:
+        hpcdgnn.train(job, overrides=["train.epochz=2"])
+    frames = {os.path.relpath(f.filename, REPO) for f in traceback.extract_tb(e.value.__traceback__)}
+    assert {f for f in frames if f.startswith("hpcdgnn")} <= {"hpcdgnn/api.py", "hpcdgnn/train/__init__.py"}, frames
+    hpcdgnn.train(job, output="r")
+    with pytest.raises(ConfigError, match=r"^output=r: directory exists and is not empty; a run never overwrites") as e:
+        hpcdgnn.train(job, output="r")
+    assert "--" not in str(e.value), e.value
+    with pytest.raises(ConfigError, match=r"^resume=r: the run has already trained"):
+        hpcdgnn.train(None, resume="r")
