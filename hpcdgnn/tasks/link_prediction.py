@@ -756,14 +756,16 @@ class LinkPrediction(Task):
         return inputs, {s: cut if s else 0 for s in by_split}
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
-        """Mean loss, accuracy and AUC per split."""
+        """Mean loss, accuracy and AUC per split; NaN where the loss is not finite (a diverged model's NaN logits
+        fall in one bin and compare false: their AUC would read 0.5, their accuracy a class's share)."""
         width = _WIDTH
         out: dict[str, float] = {}
         for s, name in enumerate(SPLITS):
             b = s * width
             pairs = stats[b + 1]
+            scored = pairs and np.isfinite(stats[b])
             out[f"{name}_loss"] = float(stats[b] / pairs) if pairs else float("nan")
-            out[f"{name}_acc"] = float(stats[b + 2] / pairs) if pairs else float("nan")
+            out[f"{name}_acc"] = float(stats[b + 2] / pairs) if scored else float("nan")
             out[f"{name}_auc"] = auc_from_histograms(stats[b + 3 : b + 3 + AUC_BINS],
-                                                     stats[b + 3 + AUC_BINS : b + width])
+                                                     stats[b + 3 + AUC_BINS : b + width]) if scored else float("nan")
         return out

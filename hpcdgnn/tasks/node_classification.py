@@ -142,10 +142,10 @@ class NodeClassification(Task):
         return TaskBatch(loss_sum, stats)
 
     def metrics(self, stats: np.ndarray) -> dict[str, float]:
-        """Mean loss and accuracy per split."""
+        """Mean loss and accuracy per split; NaN where the loss is not finite (NaN logits' argmax is a class)."""
         out: dict[str, float] = {}
         for s, name in enumerate(SPLITS):
             n = stats[3 * s + 1]
             out[f"{name}_loss"] = float(stats[3 * s] / n) if n else float("nan")
-            out[f"{name}_acc"] = float(stats[3 * s + 2] / n) if n else float("nan")
+            out[f"{name}_acc"] = float(stats[3 * s + 2] / n) if n and np.isfinite(stats[3 * s]) else float("nan")
         return out

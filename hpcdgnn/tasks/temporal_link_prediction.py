@@ -75,7 +75,10 @@ def _quantized(scores: np.ndarray) -> np.ndarray:
 
 
 def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """scikit-learn's ``average_precision_score`` Σ_k (R_k − R_{k−1}) P_k, tied scores (at 1e-9) entering together."""
+    """scikit-learn's ``average_precision_score`` Σ_k (R_k − R_{k−1}) P_k, tied scores (at 1e-9) entering together;
+    NaN where a score is not finite (a diverged model: NaN sorts last, which is no ranking)."""
+    if not np.isfinite(scores).all():
+        return float("nan")
     scores = _quantized(scores)
     order = np.argsort(-scores, kind="stable")
     s, y = scores[order], labels[order].astype(np.float64)
@@ -181,13 +184,15 @@ class TemporalLinkPrediction(Task):
         ``valid`` entries when given (fixed negatives of varying count) — and ``batch_ap`` (one rank per batch,
         else None).
 
-        rank = 1 + (#negatives above + #at or above) / 2, TGB's (``tgb/linkproppred/evaluate.py``)."""
+        rank = 1 + (#negatives above + #at or above) / 2, TGB's (``tgb/linkproppred/evaluate.py``). A score that
+        is not finite (a diverged model) makes the split's MRR NaN: NaN compares false, so it would rank first."""
         stats = np.zeros(self.stats_width())
         b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)
         qn, qp = _quantized(neg), _quantized(pos)[:, None]
         keep = np.ones(qn.shape, dtype=bool) if valid is None else valid
         rank = 1.0 + 0.5 * (((qn > qp) & keep).sum(1) + ((qn >= qp) & keep).sum(1))
-        stats[b] = float(np.sum(1.0 / rank))
+        finite = np.isfinite(pos).all() and np.isfinite(neg[keep]).all()
+        stats[b] = float(np.sum(1.0 / rank)) if finite else float("nan")
         stats[b + 1] = pos.shape[0]
         if batch_ap is not None:
             stats[b + 2], stats[b + 3] = batch_ap, 1.0

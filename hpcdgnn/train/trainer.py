@@ -218,7 +218,8 @@ class _Health:
         loss = record["train_loss"]
         if self.first is None or not np.isfinite(self.first):  # an epoch without examples is no baseline
             self.first = loss
-            for split, name in (("val", "validation"), ("test", "test")):
+            # a metric is NaN for no examples, or for a diverged model's scores (then the sums are not finite)
+            for split, name in (("val", "validation"), ("test", "test")) if sums_finite else ():
                 value = record.get(f"{split}_{self.metric}", 0.0 if split == "test" else None)
                 if value is None or not np.isfinite(value):  # NaN in the record (null in metrics.jsonl): no examples
                     self._warn(f"empty-{split}", f"warning: the {name} split is empty ({split}_{self.metric} is "

@@ -578,6 +578,22 @@ def test_mrr_slot_ties_count_half():
         assert m[f"{split}_mrr"] == pytest.approx(want / 4) and m[f"{split}_ap"] == 0.75
 
 
+def test_a_diverged_model_s_scores_rank_nothing():
+    """NaN scores compare false, so a NaN positive ranked first (MRR 1.0 of a diverged model, as a user saw): a
+    slice with a score that is not finite makes the split's MRR NaN (null in the record), and AP NaN; a masked
+    invalid slot (a TGB stream's padding) does not."""
+    task = TemporalLinkPrediction(SimpleNamespace(negatives=1, eval_negatives=2), None, 4, 0)
+    pos, neg = np.array([0.5, 0.2]), np.array([[0.1, 0.3], [0.4, 0.0]])
+    for bad_pos, bad_neg in ((np.array([np.nan, 0.2]), neg), (pos, np.where(neg > 0.35, np.inf, neg))):
+        st = task.eval_stats("val", bad_pos, bad_neg, average_precision(np.r_[bad_pos, bad_neg[:, 0]],
+                                                                       np.array([1, 1, 0, 0])))
+        m = task.metrics(st + task.eval_stats("val", pos, neg, 0.5))
+        assert np.isnan(m["val_mrr"]) and np.isnan(m["val_ap"]), m
+    valid = np.array([[True, True], [True, False]])
+    st = task.eval_stats("val", pos, np.where(valid, neg, np.nan), None, valid)
+    assert task.metrics(st)["val_mrr"] == pytest.approx((1 / 1 + 1 / 2) / 2)
+
+
 # -- 5. the node memory and the write rule ---------------------------------------------------------------------
 
 

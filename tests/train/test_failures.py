@@ -72,6 +72,11 @@ def test_a_diverged_run_stops_with_one_line_and_keeps_its_last_finite_checkpoint
     bad = records[-1]
     # metrics.jsonl writes a NaN as null (JSON has no NaN)
     assert bad["train_loss"] is None and all(np.isfinite(r["train_loss"]) for r in records[:-1]), records
+    # a NaN model's scores are no ranking: its AUC and accuracy are null too (they read 0.5 and a class's share),
+    # in the record and in the summary's final metrics
+    assert all(bad[f"{s}_{m}"] is None for s in ("val", "test") for m in ("auc", "acc")), bad
+    final = json.loads((run / "summary.json").read_text())["final"]
+    assert final["val_auc"] is None and final["test_auc"] is None, final
     assert f"epoch {bad['epoch']}: the training loss is nan: training diverged" in errors[0], errors[0]
     assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())
