@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.metrics.results import json_safe
 
 __all__ = ["PASS_SPLITS", "EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "read_embeddings",
            "run_embed", "run_predict", "score_embeddings"]
@@ -168,10 +169,10 @@ class _Writer:
             with open(self.tmp, "wb") as f:
                 np.savez(f, embeddings=np.stack([z for z, _ in self.parts]),
                          computed=np.stack([c for _, c in self.parts]), steps=np.asarray(steps, dtype=np.int64),
-                         meta=np.asarray(json.dumps(meta)))
+                         meta=np.asarray(json.dumps(json_safe(meta))))
         else:
             self.f.create_dataset("steps", data=np.asarray(steps, dtype=np.int64))
-            self.f.attrs["meta"] = json.dumps(meta)
+            self.f.attrs["meta"] = json.dumps(json_safe(meta))  # JSON has no NaN: an empty split's metric is null
             self.f.close()
         os.replace(self.tmp, self.path)
 

@@ -83,7 +83,7 @@ def _plan_table(plan) -> list[str]:
 def run_check(args: argparse.Namespace) -> int:
     """Check the job for ``--ranks`` P as a run's set-up would, print what it would start with; 0, or the error."""
     from hpcdgnn.config import job_to_dict, load_job
-    from hpcdgnn.errors import ConfigError
+    from hpcdgnn.errors import ConfigError, DataError, PlanError
 
     if args.schema:
         from hpcdgnn.config.reference import json_schema
@@ -102,14 +102,21 @@ def run_check(args: argparse.Namespace) -> int:
     from hpcdgnn.data.validate import check_dataset
     from hpcdgnn.strategies import get_strategy
     from hpcdgnn.train.footprint import lower_bound
-    from hpcdgnn.train.setup import check_job
+    from hpcdgnn.train.setup import _blamed, check_job
 
     P = args.ranks
     job = load_job(args.job, args.set or [])
     share, device_memory, share_from = _budgets(args, job)
-    job, manifest, planner = check_job(job, args.job, P, share, device_memory)
+    # as a run's set-up says them: a key a --set gave is named so, not as the job file's
+    try:
+        job, manifest, planner = check_job(job, args.job, P, share, device_memory)
+    except (ConfigError, DataError) as e:
+        raise _blamed(e, args.job, args.set or []) from None
     check_dataset(job.data.path, checksums=job.data.validate == "checksum")
-    plan = get_strategy(job.strategy.name).make_plan(manifest, P, job)
+    try:
+        plan = get_strategy(job.strategy.name).make_plan(manifest, P, job)
+    except (PlanError, ConfigError) as e:
+        raise _blamed(e, args.job, args.set or [], prefix=True) from None
     bound = lower_bound(job, manifest, P)
     predicted = _predicted(job, manifest, P, share)
     report = {

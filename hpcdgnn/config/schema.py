@@ -328,8 +328,10 @@ class AdjusterConfig:
             raise ValueError("gamma: must be in [0, 1)")
         if not 0 < self.epsilon_decay <= 1:
             raise ValueError("epsilon_decay: must be in (0, 1]")
-        if not 0 <= self.epsilon_min <= self.epsilon <= 1:
-            raise ValueError("epsilon_min: must be in [0, epsilon] and epsilon in [0, 1]")
+        if not 0 <= self.epsilon <= 1:
+            raise ValueError(f"epsilon: {self.epsilon} must be in [0, 1]")
+        if not 0 <= self.epsilon_min <= self.epsilon:
+            raise ValueError(f"epsilon_min: {self.epsilon_min} must be in [0, epsilon = {self.epsilon}]")
         if not self.lr > 0:
             raise ValueError("lr: must be > 0")
         _only_with(self, ("reward_time", "gamma", "epsilon", "epsilon_decay", "epsilon_min", "lr"),

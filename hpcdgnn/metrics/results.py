@@ -15,17 +15,17 @@ import yaml
 
 from hpcdgnn.errors import ConfigError, DataError
 
-__all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "read_epoch_records"]
+__all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "json_safe", "read_epoch_records"]
 
 
-def _clean(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
     """JSON has no NaN: write null instead, so every JSON reader accepts the files."""
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
+        return {k: json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
+        return [json_safe(x) for x in v]
     return v
 
 
@@ -120,7 +120,7 @@ class RunDirectory:
 
     def append_epoch(self, record: dict) -> None:
         """Append one line to ``metrics.jsonl`` (flushed at once, so a killed job keeps its epochs)."""
-        clean = _clean(record)
+        clean = json_safe(record)
         self._metrics.write(json.dumps(clean) + "\n")
         if self._tensorboard is not None:
             self._tensorboard.write(clean)  # the values metrics.jsonl holds
@@ -128,7 +128,7 @@ class RunDirectory:
     def save_summary(self, summary: dict) -> None:
         """Write ``summary.json`` atomically."""
         tmp = self.path / "summary.json.tmp"
-        tmp.write_text(json.dumps(_clean(summary), indent=1) + "\n")
+        tmp.write_text(json.dumps(json_safe(summary), indent=1) + "\n")
         os.replace(tmp, self.path / "summary.json")
 
     def close(self) -> None:

@@ -20,22 +20,23 @@ __all__ = ["grid_shape", "plan_grid"]
 
 
 def grid_shape(num_ranks: int, num_snapshots: int, snapshot_ranks: int = 0, vertex_ranks: int = 0,
-               where: str = "strategy") -> tuple[int, int]:
+               where: str | None = None) -> tuple[int, int]:
     """(Ps, Pv) with Ps · Pv = P from the given sides (0 = derived); neither given: the largest Ps ≤ T dividing P.
 
     Raises:
-        ConfigError: Ps · Pv ≠ P, or a side that does not divide P (one line).
+        ConfigError: Ps · Pv ≠ P, or a side that does not divide P (one line naming the key, after ``where``).
     """
     P, Ps, Pv = num_ranks, snapshot_ranks, vertex_ranks
+    head = f"{where}: " if where else ""
     if Ps and Pv:
         if Ps * Pv != P:
-            raise ConfigError(f"{where}: snapshot_ranks × vertex_ranks = {Ps} × {Pv} = {Ps * Pv}, but the job has "
-                              f"P = {P} ranks; choose sides whose product is {P}")
+            raise ConfigError(f"{head}strategy.snapshot_ranks: {Ps} × strategy.vertex_ranks {Pv} = {Ps * Pv}, but the "
+                              f"job has P = {P} ranks; choose sides whose product is {P}")
         return Ps, Pv
     side, name = (Ps, "snapshot_ranks") if Ps else (Pv, "vertex_ranks")
     if side:
         if P % side:
-            raise ConfigError(f"{where}: {name}: {side} does not divide P = {P}; choose one of "
+            raise ConfigError(f"{head}strategy.{name}: {side} does not divide P = {P}; choose one of "
                               f"{', '.join(str(d) for d in range(1, P + 1) if P % d == 0)}")
         return (side, P // side) if Ps else (P // side, side)
     Ps = max(d for d in range(1, P + 1) if P % d == 0 and d <= max(1, num_snapshots))

@@ -42,8 +42,7 @@ class GridStrategy(ChunkStrategy):
     @classmethod
     def check_job(cls, job, num_ranks: int, where: str | None) -> None:
         """Refuse (one line) sides whose product is not P, or a side that does not divide P."""
-        grid_shape(num_ranks, 1 << 62, job.strategy.snapshot_ranks, job.strategy.vertex_ranks,
-                   f"{where}: strategy")
+        grid_shape(num_ranks, 1 << 62, job.strategy.snapshot_ranks, job.strategy.vertex_ranks, where)
 
     def _fuse(self, chunk: np.ndarray, row: np.ndarray, model, cap_mb: float | None = None):
         """One chunk per rank (its grid cell): nothing to fuse, the plain product over its rows."""

@@ -30,7 +30,9 @@ class RegressionOptions(TaskConfig):
     name: str = "regression"
     """The task these options belong to."""
     horizon: int = 1
-    """H, snapshots forecast per step: Z_t predicts the targets stored at t..t+H-1."""
+    """H, snapshots forecast per step: Z_t predicts the targets stored at t..t+H-1. The split cuts the steps t (as
+    DCRNN's and PyG Temporal's sample splits do), so with H > 1 the last H-1 training steps forecast targets that
+    the first validation steps forecast too."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

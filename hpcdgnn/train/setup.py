@@ -283,7 +283,7 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
 
 
 #: keys (prefixes) that shape a checkpoint's parameters: ``embed`` and ``predict`` keep the run's
-_TRAINED = ("model.", "task.name", "task.decoder_hidden")
+_TRAINED = ("model.", "task.name", "task.decoder_hidden", "train.lr")
 
 
 def check_trained_job(saved: JobConfig, job: JobConfig, run_dir: str, overrides: list[str], command: str) -> None:
@@ -291,7 +291,8 @@ def check_trained_job(saved: JobConfig, job: JobConfig, run_dir: str, overrides:
     or task head (:data:`_TRAINED`): ``model.hidden`` ended in a checkpoint that does not fit."""
     def refusal(who: str, new: object, old: object, resume: str) -> ConfigError:
         return ConfigError(f"{who}: is {new!r} but the run in {resume} used {old!r}; {command} uses the run's trained "
-                           "model and task head: model.*, task.name and task.decoder_hidden stay the run's")
+                           "model and task head: model.*, task.name, task.decoder_hidden and train.lr (the optimizer "
+                           "state it restores) stay the run's")
 
     before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
     _refuse_changes({k: v for k, v in before.items() if k.startswith(_TRAINED)},
@@ -531,7 +532,11 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             if not claim_run_dir(run_dir):  # another run took it since choose_run_dir
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
-            make_checkpoint_dir(ckpt_dir, job_path)
+            try:  # a place the check could not foresee (/proc, a race): the claimed run directory goes again
+                make_checkpoint_dir(ckpt_dir, job_path)
+            except ConfigError as e:
+                _discard_new_run(run_dir, job)
+                raise ConfigError(blame_override(str(e), job_path, overrides)) from None
             _save_run_files(run_dir, job, plan, 0, kept.get("planner"))
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 

@@ -40,7 +40,7 @@ def test_check_prints_what_the_run_then_starts_with(tmp_path, small_dataset, cap
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--ranks", "2", "--set", "strategy.name=grid", "strategy.snapshot_ranks=2", "strategy.vertex_ranks=2"],
-     "snapshot_ranks × vertex_ranks = 2 × 2 = 4, but the job has P = 2 ranks"),
+     "strategy.snapshot_ranks: 2 × strategy.vertex_ranks 2 = 4, but the job has P = 2 ranks"),
     (["--ranks", "2", "--memory-per-rank", "1KiB"], "this job needs at least"),
     (["--set", "model.hiden=3"], "model.hiden: unknown option of model 'cdgcn'; did you mean 'hidden'?"),
     (["--ranks", "0"], "check --ranks: 0"),
@@ -98,3 +98,22 @@ def test_the_host_share_says_how_it_was_divided(tmp_path, small_dataset, capsys)
     memory = json.loads(out)["memory"]
     assert memory["host_share_bytes"] == node_memory() / P and memory["host_share_from"].endswith(
         f"/ {P} ranks (train.device: cpu runs on the CPU here)")
+
+
+def test_check_names_the_set_that_gave_a_key_as_a_run_does(tmp_path, small_dataset, capsys):
+    """Errors of checks over several keys or the dataset said ``job.yaml: KEY`` for a key only a ``--set``
+    gave (a run said ``--set KEY``); ε above 1 blamed ``epsilon_min``, which the user never set."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    for args, message in [
+        (["--ranks", "3", "--set", "strategy.name=grid", "strategy.snapshot_ranks=2"],
+         "hpcdgnn: error: --set strategy.snapshot_ranks: 2 does not divide P = 3; choose one of 1, 3"),
+        (["--set", "strategy.name=hybrid", "strategy.adjuster.kind=dqn", "strategy.adjuster.epsilon=1.5"],
+         "hpcdgnn: error: --set strategy.adjuster.epsilon: 1.5 must be in [0, 1]"),
+        (["--set", "task.name=link_prediction", "strategy.name=sequences", "strategy.window=99"],
+         "hpcdgnn: error: --set strategy.window: 99"),
+    ]:
+        code, out, err = _check(capsys, job, *args)
+        assert code == 2 and err.startswith(message), (args, err)
+    code, _, err = _check(capsys, job, "--set", "strategy.name=hybrid", "strategy.adjuster.kind=dqn",
+                          "strategy.adjuster.epsilon=0.2", "strategy.adjuster.epsilon_min=0.3")
+    assert code == 2 and "--set strategy.adjuster.epsilon_min: 0.3 must be in [0, epsilon = 0.2]" in err, err

@@ -165,7 +165,9 @@ def test_embed_and_predict_refuse_in_one_line_and_write_nothing(tmp_path, small_
         (["embed", run, "--set", "model.hidden=8", "--output", tmp_path / "a.h5"],
          "--set model.hidden: is 8 but the run in"),
         (["predict", events, "--set", "model.memory_dim=3", "--split", "test", "--output", tmp_path / "a.csv"],
-         "predict uses the run's trained model and task head: model.*, task.name and task.decoder_hidden stay"),
+         "predict uses the run's trained model and task head: model.*, task.name, task.decoder_hidden and train.lr"),
+        # the restored optimizer state holds the run's lr: said so, not "checkpoint does not fit this model"
+        (["embed", run, "--set", "train.lr=5", "--output", tmp_path / "a.h5"], "--set train.lr: is 5.0 but the run in"),
     ]
     (tmp_path / "a.npz.tmp").write_text("another writer's")
     for text, want in (("0,1\n", "three columns"), ("0,1,7\n", "t = 7 is outside 0 .. 6"),
@@ -194,3 +196,26 @@ def test_the_metric_line_writes_an_empty_split_as_run_does():
     metrics = {"val_loss": 0.5, "val_auc": 0.75, "test_loss": float("nan"), "test_auc": None}
     assert _metric_line(metrics, "all") == "val_loss 0.5000, val_auc 0.7500, test_loss -, test_auc -"
     assert _metric_line(metrics, "test") == "test_loss -, test_auc -"
+
+
+@pytest.mark.parametrize("fmt", ["npz", "h5"])
+def test_the_metadata_is_strict_json(tmp_path, fmt):
+    """An empty split's metric (NaN) is written as null, as in metrics.jsonl: bare NaN is no JSON."""
+    import json
+
+    from hpcdgnn.embed import _Writer
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the metadata"))
+
+    w = _Writer(str(tmp_path / f"z.{fmt}"), fmt, 1)
+    w.add(np.zeros((2, 3), np.float32), np.ones(2, bool))
+    w.close([0], {"metrics": {"val_loss": float("nan"), "test_auc": 0.5}})
+    if fmt == "npz":
+        text = str(np.load(tmp_path / "z.npz")["meta"])
+    else:
+        import h5py
+
+        with h5py.File(tmp_path / "z.h5") as f:
+            text = f.attrs["meta"]
+    assert strict(text)["metrics"] == {"val_loss": None, "test_auc": 0.5}

@@ -32,4 +32,4 @@ def test_grid_sides_must_multiply_to_the_ranks(launcher, small_dataset, tmp_path
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "out")])
     lines = [ln.replace("\0", "") for ln in proc.stderr.splitlines() if ln.strip() and "hpcdgnn: error" in ln]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert "snapshot_ranks × vertex_ranks = 2 × 2 = 4, but the job has P = 3" in lines[0]
+    assert "strategy.snapshot_ranks: 2 × strategy.vertex_ranks 2 = 4, but the job has P = 3" in lines[0]

@@ -29,7 +29,8 @@ def test_health_warns_once_each(caplog):
     log = logging.getLogger("test-health")
     health = _Health(log, "auc", "the regime's hint")
     with caplog.at_level(logging.WARNING, logger="test-health"):
-        health.check(_record(1, 0.69, float("nan")))  # NaN in the record (its split's snapshots have no edges)
+        # NaN in the record with finite sums: its split's snapshots have no edges
+        health.check(_record(1, 0.69, float("nan")), sums_finite=True)
         health.check(_record(2, 0.7, None))
         health.check(_record(3, 1e34, 0.5))
         health.check(_record(4, 1e35, 0.5))
@@ -46,10 +47,15 @@ def test_health_warns_once_each(caplog):
     both = _Health(log, "auc", "the {split} hint")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="test-health"):
-        both.check({**_record(1, 0.69, 0.5), "test_auc": None})
-        both.check({**_record(2, 0.69, 0.5), "test_auc": float("nan")})
+        both.check({**_record(1, 0.69, 0.5), "test_auc": None}, sums_finite=True)
+        both.check({**_record(2, 0.69, 0.5), "test_auc": float("nan")}, sums_finite=True)
     text = [r.getMessage() for r in caplog.records]
     assert text == ["warning: the test split is empty (test_auc is '-'): the test hint"], text
+    # sums not finite: the NaN metric is a diverged model's scores, not an empty split
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="test-health"):
+        _Health(log, "auc", "").check(_record(1, 0.69, float("nan")), sums_finite=False)
+    assert not caplog.records
     late = _Health(log, "auc", "")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="test-health"):

@@ -132,7 +132,10 @@ def test_a_new_run_refuses_a_used_or_impossible_checkpoint_dir_before_training(s
     job = write_job(tmp_path / "job.yaml", small_dataset, checkpoint={"every": 1})
     for ck, says in [(used, f"--set checkpoint.dir: {used} exists and is not empty"),
                      (tmp_path / "afile", f"--set checkpoint.dir: {tmp_path / 'afile'} is a file, not a directory"),
-                     (tmp_path / "afile" / "ck", f"checkpoint.dir: cannot create {tmp_path / 'afile' / 'ck'}")]:
+                     (tmp_path / "afile" / "ck", f"checkpoint.dir: cannot create {tmp_path / 'afile' / 'ck'}"),
+                     # the pre-check passes it (a directory root may write), the mkdir after the run
+                     # directory's claim fails: the claimed directory goes again
+                     (Path("/proc/hpcdgnn-nope"), "--set checkpoint.dir: cannot create /proc/hpcdgnn-nope")]:
         out = tmp_path / f"run-{ck.name}"
         line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(out),
                                               "--set", f"checkpoint.dir={ck}"]))
