@@ -140,8 +140,9 @@ class TrainedRun:
     @property
     def sizes(self) -> dict[str, Any]:
         """The dataset's scalar figures the model is built for (N, T, F, classes, …): the newest checkpoint's, so
-        that the model loads without the dataset; a checkpoint older than them reads them from the dataset."""
-        return self._sizes(self._saved())
+        that the model loads without the dataset; a run without a checkpoint, or one older than them, reads them
+        from the dataset."""
+        return self._sizes(self._saved() if self.checkpoint is not None else {})
 
     def _sizes(self, state: dict[str, Any]) -> dict[str, Any]:
         """:attr:`sizes` of a checkpoint's shared ``state``."""
@@ -154,7 +155,7 @@ class TrainedRun:
         try:
             return manifest_sizes(load_dataset_manifest(self.job, str(self.dir)))
         except HpcdgnnError as e:
-            raise type(e)(f"{e} (this run's checkpoint predates the sizes it now keeps: they come from its dataset, "
+            raise type(e)(f"{e} (without a checkpoint that keeps them, the model's sizes come from the run's dataset, "
                           f"data.path in {self.dir / 'config.resolved.yaml'}, relative to the working directory)"
                           ) from None
 
@@ -420,10 +421,12 @@ def _override_value(value: Any) -> str:
     return yaml.safe_dump(_plain(value, ""), default_flow_style=True).strip().removesuffix("...").strip()
 
 
-#: the commands' options as this API's arguments, in the messages the two share: (pattern, replacement)
-_ARGUMENTS = ((re.compile(r"--set (?=\S)"), "overrides: "), (re.compile(r"--set\b"), "overrides"),
-              (re.compile(r"--(output|resume|pairs|split) (?=\S)"), r"\1="),
-              (re.compile(r"--(output|resume|pairs|split)\b"), r"\1"))
+#: the commands' options as this API's arguments where a message the two share names one as its subject (at
+#: its start, or after ``COMMAND RUNDIR: ``), and a ``--set KEY=VALUE`` it advises: (pattern, replacement). Only
+#: there: prepare's options and the user's own paths elsewhere in a message stay as they are
+_ARGUMENTS = ((re.compile(r"^((?:\w+ \S+: )?)--set (?=\S)"), r"\1overrides: "),
+              (re.compile(r"^((?:\w+ \S+: )?)--(output|resume|pairs|split) (?=\S)"), r"\1\2="),
+              (re.compile(r"--set ([\w.]+=[^\s);,]+)"), r'overrides=["\1"]'))
 
 
 def _named(e: BaseException, written: str | None) -> BaseException:

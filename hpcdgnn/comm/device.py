@@ -73,7 +73,8 @@ def select_device(requested: str, comm, cuda_available: bool | None = None,
 
 def _cgroups(root: str, proc: str) -> list[tuple[int, Path, str]]:
     """(limit, directory, usage file's name) of every cgroup (v1 or v2) above this process that limits its
-    memory (SLURM and LSF confine jobs so)."""
+    memory (SLURM and LSF confine jobs so); its ``memory.stat`` names the page cache in the usage (v2
+    ``inactive_file``, v1 ``total_inactive_file``)."""
     found = []
     try:
         lines = Path(proc).read_text().splitlines()
@@ -117,10 +118,22 @@ def node_available(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup"
         pass
     for limit, where, usage in _cgroups(root, proc):
         try:
-            free.append(max(0, limit - int((where / usage).read_text().strip())))
+            used = int((where / usage).read_text().strip())
         except (OSError, ValueError):
             continue
+        # the usage counts the page cache of files read (a dataset streamed), which the kernel reclaims before
+        # it refuses an allocation: its inactive part is left out, as a working set (kubelet's) does
+        free.append(max(0, limit - used + _inactive_file(where)))
     return min(free, default=None)
+
+
+def _inactive_file(where: Path) -> int:
+    """A cgroup's reclaimable page cache (``memory.stat``: v2 ``inactive_file``, v1 ``total_inactive_file``), or 0."""
+    try:
+        stat = dict(line.split()[:2] for line in (where / "memory.stat").read_text().splitlines() if line.strip())
+        return int(stat.get("total_inactive_file", stat.get("inactive_file", 0)))  # v1: the hierarchy's, as its usage
+    except (OSError, ValueError):
+        return 0
 
 
 def cpu_affinity() -> list[int]:

@@ -327,12 +327,14 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(k), float(k + 1)))
 
     has_w = edge_weight[0] is not None
-    return _noted(write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
-                                feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
-                                targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
-                                source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)",
-                                        "format": "signal", "options": {"reverse_edges": bool(reverse_edges)}},
-                                force=force, reverse=reverse_edges), output)
+    # no note of snapshots without edges: a signal's steps are its own (prepare's advice, other windows, is no
+    # option here)
+    return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
+                         feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
+                         targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
+                         source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal",
+                                 "options": {"reverse_edges": bool(reverse_edges)}},
+                         force=force, reverse=reverse_edges)
 
 
 def _noted(manifest, output):

@@ -28,5 +28,6 @@ class _CallablePackage(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallablePackage
-# help(hpcdgnn.train) shows the call's description after the package's
-__doc__ = f"{__doc__}\nhpcdgnn.train{inspect.signature(api.train)}\n\n{inspect.cleandoc(api.train.__doc__)}\n"
+# help(hpcdgnn.train) shows the call's description after the package's (none under python -OO)
+if __doc__ and api.train.__doc__:
+    __doc__ = f"{__doc__}\nhpcdgnn.train{inspect.signature(api.train)}\n\n{inspect.cleandoc(api.train.__doc__)}\n"

@@ -15,6 +15,7 @@ every rank, so rank 0 saves them once; a resume is bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import json
@@ -155,8 +156,18 @@ _PICKLE.Pickler = _ArrayPickler
 
 
 def _save(obj: Any, f) -> None:
-    """``torch.save`` of ``obj`` to ``f``, large numpy arrays as storages (:class:`_ArrayPickler`)."""
-    torch.save(obj, f, pickle_module=_PICKLE)
+    """``torch.save`` of ``obj`` to ``f``, large numpy arrays as storages (:class:`_ArrayPickler`); as plain
+    ``torch.save`` where two of them (or one and a tensor) view the same memory as different types, which
+    storages cannot hold."""
+    start = f.tell()
+    try:
+        torch.save(obj, f, pickle_module=_PICKLE)
+    except RuntimeError as e:
+        if "view the same data as different types" not in str(e):
+            raise
+        f.seek(start)
+        f.truncate()
+        torch.save(obj, f)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -185,8 +196,8 @@ class HeldCheckpoint:
 
 
 def array_bytes(obj: Any) -> int:
-    """Bytes of the tensors and numpy arrays in ``obj`` (through dicts, lists and tuples): about what serialising
-    it takes."""
+    """Bytes of the tensors and numpy arrays in ``obj`` (through dicts, lists, tuples and dataclasses such as
+    plans): about what serialising it takes."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, np.ndarray):
@@ -195,6 +206,8 @@ def array_bytes(obj: Any) -> int:
         return sum(array_bytes(v) for v in obj.values())
     if isinstance(obj, list | tuple):
         return sum(array_bytes(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(array_bytes(getattr(obj, f.name, None)) for f in dataclasses.fields(obj))
     return 0
 
 

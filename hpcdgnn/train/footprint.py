@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["check_footprint", "lower_bound", "out_of_memory_error"]
+__all__ = ["HOST_RESIDENT", "check_footprint", "lower_bound", "out_of_memory_error"]
+
+#: terms held in host memory whatever the device (the event regime's node memory: numpy arrays or an MPI window
+#: whose rows each batch copies to the device): a GPU job checks them against the host's share
+HOST_RESIDENT = frozenset({"node memory"})
 
 
 def lower_bound(job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
@@ -20,20 +24,35 @@ def lower_bound(job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
     return regime_of("model", job.model.name).footprint(job, manifest, num_ranks)
 
 
-def check_footprint(job, manifest, num_ranks: int, available: int, where: str) -> None:
+def check_footprint(job, manifest, num_ranks: int, available: int, where: str, terms: str = "all") -> None:
     """Refuse (one line) a job whose lower bound exceeds ``available`` bytes for this rank.
+
+    Args:
+        job: the resolved job.
+        manifest: its dataset's manifest.
+        num_ranks: P.
+        available: bytes this rank may use of the memory ``terms`` names.
+        where: the job file, or None.
+        terms: ``all`` (a CPU job: ``available`` is the host's share), ``device`` (a GPU's share: the terms not
+            :data:`HOST_RESIDENT`) or ``host`` (a GPU job's host share: those terms only).
 
     Raises:
         ConfigError: names the bound, what the rank has, and the term that dominates with its keys.
     """
-    parts = lower_bound(job, manifest, num_ranks)
+    def bound(ranks: int) -> dict[str, tuple[int, str]]:
+        return {k: v for k, v in lower_bound(job, manifest, ranks).items()
+                if terms == "all" or (k in HOST_RESIDENT) == (terms == "host")}
+
+    parts = bound(num_ranks)
+    if not parts:
+        return
     need = sum(b for b, _ in parts.values())
     if need <= available:
         return
     name, (most, keys) = max(parts.items(), key=lambda kv: kv[1][0])
     # more ranks are advice only where they shrink the term (not the parameters every rank holds whole, nor a
     # batch whose split the job's own keys set)
-    wider = lower_bound(job, manifest, 2 * num_ranks).get(name, (most, ""))[0]
+    wider = bound(2 * num_ranks).get(name, (most, ""))[0]
     spread = " or spread the job over more ranks or nodes" if wider < most else ""
     raise ConfigError(
         f"{where}: this job needs at least {_size(need)} per rank ({name} {_size(most)}, set by {keys}) and this "

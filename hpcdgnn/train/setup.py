@@ -579,8 +579,8 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
     except (ConfigError, DataError) as e:
         raise type(e)(f"{where}: {e}" if where else str(e)) from None
     get_strategy(job.strategy.name).check_data(job, manifest, where)
-    if not cuda:  # before the plan, whose cost model walks every layer (a GPU job is checked on its device)
-        check_footprint(job, manifest, num_ranks, host_share, where)
+    # before the plan, whose cost model walks every layer (a GPU job's device terms are checked on its device)
+    check_footprint(job, manifest, num_ranks, host_share, where, "host" if cuda else "all")
     return job, manifest, planner
 
 
@@ -775,7 +775,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
                                                f"values for {comm.size} ranks"))
         if device.type == "cuda":  # a CPU job is checked before its plan
             share = memory_share(comm, device)
-            agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path))
+            agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path, "device"))
         model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
         start, mine, initial, calibrated = 0, None, None, False
         if ckpt is not None:

@@ -151,16 +151,17 @@ def _hold_fits(run: Run, comm: Communicator, log) -> bool:
     :data:`HOLD_OF_NODE` and :data:`HOLD_OF_FREE` (collective; rank 0 says when not)."""
     mine = array_bytes(run.strategy.state_dict())
     if comm.rank == 0:
-        mine += array_bytes([run.model.state_dict(), run.task.state_dict(), run.optimizer.state_dict()])
+        mine += array_bytes([run.model.state_dict(), run.task.state_dict(), run.optimizer.state_dict(), run.plan])
     held = sum(comm.world.node().allgather_obj(mine, tag="control.stop"))
     free = node_available()
     fits = held <= HOLD_OF_NODE * node_memory() and (free is None or held <= HOLD_OF_FREE * free)
-    fits = comm.allreduce_array([float(fits)], op="min", tag="control.stop")[0] > 0
-    if not fits and comm.rank == 0:
+    # every rank the same answer; the line names the largest node's copies (another node's may be the one refused)
+    refused, most = comm.allreduce_array([float(not fits), float(held)], op="max", tag="control.stop")
+    if refused and comm.rank == 0:
         log.info(f"pre-emption: this run's epochs end before a signal stops it (holding an epoch's start in memory "
-                 f"would take {held / 2**30:.2f} GiB on a node: more than {HOLD_OF_NODE:.0%} of its memory or "
+                 f"would take up to {most / 2**30:.2f} GiB on a node: more than {HOLD_OF_NODE:.0%} of its memory or "
                  f"{HOLD_OF_FREE:.0%} of what it has free); checkpoint.every: 1 lets it stop between batches")
-    return fits
+    return not refused
 
 
 def _shared_state(run: Run, checkpoints: CheckpointManager, epoch: int) -> dict:

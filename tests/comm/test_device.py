@@ -107,6 +107,9 @@ def test_node_available_is_the_least_of_memavailable_and_each_limit_less_its_usa
     (root / "job_7" / "memory.current").write_text(f"{5 << 30}\n")
     proc.write_text("0::/job_7\n")
     assert node_available(str(root), str(proc), str(meminfo)) == 1 << 30
+    # the page cache of a dataset read counts in the usage; its inactive part is reclaimable, so free
+    (root / "job_7" / "memory.stat").write_text(f"anon 1234\ninactive_file {1 << 29}\nactive_file 77\n")
+    assert node_available(str(root), str(proc), str(meminfo)) == (1 << 30) + (1 << 29)
     (root / "job_7" / "memory.current").write_text("0\n")
     assert node_available(str(root), str(proc), str(meminfo)) == 4000000 * 1024
     (root / "memory" / "slurm").mkdir(parents=True)  # v1

@@ -324,3 +324,31 @@ def test_errors_name_the_api_s_arguments_without_internal_frames(tmp_path, small
     assert "--" not in str(e.value), e.value
     with pytest.raises(ConfigError, match=r"^resume=r: the run has already trained"):
         hpcdgnn.train(None, resume="r")
+
+
+def test_the_package_imports_and_trains_under_python_oo(tmp_path, small_dataset):
+    """``python -OO`` strips docstrings: the callable package must not need them (it crashed on import)."""
+    import subprocess
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    code = f"import hpcdgnn; r = hpcdgnn.train({str(job)!r}, output={str(tmp_path / 'r')!r}); print(len(r.losses))"
+    proc = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("1"), proc.stderr[-2000:]
+
+
+def test_only_a_message_s_subject_and_its_advice_take_the_api_s_words():
+    """The commands' options become arguments where a message names one as its subject or advises a --set;
+    prepare's options and user paths elsewhere stay as written."""
+    from hpcdgnn.api import _named
+
+    for message, want in [
+        ("--set train.epochs: expected an integer", "overrides: train.epochs: expected an integer"),
+        ("predict /r: --split test: only node tasks take it", "predict /r: split=test: only node tasks take it"),
+        ("--resume r: train longer with --set train.epochs=N (N > 1)",
+         'resume=r: train longer with overrides=["train.epochs=N"] (N > 1)'),
+        ("data.path: /a--output/x: does not exist (if it moved: --set data.path=NEW)",
+         'data.path: /a--output/x: does not exist (if it moved: overrides=["data.path=NEW"])'),
+        ("j.yaml: task.split: the dataset's (prepare --kind events --split); remove task.split", None),
+    ]:
+        assert str(_named(ConfigError(message), None)) == (want or message)
