@@ -290,11 +290,12 @@ def _mpi_cuda_aware(MPI) -> bool:
 
 
 def _available_memory() -> float:
-    """Bytes of physical memory free on this node (inf where the system does not say)."""
-    try:
-        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return float("inf")
+    """Bytes of memory this node's ranks could still allocate (:func:`~hpcdgnn.comm.device.node_available`: the
+    system's, within the job's cgroup; inf where the system does not say)."""
+    from hpcdgnn.comm.device import node_available
+
+    free = node_available()
+    return float("inf") if free is None else float(free)
 
 
 class World:

@@ -315,12 +315,36 @@ def override_of(key: str, overrides: list[str]) -> str | None:
 
 
 def blame_override(message: str, file: str, overrides: list[str]) -> str:
-    """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key (not the file)."""
+    """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key, and ``FILE: key (not in
+    the file: its default): problem`` when neither did (a check over several keys may fault one nobody set)."""
     head = f"{file}: "
     if not message.startswith(head):
         return message
     rest = message[len(head):]
-    return f"--set {rest}" if override_of(rest.split(":", 1)[0], overrides) else message
+    key, sep, problem = rest.partition(":")
+    if override_of(key, overrides):
+        return f"--set {rest}"
+    if sep and _unset_in(file, key):
+        return f"{head}{key} (not in the file: its default):{problem}"
+    return message
+
+
+def _unset_in(file: str, key: str) -> bool:
+    """Whether the job ``file`` leaves the dotted ``key`` (``section.option``) out; False for anything else or an
+    unreadable file."""
+    if not re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", key):
+        return False
+    try:
+        node = yaml.safe_load(Path(file).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            return False
+        if part not in node:
+            return True
+        node = node[part]
+    return False
 
 
 def job_to_dict(job: JobConfig) -> dict:

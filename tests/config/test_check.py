@@ -114,6 +114,9 @@ def test_check_names_the_set_that_gave_a_key_as_a_run_does(tmp_path, small_datas
     ]:
         code, out, err = _check(capsys, job, *args)
         assert code == 2 and err.startswith(message), (args, err)
+    # a key neither the file nor a --set gave is the default's: said so
+    code, _, err = _check(capsys, job, "--set", "strategy.name=sequences", "task.split=[0.1,0.45,0.45]")
+    assert code == 2 and "job.yaml: strategy.window (not in the file: its default): 4 with stride 1" in err, err
     code, _, err = _check(capsys, job, "--set", "strategy.name=hybrid", "strategy.adjuster.kind=dqn",
                           "strategy.adjuster.epsilon=0.2", "strategy.adjuster.epsilon_min=0.3")
     assert code == 2 and "--set strategy.adjuster.epsilon_min: 0.3 must be in [0, epsilon = 0.2]" in err, err
