@@ -27,8 +27,8 @@ plays in DistTGL).
 
 Measured, per configuration:
 
-* events/s: ``memory.train_events`` / (slowest rank's epoch time − ``memory.eval_seconds``), summed over
-  the non-warm-up epochs (the first epoch is warm-up); the evaluation after each epoch is left out.
+* events/s: ``memory.train_events`` / (the longest rank epoch, ``time.epoch.max``, − ``memory.eval_seconds``),
+  summed over the non-warm-up epochs (the first epoch is warm-up); the evaluation after each epoch is left out.
   ``train_events`` counts every positive each trainer learned: under epoch parallelism (j > 1) every
   positive is learned j times per epoch (DistTGL counts it so too), shown as "passes" per epoch;
 * the last epoch's validation and test MRR (against ``--eval-negatives`` negatives) and AP, and the test

@@ -34,7 +34,7 @@ the fastest way to do the same work on one rank, not against itself.
 * ``scaling.csv`` — one row per run: P, N, T, model, strategy, the steady
   epoch time (median over non-warm-up epochs of the slowest rank's epoch time,
   as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
-  transfer (the ``load`` column: reading and host -> device snapshot moves),
+  load (``load_s``: reading and host -> device snapshot moves; ``transfer_s`` in CSVs before 2026-12-05),
   compute and communication (``comm_s``: the time it was under way), bytes sent per
   epoch (all ranks), transfer bytes per epoch, peak engine memory, speed-up and
   parallel efficiency, the baseline they are taken against (``baseline``,
@@ -43,7 +43,7 @@ the fastest way to do the same work on one rank, not against itself.
   (the wait for the last rank to reach each exchange — imbalance, not the network —
   as the mean over ranks: the slowest rank waits least, and which rank is slowest
   changes from epoch to epoch; empty for runs that predate it);
-* ``time_split.png`` — stacked bars of transfer / compute / exposed communication per run
+* ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
   strategy), with the ideal line;
@@ -105,7 +105,7 @@ from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
 _MiB = 1024.0 * 1024.0
 
 FIELDS = [
-    "P", "N", "T", "model", "strategy", "epoch_s", "transfer_s", "compute_s", "comm_s", "bytes_per_epoch",
+    "P", "N", "T", "model", "strategy", "epoch_s", "load_s", "compute_s", "comm_s", "bytes_per_epoch",
     "transfer_bytes_per_epoch", "engine_peak_bytes", "speedup", "efficiency", "oversubscribed", "run_dir",
     "baseline", "baseline_s",
     # added later, at the end so that the columns before keep their places
@@ -144,17 +144,23 @@ def read_run(run_dir: Path) -> dict:
     """One CSV row (without speed-up and efficiency) from a finished run directory.
 
     ``epoch_s`` is the median of the slowest rank's epoch times over steady epochs and the
-    transfer / compute / comm columns are the split of that same median epoch (mean of the two
+    load / compute / comm columns are the split of that same median epoch (mean of the two
     middle epochs for an even count), so the stacked bar of ``time_split.png`` is ``epoch_s``.
     The ``_``-prefixed keys identify the work (dataset, model, task) for :func:`check_comparable`.
     """
     summary = json.loads((run_dir / "summary.json").read_text())
+    env = summary["environment"]
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    # a run resumed on another rank count: only the epochs of the count it is reported under (summary's P)
+    mine = [r for r in recs if len(r["per_rank"]["epoch"]) == env["num_ranks"]]
+    if len(mine) < len(recs):
+        print(f"note: {run_dir}: {len(recs) - len(mine)} of its epochs ran on another rank count (a resume on "
+              f"P = {env['num_ranks']}); left out", file=sys.stderr)
+    recs = mine
     steady = [r for r in recs if not r["warmup"]] or recs[-1:]
     if not steady:
-        raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs")
+        raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs at P = {env['num_ranks']}")
     cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
-    env = summary["environment"]
     plan = json.loads((run_dir / "plan.json").read_text())
     middle = median_epochs(steady)
 
@@ -174,7 +180,7 @@ def read_run(run_dir: Path) -> dict:
         "model": cfg["model"]["name"],
         "strategy": cfg["strategy"]["name"],
         "epoch_s": mean("epoch"),
-        "transfer_s": mean("load"),
+        "load_s": mean("load"),
         "compute_s": mean("compute"),
         "comm_s": mean("comm"),
         "comm_exposed_s": mean("comm_exposed", "comm"),  # without overlap the same as comm
@@ -304,14 +310,14 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
     bottom = [0.0] * len(rows)
     # the split that adds up to the epoch: compute is the wall time less load and *exposed* communication
     # (communication hidden behind computation counts in compute, not twice)
-    for name, vals in (("transfer", [r["transfer_s"] for r in rows]), ("compute", [r["compute_s"] for r in rows]),
+    for name, vals in (("load", [r["load_s"] for r in rows]), ("compute", [r["compute_s"] for r in rows]),
                        ("communication (exposed)", [r["comm_exposed_s"] for r in rows])):
         ax.bar(x, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for i, (r, top) in enumerate(zip(rows, bottom, strict=True)):
         if abs(top - r["epoch_s"]) > 1e-9 * max(1.0, r["epoch_s"]):
             # compute was clamped at 0 on an epoch whose load and comm overlapped: show the true height
-            print(f"warning: {r['run_dir']}: transfer + compute + exposed comm = {top:.3f} s exceeds epoch_s"
+            print(f"warning: {r['run_dir']}: load + compute + exposed comm = {top:.3f} s exceeds epoch_s"
                   f" {r['epoch_s']:.3f} s (load and communication overlapped); the black line marks epoch_s",
                   file=sys.stderr)
             ax.hlines(r["epoch_s"], i - 0.4, i + 0.4, colors="k")
@@ -371,11 +377,11 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
     base = baseline(rows)
     print(f"speed-up and efficiency against the fastest P={base['P']} run of any strategy: {base['strategy']}, "
           f"{base['epoch_s']:.3f} s ({base['run_dir']})")
-    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'transfer':>9} {'compute':>9} {'comm':>9} {'exposed':>9} {'late(m)':>9} "
+    print(f"{'P':>4} {'N':>9} {'epoch s':>9} {'load':>9} {'compute':>9} {'comm':>9} {'exposed':>9} {'late(m)':>9} "
           f"{'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:
         late = "-" if r["comm_late_s"] is None else f"{r['comm_late_s']:.3f}"
-        print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['transfer_s']:>9.3f} {r['compute_s']:>9.3f} "
+        print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['load_s']:>9.3f} {r['compute_s']:>9.3f} "
               f"{r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
               f"{r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
               f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else "")

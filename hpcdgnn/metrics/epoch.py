@@ -11,10 +11,11 @@ record to ``metrics.jsonl`` and prints one line. Times, each as the slowest rank
   only for tags of all-rank collectives;
 * ``compute``: ``epoch - load - comm_exposed``.
 
-An epoch ends when its last rank has finished its batches and its evaluation: the all-reduce of the metric
-sums closes it, and a rank's wait there (for a rank that evaluates alone, or whose batches ran longer after the
-last training collective) is that rank's ``epoch_end`` communication — exposed, and all of it late (the
-all-reduce carries a few numbers) — though its bytes, the metrics', are not training traffic.
+An epoch ends when its last rank has finished its batches and its evaluation: a barrier and the all-reduce of
+the metric sums close it. A rank's wait in the barrier (for a rank that evaluates alone, or whose batches ran
+longer after the last training collective) and the sums' transfer are that rank's ``epoch_end`` communication —
+exposed; late only the wait (link prediction's sums carry AUC histograms, ~0.8 MB a rank) — though their bytes,
+the metrics', are not training traffic.
 
 ``debug.trace_exchanges`` appends each epoch's collectives to ``trace/exchanges.rank<r>.jsonl``.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +68,9 @@ class EpochRecorder:
         return run_dir / "trace" / f"exchanges.rank{rank:05d}.jsonl"
 
     def _trace(self, epoch: int, exchanges: ExchangeLog, blocked: np.ndarray, late: np.ndarray | None,
-               closing: tuple[float, float] | None) -> None:
+               closing: tuple[float, float, float] | None) -> None:
         """Append this epoch's exchanges to the trace: [tag index, arrival, blocked, late] seconds each; the
-        closing wait (arrival, seconds), at P > 1, last, as ``epoch_end``."""
+        epoch's close (arrival, seconds, of them the wait for the last rank), at P > 1, last, as ``epoch_end``."""
         arrival = exchanges.arrivals - self._t0
         late_or_none = [None] * len(blocked) if late is None else [round(float(w), 6) for w in late]
         rows = [[int(k), round(float(a), 6), round(float(b), 6), w]
@@ -76,8 +78,8 @@ class EpochRecorder:
         names = list(exchanges.names)
         if closing is not None:
             names.append(EPOCH_END)
-            wait = round(closing[1], 6)
-            rows.append([len(names) - 1, round(closing[0] - self._t0, 6), wait, None if late is None else wait])
+            rows.append([len(names) - 1, round(closing[0] - self._t0, 6), round(closing[1], 6),
+                         None if late is None else round(closing[2], 6)])
         line = {"epoch": epoch, "rank": self.comm.rank, "tags": names, "exchanges": rows}
         with self.trace.open("a") as f:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
@@ -108,10 +110,19 @@ class EpochRecorder:
         # tags under way at once count once (a tag's own concurrent exchanges already do in its seconds)
         comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag)])
         exposed = sum(v.exposed for v in train_tags.values())
+        if self.comm.size == 1:  # one rank's collectives move nothing: their bookkeeping is compute, not comm
+            comm_s = exposed = 0.0
+            train_tags = {k: replace(v, seconds=0.0, exposed=0.0) for k, v in train_tags.items()}
         load = usage.load_seconds - self._usage_before.load_seconds
         arrived = time.perf_counter()
         held = self.task.held_bytes()  # before rebin, which lets them go
         stats, finishing = self.task.rebin(self.comm, stats)  # finishing the sums (AUC bins): the epoch's compute
+        waited = 0.0
+        if self.comm.size > 1:
+            # the wait for the last rank apart from the sums' own transfer, which is no imbalance (link prediction's
+            # AUC histograms: ~0.8 MB a rank)
+            self.comm.barrier(tag="metrics")
+            waited = max(0.0, time.perf_counter() - arrived - finishing)
         total = self.comm.allreduce_array(stats)
         # the epoch's closing wait (module docstring): without it a rank that finished first would report an
         # epoch shorter than the last rank's work
@@ -127,11 +138,12 @@ class EpochRecorder:
         blocked, each_late = exchanges.each(last_arrivals(self.comm, exchanges))
         late = None if each_late is None else exchanges.per_tag(each_late)
         if self.trace is not None:
-            self._trace(epoch, exchanges, blocked, each_late, (arrived, closing) if self.comm.size > 1 else None)
+            self._trace(epoch, exchanges, blocked, each_late,
+                        (arrived, closing, waited) if self.comm.size > 1 else None)
         gpu_peak = float(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else 0.0
         per_rank_all = self.comm.gather_array([*split, float(activation_peak), float(transfer), gpu_peak,
                                                float(stop_raised), float(checkpoint_due), exposed, closing,
-                                               float(held)])
+                                               float(held), waited])
         by_tag: dict[str, int] = {}
         time_by_tag: dict[str, np.ndarray] = {}  # per tag: [seconds, exposed, late (NaN: unknown)]
         # a tag's late time is known where this rank's calls of it were all exchanges of every rank
@@ -143,8 +155,8 @@ class EpochRecorder:
                 by_tag[k] = by_tag.get(k, 0) + b
                 time_by_tag.setdefault(k, np.zeros((len(gathered), 3)))[rank] = (sec, exp, np.nan if lat is None
                                                                                    else lat)
-        if self.comm.size > 1:  # the closing wait: seconds, exposed and late alike, no training bytes
-            time_by_tag[EPOCH_END] = np.repeat(per_rank_all[:, 10:11], 3, axis=1)
+        if self.comm.size > 1:  # the closing wait and the sums' transfer: seconds and exposed; late the wait's
+            time_by_tag[EPOCH_END] = per_rank_all[:, [10, 10, 12]]
         # known on every rank (a rank without the tag waited 0 in it), else no figure for the tag
         known = {k for k, v in time_by_tag.items() if not np.isnan(v[:, 2]).any()}
         late_per_rank = (None if late is None else

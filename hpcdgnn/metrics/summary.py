@@ -81,7 +81,10 @@ class RunTotals:
     #: the slowest rank's split summed over epochs: load + compute + comm_exposed = epoch
     KEYS = (*TIME_SPLIT, "comm_exposed", "comm_late")
 
-    def __init__(self) -> None:
+    def __init__(self, num_ranks: int) -> None:
+        #: the run's rank count now: only its epochs make the steady epoch time (a resume on another P ran the
+        #: earlier ones on other counts; they stay in the totals, and are counted apart)
+        self.num_ranks, self.other_ranks = num_ranks, 0
         self.epochs, self.bytes_sent, self.transfer_bytes = 0, 0, 0
         self.seconds = dict.fromkeys(self.KEYS, 0.0)
         self._missing: set[str] = set()  # keys some epoch lacks
@@ -100,9 +103,12 @@ class RunTotals:
                 self._missing.add(k)
             else:
                 self.seconds[k] += float(v)
+        self.final = r
+        if len(r["per_rank"]["epoch"]) != self.num_ranks:
+            self.other_ranks += 1
+            return
         series = self.profiled if r.get("profiled") else self.warm if r["warmup"] else self.steady
         series.append(float(r["slowest"]["epoch"]))
-        self.final = r
 
     def add_file(self, path) -> None:
         """Count the records of a ``metrics.jsonl``, line by line."""
@@ -114,7 +120,8 @@ class RunTotals:
         return {k: v for k, v in self.seconds.items() if k not in self._missing}
 
     def steady_seconds(self) -> dict[str, float | None]:
-        """Median and mean of the slowest rank's epoch time over steady epochs (else warm-up; else profiled)."""
+        """Median and mean of the slowest rank's epoch time over steady epochs (else warm-up; else profiled) of the
+        run's rank count."""
         times = self.steady or self.warm or self.profiled
         return {"median": float(np.median(times)) if times else None,
                 "mean": float(np.mean(times)) if times else None}
@@ -136,6 +143,8 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
             "resumed_from_epoch": run.start_epoch,
             "final": totals.final,
             "epochs": totals.epochs,
+            # run on another rank count before a resume on this one: in the totals, not the steady epoch time
+            "epochs_on_other_rank_counts": totals.other_ranks,
             "totals": {
                 "seconds": totals.seconds_summed(),
                 "bytes_sent": totals.bytes_sent,

@@ -264,6 +264,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self.reservoir: BatchReservoir | None = None
         self._snapshot_mb: float | None = None
         self._picks = dict.fromkeys(("reused", "snapshot", "fresh", "p"), 0.0)
+        self._generator_reported = 0.0  # the reservoir generators' seconds at the last epoch's report
         if o.reservoir.mode == "on":
             T_train = self.train_stop
             caps = [max(1, int(self.N * T_train / math.prod(self.sizes(a)) / len(self.actions)))
@@ -565,8 +566,11 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             return {}
         k = self._picks
         steps = k["reused"] + k["snapshot"] + k["fresh"]
-        mine = [self.reservoir.nbytes, self.reservoir.seconds]
-        total = self.comm.allreduce_array(mine, tag="metrics")
+        # the generators' seconds since the last report: this epoch's, as the picks beside it (the count is a
+        # running total, which an epoch's figure summed over epochs would count again)
+        seconds, self._generator_reported = (self.reservoir.seconds - self._generator_reported,
+                                             self.reservoir.seconds)
+        total = self.comm.allreduce_array([self.reservoir.nbytes, seconds], tag="metrics")
         return {"reservoir": {"reused": int(k["reused"]), "snapshot": int(k["snapshot"]), "fresh": int(k["fresh"]),
                               "reuse_rate": k["reused"] / steps if steps else 0.0,
                               "p": k["p"] / steps if steps else 0.0, "bytes": int(total[0]),

@@ -385,7 +385,7 @@ def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
 def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -> TrainResult:
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
-    totals = RunTotals()  # summary.json's sums over the whole run (rank 0)
+    totals = RunTotals(comm.size)  # summary.json's sums over the whole run (rank 0)
     if comm.rank == 0 and run.start_epoch:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)
         totals.add_file(run.run_dir / "metrics.jsonl")

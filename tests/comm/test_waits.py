@@ -122,6 +122,9 @@ def test_one_rank_waits_for_nobody(launcher, small_dataset, tmp_path):
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
     _, recs = _losses(launcher, None, job, tmp_path / "run")
     assert recs[0]["time"]["comm_late"] == {"min": 0.0, "mean": 0.0, "max": 0.0}
+    # nor any communication: its collectives' bookkeeping is compute (it read 6.7e-05 s of comm)
+    assert recs[0]["time"]["comm"]["max"] == 0.0 and recs[0]["time"]["comm_exposed"]["max"] == 0.0
+    assert all(v["seconds"] == 0.0 for v in recs[0]["comm_by_tag"].values()), recs[0]["comm_by_tag"]
 
 
 @pytest.mark.parametrize(("key", "value", "says"), [
@@ -172,7 +175,8 @@ def test_the_epoch_ends_with_its_last_rank(launcher, small_dataset, tmp_path):
         assert max(epochs) - min(epochs) < 0.5 * delay, epochs  # only the ranks' start skew between them
         assert r["slowest"]["epoch"] >= max(epochs) - 0.5 * delay, (r["slowest"], epochs)
         end = r["comm_by_tag"]["epoch_end"]
-        assert end["late_max"] >= 0.8 * delay and end["late"] == end["exposed"] == end["seconds"], end
+        # late: the wait in the closing barrier; the metric sums' transfer after it is exposed, not late
+        assert end["late_max"] >= 0.8 * delay and end["late"] <= end["exposed"] == end["seconds"], end
         assert "epoch_end" not in r["bytes_by_tag"]  # the metrics' bytes are not training traffic
         exposed = np.array(r["per_rank"]["comm_exposed"])
         assert np.all(exposed <= np.array(r["per_rank"]["comm"]) + 1e-9)

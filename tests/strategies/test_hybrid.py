@@ -310,7 +310,8 @@ def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launche
     np.testing.assert_allclose([[r["loss"], r["grad_norm"]] for r in moved],
                                [[r["loss"], r["grad_norm"]] for r in recs], rtol=1e-9)
     assert [r["hybrid"]["actions"] for r in moved] == [r["hybrid"]["actions"] for r in recs]
-    assert np.all(np.isfinite(threaded)) and recs_t[-1]["hybrid"]["reservoir"]["generator_seconds"] > 0
+    # the generators' seconds are each epoch's (they fill the stores early, then idle)
+    assert np.all(np.isfinite(threaded)) and sum(r["hybrid"]["reservoir"]["generator_seconds"] for r in recs_t) > 0
 
 
 def test_lhop_closure_reads_fewer_rows_and_departs_a_little(launcher, sparse, tmp_path):

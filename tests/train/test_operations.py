@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import torch
 
 from hpcdgnn.errors import EXIT_PREEMPTED, EXIT_STALLED
 from hpcdgnn.train.checkpoint import latest_checkpoint
-from tests.conftest import assert_same_run, mpi_env, read_metrics, write_job
+from tests.conftest import REPO, assert_same_run, mpi_env, read_metrics, write_job
 
 
 def _final_state(run_dir: Path) -> dict:
@@ -122,6 +124,19 @@ def test_resume_re_runs_the_epochs_after_its_checkpoint_once_in_every_record(lau
     for rank, epochs in ((0, [1, 2, 3]), (1, [1, 2, 3]), (2, [1, 2])):
         lines = [json.loads(x) for x in (run / "trace" / f"exchanges.rank{rank:05d}.jsonl").open()]
         assert [x["epoch"] for x in lines] == epochs and all(x["exchanges"] for x in lines), rank
+    # reported under P = 2: the totals hold every epoch, the steady time and perf/scaling.py's row only P = 2's
+    # (they mixed P = 3's epochs in, a scaling study's row of the wrong P)
+    summary, recs = json.loads((run / "summary.json").read_text()), read_metrics(run)
+    assert summary["epochs"] == 3 and summary["epochs_on_other_rank_counts"] == 2, summary
+    assert summary["steady_epoch_seconds"]["median"] == recs[2]["slowest"]["epoch"]
+    proc = subprocess.run([sys.executable, str(REPO / "perf" / "scaling.py"), "plot", "--out", str(tmp_path / "pl"),
+                           str(run)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 of its epochs ran on another rank count" in proc.stderr, proc.stderr
+    with (tmp_path / "pl" / "scaling.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["P"]) == 2 and float(row["epoch_s"]) == pytest.approx(recs[2]["slowest"]["epoch"])
+    assert float(row["bytes_per_epoch"]) == recs[2]["bytes_sent"]
 
 
 def test_resume_refuses_a_different_computation(launcher, tmp_path, small_dataset):
