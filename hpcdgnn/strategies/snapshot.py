@@ -311,11 +311,11 @@ class SnapshotStrategy(FullBatchStrategy):
         """:meth:`_grad_rows`, but None on one rank, where cutting the identity exchange would add a copy."""
         return None if self.comm.size == 1 else self._grad_rows(b)
 
-    def _to_vertex(self, y: torch.Tensor, key: str | None, b: int = 0) -> torch.Tensor:
+    def _to_vertex(self, y: torch.Tensor, key: str | None, b: int = 0, tag: str = "redistribute") -> torch.Tensor:
         """(T_pb, N, F) owned snapshots of block b -> (T_b, N_q, F) block timeline of this rank's vertices."""
         shape = (self.blocks[b + 1] - self.blocks[b], self._n_me, y.shape[-1])
         return redistribute(
-            y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], reuse=key,
+            y, self.comm, shape, self._snapshot_boxes[b], self._vertex_boxes[b], tag=tag, reuse=key,
             grad_rows=self._exchange_grad_rows(b),
         )
 
@@ -331,8 +331,10 @@ class SnapshotStrategy(FullBatchStrategy):
     def _ax0_on_vertex(self, y: torch.Tensor, b: int) -> torch.Tensor:
         """Block b's constant Ã_t·X_t on the vertex owners, redistributed once (collective) and kept."""
         if b not in self._ax0_vertex:
-            with torch.no_grad():  # a constant: no backward exchange; no reuse buffer outlives the copy
-                self._ax0_vertex[b] = self._to_vertex(y, None, b).clone()
+            # a constant: no backward exchange; no reuse buffer outlives the copy. Moved once, in epoch 1, as part of
+            # the set-up's precompute (a setup tag: not epoch 1's training traffic, which later epochs would lack)
+            with torch.no_grad():
+                self._ax0_vertex[b] = self._to_vertex(y, None, b, tag="setup.redistribute").clone()
         return self._ax0_vertex[b]
 
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int, graphs: list[StepGraph] | None = None):
