@@ -142,7 +142,7 @@ class TrainedRun:
         """The dataset's scalar figures the model is built for (N, T, F, classes, …): the newest checkpoint's, so
         that the model loads without the dataset; a run without a checkpoint, or one older than them, reads them
         from the dataset."""
-        return self._sizes(self._saved() if self.checkpoint is not None else {})
+        return self._sizes(self._saved(required=False))
 
     def _sizes(self, state: dict[str, Any]) -> dict[str, Any]:
         """:attr:`sizes` of a checkpoint's shared ``state``."""
@@ -159,14 +159,14 @@ class TrainedRun:
                           f"data.path in {self.dir / 'config.resolved.yaml'}, relative to the working directory)"
                           ) from None
 
-    def _saved(self) -> dict[str, Any]:
-        """The newest checkpoint's shared state (model, task head, sizes)."""
+    def _saved(self, required: bool = True) -> dict[str, Any]:
+        """The newest checkpoint's shared state (model, task head, sizes); ``{}`` without one unless ``required``."""
         from hpcdgnn.train.checkpoint import load_shared
 
         ckpt = self.checkpoint
-        if ckpt is None:
+        if ckpt is None and required:
             raise DataError(f"{self.dir}: the run has no complete checkpoint to load the model from")
-        return load_shared(ckpt)
+        return {} if ckpt is None else load_shared(ckpt)
 
     def _load(self) -> None:
         state = self._saved()

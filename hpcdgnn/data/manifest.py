@@ -33,13 +33,6 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
-
-
-def manifest_sizes(manifest: Any) -> dict[str, Any]:
-    """A manifest's scalar figures (either kind's: N, T, F, classes, whether it has targets, …) — what a model and
-    its task head are built from, without the arrays (a checkpoint and an exported model keep them)."""
-    names = [n for n in dir(manifest) if not n.startswith("_")]
-    return {n: getattr(manifest, n) for n in names if isinstance(getattr(manifest, n, None), bool | int | float | str)}
 FORMAT_NAME = "hpcdgnn-snapshots"
 FORMAT_VERSION = 1
 
@@ -106,6 +99,13 @@ _REQUIRED = [f for f in Manifest.__dataclass_fields__ if f not in ("source", "ta
 _SHARD_INT_KEYS = [k for k in ShardInfo.__dataclass_fields__ if k not in ("file", "sha256")]
 INDEX_DTYPES = ("int32", "int64")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_sizes(manifest: Any) -> dict[str, Any]:
+    """A manifest's scalar figures (either kind's: N, T, F, classes, whether it has targets, …) — what a model and
+    its task head are built from, without the arrays (a checkpoint and an exported model keep them)."""
+    names = [n for n in dir(manifest) if not n.startswith("_")]
+    return {n: getattr(manifest, n) for n in names if isinstance(getattr(manifest, n, None), bool | int | float | str)}
 
 
 def _is_int(v: Any, lo: int = 0) -> bool:

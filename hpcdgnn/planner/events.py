@@ -44,6 +44,7 @@ import numpy as np
 
 from hpcdgnn.planner.cost import GraphStats, Prediction
 from hpcdgnn.planner.rates import MachineRates
+from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction
 
 __all__ = ["batch_nodes", "mean_slots", "predict_memory", "slot_stats"]
@@ -262,7 +263,7 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         tags["memory.eval"] = (8.0 * (1 + negs) * n_eval + _ENVELOPE * eval_batches * i * j) * (i * j - 1)
         a2a_lat, a2a_bw = rates.collective("alltoall", i * j)
         comm += (iters + 2 * eval_batches) * a2a_lat + tags["memory.eval"] / (i * j) / a2a_bw
-    node_memory = n * (d + mail) * item + n * 8 * (2 if eager else 1)  # times (and mails' gaps)
+    node_memory = NodeMemory.size(n, d, mail, item, gaps=eager)  # rows, times (and mails' gaps)
     stream = e * (8 + 8 + 8) + e * D * item  # src, dst as int64, t float64; the features at train.dtype
     csr = TemporalNeighbors.index_bytes(e, n)
     inputs = float(node_memory + stream + csr)

@@ -55,7 +55,9 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     weights = counted_parameters(lambda: build_model(job, manifest),
                                  lambda: build_task(job.task, manifest, m.hidden, 0))
     widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" * (m.static_memory == "on"))
-    rows = n * (m.memory_dim + 2 * m.memory_dim + D) * item_bytes(job) + n * 8 * (2 if m.memory_time == "event" else 1)
+    from hpcdgnn.strategies.node_memory import NodeMemory  # the strategies register against the regimes
+
+    rows = NodeMemory.size(n, m.memory_dim, 2 * m.memory_dim + D, item_bytes(job), m.memory_time == "event")
     return {"parameters": parameter_bytes(job, weights, widths),
             "tgn batch": (item_bytes(job) * max(train, evaluation), keys),
             "node memory": (-(-rows // (i * j)), "model.memory_dim (with the stream's N nodes)")}

@@ -52,6 +52,12 @@ class NodeMemory:
             self.reset()
             group.barrier(tag="setup")
 
+    @staticmethod
+    def size(num_vertices: int, memory_dim: int, mail_dim: int, itemsize: int, gaps: bool) -> int:
+        """Bytes a memory of these sizes holds (:attr:`nbytes` before it is made: the footprint's and the
+        planner's): N rows of d + mail values of ``itemsize``, N float64 times and, with ``gaps``, N float64 gaps."""
+        return num_vertices * ((memory_dim + mail_dim) * itemsize + 8 * (2 if gaps else 1))
+
     @property
     def nbytes(self) -> int:
         """Bytes of the rows, their update times and (``memory_time: event``) their mails' gaps."""
