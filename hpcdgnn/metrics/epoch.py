@@ -14,7 +14,7 @@ record to ``metrics.jsonl`` and prints one line. Times, each as the slowest rank
 An epoch ends when its last rank has finished its batches and its evaluation: a barrier and the all-reduce of
 the metric sums close it. A rank's wait in the barrier (for a rank that evaluates alone, or whose batches ran
 longer after the last training collective) and the sums' transfer are that rank's ``epoch_end`` communication —
-exposed; late only the wait (link prediction's sums carry AUC histograms, ~0.8 MB a rank) — though their bytes,
+exposed; late only the wait (link prediction's sums carry 2 AUC histograms a split) — though their bytes,
 the metrics', are not training traffic.
 
 ``debug.trace_exchanges`` appends each epoch's collectives to ``trace/exchanges.rank<r>.jsonl``.
@@ -120,7 +120,7 @@ class EpochRecorder:
         waited = 0.0
         if self.comm.size > 1:
             # the wait for the last rank apart from the sums' own transfer, which is no imbalance (link prediction's
-            # AUC histograms: ~0.8 MB a rank)
+            # sums carry 2 · AUC_BINS values a split)
             self.comm.barrier(tag="metrics")
             waited = max(0.0, time.perf_counter() - arrived - finishing)
         total = self.comm.allreduce_array(stats)

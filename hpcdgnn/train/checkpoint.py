@@ -140,7 +140,7 @@ def _array(t: torch.Tensor) -> np.ndarray:
 class _ArrayPickler(pickle.Pickler):
     """The pickler under ``torch.save``, writing each large numpy array (the node memory, a plan's vertex arrays) as
     a tensor storage: streamed into the file as it is. Pickled as usual, an array is first copied several times
-    whole (``tobytes``, then pickle's own buffers: ~6x its size in transient host memory at protocol 2); loaded,
+    whole (``tobytes``, then pickle's own buffers at protocol 2; perf/results/preemption/); loaded,
     it is a numpy array again (:func:`_array`), so readers see no difference."""
 
     def reducer_override(self, obj):
