@@ -91,11 +91,12 @@ class TrainedRun:
 
     @property
     def checkpoint(self) -> Path | None:
-        """The newest complete checkpoint directory, or None."""
+        """The newest complete checkpoint directory of an epoch's end, or None."""
         from hpcdgnn.train.checkpoint import latest_checkpoint
 
         job = self.job
-        return latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints")
+        return latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints",
+                                 epoch_end=True)
 
     def embed(self, output: str | os.PathLike, split: str = "test",
               overrides: Sequence[str] | str | Mapping[str, Any] = ()):

@@ -210,7 +210,7 @@ if len(sys.argv) > 2:
     if not ckpt.is_dir() or ckpt.resolve().is_relative_to(run.resolve()):
         sys.exit()
     try:
-        dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\.tmp)?", e.name))
+        dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\+batch-\d+)?(\.tmp)?", e.name))
         if dead:
             aside = ckpt.parent / f"{ckpt.name}.{sys.argv[2]}"
             aside.mkdir()

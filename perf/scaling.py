@@ -157,7 +157,9 @@ def read_run(run_dir: Path) -> dict:
         print(f"note: {run_dir}: {len(recs) - len(mine)} of its epochs ran on another rank count (a resume on "
               f"P = {env['num_ranks']}); left out", file=sys.stderr)
     recs = mine
-    steady = [r for r in recs if not r["warmup"]] or recs[-1:]
+    # an epoch resumed within timed only its batches after the resume's
+    whole = [r for r in recs if not r.get("resumed_after_batches")]
+    steady = [r for r in whole if not r["warmup"]] or whole[-1:] or recs[-1:]
     if not steady:
         raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs at P = {env['num_ranks']}")
     cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())

@@ -218,9 +218,21 @@ class ReuseCache:
         return key in self._entries
 
     def state_dict(self) -> dict:
-        """The entries held, least recently used first (key, value, maker): later hits and R2 refills depend on them."""
-        return {"policy": self.policy, "capacity": self.capacity,
+        """The entries held, least recently used first (key, value, maker): later hits and R2 refills depend on them;
+        and the clock, the accesses of the planned stream made (where :meth:`seek` takes a resume within it)."""
+        return {"policy": self.policy, "capacity": self.capacity, "clock": self.clock,
                 "entries": [(k, e.value, e.part) for k, e in self._entries.items()]}
+
+    def seek(self, clock: int) -> None:
+        """Continue the stream :meth:`plan` declared at its access ``clock`` (a run resumed within it), so that
+        F and I (Eq. 3) are those of the uninterrupted run.
+
+        Raises:
+            ValueError: ``clock`` outside 0 .. the stream's length.
+        """
+        if not 0 <= clock <= len(self._stream):
+            raise ValueError(f"ReuseCache: clock {clock} is outside the planned stream of {len(self._stream)} accesses")
+        self.clock = int(clock)
 
     def load_state_dict(self, state: dict) -> None:
         """Hold exactly the entries of :meth:`state_dict`, in their order (call before the next plan).

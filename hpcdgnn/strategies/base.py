@@ -7,7 +7,7 @@ Generic over the batch type (:class:`FullBatch`, :class:`SampleBatch`, :class:`E
     phase = strategy.pretraining()                     None, or epochs run by the same loop
     strategy.attach_optimizer(optimizer)
     for epoch:
-        for batch in strategy.batches(epoch):
+        for batch in strategy.batches(epoch):              batches(epoch, start=B): a resume within the epoch
             stats = strategy.step(model, task, batch, 1 / examples)
             strategy.sync_gradients(params); optimizer.step()
         strategy.evaluate(model, task, epoch)
@@ -197,8 +197,9 @@ class Strategy(Generic[B]):
         """A phase before epoch 1, or None."""
         return None
 
-    def batches(self, epoch: int) -> Iterator[B]:
-        """The batches of one epoch, in order, the same number on every rank."""
+    def batches(self, epoch: int, start: int = 0) -> Iterator[B]:
+        """The batches of one epoch, in order, the same number on every rank; from batch ``start`` on (> 0 only
+        where :meth:`resumes_between_batches`: a resume within the epoch)."""
         raise NotImplementedError
 
     def step(self, model: DGNN, task: Any, batch: B, scale: float) -> np.ndarray:
@@ -209,7 +210,17 @@ class Strategy(Generic[B]):
         """Whether a pre-emption may abandon epoch ``epoch`` between two of its batches (the same on every rank):
         it has more than one, and after drawing the same batch from :meth:`batches` no rank waits in a collective
         of the rest of the epoch (an asynchronous exchange would). The run then writes the checkpoint of the
-        epoch's start (``hpcdgnn.train.loop.BatchStop``); False: the epoch runs to its end first."""
+        epoch's start, or where :meth:`resumes_between_batches` the state at the stop
+        (``hpcdgnn.train.loop.BatchStop``); False: the epoch runs to its end first."""
+        return False
+
+    def resumes_between_batches(self, epoch: int) -> bool:
+        """Whether a stop between two of epoch ``epoch``'s training batches (:meth:`stops_between_batches`) may
+        checkpoint where it is instead of abandoning the epoch (the same on every rank): :meth:`state_dict` then
+        holds all a later batch depends on beside the weights, Adam's moments and the RNG states the checkpoint
+        keeps, and ``batches(epoch, start=B)`` continues with batch B as the uninterrupted epoch would — no side
+        effect of the batches before B runs again — so that the resume is bit for bit. An epoch longer than a job's
+        allocation then still progresses. False: a stop abandons the epoch (its start is resumed)."""
         return False
 
     def evaluate(self, model: DGNN, task: Any, epoch: int, stop: Callable[[int], bool] | None = None
@@ -306,7 +317,7 @@ class FullBatchStrategy(Strategy[FullBatch]):
         """The whole timeline as one batch."""
         raise NotImplementedError
 
-    def batches(self, epoch: int) -> Iterator[FullBatch]:
+    def batches(self, epoch: int, start: int = 0) -> Iterator[FullBatch]:
         """One batch: the whole timeline."""
         yield FullBatch(epoch, 0, None, self.layout())
 

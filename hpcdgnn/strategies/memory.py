@@ -304,23 +304,31 @@ class MemoryStrategy(Strategy[EventBatch]):
                     total += a1 - a0
         return float(total)
 
-    def batches(self, epoch: int):
-        """One batch per iteration; the group's memory is reset first at segment 0."""
+    def batches(self, epoch: int, start: int = 0):
+        """One batch per iteration from iteration ``start``; the group's memory is reset first at segment 0
+        (not in an epoch resumed within: the memory is the checkpoint's, mid-segment)."""
         p = self.plan
         seg = p.segment_of(self.c, epoch)
-        if seg == 0:
+        if seg == 0 and not start:
             self.memory.reset()
             self._order()
         self._fifo.clear()
         lo, hi = p.segments[seg]
-        self._prefetch(("train", lo, epoch, self.b, self.a, p.minibatch, self.ctx.job.task.negatives))
-        for g in range(p.iterations()):
+        if lo + start < hi:
+            self._prefetch(("train", lo + start, epoch, self.b, self.a, p.minibatch, self.ctx.job.task.negatives))
+        for g in range(start, p.iterations()):
             yield EventBatch(epoch, g, self._examples(epoch, g), seg, g)
 
     def stops_between_batches(self, epoch: int) -> bool:
         """With more than one iteration: an iteration's reads, barrier and writes run within its step; a
         prefetched batch is dropped."""
         return self.plan.iterations() > 1
+
+    def resumes_between_batches(self, epoch: int) -> bool:
+        """Without epoch parallelism (j = 1): between two iterations no memory read waits for a later iteration's
+        training, so the group's node memory (:meth:`state_dict`) is the whole state; negatives are seeded by the
+        batch. Under j > 1 the j − 1 reads in flight would have to be kept too: a stop abandons the epoch."""
+        return self.plan.epoch == 1 and self.stops_between_batches(epoch)
 
     def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
         """Read memory for batch g, barrier, train on the batch read ``self.b`` iterations earlier; b = 0 writes."""

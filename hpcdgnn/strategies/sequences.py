@@ -211,6 +211,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         self._r2: tuple[int, IncrementalAggregator] | None = None
         self._fills = {"incremental": 0, "scratch": 0}
         self._stream: list[tuple] = []
+        self._resumed_clock: int | None = None
         self._entry_bytes = 0
         if self.reads_ax or self.reads_basis:
             F = raw[0].x.shape[1] if raw else self.ctx.manifest.num_features
@@ -343,7 +344,8 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         return full.index_select(0, idx).to(self.ctx.device)
 
     def state_dict(self) -> dict:
-        """The reuse cache's entries: later hits and refill paths (hence rounding) depend on them."""
+        """The reuse cache's entries (and its place in the epoch's planned reads): later hits and refill paths
+        (hence rounding) depend on them."""
         return {} if self.cache is None else {"reuse_cache": self.cache.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -360,6 +362,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
                                   "an older checkpoint); set-up's fills are used, so hits and refills may differ "
                                   "from the uninterrupted run's")
             return
+        self._resumed_clock = saved.get("clock")  # where a resume within an epoch continues the planned reads
         try:
             self.cache.load_state_dict(saved)
         except ValueError as e:
@@ -430,8 +433,9 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
                     self._fetched[t] = HostSnapshot(crow, col, val, x, raw)
         self.comm.wait_all(sends, "placement.fetch")
 
-    def batches(self, epoch: int) -> Iterator[SampleBatch]:
-        """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'."""
+    def batches(self, epoch: int, start: int = 0) -> Iterator[SampleBatch]:
+        """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'. From
+        batch ``start`` on, the reuse cache at its place in the epoch's planned reads (a resume within the epoch)."""
         if self.opts.placement == "fetch":
             t0 = time.perf_counter()
             self._fetch()
@@ -443,7 +447,12 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         nodes = self.node_batches(epoch)
         samples = self._samples(epoch, 0)
         Q = self._samples_per_batch()
-        for g in range(0, len(samples), Q):
+        if start and self.cache is not None and self._stream:
+            # the saved clock; without one (another rank count), the reads of my samples before batch ``start``
+            before = (len(self._input_reads(epoch, s, b, True)) for s, b in samples[: start * Q]
+                      if s.index in self._mine_ids)
+            self.cache.seek(self._resumed_clock if self._resumed_clock is not None else sum(before))
+        for g in range(start * Q, len(samples), Q):
             local = [(s, b) for s, b in samples[g : g + Q] if s.index in self._mine_ids]
             count = sum(self.task.sample_examples(s.t, nodes[b], epoch) for s, b in local)
             examples = float(self.comm.allreduce_array([count], tag="batch")[0])
@@ -468,6 +477,11 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         """Where the epoch has more than one batch (:meth:`batches`): a batch's only collectives (its example
         count, the gradient sum) run with the batch."""
         return len(self._samples(epoch, 0)) > self._samples_per_batch()
+
+    def resumes_between_batches(self, epoch: int) -> bool:
+        """Always where it stops: samples and their draws are seeded by (epoch, sequence, node batch), and the
+        reuse cache (:meth:`state_dict`: its entries and its place in the planned reads) is the only state."""
+        return self.stops_between_batches(epoch)
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""

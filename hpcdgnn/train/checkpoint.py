@@ -6,6 +6,13 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
       state.pt           rank 0: epoch, model, task head, optimizer, plan, resolved config
       rank-00000.pt ...  every rank: its torch / numpy / python RNG states and its strategy's state
       COMPLETE           written last: {"epoch", "num_ranks", "run_id"} (JSON)
+    epoch-000006+batch-000000012/
+                         within epoch 7, after its first 12 batches (a pre-emption's stop between batches,
+                         ``Strategy.resumes_between_batches``): ``state.pt`` adds ``batch`` and the ranks' metric
+                         sums so far, each rank file its own; for ``--resume`` only, and removed once a newer
+                         checkpoint is written (``checkpoint.keep`` counts the epochs' ends)
+
+Names sort in training order.
 
 Ranks write into ``epoch-XXXXXX.tmp/``; after a barrier rank 0 writes ``COMPLETE`` and renames the directory
 (atomic on POSIX), so a killed job never leaves a half-written checkpoint. The run id in ``COMPLETE`` keeps a
@@ -35,7 +42,8 @@ import torch
 from hpcdgnn.errors import DataError
 
 __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
-           "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state"]
+           "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state",
+           "within_epoch"]
 
 _COMPLETE = "COMPLETE"
 RUN_ID_FILE = "run_id"
@@ -88,8 +96,14 @@ def check_owner(meta: dict[str, Any], ckpt: Path, run_dir: Path, where: str) -> 
                         "resume that run from its own directory, or set checkpoint.dir to this run's checkpoints")
 
 
-def _epoch_dir(root: Path, epoch: int) -> Path:
-    return root / f"epoch-{epoch:06d}"
+def _epoch_dir(root: Path, epoch: int, batch: int = 0) -> Path:
+    """The checkpoint after epoch ``epoch`` and ``batch`` batches of the next."""
+    return root / (f"epoch-{epoch:06d}" + (f"+batch-{batch:09d}" if batch else ""))
+
+
+def within_epoch(ckpt: Path) -> bool:
+    """Whether checkpoint directory ``ckpt`` was written between two batches of an epoch (:func:`_epoch_dir`)."""
+    return "+batch-" in Path(ckpt).name
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -222,12 +236,14 @@ def _rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
 
 
-def latest_checkpoint(root: str | Path) -> Path | None:
-    """The newest complete checkpoint directory under ``root``, or None."""
+def latest_checkpoint(root: str | Path, epoch_end: bool = False) -> Path | None:
+    """The newest complete checkpoint directory under ``root``, or None; ``epoch_end``: of an epoch's end only
+    (a model's users: one written within an epoch holds weights no epoch record scored)."""
     root = Path(root)
     if not root.is_dir():
         return None
-    done = [d for d in root.glob("epoch-*") if d.is_dir() and not d.name.endswith(".tmp") and (d / _COMPLETE).is_file()]
+    done = [d for d in root.glob("epoch-*") if d.is_dir() and not d.name.endswith(".tmp") and (d / _COMPLETE).is_file()
+            and not (epoch_end and within_epoch(d))]
     return max(done, key=lambda d: d.name, default=None)
 
 
@@ -334,35 +350,42 @@ class CheckpointManager:
                               _serialised(self._rank_state(strategy_state)))
 
     @staticmethod
-    def _rank_state(strategy_state: dict[str, Any] | None) -> dict[str, Any]:
-        return {"rng": _rng_state(), "strategy": strategy_state or {}}
+    def _rank_state(strategy_state: dict[str, Any] | None, partial: Any = None) -> dict[str, Any]:
+        return {"rng": _rng_state(), "strategy": strategy_state or {},
+                **({"partial": partial} if partial is not None else {})}
 
     def save(self, epoch: int | None = None, shared: dict[str, Any] | None = None,
-             strategy_state: dict[str, Any] | None = None, held: HeldCheckpoint | None = None) -> Path:
+             strategy_state: dict[str, Any] | None = None, held: HeldCheckpoint | None = None,
+             batch: int = 0, partial: Any = None) -> Path:
         """Write the checkpoint of ``epoch``: ``shared`` by rank 0, ``strategy_state`` by every rank; or the files
-        ``held`` (:meth:`hold`) kept of its epoch (collective)."""
+        ``held`` (:meth:`hold`) kept of its epoch; ``batch`` > 0: within the next epoch, after that many of its
+        batches, ``partial`` this rank's metric sums of them (collective)."""
         if held is not None:
             epoch = held.epoch
-        final = _epoch_dir(self.root, epoch)
+        final = _epoch_dir(self.root, epoch, batch)
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while writing
             tmp.mkdir(parents=True)
         self.comm.barrier(tag="checkpoint")
-        _atomic_save(held.rank if held is not None else self._rank_state(strategy_state),
+        _atomic_save(held.rank if held is not None else self._rank_state(strategy_state, partial),
                      tmp / _rank_file(self.comm.rank))
         if self.comm.rank == 0:
             _atomic_save(held.shared if held is not None else shared, tmp / "state.pt")
         self.comm.barrier(tag="checkpoint")
         if self.comm.rank == 0:
-            meta = {"epoch": epoch, "num_ranks": self.comm.size, **({"run_id": self.run_id} if self.run_id else {})}
+            meta = {"epoch": epoch, **({"batch": batch} if batch else {}), "num_ranks": self.comm.size,
+                    **({"run_id": self.run_id} if self.run_id else {})}
             (tmp / _COMPLETE).write_text(json.dumps(meta) + "\n")
             if final.exists():  # a resumed run re-ran this epoch
                 shutil.rmtree(final)
             os.replace(tmp, final)
             done = sorted(d for d in self.root.glob("epoch-*")
                           if d.is_dir() and not d.name.endswith(".tmp") and self._ours(d))
-            for old in done[: max(0, len(done) - self.keep)]:
+            # a checkpoint within an epoch serves only the resume from it: the newer one replaces it
+            within = [d for d in done if within_epoch(d) and d.name < final.name]
+            ends = [d for d in done if not within_epoch(d)]
+            for old in within + ends[: max(0, len(ends) - self.keep)]:
                 shutil.rmtree(old, ignore_errors=True)
         self.comm.barrier(tag="checkpoint")
         return final

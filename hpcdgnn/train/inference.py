@@ -109,10 +109,10 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
         run_strategy = run_job.strategy
         kept["same_strategy"] = job.strategy == run_strategy
         root = Path(job.checkpoint.dir) if job.checkpoint.dir else Path(run_dir) / "checkpoints"
-        ckpt = latest_checkpoint(root)
+        ckpt = latest_checkpoint(root, epoch_end=True)
         if ckpt is None:
-            raise DataError(f"{where}: no complete checkpoint in {root} (a run writes one when it finishes, and "
-                            "every checkpoint.every epochs)")
+            raise DataError(f"{where}: no complete checkpoint of an epoch's end in {root} (a run writes one when it "
+                            "finishes, and every checkpoint.every epochs; one within an epoch is for --resume only)")
         if not (Path(job.data.path) / "manifest.json").is_file():
             raise DataError(f"{where}: data.path: {job.data.path}: no dataset there (if it moved: --set data.path=NEW)")
         if before is not None:

@@ -32,9 +32,11 @@ class BatchStop:
     ⌊:attr:`INTERVAL_S` / the slowest rank's seconds a batch⌋ batches, at least one and at most twice as many
     as since the last (1, 3, 7, … at first). On one rank the flag is read before every batch. The all-reduce is
     tagged ``control.stop`` (not training traffic). Only in an epoch the strategy
-    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches` in, and only where the epoch's start can be
-    resumed: checkpointed at its boundary, held in memory by the trainer (which it does when the epoch before
-    took :attr:`HOLD_AFTER_S` or more) and then written, or a new run's first epoch (it leaves no checkpoint).
+    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches` in, and only where the run can resume: where
+    the strategy :meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`, from a checkpoint written at
+    the stop (training batches); else from the epoch's start — checkpointed at its boundary, held in memory by
+    the trainer (which it does when the epoch before took :attr:`HOLD_AFTER_S` or more) and then written, or a new
+    run's first epoch (it leaves no checkpoint).
 
     Args:
         comm: the run's communicator.
@@ -56,10 +58,10 @@ class BatchStop:
         self.trained, self.evaluating = 0, False
         self._next, self._last, self._t0 = 1, 0, 0.0
 
-    def begin(self) -> None:
-        """Start an epoch: the first agreement comes before its second batch."""
-        self.stopped_at, self.trained, self.evaluating = None, 0, False
-        self._next, self._last, self._t0 = 1, 0, time.perf_counter()
+    def begin(self, start: int = 0) -> None:
+        """Start an epoch at batch ``start`` (a resume within it): the first agreement comes before the next."""
+        self.stopped_at, self.trained, self.evaluating = None, start, False
+        self._next, self._last, self._t0 = start + 1, start, time.perf_counter()
 
     def in_evaluation(self, index: int) -> bool:
         """:meth:`before` batch ``index`` of the epoch's evaluation pass (``Strategy.evaluate``'s ``stop``): its
@@ -89,20 +91,22 @@ class BatchStop:
 
 
 def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optimizer, batches: Iterable,
-                  examples: float, meter=None, stop: BatchStop | None = None) -> tuple[np.ndarray | None, float]:
+                  examples: float, meter=None, stop: BatchStop | None = None, start: int = 0,
+                  stats: np.ndarray | None = None) -> tuple[np.ndarray | None, float]:
     """One epoch's batches: zero grads, step with loss / global examples, sync gradients, optimizer step.
 
     ``examples``: the denominator of a full batch; ``meter``: a context manager around each step, or None;
-    ``stop``: asked before each batch but the first whether the ranks abandon the epoch (its ``stopped_at``
+    ``stop``: asked before each batch but the first whether the ranks stop the epoch (its ``stopped_at``
     then says after how many batches; the caller closes ``batches``); it counts the batches trained.
-    Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the same on
-    every rank: a check of exactness that Adam's scale-free update would hide.
+    ``start``: the index of ``batches``' first (a resume within the epoch), ``stats`` the metric sums of those
+    before it. Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the
+    same on every rank: a check of exactness that Adam's scale-free update would hide.
     """
-    stats = None
     if stop is not None:
-        stop.begin()
-    for index, batch in enumerate(batches):
-        if stop is not None and index and stop.before(index):
+        stop.begin(start)
+    for index, batch in enumerate(batches, start):
+        # never before an attempt's first batch: every attempt trains one at least
+        if stop is not None and index > start and stop.before(index):
             break
         if stop is not None:
             stop.trained = index + 1

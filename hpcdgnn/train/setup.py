@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
@@ -91,6 +92,10 @@ class Run:
     calibrated: bool | None = False
     """Whether ``balance: measured`` has had its calibration on this plan (the checkpoint's record; None: a
     checkpoint from before it was recorded)."""
+    start_batch: int = 0
+    """The batch of epoch ``start_epoch + 1`` a resume within it continues with (0: from the epoch's start)."""
+    partial: np.ndarray | None = None
+    """This rank's metric sums of that epoch's batches before ``start_batch``."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
@@ -615,6 +620,19 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
     return state, mine
 
 
+def _resumed_within(state: dict, mine: dict, comm: Communicator) -> tuple[int, np.ndarray | None]:
+    """(the batch, this rank's metric sums of the batches before it) of a checkpoint within an epoch, else (0,
+    None): on the checkpoint's rank count each rank's own sums; on another, their sum on rank 0 (the epoch's
+    totals agree to rounding)."""
+    batch = int(state.get("batch", 0))
+    if not batch:
+        return 0, None
+    if mine.get("num_ranks") == comm.size:
+        return batch, mine["partial"]
+    total = np.asarray(state["partial_sum"])
+    return batch, total if comm.rank == 0 else np.zeros_like(total)
+
+
 def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
     """Model, task head and Adam on every rank, seeded, with rank 0's parameters broadcast."""
     regime = regime_of("model", job.model.name)
@@ -777,10 +795,11 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             share = memory_share(comm, device)
             agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path, "device"))
         model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
-        start, mine, initial, calibrated = 0, None, None, False
+        start, mine, initial, calibrated, within = 0, None, None, False, (0, None)
         if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])
+            within = _resumed_within(state, mine, comm)
             initial = state.get("initial_checksum")
             # a re-cut belongs to the checkpoint's plan: on another P the new plan is calibrated again
             if getattr(state.get("plan"), "num_ranks", None) == comm.size:
@@ -807,7 +826,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             )
         return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
                    start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial,
-                   pretrained, calibrated)
+                   pretrained, calibrated, *within)
     except HpcdgnnError:
         if ckpt is None and comm.rank == 0:  # a refused new run leaves no directory behind
             _discard_new_run(run_dir, job)

@@ -15,8 +15,8 @@ It reads like the figure of the method::
 
 Dividing by the global example count makes the P-rank gradient the single-process one up to summation order.
 A pre-emption signal rides in the epoch's all-gather, so every rank stops at the same boundary and checkpoints;
-under a strategy of many mini-batches the ranks also agree between batches (loop.BatchStop) and abandon the epoch,
-writing the checkpoint of its start instead.
+under a strategy of many mini-batches the ranks also agree between batches (loop.BatchStop) and checkpoint there,
+where the strategy resumes between batches, or abandon the epoch, writing the checkpoint of its start instead.
 """
 
 from __future__ import annotations
@@ -105,25 +105,28 @@ class _FaultInjector:
         return self.task(emb, epoch)
 
 
-def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: BatchStop | None = None
+def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: BatchStop | None = None,
+                stop_evaluation: bool = True, start: int = 0, partial: np.ndarray | None = None
                 ) -> tuple[np.ndarray, float]:
     """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm).
 
-    ``stop``: may abandon the epoch between batches, or between those of the evaluation pass (its ``stopped_at``
-    is then set)."""
+    ``stop``: may stop the epoch between batches, or (``stop_evaluation``) between those of the evaluation pass
+    (its ``stopped_at`` is then set); ``start``: the batch a resume within the epoch continues with, ``partial``
+    this rank's metric sums of the batches before it."""
     meter.reset_peak()
-    drawn = batches = run.strategy.batches(epoch)
+    drawn = batches = run.strategy.batches(epoch, start=start) if start else run.strategy.batches(epoch)
     seconds = run.job.output.progress_seconds
     if run.strategy.comm.rank == 0 and seconds > 0:  # an epoch of many mini-batches says how far it is
         batches = Progress(f"epoch {epoch}: batches trained", seconds=seconds).iterate(batches)
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
-                                     batches, run.train_count, meter, stop)
+                                     batches, run.train_count, meter, stop, start, partial)
     if stop is not None and stop.stopped_at is not None:
         for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
             getattr(gen, "close", lambda: None)()
         return stats, grad_norm
     # a strategy without a pass of several batches to stop in need not take ``stop``
-    evaluated = run.strategy.evaluate(run.model, task, epoch, **({} if stop is None else {"stop": stop.in_evaluation}))
+    asked = stop is not None and stop_evaluation
+    evaluated = run.strategy.evaluate(run.model, task, epoch, **({"stop": stop.in_evaluation} if asked else {}))
     if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
     return stats, grad_norm
@@ -145,7 +148,7 @@ def _held(run: Run, checkpoints: CheckpointManager, epoch: int) -> HeldCheckpoin
 HOLD_OF_NODE, HOLD_OF_FREE = 0.25, 0.5
 
 
-def _hold_fits(run: Run, comm: Communicator, log) -> bool:
+def _hold_fits(run: Run, comm: Communicator, log, epoch: int) -> bool:
     """Whether every node can hold its ranks' copies of the checkpoint an abandoned epoch resumes from (the
     strategy's state: a memory group's node memory on its leader; the model and Adam's moments on rank 0) within
     :data:`HOLD_OF_NODE` and :data:`HOLD_OF_FREE` (collective; rank 0 says when not)."""
@@ -158,9 +161,11 @@ def _hold_fits(run: Run, comm: Communicator, log) -> bool:
     # every rank the same answer; the line names the largest node's copies (another node's may be the one refused)
     refused, most = comm.allreduce_array([float(not fits), float(held)], op="max", tag="control.stop")
     if refused and comm.rank == 0:
-        log.info(f"pre-emption: this run's epochs end before a signal stops it (holding an epoch's start in memory "
+        # where the strategy checkpoints within an epoch, only a stop in the evaluation pass needs the epoch's start
+        what = "evaluation passes" if run.strategy.resumes_between_batches(epoch) else "epochs"
+        log.info(f"pre-emption: this run's {what} end before a signal stops them (holding an epoch's start in memory "
                  f"would take up to {most / 2**30:.2f} GiB on a node: more than {HOLD_OF_NODE:.0%} of its memory or "
-                 f"{HOLD_OF_FREE:.0%} of what it has free); checkpoint.every: 1 lets it stop between batches")
+                 f"{HOLD_OF_FREE:.0%} of what it has free); checkpoint.every: 1 lets them stop between batches")
     return not refused
 
 
@@ -200,8 +205,9 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
     lines.append(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s ({run.strategy.setup_work})"
                  f"{pretrained}"
                  f"   host allocator: {describe()}")
-    if run.start_epoch:
-        lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}")
+    if run.start_epoch or run.start_batch:
+        within = f" and {run.start_batch} batches of epoch {run.start_epoch + 1}" if run.start_batch else ""
+        lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}{within}")
     return lines
 
 
@@ -346,9 +352,10 @@ def _restart_hint(run: Run, checkpointed: bool) -> str:
 
 
 def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.PreemptionFlag, epoch: int,
-               batch_stop: BatchStop, held: HeldCheckpoint | None, written: int) -> None:
+               batch_stop: BatchStop, held: HeldCheckpoint | None, written: int, start: int) -> None:
     """A pre-emption between epoch ``epoch``'s batches (``batch_stop`` says where): write the checkpoint of its
-    start if only ``held`` in memory (``written``: the newest checkpoint's epoch, 0 for none), and say so (every
+    start if only ``held`` in memory (``written``: the newest checkpoint's epoch, 0 for none; ``start``: the
+    batch of the epoch this attempt resumed at, where the newest checkpoint is within it), and say so (every
     rank)."""
     if held is not None:
         t0 = time.perf_counter()
@@ -357,9 +364,28 @@ def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.P
         log.info(f"checkpoint: {path} (epoch {held.epoch}'s end, kept in memory; {time.perf_counter() - t0:.2f} s)")
     where = (f"in its evaluation pass, after all {batch_stop.trained} of its batches" if batch_stop.evaluating else
              f"after {batch_stop.stopped_at} of its batches")
-    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} "
-             f"(a resume trains it again from its start"
-             + (f", the checkpoint of epoch {written}" if written else "") + f"); {_restart_hint(run, written > 0)}")
+    again = (f"from its batch {start + 1}, the checkpoint within it" if start else
+             "from its start" + (f", the checkpoint of epoch {written}" if written else ""))
+    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} (a resume trains it again "
+             f"{again}); {_restart_hint(run, written > 0 or start > 0)}")
+
+
+def _stopped_within(run: Run, checkpoints: CheckpointManager, log, stop: preemption.PreemptionFlag, epoch: int,
+                    batches: int, stats: np.ndarray) -> None:
+    """A pre-emption after ``batches`` of epoch ``epoch``'s training batches where the strategy
+    :meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`: write the checkpoint there, with this rank's
+    metric sums ``stats`` so far (and their sum over ranks, for a resume on another rank count), and say so
+    (every rank)."""
+    t0 = time.perf_counter()
+    total = checkpoints.comm.allreduce_array(stats, tag="control.stop")
+    shared = _shared_state(run, checkpoints, epoch - 1)
+    if shared:
+        shared.update(batch=batches, partial_sum=total)
+    path = checkpoints.save(epoch - 1, shared, run.strategy.state_dict(), batch=batches, partial=stats)
+    log.info(f"checkpoint: {path} (within epoch {epoch}, after {batches} of its batches; "
+             f"{time.perf_counter() - t0:.2f} s)")
+    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, after {batches} of its batches "
+             f"(a resume trains on from its batch {batches + 1}); {_restart_hint(run, True)}")
 
 
 def _write_epoch_profile(prof, record: dict, run: Run, comm: Communicator, log, epoch: int) -> None:
@@ -421,25 +447,35 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     abandoned = False
     hold_fits: bool | None = None  # asked once, at the first epoch that would hold its start
     for epoch in range(run.start_epoch + 1, last + 1):
+        # the first epoch of a resume within it starts at the checkpoint's batch
+        start, partial = (run.start_batch, run.partial) if epoch == run.start_epoch + 1 else (0, None)
         between = run.strategy.stops_between_batches(epoch)
+        within = between and run.strategy.resumes_between_batches(epoch)  # a training stop checkpoints there
         held = None  # the last epoch's copy goes before the next is made
         recorder.begin()
         # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place); in the
         # epoch's time, which it costs
         hold = between and written < epoch - 1 and seconds >= BatchStop.HOLD_AFTER_S
         if hold and hold_fits is None:  # the same condition on every rank: all reach the collective
-            hold_fits = _hold_fits(run, comm, log)
+            hold_fits = _hold_fits(run, comm, log, epoch)
         held = _held(run, checkpoints, epoch - 1) if hold and hold_fits else None
-        between = between and (written == epoch - 1 or held is not None)
+        kept = written == epoch - 1 or held is not None  # a resume can redo the epoch (from ``start``)
+        between = between and (within or kept)
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
-            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None)
+            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None, kept,
+                                           start, partial)
         if between and batch_stop.stopped_at is not None:
             preempted = abandoned = True
-            _abandoned(run, checkpoints, log, stop, epoch, batch_stop, held, written)
+            if within and not batch_stop.evaluating:
+                _stopped_within(run, checkpoints, log, stop, epoch, batch_stop.stopped_at, stats)
+            else:
+                _abandoned(run, checkpoints, log, stop, epoch, batch_stop, held, written, start)
             break
         activation_peak = max(activation_peak, meter.peak)
         record, preempted, time_due = recorder.end(epoch, stats, grad_norm, meter.peak, stop.raised,
                                                    policy.due_by_time())
+        if start:  # its time, traffic and counters are those of the batches from ``start`` on
+            record["resumed_after_batches"] = start
         seconds = max(record["per_rank"]["epoch"])
         if prof is not None:
             _write_epoch_profile(prof, record, run, comm, log, epoch)

@@ -206,3 +206,39 @@ def test_a_restored_cache_continues_as_the_saved_one(policy):
                   ReuseCache(4 * 8, policy, unit_bytes=8)):
         with pytest.raises(ValueError, match="the saved cache is"):
             other.load_state_dict(state)
+
+
+def test_a_cache_restored_within_its_stream_seeks_to_the_saved_clock():
+    """A stop after 4 of a stream's 8 accesses (a resume within an epoch): the saved cache, planned again over the
+    whole stream and moved to the saved clock, makes the remaining accesses as the uninterrupted cache does —
+    hits, admissions, what stays — where left at the stream's start it counts them unplanned and ranks by the
+    wrong imminence. A clock outside the stream is refused."""
+    stream, then = [0, 1, 2, 0, 3, 1, 2, 3], [0, 1]
+    straight = ReuseCache(2 * 8, "priority", unit_bytes=8)
+    hits = run(straight, stream, then)
+    cut = ReuseCache(2 * 8, "priority", unit_bytes=8)
+    run(cut, stream[:4], [*stream[4:], *then])  # the first 4 accesses, planned with all that follows
+    state = cut.state_dict()
+    assert state["clock"] == 4
+
+    def resumed(clock):
+        """The restored cache's hits (stream positions) over the accesses after the stop, and the cache."""
+        c = ReuseCache(2 * 8, "priority", unit_bytes=8)
+        c.load_state_dict(state)
+        c.plan([key(t) for t in stream], [key(t) for t in then])
+        c.seek(clock)
+        got = []
+        for i, t in enumerate(stream[4:], 4):
+            if c.lookup(key(t)) is not None:
+                got.append(i)
+            else:
+                c.offer(key(t), v())
+        return got, c
+
+    got, c = resumed(state["clock"])
+    assert got == [i for i in hits if i >= 4] and list(c._entries) == list(straight._entries)
+    assert c.counters()["unplanned"] == 0
+    _, wrong = resumed(0)
+    assert wrong.counters()["unplanned"] > 0
+    with pytest.raises(ValueError, match="clock 9 is outside the planned stream of 8 accesses"):
+        c.seek(9)

@@ -1,18 +1,22 @@
 """A pre-emption between the batches of an epoch (``hpcdgnn.train.loop.BatchStop``), under a real mpirun.
 
 Under a strategy of many mini-batches (sequences, memory, hybrid with synchronous averaging) the ranks agree
-between batches: a signal to one rank stops every rank before the same batch, the epoch is abandoned, the run
-writes the checkpoint of its start (serialised in memory at that boundary) unless one was written there, and
-exits 75; a resume trains the epoch again and reproduces the uninterrupted run bit for bit. An epoch abandoned
-before any checkpoint leaves none and says to start over. An epoch after a short one (under
-``BatchStop.HOLD_AFTER_S``) whose start was not checkpointed runs to its end, as does every epoch under
-asynchronous averaging (a round may be in flight between steps) or a full-batch strategy.
+between batches: a signal to one rank stops every rank before the same batch, and the run exits 75. Where the
+strategy resumes between batches (``sequences``; ``memory`` without epoch parallelism) a training stop writes a
+checkpoint there, and the resume trains on from the next batch, reproducing the uninterrupted run bit for bit:
+an epoch longer than the allocation still progresses. Elsewhere (and in an evaluation pass) the epoch is
+abandoned: the run writes the checkpoint of its start (serialised in memory at that boundary) unless one was
+written there, and a resume trains the epoch again, bit for bit too. An abandoned epoch before any checkpoint
+leaves none and says to start over. An epoch after a short one (under ``BatchStop.HOLD_AFTER_S``) whose start
+was not checkpointed runs to its end, as does every epoch under asynchronous averaging (a round may be in flight
+between steps) or a full-batch strategy.
 """
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from hpcdgnn.errors import EXIT_PREEMPTED
@@ -58,41 +62,93 @@ def _resumed_equals_straight(launcher, P: int, job, run, straight, *overrides: s
     assert_same_run(_trajectory(run), _trajectory(straight))
 
 
+def _within(run, epoch: int, batch: int) -> str:
+    """The name of the checkpoint after ``epoch`` and ``batch`` batches of the next."""
+    return f"epoch-{epoch:06d}+batch-{batch:09d}"
+
+
 def test_sequences_stop_between_batches_and_resume_bit_for_bit(launcher, small_dataset, tmp_path):
-    """P = 3, a signal to rank 1 in the second batch of epoch 3 of 4: every rank stops after 2 batches, writes the
-    checkpoint of epoch 2 it held in memory (none was written at epoch 2's end), and the resume's four epochs
-    are the straight run's."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END)
+    """P = 3, a signal to rank 1 in the second batch of epoch 3 of 4: every rank stops after 2 batches and
+    checkpoints there (nothing was written at epoch 2's end, nothing held is needed); the resume trains on from
+    batch 3 — the reuse cache at its place in the epoch's planned reads, the ranks' metric sums of batches 1–2
+    carried — and its four epochs are the straight run's, down to the reuse cache's counters of epoch 4 (a cache
+    of two entries a rank: what it admits follows Eq. 3's priorities, which its place in the planned reads sets).
+    The checkpoint within goes once the next is written."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={**SEQ, "fanouts": [3, 0], "cache_mb": 0.001},
+                    train={"epochs": 4}, checkpoint=AT_END)
     run = tmp_path / "run"
     out = _preempted(launcher, 3, job, run, 1, 3, 1)
-    assert "stopped during epoch 3, after 2 of its batches (a resume trains it again from its start, the " \
-           "checkpoint of epoch 2)" in out, out
-    assert "epoch 2's end, kept in memory" in out, out
+    assert f"checkpoint: {run / 'checkpoints' / _within(run, 2, 2)} (within epoch 3, after 2 of its batches" in out, out
+    assert "stopped during epoch 3, after 2 of its batches (a resume trains on from its batch 3); resume with " \
+           f"--resume {run}" in out, out
+    assert "kept in memory" not in out, out
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
-    assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+    assert latest_checkpoint(run / "checkpoints").name == _within(run, 2, 2)
+    assert latest_checkpoint(run / "checkpoints", epoch_end=True) is None  # a model's users see none yet
     _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight")
+    assert [r.get("resumed_after_batches") for r in read_metrics(run)] == [None, None, 2, None]
+    resumed, straight = read_metrics(run), read_metrics(tmp_path / "straight")
+    assert resumed[3]["reuse"] == straight[3]["reuse"] and straight[3]["reuse"]["bypassed"] > 0  # full: Eq. 3 decides
+    # every read of the resumed part was the planned one (a cache at another place counts them unplanned)
+    assert resumed[2]["reuse"]["unplanned"] == 0 < resumed[2]["reuse"]["hits"] + resumed[2]["reuse"]["misses"]
+    assert sorted(d.name for d in (run / "checkpoints").iterdir()) == ["epoch-000004"]
 
 
-def test_an_abandoned_first_epoch_leaves_no_checkpoint(launcher, small_dataset, tmp_path):
-    """One rank, a signal in epoch 1's first batch: stopped before the second, no checkpoint, and the line says
-    to run the job again (there is nothing to resume)."""
+def test_a_second_stop_in_the_resumed_epoch_checkpoints_further_on(launcher, small_dataset, tmp_path):
+    """P = 2: stopped after epoch 2's second batch, resumed, stopped again after its fifth: the newer checkpoint
+    within replaces the older, the line says where the resume began, and the last resume is the straight run."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 3}, checkpoint=AT_END)
+    run = tmp_path / "run"
+    _preempted(launcher, 2, job, run, 0, 2, 1)
+    proc = launcher.run(2, [MID, "1", "2", "4", "interval=0", "--", "run", "--resume", str(run)])
+    assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"resumed from {run / 'checkpoints' / _within(run, 1, 2)} after epoch 1 and 2 batches of epoch 2" in out
+    assert "stopped during epoch 2, after 5 of its batches (a resume trains on from its batch 6)" in out, out
+    assert sorted(d.name for d in (run / "checkpoints").iterdir()) == [_within(run, 1, 5)]
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight")
+
+
+def test_a_first_epoch_stopped_within_resumes_from_there(launcher, small_dataset, tmp_path):
+    """One rank, a signal in epoch 1's first batch: stopped before the second with a checkpoint there (an epoch
+    longer than the allocation still progresses); a model's users find no checkpoint of an epoch's end (one line
+    saying so), and the resume is the straight run."""
     job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, checkpoint=AT_END)
     run = tmp_path / "run"
     out = _preempted(launcher, 1, job, run, 0, 1, 0)
-    assert "stopped during epoch 1, after 1 of its batches (a resume trains it again from its start); no " \
-           "checkpoint yet: run the job again" in out, out
-    assert read_metrics(run) == [] and latest_checkpoint(run / "checkpoints") is None
+    assert "stopped during epoch 1, after 1 of its batches (a resume trains on from its batch 2)" in out, out
+    assert read_metrics(run) == [] and latest_checkpoint(run / "checkpoints").name == _within(run, 0, 1)
+    embed = launcher.run(1, ["-m", "hpcdgnn", "embed", str(run), "--output", str(tmp_path / "z.npz")])
+    assert embed.returncode != 0 and "no complete checkpoint of an epoch's end in" in embed.stderr \
+        and "one within an epoch is for --resume only" in embed.stderr, embed.stderr
+    _resumed_equals_straight(launcher, 1, job, run, tmp_path / "straight")
 
 
-def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, small_dataset, tmp_path):
-    """P = 2, epochs of milliseconds, none checkpointed: holding an epoch's start would cost a share of it, so a
-    signal in epoch 3 stops the run after it, with its checkpoint, as a full-batch strategy's epoch does."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END)
+def test_a_resume_within_an_epoch_on_another_rank_count(launcher, small_dataset, tmp_path):
+    """Stopped within epoch 2 at P = 3, resumed at P = 2: the ranks' metric sums before the stop come as their
+    total on rank 0, and (the reuse cache being set-up's fills on another count) the run agrees with the straight
+    P = 3 run to rounding."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 3}, checkpoint=AT_END)
     run = tmp_path / "run"
-    out = _preempted(launcher, 2, job, run, 1, 3, 1, hold=False)
-    assert "stopped after epoch 3" in out and "stopped during" not in out, out
-    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
-    assert latest_checkpoint(run / "checkpoints").name == "epoch-000003"
+    _preempted(launcher, 3, job, run, 2, 2, 2)
+    done = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    ref = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "straight")])
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    np.testing.assert_allclose(_trajectory(run), _trajectory(tmp_path / "straight"), rtol=1e-9)
+
+
+def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, college, tmp_path):  # noqa: F811
+    """P = 2, TGN under epoch parallelism (j = 2: a stop abandons the epoch), epochs of milliseconds, none
+    checkpointed: holding an epoch's start would cost a share of it, so a signal in epoch 2 stops the run after
+    it, with its checkpoint, as a full-batch strategy's epoch does."""
+    job = memory_job(tmp_path, college, epoch=2)
+    run = tmp_path / "run"
+    out = _preempted(launcher, 2, job, run, 1, 2, 1, "train.epochs=3", "checkpoint.every=0",
+                     "checkpoint.every_minutes=0", hold=False)
+    assert "stopped after epoch 2" in out and "stopped during" not in out, out
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
 
 
 def test_an_epoch_of_one_batch_is_not_held_and_runs_to_its_end(launcher, small_dataset, tmp_path):
@@ -116,32 +172,40 @@ def test_the_agreements_follow_dearer_batches_after_cheap_ones(launcher, small_d
     assert "stopped during epoch 3" in out, out
 
 
-def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path):  # noqa: F811
-    """TGN under i = 2 mini-batch parallelism, checkpointed every epoch: a signal in epoch 2's third iteration
-    stops both ranks there; the checkpoint of epoch 1 written at its end is the one to resume (nothing held), and
-    the node memory and weights resume the straight run exactly."""
-    job = memory_job(tmp_path, college, minibatch=2)
+@pytest.mark.parametrize("layout", [(2, 1, 1), (1, 1, 2), (1, 2, 1)])
+def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path, layout):  # noqa: F811
+    """TGN at P = 2, checkpointed every epoch, a signal in epoch 2's third iteration stops both ranks there. Under
+    i = 2 mini-batch or k = 2 memory parallelism the run checkpoints there (the groups' node memories mid-segment)
+    and the resume trains on from iteration 4; under j = 2 epoch parallelism (reads in flight between iterations)
+    the checkpoint of epoch 1 is the one to resume. Either way the node memory and weights resume the straight
+    run exactly."""
+    i, j, k = layout
+    job = memory_job(tmp_path, college, minibatch=i, epoch=j, memory=k)
     run = tmp_path / "run"
     out = _preempted(launcher, 2, job, run, 0, 2, 2, "checkpoint.every=1")
-    assert "stopped during epoch 2, after 3 of its batches" in out and "the checkpoint of epoch 1)" in out, out
     assert "kept in memory" not in out, out
-    assert latest_checkpoint(run / "checkpoints").name == "epoch-000001"
+    if j == 1:
+        assert "stopped during epoch 2, after 3 of its batches (a resume trains on from its batch 4)" in out, out
+        assert latest_checkpoint(run / "checkpoints").name == _within(run, 1, 3)
+    else:
+        assert "stopped during epoch 2, after 3 of its batches" in out and "the checkpoint of epoch 1)" in out, out
+        assert latest_checkpoint(run / "checkpoints").name == "epoch-000001"
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
 
 
 @pytest.mark.parametrize("fits", [True, False])
 def test_the_node_memory_is_held_where_it_fits(launcher, college, tmp_path, fits):  # noqa: F811
-    """TGN at i = 2, no checkpoint but at the end: the start of epoch 2 — the node memory on the group's leader
-    with the weights — is held in memory and written at a signal in its third iteration, and the resume
-    reproduces the straight run. Where no node has room for the copy (here: none is allowed) rank 0 says so once
-    and a signal lets the epoch end, with its checkpoint."""
-    job = memory_job(tmp_path, college, minibatch=2)
+    """TGN at j = 2 (a stop abandons the epoch), no checkpoint but at the end: the start of epoch 2 — the node
+    memory on the group's leader with the weights — is held in memory and written at a signal in its third
+    iteration, and the resume reproduces the straight run. Where no node has room for the copy (here: none is
+    allowed) rank 0 says so once and a signal lets the epoch end, with its checkpoint."""
+    job = memory_job(tmp_path, college, epoch=2)
     run = tmp_path / "run"
     over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
     out = _preempted(launcher, 2, job, run, 1, 2, 2, *over, fits=fits)
-    fit_line = "pre-emption: this run's epochs end before a signal stops it (holding an epoch's start in memory"
+    fit_line = "pre-emption: this run's epochs end before a signal stops them (holding an epoch's start in memory"
     if not fits:
-        assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets it stop between batches" in out, out
+        assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets them stop between batches" in out, out
         assert "stopped after epoch 2" in out and "stopped during" not in out, out
         assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
         return

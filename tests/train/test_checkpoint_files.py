@@ -121,3 +121,31 @@ def test_arrays_that_alias_as_other_types_are_saved_as_before(tmp_path):
         np.testing.assert_array_equal(back["bits"], a.view(np.int64))
         np.testing.assert_array_equal(back["t32"], state["t32"])
         assert torch.equal(back["t"], state["t"])
+
+
+def test_a_checkpoint_within_an_epoch_sorts_between_epochs_and_goes_when_a_newer_is_written(tmp_path):
+    """Names sort in training order (after epoch 6, after 12 batches of epoch 7, after epoch 7); ``keep`` counts the
+    epochs' ends; a checkpoint within an epoch serves only its resume: a newer one (within or at an end) removes
+    it; a model's users (``epoch_end``) never take one."""
+    from types import SimpleNamespace
+
+    comm = SimpleNamespace(rank=0, size=1, barrier=lambda tag=None: None)  # one process: no collective to make
+    manager = checkpoint.CheckpointManager(tmp_path, keep=2, comm=comm)
+
+    def names():
+        return sorted(d.name for d in tmp_path.iterdir())
+
+    for epoch in (5, 6):
+        manager.save(epoch, {"epoch": epoch})
+    within = manager.save(6, {"epoch": 6, "batch": 12}, batch=12, partial=np.ones(3))
+    assert within.name == "epoch-000006+batch-000000012" and checkpoint.within_epoch(within)
+    assert names() == ["epoch-000005", "epoch-000006", within.name]
+    assert checkpoint.latest_checkpoint(tmp_path) == within
+    assert checkpoint.latest_checkpoint(tmp_path, epoch_end=True).name == "epoch-000006"
+    assert json.loads((within / "COMPLETE").read_text())["batch"] == 12
+    _, mine = checkpoint.load_state(within, 0, 1)
+    np.testing.assert_array_equal(mine["partial"], np.ones(3))
+    manager.save(6, {"epoch": 6, "batch": 30}, batch=30, partial=np.ones(3))
+    assert names() == ["epoch-000005", "epoch-000006", "epoch-000006+batch-000000030"]
+    manager.save(7, {"epoch": 7})
+    assert names() == ["epoch-000006", "epoch-000007"]
