@@ -198,8 +198,8 @@ class Strategy(Generic[B]):
         return None
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[B]:
-        """The batches of one epoch, in order, the same number on every rank; from batch ``start`` on (> 0 only
-        where :meth:`resumes_between_batches`: a resume within the epoch)."""
+        """The batches of one epoch, in order, the same number on every rank; from batch ``start`` on (a resume within
+        the epoch: > 0 only where :meth:`resumes_between_batches`, or all of them where :meth:`resumes_evaluation`)."""
         raise NotImplementedError
 
     def step(self, model: DGNN, task: Any, batch: B, scale: float) -> np.ndarray:
@@ -221,6 +221,13 @@ class Strategy(Generic[B]):
         keeps, and ``batches(epoch, start=B)`` continues with batch B as the uninterrupted epoch would — no side
         effect of the batches before B runs again — so that the resume is bit for bit. An epoch longer than a job's
         allocation then still progresses. False: a stop abandons the epoch (its start is resumed)."""
+        return False
+
+    def resumes_evaluation(self, epoch: int) -> bool:
+        """Whether a stop in epoch ``epoch``'s evaluation pass (where :meth:`evaluate` asks ``stop``) may checkpoint
+        the epoch as its training batches left it, the resume evaluating it again (``batches(epoch, start=B)``
+        with B all of them yields none): an abandoned pass leaves :meth:`state_dict` as training left it and draws
+        from no process-wide RNG. False: the stop abandons the epoch."""
         return False
 
     def evaluate(self, model: DGNN, task: Any, epoch: int, stop: Callable[[int], bool] | None = None

@@ -330,6 +330,11 @@ class MemoryStrategy(Strategy[EventBatch]):
         batch. Under j > 1 the j − 1 reads in flight would have to be kept too: a stop abandons the epoch."""
         return self.plan.epoch == 1 and self.stops_between_batches(epoch)
 
+    def resumes_evaluation(self, epoch: int) -> bool:
+        """Always (at any j): after the last iteration no read is in flight; an abandoned pass restores the group's
+        node memory from its backup (what training left), and its negatives are seeded by the batch."""
+        return True
+
     def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
         """Read memory for batch g, barrier, train on the batch read ``self.b`` iterations earlier; b = 0 writes."""
         if isinstance(batch, _StaticBatch):

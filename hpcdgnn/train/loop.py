@@ -58,16 +58,19 @@ class BatchStop:
         self.trained, self.evaluating = 0, False
         self._next, self._last, self._t0 = 1, 0, 0.0
 
-    def begin(self, start: int = 0) -> None:
-        """Start an epoch at batch ``start`` (a resume within it): the first agreement comes before the next."""
+    def begin(self, start: int = 0, training: bool = True, evaluation: bool = True) -> None:
+        """Start an epoch at batch ``start`` (a resume within it): the first agreement comes before the next.
+        ``training``, ``evaluation``: whether the ranks may stop between its training batches, and in its
+        evaluation pass (the same on every rank)."""
         self.stopped_at, self.trained, self.evaluating = None, start, False
+        self.training, self.evaluation = training, evaluation
         self._next, self._last, self._t0 = start + 1, start, time.perf_counter()
 
     def in_evaluation(self, index: int) -> bool:
         """:meth:`before` batch ``index`` of the epoch's evaluation pass (``Strategy.evaluate``'s ``stop``): its
         batches count on after the training batches."""
         self.evaluating = True
-        return self.before(self.trained + index)
+        return self.evaluation and self.before(self.trained + index)
 
     def before(self, index: int) -> bool:
         """Whether every rank stops before batch ``index`` (collective at the agreed indices)."""
@@ -92,22 +95,23 @@ class BatchStop:
 
 def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optimizer, batches: Iterable,
                   examples: float, meter=None, stop: BatchStop | None = None, start: int = 0,
-                  stats: np.ndarray | None = None) -> tuple[np.ndarray | None, float]:
+                  stats: np.ndarray | None = None, norm: float = 0.0) -> tuple[np.ndarray | None, float]:
     """One epoch's batches: zero grads, step with loss / global examples, sync gradients, optimizer step.
 
     ``examples``: the denominator of a full batch; ``meter``: a context manager around each step, or None;
-    ``stop``: asked before each batch but the first whether the ranks stop the epoch (its ``stopped_at``
-    then says after how many batches; the caller closes ``batches``); it counts the batches trained.
-    ``start``: the index of ``batches``' first (a resume within the epoch), ``stats`` the metric sums of those
-    before it. Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the
-    same on every rank: a check of exactness that Adam's scale-free update would hide.
+    ``stop`` (begun by the caller, :meth:`BatchStop.begin`): asked before each batch but the first whether the
+    ranks stop the epoch, where its ``training`` says so (its ``stopped_at`` then says after how many batches;
+    the caller closes ``batches``); it counts the batches trained. ``start``: the index of ``batches``' first (a
+    resume within the epoch), ``stats`` the metric sums of those before it and ``norm`` the last one's gradient
+    norm. Returns this rank's metric sums (None without batches) and the last batch's gradient norm, the same
+    on every rank: a check of exactness that Adam's scale-free update would hide.
     """
-    if stop is not None:
-        stop.begin(start)
+    ran = False
     for index, batch in enumerate(batches, start):
         # never before an attempt's first batch: every attempt trains one at least
-        if stop is not None and index > start and stop.before(index):
+        if stop is not None and stop.training and index > start and stop.before(index):
             break
+        ran = True
         if stop is not None:
             stop.trained = index + 1
         optimizer.zero_grad(set_to_none=True)
@@ -119,7 +123,7 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
         stats = batch_stats if stats is None else stats + batch_stats
     # once, after the loop: the gradients stay those of the last batch (the step reads them, the next
     # zero_grad drops them), and a per-batch norm costs ~3 ops per parameter on every batch
-    return stats, (grad_norm(params) if stats is not None else 0.0)
+    return stats, (grad_norm(params) if ran else norm)
 
 
 def pretrain(strategy, comm, lr: float) -> float:

@@ -96,6 +96,8 @@ class Run:
     """The batch of epoch ``start_epoch + 1`` a resume within it continues with (0: from the epoch's start)."""
     partial: np.ndarray | None = None
     """This rank's metric sums of that epoch's batches before ``start_batch``."""
+    partial_norm: float = 0.0
+    """The gradient norm of the last of them (recorded where they are all the epoch's: a stop in its evaluation)."""
 
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
@@ -620,17 +622,18 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
     return state, mine
 
 
-def _resumed_within(state: dict, mine: dict, comm: Communicator) -> tuple[int, np.ndarray | None]:
-    """(the batch, this rank's metric sums of the batches before it) of a checkpoint within an epoch, else (0,
-    None): on the checkpoint's rank count each rank's own sums; on another, their sum on rank 0 (the epoch's
-    totals agree to rounding)."""
+def _resumed_within(state: dict, mine: dict, comm: Communicator) -> tuple[int, np.ndarray | None, float]:
+    """(the batch, this rank's metric sums of the batches before it, the last one's gradient norm) of a checkpoint
+    within an epoch, else (0, None, 0): on the checkpoint's rank count each rank's own sums; on another, their sum
+    on rank 0 (the epoch's totals agree to rounding)."""
     batch = int(state.get("batch", 0))
     if not batch:
-        return 0, None
+        return 0, None, 0.0
+    norm = float(state.get("grad_norm", 0.0))
     if mine.get("num_ranks") == comm.size:
-        return batch, mine["partial"]
+        return batch, mine["partial"], norm
     total = np.asarray(state["partial_sum"])
-    return batch, total if comm.rank == 0 else np.zeros_like(total)
+    return batch, total if comm.rank == 0 else np.zeros_like(total), norm
 
 
 def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
@@ -795,7 +798,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             share = memory_share(comm, device)
             agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path, "device"))
         model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
-        start, mine, initial, calibrated, within = 0, None, None, False, (0, None)
+        start, mine, initial, calibrated, within = 0, None, None, False, (0, None, 0.0)
         if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])

@@ -106,27 +106,29 @@ class _FaultInjector:
 
 
 def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: BatchStop | None = None,
-                stop_evaluation: bool = True, start: int = 0, partial: np.ndarray | None = None
-                ) -> tuple[np.ndarray, float]:
+                start: int = 0, partial: np.ndarray | None = None, norm: float = 0.0) -> tuple[np.ndarray, float]:
     """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm).
 
-    ``stop``: may stop the epoch between batches, or (``stop_evaluation``) between those of the evaluation pass
-    (its ``stopped_at`` is then set); ``start``: the batch a resume within the epoch continues with, ``partial``
-    this rank's metric sums of the batches before it."""
+    ``stop`` (begun): may stop the epoch between its training batches, or between those of its evaluation pass
+    (its ``stopped_at`` is then set, and the sums are the training batches' only); ``start``: the batch a resume
+    within the epoch continues with, ``partial`` this rank's metric sums of the batches before it and ``norm``
+    the last one's gradient norm."""
     meter.reset_peak()
     drawn = batches = run.strategy.batches(epoch, start=start) if start else run.strategy.batches(epoch)
     seconds = run.job.output.progress_seconds
     if run.strategy.comm.rank == 0 and seconds > 0:  # an epoch of many mini-batches says how far it is
         batches = Progress(f"epoch {epoch}: batches trained", seconds=seconds).iterate(batches)
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
-                                     batches, run.train_count, meter, stop, start, partial)
+                                     batches, run.train_count, meter, stop, start, partial, norm)
     if stop is not None and stop.stopped_at is not None:
         for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
             getattr(gen, "close", lambda: None)()
         return stats, grad_norm
     # a strategy without a pass of several batches to stop in need not take ``stop``
-    asked = stop is not None and stop_evaluation
+    asked = stop is not None and stop.evaluation
     evaluated = run.strategy.evaluate(run.model, task, epoch, **({"stop": stop.in_evaluation} if asked else {}))
+    if stop is not None and stop.stopped_at is not None:  # the pass's sums so far go: a resume evaluates again
+        return stats, grad_norm
     if evaluated is not None:
         stats = evaluated if stats is None else stats + evaluated
     return stats, grad_norm
@@ -148,10 +150,11 @@ def _held(run: Run, checkpoints: CheckpointManager, epoch: int) -> HeldCheckpoin
 HOLD_OF_NODE, HOLD_OF_FREE = 0.25, 0.5
 
 
-def _hold_fits(run: Run, comm: Communicator, log, epoch: int) -> bool:
+def _hold_fits(run: Run, comm: Communicator, log, what: str) -> bool:
     """Whether every node can hold its ranks' copies of the checkpoint an abandoned epoch resumes from (the
     strategy's state: a memory group's node memory on its leader; the model and Adam's moments on rank 0) within
-    :data:`HOLD_OF_NODE` and :data:`HOLD_OF_FREE` (collective; rank 0 says when not)."""
+    :data:`HOLD_OF_NODE` and :data:`HOLD_OF_FREE` (collective; rank 0 says when not, of ``what``: the passes a
+    stop would abandon)."""
     mine = array_bytes(run.strategy.state_dict())
     if comm.rank == 0:
         mine += array_bytes([run.model.state_dict(), run.task.state_dict(), run.optimizer.state_dict(), run.plan])
@@ -161,8 +164,6 @@ def _hold_fits(run: Run, comm: Communicator, log, epoch: int) -> bool:
     # every rank the same answer; the line names the largest node's copies (another node's may be the one refused)
     refused, most = comm.allreduce_array([float(not fits), float(held)], op="max", tag="control.stop")
     if refused and comm.rank == 0:
-        # where the strategy checkpoints within an epoch, only a stop in the evaluation pass needs the epoch's start
-        what = "evaluation passes" if run.strategy.resumes_between_batches(epoch) else "epochs"
         log.info(f"pre-emption: this run's {what} end before a signal stops them (holding an epoch's start in memory "
                  f"would take up to {most / 2**30:.2f} GiB on a node: more than {HOLD_OF_NODE:.0%} of its memory or "
                  f"{HOLD_OF_FREE:.0%} of what it has free); checkpoint.every: 1 lets them stop between batches")
@@ -371,21 +372,26 @@ def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.P
 
 
 def _stopped_within(run: Run, checkpoints: CheckpointManager, log, stop: preemption.PreemptionFlag, epoch: int,
-                    batches: int, stats: np.ndarray) -> None:
-    """A pre-emption after ``batches`` of epoch ``epoch``'s training batches where the strategy
-    :meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`: write the checkpoint there, with this rank's
-    metric sums ``stats`` so far (and their sum over ranks, for a resume on another rank count), and say so
-    (every rank)."""
+                    batch_stop: BatchStop, stats: np.ndarray, grad_norm: float) -> None:
+    """A pre-emption within epoch ``epoch`` the strategy resumes from (``batch_stop`` says where): between its
+    training batches (:meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`), or in its evaluation
+    pass (:meth:`~hpcdgnn.strategies.base.Strategy.resumes_evaluation`: after all its training batches, with the
+    last one's ``grad_norm``). Write the checkpoint there, with this rank's metric sums ``stats`` of the training
+    batches so far (and their sum over ranks, for a resume on another rank count), and say so (every rank)."""
     t0 = time.perf_counter()
+    batches = batch_stop.trained if batch_stop.evaluating else batch_stop.stopped_at
     total = checkpoints.comm.allreduce_array(stats, tag="control.stop")
     shared = _shared_state(run, checkpoints, epoch - 1)
     if shared:
-        shared.update(batch=batches, partial_sum=total)
+        shared.update(batch=batches, partial_sum=total, **({"grad_norm": grad_norm} if batch_stop.evaluating else {}))
     path = checkpoints.save(epoch - 1, shared, run.strategy.state_dict(), batch=batches, partial=stats)
-    log.info(f"checkpoint: {path} (within epoch {epoch}, after {batches} of its batches; "
-             f"{time.perf_counter() - t0:.2f} s)")
-    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, after {batches} of its batches "
-             f"(a resume trains on from its batch {batches + 1}); {_restart_hint(run, True)}")
+    where, then = ((f"in its evaluation pass, after all {batches} of its batches", "evaluates it again")
+                   if batch_stop.evaluating else
+                   (f"after {batches} of its batches", f"trains on from its batch {batches + 1}"))
+    log.info(f"checkpoint: {path} (within epoch {epoch}, after {'all ' * batch_stop.evaluating}{batches} of its "
+             f"batches; {time.perf_counter() - t0:.2f} s)")
+    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} (a resume {then}); "
+             f"{_restart_hint(run, True)}")
 
 
 def _write_epoch_profile(prof, record: dict, run: Run, comm: Communicator, log, epoch: int) -> None:
@@ -448,26 +454,32 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     hold_fits: bool | None = None  # asked once, at the first epoch that would hold its start
     for epoch in range(run.start_epoch + 1, last + 1):
         # the first epoch of a resume within it starts at the checkpoint's batch
-        start, partial = (run.start_batch, run.partial) if epoch == run.start_epoch + 1 else (0, None)
+        first = epoch == run.start_epoch + 1
+        start, partial, norm = (run.start_batch, run.partial, run.partial_norm) if first else (0, None, 0.0)
         between = run.strategy.stops_between_batches(epoch)
-        within = between and run.strategy.resumes_between_batches(epoch)  # a training stop checkpoints there
+        # where a stop checkpoints within the epoch: between its training batches; in its evaluation pass
+        within = between and run.strategy.resumes_between_batches(epoch)
+        after = between and run.strategy.resumes_evaluation(epoch)
         held = None  # the last epoch's copy goes before the next is made
         recorder.begin()
-        # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place); in the
-        # epoch's time, which it costs
-        hold = between and written < epoch - 1 and seconds >= BatchStop.HOLD_AFTER_S
+        # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place), where some
+        # stop would abandon it; in the epoch's time, which it costs
+        hold = between and not (within and after) and written < epoch - 1 and seconds >= BatchStop.HOLD_AFTER_S
         if hold and hold_fits is None:  # the same condition on every rank: all reach the collective
-            hold_fits = _hold_fits(run, comm, log, epoch)
+            what = "evaluation passes" if within else "training passes" if after else "epochs"
+            hold_fits = _hold_fits(run, comm, log, what)
         held = _held(run, checkpoints, epoch - 1) if hold and hold_fits else None
         kept = written == epoch - 1 or held is not None  # a resume can redo the epoch (from ``start``)
-        between = between and (within or kept)
+        batch_stop.begin(start, training=within or kept, evaluation=after or kept)
+        between = between and (within or after or kept)
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
-            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None, kept,
-                                           start, partial)
+            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None, start,
+                                           partial, norm)
         if between and batch_stop.stopped_at is not None:
             preempted = abandoned = True
-            if within and not batch_stop.evaluating:
-                _stopped_within(run, checkpoints, log, stop, epoch, batch_stop.stopped_at, stats)
+            resumable = after if batch_stop.evaluating else within
+            if resumable:
+                _stopped_within(run, checkpoints, log, stop, epoch, batch_stop, stats, grad_norm)
             else:
                 _abandoned(run, checkpoints, log, stop, epoch, batch_stop, held, written, start)
             break

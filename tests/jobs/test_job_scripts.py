@@ -372,6 +372,7 @@ def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, 
         inner = rundir / "mine"
         ckpt = ckpt or inner
         (ckpt / "epoch-000002.tmp").mkdir(parents=True)
+        (ckpt / "epoch-000001+batch-000000004").mkdir()  # a checkpoint within an epoch, complete or not
         (rundir / "config.resolved.yaml").write_text(f"checkpoint:\n  dir: {ckpt}\n")
         other = tmp_path / "runs" / "someone-else"
         other.mkdir(exist_ok=True)
@@ -386,6 +387,7 @@ def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, 
             stamp = attempt.name.rpartition(".")[2]
             assert ckpt.is_dir() and not (ckpt / "epoch-000002.tmp").exists(), (case, proc.stderr)
             assert (ckpt.parent / f"{ckpt.name}.{stamp}" / "epoch-000002.tmp").is_dir(), (case, proc.stderr)
+            assert not (ckpt / "epoch-000001+batch-000000004").exists(), (case, proc.stderr)
         shutil.rmtree(attempt)
         shutil.rmtree(rundir, ignore_errors=True)  # the new run's (the stand-in launcher made it)
 

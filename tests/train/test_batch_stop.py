@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from hpcdgnn.errors import EXIT_PREEMPTED
-from hpcdgnn.train.checkpoint import latest_checkpoint
+from hpcdgnn.train.checkpoint import latest_checkpoint, within_epoch
 from tests.conftest import REPO, assert_same_run, read_metrics, write_job
 from tests.strategies.test_hybrid import RANDOM, sparse  # noqa: F401 (a fixture)
 from tests.strategies.test_memory import _job as memory_job
@@ -138,14 +138,14 @@ def test_a_resume_within_an_epoch_on_another_rank_count(launcher, small_dataset,
     np.testing.assert_allclose(_trajectory(run), _trajectory(tmp_path / "straight"), rtol=1e-9)
 
 
-def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, college, tmp_path):  # noqa: F811
-    """P = 2, TGN under epoch parallelism (j = 2: a stop abandons the epoch), epochs of milliseconds, none
-    checkpointed: holding an epoch's start would cost a share of it, so a signal in epoch 2 stops the run after
-    it, with its checkpoint, as a full-batch strategy's epoch does."""
-    job = memory_job(tmp_path, college, epoch=2)
+def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, sparse, tmp_path):  # noqa: F811
+    """P = 2, ``hybrid`` with synchronous averaging (a stop abandons the epoch: the adjuster's state is per step),
+    epochs of milliseconds, none checkpointed: holding an epoch's start would cost a share of it, so a signal in
+    epoch 2 stops the run after it, with its checkpoint, as a full-batch strategy's epoch does."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
     run = tmp_path / "run"
-    out = _preempted(launcher, 2, job, run, 1, 2, 1, "train.epochs=3", "checkpoint.every=0",
-                     "checkpoint.every_minutes=0", hold=False)
+    out = _preempted(launcher, 2, job, run, 1, 2, 1, *RANDOM, "strategy.steps_per_epoch=4", hold=False)
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
@@ -198,35 +198,41 @@ def test_the_node_memory_is_held_where_it_fits(launcher, college, tmp_path, fits
     """TGN at j = 2 (a stop abandons the epoch), no checkpoint but at the end: the start of epoch 2 — the node
     memory on the group's leader with the weights — is held in memory and written at a signal in its third
     iteration, and the resume reproduces the straight run. Where no node has room for the copy (here: none is
-    allowed) rank 0 says so once and a signal lets the epoch end, with its checkpoint."""
+    allowed) rank 0 says so once and a signal lets the training batches end: the evaluation pass stops at once,
+    with the checkpoint of the trained epoch (no copy needed), which the resume evaluates again."""
     job = memory_job(tmp_path, college, epoch=2)
     run = tmp_path / "run"
     over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
     out = _preempted(launcher, 2, job, run, 1, 2, 2, *over, fits=fits)
-    fit_line = "pre-emption: this run's epochs end before a signal stops them (holding an epoch's start in memory"
+    fit_line = ("pre-emption: this run's training passes end before a signal stops them (holding an epoch's start in "
+                "memory")
     if not fits:
         assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets them stop between batches" in out, out
-        assert "stopped after epoch 2" in out and "stopped during" not in out, out
-        assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
-        return
-    assert fit_line not in out, out
-    assert "stopped during epoch 2, after 3 of its batches" in out and "epoch 1's end, kept in memory" in out, out
+        assert "stopped during epoch 2, in its evaluation pass, after all 11 of its batches" in out, out
+        assert latest_checkpoint(run / "checkpoints").name == "epoch-000001+batch-000000011"
+    else:
+        assert fit_line not in out, out
+        assert "stopped during epoch 2, after 3 of its batches" in out and "epoch 1's end, kept in memory" in out
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 
 @pytest.mark.parametrize("split", [(1, 2), (2, 1)])
 def test_the_event_regime_s_evaluation_pass_stops_between_batches(launcher, college, tmp_path, split):  # noqa: F811
-    """TGN's evaluation pass (49 negatives an event: on large streams as long as the training) is abandoned
-    between its batches too, where every rank evaluates (``memory: 1``), at i = 2 and at j = 2 (epoch
-    parallelism); the resume reproduces the straight run. Under ``memory: k > 1`` one group evaluates while the
-    others wait: that pass runs to its end."""
+    """TGN's evaluation pass (49 negatives an event: on large streams as long as the training) stops between its
+    batches too, where every rank evaluates (``memory: 1``), at i = 2 and at j = 2 (epoch parallelism), with no
+    checkpoint at epoch 1's end and nothing held: the abandoned pass restores the node memory training left,
+    the run checkpoints the trained epoch, and the resume evaluates it again, reproducing the straight run.
+    Under ``memory: k > 1`` one group evaluates while the others wait: that pass runs to its end."""
     i, j = split
     job = memory_job(tmp_path, college, minibatch=i, epoch=j)
     run = tmp_path / "run"
-    out = _preempted(launcher, 2, job, run, 1, 2, 0, "checkpoint.every=1", evaluation=True)
+    over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
+    out = _preempted(launcher, 2, job, run, 1, 2, 0, *over, evaluation=True)
     assert "stopped during epoch 2, in its evaluation pass, after all" in out, out
-    assert "the checkpoint of epoch 1)" in out, out
-    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+    assert "of its batches (a resume evaluates it again)" in out and "kept in memory" not in out, out
+    assert within_epoch(latest_checkpoint(run / "checkpoints")), out
+    assert [r["epoch"] for r in read_metrics(run)] == [1]
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 
 def test_sequences_evaluation_stops_between_rounds(launcher, small_dataset, tmp_path):
