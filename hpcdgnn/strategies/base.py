@@ -65,6 +65,13 @@ class StrategyContext:
     device: torch.device = torch.device("cpu")
     #: epochs already trained (resume, re-cut); > 0 skips set-up whose state the model already holds
     start_epoch: int = 0
+    #: batches of the next epoch already trained (a resume within it, :meth:`Strategy.resumes_between_batches`)
+    start_batch: int = 0
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the model holds trained state: epochs, or batches of one, already trained."""
+        return self.start_epoch > 0 or self.start_batch > 0
 
 
 @dataclass

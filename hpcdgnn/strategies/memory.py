@@ -471,9 +471,11 @@ class MemoryStrategy(Strategy[EventBatch]):
         epochs = self.ctx.job.model.static_pretrain_epochs
         if getattr(self.model, "static", None) is None or epochs == 0:
             return None
-        if self.ctx.start_epoch > 0:
+        if self.ctx.resumed:
             if self.comm.rank == 0:
-                get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch} "
+                within = f" and {self.ctx.start_batch} batches of epoch {self.ctx.start_epoch + 1}" \
+                    if self.ctx.start_batch else ""
+                get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch}{within} "
                                   "(restored; pre-training skipped)")
             return None
         copy_of = copy.deepcopy(self.model)

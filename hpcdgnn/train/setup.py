@@ -99,6 +99,12 @@ class Run:
     partial_norm: float = 0.0
     """The gradient norm of the last of them (recorded where they are all the epoch's: a stop in its evaluation)."""
 
+    @property
+    def resumed(self) -> bool:
+        """Whether the run continues from a checkpoint (an epoch's end, or within the first epoch: ``start_epoch``
+        0 then)."""
+        return self.checkpoint is not None
+
 
 def threads_per_rank(comm: Communicator, requested: int) -> int:
     """Torch threads per rank: the request, else this rank's share of its CPUs (collective over the node)."""
@@ -652,11 +658,11 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
 
 def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,
-                    start_epoch: int = 0) -> tuple[Strategy, float]:
+                    start_epoch: int = 0, start_batch: int = 0) -> tuple[Strategy, float]:
     """The strategy of ``plan`` with this rank's data read, then its pre-training phase, if any, and that
     phase's seconds (0 without one)."""
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
-                                                               start_epoch))
+                                                               start_epoch, start_batch))
 
     def setup() -> float:
         with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
@@ -813,7 +819,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
 
         _check_kernels(job, manifest, dtype, device, comm)
         t_setup = time.perf_counter()
-        strategy, pretrained = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start)
+        strategy, pretrained = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start,
+                                               within[0])
         strategy.attach_optimizer(opt)
         setup_seconds = time.perf_counter() - t_setup - pretrained
         if mine is not None:

@@ -117,7 +117,8 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: Batch
     drawn = batches = run.strategy.batches(epoch, start=start) if start else run.strategy.batches(epoch)
     seconds = run.job.output.progress_seconds
     if run.strategy.comm.rank == 0 and seconds > 0:  # an epoch of many mini-batches says how far it is
-        batches = Progress(f"epoch {epoch}: batches trained", seconds=seconds).iterate(batches)
+        resumed = f" from batch {start + 1}" if start else ""
+        batches = Progress(f"epoch {epoch}: batches trained{resumed}", seconds=seconds).iterate(batches)
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
                                      batches, run.train_count, meter, stop, start, partial, norm)
     if stop is not None and stop.stopped_at is not None:
@@ -196,7 +197,7 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
     lines = [
         f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, {shape}, "
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}"
-        f"{' as restored' if run.start_epoch else ''}), {job.train.dtype}, "
+        f"{' as restored' if run.resumed else ''}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"
         + (f", transfer {job.strategy.transfer}" if hasattr(job.strategy, "transfer") else ""),
     ]
@@ -206,7 +207,7 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
     lines.append(f"run directory: {run.run_dir}   setup {run.setup_seconds:.2f}s ({run.strategy.setup_work})"
                  f"{pretrained}"
                  f"   host allocator: {describe()}")
-    if run.start_epoch or run.start_batch:
+    if run.resumed:
         within = f" and {run.start_batch} batches of epoch {run.start_epoch + 1}" if run.start_batch else ""
         lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}{within}")
     return lines
@@ -323,7 +324,7 @@ def _resumed_trace_file(run: Run, comm: Communicator, log) -> Path:
     """This rank's exchange trace file, once a resumed run has dropped what its re-run epochs rewrite."""
     job = run.job
     mine = EpochRecorder.trace_file(run.run_dir, comm.rank)
-    if run.start_epoch:  # re-run epochs' trace lines go, before the first collective appends any
+    if run.resumed:  # re-run epochs' trace lines go, before the first collective appends any
         stale = [] if comm.rank else _of_missing_ranks(mine.parent.glob("exchanges.rank*.jsonl"), comm.size)
         for f in [mine, *stale]:
             truncate_metrics(f, run.start_epoch)
@@ -341,7 +342,7 @@ def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.Pree
     preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
     if preempted:
         log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; "
-                 f"{_restart_hint(run, bool(run.start_epoch))}")
+                 f"{_restart_hint(run, run.resumed)}")
     return preempted
 
 
@@ -409,8 +410,9 @@ def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
     m = run.task.metric
     scores = "".join(f", {k} {fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
     span = (f"epoch {final['epoch']}" if final["epoch"] == run.start_epoch + 1 else
-            f"epochs {run.start_epoch + 1}-{final['epoch']}") if run.start_epoch and epochs_run else ""
-    done = f"{span} (resumed after epoch {run.start_epoch})" if span else f"{epochs_run} epochs"
+            f"epochs {run.start_epoch + 1}-{final['epoch']}") if run.resumed and epochs_run else ""
+    within = f" and {run.start_batch} batches of epoch {run.start_epoch + 1}" if run.start_batch else ""
+    done = f"{span} (resumed after epoch {run.start_epoch}{within})" if span else f"{epochs_run} epochs"
     return f"done: {done}{scores}; results in {run.run_dir}"
 
 
@@ -418,13 +420,13 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     """:func:`run_training` after the set-up: the epochs, checkpoints and summary."""
     job = run.job
     totals = RunTotals(comm.size)  # summary.json's sums over the whole run (rank 0)
-    if comm.rank == 0 and run.start_epoch:
+    if comm.rank == 0 and run.resumed:
         truncate_metrics(run.run_dir / "metrics.jsonl", run.start_epoch)
         totals.add_file(run.run_dir / "metrics.jsonl")
     try:
         rd = RunDirectory(run.run_dir, job.output.tensorboard, run.start_epoch) if comm.rank == 0 else None
     except HpcdgnnError:  # e.g. an event-file directory that cannot be made: a new run leaves nothing behind
-        if not run.start_epoch:
+        if not run.resumed:
             _discard_new_run(run.run_dir, job)
         raise
     checkpoints = CheckpointManager(Path(job.checkpoint.dir) if job.checkpoint.dir else run.run_dir / "checkpoints",

@@ -24,7 +24,9 @@ from hpcdgnn.train.loop import BatchStop
 
 def _signalling(step, rank: int, epoch: int, index: int):
     def wrapped(self, model, task, batch, scale):
-        if MPI.COMM_WORLD.rank == rank and batch.epoch == epoch and batch.index == index:
+        # not a pre-training phase's batch (TGN's static memory: segment -1), which counts its own epochs
+        training = getattr(batch, "segment", 0) != -1
+        if MPI.COMM_WORLD.rank == rank and batch.epoch == epoch and batch.index == index and training:
             os.kill(os.getpid(), signal.SIGUSR1)
         return step(self, model, task, batch, scale)
     return wrapped

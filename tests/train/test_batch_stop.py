@@ -193,6 +193,25 @@ def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path, l
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
 
 
+def test_a_pre_trained_run_stopped_in_its_first_epoch_does_not_pre_train_again(launcher, college, tmp_path):  # noqa: F811
+    """TGN with the static node memory pre-trained before epoch 1 (DistTGL §3.1), at i = 2, stopped in epoch 1's
+    third iteration: the checkpoint within epoch 1 holds the pre-trained table, so the resume skips the phase
+    (saying so) and trains on exactly as the straight run."""
+    job = memory_job(tmp_path, college, minibatch=2)
+    run = tmp_path / "run"
+    over = ("model.static_memory=on", "model.static_pretrain_epochs=1")
+    out = _preempted(launcher, 2, job, run, 1, 1, 2, *over)
+    assert "pre-trained: 1 epoch(s)" in out and latest_checkpoint(run / "checkpoints").name == _within(run, 0, 3), out
+    done = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(run)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "static node memory: as trained up to epoch 0 and 3 batches of epoch 1 (restored; pre-training " \
+           "skipped)" in done.stdout and "pre-trained:" not in done.stdout, done.stdout
+    assert "done: epochs 1-2 (resumed after epoch 0 and 3 batches of epoch 1)" in done.stdout, done.stdout
+    ref = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "straight"), "--set", *over])
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert_same_run(_trajectory(run), _trajectory(tmp_path / "straight"))
+
+
 @pytest.mark.parametrize("fits", [True, False])
 def test_the_node_memory_is_held_where_it_fits(launcher, college, tmp_path, fits):  # noqa: F811
     """TGN at j = 2 (a stop abandons the epoch), no checkpoint but at the end: the start of epoch 2 — the node
