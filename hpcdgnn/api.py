@@ -166,7 +166,8 @@ class TrainedRun:
 
         ckpt = self.checkpoint
         if ckpt is None and required:
-            raise DataError(f"{self.dir}: the run has no complete checkpoint to load the model from")
+            raise DataError(f"{self.dir}: the run has no complete checkpoint of an epoch's end to load the model from "
+                            "(one within an epoch is for resume only)")
         return {} if ckpt is None else load_shared(ckpt)
 
     def _load(self) -> None:

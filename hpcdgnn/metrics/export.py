@@ -277,7 +277,8 @@ def run_export(args) -> int:
     if args.model_only:
         _new_file(args.model_only, "--model-only")
         if run.checkpoint is None:
-            raise DataError(f"{args.rundir}: the run has no complete checkpoint to export the model from")
+            raise DataError(f"{args.rundir}: the run has no complete checkpoint of an epoch's end to export the model "
+                            "from (one within an epoch is for --resume only)")
         blob = _pygt_blob(run) if pygt else _model_blob(run)
     if args.csv:
         cols = write_csv(records, args.csv)

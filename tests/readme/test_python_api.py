@@ -303,7 +303,7 @@ def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_datase
     monkeypatch.setattr(trainer, "build_run", signalled)
     run = hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 2}}, output=tmp_path / "r")
     assert run.preempted and run.losses == [] and run.checkpoint is None
-    with pytest.raises(DataError, match=r"the run has no complete checkpoint to load the model from"):
+    with pytest.raises(DataError, match=r"the run has no complete checkpoint of an epoch.s end to load the model from"):
         _ = run.model
 
 
