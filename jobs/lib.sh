@@ -189,10 +189,11 @@ hpcdgnn_ensure_data() {  # DIR
 # new (absent or empty), completed (summary.json says so), diverged (summary.json says its training loss
 # stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it)
 # or stale (something else: an attempt that stopped before its first checkpoint). Checkpoints are
-# <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN/ with a COMPLETE file (hpcdgnn/train/checkpoint.py).
+# <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN[+batch-NNNNNNNNN]/ with a COMPLETE file
+# (hpcdgnn/train/checkpoint.py; +batch-: within the next epoch, written at a pre-emption between batches).
 hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attempt's checkpoints aside instead (below)
   # With STAMP (RUNDIR is then the attempt moved aside): when the job set a checkpoint.dir outside RUNDIR, its
-  # epoch-NNNNNN[.tmp] entries (a new run refuses a used checkpoint.dir) are moved into a new sibling
+  # epoch-NNNNNN[+batch-NNNNNNNNN][.old][.tmp] entries (a new run refuses a used checkpoint.dir) are moved into a new sibling
   # <checkpoint.dir>.STAMP; the directory itself and anything else in it stay (its striping, a mount point,
   # other runs' files). A failure is one log line: the new run then refuses the directory in one line too.
   "$HPCDGNN_PY" - "$@" <<'EOF'
@@ -210,7 +211,7 @@ if len(sys.argv) > 2:
     if not ckpt.is_dir() or ckpt.resolve().is_relative_to(run.resolve()):
         sys.exit()
     try:
-        dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\+batch-\d+)?(\.tmp)?", e.name))
+        dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\+batch-\d+)?(\.old)?(\.tmp)?", e.name))
         if dead:
             aside = ckpt.parent / f"{ckpt.name}.{sys.argv[2]}"
             aside.mkdir()

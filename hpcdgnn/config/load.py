@@ -239,6 +239,12 @@ def validate_job(job: JobConfig, file: str) -> None:
         raise ConfigError(f"{file}: data.path: missing; set it to a directory written by 'hpcdgnn prepare'")
     if not Path(job.data.path).is_dir():
         raise ConfigError(f"{file}: data.path: dataset directory '{job.data.path}' {not_a_directory(job.data.path)}")
+    check_tensorboard(job, file)
+
+
+def check_tensorboard(job: JobConfig, file: str) -> None:
+    """``output.tensorboard``: the package there and the directory makeable (a resume checks it too, before it
+    rewrites the run's files)."""
     if job.output.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(f"{file}: output.tensorboard: needs the tensorboard package (pip install tensorboard, or "
                           "hpcdgnn[tensorboard]); or leave the key out and export later (python -m hpcdgnn export)")

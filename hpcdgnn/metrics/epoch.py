@@ -50,11 +50,11 @@ def fmt_metric(v: float | None) -> str:
 class EpochRecorder:
     """Measures epochs of one run and turns them into records.
 
-    ``resumed_at``: the epoch a resumed run starts after (0: fresh); the first epoch after it is flagged
-    ``warmup`` too (cold caches). ``trace``: this rank's exchange trace file, or None.
+    ``resumed_at``: the epoch a resumed run starts after (0 within the first; None: fresh); the first epoch
+    after it is flagged ``warmup`` too (cold caches). ``trace``: this rank's exchange trace file, or None.
     """
 
-    def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int,
+    def __init__(self, comm, strategy, task, device: torch.device, warmup_epochs: int, resumed_at: int | None,
                  trace: Path | None = None) -> None:
         self.comm, self.strategy, self.task, self.device = comm, strategy, task, device
         self.warmup_epochs, self.resumed_at = warmup_epochs, resumed_at
@@ -181,7 +181,7 @@ class EpochRecorder:
             times["slowest"][key] = float(v[times["slowest_rank"]])
         record = {
             "epoch": epoch,
-            "warmup": epoch <= self.warmup_epochs or (self.resumed_at > 0 and epoch == self.resumed_at + 1),
+            "warmup": epoch <= self.warmup_epochs or (self.resumed_at is not None and epoch == self.resumed_at + 1),
             "loss": metrics["train_loss"],
             **metrics,
             "grad_norm": grad_norm,

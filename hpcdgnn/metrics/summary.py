@@ -143,6 +143,8 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
             "job": str(run.job_path),
             "status": status or ("preempted" if preempted else "completed"),
             "resumed_from_epoch": run.start_epoch,
+            # a resume within the next epoch: after how many of its batches
+            **({"resumed_from_batch": run.start_batch} if run.start_batch else {}),
             "final": totals.final,
             "epochs": totals.epochs,
             # run on another rank count before a resume on this one: in the totals, not the steady epoch time
@@ -170,7 +172,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
                 **({"gpu_max_allocated_bytes": [int(v) for v in mem[:, 4]]} if run.device.type == "cuda" else {}),
             },
             "parameters": {"count": sum(p.numel() for p in run.params), "initial_checksum": run.initial_checksum,
-                           **({"resumed_checksum": run.checksum} if run.start_epoch else {})},
+                           **({"resumed_checksum": run.checksum} if run.resumed else {})},
             "compiled_kernels": kernels.calls(),  # rank 0's calls of each numba loop (none: the torch paths)
             "environment": _environment(comm, run, placed),
         }

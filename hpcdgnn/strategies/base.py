@@ -63,7 +63,7 @@ class StrategyContext:
     dtype: torch.dtype
     data_root: str
     device: torch.device = torch.device("cpu")
-    #: epochs already trained (resume, re-cut); > 0 skips set-up whose state the model already holds
+    #: epochs already trained (resume, re-cut); see :attr:`resumed` for set-up whose state the model already holds
     start_epoch: int = 0
     #: batches of the next epoch already trained (a resume within it, :meth:`Strategy.resumes_between_batches`)
     start_batch: int = 0

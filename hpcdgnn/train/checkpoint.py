@@ -8,9 +8,11 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
       COMPLETE           written last: {"epoch", "num_ranks", "run_id"} (JSON)
     epoch-000006+batch-000000012/
                          within epoch 7, after its first 12 batches (a pre-emption's stop between batches,
-                         ``Strategy.resumes_between_batches``): ``state.pt`` adds ``batch`` and the ranks' metric
-                         sums so far, each rank file its own; for ``--resume`` only, and removed once a newer
-                         checkpoint is written (``checkpoint.keep`` counts the epochs' ends)
+                         ``Strategy.resumes_between_batches``, or in the evaluation pass after all of them,
+                         ``Strategy.resumes_evaluation``): ``state.pt`` adds ``batch``, ``partial_sum`` (the ranks'
+                         metric sums so far, summed) and after all batches ``grad_norm``; each rank file adds
+                         ``partial`` (its own sums); ``COMPLETE`` adds ``batch``. For ``--resume`` only, and removed
+                         once a newer checkpoint is written (``checkpoint.keep`` counts the epochs' ends)
 
 Names sort in training order.
 
@@ -283,7 +285,7 @@ def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
     else:  # torch's reader says a truncated zip in many ways (an OSError's "Invalid argument" among them)
         why = "corrupt or truncated"
     older = [d for d in Path(ckpt).parent.glob("epoch-*")
-             if d.is_dir() and d.name < Path(ckpt).name and (d / _COMPLETE).is_file()]
+             if d.is_dir() and not d.name.endswith(".tmp") and d.name < Path(ckpt).name and (d / _COMPLETE).is_file()]
     if older:
         fix = (f"move {ckpt} aside and resume again: the next older complete checkpoint, {max(older).name}, is "
                "used (checkpoint.keep sets how many are kept)")
@@ -377,9 +379,12 @@ class CheckpointManager:
             meta = {"epoch": epoch, **({"batch": batch} if batch else {}), "num_ranks": self.comm.size,
                     **({"run_id": self.run_id} if self.run_id else {})}
             (tmp / _COMPLETE).write_text(json.dumps(meta) + "\n")
-            if final.exists():  # a resumed run re-ran this epoch
-                shutil.rmtree(final)
+            old = final.with_name(final.name + ".old.tmp")  # ignored as a .tmp
+            if final.exists():  # a resumed run re-ran this epoch: the old one goes once the new one is in place
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(final, old)
             os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
             done = sorted(d for d in self.root.glob("epoch-*")
                           if d.is_dir() and not d.name.endswith(".tmp") and self._ours(d))
             # a checkpoint within an epoch serves only the resume from it: the newer one replaces it

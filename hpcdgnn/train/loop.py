@@ -22,7 +22,7 @@ def grad_norm(params: list[torch.nn.Parameter]) -> float:
 
 
 class BatchStop:
-    """The ranks' agreement on abandoning an epoch between two of its batches for a pre-emption signal, so that a
+    """The ranks' agreement on stopping an epoch between two of its batches for a pre-emption signal, so that a
     run of long epochs stops within about :attr:`INTERVAL_S` and a batch, not at the epoch's end (a scheduler's
     grace period may not hold the rest of the epoch).
 
@@ -32,11 +32,13 @@ class BatchStop:
     ⌊:attr:`INTERVAL_S` / the slowest rank's seconds a batch⌋ batches, at least one and at most twice as many
     as since the last (1, 3, 7, … at first). On one rank the flag is read before every batch. The all-reduce is
     tagged ``control.stop`` (not training traffic). Only in an epoch the strategy
-    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches` in, and only where the run can resume: where
-    the strategy :meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`, from a checkpoint written at
-    the stop (training batches); else from the epoch's start — checkpointed at its boundary, held in memory by
-    the trainer (which it does when the epoch before took :attr:`HOLD_AFTER_S` or more) and then written, or a new
-    run's first epoch (it leaves no checkpoint).
+    :meth:`~hpcdgnn.strategies.base.Strategy.stops_between_batches` in, and only where the run can resume: from a
+    checkpoint written at the stop, between training batches where the strategy
+    :meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`, in the evaluation pass where it
+    :meth:`~hpcdgnn.strategies.base.Strategy.resumes_evaluation`; else from the epoch's start (the epoch is
+    abandoned) — checkpointed at its boundary, held in memory by the trainer (which it does when the epoch before
+    took :attr:`HOLD_AFTER_S` or more) and then written, or a new run's first epoch (it leaves no checkpoint).
+    :meth:`begin` says which of the two passes may stop.
 
     Args:
         comm: the run's communicator.

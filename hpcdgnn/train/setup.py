@@ -27,7 +27,7 @@ from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import cpu_affinity, cuda_seen, memory_share, node_cpu_sets, select_device
 from hpcdgnn.comm.world import name_ranks
 from hpcdgnn.config import job_to_dict, load_job
-from hpcdgnn.config.load import blame_override, override_of
+from hpcdgnn.config.load import blame_override, check_tensorboard, override_of
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.shard_reader import ShardReader
@@ -366,6 +366,7 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     if get_strategy(job.strategy.name).picks_another:
         job = _resumed_pick(job, saved, run_dir, resume, overrides, job_path)
     check_resume_job(saved, job, resume, overrides, job_path)
+    check_tensorboard(job, f"--resume {resume}")  # before the resume rewrites config.resolved.yaml with it
     if not (Path(job.data.path) / "manifest.json").is_file():
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
                           "resume with --set data.path=NEW; the run checks it is the same dataset)")

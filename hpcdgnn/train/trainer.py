@@ -68,8 +68,8 @@ __all__ = ["run_training", "TrainResult", "train_epoch"]
 @dataclass
 class TrainResult:
     """What a finished run returns: its run directory, this attempt's losses and the trained model and task head
-    (every rank; None after an epoch abandoned at a pre-emption, or a pre-emption before the first epoch: those
-    weights are in no checkpoint)."""
+    (every rank; None after an epoch stopped between its batches at a pre-emption, or a pre-emption before the
+    first epoch: those weights are in no checkpoint of an epoch's end)."""
 
     run_dir: Path
     losses: list[float]
@@ -381,18 +381,24 @@ def _stopped_within(run: Run, checkpoints: CheckpointManager, log, stop: preempt
     batches so far (and their sum over ranks, for a resume on another rank count), and say so (every rank)."""
     t0 = time.perf_counter()
     batches = batch_stop.trained if batch_stop.evaluating else batch_stop.stopped_at
+    where, then = ((f"in its evaluation pass, after all {batches} of its batches", "evaluates it again")
+                   if batch_stop.evaluating else
+                   (f"after {batches} of its batches", f"trains on from its batch {batches + 1}"))
+    stopped = (f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} (a resume {then}); "
+               f"{_restart_hint(run, True)}")
+    if run.checkpoint is not None and (run.start_epoch, run.start_batch) == (epoch - 1, batches):
+        # resumed from this very checkpoint, and stopped again in the evaluation before any batch: its state
+        log.info(f"checkpoint: {run.checkpoint} (kept: this attempt trained nothing since)")
+        log.info(stopped)
+        return
     total = checkpoints.comm.allreduce_array(stats, tag="control.stop")
     shared = _shared_state(run, checkpoints, epoch - 1)
     if shared:
         shared.update(batch=batches, partial_sum=total, **({"grad_norm": grad_norm} if batch_stop.evaluating else {}))
     path = checkpoints.save(epoch - 1, shared, run.strategy.state_dict(), batch=batches, partial=stats)
-    where, then = ((f"in its evaluation pass, after all {batches} of its batches", "evaluates it again")
-                   if batch_stop.evaluating else
-                   (f"after {batches} of its batches", f"trains on from its batch {batches + 1}"))
     log.info(f"checkpoint: {path} (within epoch {epoch}, after {'all ' * batch_stop.evaluating}{batches} of its "
              f"batches; {time.perf_counter() - t0:.2f} s)")
-    log.info(f"pre-empted ({_signal_name(stop)}): stopped during epoch {epoch}, {where} (a resume {then}); "
-             f"{_restart_hint(run, True)}")
+    log.info(stopped)
 
 
 def _write_epoch_profile(prof, record: dict, run: Run, comm: Communicator, log, epoch: int) -> None:
@@ -435,7 +441,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     mine = _resumed_trace_file(run, comm, log)
     trace = mine if job.debug.trace_exchanges else None
     recorder = EpochRecorder(comm, run.strategy, run.task, run.device,
-                             warmup_epochs(job, run.start_epoch, run.calibrated), run.start_epoch, trace)
+                             warmup_epochs(job, run.start_epoch, run.calibrated),
+                             run.start_epoch if run.resumed else None, trace)
     meter, activation_peak = SavedTensorMeter(), 0
     policy = _CheckpointPolicy(job.checkpoint)
     health = _Health(log, run.task.metric, job_regime(job, run.job_path).empty_split)
@@ -490,7 +497,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
                                                    policy.due_by_time())
         if start:  # its time, traffic and counters are those of the batches from ``start`` on
             record["resumed_after_batches"] = start
-        seconds = max(record["per_rank"]["epoch"])
+        # the slowest rank's; a resumed epoch's part says nothing of a whole one's length: count it as long
+        seconds = max(record["per_rank"]["epoch"]) if not start else max(BatchStop.HOLD_AFTER_S, seconds)
         if prof is not None:
             _write_epoch_profile(prof, record, run, comm, log, epoch)
         losses.append(np.nan if record["train_loss"] is None else record["train_loss"])
@@ -498,7 +506,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             totals.add(record)
             rd.append_epoch(record)
             if epoch % job.output.log_every == 0 or epoch == job.train.epochs:
-                log.info(recorder.line(record))
+                log.info(recorder.line(record) + (f"  (resumed after {start} batches: time of the rest)" if start
+                                                  else ""))
             health.check(record, recorder.sums_finite)
         loss = record["train_loss"]
         # the same global sums on every rank: all stop here (a NaN mean of finite sums: the epoch had no examples)

@@ -240,6 +240,35 @@ def test_preempt_requeue_resume_bit_for_bit(cluster, launcher, job_yaml, tmp_pat
     print(f"\npre-empt + requeue + resume test: {time.time() - t_start:.0f} s (requeue hold {HOLD_S} s)")
 
 
+def test_an_epoch_longer_than_the_allocation_progresses(cluster, launcher, small_dataset, tmp_path):
+    """``sequences`` at 2 ranks, epochs of several seconds (rank 0 sleeps 0.3 s a batch), pre-empted with USR1
+    while epoch 1 trains: the ranks stop between two of its batches and checkpoint there, the script requeues,
+    and the resume trains on from the next batch — the run completes with one uninterrupted run's losses."""
+    job_yaml = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2},
+                         strategy={"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2],
+                                   "batch_samples": 1},
+                         debug={"delay_rank": 0, "delay_seconds": 0.3}, output={"progress_seconds": 0.5})
+    ref = tmp_path / "reference"
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job_yaml), "--output", str(ref)], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = tmp_path / "runs"
+    job, log = cluster.submit(tmp_path, "slurm-nodes.sh", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+                              "--time=15", JOB=job_yaml, HPCDGNN_RUNS=runs)
+    # rank 0's progress lines say epoch 1's batches are being trained
+    cluster.wait(job, log, "epoch 1's batches", lambda f: "epoch 1: batches trained" in _read(log), 120)
+    cluster.cmd("scancel", "--signal=USR1", "--batch", job)
+    fields = cluster.wait_done(job, log, timeout=180)
+    text = _read(log)
+    assert fields["JobState"] == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{text}\n{cluster.logs()}"
+    stopped = r"stopped during epoch 1, after \d+ of its batches \(a resume trains on from its batch"
+    assert re.search(stopped, text), text
+    resumed = r"resumed from \S+/epoch-000000\+batch-\d{9} after epoch 0 and \d+ batches of epoch 1"
+    assert re.search(resumed, text), text
+    rundir = Path((runs / ".jobs" / f"hpcdgnn-test-{job}").read_text().strip())
+    assert json.loads((rundir / "summary.json").read_text())["status"] == "completed", text
+    assert _losses(rundir) == _losses(ref), "losses after a stop within an epoch and its resume differ"
+
+
 def test_repeated_job_id_gets_its_own_rundir(cluster, job_yaml, tmp_path):
     """After a controller state reset, job 1 again: it trains in a new directory instead of "completing" the old."""
     runs = tmp_path / "runs"

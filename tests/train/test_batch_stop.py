@@ -124,6 +124,32 @@ def test_a_first_epoch_stopped_within_resumes_from_there(launcher, small_dataset
     _resumed_equals_straight(launcher, 1, job, run, tmp_path / "straight")
 
 
+def test_a_resume_within_epoch_1_is_a_resume(launcher, small_dataset, tmp_path):
+    """A review found a checkpoint within epoch 1 (``epoch-000000+batch-…``) read as a new run's: a resume refused
+    in its set-up (here a TensorBoard directory that is a file) removed the run's files (and any resume refused
+    there kept its ``--set`` in ``config.resolved.yaml``), and a resume that crashed after recording epoch 1 left
+    that record to be written twice by the next. Now: one line before any file changes; the crash's resume
+    (from the same checkpoint) drops the record it writes again."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 2}, checkpoint=AT_END)
+    run = tmp_path / "run"
+    _preempted(launcher, 1, job, run, 0, 1, 1)
+    files, config = sorted(p.name for p in run.iterdir()), (run / "config.resolved.yaml").read_text()
+    (tmp_path / "a-file").write_text("")
+    refused = launcher.run(1, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set",
+                               f"output.tensorboard={tmp_path / 'a-file'}"])
+    assert refused.returncode == 2 and "output.tensorboard:" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in run.iterdir()) == files and (run / "config.resolved.yaml").read_text() == config
+    crashed = launcher.run(1, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "debug.fail_rank=0",
+                               "debug.fail_epoch=2"])
+    assert crashed.returncode != 0 and [r["epoch"] for r in read_metrics(run)] == [1], crashed.stderr
+    done = launcher.run(1, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "debug.fail_rank=-1"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(resumed after epoch 0 and 2 batches of epoch 1)" in done.stdout, done.stdout
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from_batch"] == 2 and "resumed_checksum" in summary["parameters"], summary
+
+
 def test_a_resume_within_an_epoch_on_another_rank_count(launcher, small_dataset, tmp_path):
     """Stopped within epoch 2 at P = 3, resumed at P = 2: the ranks' metric sums before the stop come as their
     total on rank 0, and (the reuse cache being set-up's fills on another count) the run agrees with the straight
@@ -249,8 +275,15 @@ def test_the_event_regime_s_evaluation_pass_stops_between_batches(launcher, coll
     out = _preempted(launcher, 2, job, run, 1, 2, 0, *over, evaluation=True)
     assert "stopped during epoch 2, in its evaluation pass, after all" in out, out
     assert "of its batches (a resume evaluates it again)" in out and "kept in memory" not in out, out
-    assert within_epoch(latest_checkpoint(run / "checkpoints")), out
+    ckpt = latest_checkpoint(run / "checkpoints")
+    assert within_epoch(ckpt), out
     assert [r["epoch"] for r in read_metrics(run)] == [1]
+    if i == 2:  # stopped again as the resumed evaluation starts: the checkpoint it resumed from stays as it is
+        written = (ckpt / "state.pt").stat().st_mtime_ns
+        again = launcher.run(2, [MID, "0", "2", "0", "eval,interval=0", "--", "run", "--resume", str(run)])
+        assert again.returncode == EXIT_PREEMPTED, again.stdout + again.stderr
+        assert f"checkpoint: {ckpt} (kept: this attempt trained nothing since)" in again.stdout, again.stdout
+        assert (ckpt / "state.pt").stat().st_mtime_ns == written
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 

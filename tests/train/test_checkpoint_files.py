@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 
 import numpy as np
@@ -147,5 +148,18 @@ def test_a_checkpoint_within_an_epoch_sorts_between_epochs_and_goes_when_a_newer
     np.testing.assert_array_equal(mine["partial"], np.ones(3))
     manager.save(6, {"epoch": 6, "batch": 30}, batch=30, partial=np.ones(3))
     assert names() == ["epoch-000005", "epoch-000006", "epoch-000006+batch-000000030"]
+    # written again under its name (a resume stopped there again): swapped in, the old one gone after
+    manager.save(6, {"epoch": 6, "batch": 30, "again": True}, batch=30, partial=np.ones(3))
+    assert names() == ["epoch-000005", "epoch-000006", "epoch-000006+batch-000000030"]
+    assert checkpoint.load_shared(tmp_path / "epoch-000006+batch-000000030")["again"]
+    # a damaged newest checkpoint names the next older complete one, never a directory still being written
+    (tmp_path / "epoch-000006+batch-000000031.tmp").mkdir()
+    (tmp_path / "epoch-000006+batch-000000031.tmp" / "COMPLETE").write_text("{}")
+    (tmp_path / "epoch-000006+batch-000000040").mkdir()
+    (tmp_path / "epoch-000006+batch-000000040" / "COMPLETE").write_text("{}")
+    err = checkpoint.unreadable(tmp_path / "epoch-000006+batch-000000040", tmp_path / "x" / "state.pt", EOFError())
+    assert "the next older complete checkpoint, epoch-000006+batch-000000030, is used" in str(err), err
+    shutil.rmtree(tmp_path / "epoch-000006+batch-000000031.tmp")
+    shutil.rmtree(tmp_path / "epoch-000006+batch-000000040")
     manager.save(7, {"epoch": 7})
     assert names() == ["epoch-000006", "epoch-000007"]
