@@ -13,7 +13,9 @@ Generic over the batch type (:class:`FullBatch`, :class:`SampleBatch`, :class:`E
         strategy.evaluate(model, task, epoch)
         strategy.report(epoch, train_loss)
 
-plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``close``; and before the plan, on
+plus ``usage``, ``state_dict`` / ``load_state_dict``, ``rebalanced_plan`` and ``close``; where a pre-emption
+may stop an epoch between batches ``stops_between_batches``, and where it may checkpoint there
+``resumes_between_batches`` / ``resumes_evaluation``; and before the plan, on
 rank 0, ``check_job`` (options that cannot work at P), ``check_data`` (or on the dataset's sizes), ``resolve``
 (``auto``: the job with the planner's pick), ``variants`` / ``smaller`` (the option sets the planner prices; a
 strategy's ``cost`` gives its per-rank work, :mod:`hpcdgnn.planner`). Strategies:

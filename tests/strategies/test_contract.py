@@ -14,8 +14,9 @@ CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", 
             "check_job", "check_data", "variants", "smaller", "resolve",
             # whether a checkpoint's per-rank state binds embed/predict to the run's own P and options
             "keeps_rank_state",
-            # whether a pre-emption may abandon an epoch between its batches (train/loop.py's BatchStop)
-            "stops_between_batches"}
+            # whether a pre-emption may stop an epoch between its batches (train/loop.py's BatchStop), and whether
+            # it may checkpoint there (training batches; the evaluation pass) instead of abandoning the epoch
+            "stops_between_batches", "resumes_between_batches", "resumes_evaluation"}
 
 
 def _public_methods(cls) -> set[str]:
