@@ -333,8 +333,9 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             rows = np.intersect1d(rows, self.read_rows)
         return rows
 
-    def batches(self, epoch: int) -> Iterator[SampleBatch]:
-        """The epoch's hybrid batches; each rank keeps the targets it owns.
+    def batches(self, epoch: int, start: int = 0) -> Iterator[SampleBatch]:
+        """The epoch's hybrid batches from step ``start`` on (a resume within the epoch); each rank keeps the
+        targets it owns.
 
         Under ``averaging.mode: async`` the code after each ``yield`` runs after the optimizer step: it asks for
         and joins averaging rounds (H5); the epoch ends with rounds until every rank has finished its steps."""
@@ -347,7 +348,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self._start_reservoir()
         if self._since is None:
             self._since = time.perf_counter()
-        for g in range(self.steps_per_epoch()):
+        for g in range(start, self.steps_per_epoch()):
             a = self.adjuster.choose(epoch, g)
             self._used[a] += 1
             t0 = time.perf_counter()
@@ -525,6 +526,13 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         """Under synchronous averaging, with more than one step: a step's collectives run with it; an
         asynchronous round may be in flight between steps (H5), and the epoch ends with rounds every rank joins."""
         return self.opts.averaging.mode != "async" and self.steps_per_epoch() > 1
+
+    def resumes_between_batches(self, epoch: int) -> bool:
+        """Without the reservoir (H4): the adjuster (:meth:`state_dict`) has observed the last step when the stop is
+        asked, its choice of the next is a function of its state (or of the seed, epoch and step), and a fresh
+        batch's draw is seeded by the same; the reservoir's stores change as the next batch is selected, before
+        the stop is asked, so there a stop abandons the epoch."""
+        return self.reservoir is None and self.stops_between_batches(epoch)
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of my part of the batch."""

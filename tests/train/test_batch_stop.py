@@ -22,7 +22,7 @@ import pytest
 from hpcdgnn.errors import EXIT_PREEMPTED
 from hpcdgnn.train.checkpoint import latest_checkpoint, within_epoch
 from tests.conftest import REPO, assert_same_run, read_metrics, write_job
-from tests.strategies.test_hybrid import RANDOM, sparse  # noqa: F401 (a fixture)
+from tests.strategies.test_hybrid import DQN, RANDOM, sparse  # noqa: F401 (a fixture)
 from tests.strategies.test_memory import _job as memory_job
 from tests.strategies.test_memory import college  # noqa: F401 (a fixture)
 
@@ -165,13 +165,15 @@ def test_a_resume_within_an_epoch_on_another_rank_count(launcher, small_dataset,
 
 
 def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, sparse, tmp_path):  # noqa: F811
-    """P = 2, ``hybrid`` with synchronous averaging (a stop abandons the epoch: the adjuster's state is per step),
-    epochs of milliseconds, none checkpointed: holding an epoch's start would cost a share of it, so a signal in
-    epoch 2 stops the run after it, with its checkpoint, as a full-batch strategy's epoch does."""
+    """P = 2, ``hybrid`` with synchronous averaging and the reservoir (a stop abandons the epoch: the stores change
+    as the next batch is selected), epochs of milliseconds, none checkpointed: holding an epoch's start would cost
+    a share of it, so a signal in epoch 2 stops the run after it, with its checkpoint, as a full-batch strategy's
+    epoch does."""
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
     run = tmp_path / "run"
-    out = _preempted(launcher, 2, job, run, 1, 2, 1, *RANDOM, "strategy.steps_per_epoch=4", hold=False)
+    out = _preempted(launcher, 2, job, run, 1, 2, 1, *RANDOM, "strategy.steps_per_epoch=4",
+                     "strategy.reservoir.mode=on", "strategy.reservoir.threads=0", hold=False)
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
@@ -304,19 +306,28 @@ def test_one_memory_group_s_evaluation_runs_to_its_end(launcher, college, tmp_pa
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "async"])
+@pytest.mark.parametrize("mode", ["allreduce", "allreduce+dqn", "allreduce+dqn+reservoir", "async"])
 def test_hybrid_stops_between_steps_unless_averaging_is_asynchronous(launcher, sparse, tmp_path, mode):  # noqa: F811
-    """Synchronous averaging stops between steps like sequences; asynchronous averaging ends the epoch first (its
-    rounds may be in flight between steps) and checkpoints its end."""
+    """Synchronous averaging stops between steps like sequences and checkpoints there (the adjuster has observed
+    the last step; here a DQN on all-reduced work, the same on every rank), or with the reservoir on (its stores
+    change as the next batch is selected) abandons the epoch to its start held in memory; both resume the
+    straight run. Asynchronous averaging ends the epoch first (its rounds may be in flight between steps) and
+    checkpoints its end."""
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
-    over = [*RANDOM, "strategy.steps_per_epoch=4", f"strategy.averaging.mode={mode}"]
+    mode, *more = mode.split("+")
+    over = [*(DQN if more else RANDOM), "strategy.steps_per_epoch=4", f"strategy.averaging.mode={mode}",
+            *(["strategy.reservoir.mode=on", "strategy.reservoir.threads=0"] if "reservoir" in more else [])]
     run = tmp_path / "run"
     out = _preempted(launcher, 3, job, run, 2, 2, 1, *over)
     if mode == "async":
         assert "stopped after epoch 2" in out and "stopped during" not in out, out
         assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
         return
-    assert "stopped during epoch 2, after 2 of its batches" in out and "epoch 1's end, kept in memory" in out, out
+    if "reservoir" in more:
+        assert "stopped during epoch 2, after 2 of its batches" in out and "epoch 1's end, kept in memory" in out, out
+    else:
+        assert "stopped during epoch 2, after 2 of its batches (a resume trains on from its batch 3)" in out, out
+        assert latest_checkpoint(run / "checkpoints").name == _within(run, 1, 2)
     assert [r["epoch"] for r in read_metrics(run)] == [1]
     _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight", *over)
