@@ -2,10 +2,11 @@
 
 Under a strategy of many mini-batches (sequences, memory, hybrid with synchronous averaging) the ranks agree
 between batches: a signal to one rank stops every rank before the same batch, and the run exits 75. Where the
-strategy resumes between batches (``sequences``; ``memory`` without epoch parallelism) a training stop writes a
-checkpoint there, and the resume trains on from the next batch, reproducing the uninterrupted run bit for bit:
-an epoch longer than the allocation still progresses. Elsewhere (and in an evaluation pass) the epoch is
-abandoned: the run writes the checkpoint of its start (serialised in memory at that boundary) unless one was
+strategy resumes between batches (``sequences``; ``memory`` without epoch parallelism; synchronous ``hybrid``
+without the reservoir) a training stop writes a checkpoint there, and the resume trains on from the next batch,
+reproducing the uninterrupted run bit for bit: an epoch longer than the allocation still progresses; TGN's
+evaluation pass checkpoints the trained epoch alike. Elsewhere (and in ``sequences``' evaluation pass) the
+epoch is abandoned: the run writes the checkpoint of its start (serialised in memory at that boundary) unless one was
 written there, and a resume trains the epoch again, bit for bit too. An abandoned epoch before any checkpoint
 leaves none and says to start over. An epoch after a short one (under ``BatchStop.HOLD_AFTER_S``) whose start
 was not checkpointed runs to its end, as does every epoch under asynchronous averaging (a round may be in flight
