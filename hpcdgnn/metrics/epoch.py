@@ -84,13 +84,14 @@ class EpochRecorder:
         with self.trace.open("a") as f:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
 
-    def begin(self) -> None:
-        """Start an epoch: counters, the strategy's load clock, the GPU peak, the wall clock."""
+    def begin(self, kept_scores=None) -> None:
+        """Start an epoch: counters, the strategy's load clock, the GPU peak, the wall clock; the task keeps its
+        scores from here on, after ``kept_scores`` (those of the batches before a resume within the epoch)."""
         self._bytes_before = self.comm.stats.snapshot()
         self._usage_before = self.strategy.usage()
         self.comm.stats.keep_exchanges = True  # for comm_late (and the trace) at the end
         self.comm.stats.take_exchanges()
-        self.task.hold_scores(True)  # the AUC's bins over the epoch's own logits (Task.rebin)
+        self.task.hold_scores(True, kept_scores)  # the AUC's bins over the epoch's own logits (Task.rebin)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self._t0 = time.perf_counter()

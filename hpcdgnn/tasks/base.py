@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -248,9 +249,14 @@ class Task(nn.Module):
         """Finish metrics from all-reduced ``stats``."""
         raise NotImplementedError
 
-    def hold_scores(self, on: bool) -> None:
+    def hold_scores(self, on: bool, kept: Any = None) -> None:
         """Keep what this rank scores from now on for :meth:`rebin` (a task whose metric sums need a second look
-        at the scores, e.g. link prediction's AUC bins); nothing by default."""
+        at the scores, e.g. link prediction's AUC bins), after ``kept`` (:meth:`held_scores` of an earlier attempt
+        at the epoch: a resume within it); nothing by default."""
+
+    def held_scores(self) -> Any:
+        """What :meth:`hold_scores` has kept so far, for a checkpoint within the epoch (None: nothing)."""
+        return None
 
     def held_bytes(self) -> int:
         """Bytes of the scores kept since :meth:`hold_scores` (``held_score_bytes`` of an epoch's record)."""

@@ -325,10 +325,14 @@ class LinkPrediction(Task):
         self._held: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None
         self.reset_parameters()
 
-    def hold_scores(self, on: bool) -> None:
-        """Keep (``on``) the logits scored from now on for :meth:`rebin`, or stop keeping them; clears what was
-        kept."""
-        self._held = [] if on else None
+    def hold_scores(self, on: bool, kept: list | None = None) -> None:
+        """Keep (``on``) the logits scored from now on for :meth:`rebin`, after ``kept`` (a resume within the
+        epoch), or stop keeping them; clears what was kept."""
+        self._held = (list(kept) if kept else []) if on else None
+
+    def held_scores(self) -> list | None:
+        """The (split, logits, positive) kept so far, in scoring order (None: not kept)."""
+        return None if self._held is None else list(self._held)
 
     def held_bytes(self) -> int:
         """Bytes of the logits and labels kept since :meth:`hold_scores`."""

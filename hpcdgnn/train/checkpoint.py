@@ -11,8 +11,9 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
                          ``Strategy.resumes_between_batches``, or in the evaluation pass after all of them,
                          ``Strategy.resumes_evaluation``): ``state.pt`` adds ``batch``, ``partial_sum`` (the ranks'
                          metric sums so far, summed) and after all batches ``grad_norm``; each rank file adds
-                         ``partial`` (its own sums); ``COMPLETE`` adds ``batch``. For ``--resume`` only, and removed
-                         once a newer checkpoint is written (``checkpoint.keep`` counts the epochs' ends)
+                         ``partial`` (its own sums and the scores its task kept); ``COMPLETE`` adds ``batch``.
+                         For ``--resume`` only, and removed once a newer checkpoint is written
+                         (``checkpoint.keep`` counts the epochs' ends)
 
 Names sort in training order.
 
@@ -361,7 +362,7 @@ class CheckpointManager:
              batch: int = 0, partial: Any = None) -> Path:
         """Write the checkpoint of ``epoch``: ``shared`` by rank 0, ``strategy_state`` by every rank; or the files
         ``held`` (:meth:`hold`) kept of its epoch; ``batch`` > 0: within the next epoch, after that many of its
-        batches, ``partial`` this rank's metric sums of them (collective)."""
+        batches, ``partial`` this rank's part of that epoch so far (collective)."""
         if held is not None:
             epoch = held.epoch
         final = _epoch_dir(self.root, epoch, batch)

@@ -66,6 +66,8 @@ class BatchStop:
         evaluation pass (the same on every rank)."""
         self.stopped_at, self.trained, self.evaluating = None, start, False
         self.training, self.evaluation = training, evaluation
+        #: what the task held after the training batches (``Task.held_scores``), set as evaluation starts
+        self.scores = None
         self._next, self._last, self._t0 = start + 1, start, time.perf_counter()
 
     def in_evaluation(self, index: int) -> bool:

@@ -125,6 +125,8 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: Batch
         for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
             getattr(gen, "close", lambda: None)()
         return stats, grad_norm
+    if stop is not None:  # what a checkpoint of the trained epoch keeps, should its evaluation stop
+        stop.scores = run.task.held_scores()
     # a strategy without a pass of several batches to stop in need not take ``stop``
     asked = stop is not None and stop.evaluation
     evaluated = run.strategy.evaluate(run.model, task, epoch, **({"stop": stop.in_evaluation} if asked else {}))
@@ -378,7 +380,8 @@ def _stopped_within(run: Run, checkpoints: CheckpointManager, log, stop: preempt
     training batches (:meth:`~hpcdgnn.strategies.base.Strategy.resumes_between_batches`), or in its evaluation
     pass (:meth:`~hpcdgnn.strategies.base.Strategy.resumes_evaluation`: after all its training batches, with the
     last one's ``grad_norm``). Write the checkpoint there, with this rank's metric sums ``stats`` of the training
-    batches so far (and their sum over ranks, for a resume on another rank count), and say so (every rank)."""
+    batches so far (and their sum over ranks, for a resume on another rank count) and the scores its task kept
+    in them, and say so (every rank)."""
     t0 = time.perf_counter()
     batches = batch_stop.trained if batch_stop.evaluating else batch_stop.stopped_at
     where, then = ((f"in its evaluation pass, after all {batches} of its batches", "evaluates it again")
@@ -395,7 +398,9 @@ def _stopped_within(run: Run, checkpoints: CheckpointManager, log, stop: preempt
     shared = _shared_state(run, checkpoints, epoch - 1)
     if shared:
         shared.update(batch=batches, partial_sum=total, **({"grad_norm": grad_norm} if batch_stop.evaluating else {}))
-    path = checkpoints.save(epoch - 1, shared, run.strategy.state_dict(), batch=batches, partial=stats)
+    scores = batch_stop.scores if batch_stop.evaluating else run.task.held_scores()
+    path = checkpoints.save(epoch - 1, shared, run.strategy.state_dict(), batch=batches,
+                            partial={"stats": stats, "scores": scores})
     log.info(f"checkpoint: {path} (within epoch {epoch}, after {'all ' * batch_stop.evaluating}{batches} of its "
              f"batches; {time.perf_counter() - t0:.2f} s)")
     log.info(stopped)
@@ -465,12 +470,13 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         # the first epoch of a resume within it starts at the checkpoint's batch
         first = epoch == run.start_epoch + 1
         start, partial, norm = (run.start_batch, run.partial, run.partial_norm) if first else (0, None, 0.0)
+        kept_scores = run.partial_scores if first else None
         between = run.strategy.stops_between_batches(epoch)
         # where a stop checkpoints within the epoch: between its training batches; in its evaluation pass
         within = between and run.strategy.resumes_between_batches(epoch)
         after = between and run.strategy.resumes_evaluation(epoch)
         held = None  # the last epoch's copy goes before the next is made
-        recorder.begin()
+        recorder.begin(kept_scores)
         # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place), where some
         # stop would abandon it; in the epoch's time, which it costs
         hold = between and not (within and after) and written < epoch - 1 and seconds >= BatchStop.HOLD_AFTER_S
