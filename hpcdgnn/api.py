@@ -13,13 +13,14 @@ rank), not exit codes. Under MPI an error every rank meets is raised on every ra
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
 import tempfile
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -63,8 +64,6 @@ class TrainedRun:
     @property
     def summary(self) -> dict:
         """``summary.json``: totals, the best and final metrics, the time split, memory."""
-        import json
-
         return json.loads(self._file("summary.json").read_text())
 
     @cached_property
@@ -218,6 +217,8 @@ def load_run(run_dir: str | os.PathLike) -> TrainedRun:
     """
     run = TrainedRun(Path(_path_argument(run_dir, "run_dir")).absolute())
     run._file("config.resolved.yaml")
+    with suppress(OSError, ValueError, AttributeError):  # no summary yet (a run killed early): not pre-empted
+        run.preempted = json.loads((run.dir / "summary.json").read_text()).get("status") == "preempted"
     return run
 
 

@@ -83,14 +83,14 @@ _hpcdgnn_got_term=0
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 
 # A pre-emption warning (SLURM --signal=B:USR1@T, LSF -wa USR1) or a termination reaches this shell: ask the
-# ranks to checkpoint at the next epoch boundary by sending SIGUSR1 to the launcher, which forwards it
+# ranks to checkpoint at the next epoch boundary (or between two batches) by sending SIGUSR1 to the launcher, which forwards it
 # (srun, mpirun and jsrun forward SIGUSR1 to every task; Open MPI's mpirun would kill them on SIGTERM).
 _hpcdgnn_on_signal() {
   case $1 in
     USR1) _hpcdgnn_got_usr1=1 ;;
     *) _hpcdgnn_got_term=1 ;;
   esac
-  _hpcdgnn_log "$(date '+%F %T') SIG$1: asking the ranks to checkpoint at the next epoch boundary"
+  _hpcdgnn_log "$(date '+%F %T') SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
   if [ -n "$_hpcdgnn_child" ]; then
     kill -USR1 "$_hpcdgnn_child" 2>/dev/null || true
     _hpcdgnn_forwarded=1

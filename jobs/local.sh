@@ -12,7 +12,7 @@
 # The launcher is hpcdgnn-mpirun's (hpcdgnn/launch.py): for Open MPI it sets OMPI_ALLOW_RUN_AS_ROOT=1
 # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when run as root, adds --oversubscribe when NP exceeds the cores and
 # --bind-to none unless MPI_FLAGS bind (docs/jobs.md).
-# kill -USR1 (or Ctrl-C) stops at the next epoch boundary with a checkpoint and exit code 75;
+# kill -USR1 (or Ctrl-C) stops at the next epoch boundary (or between two batches) with a checkpoint and exit code 75;
 # run again with RUNDIR=<that directory> to resume. Paths are relative to the repository root.
 set -euo pipefail
 JOB=${JOB:-jobs/local.yaml}  # <- the line a user edits

@@ -15,7 +15,7 @@
 #   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
 #   JSRUN_FLAGS    extra jsrun flags
 # Pre-emption: LSF sends SIGUSR1 2 minutes before the run limit (-wa/-wt); the ranks checkpoint at the next
-# epoch boundary and exit 75, which '-Q 75' requeues; the requeued job keeps its id and resumes RUNDIR.
+# epoch boundary (or between two batches) and exit 75, which '-Q 75' requeues; the requeued job keeps its id and resumes RUNDIR.
 #BSUB -J hpcdgnn-jsrun
 #BSUB -nnodes 2
 #BSUB -W 2:00

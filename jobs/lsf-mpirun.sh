@@ -14,7 +14,7 @@
 #   DATA, HPCDGNN_PYTHON, HPCDGNN_SETUP (e.g. a file with your 'module load' lines), HPCDGNN_VENV: jobs/lib.sh
 #   HPCDGNN_MPIRUN launcher (default mpirun); MPIRUN_FLAGS extra flags (e.g. --bind-to socket)
 # Pre-emption: LSF sends SIGUSR1 2 minutes before the run limit (-wa/-wt); the ranks checkpoint at the next
-# epoch boundary and exit 75, which '-Q 75' requeues; the requeued job keeps its id and resumes RUNDIR.
+# epoch boundary (or between two batches) and exit 75, which '-Q 75' requeues; the requeued job keeps its id and resumes RUNDIR.
 #BSUB -J hpcdgnn-mpirun
 #BSUB -n 16
 #BSUB -R "span[ptile=8]"

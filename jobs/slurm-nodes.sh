@@ -19,7 +19,7 @@
 #   HPCDGNN_LAUNCHER   auto (default: srun --mpi=pmix for Open MPI when Slurm offers it, else mpirun), srun or
 #                      mpirun; HPCDGNN_SRUN_MPI forces srun --mpi=<value>; SRUN_FLAGS, MPIRUN_FLAGS extra flags
 # Pre-emption: SLURM sends SIGUSR1 120 s before the time limit (--signal; it may come up to 60 s earlier);
-# the ranks checkpoint at the next epoch boundary and exit 75; the job requeues itself, waits about 2 minutes
+# the ranks checkpoint at the next epoch boundary (or between two batches) and exit 75; the job requeues itself, waits about 2 minutes
 # (Slurm holds a requeued job for its credential lifetime, 120 s by default) and resumes from RUNDIR.
 #SBATCH --job-name=hpcdgnn-nodes
 #SBATCH --nodes=2

@@ -121,6 +121,14 @@ def _manifest_sha256(data_path: str) -> str | None:
         return None
 
 
+def _dataset_vertices(data_path: str) -> int | None:
+    """N from the dataset's manifest.json (an event stream's plan holds none), or None where it is not here."""
+    try:
+        return int(json.loads((Path(data_path) / "manifest.json").read_text())["num_vertices"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def median_epochs(steady: list[dict]) -> list[dict]:
     """The record(s) whose slowest-rank epoch time is the median: the middle one, or the two middle ones."""
     ranked = sorted(steady, key=lambda r: r["slowest"]["epoch"])
@@ -159,9 +167,11 @@ def read_run(run_dir: Path) -> dict:
     recs = mine
     # an epoch resumed within timed only its batches after the resume's
     whole = [r for r in recs if not r.get("resumed_after_batches")]
-    steady = [r for r in whole if not r["warmup"]] or whole[-1:] or recs[-1:]
+    steady = [r for r in whole if not r["warmup"]] or whole[-1:]
     if not steady:
-        raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs at P = {env['num_ranks']}")
+        raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs at P = {env['num_ranks']}" + (
+            " but one a resume continued within (it timed only its batches after the resume's): train one more "
+            "epoch" if recs else ""))
     cfg = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     plan = json.loads((run_dir / "plan.json").read_text())
     middle = median_epochs(steady)
@@ -177,8 +187,9 @@ def read_run(run_dir: Path) -> dict:
     cores = os.cpu_count() or 1
     return {
         "P": env["num_ranks"],
-        "N": plan["num_vertices"],
-        "T": plan["num_snapshots"],
+        # an event stream's plan (memory) holds neither: N from its manifest, T none (the events are its time)
+        "N": plan.get("num_vertices", _dataset_vertices(str(cfg["data"]["path"]))),
+        "T": plan.get("num_snapshots"),
         "model": cfg["model"]["name"],
         "strategy": cfg["strategy"]["name"],
         "epoch_s": mean("epoch"),
@@ -231,7 +242,7 @@ def check_comparable(rows: list[dict], mode: str) -> None:
                 checks.append(("dataset (manifest.json sha256)", a, b))
             else:
                 checks.append(("dataset (data.path)", base["_data_path"], r["_data_path"]))
-        else:
+        elif base["N"] is not None and r["N"] is not None:
             checks.append(("vertices per rank N/P", base["N"] / base["P"], r["N"] / r["P"]))
         for what, va, vb in checks:
             if va != vb:

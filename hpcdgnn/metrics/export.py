@@ -256,7 +256,8 @@ def run_export(args) -> int:
     run = load_run(args.rundir)
     records = run.metrics
     if not records:
-        raise DataError(f"{args.rundir}: metrics.jsonl has no epoch records")
+        raise DataError(f"{args.rundir}: metrics.jsonl has no epoch records (no epoch has ended yet: a run stopped "
+                        "within its first one continues with run --resume)")
     pygt = getattr(args, "to", "hpcdgnn") == "pygt"
     if pygt and not args.model_only:
         raise ConfigError("export --to pygt: give --model-only FILE, the file to write the cells into")

@@ -88,9 +88,9 @@ class RunTotals:
         self.epochs, self.bytes_sent, self.transfer_bytes = 0, 0, 0
         self.seconds = dict.fromkeys(self.KEYS, 0.0)
         self._missing: set[str] = set()  # keys some epoch lacks
-        # the slowest rank's epoch seconds: steady, warm-up (fallback), profiled and resumed within (the part
-        # after the resume's batch; last resorts), as C doubles
-        self.steady, self.warm, self.profiled, self.partial = array("d"), array("d"), array("d"), array("d")
+        # the slowest rank's epoch seconds: steady, warm-up (fallback) and profiled (last resort), as C doubles;
+        # an epoch a resume continued within timed only its batches after the resume's: in none
+        self.steady, self.warm, self.profiled = array("d"), array("d"), array("d")
         self.final: dict | None = None
 
     def add(self, r: dict) -> None:
@@ -108,8 +108,9 @@ class RunTotals:
         if len(r["per_rank"]["epoch"]) != self.num_ranks:
             self.other_ranks += 1
             return
-        series = (self.partial if r.get("resumed_after_batches") else self.profiled if r.get("profiled") else
-                  self.warm if r["warmup"] else self.steady)
+        if r.get("resumed_after_batches"):
+            return
+        series = self.profiled if r.get("profiled") else self.warm if r["warmup"] else self.steady
         series.append(float(r["slowest"]["epoch"]))
 
     def add_file(self, path) -> None:
@@ -122,9 +123,9 @@ class RunTotals:
         return {k: v for k, v in self.seconds.items() if k not in self._missing}
 
     def steady_seconds(self) -> dict[str, float | None]:
-        """Median and mean of the slowest rank's epoch time over steady epochs (else warm-up; else profiled; else
-        resumed within) of the run's rank count."""
-        times = self.steady or self.warm or self.profiled or self.partial
+        """Median and mean of the slowest rank's epoch time over steady epochs (else warm-up; else profiled) of the
+        run's rank count, never an epoch a resume continued within (None for none)."""
+        times = self.steady or self.warm or self.profiled
         return {"median": float(np.median(times)) if times else None,
                 "mean": float(np.mean(times)) if times else None}
 

@@ -393,5 +393,9 @@ class CheckpointManager:
             ends = [d for d in done if not within_epoch(d)]
             for old in within + ends[: max(0, len(ends) - self.keep)]:
                 shutil.rmtree(old, ignore_errors=True)
+            # what writes killed mid-way left (a name within an epoch may never come again)
+            for stale in self.root.glob("epoch-*.tmp"):
+                if stale.is_dir() and self._ours(stale):
+                    shutil.rmtree(stale, ignore_errors=True)
         self.comm.barrier(tag="checkpoint")
         return final

@@ -343,8 +343,8 @@ def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.Pree
     """The line saying some rank got a signal during set-up, or None (collective)."""
     preempted = comm.allreduce_array([float(stop.raised)], tag="setup")[0] > 0
     if preempted:
-        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, before any epoch; "
-                 f"{_restart_hint(run, run.resumed)}")
+        before = "before training on from its checkpoint" if run.resumed else "before any epoch"
+        log.info(f"pre-empted ({_signal_name(stop)}) during the set-up, {before}; {_restart_hint(run, run.resumed)}")
     return preempted
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -295,3 +296,32 @@ def test_oversubscribed_per_node_from_the_summary_s_cpu_counts(tmp_path, host_cp
     summary["environment"].update(threads_per_rank=threads, host="n1", hosts={"n1": 2, "n2": 2}, host_cpus=host_cpus)
     (d / "summary.json").write_text(json.dumps(summary))
     assert _scaling().read_run(d)["oversubscribed"] is expect
+
+
+def test_an_event_stream_run_and_an_epoch_resumed_within(tmp_path, capsys):
+    """A ``memory`` (TGN) run's plan.json holds neither N nor T (KeyError: 'num_vertices' before): N comes from the
+    dataset's manifest. An epoch a resume continued within timed only its batches after the resume's: left out of
+    the row; a run with no other epoch is refused in one line saying so."""
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ev", json.dumps({"format": "hpcdgnn-events", "num_vertices": 77}))
+    runs = []
+    for P, times, partial in ((1, [9.0, 2.0, 2.2], None), (2, [5.0, 0.3, 1.1, 1.3], 2)):
+        d = _run_dir(tmp_path, f"tgn-p{P}", P, 77, 0, _epochs(P, times), data, strategy="memory")
+        (d / "plan.json").write_text(json.dumps({"kind": "memory", "num_ranks": P, "minibatch": P}))
+        if partial:  # epoch 2 was resumed after 40 of its batches: its 0.3 s are the rest's
+            records = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+            records[partial - 1]["resumed_after_batches"] = 40
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        runs.append(d)
+    scaling.main(["plot", "--out", str(tmp_path / "plot"), *map(str, runs)])
+    rows = {int(line.split()[0]): line.split() for line in capsys.readouterr().out.splitlines()
+            if line.split()[:1] in (["1"], ["2"])}
+    assert float(rows[1][2]) == 2.1 and float(rows[2][2]) == 1.2  # P = 2: the median of 1.1 and 1.3, not 0.3
+    with warnings.catch_warnings():  # the helper's summary: the median of no steady epoch
+        warnings.simplefilter("ignore", RuntimeWarning)
+        only = _run_dir(tmp_path, "tgn-only", 1, 77, 0, _epochs(1, [0.4]), data, strategy="memory")
+    (only / "plan.json").write_text(json.dumps({"kind": "memory", "num_ranks": 1}))
+    record = json.loads((only / "metrics.jsonl").read_text())
+    (only / "metrics.jsonl").write_text(json.dumps({**record, "resumed_after_batches": 3}) + "\n")
+    with pytest.raises(SystemExit, match="has no epochs at P = 1 but one a resume continued within"):
+        scaling.main(["plot", "--out", str(tmp_path / "plot2"), str(only)])

@@ -20,6 +20,7 @@ import json
 import numpy as np
 import pytest
 
+import hpcdgnn
 from hpcdgnn.errors import EXIT_PREEMPTED
 from hpcdgnn.train.checkpoint import latest_checkpoint, within_epoch
 from tests.conftest import REPO, assert_same_run, read_metrics, write_job
@@ -122,10 +123,12 @@ def test_a_first_epoch_stopped_within_resumes_from_there(launcher, small_dataset
     out = _preempted(launcher, 1, job, run, 0, 1, 0)
     assert "stopped during epoch 1, after 1 of its batches (a resume trains on from its batch 2)" in out, out
     assert read_metrics(run) == [] and latest_checkpoint(run / "checkpoints").name == _within(run, 0, 1)
+    assert hpcdgnn.load_run(run).preempted  # summary.json's status, as train() returned it
     embed = launcher.run(1, ["-m", "hpcdgnn", "embed", str(run), "--output", str(tmp_path / "z.npz")])
     assert embed.returncode != 0 and "no complete checkpoint of an epoch's end in" in embed.stderr \
         and "one within an epoch is for --resume only" in embed.stderr, embed.stderr
     _resumed_equals_straight(launcher, 1, job, run, tmp_path / "straight")
+    assert not hpcdgnn.load_run(run).preempted
 
 
 def test_a_resume_within_epoch_1_is_a_resume(launcher, small_dataset, tmp_path):
