@@ -208,7 +208,7 @@ def interleave_worker(args, rest: list[str]) -> int:
 
         begun = 0
 
-        def begin(self) -> None:
+        def begin(self, kept_scores=None) -> None:
             i, m = self.begun, len(order)
             self.begun += 1
             K = order[i % m] if (i // m) % 2 == 0 else order[m - 1 - i % m]
@@ -216,8 +216,8 @@ def interleave_worker(args, rest: list[str]) -> int:
             self.strategy.set_overlap_chunks(K)
             if self.comm.rank == 0:
                 with open(out / SCHEDULE, "a") as f:
-                    f.write(json.dumps({"epoch": self.resumed_at + i + 1, "K": K, "probe_ms": ms}) + "\n")
-            super().begin()
+                    f.write(json.dumps({"epoch": (self.resumed_at or 0) + i + 1, "K": K, "probe_ms": ms}) + "\n")
+            super().begin(kept_scores)
 
     trainer.EpochRecorder = Cycling
     return hpcdgnn_main(rest)
