@@ -2,7 +2,8 @@
 
 ``curves.png``: the training loss and every validation / test metric per epoch, one line per run.
 ``time_split.png``: per run, the slowest rank's load, compute and exposed communication per epoch, stacked
-(what the epoch line prints; load + compute + exposed = epoch). Scaling plots over many P are
+(what the epoch line prints; load + compute + exposed = epoch; an epoch a resume continued within is marked
+"from batch B": its time is that of its batches from there on). Scaling plots over many P are
 ``perf/scaling.py``'s. Needs matplotlib (``pip install hpcdgnn[perf]``).
 """
 
@@ -94,6 +95,10 @@ def run_report(args) -> int:
             values = [float(r.get("slowest", {}).get(part) or 0.0) for r in recs]
             ax.bar(epochs, values, bottom=bottom, label=part)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        for r, top in zip(recs, bottom, strict=True):  # an epoch a resume continued within: its time is the rest's
+            if r.get("resumed_after_batches"):
+                ax.annotate(f"from batch {r['resumed_after_batches'] + 1}", (r["epoch"], top), ha="center",
+                            va="bottom", fontsize=7)
         _label(ax, f"{name}: the slowest rank's epoch", "seconds")
     _save(plt, fig, axes, made[1])
     for p in made:

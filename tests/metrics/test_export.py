@@ -182,11 +182,23 @@ def test_an_event_file_writer_that_fails_leaves_no_run_directory(tmp_path, small
     assert not (tmp_path / "run").exists()
 
 
-def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_dataset, capsys):
+def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_dataset, capsys, monkeypatch):
+    """Two runs' PNGs; an epoch a resume continued within (its time the rest's) is marked on its bar."""
     pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
     a = _train(tmp_path, small_dataset, name="a")
     b = _train(tmp_path, small_dataset, name="b", model={"name": "tmgcn"})
+    records = [json.loads(line) for line in (b / "metrics.jsonl").read_text().splitlines()]
+    records[1]["resumed_after_batches"] = 4
+    (b / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    marks = []
+    real = matplotlib.axes.Axes.annotate
+    monkeypatch.setattr(matplotlib.axes.Axes, "annotate",
+                        lambda self, text, xy, *args, **kw: marks.append((text, xy[0])) or real(self, text, xy, *args,
+                                                                                               **kw))
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "rep")]) == 0
+    assert marks == [("from batch 5", records[1]["epoch"])]
     for name in ("curves.png", "time_split.png"):
         png = (tmp_path / "rep" / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
