@@ -239,14 +239,19 @@ def _rank_file(rank: int) -> str:
     return f"rank-{rank:05d}.pt"
 
 
+def _complete(root: Path) -> list[Path]:
+    """The complete checkpoint directories under ``root`` (a ``COMPLETE`` record; no ``.tmp`` still being written or
+    left by a killed write), in no particular order."""
+    return [d for d in root.glob("epoch-*") if d.is_dir() and not d.name.endswith(".tmp") and (d / _COMPLETE).is_file()]
+
+
 def latest_checkpoint(root: str | Path, epoch_end: bool = False) -> Path | None:
     """The newest complete checkpoint directory under ``root``, or None; ``epoch_end``: of an epoch's end only
     (a model's users: one written within an epoch holds weights no epoch record scored)."""
     root = Path(root)
     if not root.is_dir():
         return None
-    done = [d for d in root.glob("epoch-*") if d.is_dir() and not d.name.endswith(".tmp") and (d / _COMPLETE).is_file()
-            and not (epoch_end and within_epoch(d))]
+    done = [d for d in _complete(root) if not (epoch_end and within_epoch(d))]
     return max(done, key=lambda d: d.name, default=None)
 
 
@@ -285,8 +290,7 @@ def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
         why = f"unreadable ({e.strerror or e})"
     else:  # torch's reader says a truncated zip in many ways (an OSError's "Invalid argument" among them)
         why = "corrupt or truncated"
-    older = [d for d in Path(ckpt).parent.glob("epoch-*")
-             if d.is_dir() and not d.name.endswith(".tmp") and d.name < Path(ckpt).name and (d / _COMPLETE).is_file()]
+    older = [d for d in _complete(Path(ckpt).parent) if d.name < Path(ckpt).name]
     if older:
         fix = (f"move {ckpt} aside and resume again: the next older complete checkpoint, {max(older).name}, is "
                "used (checkpoint.keep sets how many are kept)")
@@ -386,8 +390,7 @@ class CheckpointManager:
                 os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
-            done = sorted(d for d in self.root.glob("epoch-*")
-                          if d.is_dir() and not d.name.endswith(".tmp") and self._ours(d))
+            done = sorted(d for d in _complete(self.root) if self._ours(d))
             # a checkpoint within an epoch serves only the resume from it: the newer one replaces it
             within = [d for d in done if within_epoch(d) and d.name < final.name]
             ends = [d for d in done if not within_epoch(d)]
