@@ -56,9 +56,21 @@ from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 from hpcdgnn.train.footprint import check_footprint
 from hpcdgnn.train.loop import pretrain
 
-__all__ = ["MIN_CALIBRATION_EPOCH", "Run", "build_run", "calibration_epoch", "calibration_epochs",
+__all__ = ["MIN_CALIBRATION_EPOCH", "Partial", "Run", "build_run", "calibration_epoch", "calibration_epochs",
            "check_model_strategy", "check_resume_job", "check_trained_job", "measured_plan", "replan",
            "truncate_metrics", "warmup_epochs"]
+
+
+@dataclass(frozen=True)
+class Partial:
+    """This rank's part of an epoch's batches before a resume within it (a checkpoint within the epoch)."""
+
+    stats: np.ndarray
+    """Its metric sums of them."""
+    grad_norm: float
+    """The gradient norm of the last of them (recorded where they are all the epoch's: a stop in its evaluation)."""
+    scores: Any = None
+    """The scores the task kept in them (``Task.held_scores``: link prediction's logits for its AUC bins)."""
 
 
 @dataclass
@@ -94,12 +106,8 @@ class Run:
     checkpoint from before it was recorded)."""
     start_batch: int = 0
     """The batch of epoch ``start_epoch + 1`` a resume within it continues with (0: from the epoch's start)."""
-    partial: np.ndarray | None = None
-    """This rank's metric sums of that epoch's batches before ``start_batch``."""
-    partial_norm: float = 0.0
-    """The gradient norm of the last of them (recorded where they are all the epoch's: a stop in its evaluation)."""
-    partial_scores: Any = None
-    """The scores the task kept in them (``Task.held_scores``: link prediction's logits for its AUC bins)."""
+    partial: Partial | None = None
+    """This rank's part of that epoch's batches before ``start_batch`` (None: from the epoch's start)."""
 
     @property
     def resumed(self) -> bool:
@@ -631,19 +639,19 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
     return state, mine
 
 
-def _resumed_within(state: dict, mine: dict, comm: Communicator) -> tuple[int, np.ndarray | None, float, Any]:
-    """(the batch, this rank's metric sums of the batches before it, the last one's gradient norm, the scores
-    its task kept in them) of a checkpoint within an epoch, else (0, None, 0, None): on the checkpoint's rank
-    count each rank's own; on another, the sums' total on rank 0 (the epoch's loss and sums agree to rounding)
-    and no scores (link prediction's AUC of that epoch then takes the fixed bins)."""
+def _resumed_within(state: dict, mine: dict, comm: Communicator) -> tuple[int, Partial | None]:
+    """(the batch, this rank's :class:`Partial` of the batches before it) of a checkpoint within an epoch, else
+    (0, None): on the checkpoint's rank count each rank's own; on another, the sums' total on rank 0 (the epoch's
+    loss and sums agree to rounding) and no scores (link prediction's AUC of that epoch then takes the fixed
+    bins)."""
     batch = int(state.get("batch", 0))
     if not batch:
-        return 0, None, 0.0, None
+        return 0, None
     norm = float(state.get("grad_norm", 0.0))
     if mine.get("num_ranks") == comm.size:
-        return batch, mine["partial"]["stats"], norm, mine["partial"]["scores"]
+        return batch, Partial(mine["partial"]["stats"], norm, mine["partial"]["scores"])
     total = np.asarray(state["partial_sum"])
-    return batch, total if comm.rank == 0 else np.zeros_like(total), norm, None
+    return batch, Partial(total if comm.rank == 0 else np.zeros_like(total), norm)
 
 
 def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
@@ -808,7 +816,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             share = memory_share(comm, device)
             agree(comm, lambda: check_footprint(job, manifest, comm.size, share, job_path, "device"))
         model, task, params, opt = _build_model(job, job_path, manifest, comm, device, dtype)
-        start, mine, initial, calibrated, within = 0, None, None, False, (0, None, 0.0, None)
+        start, mine, initial, calibrated, within = 0, None, None, False, (0, None)
         if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])

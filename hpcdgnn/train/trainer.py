@@ -52,6 +52,7 @@ from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.footprint import out_of_memory_error
 from hpcdgnn.train.loop import BatchStop, train_batches
 from hpcdgnn.train.setup import (
+    Partial,
     Run,
     _discard_new_run,
     build_run,
@@ -106,13 +107,12 @@ class _FaultInjector:
 
 
 def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: BatchStop | None = None,
-                start: int = 0, partial: np.ndarray | None = None, norm: float = 0.0) -> tuple[np.ndarray, float]:
+                start: int = 0, partial: Partial | None = None) -> tuple[np.ndarray, float]:
     """Every batch of one epoch, then the evaluation pass; (this rank's metric sums, last gradient norm).
 
     ``stop`` (begun): may stop the epoch between its training batches, or between those of its evaluation pass
     (its ``stopped_at`` is then set, and the sums are the training batches' only); ``start``: the batch a resume
-    within the epoch continues with, ``partial`` this rank's metric sums of the batches before it and ``norm``
-    the last one's gradient norm."""
+    within the epoch continues with, ``partial`` this rank's part of the batches before it."""
     meter.reset_peak()
     drawn = batches = run.strategy.batches(epoch, start=start) if start else run.strategy.batches(epoch)
     seconds = run.job.output.progress_seconds
@@ -120,7 +120,8 @@ def train_epoch(run: Run, task, epoch: int, meter: SavedTensorMeter, stop: Batch
         resumed = f" from batch {start + 1}" if start else ""
         batches = Progress(f"epoch {epoch}: batches trained{resumed}", seconds=seconds).iterate(batches)
     stats, grad_norm = train_batches(run.strategy, run.model, task, run.params, run.optimizer,
-                                     batches, run.train_count, meter, stop, start, partial, norm)
+                                     batches, run.train_count, meter, stop, start,
+                                     *((partial.stats, partial.grad_norm) if partial is not None else ()))
     if stop is not None and stop.stopped_at is not None:
         for gen in (batches, drawn):  # the strategy's code after its yield does not run (no collective)
             getattr(gen, "close", lambda: None)()
@@ -469,14 +470,13 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     for epoch in range(run.start_epoch + 1, last + 1):
         # the first epoch of a resume within it starts at the checkpoint's batch
         first = epoch == run.start_epoch + 1
-        start, partial, norm = (run.start_batch, run.partial, run.partial_norm) if first else (0, None, 0.0)
-        kept_scores = run.partial_scores if first else None
+        start, partial = (run.start_batch, run.partial) if first else (0, None)
         between = run.strategy.stops_between_batches(epoch)
         # where a stop checkpoints within the epoch: between its training batches; in its evaluation pass
         within = between and run.strategy.resumes_between_batches(epoch)
         after = between and run.strategy.resumes_evaluation(epoch)
         held = None  # the last epoch's copy goes before the next is made
-        recorder.begin(kept_scores)
+        recorder.begin(None if partial is None else partial.scores)
         # the state an abandoned epoch resumes from, serialised now (the epoch changes it in place), where some
         # stop would abandon it; in the epoch's time, which it costs
         hold = between and not (within and after) and written < epoch - 1 and seconds >= BatchStop.HOLD_AFTER_S
@@ -488,8 +488,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
         batch_stop.begin(start, training=within or kept, evaluation=after or kept)
         between = between and (within or after or kept)
         with profiled(epoch == job.debug.profile_epoch, run.device) as prof:
-            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None, start,
-                                           partial, norm)
+            stats, grad_norm = train_epoch(run, task, epoch, meter, batch_stop if between else None, start, partial)
         if between and batch_stop.stopped_at is not None:
             preempted = abandoned = True
             resumable = after if batch_stop.evaluating else within
