@@ -291,10 +291,11 @@ def run_export(args) -> int:
         import torch
 
         torch.save(blob, _new_file(args.model_only, "--model-only"))
+        source = f"checkpoints/{run.checkpoint.name}"  # the newest epoch end's: say which
         if pygt:
             print(f"{args.model_only}: {len(blob['layers'])} PyG Temporal {blob['layers'][0]['class']} cell(s) of "
-                  f"{blob['model']} (hpcdgnn.metrics.export.load_pygt)")
+                  f"{blob['model']} from {source} (hpcdgnn.metrics.export.load_pygt)")
         else:
             print(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} "
-                  "head (hpcdgnn.metrics.export.load_model)")
+                  f"head from {source} (hpcdgnn.metrics.export.load_model)")
     return 0

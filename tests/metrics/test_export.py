@@ -111,7 +111,7 @@ def _event_data(root):
 
 
 @pytest.mark.parametrize("case", ["link_prediction", "node_classification", "regression", "tgn"])
-def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset, case):
+def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset, case, capsys):
     if case == "regression":
         run = _train(tmp_path, _regression_data(tmp_path / "reg"), model={"name": "tgcn"},
                      task={"name": "regression"})
@@ -124,6 +124,7 @@ def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset
         run = _train(tmp_path, small_dataset, model={"name": "evolvegcn_o"}, task={"name": case})
     assert main(["export", str(run), "--model-only", str(tmp_path / "model.pt")]) == 0
     trained = hpcdgnn.load_run(run)
+    assert f"head from checkpoints/{trained.checkpoint.name} " in capsys.readouterr().out  # says which epoch
     (tmp_path / "moved").mkdir()
     (tmp_path / "model.pt").rename(tmp_path / "moved" / "model.pt")  # the file alone: no run, no dataset
     model, task = load_model(tmp_path / "moved" / "model.pt")
