@@ -28,7 +28,7 @@ import torch
 
 from hpcdgnn.data.events import read_eval_negatives
 from hpcdgnn.metrics.log import get_logger
-from hpcdgnn.nn.models.tgn import TGNInput
+from hpcdgnn.nn.models.tgn import MemoryRows, TGNInput
 from hpcdgnn.partition.events import MemoryPlan, plan_memory
 from hpcdgnn.strategies.base import EventBatch, Pretraining, Scored, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
@@ -158,6 +158,8 @@ class MemoryStrategy(Strategy[EventBatch]):
                                  t0=float(self.t[0]) if self.t.shape[0] else 0.0, gaps=model.event_time)
         self.pool = ThreadPoolExecutor(1) if job.strategy.prefetch == "on" else None
         self._fifo: deque[_Work] = deque()
+        #: a checkpoint's reads in flight (:meth:`state_dict`), put back by the next :meth:`batches`
+        self._resumed_reads: list | None = None
         self._next: tuple[tuple, Future] | None = None
         self.load_seconds += time.perf_counter() - t0
         self._train_events = 0
@@ -306,13 +308,22 @@ class MemoryStrategy(Strategy[EventBatch]):
 
     def batches(self, epoch: int, start: int = 0):
         """One batch per iteration from iteration ``start``; the group's memory is reset first at segment 0
-        (not in an epoch resumed within: the memory is the checkpoint's, mid-segment)."""
+        (not in an epoch resumed within: the memory is the checkpoint's, mid-segment, and so are this rank's
+        reads in flight)."""
         p = self.plan
         seg = p.segment_of(self.c, epoch)
         if seg == 0 and not start:
             self.memory.reset()
             self._order()
         self._fifo.clear()
+        if start and self._resumed_reads:
+            d, m = self.memory.d, self.ctx.job.task.negatives
+            for q, rows, times, gap in self._resumed_reads:
+                work = self._work("train", q, epoch, self.b, self.a, p.minibatch, m)
+                t = rows.to(self.ctx.device)  # as NodeMemory.read hands it out: views of one (U, d + m) tensor
+                work.inp.memory = MemoryRows(mem=t[:, :d], mem_ts=times, mail=t[:, d:], gap=gap)
+                self._fifo.append(work)
+        self._resumed_reads = None
         lo, hi = p.segments[seg]
         if lo + start < hi:
             self._prefetch(("train", lo + start, epoch, self.b, self.a, p.minibatch, self.ctx.job.task.negatives))
@@ -325,10 +336,10 @@ class MemoryStrategy(Strategy[EventBatch]):
         return self.plan.iterations() > 1
 
     def resumes_between_batches(self, epoch: int) -> bool:
-        """Without epoch parallelism (j = 1): between two iterations no memory read waits for a later iteration's
-        training, so the group's node memory (:meth:`state_dict`) is the whole state; negatives are seeded by the
-        batch. Under j > 1 the j − 1 reads in flight would have to be kept too: a stop abandons the epoch."""
-        return self.plan.epoch == 1 and self.stops_between_batches(epoch)
+        """Always where it stops: between two iterations the group's node memory and, under epoch parallelism
+        (j > 1), the b reads trainer b holds for the iterations it trains next (:meth:`state_dict`) are the whole
+        state; a batch's slice, negatives and neighbours are recomputed from the seed."""
+        return self.stops_between_batches(epoch)
 
     def resumes_evaluation(self, epoch: int) -> bool:
         """Always (at any j): after the last iteration no read is in flight; an abandoned pass restores the group's
@@ -508,11 +519,19 @@ class MemoryStrategy(Strategy[EventBatch]):
     def state_dict(self) -> dict[str, Any]:
         """The group's memory (its leader's copy; the other ranks of the group map the same rows): the live arrays,
         which the checkpoint serialises before any rank of the group writes again (the next epoch's first write
-        waits for the leader at the group's barrier)."""
-        return {"memory": self.memory.state(copy=False)} if self.memory.leader else {}
+        waits for the leader at the group's barrier). Between two iterations under j > 1 (a stop within the
+        epoch), also this rank's ``reads`` in flight: (batch, the rows read, τ, gaps) of each batch it has read
+        and not yet trained on — read before later writes, they cannot be read again."""
+        out: dict[str, Any] = {"memory": self.memory.state(copy=False)} if self.memory.leader else {}
+        if self._fifo:
+            out["reads"] = [(w.batch, torch.cat([w.inp.memory.mem, w.inp.memory.mail], 1).cpu(), w.inp.memory.mem_ts,
+                             w.inp.memory.gap) for w in self._fifo]
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the group's memory from :meth:`state_dict` (empty on non-leaders), then the group barrier."""
-        if state:
+        """Restore the group's memory from :meth:`state_dict` (none on non-leaders) and this rank's reads in flight
+        (put back by ``batches(epoch, start=B)``), then the group barrier."""
+        if "memory" in state:
             self.memory.load(state["memory"])
+        self._resumed_reads = state.get("reads")
         self._order()

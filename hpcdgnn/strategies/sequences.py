@@ -483,6 +483,11 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         reuse cache (:meth:`state_dict`: its entries and its place in the planned reads) is the only state."""
         return self.stops_between_batches(epoch)
 
+    def resumes_evaluation(self, epoch: int) -> bool:
+        """Always: its samples' draws are seeded by (epoch, sequence, node batch), and an abandoned pass puts the
+        reuse cache back as training left it (:meth:`evaluate`), its place in the planned reads included."""
+        return True
+
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of each of my samples in turn (gradients accumulate)."""
         stats = None
@@ -495,15 +500,20 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
     def evaluate(self, model: DGNN, task, epoch: int, stop=None) -> np.ndarray:
         """Validation and test sums: my sequences of those splits × every node batch, without gradient; ``stop``
         (the base's) is asked before each round of one sample of every rank's own — a rank waits for no other's
-        (ranks own different splits' sequences)."""
+        (ranks own different splits' sequences); a stop puts the reuse cache back as training left it (its
+        entries are references to tensors never written in place: the copy is a list of them)."""
         nodes = self.node_batches(epoch)
         stats = None
         mine = [(seq, b) for split in (1, 2) for seq, b in self._samples(epoch, split) if seq.index in self._mine_ids]
         rounds = len(mine) if stop is None else int(self.comm.allreduce_array([len(mine)], "max",
                                                                                tag="control.stop")[0])
+        trained = self.cache.state_dict() if stop is not None and self.cache is not None else None
         with torch.no_grad():
             for r in range(rounds):
                 if stop is not None and stop(r):
+                    if trained is not None:  # the checkpoint of the trained epoch holds it: a resume evaluates again
+                        self.cache.load_state_dict(trained)
+                        self.cache.seek(trained["clock"])
                     break
                 if r < len(mine):
                     seq, b = mine[r]

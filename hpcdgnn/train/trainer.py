@@ -155,8 +155,8 @@ HOLD_OF_NODE, HOLD_OF_FREE = 0.25, 0.5
 
 
 def _hold_fits(run: Run, comm: Communicator, log, what: str) -> bool:
-    """Whether every node can hold its ranks' copies of the checkpoint an abandoned epoch resumes from (the
-    strategy's state: a memory group's node memory on its leader; the model and Adam's moments on rank 0) within
+    """Whether every node can hold its ranks' copies of the checkpoint an abandoned epoch resumes from (each
+    rank's strategy state; the model and Adam's moments on rank 0) within
     :data:`HOLD_OF_NODE` and :data:`HOLD_OF_FREE` (collective; rank 0 says when not, of ``what``: the passes a
     stop would abandon)."""
     mine = array_bytes(run.strategy.state_dict())

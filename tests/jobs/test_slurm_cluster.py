@@ -243,15 +243,16 @@ def test_preempt_requeue_resume_bit_for_bit(cluster, launcher, job_yaml, tmp_pat
 def test_an_epoch_longer_than_the_allocation_progresses(cluster, launcher, small_dataset, tmp_path):
     """``sequences`` at 2 ranks, epochs of several seconds (rank 0 sleeps 1 s a batch, so that the ranks agree on
     a stop before every batch, ``BatchStop.INTERVAL_S``, and the signal's way through scancel, the script and srun
-    leaves most of epoch 1 to stop in), pre-empted with USR1 while epoch 1 trains: the ranks stop between two of its batches and checkpoint there, the script requeues,
-    and the resume trains on from the next batch — the run completes with one uninterrupted run's losses."""
+    leaves most of epoch 1 to stop in), pre-empted with USR1 while epoch 1 trains: the ranks stop between two of
+    its batches and checkpoint there, the script requeues, and the resume trains on from the next batch — the
+    run completes with one uninterrupted run's losses."""
     job_yaml = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2},
                          strategy={"name": "sequences", "window": 3, "batch_vertices": 8, "fanouts": [3, 2],
                                    "batch_samples": 1},
                          debug={"delay_rank": 0, "delay_seconds": 1.0}, output={"progress_seconds": 0.5})
     ref = tmp_path / "reference"  # the delay changes no loss: the reference runs without it
-    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job_yaml), "--output", str(ref), "--set", "debug.delay_rank=-1"],
-                        timeout=240)
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job_yaml), "--output", str(ref),
+                            "--set", "debug.delay_rank=-1"], timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = tmp_path / "runs"
     job, log = cluster.submit(tmp_path, "slurm-nodes.sh", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",

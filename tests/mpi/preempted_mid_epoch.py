@@ -6,8 +6,9 @@ Rank RANK sends itself SIGUSR1 (the scheduler's warning) while it trains batch B
 the rest is the real command line. OPTIONS, comma-separated (``-``: none): ``hold``: an epoch's start is held in
 memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``interval=S``: the ranks agree after S
 seconds of batches (``BatchStop.INTERVAL_S``; else 0 here, before every batch, so that a test knows where the
-epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead;
-``nofit``: no hold fits a node's memory (``trainer.HOLD_OF_NODE`` 0).
+epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead,
+``eval=B``: before its round (batch) B, after B of them; ``nofit``: no hold fits a node's memory
+(``trainer.HOLD_OF_NODE`` 0).
 """
 
 import os
@@ -32,10 +33,19 @@ def _signalling(step, rank: int, epoch: int, index: int):
     return wrapped
 
 
-def _signalling_evaluation(evaluate, rank: int, epoch: int):
+def _signalling_evaluation(evaluate, rank: int, epoch: int, index: int):
     def wrapped(self, model, task, at, *args, **kwargs):
         if MPI.COMM_WORLD.rank == rank and at == epoch:
-            os.kill(os.getpid(), signal.SIGUSR1)
+            stop = kwargs.get("stop")
+            if index == 0 or stop is None:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            else:  # raised as the ranks are asked before round ``index``
+
+                def signalled(r, stop=stop):
+                    if r == index:
+                        os.kill(os.getpid(), signal.SIGUSR1)
+                    return stop(r)
+                kwargs["stop"] = signalled
         return evaluate(self, model, task, at, *args, **kwargs)
     return wrapped
 
@@ -45,6 +55,7 @@ if __name__ == "__main__":
     rank, epoch, index = map(int, sys.argv[1:4])
     BatchStop.INTERVAL_S = 0.0
     options = sys.argv[4].split(",")
+    evaluation = None  # the evaluation round the signal comes before
     for option in options:
         if option == "hold":
             BatchStop.HOLD_AFTER_S = 0.0
@@ -52,9 +63,11 @@ if __name__ == "__main__":
             trainer.HOLD_OF_NODE = 0.0
         elif option.startswith("interval="):
             BatchStop.INTERVAL_S = float(option.partition("=")[2])
+        elif option == "eval" or option.startswith("eval="):
+            evaluation = int(option.partition("=")[2] or 0)
     for cls in {get_strategy(name) for name in available_strategies()}:
-        if "eval" in options:
-            cls.evaluate = _signalling_evaluation(cls.evaluate, rank, epoch)
+        if evaluation is not None:
+            cls.evaluate = _signalling_evaluation(cls.evaluate, rank, epoch, evaluation)
         else:
             cls.step = _signalling(cls.step, rank, epoch, index)
     sys.exit(main(sys.argv[cut + 1:]))

@@ -6,7 +6,9 @@
   hits by the encoder on entries the decoder made and the other way round, and the cells' local level
   (K − 1 hits per state aggregation); a bad value is one line, exit 2;
 * R2 from the cache: a miss of Ã_t·X_t filled by Eq. 2 from a cached Agg_{t−1} equals from scratch (1e-10),
-  and in a run with a small LRU cache such fills happen and change no loss.
+  and in a run with a small LRU cache such fills happen and change no loss;
+* an evaluation pass a pre-emption stops leaves the cache as training left it (what the checkpoint of the
+  trained epoch holds, from which the resume evaluates again).
 """
 
 from __future__ import annotations
@@ -149,6 +151,36 @@ def test_miss_filled_incrementally_from_the_cached_previous_snapshot(smooth, tmp
     s.cache.invalidate("global")
     s.input_rows(2, rows)  # Agg_1 not held: from scratch
     assert s._fills == {"incremental": 2, "scratch": 1}
+
+
+def test_a_stopped_evaluation_pass_leaves_the_cache_as_training_left_it(smooth, tmp_path):
+    """One process, a two-entry LRU cache (every round evicts): ``evaluate`` stopped before its third round keeps
+    the entries, their order and the place in the planned reads that epoch 1's training left — the state a
+    checkpoint of the trained epoch holds and its resume evaluates from; run to its end, the pass moves them."""
+    two = 2 * 23 * 2 * 8 / 2**20 + 1e-9  # N x F x 8 bytes, twice
+    job = load_job(write_job(tmp_path / "job.yaml", smooth, strategy={**SEQ, "cache_policy": "lru", "cache_mb": two}),
+                   [])
+    man = load_manifest(smooth)
+    torch.manual_seed(0)
+    net = build_model("cdgcn", man.num_features, 6, 2, 3).double()
+    s = SequencesStrategy(StrategyContext(job, man, _OneRank(), torch.float64, str(smooth)))
+    task = build_task(job.task, man, net.out_features, 0).double()
+    with ShardReader(smooth, man) as reader:
+        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, task, reader), _OneRank())
+    assert s.resumes_evaluation(1)
+    for batch in s.batches(1):
+        s.step(net, task, batch, 1.0)
+
+    def state():
+        st = s.cache.state_dict()
+        return st["clock"], [(k, id(v)) for k, v, _ in st["entries"]]
+
+    trained = state()
+    asked = []
+    s.evaluate(net, task, 1, stop=lambda r: asked.append(r) or r == 2)
+    assert asked == [0, 1, 2] and state() == trained
+    s.evaluate(net, task, 1)
+    assert state()[0] > trained[0] and state()[1] != trained[1]
 
 
 def test_incremental_fills_change_nothing(launcher, smooth, tmp_path):

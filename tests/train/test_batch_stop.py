@@ -2,15 +2,15 @@
 
 Under a strategy of many mini-batches (sequences, memory, hybrid with synchronous averaging) the ranks agree
 between batches: a signal to one rank stops every rank before the same batch, and the run exits 75. Where the
-strategy resumes between batches (``sequences``; ``memory`` without epoch parallelism; synchronous ``hybrid``
-without the reservoir) a training stop writes a checkpoint there, and the resume trains on from the next batch,
-reproducing the uninterrupted run bit for bit: an epoch longer than the allocation still progresses; TGN's
-evaluation pass checkpoints the trained epoch alike. Elsewhere (and in ``sequences``' evaluation pass) the
-epoch is abandoned: the run writes the checkpoint of its start (serialised in memory at that boundary) unless one was
-written there, and a resume trains the epoch again, bit for bit too. An abandoned epoch before any checkpoint
-leaves none and says to start over. An epoch after a short one (under ``BatchStop.HOLD_AFTER_S``) whose start
-was not checkpointed runs to its end, as does every epoch under asynchronous averaging (a round may be in flight
-between steps) or a full-batch strategy.
+strategy resumes between batches (``sequences``; ``memory``, its reads in flight under epoch parallelism
+included; synchronous ``hybrid`` without the reservoir) a training stop writes a checkpoint there, and the resume
+trains on from the next batch, reproducing the uninterrupted run bit for bit: an epoch longer than the
+allocation still progresses; TGN's and ``sequences``' evaluation passes checkpoint the trained epoch alike.
+Elsewhere (``hybrid`` with the reservoir) the epoch is abandoned: the run writes the checkpoint of its start
+(serialised in memory at that boundary) unless one was written there, and a resume trains the epoch again,
+bit for bit too. An abandoned epoch before any checkpoint leaves none and says to start over. An epoch after a
+short one (under ``BatchStop.HOLD_AFTER_S``) whose start was not checkpointed runs to its end, as does every
+epoch under asynchronous averaging (a round may be in flight between steps) or a full-batch strategy.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import hpcdgnn
 from hpcdgnn.errors import EXIT_PREEMPTED
@@ -45,11 +46,12 @@ def _trajectory(run, scores: bool = True) -> list[list[float]]:
 
 
 def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True,
-               interval: float = 0.0, evaluation: bool = False, fits: bool = True):
-    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch`` (``evaluation``: as its evaluation pass
-    starts); ``hold``: however short the epochs; ``interval``: ``BatchStop.INTERVAL_S`` (0: the ranks agree
-    before every batch); ``fits``: False, as if no node had room for a hold."""
-    options = ",".join(["hold"] * hold + [f"interval={interval}"] + ["eval"] * evaluation + ["nofit"] * (not fits))
+               interval: float = 0.0, evaluation: bool = False, fits: bool = True, rounds: int = 0):
+    """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch`` (``evaluation``: in its evaluation pass,
+    after ``rounds`` of its batches); ``hold``: however short the epochs; ``interval``: ``BatchStop.INTERVAL_S``
+    (0: the ranks agree before every batch); ``fits``: False, as if no node had room for a hold."""
+    options = ",".join(["hold"] * hold + [f"interval={interval}"] + [f"eval={rounds}"] * evaluation
+                       + ["nofit"] * (not fits))
     proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), options, "--", "run", str(job),
                             "--output", str(run), *(["--set", *overrides] if overrides else [])])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
@@ -211,22 +213,21 @@ def test_the_agreements_follow_dearer_batches_after_cheap_ones(launcher, small_d
 
 @pytest.mark.parametrize("layout", [(2, 1, 1), (1, 1, 2), (1, 2, 1)])
 def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path, layout):  # noqa: F811
-    """TGN at P = 2, checkpointed every epoch, a signal in epoch 2's third iteration stops both ranks there. Under
-    i = 2 mini-batch or k = 2 memory parallelism the run checkpoints there (the groups' node memories mid-segment)
-    and the resume trains on from iteration 4; under j = 2 epoch parallelism (reads in flight between iterations)
-    the checkpoint of epoch 1 is the one to resume. Either way the node memory and weights resume the straight
-    run exactly."""
+    """TGN at P = 2, checkpointed every epoch, a signal in epoch 2's third iteration stops both ranks there and
+    the run checkpoints there — the groups' node memories mid-segment and, under j = 2 epoch parallelism, the
+    read trainer 1 holds for the iteration it trains next (read before iteration 3's writes: it cannot be read
+    again) — and the resume trains on from iteration 4, reproducing the straight run exactly."""
     i, j, k = layout
     job = memory_job(tmp_path, college, minibatch=i, epoch=j, memory=k)
     run = tmp_path / "run"
     out = _preempted(launcher, 2, job, run, 0, 2, 2, "checkpoint.every=1")
     assert "kept in memory" not in out, out
-    if j == 1:
-        assert "stopped during epoch 2, after 3 of its batches (a resume trains on from its batch 4)" in out, out
-        assert latest_checkpoint(run / "checkpoints").name == _within(run, 1, 3)
-    else:
-        assert "stopped during epoch 2, after 3 of its batches" in out and "the checkpoint of epoch 1)" in out, out
-        assert latest_checkpoint(run / "checkpoints").name == "epoch-000001"
+    assert "stopped during epoch 2, after 3 of its batches (a resume trains on from its batch 4)" in out, out
+    ckpt = latest_checkpoint(run / "checkpoints")
+    assert ckpt.name == _within(run, 1, 3)
+    if j == 2:  # trainer 1 (rank 1) holds one read in flight, trainer 0 (rank 0) none
+        reads = [torch.load(ckpt / f"rank-{r:05d}.pt", weights_only=False)["strategy"].get("reads") for r in (0, 1)]
+        assert reads[0] is None and [q for q, *_ in reads[1]] == [2], reads
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
 
 
@@ -249,26 +250,20 @@ def test_a_pre_trained_run_stopped_in_its_first_epoch_does_not_pre_train_again(l
     assert_same_run(_trajectory(run), _trajectory(tmp_path / "straight"))
 
 
-@pytest.mark.parametrize("fits", [True, False])
-def test_the_node_memory_is_held_where_it_fits(launcher, college, tmp_path, fits):  # noqa: F811
-    """TGN at j = 2 (a stop abandons the epoch), no checkpoint but at the end: the start of epoch 2 — the node
-    memory on the group's leader with the weights — is held in memory and written at a signal in its third
-    iteration, and the resume reproduces the straight run. Where no node has room for the copy (here: none is
-    allowed) rank 0 says so once and a signal lets the training batches end: the evaluation pass stops at once,
-    with the checkpoint of the trained epoch (no copy needed), which the resume evaluates again."""
-    job = memory_job(tmp_path, college, epoch=2)
+def test_an_epoch_s_start_is_held_only_where_it_fits(launcher, sparse, tmp_path):  # noqa: F811
+    """Synchronous ``hybrid`` with the reservoir (a stop abandons the epoch), no checkpoint but at the end: where no
+    node has room to hold epoch 2's start (here: none is allowed) rank 0 says so once, and a signal in its second
+    step lets the epoch end and checkpoints its end, which the resume continues from as the straight run (held
+    where it fits: ``test_hybrid_stops_between_steps_unless_averaging_is_asynchronous``)."""
+    job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
+                    task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
+    over = [*DQN, "strategy.steps_per_epoch=4", "strategy.reservoir.mode=on", "strategy.reservoir.threads=0"]
     run = tmp_path / "run"
-    over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
-    out = _preempted(launcher, 2, job, run, 1, 2, 2, *over, fits=fits)
-    fit_line = ("pre-emption: this run's training passes end before a signal stops them (holding an epoch's start in "
-                "memory")
-    if not fits:
-        assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets them stop between batches" in out, out
-        assert "stopped during epoch 2, in its evaluation pass, after all 11 of its batches" in out, out
-        assert latest_checkpoint(run / "checkpoints").name == "epoch-000001+batch-000000011"
-    else:
-        assert fit_line not in out, out
-        assert "stopped during epoch 2, after 3 of its batches" in out and "epoch 1's end, kept in memory" in out
+    out = _preempted(launcher, 2, job, run, 1, 2, 1, *over, fits=False)
+    fit_line = "pre-emption: this run's epochs end before a signal stops them (holding an epoch's start in memory"
+    assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets them stop between batches" in out, out
+    assert "stopped after epoch 2" in out and "stopped during" not in out, out
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 
@@ -301,11 +296,15 @@ def test_the_event_regime_s_evaluation_pass_stops_between_batches(launcher, coll
 def test_sequences_evaluation_stops_between_rounds(launcher, small_dataset, tmp_path):
     """P = 3, the signal to the last rank as epoch 3's evaluation starts: the ranks agree between rounds of one
     sample of each rank's own (ranks own different splits' sequences: agreeing on a global sample index made the
-    pass run rank after rank), stop there, and the resume reproduces the straight run."""
+    pass run rank after rank), stop there, after two rounds, and checkpoint the trained epoch (nothing held);
+    the resume evaluates it again, reproducing the straight run (the abandoned pass leaves the reuse cache as
+    training left it: tests/strategies/test_reuse_decoder.py)."""
     job = write_job(tmp_path / "job.yaml", small_dataset, strategy=SEQ, train={"epochs": 4}, checkpoint=AT_END)
     run = tmp_path / "run"
-    out = _preempted(launcher, 3, job, run, 2, 3, 0, evaluation=True)
-    assert "stopped during epoch 3, in its evaluation pass, after all" in out and "epoch 2's end, kept" in out, out
+    out = _preempted(launcher, 3, job, run, 2, 3, 0, evaluation=True, rounds=2)
+    assert "stopped during epoch 3, in its evaluation pass, after all" in out, out
+    assert "of its batches (a resume evaluates it again)" in out and "kept in memory" not in out, out
+    assert within_epoch(latest_checkpoint(run / "checkpoints")), out
     _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight")
 
 
