@@ -262,6 +262,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         self._loss_sum = 0.0
         self._since_round = np.zeros(5)
         self.reservoir: BatchReservoir | None = None
+        #: (action, its store's size before) where selecting the batch not yet trained stored one (threads: 0)
+        self._selected: tuple[int, int] | None = None
         self._snapshot_mb: float | None = None
         self._picks = dict.fromkeys(("reused", "snapshot", "fresh", "p"), 0.0)
         self._generator_reported = 0.0  # the reservoir generators' seconds at the last epoch's report
@@ -361,6 +363,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
             self._loss_sum = 0.0
             yield SampleBatch(epoch, g, examples if examples > 0 else 1.0, samples)
             # resumed after the optimizer step
+            self._selected = None
             seconds = time.perf_counter() - t0
             work = self._work(a, mine)
             if asynchronous:
@@ -382,7 +385,10 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         if rsv is not None:
             rsv.check()
             if self.opts.reservoir.threads == 0:
+                before = len(rsv.stores[action])
                 rsv.fill(action)
+                # a stop before this batch's step keeps the stores without it: the resume selects the batch again
+                self._selected = (action, before) if len(rsv.stores[action]) > before else None
             rng = np.random.default_rng([self.ctx.job.train.seed, epoch, index, 0x75E])
             p = rsv.p(action)
             self._picks["p"] += p
@@ -528,11 +534,12 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         return self.opts.averaging.mode != "async" and self.steps_per_epoch() > 1
 
     def resumes_between_batches(self, epoch: int) -> bool:
-        """Without the reservoir (H4): the adjuster (:meth:`state_dict`) has observed the last step when the stop is
+        """Always where it stops: the adjuster (:meth:`state_dict`) has observed the last step when the stop is
         asked, its choice of the next is a function of its state (or of the seed, epoch and step), and a fresh
-        batch's draw is seeded by the same; the reservoir's stores change as the next batch is selected, before
-        the stop is asked, so there a stop abandons the epoch."""
-        return self.reservoir is None and self.stops_between_batches(epoch)
+        batch's draw is seeded by the same; the reservoir's stores (H4) are saved without the batch that selecting
+        the next step stored inline (``threads: 0``), which the resume stores again (with generator threads the
+        stores depend on their timing, in a resumed run as in any)."""
+        return self.stops_between_batches(epoch)
 
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of my part of the batch."""
@@ -593,10 +600,14 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
     def state_dict(self) -> dict:
         """The adjuster's state (H3: a DQN's network, replay, ε and RNG), the same on every rank, and the reservoir's
         serials (H4): the same on every rank with ``reservoir.threads: 0``, else each rank's own, any of which
-        serves any rank (:attr:`replicated_state`)."""
+        serves any rank (:attr:`replicated_state`); between two steps, without the one the next step's selection
+        stored (:meth:`resumes_between_batches`)."""
         rsv = self.reservoir
-        return {"adjuster": self.adjuster.state_dict(),
-                "reservoir": None if rsv is None else [[b.serial for b in store] for store in rsv.stores]}
+        serials = None if rsv is None else [[b.serial for b in store] for store in rsv.stores]
+        if serials is not None and self._selected is not None:
+            action, before = self._selected
+            serials[action] = serials[action][:before]
+        return {"adjuster": self.adjuster.state_dict(), "reservoir": serials}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`: the stored batches are rebuilt from their serials (any P)."""

@@ -8,7 +8,8 @@ memory however short the epoch before (``BatchStop.HOLD_AFTER_S`` 0); ``interval
 seconds of batches (``BatchStop.INTERVAL_S``; else 0 here, before every batch, so that a test knows where the
 epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead,
 ``eval=B``: before its round (batch) B, after B of them; ``nofit``: no hold fits a node's memory
-(``trainer.HOLD_OF_NODE`` 0).
+(``trainer.HOLD_OF_NODE`` 0); ``abandon``: no strategy resumes within an epoch (``Strategy.resumes_between_batches``
+and ``resumes_evaluation`` false, the base's default for one that cannot), so a stop abandons the epoch.
 """
 
 import os
@@ -65,6 +66,9 @@ if __name__ == "__main__":
             BatchStop.INTERVAL_S = float(option.partition("=")[2])
         elif option == "eval" or option.startswith("eval="):
             evaluation = int(option.partition("=")[2] or 0)
+        elif option == "abandon":
+            for cls in {get_strategy(name) for name in available_strategies()}:
+                cls.resumes_between_batches = cls.resumes_evaluation = lambda self, epoch: False
     for cls in {get_strategy(name) for name in available_strategies()}:
         if evaluation is not None:
             cls.evaluate = _signalling_evaluation(cls.evaluate, rank, epoch, evaluation)

@@ -46,12 +46,14 @@ def _trajectory(run, scores: bool = True) -> list[list[float]]:
 
 
 def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True,
-               interval: float = 0.0, evaluation: bool = False, fits: bool = True, rounds: int = 0):
+               interval: float = 0.0, evaluation: bool = False, fits: bool = True, rounds: int = 0,
+               abandon: bool = False):
     """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch`` (``evaluation``: in its evaluation pass,
     after ``rounds`` of its batches); ``hold``: however short the epochs; ``interval``: ``BatchStop.INTERVAL_S``
-    (0: the ranks agree before every batch); ``fits``: False, as if no node had room for a hold."""
+    (0: the ranks agree before every batch); ``fits``: False, as if no node had room for a hold; ``abandon``: as
+    if no strategy resumed within an epoch (the base's default, for one that cannot)."""
     options = ",".join(["hold"] * hold + [f"interval={interval}"] + [f"eval={rounds}"] * evaluation
-                       + ["nofit"] * (not fits))
+                       + ["nofit"] * (not fits) + ["abandon"] * abandon)
     proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), options, "--", "run", str(job),
                             "--output", str(run), *(["--set", *overrides] if overrides else [])])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
@@ -176,15 +178,15 @@ def test_a_resume_within_an_epoch_on_another_rank_count(launcher, small_dataset,
 
 
 def test_an_epoch_after_a_short_one_runs_to_its_end(launcher, sparse, tmp_path):  # noqa: F811
-    """P = 2, ``hybrid`` with synchronous averaging and the reservoir (a stop abandons the epoch: the stores change
-    as the next batch is selected), epochs of milliseconds, none checkpointed: holding an epoch's start would cost
+    """P = 2, ``hybrid`` with synchronous averaging and the reservoir, as if it could not resume within an epoch
+    (a stop abandons the epoch), epochs of milliseconds, none checkpointed: holding an epoch's start would cost
     a share of it, so a signal in epoch 2 stops the run after it, with its checkpoint, as a full-batch strategy's
     epoch does."""
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
     run = tmp_path / "run"
     out = _preempted(launcher, 2, job, run, 1, 2, 1, *RANDOM, "strategy.steps_per_epoch=4",
-                     "strategy.reservoir.mode=on", "strategy.reservoir.threads=0", hold=False)
+                     "strategy.reservoir.mode=on", "strategy.reservoir.threads=0", hold=False, abandon=True)
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
     assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
@@ -251,15 +253,16 @@ def test_a_pre_trained_run_stopped_in_its_first_epoch_does_not_pre_train_again(l
 
 
 def test_an_epoch_s_start_is_held_only_where_it_fits(launcher, sparse, tmp_path):  # noqa: F811
-    """Synchronous ``hybrid`` with the reservoir (a stop abandons the epoch), no checkpoint but at the end: where no
-    node has room to hold epoch 2's start (here: none is allowed) rank 0 says so once, and a signal in its second
-    step lets the epoch end and checkpoints its end, which the resume continues from as the straight run (held
-    where it fits: ``test_hybrid_stops_between_steps_unless_averaging_is_asynchronous``)."""
+    """Synchronous ``hybrid`` with the reservoir, as if it could not resume within an epoch (a stop abandons the
+    epoch), no checkpoint but at the end: where no node has room to hold epoch 2's start (here: none is allowed)
+    rank 0 says so once, and a signal in its second step lets the epoch end and checkpoints its end, which the
+    resume continues from as the straight run (held where it fits:
+    ``test_hybrid_stops_between_steps_unless_averaging_is_asynchronous``)."""
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
     over = [*DQN, "strategy.steps_per_epoch=4", "strategy.reservoir.mode=on", "strategy.reservoir.threads=0"]
     run = tmp_path / "run"
-    out = _preempted(launcher, 2, job, run, 1, 2, 1, *over, fits=False)
+    out = _preempted(launcher, 2, job, run, 1, 2, 1, *over, fits=False, abandon=True)
     fit_line = "pre-emption: this run's epochs end before a signal stops them (holding an epoch's start in memory"
     assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets them stop between batches" in out, out
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
@@ -314,28 +317,35 @@ def test_one_memory_group_s_evaluation_runs_to_its_end(launcher, college, tmp_pa
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "allreduce+dqn", "allreduce+dqn+reservoir", "async"])
+@pytest.mark.parametrize("mode", ["allreduce", "allreduce+dqn", "allreduce+dqn+reservoir",
+                                  "allreduce+dqn+reservoir+abandon", "async"])
 def test_hybrid_stops_between_steps_unless_averaging_is_asynchronous(launcher, sparse, tmp_path, mode):  # noqa: F811
     """Synchronous averaging stops between steps like sequences and checkpoints there (the adjuster has observed
-    the last step; here a DQN on all-reduced work, the same on every rank), or with the reservoir on (its stores
-    change as the next batch is selected) abandons the epoch to its start held in memory; both resume the
-    straight run. Asynchronous averaging ends the epoch first (its rounds may be in flight between steps) and
-    checkpoints its end."""
+    the last step; here a DQN on all-reduced work, the same on every rank; with the reservoir on, its stores
+    without the batch the selection of the next step stored); as if it could not resume (``abandon``), it
+    abandons the epoch to its start held in memory; each resumes the straight run. Asynchronous averaging ends the
+    epoch first (its rounds may be in flight between steps) and checkpoints its end."""
     job = write_job(tmp_path / "job.yaml", sparse, model={"name": "tgcn_cell", "hidden": 4},
                     task={"name": "regression", "horizon": 1}, train={"epochs": 3}, checkpoint=AT_END)
     mode, *more = mode.split("+")
     over = [*(DQN if more else RANDOM), "strategy.steps_per_epoch=4", f"strategy.averaging.mode={mode}",
-            *(["strategy.reservoir.mode=on", "strategy.reservoir.threads=0"] if "reservoir" in more else [])]
+            # small batches: stores with room for every step's (Eq. 4's cap ~ N·T / (N_S·N_V) / N_A)
+            *(["strategy.reservoir.mode=on", "strategy.reservoir.threads=0", "strategy.vertex_fractions=[0.05,0.1]"]
+              if "reservoir" in more else [])]
     run = tmp_path / "run"
-    out = _preempted(launcher, 3, job, run, 2, 2, 1, *over)
+    out = _preempted(launcher, 3, job, run, 2, 2, 1, *over, abandon="abandon" in more)
     if mode == "async":
         assert "stopped after epoch 2" in out and "stopped during" not in out, out
         assert [r["epoch"] for r in read_metrics(run)] == [1, 2]
         return
-    if "reservoir" in more:
+    if "abandon" in more:
         assert "stopped during epoch 2, after 2 of its batches" in out and "epoch 1's end, kept in memory" in out, out
     else:
         assert "stopped during epoch 2, after 2 of its batches (a resume trains on from its batch 3)" in out, out
         assert latest_checkpoint(run / "checkpoints").name == _within(run, 1, 2)
     assert [r["epoch"] for r in read_metrics(run)] == [1]
     _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight", *over)
+    if "reservoir" in more:  # the stores hold the same batches at the end (none stored twice by the resume)
+        ends = [torch.load(latest_checkpoint(r / "checkpoints") / "rank-00000.pt", weights_only=False)["strategy"]
+                for r in (run, tmp_path / "straight")]
+        assert ends[0]["reservoir"] == ends[1]["reservoir"] and sum(map(len, ends[0]["reservoir"])) > 4, ends
