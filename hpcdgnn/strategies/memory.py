@@ -342,8 +342,9 @@ class MemoryStrategy(Strategy[EventBatch]):
         return self.stops_between_batches(epoch)
 
     def resumes_evaluation(self, epoch: int) -> bool:
-        """Always (at any j): after the last iteration no read is in flight; an abandoned pass restores the group's
-        node memory from its backup (what training left), and its negatives are seeded by the batch."""
+        """Always (at any i, j, k): after the last iteration no read is in flight; an abandoned pass restores the
+        evaluating group's node memory from its backup (what training left), and its negatives are seeded by the
+        batch."""
         return True
 
     def step(self, model, task, batch: EventBatch, scale: float) -> np.ndarray:
@@ -378,12 +379,16 @@ class MemoryStrategy(Strategy[EventBatch]):
 
     def evaluate(self, model, task, epoch: int, stop=None) -> np.ndarray:
         """Validation then test MRR / AP sums from the group whose memory just finished the last segment; ``stop``
-        (the base's) is asked before each batch where that group is every rank (``memory: 1``)."""
+        (the base's) is asked before each batch by every rank: under ``memory: k > 1`` the other groups, which
+        have nothing to evaluate, ask it before the same batches (they wait in its agreements instead of at the
+        epoch's end), so a signal to any rank stops the pass."""
         t0 = time.perf_counter()
         p, stats = self.plan, np.zeros(task.stats_width())
-        if p.memory > 1:  # one group evaluates while the others wait at the epoch's end: no world agreement
-            stop = None
         if self.c != (p.memory - epoch % p.memory) % p.memory:
+            if stop is not None:
+                for at in range(sum(p.batches(split) for split in ("val", "test"))):
+                    if stop(at):
+                        break
             self._eval_seconds = time.perf_counter() - t0
             return stats
         part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch

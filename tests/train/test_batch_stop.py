@@ -275,8 +275,8 @@ def test_the_event_regime_s_evaluation_pass_stops_between_batches(launcher, coll
     """TGN's evaluation pass (49 negatives an event: on large streams as long as the training) stops between its
     batches too, where every rank evaluates (``memory: 1``), at i = 2 and at j = 2 (epoch parallelism), with no
     checkpoint at epoch 1's end and nothing held: the abandoned pass restores the node memory training left,
-    the run checkpoints the trained epoch, and the resume evaluates it again, reproducing the straight run.
-    Under ``memory: k > 1`` one group evaluates while the others wait: that pass runs to its end."""
+    the run checkpoints the trained epoch, and the resume evaluates it again, reproducing the straight run
+    (k = 2: ``test_one_memory_group_s_evaluation_stops_for_a_signal_to_any_rank``)."""
     i, j = split
     job = memory_job(tmp_path, college, minibatch=i, epoch=j)
     run = tmp_path / "run"
@@ -311,10 +311,20 @@ def test_sequences_evaluation_stops_between_rounds(launcher, small_dataset, tmp_
     _resumed_equals_straight(launcher, 3, job, run, tmp_path / "straight")
 
 
-def test_one_memory_group_s_evaluation_runs_to_its_end(launcher, college, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("rank, rounds", [(1, 0), (0, 2)])
+def test_one_memory_group_s_evaluation_stops_for_a_signal_to_any_rank(launcher, college, tmp_path, rank, rounds):  # noqa: F811
+    """``memory: 2`` at P = 2: group 0 (rank 0) evaluates epoch 2 while group 1 has nothing to; a signal to the
+    idle rank as the pass starts, or to the evaluating one before its third batch, stops the pass there (the
+    idle rank takes part in the agreements), the run checkpoints the trained epoch and the resume evaluates it
+    again as the straight run."""
     job = memory_job(tmp_path, college, memory=2)
-    out = _preempted(launcher, 2, job, tmp_path / "run", 1, 2, 0, "checkpoint.every=1", evaluation=True)
-    assert "stopped after epoch 2" in out and "stopped during" not in out, out
+    run = tmp_path / "run"
+    over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
+    out = _preempted(launcher, 2, job, run, rank, 2, 0, *over, evaluation=True, rounds=rounds)
+    assert "stopped during epoch 2, in its evaluation pass, after all" in out, out
+    assert "of its batches (a resume evaluates it again)" in out and "kept in memory" not in out, out
+    assert within_epoch(latest_checkpoint(run / "checkpoints")), out
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 
 @pytest.mark.parametrize("mode", ["allreduce", "allreduce+dqn", "allreduce+dqn+reservoir",
