@@ -128,17 +128,24 @@ def smooth(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("smooth") / "d", 7, 23, 40, edge_life=4)
 
 
+def _lru_strategy(data, tmp_path, **strategy):
+    """A one-process ``sequences`` strategy (:data:`SEQ` under LRU, and ``strategy``) with a CD-GCN and link
+    prediction in float64, set up."""
+    job = load_job(write_job(tmp_path / "job.yaml", data, strategy={**SEQ, "cache_policy": "lru", **strategy}), [])
+    man = load_manifest(data)
+    torch.manual_seed(0)
+    net = build_model("cdgcn", man.num_features, 6, 2, 3).double()
+    s = SequencesStrategy(StrategyContext(job, man, _OneRank(), torch.float64, str(data)))
+    task = build_task(job.task, man, net.out_features, 0).double()
+    with ShardReader(data, man) as reader:
+        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, task, reader), _OneRank())
+    return s, net, task
+
+
 def test_miss_filled_incrementally_from_the_cached_previous_snapshot(smooth, tmp_path):
     """One process: with Agg_{t-1} in the cache, a miss of Ã_t·X_t is filled by Eq. 2 from it and equals
     Ã_t·X_t from scratch (1e-10); without it, from scratch; both counted."""
-    job = load_job(write_job(tmp_path / "job.yaml", smooth, strategy={**SEQ, "cache_policy": "lru"}), [])
-    man = load_manifest(smooth)
-    torch.manual_seed(0)
-    net = build_model("cdgcn", man.num_features, 6, 2, 3).double()
-    s = SequencesStrategy(StrategyContext(job, man, _OneRank(), torch.float64, str(smooth)))
-    task = build_task(job.task, man, net.out_features, 0).double()
-    with ShardReader(smooth, man) as reader:
-        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, task, reader), _OneRank())
+    s, _, _ = _lru_strategy(smooth, tmp_path)
     assert s.reads_ax and s._r2 is not None
     s.cache.invalidate("global")
     rows = np.array([0, 4, 9, 22])
@@ -157,16 +164,7 @@ def test_a_stopped_evaluation_pass_leaves_the_cache_as_training_left_it(smooth, 
     """One process, a two-entry LRU cache (every round evicts): ``evaluate`` stopped before its third round keeps
     the entries, their order and the place in the planned reads that epoch 1's training left — the state a
     checkpoint of the trained epoch holds and its resume evaluates from; run to its end, the pass moves them."""
-    two = 2 * 23 * 2 * 8 / 2**20 + 1e-9  # N x F x 8 bytes, twice
-    job = load_job(write_job(tmp_path / "job.yaml", smooth, strategy={**SEQ, "cache_policy": "lru", "cache_mb": two}),
-                   [])
-    man = load_manifest(smooth)
-    torch.manual_seed(0)
-    net = build_model("cdgcn", man.num_features, 6, 2, 3).double()
-    s = SequencesStrategy(StrategyContext(job, man, _OneRank(), torch.float64, str(smooth)))
-    task = build_task(job.task, man, net.out_features, 0).double()
-    with ShardReader(smooth, man) as reader:
-        task.setup(reader, s.setup(SequencesStrategy.make_plan(man, 1, job), net, task, reader), _OneRank())
+    s, net, task = _lru_strategy(smooth, tmp_path, cache_mb=2 * 23 * 2 * 8 / 2**20 + 1e-9)  # N x F x 8 bytes, twice
     assert s.resumes_evaluation(1)
     for batch in s.batches(1):
         s.step(net, task, batch, 1.0)
