@@ -42,10 +42,13 @@ class TrainedRun:
         dir: the run directory, absolute (``metrics.jsonl``, ``summary.json``, ``plan.json``, ``checkpoints/``).
         preempted: the run stopped at a signal (SIGINT, a notebook's interrupt, included) after checkpointing;
             ``hpcdgnn.train(..., resume=run.dir)`` continues it.
+        loaded_from: the checkpoint directory :attr:`model` was loaded from (None before, or for the caller's own
+            model after :func:`train`).
     """
 
     dir: Path
     preempted: bool = False
+    loaded_from: Path | None = field(default=None, repr=False)
     _model: Any = field(default=None, repr=False)
     _task: Any = field(default=None, repr=False)
 
@@ -142,7 +145,7 @@ class TrainedRun:
         """The dataset's scalar figures the model is built for (N, T, F, classes, …): the newest checkpoint's, so
         that the model loads without the dataset; a run without a checkpoint, or one older than them, reads them
         from the dataset."""
-        return self._sizes(self._saved(required=False))
+        return self._sizes(self._saved(required=False)[1])
 
     def _sizes(self, state: dict[str, Any]) -> dict[str, Any]:
         """:attr:`sizes` of a checkpoint's shared ``state``."""
@@ -159,18 +162,19 @@ class TrainedRun:
                           f"data.path in {self.dir / 'config.resolved.yaml'}, relative to the working directory)"
                           ) from None
 
-    def _saved(self, required: bool = True) -> dict[str, Any]:
-        """The newest checkpoint's shared state (model, task head, sizes); ``{}`` without one unless ``required``."""
+    def _saved(self, required: bool = True) -> tuple[Path | None, dict[str, Any]]:
+        """The newest checkpoint and its shared state (model, task head, sizes); ``(None, {})`` without one unless
+        ``required``."""
         from hpcdgnn.train.checkpoint import load_shared
 
         ckpt = self.checkpoint
         if ckpt is None and required:
             raise DataError(f"{self.dir}: the run has no complete checkpoint of an epoch's end to load the model from "
                             "(one within an epoch is for resume only)")
-        return {} if ckpt is None else load_shared(ckpt)
+        return ckpt, {} if ckpt is None else load_shared(ckpt)
 
     def _load(self) -> None:
-        state = self._saved()
+        self.loaded_from, state = self._saved()
         self._model, self._task = build_trained(self.job, SimpleNamespace(**self._sizes(state)), state["model"],
                                                 state["task"])
 

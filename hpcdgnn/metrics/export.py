@@ -291,7 +291,8 @@ def run_export(args) -> int:
         import torch
 
         torch.save(blob, _new_file(args.model_only, "--model-only"))
-        source = f"checkpoints/{run.checkpoint.name}"  # the newest epoch end's: say which
+        # the newest epoch end's when loaded: say which (relative to the run directory where it lies in it)
+        source = run.loaded_from.relative_to(run.dir) if run.loaded_from.is_relative_to(run.dir) else run.loaded_from
         if pygt:
             print(f"{args.model_only}: {len(blob['layers'])} PyG Temporal {blob['layers'][0]['class']} cell(s) of "
                   f"{blob['model']} from {source} (hpcdgnn.metrics.export.load_pygt)")

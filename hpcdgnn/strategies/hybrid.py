@@ -541,6 +541,11 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         stores depend on their timing, in a resumed run as in any)."""
         return self.stops_between_batches(epoch)
 
+    def resumes_evaluation(self, epoch: int) -> bool:
+        """Always: the evaluation changes no state (a forward pass, no reservoir or adjuster), and being one pass it
+        never stops (nothing to abandon, so the trainer holds no epoch start for it)."""
+        return True
+
     def step(self, model: DGNN, task, batch: SampleBatch, scale: float) -> np.ndarray:
         """Forward, loss × ``scale`` and backward of my part of the batch."""
         if not batch.samples:

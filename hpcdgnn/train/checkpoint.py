@@ -203,7 +203,7 @@ class HeldCheckpoint:
     """A checkpoint's files of this rank, serialised in memory at an epoch boundary and written only if the next
     epoch is abandoned (a pre-emption between its batches): the run then stops within a batch, yet resumes from
     the boundary as if that checkpoint had been written there (:meth:`CheckpointManager.hold`). It costs the
-    files' size in host memory (the strategy's state: the node memory on its group's leader)."""
+    files' size in host memory (the model, Adam's moments and each rank's strategy state)."""
 
     epoch: int
     #: ``state.pt`` (rank 0; None on the other ranks)

@@ -133,6 +133,7 @@ def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         assert not mine.training
     assert type(model) is type(trained.model) and type(task) is type(trained.task)
+    assert trained.loaded_from == trained.checkpoint  # what the export's line names
     if case == "tgn":  # Δt's unit (the stream's median gap, not in a state_dict) travels with the dataset figures
         assert model.time.scale == trained.model.time.scale != 1.0
 

@@ -9,7 +9,8 @@ seconds of batches (``BatchStop.INTERVAL_S``; else 0 here, before every batch, s
 epoch ends; a run's default is 1); ``eval``: the signal comes as epoch EPOCH's evaluation pass starts instead,
 ``eval=B``: before its round (batch) B, after B of them; ``nofit``: no hold fits a node's memory
 (``trainer.HOLD_OF_NODE`` 0); ``abandon``: no strategy resumes within an epoch (``Strategy.resumes_between_batches``
-and ``resumes_evaluation`` false, the base's default for one that cannot), so a stop abandons the epoch.
+and ``resumes_evaluation`` false, the base's default for one that cannot), so a stop abandons the epoch;
+``abandon=training``: only between training batches (the evaluation pass still checkpoints where it stops).
 """
 
 import os
@@ -66,9 +67,11 @@ if __name__ == "__main__":
             BatchStop.INTERVAL_S = float(option.partition("=")[2])
         elif option == "eval" or option.startswith("eval="):
             evaluation = int(option.partition("=")[2] or 0)
-        elif option == "abandon":
+        elif option in ("abandon", "abandon=training"):
             for cls in {get_strategy(name) for name in available_strategies()}:
-                cls.resumes_between_batches = cls.resumes_evaluation = lambda self, epoch: False
+                cls.resumes_between_batches = lambda self, epoch: False
+                if option == "abandon":
+                    cls.resumes_evaluation = lambda self, epoch: False
     for cls in {get_strategy(name) for name in available_strategies()}:
         if evaluation is not None:
             cls.evaluate = _signalling_evaluation(cls.evaluate, rank, epoch, evaluation)

@@ -2,15 +2,16 @@
 
 Under a strategy of many mini-batches (sequences, memory, hybrid with synchronous averaging) the ranks agree
 between batches: a signal to one rank stops every rank before the same batch, and the run exits 75. Where the
-strategy resumes between batches (``sequences``; ``memory``, its reads in flight under epoch parallelism
-included; synchronous ``hybrid`` without the reservoir) a training stop writes a checkpoint there, and the resume
-trains on from the next batch, reproducing the uninterrupted run bit for bit: an epoch longer than the
-allocation still progresses; TGN's and ``sequences``' evaluation passes checkpoint the trained epoch alike.
-Elsewhere (``hybrid`` with the reservoir) the epoch is abandoned: the run writes the checkpoint of its start
-(serialised in memory at that boundary) unless one was written there, and a resume trains the epoch again,
-bit for bit too. An abandoned epoch before any checkpoint leaves none and says to start over. An epoch after a
-short one (under ``BatchStop.HOLD_AFTER_S``) whose start was not checkpointed runs to its end, as does every
-epoch under asynchronous averaging (a round may be in flight between steps) or a full-batch strategy.
+strategy resumes between batches (every built-in one: ``sequences``; ``memory``, its reads in flight under
+epoch parallelism included; synchronous ``hybrid``, its reservoir included) a training stop writes a checkpoint
+there, and the resume trains on from the next batch, reproducing the uninterrupted run bit for bit: an epoch
+longer than the allocation still progresses; TGN's and ``sequences``' evaluation passes checkpoint the trained
+epoch alike. Where a strategy cannot resume (the harness's ``abandon``) the epoch is abandoned: the run writes
+the checkpoint of its start (serialised in memory at that boundary) unless one was written there, and a resume
+trains the epoch again, bit for bit too. An abandoned epoch before any checkpoint leaves none and says to start
+over. An epoch after a short one (under ``BatchStop.HOLD_AFTER_S``) whose start was not checkpointed runs to its
+end, as does every epoch under asynchronous averaging (a round may be in flight between steps) or a full-batch
+strategy.
 """
 
 from __future__ import annotations
@@ -47,13 +48,15 @@ def _trajectory(run, scores: bool = True) -> list[list[float]]:
 
 def _preempted(launcher, P: int, job, run, rank: int, epoch: int, batch: int, *overrides: str, hold: bool = True,
                interval: float = 0.0, evaluation: bool = False, fits: bool = True, rounds: int = 0,
-               abandon: bool = False):
+               abandon: bool | str = False):
     """Run ``job`` with a signal to ``rank`` in ``batch`` of ``epoch`` (``evaluation``: in its evaluation pass,
     after ``rounds`` of its batches); ``hold``: however short the epochs; ``interval``: ``BatchStop.INTERVAL_S``
     (0: the ranks agree before every batch); ``fits``: False, as if no node had room for a hold; ``abandon``: as
-    if no strategy resumed within an epoch (the base's default, for one that cannot)."""
+    if no strategy resumed within an epoch (the base's default, for one that cannot); ``"training"``: only
+    between training batches."""
     options = ",".join(["hold"] * hold + [f"interval={interval}"] + [f"eval={rounds}"] * evaluation
-                       + ["nofit"] * (not fits) + ["abandon"] * abandon)
+                       + ["nofit"] * (not fits) + ([f"abandon={abandon}" if isinstance(abandon, str) else "abandon"]
+                                                   if abandon else []))
     proc = launcher.run(P, [MID, str(rank), str(epoch), str(batch), options, "--", "run", str(job),
                             "--output", str(run), *(["--set", *overrides] if overrides else [])])
     assert proc.returncode == EXIT_PREEMPTED, proc.stdout + proc.stderr
@@ -267,6 +270,24 @@ def test_an_epoch_s_start_is_held_only_where_it_fits(launcher, sparse, tmp_path)
     assert out.count(fit_line) == 1 and "checkpoint.every: 1 lets them stop between batches" in out, out
     assert "stopped after epoch 2" in out and "stopped during" not in out, out
     assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
+
+
+def test_where_only_training_would_abandon_a_refused_hold_lets_the_evaluation_stop(launcher, college, tmp_path):  # noqa: F811
+    """TGN at j = 2 as if it could not resume between training batches (its evaluation pass still can), no
+    checkpoint but at the end, no node with room to hold epoch 2's start: rank 0 says the training passes end
+    before a signal stops them; a signal in epoch 2's third iteration lets its training end, the evaluation pass
+    stops at once with the checkpoint of the trained epoch (no copy needed), and the resume evaluates it again as
+    the straight run."""
+    job = memory_job(tmp_path, college, epoch=2)
+    run = tmp_path / "run"
+    over = ("train.epochs=3", "checkpoint.every=0", "checkpoint.every_minutes=0")
+    out = _preempted(launcher, 2, job, run, 1, 2, 2, *over, fits=False, abandon="training")
+    fit_line = ("pre-emption: this run's training passes end before a signal stops them (holding an epoch's start in "
+                "memory")
+    assert out.count(fit_line) == 1, out
+    assert "stopped during epoch 2, in its evaluation pass, after all 11 of its batches" in out, out
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000001+batch-000000011"
     _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", *over)
 
 
