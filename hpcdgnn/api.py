@@ -48,9 +48,9 @@ class TrainedRun:
 
     dir: Path
     preempted: bool = False
-    loaded_from: Path | None = field(default=None, repr=False)
     _model: Any = field(default=None, repr=False)
     _task: Any = field(default=None, repr=False)
+    loaded_from: Path | None = field(default=None, init=False, repr=False)
 
     @property
     def metrics(self) -> list[dict]:
