@@ -3,7 +3,7 @@
     python perf/bench_regression.py --before 4f770ce [--after WORKTREE] [--vertices 16384] [--snapshots 32]
                                     [--density 3] [--ranks 2] [--epochs 5] [--repeat 3] [--models cdgcn tmgcn]
                                     [--spatial-spread 0 --temporal-spread 0] [--strategies LABEL ...]
-                                    [--events inputs/CollegeMsg.txt.gz]
+                                    [--events college]
 
 ``--before`` is a git commit (or tag, branch) of this repository: its tree is
 exported with ``git archive`` into a temporary directory (nothing in the
@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import generate_graph, run_job  # noqa: E402
+from bench_tgnn import prepare  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,24 +84,18 @@ def new_layout(tree: Path) -> bool:
     return "RENAMED_KEYS" in (tree / "hpcdgnn" / "config" / "schema.py").read_text()
 
 
-def prepare_events(raw: Path, out: Path) -> None:
-    """The event stream of ``raw`` (a SNAP temporal edge list) at ``out``, prepared by this checkout."""
-    subprocess.run([sys.executable, "-m", "hpcdgnn", "prepare", str(raw), "--format", "snap", "--kind", "events",
-                    "--output", str(out)], check=True, capture_output=True, cwd=REPO)
-    os.sync()
-
-
 def run_one(tree: Path, work: Path, data: Path, model: str, strategy: dict, moved: dict, args, tag: str):
     """One run from ``tree``; returns (median steady epoch seconds, final loss). ``model`` None: the event
     regime's (:data:`EVENTS_JOB`)."""
-    train = {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0}
+    train = {"epochs": args.epochs, "threads": 1, "dtype": "float32", "warmup_epochs": 1, "seed": 0,
+             **({} if model else {"lr": 1e-4})}
     section = {k: args.ranks if v == "P" else v for k, v in strategy.items()}
     if new_layout(tree):
         section.update(moved)
     else:
         train.update(moved)
     job = {"model": {"name": model, "hidden": 16, "layers": 2}, "task": {"name": "link_prediction"}} \
-        if model else dict(EVENTS_JOB, train=dict(train, lr=1e-4))
+        if model else EVENTS_JOB
     recs = run_job({
         "data": {"path": str(data), "validate": "structure"},
         "train": train,
@@ -126,8 +121,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--models", nargs="+", default=["cdgcn", "tmgcn"])
     ap.add_argument("--strategies", nargs="+", default=[c[0] for c in CONFIGS], help="labels of CONFIGS to run")
-    ap.add_argument("--events", type=Path, default=REPO / "inputs" / "CollegeMsg.txt.gz",
-                    help="SNAP temporal edge list the memory rows train on (prepared with --kind events)")
+    ap.add_argument("--events", choices=["college", "email"], default="college",
+                    help="the event stream the memory rows train on (perf/bench_tgnn.py's inputs)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-regression-") as tmp:
         work = Path(tmp)
@@ -135,9 +130,10 @@ def main() -> None:
         after = export_tree(args.after, work / "after") if args.after else REPO
         data = work / "graph"
         generate_graph(data, args.vertices, args.snapshots, args.density, args.spatial_spread, args.temporal_spread)
-        events = work / "events"
+        events = None
         if any(c[3] == "events" and c[0] in args.strategies for c in CONFIGS):
-            prepare_events(args.events, events)
+            events, _ = prepare(args.events, work, None)
+            os.sync()
         print(f"graph N={args.vertices} T={args.snapshots} density={args.density} spreads={args.spatial_spread}/"
               f"{args.temporal_spread}; P={args.ranks}, 1 thread/rank, "
               f"{len(os.sched_getaffinity(0))} cores here; before {args.before}, after {args.after or 'working tree'}")

@@ -235,7 +235,8 @@ class ReuseCache:
         self.clock = int(clock)
 
     def load_state_dict(self, state: dict) -> None:
-        """Hold exactly the entries of :meth:`state_dict`, in their order (call before the next plan).
+        """Hold exactly the entries of :meth:`state_dict`, in their order, at its clock (a :meth:`plan` after it
+        restarts the clock: a resume then seeks the saved one, :meth:`seek`).
 
         Raises:
             ValueError: the state is of a cache with another policy or capacity.
@@ -244,6 +245,7 @@ class ReuseCache:
             raise ValueError(f"ReuseCache: the saved cache is {state['policy']} with {state['capacity']} bytes, "
                              f"this one {self.policy} with {self.capacity}")
         self._entries = OrderedDict((k, _Entry(v, _nbytes(v), part)) for k, v, part in state["entries"])
+        self.clock = int(state.get("clock", 0))
         self.bytes = sum(e.nbytes for e in self._entries.values())
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 

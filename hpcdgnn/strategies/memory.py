@@ -384,21 +384,21 @@ class MemoryStrategy(Strategy[EventBatch]):
         epoch's end), so a signal to any rank stops the pass."""
         t0 = time.perf_counter()
         p, stats = self.plan, np.zeros(task.stats_width())
+        part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
+        m = self.ctx.job.task.eval_negatives
+        keys = [(split, q, 0, 0, part, parts, m) for split in ("val", "test") for q in range(p.batches(split))]
         if self.c != (p.memory - epoch % p.memory) % p.memory:
             if stop is not None:
-                for at in range(sum(p.batches(split) for split in ("val", "test"))):
+                for at in range(len(keys)):
                     if stop(at):
                         break
             self._eval_seconds = time.perf_counter() - t0
             return stats
-        part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
         backup = self.memory.state() if self.memory.leader else None
-        m = self.ctx.job.task.eval_negatives
         # memory_time: event: every mail applied once (the pending ones now, each new one when written)
         apply = self._applier(model) if model.event_time and self.eager else None
         # embed's recorder (hpcdgnn.train.inference) asks for every vertex's z at the end of each split
         record = getattr(task, "record_nodes", None)
-        keys = [(split, q, 0, 0, part, parts, m) for split in ("val", "test") for q in range(p.batches(split))]
         at = 0
         self._prefetch(keys[0] if keys else None)  # each batch's neighbours and plan while the one before runs
         with torch.no_grad():

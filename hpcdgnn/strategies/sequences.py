@@ -513,7 +513,6 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
                 if stop is not None and stop(r):
                     if trained is not None:  # the checkpoint of the trained epoch holds it: a resume evaluates again
                         self.cache.load_state_dict(trained)
-                        self.cache.seek(trained["clock"])
                     break
                 if r < len(mine):
                     seq, b = mine[r]

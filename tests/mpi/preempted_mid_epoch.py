@@ -58,6 +58,7 @@ if __name__ == "__main__":
     BatchStop.INTERVAL_S = 0.0
     options = sys.argv[4].split(",")
     evaluation = None  # the evaluation round the signal comes before
+    classes = {get_strategy(name) for name in available_strategies()}
     for option in options:
         if option == "hold":
             BatchStop.HOLD_AFTER_S = 0.0
@@ -68,11 +69,11 @@ if __name__ == "__main__":
         elif option == "eval" or option.startswith("eval="):
             evaluation = int(option.partition("=")[2] or 0)
         elif option in ("abandon", "abandon=training"):
-            for cls in {get_strategy(name) for name in available_strategies()}:
+            for cls in classes:
                 cls.resumes_between_batches = lambda self, epoch: False
                 if option == "abandon":
                     cls.resumes_evaluation = lambda self, epoch: False
-    for cls in {get_strategy(name) for name in available_strategies()}:
+    for cls in classes:
         if evaluation is not None:
             cls.evaluate = _signalling_evaluation(cls.evaluate, rank, epoch, evaluation)
         else:
