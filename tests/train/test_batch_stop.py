@@ -216,24 +216,27 @@ def test_the_agreements_follow_dearer_batches_after_cheap_ones(launcher, small_d
     assert "stopped during epoch 3" in out, out
 
 
-@pytest.mark.parametrize("layout", [(2, 1, 1), (1, 1, 2), (1, 2, 1)])
+@pytest.mark.parametrize("layout", [(2, 1, 1), (1, 1, 2), (1, 2, 1), (1, 3, 1)])
 def test_memory_strategy_stops_between_iterations(launcher, college, tmp_path, layout):  # noqa: F811
-    """TGN at P = 2, checkpointed every epoch, a signal in epoch 2's third iteration stops both ranks there and
-    the run checkpoints there — the groups' node memories mid-segment and, under j = 2 epoch parallelism, the
-    read trainer 1 holds for the iteration it trains next (read before iteration 3's writes: it cannot be read
-    again) — and the resume trains on from iteration 4, reproducing the straight run exactly."""
+    """TGN at P = i·j·k (2, or 3 for j = 3), checkpointed every epoch, a signal in epoch 2's third iteration
+    stops every rank there and the run checkpoints there — the groups' node memories mid-segment and, under
+    epoch parallelism, the b reads trainer b holds for the iterations it trains next (read before iteration 3's
+    writes: they cannot be read again) — and the resume trains on from iteration 4, reproducing the straight run
+    exactly."""
     i, j, k = layout
+    P = i * j * k
     job = memory_job(tmp_path, college, minibatch=i, epoch=j, memory=k)
     run = tmp_path / "run"
-    out = _preempted(launcher, 2, job, run, 0, 2, 2, "checkpoint.every=1")
+    out = _preempted(launcher, P, job, run, 0, 2, 2, "checkpoint.every=1")
     assert "kept in memory" not in out, out
     assert "stopped during epoch 2, after 3 of its batches (a resume trains on from its batch 4)" in out, out
     ckpt = latest_checkpoint(run / "checkpoints")
     assert ckpt.name == _within(run, 1, 3)
-    if j == 2:  # trainer 1 (rank 1) holds one read in flight, trainer 0 (rank 0) none
-        reads = [torch.load(ckpt / f"rank-{r:05d}.pt", weights_only=False)["strategy"].get("reads") for r in (0, 1)]
-        assert reads[0] is None and [q for q, *_ in reads[1]] == [2], reads
-    _resumed_equals_straight(launcher, 2, job, run, tmp_path / "straight", "checkpoint.every=1")
+    if j > 1:  # trainer b (rank b) holds the reads of batches 3 − b .. 2, trainer 0 none
+        reads = [torch.load(ckpt / f"rank-{r:05d}.pt", weights_only=False)["strategy"].get("reads") for r in range(P)]
+        assert reads[0] is None and [[q for q, *_ in reads[b]] for b in range(1, P)] == \
+            [list(range(3 - b, 3)) for b in range(1, P)], reads
+    _resumed_equals_straight(launcher, P, job, run, tmp_path / "straight", "checkpoint.every=1")
 
 
 def test_a_pre_trained_run_stopped_in_its_first_epoch_does_not_pre_train_again(launcher, college, tmp_path):  # noqa: F811
