@@ -384,16 +384,17 @@ class MemoryStrategy(Strategy[EventBatch]):
         epoch's end), so a signal to any rank stops the pass."""
         t0 = time.perf_counter()
         p, stats = self.plan, np.zeros(task.stats_width())
-        part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
-        m = self.ctx.job.task.eval_negatives
-        keys = [(split, q, 0, 0, part, parts, m) for split in ("val", "test") for q in range(p.batches(split))]
+        batches = [(split, q) for split in ("val", "test") for q in range(p.batches(split))]
         if self.c != (p.memory - epoch % p.memory) % p.memory:
             if stop is not None:
-                for at in range(len(keys)):
+                for at in range(len(batches)):
                     if stop(at):
                         break
             self._eval_seconds = time.perf_counter() - t0
             return stats
+        part, parts = self.a + p.minibatch * self.b, p.minibatch * p.epoch
+        m = self.ctx.job.task.eval_negatives
+        keys = [(split, q, 0, 0, part, parts, m) for split, q in batches]
         backup = self.memory.state() if self.memory.leader else None
         # memory_time: event: every mail applied once (the pending ones now, each new one when written)
         apply = self._applier(model) if model.event_time and self.eager else None
