@@ -51,6 +51,7 @@ class TrainedRun:
     _model: Any = field(default=None, repr=False)
     _task: Any = field(default=None, repr=False)
     loaded_from: Path | None = field(default=None, init=False, repr=False)
+    _known_sizes: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     @property
     def metrics(self) -> list[dict]:
@@ -145,7 +146,9 @@ class TrainedRun:
         """The dataset's scalar figures the model is built for (N, T, F, classes, …): the newest checkpoint's, so
         that the model loads without the dataset; a run without a checkpoint, or one older than them, reads them
         from the dataset."""
-        return self._sizes(self._saved(required=False)[1])
+        if self._known_sizes is None:  # read once: a checkpoint's state.pt holds the whole model
+            self._known_sizes = self._sizes(self._saved(required=False)[1])
+        return self._known_sizes
 
     def _sizes(self, state: dict[str, Any]) -> dict[str, Any]:
         """:attr:`sizes` of a checkpoint's shared ``state``."""
@@ -175,7 +178,8 @@ class TrainedRun:
 
     def _load(self) -> None:
         self.loaded_from, state = self._saved()
-        self._model, self._task = build_trained(self.job, SimpleNamespace(**self._sizes(state)), state["model"],
+        self._known_sizes = self._sizes(state)
+        self._model, self._task = build_trained(self.job, SimpleNamespace(**self._known_sizes), state["model"],
                                                 state["task"])
 
 

@@ -157,11 +157,11 @@ def _model_blob(run) -> dict:
     from hpcdgnn.config import job_to_dict
 
     job = run.job
-    manifest = run.sizes
+    model = run.model  # loads the checkpoint, its sizes with it
     resolved = job_to_dict(job)
     return {"format": MODEL_FORMAT, "config": {k: resolved[k] for k in ("model", "task")} |
             {"train": {"dtype": job.train.dtype, "seed": job.train.seed}},
-            "dataset": manifest, "model": run.model.state_dict(), "task": run.task.state_dict()}
+            "dataset": run.sizes, "model": model.state_dict(), "task": run.task.state_dict()}
 
 
 #: the ``--to pygt`` file's format tag

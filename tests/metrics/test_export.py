@@ -111,7 +111,7 @@ def _event_data(root):
 
 
 @pytest.mark.parametrize("case", ["link_prediction", "node_classification", "regression", "tgn"])
-def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset, case, capsys):
+def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset, case, capsys, monkeypatch):
     if case == "regression":
         run = _train(tmp_path, _regression_data(tmp_path / "reg"), model={"name": "tgcn"},
                      task={"name": "regression"})
@@ -122,7 +122,12 @@ def test_the_exported_model_builds_again_without_the_run(tmp_path, small_dataset
                      strategy={"name": "memory"})
     else:
         run = _train(tmp_path, small_dataset, model={"name": "evolvegcn_o"}, task={"name": case})
+    reads = []
+    load_shared = hpcdgnn.train.checkpoint.load_shared
+    monkeypatch.setattr(hpcdgnn.train.checkpoint, "load_shared", lambda d: reads.append(d) or load_shared(d))
     assert main(["export", str(run), "--model-only", str(tmp_path / "model.pt")]) == 0
+    assert len(reads) == 1  # state.pt (the whole model) read once: the model and its sizes from one load
+    monkeypatch.undo()
     trained = hpcdgnn.load_run(run)
     assert f"head from checkpoints/{trained.checkpoint.name} " in capsys.readouterr().out  # says which epoch
     (tmp_path / "moved").mkdir()
