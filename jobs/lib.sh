@@ -156,6 +156,11 @@ hpcdgnn_ensure_data() {  # DIR
     return 2
   fi
   [ -f "$dir/manifest.json" ] && return 0
+  if [ -e "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null || echo file)" ]; then  # never prepared over a user's files
+    _hpcdgnn_log "$dir exists and is not an hpcdgnn dataset (no manifest.json); point DATA or data.path at a dataset," \
+      "or move $dir away to have it prepared"
+    return 2
+  fi
   name=$(basename "$dir")
   mkdir -p "$(dirname "$dir")"
   # written under a private name and renamed into place: concurrent array tasks never see a half dataset
@@ -177,13 +182,16 @@ hpcdgnn_ensure_data() {  # DIR
       --snapshots "${BASH_REMATCH[2]}" --density "${BASH_REMATCH[3]}" --seed "${BASH_REMATCH[5]:-1}" ||
       { rm -rf "$tmp"; return 2; }
   else
-    _hpcdgnn_log "dataset $dir does not exist; write it with 'python -m hpcdgnn prepare|generate --output $dir'"
+    _hpcdgnn_log "dataset $dir does not exist (no manifest.json); write it with 'python -m hpcdgnn prepare|generate" \
+      "--output $dir'"
     return 2
   fi
   if ! "$HPCDGNN_PY" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$tmp" "$dir" 2>/dev/null; then
-    rm -rf "$tmp"  # another task got there first
+    rm -rf "$tmp"  # another task got there first, or something else now lies at $dir
   fi
-  [ -f "$dir/manifest.json" ]
+  [ -f "$dir/manifest.json" ] && return 0
+  _hpcdgnn_log "could not move the prepared dataset to $dir (something else was written there meanwhile)"
+  return 2
 }
 
 # new (absent or empty), completed (summary.json says so), diverged (summary.json says its training loss
@@ -194,33 +202,38 @@ hpcdgnn_ensure_data() {  # DIR
 hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attempt's checkpoints aside instead (below)
   # With STAMP (RUNDIR is then the attempt moved aside): when the job set a checkpoint.dir outside RUNDIR, its
   # epoch-NNNNNN[+batch-NNNNNNNNN][.old][.tmp] entries (a new run refuses a used checkpoint.dir) are moved into a new sibling
-  # <checkpoint.dir>.STAMP; the directory itself and anything else in it stay (its striping, a mount point,
-  # other runs' files). A failure is one log line: the new run then refuses the directory in one line too.
+  # <checkpoint.dir>.STAMP, and likewise an output.tensorboard outside RUNDIR's events.out.tfevents.* files (a
+  # new run refuses another run's curves); the directory itself and anything else in it stay (its striping, a
+  # mount point, other runs' files). A failure is one log line: the new run then refuses the directory in one line too.
   "$HPCDGNN_PY" - "$@" <<'EOF'
 import json, os, re, sys
 from pathlib import Path
 import yaml
 run = Path(sys.argv[1])
-ckpt = run / "checkpoints"
+ckpt, tb = run / "checkpoints", None
 try:
     saved = yaml.safe_load((run / "config.resolved.yaml").read_text()) or {}
     ckpt = Path((saved.get("checkpoint") or {}).get("dir") or ckpt)
+    tb = (saved.get("output") or {}).get("tensorboard") or None
 except (OSError, yaml.YAMLError):
     pass
 if len(sys.argv) > 2:
-    if not ckpt.is_dir() or ckpt.resolve().is_relative_to(run.resolve()):
-        sys.exit()
-    try:
-        dead = sorted(e for e in ckpt.iterdir() if re.fullmatch(r"epoch-\d+(\+batch-\d+)?(\.old)?(\.tmp)?", e.name))
-        if dead:
-            aside = ckpt.parent / f"{ckpt.name}.{sys.argv[2]}"
-            aside.mkdir()
-            for e in dead:
-                os.rename(e, aside / e.name)
-            print(f"hpcdgnn-job: moved the attempt's {len(dead)} checkpoint entries out of checkpoint.dir {ckpt} "
-                  f"into {aside}", file=sys.stderr)
-    except OSError as e:
-        print(f"hpcdgnn-job: could not set the attempt's checkpoints in its checkpoint.dir aside: {e}", file=sys.stderr)
+    for where, key, what, pattern in ((ckpt, "checkpoint.dir", "checkpoint entries",
+                                       r"epoch-\d+(\+batch-\d+)?(\.old)?(\.tmp)?"),
+                                      (tb and Path(tb), "output.tensorboard", "event files", r"events\.out\.tfevents\..*")):
+        if not where or not where.is_dir() or where.resolve().is_relative_to(run.resolve()):
+            continue
+        try:
+            dead = sorted(e for e in where.iterdir() if re.fullmatch(pattern, e.name))
+            if dead:
+                aside = where.parent / f"{where.name}.{sys.argv[2]}"
+                aside.mkdir()
+                for e in dead:
+                    os.rename(e, aside / e.name)
+                print(f"hpcdgnn-job: moved the attempt's {len(dead)} {what} out of {key} {where} into {aside}",
+                      file=sys.stderr)
+        except OSError as e:
+            print(f"hpcdgnn-job: could not set the attempt's {what} in its {key} aside: {e}", file=sys.stderr)
     sys.exit()
 if not run.is_dir() or not any(run.iterdir()):
     print("new"); sys.exit()

@@ -242,9 +242,10 @@ def validate_job(job: JobConfig, file: str) -> None:
     check_tensorboard(job, file)
 
 
-def check_tensorboard(job: JobConfig, file: str) -> None:
-    """``output.tensorboard``: the package there and the directory makeable (a resume checks it too, before it
-    rewrites the run's files)."""
+def check_tensorboard(job: JobConfig, file: str, own: str = "") -> None:
+    """``output.tensorboard``: the package there, the directory makeable and without another run's event files
+    (a resume checks it too, before it rewrites the run's files; ``own``: the directory the resumed run wrote,
+    whose curves it continues)."""
     if job.output.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(f"{file}: output.tensorboard: needs the tensorboard package (pip install tensorboard, or "
                           "hpcdgnn[tensorboard]); or leave the key out and export later (python -m hpcdgnn export)")
@@ -252,6 +253,12 @@ def check_tensorboard(job: JobConfig, file: str) -> None:
     if why:
         raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard}: {why}; give a directory for the "
                           "event files")
+    logdir = Path(job.output.tensorboard)
+    if job.output.tensorboard and logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")) and \
+            not (own and Path(own).resolve() == logdir.resolve()):
+        # TensorBoard would draw both runs' scalars at the same steps as one curve
+        raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard} holds event files already (another "
+                          "run's curves); give each run its own directory (a resumed run adds to its own)")
 
 
 def _older_resolved(raw: dict) -> dict:

@@ -376,7 +376,8 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     if get_strategy(job.strategy.name).picks_another:
         job = _resumed_pick(job, saved, run_dir, resume, overrides, job_path)
     check_resume_job(saved, job, resume, overrides, job_path)
-    check_tensorboard(job, f"--resume {resume}")  # before the resume rewrites config.resolved.yaml with it
+    # before the resume rewrites config.resolved.yaml with it; the run's own event files it continues
+    check_tensorboard(job, f"--resume {resume}", own=saved.output.tensorboard)
     if not (Path(job.data.path) / "manifest.json").is_file():
         raise ConfigError(f"--resume {resume}: data.path: {job.data.path}: no dataset there (if it moved, "
                           "resume with --set data.path=NEW; the run checks it is the same dataset)")

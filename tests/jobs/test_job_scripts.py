@@ -114,6 +114,26 @@ def test_ensure_data_prepares_collegemsg_as_snapshots_or_as_events(tmp_path):
     assert json.loads((dirs[0] / "manifest.json").read_text())["num_snapshots"] == 30
 
 
+def test_ensure_data_leaves_a_users_directory_that_is_no_dataset_alone(tmp_path):
+    """A DATA folder that holds something else (even under a name the scripts know how to prepare) is refused in
+    one line before any prepare, its files kept; an empty one is prepared into; an unknown name says what to run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
+    env["HPCDGNN_PYTHON"] = sys.executable
+    mine = tmp_path / "mine" / "collegemsg"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("the user's own\n")
+    unknown = tmp_path / "mydata"
+    script = 'source jobs/lib.sh; hpcdgnn_init; hpcdgnn_ensure_data "$1"'
+    for path, words in ((mine, "exists and is not an hpcdgnn dataset (no manifest.json)"),
+                        (unknown, "does not exist (no manifest.json); write it with")):
+        proc = subprocess.run(["bash", "-c", script, "-", str(path)], env=env, cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+        assert "preparing" not in proc.stderr
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "the user's own\n"
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["collegemsg"]  # no temporary left
+
+
 @pytest.mark.parametrize("script", RUN_SCRIPTS, ids=_ids(RUN_SCRIPTS))
 def test_one_line_to_edit_and_no_site_paths(script):
     """One ``JOB=${JOB:-...}`` line to edit; no module loads or site paths in code."""
@@ -390,6 +410,25 @@ def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, 
             assert not (ckpt / "epoch-000001+batch-000000004").exists(), (case, proc.stderr)
         shutil.rmtree(attempt)
         shutil.rmtree(rundir, ignore_errors=True)  # the new run's (the stand-in launcher made it)
+
+
+def test_a_stale_attempt_s_event_files_in_its_own_tensorboard_dir_go_aside(fake, tmp_path):
+    """An output.tensorboard outside RUNDIR: the dead attempt's event files there would make the new run refuse
+    the directory (another run's curves), so they move to a sibling; the directory and its other files stay."""
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
+    rundir.mkdir(parents=True)
+    tb = tmp_path / "tb"
+    tb.mkdir()
+    (tb / "events.out.tfevents.1.host.1.0").write_text("")
+    (tb / "notes.txt").write_text("the user's own\n")
+    (rundir / "config.resolved.yaml").write_text(f"output:\n  tensorboard: {tb}\n")
+    proc = fake.run("slurm-gpu.sh", **_slurm())
+    assert proc.returncode == 0 and f"--output {rundir}" in fake.log()[-1], proc.stderr
+    (attempt,) = rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*")
+    stamp = attempt.name.rpartition(".")[2]
+    assert sorted(p.name for p in tb.iterdir()) == ["notes.txt"], proc.stderr
+    assert (tmp_path / f"tb.{stamp}" / "events.out.tfevents.1.host.1.0").is_file(), proc.stderr
+    assert "moved the attempt's 1 event files out of output.tensorboard" in proc.stderr, proc.stderr
 
 
 def test_slurm_strong_array_index(fake, tmp_path):

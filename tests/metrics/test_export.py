@@ -91,6 +91,28 @@ def test_csv_and_tensorboard_hold_every_number_of_metrics_jsonl(tmp_path, small_
             assert got[tag] == want[tag], tag
 
 
+def test_live_tensorboard_never_mixes_two_runs_curves(tmp_path, small_dataset):
+    """``output.tensorboard`` holding another run's event files is refused in one line before the new run writes
+    anything (TensorBoard would draw both at the same steps as one curve), as ``export --tensorboard`` refuses it;
+    the run that wrote them resumes into it, adding its new epochs."""
+    pytest.importorskip("tensorboard")
+    live, other = tmp_path / "live-tb", tmp_path / "other-tb"
+    first = _train(tmp_path, small_dataset, name="first", output={"tensorboard": str(live)}, train={"epochs": 1})
+    _train(tmp_path, small_dataset, name="elsewhere", output={"tensorboard": str(other)}, train={"epochs": 1})
+    before = sorted(p.name for p in live.iterdir())
+    job = write_job(tmp_path / "second.yaml", small_dataset, output={"tensorboard": str(live)})
+    for args in (["run", str(job), "--output", str(tmp_path / "second")],
+                 ["run", "--resume", str(first), "--set", f"output.tensorboard={other}", "train.epochs=2"]):
+        proc = run_in_process(args, mpi_env(), tmp_path)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert "output.tensorboard:" in lines[0] and "holds event files already (another run's curves)" in lines[0]
+    assert not (tmp_path / "second").exists() and sorted(p.name for p in live.iterdir()) == before
+    resumed = run_in_process(["run", "--resume", str(first), "--set", "train.epochs=2"], mpi_env(), tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [step for step, _ in _tensorboard_scalars(live)["loss"]] == [1, 2]
+
+
 def _regression_data(root):
     rng = np.random.default_rng(3)
     T, N = 5, 9
