@@ -11,6 +11,7 @@ import gzip
 import json
 import math
 import shutil
+import warnings
 from pathlib import Path
 
 import h5py
@@ -478,6 +479,15 @@ def test_time_unit_rescales_the_timestamps(tmp_path):
             prepare_dataset(raw, "snap", tmp_path / "x", kind="events", time_unit=bad)
     with pytest.raises(DataError, match="--time-unit applies only to --kind events"):
         prepare_dataset(raw, "snap", tmp_path / "x", time_unit=60)
+    fractional = tmp_path / "f.txt"
+    fractional.write_text("1 2 0.5\n2 3 1.5e300\n")
+    for src, unit in ((raw, 1e-305), (fractional, 1e-10)):  # integer and float times overflowing: named, no warning
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(DataError, match=rf"{src.name}: --time-unit {unit:g} takes the times past float64's "
+                                                r"range \(the largest, .*, becomes inf\); give a coarser unit"):
+                prepare_dataset(src, "snap", tmp_path / "x", kind="events", time_unit=unit)
+    assert not (tmp_path / "x").exists()
 
 
 def test_more_shard_files_than_the_limit_need_allow_large(tmp_path, monkeypatch):

@@ -226,18 +226,26 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
     divided by an integral unit exactly (quotient, then remainder), so that no two distinct times merge.
 
     Raises:
-        DataError: naming ``where``: distinct integer times that float64 would merge (no unit, or one too fine).
+        DataError: naming ``where``: distinct integer times that float64 would merge (no unit, or one too fine);
+            a unit so fine that the times overflow float64.
     """
     unit = unit or 1.0
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, in one line
+        if t.dtype.kind not in "iu":
+            out = t.astype(np.float64) / unit
+        else:
+            exact = float(unit).is_integer() and unit <= np.iinfo(t.dtype).max  # divmod by it in the integers
+            whole = np.divmod(t, t.dtype.type(unit))[0] if exact else t  # the integer part float64 must hold
+            out = whole.astype(np.float64)
+            if exact:
+                out += (t - whole * t.dtype.type(unit)).astype(np.float64) / unit
+            else:
+                out /= unit
+    if unit != 1.0 and np.isfinite(t).all() and not np.isfinite(out).all():
+        raise DataError(f"{where}: --time-unit {unit:g} takes the times past float64's range (the largest, "
+                        f"{float(np.abs(t).max()):.4g}, becomes {float(np.abs(out).max()):g}); give a coarser unit")
     if t.dtype.kind not in "iu":
-        return t.astype(np.float64) / unit
-    exact = float(unit).is_integer() and unit <= np.iinfo(t.dtype).max  # divmod by it in the integers
-    whole = np.divmod(t, t.dtype.type(unit))[0] if exact else t  # the integer part float64 must hold
-    out = whole.astype(np.float64)
-    if exact:
-        out += (t - whole * t.dtype.type(unit)).astype(np.float64) / unit
-    else:
-        out /= unit
+        return out
     # sorted by time: distinct values are the non-zero steps
     merged = int(np.count_nonzero(np.diff(t))) - int(np.count_nonzero(np.diff(out)))
     if merged > 0:
