@@ -337,9 +337,14 @@ def blame_override(message: str, file: str, overrides: list[str]) -> str:
     key, sep, problem = rest.partition(":")
     if override_of(key, overrides):
         return f"--set {rest}"
+    # a rule over several keys of a section blames one; say when --set gave another the problem names
+    section = key.rpartition(".")[0]
+    given = [item.strip() for item in overrides
+             if section and item.partition("=")[0].strip().rpartition(".")[0] == section
+             and re.search(rf"\b{re.escape(item.partition('=')[0].strip().rpartition('.')[2])}\b", problem)]
     if sep and _unset_in(file, key):
-        return f"{head}{key} (not in the file: its default):{problem}"
-    return message
+        message = f"{head}{key} (not in the file: its default):{problem}"
+    return f"{message} (with --set {', '.join(given)})" if given else message
 
 
 def _unset_in(file: str, key: str) -> bool:

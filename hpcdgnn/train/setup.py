@@ -553,7 +553,12 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                 ckpt_dir = check_checkpoint_dir(job, job_path)
             except ConfigError as e:
                 raise ConfigError(blame_override(str(e), job_path, overrides)) from None
-            run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            try:
+                run_dir = choose_run_dir(output, job.output.dir, Path(job_path).stem)
+            except ConfigError as e:  # output.dir's fault: the file's, or --set's
+                why = str(e)
+                raise ConfigError(blame_override(f"{job_path}: {why}", job_path, overrides)
+                                  if why.startswith("output.dir:") else why) from None
             if not claim_run_dir(run_dir):  # another run took it since choose_run_dir
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")

@@ -120,3 +120,15 @@ def test_check_names_the_set_that_gave_a_key_as_a_run_does(tmp_path, small_datas
     code, _, err = _check(capsys, job, "--set", "strategy.name=hybrid", "strategy.adjuster.kind=dqn",
                           "strategy.adjuster.epsilon=0.2", "strategy.adjuster.epsilon_min=0.3")
     assert code == 2 and "--set strategy.adjuster.epsilon_min: 0.3 must be in [0, epsilon = 0.2]" in err, err
+
+
+def test_a_rule_over_two_keys_names_the_set_that_gave_the_other():
+    """TGN's width rule blames ``model.hidden`` from the file; the ``--set model.heads`` that broke it is said too
+    (a key of another section, or one the problem does not name, is not)."""
+    from hpcdgnn.config.load import blame_override
+
+    message = "job.yaml: model.hidden: 16 is not a multiple of heads: 3"
+    assert blame_override(message, "job.yaml", ["model.heads=3"]) == f"{message} (with --set model.heads=3)"
+    assert blame_override(message, "job.yaml", ["task.heads=3", "model.layers=2"]) == message
+    assert blame_override(message, "job.yaml", ["model.hidden=16", "model.heads=3"]) == \
+        "--set model.hidden: 16 is not a multiple of heads: 3"

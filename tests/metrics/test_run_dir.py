@@ -27,6 +27,20 @@ def test_run_directory_refusals_are_one_line(tmp_path):
     assert choose_run_dir(str(tmp_path / "new" / "run"), "unused", "job").is_dir()
 
 
+def test_an_output_dir_that_cannot_be_made_is_blamed_on_the_file_or_the_set(tmp_path, small_dataset):
+    """``output.dir`` under a file: one line naming the job file's key, or the ``--set`` that gave it."""
+    from tests.conftest import mpi_env, run_in_process, write_job
+
+    (tmp_path / "afile").write_text("x")
+    job = write_job(tmp_path / "job.yaml", small_dataset, output={"dir": str(tmp_path / "afile" / "runs")})
+    for args, head in ((["run", str(job)], f"{job}: output.dir: {tmp_path / 'afile' / 'runs'}: cannot create"),
+                       (["run", str(job), "--set", f"output.dir={tmp_path / 'afile'}"],
+                        f"--set output.dir: {tmp_path / 'afile'}: cannot create")):
+        proc = run_in_process(args, mpi_env(), tmp_path)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"hpcdgnn: error: {head}"), lines
+
+
 def test_an_output_directory_another_run_makes_meanwhile_is_not_ours(tmp_path, monkeypatch):
     """--output names a directory that another run creates between our exists() and mkdir(): no plain OS error;
     the directory is not recorded as ours (a refusal must not remove it), and claim_run_dir then decides."""
