@@ -45,6 +45,17 @@ class MemoryPlan:
         """Iterations of an epoch: the longest segment, plus j − 1 to drain epoch parallelism's pipeline."""
         return max(b - a for a, b in self.segments) + self.epoch - 1
 
+    def waiting(self) -> str | None:
+        """What ranks wait for when a batch has fewer events than the ranks splitting it (i for training, i·j for
+        evaluation), else None."""
+        i, j, B = self.minibatch, self.epoch, self.batch_events
+        if i * j <= B:
+            return None
+        where = "a training batch" if i > B else "an evaluation batch"
+        return (f"strategy.minibatch·epoch = {i}·{j} ranks split {where} of task.batch_events: {B} events, so some "
+                "hold none of it and wait (the trajectory is unchanged); raise task.batch_events or lower "
+                "strategy.minibatch")
+
     def segment_of(self, group: int, epoch: int) -> int:
         """The time segment group ``group`` trains on in ``epoch``: (group + epoch − 1) mod k."""
         return (group + epoch - 1) % self.memory

@@ -142,6 +142,15 @@ def batch_nodes(neighbors, src: np.ndarray, dst: np.ndarray, events: tuple[int, 
     return float(np.mean(roots_n)), float(np.mean(rows_n))
 
 
+def _slowest_share(plan, split: str, b0: int, b1: int, ways: int) -> int:
+    """Events of batches [b0, b1) of ``split`` that the busiest of ``ways`` ranks splitting each batch takes:
+    ⌈size / ways⌉ a batch (every batch is full but the split's last)."""
+    if b1 <= b0:
+        return 0
+    lo, hi = plan.batch_events_range(split, b1 - 1)
+    return (b1 - b0 - 1) * -(-plan.batch_events // ways) + -(-(hi - lo) // ways)
+
+
 def _evaluation(manifest) -> tuple[int, int]:
     """[a, b): the validation and test events."""
     return manifest.split["val"][0], manifest.split["test"][1]
@@ -242,12 +251,12 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         eval_root = 2 * per_root(0.0, own) + eval_roots * evaluated(e_neg, read)
     else:
         eval_root = 2 * evaluated(e_pos, own) + negs * evaluated(e_neg, read)
-    seg_events = max(plan.batch_events_range("train", b1 - 1)[1] - plan.batch_events_range("train", b0)[0]
-                     for b0, b1 in plan.segments)
     n_eval = ev_hi - ev_lo
     eval_batches = plan.batches("val") + plan.batches("test")
-    train_flops = seg_events / i * train_root
-    eval_flops = n_eval / (i * j) * eval_root + (2.0 * n * gru / (i * j) if eager else 0.0)  # + pending mails
+    # the slowest rank's events: ⌈events / ways⌉ of each batch (ranks beyond a batch's events wait)
+    train_flops = max(_slowest_share(plan, "train", b0, b1, i) for b0, b1 in plan.segments) * train_root
+    eval_share = sum(_slowest_share(plan, s, 0, plan.batches(s), i * j) for s in ("val", "test"))
+    eval_flops = eval_share * eval_root + (2.0 * n * gru / (i * j) if eager else 0.0)  # + pending mails
     iters = plan.iterations()
     compute = ((train_flops + eval_flops) / rates.dense(H)
                + (iters * _CALLS["train"] + eval_batches * _CALLS["eval"]) * rates.op_seconds)
@@ -298,6 +307,8 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         notes.append("activations: an evaluation slice's roots (task.eval_negatives) hold more than training's")
     if j > 1 or k > 1:
         notes.append("epoch and memory parallelism are approximate (DistTGL §3.2.2–3.2.3)")
+    if plan.waiting():
+        notes.append(plan.waiting())
     return Prediction(strategy="memory", options=asdict(job.strategy),
                       # the node's one copy of memory, stream and index is counted on its first rank: the most loaded
                       num_ranks=P, memory_bytes=memory, memory_by_rank=[memory] * P,

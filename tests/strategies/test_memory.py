@@ -120,6 +120,28 @@ def test_minibatch_parallelism_reproduces_one_rank(launcher, college, college_se
         assert sum(engine[1]) == engine[0][0] + (i - 1) * EVENTS * 2 * 8, (i, engine)
 
 
+def test_the_planner_counts_ranks_beyond_a_batch_as_waiting(college, tmp_path):
+    """Ranks splitting a batch of B events: the busiest takes ⌈B / i⌉ of them, so beyond i = B the predicted
+    compute stops falling (it fell as B / i, and the planner picked 64 ranks for a batch of 7 events)."""
+    from hpcdgnn.partition.events import MemoryPlan
+    from hpcdgnn.planner.events import _slowest_share
+
+    plan = MemoryPlan("memory", 1, 1, 1, 1, 7, {"train": [0, 30], "val": [30, 40], "test": [40, 44]}, [[0, 5]])
+    assert [_slowest_share(plan, "train", 0, 5, w) for w in (1, 2, 7, 64)] == [30, 4 * 4 + 1, 5, 5]
+    assert _slowest_share(plan, "test", 0, 1, 3) == 2 and _slowest_share(plan, "val", 1, 1, 3) == 0
+    job = _job(tmp_path, college)
+    manifest = load_event_manifest(college)
+    compute = {i: plan_job(load_job(job, ["task.batch_events=4", f"strategy.minibatch={i}"]), manifest, str(college),
+                           [i], MachineRates())[0].compute_s for i in (1, 2, 4, 8)}
+    assert compute[1] > compute[2] > compute[4] and compute[8] >= compute[4], compute
+    notes = plan_job(load_job(job, ["task.batch_events=4", "strategy.minibatch=8"]), load_event_manifest(college),
+                     str(college), [8], MachineRates())[0].notes
+    assert any("ranks split a training batch of task.batch_events: 4 events, so some hold none" in n for n in notes)
+    plan.minibatch, plan.epoch = 4, 2  # what rank 0 warns at the start of such a run
+    assert "4·2 ranks split an evaluation batch" in plan.waiting() and MemoryPlan(
+        "memory", 1, 1, 1, 1, 1, plan.split, plan.segments).waiting() is None
+
+
 def test_time_encoding_reads_the_same_in_any_unit(launcher, college, college_seconds, tmp_path):
     """``model.time_scale: auto`` counts Δt in the stream's median gap between events (the manifest's time_gap),
     so the same stream in seconds and in days trains to the same losses; with ``time_scale: 1`` it does not."""
