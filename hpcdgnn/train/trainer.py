@@ -535,6 +535,9 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             path = _checkpoint(run, checkpoints, epoch)
             written = epoch
             log.info(policy.written(path, time.perf_counter() - t0, describe=comm.rank == 0))
+        if preempted and epoch == job.train.epochs:  # nothing left to resume: the run is complete
+            log.info(f"a stop signal ({_signal_name(stop)}) came during the last epoch, which ended first")
+            preempted = False
         if preempted:
             log.info(f"pre-empted ({_signal_name(stop)}): stopped after epoch {epoch}; "
                      f"resume with --resume {run.run_dir}")

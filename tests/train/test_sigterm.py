@@ -98,6 +98,29 @@ def test_a_signal_during_the_set_up_stops_before_the_first_epoch(launcher, tmp_p
     assert summary["status"] == "preempted" and summary["epochs"] == 0
 
 
+@pytest.mark.mpi  # a training run (P = 1)
+def test_a_signal_during_the_last_epoch_completes_the_run(tmp_path, small_dataset):
+    """The last epoch (one batch: it runs to its end) ends after the signal: the run is complete — exit 0, status
+    completed, the final checkpoint — not pre-empted with nothing left to resume (a resume was refused, exit 2, and
+    a job script's requeue then failed)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2},
+                    debug={"delay_rank": 0, "delay_seconds": 0.5})  # epoch 2 lasts seconds: the signal lands in it
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    try:
+        _until_epochs(run, proc, 1)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (proc.returncode, out, err)
+    assert "a stop signal (SIGUSR1) came during the last epoch, which ended first" in out, out
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2] and "pre-empted" not in out
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert latest_checkpoint(run / "checkpoints").name == "epoch-000002"
+
+
 def _until_epochs(run, proc, n: int) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
