@@ -21,6 +21,7 @@ import dataclasses
 import errno
 import hashlib
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -127,6 +128,9 @@ def shard_file_problem(path: Path, info: Any, checksums: bool) -> str | None:
     return None
 
 
+#: The names of the shard files a dataset's ``shards/`` holds (snapshots', events')
+_SHARD_FILE = re.compile(r"(shard|events)-\d{5,}\.h5")
+
 #: An event dataset's fixed evaluation negatives (TGB's), beside its shards.
 EVAL_NEGATIVES_FILE = "eval_negatives.h5"
 
@@ -139,8 +143,12 @@ def _force_refusal(root: Path) -> str | None:
     if not root.is_dir():
         return "is a file, not a dataset directory; --force replaces only a dataset directory"
     names = {p.name for p in root.iterdir()}
-    if "manifest.json" not in names or not names <= DATASET_ENTRIES:
-        other = sorted(names - DATASET_ENTRIES) or ["no manifest.json"]
+    other = sorted(names - DATASET_ENTRIES) or ([] if "manifest.json" in names else ["no manifest.json"])
+    shards = root / "shards"
+    if not other and shards.exists():  # a run directory or notes put under shards/ would go with it
+        other = [f"shards/{p.name}" for p in sorted(shards.iterdir()) if not p.is_file() or p.is_symlink()
+                 or not _SHARD_FILE.fullmatch(p.name)] if shards.is_dir() else ["shards (a file)"]
+    if other:
         return (f"is not a dataset directory ({', '.join(other[:3])}{' …' if len(other) > 3 else ''}); "
                 "--force replaces only an earlier dataset: remove it yourself or choose another --output")
     return None

@@ -245,6 +245,16 @@ def test_output_guard_and_option_errors(tmp_path, capsys):
     prepare_dataset(raw, "snap", tmp_path / "ds", snapshots=2)
     prepare_dataset(raw, "snap", tmp_path / "ds", kind="events", force=True)  # an earlier dataset: replaced
     assert dataset_kind(tmp_path / "ds") == "events"
+    prepare_dataset(raw, "snap", tmp_path / "ds", snapshots=2, force=True)  # and back: events' shards replaced
+    # what a user put under shards/ (notes, a run's --output) is no dataset's: refused, kept
+    for entry, mine in (("NOTES.txt", tmp_path / "ds" / "shards" / "NOTES.txt"),
+                        ("run", tmp_path / "ds" / "shards" / "run" / "metrics.jsonl")):
+        mine.parent.mkdir(exist_ok=True)
+        mine.write_text("user data")
+        with pytest.raises(DataError, match=rf"output is not a dataset directory \(shards/{entry}\)"):
+            prepare_dataset(raw, "snap", tmp_path / "ds", kind="events", force=True)
+        assert mine.read_text() == "user data" and dataset_kind(tmp_path / "ds") == "snapshots"
+        mine.unlink()
     base = ["prepare", str(raw), "--format", "snap", "--output", str(tmp_path / "x")]
     for extra, flag in (
         (["--snapshots", "4"], "--snapshots"),
