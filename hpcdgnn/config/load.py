@@ -335,10 +335,12 @@ def blame_override(message: str, file: str, overrides: list[str]) -> str:
         return message
     rest = message[len(head):]
     key, sep, problem = rest.partition(":")
-    if override_of(key, overrides):
+    # "section.a, b": a rule over keys of one section names them all
+    first, *others = (k.strip() for k in key.split(","))
+    section = first.rpartition(".")[0]
+    if any(override_of(k, overrides) for k in [first, *(f"{section}.{k}" for k in others if "." not in k)]):
         return f"--set {rest}"
     # a rule over several keys of a section blames one; say when --set gave another the problem names
-    section = key.rpartition(".")[0]
     given = [item.strip() for item in overrides
              if section and item.partition("=")[0].strip().rpartition(".")[0] == section
              and re.search(rf"\b{re.escape(item.partition('=')[0].strip().rpartition('.')[2])}\b", problem)]

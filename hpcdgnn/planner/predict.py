@@ -224,10 +224,11 @@ def auto_inputs(job, where: str) -> tuple[list[str] | None, dict, float | None]:
     from hpcdgnn.planner.command import parse_size
 
     opts, known = job.strategy, candidates(job)
-    for name in [*opts.candidates, *opts.options]:
-        if name not in known:
-            raise ConfigError(f"{where}: strategy: {name} is not a strategy of this job; choose from "
-                              f"{', '.join(known)}")
+    for key, names in (("candidates", opts.candidates), ("options", opts.options)):
+        for name in names:
+            if name not in known:
+                raise ConfigError(f"{where}: strategy.{key}: {name} is not a strategy of this job; choose from "
+                                  f"{', '.join(known)}")
     given = {name: build_options("strategy", name, raw, f"strategy.options.{name}", where)
              for name, raw in opts.options.items()}
     budget = parse_size(opts.memory_per_rank, f"{where}: strategy.memory_per_rank") if opts.memory_per_rank else None

@@ -107,6 +107,8 @@ def test_check_names_the_set_that_gave_a_key_as_a_run_does(tmp_path, small_datas
     for args, message in [
         (["--ranks", "3", "--set", "strategy.name=grid", "strategy.snapshot_ranks=2"],
          "hpcdgnn: error: --set strategy.snapshot_ranks: 2 does not divide P = 3; choose one of 1, 3"),
+        (["--set", "strategy.name=grid", "strategy.vertex_ranks=-1"],  # a rule naming two keys of a section
+         "hpcdgnn: error: --set strategy.snapshot_ranks, vertex_ranks: must be >= 0"),
         (["--set", "strategy.name=hybrid", "strategy.adjuster.kind=dqn", "strategy.adjuster.epsilon=1.5"],
          "hpcdgnn: error: --set strategy.adjuster.epsilon: 1.5 must be in [0, 1]"),
         (["--set", "task.name=link_prediction", "strategy.name=sequences", "strategy.window=99"],

@@ -187,7 +187,9 @@ def test_auto_with_a_pooling_model_does_not_hang(launcher, small_dataset, tmp_pa
 def test_auto_refuses_unknown_strategies_and_options(launcher, small_dataset, tmp_path):
     for strategy, says in [({"name": "auto", "options": {"vertex": {"partitoin": "hash"}}},
                             "strategy.options.vertex.partitoin: unknown option of strategy 'vertex'"),
-                           ({"name": "auto", "candidates": ["spiral"]}, "strategy: spiral is not a strategy")]:
+                           ({"name": "auto", "candidates": ["spiral"]},
+                            "strategy.candidates: spiral is not a strategy"),
+                           ({"name": "auto", "options": {"spiral": {}}}, "strategy.options: spiral is not a strategy")]:
         job = write_job(tmp_path / "job.yaml", small_dataset, strategy=strategy)
         proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "out")])
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
