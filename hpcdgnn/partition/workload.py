@@ -279,7 +279,8 @@ class MLPWorkload:
                        None if d["time"] is None else EncoderMLP.from_dict(d["time"]), d["meta"])
         except Exception as e:  # any unpickling/shape problem means: not our file, re-profile
             # torch's message for a foreign file can be a bare pickle opcode: name the exception too
-            why = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+            text = ' '.join(str(e).split())
+            why = f"{type(e).__name__}: {text if len(text) <= 120 else text[:119] + '…'}"
             raise PlanError(f"workload predictor '{path}' cannot be read: not a predictor file written by "
                             f"python -m hpcdgnn profile ({why}); re-create it with python -m hpcdgnn profile") from None
 

@@ -292,11 +292,11 @@ def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
         why = "corrupt or truncated"
     older = [d for d in _complete(Path(ckpt).parent) if d.name < Path(ckpt).name]
     if older:
-        fix = (f"move {ckpt} aside and resume again: the next older complete checkpoint, {max(older).name}, is "
-               "used (checkpoint.keep sets how many are kept)")
+        fix = (f"move {ckpt} aside and run the command again (a resume, embed, predict, export): the next older "
+               f"complete checkpoint, {max(older).name}, is used (checkpoint.keep sets how many are kept)")
     else:
-        fix = ("no older complete checkpoint is left (checkpoint.keep sets how many are kept): start the run again "
-               "with another --output")
+        fix = ("no older complete checkpoint is left (checkpoint.keep sets how many are kept): train the job again "
+               "in a new run (another --output)")
     return DataError(f"{file}: checkpoint file {why}; {fix}")
 
 

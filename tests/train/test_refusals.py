@@ -91,8 +91,14 @@ def test_a_corrupt_checkpoint_names_its_file_and_the_older_one(tmp_path, small_d
         proc = run_in_process(["run", "--resume", str(tmp_path / "run"), "--set", "train.epochs=4"], mpi_env(),
                               tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert f"{newest / name}: checkpoint file corrupt or truncated; move {newest} aside and resume again: " \
-               "the next older complete checkpoint, epoch-000002, is used" in proc.stderr, proc.stderr
+        assert f"{newest / name}: checkpoint file corrupt or truncated; move {newest} aside and run the command " \
+               "again (a resume, embed, predict, export): the next older complete checkpoint, epoch-000002, is used" \
+               in proc.stderr, proc.stderr
+        if name == "state.pt":  # embed reads the same file: the same advice
+            proc = run_in_process(["embed", str(tmp_path / "run"), "--output", str(tmp_path / "z.npz")], mpi_env(),
+                                  tmp_path)
+            assert proc.returncode == 2 and f"move {newest} aside and run the command again" in proc.stderr, \
+                proc.stderr
         (newest / name).write_bytes(intact)
 
 
