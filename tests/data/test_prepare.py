@@ -434,6 +434,9 @@ def test_pygt_errors(tmp_path):
         ("tw.json", {"time_periods": 1, "node_ids": {"a": 0, "b": 1},
                      "0": {"edges": [[0, 1]], "weights": [1.0, 2.0], "X": [[0, 0], [0, 0]], "y": [0, 0]}},
          r"key '0\.weights': 2 weights for 1 edges"),
+        # England COVID's day count against its own time_periods (PyG Temporal's loader reads the latter)
+        ("en.json", {"time_periods": 3, "y": [[1.0, 2.0]] * 2, "edge_mapping": {"edge_index": {}, "edge_weight": {}}},
+         r"key 'time_periods' is 3, but 'y' holds 2 days"),
     ]:
         with pytest.raises(DataError, match=rf"{name}: " + says):
             prepare_dataset(_write(tmp_path, name, json.dumps(doc)), "pygt-json", tmp_path / "o")

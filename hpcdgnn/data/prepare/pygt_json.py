@@ -213,6 +213,10 @@ def _signal_layout(path: Path, data: dict[str, Any], layout: str, lags: int
     else:  # england_covid
         y = _array(path, "y", data["y"], np.float64, 2)
         _check_float32(path, "y", y)
+        periods = data.get("time_periods", y.shape[0])
+        if periods != y.shape[0]:  # PyG Temporal's loader counts time_periods: the file contradicts itself
+            raise DataError(f"{path}: key 'time_periods' is {shorten(json.dumps(periods))}, but 'y' holds "
+                            f"{y.shape[0]} days")
         signal = _zscore(y)
         n = signal.shape[1]
         index = _get(path, data, "edge_mapping", "edge_index")
