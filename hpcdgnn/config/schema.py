@@ -468,9 +468,6 @@ class HybridOptions(StrategyConfig):
             bad = [f for f in values if not 0 < f <= 1]
             if bad:
                 raise ValueError(f"{key}: {bad[0]!r} is not a fraction in (0, 1]")
-            twice = [f for i, f in enumerate(values) if f in values[:i]]
-            if twice:  # each pair of fractions is one action of the adjuster: a repeat would be two
-                raise ValueError(f"{key}: {twice[0]!r} is listed twice; list each fraction once")
         if self.groups < 1:
             raise ValueError("groups: must be >= 1")
         if self.steps_per_epoch < 0:

@@ -135,7 +135,6 @@ def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, 
 @pytest.mark.parametrize(("override", "error"), [
     ("strategy.vertex_fractions=[1.5]", "vertex_fractions: 1.5 is not a fraction in (0, 1]"),
     ("strategy.snapshot_fractions=[]", "snapshot_fractions: must list at least one fraction"),
-    ("strategy.vertex_fractions=[0.1,0.2,0.1]", "vertex_fractions: 0.1 is listed twice; list each fraction once"),
     ("strategy.adjuster.start=[0.5,0.5]", "adjuster.start: [0.5, 0.5] is not an action"),
     ("strategy.adjuster.gamma=1.0", "gamma: must be in [0, 1)"),
     ("strategy.adjuster.epsilon_decay=0", "epsilon_decay: must be in (0, 1]"),
