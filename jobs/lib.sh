@@ -157,8 +157,9 @@ hpcdgnn_ensure_data() {  # DIR
   fi
   [ -f "$dir/manifest.json" ] && return 0
   if [ -e "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null || echo file)" ]; then  # never prepared over a user's files
-    _hpcdgnn_log "$dir exists and is not an hpcdgnn dataset (no manifest.json); point DATA or data.path at a dataset," \
-      "or move $dir away to have it prepared"
+    [ -f "$dir/manifest.json" ] && return 0  # another array task renamed its dataset into place meanwhile
+    _hpcdgnn_log "$dir exists and is not an hpcdgnn dataset (no manifest.json); point DATA or data.path at a" \
+      "dataset, or move $dir away to have it prepared"
     return 2
   fi
   name=$(basename "$dir")
@@ -168,7 +169,7 @@ hpcdgnn_ensure_data() {  # DIR
   rm -rf "$tmp"
   if [ "$name" = collegemsg ] || [ "$name" = collegemsg-events ]; then
     if ! src=$(_hpcdgnn_find_input CollegeMsg.txt.gz); then
-      _hpcdgnn_log "$dir is absent and CollegeMsg.txt.gz is in neither inputs/ nor ../shared/data/"
+      _hpcdgnn_log "$dir is no dataset yet and CollegeMsg.txt.gz is in neither inputs/ nor ../shared/data/"
       return 2
     fi
     _hpcdgnn_log "preparing $dir from $src"
@@ -218,9 +219,9 @@ try:
 except (OSError, yaml.YAMLError):
     pass
 if len(sys.argv) > 2:
-    for where, key, what, pattern in ((ckpt, "checkpoint.dir", "checkpoint entries",
-                                       r"epoch-\d+(\+batch-\d+)?(\.old)?(\.tmp)?"),
-                                      (tb and Path(tb), "output.tensorboard", "event files", r"events\.out\.tfevents\..*")):
+    for where, key, what, pattern in (
+            (ckpt, "checkpoint.dir", "checkpoint entries", r"epoch-\d+(\+batch-\d+)?(\.old)?(\.tmp)?"),
+            (tb and Path(tb), "output.tensorboard", "event files", r"events\.out\.tfevents\..*")):
         if not where or not where.is_dir() or where.resolve().is_relative_to(run.resolve()):
             continue
         try:

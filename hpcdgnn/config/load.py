@@ -254,11 +254,15 @@ def check_tensorboard(job: JobConfig, file: str, own: str = "") -> None:
         raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard}: {why}; give a directory for the "
                           "event files")
     logdir = Path(job.output.tensorboard)
-    if job.output.tensorboard and logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")) and \
-            not (own and Path(own).resolve() == logdir.resolve()):
-        # TensorBoard would draw both runs' scalars at the same steps as one curve
-        raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard} holds event files already (another "
-                          "run's curves); give each run its own directory (a resumed run adds to its own)")
+    if not job.output.tensorboard or not logdir.is_dir() or own and Path(own).resolve() == logdir.resolve():
+        return
+    from hpcdgnn.metrics.export import files_with_curves
+
+    held = files_with_curves(logdir)
+    if held:  # TensorBoard would draw both runs' scalars at the same steps as one curve
+        raise ConfigError(f"{file}: output.tensorboard: {job.output.tensorboard} holds another run's curves "
+                          f"({held[0].name}{' …' if len(held) > 1 else ''}); give each run its own directory, or move "
+                          "those event files away (a resumed run adds to its own)")
 
 
 def _older_resolved(raw: dict) -> dict:
@@ -328,8 +332,10 @@ def override_of(key: str, overrides: list[str]) -> str | None:
 
 
 def blame_override(message: str, file: str, overrides: list[str]) -> str:
-    """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key, and ``FILE: key (not in
-    the file: its default): problem`` when neither did (a check over several keys may fault one nobody set)."""
+    """``FILE: key: problem`` becomes ``--set key: problem`` when ``--set`` gave the key (or, for ``FILE:
+    section.a, b: problem``, any of them), and ``FILE: key (not in the file: its default): problem`` when neither
+    did (a check over several keys may fault one nobody set); either way ``(with --set section.other=V)`` follows
+    when a ``--set`` of the same section gave a key the problem names."""
     head = f"{file}: "
     if not message.startswith(head):
         return message

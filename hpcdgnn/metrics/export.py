@@ -94,7 +94,7 @@ def write_tensorboard(records: list[dict], logdir: str | Path) -> int:
     """Every record's numbers as TensorBoard scalars at step = its epoch; returns how many were written.
 
     Raises:
-        ConfigError: the tensorboard package is missing, or ``logdir`` holds event files already.
+        ConfigError: the tensorboard package is missing, or ``logdir`` holds another run's curves.
     """
     _check_logdir(logdir)
     log = TensorBoardLog(logdir)
@@ -103,16 +103,33 @@ def write_tensorboard(records: list[dict], logdir: str | Path) -> int:
     return n
 
 
+def files_with_curves(logdir: str | Path) -> list[Path]:
+    """The event files directly in ``logdir`` that hold a summary (a scalar): another run's curves. A writer
+    opened by a run that stopped before its first epoch wrote only the file's header, which draws nothing; a file
+    the reader cannot read counts as holding curves (nothing is assumed empty that might not be)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    held = []
+    for path in sorted(Path(logdir).glob("events.out.tfevents.*")):
+        try:
+            if any(event.WhichOneof("what") == "summary" for event in EventFileLoader(str(path)).Load()):
+                held.append(path)
+        except Exception:  # noqa: BLE001 (any reader failure: keep the file's curves safe)
+            held.append(path)
+    return held
+
+
 def _check_logdir(logdir: str | Path) -> None:
-    """Refuse ``--tensorboard DIR`` before anything is written: a file there, event files there, no package."""
+    """Refuse ``--tensorboard DIR`` before anything is written: a file there, curves there, no package."""
     logdir = Path(logdir)
     if logdir.is_file():
         raise ConfigError(f"TensorBoard output {logdir}: is a file, not a directory; give a directory for the event "
                           "files")
-    if logdir.is_dir() and any(logdir.glob("events.out.tfevents.*")):
-        raise ConfigError(f"--tensorboard {logdir}: holds event files already; an export never adds to another "
-                          "run's curves (give a new directory)")
     _summary_writer_class(logdir)
+    held = files_with_curves(logdir) if logdir.is_dir() else []
+    if held:
+        raise ConfigError(f"--tensorboard {logdir}: holds another run's curves ({held[0].name}"
+                          f"{' …' if len(held) > 1 else ''}); an export never adds to them (give a new directory)")
 
 
 class TensorBoardLog:

@@ -51,10 +51,13 @@ class MemoryPlan:
         i, j, B = self.minibatch, self.epoch, self.batch_events
         if i * j <= B:
             return None
-        where = "a training batch" if i > B else "an evaluation batch"
-        return (f"strategy.minibatch·epoch = {i}·{j} ranks split {where} of task.batch_events: {B} events, so some "
-                "hold none of it and wait (the trajectory is unchanged); raise task.batch_events or lower "
-                "strategy.minibatch")
+        if i > B:
+            return (f"strategy.minibatch = {i} ranks split a training batch of task.batch_events: {B} events, so some "
+                    "hold none of it and wait (the trajectory is unchanged); raise task.batch_events or lower "
+                    "strategy.minibatch")
+        return (f"strategy.minibatch·epoch = {i}·{j} ranks split an evaluation batch of task.batch_events: {B} events, "
+                "so some hold none of it and wait; raise task.batch_events or lower strategy.minibatch or "
+                "strategy.epoch")
 
     def segment_of(self, group: int, epoch: int) -> int:
         """The time segment group ``group`` trains on in ``epoch``: (group + epoch − 1) mod k."""

@@ -270,19 +270,6 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     return root
 
 
-def _outside_dataset(job: JobConfig, output: str | None, where: str, overrides: list[str]) -> None:
-    """Refuse a new run's directories inside its dataset's (``prepare --force`` replaces a dataset directory whole,
-    and ``validate`` would count them as the dataset's)."""
-    data = Path(job.data.path).resolve()
-    for key, path in (("--output", output), ("output.dir", None if output is not None else job.output.dir),
-                      ("checkpoint.dir", job.checkpoint.dir), ("output.tensorboard", job.output.tensorboard)):
-        if path and Path(path).resolve().is_relative_to(data):
-            why = (f"{path} lies in the dataset directory {job.data.path}; a run writes outside it (prepare --force "
-                   "replaces that directory whole)")
-            raise ConfigError(f"--output {why}" if key == "--output" else
-                              blame_override(f"{where}: {key}: {why}", where, overrides))
-
-
 def make_checkpoint_dir(root: Path | None, where: str | None) -> None:
     """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory)."""
     if root is None:
@@ -562,7 +549,6 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                                   f"{job.strategy.name} cannot plan it for {comm.size} ({e}); resume it on {made_on} "
                                   "ranks") from None
         if run_dir is None:  # created only once the inputs are known good: no empty run directories
-            _outside_dataset(job, output, job_path, overrides)
             try:
                 ckpt_dir = check_checkpoint_dir(job, job_path)
             except ConfigError as e:

@@ -92,11 +92,15 @@ def test_csv_and_tensorboard_hold_every_number_of_metrics_jsonl(tmp_path, small_
 
 
 def test_live_tensorboard_never_mixes_two_runs_curves(tmp_path, small_dataset):
-    """``output.tensorboard`` holding another run's event files is refused in one line before the new run writes
+    """``output.tensorboard`` holding another run's curves is refused in one line before the new run writes
     anything (TensorBoard would draw both at the same steps as one curve), as ``export --tensorboard`` refuses it;
-    the run that wrote them resumes into it, adding its new epochs."""
+    the run that wrote them resumes into it, adding its new epochs. An event file without a scalar (a run that
+    stopped before its first epoch opened its writer) holds no curve: no refusal, by either."""
     pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
     live, other = tmp_path / "live-tb", tmp_path / "other-tb"
+    SummaryWriter(str(live)).close()  # a crashed attempt's header-only file
     first = _train(tmp_path, small_dataset, name="first", output={"tensorboard": str(live)}, train={"epochs": 1})
     _train(tmp_path, small_dataset, name="elsewhere", output={"tensorboard": str(other)}, train={"epochs": 1})
     before = sorted(p.name for p in live.iterdir())
@@ -106,8 +110,12 @@ def test_live_tensorboard_never_mixes_two_runs_curves(tmp_path, small_dataset):
         proc = run_in_process(args, mpi_env(), tmp_path)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-        assert "output.tensorboard:" in lines[0] and "holds event files already (another run's curves)" in lines[0]
+        assert "output.tensorboard:" in lines[0] and "holds another run's curves (events.out.tfevents." in lines[0]
     assert not (tmp_path / "second").exists() and sorted(p.name for p in live.iterdir()) == before
+    assert main(["export", str(first), "--tensorboard", str(live)]) == 2
+    empty = tmp_path / "empty-tb"
+    SummaryWriter(str(empty)).close()
+    assert main(["export", str(first), "--tensorboard", str(empty)]) == 0 and "loss" in _tensorboard_scalars(empty)
     resumed = run_in_process(["run", "--resume", str(first), "--set", "train.epochs=2"], mpi_env(), tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert [step for step, _ in _tensorboard_scalars(live)["loss"]] == [1, 2]

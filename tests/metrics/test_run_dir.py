@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from hpcdgnn.errors import ConfigError
@@ -41,27 +39,6 @@ def test_an_output_dir_that_cannot_be_made_is_blamed_on_the_file_or_the_set(tmp_
         proc = run_in_process(args, mpi_env(), tmp_path)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"hpcdgnn: error: {head}"), lines
-
-
-def test_a_run_never_writes_into_its_dataset_directory(tmp_path, small_dataset):
-    """A run directory, checkpoint.dir or TensorBoard directory inside the dataset's is refused in one line
-    naming where it came from, and nothing is written there (``prepare --force`` would remove it with the
-    dataset; the user's trial put one under ``shards/``)."""
-    from tests.conftest import mpi_env, run_in_process, write_job
-
-    data = tmp_path / "data"
-    shutil.copytree(small_dataset, data)
-    before = sorted(p.relative_to(data) for p in data.rglob("*"))
-    job = write_job(tmp_path / "job.yaml", data)
-    for args, head in (
-            (["--output", str(data / "shards" / "run")], f"--output {data / 'shards' / 'run'} lies in the dataset"),
-            (["--set", f"output.dir={data}"], f"--set output.dir: {data} lies in the dataset directory"),
-            (["--output", str(tmp_path / "run"), "--set", f"checkpoint.dir={data / 'ckpt'}"],
-             f"--set checkpoint.dir: {data / 'ckpt'} lies in the dataset directory")):
-        proc = run_in_process(["run", str(job), *args], mpi_env(), tmp_path)
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"hpcdgnn: error: {head}"), lines
-    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before and not (tmp_path / "run").exists()
 
 
 def test_an_output_directory_another_run_makes_meanwhile_is_not_ours(tmp_path, monkeypatch):

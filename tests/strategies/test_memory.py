@@ -136,7 +136,8 @@ def test_the_planner_counts_ranks_beyond_a_batch_as_waiting(college, tmp_path):
     assert compute[1] > compute[2] > compute[4] and compute[8] >= compute[4], compute
     notes = plan_job(load_job(job, ["task.batch_events=4", "strategy.minibatch=8"]), load_event_manifest(college),
                      str(college), [8], MachineRates())[0].notes
-    assert any("ranks split a training batch of task.batch_events: 4 events, so some hold none" in n for n in notes)
+    assert any("minibatch = 8 ranks split a training batch of task.batch_events: 4 events, so some hold" in n
+               for n in notes)
     plan.minibatch, plan.epoch = 4, 2  # what rank 0 warns at the start of such a run
     assert "4·2 ranks split an evaluation batch" in plan.waiting() and MemoryPlan(
         "memory", 1, 1, 1, 1, 1, plan.split, plan.segments).waiting() is None
