@@ -305,13 +305,14 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   fi
   while :; do
     if wait "$_hpcdgnn_child"; then rc=0; else rc=$?; fi
-    # After a trapped signal, wait returns > 128 at once while the launcher runs on: wait again. That next
-    # wait gives the launcher's own status, or 127 if the status just seen was already the launcher's.
+    # After a trapped signal, wait returns > 128 at once while the launcher runs on: wait again while it is
+    # there (a zombie too: the next wait reaps it). Its own status may be > 128 as well (ranks killed by the
+    # OOM killer during the checkpoint): once it is gone, that is the status; 127 if bash reaped it already.
     if [ "$rc" = 127 ] && [ -n "$prev" ]; then
       rc=$prev
       break
     fi
-    if [ "$rc" -gt 128 ] && hpcdgnn_signalled; then
+    if [ "$rc" -gt 128 ] && hpcdgnn_signalled && kill -0 "$_hpcdgnn_child" 2>/dev/null; then
       prev=$rc
       continue
     fi

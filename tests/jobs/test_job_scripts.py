@@ -233,6 +233,12 @@ case ${FAKE_MODE:-done} in
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
+  killed)
+    # the launcher dies of the signal's aftermath (ranks OOM-killed while checkpointing): status 137
+    trap 'exit 137' USR1
+    touch "$FAKE_STARTED"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
   preempt_setup)
     # pre-empted during the set-up: exit 75 before the first checkpoint (trainer.py)
     trap 'echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit 75' USR1
@@ -351,6 +357,17 @@ def test_a_job_pre_empted_before_its_first_checkpoint_says_the_next_attempt_star
     assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
     assert "checkpoint in" not in out.replace("no checkpoint yet in", ""), out
     assert fake.log()[1] == "scontrol requeue 4242", fake.log()
+
+
+def test_a_launcher_that_dies_after_the_signal_ends_the_script_with_its_status(fake, tmp_path):
+    """The launcher exits 137 after the pre-emption signal: the script logs and exits 137 (it spun at full CPU
+    until the time limit, waiting on the reaped launcher's status)."""
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="killed", **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 137 and "run exited with 137" in out, out
+    assert not any(c.startswith("scontrol requeue") for c in fake.log()), fake.log()
 
 
 def test_slurm_cancel_does_not_requeue(fake, tmp_path):
