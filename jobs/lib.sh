@@ -3,6 +3,8 @@
 #
 #   hpcdgnn_init               source $HPCDGNN_SETUP, choose the Python, trap the pre-emption signals
 #   hpcdgnn_data_path JOB      the dataset directory the job uses ($DATA, else the YAML's data.path)
+#   hpcdgnn_check_ranks_list LIST
+#                              refuse (status 2, one line) a RANKS_LIST entry that is not a whole number >= 1
 #   hpcdgnn_ensure_data DIR    create DIR when absent: CollegeMsg prepared as quickstart.sh does when
 #                              DIR is named collegemsg (as an event stream, --kind events, when named
 #                              collegemsg-events), or a graph generated from a name n<N>-t<T>-f<f>[-s<seed>]
@@ -147,6 +149,20 @@ _hpcdgnn_find_input() {  # FILE: inputs/FILE or ../shared/data/FILE
     fi
   done
   return 1
+}
+
+hpcdgnn_check_ranks_list() {  # LIST: every entry a rank count (a whole number >= 1), else one line and status 2
+  local p
+  if [ -z "${1// /}" ]; then
+    _hpcdgnn_log "RANKS_LIST is empty; list the rank counts, e.g. RANKS_LIST=\"1 2 4\""
+    return 2
+  fi
+  for p in $1; do
+    if ! [[ $p =~ ^[1-9][0-9]*$ ]]; then
+      _hpcdgnn_log "RANKS_LIST: '$p' is not a rank count (a whole number >= 1) in '$1'; nothing submitted or run"
+      return 2
+    fi
+  done
 }
 
 hpcdgnn_ensure_data() {  # DIR

@@ -50,6 +50,7 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
   # submission: one array task per rank count, each on the whole nodes it needs
   cd "$(dirname "${BASH_SOURCE[0]}")/.."
   source jobs/lib.sh
+  hpcdgnn_check_ranks_list "$RANKS_LIST" || exit 2  # before any submission: a bad entry aborts the loop midway
   _header() { sed -n "s/^#SBATCH --$1=\([^ ]*\).*/\1/p" jobs/slurm-strong.sh | head -n 1; }
   rpn=${RANKS_PER_NODE:-$(_header ntasks-per-node)}
   cpt=${CPUS_PER_TASK:-$(_header cpus-per-task)}
@@ -87,6 +88,7 @@ fi
 cd "${HPCDGNN_ROOT:-${SLURM_SUBMIT_DIR:-.}}"
 source jobs/lib.sh
 hpcdgnn_init
+hpcdgnn_check_ranks_list "$RANKS_LIST" || exit 2
 
 i=${SLURM_ARRAY_TASK_ID:-0}
 if [ "$i" -ge "${#_ranks[@]}" ]; then

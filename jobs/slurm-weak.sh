@@ -45,6 +45,7 @@ if [ -z "${RANKS_LIST:-}" ]; then
   RANKS_LIST=
   for ((p = 1; p <= NTASKS; p *= 2)); do RANKS_LIST="$RANKS_LIST $p"; done
 fi
+hpcdgnn_check_ranks_list "$RANKS_LIST" || exit 2
 RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")}
 
 base=$(hpcdgnn_data_path "$JOB")
@@ -55,12 +56,13 @@ if ! [[ $name =~ ^n([0-9]+)-(t[0-9]+-f[0-9.]+(-s[0-9]+)?)$ ]]; then
 fi
 n1=${BASH_REMATCH[1]} rest=${BASH_REMATCH[2]}
 
-rc=0
+rc=0 last=$RUNDIR
 for P in $RANKS_LIST; do
   if [ "$P" -gt "$NTASKS" ]; then
     echo "hpcdgnn-job: skipping P=$P: the allocation has $NTASKS tasks" >&2
     continue
   fi
+  last=$RUNDIR/p$P  # the run a pre-emption leaves to resume (or to start)
   if hpcdgnn_signalled; then
     rc=$HPCDGNN_EXIT_PREEMPTED  # the warning came between two runs: requeue before starting another
     break
@@ -72,4 +74,4 @@ for P in $RANKS_LIST; do
   rc=$HPCDGNN_RC
   if [ "$rc" != 0 ]; then break; fi
 done
-hpcdgnn_exit "$rc" "$RUNDIR"
+hpcdgnn_exit "$rc" "$last"

@@ -520,6 +520,19 @@ def test_slurm_strong_submission_warns_on_a_small_cluster(fake, tmp_path):
     assert proc.returncode == 2 and "whole numbers" in proc.stderr
 
 
+@pytest.mark.parametrize("ranks", ["1 3.5", "1 two", "1 0 2", "1 -2", " "])
+def test_a_bad_ranks_list_submits_and_runs_nothing(fake, tmp_path, ranks):
+    """A RANKS_LIST entry that is no rank count: one line, exit 2, before any sbatch (an arithmetic error in
+    the submission loop fell through to the batch part, which trained on the login node) or run."""
+    _fake_sbatch(tmp_path)
+    proc = fake.run("slurm-strong.sh", RANKS_LIST=ranks, RANKS_PER_NODE=2, CPUS_PER_TASK=1, EXCLUSIVE=0)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "RANKS_LIST" in lines[0], proc.stderr
+    weak = fake.run("slurm-weak.sh", **_slurm(SLURM_NTASKS=4, DATA=tmp_path / "rand" / "n16-t4-f2", RANKS_LIST=ranks))
+    assert weak.returncode == 2 and "RANKS_LIST" in weak.stderr, weak.stderr
+    assert fake.log() == [] and not (tmp_path / "rand").exists()
+
+
 def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
     """Weak sweep: the graph of each P has N = n1 * P vertices, generated once."""
     base = tmp_path / "rand" / "n16-t4-f2-s3"
@@ -539,6 +552,15 @@ def test_slurm_weak_sweep_generates_each_graph(fake, tmp_path):
     # the requeued sweep skips what finished
     proc = fake.run("slurm-weak.sh", SLURM_RESTART_COUNT=1, FAKE_SUBMIT_TIME="2026-02-01T00:00:00", **env)
     assert proc.returncode == 0 and len(fake.log()) == 3, proc.stderr
+
+
+def test_a_pre_empted_weak_sweep_names_the_run_it_resumes(fake, tmp_path):
+    """The log line after a pre-emption names the P's run and its checkpoint (it looked at the sweep's
+    directory and said there was no checkpoint)."""
+    env = _slurm(SLURM_JOB_NAME="hpcdgnn-weak", SLURM_NTASKS=2, DATA=tmp_path / "rand" / "n16-t4-f2", RANKS_LIST="1")
+    out = _pre_empted(fake, "slurm-weak.sh", FAKE_MODE="preempt", **env)
+    run = tmp_path / "runs" / f"hpcdgnn-weak-4242-{STAMP}" / "p1"
+    assert f"pre-empted: checkpoint in {run}; requeueing" in out, out
 
 
 @pytest.mark.parametrize("script", ["lsf-jsrun.sh", "lsf-mpirun.sh"])
