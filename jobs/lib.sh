@@ -11,7 +11,8 @@
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
 #                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC
-#   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | stale (no complete checkpoint);
+#   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | foreign (no run's files) |
+#                              stale (no complete checkpoint);
 #                              a stale RUNDIR is moved aside, and the dead attempt's entries in a checkpoint.dir
 #                              the job set outside it
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
@@ -212,8 +213,9 @@ hpcdgnn_ensure_data() {  # DIR
 }
 
 # new (absent or empty), completed (summary.json says so), diverged (summary.json says its training loss
-# stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it)
-# or stale (something else: an attempt that stopped before its first checkpoint). Checkpoints are
+# stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it),
+# foreign (none of a run's files: the user's own, left alone) or stale (an attempt that stopped before its
+# first checkpoint). Checkpoints are
 # <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN[+batch-NNNNNNNNN]/ with a COMPLETE file
 # (hpcdgnn/train/checkpoint.py; +batch-: within the next epoch, written at a pre-emption between batches).
 hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attempt's checkpoints aside instead (below)
@@ -254,6 +256,9 @@ if len(sys.argv) > 2:
     sys.exit()
 if not run.is_dir() or not any(run.iterdir()):
     print("new"); sys.exit()
+if not any((run / name).exists() for name in ("config.resolved.yaml", "metrics.jsonl", "summary.json", "plan.json",
+                                              "checkpoints")):
+    print("foreign"); sys.exit()  # the user's own files: never moved aside or resumed
 try:
     status = json.loads((run / "summary.json").read_text()).get("status", "completed")
     if status in ("completed", "diverged"):
@@ -268,6 +273,7 @@ EOF
 hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; result in HPCDGNN_RC
   local job=$1 rundir=$2 mode rc a prev=
   shift 2
+  while [[ $rundir == */ && $rundir != / ]]; do rundir=${rundir%/}; done  # 'mv DIR/ DIR/.attempt' moves into itself
   HPCDGNN_RC=0
   if hpcdgnn_signalled; then
     _hpcdgnn_log "a pre-emption signal came before $rundir started: not starting it"
@@ -289,6 +295,12 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
       ;;
     checkpointed) mode=--resume ;;
     new) mode=--output ;;
+    foreign)
+      _hpcdgnn_log "$rundir holds files that are no hpcdgnn run's; not touching it: give RUNDIR a new or empty" \
+        "directory, or an earlier run's"
+      HPCDGNN_RC=2
+      return 0
+      ;;
     stale)
       # an earlier attempt stopped before its first checkpoint (e.g. a node failure): keep it, start over;
       # a checkpoint.dir of the job's own outside RUNDIR goes aside with it (a new run refuses a used one)

@@ -397,6 +397,24 @@ def test_rundir_without_checkpoint_is_kept_aside(fake, tmp_path):
     assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/metrics.jsonl"))) == 1
 
 
+def test_a_rundir_of_the_user_s_own_files_is_left_alone(fake, tmp_path):
+    """RUNDIR holding no run's files (the user's notes and results) is neither moved aside nor run into: one line,
+    exit 2. A stale attempt named with a trailing slash is moved aside (mv moved it into itself)."""
+    mine = tmp_path / "myresults"
+    (mine / "old-run-a").mkdir(parents=True)
+    (mine / "thesis-notes.txt").write_text("precious\n")
+    proc = fake.run("slurm-gpu.sh", **_slurm(RUNDIR=mine))
+    assert proc.returncode == 2 and "holds files that are no hpcdgnn run's; not touching it" in proc.stderr, \
+        proc.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["old-run-a", "thesis-notes.txt"] and fake.log() == []
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "metrics.jsonl").write_text("{}\n")
+    proc = fake.run("slurm-gpu.sh", **_slurm(RUNDIR=f"{stale}/"))
+    assert proc.returncode == 0 and f"--output {stale} " in fake.log()[0], proc.stderr
+    assert len(list(tmp_path.glob("stale.attempt-*/metrics.jsonl"))) == 1
+
+
 def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, tmp_path):
     """A job that sets checkpoint.dir outside RUNDIR: the dead attempt's partial checkpoint there would make the
     new run refuse the directory (a run needs a new or empty checkpoint.dir), so its epoch-* entries move to a
