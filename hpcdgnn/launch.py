@@ -82,6 +82,10 @@ class Launch:
         return [*prefix, *self.argv]
 
 
+#: set in what hpcdgnn-mpirun starts, so that it refuses to be started by itself
+_ACTIVE = "HPCDGNN_MPIRUN_ACTIVE"
+
+
 def find_mpirun(environ: dict[str, str] | None = None) -> str | None:
     """``$HPCDGNN_MPIRUN``, else ``mpirun`` next to this Python (the venv's), else on ``PATH``."""
     environ = os.environ if environ is None else environ
@@ -229,11 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args and not show:  # prterun says "no executable" and exits 0, which a script would take for success
         sys.stderr.write("hpcdgnn-mpirun: no program given; usage: hpcdgnn-mpirun [mpirun options] PROGRAM [ARGS...]\n")
         return 2
+    if os.environ.get(_ACTIVE):  # HPCDGNN_MPIRUN naming this launcher (or a wrapper of it) would start it forever
+        sys.stderr.write(f"hpcdgnn-mpirun: started by hpcdgnn-mpirun itself (HPCDGNN_MPIRUN="
+                         f"{os.environ.get('HPCDGNN_MPIRUN', '')}): set HPCDGNN_MPIRUN to the MPI's own mpirun\n")
+        return 2
     mpirun = find_mpirun()
     if not mpirun:
         sys.stderr.write("hpcdgnn-mpirun: no mpirun found: run 'bash install.sh', load your site's MPI, "
                          "or set HPCDGNN_MPIRUN\n")
         return 127
+    os.environ[_ACTIVE] = "1"  # seen by what it starts: mpirun's version probe and the launch
     try:
         launch = plan(args, mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ))
     except LaunchError as e:

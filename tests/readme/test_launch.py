@@ -232,6 +232,18 @@ def test_no_mpirun_is_one_line():
     assert out.returncode == 127 and out.stderr.count("\n") == 1 and "no mpirun found" in out.stderr, out.stderr
 
 
+def test_hpcdgnn_mpirun_named_as_its_own_mpirun_is_one_line(tmp_path):
+    """HPCDGNN_MPIRUN=hpcdgnn-mpirun (natural for lsf-mpirun.sh's launcher) started itself without end (69
+    processes in 3 s): what it starts now refuses in one line, exit 2."""
+    wrapper = tmp_path / "hpcdgnn-mpirun"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m hpcdgnn.launch \"$@\"\n")
+    wrapper.chmod(0o755)
+    out = subprocess.run([str(wrapper), "-np", "2", sys.executable, "-c", "print(1)"], capture_output=True, text=True,
+                         env=_env(HPCDGNN_MPIRUN=str(wrapper)), timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "started by hpcdgnn-mpirun itself" in out.stderr and "the MPI's own mpirun" in out.stderr
+
+
 def test_job_scripts_use_it():
     """jobs/local.sh and jobs/quickstart.sh launch through it and set no Open MPI variable themselves."""
     for name in ("local.sh", "quickstart.sh"):
