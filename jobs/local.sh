@@ -29,7 +29,10 @@ hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
 MPI_FLAGS=()
 while IFS= read -r f; do MPI_FLAGS+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
 launch=$("$HPCDGNN_PY" -m hpcdgnn.launch --print "${MPI_FLAGS[@]}" -np "$NP") || exit 2
-mapfile -t HPCDGNN_LAUNCH <<<"$launch"
+_hpcdgnn_log "mpirun: ${launch//$'\n'/ }"
+# through hpcdgnn-mpirun, whose mpirun has a process group of its own: a terminal's Ctrl-C reaches this script and
+# the launcher, which pass it to the ranks as SIGUSR1 (checkpoint, exit 75); mpirun itself would exit 1 at once
+HPCDGNN_LAUNCH=("$HPCDGNN_PY" -m hpcdgnn.launch "${MPI_FLAGS[@]}" -np "$NP")
 
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

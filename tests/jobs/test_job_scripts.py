@@ -850,6 +850,7 @@ def test_local_script_preempt_and_resume(launcher, small_dataset, tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_PREEMPTED, out
     done = len(read_metrics(rundir))
+    assert f"resume with --resume {rundir}" in out, out
     assert 1 <= done < epochs, "the run finished before the signal: raise epochs"
     assert any((rundir / "checkpoints").iterdir())
     # the same command resumes; a shorter train.epochs (allowed on resume) keeps the test quick
@@ -865,6 +866,25 @@ def test_local_script_preempt_and_resume(launcher, small_dataset, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"--resume {rundir}" in proc.stderr
     assert [r["epoch"] for r in read_metrics(rundir)] == list(range(1, end + 1))
+
+
+def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dataset, tmp_path):
+    """Ctrl-C at a terminal signals the whole foreground process group: mpirun, in it, exited 1 at once (Open MPI
+    5), losing the hint; now the launcher's mpirun has a group of its own, and the run checkpoints, exit 75."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
+    rundir = tmp_path / "run"
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=_local_env(launcher, JOB=job, RUNDIR=rundir),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group, as a terminal's foreground job
+    t0 = time.time()
+    while not ((rundir / "metrics.jsonl").exists() and (rundir / "metrics.jsonl").read_text().strip()):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.time() - t0 < 120, "no epoch finished"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert f"resume with --resume {rundir}" in out and 1 <= len(read_metrics(rundir)) < 400, out
 
 
 def test_a_diverged_run_is_not_resumed(fake, tmp_path):
