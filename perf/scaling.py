@@ -156,7 +156,19 @@ def read_run(run_dir: Path) -> dict:
     middle epochs for an even count), so the stacked bar of ``time_split.png`` is ``epoch_s``.
     The ``_``-prefixed keys identify the work (dataset, model, task) for :func:`check_comparable`.
     """
+    if not run_dir.is_dir():
+        pattern = any(c in str(run_dir) for c in "*?[")
+        raise SystemExit(f"{run_dir}: no such run directory" + (" (a shell pattern that matched nothing: the job "
+                                                                  "scripts name sweeps runs/<job name>-<id>/pP)"
+                                                                  if pattern else ""))
+    for name in ("summary.json", "metrics.jsonl", "config.resolved.yaml", "plan.json"):
+        if not (run_dir / name).is_file():
+            raise SystemExit(f"{run_dir}: no {name}: not a finished hpcdgnn run (stopped before its end, or still "
+                             "running); leave it out, or finish it with --resume")
     summary = json.loads((run_dir / "summary.json").read_text())
+    if summary.get("status") not in (None, "completed"):
+        print(f"note: {run_dir}: status {summary['status']} after {summary.get('epochs')} epochs; its steady epochs "
+              "are those it ran", file=sys.stderr)
     env = summary["environment"]
     recs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     # a run resumed on another rank count: only the epochs of the count it is reported under (summary's P)
@@ -384,6 +396,7 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
 def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | None = None) -> None:
     """Write the CSV and the plots, and print the table (speed-up and efficiency against :func:`baseline`;
     with ``ceilings``, each run's speed-up as a share of the node's ceiling at its P)."""
+    _check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "scaling.csv")
     files = plot(rows, out, mode, ceilings)
@@ -394,7 +407,8 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
           f"{'MiB/ep':>9} {'speed-up':>9} {'effic.':>7}  strategy")
     for r in rows:
         late = "-" if r["comm_late_s"] is None else f"{r['comm_late_s']:.3f}"
-        print(f"{r['P']:>4} {r['N']:>9} {r['epoch_s']:>9.3f} {r['load_s']:>9.3f} {r['compute_s']:>9.3f} "
+        n = "-" if r["N"] is None else r["N"]  # an event stream's N where its manifest is not here
+        print(f"{r['P']:>4} {n:>9} {r['epoch_s']:>9.3f} {r['load_s']:>9.3f} {r['compute_s']:>9.3f} "
               f"{r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
               f"{r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
               f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else "")
@@ -420,16 +434,30 @@ def _settings(args: argparse.Namespace) -> list[str]:
     return ["--set", *args.set] if args.set else []
 
 
+def _check_out(out: Path) -> None:
+    """``--out`` must be a directory (or not yet there)."""
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--out {out}: is a file; give a directory for the runs, CSV and plots")
+
+
 def run_sweep(args: argparse.Namespace) -> list[Path]:
     """One run per strategy and rank count (see :func:`_sweep_runs`); returns the run directories."""
     out = Path(args.out)
+    _check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     if args.mode == "weak" and args.data:
         raise SystemExit("--data is for strong scaling; weak scaling generates one graph per P")
     plan = _sweep_runs(args)
     named = len({s for s, _ in plan}) > 1  # run directories carry the strategy when there are several
+    names = [f"{strategy}-p{P}" if named else f"p{P}" for strategy, P in plan]
+    # before anything is written: an earlier sweep's runs and the job files they ran stay together
+    used = [out / f"{kind}-{name}{ext}" for name in names for kind, ext in (("run", ""), ("job", ".yaml"))
+            if (out / f"{kind}-{name}{ext}").exists()]
+    if used:
+        raise SystemExit(f"{used[0]} exists: a sweep never overwrites an earlier one's runs or jobs; choose another "
+                         "--out")
     runs = []
-    for strategy, P in plan:
+    for (strategy, P), name in zip(plan, names, strict=True):
         if args.mode == "strong":
             data = Path(args.data) if args.data else out / "graph"
             if not args.data and not (data / "manifest.json").exists():
@@ -438,7 +466,6 @@ def run_sweep(args: argparse.Namespace) -> list[Path]:
             data = out / f"graph-p{P}"
             if not (data / "manifest.json").exists():
                 generate_graph(data, args.vertices_per_rank * P, args.snapshots, args.density)
-        name = f"{strategy}-p{P}" if named else f"p{P}"
         job = out / f"job-{name}.yaml"
         job.write_text(yaml.safe_dump({
             "data": {"path": str(data), "validate": "structure"},

@@ -67,6 +67,8 @@ def run_report(args) -> int:
     if empty:
         raise DataError(f"report: {', '.join(empty)}: metrics.jsonl has no epoch records")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"report --out {out}: is a file; give a directory for the figures")
     out.mkdir(parents=True, exist_ok=True)
     made = [out / "curves.png", out / "time_split.png"]
     there = [p for p in made if p.exists()]

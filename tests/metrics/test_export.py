@@ -241,6 +241,9 @@ def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
     assert main(["report", str(a), "--out", str(tmp_path / "rep")]) == 2  # never overwrites
     assert "curves.png exists" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("keep\n")  # was a FileExistsError traceback
+    assert main(["report", str(a), "--out", str(tmp_path / "afile")]) == 2
+    assert "afile: is a file" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "keep\n"
 
 
 # --- --to pygt: PyG Temporal's cells with the trained weights --------------------------------------------------

@@ -39,6 +39,12 @@ def test_weak_sweep_csv_and_plots(tmp_path):
                            str(again), str(out / "run-p2"), str(out / "run-p1")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (again / "scaling.csv").read_text() == (out / "scaling.csv").read_text()
+    # a second sweep into the same --out: refused before it writes (it rewrote job-p1.yaml, then refused run-p1)
+    job = (out / "job-p1.yaml").read_text()
+    proc = subprocess.run([*cmd[:-2], "--hidden", "5", "--epochs", "3"], capture_output=True, text=True,
+                          env=mpi_env(), timeout=300, cwd=REPO)
+    assert proc.returncode != 0 and "a sweep never overwrites an earlier one's runs or jobs" in proc.stderr
+    assert (out / "job-p1.yaml").read_text() == job
 
 
 def test_strong_sweep_with_the_node_ceiling(tmp_path):

@@ -104,6 +104,36 @@ def test_bar_height_is_the_printed_epoch_time(tmp_path, monkeypatch, capsys):
     assert (out / "time_split.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_runs_it_cannot_read_are_one_line_and_what_it_can_is_said(tmp_path, capsys):
+    """A run without summary.json (killed, still running), a pattern that matched nothing, an --out that is a file:
+    one line each, not a traceback. A pre-empted run is noted; an event stream's N whose manifest is not here is
+    printed as '-' (it was a format error after the CSV and PNGs were written)."""
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    r1 = _run_dir(tmp_path, "run-p1", 1, 50, 8, _epochs(1, [9.0, 1.0, 1.1]), data)
+    r2 = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [5.0, 0.7, 0.6]), data)
+    (r2 / "summary.json").rename(tmp_path / "kept.json")
+    (tmp_path / "afile").write_text("x")
+    for args, says in ((["--out", str(tmp_path / "o"), str(r1), str(r2)], f"{r2}: no summary.json: not a finished "),
+                       (["--out", str(tmp_path / "o"), str(tmp_path / "runs" / "strong-*" / "p*")],
+                        "no such run directory (a shell pattern that matched nothing"),
+                       (["--out", str(tmp_path / "afile"), str(r1)], "is a file; give a directory")):
+        with pytest.raises(SystemExit) as e:
+            scaling.main(["plot", *args])
+        assert says in str(e.value) and "\n" not in str(e.value), e.value
+    (tmp_path / "kept.json").rename(r2 / "summary.json")
+    summary = json.loads((r2 / "summary.json").read_text())
+    (r2 / "summary.json").write_text(json.dumps({**summary, "status": "preempted"}))
+    for run in (r1, r2):  # an event stream's plan has no N; its manifest lies on the cluster
+        (run / "plan.json").write_text(json.dumps({"kind": "memory", "num_ranks": 1}))
+        cfg = yaml.safe_load((run / "config.resolved.yaml").read_text())
+        (run / "config.resolved.yaml").write_text(yaml.safe_dump({**cfg, "data": {"path": "/cluster/elsewhere"}}))
+    scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+    out, err = capsys.readouterr()
+    assert f"note: {r2}: status preempted after 3 epochs" in err, err
+    assert [line.split()[1] for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])] == ["-", "-"], out
+
+
 def test_the_split_stacks_exposed_communication_and_the_csv_keeps_the_wait(tmp_path, monkeypatch):
     """With overlap, communication under way (comm) exceeds its exposed part, and compute is the epoch less
     load and exposed: the bar stacks transfer, compute and the exposed communication to the epoch, not comm;
