@@ -152,6 +152,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.planner.samples import seconds_per_sampled_entry
     from hpcdgnn.planner.work import best_seconds, seconds_per_call, seconds_per_pair
 
+    if args.threads < 1:
+        raise ConfigError(f"calibrate --threads {args.threads}: must be >= 1 (one rank's share of the cores)")
+    if min(args.widths) < 1:
+        raise ConfigError(f"calibrate --widths: {min(args.widths)} is no width; give widths >= 1 (e.g. 8 32 128)")
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("calibrate --device cuda: no GPU is visible here")

@@ -212,6 +212,22 @@ def test_calibrate_under_mpirun_writes_rates_the_plan_reads(launcher, small_data
     assert all("default machine rates" not in " ".join(p["notes"]) for p in preds)
 
 
+def test_calibrate_refusals_are_one_line_and_leave_the_user_s_file(tmp_path, capsys):
+    """--widths 0 and --threads 0 were torch's tracebacks; another JSON file given as --out lost its keys to the
+    rates merged into it."""
+    from hpcdgnn.__main__ import main
+
+    mine = tmp_path / "settings.json"
+    mine.write_text('{"my": "settings"}\n')
+    for args, says in ((["--widths", "0"], "calibrate --widths: 0 is no width"),
+                       (["--threads", "0"], "calibrate --threads 0: must be >= 1"),
+                       (["--out", str(mine)], f"{mine}: not a rates file written by python -m hpcdgnn calibrate")):
+        assert main(["calibrate", "--widths", "8", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+    assert mine.read_text() == '{"my": "settings"}\n'
+
+
 def test_parse_size():
     assert parse_size("16GiB", "x") == 16 * 2**30 and parse_size("512MB", "x") == 512e6
     assert parse_size("2.5g", "x") == 2.5 * 2**30 and parse_size("4096", "x") == 4096
