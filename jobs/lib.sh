@@ -17,6 +17,9 @@
 #                              the job set outside it
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
+#   hpcdgnn_mpirun_launch RANKS
+#                              HPCDGNN_LAUNCH: $HPCDGNN_MPIRUN (default mpirun) -np RANKS with MPIRUN_FLAGS, and
+#                              for Open MPI --bind-to none unless the flags bind (see "Launcher" below)
 #   hpcdgnn_slurm_launch RANKS [NODES]
 #                              HPCDGNN_LAUNCH for RANKS ranks inside a SLURM allocation: srun --mpi=<what the
 #                              installed MPI speaks>, or mpirun (HPCDGNN_LAUNCHER; see "Launcher" below)
@@ -421,6 +424,16 @@ _hpcdgnn_srun_offers() {  # TYPE: 'srun --mpi=list' names it
   grep -q -w -- "$1" <<<"$list"
 }
 
+hpcdgnn_mpirun_launch() {  # RANKS: HPCDGNN_LAUNCH = $HPCDGNN_MPIRUN (mpirun) [--bind-to none] $MPIRUN_FLAGS -np RANKS
+  local mpirun=${HPCDGNN_MPIRUN:-mpirun} extra=() f
+  while IFS= read -r f; do extra+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
+  HPCDGNN_LAUNCH=("$mpirun")
+  if [[ " ${extra[*]} " != *" --bind-to "* && " ${extra[*]} " != *" --bind-to="* ]] && _hpcdgnn_is_open_mpi "$mpirun"; then
+    HPCDGNN_LAUNCH+=(--bind-to none) # Open MPI binds a rank to one core or socket; torch's threads want them all
+  fi
+  HPCDGNN_LAUNCH+=("${extra[@]}" -np "$1")
+}
+
 _hpcdgnn_is_open_mpi() {  # MPIRUN
   local version
   version=$("$1" --version 2>&1) || return 1
@@ -458,13 +471,7 @@ hpcdgnn_slurm_launch() {  # RANKS [NODES]: HPCDGNN_LAUNCH for RANKS ranks in thi
     esac
   fi
   if [ "$launcher" = mpirun ]; then
-    local mpirun=${HPCDGNN_MPIRUN:-mpirun} extra=()
-    while IFS= read -r f; do extra+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
-    HPCDGNN_LAUNCH=("$mpirun")
-    if [[ " ${extra[*]} " != *" --bind-to "* && " ${extra[*]} " != *" --bind-to="* ]] && _hpcdgnn_is_open_mpi "$mpirun"; then
-      HPCDGNN_LAUNCH+=(--bind-to none) # Open MPI binds a rank to one core or socket; torch's threads want them all
-    fi
-    HPCDGNN_LAUNCH+=("${extra[@]}" -np "$ranks")
+    hpcdgnn_mpirun_launch "$ranks"
   else
     HPCDGNN_LAUNCH=(srun --ntasks="$ranks")
     if [ -n "$nodes" ]; then HPCDGNN_LAUNCH+=(--nodes="$nodes"); fi

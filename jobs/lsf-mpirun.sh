@@ -34,8 +34,6 @@ hpcdgnn_init
 RANKS=${RANKS:-${LSB_DJOB_NUMPROC:-1}}
 RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}")}
 hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
-HPCDGNN_LAUNCH=("${HPCDGNN_MPIRUN:-mpirun}")
-while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
-HPCDGNN_LAUNCH+=(-np "$RANKS")
+hpcdgnn_mpirun_launch "$RANKS"  # unbound under Open MPI, as every launcher here: threads follow the binding
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

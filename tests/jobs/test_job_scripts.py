@@ -597,7 +597,7 @@ def test_lsf_preempt_and_cancel(fake, tmp_path, script):
     if script == "lsf-jsrun.sh":
         assert call.startswith("jsrun --nrs 2 --rs_per_host 1 --tasks_per_rs 6 --gpu_per_rs 6 "), call
     else:
-        assert call.startswith("mpirun -np 12 "), call
+        assert call.startswith("mpirun --bind-to none -np 12 "), call  # Open MPI: unbound, as the other launchers
     assert f"--output {rundir}" in call
     fake.started.unlink()
     proc = fake.start(script, FAKE_MODE="preempt", **env)  # the requeued job resumes ...
