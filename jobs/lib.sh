@@ -3,6 +3,8 @@
 #
 #   hpcdgnn_init               source $HPCDGNN_SETUP, choose the Python, trap the pre-emption signals
 #   hpcdgnn_data_path JOB      the dataset directory the job uses ($DATA, else the YAML's data.path)
+#   hpcdgnn_ensure_job_data JOB
+#                              hpcdgnn_ensure_data of JOB's data.path ($DATA when set)
 #   hpcdgnn_check_ranks_list LIST
 #                              refuse (status 2, one line) a RANKS_LIST entry that is not a whole number >= 1
 #   hpcdgnn_ensure_data DIR    create DIR when absent: CollegeMsg prepared as quickstart.sh does when
@@ -141,7 +143,14 @@ try:
     print(((job.get("data") or {}).get("path")) or "")
 except Exception as e:  # the run itself reports the YAML error properly
     sys.stderr.write(f"hpcdgnn-job: cannot read data.path from {sys.argv[1]}: {e}\n")
+    sys.exit(2)
 EOF
+}
+
+hpcdgnn_ensure_job_data() {  # JOB: hpcdgnn_ensure_data of the job's data.path (or $DATA); 2 when JOB is unreadable
+  local dir
+  dir=$(hpcdgnn_data_path "$1") || return 2
+  hpcdgnn_ensure_data "$dir"
 }
 
 _hpcdgnn_find_input() {  # FILE: inputs/FILE or ../shared/data/FILE
@@ -195,13 +204,13 @@ hpcdgnn_ensure_data() {  # DIR
     _hpcdgnn_log "preparing $dir from $src"
     local how=(--snapshots 30 --log-features)  # quickstart.sh's snapshots
     if [ "$name" = collegemsg-events ]; then how=(--kind events); fi  # jobs/tgn.yaml's event stream
-    "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap "${how[@]}" --output "$tmp" ||
-      { rm -rf "$tmp"; return 2; }
+    (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap "${how[@]}" --output "$tmp" |
+      sed "s|$tmp|$dir|g") || { rm -rf "$tmp"; return 2; }  # its summary line names the final place
   elif [[ $name =~ ^n([0-9]+)-t([0-9]+)-f([0-9.]+)(-s([0-9]+))?$ ]]; then
     _hpcdgnn_log "generating $dir (IBM §6.3 random graph)"
-    "$HPCDGNN_PY" -m hpcdgnn generate --output "$tmp" --vertices "${BASH_REMATCH[1]}" \
-      --snapshots "${BASH_REMATCH[2]}" --density "${BASH_REMATCH[3]}" --seed "${BASH_REMATCH[5]:-1}" ||
-      { rm -rf "$tmp"; return 2; }
+    (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn generate --output "$tmp" --vertices "${BASH_REMATCH[1]}" \
+      --snapshots "${BASH_REMATCH[2]}" --density "${BASH_REMATCH[3]}" --seed "${BASH_REMATCH[5]:-1}" |
+      sed "s|$tmp|$dir|g") || { rm -rf "$tmp"; return 2; }
   else
     _hpcdgnn_log "dataset $dir does not exist (no manifest.json); write it with 'python -m hpcdgnn prepare|generate" \
       "--output $dir'"

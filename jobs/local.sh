@@ -22,7 +22,7 @@ hpcdgnn_init
 
 NP=${NP:-2}
 RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/local-$(date +%Y%m%d-%H%M%S)}
-hpcdgnn_ensure_data "$(hpcdgnn_data_path "$JOB")" || exit 2
+hpcdgnn_ensure_job_data "$JOB" || exit 2
 
 # mpirun with what this machine needs, as hpcdgnn-mpirun would run it ("env VAR=1 ... mpirun ...": env
 # execs mpirun, so the signals lib.sh forwards reach mpirun itself)

@@ -111,6 +111,7 @@ def test_ensure_data_prepares_collegemsg_as_snapshots_or_as_events(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert [dataset_kind(d) for d in dirs] == ["snapshots", "events"]
+    assert f"prepared {dirs[0]}:" in proc.stdout and ".tmp-" not in proc.stdout, proc.stdout  # the final name
     assert json.loads((dirs[0] / "manifest.json").read_text())["num_snapshots"] == 30
 
 
@@ -131,6 +132,12 @@ def test_ensure_data_leaves_a_users_directory_that_is_no_dataset_alone(tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
         assert "preparing" not in proc.stderr
     assert [p.name for p in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "the user's own\n"
+    # a job file it cannot read: its one line, not a second about a missing data.path
+    script = 'source jobs/lib.sh; hpcdgnn_init; hpcdgnn_ensure_job_data "$1"'
+    proc = subprocess.run(["bash", "-c", script, "-", str(tmp_path / "nosuch.yaml")], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cannot read data.path" in proc.stderr, \
+        proc.stderr
     assert sorted(p.name for p in mine.parent.iterdir()) == ["collegemsg"]  # no temporary left
 
 
