@@ -255,6 +255,10 @@ def test_speedup_is_against_the_fastest_p1_run_of_any_strategy(tmp_path, capsys)
     assert float(rows[("snapshot", 1)]["speedup"]) == pytest.approx(0.8)
     assert float(rows[("vertex", 2)]["efficiency"]) == pytest.approx(0.4)
     assert {r["baseline"] for r in rows.values()} == {"chunk P=1"}
+    assert "another trajectory" not in capsys.readouterr().err  # full-batch strategies: the same work
+    seq = _run_dir(tmp_path, "seq-p2", 2, 50, 8, _epochs(2, [3.0, 0.5]), data, strategy="sequences")
+    scaling.main(["plot", "--out", str(tmp_path / "o3"), *map(str, runs), str(seq)])
+    assert "note: sequences trains another trajectory than snapshot" in capsys.readouterr().err
 
 
 def test_baseline_without_a_p1_run_is_the_fastest_at_the_smallest_p(tmp_path):
