@@ -294,7 +294,7 @@ def add_scaling(rows: list[dict], mode: str) -> list[dict]:
     rows = sorted(rows, key=lambda r: (order[r["strategy"]], r["P"]))
     base = baseline(rows)
     kind = _full_batch(base["strategy"])
-    other = sorted({r["strategy"] for r in rows if _full_batch(r["strategy"]) not in (None, kind)})
+    other = sorted({r["strategy"] for r in rows if kind is not None and _full_batch(r["strategy"]) not in (None, kind)})
     if other:  # an epoch of sampled batches is not an epoch of the full batch: said, not refused
         print(f"note: {', '.join(other)} train{'s' if len(other) == 1 else ''} another trajectory than "
               f"{base['strategy']} (full batch or sampled batches): their speed-ups compare epoch times, not the time "
