@@ -320,6 +320,10 @@ def write_csv(rows: list[dict], path: Path) -> None:
             w.writerow({k: r.get(k) for k in FIELDS})
 
 
+#: the figures :func:`plot` writes
+_FIGURES = ("time_split.png", "speedup.png", "volume.png")
+
+
 def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | None = None) -> list[Path]:
     """The three figures (see the module docstring); returns their paths. ``ceilings``: the node's ceiling
     speed-up per P (:func:`run_ceiling`), marked on the speed-up figure."""
@@ -575,6 +579,11 @@ def main(argv: list[str] | None = None) -> None:
     ceiling = args.cmd == "run" and args.ceiling
     if ceiling and (args.mode != "strong" or min(args.ranks) != 1 or args.launcher):
         ap.error("--ceiling: strong scaling from --ranks 1 on this node (no --launcher)")
+    if args.cmd == "plot":  # another plot's table and figures stay: a new --out for a new plot
+        made = [Path(args.out) / name for name in ("scaling.csv", "ceiling.csv", *_FIGURES)]
+        if any(p.exists() for p in made):
+            raise SystemExit(f"--out {args.out}: holds {next(p for p in made if p.exists()).name} already; a plot "
+                             "never overwrites (give a new --out)")
     run_dirs = run_sweep(args) if args.cmd == "run" else args.run_dirs
     ceilings = run_ceiling(args, run_dirs) if ceiling else None
     report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode, ceilings)

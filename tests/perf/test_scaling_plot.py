@@ -189,7 +189,12 @@ def test_strong_scaling_refuses_different_datasets(tmp_path):
     # different N with the dataset not readable here: refused on N
     r3 = _run_dir(tmp_path, "run-p4", 4, 64, 8, _epochs(4, [2.0, 0.4]), tmp_path / "gone")
     with pytest.raises(SystemExit, match=r"run-p4 \(P=4\): N \(vertices\) differs \(50 vs 64\)"):
-        scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r3)])
+        scaling.main(["plot", "--out", str(tmp_path / "o2"), str(r1), str(r3)])
+    # the plot in o stays: a new plot there is refused before it reads a run
+    table = (tmp_path / "o" / "scaling.csv").read_text()
+    with pytest.raises(SystemExit):
+        scaling.main(["plot", "--out", str(tmp_path / "o"), str(r1), str(r2)])
+    assert (tmp_path / "o" / "scaling.csv").read_text() == table
 
 
 @pytest.mark.parametrize(
@@ -216,7 +221,7 @@ def test_weak_scaling_needs_same_vertices_per_rank(tmp_path):
     assert rows[2].split(",")[13] == "0.8"  # efficiency t1 / t2 = 1.0 / 1.25
     r3 = _run_dir(tmp_path, "run-p4", 4, 1000, 5, _epochs(4, [2.0, 1.5]), _dataset(tmp_path, "g4", '{"N": 1000}'))
     with pytest.raises(SystemExit, match=r"vertices per rank N/P differs \(300\.0 vs 250\.0\)"):
-        scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o"), str(r1), str(r3)])
+        scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o2"), str(r1), str(r3)])
 
 
 def _csv(path):
