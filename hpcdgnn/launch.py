@@ -82,8 +82,22 @@ class Launch:
         return [*prefix, *self.argv]
 
 
-#: set in what hpcdgnn-mpirun starts, so that it refuses to be started by itself
+#: set in what hpcdgnn-mpirun starts (its pid), so that it refuses to be started by itself
 _ACTIVE = "HPCDGNN_MPIRUN_ACTIVE"
+#: what a launched rank's environment holds (Open MPI, PMIx, MPICH / Intel MPI)
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+#: the signals relayed to mpirun
+_RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+
+
+def _started_by_itself(environ) -> bool:
+    """Whether hpcdgnn-mpirun started this one as its mpirun (``HPCDGNN_MPIRUN`` naming it or a wrapper): the
+    marker of one above and no rank's variables, or that one as the parent. A rank (or what it starts) may
+    launch a job of its own."""
+    marker = environ.get(_ACTIVE)
+    if not marker:
+        return False
+    return not any(environ.get(v) for v in _RANK_VARS) or marker == str(os.getppid())
 
 
 def find_mpirun(environ: dict[str, str] | None = None) -> str | None:
@@ -233,16 +247,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args and not show:  # prterun says "no executable" and exits 0, which a script would take for success
         sys.stderr.write("hpcdgnn-mpirun: no program given; usage: hpcdgnn-mpirun [mpirun options] PROGRAM [ARGS...]\n")
         return 2
-    if os.environ.get(_ACTIVE):  # HPCDGNN_MPIRUN naming this launcher (or a wrapper of it) would start it forever
-        sys.stderr.write(f"hpcdgnn-mpirun: started by hpcdgnn-mpirun itself (HPCDGNN_MPIRUN="
-                         f"{os.environ.get('HPCDGNN_MPIRUN', '')}): set HPCDGNN_MPIRUN to the MPI's own mpirun\n")
+    early: list[int] = []
+    if not show:  # a signal before the relay's handlers (start-up, the version probe) is kept and relayed then
+        for sig in _RELAYED:
+            signal.signal(sig, lambda signum, frame: early.append(signum))
+    if _started_by_itself(os.environ):
+        given = os.environ.get("HPCDGNN_MPIRUN")
+        sys.stderr.write("hpcdgnn-mpirun: started by hpcdgnn-mpirun itself" + (f" (HPCDGNN_MPIRUN={given})" if given
+                                                                                else "")
+                         + ": set HPCDGNN_MPIRUN to the MPI's own mpirun\n")
         return 2
     mpirun = find_mpirun()
     if not mpirun:
         sys.stderr.write("hpcdgnn-mpirun: no mpirun found: run 'bash install.sh', load your site's MPI, "
                          "or set HPCDGNN_MPIRUN\n")
         return 127
-    os.environ[_ACTIVE] = "1"  # seen by what it starts: mpirun's version probe and the launch
+    os.environ[_ACTIVE] = str(os.getpid())  # seen by what it starts: mpirun's version probe and the launch
     try:
         launch = plan(args, mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ))
     except LaunchError as e:
@@ -259,12 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
         return 127
-    return relay_signals(proc)
+    return relay_signals(proc, early)
 
 
-def relay_signals(proc: subprocess.Popen) -> int:
+def relay_signals(proc: subprocess.Popen, early: list[int] | None = None) -> int:
     """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n, and
-    for a second SIGTERM/SIGINT n, which stops mpirun at once)."""
+    for a second SIGTERM/SIGINT n, which stops mpirun at once). ``early``: signals that came before ``proc``
+    started, relayed first."""
     asked: list[str] = []
     again: list[int] = []
 
@@ -283,8 +304,10 @@ def relay_signals(proc: subprocess.Popen) -> int:
             signum = signal.SIGUSR1
         proc.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+    for sig in _RELAYED:
         signal.signal(sig, on_signal)
+    for signum in early or ():
+        on_signal(signum, None)
     rc = proc.wait()  # PEP 475: the wait resumes after each handler
     if again and rc not in (0, EXIT_PREEMPTED):  # mpirun answers SIGTERM with 1, a crash's code: say it was the
         return 128 + again[0]                     # second signal (130, 143) — unless the ranks had checkpointed

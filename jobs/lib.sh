@@ -165,17 +165,23 @@ _hpcdgnn_find_input() {  # FILE: inputs/FILE or ../shared/data/FILE
 }
 
 hpcdgnn_check_ranks_list() {  # LIST: every entry a rank count (a whole number >= 1), else one line and status 2
-  local p
-  if [ -z "${1// /}" ]; then
+  local p entries
+  read -r -a entries <<<"$1" || true  # words, never file names (an unquoted * would glob)
+  if [ "${#entries[@]}" = 0 ]; then
     _hpcdgnn_log "RANKS_LIST is empty; list the rank counts, e.g. RANKS_LIST=\"1 2 4\""
     return 2
   fi
-  for p in $1; do
+  for p in "${entries[@]}"; do
     if ! [[ $p =~ ^[1-9][0-9]*$ ]]; then
       _hpcdgnn_log "RANKS_LIST: '$p' is not a rank count (a whole number >= 1) in '$1'; nothing submitted or run"
       return 2
     fi
   done
+}
+
+_hpcdgnn_renamed() {  # FROM TO: stdin to stdout with the string FROM written as TO (no pattern: paths are literal)
+  local line
+  while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "${line//"$1"/"$2"}"; done
 }
 
 hpcdgnn_ensure_data() {  # DIR
@@ -205,12 +211,12 @@ hpcdgnn_ensure_data() {  # DIR
     local how=(--snapshots 30 --log-features)  # quickstart.sh's snapshots
     if [ "$name" = collegemsg-events ]; then how=(--kind events); fi  # jobs/tgn.yaml's event stream
     (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap "${how[@]}" --output "$tmp" |
-      sed "s|$tmp|$dir|g") || { rm -rf "$tmp"; return 2; }  # its summary line names the final place
+      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; return 2; }  # its summary line names the final place
   elif [[ $name =~ ^n([0-9]+)-t([0-9]+)-f([0-9.]+)(-s([0-9]+))?$ ]]; then
     _hpcdgnn_log "generating $dir (IBM §6.3 random graph)"
     (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn generate --output "$tmp" --vertices "${BASH_REMATCH[1]}" \
       --snapshots "${BASH_REMATCH[2]}" --density "${BASH_REMATCH[3]}" --seed "${BASH_REMATCH[5]:-1}" |
-      sed "s|$tmp|$dir|g") || { rm -rf "$tmp"; return 2; }
+      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; return 2; }
   else
     _hpcdgnn_log "dataset $dir does not exist (no manifest.json); write it with 'python -m hpcdgnn prepare|generate" \
       "--output $dir'"
@@ -268,8 +274,9 @@ if len(sys.argv) > 2:
     sys.exit()
 if not run.is_dir() or not any(run.iterdir()):
     print("new"); sys.exit()
-if not any((run / name).exists() for name in ("config.resolved.yaml", "metrics.jsonl", "summary.json", "plan.json",
-                                              "checkpoints")):
+# a run's files, from its first (run_id, written as it claims the directory) on, their .tmp stages included
+if not any(e.name in ("run_id", "metrics.jsonl", "summary.json", "checkpoints", "trace")
+           or e.name.startswith(("config.resolved.yaml", "plan.")) for e in run.iterdir()):
     print("foreign"); sys.exit()  # the user's own files: never moved aside or resumed
 try:
     status = json.loads((run / "summary.json").read_text()).get("status", "completed")

@@ -159,8 +159,8 @@ def read_run(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         pattern = any(c in str(run_dir) for c in "*?[")
         raise SystemExit(f"{run_dir}: no such run directory" + (" (a shell pattern that matched nothing: the job "
-                                                                  "scripts name sweeps runs/<job name>-<id>/pP)"
-                                                                  if pattern else ""))
+                                                                  "scripts name a sweep's runs runs/<job name>-<sweep "
+                                                                  "or job id>[-<time>]/pP)" if pattern else ""))
     for name in ("summary.json", "metrics.jsonl", "config.resolved.yaml", "plan.json"):
         if not (run_dir / name).is_file():
             raise SystemExit(f"{run_dir}: no {name}: not a finished hpcdgnn run (stopped before its end, or still "

@@ -107,7 +107,7 @@ def load_rates(device: str = "cpu", dtype: str = "float32", path: str | Path | N
         return MachineRates()
     try:
         raw = json.loads(p.read_text())
-        if not isinstance(raw, dict) or not raw.keys() & MachineRates.__dataclass_fields__.keys():
+        if not isinstance(raw, dict) or raw and not raw.keys() & MachineRates.__dataclass_fields__.keys():
             raise ValueError("it holds none of the rates")  # another JSON file: never merged into, never rewritten
         rates = MachineRates(**{k: v for k, v in raw.items() if k in MachineRates.__dataclass_fields__})
     except (ValueError, TypeError) as e:

@@ -112,6 +112,11 @@ def test_ensure_data_prepares_collegemsg_as_snapshots_or_as_events(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [dataset_kind(d) for d in dirs] == ["snapshots", "events"]
     assert f"prepared {dirs[0]}:" in proc.stdout and ".tmp-" not in proc.stdout, proc.stdout  # the final name
+    odd = tmp_path / "a|b&c[1" / "n16-t4-f2"  # the final name is written as a string, not a pattern
+    proc = subprocess.run(["bash", "-c", script, "-", str(odd)], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and f"generated {odd}:" in proc.stdout, proc.stdout + proc.stderr
+    assert (odd / "manifest.json").is_file()
     assert json.loads((dirs[0] / "manifest.json").read_text())["num_snapshots"] == 30
 
 
@@ -420,6 +425,12 @@ def test_a_rundir_of_the_user_s_own_files_is_left_alone(fake, tmp_path):
     proc = fake.run("slurm-gpu.sh", **_slurm(RUNDIR=f"{stale}/"))
     assert proc.returncode == 0 and f"--output {stale} " in fake.log()[0], proc.stderr
     assert len(list(tmp_path.glob("stale.attempt-*/metrics.jsonl"))) == 1
+    # an attempt that died right after claiming its directory holds only run_id: a run's, moved aside
+    early = tmp_path / "early"
+    early.mkdir()
+    (early / "run_id").write_text("x\n")
+    proc = fake.run("slurm-gpu.sh", **_slurm(RUNDIR=early))
+    assert proc.returncode == 0 and len(list(tmp_path.glob("early.attempt-*/run_id"))) == 1, proc.stderr
 
 
 def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, tmp_path):
@@ -545,7 +556,7 @@ def test_slurm_strong_submission_warns_on_a_small_cluster(fake, tmp_path):
     assert proc.returncode == 2 and "whole numbers" in proc.stderr
 
 
-@pytest.mark.parametrize("ranks", ["1 3.5", "1 two", "1 0 2", "1 -2", " "])
+@pytest.mark.parametrize("ranks", ["1 3.5", "1 two", "1 0 2", "1 -2", " ", "\t", "1 *"])
 def test_a_bad_ranks_list_submits_and_runs_nothing(fake, tmp_path, ranks):
     """A RANKS_LIST entry that is no rank count: one line, exit 2, before any sbatch (an arithmetic error in
     the submission loop fell through to the batch part, which trained on the login node) or run."""

@@ -214,6 +214,27 @@ def test_arguments_pass_through_and_sigterm_becomes_sigusr1(tmp_path):
     assert "got-USR1" in out and "SIGTERM" in err
 
 
+def test_a_signal_while_the_launcher_starts_is_relayed_not_fatal(tmp_path):
+    """SIGTERM while the launcher asks mpirun which MPI it is (before its relay): it killed the launcher (the job
+    scripts send the signal right after the fork); now it is kept and relayed as SIGUSR1 once mpirun runs."""
+    import signal
+    import time
+
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/bash\ntrap 'echo got-USR1; exit 75' USR1\n"
+                    '[ "$1" = --version ] && { sleep 1.5; echo "stand-in"; exit 0; }\n'
+                    "while true; do sleep 0.05; done\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn.launch", "-np", "2", "prog"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(HPCDGNN_MPIRUN=str(fake)))
+    time.sleep(0.7)  # the launcher is in the 1.5 s version probe
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    # relayed at once: mpirun exits 75 from its trap, or (its trap not yet set) of the signal: never the launcher
+    assert proc.returncode in (75, 128 + signal.SIGUSR1), (proc.returncode, err)
+    assert "SIGTERM: passed to the ranks as SIGUSR1" in err, err
+
+
 def test_real_mpirun_three_ranks_without_any_variable_set():
     """As root on 2 cores, 3 ranks start with nothing in the environment: the launcher adds what is needed."""
     code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size)"
@@ -242,6 +263,17 @@ def test_hpcdgnn_mpirun_named_as_its_own_mpirun_is_one_line(tmp_path):
                          env=_env(HPCDGNN_MPIRUN=str(wrapper)), timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "started by hpcdgnn-mpirun itself" in out.stderr and "the MPI's own mpirun" in out.stderr
+
+
+@pytest.mark.mpi  # a 1-rank job whose rank launches a 2-rank one
+def test_a_rank_may_launch_a_job_of_its_own():
+    """The self-start guard leaves a rank (or what it starts: a driver script, perf/scaling.py) free to launch."""
+    inner = f"{sys.executable} -m hpcdgnn.launch -np 2 {sys.executable} -c 'print(\"inner\")'"
+    env = _env()
+    env.pop("HPCDGNN_MPIRUN", None)
+    out = subprocess.run([sys.executable, "-m", "hpcdgnn.launch", "-np", "1", "bash", "-c", inner],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.count("inner") == 2, out.stdout + out.stderr
 
 
 def test_job_scripts_use_it():
