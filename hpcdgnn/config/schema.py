@@ -558,8 +558,8 @@ class OutputConfig:
     tensorboard: str = ""
     """Rank 0 also writes each epoch's numbers as TensorBoard scalars into this directory, as ``python -m hpcdgnn
     export RUNDIR --tensorboard DIR`` would (step = epoch; needs the tensorboard package); empty = off. A new run
-    refuses a directory holding event files (another run's curves); a resumed run appends its epochs in a new
-    event file."""
+    refuses a directory holding another run's curves (event files with scalars); a resumed run appends its epochs
+    in a new event file."""
 
     def __post_init__(self) -> None:
         if self.log_every < 1:
