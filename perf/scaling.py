@@ -277,7 +277,7 @@ def _full_batch(strategy: str) -> bool | None:
 
     try:
         return bool(get_strategy(strategy).full_batch)
-    except Exception:  # noqa: BLE001 (a run of an older or newer hpcdgnn: no note rather than no table)
+    except KeyError:  # a run of an older or newer hpcdgnn: no note rather than no table
         return None
 
 

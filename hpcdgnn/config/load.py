@@ -347,9 +347,11 @@ def blame_override(message: str, file: str, overrides: list[str]) -> str:
     if any(override_of(k, overrides) for k in [first, *(f"{section}.{k}" for k in others if "." not in k)]):
         return f"--set {rest}"
     # a rule over several keys of a section blames one; say when --set gave another the problem names
-    given = [item.strip() for item in overrides
-             if section and item.partition("=")[0].strip().rpartition(".")[0] == section
-             and re.search(rf"\b{re.escape(item.partition('=')[0].strip().rpartition('.')[2])}\b", problem)]
+    given = []
+    for item in overrides:
+        where, _, name = item.partition("=")[0].strip().rpartition(".")
+        if section and where == section and re.search(rf"\b{re.escape(name)}\b", problem):
+            given.append(item.strip())
     if sep and _unset_in(file, key):
         message = f"{head}{key} (not in the file: its default):{problem}"
     return f"{message} (with --set {', '.join(given)})" if given else message

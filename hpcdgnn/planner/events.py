@@ -307,8 +307,8 @@ def predict_memory(plan, job, manifest, graph: GraphStats, parameters: int, rate
         notes.append("activations: an evaluation slice's roots (task.eval_negatives) hold more than training's")
     if j > 1 or k > 1:
         notes.append("epoch and memory parallelism are approximate (DistTGL §3.2.2–3.2.3)")
-    if plan.waiting():
-        notes.append(plan.waiting())
+    if waiting := plan.waiting():
+        notes.append(waiting)
     return Prediction(strategy="memory", options=asdict(job.strategy),
                       # the node's one copy of memory, stream and index is counted on its first rank: the most loaded
                       num_ranks=P, memory_bytes=memory, memory_by_rank=[memory] * P,

@@ -150,8 +150,8 @@ class MemoryStrategy(Strategy[EventBatch]):
         self.k_neighbors, self.seed = job.model.neighbors, job.train.seed
         self.dst_range = m.destinations
         i, j = plan.minibatch, plan.epoch
-        if self.comm.rank == 0 and plan.waiting():
-            get_logger().warning(f"warning: {plan.waiting()}")
+        if self.comm.rank == 0 and (waiting := plan.waiting()):
+            get_logger().warning(f"warning: {waiting}")
         r = self.comm.rank
         self.a, self.b, self.c = r % i, (r // i) % j, r // (i * j)
         self.group = self.comm.split(self.c) if self.comm.size > 1 else None

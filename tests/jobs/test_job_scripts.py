@@ -97,12 +97,18 @@ def test_every_job_yaml_names_a_dataset_the_scripts_can_make(path):
     assert Path(declared).name in ENSURED or GENERATED_RE.match(Path(declared).name), declared
 
 
+def _lib_env() -> dict[str, str]:
+    """This environment without the user's HPCDGNN_* settings, lib.sh's Python this one: for sourcing lib.sh."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
+    env["HPCDGNN_PYTHON"] = sys.executable
+    return env
+
+
 def test_ensure_data_prepares_collegemsg_as_snapshots_or_as_events(tmp_path):
     """hpcdgnn_ensure_data writes inputs/collegemsg (snapshots) and inputs/collegemsg-events (--kind events)."""
     from hpcdgnn.data.events import dataset_kind
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
-    env["HPCDGNN_PYTHON"] = sys.executable
+    env = _lib_env()
     dirs = [tmp_path / "collegemsg", tmp_path / "collegemsg-events"]
     script = 'set -euo pipefail; source jobs/lib.sh; hpcdgnn_init; for d in "$@"; do hpcdgnn_ensure_data "$d"; done'
     proc = subprocess.run(
@@ -123,8 +129,7 @@ def test_ensure_data_prepares_collegemsg_as_snapshots_or_as_events(tmp_path):
 def test_ensure_data_leaves_a_users_directory_that_is_no_dataset_alone(tmp_path):
     """A DATA folder that holds something else (even under a name the scripts know how to prepare) is refused in
     one line before any prepare, its files kept; an empty one is prepared into; an unknown name says what to run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
-    env["HPCDGNN_PYTHON"] = sys.executable
+    env = _lib_env()
     mine = tmp_path / "mine" / "collegemsg"
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("the user's own\n")
@@ -693,8 +698,7 @@ def test_mpi_library_probe():
     """hpcdgnn_mpi_library names the library mpi4py uses, as mpi4py itself reports it."""
     from mpi4py import MPI
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCDGNN_")}
-    env["HPCDGNN_PYTHON"] = sys.executable
+    env = _lib_env()
     proc = subprocess.run(
         ["bash", "-c", "set -euo pipefail; source jobs/lib.sh; hpcdgnn_init; hpcdgnn_mpi_library"],
         env=env,
