@@ -32,8 +32,8 @@ the fastest way to do the same work on one rank, not against itself.
 ``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``:
 
 * ``scaling.csv`` — one row per run: P, N, T, model, strategy, the steady
-  epoch time (median over non-warm-up epochs of the slowest rank's epoch time,
-  as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
+  epoch time (median over non-warm-up epochs of the slowest rank's epoch time, a profiled epoch left out; with
+  none, the last warm-up epoch's: as ``summary.json``'s ``steady_epoch_seconds.median``) and its split into
   load (``load_s``: reading and host -> device snapshot moves; ``transfer_s`` in CSVs before 2026-12-05),
   compute and communication (``comm_s``: the time it was under way), bytes sent per
   epoch (all ranks), transfer bytes per epoch, peak engine memory, speed-up and
@@ -179,7 +179,15 @@ def read_run(run_dir: Path) -> dict:
     recs = mine
     # an epoch resumed within timed only its batches after the resume's
     whole = [r for r in recs if not r.get("resumed_after_batches")]
-    steady = [r for r in whole if not r["warmup"]] or whole[-1:]
+    # as summary.json's steady_epoch_seconds: steady epochs, a profiled one (slowed by its profiler) left out; else
+    # the last warm-up epoch; else the profiled ones
+    plain = [r for r in whole if not r.get("profiled")]
+    steady = [r for r in plain if not r["warmup"]]
+    if not steady and whole:
+        steady = plain[-1:] or whole
+        print(f"note: {run_dir}: no steady epoch (each a warm-up or profiled one): the "
+              + (f"last warm-up epoch's ({steady[0]['epoch']}) time" if plain else "profiled epochs' times")
+              + " stand for it", file=sys.stderr)
     if not steady:
         raise SystemExit(f"{run_dir}: metrics.jsonl has no epochs at P = {env['num_ranks']}" + (
             " but one a resume continued within (it timed only its batches after the resume's): train one more "

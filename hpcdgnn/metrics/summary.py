@@ -29,7 +29,8 @@ def device_name(device: torch.device) -> str:
 
 
 def _memory(comm, run, activation_peak: float) -> np.ndarray:
-    """Per-rank memory figures (collective): RSS, engine, activations, host payloads, GPU, setup transfer."""
+    """Per-rank figures (collective): RSS, engine, activations, host payloads, GPU, setup transfer — and the bytes
+    this rank sent under set-up tags (the set-up's collectives and halo reads; no epoch counts them)."""
     device, usage = run.device, run.strategy.usage()
     gpu_max = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0.0
     return comm.gather_array(
@@ -40,6 +41,7 @@ def _memory(comm, run, activation_peak: float) -> np.ndarray:
             usage.host_bytes,
             gpu_max,
             float(run.setup_transfer),
+            float(sum(s.bytes_sent for tag, s in comm.stats.tags.items() if tag.startswith("setup"))),
         ]
     )
 
@@ -122,12 +124,15 @@ class RunTotals:
         """The summed split, without the keys some epoch lacks."""
         return {k: v for k, v in self.seconds.items() if k not in self._missing}
 
-    def steady_seconds(self) -> dict[str, float | None]:
-        """Median and mean of the slowest rank's epoch time over steady epochs (else warm-up; else profiled) of the
-        run's rank count, never an epoch a resume continued within (None for none)."""
-        times = self.steady or self.warm or self.profiled
+    def steady_seconds(self) -> dict[str, float | str | None]:
+        """Median and mean of the slowest rank's epoch time over steady epochs of the run's rank count, never an
+        epoch a resume continued within (None for none), and ``over``: which epochs. With no steady epoch, the last
+        warm-up epoch (the first, slowest, says least of the epochs to come; as ``perf/scaling.py`` reads a run),
+        else the profiled ones."""
+        times, over = ((self.steady, "steady") if self.steady else (self.warm[-1:], "last warm-up") if self.warm
+                       else (self.profiled, "profiled") if self.profiled else ([], None))
         return {"median": float(np.median(times)) if times else None,
-                "mean": float(np.mean(times)) if times else None}
+                "mean": float(np.mean(times)) if times else None, "over": over}
 
 
 def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, preempted: bool,
@@ -153,6 +158,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
             "totals": {
                 "seconds": totals.seconds_summed(),
                 "bytes_sent": totals.bytes_sent,
+                "setup_bytes_sent": int(mem[:, 6].sum()),
                 "setup_seconds": run.setup_seconds,
                 "pretrain_seconds": run.pretrain_seconds,
             },

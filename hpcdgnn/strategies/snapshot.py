@@ -331,10 +331,10 @@ class SnapshotStrategy(FullBatchStrategy):
     def _ax0_on_vertex(self, y: torch.Tensor, b: int) -> torch.Tensor:
         """Block b's constant Ã_t·X_t on the vertex owners, redistributed once (collective) and kept."""
         if b not in self._ax0_vertex:
-            # a constant: no backward exchange; no reuse buffer outlives the copy. Moved once, in epoch 1, as part of
-            # the set-up's precompute (a setup tag: not epoch 1's training traffic, which later epochs would lack)
+            # a constant: no backward exchange; no reuse buffer outlives the copy. Moved once, in the first epoch of
+            # an attempt, whose bytes and seconds it is (its own tag, as grid's halo of the same rows)
             with torch.no_grad():
-                self._ax0_vertex[b] = self._to_vertex(y, None, b, tag="setup.redistribute").clone()
+                self._ax0_vertex[b] = self._to_vertex(y, None, b, tag="redistribute.ax0").clone()
         return self._ax0_vertex[b]
 
     def _temporal(self, layer, yv: torch.Tensor, rstate, b: int, graphs: list[StepGraph] | None = None):

@@ -104,6 +104,37 @@ def test_bar_height_is_the_printed_epoch_time(tmp_path, monkeypatch, capsys):
     assert (out / "time_split.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize(("warmup", "profiled", "over"), [
+    ((True, True, True), (False, False, False), "last warm-up"),  # train.warmup_epochs >= train.epochs
+    ((True, False, False), (False, True, False), "steady"),  # a profiled epoch (slowed by its profiler) left out
+    ((True, True), (False, True), "last warm-up"),
+    ((True, False), (False, True), "last warm-up"),
+    ((False,), (True,), "profiled"),
+])
+def test_the_steady_time_is_the_summary_s_when_no_epoch_is_steady(tmp_path, capsys, warmup, profiled, over):
+    """perf/scaling.py's epoch time and summary.json's steady_epoch_seconds (computed here by the run's own
+    RunTotals) pick the same epochs: with no steady one, the last warm-up epoch's, not the median of them all
+    (the first, slowest, epoch included) in one and the last epoch in the other."""
+    from hpcdgnn.metrics.summary import RunTotals
+
+    scaling = _scaling()
+    run = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [9.0, 1.0, 3.0][: len(warmup)]), _dataset(tmp_path, "ds",
+                                                                                                       "{}"))
+    records = [{**json.loads(line), "warmup": w, "profiled": p} for line, w, p in
+               zip((run / "metrics.jsonl").read_text().splitlines(), warmup, profiled, strict=True)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    totals = RunTotals(2)
+    for r in records:
+        totals.add(r)
+    steady = totals.steady_seconds()
+    assert steady["over"] == over
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "steady_epoch_seconds": steady}))
+    row = scaling.read_run(run)
+    assert row["epoch_s"] == pytest.approx(steady["median"], rel=1e-12)
+    assert ("no steady epoch" in capsys.readouterr().err) == (over != "steady")
+
+
 def test_runs_it_cannot_read_are_one_line_and_what_it_can_is_said(tmp_path, capsys):
     """A run without summary.json (killed, still running), a pattern that matched nothing, an --out that is a file:
     one line each, not a traceback. A pre-empted run is noted; an event stream's N whose manifest is not here is

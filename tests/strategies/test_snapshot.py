@@ -46,11 +46,15 @@ def test_reported_bytes_match_volume_formula(launcher, small_dataset, tmp_path, 
     # (CD-GCN the same: its second layer moves ÃH, `hidden` wide, not relu([ÃH ; ÃHW]), twice that);
     # backward repeats them with the counts swapped, for the snapshots up to the last training step only
     # (TM-GCN is causal: no gradient reaches later ones). Except the first layer's move to the vertex owners:
-    # its input Ã·X is a constant, moved once (epoch 1, F wide) and kept, and the layer's transform runs there;
-    # that move is the set-up's precompute (a setup tag), not epoch 1's training traffic
-    assert rec["bytes_by_tag"]["redistribute.fwd"] == 3 * one
+    # its input Ã·X is a constant, moved once (epoch 1, F wide) and kept, and the layer's transform runs there:
+    # epoch 1's traffic under its own tag, in no later epoch
+    assert rec["bytes_by_tag"]["redistribute.fwd"] == 3 * one and "redistribute.ax0.fwd" not in rec["bytes_by_tag"]
     first = read_metrics(tmp_path / "run")[0]
-    assert first["bytes_by_tag"]["redistribute.fwd"] == 3 * one and first["bytes_sent"] == rec["bytes_sent"]
+    assert first["bytes_by_tag"]["redistribute.fwd"] == 3 * one
+    F = json.loads((small_dataset / "manifest.json").read_text())["num_features"]
+    ax0 = first["bytes_by_tag"]["redistribute.ax0.fwd"]
+    assert ax0 == plan_bytes(plan, F, 8) and "redistribute.ax0.bwd" not in first["bytes_by_tag"]
+    assert first["bytes_sent"] == rec["bytes_sent"] + ax0
     last = split_steps(SMALL_T - 1, (0.7, 0.15, 0.15))[0].stop - 1  # the training horizon, from the split
     assert 0 < last < SMALL_T - 1
     assert rec["bytes_by_tag"]["redistribute.bwd"] == 3 * plan_bytes(plan, hidden, 8, last) < 3 * one
