@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -23,6 +25,10 @@ def test_vertex_partition_methods():
             vertex_partition("metis", 10, 2, (np.array([0]), np.array([1])))
 
 
+def _setup_bytes(run) -> int:
+    return json.loads((run / "summary.json").read_text())["totals"]["setup_bytes_sent"]
+
+
 # each model once and each partition once (the partition decides the halo, the model what crosses it;
 # the full 3 x 3 grid cost 27 mpirun launches and found nothing the diagonal misses)
 # the hash partition (halos from every rank) is vertex's case in the quick subset
@@ -41,6 +47,9 @@ def test_vertex_strategy_is_exact(launcher, small_dataset, tmp_path, model, part
         got, recs = _losses(launcher, P, job, tmp_path / f"p{P}")
         np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{model} {partition} P={P}")
         halo.append(recs[0]["bytes_by_tag"].get("halo.fwd", 0))
+        # the set-up's reads of the halo's input rows (and its collectives) are in the summary, in no epoch
+        assert _setup_bytes(tmp_path / f"p{P}") > 0
+    assert _setup_bytes(tmp_path / "plain") == 0  # one process sends nothing
     assert 0 < halo[0] < halo[1]  # more ranks, more cut edges, more halo rows (IBM Table 2)
 
 
