@@ -18,7 +18,8 @@ counts, not rank counts. Unbound, every rank gets the node's cores divided by it
 
 Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
-checkpoints at the next epoch boundary or between mini-batches, exit 75); a second one sends SIGTERM.
+checkpoints at the next epoch boundary or between mini-batches, exit 75); a second one sends SIGTERM. On Linux
+mpirun also gets SIGTERM when the launcher dies (killed outright), so no job trains on without it.
 """
 
 from __future__ import annotations
@@ -275,11 +276,30 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     try:
         proc = subprocess.Popen(launch.argv, env={**os.environ, **launch.env}, process_group=0,
-                                stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None)
+                                stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None,
+                                preexec_fn=_dies_with(os.getpid()))
     except OSError as e:
         sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
         return 127
     return relay_signals(proc, early)
+
+
+def _dies_with(parent: int):
+    """What mpirun runs before its program (Linux): SIGTERM when the launcher dies. In a process group of its own,
+    mpirun outlived a launcher killed with SIGKILL (OOM killer, a wrapper's timeout) and its ranks trained on, into
+    a run directory the next attempt then shares. None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+
+    def set_up() -> None:
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the launcher died before the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_up
 
 
 def relay_signals(proc: subprocess.Popen, early: list[int] | None = None) -> int:

@@ -3,6 +3,8 @@ and ``summary.json``, as data for scripts; keys specified in docs/results.md."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -15,7 +17,18 @@ import yaml
 
 from hpcdgnn.errors import ConfigError, DataError
 
-__all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "json_safe", "read_epoch_records"]
+__all__ = ["RunDirectory", "choose_run_dir", "iter_epoch_records", "json_safe", "read_epoch_records", "writing"]
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Report a failed write of a run file in one line (a :class:`DataError` naming the file and the system's reason,
+    exit 2), not as a crash: a full disk, a quota, a read-only file system are the environment's, not a bug."""
+    try:
+        yield
+    except OSError as e:
+        hint = {errno.ENOSPC: "a full disk?", errno.EDQUOT: "over quota?"}.get(e.errno)  # the others say what is
+        raise DataError(f"cannot write {path}: {e.strerror or e}" + (f" ({hint})" if hint else "")) from None
 
 
 def json_safe(v: Any) -> Any:
@@ -116,20 +129,29 @@ class RunDirectory:
 
     def save_config(self, resolved: dict) -> None:
         """Write ``config.resolved.yaml``."""
-        (self.path / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+        with writing(self.path / "config.resolved.yaml"):
+            (self.path / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
 
     def append_epoch(self, record: dict) -> None:
-        """Append one line to ``metrics.jsonl`` (flushed at once, so a killed job keeps its epochs)."""
+        """Append one line to ``metrics.jsonl`` (flushed at once, so a killed job keeps its epochs; a line a full
+        disk cut short is dropped by readers and by a resume)."""
         clean = json_safe(record)
-        self._metrics.write(json.dumps(clean) + "\n")
+        with writing(self.path / "metrics.jsonl"):
+            self._metrics.write(json.dumps(clean) + "\n")
         if self._tensorboard is not None:
             self._tensorboard.write(clean)  # the values metrics.jsonl holds
 
     def save_summary(self, summary: dict) -> None:
         """Write ``summary.json`` atomically."""
         tmp = self.path / "summary.json.tmp"
-        tmp.write_text(json.dumps(json_safe(summary), indent=1) + "\n")
-        os.replace(tmp, self.path / "summary.json")
+        try:
+            with writing(self.path / "summary.json"):
+                tmp.write_text(json.dumps(json_safe(summary), indent=1) + "\n")
+                os.replace(tmp, self.path / "summary.json")
+        except DataError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
     def close(self) -> None:
         """Close the metrics file (and the TensorBoard writer)."""

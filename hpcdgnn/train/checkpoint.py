@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import DataError
+from hpcdgnn.metrics.results import writing
 
 __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
            "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state",
@@ -61,12 +62,20 @@ def read_run_id(run_dir: Path) -> str | None:
 
 
 def claim_run_dir(run_dir: Path) -> bool:
-    """Rank 0: write a new run's id into ``run_dir`` unless another run has (``O_EXCL``); False if one has."""
+    """Rank 0: write a new run's id into ``run_dir`` unless another run has (``O_EXCL``); False if one has.
+
+    Raises:
+        DataError: the file cannot be written (a read-only directory, a full disk), in one line.
+    """
+    path = Path(run_dir) / RUN_ID_FILE
     try:
-        fd = os.open(Path(run_dir) / RUN_ID_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as f:
+    except OSError:
+        with writing(path):
+            raise
+    with writing(path), os.fdopen(fd, "w") as f:
         f.write(uuid.uuid4().hex + "\n")
     return True
 

@@ -34,7 +34,7 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, cannot_create
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.metrics.results import MADE_RUN_DIRS
+from hpcdgnn.metrics.results import MADE_RUN_DIRS, writing
 from hpcdgnn.nn.models import DGNN
 from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
@@ -434,17 +434,19 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: di
     replaces the old: a resume with the job file compares its request with it)."""
     ensure_run_id(run_dir)
     tmp = run_dir / "config.resolved.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
-    os.replace(tmp, run_dir / "config.resolved.yaml")
+    with writing(run_dir / "config.resolved.yaml"):
+        tmp.write_text(yaml.safe_dump(job_to_dict(job), sort_keys=False))
+        os.replace(tmp, run_dir / "config.resolved.yaml")
     path = run_dir / "plan.json"
     new = run_dir / "plan.json.tmp"
-    plan.save(new)
-    planner = planner if planner is not None else _planner_record(run_dir)
-    if planner is not None:
-        new.write_text(json.dumps({**json.loads(new.read_text()), "planner": planner}, indent=1) + "\n")
-    if epoch and path.is_file() and path.read_bytes() != new.read_bytes():
-        os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
-    os.replace(new, path)
+    with writing(path):
+        plan.save(new)
+        planner = planner if planner is not None else _planner_record(run_dir)
+        if planner is not None:
+            new.write_text(json.dumps({**json.loads(new.read_text()), "planner": planner}, indent=1) + "\n")
+        if epoch and path.is_file() and path.read_bytes() != new.read_bytes():
+            os.replace(path, run_dir / f"plan.before-epoch-{epoch}.json")
+        os.replace(new, path)
 
 
 def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
@@ -559,7 +561,12 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                 why = str(e)
                 raise ConfigError(blame_override(f"{job_path}: {why}", job_path, overrides)
                                   if why.startswith("output.dir:") else why) from None
-            if not claim_run_dir(run_dir):  # another run took it since choose_run_dir
+            try:
+                claimed = claim_run_dir(run_dir)
+            except DataError:  # cannot write there: a directory this run made goes again
+                _discard_new_run(run_dir, job)
+                raise
+            if not claimed:  # another run took it since choose_run_dir
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
             try:  # a place the check could not foresee (/proc, a race): the claimed run directory goes again

@@ -60,3 +60,41 @@ def test_an_output_directory_another_run_makes_meanwhile_is_not_ours(tmp_path, m
     monkeypatch.setattr(pathlib.Path, "mkdir", raced)
     assert choose_run_dir(str(target), "runs", "job") == target
     assert target.is_dir() and target.resolve() not in MADE_RUN_DIRS
+
+
+def test_a_run_file_a_full_disk_refuses_is_one_line_naming_it(tmp_path):
+    """metrics.jsonl on a full disk (/dev/full answers every write with ENOSPC) was a traceback, exit 1: now the
+    one-line DataError (exit 2) naming the file and the reason; summary.json likewise, its temporary file gone."""
+    from hpcdgnn.errors import DataError
+    from hpcdgnn.metrics.results import RunDirectory
+
+    rd = RunDirectory(tmp_path)
+    rd._metrics.close()
+    rd._metrics = open("/dev/full", "a", buffering=1)  # noqa: SIM115 (closed by rd.close)
+    with pytest.raises(DataError) as e:
+        rd.append_epoch({"epoch": 1, "loss": 0.5})
+    assert str(e.value) == f"cannot write {tmp_path / 'metrics.jsonl'}: No space left on device (a full disk?)"
+    rd._metrics = open(tmp_path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+    (tmp_path / "summary.json.tmp").symlink_to("/dev/full")
+    with pytest.raises(DataError, match=r"^cannot write .*summary\.json: No space left on device \(a full disk\?\)$"):
+        rd.save_summary({"status": "completed"})
+    assert not (tmp_path / "summary.json.tmp").exists() and not (tmp_path / "summary.json").exists()
+    rd.close()
+
+
+def test_a_run_directory_it_cannot_write_is_one_line(tmp_path, monkeypatch):
+    """--output naming an existing empty directory on a read-only file system: claiming it (run_id) was a
+    traceback, exit 1; now one line naming the file."""
+    import errno
+    import os
+
+    from hpcdgnn.errors import DataError
+    from hpcdgnn.train import checkpoint
+
+    def read_only(path, *args, **kw):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(checkpoint.os, "open", read_only)
+    with pytest.raises(DataError) as e:
+        checkpoint.claim_run_dir(tmp_path)
+    assert str(e.value) == f"cannot write {tmp_path / 'run_id'}: Read-only file system"

@@ -297,3 +297,40 @@ def test_the_ranks_output_is_plain_text(tmp_path, small_dataset):
                         str(tmp_path / "r")], env=env, timeout=180, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "\x1b" not in out.stdout + out.stderr, repr((out.stdout + out.stderr)[-300:])
+
+
+def test_mpirun_does_not_outlive_a_launcher_killed_outright(tmp_path):
+    """SIGKILL to hpcdgnn-mpirun (the OOM killer, a wrapper's timeout) left mpirun, in its own process group, and
+    its ranks training on into the run directory; now mpirun gets SIGTERM when the launcher dies (Linux)."""
+    import signal
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    fake, pid_file = tmp_path / "mpirun", tmp_path / "pid"
+    fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "stand-in"; exit 0; }\n'
+                    f'echo $$ > {pid_file}\nwhile true; do sleep 0.05; done\n')
+    fake.chmod(0o755)
+    proc = subprocess.Popen([*_console(), "-np", "2", "prog"], env=_env(HPCDGNN_MPIRUN=str(fake)))
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:
+            with open(f"/proc/{child}/stat") as f:  # a zombie (reparented, not yet reaped) is gone too
+                if f.read().split(") ")[1].startswith("Z"):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("mpirun outlived the launcher killed with SIGKILL")
