@@ -168,12 +168,14 @@ class TrainedRun:
     def _saved(self, required: bool = True) -> tuple[Path | None, dict[str, Any]]:
         """The newest checkpoint and its shared state (model, task head, sizes); ``(None, {})`` without one unless
         ``required``."""
-        from hpcdgnn.train.checkpoint import load_shared
+        from hpcdgnn.train.checkpoint import check_owner, load_shared
 
         ckpt = self.checkpoint
         if ckpt is None and required:
             raise DataError(f"{self.dir}: the run has no complete checkpoint of an epoch's end to load the model from "
                             "(one within an epoch is for resume only)")
+        if ckpt is not None:
+            check_owner(None, ckpt, self.dir, str(self.dir))  # a shared checkpoint.dir: another run's weights
         return ckpt, {} if ckpt is None else load_shared(ckpt)
 
     def _load(self) -> None:

@@ -238,7 +238,8 @@ hpcdgnn_ensure_data() {  # DIR
 # (hpcdgnn/train/checkpoint.py; +batch-: within the next epoch, written at a pre-emption between batches).
 hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attempt's checkpoints aside instead (below)
   # With STAMP (RUNDIR is then the attempt moved aside): when the job set a checkpoint.dir outside RUNDIR, its
-  # epoch-NNNNNN[+batch-NNNNNNNNN][.old][.tmp] entries (a new run refuses a used checkpoint.dir) are moved into a new sibling
+  # epoch-NNNNNN[+batch-NNNNNNNNN][.old][.tmp] entries and its claim (run_id, when the attempt's) — a new run refuses a
+  # used checkpoint.dir — are moved into a new sibling
   # <checkpoint.dir>.STAMP, and likewise an output.tensorboard outside RUNDIR's events.out.tfevents.* files (a
   # new run refuses another run's curves); the directory itself and anything else in it stay (its striping, a
   # mount point, other runs' files). A failure is one log line: the new run then refuses the directory in one line too.
@@ -262,6 +263,10 @@ if len(sys.argv) > 2:
             continue
         try:
             dead = sorted(e for e in where.iterdir() if re.fullmatch(pattern, e.name))
+            claim = where / "run_id"  # the attempt's claim on its checkpoint.dir (a new run refuses a claimed one)
+            if key == "checkpoint.dir" and claim.is_file() and (run / "run_id").is_file() \
+                    and claim.read_text().strip() == (run / "run_id").read_text().strip():
+                dead.append(claim)
             if dead:
                 aside = where.parent / f"{where.name}.{sys.argv[2]}"
                 aside.mkdir()

@@ -126,6 +126,10 @@ class Watchdog:
             if self._stop.wait(self.interval):
                 w.send(None, dest=0, tag=_BYE)
                 return
+            if time.monotonic() - last_reply > self.interval + max(1.0, self.timeout / 2):
+                # this process froze while it waited (SIGSTOP, swapped out): rank 0 judges it, and a rank woken
+                # only to be torn down must not then blame rank 0 for the silence of its own freeze
+                last_reply = time.monotonic()
 
     def _serve(self) -> None:
         """Rank 0: answer heartbeats, watch everyone's progress, leave once every rank said goodbye."""

@@ -5,7 +5,8 @@ Layout (``checkpoint.dir``, default ``RUNDIR/checkpoints``)::
     epoch-000006/
       state.pt           rank 0: epoch, model, task head, optimizer, plan, resolved config
       rank-00000.pt ...  every rank: its torch / numpy / python RNG states and its strategy's state
-      COMPLETE           written last: {"epoch", "num_ranks", "run_id"} (JSON)
+      COMPLETE           written last: {"epoch", "num_ranks", "run_id", "files"} (JSON); ``files``: each file's
+                         [bytes, CRC-32], checked when it is read (a flipped byte loads as wrong parameters)
     epoch-000006+batch-000000012/
                          within epoch 7, after its first 12 batches (a pre-emption's stop between batches,
                          ``Strategy.resumes_between_batches``, or in the evaluation pass after all of them,
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import io
 import json
 import os
@@ -35,6 +37,7 @@ import random
 import shutil
 import types
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,10 +45,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdgnn.errors import DataError
+from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics.results import writing
 
 __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
+           "hold_run", "load_partial", "release_runs",
            "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state",
            "within_epoch"]
 
@@ -87,6 +91,48 @@ def ensure_run_id(run_dir: Path) -> str:
     return read_run_id(run_dir)
 
 
+#: run directories (resolved) whose ``run_id`` this process holds locked, and the descriptor holding each
+_HELD: dict[Path, int] = {}
+#: what flock answers on a file system without locks (Lustre mounted without ``flock``, some NFS set-ups)
+_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+def hold_run(run_dir: Path, where: str) -> None:
+    """Rank 0: hold ``run_dir`` for this process while it trains (an advisory ``flock`` on its ``run_id``, let go by
+    :func:`release_runs` or at exit, a killed process's included). Two jobs on one run directory (a resume
+    started while the run, or a launcher's orphaned ranks, still train; two resumes at once) interleaved their
+    epochs and checkpoints into it. On a file system without locks the run goes on unguarded.
+
+    Raises:
+        ConfigError: another process holds it (one line, ``where`` first).
+    """
+    key = Path(run_dir).resolve()
+    if key in _HELD:  # this process's own (a library caller resuming in the process that ran it)
+        return
+    ensure_run_id(run_dir)
+    path = Path(run_dir) / RUN_ID_FILE
+    with writing(path):
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"{where}: another job is training this run now (it holds {path}); one job trains a run "
+                          "at a time: let it end (or stop it), then resume") from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno in _NO_LOCKS:
+            return
+        raise
+    _HELD[key] = fd
+
+
+def release_runs() -> None:
+    """Let go of every run directory this process holds (:func:`hold_run`)."""
+    while _HELD:
+        os.close(_HELD.popitem()[1])
+
+
 def _meta(ckpt: Path) -> dict[str, Any]:
     """``COMPLETE``'s JSON object ({} when unreadable)."""
     try:
@@ -96,16 +142,17 @@ def _meta(ckpt: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def check_owner(meta: dict[str, Any], ckpt: Path, run_dir: Path, where: str) -> None:
-    """Refuse (one line) to resume the run in ``run_dir`` from ``ckpt`` (``COMPLETE``: ``meta``) of another run.
+def check_owner(meta: dict[str, Any] | None, ckpt: Path, run_dir: Path, where: str) -> None:
+    """Refuse (one line) to resume (or read) the run in ``run_dir`` from ``ckpt`` (``COMPLETE``: ``meta``, None: read
+    it) of another run.
 
     Raises:
         DataError: both carry an id and the ids differ.
     """
-    mine, theirs = read_run_id(run_dir), meta.get("run_id")
+    mine, theirs = read_run_id(run_dir), (_meta(ckpt) if meta is None else meta).get("run_id")
     if mine is not None and theirs is not None and theirs != mine:
         raise DataError(f"{where}: {ckpt} was written by another run (run id {theirs}, not {run_dir}'s {mine}); "
-                        "resume that run from its own directory, or set checkpoint.dir to this run's checkpoints")
+                        "that run is used from its own directory; set checkpoint.dir to this run's own checkpoints")
 
 
 def _epoch_dir(root: Path, epoch: int, batch: int = 0) -> Path:
@@ -118,9 +165,22 @@ def within_epoch(ckpt: Path) -> bool:
     return "+batch-" in Path(ckpt).name
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
+#: bytes read at a time to check a file's CRC-32
+_CHUNK = 1 << 24
+
+
+def _digest(path: Path) -> list[int]:
+    """[bytes, CRC-32] of the file ``path``."""
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return [size, crc]
+
+
+def _atomic_save(obj: Any, path: Path) -> list[int]:
     """Write ``obj`` (or the buffer :func:`_serialised` made of one) to ``path`` through a ``.part`` file; a failed
-    write (a full disk, a quota) is one line.
+    write (a full disk, a quota) is one line. Returns the file's [bytes, CRC-32] (:func:`_digest`).
 
     Raises:
         DataError: names the file and the system's reason.
@@ -129,12 +189,19 @@ def _atomic_save(obj: Any, path: Path) -> None:
     try:
         with open(tmp, "wb") as f:
             if isinstance(obj, io.BytesIO):
-                f.write(obj.getbuffer())
+                view = obj.getbuffer()
+                f.write(view)
+                digest = [view.nbytes, zlib.crc32(view)]
+                view.release()
             else:
                 _save(obj, f)
+                digest = None
             f.flush()
             os.fsync(f.fileno())
+        if digest is None:  # of the bytes on disk, read back (torch.save wrote them in pieces)
+            digest = _digest(tmp)
         os.replace(tmp, path)
+        return digest
     except (OSError, RuntimeError) as e:
         tmp.unlink(missing_ok=True)
         hint = "a full disk or quota?"
@@ -269,6 +336,24 @@ _UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, ImportE
                pickle.UnpicklingError, RuntimeError)
 
 
+class _Altered(ValueError):
+    """A checkpoint file whose bytes differ from those written (``COMPLETE``'s size and CRC-32)."""
+
+
+def _check_digest(ckpt: Path, file: Path) -> None:
+    """Raise :class:`_Altered` if ``file`` differs from ``COMPLETE``'s record of it (older checkpoints: none)."""
+    want = _meta(ckpt).get("files", {}).get(file.name)
+    if want is None:
+        return
+    (size, crc), (wrote, wrote_crc) = _digest(file), want
+    if size < wrote:
+        raise _Altered(f"truncated ({size} of its {wrote} bytes)")
+    if size > wrote:
+        raise _Altered(f"altered ({size} bytes; {wrote} written)")
+    if crc != wrote_crc:
+        raise _Altered("corrupt (its CRC-32 is not the one written)")
+
+
 def load_shared(ckpt: Path) -> dict[str, Any]:
     """The shared state (``state.pt``) of checkpoint ``ckpt``, without the (possibly large) rank states.
 
@@ -276,6 +361,7 @@ def load_shared(ckpt: Path) -> dict[str, Any]:
         DataError: an unreadable checkpoint (names the file).
     """
     try:
+        _check_digest(ckpt, ckpt / "state.pt")
         state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
         if not isinstance(state, dict):
             raise TypeError(f"holds a {type(state).__name__}, not a checkpoint's state")
@@ -295,6 +381,8 @@ def unreadable(ckpt: Path, file: Path, e: BaseException) -> DataError:
     """
     if isinstance(e, FileNotFoundError):
         why = "missing"
+    elif isinstance(e, _Altered):
+        why = str(e)
     elif isinstance(e, PermissionError | IsADirectoryError):
         why = f"unreadable ({e.strerror or e})"
     else:  # torch's reader says a truncated zip in many ways (an OSError's "Invalid argument" among them)
@@ -330,6 +418,7 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
                         "resume again: the next older complete checkpoint is used") from None
     mine_file = ckpt / _rank_file(rank % old_p)
     try:
+        _check_digest(ckpt, mine_file)
         mine = torch.load(mine_file, map_location="cpu", weights_only=False)
         if not isinstance(mine, dict):
             raise TypeError(f"holds a {type(mine).__name__}, not a rank's state")
@@ -337,6 +426,24 @@ def load_state(ckpt: Path, rank: int, num_ranks: int,
         raise unreadable(ckpt, mine_file, e) from None
     mine["num_ranks"] = old_p
     return state, mine
+
+
+def load_partial(ckpt: Path, rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s ``partial`` (its sums and kept scores) of ``ckpt``, a checkpoint within an epoch, for a resume
+    on another rank count (:func:`hpcdgnn.train.setup._resumed_within`).
+
+    Raises:
+        DataError: an unreadable rank file (names it).
+    """
+    file = ckpt / _rank_file(rank)
+    try:
+        _check_digest(ckpt, file)
+        part = torch.load(file, map_location="cpu", weights_only=False)["partial"]
+        if not isinstance(part, dict):
+            raise TypeError(f"holds a {type(part).__name__}, not a rank's part of an epoch")
+    except _UNREADABLE as e:
+        raise unreadable(ckpt, file, e) from None
+    return part
 
 
 def strategy_state(mine: dict[str, Any], strategy, num_ranks: int) -> dict[str, Any]:
@@ -384,14 +491,16 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while writing
             tmp.mkdir(parents=True)
         self.comm.barrier(tag="checkpoint")
-        _atomic_save(held.rank if held is not None else self._rank_state(strategy_state, partial),
-                     tmp / _rank_file(self.comm.rank))
+        name = _rank_file(self.comm.rank)
+        files = {name: _atomic_save(held.rank if held is not None else self._rank_state(strategy_state, partial),
+                                    tmp / name)}
         if self.comm.rank == 0:
-            _atomic_save(held.shared if held is not None else shared, tmp / "state.pt")
-        self.comm.barrier(tag="checkpoint")
+            files["state.pt"] = _atomic_save(held.shared if held is not None else shared, tmp / "state.pt")
+        # every rank's files are written once this returns (in place of a barrier)
+        written = {k: v for part in self.comm.allgather_obj(files, tag="checkpoint") for k, v in part.items()}
         if self.comm.rank == 0:
             meta = {"epoch": epoch, **({"batch": batch} if batch else {}), "num_ranks": self.comm.size,
-                    **({"run_id": self.run_id} if self.run_id else {})}
+                    **({"run_id": self.run_id} if self.run_id else {}), "files": dict(sorted(written.items()))}
             (tmp / _COMPLETE).write_text(json.dumps(meta) + "\n")
             old = final.with_name(final.name + ".old.tmp")  # ignored as a .tmp
             if final.exists():  # a resumed run re-ran this epoch: the old one goes once the new one is in place

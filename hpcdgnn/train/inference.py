@@ -37,7 +37,7 @@ from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.strategies import Strategy, get_strategy
 from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, ShardedEmbeddings
-from hpcdgnn.train.checkpoint import latest_checkpoint, load_shared
+from hpcdgnn.train.checkpoint import check_owner, latest_checkpoint, load_shared
 from hpcdgnn.train.collective import agree, root_then_bcast
 from hpcdgnn.train.loop import train_batches
 from hpcdgnn.train.setup import (
@@ -113,6 +113,7 @@ def open_trained(run_dir: str, comm: Communicator, command: str, overrides: Sequ
         if ckpt is None:
             raise DataError(f"{where}: no complete checkpoint of an epoch's end in {root} (a run writes one when it "
                             "finishes, and every checkpoint.every epochs; one within an epoch is for --resume only)")
+        check_owner(None, ckpt, Path(run_dir), where)  # a shared checkpoint.dir: another run's weights
         if not (Path(job.data.path) / "manifest.json").is_file():
             raise DataError(f"{where}: data.path: {job.data.path}: no dataset there (if it moved: --set data.path=NEW)")
         if before is not None:

@@ -46,9 +46,12 @@ from hpcdgnn.train.checkpoint import (
     check_owner,
     claim_run_dir,
     ensure_run_id,
+    hold_run,
     latest_checkpoint,
+    load_partial,
     load_shared,
     load_state,
+    read_run_id,
     restore_rng,
     strategy_state,
 )
@@ -270,14 +273,23 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     return root
 
 
-def make_checkpoint_dir(root: Path | None, where: str | None) -> None:
-    """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory)."""
+def make_checkpoint_dir(root: Path | None, where: str | None, run_dir: Path) -> None:
+    """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory) and claim it for
+    the run in ``run_dir``: its ``run_id`` written there (``O_EXCL``), so that of two new runs given one empty
+    directory at the same moment (both passed the check) one is refused, not left to overwrite and prune the
+    other's checkpoints."""
     if root is None:
         return
     try:
         root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / RUN_ID_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        raise ConfigError(f"{where}: checkpoint.dir: {root}: another run started with it at the same moment; a run "
+                          "writes its checkpoints into a directory of its own") from None
     except OSError as e:
         raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {e.strerror or e}") from None
+    with writing(root / RUN_ID_FILE), os.fdopen(fd, "w") as f:
+        f.write(f"{read_run_id(run_dir)}\n")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -362,6 +374,7 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     if not saved_path.is_file():
         raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
     saved = load_job(saved_path, check_paths=False, resolved=True)  # the dataset may have moved
+    hold_run(run_dir, f"--resume {resume}")  # before anything here changes
     try:
         job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
     except ConfigError:
@@ -451,7 +464,12 @@ def _save_run_files(run_dir: Path, job: JobConfig, plan, epoch: int, planner: di
 
 def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
     """Rank 0: undo :func:`_save_run_files` for a new run refused after it; the run directory goes too when this
-    process made it (``--output`` naming an empty directory the user made keeps it)."""
+    process made it (``--output`` naming an empty directory the user made keeps it), and its claim on a
+    ``checkpoint.dir`` (:func:`make_checkpoint_dir`)."""
+    claim = Path(job.checkpoint.dir) / RUN_ID_FILE if job.checkpoint.dir else None
+    if claim is not None and read_run_id(run_dir) is not None and read_run_id(claim.parent) == read_run_id(run_dir):
+        with suppress(OSError):
+            claim.unlink()
     for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
         with suppress(OSError):  # a cleanup: the run's own error is the one to report
             (run_dir / name).unlink(missing_ok=True)
@@ -569,8 +587,9 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             if not claimed:  # another run took it since choose_run_dir
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
+            hold_run(run_dir, f"--output {run_dir}")
             try:  # a place the check could not foresee (/proc, a race): the claimed run directory goes again
-                make_checkpoint_dir(ckpt_dir, job_path)
+                make_checkpoint_dir(ckpt_dir, job_path, run_dir)
             except ConfigError as e:
                 _discard_new_run(run_dir, job)
                 raise ConfigError(blame_override(str(e), job_path, overrides)) from None
@@ -652,19 +671,25 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
     return state, mine
 
 
-def _resumed_within(state: dict, mine: dict, comm: Communicator) -> tuple[int, Partial | None]:
+def _resumed_within(state: dict, mine: dict, comm: Communicator, ckpt: Path) -> tuple[int, Partial | None]:
     """(the batch, this rank's :class:`Partial` of the batches before it) of a checkpoint within an epoch, else
-    (0, None): on the checkpoint's rank count each rank's own; on another, the sums' total on rank 0 (the epoch's
-    loss and sums agree to rounding) and no scores (link prediction's AUC of that epoch then takes the fixed
-    bins)."""
+    (0, None): on the checkpoint's rank count each rank's own; on another, rank r takes the parts of the old ranks
+    q ≡ r (mod P) — each part once, its sums with the scores they count, so the epoch's sums agree to rounding and
+    link prediction's AUC bins span the whole epoch's logits, as in an uninterrupted run."""
     batch = int(state.get("batch", 0))
     if not batch:
         return 0, None
     norm = float(state.get("grad_norm", 0.0))
-    if mine.get("num_ranks") == comm.size:
+    old_p = mine.get("num_ranks")
+    if old_p == comm.size:
         return batch, Partial(mine["partial"]["stats"], norm, mine["partial"]["scores"])
-    total = np.asarray(state["partial_sum"])
-    return batch, Partial(total if comm.rank == 0 else np.zeros_like(total), norm)
+    parts = [mine["partial"] if q == comm.rank % old_p else load_partial(ckpt, q)
+             for q in range(comm.rank, old_p, comm.size)]
+    stats = sum((np.asarray(p["stats"]) for p in parts), np.zeros_like(np.asarray(state["partial_sum"])))
+    scores = [p.get("scores") for p in parts]
+    # a task that keeps scores keeps a list of them (Task.held_scores); one that keeps none, None
+    merged = [s for part in scores for s in part] if scores and all(isinstance(s, list) for s in scores) else None
+    return batch, Partial(stats, norm, merged)
 
 
 def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Communicator, device, dtype):
@@ -833,7 +858,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])
-            within = _resumed_within(state, mine, comm)
+            within = _resumed_within(state, mine, comm, Path(ckpt))
             initial = state.get("initial_checksum")
             # a re-cut belongs to the checkpoint's plan: on another P the new plan is calibrated again
             if getattr(state.get("plan"), "num_ranks", None) == comm.size:

@@ -47,7 +47,14 @@ from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.ops import kernels
 from hpcdgnn.progress import Progress
 from hpcdgnn.regimes import job_regime
-from hpcdgnn.train.checkpoint import CheckpointManager, HeldCheckpoint, array_bytes, latest_checkpoint, read_run_id
+from hpcdgnn.train.checkpoint import (
+    CheckpointManager,
+    HeldCheckpoint,
+    array_bytes,
+    latest_checkpoint,
+    read_run_id,
+    release_runs,
+)
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.footprint import out_of_memory_error
 from hpcdgnn.train.loop import BatchStop, train_batches
@@ -291,16 +298,19 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
     log = configure_logging(comm.rank, comm.size)
     stop = preemption.install()  # for library callers
     kernels.reset_calls()  # summary.json counts this run's calls, not an earlier run's in this process
-    with HeldLines(log) as held:  # set-up's detail lines follow the start line, which needs the built run
-        run = build_run(job_path, overrides, output, comm, resume)
-        held.release(*_banner(run, comm))
     try:
-        return _train(run, comm, log, stop)
-    except (MemoryError, RuntimeError) as e:  # one allocation larger than the rank: name this job's size keys
-        detail = out_of_memory(e)
-        if detail is None:
-            raise
-        raise out_of_memory_error(run.job, run.manifest, comm.size, detail) from None
+        with HeldLines(log) as held:  # set-up's detail lines follow the start line, which needs the built run
+            run = build_run(job_path, overrides, output, comm, resume)
+            held.release(*_banner(run, comm))
+        try:
+            return _train(run, comm, log, stop)
+        except (MemoryError, RuntimeError) as e:  # one allocation larger than the rank: name this job's size keys
+            detail = out_of_memory(e)
+            if detail is None:
+                raise
+            raise out_of_memory_error(run.job, run.manifest, comm.size, detail) from None
+    finally:
+        release_runs()  # the run directory build_run held (rank 0): a library caller may resume it next
 
 
 def _of_missing_ranks(files, size: int) -> list[Path]:

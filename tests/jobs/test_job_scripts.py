@@ -452,6 +452,9 @@ def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, 
         (ckpt / "epoch-000002.tmp").mkdir(parents=True)
         (ckpt / "epoch-000001+batch-000000004").mkdir()  # a checkpoint within an epoch, complete or not
         (rundir / "config.resolved.yaml").write_text(f"checkpoint:\n  dir: {ckpt}\n")
+        if case == "outside":  # the attempt's claim on its checkpoint.dir (hpcdgnn/train/setup.py) goes aside too
+            (rundir / "run_id").write_text("the-attempt\n")
+            (ckpt / "run_id").write_text("the-attempt\n")
         other = tmp_path / "runs" / "someone-else"
         other.mkdir(exist_ok=True)
         proc = fake.run("slurm-gpu.sh", **_slurm())
@@ -466,6 +469,25 @@ def test_a_stale_attempt_s_checkpoints_in_its_own_checkpoint_dir_go_aside(fake, 
             assert ckpt.is_dir() and not (ckpt / "epoch-000002.tmp").exists(), (case, proc.stderr)
             assert (ckpt.parent / f"{ckpt.name}.{stamp}" / "epoch-000002.tmp").is_dir(), (case, proc.stderr)
             assert not (ckpt / "epoch-000001+batch-000000004").exists(), (case, proc.stderr)
+            assert not (ckpt / "run_id").exists(), (case, proc.stderr)
+        if case == "outside":
+            assert (ckpt.parent / f"{ckpt.name}.{stamp}" / "run_id").read_text() == "the-attempt\n", proc.stderr
+            # another run's claim there stays (only the attempt's own goes)
+            shutil.rmtree(ckpt.parent / f"{ckpt.name}.{stamp}")  # the next attempt may come in the same second
+            shutil.rmtree(attempt)
+            (ckpt / "run_id").write_text("another-run\n")
+            (ckpt / "epoch-000003.tmp").mkdir()
+            rundir.mkdir(exist_ok=True)
+            for f in rundir.iterdir():
+                shutil.rmtree(f) if f.is_dir() else f.unlink()
+            (rundir / "config.resolved.yaml").write_text(f"checkpoint:\n  dir: {ckpt}\n")
+            (rundir / "run_id").write_text("the-second-attempt\n")
+            proc = fake.run("slurm-gpu.sh", **_slurm())
+            assert proc.returncode == 0, proc.stderr
+            assert (ckpt / "run_id").read_text() == "another-run\n" and not (ckpt / "epoch-000003.tmp").exists(), \
+                proc.stderr
+            (attempt,) = rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*")
+            shutil.rmtree(ckpt.parent / f"{ckpt.name}.{attempt.name.rpartition('.')[2]}")
         shutil.rmtree(attempt)
         shutil.rmtree(rundir, ignore_errors=True)  # the new run's (the stand-in launcher made it)
 

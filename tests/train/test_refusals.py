@@ -80,18 +80,37 @@ def test_more_negatives_than_candidate_destinations_are_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _middle_of_largest_record(path) -> int:
+    """The offset of the middle byte of the largest record (a tensor's storage) in a torch.save zip file."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        info = max(z.infolist(), key=lambda i: i.file_size)
+    raw = path.read_bytes()
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
+    return info.header_offset + 30 + name_len + extra_len + info.file_size // 2
+
+
 def test_a_corrupt_checkpoint_names_its_file_and_the_older_one(tmp_path, small_dataset):
     job = write_job(tmp_path / "job.yaml", small_dataset, checkpoint={"every": 1, "keep": 2})
     proc = run_in_process(["run", str(job), "--output", str(tmp_path / "run")], mpi_env(), tmp_path)
     assert proc.returncode == 0, proc.stderr
     newest = tmp_path / "run" / "checkpoints" / "epoch-000003"
-    for name in ("state.pt", "rank-00000.pt"):
+    for name, damage in (("state.pt", "truncated"), ("rank-00000.pt", "truncated"), ("state.pt", "flipped"),
+                         ("rank-00000.pt", "flipped")):
         intact = (newest / name).read_bytes()
-        (newest / name).write_bytes(intact[: len(intact) // 3])  # truncated, as by a full disk
+        if damage == "truncated":  # as by a full disk
+            (newest / name).write_bytes(intact[: len(intact) // 3])
+            why = f"truncated ({len(intact) // 3} of its {len(intact)} bytes)"
+        else:  # a byte flipped in the largest stored tensor's data: torch.load read such a file without a word
+            at = _middle_of_largest_record(newest / name)
+            (newest / name).write_bytes(intact[:at] + bytes([intact[at] ^ 0x55]) + intact[at + 1:])
+            why = "corrupt (its CRC-32 is not the one written)"
         proc = run_in_process(["run", "--resume", str(tmp_path / "run"), "--set", "train.epochs=4"], mpi_env(),
                               tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert f"{newest / name}: checkpoint file corrupt or truncated; move {newest} aside and run the command " \
+        assert f"{newest / name}: checkpoint file {why}; move {newest} aside and run the command " \
                "again (a resume, embed, predict, export): the next older complete checkpoint, epoch-000002, is used" \
                in proc.stderr, proc.stderr
         if name == "state.pt":  # embed reads the same file: the same advice

@@ -226,3 +226,94 @@ def test_two_runs_started_at_once_in_one_output_directory(small_dataset, tmp_pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "another run started in this directory at the same moment" in proc.stderr, proc.stderr
     assert sorted(x.name for x in out.iterdir()) == ["run_id"] and read_run_id(out) == "the-other-run"
+
+
+@pytest.mark.mpi  # training runs (python -m hpcdgnn, P = 1)
+def test_one_job_at_a_time_trains_a_run(small_dataset, launcher, tmp_path):
+    """Two resumes of one run at once (or a resume while the run, or a launcher's orphaned ranks, still train) both
+    trained into it: epochs lost from metrics.jsonl, a summary that disagreed with it. Rank 0 now holds the run
+    (a flock on its run_id) while it trains: another job is refused in one line, the run untouched; once the
+    holder is gone the resume goes on. The holder is played by a process that locks run_id, then by a real run."""
+    import signal
+    import time
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    run = tmp_path / "run"
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
+    assert proc.returncode == 0, proc.stderr
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(run / 'run_id')!r}, os.O_RDONLY)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(300)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _fingerprint(run)
+        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set",
+                                              "train.epochs=3"]))
+        assert f"--resume {run}: another job is training this run now (it holds {run / 'run_id'})" in line, line
+        assert _fingerprint(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    # a run being trained holds it from its set-up to its end
+    slow = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=5",
+                             "debug.delay_rank=0", "debug.delay_seconds=0.5"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_metrics(run)) < 3 and slow.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slow.poll() is None, slow.communicate()
+        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set",
+                                              "train.epochs=6"]))
+        assert "another job is training this run now" in line, line
+        slow.send_signal(signal.SIGUSR1)
+        out, err = slow.communicate(timeout=120)
+    finally:
+        slow.kill()
+    assert slow.returncode in (0, 75), err
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=6"])
+    assert proc.returncode == 0, proc.stderr
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.mpi  # a training run (python -c, hpcdgnn.__main__)
+def test_two_runs_started_at_once_with_one_checkpoint_dir(small_dataset, launcher, tmp_path):
+    """Two new runs given one fresh checkpoint.dir both passed its check: one run's checkpoints were overwritten
+    and pruned by the other, and embed read the other run's weights. The directory is now claimed atomically
+    (its run_id, O_EXCL): the other run is played by a claim written between the check and the claim; it is
+    refused in one line, its run directory gone, the other's claim kept. embed refuses another run's checkpoint."""
+    from hpcdgnn.train.checkpoint import read_run_id
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    shared, out = tmp_path / "ck", tmp_path / "second"
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from hpcdgnn.train import setup\n"
+            "real = setup.check_checkpoint_dir\n"
+            "def racing(*a):\n"
+            "    d = real(*a)\n"
+            "    d.mkdir(parents=True)\n"
+            "    (d / 'run_id').write_text('the-other-run\\n')\n"
+            "    return d\n"
+            "setup.check_checkpoint_dir = racing\n"
+            "from hpcdgnn.__main__ import main\n"
+            f"sys.exit(main(['run', {str(job)!r}, '--output', {str(out)!r}, '--set', 'checkpoint.dir={shared}']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=mpi_env(),
+                          cwd=REPO)
+    line = _one_error(proc)
+    assert f"checkpoint.dir: {shared}: another run started with it at the same moment" in line, line
+    assert not out.exists() and sorted(p.name for p in shared.iterdir()) == ["run_id"]
+    assert read_run_id(shared) == "the-other-run"
+    # a run's own checkpoint.dir holds its claim; a checkpoint of another run put there is not read by embed
+    a, b = tmp_path / "A", tmp_path / "B"
+    for run, ck in ((a, tmp_path / "ck-a"), (b, None)):
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(run),
+                                   *(["--set", f"checkpoint.dir={ck}"] if ck else [])])
+        assert proc.returncode == 0, proc.stderr
+    assert read_run_id(tmp_path / "ck-a") == read_run_id(a)
+    shutil.copytree(b / "checkpoints" / "epoch-000002", tmp_path / "ck-a" / "epoch-000003")
+    for command in (["embed", str(a), "--output", str(tmp_path / "z.npz")],
+                    ["export", str(a), "--model-only", str(tmp_path / "m.pt")]):
+        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", *command]))
+        assert "was written by another run" in line and "epoch-000003" in line, (command, line)

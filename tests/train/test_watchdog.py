@@ -66,6 +66,8 @@ def test_sigstop_on_one_rank_ends_the_job_naming_it(launcher, tmp_path, small_da
     lines = [line for line in err.splitlines() if "hpcdgnn: error: stalled:" in line]
     assert lines and "rank 2 (" in lines[0] and "collective" in lines[0], err[-2000:]
     assert "not heard from" in lines[0]
+    # the stopped rank, woken to be torn down, blamed rank 0 for the silence of its own freeze
+    assert all("stalled: rank 2 (" in line for line in lines), lines
 
 
 def test_watchdog_quiet_on_a_healthy_run(launcher, tmp_path, small_dataset):
