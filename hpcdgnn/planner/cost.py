@@ -307,6 +307,10 @@ class HeadCost:
     num_vertices: int
     held_per_pair: float = 0.0
     """Bytes the task keeps per scored pair, every split, until the epoch's end (``Task.held_bytes_per_pair``)."""
+    positives: tuple[np.ndarray, np.ndarray] | None = None
+    """(T,) positive pairs and (T,) their distinct endpoints (``Task.scored_positives``), or None."""
+    row_bytes: float = 0.0
+    """Bytes of one embedding row (``emb_features`` × itemsize): what a fetched row moves."""
 
     @classmethod
     def of(cls, job, manifest, emb_features: int, itemsize: int) -> HeadCost:
@@ -317,7 +321,41 @@ class HeadCost:
         train = np.arange(manifest.num_snapshots) <= task.train_horizon(job.task, manifest)
         per_row, per_pair = task.saved_bytes(job.task, emb_features, itemsize)
         return cls(task.snapshot_work(job.task, manifest), task.scored_pairs(job.task, manifest), train, per_row,
-                   per_pair, manifest.num_vertices, task.held_bytes_per_pair(itemsize))
+                   per_pair, manifest.num_vertices, task.held_bytes_per_pair(itemsize),
+                   task.scored_positives(job.task, manifest), float(emb_features * itemsize))
+
+    def fetched(self, ranks: list[RankWork]) -> list[float] | None:
+        """Rows each rank fetches per epoch to score pairs in place, or None (nothing scored in place, or P = 1).
+
+        They move as ``task.fwd``, their gradients back as ``task.bwd``. An expectation, not a count: step t's
+        positives have ``endpoints`` distinct ends, its negatives uniform ends, and a rank holds r_t of the N rows;
+        of the two placements the run chooses between, the one fetching fewer rows over all ranks —
+
+        * by source row: rank r scores the pairs whose source row it holds (a share r_t/N); it fetches the lacking
+          destinations: ``(1 − r_t/N)·[A·(1 − e^(−p·s/A)·e^(−n·s/N)) + (N − A)·(1 − e^(−n·s/N))]`` with A the
+          endpoints, p positives, n negatives, s = r_t/N;
+        * by step: rank r scores every pair of the steps t ≡ r (mod P) and fetches their lacking ends:
+          ``(1 − r_t/N)·[A + (N − A)·(1 − e^(−2n/N))]``.
+        """
+        P = len(ranks)
+        if P == 1 or self.pairs is None or self.positives is None or any(r.scored_rows is None for r in ranks):
+            return None
+        N = float(self.num_vertices)
+        pos, ends = self.positives
+        neg = np.maximum(self.pairs - pos, 0.0)
+        area = np.maximum(ends, 1.0)
+        steps = np.flatnonzero(self.pairs > 0)
+        by_source, by_step = [], []
+        for q, r in enumerate(ranks):
+            held = np.asarray(r.scored_rows, dtype=np.float64)
+            lack, s = 1.0 - held / N, held / N
+            miss_neg = np.exp(-neg * s / N)
+            rows = lack * (ends * (1.0 - np.exp(-pos * s / area) * miss_neg) + (N - ends) * (1.0 - miss_neg))
+            by_source.append(float(rows[steps].sum()))
+            mine = steps[steps % P == q]
+            rows = lack * (ends + (N - ends) * -np.expm1(-2.0 * neg / N))
+            by_step.append(float(rows[mine].sum()))
+        return by_source if sum(by_source) < sum(by_step) else by_step
 
     def _placed(self, r: RankWork) -> np.ndarray:
         """(T,) the share of each step's examples rank ``r`` scores in place: its rows of the step (by source row)."""
@@ -390,9 +428,16 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
     grad = parameters * item
     tags: dict[str, float] = {}
     compute, evaluation, comm, temporal, memory, parts = [], [], [], [], [], []
-    for r in ranks:
+    fetched = head.fetched(ranks) if head is not None else None
+    for q, r in enumerate(ranks):
         sent = dict(r.sent)
         calls = dict(r.calls)
+        if fetched is not None:  # scoring in place: the owners send the rows (and take their gradients back)
+            sent["task.fwd"] = sent["task.bwd"] = fetched[q] * head.row_bytes
+            # the request: int32 positions (a bitmask where smaller, at most the others' rows / 8) and the counts
+            others = sum(float(np.sum(o.scored_rows)) for o in ranks) - float(np.sum(r.scored_rows))
+            sent["task.index"] = min(4.0 * fetched[q], others / 8.0) + 8.0 * (P - 1)
+            calls["alltoall"] = calls.get("alltoall", 0.0) + 4
         if P > 1:
             sent["grad_allreduce"] = sent.get("grad_allreduce", 0.0) + grad * r.optimizer_steps
             calls["allreduce"] = calls.get("allreduce", 0.0) + r.optimizer_steps

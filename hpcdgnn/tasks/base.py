@@ -185,6 +185,13 @@ class Task(nn.Module):
         return None
 
     @staticmethod
+    def scored_positives(cfg, manifest) -> tuple[np.ndarray, np.ndarray] | None:
+        """(T,) positive pairs Z_t scores per epoch and (T,) their distinct endpoints (the rest of
+        :meth:`scored_pairs` are drawn uniformly), for the planner's estimate of the rows an in-place scoring
+        fetches; None where the task scores vertices."""
+        return None
+
+    @staticmethod
     def saved_bytes(cfg, emb_features: int, itemsize: int) -> tuple[float, float]:
         """(per row, per training example) bytes autograd keeps for the head's backward: by default the rows the
         head reads (its first product saves its input), nothing per example."""

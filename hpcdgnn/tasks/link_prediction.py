@@ -390,6 +390,14 @@ class LinkPrediction(Task):
         return pairs
 
     @staticmethod
+    def scored_positives(cfg: LinkPredictionOptions, manifest: Manifest) -> tuple[np.ndarray, np.ndarray]:
+        """(T,) the edges of t + 1 and (T,) their endpoints, the vertices active at t + 1 (none for the last t)."""
+        positives, ends = np.zeros(manifest.num_snapshots), np.zeros(manifest.num_snapshots)
+        positives[:-1] = np.asarray(manifest.snapshot_edges[1:], dtype=np.float64)
+        ends[:-1] = np.asarray(manifest.snapshot_active[1:], dtype=np.float64)
+        return positives, ends
+
+    @staticmethod
     def saved_bytes(cfg: LinkPredictionOptions, emb_features: int, itemsize: int) -> tuple[float, float]:
         """Per row: Z and the gradients of both projections (the compiled loss, :func:`decoder.edge_bce`); in
         torch ops the projections instead, and per pair its two indices, logit and label."""
