@@ -35,9 +35,11 @@ import os
 import pickle
 import random
 import shutil
+import time
 import types
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,11 +99,35 @@ _HELD: dict[Path, int] = {}
 _NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 
 
+#: seconds :func:`hold_run` waits for another holder to let go (``HPCDGNN_RUN_LOCK_WAIT``)
+RUN_LOCK_WAIT_S = 120.0
+
+
+def run_lock_wait(environ: Mapping[str, str] = os.environ) -> float:
+    """``HPCDGNN_RUN_LOCK_WAIT`` in seconds (>= 0), else :data:`RUN_LOCK_WAIT_S`.
+
+    Raises:
+        ConfigError: a value that is not a number >= 0.
+    """
+    value = environ.get("HPCDGNN_RUN_LOCK_WAIT")
+    if value is None:
+        return RUN_LOCK_WAIT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"environment HPCDGNN_RUN_LOCK_WAIT={value!r}: seconds >= 0 (default {RUN_LOCK_WAIT_S:g})")
+    return seconds
+
+
 def hold_run(run_dir: Path, where: str) -> None:
     """Rank 0: hold ``run_dir`` for this process while it trains (an advisory ``flock`` on its ``run_id``, let go by
     :func:`release_runs` or at exit, a killed process's included). Two jobs on one run directory (a resume
     started while the run, or a launcher's orphaned ranks, still train; two resumes at once) interleaved their
-    epochs and checkpoints into it. On a file system without locks the run goes on unguarded.
+    epochs and checkpoints into it. Held by another, it waits up to ``HPCDGNN_RUN_LOCK_WAIT`` seconds (default
+    120: a requeued job may start while the attempt before it lets go, or while a network file system still
+    keeps a crashed node's lock), then refuses. On a file system without locks the run goes on unguarded.
 
     Raises:
         ConfigError: another process holds it (one line, ``where`` first).
@@ -114,11 +140,27 @@ def hold_run(run_dir: Path, where: str) -> None:
     with writing(path):
         fd = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        wait, said = run_lock_wait(), False
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited "
+                                      f"{wait:g} s, HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it "
+                                      "end (or stop it), then resume") from None
+                if not said:
+                    from hpcdgnn.metrics.log import get_logger
+
+                    get_logger().warning(f"{where}: another job holds {path}: waiting up to {wait:g} s for it to "
+                                         "let go (HPCDGNN_RUN_LOCK_WAIT)")
+                    said = True
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    except ConfigError:
         os.close(fd)
-        raise ConfigError(f"{where}: another job is training this run now (it holds {path}); one job trains a run "
-                          "at a time: let it end (or stop it), then resume") from None
+        raise
     except OSError as e:
         os.close(fd)
         if e.errno in _NO_LOCKS:

@@ -587,8 +587,8 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
             if not claimed:  # another run took it since choose_run_dir
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
-            hold_run(run_dir, f"--output {run_dir}")
             try:  # a place the check could not foresee (/proc, a race): the claimed run directory goes again
+                hold_run(run_dir, f"--output {run_dir}")
                 make_checkpoint_dir(ckpt_dir, job_path, run_dir)
             except ConfigError as e:
                 _discard_new_run(run_dir, job)

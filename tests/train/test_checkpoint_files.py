@@ -130,7 +130,8 @@ def test_a_checkpoint_within_an_epoch_sorts_between_epochs_and_goes_when_a_newer
     it; a model's users (``epoch_end``) never take one."""
     from types import SimpleNamespace
 
-    comm = SimpleNamespace(rank=0, size=1, barrier=lambda tag=None: None)  # one process: no collective to make
+    comm = SimpleNamespace(rank=0, size=1, barrier=lambda tag=None: None,  # one process: no collective to make
+                           allgather_obj=lambda obj, tag=None: [obj])
     manager = checkpoint.CheckpointManager(tmp_path, keep=2, comm=comm)
 
     def names():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_same_run, make_dataset, mpi_env, read_metrics, write_job
+from tests.conftest import REPO, assert_same_run, make_dataset, mpi_env, read_metrics, run_in_process, write_job
 
 
 def _fingerprint(run: Path) -> dict[str, str]:
@@ -241,40 +241,55 @@ def test_one_job_at_a_time_trains_a_run(small_dataset, launcher, tmp_path):
     run = tmp_path / "run"
     proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(run)])
     assert proc.returncode == 0, proc.stderr
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
-                               f"fd = os.open({str(run / 'run_id')!r}, os.O_RDONLY)\n"
-                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(300)\n"],
-                              stdout=subprocess.PIPE, text=True)
-    try:
+    def hold(seconds: float) -> subprocess.Popen:
+        holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                                   f"fd = os.open({str(run / 'run_id')!r}, os.O_RDONLY)\n"
+                                   "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\n"
+                                   f"time.sleep({seconds})\n"],
+                                  stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "held"
+        return holder
+
+    resume = ["run", "--resume", str(run), "--set", "train.epochs=3"]
+    holder = hold(300)
+    try:
         before = _fingerprint(run)
-        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set",
-                                              "train.epochs=3"]))
-        assert f"--resume {run}: another job is training this run now (it holds {run / 'run_id'})" in line, line
+        line = _one_error(run_in_process(resume, {**mpi_env(), "HPCDGNN_RUN_LOCK_WAIT": "1"}, REPO))
+        assert f"--resume {run}: another job is training this run now (it holds {run / 'run_id'}; waited 1 s" \
+            in line, line
         assert _fingerprint(run) == before
     finally:
         holder.kill()
         holder.wait()
+    holder = hold(2)  # a holder that lets go while the resume waits (a requeued job's predecessor ending)
+    try:
+        proc = run_in_process(resume, {**mpi_env(), "HPCDGNN_RUN_LOCK_WAIT": "60"}, REPO)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert "another job holds" in proc.stdout and "waiting up to 60 s" in proc.stdout, proc.stdout
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3]
     # a run being trained holds it from its set-up to its end
-    slow = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=5",
+    slow = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=6",
                              "debug.delay_rank=0", "debug.delay_seconds=0.5"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=REPO)
     try:
         deadline = time.monotonic() + 120
-        while len(read_metrics(run)) < 3 and slow.poll() is None and time.monotonic() < deadline:
+        while len(read_metrics(run)) < 4 and slow.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert slow.poll() is None, slow.communicate()
-        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set",
-                                              "train.epochs=6"]))
+        line = _one_error(run_in_process(["run", "--resume", str(run), "--set", "train.epochs=7"],
+                                         {**mpi_env(), "HPCDGNN_RUN_LOCK_WAIT": "0"}, REPO))
         assert "another job is training this run now" in line, line
         slow.send_signal(signal.SIGUSR1)
         out, err = slow.communicate(timeout=120)
     finally:
         slow.kill()
     assert slow.returncode in (0, 75), err
-    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=6"])
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(run), "--set", "train.epochs=7"])
     assert proc.returncode == 0, proc.stderr
-    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3, 4, 5, 6]
+    assert [r["epoch"] for r in read_metrics(run)] == [1, 2, 3, 4, 5, 6, 7]
 
 
 @pytest.mark.mpi  # a training run (python -c, hpcdgnn.__main__)
