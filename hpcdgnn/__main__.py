@@ -104,6 +104,10 @@ def _spmd(command: list[str], body, preemptible: bool = True) -> int:
             if differ:
                 raise collective_error(ConfigError(differ))
         code = body(comm)
+        # the work is done: a scheduler's early warning (or hpcdgnn-mpirun's relay of a SIGTERM) from now on must
+        # not end the process with SIGUSR1's default action once the interpreter's shutdown puts it back (a
+        # completed run's job exited 138); SIG_IGN outlives that shutdown
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         comm.close()
         return code
     except KeyboardInterrupt:

@@ -158,3 +158,25 @@ def test_a_second_signal_stops_at_once_with_its_own_code(tmp_path, small_dataset
     assert proc.returncode == 128 + sig, (proc.returncode, err[-3000:])
     assert f"{sig.name} again" in err, err[-2000:]
     assert latest_checkpoint(run / "checkpoints") is not None  # epoch 1's, untouched
+
+
+@pytest.mark.mpi  # hpcdgnn-mpirun -np 2
+def test_a_stop_signal_after_the_run_is_done_is_no_failure(tmp_path, small_dataset):
+    """A SIGTERM to the launcher (relayed as SIGUSR1: a scheduler's early warning, too) once the run had printed
+    "done:" killed the ranks in their interpreter's shutdown (Python puts the default handler back, and
+    SIGUSR1's default ends the process): a completed run's job exited 138. The work is done: exit 0."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn.launch", "-np", "2", sys.executable, "-m", "hpcdgnn",
+                             "run", str(job), "--output", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=mpi_env())
+    try:
+        for line in proc.stdout:
+            if line.startswith("done:"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
