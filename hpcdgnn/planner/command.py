@@ -110,13 +110,22 @@ def label(p, short: bool = False) -> str:
 def nothing_fits(preds, P: int, budget: float | None, job, manifest) -> str:
     """One line: by how much the closest strategy misses the budget, and what would fit (naming the keys that size
     the job's parameters, from its regime's footprint)."""
+    from hpcdgnn.planner.predict import SAMPLED_NOTE
     from hpcdgnn.regimes import regime_of
 
     parameter_keys = regime_of("model", job.model.name).footprint(job, manifest, P)["parameters"][1]
     priced = [p for p in preds if p.num_ranks == P and p.memory_bytes == p.memory_bytes]
+    # a sampled strategy, priced but picked only when named, is no candidate of the pick: say that it fits apart
+    sampled = [p for p in priced if SAMPLED_NOTE in p.notes]
+    fitting = sorted((p for p in sampled if p.fits), key=lambda p: p.epoch_s)
+    named = (f"; {label(fitting[0])} fits ({size_text(fitting[0].memory_bytes)}) but trains sampled batches, "
+             "another trajectory: name it to use it (--strategies, strategy.candidates, or strategy.name)"
+             if fitting else "")
+    priced = [p for p in priced if SAMPLED_NOTE not in p.notes]
     if not priced:
-        why = "; ".join(f"{p.strategy}: {p.notes[0]}" for p in preds if p.num_ranks == P and p.notes)
-        return f"plan: no strategy can be predicted for this job at P = {P} ({why})"
+        why = "; ".join(f"{p.strategy}: {p.notes[0]}" for p in preds if p.num_ranks == P and p.notes
+                        and p.memory_bytes != p.memory_bytes)
+        return f"plan: no strategy can be predicted for this job at P = {P} ({why}){named}"
     best = min(priced, key=lambda p: p.memory_bytes)
     fixed = best.memory_parts.get("parameters", 0.0)  # every rank holds the whole model
     if fixed >= budget:
@@ -126,7 +135,7 @@ def nothing_fits(preds, P: int, budget: float | None, job, manifest) -> str:
         hint = (f"spread over about P = {more} ranks it would fit (inputs and activations divide), or lower "
                 f"{parameter_keys}")
     return (f"plan: no strategy fits {size_text(budget)} per rank at P = {P}: the smallest, {label(best)}, needs "
-            f"{size_text(best.memory_bytes)} ({size_text(best.memory_bytes - budget)} over); {hint}")
+            f"{size_text(best.memory_bytes)} ({size_text(best.memory_bytes - budget)} over); {hint}{named}")
 
 
 def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -544,6 +544,12 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
         try:
             job, manifest, kept["planner"] = check_job(job, job_path or resume, comm.size, host_share)
         except (ConfigError, DataError) as e:
+            made_on = _checkpoint_ranks(ckpt)
+            if made_on not in (None, comm.size) and _passes(lambda: check_job(job, resume, made_on, host_share)):
+                # a resume may not change the strategy's options that depend on P: say to come back on the run's
+                # own rank count, not to change them (which the resume would then refuse)
+                raise ConfigError(f"{resume}: the run was made on {made_on} ranks and its job cannot run on "
+                                  f"{comm.size} ({e}); resume it on {made_on} ranks") from None
             raise _blamed(e, job_path or resume, overrides) from None
         fingerprint = dataset_fingerprint(job.data.path)
         plan = None
@@ -669,6 +675,25 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
         raise DataError(f"{ckpt}: checkpoint does not fit this job's model ({first})") from None
     restore_rng(mine["rng"])
     return state, mine
+
+
+def _checkpoint_ranks(ckpt: Path | None) -> int | None:
+    """The rank count checkpoint ``ckpt`` was written on (its ``COMPLETE``), or None."""
+    if ckpt is None:
+        return None
+    try:
+        return int(json.loads((Path(ckpt) / "COMPLETE").read_text())["num_ranks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _passes(check: Callable[[], object]) -> bool:
+    """Whether ``check`` returns without a user error."""
+    try:
+        check()
+    except (ConfigError, DataError):
+        return False
+    return True
 
 
 def _resumed_within(state: dict, mine: dict, comm: Communicator, ckpt: Path) -> tuple[int, Partial | None]:

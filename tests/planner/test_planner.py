@@ -388,6 +388,30 @@ def test_a_sampled_strategy_is_never_the_unnamed_pick():
     assert choose(_pickable([pred("snapshot", True, 2.0), pred("hybrid", True, 1.0)], named=True)).strategy == "hybrid"
 
 
+def test_nothing_fits_names_the_smallest_pickable_and_a_sampled_one_that_fits(small_dataset, tmp_path):
+    """When only a sampled strategy fits, the refusal measured the full-batch ones against it: "the smallest,
+    sequences, needs 5.98 MiB (-4.02 MiB over); spread over about P = 2 ranks" for a 10 MiB budget at P = 3. It
+    now names the smallest strategy it could pick, and the sampled one that fits, to be named."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.planner.command import nothing_fits
+    from hpcdgnn.planner.cost import Prediction
+    from hpcdgnn.planner.predict import _pickable
+
+    def pred(name, mib, fits):
+        return Prediction(strategy=name, options={}, num_ranks=3, memory_bytes=mib * 2**20,
+                          memory_by_rank=[mib * 2**20], memory_parts={"parameters": 2**20}, bytes_per_epoch=0.0,
+                          bytes_by_tag={}, balance=1.0, compute_s=1.0, comm_s=0.0, epoch_s=1.0, fits=fits)
+
+    preds = [pred("snapshot", 12.0, False), pred("vertex", 14.0, False), pred("sequences", 6.0, True)]
+    _pickable(preds, named=False)
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset), check_paths=False)
+    line = nothing_fits(preds, 3, 10 * 2**20, job, load_manifest(small_dataset))
+    assert "the smallest, snapshot, needs 12.00 MiB (2.00 MiB over)" in line, line
+    assert line.endswith("; sequences fits (6.00 MiB) but trains sampled batches, another trajectory: name it to "
+                         "use it (--strategies, strategy.candidates, or strategy.name)"), line
+
+
 def test_the_task_head_is_priced_where_its_examples_are_scored():
     """A pair task's host seconds: per pair of the snapshots a rank scores whole; in place every rank draws
     all pairs and scores those of its rows (one rank alone: whole snapshots). Its saved bytes: the training rows

@@ -147,3 +147,19 @@ def test_resuming_a_memory_run_on_another_rank_count_says_to_use_its_own(tmp_pat
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "the run was made on 2 ranks and strategy memory cannot plan it for 1" in proc.stderr
     assert proc.stderr.rstrip().endswith("resume it on 2 ranks")
+
+
+@pytest.mark.mpi  # a run at P = 3
+def test_resuming_a_grid_run_on_a_rank_count_its_sides_do_not_fit_says_to_use_its_own(tmp_path, launcher,
+                                                                                        small_dataset):
+    """A grid of 3 vertex ranks resumed at P = 2 said "strategy.vertex_ranks: 3 does not divide P = 2; choose one
+    of 1, 2", a change the resume then refuses: it now says to resume on the run's own 3 ranks."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1},
+                    strategy={"name": "grid", "vertex_ranks": 3})
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run")])
+    assert proc.returncode == 0, proc.stderr
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", "--resume", str(tmp_path / "run"), "--set", "train.epochs=2"])
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
+    assert f"{tmp_path / 'run'}: the run was made on 3 ranks and its job cannot run on 2 (" in line, line
+    assert "strategy.vertex_ranks" in line and line.endswith("resume it on 3 ranks"), line
