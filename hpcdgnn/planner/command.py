@@ -78,7 +78,8 @@ def run_plan(args: argparse.Namespace) -> int:
             name = label(p, short=True)
             mark = "  <- pick" if p.picked else ""
             note = "; ".join(p.notes[:1]) if p.epoch_s != p.epoch_s else \
-                "; ".join(["does not fit"] * (not p.fits) + [n for n in p.notes if n == SAMPLED_NOTE])
+                "; ".join(["does not fit"] * (not p.fits) + [n for n in p.notes if n == SAMPLED_NOTE
+                                                             or " not priced" in n])
             print(f"{p.num_ranks:>4}  {name:<22} {_mib(p.memory_bytes):>15} {_mib(p.bytes_per_epoch):>11} "
                   f"{p.balance:>6.2f} {p.compute_s:>10.4f} {p.comm_s:>9.4f} {p.epoch_s:>9.4f}  {note}{mark}")
     for P in args.ranks:

@@ -192,6 +192,7 @@ def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) 
     head = HeadCost.of(job, manifest, work.out_features, work.itemsize)
     pred = price(job.strategy.name, asdict(job.strategy), ranks, work, params, rates, job.model.hidden,
                  memory_per_rank, head)
+    pred.notes.extend(cls.unpriced(job))
     if rates.source == "defaults":
         pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
     return pred

@@ -188,6 +188,11 @@ class Strategy(Generic[B]):
         return []
 
     @classmethod
+    def unpriced(cls, job: JobConfig) -> list[str]:
+        """What of ``job``'s options the planner's :meth:`cost` leaves out, as notes for its prediction."""
+        return []
+
+    @classmethod
     def resolve(cls, job: JobConfig, where: str, num_ranks: int, budget: float, device: str
                 ) -> tuple[JobConfig, dict | None]:
         """Rank 0, before the plan: the job this strategy trains (itself), and what ``plan.json`` adds (None)."""

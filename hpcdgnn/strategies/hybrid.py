@@ -204,6 +204,15 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         return True
 
     @classmethod
+    def unpriced(cls, job) -> list[str]:
+        """The batch reservoir (H4): its stored batches train again, each snapshot batch (every vertex of N_S
+        snapshots) with its activations, which the counted draws leave out."""
+        if job.strategy.reservoir.mode != "on":
+            return []
+        return ["reservoir not priced: its snapshot batches (every vertex) can hold several times the memory and "
+                "time shown (reservoir.mode: off to compare)"]
+
+    @classmethod
     def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
         """The planner's per-rank work and traffic under ``plan``: batches counted by this strategy's draws and
         layouts (:func:`~hpcdgnn.planner.samples.hybrid_cost`)."""

@@ -437,3 +437,14 @@ def test_the_task_head_is_priced_where_its_examples_are_scored():
     assert head.seconds(alone, rates, 1) == 60.0 and head.saved(alone, 1) == 8.0 * N * 2 + 2.0 * 30
     nodes = HeadCost(np.zeros(4), None, head.train, 8.0, 0.0, N)
     assert nodes.seconds(whole, rates, 2) == 0.0 and nodes.saved(whole, 2) == 8.0 * N
+
+
+def test_a_hybrid_reservoir_is_said_to_be_unpriced(launcher, small_dataset, tmp_path):
+    """The reservoir's snapshot batches (every vertex) are not in the counted draws: with reservoir.mode: on a run
+    held about 3× the activations the plan showed, without a word. The prediction now says so (and the table)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, task={"name": "node_classification"},
+                    strategy={**_HYBRID, "reservoir": {"mode": "on"}})
+    (pred,) = _plan(launcher, job, "--ranks", "2", "--strategies", "hybrid")
+    assert any(n.startswith("reservoir not priced") for n in pred["notes"]), pred["notes"]
+    (off,) = _plan(launcher, job, "--ranks", "2", "--strategies", "hybrid", "--set", "strategy.reservoir.mode=off")
+    assert not any("not priced" in n for n in off["notes"]), off["notes"]
