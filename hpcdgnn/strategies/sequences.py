@@ -36,7 +36,7 @@ from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.nn.models.encoder_decoder import EncoderDecoder
 from hpcdgnn.nn.reuse_cache import ReuseCache, hit_rate, local_level
-from hpcdgnn.ops.sparse import gcn_norm
+from hpcdgnn.ops.sparse import csr_tensor, gcn_norm
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.partition.sequences import Sequence, plan_sequences, sequences_of
 from hpcdgnn.strategies.base import SampleBatch, Scored, Strategy
@@ -293,8 +293,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
             counts = h.crow[rows + 1] - h.crow[rows]
             e = _expand(h.crow[rows], counts)
             crow, col, val = np.concatenate([[0], np.cumsum(counts)]), h.col[e], h.val[e]
-        a = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val),
-                                    (crow.shape[0] - 1, n))
+        a = csr_tensor(torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val), (crow.shape[0] - 1, n))
         return torch.sparse.mm(a, h.x.to(torch.float64)).to(self.ctx.dtype)
 
     def input_rows(self, t: int, rows: np.ndarray) -> torch.Tensor:

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -236,6 +238,12 @@ def test_encoder_decoder_p3_reproduces_one_rank(launcher, small, tmp_path):
     got, recs = _losses(launcher, 3, job, tmp_path / "p3")
     np.testing.assert_allclose(got, ref, rtol=1e-9)
     assert recs[-1]["val_mae"] == pytest.approx(recs1[-1]["val_mae"], rel=1e-9)
+    # the planner's gradient bytes: the model's parameters only (it counted the regression head the run drops)
+    proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), "--ranks", "3", "--strategies", "sequences",
+                               "--json"])
+    assert proc.returncode == 0, proc.stderr
+    (pred,) = json.loads(proc.stdout)["predictions"]
+    assert pred["bytes_by_tag"]["grad_allreduce"] == recs[-1]["bytes_by_tag"]["grad_allreduce"]
 
 
 @pytest.mark.parametrize(("model", "sets", "needle"), [
