@@ -115,6 +115,7 @@ def run_check(args: argparse.Namespace) -> int:
     check_dataset(job.data.path, checksums=job.data.validate == "checksum")
     try:
         plan = get_strategy(job.strategy.name).make_plan(manifest, P, job)
+        get_strategy(job.strategy.name).check_reads(plan, job, manifest)
     except (PlanError, ConfigError) as e:
         raise _blamed(e, args.job, args.set or [], prefix=True) from None
     bound = lower_bound(job, manifest, P)

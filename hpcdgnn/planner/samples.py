@@ -39,7 +39,8 @@ from hpcdgnn.strategies.hybrid import HybridBatches, hybrid_of, union_csr
 from hpcdgnn.strategies.sampling import HostSnapshot, SampleGraphs, _submatrix
 from hpcdgnn.strategies.sequences import SequenceSamples, sampling_of
 
-__all__ = ["DRAWS", "MAX_SEQUENCES", "PER_SEQUENCE", "hybrid_cost", "seconds_per_sampled_entry", "sequences_cost"]
+__all__ = ["DRAWS", "MAX_SEQUENCES", "PER_SEQUENCE", "hybrid_closures", "hybrid_cost", "seconds_per_sampled_entry",
+           "sequences_cost"]
 
 #: sequences counted per split (evenly spaced); the others are priced as their nearest counted one
 MAX_SEQUENCES = 32
@@ -422,20 +423,13 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
                     peak[p] = max(peak[p], saved)
     # a task whose samples read other vertices (link prediction) reads every row: one closure for all ranks
     wide = task.reads_beyond_batch()
+    closures = _closures(graph, h, plan, wide)
 
-    def union() -> tuple[np.ndarray, np.ndarray]:  # once for every rank and P
-        if ("hybrid.union", h.stop) not in graph.derived:
-            edges = [(np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr)), indices)
-                     for indptr, indices in graph.csr()[: h.stop]]
-            graph.derived[("hybrid.union", h.stop)] = union_csr(edges, N)
-        return graph.derived[("hybrid.union", h.stop)]
-
-    def host_bytes(seeds: np.ndarray) -> float:
-        """The closure of ``seeds`` as every snapshot holds it (H1, ``HybridStrategy._read_closure``)."""
-        rows = h.closure(seeds, union)
+    def host_bytes(rows: np.ndarray) -> float:
+        """The closure ``rows`` as every snapshot holds it (H1, ``HybridStrategy._read_closure``)."""
         return sum(_closure_bytes(graph, t, rows, N, F, item, h.cells, h.reads_ax) for t in range(h.stop))
 
-    everything = host_bytes(np.arange(N)) if wide else None
+    everything = host_bytes(closures[0]) if wide else None
     allreduce = o.averaging.mode == "allreduce"
     dqn, measured = o.adjuster.kind == "dqn", o.adjuster.reward_time == "measured"
     params = sum(p.numel() for m in (model, task) for p in m.parameters() if p.requires_grad)
@@ -448,7 +442,8 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
             evaluation, _ = h.work_of(h._layout(task, 1, Sequence(0, 0, h.stop, 1), mine, (1, 2)), work, F)
         # ``optimizer_steps``: the steps whose gradients are all-reduced (none under async; Adam still steps)
         w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p],
-                     host_bytes=everything if wide else host_bytes(mine), optimizer_steps=steps if allreduce else 0)
+                     host_bytes=everything if wide else host_bytes(closures[p]),
+                     optimizer_steps=steps if allreduce else 0)
         if P > 1 and allreduce:
             add(w.sent, "batch", 8.0 * steps)
             add(w.calls, "allreduce", steps)
@@ -464,6 +459,33 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
                 add(w.sent, "adjuster", rounds * 5 * 8.0)
         ranks.append(w)
     return ranks
+
+
+def _closures(graph: GraphStats, h, plan, wide: bool) -> list[np.ndarray]:
+    """Each rank's H1 closure (``HybridStrategy._read_closure``'s rows): of its vertices, or (``wide``: a task
+    whose samples read any row) of every vertex, one for all ranks."""
+    N = plan.num_vertices
+
+    def union() -> tuple[np.ndarray, np.ndarray]:  # once for every rank and P
+        if ("hybrid.union", h.stop) not in graph.derived:
+            edges = [(np.repeat(np.arange(N, dtype=np.int64), np.diff(indptr)), indices)
+                     for indptr, indices in graph.csr()[: h.stop]]
+            graph.derived[("hybrid.union", h.stop)] = union_csr(edges, N)
+        return graph.derived[("hybrid.union", h.stop)]
+
+    if wide:
+        return [h.closure(np.arange(N), union)] * plan.num_ranks
+    return [h.closure(np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64)), union)
+            for p in range(plan.num_ranks)]
+
+
+def hybrid_closures(plan, job, manifest, data_root: str) -> tuple[list[np.ndarray], int]:
+    """Each rank's H1 closure rows under ``plan`` and the snapshots it reads them in (0..stop-1), as the run's
+    set-up reads them (for ``check``, which reads no closure otherwise)."""
+    graph = GraphStats(manifest, data_root)
+    model, task, _ = _model_and_task(graph, job, manifest)
+    h = _Hybrid(graph, job, manifest, model, task, plan)
+    return _closures(graph, h, plan, task.reads_beyond_batch()), h.stop
 
 
 def _closure_bytes(graph: GraphStats, t: int, rows: np.ndarray, N: int, F: int, item: int, cells: bool,

@@ -188,6 +188,11 @@ class Strategy(Generic[B]):
         return []
 
     @classmethod
+    def check_reads(cls, plan: Any, job: JobConfig, manifest: Manifest) -> None:
+        """``check`` (rank 0, one process): refuse what the set-up refuses only once it reads the data (one line,
+        a :class:`~hpcdgnn.errors.ConfigError`); by default nothing."""
+
+    @classmethod
     def unpriced(cls, job: JobConfig) -> list[str]:
         """What of ``job``'s options the planner's :meth:`cost` leaves out, as notes for its prediction."""
         return []

@@ -110,6 +110,17 @@ class HybridLayout(SampleLayout):
                 for k, t in enumerate(range(self.seq.start, self.seq.stop))]
 
 
+def _block_bytes(block) -> int:
+    """Bytes of a snapshot's rows as read (``ShardReader.read_rows``): what ``strategy.max_cache_mb`` limits."""
+    return block.indptr.nbytes + block.indices.nbytes + block.weights.nbytes + block.x.nbytes
+
+
+def _over_cache(rank: int, held: int, rows: int, N: int, limit: float) -> ConfigError:
+    """The refusal of a closure over ``strategy.max_cache_mb``."""
+    return ConfigError(f"strategy.max_cache_mb: rank {rank}'s closure holds {held / 2**20:.4g} MiB ({rows} of {N} "
+                       f"vertices), over {limit:g}; raise it, or use closure: lhop or more ranks")
+
+
 def hybrid_of(plan: PartitionPlan, model: DGNN, job, manifest) -> dict:
     """How a ``hybrid`` job's batches are drawn and run (the attributes :class:`HybridBatches`,
     :class:`SampleGraphs` and :class:`HybridLayout` read); the planner's count of a batch's rows reads the same."""
@@ -204,6 +215,23 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         return True
 
     @classmethod
+    def check_reads(cls, plan: PartitionPlan, job, manifest) -> None:
+        """``check``: what the set-up refuses once it has read each rank's closure, ``strategy.max_cache_mb``: the
+        closures as the planner derives them (the set-up's rows), read from the shards as the set-up reads them."""
+        from hpcdgnn.data.shard_reader import ShardReader
+        from hpcdgnn.planner.samples import hybrid_closures
+
+        limit = job.strategy.max_cache_mb
+        if not limit:
+            return
+        closures, stop = hybrid_closures(plan, job, manifest, job.data.path)
+        with ShardReader(job.data.path, manifest) as reader:
+            for rank, rows in enumerate(closures):
+                held = sum(_block_bytes(reader.read_rows(t, rows)) for t in range(stop))
+                if held / 2**20 > limit:
+                    raise _over_cache(rank, held, rows.shape[0], plan.num_vertices, limit)
+
+    @classmethod
     def unpriced(cls, job) -> list[str]:
         """The batch reservoir (H4): its stored batches train again, each snapshot batch (every vertex of N_S
         snapshots) with its activations, which the counted draws leave out."""
@@ -257,11 +285,8 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
                                       job.model.layers)
         self.read_rows = self._read_closure(reader, edges, np.arange(self.N) if wide else self.mine)
         self._warn_small_batches()
-        mib = self.cache_bytes / 2**20
-        if o.max_cache_mb and mib > o.max_cache_mb:  # local: agree() carries it to every rank
-            raise ConfigError(f"strategy.max_cache_mb: rank {me}'s closure holds {mib:.4g} MiB "
-                              f"({self.read_rows.shape[0]} of {self.N} vertices), over {o.max_cache_mb:g}; raise "
-                              "it, or use closure: lhop or more ranks")
+        if o.max_cache_mb and self.cache_bytes / 2**20 > o.max_cache_mb:  # local: agree() carries it to every rank
+            raise _over_cache(me, self.cache_bytes, self.read_rows.shape[0], self.N, o.max_cache_mb)
         self._stat_width: int | None = None
         self.scored_step = self.ranges[0][0]
         self._used = np.zeros(len(self.actions), dtype=np.int64)
@@ -327,7 +352,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         indptr = np.concatenate([[0], np.cumsum(counts)])
         x = np.zeros((N, block.x.shape[1]), dtype=block.x.dtype)
         x[rows] = block.x
-        self.cache_bytes += block.indptr.nbytes + block.indices.nbytes + block.weights.nbytes + block.x.nbytes
+        self.cache_bytes += _block_bytes(block)
         # Ã's rows in the closure are exact: their entries' degrees are rows read too
         raw = (indptr, block.indices, block.weights) if self.cells else None
         return HostSnapshot.normalised(block.t, indptr, block.indices, block.weights,

@@ -739,12 +739,14 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
                                                                start_epoch, start_batch))
 
-    def setup() -> float:
-        with (ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else nullcontext()) as reader:
-            task.setup(reader, strategy.setup(plan, model, task, reader), comm)
-        return pretrain(strategy, comm, job.train.lr)
-
-    return strategy, agree(comm, setup)
+    # each stage agreed on its own: a user error one rank meets in the strategy's set-up (its closure over
+    # strategy.max_cache_mb, say) reaches every rank before the task's set-up collectives, where the others
+    # would otherwise wait for it (one agreement around both hung the job until the stall watchdog)
+    reader = agree(comm, lambda: ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else None)
+    with reader if reader is not None else nullcontext():
+        scored = agree(comm, lambda: strategy.setup(plan, model, task, reader))
+        agree(comm, lambda: task.setup(reader, scored, comm))
+    return strategy, agree(comm, lambda: pretrain(strategy, comm, job.train.lr))
 
 
 #: ``balance: measured`` re-cuts after this epoch at the earliest, so one slow early epoch cannot decide the cut

@@ -344,3 +344,33 @@ def test_a_generator_threads_exception_is_raised_in_the_training_thread():
     threads = list(rsv._threads)
     rsv.close()
     assert threads and not any(t.is_alive() for t in threads)
+
+
+def test_check_refuses_a_closure_over_max_cache_mb_as_the_run_does(launcher, sparse, tmp_path):
+    """``strategy.max_cache_mb`` was tested only once the set-up had read each rank's closure: ``check`` said "a
+    run would start" for a job the run then refused. It reads the closures as the set-up does: below the largest
+    rank's closure both refuse, naming that rank and its MiB; above it both go on."""
+    import json
+
+    from tests.conftest import mpi_env, run_in_process
+
+    job = _job(tmp_path, sparse)
+    hybrid = ["strategy.name=hybrid", "strategy.vertex_fractions=[0.5]", "train.epochs=1"]
+    proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "free"), "--set", *hybrid])
+    assert proc.returncode == 0, proc.stderr
+    held = read_metrics(tmp_path / "free")[-1]["hybrid"]["cache_bytes"]
+    top = int(np.argmax(held))
+    assert len(set(held)) > 1, held  # ranks' closures differ: the check must find the right one
+    for limit, refused in ((held[top] / 2**20 * 0.999, True), (held[top] / 2**20 * 1.001, False)):
+        sets = [*hybrid, f"strategy.max_cache_mb={limit}"]
+        check = run_in_process(["check", str(job), "--ranks", "3", "--json", "--set", *sets], mpi_env(), tmp_path)
+        run = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / f"r{refused}"),
+                               "--set", *sets])
+        if refused:
+            said = f"strategy.max_cache_mb: rank {top}'s closure holds {held[top] / 2**20:.4g} MiB"
+            assert check.returncode == 2 and said in check.stderr, check.stderr
+            assert run.returncode == 2 and said in run.stderr, run.stderr
+        else:
+            assert check.returncode == 0, check.stderr
+            assert json.loads(check.stdout)["num_ranks"] == 3
+            assert run.returncode == 0, run.stderr
