@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "CommFailure", "StalledError", "PeerLostError",
            "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "cannot_create", "nearest_existing", "not_a_directory",
-           "out_of_memory", "short_repr"]
+           "env_seconds", "out_of_memory", "short_repr"]
 
 # bounded *while* built: a YAML alias bomb's full repr() would never finish
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -107,3 +107,21 @@ class StalledError(CommFailure):
 
 class PeerLostError(CommFailure):
     """A gloo connection broke mid-collective: the peer ended; one line, exit 1."""
+
+
+def env_seconds(name: str, default: float, zero_ok: bool = False, environ: Any = None) -> float:
+    """The environment variable ``name`` in seconds (> 0, or >= 0 with ``zero_ok``), else ``default``.
+
+    Raises:
+        ConfigError: a value that is not such a number (one line naming the variable).
+    """
+    value = (os.environ if environ is None else environ).get(name)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not (0 <= seconds if zero_ok else 0 < seconds) or seconds == float("inf") or seconds != seconds:
+        raise ConfigError(f"environment {name}={value!r}: seconds {'>=' if zero_ok else '>'} 0 (default {default:g})")
+    return seconds

@@ -171,18 +171,9 @@ def start_timeout(environ: Mapping[str, str] = os.environ) -> float:
     Raises:
         ConfigError: a value that is not a positive number.
     """
-    value = environ.get("HPCDGNN_START_TIMEOUT")
-    if value is None:
-        return START_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        from hpcdgnn.errors import ConfigError
+    from hpcdgnn.errors import env_seconds
 
-        raise ConfigError(f"environment HPCDGNN_START_TIMEOUT={value!r}: seconds > 0 (default {START_TIMEOUT_S:g})")
-    return seconds
+    return env_seconds("HPCDGNN_START_TIMEOUT", START_TIMEOUT_S, environ=environ)
 
 
 def name_ranks(ranks: Sequence[int], shown: int = 5) -> str:

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn.errors import ConfigError, DataError, env_seconds
 from hpcdgnn.metrics.results import writing
 
 __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
@@ -109,16 +109,7 @@ def run_lock_wait(environ: Mapping[str, str] = os.environ) -> float:
     Raises:
         ConfigError: a value that is not a number >= 0.
     """
-    value = environ.get("HPCDGNN_RUN_LOCK_WAIT")
-    if value is None:
-        return RUN_LOCK_WAIT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 <= seconds < float("inf"):
-        raise ConfigError(f"environment HPCDGNN_RUN_LOCK_WAIT={value!r}: seconds >= 0 (default {RUN_LOCK_WAIT_S:g})")
-    return seconds
+    return env_seconds("HPCDGNN_RUN_LOCK_WAIT", RUN_LOCK_WAIT_S, zero_ok=True, environ=environ)
 
 
 def hold_run(run_dir: Path, where: str) -> None:

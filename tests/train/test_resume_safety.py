@@ -201,6 +201,25 @@ def test_a_resume_refuses_another_run_s_checkpoints_and_follows_its_own_moved(sm
     assert json.loads((moved / "epoch-000005" / "COMPLETE").read_text())["run_id"] == (a / "run_id").read_text().strip()
 
 
+def _raced(function: str, first: str, args: list[str]) -> subprocess.CompletedProcess:
+    """``python -m hpcdgnn ARGS`` with another run's claim (a run_id) written into the directory that
+    ``hpcdgnn.train.setup.FUNCTION`` returns, just after it returns (``first``: code run before, ``d`` the path):
+    the other run of a race, between the check and the claim."""
+    code = ("import sys\n"
+            "from hpcdgnn.train import setup\n"
+            f"real = setup.{function}\n"
+            "def racing(*a):\n"
+            "    d = real(*a)\n"
+            f"{first}"
+            "    (d / 'run_id').write_text('the-other-run\\n')\n"
+            "    return d\n"
+            f"setup.{function} = racing\n"
+            "from hpcdgnn.__main__ import main\n"
+            f"sys.exit(main({args!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=mpi_env(),
+                          cwd=REPO)
+
+
 @pytest.mark.mpi  # a training run (python -c, hpcdgnn.__main__)
 def test_two_runs_started_at_once_in_one_output_directory(small_dataset, tmp_path):
     """A job array given one RUNDIR: both runs found the directory empty and wrote over each other's files.
@@ -211,18 +230,7 @@ def test_two_runs_started_at_once_in_one_output_directory(small_dataset, tmp_pat
     assert claim_run_dir(tmp_path) and not claim_run_dir(tmp_path) and read_run_id(tmp_path)
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
     out = tmp_path / "shared"
-    code = ("import sys\n"
-            "from hpcdgnn.train import setup\n"
-            "real = setup.choose_run_dir\n"
-            "def racing(*a):\n"
-            "    d = real(*a)\n"
-            "    (d / 'run_id').write_text('the-other-run\\n')\n"
-            "    return d\n"
-            "setup.choose_run_dir = racing\n"
-            "from hpcdgnn.__main__ import main\n"
-            f"sys.exit(main(['run', {str(job)!r}, '--output', {str(out)!r}]))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=mpi_env(),
-                          cwd=REPO)
+    proc = _raced("choose_run_dir", "", ["run", str(job), "--output", str(out)])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "another run started in this directory at the same moment" in proc.stderr, proc.stderr
     assert sorted(x.name for x in out.iterdir()) == ["run_id"] and read_run_id(out) == "the-other-run"
@@ -302,20 +310,8 @@ def test_two_runs_started_at_once_with_one_checkpoint_dir(small_dataset, launche
 
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
     shared, out = tmp_path / "ck", tmp_path / "second"
-    code = ("import sys\n"
-            "from pathlib import Path\n"
-            "from hpcdgnn.train import setup\n"
-            "real = setup.check_checkpoint_dir\n"
-            "def racing(*a):\n"
-            "    d = real(*a)\n"
-            "    d.mkdir(parents=True)\n"
-            "    (d / 'run_id').write_text('the-other-run\\n')\n"
-            "    return d\n"
-            "setup.check_checkpoint_dir = racing\n"
-            "from hpcdgnn.__main__ import main\n"
-            f"sys.exit(main(['run', {str(job)!r}, '--output', {str(out)!r}, '--set', 'checkpoint.dir={shared}']))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=mpi_env(),
-                          cwd=REPO)
+    proc = _raced("check_checkpoint_dir", "    d.mkdir(parents=True)\n",
+                  ["run", str(job), "--output", str(out), "--set", f"checkpoint.dir={shared}"])
     line = _one_error(proc)
     assert f"checkpoint.dir: {shared}: another run started with it at the same moment" in line, line
     assert not out.exists() and sorted(p.name for p in shared.iterdir()) == ["run_id"]
