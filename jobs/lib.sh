@@ -265,7 +265,7 @@ if len(sys.argv) > 2:
             dead = sorted(e for e in where.iterdir() if re.fullmatch(pattern, e.name))
             claim = where / "run_id"  # the attempt's claim on its checkpoint.dir (a new run refuses a claimed one)
             if key == "checkpoint.dir" and claim.is_file() and (run / "run_id").is_file() \
-                    and claim.read_text().strip() == (run / "run_id").read_text().strip():
+                    and claim.read_text().split("\n")[0].strip() == (run / "run_id").read_text().strip():
                 dead.append(claim)
             if dead:
                 aside = where.parent / f"{where.name}.{sys.argv[2]}"

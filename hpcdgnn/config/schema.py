@@ -578,8 +578,8 @@ class CheckpointConfig:
     """Also checkpoint at the next epoch boundary once this many wall-clock minutes have passed; 0 = off
     (with ``every`` 0 too: only on pre-emption and at the end)."""
     dir: str = ""
-    """Directory of checkpoint files; empty = ``RUNDIR/checkpoints``. A new run needs it new or empty, and claims
-    it (its ``run_id`` written there)."""
+    """Directory of checkpoint files; empty = ``RUNDIR/checkpoints``. A new run needs it new or empty (or holding
+    only the claim of a run that has ended), and claims it: ``run_id`` there names the run and its directory."""
     keep: int = 2
     """How many of the newest checkpoints to keep (older ones are deleted after a new one lands)."""
 

@@ -57,6 +57,8 @@ __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", 
 
 _COMPLETE = "COMPLETE"
 RUN_ID_FILE = "run_id"
+#: the file a training run's rank 0 holds locked (:func:`hold_run`)
+LOCK_FILE = "run.lock"
 
 
 def read_run_id(run_dir: Path) -> str | None:
@@ -96,7 +98,7 @@ def ensure_run_id(run_dir: Path) -> str:
 #: run directories (resolved) whose ``run_id`` this process holds locked, and the descriptor holding each
 _HELD: dict[Path, int] = {}
 #: what flock answers on a file system without locks (Lustre mounted without ``flock``, some NFS set-ups)
-_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 
 
 #: seconds :func:`hold_run` waits for another holder to let go (``HPCDGNN_RUN_LOCK_WAIT``)
@@ -112,13 +114,33 @@ def run_lock_wait(environ: Mapping[str, str] = os.environ) -> float:
     return env_seconds("HPCDGNN_RUN_LOCK_WAIT", RUN_LOCK_WAIT_S, zero_ok=True, environ=environ)
 
 
+def _lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` (made if absent; opened for writing, which NFS's emulation of flock by
+    byte-range locks needs), without waiting: its descriptor; None where another holds it.
+
+    Raises:
+        OSError: the file system refuses the lock itself (:data:`_NO_LOCKS`, or another reason).
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def hold_run(run_dir: Path, where: str) -> None:
-    """Rank 0: hold ``run_dir`` for this process while it trains (an advisory ``flock`` on its ``run_id``, let go by
-    :func:`release_runs` or at exit, a killed process's included). Two jobs on one run directory (a resume
-    started while the run, or a launcher's orphaned ranks, still train; two resumes at once) interleaved their
-    epochs and checkpoints into it. Held by another, it waits up to ``HPCDGNN_RUN_LOCK_WAIT`` seconds (default
-    120: a requeued job may start while the attempt before it lets go, or while a network file system still
-    keeps a crashed node's lock), then refuses. On a file system without locks the run goes on unguarded.
+    """Rank 0: hold ``run_dir`` for this process while it trains (an advisory ``flock`` on ``RUNDIR/run.lock``, a
+    file nothing else reads, let go by :func:`release_runs` or at exit, a killed process's included). Two jobs on
+    one run directory (a resume started while the run, or a launcher's orphaned ranks, still train; two resumes
+    at once) interleaved their epochs and checkpoints into it. Held by another, it waits up to
+    ``HPCDGNN_RUN_LOCK_WAIT`` seconds (default 120: a requeued job may start while the attempt before it lets go,
+    or while a network file system still keeps a crashed node's lock), then refuses. Where the file system takes
+    no lock the run goes on unguarded, with a warning.
 
     Raises:
         ConfigError: another process holds it (one line, ``where`` first).
@@ -126,42 +148,61 @@ def hold_run(run_dir: Path, where: str) -> None:
     key = Path(run_dir).resolve()
     if key in _HELD:  # this process's own (a library caller resuming in the process that ran it)
         return
+    from hpcdgnn.metrics.log import get_logger
+
     ensure_run_id(run_dir)
-    path = Path(run_dir) / RUN_ID_FILE
-    with writing(path):
-        fd = os.open(path, os.O_RDONLY)
-    try:
-        wait, said = run_lock_wait(), False
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited "
-                                      f"{wait:g} s, HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it "
-                                      "end (or stop it), then resume") from None
-                if not said:
-                    from hpcdgnn.metrics.log import get_logger
-
-                    get_logger().warning(f"{where}: another job holds {path}: waiting up to {wait:g} s for it to "
-                                         "let go (HPCDGNN_RUN_LOCK_WAIT)")
-                    said = True
-                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-    except ConfigError:
-        os.close(fd)
-        raise
-    except OSError as e:
-        os.close(fd)
-        if e.errno in _NO_LOCKS:
+    path = Path(run_dir) / LOCK_FILE
+    wait, said = run_lock_wait(), False
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fd = _lock(path)
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:  # cannot make the file (read-only, full): one line
+                with writing(path):
+                    raise
+            get_logger().warning(f"{where}: {path}: this file system takes no lock ({e.strerror or e}): nothing "
+                                 "keeps a second job from training this run at the same time")
             return
-        raise
-    _HELD[key] = fd
+        if fd is not None:
+            _HELD[key] = fd
+            return
+        if time.monotonic() >= deadline:
+            raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited {wait:g} s, "
+                              "HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it end (or stop it), then "
+                              "resume — or, after a node's crash, wait for the file server to release its lock")
+        if not said:
+            get_logger().warning(f"{where}: another job holds {path}: waiting up to {wait:g} s for it to let go "
+                                 "(HPCDGNN_RUN_LOCK_WAIT)")
+            said = True
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
-def release_runs() -> None:
-    """Let go of every run directory this process holds (:func:`hold_run`)."""
+def run_alive(run_dir: Path) -> bool | None:
+    """Whether a process holds ``run_dir`` (:func:`hold_run`) now: True, False, or None where it cannot be told
+    (a file system without locks)."""
+    path = Path(run_dir) / LOCK_FILE
+    if Path(run_dir).resolve() in _HELD:
+        return True
+    if not path.is_file():
+        return False
+    try:
+        fd = _lock(path)
+    except OSError:
+        return None
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def release_runs(run_dir: Path | None = None) -> None:
+    """Let go of ``run_dir`` (default: every run directory) this process holds (:func:`hold_run`)."""
+    if run_dir is not None:
+        fd = _HELD.pop(Path(run_dir).resolve(), None)
+        if fd is not None:
+            os.close(fd)
+        return
     while _HELD:
         os.close(_HELD.popitem()[1])
 
@@ -471,7 +512,8 @@ def load_partial(ckpt: Path, rank: int) -> dict[str, Any]:
     file = ckpt / _rank_file(rank)
     try:
         _check_digest(ckpt, file)
-        part = torch.load(file, map_location="cpu", weights_only=False)["partial"]
+        # mapped, not read: of the rank's whole state (its reuse cache, its reservoir) only the part is wanted
+        part = torch.load(file, map_location="cpu", weights_only=False, mmap=True)["partial"]
         if not isinstance(part, dict):
             raise TypeError(f"holds a {type(part).__name__}, not a rank's part of an epoch")
     except _UNREADABLE as e:

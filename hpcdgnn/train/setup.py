@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext, suppress
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from hpcdgnn.regimes import job_regime, regime_of, regimes
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.tasks import task_class
 from hpcdgnn.train.checkpoint import (
+    LOCK_FILE,
     RUN_ID_FILE,
     check_owner,
     claim_run_dir,
@@ -52,7 +53,9 @@ from hpcdgnn.train.checkpoint import (
     load_shared,
     load_state,
     read_run_id,
+    release_runs,
     restore_rng,
+    run_alive,
     strategy_state,
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
@@ -264,32 +267,62 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{where}: checkpoint.dir: {root} is a file, not a directory; name a new or empty "
                           "directory")
-    if root.exists() and any(root.iterdir()):
+    if root.exists() and any(e.name != RUN_ID_FILE for e in root.iterdir()):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
+    if (root / RUN_ID_FILE).exists() and _claim_alive(root) is not False:
+        owner = _claim_owner(root)
+        raise ConfigError(f"{where}: checkpoint.dir: {root} is claimed by "
+                          + (f"the run in {owner}, which trains now" if owner and _claim_alive(root)
+                             else f"a run that may still train ({root / RUN_ID_FILE}): if none does, remove that "
+                             "file"))
     why = cannot_create(root)
     if why:
         raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {why}")
     return root
 
 
+def _claim_owner(root: Path) -> Path | None:
+    """The run directory named by ``checkpoint.dir``'s claim (:func:`make_checkpoint_dir`), or None (no claim, or
+    one that names none)."""
+    try:
+        lines = (root / RUN_ID_FILE).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return Path(lines[1]) if len(lines) > 1 and lines[1].strip() else None
+
+
+def _claim_alive(root: Path) -> bool | None:
+    """Whether the run that claimed ``root`` (its ``run_id`` file) trains now; None where it cannot be told (a
+    claim naming no run directory, a file system without locks)."""
+    owner = _claim_owner(root)
+    return None if owner is None else run_alive(owner)
+
+
 def make_checkpoint_dir(root: Path | None, where: str | None, run_dir: Path) -> None:
     """Make the ``checkpoint.dir`` :func:`check_checkpoint_dir` accepted (after the run directory) and claim it for
-    the run in ``run_dir``: its ``run_id`` written there (``O_EXCL``), so that of two new runs given one empty
-    directory at the same moment (both passed the check) one is refused, not left to overwrite and prune the
-    other's checkpoints."""
+    the run in ``run_dir``: its ``run_id`` file there (``O_EXCL``) names the run's id and directory, so that of
+    two new runs given one empty directory at the same moment (both passed the check) one is refused, not left
+    to overwrite and prune the other's checkpoints. The claim of a run that ended before its first checkpoint
+    (its directory's lock free, :func:`check_checkpoint_dir`) is set aside first — by a rename, which one of
+    two runs doing so at once wins."""
     if root is None:
         return
+    claim = root / RUN_ID_FILE
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root / RUN_ID_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        if claim.exists() and _claim_alive(root) is False:  # an ended run's: gone by a rename one racer makes
+            with suppress(FileNotFoundError):
+                os.rename(claim, root / f".{RUN_ID_FILE}.ended-{os.getpid()}")
+                (root / f".{RUN_ID_FILE}.ended-{os.getpid()}").unlink()
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         raise ConfigError(f"{where}: checkpoint.dir: {root}: another run started with it at the same moment; a run "
                           "writes its checkpoints into a directory of its own") from None
     except OSError as e:
         raise ConfigError(f"{where}: checkpoint.dir: cannot create {root}: {e.strerror or e}") from None
-    with writing(root / RUN_ID_FILE), os.fdopen(fd, "w") as f:
-        f.write(f"{read_run_id(run_dir)}\n")
+    with writing(claim), os.fdopen(fd, "w") as f:
+        f.write(f"{read_run_id(run_dir)}\n{Path(run_dir).resolve()}\n")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -467,10 +500,12 @@ def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
     process made it (``--output`` naming an empty directory the user made keeps it), and its claim on a
     ``checkpoint.dir`` (:func:`make_checkpoint_dir`)."""
     claim = Path(job.checkpoint.dir) / RUN_ID_FILE if job.checkpoint.dir else None
-    if claim is not None and read_run_id(run_dir) is not None and read_run_id(claim.parent) == read_run_id(run_dir):
+    if claim is not None and read_run_id(run_dir) is not None and _claim_owner(claim.parent) is not None \
+            and _claim_owner(claim.parent) == Path(run_dir).resolve():
         with suppress(OSError):
             claim.unlink()
-    for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE):
+    release_runs(run_dir)  # its lock's file goes too (an open file would keep the directory on NFS)
+    for name in ("config.resolved.yaml", "plan.json", RUN_ID_FILE, LOCK_FILE):
         with suppress(OSError):  # a cleanup: the run's own error is the one to report
             (run_dir / name).unlink(missing_ok=True)
     made = run_dir.resolve() in MADE_RUN_DIRS
@@ -595,11 +630,14 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                                   "run never overwrites another (give each run its own directory)")
             try:  # a place the check could not foresee (/proc, a race): the claimed run directory goes again
                 hold_run(run_dir, f"--output {run_dir}")
+                # the job's files before the checkpoint.dir's claim: a job script finds the claim through them
+                _save_run_files(run_dir, job, plan, 0, kept.get("planner"))
                 make_checkpoint_dir(ckpt_dir, job_path, run_dir)
-            except ConfigError as e:
+            except (ConfigError, DataError) as e:
                 _discard_new_run(run_dir, job)
+                if isinstance(e, DataError):
+                    raise
                 raise ConfigError(blame_override(str(e), job_path, overrides)) from None
-            _save_run_files(run_dir, job, plan, 0, kept.get("planner"))
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
     return (*root_then_bcast(comm, on_root), kept.get("shared"))
@@ -742,10 +780,21 @@ def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device,
     # each stage agreed on its own: a user error one rank meets in the strategy's set-up (its closure over
     # strategy.max_cache_mb, say) reaches every rank before the task's set-up collectives, where the others
     # would otherwise wait for it (one agreement around both hung the job until the stall watchdog)
-    reader = agree(comm, lambda: ShardReader(job.data.path, manifest) if isinstance(manifest, Manifest) else None)
-    with reader if reader is not None else nullcontext():
+    opened: list[ShardReader] = []
+
+    def open_reader() -> ShardReader | None:
+        if not isinstance(manifest, Manifest):
+            return None
+        opened.append(ShardReader(job.data.path, manifest))
+        return opened[-1]
+
+    try:  # closed also where another rank failed to open its reader
+        reader = agree(comm, open_reader)
         scored = agree(comm, lambda: strategy.setup(plan, model, task, reader))
         agree(comm, lambda: task.setup(reader, scored, comm))
+    finally:
+        for r in opened:
+            r.close()
     return strategy, agree(comm, lambda: pretrain(strategy, comm, job.train.lr))
 
 
@@ -885,7 +934,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
         if ckpt is not None:
             state, mine = agree(comm, lambda: _restore(ckpt, comm, model, task, opt, shared))
             start = int(state["epoch"])
-            within = _resumed_within(state, mine, comm, Path(ckpt))
+            within = agree(comm, lambda: _resumed_within(state, mine, comm, Path(ckpt)))
             initial = state.get("initial_checksum")
             # a re-cut belongs to the checkpoint's plan: on another P the new plan is calibrated again
             if getattr(state.get("plan"), "num_ranks", None) == comm.size:

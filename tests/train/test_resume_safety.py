@@ -251,7 +251,7 @@ def test_one_job_at_a_time_trains_a_run(small_dataset, launcher, tmp_path):
     assert proc.returncode == 0, proc.stderr
     def hold(seconds: float) -> subprocess.Popen:
         holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
-                                   f"fd = os.open({str(run / 'run_id')!r}, os.O_RDONLY)\n"
+                                   f"fd = os.open({str(run / 'run.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
                                    "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\n"
                                    f"time.sleep({seconds})\n"],
                                   stdout=subprocess.PIPE, text=True)
@@ -263,7 +263,7 @@ def test_one_job_at_a_time_trains_a_run(small_dataset, launcher, tmp_path):
     try:
         before = _fingerprint(run)
         line = _one_error(run_in_process(resume, {**mpi_env(), "HPCDGNN_RUN_LOCK_WAIT": "1"}, REPO))
-        assert f"--resume {run}: another job is training this run now (it holds {run / 'run_id'}; waited 1 s" \
+        assert f"--resume {run}: another job is training this run now (it holds {run / 'run.lock'}; waited 1 s" \
             in line, line
         assert _fingerprint(run) == before
     finally:
@@ -322,9 +322,62 @@ def test_two_runs_started_at_once_with_one_checkpoint_dir(small_dataset, launche
         proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(run),
                                    *(["--set", f"checkpoint.dir={ck}"] if ck else [])])
         assert proc.returncode == 0, proc.stderr
-    assert read_run_id(tmp_path / "ck-a") == read_run_id(a)
+    assert (tmp_path / "ck-a" / "run_id").read_text() == f"{read_run_id(a)}\n{a.resolve()}\n"
     shutil.copytree(b / "checkpoints" / "epoch-000002", tmp_path / "ck-a" / "epoch-000003")
     for command in (["embed", str(a), "--output", str(tmp_path / "z.npz")],
                     ["export", str(a), "--model-only", str(tmp_path / "m.pt")]):
         line = _one_error(launcher.run(None, ["-m", "hpcdgnn", *command]))
         assert "was written by another run" in line and "epoch-000003" in line, (command, line)
+
+
+@pytest.mark.mpi  # training runs (P = 1, in this process)
+def test_a_checkpoint_dir_claimed_by_a_run_that_ended_is_taken(small_dataset, launcher, tmp_path):
+    """A new run that ended before its first checkpoint (a crash, an OOM in epoch 1) left its claim on the
+    checkpoint.dir, and the same job was then refused the directory. A claim whose run holds no lock (it ended)
+    is taken over; one whose run trains now is refused, naming that run."""
+    from hpcdgnn.train.checkpoint import read_run_id
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    ck = tmp_path / "ck"
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "A"), "--set",
+                               f"checkpoint.dir={ck}"])
+    assert proc.returncode == 0, proc.stderr
+    shutil.rmtree(ck / "epoch-000001")  # as if A had ended before its first checkpoint
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time\n"
+                               f"fd = os.open({str(tmp_path / 'A' / 'run.lock')!r}, os.O_RDWR)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(300)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"  # A trains (its lock held): B is refused
+        line = _one_error(launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "B"),
+                                              "--set", f"checkpoint.dir={ck}"]))
+        assert f"checkpoint.dir: {ck} is claimed by the run in {(tmp_path / 'A').resolve()}, which trains now" \
+            in line, line
+        assert not (tmp_path / "B").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "B"), "--set",
+                               f"checkpoint.dir={ck}"])
+    assert proc.returncode == 0, proc.stderr
+    assert (ck / "run_id").read_text().splitlines()[0] == read_run_id(tmp_path / "B")
+    assert sorted(p.name for p in ck.iterdir()) == ["epoch-000001", "run_id"]
+
+
+def test_a_file_system_that_takes_no_lock_warns_and_trains(tmp_path, monkeypatch, caplog):
+    """NFS's flock emulation answers EBADF (a read-only descriptor), Lustre without flock ENOSYS: the run goes on
+    unguarded with a warning, not a traceback."""
+    import errno
+    import logging
+
+    from hpcdgnn.train import checkpoint
+
+    def refused(fd, op):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(checkpoint.fcntl, "flock", refused)
+    monkeypatch.setattr(logging.getLogger("hpcdgnn"), "propagate", True)  # an earlier run in this process set it
+    with caplog.at_level(logging.WARNING):
+        checkpoint.hold_run(tmp_path, "--resume X")
+    assert tmp_path.resolve() not in checkpoint._HELD
+    assert "this file system takes no lock (Bad file descriptor)" in caplog.text, caplog.text
