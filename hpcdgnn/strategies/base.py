@@ -18,7 +18,8 @@ may stop an epoch between batches ``stops_between_batches``, and where it may ch
 ``resumes_between_batches`` / ``resumes_evaluation``; and before the plan, on
 rank 0, ``check_job`` (options that cannot work at P), ``check_data`` (or on the dataset's sizes), ``resolve``
 (``auto``: the job with the planner's pick), ``variants`` / ``smaller`` (the option sets the planner prices; a
-strategy's ``cost`` gives its per-rank work, :mod:`hpcdgnn.planner`). Strategies:
+strategy's ``cost`` gives its per-rank work, :mod:`hpcdgnn.planner`; ``unpriced`` what it leaves out), and for
+``check`` ``check_reads`` (what the set-up refuses only once it has read the data). Strategies:
 
 * ``snapshot`` — S1 snapshot partitioning (IBM §4.2), S2 checkpoint blocks (§3.1), S3 graph differences (§3.2);
 * ``pss`` — contiguous snapshots, RNN state pipelined rank to rank (DGC §2.1);

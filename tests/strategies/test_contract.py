@@ -12,6 +12,9 @@ CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", 
             # before the plan, on rank 0: the job's checks (at P, on the dataset's sizes), and what the planner
             # prices or resolves
             "check_job", "check_data", "variants", "smaller", "resolve",
+            # what the planner's cost leaves out (its prediction's notes); what `check` refuses that the set-up
+            # refuses only once it has read the data (hybrid's closure over strategy.max_cache_mb)
+            "unpriced", "check_reads",
             # whether a checkpoint's per-rank state binds embed/predict to the run's own P and options
             "keeps_rank_state",
             # whether a pre-emption may stop an epoch between its batches (train/loop.py's BatchStop), and whether
