@@ -95,9 +95,10 @@ def ensure_run_id(run_dir: Path) -> str:
     return read_run_id(run_dir)
 
 
-#: run directories (resolved) whose ``run_id`` this process holds locked, and the descriptor holding each
+#: run directories (resolved) whose ``run.lock`` this process holds locked, and the descriptor holding each
 _HELD: dict[Path, int] = {}
-#: what flock answers on a file system without locks (Lustre mounted without ``flock``, some NFS set-ups)
+#: what flock answers on a file system without locks (Lustre mounted without ``flock``, some NFS set-ups; EBADF:
+#: NFS's emulation on a descriptor it cannot lock for writing)
 _NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
 
 
@@ -150,7 +151,6 @@ def hold_run(run_dir: Path, where: str) -> None:
         return
     from hpcdgnn.metrics.log import get_logger
 
-    ensure_run_id(run_dir)
     path = Path(run_dir) / LOCK_FILE
     wait, said = run_lock_wait(), False
     deadline = time.monotonic() + wait
