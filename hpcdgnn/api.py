@@ -205,9 +205,7 @@ def build_trained(job, sizes, model_state: dict, task_state: dict):
     regime = regime_of("model", job.model.name)
     dtype = getattr(torch, job.train.dtype)
     model = regime.build_model(job, sizes).to(dtype)
-    task = regime.build_task(job.task, sizes, model.out_features, job.train.seed).to(dtype)
-    if getattr(model, "predicts_targets", False):  # a sequence-to-sequence model needs no head
-        task.predict_in_model()
+    task = regime.task_of(job, sizes, model).to(dtype)
     model.load_state_dict(model_state)
     task.load_state_dict(task_state)
     return model.eval(), task.eval()

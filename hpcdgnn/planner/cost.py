@@ -429,13 +429,14 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
     tags: dict[str, float] = {}
     compute, evaluation, comm, temporal, memory, parts = [], [], [], [], [], []
     fetched = head.fetched(ranks) if head is not None else None
+    held_rows = sum(float(np.sum(r.scored_rows)) for r in ranks) if fetched is not None else 0.0
     for q, r in enumerate(ranks):
         sent = dict(r.sent)
         calls = dict(r.calls)
         if fetched is not None:  # scoring in place: the owners send the rows (and take their gradients back)
             sent["task.fwd"] = sent["task.bwd"] = fetched[q] * head.row_bytes
             # the request: int32 positions (a bitmask where smaller, at most the others' rows / 8) and the counts
-            others = sum(float(np.sum(o.scored_rows)) for o in ranks) - float(np.sum(r.scored_rows))
+            others = held_rows - float(np.sum(r.scored_rows))
             sent["task.index"] = min(4.0 * fetched[q], others / 8.0) + 8.0 * (P - 1)
             calls["alltoall"] = calls.get("alltoall", 0.0) + 4
         if P > 1:

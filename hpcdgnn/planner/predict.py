@@ -52,10 +52,7 @@ def parameter_count(job, manifest) -> int:
     regime = regime_of("model", job.model.name)
     with torch.device("meta"):
         model = regime.build_model(job, manifest)
-        out = getattr(model, "out_features", job.model.hidden)
-        task = regime.build_task(job.task, manifest, out, job.train.seed)
-        if getattr(model, "predicts_targets", False):  # as the run builds it: a sequence-to-sequence model, no head
-            task.predict_in_model()
+        task = regime.task_of(job, manifest, model)
     return sum(p.numel() for m in (model, task) for p in m.parameters() if p.requires_grad)
 
 

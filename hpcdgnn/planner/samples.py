@@ -246,7 +246,7 @@ def _model_and_task(graph: GraphStats, job, manifest):
 
     regime = regime_of("model", job.model.name)
     model = regime.build_model(job, manifest)
-    task = regime.build_task(job.task, manifest, getattr(model, "out_features", job.model.hidden), job.train.seed)
+    task = regime.task_of(job, manifest, model)
     reader = ShardReader(graph.root, manifest)
     try:
         task.setup(reader, Scored(snapshots=tuple(range(manifest.num_snapshots))), alone())

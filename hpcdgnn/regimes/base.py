@@ -52,6 +52,14 @@ class RegimeSpec:
     #: the split's name)
     empty_split: str = ""
 
+    def task_of(self, job: JobConfig, manifest: Any, model: Any) -> Any:
+        """The job's task head over ``model``'s outputs, as a run trains it: a sequence-to-sequence model
+        (``predicts_targets``) already outputs Ŷ, so its task keeps no head of its own."""
+        task = self.build_task(job.task, manifest, getattr(model, "out_features", job.model.hidden), job.train.seed)
+        if getattr(model, "predicts_targets", False):
+            task.predict_in_model()
+        return task
+
     def names(self, section: Section) -> tuple[str, ...]:
         """The names this regime registers for ``model``, ``task`` or ``strategy``."""
         return tuple({"model": self.models, "task": self.tasks, "strategy": self.strategies}[section])

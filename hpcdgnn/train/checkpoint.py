@@ -51,7 +51,7 @@ from hpcdgnn.errors import ConfigError, DataError, env_seconds
 from hpcdgnn.metrics.results import writing
 
 __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
-           "hold_run", "load_partial", "release_runs",
+           "complete_record", "hold_run", "load_partial", "release_runs",
            "latest_checkpoint", "load_shared", "load_state", "read_run_id", "restore_rng", "strategy_state",
            "within_epoch"]
 
@@ -207,7 +207,7 @@ def release_runs(run_dir: Path | None = None) -> None:
         os.close(_HELD.popitem()[1])
 
 
-def _meta(ckpt: Path) -> dict[str, Any]:
+def complete_record(ckpt: Path) -> dict[str, Any]:
     """``COMPLETE``'s JSON object ({} when unreadable)."""
     try:
         meta = json.loads((ckpt / _COMPLETE).read_text())
@@ -223,7 +223,7 @@ def check_owner(meta: dict[str, Any] | None, ckpt: Path, run_dir: Path, where: s
     Raises:
         DataError: both carry an id and the ids differ.
     """
-    mine, theirs = read_run_id(run_dir), (_meta(ckpt) if meta is None else meta).get("run_id")
+    mine, theirs = read_run_id(run_dir), (complete_record(ckpt) if meta is None else meta).get("run_id")
     if mine is not None and theirs is not None and theirs != mine:
         raise DataError(f"{where}: {ckpt} was written by another run (run id {theirs}, not {run_dir}'s {mine}); "
                         "that run is used from its own directory; set checkpoint.dir to this run's own checkpoints")
@@ -416,7 +416,7 @@ class _Altered(ValueError):
 
 def _check_digest(ckpt: Path, file: Path) -> None:
     """Raise :class:`_Altered` if ``file`` differs from ``COMPLETE``'s record of it (older checkpoints: none)."""
-    want = _meta(ckpt).get("files", {}).get(file.name)
+    want = complete_record(ckpt).get("files", {}).get(file.name)
     if want is None:
         return
     (size, crc), (wrote, wrote_crc) = _digest(file), want
@@ -538,7 +538,7 @@ class CheckpointManager:
         self.run_id = run_id  # only checkpoints with it are rotated away
 
     def _ours(self, ckpt: Path) -> bool:
-        owner = _meta(ckpt).get("run_id")
+        owner = complete_record(ckpt).get("run_id")
         return owner is None or owner == self.run_id
 
     def hold(self, epoch: int, shared: dict[str, Any], strategy_state: dict[str, Any] | None = None

@@ -46,6 +46,7 @@ from hpcdgnn.train.checkpoint import (
     RUN_ID_FILE,
     check_owner,
     claim_run_dir,
+    complete_record,
     ensure_run_id,
     hold_run,
     latest_checkpoint,
@@ -270,10 +271,10 @@ def check_checkpoint_dir(job: JobConfig, where: str | None) -> Path | None:
     if root.exists() and any(e.name != RUN_ID_FILE for e in root.iterdir()):
         raise ConfigError(f"{where}: checkpoint.dir: {root} exists and is not empty; a run writes its checkpoints "
                           "into a new or empty directory (another run's there would be overwritten)")
-    if (root / RUN_ID_FILE).exists() and _claim_alive(root) is not False:
-        owner = _claim_owner(root)
+    alive = _claim_alive(root) if (root / RUN_ID_FILE).exists() else False
+    if alive is not False:
         raise ConfigError(f"{where}: checkpoint.dir: {root} is claimed by "
-                          + (f"the run in {owner}, which trains now" if owner and _claim_alive(root)
+                          + (f"the run in {_claim_owner(root)}, which trains now" if alive
                              else f"a run that may still train ({root / RUN_ID_FILE}): if none does, remove that "
                              "file"))
     why = cannot_create(root)
@@ -500,8 +501,7 @@ def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
     process made it (``--output`` naming an empty directory the user made keeps it), and its claim on a
     ``checkpoint.dir`` (:func:`make_checkpoint_dir`)."""
     claim = Path(job.checkpoint.dir) / RUN_ID_FILE if job.checkpoint.dir else None
-    if claim is not None and read_run_id(run_dir) is not None and _claim_owner(claim.parent) is not None \
-            and _claim_owner(claim.parent) == Path(run_dir).resolve():
+    if claim is not None and _claim_owner(claim.parent) == Path(run_dir).resolve():
         with suppress(OSError):
             claim.unlink()
     release_runs(run_dir)  # its lock's file goes too (an open file would keep the directory on NFS)
@@ -717,12 +717,8 @@ def _restore(ckpt: Path, comm: Communicator, model, task, opt, shared: dict | No
 
 def _checkpoint_ranks(ckpt: Path | None) -> int | None:
     """The rank count checkpoint ``ckpt`` was written on (its ``COMPLETE``), or None."""
-    if ckpt is None:
-        return None
-    try:
-        return int(json.loads((Path(ckpt) / "COMPLETE").read_text())["num_ranks"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    made_on = None if ckpt is None else complete_record(Path(ckpt)).get("num_ranks")
+    return made_on if isinstance(made_on, int) else None
 
 
 def _passes(check: Callable[[], object]) -> bool:
@@ -760,10 +756,7 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
     regime = regime_of("model", job.model.name)
     torch.manual_seed(job.train.seed)
     model = regime.build_model(job, manifest).to(device, dtype)
-    task = agree(comm, lambda: regime.build_task(job.task, manifest, model.out_features, job.train.seed))
-    task = task.to(device, dtype)
-    if getattr(model, "predicts_targets", False):  # a sequence-to-sequence model needs no head
-        task.predict_in_model()
+    task = agree(comm, lambda: regime.task_of(job, manifest, model)).to(device, dtype)
     params = [p for mod in (model, task) for p in mod.parameters()]
     for p in params:
         comm.bcast_(p.data, root=0)
