@@ -49,7 +49,7 @@ def _mib(x: float) -> str:
 def run_plan(args: argparse.Namespace) -> int:
     """Print every strategy's predicted memory, traffic, balance and epoch time at each P; mark the pick."""
     from hpcdgnn.config import load_job
-    from hpcdgnn.planner.predict import SAMPLED_NOTE, auto_inputs, plan_job
+    from hpcdgnn.planner.predict import AS_WRITTEN, SAMPLED_NOTE, auto_inputs, plan_job
     from hpcdgnn.planner.rates import load_rates
     from hpcdgnn.regimes import regime_of
     from hpcdgnn.strategies import get_strategy
@@ -79,7 +79,7 @@ def run_plan(args: argparse.Namespace) -> int:
             mark = "  <- pick" if p.picked else ""
             note = "; ".join(p.notes[:1]) if p.epoch_s != p.epoch_s else \
                 "; ".join(["does not fit"] * (not p.fits) + [n for n in p.notes if n == SAMPLED_NOTE
-                                                             or " not priced" in n])
+                                                             or " not priced" in n or AS_WRITTEN in n])
             print(f"{p.num_ranks:>4}  {name:<22} {_mib(p.memory_bytes):>15} {_mib(p.bytes_per_epoch):>11} "
                   f"{p.balance:>6.2f} {p.compute_s:>10.4f} {p.comm_s:>9.4f} {p.epoch_s:>9.4f}  {note}{mark}")
     for P in args.ranks:

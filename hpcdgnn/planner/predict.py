@@ -111,13 +111,14 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
             if not hasattr(cls, "cost") and not hasattr(cls, "predict"):
                 out.append(_unpriced(name, opts, P, "no cost model yet"))
                 continue
-            why = _refusal(regime, variant, P)
+            why = _refusal(regime, variant, P, manifest)
             if why:
                 out.append(_unpriced(name, opts, P, why))
                 continue
-            for each in cls.variants(opts, P, manifest):
+            variants = cls.variants(opts, P, manifest)
+            for each in variants:
                 job_v = replace(job, strategy=each)
-                why = _refusal(regime, job_v, P) if each is not opts else None  # opts: checked above
+                why = _refusal(regime, job_v, P, manifest) if each is not opts else None  # opts: checked above
                 try:  # the plan refuses options that cannot work at this P (one line), as the run would
                     pred = None if why else _priced(cls, job_v, manifest, graph, P, work, params, rates,
                                                     memory_per_rank)
@@ -126,12 +127,14 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
                 if why:
                     out.append(_unpriced(name, each, P, why))
                     continue
+                if len(variants) > 1 and each is variants[0]:  # the others need their options set to train
+                    pred.notes.append(f"what strategy: {{name: {name}}} {AS_WRITTEN}")
                 out.append(pred)
                 # a smaller variant the run's check would refuse (``balance: measured`` with blocks) is never
                 # offered: the pick would then fail at set-up, naming a key the user did not set
                 tries = [] if pred.fits else [
                     less for less in cls.smaller(each, manifest)
-                    if not _refusal(regime, replace(job, strategy=less), P)]
+                    if not _refusal(regime, replace(job, strategy=less), P, manifest)]
                 for i, less in enumerate(tries):  # the first that fits, or the last (the smallest) when none does
                     lp = _priced(cls, replace(job, strategy=less), manifest, graph, P, work, params, rates,
                                  memory_per_rank)
@@ -141,6 +144,9 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
         choose(_pickable([p for p in out if p.num_ranks == P], named=strategies is not None))
     return out
 
+
+#: the end of the note on the variant a job trains when it leaves the variants open (``Strategy.variants``)
+AS_WRITTEN = "trains as written"
 
 #: what a sampled strategy's prediction says when the planner did not consider it for the pick
 SAMPLED_NOTE = "sampled: picked only when named (--strategies, strategy.candidates)"
@@ -165,11 +171,14 @@ def _pickable(predictions: list[Prediction], named: bool) -> list[Prediction]:
     return full
 
 
-def _refusal(regime, job, P: int) -> str | None:
-    """Why the run's own check (``regime.check``, with the strategy's ``check_job``) refuses ``job`` at P, as a
-    prediction's note; None when it does not."""
+def _refusal(regime, job, P: int, manifest) -> str | None:
+    """Why the run's own checks (``regime.check``, with the strategy's ``check_job``; the strategy's
+    ``check_data`` on the dataset's sizes) refuse ``job`` at P, as a prediction's note; None when they do not."""
+    from hpcdgnn.strategies import get_strategy
+
     try:
         regime.check(job, None, P)
+        get_strategy(job.strategy.name).check_data(job, manifest, None)
     except ConfigError as e:
         return _does_not_apply(e)
     return None

@@ -180,7 +180,8 @@ class Strategy(Generic[B]):
 
     @classmethod
     def variants(cls, opts: Any, num_ranks: int, manifest: Manifest) -> list[Any]:
-        """The option sets the planner prices for this strategy at ``num_ranks`` (the job's own by default)."""
+        """The option sets the planner prices for this strategy at ``num_ranks`` (the job's own by default); the
+        first is what the job's options train as written (the planner says so when there are several)."""
         return [opts]
 
     @classmethod
@@ -294,6 +295,11 @@ class Strategy(Generic[B]):
         """Whether gradients go in buckets; the same on every rank."""
         return (self.ctx.job.comm.grad_buckets > 1 and self.comm.size > 1 and self.comm.backend == "mpi"
                 and len(params) > 1 and all(p.device.type == "cpu" for p in params))
+
+    def shape(self) -> str:
+        """The layout the start line names after the strategy, where the set-up derived it from P (``grid``'s
+        sides); empty by default."""
+        return ""
 
     def report(self, epoch: int, train_loss: float) -> dict[str, Any]:
         """What the epoch's record adds; called on every rank, so it may run collectives."""

@@ -31,18 +31,27 @@ class GridStrategy(ChunkStrategy):
 
     @classmethod
     def variants(cls, opts, num_ranks: int, manifest) -> list:
-        """Every Ps × Pv factorisation of P when the job fixes neither side, else the job's."""
+        """Every Ps × Pv factorisation of P when the job fixes neither side (first the one such a job trains:
+        :func:`~hpcdgnn.partition.grid.grid_shape`'s), else the job's."""
         import dataclasses
 
         if opts.snapshot_ranks or opts.vertex_ranks:
             return [opts]
-        return [dataclasses.replace(opts, snapshot_ranks=d, vertex_ranks=num_ranks // d)
-                for d in range(1, num_ranks + 1) if num_ranks % d == 0 and d <= manifest.num_snapshots]
+        trained, _ = grid_shape(num_ranks, manifest.num_snapshots)
+        sides = [trained] + [d for d in range(1, num_ranks + 1)
+                             if num_ranks % d == 0 and d <= manifest.num_snapshots and d != trained]
+        return [dataclasses.replace(opts, snapshot_ranks=d, vertex_ranks=num_ranks // d) for d in sides]
 
     @classmethod
     def check_job(cls, job, num_ranks: int, where: str | None) -> None:
         """Refuse (one line) sides whose product is not P, or a side that does not divide P."""
         grid_shape(num_ranks, 1 << 62, job.strategy.snapshot_ranks, job.strategy.vertex_ranks, where)
+
+    def shape(self) -> str:
+        """``Ps×Pv (snapshot_ranks×vertex_ranks)``: what the job's sides, or P alone, made."""
+        Ps, Pv = grid_shape(self.comm.size, self.ctx.manifest.num_snapshots, self.ctx.job.strategy.snapshot_ranks,
+                            self.ctx.job.strategy.vertex_ranks)
+        return f" {Ps}x{Pv} (snapshot_ranks x vertex_ranks)"
 
     def _fuse(self, chunk: np.ndarray, row: np.ndarray, model, cap_mb: float | None = None):
         """One chunk per rank (its grid cell): nothing to fuse, the plain product over its rows."""

@@ -249,6 +249,15 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         return hybrid_cost(plan, job, manifest, graph, work)
 
     @classmethod
+    def check_data(cls, job, manifest, where: str | None) -> None:
+        """Refuse more load groups (N_bg) than vertices: a group would hold none, and every batch draws
+        N_V / N_bg targets from each group (§4.2)."""
+        groups, N = job.strategy.groups, manifest.num_vertices
+        if groups > N:
+            raise ConfigError(f"{where + ': ' if where else ''}strategy.groups: {groups} load groups, but the "
+                              f"dataset has N = {N} vertices; choose at most {N}")
+
+    @classmethod
     def make_plan(cls, manifest, num_ranks: int, job) -> PartitionPlan:
         """H1's plan, after refusing a reservoir for a task that reads other vertices each epoch, or T_mu at or
         above the watchdog's timeout (ConfigError).

@@ -205,7 +205,8 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
     shape = (f"N={m.num_vertices} E={m.num_events} D={m.edge_feature_dim}" if hasattr(m, "num_events") else
              f"N={m.num_vertices} T={m.num_snapshots} F={m.num_features}")
     lines = [
-        f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}, P={comm.size}, {shape}, "
+        f"hpcdgnn: {job.model.name} x {job.task.name}, strategy {job.strategy.name}{run.strategy.shape()}, "
+        f"P={comm.size}, {shape}, "
         f"{sum(p.numel() for p in run.params)} parameters (checksum {run.checksum}"
         f"{' as restored' if run.resumed else ''}), {job.train.dtype}, "
         f"{run.threads} thread(s)/rank, device {run.device}, backend {job.comm.backend}"

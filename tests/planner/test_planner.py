@@ -120,6 +120,15 @@ def test_plan_prints_every_strategy_and_a_pick_per_rank_count(launcher, small_da
     # the grid at every factorisation of P = 3 the job leaves open: 1 x 3 and 3 x 1
     assert sorted((p["options"]["snapshot_ranks"], p["options"]["vertex_ranks"]) for p in preds
                   if p["strategy"] == "grid" and p["num_ranks"] == 3) == [(1, 3), (3, 1)]
+    # and says which one a job of `strategy: {name: grid}` trains (the run's rule: the largest Ps <= T dividing P)
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.grid import grid_shape
+
+    as_written = [(p["options"]["snapshot_ranks"], p["options"]["vertex_ranks"]) for p in preds
+                  if p["strategy"] == "grid" and p["num_ranks"] == 3
+                  and "grid} trains as written" in " ".join(p["notes"])]
+    assert as_written == [grid_shape(3, load_manifest(small_dataset).num_snapshots)]
+    assert proc.stdout.count("what strategy: {name: grid} trains as written") == 2  # P = 2, 3 (P = 1: one grid)
     assert priced[("snapshot", 1)]["bytes_per_epoch"] == 0 < priced[("snapshot", 3)]["bytes_per_epoch"]
     assert sum(p["picked"] for p in preds if p["num_ranks"] == 3) == 1
     mem = priced[("snapshot", 3)]

@@ -8,7 +8,7 @@ from hpcdgnn.strategies import available_strategies, get_strategy
 from hpcdgnn.strategies.base import Batch, EventBatch, FullBatch, SampleBatch, Strategy
 
 CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", "step", "sync_gradients", "evaluate",
-            "report", "usage", "state_dict", "load_state_dict", "rebalanced_plan", "close",
+            "report", "usage", "shape", "state_dict", "load_state_dict", "rebalanced_plan", "close",
             # before the plan, on rank 0: the job's checks (at P, on the dataset's sizes), and what the planner
             # prices or resolves
             "check_job", "check_data", "variants", "smaller", "resolve",

@@ -33,3 +33,13 @@ def test_grid_sides_must_multiply_to_the_ranks(launcher, small_dataset, tmp_path
     lines = [ln.replace("\0", "") for ln in proc.stderr.splitlines() if ln.strip() and "hpcdgnn: error" in ln]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "strategy.snapshot_ranks: 2 × strategy.vertex_ranks 2 = 4, but the job has P = 3" in lines[0]
+
+
+@pytest.mark.mpi
+def test_grid_with_its_sides_open_names_the_shape_it_trains(launcher, small_dataset, tmp_path):
+    """Sides 0: the run derives Ps × Pv from P (the largest Ps <= T dividing P) and its first line says which
+    (`plan` marks the same one), so that a user learns it before reading plan.json."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={"name": "grid"}, train={"epochs": 1})
+    proc = launcher.run(2, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "out")])
+    assert proc.returncode == 0, proc.stderr
+    assert "strategy grid 2x1 (snapshot_ranks x vertex_ranks), P=2" in proc.stdout.splitlines()[0]

@@ -171,6 +171,24 @@ def test_the_plan_refuses(dense, tmp_path, override, error):
         HybridStrategy.make_plan(load_manifest(dense), 3, job)
 
 
+def test_more_load_groups_than_vertices_are_refused_by_run_check_and_plan(launcher, dense, tmp_path):
+    """N_bg > N would leave groups empty: run and check refuse it in one line (no run directory), and the plan
+    marks hybrid as not applying instead of pricing it."""
+    import json
+
+    job, out = _job(tmp_path, dense), tmp_path / "out"  # N = 23
+    says = "strategy.groups: 24 load groups, but the dataset has N = 23 vertices; choose at most 23"
+    for command in (["run", str(job), "--output", str(out)], ["check", str(job), "--ranks", "3"]):
+        proc = launcher.run(None, ["-m", "hpcdgnn", *command, "--set", "strategy.name=hybrid", "strategy.groups=24"])
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+    assert not out.exists()
+    proc = launcher.run(None, ["-m", "hpcdgnn", "plan", str(job), "--ranks", "3", "--json", "--strategies", "hybrid",
+                               "--set", "strategy.name=hybrid", "strategy.groups=24"])
+    [pred] = json.loads(proc.stdout)["predictions"]
+    assert pred["epoch_s"] is None and pred["notes"] == [f"does not apply: {says}"], pred
+
+
 def test_batches_smaller_than_p_times_groups_run_p_invariant_with_a_warning(launcher, sparse, tmp_path):
     """N_V = 3 targets in 2 groups at P = 3: some ranks own no target in a batch and wait (counted per rank in
     the record's ``idle_steps``); the trajectory is P = 1's, and rank 0 says so once (the defaults, 1 % of N in
