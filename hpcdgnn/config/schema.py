@@ -296,6 +296,8 @@ class SequencesOptions(StrategyConfig):
             raise ValueError("batch_samples: must be >= 0 (0 = the number of training sequences)")
         if not self.incremental_threshold >= 0:
             raise ValueError("incremental_threshold: must be >= 0 (a fraction of a snapshot's entries)")
+        _only_with(self, ("cache_mb", "cache_policy"), self.reuse == "on", "reuse: on")
+        _only_with(self, ("incremental_threshold",), self.incremental == "on", "incremental: on")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,13 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
          ["strategy.stale.theta", "applies only with mode: static or adaptive"]),
         ("strategy: {name: chunk, fusion: 'off', fusion_memory_mb: 64}\n", [],
          ["strategy.fusion_memory_mb", "applies only with fusion: on"]),
+        # the reuse cache's and the incremental aggregation's options with those off (they were ignored)
+        ("strategy: {name: sequences, reuse: 'off', cache_mb: 64}\n", [],
+         ["strategy.cache_mb", "applies only with reuse: on"]),
+        ("strategy: {name: sequences, reuse: 'off'}\n", ["strategy.cache_policy=lru"],
+         ["strategy.cache_policy", "applies only with reuse: on"]),
+        ("strategy: {name: sequences, incremental: 'off', incremental_threshold: 0.2}\n", [],
+         ["strategy.incremental_threshold", "applies only with incremental: on"]),
         # a fixed-length list says its length (it read "expected a list or null, got list")
         ("strategy: {name: hybrid, adjuster: {start: [0.2, 0.05, 1]}}\n", [],
          ["strategy.adjuster.start", "expected a list of 2 values or null, got list [0.2, 0.05, 1]"]),
