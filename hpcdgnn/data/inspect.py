@@ -316,9 +316,10 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         A JSON-ready dict: ``num_vertices``, ``num_snapshots``, ``num_features``,
         ``feature_names``, ``directed``, ``num_classes``, ``index_dtype``, ``smoothing``,
         ``shards``, ``bytes``, ``nnz`` / ``edges`` / ``active`` (``{min, median, max, total}``
-        or None), ``targets``, ``target_values`` (``{count, min, mean, max}`` or None),
-        ``overlap`` (``{mean, min, max, pairs}`` or None), ``problems`` and ``valid``; an
-        event-stream dataset gets :func:`inspect_events`'s dict.
+        or None; ``edges``: distinct (u, v) pairs per snapshot), ``input_events`` (the raw file's rows
+        ``prepare`` read, None for generated or converted data), ``targets``, ``target_values``
+        (``{count, min, mean, max}`` or None), ``overlap`` (``{mean, min, max, pairs}`` or None), ``problems``
+        and ``valid``; an event-stream dataset gets :func:`inspect_events`'s dict.
 
     Raises:
         DataError: the manifest itself is missing or malformed (nothing else can be checked).
@@ -372,6 +373,7 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         "checksums_verified": checksums,
         "nnz": _summary(nnz),
         "edges": _summary(edges),
+        "input_events": (m.source or {}).get("events"),
         "active": _summary(active),
         "overlap": overlap,
         "empty_snapshots": empty_snapshots(m.snapshot_edges),
@@ -575,7 +577,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"  shards    {r['shards']} files, {r['bytes'] / 2**20:,.1f} MiB"
         + ("" if r["checksums_verified"] else " (checksums not verified)"),
         f"  nnz(A_t)  {_fmt_summary(r['nnz'])}",
-        f"  raw edges {_fmt_summary(r['edges'])}",
+        f"  edges     {_fmt_summary(r['edges'])}  (distinct pairs per snapshot"
+        + (f"; from {r['input_events']:,} input events)" if r.get("input_events") else ")"),
         f"  active    {_fmt_summary(r['active'])}",
         f"  targets   {_fmt_targets(r)}",
         "  overlap   |E_t ∩ E_t+1| / |E_t+1|: "
