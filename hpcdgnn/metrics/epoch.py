@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.exchange_log import ExchangeLog
-from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, summarize_over_ranks, union_seconds
+from hpcdgnn.metrics.timers import TIME_SPLIT, is_train_tag, is_wait_tag, summarize_over_ranks, union_seconds
 from hpcdgnn.metrics.waits import last_arrivals
 
 __all__ = ["EPOCH_END", "EpochRecorder", "fmt_metric"]
@@ -107,13 +107,17 @@ class EpochRecorder:
         exchanges, unmatched = self.comm.stats.take_exchanges()
         usage = self.strategy.usage()
         transfer = usage.transfer_bytes - self._usage_before.transfer_bytes
-        train_tags = {k: v for k, v in self.comm.stats.delta(self._bytes_before).items() if is_train_tag(k)}
+        delta = self.comm.stats.delta(self._bytes_before)
+        # training traffic, and the agreements whose seconds (waits for slower ranks) count but not their bytes
+        train_tags = {k: v for k, v in delta.items() if is_train_tag(k)}
+        wait_tags = {k: v for k, v in delta.items() if is_wait_tag(k)}
         # tags under way at once count once (a tag's own concurrent exchanges already do in its seconds)
-        comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag)])
-        exposed = sum(v.exposed for v in train_tags.values())
+        comm_s = union_seconds([(a, b) for tag, a, b in spans if is_train_tag(tag) or is_wait_tag(tag)])
+        exposed = sum(v.exposed for v in (*train_tags.values(), *wait_tags.values()))
         if self.comm.size == 1:  # one rank's collectives move nothing: their bookkeeping is compute, not comm
             comm_s = exposed = 0.0
             train_tags = {k: replace(v, seconds=0.0, exposed=0.0) for k, v in train_tags.items()}
+            wait_tags = {}
         load = usage.load_seconds - self._usage_before.load_seconds
         arrived = time.perf_counter()
         held = self.task.held_bytes()  # before rebin, which lets them go
@@ -149,11 +153,13 @@ class EpochRecorder:
         time_by_tag: dict[str, np.ndarray] = {}  # per tag: [seconds, exposed, late (NaN: unknown)]
         # a tag's late time is known where this rank's calls of it were all exchanges of every rank
         gathered = self.comm.allgather_obj(
-            {k: (v.bytes_sent, v.seconds, v.exposed, late.get(k, 0.0) if late is not None and k not in unmatched
-                 else None) for k, v in train_tags.items()}, tag="metrics")
+            {k: (v.bytes_sent if k in train_tags else None, v.seconds, v.exposed,
+                 late.get(k, 0.0) if late is not None and k not in unmatched else None)
+             for k, v in (*train_tags.items(), *wait_tags.items())}, tag="metrics")
         for rank, rank_tags in enumerate(gathered):
             for k, (b, sec, exp, lat) in rank_tags.items():
-                by_tag[k] = by_tag.get(k, 0) + b
+                if b is not None:  # a wait tag's bytes are no traffic
+                    by_tag[k] = by_tag.get(k, 0) + b
                 time_by_tag.setdefault(k, np.zeros((len(gathered), 3)))[rank] = (sec, exp, np.nan if lat is None
                                                                                    else lat)
         if self.comm.size > 1:  # the closing wait and the sums' transfer: seconds and exposed; late the wait's

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NON_TRAIN_TAGS", "is_train_tag", "summarize_over_ranks", "union_seconds"]
+__all__ = ["NON_TRAIN_TAGS", "WAIT_TAGS", "is_train_tag", "is_wait_tag", "summarize_over_ranks", "union_seconds"]
 
 #: Communicator tags that are not training traffic; every other tag counts, so new strategies need no registration.
 NON_TRAIN_TAGS = ("setup", "metrics", "barrier", "checkpoint", "control")
+#: Of those, the agreements inside an epoch's passes (pre-emption's ``control.stop``): their bytes are no
+#: training traffic, but their seconds are the epoch's communication — where a rank waits for a slower one
+#: (under ``memory: k > 1`` the groups that do not evaluate wait there for the one that does)
+WAIT_TAGS = ("control",)
 
 
 def is_train_tag(tag: str) -> bool:
     """Whether a communicator tag is training traffic (see :data:`NON_TRAIN_TAGS`)."""
     return not tag.startswith(NON_TRAIN_TAGS)
+
+
+def is_wait_tag(tag: str) -> bool:
+    """Whether a tag's seconds count as the epoch's communication though its bytes are not traffic
+    (:data:`WAIT_TAGS`)."""
+    return tag.startswith(WAIT_TAGS)
 
 
 def union_seconds(spans: list[tuple[float, float]]) -> float:

@@ -41,6 +41,18 @@ class MemoryPlan:
         lo, hi = self.split[split]
         return lo + q * self.batch_events, min(hi, lo + (q + 1) * self.batch_events)
 
+    def evaluating(self, epoch: int) -> tuple[int, int]:
+        """The memory group that evaluates after epoch ``epoch`` (1-based) — the one whose memory just walked the
+        last segment (DistTGL §3.2.3, Fig. 7c: group c walks segment (c + e − 1) mod k) — and the training events
+        its memory has seen since its reset at segment 0: the last ``epoch`` segments before epoch k, all of them
+        from then on."""
+        k = self.memory
+        events = 0
+        for a, b in self.segments[max(0, k - epoch):]:
+            if b > a:
+                events += self.batch_events_range("train", b - 1)[1] - self.batch_events_range("train", a)[0]
+        return (k - epoch % k) % k, events
+
     def iterations(self) -> int:
         """Iterations of an epoch: the longest segment, plus j − 1 to drain epoch parallelism's pipeline."""
         return max(b - a for a, b in self.segments) + self.epoch - 1

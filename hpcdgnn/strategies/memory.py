@@ -387,7 +387,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         t0 = time.perf_counter()
         p, stats = self.plan, np.zeros(task.stats_width())
         batches = [(split, q) for split in ("val", "test") for q in range(p.batches(split))]
-        if self.c != (p.memory - epoch % p.memory) % p.memory:
+        if self.c != p.evaluating(epoch)[0]:
             if stop is not None:
                 for at in range(len(batches)):
                     if stop(at):
@@ -477,13 +477,16 @@ class MemoryStrategy(Strategy[EventBatch]):
         self._order()  # every slice read before the next batch's writes, or the leader's restore, change the memory
 
     def report(self, epoch: int, train_loss: float) -> dict[str, Any]:
-        """Events trained on and the evaluation seconds (throughput = train_events / (epoch − eval))."""
+        """Events trained on, the evaluation seconds (throughput = train_events / (epoch − eval)), and which memory
+        evaluated: its group and the training events it has seen (under ``memory: k > 1`` fewer than the stream's
+        until epoch k: a memory copy is reset at the first segment)."""
         events, eval_s = self.comm.allreduce_array([self._train_events, 0.0]), self.comm.gather_array(
             [self._eval_seconds])
         self._train_events = 0
         p = self.plan
+        group, seen = p.evaluating(epoch)
         return {"memory": {"config": f"{p.minibatch}x{p.epoch}x{p.memory}", "train_events": int(events[0]),
-                           "eval_seconds": float(eval_s.max())}}
+                           "eval_seconds": float(eval_s.max()), "eval_group": group, "eval_memory_events": seen}}
 
     def pretraining(self) -> Pretraining[EventBatch] | None:
         """The static node memory's pre-training phase, in a fresh run only (a resumed model holds the table)."""

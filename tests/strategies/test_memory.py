@@ -295,6 +295,13 @@ def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
     assert json.loads((tmp_path / "ep" / "summary.json").read_text())["totals"]["pretrain_seconds"] == 0
     straight = [r["loss"] for r in recs]
     assert [r["memory"]["train_events"] for r in recs] == [910] * 3 and np.isfinite(recs[-1]["test_mrr"])
+    # group 1 walked the last segment in epoch 1 (its memory: that segment alone), then group 0, then 1 again,
+    # each from a memory that has seen every segment since its reset
+    assert [r["memory"]["eval_group"] for r in recs] == [1, 0, 1]
+    seen = [r["memory"]["eval_memory_events"] for r in recs]
+    assert 0 < seen[0] < 910 and seen[1:] == [910, 910], seen
+    # the group with nothing to evaluate waits in the evaluating group's agreements: communication, no bytes
+    assert all("control.stop" in r["comm_by_tag"] and "control.stop" not in r["bytes_by_tag"] for r in recs)
     assert "pre-training skipped" in procs[-1].stdout + procs[-1].stderr  # the resume
     assert "done: epoch 3 (resumed after epoch 2)" in procs[-1].stdout
     resumed = read_metrics(part)
