@@ -204,8 +204,12 @@ def build_trained(job, sizes, model_state: dict, task_state: dict):
 
     regime = regime_of("model", job.model.name)
     dtype = getattr(torch, job.train.dtype)
-    model = regime.build_model(job, sizes).to(dtype)
-    task = regime.task_of(job, sizes, model).to(dtype)
+    caller = _CallerState.save()  # the weights' draws, overwritten below, must not move the caller's RNG
+    try:
+        model = regime.build_model(job, sizes).to(dtype)
+        task = regime.task_of(job, sizes, model).to(dtype)
+    finally:
+        caller.restore()
     model.load_state_dict(model_state)
     task.load_state_dict(task_state)
     return model.eval(), task.eval()
@@ -329,11 +333,14 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
 @dataclass
 class _CallerState:
     """What a run sets process-wide (torch's intra-op threads, its global RNGs: the CPU's and, once CUDA is in use,
-    every GPU's) as the caller had it, put back when the call returns: a script's own torch work is not changed
-    by having trained, embedded or predicted."""
+    every GPU's; the default dtype) as the caller had it, put back when the call returns: a script's own torch
+    work is not changed by having trained, embedded or predicted. :meth:`save` also sets the default dtype a
+    command has (float32): a notebook's ``torch.set_default_dtype(torch.float64)`` would otherwise draw the
+    initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``."""
 
     threads: int
     rng: Any
+    dtype: Any
     cuda_rng: Any = None
 
     @classmethod
@@ -341,11 +348,14 @@ class _CallerState:
         import torch
 
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        return cls(torch.get_num_threads(), torch.random.get_rng_state(), cuda)
+        caller = cls(torch.get_num_threads(), torch.random.get_rng_state(), torch.get_default_dtype(), cuda)
+        torch.set_default_dtype(torch.float32)
+        return caller
 
     def restore(self) -> None:
         import torch
 
+        torch.set_default_dtype(self.dtype)
         torch.set_num_threads(self.threads)
         torch.random.set_rng_state(self.rng)
         if self.cuda_rng is not None:

@@ -555,6 +555,9 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             break
     write_summary(comm, rd, run, totals, activation_peak, preempted,
                   status="diverged" if diverged else None)
+    # every rank is here: the strategy's threads (hybrid's batch generators) end and its gradient hooks leave
+    # the parameters, which a library caller keeps using (a later backward must not all-reduce)
+    run.strategy.close()
     if watchdog is not None:
         watchdog.stop()
     if rd is not None:

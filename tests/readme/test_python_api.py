@@ -255,6 +255,28 @@ def test_path_arguments_of_another_type_and_output_with_resume_are_one_line_erro
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_the_caller_s_default_dtype_and_rng_change_no_number(tmp_path, small_dataset, monkeypatch):
+    """A notebook that set float64 as torch's default dtype trains the command's numbers (its initial weights were
+    drawn in float64, then cast) and gets its default back; building a run's model from its checkpoint
+    (``load_run(...).model``) leaves the caller's RNG where it was."""
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
+    plain = hpcdgnn.train(job, output="plain")
+    torch.set_default_dtype(torch.float64)
+    try:
+        wide = hpcdgnn.train(job, output="wide")
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert wide.losses == plain.losses
+    assert wide.summary["parameters"]["initial_checksum"] == plain.summary["parameters"]["initial_checksum"]
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    _ = hpcdgnn.load_run(plain.dir).model
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_the_model_loads_without_the_dataset_and_damaged_records_are_named(tmp_path, small_dataset, monkeypatch):
     """A run's checkpoint keeps the dataset's sizes: ``load_run(...).model`` builds the model from another working
     directory, with the (relative) dataset gone. A ``metrics.jsonl`` line that is not a record is one line naming

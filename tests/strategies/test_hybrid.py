@@ -297,6 +297,19 @@ def test_a_stopped_rank_under_async_averaging_gets_the_watchdogs_exit(launcher, 
 RESERVOIR = [*DQN, "strategy.reservoir.mode=on"]
 
 
+def test_a_run_in_this_process_leaves_no_generator_thread_behind(launcher, sparse, tmp_path):
+    """``hpcdgnn.train`` in a notebook: the reservoir's generator threads end with the run (they stayed, polling,
+    one pair more per call)."""
+    import threading
+
+    job = _four_epochs(tmp_path, sparse)
+    for k in range(2):
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / f"r{k}"), "--set",
+                                   *RESERVOIR, "strategy.reservoir.threads=2", "train.epochs=1"])
+        assert proc.returncode == 0, proc.stderr
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("hpcdgnn-reservoir")]
+
+
 def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launcher, sparse, tmp_path):
     """H3 + H4: every rank runs the same DQN on all-reduced inputs (``reward_time: work``), and with
     ``threads: 0`` the stores fill alike on every rank, so P = 3 takes P = 1's actions and batches; a run resumed
