@@ -15,6 +15,9 @@ numbered already, as PyG's are).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import numbers
 import re
 import warnings
 from pathlib import Path
@@ -54,6 +57,85 @@ def _whole(value: Any, name: str, where: str) -> int:
     if v < 1:
         raise DataError(f"{where}: {name}: expected a whole number >= 1, got {v}")
     return v
+
+
+def _flag(value: Any, name: str, where: str) -> bool:
+    """A yes/no option given as a bool (numpy's too, stored as Python's): ``bool("no")`` is True, so a string or
+    a number would silently turn it on."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise DataError(f"{where}: {name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def _checked_options(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """``options`` with the types the command line's parser would have enforced: flags as bools, counts as whole
+    numbers >= 1 (``int()`` in the slicer read ``snapshots=2.5`` as 2 and "5" as 5), the window as a number;
+    what else a value must be is checked where ``prepare`` checks it.
+
+    Raises:
+        DataError: naming the option: a flag that is not a bool, a count that is not a whole number >= 1, a
+            window that is not a number.
+    """
+    from hpcdgnn.data.prepare import PrepareOptions
+    from hpcdgnn.data.prepare.event_stream import EventOptions
+
+    flags = {f.name for cls in (PrepareOptions, EventOptions) for f in dataclasses.fields(cls)
+             if isinstance(f.default, bool)}
+    checked = dict(options)
+    for name, value in options.items():
+        if name in flags:
+            checked[name] = _flag(value, name, where)
+        elif name in ("snapshots", "events_per_snapshot", "shard_size", "edge_life", "mtransform", "shard_events") \
+                and value is not None:
+            checked[name] = _whole(value, name, where)
+        elif name == "window" and value is not None and (isinstance(value, (bool, np.bool_))
+                                                         or not isinstance(value, numbers.Real)):
+            raise DataError(f"{where}: window: expected a number of time units, got {value!r}")
+    return checked
+
+
+def _keywords(text: str) -> str:
+    """``text``, a message of the code ``prepare`` shares with the adapters, in the adapters' keyword arguments:
+    ``--snapshots 5`` -> ``snapshots=5``, ``--allow-large`` -> ``allow_large=True``, ``--weights given`` ->
+    ``weights='given'``, a flag named alone -> ``events_per_snapshot=``, ``--output`` -> ``output``. Flags the
+    adapters do not take (``--format``) are left as they are."""
+    from hpcdgnn.data.prepare import KINDS, LABELS, TARGETS, PrepareOptions
+    from hpcdgnn.data.prepare.event_stream import EventOptions
+
+    defaults = {f.name: f.default for cls in (PrepareOptions, EventOptions) for f in dataclasses.fields(cls)}
+    defaults["kind"] = KINDS[0]
+    words = {*KINDS, *LABELS, *TARGETS, "ones", "count", "given"}  # the values of the string options
+
+    def keyword(m: re.Match) -> str:
+        name, after = m.group(1).replace("-", "_"), m.group(2) or ""
+        value = after.strip()
+        if name == "output":
+            return "output" + after
+        if name not in defaults:
+            return m.group(0)
+        if isinstance(defaults[name], bool):
+            return f"{name}=True{after}"
+        if value and (value[0] in "'+-." or value[0].isdigit()):  # a number or a quoted value, as given
+            return f"{name}={value}"
+        if value in words:
+            return f"{name}={value!r}"
+        return f"{name}={after}"
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z-]*)( (?:'[^']*'|[-+.]?\d[\w.+-]*|[a-z_]+))?", keyword, text)
+
+
+def _in_python_words(function):
+    """``function`` raising the shared code's one-line errors in Python's words (:func:`_keywords`): its users
+    call it from Python, where ``--allow-large`` or ``--force`` is no option they can pass."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except DataError as e:
+            raise DataError(_keywords(str(e))) from None
+
+    return wrapper
 
 
 def _floats(value: Any, name: str, where: str) -> np.ndarray:
@@ -114,6 +196,7 @@ def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarra
     return s, d, times, n
 
 
+@_in_python_words
 def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num_vertices: int | None = None,
                 weight=None, edge_features=None, feature_names: list[str] | None = None, **options: Any):
     """Write timestamped interactions as a dataset, as ``prepare`` would from a file holding them.
@@ -125,7 +208,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         output: the dataset directory (new or empty; ``force=True`` replaces one).
         kind: ``"snapshots"`` or ``"events"``.
         num_vertices: N (default: the largest id + 1).
-        weight: (E,) edge weights (snapshots, with ``weights="given"``).
+        weight: (E,) edge weights (snapshots, with ``weights="given"``: without it they are refused, not dropped).
         edge_features: (E, D) per-event features (events).
         feature_names: the D features' names (events).
         **options: ``prepare``'s options of that kind: ``snapshots``, ``window``, ``events_per_snapshot``,
@@ -138,7 +221,11 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     Raises:
         DataError: one line naming the array and the entry: ids beyond N or negative, negative or non-finite
             times, lengths that differ, values past int64, non-numeric or non-finite weights or edge features,
-            negative given weights; an unknown option or one of the other kind. Nothing is written.
+            negative given weights, ``weight`` without ``weights="given"``; an unknown option or one of the other
+            kind, a flag that is not a bool, a ``snapshots`` or ``events_per_snapshot`` that is not a whole
+            number >= 1; an output over ``prepare``'s size limits without ``allow_large=True`` (refused before
+            anything as large as N is allocated). Messages name the keyword arguments (``snapshots=5``), not
+            ``prepare``'s flags. Nothing is written.
     """
     from hpcdgnn.data.prepare import (
         KINDS,
@@ -157,13 +244,14 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     if kind not in KINDS:
         raise DataError(f"{where}: unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     check_option_names(where, options)
+    options = _checked_options(options, str(where))
     s, d, times, n = _edges(src, dst, t, str(where), num_vertices)
     w = None if weight is None else _floats(weight, "weight", str(where))
     if w is not None and w.shape != s.shape:
         raise DataError(f"{where}: weight: shape {w.shape}, expected ({s.shape[0]},): one weight per interaction")
     if w is not None:
         _finite(w, w, "weight", str(where))
-    check_output(output, bool(options.get("force", False)), ())
+    check_output(output, options.get("force", False), ())
     provenance = {"input": "arrays (hpcdgnn.data.adapters)", "format": "arrays"}
     if kind == "events":
         if options.get("columns") is not None:
@@ -207,15 +295,23 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     _check_options(where, "snap", opts)
     if opts.weights == "given" and w is None:
         raise DataError(f"{where}: weights='given' needs weight=")
+    if w is not None and opts.weights != "given":  # the writer would store weights=, not these
+        raise DataError(f"{where}: weight= is given, but weights={opts.weights!r} stores "
+                        f"{'1' if opts.weights == 'ones' else 'the event count'} per edge instead; pass "
+                        "weights='given' to store them (or leave weight= out)")
     if opts.weights == "given":
         check_given_weights(where, [w], "weight", "use weights='ones' or 'count'")
-    edges = EdgeList(s, d, times, w, np.arange(n))
+    # ids as given make N the largest id + 1 (1e13 for sparse ids): 0 .. N-1 are made only once the size check
+    # has passed, an (N,) stand-in without memory serving the estimate until then
+    edges = EdgeList(s, d, times, w, np.broadcast_to(np.int64(0), (n,)))
     slices = slice_events(edges.time, where, **slicing_kwargs(opts))
     prepared = PreparedInput(
         num_vertices=n, snapshots=_snapshots(edges, slices), vertex_ids=edges.vertex_ids,
         has_weights=w is not None, source={"events": int(s.shape[0]), "time_min": float(edges.time[0]),
                                            "time_max": float(edges.time[-1])},
         **snapshot_counts(edges.src, edges.dst, n, slices, opts))
+    _check_size_first(prepared, opts, where)
+    prepared.vertex_ids = np.arange(n)
     return _noted(write_prepared(prepared, opts, output, where, "snap",
                                  {**provenance, **prepared.source, "options": options_used(opts)}), output)
 
@@ -251,6 +347,7 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
                        bipartite=bipartite, **options)
 
 
+@_in_python_words
 def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8,
                 reverse_edges: bool = False):
     """A PyG Temporal signal as snapshots: step k's graph, its node features as X and its targets.
@@ -270,15 +367,18 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
         reverse_edges: store each edge as (v, u), so that a vertex sums its in-neighbours, as PyG's layers do.
 
     Raises:
-        DataError: steps that disagree in N or F, targets of another length, edges beyond N, non-numeric or
-            non-finite features (or past float32), negative edge weights; with ``labels``, targets that are not
-            integers -1 .. C-1 with 2 <= C <= N * steps. Nothing written.
+        DataError: steps that disagree in N or F, features that are not (N, F), targets of another length, edges
+            beyond N, non-numeric or non-finite features (or past float32), negative edge weights, edge weights at
+            some steps but not at others; with ``labels``, targets that are not integers -1 .. C-1 with
+            2 <= C <= N * steps; ``labels``, ``force`` or ``reverse_edges`` not a bool. Nothing written.
     """
     from hpcdgnn.data.prepare._common import check_given_weights
     from hpcdgnn.data.writer import RawSnapshot, as_float32, check_output, write_dataset
 
     where = "from_signal"
     shard_size = _whole(shard_size, "shard_size", where)
+    labels, force, reverse_edges = (_flag(v, k, where) for k, v in (("labels", labels), ("force", force),
+                                                                   ("reverse_edges", reverse_edges)))
     # list(): a list of steps or one stacked (T, N, F) array alike (``or []`` would ask an array for its truth)
     features, targets = ([] if v is None else list(v) for v in (getattr(signal, "features", None),
                                                                 getattr(signal, "targets", None)))
@@ -291,14 +391,25 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     edge_weight = (signal.edge_weights if dynamic else [signal.edge_weight] * len(features))
     if len(edge_index) != len(features):
         raise DataError(f"{where}: {len(edge_index)} edge sets for {len(features)} steps")
+    weights_name = "edge_weights" if dynamic else "edge_weight"
+    if len(edge_weight) != len(features):
+        raise DataError(f"{where}: {weights_name}: {len(edge_weight)} weight sets for {len(features)} steps")
+    given = [w is not None for w in edge_weight]
+    if any(given) and not all(given):  # one dataset stores given weights or ones, not some of each
+        raise DataError(f"{where}: {weights_name}[{given.index(False)}] is None but {weights_name}"
+                        f"[{given.index(True)}] holds weights: give every step's edge weights or none")
     xs = []
     for k, x in enumerate(features):
         raw = _floats(x, f"features[{k}]", where)
         xs.append(as_float32(raw))
         _finite(raw, xs[-1], f"features[{k}]", where)
-    n, f = xs[0].shape if xs[0].ndim == 2 else (None, None)
     for k, x in enumerate(xs):
-        if x.ndim != 2 or x.shape != (n, f):
+        if x.ndim != 2:
+            raise DataError(f"{where}: features[{k}] has shape {x.shape}, expected (N, F): one row of features per "
+                            "vertex (one feature as an (N, 1) array)")
+    n, f = xs[0].shape
+    for k, x in enumerate(xs):
+        if x.shape != (n, f):
             raise DataError(f"{where}: features[{k}] has shape {x.shape}; step 0's is ({n}, {f}) (every step "
                             "must have the same N and F)")
     ys = [_floats(y, f"targets[{k}]", where).reshape(-1) for k, y in enumerate(targets)]
@@ -326,7 +437,7 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
                     lab, y = y.astype(np.int64), None
             yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(k), float(k + 1)))
 
-    has_w = edge_weight[0] is not None
+    has_w = all(given)
     # no note of snapshots without edges: a signal's steps are its own (prepare's advice, other windows, is no
     # option here)
     return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
@@ -337,6 +448,25 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
                          force=force, reverse=reverse_edges)
 
 
+def _check_size_first(prepared, opts, where: Path) -> None:
+    """Refuse an output over ``prepare``'s size limits as :func:`~hpcdgnn.data.prepare.write_prepared` would
+    (the same estimate, the same message), but while ``prepared.vertex_ids`` is still a stand-in: N is the
+    largest id + 1, and np.arange(N) of sparse ids took gigabytes (ids ~1e8) or raised MemoryError (~1e13)
+    before the refusal.
+
+    Raises:
+        DataError: the output is estimated over the limits and ``allow_large`` is not set.
+    """
+    from hpcdgnn.data.prepare import _check_size, _derived_tasks
+    from hpcdgnn.data.prepare._estimate import estimate_output
+
+    _, num_classes, targets = _derived_tasks(prepared, opts)  # wraps the snapshots lazily: none is read
+    estimate = estimate_output(prepared, num_features=len(prepared.feature_names or ["in_degree", "out_degree"]),
+                               num_classes=num_classes, targets=targets is not None,
+                               smoothing_window=max(opts.edge_life, opts.mtransform), shard_size=opts.shard_size)
+    _check_size(where, "snap", opts, estimate)
+
+
 def _noted(manifest, output):
     """``manifest``, after a Python warning of what ``prepare`` warns of (:func:`~hpcdgnn.data.prepare.
     dataset_note`), in the adapters' words."""
@@ -345,8 +475,7 @@ def _noted(manifest, output):
     note = dataset_note(manifest)
     if note:
         # prepare's flags as the adapters' keyword arguments: --events-per-snapshot -> events_per_snapshot=
-        keywords = re.sub(r"--([a-z][a-z-]*)", lambda flag: flag.group(1).replace("-", "_") + "=", note)
-        warnings.warn(f"{output}: {keywords}", UserWarning, stacklevel=3)
+        warnings.warn(f"{output}: {_keywords(note)}", UserWarning, stacklevel=4)
     return manifest
 
 

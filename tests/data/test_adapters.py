@@ -200,7 +200,7 @@ def test_reversed_edges_store_the_transposed_graph(tmp_path):
     from_signal(flipped, tmp_path / "sig-flipped")
     for k in range(2):
         np.testing.assert_array_equal(_dense(tmp_path / "sig-rev", k)[0], _dense(tmp_path / "sig-flipped", k)[0])
-    with pytest.raises(DataError, match="reverse.edges applies only to"):
+    with pytest.raises(DataError, match="reverse_edges=True applies only to kind='snapshots'"):
         from_arrays(src, dst, t, tmp_path / "ev", kind="events", reverse_edges=True)
 
 
@@ -269,3 +269,117 @@ def test_the_adapters_warn_of_what_prepare_warns_of(tmp_path, capsys):
         from_arrays(src, dst, t, tmp_path / "arrays", snapshots=100)
     with pytest.warns(UserWarning, match=r"ev: no val and no test events .*: give split= a larger share"):
         from_arrays(src, dst, np.zeros(4), tmp_path / "ev", kind="events")
+
+
+def test_sparse_ids_are_refused_by_size_before_an_array_of_n_is_made(tmp_path):
+    """N is the largest id + 1: ids ~1e13 raised a raw MemoryError (np.arange(N), 80 TB) instead of the size
+    refusal, and ids ~2e7 took 160 MB for it before refusing. The estimate now comes first."""
+    import tracemalloc
+
+    with pytest.raises(DataError) as e:
+        from_arrays([0, 10**13], [1, 2], [0, 1], tmp_path / "huge", snapshots=5)
+    assert "snapshots=5 would write about" in str(e.value) and "over the limit of 2 GiB" in str(e.value)
+    assert "allow_large=True" in str(e.value) and "\n" not in str(e.value)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="over the limit of 2 GiB"):  # 7 x 17 bytes x 2e7 vertices
+            from_arrays([0, 1], [1, 2 * 10**7], [0, 1], tmp_path / "large", snapshots=7)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB allocated before the refusal"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _dynamic_signal(weights):
+    rng = np.random.default_rng(8)
+    return SimpleNamespace(edge_indices=[rng.integers(0, 6, (2, 4)) for _ in weights], edge_weights=weights,
+                           features=[rng.standard_normal((6, 2)) for _ in weights],
+                           targets=[rng.standard_normal(6) for _ in weights])
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=2, weight=[2.0, 3.0]),
+     "weight= is given, but weights='ones' stores 1 per edge instead; pass weights='given'"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=2, weight=[2.0, 3.0], weights="count"),
+     "weights='count' stores the event count per edge"),
+    (lambda out: from_signal(_dynamic_signal([None, np.ones(4), np.ones(4)]), out),
+     "edge_weights[0] is None but edge_weights[1] holds weights"),
+    (lambda out: from_signal(_dynamic_signal([np.ones(4), np.ones(4), None]), out),
+     "edge_weights[2] is None but edge_weights[0] holds weights"),
+])
+def test_edge_weights_are_stored_or_refused_never_dropped(tmp_path, call, words):
+    """weight= without weights='given' was accepted and every weight stored as 1; a dynamic signal without
+    weights at step 0 but with them later was stored with ones (step 0 decided)."""
+    with pytest.raises(DataError) as e:
+        call(tmp_path / "out")
+    assert words in str(e.value) and "\n" not in str(e.value), e.value
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=2.5), "snapshots: expected a whole number"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots="5"), "snapshots: expected a whole number"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=True), "snapshots: expected a whole number"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, events_per_snapshot=1.5),
+     "events_per_snapshot: expected a whole number"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, window="5"), "window: expected a number"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=2, shard_size="2"),
+     "shard_size: expected a whole number"),  # as from_signal says it, not "--shard-size must be"
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=2, undirected="no"),
+     "undirected: expected True or False, got 'no'"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, kind="events", bipartite=1),
+     "bipartite: expected True or False, got 1"),
+    (lambda out: from_signal(_static_signal(), out, labels=1), "labels: expected True or False, got 1"),
+    (lambda out: from_signal(_static_signal(), out, reverse_edges="yes"), "reverse_edges: expected True or False"),
+])
+def test_arguments_of_the_wrong_type_are_refused_naming_them(tmp_path, call, words):
+    """snapshots=2.5 gave T = 2 and "5" was read as 5; a string flag was true (bool("no")): refused as
+    num_vertices=300.0 is."""
+    with pytest.raises(DataError) as e:
+        call(tmp_path / "out")
+    assert words in str(e.value) and "\n" not in str(e.value), e.value
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("adapter", ["arrays", "signal"])
+def test_force_no_keeps_an_earlier_dataset(tmp_path, adapter):
+    """force="no" replaced an existing dataset (bool("no") is True)."""
+    src, dst, t = _events()
+    write = (lambda **kw: from_arrays(src, dst, t, tmp_path / "out", snapshots=3, **kw)) if adapter == "arrays" \
+        else (lambda **kw: from_signal(_static_signal(), tmp_path / "out", **kw))
+    write()
+    before = (tmp_path / "out" / "manifest.json").read_bytes()
+    with pytest.raises(DataError, match=r"force: expected True or False, got 'no'$"):
+        write(force="no")
+    assert (tmp_path / "out" / "manifest.json").read_bytes() == before
+    write(force=True)
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out, snapshots=2),
+     "choose another output or pass force=True"),
+    (lambda out: from_signal(_static_signal(), out), "choose another output or pass force=True"),
+    (lambda out: from_arrays([0, 1], [1, 2], [5, 5], out / "x", snapshots=3),
+     "all events share one timestamp (5); use snapshots=1 or events_per_snapshot="),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out / "x", snapshots=2, window=3.0),
+     "give only one of snapshots=, window=, events_per_snapshot= (got 2)"),
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out / "x", kind="events", undirected=True),
+     "undirected=True applies only to kind='snapshots'"),
+    (lambda out: from_signal(SimpleNamespace(edge_index=np.zeros((2, 1), int), edge_weight=None,
+                                             features=[np.zeros(3)], targets=[]), out / "x"),
+     "features[0] has shape (3,), expected (N, F)"),
+])
+def test_messages_name_the_python_arguments_not_prepare_s_flags(tmp_path, capsys, call, words):
+    """The shared code's messages said --force, --snapshots 1, --kind snapshots (flags no Python caller has),
+    and a 1-D step's "step 0's is (None, None)"; ``prepare`` still prints its flags."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    with pytest.raises(DataError) as e:
+        call(tmp_path / "out")
+    assert words in str(e.value) and "--" not in str(e.value) and "None" not in str(e.value), e.value
+    raw = tmp_path / "e.txt"
+    raw.write_text("0 1 5\n1 2 6\n")
+    assert main(["prepare", str(raw), "--format", "snap", "--output", str(tmp_path / "out")]) == 2
+    assert "choose another --output or pass --force" in capsys.readouterr().err
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
