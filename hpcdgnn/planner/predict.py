@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-import torch
-
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.planner.cost import GraphStats, HeadCost, Prediction, price
 from hpcdgnn.planner.rates import MachineRates
@@ -48,9 +46,10 @@ def candidates(job) -> list[str]:
 def parameter_count(job, manifest) -> int:
     """Trainable parameters of the model and the task head (what the gradient all-reduce moves), built on meta."""
     from hpcdgnn.regimes import regime_of
+    from hpcdgnn.regimes.base import meta_build
 
     regime = regime_of("model", job.model.name)
-    with torch.device("meta"):
+    with meta_build(job):
         model = regime.build_model(job, manifest)
         task = regime.task_of(job, manifest, model)
     return sum(p.numel() for m in (model, task) for p in m.parameters() if p.requires_grad)
@@ -98,10 +97,10 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     task_class(job.task.name).check(job.task, manifest)  # what the data cannot serve, before any plan blames one
     regime = regime_of("model", job.model.name)
     graph = GraphStats(manifest, data_root)
+    params = parameter_count(job, manifest)  # first: on meta, it refuses widths too large to build at all
     # a snapshot model's counted work; a strategy that prices itself (``predict``: the event regime) needs none
     work = None if all(hasattr(get_strategy(s), "predict") for s in names) else model_work(
         job.model, manifest.num_features, job.train.dtype)
-    params = parameter_count(job, manifest)
     out: list[Prediction] = []
     for P in ranks:
         for name in names:

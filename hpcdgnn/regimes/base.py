@@ -8,15 +8,16 @@ options classes from here (:func:`options_class`) and ``train/`` builds through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from hpcdgnn.config.schema import JobConfig, ModelConfig, StrategyConfig, TaskConfig
 from hpcdgnn.errors import ConfigError, short_repr
 
 __all__ = ["RegimeSpec", "register_regime", "regimes", "options_class", "regime_of", "names", "job_regime",
-           "counted_parameters", "item_bytes", "parameter_bytes"]
+           "counted_parameters", "meta_build", "item_bytes", "parameter_bytes"]
 
 Section = Literal["model", "task", "strategy"]
 
@@ -128,10 +129,27 @@ def parameter_bytes(job: JobConfig, weights: int, keys: str) -> tuple[int, str]:
     return 3 * item_bytes(job) * weights, keys
 
 
-def counted_parameters(*build: Callable[[], Any]) -> int:
-    """The parameters of the modules each ``build`` makes, made on the meta device: exact for any model and
-    option, without memory or initialisation (a job too large for the node is refused before it is built)."""
+def counted_parameters(job: JobConfig, *build: Callable[[], Any]) -> int:
+    """The parameters of the modules each ``build`` makes for ``job``, made on the meta device
+    (:func:`meta_build`): exact for any model and option, without memory or initialisation (a job too large for
+    the node is refused before it is built)."""
+    with meta_build(job):
+        return sum(p.numel() for make in build for p in make().parameters())
+
+
+@contextmanager
+def meta_build(job: JobConfig) -> Iterator[None]:
+    """The meta device, to build ``job``'s model without memory; a width so large (~1e9) that a weight's
+    byte count overflows even there is a ConfigError naming the model's largest width key, not torch's
+    RuntimeError."""
     import torch
 
-    with torch.device("meta"):
-        return sum(p.numel() for make in build for p in make().parameters())
+    try:
+        with torch.device("meta"):
+            yield
+    except RuntimeError as e:
+        if "overflow" not in str(e):
+            raise
+        key, value = max(((f.name, getattr(job.model, f.name)) for f in fields(job.model)
+                          if type(getattr(job.model, f.name)) is int), key=lambda kv: kv[1])
+        raise ConfigError(f"model.{key}: {value} makes a weight of more than 2^63 bytes; lower it") from None

@@ -52,7 +52,7 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
     else:
         drawn = "task.eval_negatives, " if manifest.eval_negatives is None else ""  # TGB's are the dataset's
         keys = f"{drawn}model.neighbors, task.batch_events, model.hidden, model.memory_dim, model.time_dim"
-    weights = counted_parameters(lambda: build_model(job, manifest),
+    weights = counted_parameters(job, lambda: build_model(job, manifest),
                                  lambda: build_task(job.task, manifest, m.hidden, 0))
     widths = "model.memory_dim, model.hidden, model.time_dim" + (", model.static_memory" * (m.static_memory == "on"))
     from hpcdgnn.strategies.node_memory import NodeMemory  # the strategies register against the regimes

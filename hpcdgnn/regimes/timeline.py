@@ -49,7 +49,8 @@ def model_parameters(job: JobConfig, manifest) -> int:
     from dataclasses import replace
 
     def count(layers: int) -> int:
-        return counted_parameters(lambda: build_model(replace(job, model=replace(job.model, layers=layers)), manifest))
+        return counted_parameters(job, lambda: build_model(replace(job, model=replace(job.model, layers=layers)),
+                                                           manifest))
 
     L = job.model.layers
     if L <= 2:

@@ -43,7 +43,10 @@ def check_footprint(job, manifest, num_ranks: int, available: int, where: str, t
         return {k: v for k, v in lower_bound(job, manifest, ranks).items()
                 if terms == "all" or (k in HOST_RESIDENT) == (terms == "host")}
 
-    parts = bound(num_ranks)
+    try:
+        parts = bound(num_ranks)
+    except ConfigError as e:  # widths whose weights cannot even be counted (regimes.base.meta_build)
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
     if not parts:
         return
     need = sum(b for b, _ in parts.values())

@@ -163,3 +163,21 @@ def test_resuming_a_grid_run_on_a_rank_count_its_sides_do_not_fit_says_to_use_it
     (line,) = [ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln]
     assert f"{tmp_path / 'run'}: the run was made on 3 ranks and its job cannot run on 2 (" in line, line
     assert "strategy.vertex_ranks" in line and line.endswith("resume it on 3 ranks"), line
+
+
+@pytest.mark.parametrize("command", ["run", "check", "plan"])
+def test_widths_whose_weights_overflow_a_byte_count_are_one_line(tmp_path, small_dataset, command):
+    """model.hidden: 1e9 makes a (4e9, 1e9) LSTM weight whose byte count overflows even on the meta device: the
+    one line naming the key (it was torch's RuntimeError, 29 frames), as a TGN's memory_dim of 1e10 is."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "cdgcn", "hidden": 10**9})
+    tail = {"run": ["--output", str(tmp_path / "out")], "check": ["--ranks", "2"], "plan": ["--ranks", "2"]}
+    proc = run_in_process([command, str(job), *tail[command]], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "model.hidden: 1000000000 makes a weight of more than 2^63 bytes; lower it" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    if command == "run":
+        data, _ = _events(tmp_path / "ev")
+        job = write_job(tmp_path / "tgn.yaml", data, model={**TGN, "memory_dim": 10**10},
+                        task={"name": "temporal_link_prediction"}, strategy={"name": "memory"})
+        err = _refused(tmp_path, job, tmp_path / "out")
+        assert "model.memory_dim: 10000000000 makes a weight of more than 2^63 bytes" in err
