@@ -157,7 +157,7 @@ def _signal(**kw):
     (lambda o: from_arrays(S, D, T, o, kind="events", edge_features=[["a"]] * 5), r"edge_features: expected numbers"),
     (lambda o: from_arrays(S, D, T, o, num_vertices="5", snapshots=2), r"num_vertices: expected a whole number"),
     (lambda o: from_arrays(S, D, T, o, num_vertices=5.5, snapshots=2), r"num_vertices: expected a whole number"),
-    (lambda o: from_arrays(S, D, T, o, shard_size="2", snapshots=2), r"--shard-size must be a whole number"),
+    (lambda o: from_arrays(S, D, T, o, shard_size="2", snapshots=2), r"shard_size: expected a whole number"),
     (lambda o: from_arrays(S, D, T, o, weight=[1, -5, 1, 1, 1], weights="given", snapshots=2),
      r"weight: negative weights \(min -5\)"),
     (lambda o: from_arrays(S, D, T, o, weight=[1, np.nan, 1, 1, 1], weights="given", snapshots=2),
