@@ -232,8 +232,9 @@ hpcdgnn_ensure_data() {  # DIR
 
 # new (absent or empty), completed (summary.json says so), diverged (summary.json says its training loss
 # stopped being finite: resuming would diverge again), checkpointed (a complete checkpoint: resume it),
-# foreign (none of a run's files: the user's own, left alone) or stale (an attempt that stopped before its
-# first checkpoint). Checkpoints are
+# foreign (none of a run's files: the user's own, left alone), stale (an attempt that stopped before its
+# first checkpoint) or busy (no checkpoint yet, but a job trains in it now: its rank 0 holds RUNDIR/run.lock,
+# waited for up to HPCDGNN_RUN_LOCK_WAIT seconds). Checkpoints are
 # <checkpoint.dir, default RUNDIR/checkpoints>/epoch-NNNNNN[+batch-NNNNNNNNN]/ with a COMPLETE file
 # (hpcdgnn/train/checkpoint.py; +batch-: within the next epoch, written at a pre-emption between batches).
 hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attempt's checkpoints aside instead (below)
@@ -283,14 +284,30 @@ if not run.is_dir() or not any(run.iterdir()):
 if not any(e.name in ("run_id", "metrics.jsonl", "summary.json", "checkpoints", "trace")
            or e.name.startswith(("config.resolved.yaml", "plan.")) for e in run.iterdir()):
     print("foreign"); sys.exit()  # the user's own files: never moved aside or resumed
-try:
-    status = json.loads((run / "summary.json").read_text()).get("status", "completed")
-    if status in ("completed", "diverged"):
-        print(status); sys.exit()
-except (OSError, ValueError, AttributeError):
-    pass
-complete = ckpt.is_dir() and any((d / "COMPLETE").is_file() for d in ckpt.iterdir() if not d.name.endswith(".tmp"))
-print("checkpointed" if complete else "stale")
+def state():
+    try:
+        status = json.loads((run / "summary.json").read_text()).get("status", "completed")
+        if status in ("completed", "diverged"):
+            return status
+    except (OSError, ValueError, AttributeError):
+        pass
+    complete = ckpt.is_dir() and any((d / "COMPLETE").is_file() for d in ckpt.iterdir() if not d.name.endswith(".tmp"))
+    return "checkpointed" if complete else "stale"
+now = state()
+if now == "stale":
+    # no checkpoint yet may be a run that trains now (another job given this RUNDIR: its rank 0 holds run.lock),
+    # not a dead attempt: wait for it as a run would (HPCDGNN_RUN_LOCK_WAIT), then look again or leave it alone
+    import time
+    from hpcdgnn.train.checkpoint import RUN_LOCK_WAIT_S, run_alive, run_lock_wait
+    try:
+        wait = run_lock_wait()
+    except Exception:
+        wait = RUN_LOCK_WAIT_S
+    deadline = time.monotonic() + wait
+    while run_alive(run) and time.monotonic() < deadline:
+        time.sleep(1)
+    now = "busy" if run_alive(run) else state()
+print(now)
 EOF
 }
 
@@ -322,6 +339,12 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     foreign)
       _hpcdgnn_log "$rundir holds files that are no hpcdgnn run's; not touching it: give RUNDIR a new or empty" \
         "directory, or an earlier run's"
+      HPCDGNN_RC=2
+      return 0
+      ;;
+    busy)
+      _hpcdgnn_log "$rundir is in use: another job trains in it now (it holds $rundir/run.lock; waited" \
+        "HPCDGNN_RUN_LOCK_WAIT); not touching it: let that job end, or give this job another RUNDIR"
       HPCDGNN_RC=2
       return 0
       ;;

@@ -414,6 +414,35 @@ def test_rundir_without_checkpoint_is_kept_aside(fake, tmp_path):
     assert len(list(rundir.parent.glob(f"hpcdgnn-gpu-4242-{STAMP}.attempt-*/metrics.jsonl"))) == 1
 
 
+def test_a_rundir_another_job_trains_in_is_not_moved_aside(fake, tmp_path):
+    """No checkpoint yet (a run's first 30 minutes) while another job's rank 0 holds RUNDIR/run.lock: the second
+    job waits HPCDGNN_RUN_LOCK_WAIT, then leaves the directory alone (one line, exit 2) — it moved the live run
+    aside, and the two runs' files ended mixed. Let go within the wait, the dead attempt goes aside as before."""
+    import fcntl
+    import threading
+
+    rundir = tmp_path / "shared-run"
+    rundir.mkdir()
+    (rundir / "run_id").write_text("x\n")
+    (rundir / "metrics.jsonl").write_text("{}\n")
+    fd = os.open(rundir / "run.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    let_go = threading.Timer(1.0, fcntl.flock, (fd, fcntl.LOCK_UN))  # the other job ends within the wait
+    try:
+        proc = fake.run("slurm-gpu.sh", **_slurm(RUNDIR=rundir, HPCDGNN_RUN_LOCK_WAIT=1))
+        assert proc.returncode == 2 and f"{rundir} is in use: another job trains in it now" in proc.stderr, \
+            proc.stderr
+        assert sorted(p.name for p in rundir.iterdir()) == ["metrics.jsonl", "run.lock", "run_id"]
+        assert not list(tmp_path.glob("shared-run.attempt-*")) and fake.log() == []
+        let_go.start()
+        proc = fake.run("slurm-gpu.sh", **_slurm(RUNDIR=rundir, HPCDGNN_RUN_LOCK_WAIT=30))
+    finally:
+        let_go.cancel()
+        os.close(fd)
+    assert proc.returncode == 0 and len(list(tmp_path.glob("shared-run.attempt-*/metrics.jsonl"))) == 1, \
+        proc.stderr
+
+
 def test_a_rundir_of_the_user_s_own_files_is_left_alone(fake, tmp_path):
     """RUNDIR holding no run's files (the user's notes and results) is neither moved aside nor run into: one line,
     exit 2. A stale attempt named with a trailing slash is moved aside (mv moved it into itself)."""
