@@ -370,6 +370,8 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     args+=(--set "data.path=$DATA")
   fi
   mkdir -p "$(dirname "$rundir")"
+  local started
+  started=$(date +%s)
   _hpcdgnn_log "$(date '+%F %T') ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
@@ -394,10 +396,31 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     break
   done
   _hpcdgnn_child=
+  if hpcdgnn_signalled && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] \
+      && _hpcdgnn_stopped_cleanly "$rundir" "$started"; then
+    # a bare mpirun given the scheduler's SIGTERM itself exits 1 (Open MPI 5) though its ranks checkpointed
+    # and wrote summary.json (status preempted) in this attempt: the clean stop it is, so that it is requeued
+    _hpcdgnn_log "the launcher exited with $rc after the ranks stopped cleanly ($rundir/summary.json:" \
+      "preempted): a clean stop, 75"
+    rc=$HPCDGNN_EXIT_PREEMPTED
+  fi
   # shellcheck disable=SC2034
   HPCDGNN_RC=$rc
   _hpcdgnn_log "$(date '+%F %T') run exited with $rc ($rundir)"
   return 0
+}
+
+_hpcdgnn_stopped_cleanly() {  # RUNDIR SINCE: summary.json written at or after SINCE (epoch s) says preempted
+  "$HPCDGNN_PY" - "$1" "$2" <<'EOF'
+import json, sys
+from pathlib import Path
+summary = Path(sys.argv[1]) / "summary.json"
+try:
+    fresh = summary.stat().st_mtime >= float(sys.argv[2]) - 1
+    sys.exit(0 if fresh and json.loads(summary.read_text()).get("status") == "preempted" else 1)
+except (OSError, ValueError, AttributeError):
+    sys.exit(1)
+EOF
 }
 
 hpcdgnn_exit() {  # RC [RUNDIR]
@@ -420,7 +443,10 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   if [ -n "${SLURM_JOB_ID:-}" ]; then
     local restarts=${SLURM_RESTART_COUNT:-0} max=${HPCDGNN_MAX_REQUEUES:-20}
     if [ "$cancelled" = 1 ]; then
-      _hpcdgnn_log "terminated: $saved; resubmit with RUNDIR=$rundir to go on"
+      # a SIGTERM without the warning is scancel, the time limit, or Slurm requeueing the job itself (scontrol
+      # requeue, a node's failure), which this script cannot tell apart
+      _hpcdgnn_log "terminated: $saved; resubmit with RUNDIR=$rundir to go on, unless Slurm requeued this job" \
+        "(scontrol requeue, a node failure): then it resumes by itself, and a second job would wait for it"
     elif [ "$restarts" -ge "$max" ]; then
       _hpcdgnn_log "pre-empted after $restarts requeues (HPCDGNN_MAX_REQUEUES=$max): not requeueing;" \
         "resubmit with RUNDIR=$rundir to resume"

@@ -250,6 +250,13 @@ case ${FAKE_MODE:-done} in
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
+  preempt_exit1)
+    # a bare mpirun given the signal itself (Open MPI 5): its ranks stop cleanly, it exits 1
+    trap 'mkdir -p "$rundir/checkpoints/epoch-000001" && echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
+          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit 1' USR1
+    touch "$FAKE_STARTED"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
   killed)
     # the launcher dies of the signal's aftermath (ranks OOM-killed while checkpointing): status 137
     trap 'exit 137' USR1
@@ -385,6 +392,15 @@ def test_a_launcher_that_dies_after_the_signal_ends_the_script_with_its_status(f
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 137 and "run exited with 137" in out, out
     assert not any(c.startswith("scontrol requeue") for c in fake.log()), fake.log()
+
+
+def test_a_launcher_exiting_1_after_a_clean_stop_is_a_clean_stop(fake, tmp_path):
+    """HPCDGNN_LAUNCHER=mpirun under Slurm: the scheduler's signal reaches a bare mpirun too, which exits 1 after
+    its ranks checkpointed and wrote summary.json (preempted) — exit 75 and the requeue, not a crash's 1."""
+    rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
+    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt_exit1", **_slurm())
+    assert "the launcher exited with 1 after the ranks stopped cleanly" in out, out
+    assert f"pre-empted: checkpoint in {rundir}; requeueing job 4242" in out, out
 
 
 def test_slurm_cancel_does_not_requeue(fake, tmp_path):
