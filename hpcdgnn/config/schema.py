@@ -107,7 +107,8 @@ class TrainConfig:
     dtype: Literal["float32", "float64"] = "float32"
     """Floating-point type of features, parameters and activations."""
     threads: int = 0
-    """Torch threads per rank; 0 = the cores the rank is bound to, or (unbound) the node's cores / its ranks."""
+    """Torch threads per rank; 0 = ``OMP_NUM_THREADS`` where set, else the cores the rank is bound to, or
+    (unbound) the node's cores / its ranks, at most ``SLURM_CPUS_PER_TASK``."""
     warmup_epochs: int = 1
     """Epochs flagged ``warmup`` in metrics.jsonl so benchmarks can leave them out."""
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -123,11 +123,24 @@ class Run:
         return self.checkpoint is not None
 
 
-def threads_per_rank(comm: Communicator, requested: int) -> int:
-    """Torch threads per rank: the request, else this rank's share of its CPUs (collective over the node)."""
+def threads_per_rank(comm: Communicator, requested: int, environ: Mapping[str, str] = os.environ) -> int:
+    """Torch threads per rank (collective over the node): the request (``train.threads``), else
+    ``OMP_NUM_THREADS`` (as torch and every OpenMP code take it; its first level), else this rank's share of its
+    CPUs, at most ``SLURM_CPUS_PER_TASK`` (what the job asked for a rank where Slurm does not bind its tasks)."""
+    share = share_cpus(cpu_affinity(), node_cpu_sets(comm))  # every rank joins the node's exchange
     if requested > 0:
         return requested
-    return share_cpus(cpu_affinity(), node_cpu_sets(comm))
+    omp = _whole(environ.get("OMP_NUM_THREADS", "").split(",")[0])
+    if omp:
+        return omp
+    return min(share, _whole(environ.get("SLURM_CPUS_PER_TASK", "")) or share)
+
+
+def _whole(text: str) -> int:
+    """A whole number >= 1 written in ``text``, else 0 (an unset or malformed variable is not used, as OpenMP
+    ignores one)."""
+    text = text.strip()
+    return int(text) if text.isdigit() and int(text) >= 1 else 0
 
 
 def share_cpus(mine: Sequence[int], node: Sequence[Sequence[int]]) -> int:

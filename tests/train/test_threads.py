@@ -17,3 +17,21 @@ from hpcdgnn.train.setup import share_cpus
 ])
 def test_a_rank_shares_its_cpus_with_the_ranks_that_may_run_on_them(mine, node, threads):
     assert share_cpus(list(mine), [list(s) for s in node]) == threads
+
+
+def test_omp_num_threads_and_the_slurm_cpu_request_set_the_automatic_threads():
+    """``train.threads: 0``: OMP_NUM_THREADS as torch and OpenMP codes take it (first level; malformed ignored),
+    else the rank's CPU share capped by SLURM_CPUS_PER_TASK (Slurm without binding gave every rank the node's
+    cores); train.threads overrides both."""
+    from hpcdgnn.comm.communicator import alone
+    from hpcdgnn.train.setup import cpu_affinity, threads_per_rank
+
+    share = len(cpu_affinity())
+    comm = alone()
+    assert threads_per_rank(comm, 0, {}) == share
+    assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "3"}) == 3
+    assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "3,2"}) == 3
+    assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "x"}) == share
+    assert threads_per_rank(comm, 0, {"SLURM_CPUS_PER_TASK": "1"}) == 1
+    assert threads_per_rank(comm, 0, {"SLURM_CPUS_PER_TASK": "999"}) == share
+    assert threads_per_rank(comm, 5, {"OMP_NUM_THREADS": "3", "SLURM_CPUS_PER_TASK": "1"}) == 5
