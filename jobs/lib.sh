@@ -325,7 +325,8 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   state=$(hpcdgnn_run_state "$rundir") || state="unreadable"
   case $state in
     completed)
-      _hpcdgnn_log "$rundir is finished (summary.json: completed); nothing to do"
+      _hpcdgnn_log "$rundir is finished (summary.json: completed); nothing to do (it ran its own job and" \
+        "--set values: a sweep of other settings needs another SWEEP or RUNDIR)"
       return 0
       ;;
     diverged)
