@@ -49,7 +49,7 @@ def _mib(x: float) -> str:
 def run_plan(args: argparse.Namespace) -> int:
     """Print every strategy's predicted memory, traffic, balance and epoch time at each P; mark the pick."""
     from hpcdgnn.config import load_job
-    from hpcdgnn.planner.predict import AS_WRITTEN, SAMPLED_NOTE, auto_inputs, plan_job
+    from hpcdgnn.planner.predict import DEFAULT_RATES_NOTE, auto_inputs, plan_job
     from hpcdgnn.planner.rates import load_rates
     from hpcdgnn.regimes import regime_of
     from hpcdgnn.strategies import get_strategy
@@ -70,16 +70,17 @@ def run_plan(args: argparse.Namespace) -> int:
         size = (f"T = {manifest.num_snapshots}" if hasattr(manifest, "num_snapshots")
                 else f"E = {manifest.num_events}")
         print(f"plan of {args.job}: N = {manifest.num_vertices}, {size}, model {job.model.name}, "
-              f"rates: {rates.source}")
+              f"rates: {rates.source}" + (" (python -m hpcdgnn calibrate measures this machine's)"
+                                          if rates.source == "defaults" else ""))
         head = f"{'P':>4}  {'strategy':<22} {'memory/rank MiB':>15} {'MiB/epoch':>11} {'λ':>6} " \
                f"{'compute s':>10} {'comm s':>9} {'epoch s':>9}  note"
         print(head)
         for p in preds:
             name = label(p, short=True)
             mark = "  <- pick" if p.picked else ""
+            # every note but the rates' (the header names them): the event regime's waits and approximations too
             note = "; ".join(p.notes[:1]) if p.epoch_s != p.epoch_s else \
-                "; ".join(["does not fit"] * (not p.fits) + [n for n in p.notes if n == SAMPLED_NOTE
-                                                             or " not priced" in n or AS_WRITTEN in n])
+                "; ".join(["does not fit"] * (not p.fits) + [n for n in p.notes if n != DEFAULT_RATES_NOTE])
             print(f"{p.num_ranks:>4}  {name:<22} {_mib(p.memory_bytes):>15} {_mib(p.bytes_per_epoch):>11} "
                   f"{p.balance:>6.2f} {p.compute_s:>10.4f} {p.comm_s:>9.4f} {p.epoch_s:>9.4f}  {note}{mark}")
     for P in args.ranks:

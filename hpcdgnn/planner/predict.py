@@ -144,6 +144,9 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     return out
 
 
+#: what a prediction priced at default machine rates says (the table's header says it once instead)
+DEFAULT_RATES_NOTE = "default machine rates (python -m hpcdgnn calibrate measures them)"
+
 #: the end of the note on the variant a job trains when it leaves the variants open (``Strategy.variants``)
 AS_WRITTEN = "trains as written"
 
@@ -193,7 +196,7 @@ def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) 
     if hasattr(cls, "predict"):
         pred = cls.predict(plan, job, manifest, graph, params, rates, memory_per_rank)
         if rates.source == "defaults":
-            pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
+            pred.notes.append(DEFAULT_RATES_NOTE)
         return pred
     ranks = cls.cost(plan, job, manifest, graph, work)
     head = HeadCost.of(job, manifest, work.out_features, work.itemsize)
@@ -201,7 +204,7 @@ def _priced(cls, job, manifest, graph, P, work, params, rates, memory_per_rank) 
                  memory_per_rank, head)
     pred.notes.extend(cls.unpriced(job))
     if rates.source == "defaults":
-        pred.notes.append("default machine rates (python -m hpcdgnn calibrate measures them)")
+        pred.notes.append(DEFAULT_RATES_NOTE)
     return pred
 
 

@@ -218,6 +218,10 @@ def test_plan_prices_the_memory_strategy(college, tmp_path, capsys):
     out = capsys.readouterr().out
     for row in ("memory 1x1x1", "memory 1x2x1", "memory 3x1x1"):
         assert row in out, out
+    # the table says what the JSON notes say (it showed none of the event regime's), the machine rates once
+    row = next(ln for ln in out.splitlines() if "memory 1x2x1" in ln)
+    assert "epoch and memory parallelism are approximate" in row and "default machine rates" not in row, row
+    assert "rates: defaults (python -m hpcdgnn calibrate measures this machine's)" in out.splitlines()[0]
     pred = plan_job(load_job(job, []), load_event_manifest(college), str(college), [1], MachineRates())[0]
     m = load_event_manifest(college)
     node_memory = m.num_vertices * (8 + 2 * 8 + 2) * 8 + m.num_vertices * 8
