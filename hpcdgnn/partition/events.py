@@ -14,7 +14,7 @@ from typing import Any
 
 from hpcdgnn.errors import ConfigError
 
-__all__ = ["MemoryPlan", "plan_memory"]
+__all__ = ["MemoryPlan", "check_batches", "plan_memory"]
 
 
 @dataclass
@@ -92,14 +92,24 @@ def plan_memory(manifest, num_ranks: int, job) -> MemoryPlan:
         raise ConfigError(f"strategy: minibatch·epoch·memory = {i}·{j}·{k} = {i * j * k}, but the job runs on "
                           f"{num_ranks} rank{'s' if num_ranks != 1 else ''}; choose i·j·k = {num_ranks}")
     split = {s: list(manifest.split[s]) for s in ("train", "val", "test")}
-    train = split["train"][1] - split["train"][0]
+    nb = check_batches(manifest, job)
+    plan = MemoryPlan("memory", num_ranks, i, j, k, B, split)
+    plan.segments = [[s * nb // k, (s + 1) * nb // k] for s in range(k)]
+    return plan
+
+
+def check_batches(manifest, job) -> int:
+    """The training batches of ``task.batch_events`` events the stream makes, after refusing a batch larger than
+    the training split or fewer batches than ``strategy.memory``'s k segments (ConfigError naming the key).
+    Before the footprint's check too, which would price a batch the stream cannot hold."""
+    B, k = job.task.batch_events, job.strategy.memory
+    lo, hi = manifest.split["train"]
+    train = hi - lo
     if B > train:
         raise ConfigError(f"task.batch_events: {B} is more than the {train} training events of {job.data.path}; "
                           f"choose at most {train}")
-    plan = MemoryPlan("memory", num_ranks, i, j, k, B, split)
-    nb = plan.batches("train")
+    nb = -(-train // B)
     if k > nb:
         raise ConfigError(f"strategy.memory: {k} memory copies need at least {k} time segments, but the "
                           f"{train} training events make only {nb} batches of task.batch_events: {B}")
-    plan.segments = [[s * nb // k, (s + 1) * nb // k] for s in range(k)]
-    return plan
+    return nb

@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from hpcdgnn.data.events import read_eval_negatives
+from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import MemoryRows, TGNInput
-from hpcdgnn.partition.events import MemoryPlan, plan_memory
+from hpcdgnn.partition.events import MemoryPlan, check_batches, plan_memory
 from hpcdgnn.strategies.base import EventBatch, Pretraining, Scored, Strategy
 from hpcdgnn.strategies.node_memory import NodeMemory
 from hpcdgnn.strategies.registry import register_strategy
@@ -108,6 +109,15 @@ class MemoryStrategy(Strategy[EventBatch]):
     def make_plan(cls, manifest, num_ranks: int, job) -> MemoryPlan:
         """The i×j×k layout and the k time segments (:func:`hpcdgnn.partition.events.plan_memory`)."""
         return plan_memory(manifest, num_ranks, job)
+
+    @classmethod
+    def check_data(cls, job, manifest, where: str | None) -> None:
+        """Refuse a batch the training split cannot fill and fewer batches than k segments (one line), before the
+        footprint's check prices such a batch."""
+        try:
+            check_batches(manifest, job)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
     @classmethod
     def variants(cls, opts, num_ranks: int, manifest) -> list:

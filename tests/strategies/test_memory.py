@@ -332,6 +332,8 @@ def test_a_signal_stops_the_static_pretraining_at_an_epoch_boundary(launcher, co
 @pytest.mark.parametrize("over, words", [
     (["strategy.minibatch=2"], "minibatch·epoch·memory = 2·1·1 = 2, but the job runs on 3 ranks"),
     (["strategy.minibatch=3", "task.batch_events=5000"], "task.batch_events: 5000 is more than the 910 training"),
+    # a batch whose footprint no node holds: the same line (the footprint's priced a batch the stream cannot fill)
+    (["strategy.minibatch=3", "task.batch_events=400000000"], "task.batch_events: 400000000 is more than the 910"),
     (["strategy.minibatch=3"], "shared-memory window does not fit the 0.0 MiB available on the node"),
 ])
 def test_bad_layout_p3_exits_2_with_one_line(launcher, college, tmp_path, monkeypatch, over, words):
