@@ -116,6 +116,8 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         plan = get_strategy(job.strategy.name).make_plan(manifest, P, job)
         get_strategy(job.strategy.name).check_reads(plan, job, manifest)
+        if args.ranks_per_node:  # where ranks meet on nodes is known only when said
+            get_strategy(job.strategy.name).check_nodes(plan, args.ranks_per_node)
     except (PlanError, ConfigError) as e:
         raise _blamed(e, args.job, args.set or [], prefix=True) from None
     bound = lower_bound(job, manifest, P)

@@ -195,6 +195,12 @@ class Strategy(Generic[B]):
         a :class:`~hpcdgnn.errors.ConfigError`); by default nothing."""
 
     @classmethod
+    def check_nodes(cls, plan: Any, ranks_per_node: int) -> None:
+        """``check --ranks-per-node R`` (ranks filling nodes R at a time, in rank order): refuse (one line, a
+        :class:`~hpcdgnn.errors.ConfigError`) a plan whose ranks must share a node and would not; by default
+        nothing."""
+
+    @classmethod
     def unpriced(cls, job: JobConfig) -> list[str]:
         """What of ``job``'s options the planner's :meth:`cost` leaves out, as notes for its prediction."""
         return []

@@ -120,6 +120,19 @@ class MemoryStrategy(Strategy[EventBatch]):
             raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
     @classmethod
+    def check_nodes(cls, plan: MemoryPlan, ranks_per_node: int) -> None:
+        """A memory group's i·j ranks (consecutive: r = a + i·(b + j·c)) map one shared-memory window, so they
+        must share a node: refuse a group that R ranks a node would split, as the run's window does."""
+        g, R = plan.minibatch * plan.epoch, ranks_per_node
+        split = [c for c in range(plan.memory) if (c * g) // R != (c * g + g - 1) // R]
+        if split:
+            c, ranks = split[0], f"{R} rank{'s' if R != 1 else ''}"
+            raise ConfigError(f"strategy.minibatch·epoch = {plan.minibatch}·{plan.epoch} = {g} ranks share a node "
+                              f"memory, which must be on one node; at {ranks} a node group {c} (ranks {c * g}–"
+                              f"{c * g + g - 1}) spans nodes: run a multiple of {g} ranks a node, or lower "
+                              "strategy.minibatch or strategy.epoch")
+
+    @classmethod
     def variants(cls, opts, num_ranks: int, manifest) -> list:
         """The job's i×j×k when it multiplies to P, else the exact layout i = P."""
         from dataclasses import replace

@@ -15,6 +15,8 @@ CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", 
             # what the planner's cost leaves out (its prediction's notes); what `check` refuses that the set-up
             # refuses only once it has read the data (hybrid's closure over strategy.max_cache_mb)
             "unpriced", "check_reads",
+            # `check --ranks-per-node`: ranks that must share a node (TGN's memory groups) and would not
+            "check_nodes",
             # whether a checkpoint's per-rank state binds embed/predict to the run's own P and options
             "keeps_rank_state",
             # whether a pre-emption may stop an epoch between its batches (train/loop.py's BatchStop), and whether

@@ -421,3 +421,17 @@ def test_float32_features_are_the_node_s_copy_counted_once(launcher, college, tm
         _losses(launcher, P, job, run, "train.dtype=float32", *(["strategy.minibatch=2"] if P else []))
         engine.append(json.loads((run / "summary.json").read_text())["memory"]["engine_bytes"])
     assert sum(engine[1]) == engine[0][0] and len(engine[1]) == 2, engine
+
+
+def test_check_refuses_a_memory_group_its_ranks_per_node_would_split(college, tmp_path, capsys):
+    """A memory group's i·j ranks map one node's shared window: `check --ranks-per-node R` refuses a group R
+    would split (as the run's window does, on the cluster), in one line; groups that fit pass."""
+    from hpcdgnn.__main__ import main
+
+    job = _job(tmp_path, college)
+    assert main(["check", str(job), "--ranks", "4", "--ranks-per-node", "2", "--set", "strategy.minibatch=4"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "= 4 ranks share a node memory, which must be on one node; at 2 ranks a node group 0 " \
+        "(ranks 0–3) spans nodes" in err[0], err
+    for over in (["strategy.minibatch=2", "strategy.memory=2"], ["strategy.memory=4"]):
+        assert main(["check", str(job), "--ranks", "4", "--ranks-per-node", "2", "--set", *over]) == 0, over
