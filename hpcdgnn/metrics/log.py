@@ -24,16 +24,24 @@ class _RankFilter(logging.Filter):
 
 
 def configure_logging(rank: int, size: int, level: int = logging.INFO) -> logging.Logger:
-    """Set up the ``hpcdgnn`` logger for this rank (idempotent)."""
+    """Set up the ``hpcdgnn`` logger for this rank (idempotent): INFO from rank 0, warnings from every rank with
+    its number, one line a record on stdout. A library caller's own configuration of the logger stays: a level it
+    set (``logging.getLogger("hpcdgnn").setLevel(logging.WARNING)`` silences the epoch lines), and handlers it
+    added, which then take the lines instead of stdout."""
     log = logging.getLogger(_LOGGER)
-    for h in list(log.handlers):
+    for h in [h for h in log.handlers if getattr(h, "hpcdgnn", False)]:  # an earlier run's own
         log.removeHandler(h)
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.addFilter(_RankFilter(rank, size))
-    log.addHandler(handler)
-    log.setLevel(level)
-    log.propagate = False
+    for f in [f for f in log.filters if isinstance(f, _RankFilter)]:
+        log.removeFilter(f)
+    log.addFilter(_RankFilter(rank, size))
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.hpcdgnn = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False  # one line a record, not a second through the root logger's handlers
+    if log.level == logging.NOTSET:
+        log.setLevel(level)
     return log
 
 

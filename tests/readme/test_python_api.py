@@ -277,6 +277,30 @@ def test_the_caller_s_default_dtype_and_rng_change_no_number(tmp_path, small_dat
     assert torch.equal(torch.rand(3), expected)
 
 
+def test_a_caller_s_logging_configuration_of_the_package_logger_stays(tmp_path, small_dataset, monkeypatch, capsys):
+    """``logging.getLogger("hpcdgnn")``: a level the caller set silences the epoch lines, a handler it added gets
+    them instead of stdout; both are still there after the run (a run replaced them)."""
+    import logging
+
+    log = logging.getLogger("hpcdgnn")
+    monkeypatch.setattr(log, "handlers", [])
+    monkeypatch.setattr(log, "filters", [])
+    monkeypatch.setattr(log, "propagate", log.propagate)
+    monkeypatch.setattr(log, "level", logging.WARNING)
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
+    hpcdgnn.train(job, output="quiet")
+    assert "epoch    1" not in capsys.readouterr().out and log.level == logging.WARNING
+    lines = []
+    mine = logging.Handler()
+    mine.emit = lambda record: lines.append(record.getMessage())
+    log.addHandler(mine)
+    log.setLevel(logging.INFO)
+    hpcdgnn.train(job, output="mine")
+    assert "epoch    1" not in capsys.readouterr().out and any(ln.startswith("epoch    2") for ln in lines), lines
+    assert log.handlers == [mine]
+
+
 def test_the_model_loads_without_the_dataset_and_damaged_records_are_named(tmp_path, small_dataset, monkeypatch):
     """A run's checkpoint keeps the dataset's sizes: ``load_run(...).model`` builds the model from another working
     directory, with the (relative) dataset gone. A ``metrics.jsonl`` line that is not a record is one line naming
