@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from hpcdgnn.errors import CommFailure, ConfigError, DataError, HpcdgnnError
+from hpcdgnn.errors import CommFailure, ConfigError, DataError, HpcdgnnError, short_repr
 
 __all__ = ["TrainedRun", "build_trained", "load_run", "train"]
 
@@ -249,8 +249,11 @@ def _job_file(job: str | os.PathLike | Mapping, name: str):
     if not isinstance(job, Mapping):
         yield str(job), None
         return
-    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-        raise ConfigError(f"name: {name!r} is not a run name (a non-empty string without '/')")
+    # the run directory's prefix: one path component, printable, with room for "-<timestamp>" and ".yaml"
+    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or not name.isprintable() \
+            or len(name.encode()) > 200:
+        raise ConfigError(f"name: {short_repr(name)} is not a run name (a printable string of 1 to 200 bytes "
+                          "without '/')")
     text = yaml.safe_dump(_plain(job, ""), sort_keys=False)
     with tempfile.TemporaryDirectory(prefix=_JOB_DIR) as tmp:
         path = Path(tmp) / f"{name}.yaml"
@@ -260,6 +263,15 @@ def _job_file(job: str | os.PathLike | Mapping, name: str):
 
 #: the temporary directory a mapping job is written to (:func:`_job_file`): each rank writes its own
 _JOB_DIR = "hpcdgnn-job-"
+
+
+def job_record(job_path: str | os.PathLike) -> str:
+    """What ``summary.json`` records as a run's job: its YAML's path, or for a mapping given to :func:`train`
+    (written to a temporary file, gone after the call) what it was."""
+    path = Path(job_path)
+    if path.parent.name.startswith(_JOB_DIR) and path.parent.parent == Path(tempfile.gettempdir()):
+        return f"a mapping given to hpcdgnn.train (name {path.stem!r}; in full: config.resolved.yaml)"
+    return str(job_path)
 
 
 def _plain(value: Any, key: str) -> Any:

@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from hpcdgnn.api import job_record
 from hpcdgnn.comm.device import cpu_affinity
 from hpcdgnn.metrics.results import iter_epoch_records
 from hpcdgnn.metrics.timers import TIME_SPLIT
@@ -146,7 +147,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
     epoch_bytes = totals.transfer_bytes
     rd.save_summary(
         {
-            "job": str(run.job_path),
+            "job": job_record(run.job_path),
             "status": status or ("preempted" if preempted else "completed"),
             "resumed_from_epoch": run.start_epoch,
             # a resume within the next epoch: after how many of its batches

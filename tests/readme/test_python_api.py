@@ -144,8 +144,9 @@ def test_a_sweep_s_values_and_overrides_as_a_script_hands_them_over(tmp_path, sm
         hpcdgnn.train({**job, "model": {"name": "cdgcn", "hidden": object()}})
     with pytest.raises(ConfigError, match=r"^job: is None: pass a job .* or resume=RUNDIR$"):
         hpcdgnn.train(None)
-    with pytest.raises(ConfigError, match=r"^name: 'a/b' is not a run name"):
-        hpcdgnn.train(job, name="a/b")
+    for bad in ("a/b", "a\nb", "x" * 201, ""):  # no path, no line break in a directory's name, room for the rest
+        with pytest.raises(ConfigError, match=r"^name: .* is not a run name"):
+            hpcdgnn.train(job, name=bad)
 
 
 def test_numpy_scalars_of_plain_subtypes_are_written_as_python_values(tmp_path, small_dataset, monkeypatch):
@@ -269,6 +270,8 @@ def test_the_caller_s_default_dtype_and_rng_change_no_number(tmp_path, small_dat
     finally:
         torch.set_default_dtype(torch.float32)
     assert wide.losses == plain.losses
+    # a mapping's temporary file is gone after the call: the summary says what the job was instead
+    assert plain.summary["job"].startswith("a mapping given to hpcdgnn.train (name 'job';")
     assert wide.summary["parameters"]["initial_checksum"] == plain.summary["parameters"]["initial_checksum"]
     torch.manual_seed(0)
     expected = torch.rand(3)
@@ -286,7 +289,8 @@ def test_a_caller_s_logging_configuration_of_the_package_logger_stays(tmp_path, 
     monkeypatch.setattr(log, "handlers", [])
     monkeypatch.setattr(log, "filters", [])
     monkeypatch.setattr(log, "propagate", log.propagate)
-    monkeypatch.setattr(log, "level", logging.WARNING)
+    monkeypatch.setattr(log, "level", log.level)
+    log.setLevel(logging.WARNING)  # setLevel: the logger caches which levels are enabled
     monkeypatch.chdir(tmp_path)
     job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
     hpcdgnn.train(job, output="quiet")
@@ -299,6 +303,7 @@ def test_a_caller_s_logging_configuration_of_the_package_logger_stays(tmp_path, 
     hpcdgnn.train(job, output="mine")
     assert "epoch    1" not in capsys.readouterr().out and any(ln.startswith("epoch    2") for ln in lines), lines
     assert log.handlers == [mine]
+    log.setLevel(logging.NOTSET)  # as the next tests find it (monkeypatch puts the attribute back, not the cache)
 
 
 def test_the_model_loads_without_the_dataset_and_damaged_records_are_named(tmp_path, small_dataset, monkeypatch):
