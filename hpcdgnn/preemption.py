@@ -80,8 +80,29 @@ class PreemptionFlag:
             os._exit(code)  # not sys.exit: the handler may have interrupted a collective or a write
         if again and signum == signal.SIGINT:
             signal.default_int_handler(signum, frame)  # Ctrl-C again: stop now (KeyboardInterrupt)
+        if not self.raised and not self.at_once and signum == signal.SIGINT:
+            _acknowledge()
         self.raised = True
         self.name = signal.Signals(signum).name
+
+
+def _acknowledge() -> None:
+    """Say at once, on rank 0, what a library caller's first interrupt (a notebook's) does.
+
+    The stop itself may come only at the end of a long full-batch epoch. Python runs the handler between two
+    bytecodes: a write to a stream the main thread was writing may be refused, and is then left out."""
+    import sys
+
+    from hpcdgnn.comm.world import world_rank_size
+
+    if world_rank_size()[0] != 0:
+        return
+    try:
+        sys.stderr.write("hpcdgnn: interrupted: stopping at the next epoch boundary (or between two batches) with "
+                         "a checkpoint; interrupt again to stop at once, without one\n")
+        sys.stderr.flush()
+    except (RuntimeError, OSError, ValueError):
+        pass
 
 
 _FLAG: PreemptionFlag | None = None

@@ -335,7 +335,7 @@ def test_the_model_loads_without_the_dataset_and_damaged_records_are_named(tmp_p
         _ = loaded.metrics
 
 
-def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_dataset, monkeypatch):
+def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_dataset, monkeypatch, capsys):
     """A signal during the set-up stops a new run before its first epoch: its weights are the initial ones and in
     no checkpoint, so ``model`` says there is none (as after an epoch abandoned between batches), not the
     untrained module."""
@@ -354,6 +354,8 @@ def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_datase
     monkeypatch.setattr(trainer, "build_run", signalled)
     run = hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 2}}, output=tmp_path / "r")
     assert run.preempted and run.losses == [] and run.checkpoint is None
+    # the interrupt is acknowledged when it comes (a full-batch epoch may run long before the stop)
+    assert "hpcdgnn: interrupted: stopping at the next epoch boundary" in capsys.readouterr().err
     with pytest.raises(DataError, match=r"the run has no complete checkpoint of an epoch.s end to load the model from"):
         _ = run.model
 
