@@ -18,7 +18,8 @@
     python perf/scaling.py plot --out perf/results/cluster RUNDIR [RUNDIR ...]
 
 ``run`` launches ``mpirun -np P python -m hpcdgnn run JOB`` per rank count (or
-the command of ``--launcher``, e.g. ``"srun -n {P}"`` inside an allocation), one
+the command of ``--launcher``, e.g. ``"srun -n {P} --mpi=pmix"`` inside an allocation: install.sh's Open MPI
+speaks PMIx only, and under srun's default PMI each task is a 1-rank MPI world; docs/jobs.md), one
 after another. Strong scaling trains one dataset (``--data``, or an IBM §6.3
 graph generated once); weak scaling generates, per P, a graph with
 N = vertices-per-rank · P at fixed T and density (IBM §6.3) — rank counts must
@@ -28,8 +29,23 @@ strategies (default: ``snapshot``, the single-process engine) also run at the
 smallest P when not swept, so that a sweep of one strategy is measured against
 the fastest way to do the same work on one rank, not against itself.
 
+A run that fails does not end the sweep: its command and error line are printed
+(a pre-empted one, exit 75, says so), the other runs go on, the report holds those
+that completed, and ``run`` exits 1 naming the failures. Run the same command
+again (same ``--out``, same settings) to continue: runs whose ``summary.json``
+says completed are kept, a pre-empted one is resumed (``hpcdgnn run --resume``),
+any other is set aside as ``run-NAME.attempt-TIME`` and run again. Each run's job
+file (``job-NAME.yaml``) records its command in its first line; a re-run whose job
+or command (``--set``, ``--launcher``) differs is refused in one line before
+anything is written, as is a graph generated earlier (``graph``, ``graph-pP``)
+whose manifest's N, T or density differ from those asked. Nothing an earlier sweep
+wrote is overwritten: where ``--out`` holds a report already, the new one goes
+beside it, into ``--out/report-TIME/``. One sweep at a time writes into an
+``--out`` (a second is refused while the first runs).
+
 ``plot`` (also run at the end of ``run``) reads each run directory's
-``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``:
+``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``
+(directories named ``*.attempt-*``, dead attempts the job scripts set aside, are left out with a note):
 
 * ``scaling.csv`` — one row per run: P, N, T, model, strategy, the steady
   epoch time (median over non-warm-up epochs of the slowest rank's epoch time, a profiled epoch left out; with
@@ -42,7 +58,8 @@ the fastest way to do the same work on one rank, not against itself.
   slowest rank spent blocked in MPI: what the split adds up with) and ``comm_late_s``
   (the wait for the last rank to reach each exchange — imbalance, not the network —
   as the mean over ranks: the slowest rank waits least, and which rank is slowest
-  changes from epoch to epoch; empty for runs that predate it);
+  changes from epoch to epoch; empty for runs that predate it), then ``status`` (``summary.json``'s:
+  a ``preempted`` run's row is of the epochs it ran) and ``threads_per_rank``;
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
@@ -100,7 +117,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import mpirun_cmd, run_env  # noqa: E402
 
 _MiB = 1024.0 * 1024.0
 
@@ -110,6 +127,9 @@ FIELDS = [
     "baseline", "baseline_s",
     # added later, at the end so that the columns before keep their places
     "comm_exposed_s", "comm_late_s",
+    # summary.json's status (a pre-empted run's row is of the epochs it ran) and its environment's torch threads per
+    # rank (the time of a rank depends on them)
+    "status", "threads_per_rank",
 ]
 
 
@@ -223,6 +243,8 @@ def read_run(run_dir: Path) -> dict:
         "engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"]),
         "oversubscribed": oversubscribed(env, cores),
         "run_dir": str(run_dir),
+        "status": summary.get("status"),  # older summaries have none
+        "threads_per_rank": env.get("threads_per_rank"),
         "_data_path": str(cfg["data"]["path"]),
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),
         "_model_cfg": cfg.get("model"),
@@ -332,6 +354,15 @@ def write_csv(rows: list[dict], path: Path) -> None:
 _FIGURES = ("time_split.png", "speedup.png", "volume.png")
 
 
+def _label_ranks(ax, Ps: list[int]) -> None:
+    """Ticks on the log2 P axis at the P values of the data, labelled with them: the log axis labels powers of 2
+    only, so a P = 3 run stood between unlabelled ticks."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xticks(Ps, [str(p) for p in Ps])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
 def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | None = None) -> list[Path]:
     """The three figures (see the module docstring); returns their paths. ``ceilings``: the node's ceiling
     speed-up per P (:func:`run_ceiling`), marked on the speed-up figure."""
@@ -397,10 +428,12 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
         ax.plot(cp, [ceilings[p] for p in cp], "k_", ms=18, mew=2, label="node ceiling (P one-rank runs at once)")
         ax.set_zorder(ax2.get_zorder() + 1)  # the speed-up axes on top: the efficiency markers may sit there
         ax.patch.set_visible(False)
-    ax2.set_ylim(0, 1.1)
+    # from the data: a super-linear efficiency (1.76 measured: caches) went off a fixed 0..1.1 axis
+    ax2.set_ylim(0, 1.1 * max(1.0, *(r["efficiency"] for r in rows)))
     ax2.set_ylabel("parallel efficiency")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    _label_ranks(ax, Ps)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
@@ -416,6 +449,7 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
             ax.plot([r["P"] for r in sr], [r["transfer_bytes_per_epoch"] / _MiB for r in sr], "s--",
                     label=f"host -> device transfer{tag}")
     ax.set_xscale("log", base=2)
+    _label_ranks(ax, Ps)
     ax.legend()
     save(fig, ax, "MiB per epoch", "volume.png")
     return files
@@ -440,6 +474,7 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
               f"{r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
               f"{r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
               f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else "")
+              + (f"  {r['status']}" if r["status"] not in (None, "completed") else "")
               + (f"  {r['speedup'] / ceilings[r['P']]:.0%} of the node's ceiling {ceilings[r['P']]:.2f}"
                  if ceilings and r["P"] in ceilings else ""))
     print(f"wrote {out / 'scaling.csv'} and {', '.join(f.name for f in files)}")
@@ -468,86 +503,282 @@ def _check_out(out: Path) -> None:
         raise SystemExit(f"--out {out}: is a file; give a directory for the runs, CSV and plots")
 
 
-def run_sweep(args: argparse.Namespace) -> list[Path]:
-    """One run per strategy and rank count (see :func:`_sweep_runs`); returns the run directories."""
-    out = Path(args.out)
-    _check_out(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.mode == "weak" and args.data:
-        raise SystemExit("--data is for strong scaling; weak scaling generates one graph per P")
+def _refuse(message: str) -> None:
+    """Bad input: one line, exit 2 (as hpcdgnn's own errors)."""
+    print(f"scaling.py: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _lock_out(out: Path):
+    """Hold ``--out``'s lock for the whole sweep (the returned file; released when the process ends): two sweeps
+    started at once into one --out generated the same graph twice (one failed half-way) and could each take the
+    other's run names. The caller closes it."""
+    import fcntl
+
+    f = open(out / ".scaling.lock", "a")  # noqa: SIM115 - held until the caller closes it
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        _refuse(f"--out {out}: another scaling.py run is writing there now; wait for it to end (then a re-run "
+                "continues the sweep), or give another --out")
+    return f
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename ``path`` to ``path.attempt-YYYYmmdd-HHMMSS`` (the job scripts' name for a dead attempt, which
+    ``plot`` leaves out) rather than delete it: a user's run is never lost."""
+    stamp = _stamp()
+    aside = path.with_name(f"{path.name}.attempt-{stamp}")
+    n = 1
+    while aside.exists():  # two in one second
+        n += 1
+        aside = path.with_name(f"{path.name}.attempt-{stamp}-{n}")
+    path.rename(aside)
+    return aside
+
+
+#: the first line of a job file scaling.py writes: the command that runs it (so that a re-run can tell whether it
+#: asks the same: ``--set`` and ``--launcher`` are not in the job itself)
+_RAN = "# perf/scaling.py runs this job as: "
+
+
+def _job_differs(old: str, new: str) -> str | None:
+    """What differs between the job file an earlier sweep wrote (``old``) and the one this sweep would write, in
+    words; None where they are the same."""
+    def split(text: str) -> tuple[str | None, dict]:
+        first, _, rest = text.partition("\n")
+        return (first[len(_RAN):], yaml.safe_load(rest)) if first.startswith(_RAN) else (None, yaml.safe_load(text))
+
+    def flat(d, key=""):
+        if not isinstance(d, dict):
+            return {key: d}
+        return {k: v for name, sub in d.items() for k, v in flat(sub, f"{key}.{name}" if key else name).items()}
+
+    (old_cmd, old_job), (new_cmd, new_job) = split(old), split(new)
+    a, b = flat(old_job or {}), flat(new_job)
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+    if keys:
+        return ", ".join(f"{k} {a.get(k)!r} there, {b.get(k)!r} now" for k in keys)
+    if old_cmd is None:
+        return "written by a scaling.py that did not record its command: its --set and --launcher are unknown"
+    if old_cmd != new_cmd:
+        return f"its command was {old_cmd!r}, now {new_cmd!r} (--set, --launcher)"
+    return None
+
+
+def _run_state(run_dir: Path) -> str:
+    """``absent``, ``completed``, ``preempted`` (summary.json says so: it has a checkpoint to resume) or
+    ``incomplete`` (anything else: failed, killed, diverged)."""
+    if not run_dir.exists():
+        return "absent"
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return "incomplete"
+    return status if status in ("completed", "preempted") else "incomplete"
+
+
+def _graph_mismatch(data: Path, vertices: int, snapshots: int, density: float) -> str | None:
+    """Why the graph an earlier sweep generated at ``data`` is not the one asked for now (None: it is, or none is
+    there yet)."""
+    if not data.exists():
+        return None
+    try:
+        manifest = json.loads((data / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return "it holds no readable manifest.json (a generation that stopped half-way?); remove it"
+    have = {"N": manifest.get("num_vertices"), "T": manifest.get("num_snapshots"),
+            "density": (manifest.get("source") or {}).get("density", density)}
+    want = {"N": vertices, "T": snapshots, "density": density}
+    diff = [f"{k} {have[k]} there, {want[k]} asked" for k in want if have[k] != want[k]]
+    return "; ".join(diff) or None
+
+
+def _generate(data: Path, vertices: int, snapshots: int, density: float) -> str | None:
+    """Generate the sweep's graph as :func:`bench_epoch.generate_graph` does; returns None, or hpcdgnn's error
+    line (that function's ``check=True`` raised CalledProcessError: a traceback after the error line)."""
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(data), "--vertices",
+                           str(vertices), "--snapshots", str(snapshots), "--density", str(density), "--seed", "1"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"generating {data} failed (exit {proc.returncode}): {_error_line(proc)}"
+    print(proc.stdout.strip(), flush=True)
+    os.sync()  # written back now, not during the first timed run
+    return None
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    """The line that says why a command failed: hpcdgnn's ``error:`` line, else its last line."""
+    for text in (proc.stderr or "", proc.stdout or ""):
+        said = [line.strip() for line in text.splitlines() if "error:" in line]
+        if said:
+            return said[-1]
+    lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def _plan_sweep(args: argparse.Namespace, out: Path) -> list[dict]:
+    """Each run of the sweep: its names, job text, command and state; refused (one line, exit 2) before anything
+    is written where an earlier sweep in ``out`` asked for other settings under the same names, or generated a
+    graph other than the one asked for (it was reused silently, then a weak sweep's N/P was not the one asked)."""
     plan = _sweep_runs(args)
     named = len({s for s, _ in plan}) > 1  # run directories carry the strategy when there are several
-    names = [f"{strategy}-p{P}" if named else f"p{P}" for strategy, P in plan]
-    # before anything is written: an earlier sweep's runs and the job files they ran stay together
-    used = [out / f"{kind}-{name}{ext}" for name in names for kind, ext in (("run", ""), ("job", ".yaml"))
-            if (out / f"{kind}-{name}{ext}").exists()]
-    if used:
-        raise SystemExit(f"{used[0]} exists: a sweep never overwrites an earlier one's runs or jobs; choose another "
-                         "--out")
-    runs = []
-    for (strategy, P), name in zip(plan, names, strict=True):
+    entries = []
+    for strategy, P in plan:
+        name = f"{strategy}-p{P}" if named else f"p{P}"
         if args.mode == "strong":
-            data = Path(args.data) if args.data else out / "graph"
-            if not args.data and not (data / "manifest.json").exists():
-                generate_graph(data, args.vertices, args.snapshots, args.density)
+            data, vertices = (Path(args.data), None) if args.data else (out / "graph", args.vertices)
         else:
-            data = out / f"graph-p{P}"
-            if not (data / "manifest.json").exists():
-                generate_graph(data, args.vertices_per_rank * P, args.snapshots, args.density)
-        job = out / f"job-{name}.yaml"
-        job.write_text(yaml.safe_dump({
+            data, vertices = out / f"graph-p{P}", args.vertices_per_rank * P
+        if vertices is not None and (why := _graph_mismatch(data, vertices, args.snapshots, args.density)):
+            _refuse(f"{data}: a graph an earlier sweep generated, not the one asked for ({why}); give another --out")
+        job, run_dir = out / f"job-{name}.yaml", out / f"run-{name}"
+        cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir),
+               *_settings(args)]
+        text = _RAN + shlex.join(cmd) + "\n" + yaml.safe_dump({
             "data": {"path": str(data), "validate": "structure"},
             "model": {"name": args.model, "hidden": args.hidden},
             "strategy": {"name": strategy,
                          **({"blocks": args.blocks} if args.blocks > 1 and strategy == "snapshot" else {})},
             "train": {"epochs": args.epochs, "threads": args.threads},
-        }))
-        run_dir = out / f"run-{name}"
-        if run_dir.exists():
-            raise SystemExit(f"{run_dir} exists: a sweep never overwrites a run; choose another --out")
-        cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir),
-               *_settings(args)]
-        print("+", " ".join(cmd), flush=True)
+        })
+        state = _run_state(run_dir)
+        # checked before anything is written: an earlier sweep's runs and the job files they ran stay together
+        if job.exists():
+            if why := _job_differs(job.read_text(), text):
+                _refuse(f"{job}: an earlier sweep's job with other settings ({why}); a sweep never overwrites an "
+                        "earlier one's runs or jobs, and a re-run continues one only with the same settings: give "
+                        "another --out")
+        elif state != "absent":
+            _refuse(f"{run_dir} exists without its {job.name}: not a run of this sweep; a sweep never overwrites a "
+                    "run: give another --out")
+        entries.append({"strategy": strategy, "P": P, "name": name, "data": data, "vertices": vertices, "job": job,
+                        "run_dir": run_dir, "text": text, "cmd": cmd, "state": state})
+    return entries
+
+
+def run_sweep(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """One run per strategy and rank count (see :func:`_sweep_runs`); returns the run directories that finished
+    and a line per failed run.
+
+    A failed run does not end the sweep: its command and error line are printed and the rest run. A re-run with
+    the same ``--out`` and settings continues the sweep: runs completed earlier are kept, a pre-empted one is
+    resumed, any other (failed, killed) is set aside as ``run-NAME.attempt-TIME`` and run again."""
+    out = Path(args.out)
+    entries = _plan_sweep(args, out)
+    runs: list[Path] = []
+    failures: list[str] = []
+    bad_graphs: dict[Path, str] = {}
+    for e in entries:
+        strategy, P, run_dir = e["strategy"], e["P"], e["run_dir"]
+        what = f"{strategy} P={P}"
+        if e["state"] == "completed":
+            print(f"  {what}: completed by an earlier run of this sweep ({run_dir}); kept", flush=True)
+            runs.append(run_dir)
+            continue
+        data = e["data"]
+        if e["vertices"] is not None and not (data / "manifest.json").exists() and data not in bad_graphs:
+            why = _generate(data, e["vertices"], args.snapshots, args.density)
+            if why:
+                print(f"  {why}", file=sys.stderr, flush=True)
+                bad_graphs[data] = why
+        if data in bad_graphs:
+            failures.append(f"{what}: {bad_graphs[data]}")
+            continue
+        if not e["job"].exists():
+            with open(e["job"], "x") as f:  # "x": never over a job another process wrote since the check
+                f.write(e["text"])
+        cmd = e["cmd"]
+        if e["state"] == "preempted":  # it has a checkpoint: continue it (the job's settings are its own)
+            cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", "--resume", str(run_dir)]
+        elif e["state"] == "incomplete":
+            print(f"  {what}: {run_dir} did not finish in an earlier run of this sweep; set aside as "
+                  f"{_set_aside(run_dir).name}, run again", flush=True)
+        print("+", shlex.join(cmd), flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
-            raise SystemExit(f"{strategy} P={P} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
-                             f"{proc.stderr[-2000:]}")
+            why = "pre-empted (exit 75; a re-run of this sweep resumes it)" if proc.returncode == 75 else \
+                f"failed (exit {proc.returncode}): {_error_line(proc)}"
+            if proc.returncode not in (2, 75):  # a crash: its traceback says more than its last line
+                print(proc.stderr[-2000:], file=sys.stderr, flush=True)
+            print(f"  {what}: {why}", file=sys.stderr, flush=True)
+            failures.append(f"{what}: {why}; command: {shlex.join(cmd)}")
+            continue
         steady = json.loads((run_dir / "summary.json").read_text())["steady_epoch_seconds"]["median"]
-        print(f"  {strategy} P={P}: done in {time.perf_counter() - t0:.1f} s, steady epoch {steady:.3f} s "
+        print(f"  {what}: done in {time.perf_counter() - t0:.1f} s, steady epoch {steady:.3f} s "
               f"({run_dir})", flush=True)
         runs.append(run_dir)
-    return runs
+    return runs, failures
 
 
-def run_ceiling(args: argparse.Namespace, runs: list[Path]) -> dict[int, float]:
+def _report_dir(out: Path) -> Path:
+    """Where a sweep's CSV and plots go: ``out``, or where ``out`` holds an earlier report (a partial sweep's, or
+    another sweep's) a new ``out/report-TIME`` beside it, never over it."""
+    if not any((out / name).exists() for name in ("scaling.csv", "ceiling.csv", *_FIGURES)):
+        return out
+    dest = out / f"report-{_stamp()}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = out / f"report-{_stamp()}-{n}"
+    dest.mkdir()
+    print(f"note: {out} holds an earlier report (scaling.csv, plots); this one goes beside it, into {dest}",
+          flush=True)
+    return dest
+
+
+def run_ceiling(args: argparse.Namespace, runs: list[Path], dest: Path) -> tuple[dict[int, float], list[str]]:
     """The node's ceiling speed-up per P > 1 (module docstring): P copies of the P = 1 baseline run's job at
-    once, each launched as that run was; writes ``ceiling.csv`` and returns ``{P: ceiling}``."""
+    once, each launched as that run was; writes ``dest/ceiling.csv`` and returns ``{P: ceiling}`` and a line per
+    P whose copies failed (the others are still measured)."""
     out = Path(args.out)
-    alone = min((r for r in map(read_run, runs) if r["P"] == 1), key=lambda r: r["epoch_s"])
+    ones = [r for r in map(read_run, runs) if r["P"] == 1]
+    if not ones:
+        return {}, ["ceiling: no P = 1 run finished, so there is no one-rank job to copy"]
+    alone = min(ones, key=lambda r: r["epoch_s"])
     job = Path(alone["run_dir"]).parent / f"job-{Path(alone['run_dir']).name.removeprefix('run-')}.yaml"
-    ceilings, lines = {}, []
+    ceilings, lines, failures = {}, [], []
     for P in sorted(p for p in set(args.ranks) if p > 1):
         dirs = [out / f"ceiling-p{P}-copy{i}" for i in range(P)]
+        for d in dirs:  # an earlier sweep's copies: the copies must run at once, so all of them again
+            if d.exists():
+                print(f"  ceiling: {d} is an earlier run's; set aside as {_set_aside(d).name}", flush=True)
         procs = [subprocess.Popen([*_launch(None, 1), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output",
                                    str(d), *_settings(args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, env=run_env())
                  for d in dirs]
+        failed = []
         for d, proc in zip(dirs, procs, strict=True):
             log = proc.communicate()[0]
             if proc.returncode != 0:
-                raise SystemExit(f"ceiling: copy {d.name} failed ({proc.returncode}):\n{log[-2000:]}")
+                failed.append(f"ceiling P={P}: copy {d.name} failed (exit {proc.returncode}): "
+                              f"{_error_line(subprocess.CompletedProcess([], proc.returncode, log, ''))}")
+        if failed:
+            print("\n".join(f"  {f}" for f in failed), file=sys.stderr, flush=True)
+            failures += failed
+            continue
         times = [read_run(d)["epoch_s"] for d in dirs]
         ceilings[P] = P * alone["epoch_s"] / max(times)
         lines.append({"P": P, "alone_s": alone["epoch_s"], "copies_s": " ".join(f"{t:.6f}" for t in times),
                       "ceiling_speedup": ceilings[P], "job": str(job)})
         print(f"node ceiling P={P}: {P} one-rank runs at once {', '.join(f'{t:.3f}' for t in times)} s/epoch, "
               f"one alone {alone['epoch_s']:.3f} s -> at most {ceilings[P]:.2f}x", flush=True)
-    with open(out / "ceiling.csv", "w", newline="") as f:
+    with open(dest / "ceiling.csv", "x", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["P", "alone_s", "copies_s", "ceiling_speedup", "job"])
         w.writeheader()
         w.writerows(lines)
-    return ceilings
+    return ceilings, failures
+
+
+def _is_attempt(run_dir: Path) -> bool:
+    """A dead attempt the job scripts (jobs/lib.sh) or a re-run of a sweep set aside: ``NAME.attempt-TIME``."""
+    return ".attempt-" in run_dir.name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -557,7 +788,8 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("run", help="run a sweep here, then plot it")
     r.add_argument("--mode", choices=["strong", "weak"], default="strong")
     r.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8])
-    r.add_argument("--out", required=True, help="directory for graphs, runs, CSV and plots (must not hold runs)")
+    r.add_argument("--out", required=True, help="directory for graphs, runs, CSV and plots (a re-run with the same "
+                                                "settings continues the sweep there)")
     r.add_argument("--data", help="strong scaling: dataset directory (default: generate an IBM §6.3 graph)")
     r.add_argument("--vertices", type=int, default=1 << 14, help="strong scaling: N of the generated graph")
     r.add_argument("--vertices-per-rank", type=int, default=1 << 12, help="weak scaling: N / P")
@@ -572,7 +804,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     r.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     r.add_argument("--blocks", type=int, default=1, help="strategy.blocks (snapshot strategy)")
-    r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P}' (default: mpirun -np P)")
+    r.add_argument("--launcher", help="launch command with {P}, e.g. 'srun -n {P} --mpi=pmix' (default: mpirun -np P)")
     r.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="job settings of every run (hpcdgnn run --set), e.g. strategy.balance=measured "
                         "train.warmup_epochs=3")
@@ -592,9 +824,46 @@ def main(argv: list[str] | None = None) -> None:
         if any(p.exists() for p in made):
             raise SystemExit(f"--out {args.out}: holds {next(p for p in made if p.exists()).name} already; a plot "
                              "never overwrites (give a new --out)")
-    run_dirs = run_sweep(args) if args.cmd == "run" else args.run_dirs
-    ceilings = run_ceiling(args, run_dirs) if ceiling else None
-    report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode, ceilings)
+        run_dirs = [d for d in args.run_dirs if not _is_attempt(d)]
+        for d in args.run_dirs:  # a glob such as runs/hpcdgnn-strong-SWEEP/p* also matches them
+            if _is_attempt(d):
+                print(f"note: {d}: left out: an attempt that stopped, set aside by the job scripts (jobs/lib.sh) when "
+                      "they ran it again", file=sys.stderr)
+        if not run_dirs:
+            raise SystemExit("scaling.py plot: every run directory given is an attempt set aside; nothing to plot")
+        report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode)
+        return
+    # run: the arguments first, before --out is made or locked
+    for name, values in (("--ranks", args.ranks), ("--vertices", [args.vertices]),
+                         ("--vertices-per-rank", [args.vertices_per_rank]), ("--snapshots", [args.snapshots]),
+                         ("--epochs", [args.epochs])):
+        if min(values) < 1:  # mpirun -np 0 starts a rank on every slot: a run of another P recorded as p0
+            _refuse(f"{name} {' '.join(map(str, values))}: must be 1 or more")
+    if len(set(args.ranks)) < len(args.ranks):
+        _refuse(f"--ranks {' '.join(map(str, args.ranks))}: each rank count once (each names one run directory)")
+    if args.mode == "weak" and args.data:
+        _refuse("--data is for strong scaling; weak scaling generates one graph per P")
+    out = Path(args.out)
+    _check_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = _lock_out(out)
+    try:
+        run_dirs, failures = run_sweep(args)
+        if run_dirs:  # what finished is reported even when other runs failed
+            dest = _report_dir(out)
+            ceilings = None
+            if ceiling:
+                ceilings, failed = run_ceiling(args, run_dirs, dest)
+                failures += failed
+            report(add_scaling([read_run(d) for d in run_dirs], args.mode), dest, args.mode, ceilings)
+        if failures:
+            for f in failures:
+                print(f"failed: {f}", file=sys.stderr)
+            raise SystemExit(f"scaling.py: {len(failures)} failed (above), the report holds the runs that completed; "
+                             "where the cause was not the settings (a node, a pre-emption) the same command continues "
+                             "the sweep, keeping what completed; other settings need another --out")
+    finally:  # released here, not whenever the file object is collected (a caller's next sweep into --out)
+        lock.close()
 
 
 if __name__ == "__main__":

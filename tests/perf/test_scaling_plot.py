@@ -1,4 +1,5 @@
-"""perf/scaling.py ``plot`` on hand-written run directories: bar height = printed ``epoch s``, mixed work refused.
+"""perf/scaling.py ``plot`` on hand-written run directories: bar height = printed ``epoch s``, mixed work refused;
+and ``run``'s decisions (failures, re-runs, an earlier sweep's --out) with a stand-in launcher copying such runs.
 
 The run directories are written with the same files and keys a real run writes
 (``config.resolved.yaml``, ``plan.json``, ``metrics.jsonl`` records built with
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -395,3 +398,228 @@ def test_an_event_stream_run_and_an_epoch_resumed_within(tmp_path, capsys):
     (only / "metrics.jsonl").write_text(json.dumps({**record, "resumed_after_batches": 3}) + "\n")
     with pytest.raises(SystemExit, match="has no epochs at P = 1 but one a resume continued within"):
         scaling.main(["plot", "--out", str(tmp_path / "plot2"), str(only)])
+
+
+# --- `run`'s decisions, with a stand-in launcher: no MPI job, no training -------------------------------------------
+
+_FAKE_LAUNCHER = '''#!{python}
+"""Stands in for `mpirun -np P`: copies a finished run of P ranks (template-pP) to --output, as the job's strategy;
+fails as hpcdgnn does for strategy vertex with --set strategy.vertex_ranks=1; pre-empted where preempt-RUNNAME is."""
+import json, shutil, sys
+from pathlib import Path
+import yaml
+here = Path(__file__).parent
+P, argv = int(sys.argv[1]), sys.argv[2:]  # argv: python -m hpcdgnn run JOB --output RUNDIR [--set ...]
+with open(here / "calls.txt", "a") as f:
+    f.write(" ".join(argv[4:]) + "\\n")
+if argv[4] == "--resume":
+    run = Path(argv[5])
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({{**summary, "status": "completed"}}))
+    sys.exit(0)
+job, run = yaml.safe_load(Path(argv[4]).read_text()), Path(argv[argv.index("--output") + 1])
+if job["strategy"]["name"] == "vertex" and "strategy.vertex_ranks=1" in argv:
+    print("hpcdgnn: error: strategy.vertex_ranks: no such setting of strategy vertex", file=sys.stderr)
+    sys.exit(2)
+shutil.copytree(here / f"template-p{{P}}", run)
+cfg = yaml.safe_load((run / "config.resolved.yaml").read_text())
+cfg["strategy"]["name"], cfg["data"]["path"] = job["strategy"]["name"], job["data"]["path"]
+(run / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
+manifest = json.loads((Path(job["data"]["path"]) / "manifest.json").read_text())
+if "num_vertices" in manifest:  # a generated graph's N and T
+    plan = json.loads((run / "plan.json").read_text())
+    plan.update(num_vertices=manifest["num_vertices"], num_snapshots=manifest["num_snapshots"])
+    (run / "plan.json").write_text(json.dumps(plan))
+if (here / f"preempt-{{run.name}}").exists():
+    (here / f"preempt-{{run.name}}").unlink()
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({{**summary, "status": "preempted"}}))
+    sys.exit(75)
+'''
+
+
+def _fake_launcher(tmp_path, ranks=(1, 2, 3)):
+    """A launcher for ``run --launcher``: finished runs of P ranks from templates written by :func:`_run_dir`, in
+    milliseconds. Returns (the --launcher value, the file it logs each call's arguments to)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    data = _dataset(tmp_path, "template-data", "{}")
+    for P in ranks:
+        _run_dir(bin_, f"template-p{P}", P, 50, 8, _epochs(P, [3.0, 1.0 / P, 1.1 / P]), data)
+    launch = bin_ / "launch"
+    launch.write_text(_FAKE_LAUNCHER.format(python=sys.executable))
+    launch.chmod(0o755)
+    return f"{launch} {{P}}", bin_ / "calls.txt"
+
+
+def _sweep(capsys, *args):
+    """``scaling.py run ARGS`` in this process: (exit code, stdout, stderr)."""
+    code = 0
+    try:
+        _scaling().main(["run", *map(str, args)])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+        if not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_failed_run_is_reported_the_rest_run_and_a_rerun_continues_the_sweep(tmp_path, capsys):
+    """The user trial's sweep (vertex refuses strategy.vertex_ranks): it ended at the first failure with no CSV and
+    a re-run into the same --out was refused. Now every grid run happens and is reported, each vertex run is named
+    with its command and error line, the exit is non-zero; a re-run of the same command keeps the completed runs
+    (none launched again), resumes a pre-empted one, sets a dead one aside and writes its report beside the first.
+    Other settings into that --out are refused in one line, before anything is written."""
+    launcher, calls = _fake_launcher(tmp_path)
+    data, out = _dataset(tmp_path, "ds", "{}"), tmp_path / "sweep"
+    sweep = ["--ranks", 1, 2, 3, "--strategy", "grid", "vertex", "--baseline", "--data", data, "--epochs", 2,
+             "--set", "strategy.vertex_ranks=1", "--out", out, "--launcher", launcher]
+    (tmp_path / "bin" / "preempt-run-grid-p2").write_text("")
+    code, stdout, stderr = _sweep(capsys, *sweep)
+    assert code == 1 and "Traceback" not in stderr, stderr
+    for P in (1, 2, 3):
+        assert (f"failed: vertex P={P}: failed (exit 2): hpcdgnn: error: strategy.vertex_ranks: no such setting"
+                in stderr), stderr
+        assert f"command: {launcher.format(P=P)} " in stderr
+    assert "failed: grid P=2: pre-empted (exit 75; a re-run of this sweep resumes it)" in stderr, stderr
+    assert [(r["strategy"], r["P"], r["status"]) for r in map(dict, _csv(out / "scaling.csv").values())] == [
+        ("grid", "1", "completed"), ("grid", "3", "completed")]
+    first = {name: (out / name).read_bytes() for name in ("scaling.csv", "speedup.png")}
+    # the same command again: grid P = 1 and 3 kept, grid P = 2 resumed, vertex tried again
+    (out / "run-vertex-p1").mkdir()  # as a run killed before its summary
+    calls.write_text("")
+    code, stdout, stderr = _sweep(capsys, *sweep)
+    assert code == 1
+    assert f"grid P=1: completed by an earlier run of this sweep ({out / 'run-grid-p1'}); kept" in stdout
+    launched = calls.read_text().splitlines()
+    assert not any("run-grid-p1" in c or "run-grid-p3" in c for c in launched), launched
+    assert f"--resume {out / 'run-grid-p2'}" in launched
+    assert len(list(out.glob("run-vertex-p1.attempt-*"))) == 1 and "set aside as run-vertex-p1.attempt-" in stdout
+    (report,) = out.glob("report-*")
+    assert sorted(int(r["P"]) for r in _csv(report / "scaling.csv").values()) == [1, 2, 3]
+    assert {name: (out / name).read_bytes() for name in first} == first  # the first report stays
+    # other settings: refused before anything is written, naming what differs
+    jobs = {p.name: p.read_text() for p in out.glob("job-*")}
+    for change, says in ((["--epochs", 3], "train.epochs 2 there, 3 now"),
+                         (["--set", "strategy.vertex_ranks=2"], "(--set, --launcher)")):
+        code, stdout, stderr = _sweep(capsys, *sweep, *change)
+        assert code == 2 and says in stderr and stderr.count("\n") == 1, stderr
+        assert "a re-run continues one only with the same settings" in stderr
+    assert {p.name: p.read_text() for p in out.glob("job-*")} == jobs
+    assert len(list(out.glob("report-*"))) == 1
+
+
+def test_a_sweep_into_an_earlier_one_s_out_refuses_its_graphs_and_keeps_its_report(tmp_path, capsys):
+    """The user trial: a weak sweep into the --out of one with other sizes reused its graph-p1 and graph-p2 (N/P
+    was not the one asked) and wrote over its scaling.csv and plots. A graph whose manifest's N, T or density
+    differ is refused in one line; a sweep of other runs (no shared names, the same graph) reports beside."""
+    launcher, _ = _fake_launcher(tmp_path)
+    out = tmp_path / "weak"
+    out.mkdir()
+    for P in (1, 2):  # the earlier sweep's graphs: --vertices-per-rank 256 --snapshots 4
+        _dataset(out, f"graph-p{P}", json.dumps({"num_vertices": 256 * P, "num_snapshots": 4,
+                                                  "source": {"generator": "ibm-6.3-uniform", "density": 3.0}}))
+    weak = ["--mode", "weak", "--ranks", 1, 2, "--epochs", 2, "--out", out, "--launcher", launcher]
+    code, _, stderr = _sweep(capsys, *weak, "--strategy", "vertex", "--vertices-per-rank", 512, "--snapshots", 8)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert f"{out / 'graph-p1'}: a graph an earlier sweep generated, not the one asked for (N 256 there, 512 asked; " \
+           "T 4 there, 8 asked)" in stderr
+    assert not list(out.glob("job-*"))
+    code, _, stderr = _sweep(capsys, *weak, "--vertices-per-rank", 256, "--snapshots", 4, "--density", 2)
+    assert code == 2 and "density 3.0 there, 2.0 asked" in stderr, stderr
+    # the same graphs: the snapshot sweep, then a vertex one beside it
+    code, _, stderr = _sweep(capsys, *weak, "--vertices-per-rank", 256, "--snapshots", 4)
+    assert code == 0, stderr
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    code, stdout, stderr = _sweep(capsys, *weak, "--vertices-per-rank", 256, "--snapshots", 4, "--strategy", "vertex")
+    assert code == 0, stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name in first} == first
+    (report,) = out.glob("report-*")
+    assert "holds an earlier report (scaling.csv, plots); this one goes beside it" in stdout
+    assert set(_csv(report / "scaling.csv")) == {("vertex", 1), ("vertex", 2), ("snapshot", 1)}
+
+
+def test_a_graph_that_cannot_be_generated_is_one_line_and_a_second_sweep_at_once_is_refused(tmp_path, capsys):
+    """Generation failing (here: out of memory) was a CalledProcessError traceback after hpcdgnn's line; now a
+    failure of the runs that need it, in one line each. A sweep into an --out another one is writing was not
+    stopped (both generated the same graph; their job files could cross): refused, nothing written."""
+    import fcntl
+
+    launcher, calls = _fake_launcher(tmp_path)
+    out = tmp_path / "w"
+    code, stdout, stderr = _sweep(capsys, "--mode", "weak", "--ranks", 1, "--vertices-per-rank", 64, "--snapshots",
+                                  3, "--density", 1e9, "--out", out, "--launcher", launcher)
+    assert code == 1 and "Traceback" not in stderr, stderr
+    assert f"failed: snapshot P=1: generating {out / 'graph-p1'} failed (exit 2): hpcdgnn: error: generate: out of " \
+           "memory" in stderr, stderr
+    assert not calls.exists() and not (out / "scaling.csv").exists()
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with open(busy / ".scaling.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, stderr = _sweep(capsys, "--ranks", 1, "--data", _dataset(tmp_path, "ds", "{}"), "--out", busy,
+                                 "--launcher", launcher)
+    assert code == 2 and stderr == (f"scaling.py: error: --out {busy}: another scaling.py run is writing there now; "
+                                    "wait for it to end (then a re-run continues the sweep), or give another --out\n")
+    assert [p.name for p in busy.iterdir()] == [".scaling.lock"] and not calls.exists()
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--ranks", "0", "2"], "--ranks 0 2: must be 1 or more"),
+    (["--ranks", "2", "2"], "--ranks 2 2: each rank count once"),
+    (["--ranks", "1", "--epochs", "0"], "--epochs 0: must be 1 or more"),
+    (["--mode", "weak", "--ranks", "1", "--data", "D"], "--data is for strong scaling"),
+])
+def test_bad_sweep_arguments_are_one_line_and_exit_2(tmp_path, capsys, args, says):
+    """``--ranks 0 2`` ran mpirun -np 0 (a rank on every slot) and recorded that run as p0."""
+    out = tmp_path / "o"
+    code, _, stderr = _sweep(capsys, *args, "--out", out)
+    assert code == 2 and says in stderr and stderr.count("\n") == 1, stderr
+    assert not out.exists()
+
+
+def test_speedup_axes_hold_super_linear_efficiency_and_label_every_p(tmp_path, monkeypatch):
+    """Efficiency 1.76 went off ax2.set_ylim(0, 1.1); the log2 axes labelled powers of 2 only (P = 3 unlabelled)."""
+    import matplotlib.figure
+
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [3.0, t]), data)
+            for P, t in ((1, 1.0), (2, 0.284), (3, 0.25))]  # efficiency 1.76 at P = 2
+    figures = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def spy(self, fname, *a, **kw):
+        real(self, fname, *a, **kw)
+        figures[Path(fname).name] = self
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
+    ax, ax2 = figures["speedup.png"].axes
+    assert ax2.get_ylim()[1] >= 1.76
+    for name, axes in (("speedup.png", ax), ("volume.png", figures["volume.png"].axes[0])):
+        labels = [t.get_text() for t in axes.get_xticklabels() if t.get_visible() and t.get_text()]
+        assert labels == ["1", "2", "3"], (name, labels)
+        assert not [t.get_text() for t in axes.get_xticklabels(minor=True) if t.get_text()]
+
+
+def test_plot_leaves_out_the_attempts_the_job_scripts_set_aside(tmp_path, capsys):
+    """runs/SWEEP/p* also matched p1.attempt-TIME (a dead attempt jobs/lib.sh moved aside, no summary.json): it
+    was 'not a finished hpcdgnn run' and no plot. Left out with a note; the CSV has status and threads per rank."""
+    import csv
+
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = [_run_dir(tmp_path, f"p{P}", P, 50, 8, _epochs(P, [3.0, 1.0 / P]), data) for P in (1, 2)]
+    dead = tmp_path / "p1.attempt-20261205-101500"
+    dead.mkdir()
+    (dead / "config.resolved.yaml").write_text("{}")
+    scaling.main(["plot", "--out", str(tmp_path / "o"), str(runs[0]), str(dead), str(runs[1])])
+    err = capsys.readouterr().err
+    assert f"note: {dead}: left out: an attempt that stopped, set aside by the job scripts (jobs/lib.sh)" in err
+    rows = list(csv.DictReader(open(tmp_path / "o" / "scaling.csv")))
+    assert [(r["P"], r["status"], r["threads_per_rank"]) for r in rows] == [("1", "completed", "1"),
+                                                                          ("2", "completed", "1")]
+    with pytest.raises(SystemExit, match="every run directory given is an attempt set aside"):
+        scaling.main(["plot", "--out", str(tmp_path / "o2"), str(dead)])
