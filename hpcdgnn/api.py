@@ -61,8 +61,8 @@ class TrainedRun:
         return read_epoch_records(self._file("metrics.jsonl"))
 
     @property
-    def losses(self) -> list[float]:
-        """The training loss of every epoch."""
+    def losses(self) -> list[float | None]:
+        """The training loss of every epoch (None for an epoch whose loss was not finite: a diverged run's last)."""
         return [r["loss"] for r in self.metrics]
 
     @property
@@ -168,12 +168,15 @@ class TrainedRun:
     def _saved(self, required: bool = True) -> tuple[Path | None, dict[str, Any]]:
         """The newest checkpoint and its shared state (model, task head, sizes); ``(None, {})`` without one unless
         ``required``."""
-        from hpcdgnn.train.checkpoint import check_owner, load_shared
+        from hpcdgnn.train.checkpoint import check_owner, latest_checkpoint, load_shared
 
         ckpt = self.checkpoint
         if ckpt is None and required:
-            raise DataError(f"{self.dir}: the run has no complete checkpoint of an epoch's end to load the model from "
-                            "(one within an epoch is for resume only)")
+            job = self.job
+            within = latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints")
+            raise DataError(f"{self.dir}: the run has no complete checkpoint of an epoch's end to load the model from"
+                            + (f" ({within.name}, within an epoch, is for resume only)" if within is not None else
+                               " (it stopped before its first)"))
         if ckpt is not None:
             check_owner(None, ckpt, self.dir, str(self.dir))  # a shared checkpoint.dir: another run's weights
         return ckpt, {} if ckpt is None else load_shared(ckpt)

@@ -356,7 +356,8 @@ def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_datase
     assert run.preempted and run.losses == [] and run.checkpoint is None
     # the interrupt is acknowledged when it comes (a full-batch epoch may run long before the stop)
     assert "hpcdgnn: interrupted: stopping at the next epoch boundary" in capsys.readouterr().err
-    with pytest.raises(DataError, match=r"the run has no complete checkpoint of an epoch.s end to load the model from"):
+    with pytest.raises(DataError, match=r"the run has no complete checkpoint of an epoch.s end to load the model "
+                                        r"from \(it stopped before its first\)"):
         _ = run.model
 
 
