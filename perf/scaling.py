@@ -130,6 +130,8 @@ FIELDS = [
     # summary.json's status (a pre-empted run's row is of the epochs it ran) and its environment's torch threads per
     # rank (the time of a rank depends on them)
     "status", "threads_per_rank",
+    # the strategy's layout as the run trained it (memory's i×j×k, grid's sides, snapshot's checkpoint blocks)
+    "layout",
 ]
 
 
@@ -232,6 +234,7 @@ def read_run(run_dir: Path) -> dict:
         "T": plan.get("num_snapshots"),
         "model": cfg["model"]["name"],
         "strategy": cfg["strategy"]["name"],
+        **_layout(cfg["strategy"], plan),
         "epoch_s": mean("epoch"),
         "load_s": mean("load"),
         "compute_s": mean("compute"),
@@ -265,9 +268,9 @@ def check_comparable(rows: list[dict], mode: str) -> None:
     """
     seen: dict[tuple[str, int], str] = {}
     for r in rows:  # not an error (repeats are a way to see the noise), but every row is compared with the base
-        key = (r["strategy"], r["P"])
+        key = (r.get("line", r["strategy"]), r["P"])
         if key in seen:
-            print(f"warning: {seen[key]} and {r['run_dir']} are both {r['strategy']} at P={r['P']}: each row is "
+            print(f"warning: {seen[key]} and {r['run_dir']} are both {key[0]} at P={r['P']}: each row is "
                   "one run, and the speed-ups are taken against the fastest run at the smallest P", flush=True)
         seen.setdefault(key, str(r["run_dir"]))
     base = min(rows, key=lambda r: r["P"])
@@ -299,6 +302,40 @@ def baseline(rows: list[dict]) -> dict:
     """The run speed-ups are taken against: the fastest (smallest ``epoch_s``) at the smallest P, of any strategy."""
     p0 = min(r["P"] for r in rows)
     return min((r for r in rows if r["P"] == p0), key=lambda r: r["epoch_s"])
+
+
+def _layout(options: dict, plan: dict) -> dict[str, str]:
+    """``layout``: the strategy's parallel layout as the run trained it — ``memory``'s i×j×k, ``grid``'s sides
+    (derived from P where the job left them 0), ``snapshot``'s checkpoint blocks — and ``line``: the plots' line,
+    the strategy with the dimensions that scale (``memory (minibatch)`` is exact, ``memory (memory)`` DistTGL's
+    approximation: one line each, not one mixing them; a P = 1 run, where none scales, starts every line)."""
+    name = options["name"]
+    if name == "memory":
+        sides = {k: int(options.get(k, 1)) for k in ("minibatch", "epoch", "memory")}
+    elif name == "grid":
+        ranks = plan.get("ranks") or []
+        groups = 1 + max((r.get("group", 0) for r in ranks), default=0)
+        sides = {"snapshot_ranks": groups, "vertex_ranks": max(1, len(ranks) // groups)}
+    else:
+        blocks = int(options.get("blocks", 1) or 1)
+        return {"layout": f"blocks {blocks}" if blocks > 1 else "", "line": name}
+    scaling = [k for k, v in sides.items() if v > 1]
+    return {"layout": "x".join(str(v) for v in sides.values()),
+            "line": f"{name} ({', '.join(scaling)})" if scaling else name}
+
+
+def _lines(rows: list[dict]) -> dict[str, list[dict]]:
+    """The plots' lines (:func:`_layout`'s ``line``), each in P order; a strategy's rows where nothing scales (P = 1)
+    start each of its lines that scale, rather than being a line of one point."""
+    keys = list(dict.fromkeys(r.get("line", r["strategy"]) for r in rows))
+    lines = {k: [r for r in rows if r.get("line", r["strategy"]) == k] for k in keys}
+    for k in [k for k in keys if " (" not in k]:
+        scaled = [j for j in keys if j.startswith(k + " (")]
+        for j in scaled:
+            lines[j] = sorted(lines[k] + lines[j], key=lambda r: r["P"])
+        if scaled:
+            del lines[k]
+    return lines
 
 
 def _full_batch(strategy: str) -> bool | None:
@@ -371,8 +408,8 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
     matplotlib.use("Agg")  # batch nodes have no display
     import matplotlib.pyplot as plt
 
-    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
-    by_strategy = {s: [r for r in rows if r["strategy"] == s] for s in strategies}
+    by_strategy = _lines(rows)
+    strategies = list(by_strategy)
     base = baseline(rows)
     label = f"{rows[0]['model']}, {', '.join(strategies)}, {mode} scaling"
     if any(r["oversubscribed"] for r in rows):
@@ -406,7 +443,7 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
                   file=sys.stderr)
             ax.hlines(r["epoch_s"], i - 0.4, i + 0.4, colors="k")
         ax.annotate(f"{r['epoch_s']:.3f}", (i, max(top, r["epoch_s"])), ha="center", va="bottom", fontsize=8)
-    ticks = [str(r["P"]) if len(strategies) == 1 else f"{r['strategy']}\n{r['P']}" for r in rows]
+    ticks = [str(r["P"]) if len(strategies) == 1 else f"{r.get('line', r['strategy'])}\n{r['P']}" for r in rows]
     ax.set_xticks(x, ticks, fontsize=8 if len(strategies) > 1 else None)
     ax.set_ylim(top=ax.get_ylim()[1] * 1.25)  # room above the tallest bar and its label for the legend
     ax.legend(loc="upper center", ncol=3, fontsize=8, frameon=False)
@@ -473,7 +510,8 @@ def report(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | 
         print(f"{r['P']:>4} {n:>9} {r['epoch_s']:>9.3f} {r['load_s']:>9.3f} {r['compute_s']:>9.3f} "
               f"{r['comm_s']:>9.3f} {r['comm_exposed_s']:>9.3f} {late:>9} "
               f"{r['bytes_per_epoch'] / _MiB:>9.2f} {r['speedup']:>9.2f} {r['efficiency']:>7.2f}"
-              f"  {r['strategy']}" + ("  oversubscribed" if r["oversubscribed"] else "")
+              f"  {r['strategy']}" + (f" {r['layout']}" if r.get("layout") else "")
+              + ("  oversubscribed" if r["oversubscribed"] else "")
               + (f"  {r['status']}" if r["status"] not in (None, "completed") else "")
               + (f"  {r['speedup'] / ceilings[r['P']]:.0%} of the node's ceiling {ceilings[r['P']]:.2f}"
                  if ceilings and r["P"] in ceilings else ""))

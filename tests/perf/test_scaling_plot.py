@@ -623,3 +623,30 @@ def test_plot_leaves_out_the_attempts_the_job_scripts_set_aside(tmp_path, capsys
                                                                           ("2", "completed", "1")]
     with pytest.raises(SystemExit, match="every run directory given is an attempt set aside"):
         scaling.main(["plot", "--out", str(tmp_path / "o2"), str(dead)])
+
+
+def test_memory_layouts_are_lines_of_their_own_and_the_csv_says_each(tmp_path):
+    """TGN's exact 2x1x1 and approximate 1x1x2 at P = 2 were two rows called `memory`, one line of the speed-up
+    figure; now each layout is its line (`memory (minibatch)`, `memory (memory)`), both starting at the P = 1 run,
+    and scaling.csv's `layout` column says which; a grid's sides are those plan.json holds."""
+    import csv
+
+    scaling = _scaling()
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = []
+    for name, P, sides in (("p1", 1, (1, 1, 1)), ("p2i", 2, (2, 1, 1)), ("p2k", 2, (1, 1, 2))):
+        d = _run_dir(tmp_path, name, P, 50, 8, _epochs(P, [3.0, 1.0, 1.0]), data, strategy="memory")
+        cfg = yaml.safe_load((d / "config.resolved.yaml").read_text())
+        cfg["strategy"].update(zip(("minibatch", "epoch", "memory"), sides, strict=True))
+        (d / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
+        runs.append(d)
+    rows = scaling.add_scaling([scaling.read_run(d) for d in runs], "strong")
+    lines = scaling._lines(rows)
+    assert {k: [Path(r["run_dir"]).name for r in v] for k, v in lines.items()} == {
+        "memory (minibatch)": ["p1", "p2i"], "memory (memory)": ["p1", "p2k"]}
+    scaling.write_csv(rows, tmp_path / "scaling.csv")
+    with open(tmp_path / "scaling.csv") as f:
+        assert sorted(r["layout"] for r in csv.DictReader(f)) == ["1x1x1", "1x1x2", "2x1x1"]
+    grid = scaling._layout({"name": "grid", "snapshot_ranks": 0, "vertex_ranks": 0},
+                           {"ranks": [{"group": 0}, {"group": 1}, {"group": 2}]})
+    assert grid == {"layout": "3x1", "line": "grid (snapshot_ranks)"}
