@@ -178,6 +178,6 @@ def test_widths_whose_weights_overflow_a_byte_count_are_one_line(tmp_path, small
     if command == "run":
         data, _ = _events(tmp_path / "ev")
         job = write_job(tmp_path / "tgn.yaml", data, model={**TGN, "memory_dim": 10**10},
-                        task={"name": "temporal_link_prediction"}, strategy={"name": "memory"})
+                        task={"name": "temporal_link_prediction", "batch_events": 50}, strategy={"name": "memory"})
         err = _refused(tmp_path, job, tmp_path / "out")
         assert "model.memory_dim: 10000000000 makes a weight of more than 2^63 bytes" in err
