@@ -15,3 +15,8 @@ def __getattr__(name: str):
     if name in ("load_run", "TrainedRun"):
         return getattr(importlib.import_module("hpcdgnn.api"), name)
     raise AttributeError(f"module 'hpcdgnn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, for a notebook's tab completion (``dir`` lists only what is loaded)."""
+    return sorted(set(globals()) | set(__all__))

@@ -193,6 +193,7 @@ def test_importing_hpcdgnn_loads_no_torch():
     import subprocess
 
     code = "import hpcdgnn, sys; assert 'torch' not in sys.modules and 'hpcdgnn.api' not in sys.modules; " \
+           "assert {'train', 'load_run', 'TrainedRun'} <= set(dir(hpcdgnn)), dir(hpcdgnn); " \
            "hpcdgnn.load_run; assert 'hpcdgnn.api' in sys.modules and 'torch' not in sys.modules"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
