@@ -259,6 +259,11 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         opts = _check(where, "snap", options)
         if w is not None:
             raise DataError(f"{where}: weight: an event stream keeps per-event values as edge_features")
+        distinct = np.unique(np.concatenate([s, d])).shape[0]
+        if n > 2**20 and n > 16 * distinct:  # before np.arange(N): ids ~1e13 raised MemoryError here
+            raise DataError(f"{where}: vertex ids reach {n - 1:,} for {distinct:,} distinct vertices: an event "
+                            "stream's vertices are 0 .. N-1 (the node memory holds N rows); number them densely, "
+                            "e.g. ids = np.unique(np.r_[src, dst], return_inverse=True)[1]")
         num_sources = n
         if opts.bipartite:  # sources 0..S-1, destinations S..N-1 (PyG's JODIE TemporalData numbers them so)
             num_sources = int(s.max()) + 1

@@ -288,6 +288,10 @@ def test_sparse_ids_are_refused_by_size_before_an_array_of_n_is_made(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB allocated before the refusal"
+    # an event stream has no size estimate: ids far sparser than its vertices are refused before np.arange(N)
+    with pytest.raises(DataError, match=r"vertex ids reach 10,000,000,000,000 for 3 distinct vertices: .* number "
+                                        r"them densely"):
+        from_arrays([0, 10**13], [1, 1], [0, 1], tmp_path / "ev", kind="events")
     assert list(tmp_path.iterdir()) == []
 
 
