@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from hpcdgnn.config.schema import RENAMED_KEYS, JobConfig, ModelConfig, StrategyConfig, TaskConfig
+from hpcdgnn.config.schema import READING_RESOLVED, RENAMED_KEYS, JobConfig, ModelConfig, StrategyConfig, TaskConfig
 from hpcdgnn.errors import ConfigError, cannot_create, not_a_directory, short_repr
 
 __all__ = ["load_job", "apply_overrides", "blame_override", "job_to_dict", "override_of", "validate_job"]
@@ -313,12 +313,15 @@ def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check
     if resolved:
         raw = _older_resolved(raw)
     raw = apply_overrides(raw, overrides or [], file)
+    reading = READING_RESOLVED.set(resolved)
     try:
         job = _build(JobConfig, raw, "", file)
         if check_paths:
             validate_job(job, file)
     except ConfigError as e:  # a key --set gave (data.path included) is the override's fault, not the file's
         raise ConfigError(blame_override(str(e), file, overrides or [])) from None
+    finally:
+        READING_RESOLVED.reset(reading)
     return job
 
 

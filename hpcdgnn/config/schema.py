@@ -6,6 +6,7 @@ rules raise ``ValueError`` in ``__post_init__``, which ``load_job`` prefixes wit
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
@@ -384,10 +385,16 @@ class AveragingConfig:
         _only_with(self, ("every_s", "every_steps"), self.mode == "async", "mode: async")
 
 
+#: set while a run's own ``config.resolved.yaml`` is read: what an older hpcdgnn accepted stays readable
+#: (resume, embed, predict, load_run), though a new job with it is refused
+READING_RESOLVED: ContextVar[bool] = ContextVar("READING_RESOLVED", default=False)
+
+
 def _only_with(cfg, names: tuple[str, ...], applies: bool, when: str) -> None:
     """Refuse a key of ``cfg`` set away from its default where it would be ignored (the config is strict: an
-    option that changes nothing is an error, not a silent no-op)."""
-    if applies:
+    option that changes nothing is an error, not a silent no-op) — not in a run's resolved config
+    (:data:`READING_RESOLVED`)."""
+    if applies or READING_RESOLVED.get():
         return
     default = {f.name: f.default for f in fields(cfg)}
     for name in names:

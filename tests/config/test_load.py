@@ -379,3 +379,16 @@ def test_a_run_saved_with_a_key_now_refused_where_it_was_ignored_still_loads(tmp
     job = load_job(p, resolved=True)
     assert job.strategy.name in ("vertex", "chunk")
     assert getattr(job.strategy, "fusion_memory_mb", "auto") == "auto" and job.strategy.stale.theta == 0.5
+
+
+def test_a_run_s_resolved_config_with_an_option_refused_since_still_loads():
+    """An idle option (sequences' cache_mb with reuse off) is refused in a job, but a run an older hpcdgnn trained
+    with it stays readable: resume, embed, predict and load_run read its config.resolved.yaml."""
+    from hpcdgnn.config.load import load_job_dict
+
+    raw = {"data": {"path": "d"}, "model": {"name": "cdgcn"}, "task": {"name": "link_prediction"},
+           "strategy": {"name": "sequences", "reuse": "off", "cache_mb": 64}}
+    job = load_job_dict(raw, "r/config.resolved.yaml", [], check_paths=False, resolved=True)
+    assert job.strategy.cache_mb == 64
+    with pytest.raises(ConfigError, match="strategy.cache_mb: applies only with reuse: on"):
+        load_job_dict(raw, "job.yaml", [], check_paths=False)
