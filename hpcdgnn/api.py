@@ -399,8 +399,12 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
     try:
         comm = Communicator.start(start_timeout(), stop=stopped)
     except StalledError as e:
+        caller.restore()
         rank, size = world_rank_size()
         _fail_alone(rank, size, abort_world, str(e), e.exit_code)
+        raise
+    except BaseException:  # a bad HPCDGNN_START_TIMEOUT, say: the caller's state back all the same
+        caller.restore()
         raise
     try:
         wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs

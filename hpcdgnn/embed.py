@@ -215,10 +215,24 @@ def _metric_line(metrics: dict, split: str) -> str:
     return ", ".join(f"{k} {fmt_metric(v)}" for k, v in metrics.items() if k.split("_")[0] in names)
 
 
+def _pass_then_close(tr, steps: list[int]):
+    """The trained run's recorded pass (:func:`~hpcdgnn.train.inference.recorded_pass`), then its strategy closed:
+    a library caller's process goes on (hybrid's batch generators must not)."""
+    from hpcdgnn.train.inference import recorded_pass
+
+    try:
+        out = recorded_pass(tr, steps)
+    except BaseException:
+        tr.strategy.close(collective=False)
+        raise
+    tr.strategy.close()  # every rank is here
+    return out
+
+
 def run_embed(args: argparse.Namespace, comm) -> int:
     """``python -m hpcdgnn embed RUNDIR --output FILE [--split S]`` on every rank (collective)."""
     from hpcdgnn.train.collective import agree
-    from hpcdgnn.train.inference import open_trained, pass_steps, recorded_pass
+    from hpcdgnn.train.inference import open_trained, pass_steps
 
     kept: dict = {}
 
@@ -227,7 +241,7 @@ def run_embed(args: argparse.Namespace, comm) -> int:
 
     tr = open_trained(args.rundir, comm, "embed", args.set or [], before)
     steps = agree(comm, lambda: pass_steps(tr, args.split))
-    metrics, epoch, recorder = recorded_pass(tr, steps)
+    metrics, epoch, recorder = _pass_then_close(tr, steps)
     writer = _Writer(args.output, kept["fmt"], len(steps)) if comm.rank == 0 else None
     _write_steps(tr, recorder, steps, writer)
     if writer is not None:
@@ -272,7 +286,7 @@ def run_predict(args: argparse.Namespace, comm) -> int:
     import torch
 
     from hpcdgnn.train.collective import agree, collective_error
-    from hpcdgnn.train.inference import open_trained, pass_steps, recorded_pass
+    from hpcdgnn.train.inference import open_trained, pass_steps
 
     kept: dict = {}
 
@@ -311,7 +325,7 @@ def run_predict(args: argparse.Namespace, comm) -> int:
                                                f"{max(usable)} only{why}"))
     else:
         steps = agree(comm, lambda: pass_steps(tr, args.split))
-    metrics, epoch, recorder = recorded_pass(tr, steps)
+    metrics, epoch, recorder = _pass_then_close(tr, steps)
     task = tr.task
 
     def head(t: int, z: np.ndarray) -> np.ndarray:

@@ -118,11 +118,12 @@ class GradientBuckets:
         """Whether these are the parameters the buckets were built for (the same objects, in order)."""
         return len(params) == len(self.params) and all(p is q for p, q in zip(params, self.params, strict=True))
 
-    def close(self) -> None:
-        """Remove the hooks and free the buckets' communicator (collective, after :meth:`synchronize`)."""
+    def close(self, collective: bool = True) -> None:
+        """Remove the hooks and free the buckets' communicator (collective, after :meth:`synchronize`);
+        ``collective=False`` (an error unwinding this rank alone): the hooks only."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        if self.comm is not None:
+        if self.comm is not None and collective:
             self.comm.free()
             self.comm = None

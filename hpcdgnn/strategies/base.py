@@ -339,12 +339,15 @@ class Strategy(Generic[B]):
         """Rank 0: a plan re-cut from each rank's compute seconds, or None to keep ``plan``."""
         return None
 
-    def close(self) -> None:
-        """Remove the gradient buckets' hooks (collective: every rank calls it at the same point)."""
+    def close(self, collective: bool = True) -> None:
+        """Let go of what outlives a pass: the gradient buckets' hooks and communicator (collective: every rank
+        calls it at the same point), a strategy's threads. ``collective=False``: an error unwinds this rank,
+        maybe alone — only what is local (threads, hooks). Idempotent."""
         buckets = getattr(self, "_grad_buckets", None)
         if buckets is not None:
-            buckets.close()
-            self._grad_buckets = None
+            buckets.close(collective)
+            if collective:
+                self._grad_buckets = None
 
 
 class FullBatchStrategy(Strategy[FullBatch]):

@@ -639,11 +639,11 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
                               "p": k["p"] / steps if steps else 0.0, "bytes": int(total[0]),
                               "generator_seconds": float(total[1])}}
 
-    def close(self) -> None:
+    def close(self, collective: bool = True) -> None:
         """Stop the reservoir's generator threads; then the base's."""
         if self.reservoir is not None:
             self.reservoir.close()
-        super().close()
+        super().close(collective)
 
     def state_dict(self) -> dict:
         """The adjuster's state (H3: a DQN's network, replay, ε and RNG), the same on every rank, and the reservoir's

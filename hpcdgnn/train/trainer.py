@@ -306,10 +306,14 @@ def run_training(job_path: str | None, overrides: list[str], output: str | None,
         try:
             return _train(run, comm, log, stop)
         except (MemoryError, RuntimeError) as e:  # one allocation larger than the rank: name this job's size keys
+            run.strategy.close(collective=False)
             detail = out_of_memory(e)
             if detail is None:
                 raise
             raise out_of_memory_error(run.job, run.manifest, comm.size, detail) from None
+        except BaseException:  # a library caller's process goes on: no generator thread or hook left behind
+            run.strategy.close(collective=False)
+            raise
     finally:
         release_runs()  # the run directory build_run held (rank 0): a library caller may resume it next
 

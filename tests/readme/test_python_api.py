@@ -268,6 +268,10 @@ def test_the_caller_s_default_dtype_and_rng_change_no_number(tmp_path, small_dat
     try:
         wide = hpcdgnn.train(job, output="wide")
         assert torch.get_default_dtype() == torch.float64
+        monkeypatch.setenv("HPCDGNN_START_TIMEOUT", "abc")  # a call that fails before it starts MPI
+        with pytest.raises(ConfigError, match="HPCDGNN_START_TIMEOUT"):
+            hpcdgnn.train(job, output="never")
+        assert torch.get_default_dtype() == torch.float64
     finally:
         torch.set_default_dtype(torch.float32)
     assert wide.losses == plain.losses

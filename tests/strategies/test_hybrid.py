@@ -308,6 +308,12 @@ def test_a_run_in_this_process_leaves_no_generator_thread_behind(launcher, spars
                                    *RESERVOIR, "strategy.reservoir.threads=2", "train.epochs=1"])
         assert proc.returncode == 0, proc.stderr
         assert not [t.name for t in threading.enumerate() if t.name.startswith("hpcdgnn-reservoir")]
+    # nor embed, whose set-up starts them again
+    from tests.conftest import mpi_env, run_in_process
+
+    proc = run_in_process(["embed", str(tmp_path / "r0"), "--output", str(tmp_path / "z.npz")], mpi_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("hpcdgnn-reservoir")]
 
 
 def test_dqn_and_inline_reservoir_are_p_invariant_and_resume_bit_for_bit(launcher, sparse, tmp_path):
