@@ -35,8 +35,8 @@ that completed, and ``run`` exits 1 naming the failures. Run the same command
 again (same ``--out``, same settings) to continue: runs whose ``summary.json``
 says completed are kept, a pre-empted one is resumed (``hpcdgnn run --resume``),
 any other is set aside as ``run-NAME.attempt-TIME`` and run again. Each run's job
-file (``job-NAME.yaml``) records its command in its first line; a re-run whose job
-or command (``--set``, ``--launcher``) differs is refused in one line before
+file (``job-NAME.yaml``) records its launcher and ``--set`` in its first line; a re-run whose
+job, ``--set`` or ``--launcher`` differ (not the interpreter's or --out's spelling) is refused in one line before
 anything is written, as is a graph generated earlier (``graph``, ``graph-pP``)
 whose manifest's N, T or density differ from those asked. Nothing an earlier sweep
 wrote is overwritten: where ``--out`` holds a report already, the new one goes
@@ -580,9 +580,10 @@ def _set_aside(path: Path) -> Path:
     return aside
 
 
-#: the first line of a job file scaling.py writes: the command that runs it (so that a re-run can tell whether it
-#: asks the same: ``--set`` and ``--launcher`` are not in the job itself)
-_RAN = "# perf/scaling.py runs this job as: "
+#: the first line of a job file scaling.py writes: the launcher and ``--set`` it runs with (so that a re-run can
+#: tell whether it asks the same: they are not in the job itself; the interpreter's path and --out's spelling,
+#: which another venv or a relative --out change, are not compared)
+_RAN = "# perf/scaling.py runs this job with launcher and --set: "
 
 
 def _job_differs(old: str, new: str) -> str | None:
@@ -605,20 +606,27 @@ def _job_differs(old: str, new: str) -> str | None:
     if old_cmd is None:
         return "written by a scaling.py that did not record its command: its --set and --launcher are unknown"
     if old_cmd != new_cmd:
-        return f"its command was {old_cmd!r}, now {new_cmd!r} (--set, --launcher)"
+        return f"its launcher and --set were {old_cmd!r}, now {new_cmd!r}"
     return None
 
 
 def _run_state(run_dir: Path) -> str:
-    """``absent``, ``completed``, ``preempted`` (summary.json says so: it has a checkpoint to resume) or
-    ``incomplete`` (anything else: failed, killed, diverged)."""
+    """``absent``, ``completed``, ``preempted`` (summary.json says so and a complete checkpoint is there to resume:
+    a stop in a new run's set-up, or in its first epoch, leaves none) or ``incomplete`` (anything else: failed,
+    killed, diverged, pre-empted without a checkpoint)."""
+    from hpcdgnn.train.checkpoint import latest_checkpoint
+
     if not run_dir.exists():
         return "absent"
     try:
         status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
+        saved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text()) or {}
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
         return "incomplete"
-    return status if status in ("completed", "preempted") else "incomplete"
+    if status == "preempted":
+        where = (saved.get("checkpoint") or {}).get("dir") or run_dir / "checkpoints"
+        return "preempted" if latest_checkpoint(where) is not None else "incomplete"
+    return status if status == "completed" else "incomplete"
 
 
 def _graph_mismatch(data: Path, vertices: int, snapshots: int, density: float) -> str | None:
@@ -678,8 +686,9 @@ def _plan_sweep(args: argparse.Namespace, out: Path) -> list[dict]:
         job, run_dir = out / f"job-{name}.yaml", out / f"run-{name}"
         cmd = [*_launch(args.launcher, P), sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(run_dir),
                *_settings(args)]
-        text = _RAN + shlex.join(cmd) + "\n" + yaml.safe_dump({
-            "data": {"path": str(data), "validate": "structure"},
+        text = _RAN + shlex.join([*_launch(args.launcher, P), *_settings(args)]) + "\n" + yaml.safe_dump({
+            # absolute: a re-run with --out spelt another way (relative, absolute) asks the same
+            "data": {"path": str(Path(data).resolve()), "validate": "structure"},
             "model": {"name": args.model, "hidden": args.hidden},
             "strategy": {"name": strategy,
                          **({"blocks": args.blocks} if args.blocks > 1 and strategy == "snapshot" else {})},

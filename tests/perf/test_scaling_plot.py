@@ -434,6 +434,8 @@ if (here / f"preempt-{{run.name}}").exists():
     (here / f"preempt-{{run.name}}").unlink()
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps({{**summary, "status": "preempted"}}))
+    (run / "checkpoints" / "epoch-000001").mkdir(parents=True)  # what it resumes from
+    (run / "checkpoints" / "epoch-000001" / "COMPLETE").write_text("{{}}")
     sys.exit(75)
 '''
 
@@ -502,12 +504,25 @@ def test_a_failed_run_is_reported_the_rest_run_and_a_rerun_continues_the_sweep(t
     # other settings: refused before anything is written, naming what differs
     jobs = {p.name: p.read_text() for p in out.glob("job-*")}
     for change, says in ((["--epochs", 3], "train.epochs 2 there, 3 now"),
-                         (["--set", "strategy.vertex_ranks=2"], "(--set, --launcher)")):
+                         (["--set", "strategy.vertex_ranks=2"], "its launcher and --set were")):
         code, stdout, stderr = _sweep(capsys, *sweep, *change)
         assert code == 2 and says in stderr and stderr.count("\n") == 1, stderr
         assert "a re-run continues one only with the same settings" in stderr
     assert {p.name: p.read_text() for p in out.glob("job-*")} == jobs
     assert len(list(out.glob("report-*"))) == 1
+
+
+def test_a_run_pre_empted_before_its_first_checkpoint_is_run_again_not_resumed(tmp_path):
+    """summary.json says preempted also for a stop in a new run's set-up or first epoch, which leaves no
+    checkpoint: --resume would refuse it at every re-run of the sweep; it is set aside and run again instead."""
+    scaling = _scaling()
+    run = _run_dir(tmp_path, "run-p2", 2, 50, 8, _epochs(2, [3.0, 1.0]), _dataset(tmp_path, "ds", "{}"))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "preempted"}))
+    assert scaling._run_state(run) == "incomplete"
+    (run / "checkpoints" / "epoch-000001").mkdir(parents=True)
+    (run / "checkpoints" / "epoch-000001" / "COMPLETE").write_text("{}")
+    assert scaling._run_state(run) == "preempted"
 
 
 def test_a_sweep_into_an_earlier_one_s_out_refuses_its_graphs_and_keeps_its_report(tmp_path, capsys):
