@@ -139,9 +139,9 @@ def counted_parameters(job: JobConfig, *build: Callable[[], Any]) -> int:
 
 @contextmanager
 def meta_build(job: JobConfig) -> Iterator[None]:
-    """The meta device, to build ``job``'s model without memory; a width so large (~1e9) that a weight's
-    byte count overflows even there is a ConfigError naming the model's largest width key, not torch's
-    RuntimeError."""
+    """The meta device, to build ``job``'s model and task head without memory; a width so large (~1e9) that a
+    weight's byte count overflows even there is a ConfigError naming the largest width key of ``model`` and
+    ``task`` (``task.decoder_hidden`` too), not torch's RuntimeError."""
     import torch
 
     try:
@@ -150,6 +150,7 @@ def meta_build(job: JobConfig) -> Iterator[None]:
     except RuntimeError as e:
         if "overflow" not in str(e):
             raise
-        key, value = max(((f.name, getattr(job.model, f.name)) for f in fields(job.model)
-                          if type(getattr(job.model, f.name)) is int), key=lambda kv: kv[1])
-        raise ConfigError(f"model.{key}: {value} makes a weight of more than 2^63 bytes; lower it") from None
+        key, value = max(((f"{section}.{f.name}", getattr(cfg, f.name))
+                          for section, cfg in (("model", job.model), ("task", job.task)) for f in fields(cfg)
+                          if type(getattr(cfg, f.name)) is int), key=lambda kv: kv[1])
+        raise ConfigError(f"{key}: {value} makes a weight of more than 2^63 bytes; lower it") from None

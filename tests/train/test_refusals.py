@@ -175,6 +175,13 @@ def test_widths_whose_weights_overflow_a_byte_count_are_one_line(tmp_path, small
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "model.hidden: 1000000000 makes a weight of more than 2^63 bytes; lower it" in proc.stderr
     assert not (tmp_path / "out").exists()
+    # the task head's width too (a decoder of 1e18 blamed model.hidden: 6)
+    job = write_job(tmp_path / "dec.yaml", small_dataset, model={"name": "cdgcn", "hidden": 6},
+                    task={"name": "link_prediction", "decoder_hidden": 10**18})
+    proc = run_in_process([command, str(job), *tail[command]], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "task.decoder_hidden" in proc.stderr, \
+        proc.stderr
+    assert "model.hidden: 6 makes" not in proc.stderr
     if command == "run":
         data, _ = _events(tmp_path / "ev")
         job = write_job(tmp_path / "tgn.yaml", data, model={**TGN, "memory_dim": 10**10},
