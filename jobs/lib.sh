@@ -293,20 +293,39 @@ def state():
         pass
     complete = ckpt.is_dir() and any((d / "COMPLETE").is_file() for d in ckpt.iterdir() if not d.name.endswith(".tmp"))
     return "checkpointed" if complete else "stale"
+def alive():
+    # what hpcdgnn.train.checkpoint.run_alive tells, without importing hpcdgnn (torch: seconds on a cold file
+    # system): rank 0 of a training run holds an exclusive flock on RUNDIR/run.lock; a file system without locks
+    # cannot tell (no)
+    import fcntl
+    try:
+        fd = os.open(run / "run.lock", os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 now = state()
 if now == "stale":
     # no checkpoint yet may be a run that trains now (another job given this RUNDIR: its rank 0 holds run.lock),
-    # not a dead attempt: wait for it as a run would (HPCDGNN_RUN_LOCK_WAIT), then look again or leave it alone
+    # not a dead attempt: wait for it as a run would (HPCDGNN_RUN_LOCK_WAIT, default 120 s; none where only the
+    # state is wanted, _HPCDGNN_STATE_NO_WAIT), then look again or leave it alone
     import time
-    from hpcdgnn.train.checkpoint import RUN_LOCK_WAIT_S, run_alive, run_lock_wait
     try:
-        wait = run_lock_wait()
-    except Exception:
-        wait = RUN_LOCK_WAIT_S
+        wait = 0.0 if os.environ.get("_HPCDGNN_STATE_NO_WAIT") else max(0.0, float(
+            os.environ.get("HPCDGNN_RUN_LOCK_WAIT") or 120))
+    except ValueError:
+        wait = 120.0
     deadline = time.monotonic() + wait
-    while run_alive(run) and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(1)
-    now = "busy" if run_alive(run) else state()
+    now = "busy" if alive() else state()
 print(now)
 EOF
 }
@@ -371,8 +390,14 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     args+=(--set "data.path=$DATA")
   fi
   mkdir -p "$(dirname "$rundir")"
-  local started
-  started=$(date +%s)
+  # the start as the file server's clock tells it (summary.json's mtime is the server's: a node's clock may differ)
+  local started mark
+  if mark=$(mktemp "$(dirname "$rundir")/.hpcdgnn-start.XXXXXX" 2>/dev/null); then
+    started=$(stat -c %Y "$mark" 2>/dev/null || date +%s)
+    rm -f "$mark"
+  else
+    started=$(date +%s)
+  fi
   _hpcdgnn_log "$(date '+%F %T') ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
@@ -432,7 +457,7 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   # a signal during the set-up stops the run before its first checkpoint (exit 75 all the same, so that the
   # job is requeued): say what the next attempt finds, a checkpoint to resume or nothing (it starts over)
   local saved="no checkpoint yet in $rundir (the next attempt starts over)"
-  if [ -n "$rundir" ] && [ "$(hpcdgnn_run_state "$rundir" 2>/dev/null)" = checkpointed ]; then
+  if [ -n "$rundir" ] && [ "$(_HPCDGNN_STATE_NO_WAIT=1 hpcdgnn_run_state "$rundir" 2>/dev/null)" = checkpointed ]; then
     saved="checkpoint in $rundir"
   fi
   # mpirun reports the ranks' exit 75 with a notice that "one or more processes exited with non-zero status"
