@@ -316,8 +316,9 @@ def inspect_dataset(root: str | Path, *, checksums: bool = True) -> dict[str, An
         A JSON-ready dict: ``num_vertices``, ``num_snapshots``, ``num_features``,
         ``feature_names``, ``directed``, ``num_classes``, ``index_dtype``, ``smoothing``,
         ``shards``, ``bytes``, ``nnz`` / ``edges`` / ``active`` (``{min, median, max, total}``
-        or None; ``edges``: distinct (u, v) pairs per snapshot), ``input_events`` (the raw file's rows
-        ``prepare`` read, None for generated or converted data), ``targets``, ``target_values``
+        or None; ``edges``: distinct (u, v) pairs per snapshot, both directions of an undirected edge),
+        ``input_events`` (the input's events ``prepare`` or ``from_arrays`` read, None for generated data),
+        ``targets``, ``target_values``
         (``{count, min, mean, max}`` or None), ``overlap`` (``{mean, min, max, pairs}`` or None), ``problems``
         and ``valid``; an event-stream dataset gets :func:`inspect_events`'s dict.
 
@@ -577,7 +578,7 @@ def format_report(r: dict[str, Any]) -> str:
         f"  shards    {r['shards']} files, {r['bytes'] / 2**20:,.1f} MiB"
         + ("" if r["checksums_verified"] else " (checksums not verified)"),
         f"  nnz(A_t)  {_fmt_summary(r['nnz'])}",
-        f"  edges     {_fmt_summary(r['edges'])}  (distinct pairs per snapshot"
+        f"  edges     {_fmt_summary(r['edges'])}  (distinct (u, v) per snapshot"
         + (f"; from {r['input_events']:,} input events)" if r.get("input_events") else ")"),
         f"  active    {_fmt_summary(r['active'])}",
         f"  targets   {_fmt_targets(r)}",

@@ -31,6 +31,7 @@ def configure_logging(rank: int, size: int, level: int = logging.INFO) -> loggin
     log = logging.getLogger(_LOGGER)
     for h in [h for h in log.handlers if getattr(h, "hpcdgnn", False)]:  # an earlier run's own
         log.removeHandler(h)
+        log.propagate = h.propagated  # as it was before that run added it
     for f in [f for f in log.filters if isinstance(f, _RankFilter)]:
         log.removeFilter(f)
     log.addFilter(_RankFilter(rank, size))
@@ -38,6 +39,7 @@ def configure_logging(rank: int, size: int, level: int = logging.INFO) -> loggin
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler.hpcdgnn = True  # type: ignore[attr-defined]
+        handler.propagated = log.propagate  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False  # one line a record, not a second through the root logger's handlers
     if log.level == logging.NOTSET:

@@ -140,7 +140,7 @@ def _whole(text: str) -> int:
     """A whole number >= 1 written in ``text``, else 0 (an unset or malformed variable is not used, as OpenMP
     ignores one)."""
     text = text.strip()
-    return int(text) if text.isdigit() and int(text) >= 1 else 0
+    return int(text) if text.isascii() and text.isdecimal() and int(text) >= 1 else 0  # "²" is a digit
 
 
 def share_cpus(mine: Sequence[int], node: Sequence[Sequence[int]]) -> int:

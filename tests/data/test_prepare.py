@@ -460,11 +460,11 @@ def test_cli_prepare_prints_summary(tmp_path, capsys):
     line = capsys.readouterr().out.strip()
     # edges are distinct pairs per snapshot (both directions, --undirected) of the file's 6 timestamped rows
     assert line == (f"prepared {out}: N=3 T=3 F=2 edges=8 nnz=8 shards=1 "
-                    "(distinct pairs per snapshot, from 6 input events)")
+                    "(distinct (u, v) per snapshot, both ways for --undirected; from 6 input events)")
     from hpcdgnn.__main__ import main
 
     assert main(["inspect", str(out)]) == 0  # inspect says the same
-    assert "total 8  (distinct pairs per snapshot; from 6 input events)" in capsys.readouterr().out
+    assert "total 8  (distinct (u, v) per snapshot; from 6 input events)" in capsys.readouterr().out
     assert "32" in _parser().format_help()  # the default snapshot count is stated in --help
 
 

@@ -32,6 +32,7 @@ def test_omp_num_threads_and_the_slurm_cpu_request_set_the_automatic_threads():
     assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "3"}) == 3
     assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "3,2"}) == 3
     assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "x"}) == share
+    assert threads_per_rank(comm, 0, {"OMP_NUM_THREADS": "²"}) == share  # a digit int() refuses
     assert threads_per_rank(comm, 0, {"SLURM_CPUS_PER_TASK": "1"}) == 1
     assert threads_per_rank(comm, 0, {"SLURM_CPUS_PER_TASK": "999"}) == share
     assert threads_per_rank(comm, 5, {"OMP_NUM_THREADS": "3", "SLURM_CPUS_PER_TASK": "1"}) == 5

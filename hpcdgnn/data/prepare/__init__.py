@@ -434,7 +434,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             f"prepared {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "
             f"edges={sum(m.snapshot_edges)} nnz={sum(m.snapshot_nnz)} shards={len(m.shards)}"
             # edges count distinct pairs per snapshot: a pair messaged k times in a snapshot is one edge
-            + (f" (distinct pairs per snapshot, from {m.source['events']} input events)"
+            + (f" (distinct (u, v) per snapshot, both ways for --undirected; from {m.source['events']} input events)"
                if (m.source or {}).get("events") else "")
         )
     note = dataset_note(m)
