@@ -244,16 +244,10 @@ mkdir -p "$rundir"
 case ${FAKE_MODE:-done} in
   done) echo '{"status": "completed"}' > "$rundir/summary.json"; exit 0 ;;
   preempt)
-    # what hpcdgnn writes when pre-empted (hpcdgnn/train/checkpoint.py, trainer.py)
+    # what hpcdgnn writes when pre-empted (hpcdgnn/train/checkpoint.py, trainer.py); FAKE_EXIT=1: a bare mpirun
+    # given the signal itself (Open MPI 5), whose ranks stop cleanly, exits 1
     trap 'mkdir -p "$rundir/checkpoints/epoch-000001" && echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
-          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit 75' USR1
-    touch "$FAKE_STARTED"
-    for _ in $(seq 600); do sleep 0.1; done
-    exit 1 ;;
-  preempt_exit1)
-    # a bare mpirun given the signal itself (Open MPI 5): its ranks stop cleanly, it exits 1
-    trap 'mkdir -p "$rundir/checkpoints/epoch-000001" && echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
-          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit 1' USR1
+          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit ${FAKE_EXIT:-75}' USR1
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
@@ -398,7 +392,7 @@ def test_a_launcher_exiting_1_after_a_clean_stop_is_a_clean_stop(fake, tmp_path)
     """HPCDGNN_LAUNCHER=mpirun under Slurm: the scheduler's signal reaches a bare mpirun too, which exits 1 after
     its ranks checkpointed and wrote summary.json (preempted) — exit 75 and the requeue, not a crash's 1."""
     rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
-    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt_exit1", **_slurm())
+    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt", FAKE_EXIT=1, **_slurm())
     assert "the launcher exited with 1 after the ranks stopped cleanly" in out, out
     assert f"pre-empted: checkpoint in {rundir}; requeueing job 4242" in out, out
 
