@@ -437,15 +437,27 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
 }
 
 _hpcdgnn_stopped_cleanly() {  # RUNDIR SINCE: summary.json written at or after SINCE (epoch s) says preempted
+  # a bare mpirun exits ~0.05 s after the signal, its ranks still checkpointing: wait for them (up to
+  # HPCDGNN_STOP_WAIT s, default 20, within Slurm's default KillWait of 30 s) rather than decide at once
   "$HPCDGNN_PY" - "$1" "$2" <<'EOF'
-import json, sys
+import json, os, sys, time
 from pathlib import Path
 summary = Path(sys.argv[1]) / "summary.json"
 try:
-    fresh = summary.stat().st_mtime >= float(sys.argv[2]) - 1
-    sys.exit(0 if fresh and json.loads(summary.read_text()).get("status") == "preempted" else 1)
-except (OSError, ValueError, AttributeError):
-    sys.exit(1)
+    wait = float(os.environ.get("HPCDGNN_STOP_WAIT") or 20)
+except ValueError:
+    wait = 20.0
+deadline = time.monotonic() + wait
+while True:
+    try:
+        fresh = summary.stat().st_mtime >= float(sys.argv[2]) - 1
+        if fresh and json.loads(summary.read_text()).get("status") == "preempted":
+            sys.exit(0)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if time.monotonic() >= deadline:
+        sys.exit(1)
+    time.sleep(0.25)
 EOF
 }
 

@@ -246,8 +246,11 @@ case ${FAKE_MODE:-done} in
   preempt)
     # what hpcdgnn writes when pre-empted (hpcdgnn/train/checkpoint.py, trainer.py); FAKE_EXIT=1: a bare mpirun
     # given the signal itself (Open MPI 5), whose ranks stop cleanly, exits 1
-    trap 'mkdir -p "$rundir/checkpoints/epoch-000001" && echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
-          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; exit ${FAKE_EXIT:-75}' USR1
+    # FAKE_LATE: the ranks write 1 s after the launcher exited
+    trap '(sleep ${FAKE_LATE:-0}; mkdir -p "$rundir/checkpoints/epoch-000001"
+           echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
+           echo "{\"status\": \"preempted\"}" > "$rundir/summary.json") &
+          [ -n "${FAKE_LATE:-}" ] || wait; exit ${FAKE_EXIT:-75}' USR1
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
@@ -380,7 +383,7 @@ def test_a_job_pre_empted_before_its_first_checkpoint_says_the_next_attempt_star
 def test_a_launcher_that_dies_after_the_signal_ends_the_script_with_its_status(fake, tmp_path):
     """The launcher exits 137 after the pre-emption signal: the script logs and exits 137 (it spun at full CPU
     until the time limit, waiting on the reaped launcher's status)."""
-    proc = fake.start("slurm-gpu.sh", FAKE_MODE="killed", **_slurm())
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="killed", HPCDGNN_STOP_WAIT=1, **_slurm())
     fake.wait_started(proc)
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=30)
@@ -392,9 +395,12 @@ def test_a_launcher_exiting_1_after_a_clean_stop_is_a_clean_stop(fake, tmp_path)
     """HPCDGNN_LAUNCHER=mpirun under Slurm: the scheduler's signal reaches a bare mpirun too, which exits 1 after
     its ranks checkpointed and wrote summary.json (preempted) — exit 75 and the requeue, not a crash's 1."""
     rundir = tmp_path / "runs" / f"hpcdgnn-gpu-4242-{STAMP}"
-    out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt", FAKE_EXIT=1, **_slurm())
-    assert "the launcher exited with 1 after the ranks stopped cleanly" in out, out
-    assert f"pre-empted: checkpoint in {rundir}; requeueing job 4242" in out, out
+    for late in ("", 1):  # the ranks' summary.json written before the launcher's exit, or a second after it
+        out = _pre_empted(fake, "slurm-gpu.sh", FAKE_MODE="preempt", FAKE_EXIT=1, FAKE_LATE=late, **_slurm())
+        assert "the launcher exited with 1 after the ranks stopped cleanly" in out, out
+        assert f"pre-empted: checkpoint in {rundir}; requeueing job 4242" in out, out
+        shutil.rmtree(rundir)
+        fake.started.unlink()  # the next start is waited for anew
 
 
 def test_slurm_cancel_does_not_requeue(fake, tmp_path):
