@@ -9,6 +9,7 @@ print one line and exit 2; a pre-empted run checkpoints and exits 75 (``EXIT_PRE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -57,6 +58,23 @@ def _interrupt(signum, frame) -> None:
 
 
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
+    """:func:`_spmd_body`; called in-process (not as the process's command), the signal handlers it sets are put
+    back on return: the caller goes on, and its later children would inherit what it leaves."""
+    from hpcdgnn import preemption
+
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+    saved = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        return _spmd_body(command, body, preemptible)
+    finally:
+        if not _AS_COMMAND:
+            preemption.reset()
+            with contextlib.suppress(ValueError, TypeError):  # not the main thread; a handler set outside Python
+                for sig, handler in saved.items():
+                    signal.signal(sig, handler)
+
+
+def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
     """Run ``body(comm)`` on every rank of the MPI job (``run``, ``embed``, ``predict``): its exit status.
 
     An error every rank meets is one line from rank 0; one a rank meets alone is its line with the rank, then
@@ -106,8 +124,10 @@ def _spmd(command: list[str], body, preemptible: bool = True) -> int:
         code = body(comm)
         # the work is done: a scheduler's early warning (or hpcdgnn-mpirun's relay of a SIGTERM) from now on must
         # not end the process with SIGUSR1's default action once the interpreter's shutdown puts it back (a
-        # completed run's job exited 138); SIG_IGN outlives that shutdown
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        # completed run's job exited 138); SIG_IGN outlives that shutdown. Only where the process is the command
+        # (an in-process caller of main goes on, and its later children would inherit the ignore)
+        if _AS_COMMAND:
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         comm.close()
         return code
     except KeyboardInterrupt:
@@ -372,8 +392,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: whether :func:`main` runs as the process's command (``python -m hpcdgnn``), not called in-process
+_AS_COMMAND = False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
+    global _AS_COMMAND
+    _AS_COMMAND = argv is None
     if argv is None and sys.argv[1:2] == ["run"]:  # a stop signal before the handlers waits for them
         from hpcdgnn import preemption
 

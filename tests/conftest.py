@@ -302,7 +302,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
     """
     import contextlib
     import io
-    import signal
     import traceback
 
     from hpcdgnn import preemption
@@ -310,9 +309,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    # a finished command ignores SIGUSR1 for the interpreter's exit (hpcdgnn/__main__.py): here the process goes on,
-    # and a disposition left ignored would pass to every later child (a signal test's subprocess then survived)
-    saved_usr1 = signal.getsignal(signal.SIGUSR1)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -330,8 +326,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
         os.environ.clear()
         os.environ.update(saved_env)
         preemption.reset()
-        with contextlib.suppress(ValueError, TypeError):  # not the main thread; a handler set outside Python
-            signal.signal(signal.SIGUSR1, saved_usr1)
     return subprocess.CompletedProcess([sys.executable, "-m", "hpcdgnn", *args], code, out.getvalue(),
                                        err.getvalue())
 

@@ -180,3 +180,18 @@ def test_a_stop_signal_after_the_run_is_done_is_no_failure(tmp_path, small_datas
         proc.kill()
     assert proc.returncode == 0, (proc.returncode, err[-2000:])
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_run_called_in_process_leaves_sigusr1_as_it_was(tmp_path, small_dataset):
+    """The ignore set once a command's work is done is for its own interpreter's exit: main() called in-process
+    (a script, the tests) goes on, and every later child process inherited the ignore (an unheld SIGUSR1 then
+    failed to end a test's subprocess, by test order)."""
+    from hpcdgnn.__main__ import main
+    from tests.conftest import run_in_process
+
+    before = signal.getsignal(signal.SIGUSR1)
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    proc = run_in_process(["run", str(job), "--output", str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert main(["embed", str(tmp_path / "run"), "--output", str(tmp_path / "z.npz")]) == 0  # no harness around it
+    assert signal.getsignal(signal.SIGUSR1) == before != signal.SIG_IGN
