@@ -890,6 +890,9 @@ def main(argv: list[str] | None = None) -> None:
         _refuse(f"--ranks {' '.join(map(str, args.ranks))}: each rank count once (each names one run directory)")
     if args.mode == "weak" and args.data:
         _refuse("--data is for strong scaling; weak scaling generates one graph per P")
+    if args.data and not (Path(args.data) / "manifest.json").is_file():  # else every run fails on it, one by one
+        _refuse(f"--data {args.data}: no dataset there (no manifest.json): give a directory 'hpcdgnn prepare' or "
+                "'generate' wrote")
     out = Path(args.out)
     _check_out(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -315,7 +315,14 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         has_weights=w is not None, source={"events": int(s.shape[0]), "time_min": float(edges.time[0]),
                                            "time_max": float(edges.time[-1])},
         **snapshot_counts(edges.src, edges.dst, n, slices, opts))
-    _check_size_first(prepared, opts, where)
+    try:
+        _check_size_first(prepared, opts, where)
+    except DataError as e:
+        distinct = np.unique(np.concatenate([s, d])).shape[0]
+        if n > 16 * distinct:  # sparse ids: fewer snapshots or allow_large would not help (N rows each)
+            raise DataError(f"{e}; the vertex ids reach {n - 1:,} for {distinct:,} distinct vertices: number them "
+                            "densely, e.g. ids = np.unique(np.r_[src, dst], return_inverse=True)[1]") from None
+        raise
     prepared.vertex_ids = np.arange(n)
     return _noted(write_prepared(prepared, opts, output, where, "snap",
                                  {**provenance, **prepared.source, "options": options_used(opts)}), output)

@@ -585,6 +585,7 @@ def test_a_graph_that_cannot_be_generated_is_one_line_and_a_second_sweep_at_once
     (["--ranks", "2", "2"], "--ranks 2 2: each rank count once"),
     (["--ranks", "1", "--epochs", "0"], "--epochs 0: must be 1 or more"),
     (["--mode", "weak", "--ranks", "1", "--data", "D"], "--data is for strong scaling"),
+    (["--ranks", "1", "2", "--data", "/nonexistent"], "--data /nonexistent: no dataset there"),  # not per run
 ])
 def test_bad_sweep_arguments_are_one_line_and_exit_2(tmp_path, capsys, args, says):
     """``--ranks 0 2`` ran mpirun -np 0 (a rank on every slot) and recorded that run as p0."""
