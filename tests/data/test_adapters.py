@@ -280,7 +280,7 @@ def test_sparse_ids_are_refused_by_size_before_an_array_of_n_is_made(tmp_path):
         from_arrays([0, 10**13], [1, 2], [0, 1], tmp_path / "huge", snapshots=5)
     assert "snapshots=5 would write about" in str(e.value) and "over the limit of 2 GiB" in str(e.value)
     assert "allow_large=True" in str(e.value) and "\n" not in str(e.value)
-    assert "for 3 distinct vertices: number them densely" in str(e.value)  # what would help here
+    assert "for 4 distinct vertices: number them densely" in str(e.value)  # what would help here
     tracemalloc.start()
     try:
         with pytest.raises(DataError, match="over the limit of 2 GiB"):  # 7 x 17 bytes x 2e7 vertices
