@@ -138,6 +138,16 @@ def _in_python_words(function):
     return wrapper
 
 
+def _sparse_ids(src: np.ndarray, dst: np.ndarray, n: int) -> str:
+    """What to say where ids numbered as given (N = the largest + 1) are far sparser than the vertices they name
+    (N above 16 × the distinct ones), else an empty string; :data:`_DENSE` says what to do."""
+    distinct = np.unique(np.concatenate([src, dst])).shape[0]
+    return f"vertex ids reach {n - 1:,} for {distinct:,} distinct vertices" if n > 16 * distinct else ""
+
+
+_DENSE = "number them densely, e.g. ids = np.unique(np.r_[src, dst], return_inverse=True)[1]"
+
+
 def _floats(value: Any, name: str, where: str) -> np.ndarray:
     """Numbers as float64: strings and objects are refused (numpy would parse "1.5" and fail on "a")."""
     a = _numpy(value, name, where)
@@ -259,11 +269,10 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         opts = _check(where, "snap", options)
         if w is not None:
             raise DataError(f"{where}: weight: an event stream keeps per-event values as edge_features")
-        distinct = np.unique(np.concatenate([s, d])).shape[0]
-        if n > 2**20 and n > 16 * distinct:  # before np.arange(N): ids ~1e13 raised MemoryError here
-            raise DataError(f"{where}: vertex ids reach {n - 1:,} for {distinct:,} distinct vertices: an event "
-                            "stream's vertices are 0 .. N-1 (the node memory holds N rows); number them densely, "
-                            "e.g. ids = np.unique(np.r_[src, dst], return_inverse=True)[1]")
+        sparse = _sparse_ids(s, d, n)
+        if n > 2**20 and sparse:  # before np.arange(N): ids ~1e13 raised MemoryError here
+            raise DataError(f"{where}: {sparse}: an event stream's vertices are 0 .. N-1 (the node memory holds N "
+                            f"rows); {_DENSE}")
         num_sources = n
         if opts.bipartite:  # sources 0..S-1, destinations S..N-1 (PyG's JODIE TemporalData numbers them so)
             num_sources = int(s.max()) + 1
@@ -306,26 +315,24 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
                         "weights='given' to store them (or leave weight= out)")
     if opts.weights == "given":
         check_given_weights(where, [w], "weight", "use weights='ones' or 'count'")
-    # ids as given make N the largest id + 1 (1e13 for sparse ids): 0 .. N-1 are made only once the size check
-    # has passed, an (N,) stand-in without memory serving the estimate until then
+    # ids as given make N the largest id + 1 (1e13 for sparse ids): the writer makes 0 .. N-1 (vertex_ids None)
+    # only once the size check has passed; the edge list's (N,) ids are a stand-in without memory
     edges = EdgeList(s, d, times, w, np.broadcast_to(np.int64(0), (n,)))
     slices = slice_events(edges.time, where, **slicing_kwargs(opts))
     prepared = PreparedInput(
-        num_vertices=n, snapshots=_snapshots(edges, slices), vertex_ids=edges.vertex_ids,
+        num_vertices=n, snapshots=_snapshots(edges, slices), vertex_ids=None,
         has_weights=w is not None, source={"events": int(s.shape[0]), "time_min": float(edges.time[0]),
                                            "time_max": float(edges.time[-1])},
         **snapshot_counts(edges.src, edges.dst, n, slices, opts))
     try:
-        _check_size_first(prepared, opts, where)
+        manifest = write_prepared(prepared, opts, output, where, "snap",
+                                  {**provenance, **prepared.source, "options": options_used(opts)})
     except DataError as e:
-        distinct = np.unique(np.concatenate([s, d])).shape[0]
-        if n > 16 * distinct:  # sparse ids: fewer snapshots or allow_large would not help (N rows each)
-            raise DataError(f"{e}; the vertex ids reach {n - 1:,} for {distinct:,} distinct vertices: number them "
-                            "densely, e.g. ids = np.unique(np.r_[src, dst], return_inverse=True)[1]") from None
+        sparse = _sparse_ids(s, d, n)
+        if sparse:  # fewer snapshots or allow_large would not help: every snapshot holds N rows
+            raise DataError(f"{e}; the {sparse}: {_DENSE}") from None
         raise
-    prepared.vertex_ids = np.arange(n)
-    return _noted(write_prepared(prepared, opts, output, where, "snap",
-                                 {**provenance, **prepared.source, "options": options_used(opts)}), output)
+    return _noted(manifest, output)
 
 
 def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = None, **options: Any):
@@ -458,25 +465,6 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
                          source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal",
                                  "options": {"reverse_edges": bool(reverse_edges)}},
                          force=force, reverse=reverse_edges)
-
-
-def _check_size_first(prepared, opts, where: Path) -> None:
-    """Refuse an output over ``prepare``'s size limits as :func:`~hpcdgnn.data.prepare.write_prepared` would
-    (the same estimate, the same message), but while ``prepared.vertex_ids`` is still a stand-in: N is the
-    largest id + 1, and np.arange(N) of sparse ids took gigabytes (ids ~1e8) or raised MemoryError (~1e13)
-    before the refusal.
-
-    Raises:
-        DataError: the output is estimated over the limits and ``allow_large`` is not set.
-    """
-    from hpcdgnn.data.prepare import _check_size, _derived_tasks
-    from hpcdgnn.data.prepare._estimate import estimate_output
-
-    _, num_classes, targets = _derived_tasks(prepared, opts)  # wraps the snapshots lazily: none is read
-    estimate = estimate_output(prepared, num_features=len(prepared.feature_names or ["in_degree", "out_degree"]),
-                               num_classes=num_classes, targets=targets is not None,
-                               smoothing_window=max(opts.edge_life, opts.mtransform), shard_size=opts.shard_size)
-    _check_size(where, "snap", opts, estimate)
 
 
 def _noted(manifest, output):

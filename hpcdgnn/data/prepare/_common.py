@@ -109,7 +109,9 @@ class PreparedInput:
 
     num_vertices: int
     snapshots: Iterable[RawSnapshot]
-    vertex_ids: np.ndarray
+    vertex_ids: np.ndarray | None
+    """The input's id of each vertex 0..N-1; None where they are 0..N-1 themselves (arrays numbered already:
+    nothing as large as N is made before the size check, N the largest id + 1 of maybe sparse ids)."""
     feature_names: list[str] | None = None
     num_classes: int = 0
     targets: str | None = None

@@ -77,7 +77,9 @@ class OutputEstimate:
         )
 
 
-def _vertex_id_bytes(ids: np.ndarray) -> int:
+def _vertex_id_bytes(ids: np.ndarray | None, n: int) -> int:
+    if ids is None:  # 0 .. N-1, written as int64
+        return 8 * n
     ids = np.asarray(ids)
     if ids.dtype.kind in "US":
         return int(sum(32 + 8 * math.ceil(len(str(i).encode()) / 8) for i in ids.tolist()))
@@ -131,7 +133,7 @@ def estimate_output(
         + edge_bytes
         + shards * H5_FILE_BYTES
         + H5_FILE_BYTES
-        + _vertex_id_bytes(prepared.vertex_ids)
+        + _vertex_id_bytes(prepared.vertex_ids, prepared.num_vertices)
         + MANIFEST_BASE_BYTES
         + MANIFEST_SNAPSHOT_BYTES * T
         + MANIFEST_SHARD_BYTES * shards
