@@ -293,39 +293,23 @@ def state():
         pass
     complete = ckpt.is_dir() and any((d / "COMPLETE").is_file() for d in ckpt.iterdir() if not d.name.endswith(".tmp"))
     return "checkpointed" if complete else "stale"
-def alive():
-    # what hpcdgnn.train.checkpoint.run_alive tells, without importing hpcdgnn (torch: seconds on a cold file
-    # system): rank 0 of a training run holds an exclusive flock on RUNDIR/run.lock; a file system without locks
-    # cannot tell (no)
-    import fcntl
-    try:
-        fd = os.open(run / "run.lock", os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 now = state()
 if now == "stale":
     # no checkpoint yet may be a run that trains now (another job given this RUNDIR: its rank 0 holds run.lock),
-    # not a dead attempt: wait for it as a run would (HPCDGNN_RUN_LOCK_WAIT, default 120 s; none where only the
-    # state is wanted, _HPCDGNN_STATE_NO_WAIT), then look again or leave it alone
+    # not a dead attempt: wait for it as a run would (HPCDGNN_RUN_LOCK_WAIT; none where only the state is wanted,
+    # _HPCDGNN_STATE_NO_WAIT), then look again or leave it alone. hpcdgnn.run_lock loads no torch; a file system
+    # without locks cannot tell (None): not alive
     import time
+    from hpcdgnn.errors import ConfigError
+    from hpcdgnn.run_lock import RUN_LOCK_WAIT_S, run_alive, run_lock_wait
     try:
-        wait = 0.0 if os.environ.get("_HPCDGNN_STATE_NO_WAIT") else max(0.0, float(
-            os.environ.get("HPCDGNN_RUN_LOCK_WAIT") or 120))
-    except ValueError:
-        wait = 120.0
+        wait = 0.0 if os.environ.get("_HPCDGNN_STATE_NO_WAIT") else run_lock_wait()
+    except ConfigError:
+        wait = RUN_LOCK_WAIT_S
     deadline = time.monotonic() + wait
-    while alive() and time.monotonic() < deadline:
+    while run_alive(run) and time.monotonic() < deadline:
         time.sleep(1)
-    now = "busy" if alive() else state()
+    now = "busy" if run_alive(run) else state()
 print(now)
 EOF
 }

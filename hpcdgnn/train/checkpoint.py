@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import fcntl
 import io
 import json
 import os
@@ -39,7 +38,6 @@ import time
 import types
 import uuid
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +45,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdgnn.errors import ConfigError, DataError, env_seconds
+from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics.results import writing
+from hpcdgnn.run_lock import _HELD, _NO_LOCKS, LOCK_FILE, _lock, release_runs, run_lock_wait
 
 __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", "claim_run_dir", "ensure_run_id",
            "complete_record", "hold_run", "load_partial", "release_runs",
@@ -57,8 +56,6 @@ __all__ = ["CheckpointManager", "HeldCheckpoint", "array_bytes", "check_owner", 
 
 _COMPLETE = "COMPLETE"
 RUN_ID_FILE = "run_id"
-#: the file a training run's rank 0 holds locked (:func:`hold_run`)
-LOCK_FILE = "run.lock"
 
 
 def read_run_id(run_dir: Path) -> str | None:
@@ -93,45 +90,6 @@ def ensure_run_id(run_dir: Path) -> str:
     if read_run_id(run_dir) is None:
         claim_run_dir(run_dir)
     return read_run_id(run_dir)
-
-
-#: run directories (resolved) whose ``run.lock`` this process holds locked, and the descriptor holding each
-_HELD: dict[Path, int] = {}
-#: what flock answers on a file system without locks (Lustre mounted without ``flock``, some NFS set-ups; EBADF:
-#: NFS's emulation on a descriptor it cannot lock for writing)
-_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
-
-
-#: seconds :func:`hold_run` waits for another holder to let go (``HPCDGNN_RUN_LOCK_WAIT``)
-RUN_LOCK_WAIT_S = 120.0
-
-
-def run_lock_wait(environ: Mapping[str, str] = os.environ) -> float:
-    """``HPCDGNN_RUN_LOCK_WAIT`` in seconds (>= 0), else :data:`RUN_LOCK_WAIT_S`.
-
-    Raises:
-        ConfigError: a value that is not a number >= 0.
-    """
-    return env_seconds("HPCDGNN_RUN_LOCK_WAIT", RUN_LOCK_WAIT_S, zero_ok=True, environ=environ)
-
-
-def _lock(path: Path) -> int | None:
-    """An exclusive ``flock`` on ``path`` (made if absent; opened for writing, which NFS's emulation of flock by
-    byte-range locks needs), without waiting: its descriptor; None where another holds it.
-
-    Raises:
-        OSError: the file system refuses the lock itself (:data:`_NO_LOCKS`, or another reason).
-    """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 def hold_run(run_dir: Path, where: str) -> None:
@@ -176,35 +134,6 @@ def hold_run(run_dir: Path, where: str) -> None:
                                  "(HPCDGNN_RUN_LOCK_WAIT)")
             said = True
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-
-
-def run_alive(run_dir: Path) -> bool | None:
-    """Whether a process holds ``run_dir`` (:func:`hold_run`) now: True, False, or None where it cannot be told
-    (a file system without locks)."""
-    path = Path(run_dir) / LOCK_FILE
-    if Path(run_dir).resolve() in _HELD:
-        return True
-    if not path.is_file():
-        return False
-    try:
-        fd = _lock(path)
-    except OSError:
-        return None
-    if fd is None:
-        return True
-    os.close(fd)
-    return False
-
-
-def release_runs(run_dir: Path | None = None) -> None:
-    """Let go of ``run_dir`` (default: every run directory) this process holds (:func:`hold_run`)."""
-    if run_dir is not None:
-        fd = _HELD.pop(Path(run_dir).resolve(), None)
-        if fd is not None:
-            os.close(fd)
-        return
-    while _HELD:
-        os.close(_HELD.popitem()[1])
 
 
 def complete_record(ckpt: Path) -> dict[str, Any]:

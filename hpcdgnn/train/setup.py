@@ -39,10 +39,10 @@ from hpcdgnn.nn.models import DGNN
 from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
 from hpcdgnn.regimes import job_regime, regime_of, regimes
+from hpcdgnn.run_lock import LOCK_FILE, release_runs, run_alive
 from hpcdgnn.strategies import Strategy, StrategyContext, get_strategy
 from hpcdgnn.tasks import task_class
 from hpcdgnn.train.checkpoint import (
-    LOCK_FILE,
     RUN_ID_FILE,
     check_owner,
     claim_run_dir,
@@ -54,9 +54,7 @@ from hpcdgnn.train.checkpoint import (
     load_shared,
     load_state,
     read_run_id,
-    release_runs,
     restore_rng,
-    run_alive,
     strategy_state,
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
@@ -127,9 +125,10 @@ def threads_per_rank(comm: Communicator, requested: int, environ: Mapping[str, s
     """Torch threads per rank (collective over the node): the request (``train.threads``), else
     ``OMP_NUM_THREADS`` (as torch and every OpenMP code take it; its first level), else this rank's share of its
     CPUs, at most ``SLURM_CPUS_PER_TASK`` (what the job asked for a rank where Slurm does not bind its tasks)."""
-    share = share_cpus(cpu_affinity(), node_cpu_sets(comm))  # every rank joins the node's exchange
-    if requested > 0:
+    if requested > 0:  # the job's, the same on every rank
         return requested
+    # every rank joins the node's exchange, whatever its environment says (it may differ between ranks)
+    share = share_cpus(cpu_affinity(), node_cpu_sets(comm))
     omp = _whole(environ.get("OMP_NUM_THREADS", "").split(",")[0])
     if omp:
         return omp

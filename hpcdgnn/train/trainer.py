@@ -47,13 +47,13 @@ from hpcdgnn.metrics.summary import RunTotals, write_summary
 from hpcdgnn.ops import kernels
 from hpcdgnn.progress import Progress
 from hpcdgnn.regimes import job_regime
+from hpcdgnn.run_lock import release_runs
 from hpcdgnn.train.checkpoint import (
     CheckpointManager,
     HeldCheckpoint,
     array_bytes,
     latest_checkpoint,
     read_run_id,
-    release_runs,
 )
 from hpcdgnn.train.collective import collective_error
 from hpcdgnn.train.footprint import out_of_memory_error

@@ -370,12 +370,13 @@ def test_a_file_system_that_takes_no_lock_warns_and_trains(tmp_path, monkeypatch
     import errno
     import logging
 
+    from hpcdgnn import run_lock
     from hpcdgnn.train import checkpoint
 
     def refused(fd, op):
         raise OSError(errno.EBADF, "Bad file descriptor")
 
-    monkeypatch.setattr(checkpoint.fcntl, "flock", refused)
+    monkeypatch.setattr(run_lock.fcntl, "flock", refused)
     monkeypatch.setattr(logging.getLogger("hpcdgnn"), "propagate", True)  # an earlier run in this process set it
     with caplog.at_level(logging.WARNING):
         checkpoint.hold_run(tmp_path, "--resume X")
