@@ -44,11 +44,29 @@ def mpirun_cmd(P: int) -> list[str]:
 def generate_graph(path: Path, vertices: int, snapshots: int, density: float, spatial_spread: float = 0.0,
                    temporal_spread: float = 0.0) -> None:
     """An IBM §6.3 random graph (seed 1; DGC §7.3.1 non-uniform with the spreads) at ``path``, flushed to
-    disk before anything is timed."""
-    subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(path), "--vertices", str(vertices),
-                    "--snapshots", str(snapshots), "--density", str(density), "--seed", "1",
-                    "--spatial-spread", str(spatial_spread), "--temporal-spread", str(temporal_spread)], check=True)
+    disk before anything is timed.
+
+    Raises:
+        RuntimeError: one line, hpcdgnn's error line (``check=True`` gave a CalledProcessError's traceback).
+    """
+    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(path), "--vertices",
+                           str(vertices), "--snapshots", str(snapshots), "--density", str(density), "--seed", "1",
+                           "--spatial-spread", str(spatial_spread), "--temporal-spread", str(temporal_spread)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"generating {path} failed (exit {proc.returncode}): {error_line(proc)}")
+    print(proc.stdout.strip(), flush=True)
     os.sync()  # written back now, not during the first timed run
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    """The line that says why a command failed: hpcdgnn's ``error:`` line, else its last line."""
+    for text in (proc.stderr or "", proc.stdout or ""):
+        said = [line.strip() for line in text.splitlines() if "error:" in line]
+        if said:
+            return said[-1]
+    lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
 
 
 def run_env() -> dict[str, str]:

@@ -117,7 +117,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_epoch import mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import error_line, generate_graph, mpirun_cmd, run_env  # noqa: E402
 
 _MiB = 1024.0 * 1024.0
 
@@ -646,26 +646,13 @@ def _graph_mismatch(data: Path, vertices: int, snapshots: int, density: float) -
 
 
 def _generate(data: Path, vertices: int, snapshots: int, density: float) -> str | None:
-    """Generate the sweep's graph as :func:`bench_epoch.generate_graph` does; returns None, or hpcdgnn's error
-    line (that function's ``check=True`` raised CalledProcessError: a traceback after the error line)."""
-    proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(data), "--vertices",
-                           str(vertices), "--snapshots", str(snapshots), "--density", str(density), "--seed", "1"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        return f"generating {data} failed (exit {proc.returncode}): {_error_line(proc)}"
-    print(proc.stdout.strip(), flush=True)
-    os.sync()  # written back now, not during the first timed run
+    """Generate the sweep's graph (:func:`bench_epoch.generate_graph`); returns None, or why it failed (one
+    line: the failure is the runs' that need the graph, not the sweep's end)."""
+    try:
+        generate_graph(data, vertices, snapshots, density)
+    except RuntimeError as e:
+        return str(e)
     return None
-
-
-def _error_line(proc: subprocess.CompletedProcess) -> str:
-    """The line that says why a command failed: hpcdgnn's ``error:`` line, else its last line."""
-    for text in (proc.stderr or "", proc.stdout or ""):
-        said = [line.strip() for line in text.splitlines() if "error:" in line]
-        if said:
-            return said[-1]
-    lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"
 
 
 def _plan_sweep(args: argparse.Namespace, out: Path) -> list[dict]:
@@ -751,7 +738,7 @@ def run_sweep(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
             why = "pre-empted (exit 75; a re-run of this sweep resumes it)" if proc.returncode == 75 else \
-                f"failed (exit {proc.returncode}): {_error_line(proc)}"
+                f"failed (exit {proc.returncode}): {error_line(proc)}"
             if proc.returncode not in (2, 75):  # a crash: its traceback says more than its last line
                 print(proc.stderr[-2000:], file=sys.stderr, flush=True)
             print(f"  {what}: {why}", file=sys.stderr, flush=True)
@@ -805,7 +792,7 @@ def run_ceiling(args: argparse.Namespace, runs: list[Path], dest: Path) -> tuple
             log = proc.communicate()[0]
             if proc.returncode != 0:
                 failed.append(f"ceiling P={P}: copy {d.name} failed (exit {proc.returncode}): "
-                              f"{_error_line(subprocess.CompletedProcess([], proc.returncode, log, ''))}")
+                              f"{error_line(subprocess.CompletedProcess([], proc.returncode, log, ''))}")
         if failed:
             print("\n".join(f"  {f}" for f in failed), file=sys.stderr, flush=True)
             failures += failed
