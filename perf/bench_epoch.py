@@ -47,7 +47,7 @@ def generate_graph(path: Path, vertices: int, snapshots: int, density: float, sp
     disk before anything is timed.
 
     Raises:
-        RuntimeError: one line, hpcdgnn's error line (``check=True`` gave a CalledProcessError's traceback).
+        RuntimeError: one line: the path, the exit status and hpcdgnn's error line.
     """
     proc = subprocess.run([sys.executable, "-m", "hpcdgnn", "generate", "--output", str(path), "--vertices",
                            str(vertices), "--snapshots", str(snapshots), "--density", str(density), "--seed", "1",

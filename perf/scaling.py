@@ -465,7 +465,7 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
         ax.plot(cp, [ceilings[p] for p in cp], "k_", ms=18, mew=2, label="node ceiling (P one-rank runs at once)")
         ax.set_zorder(ax2.get_zorder() + 1)  # the speed-up axes on top: the efficiency markers may sit there
         ax.patch.set_visible(False)
-    # from the data: a super-linear efficiency (1.76 measured: caches) went off a fixed 0..1.1 axis
+    # from the data: a super-linear efficiency (caches) exceeds 1
     ax2.set_ylim(0, 1.1 * max(1.0, *(r["efficiency"] for r in rows)))
     ax2.set_ylabel("parallel efficiency")
     ax.set_xscale("log", base=2)
