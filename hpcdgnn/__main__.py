@@ -44,6 +44,18 @@ def _install_abort_hook(comm) -> None:
     sys.excepthook = hook
 
 
+def _check_environment() -> None:
+    """Refuse a bad ``HPCDGNN_KERNELS``, ``HPCDGNN_KERNELS_SKIP``, ``HPCDGNN_BUCKET_BYTES`` or
+    ``HPCDGNN_START_TIMEOUT`` (one line naming the variable)."""
+    from hpcdgnn.comm.world import start_timeout
+    from hpcdgnn.ops import kernels
+    from hpcdgnn.tasks.link_prediction import bucket_bytes
+
+    kernels.mode()
+    bucket_bytes()
+    start_timeout()
+
+
 def _env_switches() -> list[str]:
     """The kernel switch that changes a run's arithmetic as ``VAR=value`` (its meaning, not spelling), compared
     across ranks: mpirun passes a variable to other nodes only with ``-x``."""
@@ -95,10 +107,14 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
             signal.signal(sig, _interrupt)
         stop = preemption.PreemptionFlag()
     from hpcdgnn.comm import Communicator
-    from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
+    from hpcdgnn.comm.world import START_TIMEOUT_S, abort_world, start_timeout, world_rank_size
 
+    try:  # a bad value is refused once the ranks can agree on it (one line, not one per rank)
+        timeout = start_timeout()
+    except ConfigError:
+        timeout = START_TIMEOUT_S
     try:  # no hang when a rank runs another MPI program (MPMD)
-        comm = Communicator.start(start_timeout(), stop=lambda: stop.raised)
+        comm = Communicator.start(timeout, stop=lambda: stop.raised)
     except StalledError as e:  # this rank alone, before a communicator exists
         rank, size = world_rank_size()
         return _rank_error(rank, size, abort_world, str(e),
@@ -112,11 +128,13 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         _install_abort_hook(comm)
     try:
         from hpcdgnn.comm.world import check_same_command, check_world_size
-        from hpcdgnn.train.collective import collective_error
+        from hpcdgnn.train.collective import agree, collective_error
 
         wrong_world = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
         if wrong_world:
             raise collective_error(ConfigError(wrong_world))
+        # before any work: one line from rank 0 (naming another rank whose environment alone is wrong)
+        agree(comm, _check_environment)
         if comm.size > 1:
             differ = check_same_command(comm, _env_switches() + command)
             if differ:
@@ -406,18 +424,6 @@ def main(argv: list[str] | None = None) -> int:
         preemption.hold()
     args = _parser().parse_args(argv)
     if args.command in ("run", "embed", "predict"):
-        # checked before MPI starts: a bad value is one line and exit 2, not a mid-epoch abort
-        try:
-            from hpcdgnn.comm.world import start_timeout
-            from hpcdgnn.ops import kernels
-            from hpcdgnn.tasks.link_prediction import bucket_bytes
-
-            kernels.mode()
-            bucket_bytes()
-            start_timeout()
-        except HpcdgnnError as e:
-            print(f"hpcdgnn: error: {e}", file=sys.stderr)
-            return EXIT_USAGE
         return args.func(args)
     import signal
 

@@ -320,6 +320,28 @@ def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, sm
     assert same.returncode == 0, same.stdout + same.stderr
 
 
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("HPCDGNN_KERNELS", "maybe", "environment HPCDGNN_KERNELS='maybe': use numba, torch or always"),
+    ("HPCDGNN_START_TIMEOUT", "soon", "environment HPCDGNN_START_TIMEOUT='soon': seconds > 0 (default 600)")])
+def test_a_bad_variable_is_one_line_at_any_rank_count(launcher, tmp_path, small_dataset, variable, value, said):
+    """Every rank refused a bad HPCDGNN_* value before MPI started, each with its own line (P lines at P = 128):
+    the ranks now agree first, and rank 0 says it once — naming the rank where only another rank's environment
+    is wrong (here -x on rank 1's part of an MPMD launch), which ended the job without a word from rank 0."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    env = {k: v for k, v in mpi_env().items() if k != variable}
+    proc = subprocess.run(launcher.command(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "all")]),
+                          capture_output=True, text=True, timeout=120, env={**env, variable: value}, cwd=REPO)
+    assert _one_line(proc) == f"hpcdgnn: error: {said}"
+    assert not (tmp_path / "all").exists()
+    if not launcher.open_mpi:
+        return  # the MPMD ':' syntax and -x are Open MPI's here
+    run = [sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "one")]
+    cmd = [launcher.mpirun, "--oversubscribe", "-np", "1", *run, ":", "-np", "1", "-x", f"{variable}={value}", *run]
+    line = _one_line(subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO))
+    assert line == f"hpcdgnn: error: rank 1: {said}"
+    assert not (tmp_path / "one").exists()
+
+
 def test_bucket_bytes_are_compared_by_meaning(launcher, tmp_path, small_dataset):
     """HPCDGNN_BUCKET_BYTES orders the decoder's pairs (the gradient sums' rounding). Its default depends on the
     device, so the ranks compare it resolved, once they have a device: on the CPU the default spelled out on one
