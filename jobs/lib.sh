@@ -12,7 +12,9 @@
 #                              collegemsg-events), or a graph generated from a name n<N>-t<T>-f<f>[-s<seed>]
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
-#                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC
+#                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC; a completed
+#                              RUNDIR is left alone: RC 0 when it ran this job's settings, else 2 (a reused
+#                              SWEEP or RUNDIR of another job, --set or epoch count), the first difference named
 #   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | foreign (no run's files) |
 #                              stale (no complete checkpoint);
 #                              a stale RUNDIR is moved aside, and the dead attempt's entries in a checkpoint.dir
@@ -314,6 +316,22 @@ print(now)
 EOF
 }
 
+_hpcdgnn_finished_differs() {  # RUNDIR JOB [run args...]: prints the first setting the completed run lacks
+  "$HPCDGNN_PY" - "$@" <<'EOF'
+import sys
+from hpcdgnn.train.setup import finished_differs
+sets, on = [], False
+for a in sys.argv[3:]:  # the run's --set values (the script passes no other option)
+    if a.startswith("--"):
+        on = a == "--set"
+        if a.startswith("--set="):
+            sets.append(a[len("--set="):])
+    elif on:
+        sets.append(a)
+print(finished_differs(sys.argv[1], sys.argv[2], sets) or "")
+EOF
+}
+
 hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; result in HPCDGNN_RC
   local job=$1 rundir=$2 mode rc a prev=
   shift 2
@@ -324,12 +342,23 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     HPCDGNN_RC=$HPCDGNN_EXIT_PREEMPTED
     return 0
   fi
-  local state
+  local runargs=("$@")
+  while IFS= read -r a; do runargs+=("$a"); done < <(hpcdgnn_extra_flags HPCDGNN_ARGS)
+  if [ -n "${DATA:-}" ]; then
+    runargs+=(--set "data.path=$DATA")
+  fi
+  local state differs
   state=$(hpcdgnn_run_state "$rundir") || state="unreadable"
   case $state in
     completed)
-      _hpcdgnn_log "$rundir is finished (summary.json: completed); nothing to do (it ran its own job and" \
-        "--set values: a sweep of other settings needs another SWEEP or RUNDIR)"
+      if differs=$(_hpcdgnn_finished_differs "$rundir" "$job" "${runargs[@]}") && [ -n "$differs" ]; then
+        # a reused SWEEP (or RUNDIR) with another job: its results are not this job's
+        _hpcdgnn_log "$rundir is a finished run of other settings ($differs): give this job another SWEEP or" \
+          "RUNDIR"
+        HPCDGNN_RC=2
+        return 0
+      fi
+      _hpcdgnn_log "$rundir is finished (summary.json: completed) with this job's settings; nothing to do"
       return 0
       ;;
     diverged)
@@ -368,11 +397,7 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
       return 0
       ;;
   esac
-  local args=(-m hpcdgnn run "$job" "$mode" "$rundir" "$@")
-  while IFS= read -r a; do args+=("$a"); done < <(hpcdgnn_extra_flags HPCDGNN_ARGS)
-  if [ -n "${DATA:-}" ]; then
-    args+=(--set "data.path=$DATA")
-  fi
+  local args=(-m hpcdgnn run "$job" "$mode" "$rundir" "${runargs[@]}")
   mkdir -p "$(dirname "$rundir")"
   # the start as the file server's clock tells it (summary.json's mtime is the server's: a node's clock may differ)
   local started mark

@@ -363,6 +363,43 @@ def check_resume_job(saved: JobConfig, job: JobConfig, resume: str, overrides: l
                     ignore=_RESUMABLE)
 
 
+def finished_differs(run_dir: str | Path, job_path: str, overrides: list[str]) -> str | None:
+    """For a job script given the directory of a completed run: the first setting of ``job_path`` with
+    ``overrides`` the run did not train with, as one line, or None (the same job: nothing to do; or a run whose
+    saved job cannot be read, which the script's own message covers).
+
+    What a scaling sweep must not take for its own: a reused sweep name with another job, ``--set`` or epoch
+    count found the earlier sweep's runs completed and reported them. Compared as a resume compares
+    (:data:`_RESUMABLE` keys but ``train.epochs`` may differ; ``strategy: auto`` by its request), and
+    ``data.path`` by the dataset (:func:`dataset_fingerprint`), not its spelling."""
+    run_dir = Path(run_dir)
+    try:
+        saved = load_job(run_dir / "config.resolved.yaml", check_paths=False, resolved=True)
+    except (HpcdgnnError, OSError):
+        return None
+    try:
+        job = load_job(job_path, overrides, check_paths=False)
+        if get_strategy(job.strategy.name).picks_another:
+            job = _resumed_pick(job, saved, run_dir, str(run_dir), overrides, job_path)
+        before, after = _flatten(job_to_dict(saved)), _flatten(job_to_dict(job))
+        if before.get("data.path") != after.get("data.path"):
+            try:
+                same = dataset_fingerprint(str(before["data.path"])) == dataset_fingerprint(str(after["data.path"]))
+            except (OSError, ValueError, KeyError):
+                same = False
+            if same:
+                before.pop("data.path"), after.pop("data.path")
+        ignore = tuple(k for k in _RESUMABLE if k not in ("train.epochs", "data.path"))
+        _refuse_changes(before, after, str(run_dir), overrides, job_path, ignore=ignore, refusal=_other_run)
+    except HpcdgnnError as e:
+        return str(e)
+    return None
+
+
+def _other_run(who: str, new: object, old: object, run_dir: str) -> ConfigError:
+    return ConfigError(f"{who}: is {new!r} but the completed run in {run_dir} used {old!r}")
+
+
 #: keys (prefixes) that shape a checkpoint's parameters: ``embed`` and ``predict`` keep the run's
 _TRAINED = ("model.", "task.name", "task.decoder_hidden", "train.lr")
 

@@ -905,6 +905,23 @@ def test_local_script_end_to_end(launcher, small_dataset, tmp_path):
     )
     assert proc.returncode == 0 and "nothing to do" in proc.stderr, proc.stderr
     assert (rundir / "metrics.jsonl").read_text() == before
+    # the same dataset elsewhere (DATA) is the same job; another epoch count or --set is not: a reused SWEEP or
+    # RUNDIR reported the earlier job's run as this one's (exit 0, "nothing to do")
+    shutil.copytree(small_dataset, tmp_path / "copy")
+    for extra, env in (([], {"DATA": tmp_path / "copy"}), (["--set", "train.epochs=3"], {}),
+                       (["--set", "model.hidden=5"], {"HPCDGNN_ARGS": "--set train.epochs=2"})):
+        proc = subprocess.run(["bash", str(JOBS / "local.sh"), *extra],
+                              env=_local_env(launcher, JOB=job, RUNDIR=rundir, **env), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=180)
+        if not extra:
+            assert proc.returncode == 0 and "with this job's settings; nothing to do" in proc.stderr, proc.stderr
+            continue
+        key, value = extra[1].split("=")
+        old = {"train.epochs": 2, "model.hidden": 6}[key]
+        assert proc.returncode == 2, proc.stderr
+        assert (f"{rundir} is a finished run of other settings (--set {key}: is {value} but the completed run in "
+                f"{rundir} used {old}): give this job another SWEEP or RUNDIR") in proc.stderr, proc.stderr
+    assert (rundir / "metrics.jsonl").read_text() == before
 
 
 def _has_resume() -> bool:
