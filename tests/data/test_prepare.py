@@ -323,7 +323,14 @@ def test_jodie_next_activity_and_errors(tmp_path):
     short = _write(tmp_path, "short.csv", JODIE + "1,2,3\n")
     with pytest.raises(DataError, match=r"short\.csv:8: expected at least 4 fields"):
         prepare_dataset(short, "jodie", tmp_path / "b", labels="state")
-    prepare_dataset(short, "jodie", tmp_path / "no-label")  # a row without the label it does not read
+    # one row shorter than the others is cut (a truncated last line: "1,2,3" may be "1,2,3600,0,..." cut short),
+    # refused as --kind events does; rows that all lack a label it does not read are read
+    with pytest.raises(DataError, match=r"short\.csv:8: expected 6 fields like line 2, got 3"):
+        prepare_dataset(short, "jodie", tmp_path / "no-label")
+    unlabelled = "".join(",".join(row.split(",")[:3]) + "\n" for row in JODIE.splitlines()[1:])
+    m = prepare_dataset(_write(tmp_path, "unlabelled.csv", JODIE.splitlines()[0] + "\n" + unlabelled), "jodie",
+                        tmp_path / "no-label")
+    assert m.source["events"] == 6
     with pytest.raises(DataError, match=r"shorter\.csv:8: expected at least 3 fields \(user,item,timestamp\)"):
         prepare_dataset(_write(tmp_path, "shorter.csv", JODIE + "1,2\n"), "jodie", tmp_path / "b")
 

@@ -136,6 +136,33 @@ def test_jodie_columns_by_index_reordered_and_headerless(tmp_path):
     assert _dataset(tmp_path / "h") == _dataset(tmp_path / "n") == _dataset(tmp_path / "ref")
 
 
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+@pytest.mark.parametrize("text, fields, names", [
+    # JODIE's header naming its features one by one, more of them than the rows hold
+    (_jodie("user_id,item_id,timestamp,state_label,f0,f1,f2,f3"), 6, 8),
+    # TGN's ml_ header over rows without its index column: each role would be read from its neighbour's column
+    (_jodie(",u,i,ts,label,idx", trailing_idx=True), 5, 6),
+    # rows with an index column under a header without it (the users read from the index, the items as users)
+    (_jodie("u,i,ts,label,idx", index="", trailing_idx=True), 6, 5),
+], ids=["jodie_names_more", "ml_rows_without_index", "rows_with_unnamed_index"])
+def test_jodie_header_and_rows_of_other_widths_are_refused(tmp_path, kind, text, fields, names):
+    """A header that names more or fewer columns than the rows hold is one line for either kind, not a dataset
+    read from shifted columns; JODIE's own header (one name for all the features) stays exempt (variants above)."""
+    p = _write(tmp_path, "w.csv", text)
+    with pytest.raises(DataError, match=rf"w\.csv:2: {fields} fields, but the header names {names} ") as e:
+        prepare_dataset(p, "jodie", tmp_path / "o", kind=kind)
+    assert "\n" not in str(e.value) and not (tmp_path / "o").exists()
+
+
+def test_jodie_snapshot_rows_of_another_width_are_refused(tmp_path):
+    """A row with a field more or less than the first is refused for snapshots as for events (its columns moved)."""
+    lines = VARIANTS["tgl"].splitlines()
+    lines[3] += ",0.9"
+    p = _write(tmp_path, "r.csv", "\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"r\.csv:4: expected 6 fields like line 2, got 7"):
+        prepare_dataset(p, "jodie", tmp_path / "o", snapshots=2)
+
+
 # --------------------------------------------------------------------------- SNAP with a header / --columns
 
 

@@ -98,17 +98,20 @@ def _what(key: str, names: dict[str, str]) -> str:
 
 def check_width(path: Path, header: list[str] | None, names: dict[str, str], lineno: int, width: int) -> None:
     """Refuse a header whose field count is not the rows': a named feature would be dropped, or the label read
-    as a feature. JODIE's own header (``...,state_label,comma_separated_list_of_features``) names no features
-    one by one and is exempt.
+    as a feature, or (a column missing before the ones mapped by name) every role read from its neighbour.
+    JODIE's own header (``...,state_label,comma_separated_list_of_features``: at most one name after the four
+    roles, for all the features) names no features one by one and is exempt; with more names it does.
 
     Raises:
         DataError: both counts, the header's and line ``lineno``'s.
     """
-    if header is None or tuple(names.values()) == _LEGACY or len(header) == width:
+    legacy = tuple(names.values()) == _LEGACY and len(header or ()) <= len(_LEGACY) + 1
+    if header is None or legacy or len(header) == width:
         return
     raise DataError(f"{path}:{lineno}: {width} fields, but the header names {len(header)} "
-                    f"({describe_header(header)}); a named column would be dropped or the label read as a feature: "
-                    "make the header and the rows agree (or map the columns with --columns)")
+                    f"({describe_header(header)}); a named column would be dropped, the label read as a feature "
+                    "or each column read under its neighbour's name: make the header and the rows agree (or map the "
+                    "columns with --columns)")
 
 
 def _data_rows(
@@ -137,7 +140,8 @@ def _parse(
 ) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
     """Columns user, item (tokens), time and state label (None without a label column, or unless ``labels``:
     a label column that is not used is not checked either) of a JODIE csv."""
-    rows, index, names, _ = _data_rows(path, columns)
+    rows, index, names, first = _data_rows(path, columns)
+    header = split_fields(first, True) if first is not None else None
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
@@ -147,11 +151,19 @@ def _parse(
     il = index.get("label") if labels else None
     need = max(v for k, v in index.items() if k != "label" or labels) + 1  # a label column unused is not required
     label_name = _what("label", names)
+    width = first_line = 0
     for lineno, s in rows:
         parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
         if len(parts) < need:
             fields = ",".join(names[k] for k in index if k != "label" or labels)
             raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {len(parts)}")
+        fields_here = s.count(",") + 1  # as --kind events: a row of another width has its columns shifted
+        if not width:
+            width, first_line = fields_here, lineno
+            if columns is None:
+                check_width(path, header, names, lineno, width)
+        elif fields_here != width:
+            raise DataError(f"{path}:{lineno}: expected {width} fields like line {first_line}, got {fields_here}")
         users.append(parts[iu].strip())
         items.append(parts[ii].strip())
         times.append(parts[it].strip())
