@@ -173,6 +173,11 @@ def test_jodie_bipartite_with_edge_features(tmp_path):
     ml = tmp_path / "ml.csv"
     ml.write_text(",u,i,ts,label,idx\n0,1,2,1.0,0,1\n1,2,2,2.0,0,2\n")
     assert prepare_dataset(ml, "jodie", tmp_path / "ml", kind="events").edge_feature_dim == 0
+    # TGL's edges.csv: its split columns say which events are tested on, no features of them
+    edges = tmp_path / "edges.csv"
+    edges.write_text(",src,dst,time,int_roll,ext_roll\n0,1,2,1.0,0,0\n1,2,2,2.0,0,1\n2,1,3,3.0,1,2\n")
+    m = prepare_dataset(edges, "jodie", tmp_path / "tgl-edges", kind="events")
+    assert m.num_events == 3 and m.num_sources == 2 and m.edge_feature_dim == 0
     bad = tmp_path / "bad.csv"
     bad.write_text("u,i,ts,label,f\n0,0,1,0,2.5\n1,0,2,0,oops\n")
     with pytest.raises(DataError, match=r"bad\.csv:3: edge feature 'f' 'oops' is not a finite number"):

@@ -10,7 +10,8 @@ or one column per role named by :data:`~._common.COLUMN_ALIASES`; anything else 
 Snapshots ignore the edge features (they carry vertex features only, IBM §6.1);
 ``--labels state`` labels user u at t with the max ``state_label`` of its interactions
 in t (-1 for none, items always -1). ``--kind events`` (:func:`parse_jodie_events`)
-keeps every unmapped column that is not unnamed, ``idx`` or label-like as a float
+keeps every unmapped column that is not unnamed, ``idx``, label-like or TGL's split
+(``int_roll``, ``ext_roll``) as a float
 edge feature, named from the header when it has one name per field, else ``feat_k``
 (JODIE's header ends with one name for all features).
 """
@@ -53,6 +54,10 @@ JODIE_COLUMN_KEYS = ("src", "dst", "time", "label")
 
 #: The original JODIE header, as the first four columns are named in messages.
 _LEGACY = ("user", "item", "timestamp", "state_label")
+
+#: TGL's ``edges.csv`` (``,src,dst,time,int_roll,ext_roll``): each event's split (0 train, 1 val, 2 test), not a
+#: feature of it; as one, it would tell the model which events are the ones it is tested on.
+_SPLIT_COLUMNS = ("int_roll", "ext_roll")
 
 
 def _unrecognised(path: Path, lineno: int, header: list[str], why: str = "") -> DataError:
@@ -282,7 +287,7 @@ def parse_jodie_events(
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
     mapped = set(index.values())
-    not_features = {"", "idx", *COLUMN_ALIASES["label"]}
+    not_features = {"", "idx", *COLUMN_ALIASES["label"], *_SPLIT_COLUMNS}
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
