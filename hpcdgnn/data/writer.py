@@ -156,12 +156,15 @@ def _force_refusal(root: Path) -> str | None:
 
 def check_output(root: str | Path, force: bool, inputs: tuple[str | Path, ...] = ()) -> None:
     """Refuse (:class:`DataError`) a non-empty ``root`` unless ``force``, and even then anything but an
-    earlier dataset or what holds one of ``inputs``; never a link or the working directory (or above),
-    which the final rename cannot replace."""
+    earlier dataset or what holds one of ``inputs``; never a link, a mount point or the working directory (or
+    above), which the final rename cannot replace."""
     root = Path(root)
     where = root.resolve()
     if root.is_symlink():
         raise DataError(f"{root}: output is a symbolic link; give its target ({where}) as --output")
+    if os.path.ismount(root):  # a volume's root: --force emptied it and then failed to replace it
+        raise DataError(f"{root}: output is a mount point, which the dataset (written beside it, then renamed into "
+                        f"place) cannot replace; give a directory inside it, e.g. {root / 'dataset'}")
     if where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
         raise DataError(f"{root}: output is the working directory or holds it; name a directory for the dataset")
     for path in inputs:
@@ -279,7 +282,8 @@ def replace_dir(tmp: Path, root: Path, force: bool) -> None:
         _TEMPORARIES.discard(tmp)
     except OSError as e:
         if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-            raise
+            raise DataError(f"{root}: cannot move the finished dataset into place: {e.strerror or e} (this one is "
+                            "discarded)") from None
         raise DataError(f"{root}: another dataset was written there while this one was (two prepares into one "
                         "--output?); it is kept, and this one discarded") from None
 

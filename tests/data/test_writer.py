@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import h5py
 import numpy as np
 import pytest
@@ -248,6 +252,29 @@ def test_force_replaces_only_an_earlier_dataset(tmp_path, monkeypatch):
         write_dataset(tmp_path / "elink", _raw(), num_vertices=N)
     with pytest.raises(DataError, match="cannot create the output here"):
         write_dataset(tmp_path / "afile" / "sub", _raw(), num_vertices=N)
+    assert _tree(tmp_path) == before
+
+
+def test_a_mount_point_is_no_output(tmp_path, monkeypatch):
+    """A volume's root (``--output /data`` in a container) cannot be renamed over: ``--force`` emptied the earlier
+    dataset there, then stopped in a traceback (EBUSY) keeping nothing. It is refused in one line before anything
+    is removed, and a final rename that fails anyway (EBUSY, EACCES) is one line, with nothing left behind."""
+    write_dataset(tmp_path / "vol", _raw(), num_vertices=N)
+    before = _tree(tmp_path)
+    vol, real = str(tmp_path / "vol"), os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: os.fspath(p) == vol or real(p))
+    for force in (True, False):
+        with pytest.raises(DataError, match=r"vol: output is a mount point.*give a directory inside it"):
+            write_dataset(tmp_path / "vol", _raw(), num_vertices=N, force=force)
+    assert _tree(tmp_path) == before
+    monkeypatch.undo()
+
+    def busy(self, target):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+
+    monkeypatch.setattr(Path, "rename", busy)
+    with pytest.raises(DataError, match=r"new: cannot move the finished dataset into place: Device or resource busy"):
+        write_dataset(tmp_path / "new", _raw(), num_vertices=N)
     assert _tree(tmp_path) == before
 
 
