@@ -221,3 +221,15 @@ def test_a_header_alone_suggests_columns_and_long_tokens_are_cut(tmp_path, capsy
     raw.write_text("1 2 " + "9" * 200_000 + "\n")
     err = _refused([str(raw), "--format", "snap", "--output", str(tmp_path / "o")], capsys, "…' is not a finite")
     assert len(err) < 300
+
+
+@pytest.mark.parametrize("magic, words", [(b"\x28\xb5\x2f\xfd\x24\x0c", "zstd-compressed"),
+                                          (b"PK\x03\x04\x14\x00", "a zip archive")])
+def test_a_zstd_or_zip_input_is_named_not_decoded(tmp_path, capsys, magic, words):
+    """A .zst (TGB, Network Repository mirrors) or .zip (Network Repository's downloads) input is named with the
+    command that extracts it, not reported as 'line 1: not UTF-8 text'."""
+    p = tmp_path / "edges.bin"
+    p.write_bytes(magic + bytes(range(256)))
+    _refused([str(p), "--format", "snap", "--output", str(tmp_path / "o")], capsys, f"{p}: {words}, which prepare",
+             "extract it first")
+    assert not (tmp_path / "o").exists()

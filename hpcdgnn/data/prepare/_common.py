@@ -62,6 +62,8 @@ DEFAULT_LAGS = 4
 _GZIP = b"\x1f\x8b"
 _XZ = b"\xfd7zXZ\x00"
 _BZ2 = b"BZh"
+#: Containers read by no standard-library module of Python 3.11: named, not decoded as text.
+_UNREAD = {b"\x28\xb5\x2f\xfd": ("zstd-compressed", "zstd -d"), b"PK\x03\x04": ("a zip archive", "unzip")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +155,7 @@ def read_input_bytes(path: Path) -> bytes:
     """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes, not suffix.
 
     Raises:
-        DataError: missing/unreadable file or corrupt compressed stream, naming ``path``.
+        DataError: missing/unreadable file, corrupt compressed stream, or a zstd or zip file, naming ``path``.
     """
     try:
         raw = path.read_bytes()
@@ -172,6 +174,10 @@ def read_input_bytes(path: Path) -> bytes:
             return bz2.decompress(raw)
     except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
         raise DataError(f"{path}: corrupt compressed input: {e}") from None
+    for magic, (what, tool) in _UNREAD.items():
+        if raw.startswith(magic):
+            raise DataError(f"{path}: {what}, which prepare does not read (plain, gzip, xz or bz2): extract it "
+                            f"first ({tool} {path})")
     return raw
 
 
