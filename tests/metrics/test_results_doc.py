@@ -88,3 +88,13 @@ def test_the_memory_strategy_s_load_is_said():
     assert len(re.findall(r"self\.load_seconds \+=", text)) >= 2  # the batch's input and memory read; the write
     _says("under `memory` (TGN) also each training batch's input made ready",
           "the node memory's reads and writes, so not zero there")
+
+
+def test_the_scaling_csv_s_memory_and_split_are_said():
+    """perf/scaling.py's peak memory is summary.json's engine_peak_bytes (not RSS); comm_s is the time under way,
+    comm_exposed_s the part that adds up to the epoch."""
+    text = (REPO / "perf" / "scaling.py").read_text()
+    assert '"engine_peak_bytes": max(summary["memory"]["engine_peak_bytes"])' in text
+    assert '"comm_s": mean("comm")' in text and '"comm_exposed_s": mean("comm_exposed"' in text
+    _says("peak memory (`engine_peak_bytes`: the largest rank's resident inputs plus activation peak",
+          "`comm_exposed_s`, the blocked part, is what adds up with the other two to the epoch")
