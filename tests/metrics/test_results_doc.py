@@ -98,3 +98,11 @@ def test_the_scaling_csv_s_memory_and_split_are_said():
     assert '"comm_s": mean("comm")' in text and '"comm_exposed_s": mean("comm_exposed"' in text
     _says("peak memory (`engine_peak_bytes`: the largest rank's resident inputs plus activation peak",
           "`comm_exposed_s`, the blocked part, is what adds up with the other two to the epoch")
+
+
+def test_the_memory_record_s_train_events_are_said():
+    """Under ``strategy.epoch: j`` every trainer of a batch counts its events: j × the stream's."""
+    text = (REPO / "hpcdgnn" / "strategies" / "memory.py").read_text()
+    assert "self._train_events += work.events.shape[0]" in text  # each trainer, its own slice
+    assert '"train_events": int(events[0])' in text and "allreduce_array([self._train_events" in text
+    _says("`train_events` — the events trained on, summed over trainers: `strategy.epoch` j trains each event j times")
