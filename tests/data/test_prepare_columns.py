@@ -163,6 +163,41 @@ def test_jodie_snapshot_rows_of_another_width_are_refused(tmp_path):
         prepare_dataset(p, "jodie", tmp_path / "o", snapshots=2)
 
 
+@pytest.mark.parametrize("fmt", ["snap", "jodie"])
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+@pytest.mark.parametrize("text, fields, names", [
+    # TGL's edges.csv header over rows without its index column: src read from dst, dst from time, time from ext_roll
+    (",src,dst,time,ext_roll\n" + "".join(f"{u},{i},{t},0\n" for u, i, t, _ in ROWS), 4, 5),
+    # rows with a leading index column under a header without it: src read from the index, time from dst
+    ("src,dst,time\n" + "".join(f"{k},{u},{i},{t}\n" for k, (u, i, t, _) in enumerate(ROWS)), 4, 3),
+], ids=["header_names_an_index_the_rows_lack", "rows_hold_an_index_the_header_lacks"])
+def test_columns_by_name_under_a_header_of_another_width_are_refused(tmp_path, fmt, kind, text, fields, names):
+    """--columns by name reads the header's names: a header of another width than the rows would take each column
+    from its neighbour (ids as times, silently); refused in one line. By index the rows' own columns are read."""
+    p = _write(tmp_path, "w.csv", text)
+    with pytest.raises(DataError, match=rf"w\.csv:2: {fields} fields, but the header names {names} ") as e:
+        prepare_dataset(p, fmt, tmp_path / "o", kind=kind, columns="src=src,dst=dst,time=time")
+    assert "\n" not in str(e.value) and "--columns by 0-based index" in str(e.value)
+    assert not (tmp_path / "o").exists()
+    if names > fields:  # the rows' own columns by index: the header's names are not read
+        m = prepare_dataset(p, fmt, tmp_path / "o", kind=kind, columns="src=0,dst=1,time=2")
+        assert m.source["events"] == len(ROWS)
+
+
+def test_snap_columns_rows_of_another_width_are_refused(tmp_path):
+    """With --columns, a row with a field more than the first is refused as without (a weight read as the time)."""
+    p = _write(tmp_path, "r.txt", "1 2 10\n2 3 11\n3 1 5 12\n1 3 13\n")
+    with pytest.raises(DataError, match=r"r\.txt:3: expected 3 columns like line 1, got 4"):
+        prepare_dataset(p, "snap", tmp_path / "o", snapshots=2, columns="src=0,dst=1,time=2")
+
+
+def test_jodie_own_header_mapped_by_name_is_read(tmp_path):
+    """JODIE's own header, one name for all the features, stays exempt when --columns names its columns."""
+    p = _write(tmp_path, "j.csv", VARIANTS["jodie"])
+    m = prepare_dataset(p, "jodie", tmp_path / "o", kind="events", columns="src=user_id,dst=item_id,time=timestamp")
+    assert m.num_events == len(ROWS) and m.edge_feature_dim == 2
+
+
 # --------------------------------------------------------------------------- SNAP with a header / --columns
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "split_fields",
     "looks_like_header",
     "describe_header",
+    "check_header_width",
     "guess_columns",
     "stored_edges_per_slice",
     "concat_snapshots",
@@ -438,6 +439,21 @@ def looks_like_header(first: Sequence[str], second: Sequence[str] | None) -> boo
     if second is None:
         return False
     return any(not _is_number(a) and _is_number(b) for a, b in zip(first, second, strict=False))
+
+
+def check_header_width(path: Path, header: Sequence[str] | None, lineno: int, width: int) -> None:
+    """Refuse a header read by name that names another number of columns than the rows hold (``width`` fields at
+    line ``lineno``): a column missing or extra before a named one reads each under its neighbour's name (ids as
+    times), one after drops a named column (a feature) or reads the label as a feature.
+
+    Raises:
+        DataError: both counts, the header's and line ``lineno``'s.
+    """
+    if header is None or len(header) == width:
+        return
+    raise DataError(f"{path}:{lineno}: {width} fields, but the header names {len(header)} "
+                    f"({describe_header(header)}); read by name, columns would be taken from their neighbours or "
+                    "dropped: make the header and the rows agree (or map the columns with --columns by 0-based index)")
 
 
 def describe_header(names: Sequence[str], limit: int = 8) -> str:

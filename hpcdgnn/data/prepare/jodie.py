@@ -30,6 +30,7 @@ from hpcdgnn.data.prepare._common import (
     PreparedInput,
     PrepareOptions,
     Slice,
+    check_header_width,
     describe_header,
     guess_columns,
     looks_like_header,
@@ -101,22 +102,14 @@ def _what(key: str, names: dict[str, str]) -> str:
     return f"{key} (column {name})" if name.isdigit() else f"{key} column {name!r}"
 
 
-def check_width(path: Path, header: list[str] | None, names: dict[str, str], lineno: int, width: int) -> None:
-    """Refuse a header whose field count is not the rows': a named feature would be dropped, or the label read
-    as a feature, or (a column missing before the ones mapped by name) every role read from its neighbour.
-    JODIE's own header (``...,state_label,comma_separated_list_of_features``: at most one name after the four
-    roles, for all the features) names no features one by one and is exempt; with more names it does.
-
-    Raises:
-        DataError: both counts, the header's and line ``lineno``'s.
-    """
-    legacy = tuple(names.values()) == _LEGACY and len(header or ()) <= len(_LEGACY) + 1
-    if header is None or legacy or len(header) == width:
+def check_width(path: Path, header: list[str] | None, lineno: int, width: int) -> None:
+    """:func:`~._common.check_header_width`, but JODIE's own header (``user_id,item_id,timestamp,state_label,
+    comma_separated_list_of_features``: at most one name after the four roles, for all the features) names no
+    features one by one and is exempt; with more names it does."""
+    head = [h.strip().lower() for h in header or ()]
+    if len(_LEGACY) <= len(head) <= len(_LEGACY) + 1 and "user" in head[0] and "item" in head[1]:
         return
-    raise DataError(f"{path}:{lineno}: {width} fields, but the header names {len(header)} "
-                    f"({describe_header(header)}); a named column would be dropped, the label read as a feature "
-                    "or each column read under its neighbour's name: make the header and the rows agree (or map the "
-                    "columns with --columns)")
+    check_header_width(path, header, lineno, width)
 
 
 def _data_rows(
@@ -147,6 +140,7 @@ def _parse(
     a label column that is not used is not checked either) of a JODIE csv."""
     rows, index, names, first = _data_rows(path, columns)
     header = split_fields(first, True) if first is not None else None
+    by_name = columns is None or any(not v.isdigit() for v in columns.values())  # the header says which is which
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
@@ -165,8 +159,8 @@ def _parse(
         fields_here = s.count(",") + 1  # as --kind events: a row of another width has its columns shifted
         if not width:
             width, first_line = fields_here, lineno
-            if columns is None:
-                check_width(path, header, names, lineno, width)
+            if by_name:
+                check_width(path, header, lineno, width)
         elif fields_here != width:
             raise DataError(f"{path}:{lineno}: expected {width} fields like line {first_line}, got {fields_here}")
         users.append(parts[iu].strip())
@@ -284,6 +278,7 @@ def parse_jodie_events(
     """
     data, index, names, first = _data_rows(path, columns)
     header = [h.strip().strip('"').strip() for h in split_fields(first, True)] if first is not None else None
+    by_name = columns is None or any(not v.isdigit() for v in columns.values())  # the header says which is which
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
     mapped = set(index.values())
@@ -305,8 +300,8 @@ def parse_jodie_events(
             if width < need:
                 fields = ",".join(names[k] for k in index)
                 raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {width}")
-            if columns is None:
-                check_width(path, header, names, lineno, width)
+            if by_name:
+                check_width(path, header, lineno, width)
             named = header if header is not None else []
             fcols = [
                 j for j in range(width) if j not in mapped and not (j < len(named) and named[j].lower() in not_features)

@@ -32,6 +32,7 @@ from hpcdgnn.data.prepare._common import (
     Slice,
     _is_number,
     check_given_weights,
+    check_header_width,
     describe_header,
     guess_columns,
     looks_like_header,
@@ -176,10 +177,17 @@ def _parse_mapped(
     it = itertools.chain(head, rows)
     if header is not None:
         next(it)
+    width = first_line = 0
     for lineno, s in it:
         parts = split_fields(s, comma)
         if len(parts) < need:
             raise DataError(f"{path}:{lineno}: expected at least {need} columns for --columns {want}, got {len(parts)}")
+        if not width:  # a row of another width has its columns moved: read by index, a weight as the time
+            width, first_line = len(parts), lineno
+            if by_name:
+                check_header_width(path, header, lineno, width)
+        elif len(parts) != width:
+            raise DataError(f"{path}:{lineno}: expected {width} columns like line {first_line}, got {len(parts)}")
         for k in keys:
             data[k].append(parts[index[k]])
         lines.append(lineno)
