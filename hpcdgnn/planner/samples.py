@@ -20,8 +20,9 @@ is the largest counted sample's.
 
 What is counted: ``sequences`` — evenly spaced sequences (at most :data:`MAX_SEQUENCES` per split), each with
 :data:`PER_SEQUENCE` node batches of epoch 1, every sequence priced as its nearest counted one; ``hybrid`` — the
-first batches of each action in use (:data:`DRAWS` shared among them, at least 2 each), split by owner, the task
-scoring counted once per batch, and each rank's evaluation pass.
+first batches of each action in use (:data:`DRAWS` shared among them, at least 2 each), split by owner, and each
+rank's evaluation pass; the task scoring of a batch, and of the evaluation, counted on one rank's part and carried
+to the others by their rows.
 Traffic per step and round: see :func:`sequences_cost` and :func:`hybrid_cost`.
 """
 
@@ -173,6 +174,18 @@ class _Hybrid(HybridBatches, _Structure):
     def _scores(self, t: int, train: bool) -> bool:
         """Whether the batch's (training) or the evaluation's (validation, test) loss reads step t."""
         return any(t in self.ranges[s] for s in ((0,) if train else (1, 2)))
+
+
+def _scaled_head(h: _Hybrid, layout, seq, first: tuple[Counted, int] | None) -> tuple[tuple[Counted, int], Counted]:
+    """The task scoring of ``layout`` (one rank's part of a batch or of the evaluation): counted on the first
+    rank's part, ``first`` — its (head, rows), returned to be passed on — and carried to the others by their rows
+    (the same calls; FLOPs and held pairs in proportion): the scoring runs under the counting mode once, not
+    once per rank."""
+    rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
+    if first is None:
+        first = (h._head(layout, range(seq.start, seq.stop)), rows)
+    share = rows / max(first[1], 1)
+    return first, Counted(flops=first[0].flops * share, ops=first[0].ops, held_pairs=first[0].held_pairs * share)
 
 
 def _row_entries(crow: np.ndarray, rows: np.ndarray) -> int:
@@ -412,12 +425,7 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
                 mine = targets[h.owner[targets] == p]
                 if mine.shape[0]:
                     layout = h._layout(task, 1, seq, mine, (0,))
-                    rows = (layout.cells if layout.cells is not None else layout.vertices).shape[0]
-                    if first is None:
-                        first = (h._head(layout, range(seq.start, seq.stop)), rows)
-                    share = rows / max(first[1], 1)
-                    head = Counted(flops=first[0].flops * share, ops=first[0].ops,
-                                   held_pairs=first[0].held_pairs * share)
+                    first, head = _scaled_head(h, layout, seq, first)
                     c, saved = h.work_of(layout, work, F, head)
                     train[p] += c.scaled(steps / (len(used) * draws))
                     peak[p] = max(peak[p], saved)
@@ -434,12 +442,14 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
     dqn, measured = o.adjuster.kind == "dqn", o.adjuster.reward_time == "measured"
     params = sum(p.numel() for m in (model, task) for p in m.parameters() if p.requires_grad)
     round_bytes = (3 * params + 1) * item  # parameters, both moments, a count
-    ranks = []
+    ranks, whole, first = [], Sequence(0, 0, h.stop, 1), None
     for p in range(P):
         mine = np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64))
         evaluation = Counted()
         if mine.shape[0] and h.stop:
-            evaluation, _ = h.work_of(h._layout(task, 1, Sequence(0, 0, h.stop, 1), mine, (1, 2)), work, F)
+            layout = h._layout(task, 1, whole, mine, (1, 2))
+            first, head = _scaled_head(h, layout, whole, first)
+            evaluation, _ = h.work_of(layout, work, F, head)
         # ``optimizer_steps``: the steps whose gradients are all-reduced (none under async; Adam still steps)
         w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p],
                      host_bytes=everything if wide else host_bytes(closures[p]),

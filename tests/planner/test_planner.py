@@ -448,6 +448,25 @@ def test_the_task_head_is_priced_where_its_examples_are_scored():
     assert nodes.seconds(whole, rates, 2) == 0.0 and nodes.saved(whole, 2) == 8.0 * N
 
 
+def test_hybrid_prices_the_task_scoring_once_whatever_p(launcher, small_dataset, tmp_path, monkeypatch):
+    """The task's scoring of each counted batch and of the evaluation ran under the counting mode once per rank
+    (plan --ranks 64 of email-Eu-core: four minutes in it): it is counted on one rank's part and carried to the
+    others by their rows, so the counted scorings do not grow with P."""
+    from hpcdgnn.planner import samples
+
+    calls = []
+    head = samples._Structure._head
+    monkeypatch.setattr(samples._Structure, "_head", lambda self, *a: calls.append(1) or head(self, *a))
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy=_HYBRID)
+    counts = {}
+    for P in (1, 2, 5):
+        calls.clear()
+        (pred,) = _plan(launcher, job, "--ranks", str(P), "--strategies", "hybrid")
+        counts[P] = len(calls)
+        assert pred["epoch_s"] > 0
+    assert counts[1] == counts[2] == counts[5] > 0, counts
+
+
 def test_a_hybrid_reservoir_is_said_to_be_unpriced(launcher, small_dataset, tmp_path):
     """The reservoir's snapshot batches (every vertex) are not in the counted draws: with reservoir.mode: on a run
     held about 3× the activations the plan showed, without a word. The prediction now says so (and the table)."""
