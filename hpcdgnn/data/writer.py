@@ -97,8 +97,8 @@ def first_not_finite(stored: np.ndarray) -> tuple[int, ...] | None:
 
 def human_bytes(n: float) -> str:
     """``9.61 GiB``: bytes in the largest binary unit that keeps the number >= 1."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(n) < 1024 or unit == "EiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")

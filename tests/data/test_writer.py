@@ -12,7 +12,7 @@ import pytest
 
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
-from hpcdgnn.data.writer import RawSnapshot, _dedupe, _sum_sparse, edge_keys, write_dataset
+from hpcdgnn.data.writer import RawSnapshot, _dedupe, _sum_sparse, edge_keys, human_bytes, write_dataset
 from hpcdgnn.errors import DataError
 
 N = 5
@@ -293,3 +293,9 @@ def test_prepare_never_replaces_its_input(tmp_path):
     m = prepare_dataset(raw, "snap", tmp_path / "in2", snapshots=2)
     m2 = prepare_dataset(raw, "snap", tmp_path / "in2", snapshots=3, force=True)  # a dataset: replaced
     assert (m.num_snapshots, m2.num_snapshots) == (2, 3)
+
+
+def test_human_bytes_names_sizes_beyond_gibibytes():
+    """A refused output of petabytes read '1.72e+06 GiB': the largest binary unit that keeps the number >= 1."""
+    assert [human_bytes(n) for n in (512, 1536, 3 * 2**30, 1.5 * 2**40, 1.72e6 * 2**30, 2**70)] == [
+        "512 B", "1.5 KiB", "3 GiB", "1.5 TiB", "1.64 PiB", "1.02e+03 EiB"]
