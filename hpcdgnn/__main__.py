@@ -44,18 +44,6 @@ def _install_abort_hook(comm) -> None:
     sys.excepthook = hook
 
 
-def _check_environment() -> None:
-    """Refuse a bad ``HPCDGNN_KERNELS``, ``HPCDGNN_KERNELS_SKIP``, ``HPCDGNN_BUCKET_BYTES`` or
-    ``HPCDGNN_START_TIMEOUT`` (one line naming the variable)."""
-    from hpcdgnn.comm.world import start_timeout
-    from hpcdgnn.ops import kernels
-    from hpcdgnn.tasks.link_prediction import bucket_bytes
-
-    kernels.mode()
-    bucket_bytes()
-    start_timeout()
-
-
 def _env_switches() -> list[str]:
     """The kernel switch that changes a run's arithmetic as ``VAR=value`` (its meaning, not spelling), compared
     across ranks: mpirun passes a variable to other nodes only with ``-x``."""
@@ -128,13 +116,12 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         _install_abort_hook(comm)
     try:
         from hpcdgnn.comm.world import check_same_command, check_world_size
-        from hpcdgnn.train.collective import agree, collective_error
+        from hpcdgnn.train.collective import agree_environment, collective_error
 
         wrong_world = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
         if wrong_world:
             raise collective_error(ConfigError(wrong_world))
-        # before any work: one line from rank 0 (naming another rank whose environment alone is wrong)
-        agree(comm, _check_environment)
+        agree_environment(comm)
         if comm.size > 1:
             differ = check_same_command(comm, _env_switches() + command)
             if differ:

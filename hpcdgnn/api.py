@@ -393,7 +393,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, check_world_size, start_timeout, world_rank_size
     from hpcdgnn.errors import StalledError
-    from hpcdgnn.train.collective import collective_error
+    from hpcdgnn.train.collective import agree_environment, collective_error
 
     caller = _CallerState.save()
     try:
@@ -410,6 +410,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
         wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
         if wrong:
             raise collective_error(ConfigError(wrong))
+        agree_environment(comm)
         result = body(comm)
         comm.barrier(tag="api.done")  # every rank returns once rank 0 has written what the call writes
         return result

@@ -12,7 +12,7 @@ from typing import TypeVar
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.errors import HpcdgnnError
 
-__all__ = ["agree", "collective_error", "root_then_bcast"]
+__all__ = ["agree", "agree_environment", "collective_error", "root_then_bcast"]
 
 R = TypeVar("R")
 
@@ -40,6 +40,25 @@ def agree(comm: Communicator, fn: Callable[[], R]) -> R:
             prefix = f"rank {rank}: " if comm.size > 1 and rank != 0 else ""
             _raise_collective(f[0], prefix + f[1])
     return result  # type: ignore[return-value]
+
+
+def _check_environment() -> None:
+    """Refuse a bad ``HPCDGNN_KERNELS``, ``HPCDGNN_KERNELS_SKIP``, ``HPCDGNN_BUCKET_BYTES`` or
+    ``HPCDGNN_START_TIMEOUT`` (one line naming the variable)."""
+    from hpcdgnn.comm.world import start_timeout
+    from hpcdgnn.ops import kernels
+    from hpcdgnn.tasks.link_prediction import bucket_bytes
+
+    kernels.mode()
+    bucket_bytes()
+    start_timeout()
+
+
+def agree_environment(comm: Communicator) -> None:
+    """Check the ``HPCDGNN_*`` variables that a run reads on every rank before any work (:func:`agree`): one line
+    from rank 0, naming another rank whose environment alone is wrong, instead of one line per rank or an abort
+    mid-set-up."""
+    agree(comm, _check_environment)
 
 
 def root_then_bcast(comm: Communicator, fn: Callable[[], R]) -> R:

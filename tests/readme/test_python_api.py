@@ -223,6 +223,25 @@ def test_a_job_given_differently_to_one_rank_is_refused_on_every_rank(tmp_path, 
     assert not list(tmp_path.glob("run*")) and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.mpi
+def test_a_bad_variable_on_one_rank_is_raised_on_every_rank(tmp_path, small_dataset, launcher):
+    """A bad HPCDGNN_BUCKET_BYTES on rank 1 alone was met there alone, mid-set-up: its line and MPI_Abort ended the
+    caller's script. The ranks check their environment first and agree: every rank raises the one line."""
+    script = tmp_path / "env.py"
+    script.write_text(
+        "import os\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        "if rank == 1:\n    os.environ['HPCDGNN_BUCKET_BYTES'] = 'half'\n"
+        f"job = {{'data': {{'path': {str(small_dataset)!r}}}}}\n"
+        "try:\n    hpcdgnn.train(job)\nexcept ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
+    proc = launcher.run(2, [str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    assert caught == ["CAUGHT rank 1: environment HPCDGNN_BUCKET_BYTES='half': a byte count >= 0 (0: no buckets)"] * 2, \
+        proc.stdout + proc.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_train_shows_its_signature_and_names_itself_in_type_errors():
     """``hpcdgnn.train`` is a callable package: ``inspect`` and ``help`` show :func:`hpcdgnn.api.train`'s
     signature and description, and a wrong call's TypeError names ``train()``, not the package's class."""
