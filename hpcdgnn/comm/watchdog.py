@@ -4,8 +4,9 @@ MPI has no timeout, so one stopped rank leaves all others waiting forever. One d
 own duplicate communicator so its messages never match training collectives: ranks > 0 send rank 0 heartbeats
 (completed calls, current tag, seconds without progress) and rank 0 answers. Whoever sees a rank silent or
 without progress for ``timeout`` prints one line naming it and calls ``MPI_Abort`` (``EXIT_STALLED``).
-Ranks merely waiting in a collective are named only when no rank is silent, stalled while computing, or stopped
-(missed two beats): then all wait (a mismatched collective). Only durations cross the wire: node clocks need not agree.
+Ranks merely waiting in a collective are named only when no rank is silent, computing without progress for most
+of the timeout (the straggler they wait for), or stopped (missed two beats): then all wait (a mismatched
+collective). Only durations cross the wire: node clocks need not agree.
 Needs ``MPI_THREAD_MULTIPLE``.
 """
 
@@ -38,15 +39,16 @@ def _describe(rank: int, st: dict[str, Any], silent: float | None) -> str:
 
 def _culprits(states: dict[int, tuple[float, dict[str, Any]]], timeout: float, missed: float) -> list[int]:
     """The ranks to name, from each rank's (seconds since its last beat, progress as of now); none while no rank
-    is stalled (no progress, or not heard from, for ``timeout``). In order: ranks silent past the timeout; stalled
-    ranks computing; ranks not heard from for ``missed`` seconds (two beats: a stopped process, on which a rank
-    waiting in a collective can pass the timeout before its silence does); else every stalled rank (all wait: a
-    mismatched collective)."""
+    is stalled (no progress, or not heard from, for ``timeout``). In order: ranks silent past the timeout; ranks
+    computing without progress for ``timeout - missed`` (a straggler left the last collective with the ranks now
+    waiting for it, a moment after them: those pass the timeout first); ranks not heard from for ``missed``
+    seconds (two beats: a stopped process, on which a rank waiting in a collective can pass the timeout before
+    its silence does); else every stalled rank (all wait: a mismatched collective)."""
     stalled = sorted(r for r, (age, st) in states.items() if st["idle"] > timeout or age > timeout)
     if not stalled:
         return []
     silent = [r for r in stalled if states[r][0] > timeout]
-    computing = [r for r in stalled if not states[r][1]["current"]]
+    computing = sorted(r for r, (_, st) in states.items() if not st["current"] and st["idle"] > timeout - missed)
     stopped = sorted(r for r, (age, _) in states.items() if age > missed)
     return silent or computing or stopped or stalled
 

@@ -95,3 +95,15 @@ def test_the_culprit_is_the_stopped_rank_not_the_one_waiting_for_it():
     assert _culprits({0: (0.0, _st("", 5.0)), 1: (4.5, _st("a", 4.5))}, 4.0, 2.0) == [1]
     assert _culprits({0: (0.0, _st("a", 5.0)), 1: (0.2, _st("", 4.5)), 2: (0.1, _st("a", 4.4))}, 4.0, 2.0) == [1]
     assert _culprits({0: (0.0, _st("a", 5.0)), 1: (0.2, _st("b", 4.5)), 2: (0.1, _st("a", 1.0))}, 4.0, 2.0) == [0, 1]
+
+
+def test_the_culprit_is_the_straggler_computing_not_the_ranks_waiting_for_it():
+    """A rank computing (``debug.delay_rank``, a loop that never ends) left the last collective a moment after the
+    ranks now waiting for it in the next one, so they pass the 4 s timeout first: it is named, not rank 0 waiting
+    in 'redistribute.bwd' (which the check named while the straggler's idle time was still 3.99 s)."""
+    race = {0: (0.0, _st("redistribute.bwd", 4.01)), 1: (0.4, _st("", 3.99))}
+    assert _culprits(race, 4.0, 2.0) == [1]
+    three = {0: (0.0, _st("halo.fwd", 4.01)), 1: (0.2, _st("halo.fwd", 4.0)), 2: (0.9, _st("", 3.98))}
+    assert _culprits(three, 4.0, 2.0) == [2]
+    # a rank that computes between collectives as usual (progress 0.5 s ago) takes no blame from ranks stalled in one
+    assert _culprits({0: (0.0, _st("a", 4.1)), 1: (0.2, _st("", 0.5))}, 4.0, 2.0) == [0]
