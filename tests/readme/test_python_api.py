@@ -237,8 +237,8 @@ def test_a_bad_variable_on_one_rank_is_raised_on_every_rank(tmp_path, small_data
     proc = launcher.run(2, [str(script)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
-    assert caught == ["CAUGHT rank 1: environment HPCDGNN_BUCKET_BYTES='half': a byte count >= 0 (0: no buckets)"] * 2, \
-        proc.stdout + proc.stderr[-2000:]
+    said = "CAUGHT rank 1: environment HPCDGNN_BUCKET_BYTES='half': a byte count >= 0 (0: no buckets)"
+    assert caught == [said] * 2, proc.stdout + proc.stderr[-2000:]
     assert not (tmp_path / "runs").exists()
 
 
