@@ -56,8 +56,10 @@ def run(args, model: str, strategy: str, device: str, P: int, backend: str = "mp
     job = args.out / f"{name}.yaml"
     section = {"name": task, "negatives": 1} if task == "link_prediction" else {"name": task}
     job.write_text(yaml.safe_dump({
-        "data": {"path": str(args.data)}, "model": {"name": model, "hidden": 8, "layers": 2},
-        "task": section, "strategy": {"name": strategy},
+        # TGN has no ``layers`` (one attention layer), and ``memory`` reproduces one rank with i = P (minibatch)
+        "data": {"path": str(args.data)},
+        "model": {"name": model, "hidden": 8, **({} if model == "tgn" else {"layers": 2})},
+        "task": section, "strategy": {"name": strategy, **({"minibatch": P} if strategy == "memory" else {})},
         "train": {"epochs": args.epochs, "lr": 0.01, "seed": 0, "threads": 1, "dtype": dtype,
                   "warmup_epochs": 1, "device": device},
         "comm": {"backend": backend}, "output": {"dir": str(args.out)},

@@ -53,3 +53,29 @@ def test_reproducing_runs_pass_and_a_failing_run_makes_exit_1(small_dataset, tmp
     assert len(list(tmp_path.iterdir())) == 2
     job = yaml.safe_load(next(tmp_path.glob("*/cdgcn-snapshot-cpu-p3-*/config.resolved.yaml")).read_text())
     assert job["strategy"]["overlap_chunks"] == 2
+
+
+@pytest.mark.mpi
+def test_a_tgn_memory_case_runs_minibatch_p_against_one_rank(tmp_path):
+    """The docstring's ``memory`` case: TGN (no ``model.layers``) with i = P splits, against P = 1."""
+    import gzip
+
+    import numpy as np
+
+    from hpcdgnn.data.events import write_events
+
+    with gzip.open(REPO / "inputs" / "CollegeMsg.txt.gz", "rt") as f:
+        rows = np.loadtxt(f, dtype=np.int64, max_rows=300)
+    ids, inv = np.unique(rows[:, :2], return_inverse=True)
+    inv = inv.reshape(-1, 2)
+    write_events(tmp_path / "events", inv[:, 0], inv[:, 1], (rows[:, 2] - rows[0, 2]) / 86400.0, None,
+                 num_vertices=ids.shape[0], bipartite=False, num_sources=None, feature_names=[],
+                 original_ids=ids)
+    data = tmp_path / "events"
+    cmd = [sys.executable, str(REPO / "perf" / "check_exactness.py"), "--data", str(data), "--ranks", "2",
+           "--epochs", "1", "--task", "temporal_link_prediction", "--out", str(tmp_path / "out"),
+           "--set", "task.batch_events=50", "task.eval_negatives=4", "--cases", "tgn:memory"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tgn          memory    P2: rel.diff" in out.stdout and " ok " in out.stdout
+    assert "1 of 1 runs reproduce P = 1" in out.stdout
