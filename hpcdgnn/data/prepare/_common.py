@@ -12,7 +12,7 @@ import gzip
 import lzma
 import operator
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,8 @@ __all__ = [
     "looks_like_header",
     "describe_header",
     "check_header_width",
+    "RowWidths",
+    "read_by_name",
     "guess_columns",
     "stored_edges_per_slice",
     "concat_snapshots",
@@ -454,6 +456,39 @@ def check_header_width(path: Path, header: Sequence[str] | None, lineno: int, wi
     raise DataError(f"{path}:{lineno}: {width} fields, but the header names {len(header)} "
                     f"({describe_header(header)}); read by name, columns would be taken from their neighbours or "
                     "dropped: make the header and the rows agree (or map the columns with --columns by 0-based index)")
+
+
+def read_by_name(columns: dict[str, str] | None) -> bool:
+    """Whether a file's columns are found by the header's names (no ``--columns``, or one naming a column),
+    not by 0-based index."""
+    return columns is None or any(not v.isdigit() for v in columns.values())
+
+
+class RowWidths:
+    """The width of a file's rows, the first data row's: checked against a header read by name (``check(lineno,
+    width)``, e.g. :func:`check_header_width`; None where columns go by index), and every later row held to it —
+    a row of another width (a truncated last line, a field missing) has its columns moved, and read by position
+    one column would be read as another.
+
+    Raises:
+        DataError: ``check``'s, or a row of another width (its line, and the first row's).
+    """
+
+    def __init__(self, path: Path, check: Callable[[int, int], None] | None = None, unit: str = "fields") -> None:
+        self.path, self.check, self.unit = path, check, unit
+        self.width = self.first = 0
+
+    def see(self, lineno: int, width: int) -> bool:
+        """Hold line ``lineno``'s ``width`` fields to the first row's; True for the first row."""
+        if not self.width:
+            self.width, self.first = width, lineno
+            if self.check is not None:
+                self.check(lineno, width)
+            return True
+        if width != self.width:
+            raise DataError(f"{self.path}:{lineno}: expected {self.width} {self.unit} like line {self.first}, "
+                            f"got {width}")
+        return False
 
 
 def describe_header(names: Sequence[str], limit: int = 8) -> str:

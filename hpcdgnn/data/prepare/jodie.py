@@ -29,6 +29,7 @@ from hpcdgnn.data.prepare._common import (
     COLUMN_ALIASES,
     PreparedInput,
     PrepareOptions,
+    RowWidths,
     Slice,
     check_header_width,
     describe_header,
@@ -36,6 +37,7 @@ from hpcdgnn.data.prepare._common import (
     looks_like_header,
     parse_columns,
     parse_numbers,
+    read_by_name,
     read_input_text,
     remap_ids,
     resolve_columns,
@@ -140,7 +142,7 @@ def _parse(
     a label column that is not used is not checked either) of a JODIE csv."""
     rows, index, names, first = _data_rows(path, columns)
     header = split_fields(first, True) if first is not None else None
-    by_name = columns is None or any(not v.isdigit() for v in columns.values())  # the header says which is which
+    widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
@@ -150,19 +152,12 @@ def _parse(
     il = index.get("label") if labels else None
     need = max(v for k, v in index.items() if k != "label" or labels) + 1  # a label column unused is not required
     label_name = _what("label", names)
-    width = first_line = 0
     for lineno, s in rows:
         parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
         if len(parts) < need:
             fields = ",".join(names[k] for k in index if k != "label" or labels)
             raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {len(parts)}")
-        fields_here = s.count(",") + 1  # as --kind events: a row of another width has its columns shifted
-        if not width:
-            width, first_line = fields_here, lineno
-            if by_name:
-                check_width(path, header, lineno, width)
-        elif fields_here != width:
-            raise DataError(f"{path}:{lineno}: expected {width} fields like line {first_line}, got {fields_here}")
+        widths.see(lineno, s.count(",") + 1)
         users.append(parts[iu].strip())
         items.append(parts[ii].strip())
         times.append(parts[it].strip())
@@ -278,7 +273,7 @@ def parse_jodie_events(
     """
     data, index, names, first = _data_rows(path, columns)
     header = [h.strip().strip('"').strip() for h in split_fields(first, True)] if first is not None else None
-    by_name = columns is None or any(not v.isdigit() for v in columns.values())  # the header says which is which
+    widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
     mapped = set(index.values())
@@ -289,19 +284,16 @@ def parse_jodie_events(
     lines: list[int] = []
     fcols: list[int] | None = None
     fnames: list[str] = []
-    width = first_line = 0
     blocks: list[np.ndarray] = []
     rows: list[list[str]] = []
     row_lines: list[int] = []
     for lineno, s in data:
         parts = s.split(",")
-        if fcols is None:
-            width, first_line = len(parts), lineno
-            if width < need:
-                fields = ",".join(names[k] for k in index)
-                raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {width}")
-            if by_name:
-                check_width(path, header, lineno, width)
+        width = len(parts)
+        if fcols is None and width < need:
+            fields = ",".join(names[k] for k in index)
+            raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {width}")
+        if widths.see(lineno, width):
             named = header if header is not None else []
             fcols = [
                 j for j in range(width) if j not in mapped and not (j < len(named) and named[j].lower() in not_features)
@@ -310,8 +302,6 @@ def parse_jodie_events(
                 fnames = [header[j] for j in fcols]
             else:
                 fnames = [f"feat_{k}" for k in range(len(fcols))]
-        elif len(parts) != width:
-            raise DataError(f"{path}:{lineno}: expected {width} fields like line {first_line}, got {len(parts)}")
         users.append(parts[iu].strip())
         items.append(parts[ii].strip())
         times.append(parts[it].strip())

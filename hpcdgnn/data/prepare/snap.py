@@ -29,6 +29,7 @@ from hpcdgnn.data.prepare._common import (
     REQUIRED_COLUMNS,
     PreparedInput,
     PrepareOptions,
+    RowWidths,
     Slice,
     _is_number,
     check_given_weights,
@@ -38,6 +39,7 @@ from hpcdgnn.data.prepare._common import (
     looks_like_header,
     parse_columns,
     parse_numbers,
+    read_by_name,
     read_input_text,
     remap_ids,
     resolve_columns,
@@ -160,7 +162,7 @@ def _parse_mapped(
     comma = "," in head[0][1]
     first = split_fields(head[0][1], comma)
     second = split_fields(head[1][1], comma) if len(head) > 1 else None
-    by_name = any(not v.isdigit() for v in columns.values())
+    by_name = read_by_name(columns)
     header = None
     if by_name:
         header = first
@@ -177,17 +179,13 @@ def _parse_mapped(
     it = itertools.chain(head, rows)
     if header is not None:
         next(it)
-    width = first_line = 0
+    # read by index, a row of another width would read a weight as the time
+    widths = RowWidths(path, (lambda ln, w: check_header_width(path, header, ln, w)) if by_name else None, "columns")
     for lineno, s in it:
         parts = split_fields(s, comma)
         if len(parts) < need:
             raise DataError(f"{path}:{lineno}: expected at least {need} columns for --columns {want}, got {len(parts)}")
-        if not width:  # a row of another width has its columns moved: read by index, a weight as the time
-            width, first_line = len(parts), lineno
-            if by_name:
-                check_header_width(path, header, lineno, width)
-        elif len(parts) != width:
-            raise DataError(f"{path}:{lineno}: expected {width} columns like line {first_line}, got {len(parts)}")
+        widths.see(lineno, len(parts))
         for k in keys:
             data[k].append(parts[index[k]])
         lines.append(lineno)
