@@ -115,13 +115,10 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
     if comm.size > 1:
         _install_abort_hook(comm)
     try:
-        from hpcdgnn.comm.world import check_same_command, check_world_size
-        from hpcdgnn.train.collective import agree_environment, collective_error
+        from hpcdgnn.comm.world import check_same_command
+        from hpcdgnn.train.collective import agree_start, collective_error
 
-        wrong_world = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
-        if wrong_world:
-            raise collective_error(ConfigError(wrong_world))
-        agree_environment(comm)
+        agree_start(comm)
         if comm.size > 1:
             differ = check_same_command(comm, _env_switches() + command)
             if differ:

@@ -391,9 +391,9 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
     prints its line with the rank and ends the job, as a crash does with its traceback (the others would wait
     in a collective)."""
     from hpcdgnn.comm import Communicator
-    from hpcdgnn.comm.world import abort_world, check_world_size, start_timeout, world_rank_size
+    from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.errors import StalledError
-    from hpcdgnn.train.collective import agree_environment, collective_error
+    from hpcdgnn.train.collective import agree_start
 
     caller = _CallerState.save()
     try:
@@ -407,10 +407,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
         caller.restore()
         raise
     try:
-        wrong = check_world_size(comm.size)  # e.g. srun without PMIx: P separate 1-rank jobs
-        if wrong:
-            raise collective_error(ConfigError(wrong))
-        agree_environment(comm)
+        agree_start(comm)
         result = body(comm)
         comm.barrier(tag="api.done")  # every rank returns once rank 0 has written what the call writes
         return result

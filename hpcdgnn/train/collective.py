@@ -12,7 +12,7 @@ from typing import TypeVar
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.errors import HpcdgnnError
 
-__all__ = ["agree", "agree_environment", "collective_error", "root_then_bcast"]
+__all__ = ["agree", "agree_start", "collective_error", "root_then_bcast"]
 
 R = TypeVar("R")
 
@@ -54,10 +54,17 @@ def _check_environment() -> None:
     start_timeout()
 
 
-def agree_environment(comm: Communicator) -> None:
-    """Check the ``HPCDGNN_*`` variables that a run reads on every rank before any work (:func:`agree`): one line
-    from rank 0, naming another rank whose environment alone is wrong, instead of one line per rank or an abort
-    mid-set-up."""
+def agree_start(comm: Communicator) -> None:
+    """What every SPMD command and API call checks first, as one error on every rank: a world of the size the
+    launcher meant (srun without PMIx starts P separate 1-rank jobs), and the ``HPCDGNN_*`` variables a run reads
+    (:func:`agree`: one line from rank 0, naming another rank whose environment alone is wrong, not one line per
+    rank or an abort mid-set-up)."""
+    from hpcdgnn.comm.world import check_world_size
+    from hpcdgnn.errors import ConfigError
+
+    wrong = check_world_size(comm.size)
+    if wrong:
+        raise collective_error(ConfigError(wrong))
     agree(comm, _check_environment)
 
 

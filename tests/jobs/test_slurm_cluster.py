@@ -296,9 +296,6 @@ def test_repeated_job_id_gets_its_own_rundir(cluster, job_yaml, tmp_path):
 
 def test_default_pmi_with_open_mpi_is_refused(cluster, job_yaml, tmp_path):
     """The issue's failure: srun's default PMI (MpiDefault=none) and Open MPI 5 give 1-rank worlds; exit 2, one line."""
-    main = (REPO / "hpcdgnn" / "__main__.py").read_text()
-    if "check_world_size" not in main:
-        pytest.skip("'python -m hpcdgnn run' does not call hpcdgnn.comm.world.check_world_size yet")
     job, log = cluster.submit(
         tmp_path,
         "slurm-nodes.sh",
