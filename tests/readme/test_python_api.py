@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -108,20 +109,27 @@ def test_a_trained_run_embeds_and_predicts_from_python(tmp_path, small_dataset, 
     assert not (tmp_path / "x.csv").exists()
 
 
+def _caught_on_two_ranks(launcher, tmp_path, body: str) -> tuple[list[str], str]:
+    """Run a script on 2 ranks that sets ``rank``, runs ``body`` (which calls the API) and prints the ConfigError
+    it catches as ``CAUGHT <message>``: (those lines, the output); the script must end 0 (no abort)."""
+    script = tmp_path / "caught.py"
+    script.write_text(
+        "import os\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"try:\n{textwrap.indent(body, '    ')}\nexcept ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
+    proc = launcher.run(2, [str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")], proc.stdout + proc.stderr[-2000:]
+
+
 @pytest.mark.mpi
 def test_a_mapping_job_s_error_reads_the_same_on_every_rank(tmp_path, small_dataset, launcher):
     """Rank 0 finds the bad key and every rank raises it: each names the job as the caller gave it, not rank
     0's temporary file (which the other ranks never had)."""
-    script = tmp_path / "bad.py"
-    script.write_text(
-        "import hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
-        f"job = {{'data': {{'path': {str(small_dataset)!r}}}, 'train': {{'epochz': 1}}}}\n"
-        "try:\n    hpcdgnn.train(job)\nexcept ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
-    proc = launcher.run(2, [str(script)], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    caught, out = _caught_on_two_ranks(
+        launcher, tmp_path, f"hpcdgnn.train({{'data': {{'path': {str(small_dataset)!r}}}, 'train': {{'epochz': 1}}}})")
     assert len(caught) == 2 and all(line.startswith("CAUGHT job (mapping): train.epochz: unknown key")
-                                    for line in caught), proc.stdout
+                                    for line in caught), out
 
 
 def test_a_sweep_s_values_and_overrides_as_a_script_hands_them_over(tmp_path, small_dataset, monkeypatch):
@@ -207,19 +215,12 @@ def test_a_job_given_differently_to_one_rank_is_refused_on_every_rank(tmp_path, 
                                                                        says):
     """Rank 0 reads the job for all: a caller handing each rank its own job (or overrides) trained rank 0's without
     a word. Now every rank raises one line naming the rank and what differs, and no run directory is made."""
-    script = tmp_path / "differ.py"
     job, _, rest = given.partition(", ")
-    script.write_text(
-        "import os\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
-        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
-        f"job = {{'data': {{'path': {str(small_dataset)!r}}}, **{job}}}\n"
-        f"try:\n    hpcdgnn.train(job{', ' + rest if rest else ''})\n"
-        "except ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
-    proc = launcher.run(2, [str(script)], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    caught, out = _caught_on_two_ranks(
+        launcher, tmp_path, f"hpcdgnn.train({{'data': {{'path': {str(small_dataset)!r}}}, **{job}}}"
+                            f"{', ' + rest if rest else ''})")
     assert len(caught) == 2 and all(f"rank 1 was given another job than rank 0 ({says})" in line
-                                    for line in caught), proc.stdout
+                                    for line in caught), out
     assert not list(tmp_path.glob("run*")) and not (tmp_path / "runs").exists()
 
 
@@ -227,18 +228,11 @@ def test_a_job_given_differently_to_one_rank_is_refused_on_every_rank(tmp_path, 
 def test_a_bad_variable_on_one_rank_is_raised_on_every_rank(tmp_path, small_dataset, launcher):
     """A bad HPCDGNN_BUCKET_BYTES on rank 1 alone was met there alone, mid-set-up: its line and MPI_Abort ended the
     caller's script. The ranks check their environment first and agree: every rank raises the one line."""
-    script = tmp_path / "env.py"
-    script.write_text(
-        "import os\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
-        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
-        "if rank == 1:\n    os.environ['HPCDGNN_BUCKET_BYTES'] = 'half'\n"
-        f"job = {{'data': {{'path': {str(small_dataset)!r}}}}}\n"
-        "try:\n    hpcdgnn.train(job)\nexcept ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
-    proc = launcher.run(2, [str(script)], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    caught, out = _caught_on_two_ranks(
+        launcher, tmp_path, "if rank == 1:\n    os.environ['HPCDGNN_BUCKET_BYTES'] = 'half'\n"
+                            f"hpcdgnn.train({{'data': {{'path': {str(small_dataset)!r}}}}})")
     said = "CAUGHT rank 1: environment HPCDGNN_BUCKET_BYTES='half': a byte count >= 0 (0: no buckets)"
-    assert caught == [said] * 2, proc.stdout + proc.stderr[-2000:]
+    assert caught == [said] * 2, out
     assert not (tmp_path / "runs").exists()
 
 
