@@ -368,10 +368,15 @@ def finished_differs(run_dir: str | Path, job_path: str, overrides: list[str]) -
     ``overrides`` the run did not train with, as one line, or None (the same job: nothing to do; or a run whose
     saved job cannot be read, which the script's own message covers).
 
-    What a scaling sweep must not take for its own: a reused sweep name with another job, ``--set`` or epoch
-    count found the earlier sweep's runs completed and reported them. Compared as a resume compares
-    (:data:`_RESUMABLE` keys but ``train.epochs`` may differ; ``strategy: auto`` by its request), and
-    ``data.path`` by the dataset (:func:`dataset_fingerprint`), not its spelling."""
+    A job script reports a completed run as its own only for the same settings (a sweep's reused name must not
+    stand for another job). Compared as a resume compares (:data:`_RESUMABLE` keys but ``train.epochs`` may
+    differ; ``strategy: auto`` by its request), and ``data.path`` by the dataset (:func:`dataset_fingerprint`),
+    not its spelling.
+
+    Args:
+        run_dir: the completed run's directory (its ``config.resolved.yaml``).
+        job_path: the job file the script was given.
+        overrides: its ``--set`` items (the script's arguments, ``HPCDGNN_ARGS`` and ``DATA``)."""
     run_dir = Path(run_dir)
     try:
         saved = load_job(run_dir / "config.resolved.yaml", check_paths=False, resolved=True)
