@@ -109,8 +109,10 @@ class PeerLostError(CommFailure):
     """A gloo connection broke mid-collective: the peer ended; one line, exit 1."""
 
 
-def env_seconds(name: str, default: float, zero_ok: bool = False, environ: Any = None) -> float:
-    """The environment variable ``name`` in seconds (> 0, or >= 0 with ``zero_ok``), else ``default``.
+def env_seconds(name: str, default: float, zero_ok: bool = False, environ: Any = None, unit: str = "seconds",
+                default_text: str | None = None) -> float:
+    """The environment variable ``name`` as a finite number of ``unit`` (> 0, or >= 0 with ``zero_ok``), else
+    ``default`` (described as ``default_text`` in the error where its number would not say what it means).
 
     Raises:
         ConfigError: a value that is not such a number (one line naming the variable).
@@ -123,5 +125,6 @@ def env_seconds(name: str, default: float, zero_ok: bool = False, environ: Any =
     except ValueError:
         seconds = float("nan")
     if not (0 <= seconds if zero_ok else 0 < seconds) or seconds == float("inf") or seconds != seconds:
-        raise ConfigError(f"environment {name}={value!r}: seconds {'>=' if zero_ok else '>'} 0 (default {default:g})")
+        raise ConfigError(f"environment {name}={value!r}: {unit} {'>=' if zero_ok else '>'} 0 "
+                          f"(default {default_text or format(default, 'g')})")
     return seconds

@@ -322,7 +322,9 @@ def test_ranks_with_different_kernel_switches_are_refused(launcher, tmp_path, sm
 
 @pytest.mark.parametrize(("variable", "value", "said"), [
     ("HPCDGNN_KERNELS", "maybe", "environment HPCDGNN_KERNELS='maybe': use numba, torch or always"),
-    ("HPCDGNN_START_TIMEOUT", "soon", "environment HPCDGNN_START_TIMEOUT='soon': seconds > 0 (default 600)")])
+    ("HPCDGNN_START_TIMEOUT", "soon", "environment HPCDGNN_START_TIMEOUT='soon': seconds > 0 (default 600)"),
+    ("HPCDGNN_SHM_LIMIT_MB", "2GB",
+     "environment HPCDGNN_SHM_LIMIT_MB='2GB': MiB > 0 (default the node's available memory)")])
 def test_a_bad_variable_is_one_line_at_any_rank_count(launcher, tmp_path, small_dataset, variable, value, said):
     """Every rank refused a bad HPCDGNN_* value before MPI started, each with its own line (P lines at P = 128):
     the ranks now agree first, and rank 0 says it once — naming the rank where only another rank's environment

@@ -176,6 +176,18 @@ def start_timeout(environ: Mapping[str, str] = os.environ) -> float:
     return env_seconds("HPCDGNN_START_TIMEOUT", START_TIMEOUT_S, environ=environ)
 
 
+def shm_limit_mib(environ: Mapping[str, str] = os.environ) -> float:
+    """``HPCDGNN_SHM_LIMIT_MB``: the MiB a node's shared-memory window may take (> 0), else 0 for what the node has.
+
+    Raises:
+        ConfigError: a value that is not a positive number.
+    """
+    from hpcdgnn.errors import env_seconds
+
+    return env_seconds("HPCDGNN_SHM_LIMIT_MB", 0.0, environ=environ, unit="MiB",
+                       default_text="the node's available memory")
+
+
 def name_ranks(ranks: Sequence[int], shown: int = 5) -> str:
     """``rank 2`` or ``ranks 0, 1, 3 and 4 more``: the ranks a message blames, the first ``shown`` of them."""
     listed = ", ".join(map(str, ranks[:shown])) + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")
@@ -366,7 +378,7 @@ class World:
                                "them together (place each memory group's ranks on one node, e.g. block mapping)")
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape)) * dtype.itemsize
-        limit = float(os.environ.get("HPCDGNN_SHM_LIMIT_MB", "0")) * 2**20 or _available_memory()
+        limit = shm_limit_mib() * 2**20 or _available_memory()
         if not c._comm.bcast(nbytes <= limit, root=0):
             raise RuntimeError(f"{what}: a {nbytes / 2**20:.1f} MiB shared-memory window does not fit the "
                                f"{limit / 2**20:.1f} MiB available on the node"

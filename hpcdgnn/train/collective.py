@@ -43,15 +43,16 @@ def agree(comm: Communicator, fn: Callable[[], R]) -> R:
 
 
 def _check_environment() -> None:
-    """Refuse a bad ``HPCDGNN_KERNELS``, ``HPCDGNN_KERNELS_SKIP``, ``HPCDGNN_BUCKET_BYTES`` or
-    ``HPCDGNN_START_TIMEOUT`` (one line naming the variable)."""
-    from hpcdgnn.comm.world import start_timeout
+    """Refuse a bad ``HPCDGNN_KERNELS``, ``HPCDGNN_KERNELS_SKIP``, ``HPCDGNN_BUCKET_BYTES``,
+    ``HPCDGNN_START_TIMEOUT`` or ``HPCDGNN_SHM_LIMIT_MB`` (one line naming the variable)."""
+    from hpcdgnn.comm.world import shm_limit_mib, start_timeout
     from hpcdgnn.ops import kernels
     from hpcdgnn.tasks.link_prediction import bucket_bytes
 
     kernels.mode()
     bucket_bytes()
     start_timeout()
+    shm_limit_mib()
 
 
 def agree_start(comm: Communicator) -> None:
