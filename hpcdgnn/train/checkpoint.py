@@ -26,6 +26,7 @@ every rank, so rank 0 saves them once; a resume is bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import io
@@ -33,11 +34,13 @@ import json
 import os
 import pickle
 import random
+import resource
 import shutil
 import time
 import types
 import uuid
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +184,21 @@ def _digest(path: Path) -> list[int]:
     return [size, crc]
 
 
+@contextlib.contextmanager
+def _writing_checkpoint(path: Path) -> Iterator[None]:
+    """Report a failed write of a checkpoint's directory or ``COMPLETE`` record (a full disk, a quota, a read-only
+    file system) in one line, as :func:`_atomic_save` does its files.
+
+    Raises:
+        DataError: names ``path`` and the system's reason.
+    """
+    try:
+        yield
+    except OSError as e:
+        hint = "" if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else " (a full disk or quota?)"
+        raise DataError(f"cannot write checkpoint file {path}: {e.strerror or e}{hint}") from None
+
+
 def _atomic_save(obj: Any, path: Path) -> list[int]:
     """Write ``obj`` (or the buffer :func:`_serialised` made of one) to ``path`` through a ``.part`` file; a failed
     write (a full disk, a quota) is one line. Returns the file's [bytes, CRC-32] (:func:`_digest`).
@@ -208,6 +226,9 @@ def _atomic_save(obj: Any, path: Path) -> list[int]:
     except (OSError, RuntimeError) as e:
         tmp.unlink(missing_ok=True)
         hint = "a full disk or quota?"
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and (not isinstance(e, OSError) or e.errno == errno.EFBIG):
+            hint = f"over this process's file size limit, ulimit -f: {limit} bytes?"
         if isinstance(e, OSError) and e.strerror:
             why = e.strerror
             if e.errno == errno.ENOENT:
@@ -493,7 +514,8 @@ class CheckpointManager:
         tmp = final.with_name(final.name + ".tmp")
         if self.comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # left by a job killed while writing
-            tmp.mkdir(parents=True)
+            with _writing_checkpoint(tmp):
+                tmp.mkdir(parents=True)
         self.comm.barrier(tag="checkpoint")
         name = _rank_file(self.comm.rank)
         files = {name: _atomic_save(held.rank if held is not None else self._rank_state(strategy_state, partial),
@@ -505,12 +527,21 @@ class CheckpointManager:
         if self.comm.rank == 0:
             meta = {"epoch": epoch, **({"batch": batch} if batch else {}), "num_ranks": self.comm.size,
                     **({"run_id": self.run_id} if self.run_id else {}), "files": dict(sorted(written.items()))}
-            (tmp / _COMPLETE).write_text(json.dumps(meta) + "\n")
+            with _writing_checkpoint(tmp / _COMPLETE), open(tmp / _COMPLETE, "w") as f:
+                f.write(json.dumps(meta) + "\n")
+                f.flush()
+                os.fsync(f.fileno())  # as the files it vouches for: a node's crash leaves no empty record
             old = final.with_name(final.name + ".old.tmp")  # ignored as a .tmp
-            if final.exists():  # a resumed run re-ran this epoch: the old one goes once the new one is in place
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(final, old)
-            os.replace(tmp, final)
+            with _writing_checkpoint(final):
+                if final.exists():  # a resumed run re-ran this epoch: the old one goes once the new one is in place
+                    shutil.rmtree(old, ignore_errors=True)
+                    os.replace(final, old)
+                try:
+                    os.replace(tmp, final)
+                except OSError:
+                    if old.exists() and not final.exists():  # the one it replaced stays the newest
+                        os.replace(old, final)
+                    raise
             shutil.rmtree(old, ignore_errors=True)
             done = sorted(d for d in _complete(self.root) if self._ours(d))
             # a checkpoint within an epoch serves only the resume from it: the newer one replaces it

@@ -163,3 +163,50 @@ def test_a_checkpoint_within_an_epoch_sorts_between_epochs_and_goes_when_a_newer
     shutil.rmtree(tmp_path / "epoch-000006+batch-000000040")
     manager.save(7, {"epoch": 7})  # and the .tmp a killed write left goes with the next checkpoint
     assert names() == ["epoch-000006", "epoch-000007"]
+
+
+def test_a_complete_record_a_full_disk_refuses_is_one_line_and_keeps_the_newest_checkpoint(tmp_path, monkeypatch):
+    """``COMPLETE`` written on a full disk was a traceback (exit 1); now the one-line DataError naming it, and the
+    checkpoint before stays the newest complete one."""
+    import builtins
+    import errno
+    from types import SimpleNamespace
+
+    comm = SimpleNamespace(rank=0, size=1, barrier=lambda tag=None: None, allgather_obj=lambda obj, tag=None: [obj])
+    manager = checkpoint.CheckpointManager(tmp_path, keep=2, comm=comm)
+    manager.save(1, {"epoch": 1})
+    real_open = builtins.open
+
+    def full(file, mode="r", *args, **kwargs):
+        if str(file).endswith("COMPLETE") and "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device", str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full)
+    with pytest.raises(DataError) as e:
+        manager.save(2, {"epoch": 2})
+    assert str(e.value) == (f"cannot write checkpoint file {tmp_path / 'epoch-000002.tmp' / 'COMPLETE'}: "
+                            "No space left on device (a full disk or quota?)")
+    monkeypatch.undo()
+    assert checkpoint.latest_checkpoint(tmp_path).name == "epoch-000001"
+    assert checkpoint.load_shared(tmp_path / "epoch-000001") == {"epoch": 1}
+
+
+def test_a_file_size_limit_is_named_as_such(tmp_path):
+    """Under ``ulimit -f`` (a batch system's file size limit) torch reports the refused write as a short one: the
+    line said "N MiB free there (a full disk or quota?)" with the disk nearly empty; now it names the limit."""
+    import subprocess
+    import sys
+
+    script = ("import pathlib, resource, sys, torch\n"
+              "from hpcdgnn.train import checkpoint\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+              "try:\n"
+              "    checkpoint._atomic_save({'w': torch.zeros(10000)}, pathlib.Path(sys.argv[1]))\n"
+              "except Exception as e:\n"
+              "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state.pt")], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    assert out.startswith(f"cannot write checkpoint file {tmp_path / 'state.pt'}: "), out
+    assert out.endswith("(over this process's file size limit, ulimit -f: 4096 bytes?)"), out
+    assert list(tmp_path.iterdir()) == []
