@@ -125,7 +125,8 @@ class RunDirectory:
             from hpcdgnn.metrics.export import TensorBoardLog
 
             self._tensorboard = TensorBoardLog(tensorboard, purge_step=start_epoch + 1 if start_epoch else None)
-        self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)
+        with writing(self.path / "metrics.jsonl"):
+            self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (closed by close)
 
     def save_config(self, resolved: dict) -> None:
         """Write ``config.resolved.yaml``."""

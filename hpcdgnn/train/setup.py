@@ -581,8 +581,14 @@ def truncate_metrics(path: Path, last_epoch: int) -> None:
 
     keep = [line for line in path.read_text().splitlines() if line.strip() and kept(line)]
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep))
-    os.replace(tmp, path)
+    try:
+        with writing(path):  # a resume on a full disk: one line naming the file
+            tmp.write_text("".join(line + "\n" for line in keep))
+            os.replace(tmp, path)
+    except DataError:
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _checksum(params: list[torch.Tensor]) -> str:

@@ -98,3 +98,14 @@ def test_a_run_directory_it_cannot_write_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(DataError) as e:
         checkpoint.claim_run_dir(tmp_path)
     assert str(e.value) == f"cannot write {tmp_path / 'run_id'}: Read-only file system"
+
+
+def test_a_metrics_file_that_cannot_be_opened_is_one_line(tmp_path):
+    """Opening ``metrics.jsonl`` (no inode left, a read-only file system, a directory in its place) was a
+    traceback, exit 1; now the one-line DataError naming it."""
+    from hpcdgnn.errors import DataError
+    from hpcdgnn.metrics.results import RunDirectory
+
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(DataError, match=r"^cannot write .*metrics\.jsonl: Is a directory$"):
+        RunDirectory(tmp_path)

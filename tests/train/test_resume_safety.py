@@ -382,3 +382,18 @@ def test_a_file_system_that_takes_no_lock_warns_and_trains(tmp_path, monkeypatch
         checkpoint.hold_run(tmp_path, "--resume X")
     assert tmp_path.resolve() not in checkpoint._HELD
     assert "this file system takes no lock (Bad file descriptor)" in caplog.text, caplog.text
+
+
+def test_a_resume_that_cannot_rewrite_metrics_is_one_line_and_keeps_them(tmp_path):
+    """A resume drops the re-run epochs' records through ``metrics.jsonl.tmp``: on a full disk that was a
+    traceback, exit 1; now one line naming the file, the records as they were."""
+    from hpcdgnn.errors import DataError
+    from hpcdgnn.train.setup import truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1}\n{"epoch": 2}\n')
+    (tmp_path / "metrics.jsonl.tmp").symlink_to("/dev/full")
+    with pytest.raises(DataError, match=r"^cannot write .*metrics\.jsonl: No space left on device \(a full disk\?\)$"):
+        truncate_metrics(path, 1)
+    assert path.read_text() == '{"epoch": 1}\n{"epoch": 2}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
