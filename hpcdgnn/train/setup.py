@@ -56,6 +56,7 @@ from hpcdgnn.train.checkpoint import (
     read_run_id,
     restore_rng,
     strategy_state,
+    within_epoch,
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
 from hpcdgnn.train.footprint import check_footprint
@@ -493,12 +494,23 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
         raise ConfigError(f"--resume {resume}: {ckpt / 'COMPLETE'}: unreadable ({e}); remove that checkpoint "
                           "to resume from the one before") from None
     check_owner(meta, ckpt, run_dir, f"--resume {resume}")
-    if done >= job.train.epochs:
+    # a job stopped after its last checkpoint, before its summary.json was written: the resume trains no epoch
+    # and writes it (the job scripts resume a run with a complete checkpoint until its summary says completed)
+    unsummarised = done == job.train.epochs and not within_epoch(ckpt) and not _summarised(run_dir, done)
+    if done >= job.train.epochs and not unsummarised:
         raise ConfigError(
             f"--resume {resume}: the run has already trained {done} epochs (checkpoint {ckpt.name}) and "
             f"train.epochs is {job.train.epochs}; train longer with --set train.epochs=N (N > {done})"
         )
     return job, saved, run_dir, ckpt
+
+
+def _summarised(run_dir: Path, epoch: int) -> bool:
+    """Whether ``summary.json`` in ``run_dir`` reports the run ended (completed, diverged) after epoch ``epoch``."""
+    with suppress(OSError, ValueError, AttributeError, TypeError):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return summary.get("status") != "preempted" and (summary.get("final") or {}).get("epoch") == epoch
+    return False
 
 
 def _planner_record(run_dir: Path) -> dict | None:
