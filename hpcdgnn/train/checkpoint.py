@@ -548,7 +548,15 @@ class CheckpointManager:
             within = [d for d in done if within_epoch(d) and d.name < final.name]
             ends = [d for d in done if not within_epoch(d)]
             for old in within + ends[: max(0, len(ends) - self.keep)]:
-                shutil.rmtree(old, ignore_errors=True)
+                # renamed first (atomic): a job killed while removing a large one leaves a .tmp, which the next
+                # checkpoint removes, never a checkpoint that still reads as complete with files missing
+                gone = old.with_name(old.name + ".old.tmp")
+                try:
+                    shutil.rmtree(gone, ignore_errors=True)
+                    os.replace(old, gone)
+                except OSError:
+                    gone = old
+                shutil.rmtree(gone, ignore_errors=True)
             # what writes killed mid-way left (a name within an epoch may never come again)
             for stale in self.root.glob("epoch-*.tmp"):
                 if stale.is_dir() and self._ours(stale):

@@ -210,3 +210,34 @@ def test_a_file_size_limit_is_named_as_such(tmp_path):
     assert out.startswith(f"cannot write checkpoint file {tmp_path / 'state.pt'}: "), out
     assert out.endswith("(over this process's file size limit, ulimit -f: 4096 bytes?)"), out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rotation_killed_midway_leaves_no_checkpoint_that_reads_complete(tmp_path, monkeypatch):
+    """``checkpoint.keep`` removes an old checkpoint file by file: a job killed meanwhile left a directory with
+    ``COMPLETE`` and files missing, which the next resume (the newest moved aside) or the advice of an unreadable
+    one took for the next older complete checkpoint. Now it is renamed out of the way first, and the next
+    checkpoint removes what is left."""
+    from types import SimpleNamespace
+
+    comm = SimpleNamespace(rank=0, size=1, barrier=lambda tag=None: None, allgather_obj=lambda obj, tag=None: [obj])
+    manager = checkpoint.CheckpointManager(tmp_path, keep=1, comm=comm)
+    manager.save(1, {"epoch": 1})
+    real_rmtree = shutil.rmtree
+
+    class Killed(BaseException):
+        pass
+
+    def killed_midway(path, *args, **kwargs):
+        victims = sorted(p for p in checkpoint.Path(path).glob("*.pt")) if checkpoint.Path(path).is_dir() else []
+        if victims:  # one file gone, then the job is killed
+            victims[0].unlink()
+            raise Killed
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed_midway)
+    with pytest.raises(Killed):
+        manager.save(2, {"epoch": 2})
+    monkeypatch.undo()
+    assert [d.name for d in checkpoint._complete(tmp_path)] == ["epoch-000002"]
+    manager.save(3, {"epoch": 3})
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["epoch-000003"]
