@@ -18,12 +18,14 @@ counts, not rank counts. Unbound, every rank gets the node's cores divided by it
 
 Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
-checkpoints at the next epoch boundary or between mini-batches, exit 75); a second one sends SIGTERM. On Linux
-mpirun also gets SIGTERM when the launcher dies (killed outright), so no job trains on without it.
+checkpoints at the next epoch boundary or between mini-batches, exit 75); a second one stops the job at once, the
+way its MPI's launcher does (:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM when the launcher dies
+(killed outright), so no job trains on without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -89,6 +91,14 @@ _ACTIVE = "HPCDGNN_MPIRUN_ACTIVE"
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 #: the signals relayed to mpirun
 _RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+#: what stops each MPI's launcher and its job at once (a second SIGTERM/SIGINT), sent :data:`STOP_GAP_S` apart:
+#: Open MPI's mpirun ends the job on SIGTERM; Hydra (MPICH, Intel MPI) forwards SIGTERM and a first SIGINT to the
+#: ranks, which have been asked to stop already and go on to the epoch's end, and aborts the job on a second SIGINT
+STOP_AT_ONCE = {"openmpi": (signal.SIGTERM,), "mpich": (signal.SIGINT, signal.SIGINT),
+                "intel": (signal.SIGINT, signal.SIGINT)}
+STOP_GAP_S = 0.5
+#: seconds a launcher still running after those signals is given before its process group is killed
+STOP_KILL_S = 10.0
 
 
 def _started_by_itself(environ) -> bool:
@@ -264,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                          "or set HPCDGNN_MPIRUN\n")
         return 127
     os.environ[_ACTIVE] = str(os.getpid())  # seen by what it starts: mpirun's version probe and the launch
+    kind = mpi_kind(mpirun)
     try:
-        launch = plan(args, mpirun, mpi_kind(mpirun), os.geteuid(), count_cores(), dict(os.environ))
+        launch = plan(args, mpirun, kind, os.geteuid(), count_cores(), dict(os.environ))
     except LaunchError as e:
         sys.stderr.write(f"hpcdgnn-mpirun: {e}\n")
         return 2
@@ -281,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
         return 127
-    return relay_signals(proc, early)
+    return relay_signals(proc, early, kind)
 
 
 def _dies_with(parent: int):
@@ -302,21 +313,26 @@ def _dies_with(parent: int):
     return set_up
 
 
-def relay_signals(proc: subprocess.Popen, early: list[int] | None = None) -> int:
+class _StopNow(Exception):
+    """Raised by the relay's handler at a second SIGTERM/SIGINT, out of the wait for mpirun."""
+
+
+def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: str = "openmpi") -> int:
     """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n, and
-    for a second SIGTERM/SIGINT n, which stops mpirun at once). ``early``: signals that came before ``proc``
-    started, relayed first."""
+    for a second SIGTERM/SIGINT n, which stops mpirun at once: :func:`stop_at_once`). ``early``: signals that came
+    before ``proc`` started, relayed first; ``kind``: the MPI (:func:`mpi_kind`)."""
     asked: list[str] = []
     again: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if signum in (signal.SIGTERM, signal.SIGINT):
+            if again:
+                return  # stopping already
             if asked:
                 sys.stderr.write(f"hpcdgnn-mpirun: {name} again: stopping mpirun now (exit {128 + signum})\n")
                 again.append(signum)
-                proc.send_signal(signal.SIGTERM)
-                return
+                raise _StopNow
             asked.append(name)
             sys.stderr.write(f"hpcdgnn-mpirun: {name}: passed to the ranks as SIGUSR1 (a run checkpoints and stops at "
                              f"the next epoch boundary or between mini-batches, exit 75; embed and predict stop, exit "
@@ -324,14 +340,39 @@ def relay_signals(proc: subprocess.Popen, early: list[int] | None = None) -> int
             signum = signal.SIGUSR1
         proc.send_signal(signum)
 
-    for sig in _RELAYED:
-        signal.signal(sig, on_signal)
-    for signum in early or ():
-        on_signal(signum, None)
-    rc = proc.wait()  # PEP 475: the wait resumes after each handler
+    try:
+        for sig in _RELAYED:
+            signal.signal(sig, on_signal)
+        for signum in early or ():
+            on_signal(signum, None)
+        rc = proc.wait()  # PEP 475: the wait resumes after each handler (but the one that raises)
+    except _StopNow:
+        rc = stop_at_once(proc, kind)
     if again and rc not in (0, EXIT_PREEMPTED):  # mpirun answers SIGTERM with 1, a crash's code: say it was the
         return 128 + again[0]                     # second signal (130, 143) — unless the ranks had checkpointed
     return rc if rc >= 0 else 128 - rc
+
+
+def stop_at_once(proc: subprocess.Popen, kind: str, gap_s: float = STOP_GAP_S, kill_s: float = STOP_KILL_S) -> int:
+    """End the job of ``proc`` (an MPI launcher of ``kind``) at once; its status.
+
+    Sends the MPI's :data:`STOP_AT_ONCE` signals (SIGTERM for one not listed), ``gap_s`` apart, and kills ``proc``'s
+    process group (its own, with the ranks it started on this node) if it still runs ``kill_s`` later.
+    """
+    for sig in STOP_AT_ONCE.get(kind, (signal.SIGTERM,)):
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout=gap_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        return proc.wait(timeout=kill_s)
+    except subprocess.TimeoutExpired:
+        sys.stderr.write(f"hpcdgnn-mpirun: mpirun still runs {kill_s:g} s after being stopped: killing it and its "
+                         "ranks on this node\n")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
 
 
 if __name__ == "__main__":

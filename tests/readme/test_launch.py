@@ -8,8 +8,10 @@ through unchanged; SIGTERM/SIGINT reach mpirun as SIGUSR1.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -233,6 +235,54 @@ def test_a_signal_while_the_launcher_starts_is_relayed_not_fatal(tmp_path):
     # relayed at once: mpirun exits 75 from its trap, or (its trap not yet set) of the signal: never the launcher
     assert proc.returncode in (75, 128 + signal.SIGUSR1), (proc.returncode, err)
     assert "SIGTERM: passed to the ranks as SIGUSR1" in err, err
+
+
+def _wait_for(stream, line: str) -> None:
+    for got in stream:
+        if got.rstrip("\n") == line:
+            return
+    raise AssertionError(f"no {line!r} before the end")
+
+
+def test_a_second_signal_stops_hydra_at_once(tmp_path):
+    """MPICH's and Intel MPI's launcher (Hydra) forwards SIGTERM to the ranks, which, asked to stop already, went
+    on to the end of the epoch (hours, in a long one) and exited 75 after "stopping mpirun now (exit 143)": a
+    second SIGTERM now reaches Hydra as its own abort, a second SIGINT; the launcher's status is 128 + SIGTERM."""
+    fake = tmp_path / "mpiexec"
+    # as Hydra: SIGUSR1 and SIGTERM forwarded (the stand-in goes on), SIGINT forwarded once, then the job aborted
+    fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "HYDRA build details:"; exit 0; }\n'
+                    "ints=0\ntrap 'echo got-USR1' USR1\ntrap 'echo got-TERM' TERM\n"
+                    "trap 'ints=$((ints + 1)); echo got-INT; [ $ints -ge 2 ] && exit 255' INT\n"
+                    "echo ready\nwhile true; do sleep 0.05; done\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen([*_console(), "-np", "2", "prog"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(HPCDGNN_MPIRUN=str(fake)))
+    _wait_for(proc.stdout, "ready")
+    proc.send_signal(signal.SIGTERM)
+    _wait_for(proc.stdout, "got-USR1")
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert out.split() == ["got-INT", "got-INT"] and time.perf_counter() - t0 < 5, (out, err)
+    assert "SIGTERM again: stopping mpirun now (exit 143)" in err
+
+
+def test_a_launcher_deaf_to_its_stop_signals_is_killed_with_its_group():
+    """A launcher of an MPI not listed (a site wrapper, srun) that outlives its SIGTERM is killed, with what it
+    started in its process group, rather than the job training on after "stopping mpirun now"."""
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "print(child.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, process_group=0)
+    child = int(proc.stdout.readline())
+    assert launch.stop_at_once(proc, "other", gap_s=0.2, kill_s=0.5) == -signal.SIGKILL
+    for _ in range(100):  # the child is the init process's to reap now
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the launcher's child outlived it")
 
 
 def test_real_mpirun_three_ranks_without_any_variable_set():
