@@ -11,14 +11,20 @@ numbered already, as PyG's are).
 * :func:`from_signal` — PyG Temporal's ``StaticGraphTemporalSignal`` / ``DynamicGraphTemporalSignal``
   (``edge_index`` / ``edge_indices``, ``edge_weight`` / ``edge_weights``, ``features``, ``targets``) → one
   snapshot per signal step with its node features and regression targets (or class labels).
+
+Under ``mpirun -np P python script.py`` (P > 1) every rank makes the same call, as it does ``hpcdgnn.train``:
+rank 0 writes the dataset from its own arguments, the others wait for it and return its manifest, and an error
+is raised on every rank (:func:`_once_per_job`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import numbers
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -138,6 +144,44 @@ def _in_python_words(function):
     return wrapper
 
 
+#: inside an adapter already written once per job (from_temporal_data calls from_arrays): no second round
+_WRITING = contextvars.ContextVar("hpcdgnn_adapters_writing", default=False)
+
+
+def _several_ranks() -> bool:
+    """Whether this process is one of several MPI ranks: by the launcher's variables, or by the world of an MPI
+    already started (a plain ``python`` leaves MPI alone)."""
+    from hpcdgnn.comm.world import expected_world_size, world_rank_size
+
+    launched = expected_world_size()
+    return (launched is not None and launched[0] > 1) or ("mpi4py.MPI" in sys.modules and world_rank_size()[1] > 1)
+
+
+def _once_per_job(function):
+    """``function`` run by rank 0 alone when several MPI ranks call it (SPMD): P ranks writing one ``output``
+    would race (one rank finds the directory another is writing, or replaces it under ``force=True``). The other
+    ranks wait and return rank 0's manifest; its error (one line) is raised on every rank; a crash on rank 0
+    ends the job (:func:`hpcdgnn.api._on_every_rank`), so no rank waits forever."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if _WRITING.get() or not _several_ranks():
+            return function(*args, **kwargs)
+        from hpcdgnn.api import _on_every_rank
+        from hpcdgnn.train.collective import root_then_bcast
+
+        def write():
+            token = _WRITING.set(True)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                _WRITING.reset(token)
+
+        return _on_every_rank(lambda comm: root_then_bcast(comm, write))
+
+    return wrapper
+
+
 def _sparse_ids(src: np.ndarray, dst: np.ndarray, n: int) -> str:
     """What to say where ids numbered as given (N = the largest + 1) are far sparser than the vertices they name
     (N above 16 × the distinct ones), else an empty string; :data:`_DENSE` says what to do."""
@@ -206,6 +250,7 @@ def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarra
     return s, d, times, n
 
 
+@_once_per_job
 @_in_python_words
 def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num_vertices: int | None = None,
                 weight=None, edge_features=None, feature_names: list[str] | None = None, **options: Any):
@@ -335,6 +380,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     return _noted(manifest, output)
 
 
+@_once_per_job
 def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = None, **options: Any):
     """PyG's ``TemporalData`` (``src``, ``dst``, ``t``, optional ``msg``) as an event stream.
 
@@ -366,6 +412,7 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
                        bipartite=bipartite, **options)
 
 
+@_once_per_job
 @_in_python_words
 def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8,
                 reverse_edges: bool = False):
@@ -475,7 +522,7 @@ def _noted(manifest, output):
     note = dataset_note(manifest)
     if note:
         # prepare's flags as the adapters' keyword arguments: --events-per-snapshot -> events_per_snapshot=
-        warnings.warn(f"{output}: {_keywords(note)}", UserWarning, stacklevel=4)
+        warnings.warn(f"{output}: {_keywords(note)}", UserWarning, stacklevel=5)
     return manifest
 
 

@@ -388,3 +388,43 @@ def test_messages_name_the_python_arguments_not_prepare_s_flags(tmp_path, capsys
     assert main(["prepare", str(raw), "--format", "snap", "--output", str(tmp_path / "out")]) == 2
     assert "choose another --output or pass --force" in capsys.readouterr().err
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+
+
+_SPMD_SCRIPT = """
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+
+from hpcdgnn.data.adapters import from_arrays, from_signal, from_temporal_data
+from hpcdgnn.errors import DataError
+
+out = sys.argv[1]
+rng = np.random.default_rng(0)
+src, dst, t = rng.integers(0, 30, 300), rng.integers(0, 30, 300), rng.random(300)
+snaps = from_arrays(src, dst, t, out + "/snaps", snapshots=4)
+events = from_temporal_data(SimpleNamespace(src=src, dst=dst, t=t, msg=None, num_nodes=30), out + "/events")
+steps = [rng.random((5, 2)) for _ in range(3)]
+signal = from_signal(SimpleNamespace(edge_index=np.array([[0, 1], [1, 2]]), edge_weight=None, features=steps,
+                                     targets=[s[:, 0] for s in steps]), out + "/signal")
+print("WROTE", snaps.num_snapshots, events.num_events, signal.num_snapshots, flush=True)
+try:
+    from_arrays(src, dst, t, out + "/bad", snapshots=4, num_vertices=3)
+except DataError as e:
+    print("REFUSED", e, flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_every_rank_calling_an_adapter_writes_the_dataset_once(tmp_path, launcher):
+    """``mpirun -np 2 python script.py`` whose ranks all call the adapters (as they all call ``hpcdgnn.train``):
+    the two would write one directory at once (the second refused, or racing the first); rank 0 writes, every
+    rank returns the manifest, and an error is every rank's one line."""
+    script = tmp_path / "script.py"
+    script.write_text(_SPMD_SCRIPT)
+    proc = launcher.run(2, [str(script), str(tmp_path / "out")], timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("WROTE 4 300 3") == 2
+    assert proc.stdout.count("REFUSED from_arrays: src: vertex id") == 2
+    assert not (tmp_path / "out" / "bad").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["events", "signal", "snaps"]
