@@ -114,7 +114,7 @@ class TrainedRun:
         _check_split(split)
         output = _path_argument(output, "output", required=True)
         args = argparse.Namespace(rundir=str(self.dir), output=output, split=split, set=_override_items(overrides))
-        _on_every_rank(lambda comm: run_embed(args, comm))
+        _on_every_rank(lambda comm: run_embed(args, comm), words=_PASS_ARGUMENTS)
         return read_embeddings(output)
 
     def predict(self, output: str | os.PathLike, *, pairs: str | os.PathLike | None = None,
@@ -132,7 +132,7 @@ class TrainedRun:
         output, pairs = _path_argument(output, "output", required=True), _path_argument(pairs, "pairs")
         args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
                                   split_given=split is not None, set=_override_items(overrides), pairs=pairs)
-        _on_every_rank(lambda comm: run_predict(args, comm))
+        _on_every_rank(lambda comm: run_predict(args, comm), words=_PASS_ARGUMENTS)
         return Path(output)
 
     def _file(self, name: str) -> Path:
@@ -385,11 +385,11 @@ def _check_split(split: str) -> None:
         raise ConfigError(f"split: {split!r}; choose from {', '.join(PASS_SPLITS)}")
 
 
-def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
+def _on_every_rank(body, stopped=lambda: False, written: str | None = None, words=None):
     """``body(comm)`` on every rank of the world (SPMD), returned once every rank has finished it: an error every
-    rank meets is raised on every rank (a mapping job's file named as the caller gave it); one a rank meets alone
-    prints its line with the rank and ends the job, as a crash does with its traceback (the others would wait
-    in a collective)."""
+    rank meets is raised on every rank (a mapping job's file named as the caller gave it, the commands' options
+    as ``words`` says: :func:`_named`); one a rank meets alone prints its line with the rank and ends the job, as a
+    crash does with its traceback (the others would wait in a collective)."""
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.errors import StalledError
@@ -414,7 +414,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None):
     except (HpcdgnnError, CommFailure) as e:
         if comm.size > 1 and not getattr(e, "collective", False):
             _fail_alone(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
-        raise _named(e, written) from None
+        raise _named(e, written, _ARGUMENTS if words is None else words) from None
     except BaseException:
         if comm.size > 1:  # a crash on this rank: the others may wait in a collective
             sys.stderr.write(f"rank {comm.rank}/{comm.size}: {traceback.format_exc()}")
@@ -466,18 +466,25 @@ _ARGUMENTS = ((re.compile(r"^((?:\w+ \S+: )?)--set (?=\S)"), r"\1overrides: "),
               (re.compile(r"^((?:\w+ \S+: )?)--(output|resume|pairs|split) (?=\S)"), r"\1\2="),
               (re.compile(r"--set ([\w.]+=[^\s);,]+)"), r'overrides=["\1"]'))
 
+#: embed's and predict's messages: theirs name no other command's options, so their own are the arguments
+#: anywhere in them, advice included (``give --pairs FILE`` -> ``give pairs=FILE``, ``drop --split`` -> ``drop
+#: split``)
+_PASS_ARGUMENTS = (*_ARGUMENTS, (re.compile(r"(?<![\w/.-])--(pairs|split|output)(?: ([^\s-]\S*))?"),
+                                 lambda m: m[1] if m[2] is None else f"{m[1]}={m[2]}"))
 
-def _named(e: BaseException, written: str | None) -> BaseException:
+
+def _named(e: BaseException, written: str | None, words=_ARGUMENTS) -> BaseException:
     """``e`` in this API's words: a mapping job's temporary file called what it is — any rank's: an error rank 0
     met and broadcast names rank 0's file — and the commands' ``--set``, ``--output``, … as the arguments
-    ``overrides``, ``output=``, …; raised without the internal frames (the message says it all)."""
+    ``overrides``, ``output=``, … (``words``: (pattern, replacement) pairs, :data:`_ARGUMENTS` or
+    :data:`_PASS_ARGUMENTS`); raised without the internal frames (the message says it all)."""
     text = str(e)
     if written is not None:
         pattern = re.escape(str(Path(written).parent.parent)) + "/" + re.escape(_JOB_DIR) + r"[^/\s]+/" + \
             re.escape(Path(written).name)
         text = re.sub(pattern, "job (mapping)", text)
-    for pattern, words in _ARGUMENTS:
-        text = pattern.sub(words, text)
+    for pattern, replacement in words:
+        text = pattern.sub(replacement, text)
     if text == str(e):
         return e.with_traceback(None)
     named = type(e)(text)
