@@ -233,3 +233,46 @@ def test_a_zstd_or_zip_input_is_named_not_decoded(tmp_path, capsys, magic, words
     _refused([str(p), "--format", "snap", "--output", str(tmp_path / "o")], capsys, f"{p}: {words}, which prepare",
              "extract it first")
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- 5. a last line cut short
+
+#: ``src dst time`` rows in time order, each time ten digits as SNAP's epoch seconds
+_ROWS = "1 2 1082040961\n3 4 1082155839\n5 6 1082414391\n"
+
+
+@pytest.mark.parametrize("fmt, text, why", [
+    ("snap", _ROWS + "7 8 10826", "fewer characters than every other row's (10 or more)"),
+    ("snap", "1 2 5\n2 3 10\n3 4 100\n4 5 1", "its time is before the row above"),
+    ("jodie", "u,i,ts,f\n1,2,3,0.125\n2,3,4,0.250\n3,4,5,0.", "fewer characters than every other row's"),
+])
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_last_line_cut_mid_number_is_refused(tmp_path, capsys, fmt, text, why, kind):
+    """A plain file cut mid-number (an interrupted download) ends without a newline, its last number short: one
+    line naming the file and line, not a wrong event; nothing is written."""
+    raw = tmp_path / "cut.txt"
+    raw.write_text(text)
+    lineno = text.count("\n") + 1
+    _refused([str(raw), "--format", fmt, "--kind", kind, "--output", str(tmp_path / "o")], capsys,
+             f"cut.txt:{lineno}: the file ends without a newline", why, "end the file with a newline")
+    assert not (tmp_path / "o").exists()
+    raw.write_text(text + "\n")  # the user's way out: the line is whole
+    _prepared([str(raw), "--format", fmt, "--kind", kind, "--output", str(tmp_path / "o")], capsys)
+
+
+def test_a_last_line_without_newline_that_looks_whole_is_read_with_a_warning(tmp_path, capsys):
+    raw = tmp_path / "e.txt"
+    raw.write_text(_ROWS + "7 8 1082654051")
+    assert main(["prepare", str(raw), "--format", "snap", "--snapshots", "2", "--output", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " + str(raw) + ":4: the file ends without a newline after '7 8 1082654051'" in err, err
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert m["source"]["events"] == 4 and m["source"]["time_max"] == 1082654051
+
+
+@pytest.mark.parametrize("text", [_ROWS, _ROWS.replace("\n", "\r\n"), _ROWS + "# end", _ROWS + "\n\n"])
+def test_files_ending_in_a_newline_or_a_comment_are_read_silently(tmp_path, capsys, text):
+    raw = tmp_path / "e.txt"
+    raw.write_bytes(text.encode())
+    assert main(["prepare", str(raw), "--format", "snap", "--snapshots", "2", "--output", str(tmp_path / "o")]) == 0
+    assert "newline" not in capsys.readouterr().err

@@ -11,6 +11,7 @@ import bz2
 import gzip
 import lzma
 import operator
+import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,8 @@ __all__ = [
     "describe_header",
     "check_header_width",
     "RowWidths",
+    "LastLine",
+    "last_breaks_order",
     "read_by_name",
     "guess_columns",
     "stored_edges_per_slice",
@@ -489,6 +492,73 @@ class RowWidths:
             raise DataError(f"{self.path}:{lineno}: expected {self.width} {self.unit} like line {self.first}, "
                             f"got {width}")
         return False
+
+
+def _last_field(line: str) -> str:
+    """The last comma- or whitespace-separated field of a stripped line."""
+    return line[max(line.rfind(","), line.rfind(" "), line.rfind("\t")) + 1 :].strip()
+
+
+class LastLine:
+    """Watches a text file's data rows for a last line cut short: an interrupted download or copy ends a plain
+    file mid-line, without its newline, and a number cut mid-digits still parses (``105 8 1082654`` for
+    ``105 8 1082654017``) as a wrong event. Compressed inputs are checked by their decompressors instead.
+
+    Iterate over it in place of ``rows``; after the last row, :meth:`check` refuses or warns.
+
+    Args:
+        path: the input, for messages.
+        text: the whole decoded file (only its end is kept).
+        rows: ``(line number, stripped line)`` of the data rows, the header excluded.
+    """
+
+    def __init__(self, path: Path, text: str, rows: Iterable[tuple[int, str]]) -> None:
+        self.path, self.rows = path, rows
+        cut = bool(text) and text[-1] not in "\n\r"
+        # the file's final line, when no newline ends it (None else)
+        self.final = text[max(text.rfind("\n"), text.rfind("\r")) + 1 :].strip() if cut else None
+        self.shortest: int | None = None  # the shortest last field of every row but the latest
+        self.last: tuple[int, str] | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        if self.final is None:  # a newline ends the file: nothing to watch
+            yield from self.rows
+            return
+        for lineno, s in self.rows:
+            if self.last is not None:
+                n = len(_last_field(self.last[1]))
+                self.shortest = n if self.shortest is None else min(self.shortest, n)
+            self.last = (lineno, s)
+            yield lineno, s
+
+    def check(self, time_order_broken: bool = False) -> None:
+        """After the last row: refuse a last line that ends the file without a newline and looks cut — its last
+        field shorter than every other row's (a number that lost digits), or ``time_order_broken`` (its time, the
+        last field, is before the row above while every other row is in time order) — and warn of one that
+        does not look cut, since nothing can tell it whole.
+
+        Raises:
+            DataError: ``path:line`` with the line, why it looks cut, and the way out.
+        """
+        if self.final is None or self.last is None or self.last[1] != self.final:
+            return  # a newline ends the file, or its final line is a comment
+        lineno, s = self.last
+        where = f"{self.path}:{lineno}: the file ends without a newline after {shorten(s)!r}"
+        why = None
+        if self.shortest is not None and len(_last_field(s)) < self.shortest:
+            why = f"its last field has fewer characters than every other row's ({self.shortest} or more)"
+        elif time_order_broken:
+            why = "its time is before the row above, in a file otherwise in time order"
+        if why is not None:
+            raise DataError(f"{where}, and {why}: the file looks cut short (an interrupted download or copy); "
+                            "fetch it again, or, if that line is whole, end the file with a newline")
+        print(f"hpcdgnn prepare: warning: {where}: if the file was cut short, that row is wrong; check the file's "
+              "size against its source", file=sys.stderr, flush=True)
+
+
+def last_breaks_order(time: np.ndarray) -> bool:
+    """Whether the last of ``time`` (file order) is before the one above while all the others are in order."""
+    return bool(time.shape[0] > 1 and time[-1] < time[-2] and not np.any(time[1:-1] < time[:-2]))
 
 
 def describe_header(names: Sequence[str], limit: int = 8) -> str:

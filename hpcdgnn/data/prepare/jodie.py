@@ -27,6 +27,7 @@ import numpy as np
 
 from hpcdgnn.data.prepare._common import (
     COLUMN_ALIASES,
+    LastLine,
     PreparedInput,
     PrepareOptions,
     RowWidths,
@@ -34,6 +35,7 @@ from hpcdgnn.data.prepare._common import (
     check_header_width,
     describe_header,
     guess_columns,
+    last_breaks_order,
     looks_like_header,
     parse_columns,
     parse_numbers,
@@ -116,12 +118,13 @@ def check_width(path: Path, header: list[str] | None, lineno: int, width: int) -
 
 def _data_rows(
     path: Path, columns: dict[str, str] | None
-) -> tuple[Iterator[tuple[int, str]], dict[str, int], dict[str, str], str | None]:
+) -> tuple[LastLine, dict[str, int], dict[str, str], str | None]:
     """The data lines of a JODIE csv and how to read them.
 
     Returns:
-        ``(rows, index, names, header)``: lazy ``(line number, stripped line)`` rows, the
-        :func:`_header_columns` mapping, and line 1 when it is a header, else None.
+        ``(rows, index, names, header)``: lazy ``(line number, stripped line)`` rows (watched for a last line
+        cut short: call ``rows.check`` after them), the :func:`_header_columns` mapping, and line 1 when it is a
+        header, else None.
     """
     text = read_input_text(path)
     # lazily: wikipedia/reddit rows carry 172 features each; no second copy of the text
@@ -131,7 +134,7 @@ def _data_rows(
         raise DataError(f"{path}: no interactions (empty file or header only)")
     lineno, first = head[0]
     index, names, has_header = _header_columns(path, lineno, first, head[1][1] if len(head) > 1 else None, columns)
-    rows = itertools.chain(head[1:] if has_header else head, numbered)
+    rows = LastLine(path, text, itertools.chain(head[1:] if has_header else head, numbered))
     return rows, index, names, first if has_header else None
 
 
@@ -167,6 +170,7 @@ def _parse(
     if not lines:
         raise DataError(f"{path}: no interactions (empty file or header only)")
     time = parse_numbers(times, lines, path, _what("time", names))
+    rows.check(it == widths.width - 1 and last_breaks_order(time))
     if il is None:
         return users, items, time, None, names
     state = parse_numbers(states, lines, path, label_name)
@@ -317,5 +321,6 @@ def parse_jodie_events(
     if rows:
         blocks.append(as_float32(_feature_block(path, rows, row_lines, fnames)))
     time = parse_numbers(times, lines, path, _what("time", names))
+    data.check(it == widths.width - 1 and last_breaks_order(time))
     features = np.concatenate(blocks) if blocks else None
     return users, items, time, features, fnames, names

@@ -27,6 +27,7 @@ import numpy as np
 from hpcdgnn.data.prepare._common import (
     DEFAULT_SNAPSHOTS,
     REQUIRED_COLUMNS,
+    LastLine,
     PreparedInput,
     PrepareOptions,
     RowWidths,
@@ -36,6 +37,7 @@ from hpcdgnn.data.prepare._common import (
     check_header_width,
     describe_header,
     guess_columns,
+    last_breaks_order,
     looks_like_header,
     parse_columns,
     parse_numbers,
@@ -117,13 +119,14 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
         DataError: ``path:line: problem`` for the first bad line, no events, a header line
             without ``--columns``, or a ``--columns`` value that names no column.
     """
-    rows = _numbered_lines(read_input_text(path))
+    text = read_input_text(path)
+    rows = _numbered_lines(text)
     head = list(itertools.islice(rows, 2))
     if not head:
         raise DataError(f"{path}: no events (empty file or only comments)")
     first, second = _fields(head[0][1]), (_fields(head[1][1]) if len(head) > 1 else None)
     if columns is not None:
-        return _parse_mapped(path, columns, head, rows)
+        return _parse_mapped(path, columns, head, rows, text)
     # a header's last field is a name where the data has a time: say so, not "cannot parse time"
     # (a file of a header line alone, too: one line without a number)
     if looks_like_header(first[-1:], second[-1:]) if second is not None else not any(map(_is_number, first)):
@@ -131,7 +134,9 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     cols: list[list[str]] | None = None
     lines: list[int] = []
     first_line = 0
-    for lineno, s in itertools.chain(head, rows):
+    watch = LastLine(path, text, itertools.chain(head, rows))
+    del text
+    for lineno, s in watch:
         parts = s.replace(",", " ").split()
         if cols is None:
             if len(parts) not in (3, 4):
@@ -146,6 +151,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
             c.append(p)
         lines.append(lineno)
     time = parse_numbers(cols[-1], lines, path, "time")
+    watch.check(last_breaks_order(time))
     weight = parse_numbers(cols[2], lines, path, "weight").astype(np.float64) if len(cols) == 4 else None
     index, vertex_ids = remap_ids(cols[0] + cols[1])
     e = len(lines)
@@ -153,7 +159,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
 
 
 def _parse_mapped(
-    path: Path, columns: dict[str, str], head: list[tuple[int, str]], rows: Iterator[tuple[int, str]]
+    path: Path, columns: dict[str, str], head: list[tuple[int, str]], rows: Iterator[tuple[int, str]], text: str
 ) -> EdgeList:
     """``--columns``: any delimited file (comma when line 1 has one, else whitespace).
 
@@ -179,9 +185,11 @@ def _parse_mapped(
     it = itertools.chain(head, rows)
     if header is not None:
         next(it)
+    watch = LastLine(path, text, it)
+    del text
     # read by index, a row of another width would read a weight as the time
     widths = RowWidths(path, (lambda ln, w: check_header_width(path, header, ln, w)) if by_name else None, "columns")
-    for lineno, s in it:
+    for lineno, s in watch:
         parts = split_fields(s, comma)
         if len(parts) < need:
             raise DataError(f"{path}:{lineno}: expected at least {need} columns for --columns {want}, got {len(parts)}")
@@ -192,6 +200,7 @@ def _parse_mapped(
     if not lines:
         raise DataError(f"{path}: no events (header only)")
     time = parse_numbers(data["time"], lines, path, f"time (column {columns['time']})")
+    watch.check(index["time"] == widths.width - 1 and last_breaks_order(time))
     weight = None
     if "weight" in data:
         weight = parse_numbers(data["weight"], lines, path, f"weight (column {columns['weight']})").astype(np.float64)
