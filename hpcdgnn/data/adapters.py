@@ -8,9 +8,10 @@ numbered already, as PyG's are).
 * :func:`from_arrays` — timestamped interactions ``(src, dst, t)`` → snapshots (cut by ``snapshots``,
   ``window`` or ``events_per_snapshot``, as ``prepare``) or, with ``kind="events"``, an event stream.
 * :func:`from_temporal_data` — PyG's ``TemporalData`` (``src``, ``dst``, ``t``, ``msg``) → an event stream.
-* :func:`from_signal` — PyG Temporal's ``StaticGraphTemporalSignal`` / ``DynamicGraphTemporalSignal``
-  (``edge_index`` / ``edge_indices``, ``edge_weight`` / ``edge_weights``, ``features``, ``targets``) → one
-  snapshot per signal step with its node features and regression targets (or class labels).
+* :func:`from_signal` — PyG Temporal's ``StaticGraphTemporalSignal`` / ``DynamicGraphTemporalSignal`` /
+  ``DynamicGraphStaticSignal`` (``edge_index`` / ``edge_indices``, ``edge_weight`` / ``edge_weights``,
+  ``features`` / ``feature``, ``targets``) → one snapshot per signal step with its node features and regression
+  targets (or class labels).
 
 Under ``mpirun -np P python script.py`` (P > 1) every rank makes the same call, as it does ``hpcdgnn.train``:
 rank 0 writes the dataset from its own arguments, the others wait for it and return its manifest, and an error
@@ -425,7 +426,8 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     Args:
         signal: a ``StaticGraphTemporalSignal`` (``edge_index``, ``edge_weight``) or a
             ``DynamicGraphTemporalSignal`` (``edge_indices``, ``edge_weights``), with ``features`` and ``targets``
-            (one (N, F) and one (N,) array per step).
+            (one (N, F) and one (N,) array per step); or a ``DynamicGraphStaticSignal``, whose one ``feature``
+            (N, F) is every step's.
         output: the dataset directory.
         labels: the targets are integer classes (node classification), not regression targets.
         force: replace a non-empty ``output``.
@@ -448,6 +450,9 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     # list(): a list of steps or one stacked (T, N, F) array alike (``or []`` would ask an array for its truth)
     features, targets = ([] if v is None else list(v) for v in (getattr(signal, "features", None),
                                                                 getattr(signal, "targets", None)))
+    if not features and getattr(signal, "feature", None) is not None:  # DynamicGraphStaticSignal: one X throughout
+        steps = getattr(signal, "edge_indices", None)
+        features = [signal.feature] * len(targets if steps is None else steps)
     if not features:
         raise DataError(f"{where}: the signal has no features (a PyG Temporal signal has features and targets)")
     if targets and len(targets) != len(features):

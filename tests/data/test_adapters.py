@@ -115,6 +115,9 @@ def test_the_real_libraries_when_installed(tmp_path, capsys):
     s = _static_signal()
     from_signal(pygt.StaticGraphTemporalSignal(s.edge_index, s.edge_weight, s.features, s.targets), tmp_path / "t")
     assert _inspect(tmp_path / "t", capsys)["num_snapshots"] == 6
+    from_signal(pygt.DynamicGraphStaticSignal([s.edge_index] * 6, [s.edge_weight] * 6, s.features[0], s.targets),
+                tmp_path / "d")
+    assert _inspect(tmp_path / "d", capsys)["num_snapshots"] == 6
 
 
 @pytest.mark.parametrize(("call", "words"), [
@@ -428,3 +431,21 @@ def test_every_rank_calling_an_adapter_writes_the_dataset_once(tmp_path, launche
     assert proc.stdout.count("REFUSED from_arrays: src: vertex id") == 2
     assert not (tmp_path / "out" / "bad").exists()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["events", "signal", "snaps"]
+
+
+def test_a_dynamic_graph_static_signal_gives_every_step_its_one_feature_matrix(tmp_path, capsys):
+    """PyG Temporal's ``DynamicGraphStaticSignal`` keeps one ``feature`` (N, F) for all steps; it was refused as
+    "the signal has no features"."""
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+
+    rng = np.random.default_rng(6)
+    sig = SimpleNamespace(edge_indices=[rng.integers(0, 9, (2, 6)) for _ in range(4)], edge_weights=[None] * 4,
+                          feature=rng.standard_normal((9, 2)), targets=[rng.standard_normal(9) for _ in range(4)])
+    from_signal(sig, tmp_path / "dgs")
+    info = _inspect(tmp_path / "dgs", capsys)
+    assert (info["num_vertices"], info["num_snapshots"], info["num_features"]) == (9, 4, 2)
+    with ShardReader(tmp_path / "dgs", load_manifest(tmp_path / "dgs")) as reader:
+        for k in range(4):
+            np.testing.assert_allclose(reader.read(k).x, sig.feature.astype(np.float32))
+            np.testing.assert_allclose(reader.read_targets(k), sig.targets[k])
