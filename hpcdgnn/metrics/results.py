@@ -27,7 +27,8 @@ def writing(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        hint = {errno.ENOSPC: "a full disk?", errno.EDQUOT: "over quota?"}.get(e.errno)  # the others say what is
+        hint = {errno.ENOSPC: "a full disk?", errno.EDQUOT: "over quota?",  # the others say what is
+                errno.EFBIG: "over this process's file size limit, ulimit -f?"}.get(e.errno)
         raise DataError(f"cannot write {path}: {e.strerror or e}" + (f" ({hint})" if hint else "")) from None
 
 

@@ -109,3 +109,18 @@ def test_a_metrics_file_that_cannot_be_opened_is_one_line(tmp_path):
     (tmp_path / "metrics.jsonl").mkdir()
     with pytest.raises(DataError, match=r"^cannot write .*metrics\.jsonl: Is a directory$"):
         RunDirectory(tmp_path)
+
+
+def test_a_run_file_over_the_file_size_limit_says_so(tmp_path):
+    """A batch system's file size limit (``ulimit -f``, EFBIG) cut metrics.jsonl with a bare "File too large";
+    the line now names the limit, as a full disk's names the disk."""
+    import errno
+    import os
+
+    from hpcdgnn.errors import DataError
+    from hpcdgnn.metrics.results import writing
+
+    with pytest.raises(DataError) as e, writing(tmp_path / "metrics.jsonl"):
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    assert str(e.value) == (f"cannot write {tmp_path / 'metrics.jsonl'}: File too large "
+                            "(over this process's file size limit, ulimit -f?)")
