@@ -486,7 +486,9 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     root = Path(job.checkpoint.dir) if job.checkpoint.dir else run_dir / "checkpoints"
     ckpt = latest_checkpoint(root)
     if ckpt is None:
-        raise ConfigError(f"--resume {resume}: no complete checkpoint in {root}")
+        raise ConfigError(f"--resume {resume}: no complete checkpoint in {root} (the run stopped before its first "
+                          "was written: nothing to resume; train the job again with another --output, or after "
+                          f"removing {resume})")
     try:
         meta = json.loads((ckpt / "COMPLETE").read_text())
         done = int(meta["epoch"])

@@ -421,3 +421,18 @@ def test_a_run_stopped_while_writing_its_summary_is_completed_by_a_resume(small_
     assert (run / "metrics.jsonl").read_text() == metrics and not (run / "summary.json.tmp").exists()
     proc = run_in_process(resume, mpi_env(), tmp_path)
     assert proc.returncode == 2 and "the run has already trained 2 epochs" in proc.stderr, proc.stderr
+
+
+@pytest.mark.mpi  # a training run (python -m hpcdgnn in a singleton MPI process)
+def test_a_resume_of_a_run_killed_before_its_first_checkpoint_says_what_to_do(small_dataset, tmp_path):
+    """A job killed while writing its first checkpoint leaves only ``epoch-000001.tmp``: the resume's line said
+    "no complete checkpoint in DIR" and no more; now it says there is nothing to resume and how to start over."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    run = tmp_path / "run"
+    assert run_in_process(["run", str(job), "--output", str(run)], mpi_env(), tmp_path).returncode == 0
+    (run / "checkpoints" / "epoch-000001").rename(run / "checkpoints" / "epoch-000001.tmp")
+    proc = run_in_process(["run", "--resume", str(run)], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr == (f"hpcdgnn: error: --resume {run}: no complete checkpoint in {run / 'checkpoints'} (the run "
+                           "stopped before its first was written: nothing to resume; train the job again with another "
+                           f"--output, or after removing {run})\n")
