@@ -496,6 +496,18 @@ def perf_script(name: str):
     return mod
 
 
+def json_records(stdout: str) -> list[dict]:
+    """The JSON objects the ranks of a launched script printed, one per line each: read wherever a line starts
+    with ``{``, several to a line too (Hydra, MPICH's launcher, may join two ranks' lines: ``{...}{...}``)."""
+    decoder, records = json.JSONDecoder(), []
+    for line in stdout.splitlines():
+        at = 0
+        while line.startswith("{", at):
+            record, at = decoder.raw_decode(line, at)
+            records.append(record)
+    return records
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The per-epoch records of a run."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, json_records
 
 
 def expected_bytes(T: int, N: int, F: int, P: int, itemsize: int) -> int:
@@ -31,7 +29,7 @@ def test_alltoall_values_gradient_and_volume(launcher, P, T, N, layout):
     script = str(REPO / "tests" / "mpi" / "alltoall_check.py")
     proc = launcher.run(P, [script, str(T), str(N), str(F), layout], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    counted = sum(json.loads(line)["fwd_bytes"] for line in proc.stdout.splitlines() if line.startswith("{"))
+    counted = sum(r["fwd_bytes"] for r in json_records(proc.stdout))
     exact = expected_bytes(T, N, F, P, 4)
     assert counted == exact
     # IBM §4.2's T·N·F·(P−1)/P·itemsize, up to the remainder rows

@@ -8,7 +8,6 @@ backward pass ended.
 
 from __future__ import annotations
 
-import json
 from itertools import pairwise
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 
 from hpcdgnn.comm.buckets import bucket_bounds
 from hpcdgnn.config.schema import CommConfig
-from tests.conftest import REPO, assert_same_run, write_job
+from tests.conftest import REPO, assert_same_run, json_records, write_job
 from tests.train.test_exactness import _losses_many
 
 
@@ -61,7 +60,7 @@ def test_buckets_against_flat_step_by_step(launcher, P):
     after its bucket left (every rank then repeats the bucket), and when a parameter goes unused."""
     proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "buckets_check.py")], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = {r["rank"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
     assert sorted(out) == list(range(P))
     assert out[1]["stale"][2] > 0  # rank 1's extra pass in step 3 came after its buckets were posted
     assert all(sum(r["stale"][:2]) == 0 and sum(r["stale"][3:]) == 0 for r in out.values())

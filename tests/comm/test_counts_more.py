@@ -3,9 +3,7 @@ the default tags and others (tests/mpi/counts_recv_check.py)."""
 
 from __future__ import annotations
 
-import json
-
-from tests.conftest import REPO
+from tests.conftest import REPO, json_records
 
 
 def test_small_collectives_count_sent_and_received_bytes(launcher):
@@ -15,7 +13,7 @@ def test_small_collectives_count_sent_and_received_bytes(launcher):
     P = 3
     proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "counts_recv_check.py")], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = {r["rank"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
     assert sorted(out) == list(range(P))
     for me, r in out.items():
         assert r["counted"] == {

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, json_records
 
 
 @pytest.mark.parametrize("P", [2, 3])
@@ -15,7 +13,7 @@ def test_time_halo_defers_send_only_exchanges(launcher, P):
     (the first forward, the last backward) defers its exchange and nothing hangs or stays in flight."""
     proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "time_halo_check.py")], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = {r["rank"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
     assert sorted(out) == list(range(P))
     assert [out[p]["deferred_fwd"] for p in range(P)] == [1] + [0] * (P - 1)
     assert [out[p]["deferred_bwd"] for p in range(P)] == [0] * (P - 1) + [1]

@@ -10,8 +10,6 @@ straggler injected with ``debug.delay_rank`` shows up as the others' ``comm_late
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -19,7 +17,7 @@ from hpcdgnn.comm.exchange_log import ExchangeLog
 from hpcdgnn.config.load import load_job
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.metrics.waits import late_waits, tag_id
-from tests.conftest import REPO, write_job
+from tests.conftest import REPO, json_records, write_job
 from tests.train.test_exactness import _losses
 
 DELAY = 0.5
@@ -63,7 +61,7 @@ def test_late_wait_is_the_waiting_ranks_not_the_stragglers(launcher, P):
     """tests/mpi/waits_check.py: one straggler per exchange, DELAY seconds late."""
     proc = launcher.run(P, [str(REPO / "tests" / "mpi" / "waits_check.py"), str(DELAY)], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = {r["rank"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
     assert sorted(out) == list(range(P))
     waited, spared = 0.8 * DELAY, 0.3 * DELAY  # sleeps on a loaded machine: a margin either way
     for me, r in out.items():

@@ -14,7 +14,7 @@ from hpcdgnn.config import load_job
 from hpcdgnn.data.events import load_event_manifest, write_events
 from hpcdgnn.planner.predict import plan_job
 from hpcdgnn.planner.rates import MachineRates
-from tests.conftest import REPO, assert_same_run, read_metrics, write_job
+from tests.conftest import REPO, assert_same_run, json_records, read_metrics, write_job
 from tests.train.test_exactness import _losses, _losses_many
 
 EVENTS = 1300  # train 910: batches of 100 -> 10 (the last one short), of 101 -> 9 and one of a single event
@@ -366,11 +366,9 @@ def test_event_stream_is_read_once_per_node(launcher, college):
     """tests/mpi/events_node_check.py at P = 3: every rank has the stream read_events gives, one rank of the
     node read the shards, the others map its shared copy; the temporal CSR shared alike answers queries
     as a private one."""
-    import json
-
     proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "events_node_check.py"), str(college)], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    out = json_records(proc.stdout)
     assert sorted(r["rank"] for r in out) == [0, 1, 2]
     assert sum(r["reads"] for r in out) == 1  # one node here: one reader
     assert all(r["shared"] and r["windows"] == 4 and r["csr_windows"] == 4 for r in out)

@@ -8,7 +8,6 @@ in, and gets the same Ã and Ã·X, bit for bit, as when every rank read every s
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import h5py
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.errors import DataError
-from tests.conftest import REPO, SMALL_N, SMALL_T, make_dataset, write_job
+from tests.conftest import REPO, SMALL_N, SMALL_T, json_records, make_dataset, write_job
 
 
 def _full_bytes(root, manifest) -> int:
@@ -100,7 +99,7 @@ def _check(launcher, np_: int, args: list[str]) -> list[dict]:
     script = str(REPO / "tests" / "mpi" / "reads_check.py")
     out = launcher.run(np_, [script, *args], timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return json_records(out.stdout)
 
 
 def test_each_rank_reads_its_share(launcher, small_dataset, tmp_path):
