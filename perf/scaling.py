@@ -31,7 +31,11 @@ the fastest way to do the same work on one rank, not against itself.
 
 A run that fails does not end the sweep: its command and error line are printed
 (a pre-empted one, exit 75, says so), the other runs go on, the report holds those
-that completed, and ``run`` exits 1 naming the failures. Run the same command
+that completed, and ``run`` exits 1 naming the failures. A launcher that exits while
+its ranks still run (mpirun on SIGTERM exits at once, its ranks then checkpoint) is
+waited for: the next run starts once the run's rank 0 lets go of its ``run.lock``
+(at most ``HPCDGNN_RUN_LOCK_WAIT`` s, else the sweep stops there), and the run is
+named pre-empted when it left a checkpoint to resume. Run the same command
 again (same ``--out``, same settings) to continue: runs whose ``summary.json``
 says completed are kept, a pre-empted one is resumed (``hpcdgnn run --resume``),
 any other is set aside as ``run-NAME.attempt-TIME`` and run again. Each run's job
@@ -41,11 +45,13 @@ anything is written, as is a graph generated earlier (``graph``, ``graph-pP``)
 whose manifest's N, T or density differ from those asked. Nothing an earlier sweep
 wrote is overwritten: where ``--out`` holds a report already, the new one goes
 beside it, into ``--out/report-TIME/``. One sweep at a time writes into an
-``--out`` (a second is refused while the first runs).
+``--out`` (a second is refused while the first runs), and a re-run that finds a run
+still training (its sweep stopped, its ranks not) is refused in one line.
 
 ``plot`` (also run at the end of ``run``) reads each run directory's
 ``summary.json`` and ``metrics.jsonl`` and writes, into ``--out``
-(directories named ``*.attempt-*``, dead attempts the job scripts set aside, are left out with a note):
+(directories named ``*.attempt-*``, dead attempts the job scripts or a re-run of a sweep set aside, are left out
+with a note):
 
 * ``scaling.csv`` — one row per run: P, N, T, model, strategy, the steady
   epoch time (median over non-warm-up epochs of the slowest rank's epoch time, a profiled epoch left out; with
@@ -63,13 +69,14 @@ beside it, into ``--out/report-TIME/``. One sweep at a time writes into an
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
-  strategy), with the ideal line;
+  strategy), with the ideal line; each axis gives its formula, the legend is below the axes;
 * ``volume.png`` — communication volume per epoch against P (one line per strategy).
 
 **The baseline.** Speed-up and efficiency are taken against the *fastest run at the
-smallest P of any strategy* in the set (strong: t_base / t(P) and t_base · P_min /
-(t(P) · P); weak: efficiency t_base / t(P)), not against each strategy's own run at
-that P. A strategy that pays for its machinery on one rank (halo exchanges with
+smallest P of any strategy* in the set (strong: speed-up t_base / t(P) and efficiency
+t_base · P_min / (t(P) · P); weak, where the work grows with P: the scaled speed-up
+(P / P_min) · t_base / t(P), work per second, and efficiency t_base / t(P)), not against
+each strategy's own run at that P. A strategy that pays for its machinery on one rank (halo exchanges with
 nothing to exchange, index copies) would otherwise show a super-linear speed-up over
 its own slow P = 1 time while being slower than the single-process engine (issue 13).
 
@@ -424,7 +431,7 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
         ax.set_title(label + note, fontsize=9)
         files.append(out / name)
         fig.tight_layout()
-        fig.savefig(files[-1], dpi=120)
+        fig.savefig(files[-1], dpi=120, bbox_inches="tight")  # "tight": a legend outside the axes is in the file
         plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows)), 4))
@@ -467,15 +474,25 @@ def plot(rows: list[dict], out: Path, mode: str, ceilings: dict[int, float] | No
         ax.patch.set_visible(False)
     # from the data: a super-linear efficiency (caches) exceeds 1
     ax2.set_ylim(0, 1.1 * max(1.0, *(r["efficiency"] for r in rows)))
-    ax2.set_ylabel("parallel efficiency")
+    P0 = base["P"]
+    t0, per = f"t({P0})", ("P" if P0 == 1 else f"(P/{P0})")  # t0: the baseline's epoch time
+    if mode == "strong":
+        ylabel = f"speed-up {t0} / t(P)"
+        ylabel2 = f"parallel efficiency {t0} / ({per}·t(P))"
+    else:  # the work grows with P: the speed-up is the scaled one (work per second), the efficiency the time ratio
+        ylabel, ylabel2 = f"scaled speed-up {per}·{t0} / t(P)", f"weak-scaling efficiency {t0} / t(P)"
+    ax2.set_ylabel(ylabel2)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     _label_ranks(ax, Ps)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
-    save(fig, ax, f"speed-up over the fastest P={base['P']} run", "speedup.png",
-         f"\nbaseline: the fastest P={base['P']} run of any strategy ({base['strategy']}, {base['epoch_s']:.3f} s)")
+    # below the axes: inside them it covered the baseline's points (speed-up and efficiency 1 at the smallest P are
+    # always in the upper left)
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+              fontsize=8, frameon=False)
+    save(fig, ax, ylabel, "speedup.png",
+         f"\nbaseline: the fastest P={P0} run of any strategy ({base['strategy']}, {base['epoch_s']:.3f} s)")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for s in strategies:
@@ -610,14 +627,51 @@ def _job_differs(old: str, new: str) -> str | None:
     return None
 
 
+def _rank_wait() -> float:
+    """Seconds to wait for a run's rank 0 to let go of its run directory (``HPCDGNN_RUN_LOCK_WAIT``, as a run
+    waits for another holder)."""
+    from hpcdgnn.run_lock import run_lock_wait
+
+    return run_lock_wait()
+
+
+def _await_ranks(run_dir: Path, what: str) -> bool:
+    """Wait, after ``run_dir``'s launcher exited, until no process holds it (rank 0's ``run.lock``, held while it
+    trains and until its checkpoint and summary.json are written), at most :func:`_rank_wait` seconds.
+
+    Args:
+        run_dir: the run directory the launcher's ranks train in.
+        what: the run's name in the sweep's lines (``STRATEGY P=P``).
+
+    Returns:
+        True once it is let go (or cannot be told: a file system without locks); False after the wait.
+    """
+    from hpcdgnn.run_lock import run_alive
+
+    deadline, said = time.monotonic() + _rank_wait(), False
+    while run_alive(run_dir):
+        if not said:
+            print(f"  {what}: its launcher exited while its ranks still run in {run_dir}; waiting for them to end",
+                  flush=True)
+            said = True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _run_state(run_dir: Path) -> str:
-    """``absent``, ``completed``, ``preempted`` (summary.json says so and a complete checkpoint is there to resume:
-    a stop in a new run's set-up, or in its first epoch, leaves none) or ``incomplete`` (anything else: failed,
-    killed, diverged, pre-empted without a checkpoint)."""
+    """``absent``, ``training`` (a process holds its ``run.lock`` now: a run whose sweep or launcher ended before
+    it), ``completed``, ``preempted`` (summary.json says so and a complete checkpoint is there to resume: a stop in
+    a new run's set-up, or in its first epoch, leaves none) or ``incomplete`` (anything else: failed, killed,
+    diverged, pre-empted without a checkpoint)."""
+    from hpcdgnn.run_lock import run_alive
     from hpcdgnn.train.checkpoint import latest_checkpoint
 
     if not run_dir.exists():
         return "absent"
+    if run_alive(run_dir):
+        return "training"
     try:
         status = json.loads((run_dir / "summary.json").read_text()).get("status")
         saved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text()) or {}
@@ -682,6 +736,9 @@ def _plan_sweep(args: argparse.Namespace, out: Path) -> list[dict]:
             "train": {"epochs": args.epochs, "threads": args.threads},
         })
         state = _run_state(run_dir)
+        if state == "training":  # set aside and run again, it would train beside its own copy
+            _refuse(f"{run_dir}: a run trains there now (its rank 0 holds run.lock: a run of an earlier sweep that "
+                    "was stopped while its ranks went on); wait for it to end, then run the same command again")
         # checked before anything is written: an earlier sweep's runs and the job files they ran stay together
         if job.exists():
             if why := _job_differs(job.read_text(), text):
@@ -737,9 +794,23 @@ def run_sweep(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
-            why = "pre-empted (exit 75; a re-run of this sweep resumes it)" if proc.returncode == 75 else \
-                f"failed (exit {proc.returncode}): {error_line(proc)}"
-            if proc.returncode not in (2, 75):  # a crash: its traceback says more than its last line
+            # a launcher stopped by a signal (mpirun on SIGTERM) exits at once while its ranks still checkpoint:
+            # the next run would share the node with them, and the run's state is the one they leave
+            if not _await_ranks(run_dir, what):
+                why = (f"failed (exit {proc.returncode}), and its rank 0 still holds {run_dir / 'run.lock'} after "
+                       f"{_rank_wait():.0f} s (HPCDGNN_RUN_LOCK_WAIT): the sweep stops here, the runs left would share "
+                       "the node with its ranks; end them, then run the same command again")
+                print(f"  {what}: {why}", file=sys.stderr, flush=True)
+                failures.append(f"{what}: {why}; command: {shlex.join(cmd)}")
+                break
+            state = _run_state(run_dir)
+            if state == "preempted":
+                why = f"pre-empted (exit {proc.returncode}; a re-run of this sweep resumes it)"
+            elif proc.returncode == 75:
+                why = "pre-empted before its first checkpoint (exit 75; a re-run of this sweep runs it again)"
+            else:
+                why = f"failed (exit {proc.returncode}): {error_line(proc)}"
+            if proc.returncode not in (2, 75) and state != "preempted":  # a crash: its traceback says more
                 print(proc.stderr[-2000:], file=sys.stderr, flush=True)
             print(f"  {what}: {why}", file=sys.stderr, flush=True)
             failures.append(f"{what}: {why}; command: {shlex.join(cmd)}")
@@ -861,8 +932,8 @@ def main(argv: list[str] | None = None) -> None:
         run_dirs = [d for d in args.run_dirs if not _is_attempt(d)]
         for d in args.run_dirs:  # a glob such as runs/hpcdgnn-strong-SWEEP/p* also matches them
             if _is_attempt(d):
-                print(f"note: {d}: left out: an attempt that stopped, set aside by the job scripts (jobs/lib.sh) when "
-                      "they ran it again", file=sys.stderr)
+                print(f"note: {d}: left out: an attempt that stopped, set aside when it was run again (by the job "
+                      "scripts, jobs/lib.sh, or a re-run of a scaling.py sweep)", file=sys.stderr)
         if not run_dirs:
             raise SystemExit("scaling.py plot: every run directory given is an attempt set aside; nothing to plot")
         report(add_scaling([read_run(d) for d in run_dirs], args.mode), Path(args.out), args.mode)

@@ -633,7 +633,8 @@ def test_plot_leaves_out_the_attempts_the_job_scripts_set_aside(tmp_path, capsys
     (dead / "config.resolved.yaml").write_text("{}")
     scaling.main(["plot", "--out", str(tmp_path / "o"), str(runs[0]), str(dead), str(runs[1])])
     err = capsys.readouterr().err
-    assert f"note: {dead}: left out: an attempt that stopped, set aside by the job scripts (jobs/lib.sh)" in err
+    assert f"note: {dead}: left out: an attempt that stopped, set aside when it was run again (by the job scripts, " \
+           "jobs/lib.sh, or a re-run of a scaling.py sweep)" in err
     rows = list(csv.DictReader(open(tmp_path / "o" / "scaling.csv")))
     assert [(r["P"], r["status"], r["threads_per_rank"]) for r in rows] == [("1", "completed", "1"),
                                                                           ("2", "completed", "1")]
@@ -666,3 +667,125 @@ def test_memory_layouts_are_lines_of_their_own_and_the_csv_says_each(tmp_path):
     grid = scaling._layout({"name": "grid", "snapshot_ranks": 0, "vertex_ranks": 0},
                            {"ranks": [{"group": 0}, {"group": 1}, {"group": 2}]})
     assert grid == {"layout": "3x1", "line": "grid (snapshot_ranks)"}
+
+
+_ORPHAN_LAUNCHER = '''#!{python}
+"""As {base}, but for run {name}: its rank 0 (a child holding RUNDIR/run.lock) goes on {seconds} s after this
+launcher exits 1, as mpirun on SIGTERM does, then leaves summary.json preempted and a checkpoint."""
+import fcntl, json, os, subprocess, sys
+from pathlib import Path
+argv = sys.argv[2:]
+if "--output" not in argv or Path(argv[argv.index("--output") + 1]).name != "{name}":
+    os.execv("{base}", ["{base}", *sys.argv[1:]])
+run = Path(argv[argv.index("--output") + 1])
+subprocess.run(["{base}", *sys.argv[1:]], check=True)
+fd = os.open(run / "run.lock", os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+rank0 = """
+import json, sys, time
+from pathlib import Path
+run = Path(sys.argv[1])
+time.sleep({seconds})
+summary = json.loads((run / "summary.json").read_text())
+(run / "summary.json").write_text(json.dumps({{**summary, "status": "preempted"}}))
+(run / "checkpoints" / "epoch-000001").mkdir(parents=True)
+(run / "checkpoints" / "epoch-000001" / "COMPLETE").write_text("{{}}")
+with open(sys.argv[2], "a") as f:
+    f.write("rank 0 of " + run.name + " let go\\\\n")
+"""
+subprocess.Popen([sys.executable, "-c", rank0, str(run), str(Path("{base}").parent / "calls.txt")], pass_fds=(fd,),
+                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # mpirun's ranks
+                 # write to it, not to the sweep's pipe: the sweep does not wait for them through the pipe
+sys.exit(1)
+'''
+
+
+def test_a_launcher_that_exits_before_its_ranks_is_waited_for_and_a_live_run_is_not_set_aside(tmp_path, capsys):
+    """The user trial: SIGTERM to a sweep's mpirun made it exit 1 at once while its ranks still trained, checkpointed
+    and wrote summary.json (preempted): the sweep printed 'failed (exit 1): <an epoch line>' and started the next
+    run beside them. Now it waits for the run's rank 0 to let go of run.lock, then names it pre-empted, and the
+    next run starts after. A re-run that finds a run still training (its launcher or sweep gone) refuses in one line
+    instead of setting the live run aside and training it again beside itself."""
+    import fcntl
+
+    launcher, calls = _fake_launcher(tmp_path)
+    base = launcher.split()[0]
+    orphan = tmp_path / "bin" / "orphan-launch"
+    orphan.write_text(_ORPHAN_LAUNCHER.format(python=sys.executable, base=base, name="run-p2", seconds=1.5))
+    orphan.chmod(0o755)
+    out = tmp_path / "sweep"
+    sweep = ["--ranks", 1, 2, 3, "--data", _dataset(tmp_path, "ds", "{}"), "--epochs", 2, "--out", out,
+             "--launcher", f"{orphan} {{P}}"]
+    code, stdout, stderr = _sweep(capsys, *sweep)
+    assert code == 1, stderr
+    assert "snapshot P=2: its launcher exited while its ranks still run in" in stdout
+    assert "failed: snapshot P=2: pre-empted (exit 1; a re-run of this sweep resumes it)" in stderr, stderr
+    launched = calls.read_text().splitlines()
+    assert launched.index("rank 0 of run-p2 let go") < next(i for i, c in enumerate(launched) if "run-p3" in c)
+    # the same command again resumes it; with a run that still trains, it refuses before anything is written
+    (out / "run-p3" / "summary.json").unlink()  # as a run killed in its last epoch, its launcher gone
+    with open(out / "run-p3" / "run.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, stderr = _sweep(capsys, *sweep)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert f"{out / 'run-p3'}: a run trains there now" in stderr
+    assert not list(out.glob("*.attempt-*")) and (out / "run-p3").is_dir()
+    code, _, stderr = _sweep(capsys, *sweep)
+    assert code == 0, stderr
+    assert f"--resume {out / 'run-p2'}" in calls.read_text()
+
+
+def _figures(monkeypatch):
+    """The figures ``plot`` saves, by file name, kept open for the test to read."""
+    import matplotlib.figure
+
+    figures = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def spy(self, fname, *a, **kw):
+        real(self, fname, *a, **kw)
+        figures[Path(fname).name] = self
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    return figures
+
+
+@pytest.mark.parametrize(("mode", "speedup", "efficiency"), [
+    ("strong", "speed-up t(1) / t(P)", "parallel efficiency t(1) / (P·t(P))"),
+    ("weak", "scaled speed-up P·t(1) / t(P)", "weak-scaling efficiency t(1) / t(P)"),
+])
+def test_speedup_axes_say_what_they_plot_and_the_legend_hides_no_point(tmp_path, monkeypatch, mode, speedup,
+                                                                       efficiency):
+    """A weak sweep's speed-up axis said 'speed-up over the fastest P=1 run' for P·t(1)/t(P) (3.3 where P = 2 ran
+    1.67x as fast as P = 1); each axis now gives its formula. The legend, in the upper left of the axes, covered
+    the baseline's points (speed-up and efficiency 1 at P = 1): no plotted point is under it now."""
+    import numpy as np
+
+    scaling = _scaling()
+    figures = _figures(monkeypatch)
+    data = _dataset(tmp_path, "ds", "{}")
+    runs = []
+    for strategy in ("snapshot", "vertex"):
+        for P, t in ((1, 1.0), (2, 0.6), (3, 0.5)):
+            N = 50 * P if mode == "weak" else 50
+            runs.append(_run_dir(tmp_path, f"{strategy}-p{P}", P, N, 8, _epochs(P, [3.0, t * (1.2 if strategy ==
+                                                                                          "vertex" else 1)]), data,
+                                 strategy=strategy))
+    scaling.main(["plot", "--mode", mode, "--out", str(tmp_path / "o"), *map(str, runs)])
+    fig = figures["speedup.png"]
+    ax, ax2 = fig.axes
+    assert (ax.get_ylabel(), ax2.get_ylabel()) == (speedup, efficiency)
+    rows = scaling.add_scaling([scaling.read_run(d) for d in runs], mode)
+    plotted = {(line.get_label(), tuple(line.get_xdata()), tuple(np.round(line.get_ydata(), 12)))
+               for a in (ax, ax2) for line in a.get_lines()}
+    for key in ("speedup", "efficiency"):
+        for strategy in ("snapshot", "vertex"):
+            want = [r for r in rows if r["strategy"] == strategy]
+            label = f"{'speed-up' if key == 'speedup' else 'efficiency'} {strategy}"
+            assert (label, tuple(r["P"] for r in want), tuple(np.round([r[key] for r in want], 12))) in plotted
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    for a in (ax, ax2):
+        for line in a.get_lines():
+            for x, y in a.transData.transform(np.column_stack([line.get_xdata(), line.get_ydata()])):
+                assert not legend.contains(x, y), (line.get_label(), x, y)
