@@ -276,3 +276,12 @@ def test_files_ending_in_a_newline_or_a_comment_are_read_silently(tmp_path, caps
     raw.write_bytes(text.encode())
     assert main(["prepare", str(raw), "--format", "snap", "--snapshots", "2", "--output", str(tmp_path / "o")]) == 0
     assert "newline" not in capsys.readouterr().err
+
+
+def test_a_tgb_edge_list_cut_mid_number_is_refused(tmp_path, capsys):
+    """TGB's csv too: its last feature cut short would find the event's negatives and pass as a wrong value."""
+    text = "user_id,item_id,timestamp,state_label,f1\n" + "".join(",".join(map(str, r)) + "\n" for r in GOOD)
+    root = _tgb(tmp_path, raw=text[:-3])  # '...,0.5\n' -> '...,0.'
+    _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys,
+             "edgelist_v2.csv:21: the file ends without a newline", "fewer characters than every other row's")
+    assert not (tmp_path / "o").exists()

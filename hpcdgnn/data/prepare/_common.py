@@ -46,6 +46,7 @@ __all__ = [
     "check_header_width",
     "RowWidths",
     "LastLine",
+    "check_unterminated_line",
     "last_breaks_order",
     "read_by_name",
     "guess_columns",
@@ -542,18 +543,28 @@ class LastLine:
         """
         if self.final is None or self.last is None or self.last[1] != self.final:
             return  # a newline ends the file, or its final line is a comment
-        lineno, s = self.last
-        where = f"{self.path}:{lineno}: the file ends without a newline after {shorten(s)!r}"
-        why = None
-        if self.shortest is not None and len(_last_field(s)) < self.shortest:
-            why = f"its last field has fewer characters than every other row's ({self.shortest} or more)"
-        elif time_order_broken:
-            why = "its time is before the row above, in a file otherwise in time order"
-        if why is not None:
-            raise DataError(f"{where}, and {why}: the file looks cut short (an interrupted download or copy); "
-                            "fetch it again, or, if that line is whole, end the file with a newline")
-        print(f"hpcdgnn prepare: warning: {where}: if the file was cut short, that row is wrong; check the file's "
-              "size against its source", file=sys.stderr, flush=True)
+        check_unterminated_line(self.path, *self.last, self.shortest, time_order_broken)
+
+
+def check_unterminated_line(path: Path, lineno: int, line: str, shortest: int | None,
+                            time_order_broken: bool = False) -> None:
+    """:meth:`LastLine.check` for a file whose final line ``line`` (number ``lineno``, a data row) ends it
+    without a newline; ``shortest`` the shortest last field of the other rows (None: no other row).
+
+    Raises:
+        DataError: ``path:line`` with the line, why it looks cut, and the way out.
+    """
+    where = f"{path}:{lineno}: the file ends without a newline after {shorten(line)!r}"
+    why = None
+    if shortest is not None and len(_last_field(line)) < shortest:
+        why = f"its last field has fewer characters than every other row's ({shortest} or more)"
+    elif time_order_broken:
+        why = "its time is before the row above, in a file otherwise in time order"
+    if why is not None:
+        raise DataError(f"{where}, and {why}: the file looks cut short (an interrupted download or copy); "
+                        "fetch it again, or, if that line is whole, end the file with a newline")
+    print(f"hpcdgnn prepare: warning: {where}: if the file was cut short, that row is wrong; check the file's "
+          "size against its source", file=sys.stderr, flush=True)
 
 
 def last_breaks_order(time: np.ndarray) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, EventManifest, write_events
-from hpcdgnn.data.prepare._common import shorten
+from hpcdgnn.data.prepare._common import check_unterminated_line, shorten
 from hpcdgnn.errors import DataError
 
 __all__ = ["prepare_tgb", "read_tgb"]
@@ -90,12 +90,18 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     feat = array("f")
     width = None
     line = 1
+    last: list[str] | None = None
+    shortest: int | None = None  # the shortest last field of every row but the latest (a cut last line: below)
     try:
         with open(path, newline="") as f:
             rows = csv.reader(f)
             next(rows, None)  # TGB skips the header line
             for r in rows:
                 line = rows.line_num  # the row's last physical line (a quoted field may span several)
+                if last:
+                    n = len(last[-1].strip())
+                    shortest = n if shortest is None else min(shortest, n)
+                last = r
                 if name in _JODIE_LIKE:  # user_id,item_id,timestamp,state_label,features...
                     if width is None:
                         width = len(r)
@@ -120,6 +126,8 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         raise DataError(f"{path}: line {line}: not TGB's tgbl-{name} edge list ({shorten(str(e), 120)})") from None
     if not src:
         raise DataError(f"{path}: no events after the header")
+    if last and not _ends_in_newline(path):
+        check_unterminated_line(path, line, ",".join(last), shortest)
     s_, d_, t_ = (np.frombuffer(a, dtype=np.int64) for a in (src, dst, t))
     f_ = np.frombuffer(feat, dtype=np.float32).reshape(len(src), -1)
     if name in _JODIE_LIKE:  # items after the users: bipartite, S = max(user) + 1
@@ -127,6 +135,13 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         d_ = d_ + s
         return s_, d_, t_, f_, int(d_.max()) + 1, s, [f"f{i}" for i in range(f_.shape[1])]
     return s_, d_, t_, f_, len(ids), len(ids), ["log2_weight"]
+
+
+def _ends_in_newline(path: Path) -> bool:
+    """Whether the last byte of the (non-empty) file ``path`` ends a line."""
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) in (b"\n", b"\r")
 
 
 def _triple(key) -> tuple[int, int, int]:
