@@ -251,10 +251,18 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
     if merged > 0:
         per = "" if unit == 1.0 else f" in units of {unit:g}"
         raise DataError(f"{where}: {merged} distinct times would merge as float64 (they reach "
-                        f"{float(np.abs(out).max()):.4g}{per}; float64 tells apart ~16 significant digits): count "
-                        "them from an origin of your own (subtract the first time), or in a coarser --time-unit "
-                        "(e.g. 1e9: nanoseconds in seconds, where times under ~1e-7 s apart merge)")
+                        f"{float(np.abs(out).max()):.4g}{per}; float64 tells apart ~16 significant digits of a time, "
+                        "in any --time-unit): count them from an origin of your own (subtract the first time)")
     big = whole[(whole > 2**53) | (whole < -(2**53))]  # not np.abs: it wraps at -2^63
+    past = (t > 2**53) | (t < -(2**53))
+    if not big.size and past.any():
+        # an integral unit brought the integer part under 2^53, but float64 keeps ~16 digits of the whole time
+        # whatever its unit: the remainder is rounded to the spacing of the floats near the time
+        err = float(np.spacing(np.abs(out[past])).max()) / 2 * unit
+        print(f"hpcdgnn prepare: warning: {where}: times reach {max(abs(float(t.min())), abs(float(t.max()))):.4g}, "
+              f"past 2^53 of the input's units: stored rounded to float64 in units of {unit:g} (by up to {err:.3g} "
+              "of the input's units, their gaps too); count them from an origin of your own (subtract the first "
+              "time) to keep them", file=sys.stderr, flush=True)
     if big.size:  # distinct still, but their integer part rounded: their gaps move
         # in the input's units; wrap-around of the integer difference gives its sign
         rounded = big.astype(np.float64)
@@ -266,8 +274,8 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
         reach = max(abs(float(t.min())), abs(float(t.max())))
         print(f"hpcdgnn prepare: warning: {where}: times reach {reach:.4g}, past 2^53"
               f"{' in units of ' + format(unit, 'g') if exact and unit != 1.0 else ''}: stored rounded to float64 "
-              f"(by up to {err:g} of the input's units); a coarser --time-unit (e.g. 1e9 for nanoseconds) keeps "
-              "their gaps", file=sys.stderr, flush=True)
+              f"(by up to {err:g} of the input's units, their gaps too); count them from an origin of your own "
+              "(subtract the first time) to keep them", file=sys.stderr, flush=True)
     return out
 
 
