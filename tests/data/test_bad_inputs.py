@@ -285,3 +285,16 @@ def test_a_tgb_edge_list_cut_mid_number_is_refused(tmp_path, capsys):
     _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys,
              "edgelist_v2.csv:21: the file ends without a newline", "fewer characters than every other row's")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("fmt", ["snap", "jodie", "pygt-json"])
+@pytest.mark.parametrize("text, words", [
+    ("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 12345\n", "a Git LFS pointer"),
+    ("\n<!DOCTYPE html>\n<html><body>404 Not Found</body></html>\n", "an HTML page"),
+])
+def test_what_stands_in_for_the_data_is_named(tmp_path, capsys, fmt, text, words):
+    """A clone without ``git lfs pull`` or a download that saved an error page: said so, not 'expected 3 or 4
+    columns' or 'invalid JSON'."""
+    raw = tmp_path / "CollegeMsg.txt"
+    raw.write_text(text)
+    _refused([str(raw), "--format", fmt, "--output", str(tmp_path / "o")], capsys, f"{raw}: {words}, not")

@@ -71,6 +71,13 @@ _XZ = b"\xfd7zXZ\x00"
 _BZ2 = b"BZh"
 #: Containers read by no standard-library module of Python 3.11: named, not decoded as text.
 _UNREAD = {b"\x28\xb5\x2f\xfd": ("zstd-compressed", "zstd -d"), b"PK\x03\x04": ("a zip archive", "unzip")}
+#: What a clone or a download leaves in place of the data: the start of the file, what it is, what to do.
+_NOT_DATA = (
+    (b"version https://git-lfs.github.com/spec/", "a Git LFS pointer, not the data it stands for",
+     "fetch the data with 'git lfs pull' in its repository"),
+    (b"<!doctype html", "an HTML page, not data", "a download saved an error or login page: download the file again"),
+    (b"<html", "an HTML page, not data", "a download saved an error or login page: download the file again"),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,7 +169,8 @@ def read_input_bytes(path: Path) -> bytes:
     """Whole decompressed content of ``path``; gzip, xz and bz2 are detected by magic bytes, not suffix.
 
     Raises:
-        DataError: missing/unreadable file, corrupt compressed stream, or a zstd or zip file, naming ``path``.
+        DataError: missing/unreadable file, corrupt compressed stream, a zstd or zip file, or what stands in for
+            the data (a Git LFS pointer, an HTML page), naming ``path``.
     """
     try:
         raw = path.read_bytes()
@@ -185,6 +193,10 @@ def read_input_bytes(path: Path) -> bytes:
         if raw.startswith(magic):
             raise DataError(f"{path}: {what}, which prepare does not read (plain, gzip, xz or bz2): extract it "
                             f"first ({tool} {path})")
+    head = raw[:64].lstrip().lower()
+    for start, what, fix in _NOT_DATA:
+        if head.startswith(start):
+            raise DataError(f"{path}: {what}; {fix}")
     return raw
 
 
