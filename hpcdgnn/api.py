@@ -13,11 +13,14 @@ rank), not exit codes. Under MPI an error every rank meets is raised on every ra
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -31,7 +34,30 @@ import yaml
 
 from hpcdgnn.errors import CommFailure, ConfigError, DataError, HpcdgnnError, short_repr
 
-__all__ = ["TrainedRun", "build_trained", "load_run", "train"]
+__all__ = ["TrainedRun", "build_trained", "import_training", "load_run", "train"]
+
+
+def import_training() -> None:
+    """Import hpcdgnn's training modules, torch with them, with an interrupt (SIGINT, a notebook's) held until
+    they are in, then raised as the caller's handler would have it (``KeyboardInterrupt``).
+
+    A ``KeyboardInterrupt`` amid torch's import leaves it half-initialised in ``sys.modules``, and every later use
+    in the process fails (``module 'torch' has no attribute ...``), so a notebook would have to restart. The first
+    call of :func:`train`, :meth:`TrainedRun.embed`, :attr:`TrainedRun.model`, … imports them this way.
+    """
+    if "hpcdgnn.train.trainer" in sys.modules:
+        return
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        importlib.import_module("hpcdgnn.train")  # only the main thread sets handlers; None: one set outside Python
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        importlib.import_module("hpcdgnn.train")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        signal.raise_signal(signal.SIGINT)  # to the caller's handler: Python's raises KeyboardInterrupt here
 
 
 @dataclass
@@ -95,6 +121,7 @@ class TrainedRun:
     @property
     def checkpoint(self) -> Path | None:
         """The newest complete checkpoint directory of an epoch's end, or None."""
+        import_training()
         from hpcdgnn.train.checkpoint import latest_checkpoint
 
         job = self.job
@@ -109,6 +136,7 @@ class TrainedRun:
         Returns:
             :class:`hpcdgnn.embed.EmbeddingFile` (``steps``, ``embeddings`` (S, N, F), ``computed``, ``meta``).
         """
+        import_training()
         from hpcdgnn.embed import read_embeddings, run_embed
 
         _check_split(split)
@@ -126,6 +154,7 @@ class TrainedRun:
         Returns:
             ``output``.
         """
+        import_training()
         from hpcdgnn.embed import run_predict
 
         _check_split("test" if split is None else split)
@@ -168,6 +197,7 @@ class TrainedRun:
     def _saved(self, required: bool = True) -> tuple[Path | None, dict[str, Any]]:
         """The newest checkpoint and its shared state (model, task head, sizes); ``(None, {})`` without one unless
         ``required``."""
+        import_training()
         from hpcdgnn.train.checkpoint import check_owner, latest_checkpoint, load_shared
 
         ckpt = self.checkpoint
@@ -201,6 +231,7 @@ def build_trained(job, sizes, model_state: dict, task_state: dict):
     Returns:
         ``(model, task)``.
     """
+    import_training()
     import torch
 
     from hpcdgnn.regimes import regime_of
@@ -319,6 +350,7 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     Raises:
         HpcdgnnError: a bad job, dataset or plan (one line), or a diverged run (every rank).
     """
+    import_training()
     from hpcdgnn import preemption
     from hpcdgnn.train.trainer import run_training
 
