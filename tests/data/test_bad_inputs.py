@@ -298,3 +298,14 @@ def test_what_stands_in_for_the_data_is_named(tmp_path, capsys, fmt, text, words
     raw = tmp_path / "CollegeMsg.txt"
     raw.write_text(text)
     _refused([str(raw), "--format", fmt, "--output", str(tmp_path / "o")], capsys, f"{raw}: {words}, not")
+
+
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_headerless_jodie_csv_is_told_to_map_columns_by_index(tmp_path, capsys, kind):
+    """Not 'map the columns with --columns src=NAME': there are no names to map."""
+    raw = tmp_path / "j.csv"
+    raw.write_text("1,2,0,0,0.1\n3,4,5,0,0.2\n")
+    _refused([str(raw), "--format", "jodie", "--kind", kind, "--output", str(tmp_path / "o")], capsys,
+             "j.csv:1: no header line", "--columns src=0,dst=1,time=2")
+    _prepared([str(raw), "--format", "jodie", "--kind", kind, "--columns", "src=0,dst=1,time=2", "--output",
+               str(tmp_path / "o")], capsys)

@@ -32,6 +32,7 @@ from hpcdgnn.data.prepare._common import (
     PrepareOptions,
     RowWidths,
     Slice,
+    _is_number,
     check_header_width,
     describe_header,
     guess_columns,
@@ -93,6 +94,12 @@ def _header_columns(
         return index, dict(zip(index, _LEGACY, strict=True)), True
     guess = guess_columns(header, JODIE_COLUMN_KEYS)
     missing = [k for k in ("src", "dst", "time") if k not in guess]
+    if missing and len(header) >= 3 and all(map(_is_number, header)):  # no header: names would not help
+        raise DataError(
+            f"{path}:{lineno}: no header line (this line is data: {describe_header(header)}), and --format jodie"
+            " finds the columns by the header's names; map them by 0-based index, e.g. --columns"
+            " src=0,dst=1,time=2[,label=3]"
+        )
     if missing:
         raise _unrecognised(path, lineno, header, f" (no unique column for {', '.join(missing)})")
     return guess, {k: header[i].strip() for k, i in guess.items()}, True
