@@ -371,8 +371,9 @@ def _add_event_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-unit",
         type=float,
         metavar="U",
-        help="--kind events: divide the timestamps by U (86400: seconds to days); TGN's time encoding learns "
-        "frequencies whose gradients grow with the time gaps, so raw seconds make a run sensitive to rounding",
+        help="--kind events: divide the timestamps by U (86400: seconds to days); TGN's default time encoding "
+        "needs none (model.time_scale: auto counts the gaps in the median gap), TGAT's learnable one "
+        "(model.time_encoding: learnable) small gaps",
     )
 
 

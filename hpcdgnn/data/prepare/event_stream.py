@@ -61,8 +61,9 @@ class EventOptions:
     time_unit: float | None = None
     """--time-unit U: timestamps are divided by U (e.g. 86400: seconds to days; None: kept).
 
-    TGAT's time encoding cos(Δt·w + b) has trainable w whose gradients scale with Δt: raw
-    seconds (Δt ~ 1e7) make a run sensitive to rounding (SPEC M1).
+    TGAT's learnable time encoding cos(Δt·w + b) (``model.time_encoding: learnable``) has trainable w whose
+    gradients scale with Δt: raw seconds (Δt ~ 1e7) make such a run sensitive to rounding (SPEC M1); the default
+    fixed encoding counts Δt in the manifest's ``time_gap`` (``model.time_scale: auto``) and needs no unit.
     """
     columns: str | None = None
     """--columns: as for snapshots (snap, jodie)."""
