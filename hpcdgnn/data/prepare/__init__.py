@@ -381,9 +381,11 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``hpcdgnn prepare`` arguments to ``parser`` (a subcommand parser)."""
     parser.description = (
         "Convert a raw dynamic graph (SNAP edge list, JODIE csv, PyG-Temporal json) into HDF5 snapshot shards,"
-        " or (--kind events) into a time-sorted event stream for TGN."
+        " or (--kind events) into a time-sorted event stream for TGN; or a Temporal Graph Benchmark dataset"
+        " directory (--format tgb) into an event stream with its fixed evaluation negatives."
     )
-    parser.add_argument("input", metavar="INPUT", help="raw input file; plain, .gz, .xz or .bz2 (detected by content)")
+    parser.add_argument("input", metavar="INPUT", help="raw input file; plain, .gz, .xz or .bz2 (detected by content);"
+                        " --format tgb: TGB's dataset directory")
     parser.add_argument("--format", required=True, choices=[*FORMATS, "tgb"],
                         help="input format; tgb: INPUT is a Temporal Graph Benchmark tgbl-* dataset directory, "
                         "prepared as events with TGB's split and fixed evaluation negatives")
@@ -393,7 +395,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         choices=list(KINDS),
         default=None,  # snapshots; None tells --format tgb that --kind snapshots was not asked for
         help="snapshots (default): HDF5 snapshot shards; events: time-sorted events with edge features in "
-        "HDF5 shards (continuous-time TGNNs: model.name tgn; snap and jodie only)",
+        "HDF5 shards (continuous-time TGNNs: model.name tgn; snap, jodie and tgb only)",
     )
     _add_snapshot_arguments(parser)
     parser.add_argument(
