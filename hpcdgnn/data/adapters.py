@@ -24,6 +24,7 @@ import contextvars
 import dataclasses
 import functools
 import numbers
+import os
 import re
 import sys
 import warnings
@@ -64,6 +65,14 @@ def _whole(value: Any, name: str, where: str) -> int:
     if v < 1:
         raise DataError(f"{where}: {name}: expected a whole number >= 1, got {v}")
     return v
+
+
+def _output(value: Any, where: str) -> Path:
+    """The dataset directory given as a path (str or ``os.PathLike``); another type (None, a number) is one line,
+    not pathlib's ``TypeError`` from inside the writer."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    raise DataError(f"{where}: output: {type(value).__name__} {value!r} is not a path (give a str or os.PathLike)")
 
 
 def _flag(value: Any, name: str, where: str) -> bool:
@@ -297,6 +306,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     from hpcdgnn.data.writer import as_float32, check_output
 
     where = Path("from_arrays")
+    output = _output(output, str(where))
     if kind not in KINDS:
         raise DataError(f"{where}: unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     check_option_names(where, options)
@@ -399,6 +409,7 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
     Raises:
         DataError: as :func:`from_arrays`, or the data lacks ``src``, ``dst`` or ``t``.
     """
+    _output(output, "from_temporal_data")
     for key in ("src", "dst", "t"):
         if getattr(data, key, None) is None:
             raise DataError(f"from_temporal_data: the data has no {key!r} (a TemporalData has src, dst, t, msg)")
@@ -444,6 +455,7 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     from hpcdgnn.data.writer import RawSnapshot, as_float32, check_output, write_dataset
 
     where = "from_signal"
+    output = _output(output, where)
     shard_size = _whole(shard_size, "shard_size", where)
     labels, force, reverse_edges = (_flag(v, k, where) for k, v in (("labels", labels), ("force", force),
                                                                    ("reverse_edges", reverse_edges)))

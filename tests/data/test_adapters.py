@@ -340,10 +340,16 @@ def test_edge_weights_are_stored_or_refused_never_dropped(tmp_path, call, words)
      "bipartite: expected True or False, got 1"),
     (lambda out: from_signal(_static_signal(), out, labels=1), "labels: expected True or False, got 1"),
     (lambda out: from_signal(_static_signal(), out, reverse_edges="yes"), "reverse_edges: expected True or False"),
+    # an output that is no path raised pathlib's TypeError from inside the writer
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], None, snapshots=2),
+     "from_arrays: output: NoneType None is not a path"),
+    (lambda out: from_signal(_static_signal(), 7), "from_signal: output: int 7 is not a path"),
+    (lambda out: from_temporal_data(SimpleNamespace(src=[0, 1], dst=[1, 2], t=[0, 1]), None),
+     "from_temporal_data: output: NoneType None is not a path"),
 ])
 def test_arguments_of_the_wrong_type_are_refused_naming_them(tmp_path, call, words):
     """snapshots=2.5 gave T = 2 and "5" was read as 5; a string flag was true (bool("no")): refused as
-    num_vertices=300.0 is."""
+    num_vertices=300.0 is; so is an output that is not a path."""
     with pytest.raises(DataError) as e:
         call(tmp_path / "out")
     assert words in str(e.value) and "\n" not in str(e.value), e.value
