@@ -16,7 +16,8 @@
 #   submission with 'bash' (each defaults to its #SBATCH line):
 #     RANKS_PER_NODE  --ntasks-per-node (P < RANKS_PER_NODE asks for P)   CPUS_PER_TASK  --cpus-per-task
 #     GPUS_PER_NODE   --gpus-per-node (default none: CPU)                 TIME           --time
-#     EXCLUSIVE       1: whole nodes (--exclusive, default); 0: share them (--oversubscribe)
+#     EXCLUSIVE       1: whole nodes (--exclusive, default); 0: share them (--oversubscribe), the tasks one
+#                     at a time (--dependency=singleton: two of them on one node disturb each other's times)
 #     SBATCH_FLAGS    more sbatch options, split at spaces (e.g. "--partition=short -A proj"); SBATCH_* input
 #                     variables such as SBATCH_PARTITION work as well
 #   RUNDIR       run directory (default runs/<job name>-<sweep>/p<P>; sweep = SWEEP, else the array job id and
@@ -65,7 +66,9 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
   done
   flags=(--cpus-per-task="$cpt" --time="$limit")
   if [ "$gpn" -gt 0 ]; then flags+=(--gpus-per-node="$gpn"); fi
-  if [ "${EXCLUSIVE:-1}" = 0 ]; then flags+=(--oversubscribe); else flags+=(--exclusive); fi
+  # shared nodes: the sweep's tasks would run at once where CPUs are free, side by side on a node (its caches,
+  # memory bandwidth), each timing the other's load; singleton runs the tasks of this job name one at a time
+  if [ "${EXCLUSIVE:-1}" = 0 ]; then flags+=(--oversubscribe --dependency=singleton); else flags+=(--exclusive); fi
   while IFS= read -r f; do flags+=("$f"); done < <(hpcdgnn_extra_flags SBATCH_FLAGS)
   export SWEEP=${SWEEP:-$(date +%Y%m%d-%H%M%S)} JOB RANKS_LIST
   refused=()

@@ -608,9 +608,10 @@ def test_slurm_strong_submission_warns_on_a_small_cluster(fake, tmp_path):
     env = dict(RANKS_PER_NODE=2, CPUS_PER_TASK=1, EXCLUSIVE=0, TIME="00:20:00", SBATCH_FLAGS="-p debug --qos=x")
     proc = fake.run("slurm-strong.sh", "--set", "train.epochs=1", RANKS_LIST="1 2", FAKE_SINFO="vm 2 (null)", **env)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    # shared nodes: one task at a time (singleton), as two at once on a node time each other's load
     assert fake.log()[1] == (
         "sbatch --array=1 --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=00:20:00 --oversubscribe"
-        " -p debug --qos=x jobs/slurm-strong.sh --set train.epochs=1"
+        " --dependency=singleton -p debug --qos=x jobs/slurm-strong.sh --set train.epochs=1"
     )
     # GPUs asked for on nodes without any
     log.unlink()
