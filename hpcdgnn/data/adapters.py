@@ -13,9 +13,9 @@ numbered already, as PyG's are).
   ``features`` / ``feature``, ``targets``) → one snapshot per signal step with its node features and regression
   targets (or class labels).
 
-Under ``mpirun -np P python script.py`` (P > 1) every rank makes the same call, as it does ``hpcdgnn.train``:
-rank 0 writes the dataset from its own arguments, the others wait for it and return its manifest, and an error
-is raised on every rank (:func:`_once_per_job`).
+Under ``mpirun -np P python script.py`` (P > 1) rank 0 writes the dataset from its own arguments: a script may
+call the adapter on every rank, as it calls ``hpcdgnn.train`` (the other ranks wait for rank 0 and return its
+manifest, or raise its error), or on rank 0 alone (:func:`_once_per_job`).
 """
 
 from __future__ import annotations
@@ -156,6 +156,10 @@ def _in_python_words(function):
 
 #: inside an adapter already written once per job (from_temporal_data calls from_arrays): no second round
 _WRITING = contextvars.ContextVar("hpcdgnn_adapters_writing", default=False)
+#: the MPI tag of rank 0's word to the other ranks (below 32767, the least MPI_TAG_UB)
+_TAG = 0x4ADA
+#: rank 0's sends, kept until done (their buffers must live that long); never waited for: see _once_per_job
+_SENT: list[Any] = []
 
 
 def _several_ranks() -> bool:
@@ -167,29 +171,95 @@ def _several_ranks() -> bool:
     return (launched is not None and launched[0] > 1) or ("mpi4py.MPI" in sys.modules and world_rank_size()[1] > 1)
 
 
+def _load_written(output: str) -> Any:
+    """The manifest rank 0 wrote in ``output`` (either kind)."""
+    from hpcdgnn.data.events import dataset_kind, load_event_manifest
+    from hpcdgnn.data.manifest import load_manifest
+
+    return load_event_manifest(output) if dataset_kind(output) == "events" else load_manifest(output)
+
+
 def _once_per_job(function):
-    """``function`` run by rank 0 alone when several MPI ranks call it (SPMD): P ranks writing one ``output``
-    would race (one rank finds the directory another is writing, or replaces it under ``force=True``). The other
-    ranks wait and return rank 0's manifest; its error (one line) is raised on every rank; a crash on rank 0
-    ends the job (:func:`hpcdgnn.api._on_every_rank`), so no rank waits forever."""
+    """``function`` run by rank 0 alone when several MPI ranks call it: P ranks writing one ``output`` would race
+    (one finds the directory another is writing, or replaces it under ``force=True``).
+
+    Rank 0 writes and tells every other rank, without waiting for them, so a script that calls the adapter on
+    rank 0 alone (``if rank == 0``) works as before; a rank that calls it waits for rank 0's word about the same
+    ``output`` (at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long as the writing takes) and
+    returns the manifest read back, or raises rank 0's error as its own. Rank 0's word: ``(output, None)`` on
+    starting, then ``(output, "")`` or ``(output, error line)``; a few hundred bytes, which MPI sends at once
+    whether or not the other rank ever receives them.
+    """
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
+        import inspect
+
         if _WRITING.get() or not _several_ranks():
             return function(*args, **kwargs)
-        from hpcdgnn.api import _on_every_rank
-        from hpcdgnn.train.collective import root_then_bcast
+        try:
+            output = inspect.signature(function).bind(*args, **kwargs).arguments["output"]
+            key = os.path.abspath(_output(output, function.__name__))
+        except (TypeError, KeyError, DataError):  # the call itself is wrong: every rank says so alike
+            return function(*args, **kwargs)
+        from hpcdgnn.comm.world import init_mpi
 
-        def write():
-            token = _WRITING.set(True)
-            try:
-                return function(*args, **kwargs)
-            finally:
-                _WRITING.reset(token)
-
-        return _on_every_rank(lambda comm: root_then_bcast(comm, write))
+        MPI = init_mpi()
+        world = MPI.COMM_WORLD
+        if world.Get_rank() == 0:
+            return _write_and_tell(world, MPI, key, function, args, kwargs)
+        return _await_rank_0(world, MPI, key, function.__name__)
 
     return wrapper
+
+
+def _write_and_tell(world, MPI, key: str, function, args, kwargs):
+    """Rank 0's part of :func:`_once_per_job`."""
+
+    def tell(word: str | None) -> None:
+        _SENT[:] = [r for r in _SENT if not r.Test()]
+        _SENT.extend(world.isend((key, word), dest=r, tag=_TAG) for r in range(1, world.Get_size()))
+
+    tell(None)
+    token = _WRITING.set(True)
+    try:
+        result = function(*args, **kwargs)
+    except DataError as e:
+        tell(str(e))
+        raise
+    except BaseException as e:  # a crash or an interrupt: the others must not wait for the dataset
+        tell(f"{function.__name__}: rank 0 stopped writing {key}: {type(e).__name__}: {e}".rstrip(": "))
+        raise
+    finally:
+        _WRITING.reset(token)
+    tell("")
+    return result
+
+
+def _await_rank_0(world, MPI, key: str, name: str):
+    """The other ranks' part of :func:`_once_per_job`: rank 0's word about ``key``, its manifest or its error."""
+    import time
+
+    from hpcdgnn.comm.world import start_timeout
+
+    timeout = start_timeout()
+    deadline, started = time.monotonic() + timeout, False
+    while True:
+        while not world.Iprobe(source=0, tag=_TAG):
+            if not started and time.monotonic() > deadline:
+                raise DataError(f"{name}: rank 0 did not start writing {key} within {timeout:g} s "
+                                "(HPCDGNN_START_TIMEOUT): under mpirun rank 0 writes the dataset, so it must make the "
+                                "call too")
+            time.sleep(0.01)
+        about, word = world.recv(source=0, tag=_TAG)
+        if about != key:  # an earlier call of rank 0 alone, about another output
+            continue
+        if word is None:
+            started = True
+            continue
+        if word:
+            raise DataError(word)
+        return _load_written(key)
 
 
 def _sparse_ids(src: np.ndarray, dst: np.ndarray, n: int) -> str:

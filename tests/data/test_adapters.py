@@ -404,6 +404,7 @@ import sys
 from types import SimpleNamespace
 
 import numpy as np
+from mpi4py import MPI
 
 from hpcdgnn.data.adapters import from_arrays, from_signal, from_temporal_data
 from hpcdgnn.errors import DataError
@@ -411,6 +412,9 @@ from hpcdgnn.errors import DataError
 out = sys.argv[1]
 rng = np.random.default_rng(0)
 src, dst, t = rng.integers(0, 30, 300), rng.integers(0, 30, 300), rng.random(300)
+if MPI.COMM_WORLD.rank == 0:  # the guard a script written for MPI has: rank 0 writes, the others wait here
+    from_arrays(src, dst, t, out + "/guarded", snapshots=2)
+MPI.COMM_WORLD.Barrier()
 snaps = from_arrays(src, dst, t, out + "/snaps", snapshots=4)
 events = from_temporal_data(SimpleNamespace(src=src, dst=dst, t=t, msg=None, num_nodes=30), out + "/events")
 steps = [rng.random((5, 2)) for _ in range(3)]
@@ -427,8 +431,9 @@ except DataError as e:
 @pytest.mark.mpi
 def test_every_rank_calling_an_adapter_writes_the_dataset_once(tmp_path, launcher):
     """``mpirun -np 2 python script.py`` whose ranks all call the adapters (as they all call ``hpcdgnn.train``):
-    the two would write one directory at once (the second refused, or racing the first); rank 0 writes, every
-    rank returns the manifest, and an error is every rank's one line."""
+    the two wrote one directory at once (the second refused, or racing the first); rank 0 writes, every rank
+    returns the manifest, and an error is every rank's one line. A call guarded by ``if rank == 0`` still
+    writes without waiting for the other ranks."""
     script = tmp_path / "script.py"
     script.write_text(_SPMD_SCRIPT)
     proc = launcher.run(2, [str(script), str(tmp_path / "out")], timeout=120, cwd=tmp_path)
@@ -436,7 +441,7 @@ def test_every_rank_calling_an_adapter_writes_the_dataset_once(tmp_path, launche
     assert proc.stdout.count("WROTE 4 300 3") == 2
     assert proc.stdout.count("REFUSED from_arrays: src: vertex id") == 2
     assert not (tmp_path / "out" / "bad").exists()
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["events", "signal", "snaps"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["events", "guarded", "signal", "snaps"]
 
 
 def test_a_dynamic_graph_static_signal_gives_every_step_its_one_feature_matrix(tmp_path, capsys):
