@@ -309,3 +309,18 @@ def test_a_headerless_jodie_csv_is_told_to_map_columns_by_index(tmp_path, capsys
              "j.csv:1: no header line", "--columns src=0,dst=1,time=2")
     _prepared([str(raw), "--format", "jodie", "--kind", kind, "--columns", "src=0,dst=1,time=2", "--output",
                str(tmp_path / "o")], capsys)
+
+
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_matrix_market_size_line_is_not_an_event(tmp_path, capsys, kind):
+    """Network Repository's .mtx: the 'M N NNZ' line after the banner was read as an event (a self-loop 5 -> 5 at
+    time 3); a dense array holds no edges and is refused."""
+    mtx = tmp_path / "g.mtx"
+    mtx.write_text("%%MatrixMarket matrix coordinate integer general\n% a comment\n5 5 3\n1 2 100\n2 3 200\n4 5 300\n")
+    opts = ["--snapshots", "2"] if kind == "snapshots" else ["--kind", "events"]
+    _prepared([str(mtx), "--format", "snap", *opts, "--output", str(tmp_path / "o")], capsys)
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert m["source"]["events"] == 3 and (m.get("time_range") or [m["source"]["time_min"]])[0] == 100
+    mtx.write_text("%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n")
+    _refused([str(mtx), "--format", "snap", *opts, "--output", str(tmp_path / "o2")], capsys,
+             "g.mtx: a dense MatrixMarket array, not an edge list")

@@ -92,6 +92,23 @@ def _numbered_lines(text: str) -> Iterator[tuple[int, str]]:
             yield lineno, s
 
 
+def _matrix_market(path: Path, text: str, rows: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """``rows`` of a MatrixMarket file (Network Repository's ``.mtx``) without its size line ``M N NNZ``, the first
+    after the comments, which would otherwise read as an event; ``rows`` unchanged for any other file.
+
+    Raises:
+        DataError: a dense ``array`` MatrixMarket file, which holds no edge list.
+    """
+    banner = text[:200].lstrip("\ufeff").lower()
+    if not banner.startswith("%%matrixmarket"):
+        return rows
+    if "coordinate" not in banner.splitlines()[0]:
+        raise DataError(f"{path}: a dense MatrixMarket array, not an edge list (MatrixMarket 'coordinate' rows "
+                        "'src dst [weight] time' are read)")
+    next(rows, None)
+    return rows
+
+
 def _fields(line: str) -> list[str]:
     return split_fields(line, "," in line)
 
@@ -120,7 +137,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
             without ``--columns``, or a ``--columns`` value that names no column.
     """
     text = read_input_text(path)
-    rows = _numbered_lines(text)
+    rows = _matrix_market(path, text, _numbered_lines(text))
     head = list(itertools.islice(rows, 2))
     if not head:
         raise DataError(f"{path}: no events (empty file or only comments)")
