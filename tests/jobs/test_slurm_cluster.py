@@ -360,6 +360,24 @@ def test_strong_sweep_sizes_against_sinfo(cluster, tmp_path):
     assert proc.stderr.count("to start at") == 2, proc.stderr  # sbatch --test-only: "Job N to start at ..."
 
 
+def test_strong_sweep_on_shared_nodes_runs_its_tasks_one_at_a_time(cluster, job_yaml, tmp_path):
+    """``EXCLUSIVE=0``: two one-rank tasks of the sweep fit this node side by side, and ran at once, each timing
+    the other's load; --dependency=singleton starts the second when the first has ended."""
+    jobs = []
+    for sweep in ("a", "b"):
+        env = cluster.env(RANKS_LIST="1", RANKS_PER_NODE="2", CPUS_PER_TASK="1", EXCLUSIVE="0", TIME="00:05:00",
+                          JOB=job_yaml, SWEEP=sweep, HPCDGNN_RUNS=tmp_path / "runs", HPCDGNN_LAUNCHER="mpirun",
+                          SBATCH_FLAGS=f"--output={tmp_path}/slurm-%A_%a.out")
+        proc = subprocess.run(["bash", "jobs/slurm-strong.sh", "--set", "train.epochs=20"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        jobs.append(re.search(r"Submitted batch job (\d+)", proc.stdout).group(1))
+    done = [cluster.wait_done(job, tmp_path / f"slurm-{job}_0.out") for job in jobs]
+    assert [f["JobState"] for f in done] == ["COMPLETED", "COMPLETED"], done
+    assert done[1]["StartTime"] >= done[0]["EndTime"], (done[0]["StartTime"], done[0]["EndTime"], done[1]["StartTime"])
+    assert [r["epoch"] for r in read_metrics(tmp_path / "runs" / "hpcdgnn-strong-b" / "p1")][-1] == 20
+
+
 @pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch")
 def test_cluster_is_private(cluster):
     """The cluster is reached through its own SLURM_CONF; /etc/slurm is not written."""
