@@ -11,6 +11,8 @@ __all__ = ["TrainedRun", "load_run", "train"]
 
 def __getattr__(name: str):
     if name == "train":  # the package hpcdgnn/train, callable (hpcdgnn/train/__init__.py)
+        # torch with it, a notebook's interrupt held until it is in (a half-imported torch breaks the process)
+        importlib.import_module("hpcdgnn.api").import_training()
         return importlib.import_module("hpcdgnn.train")
     if name in ("load_run", "TrainedRun"):
         return getattr(importlib.import_module("hpcdgnn.api"), name)

@@ -69,9 +69,7 @@ print("AGAIN", type(run.model).__name__)
 @pytest.mark.parametrize("call", [
     "hpcdgnn.api.train({job!r}, output={output!r})",
     "run.model",
-    pytest.param("hpcdgnn.train({job!r}, output={output!r})", marks=pytest.mark.xfail(
-        strict=True, reason="hpcdgnn/__init__.py's __getattr__ imports the package hpcdgnn.train, torch with it, "
-        "before api.train runs: it should call hpcdgnn.api.import_training() first")),
+    "hpcdgnn.train({job!r}, output={output!r})",
 ])
 def test_an_interrupt_while_torch_imports_leaves_the_process_usable(tmp_path, small_dataset, call):
     """A notebook's Ctrl-C during the first call (torch importing: seconds) raised KeyboardInterrupt inside torch's
