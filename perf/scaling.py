@@ -105,7 +105,8 @@ Speed-up compares epoch times, which is meaningful only between runs of the same
 work: ``plot`` refuses runs that differ in model or task settings, and, for
 strong scaling, in dataset (the sha256 of ``data.path``'s
 ``manifest.json`` where it can be read here, else ``data.path``, plus N and T);
-for weak scaling, in T or in vertices per rank N/P. The error names both runs.
+for weak scaling, in T or in vertices per rank N/P. The error names both runs, and the other mode where
+their sizes are that mode's (a weak sweep's runs plotted as strong scaling, the default).
 """
 
 from __future__ import annotations
@@ -301,8 +302,27 @@ def check_comparable(rows: list[dict], mode: str) -> None:
                 raise SystemExit(
                     f"scaling.py plot: cannot compare {base['run_dir']} (P={base['P']}) with {r['run_dir']}"
                     f" (P={r['P']}): {what} differs ({va!r} vs {vb!r}); a {mode}-scaling speed-up needs the same"
-                    " work in every run, so plot these in separate sweeps"
+                    " work in every run, so plot these in separate sweeps" + _other_mode(base, r, mode, what)
                 )
+
+
+def _other_mode(base: dict, row: dict, mode: str, what: str) -> str:
+    """The hint, where the runs differ only as the other mode's runs do (a weak sweep's N grows with P, a strong
+    sweep's N/P shrinks), that they are that mode's runs; else ''.
+
+    Args:
+        base: the smallest-P run's row (:func:`read_run`).
+        row: the run that differs from it.
+        mode: the mode asked for, ``strong`` or ``weak``.
+        what: the check that failed (:func:`check_comparable`'s names).
+    """
+    if base["N"] is None or row["N"] is None:
+        return ""
+    if mode == "strong" and what == "N (vertices)" and base["N"] / base["P"] == row["N"] / row["P"]:
+        return " (they hold the same vertices per rank N/P: runs of a weak-scaling sweep? then plot --mode weak)"
+    if mode == "weak" and what == "vertices per rank N/P" and base["N"] == row["N"]:
+        return " (they hold the same N: runs of a strong-scaling sweep? then plot --mode strong, the default)"
+    return ""
 
 
 def baseline(rows: list[dict]) -> dict:

@@ -258,6 +258,24 @@ def test_weak_scaling_needs_same_vertices_per_rank(tmp_path):
         scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o2"), str(r1), str(r3)])
 
 
+def test_runs_of_the_other_mode_are_refused_with_the_mode_to_use(tmp_path):
+    """slurm-weak.sh's runs plotted without --mode weak (the default is strong) were refused as 'N differs ... plot
+    these in separate sweeps', which they are not; a strong sweep's runs under --mode weak likewise. Each refusal
+    now names the mode their sizes fit; runs of neither get no such hint."""
+    scaling = _scaling()
+    weak = [_run_dir(tmp_path, f"w{P}", P, 300 * P, 5, _epochs(P, [2.0, 1.0]), _dataset(tmp_path, f"g{P}", "{}"))
+            for P in (1, 2)]
+    with pytest.raises(SystemExit, match=r"N \(vertices\) differs \(300 vs 600\).*then plot --mode weak\)$"):
+        scaling.main(["plot", "--out", str(tmp_path / "o1"), *map(str, weak)])
+    data = _dataset(tmp_path, "ds", "{}")
+    strong = [_run_dir(tmp_path, f"s{P}", P, 300, 5, _epochs(P, [2.0, 1.0]), data) for P in (1, 2)]
+    with pytest.raises(SystemExit, match=r"N/P differs \(300\.0 vs 150\.0\).*then plot --mode strong, the default\)$"):
+        scaling.main(["plot", "--mode", "weak", "--out", str(tmp_path / "o2"), *map(str, strong)])
+    other = _run_dir(tmp_path, "x2", 2, 500, 5, _epochs(2, [2.0, 1.0]), _dataset(tmp_path, "g5", "{}"))
+    with pytest.raises(SystemExit, match=r"plot these in separate sweeps$"):
+        scaling.main(["plot", "--out", str(tmp_path / "o3"), str(weak[0]), str(other)])
+
+
 def _csv(path):
     import csv
 
