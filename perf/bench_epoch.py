@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,13 +61,20 @@ def generate_graph(path: Path, vertices: int, snapshots: int, density: float, sp
 
 
 def error_line(proc: subprocess.CompletedProcess) -> str:
-    """The line that says why a command failed: hpcdgnn's ``error:`` line, else its last line."""
+    """The line that says why a command failed: hpcdgnn's ``error:`` line, else the last line of its errors; with
+    neither (a launcher or rank killed outright), that it said nothing, with its last output after it: an epoch
+    line is not the reason of a failure."""
     for text in (proc.stderr or "", proc.stdout or ""):
         said = [line.strip() for line in text.splitlines() if "error:" in line]
         if said:
             return said[-1]
-    lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
-    return lines[-1] if lines else "(no output)"
+    errors = [line.strip() for line in (proc.stderr or "").splitlines() if line.strip()]
+    if errors:
+        return errors[-1]
+    code = proc.returncode
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else "stopped"
+    output = [line.strip() for line in (proc.stdout or "").splitlines() if line.strip()]
+    return f"{how} without an error line" + (f"; its last output: {output[-1]}" if output else ", and no output")
 
 
 def run_env() -> dict[str, str]:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, mpi_env
+from tests.conftest import REPO, mpi_env, perf_script
 
 pytestmark = pytest.mark.mpi  # scaling.py's sweeps run `mpirun -np P python -m hpcdgnn run`
 
@@ -69,3 +69,20 @@ def test_strong_sweep_with_the_node_ceiling(tmp_path):
     assert "of the node's ceiling" in proc.stdout
     bad = subprocess.run(cmd[:6] + ["2", "3"] + cmd[8:], capture_output=True, text=True, env=mpi_env(), cwd=REPO)
     assert bad.returncode == 2 and "--ceiling: strong scaling from --ranks 1" in bad.stderr
+
+
+def test_a_run_killed_without_a_word_is_not_blamed_on_its_epoch_line():
+    """A launcher killed outright (no error line, nothing on stderr) was reported as "failed (exit -9): epoch 3
+    loss ..." — its last progress line as the reason; now it says it was killed and shows that line as such."""
+    import signal
+    import subprocess
+
+    error_line = perf_script("bench_epoch").error_line
+    killed = subprocess.CompletedProcess([], -signal.SIGKILL, "epoch    3  loss 0.6780  val_auc 0.8583\n", "")
+    assert error_line(killed) == ("killed by SIGKILL without an error line; its last output: epoch    3  loss 0.6780  "
+                                  "val_auc 0.8583")
+    assert error_line(subprocess.CompletedProcess([], 1, "", "")) == "stopped without an error line, and no output"
+    said = subprocess.CompletedProcess([], 2, "epoch 1\n", "hpcdgnn: error: job.yaml: model.hidden: -1\n")
+    assert error_line(said) == "hpcdgnn: error: job.yaml: model.hidden: -1"
+    crashed = subprocess.CompletedProcess([], 1, "epoch 1\n", "Traceback ...\nValueError: boom\n")
+    assert error_line(crashed) == "ValueError: boom"
