@@ -280,7 +280,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="override YAML keys, e.g. --set train.epochs=2 model.hidden=32")
     r.set_defaults(func=_cmd_run)
 
-    pr = sub.add_parser("prepare", help="turn a timestamped edge list into HDF5 snapshot shards")
+    pr = sub.add_parser("prepare", help="turn a timestamped edge list (SNAP, JODIE, TGB) or a PyG Temporal JSON "
+                        "into HDF5 snapshot shards or an event stream")
     add_prepare_arguments(pr)
     pr.set_defaults(func=run_prepare)
 
