@@ -287,7 +287,8 @@ def test_a_launcher_deaf_to_its_stop_signals_is_killed_with_its_group():
 
 def test_real_mpirun_three_ranks_without_any_variable_set():
     """As root on 2 cores, 3 ranks start with nothing in the environment: the launcher adds what is needed."""
-    code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(c.rank, c.size)"
+    # one write a line: Hydra (MPICH) forwards what each write gives, and may join two ranks' lines
+    code = "import sys; from mpi4py import MPI; c = MPI.COMM_WORLD; sys.stdout.write(f'{c.rank} {c.size}\\n')"
     out = run_launched([*_console(), "-np", "3", sys.executable, "-c", code], env=_env(), timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(out.stdout.split("\n")[:-1]) == ["0 3", "1 3", "2 3"]
