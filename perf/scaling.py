@@ -65,7 +65,9 @@ with a note):
   (the wait for the last rank to reach each exchange — imbalance, not the network —
   as the mean over ranks: the slowest rank waits least, and which rank is slowest
   changes from epoch to epoch; empty for runs that predate it), then ``status`` (``summary.json``'s:
-  a ``preempted`` run's row is of the epochs it ran) and ``threads_per_rank``;
+  a ``preempted`` run's row is of the epochs it ran), ``threads_per_rank``, ``layout``, and ``epochs_timed`` and
+  ``timed_epochs`` (``steady``, or ``last warm-up`` / ``profiled`` for a run without a steady epoch: a slower
+  time; as ``summary.json``'s ``steady_epoch_seconds.over``);
 * ``time_split.png`` — stacked bars of load / compute / exposed communication per run
   (the slowest rank's), each bar exactly as high as the run's ``epoch s`` (printed above it);
 * ``speedup.png`` — speed-up and parallel efficiency against P (one line per
@@ -140,6 +142,9 @@ FIELDS = [
     "status", "threads_per_rank",
     # the strategy's layout as the run trained it (memory's i×j×k, grid's sides, snapshot's checkpoint blocks)
     "layout",
+    # what epoch_s is the median of: how many epochs, of which kind (a run without a steady epoch stands for
+    # one with its warm-up epoch's time, slower than the steady ones it would have had)
+    "epochs_timed", "timed_epochs",
 ]
 
 
@@ -213,6 +218,7 @@ def read_run(run_dir: Path) -> dict:
     # the last warm-up epoch; else the profiled ones
     plain = [r for r in whole if not r.get("profiled")]
     steady = [r for r in plain if not r["warmup"]]
+    timed = "steady" if steady else "last warm-up" if plain else "profiled"  # as steady_epoch_seconds.over
     if not steady and whole:
         steady = plain[-1:] or whole
         print(f"note: {run_dir}: no steady epoch (each a warm-up or profiled one): the "
@@ -256,6 +262,8 @@ def read_run(run_dir: Path) -> dict:
         "run_dir": str(run_dir),
         "status": summary.get("status"),  # older summaries have none
         "threads_per_rank": env.get("threads_per_rank"),
+        "epochs_timed": len(steady),
+        "timed_epochs": timed,
         "_data_path": str(cfg["data"]["path"]),
         "_manifest_sha256": _manifest_sha256(str(cfg["data"]["path"])),
         "_model_cfg": cfg.get("model"),

@@ -136,6 +136,10 @@ def test_the_steady_time_is_the_summary_s_when_no_epoch_is_steady(tmp_path, caps
     row = scaling.read_run(run)
     assert row["epoch_s"] == pytest.approx(steady["median"], rel=1e-12)
     assert ("no steady epoch" in capsys.readouterr().err) == (over != "steady")
+    # and the CSV says what the time is of (a warm-up epoch's is slower than the steady ones')
+    counted = {"steady": sum(not w and not p for w, p in zip(warmup, profiled, strict=True)), "last warm-up": 1,
+               "profiled": len(warmup)}[over]
+    assert (row["timed_epochs"], row["epochs_timed"]) == (over, counted)
 
 
 def test_runs_it_cannot_read_are_one_line_and_what_it_can_is_said(tmp_path, capsys):
