@@ -619,20 +619,11 @@ def test_bad_sweep_arguments_are_one_line_and_exit_2(tmp_path, capsys, args, say
 
 def test_speedup_axes_hold_super_linear_efficiency_and_label_every_p(tmp_path, monkeypatch):
     """Efficiency 1.76 went off ax2.set_ylim(0, 1.1); the log2 axes labelled powers of 2 only (P = 3 unlabelled)."""
-    import matplotlib.figure
-
     scaling = _scaling()
     data = _dataset(tmp_path, "ds", "{}")
     runs = [_run_dir(tmp_path, f"run-p{P}", P, 50, 8, _epochs(P, [3.0, t]), data)
             for P, t in ((1, 1.0), (2, 0.284), (3, 0.25))]  # efficiency 1.76 at P = 2
-    figures = {}
-    real = matplotlib.figure.Figure.savefig
-
-    def spy(self, fname, *a, **kw):
-        real(self, fname, *a, **kw)
-        figures[Path(fname).name] = self
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    figures = _figures(monkeypatch)
     scaling.main(["plot", "--out", str(tmp_path / "o"), *map(str, runs)])
     ax, ax2 = figures["speedup.png"].axes
     assert ax2.get_ylim()[1] >= 1.76
