@@ -48,6 +48,17 @@ def _numpy(value: Any, name: str, where: str) -> np.ndarray:
         raise DataError(f"{where}: {name}: not an array ({e})") from None
 
 
+def _seconds(a: np.ndarray, name: str, where: str) -> np.ndarray:
+    """Datetimes (numpy ``datetime64``, pandas' times as numpy gives them) as seconds since 1970-01-01: int64
+    where every one is a whole second, else float64 (a float keeps ~16 digits: microseconds of today's dates)."""
+    if np.isnat(a).any():
+        raise DataError(f"{where}: {name}: NaT at {int(np.argmax(np.isnat(a)))} is not a time")
+    whole = a.astype("datetime64[s]")
+    if (whole == a).all():
+        return whole.astype(np.int64)
+    return (a - np.datetime64(0, "s")) / np.timedelta64(1, "s")
+
+
 def _int64(a: np.ndarray, name: str, where: str) -> np.ndarray:
     """Integers as int64; a uint64 value past int64 would wrap to a negative one, so it is refused."""
     if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
@@ -317,8 +328,11 @@ def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarra
                         f"{times.reshape(-1).shape[0]}); one entry per interaction")
     if s.size == 0:
         raise DataError(f"{where}: no interactions")
+    if times.dtype.kind == "M":
+        times = _seconds(times, "t", where)
     if times.dtype.kind not in "iuf":
-        raise DataError(f"{where}: t: expected numbers, got dtype {times.dtype}")
+        raise DataError(f"{where}: t: expected numbers or datetime64, got dtype {times.dtype}" + (
+            " (time-zone aware pandas times: .dt.tz_convert(None) first)" if times.dtype.kind == "O" else ""))
     if times.dtype.kind == "f" and not np.isfinite(times).all():
         k = int(np.argwhere(~np.isfinite(times))[0][0])
         raise DataError(f"{where}: t: {times[k]} at {k} is not a finite time")
@@ -339,7 +353,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     Args:
         src: (E,) integer source vertex ids in 0 .. N-1 (numpy, torch or lists).
         dst: (E,) integer destination vertex ids, likewise.
-        t: (E,) non-negative times (any order: sorted stably, as ``prepare`` does).
+        t: (E,) non-negative times (any order: sorted stably, as ``prepare`` does); ``datetime64`` (pandas'
+            times) as seconds since 1970-01-01.
         output: the dataset directory (new or empty; ``force=True`` replaces one).
         kind: ``"snapshots"`` or ``"events"``.
         num_vertices: N (default: the largest id + 1).

@@ -460,3 +460,28 @@ def test_a_dynamic_graph_static_signal_gives_every_step_its_one_feature_matrix(t
         for k in range(4):
             np.testing.assert_allclose(reader.read(k).x, sig.feature.astype(np.float32))
             np.testing.assert_allclose(reader.read_targets(k), sig.targets[k])
+
+
+def test_datetimes_are_seconds_since_1970(tmp_path, capsys):
+    """pandas' times (numpy datetime64, as ``df.time.to_numpy()`` gives them) were refused ("expected numbers, got
+    dtype datetime64[ns]"): now read as seconds since 1970-01-01, the dataset the same as from those seconds; a
+    NaT (a missing time) and time-zone aware times (an object array) are one line each."""
+    from hpcdgnn.data.events import read_events
+
+    src, dst, t = _events(3)
+    seconds = 1_700_000_000 + t
+    stamps = seconds.astype("datetime64[s]").astype("datetime64[ns]")
+    from_arrays(src, dst, seconds, tmp_path / "sec", snapshots=4)
+    from_arrays(src, dst, stamps, tmp_path / "dt", snapshots=4)
+    capsys.readouterr()
+    assert _inspect(tmp_path / "dt", capsys) | {"root": ""} == _inspect(tmp_path / "sec", capsys) | {"root": ""}
+    half = stamps + np.timedelta64(500, "ms")  # not whole seconds: float seconds
+    from_arrays(src, dst, half, tmp_path / "ev", kind="events")
+    np.testing.assert_array_equal(read_events(tmp_path / "ev").t, seconds + 0.5)
+    stamps[7] = np.datetime64("NaT")
+    with pytest.raises(DataError, match=r"^from_arrays: t: NaT at 7 is not a time$"):
+        from_arrays(src, dst, stamps, tmp_path / "nat", snapshots=4)
+    aware = np.array([object()] * E)
+    with pytest.raises(DataError, match=r"dtype object \(time-zone aware pandas times: \.dt\.tz_convert\(None\)"):
+        from_arrays(src, dst, aware, tmp_path / "obj", snapshots=4)
+    assert not (tmp_path / "nat").exists() and not (tmp_path / "obj").exists()
