@@ -255,22 +255,31 @@ def _await_rank_0(world, MPI, key: str, name: str):
 
     timeout = start_timeout()
     deadline, started = time.monotonic() + timeout, False
+    others: list[str] = []  # the outputs rank 0 wrote meanwhile: a script giving each rank its own is told so
     while True:
         while not world.Iprobe(source=0, tag=_TAG):
             if not started and time.monotonic() > deadline:
+                wrote = f" (it wrote {', '.join(others[-2:])}: every rank must give the same output)" if others else ""
                 raise DataError(f"{name}: rank 0 did not start writing {key} within {timeout:g} s "
-                                "(HPCDGNN_START_TIMEOUT): under mpirun rank 0 writes the dataset, so it must make the "
-                                "call too")
+                                f"(HPCDGNN_START_TIMEOUT){wrote}: under mpirun rank 0 writes the dataset, so it must "
+                                "make the call too")
             time.sleep(0.01)
         about, word = world.recv(source=0, tag=_TAG)
         if about != key:  # an earlier call of rank 0 alone, about another output
+            if word is None and about not in others:
+                others.append(about)
             continue
         if word is None:
             started = True
             continue
         if word:
             raise DataError(word)
-        return _load_written(key)
+        try:
+            return _load_written(key)
+        except DataError as e:  # rank 0 wrote it where this rank does not see it (a node-local directory)
+            raise DataError(f"{name}: rank 0 wrote {key}, which rank {world.Get_rank()} cannot read ({e}): under "
+                            "mpirun rank 0 writes the dataset, so output must be on a filesystem every rank reads") \
+                from None
 
 
 def _sparse_ids(src: np.ndarray, dst: np.ndarray, n: int) -> str:

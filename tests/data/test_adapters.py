@@ -485,3 +485,44 @@ def test_datetimes_are_seconds_since_1970(tmp_path, capsys):
     with pytest.raises(DataError, match=r"dtype object \(time-zone aware pandas times: \.dt\.tz_convert\(None\)"):
         from_arrays(src, dst, aware, tmp_path / "obj", snapshots=4)
     assert not (tmp_path / "nat").exists() and not (tmp_path / "obj").exists()
+
+
+class _Rank1:
+    """COMM_WORLD as rank 1 sees it: rank 0's words already sent, in order."""
+
+    def __init__(self, *words):
+        self.words = list(words)
+
+    def Iprobe(self, source, tag):
+        return bool(self.words)
+
+    def recv(self, source, tag):
+        return self.words.pop(0)
+
+    def Get_rank(self):
+        return 1
+
+
+def test_a_rank_that_cannot_read_rank_0_s_dataset_is_told_rank_0_wrote_it(tmp_path):
+    """An output on a node-local directory: rank 0 wrote it, and another node's rank said only "dataset directory
+    does not exist", as if the write had failed; now it says rank 0 wrote it and the filesystem must be shared."""
+    from hpcdgnn.data.adapters import _await_rank_0
+
+    key = str(tmp_path / "local")
+    with pytest.raises(DataError) as e:
+        _await_rank_0(_Rank1((key, None), (key, "")), None, key, "from_arrays")
+    assert str(e.value).startswith(f"from_arrays: rank 0 wrote {key}, which rank 1 cannot read ({key}: "), e.value
+    assert str(e.value).endswith("output must be on a filesystem every rank reads"), e.value
+
+
+def test_a_rank_given_another_output_than_rank_0_s_is_told_which_rank_0_wrote(tmp_path, monkeypatch):
+    """Each rank given its own output (``f"data{rank}"``): rank 1 waited HPCDGNN_START_TIMEOUT, then said rank 0 did
+    not make the call, which it had; now the line names the output rank 0 wrote."""
+    from hpcdgnn.data.adapters import _await_rank_0
+
+    monkeypatch.setenv("HPCDGNN_START_TIMEOUT", "0.05")
+    mine, theirs = str(tmp_path / "data1"), str(tmp_path / "data0")
+    with pytest.raises(DataError) as e:
+        _await_rank_0(_Rank1((theirs, None), (theirs, "")), None, mine, "from_arrays")
+    assert f"rank 0 did not start writing {mine} within 0.05 s (HPCDGNN_START_TIMEOUT) (it wrote {theirs}: every " \
+           "rank must give the same output)" in str(e.value), e.value
