@@ -88,3 +88,14 @@ def test_an_interrupt_while_torch_imports_leaves_the_process_usable(tmp_path, sm
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the line, not a substring: "NOT INTERRUPTED" (an interrupt lost, or never sent) holds "INTERRUPTED" too
     assert "INTERRUPTED" in proc.stdout.splitlines() and "AGAIN DGNN" in proc.stdout, proc.stdout
+
+
+def test_a_resume_with_nothing_to_resume_advises_the_api_s_arguments(tmp_path, small_dataset):
+    """A run killed before its first checkpoint: the resume's advice said "train the job again with another
+    --output", a flag a Python caller cannot pass; from ``hpcdgnn.train(resume=...)`` the line names no flag."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    run = hpcdgnn.train(job, output=tmp_path / "r")
+    (run.dir / "checkpoints" / "epoch-000001").rename(run.dir / "checkpoints" / "epoch-000001.tmp")
+    with pytest.raises(ConfigError, match=r"^resume=.*: no complete checkpoint in .*nothing to resume") as e:
+        hpcdgnn.train(None, resume=run.dir)
+    assert "--" not in str(e.value), e.value

@@ -487,8 +487,8 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise ConfigError(f"--resume {resume}: no complete checkpoint in {root} (the run stopped before its first "
-                          "was written: nothing to resume; train the job again with another --output, or after "
-                          f"removing {resume})")
+                          "was written: nothing to resume; train the job again into another run directory, or "
+                          f"after removing {resume})")
     try:
         meta = json.loads((ckpt / "COMPLETE").read_text())
         done = int(meta["epoch"])

@@ -434,5 +434,5 @@ def test_a_resume_of_a_run_killed_before_its_first_checkpoint_says_what_to_do(sm
     proc = run_in_process(["run", "--resume", str(run)], mpi_env(), tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr == (f"hpcdgnn: error: --resume {run}: no complete checkpoint in {run / 'checkpoints'} (the run "
-                           "stopped before its first was written: nothing to resume; train the job again with another "
-                           f"--output, or after removing {run})\n")
+                           "stopped before its first was written: nothing to resume; train the job again into another "
+                           f"run directory, or after removing {run})\n")
