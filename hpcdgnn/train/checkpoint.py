@@ -224,10 +224,16 @@ def _atomic_save(obj: Any, path: Path) -> list[int]:
         os.replace(tmp, path)
         return digest
     except (OSError, RuntimeError) as e:
+        try:
+            reached = tmp.stat().st_size
+        except OSError:
+            reached = -1
         tmp.unlink(missing_ok=True)
         hint = "a full disk or quota?"
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        if limit != resource.RLIM_INFINITY and (not isinstance(e, OSError) or e.errno == errno.EFBIG):
+        # torch's short write says no errno: the limit's, where the file stopped at it (a full disk's stops anywhere)
+        over = e.errno == errno.EFBIG if isinstance(e, OSError) else reached >= limit
+        if limit != resource.RLIM_INFINITY and over:
             hint = f"over this process's file size limit, ulimit -f: {limit} bytes?"
         if isinstance(e, OSError) and e.strerror:
             why = e.strerror

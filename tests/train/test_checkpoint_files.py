@@ -212,6 +212,31 @@ def test_a_file_size_limit_is_named_as_such(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_disk_under_a_file_size_limit_is_still_named_a_full_disk(tmp_path):
+    """torch reports a full disk's refused write as a short one, as it does the file size limit's: under a batch
+    system's ``ulimit -f`` far above the file, a full disk was blamed on the limit; the limit is named only where
+    the file stopped at it."""
+    import subprocess
+    import sys
+
+    script = ("import pathlib, resource, sys, torch\n"
+              "from hpcdgnn.train import checkpoint\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (2**30, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+              "def full(obj, f):\n"
+              "    f.write(b'x' * 5000)\n"
+              "    raise RuntimeError('[enforce fail at inline_container.cc:603] . unexpected pos 5000 vs 4096')\n"
+              "checkpoint._save = full\n"
+              "try:\n"
+              "    checkpoint._atomic_save({'w': torch.zeros(10000)}, pathlib.Path(sys.argv[1]))\n"
+              "except Exception as e:\n"
+              "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state.pt")], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    assert out.startswith(f"cannot write checkpoint file {tmp_path / 'state.pt'}: the write fell short, "), out
+    assert out.endswith("(a full disk or quota?)"), out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_rotation_killed_midway_leaves_no_checkpoint_that_reads_complete(tmp_path, monkeypatch):
     """``checkpoint.keep`` removes an old checkpoint file by file: a job killed meanwhile left a directory with
     ``COMPLETE`` and files missing, which the next resume (the newest moved aside) or the advice of an unreadable
