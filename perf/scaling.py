@@ -688,6 +688,16 @@ def _await_ranks(run_dir: Path, what: str) -> bool:
     return True
 
 
+def _summary_stamp(run_dir: Path) -> tuple[int, int] | None:
+    """``run_dir``'s summary.json as (inode, modification time in ns), or None where there is none: whether a
+    run wrote it anew (hpcdgnn replaces it whole)."""
+    try:
+        st = (run_dir / "summary.json").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def _run_state(run_dir: Path) -> str:
     """``absent``, ``training`` (a process holds its ``run.lock`` now: a run whose sweep or launcher ended before
     it), ``completed``, ``preempted`` (summary.json says so and a complete checkpoint is there to resume: a stop in
@@ -819,7 +829,7 @@ def run_sweep(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             print(f"  {what}: {run_dir} did not finish in an earlier run of this sweep; set aside as "
                   f"{_set_aside(run_dir).name}, run again", flush=True)
         print("+", shlex.join(cmd), flush=True)
-        t0 = time.perf_counter()
+        t0, before = time.perf_counter(), _summary_stamp(run_dir)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
         if proc.returncode != 0:
             # a launcher stopped by a signal (mpirun on SIGTERM) exits at once while its ranks still checkpoint:
@@ -831,7 +841,8 @@ def run_sweep(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                 print(f"  {what}: {why}", file=sys.stderr, flush=True)
                 failures.append(f"{what}: {why}; command: {shlex.join(cmd)}")
                 break
-            state = _run_state(run_dir)
+            # pre-empted this time: a resume that failed (a moved dataset, a crash) leaves the summary before it
+            state = _run_state(run_dir) if _summary_stamp(run_dir) != before else "unchanged"
             if state == "preempted":
                 why = f"pre-empted (exit {proc.returncode}; a re-run of this sweep resumes it)"
             elif proc.returncode == 75:

@@ -436,6 +436,9 @@ with open(here / "calls.txt", "a") as f:
     f.write(" ".join(argv[4:]) + "\\n")
 if argv[4] == "--resume":
     run = Path(argv[5])
+    if (here / f"fail-resume-{{run.name}}").exists():
+        print(f"hpcdgnn: error: --resume {{run}}: data.path: no dataset there", file=sys.stderr)
+        sys.exit(2)
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps({{**summary, "status": "completed"}}))
     sys.exit(0)
@@ -680,6 +683,24 @@ def test_memory_layouts_are_lines_of_their_own_and_the_csv_says_each(tmp_path):
     grid = scaling._layout({"name": "grid", "snapshot_ranks": 0, "vertex_ranks": 0},
                            {"ranks": [{"group": 0}, {"group": 1}, {"group": 2}]})
     assert grid == {"layout": "3x1", "line": "grid (snapshot_ranks)"}
+
+
+def test_a_resume_that_fails_is_reported_failed_not_pre_empted_again(tmp_path, capsys):
+    """A pre-empted run whose resume then failed (its dataset moved: exit 2, summary.json left as the pre-emption
+    wrote it) was reported "pre-empted (exit 2; a re-run of this sweep resumes it)" on every re-run, its error line
+    and traceback unsaid; it is pre-empted only where this launch wrote that summary."""
+    launcher, _ = _fake_launcher(tmp_path)
+    out = tmp_path / "sweep"
+    sweep = ["--ranks", 1, 2, "--data", _dataset(tmp_path, "ds", "{}"), "--epochs", 2, "--out", out,
+             "--launcher", launcher]
+    (tmp_path / "bin" / "preempt-run-p2").write_text("")
+    code, _, stderr = _sweep(capsys, *sweep)
+    assert code == 1 and "failed: snapshot P=2: pre-empted (exit 75; a re-run of this sweep resumes it)" in stderr
+    (tmp_path / "bin" / "fail-resume-run-p2").write_text("")
+    code, _, stderr = _sweep(capsys, *sweep)
+    assert code == 1 and "pre-empted" not in stderr, stderr
+    assert (f"failed: snapshot P=2: failed (exit 2): hpcdgnn: error: --resume {out / 'run-p2'}: data.path: no "
+            "dataset there") in stderr, stderr
 
 
 _ORPHAN_LAUNCHER = '''#!{python}
