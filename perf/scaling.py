@@ -841,8 +841,11 @@ def run_sweep(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                 print(f"  {what}: {why}", file=sys.stderr, flush=True)
                 failures.append(f"{what}: {why}; command: {shlex.join(cmd)}")
                 break
-            # pre-empted this time: a resume that failed (a moved dataset, a crash) leaves the summary before it
-            state = _run_state(run_dir) if _summary_stamp(run_dir) != before else "unchanged"
+            # pre-empted this time (exit 75, or a summary written anew): a resume that failed (a moved dataset, a
+            # crash) leaves the pre-emption's summary before it
+            state = _run_state(run_dir)
+            if state == "preempted" and proc.returncode != 75 and _summary_stamp(run_dir) == before:
+                state = "incomplete"
             if state == "preempted":
                 why = f"pre-empted (exit {proc.returncode}; a re-run of this sweep resumes it)"
             elif proc.returncode == 75:
