@@ -259,7 +259,8 @@ def _await_rank_0(world, MPI, key: str, name: str):
     while True:
         while not world.Iprobe(source=0, tag=_TAG):
             if not started and time.monotonic() > deadline:
-                wrote = f" (it wrote {', '.join(others[-2:])}: every rank must give the same output)" if others else ""
+                wrote = (f" (it wrote {', '.join(others[-2:])}: if in this call, every rank must give the same output)"
+                         if others else "")
                 raise DataError(f"{name}: rank 0 did not start writing {key} within {timeout:g} s "
                                 f"(HPCDGNN_START_TIMEOUT){wrote}: under mpirun rank 0 writes the dataset, so it must "
                                 "make the call too")

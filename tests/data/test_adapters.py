@@ -524,5 +524,5 @@ def test_a_rank_given_another_output_than_rank_0_s_is_told_which_rank_0_wrote(tm
     mine, theirs = str(tmp_path / "data1"), str(tmp_path / "data0")
     with pytest.raises(DataError) as e:
         _await_rank_0(_Rank1((theirs, None), (theirs, "")), None, mine, "from_arrays")
-    assert f"rank 0 did not start writing {mine} within 0.05 s (HPCDGNN_START_TIMEOUT) (it wrote {theirs}: every " \
-           "rank must give the same output)" in str(e.value), e.value
+    assert f"rank 0 did not start writing {mine} within 0.05 s (HPCDGNN_START_TIMEOUT) (it wrote {theirs}: if in " \
+           "this call, every rank must give the same output)" in str(e.value), e.value
