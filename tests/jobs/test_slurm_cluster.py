@@ -56,8 +56,9 @@ def _free_port_pair() -> int:
 class Cluster:
     """The test cluster: its environment for clients and jobs, and helpers that wait with a timeout."""
 
-    def __init__(self, state: Path, port: int) -> None:
+    def __init__(self, state: Path, port: int, open_mpi: bool) -> None:
         self.state = state
+        self.open_mpi = open_mpi
         self.conf = state / "slurm.conf"
         self.setup_env = {
             **os.environ,
@@ -100,6 +101,10 @@ class Cluster:
             OMP_NUM_THREADS="1",
             PYTHONWARNINGS="ignore",
         )
+        if not self.open_mpi:
+            # MPICH-family libraries (PMI-1/PMI-2) do not speak this cluster's MpiDefault=none: pmi2 is what such a
+            # site sets, as the refusal of a default-PMI launch advises
+            env["HPCDGNN_SRUN_MPI"] = "pmi2"
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
@@ -163,11 +168,11 @@ def _read(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, launcher):
     """A private single-node Slurm for this module, stopped at the end."""
     if sys.platform != "linux" or os.geteuid() != 0:
         pytest.skip("the private Slurm test cluster needs Linux and root (apt-get, slurmd); CI runs as root")
-    c = Cluster(tmp_path_factory.mktemp("slurm"), _free_port_pair())
+    c = Cluster(tmp_path_factory.mktemp("slurm"), _free_port_pair(), launcher.open_mpi)
     proc = c.setup("install")
     if proc.returncode != 0:
         pytest.skip(
@@ -227,8 +232,10 @@ def test_preempt_requeue_resume_bit_for_bit(cluster, launcher, job_yaml, tmp_pat
     fields = cluster.wait_done(job, log, timeout=180)
     text = _read(log)
     assert fields["JobState"] == "COMPLETED" and fields.get("Restarts") == "1", f"{fields}\n{text}\n{cluster.logs()}"
-    # one 2-rank world through srun --mpi=pmix (Open MPI 5 + Slurm's pmix plugin), never two 1-rank jobs
-    assert re.search(r"launcher: srun --ntasks=2 --mpi=pmix ", text) or "launcher: mpirun" in text, text
+    # one 2-rank world through srun --mpi=pmix (Open MPI 5 + Slurm's pmix plugin; pmi2 for MPICH), never two 1-rank
+    # jobs
+    pmi = "pmix" if cluster.open_mpi else "pmi2"
+    assert re.search(rf"launcher: srun --ntasks=2 --mpi={pmi} ", text) or "launcher: mpirun" in text, text
     assert f"--output {rundir}" in text and f"--resume {rundir}" in text, text
     assert f"run exited with {EXIT_PREEMPTED}" in text and f"requeueing job {job}" in text, text
     assert "run exited with 0" in text, text
@@ -311,14 +318,15 @@ def test_default_pmi_with_open_mpi_is_refused(cluster, job_yaml, tmp_path):
     text = _read(log)
     assert fields.get("ExitCode", "").startswith(f"{EXIT_USAGE}:"), f"{fields}\n{text}"
     assert "srun started 2 tasks but each is a 1-rank MPI world" in text, text
-    assert "HPCDGNN_SRUN_MPI=pmix" in text, text
+    assert ("HPCDGNN_SRUN_MPI=pmix" if cluster.open_mpi else "HPCDGNN_SRUN_MPI=pmi2") in text, text
     assert not list((tmp_path / "runs").glob("*/metrics.jsonl")) or all(
         not (p.read_text().strip()) for p in (tmp_path / "runs").glob("*/metrics.jsonl")
     ), "a 1-rank world trained"
 
 
 def test_mpirun_inside_the_allocation(cluster, job_yaml, tmp_path):
-    """HPCDGNN_LAUNCHER=mpirun: the venv's Open MPI mpirun reads the allocation and starts one 2-rank world."""
+    """HPCDGNN_LAUNCHER=mpirun: the venv's mpirun (Open MPI's, or Hydra) reads the allocation and starts one
+    2-rank world."""
     runs = tmp_path / "runs"
     job, log = cluster.submit(
         tmp_path,
@@ -335,7 +343,9 @@ def test_mpirun_inside_the_allocation(cluster, job_yaml, tmp_path):
     fields = cluster.wait_done(job, log)
     text = _read(log)
     assert fields["JobState"] == "COMPLETED", f"{fields}\n{text}"
-    assert "launcher: mpirun --bind-to none -np 2 " in text, text
+    # Open MPI's mpirun binds each rank to a core unless told not to; Hydra (MPICH) binds nothing by default
+    flags = "--bind-to none " if cluster.open_mpi else ""
+    assert f"launcher: mpirun {flags}-np 2 " in text, text
     (run,) = [p for p in runs.glob("hpcdgnn-nodes-*") if p.is_dir()]
     records = read_metrics(run)
     assert [r["epoch"] for r in records] == [1, 2] and len(records[0]["per_rank"]["epoch"]) == 2, text
