@@ -291,6 +291,7 @@ def test_a_tgb_edge_list_cut_mid_number_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize("text, words", [
     ("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 12345\n", "a Git LFS pointer"),
     ("\n<!DOCTYPE html>\n<html><body>404 Not Found</body></html>\n", "an HTML page"),
+    ("\ufeff<!DOCTYPE html>\n<html><body>404</body></html>\n", "an HTML page"),  # a BOM first, dropped as by the reader
 ])
 def test_what_stands_in_for_the_data_is_named(tmp_path, capsys, fmt, text, words):
     """A clone without ``git lfs pull`` or a download that saved an error page: said so, not 'expected 3 or 4

@@ -193,7 +193,7 @@ def read_input_bytes(path: Path) -> bytes:
         if raw.startswith(magic):
             raise DataError(f"{path}: {what}, which prepare does not read (plain, gzip, xz or bz2): extract it "
                             f"first ({tool} {path})")
-    head = raw[:64].lstrip().lower()
+    head = raw[:64].removeprefix(b"\xef\xbb\xbf").lstrip().lower()  # a BOM, as the reader drops it
     for start, what, fix in _NOT_DATA:
         if head.startswith(start):
             raise DataError(f"{path}: {what}; {fix}")
