@@ -346,13 +346,23 @@ class Launcher:
     def __init__(self) -> None:
         self.mpirun = _mpirun()
         self.open_mpi = _is_open_mpi(self.mpirun)
+        #: flags every launch gets: Open MPI refuses more ranks than cores unless told; Hydra (MPICH) does not
+        self.flags = ["--oversubscribe"] if self.open_mpi else []
+
+    def part_env(self, name: str, value: str) -> list[str]:
+        """Flags that set one environment variable for one part of an MPMD launch (``A : B``): Open MPI's
+        ``-x NAME=VALUE``, Hydra's (MPICH, Intel MPI) ``-env NAME VALUE``."""
+        return ["-x", f"{name}={value}"] if self.open_mpi else ["-env", name, str(value)]
+
+    def part_wdir(self, path: Path | str) -> list[str]:
+        """Flags that set one part's working directory: Open MPI's ``--wdir``, Hydra's ``-wdir``."""
+        return ["--wdir" if self.open_mpi else "-wdir", str(path)]
 
     def command(self, np_: int | None, args: list[str]) -> list[str]:
         py = [sys.executable, *args]
         if np_ is None:
             return py
-        extra = ["--oversubscribe"] if self.open_mpi else []
-        return [self.mpirun, *extra, "-np", str(np_), *py]
+        return [self.mpirun, *self.flags, "-np", str(np_), *py]
 
     def run(self, np_: int | None, args: list[str], timeout: float = 180, cwd: Path | None = None):
         """Run and return the CompletedProcess (stdout/stderr as text)."""
