@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -288,7 +289,9 @@ def test_a_stopped_rank_under_async_averaging_gets_the_watchdogs_exit(launcher, 
                     debug={"delay_rank": 1, "delay_seconds": 6})
     proc = launcher.run(3, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "run"), "--set", *RANDOM,
                             *ASYNC], timeout=90)
-    assert proc.returncode == EXIT_STALLED, proc.stderr[-2000:]
+    # Hydra (MPICH) reports the status it collects first after MPI_Abort: the code, or the stopped rank's SIGKILL
+    hydra = () if launcher.open_mpi else (signal.SIGKILL,)
+    assert proc.returncode in (EXIT_STALLED, *hydra), proc.stderr[-2000:]
     line = next(ln for ln in proc.stderr.splitlines() if "hpcdgnn: error:" in ln)
     assert "stalled: rank 1" in line and "averaging.barrier" in line, line
 
