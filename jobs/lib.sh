@@ -530,7 +530,7 @@ hpcdgnn_mpi_library() {
 import mpi4py
 mpi4py.rc.initialize = False  # the library name only: no MPI_Init in the batch shell
 from mpi4py import MPI
-print(MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].strip())' 2>/dev/null) || HPCDGNN_MPI_LIBRARY=
+print(" ".join(MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].split()))' 2>/dev/null) || HPCDGNN_MPI_LIBRARY=
   fi
   echo "$HPCDGNN_MPI_LIBRARY"
 }

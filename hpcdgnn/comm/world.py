@@ -91,7 +91,8 @@ def _mpi_library() -> str:
     if mpi is None:
         return ""
     try:
-        return str(mpi.Get_library_version()).replace("\0", "").strip().splitlines()[0].strip()
+        # MPICH pads its first line ("MPICH Version:\t5.0.2"): one space between words, as in one-line messages
+        return " ".join(str(mpi.Get_library_version()).replace("\0", "").strip().splitlines()[0].split())
     except Exception:  # noqa: BLE001 - only a hint for the message
         return ""
 

@@ -150,6 +150,11 @@ def test_library_from_mpi4py(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
     msg = check_world_size(1, SRUN_DEFAULT)
     assert msg is not None and "(Open MPI v5.0.11" in msg and "HPCDGNN_SRUN_MPI=pmix or" not in msg.split(";")[0]
+    # MPICH pads its version line with a tab (the mpich wheel: spaces): one space in the message
+    fake = types.SimpleNamespace(Get_library_version=lambda: "MPICH Version:\t     5.0.2\nMPICH Release date: ...")
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
+    msg = check_world_size(1, SRUN_DEFAULT)
+    assert msg is not None and "(MPICH Version: 5.0.2)" in msg and "HPCDGNN_SRUN_MPI=pmi2" in msg, msg
 
 
 @pytest.mark.parametrize("env", [SRUN_DEFAULT, SRUN_PMI2, SRUN_PMIX, MPIRUN, MPIRUN_REMOTE, HYDRA, HYDRA_IN_SLURM,
