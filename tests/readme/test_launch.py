@@ -253,7 +253,8 @@ def test_a_second_signal_stops_hydra_at_once(tmp_path):
     fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "HYDRA build details:"; exit 0; }\n'
                     "ints=0\ntrap 'echo got-USR1' USR1\ntrap 'echo got-TERM' TERM\n"
                     "trap 'ints=$((ints + 1)); echo got-INT; [ $ints -ge 2 ] && exit 255' INT\n"
-                    "echo ready\nwhile true; do sleep 0.05; done\n")
+                    # at most 60 s: a launcher that fails to stop it leaves no stand-in behind
+                    "echo ready\nfor i in $(seq 1200); do sleep 0.05; done\n")
     fake.chmod(0o755)
     proc = subprocess.Popen([*_console(), "-np", "2", "prog"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_env(HPCDGNN_MPIRUN=str(fake)))
