@@ -192,21 +192,28 @@ def test_a_complete_record_a_full_disk_refuses_is_one_line_and_keeps_the_newest_
     assert checkpoint.load_shared(tmp_path / "epoch-000001") == {"epoch": 1}
 
 
-def test_a_file_size_limit_is_named_as_such(tmp_path):
-    """Under ``ulimit -f`` (a batch system's file size limit) torch reports the refused write as a short one: the
-    line said "N MiB free there (a full disk or quota?)" with the disk nearly empty; now it names the limit."""
+def _saved_under_limit(path, limit: int, before: str = "") -> str:
+    """What ``_atomic_save`` of a 40 kB tensor to ``path`` says, in a process whose file size limit (``ulimit -f``)
+    is ``limit`` bytes, after the statements ``before`` (e.g. a stand-in ``checkpoint._save``)."""
     import subprocess
     import sys
 
     script = ("import pathlib, resource, sys, torch\n"
               "from hpcdgnn.train import checkpoint\n"
-              "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+              f"{before}"
               "try:\n"
               "    checkpoint._atomic_save({'w': torch.zeros(10000)}, pathlib.Path(sys.argv[1]))\n"
               "except Exception as e:\n"
               "    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state.pt")], capture_output=True, text=True,
-                         timeout=60).stdout.strip()
+    return subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+def test_a_file_size_limit_is_named_as_such(tmp_path):
+    """Under ``ulimit -f`` (a batch system's file size limit) torch reports the refused write as a short one: the
+    line said "N MiB free there (a full disk or quota?)" with the disk nearly empty; now it names the limit."""
+    out = _saved_under_limit(tmp_path / "state.pt", 4096)
     assert out.startswith(f"cannot write checkpoint file {tmp_path / 'state.pt'}: "), out
     assert out.endswith("(over this process's file size limit, ulimit -f: 4096 bytes?)"), out
     assert list(tmp_path.iterdir()) == []
@@ -216,22 +223,11 @@ def test_a_full_disk_under_a_file_size_limit_is_still_named_a_full_disk(tmp_path
     """torch reports a full disk's refused write as a short one, as it does the file size limit's: under a batch
     system's ``ulimit -f`` far above the file, a full disk was blamed on the limit; the limit is named only where
     the file stopped at it."""
-    import subprocess
-    import sys
-
-    script = ("import pathlib, resource, sys, torch\n"
-              "from hpcdgnn.train import checkpoint\n"
-              "resource.setrlimit(resource.RLIMIT_FSIZE, (2**30, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
-              "def full(obj, f):\n"
-              "    f.write(b'x' * 5000)\n"
-              "    raise RuntimeError('[enforce fail at inline_container.cc:603] . unexpected pos 5000 vs 4096')\n"
-              "checkpoint._save = full\n"
-              "try:\n"
-              "    checkpoint._atomic_save({'w': torch.zeros(10000)}, pathlib.Path(sys.argv[1]))\n"
-              "except Exception as e:\n"
-              "    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state.pt")], capture_output=True, text=True,
-                         timeout=60).stdout.strip()
+    full = ("def full(obj, f):\n"
+            "    f.write(b'x' * 5000)\n"
+            "    raise RuntimeError('[enforce fail at inline_container.cc:603] . unexpected pos 5000 vs 4096')\n"
+            "checkpoint._save = full\n")
+    out = _saved_under_limit(tmp_path / "state.pt", 2**30, full)
     assert out.startswith(f"cannot write checkpoint file {tmp_path / 'state.pt'}: the write fell short, "), out
     assert out.endswith("(a full disk or quota?)"), out
     assert list(tmp_path.iterdir()) == []
