@@ -128,41 +128,94 @@ class TrainedRun:
         return latest_checkpoint(Path(job.checkpoint.dir) if job.checkpoint.dir else self.dir / "checkpoints",
                                  epoch_end=True)
 
-    def embed(self, output: str | os.PathLike, split: str = "test",
+    def embed(self, output: str | os.PathLike | None = None, split: str = "test",
               overrides: Sequence[str] | str | Mapping[str, Any] = ()):
-        """``python -m hpcdgnn embed``: Z_t of the split's steps from the newest checkpoint, written to ``output``
-        (``.h5`` or ``.npz``, new) and read back (every rank calls it under ``mpirun``, as :func:`train`).
+        """``python -m hpcdgnn embed``: Z_t of the split's steps from the newest checkpoint (every rank calls it
+        under ``mpirun``, as :func:`train`).
+
+        Args:
+            output: a new ``.h5`` / ``.npz`` file to write them to as well, or None: nothing written.
+            split: ``"train"``, ``"val"``, ``"test"`` or ``"all"``.
+            overrides: as :func:`train`'s (``{"data.path": NEW}`` for a moved dataset).
 
         Returns:
-            :class:`hpcdgnn.embed.EmbeddingFile` (``steps``, ``embeddings`` (S, N, F), ``computed``, ``meta``).
+            :class:`hpcdgnn.embed.EmbeddingFile` (``steps`` (S,), ``embeddings`` (S, N, F), ``computed`` (S, N),
+            ``meta``), on every rank.
         """
         import_training()
-        from hpcdgnn.embed import read_embeddings, run_embed
+        from hpcdgnn.embed import embedded, read_embeddings
 
         _check_split(split)
-        output = _path_argument(output, "output", required=True)
+        output = _path_argument(output, "output")
         args = argparse.Namespace(rundir=str(self.dir), output=output, split=split, set=_override_items(overrides))
-        _on_every_rank(lambda comm: run_embed(args, comm), words=_PASS_ARGUMENTS)
-        return read_embeddings(output)
+        kept = _on_every_rank(lambda comm: embedded(args, comm), words=_PASS_ARGUMENTS)
+        return kept if output is None else read_embeddings(output)
 
-    def predict(self, output: str | os.PathLike, *, pairs: str | os.PathLike | None = None,
-                split: str | None = None, overrides: Sequence[str] | str | Mapping[str, Any] = ()) -> Path:
-        """``python -m hpcdgnn predict``: link prediction scores ``pairs`` (a file of ``u v t`` rows; ``output`` a
-        ``.csv`` of ``u,v,t,score``); node tasks predict the split's steps (default ``"test"``; ``output`` as
-        :meth:`embed`'s, read with :func:`hpcdgnn.embed.read_embeddings`). Every rank calls it under ``mpirun``.
+    def predict(self, output: str | os.PathLike | None = None, *, pairs: Any = None, split: str | None = None,
+                overrides: Sequence[str] | str | Mapping[str, Any] = ()):
+        """``python -m hpcdgnn predict`` (every rank calls it under ``mpirun``): link prediction's probability
+        that (u, v) is an edge of snapshot t+1 given Z_t, for each row of ``pairs``; node tasks' head outputs
+        for the split's steps (regression: the H predicted targets; classification: class probabilities).
+
+        Args:
+            output: a new file to write them to as well (``.csv`` of ``u,v,t,score`` rows for pairs; ``.h5`` /
+                ``.npz`` as :meth:`embed`'s for node tasks), or None: nothing written.
+            pairs: link prediction's ``(u, v, t)`` rows: a (K, 3) integer array, tensor or list (rank 0's under
+                ``mpirun``), or a file (``.npy``, or text of three columns).
+            split: node tasks' steps (default ``"test"``).
+            overrides: as :func:`train`'s.
 
         Returns:
-            ``output``.
+            Pairs: the scores, a float64 array (K,) in the rows' order. Node tasks: an
+            :class:`hpcdgnn.embed.EmbeddingFile` whose ``embeddings`` (S, N, C) are the head's outputs.
         """
         import_training()
-        from hpcdgnn.embed import run_predict
+        from hpcdgnn.embed import pairs_of, predicted, read_embeddings
 
         _check_split("test" if split is None else split)
-        output, pairs = _path_argument(output, "output", required=True), _path_argument(pairs, "pairs")
+        output = _path_argument(output, "output")
+        if isinstance(pairs, str | os.PathLike):
+            pairs = _path_argument(pairs, "pairs")
+        elif pairs is not None:
+            pairs = pairs_of(pairs)
         args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
                                   split_given=split is not None, set=_override_items(overrides), pairs=pairs)
-        _on_every_rank(lambda comm: run_predict(args, comm), words=_PASS_ARGUMENTS)
-        return Path(output)
+        got = _on_every_rank(lambda comm: predicted(args, comm), words=_PASS_ARGUMENTS)
+        return read_embeddings(output) if got is None else got
+
+    def export(self, *, csv: str | os.PathLike | None = None, tensorboard: str | os.PathLike | None = None,
+               model: str | os.PathLike | None = None, to: str = "hpcdgnn") -> dict[str, Path]:
+        """``python -m hpcdgnn export``: the epoch records as a CSV file and TensorBoard scalars, the trained model
+        as a plain file (under ``mpirun`` every rank calls it; rank 0 writes). Nothing existing is overwritten:
+        every output is checked before any is written.
+
+        Args:
+            csv: a new CSV file, one row per epoch record (nested keys dotted).
+            tensorboard: a directory without curves in it, for the records as scalars (step = epoch).
+            model: a new file for the trained model and task head, loaded by
+                :func:`hpcdgnn.metrics.export.load_model` (``to="hpcdgnn"``) or as PyG Temporal's cells with the
+                same weights by :func:`hpcdgnn.metrics.export.load_pygt` (``to="pygt"``: gconv_gru, gconv_lstm,
+                tgcn_cell).
+            to: ``model``'s form, ``"hpcdgnn"`` or ``"pygt"``.
+
+        Returns:
+            What was written: ``{"csv": Path, "tensorboard": Path, "model": Path}``, the ones given.
+        """
+        from hpcdgnn.metrics.export import run_export
+
+        if to not in ("hpcdgnn", "pygt"):
+            raise ConfigError(f"to: {to!r}; choose from 'hpcdgnn', 'pygt'")
+        paths = {k: _path_argument(v, k) for k, v in (("csv", csv), ("tensorboard", tensorboard), ("model", model))}
+        args = argparse.Namespace(rundir=str(self.dir), csv=paths["csv"], tensorboard=paths["tensorboard"],
+                                  model_only=paths["model"], to=to)
+
+        def body(comm):
+            from hpcdgnn.train.collective import agree
+
+            return agree(comm, lambda: run_export(args) if comm.rank == 0 else 0)  # rank 0's error on every rank
+
+        _on_every_rank(body, words=_EXPORT_ARGUMENTS)
+        return {k: Path(v) for k, v in paths.items() if v is not None}
 
     def _file(self, name: str) -> Path:
         path = self.dir / name
@@ -352,7 +405,7 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     """
     import_training()
     from hpcdgnn import preemption
-    from hpcdgnn.train.trainer import run_training
+    from hpcdgnn.train.trainer import RESTART_WORDS, run_training
 
     if job is None and resume is None:
         raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
@@ -364,11 +417,13 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
                           "its own directory")
     overrides = _override_items(overrides)
     stop = preemption.install()
+    words = RESTART_WORDS.set(("hpcdgnn.train(None, resume={!r})", "output="))  # the run's pre-emption lines
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
             result = _on_every_rank(lambda comm: run_training(job_path, overrides, output, comm, resume=resume),
                                     lambda: stop.raised, written)
     finally:
+        RESTART_WORDS.reset(words)
         preemption.reset()  # a notebook's interrupt is its own again
     model, task = result.model, result.task
     for module in (model, task):  # as load_run's: ready to evaluate
@@ -503,6 +558,16 @@ _ARGUMENTS = ((re.compile(r"^((?:\w+ \S+: )?)--set (?=\S)"), r"\1overrides: "),
 #: split``)
 _PASS_ARGUMENTS = (*_ARGUMENTS, (re.compile(r"(?<![\w/.-])--(pairs|split|output)(?: ([^\s-]\S*))?"),
                                  lambda m: m[1] if m[2] is None else f"{m[1]}={m[2]}"))
+
+
+#: export's messages: its options as the arguments of :meth:`TrainedRun.export`, anywhere in them
+_EXPORT_ARGUMENTS = ((re.compile(r"(?<![\w/.-])--(csv|tensorboard)(?: ([^\s-]\S*))?"),
+                      lambda m: m[1] if m[2] is None else f"{m[1]}={m[2]}"),
+                     (re.compile(r"(?<![\w/.-])--model-only(?: ([^\s-]\S*))?"),
+                      lambda m: "model" if m[1] is None else f"model={m[1]}"),
+                     (re.compile(r"export --to pygt"), "export(to='pygt')"),
+                     (re.compile(r"\brun --resume\b"), "hpcdgnn.train(None, resume=RUNDIR)"),
+                     (re.compile(r"for --resume only"), "for resuming only"))
 
 
 def _named(e: BaseException, written: str | None, words=_ARGUMENTS) -> BaseException:

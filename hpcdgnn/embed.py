@@ -27,14 +27,15 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from hpcdgnn.errors import ConfigError, DataError
 from hpcdgnn.metrics.results import json_safe
 
-__all__ = ["PASS_SPLITS", "EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "read_embeddings",
-           "run_embed", "run_predict", "score_embeddings"]
+__all__ = ["PASS_SPLITS", "EmbeddingFile", "add_embed_arguments", "add_predict_arguments", "embedded", "pairs_of",
+           "predicted", "read_embeddings", "run_embed", "run_predict", "score_embeddings"]
 
 _SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".npz": "npz"}
 
@@ -229,31 +230,125 @@ def _pass_then_close(tr, steps: list[int]):
     return out
 
 
+class _Kept:
+    """:class:`_Writer`'s part when no file is asked for (the Python API's ``output=None``): rank 0 keeps the
+    steps in memory, as the file would hold them; :func:`_handed_out` gives them to every rank."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.result: EmbeddingFile | None = None
+
+    def add(self, z: np.ndarray, computed: np.ndarray) -> None:
+        self.parts.append((z, computed))
+
+    def close(self, steps: list[int], meta: dict) -> None:
+        self.result = EmbeddingFile(np.stack([z for z, _ in self.parts]), np.asarray(steps, dtype=np.int64),
+                                    np.stack([c for _, c in self.parts]),
+                                    json.loads(json.dumps(json_safe(meta))))  # as read back from a file
+        self.parts = []
+
+    def discard(self) -> None:
+        self.parts = []
+
+
+def _handed_out(comm, kept: _Kept | None) -> EmbeddingFile:
+    """Rank 0's :class:`_Kept` result on every rank (collective): the arrays as buffers, not pickled."""
+    import torch
+
+    mine = kept.result if kept is not None else None
+    head = comm.bcast_obj(None if mine is None else (mine.embeddings.shape, mine.embeddings.dtype.str, mine.steps,
+                                                      mine.meta), tag="embed")
+    shape, dtype, steps, meta = head
+    if mine is not None:
+        z, computed = torch.from_numpy(np.ascontiguousarray(mine.embeddings)), torch.from_numpy(
+            mine.computed.astype(np.uint8))
+    else:
+        z = torch.from_numpy(np.empty(shape, dtype=np.dtype(dtype)))
+        computed = torch.empty(shape[:2], dtype=torch.uint8)
+    comm.bcast_(z, tag="embed")
+    comm.bcast_(computed, tag="embed")
+    return EmbeddingFile(z.numpy(), steps, computed.numpy().astype(bool), meta)
+
+
+def _sink(args: argparse.Namespace, fmt: str | None, num_steps: int, rank: int) -> _Writer | _Kept | None:
+    """Where rank 0 puts the pass's steps: ``--output``'s file, or memory without one (the Python API)."""
+    if rank != 0:
+        return None
+    return _Kept() if args.output is None else _Writer(args.output, fmt, num_steps)
+
+
+def _destination(args: argparse.Namespace) -> str:
+    return "returned, no file" if args.output is None else args.output
+
+
 def run_embed(args: argparse.Namespace, comm) -> int:
     """``python -m hpcdgnn embed RUNDIR --output FILE [--split S]`` on every rank (collective)."""
+    embedded(args, comm)
+    return 0
+
+
+def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
+    """:func:`run_embed`'s pass: with ``args.output`` None (the Python API) nothing is written and every rank
+    returns the steps (collective); else rank 0 writes the file and None is returned.
+
+    Args:
+        args: ``rundir``, ``output`` (a new ``.h5`` / ``.npz``, or None), ``split``, ``set`` (``--set`` items).
+        comm: the world's communicator.
+    """
     from hpcdgnn.train.collective import agree
     from hpcdgnn.train.inference import open_trained, pass_steps
 
     kept: dict = {}
 
     def before(job) -> None:  # rank 0, before any set-up
-        kept["fmt"] = _new_file(args.output, _SUFFIXES)
+        kept["fmt"] = None if args.output is None else _new_file(args.output, _SUFFIXES)
 
     tr = open_trained(args.rundir, comm, "embed", args.set or [], before)
     steps = agree(comm, lambda: pass_steps(tr, args.split))
     metrics, epoch, recorder = _pass_then_close(tr, steps)
-    writer = _Writer(args.output, kept["fmt"], len(steps)) if comm.rank == 0 else None
+    writer = _sink(args, kept.get("fmt"), len(steps), comm.rank)
     _write_steps(tr, recorder, steps, writer)
     if writer is not None:
         writer.close(steps, _meta(tr, args.split, epoch, metrics))
         print(f"embed: Z_t of {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} × "
-              f"F = {recorder.width} from {tr.checkpoint.name} on {comm.size} rank(s) -> {args.output}; "
+              f"F = {recorder.width} from {tr.checkpoint.name} on {comm.size} rank(s) -> {_destination(args)}; "
               f"{_metric_line(metrics, args.split)}", flush=True)
-    return 0
+    return _handed_out(comm, writer) if args.output is None else None
 
 
-def _read_pairs(path: str, num_vertices: int, num_steps: int) -> np.ndarray:
-    """(K, 3) int64 rows (u, v, t) of a ``--pairs`` file; a bad row is one line naming the file and row."""
+def pairs_of(pairs: Any, where: str = "pairs") -> np.ndarray:
+    """``pairs`` given as data (the Python API's (K, 3) array, tensor or list of ``(u, v, t)``; a ``.npy`` file's
+    array) as float64 rows, checked further by :func:`_checked_pairs`; values that are not numbers are one line."""
+    try:
+        rows = np.asarray(pairs.detach().cpu() if hasattr(pairs, "detach") else pairs)  # a torch tensor too
+        if rows.dtype == bool or not (np.issubdtype(rows.dtype, np.integer) or np.issubdtype(rows.dtype, np.floating)):
+            raise ValueError(f"its values are {rows.dtype}")
+        return rows.astype(np.float64)
+    except (TypeError, ValueError) as e:  # ragged lists, strings
+        raise DataError(f"{where}: want (K, 3) integer rows u, v, t ({str(e).strip().splitlines()[0]})") from None
+
+
+def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: int) -> np.ndarray:
+    """(K, 3) int64 rows (u, v, t) of ``pairs`` (read from ``where``: ``--pairs FILE``, or ``pairs`` given as
+    data); a bad row is one line naming ``where`` and the row."""
+    if pairs.size == 0:
+        raise DataError(f"{where}: no (u, v, t) rows in it")
+    if pairs.ndim != 2 or pairs.shape[1] != 3:
+        raise DataError(f"{where}: want rows of three columns u, v, t; found shape {tuple(pairs.shape)}")
+    if not np.array_equal(pairs, np.round(pairs)):  # NaN included: it equals nothing
+        raise DataError(f"{where}: row {int(np.flatnonzero((pairs != np.round(pairs)).any(1))[0])}: "
+                        "u, v, t must be integers")
+    pairs = pairs.astype(np.int64)
+    for col, name, bound in ((0, "u", num_vertices), (1, "v", num_vertices), (2, "t", num_steps)):
+        bad = np.flatnonzero((pairs[:, col] < 0) | (pairs[:, col] >= bound))
+        if bad.size:
+            raise DataError(f"{where}: row {int(bad[0])}: {name} = {int(pairs[bad[0], col])} is outside "
+                            f"0 .. {bound - 1}")
+    return pairs
+
+
+def _read_pairs(path: str) -> np.ndarray:
+    """The rows of a ``--pairs`` file (``.npy``, or text of three columns) as they are written."""
     try:
         if path.lower().endswith(".npy"):
             pairs = np.load(path, allow_pickle=False)
@@ -265,30 +360,37 @@ def _read_pairs(path: str, num_vertices: int, num_steps: int) -> np.ndarray:
                 pairs = np.loadtxt(text.splitlines(), dtype=np.float64, comments="#", ndmin=2)
     except (OSError, ValueError) as e:
         raise DataError(f"--pairs {path}: unreadable ({str(e).strip().splitlines()[0]})") from None
-    if pairs.size == 0:
-        raise DataError(f"--pairs {path}: no (u, v, t) rows in it")
-    if pairs.ndim != 2 or pairs.shape[1] != 3:
-        raise DataError(f"--pairs {path}: want rows of three columns u, v, t; found shape {tuple(pairs.shape)}")
-    if not np.array_equal(pairs, np.round(pairs)):
-        raise DataError(f"--pairs {path}: row {int(np.flatnonzero((pairs != np.round(pairs)).any(1))[0])}: "
-                        "u, v, t must be integers")
-    pairs = pairs.astype(np.int64)
-    for col, name, bound in ((0, "u", num_vertices), (1, "v", num_vertices), (2, "t", num_steps)):
-        bad = np.flatnonzero((pairs[:, col] < 0) | (pairs[:, col] >= bound))
-        if bad.size:
-            raise DataError(f"--pairs {path}: row {int(bad[0])}: {name} = {int(pairs[bad[0], col])} is outside "
-                            f"0 .. {bound - 1}")
-    return pairs
+    return pairs_of(pairs, f"--pairs {path}")
 
 
 def run_predict(args: argparse.Namespace, comm) -> int:
     """``python -m hpcdgnn predict RUNDIR --output FILE (--pairs FILE | --split S)`` on every rank."""
+    predicted(args, comm)
+    return 0
+
+
+def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | None:
+    """:func:`run_predict`'s pass (collective).
+
+    Args:
+        args: ``rundir``; ``output``: a new file (``.csv`` for pairs, ``.h5`` / ``.npz`` for node tasks), or None
+            (the Python API: nothing written); ``pairs``: a file's path, or rows already read (the Python API's
+            data, by :func:`pairs_of`: rank 0's are used), or None for node tasks; ``split``, ``split_given``,
+            ``set``.
+        comm: the world's communicator.
+
+    Returns:
+        Pairs: their scores (K,) float64, on every rank. Node tasks: with ``output`` None the head's outputs as
+        an :class:`EmbeddingFile` on every rank, else None (rank 0 wrote the file).
+    """
     import torch
 
     from hpcdgnn.train.collective import agree, collective_error
     from hpcdgnn.train.inference import open_trained, pass_steps
 
     kept: dict = {}
+    given = args.pairs is not None and not (isinstance(args.pairs, str) and not args.pairs)
+    where = f"--pairs {args.pairs}" if isinstance(args.pairs, str) else "pairs"
 
     def before(job) -> None:  # rank 0, with the job loaded and before any set-up
         from hpcdgnn.regimes import regime_of
@@ -300,17 +402,19 @@ def run_predict(args: argparse.Namespace, comm) -> int:
                               "pair's score needs the node memory at the pair's time); embed writes every vertex's z "
                               "at the end of each split")
         pairs_task = predicts == "pairs"
-        if pairs_task != bool(args.pairs):
+        if pairs_task != given:
             raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name} "
                               + ("scores pairs: give --pairs FILE" if pairs_task else
                                  "predicts node targets: give --split, not --pairs"))
         if pairs_task and getattr(args, "split_given", False):
             raise ConfigError(f"predict {args.rundir}: --split {args.split}: only node tasks take it; the rows of "
-                              f"--pairs {args.pairs} name their own step t (drop --split)")
-        kept["fmt"] = _new_file(args.output, {".csv": "csv"} if pairs_task else _SUFFIXES)
+                              f"{where} name their own step t (drop --split)")
+        kept["fmt"] = None if args.output is None else _new_file(args.output, {".csv": "csv"} if pairs_task
+                                                                    else _SUFFIXES)
         if pairs_task:
             manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
-            kept["pairs"] = _read_pairs(args.pairs, manifest.num_vertices, manifest.num_snapshots)
+            rows = _read_pairs(args.pairs) if isinstance(args.pairs, str) else args.pairs
+            kept["pairs"] = _checked_pairs(rows, where, manifest.num_vertices, manifest.num_snapshots)
 
     tr = open_trained(args.rundir, comm, "predict", args.set or [], before)
     pairs = comm.bcast_obj(kept.get("pairs"), tag="setup")
@@ -320,9 +424,8 @@ def run_predict(args: argparse.Namespace, comm) -> int:
         missing = [t for t in steps if t not in usable]
         if missing:  # every rank knows the same: all refuse
             why = "" if tr.strategy.full_batch else " (its evaluation pass)"
-            raise collective_error(ConfigError(f"--pairs {args.pairs}: t = {missing[0]}: strategy "
-                                               f"{tr.job.strategy.name} computes Z_t of steps {min(usable)} .. "
-                                               f"{max(usable)} only{why}"))
+            raise collective_error(ConfigError(f"{where}: t = {missing[0]}: strategy {tr.job.strategy.name} "
+                                               f"computes Z_t of steps {min(usable)} .. {max(usable)} only{why}"))
     else:
         steps = agree(comm, lambda: pass_steps(tr, args.split))
     metrics, epoch, recorder = _pass_then_close(tr, steps)
@@ -334,13 +437,13 @@ def run_predict(args: argparse.Namespace, comm) -> int:
 
     task_device = next((p.device for p in task.parameters()), torch.device("cpu"))
     if pairs is None:
-        writer = _Writer(args.output, kept.get("fmt"), len(steps)) if comm.rank == 0 else None
+        writer = _sink(args, kept.get("fmt"), len(steps), comm.rank)
         _write_steps(tr, recorder, steps, writer, head)
         if writer is not None:
             writer.close(steps, _meta(tr, args.split, epoch, metrics))
-            print(f"predict: {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} -> {args.output}",
-                  flush=True)
-        return 0
+            print(f"predict: {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} -> "
+                  f"{_destination(args)}", flush=True)
+        return _handed_out(comm, writer) if args.output is None else None
     scores = np.full(pairs.shape[0], np.nan)
     from hpcdgnn.train.inference import gather_step
 
@@ -356,7 +459,7 @@ def run_predict(args: argparse.Namespace, comm) -> int:
         if lost.size:
             k = lost[0]
             vertex = int(u[k]) if not computed[u[k]] else int(v[k])
-            problem = (f"--pairs {args.pairs}: row {int(rows[k])}: strategy {tr.job.strategy.name} did not compute "
+            problem = (f"{where}: row {int(rows[k])}: strategy {tr.job.strategy.name} did not compute "
                        f"Z_{t} of vertex {vertex} (its samples read other vertices); predict with a full-batch "
                        "strategy of the same model (--set strategy.name=snapshot)")
             continue
@@ -367,10 +470,11 @@ def run_predict(args: argparse.Namespace, comm) -> int:
     if problem:
         raise collective_error(DataError(problem))
     if comm.rank == 0:
-        _write_scores(args.output, pairs, scores)
+        if args.output is not None:
+            _write_scores(args.output, pairs, scores)
         print(f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
-              f"{comm.size} rank(s) -> {args.output}", flush=True)
-    return 0
+              f"{comm.size} rank(s) -> {_destination(args)}", flush=True)
+    return comm.bcast_(torch.from_numpy(scores), tag="embed").numpy()
 
 
 def _write_scores(path: str, pairs: np.ndarray, scores: np.ndarray) -> None:

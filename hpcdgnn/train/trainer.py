@@ -25,6 +25,7 @@ import json
 import time
 from array import array
 from contextlib import suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -364,11 +365,21 @@ def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.Pree
     return preempted
 
 
+#: how a pre-empted run's lines name the way on, in the words of whoever started it: the command's
+#: ``--resume RUNDIR`` and ``--output`` (the default), or the Python API's (:func:`hpcdgnn.train` sets them)
+RESTART_WORDS: ContextVar[tuple[str, str]] = ContextVar("RESTART_WORDS", default=("--resume {}", "--output"))
+
+
+def _resume_words(run: Run) -> str:
+    """``--resume RUNDIR``, or the Python API's call that continues the run."""
+    return RESTART_WORDS.get()[0].format(str(run.run_dir))
+
+
 def _restart_hint(run: Run, checkpointed: bool) -> str:
     """How a pre-empted run goes on: from its newest checkpoint, or (none yet) from the start."""
-    return (f"resume with --resume {run.run_dir}" if checkpointed else
-            f"no checkpoint yet: run the job again with another --output, or after removing {run.run_dir} "
-            "(the job scripts move it aside and start over)")
+    return (f"resume with {_resume_words(run)}" if checkpointed else
+            f"no checkpoint yet: run the job again with another {RESTART_WORDS.get()[1]}, or after removing "
+            f"{run.run_dir} (the job scripts move it aside and start over)")
 
 
 def _abandoned(run: Run, checkpoints: CheckpointManager, log, stop: preemption.PreemptionFlag, epoch: int,
@@ -556,7 +567,7 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             preempted = False
         if preempted:
             log.info(f"pre-empted ({_signal_name(stop)}): stopped after epoch {epoch}; "
-                     f"resume with --resume {run.run_dir}")
+                     f"resume with {_resume_words(run)}")
             break
     write_summary(comm, rd, run, totals, activation_peak, preempted,
                   status="diverged" if diverged else None)

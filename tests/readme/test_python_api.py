@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,14 +101,115 @@ def test_a_trained_run_embeds_and_predicts_from_python(tmp_path, small_dataset, 
     again = run.embed(tmp_path / "z2.npz", split="all", overrides="train.device=cpu")  # one string: one item
     np.testing.assert_array_equal(again.embeddings, z.embeddings)
     (tmp_path / "pairs.txt").write_text("0 1 0\n2 3 1\n")
-    out = run.predict(tmp_path / "s.csv", pairs=tmp_path / "pairs.txt")
-    rows = [line.split(",") for line in out.read_text().splitlines() if line and not line.startswith("u")]
+    scores = run.predict(tmp_path / "s.csv", pairs=tmp_path / "pairs.txt")
+    rows = [line.split(",") for line in (tmp_path / "s.csv").read_text().splitlines() if not line.startswith("u")]
     assert [r[:3] for r in rows] == [["0", "1", "0"], ["2", "3", "1"]] and all(0 < float(r[3]) < 1 for r in rows)
+    assert [float(r[3]) for r in rows] == scores.tolist()  # what predict returns is what it wrote
     with pytest.raises(ConfigError, match=r"^split: 'tset'; choose from train, val, test, all$"):
         run.embed(tmp_path / "x.npz", split="tset")
     with pytest.raises(ConfigError, match=r"split=test: only node tasks take it"):  # the command's, in its words
         run.predict(tmp_path / "x.csv", pairs=tmp_path / "pairs.txt", split="test")
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_predict_takes_pairs_as_data_and_both_return_the_numbers_without_a_file(tmp_path, small_dataset,
+                                                                                 monkeypatch):
+    """``predict(pairs=rows)`` scores an array, list or tensor of (u, v, t) rows and returns the scores (K,) —
+    the CSV's column, bit for bit — and ``embed()`` / ``predict()`` without ``output`` write nothing and return
+    what the file would hold; bad rows are one line naming ``pairs``."""
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1}), output=tmp_path / "r")
+    rows = np.array([[0, 1, 0], [2, 3, 1], [4, 0, 1]])
+    before = sorted(tmp_path.iterdir())
+    scores = run.predict(pairs=rows)
+    assert scores.shape == (3,) and scores.dtype == np.float64 and ((scores > 0) & (scores < 1)).all()
+    np.testing.assert_array_equal(run.predict(pairs=rows.tolist()), scores)
+    np.testing.assert_array_equal(run.predict(pairs=torch.from_numpy(rows).double()), scores)
+    z = run.embed(split="all")
+    assert sorted(tmp_path.iterdir()) == before  # nothing written without output
+    np.save(tmp_path / "p.npy", rows)
+    np.testing.assert_array_equal(run.predict(tmp_path / "s.csv", pairs=tmp_path / "p.npy"), scores)
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "s.csv", delimiter=",", skiprows=1)[:, 3], scores)
+    written = run.embed(tmp_path / "z.npz", split="all")
+    for name in ("embeddings", "steps", "computed"):
+        np.testing.assert_array_equal(getattr(z, name), getattr(written, name))
+    assert z.meta == written.meta and z.embeddings.shape[:2] == (len(z.steps), 23)
+    for bad, message in [
+        (rows + [[0, 0, 0], [0, 0, 0], [0, 99, 0]], r"^pairs: row 2: v = 99 is outside 0 \.\. 22$"),
+        ([[0, 1, 0.5]], r"^pairs: row 0: u, v, t must be integers$"),
+        ([0, 1, 0], r"^pairs: want rows of three columns u, v, t; found shape \(3,\)$"),
+        ([["a", "b", "c"]], r"^pairs: want \(K, 3\) integer rows u, v, t \(its values are <U1\)$"),
+        ([[0, 1], [2]], r"^pairs: want \(K, 3\) integer rows u, v, t \(.*inhomogeneous"),
+    ]:
+        with pytest.raises(DataError, match=message):
+            run.predict(pairs=bad)
+
+
+def test_a_node_task_predicts_into_memory_as_into_its_file(tmp_path, small_dataset, monkeypatch):
+    """Node classification's ``predict()`` without ``output`` returns the class probabilities the file holds."""
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, task={"name": "node_classification"},
+                                  train={"epochs": 1}), output=tmp_path / "r")
+    got = run.predict(split="all")
+    kept = run.predict(tmp_path / "p.h5", split="all")
+    np.testing.assert_array_equal(got.embeddings, kept.embeddings)
+    np.testing.assert_array_equal(got.steps, kept.steps)
+    assert got.embeddings.shape[1:] == (23, 2)
+    np.testing.assert_allclose(got.embeddings[got.computed].sum(-1), 1.0)
+
+
+def test_export_from_python_writes_what_the_command_writes(tmp_path, small_dataset, monkeypatch, capsys):
+    """``run.export(csv=, tensorboard=, model=, to=)``: the command's files, refusals in the API's words, nothing
+    written when one output is refused."""
+    from hpcdgnn.__main__ import main
+    from hpcdgnn.metrics.export import load_model
+
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2}), output=tmp_path / "r")
+    assert run.export(csv="m.csv", model="m.pt") == {"csv": Path("m.csv"), "model": Path("m.pt")}
+    assert main(["export", str(run.dir), "--csv", "cli.csv"]) == 0
+    assert Path("m.csv").read_text() == Path("cli.csv").read_text()
+    model, _task = load_model("m.pt")
+    for name, value in run.model.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value)
+    with pytest.raises(ConfigError, match=r"^csv=m.csv: exists; an export never overwrites a file"):
+        run.export(csv="m.csv")
+    with pytest.raises(ConfigError, match=r"^export\(to='pygt'\): give model=FILE, the file to write"):
+        run.export(csv="n.csv", to="pygt")
+    with pytest.raises(ConfigError, match=r"^export\(to='pygt'\): model.name: cdgcn has no PyG Temporal cell"):
+        run.export(csv="n.csv", model="n.pt", to="pygt")
+    with pytest.raises(ConfigError, match=r"^export: say what to write: csv=FILE, tensorboard=DIR and/or model=FILE$"):
+        run.export()
+    with pytest.raises(ConfigError, match=r"^to: 'onnx'; choose from 'hpcdgnn', 'pygt'$"):
+        run.export(model="n.pt", to="onnx")
+    assert not Path("n.csv").exists() and not Path("n.pt").exists()
+
+
+@pytest.mark.mpi
+def test_predict_and_embed_without_a_file_return_the_same_numbers_on_every_rank(tmp_path, small_dataset, launcher):
+    """Under ``mpirun -np 3`` every rank gets rank 0's gathered embeddings and scores (pairs given as data) —
+    those of one process."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import json, sys\nimport numpy as np\nimport hpcdgnn\n"
+        f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
+        "z = run.embed(split='all')\n"
+        "s = run.predict(pairs=np.array([[0, 1, 0], [2, 3, 1], [4, 0, 5]]))\n"
+        "print('GOT', json.dumps({'z': np.nan_to_num(z.embeddings, nan=-7).tolist(), 's': s.tolist(), "
+        "'c': z.computed.tolist()}), flush=True)\n")
+    outs = {}
+    for ranks in (None, 3):
+        proc = launcher.run(ranks, [str(script), str(tmp_path / f"r{ranks}")], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs[ranks] = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("GOT ")]
+    assert len(outs[None]) == 1 and len(outs[3]) == 3
+    alone = outs[None][0]
+    for got in outs[3]:
+        assert got["c"] == alone["c"]
+        np.testing.assert_allclose(got["z"], alone["z"], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got["s"], alone["s"], rtol=1e-9)
+    assert outs[3][0] == outs[3][1] == outs[3][2]
 
 
 def _caught_on_two_ranks(launcher, tmp_path, body: str) -> tuple[list[str], str]:
@@ -373,10 +476,37 @@ def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_datase
     run = hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 2}}, output=tmp_path / "r")
     assert run.preempted and run.losses == [] and run.checkpoint is None
     # the interrupt is acknowledged when it comes (a full-batch epoch may run long before the stop)
-    assert "hpcdgnn: interrupted: stopping at the next epoch boundary" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "hpcdgnn: interrupted: stopping at the next epoch boundary" in err
+    assert "no checkpoint yet: run the job again with another output=, or after removing" in out  # not --output
     with pytest.raises(DataError, match=r"the run has no complete checkpoint of an epoch.s end to load the model "
                                         r"from \(it stopped before its first\)"):
         _ = run.model
+
+
+def test_a_run_stopped_after_an_epoch_says_how_to_resume_it_from_python(tmp_path, small_dataset, monkeypatch,
+                                                                          capsys):
+    """The pre-emption line of a run started from Python names the call that continues it, not ``--resume``."""
+    import os
+    import signal
+
+    from hpcdgnn.train import trainer
+
+    batches = trainer.train_batches
+
+    def signalled(*args, **kwargs):
+        out = batches(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # during epoch 1: it ends, checkpoints and stops
+        return out
+
+    monkeypatch.setattr(trainer, "train_batches", signalled)
+    run = hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 2}}, output=tmp_path / "r")
+    first = run.losses
+    assert run.preempted and len(first) == 1
+    out = capsys.readouterr().out
+    assert f"stopped after epoch 1; resume with hpcdgnn.train(None, resume={str(run.dir)!r})" in out, out
+    monkeypatch.setattr(trainer, "train_batches", batches)
+    assert hpcdgnn.train(None, resume=run.dir).losses[:1] == first  # the advice works as written
 
 
 def test_errors_name_the_api_s_arguments_without_internal_frames(tmp_path, small_dataset, monkeypatch):
