@@ -7,11 +7,12 @@ numbered already, as PyG's are).
 
 * :func:`from_arrays` — timestamped interactions ``(src, dst, t)`` → snapshots (cut by ``snapshots``,
   ``window`` or ``events_per_snapshot``, as ``prepare``) or, with ``kind="events"``, an event stream.
-* :func:`from_temporal_data` — PyG's ``TemporalData`` (``src``, ``dst``, ``t``, ``msg``) → an event stream.
+* :func:`from_temporal_data` — PyG's ``TemporalData`` (``src``, ``dst``, ``t``, ``msg``), or a dict of them, → an
+  event stream.
 * :func:`from_signal` — PyG Temporal's ``StaticGraphTemporalSignal`` / ``DynamicGraphTemporalSignal`` /
   ``DynamicGraphStaticSignal`` (``edge_index`` / ``edge_indices``, ``edge_weight`` / ``edge_weights``,
   ``features`` / ``feature``, ``targets``) → one snapshot per signal step with its node features and regression
-  targets (or class labels).
+  targets (or class labels); sliding windows as features (METR-LA's (N, F, L)) → one per step of their series.
 
 Under ``mpirun -np P python script.py`` (P > 1) rank 0 writes the dataset from its own arguments: a script may
 call the adapter on every rank, as it calls ``hpcdgnn.train`` (the other ranks wait for rank 0 and return its
@@ -28,6 +29,7 @@ import os
 import re
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -491,7 +493,10 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
     """PyG's ``TemporalData`` (``src``, ``dst``, ``t``, optional ``msg``) as an event stream.
 
     Args:
-        data: a ``torch_geometric.data.TemporalData`` (or anything with those attributes).
+        data: a ``torch_geometric.data.TemporalData`` (or anything with those attributes), or a mapping with those
+            keys (``TemporalData.to_dict()``, ``{"src": ..., "dst": ..., "t": ..., "msg": ...}``); ``y``, a
+            TemporalData's per-event labels, is accepted and not stored (an event stream has none), as from a
+            TemporalData.
         output: the dataset directory.
         bipartite: sources and destinations are separate sets (negatives are drawn from the destinations);
             default: when every destination id is above every source id, as in PyG's JODIE datasets.
@@ -502,14 +507,18 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
         The event dataset's manifest.
 
     Raises:
-        DataError: as :func:`from_arrays`, or the data lacks ``src``, ``dst`` or ``t``.
+        DataError: as :func:`from_arrays`, or the data lacks ``src``, ``dst`` or ``t``; a mapping with a key of
+            none of those (a misspelt ``"dest"`` would otherwise be dropped).
     """
-    _output(output, "from_temporal_data")
+    where = "from_temporal_data"
+    _output(output, where)
+    if isinstance(data, Mapping):
+        data = _temporal_mapping(data, where)
     for key in ("src", "dst", "t"):
         if getattr(data, key, None) is None:
-            raise DataError(f"from_temporal_data: the data has no {key!r} (a TemporalData has src, dst, t, msg)")
+            raise DataError(f"{where}: the data has no {key!r} (a TemporalData has src, dst, t, msg)")
     msg = getattr(data, "msg", None)
-    if msg is not None and getattr(msg, "ndim", 2) == 2 and msg.shape[1] == 0:
+    if msg is not None and len(getattr(msg, "shape", ())) == 2 and msg.shape[1] == 0:  # a list has no shape
         msg = None  # a 1-D msg is one feature, as from_arrays takes 1-D edge_features
     n = options.pop("num_vertices", getattr(data, "num_nodes", None))
     if bipartite is None:
@@ -517,6 +526,34 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
         bipartite = bool(src.size and dst.min() > src.max())
     return from_arrays(data.src, data.dst, data.t, output, kind="events", num_vertices=n, edge_features=msg,
                        bipartite=bipartite, **options)
+
+
+#: a TemporalData's stored attributes: the keys a mapping given for one may have
+_TEMPORAL_KEYS = ("src", "dst", "t", "msg", "y")
+
+
+def _temporal_mapping(data: Mapping, where: str) -> Any:
+    """A mapping given as a TemporalData (its ``to_dict()``) as an object with those attributes.
+
+    Raises:
+        DataError: naming the keys a TemporalData has not, with the likely one for a single misspelt key.
+    """
+    from types import SimpleNamespace
+
+    from hpcdgnn.config.load import _did_you_mean
+
+    unknown = [k for k in data if k not in _TEMPORAL_KEYS]
+    if len(unknown) == 1:
+        raise DataError(f"{where}: data[{unknown[0]!r}]: unknown key; "
+                        f"{_did_you_mean(str(unknown[0]), list(_TEMPORAL_KEYS))}")
+    if unknown:
+        raise DataError(f"{where}: data: unknown keys {', '.join(map(repr, unknown))}; a TemporalData's are "
+                        f"{', '.join(_TEMPORAL_KEYS)}")
+    missing = [k for k in ("src", "dst", "t") if data.get(k) is None]
+    if missing:
+        raise DataError(f"{where}: data has no {missing[0]!r} key (a TemporalData's mapping has src, dst, t and "
+                        "optionally msg)")
+    return SimpleNamespace(**{k: data.get(k) for k in _TEMPORAL_KEYS})
 
 
 @_once_per_job
@@ -533,7 +570,13 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
         signal: a ``StaticGraphTemporalSignal`` (``edge_index``, ``edge_weight``) or a
             ``DynamicGraphTemporalSignal`` (``edge_indices``, ``edge_weights``), with ``features`` and ``targets``
             (one (N, F) and one (N,) array per step); or a ``DynamicGraphStaticSignal``, whose one ``feature``
-            (N, F) is every step's.
+            (N, F) is every step's. Lags as features (chickenpox, WikiMath, Windmill*: (N, lags), the target the
+            next value) are stored as they are: ``task.horizon: 1`` is the signal's task. Windows as features
+            (METR-LA, PEMS-BAY: ``features[k]`` (N, F, L), window k of a series, ``targets[k]`` (N, H) or
+            (N, C, H), the H values after it) are stored as the series they were cut from (T + L - 1 steps), the
+            target at each step the value after it (channel 0's): a ``UserWarning`` and the manifest's
+            ``source["windows"]`` say so, and which ``task.horizon`` and ``strategy.window`` give the signal's
+            task; each step takes the graph of the window it ends.
         output: the dataset directory.
         labels: the targets are integer classes (node classification), not regression targets.
         force: replace a non-empty ``output``.
@@ -541,13 +584,15 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
         reverse_edges: store each edge as (v, u), so that a vertex sums its in-neighbours, as PyG's layers do.
 
     Raises:
-        DataError: steps that disagree in N or F, features that are not (N, F), targets of another length, edges
-            beyond N, non-numeric or non-finite features (or past float32), negative edge weights, edge weights at
-            some steps but not at others; with ``labels``, targets that are not integers -1 .. C-1 with
-            2 <= C <= N * steps; ``labels``, ``force`` or ``reverse_edges`` not a bool. Nothing written.
+        DataError: steps that disagree in N or F, features that are not (N, F) or (N, F, L), targets of another
+            length, edges beyond N, non-numeric or non-finite features (or past float32), negative edge weights,
+            edge weights at some steps but not at others; windows that are not the one before them one step on
+            (cut from no one series), or their targets not the one before one step on; with ``labels``, targets
+            that are not integers -1 .. C-1 with 2 <= C <= N * steps; ``labels``, ``force`` or ``reverse_edges``
+            not a bool. Nothing written.
     """
     from hpcdgnn.data.prepare._common import check_given_weights
-    from hpcdgnn.data.writer import RawSnapshot, as_float32, check_output, write_dataset
+    from hpcdgnn.data.writer import RawSnapshot, check_output, write_dataset
 
     where = "from_signal"
     output = _output(output, where)
@@ -576,29 +621,23 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     if any(given) and not all(given):  # one dataset stores given weights or ones, not some of each
         raise DataError(f"{where}: {weights_name}[{given.index(False)}] is None but {weights_name}"
                         f"[{given.index(True)}] holds weights: give every step's edge weights or none")
-    xs = []
-    for k, x in enumerate(features):
-        raw = _floats(x, f"features[{k}]", where)
-        xs.append(as_float32(raw))
-        _finite(raw, xs[-1], f"features[{k}]", where)
-    for k, x in enumerate(xs):
-        if x.ndim != 2:
-            raise DataError(f"{where}: features[{k}] has shape {x.shape}, expected (N, F): one row of features per "
-                            "vertex (one feature as an (N, 1) array)")
+    xs, window = _feature_steps(features, where)
     n, f = xs[0].shape
-    for k, x in enumerate(xs):
-        if x.shape != (n, f):
-            raise DataError(f"{where}: features[{k}] has shape {x.shape}; step 0's is ({n}, {f}) (every step "
-                            "must have the same N and F)")
-    ys = [_floats(y, f"targets[{k}]", where).reshape(-1) for k, y in enumerate(targets)]
-    for k, y in enumerate(ys):
-        if y.shape[0] != n:
-            raise DataError(f"{where}: targets[{k}] has {y.shape[0]} values for N = {n} vertices")
+    unwound: dict[str, Any] = {}
+    if window is None:
+        ys = [_floats(y, f"targets[{k}]", where).reshape(-1) for k, y in enumerate(targets)]
+        for k, y in enumerate(ys):
+            if y.shape[0] != n:
+                raise DataError(f"{where}: targets[{k}] has {y.shape[0]} values for N = {n} vertices")
+    else:
+        ys, unwound = _window_targets(targets, xs, window, labels, where)
     num_classes = _num_classes(ys, n, where) if labels and targets else 0
     check_output(output, force, ())
 
     def snapshots():
-        for k, x in enumerate(xs):
+        for s, x in enumerate(xs):
+            # step s of an unwound series: the graph of the window ending there (window 0's before it ends)
+            k = s if window is None else max(s - window + 1, 0)
             ei = _numpy(edge_index[k], f"edge_index[{k}]", where)
             if ei.ndim != 2 or ei.shape[0] != 2:
                 raise DataError(f"{where}: edge_index[{k}]: shape {ei.shape}, expected (2, E)")
@@ -610,20 +649,141 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
             y = None
             lab = None
             if targets:
-                y = ys[k]
+                y = ys[s]
                 if labels:
                     lab, y = y.astype(np.int64), None
-            yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(k), float(k + 1)))
+            yield RawSnapshot(src=src, dst=dst, weight=w, x=x, labels=lab, targets=y, time=(float(s), float(s + 1)))
 
     has_w = all(given)
     # no note of snapshots without edges: a signal's steps are its own (prepare's advice, other windows, is no
     # option here)
-    return write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
-                         feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
-                         targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
-                         source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)", "format": "signal",
-                                 "options": {"reverse_edges": bool(reverse_edges)}},
-                         force=force, reverse=reverse_edges)
+    manifest = write_dataset(output, snapshots(), num_vertices=n, weights="given" if has_w else "ones",
+                             feature_names=[f"x{i}" for i in range(f)], num_classes=num_classes,
+                             targets="signal" if targets and not labels else None, shard_snapshots=shard_size,
+                             source={"input": f"{type(signal).__name__} (hpcdgnn.data.adapters)",
+                                     "format": "signal", "options": {"reverse_edges": bool(reverse_edges)},
+                                     **({"windows": unwound} if unwound else {})},
+                             force=force, reverse=reverse_edges)
+    if unwound:  # once written: a refused signal is told its error alone
+        _warn(_unwound_note(unwound, len(xs)))
+    return manifest
+
+
+def _feature_steps(features: list, where: str) -> tuple[list[np.ndarray], int | None]:
+    """Each step's features as float32 (N, F), and L where the steps are windows of L steps (else None).
+
+    A step of shape (N, F, L) is the window of L steps a sample sees (PyG Temporal's METR-LA and PEMS-BAY:
+    ``X[:, :, k : k + L]``). Consecutive windows overlap by L - 1 steps, so the series they were cut from is
+    returned, T + L - 1 steps: window 0's L steps, then each later window's last. Only that new step is kept of
+    each window: METR-LA's windows hold the series 12 times over.
+
+    Raises:
+        DataError: naming ``features[k]``: non-numeric or non-finite values (or past float32), a step that is not
+            (N, F) or (N, F, L), a step of another shape than step 0's, a window that is not the one before it
+            one step on (independent windows).
+    """
+    from hpcdgnn.data.writer import as_float32
+
+    xs: list[np.ndarray] = []
+    window: int | None = None
+    before = None
+    for k, x in enumerate(features):
+        raw = _floats(x, f"features[{k}]", where)
+        x = as_float32(raw)
+        _finite(raw, x, f"features[{k}]", where)
+        if k == 0:
+            first = x.shape
+            if x.ndim == 3 and x.shape[2] >= 1:
+                window = x.shape[2]
+            elif x.ndim != 2:
+                raise DataError(f"{where}: features[0] has shape {x.shape}, expected (N, F): one row of features per "
+                                "vertex (one feature as an (N, 1) array), or (N, F, L): windows of L steps")
+        if x.shape != first:
+            every = "window must have the same N, F and L" if window else "step must have the same N and F"
+            raise DataError(f"{where}: features[{k}] has shape {x.shape}; step 0's is {first} (every {every})")
+        if window is None:
+            xs.append(x)
+            continue
+        if before is not None and not np.array_equal(before[:, :, 1:], x[:, :, :-1]):
+            raise DataError(f"{where}: features[{k}] is not features[{k - 1}] one step on (features[{k - 1}][:, :, 1:] "
+                            f"!= features[{k}][:, :, :-1]), so these (N, F, L) windows are not cut from one series: "
+                            "pass the series, one (N, F) array per step, or each window as (N, F*L) features "
+                            "(x.reshape(N, -1))")
+        xs.extend(x[:, :, j].copy() for j in range(0 if before is None else window - 1, window))
+        before = x
+    return xs, window
+
+
+def _window_targets(targets: list, xs: list[np.ndarray], window: int, labels: bool,
+                    where: str) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The targets of windowed features (:func:`_feature_steps`) per step of their series, and what was found.
+
+    PyG Temporal's ``targets[k]`` are the H values after window k (METR-LA: ``X[:, 0, k + L : k + L + H]``,
+    (N, H); PEMS-BAY every channel's, (N, C, H); one value: (N,)). A dataset's target at step t is the value after
+    t (:mod:`hpcdgnn.tasks.regression`), so step t = k + L - 1, where window k ends, stores targets[k]'s first
+    value (channel 0's), and ``task.horizon`` H reads the rest from the steps after it: the same values, as the
+    windows overlap. The L - 1 steps before window 0 ends have none (NaN; -1 with ``labels``), as no sample of the
+    signal ends there.
+
+    Returns:
+        The (N,) targets of the T + L - 1 steps (none without ``targets``), and the manifest's ``windows`` record:
+        ``window`` L, ``horizon`` H, ``windows`` T, ``target_channels`` C, ``targets_are_channel`` (the feature
+        channel whose next values the targets are, checked at every step where the series has it, else None).
+
+    Raises:
+        DataError: naming ``targets[k]``: non-numeric, a shape that is not (N,), (N, H) or (N, C, H), another
+            shape than targets[0]'s, targets that are not targets[k - 1] one step on (H values that are not a
+            series' next ones).
+    """
+    n = xs[0].shape[0]
+    ys: list[np.ndarray] = [np.full(n, -1.0 if labels else np.nan) for _ in range(window - 1)]
+    record: dict[str, Any] = {"window": window, "horizon": 0, "windows": len(xs) - window + 1,
+                              "target_channels": 0, "targets_are_channel": None}
+    before, first = None, None
+    for k, y in enumerate(targets):
+        y = _floats(y, f"targets[{k}]", where)
+        y = y[:, None] if y.ndim == 1 else y
+        if k == 0:
+            first = y.shape
+            if y.ndim not in (2, 3) or y.shape[0] != n or 0 in y.shape:
+                raise DataError(f"{where}: targets[0] has shape {y.shape}, expected (N,), (N, H) or (N, C, H) "
+                                f"for N = {n} vertices: the next H values of each vertex after features[0]'s window")
+        if y.shape != first:
+            raise DataError(f"{where}: targets[{k}] has shape {y.shape}; targets[0]'s is {first}")
+        if before is not None and not np.array_equal(before[..., 1:], y[..., :-1], equal_nan=True):
+            raise DataError(f"{where}: targets[{k}] is not targets[{k - 1}] one step on (targets[{k - 1}][..., 1:] "
+                            f"!= targets[{k}][..., :-1]), so they are not the next H values of a series: give one "
+                            "(N,) target per window, e.g. [y[:, 0] for y in targets]")
+        ys.append(y.reshape(n, -1)[:, 0].copy())  # (N, C, H): channel 0's first
+        before = y
+    if not targets:
+        return [], record
+    record.update(horizon=first[-1], target_channels=first[1] if len(first) == 3 else 1)
+    if len(xs) > window:  # y_t against X_{t+1} wherever both exist (from the second window on)
+        after = np.stack(xs[window:])
+        told = np.stack(ys[window - 1:-1]).astype(np.float32)
+        record["targets_are_channel"] = next((c for c in range(after.shape[2])
+                                              if np.array_equal(after[:, :, c], told)), None)
+    return ys, record
+
+
+def _unwound_note(r: dict[str, Any], steps: int) -> str:
+    """What :func:`from_signal` tells of windowed features: what it stored, and the settings of the signal's task."""
+    L, H = r["window"], r["horizon"]
+    note = (f"from_signal: features are windows of L = {L} steps sliding by one: stored as the {steps} steps of the "
+            f"series they were cut from (snapshot k + {L - 1} is window k's last step)")
+    if not H:
+        return note
+    channel = r["targets_are_channel"]
+    of = ("" if r["target_channels"] == 1 else
+          f"; targets hold {r['target_channels']} channels, of which channel 0's are stored")
+    what = (f"features' channel {channel}" if channel is not None else
+            "no feature channel's (scaled otherwise?), stored as given" if r["windows"] > 1 else "not checked")
+    none = f"; none at the first {L - 1}" if L > 1 else ""
+    past = f" (the last {H - 1} windows' targets run past the last snapshot: unscored)" if H > 1 else ""
+    return (f"{note}, each with the value after it as target ({what}{none}){of}. The signal's task, {L} steps -> "
+            f"the next {H}: task.horizon: {H}{past}, strategy: {{name: sequences, window: {L}}} for exactly {L} "
+            "steps of input")
 
 
 def _noted(manifest, output):
@@ -634,8 +794,18 @@ def _noted(manifest, output):
     note = dataset_note(manifest)
     if note:
         # prepare's flags as the adapters' keyword arguments: --events-per-snapshot -> events_per_snapshot=
-        warnings.warn(f"{output}: {_keywords(note)}", UserWarning, stacklevel=5)
+        _warn(f"{output}: {_keywords(note)}")
     return manifest
+
+
+def _warn(text: str) -> None:
+    """A ``UserWarning`` at the caller's line: the first frame outside this module. A fixed ``stacklevel`` pointed
+    into this file when one adapter calls another (from_temporal_data -> from_arrays) or rank 0 writes under MPI
+    (:func:`_write_and_tell`)."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, UserWarning, stacklevel=level)
 
 
 def _num_classes(ys: list[np.ndarray], n: int, where: str) -> int:

@@ -104,6 +104,108 @@ def test_signals_static_and_dynamic_keep_features_and_targets(tmp_path, capsys):
     assert info["edges"]["total"] == sum(len({(a, b) for a, b in e.T}) for e in dyn.edge_indices)
 
 
+def _windowed(n=5, f=2, steps=24, lags=4, horizon=3, layout="metr-la", independent=False, shuffled_targets=False):
+    """PyG Temporal's METR-LA/PEMS-BAY loaders' layout (``_generate_task``) on a random series X (N, F, S):
+    ``features[k] = X[:, :, k : k + L]``, ``targets[k] = X[:, 0, k + L : k + L + H]`` (PEMS-BAY: every channel,
+    ``X[:, :, ...]``), T = S - L - H + 1 windows; and the series."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((n, f, steps)).astype(np.float32)
+    ks = range(steps - lags - horizon + 1)
+    features = [rng.standard_normal((n, f, lags)) if independent else x[:, :, k: k + lags] for k in ks]
+    future = [x[:, :, k + lags: k + lags + horizon] for k in ks]
+    targets = {"metr-la": [y[:, 0] for y in future], "pems-bay": future,
+               "scaled": [2 * y[:, 0] + 1 for y in future]}[layout]  # scaled: no feature channel's values
+    if shuffled_targets:
+        targets = [targets[k] for k in rng.permutation(len(targets))]
+    return SimpleNamespace(edge_index=np.array([[0, 1, 2, 3], [1, 2, 3, 4]]), edge_weight=None,
+                           features=features, targets=targets, series=x)
+
+
+@pytest.mark.parametrize(("layout", "channel"), [("metr-la", 0), ("pems-bay", 0), ("scaled", None)])
+def test_windowed_features_are_stored_as_the_series_they_were_cut_from(tmp_path, layout, channel):
+    """features[k] (N, F, L), windows sliding by one step, were refused as not (N, F): stored as the T + L - 1
+    steps of their series, step t's target the value after it (targets[t - L + 1]'s first; none before window 0
+    ends), so task.horizon H forecasts targets[k]; the note and the manifest say which settings give the signal's
+    task, and whether the targets are a feature channel's next values (not when scaled otherwise)."""
+    from hpcdgnn.data.shard_reader import ShardReader
+
+    sig = _windowed(layout=layout)
+    with pytest.warns(UserWarning, match=r"windows of L = 4 steps .* stored as the 21 steps .* task\.horizon: 3 "
+                                         r".* strategy: \{name: sequences, window: 4\}"):
+        m = from_signal(sig, tmp_path / "out")
+    assert m.num_snapshots == 18 + 4 - 1 and m.num_features == 2
+    assert m.source["windows"] == {"window": 4, "horizon": 3, "windows": 18, "targets_are_channel": channel,
+                                   "target_channels": 2 if layout == "pems-bay" else 1}
+    with ShardReader(tmp_path / "out", m) as reader:
+        for t in range(m.num_snapshots):
+            np.testing.assert_array_equal(reader.read(t).x, sig.series[:, :, t])
+            y = reader.read_targets(t)
+            if t < 3:
+                assert np.isnan(y).all()
+            else:  # the value after t: targets[k]'s h-th is then step (t + h)'s, as task.horizon reads it
+                np.testing.assert_allclose(y, np.asarray(sig.targets[t - 3])[:, 0].reshape(5, -1)[:, 0])
+                np.testing.assert_allclose(y, sig.series[:, 0, t + 1] * (2 if layout == "scaled" else 1)
+                                           + (layout == "scaled"), rtol=1e-6)
+
+
+def test_lags_as_features_are_kept_and_windows_take_their_graph_and_labels(tmp_path, recwarn):
+    """Lags as (N, lags) features (chickenpox, WikiMath, Windmill: X[k : k + lags].T, the target the next
+    value) are the signal's task as they are: one snapshot per step, unchanged, no note. Windows of a dynamic
+    graph: step t has the graph of the window ending at t (window 0's before); with labels=True the steps
+    before window 0 ends are -1 (no label)."""
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.data.shard_reader import ShardReader
+
+    series = np.random.default_rng(9).standard_normal((20, 6))
+    lags = SimpleNamespace(edge_index=np.array([[0, 1], [1, 2]]), edge_weight=np.ones(2),
+                           features=[series[k: k + 4].T for k in range(16)], targets=[series[k + 4] for k in range(16)])
+    m = from_signal(lags, tmp_path / "lags")
+    assert (m.num_snapshots, m.num_features) == (16, 4) and "windows" not in m.source and not recwarn.list
+    sig = _windowed()
+    rng = np.random.default_rng(10)
+    graphs = [rng.integers(0, 5, (2, 3)) for _ in sig.features]
+    dyn = SimpleNamespace(edge_indices=graphs, edge_weights=[None] * len(graphs), features=sig.features,
+                          targets=[np.floor(3 * np.abs(y)).clip(0, 2) for y in sig.targets])
+    with pytest.warns(UserWarning, match="windows of L = 4"):
+        from_signal(dyn, tmp_path / "dyn", labels=True)
+    m = load_manifest(tmp_path / "dyn")
+    with ShardReader(tmp_path / "dyn", m) as reader:
+        for t in range(m.num_snapshots):
+            a, _ = _dense(tmp_path / "dyn", t)
+            g = graphs[max(t - 3, 0)]
+            assert {tuple(e) for e in np.argwhere(a)} == {(u, v) for u, v in g.T}
+            labels = reader.read(t).labels
+            assert (labels == -1).all() if t < 3 else np.array_equal(labels, dyn.targets[t - 3][:, 0])
+
+
+def test_windowed_signal_trains_with_the_settings_the_note_gives(tmp_path):
+    """The note's settings (task.horizon H, strategy sequences with window L) train on the unwound series."""
+    with pytest.warns(UserWarning, match="windows of L = 4"):
+        from_signal(_windowed(), tmp_path / "win")
+    job = write_job(tmp_path / "win.yaml", tmp_path / "win", train={"epochs": 2}, model={"name": "tgcn"},
+                    task={"name": "regression", "horizon": 3},
+                    strategy={"name": "sequences", "window": 4, "batch_vertices": 4})
+    proc = run_in_process(["run", str(job), "--output", str(tmp_path / "run")], mpi_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert np.isfinite(read_metrics(tmp_path / "run")[-1]["train_mae"])
+
+
+def test_a_dict_of_a_temporal_data_s_arrays_is_one(tmp_path, capsys):
+    """{"src", "dst", "t", "msg"} (TemporalData.to_dict(), with "y") was refused as having no 'src': the same
+    event stream as the TemporalData itself; msg as a list of lists too."""
+    src, dst, t = _events(11)
+    msg = np.random.default_rng(11).standard_normal((E, 2))
+    from_temporal_data(SimpleNamespace(src=src, dst=dst, t=t, msg=msg), tmp_path / "object")
+    from_temporal_data({"src": src, "dst": dst, "t": t, "msg": msg.tolist(), "y": np.zeros(E)}, tmp_path / "dict")
+    a, b = _inspect(tmp_path / "object", capsys), _inspect(tmp_path / "dict", capsys)
+    assert a["num_events"] == E and {k: v for k, v in a.items() if k != "root"} == \
+        {k: v for k, v in b.items() if k != "root"}
+    # prepare's note of a split without test events is told at this line, not inside from_temporal_data
+    with pytest.warns(UserWarning, match="no val and no test events") as told:
+        from_temporal_data({"src": [0, 1], "dst": [1, 2], "t": [0, 0]}, tmp_path / "one-time")
+    assert [w.filename for w in told] == [__file__]
+
+
 def test_the_real_libraries_when_installed(tmp_path, capsys):
     """PyG's TemporalData and PyG Temporal's signal classes themselves (skipped without the libraries)."""
     pyg = pytest.importorskip("torch_geometric.data", reason="PyTorch Geometric is not installed (an extra)")
@@ -118,6 +220,10 @@ def test_the_real_libraries_when_installed(tmp_path, capsys):
     from_signal(pygt.DynamicGraphStaticSignal([s.edge_index] * 6, [s.edge_weight] * 6, s.features[0], s.targets),
                 tmp_path / "d")
     assert _inspect(tmp_path / "d", capsys)["num_snapshots"] == 6
+    w = _windowed()
+    with pytest.warns(UserWarning, match="windows of L = 4"):
+        from_signal(pygt.StaticGraphTemporalSignal(w.edge_index, w.edge_weight, w.features, w.targets), tmp_path / "w")
+    assert _inspect(tmp_path / "w", capsys)["num_snapshots"] == 21
 
 
 @pytest.mark.parametrize(("call", "words"), [
@@ -132,6 +238,26 @@ def test_the_real_libraries_when_installed(tmp_path, capsys):
     (lambda out: from_signal(SimpleNamespace(edge_index=np.array([[0], [7]]), edge_weight=None,
                                              features=[np.zeros((3, 2))], targets=[np.zeros(3)]), out),
      "edge_index[0][1]: vertex id 7 (at 0) is beyond num_vertices 3"),
+    # windows of L steps that are not cut from one series (each drawn anew) have no series to unwind into
+    (lambda out: from_signal(_windowed(independent=True), out),
+     "features[1] is not features[0] one step on (features[0][:, :, 1:] != features[1][:, :, :-1])"),
+    (lambda out: from_signal(_windowed(shuffled_targets=True), out), "targets[1] is not targets[0] one step on"),
+    (lambda out: from_signal(SimpleNamespace(**{**vars(_windowed()), "targets": [np.zeros((4, 2))] * 18}), out),
+     "targets[0] has shape (4, 2), expected (N,), (N, H) or (N, C, H) for N = 5 vertices"),
+    (lambda out: from_signal(SimpleNamespace(**{**vars(_windowed()), "features": [np.zeros((5, 2, 4))] +
+                                                [np.zeros((5, 2, 3))] * 17}), out),
+     "features[1] has shape (5, 2, 3); step 0's is (5, 2, 4) (every window must have the same N, F and L)"),
+    (lambda out: from_signal(SimpleNamespace(edge_index=np.zeros((2, 1), int), edge_weight=None,
+                                             features=[np.zeros((3, 2, 2, 2))], targets=[]), out),
+     "features[0] has shape (3, 2, 2, 2), expected (N, F): one row of features per vertex (one feature as an "
+     "(N, 1) array), or (N, F, L): windows of L steps"),
+    # a mapping given as a TemporalData: a key it has not is named, not dropped (a misspelt 'dst' lost the edges)
+    (lambda out: from_temporal_data({"src": [0, 1], "dest": [1, 2], "t": [0, 1]}, out),
+     "from_temporal_data: data['dest']: unknown key; did you mean 'dst'?"),
+    (lambda out: from_temporal_data({"src": [0], "dst": [1], "t": [0], "time": [0], "w": [1]}, out),
+     "from_temporal_data: data: unknown keys 'time', 'w'; a TemporalData's are src, dst, t, msg, y"),
+    (lambda out: from_temporal_data({"src": [0, 1], "dst": [1, 2]}, out),
+     "from_temporal_data: data has no 't' key"),
 ])
 def test_what_cannot_be_represented_is_one_line_and_writes_nothing(tmp_path, call, words):
     with pytest.raises(DataError) as e:
