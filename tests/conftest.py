@@ -302,7 +302,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
     """
     import contextlib
     import io
-    import logging
     import traceback
 
     from hpcdgnn import preemption
@@ -310,12 +309,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    # the logger as a new process has it: pytest (>= 9.2) attaches its capture handler to every non-propagating
-    # logger, hpcdgnn's after its first run here, and hpcdgnn leaves a caller's handlers the lines
-    log = logging.getLogger("hpcdgnn")
-    foreign = [h for h in log.handlers if not getattr(h, "hpcdgnn", False)]
-    for h in foreign:
-        log.removeHandler(h)
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -333,8 +326,6 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
         os.environ.clear()
         os.environ.update(saved_env)
         preemption.reset()
-        for h in foreign:
-            log.addHandler(h)
     return subprocess.CompletedProcess([sys.executable, "-m", "hpcdgnn", *args], code, out.getvalue(),
                                        err.getvalue())
 

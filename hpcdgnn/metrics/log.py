@@ -35,7 +35,7 @@ def configure_logging(rank: int, size: int, level: int = logging.INFO) -> loggin
     for f in [f for f in log.filters if isinstance(f, _RankFilter)]:
         log.removeFilter(f)
     log.addFilter(_RankFilter(rank, size))
-    if not log.handlers:
+    if not [h for h in log.handlers if not _a_test_runner_s(h)]:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler.hpcdgnn = True  # type: ignore[attr-defined]
@@ -45,6 +45,13 @@ def configure_logging(rank: int, size: int, level: int = logging.INFO) -> loggin
     if log.level == logging.NOTSET:
         log.setLevel(level)
     return log
+
+
+def _a_test_runner_s(handler: logging.Handler) -> bool:
+    """Whether ``handler`` is pytest's log capture, not a caller's: pytest (from 9.2) attaches it at each test
+    phase to every logger that does not propagate — as ours does after a first run — and taking it for the
+    caller's would send a second run's lines to the capture alone (and, propagating again, twice)."""
+    return type(handler).__module__.startswith("_pytest.")
 
 
 def get_logger() -> logging.Logger:

@@ -35,3 +35,25 @@ def test_only_rank_0_prints_held_lines(capsys):
         held.release("start")
     assert capsys.readouterr().out == ""
     configure_logging(0, 1)
+
+
+def test_pytest_s_log_capture_on_the_logger_is_not_taken_for_a_caller_s_handler(capsys):
+    """pytest ≥ 9.2 attaches its capture handler to every non-propagating logger at each test phase — ours, after
+    a first run: a second run's lines still reach stdout, once (not through the root logger too)."""
+    import logging
+
+    from _pytest.logging import LogCaptureHandler
+
+    log = configure_logging(0, 1)  # as a first run leaves the logger: not propagating
+    capture, root = LogCaptureHandler(), LogCaptureHandler()
+    log.addHandler(capture)  # what pytest >= 9.2 does at the next test phase
+    logging.getLogger().addHandler(root)
+    try:
+        configure_logging(0, 1)  # the second run
+        log.info("epoch 1")
+        assert capsys.readouterr().out == "epoch 1\n"
+        assert [r.getMessage() for r in capture.records] == ["epoch 1"] and root.records == []
+    finally:
+        log.removeHandler(capture)
+        logging.getLogger().removeHandler(root)
+    configure_logging(0, 1)
