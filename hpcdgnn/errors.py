@@ -10,9 +10,9 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "CommFailure", "StalledError", "PeerLostError",
-           "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "cannot_create", "nearest_existing", "not_a_directory",
-           "env_seconds", "out_of_memory", "short_repr"]
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "StoppedError", "CommFailure", "StalledError",
+           "PeerLostError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "cannot_create", "nearest_existing",
+           "not_a_directory", "env_seconds", "out_of_memory", "short_repr"]
 
 # bounded *while* built: a YAML alias bomb's full repr() would never finish
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -91,6 +91,13 @@ class DataError(HpcdgnnError):
 
 class PlanError(HpcdgnnError):
     """A partition plan cannot be built for this dataset and rank count."""
+
+
+class StoppedError(HpcdgnnError):
+    """A stop signal (SIGTERM, SIGINT, SIGUSR1) came before a run could start, while it waited: nothing was changed;
+    exit :data:`EXIT_PREEMPTED` (the job scripts requeue it, as a pre-empted run)."""
+
+    exit_code = EXIT_PREEMPTED
 
 
 class CommFailure(Exception):

@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdgnn.errors import ConfigError, DataError
+from hpcdgnn import preemption
+from hpcdgnn.errors import ConfigError, DataError, StoppedError
 from hpcdgnn.metrics.results import writing
 from hpcdgnn.run_lock import _HELD, _NO_LOCKS, LOCK_FILE, _lock, release_runs, run_lock_wait
 
@@ -106,6 +107,8 @@ def hold_run(run_dir: Path, where: str) -> None:
 
     Raises:
         ConfigError: another process holds it (one line, ``where`` first).
+        StoppedError: a stop signal came while waiting (the scheduler's SIGTERM of a cancelled or timed-out job,
+            whose SIGKILL follows within seconds: the wait would end without a word).
     """
     key = Path(run_dir).resolve()
     if key in _HELD:  # this process's own (a library caller resuming in the process that ran it)
@@ -132,6 +135,9 @@ def hold_run(run_dir: Path, where: str) -> None:
             raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited {wait:g} s, "
                               "HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it end (or stop it), then "
                               "resume — or, after a node's crash, wait for the file server to release its lock")
+        if preemption.requested():
+            raise StoppedError(f"{where}: stopped by a signal while waiting for another job to let go of {path}; "
+                               "nothing was changed: resume once that job has ended")
         if not said:
             get_logger().warning(f"{where}: another job holds {path}: waiting up to {wait:g} s for it to let go "
                                  "(HPCDGNN_RUN_LOCK_WAIT)")

@@ -269,6 +269,27 @@ def test_one_job_at_a_time_trains_a_run(small_dataset, launcher, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+    holder = hold(300)  # the scheduler's SIGTERM while a resume waits: it stops at once, exit 75, nothing changed
+    try:
+        waiting = subprocess.Popen([sys.executable, "-m", "hpcdgnn", *resume], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env={**mpi_env(), "HPCDGNN_RUN_LOCK_WAIT": "300"},
+                                   cwd=REPO)
+        try:
+            for line in waiting.stdout:
+                if "another job holds" in line:
+                    break
+            waiting.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            err = waiting.communicate(timeout=60)[1]
+            assert waiting.returncode == 75 and time.monotonic() - t0 < 10, (waiting.returncode, err)
+        finally:
+            waiting.kill()
+        assert f"hpcdgnn: error: --resume {run}: stopped by a signal while waiting for another job to let go of " \
+            f"{run / 'run.lock'}; nothing was changed" in err, err
+        assert _fingerprint(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
     holder = hold(2)  # a holder that lets go while the resume waits (a requeued job's predecessor ending)
     try:
         proc = run_in_process(resume, {**mpi_env(), "HPCDGNN_RUN_LOCK_WAIT": "60"}, REPO)
