@@ -31,7 +31,8 @@ def device_name(device: torch.device) -> str:
 
 def _memory(comm, run, activation_peak: float) -> np.ndarray:
     """Per-rank figures (collective): RSS, engine, activations, host payloads, GPU, setup transfer — and the bytes
-    this rank sent under set-up tags (the set-up's collectives and halo reads; no epoch counts them)."""
+    this rank sent under set-up tags (the set-up's collectives and halo reads; no epoch counts them) and in the
+    pre-training phase's training exchanges (nor do they)."""
     device, usage = run.device, run.strategy.usage()
     gpu_max = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0.0
     return comm.gather_array(
@@ -43,6 +44,7 @@ def _memory(comm, run, activation_peak: float) -> np.ndarray:
             gpu_max,
             float(run.setup_transfer),
             float(sum(s.bytes_sent for tag, s in comm.stats.tags.items() if tag.startswith("setup"))),
+            float(run.pretrain_bytes_sent),
         ]
     )
 
@@ -162,6 +164,7 @@ def write_summary(comm, rd, run, totals: RunTotals, activation_peak: float, pree
                 "setup_bytes_sent": int(mem[:, 6].sum()),
                 "setup_seconds": run.setup_seconds,
                 "pretrain_seconds": run.pretrain_seconds,
+                "pretrain_bytes_sent": int(mem[:, 7].sum()),
             },
             "transfer": {
                 "mode": getattr(run.job.strategy, "transfer", None),  # strategies with S3 only

@@ -11,6 +11,7 @@ import torch
 
 from hpcdgnn import preemption
 from hpcdgnn.metrics.log import get_logger
+from hpcdgnn.metrics.timers import is_train_tag
 from hpcdgnn.optim import Adam
 
 __all__ = ["BatchStop", "grad_norm", "pretrain", "train_batches"]
@@ -130,16 +131,22 @@ def train_batches(strategy, model, task, params: list[torch.nn.Parameter], optim
     return stats, (grad_norm(params) if ran else norm)
 
 
-def pretrain(strategy, comm, lr: float) -> float:
+def pretrain(strategy, comm, lr: float) -> tuple[float, int]:
     """Run the strategy's pre-training phase, if any, with its own Adam; then let it keep what it made. A
     pre-emption signal to any rank stops it at an epoch boundary, unfinished (the set-up then stops the run).
 
     Returns:
-        Its seconds (0 without one)."""
+        Its seconds, and the bytes this rank sent in its training exchanges (its gradient all-reduces: in no
+        epoch's record, nor set-up-tagged); (0, 0) without one."""
     phase = strategy.pretraining()
     if phase is None:
-        return 0.0
+        return 0.0, 0
     t0 = time.perf_counter()
+    before = comm.stats.snapshot()
+
+    def sent() -> int:
+        return sum(v.bytes_sent for tag, v in comm.stats.delta(before).items() if is_train_tag(tag))
+
     params = [p for mod in (phase.model, phase.task) for p in mod.parameters()]
     optimizer = Adam(params, lr=lr)
     losses = []
@@ -152,9 +159,9 @@ def pretrain(strategy, comm, lr: float) -> float:
             if comm.rank == 0:
                 get_logger().info(f"{phase.name} pre-training stopped by a signal after epoch {epoch} of "
                                   f"{phase.epochs}")
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, sent()
     phase.finish()
     if comm.rank == 0:
         get_logger().info(f"{phase.name} pre-trained: {phase.epochs} epoch(s), loss {losses[0]:.4f} -> "
                           f"{losses[-1]:.4f}, {time.perf_counter() - t0:.2f}s")
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, sent()

@@ -114,6 +114,9 @@ class Run:
     """The batch of epoch ``start_epoch + 1`` a resume within it continues with (0: from the epoch's start)."""
     partial: Partial | None = None
     """This rank's part of that epoch's batches before ``start_batch`` (None: from the epoch's start)."""
+    pretrain_bytes_sent: int = 0
+    """The bytes this rank sent in the pre-training phase's training exchanges (this attempt's; in no epoch's
+    record)."""
 
     @property
     def resumed(self) -> bool:
@@ -838,9 +841,9 @@ def _build_model(job: JobConfig, job_path: str, manifest: Manifest, comm: Commun
 
 
 def _setup_strategy(job: JobConfig, manifest, comm: Communicator, dtype, device, plan, model, task,
-                    start_epoch: int = 0, start_batch: int = 0) -> tuple[Strategy, float]:
+                    start_epoch: int = 0, start_batch: int = 0) -> tuple[Strategy, tuple[float, int]]:
     """The strategy of ``plan`` with this rank's data read, then its pre-training phase, if any, and that
-    phase's seconds (0 without one)."""
+    phase's seconds and the bytes this rank sent in it ((0, 0) without one)."""
     strategy = get_strategy(job.strategy.name)(StrategyContext(job, manifest, comm, dtype, job.data.path, device,
                                                                start_epoch, start_batch))
 
@@ -922,12 +925,13 @@ def replan(run: Run, plan, epoch: int, comm: Communicator, log) -> None:
     task = _fresh_task(run)
     run.strategy = run.task = None  # type: ignore[assignment]
     gc.collect()  # strategies hold reference cycles: free the old arrays now
-    run.strategy, pretrained = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job), run.device, plan,
-                                               run.model, task, epoch)
+    run.strategy, (pretrained, pretrain_sent) = _setup_strategy(run.job, run.manifest, comm, _dtype(run.job),
+                                                                run.device, plan, run.model, task, epoch)
     run.plan, run.task = plan, task
     # no epoch record counts the second setup, so summary.json's setup figures do
     run.setup_seconds += time.perf_counter() - t0 - pretrained
     run.pretrain_seconds += pretrained
+    run.pretrain_bytes_sent += pretrain_sent
     run.setup_transfer += run.strategy.usage().transfer_bytes
     if comm.rank == 0:
         _save_run_files(run.run_dir, run.job, plan, epoch)
@@ -1012,8 +1016,8 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
 
         _check_kernels(job, manifest, dtype, device, comm)
         t_setup = time.perf_counter()
-        strategy, pretrained = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task, start,
-                                               within[0])
+        strategy, (pretrained, pretrain_sent) = _setup_strategy(job, manifest, comm, dtype, device, plan, model, task,
+                                                                start, within[0])
         strategy.attach_optimizer(opt)
         setup_seconds = time.perf_counter() - t_setup - pretrained
         if mine is not None:
@@ -1029,7 +1033,7 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
             )
         return Run(job, job_path, manifest, plan, run_dir, ckpt, threads, device, model, task, params, opt, strategy,
                    start, setup_seconds, strategy.usage().transfer_bytes, checksum, train_count, fingerprint, initial,
-                   pretrained, calibrated, *within)
+                   pretrained, calibrated, *within, pretrain_bytes_sent=pretrain_sent)
     except HpcdgnnError:
         if ckpt is None and comm.rank == 0:  # a refused new run leaves no directory behind
             _discard_new_run(run_dir, job)
