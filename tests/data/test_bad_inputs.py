@@ -325,3 +325,108 @@ def test_a_matrix_market_size_line_is_not_an_event(tmp_path, capsys, kind):
     mtx.write_text("%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n")
     _refused([str(mtx), "--format", "snap", *opts, "--output", str(tmp_path / "o2")], capsys,
              "g.mtx: a dense MatrixMarket array, not an edge list")
+
+
+# --------------------------------------------------------------------------- quoted csv fields
+
+
+def _csv(rows: list[list[object]], quoting: int) -> str:
+    """``rows`` as Python's csv writes them (pandas' ``to_csv(quoting=...)`` quotes the same way)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, quoting=quoting, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
+_EVENTS = [[u % 4, 10 + u % 3, 1082040961 + 60 * u, u % 2, round(0.25 * u, 2)] for u in range(12)]
+
+
+def _original_ids(dataset) -> list[str]:
+    """The input's id of each vertex of a prepared dataset, as text."""
+    import h5py
+
+    with h5py.File(dataset / "vertices.h5") as f:
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in f["original_id"][()]]
+
+
+@pytest.mark.parametrize("quoting", ["all", "nonnumeric"])
+@pytest.mark.parametrize("fmt, header, columns", [
+    ("snap", None, None),  # src dst weight time, positional
+    ("snap", ["s", "d", "w", "t"], "src=s,dst=d,time=t,weight=w"),
+    ("jodie", ["user_id", "item_id", "timestamp", "state_label", "f"], None),
+])
+def test_quoted_csv_fields_read_as_the_numbers_they_are(tmp_path, capsys, quoting, fmt, header, columns):
+    """``"1","2","1082040961"`` (pandas' QUOTE_ALL, spreadsheet exports; QUOTE_NONNUMERIC quotes the header alone)
+    was refused as unparsable: it reads as the unquoted file does, header included."""
+    import csv
+
+    rows = [[r[0], r[1], r[4], r[2]] for r in _EVENTS] if fmt == "snap" else _EVENTS
+    mode = csv.QUOTE_ALL if quoting == "all" else csv.QUOTE_NONNUMERIC
+    if mode == csv.QUOTE_NONNUMERIC:  # ids as strings, quoted; the numbers not
+        rows = [[str(r[0]), str(r[1]), *r[2:]] for r in rows]
+    lines = ([header] if header else []) + rows
+    quoted, plain = tmp_path / "quoted.csv", tmp_path / "plain.csv"
+    quoted.write_text(_csv(lines, mode))
+    plain.write_text(_csv(lines, csv.QUOTE_MINIMAL))
+    assert '"' in quoted.read_text() and '"' not in plain.read_text()
+    opts = ["--columns", columns] if columns else []
+    for kind in ("snapshots", "events"):
+        made = {}
+        for f in (quoted, plain):
+            out = tmp_path / f"{f.stem}-{kind}"
+            _prepared([str(f), "--format", fmt, "--kind", kind, *opts, "--output", str(out)], capsys)
+            m = json.loads((out / "manifest.json").read_text())
+            m.pop("source")  # the input's path, size and sha256
+            m.pop("shards")  # their sha256 covers the provenance too; the counts compared are in the manifest
+            made[f] = m, _original_ids(out)
+        assert made[quoted] == made[plain]
+    if fmt == "jodie":  # the edge features, value for value
+        from hpcdgnn.data.prepare.jodie import parse_jodie_events
+
+        a, b = parse_jodie_events(quoted, None), parse_jodie_events(plain, None)
+        assert a[:2] == b[:2] and np.array_equal(a[2], b[2]) and np.array_equal(a[3], b[3]) and a[4] == b[4] == ["f"]
+
+
+@pytest.mark.parametrize("fmt, text, line, words", [
+    ("snap", '"1","2","100"\n"2","3,"200"\n', 2, "text after the closing '\"'"),
+    ("snap", '"1","2","100"\n"2","3","200\n"3","4","300"\n', 2, "a quoted field does not close"),
+    ("snap", '1 2 100\n2 "3 200\n', 2, "a quoted field does not close"),
+    ("snap", '"1","2","100"\n"2","3","2OO"\n', 2, "cannot parse time '2OO'"),
+    ("jodie", 'u,i,ts\n"1","2","100"\n"2","3","abc"\n', 3, "cannot parse time column 'ts' 'abc'"),
+    ("jodie", '"u","i","ts\n"1","2","100"\n', 1, "a quoted field does not close"),
+    ("jodie", 'u,i,ts,f\n"1","2","100","0.5"\n"2","3","200","0.5\n', 3, "a quoted field does not close"),
+])
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_bad_quote_or_quoted_text_is_one_line_naming_file_and_line(tmp_path, capsys, fmt, text, line, words, kind):
+    """A quote that does not close on its line (the rest of the file is not read as one field), text after a
+    closing quote, or quoted text where a number belongs: one line naming ``file:line``, nothing written."""
+    raw = tmp_path / "q.csv"
+    raw.write_text(text)
+    _refused([str(raw), "--format", fmt, "--kind", kind, "--output", str(tmp_path / "o")], capsys,
+             f"q.csv:{line}: ", words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_quoted_columns_mapped_by_name_and_a_quote_in_an_unquoted_field(tmp_path, capsys):
+    """``--columns`` names match a quoted header; a ``"`` inside an unquoted field is text (an id ``a"b``), as
+    csv readers take it; a comma inside a quoted id stays in the id."""
+    raw = tmp_path / "ids.csv"
+    raw.write_text('"from","to","when"\na"b,"x,y",100\n"x,y",c,200\n')
+    _prepared([str(raw), "--format", "snap", "--columns", "src=from,dst=to,time=when", "--snapshots", "1",
+               "--output", str(tmp_path / "o")], capsys)
+    assert sorted(_original_ids(tmp_path / "o")) == ['a"b', "c", "x,y"]
+
+
+def test_a_tgb_quote_that_never_closes_names_the_line_it_opens(tmp_path, capsys):
+    """TGB's csv is read as TGB (pandas) reads it, a quoted field may span lines; one that never closes swallowed
+    the rest of the file as one field (an error naming the last line, or with more columns than read, nothing)."""
+    lines = ["user_id,item_id,timestamp,state_label,f1"] + [",".join(map(str, r)) for r in GOOD]
+    lines[6] = lines[6].replace("0.5", '"0.5')  # line 7
+    root = _tgb(tmp_path, raw="\n".join(lines) + "\n")
+    _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys,
+             "edgelist_v2.csv: line 7: ", "a quoted field opened on this line does not close")
+    quoted = "user_id,item_id,timestamp,state_label,f1\n" + "".join(",".join(f'"{x}"' for x in r) + "\n" for r in GOOD)
+    (root / "tgbl-wiki_edgelist_v2.csv").write_text(quoted)
+    _prepared([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys)

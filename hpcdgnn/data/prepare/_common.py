@@ -11,6 +11,7 @@ import bz2
 import gzip
 import lzma
 import operator
+import re
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,6 +42,7 @@ __all__ = [
     "parse_columns",
     "resolve_columns",
     "split_fields",
+    "quoted_fields",
     "looks_like_header",
     "describe_header",
     "check_header_width",
@@ -439,9 +441,86 @@ def parse_columns(spec: str, path: Path, allowed: Sequence[str], fmt: str) -> di
     return out
 
 
-def split_fields(line: str, comma: bool) -> list[str]:
-    """Fields of one line: comma-separated (each stripped, empty fields kept) or whitespace-separated."""
+def split_fields(line: str, comma: bool, path: Path, lineno: int) -> list[str]:
+    """Fields of line ``lineno`` of ``path``: comma-separated (each stripped, empty fields kept) or
+    whitespace-separated; a field quoted with ``"`` is read without its quotes (:func:`quoted_fields`).
+
+    Raises:
+        DataError: :func:`quoted_fields`'s, for a line holding a ``"``.
+    """
+    if '"' in line:
+        return quoted_fields(line, "," if comma else " ", path, lineno)
     return [f.strip() for f in line.split(",")] if comma else line.split()
+
+
+#: a quoted field from its opening quote to its closing one; ``""`` inside stands for one ``"`` (csv's escape)
+_QUOTED = re.compile(r'"([^"]*(?:""[^"]*)*)"(?!")')
+#: per ``sep`` of :func:`quoted_fields`: the blanks before a field (",") or the separator between two, and an
+#: unquoted field ("," finds the next comma)
+_SEPARATOR = {",": re.compile(r"[ \t]*"), " ": re.compile(r"\s*"), ", ": re.compile(r"[\s,]*")}
+_UNQUOTED = {" ": re.compile(r"\S+"), ", ": re.compile(r"[^\s,]+")}
+#: per ``sep``: a line whose every ``"`` opens or closes a field that holds no ``"`` (nor a separator, nor nothing
+#: where runs of whitespace separate): dropping its quotes leaves its fields, split at C speed
+_PLAIN_QUOTES = {
+    ",": re.compile(r'(?:[ \t]*"[^",]*"[ \t]*|[^",]*)(?:,(?:[ \t]*"[^",]*"[ \t]*|[^",]*))*'),
+    " ": re.compile(r'(?:"[^"\s]+"|[^"\s]+)(?:\s+(?:"[^"\s]+"|[^"\s]+))*'),
+    ", ": re.compile(r'(?:"[^"\s,]+"|[^"\s,]+)(?:[\s,]+(?:"[^"\s,]+"|[^"\s,]+))*'),
+}
+
+
+def quoted_fields(line: str, sep: str, path: Path, lineno: int) -> list[str]:
+    """The fields of line ``lineno`` of ``path`` where a field may be quoted with ``"``, as csv writers quote
+    (pandas' ``QUOTE_ALL`` or ``QUOTE_NONNUMERIC``, spreadsheet exports): a field that starts with ``"`` (after
+    blanks) ends at the next ``"`` not doubled, ``""`` inside stands for ``"``, and its value is what is between,
+    stripped; a ``"`` inside an unquoted field is text. Numbers and ids are never read across lines, so a quoted
+    field ends on its own line.
+
+    Args:
+        line: the line, stripped.
+        sep: ``","``: each comma separates (empty fields kept, as :func:`split_fields`); ``" "``: runs of
+            whitespace; ``", "``: runs of commas and whitespace (a SNAP edge list's ``src dst time``).
+        path: the file, for the message.
+        lineno: the line's number, for the message.
+
+    Raises:
+        DataError: ``path:line``: a quote that does not close on its line, or text after a closing quote.
+    """
+    if _PLAIN_QUOTES[sep].fullmatch(line):  # pandas' QUOTE_ALL and QUOTE_NONNUMERIC rows of numbers
+        plain = line.replace('"', "")
+        if sep == ",":
+            return [f.strip() for f in plain.split(",")]
+        return (plain.replace(",", " ") if sep == ", " else plain).split()
+    fields: list[str] = []
+    n, pos = len(line), 0
+    comma = sep == ","
+    skip = _SEPARATOR[sep]
+    while True:
+        pos = skip.match(line, pos).end()
+        if pos == n and not comma:
+            return fields
+        if pos < n and line[pos] == '"':
+            m = _QUOTED.match(line, pos)
+            if m is None:
+                raise DataError(f"{path}:{lineno}: a quoted field does not close: no '\"' after the one at character "
+                                f"{pos + 1} of {shorten(line)!r} (a field is read from one line)")
+            fields.append(m.group(1).replace('""', '"').strip())
+            pos = skip.match(line, m.end()).end() if comma else m.end()
+            if pos < n and not (line[pos] == "," if comma else line[pos].isspace() or line[pos] in sep):
+                raise DataError(f"{path}:{lineno}: text after the closing '\"' of a quoted field at character "
+                                f"{pos + 1} of {shorten(line)!r}; quote a field whole or not at all")
+        elif comma:
+            end = line.find(",", pos)
+            end = n if end < 0 else end
+            fields.append(line[pos:end].strip())
+            pos = end
+        else:
+            m = _UNQUOTED[sep].match(line, pos)
+            fields.append(m.group())
+            pos = m.end()
+        if comma:
+            if pos >= n:
+                return fields
+            pos += 1  # the comma
 
 
 def _is_number(token: str) -> bool:

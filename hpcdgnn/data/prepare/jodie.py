@@ -1,8 +1,9 @@
 """JODIE interaction CSVs -> bipartite snapshots (``hpcdgnn prepare --format jodie``).
 
 Input (SPEC "Raw inputs"; JODIE, Kumar et al. 2019): a header, then comma-separated
-interactions. Recognised headers: JODIE's ``user_id,item_id,timestamp,state_label,...``
-(first four columns), TGL's ``u,i,ts,label,...`` and ``ml_*.csv`` (``,u,i,ts,label,idx``),
+interactions (fields, the header's too, maybe quoted with ``"``: :func:`~._common.quoted_fields`).
+Recognised headers: JODIE's ``user_id,item_id,timestamp,state_label,...`` (first four
+columns), TGL's ``u,i,ts,label,...`` and ``ml_*.csv`` (``,u,i,ts,label,idx``),
 or one column per role named by :data:`~._common.COLUMN_ALIASES`; anything else needs
 ``--columns``. Users and items are distinct vertices (users first; ``vertices.h5`` holds
 ``"u:<id>"``/``"i:<id>"``), edges go user -> item. Slicing is :mod:`.snap`'s.
@@ -40,6 +41,7 @@ from hpcdgnn.data.prepare._common import (
     looks_like_header,
     parse_columns,
     parse_numbers,
+    quoted_fields,
     read_by_name,
     read_input_text,
     remap_ids,
@@ -75,23 +77,25 @@ def _unrecognised(path: Path, lineno: int, header: list[str], why: str = "") -> 
 
 
 def _header_columns(
-    path: Path, lineno: int, first: str, second: str | None, columns: dict[str, str] | None
-) -> tuple[dict[str, int], dict[str, str], bool]:
-    """Column index of each role, the names used (for messages and provenance), and whether line 1 is a header."""
-    header = split_fields(first, True)
+    path: Path, first: tuple[int, str], second: tuple[int, str] | None, columns: dict[str, str] | None
+) -> tuple[dict[str, int], dict[str, str], list[str] | None]:
+    """Column index of each role, the names used (for messages and provenance), and the fields of the first
+    ``(line number, line)`` when it is a header, else None."""
+    lineno = first[0]
+    header = split_fields(first[1], True, path, lineno)
     if columns is not None:
         by_name = any(not v.isdigit() for v in columns.values())
         has_header = True
         if not by_name and second is not None:
-            t, data = int(columns["time"]), split_fields(second, True)
+            t, data = int(columns["time"]), split_fields(second[1], True, path, second[0])
             # indices only: line 1 is data when its time field is a number like line 2's
             has_header = not (t < len(header) and t < len(data)) or looks_like_header([header[t]], [data[t]])
         index = resolve_columns(columns, header if has_header else None, path, lineno)
-        return index, dict(columns), has_header
+        return index, dict(columns), header if has_header else None
     head = [h.strip().lower() for h in header]
     if len(head) >= 4 and "user" in head[0] and "item" in head[1]:
         index = dict(zip(("src", "dst", "time", "label"), range(4), strict=True))
-        return index, dict(zip(index, _LEGACY, strict=True)), True
+        return index, dict(zip(index, _LEGACY, strict=True)), header
     guess = guess_columns(header, JODIE_COLUMN_KEYS)
     missing = [k for k in ("src", "dst", "time") if k not in guess]
     if missing and len(header) >= 3 and all(map(_is_number, header)):  # no header: names would not help
@@ -102,7 +106,7 @@ def _header_columns(
         )
     if missing:
         raise _unrecognised(path, lineno, header, f" (no unique column for {', '.join(missing)})")
-    return guess, {k: header[i].strip() for k, i in guess.items()}, True
+    return guess, {k: header[i].strip() for k, i in guess.items()}, header
 
 
 def _what(key: str, names: dict[str, str]) -> str:
@@ -125,13 +129,14 @@ def check_width(path: Path, header: list[str] | None, lineno: int, width: int) -
 
 def _data_rows(
     path: Path, columns: dict[str, str] | None
-) -> tuple[LastLine, dict[str, int], dict[str, str], str | None]:
+) -> tuple[LastLine, dict[str, int], dict[str, str], list[str] | None, bool]:
     """The data lines of a JODIE csv and how to read them.
 
     Returns:
-        ``(rows, index, names, header)``: lazy ``(line number, stripped line)`` rows (watched for a last line
-        cut short: call ``rows.check`` after them), the :func:`_header_columns` mapping, and line 1 when it is a
-        header, else None.
+        ``(rows, index, names, header, quoted)``: lazy ``(line number, stripped line)`` rows (watched for a last
+        line cut short: call ``rows.check`` after them), the :func:`_header_columns` mapping, the fields of line 1
+        when it is a header, else None, and whether the file holds a ``"`` (its rows are then split by
+        :func:`~._common.quoted_fields`; one without is split as it always was, at no cost per row).
     """
     text = read_input_text(path)
     # lazily: wikipedia/reddit rows carry 172 features each; no second copy of the text
@@ -139,10 +144,9 @@ def _data_rows(
     head = list(itertools.islice(numbered, 2))
     if not head:
         raise DataError(f"{path}: no interactions (empty file or header only)")
-    lineno, first = head[0]
-    index, names, has_header = _header_columns(path, lineno, first, head[1][1] if len(head) > 1 else None, columns)
-    rows = LastLine(path, text, itertools.chain(head[1:] if has_header else head, numbered))
-    return rows, index, names, first if has_header else None
+    index, names, header = _header_columns(path, head[0], head[1] if len(head) > 1 else None, columns)
+    rows = LastLine(path, text, itertools.chain(head[1:] if header is not None else head, numbered))
+    return rows, index, names, header, '"' in text
 
 
 def _parse(
@@ -150,8 +154,7 @@ def _parse(
 ) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
     """Columns user, item (tokens), time and state label (None without a label column, or unless ``labels``:
     a label column that is not used is not checked either) of a JODIE csv."""
-    rows, index, names, first = _data_rows(path, columns)
-    header = split_fields(first, True) if first is not None else None
+    rows, index, names, header, quoted = _data_rows(path, columns)
     widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     users: list[str] = []
     items: list[str] = []
@@ -163,11 +166,16 @@ def _parse(
     need = max(v for k, v in index.items() if k != "label" or labels) + 1  # a label column unused is not required
     label_name = _what("label", names)
     for lineno, s in rows:
-        parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
+        if quoted and '"' in s:
+            parts = quoted_fields(s, ",", path, lineno)
+            width = len(parts)
+        else:
+            parts = s.split(",", need)  # columns past the last mapped one (the features) are never split
+            width = s.count(",") + 1
         if len(parts) < need:
             fields = ",".join(names[k] for k in index if k != "label" or labels)
             raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {len(parts)}")
-        widths.see(lineno, s.count(",") + 1)
+        widths.see(lineno, width)
         users.append(parts[iu].strip())
         items.append(parts[ii].strip())
         times.append(parts[it].strip())
@@ -282,8 +290,7 @@ def parse_jodie_events(
     Raises:
         DataError: ``path:line: problem`` for the first bad row or token.
     """
-    data, index, names, first = _data_rows(path, columns)
-    header = [h.strip().strip('"').strip() for h in split_fields(first, True)] if first is not None else None
+    data, index, names, header, quoted = _data_rows(path, columns)
     widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
@@ -299,7 +306,7 @@ def parse_jodie_events(
     rows: list[list[str]] = []
     row_lines: list[int] = []
     for lineno, s in data:
-        parts = s.split(",")
+        parts = quoted_fields(s, ",", path, lineno) if quoted and '"' in s else s.split(",")
         width = len(parts)
         if fcols is None and width < need:
             fields = ",".join(names[k] for k in index)

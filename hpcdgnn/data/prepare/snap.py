@@ -1,10 +1,11 @@
 """SNAP-style timestamped edge lists -> snapshots (``hpcdgnn prepare --format snap``).
 
 Input (SPEC "Raw inputs"): one event per line, ``src dst [weight] time``, whitespace
-and/or commas; ``#``/``%`` comment lines (SNAP, Network Repository ``.edges``) skipped;
-plain, gzip, xz or bz2. ``--columns`` reads any delimited file (docs/data.md). Ids are
-remapped to 0..N-1 in sorted order (numeric when all are integers). Given weights must
-be non-negative: GCN's ``D^{-1/2} A D^{-1/2}`` needs non-negative degrees.
+and/or commas, fields maybe quoted with ``"`` (:func:`~._common.quoted_fields`); ``#``/``%``
+comment lines (SNAP, Network Repository ``.edges``) skipped; plain, gzip, xz or bz2.
+``--columns`` reads any delimited file (docs/data.md). Ids are remapped to 0..N-1 in sorted
+order (numeric when all are integers). Given weights must be non-negative: GCN's
+``D^{-1/2} A D^{-1/2}`` needs non-negative degrees.
 
 Time slicing, after a stable sort by time (``tmin``/``tmax`` the extreme times):
 
@@ -41,6 +42,7 @@ from hpcdgnn.data.prepare._common import (
     looks_like_header,
     parse_columns,
     parse_numbers,
+    quoted_fields,
     read_by_name,
     read_input_text,
     remap_ids,
@@ -109,8 +111,9 @@ def _matrix_market(path: Path, text: str, rows: Iterator[tuple[int, str]]) -> It
     return rows
 
 
-def _fields(line: str) -> list[str]:
-    return split_fields(line, "," in line)
+def _fields(path: Path, row: tuple[int, str]) -> list[str]:
+    """The fields of a ``(line number, line)`` row: comma-separated when it holds a comma."""
+    return split_fields(row[1], "," in row[1], path, row[0])
 
 
 def _header_error(path: Path, lineno: int, header: list[str]) -> DataError:
@@ -141,7 +144,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     head = list(itertools.islice(rows, 2))
     if not head:
         raise DataError(f"{path}: no events (empty file or only comments)")
-    first, second = _fields(head[0][1]), (_fields(head[1][1]) if len(head) > 1 else None)
+    first, second = _fields(path, head[0]), (_fields(path, head[1]) if len(head) > 1 else None)
     if columns is not None:
         return _parse_mapped(path, columns, head, rows, text)
     # a header's last field is a name where the data has a time: say so, not "cannot parse time"
@@ -151,10 +154,11 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     cols: list[list[str]] | None = None
     lines: list[int] = []
     first_line = 0
+    quoted = '"' in text  # a file without a quote is split as it always was, at no cost per line
     watch = LastLine(path, text, itertools.chain(head, rows))
     del text
     for lineno, s in watch:
-        parts = s.replace(",", " ").split()
+        parts = quoted_fields(s, ", ", path, lineno) if quoted and '"' in s else s.replace(",", " ").split()
         if cols is None:
             if len(parts) not in (3, 4):
                 if second is not None and looks_like_header(first, second):
@@ -183,8 +187,8 @@ def _parse_mapped(
     Line 1 is a header when a mapped value is a name, or its time field is not a number while line 2's is.
     """
     comma = "," in head[0][1]
-    first = split_fields(head[0][1], comma)
-    second = split_fields(head[1][1], comma) if len(head) > 1 else None
+    first = split_fields(head[0][1], comma, path, head[0][0])
+    second = split_fields(head[1][1], comma, path, head[1][0]) if len(head) > 1 else None
     by_name = read_by_name(columns)
     header = None
     if by_name:
@@ -202,12 +206,16 @@ def _parse_mapped(
     it = itertools.chain(head, rows)
     if header is not None:
         next(it)
+    quoted, sep = '"' in text, "," if comma else " "
     watch = LastLine(path, text, it)
     del text
     # read by index, a row of another width would read a weight as the time
     widths = RowWidths(path, (lambda ln, w: check_header_width(path, header, ln, w)) if by_name else None, "columns")
     for lineno, s in watch:
-        parts = split_fields(s, comma)
+        if quoted and '"' in s:
+            parts = quoted_fields(s, sep, path, lineno)
+        else:
+            parts = [f.strip() for f in s.split(",")] if comma else s.split()
         if len(parts) < need:
             raise DataError(f"{path}:{lineno}: expected at least {need} columns for --columns {want}, got {len(parts)}")
         widths.see(lineno, len(parts))

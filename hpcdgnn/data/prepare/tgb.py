@@ -89,13 +89,16 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     src, dst, t = array("q"), array("q"), array("q")
     feat = array("f")
     width = None
-    line = 1
+    line = 0  # the last physical line of the row read last
     last: list[str] | None = None
     shortest: int | None = None  # the shortest last field of every row but the latest (a cut last line: below)
     try:
         with open(path, newline="") as f:
-            rows = csv.reader(f)
+            # strict: a quote that never closes is an error (pandas' "EOF inside string"), not the rest of the file
+            # read as one field
+            rows = csv.reader(f, strict=True)
             next(rows, None)  # TGB skips the header line
+            line = rows.line_num
             for r in rows:
                 line = rows.line_num  # the row's last physical line (a quoted field may span several)
                 if last:
@@ -122,7 +125,11 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
                     feat.append(float(np.log2(1.0 if w == 0 else w)))
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: unreadable ({e})") from None
-    except (ValueError, IndexError, OverflowError, csv.Error) as e:  # OverflowError: an id past int64
+    except csv.Error as e:  # raised before the row is returned: it starts on the line after the previous row
+        what = ("a quoted field opened on this line does not close before the end of the file"
+                if "unexpected end of data" in str(e) else shorten(str(e), 120))
+        raise DataError(f"{path}: line {line + 1}: not TGB's tgbl-{name} edge list ({what})") from None
+    except (ValueError, IndexError, OverflowError) as e:  # OverflowError: an id past int64
         raise DataError(f"{path}: line {line}: not TGB's tgbl-{name} edge list ({shorten(str(e), 120)})") from None
     if not src:
         raise DataError(f"{path}: no events after the header")
