@@ -57,6 +57,42 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+#: the commands that run on every rank of an MPI job, with signal handling of their own (:func:`_spmd`)
+_SPMD_COMMANDS = ("run", "embed", "predict")
+
+
+def _stop_while_starting(command: str) -> dict[int, object]:
+    """Make a SIGTERM or SIGINT that comes while a one-process command (prepare, generate, …) is starting — its
+    parser imports torch and h5py, seconds on a cold file cache — print one line and exit with the shell's code,
+    128 + n, instead of ending it without a word (SIGTERM) or with a traceback (Ctrl-C). Nothing is written
+    before the command's own handlers are in, so the handler exits at once (``os._exit``): an exception raised in
+    the middle of an import could be swallowed by C code, or leave a half-imported module behind. A signal the
+    process was started ignoring (``cmd &`` in a script) stays ignored.
+
+    Args:
+        command: the command line's first word, named in the line when it is one (a word of letters).
+
+    Returns:
+        The handlers replaced, per signal, for ``main`` to put back when it is done.
+    """
+    prefix = f"hpcdgnn: {command}: " if command.isalpha() else "hpcdgnn: "
+
+    def handler(signum, frame) -> None:
+        with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
+            os.write(2, f"{prefix}stopped by {signal.Signals(signum).name} while starting; nothing was written\n"
+                     .encode())
+        os._exit(128 + signum)
+
+    replaced = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                replaced[sig] = signal.signal(sig, handler)
+        except ValueError:  # main() called from another thread: Python's own handling stays
+            break
+    return replaced
+
+
 def _spmd(command: list[str], body, preemptible: bool = True) -> int:
     """:func:`_spmd_body`; called in-process (not as the process's command), the signal handlers it sets are put
     back on return: the caller goes on, and its later children would inherit what it leaves."""
@@ -403,12 +439,16 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
     global _AS_COMMAND
     _AS_COMMAND = argv is None
-    if argv is None and sys.argv[1:2] == ["run"]:  # a stop signal before the handlers waits for them
+    command = (sys.argv[1:2] or [""])[0] if argv is None else None
+    starting: dict[int, object] = {}
+    if command == "run":  # a stop signal before the handlers waits for them
         from hpcdgnn import preemption
 
         preemption.hold()
+    elif command is not None and command not in _SPMD_COMMANDS:
+        starting = _stop_while_starting(command)  # before the parser's imports
     args = _parser().parse_args(argv)
-    if args.command in ("run", "embed", "predict"):
+    if args.command in _SPMD_COMMANDS:
         return args.func(args)
     import signal
 
@@ -420,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             if signal.getsignal(sig) is not signal.SIG_IGN:
-                before[sig] = signal.signal(sig, preemption.stop)
+                replaced = signal.signal(sig, preemption.stop)
+                before[sig] = starting.get(sig, replaced)  # what was there before the starting handler
         except ValueError:  # main() called from another thread: Python's own handling stays
             break
     try:

@@ -94,6 +94,36 @@ def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
     assert (tmp_path / "g" / "manifest.json").is_file()
 
 
+@pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
+def test_a_signal_while_prepare_is_still_importing_is_one_line(tmp_path, sig, name):
+    """A signal in prepare's first seconds, while its parser imports torch, before the command's own handlers are
+    in: SIGTERM ended it without a word, Ctrl-C with a traceback. Now one line and 128 + n, nothing written. The
+    import is held where it stands by a ``torch`` on PYTHONPATH that says it is being imported and waits."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    marker = tmp_path / "importing"
+    # short sleeps: a signal that the kernel hands to another thread (numpy's) runs its Python handler only when the
+    # main thread next runs Python, and one long sleep would hold it off to its end
+    (stub / "torch.py").write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\n"
+                                   "for _ in range(6000):\n    time.sleep(0.01)\n")
+    raw = tmp_path / "in.txt"
+    raw.write_text("1 2 10\n2 3 20\n")
+    env = {**mpi_env(), "PYTHONPATH": str(stub)}
+    # SIGINT as a shell gives it (a pytest-xdist worker may have it ignored, which a child would keep)
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "prepare", str(raw), "--format", "snap", "--output",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.exists(), "prepare never imported torch"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines() == [f"hpcdgnn: prepare: stopped by {name} while starting; nothing was written"], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["importing", "in.txt", "stub"]
+
+
 def test_profile_threads_are_bounded_like_train_threads(tmp_path):
     """``profile --threads 100000`` crashed torch (a segfault)."""
     line = _one_line(_hpcdgnn("profile", "--threads", "100000", "--out", str(tmp_path / "p.pt")))
