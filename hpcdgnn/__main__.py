@@ -244,8 +244,9 @@ _EXIT_CODES = """exit codes:
       comm.timeout_s, or a rank did not start hpcdgnn within $HPCDGNN_START_TIMEOUT s after MPI_Init
       (default 600; another MPI program in an MPMD launch) (named in the error line)
   75  pre-empted (SIGTERM/SIGUSR1/SIGINT): checkpoint written, continue with --resume RUNDIR
-      (a new run stopped during its set-up has none: run it again with another --output; a signal
-      during the last epoch that the epoch outlives completes the run: 0)
+      (a new run stopped during its set-up has none: run it again with another --output; a resume
+      stopped while it waits for another job's run.lock changes nothing; a signal during the last
+      epoch that the epoch outlives completes the run: 0)
   130 / 143  a SIGINT / SIGTERM after a first SIGINT or SIGTERM: stopped at once, no checkpoint of that epoch
       (the newest one stays); after a SIGUSR1 (a scheduler's warning) a SIGTERM still checkpoints (75);
       the other commands (prepare, generate, ...) stop at the first, prepare and generate leaving nothing"""
