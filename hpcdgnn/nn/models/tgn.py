@@ -429,7 +429,10 @@ class TGN(nn.Module):
             if occ.times is None:
                 raise RuntimeError("TGN under memory_time: event read a node memory without mail gaps")
             dt = torch.from_numpy(occ.times - m.mem_ts[occ.rows]).to(dev, m.mem.dtype)
-            s_new = self._gru(m.mail, m.mem, torch.from_numpy(occ.rows).to(dev), self.time(dt))
+            # one occurrence per row (every node at one time: PyG's per-batch protocol) is the identity: no
+            # gathered copies of the GRU's (O, 3d) products, nor their backward's scatter into zeros
+            rows = None if occ.rows.shape[0] == m.mem.shape[0] else torch.from_numpy(occ.rows).to(dev)
+            s_new = self._gru(m.mail, m.mem, rows, self.time(dt))
         else:  # the time of each node's row alone: its update once per node, whatever the occurrences' times
             s_new = self.apply_mail(m.mail, m.mem, m.gap)
             if occ.rows is not None:
