@@ -116,7 +116,7 @@ class _Structure(SampleGraphs):
         dtype = params[0].dtype if params else torch.float32
         train = layout.train
 
-        def run(backward) -> None:
+        def run() -> None:
             h = torch.randn(steps.stop - steps.start, rows, self.out_features, dtype=dtype, requires_grad=train)
             out = layout.output(h)
             loss = None
@@ -127,8 +127,8 @@ class _Structure(SampleGraphs):
                         loss = r.loss_sum if loss is None else loss + r.loss_sum
                     else:
                         r.stats  # noqa: B018 -- evaluation is scored when its sums are read
-            if loss is not None:  # the task's parameters keep their gradients from one head to the next
-                backward(loss, params)
+            if loss is not None:
+                loss.backward()
 
         self.task.hold_scores(True)
         try:
@@ -281,7 +281,7 @@ def _step_work(model, task) -> Counted:
     opt = Adam(params, lr=1e-3)
     opt.step()  # a steady step: the moments exist
 
-    def run(backward) -> None:
+    def run() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 

@@ -1,34 +1,25 @@
 """What one row, one step and one edge of a model cost, counted on a tiny graph in this process.
 
-The planner needs, for any registered model, the dense work, the sparse work, the number of framework calls and the
-bytes autograd saves, per row and per step of the spatial (GCN) and temporal (RNN) phases. They are *counted*, not
-timed: the model runs forward and backward over whole random snapshots at four sizes (S, n) under a dispatch mode
-that adds up ``torch.utils.flop_counter``'s FLOPs of every dense op, nnz × width of every sparse product, and one
-per op, while :class:`~hpcdgnn.metrics.memory.SavedTensorMeter` measures the saved bytes. The backward runs on fake
-tensors (:mod:`torch._subclasses.fake_tensor`: shapes, strides and a CPU device, no data;
-:func:`_backward_on_shapes`): what it is counted for, its ops and their FLOPs, nnz × width and fused-RNN formulas,
-depends on the ops called and their operands' shapes, layouts and sparse structure only, and a fake tensor takes the
-same kernels' paths as a real one of its shape, so the counts are the real backward's with none of its arithmetic.
-The forward stays real: the saved bytes are measured there (oneDNN's RNN workspace has no shape rule) and a task's
-head reads its scores' values. :func:`reference_counting` runs the backward on real tensors
-(tests/planner/test_counting.py checks both give the same counts). The sizes separate the per-row, per-step and
-fixed terms: ``c(S, n) = a·S·n + b·S + d``, and for saved bytes the per-vertex term a fused RNN keeps whatever S:
-``a·S·n + c·n``. Machine rates (:mod:`hpcdgnn.planner.rates`) turn them into seconds. The counts are kept per layer
-as well: a sampled strategy runs each layer on rows of its own (a mini-batch's layer l outputs the rows layer l + 1
-reads).
+The planner needs, for any registered model, the dense work, the sparse work, the number of framework calls
+and the bytes autograd saves, per row and per step of the spatial (GCN) and temporal (RNN) phases. They are
+*counted*, not timed: the model runs forward and backward over whole random snapshots at four sizes (S, n)
+under a dispatch mode that adds up ``torch.utils.flop_counter``'s FLOPs of every dense op, nnz × width of every
+sparse product, and one per op, while :class:`~hpcdgnn.metrics.memory.SavedTensorMeter` measures the saved
+bytes. The sizes separate the per-row, per-step and fixed terms: ``c(S, n) = a·S·n + b·S + d``, and for saved
+bytes the per-vertex term a fused RNN keeps whatever S: ``a·S·n + c·n``. Machine
+rates (:mod:`hpcdgnn.planner.rates`) turn them into seconds. The counts are kept per layer as well: a sampled
+strategy runs each layer on rows of its own (a mini-batch's layer l outputs the rows layer l + 1 reads).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
 import numpy as np
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
@@ -37,7 +28,7 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.ops.sparse import gcn_norm
 
-__all__ = ["ModelWork", "PhaseWork", "counted", "model_work", "reference_counting"]
+__all__ = ["ModelWork", "PhaseWork", "counted", "model_work"]
 
 #: the phases a strategy places on different rows
 PHASES = ("spatial", "temporal")
@@ -109,21 +100,12 @@ class _Count(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _DEVICE:  # a fake tensor's device query: no op of the counted code
-            return func(*args, **kwargs)
         c = self.counts
         c["ops"][self.phase] += 1
         name = func.__name__.split(".")[0]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         sparse = [a for a in tensors if a.layout != torch.strided]
-        if sparse:  # the real graph's nnz, read past a fake mode below this one (it would make the graph fake)
-            with _disable_current_modes():
-                nnz = sparse[0]._nnz() if sparse[0].layout == torch.sparse_coo else sparse[0].values().numel()
         out = func(*args, **kwargs)
-        if func is _RNN_BACKWARD and isinstance(out[3], FakeTensor) and out[4] is out[3]:
-            # the fake kernel returns one tensor for both bias gradients where the CPU kernel returns two: one
-            # shared would be copied when accumulated into the first bias, not taken as the CPU's are
-            out = (*out[:4], out[4].clone(), *out[5:])
         if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"):  # oneDNN's fused RNN: no formula there
             x, w_ih, w_hh = args[0], args[1], args[2]
             steps_rows = x.numel() // x.shape[-1]
@@ -133,28 +115,11 @@ class _Count(TorchDispatchMode):
         elif sparse:
             dense = [a for a in tensors if a.layout == torch.strided and a.dim() == 2]
             if dense and name in ("mm", "addmm", "_sparse_mm", "_sparse_addmm", "_sparse_csr_mm", "sparse_mm"):
+                nnz = sparse[0]._nnz() if sparse[0].layout == torch.sparse_coo else sparse[0].values().numel()
                 c["sparse"][self.phase] += nnz * dense[0].shape[-1]
         elif func._overloadpacket in flop_registry:
             c["flops"][self.phase] += flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
         return out
-
-
-#: oneDNN's fused RNN layer's backward (its fake kernel's outputs alias where the CPU kernel's do not)
-_RNN_BACKWARD = torch.ops.aten.mkldnn_rnn_layer_backward.default
-#: the dispatched device query of a tensor subclass (a fake tensor's), never of a real tensor
-_DEVICE = torch.ops.prim.device.default
-#: whether :func:`_count` and :func:`counted` run the backward on fake tensors (False: on real ones, the reference)
-_ON_SHAPES = [True]
-
-
-@contextmanager
-def reference_counting():
-    """Count on real tensors within (the reference the fake-tensor counting equals; for tests and checks)."""
-    _ON_SHAPES.append(False)
-    try:
-        yield
-    finally:
-        _ON_SHAPES.pop()
 
 
 class _Micro(Layout):
@@ -242,9 +207,7 @@ class _Counts:
 
 
 def _count(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: int) -> _Counts:
-    """Count one forward + backward over S snapshots of n vertices: the forward on real tensors (what it saves
-    for the backward is measured on them: a fused RNN's workspace has no shape rule), the backward on fake ones
-    unless under :func:`reference_counting` (:func:`_backward_on_shapes`)."""
+    """Count one forward + backward over S snapshots of n vertices."""
     torch.manual_seed(0)
     graphs = _graphs(S, n, degree, seed=S * 7919 + n)
     count, meter = _Count(), SavedTensorMeter()
@@ -254,10 +217,7 @@ def _count(model, S: int, n: int, in_features: int, dtype: torch.dtype, degree: 
         emb = model(layout)
         loss = sum(z.sum() for z in emb.values())
         count.phase = "backward"
-        if _ON_SHAPES[-1]:
-            _backward_on_shapes(count, loss, list(model.parameters()))
-        else:
-            loss.backward()
+        loss.backward()
     return _Counts({k: dict(v) for k, v in count.counts.items()}, dict(layout.saved),
                    sum(a.a.values().numel() for a in layout.adj) / S, dict(layout.state))
 
@@ -368,39 +328,12 @@ def best_seconds(fn, repeats: int = 5) -> float:
 
 
 def counted(fn) -> tuple[float, float]:
-    """(dense FLOPs, framework calls) of ``fn(backward)`` and the backward it runs through ``backward(loss,
-    leaves)``, counted as the model's are: what a sampled strategy's task head and optimizer step cost per sample
-    and per step. The forward runs on real tensors (a task's head reads its scores' values: its loss, its metric
-    sums); the backward reads none, so it runs on fake tensors (:func:`_backward_on_shapes`) unless under
-    :func:`reference_counting`."""
+    """(dense FLOPs, framework calls) of ``fn()`` and any backward it runs, counted as the model's are: what
+    a sampled strategy's task head and optimizer step cost per sample and per step."""
     count = _Count()
     with count:
-        fn(lambda loss, leaves: _backward_on_shapes(count, loss, leaves) if _ON_SHAPES[-1] else loss.backward())
+        fn()
     return sum(count.counts["flops"].values()), sum(count.counts["ops"].values())
-
-
-def _backward_on_shapes(count: _Count, loss: torch.Tensor, leaves: list[torch.Tensor]) -> None:
-    """``loss.backward()`` on fake tensors under ``count``: the graph's saved real tensors are read as fake ones
-    (shapes and strides, no data), so every op is called and counted as on real ones, with no arithmetic.
-
-    ``leaves``: the graph's leaves whose ``.grad`` persists between counts. Accumulating into an existing
-    gradient calls an op that assigning a first one does not, so each keeps what the reference leaves: its real
-    gradient, or where it had none a real one of the new gradient's shape and strides (zeros)."""
-    before = [p.grad for p in leaves]
-    count.__exit__(None, None, None)  # the fake mode goes below the counting one: the count sees each op once
-    try:
-        fake = FakeTensorMode(allow_non_fake_inputs=True)
-        for p in leaves:
-            if p.grad is not None:
-                p.grad = fake.from_tensor(p.grad)
-        with fake, count:
-            loss.backward()
-        for p, g in zip(leaves, before, strict=True):
-            new = p.grad
-            p.grad = g if g is not None or new is None else torch.empty_strided(
-                new.shape, new.stride(), dtype=new.dtype).zero_()
-    finally:
-        count.__enter__()
 
 
 def model_work(model_config, in_features: int, dtype: str, degree: int = 4) -> ModelWork:
