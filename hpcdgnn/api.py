@@ -170,14 +170,13 @@ class TrainedRun:
             :class:`hpcdgnn.embed.EmbeddingFile` whose ``embeddings`` (S, N, C) are the head's outputs.
         """
         import_training()
-        from hpcdgnn.embed import pairs_of, predicted, read_embeddings
+        from hpcdgnn.embed import predicted, read_embeddings
 
         _check_split("test" if split is None else split)
         output = _path_argument(output, "output")
         if isinstance(pairs, str | os.PathLike):
             pairs = _path_argument(pairs, "pairs")
-        elif pairs is not None:
-            pairs = pairs_of(pairs)
+        # data is read on rank 0 alone (predicted): the other ranks' pairs are not used, so not refused either
         args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
                                   split_given=split is not None, set=_override_items(overrides), pairs=pairs)
         got = _on_every_rank(lambda comm: predicted(args, comm), words=_PASS_ARGUMENTS)

@@ -318,12 +318,13 @@ def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
 
 def pairs_of(pairs: Any, where: str = "pairs") -> np.ndarray:
     """``pairs`` given as data (the Python API's (K, 3) array, tensor or list of ``(u, v, t)``; a ``.npy`` file's
-    array) as float64 rows, checked further by :func:`_checked_pairs`; values that are not numbers are one line."""
+    array) as rows of numbers — integers as they are (a float64 copy would round ids past 2**53), other numbers as
+    float64 — checked further by :func:`_checked_pairs`; values that are not numbers are one line."""
     try:
         rows = np.asarray(pairs.detach().cpu() if hasattr(pairs, "detach") else pairs)  # a torch tensor too
         if rows.dtype == bool or not (np.issubdtype(rows.dtype, np.integer) or np.issubdtype(rows.dtype, np.floating)):
             raise ValueError(f"its values are {rows.dtype}")
-        return rows.astype(np.float64)
+        return rows if np.issubdtype(rows.dtype, np.integer) else rows.astype(np.float64)
     except (TypeError, ValueError) as e:  # ragged lists, strings
         raise DataError(f"{where}: want (K, 3) integer rows u, v, t ({str(e).strip().splitlines()[0]})") from None
 
@@ -335,16 +336,17 @@ def _checked_pairs(pairs: np.ndarray, where: str, num_vertices: int, num_steps: 
         raise DataError(f"{where}: no (u, v, t) rows in it")
     if pairs.ndim != 2 or pairs.shape[1] != 3:
         raise DataError(f"{where}: want rows of three columns u, v, t; found shape {tuple(pairs.shape)}")
-    if not np.array_equal(pairs, np.round(pairs)):  # NaN included: it equals nothing
-        raise DataError(f"{where}: row {int(np.flatnonzero((pairs != np.round(pairs)).any(1))[0])}: "
-                        "u, v, t must be integers")
-    pairs = pairs.astype(np.int64)
+    if not np.issubdtype(pairs.dtype, np.integer):
+        whole = np.isfinite(pairs) & (pairs == np.round(pairs))  # NaN and ±inf are not
+        if not whole.all():
+            raise DataError(f"{where}: row {int(np.flatnonzero(~whole.all(1))[0])}: u, v, t must be integers")
     for col, name, bound in ((0, "u", num_vertices), (1, "v", num_vertices), (2, "t", num_steps)):
+        # checked before the cast to int64: a value past it (2**63, 1e30) would wrap to a negative one
         bad = np.flatnonzero((pairs[:, col] < 0) | (pairs[:, col] >= bound))
         if bad.size:
             raise DataError(f"{where}: row {int(bad[0])}: {name} = {int(pairs[bad[0], col])} is outside "
                             f"0 .. {bound - 1}")
-    return pairs
+    return pairs.astype(np.int64)
 
 
 def _read_pairs(path: str) -> np.ndarray:
@@ -374,9 +376,9 @@ def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | No
 
     Args:
         args: ``rundir``; ``output``: a new file (``.csv`` for pairs, ``.h5`` / ``.npz`` for node tasks), or None
-            (the Python API: nothing written); ``pairs``: a file's path, or rows already read (the Python API's
-            data, by :func:`pairs_of`: rank 0's are used), or None for node tasks; ``split``, ``split_given``,
-            ``set``.
+            (the Python API: nothing written); ``pairs``: a file's path, or rows as data (the Python API's:
+            rank 0's are read, by :func:`pairs_of`, and checked; the other ranks' are not used), or None for
+            node tasks; ``split``, ``split_given``, ``set``.
         comm: the world's communicator.
 
     Returns:
@@ -413,7 +415,7 @@ def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | No
                                                                     else _SUFFIXES)
         if pairs_task:
             manifest = regime_of("model", job.model.name).load_manifest(job.data.path)
-            rows = _read_pairs(args.pairs) if isinstance(args.pairs, str) else args.pairs
+            rows = _read_pairs(args.pairs) if isinstance(args.pairs, str) else pairs_of(args.pairs)
             kept["pairs"] = _checked_pairs(rows, where, manifest.num_vertices, manifest.num_snapshots)
 
     tr = open_trained(args.rundir, comm, "predict", args.set or [], before)

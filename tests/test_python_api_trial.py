@@ -99,3 +99,55 @@ def test_a_resume_with_nothing_to_resume_advises_the_api_s_arguments(tmp_path, s
     with pytest.raises(ConfigError, match=r"^resume=.*: no complete checkpoint in .*nothing to resume") as e:
         hpcdgnn.train(None, resume=run.dir)
     assert "--" not in str(e.value), e.value
+
+
+def test_pairs_past_int64_or_not_finite_are_named_as_given(tmp_path, small_dataset, monkeypatch):
+    """``predict(pairs=...)`` cast the rows to float64, then to int64: ``inf`` passed the integer check and was
+    reported as ``t = -9223372036854775808`` (with numpy's cast warning), ``2**63 - 1`` and ``1e30`` wrapped to
+    that negative id, and an id past 2**53 was named rounded. The rows' own values are named."""
+    import warnings
+
+    import numpy as np
+
+    from hpcdgnn.errors import DataError
+
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1}), output="r")
+    for bad, message in [
+        ([[0, 1, np.inf]], r"^pairs: row 0: u, v, t must be integers$"),
+        ([[0, 1, 0], [-np.inf, 1, 0]], r"^pairs: row 1: u, v, t must be integers$"),
+        ([[2**63 - 1, 0, 0]], r"^pairs: row 0: u = 9223372036854775807 is outside 0 \.\. 22$"),
+        ([[2**53 + 1, 0, 0]], r"^pairs: row 0: u = 9007199254740993 is outside 0 \.\. 22$"),
+        ([[0, 1e30, 0]], r"^pairs: row 0: v = 1000000000000000019884624838656 is outside 0 \.\. 22$"),
+        (np.array([[0, 1, 2**64 - 1]], dtype=np.uint64), r"^pairs: row 0: t = 18446744073709551615 is outside "),
+    ]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "invalid value encountered in cast"
+            with pytest.raises(DataError, match=message):
+                run.predict(pairs=bad)
+
+
+@pytest.mark.mpi
+def test_only_rank_0_s_pairs_are_read_under_mpi(tmp_path, small_dataset, launcher):
+    """Rank 0's ``pairs`` are the ones scored, yet every rank checked its own: pairs another rank passed that
+    were not numbers raised on that rank alone, which then left the call while rank 0 waited for it in the
+    collective (a hang until HPCDGNN_START_TIMEOUT, or the job killed). The others' are not read; rank 0's bad
+    rows are refused on every rank."""
+    import json
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import json, os, sys\nimport hpcdgnn\nfrom hpcdgnn.errors import DataError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
+        "mine = [[0, 1, 0], [2, 3, 1]] if rank == 0 else [['a', 'b', 'c']]\n"
+        "print('GOT', json.dumps(run.predict(pairs=mine).tolist()), flush=True)\n"
+        "try:\n    run.predict(pairs=[[0, 1, 0.5]] if rank == 0 else [[0, 1, 0]])\n"
+        "except DataError as e:\n    print('CAUGHT', e, flush=True)\n")
+    proc = launcher.run(2, [str(script), str(tmp_path / "r")], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("GOT ")]
+    assert len(got) == 2 and got[0] == got[1] and len(got[0]) == 2, proc.stdout
+    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    assert caught == ["CAUGHT pairs: row 0: u, v, t must be integers"] * 2, proc.stdout
