@@ -438,6 +438,31 @@ def test_forward_is_the_equation_root_by_root(static, event_time, dense):
         same(neg, torch.stack([torch.stack([pair(i, 2 * n + i * m + j) for j in range(m)]) for i in range(n)]))
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_every_root_at_one_time_updates_each_row_once_without_gathers(static):
+    """Roots all queried at one time (PyG's per-batch protocol, ``memory_time: query``): each node is one
+    occurrence, in the order of ``unique`` (``rows`` the identity), so the GRU reads its rows without a gather;
+    z, s' and the parameters' gradients are :func:`reference_forward`'s."""
+    net = TGN(N, D, MEM, TDIM, HID, HEADS, static).double()
+    src, dst, t, efeat = stream(13)
+    roots, _ = batch_roots(src, dst, t, 60, 75, negatives=2)
+    inp = build_input(src, dst, t, efeat, roots, np.full(roots.shape[0], t[75]))
+    inp.occurrences = net.plan(inp)
+    occ = inp.occurrences
+    assert occ.rows.shape[0] == inp.unique.shape[0] < roots.shape[0] + inp.neighbors.mask.sum()
+    np.testing.assert_array_equal(occ.rows, np.arange(inp.unique.shape[0]))
+    z, s_new = net(inp)
+    grads = torch.autograd.grad((z.sum() + s_new.sum()), list(net.parameters()), allow_unused=True)
+    z_ref, s_ref = reference_forward(net, inp)
+    ref = torch.autograd.grad((z_ref.sum() + s_ref.sum()), list(net.parameters()), allow_unused=True)
+    same(z, z_ref)
+    same(s_new, s_ref)
+    for (name, _), g, r in zip(net.named_parameters(), grads, ref, strict=True):
+        assert (g is None) == (r is None), name
+        if g is not None:
+            same(g, r, name)
+
+
 @pytest.mark.parametrize("which", ["full", "dense_padded", "part", "mixed"])
 def test_dense_attention_has_the_per_slot_values_and_gradients(which):
     """A plan with ``dense`` (evaluation's) gives the per-slot plan's z and every parameter's gradient to float64
