@@ -136,7 +136,7 @@ def _data_rows(
         ``(rows, index, names, header, quoted)``: lazy ``(line number, stripped line)`` rows (watched for a last
         line cut short: call ``rows.check`` after them), the :func:`_header_columns` mapping, the fields of line 1
         when it is a header, else None, and whether the file holds a ``"`` (its rows are then split by
-        :func:`~._common.quoted_fields`; one without is split as it always was, at no cost per row).
+        :func:`~._common.quoted_fields`; one without is split by str.split, with no check per row).
     """
     text = read_input_text(path)
     # lazily: wikipedia/reddit rows carry 172 features each; no second copy of the text

@@ -154,7 +154,7 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
     cols: list[list[str]] | None = None
     lines: list[int] = []
     first_line = 0
-    quoted = '"' in text  # a file without a quote is split as it always was, at no cost per line
+    quoted = '"' in text  # a file without a quote: str.split, with no check per line
     watch = LastLine(path, text, itertools.chain(head, rows))
     del text
     for lineno, s in watch:
