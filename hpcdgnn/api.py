@@ -200,6 +200,7 @@ class TrainedRun:
         Returns:
             What was written: ``{"csv": Path, "tensorboard": Path, "model": Path}``, the ones given.
         """
+        import_training()
         from hpcdgnn.metrics.export import run_export
 
         if to not in ("hpcdgnn", "pygt"):

@@ -185,6 +185,35 @@ def test_export_from_python_writes_what_the_command_writes(tmp_path, small_datas
     assert not Path("n.csv").exists() and not Path("n.pt").exists()
 
 
+def test_export_as_a_process_s_first_call_survives_an_interrupt_in_torch_s_import(tmp_path, small_dataset):
+    """``export`` may be a fresh process's first call (``load_run(dir).export(...)`` reads no torch before it): a
+    Ctrl-C amid torch's import there left a half-imported torch, and the next call failed in torch's ``__init__``.
+    As :meth:`embed`'s, the import completes first; the interrupt follows it and the next call works."""
+    import subprocess
+
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1}), output=tmp_path / "r")
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import importlib.abc, os, signal, sys\nimport hpcdgnn\n\n\n"
+        "class Interrupt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):  # Ctrl-C while torch's __init__ is halfway\n"
+        "        if name == 'torch.autograd' and not getattr(self, 'sent', False):\n"
+        "            self.sent = True\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n\n\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "run = hpcdgnn.load_run(sys.argv[1])\n"
+        "try:\n    run.export(csv='a.csv')\n    print('NOT INTERRUPTED')\n"
+        "except KeyboardInterrupt:\n    print('INTERRUPTED')\n"
+        "print('AGAIN', run.export(csv='b.csv'))\n")
+    proc = subprocess.run([sys.executable, str(script), str(run.dir)], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0] == "INTERRUPTED" and "AGAIN {'csv': PosixPath('b.csv')}" in proc.stdout, \
+        proc.stdout
+    assert (tmp_path / "b.csv").is_file()
+
+
 @pytest.mark.mpi
 def test_predict_and_embed_without_a_file_return_the_same_numbers_on_every_rank(tmp_path, small_dataset, launcher):
     """Under ``mpirun -np 3`` every rank gets rank 0's gathered embeddings and scores (pairs given as data) —
