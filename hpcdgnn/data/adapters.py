@@ -520,12 +520,24 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
     msg = getattr(data, "msg", None)
     if msg is not None and len(getattr(msg, "shape", ())) == 2 and msg.shape[1] == 0:  # a list has no shape
         msg = None  # a 1-D msg is one feature, as from_arrays takes 1-D edge_features
+    if options.pop("kind", "events") != "events":  # from_arrays' own argument: passed on, it would be given twice
+        raise DataError(f"{where}: kind: a TemporalData is an event stream, written as kind='events'; for snapshots "
+                        "call from_arrays(data.src, data.dst, data.t, output, snapshots=...)")
+    of_data = "num_vertices" not in options  # N is data.num_nodes (the messages say so)
     n = options.pop("num_vertices", getattr(data, "num_nodes", None))
     if bipartite is None:
         src, dst = _numpy(data.src, "src", "from_temporal_data"), _numpy(data.dst, "dst", "from_temporal_data")
         bipartite = bool(src.size and dst.min() > src.max())
-    return from_arrays(data.src, data.dst, data.t, output, kind="events", num_vertices=n, edge_features=msg,
-                       bipartite=bipartite, **options)
+    try:
+        return from_arrays(data.src, data.dst, data.t, output, kind="events", num_vertices=n, edge_features=msg,
+                           bipartite=bipartite, **options)
+    except DataError as e:  # from_arrays' words as the caller's: this function, data's msg and num_nodes
+        text = re.sub(r"^from_arrays: ", f"{where}: ", str(e))
+        text = re.sub(r"(?<![\w.])edge_features(?!\w)", "msg", text)
+        text = text.replace("or use kind='snapshots'", "or for snapshots from_arrays(..., snapshots=...)")
+        if of_data and n is not None:
+            text = re.sub(r"(?<![\w.])num_vertices (\d+)", r"num_vertices \1 (data.num_nodes)", text)
+        raise DataError(text) from None
 
 
 #: a TemporalData's stored attributes: the keys a mapping given for one may have

@@ -652,3 +652,29 @@ def test_a_rank_given_another_output_than_rank_0_s_is_told_which_rank_0_wrote(tm
         _await_rank_0(_Rank1((theirs, None), (theirs, "")), None, mine, "from_arrays")
     assert f"rank 0 did not start writing {mine} within 0.05 s (HPCDGNN_START_TIMEOUT) (it wrote {theirs}: if in " \
            "this call, every rank must give the same output)" in str(e.value), e.value
+
+
+@pytest.mark.parametrize("data, options, words", [
+    ({"src": [0, 1], "dst": [1, 2], "t": [0, 1], "msg": np.zeros((3, 2))}, {},
+     "from_temporal_data: msg: shape (3, 2), expected (2, D)"),
+    ({"src": [0, 1], "dst": [1, 2], "t": [0, 1], "msg": [[0.0], [np.nan]]}, {},
+     "from_temporal_data: msg: nan at (1, 0) is not a finite number"),
+    ({"src": [0, 1, 2], "dst": [1, 2], "t": [0, 1]}, {}, "from_temporal_data: src, dst and t differ in length"),
+    (SimpleNamespace(src=[0, 4], dst=[1, 2], t=[0, 1], msg=None, num_nodes=3), {},
+     "from_temporal_data: src: vertex id 4 (at 1) is beyond num_vertices 3 (data.num_nodes) (ids are 0 .. N-1)"),
+    ({"src": [0, 4], "dst": [1, 2], "t": [0, 1]}, {"num_vertices": 3},
+     "from_temporal_data: src: vertex id 4 (at 1) is beyond num_vertices 3 (ids are 0 .. N-1)"),
+    ({"src": [0, 1], "dst": [1, 2], "t": [0, 1]}, {"snapshots": 2},
+     "(drop the option, or for snapshots from_arrays(..., snapshots=...))"),
+    ({"src": [0, 1], "dst": [1, 2], "t": [0, 1]}, {"kind": "snapshots"},
+     "from_temporal_data: kind: a TemporalData is an event stream, written as kind='events'"),
+])
+def test_from_temporal_data_s_errors_name_its_own_arguments(tmp_path, data, options, words):
+    """A TemporalData's bad ``msg`` or ids were told in from_arrays' words ("from_arrays: edge_features: ...",
+    "beyond num_vertices 3" for data.num_nodes), a function and argument the caller never used; ``kind=`` crashed
+    (TypeError: from_arrays got multiple values for it) and ``snapshots=``'s advice was that very ``kind``."""
+    with pytest.raises(DataError) as e:
+        from_temporal_data(data, tmp_path / "out", **options)
+    assert words in str(e.value) and "from_arrays:" not in str(e.value) and "edge_features" not in str(e.value), e
+    assert not (tmp_path / "out").exists()
+    from_temporal_data({"src": [0, 1], "dst": [1, 2], "t": [0, 1]}, tmp_path / "ok", kind="events")  # as it is
