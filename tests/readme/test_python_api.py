@@ -221,17 +221,19 @@ def test_predict_and_embed_without_a_file_return_the_same_numbers_on_every_rank(
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
     script = tmp_path / "use.py"
     script.write_text(
-        "import json, sys\nimport numpy as np\nimport hpcdgnn\n"
+        "import json, os, sys\nimport numpy as np\nimport hpcdgnn\n"
         f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
         "z = run.embed(split='all')\n"
         "s = run.predict(pairs=np.array([[0, 1, 0], [2, 3, 1], [4, 0, 5]]))\n"
-        "print('GOT', json.dumps({'z': np.nan_to_num(z.embeddings, nan=-7).tolist(), 's': s.tolist(), "
-        "'c': z.computed.tolist()}), flush=True)\n")
+        # a file a process: long lines of several ranks on one stdout may be joined (MPICH's Hydra)
+        "with open(f'{sys.argv[1]}.{os.getpid()}.json', 'w') as f:\n"
+        "    json.dump({'z': np.nan_to_num(z.embeddings, nan=-7).tolist(), 's': s.tolist(), "
+        "'c': z.computed.tolist()}, f)\n")
     outs = {}
     for ranks in (None, 3):
         proc = launcher.run(ranks, [str(script), str(tmp_path / f"r{ranks}")], cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        outs[ranks] = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("GOT ")]
+        outs[ranks] = [json.loads(p.read_text()) for p in tmp_path.glob(f"r{ranks}.*.json")]
     assert len(outs[None]) == 1 and len(outs[3]) == 3
     alone = outs[None][0]
     for got in outs[3]:
@@ -248,7 +250,9 @@ def _caught_on_two_ranks(launcher, tmp_path, body: str) -> tuple[list[str], str]
     script.write_text(
         "import os\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
         "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
-        f"try:\n{textwrap.indent(body, '    ')}\nexcept ConfigError as e:\n    print('CAUGHT', e, flush=True)\n")
+        # one write a line: MPICH's Hydra forwards each write as it comes and may join two ranks' partial lines
+        f"try:\n{textwrap.indent(body, '    ')}\nexcept ConfigError as e:\n"
+        "    os.write(1, f'CAUGHT {e}\\n'.encode())\n")
     proc = launcher.run(2, [str(script)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")], proc.stdout + proc.stderr[-2000:]
