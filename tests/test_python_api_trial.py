@@ -142,9 +142,10 @@ def test_only_rank_0_s_pairs_are_read_under_mpi(tmp_path, small_dataset, launche
         "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
         f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
         "mine = [[0, 1, 0], [2, 3, 1]] if rank == 0 else [['a', 'b', 'c']]\n"
-        "print('GOT', json.dumps(run.predict(pairs=mine).tolist()), flush=True)\n"
+        # one write a line: MPICH's Hydra forwards each write as it comes and may join two ranks' partial lines
+        "os.write(1, f'GOT {json.dumps(run.predict(pairs=mine).tolist())}\\n'.encode())\n"
         "try:\n    run.predict(pairs=[[0, 1, 0.5]] if rank == 0 else [[0, 1, 0]])\n"
-        "except DataError as e:\n    print('CAUGHT', e, flush=True)\n")
+        "except DataError as e:\n    os.write(1, f'CAUGHT {e}\\n'.encode())\n")
     proc = launcher.run(2, [str(script), str(tmp_path / "r")], cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("GOT ")]
