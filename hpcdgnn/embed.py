@@ -419,7 +419,8 @@ def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | No
             kept["pairs"] = _checked_pairs(rows, where, manifest.num_vertices, manifest.num_snapshots)
 
     tr = open_trained(args.rundir, comm, "predict", args.set or [], before)
-    pairs = comm.bcast_obj(kept.get("pairs"), tag="setup")
+    # rank 0's rows, and what they are called: a later refusal every rank raises names them as rank 0 was given
+    pairs, where = comm.bcast_obj((kept.get("pairs"), where), tag="setup")
     if pairs is not None:
         steps = sorted(int(t) for t in np.unique(pairs[:, 2]))
         usable = set(agree(comm, lambda: pass_steps(tr, "all")))

@@ -152,3 +152,25 @@ def test_only_rank_0_s_pairs_are_read_under_mpi(tmp_path, small_dataset, launche
     assert len(got) == 2 and got[0] == got[1] and len(got[0]) == 2, proc.stdout
     caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
     assert caught == ["CAUGHT pairs: row 0: u, v, t must be integers"] * 2, proc.stdout
+
+
+@pytest.mark.mpi
+def test_a_refusal_of_rank_0_s_pairs_names_them_alike_on_every_rank(tmp_path, small_dataset, launcher):
+    """Only rank 0's ``pairs`` are read: a refusal every rank raises after the pass (a step the strategy does not
+    compute) names them as rank 0 was given them on every rank, not as each rank's own argument."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={"name": "sequences"}, train={"epochs": 1})
+    (tmp_path / "p.txt").write_text("0 1 0\n")
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import os, sys\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
+        "try:\n"
+        f"    run.predict(pairs={str(tmp_path / 'p.txt')!r} if rank == 0 else None)\n"
+        "except ConfigError as e:\n    os.write(1, f'CAUGHT {e}\\n'.encode())\n")
+    proc = launcher.run(2, [str(script), str(tmp_path / "r")], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
+    assert len(caught) == 2 and caught[0] == caught[1], proc.stdout
+    assert caught[0].startswith(f"CAUGHT pairs={tmp_path / 'p.txt'}: t = 0: strategy sequences computes Z_t of "
+                                "steps "), caught
