@@ -83,12 +83,22 @@ def _stop_while_starting(command: str) -> dict[int, object]:
                      .encode())
         os._exit(128 + signum)
 
+    return _on_stop_signals(handler)
+
+
+def _on_stop_signals(handler) -> dict[int, object]:
+    """``handler`` for SIGTERM and SIGINT, but where the process was started ignoring one (``cmd &`` in a script:
+    it stays ignored) or ``main`` runs in another thread than the main one (Python's own handling stays).
+
+    Returns:
+        The handlers replaced, per signal.
+    """
     replaced = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 replaced[sig] = signal.signal(sig, handler)
-        except ValueError:  # main() called from another thread: Python's own handling stays
+        except ValueError:
             break
     return replaced
 
@@ -455,16 +465,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from hpcdgnn import preemption
 
-    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind; a
-    # signal the process was started ignoring (`cmd &` in a script) stays ignored
-    before = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                replaced = signal.signal(sig, preemption.stop)
-                before[sig] = starting.get(sig, replaced)  # what was there before the starting handler
-        except ValueError:  # main() called from another thread: Python's own handling stays
-            break
+    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind; what
+    # is put back at the end is what was there before the starting handler
+    before = {sig: starting.get(sig, h) for sig, h in _on_stop_signals(preemption.stop).items()}
     try:
         code = args.func(args)
         sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
