@@ -134,12 +134,15 @@ def _or_removed(path, remove):
 
 
 class _Writer:
-    """Rank 0's file, written step by step under a temporary name and renamed when complete."""
+    """Rank 0's file, written step by step under a temporary name and renamed when complete; without a path (the
+    Python API's ``output=None``) the steps kept in memory as the file would hold them, :attr:`result`, which
+    :func:`_handed_out` gives to every rank."""
 
-    def __init__(self, path: str, fmt: str, num_steps: int) -> None:
-        self.path, self.fmt, self.num_steps = Path(path), fmt, num_steps
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
+    def __init__(self, path: str | None, fmt: str | None, num_steps: int) -> None:
+        self.path, self.fmt, self.num_steps = None if path is None else Path(path), fmt or "memory", num_steps
+        self.tmp = None if path is None else self.path.with_name(self.path.name + ".tmp")
         self.f, self.parts, self.k = None, [], 0
+        self.result: EmbeddingFile | None = None
 
     def add(self, z: np.ndarray, computed: np.ndarray) -> None:
         """Append step ``k``'s rows."""
@@ -147,7 +150,7 @@ class _Writer:
             self._add(z, computed)
 
     def _add(self, z: np.ndarray, computed: np.ndarray) -> None:
-        if self.fmt == "npz":
+        if self.fmt in ("npz", "memory"):
             self.parts.append((z, computed))
         else:
             if self.f is None:
@@ -166,14 +169,19 @@ class _Writer:
             self._close(steps, meta)
 
     def _close(self, steps: list[int], meta: dict) -> None:
-        if self.fmt == "npz":
+        # JSON has no NaN: an empty split's metric is null, in memory as in the file
+        steps, meta = np.asarray(steps, dtype=np.int64), json.dumps(json_safe(meta))
+        if self.fmt in ("npz", "memory"):
+            z, computed = np.stack([z for z, _ in self.parts]), np.stack([c for _, c in self.parts])
+            self.parts = []
+            if self.fmt == "memory":
+                self.result = EmbeddingFile(z, steps, computed, json.loads(meta))
+                return
             with open(self.tmp, "wb") as f:
-                np.savez(f, embeddings=np.stack([z for z, _ in self.parts]),
-                         computed=np.stack([c for _, c in self.parts]), steps=np.asarray(steps, dtype=np.int64),
-                         meta=np.asarray(json.dumps(json_safe(meta))))
+                np.savez(f, embeddings=z, computed=computed, steps=steps, meta=np.asarray(meta))
         else:
-            self.f.create_dataset("steps", data=np.asarray(steps, dtype=np.int64))
-            self.f.attrs["meta"] = json.dumps(json_safe(meta))  # JSON has no NaN: an empty split's metric is null
+            self.f.create_dataset("steps", data=steps)
+            self.f.attrs["meta"] = meta
             self.f.close()
         os.replace(self.tmp, self.path)
 
@@ -182,7 +190,9 @@ class _Writer:
             with contextlib.suppress(Exception):  # already failing: the file goes, whatever state it is in
                 self.f.close()
             self.f = None
-        self.tmp.unlink(missing_ok=True)
+        self.parts = []
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
 
 
 def _meta(tr, split: str, epoch: int, metrics: dict) -> dict:
@@ -230,29 +240,9 @@ def _pass_then_close(tr, steps: list[int]):
     return out
 
 
-class _Kept:
-    """:class:`_Writer`'s part when no file is asked for (the Python API's ``output=None``): rank 0 keeps the
-    steps in memory, as the file would hold them; :func:`_handed_out` gives them to every rank."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
-        self.result: EmbeddingFile | None = None
-
-    def add(self, z: np.ndarray, computed: np.ndarray) -> None:
-        self.parts.append((z, computed))
-
-    def close(self, steps: list[int], meta: dict) -> None:
-        self.result = EmbeddingFile(np.stack([z for z, _ in self.parts]), np.asarray(steps, dtype=np.int64),
-                                    np.stack([c for _, c in self.parts]),
-                                    json.loads(json.dumps(json_safe(meta))))  # as read back from a file
-        self.parts = []
-
-    def discard(self) -> None:
-        self.parts = []
-
-
-def _handed_out(comm, kept: _Kept | None) -> EmbeddingFile:
-    """Rank 0's :class:`_Kept` result on every rank (collective): the arrays as buffers, not pickled."""
+def _handed_out(comm, kept: _Writer | None) -> EmbeddingFile:
+    """Rank 0's in-memory :class:`_Writer` result on every rank (collective): the arrays as buffers, not
+    pickled."""
     import torch
 
     mine = kept.result if kept is not None else None
@@ -268,13 +258,6 @@ def _handed_out(comm, kept: _Kept | None) -> EmbeddingFile:
     comm.bcast_(z, tag="embed")
     comm.bcast_(computed, tag="embed")
     return EmbeddingFile(z.numpy(), steps, computed.numpy().astype(bool), meta)
-
-
-def _sink(args: argparse.Namespace, fmt: str | None, num_steps: int, rank: int) -> _Writer | _Kept | None:
-    """Where rank 0 puts the pass's steps: ``--output``'s file, or memory without one (the Python API)."""
-    if rank != 0:
-        return None
-    return _Kept() if args.output is None else _Writer(args.output, fmt, num_steps)
 
 
 def _destination(args: argparse.Namespace) -> str:
@@ -306,7 +289,7 @@ def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
     tr = open_trained(args.rundir, comm, "embed", args.set or [], before)
     steps = agree(comm, lambda: pass_steps(tr, args.split))
     metrics, epoch, recorder = _pass_then_close(tr, steps)
-    writer = _sink(args, kept.get("fmt"), len(steps), comm.rank)
+    writer = _Writer(args.output, kept.get("fmt"), len(steps)) if comm.rank == 0 else None
     _write_steps(tr, recorder, steps, writer)
     if writer is not None:
         writer.close(steps, _meta(tr, args.split, epoch, metrics))
@@ -440,7 +423,7 @@ def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | No
 
     task_device = next((p.device for p in task.parameters()), torch.device("cpu"))
     if pairs is None:
-        writer = _sink(args, kept.get("fmt"), len(steps), comm.rank)
+        writer = _Writer(args.output, kept.get("fmt"), len(steps)) if comm.rank == 0 else None
         _write_steps(tr, recorder, steps, writer, head)
         if writer is not None:
             writer.close(steps, _meta(tr, args.split, epoch, metrics))
