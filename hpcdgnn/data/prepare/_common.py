@@ -485,6 +485,8 @@ def quoted_fields(line: str, sep: str, path: Path, lineno: int) -> list[str]:
     Raises:
         DataError: ``path:line``: a quote that does not close on its line, or text after a closing quote.
     """
+    # Not csv.reader: strict, it refuses blanks after a closing quote (`"2" ,3`, which pandas reads); lax, it
+    # joins `"2"x` into `2x`; either way a quote after a tab is text and its errors give no position.
     if _PLAIN_QUOTES[sep].fullmatch(line):  # pandas' QUOTE_ALL and QUOTE_NONNUMERIC rows of numbers
         plain = line.replace('"', "")
         if sep == ",":
