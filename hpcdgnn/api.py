@@ -417,7 +417,8 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
                           "its own directory")
     overrides = _override_items(overrides)
     stop = preemption.install()
-    words = RESTART_WORDS.set(("hpcdgnn.train(None, resume={!r})", "output="))  # the run's pre-emption lines
+    # the run's pre-emption lines, and its run.lock wait's, as its errors read (_named): resume=RUNDIR: …
+    words = RESTART_WORDS.set(("hpcdgnn.train(None, resume={!r})", "output=", "{}={}"))
     try:
         with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
             result = _on_every_rank(lambda comm: run_training(job_path, overrides, output, comm, resume=resume),

@@ -459,6 +459,15 @@ def _blamed(e: HpcdgnnError, where: str | None, overrides: list[str], prefix: bo
 _NAMES = ("model.name", "task.name", "strategy.name")
 
 
+def _option(name: str, value: object) -> str:
+    """``--NAME VALUE`` in the words of whoever started the run (:data:`~hpcdgnn.train.trainer.RESTART_WORDS`), for
+    :func:`hold_run`: its waiting and no-lock warnings reach a Python caller as they are, where an error is
+    reworded on its way out of :func:`hpcdgnn.train`."""
+    from hpcdgnn.train.trainer import RESTART_WORDS  # not at the top: trainer imports this module
+
+    return RESTART_WORDS.get()[2].format(name, value)
+
+
 def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tuple[JobConfig, JobConfig, Path, Path]:
     """Job, saved job (before ``--set``), run directory and newest checkpoint of ``run --resume RUNDIR``."""
     run_dir = Path(resume)
@@ -466,7 +475,7 @@ def _resume_job(resume: str, job_path: str | None, overrides: list[str]) -> tupl
     if not saved_path.is_file():
         raise ConfigError(f"--resume {resume}: no {saved_path.name} there; not a run directory")
     saved = load_job(saved_path, check_paths=False, resolved=True)  # the dataset may have moved
-    hold_run(run_dir, f"--resume {resume}")  # before anything here changes
+    hold_run(run_dir, _option("resume", resume))  # before anything here changes
     try:
         job = load_job(job_path or saved_path, overrides, check_paths=False, resolved=job_path is None)
     except ConfigError:
@@ -706,7 +715,7 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                 raise ConfigError(f"--output {output}: another run started in this directory at the same moment; a "
                                   "run never overwrites another (give each run its own directory)")
             try:  # a place the check could not foresee (/proc, a race): the claimed run directory goes again
-                hold_run(run_dir, f"--output {run_dir}")
+                hold_run(run_dir, _option("output", run_dir))
                 # the job's files before the checkpoint.dir's claim: a job script finds the claim through them
                 _save_run_files(run_dir, job, plan, 0, kept.get("planner"))
                 make_checkpoint_dir(ckpt_dir, job_path, run_dir)

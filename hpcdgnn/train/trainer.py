@@ -365,9 +365,11 @@ def _preempted_in_setup(run: Run, comm: Communicator, log, stop: preemption.Pree
     return preempted
 
 
-#: how a pre-empted run's lines name the way on, in the words of whoever started it: the command's
-#: ``--resume RUNDIR`` and ``--output`` (the default), or the Python API's (:func:`hpcdgnn.train` sets them)
-RESTART_WORDS: ContextVar[tuple[str, str]] = ContextVar("RESTART_WORDS", default=("--resume {}", "--output"))
+#: how a run's lines name the way on and the arguments they are about, in the words of whoever started it: the
+#: command's ``--resume RUNDIR``, ``--output`` and ``--OPTION VALUE`` (the default), or the Python API's
+#: (:func:`hpcdgnn.train` sets them; its errors are reworded on the way out, its log lines are not)
+RESTART_WORDS: ContextVar[tuple[str, str, str]] = ContextVar("RESTART_WORDS",
+                                                             default=("--resume {}", "--output", "--{} {}"))
 
 
 def _resume_words(run: Run) -> str:

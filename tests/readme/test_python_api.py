@@ -587,3 +587,31 @@ def test_only_a_message_s_subject_and_its_advice_take_the_api_s_words():
         ("j.yaml: task.split: the dataset's (prepare --kind events --split); remove task.split", None),
     ]:
         assert str(_named(ConfigError(message), None)) == (want or message)
+
+
+def _held(path: Path) -> int:
+    """Another job's hold on a run (its rank 0's ``flock`` on ``RUNDIR/run.lock``): a descriptor to close."""
+    import fcntl
+
+    fd = os.open(path / "run.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_resume_waiting_for_another_job_s_run_lock_says_so_in_the_api_s_words(tmp_path, small_dataset,
+                                                                                 monkeypatch, capsys):
+    """The wait's line named the command's ``--resume RUNDIR`` to a caller of ``hpcdgnn.train(None, resume=...)``;
+    it names ``resume=RUNDIR``, as the refusal that ends the wait does."""
+    monkeypatch.chdir(tmp_path)
+    hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 1}}, output="r")
+    capsys.readouterr()
+    monkeypatch.setenv("HPCDGNN_RUN_LOCK_WAIT", "0.5")
+    fd = _held(tmp_path / "r")
+    try:
+        with pytest.raises(ConfigError, match=r"^resume=r: another job is training this run now"):
+            hpcdgnn.train(None, resume="r", overrides=["train.epochs=2"])
+    finally:
+        os.close(fd)
+    out, err = capsys.readouterr()
+    assert "resume=r: another job holds " in out + err, (out, err)
+    assert "--" not in out + err, (out, err)
