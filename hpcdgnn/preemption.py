@@ -9,11 +9,13 @@ first SIGTERM or SIGINT instead (:func:`stop`, :func:`check_stop`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 
 __all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold", "install",
-           "requested", "reset", "stop"]
+           "requested", "reset", "stop", "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -86,6 +88,22 @@ class PreemptionFlag:
         self.name = signal.Signals(signum).name
 
 
+#: what this process waits for, innermost last, in a block of :func:`waiting`
+_WAITING: list[str] = []
+
+
+@contextlib.contextmanager
+def waiting(what: str) -> Iterator[None]:
+    """A wait for ``what`` (another job's ``run.lock``) that a stop signal ends at once, nothing changed (the block
+    checks :func:`requested`): a library caller's first interrupt in it is acknowledged so, not as a stop at
+    the next epoch boundary with a checkpoint, which would never be written."""
+    _WAITING.append(what)
+    try:
+        yield
+    finally:
+        _WAITING.pop()
+
+
 def _acknowledge() -> None:
     """Say at once, on rank 0, what a library caller's first interrupt (a notebook's) does.
 
@@ -98,7 +116,9 @@ def _acknowledge() -> None:
     if world_rank_size()[0] != 0:
         return
     try:
-        sys.stderr.write("hpcdgnn: interrupted: stopping at the next epoch boundary (or between two batches) with "
+        sys.stderr.write(f"hpcdgnn: interrupted: stopping now, while waiting for {_WAITING[-1]}; nothing was "
+                         "changed\n" if _WAITING else
+                         "hpcdgnn: interrupted: stopping at the next epoch boundary (or between two batches) with "
                          "a checkpoint; interrupt again to stop at once, without one\n")
         sys.stderr.flush()
     except (RuntimeError, OSError, ValueError):

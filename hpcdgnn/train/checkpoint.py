@@ -118,31 +118,37 @@ def hold_run(run_dir: Path, where: str) -> None:
     path = Path(run_dir) / LOCK_FILE
     wait, said = run_lock_wait(), False
     deadline = time.monotonic() + wait
-    while True:
-        try:
-            fd = _lock(path)
-        except OSError as e:
-            if e.errno not in _NO_LOCKS:  # cannot make the file (read-only, full): one line
-                with writing(path):
-                    raise
-            get_logger().warning(f"{where}: {path}: this file system takes no lock ({e.strerror or e}): nothing "
-                                 "keeps a second job from training this run at the same time")
-            return
-        if fd is not None:
-            _HELD[key] = fd
-            return
-        if time.monotonic() >= deadline:
-            raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited {wait:g} s, "
-                              "HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it end (or stop it), then "
-                              "resume — or, after a node's crash, wait for the file server to release its lock")
-        if preemption.requested():
-            raise StoppedError(f"{where}: stopped by a signal while waiting for another job to let go of {path}; "
-                               "nothing was changed: resume once that job has ended")
-        if not said:
-            get_logger().warning(f"{where}: another job holds {path}: waiting up to {wait:g} s for it to let go "
-                                 "(HPCDGNN_RUN_LOCK_WAIT)")
-            said = True
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    stopped = (f"{where}: stopped by a signal while waiting for another job to let go of {path}; nothing was "
+               "changed: resume once that job has ended")
+    with contextlib.ExitStack() as waiting:
+        while True:
+            try:
+                fd = _lock(path)
+            except OSError as e:
+                if e.errno not in _NO_LOCKS:  # cannot make the file (read-only, full): one line
+                    with writing(path):
+                        raise
+                get_logger().warning(f"{where}: {path}: this file system takes no lock ({e.strerror or e}): "
+                                     "nothing keeps a second job from training this run at the same time")
+                return
+            if fd is not None:
+                _HELD[key] = fd
+                return
+            if preemption.requested():  # a signal before the wait
+                raise StoppedError(stopped)
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited "
+                                  f"{wait:g} s, HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it end "
+                                  "(or stop it), then resume — or, after a node's crash, wait for the file server to "
+                                  "release its lock")
+            if not said:  # the wait begins: an interrupt from now on is acknowledged as ending it
+                waiting.enter_context(preemption.waiting(f"another job to let go of {path}"))
+                get_logger().warning(f"{where}: another job holds {path}: waiting up to {wait:g} s for it to let go "
+                                     "(HPCDGNN_RUN_LOCK_WAIT)")
+                said = True
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            if preemption.requested():  # it came during the wait: not the lock, nor the deadline's refusal, as
+                raise StoppedError(stopped)  # its acknowledgement said
 
 
 def complete_record(ckpt: Path) -> dict[str, Any]:

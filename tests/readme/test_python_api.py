@@ -615,3 +615,40 @@ def test_a_resume_waiting_for_another_job_s_run_lock_says_so_in_the_api_s_words(
     out, err = capsys.readouterr()
     assert "resume=r: another job holds " in out + err, (out, err)
     assert "--" not in out + err, (out, err)
+
+
+def test_an_interrupt_while_a_resume_waits_for_run_lock_is_acknowledged_as_a_stop_now(tmp_path, small_dataset,
+                                                                                       monkeypatch, capsys):
+    """A first interrupt is acknowledged as a stop at the next epoch boundary with a checkpoint; during the wait
+    for another job's ``run.lock`` it ends the wait at once (``StoppedError``) and writes nothing, so that is what
+    its line says."""
+    import logging
+    import signal
+
+    from hpcdgnn.errors import StoppedError
+
+    monkeypatch.chdir(tmp_path)
+    hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 1}}, output="r")
+    capsys.readouterr()
+    monkeypatch.setenv("HPCDGNN_RUN_LOCK_WAIT", "60")
+
+    class Interrupt(logging.Handler):  # the caller's Ctrl-C once the wait has begun
+        def emit(self, record):
+            if "another job holds" in record.getMessage():
+                os.kill(os.getpid(), signal.SIGINT)  # the handler hpcdgnn.train installed takes it
+
+    log = logging.getLogger("hpcdgnn")
+    interrupt = Interrupt()
+    log.addHandler(interrupt)
+    fd = _held(tmp_path / "r")
+    try:
+        with pytest.raises(StoppedError, match=r"^resume=r: stopped by a signal while waiting for another job"):
+            hpcdgnn.train(None, resume="r", overrides=["train.epochs=2"])
+    finally:
+        os.close(fd)
+        log.removeHandler(interrupt)
+    err = capsys.readouterr().err
+    assert "hpcdgnn: interrupted: stopping now, while waiting for another job to let go of r/run.lock; nothing " \
+        "was changed" in err, err
+    assert "checkpoint" not in err, err
+    assert len(read_metrics(tmp_path / "r")) == 1
