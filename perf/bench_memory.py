@@ -2,7 +2,7 @@
 
     python perf/bench_memory.py [--vertices 65536] [--snapshots 64] [--density 3] [--blocks 1 4 16]
                                 [--model tmgcn] [--ranks 1] [--epochs 3] [--repeat 1] [--data DIR]
-                                [--before REF]
+                                [--before REF] [--device cpu|cuda] [--transfer graph_difference base]
 
 Generates an IBM §6.3 random graph once (or reuses ``--data``, writing it there
 when missing), runs ``--epochs`` training epochs per block count
@@ -23,7 +23,9 @@ and at most 1.4x its epoch time (IBM §3.1 trades one extra forward for memory).
 With ``--before REF`` every run is made from that commit's tree too (``git
 archive``, run through ``PYTHONPATH``), the two trees in turn within each
 repeat, and each tree's rows and ratios are printed: before and after, side
-by side in one run.
+by side in one run. ``--transfer`` runs each block count under each host-to-device transfer
+(``strategy.transfer``, SPEC S3): its rows' moved MiB and load seconds are the transfer's bytes and time, on
+``--device`` (a GPU's link where ``cuda``).
 """
 
 from __future__ import annotations
@@ -42,14 +44,15 @@ _MiB = 1024.0 * 1024.0
 
 
 def run_blocks(work: Path, data: Path, args, nb: int, rep: int, tree: Path | None = None,
-               name: str = "now") -> tuple[dict, float]:
-    """One run with ``strategy.blocks: nb`` (from ``tree``'s code when given): its summary and its median steady
-    epoch time (slowest rank)."""
-    tag = f"{name}-nb{nb}-r{rep}"
+               name: str = "now", transfer: str = "graph_difference") -> tuple[dict, float]:
+    """One run with ``strategy.blocks: nb`` and ``strategy.transfer: transfer`` (from ``tree``'s code when given):
+    its summary and its median steady epoch time (slowest rank)."""
+    tag = f"{name}-{transfer}-nb{nb}-r{rep}"
     recs = run_job({
         "data": {"path": str(data)}, "model": {"name": args.model, "hidden": 16, "layers": 2},
-        "strategy": {"name": "snapshot", "blocks": nb},
-        "train": {"epochs": args.epochs, "threads": 1, "warmup_epochs": 1 if args.epochs > 1 else 0},
+        "strategy": {"name": "snapshot", "blocks": nb, "transfer": transfer},
+        "train": {"epochs": args.epochs, "threads": 1, "warmup_epochs": 1 if args.epochs > 1 else 0,
+                  "device": args.device},
     }, args.ranks, work, tag, tree=tree)
     steady = sorted(r["time"]["epoch"]["max"] for r in recs if not r["warmup"]) or [recs[-1]["time"]["epoch"]["max"]]
     summary = json.loads((work / f"run-{tag}" / "summary.json").read_text())
@@ -72,6 +75,9 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None,
                     help="dataset directory to reuse (generated there when missing; must match the sizes)")
     ap.add_argument("--before", default=None, help="git commit whose tree runs too, in turn (optional)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="train.device of every run")
+    ap.add_argument("--transfer", nargs="+", choices=["graph_difference", "base"], default=["graph_difference"],
+                    help="strategy.transfer of the runs: each block count under each")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpcdgnn-mem-") as tmp:
         work = Path(tmp)
@@ -82,33 +88,35 @@ def main() -> None:
         if args.before:
             trees.insert(0, ("before", export_tree(args.before, work / "before")))
         print(f"{args.model}, N={args.vertices} T={args.snapshots} density={args.density}, P={args.ranks}, "
-              f"{args.epochs} epochs (1 warm-up), 1 thread per rank, best of {args.repeat}; bytes of the largest rank"
-              + (f"; before = {args.before}" if args.before else ""))
-        print(f"{'tree':6s} {'blocks':>6s} {'inputs MiB':>11s} {'activations MiB':>16s} {'engine peak MiB':>16s} "
-              f"{'host MiB':>9s} {'moved MiB':>10s} {'peak RSS MiB':>13s} {'loss':>8s} "
+              f"{args.epochs} epochs (1 warm-up), 1 thread per rank, best of {args.repeat}, {args.device}; bytes of "
+              "the largest rank" + (f"; before = {args.before}" if args.before else ""))
+        print(f"{'tree':6s} {'transfer':>16s} {'blocks':>6s} {'inputs MiB':>11s} {'activations MiB':>16s} "
+              f"{'engine peak MiB':>16s} {'host MiB':>9s} {'moved MiB':>10s} {'peak RSS MiB':>13s} {'loss':>8s} "
               f"{'s/epoch':>8s} {'load s':>7s}")
-        keys = [(name, nb) for name, _ in trees for nb in args.blocks]
+        keys = [(name, tr, nb) for name, _ in trees for tr in args.transfer for nb in args.blocks]
         peaks, times = {}, dict.fromkeys(keys, float("inf"))
         for rep in range(args.repeat):
             for name, tree in trees:
-                for nb in args.blocks:  # trees and block counts in turn: a slow spell hits all of them alike
-                    s, t = run_blocks(work, data, args, nb, rep, tree, name)
-                    times[name, nb] = min(times[name, nb], t)
-                    mem = s["memory"]
-                    peak = max(mem["engine_peak_bytes"])
-                    peaks[name, nb] = peak
-                    moved = s["final"]["transfer_bytes"]
-                    print(f"{name:6s} {nb:6d} {max(mem['engine_bytes']) / _MiB:11.1f} "
-                          f"{max(mem['activation_peak_bytes']) / _MiB:16.1f} {peak / _MiB:16.1f} "
-                          f"{max(mem['host_payload_bytes']) / _MiB:9.1f} {moved / _MiB:10.1f} "
-                          f"{max(mem['peak_rss_bytes']) / _MiB:13.1f} {s['final']['loss']:8.4f} "
-                          f"{t:8.3f} {s['_load_s']:7.3f}", flush=True)
-        base = args.blocks[0]
-        print(f"{'tree':6s} {'blocks':>6s} {'engine peak / nb=' + str(base):>20s} {'s/epoch':>8s} "
-              f"{'time / nb=' + str(base):>14s}")
-        for name, nb in keys:
-            print(f"{name:6s} {nb:6d} {peaks[name, nb] / peaks[name, base]:20.3f} {times[name, nb]:8.3f} "
-                  f"{times[name, nb] / times[name, base]:14.2f}")
+                for tr in args.transfer:
+                    for nb in args.blocks:  # all in turn: a slow spell hits all of them alike
+                        s, t = run_blocks(work, data, args, nb, rep, tree, name, tr)
+                        times[name, tr, nb] = min(times[name, tr, nb], t)
+                        mem = s["memory"]
+                        peak = max(mem["engine_peak_bytes"])
+                        peaks[name, tr, nb] = peak
+                        moved = s["final"]["transfer_bytes"]
+                        print(f"{name:6s} {tr:>16s} {nb:6d} {max(mem['engine_bytes']) / _MiB:11.1f} "
+                              f"{max(mem['activation_peak_bytes']) / _MiB:16.1f} {peak / _MiB:16.1f} "
+                              f"{max(mem['host_payload_bytes']) / _MiB:9.1f} {moved / _MiB:10.1f} "
+                              f"{max(mem['peak_rss_bytes']) / _MiB:13.1f} {s['final']['loss']:8.4f} "
+                              f"{t:8.3f} {s['_load_s']:7.3f}", flush=True)
+        base = args.blocks[0], args.transfer[0]
+        print(f"{'tree':6s} {'transfer':>16s} {'blocks':>6s} {'engine peak / first':>20s} {'s/epoch':>8s} "
+              f"{'time / first':>14s}   (first: blocks={base[0]}, {base[1]})")
+        for name, tr, nb in keys:
+            first = name, base[1], base[0]
+            print(f"{name:6s} {tr:>16s} {nb:6d} {peaks[name, tr, nb] / peaks[first]:20.3f} "
+                  f"{times[name, tr, nb]:8.3f} {times[name, tr, nb] / times[first]:14.2f}")
 
 
 if __name__ == "__main__":
