@@ -59,18 +59,25 @@ def _interrupt(signum, frame) -> None:
 
 #: the commands that run on every rank of an MPI job, with signal handling of their own (:func:`_spmd`)
 _SPMD_COMMANDS = ("run", "embed", "predict")
+#: the signals that stop embed and predict once started, and their exit status then, whichever it was
+#: (:func:`_spmd_body`): SIGUSR1 is hpcdgnn-mpirun's form of a first SIGTERM or SIGINT
+_PASS_STOPS, EXIT_PASS_STOPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1), 130
 
 
-def _stop_while_starting(command: str) -> dict[int, object]:
-    """Make a SIGTERM or SIGINT that comes while a one-process command (prepare, generate, …) is starting — its
-    parser imports torch and h5py, seconds on a cold file cache — print one line and exit with the shell's code,
-    128 + n, instead of ending it without a word (SIGTERM) or with a traceback (Ctrl-C). Nothing is written
+def _stop_while_starting(command: str, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+                         code: int | None = None) -> dict[int, object]:
+    """Make a stop signal that comes while a command that has no handlers yet (prepare, generate, …, embed,
+    predict) is starting — its parser imports torch and h5py, seconds on a cold file cache — print one line and
+    exit, instead of ending it without a word (SIGTERM) or with a traceback (Ctrl-C). Nothing is written
     before the command's own handlers are in, so the handler exits at once (``os._exit``): an exception raised in
     the middle of an import could be swallowed by C code, or leave a half-imported module behind. A signal the
-    process was started ignoring (``cmd &`` in a script) stays ignored.
+    process was started ignoring (``cmd &`` in a script) stays ignored. ``run`` holds its signals instead
+    (:func:`hpcdgnn.preemption.hold`): a first one asks it for a checkpoint, not to stop.
 
     Args:
         command: the command line's first word, named in the line when it is one (a word of letters).
+        signals: those that stop the command.
+        code: the exit status; None: the shell's code for the signal, 128 + n.
 
     Returns:
         The handlers replaced, per signal, for ``main`` to put back when it is done.
@@ -81,20 +88,20 @@ def _stop_while_starting(command: str) -> dict[int, object]:
         with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
             os.write(2, f"{prefix}stopped by {signal.Signals(signum).name} while starting; nothing was written\n"
                      .encode())
-        os._exit(128 + signum)
+        os._exit(128 + signum if code is None else code)
 
-    return _on_stop_signals(handler)
+    return _on_stop_signals(handler, signals)
 
 
-def _on_stop_signals(handler) -> dict[int, object]:
-    """``handler`` for SIGTERM and SIGINT, but where the process was started ignoring one (``cmd &`` in a script:
-    it stays ignored) or ``main`` runs in another thread than the main one (Python's own handling stays).
+def _on_stop_signals(handler, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> dict[int, object]:
+    """``handler`` for ``signals``, but where the process was started ignoring one (``cmd &`` in a script: it stays
+    ignored) or ``main`` runs in another thread than the main one (Python's own handling stays).
 
     Returns:
         The handlers replaced, per signal.
     """
     replaced = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in signals:
         try:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 replaced[sig] = signal.signal(sig, handler)
@@ -136,8 +143,7 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         # before the heavy imports: a scheduler's early warning must not kill us; a second signal stops at once
         stop = preemption.install(at_once=True)
     else:
-        # SIGUSR1: hpcdgnn-mpirun's form of a first SIGTERM/SIGINT (a scheduler's early warning, too)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        for sig in _PASS_STOPS:  # SIGUSR1: a scheduler's early warning, too
             signal.signal(sig, _interrupt)
         stop = preemption.PreemptionFlag()
     from hpcdgnn.comm import Communicator
@@ -183,7 +189,7 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
             raise
         # every rank gets the signal from mpirun or the scheduler; a rank that did not is ended by the abort
         return _rank_error(comm.rank, comm.size, comm.abort, f"{command[0]}: stopped by a signal; no partial "
-                           "output is left", 130)
+                           "output is left", EXIT_PASS_STOPPED)
     except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
             if comm.rank == 0:
@@ -456,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         from hpcdgnn import preemption
 
         preemption.hold()
+    elif command in ("embed", "predict"):  # before MPI starts: under mpirun each rank stops and says so alone
+        _stop_while_starting(command, _PASS_STOPS, EXIT_PASS_STOPPED)  # _spmd_body's handlers replace it
     elif command is not None and command not in _SPMD_COMMANDS:
         starting = _stop_while_starting(command)  # before the parser's imports
     args = _parser().parse_args(argv)

@@ -94,11 +94,9 @@ def test_a_signal_the_command_was_started_ignoring_stays_ignored(tmp_path):
     assert (tmp_path / "g" / "manifest.json").is_file()
 
 
-@pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
-def test_a_signal_while_prepare_is_still_importing_is_one_line(tmp_path, sig, name):
-    """A signal in prepare's first seconds, while its parser imports torch, before the command's own handlers are
-    in: SIGTERM ended it without a word, Ctrl-C with a traceback. Now one line and 128 + n, nothing written. The
-    import is held where it stands by a ``torch`` on PYTHONPATH that says it is being imported and waits."""
+def _signalled_while_importing(tmp_path, args: list[str], sig: int) -> subprocess.CompletedProcess:
+    """``python -m hpcdgnn ARGS`` sent ``sig`` while its parser imports torch, before the command's own handlers are
+    in. The import is held where it stands by a ``torch`` on PYTHONPATH that says it is being imported and waits."""
     stub = tmp_path / "stub"
     stub.mkdir()
     marker = tmp_path / "importing"
@@ -106,22 +104,46 @@ def test_a_signal_while_prepare_is_still_importing_is_one_line(tmp_path, sig, na
     # main thread next runs Python, and one long sleep would hold it off to its end
     (stub / "torch.py").write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\n"
                                    "for _ in range(6000):\n    time.sleep(0.01)\n")
-    raw = tmp_path / "in.txt"
-    raw.write_text("1 2 10\n2 3 20\n")
     env = {**mpi_env(), "PYTHONPATH": str(stub)}
     # SIGINT as a shell gives it (a pytest-xdist worker may have it ignored, which a child would keep)
-    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", "prepare", str(raw), "--format", "snap", "--output",
-                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert marker.exists(), "prepare never imported torch"
+    assert marker.exists(), f"{args[0]} never imported torch"
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + sig, err
-    assert err.strip().splitlines() == [f"hpcdgnn: prepare: stopped by {name} while starting; nothing was written"], err
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize(("sig", "name"), [(15, "SIGTERM"), (2, "SIGINT")])
+def test_a_signal_while_prepare_is_still_importing_is_one_line(tmp_path, sig, name):
+    """A signal in prepare's first seconds, while its parser imports torch, before the command's own handlers are
+    in: SIGTERM ended it without a word, Ctrl-C with a traceback. Now one line and 128 + n, nothing written."""
+    raw = tmp_path / "in.txt"
+    raw.write_text("1 2 10\n2 3 20\n")
+    proc = _signalled_while_importing(tmp_path, ["prepare", str(raw), "--format", "snap", "--output",
+                                                 str(tmp_path / "out")], sig)
+    assert proc.returncode == 128 + sig, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"hpcdgnn: prepare: stopped by {name} while starting; nothing was written"], proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["importing", "in.txt", "stub"]
+
+
+@pytest.mark.parametrize(("command", "sig", "name"), [("embed", 15, "SIGTERM"), ("predict", 2, "SIGINT"),
+                                                      ("embed", 10, "SIGUSR1")])
+def test_a_signal_while_embed_or_predict_is_still_importing_is_one_line(tmp_path, command, sig, name):
+    """embed and predict, as prepare: a SIGTERM in their first seconds ended them without a word, a Ctrl-C with a
+    traceback, a SIGUSR1 (hpcdgnn-mpirun's form of a first SIGTERM or SIGINT) without a word, exit 138. Now one line,
+    and their exit status for a stop once started, 130, whichever the signal."""
+    args = [command, str(tmp_path / "run"), "--output", str(tmp_path / "out.h5")]
+    proc = _signalled_while_importing(tmp_path, args, sig)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"hpcdgnn: {command}: stopped by {name} while starting; nothing was written"], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["importing", "stub"]
 
 
 def test_profile_threads_are_bounded_like_train_threads(tmp_path):
