@@ -350,11 +350,11 @@ def _read_pairs(path: str) -> np.ndarray:
 
 def run_predict(args: argparse.Namespace, comm) -> int:
     """``python -m hpcdgnn predict RUNDIR --output FILE (--pairs FILE | --split S)`` on every rank."""
-    predicted(args, comm)
+    predicted(args, comm, hand_out=False)
     return 0
 
 
-def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | None:
+def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarray | EmbeddingFile | None:
     """:func:`run_predict`'s pass (collective).
 
     Args:
@@ -363,10 +363,12 @@ def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | No
             rank 0's are read, by :func:`pairs_of`, and checked; the other ranks' are not used), or None for
             node tasks; ``split``, ``split_given``, ``set``.
         comm: the world's communicator.
+        hand_out: return the pairs' scores on every rank (the Python API's); False (the command): None, and rank 0
+            alone, which wrote them, holds them.
 
     Returns:
-        Pairs: their scores (K,) float64, on every rank. Node tasks: with ``output`` None the head's outputs as
-        an :class:`EmbeddingFile` on every rank, else None (rank 0 wrote the file).
+        Pairs: their scores (K,) float64, on every rank (None where not ``hand_out``). Node tasks: with ``output``
+        None the head's outputs as an :class:`EmbeddingFile` on every rank, else None (rank 0 wrote the file).
     """
     import torch
 
@@ -460,6 +462,8 @@ def predicted(args: argparse.Namespace, comm) -> np.ndarray | EmbeddingFile | No
             _write_scores(args.output, pairs, scores)
         print(f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
               f"{comm.size} rank(s) -> {_destination(args)}", flush=True)
+    if not hand_out:  # every rank of the command skips it alike: no collective is left unmatched
+        return None
     return comm.bcast_(torch.from_numpy(scores), tag="embed").numpy()
 
 

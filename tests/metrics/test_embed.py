@@ -219,3 +219,27 @@ def test_the_metadata_is_strict_json(tmp_path, fmt):
         with h5py.File(tmp_path / "z.h5") as f:
             text = f.attrs["meta"]
     assert strict(text)["metrics"] == {"val_loss": None, "test_auc": 0.5}
+
+
+def test_the_predict_command_keeps_the_scores_on_rank_0(tmp_path, small_dataset, monkeypatch):
+    """The command broadcast the pairs' scores to every rank once rank 0 had written them, though only the Python
+    API hands them out: the command sends them nowhere now, the API on every rank still returns them."""
+    run = _train(tmp_path, small_dataset, "full")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("0,1,5\n3,9,2\n22,0,5\n")
+    sent = []
+    bcast = Communicator.bcast_
+
+    def recorded(self, tensor, *args, **kwargs):
+        sent.append((tuple(tensor.shape), tensor.dtype))
+        return bcast(self, tensor, *args, **kwargs)
+
+    monkeypatch.setattr(Communicator, "bcast_", recorded)
+    proc = _cli(tmp_path, "predict", run, "--pairs", pairs, "--output", tmp_path / "scores.csv")
+    assert proc.returncode == 0, proc.stderr
+    assert ((3,), torch.float64) not in sent, sent
+    with open(tmp_path / "scores.csv") as f:
+        written = [float(r["score"]) for r in csv.DictReader(f)]
+    scores = hpcdgnn.load_run(run).predict(pairs=pairs)
+    assert ((3,), torch.float64) in sent, sent  # what the API returns on every rank
+    np.testing.assert_array_equal(scores, written)
