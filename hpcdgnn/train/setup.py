@@ -905,8 +905,11 @@ def calibration_epoch(job: JobConfig, start_epoch: int = 0, calibrated: bool | N
 
 
 def warmup_epochs(job: JobConfig, start_epoch: int = 0, calibrated: bool | None = False) -> int:
-    """The epochs flagged ``warmup``: ``train.warmup_epochs``, and every epoch up to a balance re-cut."""
-    return max(job.train.warmup_epochs, calibration_epoch(job, start_epoch, calibrated))
+    """The epochs flagged ``warmup``: ``train.warmup_epochs``, every epoch up to a balance re-cut, and the first on
+    the new plan (its set-up's one-time exchanges, e.g. the constant Ã·X moved to new owners, and its cold caches
+    fall in that epoch, as a run's first epoch carries the first plan's)."""
+    cut = calibration_epoch(job, start_epoch, calibrated)
+    return max(job.train.warmup_epochs, cut + 1 if cut else 0)
 
 
 def measured_plan(run: Run, compute: list[float], comm: Communicator, log):

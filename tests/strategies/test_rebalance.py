@@ -110,9 +110,11 @@ def test_the_planner_offers_no_blocked_variant_of_a_measured_snapshot(tmp_path, 
 
 
 @pytest.mark.parametrize(("balance", "warmup", "epochs", "cut", "flagged"), [
-    ("measured", 1, 5, 4, 4),  # the median of epochs 2-4 at least, however short the warm-up asked
-    ("measured", 0, 5, 4, 4),
-    ("measured", 6, 9, 6, 6),  # a longer warm-up: after its last epoch, as asked
+    # the median of epochs 2-4 at least, however short the warm-up asked; the first epoch on the new plan is
+    # warm-up too (its one-time exchanges)
+    ("measured", 1, 5, 4, 5),
+    ("measured", 0, 5, 4, 5),
+    ("measured", 6, 9, 6, 7),  # a longer warm-up: after its last epoch, as asked
     ("measured", 1, 4, 0, 1),  # nothing left to run on a new plan: no re-cut, the warm-up as asked
     ("work", 1, 9, 0, 1),
 ])
@@ -133,13 +135,13 @@ def test_calibration_window_of_a_resumed_process(tmp_path, small_dataset):
                              strategy={"name": "snapshot", "layout": "block", "balance": "measured"},
                              train={"epochs": 8, "warmup_epochs": 1}))
     assert calibration_epochs(job) == range(2, 5)
-    assert calibration_epochs(job, 2) == range(4, 7) and warmup_epochs(job, 2) == 6  # its own first left out
+    assert calibration_epochs(job, 2) == range(4, 7) and warmup_epochs(job, 2) == 7  # its own first left out
     assert calibration_epochs(job, 3) == range(5, 8)  # the re-cut after epoch 7, before the last
     assert calibration_epochs(job, 4) == range(0)  # 4 + 4 leaves no epoch to train on a new plan
     # resumed after epoch 4 with epochs to spare: a plan not yet calibrated (a run that reached train.epochs
     # first) calibrates over the process's own epochs; a calibrated one, or a checkpoint that does not say, not
     longer = replace(job, train=replace(job.train, epochs=30))
-    assert calibration_epochs(longer, 4) == range(6, 9) and warmup_epochs(longer, 4) == 8
+    assert calibration_epochs(longer, 4) == range(6, 9) and warmup_epochs(longer, 4) == 9
     assert calibration_epochs(longer, 4, calibrated=True) == range(0) and warmup_epochs(longer, 4, True) == 1
     assert calibration_epochs(longer, 4, calibrated=None) == range(0)
     assert calibration_epochs(longer, 2, calibrated=None) == range(4, 7)  # before the fresh window's end
@@ -154,15 +156,16 @@ def test_forced_recut_is_exact_and_kept(launcher, small_dataset, tmp_path, P, st
     extra = {"layout": "block"} if strategy == "snapshot" else {}
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
                     strategy={"name": strategy, "balance": "measured", **extra},
-                    train={"epochs": 5, "warmup_epochs": 1})
+                    train={"epochs": 6, "warmup_epochs": 1})
     ref, _ = _losses(launcher, None, job, tmp_path / "plain")
     got, _ = _losses(launcher, P, job, tmp_path / "p", f"debug.measured_compute={forced}")
     np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=f"{strategy} {model} P={P}")
     first = json.loads((tmp_path / "p" / "plan.before-epoch-4.json").read_text())
     now = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert now["snapshot_bounds"] != first["snapshot_bounds"] and now["eval_scale"] > first["eval_scale"] == 1.0
-    # the epochs the cut was measured in are warm-up: every steady epoch ran the new plan
-    assert [r["warmup"] for r in read_metrics(tmp_path / "p")] == [True] * 4 + [False]
+    # the epochs the cut was measured in are warm-up, and the first on the new plan (its one-time exchanges):
+    # every steady epoch ran the new plan, past its set-up
+    assert [r["warmup"] for r in read_metrics(tmp_path / "p")] == [True] * 5 + [False]
     assert now["kind"] == first["kind"] == ("pss" if strategy == "pss" else "snapshot")
 
 
@@ -236,9 +239,10 @@ def test_a_run_extended_before_its_recut_still_recuts(launcher, small_dataset, t
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in (tmp_path / "part").glob("plan.before-epoch-*.json")) == [
         "plan.before-epoch-8.json"]
-    # each process's first epoch is warm-up, and the second's epochs up to its re-cut (the third calibrates none)
-    assert [r["warmup"] for r in read_metrics(tmp_path / "part")] == [True] + [False] * 3 + [True] * 4 + [
-        False, True] + [False] * 4
+    # each process's first epoch is warm-up, and the second's epochs up to its re-cut and the one after (the third
+    # calibrates none)
+    assert [r["warmup"] for r in read_metrics(tmp_path / "part")] == [True] + [False] * 3 + [True] * 6 + [
+        False] * 4
 
 
 def test_wrong_number_of_forced_values_is_one_line(launcher, small_dataset, tmp_path):
