@@ -143,9 +143,12 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         # before the heavy imports: a scheduler's early warning must not kill us; a second signal stops at once
         stop = preemption.install(at_once=True)
     else:
-        for sig in _PASS_STOPS:  # SIGUSR1: a scheduler's early warning, too
-            signal.signal(sig, _interrupt)
         stop = preemption.PreemptionFlag()
+        # as the process's command, main's starting handler (one line, exit) stays until a communicator exists:
+        # nothing is written before, and an interrupt raised inside MPI's start-up would end in a traceback
+        if not _AS_COMMAND:
+            for sig in _PASS_STOPS:  # SIGUSR1: a scheduler's early warning, too
+                signal.signal(sig, _interrupt)
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import START_TIMEOUT_S, abort_world, start_timeout, world_rank_size
 
@@ -166,6 +169,8 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         raise
     if comm.size > 1:
         _install_abort_hook(comm)
+    if not preemptible and _AS_COMMAND:
+        _on_stop_signals(_interrupt, _PASS_STOPS)
     try:
         from hpcdgnn.comm.world import check_same_command
         from hpcdgnn.train.collective import agree_start, collective_error

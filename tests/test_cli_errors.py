@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -211,6 +213,46 @@ def test_ranks_started_with_different_arguments_are_refused_not_hung(launcher, t
 
 
 FOREIGN = [sys.executable, "-c", "from mpi4py import MPI; import time; time.sleep(60)"]
+
+
+def _python_m(args: list[str]) -> int | None:
+    """The process ``python -m ARGS`` (not the launcher whose command line holds it), or None."""
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "cmdline").read_bytes().split(b"\0")[1:-1] == [b"-m", *map(str.encode, args)]:
+                return int(d.name)
+        except OSError:  # ended meanwhile
+            continue
+    return None
+
+
+@pytest.mark.mpi
+def test_a_signal_while_embed_waits_for_the_other_ranks_is_one_line(launcher, tmp_path):
+    """embed (and predict) in MPI's start, waiting for a rank that runs another program: a SIGTERM raised an
+    interrupt there, which printed a traceback and aborted the job with exit 1. Until a communicator exists
+    nothing is written, so the starting line and exit 130 hold there too."""
+    out = tmp_path / "z.h5"
+    embed = [sys.executable, "-m", "hpcdgnn", "embed", str(tmp_path / "run"), "--output", str(out)]
+    cmd = [launcher.mpirun, *launcher.flags, "-np", "1", *embed, ":", "-np", "1", *FOREIGN]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**mpi_env(), "HPCDGNN_START_TIMEOUT": "60"}, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the embed rank with the MPI library loaded: in (or past) MPI_Init
+            pid = _python_m(embed[2:])
+            if pid is not None and "libmpi" in Path(f"/proc/{pid}/maps").read_text():
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the embed rank did not start MPI within 60 s")
+        time.sleep(2)  # into the start's wait for rank 1
+        os.kill(pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "hpcdgnn: embed: stopped by SIGTERM while starting; nothing was written" in err, err
+    assert "Traceback" not in err, err
+    assert proc.returncode != 0 and not out.exists()
 
 
 @pytest.mark.parametrize("foreign_first", [False, True])
