@@ -131,7 +131,9 @@ else
   DEV=cuda GEN_N=32768 GEN_T=64 EPOCHS=4 EMAIL_T=64 TGN_EVENTS=30000 TESTS_S=120 BLOCKS=16
   EMAIL=$REPO/.device/data/email-Eu-core-temporal.txt.gz
 fi
+mkdir -p "$OUT" || exit 1  # OUT=DIR given by hand may not exist yet: every log would fail to open
 WORK=$(mktemp -d /tmp/issue61-work-XXXX)
+trap 'rm -rf "$WORK"' EXIT  # the generated graph: a rehearsal on a shared machine leaves nothing in /tmp
 # bench_pygt's PyG Temporal: the staged source, unless given
 [ -d .device/pygt-src ] && export HPCDGNN_PYGT_PATH=${HPCDGNN_PYGT_PATH:-$REPO/.device/pygt-src}
 export OMP_NUM_THREADS=1  # one host thread per process, as every earlier GPU figure
