@@ -59,7 +59,8 @@ step() {
 
 setup() {
   {
-    date -u; nproc; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+    date -u; env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc  # nproc reports OMP_NUM_THREADS (1, below) where set
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
     git log --oneline -1 2>/dev/null; command -v "$PY"
   } >> "$SUMMARY" 2>&1
   if [ "$REHEARSE" = 0 ]; then
