@@ -15,7 +15,7 @@ import signal
 from collections.abc import Iterator
 
 __all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold", "install",
-           "requested", "reset", "stop", "waiting"]
+           "requested", "requested_while_waiting", "reset", "stop", "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -68,6 +68,8 @@ class PreemptionFlag:
         self.raised = False
         self.name = ""
         self.at_once = at_once
+        #: the first signal came inside a :func:`waiting` block: it was taken as a stop now, not at an epoch's end
+        self.while_waiting = False
 
     def handle(self, signum: int, frame: object) -> None:
         """Signal handler: remember, do nothing else (it may interrupt anything) — but a second SIGINT/SIGTERM."""
@@ -82,8 +84,10 @@ class PreemptionFlag:
             os._exit(code)  # not sys.exit: the handler may have interrupted a collective or a write
         if again and signum == signal.SIGINT:
             signal.default_int_handler(signum, frame)  # Ctrl-C again: stop now (KeyboardInterrupt)
-        if not self.raised and not self.at_once and signum == signal.SIGINT:
-            _acknowledge()
+        if not self.raised:
+            self.while_waiting = bool(_WAITING)
+            if not self.at_once and signum == signal.SIGINT:
+                _acknowledge()
         self.raised = True
         self.name = signal.Signals(signum).name
 
@@ -150,6 +154,12 @@ def install(at_once: bool = False) -> PreemptionFlag:
 def requested() -> bool:
     """Whether this process has received a pre-emption signal (False before :func:`install`)."""
     return _FLAG is not None and _FLAG.raised
+
+
+def requested_while_waiting() -> bool:
+    """Whether this process's first pre-emption signal came inside a :func:`waiting` block: a stop now, as a library
+    caller's interrupt was acknowledged there, even where the wait ended as the signal came."""
+    return _FLAG is not None and _FLAG.raised and _FLAG.while_waiting
 
 
 def reset() -> None:

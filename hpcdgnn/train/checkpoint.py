@@ -132,6 +132,11 @@ def hold_run(run_dir: Path, where: str) -> None:
                                      "nothing keeps a second job from training this run at the same time")
                 return
             if fd is not None:
+                # a signal up to the wait's end was told "stopping now": so it does, though the lock came free
+                waiting.close()
+                if preemption.requested_while_waiting():
+                    os.close(fd)
+                    raise StoppedError(stopped)
                 _HELD[key] = fd
                 return
             if preemption.requested():  # a signal before the wait

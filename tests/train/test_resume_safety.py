@@ -457,3 +457,42 @@ def test_a_resume_of_a_run_killed_before_its_first_checkpoint_says_what_to_do(sm
     assert proc.stderr == (f"hpcdgnn: error: --resume {run}: no complete checkpoint in {run / 'checkpoints'} (the run "
                            "stopped before its first was written: nothing to resume; train the job again into another "
                            f"run directory, or after removing {run})\n")
+
+
+def test_an_interrupt_as_another_job_lets_go_of_run_lock_stops_as_it_was_told(tmp_path, monkeypatch, capsys):
+    """A library caller's interrupt during the wait for another job's ``run.lock`` is acknowledged as "stopping
+    now, …; nothing was changed". One that came as that job let go (between the wait's last look at the flag and
+    taking the lock) was told so too, but the run took the lock and went on into its set-up."""
+    import os
+    import signal
+    import time
+
+    from hpcdgnn import preemption, run_lock
+    from hpcdgnn.errors import StoppedError
+    from hpcdgnn.train import checkpoint
+
+    tries = []
+
+    def lock(path):
+        tries.append(path)
+        if len(tries) == 1:
+            return None  # another job holds it: the wait begins
+        os.kill(os.getpid(), signal.SIGINT)  # the caller's Ctrl-C as that job lets go
+        deadline = time.monotonic() + 10
+        while not preemption.requested() and time.monotonic() < deadline:  # the handler has run
+            time.sleep(0.01)
+        return run_lock._lock(path)
+
+    monkeypatch.setattr(checkpoint, "_lock", lock)
+    monkeypatch.setenv("HPCDGNN_RUN_LOCK_WAIT", "60")
+    preemption.reset()
+    preemption.install()
+    try:
+        with pytest.raises(StoppedError, match=r"^resume=X: stopped by a signal while waiting for another job"):
+            checkpoint.hold_run(tmp_path, "resume=X")
+    finally:
+        preemption.reset()
+        checkpoint.release_runs(tmp_path)
+    assert len(tries) == 2
+    assert "hpcdgnn: interrupted: stopping now, while waiting for another job" in capsys.readouterr().err
+    assert run_lock.run_alive(tmp_path) is False  # let go again
