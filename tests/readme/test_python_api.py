@@ -589,11 +589,16 @@ def test_only_a_message_s_subject_and_its_advice_take_the_api_s_words():
         assert str(_named(ConfigError(message), None)) == (want or message)
 
 
-def _held(path: Path) -> int:
-    """Another job's hold on a run (its rank 0's ``flock`` on ``RUNDIR/run.lock``): a descriptor to close."""
+def _held(tmp_path: Path, small_dataset, monkeypatch, capsys, wait: str) -> int:
+    """A run ``r`` of one epoch in ``tmp_path`` (the working directory), held by another job (its rank 0's ``flock``
+    on ``r/run.lock``: a descriptor to close), with ``HPCDGNN_RUN_LOCK_WAIT=wait``."""
     import fcntl
 
-    fd = os.open(path / "run.lock", os.O_RDWR | os.O_CREAT)
+    monkeypatch.chdir(tmp_path)
+    hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 1}}, output="r")
+    capsys.readouterr()
+    monkeypatch.setenv("HPCDGNN_RUN_LOCK_WAIT", wait)
+    fd = os.open(tmp_path / "r" / "run.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -602,11 +607,7 @@ def test_a_resume_waiting_for_another_job_s_run_lock_says_so_in_the_api_s_words(
                                                                                  monkeypatch, capsys):
     """The wait's line named the command's ``--resume RUNDIR`` to a caller of ``hpcdgnn.train(None, resume=...)``;
     it names ``resume=RUNDIR``, as the refusal that ends the wait does."""
-    monkeypatch.chdir(tmp_path)
-    hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 1}}, output="r")
-    capsys.readouterr()
-    monkeypatch.setenv("HPCDGNN_RUN_LOCK_WAIT", "0.5")
-    fd = _held(tmp_path / "r")
+    fd = _held(tmp_path, small_dataset, monkeypatch, capsys, "0.5")
     try:
         with pytest.raises(ConfigError, match=r"^resume=r: another job is training this run now"):
             hpcdgnn.train(None, resume="r", overrides=["train.epochs=2"])
@@ -627,11 +628,6 @@ def test_an_interrupt_while_a_resume_waits_for_run_lock_is_acknowledged_as_a_sto
 
     from hpcdgnn.errors import StoppedError
 
-    monkeypatch.chdir(tmp_path)
-    hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 1}}, output="r")
-    capsys.readouterr()
-    monkeypatch.setenv("HPCDGNN_RUN_LOCK_WAIT", "60")
-
     class Interrupt(logging.Handler):  # the caller's Ctrl-C once the wait has begun
         def emit(self, record):
             if "another job holds" in record.getMessage():
@@ -639,8 +635,8 @@ def test_an_interrupt_while_a_resume_waits_for_run_lock_is_acknowledged_as_a_sto
 
     log = logging.getLogger("hpcdgnn")
     interrupt = Interrupt()
+    fd = _held(tmp_path, small_dataset, monkeypatch, capsys, "60")
     log.addHandler(interrupt)
-    fd = _held(tmp_path / "r")
     try:
         with pytest.raises(StoppedError, match=r"^resume=r: stopped by a signal while waiting for another job"):
             hpcdgnn.train(None, resume="r", overrides=["train.epochs=2"])
