@@ -148,7 +148,8 @@ class TrainedRun:
         _check_split(split)
         output = _path_argument(output, "output")
         args = argparse.Namespace(rundir=str(self.dir), output=output, split=split, set=_override_items(overrides))
-        kept = _on_every_rank(lambda comm: embedded(args, comm), words=_PASS_ARGUMENTS)
+        same = _Same("embed", {"output": output, "split": split, "overrides": args.set})
+        kept = _on_every_rank(lambda comm: embedded(args, comm), words=_PASS_ARGUMENTS, same=same)
         return kept if output is None else read_embeddings(output)
 
     def predict(self, output: str | os.PathLike | None = None, *, pairs: Any = None, split: str | None = None,
@@ -160,8 +161,8 @@ class TrainedRun:
         Args:
             output: a new file to write them to as well (``.csv`` of ``u,v,t,score`` rows for pairs; ``.h5`` /
                 ``.npz`` as :meth:`embed`'s for node tasks), or None: nothing written.
-            pairs: link prediction's ``(u, v, t)`` rows: a (K, 3) integer array, tensor or list (rank 0's under
-                ``mpirun``), or a file (``.npy``, or text of three columns).
+            pairs: link prediction's ``(u, v, t)`` rows: a (K, 3) integer array, tensor or list, or a file (``.npy``,
+                or text of three columns); under ``mpirun`` rank 0's, which the other ranks give alike or as None.
             split: node tasks' steps (default ``"test"``).
             overrides: as :func:`train`'s.
 
@@ -176,10 +177,12 @@ class TrainedRun:
         output = _path_argument(output, "output")
         if isinstance(pairs, str | os.PathLike):
             pairs = _path_argument(pairs, "pairs")
-        # data is read on rank 0 alone (predicted): the other ranks' pairs are not used, so not refused either
+        # data is read on rank 0 alone (predicted): the other ranks' pairs are compared, not read
         args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
                                   split_given=split is not None, set=_override_items(overrides), pairs=pairs)
-        got = _on_every_rank(lambda comm: predicted(args, comm), words=_PASS_ARGUMENTS)
+        same = _Same("predict", {"output": output, "split": split, "overrides": args.set, "pairs": pairs},
+                     rank0_only=("pairs",))
+        got = _on_every_rank(lambda comm: predicted(args, comm), words=_PASS_ARGUMENTS, same=same)
         return read_embeddings(output) if got is None else got
 
     def export(self, *, csv: str | os.PathLike | None = None, tensorboard: str | os.PathLike | None = None,
@@ -214,7 +217,7 @@ class TrainedRun:
 
             return agree(comm, lambda: run_export(args) if comm.rank == 0 else 0)  # rank 0's error on every rank
 
-        _on_every_rank(body, words=_EXPORT_ARGUMENTS)
+        _on_every_rank(body, words=_EXPORT_ARGUMENTS, same=_Same("export", {**paths, "to": to}))
         return {k: Path(v) for k, v in paths.items() if v is not None}
 
     def _file(self, name: str) -> Path:
@@ -473,11 +476,64 @@ def _check_split(split: str) -> None:
         raise ConfigError(f"split: {split!r}; choose from {', '.join(PASS_SPLITS)}")
 
 
-def _on_every_rank(body, stopped=lambda: False, written: str | None = None, words=None):
+@dataclass
+class _Same:
+    """A collective call's arguments that every rank must give alike (:meth:`check`).
+
+    Rank 0's arguments decide for every rank (it reads the data, writes the files), and a rank that was given
+    another ``output`` expects another return (data where rank 0 wrote a file: a collective the others never
+    join), so arguments that differ are refused, every rank alike, instead of served silently as rank 0's.
+    ``rank0_only``: arguments the other ranks may leave None (data only rank 0 needs)."""
+
+    call: str
+    given: dict[str, Any]
+    rank0_only: tuple[str, ...] = ()
+
+    @staticmethod
+    def digest(value: Any) -> str:
+        """A fingerprint of an argument: data (array, tensor, list of numbers) by dtype, shape and bytes, a path by
+        its text; never raises (what cannot be read is compared by its type, and refused later by rank 0)."""
+        import hashlib
+
+        import numpy as np
+
+        try:
+            if value is None or isinstance(value, str | os.PathLike | int | float | bool):
+                text = repr(os.fspath(value) if isinstance(value, os.PathLike) else value).encode()
+            else:
+                data = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value)
+                if data.dtype == object:
+                    raise TypeError
+                text = f"{data.dtype}{data.shape}".encode() + np.ascontiguousarray(data).tobytes()
+        except Exception:  # ragged lists, objects: their type
+            text = f"<{type(value).__qualname__}>".encode()
+        return hashlib.sha256(text).hexdigest()[:16]
+
+    def check(self, comm) -> None:
+        """Refuse, on every rank alike (one line), arguments that differ from rank 0's (collective)."""
+        from hpcdgnn.train.collective import collective_error
+
+        if comm.size == 1:
+            return
+        mine = {k: self.digest(v) for k, v in self.given.items()}
+        everyone = comm.allgather_obj(mine, tag="setup")
+        unset = self.digest(None)
+        for rank, theirs in enumerate(everyone):
+            for name in self.given:
+                if theirs[name] == everyone[0][name] or (name in self.rank0_only and theirs[name] == unset):
+                    continue
+                also = f" (or {name}=None: rank 0's serve every rank)" if name in self.rank0_only else ""
+                raise collective_error(ConfigError(
+                    f"{self.call}: rank {rank} was given another {name} than rank 0; every rank calls {self.call} "
+                    f"with the same arguments{also}"))
+
+
+def _on_every_rank(body, stopped=lambda: False, written: str | None = None, words=None, same: _Same | None = None):
     """``body(comm)`` on every rank of the world (SPMD), returned once every rank has finished it: an error every
     rank meets is raised on every rank (a mapping job's file named as the caller gave it, the commands' options
     as ``words`` says: :func:`_named`); one a rank meets alone prints its line with the rank and ends the job, as a
-    crash does with its traceback (the others would wait in a collective)."""
+    crash does with its traceback (the others would wait in a collective). ``same``: arguments every rank must
+    give alike, checked first."""
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.errors import StalledError
@@ -496,6 +552,8 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
         raise
     try:
         agree_start(comm)
+        if same is not None:
+            same.check(comm)
         result = body(comm)
         comm.barrier(tag="api.done")  # every rank returns once rank 0 has written what the call writes
         return result

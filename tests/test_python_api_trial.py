@@ -131,27 +131,30 @@ def test_pairs_past_int64_or_not_finite_are_named_as_given(tmp_path, small_datas
 def test_only_rank_0_s_pairs_are_read_under_mpi(tmp_path, small_dataset, launcher):
     """Rank 0's ``pairs`` are the ones scored, yet every rank checked its own: pairs another rank passed that
     were not numbers raised on that rank alone, which then left the call while rank 0 waited for it in the
-    collective (a hang until HPCDGNN_START_TIMEOUT, or the job killed). The others' are not read; rank 0's bad
-    rows are refused on every rank."""
+    collective (a hang until HPCDGNN_START_TIMEOUT, or the job killed). The others' are not read: given as None
+    they are rank 0's, given otherwise one line on every rank; rank 0's bad rows are refused on every rank."""
     import json
 
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
     script = tmp_path / "use.py"
     script.write_text(
-        "import json, os, sys\nimport hpcdgnn\nfrom hpcdgnn.errors import DataError\n"
+        "import json, os, sys\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError, DataError\n"
         "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
         f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
-        "mine = [[0, 1, 0], [2, 3, 1]] if rank == 0 else [['a', 'b', 'c']]\n"
+        "mine = [[0, 1, 0], [2, 3, 1]] if rank == 0 else None\n"
         # one write a line: MPICH's Hydra forwards each write as it comes and may join two ranks' partial lines
         "os.write(1, f'GOT {json.dumps(run.predict(pairs=mine).tolist())}\\n'.encode())\n"
-        "try:\n    run.predict(pairs=[[0, 1, 0.5]] if rank == 0 else [[0, 1, 0]])\n"
-        "except DataError as e:\n    os.write(1, f'CAUGHT {e}\\n'.encode())\n")
+        "for pairs in ([[0, 1, 0.5]] if rank == 0 else None, [[0, 1, 0]] if rank == 0 else [['a', 'b', 'c']]):\n"
+        "    try:\n        run.predict(pairs=pairs)\n"
+        "    except (DataError, ConfigError) as e:\n        os.write(1, f'CAUGHT {e}\\n'.encode())\n")
     proc = launcher.run(2, [str(script), str(tmp_path / "r")], cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("GOT ")]
     assert len(got) == 2 and got[0] == got[1] and len(got[0]) == 2, proc.stdout
-    caught = [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")]
-    assert caught == ["CAUGHT pairs: row 0: u, v, t must be integers"] * 2, proc.stdout
+    caught = sorted(line for line in proc.stdout.splitlines() if line.startswith("CAUGHT"))
+    assert caught == ["CAUGHT pairs: row 0: u, v, t must be integers"] * 2 + [
+        "CAUGHT predict: rank 1 was given another pairs than rank 0; every rank calls predict with the same "
+        "arguments (or pairs=None: rank 0's serve every rank)"] * 2, proc.stdout
 
 
 @pytest.mark.mpi

@@ -259,6 +259,38 @@ def _caught_on_two_ranks(launcher, tmp_path, body: str) -> tuple[list[str], str]
 
 
 @pytest.mark.mpi
+def test_arguments_that_differ_between_ranks_are_refused_on_every_rank(tmp_path, small_dataset, launcher):
+    """Rank 0's arguments decide for every rank: another rank's own pairs were silently scored as rank 0's, and an
+    output given on rank 0 alone hung the others (they waited for the data rank 0, writing a file, never sent).
+    Now each is one line on every rank; pairs None on the other ranks is rank 0's for all, as documented."""
+    script = tmp_path / "differ.py"
+    script.write_text(
+        "import os\nimport numpy as np\nimport hpcdgnn\nfrom hpcdgnn.errors import ConfigError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"run = hpcdgnn.train({{'data': {{'path': {str(small_dataset)!r}}}, 'train': {{'epochs': 1}}}}, "
+        "output='r')\n"
+        "s = run.predict(pairs=None if rank else np.array([[0, 1, 0], [2, 3, 1]]))\n"
+        "os.write(1, f'SCORES {s.tolist()}\\n'.encode())\n"
+        "for call in (lambda: run.predict(pairs=np.array([[0, 1 + rank, 0]])),\n"
+        "             lambda: run.embed(output=None if rank else 'z.h5'),\n"
+        "             lambda: run.export(csv=f'm{rank}.csv')):\n"
+        "    try:\n        call()\n    except ConfigError as e:\n"
+        "        os.write(1, f'CAUGHT {e}\\n'.encode())\n")
+    proc = launcher.run(2, [str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    scores = [line for line in proc.stdout.splitlines() if line.startswith("SCORES")]
+    assert len(scores) == 2 and scores[0] == scores[1], proc.stdout
+    caught = sorted(line for line in proc.stdout.splitlines() if line.startswith("CAUGHT"))
+    assert caught == sorted(2 * [
+        "CAUGHT predict: rank 1 was given another pairs than rank 0; every rank calls predict with the same "
+        "arguments (or pairs=None: rank 0's serve every rank)",
+        "CAUGHT embed: rank 1 was given another output than rank 0; every rank calls embed with the same arguments",
+        "CAUGHT export: rank 1 was given another csv than rank 0; every rank calls export with the same arguments"]), \
+        proc.stdout
+    assert not (tmp_path / "z.h5").exists() and not list(tmp_path.glob("m*.csv"))
+
+
+@pytest.mark.mpi
 def test_a_mapping_job_s_error_reads_the_same_on_every_rank(tmp_path, small_dataset, launcher):
     """Rank 0 finds the bad key and every rank raises it: each names the job as the caller gave it, not rank
     0's temporary file (which the other ranks never had)."""
