@@ -11,22 +11,32 @@ a sum's order changes only the last bits). For each case, ``python -m hpcdgnn ru
 rank), and the largest relative difference of its losses, gradient norms (Adam hides a wrong gradient scale
 from the losses) and validation and test metrics, every epoch's, from the reference is printed:
 
-* a full-batch strategy (``Strategy.full_batch``: snapshot, pss, vertex, chunk) against the model
+* a full-batch strategy (``Strategy.full_batch``: snapshot, pss, vertex, chunk, grid) against the model
   under ``snapshot`` at P = 1, the single-process engine;
-* the others (``sequences``' mini-batches, ``memory``'s event batches) against the same strategy at
-  P = 1: which samples form a step depends on the seed, the epoch and the step, never on P.
+* the others (``sequences``' mini-batches, ``hybrid``'s batches, ``memory``'s event batches) against the same
+  strategy at P = 1: which samples form a step depends on the seed, the epoch and the step, never on P.
+  ``hybrid``'s default adjuster rewards the measured step time, which differs from run to run: check it with
+  ``--set strategy.adjuster.reward_time=work`` (or ``adjuster.kind=fixed``/``random``); ``averaging.mode:
+  async`` is approximate by design. ``memory`` runs i = P (``strategy.minibatch``): on a raw-second stream the
+  last step's gradient norm drifts by rounding grown through training (8e-9 after 3 epochs at P = 4, 7 on
+  12,000 CollegeMsg events, as one process on 2 threads does beside 1), so give it ``--epochs 2`` or a
+  looser ``--tol``.
 
 ``--set`` passes job settings to every run, the references included (``hpcdgnn run --set``): settings
 that must change no result are checked this way at your rank counts — who moves the bytes, and in how
 many pieces: ``--set comm.grad_buckets=3`` for any case, and with ``--cases
-tmgcn:snapshot cdgcn:snapshot`` also ``strategy.overlap_chunks=3`` (a ``strategy`` key belongs to the
-strategies that have it: the job's config refuses it for the others, so such a run fails with that line).
+cdgcn:snapshot tgcn:snapshot`` also ``strategy.overlap_chunks=3`` or ``strategy.blocks=2`` (a ``strategy``
+key belongs to the strategies that have it: the job's config refuses it for the others, so such a run fails
+with that line; TM-GCN's time halo and EvolveGCN-O move no redistribution for the chunks to overlap: add
+``strategy.time_halo=off`` for TM-GCN).
 
 A run that fails prints its error line. Exit status 1 if any run failed or differs by more than
 ``--tol``, else 0. Stale aggregation (``strategy.stale``) is off: it is approximate by design.
 Measured 2026-11-27 on this repository's 2-core VM: ``--data`` CollegeMsg in 37 snapshots ``--ranks 4 5``,
 the 24 runs of the default cases within 9.9e-16; the same comparison on four more real datasets at P up
-to 16 (> N) within 4e-15 (``perf/results/README.md``, nineteenth session).
+to 16 (> N) within 4e-15 (``perf/results/README.md``, nineteenth session). Again 2026-12-06 at P = 4, 5, 7
+on CollegeMsg, bitcoinalpha and email-Eu-core, every exact strategy and these settings within 8.8e-14
+(``perf/results/exactness-s69/``).
 """
 
 from __future__ import annotations
