@@ -5,7 +5,8 @@ summed over events. MRR ranks each positive against ``task.eval_negatives`` (a d
 TGB's, against its own), a negative tied with it counting half, as TGB's evaluator does (a model that scores
 everything alike ranks its positives in the middle, not first); AP is per global batch of the
 positives and the first negative of each (one negative per positive, as TGL's ``val_ap`` and PyG's TGN
-example). Scores are rounded to 9 decimals so exact ties tie on every rank count.
+example). Scores within 1e-9 of each other tie (:data:`TIE`), so exact ties tie on every rank count, where a
+score comes out to rounding apart.
 """
 
 from __future__ import annotations
@@ -70,19 +71,20 @@ class EventEmbeddings:
     index: torch.Tensor | None = None
 
 
-def _quantized(scores: np.ndarray) -> np.ndarray:
-    return np.round(scores, 9)
+#: scores this close tie: a tolerance, not a grid — rounding to 9 decimals split two scores P ranks compute to
+#: rounding apart wherever a decimal's half fell between them (AP 1 or 1/2, an MRR rank of 1 or 1.5)
+TIE = 1e-9
 
 
 def average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """scikit-learn's ``average_precision_score`` Σ_k (R_k − R_{k−1}) P_k, tied scores (at 1e-9) entering together;
-    NaN where a score is not finite (a diverged model: NaN sorts last, which is no ranking)."""
+    """scikit-learn's ``average_precision_score`` Σ_k (R_k − R_{k−1}) P_k, tied scores entering together (a run of
+    sorted scores each within :data:`TIE` of the next); NaN where a score is not finite (a diverged model: NaN
+    sorts last, which is no ranking)."""
     if not np.isfinite(scores).all():
         return float("nan")
-    scores = _quantized(scores)
     order = np.argsort(-scores, kind="stable")
     s, y = scores[order], labels[order].astype(np.float64)
-    last = np.r_[np.flatnonzero(np.diff(s) != 0), s.shape[0] - 1]  # the end of each run of equal scores
+    last = np.r_[np.flatnonzero(s[:-1] - s[1:] > TIE), s.shape[0] - 1]  # the end of each run of tied scores
     tp = np.cumsum(y)[last]
     precision = tp / (last + 1)
     recall = tp / max(tp[-1], 1.0)
@@ -188,9 +190,11 @@ class TemporalLinkPrediction(Task):
         is not finite (a diverged model) makes the split's MRR NaN: NaN compares false, so it would rank first."""
         stats = np.zeros(self.stats_width())
         b = _TRAIN + _EVAL * (SPLITS.index(split) - 1)
-        qn, qp = _quantized(neg), _quantized(pos)[:, None]
-        keep = np.ones(qn.shape, dtype=bool) if valid is None else valid
-        rank = 1.0 + 0.5 * (((qn > qp) & keep).sum(1) + ((qn >= qp) & keep).sum(1))
+        p = pos[:, None]
+        keep = np.ones(neg.shape, dtype=bool) if valid is None else valid
+        with np.errstate(invalid="ignore"):  # inf - inf: a diverged model's, whose MRR is NaN below
+            gap = neg - p
+        rank = 1.0 + 0.5 * (((gap > TIE) & keep).sum(1) + ((gap >= -TIE) & keep).sum(1))
         finite = np.isfinite(pos).all() and np.isfinite(neg[keep]).all()
         stats[b] = float(np.sum(1.0 / rank)) if finite else float("nan")
         stats[b + 1] = pos.shape[0]

@@ -762,3 +762,16 @@ def test_forward_is_the_equation_with_a_nonzero_time_phase(dense):
         z_ref, s_ref = reference_forward(net, inp)
     same(z, z_ref)
     same(s_new, s_ref)
+
+
+def test_scores_rounding_apart_tie_on_either_side_of_a_decimal():
+    """P ranks compute a score to rounding beside one rank's. Two scores 2e-13 apart tie whether or not a ninth
+    decimal's half falls between them (rounding to 9 decimals split them there: AP 1 or 1/2 and an MRR rank of 1
+    or 1.5 for the same pair, found as val_ap 5.5e-7 apart at P = 3 and 5 on soc-sign-bitcoinalpha's events)."""
+    task = TemporalLinkPrediction(SimpleNamespace(negatives=1, eval_negatives=2), None, 4, 0)
+    b = 2 + 4 * (SPLITS.index("val") - 1)
+    for lo, hi in ((0.1234567884999, 0.1234567885001), (0.1234567885001, 0.1234567885003)):
+        assert average_precision(np.array([hi, lo]), np.array([1, 0])) == 0.5, (lo, hi)
+        assert average_precision(np.array([lo, hi]), np.array([1, 0])) == 0.5, (lo, hi)
+        for pos, neg in ((lo, hi), (hi, lo)):  # the tied negative counts half: rank 1.5
+            assert task.eval_stats("val", np.array([pos]), np.array([[neg, 0.0]]), None)[b] == 1 / 1.5, (pos, neg)
