@@ -77,6 +77,18 @@ def relative_difference(got: list[float], ref: list[float]) -> float:
     return max((abs(a - b) / max(abs(b), 1e-300) for a, b in zip(got, ref, strict=True)), default=0.0)
 
 
+def verdict(head: str, got: list[float] | None, ref: list[float] | None, why: str, tol: float, against: str = "",
+            ref_why: str = "no reference run") -> int:
+    """Print one case's line — its largest relative difference from ``ref`` (``against``: what ``ref`` is), or
+    the failed run's error (``why`` / ``ref_why``) — and return 1 where it failed or differs by more than ``tol``."""
+    if got is None or ref is None:
+        print(f"{head}: FAIL {why if got is None else ref_why}", flush=True)
+        return 1
+    d = relative_difference(got, ref)
+    print(f"{head}: rel.diff {d:.2e}{against}  {'ok' if d <= tol else 'DIFFERS'}  ({why})", flush=True)
+    return int(d > tol)
+
+
 def main() -> int:
     """Run the references, then every (case, P); print one line each and a verdict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -114,15 +126,8 @@ def main() -> int:
         nonlocal bad
         model, strategy, P = key
         (got, msg), ref = done[key], done[(*reference_of(model, strategy), 1)][0]
-        head = f"{model:12s} {strategy:9s} P{P}"
-        if got is None or ref is None:
-            bad += 1
-            print(f"{head}: FAIL {msg if got is None else 'no reference run'}", flush=True)
-            return
-        d = relative_difference(got, ref)
-        bad += d > args.tol
-        print(f"{head}: rel.diff {d:.2e} vs {reference_of(model, strategy)[1]} P1  "
-              f"{'ok' if d <= args.tol else 'DIFFERS'}  ({msg})", flush=True)
+        bad += verdict(f"{model:12s} {strategy:9s} P{P}", got, ref, msg, args.tol,
+                       f" vs {reference_of(model, strategy)[1]} P1")
 
     with ThreadPoolExecutor(args.workers) as ex:
         done = dict(zip([(m, s, 1) for m, s in refs], ex.map(one, [(m, s, 1) for m, s in refs]), strict=True))

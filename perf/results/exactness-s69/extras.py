@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from check_exactness import relative_difference  # noqa: E402
+from check_exactness import relative_difference, verdict  # noqa: E402
 from gpu_check import REPO, fresh_out, run  # noqa: E402
 
 
@@ -61,13 +61,7 @@ def memory(args) -> int:
                            norms=True)
         (g, gmsg), (r, rmsg) = res[got], res[ref]
         head = f"tgn memory {'x'.join(map(str, got))} (P{got[0] * got[1] * got[2]}) vs {'x'.join(map(str, ref))}"
-        if g is None or r is None:
-            bad += 1
-            print(f"{head}: FAIL {gmsg if g is None else rmsg}", flush=True)
-            continue
-        d = relative_difference(g, r)
-        bad += d > args.tol
-        print(f"{head}: rel.diff {d:.2e}  {'ok' if d <= args.tol else 'DIFFERS'}  ({gmsg})", flush=True)
+        bad += verdict(head, g, r, gmsg, args.tol, ref_why=rmsg)
     return bad
 
 
@@ -82,15 +76,8 @@ def grid(args) -> int:
             got, msg = run(ns, model, "grid", "cpu", ps * pv, dtype="float64", task=args.task,
                            sets=[f"strategy.snapshot_ranks={ps}", f"strategy.vertex_ranks={pv}", *args.sets],
                            norms=True)
-            head = f"{model:12s} grid {shape} (P{ps * pv})"
-            if got is None or ref is None:
-                bad += 1
-                print(f"{head}: FAIL {msg if got is None else rmsg}", flush=True)
-                continue
-            d = relative_difference(got, ref)
-            bad += d > args.tol
-            print(f"{head}: rel.diff {d:.2e} vs snapshot P1  {'ok' if d <= args.tol else 'DIFFERS'}  ({msg})",
-                  flush=True)
+            bad += verdict(f"{model:12s} grid {shape} (P{ps * pv})", got, ref, msg, args.tol, " vs snapshot P1",
+                           rmsg)
     return bad
 
 
