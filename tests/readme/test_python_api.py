@@ -258,6 +258,19 @@ def _caught_on_two_ranks(launcher, tmp_path, body: str) -> tuple[list[str], str]
     return [line for line in proc.stdout.splitlines() if line.startswith("CAUGHT")], proc.stdout + proc.stderr[-2000:]
 
 
+def test_the_same_pairs_in_another_container_are_the_same_argument():
+    """Ranks compare their arguments by digest: the same numbers as a list, an int32 tensor or an int64 array must
+    agree (a rank holding its pairs as a tensor is not refused), other numbers, None or another path not."""
+    from hpcdgnn.api import _Same
+
+    same = _Same.digest([[0, 1, 0], [2, 3, 1]])
+    assert same == _Same.digest(np.array([[0, 1, 0], [2, 3, 1]])) == _Same.digest(
+        torch.tensor([[0, 1, 0], [2, 3, 1]], dtype=torch.int32))
+    assert len({same, _Same.digest([[0, 1, 0], [2, 3, 2]]), _Same.digest([[0, 1, 0]]), _Same.digest(None),
+                _Same.digest("p.txt"), _Same.digest("q.txt")}) == 6
+    assert _Same.digest([[0.5, 1, 0]]) == _Same.digest(torch.tensor([[0.5, 1, 0]], dtype=torch.float64))
+
+
 @pytest.mark.mpi
 def test_arguments_that_differ_between_ranks_are_refused_on_every_rank(tmp_path, small_dataset, launcher):
     """Rank 0's arguments decide for every rank: another rank's own pairs were silently scored as rank 0's, and an
