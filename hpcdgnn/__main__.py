@@ -135,8 +135,6 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
     ``preemptible`` (``run``): a first SIGTERM/SIGINT asks for a checkpoint, a second stops at once; otherwise
     (``embed``, ``predict``) the first stops: what was being written is removed, exit 130.
     """
-    import signal
-
     from hpcdgnn import preemption
 
     if preemptible:
@@ -144,11 +142,10 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
         stop = preemption.install(at_once=True)
     else:
         stop = preemption.PreemptionFlag()
-        # as the process's command, main's starting handler (one line, exit) stays until a communicator exists:
-        # nothing is written before, and an interrupt raised inside MPI's start-up would end in a traceback
+        # as the process's command, main's starting handler (one line, exit) stays until a communicator exists
+        # (below): nothing is written before, and an interrupt raised inside MPI's start-up would end in a traceback
         if not _AS_COMMAND:
-            for sig in _PASS_STOPS:  # SIGUSR1: a scheduler's early warning, too
-                signal.signal(sig, _interrupt)
+            _on_stop_signals(_interrupt, _PASS_STOPS)  # SIGUSR1: a scheduler's early warning, too
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import START_TIMEOUT_S, abort_world, start_timeout, world_rank_size
 
@@ -475,8 +472,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in _SPMD_COMMANDS:
         return args.func(args)
-    import signal
-
     from hpcdgnn import preemption
 
     # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind; what

@@ -491,26 +491,24 @@ class _Same:
 
     @staticmethod
     def digest(value: Any) -> str:
-        """A fingerprint of an argument: data (array, tensor, list of numbers) by kind, shape and values (int64 or
-        float64, so a list and an int32 tensor of the same numbers agree), a path by its text; never raises (what
-        cannot be read is compared by its type, and refused later by rank 0)."""
+        """A fingerprint of an argument: data (array, tensor, list of numbers) by its rows as rank 0 reads them
+        (:func:`~hpcdgnn.embed.pairs_of`; integers as int64, so a list and an int32 tensor of the same numbers
+        agree), a path by its text; never raises (what cannot be read is compared by its type, and refused later
+        by rank 0)."""
         import hashlib
 
         import numpy as np
+
+        from hpcdgnn.embed import pairs_of
 
         try:
             if value is None or isinstance(value, str | os.PathLike | int | float | bool):
                 text = repr(os.fspath(value) if isinstance(value, os.PathLike) else value).encode()
             else:
-                data = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value)
-                if data.dtype.kind in "iu":
-                    data = data.astype(np.int64)
-                elif data.dtype.kind == "f":
-                    data = data.astype(np.float64)
-                elif data.dtype == object:
-                    raise TypeError
+                data = pairs_of(value)
+                data = data.astype(np.int64) if data.dtype.kind in "iu" else data
                 text = f"{data.dtype}{data.shape}".encode() + np.ascontiguousarray(data).tobytes()
-        except Exception:  # ragged lists, objects: their type
+        except Exception:  # ragged lists, strings, objects: their type
             text = f"<{type(value).__qualname__}>".encode()
         return hashlib.sha256(text).hexdigest()[:16]
 

@@ -139,8 +139,8 @@ def hold_run(run_dir: Path, where: str) -> None:
                     raise StoppedError(stopped)
                 _HELD[key] = fd
                 return
-            if preemption.requested():  # a signal before the wait
-                raise StoppedError(stopped)
+            if preemption.requested():  # a signal before or during the wait: not the deadline's refusal, as its
+                raise StoppedError(stopped)  # acknowledgement said
             if time.monotonic() >= deadline:
                 raise ConfigError(f"{where}: another job is training this run now (it holds {path}; waited "
                                   f"{wait:g} s, HPCDGNN_RUN_LOCK_WAIT); one job trains a run at a time: let it end "
@@ -152,8 +152,6 @@ def hold_run(run_dir: Path, where: str) -> None:
                                      "(HPCDGNN_RUN_LOCK_WAIT)")
                 said = True
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-            if preemption.requested():  # it came during the wait: not the lock, nor the deadline's refusal, as
-                raise StoppedError(stopped)  # its acknowledgement said
 
 
 def complete_record(ckpt: Path) -> dict[str, Any]:

@@ -206,16 +206,12 @@ def _parse_mapped(
     it = itertools.chain(head, rows)
     if header is not None:
         next(it)
-    quoted, sep = '"' in text, "," if comma else " "
     watch = LastLine(path, text, it)
     del text
     # read by index, a row of another width would read a weight as the time
     widths = RowWidths(path, (lambda ln, w: check_header_width(path, header, ln, w)) if by_name else None, "columns")
     for lineno, s in watch:
-        if quoted and '"' in s:
-            parts = quoted_fields(s, sep, path, lineno)
-        else:
-            parts = [f.strip() for f in s.split(",")] if comma else s.split()
+        parts = split_fields(s, comma, path, lineno)
         if len(parts) < need:
             raise DataError(f"{path}:{lineno}: expected at least {need} columns for --columns {want}, got {len(parts)}")
         widths.see(lineno, len(parts))
