@@ -19,7 +19,9 @@ Time slicing, after a stable sort by time (``tmin``/``tmax`` the extreme times):
 
 from __future__ import annotations
 
+import io
 import itertools
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,6 +113,75 @@ def _matrix_market(path: Path, text: str, rows: Iterator[tuple[int, str]]) -> It
     return rows
 
 
+#: ASCII line breaks of ``str.splitlines`` (the line-by-line reader's) that ``np.loadtxt`` reads as spaces
+_OTHER_BREAKS = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+
+
+def _plain_columns(text: str) -> list[np.ndarray] | None:
+    r"""The columns of a plain numeric edge list by numpy's C reader, or None where the line-by-line reader of
+    :func:`parse_edge_list` must read it (and name the line of any error).
+
+    Plain: ASCII, every line ending in a newline (``\n`` or ``\r\n``), ``#``/``%`` comments only in lines at the
+    top, no quote, 3 or 4 numeric fields per row split by whitespace and/or commas, integer ids. A column is int64
+    when every token is a decimal integer, else finite float64 — :func:`~._common.parse_numbers`' rule, so both
+    readers give the same arrays (tests/data/test_prepare_plain.py). The line-by-line reader keeps every token as a
+    Python string (~400 bytes an event at its peak); this one ~30 times faster at a tenth of the memory.
+
+    Returns:
+        [src, dst, (weight,) time] in file order, or None.
+    """
+    if not text or text[-1] != "\n" or '"' in text or not text.isascii():
+        return None
+    # a lone \r, \v, \f or \x1c-\x1e breaks a line for splitlines, not for loadtxt (\r\n is a break for both)
+    if any(c in text for c in _OTHER_BREAKS) or ("\r" in text and text.count("\r") != text.count("\r\n")):
+        return None
+    last = max(text.rfind("#"), text.rfind("%"))
+    start = 0
+    if last >= 0:  # comment lines at the top only (SNAP's, Network Repository's); MatrixMarket's size line is not data
+        start = text.find("\n", last) + 1
+        if start > 1 << 20 or text[:200].lstrip().lower().startswith("%%matrixmarket"):
+            return None
+        if any(s.strip() and s.strip()[0] not in "#%" for s in text[:start].splitlines()):
+            return None
+    body = text[start:] if start else text
+    if "," in body:
+        body = body.replace(",", " ")  # as the line-by-line reader does: a comma is a space
+
+    def read(dtype, usecols=None) -> np.ndarray | None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "input contained no data": the other reader says it in one line
+            try:
+                return np.loadtxt(io.StringIO(body), dtype=dtype, comments=None, ndmin=2, usecols=usecols)
+            except ValueError:
+                return None
+
+    table = read(np.int64)
+    if table is None:
+        table = read(np.float64)  # rectangular and numeric, not all integers
+        ids = None if table is None or table.shape[1] not in (3, 4) else read(np.int64, (0, 1))
+        if ids is None:
+            return None
+        columns = [ids[:, 0], ids[:, 1], *(table[:, c] for c in range(2, table.shape[1]))]
+        for c in range(2, table.shape[1]):
+            whole = read(np.int64, (c,))
+            if whole is not None:
+                columns[c] = whole[:, 0]
+            elif not np.isfinite(columns[c]).all():
+                return None
+        return columns
+    if table.shape[0] == 0 or table.shape[1] not in (3, 4):
+        return None
+    return [np.ascontiguousarray(table[:, c]) for c in range(table.shape[1])]
+
+
+def _from_columns(columns: list[np.ndarray]) -> EdgeList:
+    """An :class:`EdgeList` from [src, dst, (weight,) time] ids and numbers in file order."""
+    index, vertex_ids = remap_ids(np.concatenate(columns[:2]))
+    e = columns[0].shape[0]
+    weight = columns[2].astype(np.float64) if len(columns) == 4 else None
+    return EdgeList(index[:e], index[e:], columns[-1], weight, vertex_ids)
+
+
 def _fields(path: Path, row: tuple[int, str]) -> list[str]:
     """The fields of a ``(line number, line)`` row: comma-separated when it holds a comma."""
     return split_fields(row[1], "," in row[1], path, row[0])
@@ -140,6 +211,9 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
             without ``--columns``, or a ``--columns`` value that names no column.
     """
     text = read_input_text(path)
+    plain = _plain_columns(text) if columns is None else None
+    if plain is not None:
+        return _from_columns(plain)
     rows = _matrix_market(path, text, _numbered_lines(text))
     head = list(itertools.islice(rows, 2))
     if not head:
