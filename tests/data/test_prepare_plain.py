@@ -60,7 +60,7 @@ def _random_rows(rng, n: int, weight: str | None, time: str) -> list[list[str]]:
 @pytest.mark.parametrize("time", ["int", "float", "exp"])
 @pytest.mark.parametrize("sep", [" ", "\t", ",", ", ", "  \t"])
 def test_plain_files_read_the_same_by_both_readers(tmp_path, monkeypatch, weight, time, sep):
-    rng = np.random.default_rng([len(sep), hash(weight) % 97, len(time)])
+    rng = np.random.default_rng([len(sep), [None, "int", "float"].index(weight), len(time)])
     rows = _random_rows(rng, 300, weight, time)
     text = "# Directed graph\n% a comment\n\n" + "".join(sep.join(r) + "\n" for r in rows)
     path = tmp_path / "edges.txt"
