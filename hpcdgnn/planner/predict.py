@@ -102,6 +102,7 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
     work = None if all(hasattr(get_strategy(s), "predict") for s in names) else model_work(
         job.model, manifest.num_features, job.train.dtype)
     out: list[Prediction] = []
+    steps = manifest.num_vertices * getattr(manifest, "num_snapshots", 0)
     for P in ranks:
         for name in names:
             cls = get_strategy(name)
@@ -109,6 +110,11 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
             variant = replace(job, strategy=opts)
             if not hasattr(cls, "cost") and not hasattr(cls, "predict"):
                 out.append(_unpriced(name, opts, P, "no cost model yet"))
+                continue
+            if strategies is None and not cls.full_batch and hasattr(cls, "cost") and steps > SAMPLED_PRICE_LIMIT:
+                out.append(_unpriced(name, opts, P, f"not priced unless named (--strategies {name}): a sampled "
+                                     f"strategy's price replays its first batches and evaluation, about an epoch's "
+                                     f"forward at N·T = {steps:,}"))
                 continue
             why = _refusal(regime, variant, P, manifest)
             if why:
@@ -149,6 +155,11 @@ DEFAULT_RATES_NOTE = "default machine rates (python -m hpcdgnn calibrate measure
 
 #: the end of the note on the variant a job trains when it leaves the variants open (``Strategy.variants``)
 AS_WRITTEN = "trains as written"
+
+#: vertex-steps N·T above which an unnamed sampled strategy (never the unnamed pick: :func:`_pickable`) is not
+#: priced: its price replays its counted batches and its evaluation pass, whose cost grows with the graph like an
+#: epoch's forward (N = 200,000, T = 64: ~10 of ``plan``'s 12 minutes on 2 cores; perf/results/planner)
+SAMPLED_PRICE_LIMIT = 1 << 22
 
 #: what a sampled strategy's prediction says when the planner did not consider it for the pick
 SAMPLED_NOTE = "sampled: picked only when named (--strategies, strategy.candidates)"

@@ -476,3 +476,32 @@ def test_a_hybrid_reservoir_is_said_to_be_unpriced(launcher, small_dataset, tmp_
     assert any(n.startswith("reservoir not priced") for n in pred["notes"]), pred["notes"]
     (off,) = _plan(launcher, job, "--ranks", "2", "--strategies", "hybrid", "--set", "strategy.reservoir.mode=off")
     assert not any("not priced" in n for n in off["notes"]), off["notes"]
+
+
+def test_unnamed_sampled_strategies_are_not_priced_on_a_large_graph(small_dataset, tmp_path, monkeypatch):
+    """Pricing ``sequences`` or ``hybrid`` replays their batches and evaluation (N = 200,000, T = 64: ~10 of
+    ``plan``'s 12 minutes) though the unnamed pick never takes them: above ``SAMPLED_PRICE_LIMIT`` vertex-steps
+    they are listed, not priced, unless named; the full-batch strategies and the pick are unchanged."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.planner import predict
+    from hpcdgnn.planner.rates import MachineRates
+
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset), check_paths=False)
+    manifest = load_manifest(small_dataset)
+
+    def plan(strategies=None):
+        return {p.strategy: p for p in predict.plan_job(job, manifest, str(small_dataset), [2], MachineRates(),
+                                                         strategies)}
+
+    every = plan()
+    assert every["sequences"].epoch_s > 0 and every["hybrid"].epoch_s > 0
+    monkeypatch.setattr(predict, "SAMPLED_PRICE_LIMIT", manifest.num_vertices * manifest.num_snapshots - 1)
+    large = plan()
+    for name in ("sequences", "hybrid"):
+        p = large[name]
+        assert p.epoch_s != p.epoch_s and p.notes[0].startswith(f"not priced unless named (--strategies {name})")
+    for name in every:
+        if name not in ("sequences", "hybrid"):
+            assert large[name].epoch_s == every[name].epoch_s and large[name].picked == every[name].picked, name
+    assert plan(["sequences", "snapshot"])["sequences"].epoch_s == every["sequences"].epoch_s
