@@ -101,7 +101,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     from hpcdgnn.data.validate import check_dataset
     from hpcdgnn.strategies import get_strategy
-    from hpcdgnn.train.footprint import lower_bound
+    from hpcdgnn.train.footprint import lower_bound, predicted_peak
     from hpcdgnn.train.setup import _blamed, check_job
 
     P = args.ranks
@@ -121,7 +121,7 @@ def run_check(args: argparse.Namespace) -> int:
     except (PlanError, ConfigError) as e:
         raise _blamed(e, args.job, args.set or [], prefix=True) from None
     bound = lower_bound(job, manifest, P)
-    predicted = _predicted(job, manifest, P, share)
+    predicted = predicted_peak(job, manifest, P, share)
     report = {
         "job": args.job, "num_ranks": P, "config": job_to_dict(job), "plan": plan.to_json(),
         "memory": {"host_share_bytes": share, "host_share_from": share_from,
@@ -152,27 +152,3 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predicted(job, manifest, P: int, share: float) -> dict | None:
-    """The planner's predicted peak of this strategy at P (None where it has no cost model)."""
-    from hpcdgnn.planner.predict import plan_job
-    from hpcdgnn.planner.rates import load_rates
-    from hpcdgnn.strategies import get_strategy
-
-    cls = get_strategy(job.strategy.name)
-    if not hasattr(cls, "cost") and not hasattr(cls, "predict"):
-        return None
-    rates = load_rates("cpu", job.train.dtype)
-    preds = [p for p in plan_job(job, manifest, job.data.path, [P], rates, [job.strategy.name], share)
-             if p.options == plan_options(job)]
-    if not preds or preds[0].memory_bytes != preds[0].memory_bytes:
-        return None
-    p = preds[0]
-    return {"bytes": p.memory_bytes, "by_rank": list(p.memory_by_rank), "parts": dict(p.memory_parts),
-            "rates": rates.source}
-
-
-def plan_options(job) -> dict:
-    """The job's strategy options as the planner records them."""
-    from dataclasses import asdict
-
-    return asdict(job.strategy)

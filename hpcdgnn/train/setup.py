@@ -59,7 +59,7 @@ from hpcdgnn.train.checkpoint import (
     within_epoch,
 )
 from hpcdgnn.train.collective import agree, collective_error, root_then_bcast
-from hpcdgnn.train.footprint import check_footprint
+from hpcdgnn.train.footprint import check_footprint, check_predicted_peak
 from hpcdgnn.train.loop import pretrain
 
 __all__ = ["MIN_CALIBRATION_EPOCH", "Partial", "Run", "build_run", "calibration_epoch", "calibration_epochs",
@@ -767,6 +767,8 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
     get_strategy(job.strategy.name).check_data(job, manifest, where)
     # before the plan, whose cost model walks every layer (a GPU job's device terms are checked on its device)
     check_footprint(job, manifest, num_ranks, host_share, where, "host" if cuda else "all")
+    if not cuda:  # the planner's peak is a host's (a GPU job's device terms are checked on its device)
+        check_predicted_peak(job, manifest, num_ranks, host_share, where)
     return job, manifest, planner
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -254,3 +255,49 @@ def test_the_event_regime_counts_the_node_memory_a_group_shares(memory_time):
     huge = SimpleNamespace(**{**vars(MANIFEST), "num_vertices": 10**9})
     with pytest.raises(ConfigError, match=r"node memory .*, set by model.memory_dim \(with the stream's N nodes\)"):
         check_footprint(_tgn_job(memory_time=memory_time), huge, 1, 2**34, "job.yaml")
+
+
+def test_a_peak_the_planner_predicts_beyond_the_node_is_refused_or_warned(wide_dataset, tmp_path, capsys):
+    """The lower bound counts one tensor of a rank's rows; CD-GCN's every layer saves several (N = 50,000, T = 64:
+    a bound of 175 MiB, a predicted and measured peak of 3.6 / 3.8 GiB), so a job between the two started, loaded
+    and was killed by the kernel (exit 137, no line). The planner's peak now refuses a job above twice the
+    rank's share and warns of one above it; a job within its share hears nothing."""
+    from hpcdgnn.train.footprint import predicted_peak
+    from hpcdgnn.train.setup import check_job
+
+    job = load_job(write_job(tmp_path / "job.yaml", wide_dataset, model={"hidden": 32}))
+    manifest = load_manifest(wide_dataset)
+    peak = predicted_peak(job, manifest, 2, 2**40)["bytes"]
+    bound = sum(b for b, _ in lower_bound(job, manifest, 2).values())
+    assert 64 * bound > peak / 3 > bound, (bound, peak)  # between the bound and the peak: what this check is for
+    capsys.readouterr()
+    with pytest.raises(ConfigError) as e:
+        check_job(job, "job.yaml", 2, peak / 3)
+    assert str(e.value).startswith("job.yaml: the planner predicts a peak of ") and "at P = 2 (strategy snapshot" in \
+        str(e.value), e.value
+    # six ranks hold a third of the peak each, the parameters every rank holds whole add one
+    assert re.search(r"the kernel would kill the run; spread over about [67] ranks it would fit, or lower model\.",
+                     str(e.value)), e.value
+    check_job(job, "job.yaml", 2, peak / 1.5)
+    warned = capsys.readouterr().err
+    assert warned.startswith("hpcdgnn: warning: job.yaml: the planner predicts a peak of ") and \
+        "the kernel may kill the run (exit 137)" in warned and warned.count("\n") == 1, warned
+    check_job(job, "job.yaml", 2, peak * 1.01)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.mpi
+def test_a_run_whose_predicted_peak_a_node_cannot_hold_is_refused_at_three_ranks(wide_dataset, launcher, tmp_path):
+    """The run's set-up (rank 0, against the smallest share of any rank: tests/mpi/small_node.py gives rank 2
+    a third of the predicted peak) refuses in one line, exit 2, and leaves no run directory."""
+    from hpcdgnn.train.footprint import predicted_peak
+
+    path = write_job(tmp_path / "job.yaml", wide_dataset, model={"hidden": 32})
+    peak = predicted_peak(load_job(path), load_manifest(wide_dataset), 3, 2**40)["bytes"]
+    proc = launcher.run(3, ["tests/mpi/small_node.py", "2", str(peak / 3 / 2**20), "--", "run", str(path),
+                            "--output", str(tmp_path / "r")], timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "the planner predicts a peak of" in errors[0] and "at P = 3" in errors[0], errors[0]
+    assert not (tmp_path / "r").exists()
