@@ -82,18 +82,21 @@ def halo_traffic(layers, reads: np.ndarray, serves: np.ndarray, precomputed: boo
             add(r.calls, "alltoall", 2)
 
 
-def pool_traffic(layers, steps: int, num_ranks: int, itemsize: int, ranks: list[RankWork]) -> None:
-    """Every rank's share of the top-k pools (EvolveGCN-H) of one layout over ``steps`` steps (nn/pool.py)."""
+def pool_traffic(layers, steps: int, num_ranks: int, itemsize: int, ranks: list[RankWork], runs: int = 1,
+                 grad: bool = True) -> None:
+    """Every rank's share of the top-k pools (EvolveGCN-H) of one layout over ``steps`` steps (nn/pool.py),
+    its forward run ``runs`` times (a re-run checkpoint block: 2), its backward once if ``grad``."""
     if num_ranks == 1:
         return
     for li, ly in enumerate(layers):
         if not ly.pool_rows:
             continue
         for r in ranks:
-            add(r.sent, f"layer{li}.pool.index", num_ranks * steps * ly.pool_rows * 3 * 8)
-            add(r.sent, f"layer{li}.pool.fwd", steps * ly.pool_rows * ly.in_features * itemsize)
-            add(r.sent, f"layer{li}.pool.bwd", steps * ly.pool_rows * ly.in_features * itemsize)
-            add(r.calls, "allreduce", 3)
+            add(r.sent, f"layer{li}.pool.index", runs * num_ranks * steps * ly.pool_rows * 3 * 8)
+            add(r.sent, f"layer{li}.pool.fwd", runs * steps * ly.pool_rows * ly.in_features * itemsize)
+            if grad:
+                add(r.sent, f"layer{li}.pool.bwd", steps * ly.pool_rows * ly.in_features * itemsize)
+            add(r.calls, "allreduce", 2 * runs + grad)
 
 
 @dataclass

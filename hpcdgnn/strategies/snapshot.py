@@ -614,6 +614,7 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
 
     Per block b and time-mixing layer, rank p sends q its k_pb snapshots' rows of q's vertex range, and back
     (IBM §4.2: T·N·F·(P−1)/P per redistribution); the backward moves only snapshots up to the training horizon.
+    Checkpoint blocks (S2, IBM §3.1) before the last one with a gradient run forward twice, exchanges included.
     A moved first-layer aggregation (constant Ã·X) goes once, in the first epoch; banded encoders (TM-GCN)
     receive the w − 1 snapshots before their run instead (``time_halo``). ``redistributes=False`` (``pss``):
     no redistribution; the time encoder's state is passed on instead (its traffic is the caller's)."""
@@ -653,10 +654,14 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
         r.resident_bytes = (sum(adj) if len(blocks) == 1 else max(adj, default=0.0)) if needs_adj else 0.0
         r.resident_bytes += len(owned[p]) * N * F * item
         ranks.append(r)
-    for a, b in zip(plan.blocks[:-1], plan.blocks[1:], strict=True):
-        k = [sum(1 for t in owned[p] if a <= t < b) for p in range(P)]
+    # S2: the blocks before the last one with a gradient run forward twice, without autograd and again in the
+    # backward pass (SnapshotStrategy.step), each time with their forward exchanges
+    last_grad = max((bi for bi, a in enumerate(plan.blocks[:-1]) if a <= horizon), default=-1)
+    for bi, (a, b) in enumerate(zip(plan.blocks[:-1], plan.blocks[1:], strict=True)):
+        runs = 2 if bi < last_grad else 1
+        k = [runs * sum(1 for t in owned[p] if a <= t < b) for p in range(P)]
         kg = [sum(1 for t in owned[p] if a <= t < b and t <= horizon) for p in range(P)]
-        pool_traffic(layers, b - a, P, item, ranks)
+        pool_traffic(layers, b - a, P, item, ranks, runs=runs, grad=bi <= last_grad)
         for li, ly in enumerate(layers):
             if not ly.temporal_mixing or not redistributes or P == 1:
                 continue
@@ -686,5 +691,5 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
                     add(r.sent, "redistribute.bwd", others_g * n[p] * w_in * item)
                 add(r.sent, "redistribute.fwd", others * n[p] * w_out * item)
                 add(r.sent, "redistribute.bwd", kg[p] * (N - n[p]) * w_out * item)
-                add(r.calls, "alltoall", 2 if kept else 4)
+                add(r.calls, "alltoall", (1 if kept else 2) * (runs + 1))
     return ranks

@@ -32,12 +32,16 @@ _HYBRID = {"name": "hybrid", "groups": 2, "vertex_fractions": [0.5], "snapshot_f
 
 
 # one case per traffic the cost model predicts: redistribution (and its horizon-cut backward), checkpoint
-# blocks, TM-GCN's time halo, the pss pipeline, vertex halos (range and hash), EvolveGCN-H's pools, chunks'
-# halo and RNN-owner exchanges, a sampled strategy's steps (gradients, example counts, the adjuster's inputs),
-# fetched snapshots and averaging rounds
+# blocks (and their re-run forward), TM-GCN's time halo, the pss pipeline, vertex halos (range and hash),
+# EvolveGCN-H's pools, chunks' halo and RNN-owner exchanges, a sampled strategy's steps (gradients, example
+# counts, the adjuster's inputs), fetched snapshots and averaging rounds
 @pytest.mark.parametrize(("model", "task", "strategy"), [
     ("cdgcn", "link_prediction", {"name": "snapshot"}),
     ("tgcn", "link_prediction", {"name": "snapshot", "blocks": 2}),
+    # T = 7 in blocks [0, 3) [3, 5) [5, 7), horizon 3: block 0 runs forward twice (without autograd, then again
+    # for its gradient), with its redistributions and EvolveGCN-H's pools; block 2 gets no backward
+    ("cdgcn", "link_prediction", {"name": "snapshot", "blocks": 3}),
+    ("evolvegcn_h", "link_prediction", {"name": "snapshot", "blocks": 3}),
     ("tmgcn", "link_prediction", {"name": "snapshot"}),
     ("cdgcn", "link_prediction", {"name": "pss"}),
     ("cdgcn", "node_classification", {"name": "vertex"}),
@@ -49,8 +53,9 @@ _HYBRID = {"name": "hybrid", "groups": 2, "vertex_fractions": [0.5], "snapshot_f
     ("cdgcn", "link_prediction", {**_HYBRID, "vertex_fractions": [0.5, 0.8],
                                   "adjuster": {"kind": "dqn", "reward_time": "measured"}}),
     ("tgcn_cell", "node_classification", {**_HYBRID, "averaging": {"mode": "async", "every_steps": 2}})],
-    ids=["snapshot", "snapshot-blocks", "snapshot-time-halo", "pss", "vertex", "vertex-hash-pool", "chunk", "grid",
-         "sequences", "sequences-fetch-cells", "hybrid-dqn", "hybrid-async"])
+    ids=["snapshot", "snapshot-blocks", "snapshot-blocks-rerun", "snapshot-blocks-rerun-pool", "snapshot-time-halo",
+         "pss", "vertex", "vertex-hash-pool", "chunk", "grid", "sequences", "sequences-fetch-cells", "hybrid-dqn",
+         "hybrid-async"])
 def test_predicted_bytes_equal_a_run_at_three_ranks(launcher, small_dataset, tmp_path, model, task, strategy):
     """Every traffic tag of a steady epoch at P = 3 (T = 7, N = 23), predicted from the plan alone."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model}, task={"name": task},
