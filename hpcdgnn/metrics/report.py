@@ -82,10 +82,13 @@ def run_report(args) -> int:
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
+    # one colour per run in every panel: the legend is the first panel's, and a panel some run lacks (another
+    # task's metric) would otherwise draw the next run in the colour the legend gives the first
+    colour = {name: f"C{i % 10}" for i, name in enumerate(curves)}
     for ax, key in zip(axes.flat, keys, strict=False):
         for name, c in curves.items():
             if key in c:
-                ax.plot(*zip(*c[key], strict=True), marker=".", label=name)
+                ax.plot(*zip(*c[key], strict=True), marker=".", label=name, color=colour[name])
         _label(ax, key)
     _save(plt, fig, axes, made[0])
 

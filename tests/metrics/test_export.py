@@ -246,6 +246,26 @@ def test_report_draws_curves_and_the_time_split_of_several_runs(tmp_path, small_
     assert "afile: is a file" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "keep\n"
 
 
+def test_report_draws_each_run_in_one_colour_in_every_panel(tmp_path, small_dataset, monkeypatch):
+    """The legend is the first panel's: a run drawn in another colour in a panel that some run lacks (runs of other
+    tasks, val_mrr beside val_auc) would be read as another run's curve."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    a = _train(tmp_path, small_dataset, name="a")
+    b = _train(tmp_path, small_dataset, name="b")
+    records = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines()]
+    (a / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "val_auc"}) + "\n"
+                                             for r in records))  # as a run of a task without val_auc
+    drawn = []
+    real = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *args, **kw: [
+        drawn.append((kw.get("label"), line.get_color())) or line for line in real(self, *args, **kw)])
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "rep")]) == 0
+    colours = {label: {c for name, c in drawn if name == label} for label in ("a", "b")}
+    assert all(len(c) == 1 for c in colours.values()) and colours["a"] != colours["b"], colours
+
+
 # --- --to pygt: PyG Temporal's cells with the trained weights --------------------------------------------------
 
 
