@@ -378,11 +378,11 @@ def _plain(value: Any, key: str) -> Any:
     if value is None or type(value) in (bool, int, float, str):
         return value
     tolist = getattr(value, "tolist", None)  # numpy scalars and arrays, torch tensors
-    if callable(tolist):
+    if callable(tolist) and not isinstance(value, type):  # a class's (np.float64's) is unbound: no value
         plain = tolist()
         if type(plain) is not type(value):  # np.longdouble's is itself: refused below, not recursed on
             return _plain(plain, key)
-    raise ConfigError(f"job (mapping): {key}: {type(value).__name__} {value!r} is not a job value "
+    raise ConfigError(f"job (mapping): {key}: {type(value).__name__} {short_repr(value)} is not a job value "
                       "(a number, string, bool, path, list or mapping)")
 
 
@@ -413,7 +413,8 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     if job is None and resume is None:
         raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
     if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
-        raise ConfigError(f"job: {type(job).__name__} {job!r}: pass a job YAML path or a mapping of sections (a dict)")
+        raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path or a mapping of sections "
+                          "(a dict)")
     output, resume = _path_argument(output, "output"), _path_argument(resume, "resume")
     if output is not None and resume is not None:  # as the command's --output and --resume
         raise ConfigError(f"output={output!r} and resume={resume!r} exclude each other: a resumed run goes on in "
@@ -598,8 +599,8 @@ def _override_items(overrides: Sequence[str] | str | Mapping[str, Any]) -> list[
         return [f"{k}={_override_value(v)}" for k, v in overrides.items()]
     items = list(overrides) if isinstance(overrides, Iterable) else None
     if items is None or not all(isinstance(item, str) for item in items):
-        raise ConfigError(f"overrides: {type(overrides).__name__} {overrides!r}: give a string 'KEY=VALUE', a "
-                          "sequence of such strings or a mapping {KEY: VALUE}")
+        raise ConfigError(f"overrides: {type(overrides).__name__} {short_repr(overrides)}: give a string "
+                          "'KEY=VALUE', a sequence of such strings or a mapping {KEY: VALUE}")
     return items
 
 

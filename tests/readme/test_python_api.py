@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import hpcdgnn
+from hpcdgnn.config.load import load_job_dict
 from hpcdgnn.errors import ConfigError, DataError
 from tests.conftest import REPO, read_metrics, write_job
 
@@ -363,6 +364,20 @@ def test_a_job_or_overrides_of_another_type_is_a_one_line_error(small_dataset):
         with pytest.raises(ConfigError, match=r"^overrides: .*: give a string 'KEY=VALUE', a sequence of such "
                                               r"strings or a mapping"):
             hpcdgnn.train(job, overrides=bad)
+    # a resolved job (TrainedRun.job), a long tensor or set, a type (np.float64 for 'float64'): one short line each, not
+    # their whole repr, nor a TypeError from the class's unbound tolist()
+    resolved = load_job_dict({"data": {"path": str(small_dataset)}}, "job.yaml", check_paths=False)
+    with pytest.raises(ConfigError, match=r"^job: JobConfig JobConfig\(.{0,60}: pass a job YAML path") as e:
+        hpcdgnn.train(resolved)
+    assert len(str(e.value)) < 160
+    with pytest.raises(ConfigError, match=r"^overrides: Tensor tensor\(.{0,60}: give a string") as e:
+        hpcdgnn.train(job, overrides=torch.arange(10_000))
+    assert len(str(e.value)) < 200
+    for value, shown in ((np.float64, "type <class 'numpy.float64'>"), (set(range(10_000)), "set {0, 1")):
+        with pytest.raises(ConfigError, match=rf"^job \(mapping\): train\.dtype: {re.escape(shown)}.{{0,60}} is not "
+                                              r"a job value \(a number") as e:
+            hpcdgnn.train({**job, "train": {"dtype": value}})
+        assert len(str(e.value)) < 200
 
 
 def test_bad_jobs_and_run_directories_are_one_line_errors(tmp_path, small_dataset, monkeypatch):
