@@ -305,6 +305,27 @@ def test_arguments_that_differ_between_ranks_are_refused_on_every_rank(tmp_path,
 
 
 @pytest.mark.mpi
+def test_a_later_call_on_rank_0_alone_names_that_call_when_it_gives_up(tmp_path, small_dataset, launcher):
+    """``if rank == 0: run.export(...)`` (mpi4py's idiom for writing a file) waits for the other ranks, which
+    never come: the line it ends the job with said they "did not start hpcdgnn" and must "run python -m hpcdgnn
+    run, or call hpcdgnn.train", which they did. It now names the call every rank must make."""
+    script = tmp_path / "alone.py"
+    script.write_text(
+        "import os\nimport hpcdgnn\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"run = hpcdgnn.train({{'data': {{'path': {str(small_dataset)!r}}}, 'train': {{'epochs': 1}}}}, "
+        "output='r')\n"
+        "os.environ['HPCDGNN_START_TIMEOUT'] = '2'\n"
+        "if rank == 0:\n    run.export(csv='m.csv')\n")
+    proc = launcher.run(2, [str(script)], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
+    assert ("[rank 0] hpcdgnn: error: stalled at the start: rank 1 of 2 did not call TrainedRun.export within 2 s "
+            "(HPCDGNN_START_TIMEOUT): under mpirun every rank makes the same call, as with hpcdgnn.train (not rank 0 "
+            "alone, under 'if rank == 0')\n") in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "m.csv").exists()
+
+
+@pytest.mark.mpi
 def test_a_mapping_job_s_error_reads_the_same_on_every_rank(tmp_path, small_dataset, launcher):
     """Rank 0 finds the bad key and every rank raises it: each names the job as the caller gave it, not rank
     0's temporary file (which the other ranks never had)."""
