@@ -329,7 +329,18 @@ def _path_argument(value: Any, name: str, required: bool = False) -> str | None:
     naming ``name``."""
     if isinstance(value, str | os.PathLike) or value is None and not required:
         return None if value is None else os.fspath(value)
-    raise ConfigError(f"{name}: {type(value).__name__} {value!r} is not a path (give a str or os.PathLike)")
+    raise ConfigError(f"{name}: {type(value).__name__} {short_repr(value)} is not a path (give a str or os.PathLike)")
+
+
+def _yaml_text(job: str) -> bool:
+    """Whether a str job is a YAML mapping's text (a notebook's job in a triple-quoted string), not a file's path:
+    read as a path, its lines were the error's lines, ending in ": cannot read job file"."""
+    if os.path.exists(job):
+        return False
+    try:
+        return isinstance(yaml.safe_load(job), dict)
+    except yaml.YAMLError:
+        return False
 
 
 @contextmanager
@@ -415,6 +426,9 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
         raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path or a mapping of sections "
                           "(a dict)")
+    if isinstance(job, str) and _yaml_text(job):
+        raise ConfigError(f"job: {short_repr(job)} is YAML text, not a job file: pass yaml.safe_load(text) (a mapping) "
+                          "or the file's path")
     output, resume = _path_argument(output, "output"), _path_argument(resume, "resume")
     if output is not None and resume is not None:  # as the command's --output and --resume
         raise ConfigError(f"output={output!r} and resume={resume!r} exclude each other: a resumed run goes on in "

@@ -401,6 +401,18 @@ def test_a_job_or_overrides_of_another_type_is_a_one_line_error(small_dataset):
         assert len(str(e.value)) < 200
 
 
+def test_a_job_s_yaml_text_is_named_as_such_in_one_line(tmp_path, small_dataset, monkeypatch):
+    """A notebook's job in a triple-quoted string was read as a file's path: the error was its lines followed by
+    'cannot read job file'. It is refused in one line saying what to pass; a file of that name is still read."""
+    monkeypatch.chdir(tmp_path)
+    text = f"data: {{path: {small_dataset}}}\ntrain: {{epochs: 1}}\n"
+    with pytest.raises(ConfigError, match=r"^job: 'data: .* is YAML text, not a job file: pass yaml\.safe_load") as e:
+        hpcdgnn.train(text)
+    assert "\n" not in str(e.value)
+    (tmp_path / "a: b").write_text(text)  # an odd name, yet a file: read
+    assert hpcdgnn.train("a: b", output=tmp_path / "r").losses
+
+
 def test_bad_jobs_and_run_directories_are_one_line_errors(tmp_path, small_dataset, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"^job \(mapping\): model\.nam: unknown option.*did you mean 'name'") as e:
