@@ -215,6 +215,7 @@ def apply_overrides(raw: dict, overrides: list[str], file: str) -> dict:
     """Apply ``--set a.b=value`` overrides (value parsed as YAML) to the raw mapping."""
     for item in overrides:
         key, sep, text = item.partition("=")
+        key = key.strip()  # "train.epochs = 2" (a script's string): the key is train.epochs, not "train.epochs "
         if not sep or not key:
             raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. train.epochs=2")
         try:
@@ -328,7 +329,7 @@ def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check
 def override_of(key: str, overrides: list[str]) -> str | None:
     """The ``--set`` name that set ``key`` (itself, its section or a key under it), or None when the file did."""
     for item in overrides:
-        name = item.partition("=")[0]
+        name = item.partition("=")[0].strip()
         if key == name or key.startswith(name + ".") or name.startswith(key + "."):
             return name
     return None

@@ -26,6 +26,10 @@ def test_defaults_and_overrides(tmp_path, small_dataset):
     assert job.task.split == (0.5, 0.25, 0.25)
     d = job_to_dict(job)
     assert d["train"]["epochs"] == 4 and d["strategy"]["name"] == "snapshot" and d["task"]["split"] == [0.5, 0.25, 0.25]
+    # blanks around '=' (a script's "train.epochs = 2"): the key is train.epochs, and a mistyped one is the --set's
+    assert load_job(p, ["train.epochs = 2", " train.lr =0.25"]).train.epochs == 2
+    with pytest.raises(ConfigError, match=r"^--set train\.epoch: unknown key; did you mean 'epochs'\?$"):
+        load_job(p, ["train.epoch = 2"])
 
 
 @pytest.mark.parametrize(
