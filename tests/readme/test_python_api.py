@@ -53,6 +53,9 @@ def test_readme_example_runs_in_this_process(checkout, capsys):
         a, b = mine.state_dict(), theirs.state_dict()
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert str(run.dir) in capsys.readouterr().out
+    # what the example's comment says embed and predict return
+    z, p = namespace["z"], namespace["p"]
+    assert z.embeddings.ndim == 3 and z.embeddings.shape[0] == z.steps.shape[0] and p.shape == (2,)
 
 
 @pytest.mark.mpi
