@@ -385,6 +385,9 @@ def _plain(value: Any, key: str) -> Any:
         return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    named = _torch_or_numpy_name(value)
+    if named is not None:
+        return named
     # exact types: np.float64 and np.str_ subclass float and str, yet YAML's safe writer refuses them
     if value is None or type(value) in (bool, int, float, str):
         return value
@@ -395,6 +398,20 @@ def _plain(value: Any, key: str) -> Any:
             return _plain(plain, key)
     raise ConfigError(f"job (mapping): {key}: {type(value).__name__} {short_repr(value)} is not a job value "
                       "(a number, string, bool, path, list or mapping)")
+
+
+def _torch_or_numpy_name(value: Any) -> str | None:
+    """A PyTorch script's ``torch.device("cpu")``, ``torch.float64`` or numpy's ``np.float64`` as the job's word
+    (``cpu``, ``float64``: what ``train.device`` and ``train.dtype`` take; anything else they name is refused there,
+    in the job's words), else None. Neither library is imported: a value of theirs is in hand already."""
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ in ("device", "dtype"):
+        return str(value).removeprefix("torch.")
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and (isinstance(value, numpy.dtype) or isinstance(value, type) and
+                              issubclass(value, numpy.generic)):
+        return numpy.dtype(value).name
+    return None
 
 
 def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] | str | Mapping[str, Any] = (),

@@ -379,6 +379,23 @@ def test_numpy_scalars_of_plain_subtypes_are_written_as_python_values(tmp_path, 
         hpcdgnn.train({**job, "train": {"lr": np.longdouble(0.5)}})  # its tolist() is itself: refused, no recursion
 
 
+def test_torch_s_and_numpy_s_devices_and_dtypes_are_the_job_s_words(tmp_path, small_dataset, monkeypatch):
+    """A PyTorch script's ``device = torch.device("cpu")`` and ``torch.float64`` (or ``np.float64``) were refused as
+    not job values (np.float64, a class, raised TypeError from its unbound tolist()): they are ``cpu`` and
+    ``float64``, in a mapping job and in overrides; what the keys do not take is refused in the job's words."""
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 1, "device": torch.device("cpu"),
+                                                      "dtype": torch.float64}}
+    run = hpcdgnn.train(job, output="a")
+    assert (run.job.train.device, run.job.train.dtype) == ("cpu", "float64")
+    run = hpcdgnn.train(job, overrides={"train.dtype": np.float32}, output="b")
+    assert run.job.train.dtype == "float32"
+    assert hpcdgnn.train({**job, "train": {"epochs": 1, "dtype": np.dtype("float64")}}, output="c").job.train.dtype \
+        == "float64"
+    with pytest.raises(ConfigError, match=r"^job \(mapping\): train\.dtype: 'float16' is not allowed; choose from "):
+        hpcdgnn.train({**job, "train": {"dtype": torch.float16}})
+
+
 def test_a_job_or_overrides_of_another_type_is_a_one_line_error(small_dataset):
     job = {"data": {"path": str(small_dataset)}}
     for bad in ([1, 2], 5):
@@ -388,7 +405,7 @@ def test_a_job_or_overrides_of_another_type_is_a_one_line_error(small_dataset):
         with pytest.raises(ConfigError, match=r"^overrides: .*: give a string 'KEY=VALUE', a sequence of such "
                                               r"strings or a mapping"):
             hpcdgnn.train(job, overrides=bad)
-    # a resolved job (TrainedRun.job), a long tensor or set, a type (np.float64 for 'float64'): one short line each, not
+    # a resolved job (TrainedRun.job), a long tensor or set, a class (np.ndarray): one short line each, not
     # their whole repr, nor a TypeError from the class's unbound tolist()
     resolved = load_job_dict({"data": {"path": str(small_dataset)}}, "job.yaml", check_paths=False)
     with pytest.raises(ConfigError, match=r"^job: JobConfig JobConfig\(.{0,60}: pass a job YAML path") as e:
@@ -397,7 +414,7 @@ def test_a_job_or_overrides_of_another_type_is_a_one_line_error(small_dataset):
     with pytest.raises(ConfigError, match=r"^overrides: Tensor tensor\(.{0,60}: give a string") as e:
         hpcdgnn.train(job, overrides=torch.arange(10_000))
     assert len(str(e.value)) < 200
-    for value, shown in ((np.float64, "type <class 'numpy.float64'>"), (set(range(10_000)), "set {0, 1")):
+    for value, shown in ((np.ndarray, "type <class 'numpy.ndarray'>"), (set(range(10_000)), "set {0, 1")):
         with pytest.raises(ConfigError, match=rf"^job \(mapping\): train\.dtype: {re.escape(shown)}.{{0,60}} is not "
                                               r"a job value \(a number") as e:
             hpcdgnn.train({**job, "train": {"dtype": value}})
