@@ -93,7 +93,8 @@ class TrainedRun:
 
     @property
     def summary(self) -> dict:
-        """``summary.json``: totals, the best and final metrics, the time split, memory."""
+        """``summary.json``: the status, the final epoch's record (its metrics and time split), totals, the steady
+        epoch time, memory, the environment (docs/results.md lists the fields; there is no best epoch)."""
         return json.loads(self._file("summary.json").read_text())
 
     @cached_property
