@@ -296,3 +296,19 @@ def test_the_time_encoder_before_the_horizon_saves_the_head_not_the_block():
         # seen on an AVX-512 EPYC (5.6e-17)
         torch.testing.assert_close(z[:k], lstm(torch.cat([head, tail]))[0][:k], rtol=1e-13, atol=1e-15)
     assert saved[0] == saved[1]
+
+
+def test_a_pyg_style_call_on_tensors_says_where_a_run_s_outputs_come_from():
+    """``model(x, edge_index)``, PyG's call, read "forward() takes 2 positional arguments but 3 were given" (and
+    TGN's or the encoder–decoder's one tensor an AttributeError inside): each is one TypeError line naming the
+    API's embed / predict / export(to='pygt')."""
+    from hpcdgnn.nn.models import build_encoder_decoder
+    from hpcdgnn.nn.models.tgn import TGN
+
+    x, edge_index = torch.randn(5, 3), torch.tensor([[0, 1], [1, 2]])
+    for model in (build_model("cdgcn", 3, 4, 2, 3), build_encoder_decoder("gconv_gru", 3, 4, 1, 2, 2, 2),
+                  TGN(5, 2, 4, 4, 4, 2, False)):
+        for args in ((x, edge_index), (x,)):
+            with pytest.raises(TypeError, match=rf"^{type(model).__name__}\.forward takes a strategy's input, not "
+                                                r"tensors: a run's Z_t come from TrainedRun\.embed\(\)"):
+                model(*args)

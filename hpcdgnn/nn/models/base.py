@@ -111,8 +111,18 @@ class StepParams(Mapping):
 
 
 #: where a trained model's outputs on tensors come from (the models run over a strategy's placed rows)
-_ON_TENSORS = ("a run's Z_t come from `python -m hpcdgnn embed RUNDIR`, its predictions from `predict`, and "
-               "`export RUNDIR --to pygt` writes PyG Temporal modules called on (x, edge_index, edge_weight)")
+_ON_TENSORS = ("a run's Z_t come from TrainedRun.embed() (`python -m hpcdgnn embed RUNDIR`), its predictions from "
+               "predict(), and export(model=FILE, to='pygt') (`export RUNDIR --to pygt`) writes PyG Temporal modules "
+               "called on (x, edge_index, edge_weight)")
+
+
+def refuse_tensors(module: nn.Module, given: Any, more: tuple) -> None:
+    """A PyG-style call ``model(x, edge_index, ...)`` of a model that runs over a strategy's placed rows: one
+    TypeError line saying where a run's outputs come from, not Python's 'takes 2 positional arguments' (or an
+    AttributeError deeper in) for the extra tensors."""
+    if more or isinstance(given, torch.Tensor):
+        raise TypeError(f"{type(module).__name__}.forward takes a strategy's input, not tensors: {_ON_TENSORS}")
+
 
 
 class DynamicLayer(nn.Module):
@@ -228,10 +238,9 @@ class DGNN(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, layout: Layout) -> dict[int, torch.Tensor]:
+    def forward(self, layout: Layout, *more: Any) -> dict[int, torch.Tensor]:
         """The layer loop (IBM §2.2, Fig. 1b) over the rows a strategy placed: ``{t: Z_t}`` for the task."""
-        if isinstance(layout, torch.Tensor):
-            raise TypeError(f"{type(self).__name__}.forward takes a strategy's Layout, not tensors: {_ON_TENSORS}")
+        refuse_tensors(self, layout, more)
         return layout.output(self.run_layers(layout))
 
     def run_layers(self, layout: Layout) -> torch.Tensor:

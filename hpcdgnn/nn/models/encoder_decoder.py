@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.nn.layout import Layout, StepGraph
-from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, build_model
+from hpcdgnn.nn.models.base import DGNN, GraphRecurrentLayer, build_model, refuse_tensors
 
 __all__ = ["DecoderInputs", "EncoderDecoder", "build_encoder_decoder", "input_gates_from_basis"]
 
@@ -86,8 +86,9 @@ class EncoderDecoder(DGNN):
             layer.reset_parameters()
         self.proj.reset_parameters()
 
-    def forward(self, layout: Layout):
+    def forward(self, layout: Layout, *more):
         """Encode the layout's window, then decode H steps from the encoder's final states (module docstring)."""
+        refuse_tensors(self, layout, more)
         h = self.run_layers(layout)
         states = [rstate for _, rstate in layout.states]
         inputs = layout.decoder_inputs()

@@ -284,8 +284,12 @@ class TGN(nn.Module):
         self.w_out = nn.Linear(hidden + memory_dim, hidden)
         self.norm = nn.LayerNorm(hidden)
 
-    def forward(self, inp: TGNInput) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, inp: TGNInput, *more) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Embeddings z (R, hidden) of the roots and their updated memories s'_v(t_r) (R, d), or None."""
+        if more or isinstance(inp, torch.Tensor):  # PyG's TGN(x, ...) call
+            from hpcdgnn.nn.models.base import refuse_tensors
+
+            refuse_tensors(self, inp, more)
         nb = inp.neighbors
         R, k = nb.mask.shape
         if R == 0:  # an empty slice (a batch shorter than its ranks): nothing to embed, nothing to write
