@@ -450,7 +450,8 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
         parsed = ParsedEvents(src=s[order], dst=d[order], time=times[order], efeat=feats, feature_names=names,
                               vertex_ids=np.arange(n), bipartite=opts.bipartite, num_sources=num_sources,
                               inversions=int(np.count_nonzero(times[1:] < times[:-1])))
-        return _noted(write_parsed(parsed, opts, output, where, provenance), output)
+        return _noted(write_parsed(parsed, opts, output, where, provenance,
+                                   warn=lambda text: _warn(f"{output}: {text}")), output)
     for name, default in EVENT_ONLY_OPTIONS.items():
         if options.pop(name, default) != default:
             raise DataError(f"{where}: {option_flag(name).lstrip('-').replace('-', '_')} applies only to "

@@ -398,6 +398,15 @@ def test_the_adapters_warn_of_what_prepare_warns_of(tmp_path, capsys):
         from_arrays(src, dst, t, tmp_path / "arrays", snapshots=100)
     with pytest.warns(UserWarning, match=r"ev: no val and no test events .*: give split= a larger share"):
         from_arrays(src, dst, np.zeros(4), tmp_path / "ev", kind="events")
+    # events out of time order: prepare's stderr line named from_arrays even from from_temporal_data; a warning
+    # naming the dataset now, and nothing on stderr
+    capsys.readouterr()
+    for i, call in enumerate((lambda out: from_arrays(src, dst, t[::-1].copy(), out, kind="events"),
+                              lambda out: from_temporal_data({"src": src, "dst": dst, "t": t[::-1].copy()}, out))):
+        with pytest.warns(UserWarning, match=rf"unsorted{i}: 3 adjacent time inversion\(s\) in the input; events "
+                                             r"sorted stably by time \(manifest: sorted_input false\)$"):
+            assert not call(tmp_path / f"unsorted{i}").sorted_input
+    assert "inversion" not in capsys.readouterr().err
 
 
 def test_sparse_ids_are_refused_by_size_before_an_array_of_n_is_made(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,19 +282,21 @@ def _float_times(t: np.ndarray, unit: float | None, where: Path) -> np.ndarray:
 
 
 def write_parsed(parsed: ParsedEvents, opts: EventOptions, output: str | Path, where: Path,
-                 provenance: dict[str, Any]) -> EventManifest:
+                 provenance: dict[str, Any], warn: Callable[[str], None] | None = None) -> EventManifest:
     """Write parsed events (a file's, or arrays' from :mod:`hpcdgnn.data.adapters`) as an event dataset.
+
+    ``warn``: how the adapters say what ``prepare`` prints as a warning on stderr (a Python ``UserWarning``).
 
     Raises:
         DataError: naming ``where``: an edge feature that does not fit in float32.
     """
     if parsed.inversions:
-        print(
-            f"hpcdgnn prepare: warning: {where}: {parsed.inversions} adjacent time inversion(s) in the input;"
-            " events sorted stably by time (manifest: sorted_input false)",
-            file=sys.stderr,
-            flush=True,
-        )
+        text = (f"{parsed.inversions} adjacent time inversion(s) in the input; events sorted stably by time "
+                "(manifest: sorted_input false)")
+        if warn is not None:
+            warn(text)
+        else:
+            print(f"hpcdgnn prepare: warning: {where}: {text}", file=sys.stderr, flush=True)
     if parsed.efeat is not None and not np.isfinite(parsed.efeat).all():
         k, j = (int(x) for x in np.argwhere(~np.isfinite(parsed.efeat))[0])
         raise DataError(
