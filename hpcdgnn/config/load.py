@@ -304,6 +304,29 @@ def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: 
     return load_job_dict(raw, file, overrides, check_paths, resolved)
 
 
+def _regime_defaults(raw: dict) -> dict:
+    """``task.name`` and ``strategy.name`` left out of a job whose model's regime does not have their defaults
+    (``link_prediction``, ``snapshot``) are that regime's first (``model: {name: tgn}``: ``temporal_link_prediction``
+    and ``memory``), as a model of one regime trains in no other; a name the job gives is kept (and refused by
+    :func:`~hpcdgnn.regimes.job_regime` if it is another regime's)."""
+    from hpcdgnn.regimes import names, regime_of
+
+    model = raw.get("model")
+    name = model.get("name", ModelConfig.name) if isinstance(model, dict) else ModelConfig.name if model is None \
+        else None
+    if not isinstance(name, str) or name not in names("model"):
+        return raw
+    regime = regime_of("model", name)
+    out = dict(raw)
+    for section, base in (("task", TaskConfig), ("strategy", StrategyConfig)):
+        given = raw.get(section)
+        if base.name in regime.names(section) or not (given is None or isinstance(given, dict)):
+            continue
+        if given is None or "name" not in given:
+            out[section] = {**(given or {}), "name": regime.names(section)[0]}
+    return out
+
+
 def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check_paths: bool = True,
                   resolved: bool = False) -> JobConfig:
     """:func:`load_job` of a job already read (``file`` names it in messages)."""
@@ -313,7 +336,7 @@ def load_job_dict(raw: Any, file: str, overrides: list[str] | None = None, check
         raise ConfigError(f"{file}: top level: expected a mapping of sections (data, model, task, ...)")
     if resolved:
         raw = _older_resolved(raw)
-    raw = apply_overrides(raw, overrides or [], file)
+    raw = _regime_defaults(apply_overrides(raw, overrides or [], file))
     reading = READING_RESOLVED.set(resolved)
     try:
         job = _build(JobConfig, raw, "", file)

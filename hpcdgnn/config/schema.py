@@ -78,7 +78,7 @@ class TaskConfig:
     name: str = "link_prediction"
     """Registered task: ``link_prediction`` (Z_t scores edges of t+1), ``node_classification``, ``regression`` (Z_t
     forecasts the targets of t..t+horizon-1; MSE), ``temporal_link_prediction`` on an event stream (tgn; MRR and
-    AP, as TGL)."""
+    AP, as TGL). Left out under a model of the event regime (tgn): ``temporal_link_prediction``."""
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
 
@@ -166,7 +166,8 @@ class StrategyConfig:
     """Registered strategy: ``snapshot`` (IBM §4.2, S1), ``pss`` (DGC §2.1), ``vertex`` (S6), ``chunk`` (D1),
     ``sequences`` (ReInc §3.4, R1/R4), ``hybrid`` (DynaHB §4–5, H1–H5), ``memory`` (DistTGL §3.2, M2; event
     streams), ``grid`` (snapshot × vertex ranks, IBM §6.5's future work); ``auto``: the planner picks one of the
-    full-batch ones at start (``python -m hpcdgnn plan``)."""
+    full-batch ones at start (``python -m hpcdgnn plan``). Left out under a model of the event regime (tgn):
+    ``memory``."""
 
 
 @dataclass(frozen=True, kw_only=True)

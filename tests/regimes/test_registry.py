@@ -55,8 +55,9 @@ def test_options_live_with_their_model(tmp_path, small_dataset):
 
 
 @pytest.mark.parametrize(("sections", "needle"), [
-    ({"model": {"name": "tgn"}}, "model.name: tgn needs task.name: temporal_link_prediction and strategy.name: "
-                                 r"memory, not task.name: link_prediction, strategy.name: snapshot \(the event-stream"),
+    ({"model": {"name": "tgn"}, "strategy": {"name": "snapshot"}},
+     "model.name: tgn needs task.name: temporal_link_prediction and strategy.name: memory, not task.name: "
+     r"link_prediction, strategy.name: snapshot \(the event-stream"),
     ({"strategy": {"name": "memory"}}, "model.name: cdgcn needs strategy.name: snapshot or pss or vertex or chunk or "
                                        r"grid or sequences or hybrid or auto, not strategy.name: memory \(the "
                                        "snapshot-timeline regime"),
@@ -66,6 +67,26 @@ def test_a_job_mixing_regimes_is_one_line(tmp_path, small_dataset, sections, nee
     job = load_job(write_job(tmp_path / "job.yaml", small_dataset, **sections), [])
     with pytest.raises(ConfigError, match=needle):
         check_model_strategy(job, "job.yaml", 2)
+
+
+def test_names_a_job_leaves_out_are_its_model_s_regime_s():
+    """``model: {name: tgn}`` alone was refused twice in a row ("needs strategy.name: memory, not snapshot", then
+    "needs task.name: temporal_link_prediction"), names the user never gave: a left-out ``task.name`` or
+    ``strategy.name`` is now the model's regime's; a given one is kept (and refused if of another regime)."""
+    from hpcdgnn.config.load import load_job_dict
+
+    def names(raw, *overrides):
+        job = load_job_dict({"data": {"path": "d"}, **raw}, "job.yaml", list(overrides), check_paths=False)
+        return job.task.name, job.strategy.name
+
+    assert names({"model": {"name": "tgn"}}) == ("temporal_link_prediction", "memory")
+    assert names({}, "model.name=tgn") == ("temporal_link_prediction", "memory")
+    assert names({"model": {"name": "tgn"}, "task": {"negatives": 2}, "strategy": {"minibatch": 1}}) == (
+        "temporal_link_prediction", "memory")
+    assert names({"model": {"name": "tgn"}, "strategy": {"name": "snapshot"}}) == (
+        "temporal_link_prediction", "snapshot")
+    assert names({}) == names({"model": {"name": "tmgcn"}}) == ("link_prediction", "snapshot")
+    assert names({"model": {"name": "cdgcn"}, "strategy": {"name": "memory"}}) == ("link_prediction", "memory")
 
 
 def test_the_regime_reads_its_own_kind_of_data(tmp_path, small_dataset):
