@@ -197,7 +197,11 @@ class _MpiGuard:
 
 
 def pytest_configure(config):
-    """Check the `mpi` marks while the tests run (a --collect-only run starts nothing)."""
+    """Check the `mpi` marks while the tests run (a --collect-only run starts nothing); SIGINT as a terminal gives
+    it: a suite started in the background by a script (``bash tests/run.sh &``) has it ignored, which every child
+    keeps, and the tests that interrupt themselves or a child (a Ctrl-C mid-import, mid-epoch) would hear nothing."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.option.collectonly:
         return
     guard = _MpiGuard(config)
