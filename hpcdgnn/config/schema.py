@@ -42,6 +42,11 @@ MAX_THREADS = 1024
 ADAM_BETAS = (0.9, 0.999)
 _FLOAT_MAX = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308}
 
+#: A duration in seconds at most (~31 years): torch.distributed's clocks and ``time.sleep`` count int64
+#: nanoseconds, so a larger ``comm.timeout_s`` made timedelta or the TCP store overflow (a traceback, or a
+#: connection that timed out at once) and a larger ``debug.delay_seconds`` made the sleep raise OverflowError.
+MAX_SECONDS = 1e9
+
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
@@ -545,8 +550,8 @@ class CommConfig:
     """Seconds with no completed communicator call before the watchdog ends the job (exit 3); 0 = off."""
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError("timeout_s: must be > 0")
+        if not 0 < self.timeout_s <= MAX_SECONDS:
+            raise ValueError(f"timeout_s: must be > 0 and at most {MAX_SECONDS:g} seconds")
         if self.stall_timeout_s < 0:
             raise ValueError("stall_timeout_s: must be >= 0 (0 = no watchdog)")
         if self.grad_buckets < 1:
@@ -631,8 +636,8 @@ class DebugConfig:
             raise ValueError("fail_epoch: must be >= 1")
         if self.delay_rank < -1:
             raise ValueError("delay_rank: must be >= -1 (-1 = no straggler)")
-        if not self.delay_seconds >= 0:
-            raise ValueError("delay_seconds: must be >= 0")
+        if not 0 <= self.delay_seconds <= MAX_SECONDS:
+            raise ValueError(f"delay_seconds: must be >= 0 and at most {MAX_SECONDS:g} seconds")
         if self.profile_epoch < 0:
             raise ValueError("profile_epoch: must be >= 0 (0 = no profile)")
 

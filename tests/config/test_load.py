@@ -294,10 +294,14 @@ def test_fusion_memory_cap_is_auto_or_a_positive_number(tmp_path, small_dataset)
     ("checkpoint.every_minutes=-.inf", "--set checkpoint.every_minutes: expected a finite number, got -inf"),
     ("train.seed=100000000000000000000000", "--set train.seed: 100000000000000000000000 is out of range"),
     ("train.threads=100000", "--set train.threads: must be in [0, 1024]"),
+    # torch's TCP store timedelta overflowed (a traceback; 1e10 timed out at once), time.sleep raised OverflowError
+    ("comm.timeout_s=1e30", "--set comm.timeout_s: must be > 0 and at most 1e+09 seconds"),
+    ("debug.delay_seconds=1e30", "--set debug.delay_seconds: must be >= 0 and at most 1e+09 seconds"),
 ])
 def test_numbers_beyond_what_the_run_can_use_are_one_line(tmp_path, small_dataset, override, needle):
     """Non-finite floats (which pass every comparison check: NaN is not < 0), integers beyond 64 bits (a seed
-    crashed torch) and thread counts beyond any node (torch crashed) are refused by name."""
+    crashed torch), thread counts beyond any node (torch crashed) and durations beyond int64 nanoseconds are
+    refused by name."""
     job = write_job(tmp_path / "job.yaml", small_dataset)
     with pytest.raises(ConfigError) as e:
         load_job(job, [override])
