@@ -259,6 +259,18 @@ def test_bad_column_mappings_are_one_line_errors(tmp_path, fmt, spec, match):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("time", ["-1", "ts", "1.5"])
+def test_a_name_for_a_headerless_snap_file_blames_its_own_key(tmp_path, time):
+    """``--columns src=0,dst=1,time=-1`` on a SNAP file of numbers took line 1 ("1 2 1082040961") for a header,
+    found dst=1 as the *name* of column 0, and said "src and dst both map to column 0" (and lost line 1): the
+    error now names the key that is no index."""
+    p = _write(tmp_path, "t.txt", "1 2 1082040961\n1 3 1082155839\n2 5 1082414391\n")
+    with pytest.raises(DataError, match=rf"t\.txt:1: --columns time={time}: this file has no header line, so "
+                                        "columns are 0-based indices"):
+        prepare_dataset(p, "snap", tmp_path / "o", columns=f"src=0,dst=1,time={time}")
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_bad_columns_exit_2(tmp_path, capsys):
     """Through the CLI a bad mapping is 'hpcdgnn: error: ...' on one line and exit status 2."""
     p = _write(tmp_path, "t.csv", VARIANTS["tgl"])

@@ -266,7 +266,9 @@ def _parse_mapped(
     by_name = read_by_name(columns)
     header = None
     if by_name:
-        header = first
+        # a line of numbers is data: a value that is no index (time=-1, time=ts) then has no header to name, and
+        # one that looked a number up among them blamed other keys ("src and dst both map to column 0")
+        header = None if all(map(_is_number, first)) else first
     elif columns["time"].isdigit() and second is not None:
         t = int(columns["time"])
         if t < len(first) and t < len(second) and looks_like_header([first[t]], [second[t]]):
