@@ -165,6 +165,18 @@ def test_resuming_a_grid_run_on_a_rank_count_its_sides_do_not_fit_says_to_use_it
     assert "strategy.vertex_ranks" in line and line.endswith("resume it on 3 ranks"), line
 
 
+def test_a_time_encoding_too_wide_for_memory_is_refused_without_building_it(tmp_path):
+    """model.time_dim: 1e9 made ``check`` allocate TimeEncoding's numpy frequencies (16 GB resident, killed after
+    minutes) while the footprint counted the model's weights on the meta device; 1e12 was "check: out of memory"
+    naming no key. The meta build makes no host array, so the footprint's one line names the key."""
+    data, _ = _events(tmp_path / "ev")
+    job = write_job(tmp_path / "tgn.yaml", data, model={**TGN, "time_dim": 10**12},
+                    task={"name": "temporal_link_prediction", "batch_events": 50}, strategy={"name": "memory"})
+    proc = run_in_process(["check", str(job)], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "this job needs at least" in proc.stderr and "model.time_dim" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("command", ["run", "check", "plan"])
 def test_widths_whose_weights_overflow_a_byte_count_are_one_line(tmp_path, small_dataset, command):
     """model.hidden: 1e9 makes a (4e9, 1e9) LSTM weight whose byte count overflows even on the meta device: the

@@ -99,7 +99,10 @@ class TimeEncoding(nn.Module):
     def __init__(self, dim: int, learnable: bool = True, scale: float = 1.0) -> None:
         super().__init__()
         self.scale = float(scale)
-        w = torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float64)).float()
+        if torch.empty(0).device.type == "meta":  # counted, not built (regimes.base.meta_build): no host memory
+            w = torch.empty(dim)  # (numpy's linspace of time_dim: 1e9 took 16 GB before the footprint refused it)
+        else:
+            w = torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float64)).float()
         if learnable:
             self.w, self.b = nn.Parameter(w), nn.Parameter(torch.zeros(dim))
         else:
