@@ -147,8 +147,8 @@ def meta_build(job: JobConfig) -> Iterator[None]:
     try:
         with torch.device("meta"):
             yield
-    except RuntimeError as e:
-        if "overflow" not in str(e):
+    except (RuntimeError, TypeError) as e:  # TypeError: a size past int64 itself ("Overflow when unpacking long")
+        if "overflow" not in str(e).lower():
             raise
         key, value = max(((f"{section}.{f.name}", getattr(cfg, f.name))
                           for section, cfg in (("model", job.model), ("task", job.task)) for f in fields(cfg)

@@ -26,7 +26,14 @@ from hpcdgnn.nn.models import (
     model_options,
     needs_step_graphs,
 )
-from hpcdgnn.regimes.base import RegimeSpec, counted_parameters, item_bytes, parameter_bytes, register_regime
+from hpcdgnn.regimes.base import (
+    RegimeSpec,
+    counted_parameters,
+    item_bytes,
+    meta_build,
+    parameter_bytes,
+    register_regime,
+)
 from hpcdgnn.tasks import build_task, task_class
 
 __all__ = ["TIMELINE"]
@@ -115,7 +122,12 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
         raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
                           f"strategy.name: sequences, not {job.task.name} under {s}; set those, or "
                           "encoder_decoder: false")
-    if not get_strategy(s).full_batch and any(ly.pool_rows for ly in meta_layers(m)):
+    try:  # a width whose weight overflows a byte count (1e9 hidden under hybrid) is one line, not torch's traceback
+        with meta_build(job):
+            pools = any(ly.pool_rows for ly in meta_layers(m))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+    if not get_strategy(s).full_batch and pools:
         raise ConfigError(f"{where}: model.name: {m.name} pools the top-k of every vertex of each snapshot, which "
                           f"strategy.name: {s} samples; use a full-batch strategy (snapshot, pss, vertex or chunk)")
     if not needs_step_graphs(m.name):

@@ -165,6 +165,18 @@ def test_resuming_a_grid_run_on_a_rank_count_its_sides_do_not_fit_says_to_use_it
     assert "strategy.vertex_ranks" in line and line.endswith("resume it on 3 ranks"), line
 
 
+@pytest.mark.parametrize(("strategy", "hidden"), [("hybrid", 10**9), ("sequences", 10**9), ("snapshot", 2**62)])
+def test_widths_that_overflow_under_any_strategy_are_one_line(tmp_path, small_dataset, strategy, hidden):
+    """The check for a pooling model under a sampled strategy built the model on the meta device outside
+    meta_build: T-GCN's cell at hidden 1e9 under hybrid or sequences was torch's "Storage size calculation
+    overflowed" traceback; a width past int64 itself (2^62 · 3) torch's TypeError "Overflow when unpacking"."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn_cell", "hidden": hidden, "layers": 1},
+                    strategy={"name": strategy})
+    proc = run_in_process(["check", str(job)], mpi_env(), tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"model.hidden: {hidden} makes a weight of more than 2^63 bytes; lower it" in proc.stderr, proc.stderr
+
+
 def test_a_time_encoding_too_wide_for_memory_is_refused_without_building_it(tmp_path):
     """model.time_dim: 1e9 made ``check`` allocate TimeEncoding's numpy frequencies (16 GB resident, killed after
     minutes) while the footprint counted the model's weights on the meta device; 1e12 was "check: out of memory"
