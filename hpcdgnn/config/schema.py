@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 
-#: ``train.threads`` at most: more than any node's cores (torch cannot create ~10^5 threads).
+#: ``train.threads`` and ``strategy.reservoir.threads`` at most: more than any node's cores (neither torch nor
+#: Python can start ~10^5 threads).
 MAX_THREADS = 1024
 
 #: Adam's (β1, β2), torch's defaults. Its first step moves a parameter by lr / (1 - β1) in the
@@ -362,8 +363,8 @@ class ReservoirConfig:
     """A batch not reused is a snapshot batch (every vertex × N_S snapshots) where one is at most this many MiB."""
 
     def __post_init__(self) -> None:
-        if self.threads < 0:
-            raise ValueError("threads: must be >= 0 (0 = inline)")
+        if not 0 <= self.threads <= MAX_THREADS:  # 10^5 was "can't start new thread", a traceback in epoch 1
+            raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (generator threads of one rank; 0 = inline)")
         if not self.max_mb > 0:
             raise ValueError("max_mb: must be > 0 (MiB per rank)")
         if not self.max_batch_mb >= 0:

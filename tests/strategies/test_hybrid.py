@@ -145,7 +145,9 @@ def test_random_batches_are_p_invariant_over_partial_closures(launcher, sparse, 
     ("strategy.adjuster.lr=0", "lr: must be > 0"),
     ("strategy.averaging.every_s=0", "every_s: must be > 0"),
     ("strategy.averaging.every_steps=-1", "every_steps: must be >= 0"),
-    ("strategy.reservoir.threads=-1", "threads: must be >= 0"),
+    ("strategy.reservoir.threads=-1", "threads: must be in [0, 1024]"),
+    # 10^5 generator threads: "RuntimeError: can't start new thread", a traceback in the first epoch
+    ("strategy.reservoir.mode=on strategy.reservoir.threads=100000", "reservoir.threads: must be in [0, 1024]"),
     # a key its section's mode would ignore is refused (strict config), not accepted to change nothing
     ("strategy.adjuster.kind=random strategy.adjuster.gamma=0.5", "gamma: applies only with kind: dqn"),
     ("strategy.adjuster.kind=fixed strategy.adjuster.epsilon=0.5", "epsilon: applies only with kind: dqn"),
