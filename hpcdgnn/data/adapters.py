@@ -515,6 +515,11 @@ def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = Non
     _output(output, where)
     if isinstance(data, Mapping):
         data = _temporal_mapping(data, where)
+    elif callable(getattr(data, "keys", None)):  # a TemporalData: what it holds beyond an event stream is said
+        extra = [k for k in data.keys() if k not in _TEMPORAL_KEYS]
+        if extra:
+            _warn(f"{output}: data.{', data.'.join(map(str, extra))} not stored: an event stream holds src, dst, t and "
+                  "msg (the events' features)")
     for key in ("src", "dst", "t"):
         if getattr(data, key, None) is None:
             raise DataError(f"{where}: the data has no {key!r} (a TemporalData has src, dst, t, msg)")

@@ -5,6 +5,7 @@ source cannot be represented (nothing written)."""
 from __future__ import annotations
 
 import json
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -204,6 +205,25 @@ def test_a_dict_of_a_temporal_data_s_arrays_is_one(tmp_path, capsys):
     with pytest.warns(UserWarning, match="no val and no test events") as told:
         from_temporal_data({"src": [0, 1], "dst": [1, 2], "t": [0, 0]}, tmp_path / "one-time")
     assert [w.filename for w in told] == [__file__]
+
+
+def test_what_a_temporal_data_holds_beyond_events_is_said_not_stored(tmp_path):
+    """A TemporalData's node features ``x`` (or any attribute beyond src, dst, t, msg, y) were dropped without a
+    word, where its ``to_dict()`` is refused for them: a warning at the caller's line names them."""
+
+    class Temporal(SimpleNamespace):  # a TemporalData's interface: attributes and keys()
+        def keys(self):
+            return list(vars(self))
+
+    src, dst, t = _events(5)
+    with pytest.warns(UserWarning, match=r"/extra: data\.x, data\.node_type not stored: an event stream holds src, "
+                                         r"dst, t and msg") as told:
+        from_temporal_data(Temporal(src=src, dst=dst, t=t, y=np.zeros(E), x=np.ones((50, 3)), node_type=[0]),
+                           tmp_path / "extra")
+    assert [w.filename for w in told] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_temporal_data(Temporal(src=src, dst=dst, t=t, y=np.zeros(E)), tmp_path / "plain")
 
 
 def test_the_real_libraries_when_installed(tmp_path, capsys):
@@ -537,6 +557,8 @@ def test_messages_name_the_python_arguments_not_prepare_s_flags(tmp_path, capsys
 _SPMD_SCRIPT = """
 import sys
 from types import SimpleNamespace
+
+import warnings
 
 import numpy as np
 from mpi4py import MPI
