@@ -144,6 +144,9 @@ class Strategy(Generic[B]):
     name: ClassVar[str] = ""
     #: one batch per epoch (reproduces every other full-batch strategy's losses)
     full_batch: ClassVar[bool] = False
+    #: its plan partitions a graph (seconds to minutes on a large one): the set-up does not make it a second time
+    #: to predict the job's peak memory (:func:`~hpcdgnn.train.footprint.check_predicted_peak`)
+    costly_plan: ClassVar[bool] = False
     #: the splits whose Z_t the pass that computes a checkpoint's metrics yields (``embed``; see
     #: :mod:`hpcdgnn.train.inference`): a full batch all of them
     embeds: ClassVar[tuple[str, ...]] = ("train", "val", "test")

@@ -24,6 +24,8 @@ __all__ = ["GridStrategy"]
 class GridStrategy(ChunkStrategy):
     """Ps × Pv ranks: snapshot groups × vertex ranges (IBM §6.5's future work)."""
 
+    costly_plan = False  # one chunk per grid cell: no label propagation
+
     @classmethod
     def make_plan(cls, manifest, num_ranks, job) -> PartitionPlan:
         """The grid plan (:func:`~hpcdgnn.partition.grid.plan_grid`)."""

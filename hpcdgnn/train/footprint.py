@@ -104,8 +104,9 @@ def check_predicted_peak(job, manifest, num_ranks: int, available: float, where:
     host bytes, and warn (stderr) of one above ``available``: the lower bound of :func:`check_footprint` counts one
     tensor of a rank's rows, the planner every layer's saved tensors, so a job between the two would start, load
     its data and be killed by the kernel's out-of-memory killer (exit 137, no line). Predicted only when the lower
-    bound reaches :data:`PREDICT_FROM` of ``available``; the sampled strategies (whose price replays batches) and
-    the event regime (whose lower bound holds its batch) are not predicted here.
+    bound reaches :data:`PREDICT_FROM` of ``available``; the sampled strategies (whose price replays batches), a
+    strategy whose plan is costly to make twice (``Strategy.costly_plan``: ``chunk``) and the event regime (whose
+    lower bound holds its batch) are not predicted here.
 
     Raises:
         ConfigError: the predicted peak, what the rank has, the ranks it would fit on, the keys that size it.
@@ -113,7 +114,7 @@ def check_predicted_peak(job, manifest, num_ranks: int, available: float, where:
     from hpcdgnn.strategies import get_strategy
 
     cls = get_strategy(job.strategy.name)
-    if not cls.full_batch or not hasattr(cls, "cost"):
+    if not cls.full_batch or not hasattr(cls, "cost") or cls.costly_plan:
         return
     parts = lower_bound(job, manifest, num_ranks)
     if sum(b for b, _ in parts.values()) < available * PREDICT_FROM:
