@@ -123,8 +123,7 @@ def check_predicted_peak(job, manifest, num_ranks: int, available: float, where:
     if peak is None or peak["bytes"] <= available:
         return
     need, fixed = peak["bytes"], peak["parts"].get("parameters", 0.0)
-    keys = list(dict.fromkeys(k.strip() for _, ks in sorted(parts.values(), key=lambda p: -p[0])
-                              for k in ks.split(",") if k.strip()))
+    keys = _keys(parts)
     fits = (f"spread over about {math.ceil(num_ranks * (need - fixed) / (available - fixed))} ranks it would fit, "
             "or lower " if fixed < available else "lower ")
     what = (f"{where + ': ' if where else ''}the planner predicts a peak of {_size(need)} per rank at P = {num_ranks} "
@@ -134,6 +133,12 @@ def check_predicted_peak(job, manifest, num_ranks: int, available: float, where:
         raise ConfigError(f"{what}: the kernel would kill the run; {fits}{', '.join(keys) or 'its sizes'}")
     print(f"hpcdgnn: warning: {what}; its predictions are within 30 %, so the kernel may kill the run (exit 137): "
           f"{fits}{', '.join(keys) or 'its sizes'}", file=sys.stderr, flush=True)
+
+
+def _keys(parts: dict[str, tuple[int, str]]) -> list[str]:
+    """The keys that set the footprint's terms, the largest term's first, each once."""
+    ordered = sorted(parts.values(), key=lambda p: -p[0])
+    return list(dict.fromkeys(k.strip() for _, ks in ordered for k in ks.split(",") if k.strip()))
 
 
 def _size(nbytes: float) -> str:
@@ -146,8 +151,7 @@ def _size(nbytes: float) -> str:
 def out_of_memory_error(job, manifest, num_ranks: int, detail: str) -> ConfigError:
     """The one line for an allocation larger than the rank has: the keys that size this job's terms (its
     regime's, e.g. ``model.neighbors`` and ``task.eval_negatives`` for TGN), most demanding first."""
-    parts = sorted(lower_bound(job, manifest, num_ranks).values(), key=lambda p: -p[0])
-    keys = list(dict.fromkeys(k.strip() for _, ks in parts for k in ks.split(",") if k.strip()))
+    keys = _keys(lower_bound(job, manifest, num_ranks))
     return ConfigError(f"out of memory ({detail}); the job needs more than this rank has: lower "
                        f"{', '.join(keys) or 'its sizes'}, or spread it over more ranks or nodes")
 
