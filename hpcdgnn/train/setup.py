@@ -753,6 +753,10 @@ def check_job(job: JobConfig, where: str | None, num_ranks: int, host_share: flo
             raise ConfigError(f"{where}: train.device: cuda, and this machine has no CUDA device ({cuda_seen()}); "
                               "use auto or cpu")
         device_memory = torch.cuda.get_device_properties(0).total_memory
+    if job.comm.backend == "nccl" and not cuda:  # check says it too, not only a run's device selection
+        raise ConfigError(f"{where}: comm.backend: nccl needs a GPU per rank, and this job runs on the CPU "
+                          f"(train.device: {job.train.device}" + ("" if job.train.device == "cpu" else
+                                                                  f"; {cuda_seen()}") + "); use mpi or gloo")
     budget = device_memory if cuda else host_share
     job, planner = get_strategy(job.strategy.name).resolve(job, where, num_ranks, budget, "cuda" if cuda else "cpu")
     check_model_strategy(job, where, num_ranks)

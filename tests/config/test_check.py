@@ -134,3 +134,13 @@ def test_a_rule_over_two_keys_names_the_set_that_gave_the_other():
     assert blame_override(message, "job.yaml", ["task.heads=3", "model.layers=2"]) == message
     assert blame_override(message, "job.yaml", ["model.hidden=16", "model.heads=3"]) == \
         "--set model.hidden: 16 is not a multiple of heads: 3"
+
+
+def test_check_refuses_nccl_on_the_cpu_as_a_run_does(tmp_path, small_dataset, capsys):
+    """``comm.backend: nccl`` on a CPU-only job passed ``check`` ("a run would start"); the run then refused it at
+    device selection. check now says the run's line, exit 2."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, comm={"backend": "nccl"}, train={"device": "cpu"})
+    assert main(["check", str(job), "--ranks", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "comm.backend: nccl needs a GPU per rank, and this job runs on the CPU (train.device: " \
+        "cpu); use mpi or gloo" in err[0], err
