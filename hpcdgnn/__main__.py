@@ -501,13 +501,33 @@ def main(argv: list[str] | None = None) -> int:
         detail = out_of_memory(e)
         if detail is None:
             raise
-        print(f"hpcdgnn: error: {args.command}: out of memory ({detail}); ask for less (sizes, --snapshots)",
-              file=sys.stderr)
+        print(f"hpcdgnn: error: {args.command}: out of memory ({detail}); {_ask_for_less(args)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
         preemption.forget_stop()
+
+
+def _ask_for_less(args: argparse.Namespace) -> str:
+    """What to lower after an out-of-memory error: a job command's (``check``, ``plan``) size keys, largest term
+    first, as a run's line names them; else the sizes in general."""
+    job_path = getattr(args, "job", None)
+    if isinstance(job_path, str):
+        try:
+            from hpcdgnn.config import load_job
+            from hpcdgnn.regimes import regime_of
+            from hpcdgnn.train.footprint import lower_bound, size_keys
+
+            job = load_job(job_path, getattr(args, "set", None) or [])
+            ranks = getattr(args, "ranks", 1)
+            P = max(ranks) if isinstance(ranks, list) else ranks or 1
+            keys = size_keys(lower_bound(job, regime_of("model", job.model.name).load_manifest(job.data.path), P))
+            if keys:
+                return f"lower {', '.join(keys)}"
+        except Exception:  # noqa: BLE001 -- already failing: the general advice then
+            pass
+    return "ask for less (sizes, --snapshots)"
 
 
 if __name__ == "__main__":

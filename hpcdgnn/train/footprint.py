@@ -14,7 +14,7 @@ import sys
 from hpcdgnn.errors import ConfigError
 
 __all__ = ["HOST_RESIDENT", "check_footprint", "check_predicted_peak", "lower_bound", "out_of_memory_error",
-           "predicted_peak"]
+           "predicted_peak", "size_keys"]
 
 #: terms held in host memory whatever the device (the event regime's node memory: numpy arrays or an MPI window
 #: whose rows each batch copies to the device): a GPU job checks them against the host's share
@@ -123,7 +123,7 @@ def check_predicted_peak(job, manifest, num_ranks: int, available: float, where:
     if peak is None or peak["bytes"] <= available:
         return
     need, fixed = peak["bytes"], peak["parts"].get("parameters", 0.0)
-    keys = _keys(parts)
+    keys = size_keys(parts)
     fits = (f"spread over about {math.ceil(num_ranks * (need - fixed) / (available - fixed))} ranks it would fit, "
             "or lower " if fixed < available else "lower ")
     what = (f"{where + ': ' if where else ''}the planner predicts a peak of {_size(need)} per rank at P = {num_ranks} "
@@ -135,7 +135,7 @@ def check_predicted_peak(job, manifest, num_ranks: int, available: float, where:
           f"{fits}{', '.join(keys) or 'its sizes'}", file=sys.stderr, flush=True)
 
 
-def _keys(parts: dict[str, tuple[int, str]]) -> list[str]:
+def size_keys(parts: dict[str, tuple[int, str]]) -> list[str]:
     """The keys that set the footprint's terms, the largest term's first, each once."""
     ordered = sorted(parts.values(), key=lambda p: -p[0])
     return list(dict.fromkeys(k.strip() for _, ks in ordered for k in ks.split(",") if k.strip()))
@@ -151,7 +151,7 @@ def _size(nbytes: float) -> str:
 def out_of_memory_error(job, manifest, num_ranks: int, detail: str) -> ConfigError:
     """The one line for an allocation larger than the rank has: the keys that size this job's terms (its
     regime's, e.g. ``model.neighbors`` and ``task.eval_negatives`` for TGN), most demanding first."""
-    keys = _keys(lower_bound(job, manifest, num_ranks))
+    keys = size_keys(lower_bound(job, manifest, num_ranks))
     return ConfigError(f"out of memory ({detail}); the job needs more than this rank has: lower "
                        f"{', '.join(keys) or 'its sizes'}, or spread it over more ranks or nodes")
 

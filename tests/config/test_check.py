@@ -144,3 +144,13 @@ def test_check_refuses_nccl_on_the_cpu_as_a_run_does(tmp_path, small_dataset, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "comm.backend: nccl needs a GPU per rank, and this job runs on the CPU (train.device: " \
         "cpu); use mpi or gloo" in err[0], err
+
+
+def test_an_allocation_that_fails_in_check_names_the_job_s_size_keys(tmp_path, small_dataset, capsys):
+    """``model.layers: 2^62`` under hybrid failed in check's model sizing with 'out of memory (MemoryError); ask for
+    less (sizes, --snapshots)', a line for prepare's inputs; a job command's line names the job's size keys."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, strategy={"name": "hybrid"})
+    assert main(["check", str(job), "--ranks", "2", "--set", f"model.layers={2**62}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hpcdgnn: error: check: out of memory (") and \
+        "); lower model.hidden, model.layers, task.decoder_hidden" in err[0], err
