@@ -391,8 +391,9 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
         pairs_task = predicts == "pairs"
         if pairs_task != given:
             raise ConfigError(f"predict {args.rundir}: task.name: {job.task.name} "
-                              + ("scores pairs: give --pairs FILE" if pairs_task else
-                                 "predicts node targets: give --split, not --pairs"))
+                              + ("scores pairs (rows t, u, v): give --pairs FILE"
+                                 + ("; only node tasks take --split" if getattr(args, "split_given", False) else "")
+                                 if pairs_task else "predicts node targets: give --split, not --pairs"))
         if pairs_task and getattr(args, "split_given", False):
             raise ConfigError(f"predict {args.rundir}: --split {args.split}: only node tasks take it; the rows of "
                               f"{where} name their own step t (drop --split)")
