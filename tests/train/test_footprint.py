@@ -259,7 +259,7 @@ def test_the_event_regime_counts_the_node_memory_a_group_shares(memory_time):
 
 def test_a_peak_the_planner_predicts_beyond_the_node_is_refused_or_warned(wide_dataset, tmp_path, capsys):
     """The lower bound counts one tensor of a rank's rows; CD-GCN's every layer saves several (N = 50,000, T = 64:
-    a bound of 175 MiB, a predicted and measured peak of 3.6 / 3.8 GiB), so a job between the two started, loaded
+    a bound of 175 MiB, a predicted and measured peak of 3.5 / 3.8 GiB), so a job between the two started, loaded
     and was killed by the kernel (exit 137, no line). The planner's peak now refuses a job above twice the
     rank's share and warns of one above it; a job within its share hears nothing."""
     from hpcdgnn.train.footprint import predicted_peak
