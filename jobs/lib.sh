@@ -100,7 +100,11 @@ _hpcdgnn_on_signal() {
     USR1) _hpcdgnn_got_usr1=1 ;;
     *) _hpcdgnn_got_term=1 ;;
   esac
-  _hpcdgnn_log "$(date '+%F %T') SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
+  # the time by printf's builtin, not $(date): a second signal to the job's process group (scancel signals them all)
+  # killed the forked date and left the line without one
+  local now
+  printf -v now '%(%F %T)T' -1
+  _hpcdgnn_log "$now SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
   if [ -n "$_hpcdgnn_child" ]; then
     kill -USR1 "$_hpcdgnn_child" 2>/dev/null || true
     _hpcdgnn_forwarded=1

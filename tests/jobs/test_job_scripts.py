@@ -1014,3 +1014,14 @@ def test_an_absolute_venv_is_found_as_given(tmp_path):
                            "command -v python"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(Path(sys.prefix) / "bin" / "python"), proc.stdout
+
+
+def test_the_signal_line_has_its_time_without_forking():
+    """A second signal to the batch shell's process group (scancel signals them all) killed the ``date`` the trap
+    forked, and the line read 'hpcdgnn-job:  SIGTERM: …' without a time: the time is now printf's builtin (here
+    with no ``date`` on PATH at all)."""
+    proc = subprocess.run(["/bin/bash", "-c", "source jobs/lib.sh; _hpcdgnn_on_signal TERM"], cwd=REPO,
+                          env={"PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"hpcdgnn-job: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d SIGTERM: asking the ranks to checkpoint at the "
+                        r"next epoch boundary or between two batches\n", proc.stderr), proc.stderr
