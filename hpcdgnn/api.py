@@ -577,11 +577,12 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
 
     caller = _CallerState.save()
     try:
-        comm = Communicator.start(start_timeout(), stop=stopped)
+        comm = Communicator.start(start_timeout(), stop=stopped,
+                                  call=None if same is None else f"TrainedRun.{same.call}")
     except StalledError as e:
         caller.restore()
         rank, size = world_rank_size()
-        _fail_alone(rank, size, abort_world, _stalled_in(str(e), same), e.exit_code)
+        _fail_alone(rank, size, abort_world, str(e), e.exit_code)
         raise
     except BaseException:  # a bad HPCDGNN_START_TIMEOUT, say: the caller's state back all the same
         caller.restore()
@@ -606,19 +607,6 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
     finally:
         comm.close()
         caller.restore()
-
-
-def _stalled_in(message: str, same: _Same | None) -> str:
-    """The start's stall ``message`` for a run's later call (``same.call``: embed, predict, export): the ranks that
-    did not come were started with hpcdgnn and most likely left the call to rank 0 (``if rank == 0:``), so the
-    message names the call, not ``run`` / ``hpcdgnn.train``."""
-    if same is None:
-        return message
-    call = f"TrainedRun.{same.call}"
-    return re.sub(r"did not start hpcdgnn within (.*?): every rank must run python -m hpcdgnn run, or call "
-                  r"hpcdgnn\.train \(an MPMD launch with another MPI program\?\)$",
-                  rf"did not call {call} within \1: under mpirun every rank makes the same call, as with "
-                  "hpcdgnn.train (not rank 0 alone, under 'if rank == 0')", message)
 
 
 @contextmanager

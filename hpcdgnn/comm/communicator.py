@@ -47,14 +47,16 @@ class Communicator:
         self._attach(MPI, (comm or MPI.COMM_WORLD).Dup(), CommStats())
 
     @classmethod
-    def start(cls, timeout_s: float, stop: Callable[[], bool] = lambda: False) -> Communicator:
-        """The world's communicator, made once every rank runs hpcdgnn.
+    def start(cls, timeout_s: float, stop: Callable[[], bool] = lambda: False,
+              call: str | None = None) -> Communicator:
+        """The world's communicator, made once every rank runs hpcdgnn (``call``: a trained run's later call, as
+        :func:`~hpcdgnn.comm.world.await_world` names it).
 
         Raises:
             StalledError: a rank did not start within ``timeout_s``, or ``stop()`` became true; the caller
                 must end the job (:func:`~hpcdgnn.comm.world.abort_world`).
         """
-        error = await_world(init_mpi().COMM_WORLD, timeout_s, stop)
+        error = await_world(init_mpi().COMM_WORLD, timeout_s, stop, call=call)
         if error:
             raise StalledError(f"stalled at the start: {error}")
         return cls()

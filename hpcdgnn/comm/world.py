@@ -196,12 +196,13 @@ def name_ranks(ranks: Sequence[int], shown: int = 5) -> str:
 
 
 def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: False,
-                poll_s: float = 0.01) -> str | None:
+                poll_s: float = 0.01, call: str | None = None) -> str | None:
     """Wait until every rank of ``world`` runs hpcdgnn; a one-line error naming the missing ranks, else None.
 
     A point-to-point handshake with rank 0, polled against ``timeout_s``, so a foreign program in an MPMD
     launch is named instead of hanging the first collective. On an error the requests stay posted: the caller
-    must ``MPI_Abort``.
+    must ``MPI_Abort``. ``call``: a trained run's later call every rank makes (``TrainedRun.export``), which a
+    missing rank most likely left to rank 0 alone; None: the start of a run.
     """
     MPI = sys.modules["mpi4py.MPI"]
     rank, size = world.Get_rank(), world.Get_size()
@@ -244,6 +245,10 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
     strangers = [r for r in arrived if int(got[r]) != _HELLO]
     also = (f"; {name_ranks(strangers)} sent another program's message"
             if strangers else "")
+    if call is not None:
+        return (f"{name_ranks(silent)} of {size} did not call {call} within {timeout_s:g} s (HPCDGNN_START_TIMEOUT)"
+                f"{also}: under mpirun every rank makes the same call, as with hpcdgnn.train (not rank 0 alone, "
+                "under 'if rank == 0')")
     return (f"{name_ranks(silent)} of {size} did not start hpcdgnn within "
             f"{timeout_s:g} s (HPCDGNN_START_TIMEOUT){also}: every rank must run python -m hpcdgnn run, or call "
             "hpcdgnn.train (an MPMD launch with another MPI program?)")

@@ -363,7 +363,7 @@ class ReservoirConfig:
     """A batch not reused is a snapshot batch (every vertex × N_S snapshots) where one is at most this many MiB."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.threads <= MAX_THREADS:  # 10^5 was "can't start new thread", a traceback in epoch 1
+        if not 0 <= self.threads <= MAX_THREADS:  # beyond, Python cannot start them (a traceback in epoch 1)
             raise ValueError(f"threads: must be in [0, {MAX_THREADS}] (generator threads of one rank; 0 = inline)")
         if not self.max_mb > 0:
             raise ValueError("max_mb: must be > 0 (MiB per rank)")

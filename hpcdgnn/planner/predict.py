@@ -158,7 +158,7 @@ AS_WRITTEN = "trains as written"
 
 #: vertex-steps N·T above which an unnamed sampled strategy (never the unnamed pick: :func:`_pickable`) is not
 #: priced: its price replays its counted batches and its evaluation pass, whose cost grows with the graph like an
-#: epoch's forward (N = 200,000, T = 64: ~10 of ``plan``'s 12 minutes on 2 cores; perf/results/planner)
+#: epoch's forward (perf/results/planner)
 SAMPLED_PRICE_LIMIT = 1 << 22
 
 #: what a sampled strategy's prediction says when the planner did not consider it for the pick

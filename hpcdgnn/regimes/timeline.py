@@ -122,8 +122,8 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
         raise ConfigError(f"{where}: model.encoder_decoder: true forecasts task.name: regression from windows of "
                           f"strategy.name: sequences, not {job.task.name} under {s}; set those, or "
                           "encoder_decoder: false")
-    # only a sampled strategy builds the layers here (on meta: 10^5 layers take minutes, which a full-batch job's
-    # footprint refuses first); a width whose weight overflows a byte count (1e9 hidden under hybrid) is one line
+    # only a sampled strategy builds the layers here (building many on meta is slow, and a full-batch job's
+    # footprint bounds them first); a width whose weight overflows a byte count (1e9 hidden) is one line
     pools = False
     if not get_strategy(s).full_batch:
         try:

@@ -101,7 +101,7 @@ class _ActiveSequences:
 class ChunkStrategy(HaloStrategy):
     """Appearances (v, t) partitioned by DGC chunks; GCN halo and RNN-owner exchanges."""
 
-    #: label propagation over every appearance (N = 50,000, T = 64: ~45 s on one core)
+    #: label propagation over every appearance (perf/results/planner)
     costly_plan = True
 
     @classmethod

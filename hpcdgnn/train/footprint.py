@@ -68,8 +68,8 @@ def check_footprint(job, manifest, num_ranks: int, available: int, where: str, t
 
 
 #: the lower bound's share of a rank's memory from which a full-batch job's peak is also predicted at set-up (the
-#: planner's count of every layer's saved tensors costs seconds once a process, so not for every small job): the
-#: prediction has been up to 21x the lower bound (CD-GCN, N = 50,000, T = 64: 3.5 GiB against 175 MiB)
+#: planner's count of every layer's saved tensors costs seconds once a process, so not for every small job); the
+#: prediction has been ~20x the lower bound (perf/results/planner)
 PREDICT_FROM = 1 / 64
 
 #: how far above a rank's memory a predicted peak refuses the job: the planner's peaks are within 30 % of the

@@ -99,8 +99,8 @@ class TimeEncoding(nn.Module):
     def __init__(self, dim: int, learnable: bool = True, scale: float = 1.0) -> None:
         super().__init__()
         self.scale = float(scale)
-        if torch.empty(0).device.type == "meta":  # counted, not built (regimes.base.meta_build): no host memory
-            w = torch.empty(dim)  # (numpy's linspace of time_dim: 1e9 took 16 GB before the footprint refused it)
+        if torch.empty(0).device.type == "meta":  # counted, not built (regimes.base.meta_build): no host array
+            w = torch.empty(dim)
         else:
             w = torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, dim, dtype=np.float64)).float()
         if learnable:
