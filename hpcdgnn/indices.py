@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["INT32_MAX", "index_dtype", "torch_index_dtype"]
+__all__ = ["INT32_MAX", "index_dtype", "intersect_ints", "setdiff_ints", "torch_index_dtype", "union_ints",
+           "unique_ints"]
 
 INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -19,3 +20,53 @@ def torch_index_dtype(largest: int):
     import torch  # here, not at the top: the data layer imports this module without torch
 
     return getattr(torch, index_dtype(largest).name)
+
+
+def unique_ints(x) -> np.ndarray:
+    """The sorted distinct values of an integer array, as ``np.unique(x)`` returns them, by one sort.
+
+    ``np.unique`` without ``return_*`` takes a hash table from numpy 2.3 on; on the id arrays of this code (a TGN
+    batch's few thousand vertices, a snapshot's pair keys) that path is many times slower than a sort
+    (perf/results/unique: ``python perf/bench_unique.py``).
+
+    Args:
+        x: integers, any shape (flattened, as ``np.unique`` does).
+
+    Shapes:
+        x: any; returns (k,) of x's dtype, k distinct values ascending.
+    """
+    y = np.sort(np.asarray(x).reshape(-1))
+    if y.dtype.kind not in "iub":
+        raise TypeError(f"unique_ints takes integers, not {y.dtype}")
+    if y.shape[0] < 2:
+        return y
+    keep = np.empty(y.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(y[1:], y[:-1], out=keep[1:])
+    return y[keep]
+
+
+def union_ints(a, b) -> np.ndarray:
+    """``np.union1d(a, b)`` of integer arrays by :func:`unique_ints` (``union1d`` calls ``np.unique``)."""
+    return unique_ints(np.concatenate([np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)]))
+
+
+def _in_sorted(values: np.ndarray, b) -> np.ndarray:
+    """Whether each of ``values`` occurs in ``b`` (a sort of b and a binary search each)."""
+    b = np.sort(np.asarray(b).reshape(-1))
+    if b.shape[0] == 0:
+        return np.zeros(values.shape[0], dtype=bool)
+    at = np.minimum(np.searchsorted(b, values), b.shape[0] - 1)
+    return b[at] == values
+
+
+def setdiff_ints(a, b) -> np.ndarray:
+    """``np.setdiff1d(a, b)`` of integer arrays: a's distinct values not in b, ascending."""
+    a = unique_ints(a)
+    return a[~_in_sorted(a, b)]
+
+
+def intersect_ints(a, b) -> np.ndarray:
+    """``np.intersect1d(a, b)`` of integer arrays: the distinct values in both, ascending."""
+    a = unique_ints(a)
+    return a[_in_sorted(a, b)]

@@ -40,6 +40,7 @@ from hpcdgnn.data.shard_reader import snapshot_group_name
 from hpcdgnn.data.snapshot import csr_rows
 from hpcdgnn.data.writer import file_sha256, shard_file_problem
 from hpcdgnn.errors import DataError
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.progress import Progress
 
 __all__ = ["add_inspect_arguments", "run_inspect", "inspect_dataset", "inspect_events"]
@@ -414,13 +415,13 @@ def _scan_events(root: Path, m: EventManifest, problems: list[str], checksums: b
         if wide:
             pair_blocks.append(np.unique(np.stack([s64, d64], axis=1), axis=0))
         else:
-            pair_blocks.append(np.unique(s64 * n + d64))
+            pair_blocks.append(unique_ints(s64 * n + d64))
     distinct = None
     if complete and pair_blocks:
         if wide:
             distinct = int(np.unique(np.concatenate(pair_blocks), axis=0).shape[0])
         else:
-            distinct = int(np.unique(np.concatenate(pair_blocks)).shape[0])
+            distinct = int(unique_ints(np.concatenate(pair_blocks)).shape[0])
     return first_t, last_t, at, distinct
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcdgnn.indices import unique_ints
+
 __all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks", "assign_rnn_owners",
            "default_chunk_size", "load_divergence"]
 
@@ -50,11 +52,11 @@ def build_supergraph(snapshots, num_vertices: int, spatial_weight: float, tempor
         s, d = np.asarray(s, dtype=np.int64), np.asarray(d, dtype=np.int64)
         keep = s != d
         s, d = s[keep], d[keep]
-        active = np.unique(np.concatenate([s, d]))
+        active = unique_ints(np.concatenate([s, d]))
         local = np.full(N, -1, dtype=np.int64)
         local[active] = offset + np.arange(active.shape[0])  # Eq. 1: earlier snapshots' sizes + rank in V_t
         a, b = np.minimum(local[s], local[d]), np.maximum(local[s], local[d])
-        pairs = np.unique(a * (offset + active.shape[0]) + b)  # undirected, once
+        pairs = unique_ints(a * (offset + active.shape[0]) + b)  # undirected, once
         srcs.append(pairs // (offset + active.shape[0]))
         dsts.append(pairs % (offset + active.shape[0]))
         prev = last_seen[active]
@@ -96,7 +98,7 @@ def label_propagation(g: SuperGraph, max_size: int, max_iters: int = 30, tol: fl
     order = np.argsort(to, kind="stable")
     fr, to, w = fr[order], to[order], w[order]
     # ties are broken by adding less than one weight unit: current label first, then a jitter
-    unit = float(np.gcd.reduce(np.unique(np.rint(w).astype(np.int64)))) if w.shape[0] else 1.0
+    unit = float(np.gcd.reduce(unique_ints(np.rint(w).astype(np.int64)))) if w.shape[0] else 1.0
     ids = np.arange(n, dtype=np.int64)
     it = 0
     for it in range(1, max_iters + 1):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcdgnn.indices import unique_ints
+
 __all__ = ["fuse_chunks", "group_cost"]
 
 
@@ -22,7 +24,7 @@ def group_cost(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray, 
     C = int(chunk.max()) + 1 if chunk.shape[0] else 0
     rows = np.bincount(chunk, minlength=C)
     entries = np.bincount(chunk[entry_row], minlength=C)
-    read = np.unique(chunk[entry_row].astype(np.int64) * (int(entry_col.max(initial=0)) + 1) + entry_col)
+    read = unique_ints(chunk[entry_row].astype(np.int64) * (int(entry_col.max(initial=0)) + 1) + entry_col)
     reads = np.bincount(read // (int(entry_col.max(initial=0)) + 1), minlength=C)
     return ((rows + reads) * width * itemsize + entries * (16 + itemsize)).astype(np.float64)
 
@@ -56,7 +58,7 @@ def fuse_chunks(chunk: np.ndarray, entry_row: np.ndarray, entry_col: np.ndarray,
     roots = np.array([root(c) for c in range(C)], dtype=np.int64)
     # groups sharing nothing, packed next-fit: fewer, larger products (§5.1.1 "fully utilize GPU resources")
     bin_of, bin_size, bins = {}, 0.0, 0
-    for r in np.unique(roots):
+    for r in unique_ints(roots):
         if bin_size + size[r] > cap and bin_size > 0:
             bins, bin_size = bins + 1, 0.0
         bin_of[int(r)] = bins

@@ -12,6 +12,7 @@ import numpy as np
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.partition.plan import PartitionPlan, balanced_bounds
 from hpcdgnn.partition.timeline import train_horizon
 
@@ -41,7 +42,7 @@ def vertex_partition(method: str, num_vertices: int, num_ranks: int, edges=None)
     keep = src != dst
     a = np.concatenate([src[keep], dst[keep]])
     b = np.concatenate([dst[keep], src[keep]])
-    keys = np.unique(a.astype(np.int64) * N + b)
+    keys = unique_ints(a.astype(np.int64) * N + b)
     a, b = keys // N, keys % N
     xadj = np.zeros(N + 1, dtype=np.int64)
     np.cumsum(np.bincount(a, minlength=N), out=xadj[1:])

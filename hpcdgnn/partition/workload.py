@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from hpcdgnn.errors import PlanError, umask_mode
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.partition.chunks import SuperGraph
 
 __all__ = [
@@ -80,7 +81,7 @@ def chunk_features(g: SuperGraph, labels: np.ndarray, num_chunks: int | None = N
     deg = np.bincount(s, minlength=g.num_nodes) + np.bincount(d, minlength=g.num_nodes)
     row_nnz = nodes + np.bincount(lab, weights=deg[valid], minlength=C).astype(np.int64)
     T = int(g.time.max()) + 1 if g.num_nodes else 1
-    snaps = np.bincount(np.unique(lab * T + g.time[valid]) // T, minlength=C)
+    snaps = np.bincount(unique_ints(lab * T + g.time[valid]) // T, minlength=C)
     Nv = int(g.vertex.max()) + 1 if g.num_nodes else 1
     key, length = np.unique(lab * Nv + g.vertex[valid], return_counts=True)
     seq_lab = key // Nv

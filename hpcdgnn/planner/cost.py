@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.planner.work import ModelWork
 
@@ -60,7 +61,7 @@ def halo_counts(graph: GraphStats, owner_of, num_ranks: int) -> tuple[np.ndarray
         rows = owner_of(t, np.arange(n))
         nnz += np.bincount(rows[src], minlength=num_ranks) + np.bincount(rows, minlength=num_ranks)
         cut = rows[src] != rows[dst]
-        keys = np.unique(rows[src[cut]] * n + dst[cut])
+        keys = unique_ints(rows[src[cut]] * n + dst[cut])
         reads += np.bincount(keys // n, minlength=num_ranks)
         serves += np.bincount(rows[keys % n], minlength=num_ranks)
     return reads, serves, nnz
@@ -198,7 +199,7 @@ class GraphStats:
         if t not in self._loops:
             indptr, indices = self.csr()[t]
             rows = np.repeat(np.arange(indptr.shape[0] - 1), np.diff(indptr))
-            self._loops[t] = np.unique(rows[rows == indices])
+            self._loops[t] = unique_ints(rows[rows == indices])
         return self._loops[t]
 
     def entry_bytes(self, t: int) -> int:

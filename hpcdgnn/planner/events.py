@@ -42,6 +42,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.planner.cost import GraphStats, Prediction
 from hpcdgnn.planner.rates import MachineRates
 from hpcdgnn.strategies.node_memory import NodeMemory
@@ -131,14 +132,14 @@ def batch_nodes(neighbors, src: np.ndarray, dst: np.ndarray, events: tuple[int, 
     if b <= a or size < 1:
         return 0.0, 0.0
     rng = np.random.default_rng(0)
-    starts = np.unique(np.linspace(a, max(a, b - size), min(samples, -(-(b - a) // size))).astype(np.int64))
+    starts = unique_ints(np.linspace(a, max(a, b - size), min(samples, -(-(b - a) // size))).astype(np.int64))
     roots_n, rows_n = [], []
     for s in starts:
         e = min(int(s) + size, b)
-        roots = np.unique(np.concatenate([src[s:e], dst[s:e], rng.integers(lo, hi, (e - s) * negatives)]))
+        roots = unique_ints(np.concatenate([src[s:e], dst[s:e], rng.integers(lo, hi, (e - s) * negatives)]))
         block = neighbors.recent(roots, np.full(roots.shape[0], s), k)
         roots_n.append(roots.shape[0])
-        rows_n.append(np.unique(np.concatenate([roots, block.nodes[block.mask]])).shape[0])
+        rows_n.append(unique_ints(np.concatenate([roots, block.nodes[block.mask]])).shape[0])
     return float(np.mean(roots_n)), float(np.mean(rows_n))
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.comm.autograd import all_to_all_rows
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.nn.conv.graph import LocalGraph, RowGroups
 from hpcdgnn.nn.layout import RowLayout, phase_head, phase_join, phase_join_into
 from hpcdgnn.nn.models.base import DynamicLayer
@@ -138,7 +139,7 @@ class Halo:
         P, me = comm.size, comm.rank
         self.comm = comm
         own = owner_of(keys) == me
-        need = np.unique(keys[~own])
+        need = unique_ints(keys[~own])
         need_owner = owner_of(need)
         arrival = np.argsort(need_owner, kind="stable")
         slot = np.empty_like(arrival)
@@ -242,7 +243,7 @@ class HaloStrategy(FullBatchStrategy):
         """My rows (``keys``: ``t * N + v``) as the task's :class:`RowShard` if it scores in place, else None."""
         self.shard = None
         if task_class(self.ctx.job.task.name).in_place:
-            steps = np.unique(keys // N).tolist() if keys.size else []
+            steps = unique_ints(keys // N).tolist() if keys.size else []
             self.shard = RowShard(keys, N, self.comm.rank, owner_of, local_of, steps, self.comm.size)
             #: the rows each rank holds (fetch requests may be bitmasks over them)
             self._row_counts = [int(c) for c in self.comm.allgather_obj(int(keys.shape[0]), tag="setup")]

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.indices import intersect_ints, setdiff_ints, union_ints, unique_ints
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.base import DGNN
 from hpcdgnn.ops.sparse import csr_tensor
@@ -78,10 +79,10 @@ def _hops(indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, k: int) ->
     """``seeds`` and every vertex within ``k`` hops along CSR rows (what a row aggregates)."""
     out = frontier = seeds
     for _ in range(k):
-        frontier = np.setdiff1d(indices[_expand(indptr[frontier], indptr[frontier + 1] - indptr[frontier])], out)
+        frontier = setdiff_ints(indices[_expand(indptr[frontier], indptr[frontier + 1] - indptr[frontier])], out)
         if frontier.shape[0] == 0:
             break
-        out = np.union1d(out, frontier)
+        out = union_ints(out, frontier)
     return out
 
 
@@ -91,7 +92,7 @@ def union_csr(edges: list[tuple[np.ndarray, np.ndarray]], num_vertices: int) -> 
     Shapes:
         edges: T pairs of (E_t,) int64 arrays -> indptr (N + 1,), indices (E_∪,)."""
     N = num_vertices
-    keys = np.unique(np.concatenate([src * N + dst for src, dst in edges])) if edges else np.zeros(0, np.int64)
+    keys = unique_ints(np.concatenate([src * N + dst for src, dst in edges])) if edges else np.zeros(0, np.int64)
     src, dst = np.divmod(keys, N)
     return np.concatenate([[0], np.cumsum(np.bincount(src, minlength=N))]), dst
 
@@ -194,7 +195,7 @@ class HybridBatches:
     def _layout(self, task, epoch: int, seq: Sequence, targets: np.ndarray, splits: tuple[int, ...]) -> HybridLayout:
         """The window's layout over ``targets`` and the vertices the task reads besides them."""
         reads = (task.sample_vertices(t, targets, epoch) for t in self._steps(seq, splits))
-        vertices = np.unique(np.concatenate([targets, *reads]))
+        vertices = unique_ints(np.concatenate([targets, *reads]))
         rng = np.random.default_rng([self.ctx.job.train.seed, epoch, seq.index, 0x5A])
         return HybridLayout(self, seq, targets, vertices, rng, epoch=epoch, b=seq.index, train=splits == (0,))
 
@@ -375,7 +376,7 @@ class HybridStrategy(HybridBatches, SampleGraphs, Strategy[SampleBatch]):
         """:meth:`SampleGraphs.cell_rows`, kept within the rows read (``lhop``: the induced subgraph)."""
         rows = super().cell_rows(seq, vertices, rng, decoder, every_step)
         if self.opts.closure == "lhop" and getattr(self, "read_rows", None) is not None:
-            rows = np.intersect1d(rows, self.read_rows)
+            rows = intersect_ints(rows, self.read_rows)
         return rows
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[SampleBatch]:

@@ -28,6 +28,7 @@ import torch
 
 from hpcdgnn.data.events import read_eval_negatives
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.metrics.log import get_logger
 from hpcdgnn.nn.models.tgn import MemoryRows, TGNInput
 from hpcdgnn.partition.events import MemoryPlan, check_batches, plan_memory
@@ -252,7 +253,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         cut = np.searchsorted(self.t, root_t, side="left")
         cut[:bare] = 0
         nb = self.neighbors.recent(roots, cut, self.k_neighbors)
-        unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
+        unique = unique_ints(np.concatenate([roots, nb.nodes[nb.mask]]))
         feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
         inp = TGNInput(roots, root_t, nb, self.t[nb.events], feat, unique, None)
         # the model's row plan and the writes, here (in the prefetch thread when prefetched), not in the step
@@ -491,7 +492,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         for a in range(v0, v1, chunk):
             roots = np.arange(a, min(a + chunk, v1), dtype=np.int64)
             nb = self.neighbors.recent(roots, np.full(roots.shape[0], end, dtype=np.int64), self.k_neighbors)
-            unique = np.unique(np.concatenate([roots, nb.nodes[nb.mask]]))
+            unique = unique_ints(np.concatenate([roots, nb.nodes[nb.mask]]))
             feat = self.efeat_dev[torch.from_numpy(nb.events).to(self.ctx.device)]
             inp = TGNInput(roots, np.full(roots.shape[0], t_end, dtype=self.t.dtype), nb, self.t[nb.events], feat,
                            unique, self.memory.read(unique, self.ctx.device))

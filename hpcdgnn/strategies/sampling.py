@@ -22,6 +22,7 @@ import torch
 
 from hpcdgnn.comm.stats import payload_bytes
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.indices import setdiff_ints, union_ints, unique_ints
 from hpcdgnn.nn.layout import StepGraph
 from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_tensor, gcn_norm
 from hpcdgnn.partition.sequences import Sequence
@@ -165,7 +166,7 @@ class SampleGraphs:
                 crow, col = op.a.crow_indices().numpy(), op.a.col_indices().numpy()
                 n = crow.shape[0] - 1
                 keys.append(np.repeat(np.arange(n, dtype=np.int64), np.diff(crow)) * n + col)
-            keys = np.unique(np.concatenate(keys))
+            keys = unique_ints(np.concatenate(keys))
             r, c = np.divmod(keys, self.N)
             return np.concatenate([[0], np.cumsum(np.bincount(r, minlength=self.N))]), c
 
@@ -189,10 +190,10 @@ class SampleGraphs:
                 rank = np.empty(r.shape[0], dtype=np.int64)
                 rank[order] = np.arange(r.shape[0]) - np.repeat(first, per)
                 c = c[rank < fanout]
-            frontier = np.setdiff1d(c, out)
+            frontier = setdiff_ints(c, out)
             if frontier.shape[0] == 0:
                 break
-            out = np.union1d(out, frontier)
+            out = union_ints(out, frontier)
         return out
 
     def cell_rows(self, seq: Sequence, vertices: np.ndarray, rng: np.random.Generator,
@@ -224,9 +225,9 @@ class SampleGraphs:
                 for layer in reversed(range(L)):
                     r = vertices if layer == top else hop(dec, layer + 1, 0, graph[d], rows[layer + 1])
                     if later is not None:
-                        r = np.union1d(r, hop(dec, layer, 1, graph[d + 1], later[layer]))  # the state step d + 1 reads
+                        r = union_ints(r, hop(dec, layer, 1, graph[d + 1], later[layer]))  # the state step d + 1 reads
                         if layer == top and reads[d + 1] is None:  # step d + 1 reads this step's prediction
-                            r = np.union1d(r, hop(dec, 0, 0, graph[d + 1], later[0]))
+                            r = union_ints(r, hop(dec, 0, 0, graph[d + 1], later[0]))
                     rows[layer] = r
                 need += [*rows, hop(dec, 0, 0, graph[d], rows[0])]
                 later = rows
@@ -237,13 +238,13 @@ class SampleGraphs:
             for layer in reversed(range(L)):
                 r = seed[layer] if e == len(steps) - 1 or every_step else empty
                 if layer < top:
-                    r = np.union1d(r, hop(self.encoder, layer + 1, 0, steps[e], rows[layer + 1]))
+                    r = union_ints(r, hop(self.encoder, layer + 1, 0, steps[e], rows[layer + 1]))
                 if later is not None:
-                    r = np.union1d(r, hop(self.encoder, layer, 1, steps[e + 1], later[layer]))
+                    r = union_ints(r, hop(self.encoder, layer, 1, steps[e + 1], later[layer]))
                 rows[layer] = r
             need += [*rows, hop(self.encoder, 0, 0, steps[e], rows[0])]
             later = rows
-        return np.unique(np.concatenate(need))
+        return unique_ints(np.concatenate(need))
 
     def rows_graph(self, t: int, rows: np.ndarray) -> RowsStepGraph:
         """Snapshot t among ``rows`` (:class:`RowsStepGraph`)."""
@@ -289,7 +290,7 @@ class SampleGraphs:
             cs.append(c)
             vs.append(v)
         r, c, v = np.concatenate(rs), np.concatenate(cs), np.concatenate(vs)
-        cols = np.union1d(rows, c)
+        cols = union_ints(rows, c)
         step = np.repeat(np.arange(S, dtype=np.int64), [x.shape[0] for x in rs])
         c_local = step * cols.shape[0] + np.searchsorted(cols, c)
         shape = (S * n, S * cols.shape[0])

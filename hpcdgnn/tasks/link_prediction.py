@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
-from hpcdgnn.indices import index_dtype
+from hpcdgnn.indices import index_dtype, union_ints
 from hpcdgnn.nn.layout import phase_head, phase_view
 from hpcdgnn.ops import decoder, kernels
 from hpcdgnn.ops.negatives import draw_negatives, draw_negatives_joined, draw_negatives_on
@@ -645,7 +645,7 @@ class LinkPrediction(Task):
         """The batch (sources) and the destinations of their pairs at t."""
         if t not in self.targets:
             return batch
-        return np.union1d(batch, self._sample_pairs(t, batch, epoch)[1])
+        return union_ints(batch, self._sample_pairs(t, batch, epoch)[1])
 
     def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
         """Pairs (positive and negative) with a source in ``batch`` at a training step t."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from hpcdgnn.data.writer import RawSnapshot
 from hpcdgnn.errors import DataError
+from hpcdgnn.indices import unique_ints
 
 __all__ = [
     "PrepareOptions",
@@ -382,7 +383,7 @@ def next_degree(src: np.ndarray, dst: np.ndarray, num_vertices: int) -> np.ndarr
     """Distinct neighbours of every vertex, direction ignored (so ``--undirected`` agrees), as float64 (N,)."""
     n = np.int64(num_vertices)
     s, d = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    keys = np.unique(np.concatenate([s * n + d, d * n + s]))
+    keys = unique_ints(np.concatenate([s * n + d, d * n + s]))
     return np.bincount(keys // n, minlength=num_vertices).astype(np.float64)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_mm, sorted_csr, spmm
 
 __all__ = ["LocalGraph", "RowGroups"]
@@ -61,7 +62,7 @@ class RowGroups:
     def rows_read(group: np.ndarray, row: np.ndarray, col: np.ndarray) -> int:
         """Rows one aggregation in these groups reads (distinct (group, column) pairs), without building it."""
         width = int(col.max(initial=0)) + 1
-        return int(np.unique(np.asarray(group)[row].astype(np.int64) * width + col).shape[0])
+        return int(unique_ints(np.asarray(group)[row].astype(np.int64) * width + col).shape[0])
 
     def __len__(self) -> int:
         return len(self.ops)
