@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcdgnn.indices import unique_ints
 from hpcdgnn.partition.chunks import SuperGraph, build_supergraph
 
 __all__ = ["Topology", "profile_graph", "random_chunks"]
@@ -97,7 +98,7 @@ def random_chunks(g: SuperGraph, count: int, max_size: int, rng: np.random.Gener
             while total < size and front.shape[0]:
                 _, nb = topo.rows(front)
                 nb = np.concatenate([nb, tprev[front], tnext[front]])
-                nb = np.unique(nb[(nb >= lo) & (nb < hi)])
+                nb = unique_ints(nb[(nb >= lo) & (nb < hi)])
                 nb = nb[~seen[nb]]
                 nb = nb[rng.random(nb.shape[0]) < keep_p]
                 seen[nb] = True
@@ -107,7 +108,7 @@ def random_chunks(g: SuperGraph, count: int, max_size: int, rng: np.random.Gener
             chunk = np.sort(np.concatenate(members))
         else:
             window = np.arange(lo, hi)
-            verts = np.unique(g.vertex[window])
+            verts = unique_ints(g.vertex[window])
             order = rng.permutation(verts)
             per = np.bincount(g.vertex[window], minlength=int(g.vertex.max()) + 1)[order]
             m = int(np.searchsorted(np.cumsum(per), size)) + 1
