@@ -9,14 +9,15 @@ are ours (DGC fixes neither the cap nor where an inactive appearance's time enco
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
 from hpcdgnn.indices import unique_ints
 
-__all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks", "assign_rnn_owners",
-           "default_chunk_size", "load_divergence"]
+__all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks",
+           "assign_chunks_reference", "assign_rnn_owners", "default_chunk_size", "load_divergence"]
 
 #: ``strategy.chunk_size: auto``'s largest cap, in appearances
 MAX_AUTO_CHUNK = 4096
@@ -105,12 +106,15 @@ def label_propagation(g: SuperGraph, max_size: int, max_iters: int = 30, tol: fl
         changed = 0
         # halves drawn afresh each iteration: neighbours updating together rarely do next time, so swaps cannot cycle
         parity = ((ids * 2654435761 + it * 40503) >> 11) & 1
+        heard = parity[to] == 0
         for half in (0, 1):
-            sel = parity[to] == half
+            sel = heard if half == 0 else ~heard
             key = to[sel] * n + labels[fr[sel]]
             if key.shape[0] == 0:
                 continue
-            o = np.argsort(key)
+            # key is already ordered by `to` (edges sorted so above), only the few labels a node hears are not:
+            # a stable sort (timsort) finds those runs, where a quicksort starts over
+            o = np.argsort(key, kind="stable")
             ks, ws = key[o], w[sel][o]
             starts = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
             tot = np.add.reduceat(ws, starts)  # Eq. 2's weight(c) per (node, label)
@@ -137,10 +141,13 @@ def label_propagation(g: SuperGraph, max_size: int, max_iters: int = 30, tol: fl
             changed += int(ok.sum())
         if changed <= tol * n:
             break
-    _, first_idx, inv = np.unique(labels, return_index=True, return_inverse=True)
-    rank = np.empty(first_idx.shape[0], dtype=np.int64)
-    rank[np.argsort(first_idx, kind="stable")] = np.arange(first_idx.shape[0])
-    return rank[inv], it
+    # labels are node ids: renumber them by the node where each first occurs, by a scan (no sort of n labels)
+    first = np.full(n, n, dtype=np.int64)
+    np.minimum.at(first, labels, ids)
+    starts = np.zeros(n, dtype=bool)
+    starts[first[first < n]] = True
+    number = np.cumsum(starts) - 1  # a label's number: how many labels first occur before it
+    return number[first[labels]], it
 
 
 def chunk_stats(g: SuperGraph, labels: np.ndarray) -> dict:
@@ -164,17 +171,98 @@ def chunk_stats(g: SuperGraph, labels: np.ndarray) -> dict:
     }
 
 
-def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray], num_ranks: int) -> np.ndarray:
-    """DGC Alg. 1 / Eq. 3 with least-loaded tie-breaking; returns the rank of each chunk."""
-    C, P = work.shape[0], num_ranks
+def _chunk_adjacency(C: int, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray], both: bool = True):
+    """The chunks' cut pairs as CSR (ptr, other chunk, h(a, a')), each pair under both its chunks (``both``) or
+    under its first only, in the order given within a chunk."""
     a, b, h = cut_pairs
-    # adjacency of chunks as CSR for the Σ h(a, a') of Eq. 3
-    ends = np.concatenate([a, b])
-    other = np.concatenate([b, a])
-    hw = np.concatenate([h, h])
+    ends, other, hw = (np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([h, h])) if both else (a, b, h)
     o = np.argsort(ends, kind="stable")
     ends, other, hw = ends[o], other[o], hw[o]
-    ptr = np.searchsorted(ends, np.arange(C + 1))
+    return np.searchsorted(ends, np.arange(C + 1)), other, hw
+
+
+def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray], num_ranks: int,
+                  block: int = 1 << 16) -> np.ndarray:
+    """DGC Alg. 1 / Eq. 3 with least-loaded tie-breaking; returns the rank of each chunk.
+
+    Chunks are placed heaviest first on the rank m maximising (W̄ − W_m) · Σ_{a' on m} h(a, a') (Eq. 3; W_m the
+    load placed on m, W̄ the mean of the total); ties go to the least-loaded rank, then the lowest. The same
+    placement as :func:`assign_chunks_reference`, chunk by chunk, in O(degree + log P) a chunk rather than O(P)
+    numpy calls: only the ranks holding a neighbour score other than 0, and the best rank scoring 0 is the
+    least-loaded one holding none (a heap of the loads, which only grow).
+
+    Args:
+        work: g_a, each chunk's workload (non-negative; otherwise the reference runs).
+        cut_pairs: (a, b, h(a, b)) of :func:`chunk_stats`.
+        num_ranks: P.
+        block: chunks whose neighbours are gathered into Python lists at a time.
+
+    Shapes:
+        work: (C,); a, b, h: (K,); returns (C,) int64 ranks.
+    """
+    work = np.asarray(work)
+    C, P = work.shape[0], int(num_ranks)
+    if C == 0 or not (work >= 0).all():
+        return assign_chunks_reference(work, cut_pairs, P)
+    order = np.argsort(-work, kind="stable")
+    # a pair counts toward the chunk placed later, the other being placed by then: keep those entries of the CSR
+    a, b, h = cut_pairs
+    ends, other, hw = np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([h, h])
+    placed = np.empty(C, dtype=np.int64)
+    placed[order] = np.arange(C)
+    keep = placed[other] < placed[ends]
+    ptr, other, hw = _chunk_adjacency(C, (ends[keep], other[keep], hw[keep]), both=False)
+    owner = [-1] * C
+    load = [0.0] * P
+    mean = float(work.sum()) / P
+    heap = [(0.0, r) for r in range(P)]  # (load, rank); an entry is current while load[rank] equals it
+    for lo in range(0, C, block):
+        cs = order[lo : lo + block]
+        begin, size = ptr[cs], ptr[cs + 1] - ptr[cs]
+        at = np.arange(int(size.sum())) + np.repeat(begin - (np.cumsum(size) - size), size)
+        nbs, wgts, pos = other[at].tolist(), hw[at].tolist(), 0
+        for c, k, wc in zip(cs.tolist(), size.tolist(), work[cs].tolist(), strict=True):
+            affinity: dict[int, float] = {}  # Σ h(a, a') per rank holding a neighbour, summed in CSR order
+            for j in range(pos, pos + k):
+                r = owner[nbs[j]]
+                affinity[r] = affinity.get(r, 0.0) + wgts[j]
+            pos += k
+            best, top = None, -np.inf  # (load, rank) of the best rank so far, its score
+            for r, aff in affinity.items():
+                s = (mean - load[r]) * aff
+                if s > top or (s == top and (load[r], r) < best):
+                    best, top = (load[r], r), s
+            if top <= 0 and len(affinity) < P:
+                # a rank holding no neighbour scores 0: the least-loaded such rank, from the heap's current entries
+                held = []
+                while True:
+                    entry = heap[0]
+                    if entry[0] != load[entry[1]]:
+                        heapq.heappop(heap)
+                    elif entry[1] in affinity:
+                        held.append(heapq.heappop(heap))
+                    else:
+                        break
+                for entry in held:
+                    heapq.heappush(heap, entry)
+                if top < 0 or entry < best:
+                    best = entry
+            m = best[1]
+            owner[c] = m
+            if wc:
+                load[m] += wc
+                heapq.heappush(heap, (load[m], m))
+                if len(heap) > 4 * P + 64:  # drop the stale entries now and then
+                    heap = [(x, r) for r, x in enumerate(load)]
+                    heapq.heapify(heap)
+    return np.asarray(owner, dtype=np.int64)
+
+
+def assign_chunks_reference(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+                            num_ranks: int) -> np.ndarray:
+    """:func:`assign_chunks` with every rank's score in numpy, chunk by chunk (the reference it is tested on)."""
+    C, P = work.shape[0], num_ranks
+    ptr, other, hw = _chunk_adjacency(C, cut_pairs)
     owner = np.full(C, -1, dtype=np.int64)
     load = np.zeros(P)
     mean = float(work.sum()) / P

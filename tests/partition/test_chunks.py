@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcdgnn.data.generate import random_snapshots
 from hpcdgnn.partition.chunks import (
     assign_chunks,
+    assign_chunks_reference,
     assign_rnn_owners,
     build_supergraph,
     chunk_stats,
@@ -83,6 +85,32 @@ def test_assignment_balances_and_keeps_neighbours_together():
     # no communication at all: least-loaded placement of decreasing workloads (LPT)
     owner = assign_chunks(np.array([7.0, 5.0, 4.0, 3.0, 1.0]), (np.zeros(0, int), np.zeros(0, int), np.zeros(0)), 2)
     assert load_divergence(owner, np.array([7.0, 5.0, 4.0, 3.0, 1.0]), 2) == 1.0
+
+
+def test_assignment_places_every_chunk_as_the_reference_does():
+    """The heap-and-dict placement equals the numpy one chunk for chunk: ties, zero and equal workloads, P above
+    the chunk count, any block size; negative workloads (outside the loads-only-grow premise) take the reference."""
+    rng = np.random.default_rng(3)
+    for trial in range(10):
+        N, T = int(rng.integers(5, 300)), int(rng.integers(1, 6))
+        snaps = [(s.src, s.dst) for s in random_snapshots(N, T, float(rng.uniform(0.5, 4.0)), trial)]
+        g = build_supergraph(snaps, N, spatial_weight=32, temporal_weight=16)
+        labels, _ = label_propagation(g, max_size=int(rng.integers(1, 60)))
+        stats = chunk_stats(g, labels)
+        counts = (stats["nodes"] + stats["spatial_edges"]).astype(float)
+        zeros = np.where(rng.random(counts.shape[0]) < 0.3, 0.0, counts)
+        for work in (counts, zeros, np.ones_like(counts), counts - 3.0):
+            for P in (1, 2, 3, 7, 64):
+                want = assign_chunks_reference(work, stats["cut_pairs"], P)
+                got = assign_chunks(work, stats["cut_pairs"], P, block=int(rng.integers(1, 40)))
+                assert np.array_equal(got, want), (trial, P)
+
+
+def test_label_propagation_numbers_chunks_by_first_appearance():
+    snaps, N = _two_communities(T=5, k=9, seed=4)
+    labels, _ = label_propagation(build_supergraph(snaps, N, 2.0, 1.0), max_size=7)
+    first = [int(np.flatnonzero(labels == c)[0]) for c in range(int(labels.max()) + 1)]
+    assert first == sorted(first) and labels[0] == 0
 
 
 def test_auto_chunk_size_keeps_chunks_below_a_quarter_of_a_ranks_share():
