@@ -189,8 +189,10 @@ class TrainedRun:
     def export(self, *, csv: str | os.PathLike | None = None, tensorboard: str | os.PathLike | None = None,
                model: str | os.PathLike | None = None, to: str = "hpcdgnn") -> dict[str, Path]:
         """``python -m hpcdgnn export``: the epoch records as a CSV file and TensorBoard scalars, the trained model
-        as a plain file (under ``mpirun`` every rank calls it; rank 0 writes). Nothing existing is overwritten:
-        every output is checked before any is written.
+        as a plain file. Under ``mpirun`` rank 0 writes, and needs no other rank: call it on rank 0 alone
+        (``if rank == 0``) or on every rank with the same arguments (each returns once rank 0 has written, or
+        raises rank 0's error; :mod:`hpcdgnn.rank_zero`). Nothing existing is overwritten: every output is checked
+        before any is written.
 
         Args:
             csv: a new CSV file, one row per epoch record (nested keys dotted).
@@ -206,6 +208,7 @@ class TrainedRun:
         """
         import_training()
         from hpcdgnn.metrics.export import run_export
+        from hpcdgnn.rank_zero import Words, await_rank_0, rank_0_does, several_ranks
 
         if to not in ("hpcdgnn", "pygt"):
             raise ConfigError(f"to: {to!r}; choose from 'hpcdgnn', 'pygt'")
@@ -213,12 +216,29 @@ class TrainedRun:
         args = argparse.Namespace(rundir=str(self.dir), csv=paths["csv"], tensorboard=paths["tensorboard"],
                                   model_only=paths["model"], to=to)
 
-        def body(comm):
-            from hpcdgnn.train.collective import agree
+        def work() -> None:
+            caller = _CallerState.save()
+            try:
+                run_export(args)
+            except HpcdgnnError as e:
+                raise _named(e, None, _EXPORT_ARGUMENTS) from None
+            finally:
+                caller.restore()
 
-            return agree(comm, lambda: run_export(args) if comm.rank == 0 else 0)  # rank 0's error on every rank
+        if not several_ranks():
+            work()
+        else:
+            from hpcdgnn.comm.world import init_mpi
 
-        _on_every_rank(body, words=_EXPORT_ARGUMENTS, same=_Same("export", {**paths, "to": to}))
+            world = init_mpi().COMM_WORLD
+            # the call as the other ranks compare it: the run and the arguments as given (as _Same compares them)
+            key = f"{self.dir} to " + ", ".join([f"{k}={v!r}" for k, v in paths.items() if v is not None]
+                                                + ([f"to={to!r}"] if to != "hpcdgnn" else []))
+            words = Words("export", "exporting", "exported", "arguments", "rank 0 writes export's files")
+            if world.Get_rank() == 0:
+                rank_0_does(world, _EXPORT_TAG, key, work, words)
+            else:
+                await_rank_0(world, _EXPORT_TAG, key, words, lambda: None)
         return {k: Path(v) for k, v in paths.items() if v is not None}
 
     def _file(self, name: str) -> Path:
@@ -655,6 +675,10 @@ _ARGUMENTS = ((re.compile(r"^((?:\w+ \S+: )?)--set (?=\S)"), r"\1overrides: "),
 _PASS_ARGUMENTS = (*_ARGUMENTS, (re.compile(r"(?<![\w/.-])--(pairs|split|output)(?: ([^\s-]\S*))?"),
                                  lambda m: m[1] if m[2] is None else f"{m[1]}={m[2]}"))
 
+
+#: the MPI tag of rank 0's word about an export to the other ranks (:mod:`hpcdgnn.rank_zero`; the adapters' is
+#: 0x4ADA)
+_EXPORT_TAG = 0x4ADB
 
 #: export's messages: its options as the arguments of :meth:`TrainedRun.export`, anywhere in them
 _EXPORT_ARGUMENTS = ((re.compile(r"(?<![\w/.-])--(csv|tensorboard)(?: ([^\s-]\S*))?"),

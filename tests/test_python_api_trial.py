@@ -180,3 +180,49 @@ def test_a_refusal_of_rank_0_s_pairs_names_them_alike_on_every_rank(tmp_path, sm
     assert len(caught) == 2 and caught[0] == caught[1], proc.stdout
     assert caught[0].startswith(f"CAUGHT pairs={tmp_path / 'p.txt'}: t = 0: strategy sequences computes Z_t of "
                                 "steps "), caught
+
+
+@pytest.mark.mpi
+def test_export_on_rank_0_alone_writes_at_once_and_on_every_rank_writes_once(tmp_path, small_dataset, launcher):
+    """``if rank == 0: run.export(...)`` (mpi4py's idiom for writing a file) waited HPCDGNN_START_TIMEOUT for the
+    other ranks, which never came, then ended the job: export needs no collective. Rank 0 writes without waiting
+    for anyone; a call on every rank still writes once (a second writer would find the file and refuse), every
+    rank returns once it is written, and rank 0's refusal is every rank's. A rank given other arguments than rank
+    0 cannot be told at once (rank 0 cannot tell it from a call of its own alone): it waits for its own, then
+    names rank 0's."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    script = tmp_path / "use.py"
+    script.write_text(
+        "import os, sys, time\nimport hpcdgnn\nfrom hpcdgnn.errors import HpcdgnnError\n"
+        "rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))\n"
+        f"run = hpcdgnn.train({str(job)!r}, output=sys.argv[1])\n"
+        "os.environ['HPCDGNN_START_TIMEOUT'] = '60'\n"
+        "if rank == 0:\n"
+        "    t0 = time.monotonic()\n"
+        "    got = run.export(csv='alone.csv')\n"
+        "    os.write(1, f'ALONE {sorted(got)} {time.monotonic() - t0 < 30}\\n'.encode())\n"
+        # every rank: rank 0 writes, each returns once the files are there
+        "got = run.export(csv='all.csv', model='all.pt')\n"
+        "os.write(1, f'ALL {sorted(got)} {os.path.getsize(\"all.csv\") > 0} {os.path.isfile(\"all.pt\")}\\n'"
+        ".encode())\n"
+        "try:\n    run.export(csv='all.csv')\n"
+        "except HpcdgnnError as e:\n    os.write(1, f'CAUGHT {type(e).__name__} {e}\\n'.encode())\n"
+        "os.environ['HPCDGNN_START_TIMEOUT'] = '2'\n"
+        "try:\n    run.export(csv=f'mine{rank}.csv')\n    os.write(1, f'MINE {rank}\\n'.encode())\n"
+        "except HpcdgnnError as e:\n    os.write(1, f'CAUGHT {type(e).__name__} {e}\\n'.encode())\n")
+    proc = launcher.run(2, [str(script), str(tmp_path / "r")], cwd=tmp_path, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line.startswith("ALONE")] == ["ALONE ['csv'] True"], proc.stdout
+    assert [line for line in lines if line.startswith("ALL")] == ["ALL ['csv', 'model'] True True"] * 2, proc.stdout
+    run_dir = tmp_path / "r"
+    caught = sorted(line for line in lines if line.startswith("CAUGHT"))
+    assert caught == [
+        "CAUGHT ConfigError csv=all.csv: exists; an export never overwrites a file (give a new path)"
+    ] * 2 + [
+        f"CAUGHT DataError export: rank 0 did not start exporting {run_dir} to csv='mine1.csv' within 2 s "
+        f"(HPCDGNN_START_TIMEOUT) (it exported {run_dir} to csv='mine0.csv': if in this call, every rank must give "
+        "the same arguments): under mpirun rank 0 writes export's files, so it must make the call too"], proc.stdout
+    assert [line for line in lines if line.startswith("MINE")] == ["MINE 0"], proc.stdout
+    assert (tmp_path / "alone.csv").read_text() == (tmp_path / "all.csv").read_text()
+    assert (tmp_path / "mine0.csv").is_file() and not (tmp_path / "mine1.csv").exists()

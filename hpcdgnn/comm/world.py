@@ -201,7 +201,7 @@ def await_world(world, timeout_s: float, stop: Callable[[], bool] = lambda: Fals
 
     A point-to-point handshake with rank 0, polled against ``timeout_s``, so a foreign program in an MPMD
     launch is named instead of hanging the first collective. On an error the requests stay posted: the caller
-    must ``MPI_Abort``. ``call``: a trained run's later call every rank makes (``TrainedRun.export``), which a
+    must ``MPI_Abort``. ``call``: a trained run's later call every rank makes (``TrainedRun.embed``), which a
     missing rank most likely left to rank 0 alone; None: the start of a run.
     """
     MPI = sys.modules["mpi4py.MPI"]

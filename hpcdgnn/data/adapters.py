@@ -171,17 +171,13 @@ def _in_python_words(function):
 _WRITING = contextvars.ContextVar("hpcdgnn_adapters_writing", default=False)
 #: the MPI tag of rank 0's word to the other ranks (below 32767, the least MPI_TAG_UB)
 _TAG = 0x4ADA
-#: rank 0's sends, kept until done (their buffers must live that long); never waited for: see _once_per_job
-_SENT: list[Any] = []
 
 
-def _several_ranks() -> bool:
-    """Whether this process is one of several MPI ranks: by the launcher's variables, or by the world of an MPI
-    already started (a plain ``python`` leaves MPI alone)."""
-    from hpcdgnn.comm.world import expected_world_size, world_rank_size
+def _words(name: str) -> Any:
+    """The lines of :func:`_once_per_job`'s adapter ``name`` (:class:`hpcdgnn.rank_zero.Words`)."""
+    from hpcdgnn.rank_zero import Words
 
-    launched = expected_world_size()
-    return (launched is not None and launched[0] > 1) or ("mpi4py.MPI" in sys.modules and world_rank_size()[1] > 1)
+    return Words(name, "writing", "wrote", "output", "rank 0 writes the dataset")
 
 
 def _load_written(output: str) -> Any:
@@ -196,19 +192,19 @@ def _once_per_job(function):
     """``function`` run by rank 0 alone when several MPI ranks call it: P ranks writing one ``output`` would race
     (one finds the directory another is writing, or replaces it under ``force=True``).
 
-    Rank 0 writes and tells every other rank, without waiting for them, so a script that calls the adapter on
-    rank 0 alone (``if rank == 0``) works as before; a rank that calls it waits for rank 0's word about the same
-    ``output`` (at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long as the writing takes) and
-    returns the manifest read back, or raises rank 0's error as its own. Rank 0's word: ``(output, None)`` on
-    starting, then ``(output, "")`` or ``(output, error line)``; a few hundred bytes, which MPI sends at once
-    whether or not the other rank ever receives them.
+    Rank 0 writes and tells every other rank, without waiting for them (:mod:`hpcdgnn.rank_zero`), so a script
+    that calls the adapter on rank 0 alone (``if rank == 0``) works as before; a rank that calls it waits for
+    rank 0's word about the same ``output`` (at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long
+    as the writing takes) and returns the manifest read back, or raises rank 0's error as its own.
     """
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         import inspect
 
-        if _WRITING.get() or not _several_ranks():
+        from hpcdgnn.rank_zero import several_ranks
+
+        if _WRITING.get() or not several_ranks():
             return function(*args, **kwargs)
         try:
             output = inspect.signature(function).bind(*args, **kwargs).arguments["output"]
@@ -228,61 +224,31 @@ def _once_per_job(function):
 
 def _write_and_tell(world, MPI, key: str, function, args, kwargs):
     """Rank 0's part of :func:`_once_per_job`."""
+    from hpcdgnn.rank_zero import rank_0_does
 
-    def tell(word: str | None) -> None:
-        _SENT[:] = [r for r in _SENT if not r.Test()]
-        _SENT.extend(world.isend((key, word), dest=r, tag=_TAG) for r in range(1, world.Get_size()))
+    def write():
+        token = _WRITING.set(True)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _WRITING.reset(token)
 
-    tell(None)
-    token = _WRITING.set(True)
-    try:
-        result = function(*args, **kwargs)
-    except DataError as e:
-        tell(str(e))
-        raise
-    except BaseException as e:  # a crash or an interrupt: the others must not wait for the dataset
-        tell(f"{function.__name__}: rank 0 stopped writing {key}: {type(e).__name__}: {e}".rstrip(": "))
-        raise
-    finally:
-        _WRITING.reset(token)
-    tell("")
-    return result
+    return rank_0_does(world, _TAG, key, write, _words(function.__name__))
 
 
 def _await_rank_0(world, MPI, key: str, name: str):
     """The other ranks' part of :func:`_once_per_job`: rank 0's word about ``key``, its manifest or its error."""
-    import time
+    from hpcdgnn.rank_zero import await_rank_0
 
-    from hpcdgnn.comm.world import start_timeout
-
-    timeout = start_timeout()
-    deadline, started = time.monotonic() + timeout, False
-    others: list[str] = []  # the outputs rank 0 wrote meanwhile: a script giving each rank its own is told so
-    while True:
-        while not world.Iprobe(source=0, tag=_TAG):
-            if not started and time.monotonic() > deadline:
-                wrote = (f" (it wrote {', '.join(others[-2:])}: if in this call, every rank must give the same output)"
-                         if others else "")
-                raise DataError(f"{name}: rank 0 did not start writing {key} within {timeout:g} s "
-                                f"(HPCDGNN_START_TIMEOUT){wrote}: under mpirun rank 0 writes the dataset, so it must "
-                                "make the call too")
-            time.sleep(0.01)
-        about, word = world.recv(source=0, tag=_TAG)
-        if about != key:  # an earlier call of rank 0 alone, about another output
-            if word is None and about not in others:
-                others.append(about)
-            continue
-        if word is None:
-            started = True
-            continue
-        if word:
-            raise DataError(word)
+    def read_back():
         try:
             return _load_written(key)
         except DataError as e:  # rank 0 wrote it where this rank does not see it (a node-local directory)
             raise DataError(f"{name}: rank 0 wrote {key}, which rank {world.Get_rank()} cannot read ({e}): under "
                             "mpirun rank 0 writes the dataset, so output must be on a filesystem every rank reads") \
                 from None
+
+    return await_rank_0(world, _TAG, key, _words(name), read_back)
 
 
 def _sparse_ids(src: np.ndarray, dst: np.ndarray, n: int) -> str:
@@ -817,11 +783,14 @@ def _noted(manifest, output):
 
 
 def _warn(text: str) -> None:
-    """A ``UserWarning`` at the caller's line: the first frame outside this module. A fixed ``stacklevel`` pointed
-    into this file when one adapter calls another (from_temporal_data -> from_arrays) or rank 0 writes under MPI
-    (:func:`_write_and_tell`)."""
+    """A ``UserWarning`` at the caller's line: the first frame outside this module and :mod:`hpcdgnn.rank_zero`. A
+    fixed ``stacklevel`` pointed into this file when one adapter calls another (from_temporal_data -> from_arrays)
+    or rank 0 writes under MPI (:func:`_write_and_tell`)."""
+    import hpcdgnn.rank_zero
+
+    ours = (__file__, hpcdgnn.rank_zero.__file__)
     frame, level = sys._getframe(0), 1
-    while frame is not None and frame.f_code.co_filename == __file__:
+    while frame is not None and frame.f_code.co_filename in ours:
         frame, level = frame.f_back, level + 1
     warnings.warn(text, UserWarning, stacklevel=level)
 

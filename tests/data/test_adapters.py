@@ -571,6 +571,10 @@ rng = np.random.default_rng(0)
 src, dst, t = rng.integers(0, 30, 300), rng.integers(0, 30, 300), rng.random(300)
 if MPI.COMM_WORLD.rank == 0:  # the guard a script written for MPI has: rank 0 writes, the others wait here
     from_arrays(src, dst, t, out + "/guarded", snapshots=2)
+    with warnings.catch_warnings(record=True) as told:  # prepare's note, at this line as at P = 1
+        warnings.simplefilter("always")
+        from_temporal_data({"src": [0, 1], "dst": [1, 2], "t": [0, 0]}, out + "/one-time")
+    print("WARNED HERE", [w.filename == __file__ for w in told], flush=True)
 MPI.COMM_WORLD.Barrier()
 snaps = from_arrays(src, dst, t, out + "/snaps", snapshots=4)
 events = from_temporal_data(SimpleNamespace(src=src, dst=dst, t=t, msg=None, num_nodes=30), out + "/events")
@@ -590,15 +594,17 @@ def test_every_rank_calling_an_adapter_writes_the_dataset_once(tmp_path, launche
     """``mpirun -np 2 python script.py`` whose ranks all call the adapters (as they all call ``hpcdgnn.train``):
     the two wrote one directory at once (the second refused, or racing the first); rank 0 writes, every rank
     returns the manifest, and an error is every rank's one line. A call guarded by ``if rank == 0`` still
-    writes without waiting for the other ranks."""
+    writes without waiting for the other ranks, and warns at the script's line."""
     script = tmp_path / "script.py"
     script.write_text(_SPMD_SCRIPT)
     proc = launcher.run(2, [str(script), str(tmp_path / "out")], timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("WROTE 4 300 3") == 2
     assert proc.stdout.count("REFUSED from_arrays: src: vertex id") == 2
+    assert proc.stdout.count("WARNED HERE [True]") == 1, proc.stdout
     assert not (tmp_path / "out" / "bad").exists()
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["events", "guarded", "signal", "snaps"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["events", "guarded", "one-time", "signal",
+                                                                    "snaps"]
 
 
 def test_a_dynamic_graph_static_signal_gives_every_step_its_one_feature_matrix(tmp_path, capsys):

@@ -289,8 +289,7 @@ def test_arguments_that_differ_between_ranks_are_refused_on_every_rank(tmp_path,
         "s = run.predict(pairs=None if rank else np.array([[0, 1, 0], [2, 3, 1]]))\n"
         "os.write(1, f'SCORES {s.tolist()}\\n'.encode())\n"
         "for call in (lambda: run.predict(pairs=np.array([[0, 1 + rank, 0]])),\n"
-        "             lambda: run.embed(output=None if rank else 'z.h5'),\n"
-        "             lambda: run.export(csv=f'm{rank}.csv')):\n"
+        "             lambda: run.embed(output=None if rank else 'z.h5')):\n"
         "    try:\n        call()\n    except ConfigError as e:\n"
         "        os.write(1, f'CAUGHT {e}\\n'.encode())\n")
     proc = launcher.run(2, [str(script)], cwd=tmp_path)
@@ -301,17 +300,16 @@ def test_arguments_that_differ_between_ranks_are_refused_on_every_rank(tmp_path,
     assert caught == sorted(2 * [
         "CAUGHT predict: rank 1 was given another pairs than rank 0; every rank calls predict with the same "
         "arguments (or pairs=None: rank 0's serve every rank)",
-        "CAUGHT embed: rank 1 was given another output than rank 0; every rank calls embed with the same arguments",
-        "CAUGHT export: rank 1 was given another csv than rank 0; every rank calls export with the same arguments"]), \
-        proc.stdout
-    assert not (tmp_path / "z.h5").exists() and not list(tmp_path.glob("m*.csv"))
+        "CAUGHT embed: rank 1 was given another output than rank 0; every rank calls embed with the same "
+        "arguments"]), proc.stdout
+    assert not (tmp_path / "z.h5").exists()
 
 
 @pytest.mark.mpi
 def test_a_later_call_on_rank_0_alone_names_that_call_when_it_gives_up(tmp_path, small_dataset, launcher):
-    """``if rank == 0: run.export(...)`` (mpi4py's idiom for writing a file) waits for the other ranks, which
-    never come: the line it ends the job with said they "did not start hpcdgnn" and must "run python -m hpcdgnn
-    run, or call hpcdgnn.train", which they did. It now names the call every rank must make."""
+    """``if rank == 0: run.embed(...)`` (mpi4py's idiom for writing a file; embed is a collective) waits for the
+    other ranks, which never come: the line it ends the job with said they "did not start hpcdgnn" and must "run
+    python -m hpcdgnn run, or call hpcdgnn.train", which they did. It now names the call every rank must make."""
     script = tmp_path / "alone.py"
     script.write_text(
         "import os\nimport hpcdgnn\n"
@@ -319,13 +317,13 @@ def test_a_later_call_on_rank_0_alone_names_that_call_when_it_gives_up(tmp_path,
         f"run = hpcdgnn.train({{'data': {{'path': {str(small_dataset)!r}}}, 'train': {{'epochs': 1}}}}, "
         "output='r')\n"
         "os.environ['HPCDGNN_START_TIMEOUT'] = '2'\n"
-        "if rank == 0:\n    run.export(csv='m.csv')\n")
+        "if rank == 0:\n    run.embed('z.h5')\n")
     proc = launcher.run(2, [str(script)], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
-    assert ("[rank 0] hpcdgnn: error: stalled at the start: rank 1 of 2 did not call TrainedRun.export within 2 s "
+    assert ("[rank 0] hpcdgnn: error: stalled at the start: rank 1 of 2 did not call TrainedRun.embed within 2 s "
             "(HPCDGNN_START_TIMEOUT): under mpirun every rank makes the same call, as with hpcdgnn.train (not rank 0 "
             "alone, under 'if rank == 0')\n") in proc.stderr, proc.stderr[-3000:]
-    assert not (tmp_path / "m.csv").exists()
+    assert not (tmp_path / "z.h5").exists()
 
 
 @pytest.mark.mpi

@@ -1,0 +1,127 @@
+"""A call whose work rank 0 does for the whole MPI job, made by rank 0 alone or by every rank.
+
+Writing a dataset (:mod:`hpcdgnn.data.adapters`' ``from_*``) or a run's export (:meth:`hpcdgnn.api.TrainedRun.
+export`) needs no collective, and mpi4py scripts guard such a write with ``if rank == 0``; a script written as
+SPMD makes the call on every rank instead. Both must work: rank 0 does the work without waiting for anyone and
+tells every other rank, with non-blocking sends, that it started, then that it finished or failed; a rank that
+makes the call waits for rank 0's word about the same call (its ``key``) and returns, or raises rank 0's error
+as its own. A word is ``(key, None)`` on starting, ``(key, "")`` on success, ``(key, (error type, line))`` on a
+failure: a few hundred bytes, which MPI sends at once whether or not the other rank ever receives them.
+
+Rank 0 never learns whether the others made the call, so a rank given other arguments than rank 0 cannot be
+told at once (rank 0 alone with those arguments, and then all ranks with these, would read the same to it): it
+waits ``HPCDGNN_START_TIMEOUT`` for its own, then names what rank 0 did meanwhile.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from hpcdgnn.errors import DataError, HpcdgnnError
+
+__all__ = ["Words", "await_rank_0", "rank_0_does", "several_ranks"]
+
+T = TypeVar("T")
+
+#: rank 0's sends, kept until done (their buffers must live that long); never waited for: a rank that did not
+#: make the call never receives them
+_SENT: list[Any] = []
+
+
+@dataclass(frozen=True)
+class Words:
+    """How the lines of a call name it and its work.
+
+    Attributes:
+        name: the call (``from_arrays``, ``export``), each line's start.
+        doing: rank 0's work as ``rank 0 did not start {doing} {key}`` (``writing``).
+        did: the same done, ``it {did} {key}`` (``wrote``).
+        same: what every rank must give alike (``output``, ``arguments``).
+        why: why rank 0 must make the call (``rank 0 writes the dataset``).
+    """
+
+    name: str
+    doing: str
+    did: str
+    same: str
+    why: str
+
+
+def several_ranks() -> bool:
+    """Whether this process is one of several MPI ranks: by the launcher's variables, or by the world of an MPI
+    already started (a plain ``python`` leaves MPI alone)."""
+    from hpcdgnn.comm.world import expected_world_size, world_rank_size
+
+    launched = expected_world_size()
+    return (launched is not None and launched[0] > 1) or ("mpi4py.MPI" in sys.modules and world_rank_size()[1] > 1)
+
+
+def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words) -> T:
+    """Rank 0's part: ``work()``, told to every other rank of ``world`` on ``tag`` without waiting for them.
+
+    Args:
+        world: ``MPI.COMM_WORLD``.
+        tag: the call's MPI tag (below 32767, the least ``MPI_TAG_UB``).
+        key: what this call does (its output, its arguments), as the other ranks compare it.
+        work: the call's work; an :class:`~hpcdgnn.errors.HpcdgnnError` it raises is every calling rank's.
+        words: the call's lines.
+    """
+
+    def tell(word: Any) -> None:
+        _SENT[:] = [r for r in _SENT if not r.Test()]
+        _SENT.extend(world.isend((key, word), dest=r, tag=tag) for r in range(1, world.Get_size()))
+
+    tell(None)
+    try:
+        result = work()
+    except HpcdgnnError as e:
+        tell((type(e), str(e)))
+        raise
+    except BaseException as e:  # a crash or an interrupt: the others must not wait for the work
+        tell((DataError, f"{words.name}: rank 0 stopped {words.doing} {key}: {type(e).__name__}: {e}".rstrip(": ")))
+        raise
+    tell("")
+    return result
+
+
+def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[], T]) -> T:
+    """Another rank's part: rank 0's word about ``key`` on ``tag``, then ``done()`` (what this rank returns), or
+    rank 0's error raised as this rank's.
+
+    Waits at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long as its work takes; words about
+    other keys (earlier calls rank 0 made alone) are skipped, and named if rank 0 never starts this one.
+
+    Raises:
+        HpcdgnnError: rank 0's error; :class:`~hpcdgnn.errors.DataError` where rank 0 did not start within the
+            timeout.
+    """
+    from hpcdgnn.comm.world import start_timeout
+
+    timeout = start_timeout()
+    deadline, started = time.monotonic() + timeout, False
+    others: list[Any] = []  # what rank 0 did meanwhile: a script giving each rank its own arguments is told so
+    while True:
+        while not world.Iprobe(source=0, tag=tag):
+            if not started and time.monotonic() > deadline:
+                did = (f" (it {words.did} {', '.join(map(str, others[-2:]))}: if in this call, every rank must "
+                       f"give the same {words.same})" if others else "")
+                raise DataError(f"{words.name}: rank 0 did not start {words.doing} {key} within {timeout:g} s "
+                                f"(HPCDGNN_START_TIMEOUT){did}: under mpirun {words.why}, so it must make the call "
+                                "too")
+            time.sleep(0.01)
+        about, word = world.recv(source=0, tag=tag)
+        if about != key:  # an earlier call of rank 0 alone, about another key
+            if word is None and about not in others:
+                others.append(about)
+            continue
+        if word is None:
+            started = True
+            continue
+        if word:
+            kind, line = word
+            raise kind(line)
+        return done()
