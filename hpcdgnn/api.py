@@ -143,15 +143,18 @@ class TrainedRun:
             :class:`hpcdgnn.embed.EmbeddingFile` (``steps`` (S,), ``embeddings`` (S, N, F), ``computed`` (S, N),
             ``meta``), on every rank.
         """
-        import_training()
-        from hpcdgnn.embed import embedded, read_embeddings
+        try:
+            import_training()
+            from hpcdgnn.embed import embedded, read_embeddings
 
-        _check_split(split)
-        output = _path_argument(output, "output")
-        args = argparse.Namespace(rundir=str(self.dir), output=output, split=split, set=_override_items(overrides))
-        same = _Same("embed", {"output": output, "split": split, "overrides": args.set})
-        kept = _on_every_rank(lambda comm: embedded(args, comm), words=_PASS_ARGUMENTS, same=same)
-        return kept if output is None else read_embeddings(output)
+            _check_split(split)
+            output = _path_argument(output, "output")
+            args = argparse.Namespace(rundir=str(self.dir), output=output, split=split, set=_override_items(overrides))
+            same = _Same("embed", {"output": output, "split": split, "overrides": args.set})
+            kept = _on_every_rank(lambda comm: embedded(args, comm), words=_PASS_ARGUMENTS, same=same)
+            return kept if output is None else read_embeddings(output)
+        except HpcdgnnError as e:
+            raise _at_the_call(e) from None
 
     def predict(self, output: str | os.PathLike | None = None, *, pairs: Any = None, split: str | None = None,
                 overrides: Sequence[str] | str | Mapping[str, Any] = ()):
@@ -171,20 +174,23 @@ class TrainedRun:
             Pairs: the scores, a float64 array (K,) in the rows' order. Node tasks: an
             :class:`hpcdgnn.embed.EmbeddingFile` whose ``embeddings`` (S, N, C) are the head's outputs.
         """
-        import_training()
-        from hpcdgnn.embed import predicted, read_embeddings
+        try:
+            import_training()
+            from hpcdgnn.embed import predicted, read_embeddings
 
-        _check_split("test" if split is None else split)
-        output = _path_argument(output, "output")
-        if isinstance(pairs, str | os.PathLike):
-            pairs = _path_argument(pairs, "pairs")
-        # data is read on rank 0 alone (predicted): the other ranks' pairs are compared, not read
-        args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
-                                  split_given=split is not None, set=_override_items(overrides), pairs=pairs)
-        same = _Same("predict", {"output": output, "split": split, "overrides": args.set, "pairs": pairs},
-                     rank0_only=("pairs",))
-        got = _on_every_rank(lambda comm: predicted(args, comm), words=_PASS_ARGUMENTS, same=same)
-        return read_embeddings(output) if got is None else got
+            _check_split("test" if split is None else split)
+            output = _path_argument(output, "output")
+            if isinstance(pairs, str | os.PathLike):
+                pairs = _path_argument(pairs, "pairs")
+            # data is read on rank 0 alone (predicted): the other ranks' pairs are compared, not read
+            args = argparse.Namespace(rundir=str(self.dir), output=output, split="test" if split is None else split,
+                                      split_given=split is not None, set=_override_items(overrides), pairs=pairs)
+            same = _Same("predict", {"output": output, "split": split, "overrides": args.set, "pairs": pairs},
+                         rank0_only=("pairs",))
+            got = _on_every_rank(lambda comm: predicted(args, comm), words=_PASS_ARGUMENTS, same=same)
+            return read_embeddings(output) if got is None else got
+        except HpcdgnnError as e:
+            raise _at_the_call(e) from None
 
     def export(self, *, csv: str | os.PathLike | None = None, tensorboard: str | os.PathLike | None = None,
                model: str | os.PathLike | None = None, to: str = "hpcdgnn") -> dict[str, Path]:
@@ -206,40 +212,43 @@ class TrainedRun:
         Returns:
             What was written: ``{"csv": Path, "tensorboard": Path, "model": Path}``, the ones given.
         """
-        import_training()
-        from hpcdgnn.metrics.export import run_export
-        from hpcdgnn.rank_zero import Words, await_rank_0, rank_0_does, several_ranks
+        try:
+            import_training()
+            from hpcdgnn.metrics.export import run_export
+            from hpcdgnn.rank_zero import Words, await_rank_0, rank_0_does, several_ranks
 
-        if to not in ("hpcdgnn", "pygt"):
-            raise ConfigError(f"to: {to!r}; choose from 'hpcdgnn', 'pygt'")
-        paths = {k: _path_argument(v, k) for k, v in (("csv", csv), ("tensorboard", tensorboard), ("model", model))}
-        args = argparse.Namespace(rundir=str(self.dir), csv=paths["csv"], tensorboard=paths["tensorboard"],
-                                  model_only=paths["model"], to=to)
+            if to not in ("hpcdgnn", "pygt"):
+                raise ConfigError(f"to: {to!r}; choose from 'hpcdgnn', 'pygt'")
+            paths = {k: _path_argument(v, k) for k, v in (("csv", csv), ("tensorboard", tensorboard), ("model", model))}
+            args = argparse.Namespace(rundir=str(self.dir), csv=paths["csv"], tensorboard=paths["tensorboard"],
+                                      model_only=paths["model"], to=to)
 
-        def work() -> None:
-            caller = _CallerState.save()
-            try:
-                run_export(args)
-            except HpcdgnnError as e:
-                raise _named(e, None, _EXPORT_ARGUMENTS) from None
-            finally:
-                caller.restore()
+            def work() -> None:
+                caller = _CallerState.save()
+                try:
+                    run_export(args)
+                except HpcdgnnError as e:
+                    raise _named(e, None, _EXPORT_ARGUMENTS) from None
+                finally:
+                    caller.restore()
 
-        if not several_ranks():
-            work()
-        else:
-            from hpcdgnn.comm.world import init_mpi
-
-            world = init_mpi().COMM_WORLD
-            # the call as the other ranks compare it: the run and the arguments as given (as _Same compares them)
-            key = f"{self.dir} to " + ", ".join([f"{k}={v!r}" for k, v in paths.items() if v is not None]
-                                                + ([f"to={to!r}"] if to != "hpcdgnn" else []))
-            words = Words("export", "exporting", "exported", "arguments", "rank 0 writes export's files")
-            if world.Get_rank() == 0:
-                rank_0_does(world, _EXPORT_TAG, key, work, words)
+            if not several_ranks():
+                work()
             else:
-                await_rank_0(world, _EXPORT_TAG, key, words, lambda: None)
-        return {k: Path(v) for k, v in paths.items() if v is not None}
+                from hpcdgnn.comm.world import init_mpi
+
+                world = init_mpi().COMM_WORLD
+                # the call as the other ranks compare it: the run and the arguments as given (as _Same compares them)
+                key = f"{self.dir} to " + ", ".join([f"{k}={v!r}" for k, v in paths.items() if v is not None]
+                                                    + ([f"to={to!r}"] if to != "hpcdgnn" else []))
+                words = Words("export", "exporting", "exported", "arguments", "rank 0 writes export's files")
+                if world.Get_rank() == 0:
+                    rank_0_does(world, _EXPORT_TAG, key, work, words)
+                else:
+                    await_rank_0(world, _EXPORT_TAG, key, words, lambda: None)
+            return {k: Path(v) for k, v in paths.items() if v is not None}
+        except HpcdgnnError as e:
+            raise _at_the_call(e) from None
 
     def _file(self, name: str) -> Path:
         path = self.dir / name
@@ -455,38 +464,41 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     Raises:
         HpcdgnnError: a bad job, dataset or plan (one line), or a diverged run (every rank).
     """
-    import_training()
-    from hpcdgnn import preemption
-    from hpcdgnn.train.trainer import RESTART_WORDS, run_training
-
-    if job is None and resume is None:
-        raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
-    if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
-        raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path or a mapping of sections "
-                          "(a dict)")
-    if isinstance(job, str) and _yaml_text(job):
-        raise ConfigError(f"job: {short_repr(job)} is YAML text, not a job file: pass yaml.safe_load(text) (a mapping) "
-                          "or the file's path")
-    output, resume = _path_argument(output, "output"), _path_argument(resume, "resume")
-    if output is not None and resume is not None:  # as the command's --output and --resume
-        raise ConfigError(f"output={output!r} and resume={resume!r} exclude each other: a resumed run goes on in "
-                          "its own directory")
-    overrides = _override_items(overrides)
-    stop = preemption.install()
-    # the run's pre-emption lines, and its run.lock wait's, as its errors read (_named): resume=RUNDIR: …
-    words = RESTART_WORDS.set(("hpcdgnn.train(None, resume={!r})", "output=", "{}={}"))
     try:
-        with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
-            result = _on_every_rank(lambda comm: run_training(job_path, overrides, output, comm, resume=resume),
-                                    lambda: stop.raised, written)
-    finally:
-        RESTART_WORDS.reset(words)
-        preemption.reset()  # a notebook's interrupt is its own again
-    model, task = result.model, result.task
-    for module in (model, task):  # as load_run's: ready to evaluate
-        if module is not None:
-            module.eval()
-    return TrainedRun(Path(result.run_dir).absolute(), result.preempted, model, task)
+        import_training()
+        from hpcdgnn import preemption
+        from hpcdgnn.train.trainer import RESTART_WORDS, run_training
+
+        if job is None and resume is None:
+            raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
+        if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
+            raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path or a mapping of "
+                              "sections (a dict)")
+        if isinstance(job, str) and _yaml_text(job):
+            raise ConfigError(f"job: {short_repr(job)} is YAML text, not a job file: pass yaml.safe_load(text) (a "
+                              "mapping) or the file's path")
+        output, resume = _path_argument(output, "output"), _path_argument(resume, "resume")
+        if output is not None and resume is not None:  # as the command's --output and --resume
+            raise ConfigError(f"output={output!r} and resume={resume!r} exclude each other: a resumed run goes on in "
+                              "its own directory")
+        overrides = _override_items(overrides)
+        stop = preemption.install()
+        # the run's pre-emption lines, and its run.lock wait's, as its errors read (_named): resume=RUNDIR: …
+        words = RESTART_WORDS.set(("hpcdgnn.train(None, resume={!r})", "output=", "{}={}"))
+        try:
+            with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
+                result = _on_every_rank(lambda comm: run_training(job_path, overrides, output, comm, resume=resume),
+                                        lambda: stop.raised, written)
+        finally:
+            RESTART_WORDS.reset(words)
+            preemption.reset()  # a notebook's interrupt is its own again
+        model, task = result.model, result.task
+        for module in (model, task):  # as load_run's: ready to evaluate
+            if module is not None:
+                module.eval()
+        return TrainedRun(Path(result.run_dir).absolute(), result.preempted, model, task)
+    except HpcdgnnError as e:
+        raise _at_the_call(e) from None
 
 
 @dataclass
@@ -627,6 +639,15 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
     finally:
         comm.close()
         caller.restore()
+
+
+def _at_the_call(e: HpcdgnnError) -> HpcdgnnError:
+    """``e`` to be raised, ``from None``, by the API call the user made: its traceback begins there, with no
+    frame of hpcdgnn's internals, and no chain (its one line says it all). Only for
+    :class:`~hpcdgnn.errors.HpcdgnnError`, a refusal of the user's job, data or arguments: any other exception
+    (a bug in hpcdgnn, or one raised by the user's own code it runs, a registered model) keeps every frame, which
+    is what locates it."""
+    return e.with_traceback(None)
 
 
 @contextmanager

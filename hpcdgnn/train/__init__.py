@@ -18,9 +18,9 @@ __all__ = ["TrainResult", "agree", "root_then_bcast", "run_training"]
 
 
 class _CallablePackage(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        """:func:`hpcdgnn.api.train` (its own errors name ``train()``)."""
-        return api.train(*args, **kwargs)
+    #: :func:`hpcdgnn.api.train` itself (its own errors name ``train()``), not a method calling it: a traceback
+    #: through ``hpcdgnn.train(...)`` shows no frame of this package's
+    __call__ = staticmethod(api.train)
 
     @property
     def __signature__(self) -> inspect.Signature:

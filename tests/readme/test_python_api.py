@@ -653,23 +653,56 @@ def test_a_run_stopped_after_an_epoch_says_how_to_resume_it_from_python(tmp_path
     assert hpcdgnn.train(None, resume=run.dir).losses[:1] == first  # the advice works as written
 
 
-def test_errors_name_the_api_s_arguments_without_internal_frames(tmp_path, small_dataset, monkeypatch):
-    """The commands' messages, in this API's words (``overrides``, ``output=``, ``resume=``) and without the
-    frames of hpcdgnn's internals, for a YAML job as for a mapping one."""
+def _hpcdgnn_frames(e: BaseException) -> list[tuple[str, str]]:
+    """The (file, function) of each frame of hpcdgnn's in ``e``'s traceback, outermost first."""
     import traceback
 
+    frames = [(os.path.relpath(f.filename, REPO), f.name) for f in traceback.extract_tb(e.__traceback__)]
+    return [f for f in frames if f[0].startswith("hpcdgnn")]
+
+
+def test_errors_name_the_api_s_arguments_without_internal_frames(tmp_path, small_dataset, monkeypatch):
+    """The commands' messages, in this API's words (``overrides``, ``output=``, ``resume=``) and without the
+    frames of hpcdgnn's internals, for a YAML job as for a mapping one: the traceback of ``hpcdgnn.train``'s
+    refusal showed ``train/__init__.py __call__``, ``api.train`` and ``_on_every_rank`` where docs/jobs.md says
+    there are none; it now holds the call itself alone, for train as for a trained run's calls."""
     monkeypatch.chdir(tmp_path)
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
     with pytest.raises(ConfigError, match=r"^overrides: train\.epochz: unknown key; did you mean .epochs.\?$") as e:
         hpcdgnn.train(job, overrides=["train.epochz=2"])
-    frames = {os.path.relpath(f.filename, REPO) for f in traceback.extract_tb(e.value.__traceback__)}
-    assert {f for f in frames if f.startswith("hpcdgnn")} <= {"hpcdgnn/api.py", "hpcdgnn/train/__init__.py"}, frames
-    hpcdgnn.train(job, output="r")
+    assert _hpcdgnn_frames(e.value) == [("hpcdgnn/api.py", "train")]
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+    run = hpcdgnn.train(job, output="r")
+    run.export(csv="m.csv")
+    for call, name in ((lambda: run.embed(split="some"), "embed"), (lambda: run.predict("s.csv"), "predict"),
+                       (lambda: run.export(csv="m.csv"), "export")):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert _hpcdgnn_frames(e.value) == [("hpcdgnn/api.py", name)], e.value
     with pytest.raises(ConfigError, match=r"^output=r: directory exists and is not empty; a run never overwrites") as e:
         hpcdgnn.train(job, output="r")
     assert "--" not in str(e.value), e.value
     with pytest.raises(ConfigError, match=r"^resume=r: the run has already trained"):
         hpcdgnn.train(None, resume="r")
+
+
+def test_a_crash_inside_train_keeps_every_frame_and_shows_no_package_wrapper(tmp_path, small_dataset, monkeypatch):
+    """An exception that is no refusal (a bug in hpcdgnn, or the user's own code hpcdgnn runs) keeps the frames
+    that locate it, down to the raising function; the callable package adds no frame of its own."""
+    import traceback
+
+    from hpcdgnn.train import trainer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(trainer, "train_batches", broken)
+    with pytest.raises(RuntimeError, match="^a bug$") as e:
+        hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1}), output=tmp_path / "r")
+    frames = _hpcdgnn_frames(e.value)
+    assert frames[0] == ("hpcdgnn/api.py", "train") and ("hpcdgnn/api.py", "_on_every_rank") in frames, frames
+    assert ("hpcdgnn/train/__init__.py", "__call__") not in frames
+    assert traceback.extract_tb(e.value.__traceback__)[-1].name == "broken"
 
 
 def test_the_package_imports_and_trains_under_python_oo(tmp_path, small_dataset):
