@@ -28,11 +28,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from hpcdgnn.errors import CommFailure, ConfigError, DataError, HpcdgnnError, short_repr
+
+if TYPE_CHECKING:
+    from hpcdgnn.config import JobConfig
 
 __all__ = ["TrainedRun", "build_trained", "import_training", "load_run", "train"]
 
@@ -99,7 +102,8 @@ class TrainedRun:
 
     @cached_property
     def job(self):
-        """The job as it ran, every default filled in (:class:`hpcdgnn.config.JobConfig`, ``config.resolved.yaml``)."""
+        """The job as it ran, every default filled in (:class:`hpcdgnn.config.JobConfig`, ``config.resolved.yaml``);
+        :func:`train` takes it, as it is or changed (``dataclasses.replace``, or ``overrides``), to train again."""
         from hpcdgnn.config import load_job
 
         return load_job(self._file("config.resolved.yaml"), check_paths=False, resolved=True)
@@ -444,19 +448,21 @@ def _torch_or_numpy_name(value: Any) -> str | None:
     return None
 
 
-def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] | str | Mapping[str, Any] = (),
-          output: str | os.PathLike | None = None, resume: str | os.PathLike | None = None,
-          name: str = "job") -> TrainedRun:
+def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
+          overrides: Sequence[str] | str | Mapping[str, Any] = (), output: str | os.PathLike | None = None,
+          resume: str | os.PathLike | None = None, name: str = "job") -> TrainedRun:
     """Train a job in this process (every rank calls it under ``mpirun``), as ``python -m hpcdgnn run`` does.
 
     Args:
         job: a job YAML path, or the job as a mapping of sections (``{"data": {"path": ...}, "model": ...}``,
-            the YAML's keys; relative paths are relative to the working directory). None with ``resume``.
+            the YAML's keys; relative paths are relative to the working directory), or a
+            :class:`~hpcdgnn.config.JobConfig` (a run's :attr:`TrainedRun.job`, as it is or changed with
+            ``dataclasses.replace``), trained as the mapping of every key it holds. None with ``resume``.
         overrides: ``section.key=value`` items, as ``--set`` takes them (one such string, or a mapping
             ``{"section.key": value}``).
         output: the run directory (new or empty); default ``output.dir/<name>-<timestamp>``.
         resume: continue the run in this directory from its newest checkpoint.
-        name: a mapping job's name (the run directory's prefix).
+        name: a mapping's or JobConfig's name (the run directory's prefix).
 
     Returns:
         The run, with its trained model (:class:`TrainedRun`).
@@ -467,13 +473,16 @@ def train(job: str | os.PathLike | Mapping | None, *, overrides: Sequence[str] |
     try:
         import_training()
         from hpcdgnn import preemption
+        from hpcdgnn.config import JobConfig, job_to_dict
         from hpcdgnn.train.trainer import RESTART_WORDS, run_training
 
         if job is None and resume is None:
             raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
+        if isinstance(job, JobConfig):  # a run's job (run.job), maybe changed: the mapping it was resolved to
+            job = job_to_dict(job)
         if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
-            raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path or a mapping of "
-                              "sections (a dict)")
+            raise ConfigError(f"job: {type(job).__name__} {short_repr(job)}: pass a job YAML path, a mapping of "
+                              "sections (a dict) or a JobConfig (a run's job)")
         if isinstance(job, str) and _yaml_text(job):
             raise ConfigError(f"job: {short_repr(job)} is YAML text, not a job file: pass yaml.safe_load(text) (a "
                               "mapping) or the file's path")

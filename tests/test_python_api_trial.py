@@ -226,3 +226,26 @@ def test_export_on_rank_0_alone_writes_at_once_and_on_every_rank_writes_once(tmp
     assert [line for line in lines if line.startswith("MINE")] == ["MINE 0"], proc.stdout
     assert (tmp_path / "alone.csv").read_text() == (tmp_path / "all.csv").read_text()
     assert (tmp_path / "mine0.csv").is_file() and not (tmp_path / "mine1.csv").exists()
+
+
+def test_a_run_s_job_trains_again_as_it_is_with_overrides_or_changed(tmp_path, small_dataset, monkeypatch):
+    """``hpcdgnn.train(run.job, ...)`` was refused ("pass a job YAML path or a mapping of sections"), so a user
+    who trained, wanted one key changed and trained again had to rebuild the job by hand. A ``JobConfig`` now
+    trains as the mapping it resolves to: the same run again, with overrides, or changed with
+    ``dataclasses.replace``; its refusals read as a mapping job's."""
+    import dataclasses
+
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2}), output="r")
+    again = hpcdgnn.train(run.job, output="again")
+    assert again.losses == run.losses and again.job == run.job
+    more = hpcdgnn.train(run.job, overrides={"train.epochs": 3}, output="more")
+    assert len(more.losses) == 3 and more.losses[0] == run.losses[0]
+    assert more.job == dataclasses.replace(run.job, train=dataclasses.replace(run.job.train, epochs=3))
+    one = hpcdgnn.train(dataclasses.replace(run.job, train=dataclasses.replace(run.job.train, epochs=1)), name="one")
+    assert one.losses == run.losses[:1] and one.dir.name.startswith("one-")
+    with pytest.raises(ConfigError, match=r"^overrides: train\.epochz: unknown key"):
+        hpcdgnn.train(run.job, overrides=["train.epochz=2"])
+    with pytest.raises(ConfigError, match=r"^job: int 3: pass a job YAML path, a mapping of sections \(a dict\) or a "
+                                          r"JobConfig \(a run's job\)$"):
+        hpcdgnn.train(3)
