@@ -143,6 +143,22 @@ def test_tgb_refuses_kind_snapshots(tmp_path, capsys):
     _prepared([str(root), "--format", "tgb", "--kind", "events", "--output", str(tmp_path / "o")], capsys)
 
 
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--time-unit", "0", "--time-unit must be a positive number (got 0.0)"),
+    ("--time-unit", "-1", "--time-unit must be a positive number (got -1.0)"),
+    ("--time-unit", "nan", "--time-unit must be a positive number (got nan)"),
+    ("--shard-events", "0", "--shard-events must be an integer >= 1 (got 0)"),
+])
+def test_tgb_refuses_a_time_unit_or_shard_size_the_other_formats_refuse(tmp_path, capsys, flag, value, needle):
+    """``--format tgb`` passed ``--time-unit`` and ``--shard-events`` on unchecked: 0 was silently read as none
+    (times and shards as without the option), -1 was refused as "'t' decreases at event 1" and NaN as "'t'
+    contains NaN", naming no option; snap's and jodie's events refuse them in one line naming the option."""
+    root = _tgb(tmp_path)
+    _refused([str(root), "--format", "tgb", f"{flag}={value}", "--output", str(tmp_path / "o")], capsys,
+             f"{root}: {needle}")
+    assert not (tmp_path / "o").exists()
+
+
 # --------------------------------------------------------------------------- 2./3. the Python API
 
 

@@ -168,6 +168,17 @@ def _read_jodie(path: Path, opts: EventOptions) -> ParsedEvents:
 EVENT_FORMATS = {"snap": _read_snap, "jodie": _read_jodie}
 
 
+def check_shard_events_and_time_unit(path: str | Path, shard_events: Any, time_unit: Any) -> None:
+    """Refuse (one line naming ``path``) a ``--shard-events`` that is not an integer >= 1 or a ``--time-unit`` that
+    is not a positive finite number; None is either's default. Every event format's (tgb's too)."""
+    if shard_events is not None and (not isinstance(shard_events, int) or isinstance(shard_events, bool)
+                                     or shard_events < 1):
+        raise DataError(f"{path}: --shard-events must be an integer >= 1 (got {shard_events!r})")
+    if time_unit is not None and (isinstance(time_unit, bool) or not isinstance(time_unit, (int, float))
+                                  or not math.isfinite(time_unit) or time_unit <= 0):
+        raise DataError(f"{path}: --time-unit must be a positive number (got {time_unit!r})")
+
+
 def _check(path: Path, fmt: str, options: dict[str, Any]) -> EventOptions:
     """Refuse snapshot-only options and bad values before the input is read; one-line DataError."""
     if fmt == "pygt-json":
@@ -187,13 +198,7 @@ def _check(path: Path, fmt: str, options: dict[str, Any]) -> EventOptions:
     opts = EventOptions(**rest)  # TypeError for an unknown keyword, as PrepareOptions
     if opts.split is not None:
         check_split_fractions(opts.split, str(path))
-    if opts.shard_events is not None and (
-        not isinstance(opts.shard_events, int) or isinstance(opts.shard_events, bool) or opts.shard_events < 1
-    ):
-        raise DataError(f"{path}: --shard-events must be an integer >= 1 (got {opts.shard_events!r})")
-    if opts.time_unit is not None and (isinstance(opts.time_unit, bool) or not isinstance(opts.time_unit, (int, float))
-                                       or not math.isfinite(opts.time_unit) or opts.time_unit <= 0):
-        raise DataError(f"{path}: --time-unit must be a positive number (got {opts.time_unit!r})")
+    check_shard_events_and_time_unit(path, opts.shard_events, opts.time_unit)
     # --bipartite with jodie changes nothing: JODIE's users and items are bipartite anyway
     if opts.columns is not None:
         keys = SNAP_COLUMN_KEYS if fmt == "snap" else JODIE_COLUMN_KEYS

@@ -29,6 +29,7 @@ import numpy as np
 
 from hpcdgnn.data.events import DEFAULT_SHARD_EVENTS, EventManifest, write_events
 from hpcdgnn.data.prepare._common import check_unterminated_line, shorten
+from hpcdgnn.data.prepare.event_stream import check_shard_events_and_time_unit
 from hpcdgnn.errors import DataError
 
 __all__ = ["prepare_tgb", "read_tgb"]
@@ -226,6 +227,7 @@ def prepare_tgb(input_dir: str | Path, output: str | Path, force: bool = False, 
                 time_unit: float | None = None) -> EventManifest:
     """``prepare DIR --format tgb``: write TGB's dataset in ``DIR`` as an event dataset at ``output``
     (``time_unit``: divide the times by it, after the negatives were looked up by TGB's integer times)."""
+    check_shard_events_and_time_unit(input_dir, shard_events, time_unit)  # before reading: 0 read as "none"
     name, src, dst, t, feat, n, s, names, split, negatives, edges, in_order = read_tgb(input_dir)
     bipartite = s < n
     times = t.astype(np.float64) / (time_unit or 1.0)
