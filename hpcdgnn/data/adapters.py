@@ -1,7 +1,7 @@
-"""Datasets from data already in memory: arrays, PyG's ``TemporalData``, PyTorch Geometric Temporal's signals.
+"""Datasets from Python: arrays, PyG's ``TemporalData``, PyTorch Geometric Temporal's signals, TGB's datasets.
 
 Each writes what ``python -m hpcdgnn prepare`` writes (the same writer, the same options), so every strategy
-reads it; none imports PyG or PyG Temporal (their objects are read by their attributes), so neither is a
+reads it; none imports PyG, PyG Temporal or TGB (their objects are read by their attributes), so none is a
 dependency. Vertex ids are taken as given, 0..N-1 (``prepare`` remaps a file's ids; arrays are assumed to be
 numbered already, as PyG's are).
 
@@ -9,6 +9,8 @@ numbered already, as PyG's are).
   ``window`` or ``events_per_snapshot``, as ``prepare``) or, with ``kind="events"``, an event stream.
 * :func:`from_temporal_data` — PyG's ``TemporalData`` (``src``, ``dst``, ``t``, ``msg``), or a dict of them, → an
   event stream.
+* :func:`from_tgb` — a Temporal Graph Benchmark ``tgbl-*`` directory (or TGB's ``LinkPropPredDataset``) → an
+  event stream with TGB's fixed evaluation negatives, as ``prepare --format tgb``.
 * :func:`from_signal` — PyG Temporal's ``StaticGraphTemporalSignal`` / ``DynamicGraphTemporalSignal`` /
   ``DynamicGraphStaticSignal`` (``edge_index`` / ``edge_indices``, ``edge_weight`` / ``edge_weights``,
   ``features`` / ``feature``, ``targets``) → one snapshot per signal step with its node features and regression
@@ -37,7 +39,7 @@ import numpy as np
 
 from hpcdgnn.errors import DataError
 
-__all__ = ["from_arrays", "from_signal", "from_temporal_data"]
+__all__ = ["from_arrays", "from_signal", "from_temporal_data", "from_tgb"]
 
 
 def _numpy(value: Any, name: str, where: str) -> np.ndarray:
@@ -651,6 +653,50 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     if unwound:  # once written: a refused signal is told its error alone
         _warn(_unwound_note(unwound, len(xs)))
     return manifest
+
+
+@_once_per_job
+@_in_python_words
+def from_tgb(dataset, output: str | Path, *, force: bool = False, shard_events: int | None = None,
+             time_unit: float | None = None):
+    """A Temporal Graph Benchmark link-prediction dataset (``tgbl-*``) as an event stream with its fixed evaluation
+    negatives: what ``prepare DIR --format tgb`` writes (:mod:`hpcdgnn.data.prepare.tgb`; Huang et al., NeurIPS
+    2023): TGB's ids and edge features, its times as integers, its split at the time quantiles 0.70 and 0.85,
+    and each validation and test event's negatives from its pickles.
+
+    Args:
+        dataset: TGB's dataset directory as TGB downloads it (``<root>/tgbl_wiki``, holding
+            ``tgbl-wiki_edgelist_v2.csv``, ``tgbl-wiki_val_ns_v2.pkl`` and ``tgbl-wiki_test_ns_v2.pkl``), or
+            TGB's ``LinkPropPredDataset`` (anything whose ``root`` names that directory; TGB is not imported).
+        output: the dataset directory (new or empty; ``force=True`` replaces one).
+        force: replace a non-empty ``output``.
+        shard_events: events per shard file (default 1,000,000).
+        time_unit: divide the times by it (86400: seconds to days), after the negatives were looked up by TGB's
+            integer times.
+
+    Returns:
+        The event dataset's manifest (``eval_negatives`` set).
+
+    Raises:
+        DataError: one line naming the file, or the argument: no TGB directory (or a ``dataset`` that is
+            neither a path nor has a ``root``), a tgbl dataset not read yet, a row or a pickle that is not
+            TGB's, negatives missing for an evaluation event; ``force`` not a bool, ``shard_events`` not a whole
+            number >= 1, ``time_unit`` not a positive number; a non-empty ``output`` without ``force=True``.
+            Nothing is written.
+    """
+    from hpcdgnn.data.prepare.tgb import prepare_tgb
+    from hpcdgnn.data.writer import check_output
+
+    where = "from_tgb"
+    output = _output(output, where)
+    # LinkPropPredDataset.root is <root>/tgbl_NAME (a path's own .root is "/", so a path is taken as it is)
+    root = dataset if isinstance(dataset, (str, os.PathLike)) else getattr(dataset, "root", dataset)
+    if not isinstance(root, (str, os.PathLike)):
+        raise DataError(f"{where}: dataset: {type(dataset).__name__} {dataset!r:.60} is not TGB's dataset directory "
+                        "(give its path, or TGB's LinkPropPredDataset)")
+    options = _checked_options({"force": force, "shard_events": shard_events}, where)
+    check_output(output, options["force"], (root,))  # before reading TGB's files, which may be large
+    return _noted(prepare_tgb(root, output, time_unit=time_unit, **options), output)
 
 
 def _feature_steps(features: list, where: str) -> tuple[list[np.ndarray], int | None]:

@@ -246,3 +246,78 @@ def test_eval_negatives_beyond_the_candidates_refused_only_where_they_are_drawn(
                                      replace(m, eval_negatives=None))
     with pytest.raises(ConfigError, match="task.negatives: 6 exceeds"):
         TemporalLinkPrediction.check(TemporalLinkPredictionOptions(negatives=ITEMS + 1), m)
+
+
+def _dataset(root) -> dict:
+    """What a TGB dataset directory holds, beside where it was written from: the manifest's fields, the events
+    and the fixed negatives."""
+    from dataclasses import asdict
+
+    m = load_event_manifest(root)
+    ev, fixed = read_events(root, m), read_eval_negatives(root, m)
+    fields = {k: v for k, v in asdict(m).items() if k not in ("created", "source", "shards", "eval_negatives")}
+    arrays = {"src": ev.src, "dst": ev.dst, "t": ev.t, "efeat": ev.efeat,
+              **{f"{s}/{i}": a for s in ("val", "test") for i, a in enumerate(fixed[s])}}
+    return {"fields": fields, "source": {k: v for k, v in m.source.items() if k != "path"},
+            "arrays": {k: np.asarray(v).tolist() for k, v in arrays.items()}}
+
+
+def test_from_tgb_writes_what_prepare_writes_from_a_directory_or_tgb_s_dataset(tmp_path):
+    """``prepare --format tgb`` had no Python adapter beside ``from_arrays``, ``from_temporal_data`` and
+    ``from_signal``: a notebook with TGB's ``LinkPropPredDataset`` in hand had to shell out. ``from_tgb`` writes
+    the same dataset from the directory or from the dataset object (its ``root``), with the options ``prepare``
+    takes for tgb, refusals in one line naming its keyword arguments, and nothing written on a refusal."""
+    from types import SimpleNamespace
+
+    from hpcdgnn.data.adapters import from_tgb
+    from hpcdgnn.errors import DataError
+
+    root = tmp_path / "tgbl_wiki"
+    _wiki_like(root, lambda i, d: [v for v in range(USERS, USERS + ITEMS) if v != d][: 1 + i % 4])
+    proc, data = _prepare(tmp_path, root)
+    assert proc.returncode == 0, proc.stderr
+    m = from_tgb(root, tmp_path / "py")
+    assert m.eval_negatives["origin"] == "tgb:tgbl-wiki" and m.num_events == EVENTS
+    assert _dataset(tmp_path / "py") == _dataset(data)
+    from_tgb(SimpleNamespace(root=str(root), name="tgbl-wiki"), tmp_path / "object")  # LinkPropPredDataset's root
+    assert _dataset(tmp_path / "object") == _dataset(data)
+    days = from_tgb(root, tmp_path / "days", time_unit=86400, shard_events=16)
+    assert len(days.shards) == 4 and read_events(tmp_path / "days", days).t.max() < 1
+    for call, words in [
+        (lambda o: from_tgb(root, tmp_path / "py"), "choose another output or pass force=True"),
+        (lambda o: from_tgb(5, o), "from_tgb: dataset: int 5 is not TGB's dataset directory (give its path, or "
+                                   "TGB's LinkPropPredDataset)"),
+        (lambda o: from_tgb(tmp_path / "nowhere", o), "nowhere: not a directory; give TGB's dataset directory"),
+        (lambda o: from_tgb(root, o, shard_events=0), "from_tgb: shard_events: expected a whole number >= 1, got 0"),
+        (lambda o: from_tgb(root, o, force="yes"), "from_tgb: force: expected True or False, got 'yes'"),
+        (lambda o: from_tgb(root, o, time_unit=-1), f"{root}: time_unit= must be a positive number (got -1)"),
+    ]:
+        with pytest.raises(DataError) as e:
+            call(tmp_path / "refused")
+        assert words in str(e.value) and "--" not in str(e.value) and "\n" not in str(e.value), e.value
+        assert not (tmp_path / "refused").exists()
+    assert from_tgb(root, tmp_path / "py", force=True).num_events == EVENTS
+
+
+@pytest.mark.mpi
+def test_from_tgb_on_rank_0_alone_or_on_every_rank_writes_once(tmp_path, launcher):
+    """Under ``mpirun`` ``from_tgb`` is written once per job, as the other adapters are: on rank 0 alone (``if
+    rank == 0``) without waiting for the others, or on every rank, each returning the manifest, rank 0's refusal
+    every rank's."""
+    root = tmp_path / "tgbl_wiki"
+    _wiki_like(root, lambda i, d: [d])
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, sys\nfrom mpi4py import MPI\nfrom hpcdgnn.data.adapters import from_tgb\n"
+        "from hpcdgnn.errors import DataError\n"
+        "root, out = sys.argv[1], sys.argv[2]\n"
+        "if MPI.COMM_WORLD.rank == 0:\n    from_tgb(root, out + '/alone')\n"
+        "m = from_tgb(root, out + '/all')\n"
+        "os.write(1, f'WROTE {m.num_events} {m.eval_negatives[\"origin\"]}\\n'.encode())\n"
+        "try:\n    from_tgb(root, out + '/all')\n"
+        "except DataError as e:\n    os.write(1, f'REFUSED {e}\\n'.encode())\n")
+    proc = launcher.run(2, [str(script), str(root), str(tmp_path / "out")], timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count(f"WROTE {EVENTS} tgb:tgbl-wiki") == 2, proc.stdout
+    assert proc.stdout.count("REFUSED ") == 2 and proc.stdout.count("pass force=True") == 2, proc.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["all", "alone"]
