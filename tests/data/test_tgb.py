@@ -321,3 +321,28 @@ def test_from_tgb_on_rank_0_alone_or_on_every_rank_writes_once(tmp_path, launche
     assert proc.stdout.count(f"WROTE {EVENTS} tgb:tgbl-wiki") == 2, proc.stdout
     assert proc.stdout.count("REFUSED ") == 2 and proc.stdout.count("pass force=True") == 2, proc.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["all", "alone"]
+
+
+def test_a_tgb_split_without_evaluation_events_is_told_without_advising_split(tmp_path, capsys):
+    """Events at too few distinct times leave TGB's validation and test splits empty: ``prepare --format tgb``
+    warned "give --split a larger share to val and test", an option it refuses (TGB fixes the split), and
+    ``from_tgb`` said the same as "give split= …", an argument it does not take. Both now say why, without it."""
+    import warnings
+
+    from hpcdgnn.__main__ import main
+    from hpcdgnn.data.adapters import from_tgb
+
+    root = tmp_path / "tgbl_wiki"
+    root.mkdir()
+    (root / "tgbl-wiki_edgelist_v2.csv").write_text(
+        "user_id,item_id,timestamp,state_label,f1\n" + "".join(f"{u % 3},{u % 4},100,0,0.5\n" for u in range(20)))
+    for split in ("val", "test"):
+        (root / f"tgbl-wiki_{split}_ns_v2.pkl").write_bytes(pickle.dumps({}))
+    note = ("no val and no test events (split train=20 val=0 test=0, TGB's at its time quantiles 0.70 and 0.85; "
+            "events at one time stay in one split): too few distinct times for TGB's evaluation")
+    assert main(["prepare", str(root), "--format", "tgb", "--output", str(tmp_path / "cli")]) == 0
+    assert capsys.readouterr().err == f"hpcdgnn prepare: warning: {tmp_path / 'cli'}: {note}\n"
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        from_tgb(root, tmp_path / "py")
+    assert [(str(w.message), w.filename) for w in told] == [(f"{tmp_path / 'py'}: {note}", __file__)]

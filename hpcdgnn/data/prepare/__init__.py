@@ -456,6 +456,9 @@ def dataset_note(m: Manifest | EventManifest) -> str | None:
         return None
     # events at one time stay in one split: a cut inside a run of ties moves forward past it
     sizes = " ".join(f"{k}={b - a}" for k, (a, b) in m.split.items())
+    if (m.source or {}).get("format") == "tgb":  # TGB fixes the split: --split is refused there
+        return (f"no {' and no '.join(empty)} events (split {sizes}, TGB's at its time quantiles 0.70 and 0.85; "
+                "events at one time stay in one split): too few distinct times for TGB's evaluation")
     return (f"no {' and no '.join(empty)} events (split {sizes}; events at one time stay in one split): give "
             f"--split a larger share to {' and '.join(empty)}")
 
