@@ -52,8 +52,10 @@ def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | 
     rnn_owner = assign_rnn_owners(g.vertex, chunk_owner[labels], rows, P)
     owner = appearance_owner(chunk, chunk_owner, rnn_owner)
     load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
-    ranks = [{"appearances": int((owner == p).sum()), "rnn_vertices": int((rnn_owner == p).sum()),
-              "chunk_work": float(load[p])} for p in range(P)]
+    appearances = np.bincount(owner.reshape(-1), minlength=P)  # one pass over the (T, N) table, not one a rank
+    encoders = np.bincount(rnn_owner, minlength=P)
+    ranks = [{"appearances": int(appearances[p]), "rnn_vertices": int(encoders[p]), "chunk_work": float(load[p])}
+             for p in range(P)]
     chunks = ChunkAssignment(chunk=chunk, chunk_owner=chunk_owner, rnn_owner=rnn_owner,
                              num_chunks=int(stats["num_chunks"]), lp_iterations=int(iters),
                              cut_fraction=stats["cut_weight"] / max(stats["total_weight"], 1e-300), size_cap=int(cap))
