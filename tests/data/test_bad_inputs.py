@@ -435,6 +435,24 @@ def test_quoted_columns_mapped_by_name_and_a_quote_in_an_unquoted_field(tmp_path
     assert sorted(_original_ids(tmp_path / "o")) == ['a"b', "c", "x,y"]
 
 
+@pytest.mark.parametrize("header, columns", [
+    (None, None),  # positional src dst time
+    (None, "src=0,dst=1,time=2"),  # by index: line 1 is data
+    ("from to when", "src=from,dst=to,time=when"),  # by name: line 2 is the first data row
+])
+@pytest.mark.parametrize("kind", ["snapshots", "events"])
+def test_a_comma_inside_a_quoted_id_does_not_make_a_whitespace_file_comma_separated(
+        tmp_path, capsys, header, columns, kind):
+    """A whitespace-separated file whose first lines hold a quoted id with a comma (``"a,b" 2 5``) was refused
+    ("text after the closing quote"): the separator was chosen by any comma on the line, quotes or not."""
+    rows = ['"a,b" 2 5', '"c,d" "a,b" 6', "x y 7"]
+    raw = tmp_path / "ids.txt"
+    raw.write_text("\n".join(([header] if header else []) + rows) + "\n")
+    opts = ["--columns", columns] if columns else []
+    _prepared([str(raw), "--format", "snap", "--kind", kind, *opts, "--output", str(tmp_path / "o")], capsys)
+    assert sorted(_original_ids(tmp_path / "o")) == ["2", "a,b", "c,d", "x", "y"]
+
+
 def test_a_tgb_quote_that_never_closes_names_the_line_it_opens(tmp_path, capsys):
     """TGB's csv is read as TGB (pandas) reads it, a quoted field may span lines; one that never closes swallowed
     the rest of the file as one field (an error naming the last line, or with more columns than read, nothing)."""

@@ -44,6 +44,7 @@ __all__ = [
     "resolve_columns",
     "split_fields",
     "quoted_fields",
+    "comma_separated",
     "looks_like_header",
     "describe_header",
     "check_header_width",
@@ -524,6 +525,18 @@ def quoted_fields(line: str, sep: str, path: Path, lineno: int) -> list[str]:
             if pos >= n:
                 return fields
             pos += 1  # the comma
+
+
+#: a quoted field as :func:`quoted_fields` reads one: its ``"`` opens at the line's start or after a blank or comma
+_FIELD_QUOTE = re.compile(r'(?<![^\s,])' + _QUOTED.pattern)
+
+
+def comma_separated(line: str) -> bool:
+    """Whether ``line`` separates its fields by commas: it holds a comma outside its quoted fields (a comma inside
+    one, ``"a,b" 2 5``, is part of an id of a whitespace-separated line, as :func:`quoted_fields` reads it)."""
+    if "," not in line:
+        return False
+    return '"' not in line or "," in _FIELD_QUOTE.sub("", line)
 
 
 def _is_number(token: str) -> bool:

@@ -38,6 +38,7 @@ from hpcdgnn.data.prepare._common import (
     _is_number,
     check_given_weights,
     check_header_width,
+    comma_separated,
     describe_header,
     guess_columns,
     last_breaks_order,
@@ -183,8 +184,8 @@ def _from_columns(columns: list[np.ndarray]) -> EdgeList:
 
 
 def _fields(path: Path, row: tuple[int, str]) -> list[str]:
-    """The fields of a ``(line number, line)`` row: comma-separated when it holds a comma."""
-    return split_fields(row[1], "," in row[1], path, row[0])
+    """The fields of a ``(line number, line)`` row: comma-separated when it holds a comma outside quotes."""
+    return split_fields(row[1], comma_separated(row[1]), path, row[0])
 
 
 def _header_error(path: Path, lineno: int, header: list[str]) -> DataError:
@@ -256,11 +257,11 @@ def parse_edge_list(path: Path, columns: dict[str, str] | None = None) -> EdgeLi
 def _parse_mapped(
     path: Path, columns: dict[str, str], head: list[tuple[int, str]], rows: Iterator[tuple[int, str]], text: str
 ) -> EdgeList:
-    """``--columns``: any delimited file (comma when line 1 has one, else whitespace).
+    """``--columns``: any delimited file (comma when line 1 has one outside its quoted fields, else whitespace).
 
     Line 1 is a header when a mapped value is a name, or its time field is not a number while line 2's is.
     """
-    comma = "," in head[0][1]
+    comma = comma_separated(head[0][1])
     first = split_fields(head[0][1], comma, path, head[0][0])
     second = split_fields(head[1][1], comma, path, head[1][0]) if len(head) > 1 else None
     by_name = read_by_name(columns)
