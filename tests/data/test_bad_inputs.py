@@ -453,6 +453,44 @@ def test_a_comma_inside_a_quoted_id_does_not_make_a_whitespace_file_comma_separa
     assert sorted(_original_ids(tmp_path / "o")) == ["2", "a,b", "c,d", "x", "y"]
 
 
+def test_a_tgb_blank_after_a_closing_quote_reads_as_pandas_reads_it(tmp_path, capsys):
+    """``"2" ,3`` (blanks after a closing quote) was refused by the strict csv reader; TGB reads the file with
+    pandas' read_csv (C parser), where the blank joins the field ('2 ') and the number reads as 2: the dataset is the
+    unquoted file's. Text after a closing quote (``"2"x``) joins the field too, so it is a bad id, on its line."""
+    from hpcdgnn.data.prepare.tgb import read_tgb
+
+    header = "user_id,item_id,timestamp,state_label,f1\n"
+    blanks = ['"{}" ', '"{}"\t', '"{}"  ', "{}", '" {} "']
+    quoted = header + "".join(",".join(blanks[(i + j) % len(blanks)].format(x) for j, x in enumerate(r)) + "\n"
+                              for i, r in enumerate(GOOD))
+    assert '"0" ,' in quoted and '"0.5"\t\n' in quoted
+    root = _tgb(tmp_path)
+    plain = read_tgb(root)
+    (root / "tgbl-wiki_edgelist_v2.csv").write_text(quoted)
+    got = read_tgb(root)
+    for a, b in zip(got[1:5], plain[1:5], strict=True):  # src, dst, t, features
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert got[5:9] == plain[5:9]  # N, S, feature names, split
+    for k in ("val", "test"):
+        assert all(np.array_equal(x, y) for x, y in zip(got[9][k], plain[9][k], strict=True))
+    _prepared([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys)
+    lines = quoted.splitlines()
+    lines[4] = '"1"x,1,30,0,0.5'
+    (root / "tgbl-wiki_edgelist_v2.csv").write_text("\n".join(lines) + "\n")
+    _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o2")], capsys,
+             "edgelist_v2.csv: line 5: ", "'1x'")
+
+
+@pytest.mark.parametrize("end", ["\n", ""])
+def test_a_tgb_quote_opened_on_the_last_line_is_refused(tmp_path, capsys, end):
+    """Read as pandas reads it (text after a closing quote allowed), a quote that never closes is still pandas'
+    "EOF inside string": one line naming the line it opens on, here the last."""
+    text = "user_id,item_id,timestamp,state_label,f1\n" + "".join(",".join(map(str, r)) + "\n" for r in GOOD)
+    root = _tgb(tmp_path, raw=text[:-4] + '"0.5' + end)
+    _refused([str(root), "--format", "tgb", "--output", str(tmp_path / "o")], capsys,
+             f"edgelist_v2.csv: line {len(GOOD) + 1}: ", "a quoted field opened on this line does not close")
+
+
 def test_a_tgb_quote_that_never_closes_names_the_line_it_opens(tmp_path, capsys):
     """TGB's csv is read as TGB (pandas) reads it, a quoted field may span lines; one that never closes swallowed
     the rest of the file as one field (an error naming the last line, or with more columns than read, nothing)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import pickle
 from array import array
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,8 @@ _JODIE_LIKE = ("wiki", "subreddit", "uci", "enron", "lastfm")
 _WEIGHTED = ("coin", "review")
 #: TGB's validation and test fractions (``generate_splits``)
 _VAL, _TEST = 0.15, 0.15
+#: :func:`_ends_in_quote`'s states: a field's start, an unquoted field, a quoted one, a quote inside a quoted one
+_START, _FIELD, _QUOTED, _QUOTE_IN_QUOTED = range(4)
 
 
 class _NumpyOnly(pickle.Unpickler):
@@ -93,15 +96,23 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     line = 0  # the last physical line of the row read last
     last: list[str] | None = None
     shortest: int | None = None  # the shortest last field of every row but the latest (a cut last line: below)
+    start = 1  # the first physical line of the row read last
+    held: list[str] = []  # the physical lines read since the row before
+    row_lines: list[str] = []  # those of the row read last
     try:
         with open(path, newline="") as f:
-            # strict: a quote that never closes is an error (pandas' "EOF inside string"), not the rest of the file
-            # read as one field
-            rows = csv.reader(f, strict=True)
+            # not strict: text after a closing quote joins the field (`"2" ,3` reads '2 ', then 2), as pandas'
+            # C parser (load_edgelist_wiki's read_csv) and csv.reader's default (csv_to_pd_data_sc) read it;
+            # strict refused the line. A quote that never closes is pandas' error ("EOF inside string"): it
+            # swallows the rest of the file into the last row, whose lines are checked (_unclosed).
+            rows = csv.reader(_kept(f, held))
             next(rows, None)  # TGB skips the header line
             line = rows.line_num
+            held.clear()
             for r in rows:
-                line = rows.line_num  # the row's last physical line (a quoted field may span several)
+                start, line = line + 1, rows.line_num  # a quoted field may span lines
+                row_lines = held.copy()
+                held.clear()
                 if last:
                     n = len(last[-1].strip())
                     shortest = n if shortest is None else min(shortest, n)
@@ -127,11 +138,12 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: unreadable ({e})") from None
     except csv.Error as e:  # raised before the row is returned: it starts on the line after the previous row
-        what = ("a quoted field opened on this line does not close before the end of the file"
-                if "unexpected end of data" in str(e) else shorten(str(e), 120))
-        raise DataError(f"{path}: line {line + 1}: not TGB's tgbl-{name} edge list ({what})") from None
+        _unclosed(path, name, line + 1, held, "within csv's field size limit")
+        raise DataError(f"{path}: line {line + 1}: not TGB's tgbl-{name} edge list ({shorten(str(e), 120)})") from None
     except (ValueError, IndexError, OverflowError) as e:  # OverflowError: an id past int64
+        _unclosed(path, name, start, row_lines)  # the rows it swallowed read as one field
         raise DataError(f"{path}: line {line}: not TGB's tgbl-{name} edge list ({shorten(str(e), 120)})") from None
+    _unclosed(path, name, start, row_lines)
     if not src:
         raise DataError(f"{path}: no events after the header")
     if last and not _ends_in_newline(path):
@@ -143,6 +155,41 @@ def _edges(name: str, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         d_ = d_ + s
         return s_, d_, t_, f_, int(d_.max()) + 1, s, [f"f{i}" for i in range(f_.shape[1])]
     return s_, d_, t_, f_, len(ids), len(ids), ["log2_weight"]
+
+
+def _kept(lines: Iterable[str], held: list[str]) -> Iterator[str]:
+    """``lines``, each also appended to ``held`` (the caller clears it per row)."""
+    for line in lines:
+        held.append(line)
+        yield line
+
+
+def _unclosed(path: Path, name: str, lineno: int, lines: list[str], until: str = "before the end of the file") -> None:
+    """Refuse a row (``lines``, from line ``lineno``) that ends inside a quoted field (:func:`_ends_in_quote`).
+
+    Raises:
+        DataError: ``path: line lineno``, where the quote opens (pandas' "EOF inside string").
+    """
+    if lines and _ends_in_quote("".join(lines)):
+        raise DataError(f"{path}: line {lineno}: not TGB's tgbl-{name} edge list (a quoted field opened on this "
+                        f"line does not close {until})")
+
+
+def _ends_in_quote(text: str) -> bool:
+    """Whether csv ``text`` (one row's physical lines) ends inside a quoted field, as pandas' C tokenizer and
+    csv.reader (not strict) read it: a ``"`` at a field's start opens a quoted field, ``""`` inside one stands for
+    ``"``, and after its closing quote the field goes on unquoted to the next comma or line end."""
+    state = _START
+    for c in text:
+        if state == _QUOTED:
+            state = _QUOTE_IN_QUOTED if c == '"' else _QUOTED
+        elif state == _QUOTE_IN_QUOTED and c == '"':
+            state = _QUOTED
+        elif c in ",\r\n":
+            state = _START
+        else:
+            state = _QUOTED if state == _START and c == '"' else _FIELD
+    return state == _QUOTED
 
 
 def _ends_in_newline(path: Path) -> bool:
