@@ -1,7 +1,9 @@
 """Link prediction: embeddings of snapshot t score the edges of snapshot t+1 (IBM §2.2, §6.1).
 
 An MLP decoder scores [Z_t[u], Z_t[v]] against t+1's raw edges (S5) and uniform negatives keyed by
-``(seed, epoch, t)``; AUC histograms of integer counts all-reduce exactly, so metrics do not depend on P.
+``(seed, epoch, t)``; AUC histograms of integer counts all-reduce exactly, so metrics do not depend on P where
+the logits do not (logits P ranks compute a rounding apart differ in bin only where one straddles a bin edge, as
+an exact AUC's pair flips where its two straddle each other; bins are never narrower than :data:`TIE`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from hpcdgnn.tasks.base import (
     TaskBatch,
     split_steps,
 )
+from hpcdgnn.tasks.temporal_link_prediction import TIE
 
 __all__ = ["EdgeDecoder", "LinkPrediction", "LinkPredictionOptions", "AUC_BINS", "AUC_RANGE", "auc_from_histograms",
            "decoder_bucket_bytes", "rebinned", "score_stats_torch"]
@@ -81,9 +84,11 @@ def rebinned(held: list[tuple[int, torch.Tensor, torch.Tensor]], stats: np.ndarr
 
     ``bins`` bins over [min, max] ∩ [-R, R] instead of the whole fixed [-R, R]: logits that crowd together (a
     first epoch's, a bias's) no longer share bins, and an outlier is clipped into an end bin as before, never
-    widening the bins beyond the fixed ones. ``held``: the (split, logits, positive mask) this rank scored since
-    its histograms were last cleared; where their count differs from the pairs ``stats`` counts on any rank
-    (scores ``stats`` does not hold), ``stats`` as it is.
+    widening the bins beyond the fixed ones. A bin is never narrower than :data:`TIE`: logits within it of the
+    lowest tie, on any P, as TGN's AP ties them (a crowd only rounding spreads, which P ranks compute a rounding
+    apart, would fill the bins by its rounding: AUC 1 or 0 where one rank reads 0.5). ``held``: the (split,
+    logits, positive mask) this rank scored since its histograms were last cleared; where their count differs
+    from the pairs ``stats`` counts on any rank (scores ``stats`` does not hold), ``stats`` as it is.
 
     Layout of ``stats`` per split s: ``[loss, pairs, correct, pos (bins), neg (bins)]`` at ``s * width``."""
     start = time.perf_counter()
@@ -110,7 +115,7 @@ def rebinned(held: list[tuple[int, torch.Tensor, torch.Tensor]], stats: np.ndarr
         low, high = max(-top[s], -half_range), min(top[splits + s], half_range)
         if not low <= high:  # no finite logit on any rank, or all beyond one end: the fixed bins
             low, high = -half_range, half_range
-        span = high - low if high > low else 1.0  # all alike: one bin, ties
+        span = max(high - low, bins * TIE)  # all alike, or alike to rounding: one bin, ties
         counts = torch.zeros(2 * bins, dtype=torch.float64)
         for k, x, positive in held:
             if k == s:

@@ -21,6 +21,7 @@ from hpcdgnn.tasks.link_prediction import (
     rebinned,
     score_stats_torch,
 )
+from hpcdgnn.tasks.temporal_link_prediction import TIE
 from tests.conftest import auc_test_logits, numpy_score_stats
 from tests.tasks.conftest import N, T, raw_pairs
 
@@ -115,6 +116,32 @@ def test_crowded_logits_get_bins_of_their_own_range_on_any_number_of_ranks():
     ranks = _Ranks([_range_vector(*h) for h in halves])
     summed = sum(rebinned(*h[:2], ranks, 3, h[2], AUC_BINS, AUC_RANGE)[0] for h in halves)
     np.testing.assert_array_equal(summed, one)
+
+
+def test_logits_alike_but_for_rounding_tie_on_any_number_of_ranks():
+    """Logits equal but for rounding (a crowd no wider than an ulp, which three ranks compute an ulp apart where
+    one rank computes them bitwise alike) were binned over their own rounding-wide range: one rank read AUC 0.5
+    (all in one bin), three ranks 1.0 (the positives an ulp higher, in the top bin). Bins are never narrower than
+    TIE: both read 0.5. A crowd spread by more than TIE is still resolved."""
+    rng = np.random.default_rng(7)
+    positive = rng.random(600) < 0.5
+    one = np.full(600, 0.3)
+    three = np.where(positive, np.nextafter(0.3, 1.0), 0.3)  # the positives rounding up on the other ranks
+
+    def auc(stats, width):
+        return auc_from_histograms(stats[width + 3: width + 3 + AUC_BINS], stats[width + 3 + AUC_BINS: 2 * width])
+
+    held, stats, width = _held_and_stats([(one, positive)])
+    alone, _ = rebinned(held, stats, _Ranks([_range_vector(held, stats, width)]), 3, width, AUC_BINS, AUC_RANGE)
+    parts = [_held_and_stats([(three[r::3], positive[r::3])]) for r in range(3)]
+    ranks = _Ranks([_range_vector(*h) for h in parts])
+    summed = sum(rebinned(*h[:2], ranks, 3, h[2], AUC_BINS, AUC_RANGE)[0] for h in parts)
+    assert auc(alone, width) == 0.5
+    assert auc(summed, width) == 0.5
+    spread = np.where(positive, 0.3 + 4 * TIE, 0.3)
+    held, stats, width = _held_and_stats([(spread, positive)])
+    out, _ = rebinned(held, stats, _Ranks([_range_vector(held, stats, width)]), 3, width, AUC_BINS, AUC_RANGE)
+    assert auc(out, width) == 1.0
 
 
 def test_an_outlier_never_makes_the_bins_coarser_than_the_fixed_ones():
