@@ -18,18 +18,30 @@ from torch import nn
 from hpcdgnn.config.schema import TaskConfig
 
 __all__ = ["Embeddings", "RowShard", "SampleEmbeddings", "Scored", "ShardedEmbeddings", "Task", "TaskBatch",
-           "split_steps", "SPLITS"]
+           "first_step", "split_steps", "SPLITS"]
 
 SPLITS = ("train", "val", "test")
 
 
-def split_steps(num_steps: int, fractions: tuple[float, float, float]) -> list[range]:
-    """Cut steps 0..num_steps-1 into consecutive train / val / test ranges by fraction."""
-    a = int(round(fractions[0] * num_steps))
-    b = int(round((fractions[0] + fractions[1]) * num_steps))
-    a = max(1, min(a, num_steps)) if num_steps > 0 else 0
-    b = max(a, min(b, num_steps))
-    return [range(0, a), range(a, b), range(b, num_steps)]
+def split_steps(num_steps: int, fractions: tuple[float, float, float], first: int = 0) -> list[range]:
+    """Cut steps first..num_steps-1 into consecutive train / val / test ranges by fraction (the steps before
+    ``first`` in none)."""
+    n = max(num_steps - first, 0)
+    a = int(round(fractions[0] * n))
+    b = int(round((fractions[0] + fractions[1]) * n))
+    a = max(1, min(a, n)) if n > 0 else 0
+    b = max(a, min(b, n))
+    return [range(first, first + a), range(first + a, first + b), range(first + b, first + n)]
+
+
+def first_step(manifest) -> int:
+    """The first step a node task scores: L - 1 for a signal of windows of L steps (``from_signal``'s
+    ``source["windows"]``: snapshot k + L - 1 ends window k, the L - 1 before window 0's end are its history, no
+    sample's end, and have no target), so ``task.split`` cuts the windows as PyG Temporal's
+    ``temporal_signal_split`` cuts its samples; else 0."""
+    source = getattr(manifest, "source", None)
+    windows = source.get("windows") if isinstance(source, dict) else None
+    return max(int(windows.get("window", 1)) - 1, 0) if isinstance(windows, dict) else 0
 
 
 class Embeddings(dict):

@@ -15,7 +15,16 @@ from torch.nn import functional as F
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import DataError
-from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import (
+    SPLITS,
+    SampleEmbeddings,
+    Scored,
+    ShardedEmbeddings,
+    Task,
+    TaskBatch,
+    first_step,
+    split_steps,
+)
 
 __all__ = ["NodeClassification", "NodeClassificationOptions"]
 
@@ -45,7 +54,7 @@ class NodeClassification(Task):
             )
         self.manifest = manifest
         self.head = nn.Linear(emb_features, manifest.num_classes)
-        self.ranges = split_steps(manifest.num_snapshots, cfg.split)
+        self.ranges = split_steps(manifest.num_snapshots, cfg.split, first_step(manifest))
         self.labels: dict[int, torch.Tensor] = {}
         self._train_count = 0.0
         #: in place (:class:`RowShard`): the row range of each step's rows here (their labels in ``labels``)
@@ -64,12 +73,12 @@ class NodeClassification(Task):
     @staticmethod
     def train_horizon(cfg: NodeClassificationOptions, manifest: Manifest) -> int:
         """Last training snapshot."""
-        return split_steps(manifest.num_snapshots, cfg.split)[0].stop - 1
+        return split_steps(manifest.num_snapshots, cfg.split, first_step(manifest))[0].stop - 1
 
     @staticmethod
     def steps(cfg: NodeClassificationOptions, manifest: Manifest) -> list[range]:
-        """Snapshots 0..T-1, split in time order."""
-        return split_steps(manifest.num_snapshots, cfg.split)
+        """Snapshots 0..T-1 (a signal of windows: from window 0's end on), split in time order."""
+        return split_steps(manifest.num_snapshots, cfg.split, first_step(manifest))
 
     def sample_examples(self, t: int, batch: np.ndarray, epoch: int) -> float:
         """Labelled vertices of ``batch`` at a training snapshot t."""
@@ -79,11 +88,13 @@ class NodeClassification(Task):
 
     @staticmethod
     def snapshot_work(cfg: NodeClassificationOptions, manifest: Manifest) -> np.ndarray:
-        """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training."""
+        """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training; 0 before the
+        first split step."""
         T = manifest.num_snapshots
-        train = split_steps(T, cfg.split)[0]
+        first = first_step(manifest)
+        train = split_steps(T, cfg.split, first)[0]
         per = manifest.num_vertices * max(manifest.num_classes, 2)
-        return np.array([per * (3.0 if t in train else 1.0) for t in range(T)])
+        return np.array([0.0 if t < first else per * (3.0 if t in train else 1.0) for t in range(T)])
 
     def setup(self, reader, scored: Scored, comm) -> None:
         """Read labels of the scored snapshots — in place (``scored.rows``), of my rows of every step I

@@ -18,7 +18,16 @@ from torch import nn
 from hpcdgnn.config.schema import TaskConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError, DataError
-from hpcdgnn.tasks.base import SPLITS, SampleEmbeddings, Scored, ShardedEmbeddings, Task, TaskBatch, split_steps
+from hpcdgnn.tasks.base import (
+    SPLITS,
+    SampleEmbeddings,
+    Scored,
+    ShardedEmbeddings,
+    Task,
+    TaskBatch,
+    first_step,
+    split_steps,
+)
 
 __all__ = ["Regression", "RegressionOptions", "MAPE_EPS", "num_steps"]
 
@@ -47,8 +56,14 @@ _WIDTH = 5
 
 
 def num_steps(cfg: RegressionOptions, manifest: Manifest) -> int:
-    """Prediction steps t = 0..T-H (0 when the horizon exceeds T)."""
+    """Prediction steps t = 0..T-H (0 when the horizon exceeds T); a signal of windows splits those from
+    :func:`~hpcdgnn.tasks.base.first_step` on (:func:`_ranges`)."""
     return max(manifest.num_snapshots - cfg.horizon + 1, 0)
+
+
+def _ranges(cfg: RegressionOptions, manifest: Manifest) -> list[range]:
+    """The train / val / test steps: t = first_step..T-H by ``task.split``'s fractions."""
+    return split_steps(num_steps(cfg, manifest), cfg.split, first_step(manifest))
 
 
 class Regression(Task):
@@ -73,6 +88,12 @@ class Regression(Task):
         if cfg.horizon > manifest.num_snapshots:
             raise ConfigError(f"task.horizon: {cfg.horizon} exceeds the dataset's T = {manifest.num_snapshots} "
                               f"snapshots; choose at most {manifest.num_snapshots}")
+        first = first_step(manifest)
+        if num_steps(cfg, manifest) <= first:  # a signal of windows: forecasts from window 0's end on
+            most = manifest.num_snapshots - first
+            raise ConfigError(f"task.horizon: {cfg.horizon} runs past the last snapshot from every window's end (the "
+                              f"dataset's {most} windows end at snapshots {first}..{manifest.num_snapshots - 1}); "
+                              f"choose at most {most}")
 
     def __init__(self, cfg: RegressionOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
         super().__init__()
@@ -80,7 +101,7 @@ class Regression(Task):
         H = cfg.horizon
         self.manifest, self.horizon = manifest, H
         self.head = nn.Linear(emb_features, H)
-        self.ranges = split_steps(num_steps(cfg, manifest), cfg.split)
+        self.ranges = _ranges(cfg, manifest)
         #: step t -> (flat indices v * H + h of the present entries, their targets (float64))
         self.entries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: in place (:class:`RowShard`): the row range of each step's rows here
@@ -114,23 +135,23 @@ class Regression(Task):
     @staticmethod
     def train_horizon(cfg: RegressionOptions, manifest: Manifest) -> int:
         """Last training step (its Z_t is the last embedding in the loss)."""
-        return split_steps(num_steps(cfg, manifest), cfg.split)[0].stop - 1
+        return _ranges(cfg, manifest)[0].stop - 1
 
     @staticmethod
     def snapshot_work(cfg: RegressionOptions, manifest: Manifest) -> np.ndarray:
-        """Head outputs per step (an upper bound: every entry present), x3 when training; 0 past the last step."""
-        steps = num_steps(cfg, manifest)
-        train = split_steps(steps, cfg.split)[0]
+        """Head outputs per step (an upper bound: every entry present), x3 when training; 0 outside the split
+        steps."""
+        ranges = _ranges(cfg, manifest)
         per = manifest.num_vertices * cfg.horizon
         work = np.zeros(manifest.num_snapshots)
-        for t in range(steps):
-            work[t] = per * (3.0 if t in train else 1.0)
+        for t in range(ranges[0].start, ranges[2].stop):
+            work[t] = per * (3.0 if t in ranges[0] else 1.0)
         return work
 
     @staticmethod
     def steps(cfg: RegressionOptions, manifest: Manifest) -> list[range]:
-        """Steps t = 0..T-H, split in time order."""
-        return split_steps(num_steps(cfg, manifest), cfg.split)
+        """Steps t = 0..T-H (a signal of windows: from window 0's end on), split in time order."""
+        return _ranges(cfg, manifest)
 
     def _sample_entries(self, t: int, batch: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Step t's present target entries of ``batch``: flat indices into its (len(batch), H) block, and values."""

@@ -34,3 +34,35 @@ def test_tasks_split_their_prediction_steps():
     manifest, cfg = SimpleNamespace(num_snapshots=9), SimpleNamespace(split=SPLIT)
     assert task_class("link_prediction").steps(cfg, manifest) == [range(0, 6), range(6, 7), range(7, 8)]
     assert task_class("node_classification").steps(cfg, manifest) == [range(0, 6), range(6, 8), range(8, 9)]
+
+
+def test_a_signal_of_windows_splits_its_windows_not_the_steps_before_window_0_ends(tmp_path):
+    """METR-LA-style windows (L = 4 steps, targets the next H = 3 values, 18 windows) are stored as the 21 steps of
+    their series; window k ends at step k + 3. The split covered steps 0..18, the 3 before window 0 ends among the
+    training steps (with H > 1 scored on the targets after them: forecasts no window of the signal makes) and
+    every boundary 3 windows early; it cuts the 16 windows whose H values the series holds (steps 3..18) by the
+    fractions, as PyG Temporal's temporal_signal_split cuts its samples, and the steps before are no split's.
+    Node classification of windows (labels=True) likewise: the 18 window ends, steps 3..20."""
+    import warnings
+
+    from hpcdgnn.data.adapters import from_signal
+    from tests.data.test_adapters import _windowed
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the note of what was stored
+        m = from_signal(_windowed(), tmp_path / "win")
+        sig = _windowed()
+        labelled = from_signal(SimpleNamespace(**{**vars(sig), "targets": [(y[:, 0] > 0).astype(int)
+                                                                           for y in sig.targets]}),
+                               tmp_path / "labels", labels=True)
+    assert (m.num_snapshots, m.source["windows"]["windows"]) == (21, 18)
+    cfg = task_class("regression").options(horizon=3, split=SPLIT)
+    ranges = task_class("regression").steps(cfg, m)
+    assert ranges == [range(3, 14), range(14, 17), range(17, 19)]  # 16 windows: 11.2 -> 11, 13.6 -> 14
+    assert [range(r.start - 3, r.stop - 3) for r in ranges] == split_steps(18 - 3 + 1, SPLIT)
+    assert task_class("regression").train_horizon(cfg, m) == 13
+    work = task_class("regression").snapshot_work(cfg, m)
+    assert (work[:3] == 0).all() and (work[3:14] == 3 * work[14]).all() and (work[14:19] == work[14]).all()
+    assert work[14] > 0 and (work[19:] == 0).all()
+    nc = task_class("node_classification").options(split=SPLIT)
+    assert task_class("node_classification").steps(nc, labelled) == [range(3, 16), range(16, 18), range(18, 21)]
