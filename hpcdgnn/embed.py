@@ -409,7 +409,7 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
     pairs, where = comm.bcast_obj((kept.get("pairs"), where), tag="setup")
     if pairs is not None:
         steps = sorted(int(t) for t in np.unique(pairs[:, 2]))
-        usable = set(agree(comm, lambda: pass_steps(tr, "all")))
+        usable = set(agree(comm, lambda: pass_steps(tr, None)))
         missing = [t for t in steps if t not in usable]
         if missing:  # every rank knows the same: all refuse
             why = "" if tr.strategy.full_batch else " (its evaluation pass)"

@@ -229,21 +229,29 @@ class _Frozen:
         pass
 
 
-def pass_steps(trained: Trained, split: str) -> list[int]:
-    """The steps whose Z_t ``split`` (a name of :data:`SPLITS` or ``all``) scores, ascending.
+def pass_steps(trained: Trained, split: str | None) -> list[int]:
+    """The steps whose Z_t ``split`` scores, ascending: a name of :data:`SPLITS`, ``all`` (every split's), or None
+    (every step the strategy's pass computes: ``predict --pairs`` names its own steps).
 
     Raises:
-        ConfigError: a training split under a strategy whose evaluation pass scores only the others.
+        ConfigError: a split, or ``all``, that needs a split's Z_t the strategy's evaluation pass does not compute
+            (``sequences``' and ``hybrid``'s training steps).
     """
     ranges = trained.task.steps(trained.job.task, trained.manifest)
     has = trained.strategy.embeds
-    if split == "all":
+    if split is None:
         wanted = list(has)
     else:
-        if split not in has:
-            raise ConfigError(f"--split {split}: strategy {trained.job.strategy.name} computes Z_t of the "
-                              f"{' and '.join(has)} steps only (its evaluation pass); ask for {' or '.join(has)}")
-        wanted = [split]
+        wanted = list(SPLITS) if split == "all" else [split]
+        lacking = [s for s in wanted if s not in has and len(ranges[SPLITS.index(s)])]
+        if lacking:  # "all" of a pass without the training steps was its other steps alone, silently
+            every = " (every step)" if split == "all" else ""
+            raise ConfigError(f"--split {split}{every}: strategy {trained.job.strategy.name} computes Z_t of the "
+                              f"{' and '.join(has)} steps only (its evaluation pass; its "
+                              f"{' and '.join(lacking)} steps ran with changing weights); ask for "
+                              f"{' or '.join(has)} (or --set strategy.name=snapshot: Z_t over the whole timeline, "
+                              "not over windows)")
+        wanted = [s for s in wanted if s in has]
     steps = sorted(t for s in wanted for t in ranges[SPLITS.index(s)])
     if not steps:
         raise ConfigError(f"--split {split}: task.split {list(trained.job.task.split)} gives it no steps")

@@ -161,6 +161,26 @@ def test_a_node_task_predicts_into_memory_as_into_its_file(tmp_path, small_datas
     np.testing.assert_allclose(got.embeddings[got.computed].sum(-1), 1.0)
 
 
+def test_predict_of_every_step_under_sequences_is_refused_not_its_evaluation_steps(tmp_path, small_dataset,
+                                                                                  monkeypatch):
+    """``predict(split="all")`` (every step) under ``sequences``, whose evaluation pass computes the validation and
+    test steps only, returned those alone as if they were all; it is refused in one line saying which it
+    computes, and those still come one split at a time."""
+    from hpcdgnn.data.manifest import load_manifest
+
+    monkeypatch.chdir(tmp_path)
+    job = write_job(tmp_path / "job.yaml", small_dataset, task={"name": "node_classification"},
+                    strategy={"name": "sequences", "window": 2}, train={"epochs": 1})
+    run = hpcdgnn.train(job, output=tmp_path / "r")
+    for call in (run.predict, run.embed):
+        with pytest.raises(ConfigError, match=r"^split=all \(every step\): strategy sequences computes Z_t of the "
+                                              r"val and test steps only \(its evaluation pass; its train steps"):
+            call(split="all")
+    steps = run.task.steps(run.job.task, load_manifest(small_dataset))
+    for name, want in (("val", steps[1]), ("test", steps[2])):
+        assert list(run.predict(split=name).steps) == list(want)
+
+
 def test_export_from_python_writes_what_the_command_writes(tmp_path, small_dataset, monkeypatch, capsys):
     """``run.export(csv=, tensorboard=, model=, to=)``: the command's files, refusals in the API's words, nothing
     written when one output is refused."""
