@@ -243,8 +243,8 @@ def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.
                         held.append(heapq.heappop(heap))
                     else:
                         break
-                for entry in held:
-                    heapq.heappush(heap, entry)
+                for kept in held:
+                    heapq.heappush(heap, kept)
                 if top < 0 or entry < best:
                     best = entry
             m = best[1]
