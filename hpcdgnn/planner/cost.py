@@ -8,8 +8,9 @@ shares — the gradient all-reduce, parameters with Adam's moments, the model's 
 (:mod:`~hpcdgnn.planner.work`) — and prices it with the machine's rates (:mod:`~hpcdgnn.planner.rates`).
 
 Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nnz·width / sparse rate +
-framework calls × call time (+ a sampled strategy's host-side sampler: entries scanned × seconds per entry; + a
-pair task's pairs × seconds per pair, :meth:`HeadCost.seconds`);
+framework calls × call time, checkpoint blocks' re-run forward included at the forward's share (+ a sampled
+strategy's host-side sampler: entries scanned × seconds per entry; + a pair task's pairs × seconds per pair,
+:meth:`HeadCost.seconds`);
 communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
 epoch = the slowest rank's compute + communication, plus, for a strategy whose time encoder passes its state
 rank to rank (``pss``), the other ranks' time-encoder seconds it waits for, plus the slowest rank's separate
@@ -146,6 +147,15 @@ class RankWork:
     """Inputs a sampled strategy holds on the host and samples from (``summary.json``'s ``host_payload_bytes``)."""
     saved_divisor: float = 1.0
     """Checkpoint blocks: activations of one block of the timeline are held at once (IBM §3.1)."""
+    rerun_spatial_rows: float = 0.0
+    rerun_spatial_steps: float = 0.0
+    rerun_spatial_nnz: float = 0.0
+    rerun_temporal_rows: float = 0.0
+    rerun_temporal_steps: float = 0.0
+    rerun_passes: float = 0.0
+    """Checkpoint blocks (IBM §3.1): the rows, steps and entries of Ã_t this rank runs forward a second time, in
+    ``rerun_passes`` extra passes of the model (a block before the last one with a gradient runs forward without
+    autograd, then again in the backward pass); priced at the forward's share of each kind."""
     spatial_saved_rows: float | None = None
     temporal_saved_rows: float | None = None
     """Rows whose activations autograd keeps (None: all the phase's rows); a causal model runs the steps past
@@ -286,6 +296,19 @@ def _comm_seconds(sent: dict[str, float], calls: dict[str, float], rates: Machin
     a2a_lat, a2a_bw = rates.collective("alltoall", P)
     latency = sum(n * (ar_lat if kind == "allreduce" else a2a_lat) for kind, n in calls.items())
     return latency + summed / ar_bw + (sum(sent.values()) - summed) / a2a_bw
+
+
+def _rerun(r: RankWork, work: ModelWork) -> Counted:
+    """The forward that checkpoint blocks run twice (:attr:`RankWork.rerun_passes`), at the forward's share of
+    each counted kind: its rows, steps and entries, and each extra pass's fixed calls."""
+    sp, tm = work.spatial, work.temporal
+    rows, steps = (r.rerun_spatial_rows, r.rerun_temporal_rows), (r.rerun_spatial_steps, r.rerun_temporal_steps)
+    c = Counted(sp.flops(rows[0], steps[0]) + tm.flops(rows[1], steps[1]),
+                sp.rnn_flops_per_row * rows[0] + tm.rnn_flops_per_row * rows[1],
+                sp.sparse_per_nnz * r.rerun_spatial_nnz,
+                sp.ops_per_step * steps[0] + tm.ops_per_step * steps[1]
+                + (sp.ops_fixed + tm.ops_fixed) * r.rerun_passes)
+    return c.scaled(work.forward_share) if work.forward_share else c
 
 
 def _seconds(c: Counted, rates: MachineRates, width: int) -> float:
@@ -455,8 +478,11 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
             sp.sparse_per_nnz * r.spatial_nnz, sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps))
         t_tm = (tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.rnn_flops_per_row *
                 r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
+        if r.rerun_passes or head is not None:
+            c = c.scaled(1.0)  # a copy: a sampled strategy's own count is added to, not changed
+        if r.rerun_passes:
+            c += _rerun(r, work)
         if head is not None:
-            c = c.scaled(1.0)
             placed = float(np.sum(head.work * head._placed(r))) if r.scored_rows is not None else 0.0
             c.flops += 2.0 * (float(np.sum(head.work[r.scored])) + placed)
         compute.append(_seconds(c, rates, width) + (head.seconds(r, rates, P) if head is not None else 0.0))

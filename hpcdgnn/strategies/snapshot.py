@@ -614,7 +614,8 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
 
     Per block b and time-mixing layer, rank p sends q its k_pb snapshots' rows of q's vertex range, and back
     (IBM §4.2: T·N·F·(P−1)/P per redistribution); the backward moves only snapshots up to the training horizon.
-    Checkpoint blocks (S2, IBM §3.1) before the last one with a gradient run forward twice, exchanges included.
+    Checkpoint blocks (S2, IBM §3.1) before the last one with a gradient run forward twice, their work
+    (``RankWork.rerun_*``) and exchanges included.
     A moved first-layer aggregation (constant Ã·X) goes once, in the first epoch; banded encoders (TM-GCN)
     receive the w − 1 snapshots before their run instead (``time_halo``). ``redistributes=False`` (``pss``):
     no redistribution; the time encoder's state is passed on instead (its traffic is the caller's)."""
@@ -659,6 +660,16 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
     last_grad = max((bi for bi, a in enumerate(plan.blocks[:-1]) if a <= horizon), default=-1)
     for bi, (a, b) in enumerate(zip(plan.blocks[:-1], plan.blocks[1:], strict=True)):
         runs = 2 if bi < last_grad else 1
+        if runs == 2:  # the re-run forward's work (its time), as its exchanges below
+            for p, r in enumerate(ranks):
+                mine = [t for t in owned[p] if a <= t < b]
+                r.rerun_spatial_rows += len(mine) * N
+                r.rerun_spatial_steps += len(mine)
+                r.rerun_spatial_nnz += float(sum(nnz[t] for t in mine))
+                if mixing and redistributes:
+                    r.rerun_temporal_rows += (b - a) * n[p]
+                    r.rerun_temporal_steps += b - a
+                r.rerun_passes += 1
         k = [runs * sum(1 for t in owned[p] if a <= t < b) for p in range(P)]
         kg = [sum(1 for t in owned[p] if a <= t < b and t <= horizon) for p in range(P)]
         pool_traffic(layers, b - a, P, item, ranks, runs=runs, grad=bi <= last_grad)

@@ -510,3 +510,60 @@ def test_unnamed_sampled_strategies_are_not_priced_on_a_large_graph(small_datase
         if name not in ("sequences", "hybrid"):
             assert large[name].epoch_s == every[name].epoch_s and large[name].picked == every[name].picked, name
     assert plan(["sequences", "snapshot"])["sequences"].epoch_s == every["sequences"].epoch_s
+
+
+@pytest.mark.parametrize(("model", "blocks"), [("cdgcn", 3), ("cdgcn", 7), ("tgcn", 3)])
+def test_checkpoint_blocks_price_the_re_run_forward(launcher, small_dataset, tmp_path, monkeypatch, model, blocks):
+    """Checkpoint blocks (IBM §3.1) before the last one with a gradient run forward twice: their bytes and memory
+    were predicted so, their time was not (``plan`` gave blocks > 1 the time of one block). The run's forward
+    passes at P = 1, counted (``DGNN.forward``'s time ranges), are the planner's (its steps and its extra passes),
+    and the predicted compute grows by those steps' forward share of the counted work, exactly."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.nn.models.base import DGNN
+    from hpcdgnn.planner.cost import Counted, GraphStats, _seconds
+    from hpcdgnn.planner.rates import MachineRates
+    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+    passes: list[tuple[int, int]] = []
+    forward = DGNN.forward
+    monkeypatch.setattr(DGNN, "forward", lambda self, layout, *a: passes.append((layout.start, layout.stop))
+                        or forward(self, layout, *a))
+    job_of = {}
+    for k in (1, blocks):
+        job_of[k] = write_job(tmp_path / f"job{k}.yaml", small_dataset, model={"name": model},
+                              strategy={"name": "snapshot", "blocks": k}, train={"epochs": 1})
+    runs = {}
+    for k, path in job_of.items():
+        passes.clear()
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(path), "--output", str(tmp_path / f"run{k}")])
+        assert proc.returncode == 0, proc.stderr
+        runs[k] = list(passes)
+    assert [(0, 7)] == runs[1] and len(runs[blocks]) > blocks, runs  # a block ran twice
+    steps = [t for a, b in runs[blocks] for t in range(a, b)]
+    again = sorted(t for t in set(steps) if steps.count(t) == 2)
+    assert again and sorted(set(steps)) == list(range(7)) and len(steps) == 7 + len(again), runs
+
+    rates = MachineRates()
+    manifest = load_manifest(small_dataset)
+    graph = GraphStats(manifest, str(small_dataset))
+    job = load_job(job_of[blocks], check_paths=False)
+    work = model_work(job.model, manifest.num_features, job.train.dtype)
+    (r,) = SnapshotStrategy.cost(SnapshotStrategy.make_plan(manifest, 1, job), job, manifest, graph, work)
+    assert (r.rerun_spatial_steps, r.rerun_passes) == (len(again), len(runs[blocks]) - blocks)
+    sp, tm = work.spatial, work.temporal
+    nnz, N = graph.adjacency_nnz, manifest.num_vertices
+    rows, k = len(again) * N, len(again)
+    twice = Counted(sp.flops(rows, k) + tm.flops(rows, k), (sp.rnn_flops_per_row + tm.rnn_flops_per_row) * rows,
+                    sp.sparse_per_nnz * float(nnz[again].sum()),
+                    (sp.ops_per_step + tm.ops_per_step) * k + (sp.ops_fixed + tm.ops_fixed) * r.rerun_passes)
+    want = _seconds(twice.scaled(work.forward_share), rates, job.model.hidden)
+
+    from hpcdgnn.planner import predict
+
+    def compute(path) -> float:
+        (p,) = predict.plan_job(load_job(path, check_paths=False), manifest, str(small_dataset), [1], rates,
+                                ["snapshot"])
+        return p.compute_s
+
+    assert want > 0 and compute(job_of[blocks]) - compute(job_of[1]) == pytest.approx(want, rel=1e-9)
