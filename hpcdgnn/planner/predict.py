@@ -113,8 +113,8 @@ def plan_job(job, manifest, data_root: str, ranks: list[int], rates: MachineRate
                 continue
             if strategies is None and not cls.full_batch and hasattr(cls, "cost") and steps > SAMPLED_PRICE_LIMIT:
                 out.append(_unpriced(name, opts, P, f"not priced unless named (--strategies {name}): a sampled "
-                                     f"strategy's price replays its first batches and evaluation, about an epoch's "
-                                     f"forward at N·T = {steps:,}"))
+                                     f"strategy's price reads and samples every snapshot's structure, at N·T = "
+                                     f"{steps:,} more than measured"))
                 continue
             why = _refusal(regime, variant, P, manifest)
             if why:
@@ -157,9 +157,9 @@ DEFAULT_RATES_NOTE = "default machine rates (python -m hpcdgnn calibrate measure
 AS_WRITTEN = "trains as written"
 
 #: vertex-steps N·T above which an unnamed sampled strategy (never the unnamed pick: :func:`_pickable`) is not
-#: priced: its price replays its counted batches and its evaluation pass, whose cost grows with the graph like an
-#: epoch's forward (perf/results/planner)
-SAMPLED_PRICE_LIMIT = 1 << 22
+#: priced: its counted samples are built over bounded subsets of their targets (``samples.COUNTED_ROOT_STEPS``),
+#: but its price still reads and normalises every snapshot's structure, as far as measured (perf/results/planner)
+SAMPLED_PRICE_LIMIT = 1 << 26
 
 #: what a sampled strategy's prediction says when the planner did not consider it for the pick
 SAMPLED_NOTE = "sampled: picked only when named (--strategies, strategy.candidates)"

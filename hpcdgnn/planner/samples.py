@@ -22,13 +22,15 @@ What is counted: ``sequences`` — evenly spaced sequences (at most :data:`MAX_S
 :data:`PER_SEQUENCE` node batches of epoch 1, every sequence priced as its nearest counted one; ``hybrid`` — the
 first batches of each action in use (:data:`DRAWS` shared among them, at least 2 each), split by owner, and each
 rank's evaluation pass; the task scoring of a batch, and of the evaluation, counted on one rank's part and carried
-to the others by their rows.
+to the others by their rows. A sample over more than :data:`COUNTED_ROOT_STEPS` targets × steps is built over two
+random subsets of its targets and extrapolated (:func:`_estimated`), so the price does not grow with the samples.
 Traffic per step and round: see :func:`sequences_cost` and :func:`hybrid_cost`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
@@ -47,6 +49,11 @@ __all__ = ["DRAWS", "MAX_SEQUENCES", "PER_SEQUENCE", "hybrid_closures", "hybrid_
 MAX_SEQUENCES = 32
 #: node batches counted per counted sequence
 PER_SEQUENCE = 4
+#: targets × steps a counted sample is built over at most; a larger one is estimated (:func:`_estimated`)
+COUNTED_ROOT_STEPS = 1 << 14
+#: a sample of fewer than this many times its subset's targets is counted whole (its subsets would cost over
+#: half of it, for an estimate)
+WHOLE_BELOW = 6
 
 
 class _Structure(SampleGraphs):
@@ -68,24 +75,70 @@ class _Structure(SampleGraphs):
             self._host[t] = HostSnapshot.normalised(t, indptr, indices, ones, None, (indptr, indices, ones))
         return self._host[t]
 
-    def work_of(self, layout, work: ModelWork, in_features: int, head: Counted | None = None
-                ) -> tuple[Counted, float]:
-        """One sample's (forward and backward work, bytes autograd saves) from its built ``layout``; ``head``:
-        its task scoring when already known (else run and counted)."""
+    def shape(self, layout, targets: np.ndarray | None = None) -> _Shape:
+        """What a built sample's work depends on: its distinct rows, block entries and scanned entries by layer;
+        with ``targets`` (sorted: the whole sample's, of which ``layout`` was built over a part), also the part of
+        each of the rows that are none of ``targets``."""
         seq = layout.seq
-        S, L = seq.stop - seq.start, self.num_layers
         steps = range(seq.start, seq.stop)
+        L = self.num_layers
         if layout.cells is not None:  # every layer over U, on Ã_t restricted to U
             U = layout.cells
             nnz = sum(_submatrix(self.snapshot(t).crow, self.snapshot(t).col, U)[0].shape[0] for t in steps)
-            rows, entries = [S * U.shape[0]] * L, [nnz] * L
             # the sampler scans U's rows of each step's graph for the step graph and once per layer's operators
             scanned = (L + 1) * sum(_row_entries(self.snapshot(t).crow, U) for t in steps)
-        else:
-            rows = [S * layout.rows[li + 1].shape[0] for li in range(L)]
-            entries = [0 if a is None else a.a.values().numel() for a in layout.adj]
-            scanned = sum(_row_entries(self.snapshot(t).crow, layout.rows[li + 1]) for t in steps
-                          for li in range(L) if layout.adj[li] is not None)
+            other = [] if targets is None else [float(U.shape[0] - _among(U, targets).sum())] * L
+            return _Shape([float(U.shape[0])] * L, [float(nnz)] * L, [float(scanned)] + [0.0] * (L - 1), True,
+                          other)
+        rows = [float(layout.rows[li + 1].shape[0]) for li in range(L)]
+        entries = [0.0 if a is None else float(a.a.values().numel()) for a in layout.adj]
+        scanned = [float(sum(_row_entries(self.snapshot(t).crow, layout.rows[li + 1]) for t in steps))
+                   if layout.adj[li] is not None else 0.0 for li in range(L)]
+        out = _Shape(rows, entries, scanned, False)
+        if targets is not None:
+            S = seq.stop - seq.start
+            for li in range(L):
+                R = layout.rows[li + 1]
+                other = ~_among(R, targets)
+                out.other_rows.append(float(other.sum()))
+                a = layout.adj[li]
+                if a is None:
+                    out.other_entries.append(0.0)
+                    out.other_scanned.append(0.0)
+                    continue
+                per_row = np.diff(a.a.crow_indices().numpy()).reshape(S, R.shape[0]).sum(axis=0)
+                out.other_entries.append(float(per_row[other].sum()))
+                out.other_scanned.append(float(sum(_row_entries(self.snapshot(t).crow, R[other]) for t in steps)))
+        return out
+
+    def targets_shape(self, layout, targets: np.ndarray) -> tuple[list[float], list[float]]:
+        """Per layer, the block entries and the scanned entries of the rows of ``targets`` in a sample built
+        over all of them (every layer's rows hold them), counted on the snapshots alone: a row keeps its
+        self-loop and up to ``fanout`` neighbours of each step (:meth:`SampleGraphs.sampled_block`)."""
+        seq = layout.seq
+        counts = [np.diff(self.snapshot(t).crow)[targets] for t in range(seq.start, seq.stop)]
+        scanned = float(sum(c.sum() for c in counts))
+        entries, scans = [], []
+        for li in range(self.num_layers):
+            if layout.adj[li] is None:
+                entries.append(0.0)
+                scans.append(0.0)
+                continue
+            k = self.fanout[li]
+            entries.append(float(sum((np.minimum(c, k + 1) if k > 0 else c).sum() for c in counts)))
+            scans.append(scanned)
+        return entries, scans
+
+    def work_of(self, layout, work: ModelWork, in_features: int, head: Counted | None = None,
+                shape: _Shape | None = None) -> tuple[Counted, float]:
+        """One sample's (forward and backward work, bytes autograd saves) from its built ``layout``; ``head``:
+        its task scoring when already known (else run and counted); ``shape``: its rows and entries when
+        estimated (:func:`_estimated`), else counted on ``layout``."""
+        seq = layout.seq
+        S = seq.stop - seq.start
+        steps = range(seq.start, seq.stop)
+        shape = self.shape(layout) if shape is None else shape
+        rows, entries = [S * n for n in shape.rows], shape.entries
         model, saved = Counted(), 0.0
         for li, (sp, tm) in enumerate(work.layers):
             model += Counted(sp.flops(rows[li], S) + tm.flops(rows[li], S),
@@ -94,9 +147,9 @@ class _Structure(SampleGraphs):
             saved += sp.saved(rows[li], rows[li] / S) + tm.saved(rows[li], rows[li] / S)
         if not layout.train:  # without gradients: the forward's share, nothing saved
             model, saved = model.scaled(work.forward_share), 0.0
-        out = Counted(entries=float(scanned))
+        out = Counted(entries=float(sum(shape.scanned)))
         out += model
-        if layout.cells is None and self.encoder[0].precomputable and not self.reads_ax:
+        if not shape.cells and self.encoder[0].precomputable and not self.reads_ax:
             out.sparse += entries[0] * in_features  # Ã_t·X_t (forward only), which the counted model precomputes
         out += self._head(layout, steps) if head is None else head
         return out, saved
@@ -156,10 +209,12 @@ class _Sequences(SequenceSamples, _Structure):
         """One sample's (forward and backward work, bytes autograd saves)."""
         from hpcdgnn.strategies.sample_layout import SampleLayout
 
-        vertices = self.task.sample_vertices(seq.t, nodes, epoch)
-        layout = SampleLayout(self, seq, nodes, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b,
-                              train=train)
-        return self.work_of(layout, work, in_features)
+        def build(targets: np.ndarray):
+            vertices = self.task.sample_vertices(seq.t, targets, epoch)
+            return SampleLayout(self, seq, targets, vertices, self._rng(epoch, seq, b, train), epoch=epoch, b=b,
+                                train=train)
+
+        return _estimated(self, build, nodes, seq, work, in_features, lambda layout, which: None)
 
 
 class _Hybrid(HybridBatches, _Structure):
@@ -186,6 +241,112 @@ def _scaled_head(h: _Hybrid, layout, seq, first: tuple[Counted, int] | None) -> 
         first = (h._head(layout, range(seq.start, seq.stop)), rows)
     share = rows / max(first[1], 1)
     return first, Counted(flops=first[0].flops * share, ops=first[0].ops, held_pairs=first[0].held_pairs * share)
+
+
+def _hybrid_sample(h: _Hybrid, task, seq, targets: np.ndarray, splits: tuple[int, ...], work: ModelWork, F: int,
+                   first: dict | None) -> tuple[Counted, float, dict]:
+    """One rank's part of a hybrid batch (``splits`` (0,)) or of the evaluation ((1, 2)) over ``targets``:
+    (work, saved bytes, the first rank's head counts by subset for :func:`_scaled_head`, to pass on)."""
+    firsts = dict(first or {})
+
+    def head(layout, which: str) -> Counted:
+        firsts[which], c = _scaled_head(h, layout, seq, firsts.get(which))
+        return c
+
+    c, saved = _estimated(h, lambda sub: h._layout(task, 1, seq, sub, splits), targets, seq, work, F, head)
+    return c, saved, firsts
+
+
+@dataclass
+class _Shape:
+    """What one sample's counted work depends on (:meth:`_Structure.shape`), per layer: the distinct rows it
+    outputs (cells: U, every layer), its block's entries and the entries the sampler scans building it."""
+
+    rows: list[float]
+    entries: list[float]
+    scanned: list[float]
+    cells: bool
+    other_rows: list[float] = field(default_factory=list)
+    """Per layer, the rows that are none of the sample's targets (:meth:`_Structure.shape` given them)."""
+    other_entries: list[float] = field(default_factory=list)
+    other_scanned: list[float] = field(default_factory=list)
+
+
+def _captured(x1: float, x2: float, f: float, cap: float) -> float:
+    """The whole of a count seen as ``x1`` over a random share ``f`` of a sample's targets and as ``x2`` over
+    a share f' = 1 − (1 − f)² containing it: with each counted row reached by r targets,
+    x(f) = R·(1 − (1 − f)^r), so x2 / x1 = 1 + (1 − f)^r and the whole is R = x1² / (2·x1 − x2) — at most
+    ``x1 / f`` (every row reached by one target: linear) and ``cap``."""
+    linear = x1 / f
+    if x1 <= 0.0:
+        return x2 / (1.0 - (1.0 - f) ** 2) if x2 > 0 else 0.0
+    est = linear if 2.0 * x1 - x2 <= 0.0 else min(linear, x1 * x1 / (2.0 * x1 - x2))
+    return min(est, cap)
+
+
+def _affine(x1: float, x2: float, f: float, f2: float) -> float:
+    """The whole of a count seen as ``x1`` and ``x2`` over shares ``f`` < ``f2`` of a sample's targets, as a
+    fixed part and one in proportion to the targets (a task head's calls and kept pairs)."""
+    return max(x2, x1 + (x2 - x1) * (1.0 - f) / (f2 - f))
+
+
+def _estimated(counter: _Structure, build, targets: np.ndarray, seq, work: ModelWork, in_features: int,
+               head) -> tuple[Counted, float]:
+    """One sample's (work, saved bytes), built over its ``targets`` by ``build(targets)``; ``head(layout, which)``:
+    its task scoring's count (``which``: ``whole``, ``small`` or ``large``, the targets it was built over), or
+    None (counted on the layout).
+
+    A sample of n targets over S steps is built over two nested random subsets of k = :data:`COUNTED_ROOT_STEPS`
+    / S and k' of them (shares f and 1 − (1 − f)²) where n > :data:`WHOLE_BELOW` · k, else counted whole: the
+    price of a sample over every vertex (``sequences``' default batch) or of ``hybrid``'s evaluation (each rank's
+    vertices over the whole timeline) would grow with the graph. Every layer's rows hold all the targets, whose
+    block and scanned entries follow from the snapshots alone (:meth:`_Structure.targets_shape`); the rows
+    besides them, reached from the targets, are extrapolated from the two subsets (:func:`_captured`: the
+    neighbourhoods the targets share saturate), their entries in proportion (cells: U's entries in proportion to
+    U); the task scoring is counted on both subsets, its FLOPs in proportion to the rows it reads (its rows'
+    projections dominate them), its calls and kept pairs as a fixed part and one in proportion to the targets
+    (:func:`_affine`)."""
+    n, S = targets.shape[0], seq.stop - seq.start
+    k = max(1, COUNTED_ROOT_STEPS // max(S, 1))
+    if WHOLE_BELOW * k >= n:  # the two subsets would cost about as much as the whole
+        layout = build(targets)
+        return counter.work_of(layout, work, in_features, head(layout, "whole"))
+    f = k / n
+    f2 = 1.0 - (1.0 - f) ** 2
+    order = np.random.default_rng([n, seq.start, seq.stop, 0xE57]).permutation(targets)
+    small_layout = build(np.sort(order[:k]))
+    k2 = round(n * f2)
+    layout = build(np.sort(order[:k2]))
+    targets = np.sort(targets)
+    small, large = counter.shape(small_layout, targets), counter.shape(layout, targets)
+    N = float(counter.ctx.manifest.num_vertices)
+    L = counter.num_layers
+    # every layer's rows hold all the targets; the others, reached from them, are estimated
+    other = [_captured(a, b, f, N - n) for a, b in zip(small.other_rows, large.other_rows, strict=True)]
+    per = [o / b if b else 0.0 for o, b in zip(other, large.other_rows, strict=True)]
+    if large.cells:  # the block's entries restricted to U: in proportion to U
+        grow = (n + other[0]) / max(large.rows[0], 1.0)
+        shape = _Shape([n + other[0]] * L, [e * grow for e in large.entries], [x * grow for x in large.scanned],
+                       True)
+    else:
+        entries, scanned = counter.targets_shape(layout, targets)
+        shape = _Shape([n + o for o in other],
+                       [e + x * q for e, x, q in zip(entries, large.other_entries, per, strict=True)],
+                       [e + x * q for e, x, q in zip(scanned, large.other_scanned, per, strict=True)], False)
+    heads = [head(x, which) or counter._head(x, range(seq.start, seq.stop))
+             for x, which in ((small_layout, "small"), (layout, "large"))]
+    h = Counted(flops=heads[1].flops * shape.rows[-1] / max(large.rows[-1], 1.0),
+                **{kind: _affine(getattr(heads[0], kind), getattr(heads[1], kind), f, f2)
+                   for kind in ("ops", "held_pairs")})
+    return counter.work_of(layout, work, in_features, h, shape)
+
+
+def _among(rows: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Whether each of ``rows`` is one of ``sorted_ids`` (ascending)."""
+    if not sorted_ids.shape[0]:
+        return np.zeros(rows.shape[0], dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, rows), sorted_ids.shape[0] - 1)
+    return sorted_ids[pos] == rows
 
 
 def _row_entries(crow: np.ndarray, rows: np.ndarray) -> int:
@@ -424,9 +585,7 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
             for p in range(P):
                 mine = targets[h.owner[targets] == p]
                 if mine.shape[0]:
-                    layout = h._layout(task, 1, seq, mine, (0,))
-                    first, head = _scaled_head(h, layout, seq, first)
-                    c, saved = h.work_of(layout, work, F, head)
+                    c, saved, first = _hybrid_sample(h, task, seq, mine, (0,), work, F, first)
                     train[p] += c.scaled(steps / (len(used) * draws))
                     peak[p] = max(peak[p], saved)
     # a task whose samples read other vertices (link prediction) reads every row: one closure for all ranks
@@ -447,9 +606,7 @@ def hybrid_cost(plan, job, manifest, graph: GraphStats, work: ModelWork) -> list
         mine = np.sort(np.asarray(plan.vertices_of(p), dtype=np.int64))
         evaluation = Counted()
         if mine.shape[0] and h.stop:
-            layout = h._layout(task, 1, whole, mine, (1, 2))
-            first, head = _scaled_head(h, layout, whole, first)
-            evaluation, _ = h.work_of(layout, work, F, head)
+            evaluation, _, first = _hybrid_sample(h, task, whole, mine, (1, 2), work, F, first)
         # ``optimizer_steps``: the steps whose gradients are all-reduced (none under async; Adam still steps)
         w = RankWork(counted=train[p], evaluation=evaluation, saved_bytes=peak[p],
                      host_bytes=everything if wide else host_bytes(closures[p]),
