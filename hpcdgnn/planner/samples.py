@@ -23,7 +23,7 @@ What is counted: ``sequences`` — evenly spaced sequences (at most :data:`MAX_S
 first batches of each action in use (:data:`DRAWS` shared among them, at least 2 each), split by owner, and each
 rank's evaluation pass; the task scoring of a batch, and of the evaluation, counted on one rank's part and carried
 to the others by their rows. A sample over more than :data:`COUNTED_ROOT_STEPS` targets × steps is built over two
-random subsets of its targets and extrapolated (:func:`_estimated`), so the price does not grow with the samples.
+random subsets of its targets and extrapolated (:func:`_estimated`).
 Traffic per step and round: see :func:`sequences_cost` and :func:`hybrid_cost`.
 """
 
@@ -54,6 +54,9 @@ COUNTED_ROOT_STEPS = 1 << 14
 #: a sample of fewer than this many times its subset's targets is counted whole (its subsets would cost over
 #: half of it, for an estimate)
 WHOLE_BELOW = 6
+#: the smallest share of a sample's targets its subset holds: below, the two subsets' overlap is within their
+#: noise and the extrapolation unstable (perf/results/planner)
+MIN_SHARE = 1 / 64
 
 
 class _Structure(SampleGraphs):
@@ -276,11 +279,15 @@ def _captured(x1: float, x2: float, f: float, cap: float) -> float:
     """The whole of a count seen as ``x1`` over a random share ``f`` of a sample's targets and as ``x2`` over
     a share f' = 1 − (1 − f)² containing it: with each counted row reached by r targets,
     x(f) = R·(1 − (1 − f)^r), so x2 / x1 = 1 + (1 − f)^r and the whole is R = x1² / (2·x1 − x2) — at most
-    ``x1 / f`` (every row reached by one target: linear) and ``cap``."""
+    ``x1 / f`` (every row reached by one target: linear, also taken where the overlap 2·x1 − x2 is within the
+    draw's noise) and ``cap``."""
     linear = x1 / f
     if x1 <= 0.0:
-        return x2 / (1.0 - (1.0 - f) ** 2) if x2 > 0 else 0.0
-    est = linear if 2.0 * x1 - x2 <= 0.0 else min(linear, x1 * x1 / (2.0 * x1 - x2))
+        return min(x2 / (1.0 - (1.0 - f) ** 2), cap) if x2 > 0 else 0.0
+    # an overlap 2·x1 − x2 below eight standard deviations of the draw (~√x2) gives R to worse than ±12 %: the
+    # linear bound (capped) is taken, on the cautious side
+    seen = 2.0 * x1 - x2
+    est = linear if seen <= 8.0 * math.sqrt(x2) else min(linear, x1 * x1 / seen)
     return min(est, cap)
 
 
@@ -296,10 +303,11 @@ def _estimated(counter: _Structure, build, targets: np.ndarray, seq, work: Model
     its task scoring's count (``which``: ``whole``, ``small`` or ``large``, the targets it was built over), or
     None (counted on the layout).
 
-    A sample of n targets over S steps is built over two nested random subsets of k = :data:`COUNTED_ROOT_STEPS`
-    / S and k' of them (shares f and 1 − (1 − f)²) where n > :data:`WHOLE_BELOW` · k, else counted whole: the
-    price of a sample over every vertex (``sequences``' default batch) or of ``hybrid``'s evaluation (each rank's
-    vertices over the whole timeline) would grow with the graph. Every layer's rows hold all the targets, whose
+    A sample of n targets over S steps is built over two nested random subsets of k = max(
+    :data:`COUNTED_ROOT_STEPS` / S, :data:`MIN_SHARE` · n) and k' of them (shares f and 1 − (1 − f)²) where
+    n > :data:`WHOLE_BELOW` · k, else counted whole: built whole, the price of a sample over every vertex
+    (``sequences``' default batch) or of ``hybrid``'s evaluation (each rank's vertices over the whole timeline)
+    grows like an epoch's forward; built so, like a 1/20 of it at most. Every layer's rows hold all the targets, whose
     block and scanned entries follow from the snapshots alone (:meth:`_Structure.targets_shape`); the rows
     besides them, reached from the targets, are extrapolated from the two subsets (:func:`_captured`: the
     neighbourhoods the targets share saturate), their entries in proportion (cells: U's entries in proportion to
@@ -307,7 +315,7 @@ def _estimated(counter: _Structure, build, targets: np.ndarray, seq, work: Model
     projections dominate them), its calls and kept pairs as a fixed part and one in proportion to the targets
     (:func:`_affine`)."""
     n, S = targets.shape[0], seq.stop - seq.start
-    k = max(1, COUNTED_ROOT_STEPS // max(S, 1))
+    k = max(1, COUNTED_ROOT_STEPS // max(S, 1), math.ceil(n * MIN_SHARE))
     if WHOLE_BELOW * k >= n:  # the two subsets would cost about as much as the whole
         layout = build(targets)
         return counter.work_of(layout, work, in_features, head(layout, "whole"))
