@@ -478,6 +478,7 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
 
         if job is None and resume is None:
             raise ConfigError("job: is None: pass a job (a YAML path or a mapping of sections), or resume=RUNDIR")
+        given = "job (JobConfig)" if isinstance(job, JobConfig) else "job (mapping)"  # what its errors call it
         if isinstance(job, JobConfig):  # a run's job (run.job), maybe changed: the mapping it was resolved to
             job = job_to_dict(job)
         if job is not None and not isinstance(job, (str, os.PathLike, Mapping)):
@@ -497,7 +498,7 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
         try:
             with _job_file(job, name) if job is not None else _no_job() as (job_path, written):
                 result = _on_every_rank(lambda comm: run_training(job_path, overrides, output, comm, resume=resume),
-                                        lambda: stop.raised, written)
+                                        lambda: stop.raised, written, given=given)
         finally:
             RESTART_WORDS.reset(words)
             preemption.reset()  # a notebook's interrupt is its own again
@@ -605,12 +606,13 @@ class _Same:
                     f"with the same arguments{also}"))
 
 
-def _on_every_rank(body, stopped=lambda: False, written: str | None = None, words=None, same: _Same | None = None):
+def _on_every_rank(body, stopped=lambda: False, written: str | None = None, words=None, same: _Same | None = None,
+                   given: str = "job (mapping)"):
     """``body(comm)`` on every rank of the world (SPMD), returned once every rank has finished it: an error every
-    rank meets is raised on every rank (a mapping job's file named as the caller gave it, the commands' options
-    as ``words`` says: :func:`_named`); one a rank meets alone prints its line with the rank and ends the job, as a
-    crash does with its traceback (the others would wait in a collective). ``same``: arguments every rank must
-    give alike, checked first."""
+    rank meets is raised on every rank (a mapping job's file ``written`` named as the caller gave it, ``given``,
+    the commands' options as ``words`` says: :func:`_named`); one a rank meets alone prints its line with the rank
+    and ends the job, as a crash does with its traceback (the others would wait in a collective). ``same``:
+    arguments every rank must give alike, checked first."""
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.errors import StalledError
@@ -638,7 +640,7 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
     except (HpcdgnnError, CommFailure) as e:
         if comm.size > 1 and not getattr(e, "collective", False):
             _fail_alone(comm.rank, comm.size, comm.abort, str(e), e.exit_code)
-        raise _named(e, written, _ARGUMENTS if words is None else words) from None
+        raise _named(e, written, _ARGUMENTS if words is None else words, given) from None
     except BaseException:
         if comm.size > 1:  # a crash on this rank: the others may wait in a collective
             sys.stderr.write(f"rank {comm.rank}/{comm.size}: {traceback.format_exc()}")
@@ -720,16 +722,17 @@ _EXPORT_ARGUMENTS = ((re.compile(r"(?<![\w/.-])--(csv|tensorboard)(?: ([^\s-]\S*
                      (re.compile(r"for --resume only"), "for resuming only"))
 
 
-def _named(e: BaseException, written: str | None, words=_ARGUMENTS) -> BaseException:
-    """``e`` in this API's words: a mapping job's temporary file called what it is — any rank's: an error rank 0
-    met and broadcast names rank 0's file — and the commands' ``--set``, ``--output``, … as the arguments
+def _named(e: BaseException, written: str | None, words=_ARGUMENTS, given: str = "job (mapping)") -> BaseException:
+    """``e`` in this API's words: a mapping job's temporary file called what it is (``given``: ``job (mapping)``,
+    ``job (JobConfig)``) — any rank's: an error rank 0 met and broadcast names rank 0's file — and the commands'
+    ``--set``, ``--output``, … as the arguments
     ``overrides``, ``output=``, … (``words``: (pattern, replacement) pairs, :data:`_ARGUMENTS` or
     :data:`_PASS_ARGUMENTS`); raised without the internal frames (the message says it all)."""
     text = str(e)
     if written is not None:
         pattern = re.escape(str(Path(written).parent.parent)) + "/" + re.escape(_JOB_DIR) + r"[^/\s]+/" + \
             re.escape(Path(written).name)
-        text = re.sub(pattern, "job (mapping)", text)
+        text = re.sub(pattern, given, text)
     for pattern, replacement in words:
         text = pattern.sub(replacement, text)
     if text == str(e):

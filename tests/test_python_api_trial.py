@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import hpcdgnn
-from hpcdgnn.errors import ConfigError
+from hpcdgnn.errors import ConfigError, HpcdgnnError
 from tests.conftest import write_job
 
 
@@ -232,7 +232,7 @@ def test_a_run_s_job_trains_again_as_it_is_with_overrides_or_changed(tmp_path, s
     """``hpcdgnn.train(run.job, ...)`` was refused ("pass a job YAML path or a mapping of sections"), so a user
     who trained, wanted one key changed and trained again had to rebuild the job by hand. A ``JobConfig`` now
     trains as the mapping it resolves to: the same run again, with overrides, or changed with
-    ``dataclasses.replace``; its refusals read as a mapping job's."""
+    ``dataclasses.replace``; its refusals name it as a JobConfig (they read ``job (mapping)``)."""
     import dataclasses
 
     monkeypatch.chdir(tmp_path)
@@ -246,6 +246,9 @@ def test_a_run_s_job_trains_again_as_it_is_with_overrides_or_changed(tmp_path, s
     assert one.losses == run.losses[:1] and one.dir.name.startswith("one-")
     with pytest.raises(ConfigError, match=r"^overrides: train\.epochz: unknown key"):
         hpcdgnn.train(run.job, overrides=["train.epochz=2"])
+    nowhere = dataclasses.replace(run.job, data=dataclasses.replace(run.job.data, path=str(tmp_path / "nowhere")))
+    with pytest.raises(HpcdgnnError, match=r"^job \(JobConfig\): data\.path"):
+        hpcdgnn.train(nowhere)
     with pytest.raises(ConfigError, match=r"^job: int 3: pass a job YAML path, a mapping of sections \(a dict\) or a "
                                           r"JobConfig \(a run's job\)$"):
         hpcdgnn.train(3)
