@@ -128,14 +128,16 @@ def _checked_options(options: dict[str, Any], where: str) -> dict[str, Any]:
 def _keywords(text: str) -> str:
     """``text``, a message of the code ``prepare`` shares with the adapters, in the adapters' keyword arguments:
     ``--snapshots 5`` -> ``snapshots=5``, ``--allow-large`` -> ``allow_large=True``, ``--weights given`` ->
-    ``weights='given'``, a flag named alone -> ``events_per_snapshot=``, ``--output`` -> ``output``. Flags the
-    adapters do not take (``--format``) are left as they are."""
+    ``weights='given'``, a flag named alone -> ``events_per_snapshot=``, a flag a sentence is about (``--lags must
+    be``) -> ``lags must be``, ``--output`` -> ``output``. Flags the adapters do not take (``--format``) are left
+    as they are."""
     from hpcdgnn.data.prepare import KINDS, LABELS, TARGETS, PrepareOptions
     from hpcdgnn.data.prepare.event_stream import EventOptions
 
     defaults = {f.name: f.default for cls in (PrepareOptions, EventOptions) for f in dataclasses.fields(cls)}
     defaults["kind"] = KINDS[0]
     words = {*KINDS, *LABELS, *TARGETS, "ones", "count", "given"}  # the values of the string options
+    verbs = {"must", "is", "applies", "do", "does", "needs", "takes", "cannot"}  # after a flag a sentence is about
 
     def keyword(m: re.Match) -> str:
         name, after = m.group(1).replace("-", "_"), m.group(2) or ""
@@ -150,6 +152,8 @@ def _keywords(text: str) -> str:
             return f"{name}={value}"
         if value in words:
             return f"{name}={value!r}"
+        if value in verbs:
+            return f"{name}{after}"
         return f"{name}={after}"
 
     return re.sub(r"(?<![\w-])--([a-z][a-z-]*)( (?:'[^']*'|[-+.]?\d[\w.+-]*|[a-z_]+))?", keyword, text)

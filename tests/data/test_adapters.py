@@ -535,6 +535,9 @@ def test_force_no_keeps_an_earlier_dataset(tmp_path, adapter):
      "give only one of snapshots=, window=, events_per_snapshot= (got 2)"),
     (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out / "x", kind="events", undirected=True),
      "undirected=True applies only to kind='snapshots'"),
+    # a flag a sentence is about read "time_unit= must be"
+    (lambda out: from_arrays([0, 1], [1, 2], [0, 1], out / "x", kind="events", time_unit=-1),
+     ": time_unit must be a positive number (got -1)"),
     (lambda out: from_signal(SimpleNamespace(edge_index=np.zeros((2, 1), int), edge_weight=None,
                                              features=[np.zeros(3)], targets=[]), out / "x"),
      "features[0] has shape (3,), expected (N, F)"),
