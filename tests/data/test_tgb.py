@@ -290,7 +290,7 @@ def test_from_tgb_writes_what_prepare_writes_from_a_directory_or_tgb_s_dataset(t
         (lambda o: from_tgb(tmp_path / "nowhere", o), "nowhere: not a directory; give TGB's dataset directory"),
         (lambda o: from_tgb(root, o, shard_events=0), "from_tgb: shard_events: expected a whole number >= 1, got 0"),
         (lambda o: from_tgb(root, o, force="yes"), "from_tgb: force: expected True or False, got 'yes'"),
-        (lambda o: from_tgb(root, o, time_unit=-1), f"{root}: time_unit= must be a positive number (got -1)"),
+        (lambda o: from_tgb(root, o, time_unit=-1), f"{root}: time_unit must be a positive number (got -1)"),
     ]:
         with pytest.raises(DataError) as e:
             call(tmp_path / "refused")
