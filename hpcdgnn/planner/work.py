@@ -92,6 +92,13 @@ class _Count(TorchDispatchMode):
     bucket :attr:`phase` names: (phase, layer) in the forward's phases, ``forward`` between them, ``backward``
     after."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode's opt-out (its docstring's): else its __init_subclass__ wraps __torch_dispatch__ in
+        # torch._disable_dynamo, whose first call imports torch._dynamo (seconds of every plan and check) for a
+        # mode that never runs under torch.compile
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.phase: str | tuple[str, int] = "backward"  # outside the forward's phases

@@ -665,3 +665,21 @@ def test_small_target_subsets_are_not_extrapolated_from_their_noise(wider_datase
     monkeypatch.setattr(samples, "COUNTED_ROOT_STEPS", 1)
     _sampled_price(wider_dataset, tmp_path, {"name": "sequences", "window": 3}, "cdgcn")
     assert built and min(built) >= math.ceil(1500 * samples.MIN_SHARE), min(built)
+
+
+@pytest.mark.slow  # ~5 s: a fresh interpreter counting a model's work
+def test_counting_a_model_s_work_does_not_import_the_compiler():
+    """The counting dispatch mode's ``__torch_dispatch__`` was wrapped in ``torch._disable_dynamo``
+    (TorchDispatchMode's default), whose first call imports ``torch._dynamo``: seconds of every ``plan`` and
+    ``check``, for a mode that never runs under ``torch.compile``."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from hpcdgnn.nn.models import model_options\n"
+            "from hpcdgnn.planner.work import model_work\n"
+            "work = model_work(model_options('cdgcn')(name='cdgcn', hidden=8, layers=2), 3, 'float32')\n"
+            "assert work.layers, work\n"
+            "assert 'torch._dynamo' not in sys.modules\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
