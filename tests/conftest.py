@@ -501,6 +501,13 @@ def numpy_score_stats(logits, positive: np.ndarray, bins: int, half_range: float
             list(np.bincount(b[~positive], minlength=bins).astype(np.float64)))
 
 
+def assert_runs_fresh(code: str) -> None:
+    """``code`` (its own asserts) in a fresh interpreter, which has imported nothing yet: what a test of import
+    side effects (``torch._dynamo`` not imported) needs, since this process imports whatever its tests did."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
 def perf_script(name: str):
     """``perf/<name>.py`` loaded as a module: the benchmarks are scripts, not a package, so their tests load them
     by path (each call a fresh module)."""

@@ -95,7 +95,7 @@ class _Count(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # TorchDispatchMode's opt-out (its docstring's): else its __init_subclass__ wraps __torch_dispatch__ in
-        # torch._disable_dynamo, whose first call imports torch._dynamo (seconds of every plan and check) for a
+        # torch._disable_dynamo, whose first call imports torch._dynamo (in every plan and check) for a
         # mode that never runs under torch.compile
         return False
 

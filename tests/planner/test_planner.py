@@ -14,7 +14,7 @@ from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models import build_from_options, build_model, model_options
 from hpcdgnn.planner.command import parse_size
 from hpcdgnn.planner.work import _count, _run, model_work
-from tests.conftest import read_metrics, write_job
+from tests.conftest import assert_runs_fresh, read_metrics, write_job
 
 
 def _plan(launcher, job, *extra):
@@ -672,14 +672,9 @@ def test_counting_a_model_s_work_does_not_import_the_compiler():
     """The counting dispatch mode's ``__torch_dispatch__`` was wrapped in ``torch._disable_dynamo``
     (TorchDispatchMode's default), whose first call imports ``torch._dynamo``: seconds of every ``plan`` and
     ``check``, for a mode that never runs under ``torch.compile``."""
-    import subprocess
-    import sys
-
-    code = ("import sys\n"
+    assert_runs_fresh("import sys\n"
             "from hpcdgnn.nn.models import model_options\n"
             "from hpcdgnn.planner.work import model_work\n"
             "work = model_work(model_options('cdgcn')(name='cdgcn', hidden=8, layers=2), 3, 'float32')\n"
             "assert work.layers, work\n"
             "assert 'torch._dynamo' not in sys.modules\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,7 @@ import torch
 
 from hpcdgnn.nn.backward import run_backward
 from hpcdgnn.optim import Adam
-from tests.conftest import mpi_env, write_job
+from tests.conftest import assert_runs_fresh, mpi_env, write_job
 
 
 def _params(dtype, seed=0, device="cpu"):
@@ -99,14 +99,12 @@ def test_a_state_of_other_parameters_is_refused():
 @pytest.mark.slow  # ~7 s: a fresh interpreter importing torch and then torch._dynamo
 def test_building_and_stepping_it_does_not_import_the_compiler():
     """The reason it exists: torch.optim's optimizers import torch._dynamo (about 1.2 s and 70 MiB per rank)."""
-    code = ("import sys, torch; from hpcdgnn.optim import Adam\n"
+    assert_runs_fresh("import sys, torch; from hpcdgnn.optim import Adam\n"
             "p = torch.nn.Parameter(torch.ones(3)); o = Adam([p], lr=0.1); p.grad = torch.ones(3); o.step()\n"
             "o.load_state_dict(o.state_dict()); o.zero_grad()\n"
             "assert 'torch._dynamo' not in sys.modules\n"
             "torch.optim.Adam([p]).zero_grad()\n"
             "assert 'torch._dynamo' in sys.modules  # the check can fail: torch's own does import it\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
 
 
 def test_zero_grad_keeping_the_tensors_and_a_parameter_listed_twice():
