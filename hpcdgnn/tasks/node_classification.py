@@ -54,7 +54,7 @@ class NodeClassification(Task):
             )
         self.manifest = manifest
         self.head = nn.Linear(emb_features, manifest.num_classes)
-        self.ranges = split_steps(manifest.num_snapshots, cfg.split, first_step(manifest))
+        self.ranges = self.steps(cfg, manifest)
         self.labels: dict[int, torch.Tensor] = {}
         self._train_count = 0.0
         #: in place (:class:`RowShard`): the row range of each step's rows here (their labels in ``labels``)
@@ -73,7 +73,7 @@ class NodeClassification(Task):
     @staticmethod
     def train_horizon(cfg: NodeClassificationOptions, manifest: Manifest) -> int:
         """Last training snapshot."""
-        return split_steps(manifest.num_snapshots, cfg.split, first_step(manifest))[0].stop - 1
+        return NodeClassification.steps(cfg, manifest)[0].stop - 1
 
     @staticmethod
     def steps(cfg: NodeClassificationOptions, manifest: Manifest) -> list[range]:
@@ -90,11 +90,11 @@ class NodeClassification(Task):
     def snapshot_work(cfg: NodeClassificationOptions, manifest: Manifest) -> np.ndarray:
         """Head multiply-adds per snapshot (an upper bound: every vertex labelled), x3 when training; 0 before the
         first split step."""
-        T = manifest.num_snapshots
-        first = first_step(manifest)
-        train = split_steps(T, cfg.split, first)[0]
+        train = NodeClassification.steps(cfg, manifest)[0]
+        first = train.start  # the split's first step: before it, no head runs
         per = manifest.num_vertices * max(manifest.num_classes, 2)
-        return np.array([0.0 if t < first else per * (3.0 if t in train else 1.0) for t in range(T)])
+        return np.array([0.0 if t < first else per * (3.0 if t in train else 1.0)
+                         for t in range(manifest.num_snapshots)])
 
     def setup(self, reader, scored: Scored, comm) -> None:
         """Read labels of the scored snapshots — in place (``scored.rows``), of my rows of every step I
