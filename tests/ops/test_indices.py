@@ -31,3 +31,22 @@ def test_set_operations_equal_numpy():
         for ours, theirs in ((union_ints, np.union1d), (setdiff_ints, np.setdiff1d), (intersect_ints, np.intersect1d)):
             got, want = ours(a, b), theirs(a, b)
             assert got.dtype == want.dtype and np.array_equal(got, want), (ours.__name__, a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.uint16, np.int64, np.uint64])
+def test_dense_ranges_at_the_ends_of_the_type_equal_numpy(dtype):
+    """Ids within a few times their count of each other take the table path: its offsets and the values back
+    stay exact at a type's extremes (int8 from -100 to 100 overflows int8)."""
+    rng = np.random.default_rng(2)
+    info = np.iinfo(dtype)
+    for base in (int(info.min), 0, int(info.max) - 70):
+        for _ in range(100):
+            a, b = (np.array([base + int(v) for v in rng.integers(0, 70, int(rng.integers(0, 40)))], dtype=dtype)
+                    for _ in range(2))
+            assert np.array_equal(unique_ints(a), np.unique(a)) and unique_ints(a).dtype == a.dtype
+            for ours, theirs in ((union_ints, np.union1d), (setdiff_ints, np.setdiff1d),
+                                 (intersect_ints, np.intersect1d)):
+                got, want = ours(a, b), theirs(a, b)
+                assert got.dtype == want.dtype and np.array_equal(got, want), (ours.__name__, a, b)
+    spread = np.array([-100, 100, 5, -100], dtype=np.int8)
+    assert np.array_equal(unique_ints(spread), np.array([-100, 5, 100], dtype=np.int8))
