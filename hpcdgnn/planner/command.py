@@ -161,7 +161,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from hpcdgnn.partition.workload import machine_info
     from hpcdgnn.planner.rates import load_rates, rates_path, save_rates
     from hpcdgnn.planner.samples import seconds_per_sampled_entry
-    from hpcdgnn.planner.work import best_seconds, seconds_per_call, seconds_per_pair
+    from hpcdgnn.planner.work import best_seconds, seconds_per_call, seconds_per_pair, seconds_per_rebuilt_entry
 
     if args.threads < 1:
         raise ConfigError(f"calibrate --threads {args.threads}: must be >= 1 (one rank's share of the cores)")
@@ -196,6 +196,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         rates.rnn_flops[str(w)] = rnn_flops / best_seconds(rnn)
     rates.op_seconds = seconds_per_call()
     rates.sample_seconds = seconds_per_sampled_entry()
+    rates.norm_seconds, rates.transpose_seconds = seconds_per_rebuilt_entry(rates.op_seconds, dev, dtype)
     rates.pair_seconds, rates.drawn_pair_seconds, rates.placed_pair_seconds = seconds_per_pair()
     if dev.type == "cuda":
         host = torch.empty(1 << 26, dtype=torch.uint8).pin_memory()
@@ -206,7 +207,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
             for w in args.widths:
                 table[str(w)] = float(comm.allreduce_array([table[str(w)]], op="min", tag="setup")[0])
         rates.op_seconds = float(comm.allreduce_array([rates.op_seconds], op="max", tag="setup")[0])
-        for key in ("sample_seconds", "pair_seconds", "drawn_pair_seconds", "placed_pair_seconds"):
+        for key in ("sample_seconds", "pair_seconds", "drawn_pair_seconds", "placed_pair_seconds", "norm_seconds",
+                    "transpose_seconds"):
             setattr(rates, key, float(comm.allreduce_array([getattr(rates, key)], op="max", tag="setup")[0]))
         small, big = torch.zeros(1, dtype=torch.float64), torch.zeros(1 << 20, dtype=torch.float64)
         lat = best_seconds(lambda: comm.allreduce_(small, "sum", tag="setup"), 20)
@@ -229,6 +231,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
                   "M nnz·w/s")
         print(f"  one framework call: {rates.op_seconds * 1e6:.2f} µs; the sampler: {rates.sample_seconds * 1e9:.0f} "
               "ns per entry scanned")
+        print(f"  Ã_t rebuilt: {rates.norm_seconds * 1e9:.0f} ns per entry normalised, "
+              f"{rates.transpose_seconds * 1e9:.0f} ns per entry transposed")
         print(f"  a scored pair: {rates.pair_seconds * 1e9:.0f} ns from whole snapshots; in place "
               f"{rates.drawn_pair_seconds * 1e9:.0f} ns per pair drawn + {rates.placed_pair_seconds * 1e9:.0f} ns "
               "per pair kept")

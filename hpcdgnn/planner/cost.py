@@ -8,7 +8,8 @@ shares — the gradient all-reduce, parameters with Adam's moments, the model's 
 (:mod:`~hpcdgnn.planner.work`) — and prices it with the machine's rates (:mod:`~hpcdgnn.planner.rates`).
 
 Time model (per rank, one steady epoch): compute = dense FLOPs / dense rate + nnz·width / sparse rate +
-framework calls × call time, checkpoint blocks' re-run forward included at the forward's share (+ a sampled
+framework calls × call time, checkpoint blocks' re-run forward included at the forward's share and their Ã_t
+normalised (and, for a backward, transposed) again at each forward (entries × seconds per entry; + a sampled
 strategy's host-side sampler: entries scanned × seconds per entry; + a pair task's pairs × seconds per pair,
 :meth:`HeadCost.seconds`);
 communication = Σ collectives (latency + bytes / bandwidth), none of it hidden;
@@ -115,6 +116,10 @@ class Counted:
     """Framework calls."""
     entries: float = 0.0
     """Entries of Ã_t the host-side sampler scans building the samples' blocks (priced at ``sample_seconds``)."""
+    rebuilt: float = 0.0
+    """Stored entries of Ã_t normalised again after the set-up (priced at ``norm_seconds``)."""
+    transposed: float = 0.0
+    """Stored entries of Ã_t transposed after the set-up (priced at ``transpose_seconds``)."""
     held_pairs: float = 0.0
     """Scored pairs whose scores the task keeps until the epoch's end (memory, not time: ``HeadCost.held_per_pair``
     bytes each)."""
@@ -156,6 +161,13 @@ class RankWork:
     """Checkpoint blocks (IBM §3.1): the rows, steps and entries of Ã_t this rank runs forward a second time, in
     ``rerun_passes`` extra passes of the model (a block before the last one with a gradient runs forward without
     autograd, then again in the backward pass); priced at the forward's share of each kind."""
+    rebuilt_calls: float = 0.0
+    rebuilt_steps: float = 0.0
+    rebuilt_nnz: float = 0.0
+    transposes: float = 0.0
+    transposed_nnz: float = 0.0
+    """Checkpoint blocks keep no Ã_t (IBM §3.2): the normalisations (calls, snapshots, stored entries) each of
+    their forward passes runs again, and the transposes (calls, entries) each backward builds anew."""
     spatial_saved_rows: float | None = None
     temporal_saved_rows: float | None = None
     """Rows whose activations autograd keeps (None: all the phase's rows); a causal model runs the steps past
@@ -311,10 +323,22 @@ def _rerun(r: RankWork, work: ModelWork) -> Counted:
     return c.scaled(work.forward_share) if work.forward_share else c
 
 
+def _rebuilt(r: RankWork) -> Counted:
+    """What checkpoint blocks' reloads cost (:attr:`RankWork.rebuilt_nnz`): the entries normalised and
+    transposed again, and the framework calls of each normalisation, snapshot and transpose
+    (:func:`~hpcdgnn.planner.work.rebuild_calls`)."""
+    from hpcdgnn.planner.work import rebuild_calls
+
+    per_call, per_step, per_transpose = rebuild_calls()
+    return Counted(ops=per_call * r.rebuilt_calls + per_step * r.rebuilt_steps + per_transpose * r.transposes,
+                   rebuilt=r.rebuilt_nnz, transposed=r.transposed_nnz)
+
+
 def _seconds(c: Counted, rates: MachineRates, width: int) -> float:
     """Counted work in seconds at the machine's rates (the module docstring's compute)."""
     return (c.flops / rates.dense(width) + c.rnn / rates.rnn(width) + c.sparse / rates.sparse(width)
-            + c.ops * rates.op_seconds + c.entries * rates.sample_seconds)
+            + c.ops * rates.op_seconds + c.entries * rates.sample_seconds + c.rebuilt * rates.norm_seconds
+            + c.transposed * rates.transpose_seconds)
 
 
 @dataclass(frozen=True)
@@ -478,10 +502,12 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
             sp.sparse_per_nnz * r.spatial_nnz, sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps))
         t_tm = (tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.rnn_flops_per_row *
                 r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
-        if r.rerun_passes or head is not None:
+        if r.rerun_passes or r.rebuilt_calls or head is not None:
             c = c.scaled(1.0)  # a copy: a sampled strategy's own count is added to, not changed
         if r.rerun_passes:
             c += _rerun(r, work)
+        if r.rebuilt_calls:
+            c += _rebuilt(r)
         if head is not None:
             placed = float(np.sum(head.work * head._placed(r))) if r.scored_rows is not None else 0.0
             c.flops += 2.0 * (float(np.sum(head.work[r.scored])) + placed)

@@ -55,6 +55,12 @@ class MachineRates:
     """Scoring in place (rows where they live): seconds per pair of all ranks, every one of which each rank draws."""
     placed_pair_seconds: float = 9.0e-8
     """Scoring in place: seconds per pair a rank keeps (a source row of its own) and scores."""
+    norm_seconds: float = 6.0e-8
+    """Seconds per stored entry of Ã_t normalised again (:func:`~hpcdgnn.ops.sparse.stacked_gcn_norm`): what
+    a checkpoint block, which keeps no Ã_t, costs each time it runs forward (IBM §3.2)."""
+    transpose_seconds: float = 9.0e-8
+    """Seconds per stored entry of Ã_t transposed (:func:`~hpcdgnn.ops.sparse.csr_transpose`): a checkpoint
+    block's backward builds its Ãᵀ anew."""
     h2d_bandwidth: float = 2.0e10
     """Host-to-device bytes/s (GPU; 0 on a CPU)."""
     machine: dict = field(default_factory=dict)

@@ -26,7 +26,7 @@ from torch.utils.flop_counter import flop_registry
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph
-from hpcdgnn.ops.sparse import gcn_norm
+from hpcdgnn.ops.sparse import NormalizedAdjacency, gcn_norm
 
 __all__ = ["ModelWork", "PhaseWork", "counted", "model_work"]
 
@@ -84,6 +84,9 @@ class ModelWork:
     (what a pass without gradients, such as evaluation, costs)."""
     out_features: int = 0
     """Width of the model's output Z_t (what the task head reads)."""
+    transposes: bool = False
+    """Whether its backward reads Ãᵀ (an aggregation Ã·H whose H carries a gradient), which a checkpoint block
+    builds anew each epoch."""
 
 
 class _Count(TorchDispatchMode):
@@ -313,12 +316,24 @@ def _model_work_cached(name: str, options: tuple, in_features: int, dtype_name: 
                          max(0.0, (r12 - r11) / (S1 * (n2 - n1))), saved_vertex)
 
     params = round(at_k([sum(p.numel() for p in m.parameters()) for m in models]))
+    transposes = _reads_transpose(model, in_features, dtype, degree)
     state, share = runs[(S1, n1)][2], runs[(S1, n2)][3]
     L = len(model.layers)
     return ModelWork(fit("spatial"), fit("temporal"), params, torch.empty(0, dtype=dtype).element_size(),
                      tuple(state.get(li, 0.0) for li in range(L)),
                      tuple((fit(("spatial", li)), fit(("temporal", li))) for li in range(L)), share,
-                     getattr(model, "out_features", opts.hidden))
+                     getattr(model, "out_features", opts.hidden), transposes)
+
+
+def _reads_transpose(model, in_features: int, dtype: torch.dtype, degree: int) -> bool:
+    """Whether ``model``'s backward builds Ãᵀ: a forward and backward over operators made without it."""
+    graphs = _graphs(2, 8, degree, seed=0)
+    adj = [NormalizedAdjacency(g.t, gcn_norm(g.t, g.indptr, g.indices, g.values.double(), dtype).a) for g in graphs]
+    layout = _Micro(graphs, torch.randn(2, 8, in_features, dtype=dtype), _Count(), None, len(model.layers), adj)
+    emb = model(layout)
+    sum(z.sum() for z in emb.values()).backward()
+    model.zero_grad(set_to_none=True)
+    return any(a.has_transpose for a in adj)
 
 
 def best_seconds(fn, repeats: int = 5) -> float:
@@ -439,3 +454,37 @@ def seconds_per_pair(repeats: int = 5) -> tuple[float, float, float]:
         placed[P] = best(lambda rows=rows, fetch=fetch: ShardedEmbeddings(task.shard, rows, fetch)) / M
     kept = max(0.0, (placed[2] - placed[4]) * 4)  # t/M = drawn + kept/P at P = 2 and 4
     return whole, max(0.0, placed[2] - kept / 2), kept
+
+
+@lru_cache(maxsize=None)
+def rebuild_calls() -> tuple[float, float, float]:
+    """Framework calls of normalising snapshots again, counted as the model's are: (per
+    :func:`~hpcdgnn.ops.sparse.stacked_gcn_norm` call, per snapshot it normalises, per
+    :func:`~hpcdgnn.ops.sparse.csr_transpose`) — what a checkpoint block's reload adds to its entries' work."""
+    from hpcdgnn.ops.sparse import csr_transpose, stacked_gcn_norm
+
+    graphs = _graphs(2, 8, 2, seed=0)
+    one = counted(lambda: stacked_gcn_norm(graphs[:1], [0], torch.float32))[1]
+    two = counted(lambda: stacked_gcn_norm(graphs, [0, 1], torch.float32))[1]
+    a = stacked_gcn_norm(graphs, [0, 1], torch.float32).a
+    return 2.0 * one - two, two - one, counted(lambda: csr_transpose(a))[1]
+
+
+def seconds_per_rebuilt_entry(op_seconds: float, device: torch.device | None = None,
+                              dtype: torch.dtype = torch.float32, repeats: int = 5) -> tuple[float, float]:
+    """Wall seconds per stored entry of Ã_t normalised and per entry transposed (``calibrate``'s
+    ``norm_seconds`` and ``transpose_seconds``) on ``device``: four random snapshots of 2¹⁴ vertices, degree 8,
+    their framework calls (:func:`rebuild_calls`, at ``op_seconds`` each) taken off."""
+    from hpcdgnn.ops.sparse import csr_transpose, stacked_gcn_norm
+
+    S, dev = 4, device or torch.device("cpu")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    graphs = [StepGraph(g.t, g.indptr.to(dev), g.indices.to(dev), g.values.to(dev))
+              for g in _graphs(S, 1 << 14, 8, seed=1)]
+    per_call, per_snapshot, per_transpose = rebuild_calls()
+    adj = stacked_gcn_norm(graphs, list(range(S)), dtype).a
+    entries = adj.values().numel()
+    norm = best_seconds(lambda: (stacked_gcn_norm(graphs, list(range(S)), dtype), sync()), repeats)
+    transpose = best_seconds(lambda: (csr_transpose(adj), sync()), repeats)
+    return (max(norm - (per_call + S * per_snapshot) * op_seconds, 0.0) / entries,
+            max(transpose - per_transpose * op_seconds, 0.0) / entries)

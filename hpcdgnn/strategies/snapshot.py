@@ -124,7 +124,7 @@ class SnapshotStrategy(FullBatchStrategy):
     @classmethod
     def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:
         """The planner's per-rank work and traffic under ``plan`` (:func:`snapshot_cost`)."""
-        return snapshot_cost(plan, job, manifest, graph)
+        return snapshot_cost(plan, job, manifest, graph, transposes=work.transposes)
 
     def setup(self, plan: PartitionPlan, model: DGNN, task, reader) -> Scored:
         """Read the owned snapshots, move them to the device (S3), normalise Ã_t and precompute Ã_t·X_t (S4).
@@ -609,13 +609,16 @@ class SnapshotLayout(Layout):
         return Embeddings.of_block(h, [self.s.owned[i] for i in self.local])
 
 
-def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool = True) -> list:
+def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool = True,
+                  transposes: bool = True) -> list:
     """Per-rank work and traffic of one steady epoch under ``plan`` (:mod:`hpcdgnn.planner.cost`).
 
     Per block b and time-mixing layer, rank p sends q its k_pb snapshots' rows of q's vertex range, and back
     (IBM §4.2: T·N·F·(P−1)/P per redistribution); the backward moves only snapshots up to the training horizon.
     Checkpoint blocks (S2, IBM §3.1) before the last one with a gradient run forward twice, their work
-    (``RankWork.rerun_*``) and exchanges included.
+    (``RankWork.rerun_*``) and exchanges included; each of their forward passes normalises its Ã_t again, each
+    backward transposes them where the model's backward reads Ãᵀ (``transposes``: ``ModelWork.transposes``;
+    S3, ``RankWork.rebuilt_*``).
     A moved first-layer aggregation (constant Ã·X) goes once, in the first epoch; banded encoders (TM-GCN)
     receive the w − 1 snapshots before their run instead (``time_halo``). ``redistributes=False`` (``pss``):
     no redistribution; the time encoder's state is passed on instead (its traffic is the caller's)."""
@@ -670,6 +673,8 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
                     r.rerun_temporal_rows += (b - a) * n[p]
                     r.rerun_temporal_steps += b - a
                 r.rerun_passes += 1
+        if len(plan.blocks) > 2 and needs_adj:
+            _rebuilt(ranks, owned, a, b, runs, bi <= last_grad and transposes, horizon, nnz)
         k = [runs * sum(1 for t in owned[p] if a <= t < b) for p in range(P)]
         kg = [sum(1 for t in owned[p] if a <= t < b and t <= horizon) for p in range(P)]
         pool_traffic(layers, b - a, P, item, ranks, runs=runs, grad=bi <= last_grad)
@@ -704,3 +709,21 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
                 add(r.sent, "redistribute.bwd", kg[p] * (N - n[p]) * w_out * item)
                 add(r.calls, "alltoall", (1 if kept else 2) * (runs + 1))
     return ranks
+
+
+def _rebuilt(ranks: list, owned: list[list[int]], a: int, b: int, runs: int, transposed: bool, horizon: int,
+             nnz) -> None:
+    """Add to each rank's :class:`~hpcdgnn.planner.cost.RankWork` what checkpoint block [a, b) rebuilds per
+    epoch (S3: no block keeps Ã_t): each of its ``runs`` forward passes normalises its owned Ã_t again, one call
+    per phase (:meth:`SnapshotStrategy.phases`); a backward (``transposed``) builds Ãᵀ of the snapshots up to
+    the horizon once. ``nnz``: (T,) stored entries of Ã_t."""
+    for p, r in enumerate(ranks):
+        mine = [t for t in owned[p] if a <= t < b]
+        grad = [t for t in mine if t <= horizon]
+        phases = (len(grad) > 0) + (len(grad) < len(mine))
+        r.rebuilt_calls += runs * phases
+        r.rebuilt_steps += runs * len(mine)
+        r.rebuilt_nnz += runs * float(sum(nnz[t] for t in mine))
+        if transposed and grad:
+            r.transposes += 1
+            r.transposed_nnz += float(sum(nnz[t] for t in grad))

@@ -522,7 +522,7 @@ def test_checkpoint_blocks_price_the_re_run_forward(launcher, small_dataset, tmp
     from hpcdgnn.config import load_job
     from hpcdgnn.data.manifest import load_manifest
     from hpcdgnn.nn.models.base import DGNN
-    from hpcdgnn.planner.cost import Counted, GraphStats, _seconds
+    from hpcdgnn.planner.cost import Counted, GraphStats, _rebuilt, _seconds
     from hpcdgnn.planner.rates import MachineRates
     from hpcdgnn.strategies.snapshot import SnapshotStrategy
 
@@ -567,7 +567,69 @@ def test_checkpoint_blocks_price_the_re_run_forward(launcher, small_dataset, tmp
                                 ["snapshot"])
         return p.compute_s
 
+    # the blocks' Ã_t rebuilt each epoch come on top (test_checkpoint_blocks_price_rebuilding_their_adjacency)
+    want += _seconds(_rebuilt(r), rates, job.model.hidden)
     assert want > 0 and compute(job_of[blocks]) - compute(job_of[1]) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize(("model", "blocks"), [("cdgcn", 3), ("tgcn", 2), ("evolvegcn_h", 7), ("dysat", 3)])
+def test_checkpoint_blocks_price_rebuilding_their_adjacency(launcher, small_dataset, tmp_path, monkeypatch, model,
+                                                            blocks):
+    """Checkpoint blocks keep no Ã_t (IBM §3.2): each forward pass over a block normalises its snapshots again
+    and each backward builds their Ãᵀ anew, work ``plan`` left out. The planner's per-epoch normalisations
+    (calls, snapshots, entries) and transposes are the run's, counted in its second epoch at P = 1 (DySAT aggregates by attention: nothing to transpose), and they
+    are priced at the rates' seconds per entry and per framework call."""
+    import hpcdgnn.ops.sparse as sparse
+    import hpcdgnn.strategies.snapshot as snapshot
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.planner.cost import Counted, GraphStats, _rebuilt, _seconds
+    from hpcdgnn.planner.rates import MachineRates
+    from hpcdgnn.planner.work import rebuild_calls
+    from hpcdgnn.strategies.snapshot import SnapshotStrategy
+
+    log: list[tuple[str, int, int]] = []
+    norm, transpose = snapshot.stacked_gcn_norm, sparse.csr_transpose
+
+    def counting_norm(snaps, ts, dtype, transpose=False):
+        out = norm(snaps, ts, dtype, transpose)
+        log.append(("norm", len(ts), out.a.values().numel()))
+        return out
+
+    def counting_transpose(a):
+        log.append(("transpose", 1, a.values().numel()))
+        return transpose(a)
+
+    monkeypatch.setattr(snapshot, "stacked_gcn_norm", counting_norm)
+    monkeypatch.setattr(sparse, "csr_transpose", counting_transpose)
+    path = write_job(tmp_path / "job.yaml", small_dataset, model={"name": model},
+                     strategy={"name": "snapshot", "blocks": blocks}, train={"epochs": 2})
+    counts = []
+    for epochs in (1, 2):
+        log.clear()
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(path), "--output", str(tmp_path / f"run{epochs}"),
+                                   "--set", f"train.epochs={epochs}"])
+        assert proc.returncode == 0, proc.stderr
+        counts.append({kind: (sum(1 for k, *_ in log if k == kind), sum(s for k, s, _ in log if k == kind),
+                              sum(e for k, _, e in log if k == kind)) for kind in ("norm", "transpose")})
+    epoch = {kind: tuple(b - a for a, b in zip(counts[0][kind], counts[1][kind], strict=True))
+             for kind in ("norm", "transpose")}
+
+    manifest = load_manifest(small_dataset)
+    graph = GraphStats(manifest, str(small_dataset))
+    job = load_job(path, check_paths=False)
+    work = model_work(job.model, manifest.num_features, job.train.dtype)
+    (r,) = SnapshotStrategy.cost(SnapshotStrategy.make_plan(manifest, 1, job), job, manifest, graph, work)
+    assert epoch["norm"][0] > 0 and epoch["norm"] == (r.rebuilt_calls, r.rebuilt_steps, r.rebuilt_nnz)
+    assert epoch["transpose"] == (r.transposes, r.transposes, r.transposed_nnz)
+    assert (r.transposes > 0) == (model != "dysat")
+    rates = MachineRates(norm_seconds=1e-7, transpose_seconds=2e-7, op_seconds=1e-5)
+    per_call, per_step, per_transpose = rebuild_calls()
+    assert per_call > 0 and per_step > 0 and per_transpose > 0
+    assert _seconds(_rebuilt(r), rates, 8) == pytest.approx(
+        1e-7 * r.rebuilt_nnz + 2e-7 * r.transposed_nnz
+        + 1e-5 * (per_call * r.rebuilt_calls + per_step * r.rebuilt_steps + per_transpose * r.transposes))
+    assert _seconds(Counted(rebuilt=1.0, transposed=1.0), rates, 8) == pytest.approx(3e-7)
 
 
 @pytest.fixture(scope="module")
