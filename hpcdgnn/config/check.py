@@ -100,10 +100,12 @@ def run_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"check --ranks-per-node: {args.ranks_per_node}; a node runs at least 1 rank")
 
     from hpcdgnn.data.validate import check_dataset
+    from hpcdgnn.planner.work import planning_threads
     from hpcdgnn.strategies import get_strategy
     from hpcdgnn.train.footprint import lower_bound, predicted_peak
     from hpcdgnn.train.setup import _blamed, check_job
 
+    planning_threads()
     P = args.ranks
     job = load_job(args.job, args.set or [])
     share, device_memory, share_from = _budgets(args, job)

@@ -51,9 +51,11 @@ def run_plan(args: argparse.Namespace) -> int:
     from hpcdgnn.config import load_job
     from hpcdgnn.planner.predict import DEFAULT_RATES_NOTE, auto_inputs, plan_job
     from hpcdgnn.planner.rates import load_rates
+    from hpcdgnn.planner.work import planning_threads
     from hpcdgnn.regimes import regime_of
     from hpcdgnn.strategies import get_strategy
 
+    planning_threads()
     job = load_job(args.job, args.set or [])
     names, given, budget = (auto_inputs(job, args.job) if get_strategy(job.strategy.name).picks_another
                             else (None, None, None))

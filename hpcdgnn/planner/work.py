@@ -28,7 +28,7 @@ from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph
 from hpcdgnn.ops.sparse import NormalizedAdjacency, gcn_norm
 
-__all__ = ["ModelWork", "PhaseWork", "counted", "model_work"]
+__all__ = ["ModelWork", "PhaseWork", "counted", "model_work", "planning_threads"]
 
 #: the phases a strategy places on different rows
 PHASES = ("spatial", "temporal")
@@ -334,6 +334,16 @@ def _reads_transpose(model, in_features: int, dtype: torch.dtype, degree: int) -
     sum(z.sum() for z in emb.values()).backward()
     model.zero_grad(set_to_none=True)
     return any(a.has_transpose for a in adj)
+
+
+def planning_threads() -> None:
+    """One torch thread for ``plan`` and ``check`` unless ``OMP_NUM_THREADS`` names others: their torch work is
+    tiny counted graphs and samples, whose ops more threads only slow down — each op's threads spin waiting
+    for each other, on a login node shared with other users most of all."""
+    import os
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
 
 
 def best_seconds(fn, repeats: int = 5) -> float:

@@ -577,8 +577,9 @@ def test_checkpoint_blocks_price_rebuilding_their_adjacency(launcher, small_data
                                                             blocks):
     """Checkpoint blocks keep no Ã_t (IBM §3.2): each forward pass over a block normalises its snapshots again
     and each backward builds their Ãᵀ anew, work ``plan`` left out. The planner's per-epoch normalisations
-    (calls, snapshots, entries) and transposes are the run's, counted in its second epoch at P = 1 (DySAT aggregates by attention: nothing to transpose), and they
-    are priced at the rates' seconds per entry and per framework call."""
+    (calls, snapshots, entries) and transposes are the run's, counted in its second epoch at P = 1 (DySAT
+    aggregates by attention: nothing to transpose), and they are priced at the rates' seconds per entry and per
+    framework call."""
     import hpcdgnn.ops.sparse as sparse
     import hpcdgnn.strategies.snapshot as snapshot
     from hpcdgnn.config import load_job
@@ -740,3 +741,30 @@ def test_counting_a_model_s_work_does_not_import_the_compiler():
             "work = model_work(model_options('cdgcn')(name='cdgcn', hidden=8, layers=2), 3, 'float32')\n"
             "assert work.layers, work\n"
             "assert 'torch._dynamo' not in sys.modules\n")
+
+
+@pytest.mark.mpi  # two fresh interpreters, ~10 s; `check` imports mpi4py (it checks the job as a run's set-up)
+def test_plan_and_check_count_on_one_thread_unless_told(small_dataset, tmp_path):
+    """``plan`` and ``check`` left torch at every core: their tiny counted ops then spend their time in threads
+    spinning for each other, several times slower on a loaded login node (a plan of CollegeMsg 9 s → 45 s).
+    They run on one thread, or on the threads ``OMP_NUM_THREADS`` names."""
+    import os
+    import subprocess
+    import sys
+
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    code = ("import torch\n"
+            "from hpcdgnn.__main__ import main\n"
+            "torch.set_num_threads(2)\n"
+            f"assert main(['plan', {str(job)!r}, '--ranks', '2']) == 0\n"
+            "plan = torch.get_num_threads()\n"
+            "torch.set_num_threads(2)\n"
+            f"assert main(['check', {str(job)!r}, '--ranks', '2']) == 0\n"
+            "print(plan, torch.get_num_threads())\n")
+    for omp, want in ((None, "1 1"), ("2", "2 2")):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        if omp:
+            env["OMP_NUM_THREADS"] = omp
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == want, proc.stdout
