@@ -33,6 +33,13 @@ def _mpi_buffer(t: torch.Tensor) -> Any:
     return t.numpy() if t.device.type == "cpu" else t
 
 
+def _pickled_bytes(obj: Any) -> int:
+    """Bytes a protocol-5 pickle of ``obj`` moves: its stream and its out-of-band buffers (not copied here)."""
+    buffers: list[pickle.PickleBuffer] = []
+    stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return len(stream) + sum(b.raw().nbytes for b in buffers)
+
+
 def alone() -> Communicator:
     """A communicator of this process alone (``MPI_COMM_SELF``): what rank 0 computes by itself (the planner's
     counts under ``strategy: auto``) must not run a collective on ``COMM_WORLD``, which no other rank joins."""
@@ -249,10 +256,15 @@ class Communicator:
         self.stats.add(name, 0, 0, time.perf_counter() - t0)
 
     def bcast_obj(self, obj: Any, root: int = 0, tag: str = "setup") -> Any:
-        """Broadcast a picklable object from ``root``."""
+        """Broadcast a picklable object from ``root``, of any size.
+
+        By pickle protocol 5 (``mpi4py.util.pkl5``): arrays travel out of band, uncopied, in messages of any
+        length — a plan's (T, N) tables pass 2 GiB, where an MPI-3 library refuses one pickled message."""
+        from mpi4py.util import pkl5
+
         t0 = self.stats.enter(tag)
-        out = self._comm.bcast(obj, root=root)
-        n = len(pickle.dumps(out)) if self.size > 1 and self.rank == root else 0
+        out = pkl5.Intracomm(self._comm).bcast(obj, root=root)
+        n = _pickled_bytes(out) if self.size > 1 and self.rank == root else 0
         self._counted(tag, n * (self.size - 1), 0, t0)
         return out
 

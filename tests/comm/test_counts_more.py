@@ -25,3 +25,16 @@ def test_small_collectives_count_sent_and_received_bytes(launcher):
             "setup": [7 * 8 * 2 if me == 0 else 0, 0],
             "r.bcast": [6 * 4 * 2 if me == 2 else 0, 0],
         }, me
+
+
+def test_an_object_over_2_gib_broadcasts(launcher):
+    """A plan's (T, N) chunk table passes 2 GiB at T·N ≈ 2.7·10⁸ (int64): one pickled MPI-3 message cannot carry
+    it (MPI_ERR_ARG on every rank's set-up). ``bcast_obj`` sends arrays out of band, in messages of any length:
+    2 GiB + 8 bytes reach the other rank whole, and the root counts them once per other rank."""
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "big_bcast_check.py")], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
+    assert sorted(out) == [0, 1]
+    for r in out.values():
+        assert (r["length"], r["ends"], r["kind"]) == ((1 << 31) + 8, [7, 9], "chunk"), r
+    assert (1 << 31) + 8 < out[0]["sent"] < (1 << 31) + 1024 and out[1]["sent"] == 0, out
