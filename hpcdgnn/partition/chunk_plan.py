@@ -45,7 +45,8 @@ def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | 
     stats = chunk_stats(g, labels)
     work = chunk_work(job, F, g, labels, stats)  # DGC §4.2: count, or the profiled MLPs
     chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
-    chunk = np.full((T, N), -1, dtype=np.int64)  # chunk of each active appearance, -1 when inactive
+    # chunk of each active appearance, -1 when inactive; int32 while ids fit (every rank holds the table)
+    chunk = np.full((T, N), -1, dtype=np.int32 if T * N < 1 << 31 else np.int64)
     chunk[g.time, g.vertex] = labels
     # the time encoder's rows per vertex: all T steps, or (sequences: active) its active appearances
     rows = np.full(N, float(T)) if job.strategy.sequences == "all" else np.bincount(g.vertex, minlength=N) * 1.0

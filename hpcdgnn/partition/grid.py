@@ -60,7 +60,7 @@ def plan_grid(manifest: Manifest, num_ranks: int, job: JobConfig) -> PartitionPl
     for j in range(Pv):
         inner = balanced_bounds(int(vb[j + 1] - vb[j]), Ps)
         rnn_group[vb[j]:vb[j + 1]] = np.repeat(np.arange(Ps), np.diff(inner))
-    chunk = group[:, None] * Pv + column[None, :]
+    chunk = (group[:, None] * Pv + column[None, :]).astype(np.int32)  # every rank holds the (T, N) table
     rnn_owner = rnn_group * Pv + column
     ranks = [{"group": p // Pv, "column": p % Pv, "snapshots": int((group == p // Pv).sum()),
               "vertices": int((column == p % Pv).sum()), "rnn_vertices": int((rnn_owner == p).sum())}

@@ -51,7 +51,7 @@ class ChunkAssignment:
     """D1's chunks (DGC §4), broadcast with the plan; ``plan.json`` gets only :meth:`summary`."""
 
     chunk: np.ndarray
-    """(T, N) chunk id of each active appearance (v, t), -1 where v is inactive at t."""
+    """(T, N) chunk id of each active appearance (v, t), -1 where v is inactive at t (int32 where ids fit)."""
     chunk_owner: np.ndarray
     """(C,) rank of each chunk (Alg. 1 / Eq. 3)."""
     rnn_owner: np.ndarray
