@@ -323,6 +323,30 @@ def _rerun(r: RankWork, work: ModelWork) -> Counted:
     return c.scaled(work.forward_share) if work.forward_share else c
 
 
+def _rows_work(r: RankWork, work: ModelWork) -> Counted:
+    """The model's counted work over a rank's rows, steps and entries of Ã_t: forward and backward up to the
+    training horizon, the forward's share past it (no autograd there: the share of rows autograd keeps,
+    :attr:`RankWork.spatial_saved_rows` and :attr:`RankWork.temporal_saved_rows`, of its steps and entries too)."""
+    sp, tm = work.spatial, work.temporal
+
+    def kept(saved: float | None, rows: float) -> float:
+        return 1.0 if saved is None or rows <= 0 else min(max(saved / rows, 0.0), 1.0)
+
+    def part(fs: float, ft: float) -> Counted:  # shares fs, ft of the spatial and temporal rows, steps, entries
+        return Counted(sp.flops(r.spatial_rows * fs, r.spatial_steps * fs)
+                       + tm.flops(r.temporal_rows * ft, r.temporal_steps * ft),
+                       sp.rnn_flops_per_row * r.spatial_rows * fs + tm.rnn_flops_per_row * r.temporal_rows * ft,
+                       sp.sparse_per_nnz * r.spatial_nnz * fs,
+                       sp.ops_per_step * r.spatial_steps * fs + tm.ops_per_step * r.temporal_steps * ft)
+
+    fs, ft = kept(r.spatial_saved_rows, r.spatial_rows), kept(r.temporal_saved_rows, r.temporal_rows)
+    c = part(fs, ft)
+    c.ops += sp.ops_fixed + tm.ops_fixed
+    if fs < 1.0 or ft < 1.0:
+        c += part(1.0 - fs, 1.0 - ft).scaled(work.forward_share or 1.0)
+    return c
+
+
 def _rebuilt(r: RankWork) -> Counted:
     """What checkpoint blocks' reloads cost (:attr:`RankWork.rebuilt_nnz`): the entries normalised and
     transposed again, and the framework calls of each normalisation, snapshot and transpose
@@ -346,7 +370,8 @@ class HeadCost:
     """What the task head costs per snapshot it scores, from the task's own figures (:meth:`of`)."""
 
     work: np.ndarray
-    """(T,) multiply-adds of scoring each snapshot's examples (``Task.snapshot_work``)."""
+    """(T,) multiply-adds of scoring each snapshot's examples (``Task.snapshot_work``) and of the head's transform
+    of its vertices' embeddings (``Task.vertex_work``)."""
     pairs: np.ndarray | None
     """(T,) pairs scored from each snapshot (``Task.scored_pairs``), or None: a task that scores vertices."""
     train: np.ndarray
@@ -371,7 +396,8 @@ class HeadCost:
         task = task_class(job.task.name)
         train = np.arange(manifest.num_snapshots) <= task.train_horizon(job.task, manifest)
         per_row, per_pair = task.saved_bytes(job.task, emb_features, itemsize)
-        return cls(task.snapshot_work(job.task, manifest), task.scored_pairs(job.task, manifest), train, per_row,
+        work = task.snapshot_work(job.task, manifest) + task.vertex_work(job.task, manifest, emb_features)
+        return cls(work, task.scored_pairs(job.task, manifest), train, per_row,
                    per_pair, manifest.num_vertices, task.held_bytes_per_pair(itemsize),
                    task.scored_positives(job.task, manifest), float(emb_features * itemsize))
 
@@ -496,10 +522,7 @@ def price(strategy: str, options: dict, ranks: list[RankWork], work: ModelWork, 
         for k, v in sent.items():
             tags[k] = tags.get(k, 0.0) + v
         sp, tm = work.spatial, work.temporal
-        c = r.counted if r.counted is not None else Counted(
-            sp.flops(r.spatial_rows, r.spatial_steps) + tm.flops(r.temporal_rows, r.temporal_steps),
-            sp.rnn_flops_per_row * r.spatial_rows + tm.rnn_flops_per_row * r.temporal_rows,
-            sp.sparse_per_nnz * r.spatial_nnz, sp.ops(r.spatial_steps) + tm.ops(r.temporal_steps))
+        c = r.counted if r.counted is not None else _rows_work(r, work)
         t_tm = (tm.flops(r.temporal_rows, r.temporal_steps) / rates.dense(width) + tm.rnn_flops_per_row *
                 r.temporal_rows / rates.rnn(width) + tm.ops(r.temporal_steps) * rates.op_seconds)
         if r.rerun_passes or r.rebuilt_calls or head is not None:

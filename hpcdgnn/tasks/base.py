@@ -191,6 +191,13 @@ class Task(nn.Module):
         raise NotImplementedError
 
     @staticmethod
+    def vertex_work(cfg, manifest, emb_features: int) -> np.ndarray:
+        """(T,) multiply-adds of the head's dense transform of every vertex's ``emb_features``-wide embedding in
+        each snapshot it scores, ×3 where the snapshot trains (forward, and the backward's two products): what
+        :meth:`snapshot_work`'s relative cost leaves out and the planner adds. None by default."""
+        return np.zeros(manifest.num_snapshots)
+
+    @staticmethod
     def scored_pairs(cfg, manifest) -> np.ndarray | None:
         """(T,) pairs (positive and negative) scored from Z_t per epoch, or None for a task that scores vertices
         (what the planner prices at the machine's seconds per pair)."""

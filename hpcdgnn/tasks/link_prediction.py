@@ -418,6 +418,15 @@ class LinkPrediction(Task):
         per[train.start : train.stop] = cfg.decoder_hidden * factor + 4.0
         return LinkPrediction.scored_pairs(cfg, manifest) * per
 
+    @staticmethod
+    def vertex_work(cfg: LinkPredictionOptions, manifest: Manifest, emb_features: int) -> np.ndarray:
+        """The decoder's first layer once per vertex (:meth:`EdgeDecoder.project`: N·F·2h) on every scored step."""
+        ranges = split_steps(manifest.num_snapshots - 1, cfg.split)
+        work = np.zeros(manifest.num_snapshots)
+        work[ranges[0].start : ranges[-1].stop] = manifest.num_vertices * emb_features * 2.0 * cfg.decoder_hidden
+        work[ranges[0].start : ranges[0].stop] *= 3.0
+        return work
+
     def _split_of(self, step: int) -> int:
         for i, r in enumerate(self.ranges):
             if step in r:

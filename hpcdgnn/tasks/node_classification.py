@@ -96,6 +96,11 @@ class NodeClassification(Task):
         return np.array([0.0 if t < first else per * (3.0 if t in train else 1.0)
                          for t in range(manifest.num_snapshots)])
 
+    @staticmethod
+    def vertex_work(cfg: NodeClassificationOptions, manifest: Manifest, emb_features: int) -> np.ndarray:
+        """The linear head on every vertex's embedding (F wide): :meth:`snapshot_work` × F."""
+        return NodeClassification.snapshot_work(cfg, manifest) * float(emb_features)
+
     def setup(self, reader, scored: Scored, comm) -> None:
         """Read labels of the scored snapshots — in place (``scored.rows``), of my rows of every step I
         have rows of; all-reduce the number of labelled training vertices."""

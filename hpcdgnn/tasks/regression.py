@@ -149,6 +149,11 @@ class Regression(Task):
         return work
 
     @staticmethod
+    def vertex_work(cfg: RegressionOptions, manifest: Manifest, emb_features: int) -> np.ndarray:
+        """The linear head on every vertex's embedding (F wide): :meth:`snapshot_work` × F."""
+        return Regression.snapshot_work(cfg, manifest) * float(emb_features)
+
+    @staticmethod
     def steps(cfg: RegressionOptions, manifest: Manifest) -> list[range]:
         """Steps t = 0..T-H (a signal of windows: from window 0's end on), split in time order."""
         return _ranges(cfg, manifest)
