@@ -219,7 +219,7 @@ class TrainedRun:
         try:
             import_training()
             from hpcdgnn.metrics.export import run_export
-            from hpcdgnn.rank_zero import Words, await_rank_0, rank_0_does, several_ranks
+            from hpcdgnn.rank_zero import Words, await_rank_0, job_world, rank_0_does, several_ranks
 
             if to not in ("hpcdgnn", "pygt"):
                 raise ConfigError(f"to: {to!r}; choose from 'hpcdgnn', 'pygt'")
@@ -239,9 +239,7 @@ class TrainedRun:
             if not several_ranks():
                 work()
             else:
-                from hpcdgnn.comm.world import init_mpi
-
-                world = init_mpi().COMM_WORLD
+                world = job_world("export")
                 # the call as the other ranks compare it: the run and the arguments as given (as _Same compares them)
                 key = f"{self.dir} to " + ", ".join([f"{k}={v!r}" for k, v in paths.items() if v is not None]
                                                     + ([f"to={to!r}"] if to != "hpcdgnn" else []))

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hpcdgnn.errors import DataError, HpcdgnnError
+from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError
 
-__all__ = ["Words", "await_rank_0", "rank_0_does", "several_ranks"]
+__all__ = ["Words", "await_rank_0", "job_world", "rank_0_does", "several_ranks"]
 
 T = TypeVar("T")
 
@@ -58,6 +58,24 @@ def several_ranks() -> bool:
 
     launched = expected_world_size()
     return (launched is not None and launched[0] > 1) or ("mpi4py.MPI" in sys.modules and world_rank_size()[1] > 1)
+
+
+def job_world(name: str) -> Any:
+    """``MPI.COMM_WORLD`` for a call that :func:`several_ranks` says is one of several ranks, refused where it is
+    not the world the launcher started: ``srun`` without a PMI the MPI library speaks starts P 1-rank worlds,
+    each its own rank 0, and each would write the same output (``run`` refuses these alike, in
+    :func:`hpcdgnn.train.collective.agree_start`).
+
+    Raises:
+        ConfigError: ``{name}: srun started P tasks but each is a 1-rank MPI world: …``, on every process alike.
+    """
+    from hpcdgnn.comm.world import check_world_size, init_mpi
+
+    world = init_mpi().COMM_WORLD
+    wrong = check_world_size(world.Get_size())
+    if wrong:
+        raise ConfigError(f"{name}: {wrong}")
+    return world
 
 
 def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words) -> T:

@@ -218,9 +218,10 @@ def _once_per_job(function):
         except (TypeError, KeyError, DataError):  # the call itself is wrong: every rank says so alike
             return function(*args, **kwargs)
         from hpcdgnn.comm.world import init_mpi
+        from hpcdgnn.rank_zero import job_world
 
+        world = job_world(function.__name__)
         MPI = init_mpi()
-        world = MPI.COMM_WORLD
         if world.Get_rank() == 0:
             return _write_and_tell(world, MPI, key, function, args, kwargs)
         return _await_rank_0(world, MPI, key, function.__name__)

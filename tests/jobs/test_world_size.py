@@ -198,3 +198,48 @@ def test_a_singleton_leaves_no_shared_memory_segment_and_hands_nothing_on():
         pytest.skip(f"not Open MPI: {library}")
     assert maps == [], maps  # the shared-memory transport's segment is mapped from MPI_Init on
     assert btl == "^ofi"  # put back after MPI_Init: an mpirun started from here gets what the user set
+
+
+RANK_ZERO_CALLS = r"""
+import sys
+import numpy as np
+import hpcdgnn
+from hpcdgnn.data.adapters import from_arrays
+from hpcdgnn.errors import HpcdgnnError
+
+out, run = sys.argv[1], hpcdgnn.load_run(sys.argv[2])
+rng = np.random.default_rng(0)
+for name, call in (("from_arrays", lambda: from_arrays(rng.integers(0, 9, 50), rng.integers(0, 9, 50),
+                                                       rng.random(50), out + "/data", snapshots=2)),
+                   ("export", lambda: run.export(csv=out + "/epochs.csv"))):
+    try:
+        call()
+        print("WROTE", name)
+    except HpcdgnnError as e:
+        print("REFUSED", type(e).__name__, e)
+"""
+
+
+@pytest.mark.mpi  # singleton MPI jobs (mpi4py), as srun without PMIx starts them
+def test_the_calls_rank_0_does_alone_refuse_a_world_the_launcher_did_not_start(tmp_path, small_dataset):
+    """srun without a PMI Open MPI speaks starts P 1-rank worlds, each its own rank 0: ``run`` refused them, but
+    the adapters' ``from_*`` and ``TrainedRun.export`` each wrote the same output, P writers racing. They refuse
+    in the same line now, naming the call, and write nothing."""
+    import hpcdgnn
+    from tests.conftest import write_job
+
+    run = hpcdgnn.train(write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1}), output=tmp_path / "r")
+    launcher = ("OMPI_COMM_WORLD_", "PMIX_", "PMI_", "PRTE_", "SLURM_", "MV2_", "JSM_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launcher)} | SRUN_DEFAULT
+    script = tmp_path / "calls.py"
+    script.write_text(RANK_ZERO_CALLS)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, str(script), str(out), str(run.dir)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["REFUSED ConfigError from_arrays", "REFUSED ConfigError export"]
+    for line in lines:
+        assert "srun started 2 tasks but each is a 1-rank MPI world" in line and "HPCDGNN_SRUN_MPI=" in line
+    assert list(out.iterdir()) == []
