@@ -403,7 +403,8 @@ def _unset_in(file: str, key: str) -> bool:
 
 
 def job_to_dict(job: JobConfig) -> dict:
-    """The resolved config (defaults filled) as plain YAML-ready data."""
+    """The resolved config (defaults filled) as plain YAML-ready data; a task's options that its data fixes
+    (``TaskConfig.fixed_by_data``: an event stream's split) are left out while at their defaults."""
 
     def plain(v: Any) -> Any:
         if isinstance(v, tuple):
@@ -412,4 +413,9 @@ def job_to_dict(job: JobConfig) -> dict:
             return {k: plain(x) for k, x in v.items()}
         return v
 
-    return plain(dataclasses.asdict(job))
+    out = plain(dataclasses.asdict(job))
+    task_class = type(job.task)
+    for key in task_class.fixed_by_data:
+        if getattr(job.task, key) == getattr(task_class(), key):  # a value given differs: kept, to be refused
+            out["task"].pop(key, None)
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import ClassVar, Literal
 
 __all__ = [
     "DataConfig",
@@ -87,6 +87,10 @@ class TaskConfig:
     AP, as TGL). Left out under a model of the event regime (tgn): ``temporal_link_prediction``."""
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
+    #: options whose value comes from the dataset, not the job (an event stream's split is the one ``prepare``
+    #: cut): the resolved job leaves them out while at their defaults, so that ``config.resolved.yaml`` shows no
+    #: value the run did not use
+    fixed_by_data: ClassVar[tuple[str, ...]] = ()
 
     def _at_least_one(self, *names: str) -> None:
         """ValueError ``NAME: must be >= 1`` for the first of the options ``names`` below 1."""

@@ -12,7 +12,7 @@ score comes out to rounding apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -32,6 +32,8 @@ class TemporalLinkPredictionOptions(TaskConfig):
 
     name: str = "temporal_link_prediction"
     """The task these options belong to."""
+    #: the split is the event dataset's (``prepare --kind events --split``); ``task.split`` is refused
+    fixed_by_data: ClassVar[tuple[str, ...]] = ("split",)
     negatives: int = 1
     """Negative destinations per training event, drawn from the seed."""
     batch_events: int = 600

@@ -272,6 +272,30 @@ def test_bad_time_encoding_keys_are_one_line(college, tmp_path, capsys, over, wo
     assert len(err) == 1 and words in err[0], err
 
 
+def test_resolved_job_shows_no_task_split_the_event_stream_does_not_use(college, tmp_path, capsys):
+    """An event stream's split is the one ``prepare --kind events --split`` cut (the manifest's): the resolved job
+    (``config.resolved.yaml``, ``check``, ``summary.json``) leaves ``task.split`` out instead of showing the default
+    0.7/0.15/0.15 as if the run had used it, and reads back to the same job; a split that was given stays, and
+    the run refuses it in one line. Snapshot tasks keep theirs."""
+    from hpcdgnn.__main__ import main
+    from hpcdgnn.config import job_to_dict
+
+    path = _job(tmp_path, college)
+    job = load_job(path)
+    resolved = job_to_dict(job)
+    assert "split" not in resolved["task"], resolved["task"]
+    again = tmp_path / "resolved.yaml"
+    again.write_text(json.dumps(resolved))
+    assert load_job(again) == job
+    given = load_job(path, ["task.split=[0.5, 0.25, 0.25]"])
+    assert job_to_dict(given)["task"]["split"] == [0.5, 0.25, 0.25]
+    assert main(["check", str(path), "--ranks", "1", "--set", "task.split=[0.5, 0.25, 0.25]"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "task.split: an event stream's split is the dataset's" in err[0], err
+    snapshots = load_job(write_job(tmp_path / "snapshots.yaml", college), check_paths=False)
+    assert job_to_dict(snapshots)["task"]["split"] == [0.7, 0.15, 0.15]
+
+
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
     """1×2×1 trains every positive batch twice (two negative sets); 1×1×2 walks two time segments with two
     memories; a 1×1×2 run with a pre-trained static memory resumed from its epoch-2 checkpoint (each group's
