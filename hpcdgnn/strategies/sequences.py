@@ -22,7 +22,6 @@ draw or the parameters and are not shared; the cells' gate sharing is counted on
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 
@@ -436,9 +435,9 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'. From
         batch ``start`` on, the reuse cache at its place in the epoch's planned reads (a resume within the epoch)."""
         if self.opts.placement == "fetch":
-            t0 = time.perf_counter()
+            # its seconds are the placement.fetch exchanges' (comm): counted as load too, the split would hold
+            # them twice and take them off compute
             self._fetch()
-            self.load_seconds += time.perf_counter() - t0
         if self.cache is not None:
             self.cache.reset_counters()
             self._fills = dict.fromkeys(self._fills, 0)

@@ -47,7 +47,9 @@ def test_attention_over_sampled_blocks_p3_reproduces_one_rank(launcher, small_da
 
 def test_fetch_placement_moves_snapshots_and_changes_nothing(launcher, small_dataset, tmp_path):
     """``fetch`` reads only a rank's block and pulls the window's other snapshots each epoch (bytes
-    counted); the losses are those of ``overlap``. node_first orders samples differently, still P-invariant."""
+    counted); the losses are those of ``overlap``. The fetch's seconds are communication, counted once in the
+    time split (not as *load* too, which took them off *compute*). node_first orders samples differently, still
+    P-invariant."""
     job = write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"}, strategy=SEQ)
     node_first = ("strategy.order=node_first", "strategy.batch_samples=3")
     (ref, _), (got, recs), (three, _) = _losses_many(launcher, 3, [
@@ -55,6 +57,8 @@ def test_fetch_placement_moves_snapshots_and_changes_nothing(launcher, small_dat
         (job, tmp_path / "nf3", node_first)])
     np.testing.assert_allclose(got, ref, rtol=1e-12)
     assert all(r["bytes_by_tag"].get("placement.fetch", 0) > 0 for r in recs)
+    assert all(r["comm_by_tag"]["placement.fetch"]["seconds"] > 0 for r in recs)
+    assert all(load == 0.0 for r in recs for load in r["per_rank"]["load"]), [r["per_rank"]["load"] for r in recs]
     one, _ = _losses(launcher, None, job, tmp_path / "nf1", *node_first)
     np.testing.assert_allclose(three, one, rtol=1e-9)
     assert not np.allclose(one, ref, rtol=1e-6)  # a different order of optimizer steps
