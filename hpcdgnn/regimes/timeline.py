@@ -132,8 +132,10 @@ def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}" if where else str(e)) from None
     if pools:
+        full = [n for n in TIMELINE.strategies if get_strategy(n).full_batch]  # every one pools over all ranks
         raise ConfigError(f"{where}: model.name: {m.name} pools the top-k of every vertex of each snapshot, which "
-                          f"strategy.name: {s} samples; use a full-batch strategy (snapshot, pss, vertex or chunk)")
+                          f"strategy.name: {s} samples; use a full-batch strategy ({', '.join(full[:-1])} or "
+                          f"{full[-1]})")
     if not needs_step_graphs(m.name):
         return
     def can(name: str) -> bool:

@@ -44,3 +44,17 @@ def test_evolvegcn_h_under_a_sampled_strategy_is_one_line(launcher, small_datase
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "evolvegcn_h" in lines[0] and "strategy.name: sequences" in lines[0], lines
+
+
+@pytest.mark.parametrize("strategy", ["sequences", "hybrid"])
+def test_the_sampled_strategy_refusal_offers_every_full_batch_strategy(small_dataset, tmp_path, strategy):
+    """The refusal's fix names each full-batch strategy EvolveGCN-H trains under (grid among them), no other."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.errors import ConfigError
+    from hpcdgnn.regimes.timeline import TIMELINE
+
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": "evolvegcn_h"},
+                             strategy={"name": strategy}))
+    with pytest.raises(ConfigError) as refused:
+        TIMELINE.check(job, "job.yaml", 2)
+    assert str(refused.value).endswith("use a full-batch strategy (snapshot, pss, vertex, chunk or grid)"), refused
