@@ -262,10 +262,11 @@ class _Health:
 def _diverged(run: Run, checkpoints: CheckpointManager, epoch: int, loss: float) -> ConfigError:
     """The one line ending a run whose loss is not finite, naming the newest (finite) checkpoint (every rank)."""
     newest = latest_checkpoint(checkpoints.root)
+    # float64 is advice only to a float32 run
+    fix = "lower train.lr" + (" or use train.dtype: float64" if run.job.train.dtype == "float32" else "")
     return collective_error(ConfigError(
-        f"epoch {epoch}: the training loss is {loss}: training diverged; lower train.lr or use train.dtype: "
-        f"float64 (results in {run.run_dir}; " + (f"newest checkpoint, before it: {newest.name})" if newest
-                                                  else "no checkpoint was written)")))
+        f"epoch {epoch}: the training loss is {loss}: training diverged; {fix} (results in {run.run_dir}; "
+        + (f"newest checkpoint, before it: {newest.name})" if newest else "no checkpoint was written)")))
 
 
 class _CheckpointPolicy:

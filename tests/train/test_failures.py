@@ -58,6 +58,19 @@ def test_exception_on_one_rank_aborts_job(launcher, tmp_path):
     assert "rank 1/3:" in proc.stderr and "injected fault" in proc.stderr
 
 
+@pytest.mark.parametrize(("dtype", "advice"), [("float32", "lower train.lr or use train.dtype: float64 ("),
+                                                ("float64", "lower train.lr (")])
+def test_the_diverged_line_advises_float64_to_a_float32_run_only(tmp_path, dtype, advice):
+    """The line's fix: a lower learning rate, and float64 only where the run was not in float64 already."""
+    from types import SimpleNamespace
+
+    from hpcdgnn.train.trainer import _diverged
+
+    run = SimpleNamespace(run_dir=tmp_path, job=SimpleNamespace(train=SimpleNamespace(dtype=dtype)))
+    line = str(_diverged(run, SimpleNamespace(root=tmp_path / "checkpoints"), 3, float("nan")))
+    assert f"epoch 3: the training loss is nan: training diverged; {advice}" in line, line
+
+
 def test_a_diverged_run_stops_with_one_line_and_keeps_its_last_finite_checkpoint(launcher, small_dataset, tmp_path):
     """A training loss that is no longer finite (here train.lr = 1e30) stops every rank: one line, exit 2,
     summary status ``diverged``, no checkpoint of that epoch, so the newest one (kept) is finite."""
