@@ -70,6 +70,8 @@ class _Work:
     """``per_batch``: the root of each scored row [sources, destinations, negatives]; None: rows = roots."""
     valid: np.ndarray | None = None
     """(n, negatives) fixed negatives (TGB's, a varying count per event): which columns are real, not padding."""
+    own: np.ndarray | None = None
+    """(n, negatives) which negatives are the event's own destination: the positive pair itself."""
 
 
 @dataclass
@@ -229,6 +231,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             rng = np.random.default_rng([self.seed, _SPLIT_CODE[split], max(epoch, 0), q, negset])
             neg = rng.integers(*self.dst_range, size=(hi - lo, negatives))[s0 - lo : s1 - lo]
         ranked = np.concatenate([self.src[ev], self.dst[ev], neg.reshape(-1)])
+        own = neg == self.dst[ev][:, None]
         scored = roots_of = None
         bare = 0  # the first ``bare`` roots only update the memory: they read no neighbours
         task = self.ctx.job.task
@@ -260,7 +263,7 @@ class MemoryStrategy(Strategy[EventBatch]):
         # evaluation's batches (many roots, no backward) attend full neighbourhoods as dense batches
         inp.occurrences = self.model.plan(inp, dense=split != "train")
         writes = self._writes(ev, np.concatenate([self.src[s1:hi], self.dst[s1:hi]]), roots_of)
-        return _Work(split, q, ev, writes, negatives, inp, scored, valid)
+        return _Work(split, q, ev, writes, negatives, inp, scored, valid, own)
 
     def _writes(self, ev: np.ndarray, later: np.ndarray, roots_of: np.ndarray | None) -> _Writes:
         """:class:`_Writes` of events ``ev``, leaving the ``later`` slices' nodes; ``roots_of``: the root of each
@@ -447,6 +450,8 @@ class MemoryStrategy(Strategy[EventBatch]):
                     pos, neg = task.scores(_embeddings(z, work, work.negatives))
                     self._write(work, s_new, apply)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
+                    if work.own.any():  # the positive pair drawn as its own negative: its score, bit for bit
+                        neg[work.own] = np.broadcast_to(pos[:, None], neg.shape)[work.own]
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
                         (pos, neg), tag="memory.eval")  # also orders these writes before the next reads
                     ap = None
