@@ -377,7 +377,8 @@ def _parser() -> argparse.ArgumentParser:
     pf.add_argument("--repeats", type=int, default=3, help="timed repeats per encoder, the best counts (default 3)")
     pf.add_argument("--seed", type=int, default=0, help="seed of the chunks, widths and split (default 0)")
     pf.add_argument("--fit-steps", type=int, default=1500, help="Adam steps per MLP (default 1500)")
-    pf.add_argument("--out", metavar="PATH", help="predictor file (default: the per-machine cache path)")
+    pf.add_argument("--out", "--output", dest="out", metavar="PATH",
+                    help="predictor file (default: the per-machine cache path)")
     pf.set_defaults(func=_cmd_profile)
 
     from hpcdgnn.planner.command import add_calibrate_arguments, add_plan_arguments
@@ -446,7 +447,7 @@ def _parser() -> argparse.ArgumentParser:
                         "and time_split.png (the slowest rank's load / compute / exposed communication per epoch) "
                         "into --out. Scaling plots over P: perf/scaling.py.")
     rp.add_argument("rundirs", nargs="+", metavar="RUNDIR", help="run directories")
-    rp.add_argument("--out", default="report", help="directory of the PNGs (default report/)")
+    rp.add_argument("--out", "--output", dest="out", default="report", help="directory of the PNGs (default report/)")
     rp.set_defaults(func=_cmd_report)
     return p
 

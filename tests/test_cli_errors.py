@@ -465,3 +465,14 @@ def test_the_memory_check_takes_the_smallest_node(launcher, tmp_path, small_data
                             str(tmp_path / "r")], timeout=60)
     line = _one_line(proc)
     assert "B per rank" in line and "and this rank has 0 B (its share of the node's memory)" in line, line
+
+
+def test_every_command_that_writes_takes_output():
+    """``run``, ``prepare``, ``embed``, ``predict`` and ``export`` take ``--output``; ``report``, ``calibrate``
+    and ``profile`` took only ``--out`` and refused ``--output`` ("unrecognized arguments"). Both spellings now."""
+    from hpcdgnn.__main__ import _parser
+
+    parser = _parser()
+    for argv in (["report", "RUN", "--output", "D"], ["calibrate", "--output", "D"], ["profile", "--output", "D"]):
+        assert parser.parse_args(argv).out == "D", argv
+        assert parser.parse_args([*argv[:-2], "--out", "D"]).out == "D", argv

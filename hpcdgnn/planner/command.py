@@ -149,7 +149,8 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="device to time on")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="as train.dtype")
     p.add_argument("--threads", type=int, default=1, help="torch threads (one rank's share of the cores)")
-    p.add_argument("--out", metavar="PATH", help="rates file (default: the per-machine cache path)")
+    p.add_argument("--out", "--output", dest="out", metavar="PATH",
+                   help="rates file (default: the per-machine cache path)")
     p.epilog = ("Under mpirun every rank times at once and the slowest rank's product rates are kept: run it "
                 "with the ranks per node your jobs use.")
 
