@@ -47,9 +47,10 @@ def _options(strategy: str, partition: str, chunk_size: int) -> dict:
 
 
 def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, partition: str,
-        chunk_size: int = 4096, label: str = "", **strategy_keys) -> dict:
+        chunk_size: int = 4096, label: str = "", **strategy_keys) -> dict | None:
     """One run; returns median steady MiB/epoch (total, strategy, gradient) and epoch seconds, and the
-    last epoch's record (``strategy_keys`` go into the job's ``strategy:`` section).
+    last epoch's record (``strategy_keys`` go into the job's ``strategy:`` section); None when the run failed
+    (its output printed), so that one strategy's refusal does not discard the others' measurements.
     """
     import subprocess
 
@@ -66,7 +67,8 @@ def run(work: Path, data: Path, model: str, strategy: str, P: int, epochs: int, 
     proc = subprocess.run([*launch, sys.executable, "-m", "hpcdgnn", "run", str(job), "--output", str(out)],
                           capture_output=True, text=True, env=run_env())
     if proc.returncode != 0:
-        raise SystemExit(f"{strategy} P={P} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        print(f"{strategy} P={P} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", file=sys.stderr, flush=True)
+        return None
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steady = [r for r in recs if not r["warmup"]] or recs[-1:]
 
@@ -141,6 +143,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up")
     ap.add_argument("--repeat", type=int, default=1, help="runs per (strategy, P), alternating; the fastest counts")
     args = ap.parse_args()
+    failed: list[str] = []
     try:  # before generating a graph: an unknown --model is one line, at once
         strategies_of = {model: args.strategies or _default_strategies(model) for model in args.model}
     except KeyError as e:
@@ -160,6 +163,9 @@ def main() -> None:
                     for P in args.ranks:
                         r = run(work, data, model, strategy, P, args.epochs, args.partition, args.chunk_size,
                                 label=f"-{model}-r{rep}")
+                        if r is None:
+                            failed.append(f"{model} {strategy} P={P}")
+                            continue
                         print(f"  ran {model} {strategy} P={P} (repeat {rep + 1}/{args.repeat}): {r['epoch']:.3f} s",
                               file=sys.stderr, flush=True)
                         best = table.setdefault(strategy, {}).get(P)
@@ -173,7 +179,10 @@ def main() -> None:
                   f"{'vs snap P=1':>12s} {'lambda':>7s} {'loss':>8s}")
             for strategy in strategies:
                 for P in args.ranks:
-                    r = table[strategy][P]
+                    r = table.get(strategy, {}).get(P)
+                    if r is None:
+                        print(f"{strategy:10s} {P:>3d} {'failed':>10s}", flush=True)
+                        continue
                     ratio = ratios.get(strategy, {}).get(P)
                     cell = f"{ratio:>12.3f}" if ratio is not None else f"{'-':>12s}"
                     print(f"{strategy:10s} {P:>3d} {r['total']:>10.2f} {r['strategy']:>10.2f} {r['grad']:>9.3f} "
@@ -184,8 +193,12 @@ def main() -> None:
             if hi > lo:
                 print(f"volume growth from P={lo} to P={hi} (strategy traffic, gradient all-reduce excluded):")
                 for strategy, rows in table.items():
+                    if lo not in rows or hi not in rows:
+                        continue
                     a, b = rows[lo]["strategy"], rows[hi]["strategy"]
                     print(f"  {strategy:10s} {a:9.2f} -> {b:9.2f} MiB  x{(b / a if a else float('nan')):.2f}")
+    if failed:
+        raise SystemExit(f"compare_strategies.py: {len(failed)} run(s) failed (output above): {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -35,3 +35,24 @@ def test_default_strategies_are_the_model_s_regime_s_snapshot_first():
     timeline = [s for s in available_strategies() if s not in ("auto", "memory")]
     assert names[0] == "snapshot" and sorted(names) == timeline
     assert _cmp()._default_strategies("tgn") == ["memory"]
+
+
+def test_a_failed_strategy_does_not_discard_the_others(tmp_path):
+    """One strategy's refusal (``sequences``' default window 4 leaves no training sequence on T = 4) ended the
+    whole comparison with SystemExit before any table was printed: the runs that had completed were lost. Now
+    the failure is printed, the table has the completed runs and a ``failed`` row, and the exit is 1 naming it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(repo / "perf" / "compare_strategies.py"), "--vertices", "128",
+                           "--snapshots", "4", "--ranks", "1", "--epochs", "2", "--model", "tmgcn",
+                           "--strategies", "sequences", "snapshot"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()[:1] in
+            (["snapshot"], ["sequences"])}
+    assert rows["sequences"][2] == "failed" and rows["snapshot"][1] == "1", proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "compare_strategies.py: 1 run(s) failed (output above): tmgcn sequences P=1")
