@@ -450,7 +450,7 @@ class MemoryStrategy(Strategy[EventBatch]):
                     pos, neg = task.scores(_embeddings(z, work, work.negatives))
                     self._write(work, s_new, apply)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
-                    if work.own.any():  # the positive pair drawn as its own negative: its score, bit for bit
+                    if work.own is not None and work.own.any():  # the positive pair as its own negative: its score
                         neg[work.own] = np.broadcast_to(pos[:, None], neg.shape)[work.own]
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
                         (pos, neg), tag="memory.eval")  # also orders these writes before the next reads

@@ -166,17 +166,17 @@ def test_fixed_negatives_pad_and_an_empty_row_is_its_own_destination():
 # -- the AP: each positive against its first negative ---------------------------------------------------------
 
 
-def test_evaluation_ap_ranks_each_positive_against_its_first_negative():
-    """One validation batch of 4 events, positives 0.8, 0.6, 0.4, 0.2, 3 negatives each: first column 0.1, 0.3,
-    0.5, 0.7 (interleaved: AP = (1 + 2/3 + 3/5 + 4/7) / 4), the others below every positive but one (AP 0.95)
-    or below all (AP 1). The batch AP passed to eval_stats is the first column's."""
+def _evaluate_one_batch(own: np.ndarray | None) -> list:
+    """(split, negatives' scores, batch AP) that ``MemoryStrategy.evaluate`` passes to eval_stats for one
+    validation batch of 4 events, positives 0.8, 0.6, 0.4, 0.2, 3 negatives each (first column 0.1, 0.3, 0.5,
+    0.7), ``own`` marking the negatives that are their event's own destination (``_Work.own``; None: none)."""
     s = object.__new__(MemoryStrategy)
     s.plan = MemoryPlan("memory", 1, 1, 1, 1, 4, {"train": [0, 8], "val": [8, 12], "test": [12, 12]})
     s.c, s.a, s.b, s.group, s.eager = 0, 0, 0, None, False
     s.memory = SimpleNamespace(leader=False, read=lambda nodes, device: None)
     s.ctx = SimpleNamespace(device=torch.device("cpu"), job=SimpleNamespace(task=SimpleNamespace(eval_negatives=3)))
     work = SimpleNamespace(inp=SimpleNamespace(memory=None, unique=np.arange(3)), events=np.arange(8, 12),
-                           scored=None, negatives=3, valid=None)
+                           scored=None, negatives=3, valid=None, own=own)
     s._static = lambda key: work
     s._prefetch = lambda key: None
     s._write = lambda *args: None
@@ -187,11 +187,32 @@ def test_evaluation_ap_ranks_each_positive_against_its_first_negative():
     seen = []
 
     def eval_stats(split, p, n, ap, valid):
-        seen.append((split, ap))
+        seen.append((split, n.copy(), ap))
         return np.zeros(4)
 
     task = SimpleNamespace(stats_width=lambda: 4, scores=lambda emb: (pos, neg), eval_stats=eval_stats)
     model = type("Model", (), {"event_time": False, "__call__": lambda self, inp: (torch.zeros(20, 2), None)})()
     s.evaluate(model, task, 1)
+    return seen
+
+
+def test_evaluation_ap_ranks_each_positive_against_its_first_negative():
+    """The first column interleaves with the positives: AP = (1 + 2/3 + 3/5 + 4/7) / 4 (the others, below every
+    positive but one (AP 0.95) or below all (AP 1), are not its). A batch whose ``_Work.own`` is None (no
+    negative is its event's own destination) passes its scores as they are; one took ``None.any()``."""
+    seen = _evaluate_one_batch(None)
     assert len(seen) == 1 and seen[0][0] == "val"
-    assert seen[0][1] == pytest.approx((1 + 2 / 3 + 3 / 5 + 4 / 7) / 4, rel=1e-12)
+    assert seen[0][1][:, 0].tolist() == [0.1, 0.3, 0.5, 0.7]
+    assert seen[0][2] == pytest.approx((1 + 2 / 3 + 3 / 5 + 4 / 7) / 4, rel=1e-12)
+
+
+def test_evaluation_gives_an_event_s_own_destination_its_positive_s_score():
+    """A negative that is its event's own destination (the 4th event's first, 0.7) is scored as the positive
+    (0.2), bit for bit; the others keep theirs, and the AP ranks the tie at the tied run's end:
+    (1 + 1 + 3/4 + 4/7) / 4."""
+    own = np.zeros((4, 3), dtype=bool)
+    own[3, 0] = True
+    ((split, neg, ap),) = _evaluate_one_batch(own)
+    assert neg[:, 0].tolist() == [0.1, 0.3, 0.5, 0.2] and neg[:, 1:].tolist() == [
+        [0.0, 0.0], [0.05, 0.01], [0.15, 0.02], [0.25, 0.03]]
+    assert ap == pytest.approx((1 + 1 + 3 / 4 + 4 / 7) / 4, rel=1e-12)
