@@ -26,7 +26,7 @@ from torch.utils.flop_counter import flop_registry
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.nn.conv.graph import LocalGraph
 from hpcdgnn.nn.layout import Layout, StepGraph
-from hpcdgnn.ops.sparse import NormalizedAdjacency, gcn_norm
+from hpcdgnn.ops.sparse import NormalizedAdjacency, csr_transpose, gcn_norm, stacked_gcn_norm
 
 __all__ = ["ModelWork", "PhaseWork", "counted", "model_work", "planning_threads"]
 
@@ -471,8 +471,6 @@ def rebuild_calls() -> tuple[float, float, float]:
     """Framework calls of normalising snapshots again, counted as the model's are: (per
     :func:`~hpcdgnn.ops.sparse.stacked_gcn_norm` call, per snapshot it normalises, per
     :func:`~hpcdgnn.ops.sparse.csr_transpose`) — what a checkpoint block's reload adds to its entries' work."""
-    from hpcdgnn.ops.sparse import csr_transpose, stacked_gcn_norm
-
     graphs = _graphs(2, 8, 2, seed=0)
     one = counted(lambda: stacked_gcn_norm(graphs[:1], [0], torch.float32))[1]
     two = counted(lambda: stacked_gcn_norm(graphs, [0, 1], torch.float32))[1]
@@ -485,8 +483,6 @@ def seconds_per_rebuilt_entry(op_seconds: float, device: torch.device | None = N
     """Wall seconds per stored entry of Ã_t normalised and per entry transposed (``calibrate``'s
     ``norm_seconds`` and ``transpose_seconds``) on ``device``: four random snapshots of 2¹⁴ vertices, degree 8,
     their framework calls (:func:`rebuild_calls`, at ``op_seconds`` each) taken off."""
-    from hpcdgnn.ops.sparse import csr_transpose, stacked_gcn_norm
-
     S, dev = 4, device or torch.device("cpu")
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     graphs = [StepGraph(g.t, g.indptr.to(dev), g.indices.to(dev), g.values.to(dev))

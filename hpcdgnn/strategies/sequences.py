@@ -435,8 +435,7 @@ class SequencesStrategy(SequenceSamples, SampleGraphs, Strategy[SampleBatch]):
         """Global mini-batches of ``batch_samples`` training samples; each rank keeps its own sequences'. From
         batch ``start`` on, the reuse cache at its place in the epoch's planned reads (a resume within the epoch)."""
         if self.opts.placement == "fetch":
-            # its seconds are the placement.fetch exchanges' (comm): counted as load too, the split would hold
-            # them twice and take them off compute
+            # not load: its seconds are its placement.fetch exchanges', already communication
             self._fetch()
         if self.cache is not None:
             self.cache.reset_counters()

@@ -663,9 +663,10 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
     last_grad = max((bi for bi, a in enumerate(plan.blocks[:-1]) if a <= horizon), default=-1)
     for bi, (a, b) in enumerate(zip(plan.blocks[:-1], plan.blocks[1:], strict=True)):
         runs = 2 if bi < last_grad else 1
+        block = [[t for t in owned[p] if a <= t < b] for p in range(P)]  # each rank's snapshots of the block
         if runs == 2:  # the re-run forward's work (its time), as its exchanges below
             for p, r in enumerate(ranks):
-                mine = [t for t in owned[p] if a <= t < b]
+                mine = block[p]
                 r.rerun_spatial_rows += len(mine) * N
                 r.rerun_spatial_steps += len(mine)
                 r.rerun_spatial_nnz += float(sum(nnz[t] for t in mine))
@@ -674,9 +675,9 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
                     r.rerun_temporal_steps += b - a
                 r.rerun_passes += 1
         if len(plan.blocks) > 2 and needs_adj:
-            _rebuilt(ranks, owned, a, b, runs, bi <= last_grad and transposes, horizon, nnz)
-        k = [runs * sum(1 for t in owned[p] if a <= t < b) for p in range(P)]
-        kg = [sum(1 for t in owned[p] if a <= t < b and t <= horizon) for p in range(P)]
+            _rebuilt(ranks, block, runs, bi <= last_grad and transposes, horizon, nnz)
+        k = [runs * len(mine) for mine in block]
+        kg = [sum(1 for t in mine if t <= horizon) for mine in block]
         pool_traffic(layers, b - a, P, item, ranks, runs=runs, grad=bi <= last_grad)
         for li, ly in enumerate(layers):
             if not ly.temporal_mixing or not redistributes or P == 1:
@@ -711,14 +712,12 @@ def snapshot_cost(plan: PartitionPlan, job, manifest, graph, redistributes: bool
     return ranks
 
 
-def _rebuilt(ranks: list, owned: list[list[int]], a: int, b: int, runs: int, transposed: bool, horizon: int,
-             nnz) -> None:
-    """Add to each rank's :class:`~hpcdgnn.planner.cost.RankWork` what checkpoint block [a, b) rebuilds per
-    epoch (S3: no block keeps Ã_t): each of its ``runs`` forward passes normalises its owned Ã_t again, one call
-    per phase (:meth:`SnapshotStrategy.phases`); a backward (``transposed``) builds Ãᵀ of the snapshots up to
-    the horizon once. ``nnz``: (T,) stored entries of Ã_t."""
-    for p, r in enumerate(ranks):
-        mine = [t for t in owned[p] if a <= t < b]
+def _rebuilt(ranks: list, block: list[list[int]], runs: int, transposed: bool, horizon: int, nnz) -> None:
+    """Add to each rank's :class:`~hpcdgnn.planner.cost.RankWork` what a checkpoint block rebuilds per epoch
+    (S3: no block keeps Ã_t): each of its ``runs`` forward passes normalises the rank's snapshots of it
+    (``block[p]``) again, one call per phase (:meth:`SnapshotStrategy.phases`); a backward (``transposed``)
+    builds Ãᵀ of those up to the horizon once. ``nnz``: (T,) stored entries of Ã_t."""
+    for r, mine in zip(ranks, block, strict=True):
         grad = [t for t in mine if t <= horizon]
         phases = (len(grad) > 0) + (len(grad) < len(mine))
         r.rebuilt_calls += runs * phases
