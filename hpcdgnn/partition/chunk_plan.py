@@ -10,6 +10,7 @@ import numpy as np
 
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.partition.appearances import chunk_map
 from hpcdgnn.partition.chunks import (
     assign_chunks,
     assign_rnn_owners,
@@ -21,12 +22,7 @@ from hpcdgnn.partition.chunks import (
 from hpcdgnn.partition.plan import ChunkAssignment, PartitionPlan
 from hpcdgnn.partition.timeline import train_horizon
 
-__all__ = ["appearance_owner", "plan_chunks"]
-
-
-def appearance_owner(chunk: np.ndarray, chunk_owner: np.ndarray, rnn_owner: np.ndarray) -> np.ndarray:
-    """(T, N) rank of every appearance: its chunk's rank when active, else its vertex's RNN owner."""
-    return np.where(chunk >= 0, chunk_owner[np.maximum(chunk, 0)] if chunk_owner.shape[0] else 0, rnn_owner[None, :])
+__all__ = ["plan_chunks"]
 
 
 def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | None = None) -> PartitionPlan:
@@ -45,19 +41,18 @@ def plan_chunks(manifest: Manifest, num_ranks: int, job: JobConfig, root: str | 
     stats = chunk_stats(g, labels)
     work = chunk_work(job, F, g, labels, stats)  # DGC §4.2: count, or the profiled MLPs
     chunk_owner = assign_chunks(work, stats["cut_pairs"], P) if stats["num_chunks"] else np.zeros(0, np.int64)
-    # chunk of each active appearance, -1 when inactive; int32 while ids fit (every rank holds the table)
-    chunk = np.full((T, N), -1, dtype=np.int32 if T * N < 1 << 31 else np.int64)
-    chunk[g.time, g.vertex] = labels
     # the time encoder's rows per vertex: all T steps, or (sequences: active) its active appearances
     rows = np.full(N, float(T)) if job.strategy.sequences == "all" else np.bincount(g.vertex, minlength=N) * 1.0
     rnn_owner = assign_rnn_owners(g.vertex, chunk_owner[labels], rows, P)
-    owner = appearance_owner(chunk, chunk_owner, rnn_owner)
+    # every rank holds the map: the active appearances' chunks, or the (T, N) table where most are active
+    where = chunk_map(T, N, P, g.time.astype(np.int64) * N + g.vertex, labels, chunk_owner, rnn_owner,
+                      job.strategy.lookup)
     load = np.bincount(chunk_owner, weights=work, minlength=P) if stats["num_chunks"] else np.zeros(P)
-    appearances = np.bincount(owner.reshape(-1), minlength=P)  # one pass over the (T, N) table, not one a rank
+    appearances = where.counts()
     encoders = np.bincount(rnn_owner, minlength=P)
     ranks = [{"appearances": int(appearances[p]), "rnn_vertices": int(encoders[p]), "chunk_work": float(load[p])}
              for p in range(P)]
-    chunks = ChunkAssignment(chunk=chunk, chunk_owner=chunk_owner, rnn_owner=rnn_owner,
+    chunks = ChunkAssignment(appearances=where, chunk_owner=chunk_owner,
                              num_chunks=int(stats["num_chunks"]), lp_iterations=int(iters),
                              cut_fraction=stats["cut_weight"] / max(stats["total_weight"], 1e-300), size_cap=int(cap))
     # no vertex ranges here (appearances are owned one by one); the task scores t on rank t mod P

@@ -13,6 +13,7 @@ import numpy as np
 from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.errors import ConfigError
+from hpcdgnn.partition.appearances import GridCells
 from hpcdgnn.partition.plan import ChunkAssignment, PartitionPlan, balanced_bounds
 from hpcdgnn.partition.timeline import train_horizon
 
@@ -60,12 +61,12 @@ def plan_grid(manifest: Manifest, num_ranks: int, job: JobConfig) -> PartitionPl
     for j in range(Pv):
         inner = balanced_bounds(int(vb[j + 1] - vb[j]), Ps)
         rnn_group[vb[j]:vb[j + 1]] = np.repeat(np.arange(Ps), np.diff(inner))
-    chunk = (group[:, None] * Pv + column[None, :]).astype(np.int32)  # every rank holds the (T, N) table
     rnn_owner = rnn_group * Pv + column
     ranks = [{"group": p // Pv, "column": p % Pv, "snapshots": int((group == p // Pv).sum()),
               "vertices": int((column == p % Pv).sum()), "rnn_vertices": int((rnn_owner == p).sum())}
              for p in range(P)]
-    chunks = ChunkAssignment(chunk=chunk, chunk_owner=np.arange(P), rnn_owner=rnn_owner, num_chunks=P,
+    # owners and rows by arithmetic on the groups and ranges: no (T, N) table on any rank
+    chunks = ChunkAssignment(appearances=GridCells(P, group, vb, rnn_owner), chunk_owner=np.arange(P), num_chunks=P,
                              lp_iterations=0, cut_fraction=0.0)
     return PartitionPlan(kind="grid", num_ranks=P, num_snapshots=T, num_vertices=N,
                          snapshot_owner=[int(group[t]) * Pv for t in range(T)], vertex_bounds=[0] * (P + 1),

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcdgnn.data.manifest import Manifest
+from hpcdgnn.partition.appearances import AppearanceMap
 
 __all__ = ["ChunkAssignment", "PartitionPlan", "balanced_bounds", "build_snapshot_plan", "weighted_bounds"]
 
@@ -50,19 +51,22 @@ def weighted_bounds(work: np.ndarray, parts: int) -> list[int]:
 class ChunkAssignment:
     """D1's chunks (DGC §4), broadcast with the plan; ``plan.json`` gets only :meth:`summary`."""
 
-    chunk: np.ndarray
-    """(T, N) chunk id of each active appearance (v, t), -1 where v is inactive at t (int32 where ids fit)."""
+    appearances: AppearanceMap
+    """Each appearance (v, t)'s chunk and rank, and its row there (no (T, N) table where few are active)."""
     chunk_owner: np.ndarray
     """(C,) rank of each chunk (Alg. 1 / Eq. 3)."""
-    rnn_owner: np.ndarray
-    """(N,) RNN owner of each vertex: the rank holding most of its active appearances, within a balanced share
-    (:func:`~hpcdgnn.partition.chunks.assign_rnn_owners`)."""
     num_chunks: int
     lp_iterations: int
     cut_fraction: float
     """Weight of the super-graph's edges between chunks over the total (DGC §4.1)."""
     size_cap: int = 0
     """The largest chunk label propagation allowed, in appearances (``chunk_size``, resolved when ``auto``)."""
+
+    @property
+    def rnn_owner(self) -> np.ndarray:
+        """(N,) RNN owner of each vertex: the rank holding most of its active appearances, within a balanced share
+        (:func:`~hpcdgnn.partition.chunks.assign_rnn_owners`)."""
+        return self.appearances.rnn_owner
 
     def summary(self) -> dict:
         """What ``plan.json`` records of the chunks."""

@@ -24,7 +24,7 @@ from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation, phase_join
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
-from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
+from hpcdgnn.partition.chunk_plan import plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
 from hpcdgnn.strategies.base import Scored
@@ -128,18 +128,16 @@ class ChunkStrategy(HaloStrategy):
         dev = self.ctx.device
         T, N = plan.num_snapshots, plan.num_vertices
         c = plan.chunks
-        rnn_owner = c.rnn_owner
-        flat_owner = appearance_owner(c.chunk, c.chunk_owner, rnn_owner).ravel()
-        local = local_rows(flat_owner, P)
-        mine = np.flatnonzero(flat_owner == me)
+        rnn_owner, where = c.rnn_owner, c.appearances
+        mine = where.keys_of(me)
         n = mine.shape[0]
         self.T, self.N, self.n = T, N, n
         t_of, v_of = mine // N, mine % N
         b = self._t_bounds = np.searchsorted(t_of, np.arange(T + 1))
-        owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], lambda k: flat_owner[k],
-                                 lambda k: local[k], n, model, plan.horizon)
+        owned = self._setup_halo(reader, T, N, lambda t: v_of[b[t] : b[t + 1]], where.owner_of, where.local_of, n,
+                                 model, plan.horizon)
         # kept until the first epoch, to re-group under a resumed run's cap (load_state_dict)
-        self._fuse_args = (c.chunk.ravel()[mine], owned.row.numpy(), model)
+        self._fuse_args = (where.label_of(mine), owned.row.numpy(), model)
         self.groups = self._fuse(*self._fuse_args)
 
         rpos = local_rows(rnn_owner, P)
@@ -149,9 +147,9 @@ class ChunkStrategy(HaloStrategy):
         self.to_rnn = IndexExchange(comm, dest, t_of * R_of[dest] + rpos[v_of], T * self.R, "rnn")
         #: the first layer's constant Ã·X on the RNN owner, once moved
         self._ax0_rnn: torch.Tensor | None = None
-        self._seq = self._sequences(c.chunk[:, rnn_owner == me] >= 0, dev)
+        self._seq = self._sequences(where.active_rnn(me), dev)
         self.num_layers = len(model.layers)
-        if self._task_rows(mine, N, lambda k: flat_owner[k], lambda k: local[k]) is not None:
+        if self._task_rows(mine, N, where.owner_of, where.local_of) is not None:
             return Scored(rows=self.shard)
         # else snapshot t on rank t mod P, all N rows in vertex order
         self.scored = plan.snapshots_of(me)
@@ -336,7 +334,7 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     layers = meta_layers(job.model, F)
     item = item_bytes(job)
     c = plan.chunks
-    owner = appearance_owner(c.chunk, c.chunk_owner, c.rnn_owner)  # (T, N)
+    owner = c.appearances.dense_owner()  # (T, N), on the planning rank only
     reads, serves, nnz = halo_counts(graph, lambda t, v: owner[t, v], P)
     precomputed = layers[0].precomputable
     causal = all(ly.causal for ly in layers)

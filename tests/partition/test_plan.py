@@ -220,7 +220,7 @@ def test_plans_are_built_in_partition_by_keyword_with_typed_fields(small_dataset
     """Vertex and chunk plans come from hpcdgnn.partition: one row per rank in ``ranks``, the vertex order
     and the chunks as typed fields, and plan.json holds the chunk summary, not its arrays (issue 11, item 4)."""
     from hpcdgnn.data.manifest import load_manifest
-    from hpcdgnn.partition.chunk_plan import appearance_owner, plan_chunks
+    from hpcdgnn.partition.chunk_plan import plan_chunks
     from hpcdgnn.partition.plan import ChunkAssignment
     from hpcdgnn.partition.vertex import plan_vertices
 
@@ -234,7 +234,7 @@ def test_plans_are_built_in_partition_by_keyword_with_typed_fields(small_dataset
     assert [len(vplan.vertices_of(q)) for q in range(P)] == [r["vertices"] for r in vplan.ranks]
     cplan = plan_chunks(m, P, load_job_for(small_dataset, "chunk", {"chunk_size": 8}))
     assert len(cplan.ranks) == P and isinstance(cplan.chunks, ChunkAssignment)
-    owner = appearance_owner(cplan.chunks.chunk, cplan.chunks.chunk_owner, cplan.chunks.rnn_owner)
+    owner = cplan.chunks.appearances.dense_owner()
     assert owner.shape == (T, N)
     assert [int((owner == p).sum()) for p in range(P)] == [r["appearances"] for r in cplan.ranks]
     raw = cplan.to_json()

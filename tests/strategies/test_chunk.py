@@ -84,3 +84,19 @@ def test_active_sequences_temporal_fusion_is_exact(launcher, small_dataset, tmp_
     on, off = recs[0]["fusion"], recs_off[0]["fusion"]
     # packing never takes more slots than padding (the gain itself: tests/nn/test_temporal_fusion.py)
     assert on["time_slots"] <= on["time_slots_padded"] == off["time_slots"] == off["time_slots_padded"]
+
+
+@pytest.mark.mpi
+def test_active_lookup_equals_the_tables(launcher, tmp_path):
+    """``strategy.lookup: active`` (owners and rows from the active appearances, no (T, N) table) names the same
+    rows as ``table``: bit-identical losses and the same bytes per tag at P = 3, on a graph with inactive
+    appearances, the time encoder over active steps and the task fetching rows in place."""
+    data = make_dataset(tmp_path / "sparse", T=5, N=40, m=12)
+    job = write_job(tmp_path / "job.yaml", data, model={"name": "tgcn"},
+                    strategy={"name": "chunk", "chunk_size": 6, "sequences": "active"})
+    (table, recs_t), (active, recs_a) = _losses_many(
+        launcher, 3, [(job, tmp_path / "table", ("strategy.lookup=table",)),
+                      (job, tmp_path / "active", ("strategy.lookup=active",))])
+    np.testing.assert_array_equal(active, table)
+    assert [r["bytes_by_tag"] for r in recs_a] == [r["bytes_by_tag"] for r in recs_t]
+    assert recs_t[0]["bytes_by_tag"]["task.fwd"] > 0

@@ -1,0 +1,103 @@
+"""The appearance maps (``hpcdgnn.partition.appearances``) against the (T, N) owner table they replace."""
+
+import numpy as np
+import pytest
+
+from hpcdgnn.partition.appearances import DenseChunks, GridCells, SparseChunks, chunk_map
+from hpcdgnn.partition.plan import balanced_bounds
+
+
+def _reference(T, N, P, key, label, chunk_owner, rnn_owner):
+    """(T·N,) owner and row on the owner: the owner table and a per-owner cumulative count over it."""
+    chunk = np.full(T * N, -1, dtype=np.int64)
+    chunk[key] = label
+    owner = np.where(chunk >= 0, chunk_owner[np.maximum(chunk, 0)], np.tile(rnn_owner, T))
+    local = np.empty(T * N, dtype=np.int64)
+    for p in range(P):
+        local[owner == p] = np.arange(int((owner == p).sum()))
+    return owner, local, chunk
+
+
+def _random_plan(seed, T, N, P, active):
+    rng = np.random.default_rng(seed)
+    key = rng.choice(T * N, size=int(active * T * N), replace=False)
+    C = max(1, key.shape[0] // 5)
+    label = rng.integers(0, C, key.shape[0])
+    chunk_owner = rng.integers(0, P, C)
+    rnn_owner = rng.integers(0, P, N)
+    return key, label, chunk_owner, rnn_owner
+
+
+@pytest.mark.parametrize("form", [SparseChunks, DenseChunks])
+@pytest.mark.parametrize("seed,T,N,P,active", [(0, 5, 7, 3, 0.3), (1, 4, 11, 2, 0.9), (2, 6, 5, 3, 0.0),
+                                                (3, 3, 13, 4, 1.0), (4, 7, 9, 5, 0.1), (5, 9, 300, 4, 0.05),
+                                                (6, 8, 200, 3, 0.5)])
+def test_chunk_maps_equal_the_owner_table(form, seed, T, N, P, active):
+    key, label, chunk_owner, rnn_owner = _random_plan(seed, T, N, P, active)
+    owner, local, chunk = _reference(T, N, P, key, label, chunk_owner, rnn_owner)
+    if form is SparseChunks:
+        order = np.argsort(key)
+        m = SparseChunks(T, N, P, key[order], label[order], chunk_owner, rnn_owner)
+    else:
+        m = DenseChunks(P, chunk.reshape(T, N).astype(np.int32), chunk_owner, rnn_owner)
+    every = np.arange(T * N)
+    np.testing.assert_array_equal(m.owner_of(every), owner)
+    np.testing.assert_array_equal(m.local_of(every), local)
+    np.testing.assert_array_equal(m.label_of(every), chunk)
+    np.testing.assert_array_equal(m.counts(), np.bincount(owner, minlength=P))
+    np.testing.assert_array_equal(m.dense_owner(), owner.reshape(T, N))
+    rng = np.random.default_rng(seed + 100)
+    some = rng.integers(0, T * N, 17)  # any order, repeats
+    np.testing.assert_array_equal(m.local_of(some), local[some])
+    for p in range(P):
+        np.testing.assert_array_equal(m.keys_of(p), np.flatnonzero(owner == p))
+        np.testing.assert_array_equal(m.active_rnn(p), chunk.reshape(T, N)[:, rnn_owner == p] >= 0)
+
+
+def test_chunk_map_picks_the_smaller_form_and_survives_pickling(monkeypatch):
+    import pickle
+
+    from hpcdgnn.partition import appearances
+
+    T, N, P = 6, 40, 3
+    few, most = _random_plan(0, T, N, P, 0.1), _random_plan(0, T, N, P, 0.8)
+    assert isinstance(chunk_map(T, N, P, *few), DenseChunks), "small tables stay tables (faster lookups)"
+    assert isinstance(chunk_map(T, N, P, *most, lookup="active"), SparseChunks)
+    monkeypatch.setattr(appearances, "TABLE_BYTES", 0)
+    sparse, dense = chunk_map(T, N, P, *few), chunk_map(T, N, P, *most)
+    assert isinstance(sparse, SparseChunks) and isinstance(dense, DenseChunks)
+    assert isinstance(chunk_map(T, N, P, *few, lookup="table"), DenseChunks)
+    for m in (sparse, dense):
+        before = m.local_of(np.arange(T * N))
+        again = pickle.loads(pickle.dumps(m))
+        assert not any(k.startswith("_c_") for k in vars(again)), "lookup tables travel with the plan"
+        np.testing.assert_array_equal(again.local_of(np.arange(T * N)), before)
+
+
+@pytest.mark.parametrize("T,N,Ps,Pv,cyclic", [(5, 7, 2, 2, True), (4, 9, 1, 3, False), (7, 5, 3, 1, False),
+                                              (6, 11, 3, 2, False)])
+def test_grid_cells_equal_the_owner_table(T, N, Ps, Pv, cyclic):
+    P = Ps * Pv
+    group = np.arange(T) % Ps if cyclic else np.repeat(np.arange(Ps), np.diff(balanced_bounds(T, Ps)))
+    vb = np.asarray(balanced_bounds(N, Pv))
+    column = np.repeat(np.arange(Pv), np.diff(vb))
+    rnn_owner = np.random.default_rng(0).integers(0, P, N)
+    m = GridCells(P, group, vb, rnn_owner)
+    cell = (group[:, None] * Pv + column[None, :]).reshape(-1)
+    owner, local, _ = _reference(T, N, P, np.arange(T * N), cell, np.arange(P), rnn_owner)
+    every = np.arange(T * N)
+    np.testing.assert_array_equal(m.owner_of(every), owner)
+    np.testing.assert_array_equal(m.local_of(every), local)
+    np.testing.assert_array_equal(m.counts(), np.bincount(owner, minlength=P))
+    for p in range(P):
+        np.testing.assert_array_equal(m.keys_of(p), np.flatnonzero(owner == p))
+
+
+def test_popcount_without_numpy_2(monkeypatch):
+    from hpcdgnn.partition import appearances
+
+    words = np.random.default_rng(0).integers(0, 2**63, 50, dtype=np.int64).astype(np.uint64) * np.uint64(3)
+    expected = np.array([bin(int(w)).count("1") for w in words])
+    np.testing.assert_array_equal(appearances._popcount(words), expected)
+    monkeypatch.delattr(np, "bitwise_count", raising=False)
+    np.testing.assert_array_equal(appearances._popcount(words), expected)
