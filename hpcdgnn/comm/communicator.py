@@ -236,23 +236,34 @@ class Communicator:
         return out
 
     def isend_obj(self, obj: Any, dest: int, tag: int, name: str) -> Any:
-        """Non-blocking send of a picklable object to ``dest``; complete with :meth:`wait_all`."""
+        """Non-blocking send of a picklable object of any size to ``dest``; complete with :meth:`wait_all`.
+
+        By pickle protocol 5 (``mpi4py.util.pkl5``), as :meth:`bcast_obj`: contiguous numpy arrays travel out of
+        band, uncopied, in messages of any length (a fetch's snapshots or a pipeline's state pass 2 GiB at scale,
+        where an MPI-3 library refuses one pickled message); they must stay unchanged until :meth:`wait_all`.
+        Tensors are pickled in band, copied here."""
+        from mpi4py.util import pkl5
+
         t0 = self.stats.enter(name)
-        req = self._comm.isend(obj, dest=dest, tag=tag)
+        req = pkl5.Intracomm(self._comm).isend(obj, dest=dest, tag=tag)
         self.stats.add(name, payload_bytes(obj), 0, time.perf_counter() - t0)
         return req
 
     def recv_obj(self, source: int, tag: int, name: str) -> Any:
         """Blocking receive of an object sent with :meth:`isend_obj`."""
+        from mpi4py.util import pkl5
+
         t0 = self.stats.enter(name)
-        obj = self._comm.recv(source=source, tag=tag)
+        obj = pkl5.Intracomm(self._comm).recv(source=source, tag=tag)
         self.stats.add(name, 0, payload_bytes(obj), time.perf_counter() - t0)
         return obj
 
     def wait_all(self, requests: list[Any], name: str) -> None:
-        """Complete non-blocking sends."""
+        """Complete sends posted by :meth:`isend_obj` (each its object's several messages)."""
+        from mpi4py.util import pkl5
+
         t0 = self.stats.enter(name)
-        self._MPI.Request.waitall(requests)
+        pkl5.Request.waitall(requests)
         self.stats.add(name, 0, 0, time.perf_counter() - t0)
 
     def bcast_obj(self, obj: Any, root: int = 0, tag: str = "setup") -> Any:

@@ -38,3 +38,21 @@ def test_an_object_over_2_gib_broadcasts(launcher):
     for r in out.values():
         assert (r["length"], r["ends"], r["kind"]) == ((1 << 31) + 8, [7, 9], "chunk"), r
     assert (1 << 31) + 8 < out[0]["sent"] < (1 << 31) + 1024 and out[1]["sent"] == 0, out
+
+
+def test_an_object_over_2_gib_goes_point_to_point(launcher):
+    """``sequences``' fetched snapshots and ``pss``' states pass 2 GiB at scale: one pickled MPI-3 message cannot
+    carry them (MPI_ERR_ARG in ``isend_obj``; the receiving rank then waits for ever). 2 GiB + 8 bytes and a small
+    tensor reach the other rank whole; small objects after it, both ways under the same tag, arrive in order; each
+    side counts the payload's array bytes, as for small objects."""
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "big_p2p_check.py")], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
+    assert sorted(out) == [0, 1]
+    got = out[1]
+    assert (got["length"], got["ends"], got["t"], got["x"], got["writeable"]) == (
+        (1 << 31) + 8, [7, 9], 3, [0, 1, 2, 3], True), got
+    for me, r in out.items():
+        assert r["small"] == [{"from": 1 - me, "n": 0}, {"from": 1 - me, "n": 1}], r
+    payload = (1 << 31) + 8 + 4 * 8  # the array and torch.arange(4)'s int64s
+    assert (out[0]["sent"], out[0]["got"], out[1]["sent"], out[1]["got"]) == (payload, 0, 0, payload), out
