@@ -47,3 +47,16 @@ def test_a_split_has_parts_of_its_own():
         assert child.stats is comm.stats  # one table per rank, whatever communicator a byte crossed
     finally:
         child.free()
+
+
+def test_the_mpi4py_floor_has_the_pickle_protocol_5_broadcast():
+    """``bcast_obj`` goes through ``mpi4py.util.pkl5``'s broadcast, which mpi4py added in 4.0.0 (3.1 had pkl5's
+    point-to-point calls only, those of ``isend_obj`` / ``recv_obj``): under 3.1 the wrapper inherits
+    ``MPI.Comm.bcast``, one pickled message, and an object over 2 GiB fails again. pyproject.toml's floor must be
+    4.0 or later (read as text: no MPI starts here, and tomllib needs Python 3.11)."""
+    import re
+
+    from tests.conftest import REPO
+
+    floors = re.findall(r'"mpi4py\s*>=\s*([0-9]+)\.([0-9]+)', (REPO / "pyproject.toml").read_text())
+    assert len(floors) == 1 and (int(floors[0][0]), int(floors[0][1])) >= (4, 0), floors
