@@ -18,8 +18,10 @@ counts, not rank counts. Unbound, every rank gets the node's cores divided by it
 
 Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
-checkpoints at the next epoch boundary or between mini-batches, exit 75); a second one stops the job at once, the
-way its MPI's launcher does (:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM when the launcher dies
+checkpoints at the next epoch boundary or between mini-batches, exit 75), first writing which one it was into a file
+of its own that the ranks' environment names (:data:`hpcdgnn.preemption.RELAYED_VAR`), so that the run's line says
+what was sent, not SIGUSR1; a second one stops the job at once, the way its MPI's launcher does
+(:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM when the launcher dies
 (killed outright), so no job trains on without it.
 """
 
@@ -31,10 +33,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcdgnn.errors import EXIT_PREEMPTED
+from hpcdgnn.preemption import RELAYED_VAR
 
 __all__ = ["Launch", "LaunchError", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
 
@@ -285,14 +289,43 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
+    note = _relay_note()
     try:
-        proc = subprocess.Popen(launch.argv, env={**os.environ, **launch.env}, process_group=0,
-                                stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None,
-                                preexec_fn=_dies_with(os.getpid()))
-    except OSError as e:
-        sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
-        return 127
-    return relay_signals(proc, early, kind)
+        env = {**os.environ, **launch.env, **({RELAYED_VAR: note} if note else {})}
+        try:
+            proc = subprocess.Popen(launch.argv, env=env, process_group=0, preexec_fn=_dies_with(os.getpid()),
+                                    stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None)
+        except OSError as e:
+            sys.stderr.write(f"hpcdgnn-mpirun: cannot run {launch.argv[0]}: {e}\n")
+            return 127
+        return relay_signals(proc, early, kind, note)
+    finally:
+        if note:
+            with contextlib.suppress(OSError):
+                os.unlink(note)
+
+
+def _relay_note() -> str | None:
+    """A new empty file in which :func:`relay_signals` writes the signal it passes on as SIGUSR1, or None where none
+    can be made (the run then names SIGUSR1)."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="hpcdgnn-mpirun-", suffix=".signal")
+    except OSError:
+        return None
+    os.close(fd)
+    return path
+
+
+def _write_note(path: str | None, name: str) -> None:
+    """Write the signal ``name`` into the file ``path`` (:func:`_relay_note`), before the ranks get its SIGUSR1."""
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, name.encode("ascii"))
+        finally:
+            os.close(fd)
 
 
 def _dies_with(parent: int):
@@ -317,10 +350,12 @@ class _StopNow(Exception):
     """Raised by the relay's handler at a second SIGTERM/SIGINT, out of the wait for mpirun."""
 
 
-def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: str = "openmpi") -> int:
+def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: str = "openmpi",
+                  note: str | None = None) -> int:
     """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n, and
     for a second SIGTERM/SIGINT n, which stops mpirun at once: :func:`stop_at_once`). ``early``: signals that came
-    before ``proc`` started, relayed first; ``kind``: the MPI (:func:`mpi_kind`)."""
+    before ``proc`` started, relayed first; ``kind``: the MPI (:func:`mpi_kind`); ``note``: the file the ranks read
+    to name the signal turned into SIGUSR1 (:data:`hpcdgnn.preemption.RELAYED_VAR`)."""
     asked: list[str] = []
     again: list[int] = []
 
@@ -334,6 +369,7 @@ def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: 
                 again.append(signum)
                 raise _StopNow
             asked.append(name)
+            _write_note(note, name)
             sys.stderr.write(f"hpcdgnn-mpirun: {name}: passed to the ranks as SIGUSR1 (a run checkpoints and stops at "
                              f"the next epoch boundary or between mini-batches, exit 75; embed and predict stop, exit "
                              f"130); {name} again stops them at once\n")

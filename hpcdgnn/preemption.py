@@ -14,10 +14,16 @@ import os
 import signal
 from collections.abc import Iterator
 
-__all__ = ["EXIT_SIGNALLED_AGAIN", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold", "install",
-           "requested", "requested_while_waiting", "reset", "stop", "waiting"]
+__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold",
+           "install", "relayed", "requested", "requested_while_waiting", "reset", "stop", "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+#: what hpcdgnn-mpirun puts in the environment of the job it launches: a file of its own into which it writes the
+#: signal (SIGTERM, SIGINT) it passes on to the ranks as SIGUSR1 (its mpirun would end them on either), so that the
+#: run names what was sent, not the relay's SIGUSR1 (:meth:`PreemptionFlag.describe`). Readable where the launcher
+#: runs (rank 0's node, with mpirun's default placement); elsewhere the run says SIGUSR1.
+RELAYED_VAR = "HPCDGNN_MPIRUN_RELAYED"
 
 
 #: a second SIGINT / SIGTERM stops a command-line run at once with the shell's code for the signal, 128 + n (130,
@@ -90,6 +96,26 @@ class PreemptionFlag:
                 _acknowledge()
         self.raised = True
         self.name = signal.Signals(signum).name
+
+    def describe(self) -> str:
+        """The signal as a run's lines name it: ``SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1`` where the
+        launcher relayed it (:func:`relayed`), else its name (``""`` before any)."""
+        sent = relayed() if self.name == "SIGUSR1" else None
+        return f"{sent}, passed on by hpcdgnn-mpirun as SIGUSR1" if sent else self.name
+
+
+def relayed() -> str | None:
+    """The signal hpcdgnn-mpirun received and passed on to this job as SIGUSR1 (``SIGTERM`` or ``SIGINT``, from the
+    file :data:`RELAYED_VAR` names), or None: none relayed so, no such launcher, or its file unreadable here."""
+    path = os.environ.get(RELAYED_VAR)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="ascii") as f:
+            name = f.read(16).strip()
+    except (OSError, ValueError):
+        return None
+    return name if name in ("SIGTERM", "SIGINT") else None
 
 
 #: what this process waits for, innermost last, in a block of :func:`waiting`

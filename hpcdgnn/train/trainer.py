@@ -336,8 +336,9 @@ def _profile_before_resume(run_dir: Path, epoch: int, start: int) -> str | None:
 
 
 def _signal_name(stop: preemption.PreemptionFlag) -> str:
-    """The signal a pre-empted run names: this rank's, or the other ranks'."""
-    return stop.name or "a signal to another rank"
+    """The signal a pre-empted run names: this rank's (what hpcdgnn-mpirun received, where it relayed it), or the
+    other ranks'."""
+    return stop.describe() or "a signal to another rank"
 
 
 def _resumed_trace_file(run: Run, comm: Communicator, log) -> Path:

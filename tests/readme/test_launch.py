@@ -386,3 +386,33 @@ def test_mpirun_does_not_outlive_a_launcher_killed_outright(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("mpirun outlived the launcher killed with SIGKILL")
+
+
+@pytest.mark.mpi
+def test_a_run_names_the_signal_the_launcher_was_sent(tmp_path, small_dataset):
+    """SIGTERM to hpcdgnn-mpirun reaches the ranks as SIGUSR1 (its mpirun would end them): the run's line said
+    "pre-empted (SIGUSR1)", a signal nobody sent; it names the SIGTERM and the relay. Checkpoint and exit 75 as
+    before, and the launcher's file is gone afterwards."""
+    from tests.conftest import read_metrics, write_job
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
+    run, tmp = tmp_path / "r", tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([*_console(), "-np", "2", sys.executable, "-m", "hpcdgnn", "run", str(job), "--output",
+                             str(run)], env=_env(TMPDIR=str(tmp)), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75, out
+    assert "pre-empted (SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1): stopped after epoch" in out, out
+    assert "(SIGUSR1)" not in out, out
+    assert 1 <= len(read_metrics(run)) < 400 and any((run / "checkpoints").iterdir())
+    assert not list(tmp.glob("hpcdgnn-mpirun-*")), list(tmp.iterdir())

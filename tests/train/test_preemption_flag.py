@@ -28,3 +28,30 @@ def test_a_library_callers_second_interrupt_raises_keyboard_interrupt():
     flag.handle(signal.SIGTERM, None)
     flag.handle(signal.SIGTERM, None)  # recorded, nothing else
     assert flag.name == "SIGTERM"
+
+
+def test_a_run_names_what_hpcdgnn_mpirun_passed_on_as_sigusr1(tmp_path, monkeypatch):
+    """The launcher writes the SIGTERM/SIGINT it turns into SIGUSR1 into the file its job's environment names; a
+    SIGUSR1 it did not make (a scheduler's warning: the file empty), a signal the rank got itself, and a rank
+    without the file (another node, another launcher) keep the signal's own name."""
+    from hpcdgnn.preemption import RELAYED_VAR
+
+    note = tmp_path / "note"
+    note.write_text("")
+    monkeypatch.setenv(RELAYED_VAR, str(note))
+    flag = PreemptionFlag(at_once=True)
+    assert flag.describe() == ""
+    flag.handle(signal.SIGUSR1, None)
+    assert flag.describe() == "SIGUSR1"
+    note.write_text("SIGTERM")
+    assert flag.describe() == "SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1"
+    note.write_text("SIGINT")
+    assert flag.describe() == "SIGINT, passed on by hpcdgnn-mpirun as SIGUSR1"
+    direct = PreemptionFlag(at_once=True)
+    direct.handle(signal.SIGTERM, None)
+    assert direct.describe() == "SIGTERM"
+    note.unlink()
+    assert flag.describe() == "SIGUSR1"
+    monkeypatch.delenv(RELAYED_VAR)
+    note.write_text("SIGTERM")
+    assert flag.describe() == "SIGUSR1"
