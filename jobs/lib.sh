@@ -12,7 +12,8 @@
 #                              collegemsg-events), or a graph generated from a name n<N>-t<T>-f<f>[-s<seed>]
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
-#                              with SIGUSR1/SIGTERM forwarded to the launcher; sets HPCDGNN_RC; a completed
+#                              with SIGUSR1/SIGTERM forwarded to the launcher (a second SIGTERM/SIGINT: stop
+#                              at once, RC 130/143); sets HPCDGNN_RC; a completed
 #                              RUNDIR is left alone: RC 0 when it ran this job's settings, else 2 (a reused
 #                              SWEEP or RUNDIR of another job, --set or epoch count), the first difference named
 #   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | foreign (no run's files) |
@@ -89,26 +90,48 @@ _hpcdgnn_child=
 _hpcdgnn_forwarded=0
 _hpcdgnn_got_usr1=0
 _hpcdgnn_got_term=0
+_hpcdgnn_again=
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 
 # A pre-emption warning (SLURM --signal=B:USR1@T, LSF -wa USR1) or a termination reaches this shell: ask the
 # ranks to checkpoint at the next epoch boundary (or between two batches) by sending SIGUSR1 to the launcher, which forwards it
 # (srun, mpirun and jsrun forward SIGUSR1 to every task; Open MPI's mpirun would kill them on SIGTERM).
+# A second SIGTERM/SIGINT (a second Ctrl-C; not the scheduler's SIGTERM after its USR1 warning) stops the job at
+# once, as it stops the ranks and hpcdgnn-mpirun: no checkpoint of the epoch, exit 128 + n (130, 143).
 _hpcdgnn_on_signal() {
-  case $1 in
-    USR1) _hpcdgnn_got_usr1=1 ;;
-    *) _hpcdgnn_got_term=1 ;;
-  esac
   # the time by printf's builtin, not $(date): a second signal to the job's process group (scancel signals them all)
   # killed the forked date and left the line without one
   local now
   printf -v now '%(%F %T)T' -1
+  if [ "$1" != USR1 ] && [ "$_hpcdgnn_got_term" = 1 ]; then
+    if [ -z "$_hpcdgnn_again" ]; then
+      _hpcdgnn_again=$1
+      _hpcdgnn_log "$now SIG$1 again: stopping the ranks at once; the checkpoint of this epoch is abandoned (the" \
+        "newest one, if any, stays: run the job again with the same RUNDIR to resume from it)"
+      _hpcdgnn_stop_now "$1"
+    fi
+    return 0
+  fi
+  case $1 in
+    USR1) _hpcdgnn_got_usr1=1 ;;
+    *) _hpcdgnn_got_term=1 ;;
+  esac
   _hpcdgnn_log "$now SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
   if [ -n "$_hpcdgnn_child" ]; then
     kill -USR1 "$_hpcdgnn_child" 2>/dev/null || true
     _hpcdgnn_forwarded=1
   fi
+}
+
+# The launcher's own way of stopping its job at once, after it was asked to checkpoint: the signal twice, apart
+# (hpcdgnn-mpirun: its second; Open MPI's mpirun: its first; srun and Hydra: a second SIGINT within a second aborts;
+# ranks given a SIGTERM after a SIGTERM stop at once). A launcher the terminal signalled too may be stopping already.
+_hpcdgnn_stop_now() {  # INT|TERM
+  [ -n "$_hpcdgnn_child" ] || return 0
+  kill -"$1" "$_hpcdgnn_child" 2>/dev/null || return 0
+  sleep 0.5 || true  # two at once may reach it as one
+  kill -"$1" "$_hpcdgnn_child" 2>/dev/null || true
 }
 
 hpcdgnn_signalled() { [ "$_hpcdgnn_got_usr1" = 1 ] || [ "$_hpcdgnn_got_term" = 1 ]; }
@@ -435,7 +458,10 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     break
   done
   _hpcdgnn_child=
-  if hpcdgnn_signalled && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] \
+  if [ -n "$_hpcdgnn_again" ] && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ]; then
+    # stopped at once by the second signal: no checkpoint to wait for; its code, whatever the launcher said (1)
+    if [ "$_hpcdgnn_again" = INT ]; then rc=130; else rc=143; fi
+  elif hpcdgnn_signalled && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] \
       && _hpcdgnn_stopped_cleanly "$rundir" "$started"; then
     # a bare mpirun given the scheduler's SIGTERM itself exits 1 (Open MPI 5) though its ranks checkpointed
     # and wrote summary.json (status preempted) in this attempt: the clean stop it is, so that it is requeued

@@ -13,7 +13,8 @@
 # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 when run as root, adds --oversubscribe when NP exceeds the cores and
 # --bind-to none unless MPI_FLAGS bind (docs/jobs.md).
 # kill -USR1 (or Ctrl-C) stops at the next epoch boundary (or between two batches) with a checkpoint and exit code 75;
-# run again with RUNDIR=<that directory> to resume. Paths are relative to the repository root.
+# run again with RUNDIR=<that directory> to resume; a second Ctrl-C stops at once, without that checkpoint (exit 130).
+# Paths are relative to the repository root.
 set -euo pipefail
 JOB=${JOB:-jobs/local.yaml}  # <- the line a user edits
 cd "${HPCDGNN_ROOT:-$(dirname "${BASH_SOURCE[0]}")/..}"

@@ -994,6 +994,39 @@ def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dat
     assert f"resume with --resume {rundir}" in out and 1 <= len(read_metrics(rundir)) < 400, out
 
 
+def test_a_second_ctrl_c_on_the_local_script_stops_at_once(launcher, small_dataset, tmp_path):
+    """A second Ctrl-C (the terminal signals the script and the launcher) logged "asking the ranks to checkpoint"
+    again and then waited HPCDGNN_STOP_WAIT (20 s) for a checkpoint the stopped ranks never write, before exit 130:
+    now it says the checkpoint is abandoned and ends within seconds, with the second signal's code (docs/jobs.md)."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400},
+                    debug={"delay_rank": 0, "delay_seconds": 3.0})  # epoch 2 lasts seconds: both signals land in it
+    rundir = tmp_path / "run"
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=_local_env(launcher, JOB=job, RUNDIR=rundir),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group, as a terminal's foreground job
+    try:
+        t0 = time.time()
+        while not ((rundir / "metrics.jsonl").exists() and (rundir / "metrics.jsonl").read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.time() - t0 < 120, "no epoch finished"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        t1 = time.monotonic()
+        out, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - t1
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out
+    assert took < 8, (took, out)
+    assert out.count("asking the ranks to checkpoint") == 1, out
+    assert "SIGINT again: stopping the ranks at once; the checkpoint of this epoch is abandoned" in out, out
+    written = [int(c.name.split("-")[1].split("+")[0]) for c in (rundir / "checkpoints").glob("epoch-*")]
+    assert all(e < 2 for e in written), written  # nothing of epoch 2, which the second signal abandoned
+
+
 def test_a_diverged_run_is_not_resumed(fake, tmp_path):
     """A requeued job whose run stopped on a non-finite loss (summary.json status diverged) does not resume
     it from its last finite checkpoint, which would diverge the same way: one log line, exit 2, no launch."""
