@@ -359,6 +359,27 @@ print(finished_differs(sys.argv[1], sys.argv[2], sets) or "")
 EOF
 }
 
+_hpcdgnn_trained_epochs() {  # RUNDIR: the last epoch its summary.json says the run trained, or nothing
+  "$HPCDGNN_PY" - "$1" <<'EOF'
+import json, sys
+from pathlib import Path
+try:
+    epoch = json.loads((Path(sys.argv[1]) / "summary.json").read_text())["final"]["epoch"]
+    print(epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else "")
+except (OSError, ValueError, KeyError, TypeError):
+    print("")
+EOF
+}
+
+# How to train a completed run further (a job script leaves it alone, and refuses another train.epochs for it: a
+# reused SWEEP or RUNDIR must not stand for another job): its resume with more epochs, under the job's launcher.
+_hpcdgnn_train_further() {  # RUNDIR TRAINED [N]
+  local n=${3:-N} more=
+  if [ -n "$2" ] && [ -z "${3:-}" ]; then more=" (N > $2, the epochs it trained)"; fi
+  echo "to train it further, resume it with more epochs: python -m hpcdgnn run --resume $1 --set" \
+    "train.epochs=$n$more, under the job's launcher for several ranks (hpcdgnn-mpirun -np P, srun, ...)"
+}
+
 hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; result in HPCDGNN_RC
   local job=$1 rundir=$2 mode rc a prev=
   shift 2
@@ -374,18 +395,25 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   if [ -n "${DATA:-}" ]; then
     runargs+=(--set "data.path=$DATA")
   fi
-  local state differs
+  local state differs trained
   state=$(hpcdgnn_run_state "$rundir") || state="unreadable"
   case $state in
     completed)
+      trained=$(_hpcdgnn_trained_epochs "$rundir")
       if differs=$(_hpcdgnn_finished_differs "$rundir" "$job" "${runargs[@]}") && [ -n "$differs" ]; then
         # a reused SWEEP (or RUNDIR) with another job: its results are not this job's
+        local further=
+        if [[ $differs =~ train\.epochs:\ is\ ([0-9]+)\ but ]] && [ -n "$trained" ] \
+            && [ "${BASH_REMATCH[1]}" -gt "$trained" ]; then  # more epochs of this run, most likely
+          further="; or, $(_hpcdgnn_train_further "$rundir" "$trained" "${BASH_REMATCH[1]}")"
+        fi
         _hpcdgnn_log "$rundir is a finished run of other settings ($differs): give this job another SWEEP or" \
-          "RUNDIR"
+          "RUNDIR$further"
         HPCDGNN_RC=2
         return 0
       fi
-      _hpcdgnn_log "$rundir is finished (summary.json: completed) with this job's settings; nothing to do"
+      _hpcdgnn_log "$rundir is finished (summary.json: completed${trained:+, $trained epochs}) with this job's" \
+        "settings; nothing to do; $(_hpcdgnn_train_further "$rundir" "$trained")"
       return 0
       ;;
     diverged)

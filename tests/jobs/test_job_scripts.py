@@ -925,6 +925,29 @@ def test_local_script_end_to_end(launcher, small_dataset, tmp_path):
     assert (rundir / "metrics.jsonl").read_text() == before
 
 
+def test_the_local_script_on_a_finished_run_says_how_to_train_it_further(launcher, small_dataset, tmp_path):
+    """``local.sh`` on a RUNDIR whose run finished said "nothing to do" (and, given more epochs, "a finished run of
+    other settings": use another RUNDIR), not how to go on with it: both name its resume with more epochs, and
+    that command trains on."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 2})
+    rundir = tmp_path / "run"
+    assert launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(rundir)]).returncode == 0
+    env = _local_env(launcher, JOB=job, RUNDIR=rundir)
+    proc = subprocess.run(["bash", str(JOBS / "local.sh")], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0 and "with this job's settings; nothing to do" in proc.stderr, proc.stderr
+    assert (f"to train it further, resume it with more epochs: python -m hpcdgnn run --resume {rundir} --set "
+            "train.epochs=N (N > 2, the epochs it trained)") in proc.stderr, proc.stderr
+    proc = subprocess.run(["bash", str(JOBS / "local.sh"), "--set", "train.epochs=3"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2 and "give this job another SWEEP or RUNDIR" in proc.stderr, proc.stderr
+    assert f"python -m hpcdgnn run --resume {rundir} --set train.epochs=3," in proc.stderr, proc.stderr
+    # the command as the line gives it
+    resumed = launcher.run(None, ["-m", "hpcdgnn", "run", "--resume", str(rundir), "--set", "train.epochs=3"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["epoch"] for r in read_metrics(rundir)] == [1, 2, 3]
+
+
 def _has_resume() -> bool:
     out = subprocess.run(
         [sys.executable, "-m", "hpcdgnn", "run", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
