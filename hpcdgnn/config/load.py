@@ -269,13 +269,19 @@ def check_tensorboard(job: JobConfig, file: str, own: str = "") -> None:
 def _older_resolved(raw: dict) -> dict:
     """An older ``config.resolved.yaml`` listed every model's keys at their defaults: drop those its model lacks;
     and it may hold keys that were ignored where they sit and are refused there now (``stale.theta`` with
-    ``stale.mode: off``, ``fusion_memory_mb`` with ``fusion: off``): drop them too, so that the run resumes."""
+    ``stale.mode: off``, ``fusion_memory_mb`` with ``fusion: off``, a task's ``fixed_by_data`` options at the
+    snapshot tasks' defaults: an event stream's ``split``): drop them too, so that the run resumes."""
     from hpcdgnn.regimes import names, options_class
 
     model = raw.get("model")
     if isinstance(model, dict) and model.get("name") in names("model"):
         fields = {f.name for f in dataclasses.fields(options_class("model", model["name"]))}
         raw["model"] = {k: v for k, v in model.items() if k in fields}
+    task = raw.get("task")
+    if isinstance(task, dict) and task.get("name") in names("task"):
+        fixed = options_class("task", task["name"]).fixed_by_data
+        written = {k: _yaml_value(getattr(TaskConfig(), k)) for k in fixed}
+        raw["task"] = {k: v for k, v in task.items() if k not in written or v != written[k]}
     strategy = raw.get("strategy")
     if isinstance(strategy, dict):
         stale = strategy.get("stale")
@@ -284,6 +290,11 @@ def _older_resolved(raw: dict) -> dict:
         if strategy.get("fusion") == "off":
             strategy.pop("fusion_memory_mb", None)
     return raw
+
+
+def _yaml_value(value: Any) -> Any:
+    """A default as YAML reads it back (a tuple as a list)."""
+    return [_yaml_value(v) for v in value] if isinstance(value, tuple) else value
 
 
 def load_job(path: str | Path, overrides: list[str] | None = None, check_paths: bool = True,
@@ -404,7 +415,7 @@ def _unset_in(file: str, key: str) -> bool:
 
 def job_to_dict(job: JobConfig) -> dict:
     """The resolved config (defaults filled) as plain YAML-ready data; a task's options that its data fixes
-    (``TaskConfig.fixed_by_data``: an event stream's split) are left out while at their defaults."""
+    (``TaskConfig.fixed_by_data``: an event stream's split) are left out while not given (None)."""
 
     def plain(v: Any) -> Any:
         if isinstance(v, tuple):
@@ -416,6 +427,6 @@ def job_to_dict(job: JobConfig) -> dict:
     out = plain(dataclasses.asdict(job))
     task_class = type(job.task)
     for key in task_class.fixed_by_data:
-        if getattr(job.task, key) == getattr(task_class(), key):  # a value given differs: kept, to be refused
+        if getattr(job.task, key) == getattr(task_class(), key):  # a value given (any): kept, to be refused
             out["task"].pop(key, None)
     return out

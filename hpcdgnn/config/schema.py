@@ -88,8 +88,9 @@ class TaskConfig:
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)
     """Train / validation / test fractions of the prediction steps, in time order."""
     #: options whose value comes from the dataset, not the job (an event stream's split is the one ``prepare``
-    #: cut): the resolved job leaves them out while at their defaults, so that ``config.resolved.yaml`` shows no
-    #: value the run did not use
+    #: cut): such a task declares them with the default None, "not given", so that a value the job gives, any
+    #: value, is told from none and refused (the regime's check); the resolved job leaves them out while None,
+    #: so that ``config.resolved.yaml`` shows no value the run did not use
     fixed_by_data: ClassVar[tuple[str, ...]] = ()
 
     def _at_least_one(self, *names: str) -> None:
@@ -99,6 +100,8 @@ class TaskConfig:
                 raise ValueError(f"{name}: must be >= 1")
 
     def __post_init__(self) -> None:
+        if self.split is None:  # a task whose data fixes the split (fixed_by_data) and a job that gave none
+            return
         if len(self.split) != 3 or any(f < 0 for f in self.split) or abs(sum(self.split) - 1.0) > 1e-9:
             raise ValueError("split: three non-negative fractions summing to 1, e.g. [0.7, 0.15, 0.15]")
         if self.split[0] <= 0:

@@ -64,8 +64,9 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:
-    """An event stream's split is the dataset's, fixed at ``prepare --kind events``: ``task.split`` is refused."""
-    if job.task.split != type(job.task)().split:
+    """An event stream's split is the dataset's, fixed at ``prepare --kind events``: ``task.split`` is refused,
+    whatever its value (given in the file or by ``--set``; the task's default None is none given)."""
+    if job.task.split is not None:
         raise ConfigError(f"{where}: task.split: an event stream's split is the dataset's (prepare --kind events "
                           "--split); remove task.split")
 

@@ -35,6 +35,9 @@ class TemporalLinkPredictionOptions(TaskConfig):
     """The task these options belong to."""
     #: the split is the event dataset's (``prepare --kind events --split``); ``task.split`` is refused
     fixed_by_data: ClassVar[tuple[str, ...]] = ("split",)
+    split: tuple[float, float, float] | None = None
+    """Not an option here: the stream's split is the dataset's, cut by ``prepare --kind events --split``. A job
+    that gives one (any value, the snapshot tasks' default too) is refused; null: none given."""
     negatives: int = 1
     """Negative destinations per training event, drawn from the seed."""
     batch_events: int = 600

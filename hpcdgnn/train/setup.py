@@ -1044,8 +1044,9 @@ def build_run(job_path: str | None, overrides: list[str], output: str | None, co
                 _save_run_files(run_dir, job, plan, start)
         train_count = task.global_train_count()
         if train_count <= 0:  # the same count on every rank: all raise
+            cut = f"task.split {list(job.task.split)}" if job.task.split is not None else "the stream's split"
             raise collective_error(
-                DataError(f"{job_path}: task.split {list(job.task.split)} leaves no training examples in data.path "
+                DataError(f"{job_path}: {cut} leaves no training examples in data.path "
                           f"{job.data.path} (T = {getattr(manifest, 'num_snapshots', '?')}: too few snapshots, or no "
                           "labels)")
             )

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from hpcdgnn.config import load_job
 from hpcdgnn.data.events import load_event_manifest, write_events
@@ -294,6 +295,35 @@ def test_resolved_job_shows_no_task_split_the_event_stream_does_not_use(college,
     assert len(err) == 1 and "task.split: an event stream's split is the dataset's" in err[0], err
     snapshots = load_job(write_job(tmp_path / "snapshots.yaml", college), check_paths=False)
     assert job_to_dict(snapshots)["task"]["split"] == [0.7, 0.15, 0.15]
+
+
+@pytest.mark.parametrize("given_by", ["file", "--set"])
+def test_a_task_split_given_at_the_default_is_refused_as_any_other(college, tmp_path, capsys, given_by):
+    """A TGN job giving ``task.split: [0.7, 0.15, 0.15]`` — the snapshot tasks' default — passed silently while any
+    other value is refused (the stream's own split is what counts): the task's default is now None, "not given",
+    so a split the job gives, in the file or by ``--set``, is refused alike, in one line naming the key and where
+    it came from. An older ``config.resolved.yaml`` that wrote that default still resumes."""
+    from hpcdgnn.__main__ import main
+    from hpcdgnn.regimes.events import check
+
+    path = _job(tmp_path, college)
+    sets = ["--set", "task.split=[0.7, 0.15, 0.15]"] if given_by == "--set" else []
+    if given_by == "file":
+        raw = yaml.safe_load(path.read_text())
+        raw["task"]["split"] = [0.7, 0.15, 0.15]
+        path.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(path), "--ranks", "1", *sets]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    key = "--set task.split" if given_by == "--set" else f"{path}: task.split"
+    assert err == [f"hpcdgnn: error: {key}: an event stream's split is the dataset's (prepare --kind events "
+                   "--split); remove task.split"], err
+    # what a run before the resolved job left the split out wrote: read back (a resume) without it
+    old = tmp_path / "old.resolved.yaml"
+    old.write_text(yaml.safe_dump({**yaml.safe_load(_job(tmp_path, college).read_text()),
+                                   "task": {"name": "temporal_link_prediction", "split": [0.7, 0.15, 0.15]}}))
+    assert load_job(old, resolved=True).task.split is None
+    check(load_job(old, resolved=True), str(old), 1)
+    assert load_job(old, ["task.split=[0.7, 0.15, 0.15]"], resolved=True).task.split == (0.7, 0.15, 0.15)
 
 
 def test_epoch_and_memory_parallelism_and_resume(launcher, college, tmp_path):
