@@ -15,8 +15,9 @@ loaded beside this tree's, and
   restart) trains with REV's kernels on odd epochs and this tree's on even ones; the first four epochs
   (compilation, warm-up) are dropped. Prints the median epoch of each and new / old.
 * ``--micro``: each decoder kernel on random arrays (N = 986 and 2^15 rows, hidden 16) and the LSTM
-  recurrence (T = 64, H = 16, B = 2 and 16), the two modules alternating; prints ns a pair / us a call and
-  how far their outputs part (relative to the largest).
+  recurrence (T = 64, H = 16, B = 2 and 16), the two modules alternating call by call (:func:`time_calls`:
+  two untimed calls each, then ``--repeat`` samples each the median of as many calls as fill
+  :data:`SAMPLE_S`); prints ns a pair / us a call and how far their outputs part (relative to the largest).
 
 A kernel REV defines with fewer trailing arguments than this tree passes (a flag added since) is called
 without them. Only the compiled module differs between the two halves: the Python around it is this
@@ -52,6 +53,7 @@ skips them together; the worker here names each by its call site (:data:`DECODER
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import importlib.util
 import inspect
@@ -64,7 +66,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -139,24 +141,76 @@ def _relative_difference(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / max(float(np.abs(a).max()), np.finfo(np.float64).tiny))
 
 
+#: --micro: a timed sample is the median of as many calls as fill this many seconds (one call at least)
+SAMPLE_S = 0.05
+
+
+def _touched(args: tuple) -> tuple:
+    """``args`` with every page of their writable arrays written (each page's first byte, to itself): a fresh
+    array's pages are mapped at their first write, which would otherwise fall inside the timed call."""
+    for a in args:
+        if isinstance(a, np.ndarray) and a.nbytes and a.flags.writeable and a.flags.c_contiguous:
+            b = a.reshape(-1).view(np.uint8)
+            b[::4096] = b[::4096]
+    return args
+
+
+def time_calls(calls: dict[str, Callable], fresh: Callable[[], tuple], repeat: int, sample_s: float = SAMPLE_S,
+               clock: Callable[[], float] = time.perf_counter) -> dict[str, tuple[float, tuple, int]]:
+    """Per side of ``calls`` (one kernel of each module): seconds a call, the arguments of its last call, and the
+    calls K a sample took.
+
+    Each call gets fresh arguments (``fresh()``, the side's previous ones freed first, pages touched:
+    :func:`_touched`) outside the clock. Two untimed calls a side: the first compiles, the second is the first
+    after the other side's compilation and gives K = ``sample_s`` / its time (at least 2, the same for both
+    sides). Then ``repeat`` samples a side, each the median of K calls, the sides alternating call by call (ABAB:
+    every timed call follows one of the other side's), with the collector off; the result is the median of the
+    samples. Why: on a shared machine a call now and then waits out another process's scheduler slice (3-4 ms,
+    15x a 280 us LSTM call), so a sample of one call could be such a call, and at ``--repeat 1`` that sample is
+    the figure; pages first written inside the clock would count the kernel's page faults (one side's only,
+    where the other side's freed arrays are reused)."""
+    names = list(calls)
+    last: dict[str, tuple] = {}
+
+    def one(name: str) -> float:
+        last.pop(name, None)
+        args = _touched(fresh())
+        t0 = clock()
+        calls[name](*args)
+        seconds = clock() - t0
+        last[name] = args
+        return seconds
+
+    for name in names:
+        one(name)
+    K = max(2, math.ceil(sample_s / max(min(one(name) for name in names), 1e-9)))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            times: dict[str, list[float]] = {name: [] for name in names}
+            for _ in range(K):
+                for name in names:
+                    times[name].append(one(name))
+            for name in names:
+                samples[name].append(float(np.median(times[name])))
+    finally:
+        if was:
+            gc.enable()
+    return {name: (float(np.median(samples[name])), last[name], K) for name in names}
+
+
 def micro(before: _Shim, repeat: int) -> None:
-    """Each kernel on random arrays, the two modules alternating."""
+    """Each kernel on random arrays, the two modules alternating (:func:`time_calls`)."""
     import hpcdgnn.ops._numba_kernels as now
 
     rng = np.random.default_rng(0)
     f32 = np.float32
 
-    def timed(calls: dict, fresh) -> dict[str, tuple[float, list]]:
-        out: dict[str, tuple[list[float], list]] = {k: ([], []) for k in calls}
-        for it in range(repeat + 1):
-            for name, call in calls.items():
-                args = fresh()
-                t0 = time.perf_counter()
-                call(*args)
-                if it:
-                    out[name][0].append(time.perf_counter() - t0)
-                out[name] = (out[name][0], args)
-        return {k: (float(np.median(ts)), args) for k, (ts, args) in out.items()}
+    def timed(calls: dict, fresh) -> dict[str, tuple[float, tuple, int]]:
+        return time_calls(calls, fresh, repeat)
 
     for n, pairs in ((986, 200_000), (1 << 15, 2_000_000)):
         H = 16
@@ -179,7 +233,8 @@ def micro(before: _Shim, repeat: int) -> None:
             res = timed({"before": getattr(before, kernel), "now": getattr(now, kernel)}, fresh)
             diff = max(_relative_difference(res["before"][1][i], res["now"][1][i]) for i in outs)
             print(f"{kernel:17s} N={n:<6d} {pairs:>9d} pairs: before {res['before'][0] / pairs * 1e9:6.2f}, "
-                  f"now {res['now'][0] / pairs * 1e9:6.2f} ns a pair; outputs differ by {diff:.1e} of their largest")
+                  f"now {res['now'][0] / pairs * 1e9:6.2f} ns a pair; outputs differ by {diff:.1e} of their largest "
+                  f"({repeat} x {res['now'][2]} calls)")
     for B in (2, 16):
         T, H = 64, 16
         gates = (rng.standard_normal((T, 4 * H, B)) * 2).astype(f32)
@@ -192,7 +247,8 @@ def micro(before: _Shim, repeat: int) -> None:
         res = timed({"before": before.lstm_forward, "now": now.lstm_forward}, lstm_args)
         diff = max(_relative_difference(res["before"][1][i], res["now"][1][i]) for i in (0, 2, 3, 6))
         print(f"lstm_forward      T={T} H={H} B={B:<3d}: before {res['before'][0] * 1e6:7.1f}, now "
-              f"{res['now'][0] * 1e6:7.1f} us a call; outputs differ by {diff:.1e} of their largest")
+              f"{res['now'][0] * 1e6:7.1f} us a call; outputs differ by {diff:.1e} of their largest "
+              f"({repeat} x {res['now'][2]} calls)")
 
 
 # --- the 1.3x rule (issue 57 item 3) ---------------------------------------------------------------------------
@@ -622,8 +678,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None,
                     help="--job: epochs (default 120); --rule: epochs of each --checks run (default 4, first warm-up)")
     ap.add_argument("--repeat", type=int, default=None,
-                    help="--micro: timed calls per kernel and module (default 12); --rule: timed rounds of the "
-                         "variants, and runs of each --checks pair (default 3)")
+                    help=f"--micro: timed samples per kernel and module, each the median of the calls that fill "
+                         f"{SAMPLE_S * 1e3:g} ms (default 12); --rule: timed rounds of the variants, and runs of each "
+                         "--checks pair (default 3)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="job overrides, as for run")
     ap.add_argument("--jobs", nargs="*", choices=[j.name for j in JOBS],
                     help="--rule: cycle these jobs only (none: the --checks alone)")

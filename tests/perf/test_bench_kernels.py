@@ -51,3 +51,38 @@ def test_bench_rnn_rows_prints_a_row_per_size_and_block_count():
     rows = [ln.split() for ln in out.stdout.splitlines() if ln.strip().startswith("10 ")]
     assert [(r[0], r[1], r[2]) for r in rows] == [("10", "1", "10"), ("10", "3", "4")], out.stdout
     assert rows[0][5] == "1.00"  # torch's module whole is the reference
+
+
+def test_micro_timing_one_stalled_call_does_not_make_the_figure_and_sides_alternate():
+    """--micro at --repeat 1 (:func:`time_calls`, on a stand-in clock): the compiling first call and the first call
+    after the other side's compilation are untimed; a sample is the median of K calls, so a single stalled call
+    (a scheduler slice on a shared machine, 15x an LSTM call) does not make the side's figure;
+    the sides alternate call by call; every call gets fresh arguments, written before the clock starts."""
+    bench = _bench()
+    now = [0.0]
+    order: list[str] = []
+    made: list[tuple] = []
+    calls_of = {"before": 0, "now": 0}
+
+    def kernel(name, stall_at):
+        def call(a, marker):
+            calls_of[name] += 1
+            order.append(name)
+            assert a.flags.writeable and marker is made[-1][1]  # the arguments fresh() just made
+            now[0] += 100.0 if calls_of[name] == 1 else 30.0 if calls_of[name] == stall_at else 1.0
+        return call
+
+    def fresh():
+        made.append((np.arange(3.0), object()))
+        return made[-1]
+
+    res = bench.time_calls({"before": kernel("before", 3), "now": kernel("now", 99)}, fresh, 1, sample_s=5.0,
+                           clock=lambda: now[0])
+    assert res["before"][0] == res["now"][0] == 1.0  # the stall of before's first timed call is not the figure
+    assert res["now"][2] == 5  # K = sample_s / the second untimed call's time
+    assert order == ["before", "now"] * (2 + 5)
+    assert res["now"][1] is made[-1] and res["before"][1] is made[-2]  # the last call's arguments, to compare
+    np.testing.assert_array_equal(made[-1][0], np.arange(3.0))  # touching its pages changed no value
+    import gc
+
+    assert gc.isenabled()
