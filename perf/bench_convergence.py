@@ -23,7 +23,9 @@ standard deviation, range, and the seeds within DynaHB's 5.085 % (§6.2). System
 
 ``--ablation`` adds Fig. 8's cumulative rows on the first dataset and model: full batch, +Lap (20 % × 5 %,
 all-reduce; also hash), +Asyn, +RL, +Rsv, each with its time to the target and speed-up over the full batch.
-Results (JSON and a table) go to ``--out`` (default perf/results/convergence/).
+The rows go to ``--out`` as ``TIME.json`` (default perf/results/convergence/, in the repository; the table is
+printed); a file of that name there already is kept and the new one goes beside it, as ``TIME-2.json``
+(:func:`bench_epoch.write_results`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_epoch import write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -205,8 +210,7 @@ def main() -> int:
         one = curves.get((r["dataset"], r["model"], r["system"], 1, r["seed"]))
         if r["P"] > 1 and r.get("losses") and one:
             r["dev_vs_p1"] = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], one, strict=False))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stamp}.json").write_text(json.dumps({"argv": sys.argv, "rows": rows}, indent=1) + "\n")
+    written = write_results(args.out, stamp, {".json": json.dumps({"argv": sys.argv, "rows": rows}, indent=1) + "\n"})
     print(f"{'seed':>4} {'dataset':12} {'model':11} P {'system':12} {'ST s':>7} {'#CN':>4} {'TT s':>7} {'test MSE':>9} "
           f"{'to 1.05x s':>10} {'speed-up':>8} {'dev vs P=1':>9} {'train #CN':>9} {'its test':>9}")
     for r in rows:
@@ -222,6 +226,7 @@ def main() -> int:
               f"{r['test_mse_train_cn']:9.4f}")
     if len(args.seed) > 1:
         summary(rows)
+    print(f"wrote {written[0]}")
     return 0
 
 

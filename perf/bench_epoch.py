@@ -60,6 +60,31 @@ def generate_graph(path: Path, vertices: int, snapshots: int, density: float, sp
     os.sync()  # written back now, not during the first timed run
 
 
+def write_results(directory: Path, stem: str, texts: dict[str, str]) -> list[Path]:
+    """Write each ``texts[suffix]`` to ``directory/stem + suffix``, or beside files already there: under the stem
+    ``stem-2``, ``stem-3``, … the first whose files are all new, each created exclusively (``open(..., "x")``). Why:
+    a benchmark's default ``--out`` is a results directory of the repository, whose files a user keeps, and two runs
+    ending in the same second have the same time stamp; refusing at the end would lose the run's measurements.
+    Returns the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        base = stem if n == 1 else f"{stem}-{n}"
+        made: list[Path] = []
+        try:
+            for suffix in texts:
+                path = directory / f"{base}{suffix}"
+                with open(path, "x", encoding="utf-8"):
+                    made.append(path)
+        except FileExistsError:
+            for path in made:
+                path.unlink()
+            continue
+        for path, text in zip(made, texts.values(), strict=True):
+            path.write_text(text, encoding="utf-8")
+        return made
+    raise FileExistsError(f"{directory}: {stem}{next(iter(texts))} and 9,999 files beside it exist already")
+
+
 def error_line(proc: subprocess.CompletedProcess) -> str:
     """The line that says why a command failed: hpcdgnn's ``error:`` line, else the last line of its errors; with
     neither (a launcher or rank killed outright), that it said nothing, with its last output after it: an epoch

@@ -13,7 +13,9 @@ peak; the prediction's ``inputs`` + ``activations``, parameters apart; a sampled
 ``host_payload_bytes``, beside its ``host`` part). Printed side by side with their ratios,
 and for each P whether the planner's pick is within 10 % of the fastest measured strategy. Datasets: IBM §6.3
 generator graphs (uniform, and DGC §7.3.1's skewed spreads), email-Eu-core and soc-sign-bitcoinalpha from
-../shared/data. Results (JSON and the table) go to ``--out`` (default perf/results/planner/).
+../shared/data. Results (JSON and the table, ``TIME.json`` and ``TIME.txt``) go to ``--out`` (default
+perf/results/planner/, in the repository); a file of that name there already is kept and the new pair goes beside
+it, as ``TIME-2.*`` (:func:`bench_epoch.write_results`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_convergence import DATASETS, prepare  # noqa: E402
-from bench_epoch import generate_graph, mpirun_cmd, run_env  # noqa: E402
+from bench_epoch import generate_graph, mpirun_cmd, run_env, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATED = {"uniform": (4096, 16, 4.0, 0.0, 0.0), "skewed": (4096, 16, 4.0, 0.8, 0.5)}
@@ -93,7 +95,6 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "perf" / "results" / "planner"))
     args = ap.parse_args()
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     cache = Path(os.environ.get("HPCDGNN_BENCH_CACHE", "/tmp/hpcdgnn-bench"))
     cache.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
@@ -123,7 +124,6 @@ def main() -> int:
                       f"mem {'%.0f/%s' % memory_pair(p, m) if 'error' not in m else '-'}"
                       f"{'  <- pick' if p['picked'] else ''}", flush=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out_dir / f"{stamp}.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [f"{'dataset':<12} {'P':>3} {'strategy':<18} {'epoch pred s':>12} {'meas s':>8} {'ratio':>6} "
              f"{'bytes pred':>11} {'meas':>11} {'ratio':>7} {'mem pred':>10} {'meas':>10} {'ratio':>6}"]
     for r in rows:
@@ -150,7 +150,8 @@ def main() -> int:
                              f"best {best:.4f} s ({pick['measured']['epoch_s'] / best:.2f}x)")
     text = "\n".join(lines)
     print(text)
-    (out_dir / f"{stamp}.txt").write_text(text + "\n")
+    written = write_results(out_dir, stamp, {".json": json.dumps(rows, indent=1) + "\n", ".txt": text + "\n"})
+    print(f"wrote {' and '.join(str(p) for p in written)}")
     return 0
 
 
