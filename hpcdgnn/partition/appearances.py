@@ -206,8 +206,10 @@ class SparseChunks(AppearanceMap):
         mine = c["rnn_sorted"][c["r_start"][rank] : c["r_start"][rank + 1]] - rank * N
         every = (np.arange(self.num_snapshots, dtype=np.int64)[:, None] * N + mine[None, :]).reshape(-1)
         busy = c["by_rnn"][c["ar_start"][rank] : c["ar_start"][rank + 1]] - rank * TN
-        idle = every[~np.isin(every, busy, assume_unique=True)] if busy.shape[0] else every
-        return np.sort(np.concatenate([active, idle]))
+        keep = np.ones(every.shape[0], dtype=bool)
+        keep[np.searchsorted(every, busy)] = False  # both ascending, busy within every: no sort of every
+        # two ascending runs: the stable sort merges them
+        return np.sort(np.concatenate([active, every[keep]]), kind="stable")
 
     def counts(self) -> np.ndarray:
         """Appearances per rank."""
