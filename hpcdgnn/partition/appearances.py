@@ -85,6 +85,23 @@ class AppearanceMap:
         T, N = self.num_snapshots, self.num_vertices
         return self.owner_of(np.arange(T * N, dtype=np.int64)).reshape(T, N)
 
+    def nbytes(self) -> int:
+        """Bytes every rank holds for the map, its lookup tables built (a run's ``host_payload_bytes``)."""
+        self._tables()
+
+        def size(x) -> int:
+            if isinstance(x, np.ndarray):
+                return x.nbytes
+            if isinstance(x, dict | tuple | list):
+                return sum(size(v) for v in (x.values() if isinstance(x, dict) else x))
+            return 0
+
+        return size(self.__dict__)
+
+    def _tables(self):
+        """Build (once) and return the lookup tables; none by default."""
+        return None
+
     def _rnn_vertices(self, rank: int) -> np.ndarray:
         return np.flatnonzero(self.rnn_owner == rank)
 

@@ -129,6 +129,7 @@ class ChunkStrategy(HaloStrategy):
         T, N = plan.num_snapshots, plan.num_vertices
         c = plan.chunks
         rnn_owner, where = c.rnn_owner, c.appearances
+        self._appearances = where
         mine = where.keys_of(me)
         n = mine.shape[0]
         self.T, self.N, self.n = T, N, n
@@ -253,6 +254,10 @@ class ChunkStrategy(HaloStrategy):
             out["fusion"].update(time_slots=slots, time_slots_padded=padded)
         return {**out, **super().report(epoch, train_loss)}
 
+    def _host_bytes(self) -> int:
+        """The appearance map every rank holds to name any row's rank (``strategy.lookup``)."""
+        return self._appearances.nbytes()
+
     def _engine_bytes(self) -> int:
         """My Ã rows (and transpose), fused groups and the first layer's input."""
         return super()._engine_bytes() + (0 if self.groups is None else self.groups.nbytes)
@@ -355,6 +360,7 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
                      temporal_saved_rows=grad_steps * R[q] if mixing else 0.0,
                      scored_rows=scored[q])
         r.resident_bytes = adjacency_bytes(rows[q], nnz[q], item) + rows[q] * F * item
+        r.host_bytes = float(c.appearances.nbytes())  # the same map on every rank
         ranks.append(r)
     pool_traffic(layers, T, P, item, ranks)
     halo_traffic(layers, reads, serves, precomputed, item, ranks)

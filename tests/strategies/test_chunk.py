@@ -100,3 +100,36 @@ def test_active_lookup_equals_the_tables(launcher, tmp_path):
     np.testing.assert_array_equal(active, table)
     assert [r["bytes_by_tag"] for r in recs_a] == [r["bytes_by_tag"] for r in recs_t]
     assert recs_t[0]["bytes_by_tag"]["task.fwd"] > 0
+    # each rank reports holding the map (host_payload_bytes), the same on every rank
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.chunk_plan import plan_chunks
+
+    for lookup in ("table", "active"):
+        held = json.loads((tmp_path / lookup / "summary.json").read_text())["memory"]["host_payload_bytes"]
+        where = plan_chunks(load_manifest(data), 3, load_job(job, [f"strategy.lookup={lookup}"])).chunks.appearances
+        assert held == [where.nbytes()] * 3, lookup
+
+
+@pytest.mark.parametrize("lookup", ["table", "active"])
+def test_the_planner_prices_the_appearance_map_a_run_holds(small_dataset, tmp_path, lookup):
+    """``plan``'s host bytes for a chunk job are the appearance map each rank of its run holds."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.chunk_plan import plan_chunks
+    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.rates import MachineRates
+
+    job = load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"},
+                             strategy={"name": "chunk", "chunk_size": 6, "lookup": lookup}))
+    m = load_manifest(small_dataset)
+    pred = [p for p in plan_job(job, m, str(small_dataset), [3], MachineRates(), strategies=["chunk"])
+            if p.strategy == "chunk"][0]
+    where = plan_chunks(m, 3, job).chunks.appearances
+    assert pred.memory_parts["host"] == where.nbytes() > 0
+    # what a rank holds: the map as the broadcast delivers it, its tables built where it looks up
+    import pickle
+
+    delivered = pickle.loads(pickle.dumps(where))
+    delivered.local_of(np.zeros(1, np.int64))
+    assert delivered.nbytes() == where.nbytes()
