@@ -74,6 +74,30 @@ class _Work:
     """(n, negatives) which negatives are the event's own destination: the positive pair itself."""
 
 
+def _twins(work: _Work, model) -> np.ndarray | None:
+    """(n, negatives): which negatives' roots have the positive destination's input exactly — two nodes never
+    written (memory and mail zero, the same τ and gap), without neighbours, at the same time — so the same
+    embedding and score in exact arithmetic (None: none can). In float32 their rows, products over other row
+    blocks at another P, come out ulps apart and split a tie (fresh destinations against fresh negatives);
+    equal inputs must rank as equal on any P. DistTGL's static memory tells any two nodes apart."""
+    inp, n, m = work.inp, work.events.shape[0], work.negatives
+    if inp.memory is None or getattr(model, "static", None) is not None or n == 0 or m == 0:
+        return None
+    root = work.scored if work.scored is not None else np.arange(2 * n + n * m)  # ranked row -> its root
+    dst, neg = root[n : 2 * n], root[2 * n :].reshape(n, m)
+    alone = ~inp.neighbors.mask.any(axis=1)
+    pair = alone[dst][:, None] & alone[neg] & (inp.root_t[dst][:, None] == inp.root_t[neg])
+    if not pair.any():
+        return None
+    mem = inp.memory
+    at = np.searchsorted(inp.unique, inp.roots)  # each root's memory row
+    blank = (~(mem.mem.any(dim=1) | mem.mail.any(dim=1))).cpu().numpy()[at]
+    tau = mem.mem_ts[at]
+    gap = np.zeros_like(tau) if mem.gap is None else np.nan_to_num(mem.gap[at], nan=-np.inf)
+    same = blank[dst][:, None] & blank[neg] & (tau[dst][:, None] == tau[neg]) & (gap[dst][:, None] == gap[neg])
+    return pair & same
+
+
 @dataclass
 class _StaticBatch(EventBatch):
     """A batch of the static-memory pre-training phase: batch ``iteration`` of the training split, whole."""
@@ -450,8 +474,11 @@ class MemoryStrategy(Strategy[EventBatch]):
                     pos, neg = task.scores(_embeddings(z, work, work.negatives))
                     self._write(work, s_new, apply)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
-                    if work.own is not None and work.own.any():  # the positive pair as its own negative: its score
-                        neg[work.own] = np.broadcast_to(pos[:, None], neg.shape)[work.own]
+                    # the positive pair as its own negative, or a negative whose input is the positive's: its score
+                    tie = _twins(work, model)
+                    tie = work.own if tie is None else tie if work.own is None else tie | work.own
+                    if tie is not None and tie.any():
+                        neg[tie] = np.broadcast_to(pos[:, None], neg.shape)[tie]
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
                         (pos, neg), tag="memory.eval")  # also orders these writes before the next reads
                     ap = None

@@ -4,7 +4,8 @@ TGL's predictor ``s(u, v) = W_o ReLU(W_s z_u + W_d z_v)``; loss ``softplus(−s(
 summed over events. MRR ranks each positive against ``task.eval_negatives`` (a dataset with fixed negatives,
 TGB's, against its own), a negative tied with it counting half, as TGB's evaluator does (a model that scores
 everything alike ranks its positives in the middle, not first; a drawn negative that is the event's own
-destination is the positive pair, and the strategy gives it the positive's score); AP is per global batch of the
+destination is the positive pair, and one whose input is the positive destination's is its twin: the strategy
+gives either the positive's score); AP is per global batch of the
 positives and the first negative of each (one negative per positive, as TGL's ``val_ap`` and PyG's TGN
 example). Scores within 1e-9 of each other tie (:data:`TIE`), so exact ties tie on every rank count, where a
 score comes out to rounding apart.
