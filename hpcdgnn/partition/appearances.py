@@ -23,7 +23,8 @@ import numpy as np
 
 from hpcdgnn.indices import INT32_MAX, index_dtype
 
-__all__ = ["TABLE_BYTES", "AppearanceMap", "DenseChunks", "GridCells", "SparseChunks", "chunk_map"]
+__all__ = ["TABLE_BYTES", "AppearanceMap", "DenseChunks", "GridCells", "SparseChunks", "active_is_smaller",
+           "chunk_map"]
 
 #: bytes per active appearance and per appearance (sparse), and per appearance (dense), held on every rank
 _SPARSE_ACTIVE, _SPARSE_ALL, _DENSE_ALL = 34, 0.19, 10
@@ -316,6 +317,12 @@ class DenseChunks(AppearanceMap):
         return self._tables()[0].astype(np.int64)
 
 
+def active_is_smaller(num_snapshots: int, num_vertices: int, active: int) -> bool:
+    """Whether the map from ``active`` active appearances holds fewer bytes a rank than the (T, N) tables."""
+    T, N = num_snapshots, num_vertices
+    return _SPARSE_ACTIVE * active + _SPARSE_ALL * T * N < _DENSE_ALL * T * N
+
+
 def chunk_map(num_snapshots: int, num_vertices: int, num_ranks: int, key: np.ndarray, label: np.ndarray,
               chunk_owner: np.ndarray, rnn_owner: np.ndarray, lookup: str = "auto") -> AppearanceMap:
     """The chunk plan's map: ``table`` (:class:`DenseChunks`), ``active`` (:class:`SparseChunks`), or ``auto``:
@@ -339,9 +346,8 @@ def chunk_map(num_snapshots: int, num_vertices: int, num_ranks: int, key: np.nda
     key = np.asarray(key, dtype=np.int64)
     order = np.argsort(key, kind="stable")
     key, label = key[order], np.asarray(label)[order]
-    table = _DENSE_ALL * T * N
-    if lookup == "active" or (lookup == "auto" and table > TABLE_BYTES
-                              and _SPARSE_ACTIVE * key.shape[0] + _SPARSE_ALL * T * N < table):
+    if lookup == "active" or (lookup == "auto" and _DENSE_ALL * T * N > TABLE_BYTES
+                              and active_is_smaller(T, N, key.shape[0])):
         return SparseChunks(T, N, num_ranks, key, label, chunk_owner, rnn_owner)
     chunk = np.full((T, N), -1, dtype=np.int32 if label.shape[0] == 0 or label.max() <= INT32_MAX else np.int64)
     chunk.reshape(-1)[key] = label

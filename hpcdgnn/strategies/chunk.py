@@ -24,6 +24,7 @@ from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation, phase_join
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
+from hpcdgnn.partition.appearances import active_is_smaller
 from hpcdgnn.partition.chunk_plan import plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
@@ -116,6 +117,17 @@ class ChunkStrategy(HaloStrategy):
                     f"(tgcn, cdgcn, mpnn_lstm); model.name is {m.name!r}"
                 )
         return plan_chunks(manifest, num_ranks, job)
+
+    @classmethod
+    def smaller(cls, opts, manifest) -> list:
+        """``lookup: active`` where the appearance map from the active appearances (the manifest's per-snapshot
+        counts) holds fewer bytes than the tables ``opts`` may keep."""
+        import dataclasses
+
+        if getattr(opts, "lookup", "active") == "active" or not active_is_smaller(
+                manifest.num_snapshots, manifest.num_vertices, sum(manifest.snapshot_active)):
+            return []
+        return [dataclasses.replace(opts, lookup="active")]
 
     @classmethod
     def cost(cls, plan: PartitionPlan, job, manifest, graph, work) -> list:

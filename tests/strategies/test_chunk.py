@@ -133,3 +133,28 @@ def test_the_planner_prices_the_appearance_map_a_run_holds(small_dataset, tmp_pa
     delivered = pickle.loads(pickle.dumps(where))
     delivered.local_of(np.zeros(1, np.int64))
     assert delivered.nbytes() == where.nbytes()
+
+
+def test_the_planner_offers_lookup_active_where_only_it_fits(tmp_path):
+    """A sparse graph whose (T, N) tables do not fit a rank's budget while its active appearances do: ``plan``
+    offers the chunk job with ``lookup: active`` (``ChunkStrategy.smaller``), priced as fitting."""
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.planner.predict import plan_job
+    from hpcdgnn.planner.rates import MachineRates
+
+    data = make_dataset(tmp_path / "sparse", T=5, N=400, m=12)
+    m = load_manifest(data)
+    path = write_job(tmp_path / "job.yaml", data, model={"name": "tgcn"}, strategy={"name": "chunk", "chunk_size": 8})
+
+    def chunk(over, budget=None):
+        preds = plan_job(load_job(path, over), m, str(data), [3], MachineRates(), strategies=["chunk"],
+                         memory_per_rank=budget)
+        return [p for p in preds if p.strategy == "chunk"]
+
+    table, = chunk(["strategy.lookup=table"])
+    active, = chunk(["strategy.lookup=active"])
+    assert active.memory_bytes < table.memory_bytes
+    offered = chunk(["strategy.lookup=table"], budget=(active.memory_bytes + table.memory_bytes) / 2)
+    assert [(p.options["lookup"], p.fits) for p in offered] == [("table", False), ("active", True)]
+    assert offered[1].memory_bytes == active.memory_bytes
