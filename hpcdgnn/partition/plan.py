@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcdgnn.data.manifest import Manifest
-from hpcdgnn.partition.appearances import AppearanceMap
+from hpcdgnn.partition.appearances import AppearanceMap, DenseChunks
 
 __all__ = ["ChunkAssignment", "PartitionPlan", "balanced_bounds", "build_snapshot_plan", "weighted_bounds"]
 
@@ -100,6 +100,16 @@ class PartitionPlan:
     """Chunk plans (D1): the chunks and their ranks."""
     eval_scale: float = 1.0
     """Work-balanced blocks: factor on the work of snapshots past the horizon (fitted by ``strategy.balance``)."""
+
+    def __setstate__(self, state: dict) -> None:
+        # a checkpoint of an earlier version holds a chunk or grid plan's (T, N) chunk table and RNN owners, no
+        # map: as DenseChunks they name the same ranks and rows, so --resume, embed and predict on its P go on
+        c = state.get("chunks")
+        if c is not None and "appearances" not in vars(c):
+            old = vars(c)
+            old["appearances"] = DenseChunks(state["num_ranks"], old.pop("chunk"), old["chunk_owner"],
+                                             old.pop("rnn_owner"))
+        self.__dict__.update(state)
 
     @property
     def blocks(self) -> list[int]:

@@ -101,3 +101,34 @@ def test_popcount_without_numpy_2(monkeypatch):
     np.testing.assert_array_equal(appearances._popcount(words), expected)
     monkeypatch.delattr(np, "bitwise_count", raising=False)
     np.testing.assert_array_equal(appearances._popcount(words), expected)
+
+
+@pytest.mark.parametrize("name", ["chunk", "grid"])
+def test_a_plan_saved_with_the_chunk_table_loads_as_a_map(small_dataset, name):
+    """A checkpoint written before the appearance maps holds a chunk or grid plan's (T, N) chunk table and RNN
+    owners; loaded (``--resume``, ``embed``, ``predict`` on its P keep it), it names every appearance's rank and row
+    as the plan made now does, not an AttributeError in the strategy's set-up."""
+    import pickle
+
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.plan import ChunkAssignment, PartitionPlan
+    from hpcdgnn.strategies import get_strategy
+    from tests.partition.test_plan import load_job_for
+
+    P = 3
+    plan = get_strategy(name).make_plan(load_manifest(small_dataset), P,
+                                        load_job_for(small_dataset, name, {"chunk_size": 8} if name == "chunk" else {}))
+    c, every = plan.chunks, np.arange(plan.num_snapshots * plan.num_vertices)
+    old = object.__new__(ChunkAssignment)  # the fields as the earlier ChunkAssignment pickled them
+    vars(old).update(chunk=c.appearances.label_of(every).astype(np.int32).reshape(plan.num_snapshots, -1),
+                     chunk_owner=c.chunk_owner, rnn_owner=c.rnn_owner, num_chunks=c.num_chunks,
+                     lp_iterations=c.lp_iterations, cut_fraction=c.cut_fraction, size_cap=c.size_cap)
+    saved = object.__new__(PartitionPlan)
+    vars(saved).update(vars(plan), chunks=old)
+    loaded = pickle.loads(pickle.dumps(saved))
+    got = loaded.chunks
+    np.testing.assert_array_equal(got.rnn_owner, c.rnn_owner)
+    np.testing.assert_array_equal(got.appearances.owner_of(every), c.appearances.owner_of(every))
+    np.testing.assert_array_equal(got.appearances.local_of(every), c.appearances.local_of(every))
+    np.testing.assert_array_equal(got.appearances.counts(), c.appearances.counts())
+    assert got.summary() == c.summary() and not hasattr(got, "chunk")
