@@ -84,7 +84,11 @@ class AppearanceMap:
     def dense_owner(self) -> np.ndarray:
         """(T, N) int64 owner table: O(T·N), for rank 0's planner and tests only."""
         T, N = self.num_snapshots, self.num_vertices
-        return self.owner_of(np.arange(T * N, dtype=np.int64)).reshape(T, N)
+        out = np.empty((T, N), dtype=np.int64)
+        every = np.arange(N, dtype=np.int64)
+        for t in range(T):  # a snapshot at a time: a lookup's temporaries are ~9 int64 per key, O(N) here
+            out[t] = self.owner_of(t * N + every)
+        return out
 
     def nbytes(self) -> int:
         """Bytes every rank holds for the map, its lookup tables built (a run's ``host_payload_bytes``)."""
