@@ -112,7 +112,7 @@ class AppearanceMap:
 
     def _split(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k = np.asarray(keys, dtype=np.int64).reshape(-1)
-        return k, k // self.num_vertices, k % self.num_vertices
+        return k, *np.divmod(k, self.num_vertices)  # one pass for both
 
 
 def _popcount(words: np.ndarray) -> np.ndarray:
@@ -188,33 +188,33 @@ class SparseChunks(AppearanceMap):
     def _find(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Index among the active keys of each key (of the next one where inactive), and whether it is active."""
         c = self._tables()
-        w, bit = k >> 6, (k & 63).astype(np.uint64)
+        w, bit = k >> 6, np.left_shift(np.uint64(1), (k & 63).view(np.uint64))
         word = c["words"][w]
-        below = word & ((np.uint64(1) << bit) - np.uint64(1))
-        hit = ((word >> bit) & np.uint64(1)).astype(bool)
-        return c["prefix"][w].astype(np.int64) + _popcount(below), hit
+        return c["prefix"][w].astype(np.int64) + _popcount(word & (bit - np.uint64(1))), (word & bit) != 0
 
     def owner_of(self, keys: np.ndarray) -> np.ndarray:
         """Rank holding each key."""
-        k, _, v = self._split(keys)
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
         i, hit = self._find(k)
-        out = self.rnn_owner[v]
+        out = self.rnn_owner[k % self.num_vertices]
         out[hit] = self._tables()["owner"][i[hit]]
         return out
 
     def local_of(self, keys: np.ndarray) -> np.ndarray:
         """Row of each key on its owner."""
-        k, t, v = self._split(keys)
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
         c = self._tables()
         i, hit = self._find(k)
         out = np.empty(k.shape[0], dtype=np.int64)
         out[hit] = c["local"][i[hit]]
         idle = ~hit
-        k, t, v = k[idle], t[idle], v[idle]
+        k, t, v = self._split(k[idle])
         p = self.rnn_owner[v]
         TN = self.num_snapshots * self.num_vertices
         needle = p * TN + k
-        order = np.argsort(needle)  # sorted needles: each search starts where the last ended
+        # sorted needles: each search starts where the last ended. A merge sort: the keys asked come in ascending
+        # runs (a step's pairs, np.unique's output, a rank's own keys), which it takes in ~one pass
+        order = np.argsort(needle, kind="stable")
         found = np.empty((2, k.shape[0]), dtype=np.int64)
         found[0, order] = np.searchsorted(c["by_owner"], needle[order])
         found[1, order] = np.searchsorted(c["by_rnn"], needle[order])
@@ -240,7 +240,7 @@ class SparseChunks(AppearanceMap):
 
     def label_of(self, keys: np.ndarray) -> np.ndarray:
         """Chunk of each key, -1 where inactive."""
-        k, _, _ = self._split(keys)
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
         i, hit = self._find(k)
         out = np.full(k.shape[0], -1, dtype=np.int64)
         out[hit] = self.label[i[hit]]

@@ -153,3 +153,25 @@ def test_dense_owner_holds_little_beyond_the_table_it_returns(lookup):
         tracemalloc.stop()
     assert owner.shape == (T, N) and owner.dtype == np.int64
     assert peak < 1.5 * owner.nbytes, f"{peak / (T * N):.1f} bytes an appearance"
+
+
+@pytest.mark.parametrize("T,N,P,active", [(1, 1, 1, 0.0), (1, 1, 3, 1.0), (5, 1, 2, 0.6), (1, 7, 3, 0.5),
+                                          (1, 64, 2, 0.5), (2, 64, 3, 0.7), (3, 43, 2, 0.5), (1, 65, 2, 1.0),
+                                          (4, 32, 5, 0.0), (2, 3, 12, 1.0), (3, 200, 130, 0.6)])
+@pytest.mark.parametrize("lookup", ["active", "table"])
+def test_chunk_maps_at_the_edges(T, N, P, active, lookup):
+    """T = 1, N = 1, no appearance active or all, T·N a multiple of 64 or not, P above the chunks (ranks holding
+    nothing), P > 127 (int16 owners); keys asked in descending order and at the bitmap's last word."""
+    for seed in range(3):
+        key, label, chunk_owner, rnn_owner = _random_plan(seed, T, N, P, active)
+        chunk_owner, rnn_owner = chunk_owner % max(1, P - 1), rnn_owner % max(1, P - 1)  # rank P-1 may hold nothing
+        owner, local, chunk = _reference(T, N, P, key, label, chunk_owner, rnn_owner)
+        m = chunk_map(T, N, P, key, label, chunk_owner, rnn_owner, lookup)
+        ask = np.arange(T * N)[::-1]
+        np.testing.assert_array_equal(m.owner_of(ask), owner[ask])
+        np.testing.assert_array_equal(m.local_of(ask), local[ask])
+        np.testing.assert_array_equal(m.label_of(ask), chunk[ask])
+        np.testing.assert_array_equal(m.counts(), np.bincount(owner, minlength=P))
+        for p in range(P):
+            np.testing.assert_array_equal(m.keys_of(p), np.flatnonzero(owner == p))
+            np.testing.assert_array_equal(m.active_rnn(p), chunk.reshape(T, N)[:, rnn_owner == p] >= 0)
