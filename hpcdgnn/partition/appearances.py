@@ -107,9 +107,6 @@ class AppearanceMap:
         """Build (once) and return the lookup tables; none by default."""
         return None
 
-    def _rnn_vertices(self, rank: int) -> np.ndarray:
-        return np.flatnonzero(self.rnn_owner == rank)
-
     def _split(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k = np.asarray(keys, dtype=np.int64).reshape(-1)
         return k, *np.divmod(k, self.num_vertices)  # one pass for both
