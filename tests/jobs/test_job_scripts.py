@@ -998,19 +998,30 @@ def test_local_script_preempt_and_resume(launcher, small_dataset, tmp_path):
     assert [r["epoch"] for r in read_metrics(rundir)] == list(range(1, end + 1))
 
 
+def _local_after_one_epoch(launcher, job, rundir, tmp_path) -> subprocess.Popen:
+    """jobs/local.sh started in a process group of its own (a terminal's foreground job), once an epoch is in."""
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=_local_env(launcher, JOB=job, RUNDIR=rundir),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    t0 = time.time()
+    try:
+        while not ((rundir / "metrics.jsonl").exists() and (rundir / "metrics.jsonl").read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.time() - t0 < 120, "no epoch finished"
+            time.sleep(0.05)
+    except BaseException:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc
+
+
 def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dataset, tmp_path):
     """Ctrl-C at a terminal signals the whole foreground process group: mpirun, in it, exited 1 at once (Open MPI
     5), losing the hint; now the launcher's mpirun has a group of its own, and the run checkpoints, exit 75."""
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
     rundir = tmp_path / "run"
-    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=_local_env(launcher, JOB=job, RUNDIR=rundir),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # its own process group, as a terminal's foreground job
-    t0 = time.time()
-    while not ((rundir / "metrics.jsonl").exists() and (rundir / "metrics.jsonl").read_text().strip()):
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.time() - t0 < 120, "no epoch finished"
-        time.sleep(0.05)
+    proc = _local_after_one_epoch(launcher, job, rundir, tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_PREEMPTED, out
@@ -1024,15 +1035,8 @@ def test_a_second_ctrl_c_on_the_local_script_stops_at_once(launcher, small_datas
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400},
                     debug={"delay_rank": 0, "delay_seconds": 3.0})  # epoch 2 lasts seconds: both signals land in it
     rundir = tmp_path / "run"
-    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=_local_env(launcher, JOB=job, RUNDIR=rundir),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # its own process group, as a terminal's foreground job
+    proc = _local_after_one_epoch(launcher, job, rundir, tmp_path)
     try:
-        t0 = time.time()
-        while not ((rundir / "metrics.jsonl").exists() and (rundir / "metrics.jsonl").read_text().strip()):
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.time() - t0 < 120, "no epoch finished"
-            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)
