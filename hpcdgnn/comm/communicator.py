@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcdgnn.comm.exchange import Box, Exchange, Pending
+from hpcdgnn.comm.exchange import MAX_COUNT, Box, Exchange, Pending, Requests
 from hpcdgnn.comm.stats import CommStats, TagStats, payload_bytes
 from hpcdgnn.comm.world import World, await_world, init_mpi
 from hpcdgnn.errors import PeerLostError, StalledError
@@ -31,6 +31,19 @@ __all__ = ["Box", "Communicator", "CommStats", "Pending", "TagStats", "alone", "
 def _mpi_buffer(t: torch.Tensor) -> Any:
     """A numpy view of a contiguous CPU tensor, or a CUDA tensor itself (CUDA-aware MPI)."""
     return t.numpy() if t.device.type == "cpu" else t
+
+
+def _pieces(t: torch.Tensor) -> list[torch.Tensor]:
+    """``t`` itself, or where it holds more than :data:`~hpcdgnn.comm.exchange.MAX_COUNT` elements (an MPI-3
+    count is a C int: one call refuses it, MPI_ERR_ARG) its flat view cut into the fewest equal pieces within that,
+    for collectives that act element by element (broadcast, all-reduce) and so give the same result piece by piece.
+    Equal, not full pieces and a rest: an all-reduce's temporary buffers in MPI are a piece's size."""
+    n = t.numel()
+    if n <= MAX_COUNT:
+        return [t]
+    size = -(-n // -(-n // MAX_COUNT))
+    flat = t.view(-1)
+    return [flat[a : a + size] for a in range(0, n, size)]
 
 
 def _pickled_bytes(obj: Any) -> int:
@@ -167,7 +180,9 @@ class Communicator:
         return table[dtype]
 
     def allreduce_(self, tensor: torch.Tensor, op: str = "sum", tag: str = "allreduce") -> torch.Tensor:
-        """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor; returns it."""
+        """In-place all-reduce (``sum``, ``max`` or ``min``) of a contiguous tensor of any size; returns it.
+
+        Over MPI in pieces of at most :data:`~hpcdgnn.comm.exchange.MAX_COUNT` elements (:func:`_pieces`)."""
         t0 = self.stats.enter(tag)
         entered = None
         ops = {"sum": self._MPI.SUM, "max": self._MPI.MAX, "min": self._MPI.MIN}
@@ -183,7 +198,8 @@ class Communicator:
         elif self.size > 1:
             buf = self._staged(tensor)
             entered = time.perf_counter()
-            self._comm.Allreduce(self._MPI.IN_PLACE, [_mpi_buffer(buf), self._mpi_type(tensor.dtype)], ops[op])
+            for piece in _pieces(buf):
+                self._comm.Allreduce(self._MPI.IN_PLACE, [_mpi_buffer(piece), self._mpi_type(tensor.dtype)], ops[op])
             if buf.data_ptr() != tensor.data_ptr():
                 tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 else 0
@@ -191,9 +207,10 @@ class Communicator:
         return tensor
 
     def iallreduce_(self, tensor: torch.Tensor, tag: str = "allreduce") -> Pending:
-        """Post an in-place sum all-reduce of a host tensor; complete with ``exchange.wait``.
+        """Post an in-place sum all-reduce of a host tensor of any size; complete with ``exchange.wait``.
 
-        Blocking over gloo / nccl or on one rank.
+        Blocking over gloo / nccl or on one rank. Over MPI, one request per piece of at most
+        :data:`~hpcdgnn.comm.exchange.MAX_COUNT` elements (:func:`_pieces`), completed together.
         """
         t0 = self.stats.enter(tag)
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
@@ -202,17 +219,22 @@ class Communicator:
         if self.size == 1 or self._dist is not None:
             self.allreduce_(tensor, "sum", tag)
             return Pending(None, tag, tensor, ())
-        req = self._comm.Iallreduce(self._MPI.IN_PLACE, [tensor.numpy(), self._mpi_type(tensor.dtype)], self._MPI.SUM)
-        p = Pending(req, tag, tensor, (tensor,))
+        reqs = [self._comm.Iallreduce(self._MPI.IN_PLACE, [piece.numpy(), self._mpi_type(tensor.dtype)], self._MPI.SUM)
+                for piece in _pieces(tensor)]
+        p = Pending(reqs[0] if len(reqs) == 1 else Requests(self._MPI, reqs), tag, tensor, (tensor,))
         p.entry = self.stats.posted(tag, nbytes, nbytes, t0, self._every_rank)
         return p
 
     def bcast_(self, tensor: torch.Tensor, root: int = 0, tag: str = "setup") -> torch.Tensor:
-        """In-place broadcast of a contiguous tensor from ``root``; returns it."""
+        """In-place broadcast of a contiguous tensor of any size from ``root``; returns it.
+
+        In pieces of at most :data:`~hpcdgnn.comm.exchange.MAX_COUNT` elements (:func:`_pieces`): the (T, N, F)
+        embeddings a trained run hands out pass 2^31 elements at scale."""
         t0 = self.stats.enter(tag)
         if self.size > 1:
             buf = self._staged(tensor)
-            self._comm.Bcast([_mpi_buffer(buf), self._mpi_type(tensor.dtype)], root=root)
+            for piece in _pieces(buf):
+                self._comm.Bcast([_mpi_buffer(piece), self._mpi_type(tensor.dtype)], root=root)
             if buf.data_ptr() != tensor.data_ptr():
                 tensor.detach().copy_(buf)
         nbytes = tensor.numel() * tensor.element_size() if self.size > 1 and self.rank == root else 0

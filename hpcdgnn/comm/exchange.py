@@ -14,7 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Box", "Exchange", "Pending"]
+__all__ = ["MAX_COUNT", "Box", "Exchange", "Pending", "Requests"]
+
+#: The most elements (or datatype items) one MPI-3 call's count or displacement can name: a C int. Buffers past
+#: it go in pieces (Open MPI 5 is an MPI-3.1 library, without MPI-4's large-count calls).
+MAX_COUNT = 2**31 - 1
 
 #: A box ``(rows, (b0, b1))``: rows a range ``(a0, a1)`` or a ``list`` (then dimension 1 whole); trailing dims whole.
 Box = tuple[tuple[int, int] | list[int], tuple[int, int]]
@@ -46,6 +50,23 @@ class Pending:
         self.done = request is None  # completed at post (one rank, or a blocking backend)
         #: its record in ``CommStats.exchanges`` (None: not kept)
         self.entry: tuple | None = None
+
+
+class Requests:
+    """Several MPI requests completed as one (a posted collective cut into pieces): what :class:`Pending` holds."""
+
+    __slots__ = ("MPI", "requests")
+
+    def __init__(self, MPI: Any, requests: list[Any]) -> None:
+        self.MPI, self.requests = MPI, requests
+
+    def Test(self) -> bool:
+        """Whether all completed (all or none: on False none is completed)."""
+        return bool(self.MPI.Request.Testall(self.requests))
+
+    def Wait(self) -> None:
+        """Block until all completed."""
+        self.MPI.Request.Waitall(self.requests)
 
 
 def _run(copy: Callable[[], None] | None) -> None:

@@ -3,6 +3,8 @@ the default tags and others (tests/mpi/counts_recv_check.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import REPO, json_records
 
 
@@ -56,3 +58,23 @@ def test_an_object_over_2_gib_goes_point_to_point(launcher):
         assert r["small"] == [{"from": 1 - me, "n": 0}, {"from": 1 - me, "n": 1}], r
     payload = (1 << 31) + 8 + 4 * 8  # the array and torch.arange(4)'s int64s
     assert (out[0]["sent"], out[0]["got"], out[1]["sent"], out[1]["got"]) == (payload, 0, 0, payload), out
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("mode", ["bcast", "allreduce"])
+def test_an_array_over_2_31_elements(launcher, mode):
+    """A trained run hands out its (T, N, F) embeddings with ``bcast_`` (T·N·F ≈ 3·10⁹ float32s at scale), a
+    parameter is broadcast at set-up, gradients are all-reduced flat: one MPI-3 call cannot name 2^31 elements
+    (MPI_ERR_ARG). (2^31 + 8) patterned uint8s arrive whole on both ranks (the root's CRC-32; a zero array's
+    differs), and the bytes are counted as for a small array: a broadcast's once per other rank as the root's sent,
+    an all-reduce's both ways."""
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "big_array_check.py"), mode], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
+    assert sorted(out) == [0, 1]
+    n, root = (1 << 31) + 8, out[0]["before"]
+    assert out[1]["before"] != root, out
+    for r in out.values():
+        assert (r["length"], r["after"], r["last"]) == (n, root, (n - 1) % 251), r
+    counted = {"bcast": [[n, 0], [0, 0]], "allreduce": [[n, n], [n, n]]}[mode]
+    assert [[out[k]["sent"], out[k]["got"]] for k in (0, 1)] == counted, out
