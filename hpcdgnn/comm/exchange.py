@@ -52,6 +52,16 @@ class Pending:
         self.entry: tuple | None = None
 
 
+#: the tag of :meth:`Exchange.alltoallv`'s point-to-point messages (below 32767, the least ``MPI_TAG_UB``)
+_ROWS_TAG = 32_001
+
+
+def _messages(buf: np.ndarray, start: int, n: int, rowt: Any) -> list[list]:
+    """Buffer specs of rows ``start .. start + n`` of ``buf`` in messages of at most :data:`MAX_COUNT` rows."""
+    start, stop = int(start), int(start + n)
+    return [[buf[a : min(a + MAX_COUNT, stop)], min(MAX_COUNT, stop - a), rowt] for a in range(start, stop, MAX_COUNT)]
+
+
 class Requests:
     """Several MPI requests completed as one (a posted collective cut into pieces): what :class:`Pending` holds."""
 
@@ -103,6 +113,10 @@ class Exchange:
     ) -> torch.Tensor:
         """MPI_Alltoallv of a 2-D tensor in rows: ``send[rows for q]`` go to rank q, in rank order.
 
+        Counts and displacements are rows (a datatype of ``unit`` elements), of any number: where a rank's rows
+        pass ``MAX_COUNT // P`` a side, a C int (MPI-3's count) may not name them, and
+        :meth:`_alltoallv_large` sends the larger pairs point to point.
+
         Args:
             send: (sum(send_rows), unit) tensor, blocks for ranks 0..P-1 one after another.
             send_rows: rows destined to each rank.
@@ -143,18 +157,64 @@ class Exchange:
         entered = time.perf_counter()
         if unit > 0:
             rowt = self._row_type(send.dtype, unit)
-            sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]])
-            rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
-            c._comm.Alltoallv(
-                [host.numpy(), (scounts.astype(np.int32), sdispl.astype(np.int32)), rowt],
-                [recv.numpy(), (rcounts.astype(np.int32), rdispl.astype(np.int32)), rowt],
-            )
+            limit = MAX_COUNT // c.size
+            if send.shape[0] <= limit and recv.shape[0] <= limit:  # no pair passes limit: every count fits
+                sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]])
+                rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]])
+                c._comm.Alltoallv(
+                    [host.numpy(), (scounts.astype(np.int32), sdispl.astype(np.int32)), rowt],
+                    [recv.numpy(), (rcounts.astype(np.int32), rdispl.astype(np.int32)), rowt],
+                )
+            else:
+                self._alltoallv_large(host, scounts, recv, rcounts, rowt, limit)
         row_bytes = unit * send.element_size()
         me = c.rank
         sent = int(scounts.sum() - scounts[me]) * row_bytes
         got = int(rcounts.sum() - rcounts[me]) * row_bytes
         c._counted(tag, sent, got, t0, entered)
         return recv.to(send.device)
+
+    def _alltoallv_large(self, host: torch.Tensor, scounts: np.ndarray, recv: torch.Tensor, rcounts: np.ndarray,
+                         rowt: Any, limit: int) -> None:
+        """:meth:`alltoallv`'s transfer where a count or displacement in rows may pass a C int (MPI-3's).
+
+        A pair's rows go point to point, in messages of at most :data:`MAX_COUNT` rows, where they pass ``limit``
+        (``MAX_COUNT // P``; both ranks of a pair know its count, so they agree with no further message), this
+        rank's own by a copy; the others go in the one MPI_Alltoallv every rank makes, at most ``P · limit`` rows
+        a side, sent from and received into packed copies where a displacement would not fit (each rank's own
+        choice: displacements are local).
+
+        Shapes:
+            host (sum(scounts), unit), recv (sum(rcounts), unit); ``rowt``: the datatype of one row.
+        """
+        c = self._owner
+        me = c.rank
+        hn, rn = host.numpy(), recv.numpy()
+        sdispl, rdispl = np.cumsum(scounts) - scounts, np.cumsum(rcounts) - rcounts
+        sbig, rbig = scounts > limit, rcounts > limit
+
+        reqs = [c._comm.Irecv(m, source=int(p), tag=_ROWS_TAG)
+                for p in np.flatnonzero(rbig) if p != me for m in _messages(rn, rdispl[p], rcounts[p], rowt)]
+        reqs += [c._comm.Isend(m, dest=int(q), tag=_ROWS_TAG)
+                 for q in np.flatnonzero(sbig) if q != me for m in _messages(hn, sdispl[q], scounts[q], rowt)]
+        if sbig[me]:
+            n = int(scounts[me])
+            rn[rdispl[me] : rdispl[me] + n] = hn[sdispl[me] : sdispl[me] + n]
+        scounts, rcounts = np.where(sbig, 0, scounts), np.where(rbig, 0, rcounts)
+        sbuf, sd = hn, np.where(scounts > 0, sdispl, 0)
+        if sd.max() > MAX_COUNT:  # a block behind the big ones: send from a packed copy
+            sbuf = np.concatenate([hn[a : a + n] for a, n in zip(sdispl, scounts, strict=True) if n])
+            sd = np.cumsum(scounts) - scounts
+        rbuf, rd = rn, np.where(rcounts > 0, rdispl, 0)
+        if rd.max() > MAX_COUNT:
+            rbuf = np.empty((int(rcounts.sum()), rn.shape[1]), dtype=rn.dtype)
+            rd = np.cumsum(rcounts) - rcounts
+        c._comm.Alltoallv([sbuf, (scounts.astype(np.int32), sd.astype(np.int32)), rowt],
+                          [rbuf, (rcounts.astype(np.int32), rd.astype(np.int32)), rowt])
+        if rbuf is not rn:
+            for p in np.flatnonzero(rcounts):
+                rn[rdispl[p] : rdispl[p] + rcounts[p]] = rbuf[rd[p] : rd[p] + rcounts[p]]
+        c._MPI.Request.Waitall(reqs)
 
     def _dist_alltoall(self, send: torch.Tensor, scounts: list[int], rcounts: list[int]) -> torch.Tensor:
         """all_to_all_single of a flat buffer over torch.distributed (counts in elements)."""

@@ -78,3 +78,24 @@ def test_an_array_over_2_31_elements(launcher, mode):
         assert (r["length"], r["after"], r["last"]) == (n, root, (n - 1) % 251), r
     counted = {"bcast": [[n, 0], [0, 0]], "allreduce": [[n, n], [n, n]]}[mode]
     assert [[out[k]["sent"], out[k]["got"]] for k in (0, 1)] == counted, out
+
+
+@pytest.mark.mpi
+def test_an_alltoallv_past_2_31_rows(launcher):
+    """``alltoallv``'s counts and displacements are rows (a row datatype), and an MPI-3 count is a C int: a
+    keyed fetch's int32 positions travel as rows of one byte (2^31 of them name 5·10⁸ rows), and a halo's rows
+    past 2^31 at scale. A pair's 2^31 + 8 rows (count past a C int) and blocks behind them (displacements past it:
+    rank 1's own rows in the first exchange; in the second, rank 0's rows to and from rank 1 behind its own
+    2^31 + 8) arrive whole: each block as its sender sent it (rows and CRC-32); the bytes counted leave out a rank's
+    own rows, as for small exchanges."""
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "big_array_check.py"), "alltoallv"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
+    assert sorted(out) == [0, 1]
+    for tag in ("r.pair", "r.self"):
+        for q in (0, 1):
+            r = out[q][tag]
+            assert r["got"] == [out[p][tag]["sent"][q] for p in (0, 1)], (tag, q, out)
+            assert r["length"] == sum(n for n, _ in r["got"]), r
+            assert r["bytes"] == [r["sent"][1 - q][0], r["got"][1 - q][0]], r
+    assert max(n for r in out.values() for n, _ in r["r.pair"]["sent"]) > 2**31, out
