@@ -65,9 +65,9 @@ def test_an_object_over_2_gib_goes_point_to_point(launcher):
 def test_an_array_over_2_31_elements(launcher, mode):
     """A trained run hands out its (T, N, F) embeddings with ``bcast_`` (T·N·F ≈ 3·10⁹ float32s at scale), a
     parameter is broadcast at set-up, gradients are all-reduced flat: one MPI-3 call cannot name 2^31 elements
-    (MPI_ERR_ARG). (2^31 + 8) patterned uint8s arrive whole on both ranks (the root's CRC-32; a zero array's
-    differs), and the bytes are counted as for a small array: a broadcast's once per other rank as the root's sent,
-    an all-reduce's both ways."""
+    (MPI_ERR_ARG). (2^31 + 8) patterned uint8s arrive whole on both ranks (the root's CRC-32; rank 1's array of
+    255s before it differs; the all-reduce takes the minimum), and the bytes are counted as for a small array: a
+    broadcast's once per other rank as the root's sent, an all-reduce's both ways."""
     proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "big_array_check.py"), mode], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = {r["rank"]: r for r in json_records(proc.stdout)}

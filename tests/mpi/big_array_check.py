@@ -2,8 +2,8 @@
 MPI-3 call cannot name (its counts and displacements are C ints: MPI_ERR_ARG or MPI_ERR_COUNT).
 
 Usage: mpirun -np 2 python tests/mpi/big_array_check.py MODE
-MODE ``bcast``: rank 0 broadcasts (2^31 + 8) patterned uint8s with ``bcast_``. ``allreduce``: a max ``allreduce_`` of
-as many, rank 0's patterned and rank 1's zero. Prints one JSON line per rank: the array's length, the CRC-32 of its
+MODE ``bcast``: rank 0 broadcasts (2^31 + 8) patterned uint8s with ``bcast_``. ``allreduce``: a min ``allreduce_`` of
+as many, rank 0's patterned and rank 1's 255s. Prints one JSON line per rank: the array's length, the CRC-32 of its
 bytes before and after, its last byte, and the bytes counted under the tag. ``alltoallv``: the exchanges of
 ``ROWS`` with ``exchange.alltoallv`` in rows of one uint8; one JSON line per rank: per exchange, the rows and CRC-32
 of each block it sent and received, the received length and the bytes counted.
@@ -85,12 +85,13 @@ def main(comm: Communicator, mode: str) -> None:
     if mode == "alltoallv":
         print(json.dumps({"rank": comm.rank, **alltoallv(comm)}), flush=True)
         return
-    a = patterned(N) if comm.rank == 0 else np.zeros(N, dtype=np.uint8)
+    # rank 1's 255s (above the pattern's 250) written here: receiving into pages not yet touched is slower
+    a = patterned(N) if comm.rank == 0 else np.full(N, 255, dtype=np.uint8)
     before = zlib.crc32(a)
     if mode == "bcast":
         comm.bcast_(torch.from_numpy(a), root=0, tag="r.big")
     elif mode == "allreduce":
-        comm.allreduce_(torch.from_numpy(a), "max", tag="r.big")
+        comm.allreduce_(torch.from_numpy(a), "min", tag="r.big")
     else:
         raise SystemExit(f"big_array_check.py: unknown mode {mode!r}")
     s = comm.stats.snapshot()["r.big"]
