@@ -259,6 +259,12 @@ class DenseChunks(AppearanceMap):
     Owner and row tables are built one snapshot at a time (a row's rank among the owner's keys is its count of
     the owner's earlier snapshots plus its place within the snapshot), so no (T·N) int64 array is ever made.
 
+    Args:
+        num_ranks: P.
+        chunk: each appearance's chunk, -1 where inactive.
+        chunk_owner: each chunk's rank (DGC Alg. 1).
+        rnn_owner: each vertex's RNN owner (it holds the vertex's inactive appearances).
+
     Shapes:
         chunk: (T, N); chunk_owner: (C,); rnn_owner: (N,).
     """
@@ -360,6 +366,12 @@ class GridCells(AppearanceMap):
 
     Rank (g, j)'s rows are its snapshots' (in order) vertex ranges: row = (place of t among group g's snapshots)
     · |V_j| + (v − start of V_j). Every appearance is its cell's, a chunk per rank.
+
+    Args:
+        num_ranks: P = Ps · Pv.
+        group: each snapshot's group g (cyclic or in runs).
+        vertex_bounds: the Pv vertex ranges' bounds.
+        rnn_owner: each vertex's RNN owner (a rank of its column).
 
     Shapes:
         group: (T,) snapshot group of each t; vertex_bounds: (Pv + 1,); rnn_owner: (N,).
