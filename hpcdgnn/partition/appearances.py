@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcdgnn.indices import INT32_MAX, index_dtype
+from hpcdgnn.indices import index_dtype
 
 __all__ = ["TABLE_BYTES", "AppearanceMap", "DenseChunks", "GridCells", "SparseChunks", "active_is_smaller",
            "chunk_map"]
@@ -142,8 +142,7 @@ class SparseChunks(AppearanceMap):
                  chunk_owner: np.ndarray, rnn_owner: np.ndarray) -> None:
         self.num_snapshots, self.num_vertices, self.num_ranks = num_snapshots, num_vertices, num_ranks
         self.key = np.asarray(key, dtype=np.int64)
-        self.label = np.asarray(label, dtype=np.int32 if label.shape[0] == 0 or label.max() <= INT32_MAX
-                                else np.int64)
+        self.label = np.asarray(label, dtype=index_dtype(int(label.max(initial=0))))
         self.chunk_owner, self.rnn_owner = np.asarray(chunk_owner, np.int64), np.asarray(rnn_owner, np.int64)
 
     def _tables(self) -> dict:
@@ -167,11 +166,12 @@ class SparseChunks(AppearanceMap):
             ar_start = np.searchsorted(by_rnn, grid * TN)
             rnn_sorted = np.sort(self.rnn_owner * N + np.arange(N, dtype=np.int64))
             r_start = np.searchsorted(rnn_sorted, grid * N)
+            R = np.diff(r_start)  # RNN vertices per rank
             # an active key's row: its place among its owner's active keys plus its owner's inactive keys below it
             p, t, v = owner.astype(np.int64), key // N, key % N
             place = np.empty(key.shape[0], dtype=np.int64)
             place[order] = np.arange(key.shape[0]) - a_start[p[order]]
-            idle = (t * np.diff(r_start)[p] + np.searchsorted(rnn_sorted, p * N + v) - r_start[p]
+            idle = (t * R[p] + np.searchsorted(rnn_sorted, p * N + v) - r_start[p]
                     - (np.searchsorted(by_rnn, p * TN + key) - ar_start[p]))
             local = place + idle
             rpos = np.empty(N, dtype=np.int64)  # each vertex's place among its RNN owner's
@@ -179,7 +179,7 @@ class SparseChunks(AppearanceMap):
             self._c_tables = {"words": words, "prefix": prefix.astype(index_dtype(key.shape[0])), "owner": owner,
                               "local": local.astype(index_dtype(int(local.max(initial=0)))), "by_owner": by_owner,
                               "a_start": a_start, "by_rnn": by_rnn, "ar_start": ar_start, "rnn_sorted": rnn_sorted,
-                              "r_start": r_start, "R": np.diff(r_start), "rpos": rpos}
+                              "r_start": r_start, "R": R, "rpos": rpos}
         return self._c_tables
 
     def _find(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -218,13 +218,18 @@ class SparseChunks(AppearanceMap):
         out[idle] = (found[0] - c["a_start"][p]) + t * c["R"][p] + c["rpos"][v] - (found[1] - c["ar_start"][p])
         return out
 
+    def _rnn_block(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """``rank``'s RNN vertices, and the active keys among their appearances (both ascending)."""
+        c, TN, N = self._tables(), self.num_snapshots * self.num_vertices, self.num_vertices
+        return (c["rnn_sorted"][c["r_start"][rank] : c["r_start"][rank + 1]] - rank * N,
+                c["by_rnn"][c["ar_start"][rank] : c["ar_start"][rank + 1]] - rank * TN)
+
     def keys_of(self, rank: int) -> np.ndarray:
         """``rank``'s keys, ascending."""
         c, TN, N = self._tables(), self.num_snapshots * self.num_vertices, self.num_vertices
         active = c["by_owner"][c["a_start"][rank] : c["a_start"][rank + 1]] - rank * TN
-        mine = c["rnn_sorted"][c["r_start"][rank] : c["r_start"][rank + 1]] - rank * N
+        mine, busy = self._rnn_block(rank)
         every = (np.arange(self.num_snapshots, dtype=np.int64)[:, None] * N + mine[None, :]).reshape(-1)
-        busy = c["by_rnn"][c["ar_start"][rank] : c["ar_start"][rank + 1]] - rank * TN
         keep = np.ones(every.shape[0], dtype=bool)
         keep[np.searchsorted(every, busy)] = False  # both ascending, busy within every: no sort of every
         # two ascending runs: the stable sort merges them
@@ -245,9 +250,8 @@ class SparseChunks(AppearanceMap):
 
     def active_rnn(self, rank: int) -> np.ndarray:
         """``rank``'s RNN vertices' active steps."""
-        c, TN, N = self._tables(), self.num_snapshots * self.num_vertices, self.num_vertices
-        mine = c["rnn_sorted"][c["r_start"][rank] : c["r_start"][rank + 1]] - rank * N
-        busy = c["by_rnn"][c["ar_start"][rank] : c["ar_start"][rank + 1]] - rank * TN
+        N = self.num_vertices
+        mine, busy = self._rnn_block(rank)
         mask = np.zeros((self.num_snapshots, mine.shape[0]), dtype=bool)
         mask[busy // N, np.searchsorted(mine, busy % N)] = True
         return mask
@@ -280,7 +284,7 @@ class DenseChunks(AppearanceMap):
             d = _rank_dtype(P)
             chunk_owner, rnn_owner = self.chunk_owner.astype(d), self.rnn_owner.astype(d)
             owner = np.empty((T, N), dtype=d)
-            local = np.empty((T, N), dtype=np.int32 if T * N <= INT32_MAX else np.int64)
+            local = np.empty((T, N), dtype=index_dtype(T * N))
             base = np.zeros(P, dtype=np.int64)
             for t in range(T):
                 row = self.chunk[t]
@@ -356,7 +360,7 @@ def chunk_map(num_snapshots: int, num_vertices: int, num_ranks: int, key: np.nda
     if lookup == "active" or (lookup == "auto" and _DENSE_ALL * T * N > TABLE_BYTES
                               and active_is_smaller(T, N, key.shape[0])):
         return SparseChunks(T, N, num_ranks, key, label, chunk_owner, rnn_owner)
-    chunk = np.full((T, N), -1, dtype=np.int32 if label.shape[0] == 0 or label.max() <= INT32_MAX else np.int64)
+    chunk = np.full((T, N), -1, dtype=index_dtype(int(label.max(initial=0))))
     chunk.reshape(-1)[key] = label
     return DenseChunks(num_ranks, chunk, chunk_owner, rnn_owner)
 

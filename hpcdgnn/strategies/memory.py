@@ -74,6 +74,13 @@ class _Work:
     """(n, negatives) which negatives are the event's own destination: the positive pair itself."""
 
 
+def _ties(work: _Work, model) -> np.ndarray | None:
+    """(n, negatives): the negatives that take the positive's score — the event's own destination (the positive
+    pair itself) and the positive destination's :func:`_twins`; None: none."""
+    twins = _twins(work, model)
+    return work.own if twins is None else twins if work.own is None else twins | work.own
+
+
 def _twins(work: _Work, model) -> np.ndarray | None:
     """(n, negatives): which negatives' roots have the positive destination's input exactly — two nodes never
     written (memory and mail zero, the same τ and gap), without neighbours, at the same time — so the same
@@ -474,9 +481,7 @@ class MemoryStrategy(Strategy[EventBatch]):
                     pos, neg = task.scores(_embeddings(z, work, work.negatives))
                     self._write(work, s_new, apply)
                     pos, neg = pos.double().cpu().numpy(), neg.double().cpu().numpy()
-                    # the positive pair as its own negative, or a negative whose input is the positive's: its score
-                    tie = _twins(work, model)
-                    tie = work.own if tie is None else tie if work.own is None else tie | work.own
+                    tie = _ties(work, model)
                     if tie is not None and tie.any():
                         neg[tie] = np.broadcast_to(pos[:, None], neg.shape)[tie]
                     parts_scores = [(pos, neg)] if self.group is None else self.group.allgather_obj(
