@@ -257,8 +257,8 @@ class ChunkOptions(StrategyConfig):
     lookup: Literal["auto", "table", "active"] = "auto"
     """How every rank finds each appearance's rank and row there (the halo and in-place scoring ask for any):
     ``table``, (T, N) tables, ~10 bytes per appearance on every rank; ``active``, the active appearances only, ~34
-    bytes per active one plus 0.19 per appearance, each lookup 10–40× slower (a few ms an epoch on CollegeMsg);
-    ``auto``: ``table`` up to 64 MiB a rank, beyond it the smaller."""
+    bytes per active one plus 0.19 per appearance, each lookup a rank query and two binary searches instead of an
+    index (perf/results/chunk-map); ``auto``: ``table`` up to 64 MiB a rank, beyond it the smaller."""
 
     def __post_init__(self) -> None:
         if self.chunk_size != "auto" and self.chunk_size < 1:
