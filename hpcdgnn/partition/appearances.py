@@ -44,7 +44,7 @@ class AppearanceMap:
     """Owner rank and row on the owner of every appearance key ``t·N + v`` (vectorised over keys).
 
     Subclasses define :meth:`owner_of`, :meth:`local_of`, :meth:`keys_of`, :meth:`counts`, :meth:`label_of`
-    and :meth:`active_rnn`; :meth:`dense_owner` materialises the (T, N) table for rank 0's planner and tests.
+    and :meth:`active_rnn`; :meth:`dense_owner` materialises the (T, N) table for tests.
     """
 
     num_snapshots: int
@@ -82,7 +82,7 @@ class AppearanceMap:
         raise NotImplementedError
 
     def dense_owner(self) -> np.ndarray:
-        """(T, N) int64 owner table: O(T·N), for rank 0's planner and tests only."""
+        """(T, N) int64 owner table: O(T·N), for tests only (the planner looks up a snapshot at a time)."""
         T, N = self.num_snapshots, self.num_vertices
         out = np.empty((T, N), dtype=np.int64)
         every = np.arange(N, dtype=np.int64)

@@ -351,20 +351,26 @@ def chunk_cost(plan: PartitionPlan, job, manifest, graph) -> list:
     layers = meta_layers(job.model, F)
     item = item_bytes(job)
     c = plan.chunks
-    owner = c.appearances.dense_owner()  # (T, N), on the planning rank only
-    reads, serves, nnz = halo_counts(graph, lambda t, v: owner[t, v], P)
+    N, where = plan.num_vertices, c.appearances
+    # a snapshot's owners at a time, looked up in the map as a rank does: the (T, N) table is never built
+    reads, serves, nnz = halo_counts(graph, lambda t, v: where.owner_of(t * N + v), P)
     precomputed = layers[0].precomputable
     causal = all(ly.causal for ly in layers)
     grad_steps = min(T, plan.horizon + 1) if causal else T
     mixing = any(ly.temporal_mixing for ly in layers)
-    rows = np.bincount(owner.ravel(), minlength=P)
-    head = np.bincount(owner[:grad_steps].ravel(), minlength=P)
     R = np.bincount(c.rnn_owner, minlength=P)
     # appearances each rank holds for another rank's RNN vertices: sent there, and received back
-    away = owner != c.rnn_owner[None, :]
-    out_rows = np.bincount(owner[away], minlength=P)
-    in_rows = np.bincount(np.broadcast_to(c.rnn_owner[None, :], owner.shape)[away], minlength=P)
-    scored = np.stack([np.bincount(row, minlength=P) for row in owner], axis=1).astype(np.float64)  # (P, T)
+    out_rows, in_rows = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+    scored = np.zeros((P, T), dtype=np.int64)
+    every = np.arange(N, dtype=np.int64)
+    for t in range(T):
+        owner = where.owner_of(t * N + every)
+        away = owner != c.rnn_owner
+        scored[:, t] = np.bincount(owner, minlength=P)
+        out_rows += np.bincount(owner[away], minlength=P)
+        in_rows += np.bincount(c.rnn_owner[away], minlength=P)
+    rows, head = scored.sum(axis=1), scored[:, :grad_steps].sum(axis=1)
+    scored = scored.astype(np.float64)
     ranks = []
     for q in range(P):
         r = RankWork(spatial_rows=rows[q], spatial_steps=T, spatial_nnz=nnz[q], spatial_saved_rows=head[q],

@@ -158,3 +158,34 @@ def test_the_planner_offers_lookup_active_where_only_it_fits(tmp_path):
     offered = chunk(["strategy.lookup=table"], budget=(active.memory_bytes + table.memory_bytes) / 2)
     assert [(p.options["lookup"], p.fits) for p in offered] == [("table", False), ("active", True)]
     assert offered[1].memory_bytes == active.memory_bytes
+
+
+@pytest.mark.parametrize("lookup", ["table", "active"])
+def test_pricing_a_chunk_plan_holds_a_snapshot_of_owners_at_a_time(tmp_path, lookup):
+    """``chunk_cost`` (what ``plan`` and ``strategy: auto`` run on rank 0) looks a snapshot's owners up in the
+    plan's map, as a rank does: beyond the map and the graph it holds O(N), never a (T, N) int64 owner table
+    (8 bytes an appearance, with its temporaries ~30). Its price is the same either way (the planner tests)."""
+    import tracemalloc
+
+    from hpcdgnn.config import load_job
+    from hpcdgnn.data.manifest import load_manifest
+    from hpcdgnn.partition.chunk_plan import plan_chunks
+    from hpcdgnn.planner.cost import GraphStats
+    from hpcdgnn.strategies.chunk import chunk_cost
+
+    T, N = 80, 3000
+    data = make_dataset(tmp_path / "long", T=T, N=N, m=30)
+    m = load_manifest(data)
+    job = load_job(write_job(tmp_path / "job.yaml", data, model={"name": "tgcn"},
+                             strategy={"name": "chunk", "chunk_size": 16, "lookup": lookup}))
+    plan, graph = plan_chunks(m, 3, job), GraphStats(m, str(data))
+    graph.csr()
+    plan.chunks.appearances.nbytes()  # the map's lookup tables: what every rank holds anyway
+    tracemalloc.start()
+    try:
+        ranks = chunk_cost(plan, job, m, graph)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sum(r.spatial_rows for r in ranks) == T * N
+    assert peak < 3 * T * N, f"{peak} bytes for T·N = {T * N} appearances"
