@@ -24,7 +24,7 @@ import numpy as np
 from hpcdgnn.indices import index_dtype
 
 __all__ = ["TABLE_BYTES", "AppearanceMap", "DenseChunks", "GridCells", "SparseChunks", "active_is_smaller",
-           "chunk_map"]
+           "chunk_map", "map_bytes_at_least"]
 
 #: bytes per active appearance and per appearance (sparse), and per appearance (dense), held on every rank
 _SPARSE_ACTIVE, _SPARSE_ALL, _DENSE_ALL = 34, 0.19, 10
@@ -332,6 +332,31 @@ def active_is_smaller(num_snapshots: int, num_vertices: int, active: int) -> boo
     """Whether the map from ``active`` active appearances holds fewer bytes a rank than the (T, N) tables."""
     T, N = num_snapshots, num_vertices
     return _SPARSE_ACTIVE * active + _SPARSE_ALL * T * N < _DENSE_ALL * T * N
+
+
+def map_bytes_at_least(num_snapshots: int, num_vertices: int, num_ranks: int, active: int, lookup: str) -> tuple:
+    """(form, bytes): the form :func:`chunk_map` takes for ``lookup`` and a lower bound of the bytes it holds on
+    every rank, counted before any plan exists (the footprint check): its arrays whose sizes T, N, P and the A
+    active appearances fix — ``table``: the chunk, owner and row tables, ≥ 4 + w + 4 bytes an
+    appearance (w: the narrowest integer holding P − 1); ``active``: each active key, label, owner, row and its
+    two sorted copies (≥ 32 + w bytes), and the bitmap with its prefix counts (0.19 bytes an appearance); and
+    24 or 8 bytes a vertex.
+
+    Args:
+        num_snapshots: T.
+        num_vertices: N.
+        num_ranks: P.
+        active: A, the manifest's active appearances.
+        lookup: ``strategy.lookup``.
+    """
+    T, N, P, A = num_snapshots, num_vertices, num_ranks, active
+    rank, row = _rank_dtype(P).itemsize, index_dtype(T * N).itemsize
+    sparse = lookup == "active" or (lookup == "auto" and _DENSE_ALL * T * N > TABLE_BYTES
+                                    and active_is_smaller(T, N, A))
+    # and each vertex's RNN owner (int64), as tables; from the active appearances also its place among its owner's
+    if sparse:
+        return "active", int((8 + 4 + rank + 4 + 8 + 8) * A + T * N / 8 + 4 * (T * N // 64) + 3 * 8 * N)
+    return "table", int((4 + rank + row) * T * N + 8 * N)
 
 
 def chunk_map(num_snapshots: int, num_vertices: int, num_ranks: int, key: np.ndarray, label: np.ndarray,

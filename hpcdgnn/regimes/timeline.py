@@ -106,7 +106,7 @@ def footprint(job: JobConfig, manifest, num_ranks: int) -> dict[str, tuple[int, 
         pairs = max(pairs, epoch_pairs // num_ranks) if pairs else 0
     if pairs:
         parts["pairs"] = (pairs, "task.negatives")
-    return parts
+    return {**parts, **get_strategy(job.strategy.name).footprint(job, manifest, num_ranks)}
 
 
 def check(job: JobConfig, where: str | None, num_ranks: int) -> None:

@@ -188,6 +188,13 @@ class Strategy(Generic[B]):
         return [opts]
 
     @classmethod
+    def footprint(cls, job: JobConfig, manifest: Manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
+        """Lower bounds of what this strategy holds on a rank beyond its regime's terms, as the regime's
+        ``footprint`` gives them (:mod:`hpcdgnn.train.footprint`): term -> (bytes, the keys that set it); none by
+        default."""
+        return {}
+
+    @classmethod
     def smaller(cls, opts: Any, manifest: Manifest) -> list[Any]:
         """Option sets using less memory per rank, in order, that the planner tries when ``opts`` does not fit."""
         return []

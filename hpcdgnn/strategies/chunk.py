@@ -24,7 +24,7 @@ from hpcdgnn.nn.conv.graph import RowGroups
 from hpcdgnn.nn.layout import horizon_temporal, joined, moves_aggregation, phase_join
 from hpcdgnn.nn.models.base import DGNN, time_mixing_layers
 from hpcdgnn.nn.temporal_fusion import pack_sequences, pad_sequences
-from hpcdgnn.partition.appearances import active_is_smaller
+from hpcdgnn.partition.appearances import active_is_smaller, map_bytes_at_least
 from hpcdgnn.partition.chunk_plan import plan_chunks
 from hpcdgnn.partition.fusion import fuse_chunks, group_cost
 from hpcdgnn.partition.plan import PartitionPlan
@@ -117,6 +117,16 @@ class ChunkStrategy(HaloStrategy):
                     f"(tgcn, cdgcn, mpnn_lstm); model.name is {m.name!r}"
                 )
         return plan_chunks(manifest, num_ranks, job)
+
+    @classmethod
+    def footprint(cls, job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
+        """The appearance map every rank holds whole, whatever P (:func:`map_bytes_at_least`): O(T·N) as tables,
+        O(A) from the active appearances; ``lookup: active`` named where that form is the smaller."""
+        T, N, A = manifest.num_snapshots, manifest.num_vertices, sum(manifest.snapshot_active)
+        form, nbytes = map_bytes_at_least(T, N, num_ranks, A, job.strategy.lookup)
+        keys = ("strategy.lookup (active holds less)" if form == "table" and active_is_smaller(T, N, A) else
+                "strategy.name (every rank holds the chunk plan's map of T·N appearances; grid computes it)")
+        return {"appearance map": (nbytes, keys)}
 
     @classmethod
     def smaller(cls, opts, manifest) -> list:

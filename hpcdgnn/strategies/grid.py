@@ -32,6 +32,11 @@ class GridStrategy(ChunkStrategy):
         return plan_grid(manifest, num_ranks, job)
 
     @classmethod
+    def footprint(cls, job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
+        """None: a grid plan's appearances are looked up by arithmetic (``GridCells``, O(T + N) a rank)."""
+        return {}
+
+    @classmethod
     def variants(cls, opts, num_ranks: int, manifest) -> list:
         """Every Ps × Pv factorisation of P when the job fixes neither side (first the one such a job trains:
         :func:`~hpcdgnn.partition.grid.grid_shape`'s), else the job's."""

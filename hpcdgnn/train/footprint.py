@@ -17,8 +17,9 @@ __all__ = ["HOST_RESIDENT", "check_footprint", "check_predicted_peak", "lower_bo
            "predicted_peak", "size_keys"]
 
 #: terms held in host memory whatever the device (the event regime's node memory: numpy arrays or an MPI window
-#: whose rows each batch copies to the device): a GPU job checks them against the host's share
-HOST_RESIDENT = frozenset({"node memory"})
+#: whose rows each batch copies to the device; a chunk plan's appearance map, numpy lookup tables): a GPU job
+#: checks them against the host's share
+HOST_RESIDENT = frozenset({"node memory", "appearance map"})
 
 
 def lower_bound(job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:

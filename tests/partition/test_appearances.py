@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hpcdgnn.partition.appearances import DenseChunks, GridCells, SparseChunks, chunk_map
+from hpcdgnn.partition.appearances import DenseChunks, GridCells, SparseChunks, chunk_map, map_bytes_at_least
 from hpcdgnn.partition.plan import balanced_bounds
 
 
@@ -175,3 +175,23 @@ def test_chunk_maps_at_the_edges(T, N, P, active, lookup):
         for p in range(P):
             np.testing.assert_array_equal(m.keys_of(p), np.flatnonzero(owner == p))
             np.testing.assert_array_equal(m.active_rnn(p), chunk.reshape(T, N)[:, rnn_owner == p] >= 0)
+
+
+@pytest.mark.parametrize("lookup", ["table", "active", "auto"])
+@pytest.mark.parametrize("seed,T,N,P,active", [(0, 5, 7, 3, 0.3), (2, 6, 5, 3, 0.0), (3, 3, 13, 4, 1.0),
+                                                (5, 9, 300, 4, 0.05), (6, 8, 200, 200, 0.5)])
+def test_the_footprint_s_map_bound_is_the_form_made_and_below_its_bytes(monkeypatch, lookup, seed, T, N, P,
+                                                                        active):
+    """``map_bytes_at_least`` (the footprint check's term, before any plan) names the form ``chunk_map`` makes
+    and never more bytes than that map holds on a rank (a job that fits is never refused), within 20 % of them
+    where the maps are more than their scalars."""
+    from hpcdgnn.partition import appearances
+
+    monkeypatch.setattr(appearances, "TABLE_BYTES", 0 if seed % 2 else appearances.TABLE_BYTES)
+    key, label, chunk_owner, rnn_owner = _random_plan(seed, T, N, P, active)
+    m = chunk_map(T, N, P, key, label, chunk_owner, rnn_owner, lookup)
+    form, nbytes = map_bytes_at_least(T, N, P, key.shape[0], lookup)
+    assert form == ("active" if isinstance(m, SparseChunks) else "table")
+    assert nbytes <= m.nbytes(), (nbytes, m.nbytes())
+    if T * N >= 1000:
+        assert nbytes >= 0.8 * m.nbytes(), (nbytes, m.nbytes())

@@ -301,3 +301,36 @@ def test_a_run_whose_predicted_peak_a_node_cannot_hold_is_refused_at_three_ranks
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "the planner predicts a peak of" in errors[0] and "at P = 3" in errors[0], errors[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_a_chunk_plan_s_appearance_map_is_counted_on_every_rank(small_dataset, tmp_path):
+    """Every rank of a ``chunk`` run holds the plan's appearance map whole (``strategy.lookup``), whatever P: at
+    P = 64 on T·N = 7·10⁸ appearances it outweighs a rank's share of the activations. Refused in one line naming
+    the map and the key that shrinks it (``lookup: active`` where the tables are asked for), without advice to
+    spread the job (more ranks do not shrink it); a grid plan holds none."""
+    from dataclasses import replace
+
+    m = load_manifest(small_dataset)
+    m = replace(m, num_vertices=10**8, snapshot_active=[10**6] * m.num_snapshots)
+
+    def job(**strategy):
+        return load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"},
+                                  strategy={"name": "chunk", **strategy}))
+
+    table, auto = lower_bound(job(lookup="table"), m, 64), lower_bound(job(), m, 64)
+    assert table["appearance map"][0] > 9 * 7 * 10**8 > table["activations"][0]
+    assert table["appearance map"][1].startswith("strategy.lookup")
+    assert auto["appearance map"][0] < table["appearance map"][0] / 2  # auto takes the active form here
+    with pytest.raises(ConfigError, match=r"\(appearance map 6\.\d GiB, set by strategy\.lookup \(active holds "
+                                          r"less\)\) and this rank has 4\.0 GiB .*; lower those$"):
+        check_footprint(job(lookup="table"), m, 64, 4 * 2**30, "job.yaml")
+    with pytest.raises(ConfigError, match=r"\(appearance map 2\.\d GiB, set by strategy\.name"):
+        check_footprint(job(), m, 64, 2 * 2**30, "job.yaml")
+    check_footprint(job(), m, 64, 4 * 2**30, "job.yaml")
+    # numpy tables on the host: a GPU job checks them against the host's share, not the device's
+    check_footprint(job(lookup="table"), m, 64, 4 * 2**30, "job.yaml", terms="device")
+    with pytest.raises(ConfigError, match=r"\(appearance map "):
+        check_footprint(job(lookup="table"), m, 64, 4 * 2**30, "job.yaml", terms="host")
+    grid = load_job(write_job(tmp_path / "grid.yaml", small_dataset, model={"name": "tgcn"},
+                              strategy={"name": "grid"}))
+    assert "appearance map" not in lower_bound(grid, m, 64)
