@@ -284,19 +284,23 @@ class DenseChunks(AppearanceMap):
             d = _rank_dtype(P)
             chunk_owner, rnn_owner = self.chunk_owner.astype(d), self.rnn_owner.astype(d)
             owner = np.empty((T, N), dtype=d)
-            local = np.empty((T, N), dtype=index_dtype(T * N))
-            base = np.zeros(P, dtype=np.int64)
+            counts = np.zeros((T, P), dtype=np.int64)
             for t in range(T):
                 row = self.chunk[t]
                 o = owner[t]
                 np.copyto(o, chunk_owner[np.maximum(row, 0)] if chunk_owner.shape[0] else 0)
                 np.copyto(o, rnn_owner, where=row < 0)
+                counts[t] = np.bincount(o, minlength=P)
+            # rows are numbered per owner: int32 while every rank's fit, whatever T·N
+            base = np.cumsum(counts, axis=0) - counts  # each owner's rows before snapshot t
+            total = counts.sum(axis=0)
+            local = np.empty((T, N), dtype=index_dtype(int(total.max(initial=1)) - 1))
+            for t in range(T):
+                o = owner[t]
                 order = np.argsort(o, kind="stable")
-                count = np.bincount(o, minlength=P)
-                first = base - np.concatenate([[0], np.cumsum(count)[:-1]])  # row of the owner's first key, minus
+                first = base[t] - np.concatenate([[0], np.cumsum(counts[t])[:-1]])  # owner's first key's row, minus
                 local[t, order] = np.arange(N) + first[o[order]]
-                base += count
-            self._c_tables = (owner, local, base)
+            self._c_tables = (owner, local, total)
         return self._c_tables
 
     def owner_of(self, keys: np.ndarray) -> np.ndarray:
@@ -350,7 +354,7 @@ def map_bytes_at_least(num_snapshots: int, num_vertices: int, num_ranks: int, ac
         lookup: ``strategy.lookup``.
     """
     T, N, P, A = num_snapshots, num_vertices, num_ranks, active
-    rank, row = _rank_dtype(P).itemsize, index_dtype(T * N).itemsize
+    rank, row = _rank_dtype(P).itemsize, index_dtype(-(-T * N // P) - 1).itemsize  # the most loaded rank's rows
     sparse = lookup == "active" or (lookup == "auto" and _DENSE_ALL * T * N > TABLE_BYTES
                                     and active_is_smaller(T, N, A))
     # and each vertex's RNN owner (int64), as tables; from the active appearances also its place among its owner's

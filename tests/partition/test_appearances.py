@@ -195,3 +195,23 @@ def test_the_footprint_s_map_bound_is_the_form_made_and_below_its_bytes(monkeypa
     assert nbytes <= m.nbytes(), (nbytes, m.nbytes())
     if T * N >= 1000:
         assert nbytes >= 0.8 * m.nbytes(), (nbytes, m.nbytes())
+
+
+def test_table_rows_stay_int32_while_every_rank_s_rows_fit(monkeypatch):
+    """A row is its place among its owner's appearances: past T·N = 2³¹ the row table stays int32 (4 bytes an
+    appearance, not 8) while each rank holds fewer rows than that — here with int32's limit lowered to 30."""
+    from hpcdgnn import indices
+
+    T, N, P = 4, 10, 3
+    key, label, chunk_owner, rnn_owner = _random_plan(7, T, N, P, 0.6)
+    owner, local, chunk = _reference(T, N, P, key, label, chunk_owner, rnn_owner)
+    monkeypatch.setattr(indices, "INT32_MAX", 30)
+    assert T * N > 30 > np.bincount(owner).max()
+    m = DenseChunks(P, chunk.reshape(T, N).astype(np.int32), chunk_owner, rnn_owner)
+    np.testing.assert_array_equal(m.local_of(np.arange(T * N)), local)
+    assert m._tables()[1].dtype == np.int32
+    assert map_bytes_at_least(T, N, P, key.shape[0], "table")[1] <= m.nbytes()
+    monkeypatch.setattr(indices, "INT32_MAX", int(np.bincount(owner).max()) - 2)  # one rank past it: int64
+    m = DenseChunks(P, chunk.reshape(T, N).astype(np.int32), chunk_owner, rnn_owner)
+    np.testing.assert_array_equal(m.local_of(np.arange(T * N)), local)
+    assert m._tables()[1].dtype == np.int64
