@@ -12,6 +12,8 @@ CONTRACT = {"make_plan", "setup", "pretraining", "attach_optimizer", "batches", 
             # before the plan, on rank 0: the job's checks (at P, on the dataset's sizes), and what the planner
             # prices or resolves
             "check_job", "check_data", "variants", "smaller", "resolve",
+            # the footprint check's terms a strategy adds to its regime's (a chunk plan's appearance map)
+            "footprint",
             # what the planner's cost leaves out (its prediction's notes); what `check` refuses that the set-up
             # refuses only once it has read the data (hybrid's closure over strategy.max_cache_mb)
             "unpriced", "check_reads",
