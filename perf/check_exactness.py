@@ -22,7 +22,9 @@ from the losses) and validation and test metrics, every epoch's, from the refere
   12,000 CollegeMsg events, as one process on 2 threads does beside 1), so give it ``--epochs 2`` or a
   looser ``--tol``.
 
-``--set`` passes job settings to every run, the references included (``hpcdgnn run --set``): settings
+``--set`` passes job settings to every run, the references included (``hpcdgnn run --set``), except a
+``strategy.KEY`` that a reference's strategy has no option for (``--set strategy.lookup=active`` with chunk
+cases: the ``snapshot`` references run without it, as the header line says): settings
 that must change no result are checked this way at your rank counts — who moves the bytes, and in how
 many pieces: ``--set comm.grad_buckets=3`` for any case, and with ``--cases
 cdgcn:snapshot tgcn:snapshot`` also ``strategy.overlap_chunks=3`` or ``strategy.blocks=2`` (a ``strategy``
@@ -70,6 +72,16 @@ def reference_of(model: str, strategy: str) -> tuple[str, str]:
     return (model, "snapshot") if get_strategy(strategy).full_batch else (model, strategy)
 
 
+def taken_by(strategy: str, sets: list[str]) -> list[str]:
+    """The ``--set`` settings a run of ``strategy`` accepts: all but a ``strategy.KEY`` it has no option for."""
+    import dataclasses
+
+    from hpcdgnn.regimes import options_class
+
+    fields = {f.name for f in dataclasses.fields(options_class("strategy", strategy))}
+    return [s for s in sets if not s.startswith("strategy.") or s.partition("=")[0].split(".")[1] in fields]
+
+
 def relative_difference(got: list[float], ref: list[float]) -> float:
     """The largest |got - ref| / |ref| over epochs (inf where the trajectories differ in length)."""
     if len(got) != len(ref):
@@ -112,13 +124,19 @@ def main() -> int:
     args.data = args.data.resolve()  # the runs start in the repository
     args.out = fresh_out(args.out, "hpcdgnn-exactness-")
     sets = f", --set {' '.join(args.sets)}" if args.sets else ""
+    refs = sorted({reference_of(*c) for c in cases})
+    # a reference of another strategy than its cases' runs without their strategy's own options
+    ref_sets = {s: taken_by(s, args.sets) for s in {s for _, s in refs}}
+    left = {s: [x for x in args.sets if x not in kept] for s, kept in ref_sets.items()}
+    sets += "".join(f" ({s} references without {' '.join(x)})" for s, x in sorted(left.items()) if x)
     print(f"{args.data}: {args.task}, {args.epochs} epochs, float64{sets}; runs in {args.out}", flush=True)
 
     def one(key: tuple[str, str, int]) -> tuple[list | None, str]:
         model, strategy, P = key
-        return run(args, model, strategy, "cpu", P, dtype="float64", task=args.task, sets=args.sets, norms=True)
+        reference = P == 1 and (model, strategy) in refs
+        return run(args, model, strategy, "cpu", P, dtype="float64", task=args.task,
+                   sets=ref_sets[strategy] if reference else args.sets, norms=True)
 
-    refs = sorted({reference_of(*c) for c in cases})
     keys = [(m, s, P) for m, s in cases for P in args.ranks]
     bad = 0
 

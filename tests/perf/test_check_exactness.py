@@ -29,6 +29,10 @@ def test_full_batch_cases_against_snapshot_the_others_against_themselves():
         m.parse_case("tmgcn")
     with pytest.raises(SystemExit, match="bogus"):
         m.parse_case("tmgcn:bogus")
+    # a chunk case's own option does not reach its snapshot reference (which would refuse it, and no case ran)
+    sets = ["strategy.lookup=active", "comm.grad_buckets=3", "strategy.blocks=2"]
+    assert m.taken_by("snapshot", sets) == ["comm.grad_buckets=3", "strategy.blocks=2"]
+    assert m.taken_by("chunk", sets) == ["strategy.lookup=active", "comm.grad_buckets=3"]
 
 
 @pytest.mark.mpi  # check_exactness.py runs P = 1, 2, 3 under mpirun
