@@ -2,8 +2,9 @@
 
 A size typed one digit too long would otherwise end in an unexplained out-of-memory kill minutes into set-up.
 :func:`check_footprint` refuses such a job in one line naming the dominant key. Every term (parameters with
-Adam's moments, full-batch activations, link-prediction pairs, TGN batches) is a *lower* bound, so a job that
-fits is never refused; it is compared with :func:`~hpcdgnn.comm.device.memory_share`.
+Adam's moments, full-batch activations, link-prediction pairs, TGN batches, a chunk plan's appearance map) is a
+*lower* bound, so a job that fits is never refused; it is compared with
+:func:`~hpcdgnn.comm.device.memory_share`.
 """
 
 from __future__ import annotations
