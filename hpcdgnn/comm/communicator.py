@@ -12,6 +12,8 @@ it is CUDA-aware, else through pinned host memory.
 from __future__ import annotations
 
 import contextlib
+import copyreg
+import io
 import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -46,11 +48,53 @@ def _pieces(t: torch.Tensor) -> list[torch.Tensor]:
     return [flat[a : a + size] for a in range(0, n, size)]
 
 
-def _pickled_bytes(obj: Any) -> int:
-    """Bytes a protocol-5 pickle of ``obj`` moves: its stream and its out-of-band buffers (not copied here)."""
+def _tensor_from(array: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor :func:`_reduce_tensor` sent: ``array``'s memory (received, uncopied) as ``dtype`` of ``shape``."""
+    if not array.flags.writeable:  # in band from a read-only buffer: torch writes where it likes
+        array = array.copy()
+    t = torch.from_numpy(array)
+    return (t if t.dtype == dtype else t.view(dtype)).view(shape)
+
+
+def _reduce_tensor(t: torch.Tensor) -> tuple:
+    """How :func:`_pack` pickles a strided host tensor: its data as a flat numpy view, which pickle protocol 5 sends
+    out of band, uncopied (torch's own reduction copies the storage into the stream). A non-contiguous tensor
+    travels as a contiguous copy; a dtype numpy lacks (bfloat16, the float8s) as its bytes. Its data only: no
+    gradient crosses ranks through a pickle, so the tensor arrives detached (``requires_grad`` False)."""
+    if t.layout != torch.strided or t.is_quantized or t.is_nested:
+        return t.__reduce_ex__(5)  # no flat view of their data: torch's own reduction, in band
+    if t.device.type != "cpu":
+        raise ValueError(f"Communicator: an object to send holds a {t.device} tensor; move it to the host first "
+                         "(.cpu()): objects travel through host memory")
+    flat = t.detach().resolve_conj().resolve_neg().contiguous().view(-1)
+    try:
+        array = flat.numpy()
+    except TypeError:  # numpy has no such dtype: the bytes, viewed back on arrival
+        array = flat.view(torch.uint8).numpy()
+    return _tensor_from, (array, t.dtype, tuple(t.shape))
+
+
+def _pack(obj: Any) -> list[pickle.PickleBuffer]:
+    """``obj`` pickled (protocol 5): its stream, then its out-of-band buffers — contiguous numpy arrays' and host
+    tensors' memory (:func:`_reduce_tensor`), uncopied. As ``PickleBuffer`` objects, so that ``mpi4py.util.pkl5`` sends
+    them out of band in turn; :func:`_unpack` rebuilds ``obj`` from them (or from copies of their bytes)."""
     buffers: list[pickle.PickleBuffer] = []
-    stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return len(stream) + sum(b.raw().nbytes for b in buffers)
+    stream = io.BytesIO()
+    pickler = pickle.Pickler(stream, protocol=5, buffer_callback=buffers.append)
+    # by exact type: a subclass (Parameter) keeps torch's reduction, whose plain data tensor then comes here
+    pickler.dispatch_table = {**copyreg.dispatch_table, torch.Tensor: _reduce_tensor}
+    pickler.dump(obj)
+    return [pickle.PickleBuffer(stream.getbuffer()), *buffers]
+
+
+def _unpack(parts: Sequence[Any]) -> Any:
+    """The object :func:`_pack` made ``parts`` of (any bytes-like objects holding the same bytes)."""
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
+def _nbytes(parts: Sequence[pickle.PickleBuffer]) -> int:
+    """Bytes of :func:`_pack`'s parts: the stream and the out-of-band buffers."""
+    return sum(p.raw().nbytes for p in parts)
 
 
 def alone() -> Communicator:
@@ -260,23 +304,25 @@ class Communicator:
     def isend_obj(self, obj: Any, dest: int, tag: int, name: str) -> Any:
         """Non-blocking send of a picklable object of any size to ``dest``; complete with :meth:`wait_all`.
 
-        By pickle protocol 5 (``mpi4py.util.pkl5``), as :meth:`bcast_obj`: contiguous numpy arrays travel out of
-        band, uncopied, in messages of any length (a fetch's snapshots or a pipeline's state pass 2 GiB at scale,
-        where an MPI-3 library refuses one pickled message); they must stay unchanged until :meth:`wait_all`.
-        Tensors are pickled in band, copied here."""
+        By pickle protocol 5 (``mpi4py.util.pkl5``), as :meth:`bcast_obj`: contiguous numpy arrays and host
+        tensors (:func:`_reduce_tensor`: detached, contiguous, as numpy views) travel out of band, uncopied, in
+        messages of any length (a fetch's snapshots or a pipeline's state pass 2 GiB at scale, where an MPI-3
+        library refuses one pickled message); they must stay unchanged until :meth:`wait_all`. A tensor on a
+        device is refused (ValueError): move it to the host first."""
         from mpi4py.util import pkl5
 
         t0 = self.stats.enter(name)
-        req = pkl5.Intracomm(self._comm).isend(obj, dest=dest, tag=tag)
+        req = pkl5.Intracomm(self._comm).isend(_pack(obj), dest=dest, tag=tag)
         self.stats.add(name, payload_bytes(obj), 0, time.perf_counter() - t0)
         return req
 
     def recv_obj(self, source: int, tag: int, name: str) -> Any:
-        """Blocking receive of an object sent with :meth:`isend_obj`."""
+        """Blocking receive of an object sent with :meth:`isend_obj`: its arrays and tensors in the received
+        buffers, writable; its tensors on the host, not requiring grad."""
         from mpi4py.util import pkl5
 
         t0 = self.stats.enter(name)
-        obj = pkl5.Intracomm(self._comm).recv(source=source, tag=tag)
+        obj = _unpack(pkl5.Intracomm(self._comm).recv(source=source, tag=tag))
         self.stats.add(name, 0, payload_bytes(obj), time.perf_counter() - t0)
         return obj
 
@@ -291,13 +337,17 @@ class Communicator:
     def bcast_obj(self, obj: Any, root: int = 0, tag: str = "setup") -> Any:
         """Broadcast a picklable object from ``root``, of any size.
 
-        By pickle protocol 5 (``mpi4py.util.pkl5``): arrays travel out of band, uncopied, in messages of any
-        length — a plan's (T, N) tables pass 2 GiB, where an MPI-3 library refuses one pickled message."""
+        By pickle protocol 5 (``mpi4py.util.pkl5``): arrays and host tensors (as :meth:`isend_obj`'s) travel out
+        of band, uncopied, in messages of any length — a plan's (T, N) tables pass 2 GiB, where an MPI-3 library
+        refuses one pickled message. On ``root`` those mpi4py sends out of band (past ``pkl5.pickle.THRESHOLD``
+        bytes) come back sharing ``obj``'s memory. The root counts its pickle (stream and buffers) once per other
+        rank."""
         from mpi4py.util import pkl5
 
         t0 = self.stats.enter(tag)
-        out = pkl5.Intracomm(self._comm).bcast(obj, root=root)
-        n = _pickled_bytes(out) if self.size > 1 and self.rank == root else 0
+        parts = _pack(obj) if self.rank == root else None
+        out = _unpack(pkl5.Intracomm(self._comm).bcast(parts, root=root))
+        n = _nbytes(parts) if self.size > 1 and parts is not None else 0
         self._counted(tag, n * (self.size - 1), 0, t0)
         return out
 
