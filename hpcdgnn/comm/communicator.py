@@ -11,10 +11,13 @@ it is CUDA-aware, else through pinned host memory.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import copyreg
 import io
+import itertools
 import pickle
+import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -46,6 +49,11 @@ def _pieces(t: torch.Tensor) -> list[torch.Tensor]:
     size = -(-n // -(-n // MAX_COUNT))
     flat = t.view(-1)
     return [flat[a : a + size] for a in range(0, n, size)]
+
+
+#: bytes of pickles (every rank's, in total) :meth:`Communicator.allgather_obj` gathers in one MPI all-gather,
+#: whose counts and displacements MPI-3 names in C ints; past it they go point to point, in messages of any length
+ALLGATHER_BYTES = MAX_COUNT
 
 
 def _tensor_from(array: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
@@ -90,6 +98,18 @@ def _pack(obj: Any) -> list[pickle.PickleBuffer]:
 def _unpack(parts: Sequence[Any]) -> Any:
     """The object :func:`_pack` made ``parts`` of (any bytes-like objects holding the same bytes)."""
     return pickle.loads(parts[0], buffers=parts[1:])
+
+
+def _unframe(block: memoryview) -> Any:
+    """The object in one rank's ``block`` of :meth:`Communicator.allgather_obj`: the count k of :func:`_pack`'s
+    parts and their k lengths (int64s), then the parts. Its buffers are copied out of ``block`` (unaligned there,
+    and every rank's object its own memory, as a pickle's)."""
+    (k,) = struct.unpack_from("<q", block)
+    parts, at = [], 8 * (k + 1)
+    for n in struct.unpack_from(f"<{k}q", block, 8):
+        parts.append(block[at : at + n] if not parts else bytearray(block[at : at + n]))
+        at += n
+    return _unpack(parts)
 
 
 def _nbytes(parts: Sequence[pickle.PickleBuffer]) -> int:
@@ -352,10 +372,29 @@ class Communicator:
         return out
 
     def allgather_obj(self, obj: Any, tag: str = "setup") -> list[Any]:
-        """All-gather a picklable object from every rank."""
+        """All-gather a picklable object of any size from every rank: each rank's, in rank order, a copy.
+
+        Pickled as :meth:`bcast_obj`'s (host tensors as numpy views). Every rank's pickle in one MPI all-gather
+        while they total at most :data:`ALLGATHER_BYTES`, else (past 2 GiB, where MPI-3 cannot name the counts and
+        displacements) point to point in messages of any length (``mpi4py.util.pkl5``), arrays and tensors out of
+        band. Each rank counts its pickle (stream and buffers) once per other rank, sent and received."""
         t0 = self.stats.enter(tag)
-        out = self._comm.allgather(obj)
-        n = len(pickle.dumps(obj)) * (self.size - 1)  # this rank's object reaches each other rank
+        parts = _pack(obj)
+        lens = [p.raw().nbytes for p in parts]
+        sizes = array.array("q", [0]) * self.size
+        self._comm.Allgather([array.array("q", [8 * (len(lens) + 1) + sum(lens)]), self._MPI.INT64_T],
+                             [sizes, self._MPI.INT64_T])
+        if sum(sizes) <= ALLGATHER_BYTES:
+            send = b"".join([struct.pack(f"<{len(lens) + 1}q", len(lens), *lens), *parts])
+            recv = memoryview(bytearray(sum(sizes)))
+            displs = list(itertools.accumulate(sizes[:-1], initial=0))
+            self._comm.Allgatherv([send, self._MPI.BYTE], [recv, (sizes.tolist(), displs), self._MPI.BYTE])
+            out = [_unframe(recv[d : d + k]) for d, k in zip(displs, sizes, strict=True)]
+        else:
+            from mpi4py.util import pkl5
+
+            out = [_unpack(got) for got in pkl5.Intracomm(self._comm).allgather(parts)]
+        n = sum(lens) * (self.size - 1)  # this rank's object reaches each other rank
         self._counted(tag, n, n, t0)
         return out
 

@@ -50,8 +50,9 @@ from hpcdgnn.tasks.temporal_link_prediction import TemporalLinkPrediction
 
 __all__ = ["batch_nodes", "mean_slots", "predict_memory", "slot_stats"]
 
-#: bytes pickle wraps around one rank's (pos, neg) score arrays in ``allgather_obj`` (two float64 arrays)
-_ENVELOPE = 187
+#: bytes pickle wraps around one rank's (pos, neg) score arrays in ``allgather_obj`` (two float64 arrays, out of
+#: band: the stream that rebuilds them)
+_ENVELOPE = 138
 #: framework calls per batch (forward ~40 tensor operations, backward and Adam ~3× that)
 _CALLS = {"train": 160, "eval": 45}
 

@@ -99,3 +99,32 @@ def test_an_alltoallv_past_2_31_rows(launcher):
             assert r["length"] == sum(n for n, _ in r["got"]), r
             assert r["bytes"] == [r["sent"][1 - q][0], r["got"][1 - q][0]], r
     assert max(n for r in out.values() for n, _ in r["r.pair"]["sent"]) > 2**31, out
+
+
+def test_an_all_gather_past_2_gib(launcher):
+    """Every rank's pickles in one MPI-3 all-gather: past 2 GiB in all its counts and displacements, C ints, fail
+    (MPI_ERR_ARG; a checkpoint's or a planner's tables at scale). Rank 0's (2 GiB + 8)-byte array
+    reaches both ranks whole, after it rank 1's small one; each rank counts its own pickle once per other rank."""
+    proc = launcher.run(2, [str(REPO / "tests" / "mpi" / "big_allgather_check.py"), "big"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
+    assert sorted(out) == [0, 1]
+    for r in out.values():
+        assert r["got"] == [[0, (1 << 31) + 8, 7, 9], [1, 8, 8, 10]], r
+    sent = out[0]["counted"]["r.big"][0]
+    assert (1 << 31) + 8 < sent < (1 << 31) + 1024 and out[0]["counted"]["r.big"] == [sent, sent], out
+    assert out[1]["counted"]["r.big"][0] < 1024, out
+
+
+def test_an_all_gather_past_its_limit_goes_point_to_point(launcher):
+    """P = 3, ``ALLGATHER_BYTES`` lowered below every rank's pickle: the point-to-point way gathers objects of
+    every kind (a non-contiguous float64 tensor, bfloat16, arrays, one rank's empty ones) as the one all-gather
+    does at the default limit, tensors contiguous; the bytes counted are the same both ways."""
+    proc = launcher.run(3, [str(REPO / "tests" / "mpi" / "big_allgather_check.py"), "lowered"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {r["rank"]: r for r in json_records(proc.stdout)}
+    assert sorted(out) == [0, 1, 2]
+    for r in out.values():
+        want = [[*d[:3], True, *d[4:]] for d in r["want"]]  # sent transposed, arrived contiguous
+        assert r["lowered"] == want and r["default"] == want, r
+        assert r["counted"]["r.lowered"] == r["counted"]["r.default"] != [0, 0], r
