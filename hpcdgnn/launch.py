@@ -19,10 +19,10 @@ counts, not rank counts. Unbound, every rank gets the node's cores divided by it
 Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencing the ranks' output, so the
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
 checkpoints at the next epoch boundary or between mini-batches, exit 75), first writing which one it was into a file
-of its own that the ranks' environment names (:data:`hpcdgnn.preemption.RELAYED_VAR`), so that the run's line says
-what was sent, not SIGUSR1; a second one stops the job at once, the way its MPI's launcher does
-(:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM when the launcher dies
-(killed outright), so no job trains on without it.
+of its own that the ranks' environment names (:data:`hpcdgnn.preemption.RELAYED_VAR`; on Linux one without a name,
+gone with the launcher however it ends), so that the run's line says what was sent, not SIGUSR1; a second one
+stops the job at once, the way its MPI's launcher does (:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM
+when the launcher dies (killed outright), so no job trains on without it.
 """
 
 from __future__ import annotations
@@ -289,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
-    note = _relay_note()
+    note = _RelayNote.make()
     try:
-        env = {**os.environ, **launch.env, **({RELAYED_VAR: note} if note else {})}
+        env = {**os.environ, **launch.env, **({RELAYED_VAR: note.path} if note else {})}
         try:
             proc = subprocess.Popen(launch.argv, env=env, process_group=0, preexec_fn=_dies_with(os.getpid()),
                                     stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None)
@@ -301,31 +301,54 @@ def main(argv: list[str] | None = None) -> int:
         return relay_signals(proc, early, kind, note)
     finally:
         if note:
-            with contextlib.suppress(OSError):
-                os.unlink(note)
+            note.close()
 
 
-def _relay_note() -> str | None:
-    """A new empty file in which :func:`relay_signals` writes the signal it passes on as SIGUSR1, or None where none
-    can be made (the run then names SIGUSR1)."""
-    try:
-        fd, path = tempfile.mkstemp(prefix="hpcdgnn-mpirun-", suffix=".signal")
-    except OSError:
-        return None
-    os.close(fd)
-    return path
+@dataclass
+class _RelayNote:
+    """The file in which :func:`relay_signals` writes the signal it passes on as SIGUSR1, for the ranks to name it
+    (:data:`hpcdgnn.preemption.RELAYED_VAR`): ``fd``, open for writing, and ``path``, where the ranks read it.
 
+    On Linux it has no name (a memfd) and the ranks open it as ``/proc/PID/fd/N`` while the launcher lives: it
+    goes with the launcher whatever ends it, SIGKILL included — a named file a killed launcher could not remove
+    would stay in a /tmp that many users' jobs share, and nothing could tell safely whose or whether stale.
+    Elsewhere a named temporary file, removed at the launcher's exit (``named``).
+    """
 
-def _write_note(path: str | None, name: str) -> None:
-    """Write the signal ``name`` into the file ``path`` (:func:`_relay_note`), before the ranks get its SIGUSR1."""
-    if not path:
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    fd: int
+    path: str
+    named: bool = False
+
+    @classmethod
+    def make(cls) -> _RelayNote | None:
+        """A new empty note, or None where none can be made (the run then names SIGUSR1)."""
+        own = f"/proc/{os.getpid()}/fd"
+        if hasattr(os, "memfd_create") and os.path.isdir(own):
+            try:
+                fd = os.memfd_create("hpcdgnn-mpirun-signal", os.MFD_CLOEXEC)
+            except OSError:  # a kernel without memfd (before 3.17), or a sandbox refusing it
+                pass
+            else:
+                return cls(fd, f"{own}/{fd}")
         try:
-            os.write(fd, name.encode("ascii"))
-        finally:
-            os.close(fd)
+            fd, path = tempfile.mkstemp(prefix="hpcdgnn-mpirun-", suffix=".signal")
+        except OSError:
+            return None
+        return cls(fd, path, named=True)
+
+    def write(self, text: str) -> None:
+        """Say ``text`` (a signal's name), before the ranks get its SIGUSR1; a failure leaves the note as it was."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, text.encode("ascii"), 0)
+
+    def close(self) -> None:
+        """Let the note go (and remove a named one)."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        if self.named:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
 
 
 def _dies_with(parent: int):
@@ -351,7 +374,7 @@ class _StopNow(Exception):
 
 
 def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: str = "openmpi",
-                  note: str | None = None) -> int:
+                  note: _RelayNote | None = None) -> int:
     """Wait for ``proc``, turning the first SIGTERM/SIGINT into SIGUSR1; its status (``128 + n`` for signal n, and
     for a second SIGTERM/SIGINT n, which stops mpirun at once: :func:`stop_at_once`). ``early``: signals that came
     before ``proc`` started, relayed first; ``kind``: the MPI (:func:`mpi_kind`); ``note``: the file the ranks read
@@ -369,7 +392,8 @@ def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: 
                 again.append(signum)
                 raise _StopNow
             asked.append(name)
-            _write_note(note, name)
+            if note:
+                note.write(name)
             sys.stderr.write(f"hpcdgnn-mpirun: {name}: passed to the ranks as SIGUSR1 (a run checkpoints and stops at "
                              f"the next epoch boundary or between mini-batches, exit 75; embed and predict stop, exit "
                              f"130); {name} again stops them at once\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 from collections.abc import Iterator
 
 __all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold",
@@ -19,10 +20,11 @@ __all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "PreemptionFlag", "Stopped", "
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
-#: what hpcdgnn-mpirun puts in the environment of the job it launches: a file of its own into which it writes the
-#: signal (SIGTERM, SIGINT) it passes on to the ranks as SIGUSR1 (its mpirun would end them on either), so that the
-#: run names what was sent, not the relay's SIGUSR1 (:meth:`PreemptionFlag.describe`). Readable where the launcher
-#: runs (rank 0's node, with mpirun's default placement); elsewhere the run says SIGUSR1.
+#: what hpcdgnn-mpirun puts in the environment of the job it launches: the path of a file of its own (on Linux one
+#: without a name, ``/proc/PID/fd/N``, gone with the launcher) into which it writes the signal (SIGTERM, SIGINT) it
+#: passes on to the ranks as SIGUSR1 (its mpirun would end them on either), so that the run names what was sent,
+#: not the relay's SIGUSR1 (:meth:`PreemptionFlag.describe`). Readable where the launcher runs (rank 0's node, with
+#: mpirun's default placement); elsewhere the run says SIGUSR1.
 RELAYED_VAR = "HPCDGNN_MPIRUN_RELAYED"
 
 
@@ -111,8 +113,15 @@ def relayed() -> str | None:
     if not path:
         return None
     try:
-        with open(path, encoding="ascii") as f:
-            name = f.read(16).strip()
+        # a regular file only, opened without waiting: on another node the path (/proc/PID/fd/N) may name another
+        # process's pipe or terminal
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            name = os.read(fd, 16).decode("ascii").strip()
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
     return name if name in ("SIGTERM", "SIGINT") else None

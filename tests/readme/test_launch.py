@@ -416,3 +416,37 @@ def test_a_run_names_the_signal_the_launcher_was_sent(tmp_path, small_dataset):
     assert "(SIGUSR1)" not in out, out
     assert 1 <= len(read_metrics(run)) < 400 and any((run / "checkpoints").iterdir())
     assert not list(tmp.glob("hpcdgnn-mpirun-*")), list(tmp.iterdir())
+
+
+def test_the_launchers_signal_file_does_not_outlive_it(tmp_path):
+    """The file in which hpcdgnn-mpirun names the signal it passes on as SIGUSR1 was a named temporary file, removed
+    at the launcher's exit: a launcher killed outright (SIGKILL: the OOM killer, a wrapper's timeout) left it in
+    TMPDIR for good, one a job on a /tmp many users share. It has no name now: nothing is left in TMPDIR, whatever
+    ends the launcher, and its job still reads it while the launcher lives (through the path it is given)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("an unnamed file read through /proc is Linux's")
+    tmp, started, seen = tmp_path / "tmp", tmp_path / "started", tmp_path / "seen"
+    tmp.mkdir()
+    fake = tmp_path / "mpirun"  # the job: on SIGUSR1 it reads the file it is given; it runs on until killed
+    fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "stand-in"; exit 0; }\n'
+                    f'trap \'cat "$HPCDGNN_MPIRUN_RELAYED" > {seen}.part; mv {seen}.part {seen}\' USR1\n'
+                    f'touch {started}\nwhile true; do sleep 0.05; done\n')
+    fake.chmod(0o755)
+    proc = subprocess.Popen([*_console(), "-np", "2", "prog"], env=_env(HPCDGNN_MPIRUN=str(fake), TMPDIR=str(tmp)),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        while not seen.is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        assert seen.read_text() == "SIGTERM"  # the launcher's relay of its SIGTERM, as the ranks read it
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
