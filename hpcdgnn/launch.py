@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcdgnn.errors import EXIT_PREEMPTED
-from hpcdgnn.preemption import RELAYED_VAR
+from hpcdgnn.preemption import RELAYED_VAR, relayed
 
 __all__ = ["Launch", "LaunchError", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
 
@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     note = _RelayNote.make()
     try:
+        if note:
+            note.upstream = os.environ.get(RELAYED_VAR) or None  # a job script's, which it passes on as SIGUSR1
         env = {**os.environ, **launch.env, **({RELAYED_VAR: note.path} if note else {})}
         try:
             proc = subprocess.Popen(launch.argv, env=env, process_group=0, preexec_fn=_dies_with(os.getpid()),
@@ -318,6 +320,9 @@ class _RelayNote:
     fd: int
     path: str
     named: bool = False
+    #: the note of whoever started the launcher and passes it a SIGTERM/SIGINT of its own as SIGUSR1 (a job
+    #: script: jobs/lib.sh), from the launcher's environment
+    upstream: str | None = None
 
     @classmethod
     def make(cls) -> _RelayNote | None:
@@ -341,6 +346,13 @@ class _RelayNote:
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, text.encode("ascii"), 0)
+
+    def pass_on(self) -> None:
+        """At a SIGUSR1 to the launcher: say what :attr:`upstream` says it stands for, if anything (the ranks then
+        name that, not SIGUSR1)."""
+        sent = relayed(self.upstream) if self.upstream else None
+        if sent:
+            self.write(" ".join(word for word in sent if word))
 
     def close(self) -> None:
         """Let the note go (and remove a named one)."""
@@ -398,6 +410,8 @@ def relay_signals(proc: subprocess.Popen, early: list[int] | None = None, kind: 
                              f"the next epoch boundary or between mini-batches, exit 75; embed and predict stop, exit "
                              f"130); {name} again stops them at once\n")
             signum = signal.SIGUSR1
+        elif signum == signal.SIGUSR1 and note and not asked:
+            note.pass_on()  # a job script's SIGTERM/SIGINT, passed on as SIGUSR1: the ranks name it
         proc.send_signal(signum)
 
     try:

@@ -15,8 +15,8 @@ import signal
 import stat
 from collections.abc import Iterator
 
-__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "PreemptionFlag", "Stopped", "check_stop", "forget_stop", "hold",
-           "install", "relayed", "requested", "requested_while_waiting", "reset", "stop", "waiting"]
+__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "RELAYS", "PreemptionFlag", "Stopped", "check_stop", "forget_stop",
+           "hold", "install", "relayed", "requested", "requested_while_waiting", "reset", "stop", "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -100,16 +100,23 @@ class PreemptionFlag:
         self.name = signal.Signals(signum).name
 
     def describe(self) -> str:
-        """The signal as a run's lines name it: ``SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1`` where the
-        launcher relayed it (:func:`relayed`), else its name (``""`` before any)."""
+        """The signal as a run's lines name it: ``SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1`` (or ``by the
+        job script``) where one relayed it (:func:`relayed`), else its name (``""`` before any)."""
         sent = relayed() if self.name == "SIGUSR1" else None
-        return f"{sent}, passed on by hpcdgnn-mpirun as SIGUSR1" if sent else self.name
+        return f"{sent[0]}, passed on by {RELAYS[sent[1]]} as SIGUSR1" if sent else self.name
 
 
-def relayed() -> str | None:
-    """The signal hpcdgnn-mpirun received and passed on to this job as SIGUSR1 (``SIGTERM`` or ``SIGINT``, from the
-    file :data:`RELAYED_VAR` names), or None: none relayed so, no such launcher, or its file unreadable here."""
-    path = os.environ.get(RELAYED_VAR)
+#: who passed a SIGTERM/SIGINT on as SIGUSR1, by the word after the signal's name in the file :data:`RELAYED_VAR`
+#: names: none for hpcdgnn-mpirun, ``job-script`` for a job script of jobs/ (jobs/lib.sh, which passes that file on
+#: to its launcher; hpcdgnn-mpirun copies what it says into its own)
+RELAYS = {"": "hpcdgnn-mpirun", "job-script": "the job script"}
+
+
+def relayed(path: str | None = None) -> tuple[str, str] | None:
+    """The signal a relay received and passed on to this job as SIGUSR1 and who it was (:data:`RELAYS`' key), from
+    the file ``path`` (default: the one :data:`RELAYED_VAR` names): ``("SIGTERM", "")`` for hpcdgnn-mpirun's, or
+    None: none relayed so, no relay, or its file unreadable here."""
+    path = os.environ.get(RELAYED_VAR) if path is None else path
     if not path:
         return None
     try:
@@ -119,12 +126,13 @@ def relayed() -> str | None:
             return None
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            name = os.read(fd, 16).decode("ascii").strip()
+            text = os.read(fd, 32).decode("ascii")
         finally:
             os.close(fd)
     except (OSError, ValueError):
         return None
-    return name if name in ("SIGTERM", "SIGINT") else None
+    name, _, by = text.strip().partition(" ")
+    return (name, by) if name in ("SIGTERM", "SIGINT") and by in RELAYS else None
 
 
 #: what this process waits for, innermost last, in a block of :func:`waiting`

@@ -91,8 +91,29 @@ _hpcdgnn_forwarded=0
 _hpcdgnn_got_usr1=0
 _hpcdgnn_got_term=0
 _hpcdgnn_again=
+_hpcdgnn_note=
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
+
+# The file in which this script names the SIGTERM/SIGINT it passes on to the launcher as SIGUSR1, for the run's line
+# ("pre-empted (SIGTERM, passed on by the job script as SIGUSR1)"): given to the launch as HPCDGNN_MPIRUN_RELAYED
+# (hpcdgnn/preemption.py; hpcdgnn-mpirun copies it into its own). Linux only: a file this shell holds open and
+# removed at once, read as /proc/PID/fd/N, so that nothing is left in TMPDIR however the script ends.
+_hpcdgnn_note_open() {
+  [ -d "/proc/$$/fd" ] || return 0
+  local f
+  f=$(mktemp "${TMPDIR:-/tmp}/hpcdgnn-job-XXXXXX" 2>/dev/null) || return 0
+  if { exec {_hpcdgnn_note_fd}<>"$f"; } 2>/dev/null; then
+    _hpcdgnn_note=/proc/$$/fd/$_hpcdgnn_note_fd
+  fi
+  rm -f "$f"
+}
+
+_hpcdgnn_name_signal() {  # INT|TERM: what the SIGUSR1 about to be sent stands for
+  if [ -n "$_hpcdgnn_note" ]; then
+    printf 'SIG%s job-script' "$1" 2>/dev/null >"$_hpcdgnn_note" || true
+  fi
+}
 
 # A pre-emption warning (SLURM --signal=B:USR1@T, LSF -wa USR1) or a termination reaches this shell: ask the
 # ranks to checkpoint at the next epoch boundary (or between two batches) by sending SIGUSR1 to the launcher, which forwards it
@@ -115,7 +136,10 @@ _hpcdgnn_on_signal() {
   fi
   case $1 in
     USR1) _hpcdgnn_got_usr1=1 ;;
-    *) _hpcdgnn_got_term=1 ;;
+    *)
+      _hpcdgnn_got_term=1
+      _hpcdgnn_name_signal "$1"
+      ;;
   esac
   _hpcdgnn_log "$now SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
   if [ -n "$_hpcdgnn_child" ]; then
@@ -154,6 +178,7 @@ hpcdgnn_init() {
     _hpcdgnn_log "'$HPCDGNN_PY' cannot import hpcdgnn: run 'bash install.sh' or set HPCDGNN_PYTHON / HPCDGNN_SETUP"
     exit 2
   fi
+  _hpcdgnn_note_open
   trap '_hpcdgnn_on_signal USR1' USR1
   trap '_hpcdgnn_on_signal TERM' TERM
   trap '_hpcdgnn_on_signal INT' INT
@@ -465,7 +490,7 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   _hpcdgnn_log "$(date '+%F %T') ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
-  "${HPCDGNN_LAUNCH[@]}" "$HPCDGNN_PY" "${args[@]}" &
+  HPCDGNN_MPIRUN_RELAYED=$_hpcdgnn_note "${HPCDGNN_LAUNCH[@]}" "$HPCDGNN_PY" "${args[@]}" &
   _hpcdgnn_child=$!
   if hpcdgnn_signalled && [ "$_hpcdgnn_forwarded" = 0 ]; then
     kill -USR1 "$_hpcdgnn_child" 2>/dev/null || true  # the signal came between the fork and the line above

@@ -1028,6 +1028,24 @@ def test_ctrl_c_on_the_local_script_checkpoints_and_exits_75(launcher, small_dat
     assert f"resume with --resume {rundir}" in out and 1 <= len(read_metrics(rundir)) < 400, out
 
 
+def test_a_sigterm_to_the_local_script_alone_is_named(launcher, small_dataset, tmp_path):
+    """``kill -TERM <pid of local.sh>`` (the script alone, not its process group): the script passes it to
+    hpcdgnn-mpirun as SIGUSR1, and the run's line said "pre-empted (SIGUSR1)", a signal nobody sent; it names the
+    SIGTERM and who passed it on. Checkpoint and exit 75 as before."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
+    rundir = tmp_path / "run"
+    proc = _local_after_one_epoch(launcher, job, rundir, tmp_path)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert "pre-empted (SIGTERM, passed on by the job script as SIGUSR1): stopped after epoch" in out, out
+    assert "(SIGUSR1)" not in out, out
+
+
 def test_a_second_ctrl_c_on_the_local_script_stops_at_once(launcher, small_dataset, tmp_path):
     """A second Ctrl-C (the terminal signals the script and the launcher) logged "asking the ranks to checkpoint"
     again and then waited HPCDGNN_STOP_WAIT (20 s) for a checkpoint the stopped ranks never write, before exit 130:

@@ -47,6 +47,10 @@ def test_a_run_names_what_hpcdgnn_mpirun_passed_on_as_sigusr1(tmp_path, monkeypa
     assert flag.describe() == "SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1"
     note.write_text("SIGINT")
     assert flag.describe() == "SIGINT, passed on by hpcdgnn-mpirun as SIGUSR1"
+    note.write_text("SIGTERM job-script")  # a job script's (jobs/lib.sh), as hpcdgnn-mpirun copies it too
+    assert flag.describe() == "SIGTERM, passed on by the job script as SIGUSR1"
+    note.write_text("SIGTERM someone")  # nobody this knows
+    assert flag.describe() == "SIGUSR1"
     direct = PreemptionFlag(at_once=True)
     direct.handle(signal.SIGTERM, None)
     assert direct.describe() == "SIGTERM"
