@@ -91,6 +91,8 @@ _hpcdgnn_forwarded=0
 _hpcdgnn_got_usr1=0
 _hpcdgnn_got_term=0
 _hpcdgnn_again=
+_hpcdgnn_launching=
+_hpcdgnn_launched=
 _hpcdgnn_note=
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
@@ -119,7 +121,8 @@ _hpcdgnn_name_signal() {  # INT|TERM: what the SIGUSR1 about to be sent stands f
 # ranks to checkpoint at the next epoch boundary (or between two batches) by sending SIGUSR1 to the launcher, which forwards it
 # (srun, mpirun and jsrun forward SIGUSR1 to every task; Open MPI's mpirun would kill them on SIGTERM).
 # A second SIGTERM/SIGINT (a second Ctrl-C; not the scheduler's SIGTERM after its USR1 warning) stops the job at
-# once, as it stops the ranks and hpcdgnn-mpirun: no checkpoint of the epoch, exit 128 + n (130, 143).
+# once, as it stops the ranks and hpcdgnn-mpirun: no checkpoint of the epoch, exit 128 + n (130, 143). With no
+# launcher running (the set-up before it, or after the run), the script itself exits so at once.
 _hpcdgnn_on_signal() {
   # the time by printf's builtin, not $(date): a second signal to the job's process group (scancel signals them all)
   # killed the forked date and left the line without one
@@ -128,6 +131,15 @@ _hpcdgnn_on_signal() {
   if [ "$1" != USR1 ] && [ "$_hpcdgnn_got_term" = 1 ]; then
     if [ -z "$_hpcdgnn_again" ]; then
       _hpcdgnn_again=$1
+      if [ -z "$_hpcdgnn_child" ] && [ -z "$_hpcdgnn_launching" ]; then
+        # no launcher runs (the set-up before it, or the end after it): nothing to stop but this script, at once
+        if [ -z "$_hpcdgnn_launched" ]; then
+          _hpcdgnn_log "$now SIG$1 again: stopping now, before the launch; nothing was started"
+        else
+          _hpcdgnn_log "$now SIG$1 again: stopping now; the run had stopped already"
+        fi
+        if [ "$1" = INT ]; then exit 130; else exit 143; fi
+      fi
       _hpcdgnn_log "$now SIG$1 again: stopping the ranks at once; the checkpoint of this epoch is abandoned (the" \
         "newest one, if any, stays: run the job again with the same RUNDIR to resume from it)"
       _hpcdgnn_stop_now "$1"
@@ -490,9 +502,13 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   _hpcdgnn_log "$(date '+%F %T') ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
+  _hpcdgnn_launching=1 _hpcdgnn_launched=1  # a trap between the fork and the next line finds no child, yet one runs
   HPCDGNN_MPIRUN_RELAYED=$_hpcdgnn_note "${HPCDGNN_LAUNCH[@]}" "$HPCDGNN_PY" "${args[@]}" &
   _hpcdgnn_child=$!
-  if hpcdgnn_signalled && [ "$_hpcdgnn_forwarded" = 0 ]; then
+  _hpcdgnn_launching=
+  if [ -n "$_hpcdgnn_again" ]; then
+    _hpcdgnn_stop_now "$_hpcdgnn_again"  # the second signal came between the fork and the line above
+  elif hpcdgnn_signalled && [ "$_hpcdgnn_forwarded" = 0 ]; then
     kill -USR1 "$_hpcdgnn_child" 2>/dev/null || true  # the signal came between the fork and the line above
   fi
   while :; do

@@ -1072,6 +1072,45 @@ def test_a_second_ctrl_c_on_the_local_script_stops_at_once(launcher, small_datas
     assert all(e < 2 for e in written), written  # nothing of epoch 2, which the second signal abandoned
 
 
+def test_a_second_signal_before_the_launch_stops_the_local_script_at_once(launcher, small_dataset, tmp_path):
+    """A SIGTERM to local.sh during its set-up, before it starts the launcher, then a second one: it logged "again:
+    stopping the ranks at once", went on and exited 75, the code of a first signal, as if it were to be requeued.
+    Now the second stops it there, with the second signal's code (143). Two steps of the set-up take seconds here
+    (reading the job's data.path, asking mpirun for its version), one signal landing in each: bash runs a trap once
+    for the signals that came during one step."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
+    rundir, reading, asked = tmp_path / "run", tmp_path / "reading", tmp_path / "asked"
+    slow_py = tmp_path / "python"
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then touch {reading}; sleep 2; fi\nexec {sys.executable} "$@"\n')
+    slow_mpirun = tmp_path / "mpirun"
+    slow_mpirun.write_text(f'#!/bin/bash\nif [ "$1" = --version ] && [ ! -e {asked} ]; then touch {asked}; sleep 3; fi\n'
+                           f'exec {launcher.mpirun} "$@"\n')
+    for f in (slow_py, slow_mpirun):
+        f.chmod(0o755)
+    env = _local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_MPIRUN=slow_mpirun, HPCDGNN_PYTHON=slow_py)
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not reading.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        lines = []
+        for line in proc.stdout:  # the trap's line, once that step is over
+            lines.append(line)
+            if "SIGTERM: asking" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out = "".join(lines) + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out
+    assert "SIGTERM again: stopping now, before the launch; nothing was started" in out, out
+    assert "run exited" not in out and not rundir.exists(), out
+
+
 def test_a_diverged_run_is_not_resumed(fake, tmp_path):
     """A requeued job whose run stopped on a non-finite loss (summary.json status diverged) does not resume
     it from its last finite checkpoint, which would diverge the same way: one log line, exit 2, no launch."""
