@@ -1081,10 +1081,11 @@ def test_a_second_signal_before_the_launch_stops_the_local_script_at_once(launch
     job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
     rundir, reading, asked = tmp_path / "run", tmp_path / "reading", tmp_path / "asked"
     slow_py = tmp_path / "python"
-    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then touch {reading}; sleep 2; fi\nexec {sys.executable} "$@"\n')
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then touch {reading}; sleep 2; fi\n'
+                       f'exec {sys.executable} "$@"\n')
     slow_mpirun = tmp_path / "mpirun"
-    slow_mpirun.write_text(f'#!/bin/bash\nif [ "$1" = --version ] && [ ! -e {asked} ]; then touch {asked}; sleep 3; fi\n'
-                           f'exec {launcher.mpirun} "$@"\n')
+    slow_mpirun.write_text(f'#!/bin/bash\nif [ "$1" = --version ] && [ ! -e {asked} ]; then touch {asked}; sleep 3; '
+                           f'fi\nexec {launcher.mpirun} "$@"\n')
     for f in (slow_py, slow_mpirun):
         f.chmod(0o755)
     env = _local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_MPIRUN=slow_mpirun, HPCDGNN_PYTHON=slow_py)
