@@ -21,6 +21,7 @@ from hpcdgnn.errors import (
     CommFailure,
     ConfigError,
     HpcdgnnError,
+    SetUpStopped,
     StalledError,
     out_of_memory,
 )
@@ -194,7 +195,9 @@ def _spmd_body(command: list[str], body, preemptible: bool = True) -> int:
                            "output is left", EXIT_PASS_STOPPED)
     except (HpcdgnnError, CommFailure) as e:
         if getattr(e, "collective", False):
-            if comm.rank == 0:
+            if comm.rank == 0 and isinstance(e, SetUpStopped):  # no error: the run's pre-emption line, as the others
+                print(e, flush=True)
+            elif comm.rank == 0:
                 print(f"hpcdgnn: error: {e}", file=sys.stderr)
             return e.exit_code
         # raised on this rank alone: the others may be waiting in a collective

@@ -10,9 +10,9 @@ import reprlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "StoppedError", "CommFailure", "StalledError",
-           "PeerLostError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "cannot_create", "nearest_existing",
-           "not_a_directory", "env_seconds", "out_of_memory", "short_repr"]
+__all__ = ["HpcdgnnError", "ConfigError", "DataError", "PlanError", "StoppedError", "SetUpStopped", "CommFailure",
+           "StalledError", "PeerLostError", "EXIT_USAGE", "EXIT_PREEMPTED", "EXIT_STALLED", "cannot_create",
+           "nearest_existing", "not_a_directory", "env_seconds", "out_of_memory", "short_repr"]
 
 # bounded *while* built: a YAML alias bomb's full repr() would never finish
 _REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -98,6 +98,13 @@ class StoppedError(HpcdgnnError):
     exit :data:`EXIT_PREEMPTED` (the job scripts requeue it, as a pre-empted run)."""
 
     exit_code = EXIT_PREEMPTED
+
+
+class SetUpStopped(StoppedError):
+    """A stop signal ended a new run's set-up where it could not go on to the set-up's end (a wait for its run
+    directory's lock), what it had made undone: no error, its message is the run's own pre-emption line
+    (``pre-empted (SIGTERM) during the set-up, before any epoch, …``), printed as the run's lines are; exit
+    :data:`EXIT_PREEMPTED`."""
 
 
 class CommFailure(Exception):

@@ -16,7 +16,8 @@ import stat
 from collections.abc import Iterator
 
 __all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "RELAYS", "PreemptionFlag", "Stopped", "check_stop", "forget_stop",
-           "hold", "install", "relayed", "requested", "requested_while_waiting", "reset", "stop", "waiting"]
+           "hold", "install", "relayed", "requested", "requested_while_waiting", "reset", "signal_name", "stop",
+           "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -192,6 +193,12 @@ def install(at_once: bool = False) -> PreemptionFlag:
             return _FLAG
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # what :func:`hold` kept back is delivered now
     return _FLAG
+
+
+def signal_name() -> str:
+    """The first pre-emption signal this process received as a run's lines name it (:meth:`PreemptionFlag.describe`;
+    ``""`` before any or before :func:`install`)."""
+    return _FLAG.describe() if _FLAG is not None else ""
 
 
 def requested() -> bool:

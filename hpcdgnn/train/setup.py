@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import yaml
 
+from hpcdgnn import preemption
 from hpcdgnn.comm.communicator import Communicator
 from hpcdgnn.comm.device import cpu_affinity, cuda_seen, memory_share, node_cpu_sets, select_device
 from hpcdgnn.comm.world import name_ranks
@@ -32,7 +33,7 @@ from hpcdgnn.config.schema import JobConfig
 from hpcdgnn.data.manifest import Manifest
 from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
-from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, cannot_create
+from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, SetUpStopped, StoppedError, cannot_create
 from hpcdgnn.metrics import choose_run_dir
 from hpcdgnn.metrics.results import MADE_RUN_DIRS, writing
 from hpcdgnn.nn.models import DGNN
@@ -724,6 +725,11 @@ def _prepare(job_path: str | None, overrides: list[str], output: str | None, res
                 if isinstance(e, DataError):
                     raise
                 raise ConfigError(blame_override(str(e), job_path, overrides)) from None
+            except StoppedError:  # a stop while it waited for its lock: a pre-emption in the set-up, nothing kept
+                _discard_new_run(run_dir, job)
+                raise SetUpStopped(f"pre-empted ({preemption.signal_name() or 'a signal'}) during the set-up, before "
+                                   f"any epoch, while it waited for another job to let go of {run_dir / LOCK_FILE}; "
+                                   "nothing of the run is left: run the job again") from None
         return job, manifest, plan, str(run_dir), None if ckpt is None else str(ckpt), fingerprint
 
     return (*root_then_bcast(comm, on_root), kept.get("shared"))

@@ -5,6 +5,7 @@ checkpoint, the last epoch lines and the resume hint on stdout.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -96,6 +97,42 @@ def test_a_signal_during_the_set_up_stops_before_the_first_epoch(launcher, tmp_p
     assert latest_checkpoint(run / "checkpoints") is None
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "preempted" and summary["epochs"] == 0
+
+
+@pytest.mark.mpi  # hpcdgnn-mpirun -np 2
+def test_a_stop_while_a_new_run_waits_for_its_lock_is_a_clean_pre_emption(tmp_path, small_dataset):
+    """A new run whose rank 0 waits for its run directory's run.lock (another process holds it: a probe of the same
+    RUNDIR) when a SIGTERM comes: it said "hpcdgnn: error: --output RUNDIR: stopped by a signal while waiting ...;
+    nothing was changed: resume once that job has ended" — no checkpoint to resume, and its claim (run_id) left in
+    RUNDIR, which a new run then refused. Now the run's own pre-emption line for a stop in its set-up, exit 75, and
+    nothing of the run is left: the same command can run again."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    run = tmp_path / "run"
+    env = mpi_env()
+    for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        env.pop(var)  # the launcher adds what this machine needs
+    env.update(HPCDGNN_RUN_LOCK_WAIT="60", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "hpcdgnn.launch", "-np", "2", sys.executable,
+                             str(REPO / "tests" / "mpi" / "new_run_waits_for_its_lock.py"), "--", "run", str(job),
+                             "--output", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=REPO, start_new_session=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "another job holds" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out = "".join(lines) + proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert ("pre-empted (SIGTERM, passed on by hpcdgnn-mpirun as SIGUSR1) during the set-up, before any epoch, while "
+            f"it waited for another job to let go of {run / 'run.lock'}; nothing of the run is left: run the job "
+            "again") in out, out
+    assert "error" not in out and "Traceback" not in out, out
+    assert not run.exists()  # the same --output is a new run's again
 
 
 @pytest.mark.mpi  # a training run (P = 1)
