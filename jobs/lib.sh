@@ -22,6 +22,9 @@
 #                              the job set outside it
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
+#   hpcdgnn_setup_failed [RUNDIR]
+#                              exit after a failed set-up step (preparing the data, ...): 2, the user error it
+#                              reported, or, where a stop signal came (a Ctrl-C stops the step too), hpcdgnn_exit 75
 #   hpcdgnn_mpirun_launch RANKS
 #                              HPCDGNN_LAUNCH: $HPCDGNN_MPIRUN (default mpirun) -np RANKS with MPIRUN_FLAGS, and
 #                              for Open MPI --bind-to none unless the flags bind (see "Launcher" below)
@@ -484,6 +487,11 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
       mode=--output
       ;;
     *)
+      if hpcdgnn_signalled; then  # the signal (a Ctrl-C stops the reader too) came while it was read
+        _hpcdgnn_log "a pre-emption signal came before $rundir started: not starting it"
+        HPCDGNN_RC=$HPCDGNN_EXIT_PREEMPTED
+        return 0
+      fi
       _hpcdgnn_log "cannot tell the state of $rundir ($state); not touching it"
       HPCDGNN_RC=2
       return 0
@@ -613,6 +621,13 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   fi
   _hpcdgnn_log "pre-empted: $saved; go on with RUNDIR=$rundir and the same command"
   exit "$rc"
+}
+
+hpcdgnn_setup_failed() {  # [RUNDIR]
+  if hpcdgnn_signalled; then
+    hpcdgnn_exit "$HPCDGNN_EXIT_PREEMPTED" "${1:-}"  # the signal stopped the step: a pre-emption before the launch
+  fi
+  exit 2
 }
 
 hpcdgnn_extra_flags() {  # NAME_OF_VARIABLE: its words, one per line (site flags such as SRUN_FLAGS)

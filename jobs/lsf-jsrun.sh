@@ -35,7 +35,7 @@ fi
 G=${GPUS_PER_NODE:-6}
 CPUS=${CPUS_PER_NODE:-42}
 RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}")}
-hpcdgnn_ensure_job_data "$JOB" || exit 2
+hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 HPCDGNN_LAUNCH=(jsrun --nrs "$NODES" --rs_per_host 1 --tasks_per_rs "$G" --gpu_per_rs "$G"
   --cpu_per_rs "$CPUS" --bind "packed:$((CPUS / G))" --launch_distribution packed)
 while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags JSRUN_FLAGS)

@@ -33,7 +33,7 @@ hpcdgnn_init
 
 RANKS=${RANKS:-${LSB_DJOB_NUMPROC:-1}}
 RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}")}
-hpcdgnn_ensure_job_data "$JOB" || exit 2
+hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 hpcdgnn_mpirun_launch "$RANKS"  # unbound under Open MPI, as every launcher here: threads follow the binding
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

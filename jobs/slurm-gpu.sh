@@ -37,7 +37,7 @@ hpcdgnn_init
 
 RANKS=${RANKS:-${SLURM_NTASKS:-1}}
 RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")}
-hpcdgnn_ensure_job_data "$JOB" || exit 2
+hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 hpcdgnn_slurm_launch "$RANKS"
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

@@ -108,7 +108,7 @@ if [ -z "${RUNDIR:-}" ]; then
     RUNDIR=$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")/p$P
   fi
 fi
-hpcdgnn_ensure_job_data "$JOB" || exit 2
+hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 hpcdgnn_slurm_launch "$P" $(((P + RPN - 1) / RPN))
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

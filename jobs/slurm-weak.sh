@@ -68,7 +68,7 @@ for P in $RANKS_LIST; do
     break
   fi
   data="$(dirname "$base")/n$((n1 * P))-$rest"
-  hpcdgnn_ensure_data "$data" || exit 2
+  hpcdgnn_ensure_data "$data" || hpcdgnn_setup_failed "$last"
   hpcdgnn_slurm_launch "$P" $(((P + RPN - 1) / RPN))
   DATA=$data hpcdgnn_train "$JOB" "$RUNDIR/p$P" "$@"
   rc=$HPCDGNN_RC

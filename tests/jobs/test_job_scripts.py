@@ -1112,6 +1112,59 @@ def test_a_second_signal_before_the_launch_stops_the_local_script_at_once(launch
     assert "run exited" not in out and not rundir.exists(), out
 
 
+def test_ctrl_c_while_the_local_script_prepares_its_data_is_a_clean_stop(launcher, tmp_path):
+    """Ctrl-C while local.sh prepares its dataset (the terminal signals the script and ``prepare``, which stops and
+    leaves nothing): the failed preparation took the user error's way out, exit 2, though the docs promise a
+    Ctrl-C's 75 (no checkpoint yet: the next attempt starts over). Now 75, and no dataset half written."""
+    data, rundir = tmp_path / "collegemsg", tmp_path / "run"
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")], env=_local_env(launcher, RUNDIR=rundir, DATA=data),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group, as a terminal's foreground job
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "preparing" in line:
+                break
+        time.sleep(1.0)  # within prepare, not its interpreter's start (whose site import a SIGINT aborts)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = "".join(lines) + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
+    assert not data.exists() and not list(tmp_path.glob("collegemsg.tmp-*")), out
+
+
+def test_ctrl_c_while_the_local_script_reads_its_rundir_is_a_clean_stop(launcher, small_dataset, tmp_path):
+    """Ctrl-C while local.sh reads the state of its RUNDIR (a Python step the terminal's SIGINT stops too; slowed
+    here): it said "cannot tell the state of RUNDIR (unreadable); not touching it", exit 2, a user error's code.
+    Now the pre-emption before the launch it is, 75."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
+    rundir, first, second = tmp_path / "run", tmp_path / "first", tmp_path / "second"
+    slow_py = tmp_path / "python"  # its second Python-from-stdin step (the first reads the job's data.path) is slow
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then\n  if [ -e {first} ]; then touch {second}; sleep 5;'
+                       f' else touch {first}; fi\nfi\nexec {sys.executable} "$@"\n')
+    slow_py.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")],
+                            env=_local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_PYTHON=slow_py), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not second.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert "cannot tell the state" not in out and "not starting it" in out, out
+    assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
+
+
 def test_a_diverged_run_is_not_resumed(fake, tmp_path):
     """A requeued job whose run stopped on a non-finite loss (summary.json status diverged) does not resume
     it from its last finite checkpoint, which would diverge the same way: one log line, exit 2, no launch."""
