@@ -610,7 +610,10 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
     rank meets is raised on every rank (a mapping job's file ``written`` named as the caller gave it, ``given``,
     the commands' options as ``words`` says: :func:`_named`); one a rank meets alone prints its line with the rank
     and ends the job, as a crash does with its traceback (the others would wait in a collective). ``same``:
-    arguments every rank must give alike, checked first."""
+    arguments every rank must give alike, checked first. ``body`` runs with autograd on, whatever the caller's
+    grad mode (``torch.no_grad``, ``torch.inference_mode``), which is its own again afterwards."""
+    import torch
+
     from hpcdgnn.comm import Communicator
     from hpcdgnn.comm.world import abort_world, start_timeout, world_rank_size
     from hpcdgnn.errors import StalledError
@@ -632,7 +635,10 @@ def _on_every_rank(body, stopped=lambda: False, written: str | None = None, word
         agree_start(comm)
         if same is not None:
             same.check(comm)
-        result = body(comm)
+        # a caller's torch.no_grad() or inference_mode() (a notebook cell's) would leave the training step, and
+        # embed's and predict's backward pass, without a graph to differentiate
+        with torch.inference_mode(False), torch.enable_grad():
+            result = body(comm)
         comm.barrier(tag="api.done")  # every rank returns once rank 0 has written what the call writes
         return result
     except (HpcdgnnError, CommFailure) as e:

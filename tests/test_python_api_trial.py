@@ -3,7 +3,9 @@ the API's arguments, not the commands' flags."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
 import hpcdgnn
 from hpcdgnn.errors import ConfigError, HpcdgnnError
@@ -252,3 +254,25 @@ def test_a_run_s_job_trains_again_as_it_is_with_overrides_or_changed(tmp_path, s
     with pytest.raises(ConfigError, match=r"^job: int 3: pass a job YAML path, a mapping of sections \(a dict\) or a "
                                           r"JobConfig \(a run's job\)$"):
         hpcdgnn.train(3)
+
+
+def test_train_embed_and_predict_called_under_no_grad_or_inference_mode_run_as_outside(tmp_path, small_dataset,
+                                                                                        monkeypatch):
+    """A notebook cell under ``torch.no_grad()`` or ``torch.inference_mode()`` (left from an evaluation) made
+    ``train``, ``embed`` and ``predict`` fail with torch's "element 0 of tensors does not require grad" (and the
+    compiled kernels' start-up check, failing so, left the process on the torch paths). The calls train and run
+    their backward passes as outside, and the caller's grad mode is its own again after them."""
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
+    plain = hpcdgnn.train(job, output="plain")
+    pairs = [[0, 1, 4], [2, 3, 5]]
+    z, p = plain.embed(), plain.predict(pairs=pairs)
+    for mode, label in ((torch.no_grad, "nograd"), (torch.inference_mode, "inference")):
+        with mode():
+            run = hpcdgnn.train(job, output=label)
+            assert not torch.is_grad_enabled()
+            assert run.losses == plain.losses
+            assert np.array_equal(run.embed().embeddings, z.embeddings)
+            assert np.array_equal(run.predict(pairs=pairs), p)
+            assert not torch.is_grad_enabled() and torch.is_inference_mode_enabled() == (label == "inference")
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
