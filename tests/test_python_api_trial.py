@@ -276,3 +276,52 @@ def test_train_embed_and_predict_called_under_no_grad_or_inference_mode_run_as_o
             assert np.array_equal(run.predict(pairs=pairs), p)
             assert not torch.is_grad_enabled() and torch.is_inference_mode_enabled() == (label == "inference")
     assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+def test_ctrl_c_twice_while_a_checkpoint_is_written_is_a_keyboard_interrupt(tmp_path, small_dataset, monkeypatch):
+    """A notebook's interrupt pressed twice stops ``train`` at once with ``KeyboardInterrupt`` (docs/jobs.md). When
+    the second came while torch wrote a checkpoint file, torch's writer turned it into a ``RuntimeError`` and the
+    call raised ``DataError: cannot write checkpoint file …: the write fell short, … MiB free there (a full disk or
+    quota?)``, on a disk that was not full. The interrupt is raised as one, and the process trains again."""
+    import signal
+
+    from hpcdgnn.train import checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    real_open = open
+    writes = [0]
+
+    class Interrupted:
+        """A checkpoint file whose second write (torch's writer's, after its first record) gets the user's two
+        interrupts."""
+
+        def __init__(self, path, mode):
+            self.f = real_open(path, mode)
+
+        def write(self, data):
+            writes[0] += 1
+            if writes[0] == 2:
+                signal.raise_signal(signal.SIGINT)  # the first: a stop at the epoch's end
+                signal.raise_signal(signal.SIGINT)  # the second, amid the write: at once
+            return self.f.write(data)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(checkpoint, "open", lambda path, mode="r", *a, **k: Interrupted(path, mode) if
+                        str(path).endswith(".part") else real_open(path, mode, *a, **k), raising=False)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
+    with pytest.raises(KeyboardInterrupt):
+        hpcdgnn.train(job, output="stopped")
+    assert writes[0] == 2
+    assert not list((tmp_path / "stopped").rglob("*.part"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert len(hpcdgnn.train(job, output="again").losses) == 2

@@ -220,6 +220,7 @@ def _atomic_save(obj: Any, path: Path) -> list[int]:
 
     Raises:
         DataError: names the file and the system's reason.
+        KeyboardInterrupt: an interrupt during the write, as itself (torch's writer reports it as a failed write).
     """
     tmp = path.with_name(path.name + ".part")
     try:
@@ -244,6 +245,9 @@ def _atomic_save(obj: Any, path: Path) -> list[int]:
         except OSError:
             reached = -1
         tmp.unlink(missing_ok=True)
+        stop = _interrupt_behind(e)
+        if stop is not None:
+            raise stop from None
         hint = "a full disk or quota?"
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         # torch's short write says no errno: the limit's, where the file stopped at it (a full disk's stops anywhere)
@@ -260,6 +264,19 @@ def _atomic_save(obj: Any, path: Path) -> list[int]:
             except OSError:
                 why = "the write fell short"
         raise DataError(f"cannot write checkpoint file {path}: {why} ({hint})") from None
+
+
+def _interrupt_behind(e: BaseException) -> BaseException | None:
+    """The interrupt (``KeyboardInterrupt``: a second Ctrl-C, which stops a run at once) that torch's file writer
+    met inside the file's ``write`` and turned into the ``RuntimeError`` ``e`` (its context), or None: a failed
+    write to report as one."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if not isinstance(e, Exception):
+            return e
+        seen.add(id(e))
+        e = e.__context__
+    return None
 
 
 #: numpy arrays at least this large are written as tensor storages (:class:`_ArrayPickler`); smaller ones pickle
