@@ -270,6 +270,14 @@ def run_embed(args: argparse.Namespace, comm) -> int:
     return 0
 
 
+def _say(comm, line: str) -> None:
+    """A command's line (rank 0's), through the ``hpcdgnn`` logger as a run's are: on stdout, unless a library
+    caller set that logger's level or handlers (:func:`~hpcdgnn.metrics.log.configure_logging`)."""
+    from hpcdgnn.metrics.log import configure_logging
+
+    configure_logging(comm.rank, comm.size).info(line)
+
+
 def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
     """:func:`run_embed`'s pass: with ``args.output`` None (the Python API) nothing is written and every rank
     returns the steps (collective); else rank 0 writes the file and None is returned.
@@ -293,9 +301,9 @@ def embedded(args: argparse.Namespace, comm) -> EmbeddingFile | None:
     _write_steps(tr, recorder, steps, writer)
     if writer is not None:
         writer.close(steps, _meta(tr, args.split, epoch, metrics))
-        print(f"embed: Z_t of {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} × "
-              f"F = {recorder.width} from {tr.checkpoint.name} on {comm.size} rank(s) -> {_destination(args)}; "
-              f"{_metric_line(metrics, args.split)}", flush=True)
+        _say(comm, f"embed: Z_t of {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} × "
+                   f"F = {recorder.width} from {tr.checkpoint.name} on {comm.size} rank(s) -> {_destination(args)}; "
+                   f"{_metric_line(metrics, args.split)}")
     return _handed_out(comm, writer) if args.output is None else None
 
 
@@ -430,8 +438,8 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
         _write_steps(tr, recorder, steps, writer, head)
         if writer is not None:
             writer.close(steps, _meta(tr, args.split, epoch, metrics))
-            print(f"predict: {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} -> "
-                  f"{_destination(args)}", flush=True)
+            _say(comm, f"predict: {len(steps)} step(s) ({args.split}) × N = {tr.manifest.num_vertices} -> "
+                       f"{_destination(args)}")
         return _handed_out(comm, writer) if args.output is None else None
     scores = np.full(pairs.shape[0], np.nan)
     from hpcdgnn.train.inference import gather_step
@@ -461,8 +469,8 @@ def predicted(args: argparse.Namespace, comm, hand_out: bool = True) -> np.ndarr
     if comm.rank == 0:
         if args.output is not None:
             _write_scores(args.output, pairs, scores)
-        print(f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
-              f"{comm.size} rank(s) -> {_destination(args)}", flush=True)
+        _say(comm, f"predict: {pairs.shape[0]} pair(s) of {len(steps)} step(s) scored from {tr.checkpoint.name} on "
+                   f"{comm.size} rank(s) -> {_destination(args)}")
     if not hand_out:  # every rank of the command skips it alike: no collective is left unmatched
         return None
     return comm.bcast_(torch.from_numpy(scores), tag="embed").numpy()

@@ -325,3 +325,35 @@ def test_ctrl_c_twice_while_a_checkpoint_is_written_is_a_keyboard_interrupt(tmp_
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
     assert len(hpcdgnn.train(job, output="again").losses) == 2
+
+
+def test_embed_predict_and_export_lines_go_through_the_package_logger_as_train_s(tmp_path, small_dataset,
+                                                                                 monkeypatch, capsys):
+    """``logging.getLogger("hpcdgnn").setLevel(logging.WARNING)`` silenced ``train``'s lines, but ``embed``,
+    ``predict`` and ``export`` printed theirs all the same, and a handler added to the logger never got them: a
+    notebook that quietened hpcdgnn, or sent its lines to a file, still had them in its cells."""
+    import logging
+
+    log = logging.getLogger("hpcdgnn")
+    monkeypatch.setattr(log, "handlers", [])
+    monkeypatch.setattr(log, "filters", [])
+    monkeypatch.setattr(log, "propagate", log.propagate)
+    monkeypatch.setattr(log, "level", log.level)
+    monkeypatch.chdir(tmp_path)
+    log.setLevel(logging.WARNING)
+    run = hpcdgnn.train({"data": {"path": small_dataset}, "train": {"epochs": 1}}, output="r")
+    run.embed()
+    run.predict(pairs=[[0, 1, 4]])
+    run.export(csv="m.csv")
+    assert capsys.readouterr().out == ""
+    lines: list[str] = []
+    mine = logging.Handler()
+    mine.emit = lambda record: lines.append(record.getMessage())
+    log.addHandler(mine)
+    log.setLevel(logging.INFO)
+    run.embed()
+    run.predict(pairs=[[0, 1, 4]])
+    run.export(csv="again.csv")
+    assert capsys.readouterr().out == ""
+    assert [line.split(":")[0] for line in lines] == ["embed", "predict", "again.csv"], lines
+    log.setLevel(logging.NOTSET)  # as the next tests find it (monkeypatch puts the attribute back, not the cache)

@@ -269,7 +269,10 @@ def load_model(path: str | Path):
 def run_export(args) -> int:
     """``export``: the CSV, TensorBoard and model files asked for, each refused (one line) if it exists."""
     from hpcdgnn.api import load_run
+    from hpcdgnn.comm.world import world_rank_size
+    from hpcdgnn.metrics.log import configure_logging
 
+    say = configure_logging(*world_rank_size()).info  # as a run's lines (a library caller's level and handlers)
     run = load_run(args.rundir)
     records = run.metrics
     if not records:
@@ -300,10 +303,10 @@ def run_export(args) -> int:
         blob = _pygt_blob(run) if pygt else _model_blob(run)
     if args.csv:
         cols = write_csv(records, args.csv)
-        print(f"{args.csv}: {len(records)} epochs x {len(cols)} columns")
+        say(f"{args.csv}: {len(records)} epochs x {len(cols)} columns")
     if args.tensorboard:
         n = write_tensorboard(records, args.tensorboard)
-        print(f"{args.tensorboard}: {n} scalars over {len(records)} epochs (tensorboard --logdir {args.tensorboard})")
+        say(f"{args.tensorboard}: {n} scalars over {len(records)} epochs (tensorboard --logdir {args.tensorboard})")
     if args.model_only:
         import torch
 
@@ -311,9 +314,9 @@ def run_export(args) -> int:
         # the newest epoch end's when loaded: say which (relative to the run directory where it lies in it)
         source = run.loaded_from.relative_to(run.dir) if run.loaded_from.is_relative_to(run.dir) else run.loaded_from
         if pygt:
-            print(f"{args.model_only}: {len(blob['layers'])} PyG Temporal {blob['layers'][0]['class']} cell(s) of "
+            say(f"{args.model_only}: {len(blob['layers'])} PyG Temporal {blob['layers'][0]['class']} cell(s) of "
                   f"{blob['model']} from {source} (hpcdgnn.metrics.export.load_pygt)")
         else:
-            print(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} "
+            say(f"{args.model_only}: {blob['config']['model']['name']} and its {blob['config']['task']['name']} "
                   f"head from {source} (hpcdgnn.metrics.export.load_model)")
     return 0
