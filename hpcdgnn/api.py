@@ -183,7 +183,8 @@ class TrainedRun:
             from hpcdgnn.embed import predicted, read_embeddings
 
             _check_split("test" if split is None else split)
-            output = _path_argument(output, "output")
+            # pairs given first, as a model is called on its data, land in output
+            output = _path_argument(output, "output", advice="; the pairs go by keyword: predict(pairs=...)")
             if isinstance(pairs, str | os.PathLike):
                 pairs = _path_argument(pairs, "pairs")
             # data is read on rank 0 alone (predicted): the other ranks' pairs are compared, not read
@@ -356,12 +357,13 @@ def load_run(run_dir: str | os.PathLike) -> TrainedRun:
     return run
 
 
-def _path_argument(value: Any, name: str, required: bool = False) -> str | None:
+def _path_argument(value: Any, name: str, required: bool = False, advice: str = "") -> str | None:
     """A path argument as a string (None stays None unless ``required``); another type is refused in one line
-    naming ``name``."""
+    naming ``name``, ending in ``advice``."""
     if isinstance(value, str | os.PathLike) or value is None and not required:
         return None if value is None else os.fspath(value)
-    raise ConfigError(f"{name}: {type(value).__name__} {short_repr(value)} is not a path (give a str or os.PathLike)")
+    raise ConfigError(f"{name}: {type(value).__name__} {short_repr(value)} is not a path (give a str or "
+                      f"os.PathLike){advice}")
 
 
 def _yaml_text(job: str) -> bool:

@@ -357,3 +357,15 @@ def test_embed_predict_and_export_lines_go_through_the_package_logger_as_train_s
     assert capsys.readouterr().out == ""
     assert [line.split(":")[0] for line in lines] == ["embed", "predict", "again.csv"], lines
     log.setLevel(logging.NOTSET)  # as the next tests find it (monkeypatch puts the attribute back, not the cache)
+
+
+def test_pairs_given_as_predict_s_first_argument_are_pointed_to_pairs_keyword(tmp_path, small_dataset, monkeypatch):
+    """``run.predict(pairs_array)`` (PyG's ``model(x)`` habit) took the pairs for ``output`` and said only
+    "output: list [[0, 1, 4]] is not a path (give a str or os.PathLike)": the call names where the pairs go."""
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train({"data": {"path": small_dataset}, "train": {"epochs": 1}}, output="r")
+    for given in ([[0, 1, 4]], np.array([[0, 1, 4]]), torch.tensor([[0, 1, 4]])):
+        with pytest.raises(ConfigError, match=r"^output: \w+ .* is not a path \(give a str or os\.PathLike\); the "
+                                              r"pairs go by keyword: predict\(pairs=\.\.\.\)$"):
+            run.predict(given)
+    assert run.predict(pairs=[[0, 1, 4]]).shape == (1,)
