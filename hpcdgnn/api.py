@@ -514,8 +514,9 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
 @dataclass
 class _CallerState:
     """What a run sets process-wide (torch's intra-op threads, its global RNGs: the CPU's and, once CUDA is in use,
-    every GPU's; the default dtype) as the caller had it, put back when the call returns: a script's own torch
-    work is not changed by having trained, embedded or predicted. :meth:`save` also sets the default dtype a
+    every GPU's; numpy's and Python's global RNGs, which a resume, ``embed`` and ``predict`` set to a checkpoint's;
+    the default dtype) as the caller had it, put back when the call returns: a script's own work is not changed by
+    having trained, embedded or predicted. :meth:`save` also sets the default dtype a
     command has (float32): a notebook's ``torch.set_default_dtype(torch.float64)`` would otherwise draw the
     initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``."""
 
@@ -523,17 +524,26 @@ class _CallerState:
     rng: Any
     dtype: Any
     cuda_rng: Any = None
+    numpy_rng: Any = None
+    python_rng: Any = None
 
     @classmethod
     def save(cls) -> _CallerState:
+        import random
+
+        import numpy as np
         import torch
 
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        caller = cls(torch.get_num_threads(), torch.random.get_rng_state(), torch.get_default_dtype(), cuda)
+        caller = cls(torch.get_num_threads(), torch.random.get_rng_state(), torch.get_default_dtype(), cuda,
+                     np.random.get_state(), random.getstate())
         torch.set_default_dtype(torch.float32)
         return caller
 
     def restore(self) -> None:
+        import random
+
+        import numpy as np
         import torch
 
         torch.set_default_dtype(self.dtype)
@@ -541,6 +551,8 @@ class _CallerState:
         torch.random.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
+        np.random.set_state(self.numpy_rng)
+        random.setstate(self.python_rng)
 
 
 def _check_split(split: str) -> None:

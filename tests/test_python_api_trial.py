@@ -369,3 +369,23 @@ def test_pairs_given_as_predict_s_first_argument_are_pointed_to_pairs_keyword(tm
                                               r"pairs go by keyword: predict\(pairs=\.\.\.\)$"):
             run.predict(given)
     assert run.predict(pairs=[[0, 1, 4]]).shape == (1,)
+
+
+def test_a_resume_embed_and_predict_leave_the_caller_s_numpy_and_python_rngs_where_they_were(tmp_path, small_dataset,
+                                                                                           monkeypatch):
+    """A resume, ``embed`` and ``predict`` restore the checkpoint's RNG states, numpy's and Python's global ones
+    included, and left them so: a notebook's ``np.random.seed(0)`` before the call no longer decided its next
+    draws after it (torch's was put back already)."""
+    import random
+
+    monkeypatch.chdir(tmp_path)
+    run = hpcdgnn.train({"data": {"path": small_dataset}, "train": {"epochs": 1}}, output="r")
+    for call in (lambda: hpcdgnn.train(None, resume=run.dir, overrides={"train.epochs": 2}), run.embed,
+                 lambda: run.predict(pairs=[[0, 1, 4]])):
+        np.random.seed(7)
+        random.seed(7)
+        want = (np.random.random(), random.random())
+        np.random.seed(7)
+        random.seed(7)
+        call()
+        assert (np.random.random(), random.random()) == want
