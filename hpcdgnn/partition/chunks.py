@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcdgnn.indices import unique_ints
+from hpcdgnn.indices import index_dtype, unique_ints
 
 __all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks",
            "assign_chunks_reference", "assign_rnn_owners", "default_chunk_size", "load_divergence"]
@@ -82,63 +82,154 @@ def build_supergraph(snapshots, num_vertices: int, spatial_weight: float, tempor
     )
 
 
+def _segments(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions ptr[r] .. ptr[r + 1] - 1 of every row r of ``rows`` (CSR offsets), in order, and the row of
+    each."""
+    begin = ptr[rows]
+    cnt = ptr[rows + 1] - begin
+    at = np.arange(int(cnt.sum()), dtype=np.int64) + np.repeat(begin - (np.cumsum(cnt) - cnt), cnt)
+    return at, np.repeat(rows, cnt)
+
+
+def _blocks(ptr: np.ndarray, rows: np.ndarray, edges: int):
+    """``rows`` in consecutive slices of about ``edges`` CSR entries each (a row is never split)."""
+    total = np.cumsum(ptr[rows + 1] - ptr[rows])
+    cuts = np.searchsorted(total, np.arange(edges, int(total[-1]) if total.shape[0] else 0, edges), side="right")
+    bounds = [0, *np.unique(cuts).tolist(), rows.shape[0]]
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        if hi > lo:
+            yield rows[lo:hi]
+
+
+def _starts(x: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a non-empty ``x`` begins."""
+    new = np.empty(x.shape[0], dtype=bool)
+    new[0] = True
+    np.not_equal(x[1:], x[:-1], out=new[1:])
+    return np.flatnonzero(new)
+
+
+#: label propagation scores the nodes of a half-iteration in slices of about this many heard labels (their
+#: temporaries stay in the CPU's caches)
+LP_BLOCK = 1 << 16
+#: keys (node, label, weight's index) are packed into int64 below this
+KEY_LIMIT = 2**63
+
+
 def label_propagation(g: SuperGraph, max_size: int, max_iters: int = 30, tol: float = 1e-3) -> tuple[np.ndarray, int]:
     """Chunk labels by Eq. 2 under a size cap, renumbered by first appearance; returns (labels, iterations).
 
     Stops below ``tol`` × nodes changes (without community structure a few labels flip forever).
     Integer edge weights required: ties are broken below their granularity.
+
+    Each half-iteration, a node takes the label of most weight among those it hears (Eq. 2), its own on a tie,
+    else the one of largest jitter. With whole weights every sum is exact and the tie-breaks add less than one
+    weight unit, so a node whose own label weighs at least as much as any other keeps it at every iteration's
+    jitter until its own or a neighbour's label changes: only the others are scored again, and a sort of keys
+    that carry each edge's weight groups the labels (no argsort). The labels are those of scoring every node
+    every time, as with weights that are not whole (then done so).
+
+    Args:
+        g: the super-graph (integer weights; the scores use their greatest common divisor as the unit).
+        max_size: the cap: a label takes no more nodes once it has this many.
+        max_iters: iterations at most.
+        tol: stop once an iteration changes at most ``tol`` · nodes labels.
+
+    Shapes:
+        returns (num_nodes,) int64 labels 0 .. C - 1, numbered by first appearance.
     """
     n = g.num_nodes
-    labels = np.arange(n, dtype=np.int64)
     if n == 0:
-        return labels, 0
-    # both directions: node `to` hears the label of node `fr`
-    fr = np.concatenate([g.src, g.dst])
-    to = np.concatenate([g.dst, g.src])
-    w = np.concatenate([g.weight, g.weight])
-    order = np.argsort(to, kind="stable")
-    fr, to, w = fr[order], to[order], w[order]
+        return np.arange(0, dtype=np.int64), 0
+    idx = index_dtype(n)  # node ids; keys (node, label) are int64
+    labels = np.arange(n, dtype=idx)
+    # both directions: node `to` hears the label of node `fr`; grouped by `to` (CSR rows), in edge order within
+    order = np.argsort(np.concatenate([g.dst, g.src], dtype=idx), kind="stable")
+    fr = np.concatenate([g.src, g.dst], dtype=idx)[order]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(g.src, minlength=n) + np.bincount(g.dst, minlength=n), out=ptr[1:])
     # ties are broken by adding less than one weight unit: current label first, then a jitter
-    unit = float(np.gcd.reduce(unique_ints(np.rint(w).astype(np.int64)))) if w.shape[0] else 1.0
+    whole = np.rint(g.weight).astype(np.int64)
+    value = unique_ints(whole)
+    unit = float(np.gcd.reduce(value)) if whole.shape[0] else 1.0
+    # every score a sum of whole units, exact in any order, far above the tie-breaks' rounding
+    exact = unit > 0 and bool((whole == g.weight).all()) and 2.0 * float(np.abs(whole).sum()) < 2.0**40
+    bits = (value.shape[0] - 1).bit_length()  # an edge's weight as its index in `value`, the key's low bits
+    packed = exact and (n * n) << bits < KEY_LIMIT
+    if packed:
+        cls = np.searchsorted(value, np.concatenate([whole, whole])[order]) if bits else None
+        value = value.astype(np.float64)
+    else:
+        w = np.concatenate([g.weight, g.weight])[order]
+    del order
+    dirty = np.ones(n, dtype=bool)  # may choose another label than its own
+    size = np.ones(n, dtype=np.int64)  # nodes per label
+    joins = np.zeros(n, dtype=np.int64)
     ids = np.arange(n, dtype=np.int64)
     it = 0
     for it in range(1, max_iters + 1):
         changed = 0
         # halves drawn afresh each iteration: neighbours updating together rarely do next time, so swaps cannot cycle
-        parity = ((ids * 2654435761 + it * 40503) >> 11) & 1
-        heard = parity[to] == 0
+        odd = (((ids * 2654435761 + it * 40503) >> 11) & 1).astype(bool)
         for half in (0, 1):
-            sel = heard if half == 0 else ~heard
-            key = to[sel] * n + labels[fr[sel]]
-            if key.shape[0] == 0:
+            rows = np.flatnonzero(dirty & (odd if half else ~odd))
+            if exact:  # those keeping their label are clean until they hear another
+                dirty[rows] = False
+            found = []
+            for part in _blocks(ptr, rows, LP_BLOCK):
+                e, node_e = _segments(ptr, part)
+                if e.shape[0] == 0:
+                    continue
+                key = node_e * n
+                key += labels[fr[e]]
+                # key is already ordered by `to`, only the few labels a node hears are not: a stable sort
+                # (timsort) finds those runs, where a quicksort starts over
+                if packed:  # the weights sum exactly in any order: the keys alone
+                    if bits:
+                        key <<= bits
+                        key |= cls[e]
+                    key.sort(kind="stable")
+                    ks = key >> bits if bits else key
+                    starts = _starts(ks)
+                    if bits:
+                        tot = np.add.reduceat(value[key & ((1 << bits) - 1)], starts)
+                    else:
+                        tot = np.diff(np.append(starts, ks.shape[0])) * value[0]
+                else:
+                    o = np.argsort(key, kind="stable")
+                    ks = key[o]
+                    starts = _starts(ks)
+                    tot = np.add.reduceat(w[e[o]], starts)  # Eq. 2's weight(c) per (node, label)
+                node = node_e[starts]  # node_e is sorted: the sort moved keys within a node only
+                nstarts = _starts(node)
+                lab = ks[starts] - node * n
+                jitter = ((lab * 2654435761 + it * 40503) % 1000003) / 1000003.0
+                score = tot + unit * (2.0 * (lab == labels[node]) + jitter) / 4.0
+                best = np.maximum.reduceat(score, nstarts)
+                win = np.flatnonzero(score == np.repeat(best, np.diff(np.append(nstarts, node.shape[0]))))
+                win = win[_starts(node[win])]  # one per node
+                move = win[lab[win] != labels[node[win]]]
+                found.append((node[move], lab[move]))
+            if not found:
                 continue
-            # key is already ordered by `to` (edges sorted so above), only the few labels a node hears are not:
-            # a stable sort (timsort) finds those runs, where a quicksort starts over
-            o = np.argsort(key, kind="stable")
-            ks, ws = key[o], w[sel][o]
-            starts = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
-            tot = np.add.reduceat(ws, starts)  # Eq. 2's weight(c) per (node, label)
-            uk = ks[starts]
-            node = uk // n
-            lab = uk - node * n
-            jitter = ((lab * 2654435761 + it * 40503) % 1000003) / 1000003.0
-            score = tot + unit * (2.0 * (lab == labels[node]) + jitter) / 4.0
-            nstarts = np.flatnonzero(np.concatenate([[True], node[1:] != node[:-1]]))
-            best = np.maximum.reduceat(score, nstarts)
-            seg = np.repeat(np.arange(nstarts.shape[0]), np.diff(np.concatenate([nstarts, [node.shape[0]]])))
-            win = np.flatnonzero(score == best[seg])
-            win = win[np.concatenate([[True], node[win][1:] != node[win][:-1]])]  # one per node
-            cand_node, cand_lab = node[win], lab[win]
-            move = cand_lab != labels[cand_node]
-            cand_node, cand_lab = cand_node[move], cand_lab[move]
+            cand_node = np.concatenate([f[0] for f in found])
+            cand_lab = np.concatenate([f[1] for f in found])
+            if exact:
+                dirty[cand_node] = True
             if cand_node.shape[0] == 0:
                 continue
             # the size cap: a label takes new nodes only while it stays within max_size
-            size = np.bincount(labels, minlength=n)
-            joins = np.bincount(cand_lab, minlength=n)
-            ok = size[cand_lab] + joins[cand_lab] <= max_size
-            labels[cand_node[ok]] = cand_lab[ok]
-            changed += int(ok.sum())
+            np.add.at(joins, cand_lab, 1)
+            ok = np.flatnonzero(size[cand_lab] + joins[cand_lab] <= max_size)
+            joins[cand_lab] = 0
+            moved, dest = cand_node[ok], cand_lab[ok]
+            np.subtract.at(size, labels[moved], 1)
+            np.add.at(size, dest, 1)
+            labels[moved] = dest
+            changed += int(moved.shape[0])
+            if exact:  # their neighbours hear another label now
+                for part in _blocks(ptr, moved, LP_BLOCK):
+                    dirty[fr[_segments(ptr, part)[0]]] = True
         if changed <= tol * n:
             break
     # labels are node ids: renumber them by the node where each first occurs, by a scan (no sort of n labels)

@@ -6,6 +6,7 @@ import numpy as np
 
 from hpcdgnn.data.generate import random_snapshots
 from hpcdgnn.partition.chunks import (
+    SuperGraph,
     assign_chunks,
     assign_chunks_reference,
     assign_rnn_owners,
@@ -207,3 +208,92 @@ def test_chunk_plan_of_a_skewed_graph_balances_chunks_and_time_encoders(tmp_path
     assert R.max() <= 1024 / P + 1 and R.sum() == 1024
     work = [r["chunk_work"] for r in plan.ranks]  # Alg. 1's loads (count: appearances + spatial edges)
     assert max(work) / min(work) < 1.6  # 2146 with the fixed cap of 4096
+
+
+def _supergraph(src, dst, weight, n: int) -> SuperGraph:
+    """A super-graph of ``n`` nodes with the given undirected edges (any order, repeats allowed)."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    return SuperGraph(vertex=np.arange(n, dtype=np.int64), time=np.zeros(n, np.int64), src=src, dst=dst,
+                      weight=np.asarray(weight, np.float64), spatial=np.ones(src.shape[0], bool))
+
+
+def _varied_supergraphs():
+    """(name, super-graph) of every shape label propagation meets, and some it should survive: empty, one node,
+    isolated nodes, stars and cliques (all ties), repeated edges, one to four distinct integer weights, zero
+    weights, weights that are not whole numbers."""
+    rng = np.random.default_rng(74)
+    yield "empty", _supergraph([], [], [], 0)
+    yield "one node", _supergraph([], [], [], 1)
+    yield "one edge", _supergraph([0], [1], [3.0], 2)
+    yield "isolated nodes", _supergraph([1, 3], [3, 4], [1.0, 1.0], 6)
+    yield "star", _supergraph(np.zeros(9, int), np.arange(1, 10), np.full(9, 2.0), 10)
+    clique = np.array([(i, j) for i in range(7) for j in range(i + 1, 7)]).T
+    yield "clique", _supergraph(clique[0], clique[1], np.ones(clique.shape[1]), 7)
+    for trial in range(4):
+        N, T = int(rng.integers(3, 150)), int(rng.integers(1, 6))
+        snaps = [(s.src, s.dst) for s in random_snapshots(N, T, float(rng.uniform(0.5, 4.0)), trial)]
+        for ws, wt in ((12, 12), (2, 1), (5, 3), (0, 4), (0, 0), (0.5, 0.25), (1.5, 1.0)):
+            yield f"snapshots {trial} weights {ws}/{wt}", build_supergraph(snaps, N, ws, wt)
+    for trial in range(4):
+        n = int(rng.integers(2, 120))
+        m = int(rng.integers(1, 4 * n))
+        s, d = rng.integers(0, n, m), rng.integers(0, n, m)
+        keep = s != d
+        s, d = s[keep], d[keep]
+        choices = [rng.integers(1, 5, s.shape[0]) * 3.0, rng.integers(0, 3, s.shape[0]) * 1.0,
+                   rng.uniform(0.1, 3.0, s.shape[0]), np.full(s.shape[0], 7.0)]
+        yield f"random multigraph {trial}", _supergraph(s, d, choices[trial % 4], n)
+
+
+def test_label_propagation_labels_as_the_frozen_copy_does(monkeypatch):
+    """The half-iterations that score only the nodes whose choice may have changed, a slice of nodes at a time,
+    give the labels and iteration counts of scoring every node at once (the copy at 45180fd) on graphs of every
+    shape, caps from 1 to none, any tolerance; passes before the change (then the same code) and after."""
+    import hpcdgnn.partition.chunks as chunks
+    from tests.partition.chunks_45180fd import label_propagation as frozen
+
+    rng = np.random.default_rng(5)
+    for i, (name, g) in enumerate(_varied_supergraphs()):
+        n = g.num_nodes
+        for cap in sorted({1, 3, max(1, n // 7), max(1, n)}):
+            for max_iters, tol in ((30, 1e-3), (30, 0.0), (int(rng.integers(1, 4)), 1e-3))[int(rng.integers(0, 2)):]:
+                want = frozen(g, cap, max_iters, tol)
+                # and in slices of a few heard labels, or with keys too wide to carry the weights
+                for block, limit in ((1 << 16, 2**63), ((int(rng.integers(4, 64)), 2**63), (1 << 16, 1))[i % 2]):
+                    monkeypatch.setattr(chunks, "LP_BLOCK", block, raising=False)
+                    monkeypatch.setattr(chunks, "KEY_LIMIT", limit, raising=False)
+                    got = label_propagation(g, cap, max_iters, tol)
+                    assert np.array_equal(got[0], want[0]) and got[1] == want[1], (name, cap, max_iters, tol, block)
+                    assert got[0].dtype == want[0].dtype
+
+
+def test_chunk_plan_labels_and_owners_as_the_frozen_copies_do(tmp_path):
+    """plan_chunks' appearance labels, chunk ranks and RNN owners on a small dataset are those of the pipeline with
+    the copies at 45180fd (a plan is part of a checkpoint)."""
+    from hpcdgnn.config.schema import DataConfig, JobConfig
+    from hpcdgnn.data.generate import generate_dataset
+    from hpcdgnn.data.shard_reader import ShardReader
+    from hpcdgnn.partition.chunk_plan import plan_chunks
+    from hpcdgnn.partition.workload import chunk_work
+    from hpcdgnn.regimes import options_class
+    from tests.partition.chunks_45180fd import assign_chunks as frozen_assign
+    from tests.partition.chunks_45180fd import assign_rnn_owners as frozen_rnn
+    from tests.partition.chunks_45180fd import label_propagation as frozen_lp
+
+    m = generate_dataset(tmp_path / "g", 512, 6, 3.0, seed=2, spatial_spread=0.5, temporal_spread=0.5)
+    P = 3
+    chunk = options_class("strategy", "chunk")(name="chunk")
+    job = JobConfig(data=DataConfig(path=str(tmp_path / "g")), strategy=chunk)
+    plan = plan_chunks(m, P, job)
+    with ShardReader(str(tmp_path / "g"), m) as reader:
+        snaps = [reader.edges(t) for t in range(m.num_snapshots)]
+    L, H, F = job.model.layers, job.model.hidden, m.num_features
+    g = build_supergraph(snaps, m.num_vertices, L * max(F, H), L * H)
+    labels, iters = frozen_lp(g, default_chunk_size(g.num_nodes, P))
+    stats = chunk_stats(g, labels)
+    owner = frozen_assign(chunk_work(job, F, g, labels, stats), stats["cut_pairs"], P)
+    rows = np.full(m.num_vertices, float(m.num_snapshots))
+    keys = g.time * m.num_vertices + g.vertex
+    assert np.array_equal(plan.chunks.appearances.label_of(keys), labels) and plan.chunks.lp_iterations == iters
+    assert np.array_equal(plan.chunks.chunk_owner, owner)
+    assert np.array_equal(plan.chunks.rnn_owner, frozen_rnn(g.vertex, owner[labels], rows, P))
