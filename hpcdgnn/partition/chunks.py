@@ -272,6 +272,18 @@ def _chunk_adjacency(C: int, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray
     return np.searchsorted(ends, np.arange(C + 1)), other, hw
 
 
+def _stable_order(key: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative integer keys below ``bound``: one plain sort of
+    key · len + position where that fits int64 (numpy's stable sort is a merge sort, about twice as slow on
+    keys in no order), else that argsort."""
+    m = key.shape[0]
+    if m and bound * m < 2**62:
+        packed = key.astype(np.int64) * m + np.arange(m, dtype=np.int64)
+        packed.sort()
+        return packed % m
+    return np.argsort(key, kind="stable")
+
+
 def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray], num_ranks: int,
                   block: int = 1 << 16) -> np.ndarray:
     """DGC Alg. 1 / Eq. 3 with least-loaded tie-breaking; returns the rank of each chunk.
@@ -296,28 +308,39 @@ def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.
     if C == 0 or not (work >= 0).all():
         return assign_chunks_reference(work, cut_pairs, P)
     order = np.argsort(-work, kind="stable")
-    # a pair counts toward the chunk placed later, the other being placed by then: keep those entries of the CSR
-    a, b, h = cut_pairs
-    ends, other, hw = np.concatenate([a, b]), np.concatenate([b, a]), np.concatenate([h, h])
-    placed = np.empty(C, dtype=np.int64)
+    placed = np.empty(C, dtype=np.int64)  # each chunk's turn
     placed[order] = np.arange(C)
-    keep = placed[other] < placed[ends]
-    ptr, other, hw = _chunk_adjacency(C, (ends[keep], other[keep], hw[keep]), both=False)
-    owner = [-1] * C
+    # a pair counts toward the chunk placed later, the other being placed by then; by turn (CSR), each turn's
+    # pairs in the order of the reference's adjacency: those where the chunk is a first, then b, each in pair order
+    a, b, h = (np.asarray(x) for x in cut_pairs)
+    ta, tb = placed[a], placed[b]
+    two = ta != tb  # a chunk paired with itself counts toward neither
+    if not two.all():
+        ta, tb, h = ta[two], tb[two], h[two]
+    second = tb > ta
+    turn = np.where(second, tb, ta)
+    o = _stable_order(2 * turn + second, 2 * C)
+    other, h = np.where(second, ta, tb)[o], h[o]  # the turn of the chunk placed earlier
+    ptr = np.zeros(C + 1, dtype=np.int64)
+    np.cumsum(np.bincount(turn, minlength=C), out=ptr[1:])
+    owner = [-1] * C  # by turn
     load = [0.0] * P
     mean = float(work.sum()) / P
     heap = [(0.0, r) for r in range(P)]  # (load, rank); an entry is current while load[rank] equals it
+    push, pop = heapq.heappush, heapq.heappop
+    # few ranks: the heap built afresh where it is asked (a chunk no rank wants), not kept at every placement
+    few = P <= 16
+    c = 0
     for lo in range(0, C, block):
-        cs = order[lo : lo + block]
-        begin, size = ptr[cs], ptr[cs + 1] - ptr[cs]
-        at = np.arange(int(size.sum())) + np.repeat(begin - (np.cumsum(size) - size), size)
-        nbs, wgts, pos = other[at].tolist(), hw[at].tolist(), 0
-        for c, k, wc in zip(cs.tolist(), size.tolist(), work[cs].tolist(), strict=True):
+        hi = min(lo + block, C)
+        nbs, wgts = other[ptr[lo] : ptr[hi]].tolist(), h[ptr[lo] : ptr[hi]].tolist()
+        pos = 0
+        for end, wc in zip((ptr[lo + 1 : hi + 1] - ptr[lo]).tolist(), work[order[lo:hi]].tolist(), strict=True):
             affinity: dict[int, float] = {}  # Σ h(a, a') per rank holding a neighbour, summed in CSR order
-            for j in range(pos, pos + k):
-                r = owner[nbs[j]]
-                affinity[r] = affinity.get(r, 0.0) + wgts[j]
-            pos += k
+            while pos < end:
+                r = owner[nbs[pos]]
+                affinity[r] = affinity.get(r, 0.0) + wgts[pos]
+                pos += 1
             best, top = None, -np.inf  # (load, rank) of the best rank so far, its score
             for r, aff in affinity.items():
                 s = (mean - load[r]) * aff
@@ -325,28 +348,35 @@ def assign_chunks(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.
                     best, top = (load[r], r), s
             if top <= 0 and len(affinity) < P:
                 # a rank holding no neighbour scores 0: the least-loaded such rank, from the heap's current entries
+                if few:
+                    heap = [(x, r) for r, x in enumerate(load)]
+                    heapq.heapify(heap)
                 held = []
                 while True:
                     entry = heap[0]
                     if entry[0] != load[entry[1]]:
-                        heapq.heappop(heap)
+                        pop(heap)
                     elif entry[1] in affinity:
-                        held.append(heapq.heappop(heap))
+                        held.append(pop(heap))
                     else:
                         break
                 for kept in held:
-                    heapq.heappush(heap, kept)
+                    push(heap, kept)
                 if top < 0 or entry < best:
                     best = entry
             m = best[1]
             owner[c] = m
+            c += 1
             if wc:
                 load[m] += wc
-                heapq.heappush(heap, (load[m], m))
-                if len(heap) > 4 * P + 64:  # drop the stale entries now and then
-                    heap = [(x, r) for r, x in enumerate(load)]
-                    heapq.heapify(heap)
-    return np.asarray(owner, dtype=np.int64)
+                if not few:
+                    push(heap, (load[m], m))
+                    if len(heap) > 4 * P + 64:  # drop the stale entries now and then
+                        heap = [(x, r) for r, x in enumerate(load)]
+                        heapq.heapify(heap)
+    out = np.empty(C, dtype=np.int64)
+    out[order] = owner
+    return out
 
 
 def assign_chunks_reference(work: np.ndarray, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray],

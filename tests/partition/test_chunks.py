@@ -267,6 +267,34 @@ def test_label_propagation_labels_as_the_frozen_copy_does(monkeypatch):
                     assert got[0].dtype == want[0].dtype
 
 
+def test_assignment_places_every_chunk_as_the_frozen_copy_does():
+    """Alg. 1's placement equals the copy at 45180fd chunk for chunk: label-propagation chunks and random pairs
+    (repeated, a chunk paired with itself), integer and fractional h, zero, equal and fractional workloads, P
+    above the chunk count, any block size; passes before the change and after."""
+    from tests.partition.chunks_45180fd import assign_chunks as frozen
+
+    rng = np.random.default_rng(11)
+    cases = []
+    for trial in range(8):
+        N, T = int(rng.integers(5, 300)), int(rng.integers(1, 6))
+        snaps = [(s.src, s.dst) for s in random_snapshots(N, T, float(rng.uniform(0.5, 4.0)), trial)]
+        g = build_supergraph(snaps, N, spatial_weight=12, temporal_weight=12)
+        stats = chunk_stats(g, label_propagation(g, max_size=int(rng.integers(1, 60)))[0])
+        cases.append(((stats["nodes"] + stats["spatial_edges"]).astype(float), stats["cut_pairs"]))
+    for trial in range(8):
+        C = int(rng.integers(1, 200))
+        K = int(rng.integers(0, 4 * C))
+        a, b = rng.integers(0, C, K), rng.integers(0, C, K)
+        h = rng.integers(1, 4, K) * 12.0 if trial % 2 else rng.uniform(0.1, 5.0, K)
+        cases.append((rng.integers(0, 9, C).astype(float), (a, b, h)))
+    for work, pairs in cases:
+        for w in (work, np.where(rng.random(work.shape[0]) < 0.3, 0.0, work), np.ones_like(work),
+                  work * rng.uniform(0.5, 1.5, work.shape[0])):
+            for P in (1, 2, 3, 7, 64):
+                block = int(rng.integers(1, 40))
+                assert np.array_equal(assign_chunks(w, pairs, P, block=block), frozen(w, pairs, P, block=block)), P
+
+
 def test_chunk_plan_labels_and_owners_as_the_frozen_copies_do(tmp_path):
     """plan_chunks' appearance labels, chunk ranks and RNN owners on a small dataset are those of the pipeline with
     the copies at 45180fd (a plan is part of a checkpoint)."""
