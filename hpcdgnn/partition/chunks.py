@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcdgnn.indices import index_dtype, unique_ints
+from hpcdgnn.indices import DENSE, index_dtype, unique_ints
 
 __all__ = ["SuperGraph", "build_supergraph", "label_propagation", "chunk_stats", "assign_chunks",
            "assign_chunks_reference", "assign_rnn_owners", "default_chunk_size", "load_divergence"]
@@ -436,7 +436,13 @@ def assign_rnn_owners(vertex: np.ndarray, rank: np.ndarray, weight: np.ndarray, 
     cap = weight.sum() / P + weight.max()
     load = np.zeros(P)
     # (vertex, rank, appearances there), each vertex's ranks most appearances first
-    pairs, count = np.unique(np.asarray(vertex, np.int64) * P + np.asarray(rank, np.int64), return_counts=True)
+    key = np.asarray(vertex, np.int64) * P + np.asarray(rank, np.int64)
+    if N * P <= DENSE * key.shape[0]:  # a count per (vertex, rank), no sort
+        count = np.bincount(key, minlength=N * P)
+        pairs = np.flatnonzero(count)
+        count = count[pairs]
+    else:
+        pairs, count = np.unique(key, return_counts=True)
     pv, pr = pairs // P, pairs % P
     o = np.lexsort((pr, -count, pv))
     pv, pr, count = pv[o], pr[o], count[o]

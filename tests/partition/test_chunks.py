@@ -295,6 +295,22 @@ def test_assignment_places_every_chunk_as_the_frozen_copy_does():
                 assert np.array_equal(assign_chunks(w, pairs, P, block=block), frozen(w, pairs, P, block=block)), P
 
 
+def test_rnn_owners_as_the_frozen_copy_gives_them():
+    """The RNN owners equal those of the copy at 45180fd where the (vertex, rank) pairs are counted in a table
+    (N·P up to 4 appearances each) and where they are sorted (sparse: few appearances, many vertices or ranks);
+    passes before the change and after."""
+    from tests.partition.chunks_45180fd import assign_rnn_owners as frozen
+
+    rng = np.random.default_rng(8)
+    for case in range(200):
+        N, P = int(rng.integers(1, 80)), int(rng.integers(1, 12))
+        A = int(rng.integers(0, 8 * N * P)) if case % 2 else int(rng.integers(0, N))
+        v = rng.integers(0, N, A)
+        r = np.zeros(A, np.int64) if case % 5 == 0 else rng.integers(0, P, A)
+        w = [rng.pareto(1.5, N), np.zeros(N), rng.integers(0, 3, N).astype(float), np.full(N, 6.0)][case % 4]
+        assert np.array_equal(assign_rnn_owners(v, r, w, P), frozen(v, r, w, P)), case
+
+
 def test_chunk_plan_labels_and_owners_as_the_frozen_copies_do(tmp_path):
     """plan_chunks' appearance labels, chunk ranks and RNN owners on a small dataset are those of the pipeline with
     the copies at 45180fd (a plan is part of a checkpoint)."""
