@@ -274,8 +274,8 @@ def _chunk_adjacency(C: int, cut_pairs: tuple[np.ndarray, np.ndarray, np.ndarray
 
 def _stable_order(key: np.ndarray, bound: int) -> np.ndarray:
     """``np.argsort(key, kind="stable")`` of non-negative integer keys below ``bound``: one plain sort of
-    key · len + position where that fits int64 (numpy's stable sort is a merge sort, about twice as slow on
-    keys in no order), else that argsort."""
+    key · len + position where that fits int64 (numpy's stable argsort is a merge sort, slower than its plain
+    sort on keys in no order), else that argsort."""
     m = key.shape[0]
     if m and bound * m < 2**62:
         packed = key.astype(np.int64) * m + np.arange(m, dtype=np.int64)
