@@ -30,6 +30,10 @@ __all__ = [
     "PreparedInput",
     "read_input_bytes",
     "read_input_text",
+    "decode_input",
+    "plain_csv",
+    "line_blocks",
+    "row_widths",
     "parse_numbers",
     "remap_ids",
     "slice_events",
@@ -206,12 +210,64 @@ def read_input_bytes(path: Path) -> bytes:
 
 def read_input_text(path: Path) -> str:
     """Decompressed ``path`` decoded as UTF-8 (a BOM is dropped); errors name the line."""
-    data = read_input_bytes(path)
+    return decode_input(path, read_input_bytes(path))
+
+
+def decode_input(path: Path, data: bytes) -> str:
+    """:func:`read_input_bytes`' ``data`` of ``path`` decoded as UTF-8 (a BOM is dropped); errors name the line."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 text ({e.reason})") from None
+
+
+#: The UTF-8 byte order mark, which UTF-8-sig decoding drops.
+_BOM = b"\xef\xbb\xbf"
+#: ASCII bytes that ``str.splitlines`` (the line-by-line readers') reads as line breaks and ``np.loadtxt`` does not
+_OTHER_BREAK_BYTES = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_NOT_ASCII = re.compile(rb"[\x80-\xff]")
+
+
+def plain_csv(data: bytes) -> int | None:
+    r"""Where the text of ``data`` begins (after a BOM) when numpy's C reader ``np.loadtxt`` splits it into the lines
+    and comma-separated fields that the line-by-line readers (``str.splitlines``, ``str.split(",")``) find, else
+    None.
+
+    Plain: ASCII, no ``"`` (no quoted field), every line ending in ``\n`` or ``\r\n`` (the last line too: a file
+    without a final newline is watched for a cut last line by :class:`LastLine`), no other line break.
+    """
+    start = len(_BOM) if data.startswith(_BOM) else 0
+    if not data.endswith(b"\n") or b'"' in data:
+        return None
+    if _NOT_ASCII.search(data, start) if start else not data.isascii():
+        return None
+    if any(b in data for b in _OTHER_BREAK_BYTES) or b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
+        return None
+    return start
+
+
+def line_blocks(data: bytes, start: int, first: int = 1 << 16, size: int = 1 << 22) -> Iterator[bytes]:
+    r"""``data[start:]`` (which ends in ``\n``) in blocks of whole lines: the first about ``first`` bytes, the others
+    about ``size`` (a block holds one line at least)."""
+    lo, want = start, first
+    while lo < len(data):
+        hi = data.find(b"\n", min(lo + want, len(data)) - 1) + 1
+        yield data[lo:hi]
+        lo, want = hi, size
+
+
+def row_widths(block: bytes) -> np.ndarray:
+    r"""Comma-separated fields of each line of ``block`` (whole ``\n``-ended lines) but the blank ones (empty or a
+    lone ``\r``), which ``np.loadtxt`` skips as the line-by-line readers skip a line that strips to nothing."""
+    b = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(b == ord("\n"))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    # a comma's line is the first line end after it
+    width = np.bincount(np.searchsorted(ends, np.flatnonzero(b == ord(","))), minlength=ends.shape[0]) + 1
+    length = ends - starts
+    blank = (length == 0) | ((length == 1) & (b[starts] == ord("\r")))
+    return width[~blank]
 
 
 def parse_numbers(tokens: Sequence[str], lines: Sequence[int], path: Path, what: str) -> np.ndarray:

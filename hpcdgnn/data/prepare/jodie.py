@@ -15,13 +15,21 @@ keeps every unmapped column that is not unnamed, ``idx``, label-like or TGL's sp
 (``int_roll``, ``ext_roll``) as a float
 edge feature, named from the header when it has one name per field, else ``feat_k``
 (JODIE's header ends with one name for all features).
+
+A plain file (:func:`~._common.plain_csv`: ASCII, no quote, newline-terminated lines) whose rows hold the same
+number of fields, integer ids and finite numbers is read by numpy's C reader in blocks of lines
+(:func:`_plain_table`); any other file, and every error, by the line-by-line reader, which names the line. Both give
+the same arrays (tests/data/test_prepare_jodie_plain.py).
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,17 +43,21 @@ from hpcdgnn.data.prepare._common import (
     Slice,
     _is_number,
     check_header_width,
+    decode_input,
     describe_header,
     guess_columns,
     last_breaks_order,
+    line_blocks,
     looks_like_header,
     parse_columns,
     parse_numbers,
+    plain_csv,
     quoted_fields,
     read_by_name,
-    read_input_text,
+    read_input_bytes,
     remap_ids,
     resolve_columns,
+    row_widths,
     shorten,
     slice_events,
     split_fields,
@@ -66,6 +78,10 @@ _LEGACY = ("user", "item", "timestamp", "state_label")
 #: TGL's ``edges.csv`` (``,src,dst,time,int_roll,ext_roll``): each event's split (0 train, 1 val, 2 test), not a
 #: feature of it; as one, it would tell the model which events are the ones it is tested on.
 _SPLIT_COLUMNS = ("int_roll", "ext_roll")
+
+#: Header names (lower case) of columns that ``--kind events`` does not keep as edge features: an unnamed column
+#: (TGL's ``ml_*.csv`` row index), ``idx``, a label, or TGL's split.
+_NOT_FEATURES = frozenset({"", "idx", *COLUMN_ALIASES["label"], *_SPLIT_COLUMNS})
 
 
 def _unrecognised(path: Path, lineno: int, header: list[str], why: str = "") -> DataError:
@@ -127,10 +143,171 @@ def check_width(path: Path, header: list[str] | None, lineno: int, width: int) -
     check_header_width(path, header, lineno, width)
 
 
+def _feature_columns(header: list[str] | None, width: int, mapped: set[int]) -> tuple[list[int], list[str]]:
+    """The edge-feature columns of rows of ``width`` fields (rules in the module docstring) and their names."""
+    named = header if header is not None else []
+    fcols = [j for j in range(width) if j not in mapped and not (j < len(named) and named[j].lower() in _NOT_FEATURES)]
+    if header is not None and len(header) == width:
+        return fcols, [header[j] for j in fcols]
+    return fcols, [f"feat_{k}" for k in range(len(fcols))]
+
+
+def _need(index: dict[str, int], label: bool) -> int:
+    """Fields a row must hold: up to the last mapped column (the label's only when ``label``: a label column that
+    is not used is not required)."""
+    return max(v for k, v in index.items() if k != "label" or label) + 1
+
+
+@dataclass
+class _Table:
+    """A JODIE csv read by :func:`_plain_table`: what the line-by-line readers return, ids as int64."""
+
+    users: np.ndarray
+    items: np.ndarray
+    time: np.ndarray
+    state: np.ndarray | None
+    features: np.ndarray | None
+    feature_names: list[str]
+    names: dict[str, str]
+
+
+def _head(data: bytes, pos: int) -> tuple[list[tuple[int, str]], int, int]:
+    r"""The first two non-blank lines of plain ``data`` (``\n``-ended lines from byte ``pos`` on) as ``(line number,
+    stripped line)``, where the first begins and where the line after it begins."""
+    head: list[tuple[int, str]] = []
+    lineno = first = after = 0
+    while len(head) < 2 and pos < len(data):
+        end = data.find(b"\n", pos) + 1
+        lineno += 1
+        if s := data[pos:end].decode("ascii").strip():
+            if not head:
+                first, after = pos, end
+            head.append((lineno, s))
+        pos = end
+    return head, first, after
+
+
+def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
+    """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines by
+    ``np.loadtxt``, as a record array (fields ``c0, c1, ...`` and ``f``, shape (rows, D)), or None where it fails
+    (a token that is not a number of that type, a row too short)."""
+    dtype = [(f"c{j}", t) for j, (_, t) in enumerate(fields)] + ([("f", np.float64, (len(fcols),))] if fcols else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "input contained no data": a block of blank lines
+        try:
+            return np.loadtxt(io.StringIO(block.decode("ascii")), dtype=dtype, delimiter=",", comments=None,
+                              usecols=[c for c, _ in fields] + fcols, ndmin=1)
+        except ValueError:
+            return None
+
+
+def _read_blocks(
+    data: bytes, start: int, width: int, fields: list[tuple[int, type]], fcols: list[int]
+) -> tuple[list[np.ndarray], np.ndarray | None] | list[tuple[int, type]] | None:
+    """Rows of plain ``data`` from byte ``start`` on, block by block (:func:`_load`).
+
+    Args:
+        data: the file's bytes, plain (:func:`~._common.plain_csv`).
+        start: where its first data row begins.
+        width: the fields of every row (the first row's).
+        fields: (column, int64 or float64) of the user and item ids (int64 always), the time and the label (each
+            int64 until a token is not an integer: :func:`~._common.parse_numbers`' rule).
+        fcols: the edge-feature columns (none: no features read).
+
+    Returns:
+        ``(columns, features)``: each of ``fields`` (E,) in file order and the features float32 (E, D) or None; or
+        ``fields`` to read again from the start, a time or label column among them now float64 (a block past the
+        first holds a token that is not an integer); or None where a row has another width than ``width``, or a
+        token parses as neither.
+    """
+    features = np.empty((data.count(b"\n", start), len(fcols)), dtype=np.float32) if fcols else None
+    parts: list[list[np.ndarray]] = [[] for _ in fields]
+    n = 0
+    for k, block in enumerate(line_blocks(data, start)):
+        if not np.all(row_widths(block) == width):
+            return None
+        rec = _load(block, fields, fcols)
+        if rec is None:
+            # int64 fails on a float token: float64 for the time or label column that holds one
+            wide = fields[:2] + [(c, np.float64 if t is np.int64 and _load(block, [(c, t)], []) is None else t)
+                                 for c, t in fields[2:]]
+            rec = None if wide == fields else _load(block, wide, fcols)
+            if rec is None:
+                return None
+            if k:
+                return wide
+            fields = wide
+        for j, part in enumerate(parts):
+            part.append(rec[f"c{j}"].copy())  # a view would hold the block's features too
+        if features is not None:
+            if not np.isfinite(rec["f"]).all():
+                return None
+            features[n : n + rec.shape[0]] = as_float32(rec["f"])
+        n += rec.shape[0]
+    return [np.concatenate(p) for p in parts], None if features is None else features[:n]
+
+
+def _plain_table(
+    path: Path, data: bytes, columns: dict[str, str] | None, labels: bool, events: bool
+) -> _Table | None:
+    """A plain JODIE csv (:func:`~._common.plain_csv`) read by numpy's C reader, or None where the line-by-line
+    reader must read it (and name the line of any error).
+
+    Read so: rows of one width (the header's, read by name), integer ids (int64), times int64 when every one is
+    an integer else finite float64 (:func:`~._common.parse_numbers`' rule), state labels 0 or 1, finite features;
+    the arrays are those of the line-by-line reader (tests/data/test_prepare_jodie_plain.py), without a Python
+    object per token (perf/results/prepare-scale).
+
+    Args:
+        path: the input, for :func:`_header_columns`.
+        data: its bytes (:func:`~._common.read_input_bytes`).
+        columns: ``--columns``, or None.
+        labels: read the state label (``--kind snapshots --labels state``).
+        events: read the edge features, and require the label column (``--kind events``).
+    """
+    begin = plain_csv(data)
+    if begin is None:
+        return None
+    head, first, after = _head(data, begin)
+    if not head:
+        return None
+    try:
+        index, names, header = _header_columns(path, head[0], head[1] if len(head) > 1 else None, columns)
+    except DataError:
+        return None
+    rows, start = (head[1:], after) if header is not None else (head, first)
+    if not rows:
+        return None
+    width = rows[0][1].count(",") + 1
+    if width < _need(index, labels or events):
+        return None
+    if read_by_name(columns):
+        try:
+            check_width(path, header, rows[0][0], width)
+        except DataError:
+            return None
+    fcols, fnames = _feature_columns(header, width, set(index.values())) if events else ([], [])
+    keys = ["src", "dst", "time"] + (["label"] if labels and "label" in index else [])
+    fields: list[tuple[int, type]] = [(index[k], np.int64) for k in keys]
+    while isinstance(got := _read_blocks(data, start, width, fields, fcols), list):
+        fields = got
+    if got is None:
+        return None
+    (users, items, time, *state), features = got
+    if users.shape[0] == 0 or not np.isfinite(time).all():
+        return None
+    label = state[0] if state else None
+    if label is not None:
+        if ((label != 0) & (label != 1)).any():
+            return None
+        label = label.astype(np.int64)
+    return _Table(users, items, time, label, features, fnames, names)
+
+
 def _data_rows(
-    path: Path, columns: dict[str, str] | None
+    path: Path, text: str, columns: dict[str, str] | None
 ) -> tuple[LastLine, dict[str, int], dict[str, str], list[str] | None, bool]:
-    """The data lines of a JODIE csv and how to read them.
+    """The data lines of a JODIE csv (its whole ``text``) and how to read them.
 
     Returns:
         ``(rows, index, names, header, quoted)``: lazy ``(line number, stripped line)`` rows (watched for a last
@@ -138,7 +315,6 @@ def _data_rows(
         when it is a header, else None, and whether the file holds a ``"`` (its rows are then split by
         :func:`~._common.quoted_fields`; one without is split by str.split, with no check per row).
     """
-    text = read_input_text(path)
     # lazily: wikipedia/reddit rows carry 172 features each; no second copy of the text
     numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
     head = list(itertools.islice(numbered, 2))
@@ -151,10 +327,17 @@ def _data_rows(
 
 def _parse(
     path: Path, columns: dict[str, str] | None, labels: bool = True
-) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, dict[str, str]]:
-    """Columns user, item (tokens), time and state label (None without a label column, or unless ``labels``:
-    a label column that is not used is not checked either) of a JODIE csv."""
-    rows, index, names, header, quoted = _data_rows(path, columns)
+) -> tuple[Sequence[str] | np.ndarray, Sequence[str] | np.ndarray, np.ndarray, np.ndarray | None, dict[str, str]]:
+    """Columns user, item (tokens, or int64 from :func:`_plain_table`), time and state label (None without a label
+    column, or unless ``labels``: a label column that is not used is not checked either) of a JODIE csv."""
+    data = read_input_bytes(path)
+    plain = _plain_table(path, data, columns, labels, events=False)
+    if plain is not None:
+        return plain.users, plain.items, plain.time, plain.state, plain.names
+    text = decode_input(path, data)
+    del data
+    rows, index, names, header, quoted = _data_rows(path, text, columns)
+    del text
     widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     users: list[str] = []
     items: list[str] = []
@@ -163,7 +346,7 @@ def _parse(
     lines: list[int] = []
     iu, ii, it = index["src"], index["dst"], index["time"]
     il = index.get("label") if labels else None
-    need = max(v for k, v in index.items() if k != "label" or labels) + 1  # a label column unused is not required
+    need = _need(index, labels)
     label_name = _what("label", names)
     for lineno, s in rows:
         if quoted and '"' in s:
@@ -280,8 +463,10 @@ def _feature_block(path: Path, rows: list[list[str]], lines: list[int], names: l
 
 def parse_jodie_events(
     path: Path, columns: dict[str, str] | None
-) -> tuple[list[str], list[str], np.ndarray, np.ndarray | None, list[str], dict[str, str]]:
-    """User and item tokens, times, edge features and their names of a JODIE csv, in file order.
+) -> tuple[Sequence[str] | np.ndarray, Sequence[str] | np.ndarray, np.ndarray, np.ndarray | None, list[str],
+           dict[str, str]]:
+    """User and item tokens (or int64 ids from :func:`_plain_table`), times, edge features and their names of a
+    JODIE csv, in file order.
 
     Returns:
         ``(users, items, time, features, feature_names, column_names)``; ``features`` is
@@ -290,12 +475,17 @@ def parse_jodie_events(
     Raises:
         DataError: ``path:line: problem`` for the first bad row or token.
     """
-    data, index, names, header, quoted = _data_rows(path, columns)
+    raw = read_input_bytes(path)
+    plain = _plain_table(path, raw, columns, labels=False, events=True)
+    if plain is not None:
+        return plain.users, plain.items, plain.time, plain.features, plain.feature_names, plain.names
+    text = decode_input(path, raw)
+    del raw
+    data, index, names, header, quoted = _data_rows(path, text, columns)
+    del text
     widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
-    mapped = set(index.values())
-    not_features = {"", "idx", *COLUMN_ALIASES["label"], *_SPLIT_COLUMNS}
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
@@ -312,14 +502,7 @@ def parse_jodie_events(
             fields = ",".join(names[k] for k in index)
             raise DataError(f"{path}:{lineno}: expected at least {need} fields ({fields}), got {width}")
         if widths.see(lineno, width):
-            named = header if header is not None else []
-            fcols = [
-                j for j in range(width) if j not in mapped and not (j < len(named) and named[j].lower() in not_features)
-            ]
-            if header is not None and len(header) == width:
-                fnames = [header[j] for j in fcols]
-            else:
-                fnames = [f"feat_{k}" for k in range(len(fcols))]
+            fcols, fnames = _feature_columns(header, width, set(index.values()))
         users.append(parts[iu].strip())
         items.append(parts[ii].strip())
         times.append(parts[it].strip())

@@ -1,0 +1,275 @@
+"""``prepare --format jodie``'s two readers: numpy's C reader for plain numeric csvs and the line-by-line one for the
+rest (``hpcdgnn/data/prepare/jodie.py``) give the same arrays, dtypes and datasets byte for byte; a file the fast
+reader does not take still gets the line-by-line reader's one-line errors."""
+
+from __future__ import annotations
+
+import filecmp
+import gzip
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcdgnn.data.prepare import _common, jodie, prepare_dataset
+from hpcdgnn.errors import DataError
+
+JODIE_HEAD = "user_id,item_id,timestamp,state_label,comma_separated_list_of_features"
+
+
+def _rows(rng, n: int, features: int, time: str = "float", label: str = "int", lead: bool = False) -> list[str]:
+    """``n`` csv rows ``[index,]user,item,time,label[,features]`` in time order (ties and -0.0 included)."""
+    t = np.sort(rng.integers(0, 10**6, n))
+    out = []
+    for k in range(n):
+        ts = {"float": f"{float(t[k])!r}", "int": str(int(t[k])), "frac": f"{t[k] / 7:.5f}"}[time]
+        row = [str(rng.integers(0, 50)), str(rng.integers(1000, 1040)), ts, str(int(rng.random() < 0.2))]
+        if label == "float":
+            row[3] += ".0"
+        row += [f"{x:.6f}" for x in rng.normal(size=features)]
+        if features and k % 7 == 0:
+            row[-1] = "-0.000000"  # a negative zero: float32 keeps its sign
+        out.append(",".join(([str(k)] if lead else []) + row))
+    return out
+
+
+def _write(tmp_path: Path, text: str, name: str = "in.csv") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.encode())
+    return path
+
+
+def _spy(monkeypatch) -> list[bool]:
+    """Record whether the fast reader took each file it was given."""
+    taken: list[bool] = []
+    real = jodie._plain_table
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(jodie, "_plain_table", spy)
+    return taken
+
+
+def _slow(monkeypatch) -> None:
+    monkeypatch.setattr(jodie, "_plain_table", lambda *args, **kwargs: None)
+
+
+def _same_array(x, y, name: str) -> None:
+    """Same dtype, shape and bytes (so 0.0 and -0.0 differ)."""
+    if y is None:
+        assert x is None, name
+        return
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape, (name, x.dtype, y.dtype, x.shape, y.shape)
+    assert (x.tolist() == y.tolist()) if x.dtype == object else x.tobytes() == y.tobytes(), name
+
+
+def _same_ids(x, y, name: str) -> None:
+    """The ids as prepare uses them: remapped to 0..N-1 and the sorted original ids."""
+    for a, b, what in zip(_common.remap_ids(x), _common.remap_ids(y), ("index", "ids"), strict=True):
+        _same_array(a, b, f"{name} {what}")
+
+
+def _both(path: Path, monkeypatch, events: bool, columns=None, labels: bool = True) -> bool:
+    """Read ``path`` by both readers, check the results agree; whether the fast reader took it."""
+    taken = _spy(monkeypatch)
+    if events:
+        fast = jodie.parse_jodie_events(path, columns)
+    else:
+        fast = jodie._parse(path, columns, labels)
+    _slow(monkeypatch)
+    slow = jodie.parse_jodie_events(path, columns) if events else jodie._parse(path, columns, labels)
+    _same_ids(fast[0], slow[0], "users")
+    _same_ids(fast[1], slow[1], "items")
+    _same_array(fast[2], slow[2], "time")
+    _same_array(fast[3], slow[3], "features" if events else "state")
+    assert fast[4:] == slow[4:]  # feature names, column names
+    monkeypatch.undo()
+    return taken[0]
+
+
+@pytest.mark.parametrize("events", [False, True])
+@pytest.mark.parametrize("time", ["float", "int", "frac"])
+def test_jodie_files_read_the_same_by_both_readers(tmp_path, monkeypatch, events, time):
+    rng = np.random.default_rng(["float", "int", "frac"].index(time))
+    path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(r + "\n" for r in _rows(rng, 300, 5, time)))
+    assert _both(path, monkeypatch, events)
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_tgl_files_read_the_same_by_both_readers(tmp_path, monkeypatch, events):
+    """TGL's ml_*.csv (a leading unnamed row index, ``idx``: no features) and a TGL header naming its features."""
+    rng = np.random.default_rng(7)
+    ml = _write(tmp_path, ",u,i,ts,label,idx\n" + "".join(
+        r + f",{k + 1}\n" for k, r in enumerate(_rows(rng, 200, 0, label="float", lead=True))), "ml.csv")
+    assert _both(ml, monkeypatch, events)
+    named = _write(tmp_path, "u,i,ts,label,f_a,f_b,ext_roll\n" + "".join(
+        r + f",{k % 3}\n" for k, r in enumerate(_rows(rng, 200, 2))), "named.csv")
+    assert _both(named, monkeypatch, events)
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_no_features_crlf_blank_lines_bom_gzip(tmp_path, monkeypatch, events):
+    rng = np.random.default_rng(3)
+    rows = _rows(rng, 120, 0)
+    four = _write(tmp_path, "user_id,item_id,timestamp,state_label\n" + "".join(r + "\n" for r in rows), "four.csv")
+    assert _both(four, monkeypatch, events)
+    rows = _rows(rng, 120, 3)
+    crlf = "\r\n\r\n" + JODIE_HEAD + "\r\n" + "".join(r + "\r\n" for r in rows[:60]) + "\r\n" + "".join(
+        r + "\r\n" for r in rows[60:]) + "\r\n"
+    assert _both(_write(tmp_path, crlf, "crlf.csv"), monkeypatch, events)
+    trailing = JODIE_HEAD + "\n" + "".join(r + "\n" for r in rows) + "\n"
+    assert _both(_write(tmp_path, trailing, "trailing.csv"), monkeypatch, events)
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + trailing.encode())
+    assert _both(bom, monkeypatch, events)
+    gz = tmp_path / "in.csv.gz"
+    gz.write_bytes(gzip.compress(trailing.encode()))
+    assert _both(gz, monkeypatch, events)
+    padded = JODIE_HEAD + "\n" + "".join(" " + r.replace(",", " ,\t", 2) + "  \n" for r in rows)
+    assert _both(_write(tmp_path, padded, "padded.csv"), monkeypatch, events)
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_a_float_time_after_the_first_block(tmp_path, monkeypatch, events):
+    """Integer times, then one float past the first block read: every time is float64, as parse_numbers reads
+    them, -0 too (-0.0, not 0.0)."""
+    rng = np.random.default_rng(5)
+    rows = _rows(rng, 3000, 4, time="int")
+    rows[0] = rows[0].split(",", 3)
+    rows[0][2] = "-0"
+    rows[0] = ",".join(rows[0])
+    rows[-1] = ",".join(rows[-1].split(",")[:2] + ["1000000.5"] + rows[-1].split(",")[3:])
+    path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(r + "\n" for r in rows))
+    assert path.stat().st_size > 1 << 17
+    assert _both(path, monkeypatch, events)
+    assert jodie.parse_jodie_events(path, None)[2].dtype == np.float64
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_columns_by_name_and_by_index(tmp_path, monkeypatch, events):
+    rng = np.random.default_rng(11)
+    rows = [r.split(",") for r in _rows(rng, 150, 2)]
+    head = "when,who,what,flag,a,b"
+    text = head + "\n" + "".join(",".join([r[2], r[0], r[1], *r[3:]]) + "\n" for r in rows)
+    by_name = {"src": "who", "dst": "what", "time": "when", "label": "flag"}
+    assert _both(_write(tmp_path, text, "named.csv"), monkeypatch, events, by_name)
+    by_index = {"src": "1", "dst": "2", "time": "0", "label": "3"}
+    assert _both(_write(tmp_path, text.split("\n", 1)[1], "headless.csv"), monkeypatch, events, by_index)
+    assert _both(_write(tmp_path, text, "named.csv"), monkeypatch, events, by_index)
+
+
+def test_an_unused_label_is_not_read(tmp_path, monkeypatch):
+    """--kind snapshots without --labels state neither reads nor needs the label column."""
+    text = JODIE_HEAD + "\n" + "".join(f"{k},{k + 9},{k}.5,x\n" for k in range(20))
+    assert _both(_write(tmp_path, text), monkeypatch, False, labels=False)
+
+
+@pytest.mark.parametrize("text", [
+    JODIE_HEAD + '\n1,2,3.0,0,0.5\n"4",5,6.0,0,0.5\n',  # a quoted field
+    JODIE_HEAD + "\na,b,3.0,0,0.5\nc,d,6.0,0,0.5\n",  # string ids
+    JODIE_HEAD + "\n1.5,2,3.0,0,0.5\n4,5,6.0,0,0.5\n",  # a float id: an id string for the other reader
+    JODIE_HEAD + "\n1,2,3.0,0,0.5\n4,5,6.0,0,0.5",  # no newline at the end: the cut-line check reads it
+    JODIE_HEAD + "\n1,2,1_000,0,0.5\n",  # Python reads 1_000, numpy's C reader does not
+    JODIE_HEAD + "\n1,2,3.0,0,0.5\n\u00e94,5,6.0,0,0.5\n",  # not ASCII
+    JODIE_HEAD + "\n1,2,3.0,0,0.5\r4,5,6.0,0,0.5\r",  # old Mac line ends
+    JODIE_HEAD + "\n1,2,3.0,0,0.5\n   \n4,5,6.0,0,0.5\n",  # a line of blanks
+])
+@pytest.mark.parametrize("events", [False, True])
+def test_other_files_go_to_the_line_reader(tmp_path, monkeypatch, text, events):
+    path = _write(tmp_path, text)
+    assert jodie._plain_table(path, path.read_bytes(), None, not events, events) is None
+    try:
+        _both(path, monkeypatch, events)
+    except DataError as e:
+        monkeypatch.undo()
+        _slow(monkeypatch)
+        with pytest.raises(DataError) as slow:
+            jodie.parse_jodie_events(path, None) if events else jodie._parse(path, None, True)
+        assert str(e) == str(slow.value)
+
+
+@pytest.mark.parametrize("bad, error", [
+    ("4,5,x,0,0.5", ":3: cannot parse timestamp 'x'"),
+    ("4,5,nan,0,0.5", ":3: timestamp 'nan' is not a finite number"),
+    ("4,5,6.0,2,0.5", ":3: state_label must be 0 or 1, got '2'"),
+    ("4,5,6.0,0,", ":3: edge feature 'comma_separated_list_of_features' '' is not a finite number"),
+    ("4,5,6.0,0,inf", ":3: edge feature 'comma_separated_list_of_features' 'inf' is not a finite number"),
+    ("4,5,6.0,0,0.5,7", ":3: expected 5 fields like line 2, got 6"),
+    ("4,5,6.0", ":3: expected "),  # at least 4 fields (snapshots), 5 like line 2 (events)
+])
+@pytest.mark.parametrize("events", [False, True])
+def test_bad_plain_files_get_the_line_readers_error(tmp_path, monkeypatch, bad, error, events):
+    """A file that looks plain but holds a bad row goes to the line-by-line reader: the same error, with its line
+    (and column, or what is wrong), as before."""
+    path = _write(tmp_path, f"{JODIE_HEAD}\n1,2,3.0,0,0.5\n{bad}\n4,5,7.0,1,0.25\n")
+    read = (lambda: jodie.parse_jodie_events(path, None)) if events else (lambda: jodie._parse(path, None, True))
+    try:
+        read()
+    except DataError as e:
+        fast = str(e)
+    else:
+        fast = None
+    _slow(monkeypatch)
+    try:
+        read()
+    except DataError as e:
+        slow = str(e)
+    else:
+        slow = None
+    assert fast == slow
+    if slow is not None:  # some rows are bad for one kind only (a feature --kind snapshots does not read)
+        assert error in slow
+    assert events or "edge feature" not in error or slow is None
+
+
+def test_a_header_of_another_width_is_refused_as_before(tmp_path, monkeypatch):
+    path = _write(tmp_path, "u,i,ts,label,f1,f2\n1,2,3.0,0,0.5\n4,5,6.0,1,0.25\n")
+    with pytest.raises(DataError) as fast:
+        jodie.parse_jodie_events(path, None)
+    _slow(monkeypatch)
+    with pytest.raises(DataError) as slow:
+        jodie.parse_jodie_events(path, None)
+    assert str(fast.value) == str(slow.value) and "5 fields, but the header names 6" in str(slow.value)
+
+
+def _datasets(root: Path) -> dict:
+    """Every HDF5 dataset under ``root`` (path -> array) and the manifests."""
+    out = {}
+    for f in sorted(root.rglob("*")):
+        if f.suffix == ".h5":
+            with h5py.File(f) as h:
+                h.visititems(lambda name, obj, f=f: out.__setitem__(f"{f.relative_to(root)}/{name}", obj[()])
+                             if isinstance(obj, h5py.Dataset) else None)
+        elif f.suffix == ".json":
+            out[str(f.relative_to(root))] = json.loads(f.read_text())
+    return out
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("snapshots", {"snapshots": 4, "labels": "state"}),
+    ("snapshots", {"events_per_snapshot": 100, "targets": "next_degree"}),
+    ("events", {}),
+])
+def test_prepared_datasets_are_byte_identical(tmp_path, monkeypatch, kind, options):
+    rng = np.random.default_rng(13)
+    path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(r + "\n" for r in _rows(rng, 400, 6)))
+    taken = _spy(monkeypatch)
+    prepare_dataset(path, "jodie", tmp_path / "fast", kind=kind, **options)
+    assert taken == [True]
+    _slow(monkeypatch)
+    prepare_dataset(path, "jodie", tmp_path / "slow", kind=kind, **options)
+    fast, slow = _datasets(tmp_path / "fast"), _datasets(tmp_path / "slow")
+    assert fast.keys() == slow.keys() and len(fast) > 3
+    for name, value in slow.items():
+        if isinstance(value, np.ndarray):
+            _same_array(fast[name], value, name)
+        else:
+            assert fast[name] == value, name
+    files = sorted(p.relative_to(tmp_path / "slow") for p in (tmp_path / "slow").rglob("*") if p.is_file())
+    assert all(filecmp.cmp(tmp_path / "fast" / p, tmp_path / "slow" / p, shallow=False) for p in files)
