@@ -273,3 +273,68 @@ def test_prepared_datasets_are_byte_identical(tmp_path, monkeypatch, kind, optio
             assert fast[name] == value, name
     files = sorted(p.relative_to(tmp_path / "slow") for p in (tmp_path / "slow").rglob("*") if p.is_file())
     assert all(filecmp.cmp(tmp_path / "fast" / p, tmp_path / "slow" / p, shallow=False) for p in files)
+
+
+# --------------------------------------------------------------------------- decimals read from the bytes
+
+
+def _decimal(rng, digits: int) -> str:
+    """A plain decimal of at most ``digits`` digits: a sign or none, leading zeros, a point or none, '5.' and '.5'."""
+    sign = rng.choice(["", "", "-", "+"])
+    n = int(rng.integers(1, digits + 1))
+    body = "".join(rng.choice(list("0123456789"), n)) if rng.random() < 0.8 else "0" * (n - 1) + "7"
+    if rng.random() < 0.7:
+        at = int(rng.integers(0, n + 1))
+        body = body[:at] + "." + body[at:]
+    return sign + body
+
+
+@pytest.mark.parametrize("digits", [9, 15, 18])
+def test_decimal_fields_are_the_numbers_python_reads(digits):
+    """Each field as float() reads it, bit for bit (-0.0 too; parse_numbers and np.loadtxt read the same), and as
+    int() reads it where it has no point: the mantissa's sums in int32 (9 digits at most) or int64."""
+    rng = np.random.default_rng(digits)
+    width, rows = 7, 3000
+    tokens = [_decimal(rng, digits) for _ in range(width * rows)]
+    tokens = [t if "." not in t or len(t.strip("+-.").lstrip("0")) <= 15 else t.replace(".", "") for t in tokens]
+    tokens[:8] = ["-0", "-0.0", "+0.", "-.5", "5.", "007", "9007199254740993", "9007199254740993."]
+    block = "".join(",".join(tokens[r * width : (r + 1) * width]) + "\n" for r in range(rows)).encode()
+    ints, floats, dotted = _common.decimal_fields(block, width)
+    want = np.array([float(t) for t in tokens]).reshape(rows, width)
+    assert floats.tobytes() == want.tobytes()
+    _same_array(floats, np.array(tokens, dtype=np.float64).reshape(rows, width), "numpy")
+    assert dotted.tolist() == [["." in t for t in tokens[r * width : (r + 1) * width]] for r in range(rows)]
+    whole = ~dotted.reshape(-1)
+    assert ints.reshape(-1)[whole].tolist() == [int(t) for t, w in zip(tokens, whole, strict=True) if w]
+    crlf = block.replace(b"\n", b"\r\n").replace(b"\r\n", b"\r\n\r\n", 3)
+    assert all(np.array_equal(a, b) for a, b in zip(_common.decimal_fields(b"\n" + crlf, width),
+                                                    (ints, floats, dotted), strict=True))
+
+
+@pytest.mark.parametrize("text", [
+    "1,2\n3\n", "1,2,3\n4,5,6\n", "1,2\n3,4,5\n",  # another width
+    "1,2e5\n", "1,nan\n", "1, 2\n", "1,\n", "1,-\n", "1,.\n", "1,1.2.3\n", "1,1-2\n", "1,+-1\n", "1,--1\n",
+    "1,1234567890123456789\n",  # 19 digits
+    "1,9007199254740993.5\n",  # a mantissa past 2^53 with digits after the point: no exact quotient
+    "\n", "\r\n\n",
+])
+def test_decimal_fields_leave_anything_else_to_the_other_readers(text):
+    assert _common.decimal_fields(text.encode(), 2) is None
+
+
+@pytest.mark.parametrize("features", ["exponent", "long", "both"])
+def test_blocks_read_by_decimals_and_by_loadtxt_agree(tmp_path, monkeypatch, features):
+    """A file whose blocks go some to decimal_fields, some to np.loadtxt (an exponent, 19 digits), and features of
+    more than 9 digits (int64 sums): the arrays of the line-by-line reader."""
+    rng = np.random.default_rng(17)
+    rows = [r.split(",") for r in _rows(rng, 6000, 3)]
+    for k, r in enumerate(rows):
+        if features in ("exponent", "both") and k == 4000:
+            r[-1] = "1.5e-3"
+        if features in ("long", "both") and k % 3 == 0:
+            r[-2] = f"{rng.uniform(-1, 1):.15f}"
+        if features == "long" and k == 5000:
+            r[-3] = "1234567890.1234567891"  # 20 digits
+    path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(",".join(r) + "\n" for r in rows))
+    assert path.stat().st_size > 1 << 18
+    assert _both(path, monkeypatch, True)

@@ -33,7 +33,8 @@ __all__ = [
     "decode_input",
     "plain_csv",
     "line_blocks",
-    "row_widths",
+    "rows_of_width",
+    "decimal_fields",
     "parse_numbers",
     "remap_ids",
     "slice_events",
@@ -257,17 +258,99 @@ def line_blocks(data: bytes, start: int, first: int = 1 << 16, size: int = 1 << 
         lo, want = hi, size
 
 
-def row_widths(block: bytes) -> np.ndarray:
-    r"""Comma-separated fields of each line of ``block`` (whole ``\n``-ended lines) but the blank ones (empty or a
-    lone ``\r``), which ``np.loadtxt`` skips as the line-by-line readers skip a line that strips to nothing."""
+def rows_of_width(block: bytes, width: int) -> bool:
+    r"""Whether every line of ``block`` (whole ``\n``-ended lines) but the blank ones (empty or a lone ``\r``, which
+    ``np.loadtxt`` skips as the line-by-line readers skip a line that strips to nothing) holds ``width``
+    comma-separated fields."""
     b = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(b == ord("\n"))
     starts = np.concatenate(([0], ends[:-1] + 1))
-    # a comma's line is the first line end after it
-    width = np.bincount(np.searchsorted(ends, np.flatnonzero(b == ord(","))), minlength=ends.shape[0]) + 1
     length = ends - starts
-    blank = (length == 0) | ((length == 1) & (b[starts] == ord("\r")))
-    return width[~blank]
+    full = (length > 1) | ((length == 1) & (b[starts] != ord("\r")))
+    starts, ends = starts[full], ends[full]
+    commas = np.flatnonzero(b == ord(","))
+    if commas.shape[0] != starts.shape[0] * (width - 1):
+        return False
+    if width == 1 or not starts.shape[0]:
+        return True
+    # as many commas as the lines need: each line holds its share (a line's first and last) only if none has more
+    rank = commas.reshape(-1, width - 1)
+    return bool(np.all(rank[:, 0] > starts) & np.all(rank[:, -1] < ends))
+
+
+#: The bytes of a block of plain decimals (:func:`decimal_fields`)
+_DECIMAL_BYTES = b"0123456789,.-+\n"
+#: ``10**k`` as float64, exact for k <= 22
+_POW10 = 10.0 ** np.arange(23)
+#: Indexed by ``16 * d + v`` (``d`` the digits after a byte in its field, ``v`` its digit value, 10 for a byte that is
+#: no digit): the byte's part ``v * 10**d`` of its field's integer mantissa; int32 for fields of 9 digits at most
+_DIGIT_PARTS = ((10 ** np.arange(19, dtype=np.int64))[:, None] * np.r_[np.arange(10), np.zeros(6)].astype(np.int64)
+                ).reshape(-1)
+_DIGIT_PARTS_32 = _DIGIT_PARTS[: 16 * 10].astype(np.int32)
+
+
+def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    r"""The fields of ``block`` (whole ``\n``- or ``\r\n``-ended lines of ``width`` comma-separated fields, blank lines
+    skipped) as numbers, where each is a plain decimal ``[+-]digits[.digits]`` (a digit at least, 18 at most), by
+    arithmetic on the bytes: no Python object and no string-to-float call per field.
+
+    A field's mantissa m (its digits as an integer, exact in int64) and its digits after the point k give its
+    value m / 10^k; where m <= 2^53 (k <= 18), m and 10^k are exact doubles and their quotient, rounded once to
+    the nearest double, is what a correctly rounded reader returns (Clinger's fast path: W. D. Clinger, "How to
+    read floating point numbers accurately", PLDI 1990, §4): Python's ``float()`` and numpy's readers, which
+    :func:`parse_numbers` and ``np.loadtxt`` use, give the same double, -0.0 included.
+
+    Returns:
+        ``(ints, floats, dotted)``, each (rows, width): the value as int64 (that of a field without a point), as
+        float64, and whether the field holds a point; or None where a field is anything else (an exponent, a
+        blank, ``nan``; more than 18 digits, or more than 2^53 with a point) or a line holds another number of
+        fields.
+    """
+    if b"\r" in block:
+        block = block.replace(b"\r\n", b"\n")
+    if block.startswith(b"\n") or b"\n\n" in block:
+        block = b"\n".join(line for line in block.split(b"\n") if line) + b"\n"
+    if block.translate(None, _DECIMAL_BYTES) or block == b"\n":
+        return None
+    b = np.frombuffer(block, dtype=np.uint8)
+    sep = np.flatnonzero((b == ord(",")) | (b == ord("\n")))
+    rows = block.count(b"\n")
+    if sep.shape[0] != rows * width or not np.all(b[sep[width - 1 :: width]] == ord("\n")):
+        return None
+    size = np.diff(sep, prepend=-1)  # a field's bytes, its separator included
+    value = b - np.uint8(ord("0"))  # a digit's value; any other byte wraps to 10 or more
+    digits = np.cumsum(value < 10, dtype=np.int32)  # digits up to each byte
+    at_end = digits[sep]
+    ndig = np.diff(at_end, prepend=np.int32(0))
+    first = b[sep - size + 1]  # a field's first byte (its separator where it is empty)
+    neg = first == ord("-")
+    signed = neg | (first == ord("+"))
+    points = size - 1 - signed - ndig  # its bytes that are neither digits nor a leading sign
+    if (not np.all((ndig >= 1) & (ndig <= 18) & (points >= 0) & (points <= 1))
+            or block.count(b"-") + block.count(b"+") != np.count_nonzero(signed)):
+        return None
+    dotted = points.astype(bool)
+    dots = np.flatnonzero(b == ord("."))
+    if dots.shape[0] != np.count_nonzero(dotted):  # so a field's byte that is no digit nor its sign is its point
+        return None
+    after = np.zeros(sep.shape[0], dtype=np.int32)
+    after[dotted] = at_end[dotted] - digits[dots]
+    # a byte's digits after it in its field: the field's count at its end less the count up to the byte
+    key = np.repeat(at_end, size)
+    key -= digits
+    key <<= 4
+    key += np.minimum(value, 10)
+    # a field's mantissa: the sum of its bytes' parts, as differences of running sums (which may wrap: exact anyway)
+    if ndig.max() <= 9:
+        mantissa = np.diff(np.cumsum(_DIGIT_PARTS_32.take(key))[sep], prepend=np.int32(0)).astype(np.int64)
+    else:
+        mantissa = np.diff(np.cumsum(_DIGIT_PARTS.take(key))[sep], prepend=0)
+    if np.any(dotted & (after > 0) & (mantissa > 2**53)):
+        return None
+    floats = mantissa / _POW10.take(after)
+    floats *= 1.0 - 2.0 * neg  # -0.0 for "-0.0", as float() reads it
+    ints = np.where(neg, -mantissa, mantissa)
+    return ints.reshape(rows, width), floats.reshape(rows, width), dotted.reshape(rows, width)
 
 
 def parse_numbers(tokens: Sequence[str], lines: Sequence[int], path: Path, what: str) -> np.ndarray:

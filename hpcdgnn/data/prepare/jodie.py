@@ -17,9 +17,10 @@ edge feature, named from the header when it has one name per field, else ``feat_
 (JODIE's header ends with one name for all features).
 
 A plain file (:func:`~._common.plain_csv`: ASCII, no quote, newline-terminated lines) whose rows hold the same
-number of fields, integer ids and finite numbers is read by numpy's C reader in blocks of lines
-(:func:`_plain_table`); any other file, and every error, by the line-by-line reader, which names the line. Both give
-the same arrays (tests/data/test_prepare_jodie_plain.py).
+number of fields, integer ids and finite numbers is read in blocks of lines (:func:`_plain_table`), by numpy's C
+reader or, with edge features, by arithmetic on the bytes where they are plain decimals
+(:func:`~._common.decimal_fields`); any other file, and every error, by the line-by-line reader, which names the
+line. All give the same arrays (tests/data/test_prepare_jodie_plain.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from hpcdgnn.data.prepare._common import (
     Slice,
     _is_number,
     check_header_width,
+    decimal_fields,
     decode_input,
     describe_header,
     guess_columns,
@@ -57,7 +59,7 @@ from hpcdgnn.data.prepare._common import (
     read_input_bytes,
     remap_ids,
     resolve_columns,
-    row_widths,
+    rows_of_width,
     shorten,
     slice_events,
     split_fields,
@@ -187,6 +189,12 @@ def _head(data: bytes, pos: int) -> tuple[list[tuple[int, str]], int, int]:
     return head, first, after
 
 
+#: Bytes of text read at once (a block of lines) by ``np.loadtxt``, and by :func:`~._common.decimal_fields`, whose
+#: arrays of one number per byte (some 30 bytes per byte of text) then stay in the processor's cache.
+_BLOCK = 1 << 20
+_DECIMAL_BLOCK = 1 << 17
+
+
 def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
     """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines by
     ``np.loadtxt``, as a record array (fields ``c0, c1, ...`` and ``f``, shape (rows, D)), or None where it fails
@@ -201,10 +209,32 @@ def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.
             return None
 
 
+def _block(
+    block: bytes, width: int, fields: list[tuple[int, type]], fcols: list[int]
+) -> tuple[list[np.ndarray], np.ndarray | None] | None:
+    """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines of
+    ``width`` fields, or None where a line has another width or a token is not a number of its column's type.
+
+    With features, a block of plain decimals is read by :func:`~._common.decimal_fields` (every field, each
+    without a string-to-float call), any other by ``np.loadtxt`` (:func:`_load`); without, by ``np.loadtxt``,
+    which converts the mapped columns alone.
+    """
+    table = decimal_fields(block, width) if fcols else None
+    if table is None:
+        if not rows_of_width(block, width) or (rec := _load(block, fields, fcols)) is None:
+            return None
+        # copies: a view would hold the block's features too
+        return [rec[f"c{j}"].copy() for j in range(len(fields))], rec["f"] if fcols else None
+    ints, floats, dotted = table
+    if any(t is np.int64 and dotted[:, c].any() for c, t in fields):
+        return None  # "2.0" is no int64 token
+    return [(ints if t is np.int64 else floats)[:, c].copy() for c, t in fields], floats[:, fcols]
+
+
 def _read_blocks(
     data: bytes, start: int, width: int, fields: list[tuple[int, type]], fcols: list[int]
 ) -> tuple[list[np.ndarray], np.ndarray | None] | list[tuple[int, type]] | None:
-    """Rows of plain ``data`` from byte ``start`` on, block by block (:func:`_load`).
+    """Rows of plain ``data`` from byte ``start`` on, block by block (:func:`_block`).
 
     Args:
         data: the file's bytes, plain (:func:`~._common.plain_csv`).
@@ -223,35 +253,34 @@ def _read_blocks(
     features = np.empty((data.count(b"\n", start), len(fcols)), dtype=np.float32) if fcols else None
     parts: list[list[np.ndarray]] = [[] for _ in fields]
     n = 0
-    for k, block in enumerate(line_blocks(data, start)):
-        if not np.all(row_widths(block) == width):
-            return None
-        rec = _load(block, fields, fcols)
-        if rec is None:
+    for k, block in enumerate(line_blocks(data, start, size=_DECIMAL_BLOCK if fcols else _BLOCK)):
+        got = _block(block, width, fields, fcols)
+        if got is None:
             # int64 fails on a float token: float64 for the time or label column that holds one
             wide = fields[:2] + [(c, np.float64 if t is np.int64 and _load(block, [(c, t)], []) is None else t)
                                  for c, t in fields[2:]]
-            rec = None if wide == fields else _load(block, wide, fcols)
-            if rec is None:
+            got = None if wide == fields else _block(block, width, wide, fcols)
+            if got is None:
                 return None
             if k:
                 return wide
             fields = wide
-        for j, part in enumerate(parts):
-            part.append(rec[f"c{j}"].copy())  # a view would hold the block's features too
+        columns, block_features = got
+        for part, column in zip(parts, columns, strict=True):
+            part.append(column)
         if features is not None:
-            if not np.isfinite(rec["f"]).all():
+            if not np.isfinite(block_features).all():
                 return None
-            features[n : n + rec.shape[0]] = as_float32(rec["f"])
-        n += rec.shape[0]
+            features[n : n + columns[0].shape[0]] = as_float32(block_features)
+        n += columns[0].shape[0]
     return [np.concatenate(p) for p in parts], None if features is None else features[:n]
 
 
 def _plain_table(
     path: Path, data: bytes, columns: dict[str, str] | None, labels: bool, events: bool
 ) -> _Table | None:
-    """A plain JODIE csv (:func:`~._common.plain_csv`) read by numpy's C reader, or None where the line-by-line
-    reader must read it (and name the line of any error).
+    """A plain JODIE csv (:func:`~._common.plain_csv`) read block by block (:func:`_block`), or None where the
+    line-by-line reader must read it (and name the line of any error).
 
     Read so: rows of one width (the header's, read by name), integer ids (int64), times int64 when every one is
     an integer else finite float64 (:func:`~._common.parse_numbers`' rule), state labels 0 or 1, finite features;
