@@ -338,3 +338,29 @@ def test_blocks_read_by_decimals_and_by_loadtxt_agree(tmp_path, monkeypatch, fea
     path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(",".join(r) + "\n" for r in rows))
     assert path.stat().st_size > 1 << 18
     assert _both(path, monkeypatch, True)
+
+
+@pytest.mark.parametrize("text, width, need, lines", [
+    ("1,2,3\n4,5,6\n", 3, 2, "1,2\n4,5\n"),
+    ("1,2,3\r\n\r\n\n4,5,6\r\n", 3, 3, "1,2,3\r\n4,5,6\r\n"),  # blank lines skipped; the last field keeps its \r
+    (",2,3\n4,,\n", 3, 1, "\n4\n"),  # empty fields
+    ("1\n\n2\n", 1, 1, "1\n2\n"),
+    ("\n\r\n", 3, 1, ""),
+    ("1,2,3\n4,5\n", 3, 1, None), ("1,2\n3,4,5\n", 3, 1, None), ("1,2,3,4\n5,6\n", 3, 1, None),
+    ("1,2,3\n  \n4,5,6\n", 3, 1, None),  # a line of blanks: one field
+])
+def test_leading_fields_keep_each_lines_first_fields(text, width, need, lines):
+    out = _common.leading_fields(text.encode(), width, need)
+    assert out == (None if lines is None else lines.encode())
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_many_blocks_of_leading_fields(tmp_path, monkeypatch, events):
+    """Rows of many fields, of which --kind snapshots reads the first four, over blocks of lines, TGL's leading index
+    column included."""
+    rng = np.random.default_rng(19)
+    rows = _rows(rng, 4000, 40, lead=True)
+    path = _write(tmp_path, ",u,i,ts,label," + ",".join(f"f{k}" for k in range(40)) + "\n"
+                  + "".join(r + "\n" for r in rows))
+    assert path.stat().st_size > 1 << 20
+    assert _both(path, monkeypatch, events)

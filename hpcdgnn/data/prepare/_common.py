@@ -33,7 +33,7 @@ __all__ = [
     "decode_input",
     "plain_csv",
     "line_blocks",
-    "rows_of_width",
+    "leading_fields",
     "decimal_fields",
     "parse_numbers",
     "remap_ids",
@@ -258,10 +258,10 @@ def line_blocks(data: bytes, start: int, first: int = 1 << 16, size: int = 1 << 
         lo, want = hi, size
 
 
-def rows_of_width(block: bytes, width: int) -> bool:
-    r"""Whether every line of ``block`` (whole ``\n``-ended lines) but the blank ones (empty or a lone ``\r``, which
-    ``np.loadtxt`` skips as the line-by-line readers skip a line that strips to nothing) holds ``width``
-    comma-separated fields."""
+def leading_fields(block: bytes, width: int, need: int) -> bytes | None:
+    r"""The first ``need`` comma-separated fields of each line of ``block`` (whole ``\n``-ended lines), as lines of
+    their own, where every line but the blank ones (empty or a lone ``\r``, which ``np.loadtxt`` skips as the
+    line-by-line readers skip a line that strips to nothing) holds ``width`` fields; else None."""
     b = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(b == ord("\n"))
     starts = np.concatenate(([0], ends[:-1] + 1))
@@ -270,16 +270,26 @@ def rows_of_width(block: bytes, width: int) -> bool:
     starts, ends = starts[full], ends[full]
     commas = np.flatnonzero(b == ord(","))
     if commas.shape[0] != starts.shape[0] * (width - 1):
-        return False
-    if width == 1 or not starts.shape[0]:
-        return True
-    # as many commas as the lines need: each line holds its share (a line's first and last) only if none has more
-    rank = commas.reshape(-1, width - 1)
-    return bool(np.all(rank[:, 0] > starts) & np.all(rank[:, -1] < ends))
+        return None
+    if not starts.shape[0]:
+        return b""
+    cut = ends
+    if width > 1:
+        # as many commas as the lines need: each line holds its share (its first and last) only if none has more
+        rank = commas.reshape(-1, width - 1)
+        if not (np.all(rank[:, 0] >= starts) and np.all(rank[:, -1] < ends)):
+            return None
+        if need < width:
+            cut = rank[:, need - 1]
+    size = cut - starts + 1  # each line's first fields and the separator after them
+    last = np.cumsum(size) - 1
+    out = b[np.repeat(starts - last + size - 1, size) + np.arange(last[-1] + 1)]
+    out[last] = ord("\n")
+    return out.tobytes()
 
 
-#: The bytes of a block of plain decimals (:func:`decimal_fields`)
-_DECIMAL_BYTES = b"0123456789,.-+\n"
+#: The bytes of a block of plain decimals (:func:`decimal_fields`) but their signs
+_UNSIGNED_BYTES = b"0123456789,.\n"
 #: ``10**k`` as float64, exact for k <= 22
 _POW10 = 10.0 ** np.arange(23)
 #: Indexed by ``16 * d + v`` (``d`` the digits after a byte in its field, ``v`` its digit value, 10 for a byte that is
@@ -310,12 +320,16 @@ def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np
         block = block.replace(b"\r\n", b"\n")
     if block.startswith(b"\n") or b"\n\n" in block:
         block = b"\n".join(line for line in block.split(b"\n") if line) + b"\n"
-    if block.translate(None, _DECIMAL_BYTES) or block == b"\n":
+    signs = block.translate(None, _UNSIGNED_BYTES)
+    if signs.translate(None, b"+-") or not block.strip(b"\n"):
         return None
     b = np.frombuffer(block, dtype=np.uint8)
     sep = np.flatnonzero((b == ord(",")) | (b == ord("\n")))
-    rows = block.count(b"\n")
-    if sep.shape[0] != rows * width or not np.all(b[sep[width - 1 :: width]] == ord("\n")):
+    if sep.shape[0] % width:
+        return None
+    rows = sep.shape[0] // width
+    line = b[sep].reshape(rows, width)  # every line's separators: commas, then its newline
+    if not (np.all(line[:, -1] == ord("\n")) and np.all(line[:, :-1] == ord(","))):
         return None
     size = np.diff(sep, prepend=-1)  # a field's bytes, its separator included
     value = b - np.uint8(ord("0"))  # a digit's value; any other byte wraps to 10 or more
@@ -327,7 +341,7 @@ def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np
     signed = neg | (first == ord("+"))
     points = size - 1 - signed - ndig  # its bytes that are neither digits nor a leading sign
     if (not np.all((ndig >= 1) & (ndig <= 18) & (points >= 0) & (points <= 1))
-            or block.count(b"-") + block.count(b"+") != np.count_nonzero(signed)):
+            or len(signs) != np.count_nonzero(signed)):
         return None
     dotted = points.astype(bool)
     dots = np.flatnonzero(b == ord("."))

@@ -49,6 +49,7 @@ from hpcdgnn.data.prepare._common import (
     describe_header,
     guess_columns,
     last_breaks_order,
+    leading_fields,
     line_blocks,
     looks_like_header,
     parse_columns,
@@ -59,7 +60,6 @@ from hpcdgnn.data.prepare._common import (
     read_input_bytes,
     remap_ids,
     resolve_columns,
-    rows_of_width,
     shorten,
     slice_events,
     split_fields,
@@ -189,10 +189,11 @@ def _head(data: bytes, pos: int) -> tuple[list[tuple[int, str]], int, int]:
     return head, first, after
 
 
-#: Bytes of text read at once (a block of lines) by ``np.loadtxt``, and by :func:`~._common.decimal_fields`, whose
-#: arrays of one number per byte (some 30 bytes per byte of text) then stay in the processor's cache.
-_BLOCK = 1 << 20
-_DECIMAL_BLOCK = 1 << 17
+#: Bytes of text read at once (a block of lines), with edge features: :func:`~._common.decimal_fields`' arrays of
+#: one number per byte (some 30 bytes per byte of text) then stay in the processor's cache; without, it reads a
+#: line's leading fields only, and larger blocks spare numpy calls.
+_BLOCK = 1 << 17
+_LEADING_BLOCK = 1 << 20
 
 
 def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
@@ -215,20 +216,27 @@ def _block(
     """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines of
     ``width`` fields, or None where a line has another width or a token is not a number of its column's type.
 
-    With features, a block of plain decimals is read by :func:`~._common.decimal_fields` (every field, each
-    without a string-to-float call), any other by ``np.loadtxt`` (:func:`_load`); without, by ``np.loadtxt``,
-    which converts the mapped columns alone.
+    A block of plain decimals is read by :func:`~._common.decimal_fields` (without features, its lines' leading
+    fields up to the last one read: :func:`~._common.leading_fields`), any other by ``np.loadtxt``
+    (:func:`_load`).
     """
-    table = decimal_fields(block, width) if fcols else None
+    if fcols:
+        table = decimal_fields(block, width)
+    else:
+        need = max(c for c, _ in fields) + 1
+        lead = leading_fields(block, width, need)
+        if lead is None:
+            return None
+        table = decimal_fields(lead, need)
     if table is None:
-        if not rows_of_width(block, width) or (rec := _load(block, fields, fcols)) is None:
+        if (fcols and leading_fields(block, width, 1) is None) or (rec := _load(block, fields, fcols)) is None:
             return None
         # copies: a view would hold the block's features too
         return [rec[f"c{j}"].copy() for j in range(len(fields))], rec["f"] if fcols else None
     ints, floats, dotted = table
     if any(t is np.int64 and dotted[:, c].any() for c, t in fields):
         return None  # "2.0" is no int64 token
-    return [(ints if t is np.int64 else floats)[:, c].copy() for c, t in fields], floats[:, fcols]
+    return [(ints if t is np.int64 else floats)[:, c].copy() for c, t in fields], floats[:, fcols] if fcols else None
 
 
 def _read_blocks(
@@ -253,7 +261,7 @@ def _read_blocks(
     features = np.empty((data.count(b"\n", start), len(fcols)), dtype=np.float32) if fcols else None
     parts: list[list[np.ndarray]] = [[] for _ in fields]
     n = 0
-    for k, block in enumerate(line_blocks(data, start, size=_DECIMAL_BLOCK if fcols else _BLOCK)):
+    for k, block in enumerate(line_blocks(data, start, size=_BLOCK if fcols else _LEADING_BLOCK)):
         got = _block(block, width, fields, fcols)
         if got is None:
             # int64 fails on a float token: float64 for the time or label column that holds one
