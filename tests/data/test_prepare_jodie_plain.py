@@ -364,3 +364,17 @@ def test_many_blocks_of_leading_fields(tmp_path, monkeypatch, events):
                   + "".join(r + "\n" for r in rows))
     assert path.stat().st_size > 1 << 20
     assert _both(path, monkeypatch, events)
+
+
+def test_scratch_arrays_reused_from_block_to_block():
+    """decimal_fields with arrays kept from a larger block, then a smaller one (where stale values would show),
+    reads each block as it reads it alone; the arrays are reused, not made anew per block."""
+    rng = np.random.default_rng(23)
+    big = "".join(",".join(_decimal(rng, 12) for _ in range(5)) + "\n" for _ in range(400)).encode()
+    small = "".join(",".join(_decimal(rng, 6) for _ in range(5)) + "\n" for _ in range(50)).encode()
+    scratch = _common.Scratch()
+    for block in (big, small, big):
+        for a, b in zip(_common.decimal_fields(block, 5, scratch), _common.decimal_fields(block, 5), strict=True):
+            _same_array(a, b, "scratch")
+    key = scratch.get("key", 10, np.intp)
+    assert key.base is not None and key.base.shape[0] >= len(big)

@@ -35,6 +35,7 @@ __all__ = [
     "line_blocks",
     "leading_fields",
     "decimal_fields",
+    "Scratch",
     "parse_numbers",
     "remap_ids",
     "slice_events",
@@ -248,17 +249,17 @@ def plain_csv(data: bytes) -> int | None:
     return start
 
 
-def line_blocks(data: bytes, start: int, first: int = 1 << 16, size: int = 1 << 22) -> Iterator[bytes]:
-    r"""``data[start:]`` (which ends in ``\n``) in blocks of whole lines: the first about ``first`` bytes, the others
-    about ``size`` (a block holds one line at least)."""
-    lo, want = start, first
+def line_blocks(data: bytes, start: int, first: int = 1 << 16, size: int = 1 << 22) -> Iterator[memoryview]:
+    r"""``data[start:]`` (which ends in ``\n``) in blocks of whole lines, views of ``data`` (not copies): the first
+    about ``first`` bytes, the others about ``size`` (a block holds one line at least)."""
+    lo, want, view = start, first, memoryview(data)
     while lo < len(data):
         hi = data.find(b"\n", min(lo + want, len(data)) - 1) + 1
-        yield data[lo:hi]
+        yield view[lo:hi]
         lo, want = hi, size
 
 
-def leading_fields(block: bytes, width: int, need: int) -> bytes | None:
+def leading_fields(block: bytes | memoryview, width: int, need: int) -> bytes | None:
     r"""The first ``need`` comma-separated fields of each line of ``block`` (whole ``\n``-ended lines), as lines of
     their own, where every line but the blank ones (empty or a lone ``\r``, which ``np.loadtxt`` skips as the
     line-by-line readers skip a line that strips to nothing) holds ``width`` fields; else None."""
@@ -299,7 +300,24 @@ _DIGIT_PARTS = ((10 ** np.arange(19, dtype=np.int64))[:, None] * np.r_[np.arange
 _DIGIT_PARTS_32 = _DIGIT_PARTS[: 16 * 10].astype(np.int32)
 
 
-def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+class Scratch:
+    """Arrays reused from one block of a file to the next (:func:`decimal_fields`): a fresh array of a block's size
+    is memory the allocator maps anew, whose first touch costs the kernel a page fault per 4 KiB."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype: type) -> np.ndarray:
+        """An uninitialised (n,) array of ``dtype``, the one named ``name`` when it is large enough."""
+        a = self._arrays.get(name)
+        if a is None or a.shape[0] < n or a.dtype != dtype:
+            a = self._arrays[name] = np.empty(max(n, 2 * (0 if a is None else a.shape[0])), dtype=dtype)
+        return a[:n]
+
+
+def decimal_fields(
+    block: bytes, width: int, scratch: Scratch | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     r"""The fields of ``block`` (whole ``\n``- or ``\r\n``-ended lines of ``width`` comma-separated fields, blank lines
     skipped) as numbers, where each is a plain decimal ``[+-]digits[.digits]`` (a digit at least, 18 at most), by
     arithmetic on the bytes: no Python object and no string-to-float call per field.
@@ -309,6 +327,11 @@ def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np
     the nearest double, is what a correctly rounded reader returns (Clinger's fast path: W. D. Clinger, "How to
     read floating point numbers accurately", PLDI 1990, §4): Python's ``float()`` and numpy's readers, which
     :func:`parse_numbers` and ``np.loadtxt`` use, give the same double, -0.0 included.
+
+    Args:
+        block: the lines.
+        width: the fields of a line.
+        scratch: arrays to reuse for the arrays of one number per byte (a block after block read).
 
     Returns:
         ``(ints, floats, dotted)``, each (rows, width): the value as int64 (that of a field without a point), as
@@ -324,7 +347,9 @@ def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np
     if signs.translate(None, b"+-") or not block.strip(b"\n"):
         return None
     b = np.frombuffer(block, dtype=np.uint8)
-    sep = np.flatnonzero((b == ord(",")) | (b == ord("\n")))
+    n, scratch = b.shape[0], scratch or Scratch()
+    mask, other = scratch.get("mask", n, np.bool_), scratch.get("other", n, np.bool_)
+    sep = np.flatnonzero(np.logical_or(np.equal(b, ord(","), out=mask), np.equal(b, ord("\n"), out=other), out=mask))
     if sep.shape[0] % width:
         return None
     rows = sep.shape[0] // width
@@ -332,11 +357,12 @@ def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np
     if not (np.all(line[:, -1] == ord("\n")) and np.all(line[:, :-1] == ord(","))):
         return None
     size = np.diff(sep, prepend=-1)  # a field's bytes, its separator included
-    value = b - np.uint8(ord("0"))  # a digit's value; any other byte wraps to 10 or more
-    digits = np.cumsum(value < 10, dtype=np.int32)  # digits up to each byte
+    starts = sep - size + 1
+    value = np.subtract(b, ord("0"), out=scratch.get("value", n, np.uint8))  # any byte but a digit wraps to >= 10
+    digits = np.cumsum(np.less(value, 10, out=mask), out=scratch.get("digits", n, np.int64))  # digits up to a byte
     at_end = digits[sep]
-    ndig = np.diff(at_end, prepend=np.int32(0))
-    first = b[sep - size + 1]  # a field's first byte (its separator where it is empty)
+    ndig = np.diff(at_end, prepend=0)
+    first = b[starts]  # a field's first byte (its separator where it is empty)
     neg = first == ord("-")
     signed = neg | (first == ord("+"))
     points = size - 1 - signed - ndig  # its bytes that are neither digits nor a leading sign
@@ -344,21 +370,24 @@ def decimal_fields(block: bytes, width: int) -> tuple[np.ndarray, np.ndarray, np
             or len(signs) != np.count_nonzero(signed)):
         return None
     dotted = points.astype(bool)
-    dots = np.flatnonzero(b == ord("."))
+    dots = np.flatnonzero(np.equal(b, ord("."), out=mask))
     if dots.shape[0] != np.count_nonzero(dotted):  # so a field's byte that is no digit nor its sign is its point
         return None
-    after = np.zeros(sep.shape[0], dtype=np.int32)
+    after = np.zeros(sep.shape[0], dtype=np.int64)
     after[dotted] = at_end[dotted] - digits[dots]
-    # a byte's digits after it in its field: the field's count at its end less the count up to the byte
-    key = np.repeat(at_end, size)
+    # a byte's digits after it in its field: the field's count at its end (a running sum of each field's count,
+    # put at its first byte) less the count up to the byte
+    key = scratch.get("key", n, np.intp)
+    key.fill(0)
+    key[starts] = ndig
+    np.cumsum(key, out=key)
     key -= digits
     key <<= 4
-    key += np.minimum(value, 10)
+    key += np.minimum(value, 10, out=value)
     # a field's mantissa: the sum of its bytes' parts, as differences of running sums (which may wrap: exact anyway)
-    if ndig.max() <= 9:
-        mantissa = np.diff(np.cumsum(_DIGIT_PARTS_32.take(key))[sep], prepend=np.int32(0)).astype(np.int64)
-    else:
-        mantissa = np.diff(np.cumsum(_DIGIT_PARTS.take(key))[sep], prepend=0)
+    table = _DIGIT_PARTS_32 if ndig.max() <= 9 else _DIGIT_PARTS
+    parts = np.take(table, key, out=scratch.get(f"parts{table.dtype}", n, table.dtype), mode="clip")
+    mantissa = np.diff(np.cumsum(parts, dtype=np.int64, out=scratch.get("sums", n, np.int64))[sep], prepend=0)
     if np.any(dotted & (after > 0) & (mantissa > 2**53)):
         return None
     floats = mantissa / _POW10.take(after)

@@ -41,6 +41,7 @@ from hpcdgnn.data.prepare._common import (
     PreparedInput,
     PrepareOptions,
     RowWidths,
+    Scratch,
     Slice,
     _is_number,
     check_header_width,
@@ -196,7 +197,7 @@ _BLOCK = 1 << 17
 _LEADING_BLOCK = 1 << 20
 
 
-def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
+def _load(block: bytes | memoryview, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
     """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines by
     ``np.loadtxt``, as a record array (fields ``c0, c1, ...`` and ``f``, shape (rows, D)), or None where it fails
     (a token that is not a number of that type, a row too short)."""
@@ -204,30 +205,30 @@ def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "input contained no data": a block of blank lines
         try:
-            return np.loadtxt(io.StringIO(block.decode("ascii")), dtype=dtype, delimiter=",", comments=None,
+            return np.loadtxt(io.StringIO(str(block, "ascii")), dtype=dtype, delimiter=",", comments=None,
                               usecols=[c for c, _ in fields] + fcols, ndmin=1)
         except ValueError:
             return None
 
 
 def _block(
-    block: bytes, width: int, fields: list[tuple[int, type]], fcols: list[int]
+    block: memoryview, width: int, fields: list[tuple[int, type]], fcols: list[int], scratch: Scratch
 ) -> tuple[list[np.ndarray], np.ndarray | None] | None:
     """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines of
     ``width`` fields, or None where a line has another width or a token is not a number of its column's type.
 
     A block of plain decimals is read by :func:`~._common.decimal_fields` (without features, its lines' leading
     fields up to the last one read: :func:`~._common.leading_fields`), any other by ``np.loadtxt``
-    (:func:`_load`).
+    (:func:`_load`); ``scratch`` holds :func:`~._common.decimal_fields`' arrays from one block to the next.
     """
     if fcols:
-        table = decimal_fields(block, width)
+        table = decimal_fields(bytes(block), width, scratch)
     else:
         need = max(c for c, _ in fields) + 1
         lead = leading_fields(block, width, need)
         if lead is None:
             return None
-        table = decimal_fields(lead, need)
+        table = decimal_fields(lead, need, scratch)
     if table is None:
         if (fcols and leading_fields(block, width, 1) is None) or (rec := _load(block, fields, fcols)) is None:
             return None
@@ -261,13 +262,14 @@ def _read_blocks(
     features = np.empty((data.count(b"\n", start), len(fcols)), dtype=np.float32) if fcols else None
     parts: list[list[np.ndarray]] = [[] for _ in fields]
     n = 0
+    scratch = Scratch()
     for k, block in enumerate(line_blocks(data, start, size=_BLOCK if fcols else _LEADING_BLOCK)):
-        got = _block(block, width, fields, fcols)
+        got = _block(block, width, fields, fcols, scratch)
         if got is None:
             # int64 fails on a float token: float64 for the time or label column that holds one
             wide = fields[:2] + [(c, np.float64 if t is np.int64 and _load(block, [(c, t)], []) is None else t)
                                  for c, t in fields[2:]]
-            got = None if wide == fields else _block(block, width, wide, fcols)
+            got = None if wide == fields else _block(block, width, wide, fcols, scratch)
             if got is None:
                 return None
             if k:
