@@ -183,7 +183,7 @@ def test_an_unused_label_is_not_read(tmp_path, monkeypatch):
 @pytest.mark.parametrize("events", [False, True])
 def test_other_files_go_to_the_line_reader(tmp_path, monkeypatch, text, events):
     path = _write(tmp_path, text)
-    assert jodie._plain_table(path, path.read_bytes(), None, not events, events) is None
+    assert jodie._plain_table(path, _common.InputBytes(path), None, not events, events) is None
     try:
         _both(path, monkeypatch, events)
     except DataError as e:
@@ -378,3 +378,41 @@ def test_scratch_arrays_reused_from_block_to_block():
             _same_array(a, b, "scratch")
     key = scratch.get("key", 10, np.intp)
     assert key.base is not None and key.base.shape[0] >= len(big)
+
+
+@pytest.mark.parametrize("first, size", [(1, 1), (10, 7), (1 << 16, 1 << 20)])
+def test_input_bytes_read_a_file_in_blocks_of_whole_lines(tmp_path, first, size):
+    text = b"head\n" + b"".join(b"%d,%s\n" % (k, b"x" * (k % 23)) for k in range(300)) + b"y" * 50 + b"\n"
+    path = tmp_path / "in.csv"
+    path.write_bytes(text)
+    src = _common.InputBytes(path)
+    assert src.data is None and src.size == len(text)  # read from disk, not held
+    blocks = [bytes(b) for b in src.blocks(5, first, size)]
+    assert b"".join(blocks) == text[5:] and all(b.endswith(b"\n") for b in blocks)
+    assert src.prefix(7) == text[:7] and src.last() == b"\n" and src.lines(5) == 301 and src.whole() == text
+    gz = tmp_path / "in.csv.gz"
+    gz.write_bytes(gzip.compress(text))
+    held = _common.InputBytes(gz)
+    assert held.data == text and b"".join(bytes(b) for b in held.blocks(5, first, size)) == text[5:]
+
+
+@pytest.mark.parametrize("content", [
+    None, b"version https://git-lfs.github.com/spec/v1\noid sha256:0\n", b"\x1f\x8bxx", b"PK\x03\x04zip",
+])
+def test_input_bytes_refuses_as_read_input_bytes(tmp_path, content):
+    path = tmp_path / "in.csv"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError) as want:
+        _common.read_input_bytes(path)
+    with pytest.raises(DataError) as got:
+        _common.InputBytes(path)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_lines_longer_than_a_block(tmp_path, monkeypatch, events):
+    rng = np.random.default_rng(29)
+    path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(r + "\n" for r in _rows(rng, 40, 9000)))
+    assert path.stat().st_size / 41 > 1 << 16
+    assert _both(path, monkeypatch, events)

@@ -11,7 +11,9 @@ import bz2
 import gzip
 import lzma
 import operator
+import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,7 +33,9 @@ __all__ = [
     "read_input_bytes",
     "read_input_text",
     "decode_input",
-    "plain_csv",
+    "plain_text",
+    "BOM",
+    "InputBytes",
     "line_blocks",
     "leading_fields",
     "decimal_fields",
@@ -199,6 +203,17 @@ def read_input_bytes(path: Path) -> bytes:
             return bz2.decompress(raw)
     except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
         raise DataError(f"{path}: corrupt compressed input: {e}") from None
+    _check_raw(path, raw)
+    return raw
+
+
+def _check_raw(path: Path, raw: bytes) -> None:
+    """Refuse what :func:`read_input_bytes` does not read from a file that is not gzip, xz or bz2 (its first 64
+    bytes ``raw`` tell): zstd, zip, a Git LFS pointer, an HTML page.
+
+    Raises:
+        DataError: naming ``path``, what it is and what to do.
+    """
     for magic, (what, tool) in _UNREAD.items():
         if raw.startswith(magic):
             raise DataError(f"{path}: {what}, which prepare does not read (plain, gzip, xz or bz2): extract it "
@@ -207,7 +222,6 @@ def read_input_bytes(path: Path) -> bytes:
     for start, what, fix in _NOT_DATA:
         if head.startswith(start):
             raise DataError(f"{path}: {what}; {fix}")
-    return raw
 
 
 def read_input_text(path: Path) -> str:
@@ -225,28 +239,110 @@ def decode_input(path: Path, data: bytes) -> str:
 
 
 #: The UTF-8 byte order mark, which UTF-8-sig decoding drops.
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"
 #: ASCII bytes that ``str.splitlines`` (the line-by-line readers') reads as line breaks and ``np.loadtxt`` does not
 _OTHER_BREAK_BYTES = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
-_NOT_ASCII = re.compile(rb"[\x80-\xff]")
 
 
-def plain_csv(data: bytes) -> int | None:
-    r"""Where the text of ``data`` begins (after a BOM) when numpy's C reader ``np.loadtxt`` splits it into the lines
-    and comma-separated fields that the line-by-line readers (``str.splitlines``, ``str.split(",")``) find, else
-    None.
+def plain_text(text: bytes) -> bool:
+    r"""Whether numpy's C reader ``np.loadtxt`` splits ``text`` (whole lines) into the lines and comma-separated
+    fields that the line-by-line readers (``str.splitlines``, ``str.split(",")``) find: ASCII, no ``"`` (no quoted
+    field), no line break but ``\n`` and ``\r\n``."""
+    if not text.isascii() or b'"' in text or any(b in text for b in _OTHER_BREAK_BYTES):
+        return False
+    return b"\r" not in text or text.count(b"\r") == text.count(b"\r\n")
 
-    Plain: ASCII, no ``"`` (no quoted field), every line ending in ``\n`` or ``\r\n`` (the last line too: a file
-    without a final newline is watched for a cut last line by :class:`LastLine`), no other line break.
+
+class InputBytes:
+    """An input's bytes for a reader of blocks of lines: a file that is neither compressed nor refused by
+    :func:`read_input_bytes` is read from disk a block at a time (one block of it held, not the whole file); any
+    other input is held whole, as :func:`read_input_bytes` returns it (decompressed).
+
+    Args:
+        path: the input.
+
+    Raises:
+        DataError: :func:`read_input_bytes`' errors.
     """
-    start = len(_BOM) if data.startswith(_BOM) else 0
-    if not data.endswith(b"\n") or b'"' in data:
-        return None
-    if _NOT_ASCII.search(data, start) if start else not data.isascii():
-        return None
-    if any(b in data for b in _OTHER_BREAK_BYTES) or b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
-        return None
-    return start
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: bytes | None = None
+        try:
+            with open(path, "rb") as f:
+                head, st = f.read(64), os.fstat(f.fileno())
+        except OSError:
+            head = st = None
+        raw = st is not None and stat.S_ISREG(st.st_mode) and not head.startswith((_GZIP, _XZ, _BZ2))
+        if raw:
+            try:
+                _check_raw(path, head)
+            except DataError:
+                raw = False
+        if raw:
+            self.size = st.st_size
+        else:
+            self.data = read_input_bytes(path)  # what it refuses, it refuses here, as every reader does
+            self.size = len(self.data)
+
+    def whole(self) -> bytes:
+        """The whole content: :func:`read_input_bytes`'."""
+        return self.data if self.data is not None else read_input_bytes(self.path)
+
+    def prefix(self, n: int) -> bytes:
+        """The first ``n`` bytes (fewer at the end)."""
+        if self.data is not None:
+            return self.data[:n]
+        with open(self.path, "rb") as f:
+            return f.read(n)
+
+    def last(self) -> bytes:
+        """The last byte (none for an empty input)."""
+        if self.data is not None or not self.size:
+            return (self.data or b"")[-1:]
+        with open(self.path, "rb") as f:
+            f.seek(self.size - 1)
+            return f.read(1)
+
+    def lines(self, start: int) -> int:
+        r"""The ``\n`` from byte ``start`` on."""
+        if self.data is not None:
+            return self.data.count(b"\n", start)
+        n, buf = 0, bytearray(1 << 22)
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            while got := f.readinto(buf):
+                n += buf.count(b"\n", 0, got)
+        return n
+
+    def blocks(self, start: int, first: int, size: int) -> Iterator[memoryview]:
+        r"""From byte ``start`` on, blocks of whole lines (an input that ends in ``\n``): the first about ``first``
+        bytes, the others about ``size``. A block read from the file is a view of a buffer that the next one
+        overwrites."""
+        if self.data is not None:
+            yield from line_blocks(self.data, start, first, size)
+            return
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            buf = bytearray(2 * max(first, size))
+            view = memoryview(buf)
+            held, want = 0, first  # held: the start of a line, carried from the last read
+            while True:
+                if held + want > len(buf):  # a line longer than a block
+                    grown = bytearray(2 * (held + want))
+                    grown[:held] = buf[:held]
+                    buf, view = grown, memoryview(grown)
+                got = f.readinto(view[held : held + want])
+                if not got:
+                    if held:
+                        yield view[:held]
+                    return
+                end = held + got
+                cut = buf.rfind(b"\n", 0, end) + 1
+                if cut:
+                    yield view[:cut]
+                    buf[: end - cut] = buf[cut:end]
+                held, want = end - cut if cut else end, size
 
 
 def line_blocks(data: bytes, start: int, first: int = 1 << 16, size: int = 1 << 22) -> Iterator[memoryview]:

@@ -16,11 +16,11 @@ keeps every unmapped column that is not unnamed, ``idx``, label-like or TGL's sp
 edge feature, named from the header when it has one name per field, else ``feat_k``
 (JODIE's header ends with one name for all features).
 
-A plain file (:func:`~._common.plain_csv`: ASCII, no quote, newline-terminated lines) whose rows hold the same
-number of fields, integer ids and finite numbers is read in blocks of lines (:func:`_plain_table`), by numpy's C
-reader or, with edge features, by arithmetic on the bytes where they are plain decimals
-(:func:`~._common.decimal_fields`); any other file, and every error, by the line-by-line reader, which names the
-line. All give the same arrays (tests/data/test_prepare_jodie_plain.py).
+A plain file (:func:`~._common.plain_text`: ASCII, no quote, newline-terminated lines) whose rows hold the same
+number of fields, integer ids and finite numbers is read in blocks of lines (:func:`_plain_table`; an uncompressed
+file from disk, a block at a time: :class:`~._common.InputBytes`) by arithmetic on the bytes where they are plain
+decimals (:func:`~._common.decimal_fields`), else by numpy's C reader; any other file, and every error, by the
+line-by-line reader, which names the line. All give the same arrays (tests/data/test_prepare_jodie_plain.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from hpcdgnn.data.prepare._common import (
+    BOM,
     COLUMN_ALIASES,
+    InputBytes,
     LastLine,
     PreparedInput,
     PrepareOptions,
@@ -51,14 +53,12 @@ from hpcdgnn.data.prepare._common import (
     guess_columns,
     last_breaks_order,
     leading_fields,
-    line_blocks,
     looks_like_header,
     parse_columns,
     parse_numbers,
-    plain_csv,
+    plain_text,
     quoted_fields,
     read_by_name,
-    read_input_bytes,
     remap_ids,
     resolve_columns,
     shorten,
@@ -175,14 +175,14 @@ class _Table:
 
 
 def _head(data: bytes, pos: int) -> tuple[list[tuple[int, str]], int, int]:
-    r"""The first two non-blank lines of plain ``data`` (``\n``-ended lines from byte ``pos`` on) as ``(line number,
-    stripped line)``, where the first begins and where the line after it begins."""
+    r"""The first two non-blank lines among the ``\n``-ended lines of ``data`` (from byte ``pos`` on; a line cut at
+    its end is not read) as ``(line number, stripped line)``, where the first begins and where the line after it
+    begins."""
     head: list[tuple[int, str]] = []
     lineno = first = after = 0
-    while len(head) < 2 and pos < len(data):
-        end = data.find(b"\n", pos) + 1
+    while len(head) < 2 and (end := data.find(b"\n", pos) + 1):
         lineno += 1
-        if s := data[pos:end].decode("ascii").strip():
+        if s := data[pos:end].decode("latin-1").strip():
             if not head:
                 first, after = pos, end
             head.append((lineno, s))
@@ -197,7 +197,7 @@ _BLOCK = 1 << 17
 _LEADING_BLOCK = 1 << 20
 
 
-def _load(block: bytes | memoryview, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
+def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
     """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines by
     ``np.loadtxt``, as a record array (fields ``c0, c1, ...`` and ``f``, shape (rows, D)), or None where it fails
     (a token that is not a number of that type, a row too short)."""
@@ -205,14 +205,14 @@ def _load(block: bytes | memoryview, fields: list[tuple[int, type]], fcols: list
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "input contained no data": a block of blank lines
         try:
-            return np.loadtxt(io.StringIO(str(block, "ascii")), dtype=dtype, delimiter=",", comments=None,
+            return np.loadtxt(io.StringIO(block.decode("ascii")), dtype=dtype, delimiter=",", comments=None,
                               usecols=[c for c, _ in fields] + fcols, ndmin=1)
         except ValueError:
             return None
 
 
 def _block(
-    block: memoryview, width: int, fields: list[tuple[int, type]], fcols: list[int], scratch: Scratch
+    block: bytes, width: int, fields: list[tuple[int, type]], fcols: list[int], scratch: Scratch
 ) -> tuple[list[np.ndarray], np.ndarray | None] | None:
     """Columns ``fields`` (index, int64 or float64) and the float64 features ``fcols`` of a block of plain lines of
     ``width`` fields, or None where a line has another width or a token is not a number of its column's type.
@@ -222,7 +222,7 @@ def _block(
     (:func:`_load`); ``scratch`` holds :func:`~._common.decimal_fields`' arrays from one block to the next.
     """
     if fcols:
-        table = decimal_fields(bytes(block), width, scratch)
+        table = decimal_fields(block, width, scratch)
     else:
         need = max(c for c, _ in fields) + 1
         lead = leading_fields(block, width, need)
@@ -241,12 +241,12 @@ def _block(
 
 
 def _read_blocks(
-    data: bytes, start: int, width: int, fields: list[tuple[int, type]], fcols: list[int]
+    src: InputBytes, start: int, width: int, fields: list[tuple[int, type]], fcols: list[int]
 ) -> tuple[list[np.ndarray], np.ndarray | None] | list[tuple[int, type]] | None:
-    """Rows of plain ``data`` from byte ``start`` on, block by block (:func:`_block`).
+    """Rows of ``src`` from byte ``start`` on, block by block (:func:`_block`).
 
     Args:
-        data: the file's bytes, plain (:func:`~._common.plain_csv`).
+        src: the input, ending in a newline.
         start: where its first data row begins.
         width: the fields of every row (the first row's).
         fields: (column, int64 or float64) of the user and item ids (int64 always), the time and the label (each
@@ -256,14 +256,17 @@ def _read_blocks(
     Returns:
         ``(columns, features)``: each of ``fields`` (E,) in file order and the features float32 (E, D) or None; or
         ``fields`` to read again from the start, a time or label column among them now float64 (a block past the
-        first holds a token that is not an integer); or None where a row has another width than ``width``, or a
-        token parses as neither.
+        first holds a token that is not an integer); or None where a block is not plain
+        (:func:`~._common.plain_text`), a row has another width than ``width``, or a token parses as neither.
     """
-    features = np.empty((data.count(b"\n", start), len(fcols)), dtype=np.float32) if fcols else None
+    features = np.empty((src.lines(start), len(fcols)), dtype=np.float32) if fcols else None
     parts: list[list[np.ndarray]] = [[] for _ in fields]
     n = 0
     scratch = Scratch()
-    for k, block in enumerate(line_blocks(data, start, size=_BLOCK if fcols else _LEADING_BLOCK)):
+    for k, view in enumerate(src.blocks(start, 1 << 16, _BLOCK if fcols else _LEADING_BLOCK)):
+        block = bytes(view)
+        if not plain_text(block):
+            return None
         got = _block(block, width, fields, fcols, scratch)
         if got is None:
             # int64 fails on a float token: float64 for the time or label column that holds one
@@ -287,10 +290,10 @@ def _read_blocks(
 
 
 def _plain_table(
-    path: Path, data: bytes, columns: dict[str, str] | None, labels: bool, events: bool
+    path: Path, src: InputBytes, columns: dict[str, str] | None, labels: bool, events: bool
 ) -> _Table | None:
-    """A plain JODIE csv (:func:`~._common.plain_csv`) read block by block (:func:`_block`), or None where the
-    line-by-line reader must read it (and name the line of any error).
+    """A plain JODIE csv (:func:`~._common.plain_text`, ending in a newline) read block by block (:func:`_block`), or
+    None where the line-by-line reader must read it (and name the line of any error).
 
     Read so: rows of one width (the header's, read by name), integer ids (int64), times int64 when every one is
     an integer else finite float64 (:func:`~._common.parse_numbers`' rule), state labels 0 or 1, finite features;
@@ -299,15 +302,21 @@ def _plain_table(
 
     Args:
         path: the input, for :func:`_header_columns`.
-        data: its bytes (:func:`~._common.read_input_bytes`).
+        src: its bytes.
         columns: ``--columns``, or None.
         labels: read the state label (``--kind snapshots --labels state``).
         events: read the edge features, and require the label column (``--kind events``).
     """
-    begin = plain_csv(data)
-    if begin is None:
+    if src.last() != b"\n":  # a last line without one is watched for a cut by the line-by-line reader
         return None
-    head, first, after = _head(data, begin)
+    n = 1 << 16
+    while True:  # the first two non-blank lines (the header's, and the first row's or the header's next)
+        prefix = src.prefix(n)
+        begin = len(BOM) if prefix.startswith(BOM) else 0
+        head, first, after = _head(prefix, begin)
+        if len(head) == 2 or len(prefix) >= src.size:
+            break
+        n *= 8
     if not head:
         return None
     try:
@@ -315,7 +324,7 @@ def _plain_table(
     except DataError:
         return None
     rows, start = (head[1:], after) if header is not None else (head, first)
-    if not rows:
+    if not rows or not plain_text(prefix[begin:start]):
         return None
     width = rows[0][1].count(",") + 1
     if width < _need(index, labels or events):
@@ -328,7 +337,7 @@ def _plain_table(
     fcols, fnames = _feature_columns(header, width, set(index.values())) if events else ([], [])
     keys = ["src", "dst", "time"] + (["label"] if labels and "label" in index else [])
     fields: list[tuple[int, type]] = [(index[k], np.int64) for k in keys]
-    while isinstance(got := _read_blocks(data, start, width, fields, fcols), list):
+    while isinstance(got := _read_blocks(src, start, width, fields, fcols), list):
         fields = got
     if got is None:
         return None
@@ -369,10 +378,12 @@ def _parse(
 ) -> tuple[Sequence[str] | np.ndarray, Sequence[str] | np.ndarray, np.ndarray, np.ndarray | None, dict[str, str]]:
     """Columns user, item (tokens, or int64 from :func:`_plain_table`), time and state label (None without a label
     column, or unless ``labels``: a label column that is not used is not checked either) of a JODIE csv."""
-    data = read_input_bytes(path)
-    plain = _plain_table(path, data, columns, labels, events=False)
+    src = InputBytes(path)
+    plain = _plain_table(path, src, columns, labels, events=False)
     if plain is not None:
         return plain.users, plain.items, plain.time, plain.state, plain.names
+    data = src.whole()
+    del src
     text = decode_input(path, data)
     del data
     rows, index, names, header, quoted = _data_rows(path, text, columns)
@@ -514,10 +525,12 @@ def parse_jodie_events(
     Raises:
         DataError: ``path:line: problem`` for the first bad row or token.
     """
-    raw = read_input_bytes(path)
-    plain = _plain_table(path, raw, columns, labels=False, events=True)
+    src = InputBytes(path)
+    plain = _plain_table(path, src, columns, labels=False, events=True)
     if plain is not None:
         return plain.users, plain.items, plain.time, plain.features, plain.feature_names, plain.names
+    raw = src.whole()
+    del src
     text = decode_input(path, raw)
     del raw
     data, index, names, header, quoted = _data_rows(path, text, columns)
