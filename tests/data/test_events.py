@@ -140,6 +140,25 @@ def test_inversions_sorted_stably_with_one_warning(tmp_path, capsys):
     assert m2.sorted_input and capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("inverted", [False, True])
+def test_a_jodie_stream_in_time_order_keeps_its_features_as_read(tmp_path, monkeypatch, inverted):
+    """A JODIE/TGL file in time order (theirs are) is not permuted: its edge features are the array the reader
+    made, not a sorted copy (half the events kind's peak on reddit-sized files); out of order, a stable sort."""
+    from hpcdgnn.data.prepare import event_stream
+
+    rows = ["0,10,1.0,0,0.5,1", "1,11,2.0,0,0.25,2", "0,12,3.0,1,0.125,3"]
+    if inverted:
+        rows[0], rows[1] = rows[1], rows[0]
+    raw = tmp_path / "jodie.csv"
+    raw.write_text("user_id,item_id,timestamp,state_label,comma_separated_list_of_features\n" + "\n".join(rows) + "\n")
+    real, read = event_stream.parse_jodie_events, []
+    monkeypatch.setattr(event_stream, "parse_jodie_events", lambda *a: read.append(real(*a)) or read[-1])
+    parsed = event_stream._read_jodie(raw, event_stream.EventOptions())
+    assert np.shares_memory(parsed.efeat, read[0][3]) != inverted
+    assert parsed.time.tolist() == [1.0, 2.0, 3.0] and parsed.inversions == int(inverted)
+    assert parsed.efeat[:, 1].tolist() == [1, 2, 3] and parsed.src.tolist() == [0, 1, 0]
+
+
 def test_jodie_bipartite_with_edge_features(tmp_path):
     """JODIE: users then items, num_sources, features kept exactly; TGL headers."""
     raw = tmp_path / "jodie.csv"
