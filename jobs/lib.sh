@@ -507,6 +507,13 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   else
     started=$(date +%s)
   fi
+  if hpcdgnn_signalled; then
+    # a signal during the set-up: no launcher could take it then, and a SIGUSR1 sent right after the fork is
+    # swallowed by the forked shell before its exec or ends the launcher's interpreter before its handlers
+    _hpcdgnn_log "a pre-emption signal came before $rundir started: not starting it"
+    HPCDGNN_RC=$HPCDGNN_EXIT_PREEMPTED
+    return 0
+  fi
   _hpcdgnn_log "$(date '+%F %T') ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0

@@ -1196,3 +1196,34 @@ def test_the_signal_line_has_its_time_without_forking():
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"hpcdgnn-job: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d SIGTERM: asking the ranks to checkpoint at the "
                         r"next epoch boundary or between two batches\n", proc.stderr), proc.stderr
+
+
+
+def test_a_signal_to_the_local_script_during_its_set_up_is_not_lost(launcher, small_dataset, tmp_path):
+    """A SIGTERM to local.sh alone while it reads the state of its RUNDIR (slowed here), before it starts the
+    launcher: the trap found no launcher to pass it to, and the script sent the launcher SIGUSR1 right after
+    starting it — in the forked shell before its exec (which swallowed it) or the launcher's interpreter before
+    its handlers (which SIGUSR1 ends): the run trained on to its end, exit 0. Now a signal before the launch starts
+    nothing: 75, the pre-emption before the launch, no RUNDIR."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
+    rundir, first, second = tmp_path / "run", tmp_path / "first", tmp_path / "second"
+    slow_py = tmp_path / "python"  # its second Python-from-stdin step (the RUNDIR probe) is slow
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then\n  if [ -e {first} ]; then touch {second}; sleep 2;'
+                       f' else touch {first}; fi\nfi\nexec {sys.executable} "$@"\n')
+    slow_py.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")],
+                            env=_local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_PYTHON=slow_py), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not second.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)  # the script alone: the probe goes on and reads the state
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert "not starting it" in out and "run exited" not in out and not rundir.exists(), out
+    assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
