@@ -97,6 +97,7 @@ _hpcdgnn_again=
 _hpcdgnn_launching=
 _hpcdgnn_launched=
 _hpcdgnn_note=
+_hpcdgnn_partial=  # a dataset being prepared under its private name (hpcdgnn_ensure_data), for a stop to remove
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 
@@ -136,6 +137,9 @@ _hpcdgnn_on_signal() {
       _hpcdgnn_again=$1
       if [ -z "$_hpcdgnn_child" ] && [ -z "$_hpcdgnn_launching" ]; then
         # no launcher runs (the set-up before it, or the end after it): nothing to stop but this script, at once
+        if [ -n "$_hpcdgnn_partial" ]; then
+          rm -rf "$_hpcdgnn_partial"  # the trap runs between set-up steps: no step writes it now
+        fi
         if [ -z "$_hpcdgnn_launched" ]; then
           _hpcdgnn_log "$now SIG$1 again: stopping now, before the launch; nothing was started"
         else
@@ -270,6 +274,7 @@ hpcdgnn_ensure_data() {  # DIR
   mkdir -p "$(dirname "$dir")"
   # written under a private name and renamed into place: concurrent array tasks never see a half dataset
   tmp="$dir.tmp-${HOSTNAME:-host}-$$"
+  _hpcdgnn_partial=$tmp
   rm -rf "$tmp"
   if [ "$name" = collegemsg ] || [ "$name" = collegemsg-events ]; then
     if ! src=$(_hpcdgnn_find_input CollegeMsg.txt.gz); then
@@ -279,13 +284,14 @@ hpcdgnn_ensure_data() {  # DIR
     _hpcdgnn_log "preparing $dir from $src"
     local how=(--snapshots 30 --log-features)  # quickstart.sh's snapshots
     if [ "$name" = collegemsg-events ]; then how=(--kind events); fi  # jobs/tgn.yaml's event stream
+    # its summary line names the final place
     (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap "${how[@]}" --output "$tmp" |
-      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; return 2; }  # its summary line names the final place
+      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; _hpcdgnn_partial=; return 2; }
   elif [[ $name =~ ^n([0-9]+)-t([0-9]+)-f([0-9.]+)(-s([0-9]+))?$ ]]; then
     _hpcdgnn_log "generating $dir (IBM §6.3 random graph)"
     (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn generate --output "$tmp" --vertices "${BASH_REMATCH[1]}" \
       --snapshots "${BASH_REMATCH[2]}" --density "${BASH_REMATCH[3]}" --seed "${BASH_REMATCH[5]:-1}" |
-      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; return 2; }
+      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; _hpcdgnn_partial=; return 2; }
   else
     _hpcdgnn_log "dataset $dir does not exist (no manifest.json); write it with 'python -m hpcdgnn prepare|generate" \
       "--output $dir'"
@@ -294,6 +300,7 @@ hpcdgnn_ensure_data() {  # DIR
   if ! "$HPCDGNN_PY" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$tmp" "$dir" 2>/dev/null; then
     rm -rf "$tmp"  # another task got there first, or something else now lies at $dir
   fi
+  _hpcdgnn_partial=
   [ -f "$dir/manifest.json" ] && return 0
   _hpcdgnn_log "could not move the prepared dataset to $dir (something else was written there meanwhile)"
   return 2

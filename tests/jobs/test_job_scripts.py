@@ -1227,3 +1227,43 @@ def test_a_signal_to_the_local_script_during_its_set_up_is_not_lost(launcher, sm
     assert proc.returncode == EXIT_PREEMPTED, out
     assert "not starting it" in out and "run exited" not in out and not rundir.exists(), out
     assert f"pre-empted: no checkpoint yet in {rundir} (the next attempt starts over)" in out, out
+
+
+def test_a_second_signal_while_the_local_script_prepares_its_data_leaves_no_copy_of_it(launcher, tmp_path):
+    """A SIGTERM to local.sh alone while it reads its job's data.path (slowed here), then a second while it
+    prepares the dataset (which signals to the script alone do not stop): the second's trap ran once ``prepare`` had
+    written the whole dataset under its private name, and exited 143 there, before its rename into place or its
+    removal — a dataset left beside data.path as ``DATA.tmp-HOST-PID``, a name no later attempt uses or removes.
+    Now that exit removes it: 143, nothing of the preparation left."""
+    data, rundir, reading = tmp_path / "collegemsg", tmp_path / "run", tmp_path / "reading"
+    job = tmp_path / "job.yaml"
+    spec = yaml.safe_load((JOBS / "local.yaml").read_text())
+    spec["data"]["path"] = str(data)
+    job.write_text(yaml.safe_dump(spec))
+    slow_py = tmp_path / "python"  # its reading of the job's data.path takes seconds: the first signal lands there
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ] && [ ! -e {reading} ]; then touch {reading}; sleep 2; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    slow_py.chmod(0o755)
+    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")],
+                            env=_local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_PYTHON=slow_py), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not reading.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "preparing" in line:
+                break
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)  # while prepare runs: its trap runs once prepare is done
+        out = "".join(lines) + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, out
+    assert "SIGTERM again: stopping now, before the launch; nothing was started" in out, out
+    assert not data.exists() and not list(tmp_path.glob("collegemsg.tmp-*")), (out, list(tmp_path.iterdir()))
