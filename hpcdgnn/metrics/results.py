@@ -46,6 +46,19 @@ def json_safe(v: Any) -> Any:
 #: run directories this process made (rank 0): a refused new run removes only those, never one the user made
 MADE_RUN_DIRS: set[Path] = set()
 
+#: for a run directory of :data:`MADE_RUN_DIRS`, the missing parents its creation made too, innermost first: a
+#: refused new run removes those it left empty, as the run directory
+MADE_PARENT_DIRS: dict[Path, list[Path]] = {}
+
+
+def _make_run_dir(p: Path) -> None:
+    """``p.mkdir(parents=True)`` (``FileExistsError`` where ``p`` exists), recorded in :data:`MADE_RUN_DIRS` with
+    the parents it made (:data:`MADE_PARENT_DIRS`)."""
+    missing = [q for q in p.resolve().parents if not q.exists()]  # innermost first
+    p.mkdir(parents=True)
+    MADE_RUN_DIRS.add(p.resolve())
+    MADE_PARENT_DIRS[p.resolve()] = missing
+
 
 def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
     """The run directory: ``output`` if given (absent or empty), else a new timestamped one; never an old run.
@@ -60,8 +73,7 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
             raise ConfigError(f"--output {output}: directory exists and is not empty; a run never overwrites another")
         try:
             if not p.exists():
-                p.mkdir(parents=True)
-                MADE_RUN_DIRS.add(p.resolve())
+                _make_run_dir(p)
         except FileExistsError:  # another run made it since exists(): claim_run_dir says which of them has it
             if not p.is_dir():
                 raise ConfigError(f"--output {output}: is a file; a run writes into a new or empty directory") from None
@@ -73,8 +85,7 @@ def choose_run_dir(output: str | None, parent: str, job_name: str) -> Path:
     p, i = base, 1
     while True:
         try:
-            p.mkdir(parents=True, exist_ok=False)
-            MADE_RUN_DIRS.add(p.resolve())
+            _make_run_dir(p)
             return p
         except FileExistsError:
             if not p.exists():  # a parent is a file (pathlib says FileExistsError for it too)

@@ -35,7 +35,7 @@ from hpcdgnn.data.shard_reader import ShardReader
 from hpcdgnn.data.validate import check_dataset
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError, PlanError, SetUpStopped, StoppedError, cannot_create
 from hpcdgnn.metrics import choose_run_dir
-from hpcdgnn.metrics.results import MADE_RUN_DIRS, writing
+from hpcdgnn.metrics.results import MADE_PARENT_DIRS, MADE_RUN_DIRS, writing
 from hpcdgnn.nn.models import DGNN
 from hpcdgnn.ops import kernels
 from hpcdgnn.optim import Adam
@@ -590,9 +590,14 @@ def _discard_new_run(run_dir: Path, job: JobConfig) -> None:
         with suppress(OSError):  # a cleanup: the run's own error is the one to report
             (run_dir / name).unlink(missing_ok=True)
     made = run_dir.resolve() in MADE_RUN_DIRS
-    for d in ([] if job.checkpoint.dir else [run_dir / "checkpoints"]) + ([run_dir] if made else []):
-        with suppress(OSError):  # not there, or not empty: then it stays
+    # the parents its creation made (--output a/new/run) go too when it leaves them empty: nothing of the run stays
+    parents = MADE_PARENT_DIRS.get(run_dir.resolve(), []) if made else []
+    for d in ([] if job.checkpoint.dir else [run_dir / "checkpoints"]) + ([run_dir] if made else []) + parents:
+        try:
             d.rmdir()
+        except OSError:  # not there, or not empty (another run's, made since): then it and its parents stay
+            if d != run_dir / "checkpoints":
+                break
 
 
 def truncate_metrics(path: Path, last_epoch: int) -> None:

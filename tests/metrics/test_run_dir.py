@@ -124,3 +124,31 @@ def test_a_run_file_over_the_file_size_limit_says_so(tmp_path):
         raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
     assert str(e.value) == (f"cannot write {tmp_path / 'metrics.jsonl'}: File too large "
                             "(over this process's file size limit, ulimit -f?)")
+
+
+def test_a_discarded_new_run_leaves_none_of_the_parents_it_made(tmp_path):
+    """A new run given ``--output a/b/run`` (a and b missing) and undone before its first epoch — refused after its
+    claim, or stopped while it waited for its run.lock ("nothing of the run is left") — removed ``run`` but left the
+    empty ``a/b`` that its creation made. Now those go too; a parent that was there before, or that holds something
+    else by then, stays."""
+    from types import SimpleNamespace
+
+    from hpcdgnn.train.checkpoint import claim_run_dir
+    from hpcdgnn.train.setup import _discard_new_run
+
+    job = SimpleNamespace(checkpoint=SimpleNamespace(dir=None))
+    (tmp_path / "kept").mkdir()
+    run = choose_run_dir(str(tmp_path / "kept" / "a" / "b" / "run"), "unused", "job")
+    assert claim_run_dir(run)
+    _discard_new_run(run, job)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept"]
+
+    run = choose_run_dir(str(tmp_path / "kept" / "a" / "b" / "run"), "unused", "job")
+    (tmp_path / "kept" / "a" / "other").write_text("another's")  # made since, beside the run's parent
+    _discard_new_run(run, job)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["kept", "kept/a", "kept/a/other"]
+
+    user = tmp_path / "users"  # --output naming a directory the user made: it stays, as its parents
+    user.mkdir()
+    _discard_new_run(choose_run_dir(str(user), "unused", "job"), job)
+    assert user.is_dir()
