@@ -289,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
+    stops = [signum for signum in early if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)]
+    if stops:  # while it started: an mpirun started now would die of the SIGUSR1 relayed before its handlers
+        sys.stderr.write(f"hpcdgnn-mpirun: {signal.Signals(stops[0]).name} before mpirun started: not starting it "
+                         f"(exit {EXIT_PREEMPTED}: nothing ran; run the job again)\n")
+        return EXIT_PREEMPTED
     note = _RelayNote.make()
     try:
         if note:
