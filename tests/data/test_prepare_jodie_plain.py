@@ -179,6 +179,7 @@ def test_an_unused_label_is_not_read(tmp_path, monkeypatch):
     JODIE_HEAD + "\n1,2,3.0,0,0.5\n\u00e94,5,6.0,0,0.5\n",  # not ASCII
     JODIE_HEAD + "\n1,2,3.0,0,0.5\r4,5,6.0,0,0.5\r",  # old Mac line ends
     JODIE_HEAD + "\n1,2,3.0,0,0.5\n   \n4,5,6.0,0,0.5\n",  # a line of blanks
+    JODIE_HEAD + "\n1,2,3,0,0.5\n4,5,6,1,\x1f2.5\n",  # np.loadtxt strips U+001F, as str.strip, float() does not
 ])
 @pytest.mark.parametrize("events", [False, True])
 def test_other_files_go_to_the_line_reader(tmp_path, monkeypatch, text, events):

@@ -240,14 +240,16 @@ def decode_input(path: Path, data: bytes) -> str:
 
 #: The UTF-8 byte order mark, which UTF-8-sig decoding drops.
 BOM = b"\xef\xbb\xbf"
-#: ASCII bytes that ``str.splitlines`` (the line-by-line readers') reads as line breaks and ``np.loadtxt`` does not
-_OTHER_BREAK_BYTES = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+#: ASCII bytes that ``str.splitlines`` (the line-by-line readers') reads as line breaks and ``np.loadtxt`` does not,
+#: and U+001F, which ``np.loadtxt`` strips from a field as blank while ``float()`` (the line-by-line reader of edge
+#: features, which are not stripped) refuses it
+_OTHER_BREAK_BYTES = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 
 
 def plain_text(text: bytes) -> bool:
     r"""Whether numpy's C reader ``np.loadtxt`` splits ``text`` (whole lines) into the lines and comma-separated
     fields that the line-by-line readers (``str.splitlines``, ``str.split(",")``) find: ASCII, no ``"`` (no quoted
-    field), no line break but ``\n`` and ``\r\n``."""
+    field), no line break but ``\n`` and ``\r\n``, no U+001F."""
     if not text.isascii() or b'"' in text or any(b in text for b in _OTHER_BREAK_BYTES):
         return False
     return b"\r" not in text or text.count(b"\r") == text.count(b"\r\n")
