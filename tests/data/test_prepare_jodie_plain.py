@@ -417,3 +417,29 @@ def test_lines_longer_than_a_block(tmp_path, monkeypatch, events):
     path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(r + "\n" for r in _rows(rng, 40, 9000)))
     assert path.stat().st_size / 41 > 1 << 16
     assert _both(path, monkeypatch, events)
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_lines_far_longer_than_a_block_take_no_more_memory_than_the_line_reader(tmp_path, monkeypatch, events):
+    """Two rows of 2 MiB (events: 16 times a block) or 10 MiB (snapshots: 10 times one) each: the fast reader's
+    arrays of numbers per byte of a block would be some 30 bytes per byte of a line; its peak stays the line-by-line
+    reader's."""
+    import tracemalloc
+
+    rng = np.random.default_rng(31)
+    n = (2 << 20 if events else 10 << 20) // 10
+    feats = ",".join(f"{x:.6f}" for x in rng.normal(size=n))
+    path = _write(tmp_path, JODIE_HEAD + "\n" + "".join(f"{k},{k + 5},{k}.0,0,{feats}\n" for k in range(2)))
+
+    def peak() -> int:
+        tracemalloc.start()
+        try:
+            jodie.parse_jodie_events(path, None) if events else jodie._parse(path, None, True)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    fast = peak()
+    _slow(monkeypatch)
+    slow = peak()
+    assert fast <= 1.1 * slow, (fast >> 20, slow >> 20)

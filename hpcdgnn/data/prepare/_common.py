@@ -317,10 +317,12 @@ class InputBytes:
                 n += buf.count(b"\n", 0, got)
         return n
 
-    def blocks(self, start: int, first: int, size: int) -> Iterator[memoryview]:
+    def blocks(self, start: int, first: int, size: int, longest: int | None = None) -> Iterator[memoryview | None]:
         r"""From byte ``start`` on, blocks of whole lines (an input that ends in ``\n``): the first about ``first``
         bytes, the others about ``size``. A block read from the file is a view of a buffer that the next one
-        overwrites."""
+        overwrites. A line of more than ``longest`` bytes (None: no limit) read from the file ends the blocks with
+        None, its start read into a buffer of some ``2 * longest`` bytes at most; one of an input held whole comes as
+        a block (a view, no copy)."""
         if self.data is not None:
             yield from line_blocks(self.data, start, first, size)
             return
@@ -331,6 +333,9 @@ class InputBytes:
             held, want = 0, first  # held: the start of a line, carried from the last read
             while True:
                 if held + want > len(buf):  # a line longer than a block
+                    if longest is not None and held > longest:
+                        yield None
+                        return
                     grown = bytearray(2 * (held + want))
                     grown[:held] = buf[:held]
                     buf, view = grown, memoryview(grown)

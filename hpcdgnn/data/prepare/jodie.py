@@ -195,6 +195,9 @@ def _head(data: bytes, pos: int) -> tuple[list[tuple[int, str]], int, int]:
 #: line's leading fields only, and larger blocks spare numpy calls.
 _BLOCK = 1 << 17
 _LEADING_BLOCK = 1 << 20
+#: Blocks a line may span: a longer one (its block's arrays some 30 bytes per byte with edge features, 5 without)
+#: goes to the line-by-line reader, whose memory is its tokens'
+_LINE_BLOCKS = 8
 
 
 def _load(block: bytes, fields: list[tuple[int, type]], fcols: list[int]) -> np.ndarray | None:
@@ -257,13 +260,18 @@ def _read_blocks(
         ``(columns, features)``: each of ``fields`` (E,) in file order and the features float32 (E, D) or None; or
         ``fields`` to read again from the start, a time or label column among them now float64 (a block past the
         first holds a token that is not an integer); or None where a block is not plain
-        (:func:`~._common.plain_text`), a row has another width than ``width``, or a token parses as neither.
+        (:func:`~._common.plain_text`), a line spans more than :data:`_LINE_BLOCKS` blocks, a row has another
+        width than ``width``, or a token parses as neither.
     """
+    size = _BLOCK if fcols else _LEADING_BLOCK
+    longest = _LINE_BLOCKS * size
     features = np.empty((src.lines(start), len(fcols)), dtype=np.float32) if fcols else None
     parts: list[list[np.ndarray]] = [[] for _ in fields]
     n = 0
     scratch = Scratch()
-    for k, view in enumerate(src.blocks(start, 1 << 16, _BLOCK if fcols else _LEADING_BLOCK)):
+    for k, view in enumerate(src.blocks(start, 1 << 16, size, longest)):
+        if view is None or len(view) > longest + size:  # a block holds a line and at most a block's bytes more
+            return None
         block = bytes(view)
         if not plain_text(block):
             return None
@@ -316,7 +324,9 @@ def _plain_table(
         head, first, after = _head(prefix, begin)
         if len(head) == 2 or len(prefix) >= src.size:
             break
-        n *= 8
+        if n >= _LINE_BLOCKS * _LEADING_BLOCK:  # lines longer than _read_blocks reads
+            return None
+        n = min(8 * n, _LINE_BLOCKS * _LEADING_BLOCK)
     if not head:
         return None
     try:
@@ -324,7 +334,9 @@ def _plain_table(
     except DataError:
         return None
     rows, start = (head[1:], after) if header is not None else (head, first)
-    if not rows or not plain_text(prefix[begin:start]):
+    plain = plain_text(prefix[begin:start])
+    del prefix  # up to some 8 times the first two lines, not to be held while the rows are read
+    if not rows or not plain:
         return None
     width = rows[0][1].count(",") + 1
     if width < _need(index, labels or events):
