@@ -443,3 +443,31 @@ def test_lines_far_longer_than_a_block_take_no_more_memory_than_the_line_reader(
     _slow(monkeypatch)
     slow = peak()
     assert fast <= 1.1 * slow, (fast >> 20, slow >> 20)
+
+
+def test_blank_lines_do_not_count_as_rows_of_features(tmp_path, monkeypatch):
+    """200,000 blank lines among two rows of 100 features: the features are not held for a row per line (80 MB), the
+    file is read by the fast reader, and its peak stays the line-by-line reader's but for a block's arrays (some 30
+    bytes per byte of a block)."""
+    import tracemalloc
+
+    feats = ",".join(["0.5"] * 100)
+    path = _write(tmp_path, f"{JODIE_HEAD}\n1,2,3.0,0,{feats}\n" + "\n" * 200_000 + f"4,5,6.0,1,{feats}\n")
+
+    def peak() -> int:
+        tracemalloc.start()
+        try:
+            jodie.parse_jodie_events(path, None)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    taken = _spy(monkeypatch)
+    fast = peak()
+    assert taken == [True]
+    monkeypatch.undo()
+    _slow(monkeypatch)
+    slow = peak()
+    assert fast <= slow + 40 * jodie._BLOCK, (fast >> 10, slow >> 10)
+    monkeypatch.undo()
+    assert _both(path, monkeypatch, True)

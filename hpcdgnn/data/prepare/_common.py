@@ -310,7 +310,7 @@ class InputBytes:
         r"""The ``\n`` from byte ``start`` on."""
         if self.data is not None:
             return self.data.count(b"\n", start)
-        n, buf = 0, bytearray(1 << 22)
+        n, buf = 0, bytearray(max(1, min(1 << 22, self.size - start)))
         with open(self.path, "rb") as f:
             f.seek(start)
             while got := f.readinto(buf):

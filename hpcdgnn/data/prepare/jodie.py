@@ -265,7 +265,9 @@ def _read_blocks(
     """
     size = _BLOCK if fcols else _LEADING_BLOCK
     longest = _LINE_BLOCKS * size
-    features = np.empty((src.lines(start), len(fcols)), dtype=np.float32) if fcols else None
+    # a row per line, but no more than its fields' bytes allow (one and a separator each): blank lines are no rows
+    rows = min(src.lines(start), (src.size - start) // (2 * width) + 1)
+    features = np.empty((rows, len(fcols)), dtype=np.float32) if fcols else None
     parts: list[list[np.ndarray]] = [[] for _ in fields]
     n = 0
     scratch = Scratch()
@@ -290,7 +292,7 @@ def _read_blocks(
         for part, column in zip(parts, columns, strict=True):
             part.append(column)
         if features is not None:
-            if not np.isfinite(block_features).all():
+            if not np.isfinite(block_features).all() or n + columns[0].shape[0] > rows:
                 return None
             features[n : n + columns[0].shape[0]] = as_float32(block_features)
         n += columns[0].shape[0]
