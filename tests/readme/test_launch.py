@@ -453,3 +453,33 @@ def test_the_launchers_signal_file_does_not_outlive_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert not list(tmp.iterdir()), list(tmp.iterdir())
+
+
+def test_without_memfd_the_signal_file_is_named_and_removed_at_the_launchers_exit(tmp_path):
+    """Where the kernel has no memfd (not Linux, before 3.17, a sandbox refusing it) the launcher's signal file is
+    a named temporary file: the ranks read the relayed signal from it, and the launcher removes it when it exits
+    (the Linux path above never exercises this one)."""
+    tmp, started, seen = tmp_path / "tmp", tmp_path / "started", tmp_path / "seen"
+    tmp.mkdir()
+    fake = tmp_path / "mpirun"  # the job: on SIGUSR1 it reads the file it is given, then ends
+    fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "stand-in"; exit 0; }\n'
+                    f'trap \'cat "$HPCDGNN_MPIRUN_RELAYED" > {seen}.part; mv {seen}.part {seen}; exit 0\' USR1\n'
+                    f'echo "$HPCDGNN_MPIRUN_RELAYED" > {started}\nwhile true; do sleep 0.05; done\n')
+    fake.chmod(0o755)
+    no_memfd = "import os, sys; del os.memfd_create; from hpcdgnn.launch import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", no_memfd, "-np", "2", "prog"],
+                            env=_env(HPCDGNN_MPIRUN=str(fake), TMPDIR=str(tmp)), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.is_file() or not started.read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        named = Path(started.read_text().strip())
+        assert named.parent == tmp and named.name.startswith("hpcdgnn-mpirun-") and named.is_file(), named
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert seen.read_text() == "SIGTERM", proc.stderr.read()
+    assert not list(tmp.iterdir()), list(tmp.iterdir())
