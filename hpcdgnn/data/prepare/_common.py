@@ -291,6 +291,11 @@ class InputBytes:
         """The whole content: :func:`read_input_bytes`'."""
         return self.data if self.data is not None else read_input_bytes(self.path)
 
+    def take(self) -> bytes:
+        """:meth:`whole`, this object keeping no copy (a reader done with it: it is not to be read again)."""
+        data, self.data = self.whole(), None
+        return data
+
     def prefix(self, n: int) -> bytes:
         """The first ``n`` bytes (fewer at the end)."""
         if self.data is not None:

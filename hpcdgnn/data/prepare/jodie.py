@@ -367,16 +367,21 @@ def _plain_table(
 
 
 def _data_rows(
-    path: Path, text: str, columns: dict[str, str] | None
-) -> tuple[LastLine, dict[str, int], dict[str, str], list[str] | None, bool]:
-    """The data lines of a JODIE csv (its whole ``text``) and how to read them.
+    path: Path, src: InputBytes, columns: dict[str, str] | None
+) -> tuple[LastLine, dict[str, int], dict[str, str], list[str] | None, bool, RowWidths]:
+    """The data lines of a JODIE csv for the line-by-line reader (``src`` taken whole and decoded; it holds
+    nothing after) and how to read them.
 
     Returns:
-        ``(rows, index, names, header, quoted)``: lazy ``(line number, stripped line)`` rows (watched for a last
-        line cut short: call ``rows.check`` after them), the :func:`_header_columns` mapping, the fields of line 1
-        when it is a header, else None, and whether the file holds a ``"`` (its rows are then split by
-        :func:`~._common.quoted_fields`; one without is split by str.split, with no check per row).
+        ``(rows, index, names, header, quoted, widths)``: lazy ``(line number, stripped line)`` rows (watched for
+        a last line cut short: call ``rows.check`` after them), the :func:`_header_columns` mapping, the fields of
+        line 1 when it is a header, else None, whether the file holds a ``"`` (its rows are then split by
+        :func:`~._common.quoted_fields`; one without is split by str.split, with no check per row), and the rows'
+        width check (against the header's where columns are read by name).
     """
+    data = src.take()  # the decoded text is what the rows read: the bytes go once it is made
+    text = decode_input(path, data)
+    del data
     # lazily: wikipedia/reddit rows carry 172 features each; no second copy of the text
     numbered = ((i, s) for i, line in enumerate(text.splitlines(), 1) if (s := line.strip()))
     head = list(itertools.islice(numbered, 2))
@@ -384,7 +389,8 @@ def _data_rows(
         raise DataError(f"{path}: no interactions (empty file or header only)")
     index, names, header = _header_columns(path, head[0], head[1] if len(head) > 1 else None, columns)
     rows = LastLine(path, text, itertools.chain(head[1:] if header is not None else head, numbered))
-    return rows, index, names, header, '"' in text
+    widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
+    return rows, index, names, header, '"' in text, widths
 
 
 def _parse(
@@ -396,13 +402,7 @@ def _parse(
     plain = _plain_table(path, src, columns, labels, events=False)
     if plain is not None:
         return plain.users, plain.items, plain.time, plain.state, plain.names
-    data = src.whole()
-    del src
-    text = decode_input(path, data)
-    del data
-    rows, index, names, header, quoted = _data_rows(path, text, columns)
-    del text
-    widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
+    rows, index, names, header, quoted, widths = _data_rows(path, src, columns)
     users: list[str] = []
     items: list[str] = []
     times: list[str] = []
@@ -543,13 +543,7 @@ def parse_jodie_events(
     plain = _plain_table(path, src, columns, labels=False, events=True)
     if plain is not None:
         return plain.users, plain.items, plain.time, plain.features, plain.feature_names, plain.names
-    raw = src.whole()
-    del src
-    text = decode_input(path, raw)
-    del raw
-    data, index, names, header, quoted = _data_rows(path, text, columns)
-    del text
-    widths = RowWidths(path, (lambda ln, w: check_width(path, header, ln, w)) if read_by_name(columns) else None)
+    data, index, names, header, quoted, widths = _data_rows(path, src, columns)
     iu, ii, it = index["src"], index["dst"], index["time"]
     need = max(index.values()) + 1
     users: list[str] = []
