@@ -1137,24 +1137,35 @@ def test_ctrl_c_while_the_local_script_prepares_its_data_is_a_clean_stop(launche
     assert not data.exists() and not list(tmp_path.glob("collegemsg.tmp-*")), out
 
 
-def test_ctrl_c_while_the_local_script_reads_its_rundir_is_a_clean_stop(launcher, small_dataset, tmp_path):
-    """Ctrl-C while local.sh reads the state of its RUNDIR (a Python step the terminal's SIGINT stops too; slowed
-    here): it said "cannot tell the state of RUNDIR (unreadable); not touching it", exit 2, a user error's code.
-    Now the pre-emption before the launch it is, 75."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
-    rundir, first, second = tmp_path / "run", tmp_path / "first", tmp_path / "second"
-    slow_py = tmp_path / "python"  # its second Python-from-stdin step (the first reads the job's data.path) is slow
-    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then\n  if [ -e {first} ]; then touch {second}; sleep 5;'
+def _local_sh_probing_rundir(launcher, dataset, tmp_path, rundir, seconds: int) -> subprocess.Popen:
+    """local.sh (a 400-epoch job, its own process group) once it is in its RUNDIR probe, slowed by ``seconds``: its
+    second Python-from-stdin step (the first reads the job's data.path)."""
+    job = write_job(tmp_path / "job.yaml", dataset, train={"epochs": 400})
+    first, second = tmp_path / "first", tmp_path / "second"
+    slow_py = tmp_path / "python"
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then\n  if [ -e {first} ]; then touch {second}; sleep {seconds};'
                        f' else touch {first}; fi\nfi\nexec {sys.executable} "$@"\n')
     slow_py.chmod(0o755)
     proc = subprocess.Popen(["bash", str(JOBS / "local.sh")],
                             env=_local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_PYTHON=slow_py), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not second.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(proc.communicate()[0])
+        time.sleep(0.02)
+    return proc
+
+
+def test_ctrl_c_while_the_local_script_reads_its_rundir_is_a_clean_stop(launcher, small_dataset, tmp_path):
+    """Ctrl-C while local.sh reads the state of its RUNDIR (a Python step the terminal's SIGINT stops too; slowed
+    here): it said "cannot tell the state of RUNDIR (unreadable); not touching it", exit 2, a user error's code.
+    Now the pre-emption before the launch it is, 75."""
+    rundir = tmp_path / "run"
+    proc = _local_sh_probing_rundir(launcher, small_dataset, tmp_path, rundir, 5)
     try:
-        deadline = time.monotonic() + 60
-        while not second.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)
         out = proc.communicate(timeout=60)[0]
     finally:
@@ -1205,20 +1216,9 @@ def test_a_signal_to_the_local_script_during_its_set_up_is_not_lost(launcher, sm
     starting it — in the forked shell before its exec (which swallowed it) or the launcher's interpreter before
     its handlers (which SIGUSR1 ends): the run trained on to its end, exit 0. Now a signal before the launch starts
     nothing: 75, the pre-emption before the launch, no RUNDIR."""
-    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 400})
-    rundir, first, second = tmp_path / "run", tmp_path / "first", tmp_path / "second"
-    slow_py = tmp_path / "python"  # its second Python-from-stdin step (the RUNDIR probe) is slow
-    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ]; then\n  if [ -e {first} ]; then touch {second}; sleep 2;'
-                       f' else touch {first}; fi\nfi\nexec {sys.executable} "$@"\n')
-    slow_py.chmod(0o755)
-    proc = subprocess.Popen(["bash", str(JOBS / "local.sh")],
-                            env=_local_env(launcher, JOB=job, RUNDIR=rundir, HPCDGNN_PYTHON=slow_py), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    rundir = tmp_path / "run"
+    proc = _local_sh_probing_rundir(launcher, small_dataset, tmp_path, rundir, 2)
     try:
-        deadline = time.monotonic() + 60
-        while not second.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)  # the script alone: the probe goes on and reads the state
         out = proc.communicate(timeout=120)[0]
     finally:
