@@ -191,10 +191,14 @@ def test_a_dataset_too_short_to_train_on_is_named(tmp_path):
     line = _one_line(_hpcdgnn("run", str(job), "--output", str(tmp_path / "r")))
     assert f"leaves no training examples in data.path {data} (T = 1: too few snapshots" in line, line
     assert not (tmp_path / "r").exists()  # the run made the directory --output named: it goes (issue 61 §4.5)
-    # a run directory of its own (output.dir) is not left behind for a run that never trained
-    job = write_job(tmp_path / "job.yaml", data, output={"dir": str(tmp_path / "runs")})
-    _one_line(_hpcdgnn("run", str(job)))
-    assert list((tmp_path / "runs").iterdir()) == []
+    # a run directory of its own (output.dir) is not left behind for a run that never trained; nor is output.dir
+    # when the run made it, while one the user made stays
+    (tmp_path / "kept").mkdir()
+    for runs in (tmp_path / "runs", tmp_path / "kept"):
+        job = write_job(tmp_path / "job.yaml", data, output={"dir": str(runs)})
+        _one_line(_hpcdgnn("run", str(job)))
+    assert not (tmp_path / "runs").exists()
+    assert list((tmp_path / "kept").iterdir()) == []
 
 
 def test_ranks_started_with_different_arguments_are_refused_not_hung(launcher, tmp_path, small_dataset):
