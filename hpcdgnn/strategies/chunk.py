@@ -121,10 +121,13 @@ class ChunkStrategy(HaloStrategy):
     @classmethod
     def footprint(cls, job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
         """The appearance map every rank holds whole, whatever P (:func:`map_bytes_at_least`): O(T·N) as tables,
-        O(A) from the active appearances; ``lookup: active`` named where that form is the smaller."""
+        O(A) from the active appearances; ``strategy.lookup`` named where the other form is the smaller (``active``
+        asked for where most appearances are active holds ~3x the tables)."""
         T, N, A = manifest.num_snapshots, manifest.num_vertices, sum(manifest.snapshot_active)
         form, nbytes = map_bytes_at_least(T, N, num_ranks, A, job.strategy.lookup)
-        keys = ("strategy.lookup (active holds less)" if form == "table" and active_is_smaller(T, N, A) else
+        smaller = active_is_smaller(T, N, A)
+        keys = ("strategy.lookup (active holds less)" if form == "table" and smaller else
+                "strategy.lookup (table holds less)" if form == "active" and not smaller else
                 "strategy.name (every rank holds the chunk plan's map of T·N appearances; grid computes it)")
         return {"appearance map": (nbytes, keys)}
 

@@ -334,3 +334,22 @@ def test_a_chunk_plan_s_appearance_map_is_counted_on_every_rank(small_dataset, t
     grid = load_job(write_job(tmp_path / "grid.yaml", small_dataset, model={"name": "tgcn"},
                               strategy={"name": "grid"}))
     assert "appearance map" not in lower_bound(grid, m, 64)
+
+
+def test_lookup_active_on_mostly_active_appearances_is_refused_naming_lookup(small_dataset, tmp_path):
+    """``strategy.lookup: active`` where most appearances are active holds ~3x the tables' bytes: a rank with room
+    for the tables but not for that is refused naming ``strategy.lookup`` (the table holds less), not
+    ``strategy.name`` (another strategy), and the same job with the tables passes."""
+    from dataclasses import replace
+
+    m = load_manifest(small_dataset)
+    m = replace(m, num_vertices=10**8, snapshot_active=[10**8] * m.num_snapshots)  # T·N = 7·10⁸, all active
+
+    def job(lookup):
+        return load_job(write_job(tmp_path / "job.yaml", small_dataset, model={"name": "tgcn"},
+                                  strategy={"name": "chunk", "lookup": lookup}))
+
+    with pytest.raises(ConfigError, match=r"\(appearance map \d+\.\d GiB, set by strategy\.lookup \(table holds "
+                                          r"less\)\)"):
+        check_footprint(job("active"), m, 64, 8 * 2**30, "job.yaml")
+    check_footprint(job("table"), m, 64, 8 * 2**30, "job.yaml")
