@@ -122,13 +122,18 @@ class ChunkStrategy(HaloStrategy):
     def footprint(cls, job, manifest, num_ranks: int) -> dict[str, tuple[int, str]]:
         """The appearance map every rank holds whole, whatever P (:func:`map_bytes_at_least`): O(T·N) as tables,
         O(A) from the active appearances; ``strategy.lookup`` named where the other form is the smaller (``active``
-        asked for where most appearances are active holds ~3x the tables)."""
+        asked for where most appearances are active holds ~3x the tables). ``A`` is the manifest's count, the plan's
+        at least (smoothed data: more)."""
         T, N, A = manifest.num_snapshots, manifest.num_vertices, sum(manifest.snapshot_active)
         form, nbytes = map_bytes_at_least(T, N, num_ranks, A, job.strategy.lookup)
         smaller = active_is_smaller(T, N, A)
         keys = ("strategy.lookup (active holds less)" if form == "table" and smaller else
                 "strategy.lookup (table holds less)" if form == "active" and not smaller else
                 "strategy.name (every rank holds the chunk plan's map of T·N appearances; grid computes it)")
+        if form == "active" and job.strategy.lookup == "auto" and manifest.smoothed:
+            # A counts the raw edges' endpoints; a smoothed A_t (edge_life, mtransform_window) keeps older edges
+            # too, so the plan may have more active appearances and auto make the tables: the smaller bound
+            nbytes = min(nbytes, map_bytes_at_least(T, N, num_ranks, A, "table")[1])
         return {"appearance map": (nbytes, keys)}
 
     @classmethod

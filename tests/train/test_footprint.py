@@ -353,3 +353,23 @@ def test_lookup_active_on_mostly_active_appearances_is_refused_naming_lookup(sma
                                           r"less\)\)"):
         check_footprint(job("active"), m, 64, 8 * 2**30, "job.yaml")
     check_footprint(job("table"), m, 64, 8 * 2**30, "job.yaml")
+
+
+def test_the_appearance_map_bound_of_smoothed_data_is_below_the_map_made(tmp_path, monkeypatch):
+    """The manifest counts each snapshot's raw edges' endpoints; a smoothed A_t (``--edge-life``) keeps older
+    edges too, so the plan has more active appearances than the footprint counts and ``lookup: auto`` may make
+    the tables where those counts say the active form: the bound is then the smaller form's, never more than
+    the map a rank holds (T = 6, N = 200, 29 % of appearances active raw, 60 % smoothed)."""
+    from hpcdgnn.partition import appearances
+    from hpcdgnn.partition.chunk_plan import plan_chunks
+
+    monkeypatch.setattr(appearances, "TABLE_BYTES", 0)  # auto picks the smaller form at any size
+    data = make_dataset(tmp_path / "d", 6, 200, 34, edge_life=3)
+    m = load_manifest(data)
+    assert m.smoothed and appearances.active_is_smaller(6, 200, sum(m.snapshot_active))
+    job = load_job(write_job(tmp_path / "job.yaml", data, model={"name": "tgcn"}, strategy={"name": "chunk"}))
+    held = plan_chunks(m, 2, job).chunks.appearances
+    assert isinstance(held, appearances.DenseChunks)  # the plan's A_t say the tables
+    bound, keys = lower_bound(job, m, 2)["appearance map"]
+    assert bound <= held.nbytes(), (bound, held.nbytes())
+    assert keys.startswith("strategy.name")
