@@ -518,7 +518,11 @@ class _CallerState:
     the default dtype) as the caller had it, put back when the call returns: a script's own work is not changed by
     having trained, embedded or predicted. :meth:`save` also sets the default dtype a
     command has (float32): a notebook's ``torch.set_default_dtype(torch.float64)`` would otherwise draw the
-    initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``."""
+    initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``; and
+    the default device a command has (the CPU; ``train.device`` places the run's own tensors): a caller's
+    ``torch.set_default_device("cuda")`` or ``with torch.device("meta"):`` would otherwise put every tensor hpcdgnn
+    makes without a device there (on "meta" the model could not even be built). Only where the caller set one:
+    a default device costs every torch call a dispatch."""
 
     threads: int
     rng: Any
@@ -526,6 +530,10 @@ class _CallerState:
     cuda_rng: Any = None
     numpy_rng: Any = None
     python_rng: Any = None
+    #: the CPU as the default device, entered over the caller's (a context on torch's mode stack, which the
+    #: innermost decides: both ``set_default_device`` and ``with torch.device(...)`` are below it); None: the
+    #: caller's is the CPU
+    cpu: Any = None
 
     @classmethod
     def save(cls) -> _CallerState:
@@ -538,6 +546,9 @@ class _CallerState:
         caller = cls(torch.get_num_threads(), torch.random.get_rng_state(), torch.get_default_dtype(), cuda,
                      np.random.get_state(), random.getstate())
         torch.set_default_dtype(torch.float32)
+        if torch.get_default_device().type != "cpu":
+            caller.cpu = torch.device("cpu")
+            caller.cpu.__enter__()
         return caller
 
     def restore(self) -> None:
@@ -546,6 +557,9 @@ class _CallerState:
         import numpy as np
         import torch
 
+        if self.cpu is not None:
+            self.cpu.__exit__(None, None, None)
+            self.cpu = None
         torch.set_default_dtype(self.dtype)
         torch.set_num_threads(self.threads)
         torch.random.set_rng_state(self.rng)

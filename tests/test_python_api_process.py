@@ -1,0 +1,44 @@
+"""The Python API in a caller's process (hpcdgnn/api.py): what the caller set process-wide (torch's default
+device and dtype, ...) does not reach a run, and is the caller's again after each call, one that raises too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hpcdgnn
+from hpcdgnn.errors import ConfigError
+
+
+@pytest.fixture
+def meta_default():
+    """``torch.set_default_device("meta")``, as a notebook's ``set_default_device("cuda")`` on a machine without
+    a GPU: a tensor made there is no number at all, so a run that used it fails."""
+    torch.set_default_device("meta")
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+
+
+def test_the_caller_s_default_device_trains_the_command_s_numbers_and_stays(tmp_path, small_dataset, monkeypatch,
+                                                                            meta_default):
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 2}}
+    with torch.device("cpu"):
+        plain = hpcdgnn.train(job, output="plain")
+    run = hpcdgnn.train(job, output="meta")  # raised NotImplementedError: Cannot copy out of meta tensor
+    assert run.losses == plain.losses and torch.get_default_device().type == "meta"
+    monkeypatch.setenv("HPCDGNN_START_TIMEOUT", "abc")  # a call that raises
+    with pytest.raises(ConfigError, match="HPCDGNN_START_TIMEOUT"):
+        hpcdgnn.train(job, output="never")
+    assert torch.get_default_device().type == "meta"
+    monkeypatch.delenv("HPCDGNN_START_TIMEOUT")
+    again = hpcdgnn.load_run(run.dir)
+    assert {p.device.type for p in again.model.parameters()} == {"cpu"}
+    assert again.predict(pairs=[[0, 1, 5]]).shape == (1,) and torch.get_default_device().type == "meta"
+    torch.set_default_device(None)
+    with torch.device("meta"):  # the context manager's form
+        inside = hpcdgnn.train(job, output="inside")
+        assert torch.empty(1).device.type == "meta"
+    assert inside.losses == plain.losses
