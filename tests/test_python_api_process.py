@@ -42,3 +42,37 @@ def test_the_caller_s_default_device_trains_the_command_s_numbers_and_stays(tmp_
         inside = hpcdgnn.train(job, output="inside")
         assert torch.empty(1).device.type == "meta"
     assert inside.losses == plain.losses
+
+
+def _builder(hidden_scale: int):
+    """A user's builder: hpcdgnn's CD-GCN layers, ``hidden_scale`` times as wide."""
+    from hpcdgnn.nn.models import build_model
+
+    def build(in_features: int, hidden: int, layers: int):
+        return build_model("cdgcn", in_features, hidden * hidden_scale, layers)
+
+    return build
+
+
+def test_a_model_registered_after_a_first_run_trains_loads_and_registers_again(tmp_path, small_dataset,
+                                                                               monkeypatch):
+    """``register_model`` in a notebook: after a first ``train`` (which imported the regimes) the name is known
+    (it was 'model.name: unknown'), the cell run again replaces the builder, and hpcdgnn's names are refused."""
+    from hpcdgnn.nn.models import base, register_model
+
+    monkeypatch.setattr(base, "_MODELS", dict(base._MODELS))  # the registry as the next test finds it
+    monkeypatch.setattr(base, "_OPTIONS", dict(base._OPTIONS))
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "model": {"name": "cdgcn", "hidden": 4}, "train": {"epochs": 1}}
+    hpcdgnn.train(job, output="first")
+    register_model("mine")(_builder(1))
+    run = hpcdgnn.train({**job, "model": {"name": "mine", "hidden": 4}}, output="mine")
+    assert run.summary["status"] == "completed" and run.job.model.name == "mine"
+    assert hpcdgnn.load_run(run.dir).model.out_features == 4
+    register_model("mine")(_builder(2))  # the cell again, changed
+    wider = hpcdgnn.train({**job, "model": {"name": "mine", "hidden": 4}}, output="wider")
+    assert wider.model.out_features == 8
+    for taken in ("cdgcn", "tgn"):
+        with pytest.raises(ValueError, match=rf"^register_model: '{taken}' is one of hpcdgnn's models"):
+            register_model(taken)(_builder(1))
+    assert base._MODELS["cdgcn"].__module__ == "hpcdgnn.nn.models.cdgcn" and "tgn" not in base._MODELS

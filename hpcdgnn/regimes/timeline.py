@@ -19,12 +19,11 @@ from hpcdgnn.data.manifest import load_manifest
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.nn.models import (
     GraphCellOptions,
-    available_models,
     build_encoder_decoder,
     build_from_options,
     meta_layers,
-    model_options,
     needs_step_graphs,
+    registered_options,
 )
 from hpcdgnn.regimes.base import (
     RegimeSpec,
@@ -157,7 +156,7 @@ TIMELINE = register_regime(RegimeSpec(
     data_kind="snapshots",
     data_title="a snapshot dataset",
     data_made_by="prepare, generate",
-    models={name: model_options(name) for name in available_models()},
+    models=registered_options(),  # live: a model a script registers later is known too
     tasks={name: task_class(name).options for name in ("link_prediction", "node_classification", "regression")},
     strategies={"snapshot": SnapshotOptions, "pss": PSSOptions, "vertex": VertexOptions, "chunk": ChunkOptions,
                 "grid": GridOptions, "sequences": SequencesOptions, "hybrid": HybridOptions, "auto": AutoOptions},

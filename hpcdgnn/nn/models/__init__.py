@@ -13,6 +13,7 @@ from hpcdgnn.nn.models.base import (
     model_options,
     needs_step_graphs,
     register_model,
+    registered_options,
 )
 from hpcdgnn.nn.models.cdgcn import CDGCNLayer
 from hpcdgnn.nn.models.dcrnn import DCRNNLayer
@@ -57,4 +58,5 @@ __all__ = [
     "model_options",
     "needs_step_graphs",
     "register_model",
+    "registered_options",
 ]

@@ -22,7 +22,7 @@ from hpcdgnn.nn.layout import Layout, joined
 
 __all__ = ["DynamicLayer", "DGNN", "GraphCellOptions", "GraphModelOptions", "GraphRecurrentLayer", "StepParams",
            "register_model", "build_model", "build_from_options", "available_models", "meta_layers",
-           "model_options", "needs_step_graphs", "run_rnn"]
+           "model_options", "needs_step_graphs", "registered_options", "run_rnn"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,20 +362,65 @@ _OPTIONS: dict[str, type[GraphModelOptions]] = {}
 _STEP_GRAPHS: set[str] = set()
 
 
+def _ours(fn: Callable[..., Any]) -> bool:
+    """Whether builder ``fn`` is one of hpcdgnn's own (a user's comes from their script or notebook)."""
+    return (getattr(fn, "__module__", None) or "").startswith("hpcdgnn.")
+
+
 def register_model(name: str, *, step_graphs: bool = False, options: type[GraphModelOptions] = GraphModelOptions
                    ) -> Callable[[Callable[..., DGNN]], Callable[..., DGNN]]:
-    """Register a builder ``fn(in_features, hidden, layers, **options.model_args()) -> DGNN`` under ``name``."""
+    """Register a builder ``fn(in_features, hidden, layers, **options.model_args()) -> DGNN`` under ``name``, the
+    job's ``model.name`` (the snapshot-timeline regime's).
+
+    A script's or notebook's own model may be registered at any time before the call that trains or loads it
+    (:func:`hpcdgnn.train`, :func:`hpcdgnn.load_run`), in every process that makes that call (every rank under
+    MPI). Registering one of the caller's own names again replaces it (a notebook cell run again); one of
+    hpcdgnn's names, or another regime's (``tgn``), is refused in one line (ValueError).
+
+    Args:
+        name: the ``model.name`` it is chosen by.
+        step_graphs: its time encoder convolves over each step's graph (``graph_recurrent`` layers).
+        options: its ``model:`` options class (``model_args()`` are the builder's keywords).
+    """
 
     def deco(fn: Callable[..., DGNN]) -> Callable[..., DGNN]:
-        if name in _MODELS:
-            raise ValueError(f"model {name!r} registered twice")
+        if name in _MODELS and (_ours(_MODELS[name]) or _ours(fn)):
+            raise ValueError(f"model {name!r} registered twice" if _ours(fn) else
+                             f"register_model: {name!r} is one of hpcdgnn's models; register yours under another name")
+        if not _ours(fn):
+            from hpcdgnn.regimes import names
+
+            if name not in _MODELS and name in names("model"):
+                raise ValueError(f"register_model: {name!r} is one of hpcdgnn's models (of another regime); "
+                                 "register yours under another name")
         _MODELS[name] = fn
         _OPTIONS[name] = options
+        _STEP_GRAPHS.discard(name)
         if step_graphs:
             _STEP_GRAPHS.add(name)
         return fn
 
     return deco
+
+
+class _Registered(Mapping[str, type[GraphModelOptions]]):
+    """``model.name`` -> options class of every registered model as registered now: the timeline regime's
+    ``models``, so that a model registered after ``hpcdgnn.regimes`` was imported (after a first
+    :func:`hpcdgnn.train`) is a known ``model.name`` too (a copy taken at import left it unknown)."""
+
+    def __getitem__(self, name: str) -> type[GraphModelOptions]:
+        return _OPTIONS[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(_OPTIONS))
+
+    def __len__(self) -> int:
+        return len(_OPTIONS)
+
+
+def registered_options() -> Mapping[str, type[GraphModelOptions]]:
+    """Every registered model's options class by name, a live view (:class:`_Registered`)."""
+    return _Registered()
 
 
 def meta_layers(m, in_features: int = 1) -> list[DynamicLayer]:
