@@ -473,6 +473,10 @@ def main(argv: list[str] | None = None) -> int:
         _stop_while_starting(command, _PASS_STOPS, EXIT_PASS_STOPPED)  # _spmd_body's handlers replace it
     elif command is not None and command not in _SPMD_COMMANDS:
         starting = _stop_while_starting(command)  # before the parser's imports
+    if _AS_COMMAND:  # the process is the command's (a caller of main(argv) keeps its own filters)
+        from hpcdgnn.ops import ignore_csr_notice
+
+        ignore_csr_notice()
     args = _parser().parse_args(argv)
     if args.command in _SPMD_COMMANDS:
         return args.func(args)

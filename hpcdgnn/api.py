@@ -515,14 +515,14 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
 class _CallerState:
     """What a run sets process-wide (torch's intra-op threads, its global RNGs: the CPU's and, once CUDA is in use,
     every GPU's; numpy's and Python's global RNGs, which a resume, ``embed`` and ``predict`` set to a checkpoint's;
-    the default dtype) as the caller had it, put back when the call returns: a script's own work is not changed by
-    having trained, embedded or predicted. :meth:`save` also sets the default dtype a
-    command has (float32): a notebook's ``torch.set_default_dtype(torch.float64)`` would otherwise draw the
-    initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``; and
-    the default device a command has (the CPU; ``train.device`` places the run's own tensors): a caller's
+    the default dtype; the warning filters) as the caller had it, put back when the call
+    returns: a script's own work is not changed by having trained, embedded or predicted. :meth:`save` also sets the
+    default dtype a command has (float32): a notebook's ``torch.set_default_dtype(torch.float64)`` would otherwise
+    draw the initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``;
+    and the default device a command has (the CPU; ``train.device`` places the run's own tensors): a caller's
     ``torch.set_default_device("cuda")`` or ``with torch.device("meta"):`` would otherwise put every tensor hpcdgnn
-    makes without a device there (on "meta" the model could not even be built). Only where the caller set one:
-    a default device costs every torch call a dispatch."""
+    makes without a device there (on "meta" the model could not even be built). Only where the caller set one: a
+    default device costs every torch call a dispatch."""
 
     threads: int
     rng: Any
@@ -534,13 +534,19 @@ class _CallerState:
     #: innermost decides: both ``set_default_device`` and ``with torch.device(...)`` are below it); None: the
     #: caller's is the CPU
     cpu: Any = None
+    #: the caller's warning filters, kept while the call adds hpcdgnn's own
+    #: (:func:`hpcdgnn.ops.ignore_csr_notice`)
+    warning_filters: Any = None
 
     @classmethod
     def save(cls) -> _CallerState:
         import random
+        import warnings
 
         import numpy as np
         import torch
+
+        from hpcdgnn.ops import ignore_csr_notice
 
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         caller = cls(torch.get_num_threads(), torch.random.get_rng_state(), torch.get_default_dtype(), cuda,
@@ -549,6 +555,9 @@ class _CallerState:
         if torch.get_default_device().type != "cpu":
             caller.cpu = torch.device("cpu")
             caller.cpu.__enter__()
+        caller.warning_filters = warnings.catch_warnings()
+        caller.warning_filters.__enter__()
+        ignore_csr_notice()
         return caller
 
     def restore(self) -> None:
@@ -557,6 +566,9 @@ class _CallerState:
         import numpy as np
         import torch
 
+        if self.warning_filters is not None:
+            self.warning_filters.__exit__(None, None, None)
+            self.warning_filters = None
         if self.cpu is not None:
             self.cpu.__exit__(None, None, None)
             self.cpu = None

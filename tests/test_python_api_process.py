@@ -3,11 +3,16 @@ device and dtype, ...) does not reach a run, and is the caller's again after eac
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import hpcdgnn
 from hpcdgnn.errors import ConfigError
+from tests.conftest import write_job
 
 
 @pytest.fixture
@@ -76,3 +81,31 @@ def test_a_model_registered_after_a_first_run_trains_loads_and_registers_again(t
         with pytest.raises(ValueError, match=rf"^register_model: '{taken}' is one of hpcdgnn's models"):
             register_model(taken)(_builder(1))
     assert base._MODELS["cdgcn"].__module__ == "hpcdgnn.nn.models.cdgcn" and "tgn" not in base._MODELS
+
+
+_SIDE_EFFECTS = """
+import os, sys, warnings
+import numpy, torch  # their own filters: a PyTorch user's script has them already
+import hpcdgnn
+filters, env = list(warnings.filters), dict(os.environ)
+hpcdgnn.train  # the training modules, torch with them
+assert warnings.filters == filters, [f for f in warnings.filters if f not in filters]
+warnings.simplefilter("error")  # a notebook's, after the import
+filters = list(warnings.filters)
+run = hpcdgnn.train({job!r}, output={output!r})  # raised UserWarning: Sparse CSR tensor support is in beta
+assert run.summary["status"] == "completed"
+assert warnings.filters == filters, [f for f in warnings.filters if f not in filters]
+assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
+print("CLEAN")
+"""
+
+
+def test_importing_and_training_leave_the_caller_s_warning_filters(tmp_path, small_dataset):
+    """In a fresh interpreter (torch warns of CSR tensors once a process): importing hpcdgnn's training modules
+    added a global filter for torch's CSR notice, and a caller's later ``simplefilter("error")``, in front of it,
+    made that notice an exception inside the run. Now the filter is the call's alone."""
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 1})
+    code = _SIDE_EFFECTS.format(job=str(job), output=str(tmp_path / "r"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "HPCDGNN_KERNELS": "torch"})
+    assert proc.returncode == 0 and "CLEAN" in proc.stdout, proc.stderr[-3000:]

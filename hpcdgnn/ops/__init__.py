@@ -20,3 +20,16 @@ CPU loops (:mod:`hpcdgnn.ops.kernels`, numba; ``pip install hpcdgnn[cpu-kernels]
 or with ``HPCDGNN_KERNELS=torch``, every op takes its torch path. This layer imports nothing of hpcdgnn above it
 (models, tasks and strategies call it).
 """
+
+import warnings
+
+__all__ = ["ignore_csr_notice"]
+
+
+def ignore_csr_notice() -> None:
+    """Ignore torch's notice, once a process, that sparse CSR tensors are beta: hpcdgnn's adjacency is CSR
+    throughout, so in a job's log it is noise. Called where hpcdgnn's own code runs (the command's process; each
+    Python API call, inside ``warnings.catch_warnings``), not at import: a caller's own CSR tensors keep the notice,
+    and a caller's ``warnings.simplefilter("error")`` set after importing hpcdgnn does not make it an error inside
+    a run."""
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)

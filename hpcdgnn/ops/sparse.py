@@ -8,17 +8,12 @@ is computed once (SPEC S4)."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from hpcdgnn.indices import torch_index_dtype
-
-# CSR tensors are central here: the per-process 'beta' notice is noise in job logs
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-
 
 __all__ = ["NormalizedAdjacency", "block_diagonal", "csr_mm", "csr_nbytes", "csr_tensor", "csr_transpose", "gcn_norm",
            "row_phases", "sorted_csr", "spmm", "stacked_gcn_norm", "transposed_mm"]

@@ -19,15 +19,12 @@ edges are matched by the key ``row * N + col`` as in :mod:`hpcdgnn.data.graph_di
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import torch
-
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 __all__ = [
     "AGGREGATIONS",
