@@ -109,3 +109,16 @@ def test_importing_and_training_leave_the_caller_s_warning_filters(tmp_path, sma
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env={**os.environ, "HPCDGNN_KERNELS": "torch"})
     assert proc.returncode == 0 and "CLEAN" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_the_compiled_loops_leave_the_caller_s_environment(tmp_path):
+    """Importing numba for the CPU loops set NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING in ``os.environ`` for good
+    (a notebook's later subprocesses inherited it); now only while numba's import reads it."""
+    pytest.importorskip("numba")
+    code = ("import os; from hpcdgnn.ops import kernels; env = dict(os.environ); assert kernels._compile(); "
+            "assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items()); "
+            "import numba.core.errors as e; assert type(e.termcolor()).__name__ == 'NOPColorScheme'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+                          | {"HPCDGNN_KERNELS": "always"})
+    assert proc.returncode == 0, proc.stderr[-3000:]

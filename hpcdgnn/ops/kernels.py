@@ -144,9 +144,17 @@ def _cache_of_this_cpu():
     """The numba cache directory while the compiled module is imported: one directory per CPU kind.
 
     Why: numba's one index per function, shared by CPU kinds, can pair one kind's key with another's code."""
-    # no colours in numba's messages: colorama's exit hook wrote ESC [0m to every rank's output under mpirun
-    if "numba" not in sys.modules:
-        os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+    # no colours in numba's messages: colorama's exit hook wrote ESC [0m to every rank's output under mpirun.
+    # numba reads the variable once, at its import (numba.core.errors): set for that alone, then the caller's
+    # environment as it was (a notebook's later subprocesses inherit it)
+    quiet = "numba" not in sys.modules and "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ
+    if quiet:
+        os.environ["NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"] = "1"
+    try:
+        import numba.core.errors  # noqa: F401 - the import that reads it
+    finally:
+        if quiet:
+            del os.environ["NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"]
     from numba.core import config
     from numba.core.registry import cpu_target
     from numba.misc.appdirs import AppDirs
