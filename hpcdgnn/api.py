@@ -515,7 +515,7 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
 class _CallerState:
     """What a run sets process-wide (torch's intra-op threads, its global RNGs: the CPU's and, once CUDA is in use,
     every GPU's; numpy's and Python's global RNGs, which a resume, ``embed`` and ``predict`` set to a checkpoint's;
-    the default dtype; the warning filters) as the caller had it, put back when the call
+    the default dtype; the warning filters; the ``hpcdgnn`` logger) as the caller had it, put back when the call
     returns: a script's own work is not changed by having trained, embedded or predicted. :meth:`save` also sets the
     default dtype a command has (float32): a notebook's ``torch.set_default_dtype(torch.float64)`` would otherwise
     draw the initial weights in float64 before their cast to ``train.dtype``, and train other numbers than ``run``;
@@ -537,6 +537,8 @@ class _CallerState:
     #: the caller's warning filters, kept while the call adds hpcdgnn's own
     #: (:func:`hpcdgnn.ops.ignore_csr_notice`)
     warning_filters: Any = None
+    #: puts the ``hpcdgnn`` logger back as the caller had it (:func:`hpcdgnn.metrics.log.logging_restorer`)
+    logger: Any = None
 
     @classmethod
     def save(cls) -> _CallerState:
@@ -546,6 +548,7 @@ class _CallerState:
         import numpy as np
         import torch
 
+        from hpcdgnn.metrics.log import logging_restorer
         from hpcdgnn.ops import ignore_csr_notice
 
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
@@ -558,6 +561,7 @@ class _CallerState:
         caller.warning_filters = warnings.catch_warnings()
         caller.warning_filters.__enter__()
         ignore_csr_notice()
+        caller.logger = logging_restorer()
         return caller
 
     def restore(self) -> None:
@@ -566,6 +570,9 @@ class _CallerState:
         import numpy as np
         import torch
 
+        if self.logger is not None:
+            self.logger()
+            self.logger = None
         if self.warning_filters is not None:
             self.warning_filters.__exit__(None, None, None)
             self.warning_filters = None

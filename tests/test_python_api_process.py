@@ -122,3 +122,30 @@ def test_the_compiled_loops_leave_the_caller_s_environment(tmp_path):
                           env={k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
                           | {"HPCDGNN_KERNELS": "always"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_call_leaves_the_package_logger_as_the_caller_had_it(tmp_path, small_dataset, monkeypatch, caplog):
+    """A call's lines go to its stdout; afterwards the ``hpcdgnn`` logger is the caller's again: it kept a handler
+    on the call's ``sys.stdout`` (here pytest's capture, closed after the test: a later warning was a logging
+    error), ``propagate = False`` (the caller's root handlers never saw a warning) and INFO."""
+    import contextlib
+    import io
+    import logging
+
+    log = logging.getLogger("hpcdgnn")
+    monkeypatch.setattr(log, "handlers", [])
+    monkeypatch.setattr(log, "filters", [])
+    monkeypatch.setattr(log, "propagate", True)
+    log.setLevel(logging.NOTSET)
+    monkeypatch.chdir(tmp_path)
+    job = {"data": {"path": small_dataset}, "train": {"epochs": 1}}
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        run = hpcdgnn.train(job, output="r")
+        assert "epoch    1" in buffer.getvalue()
+        run.predict(pairs=[[0, 1, 5]])
+        assert "predict: 1 pair(s)" in buffer.getvalue()
+    buffer.close()
+    assert (log.level, log.propagate, log.handlers, log.filters) == (logging.NOTSET, True, [], [])
+    log.warning("hpcdgnn: a warning outside a call")  # was: ValueError: I/O operation on closed file
+    assert "a warning outside a call" in caplog.text  # through the root logger's handlers

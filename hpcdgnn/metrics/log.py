@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 
-__all__ = ["HeldLines", "get_logger", "configure_logging"]
+__all__ = ["HeldLines", "get_logger", "configure_logging", "logging_restorer"]
 
 _LOGGER = "hpcdgnn"
 
@@ -45,6 +46,28 @@ def configure_logging(rank: int, size: int, level: int = logging.INFO) -> loggin
     if log.level == logging.NOTSET:
         log.setLevel(level)
     return log
+
+
+def logging_restorer() -> Callable[[], None]:
+    """The package logger as the caller has it now, put back by the returned function at a library call's end:
+    the handler and rank filter :func:`configure_logging` added are removed, and the level and propagation are the
+    caller's again (handlers and filters the caller added meanwhile stay). Between calls the logger is the
+    caller's: a handler left on ``sys.stdout`` as it was during the call (a ``redirect_stdout``'s buffer, closed
+    since) took the lines hpcdgnn logs outside a run, and ``propagate = False`` hid them from the caller's root
+    handlers."""
+    log = get_logger()
+    level, propagate = log.level, log.propagate
+    handlers, filters = list(log.handlers), list(log.filters)
+
+    def restore() -> None:
+        for h in [h for h in log.handlers if getattr(h, "hpcdgnn", False) and h not in handlers]:
+            log.removeHandler(h)
+        for f in [f for f in log.filters if isinstance(f, _RankFilter) and f not in filters]:
+            log.removeFilter(f)
+        log.propagate = propagate
+        log.setLevel(level)  # setLevel, not the attribute: it clears the logger's cache of enabled levels
+
+    return restore
 
 
 def _a_test_runner_s(handler: logging.Handler) -> bool:
