@@ -506,7 +506,8 @@ def train(job: str | os.PathLike | Mapping | JobConfig | None, *,
         for module in (model, task):  # as load_run's: ready to evaluate
             if module is not None:
                 module.eval()
-        return TrainedRun(Path(result.run_dir).absolute(), result.preempted, model, task)
+        # bool(): a stop in the set-up is agreed in an array, numpy's bool (json.dumps refuses it)
+        return TrainedRun(Path(result.run_dir).absolute(), bool(result.preempted), model, task)
     except HpcdgnnError as e:
         raise _at_the_call(e) from None
 

@@ -633,7 +633,8 @@ def test_a_new_run_stopped_in_its_set_up_returns_no_model(tmp_path, small_datase
 
     monkeypatch.setattr(trainer, "build_run", signalled)
     run = hpcdgnn.train({"data": {"path": str(small_dataset)}, "train": {"epochs": 2}}, output=tmp_path / "r")
-    assert run.preempted and run.losses == [] and run.checkpoint is None
+    # a bool, not numpy's (the set-up's stop is agreed in an array): json.dumps and `is True` take it
+    assert run.preempted is True and run.losses == [] and run.checkpoint is None
     # the interrupt is acknowledged when it comes (a full-batch epoch may run long before the stop)
     out, err = capsys.readouterr()
     assert "hpcdgnn: interrupted: stopping at the next epoch boundary" in err
