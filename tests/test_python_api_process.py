@@ -4,6 +4,7 @@ device and dtype, ...) does not reach a run, and is the caller's again after eac
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -149,3 +150,16 @@ def test_a_call_leaves_the_package_logger_as_the_caller_had_it(tmp_path, small_d
     assert (log.level, log.propagate, log.handlers, log.filters) == (logging.NOTSET, True, [], [])
     log.warning("hpcdgnn: a warning outside a call")  # was: ValueError: I/O operation on closed file
     assert "a warning outside a call" in caplog.text  # through the root logger's handlers
+
+
+@pytest.mark.parametrize(("given", "advice"), [
+    ("EvolveGCNH", "did you mean 'evolvegcn_h'?"),
+    ("GConvGRU", "did you mean 'gconv_gru'?"),
+    ("TM-GCN", "did you mean 'tmgcn'?"),
+    ("TGCN", "did you mean 'tgcn_cell' (PyG Temporal's TGCN, Zhao et al.'s cell; 'tgcn' runs the GCN before the GRU)?"),
+    ("GCRN", "did you mean 'gcrn_m1' (Seo et al.'s GCRN-M1;"),
+    ("gcn", "choose from cdgcn, ")])
+def test_a_pyg_temporal_class_name_as_model_name_points_to_hpcdgnn_s(small_dataset, given, advice):
+    """A PyG Temporal user's first guess, its class name, was 'unknown' with a list of choices to read through."""
+    with pytest.raises(ConfigError, match=rf"^job \(mapping\): model.name: unknown '{given}'; " + re.escape(advice)):
+        hpcdgnn.train({"data": {"path": small_dataset}, "model": {"name": given}})

@@ -108,6 +108,32 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
 _NAMED = {ModelConfig: "model", TaskConfig: "task", StrategyConfig: "strategy"}
 
 
+#: model names a PyTorch Geometric Temporal user or a paper's reader gives that are hpcdgnn's under another
+#: name, by :func:`_spelled` form: PyG Temporal's ``TGCN`` is Zhao et al.'s cell (hpcdgnn's ``tgcn`` runs the
+#: convolutions before the GRU), Seo et al.'s GCRN the M1 form
+_MODEL_ALIASES = {"tgcn": ("tgcn_cell", "PyG Temporal's TGCN, Zhao et al.'s cell; 'tgcn' runs the GCN before the "
+                           "GRU"),
+                  "gcrn": ("gcrn_m1", "Seo et al.'s GCRN-M1; 'gconv_lstm' is GCRN-M2, PyG Temporal's GConvLSTM")}
+
+
+def _spelled(name: str) -> str:
+    """``name`` without case, ``-`` and ``_``: ``EvolveGCNH``, ``evolvegcn-h`` and ``evolvegcn_h`` alike."""
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+def _model_named(name: Any, known: list[str]) -> str:
+    """The advice after an unknown ``model.name``: the registered name it spells otherwise (PyG Temporal's class
+    name, a paper's), else the choices."""
+    choices = f"choose from {', '.join(known)}"
+    if not isinstance(name, str):
+        return choices
+    alias = _MODEL_ALIASES.get(_spelled(name))
+    if alias is not None and alias[0] in known:
+        return f"did you mean '{alias[0]}' ({alias[1]})? {choices}"
+    same = [n for n in known if _spelled(n) == _spelled(name)]
+    return f"did you mean '{same[0]}'? {choices}" if same else choices
+
+
 def _options(base: type, raw: Any, file: str) -> type:
     """The options class for the ``model:``/``task:``/``strategy:`` section's ``name`` (``base.name`` when absent)."""
     from hpcdgnn.regimes import names, options_class  # the regimes import the models, which import this package
@@ -115,8 +141,9 @@ def _options(base: type, raw: Any, file: str) -> type:
     section = _NAMED[base]
     name = raw.get("name", base.name) if isinstance(raw, dict) else base.name
     if not isinstance(name, str) or name not in names(section):  # a list or mapping is not hashable
-        raise ConfigError(f"{file}: {section}.name: unknown {short_repr(name)}; "
-                          f"choose from {', '.join(names(section))}")
+        advice = _model_named(name, names(section)) if section == "model" else \
+            f"choose from {', '.join(names(section))}"
+        raise ConfigError(f"{file}: {section}.name: unknown {short_repr(name)}; {advice}")
     return options_class(section, name)
 
 
