@@ -461,6 +461,17 @@ _AS_COMMAND = False
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand; returns the exit status."""
+    import warnings
+
+    from hpcdgnn.ops import ignore_csr_notice
+
+    with warnings.catch_warnings():  # hpcdgnn's filter for the command alone: main(argv)'s caller keeps its own
+        ignore_csr_notice()
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main`."""
     global _AS_COMMAND
     _AS_COMMAND = argv is None
     command = (sys.argv[1:2] or [""])[0] if argv is None else None
@@ -473,10 +484,6 @@ def main(argv: list[str] | None = None) -> int:
         _stop_while_starting(command, _PASS_STOPS, EXIT_PASS_STOPPED)  # _spmd_body's handlers replace it
     elif command is not None and command not in _SPMD_COMMANDS:
         starting = _stop_while_starting(command)  # before the parser's imports
-    if _AS_COMMAND:  # the process is the command's (a caller of main(argv) keeps its own filters)
-        from hpcdgnn.ops import ignore_csr_notice
-
-        ignore_csr_notice()
     args = _parser().parse_args(argv)
     if args.command in _SPMD_COMMANDS:
         return args.func(args)

@@ -163,3 +163,16 @@ def test_a_pyg_temporal_class_name_as_model_name_points_to_hpcdgnn_s(small_datas
     """A PyG Temporal user's first guess, its class name, was 'unknown' with a list of choices to read through."""
     with pytest.raises(ConfigError, match=rf"^job \(mapping\): model.name: unknown '{given}'; " + re.escape(advice)):
         hpcdgnn.train({"data": {"path": small_dataset}, "model": {"name": given}})
+
+
+@pytest.mark.mpi  # python -c naming hpcdgnn.__main__ (tests/conftest.py's MPI_CODE)
+def test_a_command_run_in_a_caller_s_process_keeps_its_filters_and_hides_torch_s_csr_notice(tmp_path, small_dataset):
+    """``hpcdgnn.__main__.main(argv)`` in a script that turned warnings into errors: the command's filter for
+    torch's CSR notice is in front of the caller's while it runs, and gone after."""
+    job = write_job(tmp_path / "job.yaml", small_dataset)
+    code = ("import warnings; from hpcdgnn.__main__ import main; warnings.simplefilter('error'); "
+            "filters = list(warnings.filters); "
+            f"assert main(['check', {str(job)!r}, '--ranks', '2']) == 0; assert warnings.filters == filters")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "HPCDGNN_KERNELS": "torch"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
