@@ -5,8 +5,27 @@ so that ``python -m hpcdgnn prepare`` and friends do not load torch.
 """
 
 import importlib
+import importlib.util
+from collections.abc import Callable
+from types import ModuleType
 
 __all__ = ["TrainedRun", "load_run", "train"]
+
+
+def submodules_on_use(package: str) -> Callable[[str], ModuleType]:
+    """A package's module ``__getattr__`` that imports its submodule ``name`` when first named: the docs' dotted
+    names (``hpcdgnn.errors.ConfigError``, ``hpcdgnn.data.adapters.from_arrays``) work after ``import hpcdgnn``
+    alone, not only once a call has imported them, and nothing is imported before it is used."""
+
+    def __getattr__(name: str) -> ModuleType:
+        if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+_submodule = submodules_on_use(__name__)
 
 
 def __getattr__(name: str):
@@ -16,7 +35,7 @@ def __getattr__(name: str):
         return importlib.import_module("hpcdgnn.train")
     if name in ("load_run", "TrainedRun"):
         return getattr(importlib.import_module("hpcdgnn.api"), name)
-    raise AttributeError(f"module 'hpcdgnn' has no attribute {name!r}")
+    return _submodule(name)
 
 
 def __dir__() -> list[str]:

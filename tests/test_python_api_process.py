@@ -13,7 +13,7 @@ import torch
 
 import hpcdgnn
 from hpcdgnn.errors import ConfigError
-from tests.conftest import write_job
+from tests.conftest import assert_runs_fresh, write_job
 
 
 @pytest.fixture
@@ -176,3 +176,16 @@ def test_a_command_run_in_a_caller_s_process_keeps_its_filters_and_hides_torch_s
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env={**os.environ, "HPCDGNN_KERNELS": "torch"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_the_docs_dotted_names_work_after_import_hpcdgnn_alone():
+    """README's ``hpcdgnn.errors.ConfigError`` and ``hpcdgnn.data.adapters.from_arrays`` (and docs/jobs.md's
+    ``hpcdgnn.nn.models.register_model``) were AttributeErrors until a call had imported those modules: a
+    notebook's ``pytest.raises(hpcdgnn.errors.ConfigError)`` or first adapter cell failed. Still without torch
+    until it is needed."""
+    assert_runs_fresh(
+        "import sys, hpcdgnn; hpcdgnn.errors.ConfigError; hpcdgnn.data.adapters.from_arrays; "
+        "assert 'torch' not in sys.modules; hpcdgnn.nn.models.register_model; "
+        "import pytest\n"
+        "with pytest.raises(AttributeError, match=\"module 'hpcdgnn.data' has no attribute 'adapterz'\"): "
+        "hpcdgnn.data.adapterz")

@@ -42,3 +42,8 @@ __all__ = [
     "save_manifest",
     "write_dataset",
 ]
+
+from hpcdgnn import submodules_on_use
+
+#: ``hpcdgnn.data.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)
