@@ -106,3 +106,19 @@ def test_the_memory_record_s_train_events_are_said():
     assert "self._train_events += work.events.shape[0]" in text  # each trainer, its own slice
     assert '"train_events": int(events[0])' in text and "allreduce_array([self._train_events" in text
     _says("`train_events` — the events trained on, summed over trainers: `strategy.epoch` j trains each event j times")
+
+
+def test_host_payload_of_chunk_and_grid_is_their_lookup(tmp_path, small_dataset, monkeypatch):
+    """``host_payload_bytes``: 0 under ``vertex``, but ``chunk`` and ``grid`` hold the lookup naming any row's rank
+    (the appearance map, the grid's O(T + N) cells) — results.md said all three hold none."""
+    import hpcdgnn
+    from tests.conftest import write_job
+
+    monkeypatch.chdir(tmp_path)
+    held = {}
+    for name in ("vertex", "chunk", "grid"):
+        job = write_job(tmp_path / f"{name}.yaml", small_dataset, strategy={"name": name}, train={"epochs": 1})
+        held[name] = hpcdgnn.train(job, output=f"r-{name}").summary["memory"]["host_payload_bytes"]
+    assert held["vertex"] == [0] and held["chunk"][0] > 0 and held["grid"][0] > 0
+    _says("`vertex` holds none: 0", "`chunk`'s appearance map, which every rank holds whole",
+          "`grid`'s O(T + N) lookup")
