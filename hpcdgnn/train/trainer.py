@@ -454,7 +454,8 @@ def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
     span = (f"epoch {final['epoch']}" if final["epoch"] == run.start_epoch + 1 else
             f"epochs {run.start_epoch + 1}-{final['epoch']}") if run.resumed and epochs_run else ""
     within = f" and {run.start_batch} batches of epoch {run.start_epoch + 1}" if run.start_batch else ""
-    done = (f"{span} (resumed after epoch {run.start_epoch}{within})" if span else f"{epochs_run} epochs"
+    plural = "s" * (epochs_run != 1)
+    done = (f"{span} (resumed after epoch {run.start_epoch}{within})" if span else f"{epochs_run} epoch{plural}"
             if epochs_run or not run.resumed else f"no epoch left after epoch {run.start_epoch}, summary.json written")
     return f"done: {done}{scores}; results in {run.run_dir}"
 
