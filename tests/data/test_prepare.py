@@ -420,6 +420,10 @@ def test_pygt_errors(tmp_path):
     path = _shared("pedalme_london.json.gz")
     with pytest.raises(DataError, match=r"do not apply to pygt-json"):
         prepare_dataset(path, "pygt-json", tmp_path / "o", snapshots=4)
+    # was ignored (the file's features are stored as they are) while the manifest recorded log_features: true
+    with pytest.raises(DataError, match=r"--log-features applies only to the degree features of --format snap or "
+                                        r"jodie \(pygt-json stores the file's own features as they are\)$"):
+        prepare_dataset(path, "pygt-json", tmp_path / "o", log_features=True)
     with pytest.raises(DataError, match=r"bad\.json:2: invalid JSON"):
         prepare_dataset(_write(tmp_path, "bad.json", '{"a":\n ]'), "pygt-json", tmp_path / "o")
     with pytest.raises(DataError, match=r"odd\.json: not a known PyGT dataset layout \(top-level keys: a, b\)"):

@@ -116,6 +116,9 @@ def _check_options(path: Path, fmt: str, opts: PrepareOptions) -> None:
         raise DataError(f"{path}: give only one of --snapshots, --window, --events-per-snapshot (got {len(slicing)})")
     if opts.lags is not None and fmt != "pygt-json":
         raise DataError(f"{path}: --lags applies only to --format pygt-json")
+    if opts.log_features and fmt == "pygt-json":  # it was ignored there, yet the manifest said log_features: true
+        raise DataError(f"{path}: --log-features applies only to the degree features of --format snap or jodie "
+                        "(pygt-json stores the file's own features as they are)")
     for name in ("edge_life", "mtransform", "shard_size"):  # the Python API passes them untyped: "2" or 2.5
         value = getattr(opts, name)
         if whole(value) is None:
