@@ -167,9 +167,13 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    """Run ``hpcdgnn generate`` from parsed arguments; print a one-line summary and return 0."""
+    """Run ``hpcdgnn generate`` from parsed arguments; print a one-line summary and return 0 (under ``mpirun``,
+    rank 0 writes and the other ranks wait for it, as ``prepare``'s)."""
+    from hpcdgnn.comm.world import world_rank_size
+    from hpcdgnn.data.adapters import _once_per_job
+
     t0 = time.perf_counter()
-    m = generate_dataset(
+    m = _once_per_job(generate_dataset)(
         args.output,
         vertices=args.vertices,
         snapshots=args.snapshots,
@@ -182,6 +186,8 @@ def run_generate(args: argparse.Namespace) -> int:
         spatial_spread=args.spatial_spread,
         temporal_spread=args.temporal_spread,
     )
+    if world_rank_size()[0] != 0:  # rank 0 says what it wrote
+        return 0
     size = sum(s.bytes for s in m.shards)
     print(
         f"generated {args.output}: N={m.num_vertices} T={m.num_snapshots} F={m.num_features} "

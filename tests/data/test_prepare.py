@@ -589,3 +589,23 @@ def test_cli_prepare_warns_of_empty_snapshots(tmp_path, capsys):
     assert run_prepare(args) == 0
     err = capsys.readouterr().err
     assert f"hpcdgnn prepare: warning: {out}: 2 of 4 snapshots have no edges (t = 1-2)" in err, err
+
+
+@pytest.mark.mpi
+def test_prepare_and_generate_under_mpirun_write_once(tmp_path, launcher):
+    """``mpirun -np 3 python -m hpcdgnn prepare`` (a job script's ``srun``): the three ranks each wrote --output,
+    two of them exiting 2 with "output exists" (the dataset made, the job failed); rank 0 now writes, the
+    others wait for it, and the job says "prepared" once, exit 0. A second run is refused on every rank, exit 2."""
+    src = _write(tmp_path, "tiny.txt", TINY)
+    prepare = ["-m", "hpcdgnn", "prepare", str(src), "--format", "snap", "--snapshots", "3", "--output",
+               str(tmp_path / "d")]
+    proc = launcher.run(3, prepare, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.count(f"prepared {tmp_path / 'd'}: N=3 T=3") == 1 and "exists" not in proc.stderr
+    assert load_manifest(tmp_path / "d").num_snapshots == 3
+    again = launcher.run(3, prepare, timeout=120, cwd=tmp_path)
+    assert again.returncode == 2 and "output exists and is not empty" in again.stderr
+    generate = ["-m", "hpcdgnn", "generate", "--output", str(tmp_path / "g"), "--vertices", "50", "--snapshots",
+                "2", "--density", "2", "--seed", "1"]
+    proc = launcher.run(2, generate, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count(f"generated {tmp_path / 'g'}: N=50 T=2") == 1, proc.stderr
