@@ -295,18 +295,38 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return run_profile(args)
 
 
+#: the MPI tags of rank 0's word about ``export`` / ``report`` to the other ranks (:func:`_on_rank_0`)
+_EXPORT_CLI_TAG, _REPORT_CLI_TAG = 0x4ADC, 0x4ADD
+
+
+def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work) -> int:
+    """``work()``'s exit status, run by rank 0 alone where the command was launched on several MPI ranks (a job
+    script's ``srun``): each rank wrote the same files, all but the first refused ("exists", exit 2) or racing it.
+    The others wait for rank 0's word (:mod:`hpcdgnn.rank_zero`) and return 0, or raise its error as theirs."""
+    from hpcdgnn.rank_zero import Words, await_rank_0, job_world, rank_0_does, several_ranks
+
+    if not several_ranks():
+        return work()
+    world = job_world(name)
+    key = f"{name} " + " ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items()) if k != "func")
+    words = Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files")
+    if world.Get_rank() == 0:
+        return rank_0_does(world, tag, key, work, words)
+    return await_rank_0(world, tag, key, words, lambda: 0)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     """Export a run's records and model (issue 60); imports torch only for --tensorboard and --model-only."""
     from hpcdgnn.metrics.export import run_export
 
-    return run_export(args)
+    return _on_rank_0("export", _EXPORT_CLI_TAG, args, lambda: run_export(args))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Learning curves and time split of runs (issue 60)."""
     from hpcdgnn.metrics.report import run_report
 
-    return run_report(args)
+    return _on_rank_0("report", _REPORT_CLI_TAG, args, lambda: run_report(args))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -350,3 +350,20 @@ def test_every_output_is_checked_before_any_is_written(tmp_path, small_dataset):
         assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], (args, proc.stderr)
         assert not any(out.iterdir()), (args, list(out.iterdir()))
     assert existing.read_text() == "the user's own file\n"
+
+
+@pytest.mark.mpi
+def test_export_and_report_under_mpirun_write_once(tmp_path, small_dataset, launcher):
+    """``mpirun -np 2 python -m hpcdgnn export RUNDIR --csv FILE`` (a job script's ``srun``): each rank wrote FILE,
+    the second refused ("exists", exit 2) after the first had written it; ``report`` raced on its PNGs. Rank 0
+    now writes, the others wait for its word: one line, exit 0; a refusal is still every rank's, exit 2."""
+    run = _train(tmp_path, small_dataset, train={"epochs": 1})
+    export = ["-m", "hpcdgnn", "export", str(run), "--csv", str(tmp_path / "m.csv")]
+    proc = launcher.run(2, export, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("m.csv: 1 epochs x") == 1 and "exists" not in proc.stderr
+    again = launcher.run(2, export, timeout=120, cwd=tmp_path)
+    assert again.returncode == 2 and "exists; an export never overwrites" in again.stderr
+    proc = launcher.run(2, ["-m", "hpcdgnn", "report", str(run), "--out", str(tmp_path / "rep")], timeout=120,
+                        cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count("curves.png") == 1, proc.stdout + proc.stderr[-2000:]
