@@ -45,13 +45,19 @@ class NodeClassification(Task):
     in_place = True
     options = NodeClassificationOptions
 
-    def __init__(self, cfg: NodeClassificationOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
-        super().__init__()
+    @staticmethod
+    def check(cfg: NodeClassificationOptions, manifest: Manifest) -> None:
+        """The dataset carries class labels (at least 2 classes)."""
         if manifest.num_classes < 2:
             raise DataError(
-                "task.name: node_classification needs labels, but the dataset has none; "
-                "prepare it with --labels (e.g. next_activity)"
+                "task.name: node_classification needs labels, but the dataset has none; prepare it with --labels "
+                "(e.g. next_activity), or from Python with from_arrays(..., labels='next_activity') or "
+                "from_signal(..., labels=True)"
             )
+
+    def __init__(self, cfg: NodeClassificationOptions, manifest: Manifest, emb_features: int, seed: int) -> None:
+        super().__init__()
+        self.check(cfg, manifest)
         self.manifest = manifest
         self.head = nn.Linear(emb_features, manifest.num_classes)
         self.ranges = self.steps(cfg, manifest)

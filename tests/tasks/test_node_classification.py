@@ -12,7 +12,7 @@ from hpcdgnn.errors import DataError
 from hpcdgnn.tasks import build_task, split_steps
 from hpcdgnn.tasks.base import Scored
 from hpcdgnn.tasks.node_classification import NodeClassification, NodeClassificationOptions
-from tests.conftest import random_snapshots
+from tests.conftest import random_snapshots, write_job
 from tests.tasks.conftest import FakeComm, N, T, raw_labels
 
 CFG = NodeClassificationOptions(split=(0.5, 0.25, 0.25))
@@ -131,3 +131,20 @@ def test_dataset_without_labels_is_a_data_error(tmp_path):
     assert m.num_classes == 0
     with pytest.raises(DataError, match="labels"):
         NodeClassification(CFG, m, 4, seed=0)
+
+
+def test_a_dataset_without_labels_is_refused_before_the_run_naming_the_job(launcher, tmp_path):
+    """node_classification on a dataset without labels: one line naming the job file (or the --set that asked) and
+    both ways to make labels (``prepare --labels``, the Python adapters'), exit 2, no run directory left. The head
+    refused it only when built, in a line naming neither the file nor the Python adapters."""
+    data = tmp_path / "plain"
+    write_dataset(data, random_snapshots(5, 11, 20, 1, labels=False), num_vertices=11, shard_snapshots=3)
+    for job, extra in ((write_job(tmp_path / "nc.yaml", data, task={"name": "node_classification"}), []),
+                       (write_job(tmp_path / "lp.yaml", data), ["--set", "task.name=node_classification"])):
+        proc = launcher.run(None, ["-m", "hpcdgnn", "run", str(job), "--output", str(tmp_path / "r"), *extra])
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        who = "--set task.name" if extra else f"{job}: task.name"
+        assert f"{who}: node_classification needs labels, but the dataset has none" in lines[0], lines[0]
+        assert "--labels (e.g. next_activity)" in lines[0] and "from_signal(..., labels=True)" in lines[0], lines[0]
+        assert not (tmp_path / "r").exists()
