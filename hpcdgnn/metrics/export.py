@@ -303,7 +303,7 @@ def run_export(args) -> int:
         blob = _pygt_blob(run) if pygt else _model_blob(run)
     if args.csv:
         cols = write_csv(records, args.csv)
-        say(f"{args.csv}: {len(records)} epochs x {len(cols)} columns")
+        say(f"{args.csv}: {len(records)} epoch{'s' * (len(records) != 1)} x {len(cols)} columns")
     if args.tensorboard:
         n = write_tensorboard(records, args.tensorboard)
         say(f"{args.tensorboard}: {n} scalars over {len(records)} epochs (tensorboard --logdir {args.tensorboard})")

@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-__all__ = ["HeldLines", "get_logger", "configure_logging", "logging_restorer"]
+__all__ = ["HeldLines", "batches_into", "get_logger", "configure_logging", "logging_restorer"]
 
 _LOGGER = "hpcdgnn"
 
@@ -80,6 +80,12 @@ def _a_test_runner_s(handler: logging.Handler) -> bool:
 def get_logger() -> logging.Logger:
     """The package logger."""
     return logging.getLogger(_LOGGER)
+
+
+def batches_into(epoch: int, batches: int) -> str:
+    """A resume point's batches past epoch ``epoch``, as the lines that name it read: " and 1 batch of epoch 4"
+    (``epoch`` 3), "" when it resumes at an epoch's end."""
+    return f" and {batches} batch{'es' * (batches != 1)} of epoch {epoch + 1}" if batches else ""
 
 
 class HeldLines:

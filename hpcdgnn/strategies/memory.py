@@ -29,7 +29,7 @@ import torch
 from hpcdgnn.data.events import read_eval_negatives
 from hpcdgnn.errors import ConfigError
 from hpcdgnn.indices import unique_ints
-from hpcdgnn.metrics.log import get_logger
+from hpcdgnn.metrics.log import batches_into, get_logger
 from hpcdgnn.nn.models.tgn import MemoryRows, TGNInput
 from hpcdgnn.partition.events import MemoryPlan, check_batches, plan_memory
 from hpcdgnn.strategies.base import EventBatch, Pretraining, Scored, Strategy
@@ -556,8 +556,7 @@ class MemoryStrategy(Strategy[EventBatch]):
             return None
         if self.ctx.resumed:
             if self.comm.rank == 0:
-                within = f" and {self.ctx.start_batch} batches of epoch {self.ctx.start_epoch + 1}" \
-                    if self.ctx.start_batch else ""
+                within = batches_into(self.ctx.start_epoch, self.ctx.start_batch)
                 get_logger().info(f"static node memory: as trained up to epoch {self.ctx.start_epoch}{within} "
                                   "(restored; pre-training skipped)")
             return None

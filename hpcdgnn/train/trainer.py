@@ -41,7 +41,7 @@ from hpcdgnn.data.manifest import manifest_sizes
 from hpcdgnn.errors import ConfigError, HpcdgnnError, out_of_memory
 from hpcdgnn.metrics import RunDirectory, configure_logging, read_epoch_records
 from hpcdgnn.metrics.epoch import EpochRecorder, fmt_metric
-from hpcdgnn.metrics.log import HeldLines
+from hpcdgnn.metrics.log import HeldLines, batches_into
 from hpcdgnn.metrics.memory import SavedTensorMeter
 from hpcdgnn.metrics.op_profile import PROFILE_DIR, profiled, write_profile
 from hpcdgnn.metrics.summary import RunTotals, write_summary
@@ -220,8 +220,8 @@ def _banner(run: Run, comm: Communicator) -> list[str]:
                  f"{pretrained}"
                  f"   host allocator: {describe()}")
     if run.resumed:
-        within = f" and {run.start_batch} batches of epoch {run.start_epoch + 1}" if run.start_batch else ""
-        lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}{within}")
+        lines.append(f"resumed from {run.checkpoint} after epoch {run.start_epoch}"
+                     f"{batches_into(run.start_epoch, run.start_batch)}")
     return lines
 
 
@@ -453,7 +453,7 @@ def _done_line(run: Run, totals: RunTotals, epochs_run: int) -> str:
     scores = "".join(f", {k} {fmt_metric(final.get(k))}" for k in (f"val_{m}", f"test_{m}") if k in final)
     span = (f"epoch {final['epoch']}" if final["epoch"] == run.start_epoch + 1 else
             f"epochs {run.start_epoch + 1}-{final['epoch']}") if run.resumed and epochs_run else ""
-    within = f" and {run.start_batch} batches of epoch {run.start_epoch + 1}" if run.start_batch else ""
+    within = batches_into(run.start_epoch, run.start_batch)
     plural = "s" * (epochs_run != 1)
     done = (f"{span} (resumed after epoch {run.start_epoch}{within})" if span else f"{epochs_run} epoch{plural}"
             if epochs_run or not run.resumed else f"no epoch left after epoch {run.start_epoch}, summary.json written")

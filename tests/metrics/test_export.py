@@ -361,7 +361,7 @@ def test_export_and_report_under_mpirun_write_once(tmp_path, small_dataset, laun
     export = ["-m", "hpcdgnn", "export", str(run), "--csv", str(tmp_path / "m.csv")]
     proc = launcher.run(2, export, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("m.csv: 1 epochs x") == 1 and "exists" not in proc.stderr
+    assert proc.stdout.count("m.csv: 1 epoch x") == 1 and "exists" not in proc.stderr
     again = launcher.run(2, export, timeout=120, cwd=tmp_path)
     assert again.returncode == 2 and "exists; an export never overwrites" in again.stderr
     proc = launcher.run(2, ["-m", "hpcdgnn", "report", str(run), "--out", str(tmp_path / "rep")], timeout=120,

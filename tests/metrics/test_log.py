@@ -57,3 +57,13 @@ def test_pytest_s_log_capture_on_the_logger_is_not_taken_for_a_caller_s_handler(
         log.removeHandler(capture)
         logging.getLogger().removeHandler(root)
     configure_logging(0, 1)
+
+
+def test_a_resume_point_s_batches_read_singular_and_plural():
+    """The resume lines ("resumed from ... after epoch 3 and 1 batch of epoch 4", the done line's, the static node
+    memory's) said "1 batches"."""
+    from hpcdgnn.metrics.log import batches_into
+
+    assert batches_into(3, 1) == " and 1 batch of epoch 4"
+    assert batches_into(0, 2) == " and 2 batches of epoch 1"
+    assert batches_into(5, 0) == ""
