@@ -22,9 +22,11 @@
 #                              the job set outside it
 #   hpcdgnn_exit RC [RUNDIR]   exit; on 75 (pre-empted) requeue the batch job (SLURM) or let LSF's
 #                              '#BSUB -Q 75' requeue it; the requeued job resumes from RUNDIR
-#   hpcdgnn_setup_failed [RUNDIR]
-#                              exit after a failed set-up step (preparing the data, ...): 2, the user error it
-#                              reported, or, where a stop signal came (a Ctrl-C stops the step too), hpcdgnn_exit 75
+#   hpcdgnn_setup_failed [RUNDIR [STATUS]]
+#                              exit after a failed set-up step (preparing the data, ...) whose status is STATUS
+#                              (default: $? as it is called, 'step || hpcdgnn_setup_failed RUNDIR'): 2, the user
+#                              error it reported, or, where a stop signal came and ended the step (a Ctrl-C stops the
+#                              step too: STATUS > 128), hpcdgnn_exit 75
 #   hpcdgnn_mpirun_launch RANKS
 #                              HPCDGNN_LAUNCH: $HPCDGNN_MPIRUN (default mpirun) -np RANKS with MPIRUN_FLAGS, and
 #                              for Open MPI --bind-to none unless the flags bind (see "Launcher" below)
@@ -220,9 +222,16 @@ except Exception as e:  # the run itself reports the YAML error properly
 EOF
 }
 
+# The status of a failed set-up step as the step's caller passes it on: a signal's (> 128: a Ctrl-C or SIGTERM to the
+# job's process group ended the step), which hpcdgnn_setup_failed takes for the stop it is, else 2 (a user error).
+_hpcdgnn_step_failed() {  # STATUS
+  if [ "$1" -gt 128 ]; then return "$1"; fi
+  return 2
+}
+
 hpcdgnn_ensure_job_data() {  # JOB: hpcdgnn_ensure_data of the job's data.path (or $DATA); 2 when JOB is unreadable
   local dir
-  dir=$(hpcdgnn_data_path "$1") || return 2
+  dir=$(hpcdgnn_data_path "$1") || { _hpcdgnn_step_failed $?; return; }
   hpcdgnn_ensure_data "$dir"
 }
 
@@ -257,8 +266,8 @@ _hpcdgnn_renamed() {  # FROM TO: stdin to stdout with the string FROM written as
   while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "${line//"$1"/"$2"}"; done
 }
 
-hpcdgnn_ensure_data() {  # DIR
-  local dir=$1 name tmp src
+hpcdgnn_ensure_data() {  # DIR: 0, 2 (one line said why) or a signal's status (> 128: the step was stopped)
+  local dir=$1 name tmp src rc
   if [ -z "$dir" ]; then
     _hpcdgnn_log "the job names no data.path"
     return 2
@@ -286,12 +295,12 @@ hpcdgnn_ensure_data() {  # DIR
     if [ "$name" = collegemsg-events ]; then how=(--kind events); fi  # jobs/tgn.yaml's event stream
     # its summary line names the final place
     (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn prepare "$src" --format snap "${how[@]}" --output "$tmp" |
-      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; _hpcdgnn_partial=; return 2; }
+      _hpcdgnn_renamed "$tmp" "$dir") || { rc=$?; rm -rf "$tmp"; _hpcdgnn_partial=; _hpcdgnn_step_failed "$rc"; return; }
   elif [[ $name =~ ^n([0-9]+)-t([0-9]+)-f([0-9.]+)(-s([0-9]+))?$ ]]; then
     _hpcdgnn_log "generating $dir (IBM §6.3 random graph)"
     (set -o pipefail; "$HPCDGNN_PY" -m hpcdgnn generate --output "$tmp" --vertices "${BASH_REMATCH[1]}" \
       --snapshots "${BASH_REMATCH[2]}" --density "${BASH_REMATCH[3]}" --seed "${BASH_REMATCH[5]:-1}" |
-      _hpcdgnn_renamed "$tmp" "$dir") || { rm -rf "$tmp"; _hpcdgnn_partial=; return 2; }
+      _hpcdgnn_renamed "$tmp" "$dir") || { rc=$?; rm -rf "$tmp"; _hpcdgnn_partial=; _hpcdgnn_step_failed "$rc"; return; }
   else
     _hpcdgnn_log "dataset $dir does not exist (no manifest.json); write it with 'python -m hpcdgnn prepare|generate" \
       "--output $dir'"
@@ -442,8 +451,8 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   if [ -n "${DATA:-}" ]; then
     runargs+=(--set "data.path=$DATA")
   fi
-  local state differs trained
-  state=$(hpcdgnn_run_state "$rundir") || state="unreadable"
+  local state differs trained probe=0
+  state=$(hpcdgnn_run_state "$rundir") || { probe=$?; state="unreadable"; }
   case $state in
     completed)
       trained=$(_hpcdgnn_trained_epochs "$rundir")
@@ -494,7 +503,7 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
       mode=--output
       ;;
     *)
-      if hpcdgnn_signalled; then  # the signal (a Ctrl-C stops the reader too) came while it was read
+      if hpcdgnn_signalled && [ "$probe" -gt 128 ]; then  # the signal (a Ctrl-C) stopped the reader too
         _hpcdgnn_log "a pre-emption signal came before $rundir started: not starting it"
         HPCDGNN_RC=$HPCDGNN_EXIT_PREEMPTED
         return 0
@@ -552,10 +561,12 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   if [ -n "$_hpcdgnn_again" ] && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ]; then
     # stopped at once by the second signal: no checkpoint to wait for; its code, whatever the launcher said (1)
     if [ "$_hpcdgnn_again" = INT ]; then rc=130; else rc=143; fi
-  elif hpcdgnn_signalled && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] \
+  elif hpcdgnn_signalled && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] && [ "$rc" != 2 ] \
       && _hpcdgnn_stopped_cleanly "$rundir" "$started"; then
     # a bare mpirun given the scheduler's SIGTERM itself exits 1 (Open MPI 5) though its ranks checkpointed
-    # and wrote summary.json (status preempted) in this attempt: the clean stop it is, so that it is requeued
+    # and wrote summary.json (status preempted) in this attempt: the clean stop it is, so that it is requeued.
+    # Not a 2: the ranks' user error (a bad key met in their set-up after the warning), which no launcher says
+    # for a stop of its own, and which would only wait HPCDGNN_STOP_WAIT for a summary.json never written
     _hpcdgnn_log "the launcher exited with $rc after the ranks stopped cleanly ($rundir/summary.json:" \
       "preempted): a clean stop, 75"
     rc=$HPCDGNN_EXIT_PREEMPTED
@@ -637,9 +648,14 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   exit "$rc"
 }
 
-hpcdgnn_setup_failed() {  # [RUNDIR]
-  if hpcdgnn_signalled; then
-    hpcdgnn_exit "$HPCDGNN_EXIT_PREEMPTED" "${1:-}"  # the signal stopped the step: a pre-emption before the launch
+hpcdgnn_setup_failed() {  # [RUNDIR [STATUS]]
+  local status=${2:-$?}
+  # only where the signal ended the step (a Ctrl-C or a SIGTERM to the job's process group: a status > 128) is
+  # its failure the stop's, a pre-emption before the launch (75: requeued, the next attempt starts over); a step
+  # that failed by itself after a warning to this shell alone (SLURM's --signal=B:USR1, LSF's -wa USR1) reported
+  # a user error, which is 2 however often the job is requeued
+  if hpcdgnn_signalled && [ "$status" -gt 128 ]; then
+    hpcdgnn_exit "$HPCDGNN_EXIT_PREEMPTED" "${1:-}"
   fi
   exit 2
 }

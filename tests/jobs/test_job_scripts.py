@@ -254,6 +254,12 @@ case ${FAKE_MODE:-done} in
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
+  user_error)
+    # the ranks meet a user error in their set-up (a bad key) after the warning: exit 2, no summary.json
+    trap 'exit 2' USR1
+    touch "$FAKE_STARTED"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
   killed)
     # the launcher dies of the signal's aftermath (ranks OOM-killed while checkpointing): status 137
     trap 'exit 137' USR1
@@ -704,6 +710,45 @@ def test_missing_dataset_is_a_user_error(fake, tmp_path):
     proc = fake.run("slurm-gpu.sh", DATA=tmp_path / "nowhere", **_slurm())
     assert proc.returncode == 2 and "does not exist" in proc.stderr, proc.stderr
     assert fake.log() == []
+
+
+@pytest.mark.parametrize("step", ["data", "probe"])
+def test_a_warning_before_a_failed_set_up_step_leaves_its_user_error(fake, tmp_path, step):
+    """SLURM's --signal=B:USR1 warning (to the batch shell alone) during a set-up step that then fails by itself —
+    the job's data.path missing, the RUNDIR probe failing — exited 75, "requeue me": a bad job requeued until
+    HPCDGNN_MAX_REQUEUES. The step was not stopped (its status is no signal's): its user error, 2, no requeue."""
+    mark = tmp_path / "slow"
+    slow_py = tmp_path / "python"  # its first Python-from-stdin step: reads data.path, or probes RUNDIR
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ] && [ ! -e {mark} ]; then touch {mark}; sleep 2; '
+                       + ('exit 1; ' if step == "probe" else '') + f'fi\nexec {sys.executable} "$@"\n')
+    slow_py.chmod(0o755)
+    job = write_job(tmp_path / "job.yaml", tmp_path / "nowhere")
+    env = dict(HPCDGNN_PYTHON=slow_py, JOB=job, **_slurm())
+    if step == "data":
+        env["DATA"] = ""  # the job's own data.path, read by the slowed step
+    proc = fake.start("slurm-gpu.sh", **env)
+    t0 = time.monotonic()
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()[0]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert ("does not exist" if step == "data" else "cannot tell the state of") in out, out
+    assert "exit 75" not in out and not any(c.startswith("scontrol requeue") for c in fake.log()), (out, fake.log())
+
+
+def test_a_user_error_of_the_ranks_after_a_warning_is_2_at_once(fake, tmp_path):
+    """The warning reaches the ranks in their set-up, which then meet a bad key and exit 2: the script waited
+    HPCDGNN_STOP_WAIT (20 s) for a clean stop's summary.json before it said 2; a 2 is the ranks' own, at once."""
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="user_error", **_slurm())
+    fake.wait_started(proc)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "run exited with 2" in out, out
+    assert time.monotonic() - t0 < 10, out
+    assert not any(c.startswith("scontrol requeue") for c in fake.log()), fake.log()
 
 
 def _launch_line(fake, tmp_path, **env):
