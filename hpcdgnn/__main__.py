@@ -270,6 +270,7 @@ _EXIT_CODES = """exit codes:
       epoch that the epoch outlives completes the run: 0)
   130 / 143  a SIGINT / SIGTERM after a first SIGINT or SIGTERM: stopped at once, no checkpoint of that epoch
       (the newest one stays); after a SIGUSR1 (a scheduler's warning) a SIGTERM still checkpoints (75);
+      once the run stopped cleanly (checkpoint and summary.json written) a second signal gives 75;
       the other commands (prepare, generate, ...) stop at the first, prepare and generate leaving nothing;
       embed and predict stop at the first of SIGINT/SIGTERM/SIGUSR1 with 130, leaving nothing"""
 

@@ -30,8 +30,11 @@ RELAYED_VAR = "HPCDGNN_MPIRUN_RELAYED"
 
 
 #: a second SIGINT / SIGTERM stops a command-line run at once with the shell's code for the signal, 128 + n (130,
-#: 143): no checkpoint (the newest one stays), and not a crash's 1
+#: 143): no checkpoint (the newest one stays), and not a crash's 1 — unless the run had stopped cleanly already
+#: (:meth:`PreemptionFlag.settle`): then 75, as the clean stop it is
 EXIT_SIGNALLED_AGAIN = {signal.SIGINT: 128 + signal.SIGINT, signal.SIGTERM: 128 + signal.SIGTERM}
+#: :data:`hpcdgnn.errors.EXIT_PREEMPTED` (not imported: this module loads before anything heavy)
+_EXIT_PREEMPTED = 75
 
 
 class Stopped(KeyboardInterrupt):
@@ -79,12 +82,26 @@ class PreemptionFlag:
         self.at_once = at_once
         #: the first signal came inside a :func:`waiting` block: it was taken as a stop now, not at an epoch's end
         self.while_waiting = False
+        #: the run has stopped cleanly (:meth:`settle`): a second signal abandons nothing
+        self.settled = False
+
+    def settle(self) -> None:
+        """The stop this flag asked for is done: its checkpoint and summary.json (status ``preempted``) are
+        written, and the process only exits. A second SIGINT/SIGTERM from now on still ends it at once, but with
+        the clean stop's 75: a job requeued on 75 resumes from that checkpoint, and nothing was abandoned (130/143
+        said the epoch's checkpoint was, and a wrapper that requeues on 75 left the run stopped)."""
+        self.settled = True
 
     def handle(self, signum: int, frame: object) -> None:
         """Signal handler: remember, do nothing else (it may interrupt anything) — but a second SIGINT/SIGTERM."""
         # a repeat of SIGINT/SIGTERM only: SIGUSR1 (a scheduler's early warning, hpcdgnn-mpirun's relay) followed by
         # the scheduler's SIGTERM must still checkpoint
         again = self.name in ("SIGINT", "SIGTERM") and signum in EXIT_SIGNALLED_AGAIN
+        if again and self.at_once and self.settled:
+            with contextlib.suppress(OSError):
+                os.write(2, f"hpcdgnn: {signal.Signals(signum).name} again: the run had stopped with its checkpoint "
+                            f"and summary.json written: exit {_EXIT_PREEMPTED}\n".encode())
+            os._exit(_EXIT_PREEMPTED)
         if again and self.at_once:
             code = EXIT_SIGNALLED_AGAIN[signal.Signals(signum)]
             os.write(2, f"hpcdgnn: {signal.Signals(signum).name} again: stopped at once, no checkpoint of this epoch "

@@ -13,7 +13,8 @@
 #   hpcdgnn_train JOB RUNDIR [run args]
 #                              "${HPCDGNN_LAUNCH[@]}" python -m hpcdgnn run JOB --output|--resume RUNDIR,
 #                              with SIGUSR1/SIGTERM forwarded to the launcher (a second SIGTERM/SIGINT: stop
-#                              at once, RC 130/143); sets HPCDGNN_RC; a completed
+#                              at once, RC 130/143, or 75 where the ranks had stopped cleanly before it); sets
+#                              HPCDGNN_RC; a completed
 #                              RUNDIR is left alone: RC 0 when it ran this job's settings, else 2 (a reused
 #                              SWEEP or RUNDIR of another job, --set or epoch count), the first difference named
 #   hpcdgnn_run_state RUNDIR   new | completed | diverged | checkpointed (resume it) | foreign (no run's files) |
@@ -144,6 +145,10 @@ _hpcdgnn_on_signal() {
         fi
         if [ -z "$_hpcdgnn_launched" ]; then
           _hpcdgnn_log "$now SIG$1 again: stopping now, before the launch; nothing was started"
+        elif [ "$HPCDGNN_RC" = "$HPCDGNN_EXIT_PREEMPTED" ]; then
+          # the run's clean stop, checkpointed, is behind: nothing is abandoned, and 75 stays 75 (requeued, resumed)
+          _hpcdgnn_log "$now SIG$1 again: stopping now; the run had stopped cleanly already (exit 75)"
+          exit "$HPCDGNN_EXIT_PREEMPTED"
         else
           _hpcdgnn_log "$now SIG$1 again: stopping now; the run had stopped already"
         fi
@@ -558,7 +563,14 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     break
   done
   _hpcdgnn_child=
-  if [ -n "$_hpcdgnn_again" ] && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ]; then
+  if [ -n "$_hpcdgnn_again" ] && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] \
+      && HPCDGNN_STOP_WAIT=0 _hpcdgnn_stopped_cleanly "$rundir" "$started"; then
+    # the ranks had checkpointed and written summary.json (preempted) before the second signal, which then
+    # abandoned nothing: the clean stop it is, 75 (requeued, resumed), whatever the launcher said (1, 130, 143)
+    _hpcdgnn_log "the ranks had stopped cleanly before the second signal ($rundir/summary.json: preempted):" \
+      "nothing was abandoned; a clean stop, 75"
+    rc=$HPCDGNN_EXIT_PREEMPTED
+  elif [ -n "$_hpcdgnn_again" ] && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ]; then
     # stopped at once by the second signal: no checkpoint to wait for; its code, whatever the launcher said (1)
     if [ "$_hpcdgnn_again" = INT ]; then rc=130; else rc=143; fi
   elif hpcdgnn_signalled && [ "$rc" != 0 ] && [ "$rc" != "$HPCDGNN_EXIT_PREEMPTED" ] && [ "$rc" != 2 ] \

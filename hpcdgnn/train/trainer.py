@@ -576,6 +576,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             break
     write_summary(comm, rd, run, totals, activation_peak, preempted,
                   status="diverged" if diverged else None)
+    if preempted:  # checkpointed and said so: a second signal from now on abandons nothing (exit 75 all the same)
+        stop.settle()
     # every rank is here: the strategy's threads (hybrid's batch generators) end and its gradient hooks leave
     # the parameters, which a library caller keeps using (a later backward must not all-reduce)
     run.strategy.close()

@@ -254,6 +254,15 @@ case ${FAKE_MODE:-done} in
     touch "$FAKE_STARTED"
     for _ in $(seq 600); do sleep 0.1; done
     exit 1 ;;
+  stopped)
+    # the ranks checkpoint and write summary.json (preempted), then take their time to exit; a bare mpirun given
+    # the second signal ends them and says 1 (Open MPI 5)
+    trap 'mkdir -p "$rundir/checkpoints/epoch-000001"; echo "{}" > "$rundir/checkpoints/epoch-000001/COMPLETE"
+          echo "{\"status\": \"preempted\"}" > "$rundir/summary.json"; touch "$FAKE_STARTED.stopped"' USR1
+    trap 'exit 1' TERM INT
+    touch "$FAKE_STARTED"
+    for _ in $(seq 600); do sleep 0.1; done
+    exit 1 ;;
   user_error)
     # the ranks meet a user error in their set-up (a bad key) after the warning: exit 2, no summary.json
     trap 'exit 2' USR1
@@ -749,6 +758,48 @@ def test_a_user_error_of_the_ranks_after_a_warning_is_2_at_once(fake, tmp_path):
     assert proc.returncode == 2 and "run exited with 2" in out, out
     assert time.monotonic() - t0 < 10, out
     assert not any(c.startswith("scontrol requeue") for c in fake.log()), fake.log()
+
+
+def test_a_second_signal_after_the_ranks_stopped_cleanly_is_75(fake, tmp_path):
+    """A second SIGTERM after the ranks had checkpointed and written summary.json (preempted), while they exited:
+    the script said the checkpoint was abandoned and exited 143, though it was written — a job requeued on 75
+    stayed stopped. Nothing was abandoned: 75. The launcher still stops at once (it said 1). SIGTERM only: a
+    background stand-in ignores SIGINT, as bash leaves it."""
+    rundir = tmp_path / "run"
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="stopped", RUNDIR=rundir, **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGTERM)
+    stopped = Path(f"{fake.started}.stopped")
+    t0 = time.monotonic()
+    while not stopped.exists():
+        assert proc.poll() is None and time.monotonic() - t0 < 30, proc.communicate()[0]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert "the ranks had stopped cleanly before the second signal" in out and "run exited with 75" in out, out
+    assert f"checkpoint in {rundir}" in out, out
+
+
+def test_a_second_signal_after_the_run_stopped_cleanly_is_75(fake, tmp_path):
+    """The run had stopped cleanly (the launcher exited 75) and the script was saying so (its RUNDIR probe,
+    slowed here) when a second SIGTERM came: it exited 143, "the run had stopped already". 75 it stays."""
+    rundir, mark = tmp_path / "run", tmp_path / "probing"
+    slow_py = tmp_path / "python"  # the probe after the run (a Python-from-stdin step once summary.json exists)
+    slow_py.write_text(f'#!/bin/bash\nif [ "$1" = - ] && [ -e {rundir}/summary.json ] && [ ! -e {mark} ]; then '
+                       f'touch {mark}; sleep 3; fi\nexec {sys.executable} "$@"\n')
+    slow_py.chmod(0o755)
+    proc = fake.start("slurm-gpu.sh", FAKE_MODE="preempt", RUNDIR=rundir, HPCDGNN_PYTHON=slow_py, **_slurm())
+    fake.wait_started(proc)
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() - t0 < 30, proc.communicate()[0]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert "SIGTERM again: stopping now; the run had stopped cleanly already (exit 75)" in out, out
 
 
 def _launch_line(fake, tmp_path, **env):

@@ -4,6 +4,8 @@ scheduler's SIGUSR1 warning followed by its SIGTERM must still checkpoint (the r
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -59,3 +61,20 @@ def test_a_run_names_what_hpcdgnn_mpirun_passed_on_as_sigusr1(tmp_path, monkeypa
     monkeypatch.delenv(RELAYED_VAR)
     note.write_text("SIGTERM")
     assert flag.describe() == "SIGUSR1"
+
+
+@pytest.mark.parametrize("settled", [False, True])
+def test_a_second_signal_after_the_clean_stop_keeps_its_75(settled):
+    """A second Ctrl-C once the run had stopped cleanly (checkpoint and summary.json written, the process exiting)
+    ended it with 130 and "no checkpoint of this epoch", though that checkpoint was written: a wrapper requeueing
+    on 75 left the run stopped. After :meth:`PreemptionFlag.settle` it is 75; before, still 130."""
+    code = ("import os, signal\nfrom hpcdgnn.preemption import PreemptionFlag\nflag = PreemptionFlag(at_once=True)\n"
+            "flag.handle(signal.SIGINT, None)\n" + ("flag.settle()\n" if settled else "")
+            + "flag.handle(signal.SIGINT, None)\nos._exit(9)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if settled:
+        assert proc.returncode == 75, proc.stderr
+        assert "SIGINT again: the run had stopped with its checkpoint and summary.json written: exit 75" in proc.stderr
+        assert "no checkpoint" not in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 130 and "no checkpoint of this epoch" in proc.stderr, proc.stderr
