@@ -20,7 +20,8 @@ Open MPI 5's ``mpirun`` answers SIGTERM/SIGINT by exiting 1 at once and silencin
 launcher stays the parent, in its own process group, and turns the first SIGTERM/SIGINT into SIGUSR1 (every rank
 checkpoints at the next epoch boundary or between mini-batches, exit 75), first writing which one it was into a file
 of its own that the ranks' environment names (:data:`hpcdgnn.preemption.RELAYED_VAR`; on Linux one without a name,
-gone with the launcher however it ends), so that the run's line says what was sent, not SIGUSR1; a second one
+gone with the launcher however it ends, whose link's text, a token of this launch, a rank checks before it reads:
+:data:`~hpcdgnn.preemption.RELAYED_NAME_VAR`), so that the run's line says what was sent, not SIGUSR1; a second one
 stops the job at once, the way its MPI's launcher does (:data:`STOP_AT_ONCE`). On Linux mpirun also gets SIGTERM
 when the launcher dies (killed outright), so no job trains on without it.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcdgnn.errors import EXIT_PREEMPTED
-from hpcdgnn.preemption import RELAYED_VAR, relayed
+from hpcdgnn.preemption import RELAYED_NAME_VAR, RELAYED_VAR, relayed
 
 __all__ = ["Launch", "LaunchError", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
 
@@ -296,9 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PREEMPTED
     note = _RelayNote.make()
     try:
-        if note:
-            note.upstream = os.environ.get(RELAYED_VAR) or None  # a job script's, which it passes on as SIGUSR1
-        env = {**os.environ, **launch.env, **({RELAYED_VAR: note.path} if note else {})}
+        if note:  # a job script's, which it passes on as SIGUSR1
+            note.upstream = os.environ.get(RELAYED_VAR) or None
+            note.upstream_link = os.environ.get(RELAYED_NAME_VAR) or None
+        env = {**os.environ, **launch.env}
+        if note:  # this launcher's note in place of the job script's (a named one has no link)
+            env.pop(RELAYED_NAME_VAR, None)
+            env.update({RELAYED_VAR: note.path, **({RELAYED_NAME_VAR: note.link} if note.link else {})})
         try:
             proc = subprocess.Popen(launch.argv, env=env, process_group=0, preexec_fn=_dies_with(os.getpid()),
                                     stdin=subprocess.DEVNULL if sys.stdin is not None and sys.stdin.isatty() else None)
@@ -319,15 +325,20 @@ class _RelayNote:
     On Linux it has no name (a memfd) and the ranks open it as ``/proc/PID/fd/N`` while the launcher lives: it
     goes with the launcher whatever ends it, SIGKILL included — a named file a killed launcher could not remove
     would stay in a /tmp that many users' jobs share, and nothing could tell safely whose or whether stale.
-    Elsewhere a named temporary file, removed at the launcher's exit (``named``).
+    Its memfd name holds a random token of this launch, and ``link`` is what ``readlink`` shows for it
+    (:data:`hpcdgnn.preemption.RELAYED_NAME_VAR`): a rank on another node, where PID is some other process, reads
+    nothing that shows otherwise. Elsewhere a named temporary file, removed at the launcher's exit (``named``).
     """
 
     fd: int
     path: str
     named: bool = False
+    #: ``readlink(path)`` of the memfd (None for a named file)
+    link: str | None = None
     #: the note of whoever started the launcher and passes it a SIGTERM/SIGINT of its own as SIGUSR1 (a job
-    #: script: jobs/lib.sh), from the launcher's environment
+    #: script: jobs/lib.sh), from the launcher's environment, and what readlink shows for it
     upstream: str | None = None
+    upstream_link: str | None = None
 
     @classmethod
     def make(cls) -> _RelayNote | None:
@@ -335,11 +346,14 @@ class _RelayNote:
         own = f"/proc/{os.getpid()}/fd"
         if hasattr(os, "memfd_create") and os.path.isdir(own):
             try:
-                fd = os.memfd_create("hpcdgnn-mpirun-signal", os.MFD_CLOEXEC)
+                fd = os.memfd_create(f"hpcdgnn-mpirun-signal-{secrets.token_hex(8)}", os.MFD_CLOEXEC)
             except OSError:  # a kernel without memfd (before 3.17), or a sandbox refusing it
                 pass
             else:
-                return cls(fd, f"{own}/{fd}")
+                try:  # as the kernel shows it ("/memfd:NAME (deleted)"): the ranks compare that text
+                    return cls(fd, f"{own}/{fd}", link=os.readlink(f"{own}/{fd}"))
+                except OSError:
+                    os.close(fd)
         try:
             fd, path = tempfile.mkstemp(prefix="hpcdgnn-mpirun-", suffix=".signal")
         except OSError:
@@ -355,7 +369,7 @@ class _RelayNote:
     def pass_on(self) -> None:
         """At a SIGUSR1 to the launcher: say what :attr:`upstream` says it stands for, if anything (the ranks then
         name that, not SIGUSR1)."""
-        sent = relayed(self.upstream) if self.upstream else None
+        sent = relayed(self.upstream, self.upstream_link) if self.upstream else None
         if sent:
             self.write(" ".join(word for word in sent if word))
 

@@ -15,9 +15,9 @@ import signal
 import stat
 from collections.abc import Iterator
 
-__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_VAR", "RELAYS", "PreemptionFlag", "Stopped", "check_stop", "forget_stop",
-           "hold", "install", "relayed", "requested", "requested_while_waiting", "reset", "signal_name", "stop",
-           "waiting"]
+__all__ = ["EXIT_SIGNALLED_AGAIN", "RELAYED_NAME_VAR", "RELAYED_VAR", "RELAYS", "PreemptionFlag", "Stopped",
+           "check_stop", "forget_stop", "hold", "install", "relayed", "requested", "requested_while_waiting", "reset",
+           "signal_name", "stop", "waiting"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -27,6 +27,11 @@ _SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 #: not the relay's SIGUSR1 (:meth:`PreemptionFlag.describe`). Readable where the launcher runs (rank 0's node, with
 #: mpirun's default placement); elsewhere the run says SIGUSR1.
 RELAYED_VAR = "HPCDGNN_MPIRUN_RELAYED"
+#: beside :data:`RELAYED_VAR` where that is a ``/proc/PID/fd/N``: what ``readlink`` of it shows for the relay's own
+#: file, a name made for this launch (``/memfd:hpcdgnn-mpirun-signal-<random> (deleted)``, a job script's
+#: ``/tmp/hpcdgnn-job-<random> (deleted)``). On another node PID is another process, or none: a link that shows
+#: anything else is not read (:func:`relayed`)
+RELAYED_NAME_VAR = "HPCDGNN_MPIRUN_RELAYED_NAME"
 
 
 #: a second SIGINT / SIGTERM stops a command-line run at once with the shell's code for the signal, 128 + n (130,
@@ -130,20 +135,34 @@ class PreemptionFlag:
 RELAYS = {"": "hpcdgnn-mpirun", "job-script": "the job script"}
 
 
-def relayed(path: str | None = None) -> tuple[str, str] | None:
+def relayed(path: str | None = None, link: str | None = None) -> tuple[str, str] | None:
     """The signal a relay received and passed on to this job as SIGUSR1 and who it was (:data:`RELAYS`' key), from
     the file ``path`` (default: the one :data:`RELAYED_VAR` names): ``("SIGTERM", "")`` for hpcdgnn-mpirun's, or
-    None: none relayed so, no relay, or its file unreadable here."""
-    path = os.environ.get(RELAYED_VAR) if path is None else path
+    None: none relayed so, no relay, or its file unreadable here, or not the relay's.
+
+    Args:
+        path: the file; a ``/proc/PID/fd/N`` is read only where ``readlink`` shows ``link``.
+        link: the relay's own file as ``readlink`` shows it (default: :data:`RELAYED_NAME_VAR`, with ``path``'s
+            default).
+    """
+    if path is None:
+        path, link = os.environ.get(RELAYED_VAR), os.environ.get(RELAYED_NAME_VAR)
     if not path:
         return None
+    by_pid = path.startswith("/proc/")
     try:
-        # a regular file only, opened without waiting: on another node the path (/proc/PID/fd/N) may name another
-        # process's pipe or terminal
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        # /proc/PID/fd/N on another node than the relay's names another process's file, or none: its link's text
+        # (which the kernel makes without asking the file's file system) must be the relay's own name for this
+        # launch before anything of the file is touched — a stat or open of an unrelated file on a hung NFS mount
+        # would block this rank in its stop, a FIFO or terminal would wait or become its terminal
+        if by_pid and (not link or os.readlink(path) != link):
             return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            if by_pid and os.readlink(f"/proc/self/fd/{fd}") != link:  # PID ended and came back between the looks
+                return None
             text = os.read(fd, 32).decode("ascii")
         finally:
             os.close(fd)

@@ -100,6 +100,7 @@ _hpcdgnn_again=
 _hpcdgnn_launching=
 _hpcdgnn_launched=
 _hpcdgnn_note=
+_hpcdgnn_note_link=
 _hpcdgnn_partial=  # a dataset being prepared under its private name (hpcdgnn_ensure_data), for a stop to remove
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
@@ -107,13 +108,19 @@ _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 # The file in which this script names the SIGTERM/SIGINT it passes on to the launcher as SIGUSR1, for the run's line
 # ("pre-empted (SIGTERM, passed on by the job script as SIGUSR1)"): given to the launch as HPCDGNN_MPIRUN_RELAYED
 # (hpcdgnn/preemption.py; hpcdgnn-mpirun copies it into its own). Linux only: a file this shell holds open and
-# removed at once, read as /proc/PID/fd/N, so that nothing is left in TMPDIR however the script ends.
+# removed at once, read as /proc/PID/fd/N, so that nothing is left in TMPDIR however the script ends; with what
+# readlink shows for it (its random name, "(deleted)") as HPCDGNN_MPIRUN_RELAYED_NAME, so that a rank on another
+# node, where PID is another process, reads nothing else.
 _hpcdgnn_note_open() {
   [ -d "/proc/$$/fd" ] || return 0
   local f
   f=$(mktemp "${TMPDIR:-/tmp}/hpcdgnn-job-XXXXXX" 2>/dev/null) || return 0
   if { exec {_hpcdgnn_note_fd}<>"$f"; } 2>/dev/null; then
-    _hpcdgnn_note=/proc/$$/fd/$_hpcdgnn_note_fd
+    rm -f "$f"
+    if _hpcdgnn_note_link=$(readlink "/proc/$$/fd/$_hpcdgnn_note_fd" 2>/dev/null) && [ -n "$_hpcdgnn_note_link" ]; then
+      _hpcdgnn_note=/proc/$$/fd/$_hpcdgnn_note_fd
+    fi
+    return 0
   fi
   rm -f "$f"
 }
@@ -539,7 +546,8 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
   _hpcdgnn_launching=1 _hpcdgnn_launched=1  # a trap between the fork and the next line finds no child, yet one runs
-  HPCDGNN_MPIRUN_RELAYED=$_hpcdgnn_note "${HPCDGNN_LAUNCH[@]}" "$HPCDGNN_PY" "${args[@]}" &
+  HPCDGNN_MPIRUN_RELAYED=$_hpcdgnn_note HPCDGNN_MPIRUN_RELAYED_NAME=$_hpcdgnn_note_link \
+    "${HPCDGNN_LAUNCH[@]}" "$HPCDGNN_PY" "${args[@]}" &
   _hpcdgnn_child=$!
   _hpcdgnn_launching=
   if [ -n "$_hpcdgnn_again" ]; then

@@ -8,6 +8,7 @@ through unchanged; SIGTERM/SIGINT reach mpirun as SIGUSR1.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -433,7 +434,8 @@ def test_the_launchers_signal_file_does_not_outlive_it(tmp_path):
     fake = tmp_path / "mpirun"  # the job: on SIGUSR1 it reads the file it is given; it runs on until killed
     fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "stand-in"; exit 0; }\n'
                     f'trap \'cat "$HPCDGNN_MPIRUN_RELAYED" > {seen}.part; mv {seen}.part {seen}\' USR1\n'
-                    f'touch {started}\nwhile true; do sleep 0.05; done\n')
+                    f'readlink "$HPCDGNN_MPIRUN_RELAYED" > {tmp_path}/links; echo "$HPCDGNN_MPIRUN_RELAYED_NAME" >> '
+                    f'{tmp_path}/links\ntouch {started}\nwhile true; do sleep 0.05; done\n')
     fake.chmod(0o755)
     proc = subprocess.Popen([*_console(), "-np", "2", "prog"], env=_env(HPCDGNN_MPIRUN=str(fake), TMPDIR=str(tmp)),
                             stderr=subprocess.PIPE, text=True)
@@ -447,6 +449,9 @@ def test_the_launchers_signal_file_does_not_outlive_it(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
             time.sleep(0.05)
         assert seen.read_text() == "SIGTERM"  # the launcher's relay of its SIGTERM, as the ranks read it
+        # with the name its link shows, a token of this launch, for a rank to tell it from another process's file
+        link, name = (tmp_path / "links").read_text().splitlines()
+        assert link == name and re.fullmatch(r"/memfd:hpcdgnn-mpirun-signal-[0-9a-f]{16} \(deleted\)", name), name
         proc.kill()
         proc.wait(timeout=60)
     finally:

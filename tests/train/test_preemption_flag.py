@@ -3,6 +3,7 @@ scheduler's SIGUSR1 warning followed by its SIGTERM must still checkpoint (the r
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -78,3 +79,45 @@ def test_a_second_signal_after_the_clean_stop_keeps_its_75(settled):
         assert "no checkpoint" not in proc.stderr, proc.stderr
     else:
         assert proc.returncode == 130 and "no checkpoint of this epoch" in proc.stderr, proc.stderr
+
+
+def test_a_relay_path_that_is_not_the_relays_own_file_is_not_read(tmp_path, monkeypatch):
+    """On another node than hpcdgnn-mpirun's, ``/proc/PID/fd/N`` is some other process's file, or none: a regular
+    file there that said "SIGTERM" was read as the launcher's relay, and a stat/open of one on a hung NFS mount
+    would have blocked the rank in its stop. Only a link showing the relay's own name for this launch
+    (RELAYED_NAME_VAR) is read; anything else is left untouched."""
+    from hpcdgnn.preemption import RELAYED_NAME_VAR, RELAYED_VAR, relayed
+
+    other = tmp_path / "someone-elses"
+    other.write_text("SIGTERM")
+    with other.open() as f, subprocess.Popen(["sleep", "60"], stdin=f) as holder:  # PID reused by a stranger
+        try:
+            path = f"/proc/{holder.pid}/fd/0"
+            monkeypatch.setenv(RELAYED_VAR, path)
+            monkeypatch.setenv(RELAYED_NAME_VAR, "/memfd:hpcdgnn-mpirun-signal-0123456789abcdef (deleted)")
+            flag = PreemptionFlag(at_once=True)
+            flag.handle(signal.SIGUSR1, None)
+            assert relayed() is None and flag.describe() == "SIGUSR1"
+            monkeypatch.setenv(RELAYED_NAME_VAR, "")  # no name: a /proc path is never read
+            assert relayed() is None
+            monkeypatch.setenv(RELAYED_NAME_VAR, str(other))  # the relay's own (its link shows that)
+            assert relayed() == ("SIGTERM", "")
+
+            def untouched(*args, **kwargs):
+                raise AssertionError(f"touched {args[0]}")
+
+            monkeypatch.setenv(RELAYED_NAME_VAR, "/memfd:hpcdgnn-mpirun-signal-0123456789abcdef (deleted)")
+            monkeypatch.setattr("os.open", untouched)
+            monkeypatch.setattr("os.stat", untouched)
+            assert relayed() is None  # nothing of a stranger's file is opened or stat'ed
+        finally:
+            holder.kill()
+
+
+def test_a_relay_path_that_names_a_fifo_or_terminal_is_not_read(tmp_path):
+    """A named relay file (no memfd) that is a FIFO when the rank looks is opened without waiting and left."""
+    from hpcdgnn.preemption import relayed
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert relayed(str(fifo)) is None
