@@ -28,19 +28,29 @@ when the launcher dies (killed outright), so no job trains on without it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from hpcdgnn.errors import EXIT_PREEMPTED
-from hpcdgnn.preemption import RELAYED_NAME_VAR, RELAYED_VAR, relayed
+#: the signals :func:`main` relays that came while this module loaded, in the launcher's own process
+#: (``hpcdgnn-mpirun``, ``python -m hpcdgnn.launch``; not a caller's that imports it): Python's default answer to a
+#: Ctrl-C there was a KeyboardInterrupt traceback, its import of subprocess taking a good part of a second on a cold
+#: file cache. :func:`main` takes them as signals of its own start (kept, a stop starting nothing)
+_LOADING: list[int] = []
+if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "hpcdgnn-mpirun":
+    for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+        signal.signal(_sig, lambda signum, frame: _LOADING.append(signum))
+
+import contextlib  # noqa: E402 (after the handlers above)
+import secrets  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hpcdgnn.errors import EXIT_PREEMPTED  # noqa: E402
+from hpcdgnn.preemption import RELAYED_NAME_VAR, RELAYED_VAR, relayed  # noqa: E402
 
 __all__ = ["Launch", "LaunchError", "count_cores", "find_mpirun", "main", "mpi_kind", "plan", "requested_ranks"]
 
@@ -264,10 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args and not show:  # prterun says "no executable" and exits 0, which a script would take for success
         sys.stderr.write("hpcdgnn-mpirun: no program given; usage: hpcdgnn-mpirun [mpirun options] PROGRAM [ARGS...]\n")
         return 2
-    early: list[int] = []
+    early: list[int] = list(_LOADING)  # while this module loaded
     if not show:  # a signal before the relay's handlers (start-up, the version probe) is kept and relayed then
         for sig in _RELAYED:
             signal.signal(sig, lambda signum, frame: early.append(signum))
+    elif _LOADING:  # --print: a stop ends it, in one line; the others act as they would have
+        for sig in _RELAYED:
+            signal.signal(sig, _stop_printing if sig in (signal.SIGTERM, signal.SIGINT) else signal.SIG_DFL)
+        for signum in early:
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                _stop_printing(signum, None)
     if _started_by_itself(os.environ):
         given = os.environ.get("HPCDGNN_MPIRUN")
         sys.stderr.write("hpcdgnn-mpirun: started by hpcdgnn-mpirun itself" + (f" (HPCDGNN_MPIRUN={given})" if given
@@ -315,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if note:
             note.close()
+
+
+def _stop_printing(signum: int, frame: object) -> None:
+    """``--print``'s answer to a SIGTERM/SIGINT that came while its module loaded or after: one line, 128 + n."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"hpcdgnn-mpirun: {signal.Signals(signum).name}: stopped, nothing printed\n".encode())
+    os._exit(128 + signum)
 
 
 @dataclass

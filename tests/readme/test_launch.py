@@ -488,3 +488,39 @@ def test_without_memfd_the_signal_file_is_named_and_removed_at_the_launchers_exi
             proc.kill()
     assert seen.read_text() == "SIGTERM", proc.stderr.read()
     assert not list(tmp.iterdir()), list(tmp.iterdir())
+
+
+_INTERRUPTED_WHILE_LOADING = """
+import os, signal, sys
+class Interrupt:  # a Ctrl-C while hpcdgnn.launch imports shutil (after its first lines)
+    def find_spec(self, name, path=None, target=None):
+        if name == "shutil":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.modules.pop("shutil", None)
+sys.meta_path.insert(0, Interrupt())
+sys.argv = [os.path.join(sys.prefix, "bin", "hpcdgnn-mpirun"), *sys.argv[1:]]  # as the console script
+from hpcdgnn.launch import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("printing", [False, True])
+def test_a_ctrl_c_while_the_launcher_loads_is_one_line(tmp_path, printing):
+    """A Ctrl-C while hpcdgnn-mpirun's module loaded (its imports: a good part of a second on a cold file cache)
+    printed Python's KeyboardInterrupt traceback. It is kept as one of its start: a launch starts nothing, exit 75
+    in one line; ``--print`` stops, 130, in one line."""
+    fake = tmp_path / "mpirun"
+    fake.write_text('#!/bin/bash\n[ "$1" = --version ] && { echo "stand-in"; exit 0; }\ntouch ran\n')
+    fake.chmod(0o755)
+    args = ["--print", "-np", "2"] if printing else ["-np", "2", "prog"]
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED_WHILE_LOADING, *args], cwd=tmp_path,
+                          env=_env(HPCDGNN_MPIRUN=str(fake)), capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
+    if printing:
+        assert proc.returncode == 130 and proc.stderr == "hpcdgnn-mpirun: SIGINT: stopped, nothing printed\n", proc
+        assert proc.stdout == ""
+    else:
+        assert proc.returncode == 75 and "SIGINT before mpirun started: not starting it" in proc.stderr, proc.stderr
+        assert not (tmp_path / "ran").exists()
