@@ -174,7 +174,14 @@ _hpcdgnn_on_signal() {
       _hpcdgnn_name_signal "$1"
       ;;
   esac
-  _hpcdgnn_log "$now SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
+  if [ -n "$_hpcdgnn_child" ] || [ -n "$_hpcdgnn_launching" ]; then
+    _hpcdgnn_log "$now SIG$1: asking the ranks to checkpoint at the next epoch boundary or between two batches"
+  elif [ -z "$_hpcdgnn_launched" ]; then  # no ranks yet: hpcdgnn_train then starts none
+    _hpcdgnn_log "$now SIG$1 during the set-up, before the launch: this step ends, then the job stops and starts" \
+      "no ranks"
+  else
+    _hpcdgnn_log "$now SIG$1 after the run: nothing to stop"
+  fi
   if [ -n "$_hpcdgnn_child" ]; then
     kill -USR1 "$_hpcdgnn_child" 2>/dev/null || true
     _hpcdgnn_forwarded=1

@@ -1196,7 +1196,7 @@ def test_a_second_signal_before_the_launch_stops_the_local_script_at_once(launch
         lines = []
         for line in proc.stdout:  # the trap's line, once that step is over
             lines.append(line)
-            if "SIGTERM: asking" in line:
+            if "SIGTERM during the set-up" in line:
                 break
         proc.send_signal(signal.SIGTERM)
         out = "".join(lines) + proc.communicate(timeout=120)[0]
@@ -1298,11 +1298,23 @@ def test_the_signal_line_has_its_time_without_forking():
     """A second signal to the batch shell's process group (scancel signals them all) killed the ``date`` the trap
     forked, and the line read 'hpcdgnn-job:  SIGTERM: …' without a time: the time is now printf's builtin (here
     with no ``date`` on PATH at all)."""
-    proc = subprocess.run(["/bin/bash", "-c", "source jobs/lib.sh; _hpcdgnn_on_signal TERM"], cwd=REPO,
-                          env={"PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["/bin/bash", "-c", "source jobs/lib.sh; _hpcdgnn_launching=1; _hpcdgnn_on_signal TERM"],
+                          cwd=REPO, env={"PATH": "/nonexistent"}, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"hpcdgnn-job: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d SIGTERM: asking the ranks to checkpoint at the "
                         r"next epoch boundary or between two batches\n", proc.stderr), proc.stderr
+
+
+@pytest.mark.parametrize("when", ["set-up", "after"])
+def test_a_signal_with_no_ranks_running_does_not_say_it_asks_them(when):
+    """A signal during the set-up, before any rank exists (or after the run), logged "asking the ranks to
+    checkpoint at the next epoch boundary": there are none to ask. It says what happens instead."""
+    state = "" if when == "set-up" else "_hpcdgnn_launched=1; "
+    proc = subprocess.run(["/bin/bash", "-c", f"source jobs/lib.sh; {state}_hpcdgnn_on_signal USR1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and "asking the ranks" not in proc.stderr, proc.stderr
+    assert ("SIGUSR1 during the set-up, before the launch: this step ends, then the job stops and starts no ranks"
+            if when == "set-up" else "SIGUSR1 after the run: nothing to stop") in proc.stderr, proc.stderr
 
 
 
