@@ -230,6 +230,8 @@ hpcdgnn_data_path() {  # JOB
     return 0
   fi
   "$HPCDGNN_PY" - "$1" <<'EOF'
+import signal  # a Ctrl-C ends the step as the signal does (130), without Python's traceback; an ignored one stays so
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler: signal.signal(signal.SIGINT, signal.SIG_DFL)
 import sys, yaml
 try:
     with open(sys.argv[1]) as f:
@@ -349,6 +351,8 @@ hpcdgnn_run_state() {  # RUNDIR [STAMP]: with a second word, set the dead attemp
   # new run refuses another run's curves); the directory itself and anything else in it stay (its striping, a
   # mount point, other runs' files). A failure is one log line: the new run then refuses the directory in one line too.
   "$HPCDGNN_PY" - "$@" <<'EOF'
+import signal  # a Ctrl-C ends the step as the signal does (130), without Python's traceback; an ignored one stays so
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler: signal.signal(signal.SIGINT, signal.SIG_DFL)
 import json, os, re, sys
 from pathlib import Path
 import yaml
@@ -420,6 +424,8 @@ EOF
 
 _hpcdgnn_finished_differs() {  # RUNDIR JOB [run args...]: prints the first setting the completed run lacks
   "$HPCDGNN_PY" - "$@" <<'EOF'
+import signal  # a Ctrl-C ends the step as the signal does (130), without Python's traceback; an ignored one stays so
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler: signal.signal(signal.SIGINT, signal.SIG_DFL)
 import sys
 from hpcdgnn.train.setup import finished_differs
 sets, on = [], False
@@ -436,6 +442,8 @@ EOF
 
 _hpcdgnn_trained_epochs() {  # RUNDIR: the last epoch its summary.json says the run trained, or nothing
   "$HPCDGNN_PY" - "$1" <<'EOF'
+import signal  # a Ctrl-C ends the step as the signal does (130), without Python's traceback; an ignored one stays so
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler: signal.signal(signal.SIGINT, signal.SIG_DFL)
 import json, sys
 from pathlib import Path
 try:
@@ -608,6 +616,8 @@ _hpcdgnn_stopped_cleanly() {  # RUNDIR SINCE: summary.json written at or after S
   # a bare mpirun exits ~0.05 s after the signal, its ranks still checkpointing: wait for them (up to
   # HPCDGNN_STOP_WAIT s, default 20, within Slurm's default KillWait of 30 s) rather than decide at once
   "$HPCDGNN_PY" - "$1" "$2" <<'EOF'
+import signal  # a Ctrl-C ends the step as the signal does (130), without Python's traceback; an ignored one stays so
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler: signal.signal(signal.SIGINT, signal.SIG_DFL)
 import json, os, sys, time
 from pathlib import Path
 summary = Path(sys.argv[1]) / "summary.json"

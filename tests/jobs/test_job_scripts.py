@@ -1375,3 +1375,22 @@ def test_a_second_signal_while_the_local_script_prepares_its_data_leaves_no_copy
     assert proc.returncode == 143, out
     assert "SIGTERM again: stopping now, before the launch; nothing was started" in out, out
     assert not data.exists() and not list(tmp_path.glob("collegemsg.tmp-*")), (out, list(tmp_path.iterdir()))
+
+
+def test_a_ctrl_c_in_a_python_step_of_the_scripts_prints_no_traceback(tmp_path):
+    """A Ctrl-C while one of the scripts' Python steps ran (reading the job's data.path, probing RUNDIR, waiting
+    for a clean stop's summary.json) printed Python's KeyboardInterrupt traceback into the job's log: the step
+    now ends as the signal does (130, which the script takes for the stop), in silence."""
+    job = tmp_path / "job.yaml"
+    os.mkfifo(job)  # the step waits in its open() until the Ctrl-C
+    proc = subprocess.Popen(["bash", "-c", f'source jobs/lib.sh; HPCDGNN_PY={sys.executable}; hpcdgnn_data_path {job}'],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(2.0)  # Python started and waits in the open
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
