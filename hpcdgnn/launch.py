@@ -37,7 +37,8 @@ import sys
 #: Ctrl-C there was a KeyboardInterrupt traceback, its import of subprocess taking a good part of a second on a cold
 #: file cache. :func:`main` takes them as signals of its own start (kept, a stop starting nothing)
 _LOADING: list[int] = []
-if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "hpcdgnn-mpirun":
+_AS_PROGRAM = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "hpcdgnn-mpirun"
+if _AS_PROGRAM:
     for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
         signal.signal(_sig, lambda signum, frame: _LOADING.append(signum))
 
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if not show:  # a signal before the relay's handlers (start-up, the version probe) is kept and relayed then
         for sig in _RELAYED:
             signal.signal(sig, lambda signum, frame: early.append(signum))
-    elif _LOADING:  # --print: a stop ends it, in one line; the others act as they would have
+    elif _AS_PROGRAM:  # --print: a stop (while it loaded, or in its version probe) ends it in one line
         for sig in _RELAYED:
             signal.signal(sig, _stop_printing if sig in (signal.SIGTERM, signal.SIGINT) else signal.SIG_DFL)
         for signum in early:

@@ -524,3 +524,26 @@ def test_a_ctrl_c_while_the_launcher_loads_is_one_line(tmp_path, printing):
     else:
         assert proc.returncode == 75 and "SIGINT before mpirun started: not starting it" in proc.stderr, proc.stderr
         assert not (tmp_path / "ran").exists()
+
+
+def test_a_ctrl_c_while_print_asks_mpirun_its_version_is_one_line(tmp_path):
+    """``hpcdgnn-mpirun --print`` (local.sh's first use of it) interrupted while it asks mpirun which MPI it is
+    ended in Python's KeyboardInterrupt traceback: one line and 130 now, nothing printed."""
+    asked = tmp_path / "asked"
+    fake = tmp_path / "mpirun"
+    fake.write_text(f'#!/bin/bash\n[ "$1" = --version ] && {{ touch {asked}; sleep 3; echo "stand-in"; exit 0; }}\n')
+    fake.chmod(0o755)
+    proc = subprocess.Popen([*_console(), "--print", "-np", "2"], env=_env(HPCDGNN_MPIRUN=str(fake)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not asked.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err == "hpcdgnn-mpirun: SIGINT: stopped, nothing printed\n", (out, err)
+    assert out == ""
