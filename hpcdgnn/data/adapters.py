@@ -18,7 +18,7 @@ numbered already, as PyG's are).
 
 Under ``mpirun -np P python script.py`` (P > 1) rank 0 writes the dataset from its own arguments: a script may
 call the adapter on every rank, as it calls ``hpcdgnn.train`` (the other ranks wait for rank 0 and return its
-manifest, or raise its error), or on rank 0 alone (:func:`_once_per_job`).
+manifest, or raise its error), or on rank 0 alone (:func:`once_per_job`).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ _TAG = 0x4ADA
 
 
 def _words(name: str) -> Any:
-    """The lines of :func:`_once_per_job`'s adapter ``name`` (:class:`hpcdgnn.rank_zero.Words`)."""
+    """The lines of :func:`once_per_job`'s adapter ``name`` (:class:`hpcdgnn.rank_zero.Words`)."""
     from hpcdgnn.rank_zero import Words
 
     return Words(name, "writing", "wrote", "output", "rank 0 writes the dataset")
@@ -194,7 +194,7 @@ def _load_written(output: str) -> Any:
     return load_event_manifest(output) if dataset_kind(output) == "events" else load_manifest(output)
 
 
-def _once_per_job(function):
+def once_per_job(function):
     """``function`` run by rank 0 alone when several MPI ranks call it: P ranks writing one ``output`` would race
     (one finds the directory another is writing, or replaces it under ``force=True``).
 
@@ -230,7 +230,7 @@ def _once_per_job(function):
 
 
 def _write_and_tell(world, MPI, key: str, function, args, kwargs):
-    """Rank 0's part of :func:`_once_per_job`."""
+    """Rank 0's part of :func:`once_per_job`."""
     from hpcdgnn.rank_zero import rank_0_does
 
     def write():
@@ -244,7 +244,7 @@ def _write_and_tell(world, MPI, key: str, function, args, kwargs):
 
 
 def _await_rank_0(world, MPI, key: str, name: str):
-    """The other ranks' part of :func:`_once_per_job`: rank 0's word about ``key``, its manifest or its error."""
+    """The other ranks' part of :func:`once_per_job`: rank 0's word about ``key``, its manifest or its error."""
     from hpcdgnn.rank_zero import await_rank_0
 
     def read_back():
@@ -329,7 +329,7 @@ def _edges(src, dst, t, where: str, num_vertices: int | None) -> tuple[np.ndarra
     return s, d, times, n
 
 
-@_once_per_job
+@once_per_job
 @_in_python_words
 def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num_vertices: int | None = None,
                 weight=None, edge_features=None, feature_names: list[str] | None = None, **options: Any):
@@ -462,7 +462,7 @@ def from_arrays(src, dst, t, output: str | Path, *, kind: str = "snapshots", num
     return _noted(manifest, output)
 
 
-@_once_per_job
+@once_per_job
 def from_temporal_data(data, output: str | Path, *, bipartite: bool | None = None, **options: Any):
     """PyG's ``TemporalData`` (``src``, ``dst``, ``t``, optional ``msg``) as an event stream.
 
@@ -547,7 +547,7 @@ def _temporal_mapping(data: Mapping, where: str) -> Any:
     return SimpleNamespace(**{k: data.get(k) for k in _TEMPORAL_KEYS})
 
 
-@_once_per_job
+@once_per_job
 @_in_python_words
 def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool = False, shard_size: int = 8,
                 reverse_edges: bool = False):
@@ -660,7 +660,7 @@ def from_signal(signal, output: str | Path, *, labels: bool = False, force: bool
     return manifest
 
 
-@_once_per_job
+@once_per_job
 @_in_python_words
 def from_tgb(dataset, output: str | Path, *, force: bool = False, shard_events: int | None = None,
              time_unit: float | None = None):

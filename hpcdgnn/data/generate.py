@@ -170,10 +170,10 @@ def run_generate(args: argparse.Namespace) -> int:
     """Run ``hpcdgnn generate`` from parsed arguments; print a one-line summary and return 0 (under ``mpirun``,
     rank 0 writes and the other ranks wait for it, as ``prepare``'s)."""
     from hpcdgnn.comm.world import world_rank_size
-    from hpcdgnn.data.adapters import _once_per_job
+    from hpcdgnn.data.adapters import once_per_job
 
     t0 = time.perf_counter()
-    m = _once_per_job(generate_dataset)(
+    m = once_per_job(generate_dataset)(
         args.output,
         vertices=args.vertices,
         snapshots=args.snapshots,

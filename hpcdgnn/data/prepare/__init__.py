@@ -422,20 +422,20 @@ def run_prepare(args: argparse.Namespace) -> int:
     """Run ``hpcdgnn prepare`` from parsed arguments; print a one-line summary and return 0.
 
     Under ``mpirun``/``srun`` (a job script's), rank 0 writes and the others wait for its word
-    (:func:`hpcdgnn.data.adapters._once_per_job`): P ranks each writing ``--output`` raced, the losers exiting 2
+    (:func:`hpcdgnn.data.adapters.once_per_job`): P ranks each writing ``--output`` raced, the losers exiting 2
     with "output exists" (or, with ``--force``, replacing the winner's dataset).
     """
     from hpcdgnn.comm.world import world_rank_size
-    from hpcdgnn.data.adapters import _once_per_job
+    from hpcdgnn.data.adapters import once_per_job
 
     if args.format == "tgb":
         from hpcdgnn.data.prepare.tgb import prepare_tgb
 
         _check_tgb_options(args)
-        m = _once_per_job(prepare_tgb)(args.input, args.output, force=args.force, shard_events=args.shard_events,
+        m = once_per_job(prepare_tgb)(args.input, args.output, force=args.force, shard_events=args.shard_events,
                                        time_unit=args.time_unit)
     else:
-        m = _once_per_job(_prepare_from_args_output)(args, args.output)
+        m = once_per_job(_prepare_from_args_output)(args, args.output)
     if world_rank_size()[0] != 0:  # rank 0 says what it wrote
         return 0
     if isinstance(m, EventManifest):
@@ -499,7 +499,7 @@ def _check_tgb_options(args: argparse.Namespace) -> None:
 
 
 def _prepare_from_args_output(args: argparse.Namespace, output: str):
-    """:func:`_prepare_from_args` with the output named (what :func:`~hpcdgnn.data.adapters._once_per_job` keys on)."""
+    """:func:`_prepare_from_args` with the output named (what :func:`~hpcdgnn.data.adapters.once_per_job` keys on)."""
     return _prepare_from_args(args)
 
 
