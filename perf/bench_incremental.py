@@ -19,7 +19,7 @@ reads the last ``--window`` snapshots and, for each aggregation kind, prints:
   multiplied / entries from scratch), the fallback steps, and the largest
   relative difference between the two results.
 
-Times are medians of ``--repeat`` passes over the window, float32, with
+Times are medians of ``--repeat`` passes over the window after one untimed pass, float32, with
 ``--threads`` torch threads. Features are one (N, d) matrix for the whole window
 (layer-0 input features) unless ``--feature-change`` p > 0, which gives every
 snapshot its own matrix with a fraction p of the rows changed. It measures and
@@ -45,7 +45,10 @@ from hpcdgnn.nn.conv.incremental import IncrementalAggregator
 
 
 def median_time(fn, repeat: int) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` calls, in ms."""
+    """Median wall time of ``fn()`` over ``repeat`` calls after one untimed call, in ms. Why the untimed call: the
+    first product of a matrix pays one-off costs (its pages, torch's sparse set-up), 30x a steady pass on a small
+    window, and from-scratch is timed first, so with ``--repeat`` 1 or 2 it alone would carry them."""
+    fn()
     runs = []
     for _ in range(repeat):
         t0 = time.perf_counter()
