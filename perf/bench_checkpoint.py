@@ -2,7 +2,7 @@
 copies (what the checkpoint did before) against hpcdgnn's writer, which saves the live arrays as tensor storages
 (``hpcdgnn/train/checkpoint.py``: ``_ArrayPickler``; ``NodeMemory.state(copy=False)``).
 
-    python perf/bench_checkpoint.py [--nodes 1000000] [--memory-dim 100] [--edge-dim 172]
+    python perf/bench_checkpoint.py [--nodes 1000000] [--memory-dim 100] [--edge-dim 172] [--file NEW_PATH]
 
 A node memory of N rows (d + mail values, mail 2d + D, float32; times and mails' gaps in float64, as under
 ``model.memory_time: event``) is written as a rank's checkpoint file, and held in memory as a pre-emption's
@@ -19,6 +19,8 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 CASE = r"""
 import io, json, resource, sys, time
@@ -63,8 +65,20 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--memory-dim", type=int, default=100)
     ap.add_argument("--edge-dim", type=int, default=172, help="D, the edge features (JODIE wikipedia's 172)")
-    ap.add_argument("--file", default="/tmp/hpcdgnn-bench-checkpoint.pt", help="where the file case writes")
+    ap.add_argument("--file", default=None,
+                    help="scratch path the file case writes and deletes; must not exist (default: in a new "
+                    "temporary directory)")
     args = ap.parse_args()
+    # the case deletes what it wrote: a path that exists is a user's file, never written over nor deleted
+    if args.file is not None and Path(args.file).exists():
+        ap.error(f"--file {args.file}: exists; the file case writes and deletes it, give a path that does not exist")
+    with tempfile.TemporaryDirectory(prefix="hpcdgnn-bench-checkpoint-") as tmp:
+        args.file = args.file or str(Path(tmp) / "checkpoint.pt")  # a fresh directory: two runs never share it
+        _table(args)
+
+
+def _table(args) -> None:
+    """Run the four cases and print their table."""
     print(f"{'written to':10s} {'node memory':>12s} {'torch.save extra':>17s} {'hpcdgnn extra':>14s} "
           f"{'torch.save s':>13s} {'hpcdgnn s':>10s} {'time ratio':>10s}")
     for where in ("file", "memory"):
