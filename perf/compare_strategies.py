@@ -114,6 +114,23 @@ def p1_verdict(ratios: dict[str, dict[int, float]], tolerance: float = P1_TOLERA
     return f"P=1 vs snapshot: {within}; slower than {1 + tolerance:.2f}x: {', '.join(slow)}"
 
 
+def volume_growth(table: dict[str, dict[int, dict]], ranks: list[int]) -> list[str]:
+    """Lines of each strategy's traffic growth from the smallest P > 1 to the largest P (empty with fewer than two
+    such P). Why not from P = 1: one rank sends nothing, so a growth from it is 0 -> x, a ratio of nothing."""
+    multi = sorted({P for P in ranks if P > 1})
+    if len(multi) < 2:
+        return []
+    lo, hi = multi[0], multi[-1]
+    lines = [f"volume growth from P={lo} to P={hi} (strategy traffic, gradient all-reduce excluded):"]
+    for strategy, rows in table.items():
+        if lo not in rows or hi not in rows:
+            continue
+        a, b = rows[lo]["strategy"], rows[hi]["strategy"]
+        growth = f"x{b / a:.2f}" if a else f"(nothing sent at P={lo})"
+        lines.append(f"  {strategy:10s} {a:9.2f} -> {b:9.2f} MiB  {growth}")
+    return lines
+
+
 def _default_strategies(model: str) -> list[str]:
     """Every strategy of ``model``'s regime that trains (not ``auto``, a choice of one), the snapshot strategy
     first: a snapshot model under the event regime's ``memory`` is refused."""
@@ -189,14 +206,8 @@ def main() -> None:
                           f"{r['epoch']:>8.3f} {cell} {r['lambda']:>7.2f} {r['loss']:>8.4f}", flush=True)
             if 1 in args.ranks and "snapshot" in strategies:
                 print(p1_verdict(ratios))
-            lo, hi = min(args.ranks), max(args.ranks)
-            if hi > lo:
-                print(f"volume growth from P={lo} to P={hi} (strategy traffic, gradient all-reduce excluded):")
-                for strategy, rows in table.items():
-                    if lo not in rows or hi not in rows:
-                        continue
-                    a, b = rows[lo]["strategy"], rows[hi]["strategy"]
-                    print(f"  {strategy:10s} {a:9.2f} -> {b:9.2f} MiB  x{(b / a if a else float('nan')):.2f}")
+            for line in volume_growth(table, args.ranks):
+                print(line)
     if failed:
         raise SystemExit(f"compare_strategies.py: {len(failed)} run(s) failed (output above): {', '.join(failed)}")
 

@@ -56,3 +56,15 @@ def test_a_failed_strategy_does_not_discard_the_others(tmp_path):
     assert rows["sequences"][2] == "failed" and rows["snapshot"][1] == "1", proc.stdout
     assert proc.stderr.strip().splitlines()[-1] == (
         "compare_strategies.py: 1 run(s) failed (output above): tmgcn sequences P=1")
+
+
+def test_volume_growth_starts_at_the_smallest_p_above_one():
+    """One rank sends nothing: the default --ranks 1 2 4 8 printed every strategy's growth as 0.00 -> x MiB xnan."""
+    table = {"vertex": {1: {"strategy": 0.0}, 2: {"strategy": 1.0}, 8: {"strategy": 3.0}},
+             "snapshot": {1: {"strategy": 0.0}, 2: {"strategy": 0.0}, 8: {"strategy": 0.5}}}
+    mod = _cmp()
+    lines = mod.volume_growth(table, [1, 2, 8])
+    assert lines[0].startswith("volume growth from P=2 to P=8")
+    assert lines[1].split()[0] == "vertex" and lines[1].endswith("x3.00")
+    assert lines[2].endswith("(nothing sent at P=2)") and "nan" not in "".join(lines)
+    assert mod.volume_growth(table, [1, 2]) == []  # one P with traffic: no growth to show
