@@ -134,7 +134,14 @@ def main() -> None:
                     help="the map's forms to measure (strategy.lookup)")
     args = ap.parse_args()
     cases = [from_data(d, args.ranks) for d in args.data]
-    cases += [synthetic(int(n), int(t), float(a), args.ranks, args.chunk) for n, t, a in args.synthetic]
+    for n, t, a in args.synthetic:  # one line for what numpy would refuse mid-way (a fraction past 1, say)
+        try:
+            n, t, a = int(n), int(t), float(a)
+        except ValueError:
+            ap.error(f"--synthetic {n} {t} {a}: N and T are whole numbers, ACTIVE a fraction")
+        if n < 1 or t < 1 or not 0 < a <= 1:
+            ap.error(f"--synthetic {n} {t} {a}: N, T >= 1 and 0 < ACTIVE <= 1")
+        cases.append(synthetic(n, t, a, args.ranks, args.chunk))
     if not cases:
         ap.error("give --data DIR or --synthetic N T ACTIVE")
     print(f"{'case':<28} {'A/TN':>6} {'form':<12} {'peak MiB table/map':>19} {'ratio':>6} "
