@@ -189,3 +189,20 @@ def test_the_docs_dotted_names_work_after_import_hpcdgnn_alone():
         "import pytest\n"
         "with pytest.raises(AttributeError, match=\"module 'hpcdgnn.data' has no attribute 'adapterz'\"): "
         "hpcdgnn.data.adapterz")
+
+
+def test_every_subpackage_s_submodules_are_named_after_import_hpcdgnn_alone():
+    """docs/results.md's ``hpcdgnn.metrics.export.load_model(FILE)`` was an AttributeError after ``import hpcdgnn``
+    (only hpcdgnn.data and hpcdgnn.nn imported a submodule when first named; hpcdgnn.metrics, hpcdgnn.ops, ... did
+    not): every subpackage does now. An optional dependency's ImportError is the submodule's own."""
+    assert_runs_fresh(
+        "import hpcdgnn, pkgutil\n"
+        "hpcdgnn.metrics.export.load_model; hpcdgnn.metrics.export.load_pygt\n"
+        "for pkg in pkgutil.iter_modules(hpcdgnn.__path__):\n"
+        "    if not pkg.ispkg: continue\n"
+        "    package = getattr(hpcdgnn, pkg.name)\n"
+        "    for sub in pkgutil.iter_modules(package.__path__):\n"
+        "        if sub.name.startswith('_'): continue\n"
+        "        try: getattr(package, sub.name)\n"
+        "        except AttributeError as e: raise SystemExit(f'{package.__name__}.{sub.name}: {e}')\n"
+        "        except ImportError: pass\n")

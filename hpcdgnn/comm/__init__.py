@@ -20,3 +20,8 @@ __all__ = [
     "payload_bytes",
     "redistribute",
 ]
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.comm.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)

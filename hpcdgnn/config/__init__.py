@@ -27,3 +27,8 @@ __all__ = [
     "load_job_dict",
     "validate_job",
 ]
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.config.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)

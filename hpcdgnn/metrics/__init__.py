@@ -16,3 +16,8 @@ __all__ = [
     "read_epoch_records",
     "summarize_over_ranks",
 ]
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.metrics.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)

@@ -33,3 +33,8 @@ def ignore_csr_notice() -> None:
     and a caller's ``warnings.simplefilter("error")`` set after importing hpcdgnn does not make it an error inside
     a run."""
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.ops.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)

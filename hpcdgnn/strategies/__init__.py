@@ -28,3 +28,8 @@ __all__ = [
     "get_strategy",
     "register_strategy",
 ]
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.strategies.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)

@@ -31,3 +31,8 @@ def build_task(cfg, manifest, emb_features: int, seed: int) -> Task:
 def task_class(name: str) -> type[Task]:
     """The task class registered as ``name`` (for its static cost model)."""
     return _TASKS[name]
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.tasks.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)

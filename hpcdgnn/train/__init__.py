@@ -31,3 +31,8 @@ sys.modules[__name__].__class__ = _CallablePackage
 # help(hpcdgnn.train) shows the call's description after the package's (none under python -OO)
 if __doc__ and api.train.__doc__:
     __doc__ = f"{__doc__}\nhpcdgnn.train{inspect.signature(api.train)}\n\n{inspect.cleandoc(api.train.__doc__)}\n"
+
+from hpcdgnn import submodules_on_use  # noqa: E402
+
+#: ``hpcdgnn.train.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
+__getattr__ = submodules_on_use(__name__)
