@@ -528,7 +528,10 @@ def _main(argv: list[str] | None) -> int:
         print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
         return 128 + n
     except HpcdgnnError as e:
-        print(f"hpcdgnn: error: {e}", file=sys.stderr)
+        from hpcdgnn.rank_zero import said_by_rank_0
+
+        if not said_by_rank_0(e):  # rank 0's refusal under mpirun (prepare, export, ...): rank 0 prints it, once
+            print(f"hpcdgnn: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `inspect --json | head`: the reader left; stop as a shell tool does, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit

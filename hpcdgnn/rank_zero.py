@@ -6,7 +6,8 @@ SPMD makes the call on every rank instead. Both must work: rank 0 does the work 
 tells every other rank, with non-blocking sends, that it started, then that it finished or failed; a rank that
 makes the call waits for rank 0's word about the same call (its ``key``) and returns, or raises rank 0's error
 as its own. A word is ``(key, None)`` on starting, ``(key, "")`` on success, ``(key, (error type, line))`` on a
-failure: a few hundred bytes, which MPI sends at once whether or not the other rank ever receives them.
+failure (``(error type, line, True)`` where rank 0 raises that error itself, :func:`said_by_rank_0`): a few hundred
+bytes, which MPI sends at once whether or not the other rank ever receives them.
 
 Rank 0 never learns whether the others made the call, so a rank given other arguments than rank 0 cannot be
 told at once (rank 0 alone with those arguments, and then all ranks with these, would read the same to it): it
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError
 
-__all__ = ["Words", "await_rank_0", "job_world", "rank_0_does", "several_ranks"]
+__all__ = ["Words", "await_rank_0", "job_world", "rank_0_does", "said_by_rank_0", "several_ranks"]
 
 T = TypeVar("T")
 
@@ -97,7 +98,7 @@ def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words) 
     try:
         result = work()
     except HpcdgnnError as e:
-        tell((type(e), str(e)))
+        tell((type(e), str(e), True))  # the same error, which rank 0 raises (and the command line prints) too
         raise
     except BaseException as e:  # a crash or an interrupt: the others must not wait for the work
         tell((DataError, f"{words.name}: rank 0 stopped {words.doing} {key}: {type(e).__name__}: {e}".rstrip(": ")))
@@ -140,6 +141,15 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[], T])
             started = True
             continue
         if word:
-            kind, line = word
-            raise kind(line)
+            kind, line, *same = word
+            err = kind(line)
+            err.said_by_rank_0 = bool(same)  # type: ignore[attr-defined]
+            raise err
         return done()
+
+
+def said_by_rank_0(err: BaseException) -> bool:
+    """Whether ``err`` is rank 0's own error as :func:`await_rank_0` raises it on another rank: rank 0 raises it
+    too, so a command line prints it there alone (one line for the job, as ``run``'s collective errors), not once
+    per rank. Not where rank 0 crashed or was stopped (its traceback or stop line does not say what the call was)."""
+    return getattr(err, "said_by_rank_0", False) is True

@@ -609,3 +609,18 @@ def test_prepare_and_generate_under_mpirun_write_once(tmp_path, launcher):
                 "2", "--density", "2", "--seed", "1"]
     proc = launcher.run(2, generate, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.count(f"generated {tmp_path / 'g'}: N=50 T=2") == 1, proc.stderr
+
+
+@pytest.mark.mpi
+def test_a_refusal_of_rank_0_under_mpirun_is_said_once(tmp_path, launcher):
+    """``mpirun -np 3 python -m hpcdgnn generate --output EXISTING`` (and ``export`` of no run at -np 2): rank 0's
+    refusal reached the other ranks, which each printed it again, three copies of one line; now rank 0 says it,
+    every rank exits 2."""
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "x").write_text("x")
+    generate = ["-m", "hpcdgnn", "generate", "--output", str(tmp_path / "g"), "--vertices", "20", "--snapshots",
+                "2", "--density", "1", "--seed", "1"]
+    proc = launcher.run(3, generate, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("output exists and is not empty") == 1, proc.stderr[-2000:]
+    proc = launcher.run(2, ["-m", "hpcdgnn", "export", str(tmp_path / "none")], timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("not a finished hpcdgnn run directory") == 1, proc.stderr
