@@ -576,7 +576,9 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
             break
     write_summary(comm, rd, run, totals, activation_peak, preempted,
                   status="diverged" if diverged else None)
-    if preempted:  # checkpointed and said so: a second signal from now on abandons nothing (exit 75 all the same)
+    # checkpointed and said so: a second signal from now on abandons nothing (exit 75 all the same). Not a run that
+    # diverged in the epoch the stop came (no checkpoint of it; it ends with the divergence's 2, not resumed)
+    if preempted and not diverged:
         stop.settle()
     # every rank is here: the strategy's threads (hybrid's batch generators) end and its gradient hooks leave
     # the parameters, which a library caller keeps using (a later backward must not all-reduce)

@@ -95,3 +95,33 @@ def test_a_diverged_run_stops_with_one_line_and_keeps_its_last_finite_checkpoint
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert kept == [f"epoch-{e:06d}" for e in range(max(1, bad["epoch"] - 2), bad["epoch"])], kept
     assert (f"newest checkpoint, before it: epoch-{bad['epoch'] - 1:06d}" in errors[0]) == (bad["epoch"] > 1)
+
+
+def test_a_run_that_diverged_in_the_epoch_a_stop_came_is_not_a_clean_stop(small_dataset, tmp_path, monkeypatch):
+    """A SIGTERM during the epoch in which the loss became NaN (here lr = 1e30: epoch 2): the run ends diverged
+    (exit 2, no checkpoint of that epoch), yet the trainer settled the stop flag as after a clean stop, so a
+    second SIGTERM while the process ended (MPI's finalize waits for every rank) exited 75, "stopped with its
+    checkpoint and summary.json written": the job was requeued into a run a job script does not resume. Only a
+    clean stop settles the flag."""
+    import signal
+
+    import hpcdgnn
+    from hpcdgnn import preemption
+    from hpcdgnn.errors import ConfigError
+    from hpcdgnn.train import trainer
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 6, "lr": 1e30, "dtype": "float32"},
+                    checkpoint={"every": 1})
+    original, settled = trainer.train_epoch, []
+
+    def signalled(run, task, epoch, *args, **kwargs):
+        if epoch == 2:  # the diverging one
+            preemption._FLAG.handle(signal.SIGTERM, None)
+        return original(run, task, epoch, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_epoch", signalled)
+    monkeypatch.setattr(preemption.PreemptionFlag, "settle", lambda self: settled.append(True))
+    with pytest.raises(ConfigError, match="epoch 2: the training loss is nan: training diverged"):
+        hpcdgnn.train(job, output=tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "diverged"
+    assert not settled
