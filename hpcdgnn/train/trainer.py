@@ -579,6 +579,8 @@ def _train(run: Run, comm: Communicator, log, stop: preemption.PreemptionFlag) -
     # checkpointed and said so: a second signal from now on abandons nothing (exit 75 all the same). Not a run that
     # diverged in the epoch the stop came (no checkpoint of it; it ends with the divergence's 2, not resumed)
     if preempted and not diverged:
+        if comm.size > 1:  # the others left write_summary's gather before rank 0 wrote the file: wait for it
+            comm.barrier(tag="metrics")
         stop.settle()
     # every rank is here: the strategy's threads (hybrid's batch generators) end and its gradient hooks leave
     # the parameters, which a library caller keeps using (a later backward must not all-reduce)

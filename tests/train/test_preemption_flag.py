@@ -121,3 +121,46 @@ def test_a_relay_path_that_names_a_fifo_or_terminal_is_not_read(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert relayed(str(fifo)) is None
+
+
+_SETTLED_SCRIPT = """
+import signal, sys, time
+from pathlib import Path
+from hpcdgnn import preemption
+from hpcdgnn.comm.communicator import Communicator
+from hpcdgnn.metrics import results
+from hpcdgnn.train import trainer
+
+comm, run = Communicator(), Path(sys.argv[2])
+save, epoch = results.RunDirectory.save_summary, trainer.train_epoch
+
+def slow_save(self, summary):  # rank 0's file system, slow to write summary.json
+    time.sleep(3)
+    save(self, summary)
+
+def stopped_epoch(*a, **k):  # a SIGTERM during the first epoch
+    preemption._FLAG.handle(signal.SIGTERM, None)
+    return epoch(*a, **k)
+
+seen = []
+results.RunDirectory.save_summary = slow_save
+trainer.train_epoch = stopped_epoch
+preemption.PreemptionFlag.settle = lambda self: seen.append((run / "summary.json").is_file())
+res = trainer.run_training(sys.argv[1], [], sys.argv[2], comm)
+print(f"RESULT rank {comm.rank} preempted {res.preempted} settled with summary.json {seen}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_no_rank_settles_before_rank_0_wrote_summary_json(small_dataset, tmp_path, launcher):
+    """At P = 2 rank 1 settled its stop flag (a second signal: exit 75, "the run had stopped with its checkpoint
+    and summary.json written") as soon as it left write_summary's gather, while rank 0 was still writing
+    summary.json: its line was false, and its 75 could stand for the job's with no summary.json. Every rank
+    settles once rank 0 has written it."""
+    from tests.conftest import write_job
+
+    job = write_job(tmp_path / "job.yaml", small_dataset, train={"epochs": 3})
+    proc = launcher.run(2, ["-c", _SETTLED_SCRIPT, str(job), str(tmp_path / "run")], timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for rank in (0, 1):
+        assert f"RESULT rank {rank} preempted True settled with summary.json [True]" in proc.stdout, proc.stdout
