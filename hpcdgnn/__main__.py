@@ -313,7 +313,7 @@ def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work) -> int:
     words = Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files")
     if world.Get_rank() == 0:
         return rank_0_does(world, tag, key, work, words)
-    return await_rank_0(world, tag, key, words, lambda: 0)
+    return await_rank_0(world, tag, key, words, lambda _: 0)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -248,7 +248,7 @@ class TrainedRun:
                 if world.Get_rank() == 0:
                     rank_0_does(world, _EXPORT_TAG, key, work, words)
                 else:
-                    await_rank_0(world, _EXPORT_TAG, key, words, lambda: None)
+                    await_rank_0(world, _EXPORT_TAG, key, words, lambda _: None)
             return {k: Path(v) for k, v in paths.items() if v is not None}
         except HpcdgnnError as e:
             raise _at_the_call(e) from None

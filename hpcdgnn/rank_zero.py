@@ -5,9 +5,10 @@ export`) needs no collective, and mpi4py scripts guard such a write with ``if ra
 SPMD makes the call on every rank instead. Both must work: rank 0 does the work without waiting for anyone and
 tells every other rank, with non-blocking sends, that it started, then that it finished or failed; a rank that
 makes the call waits for rank 0's word about the same call (its ``key``) and returns, or raises rank 0's error
-as its own. A word is ``(key, None)`` on starting, ``(key, "")`` on success, ``(key, (error type, line))`` on a
-failure (``(error type, line, True)`` where rank 0 raises that error itself, :func:`said_by_rank_0`): a few hundred
-bytes, which MPI sends at once whether or not the other rank ever receives them.
+as its own. A word is ``(key, None)`` on starting, ``(key, "")`` on success (or a short text of the result:
+``rank_0_does``'s ``made``), ``(key, (error type, line))`` on a failure (``(error type, line, True)`` where rank 0
+raises that error itself, :func:`said_by_rank_0`): a few hundred bytes, which MPI sends at once whether or not the
+other rank ever receives them.
 
 Rank 0 never learns whether the others made the call, so a rank given other arguments than rank 0 cannot be
 told at once (rank 0 alone with those arguments, and then all ranks with these, would read the same to it): it
@@ -79,7 +80,8 @@ def job_world(name: str) -> Any:
     return world
 
 
-def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words) -> T:
+def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words,
+                made: Callable[[T], str] | None = None) -> T:
     """Rank 0's part: ``work()``, told to every other rank of ``world`` on ``tag`` without waiting for them.
 
     Args:
@@ -88,6 +90,8 @@ def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words) 
         key: what this call does (its output, its arguments), as the other ranks compare it.
         work: the call's work; an :class:`~hpcdgnn.errors.HpcdgnnError` it raises is every calling rank's.
         words: the call's lines.
+        made: what the other ranks are told of the work's result on success (:func:`await_rank_0` hands it to
+            their ``done``), a short text: a dataset's fingerprint, which they compare with the one they read.
     """
 
     def tell(word: Any) -> None:
@@ -97,19 +101,21 @@ def rank_0_does(world, tag: int, key: Any, work: Callable[[], T], words: Words) 
     tell(None)
     try:
         result = work()
+        said = made(result) if made is not None else ""
     except HpcdgnnError as e:
         tell((type(e), str(e), True))  # the same error, which rank 0 raises (and the command line prints) too
         raise
     except BaseException as e:  # a crash or an interrupt: the others must not wait for the work
         tell((DataError, f"{words.name}: rank 0 stopped {words.doing} {key}: {type(e).__name__}: {e}".rstrip(": ")))
         raise
-    tell("")
+    tell(said)
     return result
 
 
-def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[], T]) -> T:
-    """Another rank's part: rank 0's word about ``key`` on ``tag``, then ``done()`` (what this rank returns), or
-    rank 0's error raised as this rank's.
+def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], T]) -> T:
+    """Another rank's part: rank 0's word about ``key`` on ``tag``, then ``done(made)`` (what this rank returns;
+    ``made``: what :func:`rank_0_does` told of its result, ``""`` for nothing), or rank 0's error raised as this
+    rank's.
 
     Waits at most ``HPCDGNN_START_TIMEOUT`` for rank 0 to start, then as long as its work takes; words about
     other keys (earlier calls rank 0 made alone) are skipped, and named if rank 0 never starts this one.
@@ -140,12 +146,12 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[], T])
         if word is None:
             started = True
             continue
-        if word:
+        if isinstance(word, tuple):
             kind, line, *same = word
             err = kind(line)
             err.said_by_rank_0 = bool(same)  # type: ignore[attr-defined]
             raise err
-        return done()
+        return done(word)
 
 
 def said_by_rank_0(err: BaseException) -> bool:

@@ -240,20 +240,34 @@ def _write_and_tell(world, MPI, key: str, function, args, kwargs):
         finally:
             _WRITING.reset(token)
 
-    return rank_0_does(world, _TAG, key, write, _words(function.__name__))
+    return rank_0_does(world, _TAG, key, write, _words(function.__name__), made=lambda _: _fingerprint(key))
+
+
+def _fingerprint(output: str) -> str:
+    """The sha256 of ``output``'s ``manifest.json`` (it records every shard's sha256): what rank 0 wrote, as the
+    other ranks compare it with what they read there."""
+    import hashlib
+
+    return hashlib.sha256((Path(output) / "manifest.json").read_bytes()).hexdigest()
 
 
 def _await_rank_0(world, MPI, key: str, name: str):
     """The other ranks' part of :func:`once_per_job`: rank 0's word about ``key``, its manifest or its error."""
     from hpcdgnn.rank_zero import await_rank_0
 
-    def read_back():
+    def read_back(written: str):
+        where = "output must be on a filesystem every rank reads"
         try:
-            return _load_written(key)
-        except DataError as e:  # rank 0 wrote it where this rank does not see it (a node-local directory)
+            m = _load_written(key)
+            seen = _fingerprint(key)
+        except (DataError, OSError) as e:  # rank 0 wrote it where this rank does not see it (a node-local directory)
             raise DataError(f"{name}: rank 0 wrote {key}, which rank {world.Get_rank()} cannot read ({e}): under "
-                            "mpirun rank 0 writes the dataset, so output must be on a filesystem every rank reads") \
-                from None
+                            f"mpirun rank 0 writes the dataset, so {where}") from None
+        if written and seen != written:  # a node-local directory of the same name, holding an older dataset
+            raise DataError(f"{name}: rank 0 wrote {key}, but rank {world.Get_rank()} reads another dataset there "
+                            f"(its manifest.json differs: a node-local directory holding an older one): under mpirun "
+                            f"rank 0 writes the dataset, so {where}")
+        return m
 
     return await_rank_0(world, _TAG, key, _words(name), read_back)
 

@@ -6,6 +6,7 @@ import argparse
 import gzip
 import json
 import lzma
+import subprocess
 from pathlib import Path
 
 import h5py
@@ -624,3 +625,33 @@ def test_a_refusal_of_rank_0_under_mpirun_is_said_once(tmp_path, launcher):
     assert proc.returncode == 2 and proc.stderr.count("output exists and is not empty") == 1, proc.stderr[-2000:]
     proc = launcher.run(2, ["-m", "hpcdgnn", "export", str(tmp_path / "none")], timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("not a finished hpcdgnn run directory") == 1, proc.stderr
+
+
+_NODE_LOCAL = """
+import os, sys
+shared, local, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK")) == "1":  # another node: its own directory
+    os.execvp("unshare", ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"', local, shared,
+                          sys.executable, *argv])
+os.execv(sys.executable, [sys.executable, *argv])
+"""
+
+
+@pytest.mark.mpi
+def test_a_node_local_output_with_an_older_dataset_on_another_node_is_refused(tmp_path, launcher):
+    """``srun generate --output /local/d --force`` over two nodes whose node-local /local/d each held an older
+    dataset: rank 0 rewrote its node's, rank 1 read back its own node's old one and said nothing, exit 0 (the job
+    then trained on two datasets). Now rank 1 compares what it reads with what rank 0 wrote: one line, exit 2.
+    The other node is rank 1 in a mount namespace of its own, its directory mounted over the shared one."""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespaces here (unshare -m)")
+    shared, local = tmp_path / "shared", tmp_path / "node1"
+    shared.mkdir()
+    old = ["-m", "hpcdgnn", "generate", "--vertices", "20", "--snapshots", "2", "--density", "1", "--seed", "2"]
+    for where in (shared, local):
+        assert launcher.run(None, [*old, "--output", str(where / "d")], cwd=tmp_path).returncode == 0
+    new = [*old[:-1], "3", "--output", str(shared / "d"), "--force"]
+    proc = launcher.run(2, ["-c", _NODE_LOCAL, str(shared), str(local), *new], timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert (f"generate_dataset: rank 0 wrote {shared / 'd'}, but rank 1 reads another dataset there"
+            in proc.stderr), proc.stderr[-2000:]
