@@ -34,7 +34,13 @@ def ignore_csr_notice() -> None:
     a run."""
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
-from hpcdgnn import submodules_on_use  # noqa: E402
 
-#: ``hpcdgnn.ops.<submodule>`` after ``import hpcdgnn`` alone (:func:`hpcdgnn.submodules_on_use`)
-__getattr__ = submodules_on_use(__name__)
+def __getattr__(name: str):
+    """``hpcdgnn.ops.<submodule>`` after ``import hpcdgnn`` alone, as :func:`hpcdgnn.submodules_on_use` makes it for
+    the other packages (written out here: this layer imports nothing of hpcdgnn above it)."""
+    import importlib
+    import importlib.util
+
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
