@@ -18,7 +18,8 @@ def submodules_on_use(package: str) -> Callable[[str], ModuleType]:
     alone, not only once a call has imported them, and nothing is imported before it is used."""
 
     def __getattr__(name: str) -> ModuleType:
-        if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+        # a dotted or odd name is no submodule of this package (find_spec would import the parent it names)
+        if name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
             return importlib.import_module(f"{package}.{name}")
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

@@ -205,4 +205,7 @@ def test_every_subpackage_s_submodules_are_named_after_import_hpcdgnn_alone():
         "        if sub.name.startswith('_'): continue\n"
         "        try: getattr(package, sub.name)\n"
         "        except AttributeError as e: raise SystemExit(f'{package.__name__}.{sub.name}: {e}')\n"
-        "        except ImportError: pass\n")
+        "        except ImportError: pass\n"
+        # hasattr of a dotted name is False, not a ModuleNotFoundError from find_spec's import of its parent
+        "assert not hasattr(hpcdgnn, 'errors.x') and not hasattr(hpcdgnn, 'nope.b')\n"
+        "assert not hasattr(hpcdgnn.ops, 'a.b')\n")
