@@ -304,16 +304,11 @@ def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work) -> int:
     """``work()``'s exit status, run by rank 0 alone where the command was launched on several MPI ranks (a job
     script's ``srun``): each rank wrote the same files, all but the first refused ("exists", exit 2) or racing it.
     The others wait for rank 0's word (:mod:`hpcdgnn.rank_zero`) and return 0, or raise its error as theirs."""
-    from hpcdgnn.rank_zero import Words, await_rank_0, job_world, rank_0_does, several_ranks
+    from hpcdgnn.rank_zero import Words, on_rank_0
 
-    if not several_ranks():
-        return work()
-    world = job_world(name)
     key = f"{name} " + " ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items()) if k != "func")
     words = Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files")
-    if world.Get_rank() == 0:
-        return rank_0_does(world, tag, key, work, words)
-    return await_rank_0(world, tag, key, words, lambda _: 0)
+    return on_rank_0(tag, key, work, words, lambda _: 0)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -220,7 +220,7 @@ class TrainedRun:
         try:
             import_training()
             from hpcdgnn.metrics.export import run_export
-            from hpcdgnn.rank_zero import Words, await_rank_0, job_world, rank_0_does, several_ranks
+            from hpcdgnn.rank_zero import Words, on_rank_0
 
             if to not in ("hpcdgnn", "pygt"):
                 raise ConfigError(f"to: {to!r}; choose from 'hpcdgnn', 'pygt'")
@@ -237,18 +237,11 @@ class TrainedRun:
                 finally:
                     caller.restore()
 
-            if not several_ranks():
-                work()
-            else:
-                world = job_world("export")
-                # the call as the other ranks compare it: the run and the arguments as given (as _Same compares them)
-                key = f"{self.dir} to " + ", ".join([f"{k}={v!r}" for k, v in paths.items() if v is not None]
-                                                    + ([f"to={to!r}"] if to != "hpcdgnn" else []))
-                words = Words("export", "exporting", "exported", "arguments", "rank 0 writes export's files")
-                if world.Get_rank() == 0:
-                    rank_0_does(world, _EXPORT_TAG, key, work, words)
-                else:
-                    await_rank_0(world, _EXPORT_TAG, key, words, lambda _: None)
+            # the call as the other ranks compare it: the run and the arguments as given (as _Same compares them)
+            key = f"{self.dir} to " + ", ".join([f"{k}={v!r}" for k, v in paths.items() if v is not None]
+                                                + ([f"to={to!r}"] if to != "hpcdgnn" else []))
+            words = Words("export", "exporting", "exported", "arguments", "rank 0 writes export's files")
+            on_rank_0(_EXPORT_TAG, key, work, words, lambda _: None)
             return {k: Path(v) for k, v in paths.items() if v is not None}
         except HpcdgnnError as e:
             raise _at_the_call(e) from None

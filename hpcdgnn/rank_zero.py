@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from hpcdgnn.errors import ConfigError, DataError, HpcdgnnError
 
-__all__ = ["Words", "await_rank_0", "job_world", "rank_0_does", "said_by_rank_0", "several_ranks"]
+__all__ = ["Words", "await_rank_0", "job_world", "on_rank_0", "rank_0_does", "said_by_rank_0", "several_ranks"]
 
 T = TypeVar("T")
 
@@ -152,6 +152,25 @@ def await_rank_0(world, tag: int, key: Any, words: Words, done: Callable[[str], 
             err.said_by_rank_0 = bool(same)  # type: ignore[attr-defined]
             raise err
         return done(word)
+
+
+def on_rank_0(tag: int, key: Any, work: Callable[[], T], words: Words, done: Callable[[str], T]) -> T:
+    """``work()`` once for the job: in a process alone, itself; under mpirun rank 0 does it
+    (:func:`rank_0_does`) and every other rank returns ``done(made)`` on its word (:func:`await_rank_0`).
+
+    Args:
+        tag: the MPI tag of rank 0's words.
+        key: what this call does, as the other ranks compare it.
+        words: the call's lines (``words.name`` names the job's world, :func:`job_world`).
+        work: the call's work.
+        done: what another rank returns once rank 0 is done.
+    """
+    if not several_ranks():
+        return work()
+    world = job_world(words.name)
+    if world.Get_rank() == 0:
+        return rank_0_does(world, tag, key, work, words)
+    return await_rank_0(world, tag, key, words, done)
 
 
 def said_by_rank_0(err: BaseException) -> bool:
