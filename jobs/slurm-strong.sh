@@ -105,7 +105,8 @@ if [ -z "${RUNDIR:-}" ]; then
   if [ -n "${SWEEP:-}" ]; then
     RUNDIR=${HPCDGNN_RUNS:-runs}/${SLURM_JOB_NAME:-hpcdgnn}-$SWEEP/p$P
   else
-    RUNDIR=$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")/p$P
+    hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}"
+    RUNDIR=$RUNDIR/p$P
   fi
 fi
 hpcdgnn_ensure_job_data "$JOB" || hpcdgnn_setup_failed "$RUNDIR"

@@ -46,10 +46,12 @@ if [ -z "${RANKS_LIST:-}" ]; then
   for ((p = 1; p <= NTASKS; p *= 2)); do RANKS_LIST="$RANKS_LIST $p"; done
 fi
 hpcdgnn_check_ranks_list "$RANKS_LIST" || exit 2
-RUNDIR=${RUNDIR:-$(hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}")}
+if [ -z "${RUNDIR:-}" ]; then hpcdgnn_capture RUNDIR hpcdgnn_job_rundir "${SLURM_JOB_NAME:-hpcdgnn}"; fi
 
-base=$(hpcdgnn_data_path "$JOB")
-name=$(basename "$base")
+base='' name='' parent=''  # set by hpcdgnn_capture
+hpcdgnn_capture base hpcdgnn_data_path "$JOB"
+hpcdgnn_capture name basename "$base"
+hpcdgnn_capture parent dirname "$base"
 if ! [[ $name =~ ^n([0-9]+)-(t[0-9]+-f[0-9.]+(-s[0-9]+)?)$ ]]; then
   echo "hpcdgnn-job: $JOB: data.path '$base' must be named n<N>-t<T>-f<density>[-s<seed>] for the weak sweep" >&2
   exit 2
@@ -67,7 +69,7 @@ for P in $RANKS_LIST; do
     rc=$HPCDGNN_EXIT_PREEMPTED  # the warning came between two runs: requeue before starting another
     break
   fi
-  data="$(dirname "$base")/n$((n1 * P))-$rest"
+  data="$parent/n$((n1 * P))-$rest"
   hpcdgnn_ensure_data "$data" || hpcdgnn_setup_failed "$last"
   hpcdgnn_slurm_launch "$P" $(((P + RPN - 1) / RPN))
   DATA=$data hpcdgnn_train "$JOB" "$RUNDIR/p$P" "$@"
