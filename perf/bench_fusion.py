@@ -1,7 +1,7 @@
 """Chunk fusion (DGC §5.1): rows loaded and time saved by spatial fusion, padding saved by temporal fusion.
 
     python perf/bench_fusion.py [--vertices 8192 --snapshots 16 | --data DIR] [--ranks 2] [--chunk-size 64]
-                                [--memory-mb 0.5 4 512 auto] [--epochs 4]
+                                [--memory-mb 0.5 4 512 auto] [--epochs 4] [--repeat 5]
 
 Spatial fusion: the chunk strategy at P ranks with ``strategy.fusion: off``
 (chunk by chunk, DGC's default) and ``on`` at several memory caps, side by
@@ -19,7 +19,10 @@ consecutive snapshots in which a vertex has an edge, DGC Fig. 9a's sequences
 of different lengths — batched padded to the longest (Fig. 9b) and packed by
 :func:`~hpcdgnn.nn.temporal_fusion.pack_sequences` (Fig. 9c): slots, and the
 seconds of a one-layer GRU over each (padded: ``torch.nn.GRU``; packed:
-:func:`~hpcdgnn.nn.temporal_fusion.fused_gru` with the Eq. 4 mask).
+:func:`~hpcdgnn.nn.temporal_fusion.fused_gru` with the Eq. 4 mask). The GRU runs on one torch thread (as every
+rank of the runs above, ``train.threads: 1``), the two sides timed by :func:`bench_kernels.time_calls`: two
+untimed calls a side (the first allocates the buffers and picks the kernels), then ``--repeat`` samples a side,
+the sides alternating call by call so that a slow spell of a shared machine falls on both; medians.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_epoch import generate_graph  # noqa: E402
+from bench_kernels import time_calls  # noqa: E402
 from compare_strategies import run  # noqa: E402
 
 from hpcdgnn.nn.temporal_fusion import fused_gru, pack_sequences  # noqa: E402
@@ -57,18 +60,12 @@ def active_runs(data: Path) -> np.ndarray:
     return (ends[1] - starts[1]).astype(np.int64)
 
 
-def best_of(fn, repeats: int = 3) -> float:
-    """Fastest of a few timed calls."""
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return min(out)
+def temporal(data: Path, width: int, repeat: int = 5) -> dict[str, float]:
+    """Padded against packed slots and GRU seconds over the dataset's active runs; the two sides' median seconds.
 
-
-def temporal(data: Path, width: int) -> None:
-    """Padded against packed slots and GRU seconds over the dataset's active runs."""
+    One torch thread (restored after), the sides alternating call by call after two untimed calls each
+    (:func:`bench_kernels.time_calls`): torch's default thread count and a first call that allocates made the
+    ratio noise on a loaded machine (padded/packed 327.66 once)."""
     lengths = active_runs(data)
     p = pack_sequences(lengths)
     padded = lengths.shape[0] * p.steps
@@ -77,15 +74,22 @@ def temporal(data: Path, width: int) -> None:
     x_pad = torch.randn(p.steps, lengths.shape[0], width)
     x_pack = torch.randn(p.steps, p.lanes, width)
     mask = p.reset_mask()
-    with torch.no_grad():
-        t_pad = best_of(lambda: gru(x_pad))
-        t_pack = best_of(lambda: fused_gru(gru, x_pack, mask))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            timed = time_calls({"padded": lambda: gru(x_pad), "packed": lambda: fused_gru(gru, x_pack, mask)},
+                               lambda: (), repeat)
+    finally:
+        torch.set_num_threads(threads)
+    t_pad, t_pack = timed["padded"][0], timed["packed"][0]
     print(f"\ntemporal fusion over {lengths.shape[0]} active runs (mean length {lengths.mean():.2f}, "
           f"longest {p.steps}), width {width}:")
     print(f"  padded {padded} slots ({lengths.shape[0]} lanes)   packed {p.lanes * p.steps} slots ({p.lanes} lanes)"
           f"   padded/packed {padded / max(p.lanes * p.steps, 1):.2f}")
-    print(f"  GRU seconds: padded (torch.nn.GRU) {t_pad:.4f}   packed (fused_gru, Eq. 4 mask) {t_pack:.4f}"
-          f"   padded/packed {t_pad / t_pack:.2f}")
+    print(f"  GRU seconds, 1 thread, sides alternating, median of {repeat}: padded (torch.nn.GRU) {t_pad:.4f}   "
+          f"packed (fused_gru, Eq. 4 mask) {t_pack:.4f}   padded/packed {t_pad / t_pack:.2f}")
+    return {"padded": t_pad, "packed": t_pack}
 
 
 def _cap(text: str) -> float | str:
@@ -108,6 +112,8 @@ def main() -> None:
     ap.add_argument("--memory-mb", type=_cap, nargs="+", default=[0.5, 4.0, 512.0, "auto"],
                     help="caps of the fused runs, MiB or auto (the default cap: the device memory a rank may use)")
     ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="timed samples a side of the GRU over the active runs (sides alternating; medians)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -144,7 +150,7 @@ def main() -> None:
                 print(f"{P:>3} {fusion:>8} {f['time_slots']:>11} {f['time_slots_padded']:>8} "
                       f"{f['time_slots_padded'] / max(f['time_slots'], 1):>6.2f} {r['epoch']:>8.3f} "
                       f"{r['epoch'] / base['epoch']:>7.3f} {r['loss']:>12.8f}")
-        temporal(data, 16)
+        temporal(data, 16, args.repeat)
 
 
 if __name__ == "__main__":
