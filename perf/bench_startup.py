@@ -5,7 +5,9 @@ hpcdgnn/optim.py, hpcdgnn/nn/backward.py, hpcdgnn/launch.py).
     python perf/bench_startup.py [--repeat 5]
 
 Each measurement is a fresh Python process (what every rank of every run starts as), the median of
-``--repeat``; printed side by side with the ratio:
+``--repeat``; printed side by side with the ratio. The two sides of a table alternate process by process after
+one untimed process each (the first process after an idle spell reads torch's libraries from disk), so that a
+slow spell of a shared machine falls on both sides, not on the one whose block it was:
 
 - ``import torch``, then one Adam step and one backward pass with a given root gradient, with
   ``torch.optim.Adam`` + ``torch.autograd.backward`` (they import ``torch._dynamo`` and sympy) and with
@@ -63,25 +65,37 @@ def _run(code: str, args: list[str], env: dict[str, str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def alternate(sides: dict[str, tuple[str, list[str], dict[str, str]]], repeat: int) -> dict[str, list[dict]]:
+    """``repeat`` fresh processes per side (code, arguments, environment), the sides in turn (ABAB), after one
+    untimed process of each; each side's measurements."""
+    for code, argv, env in sides.values():
+        _run(code, argv, env)
+    rows: dict[str, list[dict]] = {name: [] for name in sides}
+    for _ in range(repeat):
+        for name, (code, argv, env) in sides.items():
+            rows[name].append(_run(code, argv, env))
+    return rows
+
+
 def _median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Measure and print the two tables."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5, help="fresh processes per measurement (median; default 5)")
-    args = ap.parse_args()
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="fresh processes per measurement, the sides alternating (median; default 5)")
+    args = ap.parse_args(argv)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_MCA_btl")}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 
     print("import torch + one Adam step + one backward with a given gradient, fresh process "
-          f"(median of {args.repeat})")
+          f"(median of {args.repeat}, sides alternating)")
     print(f"{'side':<30}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}  compiler imported")
-    sides = {}
+    sides = alternate({side: (STEP, [side], env) for side in ("torch", "hpcdgnn")}, args.repeat)
     for side, label in (("torch", "torch.optim + autograd"), ("hpcdgnn", "hpcdgnn.optim + run_backward")):
-        rows = [_run(STEP, [side], env) for _ in range(args.repeat)]
-        sides[side] = rows
+        rows = sides[side]
         print(f"{label:<30}{_median(rows, 'wall'):>8.2f}{_median(rows, 'cpu'):>8.2f}{_median(rows, 'rss_mib'):>10.0f}"
               f"  {any(r['compiler'] for r in rows)}")
     t, h = sides["torch"], sides["hpcdgnn"]
@@ -93,10 +107,10 @@ def main() -> int:
     if "Open MPI" not in probe["library"]:
         print(f"\nMPI_Init: {probe['library']} is not Open MPI; OMPI_MCA_btl does not apply")
         return 0
-    print(f"\nMPI_Init of a singleton ({probe['library'][:40]}...), fresh process (median of {args.repeat})")
-    default = [_run(INIT, [], env) for _ in range(args.repeat)]
-    no_ofi = [_run(INIT, [], {**env, "OMPI_MCA_btl": "^ofi"}) for _ in range(args.repeat)]
-    a, b = _median(default, "wall"), _median(no_ofi, "wall")
+    print(f"\nMPI_Init of a singleton ({probe['library'][:40]}...), fresh process (median of {args.repeat}, "
+          "sides alternating)")
+    init = alternate({"defaults": (INIT, [], env), "^ofi": (INIT, [], {**env, "OMPI_MCA_btl": "^ofi"})}, args.repeat)
+    a, b = _median(init["defaults"], "wall"), _median(init["^ofi"], "wall")
     print(f"{'defaults':<30}{a:>8.2f} s")
     print(f"{'OMPI_MCA_btl=^ofi':<30}{b:>8.2f} s")
     print(f"defaults / ^ofi: {a / b:.2f}x")
