@@ -276,10 +276,10 @@ _EXIT_CODES = """exit codes:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    """Predict every strategy of a job before it is queued (issue 59)."""
+    """Predict every strategy of a job before it is queued (issue 59); under mpirun rank 0 prints it."""
     from hpcdgnn.planner.command import run_plan
 
-    return run_plan(args)
+    return _on_rank_0("plan", _PRINT_CLI_TAG, args, lambda: run_plan(args), writes=False)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -296,19 +296,44 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return run_profile(args)
 
 
-#: the MPI tags of rank 0's word about ``export`` / ``report`` to the other ranks (:func:`_on_rank_0`)
-_EXPORT_CLI_TAG, _REPORT_CLI_TAG = 0x4ADC, 0x4ADD
+#: the MPI tags of rank 0's word to the other ranks about a command it runs for the whole job (:func:`_on_rank_0`):
+#: export, report and profile write files; inspect, validate, plan and check print a report
+_EXPORT_CLI_TAG, _REPORT_CLI_TAG, _PROFILE_CLI_TAG, _PRINT_CLI_TAG = 0x4ADC, 0x4ADD, 0x4ADE, 0x4ADF
 
 
-def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work) -> int:
+def _on_rank_0(name: str, tag: int, args: argparse.Namespace, work, writes: bool = True) -> int:
     """``work()``'s exit status, run by rank 0 alone where the command was launched on several MPI ranks (a job
-    script's ``srun``): each rank wrote the same files, all but the first refused ("exists", exit 2) or racing it.
-    The others wait for rank 0's word (:mod:`hpcdgnn.rank_zero`) and return 0, or raise its error as theirs."""
-    from hpcdgnn.rank_zero import Words, on_rank_0
+    script's ``srun`` runs every command on every rank): each rank wrote the same files, all but the first refused
+    ("exists", exit 2) or racing it, or printed the same report, once per rank. The others wait for rank 0's word
+    (:mod:`hpcdgnn.rank_zero`), print nothing and return rank 0's exit status, or raise its error as theirs (which
+    ``main`` leaves to rank 0 to print: one line for the job, every rank exit 2).
 
+    Args:
+        name: the command, each line's start.
+        tag: the MPI tag of rank 0's words (one per kind of command).
+        args: the parsed command line, which every rank must have alike (the key rank 0's words name).
+        work: the command's work on rank 0 (or alone): its exit status.
+        writes: the command writes files (export, report, profile); else it prints (inspect, plan, ...), which
+            the lines of a rank that waited in vain for rank 0 say.
+    """
+    from hpcdgnn.rank_zero import Words, await_rank_0, job_world, rank_0_does, several_ranks
+
+    if not several_ranks():
+        return work()
     key = f"{name} " + " ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items()) if k != "func")
-    words = Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files")
-    return on_rank_0(tag, key, work, words, lambda _: 0)
+    words = (Words(name, "writing", "wrote", "arguments", f"rank 0 writes {name}'s files") if writes else
+             Words(name, "running", "ran", "arguments", f"rank 0 prints {name}'s report"))
+    world = job_world(name)
+    # rank_zero.on_rank_0 with rank 0's exit status told: a command may return 2 without raising
+    if world.Get_rank() == 0:
+        return rank_0_does(world, tag, key, work, words, made=lambda code: str(int(code)))
+    return await_rank_0(world, tag, key, words, lambda made: int(made or 0))
+
+
+def _printed_once(name: str, run):
+    """A command that reads and prints (inspect, validate, check), ``run(args)``, as rank 0's alone under mpirun
+    (:func:`_on_rank_0`): a job script's ``srun`` printed its report once per rank."""
+    return lambda args: _on_rank_0(name, _PRINT_CLI_TAG, args, lambda: run(args), writes=False)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -366,11 +391,11 @@ def _parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="print a dataset's statistics and validate its shards")
     add_inspect_arguments(i)
-    i.set_defaults(func=run_inspect)
+    i.set_defaults(func=_printed_once("inspect", run_inspect))
 
     v = sub.add_parser("validate", help="check a dataset directory (also done when a run starts)")
     add_validate_arguments(v)
-    v.set_defaults(func=run_validate)
+    v.set_defaults(func=_printed_once("validate", run_validate))
 
     # options here: hpcdgnn.profile.command imports torch, which every subcommand would pay for
     pf = sub.add_parser("profile", help="time chunk encoders here and fit the workload predictor (DGC §4.2, §6)",
@@ -425,7 +450,7 @@ def _parser() -> argparse.ArgumentParser:
                         "  python -m hpcdgnn check --schema > hpcdgnn-job.schema.json   (for editors)",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_check_arguments(ck)
-    ck.set_defaults(func=run_check)
+    ck.set_defaults(func=_printed_once("check", run_check))
 
     ex = sub.add_parser("export", help="a run's epoch records as CSV or TensorBoard scalars; its model as a plain file",
                         description="Write what a run made in the formats other tools read:\n"

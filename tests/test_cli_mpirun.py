@@ -1,0 +1,83 @@
+"""The commands that are not SPMD (inspect, validate, plan, check, ...) launched on every rank, as a job script's
+``srun`` launches each of its lines: the job prints once, and every rank exits with the same status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, make_dataset, mpi_env, run_launched, write_job
+
+pytestmark = pytest.mark.mpi
+
+#: run by each rank: ``python -m hpcdgnn ARGS`` as a process of its own (the MPI rank it inherits from the
+#: launcher's environment), its stdout, stderr and exit status kept per rank; this wrapper exits 0 whatever the
+#: command did, so that no launcher ends the other ranks early and a rank left waiting shows as a timeout
+_PER_RANK = """
+import os, subprocess, sys
+rank = next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK") if v in os.environ)
+out = sys.argv[1]
+with open(f"{out}/out.{rank}", "w") as o, open(f"{out}/err.{rank}", "w") as e:
+    code = subprocess.run([sys.executable, "-m", "hpcdgnn", *sys.argv[2:]], stdout=o, stderr=e).returncode
+open(f"{out}/rc.{rank}", "w").write(str(code))
+"""
+
+
+def _each_rank(launcher, P: int, args: list[str], tmp_path: Path) -> list[tuple[int, str, str]]:
+    """``mpirun -np P python -m hpcdgnn ARGS``: each rank's (exit status, stdout, stderr)."""
+    out = tmp_path / f"ranks-{len(list(tmp_path.glob('ranks-*')))}"
+    out.mkdir()
+    cmd = launcher.command(P, ["-c", _PER_RANK, str(out), *map(str, args)])
+    launch = run_launched(cmd, timeout=150, env=mpi_env(), cwd=REPO)
+    got = []
+    for r in range(P):
+        rc = out / f"rc.{r}"
+        assert rc.exists(), f"rank {r} of {P} did not finish {args[0]}: {launch.stdout[-2000:]}{launch.stderr[-2000:]}"
+        got.append((int(rc.read_text()), (out / f"out.{r}").read_text(), (out / f"err.{r}").read_text()))
+    return got
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("data") / "d", 7, 23, 40)
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_inspect_under_mpirun_prints_once(launcher, dataset, tmp_path, P):
+    """``mpirun -np P python -m hpcdgnn inspect DIR`` printed the report P times; rank 0 prints it now."""
+    ranks = _each_rank(launcher, P, ["inspect", dataset, "--json"], tmp_path)
+    assert [r[0] for r in ranks] == [0] * P, ranks
+    report = json.loads(ranks[0][1])
+    assert report["valid"] and report["num_snapshots"] == 7, report
+    assert all(out == "" and err == "" for _, out, err in ranks[1:]), ranks
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_validate_refusal_under_mpirun_is_one_line_and_every_rank_s_exit_2(launcher, tmp_path, P):
+    """A damaged dataset: every rank listed the problems and its own error line; now rank 0 lists them with one
+    error line, and the other ranks (waiting for it, not hung) print nothing and exit 2 too."""
+    root = make_dataset(tmp_path / "d", 7, 23, 40)
+    shard = sorted((root / "shards").iterdir())[0]
+    with open(shard, "ab") as f:
+        f.write(b"\0" * 16)
+    ranks = _each_rank(launcher, P, ["validate", root], tmp_path)
+    assert [r[0] for r in ranks] == [2] * P, ranks
+    errors = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert len(errors) == 1 and errors[0].startswith("hpcdgnn: error: ") and shard.name in errors[0], ranks
+    assert all(out == "" for _, out, _ in ranks[1:]), ranks
+
+
+def test_plan_and_check_under_mpirun_print_once(launcher, dataset, tmp_path):
+    """plan's table and check's dry run, once for a 3-rank launch; a bad --ranks is one line, every rank exit 2."""
+    job = write_job(tmp_path / "job.yaml", dataset)
+    for args, said in [(["plan", job, "--ranks", "2", "--strategies", "snapshot"], "plan of "),
+                       (["check", job, "--ranks", "2"], "check of ")]:
+        ranks = _each_rank(launcher, 3, args, tmp_path)
+        assert [r[0] for r in ranks] == [0, 0, 0], ranks
+        assert ranks[0][1].count(said) == 1 and all(out == "" for _, out, _ in ranks[1:]), ranks
+    ranks = _each_rank(launcher, 3, ["plan", job, "--ranks", "0"], tmp_path)
+    assert [r[0] for r in ranks] == [2, 2, 2], ranks
+    errors = [ln for _, _, err in ranks for ln in err.splitlines()]
+    assert len(errors) == 1 and "--ranks" in errors[0], ranks
