@@ -290,10 +290,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    """Profile chunk encoder times on this machine and save DGC's workload MLPs (§4.2, §6)."""
+    """Profile chunk encoder times on this machine and save DGC's workload MLPs (§4.2, §6). Under mpirun rank 0
+    alone: every rank timed its chunks while the others loaded the same cores, printed its own fit and replaced
+    the one predictor file; a run reads the file of rank 0's kind of machine."""
     from hpcdgnn.profile.command import run_profile
 
-    return run_profile(args)
+    return _on_rank_0("profile", _PROFILE_CLI_TAG, args, lambda: run_profile(args))
 
 
 #: the MPI tags of rank 0's word to the other ranks about a command it runs for the whole job (:func:`_on_rank_0`):

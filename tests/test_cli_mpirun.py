@@ -81,3 +81,14 @@ def test_plan_and_check_under_mpirun_print_once(launcher, dataset, tmp_path):
     assert [r[0] for r in ranks] == [2, 2, 2], ranks
     errors = [ln for _, _, err in ranks for ln in err.splitlines()]
     assert len(errors) == 1 and "--ranks" in errors[0], ranks
+
+
+def test_profile_under_mpirun_times_and_writes_on_rank_0_alone(launcher, tmp_path):
+    """Every rank profiled (its timings taken while the others loaded the same cores), printed its fit and
+    replaced the predictor file; now rank 0 alone does, the others print nothing and exit 0."""
+    out = tmp_path / "pred.pt"
+    ranks = _each_rank(launcher, 2, ["profile", "--samples", "10", "--fit-steps", "20", "--vertices", "64",
+                                     "--snapshots", "4", "--max-size", "64", "--out", out], tmp_path)
+    assert [r[0] for r in ranks] == [0, 0], ranks
+    assert ranks[0][1].count(f"saved {out}") == 1 and ranks[1][1:] == ("", ""), ranks
+    assert out.is_file()
