@@ -65,7 +65,14 @@ _SPMD_COMMANDS = ("run", "embed", "predict")
 _PASS_STOPS, EXIT_PASS_STOPPED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1), 130
 
 
-def _stop_while_starting(command: str, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+def _stop_status(signum: int) -> int:
+    """A one-process command's exit status when a signal stopped it: the shell's 128 + n, but 130 for SIGUSR1,
+    which hpcdgnn-mpirun passes to the ranks for a first Ctrl-C or SIGTERM (the ranks cannot tell which: 130 as
+    embed and predict say then); a scheduler's early warning too, where stopping cleanly beats its kill later."""
+    return EXIT_PASS_STOPPED if signum == signal.SIGUSR1 else 128 + signum
+
+
+def _stop_while_starting(command: str, signals: tuple[int, ...] = _PASS_STOPS,
                          code: int | None = None) -> dict[int, object]:
     """Make a stop signal that comes while a command that has no handlers yet (prepare, generate, …, embed,
     predict) is starting — its parser imports torch and h5py, seconds on a cold file cache — print one line and
@@ -78,7 +85,7 @@ def _stop_while_starting(command: str, signals: tuple[int, ...] = (signal.SIGTER
     Args:
         command: the command line's first word, named in the line when it is one (a word of letters).
         signals: those that stop the command.
-        code: the exit status; None: the shell's code for the signal, 128 + n.
+        code: the exit status; None: :func:`_stop_status`'s for the signal.
 
     Returns:
         The handlers replaced, per signal, for ``main`` to put back when it is done.
@@ -89,7 +96,7 @@ def _stop_while_starting(command: str, signals: tuple[int, ...] = (signal.SIGTER
         with contextlib.suppress(OSError):  # stderr closed: the exit status still says it
             os.write(2, f"{prefix}stopped by {signal.Signals(signum).name} while starting; nothing was written\n"
                      .encode())
-        os._exit(128 + signum if code is None else code)
+        os._exit(_stop_status(signum) if code is None else code)
 
     return _on_stop_signals(handler, signals)
 
@@ -271,7 +278,8 @@ _EXIT_CODES = """exit codes:
   130 / 143  a SIGINT / SIGTERM after a first SIGINT or SIGTERM: stopped at once, no checkpoint of that epoch
       (the newest one stays); after a SIGUSR1 (a scheduler's warning) a SIGTERM still checkpoints (75);
       once the run stopped cleanly (checkpoint and summary.json written) a second signal gives 75;
-      the other commands (prepare, generate, ...) stop at the first, prepare and generate leaving nothing;
+      the other commands (prepare, generate, ...) stop at the first, prepare and generate leaving nothing
+      (130 for a SIGUSR1: hpcdgnn-mpirun's relay of a first SIGINT or SIGTERM);
       embed and predict stop at the first of SIGINT/SIGTERM/SIGUSR1 with 130, leaving nothing"""
 
 
@@ -532,9 +540,10 @@ def _main(argv: list[str] | None) -> int:
         return args.func(args)
     from hpcdgnn import preemption
 
-    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind; what
-    # is put back at the end is what was there before the starting handler
-    before = {sig: starting.get(sig, h) for sig, h in _on_stop_signals(preemption.stop).items()}
+    # SIGTERM (scancel, kill) would end the process where it stands, its half-written output left behind, and so
+    # would SIGUSR1 (hpcdgnn-mpirun's relay of a Ctrl-C); what is put back at the end is what was there before the
+    # starting handler
+    before = {sig: starting.get(sig, h) for sig, h in _on_stop_signals(preemption.stop, _PASS_STOPS).items()}
     try:
         code = args.func(args)
         sys.stdout.flush()  # a reader that left is found here, not in the interpreter's exit
@@ -548,7 +557,7 @@ def _main(argv: list[str] | None) -> int:
 
             remove_temporaries()
         print(f"hpcdgnn: {args.command}: stopped by {signal.Signals(n).name}{kept}", file=sys.stderr)
-        return 128 + n
+        return _stop_status(n)
     except HpcdgnnError as e:
         from hpcdgnn.rank_zero import said_by_rank_0
 
